@@ -1,0 +1,42 @@
+# The two commands a new user runs: `make demo` and `make test`.
+# Each creates .venv when missing and (re)installs the project with its dev extra whenever
+# pyproject.toml changed; otherwise the install step is skipped.
+
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.metalflow-installed
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck pytest install clean
+
+demo: $(STAMP)
+	$(BIN)/metalflow dev $(DEMO_ARGS)
+
+test: lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+pytest: $(STAMP)
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+install: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# The stamp records a successful install of this pyproject.toml; a failed install leaves no
+# stamp, so the next run retries.
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "installing metalflow and its dev tools into $(VENV) (skipped next time unless pyproject.toml changes)"
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+clean:
+	rm -rf .metalflow .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,1 @@
+"""metalflow: contracts and tools (models, names, settings, telemetry, the CLI, the dev stack)."""

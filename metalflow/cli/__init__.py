@@ -1,0 +1,45 @@
+"""The `metalflow` command line: one subcommand module per topic, each with `register(subparsers)`.
+
+A subcommand module adds its parser and sets ``handler`` (a function taking the parsed
+arguments and returning the exit status) with ``parser.set_defaults(handler=...)``.
+
+Exit statuses: 0 success, 1 the operation failed, 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from metalflow.cli import dev
+
+SUBCOMMANDS = [dev]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="metalflow",
+        description="Durable Temporal workflows for bare-metal hosts, their DPUs and Grove workloads.",
+    )
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for module in SUBCOMMANDS:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `metalflow` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    status: int = handler(args)
+    return status

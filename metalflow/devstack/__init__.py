@@ -1,0 +1,1 @@
+"""The embedded development stack behind `metalflow dev`: Temporal dev server, worker, demo."""

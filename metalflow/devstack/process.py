@@ -1,0 +1,135 @@
+"""A child process the dev stack owns: started in its own process group, checked for readiness,
+stopped with SIGTERM then SIGKILL, never left behind.
+
+Adding a process to the stack (the simulated site, for instance) is one `ManagedProcess` with a
+readiness check; `DevStack` starts them in order and stops them in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ReadinessCheck = Callable[["ManagedProcess"], Awaitable[bool]]
+READINESS_POLL_SECONDS = 0.25
+LOG_TAIL_LINES = 20
+
+
+class ProcessFailedError(RuntimeError):
+    """A managed process exited or never became ready; the message carries its log's tail."""
+
+
+@dataclass
+class ManagedProcess:
+    """One child process of the dev stack.
+
+    Attributes:
+        name: What it is, for messages ("Temporal dev server").
+        argv: The command line.
+        log_path: Where its stdout and stderr go.
+        ready: Answers True once the process serves what it is for; exceptions count as "not yet".
+        env: Its environment (the parent's when None).
+        stop_timeout: Seconds between SIGTERM and SIGKILL.
+    """
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    ready: ReadinessCheck
+    env: Mapping[str, str] | None = None
+    stop_timeout: float = 15.0
+    _process: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
+
+    @property
+    def pid(self) -> int:
+        """The process id (the process group id as well)."""
+        if self._process is None:
+            raise RuntimeError(f"{self.name} was not started")
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once it exited, else None."""
+        return None if self._process is None else self._process.returncode
+
+    async def start(self) -> None:
+        """Start the process in a new session, so stopping it reaches all its children too."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self._process = await asyncio.create_subprocess_exec(
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log,
+                stderr=asyncio.subprocess.STDOUT,
+                env=None if self.env is None else dict(self.env),
+                start_new_session=True,
+            )
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait until the readiness check passes.
+
+        Raises:
+            ProcessFailedError: It exited first, or was not ready within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.returncode is not None:
+                raise ProcessFailedError(
+                    f"{self.name} exited with status {self.returncode} while starting; "
+                    f"last lines of {self.log_path}:\n{self.log_tail()}"
+                )
+            try:
+                if await asyncio.wait_for(self.ready(self), timeout=max(1.0, deadline - time.monotonic())):
+                    return
+            except (Exception, TimeoutError):  # not ready yet; the deadline decides
+                pass
+            if time.monotonic() >= deadline:
+                raise ProcessFailedError(
+                    f"{self.name} was not ready within {timeout:.0f} s; last lines of {self.log_path}:\n"
+                    f"{self.log_tail()}"
+                )
+            await asyncio.sleep(READINESS_POLL_SECONDS)
+
+    async def wait_exit(self) -> int:
+        """Wait until the process exits and return its status."""
+        if self._process is None:
+            raise RuntimeError(f"{self.name} was not started")
+        return await self._process.wait()
+
+    async def stop(self) -> int | None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``stop_timeout`` seconds.
+
+        Returns:
+            The exit status, or None when it was never started.
+        """
+        if self._process is None:
+            return None
+        process = self._process
+        if process.returncode is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), timeout=self.stop_timeout)
+            except TimeoutError:
+                self._signal_group(signal.SIGKILL)
+                await process.wait()
+        # Children that outlived their leader (the group id is still ours) go too.
+        self._signal_group(signal.SIGKILL)
+        return process.returncode
+
+    def _signal_group(self, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of the process's log, for error messages."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"

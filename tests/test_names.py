@@ -1,0 +1,38 @@
+"""metalflow.names: the business-key workflow ids and the search attribute declarations."""
+
+from __future__ import annotations
+
+import pytest
+
+from metalflow import names
+
+
+def test_workflow_ids_are_business_keys() -> None:
+    assert names.reprovision_workflow_id("h001") == "reprovision/host-h001"
+    assert names.host_operation_workflow_id("firmware", "h-17") == "firmware/host-h-17"
+    assert names.rollout_workflow_id("inference", "llama-70b") == "rollout/inference/llama-70b"
+    assert names.campaign_workflow_id("bfb-2024.10") == "campaign/bfb-2024.10"
+    assert names.demo_workflow_id("20240101T000000Z") == "demo/20240101T000000Z"
+
+
+def test_same_business_key_gives_same_id() -> None:
+    # The id is the lock: two requests for one host must collide.
+    assert names.reprovision_workflow_id("h001") == names.reprovision_workflow_id("h001")
+    assert names.reprovision_workflow_id("h001") != names.reprovision_workflow_id("h002")
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "host 1", "-leading", "é", "x\n"])
+def test_id_parts_that_would_need_quoting_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="invalid host id"):
+        names.reprovision_workflow_id(bad)
+
+
+def test_search_attributes_are_the_five_keywords() -> None:
+    assert names.search_attribute_types() == {
+        "HostId": "Keyword",
+        "Operation": "Keyword",
+        "Phase": "Keyword",
+        "Campaign": "Keyword",
+        "Site": "Keyword",
+    }
+    assert [key.name for key in names.SEARCH_ATTRIBUTES] == list(names.search_attribute_types())

@@ -1,0 +1,183 @@
+"""worker.py and metalflow.client: envconfig connection, one registration list, clean exits, tracing."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+
+import activities
+import workflows
+from metalflow import names
+from metalflow.client import connect, load_connect_config
+from metalflow.devstack.temporal import has_poller
+from metalflow.models.demo import DemoApproval, DemoInput
+from metalflow.telemetry import TelemetryConfigError, setup_tracing
+from workflows.demo import DemoWorkflow
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _modules(package: ModuleType) -> list[ModuleType]:
+    # Every .py file, so a module in a folder that lacks __init__.py cannot hide an unregistered class.
+    root = Path(package.__path__[0])
+    dotted = [
+        ".".join((package.__name__, *path.relative_to(root).with_suffix("").parts))
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "__init__.py"
+    ]
+    return [importlib.import_module(name) for name in dotted]
+
+
+def test_every_workflow_is_registered() -> None:
+    defined = {
+        obj
+        for module in _modules(workflows)
+        for _, obj in inspect.getmembers(module, inspect.isclass)
+        if getattr(obj, "__temporal_workflow_definition", None) is not None
+        and obj.__module__ == module.__name__
+    }
+    assert defined, "no workflow found: the scan is broken"
+    assert defined == set(workflows.ALL)
+
+
+def test_every_activity_is_registered() -> None:
+    defined = {
+        f"{cls.__qualname__}.{name}"
+        for module in _modules(activities)
+        for _, cls in inspect.getmembers(module, inspect.isclass)
+        if cls.__module__ == module.__name__
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if getattr(member, "__temporal_activity_definition", None) is not None
+    }
+    registered = {method.__qualname__ for method in activities.build_activities()}
+    assert defined, "no activity found: the scan is broken"
+    assert defined == registered
+
+
+def test_envconfig_from_environment_variables() -> None:
+    config = load_connect_config(
+        env={
+            "TEMPORAL_ADDRESS": "temporal.example:7233",
+            "TEMPORAL_NAMESPACE": "fleet",
+            "TEMPORAL_API_KEY": "k",
+        }
+    )
+    assert config["target_host"] == "temporal.example:7233"
+    assert config["namespace"] == "fleet"
+    assert config["api_key"] == "k"
+    assert config["tls"] is True  # an API key implies TLS, as the Temporal CLI does
+
+
+def test_envconfig_profiles_from_file(tmp_path: Path) -> None:
+    config_file = tmp_path / "temporal.toml"
+    config_file.write_text(
+        '[profile.default]\naddress = "a:1"\n\n[profile.prod]\naddress = "prod:7233"\nnamespace = "metal"\n'
+    )
+    assert load_connect_config(config_file=config_file, env={})["target_host"] == "a:1"
+    prod = load_connect_config(config_file=config_file, env={"TEMPORAL_PROFILE": "prod"})
+    assert (prod["target_host"], prod["namespace"]) == ("prod:7233", "metal")
+    # Environment variables win over the file.
+    overridden = load_connect_config(config_file=config_file, env={"TEMPORAL_ADDRESS": "env:9"})
+    assert overridden["target_host"] == "env:9"
+
+
+def test_envconfig_defaults_to_local_server() -> None:
+    config = load_connect_config(env={}, config_file=Path("/nonexistent/temporal.toml"))
+    assert config["target_host"] == "127.0.0.1:7233" and config["namespace"] == "default"
+
+
+async def test_connect_reaches_the_server_named_by_the_environment(local_env: WorkflowEnvironment) -> None:
+    address = local_env.client.service_client.config.target_host
+    client = await connect(env={"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default"})
+    assert client.namespace == "default"
+    assert await client.service_client.check_health()
+
+
+def test_unknown_or_missing_trace_exporter_is_a_clear_error() -> None:
+    with pytest.raises(TelemetryConfigError, match="OTEL_TRACES_EXPORTER 'zipkinish'"):
+        setup_tracing({"OTEL_TRACES_EXPORTER": "zipkinish"})
+    assert setup_tracing({}).interceptors == []
+    assert setup_tracing({"OTEL_TRACES_EXPORTER": "none"}).interceptors == []
+    try:
+        importlib.import_module("opentelemetry.exporter.otlp.proto.grpc.trace_exporter")
+    except ImportError:
+        with pytest.raises(TelemetryConfigError, match="opentelemetry-exporter-otlp"):
+            setup_tracing({"OTEL_TRACES_EXPORTER": "otlp"})
+    else:
+        pytest.skip("the OTLP exporter is installed, so its absence cannot be tested here")
+
+
+async def _wait_for_poller(client: Client, task_queue: str, worker: asyncio.subprocess.Process) -> None:
+    for _ in range(150):
+        if worker.returncode is not None:
+            raise AssertionError(f"worker exited early with {worker.returncode}")
+        if await has_poller(client, task_queue, f"{worker.pid}@"):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError("worker never polled its task queue")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
+    local_env: WorkflowEnvironment, task_queue: str, stop_signal: signal.Signals
+) -> None:
+    client = local_env.client
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+    env |= {
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "OTEL_TRACES_EXPORTER": "console",
+    }
+    worker = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "worker.py",
+        "--task-queue",
+        task_queue,
+        cwd=REPO,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await _wait_for_poller(client, task_queue, worker)
+        handle = await client.start_workflow(
+            DemoWorkflow.run,
+            DemoInput(requested_by="test"),
+            id=names.demo_workflow_id(task_queue),
+            task_queue=task_queue,
+        )
+        await handle.signal(DemoWorkflow.approve, DemoApproval(approved_by="test"))
+        result = await handle.result()
+        assert result.worker.pid == worker.pid
+        worker.send_signal(stop_signal)
+        stdout, stderr = await asyncio.wait_for(worker.communicate(), timeout=30)
+    finally:
+        if worker.returncode is None:
+            worker.kill()
+            await worker.wait()
+    log = stderr.decode()
+    assert worker.returncode == 0, log
+    assert "worker stopped" in log
+    assert '"name": "RunActivity:describe_worker"' in log  # console exporter spans
+    assert "PyGILState_Release" not in log
+
+
+def test_worker_reports_bad_configuration_with_status_2() -> None:
+    env = dict(os.environ, OTEL_TRACES_EXPORTER="nonsense")
+    completed = subprocess.run(
+        [sys.executable, "worker.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert completed.returncode == 2
+    assert "OTEL_TRACES_EXPORTER 'nonsense'" in completed.stderr
