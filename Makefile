@@ -9,7 +9,7 @@ STAMP := $(VENV)/.metalflow-installed
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck pytest install clean
+.PHONY: demo test lint typecheck pytest install clean bench
 
 demo: $(STAMP)
 	$(BIN)/metalflow dev $(DEMO_ARGS)
@@ -27,6 +27,11 @@ pytest: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 install: $(STAMP)
+
+# Figures, printed as JSON: the simulated site at fleet scale (memory, requests/s).
+bench: $(STAMP)
+	$(BIN)/python bench/bench_sim.py
+	$(BIN)/python bench/bench_redfish.py
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

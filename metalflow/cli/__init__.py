@@ -12,9 +12,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from metalflow.cli import dev
+from metalflow.cli import dev, sim
 
-SUBCOMMANDS = [dev]
+SUBCOMMANDS = [dev, sim]
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -1,0 +1,109 @@
+"""`python -m simulators serve ...`: run the simulated site until SIGINT/SIGTERM.
+
+The product starts it through `metalflow sim up` and `metalflow dev`; it is a separate program
+so that the product reaches it only over HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from simulators.app import ServeOptions, SimulatedSite
+from simulators.faults import PROFILES as FAULT_PROFILES
+from simulators.kube.crds import CRDS_ENV, find_crd_dir
+from simulators.site import Site, default_site, load_site
+from simulators.timings import PROFILES as TIMING_PROFILES
+from simulators.timings import timings_for
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m simulators", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve the simulated site on 127.0.0.1")
+    serve.add_argument(
+        "--state-dir", default=".metalflow", help="where to write site.yaml, kubeconfig, sim.json"
+    )
+    serve.add_argument("--port", type=int, default=8280, help="port on 127.0.0.1 (0: any free port)")
+    serve.add_argument("--hosts", type=int, default=3, help="hosts in the generated site")
+    serve.add_argument("--dpus-per-host", type=int, default=2, help="DPUs per host in the generated site")
+    serve.add_argument("--site", help="a site file (YAML) to serve instead of a generated site")
+    serve.add_argument("--faults", default="none", choices=FAULT_PROFILES, help="fault profile")
+    serve.add_argument("--seed", type=int, default=0, help="seed for the fault profile")
+    serve.add_argument(
+        "--timings",
+        choices=sorted(TIMING_PROFILES),
+        help="phase and power timings (default: slow with --faults slow, else demo)",
+    )
+    serve.add_argument(
+        "--initialised", action="store_true", help="start with DPF site objects and Ready DPUs"
+    )
+    serve.add_argument(
+        "--crds", help=f"folder of the DPF and Grove CRDs (default: ${CRDS_ENV} or ../shared/crds)"
+    )
+    serve.add_argument("--log-level", default="WARNING", help="Python log level")
+    return parser
+
+
+def _site_from(args: argparse.Namespace) -> Site:
+    if args.site:
+        return load_site(Path(args.site))
+    return default_site(args.hosts, args.dpus_per_host)
+
+
+async def _serve(site: Site, options: ServeOptions) -> None:
+    simulated = SimulatedSite(site, options)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    url = await simulated.start()
+    print(f"simulated site {site.name!r} serving on {url} ({len(site.hosts)} hosts)", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await simulated.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        site = _site_from(args)
+        timings = timings_for(args.timings or ("slow" if args.faults == "slow" else "demo"))
+    except ValueError as err:
+        print(f"simulators: {err}", file=sys.stderr)
+        return 2
+    try:
+        crd_dir = find_crd_dir(args.crds)
+    except FileNotFoundError as err:
+        print(f"simulators: {err}", file=sys.stderr)
+        return 2
+    options = ServeOptions(
+        state_dir=Path(args.state_dir),
+        crd_dir=crd_dir,
+        port=args.port,
+        faults=args.faults,
+        seed=args.seed,
+        timings=timings,
+        initialised=args.initialised,
+    )
+    try:
+        asyncio.run(_serve(site, options))
+    except OSError as err:
+        print(
+            f"simulators: cannot serve on 127.0.0.1:{args.port}: {err.strerror}; choose another --port",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The simulated site as one aiohttp application: the pieces composed, served, and described.
+
+`SimulatedSite.start()` binds 127.0.0.1, fills every BMC endpoint with the bound port, and
+writes what the product needs to reach the site into the state dir:
+
+- `site.yaml`: the site served, endpoints and credential references filled in;
+- `kubeconfig`: a context `metalflow-sim` pointing at the Kubernetes-compatible API;
+- `credentials/<bmc-id>.json` (mode 0600): each BMC's username and password;
+- `sim.json`: `{"url", "pid", "kubeconfig", "site"}`, written last, once requests are served.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from simulators import control
+from simulators.dpf import DPFController
+from simulators.events import Hub
+from simulators.faults import Faults
+from simulators.grove import GroveController
+from simulators.kube.crds import load_resource_types, make_validator
+from simulators.kube.http import add_kube_routes
+from simulators.kube.store import AlreadyExists, NotFound, Store
+from simulators.redfish import BMCs
+from simulators.site import BMC, CredentialRef, Site, dump_site
+from simulators.timings import Timings
+from simulators.violations import Violations
+
+log = logging.getLogger(__name__)
+
+NAMESPACES = ("default", "dpf-operator-system")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    state_dir: Path
+    crd_dir: Path
+    port: int = 0
+    faults: str = "none"
+    seed: int = 0
+    timings: Timings = Timings()
+    initialised: bool = False
+
+
+class SimulatedSite:
+    """Everything the simulator serves, started and stopped together."""
+
+    def __init__(self, site: Site, options: ServeOptions) -> None:
+        self.site = site
+        self.options = options
+        self.hub = Hub()
+        self.violations = Violations()
+        self.faults = Faults(options.faults, options.seed)
+        types = load_resource_types(options.crd_dir)
+        self.store = Store(types, validate=make_validator(types))
+        self.credentials = _resolve_credentials(site, options.state_dir)
+        self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)
+        self.dpf = DPFController(self.store, self.hub, options.timings, self.violations, site)
+        self.grove = GroveController(self.store, options.timings, self.violations)
+        self.app = web.Application(client_max_size=16 * 1024 * 1024)
+        add_kube_routes(self.app, self.store, self.faults)
+        self.bmcs.add_routes(self.app)
+        control.add_control_routes(self.app, self)
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def start(self) -> str:
+        """Serve, then write the state files; returns the base URL."""
+        self._create_namespaces()
+        self._create_credential_secrets()
+        await self.bmcs.start()
+        await self.dpf.start()
+        await self.grove.start()
+        if self.options.initialised:
+            await self.dpf.initialise()
+            await self.grove.initialise(self.site.workloads)
+        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        tcp = web.TCPSite(self._runner, "127.0.0.1", self.options.port, reuse_address=True)
+        await tcp.start()
+        port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        self._fill_endpoints()
+        self._write_state_files()
+        return self.url
+
+    async def stop(self) -> None:
+        (self.options.state_dir / "sim.json").unlink(missing_ok=True)
+        await self.grove.stop()
+        await self.dpf.stop()
+        await self.bmcs.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _create_namespaces(self) -> None:
+        for name in sorted({*NAMESPACES, self.site.namespace, *(w.namespace for w in self.site.workloads)}):
+            self._ensure_namespace(name)
+
+    def _ensure_namespace(self, name: str) -> None:
+        namespace_type = self.store.resource_type("", "v1", "namespaces")
+        try:
+            self.store.get(namespace_type, None, name)
+        except NotFound:
+            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            self.store.create(namespace_type, None, body)
+
+    def _create_credential_secrets(self) -> None:
+        """Serve the Secrets that `secret:` credential references name."""
+        secret_type = self.store.resource_type("", "v1", "secrets")
+        for bmc_id, bmc in _all_bmcs(self.site):
+            if bmc.credentials is None or bmc.credentials.secret is None:
+                continue
+            ref = bmc.credentials.secret
+            username, password = self.credentials[bmc_id]
+            body = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": ref.name, "namespace": ref.namespace},
+                "type": "Opaque",
+                "data": {
+                    "username": base64.b64encode(username.encode()).decode(),
+                    "password": base64.b64encode(password.encode()).decode(),
+                },
+            }
+            self._ensure_namespace(ref.namespace)
+            try:
+                self.store.create(secret_type, ref.namespace, body)
+            except AlreadyExists:
+                self.store.update(secret_type, ref.namespace, ref.name, body)
+
+    def _fill_endpoints(self) -> None:
+        for host in self.site.hosts:
+            host.bmc.endpoint = f"{self.url}/bmc/{host.id}"
+            for dpu in host.dpus:
+                dpu.bmc.endpoint = f"{self.url}/bmc/{dpu.id}"
+
+    def _write_state_files(self) -> None:
+        state = self.options.state_dir
+        state.mkdir(parents=True, exist_ok=True)
+        (state / "site.yaml").write_text(dump_site(self.site))
+        kubeconfig = state / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(_kubeconfig(self.url), sort_keys=False))
+        kubeconfig.chmod(0o600)
+        info: dict[str, Any] = {
+            "url": self.url,
+            "pid": os.getpid(),
+            "kubeconfig": str(kubeconfig.resolve()),
+            "site": str((state / "site.yaml").resolve()),
+            "faults": self.options.faults,
+            "seed": self.options.seed,
+        }
+        tmp = state / "sim.json.tmp"
+        tmp.write_text(json.dumps(info, indent=2))
+        tmp.replace(state / "sim.json")
+
+
+def _kubeconfig(url: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "metalflow-sim", "cluster": {"server": url}}],
+        "users": [{"name": "metalflow-sim", "user": {}}],
+        "contexts": [
+            {
+                "name": "metalflow-sim",
+                "context": {
+                    "cluster": "metalflow-sim",
+                    "user": "metalflow-sim",
+                    "namespace": "dpf-operator-system",
+                },
+            }
+        ],
+        "current-context": "metalflow-sim",
+    }
+
+
+def _all_bmcs(site: Site) -> list[tuple[str, BMC]]:
+    pairs = []
+    for host in site.hosts:
+        pairs.append((host.id, host.bmc))
+        pairs.extend((dpu.id, dpu.bmc) for dpu in host.dpus)
+    return pairs
+
+
+def _resolve_credentials(site: Site, state_dir: Path) -> dict[str, tuple[str, str]]:
+    """Each BMC's username and password: read through its reference, or made up and written.
+
+    A BMC with no reference gets a fresh random password in `credentials/<bmc-id>.json` (0600),
+    and its reference is filled in, so the site file the product reads never holds a secret.
+    """
+    folder = state_dir / "credentials"
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    found: dict[str, tuple[str, str]] = {}
+    for bmc_id, bmc in _all_bmcs(site):
+        ref = bmc.credentials
+        if ref is None:
+            path = folder / f"{bmc_id}.json"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            pair = ("admin", secrets.token_urlsafe(18))
+            with os.fdopen(fd, "w") as out:
+                json.dump({"username": pair[0], "password": pair[1]}, out)
+            bmc.credentials = CredentialRef(file=str(path.resolve()))
+            found[bmc_id] = pair
+        elif ref.file is not None:
+            try:
+                data = json.loads(Path(ref.file).read_text())
+                found[bmc_id] = (str(data["username"]), str(data["password"]))
+            except (OSError, ValueError, KeyError) as err:
+                raise ValueError(f"BMC {bmc_id}: cannot read credentials file {ref.file}: {err}") from err
+        elif ref.env is not None:
+            try:
+                found[bmc_id] = (os.environ[ref.env.username], os.environ[ref.env.password])
+            except KeyError as err:
+                raise ValueError(f"BMC {bmc_id}: environment variable {err.args[0]} is not set") from err
+        else:
+            # A Secret reference: the simulator cannot read a Secret it does not hold, so it makes
+            # the credentials up and serves the Secret itself (created in `SimulatedSite`).
+            found[bmc_id] = ("admin", secrets.token_urlsafe(18))
+    return found

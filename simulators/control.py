@@ -1,0 +1,105 @@
+"""The simulator's own API under `/sim/`: health, violations, power logs, site, fault injection.
+
+Read by `metalflow sim violations|power-log` and by tests; the fault injection endpoints let an
+operator rehearse failures (a DPU in `Error`, a DPU service down, a PodGang that never comes up).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from simulators.app import SimulatedSite
+
+SITE_KEY: web.AppKey[SimulatedSite] = web.AppKey("simulated_site")
+
+
+def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
+    app[SITE_KEY] = site
+    app.router.add_get("/sim/health", _health)
+    app.router.add_get("/sim/site", _site)
+    app.router.add_get("/sim/violations", _violations)
+    app.router.add_get("/sim/hosts/{host_id}/power-log", _power_log)
+    app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
+    app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
+
+
+def _problem(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+async def _health(request: web.Request) -> web.Response:
+    site = request.app[SITE_KEY]
+    return web.json_response(
+        {
+            "status": "ok",
+            "hosts": len(site.site.hosts),
+            "faults": site.options.faults,
+            "violations": len(site.violations),
+        }
+    )
+
+
+async def _site(request: web.Request) -> web.Response:
+    return web.json_response(request.app[SITE_KEY].site.model_dump(mode="json", exclude_none=True))
+
+
+async def _violations(request: web.Request) -> web.Response:
+    return web.json_response(request.app[SITE_KEY].violations.as_json())
+
+
+async def _power_log(request: web.Request) -> web.Response:
+    site = request.app[SITE_KEY]
+    host_id = request.match_info["host_id"]
+    if host_id not in {h.id for h in site.site.hosts}:
+        return _problem(404, f"no host {host_id!r} in site {site.site.name!r}")
+    return web.json_response(site.bmcs.power_log(host_id))
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    try:
+        data = await request.json()
+    except ValueError:
+        raise web.HTTPBadRequest(
+            text='{"error": "body is not JSON"}', content_type="application/json"
+        ) from None
+    return data if isinstance(data, dict) else {}
+
+
+async def _dpu_fault(request: web.Request) -> web.Response:
+    site = request.app[SITE_KEY]
+    name, fault = request.match_info["name"], request.match_info["fault"]
+    body = await _body(request)
+    try:
+        if fault == "error":
+            await site.dpf.inject_error(name, str(body.get("message", "injected by the simulator")))
+        elif fault == "node-effect":
+            await site.dpf.inject_node_effect(name)
+        elif fault == "recover":
+            await site.dpf.recover(name)
+        else:
+            return _problem(404, f"unknown DPU fault {fault!r}; one of error, node-effect, recover")
+    except KeyError as err:
+        return _problem(404, f"no DPU {err.args[0]!r}")
+    except ValueError as err:
+        return _problem(409, str(err))
+    return web.json_response({"dpu": name, "fault": fault})
+
+
+async def _podgang_fault(request: web.Request) -> web.Response:
+    site = request.app[SITE_KEY]
+    name, fault = request.match_info["name"], request.match_info["fault"]
+    try:
+        if fault == "never-available":
+            await site.grove.inject_never_available(name)
+        elif fault == "fall-back":
+            await site.grove.inject_fall_back(name)
+        else:
+            return _problem(404, f"unknown PodGang fault {fault!r}; one of never-available, fall-back")
+    except KeyError as err:
+        return _problem(404, f"no PodGang {err.args[0]!r}")
+    return web.json_response({"podgang": name, "fault": fault})

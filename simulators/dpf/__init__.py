@@ -1,0 +1,6 @@
+"""DPF behaviour of the simulated site (DOMAIN.md section 2): see `controller` and `provisioning`."""
+
+from simulators.dpf.controller import DPFController
+from simulators.dpf.model import GROUP_LABEL, HOLD_ANNOTATION, REBOOT_ANNOTATION
+
+__all__ = ["GROUP_LABEL", "HOLD_ANNOTATION", "REBOOT_ANNOTATION", "DPFController"]

@@ -1,0 +1,313 @@
+"""Host BMC profiles and the ComputerSystem resource each host BMC serves.
+
+A profile is how one vendor's BMC behaves; the site picks one per host (`HOST_BMC_PROFILES`):
+
+| profile | System id | reset answer | PowerCycle / GracefulRestart | LastResetTime | other |
+| --- | --- | --- | --- | --- | --- |
+| `powercycle` | `System.Embedded.1` | 204 | yes / yes | yes | |
+| `no-powercycle` | `1` | 200 + Success message | no / no (400) | no | |
+| `task-monitor` | `Self` | 202 + task monitor | yes / yes | yes | |
+| `etag-required` | `1` | 200 + Success message | yes / yes | yes | PATCH needs If-Match |
+| `reset-cooldown` | `1` | 204 | yes / yes | no | 409 for a while after Off |
+
+Clients must find the System through the `Systems` collection, never assume its id.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from . import messages
+from .tasks import Task
+
+SYSTEM_TYPE = "#ComputerSystem.v1_20_0.ComputerSystem"
+ALL_RESET_TYPES = (
+    "On",
+    "ForceOff",
+    "GracefulShutdown",
+    "GracefulRestart",
+    "ForceRestart",
+    "Nmi",
+    "ForceOn",
+    "PushPowerButton",
+    "PowerCycle",
+)
+BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "Usb", "BiosSetup", "UefiHttp")
+BOOT_ENABLED = ("Disabled", "Once", "Continuous")
+BOOT_MODES = ("UEFI", "Legacy")
+READ_ONLY = frozenset(
+    {"@odata.id", "@odata.type", "Id", "Name", "SystemType", "Manufacturer", "Model", "SerialNumber",
+     "UUID", "HostName", "PowerState", "Status", "LastResetTime", "Actions", "Links"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    """How one vendor's host BMC behaves."""
+
+    name: str
+    system_id: str
+    manufacturer: str
+    model: str
+    reset_types: tuple[str, ...]
+    exposes_last_reset_time: bool
+    reset_answer: str  # "204", "200" (body with a Success message) or "202" (task monitor)
+    etag_required: bool = False
+    cooldown_after_off: bool = False
+
+
+PROFILES: dict[str, HostProfile] = {
+    "powercycle": HostProfile(
+        "powercycle", "System.Embedded.1", "Dell Inc.", "PowerEdge XE9680", ALL_RESET_TYPES, True, "204"
+    ),
+    "no-powercycle": HostProfile(
+        "no-powercycle",
+        "1",
+        "Supermicro",
+        "SYS-821GE-TNHR",
+        ("On", "ForceOff", "GracefulShutdown", "ForceRestart", "Nmi", "ForceOn"),
+        False,
+        "200",
+    ),
+    "task-monitor": HostProfile(
+        "task-monitor",
+        "Self",
+        "NVIDIA",
+        "DGX H100",
+        ("On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle"),
+        True,
+        "202",
+    ),
+    "etag-required": HostProfile(
+        "etag-required",
+        "1",
+        "HPE",
+        "ProLiant XD670",
+        (
+            "On",
+            "ForceOff",
+            "GracefulShutdown",
+            "GracefulRestart",
+            "ForceRestart",
+            "Nmi",
+            "PushPowerButton",
+            "PowerCycle",
+        ),
+        True,
+        "200",
+        etag_required=True,
+    ),  # fmt: skip
+    "reset-cooldown": HostProfile(
+        "reset-cooldown",
+        "1",
+        "Lenovo",
+        "ThinkSystem SR675 V3",
+        ("On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle"),
+        False,
+        "204",
+        cooldown_after_off=True,
+    ),
+}
+
+
+class HostBMC:
+    """The state of one host's BMC; small, and with nothing running while the host is idle."""
+
+    __slots__ = (
+        "host_id",
+        "profile",
+        "power",
+        "pending",
+        "reset_type",
+        "timer",
+        "task",
+        "off_at",
+        "last_reset_time",
+        "asset_tag",
+        "boot",
+        "log",
+    )
+
+    def __init__(self, host_id: str, profile: HostProfile, started: str) -> None:
+        self.host_id = host_id
+        self.profile = profile
+        # A site in service: every host starts On.
+        self.power = "On"
+        self.pending: tuple[str, ...] = ()  # settled states still to reach in this transition
+        self.reset_type: str | None = None
+        self.timer: Any = None  # asyncio.TimerHandle of the running transition step
+        self.task: Task | None = None
+        self.off_at: float | None = None  # loop time the host last reached Off
+        self.last_reset_time = started
+        self.asset_tag = ""
+        self.boot: tuple[str, str, str] = ("Disabled", "None", "UEFI")
+        self.log: list[dict[str, str | None]] | None = None
+
+    def system_uri(self, prefix: str) -> str:
+        return f"{prefix}/redfish/v1/Systems/{self.profile.system_id}"
+
+    def body(self, prefix: str) -> dict[str, Any]:
+        uri = self.system_uri(prefix)
+        enabled, target, mode = self.boot
+        body: dict[str, Any] = {
+            "@odata.id": uri,
+            "@odata.type": SYSTEM_TYPE,
+            "Id": self.profile.system_id,
+            "Name": "System",
+            "SystemType": "Physical",
+            "Manufacturer": self.profile.manufacturer,
+            "Model": self.profile.model,
+            "SerialNumber": f"SN-{self.host_id}",
+            "UUID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"metalflow-sim:{self.host_id}")),
+            "HostName": self.host_id,
+            "AssetTag": self.asset_tag,
+            "PowerState": self.power,
+            "Status": {"State": "Enabled" if self.power == "On" else "StandbyOffline", "Health": "OK"},
+            "Boot": {
+                "BootSourceOverrideEnabled": enabled,
+                "BootSourceOverrideTarget": target,
+                "BootSourceOverrideMode": mode,
+                "BootSourceOverrideTarget@Redfish.AllowableValues": list(BOOT_TARGETS),
+            },
+            "Actions": {
+                "#ComputerSystem.Reset": {
+                    "target": f"{uri}/Actions/ComputerSystem.Reset",
+                    "ResetType@Redfish.AllowableValues": list(self.profile.reset_types),
+                    "@Redfish.ActionInfo": f"{uri}/ResetActionInfo",
+                }
+            },
+            "Links": {"Chassis": [], "ManagedBy": []},
+        }
+        if self.profile.exposes_last_reset_time:
+            body["LastResetTime"] = self.last_reset_time
+        return body
+
+    def reset_action_info(self, prefix: str) -> dict[str, Any]:
+        return {
+            "@odata.id": f"{self.system_uri(prefix)}/ResetActionInfo",
+            "@odata.type": "#ActionInfo.v1_4_2.ActionInfo",
+            "Id": "ResetActionInfo",
+            "Name": "Reset Action Info",
+            "Parameters": [
+                {
+                    "Name": "ResetType",
+                    "Required": True,
+                    "DataType": "String",
+                    "AllowableValues": list(self.profile.reset_types),
+                }
+            ],
+        }
+
+
+def etag_of(host: HostBMC) -> str:
+    """A weak ETag that changes whenever any property of the host's ComputerSystem changes.
+
+    Every mutable property is in the digest, so the ETag changes with PowerState too: a client
+    must read the ETag right before its PATCH, as on BMCs that version the whole resource.
+    """
+    state = (host.power, host.asset_tag, host.boot, host.last_reset_time)
+    return f'W/"{zlib.crc32(repr(state).encode()):08x}"'
+
+
+def check_if_match(host: HostBMC, request: web.Request, current_etag: str) -> web.Response | None:
+    """The 428/412 a PATCH earns for its If-Match header, or None when it may proceed."""
+    if_match = request.headers.get("If-Match")
+    if if_match is None:
+        if not host.profile.etag_required:
+            return None
+        return messages.error_response(
+            428,
+            "PreconditionRequired",
+            "A precondition header or annotation is required to change the resource.",
+            resolution="Try the request again with an If-Match header holding the resource's current ETag.",
+        )
+    given = {tag.strip() for tag in if_match.split(",")}
+    # Weak comparison: a client may echo the ETag with or without the W/ prefix.
+    current_strong = current_etag.removeprefix("W/")
+    if "*" in given or current_etag in given or current_strong in given:
+        return None
+    return messages.error_response(
+        412,
+        "PreconditionFailed",
+        "The ETag supplied did not match the ETag required to change this resource.",
+        resolution="Try the operation again using the appropriate ETag.",
+    )
+
+
+def apply_patch(host: HostBMC, changes: dict[str, Any]) -> web.Response | None:
+    """Validate then apply a PATCH of the ComputerSystem; the 400 for the first bad property."""
+    asset_tag = host.asset_tag
+    enabled, target, mode = host.boot
+    for name, value in changes.items():
+        if name in READ_ONLY:
+            text = f"The property {name} is a read only property and cannot be assigned a value."
+            return _property_error("PropertyNotWritable", name, text)
+        if name == "AssetTag":
+            if not isinstance(value, str):
+                return _type_error(name, value)
+            asset_tag = value
+        elif name == "Boot":
+            if not isinstance(value, dict):
+                return _type_error(name, value)
+            for key, item in value.items():
+                allowed = {
+                    "BootSourceOverrideEnabled": BOOT_ENABLED,
+                    "BootSourceOverrideTarget": BOOT_TARGETS,
+                    "BootSourceOverrideMode": BOOT_MODES,
+                }.get(key)
+                if allowed is None:
+                    text = f"The property {key} is not in the list of valid properties for the resource."
+                    return _property_error("PropertyUnknown", f"Boot/{key}", text)
+                if not isinstance(item, str):
+                    return _type_error(key, item)
+                if item not in allowed:
+                    return messages.error_response(
+                        400,
+                        "PropertyValueNotInList",
+                        f"The value '{item}' for the property {key} is not in the list of acceptable values.",
+                        args=[item, key],
+                        resolution="Choose a value from the enumeration list that the implementation can "
+                        "support and resubmit the request if the operation failed.",
+                    )
+                if key == "BootSourceOverrideEnabled":
+                    enabled = item
+                elif key == "BootSourceOverrideTarget":
+                    target = item
+                else:
+                    mode = item
+        else:
+            return _property_error(
+                "PropertyUnknown",
+                name,
+                f"The property {name} is not in the list of valid properties for the resource.",
+            )
+    host.asset_tag = asset_tag
+    host.boot = (enabled, target, mode)
+    return None
+
+
+def _property_error(message_id: str, name: str, text: str) -> web.Response:
+    return messages.error_response(
+        400,
+        message_id,
+        text,
+        args=[name],
+        resolution="Remove the property from the request body and resubmit.",
+    )
+
+
+def _type_error(name: str, value: Any) -> web.Response:
+    shown = json.dumps(value)
+    return messages.error_response(
+        400,
+        "PropertyValueTypeError",
+        f"The value '{shown}' for the property {name} is not a type that the property can accept.",
+        args=[shown, name],
+        resolution="Correct the value for the property in the request body and resubmit the request.",
+    )

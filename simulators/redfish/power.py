@@ -1,0 +1,186 @@
+"""The host power state machine: resets, asynchronous transitions, the power log and Hub events.
+
+A reset answers before `PowerState` changes. Each leg of a transition (On -> Off, Off -> On)
+shows its intermediate state (`PoweringOff`, `PoweringOn`) for `power_transition_seconds`,
+driven by one `loop.call_later` timer per host in transition (none for an idle host).
+
+Decisions (real BMCs differ; these are the ones the simulator makes, for every profile):
+- `On`/`ForceOn` of a host already On, and `ForceOff`/`GracefulShutdown` of a host already Off,
+  are accepted and change nothing.
+- `ForceRestart`/`GracefulRestart`/`Nmi` of a host that is Off are refused with 400
+  `ActionParameterValueConflict` (the bare-metal manager turns a restart of an Off host into
+  `On`); `PowerCycle` of an Off host powers it on.
+- `PushPowerButton` toggles the power.
+- Any reset while a transition runs is refused with 409 `ResourceInUse`.
+- The `reset-cooldown` profile refuses every reset with 409 for `reset_cooldown_seconds` after
+  the host last reached Off (including the Off inside a power cycle).
+
+The power log keeps settled transitions only (On -> Off, Off -> On), each with the reset type
+that caused it; every one is published as `PowerTransition`, and every Off -> On also as
+`PowerCycled` (hosts start On, so reaching On always follows an Off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from datetime import UTC, datetime
+
+from aiohttp import web
+
+from simulators.events import Hub, PowerCycled, PowerTransition
+from simulators.timings import Timings
+
+from . import messages
+from .host import HostBMC
+from .tasks import Task, Tasks
+
+_INTERMEDIATE = {"Off": "PoweringOff", "On": "PoweringOn"}
+
+
+class PowerControl:
+    """Carries out resets on host BMCs."""
+
+    def __init__(self, hub: Hub, timings: Timings, tasks: Tasks) -> None:
+        self._hub = hub
+        self._timings = timings
+        self._tasks = tasks
+
+    def reset(self, host: HostBMC, reset_type: object, prefix: str) -> web.Response:
+        """Start the transition a `ComputerSystem.Reset` asks for, or refuse it; never waits."""
+        action = "ComputerSystem.Reset"
+        if reset_type is None:
+            return messages.action_parameter_missing(action, "ResetType")
+        if not isinstance(reset_type, str) or reset_type not in host.profile.reset_types:
+            shown = reset_type if isinstance(reset_type, str) else repr(reset_type)
+            return messages.error_response(
+                400,
+                "ActionParameterNotSupported",
+                f"The parameter ResetType for the action {action} is not supported on the target "
+                f"resource: {shown!r} is not one of {', '.join(host.profile.reset_types)}.",
+                args=["ResetType", action],
+                resolution="Remove the parameter supplied and resubmit the request if the operation failed.",
+            )
+        if host.pending:
+            return messages.resource_in_use(
+                f"The system is in transition ({host.power}); the reset {reset_type} cannot be performed "
+                "until the power transition completes."
+            )
+        refusal = self._cooldown_refusal(host)
+        if refusal is not None:
+            return refusal
+        plan = self._plan(host.power, reset_type)
+        if plan is None:
+            return messages.error_response(
+                400,
+                "ActionParameterValueConflict",
+                f"The parameter ResetType with the requested value of {reset_type} does not meet the "
+                f"constraints of the implementation: the system is powered {host.power}.",
+                args=["ResetType", reset_type],
+                resolution="Power the system on with ResetType On, then retry the request.",
+            )
+        task = None
+        if host.profile.reset_answer == "202":
+            task = self._tasks.new(
+                host.host_id,
+                prefix,
+                f"Reset {reset_type}",
+                self._timings.power_transition_seconds * len(plan),
+            )
+        if plan:
+            self._start(host, plan, reset_type, task)
+        elif task is not None:
+            task.complete(f"The reset {reset_type} completed; the system was already {host.power}.")
+        return self._accepted(host, task)
+
+    def _cooldown_refusal(self, host: HostBMC) -> web.Response | None:
+        if not host.profile.cooldown_after_off or host.off_at is None:
+            return None
+        remaining = host.off_at + self._timings.reset_cooldown_seconds - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return None
+        seconds = max(1, math.ceil(remaining))
+        return messages.resource_in_use(
+            "The system was powered off recently and cannot accept a power action yet. "
+            f"Wait {seconds} seconds and retry the request.",
+            headers={"Retry-After": str(seconds)},
+        )
+
+    @staticmethod
+    def _plan(power: str, reset_type: str) -> tuple[str, ...] | None:
+        """The settled states to go through, () for nothing to do, None when refused."""
+        on = power == "On"
+        if reset_type in ("On", "ForceOn"):
+            return () if on else ("On",)
+        if reset_type in ("ForceOff", "GracefulShutdown"):
+            return ("Off",) if on else ()
+        if reset_type == "PushPowerButton":
+            return ("Off",) if on else ("On",)
+        if reset_type in ("ForceRestart", "GracefulRestart"):
+            return ("Off", "On") if on else None
+        if reset_type == "PowerCycle":
+            return ("Off", "On") if on else ("On",)
+        if reset_type == "Nmi":
+            return () if on else None
+        return None
+
+    def _accepted(self, host: HostBMC, task: Task | None) -> web.Response:
+        answer = host.profile.reset_answer
+        if answer == "202" and task is not None:
+            retry = max(1, math.ceil(self._timings.power_transition_seconds))
+            return messages.json_response(
+                task.body(), status=202, headers={"Location": task.uri, "Retry-After": str(retry)}
+            )
+        if answer == "200":
+            return messages.json_response(
+                {
+                    "@Message.ExtendedInfo": [
+                        messages.message("Success", "The request completed successfully.")
+                    ]
+                }
+            )
+        return web.Response(status=204, headers={"OData-Version": "4.0"})
+
+    def _start(self, host: HostBMC, plan: tuple[str, ...], reset_type: str, task: Task | None) -> None:
+        host.pending = plan
+        host.reset_type = reset_type
+        host.task = task
+        host.power = _INTERMEDIATE[plan[0]]
+        loop = asyncio.get_running_loop()
+        host.timer = loop.call_later(self._timings.power_transition_seconds, self._step, host)
+
+    def _step(self, host: HostBMC) -> None:
+        target, rest = host.pending[0], host.pending[1:]
+        from_state = "On" if target == "Off" else "Off"
+        now = datetime.now(UTC)
+        stamp = now.isoformat().replace("+00:00", "Z")
+        host.power = target
+        if host.log is None:
+            host.log = []
+        host.log.append({"time": stamp, "from": from_state, "to": target, "reset_type": host.reset_type})
+        loop = asyncio.get_running_loop()
+        if target == "Off":
+            host.off_at = loop.time()
+        else:
+            host.last_reset_time = now.isoformat(timespec="seconds").replace("+00:00", "Z")
+        host.pending = rest
+        reset_type = host.reset_type
+        if rest:
+            host.power = _INTERMEDIATE[rest[0]]
+            host.timer = loop.call_later(self._timings.power_transition_seconds, self._step, host)
+        else:
+            host.timer = None
+            host.reset_type = None
+            if host.task is not None:
+                host.task.complete(f"The reset {reset_type} completed; the system is {target}.")
+                host.task = None
+        # Publish last: handlers see the host already in its new state.
+        self._hub.publish(PowerTransition(host.host_id, now, from_state, target, reset_type))
+        if target == "On":
+            self._hub.publish(PowerCycled(host.host_id, now))
+
+    def cancel(self, host: HostBMC) -> None:
+        """Stop a running transition's timer (the simulator is stopping)."""
+        if host.timer is not None:
+            host.timer.cancel()
+            host.timer = None

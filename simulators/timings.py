@@ -1,0 +1,56 @@
+"""Every configurable duration of the simulated site, one set per timing profile.
+
+`demo` takes a few seconds per phase so a person can watch; `zero` makes everything as fast as
+the event loop allows (benchmarks, most tests); `slow` is realistic (the `slow` fault profile).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Timings:
+    # DPF: how long a DPU stays in each phase that DPF itself moves on from.
+    dpu_phase_seconds: float = 1.0
+    # DPF: DPUNode/DPUDevice discovery to Ready.
+    dpu_registration_seconds: float = 1.0
+    # Grove: a PodGang at a new template hash goes Scheduled, then Ready/Available after this.
+    podgang_ready_seconds: float = 1.0
+    # BMC: a power transition (On->Off, Off->On) completes after this.
+    power_transition_seconds: float = 0.5
+    # BMC: a reset-cooldown profile refuses resets with 409 for this long after a power-off.
+    reset_cooldown_seconds: float = 3.0
+    # BMC: an idle session expires after this (a leaked session is a violation).
+    session_timeout_seconds: float = 60.0
+    # DPU BMC: SimpleUpdate staging takes this long.
+    firmware_stage_seconds: float = 1.0
+
+
+PROFILES: dict[str, Timings] = {
+    "demo": Timings(),
+    "zero": Timings(
+        dpu_phase_seconds=0.0,
+        dpu_registration_seconds=0.0,
+        podgang_ready_seconds=0.0,
+        power_transition_seconds=0.0,
+        reset_cooldown_seconds=0.0,
+        firmware_stage_seconds=0.0,
+    ),
+    "slow": Timings(
+        dpu_phase_seconds=30.0,
+        dpu_registration_seconds=20.0,
+        podgang_ready_seconds=60.0,
+        power_transition_seconds=10.0,
+        reset_cooldown_seconds=60.0,
+        session_timeout_seconds=600.0,
+        firmware_stage_seconds=180.0,
+    ),
+}
+
+
+def timings_for(name: str, **overrides: float) -> Timings:
+    """The named profile, with any field overridden (for tests that need one delay longer)."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown timing profile {name!r}; choose one of {', '.join(PROFILES)}")
+    return replace(PROFILES[name], **overrides)

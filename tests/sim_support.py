@@ -1,0 +1,118 @@
+"""The simulated site as a real separate process, for tests of the product's clients.
+
+`running_sim(state_dir, ...)` starts `python -m simulators serve --port 0` and yields a
+`RunningSim` once the simulator has written `sim.json`; it stops the process at exit. The
+product reaches it only over HTTP, through the files it wrote (`kubeconfig`, `site.yaml`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+START_TIMEOUT_SECONDS = 60
+
+
+@dataclass
+class RunningSim:
+    url: str
+    state_dir: Path
+    kubeconfig: Path
+    site_file: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def site(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = yaml.safe_load(self.site_file.read_text())
+        return loaded
+
+    def host(self, host_id: str) -> dict[str, Any]:
+        for host in self.site["hosts"]:
+            if host["id"] == host_id:
+                return dict(host)
+        raise KeyError(host_id)
+
+    def power_log(self, host_id: str) -> list[dict[str, Any]]:
+        response = httpx.get(f"{self.url}/sim/hosts/{host_id}/power-log", timeout=10)
+        response.raise_for_status()
+        entries: list[dict[str, Any]] = response.json()
+        return entries
+
+    def violations(self) -> list[dict[str, Any]]:
+        response = httpx.get(f"{self.url}/sim/violations", timeout=10)
+        response.raise_for_status()
+        found: list[dict[str, Any]] = response.json()
+        return found
+
+    def inject(self, path: str, body: dict[str, Any] | None = None) -> None:
+        """POST a fault injection, e.g. `dpus/<name>/error`."""
+        response = httpx.post(f"{self.url}/sim/faults/{path}", json=body or {}, timeout=10)
+        response.raise_for_status()
+
+
+@contextlib.contextmanager
+def running_sim(
+    state_dir: Path,
+    *,
+    hosts: int = 3,
+    dpus_per_host: int = 2,
+    site_file: Path | None = None,
+    faults: str = "none",
+    seed: int = 0,
+    timings: str = "zero",
+    initialised: bool = False,
+) -> Iterator[RunningSim]:
+    """Run the simulator for the duration of the block; see the module docstring."""
+    args = [
+        sys.executable, "-m", "simulators", "serve", "--port", "0", "--state-dir", str(state_dir),
+        "--faults", faults, "--seed", str(seed), "--timings", timings,
+    ]  # fmt: skip
+    args += (
+        ["--site", str(site_file)]
+        if site_file
+        else ["--hosts", str(hosts), "--dpus-per-host", str(dpus_per_host)]
+    )
+    if initialised:
+        args.append("--initialised")
+    log = state_dir / "sim.log"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        info_path = state_dir / "sim.json"
+        deadline = time.monotonic() + START_TIMEOUT_SECONDS
+        while not info_path.exists():
+            if process.poll() is not None:
+                raise RuntimeError(f"simulator exited with {process.returncode}:\n{log.read_text()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"simulator did not start within {START_TIMEOUT_SECONDS} s:\n{log.read_text()}"
+                )
+            time.sleep(0.05)
+        info = json.loads(info_path.read_text())
+        yield RunningSim(
+            url=info["url"],
+            state_dir=state_dir,
+            kubeconfig=Path(info["kubeconfig"]),
+            site_file=Path(info["site"]),
+            process=process,
+        )
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

@@ -1,0 +1,164 @@
+"""DPU BMCs over real HTTP: SimpleUpdate staging, FirmwareInventory, activation at a host power cycle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from simulators.redfish.standalone import RunningBMCs, serve_bmcs
+from simulators.site import default_site
+from simulators.timings import timings_for
+
+STAGE = 0.3
+DPU = "host-001-dpu-0"
+SIBLING = "host-001-dpu-1"
+IMAGE = "http://repo.example/firmware/bf-fw-32.45.1020.bfb"
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[RunningBMCs]:
+    timings = timings_for("zero", firmware_stage_seconds=STAGE, power_transition_seconds=0.05)
+    async with serve_bmcs(default_site(1, 2), timings=timings) as running:
+        yield running
+
+
+def dpu_client(sim: RunningBMCs, bmc_id: str = DPU) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=sim.base(bmc_id), auth=sim.credentials[bmc_id], timeout=10)
+
+
+async def inventory(sim: RunningBMCs, client: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
+    """FirmwareInventory as a client reads it: every member followed, keyed by Id."""
+    collection = (await client.get("/redfish/v1/UpdateService/FirmwareInventory")).json()
+    items = {}
+    for member in collection["Members"]:
+        item = (await client.get(sim.url + member["@odata.id"])).json()
+        items[item["Id"]] = item
+    return items
+
+
+async def simple_update(client: httpx.AsyncClient, sim: RunningBMCs, body: dict[str, Any]) -> httpx.Response:
+    root = (await client.get("/redfish/v1/")).json()
+    service = (await client.get(sim.url + root["UpdateService"]["@odata.id"])).json()
+    target = service["Actions"]["#UpdateService.SimpleUpdate"]["target"]
+    return await client.post(sim.url + target, json=body)
+
+
+async def wait_task(client: httpx.AsyncClient, sim: RunningBMCs, monitor: str) -> dict[str, Any]:
+    for _ in range(100):
+        response = await client.get(sim.url + monitor)
+        if response.status_code != 202:
+            assert response.status_code == 200
+            return dict(response.json())
+        await asyncio.sleep(0.05)
+    raise AssertionError("the task never finished")
+
+
+async def power_cycle_host(sim: RunningBMCs, reset_types: tuple[str, ...]) -> None:
+    async with httpx.AsyncClient(auth=sim.credentials["host-001"], timeout=10) as client:
+        uri = f"{sim.url}/bmc/host-001/redfish/v1/Systems/System.Embedded.1"
+        for reset_type in reset_types:
+            response = await client.post(
+                f"{uri}/Actions/ComputerSystem.Reset", json={"ResetType": reset_type}
+            )
+            assert response.status_code == 204
+            for _ in range(100):
+                if sim.bmcs.power_state("host-001") in ("On", "Off"):
+                    break
+                await asyncio.sleep(0.02)
+
+
+async def test_staged_firmware_shows_pending_and_runs_after_the_host_power_cycles(sim: RunningBMCs) -> None:
+    async with dpu_client(sim) as client:
+        before = await inventory(sim, client)
+        assert set(before) == {"BMC_Firmware", "DPU_NIC"}
+        assert before["DPU_NIC"]["Version"] == "32.43.1014"
+        assert before["DPU_NIC"]["@odata.type"].startswith("#SoftwareInventory.v1_")
+
+        response = await simple_update(client, sim, {"ImageURI": IMAGE, "TransferProtocol": "HTTP"})
+        assert response.status_code == 202
+        monitor = response.headers["Location"]
+        assert monitor.startswith(f"/bmc/{DPU}/redfish/v1/TaskService/Tasks/")
+        assert "Retry-After" in response.headers
+        running = await client.get(sim.url + monitor)
+        assert running.status_code == 202 and running.json()["TaskState"] == "Running"
+        again = await simple_update(client, sim, {"ImageURI": IMAGE})
+        assert again.status_code == 409
+
+        task = await wait_task(client, sim, monitor)
+        assert task["TaskState"] == "Completed" and task["TaskStatus"] == "OK"
+        staged = await inventory(sim, client)
+        assert staged["DPU_NIC"]["Version"] == "32.43.1014"
+        assert staged["DPU_NIC_Pending"]["Version"] == "32.45.1020"
+        assert staged["DPU_NIC_Pending"]["Status"]["State"] == "StandbyOffline"
+
+        # ForceOff alone activates nothing; the host coming back On does.
+        await power_cycle_host(sim, ("ForceOff",))
+        assert (await inventory(sim, client))["DPU_NIC_Pending"]["Version"] == "32.45.1020"
+        await power_cycle_host(sim, ("On",))
+        after = await inventory(sim, client)
+        assert set(after) == {"BMC_Firmware", "DPU_NIC"}
+        assert after["DPU_NIC"]["Version"] == "32.45.1020"
+        gone = await client.get("/redfish/v1/UpdateService/FirmwareInventory/DPU_NIC_Pending")
+        assert gone.status_code == 404
+    assert sim.bmcs.dpu_firmware(SIBLING) == {"running": "32.43.1014", "staged": None}
+
+
+async def test_power_cycle_reset_type_activates_staged_firmware(sim: RunningBMCs) -> None:
+    async with dpu_client(sim, SIBLING) as client:
+        response = await simple_update(client, sim, {"ImageURI": "https://repo/bf/fw-32.46.0001.bfb"})
+        await wait_task(client, sim, response.headers["Location"])
+    assert sim.bmcs.dpu_firmware(SIBLING) == {"running": "32.43.1014", "staged": "32.46.0001"}
+    await power_cycle_host(sim, ("PowerCycle",))
+    for _ in range(50):
+        if sim.bmcs.power_state("host-001") == "On":
+            break
+        await asyncio.sleep(0.02)
+    assert sim.bmcs.dpu_firmware(SIBLING) == {"running": "32.46.0001", "staged": None}
+
+
+@pytest.mark.parametrize(
+    "image_uri",
+    [
+        "repo.example/bf-fw-32.45.1020.bfb",
+        "http://repo.example/firmware/latest.bfb",
+        "ftp://h/bf-fw-1.2.3.bfb",
+    ],
+)
+async def test_a_malformed_image_uri_ends_the_task_in_exception(sim: RunningBMCs, image_uri: str) -> None:
+    async with dpu_client(sim) as client:
+        response = await simple_update(client, sim, {"ImageURI": image_uri})
+        assert response.status_code == 202
+        task = await wait_task(client, sim, response.headers["Location"])
+        assert task["TaskState"] == "Exception" and task["TaskStatus"] == "Critical"
+        assert image_uri in task["Messages"][0]["Message"]
+        assert set(await inventory(sim, client)) == {"BMC_Firmware", "DPU_NIC"}
+
+
+async def test_an_injected_update_failure_and_bad_requests(sim: RunningBMCs) -> None:
+    sim.bmcs.inject_update_failure(DPU, "Firmware image signature verification failed.")
+    async with dpu_client(sim) as client:
+        response = await simple_update(client, sim, {"ImageURI": IMAGE})
+        task = await wait_task(client, sim, response.headers["Location"])
+        assert task["TaskState"] == "Exception"
+        assert task["Messages"][0]["Message"] == "Firmware image signature verification failed."
+        assert sim.bmcs.dpu_firmware(DPU)["staged"] is None
+        missing = await simple_update(client, sim, {"TransferProtocol": "HTTP"})
+        assert missing.status_code == 400
+        assert missing.json()["error"]["@Message.ExtendedInfo"][0]["MessageId"].endswith(
+            "ActionParameterMissing"
+        )
+        protocol = await simple_update(client, sim, {"ImageURI": IMAGE, "TransferProtocol": "TFTP"})
+        assert protocol.status_code == 400
+        # A retry after the failure stages normally.
+        retry = await simple_update(client, sim, {"ImageURI": IMAGE})
+        assert (await wait_task(client, sim, retry.headers["Location"]))["TaskState"] == "Completed"
+        # The DPU's own system is powered by its host.
+        system = (await client.get("/redfish/v1/Systems/Bluefield")).json()
+        assert system["PowerState"] == "On"
+    async with httpx.AsyncClient(base_url=sim.base("host-001"), auth=sim.credentials["host-001"]) as host:
+        # A host BMC has no UpdateService.
+        assert (await host.get("/redfish/v1/UpdateService")).status_code == 404

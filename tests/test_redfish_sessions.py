@@ -1,0 +1,136 @@
+"""BMC authentication over real HTTP: basic auth, sessions, the session cap, leaked sessions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from simulators.redfish import SESSION_CAP
+from simulators.redfish.standalone import RunningBMCs, serve_bmcs
+from simulators.site import default_site
+from simulators.timings import timings_for
+from simulators.violations import BMC_SESSION_EXPIRED
+
+SESSION_TIMEOUT = 0.4
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[RunningBMCs]:
+    async with serve_bmcs(
+        default_site(2, 1), timings=timings_for("zero", session_timeout_seconds=SESSION_TIMEOUT)
+    ) as running:
+        yield running
+
+
+def message_id(response: httpx.Response) -> str:
+    return str(response.json()["error"]["@Message.ExtendedInfo"][0]["MessageId"]).rsplit(".", 1)[-1]
+
+
+async def login(client: httpx.AsyncClient, sim: RunningBMCs, bmc_id: str) -> httpx.Response:
+    user, password = sim.credentials[bmc_id]
+    return await client.post(
+        "/redfish/v1/SessionService/Sessions", json={"UserName": user, "Password": password}
+    )
+
+
+async def test_service_root_is_open_and_everything_else_needs_credentials(sim: RunningBMCs) -> None:
+    async with httpx.AsyncClient(base_url=sim.base("host-001"), timeout=10) as client:
+        root = await client.get("/redfish/v1/")
+        assert root.status_code == 200
+        assert (
+            root.json()["Links"]["Sessions"]["@odata.id"]
+            == "/bmc/host-001/redfish/v1/SessionService/Sessions"
+        )
+        for path in ("/redfish/v1/Systems", "/redfish/v1/SessionService", "/redfish/v1/Nowhere"):
+            response = await client.get(path)
+            assert response.status_code == 401, path
+            assert response.json()["error"]["code"].endswith("GeneralError")
+            assert message_id(response) == "NoValidSession"
+        wrong = await client.get("/redfish/v1/Systems", auth=("admin", "guess"))
+        assert wrong.status_code == 401
+        # Another BMC's password does not open this one.
+        other = await client.get("/redfish/v1/Systems", auth=sim.credentials["host-002"])
+        assert other.status_code == 401
+        assert (await client.get("/redfish/v1/Systems", auth=sim.credentials["host-001"])).status_code == 200
+        bogus = await client.get("/redfish/v1/Systems", headers={"X-Auth-Token": "0" * 32})
+        assert bogus.status_code == 401
+    async with httpx.AsyncClient(base_url=sim.url, timeout=10) as client:
+        assert (await client.get("/bmc/no-such-host/redfish/v1/")).status_code == 404
+
+
+async def test_session_is_created_used_and_deleted(sim: RunningBMCs) -> None:
+    async with httpx.AsyncClient(base_url=sim.base("host-001"), timeout=10) as client:
+        created = await login(client, sim, "host-001")
+        assert created.status_code == 201
+        token = created.headers["X-Auth-Token"]
+        location = created.headers["Location"]
+        assert location.startswith("/bmc/host-001/redfish/v1/SessionService/Sessions/")
+        assert created.json()["@odata.id"] == location and created.json()["UserName"] == "admin"
+        assert token not in created.text
+        assert sim.bmcs.open_sessions("host-001") == 1
+        headers = {"X-Auth-Token": token}
+        assert (await client.get("/redfish/v1/Systems", headers=headers)).status_code == 200
+        listing = (await client.get("/redfish/v1/SessionService/Sessions", headers=headers)).json()
+        assert listing["Members"] == [{"@odata.id": location}]
+        assert (await client.delete(sim.url + location, headers=headers)).status_code == 204
+        assert sim.bmcs.open_sessions("host-001") == 0
+        assert (await client.get("/redfish/v1/Systems", headers=headers)).status_code == 401
+        assert (await client.delete(sim.url + location, auth=sim.credentials["host-001"])).status_code == 404
+        bad = await client.post(
+            "/redfish/v1/SessionService/Sessions", json={"UserName": "admin", "Password": "x"}
+        )
+        assert bad.status_code == 401
+        missing = await client.post("/redfish/v1/SessionService/Sessions", json={"UserName": "admin"})
+        assert missing.status_code == 400 and message_id(missing) == "PropertyMissing"
+    await asyncio.sleep(SESSION_TIMEOUT * 1.5)
+    assert len(sim.violations) == 0
+
+
+async def test_session_cap_refuses_one_more_until_one_is_deleted(sim: RunningBMCs) -> None:
+    bmc_id = "host-001-dpu-0"  # DPU BMCs share the session code
+    async with httpx.AsyncClient(base_url=sim.base(bmc_id), timeout=10) as client:
+        locations = []
+        for _ in range(SESSION_CAP):
+            response = await login(client, sim, bmc_id)
+            assert response.status_code == 201
+            locations.append((response.headers["Location"], response.headers["X-Auth-Token"]))
+        refused = await login(client, sim, bmc_id)
+        assert refused.status_code == 503
+        assert message_id(refused) == "SessionLimitExceeded"
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert sim.bmcs.open_sessions(bmc_id) == SESSION_CAP
+        location, token = locations.pop()
+        assert (await client.delete(sim.url + location, headers={"X-Auth-Token": token})).status_code == 204
+        again = await login(client, sim, bmc_id)
+        assert again.status_code == 201
+        locations.append((again.headers["Location"], again.headers["X-Auth-Token"]))
+        for location, token in locations:
+            assert (
+                await client.delete(sim.url + location, headers={"X-Auth-Token": token})
+            ).status_code == 204
+    assert sim.bmcs.open_sessions(bmc_id) == 0
+
+
+async def test_a_session_left_to_expire_is_a_violation(sim: RunningBMCs) -> None:
+    async with httpx.AsyncClient(base_url=sim.base("host-002"), timeout=10) as client:
+        leaked = await login(client, sim, "host-002")
+        kept = await login(client, sim, "host-002")
+        leaked_headers = {"X-Auth-Token": leaked.headers["X-Auth-Token"]}
+        kept_headers = {"X-Auth-Token": kept.headers["X-Auth-Token"]}
+        assert (await client.get("/redfish/v1/Systems", headers=leaked_headers)).status_code == 200
+        # The kept session is used more often than the timeout, so it stays open.
+        for _ in range(8):
+            await asyncio.sleep(SESSION_TIMEOUT / 4)
+            assert (await client.get("/redfish/v1/Systems", headers=kept_headers)).status_code == 200
+        assert (await client.get("/redfish/v1/Systems", headers=leaked_headers)).status_code == 401
+        assert sim.bmcs.open_sessions("host-002") == 1
+        deleted = await client.delete(sim.url + kept.headers["Location"], headers=kept_headers)
+        assert deleted.status_code == 204
+    await asyncio.sleep(SESSION_TIMEOUT * 1.5)
+    found = sim.violations.as_json()
+    assert [(v["kind"], v["subject"]) for v in found] == [(BMC_SESSION_EXPIRED, "host-002")]
+    assert "expired instead of being deleted" in found[0]["detail"]
+    assert sim.credentials["host-002"][1] not in found[0]["detail"]
