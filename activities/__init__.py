@@ -8,10 +8,47 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from temporalio.client import Client
+
 from activities.demo import DemoActivities
+from activities.dpf import DPFActivities, Kube
+from activities.inventory import Inventory, InventoryActivities
+from activities.redfish import build_redfish_activities
+from activities.watcher import WatcherActivities
+from metalflow.settings import Settings
 
 
-def build_activities() -> list[Callable[..., Any]]:
-    """Build every activity class once and return all activity callables to register."""
+def build_activities(
+    *, temporal_client: Client | None = None, settings: Settings | None = None
+) -> list[Callable[..., Any]]:
+    """Build every activity class once and return all activity callables to register.
+
+    Args:
+        temporal_client: The worker's client; the DPF watcher signals workflows with it (without
+            one the watcher is not registered).
+        settings: The worker settings; default `Settings.from_env()`.
+    """
+    settings = settings or Settings.from_env()
     demo = DemoActivities()
-    return [demo.describe_worker]
+    kube = Kube(settings)  # one Kubernetes client, thread pool and set of per-host limits
+    dpf = DPFActivities(settings, kube)
+    inventory = InventoryActivities(Inventory(settings, kube))
+    found: list[Callable[..., Any]] = [demo.describe_worker, inventory.resolve_host_inventory]
+    found += [
+        dpf.create_site_objects,
+        dpf.register_host_dpus,
+        dpf.release_node_effect_hold,
+        dpf.mark_dpu_node_rebooted,
+        dpf.is_dpu_node_waiting_for_reboot,
+        dpf.is_dpu_ready,
+        dpf.read_host_dpf_state,
+        dpf.reprovision_dpu,
+        dpf.update_deployment_bfb,
+        dpf.update_deployment_flavor,
+        dpf.delete_dpu,
+        dpf.delete_dpu_node,
+    ]
+    found += build_redfish_activities(settings)
+    if temporal_client is not None:
+        found.append(WatcherActivities(kube, temporal_client).watch_host_dpf)
+    return found

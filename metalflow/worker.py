@@ -22,31 +22,38 @@ import activities
 import workflows
 from metalflow import names
 from metalflow.client import connect
+from metalflow.settings import Settings
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
 
 GRACEFUL_SHUTDOWN_TIMEOUT = timedelta(seconds=10)
 log = logging.getLogger("metalflow.worker")
 
 
-def build_worker(client: Client, task_queue: str = names.TASK_QUEUE) -> Worker:
+def build_worker(
+    client: Client, task_queue: str = names.TASK_QUEUE, settings: Settings | None = None
+) -> Worker:
     """Create a worker that registers every workflow in `workflows.ALL` and every activity of
     `activities.build_activities`.
 
     Args:
-        client: A client from `metalflow.client.connect`.
+        client: A client from `metalflow.client.connect`; activities that signal workflows use it.
         task_queue: The task queue to poll.
+        settings: Where the site is (default: `Settings.from_env()`).
     """
     return Worker(
         client,
         task_queue=task_queue,
         workflows=workflows.ALL,
-        activities=activities.build_activities(),
+        activities=activities.build_activities(
+            temporal_client=client, settings=settings or Settings.from_env()
+        ),
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
     )
 
 
 async def run_worker(task_queue: str, profile: str | None) -> None:
     """Connect, run the worker until SIGTERM or SIGINT, then shut it down gracefully."""
+    settings = Settings.from_env()  # a bad setting stops the worker before it connects
     tracing = setup_tracing()
     try:
         client = await connect(profile=profile, interceptors=tracing.interceptors)
@@ -54,7 +61,7 @@ async def run_worker(task_queue: str, profile: str | None) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        worker = build_worker(client, task_queue)
+        worker = build_worker(client, task_queue, settings)
         async with worker:
             log.info(
                 "worker polling task queue %r on %s namespace %r",
@@ -87,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         asyncio.run(run_worker(args.task_queue, args.profile))
-    except TelemetryConfigError as error:
+    except (TelemetryConfigError, ValueError) as error:
         print(f"worker: configuration error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

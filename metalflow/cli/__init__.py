@@ -12,9 +12,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from metalflow.cli import dev, sim
+from metalflow.cli import bmc, dev, sim
 
-SUBCOMMANDS = [dev, sim]
+SUBCOMMANDS = [dev, sim, bmc]
 
 EXIT_OK = 0
 EXIT_FAILED = 1

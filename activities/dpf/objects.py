@@ -1,0 +1,265 @@
+"""Bodies of the DPF objects metalflow writes (flows 1 and 2 of DOMAIN.md section 2), and the
+reading of DPF objects into the state models workflows decide on.
+
+Only fields the v1alpha1 CRDs define are written, so a real DPF API server accepts them as
+they are (no pruning, no surprise).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlsplit
+
+from activities.errors import InvalidInput
+from metalflow.models.dpf import (
+    BMC_ANNOTATION,
+    DPF_VERSION,
+    DPU_ID_ANNOTATION,
+    DPU_MODEL_ANNOTATION,
+    GROUP_LABEL,
+    GROUPS_ANNOTATION,
+    HOLD_ANNOTATION,
+    HOST_ID_LABEL,
+    HOST_LABELS_ANNOTATION,
+    INSTANCE_ANNOTATION,
+    PROVISIONING_GROUP,
+    REBOOT_REQUIRED_ANNOTATION,
+    SITE_ANNOTATION,
+    SVC_GROUP,
+    Condition,
+    DPUNodeState,
+    DPUState,
+    GroupSpec,
+    HoldState,
+    HostDPFState,
+    ServiceSpec,
+    SiteSetupInput,
+)
+from metalflow.models.inventory import HostInventory
+
+Object = dict[str, Any]
+
+DEPLOYMENT_NAME_MAX = 20  # CRD rule on DPUDeployment names
+DPUNODE_NAME_MAX = 48  # CRD rule on DPUNode names
+SERVICE_NAME_MAX = 28
+
+
+def _obj(group: str, kind: str, name: str, spec: Object, **meta: Any) -> Object:
+    return {
+        "apiVersion": f"{group}/{DPF_VERSION}",
+        "kind": kind,
+        "metadata": {"name": name, **meta},
+        "spec": spec,
+    }
+
+
+def _service_object_name(group: GroupSpec, service: ServiceSpec) -> str:
+    return f"{group.name}-{service.name}"
+
+
+def site_setup_objects(setup: SiteSetupInput) -> list[Object]:
+    """Flow 1: the BFB, the DPUFlavor, and per group its services and its DPUDeployment, which
+    holds the node effect (`spec.dpus.nodeEffect.hold`) and selects the group's DPUNodes and
+    DPUDevices by `GROUP_LABEL`."""
+    bfb_spec: Object = {"url": setup.bfb.url}
+    if setup.bfb.file_name:
+        bfb_spec["fileName"] = setup.bfb.file_name
+    objects = [
+        _obj(PROVISIONING_GROUP, "BFB", setup.bfb.name, bfb_spec),
+        _obj(PROVISIONING_GROUP, "DPUFlavor", setup.flavor.name, dict(setup.flavor.spec)),
+    ]
+    for group in setup.groups:
+        if len(group.name) > DEPLOYMENT_NAME_MAX:
+            raise InvalidInput(
+                f"DPU group name {group.name!r} is longer than {DEPLOYMENT_NAME_MAX} characters"
+            )
+        services: Object = {}
+        for service in group.services:
+            if len(service.name) > SERVICE_NAME_MAX:
+                raise InvalidInput(
+                    f"DPU service name {service.name!r} is longer than {SERVICE_NAME_MAX} characters"
+                )
+            name = _service_object_name(group, service)
+            chart: Object = {"source": {"repoURL": service.repo_url, "chart": service.chart,
+                                        "version": service.version}}  # fmt: skip
+            if service.values:
+                chart["values"] = dict(service.values)
+            objects.append(
+                _obj(
+                    SVC_GROUP,
+                    "DPUServiceTemplate",
+                    name,
+                    {"deploymentServiceName": service.name, "helmChart": chart},
+                )
+            )
+            objects.append(
+                _obj(
+                    SVC_GROUP,
+                    "DPUServiceConfiguration",
+                    name,
+                    {
+                        "deploymentServiceName": service.name,
+                        "upgradePolicy": {"applyNodeEffect": service.apply_node_effect},
+                    },
+                )  # fmt: skip
+            )
+            services[service.name] = {"serviceTemplate": name, "serviceConfiguration": name}
+        spec = {
+            "dpus": {
+                "bfb": setup.bfb.name,
+                "flavor": setup.flavor.name,
+                "nodeEffect": {"hold": True},
+                "dpuSetStrategy": {"type": "OnDelete"},
+                "dpuSets": [
+                    {
+                        "nameSuffix": "dpuset",
+                        "nodeSelector": {"matchLabels": {GROUP_LABEL: group.name}},
+                        "dpuSelector": {GROUP_LABEL: group.name},
+                    }
+                ],
+            },
+            "services": services,
+        }
+        objects.append(_obj(SVC_GROUP, "DPUDeployment", group.name, spec))
+    return objects
+
+
+def _bmc_json(inventory_bmc: Any) -> str:
+    return json.dumps(
+        inventory_bmc.model_dump(mode="json", exclude_none=True), sort_keys=True, separators=(",", ":")
+    )
+
+
+def node_group(inventory: HostInventory, group: str | None) -> str:
+    chosen = group or (inventory.groups[0] if inventory.groups else None)
+    if not chosen:
+        raise InvalidInput(
+            f"host {inventory.host_id} has no DPU group: give one, or list one in the inventory"
+        )
+    return chosen
+
+
+def dpunode_body(inventory: HostInventory, group: str) -> Object:
+    """Flow 2: the host's DPUNode, rebooted externally (by metalflow), its DPUDevices listed, and
+    the host's inventory recorded in metalflow labels and annotations (the cluster inventory)."""
+    name = f"node-{inventory.host_id}"
+    if len(name) > DPUNODE_NAME_MAX:
+        raise InvalidInput(f"DPUNode name {name!r} is longer than {DPUNODE_NAME_MAX} characters")
+    annotations = {
+        SITE_ANNOTATION: inventory.site,
+        BMC_ANNOTATION: _bmc_json(inventory.bmc),
+        GROUPS_ANNOTATION: json.dumps(list(inventory.groups or (group,))),
+    }
+    if inventory.labels:
+        annotations[HOST_LABELS_ANNOTATION] = json.dumps(inventory.labels, sort_keys=True)
+    if inventory.instance:
+        annotations[INSTANCE_ANNOTATION] = inventory.instance
+    spec = {
+        "nodeRebootMethod": {"external": {}},
+        "dpus": [{"name": d.dpu_device_name()} for d in inventory.dpus],
+    }
+    return _obj(
+        PROVISIONING_GROUP, "DPUNode", name, spec,
+        labels={GROUP_LABEL: group, HOST_ID_LABEL: inventory.host_id}, annotations=annotations,
+    )  # fmt: skip
+
+
+def dpudevice_bodies(inventory: HostInventory, group: str) -> list[Object]:
+    """Flow 2: one DPUDevice per DPU, with the group label the DPUDeployment selects on."""
+    bodies = []
+    for dpu in inventory.dpus:
+        if not dpu.serial:
+            raise InvalidInput(
+                f"DPU {dpu.id} of host {inventory.host_id} has no serial number; DPF needs one"
+            )
+        spec: Object = {"serialNumber": dpu.serial}
+        annotations = {DPU_ID_ANNOTATION: dpu.id, DPU_MODEL_ANNOTATION: str(dpu.model)}
+        if dpu.bmc is not None:
+            annotations[BMC_ANNOTATION] = _bmc_json(dpu.bmc)
+            host = urlsplit(dpu.bmc.endpoint).hostname
+            if host:
+                spec["bmcIp"] = host
+        bodies.append(
+            _obj(
+                PROVISIONING_GROUP,
+                "DPUDevice",
+                dpu.dpu_device_name(),
+                spec,
+                labels={GROUP_LABEL: group, HOST_ID_LABEL: inventory.host_id},
+                annotations=annotations,
+            )  # fmt: skip
+        )
+    return bodies
+
+
+def differences(actual: Any, wanted: Any, path: str = "") -> list[str]:
+    """Where `actual` does not hold what `wanted` says (extra keys, e.g. defaults, are fine)."""
+    if isinstance(wanted, dict):
+        if not isinstance(actual, dict):
+            return [path or "."]
+        found: list[str] = []
+        for key, value in wanted.items():
+            found += differences(actual.get(key), value, f"{path}.{key}")
+        return found
+    return [] if actual == wanted else [path or "."]
+
+
+# -- reading state --------------------------------------------------------------------------------
+
+
+def conditions_of(obj: Object) -> tuple[Condition, ...]:
+    return tuple(
+        Condition(
+            type=str(c.get("type", "")),
+            status=str(c.get("status", "")),
+            reason=str(c.get("reason") or ""),
+            message=str(c.get("message") or ""),
+        )  # fmt: skip
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )
+
+
+def _annotations(obj: Object) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def dpu_state(obj: Object) -> DPUState:
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    device = str(spec.get("dpuDeviceName") or "")
+    return DPUState(
+        name=meta["name"],
+        uid=str(meta.get("uid", "")),
+        dpu_id=device.removeprefix("device-") if device.startswith("device-") else None,
+        phase=str((obj.get("status") or {}).get("phase") or ""),
+        conditions=conditions_of(obj),
+        deleting=bool(meta.get("deletionTimestamp")),
+        bfb=str(spec.get("bfb") or ""),
+    )
+
+
+def node_state(obj: Object) -> DPUNodeState:
+    meta = obj["metadata"]
+    return DPUNodeState(
+        name=meta["name"],
+        uid=str(meta.get("uid", "")),
+        reboot_required=_annotations(obj).get(REBOOT_REQUIRED_ANNOTATION),
+        conditions=conditions_of(obj),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+def hold_state(obj: Object) -> HoldState:
+    return HoldState(name=obj["metadata"]["name"], hold=_annotations(obj).get(HOLD_ANNOTATION),
+                     conditions=conditions_of(obj))  # fmt: skip
+
+
+def host_state(host_id: str, node: Object | None, dpus: list[Object], hold: Object | None) -> HostDPFState:
+    node_name = f"node-{host_id}"
+    mine = [d for d in dpus if (d.get("spec") or {}).get("dpuNodeName") == node_name]
+    return HostDPFState(
+        host_id=host_id,
+        node=node_state(node) if node is not None else None,
+        dpus=tuple(sorted((dpu_state(d) for d in mine), key=lambda d: d.name)),
+        hold=hold_state(hold) if hold is not None else None,
+    )

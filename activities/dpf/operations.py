@@ -1,0 +1,304 @@
+"""The DPF activities: every operation the bare-metal manager needs (DOMAIN.md section 2, end).
+
+Each is idempotent: it reads the world first and writes only what differs, so running it twice
+changes nothing the second time (an annotation already as asked, an object already created
+and equal, a DPU already deleted). Edits are conditional on the resourceVersion they read
+(`Kube.edit`), so concurrent writers never lose each other's changes.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from temporalio import activity
+
+from activities.dpf import objects as bodies
+from activities.dpf.kube import (
+    BFB,
+    DEPLOYMENT,
+    DPU,
+    DPUDEVICE,
+    DPUNODE,
+    FLAVOR,
+    KINDS,
+    MAINTENANCE,
+    SITE_KEY,
+    Kind,
+    Kube,
+    Object,
+)
+from activities.errors import ConflictRetriesExhausted, DPUFailed
+from metalflow.models.dpf import (
+    DPUNODE_NAME_LABEL,
+    HOLD_ANNOTATION,
+    REBOOT_REQUIRED_ANNOTATION,
+    ChangeResult,
+    DeleteDPUInput,
+    DeleteNodeInput,
+    DeploymentBFBInput,
+    DeploymentFlavorInput,
+    DPUReadiness,
+    DPURef,
+    HostDPFState,
+    HostRef,
+    NodeRebootState,
+    ObjectOutcome,
+    ObjectsResult,
+    RegisterHostInput,
+    ReprovisionInput,
+    SiteSetupInput,
+)
+from metalflow.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class DPFActivities:
+    """The DPF operations as activities; holds one `Kube` (client, thread pool, per-host limits)."""
+
+    def __init__(self, settings: Settings, kube: Kube | None = None) -> None:
+        self.settings = settings
+        self.kube = kube or Kube(settings)
+
+    # -- flow 1 and 2: create -------------------------------------------------------------------
+    async def _ensure(self, key: str, ns: str, body: Object, *, converge: bool) -> ObjectOutcome:
+        kind = KINDS[body["kind"]]
+        name = body["metadata"]["name"]
+        if await self.kube.create(key, kind, ns, body) is not None:
+            return ObjectOutcome(kind=kind.kind, name=name, outcome="created")
+        existing = await self.kube.get(key, kind, ns, name)
+        assert existing is not None
+        wanted = {k: v for k, v in body.items() if k in ("spec", "metadata")}
+        wanted["metadata"] = {k: v for k, v in body["metadata"].items() if k in ("labels", "annotations")}
+        diffs = bodies.differences(existing, wanted)
+        if not diffs:
+            return ObjectOutcome(kind=kind.kind, name=name, outcome="unchanged")
+        if not converge:
+            return ObjectOutcome(kind=kind.kind, name=name, outcome="differs", detail=", ".join(diffs))
+
+        def change(obj: Object) -> Object | None:
+            return wanted if bodies.differences(obj, wanted) else None
+
+        _, changed = await self.kube.edit(key, kind, ns, name, change)
+        return ObjectOutcome(kind=kind.kind, name=name, outcome="updated" if changed else "unchanged",
+                             detail=", ".join(diffs))  # fmt: skip
+
+    @activity.defn(name="create_site_objects")
+    async def create_site_objects(self, setup: SiteSetupInput) -> ObjectsResult:
+        """Flow 1: BFB, DPUFlavor, DPUServiceTemplates/Configurations and one DPUDeployment per
+        group, holding the node effect. Existing objects that differ are reported, not changed
+        (BFB and flavor changes go through `update_deployment_bfb`/`update_deployment_flavor`)."""
+        outcomes = [
+            await self._ensure(SITE_KEY, setup.namespace, body, converge=False)
+            for body in bodies.site_setup_objects(setup)
+        ]
+        return ObjectsResult(objects=tuple(outcomes))
+
+    @activity.defn(name="register_host_dpus")
+    async def register_host_dpus(self, request: RegisterHostInput) -> ObjectsResult:
+        """Flow 2: the host's DPUDevices, then its DPUNode (external reboot, group labels, the
+        inventory annotations). Existing ones are brought to the inventory's labels,
+        annotations and device list; an immutable field that differs is `InvalidInput`."""
+        inventory = request.inventory
+        group = bodies.node_group(inventory, request.group)
+        ns, key = inventory.namespace, inventory.host_id
+        outcomes = []
+        for body in bodies.dpudevice_bodies(inventory, group):
+            outcomes.append(await self._ensure(key, ns, body, converge=True))
+        outcomes.append(await self._ensure(key, ns, bodies.dpunode_body(inventory, group), converge=True))
+        return ObjectsResult(objects=tuple(outcomes))
+
+    # -- the two handshakes ---------------------------------------------------------------------
+    @activity.defn(name="release_node_effect_hold")
+    async def release_node_effect_hold(self, host: HostRef) -> ChangeResult:
+        """Set the hold annotation of `<dpunode>-hold` to "false": DPF may start the node effect.
+
+        Raises:
+            ObjectNotFound: DPF has not created the hold (no DPU of the node is in Node Effect).
+        """
+
+        def change(obj: Object) -> Object | None:
+            if (obj["metadata"].get("annotations") or {}).get(HOLD_ANNOTATION) == "false":
+                return None
+            return {"metadata": {"annotations": {HOLD_ANNOTATION: "false"}}}
+
+        _, changed = await self.kube.edit(host.host_id, MAINTENANCE, host.namespace, host.hold_name(), change)
+        return ChangeResult(name=host.hold_name(), changed=changed)
+
+    @activity.defn(name="mark_dpu_node_rebooted")
+    async def mark_dpu_node_rebooted(self, host: HostRef) -> ChangeResult:
+        """Remove the external-reboot-required annotation: the host was power-cycled.
+
+        Call it only after the power cycle; DPF trusts it. A node without the annotation is left
+        as it is.
+        """
+
+        def change(obj: Object) -> Object | None:
+            if REBOOT_REQUIRED_ANNOTATION not in (obj["metadata"].get("annotations") or {}):
+                return None
+            return {"metadata": {"annotations": {REBOOT_REQUIRED_ANNOTATION: None}}}
+
+        _, changed = await self.kube.edit(host.host_id, DPUNODE, host.namespace, host.node_name(), change)
+        return ChangeResult(name=host.node_name(), changed=changed)
+
+    # -- reads ----------------------------------------------------------------------------------
+    @activity.defn(name="is_dpu_node_waiting_for_reboot")
+    async def is_dpu_node_waiting_for_reboot(self, host: HostRef) -> NodeRebootState:
+        """Whether DPF waits for an external reboot of the host (the annotation is present)."""
+        obj = await self.kube.get(host.host_id, DPUNODE, host.namespace, host.node_name())
+        assert obj is not None
+        node = bodies.node_state(obj)
+        return NodeRebootState(
+            name=node.name,
+            waiting=node.waiting_for_reboot,
+            annotation=node.reboot_required,
+            condition=node.condition("DPUNodeRebootInProgress"),
+        )
+
+    @activity.defn(name="is_dpu_ready")
+    async def is_dpu_ready(self, dpu: DPURef) -> DPUReadiness:
+        """The DPU's phase and conditions; `ready` when phase `Ready` and condition `Ready=True`.
+
+        Raises:
+            DPUFailed: The DPU is in phase `Error` (DPF's condition message in the error).
+            ObjectNotFound: No such DPU.
+        """
+        obj = await self.kube.get(dpu.host_id, DPU, dpu.namespace, dpu.dpu_name())
+        assert obj is not None
+        state = bodies.dpu_state(obj)
+        if state.failed:
+            raise DPUFailed(f"DPU {state.name} is in phase Error: {state.failure_message()}")
+        return DPUReadiness(
+            name=state.name, phase=state.phase, ready=state.ready, conditions=state.conditions
+        )
+
+    @activity.defn(name="read_host_dpf_state")
+    async def read_host_dpf_state(self, host: HostRef) -> HostDPFState:
+        """The host's DPUNode, DPUs and hold as they are now (the watcher signals the same model)."""
+        key, ns = host.host_id, host.namespace
+        node = await self.kube.get(key, DPUNODE, ns, host.node_name(), missing_ok=True)
+        listed = await self.kube.list(key, DPU, ns, label_selector=f"{DPUNODE_NAME_LABEL}={host.node_name()}")
+        hold = await self.kube.get(key, MAINTENANCE, ns, host.hold_name(), missing_ok=True)
+        return bodies.host_state(host.host_id, node, list(listed.get("items") or []), hold)
+
+    # -- flow 4: reprovision --------------------------------------------------------------------
+    @activity.defn(name="reprovision_dpu")
+    async def reprovision_dpu(self, request: ReprovisionInput) -> ChangeResult:
+        """Delete the DPU object with `request.uid`; DPF recreates it (held in Node Effect).
+
+        A DPU that is gone, already deleting, or has another uid (the recreated one) is left alone,
+        so a retried or replayed call never reprovisions twice.
+        """
+        ref = request.dpu
+        name = ref.dpu_name()
+        obj = await self.kube.get(ref.host_id, DPU, ref.namespace, name, missing_ok=True)
+        if obj is None:
+            return ChangeResult(name=name, changed=False, detail="gone: DPF is recreating it")
+        meta = obj["metadata"]
+        if meta.get("uid") != request.uid:
+            return ChangeResult(name=name, changed=False, detail="already recreated (another uid)")
+        if meta.get("deletionTimestamp"):
+            return ChangeResult(name=name, changed=False, detail="already deleting")
+        try:
+            deleted = await self.kube.delete(ref.host_id, DPU, ref.namespace, name, uid=request.uid)
+        except ConflictRetriesExhausted:  # the uid precondition failed: recreated meanwhile
+            return ChangeResult(name=name, changed=False, detail="already recreated (another uid)")
+        return ChangeResult(name=name, changed=deleted is not None, detail="deleted")
+
+    # -- flow 6: the deployment -----------------------------------------------------------------
+    async def _update_deployment(
+        self, deployment: str, ns: str, field: str, ref_kind: Kind, value: str
+    ) -> ChangeResult:
+        # The referenced object must exist: DPF would otherwise stall every DPU of the group.
+        await self.kube.get(SITE_KEY, ref_kind, ns, value)
+
+        def change(obj: Object) -> Object | None:
+            if ((obj.get("spec") or {}).get("dpus") or {}).get(field) == value:
+                return None
+            return {"spec": {"dpus": {field: value}}}
+
+        _, changed = await self.kube.edit(SITE_KEY, DEPLOYMENT, ns, deployment, change)
+        return ChangeResult(name=deployment, changed=changed, detail=f"{field}={value}")
+
+    @activity.defn(name="update_deployment_bfb")
+    async def update_deployment_bfb(self, request: DeploymentBFBInput) -> ChangeResult:
+        """Point the DPUDeployment at another BFB (DPUs then report `Outdated`; under OnDelete each
+        is upgraded by `reprovision_dpu`, at the pace the workflow chooses).
+
+        Raises:
+            ObjectNotFound: The DPUDeployment or the BFB does not exist.
+        """
+        return await self._update_deployment(request.deployment, request.namespace, "bfb", BFB, request.bfb)
+
+    @activity.defn(name="update_deployment_flavor")
+    async def update_deployment_flavor(self, request: DeploymentFlavorInput) -> ChangeResult:
+        """Point the DPUDeployment at another DPUFlavor (see `update_deployment_bfb`)."""
+        return await self._update_deployment(
+            request.deployment, request.namespace, "flavor", FLAVOR, request.flavor
+        )
+
+    # -- flows 7-10: delete ---------------------------------------------------------------------
+    async def _strip_finalizers(self, key: str, kind: Kind, ns: str, name: str) -> ObjectOutcome | None:
+        def change(obj: Object) -> Object | None:
+            return {"metadata": {"finalizers": None}} if obj["metadata"].get("finalizers") else None
+
+        obj, changed = await self.kube.edit(key, kind, ns, name, change, missing_ok=True)
+        if not changed:
+            return None
+        log.warning("force: removed the finalizers of %s %s/%s", kind.kind, ns, name)
+        return ObjectOutcome(kind=kind.kind, name=name, outcome="finalizers removed")
+
+    async def _delete(self, key: str, kind: Kind, ns: str, name: str) -> ObjectOutcome:
+        obj = await self.kube.get(key, kind, ns, name, missing_ok=True)
+        if obj is None:
+            return ObjectOutcome(kind=kind.kind, name=name, outcome="gone")
+        if obj["metadata"].get("deletionTimestamp"):
+            return ObjectOutcome(kind=kind.kind, name=name, outcome="deleting")
+        deleted = await self.kube.delete(key, kind, ns, name, uid=obj["metadata"].get("uid"))
+        return ObjectOutcome(kind=kind.kind, name=name, outcome="deleted" if deleted is not None else "gone")
+
+    @activity.defn(name="delete_dpu")
+    async def delete_dpu(self, request: DeleteDPUInput) -> ObjectsResult:
+        """Flow 7 (and 9 with `force`): take the DPU off its DPUNode's list and delete its
+        DPUDevice; DPF then deletes the DPU. `force` also deletes the DPU object and removes the
+        finalizers (`provisioning.dpu.nvidia.com/dpu-protection`...) DPF would otherwise release."""
+        ref = request.dpu
+        key, ns, device = ref.host_id, ref.namespace, ref.device_name()
+
+        def unlist(obj: Object) -> Object | None:
+            entries = list((obj.get("spec") or {}).get("dpus") or [])
+            kept = [e for e in entries if e.get("name") != device]
+            return None if kept == entries else {"spec": {"dpus": kept}}
+
+        outcomes: list[ObjectOutcome] = []
+        _, unlisted = await self.kube.edit(key, DPUNODE, ns, ref.host().node_name(), unlist, missing_ok=True)
+        if unlisted:
+            outcomes.append(ObjectOutcome(kind="DPUNode", name=ref.host().node_name(), outcome="updated",
+                                          detail=f"{device} removed from spec.dpus"))  # fmt: skip
+        outcomes.append(await self._delete(key, DPUDEVICE, ns, device))
+        if request.force:
+            outcomes.append(await self._delete(key, DPU, ns, ref.dpu_name()))
+            for kind, name in ((DPU, ref.dpu_name()), (DPUDEVICE, device)):
+                stripped = await self._strip_finalizers(key, kind, ns, name)
+                if stripped is not None:
+                    outcomes.append(stripped)
+        return ObjectsResult(objects=tuple(outcomes))
+
+    @activity.defn(name="delete_dpu_node")
+    async def delete_dpu_node(self, request: DeleteNodeInput) -> ObjectsResult:
+        """Flow 8 (and 10 with `force`): delete the DPUNode; DPF deletes its DPUs, then lets it go.
+        `force` also deletes the node's DPUs and removes the finalizers of the node and its DPUs."""
+        host = request.host
+        key, ns, node = host.host_id, host.namespace, host.node_name()
+        outcomes = [await self._delete(key, DPUNODE, ns, node)]
+        if request.force:
+            listed = await self.kube.list(key, DPU, ns, label_selector=f"{DPUNODE_NAME_LABEL}={node}")
+            dpus = [d["metadata"]["name"] for d in listed.get("items") or []
+                    if (d.get("spec") or {}).get("dpuNodeName") == node]  # fmt: skip
+            for name in dpus:
+                outcomes.append(await self._delete(key, DPU, ns, name))
+            for kind, name in [(DPU, n) for n in dpus] + [(DPUNODE, node)]:
+                stripped = await self._strip_finalizers(key, kind, ns, name)
+                if stripped is not None:
+                    outcomes.append(stripped)
+        return ObjectsResult(objects=tuple(outcomes))

@@ -1,0 +1,241 @@
+"""Resolve a host id to its `HostInventory`: BMC endpoint, credential reference, DPUs, groups and
+whether an instance is assigned. One interface (`Inventory.resolve`), two sources:
+
+`site` (the default): the site file (YAML), as `METALFLOW_SITE_FILE` names it:
+
+    name: <site>
+    namespace: dpf-operator-system      # optional; default METALFLOW_DPF_NAMESPACE
+    hosts:
+      - id: host-001
+        groups: [gpu-compute]
+        labels: {rack: r01}
+        instance: null
+        bmc: {endpoint: https://..., credentials: {file: PATH} | {env: {...}} | {secret: {...}},
+              insecure: false, ca_bundle: PATH}
+        dpus:
+          - {id: host-001-dpu-0, model: BF3, serial: MT..., bmc: {...}}
+
+Fields the product does not use (e.g. the simulator's BMC `profile`) are ignored. A BMC's id
+is the host's (or the DPU's) id.
+
+`cluster`: labels and annotations metalflow writes on the DPF objects when it registers a host
+(`register_host_dpus`), so a cluster registered by metalflow is its own inventory:
+
+| object | key | kind | value |
+| --- | --- | --- | --- |
+| DPUNode `node-<host>` | `metalflow.io/host-id` | label | the host id |
+| DPUNode, DPUDevice | `metalflow.io/dpu-group` | label | the DPU group (the DPUDeployment selects on it) |
+| DPUNode | `metalflow.io/bmc` | annotation | the host BMC as JSON (`BMCAccess`: endpoint, credentials...) |
+| DPUNode | `metalflow.io/site` | annotation | the site name |
+| DPUNode | `metalflow.io/groups` | annotation | JSON list of the host's groups |
+| DPUNode | `metalflow.io/host-labels` | annotation | JSON object of the host's labels (e.g. rack) |
+| DPUNode | `metalflow.io/instance` | annotation | the assigned instance; absent when none |
+| DPUDevice `device-<dpu>` | `metalflow.io/dpu-id`, `.../dpu-model` | annotation | the DPU's id and model |
+| DPUDevice | `metalflow.io/bmc` | annotation | the DPU BMC as JSON (optional) |
+
+The DPUs of a host are the DPUDevices its DPUNode lists in `spec.dpus`; a DPU's serial is the
+DPUDevice's `spec.serialNumber`. An operator assigns an instance with
+`kubectl annotate dpunode node-<host> metalflow.io/instance=<id>`. No annotation holds a secret.
+
+An unknown host is `InvalidInput` naming the source (the file, or the cluster and namespace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from temporalio import activity
+
+from activities.dpf.kube import DPUDEVICE, DPUNODE, Kube
+from activities.errors import InvalidInput
+from metalflow.models.dpf import (
+    BMC_ANNOTATION,
+    DPU_ID_ANNOTATION,
+    DPU_MODEL_ANNOTATION,
+    GROUP_LABEL,
+    GROUPS_ANNOTATION,
+    HOST_LABELS_ANNOTATION,
+    INSTANCE_ANNOTATION,
+    SITE_ANNOTATION,
+)
+from metalflow.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory
+from metalflow.settings import Settings
+
+Source = Literal["site", "cluster"]
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class _SiteBMC(_Lenient):
+    endpoint: str = ""
+    credentials: CredentialRef | None = None
+    insecure: bool = False
+    ca_bundle: str | None = None
+
+
+class _SiteDPU(_Lenient):
+    id: str
+    model: str = "BF3"
+    serial: str | None = None
+    bmc: _SiteBMC | None = None
+
+
+class _SiteHost(_Lenient):
+    id: str
+    groups: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    instance: str | None = None
+    bmc: _SiteBMC
+    dpus: list[_SiteDPU] = Field(default_factory=list)
+
+
+class _SiteFile(_Lenient):
+    name: str = "site"
+    namespace: str | None = None
+    hosts: list[_SiteHost] = Field(default_factory=list)
+
+
+class HostLookup(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host_id: str
+    source: Source | None = None  # default: the worker's METALFLOW_INVENTORY
+
+
+def _bmc(owner: str, bmc: _SiteBMC, where: str) -> BMCAccess:
+    if not bmc.endpoint or bmc.credentials is None:
+        raise InvalidInput(f"{where}: the BMC of {owner} has no endpoint or no credential reference")
+    return BMCAccess(bmc_id=owner, endpoint=bmc.endpoint, credentials=bmc.credentials, insecure=bmc.insecure,
+                     ca_bundle=bmc.ca_bundle)  # fmt: skip
+
+
+def _dpu(dpu: _SiteDPU, where: str) -> DPUInventory:
+    bmc = _bmc(dpu.id, dpu.bmc, where) if dpu.bmc else None
+    return DPUInventory(id=dpu.id, model=dpu.model, serial=dpu.serial, bmc=bmc)
+
+
+def _load_site_file(path: Path) -> _SiteFile:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise InvalidInput(f"cannot read the site file {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise InvalidInput(f"the site file {path} is not YAML: {err}") from None
+    try:
+        return _SiteFile.model_validate(data or {})
+    except ValidationError as err:
+        raise InvalidInput(f"the site file {path} is not valid: {err}") from None
+
+
+def host_from_site_file(path: Path, host_id: str, default_namespace: str) -> HostInventory:
+    """The host as the site file at `path` describes it."""
+    site = _load_site_file(path)
+    host = next((h for h in site.hosts if h.id == host_id), None)
+    if host is None:
+        raise InvalidInput(f"unknown host {host_id!r}: not in the site file {path} (site {site.name!r})")
+    where = f"site file {path}"
+    return HostInventory(
+        host_id=host.id,
+        site=site.name,
+        bmc=_bmc(host.id, host.bmc, where),
+        dpus=tuple(_dpu(d, where) for d in host.dpus),
+        groups=tuple(host.groups),
+        labels=host.labels,
+        instance=host.instance,
+        namespace=site.namespace or default_namespace,
+    )
+
+
+def _json_annotation(annotations: dict[str, str], key: str, where: str) -> Any:
+    try:
+        return json.loads(annotations[key])
+    except (KeyError, ValueError):
+        raise InvalidInput(
+            f"{where} has no valid JSON annotation {key}: was it registered by metalflow?"
+        ) from None
+
+
+class Inventory:
+    """Resolves hosts from the configured source (`Settings.inventory`) or the one asked for."""
+
+    def __init__(self, settings: Settings, kube: Kube | None = None) -> None:
+        self.settings = settings
+        self.kube = kube or Kube(settings)
+
+    async def resolve(self, host_id: str, source: Source | None = None) -> HostInventory:
+        """The host's inventory.
+
+        Raises:
+            InvalidInput: The host is unknown to the source, or its record is incomplete.
+        """
+        if (source or self.settings.inventory) == "site":
+            return await asyncio.to_thread(
+                host_from_site_file, self.settings.site_file, host_id, self.settings.dpf_namespace
+            )
+        return await self._from_cluster(host_id)
+
+    async def _from_cluster(self, host_id: str) -> HostInventory:
+        ns = self.settings.dpf_namespace
+        name = f"node-{host_id}"
+        node = await self.kube.get(host_id, DPUNODE, ns, name, missing_ok=True)
+        if node is None:
+            raise InvalidInput(
+                f"unknown host {host_id!r}: no DPUNode {name} in namespace {ns} of the cluster inventory"
+            )
+        where = f"DPUNode {ns}/{name}"
+        annotations = dict(node["metadata"].get("annotations") or {})
+        labels = dict(node["metadata"].get("labels") or {})
+        bmc = _json_annotation(annotations, BMC_ANNOTATION, where)
+        groups = json.loads(annotations.get(GROUPS_ANNOTATION) or "[]") or (
+            [labels[GROUP_LABEL]] if GROUP_LABEL in labels else []
+        )
+        dpus = []
+        for entry in (node.get("spec") or {}).get("dpus") or []:
+            device = await self.kube.get(host_id, DPUDEVICE, ns, entry["name"], missing_ok=True)
+            if device is None:
+                raise InvalidInput(f"{where} lists DPUDevice {entry['name']}, which does not exist")
+            dev_annotations = dict(device["metadata"].get("annotations") or {})
+            dev_where = f"DPUDevice {ns}/{entry['name']}"
+            dpu_bmc = None
+            if BMC_ANNOTATION in dev_annotations:
+                dpu_bmc = _json_annotation(dev_annotations, BMC_ANNOTATION, dev_where)
+            dpus.append(
+                DPUInventory(
+                    id=dev_annotations.get(DPU_ID_ANNOTATION) or entry["name"].removeprefix("device-"),
+                    model=dev_annotations.get(DPU_MODEL_ANNOTATION, "unknown"),
+                    serial=(device.get("spec") or {}).get("serialNumber"),
+                    bmc=BMCAccess.model_validate(dpu_bmc) if dpu_bmc is not None else None,
+                )
+            )
+        try:
+            return HostInventory(
+                host_id=host_id,
+                site=annotations.get(SITE_ANNOTATION, ""),
+                bmc=BMCAccess.model_validate(bmc),
+                dpus=tuple(dpus),
+                groups=tuple(groups),
+                labels=json.loads(annotations.get(HOST_LABELS_ANNOTATION) or "{}"),
+                instance=annotations.get(INSTANCE_ANNOTATION) or None,
+                namespace=ns,
+            )
+        except (ValidationError, ValueError) as err:
+            raise InvalidInput(f"{where} carries an invalid metalflow inventory record: {err}") from None
+
+
+class InventoryActivities:
+    """The inventory as an activity, for workflows."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+
+    @activity.defn(name="resolve_host_inventory")
+    async def resolve_host_inventory(self, lookup: HostLookup) -> HostInventory:
+        """The host's BMC, credential reference, DPUs, groups and instance (InvalidInput if unknown)."""
+        return await self.inventory.resolve(lookup.host_id, lookup.source)

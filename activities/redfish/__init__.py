@@ -1,0 +1,38 @@
+"""Redfish: the worker's BMC client (`client`), the System and its power (`system`, `power`,
+`powercycle`) and DPU firmware (`firmware`). `build_redfish_activities` builds them once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from activities.credentials import CredentialResolver
+from activities.redfish.client import RedfishClient
+from activities.redfish.firmware import FirmwareActivities
+from activities.redfish.power import PowerActivities
+from metalflow.settings import Settings
+
+
+def build_redfish_client(settings: Settings) -> RedfishClient:
+    """The worker's one Redfish client, limited to `settings.bmc_max_in_flight` requests per BMC."""
+    return RedfishClient(CredentialResolver(settings.kubeconfig), max_in_flight=settings.bmc_max_in_flight)
+
+
+def power_activities(power: PowerActivities) -> list[Callable[..., Any]]:
+    return [
+        power.read_power_state,
+        power.set_power_state,
+        power.power_cycle_host,
+        power.shut_down_host_gracefully,
+    ]
+
+
+def build_redfish_activities(settings: Settings) -> list[Callable[..., Any]]:
+    """Every Redfish activity, sharing one client (and so one request cap per BMC)."""
+    client = build_redfish_client(settings)
+    firmware = FirmwareActivities(client)
+    return [
+        *power_activities(PowerActivities(client)),
+        firmware.read_dpu_firmware_versions,
+        firmware.stage_dpu_firmware,
+    ]

@@ -1,0 +1,208 @@
+"""Host power as Temporal activities; the same functions serve `metalflow bmc` without Temporal.
+
+Activity names (what workflows call): `read_power_state`, `set_power_state`, `power_cycle_host`,
+`shut_down_host_gracefully`. Each opens one connection to the BMC for its duration (sessions are
+shared with concurrent activities on the same BMC and deleted at the end), heartbeats on every
+poll of a wait, and raises only the errors of `activities.errors`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import activity
+
+from activities.errors import PowerStateTimeout
+from activities.redfish.client import BMCConnection, RedfishClient
+from activities.redfish.powercycle import PowerCycle
+from activities.redfish.system import (
+    parse_time,
+    read_system,
+    require_reset_type,
+    send_reset,
+    system_uri,
+    wait_for_power,
+)
+from metalflow.models.redfish import (
+    GracefulShutdownInput,
+    GracefulShutdownResult,
+    PowerCycleInput,
+    PowerCycleProgress,
+    PowerCycleResult,
+    ReadPowerStateInput,
+    SetPowerInput,
+    SetPowerResult,
+    SystemPower,
+)
+
+Say = Callable[[str], None]
+_TURN_ON = frozenset({"On", "ForceOn"})
+_TURN_OFF = frozenset({"ForceOff", "GracefulShutdown"})
+_RESTART = frozenset({"ForceRestart", "GracefulRestart", "PowerCycle", "FullPowerCycle"})
+# The SDK's heartbeat throttle when an activity has no heartbeat timeout, and its cap.
+_DEFAULT_THROTTLE = timedelta(seconds=30)
+_MAX_THROTTLE = timedelta(seconds=60)
+_FLUSH_MARGIN_SECONDS = 1.0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+async def read_power(connection: BMCConnection) -> SystemPower:
+    """The System's power state, reset types and how a power cycle would be done."""
+    uri = await system_uri(connection)
+    system = await read_system(connection, uri)
+    return SystemPower(
+        bmc_id=connection.bmc_id,
+        system=uri,
+        manufacturer=system.manufacturer,
+        model=system.model,
+        power_state=system.power_state,
+        allowed_reset_types=system.advertised if system.advertised is not None else system.allowed,
+        last_reset_time=parse_time(system.last_reset_time),
+        power_cycle_method=system.power_cycle_method,
+        observed_at=_now(),
+    )
+
+
+async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say = _quiet) -> SetPowerResult:
+    """Send a reset the BMC advertises, skipping one whose target already holds, and wait for it.
+
+    As the bare-metal manager does (DOMAIN.md section 1): On/ForceOn of an On host and
+    ForceOff/GracefulShutdown of an Off host send nothing; a restart of an Off host is `On`.
+    """
+    started = _now()
+    uri = await system_uri(connection)
+    system = await read_system(connection, uri)
+    if system.power_state.startswith("Powering"):
+        say(f"{system.power_state}: waiting for the running transition to settle")
+        system = await wait_for_power(
+            connection, uri, frozenset({"On", "Off"}), time.monotonic() + request.timeout_seconds
+        )
+    wanted, state = request.reset_type, system.power_state
+    sent: str | None = wanted
+    if (wanted in _TURN_ON and state == "On") or (wanted in _TURN_OFF and state == "Off"):
+        sent = None
+    elif wanted in _RESTART and state == "Off":
+        sent = "On"
+    if sent is None:
+        say(f"already {state}: nothing sent")
+        return SetPowerResult(
+            bmc_id=connection.bmc_id, requested=wanted, sent=None, power_state=state,
+            started_at=started, finished_at=_now(),
+        )  # fmt: skip
+    if sent != wanted:
+        say(f"{wanted} of a host that is Off: sending On instead")
+    # Check what was asked too, so an unsupported request fails the same whatever the power is.
+    for reset_type in (wanted, sent):
+        require_reset_type(connection, system, reset_type)
+    deadline = time.monotonic() + request.timeout_seconds
+    say(f"{state} -> sending {sent}")
+    await send_reset(connection, system, sent, deadline)
+    target = "Off" if sent in _TURN_OFF else "On" if sent in _TURN_ON | _RESTART else None
+    if target is not None:
+        system = await wait_for_power(connection, uri, frozenset({target}), deadline)
+        say(f"PowerState {system.power_state}")
+    else:
+        system = await read_system(connection, uri)
+    return SetPowerResult(
+        bmc_id=connection.bmc_id, requested=wanted, sent=sent, power_state=system.power_state,
+        started_at=started, finished_at=_now(),
+    )  # fmt: skip
+
+
+async def graceful_shutdown(
+    connection: BMCConnection, request: GracefulShutdownInput, say: Say = _quiet
+) -> GracefulShutdownResult:
+    """GracefulShutdown, then ForceOff when the host is not Off after `grace_seconds`."""
+    started = _now()
+    uri = await system_uri(connection)
+    system = await read_system(connection, uri)
+    sent: list[str] = []
+    if system.power_state != "Off":
+        if system.allows("GracefulShutdown") and request.grace_seconds > 0:
+            say("sending GracefulShutdown")
+            sent.append("GracefulShutdown")
+            grace_end = time.monotonic() + request.grace_seconds
+            await send_reset(connection, system, "GracefulShutdown", grace_end)
+            try:
+                system = await wait_for_power(connection, uri, frozenset({"Off"}), grace_end)
+            except PowerStateTimeout:  # the OS did not shut down in time
+                say(f"not Off after {request.grace_seconds:g} s")
+        if system.power_state != "Off":
+            say("sending ForceOff")
+            sent.append("ForceOff")
+            deadline = time.monotonic() + request.timeout_seconds
+            system = await read_system(connection, uri)
+            await send_reset(connection, system, "ForceOff", deadline)
+            system = await wait_for_power(connection, uri, frozenset({"Off"}), deadline)
+    return GracefulShutdownResult(
+        bmc_id=connection.bmc_id, reset_types=tuple(sent), forced="ForceOff" in sent,
+        power_state=system.power_state, started_at=started, finished_at=_now(),
+    )  # fmt: skip
+
+
+def heartbeat_flush_seconds(heartbeat_timeout: timedelta | None) -> float:
+    """How long until a heartbeat recorded now has surely been sent (the SDK throttles them)."""
+    throttle = _DEFAULT_THROTTLE if heartbeat_timeout is None else min(heartbeat_timeout * 0.8, _MAX_THROTTLE)
+    return throttle.total_seconds() + _FLUSH_MARGIN_SECONDS
+
+
+def resumed_progress(details: Any) -> PowerCycleProgress | None:
+    """The progress a previous attempt heartbeated, or None on a first attempt."""
+    if not details:
+        return None
+    return PowerCycleProgress.model_validate(details[0])
+
+
+class PowerActivities:
+    """Host power activities; the worker builds one, holding the worker's `RedfishClient`."""
+
+    def __init__(self, client: RedfishClient) -> None:
+        self._client = client
+
+    @activity.defn(name="read_power_state")
+    async def read_power_state(self, request: ReadPowerStateInput) -> SystemPower:
+        """Read the host's PowerState, the reset types its BMC allows and how it would power cycle."""
+        async with self._client.connect(request.bmc, on_wait=activity.heartbeat) as connection:
+            return await read_power(connection)
+
+    @activity.defn(name="set_power_state")
+    async def set_power_state(self, request: SetPowerInput) -> SetPowerResult:
+        """Send one reset the BMC advertises (skipped when its target holds) and wait for the state."""
+        async with self._client.connect(request.bmc, on_wait=activity.heartbeat) as connection:
+            return await set_power(connection, request, activity.logger.info)
+
+    @activity.defn(name="shut_down_host_gracefully")
+    async def shut_down_host_gracefully(self, request: GracefulShutdownInput) -> GracefulShutdownResult:
+        """GracefulShutdown with a ForceOff fallback after the grace period."""
+        async with self._client.connect(request.bmc, on_wait=activity.heartbeat) as connection:
+            return await graceful_shutdown(connection, request, activity.logger.info)
+
+    @activity.defn(name="power_cycle_host")
+    async def power_cycle_host(self, request: PowerCycleInput) -> PowerCycleResult:
+        """Power cycle the host exactly once for this boot generation, resuming a previous attempt."""
+        info = activity.info()
+        resume = resumed_progress(info.heartbeat_details)
+        activity.logger.info(
+            "power cycle of %s for boot generation %d (attempt %d, resuming from %s)",
+            request.bmc.bmc_id, request.boot_generation, info.attempt, resume.step if resume else "the start",
+        )  # fmt: skip
+        async with self._client.connect(request.bmc) as connection:
+            cycle = PowerCycle(
+                connection,
+                request,
+                resume,
+                persist=activity.heartbeat,
+                flush_seconds=heartbeat_flush_seconds(info.heartbeat_timeout),
+                attempt=info.attempt,
+            )
+            return await cycle.run()

@@ -1,0 +1,300 @@
+"""A host power cycle that can never happen twice, however often its activity is retried.
+
+The activity `power_cycle_host` takes the boot generation it brings the host to (for logs and the
+result), `requested_at` (the workflow time the reboot was asked for) and resumes from its last
+heartbeat details, a `PowerCycleProgress` whose `step` is one of `started`, `off_requested`,
+`off_reached`, `on_requested`, `cycle_requested`, `done`.
+
+What a retried attempt can trust, and what it cannot:
+
+- The BMC's state is the truth: `PowerState`, and `LastResetTime` where the BMC exposes it.
+- Heartbeat details are NOT written when `activity.heartbeat` returns: the SDK sends them at
+  most every 0.8 x heartbeat timeout (30 s without one), so a worker killed right after a
+  heartbeat may lose its last step. The design therefore never relies on a step being recorded
+  unless it waited for the record to be sent: before every reset that cannot be repeated
+  safely, it records the step and waits one throttle interval plus a margin (`flush_seconds`)
+  while heartbeating. `ForceOff` needs no such wait: repeating it cannot turn a host on.
+
+Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`):
+
+1. `ForceOff+On` (BMCs without `PowerCycle`, or without `LastResetTime`): the host only comes
+   back On when we send On, so every crash point is unambiguous:
+   - crash before or right after sending ForceOff (step `started`/`off_requested`): the next
+     attempt finds the host On (ForceOff not taken) -> ForceOff again, harmless; or
+     PoweringOff/Off -> wait for Off and go on. No On has been sent: On is only sent once the
+     `off_reached` step is durable (recorded, then flushed during `power_down_wait`).
+   - crash after `off_reached` (recorded and flushed), before or after sending On: the next
+     attempt finds the host Off -> sends On (On to a host already coming on is harmless), or
+     PoweringOn/On -> waits for On and is done. Finding it On with step >= `off_reached` means
+     our On was sent: never ForceOff again.
+   A host that is already Off when the cycle starts just gets On. Between Off and On it waits
+   `power_down_wait_seconds` (DOMAIN.md section 1), counted from when Off was reached.
+2. Native `PowerCycle`, only where `LastResetTime` is exposed: after sending it the host may
+   read On both before and after the cycle, so only `LastResetTime` can tell. The step
+   `cycle_requested` with the `LastResetTime` read just before is recorded and flushed before
+   PowerCycle is sent; a retry then compares: changed -> the cycle happened (wait for On,
+   done); unchanged and On -> it was not taken, send it again after a settle window (a BMC that
+   answered 5xx may still act). This compares the BMC's clock with itself, so clock skew
+   between the BMC and Temporal does not matter.
+
+A fresh attempt (no details: a new activity for the same generation after an earlier one failed
+for good) on a BMC with `LastResetTime` first checks `LastResetTime > requested_at`: when so,
+the host was reset after the reboot was asked for, and the cycle is reported `already_done`
+without touching the host. This one check compares clocks (BMC vs workflow) at one-second
+resolution: a BMC clock that is wrong by more than the time between request and cycle can
+defeat it, which is why it is only the fallback. A BMC without `LastResetTime` leaves no trace
+of a finished cycle; a workflow must not start a second activity for a generation whose first
+activity ended in a non-retryable error after `off_reached` without a person looking.
+
+Transient refusals inside an attempt (409 after power-off, 503 with Retry-After, 5xx, timeouts)
+are waited out, re-reading the BMC each time, until the attempt's own deadline; then the
+activity fails with `BMCUnavailable`/`PowerStateTimeout` and the next attempt resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from activities.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
+from activities.redfish.client import BMCConnection
+from activities.redfish.system import System, parse_time, read_system, send_reset, system_uri, wait_for_power
+from metalflow.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
+
+log = logging.getLogger("metalflow.redfish.powercycle")
+
+_SETTLE_SECONDS = 5.0  # watch for a PowerCycle that was taken before sending it again
+# Many BMCs give LastResetTime to the second: a cycle sent at least this long after reading it
+# always shows a different value when it ends.
+_LAST_RESET_RESOLUTION_SECONDS = 1.0
+_EITHER = frozenset({"On", "Off"})
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class PowerCycle:
+    """One attempt at one power cycle; `run` is safe to call again in a new attempt with `resume`.
+
+    Args:
+        connection: The BMC connection; its `on_wait` is set to heartbeat this cycle's progress.
+        request: What to cycle and how long to wait.
+        resume: The progress the previous attempt recorded, or None for a first attempt.
+        persist: Records progress durably (the activity's `heartbeat`); called on every poll too.
+        flush_seconds: How long a recorded step takes to be durable (see the module docstring).
+        attempt: The attempt number, for the result.
+        on_step: Told every step as it is taken (the CLI prints them).
+    """
+
+    def __init__(
+        self,
+        connection: BMCConnection,
+        request: PowerCycleInput,
+        resume: PowerCycleProgress | None,
+        *,
+        persist: Callable[[PowerCycleProgress], None],
+        flush_seconds: float,
+        attempt: int = 1,
+        on_step: Callable[[str], None] | None = None,
+    ) -> None:
+        self._connection = connection
+        self._request = request
+        self._resumed = resume is not None
+        self.progress = resume or PowerCycleProgress(started_at=_now())
+        self._persist = persist
+        self._flush_seconds = flush_seconds
+        self._attempt = attempt
+        self._on_step = on_step
+        self._unflushed_since: float | None = None
+        connection.on_wait = lambda: self._persist(self.progress)
+
+    def _say(self, text: str) -> None:
+        log.info("BMC %s generation %d: %s", self._connection.bmc_id, self._request.boot_generation, text)
+        if self._on_step is not None:
+            self._on_step(text)
+
+    def _record(self, step: PowerCycleStep, **changes: object) -> None:
+        update: dict[str, object] = {"step": step, "steps": (*self.progress.steps, step), **changes}
+        self.progress = self.progress.model_copy(update=update)
+        self._persist(self.progress)
+        self._say(step)
+
+    async def _send(self, system: System, reset_type: str) -> None:
+        """Send a reset; once the BMC accepted it, it counts in the result's `reset_types`."""
+        await send_reset(self._connection, system, reset_type, self._deadline())
+        self.progress = self.progress.model_copy(
+            update={"reset_types": (*self.progress.reset_types, reset_type)}
+        )
+        self._say(f"{reset_type} accepted")
+
+    async def _flush(self, at_least: float = 0.0) -> None:
+        """Wait until the last recorded step has surely been sent to Temporal."""
+        if self._unflushed_since is None:
+            return
+        left = self._unflushed_since + max(self._flush_seconds, at_least) - time.monotonic()
+        if left > 0:
+            await self._connection.sleep(left)
+        self._unflushed_since = None
+
+    async def run(self) -> PowerCycleResult:
+        """Carry the cycle to its end from wherever the previous attempt left it."""
+        request = self._request
+        attempt_deadline = time.monotonic() + 3 * request.timeout_seconds + request.power_down_wait_seconds
+        while True:
+            try:
+                return await self._drive()
+            except BMCUnavailable as err:
+                if time.monotonic() >= attempt_deadline:
+                    raise
+                delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else 1.0
+                self._say(f"BMC busy ({err.message}); again in {delay:g} s")
+                await self._connection.sleep(min(delay, max(0.0, attempt_deadline - time.monotonic())))
+
+    async def _drive(self) -> PowerCycleResult:
+        connection = self._connection
+        uri = await system_uri(connection)
+        while True:
+            system = await read_system(connection, uri)
+            if self.progress.method is None:
+                self._choose_method(system)
+            step, state = self.progress.step, system.power_state
+            if step == "done":
+                return self._result()
+            if state not in _EITHER:  # PoweringOn/PoweringOff/Paused: let it settle first
+                await wait_for_power(connection, uri, _EITHER, self._deadline())
+                continue
+            if state == "On":
+                if step in ("off_reached", "on_requested"):
+                    return self._finish()  # our On was sent (only ever after off_reached was durable)
+                if step == "cycle_requested":
+                    if system.last_reset_time != self.progress.last_reset_before:
+                        return self._finish()
+                    if await self._cycle_seen(uri, settle=True):
+                        continue
+                    self._record("cycle_requested")
+                    await self._send(system, "PowerCycle")
+                    await self._cycle_seen(uri, settle=False)
+                    continue
+                if not self._resumed and self._reset_since_request(system):
+                    return self._finish(already_done=True)
+                if self.progress.method == "PowerCycle":
+                    self._record("cycle_requested", last_reset_before=system.last_reset_time)
+                    self._unflushed_since = time.monotonic()
+                    await self._flush(at_least=_LAST_RESET_RESOLUTION_SECONDS)
+                    await self._send(system, "PowerCycle")
+                    await self._cycle_seen(uri, settle=False)
+                else:
+                    self._record("off_requested")
+                    await self._send(system, "ForceOff")
+                    await wait_for_power(connection, uri, frozenset({"Off"}), self._deadline())
+                continue
+            await self._power_on(system, uri, step)
+
+    async def _power_on(self, system: System, uri: str, step: PowerCycleStep) -> None:
+        """The host is Off: make `off_reached` durable, wait power_down_wait, send On, wait for On."""
+        if step in ("started", "off_requested", "cycle_requested"):
+            # Found Off at the very start: it was off before us, no power-down wait is owed.
+            off_at = None if step == "started" else _now()
+            self._record("off_reached", off_reached_at=off_at)
+            self._unflushed_since = time.monotonic()
+        off_at = self.progress.off_reached_at
+        if off_at is not None:
+            left = (off_at - _now()).total_seconds() + self._request.power_down_wait_seconds
+            if left > 0:
+                self._say(f"power_down_wait: {left:.1f} s before On")
+                await self._connection.sleep(left)
+        await self._flush()
+        self._record("on_requested")
+        await self._send(system, "On")
+        # A host may read PoweringOn and fall back to Off: the caller's loop then sends On again.
+        await wait_for_power(
+            self._connection, uri, frozenset({"On"}), self._deadline(), fallback=frozenset({"Off"})
+        )
+
+    async def _cycle_seen(self, uri: str, *, settle: bool) -> bool:
+        """Poll until `LastResetTime` moved and the host is On.
+
+        With `settle` (before sending PowerCycle again) a short watch: False when nothing moved.
+        Otherwise the full wait: False when the host stopped at Off (the main loop sends On);
+        `PowerStateTimeout` when it is neither cycled nor Off at the deadline.
+        """
+        wait = (
+            min(self._request.timeout_seconds, _SETTLE_SECONDS) if settle else self._request.timeout_seconds
+        )
+        deadline = time.monotonic() + wait
+        state = "unknown"
+        went_down = False  # seen leaving On: the cycle is under way even if LastResetTime lags
+        while True:
+            self._connection.heartbeat()
+            try:
+                system = await read_system(self._connection, uri)
+            except BMCUnavailable:
+                pass
+            else:
+                state = system.power_state
+                went_down = went_down or state != "On"
+                if state == "On" and (went_down or system.last_reset_time != self.progress.last_reset_before):
+                    return True
+            if time.monotonic() >= deadline:
+                if settle or state == "Off":
+                    return False
+                raise PowerStateTimeout(
+                    f"BMC {self._connection.bmc_id}: PowerCycle was accepted but LastResetTime did not move "
+                    f"and the host was not On again within {wait:g} s (last seen: {state})"
+                )
+            await self._connection.sleep(0.25)
+
+    def _choose_method(self, system: System) -> None:
+        method = system.power_cycle_method
+        needed = ("PowerCycle", "On") if method == "PowerCycle" else ("ForceOff", "On")
+        missing = [t for t in needed if not system.allows(t)]
+        if missing:
+            raise ResetTypeNotSupported(
+                f"BMC {self._connection.bmc_id}: cannot power cycle: ResetType {', '.join(missing)} not "
+                f"offered (offered: {', '.join(system.allowed) or 'none'})"
+            )
+        self.progress = self.progress.model_copy(update={"method": method})
+        self._say(f"power cycle by {method}")
+
+    def _reset_since_request(self, system: System) -> bool:
+        last_reset = parse_time(system.last_reset_time)
+        requested = self._request.requested_at
+        if requested.tzinfo is None:
+            requested = requested.replace(tzinfo=UTC)
+        if last_reset is not None and last_reset > requested:
+            self._say(
+                f"LastResetTime {system.last_reset_time} is after the request ({requested.isoformat()})"
+            )
+            return True
+        return False
+
+    def _deadline(self) -> float:
+        return time.monotonic() + self._request.timeout_seconds
+
+    def _finish(self, *, already_done: bool = False) -> PowerCycleResult:
+        self._record("done")
+        return self._result(already_done=already_done)
+
+    def _result(self, *, already_done: bool = False) -> PowerCycleResult:
+        progress = self.progress
+        sent = progress.reset_types
+        method = (
+            "PowerCycle" if "PowerCycle" in sent else "ForceOff+On" if "ForceOff" in sent
+            else "On" if "On" in sent else progress.method or "ForceOff+On"
+        )  # fmt: skip
+        return PowerCycleResult(
+            bmc_id=self._connection.bmc_id,
+            boot_generation=self._request.boot_generation,
+            method=method,
+            steps=progress.steps,
+            reset_types=sent,
+            already_done=already_done,
+            off_reached_at=progress.off_reached_at,
+            started_at=progress.started_at or _now(),
+            finished_at=_now(),
+            attempts=self._attempt,
+            requests=self._connection.requests,
+        )

@@ -1,0 +1,206 @@
+"""The ComputerSystem of a BMC: find it by links, read its power, send resets, wait for power.
+
+Vendors differ (DOMAIN.md section 4): the System id (`System.Embedded.1`, `1`, `Self`), whether
+`ResetType@Redfish.AllowableValues` or only a `ResetActionInfo` lists the reset types, whether
+`LastResetTime` exists, and how a reset answers (200, 202 with a task monitor, 204). Nothing
+here assumes an id or a path: the System is `Systems.Members[0]`, the reset goes to the
+action's `target`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from activities.errors import BMCRequestRejected, BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
+from activities.redfish.client import BMCConnection
+from metalflow.models.redfish import PowerCycleMethod, PowerState
+
+log = logging.getLogger("metalflow.redfish")
+
+# The ResetType enum of the Redfish schema (Resource.v1): values outside it are a vendor's own and
+# are shown to operators but never chosen.
+RESET_TYPES = frozenset(
+    {"On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "Nmi", "ForceOn",
+     "PushPowerButton", "PowerCycle", "FullPowerCycle", "Suspend", "Pause", "Resume"}
+)  # fmt: skip
+# What a BMC that advertises nothing is assumed to take (what Ironic assumes): no PowerCycle.
+ASSUMED_RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "ForceRestart")
+POWER_STATES = frozenset({"On", "Off", "PoweringOn", "PoweringOff", "Paused"})
+_POLL_FIRST_SECONDS = 0.25
+_POLL_MAX_SECONDS = 3.0
+
+
+@dataclass(frozen=True)
+class System:
+    """One reading of a ComputerSystem."""
+
+    uri: str
+    power_state: PowerState
+    reset_target: str | None
+    allowed: tuple[str, ...]  # Redfish reset types the BMC takes (assumed when not advertised)
+    advertised: tuple[str, ...] | None  # what the BMC listed, unknown values included; None: nothing
+    last_reset_time: str | None
+    manufacturer: str | None
+    model: str | None
+
+    def allows(self, reset_type: str) -> bool:
+        return reset_type in self.allowed
+
+    @property
+    def power_cycle_method(self) -> PowerCycleMethod:
+        """How `power_cycle_host` cycles this host when it is On (see `powercycle`)."""
+        if self.allows("PowerCycle") and self.last_reset_time is not None:
+            return "PowerCycle"
+        return "ForceOff+On"
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """A Redfish date-time (`2024-05-01T10:00:00Z`, `+00:00` offsets), or None when absent/unparsable."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+async def system_uri(connection: BMCConnection) -> str:
+    """The first System's `@odata.id`, through the service root and the Systems collection."""
+    if connection.cached_system_uri is not None:
+        return connection.cached_system_uri
+    root = await connection.service_root()
+    systems_link = _link(root.get("Systems"))
+    if systems_link is None:
+        raise BMCRequestRejected(f"BMC {connection.bmc_id}: the service root links no Systems collection")
+    members = (await connection.get(systems_link)).get("Members")
+    first = _link(members[0]) if isinstance(members, list) and members else None
+    if first is None:
+        raise BMCRequestRejected(f"BMC {connection.bmc_id}: the Systems collection has no members")
+    connection.remember_system_uri(first)
+    return first
+
+
+async def read_system(connection: BMCConnection, uri: str) -> System:
+    """GET the System and check that it is Redfish enough to drive."""
+    body = await connection.get(uri)
+    power = body.get("PowerState")
+    if power not in POWER_STATES:
+        shown = "missing" if power is None else repr(power)
+        raise BMCRequestRejected(
+            f"BMC {connection.bmc_id}: System {uri} has PowerState {shown}; not a Redfish System?"
+        )
+    action = (body.get("Actions") or {}).get("#ComputerSystem.Reset")
+    action = action if isinstance(action, dict) else {}
+    target = action.get("target") if isinstance(action.get("target"), str) else None
+    advertised = _strings(action.get("ResetType@Redfish.AllowableValues"))
+    if advertised is None and isinstance(action.get("@Redfish.ActionInfo"), str):
+        advertised = await _action_info_values(connection, action["@Redfish.ActionInfo"])
+    allowed = ASSUMED_RESET_TYPES if advertised is None else tuple(v for v in advertised if v in RESET_TYPES)
+    if power != connection.last_power_state:
+        connection.last_power_state = power
+        if connection.on_power_state is not None:
+            connection.on_power_state(power)
+    last_reset = body.get("LastResetTime")
+    return System(
+        uri=uri,
+        power_state=cast(PowerState, power),
+        reset_target=target,
+        allowed=allowed,
+        advertised=advertised,
+        last_reset_time=last_reset if isinstance(last_reset, str) and last_reset else None,
+        manufacturer=body.get("Manufacturer") if isinstance(body.get("Manufacturer"), str) else None,
+        model=body.get("Model") if isinstance(body.get("Model"), str) else None,
+    )
+
+
+async def _action_info_values(connection: BMCConnection, link: str) -> tuple[str, ...] | None:
+    try:
+        info = await connection.get(link)
+    except BMCRequestRejected:
+        return None  # an ActionInfo link that leads nowhere: fall back to the assumed set
+    for parameter in info.get("Parameters") or []:
+        if isinstance(parameter, dict) and parameter.get("Name") == "ResetType":
+            return _strings(parameter.get("AllowableValues"))
+    return None
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    if not isinstance(value, list):
+        return None
+    return tuple(v for v in value if isinstance(v, str))
+
+
+def _link(value: Any) -> str | None:
+    if isinstance(value, dict) and isinstance(value.get("@odata.id"), str):
+        return str(value["@odata.id"])
+    return None
+
+
+def require_reset_type(connection: BMCConnection, system: System, reset_type: str) -> None:
+    """`ResetTypeNotSupported` unless the BMC advertises `reset_type`."""
+    if not system.allows(reset_type):
+        listed = ", ".join(system.allowed) or "none"
+        raise ResetTypeNotSupported(
+            f"BMC {connection.bmc_id}: the System does not take ResetType {reset_type} (it takes: {listed})"
+        )
+
+
+async def send_reset(connection: BMCConnection, system: System, reset_type: str, deadline: float) -> None:
+    """POST the reset to the action's target and follow a 202 task monitor to its end.
+
+    The power has usually not changed when this returns: poll with `wait_for_power`.
+    """
+    require_reset_type(connection, system, reset_type)
+    if system.reset_target is None:
+        raise BMCRequestRejected(
+            f"BMC {connection.bmc_id}: System {system.uri} has no #ComputerSystem.Reset action"
+        )
+    log.info("BMC %s: sending ResetType %s", connection.bmc_id, reset_type)
+    response = await connection.post(system.reset_target, {"ResetType": reset_type})
+    await connection.follow_task(response, deadline)
+
+
+async def wait_for_power(
+    connection: BMCConnection,
+    uri: str,
+    targets: frozenset[str],
+    deadline: float,
+    *,
+    fallback: frozenset[str] = frozenset(),
+) -> System:
+    """Poll `PowerState` until it is one of `targets` (heartbeat on every poll).
+
+    A state in `fallback` seen after a transitional one also ends the wait (a host that read
+    `PoweringOn` and fell back to `Off`): the caller decides what to do. A BMC that is busy
+    (409/5xx/timeouts) while polling does not end the wait; the deadline does, with
+    `PowerStateTimeout`.
+    """
+    delay = _POLL_FIRST_SECONDS
+    seen_transition = False
+    last: str = "unknown"
+    while True:
+        connection.heartbeat()
+        try:
+            system = await read_system(connection, uri)
+        except BMCUnavailable as err:
+            log.info(
+                "BMC %s: busy while waiting for %s: %s", connection.bmc_id, "/".join(sorted(targets)), err
+            )
+        else:
+            last = system.power_state
+            if last in targets or (seen_transition and last in fallback):
+                return system
+            seen_transition = seen_transition or last.startswith("Powering")
+        if time.monotonic() >= deadline:
+            raise PowerStateTimeout(
+                f"BMC {connection.bmc_id}: PowerState did not become {' or '.join(sorted(targets))} in time "
+                f"(last seen: {last})"
+            )
+        await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 1.5, _POLL_MAX_SECONDS)

@@ -1,0 +1,226 @@
+"""`metalflow bmc check|power HOST`: talk to a host's BMC directly, without Temporal.
+
+For operators before and during a campaign. The same Redfish code as the activities runs here
+(`activities.redfish`): `check` reaches the BMC, authenticates and says how a power cycle will be
+done there; `power` changes the power and prints each step. The host comes from the inventory
+(`METALFLOW_INVENTORY`: the site file, `--site` or `METALFLOW_SITE_FILE`, or the cluster).
+Credentials are resolved from the host's reference and never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from activities.credentials import CredentialResolver
+from activities.errors import CredentialsUnavailable, InvalidInput, MetalflowError
+from activities.redfish.client import RedfishClient
+from activities.redfish.power import graceful_shutdown, read_power, set_power
+from activities.redfish.powercycle import PowerCycle
+from metalflow.models.inventory import HostInventory
+from metalflow.models.redfish import (
+    DEFAULT_POWER_DOWN_WAIT_SECONDS,
+    DEFAULT_POWER_TIMEOUT_SECONDS,
+    GracefulShutdownInput,
+    PowerCycleInput,
+    SetPowerInput,
+    SystemPower,
+)
+from metalflow.settings import Settings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def register(subparsers: Any) -> None:
+    """Add the `bmc` subcommand with `check` and `power`."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "bmc",
+        help="check a host's BMC or change its power directly (no Temporal needed)",
+        description="Reach a host's BMC over Redfish with the credentials its inventory references. "
+        "Exit status: 0 done, 1 the BMC could not be reached or refused, 2 unknown host or bad "
+        "configuration.",
+    )
+    commands = parser.add_subparsers(title="bmc commands", metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="reach and authenticate to the BMC; print the system, power state, reset types and "
+        "how a power cycle will be done",
+        description="Reach the host's BMC, authenticate, and print its system, power state, the reset "
+        "types it allows and how `power cycle` (and the power_cycle_host activity) will cycle it.",
+    )
+    _common(check)
+    check.set_defaults(handler=handle_check)
+    power = commands.add_parser(
+        "power",
+        help="power a host on, off, cycle it, or show its power state",
+        description="on: ResetType On (nothing when already On). off: ForceOff, or with --graceful "
+        "GracefulShutdown then ForceOff after --grace seconds. cycle: one power cycle exactly as the "
+        "power_cycle_host activity does it (native PowerCycle where LastResetTime is exposed, else "
+        "ForceOff, wait for Off, wait --power-down-wait, On, wait for On). status: the power state.",
+    )
+    _common(power)
+    power.add_argument("action", choices=("on", "off", "cycle", "status"), help="what to do")
+    power.add_argument("--graceful", action="store_true", help="off: GracefulShutdown first")
+    power.add_argument("--grace", type=float, default=300.0, metavar="SECONDS",
+                       help="off --graceful: ForceOff after this long (default: %(default)s)")  # fmt: skip
+    power.add_argument(
+        "--power-down-wait",
+        type=float,
+        default=DEFAULT_POWER_DOWN_WAIT_SECONDS,
+        metavar="SECONDS",
+        help="cycle: time between Off and On when cycling by ForceOff/On (default: %(default)s)",
+    )
+    power.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_POWER_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="how long a power transition may take (default: %(default)s)",
+    )
+    power.set_defaults(handler=handle_power)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("host", metavar="HOST", help="the host id, as in the inventory")
+    parser.add_argument("--site", type=Path, default=None, metavar="FILE",
+                        help="site file (default: METALFLOW_SITE_FILE, .metalflow/site.yaml)")  # fmt: skip
+    parser.add_argument("--auth", choices=("session", "basic"), default="session",
+                        help="Redfish session (default) or HTTP basic auth")  # fmt: skip
+    parser.add_argument("--request-timeout", type=float, default=15.0, metavar="SECONDS",
+                        help="timeout of one HTTP request (default: %(default)s)")  # fmt: skip
+
+
+def _say(text: str) -> None:
+    print(f"{datetime.now().strftime('%H:%M:%S')}  {text}", flush=True)
+
+
+async def _resolve_host(settings: Settings, host_id: str) -> HostInventory:
+    from activities.inventory import Inventory, host_from_site_file
+
+    if settings.inventory == "site":
+        return await asyncio.to_thread(
+            host_from_site_file, settings.site_file, host_id, settings.dpf_namespace
+        )
+    return await Inventory(settings).resolve(host_id)
+
+
+def _run(args: argparse.Namespace, body: Any) -> int:
+    try:
+        settings = Settings.from_env()
+    except ValueError as err:
+        print(f"metalflow bmc: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.site is not None:
+        settings = settings.model_copy(update={"site_file": args.site, "inventory": "site"})
+
+    async def main() -> int:
+        host = await _resolve_host(settings, args.host)
+        client = RedfishClient(
+            CredentialResolver(settings.kubeconfig),
+            max_in_flight=settings.bmc_max_in_flight,
+            auth=args.auth,
+            timeout_seconds=args.request_timeout,
+        )
+        try:
+            status: int = await body(client, host)
+            return status
+        finally:
+            await client.aclose()
+
+    try:
+        return asyncio.run(main())
+    except (InvalidInput, CredentialsUnavailable) as err:
+        print(f"metalflow bmc: {err.message}", file=sys.stderr)
+        return EXIT_USAGE
+    except MetalflowError as err:
+        print(f"metalflow bmc: {args.host}: {type(err).__name__}: {err.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("metalflow bmc: interrupted", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _describe_cycle(power: SystemPower) -> str:
+    if power.power_cycle_method == "PowerCycle":
+        return "native PowerCycle (LastResetTime is exposed, so a retried cycle can tell it already happened)"
+    has_cycle = "PowerCycle" in power.allowed_reset_types
+    why = "LastResetTime is not exposed" if has_cycle else "PowerCycle is not offered"
+    return f"ForceOff, wait for Off, wait power_down_wait, On, wait for On ({why})"
+
+
+def handle_check(args: argparse.Namespace) -> int:
+    """Run `metalflow bmc check HOST`."""
+
+    async def body(client: RedfishClient, host: HostInventory) -> int:
+        bmc = host.bmc
+        print(f"host {host.host_id} (site {host.site})")
+        print(f"  BMC:          {bmc.endpoint}")
+        print(f"  credentials:  {bmc.credentials.describe()} (auth: {client.auth})")
+        if bmc.insecure:
+            print("  TLS:          verification OFF (insecure: true)")
+        async with client.connect(bmc) as connection:
+            power = await read_power(connection)
+        print("  reached:      yes, authenticated")
+        maker = " ".join(p for p in (power.manufacturer, power.model) if p)
+        print(f"  system:       {power.system}" + (f"  ({maker})" if maker else ""))
+        print(f"  power state:  {power.power_state}")
+        print(f"  reset types:  {', '.join(power.allowed_reset_types) or '(none advertised)'}")
+        last = power.last_reset_time.isoformat() if power.last_reset_time else "not exposed"
+        print(f"  last reset:   {last}")
+        print(f"  power cycle:  {_describe_cycle(power)}")
+        return EXIT_OK
+
+    return _run(args, body)
+
+
+def handle_power(args: argparse.Namespace) -> int:
+    """Run `metalflow bmc power HOST on|off|cycle|status`."""
+
+    async def body(client: RedfishClient, host: HostInventory) -> int:
+        bmc = host.bmc
+        async with client.connect(bmc) as connection:
+            if args.action == "status":
+                power = await read_power(connection)
+                print(f"{host.host_id}: {power.power_state}")
+                return EXIT_OK
+            connection.on_power_state = lambda state: _say(f"{host.host_id}: PowerState {state}")
+            _say(f"{host.host_id}: power {args.action} through {bmc.endpoint}")
+            if args.action == "on":
+                result = await set_power(
+                    connection, SetPowerInput(bmc=bmc, reset_type="On", timeout_seconds=args.timeout), _say
+                )
+                _say(f"{host.host_id}: {result.power_state}")
+            elif args.action == "off" and args.graceful:
+                request = GracefulShutdownInput(
+                    bmc=bmc, grace_seconds=args.grace, timeout_seconds=args.timeout
+                )
+                shutdown = await graceful_shutdown(connection, request, _say)
+                _say(f"{host.host_id}: {shutdown.power_state}" + (" (forced)" if shutdown.forced else ""))
+            elif args.action == "off":
+                request_off = SetPowerInput(bmc=bmc, reset_type="ForceOff", timeout_seconds=args.timeout)
+                result = await set_power(connection, request_off, _say)
+                _say(f"{host.host_id}: {result.power_state}")
+            else:
+                cycle_request = PowerCycleInput(
+                    bmc=bmc,
+                    boot_generation=1,
+                    requested_at=datetime.now(UTC),
+                    power_down_wait_seconds=args.power_down_wait,
+                    timeout_seconds=args.timeout,
+                )
+                cycle = PowerCycle(
+                    connection, cycle_request, None, persist=lambda _: None, flush_seconds=0.0, on_step=_say
+                )
+                cycled = await cycle.run()
+                took = (cycled.finished_at - cycled.started_at).total_seconds()
+                _say(
+                    f"{host.host_id}: power cycled by {cycled.method} ({', '.join(cycled.reset_types)}) "
+                    f"in {took:.1f} s, {cycled.requests} requests"
+                )
+            return EXIT_OK
+
+    return _run(args, body)

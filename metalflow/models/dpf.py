@@ -1,0 +1,308 @@
+"""The DPF contract of metalflow: exact names from DOMAIN.md section 2, and the frozen inputs,
+results and signal payload of the DPF activities and the watcher.
+
+Host workflows name hosts and DPUs by id (`HostRef`, `DPURef`); the object names are derived
+here, once: DPUNode `node-<host>`, DPUDevice `device-<dpu>`, DPU `node-<host>-device-<dpu>`,
+DPUNodeMaintenance `<dpunode>-hold`.
+
+The watcher signals the workflow that started it with `DPF_STATE_CHANGED_SIGNAL` and a
+`HostDPFState`; `read_host_dpf_state` returns the same model, so a workflow handles the first
+read and every later change with one code path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from metalflow.models.inventory import DPF_NAMESPACE, HostInventory
+
+DPF_STATE_CHANGED_SIGNAL: Final = "dpf_state_changed"
+"""Signal the watcher sends (payload `HostDPFState`) on every change that matters."""
+
+PROVISIONING_GROUP: Final = "provisioning.dpu.nvidia.com"
+SVC_GROUP: Final = "svc.dpu.nvidia.com"
+DPF_VERSION: Final = "v1alpha1"
+
+HOLD_ANNOTATION: Final = "provisioning.dpu.nvidia.com/wait-for-external-nodeeffect"
+REBOOT_REQUIRED_ANNOTATION: Final = "provisioning.dpu.nvidia.com/dpunode-external-reboot-required"
+DPU_PROTECTION_FINALIZER: Final = "provisioning.dpu.nvidia.com/dpu-protection"
+DPUNODE_NAME_LABEL: Final = "provisioning.dpu.nvidia.com/dpunode-name"
+"""Label DPF puts on every DPU it creates: the DPUNode it belongs to (the watcher selects on it)."""
+
+# What metalflow writes on the objects it registers (documented in activities/inventory.py).
+GROUP_LABEL: Final = "metalflow.io/dpu-group"
+HOST_ID_LABEL: Final = "metalflow.io/host-id"
+DPU_ID_ANNOTATION: Final = "metalflow.io/dpu-id"
+DPU_MODEL_ANNOTATION: Final = "metalflow.io/dpu-model"
+SITE_ANNOTATION: Final = "metalflow.io/site"
+BMC_ANNOTATION: Final = "metalflow.io/bmc"
+INSTANCE_ANNOTATION: Final = "metalflow.io/instance"
+GROUPS_ANNOTATION: Final = "metalflow.io/groups"
+HOST_LABELS_ANNOTATION: Final = "metalflow.io/host-labels"
+
+# DPU phases (values contain spaces); any other value is "in progress".
+PHASE_NODE_EFFECT: Final = "Node Effect"
+PHASE_REBOOTING: Final = "Rebooting"
+PHASE_READY: Final = "Ready"
+PHASE_ERROR: Final = "Error"
+PHASE_DELETING: Final = "Deleting"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HostRef(_Frozen):
+    """One host's DPF objects."""
+
+    host_id: str
+    namespace: str = DPF_NAMESPACE
+
+    @classmethod
+    def of(cls, inventory: HostInventory) -> HostRef:
+        return cls(host_id=inventory.host_id, namespace=inventory.namespace)
+
+    def node_name(self) -> str:
+        return f"node-{self.host_id}"
+
+    def hold_name(self) -> str:
+        return f"{self.node_name()}-hold"
+
+    def dpu_name(self, dpu_id: str) -> str:
+        return f"{self.node_name()}-device-{dpu_id}"
+
+
+class DPURef(_Frozen):
+    """One DPU of a host; `uid` pins the DPU object an operation means (see `ReprovisionInput`)."""
+
+    host_id: str
+    dpu_id: str
+    namespace: str = DPF_NAMESPACE
+
+    def host(self) -> HostRef:
+        return HostRef(host_id=self.host_id, namespace=self.namespace)
+
+    def dpu_name(self) -> str:
+        return self.host().dpu_name(self.dpu_id)
+
+    def device_name(self) -> str:
+        return f"device-{self.dpu_id}"
+
+
+# -- state --------------------------------------------------------------------------------------
+
+
+class Condition(_Frozen):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+class DPUState(_Frozen):
+    name: str
+    uid: str
+    dpu_id: str | None = None  # from the DPUDevice name, when it is one of ours
+    phase: str = ""  # "" before DPF set one
+    conditions: tuple[Condition, ...] = ()
+    deleting: bool = False
+    bfb: str = ""
+
+    def condition(self, ctype: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == ctype), None)
+
+    @property
+    def ready(self) -> bool:
+        ready = self.condition("Ready")
+        return self.phase == PHASE_READY and ready is not None and ready.status == "True"
+
+    @property
+    def failed(self) -> bool:
+        return self.phase == PHASE_ERROR
+
+    def failure_message(self) -> str:
+        """DPF's own words for an `Error` (the message of a False condition, `Ready` first)."""
+        ordered = sorted(self.conditions, key=lambda c: c.type != "Ready")
+        for cond in ordered:
+            if cond.status != "True" and cond.message:
+                return cond.message
+        return "no condition message"
+
+
+class DPUNodeState(_Frozen):
+    name: str
+    uid: str
+    reboot_required: str | None = None  # the annotation's value; None when absent
+    conditions: tuple[Condition, ...] = ()
+    deleting: bool = False
+
+    @property
+    def waiting_for_reboot(self) -> bool:
+        """DPF asks for an external reboot (it checks the annotation's presence)."""
+        return self.reboot_required is not None
+
+    def condition(self, ctype: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == ctype), None)
+
+
+class HoldState(_Frozen):
+    """The `<dpunode>-hold` DPUNodeMaintenance."""
+
+    name: str
+    hold: str | None = None  # the hold annotation's value; DPF waits while it is "true"
+    conditions: tuple[Condition, ...] = ()
+
+    @property
+    def holding(self) -> bool:
+        return self.hold == "true"
+
+
+class HostDPFState(_Frozen):
+    """Everything of one host's DPF state a workflow decides on (the watcher's signal payload)."""
+
+    host_id: str
+    node: DPUNodeState | None = None
+    dpus: tuple[DPUState, ...] = ()  # sorted by name
+    hold: HoldState | None = None
+    sequence: int = 0  # increases with every signal of one watcher (orders signals)
+
+    def dpu(self, dpu_id: str) -> DPUState | None:
+        return next((d for d in self.dpus if d.dpu_id == dpu_id), None)
+
+    def content(self) -> HostDPFState:
+        """The state without its sequence number: two states with equal content are one state."""
+        return self.model_copy(update={"sequence": 0})
+
+
+class DPUReadiness(_Frozen):
+    name: str
+    phase: str
+    ready: bool
+    conditions: tuple[Condition, ...] = ()
+
+
+class NodeRebootState(_Frozen):
+    name: str
+    waiting: bool
+    annotation: str | None = None
+    condition: Condition | None = None  # DPUNodeRebootInProgress
+
+
+# -- site set-up ----------------------------------------------------------------------------------
+
+
+class BFBSpec(_Frozen):
+    name: str = "bf-bundle-2-9-0"
+    url: str = "http://bfb.local/bf-bundle-2.9.0-90_24.10_ubuntu-22.04_prod.bfb"
+    file_name: str | None = None
+
+
+class FlavorSpec(_Frozen):
+    name: str = "carbide-dpu-flavor"
+    spec: dict[str, Any] = Field(
+        default_factory=lambda: {"dpuMode": "dpu", "grub": {"kernelParameters": ["console=hvc0"]}}
+    )
+
+
+class ServiceSpec(_Frozen):
+    """One DPU service of a group: a DPUServiceTemplate and a DPUServiceConfiguration."""
+
+    name: str = "dts"  # the service's key in the DPUDeployment (at most 28 characters)
+    repo_url: str = "oci://nvcr.io/nvidia/doca"
+    chart: str = "doca-telemetry"
+    version: str = "1.0.0"
+    values: dict[str, Any] = Field(default_factory=dict)
+    apply_node_effect: bool = False  # a critical service: its updates apply the node effect
+
+
+class GroupSpec(_Frozen):
+    """One DPU group: one DPUDeployment (named after the group, at most 20 characters)."""
+
+    name: str
+    services: tuple[ServiceSpec, ...] = (ServiceSpec(),)
+
+
+class SiteSetupInput(_Frozen):
+    groups: tuple[GroupSpec, ...]
+    bfb: BFBSpec = BFBSpec()
+    flavor: FlavorSpec = FlavorSpec()
+    namespace: str = DPF_NAMESPACE
+
+
+class ObjectOutcome(_Frozen):
+    """What an idempotent write found: `created`/`updated`, `unchanged`, or `differs` (left alone)."""
+
+    kind: str
+    name: str
+    outcome: str
+    detail: str = ""
+
+
+class ObjectsResult(_Frozen):
+    objects: tuple[ObjectOutcome, ...] = ()
+
+    def changed(self) -> bool:
+        return any(o.outcome in ("created", "updated", "deleted", "finalizers removed") for o in self.objects)
+
+
+class RegisterHostInput(_Frozen):
+    inventory: HostInventory
+    group: str | None = None  # default: the host's first group
+
+
+class ChangeResult(_Frozen):
+    """Whether the call changed the object (False: the world already was as asked)."""
+
+    name: str
+    changed: bool
+    detail: str = ""
+
+
+class ReprovisionInput(_Frozen):
+    """Delete the DPU object with this `uid` so DPF recreates it; a DPU with another uid is the
+    recreated one, so a retry or replay does nothing (the operation happens once)."""
+
+    dpu: DPURef
+    uid: str
+
+
+class DeploymentBFBInput(_Frozen):
+    deployment: str
+    bfb: str
+    namespace: str = DPF_NAMESPACE
+
+
+class DeploymentFlavorInput(_Frozen):
+    deployment: str
+    flavor: str
+    namespace: str = DPF_NAMESPACE
+
+
+class DeleteDPUInput(_Frozen):
+    dpu: DPURef
+    force: bool = False
+
+
+class DeleteNodeInput(_Frozen):
+    host: HostRef
+    force: bool = False
+
+
+# -- the watcher ----------------------------------------------------------------------------------
+
+
+class WatchCheckpoint(_Frozen):
+    """Heartbeat details: where each stream was, and the state last signalled."""
+
+    resource_versions: dict[str, str] = Field(default_factory=dict)  # stream -> resourceVersion
+    state: HostDPFState | None = None
+    relists: int = 0
+    reconnects: int = 0
+
+
+class WatchHostInput(_Frozen):
+    host: HostRef
+    heartbeat_seconds: float = 5.0  # how often the watcher heartbeats while nothing changes
+    resume_from: WatchCheckpoint | None = None  # used when the attempt has no heartbeat details

@@ -1,0 +1,104 @@
+"""What metalflow knows about a host: its BMC, its DPUs, whether an instance is assigned.
+
+Resolved by the inventory activity from a site source (the site file, or labels and annotations
+on the DPF objects in the cluster) and passed to the other activities. Nothing here is a secret:
+a BMC is reached through a `CredentialRef` that only the activity resolves.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+DPF_NAMESPACE = "dpf-operator-system"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class EnvCredentials(_Frozen):
+    """Names of the environment variables holding the username and the password."""
+
+    username: str
+    password: str
+
+
+class SecretRef(_Frozen):
+    """A Kubernetes Secret with keys `username` and `password`."""
+
+    namespace: str
+    name: str
+
+
+class CredentialRef(_Frozen):
+    """Where a BMC's credentials are; exactly one of `file`, `env`, `secret`.
+
+    `file` is a JSON file with `username` and `password`. The same shape as the site file's.
+    """
+
+    file: str | None = None
+    env: EnvCredentials | None = None
+    secret: SecretRef | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> CredentialRef:
+        given = [k for k in ("file", "env", "secret") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("a credential reference names exactly one of file, env, secret")
+        return self
+
+    def describe(self) -> str:
+        """The reference in words, for messages (never the secret itself)."""
+        if self.file is not None:
+            return f"file {self.file}"
+        if self.env is not None:
+            return f"environment variables {self.env.username}/{self.env.password}"
+        assert self.secret is not None
+        return f"Secret {self.secret.namespace}/{self.secret.name}"
+
+
+class BMCAccess(_Frozen):
+    """How to reach one BMC (a host's or a DPU's)."""
+
+    bmc_id: str
+    endpoint: str  # base URL; Redfish paths (`/redfish/v1/...`) are appended to it
+    credentials: CredentialRef
+    insecure: bool = False  # skip TLS verification (logged as a warning on every use)
+    ca_bundle: str | None = None  # a PEM file to verify the BMC's certificate with
+
+
+class DPUInventory(_Frozen):
+    id: str
+    model: Literal["BF3", "BF4"] | str
+    serial: str | None = None
+    bmc: BMCAccess | None = None
+
+    def dpu_device_name(self) -> str:
+        return f"device-{self.id}"
+
+
+class HostInventory(_Frozen):
+    """One host as the inventory knows it."""
+
+    host_id: str
+    site: str
+    bmc: BMCAccess
+    dpus: tuple[DPUInventory, ...] = ()
+    groups: tuple[str, ...] = ()
+    labels: dict[str, str] = {}
+    instance: str | None = None  # the instance assigned to the host, if any
+    namespace: str = DPF_NAMESPACE  # where its DPF objects live
+
+    def dpu_node_name(self) -> str:
+        """DPUNode `node-<host-id>` (DOMAIN.md section 2)."""
+        return f"node-{self.host_id}"
+
+    def dpu_name(self, dpu_id: str) -> str:
+        """DPU `node-<host-id>-device-<dpu-id>`."""
+        return f"node-{self.host_id}-device-{dpu_id}"
+
+    def hold_name(self) -> str:
+        """DPUNodeMaintenance `<dpunode>-hold`."""
+        return f"{self.dpu_node_name()}-hold"

@@ -1,0 +1,145 @@
+"""Inputs and results of the Redfish activities (power and DPU firmware). No secrets: a BMC is
+named by `BMCAccess`, whose credentials are a reference the activity resolves."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from metalflow.models.inventory import BMCAccess
+
+PowerState = Literal["On", "Off", "PoweringOn", "PoweringOff", "Paused", "Unknown"]
+PowerCycleMethod = Literal["PowerCycle", "ForceOff+On", "On"]
+PowerCycleStep = Literal["started", "off_requested", "off_reached", "on_requested", "cycle_requested", "done"]
+
+DEFAULT_POWER_TIMEOUT_SECONDS = 300.0
+DEFAULT_POWER_DOWN_WAIT_SECONDS = 120.0  # DOMAIN.md section 1: Carbide's power_down_wait
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ReadPowerStateInput(_Frozen):
+    bmc: BMCAccess
+
+
+class SystemPower(_Frozen):
+    """What a BMC says about its (first) ComputerSystem's power."""
+
+    bmc_id: str
+    system: str  # the System's @odata.id
+    manufacturer: str | None = None
+    model: str | None = None
+    power_state: PowerState
+    allowed_reset_types: tuple[str, ...]
+    last_reset_time: datetime | None = None
+    power_cycle_method: PowerCycleMethod  # how `power_cycle_host` cycles this host when it is On
+    observed_at: datetime
+
+
+class SetPowerInput(_Frozen):
+    bmc: BMCAccess
+    reset_type: str  # a Redfish ResetType: On, ForceOff, GracefulShutdown, ForceRestart, ...
+    timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)
+
+
+class SetPowerResult(_Frozen):
+    bmc_id: str
+    requested: str  # the reset type asked for
+    sent: str | None  # the reset type sent; None when the target state already held
+    power_state: PowerState
+    started_at: datetime
+    finished_at: datetime
+
+
+class PowerCycleInput(_Frozen):
+    """One power cycle owed to a host; see `activities.redfish.powercycle` for the guarantees."""
+
+    bmc: BMCAccess
+    boot_generation: int = Field(ge=1)  # the generation this cycle brings the host to
+    requested_at: datetime  # workflow time the reboot was asked for (timezone-aware)
+    power_down_wait_seconds: float = Field(default=DEFAULT_POWER_DOWN_WAIT_SECONDS, ge=0)
+    timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)  # per power transition
+
+
+class PowerCycleProgress(_Frozen):
+    """Heartbeat details of a power cycle: where a retried attempt resumes."""
+
+    step: PowerCycleStep = "started"
+    method: PowerCycleMethod | None = None
+    last_reset_before: str | None = None  # LastResetTime read before PowerCycle was sent
+    off_reached_at: datetime | None = None
+    reset_types: tuple[str, ...] = ()  # every reset sent, over all attempts that recorded it
+    steps: tuple[str, ...] = ()
+    started_at: datetime | None = None
+
+
+class PowerCycleResult(_Frozen):
+    bmc_id: str
+    boot_generation: int
+    method: PowerCycleMethod
+    steps: tuple[str, ...]  # e.g. ("off_requested", "off_reached", "on_requested", "done")
+    reset_types: tuple[str, ...]  # every reset this cycle sent, in order
+    already_done: bool = False  # LastResetTime showed the cycle happened after `requested_at`
+    off_reached_at: datetime | None = None
+    started_at: datetime
+    finished_at: datetime
+    attempts: int  # the activity attempt that finished the cycle
+    requests: int = 0  # HTTP requests this attempt sent to the BMC
+
+
+class GracefulShutdownInput(_Frozen):
+    bmc: BMCAccess
+    grace_seconds: float = Field(default=300.0, ge=0)  # then ForceOff
+    timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)
+
+
+class GracefulShutdownResult(_Frozen):
+    bmc_id: str
+    reset_types: tuple[str, ...]  # () when already Off; ("GracefulShutdown", "ForceOff") when forced
+    forced: bool
+    power_state: PowerState
+    started_at: datetime
+    finished_at: datetime
+
+
+class FirmwareComponent(_Frozen):
+    id: str
+    software_id: str | None = None
+    version: str | None = None
+    state: str | None = None  # Status.State: Enabled (running), StandbyOffline (staged)
+
+
+class ReadFirmwareInput(_Frozen):
+    bmc: BMCAccess  # a DPU's BMC
+    component: str = "DPU_NIC"  # SoftwareId (or Id) of the firmware to report
+
+
+class FirmwareVersions(_Frozen):
+    bmc_id: str
+    component: str
+    running: str | None
+    staged: str | None  # a version waiting for activation (next host power cycle)
+    components: tuple[FirmwareComponent, ...]
+
+
+class StageFirmwareInput(_Frozen):
+    bmc: BMCAccess  # a DPU's BMC
+    image_uri: str
+    version: str  # the version the image carries: skip when already staged or running
+    transfer_protocol: str | None = None  # HTTP, HTTPS, SCP; None lets the BMC infer it
+    component: str = "DPU_NIC"
+    timeout_seconds: float = Field(default=1800.0, gt=0)
+
+
+class StageFirmwareResult(_Frozen):
+    bmc_id: str
+    version: str
+    outcome: Literal["staged", "already_staged", "already_running"]
+    task: str | None = None  # the task monitor followed
+    task_state: str | None = None
+    running: str | None
+    staged: str | None

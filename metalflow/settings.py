@@ -1,0 +1,68 @@
+"""Worker settings: where the site is and how hard metalflow may lean on it.
+
+Read from the environment once, when the worker (or a CLI command that does I/O) starts; never
+inside workflows. Secrets are not settings: BMC credentials are reached through references in
+the inventory, and Temporal's own connection settings come from `temporalio.envconfig`.
+
+| variable | meaning | default |
+| --- | --- | --- |
+| `METALFLOW_SITE_FILE` | the site file (YAML) the inventory reads | `.metalflow/site.yaml` |
+| `METALFLOW_INVENTORY` | `site` (the site file) or `cluster` (labels/annotations on DPF objects) | `site` |
+| `KUBECONFIG` | the DPF cluster's kubeconfig (in a pod: in-cluster) | `.metalflow/kubeconfig` if there |
+| `METALFLOW_DPF_NAMESPACE` | namespace of the DPF objects | `dpf-operator-system` |
+| `METALFLOW_BMC_MAX_IN_FLIGHT` | concurrent requests per BMC, across the worker | `2` |
+| `METALFLOW_DPF_MAX_IN_FLIGHT_PER_HOST` | concurrent DPF API calls per host, across the worker | `4` |
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from metalflow.models.inventory import DPF_NAMESPACE
+
+DEFAULT_STATE_DIR = Path(".metalflow")
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    site_file: Path = DEFAULT_STATE_DIR / "site.yaml"
+    inventory: Literal["site", "cluster"] = "site"
+    kubeconfig: Path | None = None  # None: in-cluster config, or the client's default
+    dpf_namespace: str = DPF_NAMESPACE
+    bmc_max_in_flight: int = Field(default=2, ge=1)
+    dpf_max_in_flight_per_host: int = Field(default=4, ge=1)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Settings from `env` (default: the process environment); a bad value raises ValueError."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        if "METALFLOW_SITE_FILE" in env:
+            values["site_file"] = Path(env["METALFLOW_SITE_FILE"])
+        if "METALFLOW_INVENTORY" in env:
+            values["inventory"] = env["METALFLOW_INVENTORY"]
+        if env.get("KUBECONFIG"):
+            values["kubeconfig"] = Path(env["KUBECONFIG"].split(os.pathsep)[0])
+        elif (DEFAULT_STATE_DIR / "kubeconfig").exists() and "KUBERNETES_SERVICE_HOST" not in env:
+            values["kubeconfig"] = DEFAULT_STATE_DIR / "kubeconfig"
+        if "METALFLOW_DPF_NAMESPACE" in env:
+            values["dpf_namespace"] = env["METALFLOW_DPF_NAMESPACE"]
+        for key, field in (
+            ("METALFLOW_BMC_MAX_IN_FLIGHT", "bmc_max_in_flight"),
+            ("METALFLOW_DPF_MAX_IN_FLIGHT_PER_HOST", "dpf_max_in_flight_per_host"),
+        ):
+            if key in env:
+                try:
+                    values[field] = int(env[key])
+                except ValueError:
+                    raise ValueError(f"{key} must be a whole number, not {env[key]!r}") from None
+        try:
+            return cls.model_validate(values)
+        except ValueError as err:
+            raise ValueError(f"invalid metalflow settings: {err}") from err

@@ -1,0 +1,210 @@
+"""The power cycle that can never happen twice: kill the worker (SIGKILL) at each step of a power
+cycle, start a new one, and read the BMC's power log: exactly one Off and one On, always.
+
+The activity runs in a separate worker process (`tests/power_worker.py`) that is killed when the
+simulated BMC shows the step reached; the workflow (here, in the test's own worker) retries the
+activity on a fresh worker after the 2 s heartbeat timeout. Demo timings: 0.5 s per transition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sim_support import RunningSim, running_sim
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from metalflow.models.inventory import BMCAccess, CredentialRef
+from metalflow.models.redfish import PowerCycleInput, PowerCycleResult
+
+pytestmark = pytest.mark.slow
+WORKER_SCRIPT = Path(__file__).with_name("power_worker.py")
+
+
+@workflow.defn(sandboxed=False)
+class CycleOnce:
+    """Runs `power_cycle_host` once, as a host workflow would."""
+
+    @workflow.run
+    async def run(self, request: PowerCycleInput, activity_queue: str) -> PowerCycleResult:
+        result: PowerCycleResult = await workflow.execute_activity(
+            "power_cycle_host",
+            request,
+            result_type=PowerCycleResult,
+            task_queue=activity_queue,
+            start_to_close_timeout=timedelta(minutes=5),
+            heartbeat_timeout=timedelta(seconds=2),
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=1)
+            ),
+        )
+        return result
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with running_sim(tmp_path_factory.mktemp("sim"), hosts=5, dpus_per_host=0, timings="demo") as running:
+        yield running
+
+
+def access(sim: RunningSim, host_id: str) -> BMCAccess:
+    bmc = sim.host(host_id)["bmc"]
+    return BMCAccess(
+        bmc_id=host_id, endpoint=bmc["endpoint"], credentials=CredentialRef(**bmc["credentials"])
+    )
+
+
+def power_state(sim: RunningSim, host_id: str) -> str:
+    """Read PowerState straight from the simulated BMC (basic auth), as an observer."""
+    bmc = sim.host(host_id)["bmc"]
+    pair = json.loads(Path(bmc["credentials"]["file"]).read_text())
+    with httpx.Client(base_url=sim.url, auth=(pair["username"], pair["password"]), timeout=5) as http:
+        members = http.get(f"/bmc/{host_id}/redfish/v1/Systems").json()["Members"]
+        return str(http.get(members[0]["@odata.id"]).json()["PowerState"])
+
+
+def start_worker(env: WorkflowEnvironment, queue: str) -> subprocess.Popen[str]:
+    target = env.client.service_client.config.target_host
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER_SCRIPT), target, env.client.namespace, queue],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    assert process.stdout.readline().strip() == "ready"
+    return process
+
+
+def kill(process: subprocess.Popen[str]) -> None:
+    process.kill()  # SIGKILL: no cleanup, no last heartbeat
+    process.wait()
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def transitions(sim: RunningSim, host_id: str, since: int) -> list[tuple[str, str, str]]:
+    return [(e["from"], e["to"], e["reset_type"]) for e in sim.power_log(host_id)[since:]]
+
+
+Reached = Callable[[RunningSim, str, int], bool]
+
+
+def after_off_logged(sim: RunningSim, host_id: str, since: int) -> bool:
+    return len(sim.power_log(host_id)) > since
+
+
+def state_is(state: str) -> Reached:
+    return lambda sim, host_id, since: power_state(sim, host_id) == state
+
+
+def activity_started(sim: RunningSim, host_id: str, since: int) -> bool:
+    return True  # checked right after the activity was reported started: before any reset settles
+
+
+CASES = [
+    # (host, profile, kill point, when to kill, expected reset types in the log)
+    ("host-002", "no-powercycle", "before anything settled", activity_started, ("ForceOff", "On")),
+    ("host-002", "no-powercycle", "right after the Off entry", after_off_logged, ("ForceOff", "On")),
+    ("host-002", "no-powercycle", "while PoweringOn", state_is("PoweringOn"), ("ForceOff", "On")),
+    ("host-005", "reset-cooldown", "right after the Off entry", after_off_logged, ("ForceOff", "On")),
+    ("host-001", "powercycle", "while PoweringOff", state_is("PoweringOff"), ("PowerCycle", "PowerCycle")),
+    ("host-001", "powercycle", "while PoweringOn", state_is("PoweringOn"), ("PowerCycle", "PowerCycle")),
+    ("host-003", "task-monitor", "while PoweringOff", state_is("PoweringOff"), ("PowerCycle", "PowerCycle")),
+    (
+        "host-004",
+        "etag-required",
+        "right after the Off entry",
+        after_off_logged,
+        ("PowerCycle", "PowerCycle"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("host_id", "profile", "point", "reached", "expected"), CASES,
+                         ids=[f"{c[1]}-{c[2].replace(' ', '-')}" for c in CASES])  # fmt: skip
+async def test_killed_worker_never_cycles_twice(
+    local_env: WorkflowEnvironment,
+    sim: RunningSim,
+    host_id: str,
+    profile: str,
+    point: str,
+    reached: Reached,
+    expected: tuple[str, str],
+) -> None:
+    assert sim.host(host_id)["bmc"]["profile"] == profile
+    client: Client = local_env.client
+    queue, activity_queue = f"crash-{uuid.uuid4()}", f"crash-activities-{uuid.uuid4()}"
+    since = len(sim.power_log(host_id))
+    first = start_worker(local_env, activity_queue)
+    second: subprocess.Popen[str] | None = None
+    try:
+        async with Worker(
+            client, task_queue=queue, workflows=[CycleOnce], workflow_runner=UnsandboxedWorkflowRunner()
+        ):
+            request = PowerCycleInput(
+                bmc=access(sim, host_id),
+                boot_generation=since // 2 + 1,
+                requested_at=datetime.now(UTC),
+                power_down_wait_seconds=1.0,
+                timeout_seconds=60,
+            )
+            handle = await client.start_workflow(
+                CycleOnce.run, args=[request, activity_queue], id=f"crash-{uuid.uuid4()}", task_queue=queue
+            )
+            await _wait_for(lambda: _activity_started(handle), timeout=20)
+            await _wait_for(lambda: asyncio.to_thread(reached, sim, host_id, since), timeout=30)
+            kill(first)
+            killed_state = await asyncio.to_thread(power_state, sim, host_id)
+            killed_log = transitions(sim, host_id, since)
+            second = start_worker(local_env, activity_queue)
+            result = await asyncio.wait_for(handle.result(), timeout=90)
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+    log = transitions(sim, host_id, since)
+    print(f"{profile} killed {point}: state {killed_state}, log then {killed_log}; result {result.steps}")
+    assert log == [("On", "Off", expected[0]), ("Off", "On", expected[1])], (
+        point,
+        killed_state,
+        killed_log,
+        log,
+    )
+    assert result.attempts >= 2
+    assert result.steps[-1] == "done"
+    assert power_state(sim, host_id) == "On"
+
+
+async def _activity_started(handle: Any) -> bool:
+    description = await handle.describe()
+    pending = description.raw_description.pending_activities
+    return bool(pending) and pending[0].state == 2  # PENDING_ACTIVITY_STATE_STARTED
+
+
+async def _wait_for(check: Callable[[], Any], timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("the expected step was not reached in time")
+        await asyncio.sleep(0.02)

@@ -1,0 +1,380 @@
+"""The Redfish client's edge cases, over `httpx.MockTransport`: what real BMCs of other vendors do
+that the simulated site does not (malformed bodies, odd reset types, redirects, Retry-After forms,
+task monitors), and what every BMC must never see (credentials sent to another host)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from activities.credentials import CredentialResolver
+from activities.errors import (
+    BMCAuthenticationFailed,
+    BMCRequestRejected,
+    BMCUnavailable,
+    CredentialsUnavailable,
+    ResetTypeNotSupported,
+)
+from activities.redfish.client import RedfishClient
+from activities.redfish.power import read_power, set_power
+from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
+from metalflow.models.redfish import SetPowerInput
+
+ORIGIN = "https://bmc.example"
+SECRET = "s3cret-pa55"
+ENV = {"BMC_USER": "admin", "BMC_PASS": SECRET}
+ACCESS = BMCAccess(
+    bmc_id="bmc-1",
+    endpoint=ORIGIN,
+    credentials=CredentialRef(env=EnvCredentials(username="BMC_USER", password="BMC_PASS")),
+)
+SYSTEM = "/redfish/v1/Systems/Node0"
+RESET = f"{SYSTEM}/Actions/ComputerSystem.Reset"
+
+
+def system_body(**changes: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "@odata.id": SYSTEM,
+        "PowerState": "On",
+        "Actions": {
+            "#ComputerSystem.Reset": {
+                "target": RESET,
+                "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown"],
+            }
+        },
+    }
+    body.update(changes)
+    return body
+
+
+class FakeBMC:
+    """A scripted BMC: a route table of (method, path) -> handler, and every request it saw."""
+
+    def __init__(self, system: dict[str, Any] | Callable[[], httpx.Response] | None = None) -> None:
+        self.seen: list[httpx.Request] = []
+        self.power = "On"
+        self.routes: dict[tuple[str, str], Callable[[httpx.Request], httpx.Response]] = {
+            ("GET", "/redfish/v1/"): lambda r: httpx.Response(
+                200,
+                json={
+                    "Systems": {"@odata.id": "/redfish/v1/Systems"},
+                    "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
+                },
+            ),  # fmt: skip
+            ("GET", "/redfish/v1/Systems"): lambda r: httpx.Response(
+                200, json={"Members": [{"@odata.id": SYSTEM}]}
+            ),
+            ("GET", SYSTEM): lambda r: httpx.Response(200, json=system_body(PowerState=self.power)),
+        }
+        if isinstance(system, dict):
+            self.routes[("GET", SYSTEM)] = lambda r: httpx.Response(200, json=system)
+        elif system is not None:
+            self.routes[("GET", SYSTEM)] = lambda r: system()
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(request)
+        route = self.routes.get((request.method, request.url.path))
+        if route is None:
+            return httpx.Response(404, json={"error": {"message": "nope"}})
+        return route(request)
+
+    def client(self, auth: str = "basic", max_in_flight: int = 2) -> RedfishClient:
+        return RedfishClient(
+            CredentialResolver(env=ENV),
+            auth=auth,  # type: ignore[arg-type]
+            max_in_flight=max_in_flight,
+            transport=httpx.MockTransport(self.handle),
+        )
+
+
+async def read(bmc: FakeBMC, **kwargs: Any) -> Any:
+    client = bmc.client(**kwargs)
+    try:
+        async with client.connect(ACCESS) as connection:
+            return await read_power(connection)
+    finally:
+        await client.aclose()
+
+
+async def test_reads_power_through_links_with_basic_auth() -> None:
+    bmc = FakeBMC()
+    power = await read(bmc)
+    assert power.power_state == "On"
+    assert power.system == SYSTEM
+    assert power.power_cycle_method == "ForceOff+On"  # no PowerCycle, no LastResetTime
+    expected = "Basic " + base64.b64encode(f"admin:{SECRET}".encode()).decode()
+    assert bmc.seen[-1].headers["Authorization"] == expected
+    assert "Authorization" not in bmc.seen[0].headers  # the service root is read unauthenticated
+
+
+async def test_malformed_json_is_rejected_as_not_redfish() -> None:
+    bmc = FakeBMC(lambda: httpx.Response(200, content=b"<html>login page</html>"))
+    with pytest.raises(BMCRequestRejected, match="malformed JSON") as caught:
+        await read(bmc)
+    assert caught.value.non_retryable
+
+
+async def test_missing_power_state_is_rejected() -> None:
+    body = system_body()
+    del body["PowerState"]
+    with pytest.raises(BMCRequestRejected, match="PowerState missing"):
+        await read(FakeBMC(body))
+    with pytest.raises(BMCRequestRejected, match="PowerState 'Sleeping'"):
+        await read(FakeBMC(system_body(PowerState="Sleeping")))
+
+
+async def test_unknown_reset_type_values_are_shown_but_never_chosen() -> None:
+    body = system_body()
+    body["Actions"]["#ComputerSystem.Reset"]["ResetType@Redfish.AllowableValues"] = [
+        "On", "ForceOff", "OemHardReset", 42, None,
+    ]  # fmt: skip
+    bmc = FakeBMC(body)
+    power = await read(bmc)
+    assert power.allowed_reset_types == ("On", "ForceOff", "OemHardReset")
+    client = bmc.client()
+    async with client.connect(ACCESS) as connection:
+        with pytest.raises(ResetTypeNotSupported, match="OemHardReset") as caught:
+            await set_power(connection, SetPowerInput(bmc=ACCESS, reset_type="OemHardReset"))
+        with pytest.raises(ResetTypeNotSupported, match=r"takes: On, ForceOff\)$"):
+            await set_power(connection, SetPowerInput(bmc=ACCESS, reset_type="PowerCycle"))
+    await client.aclose()
+    assert caught.value.non_retryable
+    assert not [r for r in bmc.seen if r.method == "POST"]
+
+
+async def test_reset_types_from_action_info_when_not_inline() -> None:
+    body = system_body()
+    body["Actions"]["#ComputerSystem.Reset"] = {"target": RESET, "@Redfish.ActionInfo": f"{SYSTEM}/ResetInfo"}
+    bmc = FakeBMC(body)
+    bmc.routes[("GET", f"{SYSTEM}/ResetInfo")] = lambda r: httpx.Response(
+        200, json={"Parameters": [{"Name": "ResetType", "AllowableValues": ["On", "PowerCycle"]}]}
+    )
+    assert (await read(bmc)).allowed_reset_types == ("On", "PowerCycle")
+
+
+async def test_same_origin_redirect_is_followed_and_cross_origin_refused() -> None:
+    bmc = FakeBMC()
+    bmc.routes[("GET", "/redfish/v1/Systems")] = lambda r: httpx.Response(
+        308, headers={"Location": "/redfish/v1/Systems/"}
+    )
+    bmc.routes[("GET", "/redfish/v1/Systems/")] = lambda r: httpx.Response(
+        200, json={"Members": [{"@odata.id": SYSTEM}]}
+    )
+    assert (await read(bmc)).power_state == "On"
+
+    evil = FakeBMC()
+    evil.routes[("GET", SYSTEM)] = lambda r: httpx.Response(
+        302, headers={"Location": "https://elsewhere.example/x"}
+    )
+    with pytest.raises(BMCRequestRejected, match="another origin"):
+        await read(evil)
+    assert all(r.url.host == "bmc.example" for r in evil.seen)
+
+
+async def test_retry_after_sets_next_retry_delay_in_both_forms() -> None:
+    bmc = FakeBMC(
+        lambda: httpx.Response(503, headers={"Retry-After": "7"}, json={"error": {"message": "busy"}})
+    )
+    with pytest.raises(BMCUnavailable) as caught:
+        await read(bmc)
+    assert caught.value.next_retry_delay == timedelta(seconds=7)
+    assert not caught.value.non_retryable
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    bmc = FakeBMC(lambda: httpx.Response(409, headers={"Retry-After": when}))
+    with pytest.raises(BMCUnavailable) as caught:
+        await read(bmc)
+    assert caught.value.next_retry_delay is not None
+    assert 25 <= caught.value.next_retry_delay.total_seconds() <= 31
+
+
+async def test_authentication_failure_names_the_reference_never_the_secret() -> None:
+    bmc = FakeBMC(lambda: httpx.Response(401, json={"error": {"@Message.ExtendedInfo": [
+        {"MessageId": "Base.1.16.0.NoValidSession", "Message": "bad login"}]}}))  # fmt: skip
+    with pytest.raises(BMCAuthenticationFailed) as caught:
+        await read(bmc)
+    message = str(caught.value)
+    assert "NoValidSession" in message and "BMC_USER/BMC_PASS" in message
+    assert SECRET not in message and "admin" not in message
+    assert caught.value.non_retryable
+
+
+async def test_statuses_map_to_the_taxonomy() -> None:
+    expected: list[tuple[int, type[Exception]]] = [
+        (403, BMCAuthenticationFailed), (400, BMCRequestRejected), (405, BMCRequestRejected),
+        (404, BMCRequestRejected), (409, BMCUnavailable), (500, BMCUnavailable),
+    ]  # fmt: skip
+    for status, error in expected:
+        with pytest.raises(error):
+            await read(FakeBMC(lambda status=status: httpx.Response(status)))  # type: ignore[misc]
+
+
+async def test_connection_refused_and_timeout_are_transient() -> None:
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    client = RedfishClient(CredentialResolver(env=ENV), transport=httpx.MockTransport(refuse))
+    with pytest.raises(BMCUnavailable, match="cannot reach https://bmc.example"):
+        async with client.connect(ACCESS) as connection:
+            await read_power(connection)
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("slow", request=request)
+
+    client = RedfishClient(CredentialResolver(env=ENV), transport=httpx.MockTransport(slow))
+    with pytest.raises(BMCUnavailable, match="timed out"):
+        async with client.connect(ACCESS) as connection:
+            await read_power(connection)
+
+
+async def test_reset_202_task_monitor_is_followed_until_done() -> None:
+    bmc = FakeBMC()
+    polls: list[int] = []
+
+    def reset(request: httpx.Request) -> httpx.Response:
+        assert json.loads(request.content) == {"ResetType": "ForceOff"}
+        bmc.power = "Off"
+        return httpx.Response(
+            202, headers={"Location": "/redfish/v1/TaskService/Tasks/9", "Retry-After": "0"}
+        )
+
+    def monitor(request: httpx.Request) -> httpx.Response:
+        polls.append(1)
+        if len(polls) < 3:
+            return httpx.Response(202, json={"TaskState": "Running"}, headers={"Retry-After": "0"})
+        return httpx.Response(200, json={"TaskState": "Completed"})
+
+    bmc.routes[("POST", RESET)] = reset
+    bmc.routes[("GET", "/redfish/v1/TaskService/Tasks/9")] = monitor
+    client = bmc.client()
+    async with client.connect(ACCESS) as connection:
+        result = await set_power(connection, SetPowerInput(bmc=ACCESS, reset_type="ForceOff"))
+    await client.aclose()
+    assert len(polls) == 3
+    assert (result.sent, result.power_state) == ("ForceOff", "Off")
+
+
+async def test_task_that_ends_in_exception_is_rejected_with_its_message() -> None:
+    bmc = FakeBMC()
+    bmc.routes[("POST", RESET)] = lambda r: httpx.Response(202, headers={"Location": "/redfish/v1/Tasks/1"})
+    bmc.routes[("GET", "/redfish/v1/Tasks/1")] = lambda r: httpx.Response(
+        200, json={"TaskState": "Exception", "Messages": [{"Message": "PSU fault"}]}
+    )
+    client = bmc.client()
+    async with client.connect(ACCESS) as connection:
+        with pytest.raises(BMCRequestRejected, match="ended Exception: PSU fault"):
+            await set_power(connection, SetPowerInput(bmc=ACCESS, reset_type="ForceOff"))
+    await client.aclose()
+
+
+def with_sessions(bmc: FakeBMC) -> list[str]:
+    """Add a session service to a fake BMC; returns the log of session events."""
+    events: list[str] = []
+    tokens: set[str] = set()
+
+    def login(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body != {"UserName": "admin", "Password": SECRET}:
+            return httpx.Response(401)
+        token = f"t{len(events)}"
+        tokens.add(token)
+        events.append("create")
+        return httpx.Response(
+            201, headers={"X-Auth-Token": token, "Location": f"/redfish/v1/SessionService/Sessions/{token}"}
+        )
+
+    def delete(request: httpx.Request) -> httpx.Response:
+        events.append("delete")
+        tokens.discard(request.url.path.rsplit("/", 1)[-1])
+        return httpx.Response(204)
+
+    inner = bmc.handle
+
+    def authenticated(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path.startswith("/redfish/v1/SessionService/Sessions/") and request.method == "DELETE":
+            return delete(request)
+        if path == "/redfish/v1/SessionService/Sessions" and request.method == "POST":
+            return login(request)
+        if path != "/redfish/v1/" and request.headers.get("X-Auth-Token") not in tokens:
+            return httpx.Response(401)
+        return inner(request)
+
+    bmc.handle = authenticated  # type: ignore[method-assign]
+    bmc.tokens = tokens  # type: ignore[attr-defined]
+    return events
+
+
+async def test_one_session_shared_by_concurrent_activities_and_deleted_after() -> None:
+    bmc = FakeBMC()
+    events = with_sessions(bmc)
+    client = bmc.client(auth="session")
+
+    async def activity() -> str:
+        async with client.connect(ACCESS) as connection:
+            power = await read_power(connection)
+            await asyncio.sleep(0.05)
+            return power.power_state
+
+    assert list(await asyncio.gather(activity(), activity(), activity())) == ["On", "On", "On"]
+    assert events == ["create", "delete"]
+    assert await activity() == "On"
+    assert events == ["create", "delete", "create", "delete"]
+    await client.aclose()
+
+
+async def test_an_expired_session_is_opened_again_once() -> None:
+    bmc = FakeBMC()
+    events = with_sessions(bmc)
+    client = bmc.client(auth="session")
+    async with client.connect(ACCESS) as connection:
+        await read_power(connection)
+        bmc.tokens.clear()  # type: ignore[attr-defined]  # the BMC forgot every session
+        assert (await read_power(connection)).power_state == "On"
+    await client.aclose()
+    assert events == ["create", "create", "delete"]
+
+
+async def test_requests_in_flight_per_bmc_are_capped() -> None:
+    in_flight = peak = 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.02)
+        in_flight -= 1
+        return httpx.Response(200, json={"Systems": {"@odata.id": "/redfish/v1/Systems"}})
+
+    client = RedfishClient(CredentialResolver(env=ENV), max_in_flight=2, auth="basic",
+                           transport=httpx.MockTransport(handler))  # fmt: skip
+    async with client.connect(ACCESS) as connection:
+        await asyncio.gather(*(connection.get("/redfish/v1/Chassis") for _ in range(10)))
+    await client.aclose()
+    assert peak == 2
+
+
+async def test_credential_references_fail_without_revealing_values(tmp_path: Path) -> None:
+    resolver = CredentialResolver(env={"BMC_USER": "admin"})
+    with pytest.raises(CredentialsUnavailable, match="BMC_USER/BMC_PASS are not both set"):
+        await resolver.resolve(ACCESS.credentials)
+    bad = tmp_path / "creds.json"
+    bad.write_text(f'{{"username": "admin", "password": "{SECRET}"')  # truncated JSON
+    with pytest.raises(CredentialsUnavailable) as caught:
+        await resolver.resolve(CredentialRef(file=str(bad)))
+    assert SECRET not in str(caught.value) and str(bad) in str(caught.value)
+    with pytest.raises(CredentialsUnavailable, match="cannot read file"):
+        await resolver.resolve(CredentialRef(file=str(tmp_path / "missing.json")))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"username": "admin", "password": SECRET}))
+    found = await resolver.resolve(CredentialRef(file=str(good)))
+    assert (found.username, found.password) == ("admin", SECRET)
+    assert SECRET not in repr(found)
