@@ -22,8 +22,17 @@ OPERATION: Final = SearchAttributeKey.for_keyword("Operation")
 PHASE: Final = SearchAttributeKey.for_keyword("Phase")
 CAMPAIGN: Final = SearchAttributeKey.for_keyword("Campaign")
 SITE: Final = SearchAttributeKey.for_keyword("Site")
+POOL_STATE: Final = SearchAttributeKey.for_keyword("PoolState")
+"""`in-pool` or `out-of-pool`: set by a host's monitor, so the UI lists hosts taken out of service."""
 
-SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[str], ...]] = (HOST_ID, OPERATION, PHASE, CAMPAIGN, SITE)
+SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[str], ...]] = (
+    HOST_ID,
+    OPERATION,
+    PHASE,
+    CAMPAIGN,
+    SITE,
+    POOL_STATE,
+)
 """Every custom search attribute metalflow sets; each must be registered on the namespace."""
 
 _TYPE_NAMES: Final = {
@@ -67,6 +76,37 @@ def host_operation_workflow_id(operation: str, host_id: str) -> str:
         host_id: The host's id in the site.
     """
     return f"{_checked('operation', operation)}/host-{_checked('host id', host_id)}"
+
+
+# Operations on a host; each is also the `Operation` search attribute of its workflow.
+PROVISION: Final = "provision"
+REPROVISION: Final = "reprovision"
+FIRMWARE: Final = "firmware"
+REBOOT: Final = "reboot"
+REMOVE: Final = "remove"
+MONITOR: Final = "monitor"
+HOST: Final = "host"
+
+
+def host_workflow_id(host_id: str) -> str:
+    """Workflow id of a host's entity workflow, the one owner of the host: ``host/<id>``."""
+    return f"host/{_checked('host id', host_id)}"
+
+
+def host_reboot_workflow_id(host_id: str, boot_generation: int) -> str:
+    """Workflow id of one reboot: ``reboot/host-<id>/generation-<n>``.
+
+    The boot generation is the number of reboots owed: asking twice for the same generation
+    finds the same workflow, so the host reboots once.
+    """
+    if boot_generation < 1:
+        raise ValueError(f"invalid boot generation {boot_generation}: generations start at 1")
+    return f"{host_operation_workflow_id(REBOOT, host_id)}/generation-{boot_generation}"
+
+
+def monitor_workflow_id(host_id: str) -> str:
+    """Workflow id of a host's long-running monitor: ``monitor/host-<id>``."""
+    return host_operation_workflow_id(MONITOR, host_id)
 
 
 def reprovision_workflow_id(host_id: str) -> str:

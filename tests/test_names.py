@@ -27,12 +27,23 @@ def test_id_parts_that_would_need_quoting_are_refused(bad: str) -> None:
         names.reprovision_workflow_id(bad)
 
 
-def test_search_attributes_are_the_five_keywords() -> None:
+def test_search_attributes_are_metalflows_keywords() -> None:
     assert names.search_attribute_types() == {
         "HostId": "Keyword",
         "Operation": "Keyword",
         "Phase": "Keyword",
         "Campaign": "Keyword",
         "Site": "Keyword",
+        "PoolState": "Keyword",
     }
     assert [key.name for key in names.SEARCH_ATTRIBUTES] == list(names.search_attribute_types())
+
+
+def test_host_workflow_ids_are_business_keys() -> None:
+    assert names.host_workflow_id("gpu-0042") == "host/gpu-0042"
+    assert names.monitor_workflow_id("gpu-0042") == "monitor/host-gpu-0042"
+    assert names.host_reboot_workflow_id("gpu-0042", 3) == "reboot/host-gpu-0042/generation-3"
+    with pytest.raises(ValueError, match="generations start at 1"):
+        names.host_reboot_workflow_id("gpu-0042", 0)
+    with pytest.raises(ValueError, match="invalid host id"):
+        names.host_workflow_id("gpu 42")

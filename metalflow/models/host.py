@@ -1,0 +1,420 @@
+"""The host workflows' contract: inputs, results, status, and the names of their messages.
+
+Workflows on one host (DOMAIN.md sections 1-2; workflow ids in `metalflow.names`):
+
+- `HostWorkflow` (`host/<id>`): the one owner of a host, long-running. Every operation on the
+  host is asked of it by an update (`request_*`), so an instance assignment and a reprovision
+  can never race: it refuses a request while another operation is in flight (naming it),
+  refuses `assign_instance` during a disruptive operation, and holds a disruptive request on
+  an assigned host until `approve` (or an auto-approval window). It runs each operation as a
+  child workflow whose id is the business key (`reprovision/host-<id>`, ...).
+- `HostOperationWorkflow` (`provision/host-<id>` or `reprovision/host-<id>`): the runbook of
+  flows 2-4 and 11 for all DPUs of a host or a chosen subset: register or reprovision, release
+  the hold, barrier until every DPU asks for the reboot, exactly one host power cycle, remove
+  the annotation, again if DPF asks again (BF4), barrier until every DPU is Ready.
+- `HostRebootWorkflow` (`reboot/host-<id>/generation-<n>`): one reboot per boot generation,
+  through the BMC, or by waiting for the `host_rebooted` signal (reboot method `manual`).
+- `FirmwareWorkflow` (`firmware/host-<id>`): stage on every DPU's BMC, barrier, one power
+  cycle, verify every DPU runs the target.
+- `HostMonitorWorkflow` (`monitor/host-<id>`): flow 5, takes the host out of the pool when a
+  Ready DPU falls to `Node Effect`; continues-as-new.
+- `HostRemovalWorkflow` (`remove/host-<id>`): flows 7-10.
+
+Operators answer a stuck operation with updates `retry`, `mark_rebooted`, `abort` (on the
+operation workflow), and report a manual reboot with the signal `host_rebooted`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# -- message names (the Temporal UI and CLI show and send these) -----------------------------------
+STATUS_QUERY: Final = "status"
+HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
+RETRY_UPDATE: Final = "retry"
+MARK_REBOOTED_UPDATE: Final = "mark_rebooted"
+ABORT_UPDATE: Final = "abort"
+APPROVE_UPDATE: Final = "approve"
+ASSIGN_INSTANCE_UPDATE: Final = "assign_instance"
+RELEASE_INSTANCE_UPDATE: Final = "release_instance"
+REQUEST_PROVISION_UPDATE: Final = "request_provision"
+REQUEST_REPROVISION_UPDATE: Final = "request_reprovision"
+REQUEST_FIRMWARE_UPDATE: Final = "request_firmware_update"
+REQUEST_REBOOT_UPDATE: Final = "request_reboot"
+REQUEST_REMOVAL_UPDATE: Final = "request_removal"
+
+MANUAL_INTERVENTION_REQUIRED: Final = "manual-intervention-required"
+"""The `Phase` of an operation that gave up on its own and waits for an operator's update."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RebootMethod(StrEnum):
+    BMC = "bmc"  # metalflow power-cycles the host through its BMC
+    MANUAL = "manual"  # someone else reboots it and says so with the `host_rebooted` signal
+
+
+class OperationPolicy(_Frozen):
+    """Time limits and escalation of host operations (DOMAIN.md section 1's power handling).
+
+    Defaults are the bare-metal manager's; the demo and tests pass shorter ones.
+    """
+
+    reboot_method: RebootMethod = RebootMethod.BMC
+    power_down_wait_seconds: float = Field(default=120.0, ge=0)  # between Off and On
+    reboot_wait_seconds: float = Field(default=1800.0, gt=0)  # DPF asked, nothing moved: re-issue
+    max_power_cycle_retries: int = Field(default=3, ge=0)  # re-issues before manual intervention
+    force_off_from_retry: int = Field(default=1, ge=0)  # retries from this one use ForceOff then On
+    phase_timeout_seconds: float = Field(default=3600.0, gt=0)  # a barrier that does not progress
+    max_dpu_error_reprovisions: int = Field(default=2, ge=0)  # DPU in Error: reprovision it this often
+    approval_timeout_seconds: float = Field(default=86400.0, gt=0)  # a request awaiting approval expires
+
+
+class OperatorRequest(_Frozen):
+    """Who asks, and why: the payload of `retry`, `mark_rebooted`, `abort`, `approve`, `host_rebooted`."""
+
+    requested_by: str = Field(min_length=1)
+    reason: str = ""
+
+
+class OperationAnswer(_Frozen):
+    """What an operator update did, in words the CLI prints."""
+
+    accepted: bool
+    message: str
+
+
+# -- provisioning and reprovisioning --------------------------------------------------------------
+
+
+class HostOperationKind(StrEnum):
+    PROVISION = "provision"
+    REPROVISION = "reprovision"
+
+
+class HostOperationInput(_Frozen):
+    host_id: str = Field(min_length=1)
+    kind: HostOperationKind
+    dpu_ids: tuple[str, ...] | None = None  # None: every DPU of the host
+    requested_by: str = Field(min_length=1)
+    reason: str = ""
+    boot_generation: int = Field(default=0, ge=0)  # reboots of this host so far (the entity's count)
+    policy: OperationPolicy = OperationPolicy()
+
+
+class DPUProgress(_Frozen):
+    dpu_id: str
+    phase: str  # DPF's phase, as last seen ("" before DPF set one)
+    since: datetime  # when it entered that phase, as the workflow saw it
+    error_reprovisions: int = 0
+
+
+class HostOperationStatus(_Frozen):
+    """The `status` query of an operation: what a person needs to see where it is."""
+
+    host_id: str
+    operation: str
+    phase: str  # the workflow's own step, e.g. "waiting-for-reboot-request"; also the Phase attribute
+    waiting_for: str  # in words: "every DPU to reach Rebooting (2 of 3)"
+    dpus: tuple[DPUProgress, ...] = ()
+    reboots_requested: int = 0  # reboot rounds DPF asked for
+    power_cycles_issued: int = 0  # including re-issues
+    boot_generation: int = 0
+    manual_intervention_reason: str | None = None
+    started_at: datetime
+
+
+class HostOperationResult(_Frozen):
+    host_id: str
+    operation: str
+    dpu_ids: tuple[str, ...]
+    reboots: int  # host reboots this operation caused
+    boot_generation: int  # the host's generation after the operation
+    started_at: datetime
+    finished_at: datetime
+
+
+# -- reboot ----------------------------------------------------------------------------------------
+
+
+class HostRebootInput(_Frozen):
+    host_id: str = Field(min_length=1)
+    boot_generation: int = Field(ge=1)  # the generation this reboot brings the host to
+    requested_by: str = Field(min_length=1)
+    reason: str = ""
+    force_off: bool = False  # ForceOff then On even where a gentler cycle exists (re-issues)
+    policy: OperationPolicy = OperationPolicy()
+
+
+class HostRebootResult(_Frozen):
+    host_id: str
+    boot_generation: int
+    method: str  # "bmc:<power cycle method>" or "manual"
+    reset_types: tuple[str, ...] = ()
+    confirmed_by: str | None = None  # who sent host_rebooted / mark_rebooted, for manual reboots
+    finished_at: datetime
+
+
+# -- firmware --------------------------------------------------------------------------------------
+
+
+class FirmwareInput(_Frozen):
+    host_id: str = Field(min_length=1)
+    target_version: str = Field(min_length=1)
+    image_uri: str = Field(min_length=1)
+    dpu_ids: tuple[str, ...] | None = None
+    requested_by: str = Field(min_length=1)
+    boot_generation: int = Field(default=0, ge=0)
+    policy: OperationPolicy = OperationPolicy()
+
+
+class FirmwareResult(_Frozen):
+    host_id: str
+    target_version: str
+    staged: tuple[str, ...]  # DPUs this run staged the image on
+    already_running: tuple[str, ...]  # DPUs that ran the target before
+    reboots: int
+    boot_generation: int
+    finished_at: datetime
+
+
+# -- the host entity -------------------------------------------------------------------------------
+
+
+class HostWorkflowInput(_Frozen):
+    host_id: str = Field(min_length=1)
+    site: str = "default"
+    instance: str | None = None
+    boot_generation: int = Field(default=0, ge=0)
+    auto_approval_window_seconds: float = Field(default=0.0, ge=0)  # 0: every approval is explicit
+    policy: OperationPolicy = OperationPolicy()
+    # Carried over continue-as-new (the entity only continues-as-new while idle):
+    recent: tuple[OperationRecord, ...] = ()
+    auto_approved_until: datetime | None = None  # an approval's window, for `instance` only
+    max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
+
+
+class AssignInstanceRequest(_Frozen):
+    instance: str = Field(min_length=1)
+    requested_by: str = Field(min_length=1)
+
+
+class OperationRequest(_Frozen):
+    """`request_provision`, `request_reprovision`, `request_reboot`, `request_removal`."""
+
+    requested_by: str = Field(min_length=1)
+    reason: str = ""
+    dpu_ids: tuple[str, ...] | None = None
+    force: bool = False  # removal only: remove finalizers after the delete
+    policy: OperationPolicy | None = None  # None: the host's policy
+
+
+class FirmwareRequest(_Frozen):
+    requested_by: str = Field(min_length=1)
+    target_version: str = Field(min_length=1)
+    image_uri: str = Field(min_length=1)
+    dpu_ids: tuple[str, ...] | None = None
+
+
+class OperationAccepted(_Frozen):
+    """The answer to a `request_*` update."""
+
+    workflow_id: str  # the operation's workflow (already started, or started on approval)
+    awaiting_approval: bool = False
+    message: str
+
+
+class OperationRecord(_Frozen):
+    operation: str
+    workflow_id: str
+    requested_by: str
+    outcome: str  # "running", "awaiting-approval", "completed", "failed: ...", "aborted"
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    requested_at: datetime | None = None
+    reason: str = ""
+    approved_by: str | None = None  # who approved it (or "auto-approval window ..."); None: not needed
+
+
+class HostStatus(_Frozen):
+    """The `status` query of a host's entity workflow."""
+
+    host_id: str
+    instance: str | None
+    boot_generation: int
+    current: OperationRecord | None  # running or awaiting approval
+    recent: tuple[OperationRecord, ...] = ()  # newest last, a bounded number
+    phase: str = "idle"  # the entity's `Phase`: idle, running <operation>, awaiting-approval
+    site: str = "default"
+    auto_approved_until: datetime | None = None  # disruptive requests start at once until then
+
+
+# -- firmware: the per-DPU view (query `firmware_status`) -------------------------------------------
+
+
+class DPUFirmwareProgress(_Frozen):
+    dpu_id: str
+    running: str | None = None  # as last read from the DPU's BMC
+    staged: str | None = None
+    outcome: str = "pending"  # pending, staged, already_staged, already_running, failed: ..., verified
+
+
+class FirmwareStatus(_Frozen):
+    """The `firmware_status` query of a `FirmwareWorkflow` (its `status` is a `HostOperationStatus`)."""
+
+    host_id: str
+    target_version: str
+    phase: str
+    dpus: tuple[DPUFirmwareProgress, ...] = ()
+    power_cycle_started: bool = False
+
+
+# -- pool state (flow 5) ---------------------------------------------------------------------------
+
+POOL_LABEL: Final = "metalflow.io/pool"
+"""Label on the host's DPUNode, `in-pool` or `out-of-pool`: `kubectl get dpunode -l metalflow.io/pool`."""
+POOL_REASON_ANNOTATION: Final = "metalflow.io/pool-reason"
+IN_POOL: Final = "in-pool"
+OUT_OF_POOL: Final = "out-of-pool"
+
+
+class SetPoolStateInput(_Frozen):
+    host_id: str = Field(min_length=1)
+    namespace: str = "dpf-operator-system"
+    state: str = Field(pattern=r"^(in-pool|out-of-pool)$")
+    reason: str = ""
+
+
+class PoolStateResult(_Frozen):
+    node: str  # the DPUNode
+    exists: bool  # False: no DPUNode (nothing to label)
+    previous: str | None = None  # the label before (None: never set)
+    state: str | None = None  # the label now
+    changed: bool = False
+
+
+class OwnerReprovisionInput(_Frozen):
+    """What the monitor asks of the host's owner (`host/<id>`, update `request_reprovision`)."""
+
+    host_id: str = Field(min_length=1)
+    dpu_ids: tuple[str, ...]
+    requested_by: str = Field(min_length=1)
+    reason: str = ""
+
+
+class OwnerReprovisionResult(_Frozen):
+    outcome: str  # "accepted", "awaiting-approval", "refused", "no-owner"
+    workflow_id: str | None = None
+    message: str = ""
+
+
+# -- the monitor (flow 5) --------------------------------------------------------------------------
+
+
+class MonitorPolicy(_Frozen):
+    reprovision_after_seconds: float = Field(default=1800.0, gt=0)  # a DPU in Node Effect this long
+    auto_reprovision: bool = True  # False: only take the host out of the pool
+    events_per_run: int = Field(default=500, ge=1)  # DPF changes handled before continue-as-new
+
+
+class DegradedDPU(_Frozen):
+    """A DPU that fell from `Ready` to `Node Effect` (its critical services are down)."""
+
+    dpu_id: str
+    uid: str  # the DPU object; another uid is a recreated (reprovisioned) DPU
+    since: datetime
+    reprovision_asked_at: datetime | None = None
+    reprovision_outcome: str | None = None  # the owner's answer, e.g. "accepted: reprovision/host-h1"
+
+
+class PoolChange(_Frozen):
+    at: datetime
+    state: str
+    reason: str
+
+
+class MonitorMemory(_Frozen):
+    """What a monitor carries across continue-as-new."""
+
+    pool_state: str = IN_POOL
+    last_phases: dict[str, str] = Field(default_factory=dict)  # dpu_id -> phase last seen
+    last_uids: dict[str, str] = Field(default_factory=dict)  # dpu_id -> uid last seen
+    since: dict[str, datetime] = Field(default_factory=dict)  # dpu_id -> when it entered that phase
+    degraded: tuple[DegradedDPU, ...] = ()
+    history: tuple[PoolChange, ...] = ()  # newest last, bounded
+    events_seen: int = 0  # over all runs
+    runs: int = 1  # this run's number (continue-as-new increments it)
+    reprovisions_requested: int = 0
+    requests: tuple[str, ...] = ()  # the owner's answers to the monitor's requests, newest last, bounded
+    started_at: datetime | None = None
+
+
+class HostMonitorInput(_Frozen):
+    host_id: str = Field(min_length=1)
+    namespace: str = "dpf-operator-system"
+    site: str = "default"
+    requested_by: str = "metalflow"
+    policy: MonitorPolicy = MonitorPolicy()
+    memory: MonitorMemory | None = None  # None on the first run
+
+
+class HostMonitorStatus(_Frozen):
+    """The `status` query of a `HostMonitorWorkflow`."""
+
+    host_id: str
+    pool_state: str
+    phase: str
+    waiting_for: str
+    dpus: tuple[DPUProgress, ...] = ()
+    degraded: tuple[DegradedDPU, ...] = ()
+    history: tuple[PoolChange, ...] = ()
+    events_seen: int = 0
+    runs: int = 1
+    reprovisions_requested: int = 0
+    requests: tuple[str, ...] = ()  # e.g. "mon-003-dpu-1: accepted: reprovision/host-mon-003"
+    started_at: datetime
+
+
+class HostMonitorResult(_Frozen):
+    """Returned when the monitor is stopped (`abort` update)."""
+
+    host_id: str
+    pool_state: str  # as the world says when it stopped
+    events_seen: int
+    runs: int
+    stopped_by: str
+    finished_at: datetime
+
+
+# -- removal (flows 7-10) --------------------------------------------------------------------------
+
+
+class HostRemovalInput(_Frozen):
+    host_id: str = Field(min_length=1)
+    dpu_ids: tuple[str, ...] | None = None  # None: the whole DPUNode (flow 8/10); else these DPUs (7/9)
+    force: bool = False  # remove finalizers when DPF does not finish within `force_after_seconds`
+    force_after_seconds: float = Field(default=300.0, gt=0)
+    requested_by: str = Field(min_length=1)
+    reason: str = ""
+    policy: OperationPolicy = OperationPolicy()  # phase_timeout_seconds bounds the wait for "gone"
+
+
+class RemovedObject(_Frozen):
+    kind: str
+    name: str
+    outcome: str  # deleted, finalizers removed, gone, deleting
+
+
+class HostRemovalResult(_Frozen):
+    host_id: str
+    removed: tuple[str, ...]  # "DPUNode/node-h1", "DPUDevice/device-d1", "DPU/...": gone at the end
+    actions: tuple[RemovedObject, ...]  # every change this run made, in order
+    forced: bool  # finalizers had to be removed
+    started_at: datetime
+    finished_at: datetime
