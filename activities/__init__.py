@@ -10,11 +10,6 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.demo import DemoActivities
-from activities.dpf import DPFActivities, Kube
-from activities.inventory import Inventory, InventoryActivities
-from activities.redfish import build_redfish_activities
-from activities.watcher import WatcherActivities
 from metalflow.settings import Settings
 
 
@@ -28,6 +23,15 @@ def build_activities(
             one the watcher is not registered).
         settings: The worker settings; default `Settings.from_env()`.
     """
+    # Imported here, not at module top: workflows import `activities.errors` and models, and
+    # must not pull the Kubernetes and HTTP clients into workflow code with them.
+    from activities.demo import DemoActivities
+    from activities.dpf import DPFActivities, Kube
+    from activities.inventory import Inventory, InventoryActivities
+    from activities.pool import OwnerActivities, PoolActivities
+    from activities.redfish import build_redfish_activities
+    from activities.watcher import WatcherActivities
+
     settings = settings or Settings.from_env()
     demo = DemoActivities()
     kube = Kube(settings)  # one Kubernetes client, thread pool and set of per-host limits
@@ -48,7 +52,10 @@ def build_activities(
         dpf.delete_dpu,
         dpf.delete_dpu_node,
     ]
+    pool = PoolActivities(kube)
+    found += [pool.set_host_pool_state, pool.read_host_pool_state]
     found += build_redfish_activities(settings)
     if temporal_client is not None:
         found.append(WatcherActivities(kube, temporal_client).watch_host_dpf)
+        found.append(OwnerActivities(temporal_client).request_host_reprovision)
     return found

@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -63,10 +63,15 @@ from metalflow.models.dpf import (
     INSTANCE_ANNOTATION,
     SITE_ANNOTATION,
 )
-from metalflow.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory
+from metalflow.models.inventory import (
+    BMCAccess,
+    CredentialRef,
+    DPUInventory,
+    HostInventory,
+    HostLookup,
+    Source,
+)
 from metalflow.settings import Settings
-
-Source = Literal["site", "cluster"]
 
 
 class _Lenient(BaseModel):
@@ -100,13 +105,6 @@ class _SiteFile(_Lenient):
     name: str = "site"
     namespace: str | None = None
     hosts: list[_SiteHost] = Field(default_factory=list)
-
-
-class HostLookup(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    host_id: str
-    source: Source | None = None  # default: the worker's METALFLOW_INVENTORY
 
 
 def _bmc(owner: str, bmc: _SiteBMC, where: str) -> BMCAccess:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -56,48 +57,101 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _power_cycles(host: str, state_dir: Path, cwd: Path) -> int:
+    """Off transitions in the host's BMC power log, read with `metalflow sim power-log`."""
+    completed = subprocess.run(
+        [METALFLOW, "sim", "power-log", host, "--json", "--state-dir", str(state_dir)],
+        cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
+    return sum(1 for entry in json.loads(completed.stdout) if entry["to"] == "Off")
+
+
+def _assert_demo_output(output: str) -> None:
+    for host in ("host-001", "host-002", "host-003"):
+        assert f"demo: provision {host}: started provision as provision/host-{host}" in output or (
+            f"demo: provision {host}: approved as" in output
+        ), output
+    # BF3 hosts: one reboot per operation; the BF4 host (host-003): two.
+    assert re.search(r"demo: provision host-001: completed \(reboots 1, boot_generation \d+\)", output)
+    assert re.search(r"demo: provision host-003: completed \(reboots 2, boot_generation \d+\)", output)
+    assert re.search(r"demo: reprovision host-003: completed \(reboots 2, boot_generation \d+\)", output)
+    # The approval rule: host-001 has an instance, so its reprovision waited for the approval.
+    assert "demo: reprovision host-001: reprovision of host-001 awaits approval" in output
+    assert "demo: reprovision host-001: approved as" in output
+    assert "demo: reprovision host-001: rebooting-host" in output  # progress as it happens
+    assert "demo: host-001 BMC power log: 2 power cycles (DPF asked for 2)" in output
+    assert "demo: host-003 BMC power log: 4 power cycles (DPF asked for 4)" in output
+    assert "demo: the simulator recorded 0 protocol violations" in output
+
+
 @pytest.mark.slow
-def test_dev_exit_runs_the_demo_and_leaves_nothing_running(tmp_path: Path) -> None:
-    port, ui_port = free_port(), free_port()
+def test_dev_exit_provisions_then_reprovisions_the_simulated_hosts_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    port, ui_port, sim_port = free_port(), free_port(), free_port()
     state_dir = tmp_path / "state"
-    completed = _run(
-        "dev",
-        "--exit",
-        "--port",
-        str(port),
-        "--ui-port",
-        str(ui_port),
-        "--state-dir",
-        str(state_dir),
-        cwd=tmp_path,
-    )
+    ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
+    completed = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
     output = completed.stdout
     assert completed.returncode == 0, output + completed.stderr
     assert f"Temporal UI:      http://127.0.0.1:{ui_port}" in output
-    assert re.search(r"demo: activity describe_worker ran in worker pid \d+", output)
-    assert "demo: sent signal approve" in output
-    assert "phases InspectingWorker -> AwaitingApproval -> Completed" in output
+    assert "query=Operation%3D%22host%22" in output  # where to look in the UI
+    _assert_demo_output(output)
     assert (state_dir / "temporal.db").exists() and (state_dir / "worker.log").exists()
 
     started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 2
+    assert len(started) == 3  # Temporal dev server, simulated site, worker
     assert not any(_alive(pid) for pid in started)
-    assert not _listening(port) and not _listening(ui_port)
+    assert not any(_listening(p) for p in (port, ui_port, sim_port))
 
-    # A second run on the same state dir reuses the database and its registered search attributes.
-    again = _run(
-        "dev",
-        "--exit",
-        "--port",
-        str(port),
-        "--ui-port",
-        str(ui_port),
-        "--state-dir",
-        str(state_dir),
-        cwd=tmp_path,
-    )
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "registered search attributes" not in again.stdout
+
+@pytest.mark.slow
+def test_the_demo_again_on_the_same_state_dir_reuses_the_hosts_entities_and_cycles_exactly(
+    tmp_path: Path,
+) -> None:
+    """A second run finds the hosts' entities of the first (same database) and a fresh site; the
+    BMC power logs, read with `metalflow sim power-log` while the stack runs, show exactly one
+    power cycle per reboot DPF asked for."""
+    port, ui_port, sim_port = free_port(), free_port(), free_port()
+    state_dir = tmp_path / "state"
+    ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
+    first = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
+    assert first.returncode == 0, first.stdout + first.stderr
+
+    process = subprocess.Popen(
+        [METALFLOW, "dev", *ports, "--state-dir", str(state_dir)],
+        cwd=tmp_path, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "press Ctrl-C to stop" in line:
+                break
+        output = "".join(lines)
+        assert "press Ctrl-C to stop" in output, output
+        assert "registered search attributes" not in output
+        _assert_demo_output(output)
+        # The entities remember the first run: boot generations continue from 4 (BF4) and 2 (BF3).
+        assert "demo: reprovision host-003: completed (reboots 2, boot_generation 8)" in output
+        cycles = {
+            host: _power_cycles(host, state_dir, tmp_path) for host in ("host-001", "host-002", "host-003")
+        }
+        assert cycles == {"host-001": 2, "host-002": 2, "host-003": 4}
+        process.send_signal(signal.SIGTERM)
+        rest, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.communicate(timeout=60)
+    assert process.returncode == 0, output + rest
+    started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
+    assert len(started) == 3 and not any(_alive(pid) for pid in started)
 
 
 def test_busy_port_is_a_clear_error_naming_the_flag(tmp_path: Path) -> None:
@@ -132,6 +186,7 @@ def test_help_and_usage_errors() -> None:
     assert _run("--help", cwd=here).returncode == 0
     dev_help = _run("dev", "--help", cwd=here)
     assert dev_help.returncode == 0 and "--no-demo" in dev_help.stdout and "--state-dir" in dev_help.stdout
+    assert "--hosts" in dev_help.stdout and "--faults" in dev_help.stdout and "--sim-port" in dev_help.stdout
     assert _run(cwd=here).returncode == 2
     assert _run("dev", "--exit", "--no-demo", cwd=here).returncode == 2
     assert _run("dev", "--port", "70000", cwd=here).returncode == 2
@@ -143,6 +198,7 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
     port, ui_port = free_port(), free_port()
     env = _clean_env()
     args = ["dev", "--no-demo", "--port", str(port), "--ui-port", str(ui_port), "--state-dir", str(tmp_path)]
+    args += ["--sim-port", str(free_port())]
     process = subprocess.Popen(
         [METALFLOW, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -169,5 +225,5 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
     assert process.returncode == 0, output
     assert "everything stopped" in output
     started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 2 and not any(_alive(pid) for pid in started)
+    assert len(started) == 3 and not any(_alive(pid) for pid in started)
     assert not _listening(port) and not _listening(ui_port)

@@ -12,9 +12,9 @@ from sim_support import RunningSim, running_sim
 from test_dpf_activities_support import Api, dpf_activities, run, settings_for
 
 from activities.errors import InvalidInput
-from activities.inventory import HostLookup, Inventory, InventoryActivities
+from activities.inventory import Inventory, InventoryActivities
 from metalflow.models.dpf import GroupSpec, RegisterHostInput, SiteSetupInput
-from metalflow.models.inventory import HostInventory
+from metalflow.models.inventory import HostInventory, HostLookup
 
 
 @pytest.fixture(scope="module")

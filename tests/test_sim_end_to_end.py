@@ -112,7 +112,13 @@ def _phases(api: k8s.CustomObjectsApi, host_id: str) -> list[str]:
 
 
 def _annotations(api: k8s.CustomObjectsApi, plural: str, name: str) -> dict[str, str]:
-    obj = api.get_namespaced_custom_object(*PROV, NS, plural, name)
+    """The object's annotations; none while DPF has not created it yet."""
+    try:
+        obj = api.get_namespaced_custom_object(*PROV, NS, plural, name)
+    except k8s.ApiException as err:
+        if err.status == 404:
+            return {}
+        raise
     found: dict[str, str] = obj["metadata"].get("annotations") or {}
     return found
 

@@ -6,5 +6,19 @@
 from __future__ import annotations
 
 from workflows.demo import DemoWorkflow
+from workflows.firmware import FirmwareWorkflow
+from workflows.host import HostWorkflow
+from workflows.host_operation import HostOperationWorkflow
+from workflows.host_reboot import HostRebootWorkflow
+from workflows.monitor import HostMonitorWorkflow
+from workflows.removal import HostRemovalWorkflow
 
-ALL: list[type] = [DemoWorkflow]
+ALL: list[type] = [
+    DemoWorkflow,
+    HostWorkflow,
+    HostOperationWorkflow,
+    HostRebootWorkflow,
+    FirmwareWorkflow,
+    HostMonitorWorkflow,
+    HostRemovalWorkflow,
+]

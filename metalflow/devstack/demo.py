@@ -1,86 +1,198 @@
-"""The demo job `metalflow dev` runs: one `DemoWorkflow` through worker, activity, signal and query."""
+"""The demo job `metalflow dev` runs: provision every simulated host, then reprovision them.
+
+Everything goes through the hosts' entity workflows (`host/<id>`), exactly as `metalflow host
+provision|reprovision` does: the first request creates a host's entity, which runs the operation
+as a child workflow (`provision/host-<id>`, `reprovision/host-<id>`, one `reboot/...` per power
+cycle). The first host gets an instance before its reprovision, so the demo shows the approval
+rule: the request waits until the demo approves it as the operator. At the end the demo reads
+each host's BMC power log from the simulator and compares it with the reboots DPF asked for.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import getpass
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
-from temporalio.client import Client, WorkflowHandle
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+import httpx
+import yaml
+from temporalio.client import Client
 
 from metalflow import names
-from metalflow.models.demo import DemoApproval, DemoInput, DemoPhase, DemoResult, DemoStatus
-from workflows.demo import DemoWorkflow
+from metalflow.devstack.stack import DevStackConfig
+from metalflow.hosts import HostRequestError, default_operator, follow_operation, recorded_status, send_update
+from metalflow.models.host import (
+    APPROVE_UPDATE,
+    ASSIGN_INSTANCE_UPDATE,
+    RELEASE_INSTANCE_UPDATE,
+    REQUEST_PROVISION_UPDATE,
+    REQUEST_REPROVISION_UPDATE,
+    AssignInstanceRequest,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationAnswer,
+    OperationPolicy,
+    OperationRequest,
+    OperatorRequest,
+)
 
-STATUS_POLL_SECONDS = 0.2
-AWAIT_PHASE_TIMEOUT = 60.0
+DEMO_INSTANCE = "demo-tenant-instance"
+DEMO_REASON = "metalflow dev demo"
+# The simulated BMCs power off in half a second; the bare-metal manager's 2 minutes would only
+# make the demo wait. The other limits stay generous so a slow machine never escalates.
+DEMO_POLICY = OperationPolicy(
+    power_down_wait_seconds=1.0, reboot_wait_seconds=120.0, phase_timeout_seconds=600.0
+)
+BF4_REBOOTS = 2  # BF4 DPUs ask for a second reboot in one provisioning (DOMAIN.md section 2)
 
 
-def _operator() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers)
-        return "metalflow-dev"
+@dataclass(frozen=True)
+class DemoSite:
+    """The running simulated site: its site file and its URL (for the BMC power logs)."""
+
+    site_file: Path
+    sim_url: str
 
 
-async def _await_phase(handle: WorkflowHandle[DemoWorkflow, DemoResult], phase: DemoPhase) -> DemoStatus:
-    deadline = time.monotonic() + AWAIT_PHASE_TIMEOUT
-    while True:
-        status = await handle.query(DemoWorkflow.status)
-        if status.phase == phase:
-            return status
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"workflow {handle.id} did not reach phase {phase} (it is in {status.phase})")
-        await asyncio.sleep(STATUS_POLL_SECONDS)
+@dataclass(frozen=True)
+class DemoHost:
+    host_id: str
+    models: tuple[str, ...]  # one per DPU
+
+    @property
+    def reboots_per_operation(self) -> int:
+        """Host reboots DPF asks for in one provisioning of all its DPUs."""
+        if not self.models:
+            return 0
+        return BF4_REBOOTS if "BF4" in self.models else 1
+
+    def describe(self) -> str:
+        kinds = sorted(set(self.models))
+        return f"{self.host_id} ({len(self.models)} x {'/'.join(kinds) or 'no DPU'})"
+
+
+def read_hosts(site_file: Path) -> list[DemoHost]:
+    """The hosts of a site file, with their DPU models."""
+    site: dict[str, Any] = yaml.safe_load(site_file.read_text()) or {}
+    return [
+        DemoHost(host["id"], tuple(d.get("model", "BF3") for d in host.get("dpus", [])))
+        for host in site.get("hosts", [])
+    ]
+
+
+def ui_list_url(config: DevStackConfig, query: str) -> str:
+    """The Temporal UI's workflow list filtered by a visibility query."""
+    return f"{config.ui_url}/namespaces/{config.namespace}/workflows?query={quote(query, safe='')}"
 
 
 async def run_demo(
     client: Client,
-    workflow_url: Callable[[str], str],
+    config: DevStackConfig,
+    site: DemoSite,
     say: Callable[[str], None] = print,
     task_queue: str = names.TASK_QUEUE,
-) -> DemoResult:
-    """Start a demo run, query it, approve it by signal, and report its result.
-
-    Args:
-        client: A client of the stack's Temporal.
-        workflow_url: Maps a workflow id to its page in the Temporal UI.
-        say: Where the plain-language account goes.
-        task_queue: The worker's task queue.
-    """
-    operator = _operator()
-    workflow_id = names.demo_workflow_id(datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ"))
+) -> bool:
+    """Provision, then reprovision, every host of the site; True when every operation succeeded."""
+    hosts = [host for host in read_hosts(site.site_file) if host.models]
+    operator = default_operator()
     began = time.monotonic()
-    handle = await client.start_workflow(
-        DemoWorkflow.run,
-        DemoInput(requested_by=operator),
-        id=workflow_id,
-        task_queue=task_queue,
-        search_attributes=TypedSearchAttributes([SearchAttributePair(names.OPERATION, "demo")]),
-        static_summary="metalflow dev demo: worker, activity, signal, query",
-    )
-    say(f"demo: started workflow {workflow_id}")
-    say(f"demo: watch it at {workflow_url(workflow_id)}")
-    status = await _await_phase(handle, DemoPhase.AWAITING_APPROVAL)
-    worker = status.worker
-    if worker is not None:
+    say(f"demo: {len(hosts)} hosts: {', '.join(host.describe() for host in hosts)}")
+    say(f"demo: watch in the Temporal UI: {config.ui_url}")
+    entities = ui_list_url(config, 'Operation="host"')
+    say(f"demo:   every host's entity (Phase idle / running ... / awaiting-approval): {entities}")
+    if hosts:
+        first = hosts[0].host_id
+        everything = ui_list_url(config, f'HostId="{first}"')
+        say(f"demo:   everything on {first} (entity, provision, reprovision, reboots): {everything}")
+        reprovision = config.workflow_url(names.reprovision_workflow_id(first))
         say(
-            f"demo: activity describe_worker ran in worker pid {worker.pid} on {worker.hostname} "
-            f"(Python {worker.python_version}, temporalio {worker.temporalio_version}, "
-            f"attempt {worker.activity_attempt})"
+            f"demo:   its reprovision: {reprovision} (current details, the `status` query, "
+            "the HostRebootWorkflow children, the entity's approve update)"
         )
-    say(f"demo: query status -> phase {status.phase.value}, requested by {status.requested_by}")
-    await handle.signal(
-        DemoWorkflow.approve, DemoApproval(approved_by=operator, note="approved by metalflow dev")
-    )
-    say(f"demo: sent signal approve as {operator}")
-    result = await handle.result()
-    phases = " -> ".join(phase.value for phase in result.phases)
-    say(
-        f"demo: workflow completed in {time.monotonic() - began:.2f} s; "
-        f"phases {phases}; approved by {result.approval.approved_by}"
-    )
-    return result
+    requests = _Requests(client, operator, task_queue, say)
+    ok = await requests.round(names.PROVISION, REQUEST_PROVISION_UPDATE, hosts)
+    if ok and hosts:
+        # The approval rule: a host with an instance is never reprovisioned without approval.
+        answer = await requests.instance(hosts[0].host_id, ASSIGN_INSTANCE_UPDATE)
+        say(f"demo: {hosts[0].host_id}: {answer} (its reprovision must now be approved)")
+        ok = await requests.round(names.REPROVISION, REQUEST_REPROVISION_UPDATE, hosts)
+        await requests.instance(hosts[0].host_id, RELEASE_INSTANCE_UPDATE)
+    say(f"demo: {'done' if ok else 'FAILED'} in {time.monotonic() - began:.1f} s")
+    await _report_power_cycles(site, hosts, say, operations=2 if ok else None)
+    return ok
+
+
+@dataclass
+class _Requests:
+    client: Client
+    operator: str
+    task_queue: str
+    say: Callable[[str], None]
+
+    async def round(self, operation: str, update: str, hosts: list[DemoHost]) -> bool:
+        self.say(f"demo: {operation} {len(hosts)} hosts at once")
+        results = await asyncio.gather(*(self._one(operation, update, host) for host in hosts))
+        return all(results)
+
+    async def _one(self, operation: str, update: str, host: DemoHost) -> bool:
+        prefix = f"demo: {operation} {host.host_id}: "
+        request = OperationRequest(requested_by=self.operator, reason=DEMO_REASON, policy=DEMO_POLICY)
+        try:
+            accepted = await send_update(
+                self.client, self._entity(host.host_id), update, request, OperationAccepted, self.task_queue
+            )
+            self.say(f"{prefix}{accepted.message}")
+            if accepted.awaiting_approval:
+                approval = OperatorRequest(requested_by=self.operator, reason=DEMO_REASON)
+                answer = await send_update(
+                    self.client, self._entity(host.host_id), APPROVE_UPDATE, approval, OperationAnswer,
+                    self.task_queue,
+                )  # fmt: skip
+                self.say(f"{prefix}approved as {self.operator}: {answer.message}")
+        except HostRequestError as err:
+            self.say(f"{prefix}refused: {err}")
+            return False
+        ok, summary = await follow_operation(self.client, accepted.workflow_id, self.say, prefix=prefix)
+        status = await recorded_status(self.client, host.host_id, accepted.workflow_id)
+        self.say(
+            f"{prefix}{summary if ok else 'FAILED: ' + summary}; boot generation {status.boot_generation}"
+        )
+        return ok
+
+    async def instance(self, host_id: str, update: str) -> str:
+        request = AssignInstanceRequest(instance=DEMO_INSTANCE, requested_by=self.operator)
+        try:
+            answer = await send_update(
+                self.client, self._entity(host_id), update, request, OperationAnswer, self.task_queue
+            )
+        except HostRequestError as err:
+            return f"refused: {err}"
+        return answer.message
+
+    def _entity(self, host_id: str) -> HostWorkflowInput:
+        return HostWorkflowInput(host_id=host_id, policy=DEMO_POLICY)
+
+
+def power_cycles(entries: list[dict[str, Any]]) -> int:
+    """Power cycles in a BMC power log: each one takes the host Off once."""
+    return sum(1 for entry in entries if entry.get("to") == "Off")
+
+
+async def _report_power_cycles(
+    site: DemoSite, hosts: list[DemoHost], say: Callable[[str], None], operations: int | None
+) -> None:
+    async with httpx.AsyncClient(base_url=site.sim_url, timeout=10) as http:
+        for host in hosts:
+            entries = (await http.get(f"/sim/hosts/{host.host_id}/power-log")).json()
+            line = f"demo: {host.host_id} BMC power log: {power_cycles(entries)} power cycles"
+            if operations is not None:
+                line += f" (DPF asked for {operations * host.reboots_per_operation})"
+            say(line)
+        violations = (await http.get("/sim/violations")).json()
+    say(f"demo: the simulator recorded {len(violations)} protocol violations")
+    for violation in violations[:10]:
+        say(f"demo:   {violation['kind']} {violation['subject']}: {violation['detail']}")

@@ -72,6 +72,6 @@ def simulator_process(state_dir: Path, options: SiteOptions) -> ManagedProcess:
     return ManagedProcess(
         name="simulated site",
         argv=options.serve_args(state_dir),
-        log_path=state_dir / "logs" / "simulator.log",
+        log_path=state_dir / "simulator.log",
         ready=ready,
     )

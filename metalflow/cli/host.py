@@ -1,0 +1,457 @@
+"""`metalflow host ...`, `metalflow host-rebooted`, `metalflow approve`: operations on one host.
+
+Every request (provision, reprovision, reboot, firmware, remove) goes to the host's entity
+workflow (`host/<id>`), created by the first request for that host; the entity runs the
+operation as a child workflow and refuses a second one while the first runs. `--wait` follows
+the operation to its end and exits 0 only when it succeeded. `host monitor` (in `host_monitor`)
+starts, shows and stops the host's monitor, which runs beside the operations.
+
+Exit statuses: 0 done (or accepted, without --wait), 1 refused or failed, 2 usage or Temporal
+unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from temporalio.client import Client
+
+from metalflow import names
+from metalflow.cli import host_monitor
+from metalflow.client import connect, load_connect_config
+from metalflow.hosts import (
+    FOLLOW_POLL_SECONDS,
+    HostRequestError,
+    default_operator,
+    describe_operation,
+    follow_operation,
+    host_status,
+    operation_status,
+    recorded_status,
+    send_update,
+)
+from metalflow.models.host import (
+    APPROVE_UPDATE,
+    ASSIGN_INSTANCE_UPDATE,
+    HOST_REBOOTED_SIGNAL,
+    RELEASE_INSTANCE_UPDATE,
+    REQUEST_FIRMWARE_UPDATE,
+    REQUEST_PROVISION_UPDATE,
+    REQUEST_REBOOT_UPDATE,
+    REQUEST_REMOVAL_UPDATE,
+    REQUEST_REPROVISION_UPDATE,
+    AssignInstanceRequest,
+    FirmwareRequest,
+    HostMonitorStatus,
+    HostRemovalInput,
+    HostStatus,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationAnswer,
+    OperationPolicy,
+    OperationRequest,
+    OperatorRequest,
+    RebootMethod,
+)
+from metalflow.monitors import running_monitor_status
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+REQUESTS = {
+    names.PROVISION: (REQUEST_PROVISION_UPDATE, "register the host's DPUs with DPF and provision them"),
+    names.REPROVISION: (REQUEST_REPROVISION_UPDATE, "reprovision the host's DPUs (delete, DPF recreates)"),
+    names.REBOOT: (REQUEST_REBOOT_UPDATE, "reboot the host once (its next boot generation)"),
+}
+FORCE_AFTER_SECONDS = HostRemovalInput.model_fields["force_after_seconds"].default
+IMAGE_SCHEMES = ("http", "https", "scp")  # what a DPU BMC's SimpleUpdate fetches from
+_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,63}")
+_DPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+WAIT_HELP = "follow the operation; exit 0 only on success"
+FIRMWARE_TEXT = (
+    "Stage DPU firmware VERSION (the image at URI) on the host's DPUs through their BMCs, then "
+    "activate it with one host power cycle and verify every DPU runs it (workflow "
+    "firmware/host-<id>). DPUs that already run or hold VERSION are not staged again; when every "
+    "DPU runs it nothing is rebooted. A host with an instance waits for `metalflow approve`."
+)
+REMOVE_TEXT = (
+    "Remove the host's DPUs from DPF (workflow remove/host-<id>). Without --dpus: the whole DPU "
+    "node (DPUNode node-<host>; DPF deletes every DPU of it; the DPUDevices stay, the hardware is "
+    "still in the host). With --dpus: only those DPUs (their DPUDevice and DPU objects); the "
+    "others keep running. A delete cannot be taken back. A host with an instance waits for "
+    "`metalflow approve`."
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add `host`, `host-rebooted` and `approve`."""
+    host = subparsers.add_parser(
+        "host",
+        help="provision, reprovision or reboot a host; show its status",
+        description="Ask a host's entity workflow (host/<id>, created on first use) to run an "
+        "operation. One operation per host at a time: a request for a busy host is refused, naming "
+        "the operation in flight. A host with an instance assigned waits for `metalflow approve`.",
+    )
+    commands = host.add_subparsers(title="host commands", metavar="COMMAND")
+    for operation, (update, text) in REQUESTS.items():
+        parser = commands.add_parser(operation, help=text, description=f"{text[0].upper()}{text[1:]}.")
+        _common(parser)
+        if operation != names.REBOOT:
+            _dpus_option(parser, "every DPU of the host")
+        parser.add_argument("--reason", default="", help="why, recorded with the request")
+        parser.add_argument("--wait", action="store_true", help=WAIT_HELP)
+        parser.add_argument(
+            "--power-down-wait",
+            type=float,
+            metavar="SECONDS",
+            help="seconds between power Off and On (default: the host's policy, 120)",
+        )
+        parser.add_argument(
+            "--manual-reboot",
+            action="store_true",
+            help="do not power-cycle: wait for `metalflow host-rebooted HOST` after each reboot request",
+        )
+        parser.set_defaults(handler=_runner(_request), update=update, operation=operation)
+
+    firmware = commands.add_parser(
+        "firmware", help="stage and activate DPU firmware (one power cycle)", description=FIRMWARE_TEXT
+    )
+    _common(firmware)
+    firmware.add_argument(
+        "--version", required=True, type=_firmware_version, help="the firmware version, e.g. 32.45.1020"
+    )
+    firmware.add_argument(
+        "--image",
+        required=True,
+        type=_image_uri,
+        metavar="URI",
+        help=f"the image the DPU BMCs fetch ({', '.join(IMAGE_SCHEMES)}; no credentials in it)",
+    )
+    _dpus_option(firmware, "every DPU of the host")
+    firmware.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    firmware.set_defaults(handler=_runner(_request), update=REQUEST_FIRMWARE_UPDATE, operation=names.FIRMWARE)
+
+    remove = commands.add_parser(
+        "remove", help="remove DPUs, or the whole DPU node, from DPF", description=REMOVE_TEXT
+    )
+    _common(remove)
+    _dpus_option(remove, "the whole DPU node")
+    remove.add_argument(
+        "--force",
+        action="store_true",
+        help=f"when DPF has not finished deleting within {FORCE_AFTER_SECONDS:g} s (a finalizer nobody "
+        "releases), delete again removing the finalizers",
+    )
+    remove.add_argument("--reason", default="", help="why, recorded with the request")
+    remove.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    remove.set_defaults(handler=_runner(_request), update=REQUEST_REMOVAL_UPDATE, operation=names.REMOVE)
+
+    host_monitor.register(commands, _common, _runner)
+
+    status = commands.add_parser(
+        "status",
+        help="the host's entity, the operation in flight, its monitor",
+        description="The host as its entity sees it (instance, boot generation, recent operations), "
+        "the operation in flight with each DPU's phase, and the pool state of its monitor when one runs.",
+    )
+    _common(status)
+    status.add_argument("--json", action="store_true", help="print the statuses as JSON")
+    status.set_defaults(handler=_runner(_status))
+
+    for name, text in (("assign", "assign an instance to the host"), ("release", "release its instance")):
+        parser = commands.add_parser(name, help=text, description=f"{text[0].upper()}{text[1:]}.")
+        _common(parser)
+        parser.add_argument("instance", help="the instance id")
+        update = ASSIGN_INSTANCE_UPDATE if name == "assign" else RELEASE_INSTANCE_UPDATE
+        parser.set_defaults(handler=_runner(_instance), update=update)
+
+    def usage(_args: argparse.Namespace) -> int:
+        host.print_help(sys.stderr)
+        return EXIT_USAGE
+
+    host.set_defaults(handler=usage)
+
+    rebooted = subparsers.add_parser(
+        "host-rebooted",
+        help="report that a host was rebooted by hand (signal host_rebooted)",
+        description="Tell the operation in flight on HOST that the host was rebooted outside "
+        "metalflow (reboot method manual, or an unreachable BMC).",
+    )
+    _common(rebooted)
+    rebooted.add_argument("--reason", default="", help="recorded with the signal")
+    rebooted.set_defaults(handler=_runner(_host_rebooted))
+
+    approve = subparsers.add_parser(
+        "approve",
+        help="approve the disruptive operation awaiting approval on a host",
+        description="Approve the request awaiting approval on HOST (a host with an instance "
+        "assigned); the operation starts at once.",
+    )
+    _common(approve)
+    approve.add_argument("--reason", default="", help="recorded with the approval")
+    approve.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    approve.set_defaults(handler=_runner(_approve))
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("host", metavar="HOST", help="host id, e.g. host-001")
+    parser.add_argument("--by", default=default_operator(), help="who asks (default: %(default)s)")
+    parser.add_argument(
+        "--task-queue", default=names.TASK_QUEUE, help="worker task queue (default: %(default)s)"
+    )
+
+
+def _dpus_option(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--dpus",
+        type=_dpu_ids,
+        metavar="A,B",
+        help=f"comma-separated DPU ids, e.g. host-001-dpu-0,host-001-dpu-1 (default: {default})",
+    )
+
+
+def _dpu_ids(text: str) -> tuple[str, ...]:
+    ids = [part.strip() for part in text.split(",")]
+    bad = [part for part in ids if not _DPU_ID.fullmatch(part)]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"invalid DPU list {text!r}: give DPU ids separated by commas, e.g. host-001-dpu-0,host-001-dpu-1"
+        )
+    return tuple(dict.fromkeys(ids))
+
+
+def _firmware_version(text: str) -> str:
+    if not _VERSION.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid firmware version {text!r}: use letters, digits, '.', '_', '+' or '-' "
+            "(at most 64), e.g. 32.45.1020"
+        )
+    return text
+
+
+def _image_uri(text: str) -> str:
+    example = "e.g. https://firmware.example.com/bf-fw-32.45.1020.bfb"
+    try:
+        parts = urlsplit(text)
+        credentials = parts.username is not None or parts.password is not None
+        usable = (
+            parts.scheme.lower() in IMAGE_SCHEMES
+            and bool(parts.hostname)
+            and parts.path.strip("/") != ""
+            and not any(c.isspace() for c in text)
+        )
+        _ = parts.port  # raises ValueError on a malformed port
+    except ValueError:
+        credentials, usable = False, False
+    if credentials:
+        # Never echo it: the URI holds a secret, and a workflow input would record it for good.
+        raise argparse.ArgumentTypeError(
+            "the image URI carries credentials; they would be recorded in the workflow history: "
+            "serve the image without them (the BMC's own transfer settings hold any secret)"
+        )
+    if not usable:
+        raise argparse.ArgumentTypeError(
+            f"invalid image URI {text!r}: give the URL of the image file (http, https or scp), {example}"
+        )
+    return text
+
+
+def _runner(
+    action: Callable[[Client, argparse.Namespace], Awaitable[int]],
+) -> Callable[[argparse.Namespace], int]:
+    def handle(args: argparse.Namespace) -> int:
+        status = asyncio.run(_connected(action, args))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # The SDK's native runtime can abort during interpreter teardown (PyGILState_Release), as
+        # the worker notes; the command is done here, so skip the teardown and keep its status.
+        os._exit(status)
+
+    return handle
+
+
+async def _connected(
+    action: Callable[[Client, argparse.Namespace], Awaitable[int]], args: argparse.Namespace
+) -> int:
+    try:
+        names.host_workflow_id(args.host)
+    except ValueError as err:
+        return _fail(str(err), EXIT_USAGE)
+    try:
+        address = load_connect_config().get("target_host", "?")
+    except Exception as err:  # a broken config file: say which setting, never its secrets
+        return _fail(f"cannot read the Temporal client configuration: {type(err).__name__}", EXIT_USAGE)
+    try:
+        client = await connect()
+    except Exception as err:
+        return _fail(
+            f"cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
+            "or set TEMPORAL_ADDRESS (or TEMPORAL_CONFIG_FILE) to your cluster",
+            EXIT_USAGE,
+        )
+    try:
+        return await action(client, args)
+    except HostRequestError as err:
+        return _fail(str(err), EXIT_FAILED)
+
+
+def _fail(message: str, status: int) -> int:
+    print(f"metalflow: {message}", file=sys.stderr)
+    return status
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _entity(args: argparse.Namespace) -> HostWorkflowInput:
+    return HostWorkflowInput(host_id=args.host)
+
+
+def _operation_request(args: argparse.Namespace) -> OperationRequest | FirmwareRequest:
+    if args.operation == names.FIRMWARE:
+        return FirmwareRequest(
+            requested_by=args.by, target_version=args.version, image_uri=args.image, dpu_ids=args.dpus
+        )
+    changes: dict[str, Any] = {}
+    if getattr(args, "power_down_wait", None) is not None:
+        changes["power_down_wait_seconds"] = args.power_down_wait
+    if getattr(args, "manual_reboot", False):
+        changes["reboot_method"] = RebootMethod.MANUAL
+    return OperationRequest(
+        requested_by=args.by,
+        reason=args.reason,
+        dpu_ids=getattr(args, "dpus", None),
+        force=getattr(args, "force", False),
+        policy=OperationPolicy(**changes) if changes else None,
+    )
+
+
+async def _request(client: Client, args: argparse.Namespace) -> int:
+    request = _operation_request(args)
+    accepted = await send_update(
+        client, _entity(args), args.update, request, OperationAccepted, args.task_queue
+    )
+    _say(f"{args.host}: {accepted.message}")
+    if not args.wait:
+        return EXIT_OK
+    if accepted.awaiting_approval:
+        _say(f"{args.host}: waiting for approval (metalflow approve {args.host})")
+        if not await _await_start(client, args.host, accepted.workflow_id):
+            return EXIT_FAILED
+    return await _follow(client, args.host, accepted.workflow_id)
+
+
+async def _await_start(client: Client, host: str, workflow_id: str) -> bool:
+    while True:
+        status = await host_status(client, host)
+        current = status.current
+        if current is not None and current.workflow_id == workflow_id and current.outcome == "running":
+            return True
+        if current is None or current.workflow_id != workflow_id:
+            ended = [r for r in status.recent if r.workflow_id == workflow_id]
+            _say(f"{host}: {ended[-1].outcome if ended else 'the request was dropped'}")
+            return False
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+
+
+async def _follow(client: Client, host: str, workflow_id: str) -> int:
+    ok, summary = await follow_operation(client, workflow_id, _say, prefix=f"{host}: ")
+    # The entity learns of the end a moment later; until then it refuses the next request as busy,
+    # so a script's `... --wait && metalflow host ...` would race it.
+    await recorded_status(client, host, workflow_id)
+    _say(f"{host}: {workflow_id} {summary}" if ok else f"{host}: {workflow_id} failed: {summary}")
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+async def _approve(client: Client, args: argparse.Namespace) -> int:
+    await host_status(client, args.host)  # an unknown host is a clear error, not a new entity
+    request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    answer = await send_update(
+        client, _entity(args), APPROVE_UPDATE, request, OperationAnswer, args.task_queue
+    )
+    _say(f"{args.host}: {answer.message}")
+    if not args.wait:
+        return EXIT_OK
+    current = (await host_status(client, args.host)).current
+    if current is None:
+        return EXIT_FAILED
+    return await _follow(client, args.host, current.workflow_id)
+
+
+async def _instance(client: Client, args: argparse.Namespace) -> int:
+    request = AssignInstanceRequest(instance=args.instance, requested_by=args.by)
+    answer = await send_update(client, _entity(args), args.update, request, OperationAnswer, args.task_queue)
+    _say(f"{args.host}: {answer.message}")
+    return EXIT_OK
+
+
+async def _host_rebooted(client: Client, args: argparse.Namespace) -> int:
+    current = (await host_status(client, args.host)).current
+    if current is None or current.outcome != "running":
+        return _fail(f"no operation in flight on {args.host}: nothing waits for a reboot", EXIT_FAILED)
+    handle = client.get_workflow_handle(current.workflow_id)
+    await handle.signal(HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by=args.by, reason=args.reason))
+    _say(f"{args.host}: told {current.workflow_id} that the host was rebooted (by {args.by})")
+    return EXIT_OK
+
+
+async def _status(client: Client, args: argparse.Namespace) -> int:
+    status = await host_status(client, args.host)
+    operation = None
+    if status.current is not None and status.current.outcome == "running":
+        operation = await operation_status(client, status.current.workflow_id)
+    monitor = await running_monitor_status(client, args.host)
+    if args.json:
+        shown = {
+            "host": status.model_dump(mode="json"),
+            "operation": operation,
+            "monitor": None if monitor is None else monitor.model_dump(mode="json"),
+        }
+        print(json.dumps(shown, indent=2))
+        return EXIT_OK
+    _say(render_status(status, operation, monitor))
+    return EXIT_OK
+
+
+def render_status(
+    status: HostStatus, operation: dict[str, Any] | None, monitor: HostMonitorStatus | None = None
+) -> str:
+    """The host, its operation in flight and its monitor's pool state, for a person."""
+    lines = [
+        f"host {status.host_id} (site {status.site}): {status.phase}",
+        f"  instance         {status.instance or 'none'}",
+        f"  boot generation  {status.boot_generation}",
+    ]
+    if status.auto_approved_until is not None:
+        lines.append(f"  auto-approved until {status.auto_approved_until.isoformat()}")
+    if monitor is not None:
+        lines.append(f"  monitor          {host_monitor.pool_line(monitor)}")
+    current = status.current
+    if current is not None:
+        lines.append(f"  operation        {current.operation} ({current.workflow_id}): {current.outcome}")
+        lines.append(
+            f"    requested by   {current.requested_by}" + (f" ({current.reason})" if current.reason else "")
+        )
+        if current.approved_by:
+            lines.append(f"    approved by    {current.approved_by}")
+    if operation is not None:
+        lines.append(f"    now            {describe_operation(operation)}")
+        for dpu in operation.get("dpus") or []:
+            phase = dpu.get("phase") or "-"
+            lines.append(f"    {dpu.get('dpu_id', '?'):<22} {phase:<24} since {dpu.get('since', '?')}")
+        for key in ("reboots_requested", "power_cycles_issued"):
+            if key in operation:
+                lines.append(f"    {key.replace('_', ' '):<22} {operation[key]}")
+    if status.recent:
+        lines.append("  recent")
+        for record in status.recent[-5:]:
+            when = record.finished_at.isoformat() if record.finished_at else ""
+            lines.append(f"    {when}  {record.operation:<12} {record.outcome}  by {record.requested_by}")
+    return "\n".join(lines)

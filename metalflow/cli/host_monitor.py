@@ -1,0 +1,222 @@
+"""`metalflow host monitor HOST [--status | --stop]`: the host's monitor (flow 5).
+
+Started once per host (`monitor/host-<id>`; a second start attaches to the running one and says
+so), by an operator whose name it records. It takes the host out of the pool while a Ready
+DPU's critical services are down and, past its deadline, asks the host's entity (`host/<id>`) for
+a reprovision: the same gates as any request (busy host, approval on an assigned host). So a
+start makes sure the entity runs too, after checking that DPF knows the host's DPUs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from temporalio.client import Client
+
+from metalflow import names
+from metalflow.hosts import HostRequestError, ensure_entity, host_status
+from metalflow.models.host import (
+    OUT_OF_POOL,
+    HostMonitorInput,
+    HostMonitorStatus,
+    HostWorkflowInput,
+    MonitorPolicy,
+    OperatorRequest,
+)
+from metalflow.monitors import (
+    describe_policy,
+    first_look,
+    monitor_policy,
+    monitor_status,
+    start_monitor,
+    stop_monitor,
+)
+
+FIRST_LOOK_SECONDS = 20.0  # the watcher lists DPF before its first signal; a worker picks it up first
+DEFAULT_NAMESPACE = HostMonitorInput.model_fields["namespace"].default
+DESCRIPTION = (
+    "Start the host's monitor (workflow monitor/host-<id>, one per host: starting it again "
+    "attaches to the running one). While a Ready DPU of the host is in Node Effect (its critical "
+    "services are down) the host is out of the pool: label metalflow.io/pool=out-of-pool on its "
+    "DPUNode and search attribute PoolState. Past the deadline (--reprovision-after) the monitor "
+    "asks the host's entity host/<id> for a reprovision of those DPUs, which the entity may refuse "
+    "(busy) or hold for `metalflow approve` (assigned host); the start makes sure the entity runs. "
+    "--status shows it, --stop ends it (the label is left as DPF's state says)."
+)
+Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
+
+
+def register(
+    commands: Any,
+    common: Callable[[argparse.ArgumentParser], None],
+    runner: Callable[[Action], Callable[[argparse.Namespace], int]],
+) -> None:
+    """Add `host monitor`, with the host commands' common options and runner."""
+    parser = commands.add_parser(
+        "monitor", help="start, show or stop the host's monitor (pool state, auto-reprovision)",
+        description=DESCRIPTION,
+    )  # fmt: skip
+    common(parser)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--reprovision-after",
+        type=_seconds,
+        metavar="SECONDS",
+        help="ask for a reprovision when a DPU stays in Node Effect this long "
+        f"(default: {MonitorPolicy().reprovision_after_seconds:g})",
+    )
+    mode.add_argument(
+        "--no-auto-reprovision",
+        action="store_true",
+        help="only take the host out of the pool, never reprovision",
+    )
+    mode.add_argument(
+        "--status", action="store_true", help="show the running monitor (pool state, degraded DPUs)"
+    )
+    mode.add_argument("--stop", action="store_true", help="stop the running monitor (update abort)")
+    parser.add_argument("--reason", default="", help="recorded with --stop")
+    parser.add_argument(
+        "--dpf-namespace",
+        default=DEFAULT_NAMESPACE,
+        help="namespace of the DPF objects (default: %(default)s)",
+    )
+    parser.set_defaults(handler=runner(monitor))
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: give seconds, a number above 0")
+    return value
+
+
+async def monitor(client: Client, args: argparse.Namespace) -> int:
+    """Start, show or stop; failures raise `HostRequestError` (exit 1)."""
+    if args.status:
+        status = await monitor_status(client, args.host)
+        _say(render_monitor(status, await monitor_policy(client, args.host)))
+        return 0
+    if args.stop:
+        result = await stop_monitor(
+            client, args.host, OperatorRequest(requested_by=args.by, reason=args.reason)
+        )
+        _say(
+            f"{args.host}: monitor {names.monitor_workflow_id(args.host)} stopped by {result.stopped_by}; "
+            f"pool state {result.pool_state} ({result.events_seen} DPF changes seen, {_runs(result.runs)})"
+        )
+        return 0
+    return await _start(client, args)
+
+
+async def _start(client: Client, args: argparse.Namespace) -> int:
+    host, workflow_id = args.host, names.monitor_workflow_id(args.host)
+    policy = MonitorPolicy(
+        auto_reprovision=not args.no_auto_reprovision,
+        **({} if args.reprovision_after is None else {"reprovision_after_seconds": args.reprovision_after}),
+    )
+    site = await _site_of(client, host)
+    request = HostMonitorInput(
+        host_id=host, namespace=args.dpf_namespace, site=site, requested_by=args.by, policy=policy
+    )
+    if not await start_monitor(client, request, args.task_queue):
+        running = await monitor_status(client, host)
+        _say(
+            f"{host}: monitor {workflow_id} already running (since {_when(running.started_at)}); "
+            "not started again"
+        )
+        if args.reprovision_after is not None or args.no_auto_reprovision:
+            shown = await monitor_policy(client, host)
+            _say(
+                f"{host}: its policy stays {describe_policy(shown) if shown else 'as started'}: "
+                f"stop it (metalflow host monitor {host} --stop) and start it again to change it"
+            )
+        _say(f"{host}: {pool_line(running)}")
+        return 0
+    _say(f"{host}: started monitor {workflow_id} ({describe_policy(policy)})")
+    seen = await first_look(client, host, FIRST_LOOK_SECONDS)
+    if seen is None:
+        _say(
+            f"{host}: the monitor has not seen DPF's state within {FIRST_LOOK_SECONDS:g} s "
+            f"(is a worker polling task queue {args.task_queue}?); it keeps trying"
+        )
+    elif not seen.dpus:
+        await stop_monitor(client, host, OperatorRequest(requested_by=args.by, reason="no DPU to monitor"))
+        raise HostRequestError(
+            f"nothing to monitor on {host}: DPF has no DPU of this host in namespace {args.dpf_namespace} "
+            "(unknown host, or not provisioned yet); the monitor was stopped"
+        )
+    else:
+        _say(f"{host}: {pool_line(seen)}")
+    if await ensure_entity(client, HostWorkflowInput(host_id=host, site=site), args.task_queue):
+        _say(
+            f"{host}: started its entity {names.host_workflow_id(host)}, "
+            "which the monitor asks for reprovisions"
+        )
+    return 0
+
+
+async def _site_of(client: Client, host: str) -> str:
+    try:
+        return (await host_status(client, host)).site
+    except HostRequestError:  # no entity yet: the default site, as the entity will have
+        return HostWorkflowInput.model_fields["site"].default  # type: ignore[no-any-return]
+
+
+def pool_line(status: HostMonitorStatus) -> str:
+    """One line: the pool state, and why when the host is out."""
+    if status.pool_state != OUT_OF_POOL or not status.degraded:
+        phases = sorted({d.phase or "-" for d in status.dpus})
+        return f"{status.pool_state} ({len(status.dpus)} DPUs watched: {', '.join(phases) or 'none yet'})"
+    down = ", ".join(f"{d.dpu_id} since {_when(d.since)}" for d in status.degraded)
+    return f"{status.pool_state}: critical DPU services down on {down}"
+
+
+def render_monitor(status: HostMonitorStatus, policy: MonitorPolicy | None) -> str:
+    """The monitor's status for a person: pool state, DPUs, degraded DPUs and their deadlines."""
+    lines = [
+        f"monitor of {status.host_id} ({names.monitor_workflow_id(status.host_id)}): {status.pool_state}",
+        f"  policy           {describe_policy(policy) if policy else 'unknown'}",
+        f"  phase            {status.phase}",
+        f"  waiting for      {status.waiting_for}",
+        f"  started          {_when(status.started_at)}; {status.events_seen} DPF changes seen, "
+        f"{_runs(status.runs)}",
+    ]
+    if status.dpus:
+        lines.append("  DPUs")
+        lines += [f"    {d.dpu_id:<22} {d.phase or '-':<16} since {_when(d.since)}" for d in status.dpus]
+    if status.degraded:
+        lines.append("  degraded (Node Effect)")
+    for dpu in status.degraded:
+        line = f"    {dpu.dpu_id:<22} since {_when(dpu.since)}"
+        if policy is not None and policy.auto_reprovision:
+            wait = timedelta(seconds=policy.reprovision_after_seconds)
+            line += f"; reprovision due {_when(max(dpu.since, dpu.reprovision_asked_at or dpu.since) + wait)}"
+        if dpu.reprovision_asked_at is not None:
+            line += f"; asked {_when(dpu.reprovision_asked_at)}: {dpu.reprovision_outcome}"
+        lines.append(line)
+    lines.append(f"  reprovisions requested {status.reprovisions_requested}")
+    for answer in status.requests[-5:]:
+        lines.append(f"    {answer}")
+    if status.history:
+        lines.append("  pool changes")
+        lines += [f"    {_when(c.at)}  {c.state:<12} {c.reason}" for c in status.history[-5:]]
+    return "\n".join(lines)
+
+
+def _runs(runs: int) -> str:
+    # Each run is one history; the monitor continues-as-new to keep them small.
+    return "1 run" if runs == 1 else f"{runs} runs (continued as new)"
+
+
+def _when(moment: datetime) -> str:
+    return moment.isoformat(timespec="seconds")
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)

@@ -1,0 +1,239 @@
+"""Client side of a host's entity workflow: send a request (creating the entity on first use),
+read its status, follow an operation to its end. Used by `metalflow host ...` and the demo.
+
+Every request is an update-with-start on `host/<id>` with id conflict policy USE_EXISTING: the
+first request for a host creates its entity, later ones reach the running one. The site's
+inventory decides nothing here; the workflows resolve the host themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.service import RPCError, RPCStatusCode
+
+from metalflow import names
+from metalflow.models.host import STATUS_QUERY, HostStatus, HostWorkflowInput
+
+HOST_WORKFLOW_TYPE = "HostWorkflow"
+FOLLOW_POLL_SECONDS = 0.5
+R = TypeVar("R", bound=BaseModel)
+
+
+def default_operator() -> str:
+    """`$USER@hostname`: who is asking, recorded in the workflows' history."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers)
+        user = "metalflow"
+    return f"{user}@{socket.gethostname()}"
+
+
+class HostRequestError(Exception):
+    """The entity refused a request, or there is nothing to act on; the message says why."""
+
+
+def _entity_options(entity: HostWorkflowInput, task_queue: str) -> dict[str, Any]:
+    return {
+        "id": names.host_workflow_id(entity.host_id),
+        "task_queue": task_queue,
+        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+        "search_attributes": TypedSearchAttributes(
+            [
+                SearchAttributePair(names.HOST_ID, entity.host_id),
+                SearchAttributePair(names.OPERATION, names.HOST),
+                SearchAttributePair(names.SITE, entity.site),
+            ]
+        ),
+        "static_summary": f"host {entity.host_id}: the one owner of the host "
+        "(instance, operations, approvals)",
+    }
+
+
+def entity_start(
+    entity: HostWorkflowInput, task_queue: str = names.TASK_QUEUE
+) -> WithStartWorkflowOperation[Any, Any]:
+    """The start half of an update-with-start: the host's entity, created only when missing."""
+    return WithStartWorkflowOperation(HOST_WORKFLOW_TYPE, entity, **_entity_options(entity, task_queue))
+
+
+async def ensure_entity(
+    client: Client, entity: HostWorkflowInput, task_queue: str = names.TASK_QUEUE
+) -> bool:
+    """Start the host's entity unless it runs (USE_EXISTING attaches to a running one).
+
+    Returns:
+        True when this call started it, False when it was running already.
+    """
+    handle = await client.start_workflow(HOST_WORKFLOW_TYPE, entity, **_entity_options(entity, task_queue))
+    return was_started(handle)
+
+
+def was_started(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether a start with id conflict policy USE_EXISTING started a run or attached to one.
+
+    The server says so in its start response (`started`); the SDK keeps that response on the
+    handle without a public accessor, so an SDK without it reads as "started".
+    """
+    response = getattr(handle, "_start_workflow_response", None)
+    return bool(getattr(response, "started", True))
+
+
+async def send_update(
+    client: Client,
+    entity: HostWorkflowInput,
+    update: str,
+    request: BaseModel,
+    result_type: type[R],
+    task_queue: str = names.TASK_QUEUE,
+) -> R:
+    """Send one update to the host's entity, starting the entity when it does not run yet.
+
+    Raises:
+        HostRequestError: The entity refused (busy, nothing awaits approval, ...), with its reason.
+    """
+    try:
+        result: R = await client.execute_update_with_start_workflow(
+            update,
+            request,
+            start_workflow_operation=entity_start(entity, task_queue),
+            result_type=result_type,
+        )
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        raise HostRequestError(
+            cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        ) from None
+    return result
+
+
+async def host_status(client: Client, host_id: str) -> HostStatus:
+    """The entity's `status` query.
+
+    Raises:
+        HostRequestError: The host has no entity yet (nothing was ever asked of it).
+    """
+    handle = client.get_workflow_handle(names.host_workflow_id(host_id))
+    try:
+        status: HostStatus = await handle.query(STATUS_QUERY, result_type=HostStatus)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise HostRequestError(
+                f"unknown host {host_id}: no entity workflow {names.host_workflow_id(host_id)} "
+                "(nothing was asked of this host yet)"
+            ) from None
+        raise
+    return status
+
+
+async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] | None:
+    """An operation's own `status` query as plain data; None while it cannot answer yet."""
+    try:
+        status: dict[str, Any] = await client.get_workflow_handle(workflow_id).query(STATUS_QUERY)
+    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        return None
+    return status
+
+
+def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
+    """One line for a person: the phase, what it waits for, the DPUs' phases, power cycles."""
+    parts = [str(status.get("phase", "?"))]
+    if waiting and status.get("waiting_for"):
+        parts.append(f"waiting for {status['waiting_for']}")
+    dpus = status.get("dpus") or []
+    phases = [d.get("phase") or "-" for d in dpus]
+    if phases and len(set(phases)) == 1:
+        parts.append(f"{len(phases)} DPUs {phases[0]}")
+    elif phases:
+        parts.append(", ".join(f"{d.get('dpu_id')} {phase}" for d, phase in zip(dpus, phases, strict=True)))
+    if "power_cycles_issued" in status:
+        parts.append(f"power cycles {status['power_cycles_issued']}")
+    if status.get("manual_intervention_reason"):
+        parts.append(f"MANUAL INTERVENTION: {status['manual_intervention_reason']}")
+    return "; ".join(parts)
+
+
+async def follow_operation(
+    client: Client, workflow_id: str, say: Callable[[str], None], prefix: str = ""
+) -> tuple[bool, str]:
+    """Print the operation's phase changes until it ends.
+
+    Returns:
+        ``(True, summary)`` when it completed, ``(False, reason)`` when it failed or was ended.
+    """
+    handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
+    result = asyncio.ensure_future(handle.result())
+    last, last_phase = "", None
+    try:
+        while not result.done():
+            status = await operation_status(client, workflow_id)
+            if status:
+                # What it waits for is said once per phase; DPU phases and cycles on every change.
+                line = describe_operation(status, waiting=status.get("phase") != last_phase)
+                compact = describe_operation(status, waiting=False)
+                if compact != last:
+                    say(f"{prefix}{line}")
+                    last, last_phase = compact, status.get("phase")
+            await asyncio.wait({result}, timeout=FOLLOW_POLL_SECONDS)
+        outcome = result.result()
+    except WorkflowFailureError as err:
+        return False, failure_reason(err)
+    finally:
+        result.cancel()
+    return True, _summary(outcome)
+
+
+def failure_reason(err: BaseException) -> str:
+    """The innermost cause of a workflow failure: "Activity task failed" says nothing, its cause does."""
+    reason: BaseException = err
+    while isinstance(reason, WorkflowFailureError | FailureError) and reason.cause is not None:
+        reason = reason.cause
+    return str(reason)
+
+
+async def recorded_status(
+    client: Client, host_id: str, workflow_id: str, timeout: float = 10.0
+) -> HostStatus:
+    """The entity's status once it has recorded the end of `workflow_id` (it learns it a moment later)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await host_status(client, host_id)
+        current = status.current
+        if current is None or current.workflow_id != workflow_id:
+            return status
+        if asyncio.get_running_loop().time() > deadline:
+            return status
+        await asyncio.sleep(FOLLOW_POLL_SECONDS / 5)
+
+
+def _summary(outcome: Any) -> str:
+    if not isinstance(outcome, dict):
+        return "completed"
+    facts = [f"{key} {outcome[key]}" for key in ("reboots", "boot_generation") if key in outcome]
+    # Firmware and removal results name what they changed; say it, a person checks it.
+    for key, words in (
+        ("staged", "staged on"),
+        ("already_running", "already running on"),
+        ("removed", "removed"),
+    ):
+        if outcome.get(key):
+            facts.append(f"{words} {', '.join(str(item) for item in outcome[key])}")
+    if outcome.get("forced"):
+        facts.append("finalizers removed (force)")
+    return "completed" + (f" ({', '.join(facts)})" if facts else "")

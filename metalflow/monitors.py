@@ -1,0 +1,163 @@
+"""Client side of a host's monitor (`monitor/host-<id>`, `HostMonitorWorkflow`, flow 5): start it
+once, read its status and policy, stop it. Used by `metalflow host monitor` and `host status`.
+
+A monitor is started directly, not through the host's entity: it is not an operation (it never
+holds the host) and runs beside them. It asks the entity for reprovisions itself, so the
+entity's gates (one operation at a time, approval on an assigned host) still decide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import (
+    QueryRejectCondition,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from metalflow import names
+from metalflow.hosts import HostRequestError, was_started
+from metalflow.models.host import (
+    ABORT_UPDATE,
+    STATUS_QUERY,
+    HostMonitorInput,
+    HostMonitorResult,
+    HostMonitorStatus,
+    MonitorPolicy,
+    OperationAnswer,
+    OperatorRequest,
+)
+
+MONITOR_WORKFLOW_TYPE = "HostMonitorWorkflow"
+LOOK_POLL_SECONDS = 0.2
+
+
+def describe_policy(policy: MonitorPolicy) -> str:
+    """The policy in words: when the monitor asks for a reprovision, if ever."""
+    if not policy.auto_reprovision:
+        return "automatic reprovision off"
+    return f"reprovision after {policy.reprovision_after_seconds:g} s in Node Effect"
+
+
+async def start_monitor(
+    client: Client, request: HostMonitorInput, task_queue: str = names.TASK_QUEUE
+) -> bool:
+    """Start the host's monitor unless one runs (USE_EXISTING attaches to it: never a second one).
+
+    Returns:
+        True when this call started it, False when one was running already.
+    """
+    handle = await client.start_workflow(
+        MONITOR_WORKFLOW_TYPE,
+        request,
+        id=names.monitor_workflow_id(request.host_id),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(names.HOST_ID, request.host_id),
+                SearchAttributePair(names.OPERATION, names.MONITOR),
+                SearchAttributePair(names.SITE, request.site),
+            ]
+        ),
+        static_summary=f"monitor of host {request.host_id}: out of the pool while a DPU's services are "
+        f"down; {describe_policy(request.policy)} (started by {request.requested_by})",
+    )
+    return was_started(handle)
+
+
+async def monitor_status(client: Client, host_id: str) -> HostMonitorStatus:
+    """The running monitor's `status` query.
+
+    Raises:
+        HostRequestError: No monitor runs for the host (never started, or ended).
+    """
+    handle = _handle(client, host_id)
+    try:
+        status: HostMonitorStatus = await handle.query(
+            STATUS_QUERY, result_type=HostMonitorStatus, reject_condition=QueryRejectCondition.NOT_OPEN
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise HostRequestError(_none_runs(host_id, "no monitor was ever started")) from None
+        raise
+    except WorkflowQueryRejectedError as err:
+        ended = err.status.name.lower() if err.status is not None else "closed"
+        raise HostRequestError(_none_runs(host_id, f"the last one ended: {ended}")) from None
+    return status
+
+
+async def running_monitor_status(client: Client, host_id: str) -> HostMonitorStatus | None:
+    """The monitor's status when one runs and answers; None otherwise (for `host status`)."""
+    try:
+        return await monitor_status(client, host_id)
+    except (HostRequestError, RPCError, WorkflowQueryFailedError):
+        return None
+
+
+async def first_look(client: Client, host_id: str, timeout: float) -> HostMonitorStatus | None:
+    """The monitor's status once it has seen DPF's state at least once; None past `timeout`."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            status = await monitor_status(client, host_id)
+        except WorkflowQueryFailedError:
+            status = None  # not initialised yet: ask again
+        if status is not None and status.events_seen > 0:
+            return status
+        if asyncio.get_running_loop().time() > deadline:
+            return None
+        await asyncio.sleep(LOOK_POLL_SECONDS)
+
+
+async def monitor_policy(client: Client, host_id: str) -> MonitorPolicy | None:
+    """The policy the current run was started with (from its first history event), if readable."""
+    async for event in _handle(client, host_id).fetch_history_events(page_size=1):
+        attributes = event.workflow_execution_started_event_attributes
+        if not attributes.input.payloads:
+            return None
+        [request] = await client.data_converter.decode(attributes.input.payloads, [HostMonitorInput])
+        return request.policy if isinstance(request, HostMonitorInput) else None
+    return None
+
+
+async def stop_monitor(client: Client, host_id: str, request: OperatorRequest) -> HostMonitorResult:
+    """Send `abort` and wait for the monitor's end (one last look at DPF, the label set as it is).
+
+    Raises:
+        HostRequestError: No monitor runs for the host.
+    """
+    handle = _handle(client, host_id)
+    try:
+        await handle.execute_update(ABORT_UPDATE, request, result_type=OperationAnswer)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise HostRequestError(_none_runs(host_id, "nothing to stop")) from None
+        raise
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        raise HostRequestError(cause.message if isinstance(cause, ApplicationError) else str(cause)) from None
+    ended: WorkflowHandle[Any, HostMonitorResult] = client.get_workflow_handle(
+        handle.id, result_type=HostMonitorResult
+    )
+    return await ended.result()
+
+
+def _handle(client: Client, host_id: str) -> WorkflowHandle[Any, Any]:
+    return client.get_workflow_handle(names.monitor_workflow_id(host_id))
+
+
+def _none_runs(host_id: str, why: str) -> str:
+    return f"no monitor runs for host {host_id} ({why}); start one with: metalflow host monitor {host_id}"

@@ -1,0 +1,141 @@
+"""A scripted DPF and BMC for the time-skipping tests: activities registered under the real
+names, so HostOperationWorkflow runs unchanged while the test decides how DPF behaves (for
+example: never moves on after a reboot). Each change is signalled to the workflow the way the
+real watcher does, numbered above the baseline the workflow gave its newest watcher."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+
+from metalflow.models.dpf import (
+    DPF_STATE_CHANGED_SIGNAL,
+    ChangeResult,
+    Condition,
+    DPUNodeState,
+    DPUState,
+    HoldState,
+    HostDPFState,
+    HostRef,
+    ReprovisionInput,
+    WatchHostInput,
+)
+from metalflow.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory, HostLookup
+from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+
+HOST = "host-900"
+DPUS = ("host-900-dpu-0", "host-900-dpu-1")
+
+
+@dataclass
+class FakeSite:
+    client: Client
+    workflow_id: str
+    moves_after_reboot: bool = True  # False: DPF never leaves Rebooting (escalation)
+    bmc_fails: bool = False  # power_cycle_host raises BMCUnavailable
+    phases: dict[str, str] = field(default_factory=lambda: dict.fromkeys(DPUS, "Ready"))
+    uids: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DPUS, 1))
+    annotation: bool = False
+    holding: bool = False
+    sequence: int = 0
+    power: list[str] = field(default_factory=list)  # "cycle:<generation>", "ForceOff", "On"
+    annotation_removals: int = 0
+
+    def state(self) -> HostDPFState:
+        dpus = tuple(
+            DPUState(
+                name=f"node-{HOST}-device-{d}", uid=f"{d}-uid-{self.uids[d]}", dpu_id=d, phase=p,
+                conditions=(Condition(type="Ready", status="True" if p == "Ready" else "False"),),
+            )
+            for d, p in sorted(self.phases.items())
+        )  # fmt: skip
+        node = DPUNodeState(
+            name=f"node-{HOST}", uid="n1", reboot_required="true" if self.annotation else None
+        )
+        hold = HoldState(name=f"node-{HOST}-hold", hold="true" if self.holding else "false")
+        return HostDPFState(host_id=HOST, node=node, dpus=dpus, hold=hold, sequence=self.sequence)
+
+    async def changed(self) -> None:
+        self.sequence += 1
+        await self.client.get_workflow_handle(self.workflow_id).signal(DPF_STATE_CHANGED_SIGNAL, self.state())
+
+    def activities(self) -> list[Callable[..., Any]]:
+        site = self
+
+        @activity.defn(name="resolve_host_inventory")
+        async def resolve(lookup: HostLookup) -> HostInventory:
+            bmc = BMCAccess(
+                bmc_id=HOST, endpoint="http://127.0.0.1:9", credentials=CredentialRef(file="/none")
+            )
+            return HostInventory(
+                host_id=HOST, site="fake", bmc=bmc, dpus=tuple(DPUInventory(id=d, model="BF3") for d in DPUS)
+            )
+
+        @activity.defn(name="read_host_dpf_state")
+        async def read(host: HostRef) -> HostDPFState:
+            return site.state()
+
+        @activity.defn(name="watch_host_dpf")
+        async def watch(request: WatchHostInput) -> None:
+            if request.resume_from is not None and request.resume_from.state is not None:
+                site.sequence = max(site.sequence, request.resume_from.state.sequence)
+            # Returns at once: a running activity would stop the test server from skipping time.
+
+        @activity.defn(name="reprovision_dpu")
+        async def reprovision(request: ReprovisionInput) -> ChangeResult:
+            dpu = request.dpu.dpu_id
+            site.uids[dpu] += 1
+            site.phases[dpu] = "Node Effect"
+            site.holding = True
+            await site.changed()
+            return ChangeResult(name=dpu, changed=True, detail="deleted")
+
+        @activity.defn(name="release_node_effect_hold")
+        async def release(host: HostRef) -> ChangeResult:
+            site.holding = False
+            for dpu, phase in site.phases.items():
+                if phase == "Node Effect":
+                    site.phases[dpu] = "Rebooting"
+            site.annotation = True
+            await site.changed()
+            return ChangeResult(name="hold", changed=True)
+
+        @activity.defn(name="mark_dpu_node_rebooted")
+        async def mark(host: HostRef) -> ChangeResult:
+            was = site.annotation
+            site.annotation = False
+            site.annotation_removals += int(was)
+            if site.moves_after_reboot:
+                for dpu, phase in site.phases.items():
+                    if phase == "Rebooting":
+                        site.phases[dpu] = "Ready"
+            await site.changed()
+            return ChangeResult(name=f"node-{HOST}", changed=was)
+
+        @activity.defn(name="power_cycle_host")
+        async def cycle(request: PowerCycleInput) -> PowerCycleResult:
+            if site.bmc_fails:
+                from activities.errors import BMCAuthenticationFailed
+
+                raise BMCAuthenticationFailed("401 from the BMC")
+            site.power.append(f"cycle:{request.boot_generation}")
+            now = request.requested_at
+            return PowerCycleResult(
+                bmc_id=HOST, boot_generation=request.boot_generation, method="PowerCycle", steps=("done",),
+                reset_types=("PowerCycle",), started_at=now, finished_at=now, attempts=1,
+            )  # fmt: skip
+
+        @activity.defn(name="set_power_state")
+        async def set_power(request: SetPowerInput) -> SetPowerResult:
+            site.power.append(request.reset_type)
+            return SetPowerResult(
+                bmc_id=HOST, requested=request.reset_type, sent=request.reset_type,
+                power_state="Off" if request.reset_type == "ForceOff" else "On",
+                started_at=activity.info().started_time, finished_at=activity.info().started_time,
+            )  # fmt: skip
+
+        return [resolve, read, watch, reprovision, release, mark, cycle, set_power]

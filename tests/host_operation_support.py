@@ -1,0 +1,118 @@
+"""Shared helpers of the host workflow tests: start an operation, wait on conditions with
+deadlines, count power cycles in the simulator's BMC log, save histories for the replay test."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+
+from metalflow import names
+from metalflow.models.host import (
+    STATUS_QUERY,
+    HostOperationInput,
+    HostOperationKind,
+    HostOperationResult,
+    HostOperationStatus,
+    OperationPolicy,
+)
+
+HISTORIES = Path(__file__).parent / "histories"
+RECORD_ENV = "METALFLOW_RECORD_HISTORIES"
+
+FAST_POLICY = OperationPolicy(power_down_wait_seconds=0, reboot_wait_seconds=120, phase_timeout_seconds=300)
+
+
+async def start_operation(
+    client: Client,
+    task_queue: str,
+    host_id: str,
+    kind: HostOperationKind,
+    *,
+    dpu_ids: tuple[str, ...] | None = None,
+    policy: OperationPolicy = FAST_POLICY,
+    boot_generation: int = 0,
+    id_suffix: str = "",
+) -> WorkflowHandle[Any, HostOperationResult]:
+    """Start a HostOperationWorkflow the way the host entity does (id, static summary)."""
+    workflow_id = names.host_operation_workflow_id(kind.value, host_id) + id_suffix
+    return await client.start_workflow(
+        "HostOperationWorkflow",
+        HostOperationInput(
+            host_id=host_id,
+            kind=kind,
+            dpu_ids=dpu_ids,
+            requested_by="pytest",
+            reason="test",
+            boot_generation=boot_generation,
+            policy=policy,
+        ),
+        id=workflow_id,
+        task_queue=task_queue,
+        result_type=HostOperationResult,
+        static_summary=f"{kind.value} {host_id} for pytest",
+    )
+
+
+async def status_of(handle: WorkflowHandle[Any, Any]) -> HostOperationStatus:
+    result: HostOperationStatus = await handle.query(STATUS_QUERY, result_type=HostOperationStatus)
+    return result
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]], *, timeout: float = 60, what: str = "the condition"
+) -> None:
+    """Poll `check` until true; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if await check():
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def wait_for_status(
+    handle: WorkflowHandle[Any, Any],
+    predicate: Callable[[HostOperationStatus], bool],
+    what: str,
+    timeout: float = 60,
+) -> HostOperationStatus:
+    """Wait until the operation's status satisfies `predicate`."""
+    seen: list[HostOperationStatus] = []
+
+    async def check() -> bool:
+        seen.append(await status_of(handle))
+        return predicate(seen[-1])
+
+    try:
+        await eventually(check, timeout=timeout, what=what)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; last status: {seen[-1] if seen else None}") from None
+    return seen[-1]
+
+
+async def wait_for_phase(
+    handle: WorkflowHandle[Any, Any], phase: str, timeout: float = 60
+) -> HostOperationStatus:
+    """Wait until the operation's status reports `phase`."""
+    return await wait_for_status(handle, lambda s: s.phase == phase, f"phase {phase}", timeout)
+
+
+def power_cycles(log: list[dict[str, Any]]) -> int:
+    """Completed Off -> On cycles in a simulated BMC's power log (each reboot goes Off, then On)."""
+    return sum(1 for entry in log if entry.get("to") == "Off")
+
+
+async def save_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """Record the workflow's history for tests/test_replay.py when METALFLOW_RECORD_HISTORIES=1."""
+    if os.environ.get(RECORD_ENV) != "1":
+        return
+    history = await handle.fetch_history()
+    HISTORIES.mkdir(exist_ok=True)
+    (HISTORIES / f"{name}.json").write_text(history.to_json())

@@ -1,0 +1,310 @@
+"""`metalflow host firmware|remove|monitor` as a user runs them: subprocesses against a real
+Temporal, a worker with every real workflow and activity, and the simulated site (DPUs already
+provisioned, so there is firmware to update, DPUs to remove and Ready DPUs to watch)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import pytest
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+from sim_support import RunningSim, running_sim
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+from test_cli_host import METALFLOW, Result, metalflow
+
+from metalflow import names
+from metalflow.devstack.demo import power_cycles
+from metalflow.devstack.ports import free_port
+from metalflow.settings import Settings
+from metalflow.worker import build_worker
+from simulators.site import BMC, DPU, Host, Site, dump_site
+
+T = TypeVar("T")
+PREFIX = "clim"  # host ids no other test module's entities use (the dev server is shared)
+TARGET = "32.45.1020"
+IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
+DPF = ("provisioning.dpu.nvidia.com", "v1alpha1", "dpf-operator-system")
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    state = tmp_path_factory.mktemp("cli-more-sim")
+    # Host BMCs with native PowerCycle: the entity's default policy waits 120 s between Off and On
+    # on BMCs without it, and a firmware request carries no policy of its own.
+    site = Site(
+        name=f"{PREFIX}-site",
+        hosts=[
+            Host(
+                id=f"{PREFIX}-{i:03d}",
+                bmc=BMC(profile="powercycle"),
+                dpus=[DPU(id=f"{PREFIX}-{i:03d}-dpu-{k}") for k in range(2)],
+            )
+            for i in range(1, 5)
+        ],
+    )
+    site_file = state / "in" / "site.yaml"
+    site_file.parent.mkdir()
+    site_file.write_text(dump_site(site))
+    with running_sim(state, site_file=site_file, timings="zero", initialised=True) as running:
+        yield running
+
+
+@pytest.fixture
+async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(local_env.client, task_queue, settings):
+        yield task_queue
+
+
+@pytest.fixture(scope="module")
+def dpf(sim: RunningSim) -> Iterator[Callable[[str, str], Awaitable[dict[str, Any] | None]]]:
+    """Read a DPF object with the Kubernetes client, as an operator with the site's kubeconfig would."""
+    api: Any = kube_config.new_client_from_config(config_file=str(sim.kubeconfig))  # type: ignore[no-untyped-call]
+    custom: Any = kube_client.CustomObjectsApi(api)
+
+    def read(plural: str, name: str) -> dict[str, Any] | None:
+        group, version, namespace = DPF
+        try:
+            found: dict[str, Any] = custom.get_namespaced_custom_object(
+                group, version, namespace, plural, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return found
+
+    async def get(plural: str, name: str) -> dict[str, Any] | None:
+        return await asyncio.to_thread(read, plural, name)
+
+    yield get
+    api.close()
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], accept: Callable[[T], bool], timeout: float = 30
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await probe()
+        if accept(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s; last: {value!r}")
+        await asyncio.sleep(0.2)
+
+
+@pytest.mark.slow
+async def test_firmware_wait_stages_both_dpus_and_power_cycles_once(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host = f"{PREFIX}-001"
+    done = await metalflow(
+        local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE, "--wait",
+        "--by", "fw@test", "--task-queue", queue,
+    )  # fmt: skip
+    assert done.status == 0, done.stdout + done.stderr
+    assert f"{host}: started firmware as firmware/host-{host}" in done.stdout
+    assert (
+        f"firmware/host-{host} completed (reboots 1, boot_generation 1, staged on {host}-dpu-0, {host}-dpu-1)"
+        in done.stdout
+    )
+    assert power_cycles(sim.power_log(host)) == 1
+    assert sim.violations() == []
+
+    # Asked again: every DPU runs the target, nothing is staged or rebooted.
+    again = await metalflow(
+        local_env,
+        "host",
+        "firmware",
+        host,
+        "--version",
+        TARGET,
+        "--image",
+        IMAGE,
+        "--wait",
+        "--task-queue",
+        queue,
+    )
+    assert again.status == 0, again.stdout + again.stderr
+    assert f"already running on {host}-dpu-0, {host}-dpu-1" in again.stdout
+    assert power_cycles(sim.power_log(host)) == 1
+
+    status = await metalflow(local_env, "host", "status", host)
+    assert "firmware" in status.stdout and "completed  by fw@test" in status.stdout
+
+
+@pytest.mark.slow
+async def test_remove_one_dpu_wait_deletes_its_objects_and_keeps_its_sibling(
+    local_env: WorkflowEnvironment,
+    sim: RunningSim,
+    queue: str,
+    dpf: Callable[[str, str], Awaitable[dict[str, Any] | None]],
+) -> None:
+    host = f"{PREFIX}-002"
+    gone, kept = f"{host}-dpu-1", f"{host}-dpu-0"
+    assert await dpf("dpus", f"node-{host}-device-{gone}") is not None
+    done = await metalflow(
+        local_env, "host", "remove", host, "--dpus", gone, "--wait", "--reason", "RMA", "--task-queue", queue
+    )
+    assert done.status == 0, done.stdout + done.stderr
+    assert f"{host}: started remove as remove/host-{host}" in done.stdout
+    assert f"removed DPUDevice/device-{gone}, DPU/node-{host}-device-{gone}" in done.stdout
+    assert await dpf("dpus", f"node-{host}-device-{gone}") is None
+    assert await dpf("dpudevices", f"device-{gone}") is None
+    sibling = await dpf("dpus", f"node-{host}-device-{kept}")
+    assert sibling is not None and sibling["status"]["phase"] == "Ready"
+    node = await dpf("dpunodes", f"node-{host}")
+    assert node is not None and [d["name"] for d in node["spec"]["dpus"]] == [f"device-{kept}"]
+    assert sim.power_log(host) == [] and sim.violations() == []
+
+    unknown = await metalflow(
+        local_env, "host", "remove", host, "--dpus", "no-such-dpu", "--wait", "--task-queue", queue
+    )
+    assert unknown.status == 1
+    assert f"remove/host-{host} failed" in unknown.stdout and "has no DPU no-such-dpu" in unknown.stdout
+
+
+@pytest.mark.slow
+async def test_monitor_starts_once_shows_the_pool_state_and_stops(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host = f"{PREFIX}-003"
+    workflow_id = names.monitor_workflow_id(host)
+    started = await metalflow(local_env, "host", "monitor", host, "--by", "mon@test", "--task-queue", queue)
+    assert started.status == 0, started.stdout + started.stderr
+    assert (
+        f"{host}: started monitor {workflow_id} (reprovision after 1800 s in Node Effect)" in started.stdout
+    )
+    assert f"{host}: in-pool (2 DPUs watched: Ready)" in started.stdout
+    assert f"started its entity host/{host}" in started.stdout
+
+    twice = await metalflow(
+        local_env, "host", "monitor", host, "--no-auto-reprovision", "--task-queue", queue
+    )
+    assert twice.status == 0, twice.stderr
+    assert f"monitor {workflow_id} already running" in twice.stdout
+    assert "its policy stays reprovision after 1800 s in Node Effect" in twice.stdout
+
+    async def runs() -> list[WorkflowExecutionStatus | None]:
+        return [w.status async for w in local_env.client.list_workflows(f'WorkflowId = "{workflow_id}"')]
+
+    assert await eventually(runs, bool) == [WorkflowExecutionStatus.RUNNING]  # visibility lags a little
+
+    shown = await metalflow(local_env, "host", "monitor", host, "--status")
+    assert shown.status == 0, shown.stderr
+    assert f"monitor of {host} ({workflow_id}): in-pool" in shown.stdout
+    assert "policy           reprovision after 1800 s in Node Effect" in shown.stdout
+
+    sim.inject(f"dpus/node-{host}-device-{host}-dpu-1/node-effect")
+    out = await eventually(
+        lambda: metalflow(local_env, "host", "monitor", host, "--status"),
+        lambda r: f"({workflow_id}): out-of-pool" in r.stdout,
+    )
+    assert "degraded (Node Effect)" in out.stdout
+    assert f"{host}-dpu-1" in out.stdout and "reprovision due" in out.stdout
+    entity = await metalflow(local_env, "host", "status", host)
+    assert entity.status == 0, entity.stderr
+    assert f"monitor          out-of-pool: critical DPU services down on {host}-dpu-1 since" in entity.stdout
+
+    stopped = await metalflow(local_env, "host", "monitor", host, "--stop", "--by", "mon@test")
+    assert stopped.status == 0, stopped.stderr
+    assert f"monitor {workflow_id} stopped by mon@test; pool state out-of-pool (" in stopped.stdout
+    assert "DPF changes seen, 1 run)" in stopped.stdout
+    after = await metalflow(local_env, "host", "monitor", host, "--status")
+    assert after.status == 1
+    assert f"no monitor runs for host {host} (the last one ended: completed)" in after.stderr
+    again = await metalflow(local_env, "host", "monitor", host, "--stop")
+    assert again.status == 1 and "no monitor runs" in again.stderr
+    assert "monitor " not in (await metalflow(local_env, "host", "status", host)).stdout
+
+
+@pytest.mark.slow
+async def test_monitor_of_an_unknown_host_is_refused_and_stopped(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host = f"{PREFIX}-999"
+    refused = await metalflow(local_env, "host", "monitor", host, "--task-queue", queue)
+    assert refused.status == 1
+    assert f"nothing to monitor on {host}: DPF has no DPU of this host" in refused.stderr
+    assert "the monitor was stopped" in refused.stderr
+    shown = await metalflow(local_env, "host", "monitor", host, "--status")
+    assert shown.status == 1 and "the last one ended: completed" in shown.stderr
+    never = await metalflow(local_env, "host", "status", host)
+    assert never.status == 1 and f"unknown host {host}" in never.stderr  # no entity was created
+
+    firmware = await metalflow(
+        local_env,
+        "host",
+        "firmware",
+        host,
+        "--version",
+        TARGET,
+        "--image",
+        IMAGE,
+        "--wait",
+        "--task-queue",
+        queue,
+    )
+    assert firmware.status == 1
+    assert f"firmware/host-{host} failed" in firmware.stdout
+    assert f"unknown host '{host}': not in the site file" in firmware.stdout
+
+
+async def test_usage_errors_exit_2_before_anything_is_asked(local_env: WorkflowEnvironment) -> None:
+    async def usage(*args: str) -> Result:
+        result = await metalflow(local_env, "host", *args)
+        assert result.status == 2, result
+        return result
+
+    bad_version = await usage("firmware", "h1", "--version", "32 45", "--image", IMAGE)
+    assert "invalid firmware version '32 45'" in bad_version.stderr
+    ftp = await usage("firmware", "h1", "--version", TARGET, "--image", "ftp://x.test/bf.bfb")
+    assert (
+        "invalid image URI 'ftp://x.test/bf.bfb': give the URL of the image file (http, https or scp)"
+        in ftp.stderr
+    )
+    no_file = await usage("firmware", "h1", "--version", TARGET, "--image", "https://x.test/")
+    assert "invalid image URI" in no_file.stderr
+    secret = await usage("firmware", "h1", "--version", TARGET, "--image", "https://u:hunter2@x.test/bf.bfb")
+    assert "carries credentials" in secret.stderr and "hunter2" not in secret.stderr
+    missing = await usage("firmware", "h1", "--version", TARGET)
+    assert "--image" in missing.stderr
+    empty = await usage("remove", "h1", "--dpus", "")
+    assert "invalid DPU list ''" in empty.stderr
+    both = await usage("monitor", "h1", "--status", "--stop")
+    assert "not allowed with argument" in both.stderr
+    never = await usage("monitor", "h1", "--reprovision-after", "0")
+    assert "invalid duration '0'" in never.stderr
+    assert "invalid host id" in (await usage("remove", "h1/x")).stderr
+
+
+async def test_no_monitor_and_temporal_unreachable(local_env: WorkflowEnvironment) -> None:
+    none = await metalflow(local_env, "host", "monitor", "clim-never", "--status")
+    assert none.status == 1
+    assert "no monitor runs for host clim-never (no monitor was ever started)" in none.stderr
+    assert "metalflow host monitor clim-never" in none.stderr
+    dead = f"127.0.0.1:{free_port()}"
+    for args in (
+        ("firmware", "h1", "--version", TARGET, "--image", IMAGE),
+        ("remove", "h1"),
+        ("monitor", "h1"),
+        ("monitor", "h1", "--status"),
+    ):
+        unreachable = await metalflow(local_env, "host", *args, address=dead)
+        assert unreachable.status == 2, (args, unreachable)
+        assert f"cannot reach Temporal at {dead}" in unreachable.stderr
+
+
+def test_remove_help_says_the_default_is_the_whole_node() -> None:
+    shown = subprocess.run(
+        [METALFLOW, "host", "remove", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "(default: the whole DPU node)" in " ".join(shown.stdout.split())

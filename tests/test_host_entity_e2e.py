@@ -1,0 +1,166 @@
+"""The host entity end to end: HostWorkflow with its real children (HostOperationWorkflow,
+HostRebootWorkflow) on a real worker against the simulated site, through the same entry point the
+CLI uses (`metalflow.hosts.send_update`, update-with-start).
+
+These runs also record the replay histories of HostWorkflow, HostRebootWorkflow (BMC and manual)
+and DemoWorkflow (with METALFLOW_RECORD_HISTORIES=1; see tests/history_tool.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history
+from pydantic import BaseModel
+from sim_support import RunningSim, running_sim
+from temporalio.client import Client
+from test_firmware_support import site_file_with_prefix
+
+from metalflow import names
+from metalflow.hosts import HostRequestError, host_status, send_update
+from metalflow.models.demo import DemoApproval, DemoInput, DemoResult
+from metalflow.models.host import (
+    APPROVE_UPDATE,
+    ASSIGN_INSTANCE_UPDATE,
+    HOST_REBOOTED_SIGNAL,
+    REQUEST_REBOOT_UPDATE,
+    REQUEST_REPROVISION_UPDATE,
+    AssignInstanceRequest,
+    HostRebootResult,
+    HostStatus,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationAnswer,
+    OperationRequest,
+    OperatorRequest,
+    RebootMethod,
+)
+from metalflow.settings import Settings
+from metalflow.worker import build_worker
+
+pytestmark = pytest.mark.slow
+R = TypeVar("R", bound=BaseModel)
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
+    """Two hosts with ids no other test's entity uses (entities outlive their tests' workers)."""
+    prefix = f"ent{uuid.uuid4().hex[:6]}"
+    site_file = site_file_with_prefix(tmp_path / "in", prefix, hosts=2)
+    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+        yield sim, prefix
+
+
+@asynccontextmanager
+async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
+    async with build_worker(client, task_queue, Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)):
+        yield
+
+
+async def settled(client: Client, host: str, predicate: Callable[[HostStatus], bool]) -> HostStatus:
+    seen: list[HostStatus] = []
+
+    async def check() -> bool:
+        seen.append(await host_status(client, host))
+        return predicate(seen[-1])
+
+    await eventually(check, timeout=60, what=f"the entity of {host} to settle")
+    return seen[-1]
+
+
+async def test_an_assigned_host_is_reprovisioned_after_approval_and_rebooted_in_its_window(
+    client: Client, task_queue: str, site: tuple[RunningSim, str]
+) -> None:
+    sim, prefix = site
+    host = f"{prefix}-001"
+    entity = HostWorkflowInput(
+        host_id=host, instance="i-tenant", policy=FAST_POLICY, auto_approval_window_seconds=600
+    )
+
+    async def update(name: str, request: BaseModel, result_type: type[R]) -> R:
+        return await send_update(client, entity, name, request, result_type, task_queue)
+
+    alice = OperationRequest(requested_by="alice", reason="new BFB")
+    async with worker_for(client, task_queue, sim):
+        held = await update(REQUEST_REPROVISION_UPDATE, alice, OperationAccepted)
+        assert held.awaiting_approval
+        with pytest.raises(
+            HostRequestError, match="cannot take instance i-other: reprovision awaits approval"
+        ):
+            await update(ASSIGN_INSTANCE_UPDATE, AssignInstanceRequest(instance="i-other", requested_by="t"),
+                         OperationAnswer)  # fmt: skip
+        assert sim.power_log(host) == []  # nothing happens before the approval
+
+        approved = await update(APPROVE_UPDATE, OperatorRequest(requested_by="carol"), OperationAnswer)
+        assert approved.message == f"approved reprovision; started reprovision/host-{host}"
+        with pytest.raises(HostRequestError, match="reprovision is in flight"):
+            await update(REQUEST_REBOOT_UPDATE, alice, OperationAccepted)
+        status = await settled(client, host, lambda s: s.current is None)
+        assert [(r.operation, r.outcome) for r in status.recent] == [("reprovision", "completed")]
+        assert status.boot_generation == 1 and status.instance == "i-tenant"
+
+        # Inside the window the approval opened, a reboot of the same tenant's host starts at once.
+        reboot = await update(REQUEST_REBOOT_UPDATE, alice, OperationAccepted)
+        assert not reboot.awaiting_approval
+        assert reboot.workflow_id == f"reboot/host-{host}/generation-2"
+        result = await client.get_workflow_handle(reboot.workflow_id, result_type=HostRebootResult).result()
+        status = await settled(client, host, lambda s: s.current is None)
+        entity_handle = client.get_workflow_handle(names.host_workflow_id(host))
+        await save_history(entity_handle, "host_entity_approved_reprovision_and_reboot")
+        await save_history(client.get_workflow_handle(reboot.workflow_id), "host_reboot_bmc")
+        await entity_handle.terminate("test over")
+        power_log, violations = sim.power_log(host), sim.violations()
+    assert result.method.startswith("bmc:") and result.boot_generation == 2
+    assert [r.outcome for r in status.recent] == ["completed", "completed"] and status.boot_generation == 2
+    assert power_cycles(power_log) == 2, power_log  # one for the reprovision, one for the reboot
+    assert violations == []
+
+
+async def test_a_manual_reboot_waits_for_the_person_who_rebooted_the_host(
+    client: Client, task_queue: str, site: tuple[RunningSim, str]
+) -> None:
+    sim, prefix = site
+    host = f"{prefix}-002"
+    manual = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
+    async with worker_for(client, task_queue, sim):
+        accepted = await send_update(
+            client, HostWorkflowInput(host_id=host), REQUEST_REBOOT_UPDATE,
+            OperationRequest(requested_by="alice", policy=manual), OperationAccepted, task_queue,
+        )  # fmt: skip
+        reboot = client.get_workflow_handle(accepted.workflow_id, result_type=HostRebootResult)
+
+        async def waiting_for_person() -> bool:
+            described = await reboot.describe()
+            return described.typed_search_attributes.get(names.PHASE) == "waiting-for-manual-reboot"
+
+        await eventually(waiting_for_person, what="the reboot to wait for a person")
+        await reboot.signal(
+            HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by="bob", reason="pressed the button")
+        )
+        result = await reboot.result()
+        status = await settled(client, host, lambda s: s.current is None)
+        await save_history(reboot, "host_reboot_manual_confirmed")
+        await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test over")
+        power_log = sim.power_log(host)
+    assert (result.method, result.confirmed_by, result.boot_generation) == ("manual", "bob", 1)
+    assert status.boot_generation == 1 and [r.outcome for r in status.recent] == ["completed"]
+    assert power_log == []  # metalflow never touched the BMC: the person rebooted the host
+
+
+async def test_demo_workflow_history(client: Client, task_queue: str, site: tuple[RunningSim, str]) -> None:
+    """The foundation demo, once more on the real worker, so its history is replayed too."""
+    sim, _ = site
+    async with worker_for(client, task_queue, sim):
+        handle = await client.start_workflow(
+            "DemoWorkflow", DemoInput(requested_by="alice"), id=f"demo-{uuid.uuid4()}",
+            task_queue=task_queue, result_type=DemoResult,
+        )  # fmt: skip
+        await handle.signal("approve", DemoApproval(approved_by="carol", note="ok"))
+        result = await asyncio.wait_for(handle.result(), 60)
+        await save_history(handle, "demo_approved")
+    assert result.approval.approved_by == "carol" and result.requested_by == "alice"

@@ -1,0 +1,257 @@
+"""The stuck reboot barrier and an abort during a power cycle, on the time-skipping test server.
+
+The scripted DPF and BMC of `tests/host_operation_fakes.py` stand in for the site; two of its
+activities are replaced here: the hold release leaves one DPU installing (DPF never brings it to
+`Rebooting`), and the power cycle can be held between Off and On until the test lets it go on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from host_operation_fakes import DPUS, HOST, FakeSite
+from host_operation_support import save_history, start_operation, status_of
+from temporalio import activity
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+import workflows
+from metalflow.models.dpf import ChangeResult, HostRef
+from metalflow.models.host import (
+    ABORT_UPDATE,
+    MANUAL_INTERVENTION_REQUIRED,
+    RETRY_UPDATE,
+    HostOperationKind,
+    HostOperationResult,
+    HostOperationStatus,
+    OperationAnswer,
+    OperationPolicy,
+    OperatorRequest,
+)
+from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+
+PHASE_TIMEOUT = 900.0
+POLICY = OperationPolicy(
+    power_down_wait_seconds=60, reboot_wait_seconds=1800, max_power_cycle_retries=2,
+    force_off_from_retry=2, phase_timeout_seconds=PHASE_TIMEOUT,
+)  # fmt: skip
+ALICE = OperatorRequest(requested_by="alice", reason="looked at the host")
+STUCK, FINE = DPUS[1], DPUS[0]
+WAITING_FOR_REBOOT_REQUEST = "waiting-for-reboot-request"
+
+
+class StuckSite(FakeSite):
+    """The fake site, with the replacements described in the module docstring."""
+
+    stuck_in: dict[str, str]
+    cycle_may_finish: asyncio.Event
+
+    def activities(self) -> list[Callable[..., Any]]:
+        replaced = {"release_node_effect_hold", "power_cycle_host", "set_power_state"}
+        kept = [
+            a for a in super().activities() if activity._Definition.must_from_callable(a).name not in replaced
+        ]
+        return [*kept, *self._replacements()]
+
+    def _replacements(self) -> list[Callable[..., Any]]:
+        site = self
+
+        @activity.defn(name="release_node_effect_hold")
+        async def release(host: HostRef) -> ChangeResult:
+            site.holding = False
+            for dpu, phase in site.phases.items():
+                if phase == "Node Effect":
+                    site.phases[dpu] = site.stuck_in.get(dpu, "Rebooting")
+            site.annotation = True  # DPF asks as soon as the FIRST DPU reaches Rebooting
+            await site.changed()
+            return ChangeResult(name="hold", changed=True)
+
+        async def held() -> None:
+            # Held until the test says so; heartbeats keep the attempt alive meanwhile.
+            while not site.cycle_may_finish.is_set():
+                activity.heartbeat()
+                await asyncio.sleep(0.05)
+
+        @activity.defn(name="power_cycle_host")
+        async def cycle(request: PowerCycleInput) -> PowerCycleResult:
+            site.power.append("Off")
+            await held()
+            site.power.append("On")
+            now = request.requested_at
+            return PowerCycleResult(
+                bmc_id=HOST, boot_generation=request.boot_generation, method="PowerCycle", steps=("done",),
+                reset_types=("PowerCycle",), started_at=now, finished_at=now, attempts=1,
+            )  # fmt: skip
+
+        @activity.defn(name="set_power_state")
+        async def set_power(request: SetPowerInput) -> SetPowerResult:
+            site.power.append(request.reset_type)
+            if request.reset_type == "ForceOff":
+                await held()
+            started = activity.info().started_time
+            return SetPowerResult(
+                bmc_id=HOST, requested=request.reset_type, sent=request.reset_type,
+                power_state="Off" if request.reset_type == "ForceOff" else "On",
+                started_at=started, finished_at=started,
+            )  # fmt: skip
+
+        return [release, cycle, set_power]
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return activity._Definition.must_from_callable(fn).name or ""  # every fake has a name
+
+
+Start = Callable[[OperationPolicy], Awaitable[WorkflowHandle[Any, HostOperationResult]]]
+# Boot generations far above the escalation tests' (they share the test server and the host id,
+# and a reboot's id, its generation, is spent once used), so neither file depends on the order.
+_GENERATIONS = itertools.count(1000, 100)
+
+
+@asynccontextmanager
+async def stuck_site(
+    env: WorkflowEnvironment, stuck_in: dict[str, str], hold_cycle: bool = False
+) -> AsyncIterator[tuple[StuckSite, Start]]:
+    """The site, and how to start the operation on it (an id of its own, fresh generations)."""
+    task_queue = f"barrier-{uuid.uuid4()}"
+    suffix = f"-barrier-{uuid.uuid4().hex[:8]}"
+    site = StuckSite(client=env.client, workflow_id=f"reprovision/host-{HOST}{suffix}")
+    site.stuck_in = stuck_in
+    site.cycle_may_finish = asyncio.Event()
+    if not hold_cycle:
+        site.cycle_may_finish.set()
+
+    async def start(policy: OperationPolicy) -> WorkflowHandle[Any, HostOperationResult]:
+        return await start_operation(
+            env.client, task_queue, HOST, HostOperationKind.REPROVISION, policy=policy,
+            boot_generation=next(_GENERATIONS), id_suffix=suffix,
+        )  # fmt: skip
+
+    activities = site.activities()
+    async with Worker(env.client, task_queue=task_queue, workflows=workflows.ALL, activities=activities):
+        yield site, start
+
+
+async def until(
+    env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any], check: Callable[[HostOperationStatus], bool]
+) -> HostOperationStatus:
+    """Skip time a minute at a time until the status satisfies `check`."""
+    for _ in range(100):
+        status = await status_of(handle)
+        if check(status):
+            return status
+        await env.sleep(60)
+    raise AssertionError(f"condition never met; last status: {status}")
+
+
+async def real_time_until(check: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def _intervention(status: HostOperationStatus) -> bool:
+    return status.phase == MANUAL_INTERVENTION_REQUIRED
+
+
+async def test_a_dpu_that_never_reaches_rebooting_asks_an_operator_and_retry_waits_again(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    async with stuck_site(env, {STUCK: "OS Installing"}) as (site, start):
+        handle = await start(POLICY)
+        waiting = await until(env, handle, lambda s: s.phase == WAITING_FOR_REBOOT_REQUEST)
+        assert "Rebooting (1 of 2)" in waiting.waiting_for
+
+        stuck = await until(env, handle, _intervention)
+        # The sibling writes its OS: the annotation is there, but the host must not be cycled.
+        assert site.power == [] and site.annotation
+        reason = stuck.manual_intervention_reason or ""
+        assert f"nothing changed for {PHASE_TIMEOUT:g} s" in reason
+        assert f"{STUCK} in OS Installing" in reason and FINE not in reason
+        assert f"{STUCK} in OS Installing" in stuck.waiting_for and "retry" in stuck.waiting_for
+        assert [(d.dpu_id, d.phase) for d in stuck.dpus] == [(FINE, "Rebooting"), (STUCK, "OS Installing")]
+        assert stuck.reboots_requested == 0 and stuck.power_cycles_issued == 0
+
+        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+        assert answer.accepted and "alice" in answer.message
+        # The wait starts over: the barrier again, with a whole phase timeout before the next escalation.
+        again = await status_of(handle)
+        assert again.phase == WAITING_FOR_REBOOT_REQUEST and again.manual_intervention_reason is None
+        await env.sleep(PHASE_TIMEOUT - 120)
+        assert (await status_of(handle)).phase == WAITING_FOR_REBOOT_REQUEST
+        stuck_again = await until(env, handle, _intervention)
+        assert stuck_again.manual_intervention_reason and STUCK in stuck_again.manual_intervention_reason
+        assert site.power == []
+
+        # The install finally ends: after a retry, the barrier is reached, one power cycle, done.
+        await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+        site.phases[STUCK] = "Rebooting"
+        await site.changed()
+        result = await handle.result()
+    assert site.power == ["Off", "On"] and result.reboots == 1
+    assert sorted(site.phases.values()) == ["Ready", "Ready"] and not site.annotation
+
+
+async def test_abort_of_a_stuck_barrier_fails_cleanly_without_a_reboot(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    async with stuck_site(env, {STUCK: "Prepare BFB"}) as (site, start):
+        handle = await start(POLICY)
+        stuck = await until(env, handle, _intervention)
+        assert f"{STUCK} in Prepare BFB" in (stuck.manual_intervention_reason or "")
+        answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        assert answer.accepted
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        final = await status_of(handle)
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
+    assert "aborted by alice: looked at the host" in cause.message
+    assert final.phase == "aborted" and "released the Node Effect hold" in final.waiting_for
+    # No reboot happened, so DPF's request is left standing: nobody may claim the host was rebooted.
+    assert site.power == [] and site.annotation and site.annotation_removals == 0
+
+
+@pytest.mark.parametrize(
+    ("force_off_from_retry", "cycle"),
+    [(1, ["Off", "On"]), (0, ["ForceOff", "On"])],
+    ids=["power-cycle", "force-off-then-on"],
+)
+async def test_abort_during_a_power_cycle_lets_it_finish_first(
+    time_skipping_env: WorkflowEnvironment, force_off_from_retry: int, cycle: list[str]
+) -> None:
+    env = time_skipping_env
+    policy = POLICY.model_copy(update={"force_off_from_retry": force_off_from_retry})
+    async with stuck_site(env, {}, hold_cycle=True) as (site, start):
+        handle = await start(policy)
+        await real_time_until(lambda: site.power[:1] == cycle[:1], "the host powered off")
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        assert site.power == cycle[:1]  # the abort is taken, the host is still off
+
+        site.cycle_may_finish.set()
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+        final = await status_of(handle)
+        if force_off_from_retry == 0:
+            child = env.client.get_workflow_handle(f"reboot/host-{HOST}/generation-{final.boot_generation}")
+            await save_history(child, "host_reboot_force_off_cancelled_midway")
+            await save_history(handle, "host_operation_aborted_during_power_cycle")
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
+    assert site.power == cycle  # the host came back on before the operation failed
+    assert final.phase == "aborted" and final.power_cycles_issued == 1
+    # The reboot DPF asked for happened: it is acknowledged, or DPF would wait for it forever.
+    assert site.annotation_removals == 1 and not site.annotation

@@ -1,0 +1,221 @@
+"""End to end: HostOperationWorkflow and HostRebootWorkflow on a real dev server and a real
+worker, against the simulated site (a separate process, reached over HTTP only).
+
+What a user would see is asserted: the workflow's result, its status query, the BMC's power log
+(exactly one power cycle per reboot DPF asked for) and the simulator's violations (none)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from host_operation_support import (
+    FAST_POLICY,
+    eventually,
+    power_cycles,
+    save_history,
+    start_operation,
+    status_of,
+    wait_for_phase,
+    wait_for_status,
+)
+from sim_support import RunningSim, running_sim
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from metalflow import names
+from metalflow.models.host import (
+    HOST_REBOOTED_SIGNAL,
+    HostOperationKind,
+    OperatorRequest,
+    RebootMethod,
+)
+from metalflow.settings import Settings
+from metalflow.worker import build_worker
+
+PROVISION = HostOperationKind.PROVISION
+REPROVISION = HostOperationKind.REPROVISION
+
+
+@asynccontextmanager
+async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(client, task_queue, settings):
+        yield
+
+
+@pytest.fixture
+def fresh_site(tmp_path: Path) -> Iterator[RunningSim]:
+    """Hosts 1-3 (host-003 has BF4 DPUs), nothing registered yet."""
+    with running_sim(tmp_path / "sim", hosts=3, dpus_per_host=2, timings="zero") as sim:
+        yield sim
+
+
+@pytest.fixture
+def ready_site(tmp_path: Path) -> Iterator[RunningSim]:
+    """Hosts 1-3 with every DPU Ready (as after provisioning)."""
+    with running_sim(tmp_path / "sim", hosts=3, dpus_per_host=2, timings="zero", initialised=True) as sim:
+        yield sim
+
+
+async def rebooted_by(client: Client, host_id: str, generation: int) -> str | None:
+    """The workflow that started the reboot of `host_id` to `generation`."""
+    described = await client.get_workflow_handle(
+        names.host_reboot_workflow_id(host_id, generation)
+    ).describe()
+    return described.parent_id
+
+
+async def test_provision_bf3_and_bf4_hosts_one_power_cycle_per_reboot_request(
+    client: Client, task_queue: str, fresh_site: RunningSim
+) -> None:
+    async with worker_for(client, task_queue, fresh_site):
+        bf3 = await start_operation(client, task_queue, "host-001", PROVISION)
+        bf4 = await start_operation(client, task_queue, "host-003", PROVISION)
+        r3, r4 = await asyncio.gather(bf3.result(), bf4.result())
+        await save_history(bf3, "host_operation_provision_bf3")
+        final = await status_of(bf4)
+    assert (r3.operation, r3.dpu_ids, r3.reboots) == ("provision", ("host-001-dpu-0", "host-001-dpu-1"), 1)
+    assert r4.reboots == 2
+    # The server is shared by the whole session: earlier tests may have spent low generations of
+    # these hosts, so the operation took the next free one; it must be its own reboot.
+    assert await rebooted_by(client, "host-001", r3.boot_generation) == bf3.id
+    assert await rebooted_by(client, "host-003", r4.boot_generation) == bf4.id
+    assert power_cycles(fresh_site.power_log("host-001")) == 1
+    assert power_cycles(fresh_site.power_log("host-003")) == 2
+    assert fresh_site.violations() == []
+    assert final.phase == "completed"
+    assert [d.phase for d in final.dpus] == ["Ready", "Ready"]
+    assert (final.reboots_requested, final.power_cycles_issued) == (2, 2)
+
+
+async def test_reprovision_all_and_a_subset(client: Client, task_queue: str, ready_site: RunningSim) -> None:
+    async with worker_for(client, task_queue, ready_site):
+        everything = await start_operation(client, task_queue, "host-002", REPROVISION, boot_generation=7)
+        subset = await start_operation(
+            client, task_queue, "host-001", REPROVISION, dpu_ids=("host-001-dpu-1",)
+        )
+        r_all, r_subset = await asyncio.gather(everything.result(), subset.result())
+        await save_history(everything, "host_operation_reprovision_all")
+    assert r_all.reboots == 1 and r_all.boot_generation >= 8
+    assert await rebooted_by(client, "host-002", r_all.boot_generation) == everything.id
+    assert r_subset.dpu_ids == ("host-001-dpu-1",)
+    assert power_cycles(ready_site.power_log("host-002")) == 1
+    assert power_cycles(ready_site.power_log("host-001")) == 1
+    assert ready_site.violations() == []
+
+
+async def test_manual_reboot_method_waits_for_host_rebooted_signal(
+    client: Client, task_queue: str, ready_site: RunningSim
+) -> None:
+    policy = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
+    async with worker_for(client, task_queue, ready_site):
+        handle = await start_operation(client, task_queue, "host-001", REPROVISION, policy=policy)
+        status = await wait_for_phase(handle, "rebooting-host")
+        assert status.reboots_requested == 1
+        assert [d.phase for d in status.dpus] == ["Rebooting", "Rebooting"]
+        # The operator reboots the host by hand (here: through the simulated BMC), then says so.
+        await _cycle_by_hand(ready_site, "host-001")
+        await handle.signal(HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by="alice", reason="done"))
+        result = await handle.result()
+        await save_history(handle, "host_operation_manual_reboot")
+        await save_history(
+            client.get_workflow_handle("reboot/host-host-001/generation-1"), "host_reboot_manual"
+        )
+    assert result.reboots == 1
+    assert power_cycles(ready_site.power_log("host-001")) == 1
+    assert ready_site.violations() == []
+
+
+async def test_dpu_error_is_reprovisioned_automatically(
+    client: Client, task_queue: str, ready_site: RunningSim
+) -> None:
+    async with worker_for(client, task_queue, ready_site):
+        handle = await start_operation(client, task_queue, "host-001", REPROVISION)
+        await _inject_error_when_installing(
+            handle, ready_site, "node-host-001-device-host-001-dpu-0", "bad BFB"
+        )
+        result = await handle.result()
+        status = await status_of(handle)
+    # One reboot, or two when the error hit after the first: each reboot DPF asked for, once.
+    assert result.reboots == status.reboots_requested == power_cycles(ready_site.power_log("host-001"))
+    assert [(d.dpu_id, d.phase) for d in status.dpus] == [
+        ("host-001-dpu-0", "Ready"),
+        ("host-001-dpu-1", "Ready"),
+    ]
+    assert [(d.dpu_id, d.error_reprovisions) for d in status.dpus] == [
+        ("host-001-dpu-0", 1),
+        ("host-001-dpu-1", 0),
+    ]
+    assert ready_site.violations() == []
+
+
+async def test_dpu_error_beyond_the_limit_fails_with_dpf_message(
+    client: Client, task_queue: str, ready_site: RunningSim
+) -> None:
+    policy = FAST_POLICY.model_copy(update={"max_dpu_error_reprovisions": 0})
+    async with worker_for(client, task_queue, ready_site):
+        handle = await start_operation(client, task_queue, "host-002", REPROVISION, policy=policy)
+        await _inject_error_when_installing(
+            handle, ready_site, "node-host-002-device-host-002-dpu-1", "flash worn out"
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "DPUFailed"
+    assert "flash worn out" in cause.message
+    assert ready_site.violations() == []
+
+
+async def _inject_error_when_installing(handle: Any, sim: RunningSim, dpu: str, message: str) -> None:
+    async def deleted_and_recreated() -> bool:
+        status = await status_of(handle)
+        return status.phase not in ("resolving-inventory", "deleting-dpus", "starting")
+
+    await eventually(deleted_and_recreated, what="the DPUs deleted")
+    sim.inject(f"dpus/{dpu}/error", {"message": message})
+
+
+async def _cycle_by_hand(sim: RunningSim, host_id: str) -> None:
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        systems = (await http.get(f"{base}/redfish/v1/Systems")).json()
+        system = systems["Members"][0]["@odata.id"]
+        action = f"{base.split('/bmc/')[0]}{system}" if system.startswith("/bmc/") else f"{base}{system}"
+        for reset in ("ForceOff", "On"):
+            await http.post(f"{action}/Actions/ComputerSystem.Reset", json={"ResetType": reset})
+
+            async def reached(target: str = "Off" if reset == "ForceOff" else "On") -> bool:
+                state: object = (await http.get(action)).json().get("PowerState")
+                return state == target
+
+            await eventually(reached, timeout=20, what=f"{host_id} {reset}")
+
+
+async def test_reprovision_with_demo_timings_reports_progress(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The demo's pace (a second or so per DPF phase): the status query follows every DPU."""
+    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, timings="demo", initialised=True) as sim:
+        async with worker_for(client, task_queue, sim):
+            started = time.monotonic()
+            handle = await start_operation(client, task_queue, "host-001", REPROVISION)
+            installing = await wait_for_status(
+                handle, lambda s: any(d.phase == "OS Installing" for d in s.dpus), "a DPU installing"
+            )
+            result = await handle.result()
+            elapsed = time.monotonic() - started
+        print(f"reprovision of a 2-DPU BF3 host with demo timings: {elapsed:.1f} s")
+        assert installing.phase == "waiting-for-reboot-request"
+        assert "Rebooting" in installing.waiting_for
+        assert result.reboots == 1 and power_cycles(sim.power_log("host-001")) == 1
+        assert sim.violations() == []

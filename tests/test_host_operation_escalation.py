@@ -1,0 +1,136 @@
+"""Time limits and escalation on the time-skipping test server: a scripted DPF and BMC
+(`tests/host_operation_fakes.py`) stand in for the site, so hours of DPF silence take no time."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from host_operation_fakes import HOST, FakeSite
+from host_operation_support import start_operation, status_of
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+import workflows
+from metalflow.models.host import (
+    ABORT_UPDATE,
+    HOST_REBOOTED_SIGNAL,
+    MANUAL_INTERVENTION_REQUIRED,
+    MARK_REBOOTED_UPDATE,
+    RETRY_UPDATE,
+    HostOperationKind,
+    HostOperationStatus,
+    HostRebootResult,
+    OperationAnswer,
+    OperationPolicy,
+    OperatorRequest,
+)
+
+POLICY = OperationPolicy(
+    power_down_wait_seconds=60,
+    reboot_wait_seconds=1800,
+    max_power_cycle_retries=2,
+    force_off_from_retry=2,
+    phase_timeout_seconds=3600,
+)
+ALICE = OperatorRequest(requested_by="alice", reason="checked the host")
+
+
+@asynccontextmanager
+async def fake_site(env: WorkflowEnvironment, **options: Any) -> AsyncIterator[tuple[FakeSite, str]]:
+    task_queue = f"escalation-{uuid.uuid4()}"
+    workflow_id = f"reprovision/host-{HOST}"
+    site = FakeSite(client=env.client, workflow_id=workflow_id, **options)
+    async with Worker(
+        env.client, task_queue=task_queue, workflows=workflows.ALL, activities=site.activities()
+    ):
+        yield site, task_queue
+
+
+async def until_phase(
+    env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any], phase: str
+) -> HostOperationStatus:
+    for _ in range(200):
+        status = await status_of(handle)
+        if status.phase == phase:
+            return status
+        await env.sleep(60)  # skips time on the test server
+    raise AssertionError(f"never reached {phase}; last {status.phase}: {status.waiting_for}")
+
+
+async def test_dpf_silence_reissues_cycles_then_asks_an_operator(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    async with fake_site(env, moves_after_reboot=False) as (site, queue):
+        handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
+        status = await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
+        # One cycle, a re-issued PowerCycle (retry 1), then ForceOff and On (retry 2 >= force_off_from_retry).
+        assert site.power == ["cycle:1", "cycle:2", "ForceOff", "On"]
+        assert status.power_cycles_issued == 3 and status.boot_generation == 3
+        assert status.manual_intervention_reason and "did not move on" in status.manual_intervention_reason
+        # `retry` starts the wait over: after the next silence, cycles are re-issued again.
+        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+        assert answer.accepted
+        await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
+        assert site.power[4:] == ["cycle:4", "ForceOff", "On"]  # retry 1 (PowerCycle), retry 2 (ForceOff+On)
+        # The operator fixed the host by hand: mark_rebooted lets DPF go on.
+        site.moves_after_reboot = True
+        await handle.execute_update(MARK_REBOOTED_UPDATE, ALICE, result_type=OperationAnswer)
+        result = await handle.result()
+    assert result.reboots == 5 and result.boot_generation == 5
+    assert sorted(site.phases.values()) == ["Ready", "Ready"]
+
+
+async def test_retry_is_refused_unless_waiting_for_an_operator(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    async with fake_site(env, moves_after_reboot=False) as (_, queue):
+        handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
+        await until_phase(env, handle, "waiting-for-dpf-after-reboot")
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+        assert MANUAL_INTERVENTION_REQUIRED in str(refused.value.cause)
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        with pytest.raises(WorkflowFailureError) as failure:
+            await handle.result()
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
+    assert "alice" in cause.message
+
+
+async def test_abort_in_manual_intervention_fails_cleanly(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    async with fake_site(env, moves_after_reboot=False) as (site, queue):
+        handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
+        await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        final = await status_of(handle)
+    assert final.phase == "aborted"
+    assert site.annotation_removals == 1  # acknowledged once after the first cycle; never without one
+
+
+async def test_unreachable_bmc_falls_back_to_host_rebooted_signal(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    async with fake_site(env, bmc_fails=True) as (site, queue):
+        handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
+        await until_phase(env, handle, "rebooting-host")
+        await handle.signal(HOST_REBOOTED_SIGNAL, ALICE)
+        result = await handle.result()
+        # Generations earlier tests on this server used are spent: the operation took the next.
+        child_id = f"reboot/host-{HOST}/generation-{result.boot_generation}"
+        reboot = await env.client.get_workflow_handle(child_id, result_type=HostRebootResult).result()
+    assert result.reboots == 1 and site.power == []
+    assert (reboot.method, reboot.confirmed_by) == ("manual", "alice")

@@ -1,0 +1,256 @@
+"""Crash safety of the server side: the test runs its OWN Temporal dev server (SQLite file on
+disk), a worker process and the simulated site, SIGKILLs the dev server while a reprovision of a
+2-DPU BF3 host is in flight, and starts it again on the same database and port.
+
+The operation must still end with exactly the one power cycle DPF asked for in the BMC's power
+log, and no violation recorded by the simulated site. The worker is left alone: it must ride out
+the outage and reconnect by itself (the test fails, naming its log, if it died)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from host_operation_support import FAST_POLICY, power_cycles, start_operation, status_of, wait_for_status
+from sim_support import RunningSim, running_sim
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from metalflow import names
+from metalflow.binaries import temporal_cli
+from metalflow.devstack.ports import free_port
+from metalflow.models.host import HostOperationKind, HostOperationResult, HostOperationStatus
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+SERVER_START_TIMEOUT = 60.0
+OPERATION_TIMEOUT = 180.0
+
+
+@dataclass
+class DevServer:
+    """One `temporal server start-dev` on a fixed port and database file, restartable."""
+
+    state_dir: Path
+    port: int
+    ui_port: int
+    process: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        argv = [
+            str(temporal_cli()), "server", "start-dev", "--headless",
+            "--ip", "127.0.0.1", "--port", str(self.port), "--ui-port", str(self.ui_port),
+            "--db-filename", str(self.state_dir / "temporal.db"),
+            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+            "--log-level", "warn",
+        ]  # fmt: skip
+        for name, kind in names.search_attribute_types().items():
+            argv += ["--search-attribute", f"{name}={kind}"]
+        return argv
+
+    def start(self) -> None:
+        self.starts += 1
+        with (self.state_dir / f"temporal-{self.starts}.log").open("wb") as out:
+            # Its own process group, so a kill reaches anything it spawned too.
+            self.process = subprocess.Popen(
+                self.argv(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def kill(self) -> None:
+        """SIGKILL, as a crashed host or an OOM kill would: no shutdown, no flush."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+    async def connect(self) -> Client:
+        """A client, once the (re)started server answers; fails if the server exits first."""
+        deadline = time.monotonic() + SERVER_START_TIMEOUT
+        while True:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                log = (self.state_dir / f"temporal-{self.starts}.log").read_text()
+                raise AssertionError(f"dev server exited with {self.process.returncode}:\n{log}")
+            try:
+                client = await Client.connect(self.address, data_converter=pydantic_data_converter)
+                await client.count_workflows()  # the frontend is up and the namespace is served
+                return client
+            except Exception:  # noqa: BLE001 - not up yet: retried until the deadline
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.2)
+
+
+@contextmanager
+def dev_server(state_dir: Path) -> Iterator[DevServer]:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    server = DevServer(state_dir, free_port(), free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+@contextmanager
+def worker_process(
+    server: DevServer, task_queue: str, sim: RunningSim, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
+    env.update(
+        TEMPORAL_ADDRESS=server.address,
+        METALFLOW_SITE_FILE=str(sim.site_file),
+        KUBECONFIG=str(sim.kubeconfig),
+        PYTHONUNBUFFERED="1",
+    )
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "worker.py", "--task-queue", task_queue],
+            cwd=ROOT, env=env, stdout=out, stderr=out, start_new_session=True,
+        )  # fmt: skip
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+async def wait_until(
+    client: Client, workflow_id: str, predicate: Callable[[HostOperationStatus], bool], what: str
+) -> HostOperationStatus:
+    # The handle comes from the current client: after the restart the old one's channel is gone.
+    handle = client.get_workflow_handle(workflow_id, result_type=HostOperationResult)
+    return await wait_for_status(handle, predicate, what, timeout=90)
+
+
+async def deadline(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+def dpu_phases(sim: RunningSim, host_id: str) -> list[str]:
+    """The phases of the host's DPUs as DPF (the simulated cluster) has them, not as Temporal saw them."""
+    response = httpx.get(
+        f"{sim.url}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus",
+        params={"labelSelector": f"provisioning.dpu.nvidia.com/dpunode-name=node-{host_id}"},
+        timeout=10,
+    )
+    response.raise_for_status()
+    return sorted(item.get("status", {}).get("phase", "") for item in response.json()["items"])
+
+
+@dataclass
+class KillPoint:
+    """When to kill the server, and what the site must have done before it comes back."""
+
+    in_flight: Callable[[Client, str], Awaitable[bool]]
+    outage_until: Callable[[RunningSim], bool]
+    what: str
+
+
+async def _dpus_installing(client: Client, workflow_id: str) -> bool:
+    status = await status_of(client.get_workflow_handle(workflow_id))
+    return status.phase == "waiting-for-reboot-request" and any(
+        d.phase in ("Config FW Parameters", "Prepare BFB", "OS Installing") for d in status.dpus
+    )
+
+
+async def _power_cycle_started(client: Client, workflow_id: str) -> bool:
+    # A worker runs the reboot child's power_cycle_host (it waits ~3 s before sending the reset):
+    # killed now, the cycle goes on without the server, and its completion cannot be reported.
+    try:
+        child = await client.get_workflow_handle("reboot/host-host-001/generation-1").describe()
+    except RPCError:
+        return False
+    pending = child.raw_description.pending_activities
+    return any(
+        a.activity_type.name == "power_cycle_host"
+        and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        for a in pending
+    )
+
+
+INSTALLING = KillPoint(
+    _dpus_installing,
+    # While Temporal is down, DPF finishes the installs and asks for the reboot.
+    lambda sim: dpu_phases(sim, "host-001") == ["Rebooting", "Rebooting"],
+    "every DPU Rebooting in the simulated cluster",
+)
+POWER_CYCLING = KillPoint(
+    _power_cycle_started,
+    # While Temporal is down, the worker's activity completes the cycle (heartbeats failing).
+    lambda sim: [e["to"] for e in sim.power_log("host-001")][-2:] == ["Off", "On"],
+    "the BMC's power cycle done (Off, then On)",
+)
+
+
+@pytest.mark.parametrize(
+    "kill",
+    [
+        pytest.param(INSTALLING, id="while-dpus-install"),
+        pytest.param(POWER_CYCLING, id="while-power-cycling"),
+    ],
+)
+async def test_reprovision_survives_a_dev_server_restart(
+    tmp_path: Path, kill: KillPoint, capsys: Any
+) -> None:
+    task_queue = f"restart-{uuid.uuid4()}"
+    worker_log = tmp_path / "worker.log"
+    with (
+        dev_server(tmp_path / "temporal") as server,
+        running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, timings="demo", initialised=True) as sim,
+        worker_process(server, task_queue, sim, worker_log) as worker,
+    ):
+        client = await server.connect()
+        handle = await start_operation(client, task_queue, "host-001", HostOperationKind.REPROVISION,
+                                       policy=FAST_POLICY)  # fmt: skip
+        workflow_id = handle.id
+        await deadline(lambda: kill.in_flight(client, workflow_id), "the moment to kill the server", 90)
+
+        server.kill()
+        down_at = time.monotonic()
+        await deadline(lambda: asyncio.to_thread(kill.outage_until, sim), kill.what)
+        outage = time.monotonic() - down_at
+        server.start()
+        client = await server.connect()
+        up_after = time.monotonic() - down_at
+
+        handle = client.get_workflow_handle(workflow_id, result_type=HostOperationResult)
+        result = await asyncio.wait_for(handle.result(), OPERATION_TIMEOUT)
+        done_after = time.monotonic() - down_at
+        worker_alive = worker.poll() is None
+        final = await wait_until(client, workflow_id, lambda s: s.phase == "completed", "the status")
+        power_log, violations = sim.power_log("host-001"), sim.violations()
+
+    with capsys.disabled():
+        print(
+            f"\nserver down {outage:.1f} s until {kill.what}; serving again {up_after:.1f} s after the "
+            f"kill; operation done {done_after:.1f} s after it; worker survived: {worker_alive}"
+        )
+    assert worker_alive, f"the worker died with the server; see {worker_log}"
+    assert result.reboots == 1 and final.power_cycles_issued == 1
+    assert power_cycles(power_log) == 1, power_log
+    assert violations == []

@@ -1,0 +1,177 @@
+"""HostMonitorWorkflow end to end (flow 5): the simulated DPF drops a Ready DPU to Node Effect and
+back; the host leaves and rejoins the pool (label on its DPUNode, `PoolState` search attribute);
+past the deadline the host's entity is asked for a reprovision, which then really runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from host_operation_support import save_history
+from sim_support import RunningSim, running_sim
+from temporalio.client import Client, WorkflowHandle
+from test_firmware_support import (
+    DPU,
+    FAST_POLICY,
+    SiteView,
+    eventually,
+    site_file_with_prefix,
+    site_worker,
+)
+
+from metalflow import names
+from metalflow.models.host import (
+    POOL_LABEL,
+    HostMonitorInput,
+    HostMonitorResult,
+    HostMonitorStatus,
+    HostStatus,
+    HostWorkflowInput,
+    MonitorPolicy,
+    OperatorRequest,
+)
+
+STOP = OperatorRequest(requested_by="test", reason="test over")
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    state = tmp_path_factory.mktemp("monitor-sim")
+    site = site_file_with_prefix(state / "in", "mon", hosts=3)
+    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+        yield running
+
+
+@pytest.fixture
+def view(sim: RunningSim) -> Iterator[SiteView]:
+    site = SiteView(sim)
+    yield site
+    site.close()
+
+
+async def start_monitor(
+    client: Client, task_queue: str, host: str, policy: MonitorPolicy
+) -> WorkflowHandle[Any, HostMonitorResult]:
+    return await client.start_workflow(
+        "HostMonitorWorkflow",
+        HostMonitorInput(host_id=host, site="mon-site", requested_by="test", policy=policy),
+        id=names.monitor_workflow_id(host),
+        task_queue=task_queue,
+        result_type=HostMonitorResult,
+    )
+
+
+async def status_of(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus:
+    status: HostMonitorStatus = await handle.query("status", result_type=HostMonitorStatus)
+    return status
+
+
+async def pool_attribute(handle: WorkflowHandle[Any, Any]) -> str | None:
+    return (await handle.describe()).typed_search_attributes.get(names.POOL_STATE)
+
+
+async def test_node_effect_takes_the_host_out_of_the_pool_and_recovery_puts_it_back(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-001", "mon-001-dpu-0"
+    # Few events per run: the monitor continues-as-new several times during the test.
+    policy = MonitorPolicy(reprovision_after_seconds=3600, events_per_run=2)
+    async with site_worker(client, task_queue, sim):
+        handle = await start_monitor(client, task_queue, host, policy)
+        await eventually(lambda: view.node_labels(host), lambda labels: labels.get(POOL_LABEL) == "in-pool")
+
+        sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+        labels = await eventually(
+            lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "out-of-pool"
+        )
+        assert "critical DPU services down on " + dpu in str(await view.get_node_reason(host))
+        assert await eventually(lambda: pool_attribute(handle), lambda v: v == "out-of-pool")
+        degraded = await status_of(handle)
+        assert [d.dpu_id for d in degraded.degraded] == [dpu] and degraded.pool_state == "out-of-pool"
+        assert labels[POOL_LABEL] == "out-of-pool"
+
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+        await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "in-pool")
+        assert await eventually(lambda: pool_attribute(handle), lambda v: v == "in-pool")
+        status = await eventually(lambda: status_of(handle), lambda s: s.pool_state == "in-pool")
+
+        assert status.runs >= 2, "the monitor continued-as-new"
+        assert [c.state for c in status.history] == ["out-of-pool", "in-pool"], "history carried across runs"
+        assert status.degraded == () and status.reprovisions_requested == 0
+
+        await handle.execute_update("abort", STOP)
+        result = await handle.result()
+        await save_history(handle, "monitor_recovery_last_run")
+    assert result.pool_state == "in-pool" and result.runs == status.runs
+    assert sim.violations() == []
+
+
+async def test_an_aborted_monitor_leaves_the_pool_as_the_world_is_and_a_new_one_adopts_it(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-002", "mon-002-dpu-1"
+    policy = MonitorPolicy(reprovision_after_seconds=3600)
+    async with site_worker(client, task_queue, sim):
+        first = await start_monitor(client, task_queue, host, policy)
+        await eventually(lambda: status_of(first), lambda s: len(s.dpus) == 2)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+        await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "out-of-pool")
+        await first.execute_update("abort", STOP)
+        stopped = await first.result()
+        assert stopped.pool_state == "out-of-pool"
+        assert (await view.node_labels(host))[POOL_LABEL] == "out-of-pool"  # the DPU is still down
+
+        second = await start_monitor(client, task_queue, host, policy)
+        adopted = await eventually(lambda: status_of(second), lambda s: bool(s.degraded))
+        assert [d.dpu_id for d in adopted.degraded] == [dpu] and adopted.pool_state == "out-of-pool"
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+        await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "in-pool")
+        await second.execute_update("abort", STOP)
+        assert (await second.result()).pool_state == "in-pool"
+
+
+async def test_past_the_deadline_the_entity_is_asked_and_the_reprovision_really_runs(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-003", "mon-003-dpu-1"
+    dpu_name = f"node-{host}-device-{dpu}"
+    before = await view.get(DPU, dpu_name)
+    assert before is not None
+    async with site_worker(client, task_queue, sim):
+        entity = await client.start_workflow(
+            "HostWorkflow",
+            HostWorkflowInput(host_id=host, site="mon-site", policy=FAST_POLICY),
+            id=names.host_workflow_id(host),
+            task_queue=task_queue,
+        )
+        monitor = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=1.0))
+        try:
+            await eventually(lambda: status_of(monitor), lambda s: len(s.dpus) == 2)
+            sim.inject(f"dpus/{dpu_name}/node-effect")
+            await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "out-of-pool")
+
+            asked = await eventually(
+                lambda: status_of(monitor),
+                lambda s: s.reprovisions_requested == 1,
+            )
+            assert asked.requests[0] == f"{dpu}: accepted: {names.reprovision_workflow_id(host)}"
+            entity_status = await entity.query("status", result_type=HostStatus)
+            operations = [r.operation for r in ((entity_status.current,) if entity_status.current else ())]
+            operations += [r.operation for r in entity_status.recent]
+            assert "reprovision" in operations
+
+            # The reprovision runs for real: the DPU is recreated, becomes Ready, the host rejoins.
+            await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "in-pool", 60)
+            after = await view.get(DPU, dpu_name)
+            assert after is not None and after["metadata"]["uid"] != before["metadata"]["uid"]
+            assert await view.dpu_phase(host, dpu) == "Ready"
+            reprovision = client.get_workflow_handle(names.reprovision_workflow_id(host))
+            await reprovision.result()
+            assert view.power_cycles(host) == 1
+        finally:
+            await monitor.execute_update("abort", STOP)
+            await monitor.result()
+            await save_history(monitor, "monitor_reprovision_requested")
+            await entity.terminate("test over")
+    assert sim.violations() == []

@@ -1,0 +1,143 @@
+"""HostRemovalWorkflow end to end (flows 7-10) against the simulated DPF: delete a DPU, delete a
+DPUNode, and the force variants when a finalizer nobody releases holds an object."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from host_operation_support import save_history
+from sim_support import RunningSim, running_sim
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from test_firmware_support import (
+    DPU,
+    DPUDEVICE,
+    DPUNODE,
+    FAST_POLICY,
+    SiteView,
+    site_file_with_prefix,
+    site_worker,
+)
+
+from activities.dpf.kube import Kind
+from metalflow import names
+from metalflow.models.host import HostRemovalInput, HostRemovalResult
+from metalflow.models.inventory import DPF_NAMESPACE
+
+FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that it never releases
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    state = tmp_path_factory.mktemp("removal-sim")
+    site = site_file_with_prefix(state / "in", "rm", hosts=4)
+    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+        yield running
+
+
+@pytest.fixture
+def view(sim: RunningSim) -> Iterator[SiteView]:
+    site = SiteView(sim)
+    yield site
+    site.close()
+
+
+async def remove(client: Client, task_queue: str, request: HostRemovalInput) -> tuple[HostRemovalResult, Any]:
+    handle = await client.start_workflow(
+        "HostRemovalWorkflow",
+        request,
+        id=names.host_operation_workflow_id(names.REMOVE, request.host_id),
+        task_queue=task_queue,
+        result_type=HostRemovalResult,
+    )
+    return await handle.result(), handle
+
+
+async def hold_with_foreign_finalizer(view: SiteView, kind: Kind, name: str) -> None:
+    obj = await view.get(kind, name)
+    assert obj is not None
+    finalizers = [*(obj["metadata"].get("finalizers") or []), FOREIGN_FINALIZER]
+    await view.kube.patch("test", kind, DPF_NAMESPACE, name, {"metadata": {"finalizers": finalizers}})
+
+
+async def test_removing_a_dpu_deletes_its_device_and_dpu_and_keeps_its_sibling(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host = "rm-001"
+    async with site_worker(client, task_queue, sim):
+        result, handle = await remove(
+            client,
+            task_queue,
+            HostRemovalInput(host_id=host, dpu_ids=(f"{host}-dpu-1",), requested_by="test"),
+        )
+        await save_history(handle, "removal_one_dpu")
+    assert result.removed == (f"DPUDevice/device-{host}-dpu-1", f"DPU/node-{host}-device-{host}-dpu-1")
+    assert not result.forced
+    assert ("DPUDevice", f"device-{host}-dpu-1", "deleted") in [
+        (a.kind, a.name, a.outcome) for a in result.actions
+    ]
+    assert await view.get(DPUDEVICE, f"device-{host}-dpu-1") is None
+    assert await view.get(DPU, f"node-{host}-device-{host}-dpu-1") is None
+    node = await view.get(DPUNODE, f"node-{host}")
+    assert node is not None and [d["name"] for d in node["spec"]["dpus"]] == [f"device-{host}-dpu-0"]
+    assert await view.dpu_phase(host, f"{host}-dpu-0") == "Ready"
+    assert sim.violations() == []
+
+
+async def test_removing_the_node_deletes_the_dpunode_and_its_dpus(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host = "rm-002"
+    async with site_worker(client, task_queue, sim):
+        result, handle = await remove(client, task_queue, HostRemovalInput(host_id=host, requested_by="test"))
+        await save_history(handle, "removal_node")
+    assert result.removed[0] == f"DPUNode/node-{host}"
+    assert await view.get(DPUNODE, f"node-{host}") is None
+    for k in (0, 1):
+        assert await view.get(DPU, f"node-{host}-device-{host}-dpu-{k}") is None
+    assert sim.violations() == []
+
+
+async def test_a_stuck_dpu_fails_without_force_and_is_removed_with_force(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host = "rm-003"
+    dpu_name = f"node-{host}-device-{host}-dpu-0"
+    await hold_with_foreign_finalizer(view, DPU, dpu_name)
+    quick = FAST_POLICY.model_copy(update={"phase_timeout_seconds": 2.0})
+    request = HostRemovalInput(host_id=host, dpu_ids=(f"{host}-dpu-0",), requested_by="test", policy=quick)
+    async with site_worker(client, task_queue, sim):
+        with pytest.raises(WorkflowFailureError) as failed:
+            await remove(client, task_queue, request)
+        cause = failed.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "RemovalTimedOut"
+        assert dpu_name in cause.message and "force" in cause.message
+        assert await view.get(DPU, dpu_name) is not None  # held by the finalizer
+
+        forced = request.model_copy(update={"force": True, "force_after_seconds": 1.0})
+        result, _ = await remove(client, task_queue, forced)
+    assert result.forced
+    assert ("DPU", dpu_name, "finalizers removed") in [(a.kind, a.name, a.outcome) for a in result.actions]
+    assert await view.get(DPU, dpu_name) is None
+    assert await view.get(DPUDEVICE, f"device-{host}-dpu-0") is None
+
+
+async def test_a_stuck_node_is_removed_with_force(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host = "rm-004"
+    await hold_with_foreign_finalizer(view, DPUNODE, f"node-{host}")
+    request = HostRemovalInput(
+        host_id=host, force=True, force_after_seconds=1.0, requested_by="test", policy=FAST_POLICY
+    )
+    async with site_worker(client, task_queue, sim):
+        result, handle = await remove(client, task_queue, request)
+        await save_history(handle, "removal_node_forced")
+    assert result.forced
+    assert ("DPUNode", f"node-{host}", "finalizers removed") in [
+        (a.kind, a.name, a.outcome) for a in result.actions
+    ]
+    assert await view.get(DPUNODE, f"node-{host}") is None
+    assert sim.violations() == []

@@ -1,0 +1,45 @@
+"""Replay every saved history in tests/histories/*.json against today's workflow code, so a change
+that would break running workflows (non-determinism) fails CI. Add a history by recording it
+(`python tests/history_tool.py`, or any test that calls `save_history` with
+METALFLOW_RECORD_HISTORIES=1) and committing the JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio import workflow
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+import workflows
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=workflows.ALL, data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name} no longer replays: {result.replay_failure}"
+
+
+def test_there_are_histories_to_replay() -> None:
+    assert HISTORIES, "tests/histories/ holds no recorded histories"
+
+
+def _workflow_type(path: Path) -> str:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    return history.events[0].workflow_execution_started_event_attributes.workflow_type.name
+
+
+def test_every_registered_workflow_has_a_saved_history() -> None:
+    """A workflow without a history is a workflow whose breaking change CI would not catch."""
+    registered = {str(workflow._Definition.must_from_class(cls).name) for cls in workflows.ALL}
+    covered = {_workflow_type(path) for path in HISTORIES}
+    assert registered - covered == set(), (
+        f"no history in tests/histories/ replays {sorted(registered - covered)}: record one "
+        "(tests/history_tool.py) and commit it"
+    )

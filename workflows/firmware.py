@@ -1,0 +1,468 @@
+"""`FirmwareWorkflow` (`firmware/host-<id>`): stage DPU firmware on every DPU, activate it with one
+host power cycle, verify (DOMAIN.md section 1: `stage_dpu_firmware`, `activate_dpu_firmware`).
+
+Runbook:
+1. Resolve the host; read each DPU's running and staged versions from its own BMC.
+2. A target already running on every DPU: done, no reboot.
+3. Stage the image on each DPU that neither runs nor holds it (in parallel, at most
+   `MAX_PARALLEL_STAGES`; each stage follows the BMC's task to its end). Barrier: every DPU
+   staged. A stage that fails ends the run with the DPU and the BMC's words; nothing rebooted.
+4. Never cut an install short: wait until no DPU of the host is in `Config FW Parameters`,
+   `Prepare BFB` or `OS Installing` (the watcher's signals).
+5. One host power cycle: the child `HostRebootWorkflow` of the next boot generation.
+6. Wait for the host `On` and every DPU `Ready`; verify each DPU runs the target.
+
+Abort (update `abort`) is accepted until the power cycle starts: the run ends with
+`OperationAborted` and reboots nothing. Images already staged stay staged: harmless, they are
+the version asked for and become running at the host's next power cycle, whoever causes it (a
+later firmware run finds them `already_staged` and does not stage again). After the power cycle
+has started abort is refused: the cycle completes on its own (the child is abandoned, never
+cancelled halfway, so a host is never left Off).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from metalflow import names
+    from metalflow.models.dpf import (
+        DPF_STATE_CHANGED_SIGNAL,
+        HostDPFState,
+        HostRef,
+        WatchHostInput,
+    )
+    from metalflow.models.host import (
+        ABORT_UPDATE,
+        STATUS_QUERY,
+        DPUFirmwareProgress,
+        DPUProgress,
+        FirmwareInput,
+        FirmwareResult,
+        FirmwareStatus,
+        HostOperationStatus,
+        HostRebootInput,
+        OperationAnswer,
+        OperatorRequest,
+    )
+    from metalflow.models.inventory import DPUInventory, HostInventory, HostLookup
+    from metalflow.models.redfish import (
+        FirmwareVersions,
+        ReadFirmwareInput,
+        ReadPowerStateInput,
+        StageFirmwareInput,
+        StageFirmwareResult,
+        SystemPower,
+    )
+    from workflows.common import (
+        BMC_READ,
+        INVENTORY,
+        KUBE_READ,
+        NON_RETRYABLE,
+        WATCHER,
+        WATCHER_HEARTBEAT_SECONDS,
+        enter_phase,
+    )
+    from workflows.host_reboot import start_next_reboot
+
+MAX_PARALLEL_STAGES: Final = 4  # SimpleUpdates in flight per host: a bounded load on its DPU BMCs
+STAGE_TIMEOUT_SECONDS: Final = 1800.0  # one BMC update task, as the BMC reports it
+STAGE_OPTIONS: Final[dict[str, Any]] = {
+    "start_to_close_timeout": timedelta(seconds=STAGE_TIMEOUT_SECONDS + 120),
+    "heartbeat_timeout": timedelta(seconds=60),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=2),
+        maximum_interval=timedelta(seconds=60),
+        maximum_attempts=5,
+        non_retryable_error_types=NON_RETRYABLE,
+    ),
+}
+POWER_ON_POLL: Final = timedelta(seconds=5)
+INSTALL_PHASES: Final = frozenset({"Config FW Parameters", "Prepare BFB", "OS Installing"})
+
+ABORTED_ERROR: Final = "OperationAborted"
+STAGE_FAILED_ERROR: Final = "FirmwareStageFailed"
+NOT_ACTIVATED_ERROR: Final = "FirmwareNotActivated"
+TIMEOUT_ERROR: Final = "PhaseTimeout"
+
+
+@workflow.defn(name="FirmwareWorkflow")
+class FirmwareWorkflow:
+    """Stage a DPU firmware image on a host's DPUs, activate it with one power cycle, verify."""
+
+    @workflow.init
+    def __init__(self, request: FirmwareInput) -> None:
+        self._request = request
+        self._started_at = workflow.now()
+        self._phase = "starting"
+        self._waiting_for = "the host's inventory"
+        self._dpus: dict[str, DPUFirmwareProgress] = {}
+        self._dpf: HostDPFState | None = None
+        self._dpf_since: dict[str, tuple[str, datetime]] = {}
+        self._dpu_failure: str | None = None
+        self._abort: OperatorRequest | None = None
+        self._power_cycle_started = False
+        self._power_cycles = 0
+        self._generation = request.boot_generation  # the host's, after this run's power cycle
+
+    @workflow.run
+    async def run(self, request: FirmwareInput) -> FirmwareResult:
+        """Stage, barrier, one power cycle, verify; see the module docstring."""
+        workflow.upsert_search_attributes(
+            [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.FIRMWARE)]
+        )
+        inventory = await self._resolve_inventory()
+        dpus = self._dpus_under_operation(inventory)
+        versions = await self._read_versions(dpus, "reading-versions")
+        if self._abort is not None:
+            self._raise_aborted()
+        already_running = tuple(d.id for d in dpus if versions[d.id].running == request.target_version)
+        if len(already_running) == len(dpus):
+            self._enter("done", f"every DPU already runs {request.target_version}: no reboot")
+            return self._result(staged=(), already_running=already_running, reboots=0)
+        staged = await self._stage_everywhere([d for d in dpus if d.id not in already_running], versions)
+        watcher = self._start_dpf_watcher(inventory)
+        try:
+            await self._wait_until_no_dpu_installs()
+            await self._power_cycle_host()
+            await self._wait_for_host_on(inventory)
+            await self._wait_for_every_dpu_ready(inventory)
+        finally:
+            await self._stop(watcher)
+        await self._verify(dpus)
+        self._enter("done", f"every DPU runs {request.target_version}")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._result(staged=staged, already_running=already_running, reboots=1)
+
+    # -- steps -------------------------------------------------------------------------------------
+    async def _resolve_inventory(self) -> HostInventory:
+        self._enter("resolving-inventory", f"inventory of {self._request.host_id}")
+        inventory: HostInventory = await workflow.execute_activity(
+            "resolve_host_inventory",
+            HostLookup(host_id=self._request.host_id),
+            result_type=HostInventory,
+            summary=f"resolve {self._request.host_id}",
+            **INVENTORY,
+        )
+        workflow.upsert_search_attributes([names.SITE.value_set(inventory.site)])
+        return inventory
+
+    def _dpus_under_operation(self, inventory: HostInventory) -> list[DPUInventory]:
+        wanted = self._request.dpu_ids
+        known = {d.id: d for d in inventory.dpus}
+        unknown = sorted(set(wanted or ()) - set(known))
+        if unknown:
+            raise ApplicationError(
+                f"host {inventory.host_id} has no DPU {', '.join(unknown)}",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        dpus = [known[i] for i in wanted] if wanted else list(inventory.dpus)
+        if not dpus:
+            raise ApplicationError(
+                f"host {inventory.host_id} has no DPUs", type="InvalidInput", non_retryable=True
+            )
+        without_bmc = [d.id for d in dpus if d.bmc is None]
+        if without_bmc:
+            raise ApplicationError(
+                f"DPUs {', '.join(without_bmc)} of host {inventory.host_id} have no BMC in the inventory: "
+                "their firmware cannot be staged",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        for dpu in dpus:
+            self._dpus[dpu.id] = DPUFirmwareProgress(dpu_id=dpu.id)
+        return dpus
+
+    async def _read_versions(self, dpus: list[DPUInventory], phase: str) -> dict[str, FirmwareVersions]:
+        self._enter(phase, f"firmware versions of {len(dpus)} DPU BMCs")
+
+        async def read(dpu: DPUInventory) -> FirmwareVersions:
+            assert dpu.bmc is not None
+            versions: FirmwareVersions = await workflow.execute_activity(
+                "read_dpu_firmware_versions",
+                ReadFirmwareInput(bmc=dpu.bmc),
+                result_type=FirmwareVersions,
+                summary=f"read firmware of {dpu.id}",
+                **BMC_READ,
+            )
+            self._dpus[dpu.id] = self._dpus[dpu.id].model_copy(
+                update={"running": versions.running, "staged": versions.staged}
+            )
+            return versions
+
+        found = await asyncio.gather(*(read(d) for d in dpus))
+        return {d.id: v for d, v in zip(dpus, found, strict=True)}
+
+    async def _stage_everywhere(
+        self, dpus: list[DPUInventory], versions: dict[str, FirmwareVersions]
+    ) -> tuple[str, ...]:
+        target = self._request.target_version
+        todo = [d for d in dpus if versions[d.id].staged != target]
+        for dpu in dpus:
+            if dpu not in todo:
+                self._set_outcome(dpu.id, "already_staged")
+        self._enter("staging", f"{target} on {len(todo)} DPUs ({len(dpus) - len(todo)} already staged)")
+        limit = asyncio.Semaphore(MAX_PARALLEL_STAGES)
+
+        async def stage(dpu: DPUInventory) -> StageFirmwareResult:
+            assert dpu.bmc is not None
+            async with limit:
+                request = StageFirmwareInput(
+                    bmc=dpu.bmc,
+                    image_uri=self._request.image_uri,
+                    version=target,
+                    timeout_seconds=STAGE_TIMEOUT_SECONDS,
+                )
+                result: StageFirmwareResult = await workflow.execute_activity(
+                    "stage_dpu_firmware",
+                    request,
+                    result_type=StageFirmwareResult,
+                    summary=f"stage {target} on {dpu.id}",
+                    **STAGE_OPTIONS,
+                )
+            self._set_outcome(dpu.id, result.outcome, running=result.running, staged=result.staged)
+            return result
+
+        tasks = [asyncio.ensure_future(stage(d)) for d in todo]
+        await workflow.wait_condition(lambda: all(t.done() for t in tasks) or self._abort is not None)
+        if self._abort is not None:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._raise_aborted()
+        failures: list[str] = []
+        for dpu, task in zip(todo, tasks, strict=True):
+            error = task.exception()
+            if error is not None:
+                cause = error.cause if isinstance(error, ActivityError) and error.cause else error
+                self._set_outcome(dpu.id, f"failed: {cause}")
+                failures.append(f"{dpu.id}: {cause}")
+        if failures:
+            raise ApplicationError(
+                f"staging {target} failed on {len(failures)} of {len(todo)} DPUs of host "
+                f"{self._request.host_id} (no reboot was done): " + "; ".join(failures),
+                type=STAGE_FAILED_ERROR,
+                non_retryable=True,
+            )
+        return tuple(d.id for d, t in zip(todo, tasks, strict=True) if t.result().outcome == "staged")
+
+    async def _wait_until_no_dpu_installs(self) -> None:
+        self._enter("waiting-for-dpf-idle", "no DPU installing (a power cycle would cut it short)")
+        await self._wait_for_dpf(lambda s: not any(d.phase in INSTALL_PHASES for d in s.dpus), abortable=True)
+
+    async def _power_cycle_host(self) -> None:
+        generation = self._request.boot_generation + 1
+        if self._abort is not None:
+            self._raise_aborted()
+        self._enter(
+            "power-cycling", f"one host power cycle (boot generation {generation}) to activate the images"
+        )
+        self._power_cycle_started = True
+        self._power_cycles = 1
+        reboot = HostRebootInput(
+            host_id=self._request.host_id,
+            boot_generation=generation,
+            requested_by=self._request.requested_by,
+            reason=f"activate DPU firmware {self._request.target_version}",
+            policy=self._request.policy,
+        )
+        # A generation already used means the request's count is behind the host's; the staged
+        # images still need their power cycle, so the next unused generation is taken.
+        handle, self._generation = await start_next_reboot(
+            reboot,
+            summary=f"power cycle {self._request.host_id}: firmware",
+            # A reboot is never stopped halfway: it finishes even if this run is cancelled.
+            cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
+            parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+        )
+        await handle
+
+    async def _wait_for_host_on(self, inventory: HostInventory) -> None:
+        self._enter("waiting-for-host", "the host's PowerState On")
+        deadline = workflow.now() + timedelta(seconds=self._request.policy.phase_timeout_seconds)
+        while True:
+            power: SystemPower = await workflow.execute_activity(
+                "read_power_state",
+                ReadPowerStateInput(bmc=inventory.bmc),
+                result_type=SystemPower,
+                summary=f"power state of {inventory.host_id}",
+                **BMC_READ,
+            )
+            if power.power_state == "On":
+                return
+            if workflow.now() >= deadline:
+                self._timed_out(f"host {inventory.host_id} is {power.power_state} after the power cycle")
+            await workflow.sleep(POWER_ON_POLL)
+
+    async def _wait_for_every_dpu_ready(self, inventory: HostInventory) -> None:
+        self._enter("waiting-for-dpus", "every DPU Ready after the power cycle")
+        # A fresh read: the watcher's last state may predate the cycle.
+        self._on_dpf_state(
+            await workflow.execute_activity(
+                "read_host_dpf_state",
+                HostRef.of(inventory),
+                result_type=HostDPFState,
+                summary="DPF state after the power cycle",
+                **KUBE_READ,
+            )
+        )
+        wanted = set(self._dpus)
+
+        def ready(state: HostDPFState) -> bool:
+            failed = [d for d in state.dpus if d.dpu_id in wanted and d.failed]
+            if failed:  # raised below: a condition must not raise
+                self._dpu_failure = f"DPU {failed[0].dpu_id} is in Error: {failed[0].failure_message()}"
+                return True
+            return all((s := state.dpu(i)) is not None and s.ready for i in wanted)
+
+        await self._wait_for_dpf(ready, abortable=False)
+        if self._dpu_failure is not None:
+            raise ApplicationError(
+                f"after the firmware power cycle of {self._request.host_id}: {self._dpu_failure}",
+                type="DPUFailed",
+                non_retryable=True,
+            )
+
+    async def _verify(self, dpus: list[DPUInventory]) -> None:
+        versions = await self._read_versions(dpus, "verifying")
+        target = self._request.target_version
+        wrong = [f"{d.id} runs {versions[d.id].running}" for d in dpus if versions[d.id].running != target]
+        for dpu in dpus:
+            if versions[dpu.id].running == target:
+                self._set_outcome(dpu.id, "verified")
+        if wrong:
+            raise ApplicationError(
+                f"after the power cycle not every DPU of host {self._request.host_id} runs {target}: "
+                + ", ".join(wrong),
+                type=NOT_ACTIVATED_ERROR,
+                non_retryable=True,
+            )
+
+    # -- the DPF watcher -----------------------------------------------------------------------------
+    def _start_dpf_watcher(self, inventory: HostInventory) -> workflow.ActivityHandle[None]:
+        return workflow.start_activity(
+            "watch_host_dpf",
+            WatchHostInput(host=HostRef.of(inventory), heartbeat_seconds=WATCHER_HEARTBEAT_SECONDS),
+            summary=f"watch DPF of {inventory.host_id}",
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            **WATCHER,
+        )
+
+    async def _stop(self, watcher: workflow.ActivityHandle[None]) -> None:
+        watcher.cancel()
+        try:
+            await watcher
+        except ActivityError as err:
+            if not isinstance(err.cause, CancelledError):
+                workflow.logger.warning("the DPF watcher ended with %s", err.cause)
+
+    async def _wait_for_dpf(self, predicate: Callable[[HostDPFState], bool], *, abortable: bool) -> None:
+        timeout = timedelta(seconds=self._request.policy.phase_timeout_seconds)
+
+        def done() -> bool:
+            return (abortable and self._abort is not None) or (
+                self._dpf is not None and bool(predicate(self._dpf))
+            )
+
+        try:
+            await workflow.wait_condition(done, timeout=timeout)
+        except TimeoutError:
+            self._timed_out(f"{self._waiting_for} not reached in {timeout}")
+        if abortable and self._abort is not None:
+            self._raise_aborted()
+
+    @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
+    def _on_dpf_state(self, state: HostDPFState) -> None:
+        self._dpf = state
+        for dpu in state.dpus:
+            if dpu.dpu_id is not None and self._dpf_since.get(dpu.dpu_id, ("",))[0] != dpu.phase:
+                self._dpf_since[dpu.dpu_id] = (dpu.phase, workflow.now())
+
+    # -- operator messages and visibility ------------------------------------------------------------
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: OperatorRequest) -> OperationAnswer:
+        """Stop before the power cycle; nothing is rebooted (staged images stay, harmless)."""
+        self._abort = request
+        return OperationAnswer(
+            accepted=True,
+            message=f"firmware update of {self._request.host_id} aborted "
+            f"in phase {self._phase}; no reboot was done",
+        )
+
+    @abort.validator
+    def _validate_abort(self, request: OperatorRequest) -> None:
+        if self._power_cycle_started:
+            raise ValueError("the power cycle has started: the firmware activates with it; abort is refused")
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> HostOperationStatus:
+        """Where the run is (the same shape as every host operation's status)."""
+        progress = []
+        for dpu_id in self._dpus:
+            phase, since = self._dpf_since.get(dpu_id, ("", self._started_at))
+            progress.append(DPUProgress(dpu_id=dpu_id, phase=phase, since=since))
+        return HostOperationStatus(
+            host_id=self._request.host_id,
+            operation=names.FIRMWARE,
+            phase=self._phase,
+            waiting_for=self._waiting_for,
+            dpus=tuple(progress),
+            reboots_requested=self._power_cycles,
+            power_cycles_issued=self._power_cycles,
+            boot_generation=self._generation,
+            started_at=self._started_at,
+        )
+
+    @workflow.query(name="firmware_status")
+    def firmware_status(self) -> FirmwareStatus:
+        """Per DPU: running and staged versions, and what this run did."""
+        return FirmwareStatus(
+            host_id=self._request.host_id,
+            target_version=self._request.target_version,
+            phase=self._phase,
+            dpus=tuple(self._dpus.values()),
+            power_cycle_started=self._power_cycle_started,
+        )
+
+    def _enter(self, phase: str, waiting_for: str) -> None:
+        self._phase, self._waiting_for = phase, waiting_for
+        enter_phase(phase, waiting_for)
+
+    def _set_outcome(self, dpu_id: str, outcome: str, **versions: str | None) -> None:
+        self._dpus[dpu_id] = self._dpus[dpu_id].model_copy(update={"outcome": outcome, **versions})
+
+    def _raise_aborted(self) -> None:
+        assert self._abort is not None
+        why = f": {self._abort.reason}" if self._abort.reason else ""
+        raise ApplicationError(
+            f"firmware update of {self._request.host_id} aborted by {self._abort.requested_by}{why} "
+            f"in phase {self._phase}; no reboot was done",
+            type=ABORTED_ERROR,
+            non_retryable=True,
+        )
+
+    def _timed_out(self, what: str) -> None:
+        raise ApplicationError(
+            f"host {self._request.host_id}: {what}", type=TIMEOUT_ERROR, non_retryable=True
+        )
+
+    def _result(
+        self, *, staged: tuple[str, ...], already_running: tuple[str, ...], reboots: int
+    ) -> FirmwareResult:
+        return FirmwareResult(
+            host_id=self._request.host_id,
+            target_version=self._request.target_version,
+            staged=staged,
+            already_running=already_running,
+            reboots=reboots,
+            boot_generation=self._generation,
+            finished_at=workflow.now(),
+        )

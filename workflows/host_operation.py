@@ -1,0 +1,464 @@
+"""HostOperationWorkflow: provision or reprovision a host's DPUs (DOMAIN.md flows 2-4).
+
+Id `provision/host-<id>` or `reprovision/host-<id>` (`metalflow.names.host_operation_workflow_id`);
+the host's entity workflow starts it as a child with `static_summary` (e.g. "reprovision host-001
+(2 DPUs) for alice: reason"). The runbook, top to bottom in `run`:
+
+1. Resolve the host's inventory; show HostId, Operation, Site and Phase.
+2. Start the DPF watcher; it signals every change of the host's DPF state.
+3. Provision: ensure the site objects, register the DPUNode and DPUDevices. Reprovision: delete
+   each chosen DPU, pinned by uid, so DPF recreates it (a retry never deletes the new one).
+4. Wait until every DPU is held in `Node Effect` (or past it, when a restarted run finds them
+   released), then release the hold.
+5. Reboot rounds: wait until every DPU is in `Rebooting` with the node's reboot-required
+   annotation (or `Ready`); exactly one host power cycle (a `HostRebootWorkflow` child for the
+   next boot generation); remove the annotation; wait until DPF moves on. Again when DPF asks
+   again (BF4: two rounds). Ends when every DPU is `Ready`.
+
+Escalation and operator answers: see `workflows.escalation`. What a failure or abort leaves
+behind: see `_clean_up`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from metalflow import names
+    from metalflow.models.dpf import (
+        DPF_STATE_CHANGED_SIGNAL,
+        ChangeResult,
+        DPURef,
+        GroupSpec,
+        HostDPFState,
+        HostRef,
+        ObjectsResult,
+        RegisterHostInput,
+        ReprovisionInput,
+        SiteSetupInput,
+        WatchCheckpoint,
+        WatchHostInput,
+    )
+    from metalflow.models.host import (
+        ABORT_UPDATE,
+        HOST_REBOOTED_SIGNAL,
+        MARK_REBOOTED_UPDATE,
+        RETRY_UPDATE,
+        STATUS_QUERY,
+        HostOperationInput,
+        HostOperationKind,
+        HostOperationResult,
+        HostOperationStatus,
+        OperationAnswer,
+        OperatorRequest,
+    )
+    from metalflow.models.inventory import HostInventory, HostLookup
+    from workflows import common
+    from workflows import dpf_barrier as barrier
+    from workflows.escalation import Escalation
+    from workflows.host_status import DPUClock, build_status
+
+RESOLVING = "resolving-inventory"
+REGISTERING = "registering-dpus"
+DELETING = "deleting-dpus"
+WAITING_FOR_HOLD = "waiting-for-hold"
+WAITING_FOR_REBOOT_REQUEST = "waiting-for-reboot-request"
+WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
+COMPLETED = "completed"
+FAILED = "failed"
+ABORTED = "aborted"
+
+
+@workflow.defn(name="HostOperationWorkflow")
+class HostOperationWorkflow(Escalation):
+    """Provision or reprovision all or some DPUs of one host; see the module docstring."""
+
+    @workflow.init
+    def __init__(self, request: HostOperationInput) -> None:
+        super().__init__(request)
+        self._request = request
+        self._dpu_ids: tuple[str, ...] = request.dpu_ids or ()
+        self._host: HostRef | None = None
+        self._state: HostDPFState | None = None
+        self._state_changes = 0
+        self._clock = DPUClock()
+        self._replaced: dict[str, str] = {}  # DPU id -> uid of the object this operation deleted
+        self._error_reprovisions: dict[str, int] = {}
+        self._hold_released = False
+        self._changes: list[str] = []  # what this run changed, in order (for cleanup and the result)
+        self._reboots_requested = 0
+        self._started_at = workflow.now()
+        self._watcher: asyncio.Future[None] | None = None
+        self._watch_base = 0  # signals numbered at or below this come from a replaced watcher
+
+    @workflow.run
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
+        """Run the operation to completion; see the module docstring."""
+        inventory = await self._resolve_inventory()
+        self._show_identity(inventory)
+        self._start_watcher()
+        try:
+            await self._read_first_state()
+            if request.kind == HostOperationKind.PROVISION:
+                await self._ensure_site_objects(inventory)
+                await self._register_dpus(inventory)
+            else:
+                await self._delete_dpus_for_reprovision()
+            await self._wait_until_held()
+            await self._release_hold()
+            await self._reboot_rounds()
+        except (ApplicationError, asyncio.CancelledError) as err:
+            await self._clean_up(err)
+            raise
+        finally:
+            self._stop_watcher()
+        self.enter(COMPLETED, f"every DPU Ready after {self.power_cycles} power cycle(s)")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return HostOperationResult(
+            host_id=request.host_id,
+            operation=request.kind.value,
+            dpu_ids=self._dpu_ids,
+            reboots=self.power_cycles,
+            boot_generation=self.generation,
+            started_at=self._started_at,
+            finished_at=workflow.now(),
+        )
+
+    # -- messages ----------------------------------------------------------------------------------
+    @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
+    def dpf_state_changed(self, state: HostDPFState) -> None:
+        """The watcher saw a change. Signals of a replaced watcher (numbered at or below the
+        current one's base) are stale and dropped; a retried attempt of the current watcher
+        may number from an older checkpoint, but its listing is fresh, so it is taken."""
+        if state.sequence <= self._watch_base:
+            return
+        self._adopt(state)
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> HostOperationStatus:
+        """Where the operation is, per DPU, and what it waits for."""
+        return build_status(
+            request=self._request,
+            dpu_ids=self._dpu_ids,
+            phase=self.phase,
+            waiting_for=self.waiting_for,
+            clock=self._clock,
+            error_reprovisions=self._error_reprovisions,
+            reboots_requested=self._reboots_requested,
+            power_cycles=self.power_cycles,
+            generation=self.generation,
+            intervention=self.intervention_reason,
+            started_at=self._started_at,
+        )
+
+    @workflow.signal(name=HOST_REBOOTED_SIGNAL)
+    async def host_rebooted(self, confirmation: OperatorRequest) -> None:
+        """Someone rebooted the host: passed to the reboot in flight, or taken as `mark_rebooted`."""
+        await self.on_host_rebooted(confirmation)
+
+    @workflow.update(name=RETRY_UPDATE)
+    def retry(self, request: OperatorRequest) -> OperationAnswer:
+        """Start the stuck wait over (only in manual-intervention-required)."""
+        return self.decide("retry", request)
+
+    @retry.validator
+    def _validate_retry(self, request: OperatorRequest) -> None:
+        self.validate_decision("retry")
+
+    @workflow.update(name=MARK_REBOOTED_UPDATE)
+    async def mark_rebooted(self, request: OperatorRequest) -> OperationAnswer:
+        """The host was rebooted: confirms a manual reboot in flight, or ends a stuck reboot wait."""
+        return await self.on_mark_rebooted(request)
+
+    @mark_rebooted.validator
+    def _validate_mark_rebooted(self, request: OperatorRequest) -> None:
+        self.validate_mark_rebooted()
+
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: OperatorRequest) -> OperationAnswer:
+        """Stop at the next safe point, clean up, and fail with `OperationAborted`."""
+        return self.request_abort(request)
+
+    @abort.validator
+    def _validate_abort(self, request: OperatorRequest) -> None:
+        self.validate_abort()
+
+    # -- the runbook's steps -----------------------------------------------------------------------
+    async def _resolve_inventory(self) -> HostInventory:
+        self.enter(RESOLVING, f"looking up {self._request.host_id}")
+        inventory: HostInventory = await workflow.execute_activity(
+            "resolve_host_inventory",
+            HostLookup(host_id=self._request.host_id),
+            result_type=HostInventory,
+            summary=f"resolve {self._request.host_id}",
+            **common.INVENTORY,
+        )
+        known = tuple(d.id for d in inventory.dpus)
+        unknown = sorted(set(self._dpu_ids) - set(known))
+        if unknown:
+            raise ApplicationError(
+                f"host {inventory.host_id} has no DPU {', '.join(unknown)} (it has {', '.join(known)})",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        self._dpu_ids = self._dpu_ids or known
+        if not self._dpu_ids:
+            raise ApplicationError(
+                f"host {inventory.host_id} has no DPUs", type="InvalidInput", non_retryable=True
+            )
+        self._host = HostRef.of(inventory)
+        return inventory
+
+    def _show_identity(self, inventory: HostInventory) -> None:
+        workflow.upsert_search_attributes(
+            [
+                names.HOST_ID.value_set(inventory.host_id),
+                names.OPERATION.value_set(self._request.kind.value),
+                names.SITE.value_set(inventory.site or "default"),
+            ]
+        )
+
+    def _start_watcher(self, baseline: HostDPFState | None = None) -> None:
+        checkpoint = None if baseline is None else WatchCheckpoint(state=baseline)
+        self._watcher = workflow.start_activity(
+            "watch_host_dpf",
+            WatchHostInput(
+                host=self.host, heartbeat_seconds=common.WATCHER_HEARTBEAT_SECONDS, resume_from=checkpoint
+            ),
+            summary=f"watch the DPF objects of {self.host.host_id}",
+            **common.WATCHER,
+        )
+
+    async def _read_first_state(self) -> None:
+        state: HostDPFState = await workflow.execute_activity(
+            "read_host_dpf_state",
+            self.host,
+            result_type=HostDPFState,
+            summary=f"read the DPF state of {self.host.host_id}",
+            **common.KUBE_READ,
+        )
+        if self._state is None:  # the watcher's first signal may have come first: it is as new
+            self._adopt(state)
+
+    async def _ensure_site_objects(self, inventory: HostInventory) -> None:
+        # Idempotent: existing objects are left as they are, so this is cheap on a set-up site.
+        self.enter(REGISTERING, "making sure the site's DPF objects (BFB, flavor, deployments) exist")
+        if not inventory.groups:
+            return
+        setup = SiteSetupInput(groups=tuple(GroupSpec(name=g) for g in inventory.groups))
+        result: ObjectsResult = await workflow.execute_activity(
+            "create_site_objects",
+            setup,
+            result_type=ObjectsResult,
+            summary="ensure the site's BFB, flavor and DPU deployments",
+            **common.KUBE_WRITE,
+        )
+        if result.changed():
+            self._changes.append("created site objects")
+
+    async def _register_dpus(self, inventory: HostInventory) -> None:
+        self.enter(REGISTERING, f"registering DPUNode and {len(self._dpu_ids)} DPUDevice(s)")
+        result: ObjectsResult = await workflow.execute_activity(
+            "register_host_dpus",
+            RegisterHostInput(inventory=inventory),
+            result_type=ObjectsResult,
+            summary=f"register the DPUs of {inventory.host_id}",
+            **common.KUBE_WRITE,
+        )
+        if result.changed():
+            self._changes.append("registered the DPUNode and DPUDevices")
+
+    async def _delete_dpus_for_reprovision(self) -> None:
+        self.enter(DELETING, f"deleting {', '.join(self._dpu_ids)} so DPF recreates them")
+        for dpu_id in self._dpu_ids:
+            await self._reprovision_one(dpu_id)
+
+    async def _reprovision_one(self, dpu_id: str) -> None:
+        current = barrier.current_dpu(self.state, dpu_id, self._replaced.get(dpu_id))
+        if current is None:
+            return  # already gone (a previous run deleted it): DPF is recreating it
+        result: ChangeResult = await workflow.execute_activity(
+            "reprovision_dpu",
+            ReprovisionInput(dpu=self._dpu_ref(dpu_id), uid=current.uid),
+            result_type=ChangeResult,
+            summary=f"reprovision DPU {dpu_id} (delete uid {current.uid})",
+            **common.KUBE_WRITE,
+        )  # fmt: skip
+        self._replaced[dpu_id] = current.uid
+        self._changes.append(f"deleted DPU {result.name} (uid {current.uid}): {result.detail}")
+
+    async def _wait_until_held(self) -> None:
+        await self.wait_for_dpf(
+            WAITING_FOR_HOLD,
+            lambda s: barrier.held_or_beyond(s, self._dpu_ids, self._replaced),
+            lambda s: (
+                f"every DPU held in Node Effect ({self._count(s, 'Node Effect')} of {len(self._dpu_ids)})"
+            ),
+        )
+
+    async def _release_hold(self) -> None:
+        self._hold_released = True
+        await self._release_if_held()
+
+    async def _release_if_held(self) -> None:
+        if not barrier.any_held(self.state, self._dpu_ids, self._replaced):
+            return
+        result: ChangeResult = await workflow.execute_activity(
+            "release_node_effect_hold",
+            self.host,
+            result_type=ChangeResult,
+            summary=f"release the Node Effect hold of {self.host.node_name()}",
+            **common.KUBE_WRITE,
+        )
+        if result.changed:
+            self._changes.append("released the Node Effect hold")
+
+    async def _reboot_rounds(self) -> None:
+        while True:
+            await self.wait_for_dpf(
+                WAITING_FOR_REBOOT_REQUEST,
+                lambda s: (
+                    barrier.all_ready(s, self._dpu_ids, self._replaced)
+                    or barrier.reboot_barrier_reached(s, self._dpu_ids, self._replaced)
+                ),
+                lambda s: (
+                    f"every DPU to reach Rebooting ({self._count(s, 'Rebooting')} of {len(self._dpu_ids)}) "
+                    f"or Ready ({self._count(s, 'Ready')} of {len(self._dpu_ids)})"
+                    + self._not_there_yet(s, ("Rebooting", "Ready"))
+                ),
+            )
+            if barrier.all_ready(self.state, self._dpu_ids, self._replaced):
+                return
+            self._reboots_requested += 1
+            await self.reboot_and_confirm(barrier.progress_marks(self.state, self._dpu_ids))
+
+    # -- hooks the escalation mixin calls ----------------------------------------------------------
+    async def keep_dpus_moving(self) -> None:
+        """Between waits: reprovision DPUs in Error (up to the limit), release a new hold."""
+        for dpu in barrier.failed(self.state, self._dpu_ids, self._replaced):
+            dpu_id = dpu.dpu_id or dpu.name
+            done = self._error_reprovisions.get(dpu_id, 0)
+            if done >= self._request.policy.max_dpu_error_reprovisions:
+                raise ApplicationError(
+                    f"DPU {dpu.name} in Error after {done} automatic reprovisions: {dpu.failure_message()}",
+                    type="DPUFailed",
+                    non_retryable=True,
+                )
+            self._error_reprovisions[dpu_id] = done + 1
+            self.set_details(f"DPU {dpu.name} is in Error ({dpu.failure_message()}): reprovisioning it")
+            await self._reprovision_one(dpu_id)
+        if self._hold_released:
+            await self._release_if_held()
+        watcher = self._watcher
+        if watcher is not None and watcher.done() and not watcher.cancelled() and watcher.exception():
+            raise ApplicationError(
+                f"the DPF watcher of {self.host.host_id} failed: {watcher.exception()}",
+                type="WatcherFailed",
+                non_retryable=True,
+            )
+
+    async def mark_node_rebooted(self) -> None:
+        """Remove the reboot-required annotation (only after a power cycle or an operator's word)."""
+        result: ChangeResult = await workflow.execute_activity(
+            "mark_dpu_node_rebooted",
+            self.host,
+            result_type=ChangeResult,
+            summary=f"tell DPF {self.host.node_name()} was rebooted",
+            **common.KUBE_WRITE,
+        )
+        if result.changed:
+            self._changes.append(f"removed the reboot-required annotation (generation {self.generation})")
+        self._restart_watcher_after_removal()
+
+    def _restart_watcher_after_removal(self) -> None:
+        """Watch again from the state as it is after our removal of the annotation.
+
+        Why: DPF may set the annotation again at once (a BF4's second round) and, with fast
+        phases, the old watcher can see removal and re-set as one unchanged state and signal
+        nothing; a signal it sent just before the removal would also still carry the
+        annotation. A new watcher numbered above the old one, whose baseline is "annotation
+        removed", signals any annotation it lists, and the old watcher's signals are dropped.
+        """
+        state = self.state
+        if state.node is not None:
+            state = state.model_copy(update={"node": state.node.model_copy(update={"reboot_required": None})})
+        self._watch_base = max(self._watch_base, state.sequence) + 1_000_000
+        baseline = state.model_copy(update={"sequence": self._watch_base})
+        self._state = baseline
+        self._stop_watcher()
+        self._start_watcher(baseline)
+
+    def dpf_asks_for_reboot(self) -> bool:
+        return self.state.node is not None and self.state.node.waiting_for_reboot
+
+    def safe_to_power_cycle(self) -> bool:
+        return not barrier.installing(self.state)
+
+    def dpu_marks(self) -> object:
+        return barrier.progress_marks(self.state, self._dpu_ids)
+
+    @property
+    def state_changes(self) -> int:
+        return self._state_changes
+
+    # -- state --------------------------------------------------------------------------------------
+    @property
+    def host(self) -> HostRef:
+        assert self._host is not None
+        return self._host
+
+    @property
+    def state(self) -> HostDPFState:
+        return self._state or HostDPFState(host_id=self._request.host_id)
+
+    def _adopt(self, state: HostDPFState) -> None:
+        self._state = state
+        self._state_changes += 1
+        self._clock.observe(state, self._dpu_ids, workflow.now())
+
+    def _dpu_ref(self, dpu_id: str) -> DPURef:
+        return DPURef(host_id=self.host.host_id, dpu_id=dpu_id, namespace=self.host.namespace)
+
+    def _count(self, state: HostDPFState, phase: str) -> int:
+        return barrier.count(state, self._dpu_ids, self._replaced, (phase,))
+
+    def _not_there_yet(self, state: HostDPFState, phases: tuple[str, ...]) -> str:
+        laggards = barrier.elsewhere(state, self._dpu_ids, self._replaced, phases)
+        return f"; not there yet: {', '.join(laggards)}" if laggards else ""
+
+    def _stop_watcher(self) -> None:
+        watcher = self._watcher
+        if watcher is not None and not watcher.done():
+            watcher.cancel()
+            watcher.add_done_callback(_retrieve)
+
+    async def _clean_up(self, err: BaseException) -> None:
+        """Leave the site consistent; undo only what this run changed and is safe to undo.
+
+        - A reboot child in flight is cancelled: a BMC cycle finishes first (never left Off), a
+          manual wait just ends.
+        - The released hold is NOT re-asserted: DPUs past `Node Effect` are installing, and a hold
+          cannot stop an install; DPF finishes it and the host is left with Ready DPUs.
+        - Deleted DPUs are left to DPF, which recreates them (deleting is what reprovisioning is).
+        - Registered DPUNode/DPUDevices stay: removing them is `HostRemovalWorkflow`'s job.
+        - A power cycle done but not yet acknowledged (annotation still there) is acknowledged:
+          the reboot DPF asked for happened, and DPF would otherwise wait for it forever.
+        """
+        aborted = isinstance(err, ApplicationError) and err.type == "OperationAborted"
+        await self.cancel_reboot_in_flight()
+        if self.cycled_without_ack:
+            try:
+                await self.mark_node_rebooted()
+            except Exception as ack_err:  # noqa: BLE001 - best effort: the failure below is the news
+                workflow.logger.warning("could not acknowledge the reboot during cleanup: %s", ack_err)
+        changed = "; ".join(self._changes) or "nothing"
+        self.enter(ABORTED if aborted else FAILED, f"{err}. Changed by this run: {changed}")
+
+
+def _retrieve(watcher: asyncio.Future[None]) -> None:
+    # A cancelled watcher ends with an ActivityError nobody awaits: take it, so it is not logged.
+    if not watcher.cancelled():
+        watcher.exception()

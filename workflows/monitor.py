@@ -1,0 +1,366 @@
+"""`HostMonitorWorkflow` (`monitor/host-<id>`): flow 5 of DOMAIN.md, one per host, long-running.
+
+Runbook, on every change the DPF watcher signals:
+1. A DPU that was `Ready` and is now `Node Effect` (its critical DPU services are down) is
+   degraded: take the host out of the pool at once (label `metalflow.io/pool=out-of-pool` on its
+   DPUNode, search attribute `PoolState`, Phase).
+2. A degraded DPU back to `Ready`: when none is left, put the host back in the pool.
+3. A DPU degraded for longer than `policy.reprovision_after_seconds`, when
+   `policy.auto_reprovision`: ask the host's owner (`host/<id>`, update `request_reprovision`)
+   through the `request_host_reprovision` activity, so the entity's gates (one operation at a
+   time, approval on an assigned host) decide as for any operator. A refusal (the host is busy,
+   or no entity runs) is shown in the status and asked again one deadline later. The monitor
+   never starts a reprovision itself: it would bypass those gates and does not know the host's
+   boot generation, which only the entity keeps.
+
+Only a fall from `Ready` counts: a DPU passing `Node Effect` while it is provisioned or
+reprovisioned is held by design. A recreated DPU (new uid) restarts its degraded clock.
+
+History stays small: after `policy.events_per_run` changes, or when Temporal suggests it, the
+monitor cancels its watcher, waits for its handlers and continues-as-new carrying its memory
+(`MonitorMemory`); the next run's watcher lists the world again, and a fall from `Ready` that
+happened in between is still seen because the last phases are carried.
+
+Stop with the update `abort`: the monitor reads the world once more, sets the pool label as the
+world says (out only while a degraded DPU is still in `Node Effect`) and ends.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Final
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from metalflow import names
+    from metalflow.models.dpf import (
+        DPF_STATE_CHANGED_SIGNAL,
+        PHASE_NODE_EFFECT,
+        PHASE_READY,
+        HostDPFState,
+        HostRef,
+        WatchHostInput,
+    )
+    from metalflow.models.host import (
+        ABORT_UPDATE,
+        IN_POOL,
+        OUT_OF_POOL,
+        STATUS_QUERY,
+        DegradedDPU,
+        DPUProgress,
+        HostMonitorInput,
+        HostMonitorResult,
+        HostMonitorStatus,
+        MonitorMemory,
+        OperationAnswer,
+        OperatorRequest,
+        OwnerReprovisionInput,
+        OwnerReprovisionResult,
+        PoolChange,
+        PoolStateResult,
+        SetPoolStateInput,
+    )
+    from workflows.common import KUBE_READ, KUBE_WRITE, WATCHER, WATCHER_HEARTBEAT_SECONDS, enter_phase
+
+HISTORY_KEPT: Final = 20  # pool changes shown in the status and carried across runs
+OWNER_REQUEST: Final = {
+    "start_to_close_timeout": timedelta(seconds=60),
+    "retry_policy": KUBE_WRITE["retry_policy"],
+}
+WATCHING: Final = "watching"
+
+
+@workflow.defn(name="HostMonitorWorkflow")
+class HostMonitorWorkflow:
+    """Take a host out of the pool while a DPU's critical services are down; reprovision past a deadline."""
+
+    @workflow.init
+    def __init__(self, request: HostMonitorInput) -> None:
+        self._request = request
+        memory = request.memory or MonitorMemory(started_at=workflow.now())
+        self._pool = memory.pool_state
+        self._phases = dict(memory.last_phases)
+        self._uids = dict(memory.last_uids)
+        self._since = dict(memory.since)
+        self._degraded = {d.dpu_id: d for d in memory.degraded}
+        self._history = list(memory.history)
+        self._events = memory.events_seen
+        self._runs = memory.runs
+        self._reprovisions = memory.reprovisions_requested
+        self._requests = list(memory.requests)
+        self._started_at = memory.started_at or workflow.now()
+        self._pending: list[HostDPFState] = []
+        self._stop: OperatorRequest | None = None
+        self._label_checked = False  # the label is confirmed once per run, then written on changes
+        self._adopting = False  # the first state may confirm an out-of-pool label an earlier monitor left
+
+    @workflow.run
+    async def run(self, request: HostMonitorInput) -> HostMonitorResult:
+        """Watch, react, continue-as-new; see the module docstring."""
+        workflow.upsert_search_attributes(
+            [
+                names.HOST_ID.value_set(request.host_id),
+                names.OPERATION.value_set(names.MONITOR),
+                names.SITE.value_set(request.site),
+                names.POOL_STATE.value_set(self._pool),
+            ]
+        )
+        enter_phase(WATCHING, f"run {self._runs}; pool state {self._pool}")
+        if request.memory is None:
+            await self._adopt_pool_label()
+        watcher = self._start_dpf_watcher()
+        events_this_run = 0
+        try:
+            while True:
+                await self._wait_for_news()
+                while self._pending:
+                    await self._handle(self._pending.pop(0))
+                    events_this_run += 1
+                await self._reprovision_overdue()
+                if self._stop is not None:
+                    break
+                if (
+                    events_this_run >= request.policy.events_per_run
+                    or workflow.info().is_continue_as_new_suggested()
+                ):
+                    await self._stop_watcher(watcher)
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    workflow.continue_as_new(
+                        request.model_copy(update={"memory": self._memory(next_run=True)})
+                    )
+        finally:
+            await self._stop_watcher(watcher)
+        assert self._stop is not None
+        # Stopped: one last look at the world, so the label says what is true now.
+        await self._handle(await self._read_dpf_state())
+        enter_phase("stopped", f"stopped by {self._stop.requested_by}; pool state {self._pool}")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return HostMonitorResult(
+            host_id=request.host_id,
+            pool_state=self._pool,
+            events_seen=self._events,
+            runs=self._runs,
+            stopped_by=self._stop.requested_by,
+            finished_at=workflow.now(),
+        )
+
+    # -- steps -------------------------------------------------------------------------------------
+    async def _adopt_pool_label(self) -> None:
+        """A first run continues what an earlier monitor left: a host labelled out stays out while a
+        DPU is still in Node Effect (`_handle` of the first state decides)."""
+        found: PoolStateResult = await workflow.execute_activity(
+            "read_host_pool_state",
+            self._pool_input(IN_POOL),
+            result_type=PoolStateResult,
+            summary=f"pool label of {self._request.host_id}",
+            **KUBE_READ,
+        )
+        if found.state == OUT_OF_POOL:
+            self._pool = OUT_OF_POOL
+            self._adopting = True
+
+    async def _wait_for_news(self) -> None:
+        deadline = self._next_deadline()
+        timeout = None if deadline is None else max(deadline - workflow.now(), timedelta(0))
+        try:
+            await workflow.wait_condition(
+                lambda: (
+                    bool(self._pending)
+                    or self._stop is not None
+                    or workflow.info().is_continue_as_new_suggested()
+                ),
+                timeout=timeout,
+            )
+        except TimeoutError:
+            pass  # a reprovision deadline passed
+
+    async def _handle(self, state: HostDPFState) -> None:
+        now = workflow.now()
+        self._events += 1
+        adopting, self._adopting = self._adopting, False
+        for dpu in state.dpus:
+            if dpu.dpu_id is None or dpu.deleting:
+                continue
+            dpu_id, previous = dpu.dpu_id, self._phases.get(dpu.dpu_id)
+            if self._uids.get(dpu_id) not in (None, dpu.uid):
+                previous = None  # recreated: its history starts again
+                if dpu_id in self._degraded:  # being reprovisioned: its deadline starts again
+                    self._degraded[dpu_id] = self._degraded[dpu_id].model_copy(
+                        update={"uid": dpu.uid, "since": now}
+                    )
+            if previous != dpu.phase:
+                self._since[dpu_id] = now
+            fell = previous == PHASE_READY or (adopting and previous is None)
+            if dpu.phase == PHASE_NODE_EFFECT and fell and dpu_id not in self._degraded:
+                self._degraded[dpu_id] = DegradedDPU(dpu_id=dpu_id, uid=dpu.uid, since=now)
+            elif dpu.phase == PHASE_READY:
+                self._degraded.pop(dpu_id, None)
+            self._phases[dpu_id], self._uids[dpu_id] = dpu.phase, dpu.uid
+        if state.node is None:
+            self._degraded.clear()  # the DPUNode is gone (removed): nothing left to take out of the pool
+        await self._apply_pool_state()
+
+    async def _apply_pool_state(self) -> None:
+        wanted = OUT_OF_POOL if self._degraded else IN_POOL
+        if wanted == self._pool and self._label_checked:
+            return  # the label was written (or confirmed) this run: no activity per DPF change
+        self._label_checked = True
+        reason = (
+            "critical DPU services down on " + ", ".join(sorted(self._degraded))
+            if self._degraded
+            else "every DPU's services are up"
+        )
+        result: PoolStateResult = await workflow.execute_activity(
+            "set_host_pool_state",
+            self._pool_input(wanted, reason),
+            result_type=PoolStateResult,
+            summary=f"{self._request.host_id} {wanted}",
+            **KUBE_WRITE,
+        )
+        if wanted == self._pool and not result.changed:
+            return
+        if wanted != self._pool:
+            self._history = [*self._history, PoolChange(at=workflow.now(), state=wanted, reason=reason)][
+                -HISTORY_KEPT:
+            ]
+        self._pool = wanted
+        workflow.upsert_search_attributes([names.POOL_STATE.value_set(wanted)])
+        phase = "host-out-of-pool" if wanted == OUT_OF_POOL else WATCHING
+        enter_phase(phase, reason)
+
+    async def _reprovision_overdue(self) -> None:
+        policy = self._request.policy
+        if not policy.auto_reprovision:
+            return
+        now = workflow.now()
+        due = [d for d in self._degraded.values() if self._due_at(d) <= now]
+        if not due:
+            return
+        ids = tuple(sorted(d.dpu_id for d in due))
+        enter_phase("requesting-reprovision", f"DPUs {', '.join(ids)} in Node Effect past the deadline")
+        answer: OwnerReprovisionResult = await workflow.execute_activity(
+            "request_host_reprovision",
+            OwnerReprovisionInput(
+                host_id=self._request.host_id,
+                dpu_ids=ids,
+                requested_by=workflow.info().workflow_id,
+                reason=f"critical DPU services down for more than {policy.reprovision_after_seconds:g} s",
+            ),
+            result_type=OwnerReprovisionResult,
+            summary=f"ask host/{self._request.host_id} to reprovision",
+            **OWNER_REQUEST,
+        )
+        outcome = f"{answer.outcome}: {answer.workflow_id or answer.message}"
+        if answer.outcome in ("accepted", "awaiting-approval"):
+            self._reprovisions += 1
+        self._requests = [*self._requests, f"{', '.join(ids)}: {outcome}"][-HISTORY_KEPT:]
+        for dpu in due:
+            self._degraded[dpu.dpu_id] = dpu.model_copy(
+                update={"reprovision_asked_at": now, "reprovision_outcome": outcome}
+            )
+        enter_phase("host-out-of-pool", f"reprovision of {', '.join(ids)}: {outcome}")
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _due_at(self, dpu: DegradedDPU) -> datetime:
+        wait = timedelta(seconds=self._request.policy.reprovision_after_seconds)
+        return max(dpu.since, dpu.reprovision_asked_at or dpu.since) + wait
+
+    def _next_deadline(self) -> datetime | None:
+        if not self._request.policy.auto_reprovision or not self._degraded:
+            return None
+        return min(self._due_at(d) for d in self._degraded.values())
+
+    def _pool_input(self, state: str, reason: str = "") -> SetPoolStateInput:
+        return SetPoolStateInput(
+            host_id=self._request.host_id, namespace=self._request.namespace, state=state, reason=reason
+        )
+
+    def _memory(self, *, next_run: bool) -> MonitorMemory:
+        return MonitorMemory(
+            pool_state=self._pool,
+            last_phases=self._phases,
+            last_uids=self._uids,
+            since=self._since,
+            degraded=tuple(self._degraded.values()),
+            history=tuple(self._history),
+            events_seen=self._events,
+            runs=self._runs + (1 if next_run else 0),
+            reprovisions_requested=self._reprovisions,
+            requests=tuple(self._requests),
+            started_at=self._started_at,
+        )
+
+    async def _read_dpf_state(self) -> HostDPFState:
+        state: HostDPFState = await workflow.execute_activity(
+            "read_host_dpf_state",
+            HostRef(host_id=self._request.host_id, namespace=self._request.namespace),
+            result_type=HostDPFState,
+            summary=f"DPF state of {self._request.host_id}",
+            **KUBE_READ,
+        )
+        return state
+
+    def _start_dpf_watcher(self) -> workflow.ActivityHandle[None]:
+        host = HostRef(host_id=self._request.host_id, namespace=self._request.namespace)
+        return workflow.start_activity(
+            "watch_host_dpf",
+            WatchHostInput(host=host, heartbeat_seconds=WATCHER_HEARTBEAT_SECONDS),
+            summary=f"watch DPF of {host.host_id}",
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            **WATCHER,
+        )
+
+    async def _stop_watcher(self, watcher: workflow.ActivityHandle[None]) -> None:
+        if watcher.done():
+            return
+        watcher.cancel()
+        try:
+            await watcher
+        except ActivityError as err:
+            if not isinstance(err.cause, CancelledError):
+                workflow.logger.warning("the DPF watcher ended with %s", err.cause)
+
+    # -- messages ----------------------------------------------------------------------------------
+    @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
+    def dpf_state_changed(self, state: HostDPFState) -> None:
+        """From the watcher: the host's DPF state changed."""
+        self._pending.append(state)
+
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: OperatorRequest) -> OperationAnswer:
+        """Stop monitoring; the pool label is left as the world says."""
+        self._stop = request
+        return OperationAnswer(accepted=True, message=f"monitor of {self._request.host_id} stops")
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> HostMonitorStatus:
+        """Pool state, each DPU's phase and time in it, the degraded DPUs and what was asked."""
+        dpus = tuple(
+            DPUProgress(dpu_id=i, phase=p, since=self._since.get(i, self._started_at))
+            for i, p in self._phases.items()
+        )
+        deadline = self._next_deadline()
+        if deadline is not None:
+            waiting = (
+                f"recovery of {', '.join(sorted(self._degraded))}, or the reprovision deadline {deadline}"
+            )
+        elif self._degraded:
+            waiting = f"recovery of {', '.join(sorted(self._degraded))} (automatic reprovision is off)"
+        else:
+            waiting = "a Ready DPU falling to Node Effect"
+        return HostMonitorStatus(
+            host_id=self._request.host_id,
+            pool_state=self._pool,
+            phase="host-out-of-pool" if self._degraded else WATCHING,
+            waiting_for=waiting,
+            dpus=dpus,
+            degraded=tuple(self._degraded.values()),
+            history=tuple(self._history),
+            events_seen=self._events,
+            runs=self._runs,
+            reprovisions_requested=self._reprovisions,
+            requests=tuple(self._requests),
+            started_at=self._started_at,
+        )

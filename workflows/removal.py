@@ -1,0 +1,296 @@
+"""`HostRemovalWorkflow` (`remove/host-<id>`): flows 7-10 of DOMAIN.md.
+
+Runbook:
+1. Resolve the host (its namespace, and that the DPUs asked for are its own).
+2. Delete: each DPU asked for (`delete_dpu`: off the DPUNode's list, its DPUDevice deleted; DPF
+   then deletes the DPU, "true deletion"), or the whole DPUNode (`delete_dpu_node`; DPF deletes
+   its DPUs, then lets the node go). The DPUDevices of a removed node are left: they describe
+   hardware that is still in the host; remove them with a DPU removal.
+3. Wait until the objects are gone (the watcher's signals; a DPUDevice is confirmed gone by
+   `delete_dpu` itself, which is idempotent and reports `gone`).
+4. With `force`, when DPF has not finished within `force_after_seconds` (a finalizer nobody
+   releases): delete again with force, which removes the finalizers; wait again.
+Without `force` the wait is bounded by `policy.phase_timeout_seconds`, then the run fails
+naming what is left.
+
+Abort (update `abort`) is accepted only before the first delete: a delete cannot be taken back,
+and everything after it is waiting. The result lists every change the run made.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Final
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from metalflow import names
+    from metalflow.models.dpf import (
+        DPF_STATE_CHANGED_SIGNAL,
+        DeleteDPUInput,
+        DeleteNodeInput,
+        DPURef,
+        HostDPFState,
+        HostRef,
+        ObjectsResult,
+        WatchHostInput,
+    )
+    from metalflow.models.host import (
+        ABORT_UPDATE,
+        STATUS_QUERY,
+        DPUProgress,
+        HostOperationStatus,
+        HostRemovalInput,
+        HostRemovalResult,
+        OperationAnswer,
+        OperatorRequest,
+        RemovedObject,
+    )
+    from metalflow.models.inventory import HostInventory, HostLookup
+    from workflows.common import INVENTORY, KUBE_WRITE, WATCHER, WATCHER_HEARTBEAT_SECONDS, enter_phase
+
+DEVICE_POLL: Final = timedelta(seconds=1)
+CHANGES: Final = frozenset({"deleted", "updated", "finalizers removed"})
+ABORTED_ERROR: Final = "OperationAborted"
+TIMED_OUT_ERROR: Final = "RemovalTimedOut"
+
+
+@workflow.defn(name="HostRemovalWorkflow")
+class HostRemovalWorkflow:
+    """Delete DPUs of a host, or its whole DPUNode, and wait until they are gone."""
+
+    @workflow.init
+    def __init__(self, request: HostRemovalInput) -> None:
+        self._request = request
+        self._started_at = workflow.now()
+        self._phase = "starting"
+        self._waiting_for = "the host's inventory"
+        self._actions: list[RemovedObject] = []
+        self._dpf: HostDPFState | None = None
+        self._since: dict[str, tuple[str, datetime]] = {}  # dpu_id -> (phase, when first seen in it)
+        self._abort: OperatorRequest | None = None
+        self._deleting = False
+        self._forced = False
+
+    @workflow.run
+    async def run(self, request: HostRemovalInput) -> HostRemovalResult:
+        """Delete, wait until gone, force when asked; see the module docstring."""
+        workflow.upsert_search_attributes(
+            [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REMOVE)]
+        )
+        host = await self._resolve_host()
+        if self._abort is not None:
+            raise ApplicationError(
+                f"removal of {request.host_id} aborted by {self._abort.requested_by} before any delete",
+                type=ABORTED_ERROR,
+                non_retryable=True,
+            )
+        watcher = self._start_dpf_watcher(host)
+        try:
+            await self._delete(host, force=False)
+            gone = await self._wait_until_gone(
+                request.force_after_seconds if request.force else request.policy.phase_timeout_seconds
+            )
+            if not gone and request.force:
+                self._forced = True
+                await self._delete(host, force=True)
+                gone = await self._wait_until_gone(request.policy.phase_timeout_seconds)
+            if not gone:
+                hint = "" if request.force else "; run it again with force to remove finalizers"
+                raise ApplicationError(
+                    f"removal of {self._what()} of host {request.host_id}: still present after the wait "
+                    f"({self._left()}){hint}",
+                    type=TIMED_OUT_ERROR,
+                    non_retryable=True,
+                )
+        finally:
+            await self._stop(watcher)
+        await self._confirm_devices_gone(host)
+        enter_phase("done", f"{self._what()} removed")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return HostRemovalResult(
+            host_id=request.host_id,
+            removed=self._removed(host),
+            actions=tuple(a for a in self._actions if a.outcome in CHANGES),
+            forced=self._forced,
+            started_at=self._started_at,
+            finished_at=workflow.now(),
+        )
+
+    # -- steps -------------------------------------------------------------------------------------
+    async def _resolve_host(self) -> HostRef:
+        self._enter("resolving-inventory", f"inventory of {self._request.host_id}")
+        inventory: HostInventory = await workflow.execute_activity(
+            "resolve_host_inventory",
+            HostLookup(host_id=self._request.host_id),
+            result_type=HostInventory,
+            summary=f"resolve {self._request.host_id}",
+            **INVENTORY,
+        )
+        workflow.upsert_search_attributes([names.SITE.value_set(inventory.site)])
+        unknown = sorted(set(self._request.dpu_ids or ()) - {d.id for d in inventory.dpus})
+        if unknown:
+            raise ApplicationError(
+                f"host {inventory.host_id} has no DPU {', '.join(unknown)}",
+                type="InvalidInput",
+                non_retryable=True,
+            )
+        return HostRef.of(inventory)
+
+    async def _delete(self, host: HostRef, *, force: bool) -> None:
+        verb = "force-deleting" if force else "deleting"
+        self._enter(verb, f"{self._what()} of {host.host_id}")
+        self._deleting = True
+        if self._request.dpu_ids is None:
+            result: ObjectsResult = await workflow.execute_activity(
+                "delete_dpu_node",
+                DeleteNodeInput(host=host, force=force),
+                result_type=ObjectsResult,
+                summary=f"{verb} DPUNode {host.node_name()}",
+                **KUBE_WRITE,
+            )
+            self._record(result)
+            return
+        for dpu_id in self._request.dpu_ids:
+            await self._delete_dpu(host, dpu_id, force=force)
+
+    async def _delete_dpu(self, host: HostRef, dpu_id: str, *, force: bool) -> ObjectsResult:
+        verb = "force-delete" if force else "delete"
+        result: ObjectsResult = await workflow.execute_activity(
+            "delete_dpu",
+            DeleteDPUInput(
+                dpu=DPURef(host_id=host.host_id, dpu_id=dpu_id, namespace=host.namespace), force=force
+            ),
+            result_type=ObjectsResult,
+            summary=f"{verb} DPU {dpu_id}",
+            **KUBE_WRITE,
+        )
+        self._record(result)
+        return result
+
+    async def _wait_until_gone(self, seconds: float) -> bool:
+        self._enter("waiting-until-gone", f"{self._what()} gone (DPF releases them)")
+        try:
+            await workflow.wait_condition(
+                lambda: self._dpf is not None and self._gone(self._dpf), timeout=timedelta(seconds=seconds)
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    async def _confirm_devices_gone(self, host: HostRef) -> None:
+        """DPUDevices are not in the watched state: `delete_dpu` (idempotent) reports them."""
+        deadline = workflow.now() + timedelta(seconds=self._request.policy.phase_timeout_seconds)
+        for dpu_id in self._request.dpu_ids or ():
+            while True:
+                result = await self._delete_dpu(host, dpu_id, force=self._forced)
+                device = next(o for o in result.objects if o.kind == "DPUDevice")
+                if device.outcome == "gone":
+                    break
+                if workflow.now() >= deadline:
+                    raise ApplicationError(
+                        f"DPUDevice {device.name} of host {host.host_id} is still {device.outcome}",
+                        type=TIMED_OUT_ERROR,
+                        non_retryable=True,
+                    )
+                await workflow.sleep(DEVICE_POLL)
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _gone(self, state: HostDPFState) -> bool:
+        if self._request.dpu_ids is None:
+            return state.node is None and not state.dpus
+        return all(state.dpu(i) is None for i in self._request.dpu_ids)
+
+    def _left(self) -> str:
+        state = self._dpf
+        if state is None:
+            return "no DPF state seen"
+        left = [f"DPU {d.name} ({d.phase or 'no phase'})" for d in state.dpus if self._counts(d.dpu_id)]
+        if self._request.dpu_ids is None and state.node is not None:
+            left.insert(0, f"DPUNode {state.node.name}")
+        return ", ".join(left) or "nothing"
+
+    def _counts(self, dpu_id: str | None) -> bool:
+        return self._request.dpu_ids is None or dpu_id in self._request.dpu_ids
+
+    def _what(self) -> str:
+        if self._request.dpu_ids is None:
+            return "the DPUNode"
+        return "DPUs " + ", ".join(self._request.dpu_ids)
+
+    def _removed(self, host: HostRef) -> tuple[str, ...]:
+        if self._request.dpu_ids is None:
+            dpus = sorted({a.name for a in self._actions if a.kind == "DPU"})
+            return (f"DPUNode/{host.node_name()}", *(f"DPU/{n}" for n in dpus))
+        removed: list[str] = []
+        for dpu_id in self._request.dpu_ids:
+            ref = DPURef(host_id=host.host_id, dpu_id=dpu_id, namespace=host.namespace)
+            removed += [f"DPUDevice/{ref.device_name()}", f"DPU/{ref.dpu_name()}"]
+        return tuple(removed)
+
+    def _record(self, result: ObjectsResult) -> None:
+        self._actions += [RemovedObject(kind=o.kind, name=o.name, outcome=o.outcome) for o in result.objects]
+
+    def _enter(self, phase: str, waiting_for: str) -> None:
+        self._phase, self._waiting_for = phase, waiting_for
+        enter_phase(phase, waiting_for)
+
+    def _start_dpf_watcher(self, host: HostRef) -> workflow.ActivityHandle[None]:
+        return workflow.start_activity(
+            "watch_host_dpf",
+            WatchHostInput(host=host, heartbeat_seconds=WATCHER_HEARTBEAT_SECONDS),
+            summary=f"watch DPF of {host.host_id}",
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            **WATCHER,
+        )
+
+    async def _stop(self, watcher: workflow.ActivityHandle[None]) -> None:
+        watcher.cancel()
+        try:
+            await watcher
+        except ActivityError as err:
+            if not isinstance(err.cause, CancelledError):
+                workflow.logger.warning("the DPF watcher ended with %s", err.cause)
+
+    # -- messages ----------------------------------------------------------------------------------
+    @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
+    def dpf_state_changed(self, state: HostDPFState) -> None:
+        """From the watcher: the host's DPF state changed."""
+        self._dpf = state
+        for dpu in state.dpus:
+            if dpu.dpu_id is not None and self._since.get(dpu.dpu_id, ("",))[0] != dpu.phase:
+                self._since[dpu.dpu_id] = (dpu.phase, workflow.now())
+
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: OperatorRequest) -> OperationAnswer:
+        """Stop before anything is deleted."""
+        self._abort = request
+        return OperationAnswer(
+            accepted=True, message=f"removal on {self._request.host_id} aborted; nothing deleted"
+        )
+
+    @abort.validator
+    def _validate_abort(self, request: OperatorRequest) -> None:
+        if self._deleting:
+            raise ValueError("the delete has been sent and cannot be taken back; abort is refused")
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> HostOperationStatus:
+        """Where the removal is, and each watched DPU's phase."""
+        dpus = tuple(
+            DPUProgress(
+                dpu_id=d.dpu_id, phase=d.phase, since=self._since.get(d.dpu_id, ("", self._started_at))[1]
+            )
+            for d in (self._dpf.dpus if self._dpf else ())
+            if d.dpu_id is not None and self._counts(d.dpu_id)
+        )
+        return HostOperationStatus(
+            host_id=self._request.host_id,
+            operation=names.REMOVE,
+            phase=self._phase,
+            waiting_for=self._waiting_for,
+            dpus=dpus,
+            started_at=self._started_at,
+        )
