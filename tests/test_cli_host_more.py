@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client as kube_client
@@ -18,6 +17,7 @@ from sim_support import RunningSim, running_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import METALFLOW, Result, metalflow
+from test_firmware_support import eventually
 
 from metalflow import names
 from metalflow.devstack.demo import power_cycles
@@ -26,7 +26,6 @@ from metalflow.settings import Settings
 from metalflow.worker import build_worker
 from simulators.site import BMC, DPU, Host, Site, dump_site
 
-T = TypeVar("T")
 PREFIX = "clim"  # host ids no other test module's entities use (the dev server is shared)
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
@@ -86,19 +85,6 @@ def dpf(sim: RunningSim) -> Iterator[Callable[[str, str], Awaitable[dict[str, An
 
     yield get
     api.close()
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T]], accept: Callable[[T], bool], timeout: float = 30
-) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await probe()
-        if accept(value):
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s; last: {value!r}")
-        await asyncio.sleep(0.2)
 
 
 @pytest.mark.slow
