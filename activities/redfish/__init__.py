@@ -29,10 +29,13 @@ def power_activities(power: PowerActivities) -> list[Callable[..., Any]]:
 
 def build_redfish_activities(settings: Settings) -> list[Callable[..., Any]]:
     """Every Redfish activity, sharing one client (and so one request cap per BMC)."""
+    from activities.inventory import Inventory  # the inventory's Kubernetes client loads lazily
+
     client = build_redfish_client(settings)
     firmware = FirmwareActivities(client)
     return [
-        *power_activities(PowerActivities(client)),
+        # Each power attempt re-reads the BMC from the inventory: fixes take effect (issue 9).
+        *power_activities(PowerActivities(client, Inventory(settings))),
         firmware.read_dpu_firmware_versions,
         firmware.stage_dpu_firmware,
     ]

@@ -49,6 +49,7 @@ class Service:
     sessions: bool = True  # offers a SessionService
     tls: bool = False
     port: int = 0  # bound by `BMCs.serve`
+    next_reset_delay: float = 0.0  # hold the next reset request this long before acting on it
 
     @property
     def first_host(self) -> HostBMC | None:
@@ -217,6 +218,11 @@ class BMCs:
         """`{"running": version, "staged": version or None}` of the DPU's NIC firmware."""
         dpu = self._dpus[dpu_id]
         return {"running": dpu.running, "staged": dpu.staged}
+
+    def delay_next_reset(self, bmc_id: str, seconds: float) -> None:
+        """Hold the BMC's next reset request `seconds` before acting on it and answering (a BMC
+        that is slow to answer a reset, longer than a client's heartbeat timeout)."""
+        self._service_of[bmc_id].next_reset_delay = seconds
 
     def inject_update_failure(
         self, dpu_id: str, message: str = "Firmware image verification failed."

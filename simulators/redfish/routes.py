@@ -112,6 +112,9 @@ class Redfish:
         found = _match(parts[2:], "host" if host is not None else "dpu", service.sessions)
         method = "GET" if request.method == "HEAD" else request.method
         is_reset = found is not None and method in found[0].reset_methods
+        if is_reset and service.next_reset_delay > 0:
+            held, service.next_reset_delay = service.next_reset_delay, 0.0
+            await asyncio.sleep(held)
         fault = bmcs.faults.bmc_fault(service.id, is_reset=is_reset)
         if fault is not None:
             response = messages.fault_response(*fault)
