@@ -27,8 +27,9 @@ Sessions: a BMC gets one session, created on the first request that needs it and
 every activity using that BMC at the time. It is deleted when the last of them finishes
 (`RedfishClient.connect` is a context manager) and, for safety, at `aclose`. A session the BMC
 forgot (401 on the token) is re-created once. Long waits (`BMCConnection.sleep`) touch the
-session every `SESSION_KEEPALIVE_SECONDS` so it does not expire idle (BMCs time sessions out
-after 60 s or less, and a ForceOff / 120 s wait / On cycle must not leak one). BMCs hold few
+session when it has been idle for a third of the BMC's `SessionTimeout` (read once per
+session; at most `SESSION_KEEPALIVE_SECONDS`) so it does not expire idle (BMCs time sessions
+out after 60 s or less, and a ForceOff / 120 s wait / On cycle must not leak one). BMCs hold few
 sessions (often 4 to 16) and run out when clients leak them; a worker that is killed loses its
 session to the BMC's timeout, which is why no session outlives the activities using it.
 
@@ -128,6 +129,7 @@ class _BMCState:
     auth: Literal["session", "basic"] | None = None  # what `auto` chose for this BMC
     unsupported_resets: set[str] = field(default_factory=set)  # advertised, but refused as permanent
     last_request: float = 0.0  # monotonic time of the last request (session keep-alive)
+    keepalive_seconds: float = 20.0  # a third of the BMC's SessionTimeout, at most 20 s
 
 
 class RedfishClient:
@@ -449,7 +451,23 @@ class BMCConnection:
         if location is None:
             location = _odata_id(_maybe_json(response))
         log.debug("BMC %s: session opened (%s)", self.bmc_id, location)
-        return _Session(token, None if location is None else urljoin(url, location))
+        session = _Session(token, None if location is None else urljoin(url, location))
+        await self._learn_session_timeout(root, session)
+        return session
+
+    async def _learn_session_timeout(self, root: dict[str, Any], session: _Session) -> None:
+        """Keep-alive at a third of the BMC's own SessionTimeout (one GET per new session)."""
+        link = _odata_id(root.get("SessionService"))
+        if link is None:
+            return
+        headers = {"Accept": "application/json", "OData-Version": "4.0", "X-Auth-Token": session.token}
+        try:
+            response = await self._send("GET", self.link(link), headers, None)
+        except (BMCUnavailable, BMCRequestRejected):
+            return
+        timeout = (_maybe_json(response) or {}).get("SessionTimeout") if response.status_code == 200 else None
+        if isinstance(timeout, int | float) and timeout > 0:
+            self._state.keepalive_seconds = min(SESSION_KEEPALIVE_SECONDS, max(0.5, timeout / 3))
 
     async def keep_session_alive(self) -> None:
         """Touch the open session (GET it) when it has been idle for `SESSION_KEEPALIVE_SECONDS`.
@@ -460,7 +478,7 @@ class BMCConnection:
         session = self._state.session
         if session is None or session.location is None:
             return
-        if time.monotonic() - self._state.last_request < SESSION_KEEPALIVE_SECONDS:
+        if time.monotonic() - self._state.last_request < self._state.keepalive_seconds:
             return
         try:
             await self._send(
