@@ -32,10 +32,11 @@ def build_redfish_activities(settings: Settings) -> list[Callable[..., Any]]:
     from activities.inventory import Inventory  # the inventory's Kubernetes client loads lazily
 
     client = build_redfish_client(settings)
-    firmware = FirmwareActivities(client)
+    # Each attempt re-reads its BMC from the inventory: fixes take effect (issue 9).
+    inventory = Inventory(settings)
+    firmware = FirmwareActivities(client, inventory)
     return [
-        # Each power attempt re-reads the BMC from the inventory: fixes take effect (issue 9).
-        *power_activities(PowerActivities(client, Inventory(settings))),
+        *power_activities(PowerActivities(client, inventory)),
         firmware.read_dpu_firmware_versions,
         firmware.stage_dpu_firmware,
     ]

@@ -11,12 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from temporalio import activity
 
-from activities.errors import BMCUnavailable, MetalflowError, PowerStateTimeout
+from activities.errors import BMCUnavailable, PowerStateTimeout
 from activities.heartbeat import heartbeating
+from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import BMCConnection, RedfishClient
 from activities.redfish.powercycle import PowerCycle
 from activities.redfish.system import (
@@ -210,12 +211,6 @@ def resumed_progress(details: Any) -> PowerCycleProgress | None:
     return PowerCycleProgress.model_validate(details[0])
 
 
-class BMCSource(Protocol):
-    """Where a BMC's current access comes from (`activities.inventory.Inventory`)."""
-
-    async def bmc_access(self, bmc_id: str) -> BMCAccess | None: ...
-
-
 class PowerActivities:
     """Host power activities; the worker builds one, holding the worker's `RedfishClient`.
 
@@ -229,21 +224,7 @@ class PowerActivities:
         self._inventory = inventory
 
     async def _current(self, given: BMCAccess) -> BMCAccess:
-        if self._inventory is None:
-            return given
-        try:
-            found = await self._inventory.bmc_access(given.bmc_id)
-        except MetalflowError as err:  # an unreadable site file must not stop a running cycle
-            activity.logger.warning("inventory unreadable (%s); using the BMC as the workflow gave it", err)
-            return given
-        if found is None:
-            activity.logger.warning(
-                "BMC %s not in the inventory now; using it as the workflow gave it", given.bmc_id
-            )
-            return given
-        if found != given:
-            activity.logger.info("BMC %s changed in the inventory since the workflow read it", given.bmc_id)
-        return found
+        return await current_access(self._inventory, given)
 
     @activity.defn(name="read_power_state")
     async def read_power_state(self, request: ReadPowerStateInput) -> SystemPower:
