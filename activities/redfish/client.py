@@ -162,10 +162,10 @@ class RedfishClient:
         self._open: dict[str, BMCConnection] = {}
         self.on_connect: Callable[[BMCConnection], None] | None = None  # the CLI keeps them
 
-    def _state(self, bmc_id: str) -> _BMCState:
-        state = self._bmcs.get(bmc_id)
+    def _state(self, key: str) -> _BMCState:
+        state = self._bmcs.get(key)
         if state is None:
-            state = self._bmcs[bmc_id] = _BMCState(asyncio.Semaphore(self._max_in_flight))
+            state = self._bmcs[key] = _BMCState(asyncio.Semaphore(self._max_in_flight))
         return state
 
     @asynccontextmanager
@@ -182,10 +182,13 @@ class RedfishClient:
                 "TLS verification is OFF for BMC %s (%s): insecure is set", access.bmc_id, access.endpoint
             )
         credentials = await self._resolver.resolve(access.credentials)
-        state = self._state(access.bmc_id)
+        # Keyed by what identifies the service too: a BMC moved or re-pointed in the inventory
+        # gets a fresh session, service root and System, never the old address's.
+        key = f"{access.bmc_id}|{access.endpoint}|{access.system}|{access.auth}"
+        state = self._state(key)
         state.users += 1
         connection = BMCConnection(self, access, state, credentials, tls, on_wait)
-        self._open[access.bmc_id] = connection
+        self._open[key] = connection
         if self.on_connect is not None:
             self.on_connect(connection)
         try:
@@ -193,7 +196,7 @@ class RedfishClient:
         finally:
             state.users -= 1
             if state.users == 0:
-                self._open.pop(access.bmc_id, None)
+                self._open.pop(key, None)
                 await asyncio.shield(connection.close_session())
 
     async def aclose(self) -> None:
