@@ -19,7 +19,9 @@ DEFAULT_POWER_DOWN_WAIT_SECONDS = 120.0  # DOMAIN.md section 1: Carbide's power_
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    model_config = ConfigDict(frozen=True)
 
 
 class ReadPowerStateInput(_Frozen):
