@@ -308,7 +308,7 @@ def test_every_registered_workflow_has_a_behaviour_and_declares_none_itself() ->
     assert [d.name for d in definitions if d.versioning_behavior] == []
 
 
-def test_the_real_worker_is_versioned_only_when_configured(client: Client, task_queue: str) -> None:
+async def test_the_real_worker_is_versioned_only_when_configured(client: Client, task_queue: str) -> None:
     plain = metalflow_worker.build_worker(client, task_queue, Settings())
     assert plain.config().get("deployment_config") is None
     config = deployment_config_from_env({DEPLOYMENT_NAME_ENV: "metalflow", BUILD_ID_ENV: "b1"})
