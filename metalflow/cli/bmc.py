@@ -31,6 +31,7 @@ from metalflow.models.redfish import (
     SystemPower,
 )
 from metalflow.settings import Settings
+from metalflow.validation import Grace, HostId, PowerDownWait, PowerTimeout, RequestTimeout, arg_type
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -65,18 +66,18 @@ def register(subparsers: Any) -> None:
     _common(power)
     power.add_argument("action", choices=("on", "off", "cycle", "status"), help="what to do")
     power.add_argument("--graceful", action="store_true", help="off: GracefulShutdown first")
-    power.add_argument("--grace", type=float, default=300.0, metavar="SECONDS",
+    power.add_argument("--grace", type=arg_type(Grace, number=float), default=300.0, metavar="SECONDS",
                        help="off --graceful: ForceOff after this long (default: %(default)s)")  # fmt: skip
     power.add_argument(
         "--power-down-wait",
-        type=float,
+        type=arg_type(PowerDownWait, number=float),
         default=DEFAULT_POWER_DOWN_WAIT_SECONDS,
         metavar="SECONDS",
         help="cycle: time between Off and On when cycling by ForceOff/On (default: %(default)s)",
     )
     power.add_argument(
         "--timeout",
-        type=float,
+        type=arg_type(PowerTimeout, number=float),
         default=DEFAULT_POWER_TIMEOUT_SECONDS,
         metavar="SECONDS",
         help="how long a power transition may take (default: %(default)s)",
@@ -85,12 +86,15 @@ def register(subparsers: Any) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("host", metavar="HOST", help="the host id, as in the inventory")
+    parser.add_argument(
+        "host", metavar="HOST", type=arg_type(HostId), help="the host id, as in the inventory"
+    )
     parser.add_argument("--site", type=Path, default=None, metavar="FILE",
                         help="site file (default: METALFLOW_SITE_FILE, .metalflow/site.yaml)")  # fmt: skip
     parser.add_argument("--auth", choices=("session", "basic"), default="session",
                         help="Redfish session (default) or HTTP basic auth")  # fmt: skip
-    parser.add_argument("--request-timeout", type=float, default=15.0, metavar="SECONDS",
+    parser.add_argument("--request-timeout", type=arg_type(RequestTimeout, number=float), default=15.0,
+                        metavar="SECONDS",
                         help="timeout of one HTTP request (default: %(default)s)")  # fmt: skip
 
 
