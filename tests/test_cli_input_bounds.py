@@ -13,11 +13,18 @@ import uuid
 from pathlib import Path
 
 import pytest
+from host_operation_support import eventually
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from test_host_entity import StandInOperation, StandInReboot
 
 from metalflow import names
+from metalflow.binaries import temporal_cli
 from metalflow.models.host import HostWorkflowInput
+from workflows.host import HostWorkflow
 
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 HOST = f"bounds-{uuid.uuid4().hex[:8]}"  # no other test, and no row, may create this entity
@@ -167,3 +174,43 @@ def test_policy_fields_refuse_what_the_cli_refuses(text: str) -> None:
         OperationPolicy(power_down_wait_seconds=float(text))
     with pytest.raises(ValidationError):
         MonitorPolicy(reprovision_after_seconds=float(text))
+
+
+async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The server goes away while `--wait` follows an operation: one line, exit 2, no traceback."""
+    env = await WorkflowEnvironment.start_local(
+        ip="127.0.0.1",
+        dev_server_existing_path=str(temporal_cli()),
+        search_attributes=names.SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    client, host, queue = env.client, f"lost-{uuid.uuid4().hex[:8]}", f"lost-{uuid.uuid4()}"
+    address = client.service_client.config.target_host
+    process = None
+    try:
+        async with Worker(
+            client, task_queue=queue, workflows=[HostWorkflow, StandInOperation, StandInReboot]
+        ):
+            process = await asyncio.create_subprocess_exec(
+                METALFLOW, "host", "provision", host, "--wait", "--task-queue", queue,
+                env=_env(client, tmp_path), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            operation = client.get_workflow_handle(names.host_operation_workflow_id(names.PROVISION, host))
+
+            async def running() -> bool:
+                try:
+                    await operation.describe()
+                except RPCError:
+                    return False
+                return True
+
+            await eventually(running, timeout=120, what="the CLI's operation to start")
+    finally:
+        await env.shutdown()  # Temporal goes away while the CLI follows the operation
+    assert process is not None
+    out, err = await asyncio.wait_for(process.communicate(), timeout=180)
+    assert process.returncode == 2, (out, err)
+    assert err.decode().splitlines()[0].startswith(f"metalflow: lost Temporal at {address} ("), err
+    assert len(err.decode().splitlines()) == 1, err
+    assert "Traceback" not in err.decode() + out.decode()
