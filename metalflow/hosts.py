@@ -37,6 +37,7 @@ from metalflow.models.host import STATUS_QUERY, HostStatus, HostWorkflowInput
 
 HOST_WORKFLOW_TYPE = "HostWorkflow"
 FOLLOW_POLL_SECONDS = 0.5
+WORKER_GRACE_SECONDS = 5.0
 QUERY_TIMEOUT = timedelta(seconds=10)  # a query nobody answers (no worker) must not hang the CLI
 _TIMED_OUT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)  # how an expired rpc_timeout shows
 R = TypeVar("R", bound=BaseModel)
@@ -114,11 +115,23 @@ async def worker_polls(client: Client, task_queue: str) -> bool:
     return bool(described.pollers)
 
 
-def no_worker(task_queue: str) -> HostRequestError:
-    return HostRequestError(
-        f"no worker polls task queue {task_queue!r}, so nothing would act on the request: start one "
-        f"(python worker.py --task-queue {task_queue}) and try again"
-    )
+async def require_worker(client: Client, task_queue: str, grace: float = WORKER_GRACE_SECONDS) -> None:
+    """Refuse to ask anything of a task queue no worker polls: the request would wait silently.
+
+    A worker that is starting is seen within `grace` seconds (the server records a poller when
+    its first poll arrives).
+
+    Raises:
+        HostRequestError: No worker polled `task_queue` lately.
+    """
+    deadline = asyncio.get_running_loop().time() + grace
+    while not await worker_polls(client, task_queue):
+        if asyncio.get_running_loop().time() > deadline:
+            raise HostRequestError(
+                f"no worker polls task queue {task_queue!r}, so nothing would act on the request: start "
+                f"one (python worker.py --task-queue {task_queue}) and try again"
+            )
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
 async def send_update(
@@ -132,11 +145,8 @@ async def send_update(
     """Send one update to the host's entity, starting the entity when it does not run yet.
 
     Raises:
-        HostRequestError: The entity refused (busy, nothing awaits approval, ...), with its reason,
-            or no worker polls `task_queue` (the update would wait for one silently).
+        HostRequestError: The entity refused (busy, nothing awaits approval, ...), with its reason.
     """
-    if not await worker_polls(client, task_queue):
-        raise no_worker(task_queue)
     try:
         result: R = await client.execute_update_with_start_workflow(
             update,

@@ -37,6 +37,7 @@ from metalflow.hosts import (
     host_status,
     operation_status,
     recorded_status,
+    require_worker,
     send_update,
 )
 from metalflow.models.host import (
@@ -383,6 +384,7 @@ def _operation_request(args: argparse.Namespace) -> OperationRequest | FirmwareR
 
 async def _request(client: Client, args: argparse.Namespace) -> int:
     request = _operation_request(args)
+    await require_worker(client, args.task_queue)
     accepted = await send_update(
         client, _entity(args), args.update, request, OperationAccepted, args.task_queue
     )
@@ -421,6 +423,7 @@ async def _follow(client: Client, host: str, workflow_id: str) -> int:
 async def _approve(client: Client, args: argparse.Namespace) -> int:
     await host_status(client, args.host)  # an unknown host is a clear error, not a new entity
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    await require_worker(client, args.task_queue)
     answer = await send_update(
         client, _entity(args), APPROVE_UPDATE, request, OperationAnswer, args.task_queue
     )
@@ -435,6 +438,7 @@ async def _approve(client: Client, args: argparse.Namespace) -> int:
 
 async def _instance(client: Client, args: argparse.Namespace) -> int:
     request = AssignInstanceRequest(instance=args.instance, requested_by=args.by)
+    await require_worker(client, args.task_queue)
     answer = await send_update(client, _entity(args), args.update, request, OperationAnswer, args.task_queue)
     _say(f"{args.host}: {answer.message}")
     return EXIT_OK
