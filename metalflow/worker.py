@@ -16,7 +16,7 @@ import sys
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
@@ -24,13 +24,18 @@ from metalflow import names
 from metalflow.client import connect
 from metalflow.settings import Settings
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
+from metalflow.versioning import deployment_config_from_env, worker_versioning
+from metalflow.versioning import describe as describe_versioning
 
 GRACEFUL_SHUTDOWN_TIMEOUT = timedelta(seconds=10)
 log = logging.getLogger("metalflow.worker")
 
 
 def build_worker(
-    client: Client, task_queue: str = names.TASK_QUEUE, settings: Settings | None = None
+    client: Client,
+    task_queue: str = names.TASK_QUEUE,
+    settings: Settings | None = None,
+    deployment_config: WorkerDeploymentConfig | None = None,
 ) -> Worker:
     """Create a worker that registers every workflow in `workflows.ALL` and every activity of
     `activities.build_activities`.
@@ -39,6 +44,7 @@ def build_worker(
         client: A client from `metalflow.client.connect`; activities that signal workflows use it.
         task_queue: The task queue to poll.
         settings: Where the site is (default: `Settings.from_env()`).
+        deployment_config: Worker versioning (`metalflow.versioning`); None: unversioned.
     """
     return Worker(
         client,
@@ -48,12 +54,14 @@ def build_worker(
             temporal_client=client, settings=settings or Settings.from_env()
         ),
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
+        **worker_versioning(deployment_config),
     )
 
 
 async def run_worker(task_queue: str, profile: str | None) -> None:
     """Connect, run the worker until SIGTERM or SIGINT, then shut it down gracefully."""
     settings = Settings.from_env()  # a bad setting stops the worker before it connects
+    deployment_config = deployment_config_from_env()
     tracing = setup_tracing()
     try:
         client = await connect(profile=profile, interceptors=tracing.interceptors)
@@ -61,13 +69,14 @@ async def run_worker(task_queue: str, profile: str | None) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        worker = build_worker(client, task_queue, settings)
+        worker = build_worker(client, task_queue, settings, deployment_config)
         async with worker:
             log.info(
-                "worker polling task queue %r on %s namespace %r",
+                "worker polling task queue %r on %s namespace %r, %s",
                 task_queue,
                 client.service_client.config.target_host,
                 client.namespace,
+                describe_versioning(deployment_config),
             )
             await stop.wait()
             log.info("shutting down (waiting up to %s for running activities)", GRACEFUL_SHUTDOWN_TIMEOUT)

@@ -35,6 +35,15 @@ from metalflow.models.redfish import (
     SystemPower,
 )
 from metalflow.settings import Settings
+from metalflow.validation import (
+    Grace,
+    HostId,
+    PowerDownWait,
+    PowerSettle,
+    PowerTimeout,
+    RequestTimeout,
+    arg_type,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_CLI_TIMEOUT_SECONDS = 60.0
@@ -70,18 +79,18 @@ def register(subparsers: Any) -> None:
     _common(power)
     power.add_argument("action", choices=("on", "off", "cycle", "status"), help="what to do")
     power.add_argument("--graceful", action="store_true", help="off: GracefulShutdown first")
-    power.add_argument("--grace", type=float, default=300.0, metavar="SECONDS",
+    power.add_argument("--grace", type=arg_type(Grace, number=float), default=300.0, metavar="SECONDS",
                        help="off --graceful: ForceOff after this long (default: %(default)s)")  # fmt: skip
     power.add_argument(
         "--power-down-wait",
-        type=float,
+        type=arg_type(PowerDownWait, number=float),
         default=DEFAULT_POWER_DOWN_WAIT_SECONDS,
         metavar="SECONDS",
         help="cycle: time between Off and On when cycling by ForceOff/On (default: %(default)s)",
     )
     power.add_argument(
         "--settle",
-        type=float,
+        type=arg_type(PowerSettle, number=float),
         default=DEFAULT_POWER_SETTLE_SECONDS,
         metavar="SECONDS",
         help="on/off: trust PowerState only once it held this long (BMCs lag after a reset; "
@@ -91,15 +100,19 @@ def register(subparsers: Any) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("host", metavar="HOST", help="the host id, as in the inventory")
+    parser.add_argument(
+        "host", metavar="HOST", type=arg_type(HostId), help="the host id, as in the inventory"
+    )
     parser.add_argument("--site", type=Path, default=None, metavar="FILE",
                         help="site file (default: METALFLOW_SITE_FILE, .metalflow/site.yaml)")  # fmt: skip
     parser.add_argument("--auth", choices=("session", "basic", "auto"), default=None,
                         help="override the BMC's auth from the inventory: Redfish session, HTTP basic, "
                         "or auto (session where the BMC offers it)")  # fmt: skip
-    parser.add_argument("--request-timeout", type=float, default=15.0, metavar="SECONDS",
+    parser.add_argument("--request-timeout", type=arg_type(RequestTimeout, number=float), default=15.0,
+                        metavar="SECONDS",
                         help="timeout of one HTTP request (default: %(default)s)")  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=DEFAULT_CLI_TIMEOUT_SECONDS, metavar="SECONDS",
+    parser.add_argument("--timeout", type=arg_type(PowerTimeout, number=float),
+                        default=DEFAULT_CLI_TIMEOUT_SECONDS, metavar="SECONDS",
                         help="give up after this long with the last error (cycle: plus "
                         "--power-down-wait; default: %(default)s)")  # fmt: skip
 

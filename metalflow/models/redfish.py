@@ -23,7 +23,9 @@ DEFAULT_POWER_SETTLE_SECONDS = 3.0
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    model_config = ConfigDict(frozen=True)
 
 
 class ReadPowerStateInput(_Frozen):
