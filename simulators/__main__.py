@@ -16,6 +16,7 @@ from pathlib import Path
 from simulators.app import ServeOptions, SimulatedSite
 from simulators.faults import PROFILES as FAULT_PROFILES
 from simulators.kube.crds import CRDS_ENV, find_crd_dir
+from simulators.persist import SnapshotMismatch
 from simulators.site import Site, default_site, load_site
 from simulators.timings import PROFILES as TIMING_PROFILES
 from simulators.timings import timings_for
@@ -43,6 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--initialised", action="store_true", help="start with DPF site objects and Ready DPUs"
     )
     serve.add_argument(
+        "--persist",
+        action="store_true",
+        help="keep the site's objects across restarts in <state-dir>/sim-store.json",
+    )
+    serve.add_argument(
         "--crds", help=f"folder of the DPF and Grove CRDs (default: ${CRDS_ENV} or ../shared/crds)"
     )
     serve.add_argument("--log-level", default="WARNING", help="Python log level")
@@ -63,6 +69,8 @@ async def _serve(site: Site, options: ServeOptions) -> None:
         loop.add_signal_handler(signum, stop.set)
     url = await simulated.start()
     print(f"simulated site {site.name!r} serving on {url} ({len(site.hosts)} hosts)", flush=True)
+    if simulated.restored is not None:
+        print(f"restored {simulated.restored} objects from {options.state_dir}/sim-store.json", flush=True)
     try:
         await stop.wait()
     finally:
@@ -93,9 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         timings=timings,
         initialised=args.initialised,
+        persist=args.persist,
     )
     try:
         asyncio.run(_serve(site, options))
+    except SnapshotMismatch as err:
+        print(f"simulators: {err}; start afresh with `metalflow dev --reset`", file=sys.stderr)
+        return 2
     except OSError as err:
         print(
             f"simulators: cannot serve on 127.0.0.1:{args.port}: {err.strerror}; choose another --port",

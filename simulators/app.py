@@ -33,6 +33,7 @@ from simulators.grove import GroveController
 from simulators.kube.crds import load_resource_types, make_validator
 from simulators.kube.http import add_kube_routes
 from simulators.kube.store import AlreadyExists, NotFound, Store
+from simulators.persist import StoreSnapshots
 from simulators.redfish import BMCs, service_groups
 from simulators.site import BMC, CredentialRef, Site, dump_site
 from simulators.timings import Timings
@@ -52,6 +53,7 @@ class ServeOptions:
     seed: int = 0
     timings: Timings = Timings()
     initialised: bool = False
+    persist: bool = False  # keep the store in <state-dir>/sim-store.json (simulators.persist)
 
 
 class SimulatedSite:
@@ -74,9 +76,19 @@ class SimulatedSite:
         control.add_control_routes(self.app, self)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        host_ids = [h.id for h in site.hosts]
+        self.snapshots = StoreSnapshots(self.store, options.state_dir, host_ids) if options.persist else None
+        self.restored: int | None = None  # objects restored from the snapshot, None: started empty
 
     async def start(self) -> str:
-        """Serve, then write the state files; returns the base URL."""
+        """Serve, then write the state files; returns the base URL.
+
+        Raises:
+            SnapshotMismatch: `persist` and the state dir's snapshot is of another site.
+        """
+        if self.snapshots is not None:
+            self.options.state_dir.mkdir(parents=True, exist_ok=True)
+            self.restored = self.snapshots.load()
         self._create_namespaces()
         self._create_credential_secrets()
         await self.bmcs.start()
@@ -94,6 +106,8 @@ class SimulatedSite:
         self.url = f"http://127.0.0.1:{port}"
         self._fill_endpoints()
         self._write_state_files()
+        if self.snapshots is not None:
+            self.snapshots.start()
         return self.url
 
     async def stop(self) -> None:
@@ -101,6 +115,8 @@ class SimulatedSite:
         await self.grove.stop()
         await self.dpf.stop()
         await self.bmcs.stop()
+        if self.snapshots is not None:
+            await self.snapshots.stop()
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -168,6 +184,7 @@ class SimulatedSite:
             "site": str((state / "site.yaml").resolve()),
             "faults": self.options.faults,
             "seed": self.options.seed,
+            "restored": self.restored,
         }
         tmp = state / "sim.json.tmp"
         tmp.write_text(json.dumps(info, indent=2))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from metalflow.devstack.ports import free_port
+from metalflow.devstack.stack import reset_state
 
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 
@@ -106,12 +107,13 @@ def test_dev_exit_provisions_then_reprovisions_the_simulated_hosts_and_leaves_no
 
 
 @pytest.mark.slow
-def test_the_demo_again_on_the_same_state_dir_reuses_the_hosts_entities_and_cycles_exactly(
+def test_a_restarted_stack_keeps_its_site_and_reprovisions_with_exactly_one_cycle_per_reboot(
     tmp_path: Path,
 ) -> None:
-    """A second run finds the hosts' entities of the first (same database) and a fresh site; the
-    BMC power logs, read with `metalflow sim power-log` while the stack runs, show exactly one
-    power cycle per reboot DPF asked for."""
+    """A second run finds the hosts' entities of the first (same database) and the site as the
+    first left it (sim-store.json): the demo does not provision again, and the reprovision that
+    follows completes; the BMC power logs, read with `metalflow sim power-log` while the stack
+    runs, show exactly one power cycle per reboot DPF asked for."""
     port, ui_port, sim_port = free_port(), free_port(), free_port()
     state_dir = tmp_path / "state"
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
@@ -136,13 +138,17 @@ def test_the_demo_again_on_the_same_state_dir_reuses_the_hosts_entities_and_cycl
         output = "".join(lines)
         assert "press Ctrl-C to stop" in output, output
         assert "registered search attributes" not in output
-        _assert_demo_output(output)
+        assert re.search(r"restored \d+ objects", (state_dir / "simulator.log").read_text())
+        assert "DPF has the DPUs of host-001, host-002, host-003 already (site restored)" in output
+        assert "demo: provision host-" not in output
         # The entities remember the first run: boot generations continue from 4 (BF4) and 2 (BF3).
-        assert "demo: reprovision host-003: completed (reboots 2, boot_generation 8)" in output
+        assert "demo: reprovision host-003: completed (reboots 2, boot_generation 6)" in output, output
+        assert "demo: reprovision host-001: completed (reboots 1, boot_generation 3)" in output, output
+        assert "demo: the simulator recorded 0 protocol violations" in output
         cycles = {
             host: _power_cycles(host, state_dir, tmp_path) for host in ("host-001", "host-002", "host-003")
         }
-        assert cycles == {"host-001": 2, "host-002": 2, "host-003": 4}
+        assert cycles == {"host-001": 1, "host-002": 1, "host-003": 2}
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)
     finally:
@@ -152,6 +158,22 @@ def test_the_demo_again_on_the_same_state_dir_reuses_the_hosts_entities_and_cycl
     assert process.returncode == 0, output + rest
     started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
     assert len(started) == 3 and not any(_alive(pid) for pid in started)
+
+
+def test_old_history_without_a_saved_site_is_refused_and_reset_names_what_it_deletes(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    (state_dir / "temporal.db").write_bytes(b"")
+    ports = ["--port", str(free_port()), "--ui-port", str(free_port()), "--sim-port", str(free_port())]
+    refused = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=60)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "no saved simulated site (sim-store.json)" in refused.stderr
+    assert "metalflow dev --reset" in refused.stderr
+    assert (state_dir / "temporal.db").exists()  # a refusal changes nothing
+    (state_dir / "sim-store.json").write_text("{}")
+    (state_dir / "site.yaml").write_text("kept")
+    assert reset_state(state_dir) == ["temporal.db", "sim-store.json"]
+    assert sorted(p.name for p in state_dir.iterdir()) == ["site.yaml"]
 
 
 def test_busy_port_is_a_clear_error_naming_the_flag(tmp_path: Path) -> None:

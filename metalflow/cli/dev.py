@@ -8,6 +8,7 @@ import asyncio
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from metalflow.cli.sim import add_site_options, describe_site, site_options
 from metalflow.devstack.demo import DemoSite, run_demo
 from metalflow.devstack.ports import PortInUseError
 from metalflow.devstack.process import ProcessFailedError
-from metalflow.devstack.stack import DevStack, DevStackConfig
+from metalflow.devstack.stack import DevStack, DevStackConfig, StateMismatchError, check_state, reset_state
 
 
 def register(subparsers: Any) -> None:
@@ -38,6 +39,12 @@ def register(subparsers: Any) -> None:
         default=Path(".metalflow"),
         help="where the database, logs and client config live (default: %(default)s)",
     )
+    parser.add_argument(
+        "--reset",
+        action="store_true",
+        help="start afresh: delete the Temporal history and the simulated site's saved objects in the "
+        "state dir first",
+    )
     add_site_options(parser)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--exit", action="store_true", help="stop everything once the demo job is done")
@@ -58,8 +65,12 @@ def _say(message: str) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Run `metalflow dev`; returns the exit status."""
+    # The site keeps its objects across restarts, as Temporal keeps its history (simulators.persist).
     config = DevStackConfig(
-        state_dir=args.state_dir, port=args.port, ui_port=args.ui_port, site=site_options(args)
+        state_dir=args.state_dir,
+        port=args.port,
+        ui_port=args.ui_port,
+        site=replace(site_options(args), persist=True),
     )
     if len({config.port, config.ui_port, config.site.port}) < 3:
         print("metalflow dev: --port, --ui-port and --sim-port must differ", file=sys.stderr)
@@ -67,7 +78,11 @@ def handle(args: argparse.Namespace) -> int:
     stack = DevStack(config, say=_say)
     try:
         stack.check_ports()
-    except PortInUseError as error:
+        if args.reset:
+            removed = reset_state(config.state_dir)
+            _say(f"metalflow dev: reset {config.state_dir}: removed {', '.join(removed) or 'nothing'}")
+        check_state(config.state_dir)
+    except (PortInUseError, StateMismatchError) as error:
         print(f"metalflow dev: {error}", file=sys.stderr)
         return 2
     return asyncio.run(_run(stack, demo=not args.no_demo, exit_after_demo=args.exit))

@@ -25,6 +25,7 @@ from temporalio.client import Client
 from metalflow import names
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.hosts import HostRequestError, default_operator, follow_operation, recorded_status, send_update
+from metalflow.models.dpf import PROVISIONING_GROUP
 from metalflow.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
@@ -39,6 +40,7 @@ from metalflow.models.host import (
     OperationRequest,
     OperatorRequest,
 )
+from metalflow.models.inventory import DPF_NAMESPACE
 
 DEMO_INSTANCE = "demo-tenant-instance"
 DEMO_REASON = "metalflow dev demo"
@@ -47,6 +49,7 @@ DEMO_REASON = "metalflow dev demo"
 DEMO_POLICY = OperationPolicy(
     power_down_wait_seconds=1.0, reboot_wait_seconds=120.0, phase_timeout_seconds=600.0
 )
+DPUNODE_LABEL = f"{PROVISIONING_GROUP}/dpunode-name"
 BF4_REBOOTS = 2  # BF4 DPUs ask for a second reboot in one provisioning (DOMAIN.md section 2)
 
 
@@ -114,7 +117,15 @@ async def run_demo(
             "the HostRebootWorkflow children, the entity's approve update)"
         )
     requests = _Requests(client, operator, task_queue, say)
-    ok = await requests.round(names.PROVISION, REQUEST_PROVISION_UPDATE, hosts)
+    # A site restored from the state dir (a restarted `metalflow dev`) has its hosts' DPUs
+    # already: provisioning them again would wait for reboots DPF never asks for.
+    present = await _provisioned(site, hosts)
+    if present:
+        say(f"demo: DPF has the DPUs of {', '.join(present)} already (site restored): not provisioning them")
+    to_provision = [host for host in hosts if host.host_id not in present]
+    ok = True
+    if to_provision:
+        ok = await requests.round(names.PROVISION, REQUEST_PROVISION_UPDATE, to_provision)
     if ok and hosts:
         # The approval rule: a host with an instance is never reprovisioned without approval.
         answer = await requests.instance(hosts[0].host_id, ASSIGN_INSTANCE_UPDATE)
@@ -122,8 +133,21 @@ async def run_demo(
         ok = await requests.round(names.REPROVISION, REQUEST_REPROVISION_UPDATE, hosts)
         await requests.instance(hosts[0].host_id, RELEASE_INSTANCE_UPDATE)
     say(f"demo: {'done' if ok else 'FAILED'} in {time.monotonic() - began:.1f} s")
-    await _report_power_cycles(site, hosts, say, operations=2 if ok else None)
+    await _report_power_cycles(site, hosts, say, operations=None if not ok else 1 if present else 2)
     return ok
+
+
+async def _provisioned(site: DemoSite, hosts: list[DemoHost]) -> list[str]:
+    """The hosts whose every DPU DPF has now (one list request to the site's Kubernetes API)."""
+    url = f"{site.sim_url}/apis/{PROVISIONING_GROUP}/v1alpha1/namespaces/{DPF_NAMESPACE}/dpus"
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.get(url)
+        response.raise_for_status()
+    nodes: dict[str, int] = {}
+    for dpu in response.json().get("items", []):
+        node = (dpu["metadata"].get("labels") or {}).get(DPUNODE_LABEL, "")
+        nodes[node] = nodes.get(node, 0) + 1
+    return [host.host_id for host in hosts if nodes.get(f"node-{host.host_id}", 0) >= len(host.models)]
 
 
 @dataclass

@@ -34,6 +34,7 @@ class SiteOptions:
     timings: str | None = None  # None: slow with the slow fault profile, else demo
     initialised: bool = False
     port: int = DEFAULT_SIM_PORT
+    persist: bool = False  # keep the site's objects across restarts (`metalflow dev` does)
 
     def serve_args(self, state_dir: Path) -> list[str]:
         args = [sys.executable, "-m", "simulators", "serve", "--state-dir", str(state_dir)]
@@ -46,6 +47,8 @@ class SiteOptions:
             args += ["--timings", self.timings]
         if self.initialised:
             args.append("--initialised")
+        if self.persist:
+            args.append("--persist")
         return args
 
 

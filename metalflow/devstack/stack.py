@@ -32,6 +32,39 @@ HOST = "127.0.0.1"
 SERVER_READY_TIMEOUT = 90.0
 WORKER_READY_TIMEOUT = 60.0
 CLIENT_CONFIG_FILE = "temporal.toml"
+# What `--reset` deletes: Temporal's history (SQLite and its WAL) and the site's saved objects.
+HISTORY_FILES = ("temporal.db", "temporal.db-wal", "temporal.db-shm")
+SITE_SNAPSHOT = "sim-store.json"
+
+
+class StateMismatchError(RuntimeError):
+    """The state dir holds Temporal history but no saved site: the two would contradict."""
+
+
+def check_state(state_dir: Path) -> None:
+    """Refuse old history beside a site that would start empty (a state dir from before the site
+    was saved): every host's entity would say "provisioned" while DPF has no DPU.
+
+    Raises:
+        StateMismatchError: `temporal.db` is there and `sim-store.json` is not.
+    """
+    if (state_dir / HISTORY_FILES[0]).exists() and not (state_dir / SITE_SNAPSHOT).exists():
+        raise StateMismatchError(
+            f"{state_dir} holds Temporal history ({HISTORY_FILES[0]}) but no saved simulated site "
+            f"({SITE_SNAPSHOT}), so the site would start empty beside it; start both afresh with "
+            "`metalflow dev --reset` (or use another --state-dir)"
+        )
+
+
+def reset_state(state_dir: Path) -> list[str]:
+    """Delete the history and the saved site; returns the names of the files deleted."""
+    removed = []
+    for name in (*HISTORY_FILES, SITE_SNAPSHOT):
+        path = state_dir / name
+        if path.exists():
+            path.unlink()
+            removed.append(name)
+    return removed
 
 
 @dataclass(frozen=True)
