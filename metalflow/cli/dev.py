@@ -16,7 +16,7 @@ from metalflow.binaries import MissingBinaryError
 from metalflow.cli.sim import add_site_options, describe_site, site_options
 from metalflow.devstack.demo import DemoSite, run_demo
 from metalflow.devstack.ports import PortInUseError
-from metalflow.devstack.process import ProcessFailedError
+from metalflow.devstack.process import ManagedProcess, ProcessFailedError
 from metalflow.devstack.stack import DevStack, DevStackConfig, StateMismatchError, check_state, reset_state
 
 
@@ -133,14 +133,29 @@ async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int
     _say(f"Temporal address: {config.address} (namespace {config.namespace})")
     _say(f"Client config:    TEMPORAL_CONFIG_FILE={stack.client_config_file.resolve()}")
     _say(describe_site(config.state_dir, stack.sim_info))
-    if demo:
-        site = DemoSite(site_file=Path(stack.sim_info["site"]), sim_url=stack.sim_info["url"])
-        if not await run_demo(await stack.client(), config, site, say=_say):
-            return 1
-    if exit_after_demo:
-        return 0
-    _say("metalflow dev: running; press Ctrl-C to stop")
-    exited = await stack.wait_for_unexpected_exit()
+    # A dead worker is restarted (the demo goes on); any other process's exit ends the session.
+    supervisor = asyncio.create_task(stack.supervise())
+    try:
+        if demo:
+            site = DemoSite(site_file=Path(stack.sim_info["site"]), sim_url=stack.sim_info["url"])
+            job = asyncio.create_task(run_demo(await stack.client(), config, site, say=_say))
+            await asyncio.wait({job, supervisor}, return_when=asyncio.FIRST_COMPLETED)
+            if not job.done():
+                job.cancel()
+                await asyncio.gather(job, return_exceptions=True)
+                return _exited(supervisor.result())
+            if not job.result():
+                return 1
+        if exit_after_demo:
+            return 0
+        _say("metalflow dev: running; press Ctrl-C to stop")
+        return _exited(await supervisor)
+    finally:
+        supervisor.cancel()
+        await asyncio.gather(supervisor, return_exceptions=True)
+
+
+def _exited(exited: ManagedProcess) -> int:
     print(
         f"metalflow dev: {exited.name} exited unexpectedly with status {exited.returncode}; "
         f"last lines of {exited.log_path}:\n{exited.log_tail()}",

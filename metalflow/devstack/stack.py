@@ -32,6 +32,9 @@ HOST = "127.0.0.1"
 SERVER_READY_TIMEOUT = 90.0
 WORKER_READY_TIMEOUT = 60.0
 CLIENT_CONFIG_FILE = "temporal.toml"
+WORKER_NAME = "metalflow worker"
+WORKER_RESTARTS = 5  # more exits than this within the window: the worker is broken, stop
+WORKER_RESTART_WINDOW = 120.0
 # What `--reset` deletes: Temporal's history (SQLite and its WAL) and the site's saved objects.
 HISTORY_FILES = ("temporal.db", "temporal.db-wal", "temporal.db-shm")
 SITE_SNAPSHOT = "sim-store.json"
@@ -133,14 +136,39 @@ class DevStack:
         if added:
             self.say(f"registered search attributes: {', '.join(added)}")
         await self._start(simulator_process(self.config.state_dir, self.config.site), SIM_READY_TIMEOUT)
-        worker = ManagedProcess(
-            name="metalflow worker",
+        await self._start(self._worker(), WORKER_READY_TIMEOUT)
+
+    def _worker(self) -> ManagedProcess:
+        return ManagedProcess(
+            name=WORKER_NAME,
             argv=[sys.executable, "-m", "worker", "--task-queue", names.TASK_QUEUE],
             log_path=self.config.state_dir / "worker.log",
             ready=self._worker_ready,
             env=self._worker_env(),
         )
-        await self._start(worker, WORKER_READY_TIMEOUT)
+
+    async def supervise(self) -> ManagedProcess:
+        """Restart the worker whenever it exits; return the first other process that exits.
+
+        This is what Temporal promises, shown: the workflows wait for a worker and go on where they
+        stopped. A worker that keeps dying (more than `WORKER_RESTARTS` exits within
+        `WORKER_RESTART_WINDOW` seconds) is returned like any other exit, so a broken worker
+        stops the stack instead of looping. Cost: one wait per process; no polling.
+        """
+        exits: list[float] = []
+        while True:
+            exited = await self.wait_for_unexpected_exit()
+            now = asyncio.get_running_loop().time()
+            exits = [t for t in exits if now - t < WORKER_RESTART_WINDOW] + [now]
+            if exited.name != WORKER_NAME or len(exits) > WORKER_RESTARTS:
+                return exited
+            self.say(
+                f"metalflow dev: {exited.name} (pid {exited.pid}) exited with status {exited.returncode}; "
+                "restarting it: the workflows go on where they stopped"
+            )
+            self.processes.remove(exited)
+            await exited.stop()  # anything it left in its process group goes too
+            await self._start(self._worker(), WORKER_READY_TIMEOUT)
 
     async def stop(self) -> None:
         """Stop every started process, last started first."""
