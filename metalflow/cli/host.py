@@ -26,7 +26,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
-from metalflow.cli import host_monitor
+from metalflow.cli import host_decide, host_monitor
 from metalflow.client import connect, load_connect_config
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
@@ -171,6 +171,7 @@ def register(subparsers: Any) -> None:
     remove.set_defaults(handler=_runner(_request), update=REQUEST_REMOVAL_UPDATE, operation=names.REMOVE)
 
     host_monitor.register(commands, _common, _runner)
+    host_decide.register(commands, _common, _runner)
 
     status = commands.add_parser(
         "status",

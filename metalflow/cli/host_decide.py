@@ -1,0 +1,92 @@
+"""`metalflow host retry|abort|mark-rebooted HOST [--reason R]`: the operator's answers.
+
+A manual-intervention message asks for `retry`, `mark_rebooted` or `abort`; these commands send
+exactly those updates (payload `OperatorRequest`: who and why) to the operation in flight on the
+host, found through the host's entity (`host/<id>`, its `status` query). The workflow's own
+validators decide whether the answer fits now (e.g. `retry` only in manual-intervention-required);
+a refusal is printed as the workflow words it, and exits 1.
+
+Cost per command: one query of the entity, one update of the operation (two RPCs, a few history
+events on the operation); no worker slot beyond the update's workflow task.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from metalflow.hosts import HostRequestError, host_status, require_worker
+from metalflow.models.host import (
+    ABORT_UPDATE,
+    MARK_REBOOTED_UPDATE,
+    RETRY_UPDATE,
+    OperationAnswer,
+    OperatorRequest,
+)
+from metalflow.validation import REASON_MAX, Reason, arg_type, terminal_safe
+
+Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
+EXIT_OK, EXIT_FAILED = 0, 1
+DECISIONS = {
+    "retry": (
+        RETRY_UPDATE,
+        "start the stuck wait over (in manual-intervention-required)",
+        "Answer `retry` to the operation in flight on HOST: it starts the wait that escalated over, "
+        "with its retries counted afresh. Accepted only while the operation is in "
+        "manual-intervention-required.",
+    ),
+    "abort": (
+        ABORT_UPDATE,
+        "stop the operation in flight at its next safe point",
+        "Answer `abort` to the operation in flight on HOST: it stops at its next safe point, cleans "
+        "up (the DPF hold is released) and ends as aborted. Accepted at any time until it finishes.",
+    ),
+    "mark-rebooted": (
+        MARK_REBOOTED_UPDATE,
+        "confirm that the host was rebooted by hand",
+        "Answer `mark_rebooted` to the operation in flight on HOST: the host was rebooted outside "
+        "metalflow. Confirms a manual reboot in flight (reboot method manual, an unreachable BMC), "
+        "or ends a reboot wait that escalated to manual-intervention-required.",
+    ),
+}
+
+
+def register(
+    commands: Any,
+    common: Callable[[argparse.ArgumentParser], None],
+    runner: Callable[[Action], Callable[[argparse.Namespace], int]],
+) -> None:
+    """Add `host retry`, `host abort` and `host mark-rebooted`."""
+    for command, (update, text, description) in DECISIONS.items():
+        parser = commands.add_parser(command, help=text, description=description)
+        common(parser)
+        parser.add_argument(
+            "--reason",
+            type=arg_type(Reason),
+            default="",
+            help=f"why, recorded with the answer (at most {REASON_MAX} characters)",
+        )
+        parser.set_defaults(handler=runner(_decide), update=update)
+
+
+async def _decide(client: Client, args: argparse.Namespace) -> int:
+    current = (await host_status(client, args.host)).current
+    if current is None or current.outcome != "running":
+        raise HostRequestError(f"no operation in flight on {args.host}: nothing to answer `{args.update}` to")
+    await require_worker(client, args.task_queue)
+    handle = client.get_workflow_handle(current.workflow_id)
+    request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    try:
+        answer = await handle.execute_update(args.update, request, result_type=OperationAnswer)
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        raise HostRequestError(
+            f"{current.workflow_id} ({current.operation}) refused `{args.update}`: {why}"
+        ) from None
+    print(terminal_safe(f"{args.host}: {current.workflow_id}: {answer.message}"), flush=True)
+    return EXIT_OK if answer.accepted else EXIT_FAILED
