@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 from sim_support import RunningSim, running_sim
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import metalflow
 
+from metalflow import names
 from metalflow.binaries import temporal_cli
 from metalflow.settings import Settings
 from metalflow.worker import build_worker
@@ -29,12 +31,29 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
         yield running
 
 
-@pytest.fixture
-async def queue(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[str]:
+@pytest.fixture(scope="module")
+async def own_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A Temporal of this module's own: README's command names host-001's workflows, which other
+    modules' hosts share on the session's server; and `host list` lists the whole namespace."""
+    env = await WorkflowEnvironment.start_local(
+        ip="127.0.0.1",
+        dev_server_existing_path=str(temporal_cli()),
+        search_attributes=names.SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="module")
+async def queue(own_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[str]:
     # README's command names no task queue: the worker serves the default one, as `metalflow dev` does.
     settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(local_env.client, "metalflow", settings):
-        yield "metalflow"
+    async with build_worker(own_env.client, names.TASK_QUEUE, settings):
+        yield names.TASK_QUEUE
 
 
 def readme_update_command() -> str:
@@ -44,16 +63,16 @@ def readme_update_command() -> str:
     return match.group(0).replace("\\\n", " ").strip()
 
 
-async def host_json(local_env: WorkflowEnvironment, host: str) -> dict[str, Any]:
-    shown = await metalflow(local_env, "host", "status", host, "--json")
+async def host_json(own_env: WorkflowEnvironment, host: str) -> dict[str, Any]:
+    shown = await metalflow(own_env, "host", "status", host, "--json")
     assert shown.status == 0, shown.stderr
     parsed: dict[str, Any] = json.loads(shown.stdout)
     return parsed
 
 
-async def until(local_env: WorkflowEnvironment, host: str, done: Any, what: str) -> dict[str, Any]:
+async def until(own_env: WorkflowEnvironment, host: str, done: Any, what: str) -> dict[str, Any]:
     for _ in range(300):
-        shown = await host_json(local_env, host)
+        shown = await host_json(own_env, host)
         if done(shown):
             return shown
         await asyncio.sleep(0.2)
@@ -70,27 +89,46 @@ def ended(shown: dict[str, Any]) -> bool:
 
 @pytest.mark.slow
 async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal_command(
-    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+    own_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     for host in ("host-001", "host-002", "host-003"):
         started = await metalflow(
-            local_env, "host", "provision", host, "--manual-reboot", "--task-queue", queue
+            own_env, "host", "provision", host, "--manual-reboot", "--task-queue", queue
         )
         assert started.status == 0, started.stderr
     for host in ("host-001", "host-002", "host-003"):
-        await until(local_env, host, rebooting, "waited for its manual reboot")
+        await until(own_env, host, rebooting, "waited for its manual reboot")
+
+    # The fleet view: every host, its operation in flight and that operation's phase.
+    listed = await metalflow(own_env, "host", "list")
+    assert listed.status == 0, listed.stderr
+    header, *lines = listed.stdout.splitlines()
+    assert header.split() == ["HOST", "SITE", "PHASE", "OPERATION", "OPERATION", "PHASE", "FOR"]
+    assert [line.split()[0] for line in lines] == ["host-001", "host-002", "host-003"], listed.stdout
+    assert lines[0].split()[2:6] == ["running", "provision", "provision/host-host-001", "rebooting-host"]
+    assert re.fullmatch(r"\d+:\d\d:\d\d", lines[0].split()[-1]), listed.stdout
+    assert "3 hosts, 3 with an operation in flight (2 visibility requests)" in listed.stderr
+    as_json = await metalflow(own_env, "host", "list", "--json", "--phase", "rebooting-host")
+    rows = json.loads(as_json.stdout)
+    assert [row["host"] for row in rows] == ["host-001", "host-002", "host-003"]
+    assert rows[1]["phase"] == "running provision"
+    assert rows[1]["operation"]["workflow_id"] == "provision/host-host-002"
+    assert rows[1]["operation"]["operation"] == "provision"
+    assert rows[1]["operation"]["started_at"].endswith("Z")
+    bad = await metalflow(own_env, "host", "list", "--phase", "Idle;rm")
+    assert bad.status == 2 and "invalid phase" in bad.stderr
 
     # `retry` does not fit a reboot wait: the workflow's validator says why, nothing changes.
-    retry = await metalflow(local_env, "host", "retry", "host-002", "--task-queue", queue)
+    retry = await metalflow(own_env, "host", "retry", "host-002", "--task-queue", queue)
     assert retry.status == 1
     assert "refused `retry`" in retry.stderr and "manual-intervention-required" in retry.stderr, retry.stderr
-    assert rebooting(await host_json(local_env, "host-002"))
+    assert rebooting(await host_json(own_env, "host-002"))
 
     # README's Temporal CLI command, run exactly as written.
     command = readme_update_command()
     assert "--workflow-id provision/host-host-001" in command, command
     env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
-    env["TEMPORAL_ADDRESS"] = local_env.client.service_client.config.target_host
+    env["TEMPORAL_ADDRESS"] = own_env.client.service_client.config.target_host
     env["PATH"] = f"{temporal_cli().parent}{os.pathsep}{env.get('PATH', '')}"
     process = await asyncio.create_subprocess_exec(
         "bash", "-c", command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
@@ -99,24 +137,31 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     assert process.returncode == 0, output.decode()
 
     marked = await metalflow(
-        local_env, "host", "mark-rebooted", "host-002", "--by", "dc-tech", "--reason", "by hand",
+        own_env, "host", "mark-rebooted", "host-002", "--by", "dc-tech", "--reason", "by hand",
         "--task-queue", queue,
     )  # fmt: skip
     assert marked.status == 0, marked.stderr
     assert "host-002: provision/host-host-002: reboot confirmation passed to" in marked.stdout
 
     aborted = await metalflow(
-        local_env, "host", "abort", "host-003", "--reason", "wrong rack", "--task-queue", queue
+        own_env, "host", "abort", "host-003", "--reason", "wrong rack", "--task-queue", queue
     )
     assert aborted.status == 0, aborted.stderr
     assert "host-003: provision/host-host-003: aborting at the next safe point" in aborted.stdout
 
     for host in ("host-001", "host-002"):
-        shown = await until(local_env, host, ended, "finished")
+        shown = await until(own_env, host, ended, "finished")
         assert shown["host"]["recent"][-1]["outcome"] == "completed", shown
-    shown = await until(local_env, "host-003", ended, "stopped")
+    shown = await until(own_env, "host-003", ended, "stopped")
     assert shown["host"]["recent"][-1]["outcome"] != "completed", shown
 
+    idle = json.loads((await metalflow(own_env, "host", "list", "--json", "--phase", "idle")).stdout)
+    assert [(row["host"], row["operation"]) for row in idle] == [
+        (h, None) for h in ("host-001", "host-002", "host-003")
+    ]
+    shown = (await metalflow(own_env, "host", "list")).stdout
+    assert re.search(r"^host-002 +\S+ +idle +- +- +-$", shown, re.M), shown
+
     # Nothing in flight any more: a clear refusal, exit 1.
-    late = await metalflow(local_env, "host", "abort", "host-001", "--task-queue", queue)
+    late = await metalflow(own_env, "host", "abort", "host-001", "--task-queue", queue)
     assert late.status == 1 and "no operation in flight on host-001" in late.stderr, late.stderr

@@ -26,7 +26,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
-from metalflow.cli import host_decide, host_monitor
+from metalflow.cli import host_decide, host_list, host_monitor
 from metalflow.client import connect, load_connect_config
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
@@ -172,6 +172,7 @@ def register(subparsers: Any) -> None:
 
     host_monitor.register(commands, _common, _runner)
     host_decide.register(commands, _common, _runner)
+    host_list.register(commands, _runner)
 
     status = commands.add_parser(
         "status",
@@ -323,7 +324,8 @@ async def _connected(
     action: Callable[[Client, argparse.Namespace], Awaitable[int]], args: argparse.Namespace
 ) -> int:
     try:
-        names.host_workflow_id(args.host)
+        if getattr(args, "host", None) is not None:  # `host list` names no host
+            names.host_workflow_id(args.host)
     except ValueError as err:
         return _fail(str(err), EXIT_USAGE)
     try:
