@@ -6,9 +6,9 @@ the inventory, and Temporal's own connection settings come from `temporalio.envc
 
 | variable | meaning | default |
 | --- | --- | --- |
-| `METALFLOW_SITE_FILE` | the site file (YAML) the inventory reads | `.metalflow/site.yaml` |
+| `METALFLOW_SITE_FILE` | the site file (YAML) the inventory reads | `site.yaml` in the state dir |
 | `METALFLOW_INVENTORY` | `site` (the site file) or `cluster` (labels/annotations on DPF objects) | `site` |
-| `KUBECONFIG` | the DPF cluster's kubeconfig (in a pod: in-cluster) | `.metalflow/kubeconfig` if there |
+| `KUBECONFIG` | the DPF cluster's kubeconfig (in a pod: in-cluster) | the state dir's `kubeconfig` if any |
 | `METALFLOW_DPF_NAMESPACE` | namespace of the DPF objects | `dpf-operator-system` |
 | `METALFLOW_BMC_MAX_IN_FLIGHT` | concurrent requests per BMC, across the worker | `2` |
 | `METALFLOW_DPF_MAX_IN_FLIGHT_PER_HOST` | concurrent DPF API calls per host, across the worker | `4` |
@@ -24,8 +24,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from metalflow.models.inventory import DPF_NAMESPACE
+from metalflow.statedir import find_state_dir
 
-DEFAULT_STATE_DIR = Path(".metalflow")
+# The state dir (`metalflow.statedir`): METALFLOW_STATE_DIR, else .metalflow in the checkout.
+DEFAULT_STATE_DIR = find_state_dir()[0]
 
 
 class Settings(BaseModel):

@@ -104,7 +104,8 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "host", metavar="HOST", type=arg_type(HostId), help="the host id, as in the inventory"
     )
     parser.add_argument("--site", type=Path, default=None, metavar="FILE",
-                        help="site file (default: METALFLOW_SITE_FILE, .metalflow/site.yaml)")  # fmt: skip
+                        help="site file (default: METALFLOW_SITE_FILE, "
+                        "else the state dir's site.yaml)")  # fmt: skip
     parser.add_argument("--auth", choices=("session", "basic", "auto"), default=None,
                         help="override the BMC's auth from the inventory: Redfish session, HTTP basic, "
                         "or auto (session where the BMC offers it)")  # fmt: skip

@@ -18,6 +18,7 @@ from metalflow.devstack.demo import DemoSite, run_demo
 from metalflow.devstack.ports import PortInUseError
 from metalflow.devstack.process import ManagedProcess, ProcessFailedError
 from metalflow.devstack.stack import DevStack, DevStackConfig, StateMismatchError, check_state, reset_state
+from metalflow.statedir import STATE_DIR_DEFAULT, state_dir_for
 
 
 def register(subparsers: Any) -> None:
@@ -36,8 +37,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--state-dir",
         type=Path,
-        default=Path(".metalflow"),
-        help="where the database, logs and client config live (default: %(default)s)",
+        default=None,
+        help=f"where the database, the saved site, logs and client config live ({STATE_DIR_DEFAULT})",
     )
     parser.add_argument(
         "--reset",
@@ -67,7 +68,7 @@ def handle(args: argparse.Namespace) -> int:
     """Run `metalflow dev`; returns the exit status."""
     # The site keeps its objects across restarts, as Temporal keeps its history (simulators.persist).
     config = DevStackConfig(
-        state_dir=args.state_dir,
+        state_dir=state_dir_for(args.state_dir, "dev"),
         port=args.port,
         ui_port=args.ui_port,
         site=replace(site_options(args), persist=True),

@@ -33,6 +33,7 @@ from metalflow.devstack.sim import (
     read_sim_info,
     simulator_process,
 )
+from metalflow.statedir import STATE_DIR_HELP, state_dir_for
 from metalflow.validation import DPUsPerHost, HostId, Hosts, Port, Seed, arg_type
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -96,27 +97,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     up = sim_sub.add_parser("up", help="serve a simulated site on 127.0.0.1 until Ctrl-C (or --detach)")
     add_site_options(up)
-    up.add_argument(
-        "--state-dir", type=Path, default=Path(".metalflow"), help="where to write site.yaml etc."
-    )
+    up.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     up.add_argument(
         "--detach", action="store_true", help="leave it running in the background; stop with sim down"
     )
     up.set_defaults(handler=_up)
 
     down = sim_sub.add_parser("down", help="stop a simulator started with sim up --detach")
-    down.add_argument("--state-dir", type=Path, default=Path(".metalflow"))
+    down.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     down.set_defaults(handler=_down)
 
     violations = sim_sub.add_parser("violations", help="protocol violations the simulator recorded")
     violations.add_argument("--json", action="store_true", help="print them as a JSON list")
-    violations.add_argument("--state-dir", type=Path, default=Path(".metalflow"))
+    violations.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     violations.set_defaults(handler=_violations)
 
     power_log = sim_sub.add_parser("power-log", help="a host's power transitions, as its BMC logged them")
     power_log.add_argument("host", type=arg_type(HostId), help="host id, e.g. host-001")
     power_log.add_argument("--json", action="store_true", help="print them as a JSON list")
-    power_log.add_argument("--state-dir", type=Path, default=Path(".metalflow"))
+    power_log.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     power_log.set_defaults(handler=_power_log)
 
     def usage(_args: argparse.Namespace) -> int:
@@ -147,7 +146,7 @@ def describe_site(state_dir: Path, info: dict[str, Any]) -> str:
 
 
 def _up(args: argparse.Namespace) -> int:
-    state_dir: Path = args.state_dir
+    state_dir = state_dir_for(args.state_dir, "sim up")
     options = site_options(args)
     try:
         ensure_free("127.0.0.1", options.port, "simulated site", "--sim-port")
@@ -190,6 +189,7 @@ async def _run_up(state_dir: Path, options: SiteOptions, *, detach: bool) -> int
 
 
 def _down(args: argparse.Namespace) -> int:
+    args.state_dir = state_dir_for(args.state_dir, "sim down")
     try:
         pid = int(read_sim_info(args.state_dir)["pid"])
     except FileNotFoundError:
@@ -225,7 +225,7 @@ def _get(state_dir: Path, path: str, command: str) -> Any:
 
 
 def _violations(args: argparse.Namespace) -> int:
-    found = _get(args.state_dir, "/sim/violations", "violations")
+    found = _get(state_dir_for(args.state_dir, "sim violations"), "/sim/violations", "violations")
     if args.json:
         print(json.dumps(found, indent=2))
     elif not found:
@@ -237,7 +237,8 @@ def _violations(args: argparse.Namespace) -> int:
 
 
 def _power_log(args: argparse.Namespace) -> int:
-    entries = _get(args.state_dir, f"/sim/hosts/{args.host}/power-log", "power-log")
+    state_dir = state_dir_for(args.state_dir, "sim power-log")
+    entries = _get(state_dir, f"/sim/hosts/{args.host}/power-log", "power-log")
     if args.json:
         print(json.dumps(entries, indent=2))
     elif not entries:
