@@ -180,7 +180,7 @@ def register(subparsers: Any) -> None:
         description="The host as its entity sees it (instance, boot generation, recent operations), "
         "the operation in flight with each DPU's phase, and the pool state of its monitor when one runs.",
     )
-    _common(status)
+    _common(status, asks=False)
     status.add_argument("--json", action="store_true", help="print the statuses as JSON")
     status.set_defaults(handler=_runner(_status))
 
@@ -219,8 +219,10 @@ def register(subparsers: Any) -> None:
     approve.set_defaults(handler=_runner(_approve))
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, *, asks: bool = True) -> None:
     parser.add_argument("host", metavar="HOST", type=arg_type(HostId), help="host id, e.g. host-001")
+    if not asks:  # a read (`host status`): nobody is recorded, no worker task queue is asked
+        return
     parser.add_argument(
         "--by",
         type=arg_type(Requester),

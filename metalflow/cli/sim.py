@@ -91,11 +91,20 @@ def site_options(args: argparse.Namespace) -> SiteOptions:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim = subparsers.add_parser(
-        "sim", help="run the simulated site (Kubernetes API with DPF and Grove, BMCs)"
+        "sim",
+        help="run the simulated site (Kubernetes API with DPF and Grove, BMCs)",
+        description="Serve a simulated site on 127.0.0.1 (a Kubernetes-compatible API with DPF and "
+        "Grove controllers, one Redfish BMC per host and DPU), read what it recorded, and rehearse "
+        "faults. Every command finds the site through the state dir.",
     )
     sim_sub = sim.add_subparsers(title="sim commands", metavar="COMMAND")
 
-    up = sim_sub.add_parser("up", help="serve a simulated site on 127.0.0.1 until Ctrl-C (or --detach)")
+    up = sim_sub.add_parser(
+        "up",
+        help="serve a simulated site on 127.0.0.1 until Ctrl-C (or --detach)",
+        description="Serve a simulated site on 127.0.0.1 and write site.yaml, kubeconfig, the BMC "
+        "credentials and sim.json into the state dir; until Ctrl-C, or in the background with --detach.",
+    )
     add_site_options(up)
     up.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     up.add_argument(
@@ -103,16 +112,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     up.set_defaults(handler=_up)
 
-    down = sim_sub.add_parser("down", help="stop a simulator started with sim up --detach")
+    down = sim_sub.add_parser(
+        "down",
+        help="stop a simulator started with sim up --detach",
+        description="Stop the simulator whose sim.json is in the state dir (SIGTERM; it removes sim.json).",
+    )
     down.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     down.set_defaults(handler=_down)
 
-    violations = sim_sub.add_parser("violations", help="protocol violations the simulator recorded")
+    violations = sim_sub.add_parser(
+        "violations",
+        help="protocol violations the simulator recorded",
+        description="The protocol violations the running simulator recorded (requests a real BMC or "
+        "DPF would refuse or misread: a power cycle DPF did not ask for, a hold released twice, ...).",
+    )
     violations.add_argument("--json", action="store_true", help="print them as a JSON list")
     violations.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     violations.set_defaults(handler=_violations)
 
-    power_log = sim_sub.add_parser("power-log", help="a host's power transitions, as its BMC logged them")
+    power_log = sim_sub.add_parser(
+        "power-log",
+        help="a host's power transitions, as its BMC logged them",
+        description="HOST's power transitions as its simulated BMC logged them; a power cycle is one "
+        "transition to Off.",
+    )
     power_log.add_argument("host", type=arg_type(HostId), help="host id, e.g. host-001")
     power_log.add_argument("--json", action="store_true", help="print them as a JSON list")
     power_log.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
