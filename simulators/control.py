@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from simulators.dpf.model import LABEL_DPUDEVICE
+
 if TYPE_CHECKING:
     from simulators.app import SimulatedSite
 
@@ -72,7 +74,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
 
 async def _dpu_fault(request: web.Request) -> web.Response:
     site = request.app[SITE_KEY]
-    name, fault = request.match_info["name"], request.match_info["fault"]
+    name, fault = _dpu_object(site, request.match_info["name"]), request.match_info["fault"]
     body = await _body(request)
     try:
         if fault == "error":
@@ -87,7 +89,18 @@ async def _dpu_fault(request: web.Request) -> web.Response:
         return _problem(404, f"no DPU {err.args[0]!r}")
     except ValueError as err:
         return _problem(409, str(err))
-    return web.json_response({"dpu": name, "fault": fault})
+    return web.json_response({"dpu": request.match_info["name"], "object": name, "fault": fault})
+
+
+def _dpu_object(site: SimulatedSite, name: str) -> str:
+    """The DPU object's name for `name`: that name, or the short DPU id every metalflow command
+    takes (`host-001-dpu-0`, the DPU of DPUDevice `device-host-001-dpu-0`)."""
+    items, _ = site.store.list(site.dpf.client.dpu, site.dpf.client.namespace)
+    for obj in items:
+        meta = obj["metadata"]
+        if meta["name"] == name or (meta.get("labels") or {}).get(LABEL_DPUDEVICE) == f"device-{name}":
+            return str(meta["name"])
+    return name  # unknown: the fault says "no DPU"
 
 
 async def _podgang_fault(request: web.Request) -> web.Response:

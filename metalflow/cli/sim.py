@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
+from metalflow.cli import sim_fault
 from metalflow.devstack.ports import PortInUseError, ensure_free
 from metalflow.devstack.process import ProcessFailedError
 from metalflow.devstack.sim import (
@@ -140,6 +141,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     power_log.add_argument("--json", action="store_true", help="print them as a JSON list")
     power_log.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
     power_log.set_defaults(handler=_power_log)
+
+    sim_fault.register(sim_sub)
 
     def usage(_args: argparse.Namespace) -> int:
         sim.print_help(sys.stderr)

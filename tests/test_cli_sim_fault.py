@@ -1,0 +1,99 @@
+"""`metalflow sim fault dpu|podgang` as a user runs it, against a running simulated site: the short
+DPU id works, the fault shows in the site's Kubernetes API, bad input is refused clearly."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from test_cli_dev import METALFLOW, _clean_env
+
+from metalflow.devstack.ports import free_port
+from metalflow.devstack.sim import read_sim_info
+
+DPUS = "/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus"
+PODGANGS = "/apis/scheduler.grove.io/v1alpha1/podgangs"
+
+
+def _metalflow(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+    env = _clean_env() | {"METALFLOW_STATE_DIR": str(state)}
+    return subprocess.run([METALFLOW, *args], env=env, capture_output=True, text=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    state = tmp_path_factory.mktemp("sim")
+    port = str(free_port())
+    up = _metalflow("sim", "up", "--detach", "--initialised", "--hosts", "1", "--sim-port", port, state=state)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield state
+    finally:
+        _metalflow("sim", "down", state=state)
+
+
+def _get(state: Path, path: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = httpx.get(read_sim_info(state)["url"] + path, timeout=10).json()["items"]
+    return items
+
+
+def _phase(state: Path, device: str) -> str:
+    for dpu in _get(state, DPUS):
+        if dpu["metadata"]["labels"]["provisioning.dpu.nvidia.com/dpudevice-name"] == f"device-{device}":
+            return str(dpu.get("status", {}).get("phase"))
+    raise AssertionError(f"no DPU of {device}")
+
+
+def _until(state: Path, device: str, phase: str) -> None:
+    for _ in range(200):
+        if _phase(state, device) == phase:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{device} never reached {phase}: {_phase(state, device)}")
+
+
+def test_dpu_faults_take_the_short_id_and_show_in_dpf(state: Path) -> None:
+    _until(state, "host-001-dpu-0", "Ready")
+    error = _metalflow(
+        "sim", "fault", "dpu", "host-001-dpu-0", "error", "--message", "rehearsal", state=state
+    )
+    assert error.returncode == 0, error.stderr
+    assert error.stdout.strip() == "DPU host-001-dpu-0: error injected"
+    _until(state, "host-001-dpu-0", "Error")
+    assert _phase(state, "host-001-dpu-1") == "Ready"  # only the DPU named
+
+    # An Error lasts until a reprovision: `recover` says so and changes nothing.
+    stays = _metalflow("sim", "fault", "dpu", "host-001-dpu-0", "recover", state=state)
+    assert stays.returncode == 1 and "no injected service failure to recover from" in stays.stderr
+    assert _phase(state, "host-001-dpu-0") == "Error"
+
+    effect = _metalflow("sim", "fault", "dpu", "host-001-dpu-1", "node-effect", state=state)
+    assert effect.returncode == 0, effect.stderr
+    _until(state, "host-001-dpu-1", "Node Effect")
+    recover = _metalflow("sim", "fault", "dpu", "host-001-dpu-1", "recover", state=state)
+    assert recover.returncode == 0, recover.stderr
+    _until(state, "host-001-dpu-1", "Ready")
+
+    unknown = _metalflow("sim", "fault", "dpu", "host-009-dpu-0", "error", state=state)
+    assert unknown.returncode == 1 and "DPU host-009-dpu-0: no DPU" in unknown.stderr, unknown.stderr
+    bad = _metalflow("sim", "fault", "dpu", "host-001-dpu-0", "explode", state=state)
+    assert bad.returncode == 2 and "invalid choice: 'explode'" in bad.stderr
+
+
+def test_podgang_faults(state: Path) -> None:
+    gangs = _get(state, PODGANGS)
+    assert gangs, "the initialised site has a Grove workload"
+    name = gangs[0]["metadata"]["name"]
+    never = _metalflow("sim", "fault", "podgang", name, "never-available", state=state)
+    assert never.returncode == 0 and never.stdout.strip() == f"PodGang {name}: never-available injected"
+    fall = _metalflow("sim", "fault", "podgang", name, "fall-back", state=state)
+    assert fall.returncode == 0, fall.stderr
+    missing = _metalflow("sim", "fault", "podgang", "no-such-gang", "fall-back", state=state)
+    assert missing.returncode == 1 and "no PodGang 'no-such-gang'" in missing.stderr, missing.stderr
+    bad = _metalflow("sim", "fault", "podgang", "Bad_Name", "fall-back", state=state)
+    assert bad.returncode == 2 and "invalid PodGang name" in bad.stderr
