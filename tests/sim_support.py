@@ -37,6 +37,19 @@ class RunningSim:
         loaded: dict[str, Any] = yaml.safe_load(self.site_file.read_text())
         return loaded
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """The admin's Authorization header, from the kubeconfig (the API refuses requests without)."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        return {"Authorization": f"Bearer {config['users'][0]['user']['token']}"}
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The API's RBAC decisions: user, verb, group, resource, allowed, count."""
+        response = httpx.get(f"{self.url}/sim/audit", timeout=10)
+        response.raise_for_status()
+        found: list[dict[str, Any]] = response.json()
+        return found
+
     def host(self, host_id: str) -> dict[str, Any]:
         for host in self.site["hosts"]:
             if host["id"] == host_id:
