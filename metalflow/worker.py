@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -22,6 +23,7 @@ import activities
 import workflows
 from metalflow import names
 from metalflow.client import connect
+from metalflow.observability import Observability
 from metalflow.settings import Settings
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
 
@@ -51,18 +53,22 @@ def build_worker(
     )
 
 
-async def run_worker(task_queue: str, profile: str | None) -> None:
+async def run_worker(task_queue: str, profile: str | None, metrics_address: str | None = None) -> None:
     """Connect, run the worker until SIGTERM or SIGINT, then shut it down gracefully."""
     settings = Settings.from_env()  # a bad setting stops the worker before it connects
+    observability = Observability.from_env(metrics_address)  # a bad address too
     tracing = setup_tracing()
     try:
-        client = await connect(profile=profile, interceptors=tracing.interceptors)
+        runtime = observability.runtime()
+        extra: dict[str, Any] = {"runtime": runtime} if runtime is not None else {}
+        client = await connect(profile=profile, interceptors=tracing.interceptors, **extra)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         worker = build_worker(client, task_queue, settings)
         async with worker:
+            await observability.start(client, worker)
             log.info(
                 "worker polling task queue %r on %s namespace %r",
                 task_queue,
@@ -73,6 +79,7 @@ async def run_worker(task_queue: str, profile: str | None) -> None:
             log.info("shutting down (waiting up to %s for running activities)", GRACEFUL_SHUTDOWN_TIMEOUT)
         log.info("worker stopped")
     finally:
+        await observability.stop()
         tracing.shutdown()
 
 
@@ -85,6 +92,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--task-queue", default=names.TASK_QUEUE, help="task queue (default: %(default)s)")
     parser.add_argument("--profile", default=None, help="Temporal config profile (default: TEMPORAL_PROFILE)")
+    parser.add_argument(
+        "--metrics-address",
+        default=None,
+        help="serve /livez, /readyz and Prometheus /metrics on HOST:PORT "
+        "(default: METALFLOW_METRICS_ADDRESS; off when neither is set)",
+    )
     return parser.parse_args(argv)
 
 
@@ -93,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run_worker(args.task_queue, args.profile))
+        asyncio.run(run_worker(args.task_queue, args.profile, args.metrics_address))
     except (TelemetryConfigError, ValueError) as error:
         print(f"worker: configuration error: {error}", file=sys.stderr)
         return 2

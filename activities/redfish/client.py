@@ -44,6 +44,7 @@ import httpx
 
 from activities.credentials import CredentialResolver, Credentials
 from activities.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, InvalidInput
+from metalflow import metrics
 from metalflow.models.inventory import BMCAccess
 
 log = logging.getLogger("metalflow.redfish")
@@ -316,8 +317,10 @@ class BMCConnection:
                 try:
                     response = await self._client._http.send(request)
                 except httpx.TimeoutException:
+                    metrics.activity_bmc_request(self.bmc_id, "timeout")
                     raise BMCUnavailable(f"BMC {self.bmc_id}: {method} {_path(url)} timed out") from None
                 except httpx.TransportError as err:
+                    metrics.activity_bmc_request(self.bmc_id, "unreachable")
                     if _is_certificate_error(err):
                         raise BMCAuthenticationFailed(
                             f"BMC {self.bmc_id}: the TLS certificate of {self.origin} did not verify; "
@@ -326,6 +329,7 @@ class BMCConnection:
                     raise BMCUnavailable(
                         f"BMC {self.bmc_id}: cannot reach {self.origin} ({type(err).__name__}: {err})"
                     ) from None
+            metrics.activity_bmc_request(self.bmc_id, response.status_code, response.elapsed)
             if response.status_code not in _REDIRECTS:
                 return response
             target = response.headers.get("Location")
