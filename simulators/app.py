@@ -31,6 +31,7 @@ from simulators.dpf import DPFController
 from simulators.events import Hub
 from simulators.faults import Faults
 from simulators.grove import GroveController
+from simulators.kube.cel import RuleValidator
 from simulators.kube.crds import load_resource_types, make_validator
 from simulators.kube.http import add_kube_routes
 from simulators.kube.rbac import RESOURCE_TYPES as RBAC_TYPES
@@ -68,7 +69,7 @@ class SimulatedSite:
         self.violations = Violations()
         self.faults = Faults(options.faults, options.seed)
         types = load_resource_types(options.crd_dir) + list(RBAC_TYPES)
-        self.store = Store(types, validate=make_validator(types))
+        self.store = Store(types, validate=make_validator(types), validate_rules=RuleValidator())
         self.auth = Auth(self.store)
         self.credentials = _resolve_credentials(site, options.state_dir)
         self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from simulators.kube.cel import RuleValidator
 from simulators.kube.schema import Node, compile_schema
 from simulators.kube.store import (
     BadRequest,
@@ -248,7 +249,7 @@ def new_store(
 ) -> Store:
     """A Store serving the CRDs of `crd_dir` with validation, and the given namespaces created."""
     types = load_resource_types(crd_dir)
-    store = Store(types, validate=make_validator(types), **kw)
+    store = Store(types, validate=make_validator(types), validate_rules=RuleValidator(), **kw)
     for ns in namespaces:
         store.ensure_namespace(ns)
     return store
