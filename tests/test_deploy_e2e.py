@@ -11,6 +11,8 @@ needs it."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -144,3 +146,15 @@ async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
     # The SDK's own runtime metrics share the endpoint.
     assert metric_sum(after, "temporal_workflow_completed_total") >= 3
     assert metric_sum(after, "temporal_activity_execution_latency_count") > 0
+
+    # The Grafana dashboard charts only what the endpoint exports (a counter appears once it
+    # moved: no watch reconnected here).
+    dashboard = json.loads((DEPLOY / "grafana" / "metalflow-dashboard.json").read_text())
+    charted = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\b(?:metalflow|temporal)_[a-z_]+\b", target["expr"])
+    }
+    exported = {line.split("{")[0].split(" ")[0] for line in after.splitlines() if not line.startswith("#")}
+    assert charted - exported == {"metalflow_dpf_watch_reconnects_total"}
