@@ -52,9 +52,14 @@ def rbac_objects(objects: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all([o for o in objects if o["kind"] in RBAC_KINDS])
 
 
-def restricted_kubeconfig(sim: RunningSim, folder: Path) -> Path:
-    """Apply the base's RBAC to the site and write a kubeconfig holding the worker's SA token."""
-    run_kubectl(sim, "apply", "-f", "-", stdin=rbac_objects(render(DEPLOY / "base")))
+def restricted_kubeconfig(sim: RunningSim, folder: Path, secret_names: list[str]) -> Path:
+    """Apply the base's RBAC to the site, the BMC credential Role naming `secret_names` (as an
+    overlay's patch does), and write a kubeconfig holding the worker's service-account token."""
+    objects = render(DEPLOY / "base")
+    for obj in objects:
+        if obj["kind"] == "Role" and obj["metadata"]["name"] == "metalflow-bmc-credentials":
+            obj["rules"][0]["resourceNames"] = secret_names
+    run_kubectl(sim, "apply", "-f", "-", stdin=rbac_objects(objects))
     namespace, account = WORKER_SA
     token = run_kubectl(sim, "create", "token", account, "-n", namespace).strip()
     config = yaml.safe_load(sim.kubeconfig.read_text())

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from deploy_support import DEPLOY, WORKER_SA, metric_sum, render, restricted_kubeconfig
 from host_operation_support import power_cycles, start_operation
 from sim_support import RunningSim, running_sim
@@ -42,7 +43,18 @@ GRANTED_BUT_NOT_EXERCISED = {
     ("patch", "provisioning.dpu.nvidia.com", "dpudevices"),
     ("patch", "svc.dpu.nvidia.com", "dpudeployments"),
     ("get", "provisioning.dpu.nvidia.com", "dpudevices"),  # re-registering a host; cluster inventory
-    ("get", "", "secrets"),  # the simulated site's BMC credentials are files, not Secrets
+}
+# The hosts' BMC credentials come from Secrets in the worker's namespace (the DPUs' from files).
+SITE = {
+    "name": "deployed",
+    "hosts": [
+        {
+            "id": host,
+            "bmc": {"credentials": {"secret": {"namespace": "metalflow", "name": f"bmc-{host}"}}},
+            "dpus": [{"id": f"{host}-dpu-{i}", "serial": f"MT{host[-3:]}{i}"} for i in (0, 1)],
+        }
+        for host in ("host-001", "host-002")
+    ],
 }
 
 
@@ -85,8 +97,11 @@ async def scrape(observability: Observability, path: str = "/metrics") -> httpx.
 async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
-    with running_sim(tmp_path / "sim", hosts=2, dpus_per_host=2) as sim:
-        kubeconfig = await asyncio.to_thread(restricted_kubeconfig, sim, tmp_path)
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text(yaml.safe_dump(SITE))
+    with running_sim(tmp_path / "sim", site_file=site_file) as sim:
+        secrets = ["bmc-host-001", "bmc-host-002"]
+        kubeconfig = await asyncio.to_thread(restricted_kubeconfig, sim, tmp_path, secrets)
         async with deployed_worker(client, task_queue, sim, kubeconfig) as observability:
             ready = await scrape(observability, "/readyz")
             live = await scrape(observability, "/livez")
@@ -128,6 +143,7 @@ async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
     refused = [entry for entry in mine if not entry["allowed"]]
     assert refused == [], f"the base's RBAC refused what the worker needed: {refused}"
     used = {(e["verb"], e["group"], e["resource"]) for e in mine}
+    assert ("get", "", "secrets") in used  # the BMC credentials, read by name
     granted = granted_by_base()
     assert used <= granted
     assert granted - used == GRANTED_BUT_NOT_EXERCISED, "grant nothing the activities do not use"
