@@ -1,5 +1,6 @@
 """End to end, as installed by deploy/: a worker whose Kubernetes token holds only the base's
-RBAC rules provisions and reprovisions hosts on the simulated site, while its health and
+RBAC rules provisions, reprovisions and removes hosts on the simulated site (BMC credentials
+from Secrets read by name), while its health and
 Prometheus endpoint is scraped.
 
 Least privilege is proven both ways: the operations succeed (an activity needing a verb the base
@@ -20,29 +21,27 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from deploy_support import DEPLOY, WORKER_SA, metric_sum, render, restricted_kubeconfig
+from deploy_support import DEPLOY, WORKER_SA, metric_sum, render, restricted_kubeconfig, run_kubectl
 from host_operation_support import power_cycles, start_operation
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client
 
+from metalflow import names
 from metalflow.client import connect
 from metalflow.devstack.ports import free_port
-from metalflow.models.host import HostOperationKind
+from metalflow.models.host import HostOperationKind, HostRemovalInput, HostRemovalResult
 from metalflow.observability import Observability
 from metalflow.settings import Settings
 from metalflow.worker import build_worker
 
 pytestmark = pytest.mark.slow
 
-# Granted by deploy/base for flows a provision and reprovision do not run (removal, deployment
-# changes, forced removal); tests/test_removal.py and test_dpf_activities*.py exercise them.
+# Granted by deploy/base for what the flows here do not run: a host registered again with other
+# labels (patch of its DPUDevices) and a change of the DPUDeployment's BFB or flavor;
+# tests/test_dpf_activities*.py exercise those.
 GRANTED_BUT_NOT_EXERCISED = {
-    ("delete", "provisioning.dpu.nvidia.com", "dpunodes"),
-    ("delete", "provisioning.dpu.nvidia.com", "dpudevices"),
-    ("patch", "provisioning.dpu.nvidia.com", "dpus"),
     ("patch", "provisioning.dpu.nvidia.com", "dpudevices"),
     ("patch", "svc.dpu.nvidia.com", "dpudeployments"),
-    ("get", "provisioning.dpu.nvidia.com", "dpudevices"),  # re-registering a host; cluster inventory
 }
 # The hosts' BMC credentials come from Secrets in the worker's namespace (the DPUs' from files).
 SITE = {
@@ -89,6 +88,14 @@ async def deployed_worker(
             await observability.stop()
 
 
+async def remove(client: Client, task_queue: str, request: HostRemovalInput) -> HostRemovalResult:
+    handle = await client.start_workflow(
+        "HostRemovalWorkflow", request, task_queue=task_queue, result_type=HostRemovalResult,
+        id=names.host_operation_workflow_id(names.REMOVE, request.host_id) + f"-{task_queue}-{request.force}",
+    )  # fmt: skip
+    return await handle.result()
+
+
 async def scrape(observability: Observability, path: str = "/metrics") -> httpx.Response:
     async with httpx.AsyncClient(timeout=30) as http:
         return await http.get(observability.url + path)
@@ -126,6 +133,16 @@ async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
                 client, task_queue, "host-001", HostOperationKind.REPROVISION, id_suffix=f"-{task_queue}"
             )
             results = await asyncio.gather(second.result(), again.result())
+            # Removal: one DPU of host-002, then its whole node, forced past a finalizer nobody
+            # releases (the delete and finalizer-stripping paths).
+            removed_dpu = await remove(client, task_queue, HostRemovalInput(
+                host_id="host-002", dpu_ids=("host-002-dpu-1",), requested_by="pytest"))  # fmt: skip
+            await asyncio.to_thread(
+                run_kubectl, sim, "patch", "dpu", "node-host-002-device-host-002-dpu-0", "--type=merge",
+                "-p", '{"metadata": {"finalizers": ["example.com/held-by-nobody"]}}',
+            )  # fmt: skip
+            removed_node = await remove(client, task_queue, HostRemovalInput(
+                host_id="host-002", force=True, force_after_seconds=1.0, requested_by="pytest"))  # fmt: skip
             after = (await scrape(observability)).text
 
         audit = sim.audit()
@@ -136,6 +153,7 @@ async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
     assert [provisioned.reboots] + [r.reboots for r in results] == [1, 1, 1]
     assert [power_cycles(log) for log in logs] == [2, 1]
     assert violations == []
+    assert not removed_dpu.forced and removed_node.forced
 
     # Least privilege: nothing refused, and every grant but the documented ones was used.
     user = "system:serviceaccount:{}:{}".format(*WORKER_SA)
