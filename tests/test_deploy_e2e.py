@@ -1,7 +1,6 @@
 """End to end, as installed by deploy/: a worker whose Kubernetes token holds only the base's
 RBAC rules provisions, reprovisions and removes hosts on the simulated site (BMC credentials
-from Secrets read by name), while its health and
-Prometheus endpoint is scraped.
+from Secrets read by name), while its health and Prometheus endpoint is scraped.
 
 Least privilege is proven both ways: the operations succeed (an activity needing a verb the base
 does not grant meets a 403 and fails its operation, non-retryably), the simulated API's audit
