@@ -83,6 +83,10 @@ def test_the_deployment_fits_the_rest_of_the_install(folder: Path) -> None:
     assert metrics_port["containerPort"] == port
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    # Worker versioning, where an overlay turns it on: the build id is the image's tag.
+    if "METALFLOW_BUILD_ID" in settings["data"]:
+        assert container["image"].rpartition(":")[2] == settings["data"]["METALFLOW_BUILD_ID"]
+        assert settings["data"]["METALFLOW_DEPLOYMENT_NAME"]
     (service,) = by_kind["Service"]
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
