@@ -87,7 +87,7 @@ def activity_power_cycle(result: R) -> R:
     return result
 
 
-def activity_bmc_request(bmc: str, status: int | str, elapsed: timedelta | None = None) -> None:
+def activity_bmc_request(bmc: str, status: int | str, seconds: float | None = None) -> None:
     """One request to a BMC: its HTTP status (or `timeout`, `unreachable`) and how long it took."""
     if (meter := _activity_meter()) is None:
         return
@@ -95,10 +95,10 @@ def activity_bmc_request(bmc: str, status: int | str, elapsed: timedelta | None 
     meter.create_counter(PREFIX + "bmc_requests", "requests to BMCs").add(
         1, {"bmc": bmc, "status": status_class}
     )
-    if elapsed is not None:
+    if seconds is not None:
         meter.create_histogram_timedelta(
             PREFIX + "bmc_request_seconds", "BMC request latency", "duration"
-        ).record(elapsed, {"bmc": bmc})
+        ).record(timedelta(seconds=seconds), {"bmc": bmc})
 
 
 def activity_dpf_watch_reconnect() -> None:

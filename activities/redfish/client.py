@@ -314,6 +314,7 @@ class BMCConnection:
             )
             async with self._state.slots:
                 self.requests += 1
+                started = time.monotonic()
                 try:
                     response = await self._client._http.send(request)
                 except httpx.TimeoutException:
@@ -329,7 +330,7 @@ class BMCConnection:
                     raise BMCUnavailable(
                         f"BMC {self.bmc_id}: cannot reach {self.origin} ({type(err).__name__}: {err})"
                     ) from None
-            metrics.activity_bmc_request(self.bmc_id, response.status_code, response.elapsed)
+            metrics.activity_bmc_request(self.bmc_id, response.status_code, time.monotonic() - started)
             if response.status_code not in _REDIRECTS:
                 return response
             target = response.headers.get("Location")
