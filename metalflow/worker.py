@@ -17,22 +17,26 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
 from metalflow import names
 from metalflow.client import connect
-from metalflow.observability import Observability
 from metalflow.settings import Settings
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
+from metalflow.versioning import deployment_config_from_env, worker_versioning
+from metalflow.versioning import describe as describe_versioning
 
 GRACEFUL_SHUTDOWN_TIMEOUT = timedelta(seconds=10)
 log = logging.getLogger("metalflow.worker")
 
 
 def build_worker(
-    client: Client, task_queue: str = names.TASK_QUEUE, settings: Settings | None = None
+    client: Client,
+    task_queue: str = names.TASK_QUEUE,
+    settings: Settings | None = None,
+    deployment_config: WorkerDeploymentConfig | None = None,
 ) -> Worker:
     """Create a worker that registers every workflow in `workflows.ALL` and every activity of
     `activities.build_activities`.
@@ -41,6 +45,7 @@ def build_worker(
         client: A client from `metalflow.client.connect`; activities that signal workflows use it.
         task_queue: The task queue to poll.
         settings: Where the site is (default: `Settings.from_env()`).
+        deployment_config: Worker versioning (`metalflow.versioning`); None: unversioned.
     """
     return Worker(
         client,
@@ -50,12 +55,18 @@ def build_worker(
             temporal_client=client, settings=settings or Settings.from_env()
         ),
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
+        **worker_versioning(deployment_config),
     )
 
 
 async def run_worker(task_queue: str, profile: str | None, metrics_address: str | None = None) -> None:
     """Connect, run the worker until SIGTERM or SIGINT, then shut it down gracefully."""
     settings = Settings.from_env()  # a bad setting stops the worker before it connects
+    deployment_config = deployment_config_from_env()
+    # Imported here: aiohttp must stay out of the modules workflow sandboxes re-import (tests
+    # define workflows in modules that import this one).
+    from metalflow.observability import Observability
+
     observability = Observability.from_env(metrics_address)  # a bad address too
     tracing = setup_tracing()
     try:
@@ -66,14 +77,15 @@ async def run_worker(task_queue: str, profile: str | None, metrics_address: str 
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        worker = build_worker(client, task_queue, settings)
+        worker = build_worker(client, task_queue, settings, deployment_config)
         async with worker:
             await observability.start(client, worker)
             log.info(
-                "worker polling task queue %r on %s namespace %r",
+                "worker polling task queue %r on %s namespace %r, %s",
                 task_queue,
                 client.service_client.config.target_host,
                 client.namespace,
+                describe_versioning(deployment_config),
             )
             await stop.wait()
             log.info("shutting down (waiting up to %s for running activities)", GRACEFUL_SHUTDOWN_TIMEOUT)
