@@ -19,6 +19,7 @@ test: lint typecheck pytest
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -44,4 +45,4 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	touch $(STAMP)
 
 clean:
-	rm -rf .metalflow .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf .metalflow .pytest_cache .mypy_cache .ruff_cache .import_linter_cache *.egg-info build dist
