@@ -5,9 +5,10 @@ and stops once a read returns end-of-file, which the kernel delivers when the la
 closes: whenever the parent exits, SIGKILL included, so nothing is left behind. Python children
 watch the pipe in their event loop (`watch_lifeline`; the simulator has its own few lines, as it
 imports nothing of metalflow). The Go `temporal` binary cannot, so `python -m
-metalflow.devstack.lifeline --fd N -- ARGV...` holds the lifeline for it: it runs ARGV in its own
-process group, forwards SIGTERM and SIGINT, and on end-of-file stops ARGV (SIGTERM, then SIGKILL
-after a grace period), reaps it and exits with its status.
+metalflow.devstack.lifeline --fd N -- ARGV...` holds the lifeline for it: it runs ARGV, forwards
+SIGTERM and SIGINT, and on end-of-file stops ARGV (SIGTERM, then SIGKILL after a grace period),
+reaps it and exits with its status; should the wrapper itself be SIGKILLed (Temporal's SDK stops
+the servers it spawned that way), ARGV gets SIGTERM from the kernel (Linux: PR_SET_PDEATHSIG).
 
 Cost per child: one pipe (two file descriptors) and one blocked reader (a loop reader in Python
 children; one thread and one small Python process for a wrapped binary); no polling, no timers
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -100,9 +102,28 @@ def _wait_for_end_of_file(fd: int) -> None:
             continue
 
 
+def _stop_with_this_process(parent: int) -> Callable[[], None]:
+    """A preexec_fn: the child gets SIGTERM when the wrapper dies, even of SIGKILL (Linux).
+
+    Temporal's SDK stops the servers it spawned with SIGKILL, which here reaches the wrapper
+    only; without this its binary would be orphaned. Elsewhere the lifeline alone applies.
+    """
+
+    def preexec() -> None:
+        if sys.platform != "linux":
+            return
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+        if os.getppid() != parent:  # the wrapper died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
 def run_wrapped(fd: int, argv: list[str], grace: float = GRACE_SECONDS) -> int:
     """Run `argv` until it exits, stopping it when the lifeline `fd` is cut; return its status."""
-    child = subprocess.Popen(argv)  # close_fds: the child never holds the lifeline itself
+    # close_fds: the child never holds the lifeline itself. No thread runs yet (preexec_fn).
+    child = subprocess.Popen(argv, preexec_fn=_stop_with_this_process(os.getpid()))
     exited = threading.Event()
 
     def forward(signum: int, _frame: object) -> None:
