@@ -109,8 +109,10 @@ async def _measure(
             creds = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
             basic = httpx.BasicAuth(creds["username"], creds["password"])
             async with gate:
-                systems = (await client.get(f"/bmc/{host['id']}/redfish/v1/Systems", auth=basic)).json()
-            path = systems["Members"][0]["@odata.id"]
+                # Each BMC is at the root of its own address (the site file's endpoint).
+                endpoint = host["bmc"]["endpoint"]
+                systems = (await client.get(f"{endpoint}/redfish/v1/Systems", auth=basic)).json()
+            path = endpoint + systems["Members"][0]["@odata.id"]
             system_paths.append(path)
             auth[path] = basic
 

@@ -16,7 +16,7 @@ import sys
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
@@ -25,13 +25,18 @@ from metalflow.client import connect
 from metalflow.devstack.lifeline import LIFELINE_ARG, watch_lifeline
 from metalflow.settings import Settings
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
+from metalflow.versioning import deployment_config_from_env, worker_versioning
+from metalflow.versioning import describe as describe_versioning
 
 GRACEFUL_SHUTDOWN_TIMEOUT = timedelta(seconds=10)
 log = logging.getLogger("metalflow.worker")
 
 
 def build_worker(
-    client: Client, task_queue: str = names.TASK_QUEUE, settings: Settings | None = None
+    client: Client,
+    task_queue: str = names.TASK_QUEUE,
+    settings: Settings | None = None,
+    deployment_config: WorkerDeploymentConfig | None = None,
 ) -> Worker:
     """Create a worker that registers every workflow in `workflows.ALL` and every activity of
     `activities.build_activities`.
@@ -40,6 +45,7 @@ def build_worker(
         client: A client from `metalflow.client.connect`; activities that signal workflows use it.
         task_queue: The task queue to poll.
         settings: Where the site is (default: `Settings.from_env()`).
+        deployment_config: Worker versioning (`metalflow.versioning`); None: unversioned.
     """
     return Worker(
         client,
@@ -49,6 +55,7 @@ def build_worker(
             temporal_client=client, settings=settings or Settings.from_env()
         ),
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
+        **worker_versioning(deployment_config),
     )
 
 
@@ -56,6 +63,7 @@ async def run_worker(task_queue: str, profile: str | None, lifeline_fd: int | No
     """Connect, run the worker until SIGTERM, SIGINT or a cut lifeline (the process that started
     it died), then shut it down gracefully."""
     settings = Settings.from_env()  # a bad setting stops the worker before it connects
+    deployment_config = deployment_config_from_env()
     tracing = setup_tracing()
     try:
         client = await connect(profile=profile, interceptors=tracing.interceptors)
@@ -67,13 +75,14 @@ async def run_worker(task_queue: str, profile: str | None, lifeline_fd: int | No
             # Past the graceful shutdown's own limit, exit anyway: the server may have died too.
             hard_exit = GRACEFUL_SHUTDOWN_TIMEOUT.total_seconds() + 10
             watch_lifeline(lifeline_fd, stop.set, hard_exit_after=hard_exit)
-        worker = build_worker(client, task_queue, settings)
+        worker = build_worker(client, task_queue, settings, deployment_config)
         async with worker:
             log.info(
-                "worker polling task queue %r on %s namespace %r",
+                "worker polling task queue %r on %s namespace %r, %s",
                 task_queue,
                 client.service_client.config.target_host,
                 client.namespace,
+                describe_versioning(deployment_config),
             )
             await stop.wait()
             log.info("shutting down (waiting up to %s for running activities)", GRACEFUL_SHUTDOWN_TIMEOUT)

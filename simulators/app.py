@@ -1,11 +1,13 @@
 """The simulated site as one aiohttp application: the pieces composed, served, and described.
 
-`SimulatedSite.start()` binds 127.0.0.1, fills every BMC endpoint with the bound port, and
+`SimulatedSite.start()` binds 127.0.0.1 (the Kubernetes-compatible API and the control API on
+the port asked for, every BMC on a free port of its own), fills every BMC endpoint in, and
 writes what the product needs to reach the site into the state dir:
 
 - `site.yaml`: the site served, endpoints and credential references filled in;
 - `kubeconfig`: a context `metalflow-sim` pointing at the Kubernetes-compatible API;
 - `credentials/<bmc-id>.json` (mode 0600): each BMC's username and password;
+- `tls/bmc-ca.pem`: the CA of the https BMCs (`self-signed-tls`), when the site has one;
 - `sim.json`: `{"url", "pid", "kubeconfig", "site"}`, written last, once requests are served.
 """
 
@@ -31,7 +33,7 @@ from simulators.grove import GroveController
 from simulators.kube.crds import load_resource_types, make_validator
 from simulators.kube.http import add_kube_routes
 from simulators.kube.store import AlreadyExists, NotFound, Store
-from simulators.redfish import BMCs
+from simulators.redfish import BMCs, service_groups
 from simulators.site import BMC, CredentialRef, Site, dump_site
 from simulators.timings import Timings
 from simulators.violations import Violations
@@ -69,7 +71,6 @@ class SimulatedSite:
         self.grove = GroveController(self.store, options.timings, self.violations)
         self.app = web.Application(client_max_size=16 * 1024 * 1024)
         add_kube_routes(self.app, self.store, self.faults)
-        self.bmcs.add_routes(self.app)
         control.add_control_routes(self.app, self)
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -79,6 +80,7 @@ class SimulatedSite:
         self._create_namespaces()
         self._create_credential_secrets()
         await self.bmcs.start()
+        await self.bmcs.serve(self.options.state_dir / "tls")
         await self.dpf.start()
         await self.grove.start()
         if self.options.initialised:
@@ -139,10 +141,18 @@ class SimulatedSite:
                 self.store.update(secret_type, ref.namespace, ref.name, body)
 
     def _fill_endpoints(self) -> None:
+        bmcs = self.bmcs
         for host in self.site.hosts:
-            host.bmc.endpoint = f"{self.url}/bmc/{host.id}"
+            host.bmc.endpoint = bmcs.endpoint(host.id)
+            service = bmcs.service_of(host.id)
+            if service.tls and bmcs.ca_path is not None and not host.bmc.insecure:
+                host.bmc.ca_bundle = str(bmcs.ca_path)
+            if len(service.hosts) > 1 or host.bmc.profile == "multi-system":
+                host.bmc.system = next(sid for sid, h in service.hosts.items() if h.host_id == host.id)
+            if not service.sessions:
+                host.bmc.auth = "basic" if host.bmc.auth == "session" else host.bmc.auth
             for dpu in host.dpus:
-                dpu.bmc.endpoint = f"{self.url}/bmc/{dpu.id}"
+                dpu.bmc.endpoint = bmcs.endpoint(dpu.id)
 
     def _write_state_files(self) -> None:
         state = self.options.state_dir
@@ -202,12 +212,19 @@ def _resolve_credentials(site: Site, state_dir: Path) -> dict[str, tuple[str, st
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     found: dict[str, tuple[str, str]] = {}
+    groups = service_groups(site)
     for bmc_id, bmc in _all_bmcs(site):
         ref = bmc.credentials
+        shared = groups.get(bmc_id, bmc_id)
+        if shared != bmc_id:
+            # One BMC service serves the group: one account, the first host's.
+            first = site.host(shared).bmc
+            bmc.credentials, found[bmc_id] = first.credentials, found[shared]
+            continue
         if ref is None:
             path = folder / f"{bmc_id}.json"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            pair = ("admin", secrets.token_urlsafe(18))
+            pair = ("admin", make_password())
             with os.fdopen(fd, "w") as out:
                 json.dump({"username": pair[0], "password": pair[1]}, out)
             bmc.credentials = CredentialRef(file=str(path.resolve()))
@@ -226,5 +243,10 @@ def _resolve_credentials(site: Site, state_dir: Path) -> dict[str, tuple[str, st
         else:
             # A Secret reference: the simulator cannot read a Secret it does not hold, so it makes
             # the credentials up and serves the Secret itself (created in `SimulatedSite`).
-            found[bmc_id] = ("admin", secrets.token_urlsafe(18))
+            found[bmc_id] = ("admin", make_password())
     return found
+
+
+def make_password() -> str:
+    """A random password that never starts with `-` (command-line tools read that as an option)."""
+    return "p" + secrets.token_urlsafe(18)

@@ -128,14 +128,14 @@ def site_file_with_prefix(
     """The generated site with host ids `<prefix>-001`... so no other test's entity shares them.
 
     `serials`: give each DPU a serial number, as a site that is provisioned from scratch needs."""
-    from simulators.site import BMC, DPU, HOST_BMC_PROFILES, Host, Site, dump_site
+    from simulators.site import BMC, DEFAULT_ROTATION, DPU, Host, Site, dump_site
 
     site = Site(
         name=f"{prefix}-site",
         hosts=[
             Host(
                 id=f"{prefix}-{i + 1:03d}",
-                bmc=BMC(profile=HOST_BMC_PROFILES[i % len(HOST_BMC_PROFILES)]),
+                bmc=BMC(profile=DEFAULT_ROTATION[i % len(DEFAULT_ROTATION)]),
                 dpus=[
                     DPU(
                         id=f"{prefix}-{i + 1:03d}-dpu-{k}",
