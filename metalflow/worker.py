@@ -23,6 +23,7 @@ import activities
 import workflows
 from metalflow import names
 from metalflow.client import connect
+from metalflow.devstack.lifeline import LIFELINE_ARG, watch_lifeline
 from metalflow.settings import Settings
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
 from metalflow.versioning import deployment_config_from_env, worker_versioning
@@ -59,8 +60,11 @@ def build_worker(
     )
 
 
-async def run_worker(task_queue: str, profile: str | None, metrics_address: str | None = None) -> None:
-    """Connect, run the worker until SIGTERM or SIGINT, then shut it down gracefully."""
+async def run_worker(
+    task_queue: str, profile: str | None, metrics_address: str | None = None, lifeline_fd: int | None = None
+) -> None:
+    """Connect, run the worker until SIGTERM, SIGINT or a cut lifeline (the process that started
+    it died), then shut it down gracefully."""
     settings = Settings.from_env()  # a bad setting stops the worker before it connects
     deployment_config = deployment_config_from_env()
     # Imported here: aiohttp must stay out of the modules workflow sandboxes re-import (tests
@@ -77,6 +81,10 @@ async def run_worker(task_queue: str, profile: str | None, metrics_address: str 
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        if lifeline_fd is not None:
+            # Past the graceful shutdown's own limit, exit anyway: the server may have died too.
+            hard_exit = GRACEFUL_SHUTDOWN_TIMEOUT.total_seconds() + 10
+            watch_lifeline(lifeline_fd, stop.set, hard_exit_after=hard_exit)
         worker = build_worker(client, task_queue, settings, deployment_config)
         async with worker:
             await observability.start(client, worker)
@@ -110,6 +118,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="serve /livez, /readyz and Prometheus /metrics on HOST:PORT "
         "(default: METALFLOW_METRICS_ADDRESS; off when neither is set)",
     )
+    parser.add_argument(
+        LIFELINE_ARG, type=int, default=None, help="stop when this pipe closes (given by `metalflow dev`)"
+    )
     return parser.parse_args(argv)
 
 
@@ -118,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run_worker(args.task_queue, args.profile, args.metrics_address))
+        asyncio.run(run_worker(args.task_queue, args.profile, args.metrics_address, args.lifeline_fd))
     except (TelemetryConfigError, ValueError) as error:
         print(f"worker: configuration error: {error}", file=sys.stderr)
         return 2

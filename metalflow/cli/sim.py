@@ -159,7 +159,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 async def _run_up(state_dir: Path, options: SiteOptions, *, detach: bool) -> int:
-    process = simulator_process(state_dir, options)
+    process = simulator_process(state_dir, options, detached=detach)
     await process.start()
     try:
         await process.wait_ready(SIM_READY_TIMEOUT)
