@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from test_cli_dev import METALFLOW, _clean_env
 
 from metalflow.devstack.ports import free_port
@@ -38,7 +39,12 @@ def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 
 def _get(state: Path, path: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = httpx.get(read_sim_info(state)["url"] + path, timeout=10).json()["items"]
+    """A list from the site's Kubernetes API, with the admin token its kubeconfig holds."""
+    config = yaml.safe_load((state / "kubeconfig").read_text())
+    headers = {"Authorization": f"Bearer {config['users'][0]['user']['token']}"}
+    response = httpx.get(read_sim_info(state)["url"] + path, headers=headers, timeout=10)
+    response.raise_for_status()
+    items: list[dict[str, Any]] = response.json()["items"]
     return items
 
 

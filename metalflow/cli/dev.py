@@ -138,7 +138,10 @@ async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int
     supervisor = asyncio.create_task(stack.supervise())
     try:
         if demo:
-            site = DemoSite(site_file=Path(stack.sim_info["site"]), sim_url=stack.sim_info["url"])
+            info = stack.sim_info
+            site = DemoSite(
+                site_file=Path(info["site"]), sim_url=info["url"], kubeconfig=Path(info["kubeconfig"])
+            )
             job = asyncio.create_task(run_demo(await stack.client(), config, site, say=_say))
             await asyncio.wait({job, supervisor}, return_when=asyncio.FIRST_COMPLETED)
             if not job.done():

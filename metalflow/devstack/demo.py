@@ -59,6 +59,7 @@ class DemoSite:
 
     site_file: Path
     sim_url: str
+    kubeconfig: Path | None = None  # its Kubernetes API's credentials (the admin token)
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,14 @@ async def run_demo(
 async def _provisioned(site: DemoSite, hosts: list[DemoHost]) -> list[str]:
     """The hosts whose every DPU DPF has now (one list request to the site's Kubernetes API)."""
     url = f"{site.sim_url}/apis/{PROVISIONING_GROUP}/v1alpha1/namespaces/{DPF_NAMESPACE}/dpus"
+    headers = {}
+    if site.kubeconfig is not None:
+        config = yaml.safe_load(site.kubeconfig.read_text()) or {}
+        token = ((config.get("users") or [{}])[0].get("user") or {}).get("token")
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
     async with httpx.AsyncClient(timeout=10) as http:
-        response = await http.get(url)
+        response = await http.get(url, headers=headers)
         response.raise_for_status()
     nodes: dict[str, int] = {}
     for dpu in response.json().get("items", []):
