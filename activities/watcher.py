@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.dpf import objects as states
@@ -160,6 +161,23 @@ class WatcherActivities:
             KubernetesUnavailable: The API server could not be reached for a while (retryable).
             InvalidInput: The API server refused the watch for good (RBAC, a bad namespace).
         """
+        try:
+            await self._watch(request)
+        except asyncio.CancelledError:
+            details = activity.cancellation_details()
+            if details is None or not details.not_found:
+                raise  # cancelled by its workflow, or the worker stops: the SDK reports it quietly
+            # The workflow ended without waiting for its watcher to stop: nobody is left to tell, so
+            # stopping is normal, not a failure worth a WARNING and a traceback in the worker log.
+            log.debug("watcher of %s stopped: its workflow ended", activity.info().workflow_id)
+            raise ApplicationError(
+                "the workflow ended; the watcher stopped",
+                type="WatcherStopped",
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
+
+    async def _watch(self, request: WatchHostInput) -> None:
         info = activity.info()
         checkpoint = request.resume_from
         if info.heartbeat_details:

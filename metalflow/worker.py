@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the worker; return the process exit status instead of raising."""
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # A line per HTTP request (BMCs, the Kubernetes API) drowns the story of the operations.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         asyncio.run(run_worker(args.task_queue, args.profile, args.metrics_address, args.lifeline_fd))
     except (TelemetryConfigError, ValueError) as error:

@@ -104,6 +104,11 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     assert "query=Operation%3D%22host%22" in first.stdout  # where to look in the UI
     _assert_demo_output(first.stdout)
     assert (state_dir / "temporal.db").exists() and (state_dir / "worker.log").exists()
+    # Normal is quiet: a successful demo leaves no WARNING, traceback or per-request line.
+    worker_log = (state_dir / "worker.log").read_text()
+    noisy = [line for line in worker_log.splitlines() if " WARNING " in line or "Traceback" in line]
+    assert noisy == [], "\n".join(noisy[:10])
+    assert "HTTP Request:" not in worker_log
     started_first = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", first.stdout)]
     assert len(started_first) == 3  # Temporal dev server, simulated site, worker
     assert not any(_alive(pid) for pid in started_first)
