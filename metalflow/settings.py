@@ -26,14 +26,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from metalflow.models.inventory import DPF_NAMESPACE
 from metalflow.statedir import find_state_dir
 
-# The state dir (`metalflow.statedir`): METALFLOW_STATE_DIR, else .metalflow in the checkout.
-DEFAULT_STATE_DIR = find_state_dir()[0]
+DEFAULT_STATE_DIR = Path(".metalflow")  # kept for importers; the defaults below use `find_state_dir`
+
+
+def _state_dir() -> Path:
+    # Found when settings are made, never at import: workflows import this module in the sandbox.
+    return find_state_dir()[0]
 
 
 class Settings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    site_file: Path = DEFAULT_STATE_DIR / "site.yaml"
+    site_file: Path = Field(default_factory=lambda: _state_dir() / "site.yaml")
     inventory: Literal["site", "cluster"] = "site"
     kubeconfig: Path | None = None  # None: in-cluster config, or the client's default
     dpf_namespace: str = DPF_NAMESPACE
@@ -51,8 +55,8 @@ class Settings(BaseModel):
             values["inventory"] = env["METALFLOW_INVENTORY"]
         if env.get("KUBECONFIG"):
             values["kubeconfig"] = Path(env["KUBECONFIG"].split(os.pathsep)[0])
-        elif (DEFAULT_STATE_DIR / "kubeconfig").exists() and "KUBERNETES_SERVICE_HOST" not in env:
-            values["kubeconfig"] = DEFAULT_STATE_DIR / "kubeconfig"
+        elif (_state_dir() / "kubeconfig").exists() and "KUBERNETES_SERVICE_HOST" not in env:
+            values["kubeconfig"] = _state_dir() / "kubeconfig"
         if "METALFLOW_DPF_NAMESPACE" in env:
             values["dpf_namespace"] = env["METALFLOW_DPF_NAMESPACE"]
         for key, field in (
