@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from temporalio import activity
 
 from activities.dpf.kube import DPUDEVICE, DPUNODE, Kube
-from activities.errors import InvalidInput
+from metalflow.errors import InvalidInput
 from metalflow.models.dpf import (
     BMC_ANNOTATION,
     DPU_ID_ANNOTATION,

@@ -2,12 +2,11 @@
 HostRebootWorkflow) on a real worker against the simulated site, through the same entry point the
 CLI uses (`metalflow.hosts.send_update`, update-with-start).
 
-These runs also record the replay histories of HostWorkflow, HostRebootWorkflow (BMC and manual)
-and DemoWorkflow (with METALFLOW_RECORD_HISTORIES=1; see tests/history_tool.py)."""
+These runs also record the replay histories of HostWorkflow and HostRebootWorkflow (BMC and
+manual) (with METALFLOW_RECORD_HISTORIES=1; see tests/history_tool.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -23,7 +22,6 @@ from test_firmware_support import site_file_with_prefix
 
 from metalflow import names
 from metalflow.hosts import HostRequestError, host_status, send_update
-from metalflow.models.demo import DemoApproval, DemoInput, DemoResult
 from metalflow.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
@@ -150,17 +148,3 @@ async def test_a_manual_reboot_waits_for_the_person_who_rebooted_the_host(
     assert (result.method, result.confirmed_by, result.boot_generation) == ("manual", "bob", 1)
     assert status.boot_generation == 1 and [r.outcome for r in status.recent] == ["completed"]
     assert power_log == []  # metalflow never touched the BMC: the person rebooted the host
-
-
-async def test_demo_workflow_history(client: Client, task_queue: str, site: tuple[RunningSim, str]) -> None:
-    """The foundation demo, once more on the real worker, so its history is replayed too."""
-    sim, _ = site
-    async with worker_for(client, task_queue, sim):
-        handle = await client.start_workflow(
-            "DemoWorkflow", DemoInput(requested_by="alice"), id=f"demo-{uuid.uuid4()}",
-            task_queue=task_queue, result_type=DemoResult,
-        )  # fmt: skip
-        await handle.signal("approve", DemoApproval(approved_by="carol", note="ok"))
-        result = await asyncio.wait_for(handle.result(), 60)
-        await save_history(handle, "demo_approved")
-    assert result.approval.approved_by == "carol" and result.requested_by == "alice"

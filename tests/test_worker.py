@@ -13,7 +13,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 import activities
@@ -21,9 +22,8 @@ import workflows
 from metalflow import names
 from metalflow.client import connect, load_connect_config
 from metalflow.devstack.temporal import has_poller
-from metalflow.models.demo import DemoApproval, DemoInput
+from metalflow.models.host import HostOperationInput, HostOperationKind
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
-from workflows.demo import DemoWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -133,14 +133,17 @@ async def _wait_for_poller(client: Client, task_queue: str, worker: asyncio.subp
 @pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
-    local_env: WorkflowEnvironment, task_queue: str, stop_signal: signal.Signals
+    local_env: WorkflowEnvironment, task_queue: str, stop_signal: signal.Signals, tmp_path: Path
 ) -> None:
     client = local_env.client
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("name: empty\nhosts: []\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
     env |= {
         "TEMPORAL_ADDRESS": client.service_client.config.target_host,
         "TEMPORAL_NAMESPACE": client.namespace,
         "OTEL_TRACES_EXPORTER": "console",
+        "METALFLOW_SITE_FILE": str(site_file),
     }
     worker = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -154,15 +157,20 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
     )
     try:
         await _wait_for_poller(client, task_queue, worker)
+        # A host the site does not know: the worker's inventory activity must say so, which
+        # only a worker that read this test's site file can.
         handle = await client.start_workflow(
-            DemoWorkflow.run,
-            DemoInput(requested_by="test"),
-            id=names.demo_workflow_id(task_queue),
+            "HostOperationWorkflow",
+            HostOperationInput(host_id="host-404", kind=HostOperationKind.PROVISION, requested_by="test"),
+            id=names.host_operation_workflow_id(names.PROVISION, f"host-404-{task_queue[-8:]}"),
             task_queue=task_queue,
         )
-        await handle.signal(DemoWorkflow.approve, DemoApproval(approved_by="test"))
-        result = await handle.result()
-        assert result.worker.pid == worker.pid
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        assert isinstance(failed.value.cause, ActivityError)
+        cause = failed.value.cause.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+        assert "host-404" in cause.message and str(site_file) in cause.message
         worker.send_signal(stop_signal)
         stdout, stderr = await asyncio.wait_for(worker.communicate(), timeout=30)
     finally:
@@ -172,7 +180,7 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
     log = stderr.decode()
     assert worker.returncode == 0, log
     assert "worker stopped" in log
-    assert '"name": "RunActivity:describe_worker"' in log  # console exporter spans
+    assert '"name": "RunActivity:resolve_host_inventory"' in log  # console exporter spans
     assert "PyGILState_Release" not in log
 
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from workflows.demo import DemoWorkflow
 from workflows.firmware import FirmwareWorkflow
 from workflows.host import HostWorkflow
 from workflows.host_operation import HostOperationWorkflow
@@ -14,7 +13,6 @@ from workflows.monitor import HostMonitorWorkflow
 from workflows.removal import HostRemovalWorkflow
 
 ALL: list[type] = [
-    DemoWorkflow,
     HostWorkflow,
     HostOperationWorkflow,
     HostRebootWorkflow,

@@ -13,7 +13,7 @@ I/O are decided once:
   than a workflow that spins forever.
 - `WATCHER`: `watch_host_dpf`, long-running; retried without limit (the workflow cancels it).
 
-Every retry policy refuses to retry the permanent error types of `activities.errors`.
+Every retry policy refuses to retry the permanent error types of `metalflow.errors`.
 
 Visibility: `enter_phase` sets the `Phase` search attribute and the current details together,
 so the UI list and a workflow's page never disagree.
@@ -28,8 +28,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import PERMANENT_TYPES
     from metalflow import names
+    from metalflow.errors import PERMANENT_TYPES
 
 NON_RETRYABLE: Final[list[str]] = sorted(PERMANENT_TYPES)
 

@@ -27,7 +27,7 @@ from activities.dpf.kube import (
     Kube,
     Object,
 )
-from activities.errors import ConflictRetriesExhausted, DPUFailed
+from metalflow.errors import ConflictRetriesExhausted
 from metalflow.models.dpf import (
     DPUNODE_NAME_LABEL,
     HOLD_ANNOTATION,
@@ -37,11 +37,8 @@ from metalflow.models.dpf import (
     DeleteNodeInput,
     DeploymentBFBInput,
     DeploymentFlavorInput,
-    DPUReadiness,
-    DPURef,
     HostDPFState,
     HostRef,
-    NodeRebootState,
     ObjectOutcome,
     ObjectsResult,
     RegisterHostInput,
@@ -142,36 +139,6 @@ class DPFActivities:
         return ChangeResult(name=host.node_name(), changed=changed)
 
     # -- reads ----------------------------------------------------------------------------------
-    @activity.defn(name="is_dpu_node_waiting_for_reboot")
-    async def is_dpu_node_waiting_for_reboot(self, host: HostRef) -> NodeRebootState:
-        """Whether DPF waits for an external reboot of the host (the annotation is present)."""
-        obj = await self.kube.get(host.host_id, DPUNODE, host.namespace, host.node_name())
-        assert obj is not None
-        node = bodies.node_state(obj)
-        return NodeRebootState(
-            name=node.name,
-            waiting=node.waiting_for_reboot,
-            annotation=node.reboot_required,
-            condition=node.condition("DPUNodeRebootInProgress"),
-        )
-
-    @activity.defn(name="is_dpu_ready")
-    async def is_dpu_ready(self, dpu: DPURef) -> DPUReadiness:
-        """The DPU's phase and conditions; `ready` when phase `Ready` and condition `Ready=True`.
-
-        Raises:
-            DPUFailed: The DPU is in phase `Error` (DPF's condition message in the error).
-            ObjectNotFound: No such DPU.
-        """
-        obj = await self.kube.get(dpu.host_id, DPU, dpu.namespace, dpu.dpu_name())
-        assert obj is not None
-        state = bodies.dpu_state(obj)
-        if state.failed:
-            raise DPUFailed(f"DPU {state.name} is in phase Error: {state.failure_message()}")
-        return DPUReadiness(
-            name=state.name, phase=state.phase, ready=state.ready, conditions=state.conditions
-        )
-
     @activity.defn(name="read_host_dpf_state")
     async def read_host_dpf_state(self, host: HostRef) -> HostDPFState:
         """The host's DPUNode, DPUs and hold as they are now (the watcher signals the same model)."""

@@ -1,6 +1,6 @@
 """One Redfish client per worker: TLS per BMC, basic or session auth, a request cap per BMC.
 
-Errors (only those of `activities.errors`), by what the BMC answered:
+Errors (only those of `metalflow.errors`), by what the BMC answered:
 
 - 401, 403, a TLS certificate that does not verify -> `BMCAuthenticationFailed` (permanent)
 - 400, 404, 405 and any other 4xx but 409/429; a redirect to another host; a body that is not
@@ -43,7 +43,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from activities.credentials import CredentialResolver, Credentials
-from activities.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, InvalidInput
+from metalflow.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, InvalidInput
 from metalflow.models.inventory import BMCAccess
 
 log = logging.getLogger("metalflow.redfish")

@@ -19,8 +19,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.errors import BMCRequestRejected
 from activities.redfish.client import BMCConnection, RedfishClient
+from metalflow.errors import BMCRequestRejected
 from metalflow.models.redfish import (
     FirmwareComponent,
     FirmwareVersions,

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from activities.errors import BMCRequestRejected, BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from activities.redfish.client import BMCConnection
+from metalflow.errors import BMCRequestRejected, BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from metalflow.models.redfish import PowerCycleMethod, PowerState
 
 log = logging.getLogger("metalflow.redfish")

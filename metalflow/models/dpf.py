@@ -176,20 +176,6 @@ class HostDPFState(_Frozen):
         return self.model_copy(update={"sequence": 0})
 
 
-class DPUReadiness(_Frozen):
-    name: str
-    phase: str
-    ready: bool
-    conditions: tuple[Condition, ...] = ()
-
-
-class NodeRebootState(_Frozen):
-    name: str
-    waiting: bool
-    annotation: str | None = None
-    condition: Condition | None = None  # DPUNodeRebootInProgress
-
-
 # -- site set-up ----------------------------------------------------------------------------------
 
 
