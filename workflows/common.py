@@ -1,8 +1,8 @@
 """What every host workflow shares: activity option presets and the visibility helpers.
 
-Presets are keyword dictionaries for `workflow.execute_activity(...)` /
-`workflow.start_activity(...)`, so a call reads `**KUBE_WRITE` and the timeouts of one kind of
-I/O are decided once:
+Presets are `workflow.ActivityConfig`s (typed keyword dictionaries, so mypy checks their keys
+and values) for `workflow.execute_activity(activity_api.<name>, ...)`, so a call reads
+`**KUBE_WRITE` and the timeouts of one kind of I/O are decided once:
 
 - `INVENTORY`: resolve a host (reads a file or the cluster; quick).
 - `KUBE_READ`, `KUBE_WRITE`: one DPF API call (reads, idempotent edits, deletes pinned by uid).
@@ -22,7 +22,7 @@ so the UI list and a workflow's page never disagree.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -43,7 +43,7 @@ QUICK_RETRY: Final = RetryPolicy(
 
 POWER_CYCLE_ATTEMPTS: Final = 5
 
-INVENTORY: Final[dict[str, Any]] = {
+INVENTORY: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
@@ -53,17 +53,17 @@ INVENTORY: Final[dict[str, Any]] = {
     ),
 }
 
-KUBE_READ: Final[dict[str, Any]] = {
+KUBE_READ: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": QUICK_RETRY,
 }
 
-KUBE_WRITE: Final[dict[str, Any]] = {
+KUBE_WRITE: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=60),
     "retry_policy": QUICK_RETRY,
 }
 
-BMC_READ: Final[dict[str, Any]] = {
+BMC_READ: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=6),  # a reset waits up to 5 minutes for its state
     "heartbeat_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(
@@ -79,7 +79,7 @@ POWER_CYCLE_HEARTBEAT: Final = timedelta(seconds=4)
 heartbeat must be durable), and a killed worker's cycle resumes this soon on another worker."""
 
 
-def power_cycle_options(power_down_wait_seconds: float) -> dict[str, Any]:
+def power_cycle_options(power_down_wait_seconds: float) -> workflow.ActivityConfig:
     """Options for `power_cycle_host`: start-to-close covers Off, the wait, and On."""
     return {
         "start_to_close_timeout": timedelta(minutes=12) + timedelta(seconds=power_down_wait_seconds),
@@ -96,7 +96,7 @@ def power_cycle_options(power_down_wait_seconds: float) -> dict[str, Any]:
 WATCHER_HEARTBEAT_SECONDS: Final = 1.0
 """How often the watcher heartbeats while nothing changes (its `WatchHostInput.heartbeat_seconds`)."""
 
-WATCHER: Final[dict[str, Any]] = {
+WATCHER: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(days=30),
     "heartbeat_timeout": timedelta(seconds=5),
     "retry_policy": RetryPolicy(
@@ -105,6 +105,22 @@ WATCHER: Final[dict[str, Any]] = {
         non_retryable_error_types=NON_RETRYABLE,
     ),
 }
+
+
+def options(
+    preset: workflow.ActivityConfig,
+    summary: str,
+    *,
+    cancellation_type: workflow.ActivityCancellationType | None = None,
+) -> workflow.ActivityConfig:
+    """`preset` with the call's summary (and cancellation type): `**options(KUBE_READ, "...")`.
+
+    One typed dictionary, because mypy cannot tell that a preset holds no `summary` when both are
+    passed as keywords."""
+    config: workflow.ActivityConfig = {**preset, "summary": summary}
+    if cancellation_type is not None:
+        config["cancellation_type"] = cancellation_type
+    return config
 
 
 def enter_phase(phase: str, details: str) -> None:

@@ -27,7 +27,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlrea
 with workflow.unsafe.imports_passed_through():
     from temporalio.common import WorkflowIDReusePolicy
 
-    from metalflow import names
+    from metalflow import activity_api, names
     from metalflow.models.host import (
         HOST_REBOOTED_SIGNAL,
         MARK_REBOOTED_UPDATE,
@@ -101,11 +101,9 @@ class HostRebootWorkflow:
 
     async def _resolve_inventory(self) -> HostInventory:
         inventory: HostInventory = await workflow.execute_activity(
-            "resolve_host_inventory",
+            activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            result_type=HostInventory,
-            summary=f"resolve the BMC of {self._request.host_id}",
-            **common.INVENTORY,
+            **common.options(common.INVENTORY, f"resolve the BMC of {self._request.host_id}"),
         )
         return inventory
 
@@ -136,26 +134,25 @@ class HostRebootWorkflow:
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         request = self._request
         cycle: PowerCycleResult = await workflow.execute_activity(
-            "power_cycle_host",
+            activity_api.power_cycle_host,
             PowerCycleInput(
                 bmc=inventory.bmc,
                 boot_generation=request.boot_generation,
                 requested_at=workflow.info().start_time,
                 power_down_wait_seconds=request.policy.power_down_wait_seconds,
             ),
-            result_type=PowerCycleResult,
-            summary=f"power cycle {request.host_id} to generation {request.boot_generation}",
-            **common.power_cycle_options(request.policy.power_down_wait_seconds),
+            **common.options(
+                common.power_cycle_options(request.policy.power_down_wait_seconds),
+                f"power cycle {request.host_id} to generation {request.boot_generation}",
+            ),
         )
         return cycle.method, cycle.reset_types
 
     def _set_power(self, inventory: HostInventory, reset_type: str) -> asyncio.Future[SetPowerResult]:
         return workflow.start_activity(
-            "set_power_state",
+            activity_api.set_power_state,
             SetPowerInput(bmc=inventory.bmc, reset_type=reset_type),
-            result_type=SetPowerResult,
-            summary=f"{reset_type} {self._request.host_id}",
-            **common.BMC_READ,
+            **common.options(common.BMC_READ, f"{reset_type} {self._request.host_id}"),
         )
 
     async def _wait_for_manual_reboot(self, why: str) -> HostRebootResult:

@@ -31,17 +31,15 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
+    from metalflow import activity_api, names
     from metalflow.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         PHASE_NODE_EFFECT,
         PHASE_READY,
         HostDPFState,
         HostRef,
-        WatchHostInput,
     )
     from metalflow.models.host import (
         ABORT_UPDATE,
@@ -62,10 +60,16 @@ with workflow.unsafe.imports_passed_through():
         PoolStateResult,
         SetPoolStateInput,
     )
-    from workflows.common import KUBE_READ, KUBE_WRITE, WATCHER, WATCHER_HEARTBEAT_SECONDS, enter_phase
+    from workflows.common import (
+        KUBE_READ,
+        KUBE_WRITE,
+        enter_phase,
+        options,
+    )
+    from workflows.dpf_watch import DPFWatch
 
 HISTORY_KEPT: Final = 20  # pool changes shown in the status and carried across runs
-OWNER_REQUEST: Final = {
+OWNER_REQUEST: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=60),
     "retry_policy": KUBE_WRITE["retry_policy"],
 }
@@ -92,6 +96,7 @@ class HostMonitorWorkflow:
         self._requests = list(memory.requests)
         self._started_at = memory.started_at or workflow.now()
         self._pending: list[HostDPFState] = []
+        self._watch = DPFWatch()
         self._stop: OperatorRequest | None = None
         self._label_checked = False  # the label is confirmed once per run, then written on changes
         self._adopting = False  # the first state may confirm an out-of-pool label an earlier monitor left
@@ -110,7 +115,7 @@ class HostMonitorWorkflow:
         enter_phase(WATCHING, f"run {self._runs}; pool state {self._pool}")
         if request.memory is None:
             await self._adopt_pool_label()
-        watcher = self._start_dpf_watcher()
+        self._watch.start(HostRef(host_id=request.host_id, namespace=request.namespace))
         events_this_run = 0
         try:
             while True:
@@ -125,13 +130,13 @@ class HostMonitorWorkflow:
                     events_this_run >= request.policy.events_per_run
                     or workflow.info().is_continue_as_new_suggested()
                 ):
-                    await self._stop_watcher(watcher)
+                    await self._watch.stop()
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     workflow.continue_as_new(
                         request.model_copy(update={"memory": self._memory(next_run=True)})
                     )
         finally:
-            await self._stop_watcher(watcher)
+            await self._watch.stop()
         assert self._stop is not None
         # Stopped: one last look at the world, so the label says what is true now.
         await self._handle(await self._read_dpf_state())
@@ -151,11 +156,9 @@ class HostMonitorWorkflow:
         """A first run continues what an earlier monitor left: a host labelled out stays out while a
         DPU is still in Node Effect (`_handle` of the first state decides)."""
         found: PoolStateResult = await workflow.execute_activity(
-            "read_host_pool_state",
+            activity_api.read_host_pool_state,
             self._pool_input(IN_POOL),
-            result_type=PoolStateResult,
-            summary=f"pool label of {self._request.host_id}",
-            **KUBE_READ,
+            **options(KUBE_READ, f"pool label of {self._request.host_id}"),
         )
         if found.state == OUT_OF_POOL:
             self._pool = OUT_OF_POOL
@@ -213,11 +216,9 @@ class HostMonitorWorkflow:
             else "every DPU's services are up"
         )
         result: PoolStateResult = await workflow.execute_activity(
-            "set_host_pool_state",
+            activity_api.set_host_pool_state,
             self._pool_input(wanted, reason),
-            result_type=PoolStateResult,
-            summary=f"{self._request.host_id} {wanted}",
-            **KUBE_WRITE,
+            **options(KUBE_WRITE, f"{self._request.host_id} {wanted}"),
         )
         if wanted == self._pool and not result.changed:
             return
@@ -241,16 +242,14 @@ class HostMonitorWorkflow:
         ids = tuple(sorted(d.dpu_id for d in due))
         enter_phase("requesting-reprovision", f"DPUs {', '.join(ids)} in Node Effect past the deadline")
         answer: OwnerReprovisionResult = await workflow.execute_activity(
-            "request_host_reprovision",
+            activity_api.request_host_reprovision,
             OwnerReprovisionInput(
                 host_id=self._request.host_id,
                 dpu_ids=ids,
                 requested_by=workflow.info().workflow_id,
                 reason=f"critical DPU services down for more than {policy.reprovision_after_seconds:g} s",
             ),
-            result_type=OwnerReprovisionResult,
-            summary=f"ask host/{self._request.host_id} to reprovision",
-            **OWNER_REQUEST,
+            **options(OWNER_REQUEST, f"ask host/{self._request.host_id} to reprovision"),
         )
         outcome = f"{answer.outcome}: {answer.workflow_id or answer.message}"
         if answer.outcome in ("accepted", "awaiting-approval"):
@@ -294,39 +293,18 @@ class HostMonitorWorkflow:
 
     async def _read_dpf_state(self) -> HostDPFState:
         state: HostDPFState = await workflow.execute_activity(
-            "read_host_dpf_state",
+            activity_api.read_host_dpf_state,
             HostRef(host_id=self._request.host_id, namespace=self._request.namespace),
-            result_type=HostDPFState,
-            summary=f"DPF state of {self._request.host_id}",
-            **KUBE_READ,
+            **options(KUBE_READ, f"DPF state of {self._request.host_id}"),
         )
         return state
-
-    def _start_dpf_watcher(self) -> workflow.ActivityHandle[None]:
-        host = HostRef(host_id=self._request.host_id, namespace=self._request.namespace)
-        return workflow.start_activity(
-            "watch_host_dpf",
-            WatchHostInput(host=host, heartbeat_seconds=WATCHER_HEARTBEAT_SECONDS),
-            summary=f"watch DPF of {host.host_id}",
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            **WATCHER,
-        )
-
-    async def _stop_watcher(self, watcher: workflow.ActivityHandle[None]) -> None:
-        if watcher.done():
-            return
-        watcher.cancel()
-        try:
-            await watcher
-        except ActivityError as err:
-            if not isinstance(err.cause, CancelledError):
-                workflow.logger.warning("the DPF watcher ended with %s", err.cause)
 
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
         """From the watcher: the host's DPF state changed."""
-        self._pending.append(state)
+        if self._watch.accept(state):
+            self._pending.append(state)
 
     @workflow.update(name=ABORT_UPDATE)
     def abort(self, request: OperatorRequest) -> OperationAnswer:

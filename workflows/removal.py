@@ -19,14 +19,14 @@ and everything after it is waiting. The result lists every change the run made.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Final
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
+    from metalflow import activity_api, names
     from metalflow.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         DeleteDPUInput,
@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         HostDPFState,
         HostRef,
         ObjectsResult,
-        WatchHostInput,
     )
     from metalflow.models.host import (
         ABORT_UPDATE,
@@ -49,7 +48,13 @@ with workflow.unsafe.imports_passed_through():
         RemovedObject,
     )
     from metalflow.models.inventory import HostInventory, HostLookup
-    from workflows.common import INVENTORY, KUBE_WRITE, WATCHER, WATCHER_HEARTBEAT_SECONDS, enter_phase
+    from workflows.common import (
+        INVENTORY,
+        KUBE_WRITE,
+        enter_phase,
+        options,
+    )
+    from workflows.dpf_watch import DPFWatch
 
 DEVICE_POLL: Final = timedelta(seconds=1)
 CHANGES: Final = frozenset({"deleted", "updated", "finalizers removed"})
@@ -68,8 +73,7 @@ class HostRemovalWorkflow:
         self._phase = "starting"
         self._waiting_for = "the host's inventory"
         self._actions: list[RemovedObject] = []
-        self._dpf: HostDPFState | None = None
-        self._since: dict[str, tuple[str, datetime]] = {}  # dpu_id -> (phase, when first seen in it)
+        self._watch = DPFWatch()
         self._abort: OperatorRequest | None = None
         self._deleting = False
         self._forced = False
@@ -87,7 +91,7 @@ class HostRemovalWorkflow:
                 type=ABORTED_ERROR,
                 non_retryable=True,
             )
-        watcher = self._start_dpf_watcher(host)
+        self._watch.start(host, self._request.dpu_ids or ())
         try:
             await self._delete(host, force=False)
             gone = await self._wait_until_gone(
@@ -106,7 +110,7 @@ class HostRemovalWorkflow:
                     non_retryable=True,
                 )
         finally:
-            await self._stop(watcher)
+            await self._watch.stop()
         await self._confirm_devices_gone(host)
         enter_phase("done", f"{self._what()} removed")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -123,11 +127,9 @@ class HostRemovalWorkflow:
     async def _resolve_host(self) -> HostRef:
         self._enter("resolving-inventory", f"inventory of {self._request.host_id}")
         inventory: HostInventory = await workflow.execute_activity(
-            "resolve_host_inventory",
+            activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            result_type=HostInventory,
-            summary=f"resolve {self._request.host_id}",
-            **INVENTORY,
+            **options(INVENTORY, f"resolve {self._request.host_id}"),
         )
         workflow.upsert_search_attributes([names.SITE.value_set(inventory.site)])
         unknown = sorted(set(self._request.dpu_ids or ()) - {d.id for d in inventory.dpus})
@@ -145,11 +147,9 @@ class HostRemovalWorkflow:
         self._deleting = True
         if self._request.dpu_ids is None:
             result: ObjectsResult = await workflow.execute_activity(
-                "delete_dpu_node",
+                activity_api.delete_dpu_node,
                 DeleteNodeInput(host=host, force=force),
-                result_type=ObjectsResult,
-                summary=f"{verb} DPUNode {host.node_name()}",
-                **KUBE_WRITE,
+                **options(KUBE_WRITE, f"{verb} DPUNode {host.node_name()}"),
             )
             self._record(result)
             return
@@ -159,13 +159,11 @@ class HostRemovalWorkflow:
     async def _delete_dpu(self, host: HostRef, dpu_id: str, *, force: bool) -> ObjectsResult:
         verb = "force-delete" if force else "delete"
         result: ObjectsResult = await workflow.execute_activity(
-            "delete_dpu",
+            activity_api.delete_dpu,
             DeleteDPUInput(
                 dpu=DPURef(host_id=host.host_id, dpu_id=dpu_id, namespace=host.namespace), force=force
             ),
-            result_type=ObjectsResult,
-            summary=f"{verb} DPU {dpu_id}",
-            **KUBE_WRITE,
+            **options(KUBE_WRITE, f"{verb} DPU {dpu_id}"),
         )
         self._record(result)
         return result
@@ -174,7 +172,8 @@ class HostRemovalWorkflow:
         self._enter("waiting-until-gone", f"{self._what()} gone (DPF releases them)")
         try:
             await workflow.wait_condition(
-                lambda: self._dpf is not None and self._gone(self._dpf), timeout=timedelta(seconds=seconds)
+                lambda: self._watch.state is not None and self._gone(self._watch.state),
+                timeout=timedelta(seconds=seconds),
             )
         except TimeoutError:
             return False
@@ -204,7 +203,7 @@ class HostRemovalWorkflow:
         return all(state.dpu(i) is None for i in self._request.dpu_ids)
 
     def _left(self) -> str:
-        state = self._dpf
+        state = self._watch.state
         if state is None:
             return "no DPF state seen"
         left = [f"DPU {d.name} ({d.phase or 'no phase'})" for d in state.dpus if self._counts(d.dpu_id)]
@@ -237,31 +236,11 @@ class HostRemovalWorkflow:
         self._phase, self._waiting_for = phase, waiting_for
         enter_phase(phase, waiting_for)
 
-    def _start_dpf_watcher(self, host: HostRef) -> workflow.ActivityHandle[None]:
-        return workflow.start_activity(
-            "watch_host_dpf",
-            WatchHostInput(host=host, heartbeat_seconds=WATCHER_HEARTBEAT_SECONDS),
-            summary=f"watch DPF of {host.host_id}",
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            **WATCHER,
-        )
-
-    async def _stop(self, watcher: workflow.ActivityHandle[None]) -> None:
-        watcher.cancel()
-        try:
-            await watcher
-        except ActivityError as err:
-            if not isinstance(err.cause, CancelledError):
-                workflow.logger.warning("the DPF watcher ended with %s", err.cause)
-
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
         """From the watcher: the host's DPF state changed."""
-        self._dpf = state
-        for dpu in state.dpus:
-            if dpu.dpu_id is not None and self._since.get(dpu.dpu_id, ("",))[0] != dpu.phase:
-                self._since[dpu.dpu_id] = (dpu.phase, workflow.now())
+        self._watch.accept(state)
 
     @workflow.update(name=ABORT_UPDATE)
     def abort(self, request: OperatorRequest) -> OperationAnswer:
@@ -281,9 +260,11 @@ class HostRemovalWorkflow:
         """Where the removal is, and each watched DPU's phase."""
         dpus = tuple(
             DPUProgress(
-                dpu_id=d.dpu_id, phase=d.phase, since=self._since.get(d.dpu_id, ("", self._started_at))[1]
+                dpu_id=d.dpu_id,
+                phase=d.phase,
+                since=self._watch.clock.phases.get(d.dpu_id, ("", self._started_at))[1],
             )
-            for d in (self._dpf.dpus if self._dpf else ())
+            for d in (self._watch.state.dpus if self._watch.state else ())
             if d.dpu_id is not None and self._counts(d.dpu_id)
         )
         return HostOperationStatus(
