@@ -123,6 +123,15 @@ def options(
     return config
 
 
+def bounded(preset: workflow.ActivityConfig, seconds: float) -> workflow.ActivityConfig:
+    """`preset` with a `schedule_to_close_timeout`: its retries end after `seconds` in all.
+
+    For calls on a world that may stay away (a Kubernetes outage): past the bound the caller
+    sees an `ActivityError` caused by a `TimeoutError` and decides, instead of a retry that
+    nobody sees."""
+    return {**preset, "schedule_to_close_timeout": timedelta(seconds=seconds)}
+
+
 def enter_phase(phase: str, details: str) -> None:
     """Show a new phase: the `Phase` search attribute and the workflow's current details."""
     workflow.upsert_search_attributes([names.PHASE.value_set(phase)])

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import common
     from workflows import dpf_barrier as barrier
     from workflows.dpf_watch import TRY_CANCEL, DPFWatch
-    from workflows.escalation import Escalation
+    from workflows.escalation import ABORTED_TYPE, Escalation, describe_failure
     from workflows.host_status import build_status
 
 RESOLVING = "resolving-inventory"
@@ -69,6 +69,7 @@ WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
 COMPLETED = "completed"
 FAILED = "failed"
 ABORTED = "aborted"
+CANCELLED = "cancelled"
 
 
 @workflow.defn(name="HostOperationWorkflow")
@@ -92,7 +93,11 @@ class HostOperationWorkflow(Escalation):
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
         """Run the operation to completion; see the module docstring."""
-        inventory = await self._resolve_inventory()
+        try:
+            inventory = await self._resolve_inventory()
+        except (FailureError, asyncio.CancelledError) as err:
+            self._enter_end(err, changed="nothing")  # nothing was changed yet
+            raise
         self._show_identity(inventory)
         self._watch.start(self.host, self._dpu_ids)
         try:
@@ -105,7 +110,9 @@ class HostOperationWorkflow(Escalation):
             await self._wait_until_held()
             await self._release_hold()
             await self._reboot_rounds()
-        except (ApplicationError, asyncio.CancelledError) as err:
+        except (FailureError, asyncio.CancelledError) as err:
+            # Every way a run ends early: an activity or reboot child that failed for good, our
+            # own non-retryable error (abort included), a cancel while anything was awaited.
             await self._clean_up(err)
             raise
         finally:
@@ -211,10 +218,11 @@ class HostOperationWorkflow(Escalation):
         )
 
     async def _read_first_state(self) -> None:
-        state: HostDPFState = await workflow.execute_activity(
+        state: HostDPFState = await self.call_kube(
             activity_api.read_host_dpf_state,
             self.host,
-            **common.options(common.KUBE_READ, f"read the DPF state of {self.host.host_id}"),
+            common.KUBE_READ,
+            f"read the DPF state of {self.host.host_id}",
         )
         if self._watch.state is None:  # the watcher's first signal may have come first: it is as new
             self._watch.adopt(state)
@@ -225,20 +233,22 @@ class HostOperationWorkflow(Escalation):
         if not inventory.groups:
             return
         setup = SiteSetupInput(groups=tuple(GroupSpec(name=g) for g in inventory.groups))
-        result: ObjectsResult = await workflow.execute_activity(
+        result: ObjectsResult = await self.call_kube(
             activity_api.create_site_objects,
             setup,
-            **common.options(common.KUBE_WRITE, "ensure the site's BFB, flavor and DPU deployments"),
+            common.KUBE_WRITE,
+            "ensure the site's BFB, flavor and DPU deployments",
         )
         if result.changed():
             self._changes.append("created site objects")
 
     async def _register_dpus(self, inventory: HostInventory) -> None:
         self.enter(REGISTERING, f"registering DPUNode and {len(self._dpu_ids)} DPUDevice(s)")
-        result: ObjectsResult = await workflow.execute_activity(
+        result: ObjectsResult = await self.call_kube(
             activity_api.register_host_dpus,
             RegisterHostInput(inventory=inventory),
-            **common.options(common.KUBE_WRITE, f"register the DPUs of {inventory.host_id}"),
+            common.KUBE_WRITE,
+            f"register the DPUs of {inventory.host_id}",
         )
         if result.changed():
             self._changes.append("registered the DPUNode and DPUDevices")
@@ -252,10 +262,11 @@ class HostOperationWorkflow(Escalation):
         current = barrier.current_dpu(self.state, dpu_id, self._replaced.get(dpu_id))
         if current is None:
             return  # already gone (a previous run deleted it): DPF is recreating it
-        result: ChangeResult = await workflow.execute_activity(
+        result: ChangeResult = await self.call_kube(
             activity_api.reprovision_dpu,
             ReprovisionInput(dpu=self._dpu_ref(dpu_id), uid=current.uid),
-            **common.options(common.KUBE_WRITE, f"reprovision DPU {dpu_id} (delete uid {current.uid})"),
+            common.KUBE_WRITE,
+            f"reprovision DPU {dpu_id} (delete uid {current.uid})",
         )  # fmt: skip
         self._replaced[dpu_id] = current.uid
         self._changes.append(f"deleted DPU {result.name} (uid {current.uid}): {result.detail}")
@@ -276,10 +287,11 @@ class HostOperationWorkflow(Escalation):
     async def _release_if_held(self) -> None:
         if not barrier.any_held(self.state, self._dpu_ids, self._replaced):
             return
-        result: ChangeResult = await workflow.execute_activity(
+        result: ChangeResult = await self.call_kube(
             activity_api.release_node_effect_hold,
             self.host,
-            **common.options(common.KUBE_WRITE, f"release the Node Effect hold of {self.host.node_name()}"),
+            common.KUBE_WRITE,
+            f"release the Node Effect hold of {self.host.node_name()}",
         )
         if result.changed:
             self._changes.append("released the Node Effect hold")
@@ -330,10 +342,11 @@ class HostOperationWorkflow(Escalation):
 
     async def mark_node_rebooted(self) -> None:
         """Remove the reboot-required annotation (only after a power cycle or an operator's word)."""
-        result: ChangeResult = await workflow.execute_activity(
+        result: ChangeResult = await self.call_kube(
             activity_api.mark_dpu_node_rebooted,
             self.host,
-            **common.options(common.KUBE_WRITE, f"tell DPF {self.host.node_name()} was rebooted"),
+            common.KUBE_WRITE,
+            f"tell DPF {self.host.node_name()} was rebooted",
         )
         if result.changed:
             self._changes.append(f"removed the reboot-required annotation (generation {self.generation})")
@@ -398,12 +411,21 @@ class HostOperationWorkflow(Escalation):
         - A power cycle done but not yet acknowledged (annotation still there) is acknowledged:
           the reboot DPF asked for happened, and DPF would otherwise wait for it forever.
         """
-        aborted = isinstance(err, ApplicationError) and err.type == "OperationAborted"
+        self.cleaning_up = True
         await self.cancel_reboot_in_flight()
         if self.cycled_without_ack:
             try:
                 await self.mark_node_rebooted()
             except Exception as ack_err:  # noqa: BLE001 - best effort: the failure below is the news
                 workflow.logger.warning("could not acknowledge the reboot during cleanup: %s", ack_err)
-        changed = "; ".join(self._changes) or "nothing"
-        self.enter(ABORTED if aborted else FAILED, f"{err}. Changed by this run: {changed}")
+        self._enter_end(err, changed="; ".join(self._changes) or "nothing")
+
+    def _enter_end(self, err: BaseException, *, changed: str) -> None:
+        """The final phase and details of a run that ends early: what ended it, what it changed."""
+        if isinstance(err, asyncio.CancelledError | CancelledError):
+            phase, why = CANCELLED, "cancelled (the workflow was cancelled)"
+        elif isinstance(err, ApplicationError) and err.type == ABORTED_TYPE:
+            phase, why = ABORTED, str(err)
+        else:
+            phase, why = FAILED, describe_failure(err)
+        self.enter(phase, f"{why}; generation reached {self.generation}. Changed by this run: {changed}")

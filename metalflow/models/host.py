@@ -74,6 +74,9 @@ class OperationPolicy(_Frozen):
     phase_timeout_seconds: float = Field(default=3600.0, gt=0)  # a barrier that does not progress
     max_dpu_error_reprovisions: int = Field(default=2, ge=0)  # DPU in Error: reprovision it this often
     approval_timeout_seconds: float = Field(default=86400.0, gt=0)  # a request awaiting approval expires
+    # A Kubernetes call (retries included) that has not succeeded in this long stops for an
+    # operator (host operations) or fails the run (firmware, removal) instead of retrying unseen.
+    kube_call_timeout_seconds: float = Field(default=900.0, gt=0)
 
 
 class OperatorRequest(_Frozen):
