@@ -28,11 +28,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from test_dpf_activities_support import REBOOT, Api, annotation
-from test_host_operation_e2e import worker_for
+from test_host_operation_e2e import _cycle_by_hand, worker_for
 
 from metalflow import names
 from metalflow.models.host import (
     ABORT_UPDATE,
+    HOST_REBOOTED_SIGNAL,
     MANUAL_INTERVENTION_REQUIRED,
     RETRY_UPDATE,
     HostOperationKind,
@@ -232,3 +233,21 @@ async def test_abort_during_a_kubernetes_outage_cancels_the_retrying_call(
     assert "read_host_dpf_state" in cancelled
     assert _uids(api, "host-001") == before
     assert ready_site.power_log("host-001") == [] and ready_site.violations() == []
+
+
+async def test_host_rebooted_arriving_as_the_reboot_child_completes_does_not_fail_the_run(
+    client: Client, task_queue: str, ready_site: RunningSim
+) -> None:
+    async with worker_for(client, task_queue, ready_site):
+        handle, reboot_id = await _at_manual_reboot(client, task_queue)
+    # No worker runs: the person's confirmation reaches the reboot child and the operation at
+    # once, so the operation's handler passes it on to a child that closes meanwhile.
+    await _cycle_by_hand(ready_site, "host-001")
+    await client.get_workflow_handle(reboot_id).signal(HOST_REBOOTED_SIGNAL, ALICE)
+    await handle.signal(HOST_REBOOTED_SIGNAL, ALICE)
+    async with worker_for(client, task_queue, ready_site):
+        result = await handle.result()
+        final = await status_of(handle)
+    assert result.reboots == 1 and final.phase == "completed"
+    assert power_cycles(ready_site.power_log("host-001")) == 1  # the person's, and no other
+    assert ready_site.violations() == []

@@ -335,15 +335,17 @@ class Escalation(ABC):
         """`mark_rebooted`: to the reboot in flight, else a decision."""
         child = self._reboot_child
         if child is not None:
-            await child.signal(HOST_REBOOTED_SIGNAL, request)
-            return OperationAnswer(accepted=True, message=f"reboot confirmation passed to {child.id}")
+            passed = await self._pass_to_reboot(child, request)
+            if passed is None:
+                return OperationAnswer(accepted=True, message=f"reboot confirmation passed to {child.id}")
+            return OperationAnswer(accepted=False, message=passed)
         return self.decide("mark_rebooted", request)
 
     async def on_host_rebooted(self, request: OperatorRequest) -> None:
         """`host_rebooted`: to the reboot in flight, else `mark_rebooted` in intervention, else ignored."""
         child = self._reboot_child
         if child is not None:
-            await child.signal(HOST_REBOOTED_SIGNAL, request)
+            await self._pass_to_reboot(child, request)
         elif self.intervention_reason is not None and self._decision is None:
             self._decision = ("mark_rebooted", request)
         else:
@@ -352,6 +354,24 @@ class Escalation(ABC):
                 request.requested_by,
                 self.phase,
             )
+
+    async def _pass_to_reboot(
+        self, child: workflow.ChildWorkflowHandle[Any, HostRebootResult], request: OperatorRequest
+    ) -> str | None:
+        """Signal the reboot child; None when delivered, else why not (logged, never raised).
+
+        Why: the child may close between this handler's start and the signal's delivery (its
+        completion and the confirmation can arrive in one workflow task, and handlers run
+        first). A handler that raised would fail the whole operation for a late confirmation,
+        which the closed reboot made moot anyway.
+        """
+        try:
+            await child.signal(HOST_REBOOTED_SIGNAL, request)
+        except Exception as err:  # noqa: BLE001 - see the docstring: a handler must not fail the run
+            why = f"the reboot {child.id} had already ended: {err}"
+            workflow.logger.warning("confirmation from %s not passed on: %s", request.requested_by, why)
+            return why
+        return None
 
     def validate_abort(self) -> None:
         """Validator of `abort`: not once finished or already aborting."""
