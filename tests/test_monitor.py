@@ -4,12 +4,14 @@ past the deadline the host's entity is asked for a reprovision, which then reall
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from test_firmware_support import (
     DPU,
@@ -38,7 +40,7 @@ STOP = OperatorRequest(requested_by="test", reason="test over")
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("monitor-sim")
-    site = site_file_with_prefix(state / "in", "mon", hosts=3)
+    site = site_file_with_prefix(state / "in", "mon", hosts=4)
     with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
@@ -175,3 +177,29 @@ async def test_past_the_deadline_the_entity_is_asked_and_the_reprovision_really_
             await save_history(monitor, "monitor_reprovision_requested")
             await entity.terminate("test over")
     assert sim.violations() == []
+
+
+async def test_an_abort_accepted_while_the_monitor_hands_over_to_its_next_run_still_stops_it(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-004", "mon-004-dpu-0"
+    policy = MonitorPolicy(reprovision_after_seconds=3600, events_per_run=1)
+    async with site_worker(client, task_queue, sim):
+        first_run = await start_monitor(client, task_queue, host, policy)
+        await eventually(lambda: status_of(first_run), lambda s: len(s.dpus) == 2)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+
+        async def handing_over() -> bool:
+            # The run asked its watcher to stop and waits for it: the last step before it
+            # continues as new (or it has already closed).
+            history = await first_run.fetch_history()
+            return any(
+                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED for e in history.events
+            )
+
+        await eventually(handing_over, lambda handed: handed)
+        latest = client.get_workflow_handle(names.monitor_workflow_id(host), result_type=HostMonitorResult)
+        await latest.execute_update("abort", STOP)
+        stopped = await asyncio.wait_for(latest.result(), 60)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+    assert stopped.stopped_by == "test"

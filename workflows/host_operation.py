@@ -419,6 +419,8 @@ class HostOperationWorkflow(Escalation):
             except Exception as ack_err:  # noqa: BLE001 - best effort: the failure below is the news
                 workflow.logger.warning("could not acknowledge the reboot during cleanup: %s", ack_err)
         self._enter_end(err, changed="; ".join(self._changes) or "nothing")
+        # A confirmation being passed to the reboot child is answered before the run ends.
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
     def _enter_end(self, err: BaseException, *, changed: str) -> None:
         """The final phase and details of a run that ends early: what ended it, what it changed."""

@@ -22,7 +22,8 @@ monitor cancels its watcher, waits for its handlers and continues-as-new carryin
 happened in between is still seen because the last phases are carried.
 
 Stop with the update `abort`: the monitor reads the world once more, sets the pool label as the
-world says (out only while a degraded DPU is still in `Node Effect`) and ends.
+world says (out only while a degraded DPU is still in `Node Effect`) and ends. An abort accepted
+while a run hands over to the next is carried in its memory: the next run stops at once.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class HostMonitorWorkflow:
         self._started_at = memory.started_at or workflow.now()
         self._pending: list[HostDPFState] = []
         self._watch = DPFWatch()
-        self._stop: OperatorRequest | None = None
+        self._stop: OperatorRequest | None = memory.stop  # accepted means done, across runs too
         self._label_checked = False  # the label is confirmed once per run, then written on changes
         self._adopting = False  # the first state may confirm an out-of-pool label an earlier monitor left
 
@@ -115,6 +116,24 @@ class HostMonitorWorkflow:
         enter_phase(WATCHING, f"run {self._runs}; pool state {self._pool}")
         if request.memory is None:
             await self._adopt_pool_label()
+        if self._stop is None:  # not carried over: watch until an abort
+            await self._watch_until_stopped(request)
+        assert self._stop is not None
+        # Stopped: one last look at the world, so the label says what is true now.
+        await self._handle(await self._read_dpf_state())
+        enter_phase("stopped", f"stopped by {self._stop.requested_by}; pool state {self._pool}")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return HostMonitorResult(
+            host_id=request.host_id,
+            pool_state=self._pool,
+            events_seen=self._events,
+            runs=self._runs,
+            stopped_by=self._stop.requested_by,
+            finished_at=workflow.now(),
+        )
+
+    async def _watch_until_stopped(self, request: HostMonitorInput) -> None:
+        """React to every change until an abort; continue-as-new when the history grows."""
         self._watch.start(HostRef(host_id=request.host_id, namespace=request.namespace))
         events_this_run = 0
         try:
@@ -132,24 +151,12 @@ class HostMonitorWorkflow:
                 ):
                     await self._watch.stop()
                     await workflow.wait_condition(workflow.all_handlers_finished)
+                    # An abort accepted during these awaits travels in the memory (`stop`).
                     workflow.continue_as_new(
                         request.model_copy(update={"memory": self._memory(next_run=True)})
                     )
         finally:
             await self._watch.stop()
-        assert self._stop is not None
-        # Stopped: one last look at the world, so the label says what is true now.
-        await self._handle(await self._read_dpf_state())
-        enter_phase("stopped", f"stopped by {self._stop.requested_by}; pool state {self._pool}")
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        return HostMonitorResult(
-            host_id=request.host_id,
-            pool_state=self._pool,
-            events_seen=self._events,
-            runs=self._runs,
-            stopped_by=self._stop.requested_by,
-            finished_at=workflow.now(),
-        )
 
     # -- steps -------------------------------------------------------------------------------------
     async def _adopt_pool_label(self) -> None:
@@ -289,6 +296,7 @@ class HostMonitorWorkflow:
             reprovisions_requested=self._reprovisions,
             requests=tuple(self._requests),
             started_at=self._started_at,
+            stop=self._stop,
         )
 
     async def _read_dpf_state(self) -> HostDPFState:

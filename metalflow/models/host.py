@@ -356,6 +356,8 @@ class MonitorMemory(_Frozen):
     reprovisions_requested: int = 0
     requests: tuple[str, ...] = ()  # the owner's answers to the monitor's requests, newest last, bounded
     started_at: datetime | None = None
+    # An `abort` accepted while the previous run was handing over: the next run stops at once.
+    stop: OperatorRequest | None = None
 
 
 class HostMonitorInput(_Frozen):
