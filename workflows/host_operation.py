@@ -114,6 +114,14 @@ class HostOperationWorkflow(Escalation):
             # Every way a run ends early: an activity or reboot child that failed for good, our
             # own non-retryable error (abort included), a cancel while anything was awaited.
             await self._clean_up(err)
+            if isinstance(err, ApplicationError):  # ours: the entity learns the generation reached
+                raise ApplicationError(
+                    err.message,
+                    *err.details,
+                    {"boot_generation": self.generation},
+                    type=err.type,
+                    non_retryable=True,
+                ) from err
             raise
         finally:
             await self._watch.stop()

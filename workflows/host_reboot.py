@@ -25,7 +25,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.common import WorkflowIDReusePolicy
+    from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
     from metalflow import activity_api, names
     from metalflow.models.host import (
@@ -183,6 +183,7 @@ async def start_next_reboot(
     summary: str,
     parent_close_policy: workflow.ParentClosePolicy,
     cancellation_type: workflow.ChildWorkflowCancellationType = _WAIT_FOR_CANCELLATION,
+    search_attributes: TypedSearchAttributes | None = None,
 ) -> tuple[workflow.ChildWorkflowHandle[Any, HostRebootResult], int]:
     """Start the reboot of the first generation from `request.boot_generation` on that no reboot used.
 
@@ -197,6 +198,7 @@ async def start_next_reboot(
         summary: The child's summary in the UI; `{generation}` is replaced by the generation.
         parent_close_policy: What becomes of the reboot when the caller closes.
         cancellation_type: How cancelling the caller reaches the reboot.
+        search_attributes: The child's search attributes at start (the entity sets Site too).
 
     Returns:
         The child's handle and the generation it reboots to.
@@ -213,6 +215,7 @@ async def start_next_reboot(
                 parent_close_policy=parent_close_policy,
                 cancellation_type=cancellation_type,
                 static_summary=summary.format(generation=generation),
+                search_attributes=search_attributes,
             )
             return handle, generation
         except WorkflowAlreadyStartedError:
