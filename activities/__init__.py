@@ -47,6 +47,7 @@ def build_activities(
         dpf.update_deployment_flavor,
         dpf.delete_dpu,
         dpf.delete_dpu_node,
+        dpf.wait_until_dpu_devices_gone,
     ]
     pool = PoolActivities(kube)
     found += [pool.set_host_pool_state, pool.read_host_pool_state]

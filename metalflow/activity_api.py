@@ -26,6 +26,7 @@ from metalflow.models.dpf import (
     ChangeResult,
     DeleteDPUInput,
     DeleteNodeInput,
+    DevicesGoneInput,
     HostDPFState,
     HostRef,
     ObjectsResult,
@@ -52,6 +53,7 @@ from metalflow.models.redfish import (
     StageFirmwareInput,
     StageFirmwareResult,
     SystemPower,
+    WaitPowerInput,
 )
 
 
@@ -117,6 +119,12 @@ async def delete_dpu_node(request: DeleteNodeInput) -> ObjectsResult:
     _declared_only("delete_dpu_node")
 
 
+@activity.defn(name="wait_until_dpu_devices_gone")
+async def wait_until_dpu_devices_gone(request: DevicesGoneInput) -> ObjectsResult:
+    """Each DPUDevice `gone`, or `present` once the deadline passed (polls inside the activity)."""
+    _declared_only("wait_until_dpu_devices_gone")
+
+
 @activity.defn(name="watch_host_dpf")
 async def watch_host_dpf(request: WatchHostInput) -> None:
     """Follow one host's DPF objects and signal every change to the calling workflow."""
@@ -153,6 +161,12 @@ async def read_power_state(request: ReadPowerStateInput) -> SystemPower:
 async def set_power_state(request: SetPowerInput) -> SetPowerResult:
     """One reset, and a wait for its power state."""
     _declared_only("set_power_state")
+
+
+@activity.defn(name="wait_for_power_state")
+async def wait_for_power_state(request: WaitPowerInput) -> SystemPower:
+    """The host's power once it is the target, or as it is at the deadline (polls inside)."""
+    _declared_only("wait_for_power_state")
 
 
 @activity.defn(name="power_cycle_host")

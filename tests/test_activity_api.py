@@ -17,6 +17,7 @@ from activities.inventory import InventoryActivities
 from activities.pool import OwnerActivities, PoolActivities
 from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
+from activities.redfish.waits import PowerWaitActivities
 from activities.watcher import WatcherActivities
 from metalflow import activity_api
 
@@ -27,6 +28,7 @@ IMPLEMENTATIONS = (
     PoolActivities,
     FirmwareActivities,
     PowerActivities,
+    PowerWaitActivities,
     WatcherActivities,
 )
 

@@ -25,6 +25,7 @@ from activities.dpf.kube import Kind
 from metalflow import names
 from metalflow.models.host import HostRemovalInput, HostRemovalResult
 from metalflow.models.inventory import DPF_NAMESPACE
+from workflows.removal import WORST_CASE_EVENTS
 
 FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that it never releases
 
@@ -32,7 +33,7 @@ FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that i
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("removal-sim")
-    site = site_file_with_prefix(state / "in", "rm", hosts=4)
+    site = site_file_with_prefix(state / "in", "rm", hosts=5)
     with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
@@ -141,3 +142,32 @@ async def test_a_stuck_node_is_removed_with_force(
     ]
     assert await view.get(DPUNODE, f"node-{host}") is None
     assert sim.violations() == []
+
+
+async def test_a_device_held_for_the_whole_wait_costs_a_bounded_history(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    """The worst case of the DPUDevice wait: held by a finalizer until the phase timeout. The wait
+    polls inside one activity, so the history stays within the bound the workflow states (it
+    grew by ~11 events per second of waiting when the workflow polled: ~260 here)."""
+    host = "rm-005"
+    device = f"device-{host}-dpu-0"
+    await hold_with_foreign_finalizer(view, DPUDEVICE, device)
+    policy = FAST_POLICY.model_copy(update={"phase_timeout_seconds": 20.0})
+    request = HostRemovalInput(host_id=host, dpu_ids=(f"{host}-dpu-0",), requested_by="test", policy=policy)
+    async with site_worker(client, task_queue, sim):
+        handle = await client.start_workflow(
+            "HostRemovalWorkflow",
+            request,
+            id=names.host_operation_workflow_id(names.REMOVE, host),
+            task_queue=task_queue,
+            result_type=HostRemovalResult,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        events = (await handle.fetch_history()).events
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "RemovalTimedOut"
+    assert device in cause.message
+    assert await view.get(DPUDEVICE, device) is not None  # the finalizer still holds it
+    assert len(events) <= WORST_CASE_EVENTS, f"{len(events)} events"

@@ -17,6 +17,14 @@ the host's entity workflow starts it as a child with `static_summary` (e.g. "rep
 
 Escalation and operator answers: see `workflows.escalation`. What a failure or abort leaves
 behind: see `_clean_up`.
+
+Cost per host and worst-case history: one watcher activity slot for the run (restarted after
+each acknowledged reboot), no timers while nothing changes. About 40 events to reach the first
+reboot, 4 per DPF change signalled, about 30 per power cycle (reboot child, acknowledgement,
+watcher restart). Bounded by the policy: rounds DPF asks for (1, or 2 for BF4) x
+(1 + `max_power_cycle_retries`) power cycles, plus 4 per operator answer and 6 per bounded
+Kubernetes call that stalls. With the defaults, a BF4 host whose every reboot is re-issued:
+about 40 + 8 x 30 + 4 x (DPF changes, ~40) = 440 events.
 """
 
 from __future__ import annotations

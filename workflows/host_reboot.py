@@ -13,6 +13,9 @@ The id is the idempotency key: starters use `WorkflowIDReusePolicy.REJECT_DUPLIC
 twice for one generation reboots once. Cancelled while a BMC cycle is in flight, the workflow
 first lets the cycle finish (a cycle cut between Off and On would leave the host off), then
 completes with its result: the reboot happened, and the canceller must know it did.
+
+Cost and worst-case history: one activity slot during the cycle; about 20 events by BMC (25 with
+ForceOff, its wait a durable timer), about 12 plus 2 per confirmation signal when manual.
 """
 
 from __future__ import annotations

@@ -16,10 +16,13 @@ Runbook, on every change the DPF watcher signals:
 Only a fall from `Ready` counts: a DPU passing `Node Effect` while it is provisioned or
 reprovisioned is held by design. A recreated DPU (new uid) restarts its degraded clock.
 
-History stays small: after `policy.events_per_run` changes, or when Temporal suggests it, the
-monitor cancels its watcher, waits for its handlers and continues-as-new carrying its memory
-(`MonitorMemory`); the next run's watcher lists the world again, and a fall from `Ready` that
-happened in between is still seen because the last phases are carried.
+History stays small: at most ~10 events per DPF change (the signal, its workflow task, a pool
+label write when the state changes), so a run's worst case is about 20 + 10 x
+`policy.events_per_run` (default 500: ~5,000 events, under a tenth of Temporal's limit). After
+`policy.events_per_run` changes, or when Temporal suggests it, the monitor cancels its watcher,
+waits for its handlers and continues-as-new carrying its memory (`MonitorMemory`); the next
+run's watcher lists the world again, and a fall from `Ready` that happened in between is still
+seen because the last phases are carried.
 
 Stop with the update `abort`: the monitor reads the world once more, sets the pool label as the
 world says (out only while a degraded DPU is still in `Node Effect`) and ends. An abort accepted

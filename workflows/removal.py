@@ -15,11 +15,17 @@ naming what is left.
 
 Abort (update `abort`) is accepted only before the first delete: a delete cannot be taken back,
 and everything after it is waiting. The result lists every change the run made.
+
+Cost per host and worst-case history: one watcher activity slot while waiting; about 45 events
+plus 4 per DPF change the watcher signals (about 15 more with force), however long a finalizer
+holds an object: the DPUDevice wait polls inside one heartbeating activity. `WORST_CASE_EVENTS`
+(150: room for ~25 DPF changes) is held by tests/test_removal.py with a device held for the
+whole wait (44 events; 249 when the workflow polled every second for 20 s).
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Final
 
 from temporalio import workflow
@@ -31,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         DPF_STATE_CHANGED_SIGNAL,
         DeleteDPUInput,
         DeleteNodeInput,
+        DevicesGoneInput,
         DPURef,
         HostDPFState,
         HostRef,
@@ -51,12 +58,27 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import (
         INVENTORY,
         KUBE_WRITE,
+        bounded,
         enter_phase,
         options,
     )
     from workflows.dpf_watch import DPFWatch
 
 DEVICE_POLL: Final = timedelta(seconds=1)
+WORST_CASE_EVENTS: Final = 150  # see the module docstring; tests/test_removal.py holds us to it
+DEVICES_WAIT_PATCH: Final = "removal-devices-wait-in-one-activity"
+
+
+def devices_wait_options(seconds: float) -> workflow.ActivityConfig:
+    """`wait_until_dpu_devices_gone`: an attempt lasts up to the wait, heartbeating each poll; a
+    retried attempt keeps the input's deadline, and all attempts end within a margin of it."""
+    return {
+        **bounded(KUBE_WRITE, seconds + 300),
+        "start_to_close_timeout": timedelta(seconds=seconds + 60),
+        "heartbeat_timeout": timedelta(seconds=30),
+    }
+
+
 CHANGES: Final = frozenset({"deleted", "updated", "finalizers removed"})
 ABORTED_ERROR: Final = "OperationAborted"
 TIMED_OUT_ERROR: Final = "RemovalTimedOut"
@@ -149,7 +171,10 @@ class HostRemovalWorkflow:
             result: ObjectsResult = await workflow.execute_activity(
                 activity_api.delete_dpu_node,
                 DeleteNodeInput(host=host, force=force),
-                **options(KUBE_WRITE, f"{verb} DPUNode {host.node_name()}"),
+                **options(
+                    self._kube_write(),
+                    f"{verb} DPUNode {host.node_name()}",
+                ),
             )
             self._record(result)
             return
@@ -163,7 +188,7 @@ class HostRemovalWorkflow:
             DeleteDPUInput(
                 dpu=DPURef(host_id=host.host_id, dpu_id=dpu_id, namespace=host.namespace), force=force
             ),
-            **options(KUBE_WRITE, f"{verb} DPU {dpu_id}"),
+            **options(self._kube_write(), f"{verb} DPU {dpu_id}"),
         )
         self._record(result)
         return result
@@ -180,8 +205,33 @@ class HostRemovalWorkflow:
         return True
 
     async def _confirm_devices_gone(self, host: HostRef) -> None:
-        """DPUDevices are not in the watched state: `delete_dpu` (idempotent) reports them."""
-        deadline = workflow.now() + timedelta(seconds=self._request.policy.phase_timeout_seconds)
+        """DPUDevices are not in the watched state: one activity waits for them (polling inside
+        it, heartbeating), so a device a finalizer keeps costs a few events, not thousands."""
+        if not self._request.dpu_ids:
+            return
+        seconds = self._request.policy.phase_timeout_seconds
+        if not workflow.patched(DEVICES_WAIT_PATCH):
+            await self._poll_devices_gone(host, workflow.now() + timedelta(seconds=seconds))
+            return
+        self._enter("waiting-until-gone", f"the DPUDevices of {', '.join(self._request.dpu_ids)} gone")
+        refs = tuple(
+            DPURef(host_id=host.host_id, dpu_id=d, namespace=host.namespace) for d in self._request.dpu_ids
+        )
+        result = await workflow.execute_activity(
+            activity_api.wait_until_dpu_devices_gone,
+            DevicesGoneInput(dpus=refs, deadline=workflow.now() + timedelta(seconds=seconds)),
+            **options(devices_wait_options(seconds), f"wait until the DPUDevices of {host.host_id} are gone"),
+        )
+        left = [o.name for o in result.objects if o.outcome != "gone"]
+        if left:
+            raise ApplicationError(
+                f"DPUDevice {', '.join(left)} of host {host.host_id} still present after {seconds:g} s",
+                type=TIMED_OUT_ERROR,
+                non_retryable=True,
+            )
+
+    async def _poll_devices_gone(self, host: HostRef, deadline: datetime) -> None:
+        """Before DEVICES_WAIT_PATCH: a delete and a 1 s timer per poll (runs started then)."""
         for dpu_id in self._request.dpu_ids or ():
             while True:
                 result = await self._delete_dpu(host, dpu_id, force=self._forced)
@@ -197,6 +247,10 @@ class HostRemovalWorkflow:
                 await workflow.sleep(DEVICE_POLL)
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _kube_write(self) -> workflow.ActivityConfig:
+        # Bounded: an API that stays away fails the run, naming the call, instead of a silent retry.
+        return bounded(KUBE_WRITE, self._request.policy.kube_call_timeout_seconds)
+
     def _gone(self, state: HostDPFState) -> bool:
         if self._request.dpu_ids is None:
             return state.node is None and not state.dpus

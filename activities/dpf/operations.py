@@ -8,7 +8,9 @@ and equal, a DPU already deleted). Edits are conditional on the resourceVersion 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from datetime import UTC, datetime
 
 from temporalio import activity
 
@@ -37,6 +39,7 @@ from metalflow.models.dpf import (
     DeleteNodeInput,
     DeploymentBFBInput,
     DeploymentFlavorInput,
+    DevicesGoneInput,
     HostDPFState,
     HostRef,
     ObjectOutcome,
@@ -250,6 +253,30 @@ class DPFActivities:
                 if stripped is not None:
                     outcomes.append(stripped)
         return ObjectsResult(objects=tuple(outcomes))
+
+    @activity.defn(name="wait_until_dpu_devices_gone")
+    async def wait_until_dpu_devices_gone(self, request: DevicesGoneInput) -> ObjectsResult:
+        """Each DPUDevice `gone`, or `present` once the deadline passed.
+
+        Polls the API every `poll_seconds` inside the activity and heartbeats with each poll, so
+        a device a finalizer keeps for an hour costs the workflow a handful of history events,
+        not one activity and one timer per poll."""
+        while True:
+            outcomes = []
+            for ref in request.dpus:
+                obj = await self.kube.get(
+                    ref.host_id, DPUDEVICE, ref.namespace, ref.device_name(), missing_ok=True
+                )
+                outcomes.append(
+                    ObjectOutcome(
+                        kind="DPUDevice", name=ref.device_name(), outcome="gone" if obj is None else "present"
+                    )
+                )
+            present = [o.name for o in outcomes if o.outcome == "present"]
+            if not present or datetime.now(UTC) >= request.deadline:
+                return ObjectsResult(objects=tuple(outcomes))
+            activity.heartbeat(f"waiting for {', '.join(present)}")
+            await asyncio.sleep(request.poll_seconds)
 
     @activity.defn(name="delete_dpu_node")
     async def delete_dpu_node(self, request: DeleteNodeInput) -> ObjectsResult:

@@ -12,6 +12,7 @@ read and every later change with one code path.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -274,6 +275,14 @@ class DeleteDPUInput(_Frozen):
 class DeleteNodeInput(_Frozen):
     host: HostRef
     force: bool = False
+
+
+class DevicesGoneInput(_Frozen):
+    """Wait until these DPUs' DPUDevices are gone, or `deadline` (retries keep the deadline)."""
+
+    dpus: tuple[DPURef, ...]
+    deadline: datetime
+    poll_seconds: float = Field(default=1.0, gt=0)
 
 
 # -- the watcher ----------------------------------------------------------------------------------
