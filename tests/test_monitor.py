@@ -12,7 +12,8 @@ import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import CancelledError
 from test_firmware_support import (
     DPU,
     FAST_POLICY,
@@ -40,7 +41,7 @@ STOP = OperatorRequest(requested_by="test", reason="test over")
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("monitor-sim")
-    site = site_file_with_prefix(state / "in", "mon", hosts=4)
+    site = site_file_with_prefix(state / "in", "mon", hosts=5)
     with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
@@ -203,3 +204,22 @@ async def test_an_abort_accepted_while_the_monitor_hands_over_to_its_next_run_st
         stopped = await asyncio.wait_for(latest.result(), 60)
         sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
     assert stopped.stopped_by == "test"
+
+
+async def test_a_cancelled_monitor_ends_cancelled_and_leaves_the_label_as_the_world_was(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-005", "mon-005-dpu-1"
+    async with site_worker(client, task_queue, sim):
+        handle = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=3600))
+        await eventually(lambda: status_of(handle), lambda s: len(s.dpus) == 2)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+        await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "out-of-pool")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        described = await handle.describe()
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+    assert isinstance(failed.value.cause, CancelledError)
+    assert described.typed_search_attributes.get(names.PHASE) == "cancelled"
+    assert (await view.node_labels(host))[POOL_LABEL] == "out-of-pool"  # as the world was

@@ -21,11 +21,19 @@ so the UI list and a workflow's page never disagree.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import names
@@ -141,3 +149,34 @@ def enter_phase(phase: str, details: str) -> None:
 def set_details(phase: str, details: str) -> None:
     """Update the current details within a phase (no search attribute write)."""
     workflow.set_current_details(f"**{phase}**: {details}")
+
+
+def describe_failure(err: BaseException) -> str:
+    """What ended a run, in words: the chain of Temporal failures down to the root cause, e.g.
+    "activity register_host_dpus failed: InvalidInput: DPUDevice ... serialNumber is immutable"."""
+    parts: list[str] = []
+    current: BaseException | None = err
+    while current is not None:
+        if isinstance(current, ActivityError):
+            parts.append(f"activity {current.activity_type} failed")
+        elif isinstance(current, ChildWorkflowError):
+            parts.append(f"child workflow {current.workflow_type} {current.workflow_id} ended")
+        elif isinstance(current, ApplicationError) and current.type:
+            parts.append(f"{current.type}: {current.message}")
+        else:
+            parts.append(str(current) or type(current).__name__)
+        current = current.cause if isinstance(current, FailureError) else None
+    return ": ".join(parts)
+
+
+ABORTED_TYPE: Final = "OperationAborted"
+
+
+def ending(err: BaseException) -> tuple[str, str]:
+    """The final phase of a run that ends early, and why, in words: `cancelled` (the workflow
+    was cancelled), `aborted` (an operator's abort) or `failed` (with the cause chain)."""
+    if isinstance(err, asyncio.CancelledError | CancelledError):
+        return "cancelled", "cancelled (the workflow was cancelled)"
+    if isinstance(err, ApplicationError) and err.type == ABORTED_TYPE:
+        return "aborted", err.message
+    return "failed", describe_failure(err)

@@ -34,7 +34,6 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     ChildWorkflowError,
-    FailureError,
     RetryState,
     TimeoutError,
 )
@@ -390,21 +389,3 @@ def _retrieve(call: Any) -> None:
     # A cancelled call ends with an ActivityError nobody awaits: take it, so it is not logged.
     if not call.cancelled():
         call.exception()
-
-
-def describe_failure(err: BaseException) -> str:
-    """What ended a run, in words: the chain of Temporal failures down to the root cause, e.g.
-    "activity register_host_dpus failed: InvalidInput: DPUDevice ... serialNumber is immutable"."""
-    parts: list[str] = []
-    current: BaseException | None = err
-    while current is not None:
-        if isinstance(current, ActivityError):
-            parts.append(f"activity {current.activity_type} failed")
-        elif isinstance(current, ChildWorkflowError):
-            parts.append(f"child workflow {current.workflow_type} {current.workflow_id} ended")
-        elif isinstance(current, ApplicationError) and current.type:
-            parts.append(f"{current.type}: {current.message}")
-        else:
-            parts.append(str(current) or type(current).__name__)
-        current = current.cause if isinstance(current, FailureError) else None
-    return ": ".join(parts)

@@ -35,7 +35,7 @@ from typing import Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         KUBE_READ,
         NON_RETRYABLE,
         bounded,
+        ending,
         enter_phase,
         options,
     )
@@ -112,6 +113,7 @@ ABORTED_ERROR: Final = "OperationAborted"
 STAGE_FAILED_ERROR: Final = "FirmwareStageFailed"
 NOT_ACTIVATED_ERROR: Final = "FirmwareNotActivated"
 TIMEOUT_ERROR: Final = "PhaseTimeout"
+END_PHASE_PATCH: Final = "firmware-end-phase"
 
 
 @workflow.defn(name="FirmwareWorkflow")
@@ -131,10 +133,34 @@ class FirmwareWorkflow:
         self._power_cycle_started = False
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
+        self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
 
     @workflow.run
     async def run(self, request: FirmwareInput) -> FirmwareResult:
         """Stage, barrier, one power cycle, verify; see the module docstring."""
+        try:
+            return await self._runbook(request)
+        except (FailureError, asyncio.CancelledError) as err:
+            await self._clean_up(err)
+            raise
+
+    async def _clean_up(self, err: BaseException) -> None:
+        """Every early end: stop stages still in flight (a BMC task already running finishes on
+        the BMC; the image is then staged, harmless), and say what the run leaves behind."""
+        for task in self._stage_tasks:
+            task.cancel()
+        await asyncio.gather(*self._stage_tasks, return_exceptions=True)
+        if not workflow.patched(END_PHASE_PATCH):
+            return  # runs started before the end phase was shown
+        phase, why = ending(err)
+        staged = sorted(d for d, p in self._dpus.items() if p.outcome in ("staged", "already_staged"))
+        left = f"staged on {', '.join(staged)}" if staged else "nothing staged"
+        if self._power_cycle_started:
+            left += f"; the power cycle to generation {self._generation} completes on its own"
+        self._enter(phase, f"{why}. Left behind: {left}")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    async def _runbook(self, request: FirmwareInput) -> FirmwareResult:
         workflow.upsert_search_attributes(
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.FIRMWARE)]
         )
@@ -246,6 +272,7 @@ class FirmwareWorkflow:
             return result
 
         tasks = [asyncio.ensure_future(stage(d)) for d in todo]
+        self._stage_tasks = tasks
         await workflow.wait_condition(lambda: all(t.done() for t in tasks) or self._abort is not None)
         if self._abort is not None:
             for task in tasks:

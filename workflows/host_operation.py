@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, CancelledError, FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import common
     from workflows import dpf_barrier as barrier
     from workflows.dpf_watch import TRY_CANCEL, DPFWatch
-    from workflows.escalation import ABORTED_TYPE, Escalation, describe_failure
+    from workflows.escalation import Escalation
     from workflows.host_status import build_status
 
 RESOLVING = "resolving-inventory"
@@ -440,10 +440,5 @@ class HostOperationWorkflow(Escalation):
 
     def _enter_end(self, err: BaseException, *, changed: str) -> None:
         """The final phase and details of a run that ends early: what ended it, what it changed."""
-        if isinstance(err, asyncio.CancelledError | CancelledError):
-            phase, why = CANCELLED, "cancelled (the workflow was cancelled)"
-        elif isinstance(err, ApplicationError) and err.type == ABORTED_TYPE:
-            phase, why = ABORTED, str(err)
-        else:
-            phase, why = FAILED, describe_failure(err)
+        phase, why = common.ending(err)
         self.enter(phase, f"{why}; generation reached {self.generation}. Changed by this run: {changed}")

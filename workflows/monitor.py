@@ -31,10 +31,12 @@ while a run hands over to the next is carried in its memory: the next run stops 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Final
 
 from temporalio import workflow
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -67,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import (
         KUBE_READ,
         KUBE_WRITE,
+        ending,
         enter_phase,
         options,
     )
@@ -78,6 +81,7 @@ OWNER_REQUEST: Final[workflow.ActivityConfig] = {
     "retry_policy": KUBE_WRITE["retry_policy"],
 }
 WATCHING: Final = "watching"
+END_PHASE_PATCH: Final = "monitor-end-phase"
 
 
 @workflow.defn(name="HostMonitorWorkflow")
@@ -108,6 +112,18 @@ class HostMonitorWorkflow:
     @workflow.run
     async def run(self, request: HostMonitorInput) -> HostMonitorResult:
         """Watch, react, continue-as-new; see the module docstring."""
+        try:
+            return await self._runbook(request)
+        except (FailureError, asyncio.CancelledError) as err:
+            # The watcher is stopped by the runbook; the label stays as last written, which is
+            # what the world was when this monitor last looked.
+            if workflow.patched(END_PHASE_PATCH):
+                phase, why = ending(err)
+                enter_phase(phase, f"{why}; the pool label is left {self._pool}")
+                await workflow.wait_condition(workflow.all_handlers_finished)
+            raise
+
+    async def _runbook(self, request: HostMonitorInput) -> HostMonitorResult:
         workflow.upsert_search_attributes(
             [
                 names.HOST_ID.value_set(request.host_id),

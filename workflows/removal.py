@@ -25,11 +25,12 @@ whole wait (44 events; 249 when the workflow polled every second for 20 s).
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Final
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -59,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         INVENTORY,
         KUBE_WRITE,
         bounded,
+        ending,
         enter_phase,
         options,
     )
@@ -66,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
 
 DEVICE_POLL: Final = timedelta(seconds=1)
 WORST_CASE_EVENTS: Final = 150  # see the module docstring; tests/test_removal.py holds us to it
+END_PHASE_PATCH: Final = "removal-end-phase"
 DEVICES_WAIT_PATCH: Final = "removal-devices-wait-in-one-activity"
 
 
@@ -103,6 +106,18 @@ class HostRemovalWorkflow:
     @workflow.run
     async def run(self, request: HostRemovalInput) -> HostRemovalResult:
         """Delete, wait until gone, force when asked; see the module docstring."""
+        try:
+            return await self._runbook(request)
+        except (FailureError, asyncio.CancelledError) as err:
+            # The watcher is stopped by the runbook; a delete cannot be undone: say what was done.
+            if workflow.patched(END_PHASE_PATCH):
+                phase, why = ending(err)
+                done = [f"{a.kind} {a.name} {a.outcome}" for a in self._actions if a.outcome in CHANGES]
+                self._enter(phase, f"{why}. Changed by this run: {'; '.join(done) or 'nothing'}")
+                await workflow.wait_condition(workflow.all_handlers_finished)
+            raise
+
+    async def _runbook(self, request: HostRemovalInput) -> HostRemovalResult:
         workflow.upsert_search_attributes(
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REMOVE)]
         )
