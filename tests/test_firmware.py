@@ -81,7 +81,7 @@ async def test_two_dpus_staged_then_one_power_cycle(
         handle = client.get_workflow_handle(workflow_id)
         status = await handle.query("status", result_type=HostOperationStatus)
         detail = await handle.query("firmware_status", result_type=FirmwareStatus)
-        await save_history(handle, "firmware_two_dpus")
+        await save_history(handle, "firmware_two_dpus_power_wait")  # firmware_two_dpus: before the patch
 
     assert result.staged == (f"{host}-dpu-0", f"{host}-dpu-1")
     assert result.already_running == ()
@@ -190,6 +190,7 @@ async def test_a_cancel_while_staging_ends_cancelled_says_what_is_left_and_reboo
                 await handle.result()
             final = await handle.query("status", result_type=HostOperationStatus)
             described = await handle.describe()
+            await save_history(handle, "firmware_cancelled_while_staging")
         assert isinstance(failed.value.cause, CancelledError)
         assert final.phase == "cancelled" and "Left behind: nothing staged" in final.waiting_for
         assert described.typed_search_attributes.get(names.PHASE) == "cancelled"

@@ -18,6 +18,7 @@ from host_operation_support import (
     FAST_POLICY,
     eventually,
     power_cycles,
+    save_history,
     start_operation,
     status_of,
     wait_for_phase,
@@ -189,6 +190,7 @@ async def test_a_kubernetes_outage_is_a_visible_stall_and_retry_finishes_the_ope
             ready_site.inject("api/outage", {"down": False})
         answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
         result = await handle.result()
+        await save_history(handle, "host_operation_kubernetes_stall_retried")
     reason = stalled.manual_intervention_reason or ""
     assert "the Kubernetes call `read the DPF state of host-001` did not succeed within 3 s" in reason
     assert "KubernetesUnavailable" in reason or "503" in reason
@@ -212,6 +214,7 @@ async def test_abort_during_a_kubernetes_outage_cancels_the_retrying_call(
                 await handle.result()
             final = await wait_for_status(handle, lambda s: s.phase == "aborted", "phase aborted")
             history = await handle.fetch_history()
+            await save_history(handle, "host_operation_aborted_during_kubernetes_outage")
         finally:
             ready_site.inject("api/outage", {"down": False})
     cause = failed.value.cause

@@ -219,6 +219,7 @@ async def test_a_cancelled_monitor_ends_cancelled_and_leaves_the_label_as_the_wo
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
         described = await handle.describe()
+        await save_history(handle, "monitor_cancelled")
         sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
     assert isinstance(failed.value.cause, CancelledError)
     assert described.typed_search_attributes.get(names.PHASE) == "cancelled"
