@@ -41,7 +41,7 @@ STOP = OperatorRequest(requested_by="test", reason="test over")
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("monitor-sim")
-    site = site_file_with_prefix(state / "in", "mon", hosts=5)
+    site = site_file_with_prefix(state / "in", "mon", hosts=6)
     with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
@@ -224,3 +224,38 @@ async def test_a_cancelled_monitor_ends_cancelled_and_leaves_the_label_as_the_wo
     assert isinstance(failed.value.cause, CancelledError)
     assert described.typed_search_attributes.get(names.PHASE) == "cancelled"
     assert (await view.node_labels(host))[POOL_LABEL] == "out-of-pool"  # as the world was
+
+
+async def test_an_abort_during_a_kubernetes_outage_cancels_the_retrying_label_write(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-006", "mon-006-dpu-0"
+    async with site_worker(client, task_queue, sim):
+        handle = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=3600))
+        await eventually(lambda: status_of(handle), lambda s: len(s.dpus) == 2)
+        sim.inject("api/outage", {"down": True})  # the open watch still delivers; writes fail
+        try:
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+
+            async def label_write_retrying() -> bool:
+                pending = (await handle.describe()).raw_description.pending_activities
+                return any(p.activity_type.name == "set_host_pool_state" and p.attempt >= 2 for p in pending)
+
+            await eventually(label_write_retrying, lambda retrying: retrying, 60)
+            await handle.execute_update("abort", STOP)
+
+            async def write_cancelled() -> bool:
+                events = (await handle.fetch_history()).events
+                return any(
+                    e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED for e in events
+                )
+
+            assert await eventually(write_cancelled, lambda cancelled: cancelled)
+        finally:
+            sim.inject("api/outage", {"down": False})
+        stopped = await asyncio.wait_for(handle.result(), 60)
+        label = (await view.node_labels(host)).get(POOL_LABEL)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+    # The final look, once the API is back, writes the label the world needs.
+    assert stopped.stopped_by == "test" and stopped.pool_state == "out-of-pool"
+    assert label == "out-of-pool"

@@ -32,8 +32,9 @@ while a run hands over to the next is carried in its memory: the next run stops 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import FailureError
@@ -61,9 +62,7 @@ with workflow.unsafe.imports_passed_through():
         OperationAnswer,
         OperatorRequest,
         OwnerReprovisionInput,
-        OwnerReprovisionResult,
         PoolChange,
-        PoolStateResult,
         SetPoolStateInput,
     )
     from workflows.common import (
@@ -82,6 +81,9 @@ OWNER_REQUEST: Final[workflow.ActivityConfig] = {
 }
 WATCHING: Final = "watching"
 END_PHASE_PATCH: Final = "monitor-end-phase"
+ABORTABLE_CALLS_PATCH: Final = "monitor-abort-cancels-calls"
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
 
 
 @workflow.defn(name="HostMonitorWorkflow")
@@ -181,12 +183,12 @@ class HostMonitorWorkflow:
     async def _adopt_pool_label(self) -> None:
         """A first run continues what an earlier monitor left: a host labelled out stays out while a
         DPU is still in Node Effect (`_handle` of the first state decides)."""
-        found: PoolStateResult = await workflow.execute_activity(
+        found = await self._abortable(
             activity_api.read_host_pool_state,
             self._pool_input(IN_POOL),
-            **options(KUBE_READ, f"pool label of {self._request.host_id}"),
+            options(KUBE_READ, f"pool label of {self._request.host_id}"),
         )
-        if found.state == OUT_OF_POOL:
+        if found is not None and found.state == OUT_OF_POOL:
             self._pool = OUT_OF_POOL
             self._adopting = True
 
@@ -241,11 +243,14 @@ class HostMonitorWorkflow:
             if self._degraded
             else "every DPU's services are up"
         )
-        result: PoolStateResult = await workflow.execute_activity(
+        result = await self._abortable(
             activity_api.set_host_pool_state,
             self._pool_input(wanted, reason),
-            **options(KUBE_WRITE, f"{self._request.host_id} {wanted}"),
+            options(KUBE_WRITE, f"{self._request.host_id} {wanted}"),
         )
+        if result is None:  # stopped meanwhile: the final look writes the label the world needs
+            self._label_checked = False
+            return
         if wanted == self._pool and not result.changed:
             return
         if wanted != self._pool:
@@ -267,7 +272,7 @@ class HostMonitorWorkflow:
             return
         ids = tuple(sorted(d.dpu_id for d in due))
         enter_phase("requesting-reprovision", f"DPUs {', '.join(ids)} in Node Effect past the deadline")
-        answer: OwnerReprovisionResult = await workflow.execute_activity(
+        answer = await self._abortable(
             activity_api.request_host_reprovision,
             OwnerReprovisionInput(
                 host_id=self._request.host_id,
@@ -275,8 +280,10 @@ class HostMonitorWorkflow:
                 requested_by=workflow.info().workflow_id,
                 reason=f"critical DPU services down for more than {policy.reprovision_after_seconds:g} s",
             ),
-            **options(OWNER_REQUEST, f"ask host/{self._request.host_id} to reprovision"),
+            options(OWNER_REQUEST, f"ask host/{self._request.host_id} to reprovision"),
         )
+        if answer is None:
+            return  # stopped meanwhile: nothing was asked, or the entity's answer is not waited for
         outcome = f"{answer.outcome}: {answer.workflow_id or answer.message}"
         if answer.outcome in ("accepted", "awaiting-approval"):
             self._reprovisions += 1
@@ -317,6 +324,22 @@ class HostMonitorWorkflow:
             started_at=self._started_at,
             stop=self._stop,
         )
+
+    async def _abortable(
+        self, call: Callable[[ArgT], Awaitable[ResultT]], arg: ArgT, config: workflow.ActivityConfig
+    ) -> ResultT | None:
+        """An activity that an `abort` arriving while it runs (or retries, e.g. in a Kubernetes
+        outage) cancels: None then. Called after the abort (the final look), it just runs."""
+        stopped_before = self._stop is not None
+        handle = workflow.start_activity(call, arg, **config)
+        await workflow.wait_condition(
+            lambda: handle.done() or (not stopped_before and self._stop is not None)
+        )
+        if handle.done() or not workflow.patched(ABORTABLE_CALLS_PATCH):
+            return await handle
+        handle.cancel()
+        handle.add_done_callback(_retrieve)
+        return None
 
     async def _read_dpf_state(self) -> HostDPFState:
         state: HostDPFState = await workflow.execute_activity(
@@ -369,3 +392,9 @@ class HostMonitorWorkflow:
             requests=tuple(self._requests),
             started_at=self._started_at,
         )
+
+
+def _retrieve(call: Any) -> None:
+    # A cancelled call ends with an ActivityError nobody awaits: take it, so it is not logged.
+    if not call.cancelled():
+        call.exception()
