@@ -375,6 +375,7 @@ class HostWorkflow:
                 summary=summary.replace("{", "{{").replace("}", "}}"),  # the helper formats it
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
                 search_attributes=attributes,
+                decode_result=False,  # as for every child: the entity reads `boot_generation` only
             )
             current.record = record = record.model_copy(
                 update={"workflow_id": names.host_reboot_workflow_id(self._input.host_id, generation)}
@@ -465,9 +466,7 @@ class HostWorkflow:
             self._reached(_generation_reported(err))  # a failed operation's reboots count too
             self._finish(current, _outcome_of(err))
             return
-        # Children started by type name answer a dict; a reboot (typed) answers its model.
-        reached = result.get("boot_generation") if isinstance(result, dict) else None
-        self._reached(getattr(result, "boot_generation", reached))
+        self._reached(result.get("boot_generation") if isinstance(result, dict) else None)
         self._finish(current, "completed")
 
     def _reached(self, generation: object) -> None:

@@ -187,6 +187,7 @@ async def start_next_reboot(
     parent_close_policy: workflow.ParentClosePolicy,
     cancellation_type: workflow.ChildWorkflowCancellationType = _WAIT_FOR_CANCELLATION,
     search_attributes: TypedSearchAttributes | None = None,
+    decode_result: bool = True,
 ) -> tuple[workflow.ChildWorkflowHandle[Any, HostRebootResult], int]:
     """Start the reboot of the first generation from `request.boot_generation` on that no reboot used.
 
@@ -202,6 +203,8 @@ async def start_next_reboot(
         parent_close_policy: What becomes of the reboot when the caller closes.
         cancellation_type: How cancelling the caller reaches the reboot.
         search_attributes: The child's search attributes at start (the entity sets Site too).
+        decode_result: False: the handle answers the result as sent (a dict), for a caller that
+            must not fail on a result it cannot decode (the entity reads one field of it).
 
     Returns:
         The child's handle and the generation it reboots to.
@@ -213,7 +216,7 @@ async def start_next_reboot(
                 "HostRebootWorkflow",
                 request.model_copy(update={"boot_generation": generation}),
                 id=names.host_reboot_workflow_id(request.host_id, generation),
-                result_type=HostRebootResult,
+                result_type=HostRebootResult if decode_result else None,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=parent_close_policy,
                 cancellation_type=cancellation_type,
