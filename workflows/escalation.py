@@ -35,8 +35,8 @@ from temporalio.exceptions import (
     ApplicationError,
     ChildWorkflowError,
     RetryState,
-    TimeoutError,
 )
+from temporalio.exceptions import TimeoutError as TemporalTimeout  # `_wait` catches the builtin one
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -201,9 +201,9 @@ class Escalation(ABC):
             except ActivityError as err:
                 # Past the bound the server either times the attempt out or stops retrying it
                 # (retry state TIMEOUT, the last attempt's error as the cause).
-                if not (isinstance(err.cause, TimeoutError) or err.retry_state == RetryState.TIMEOUT):
+                if not (isinstance(err.cause, TemporalTimeout) or err.retry_state == RetryState.TIMEOUT):
                     raise
-                last = (err.cause.cause if isinstance(err.cause, TimeoutError) else None) or err.cause
+                last = (err.cause.cause if isinstance(err.cause, TemporalTimeout) else None) or err.cause
                 await self.intervene(
                     f"the Kubernetes call `{summary}` did not succeed within {seconds:g} s "
                     f"(last error: {last})"
