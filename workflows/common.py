@@ -36,7 +36,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
+    from metalflow import metrics, names
     from metalflow.errors import PERMANENT_TYPES
 
 NON_RETRYABLE: Final[list[str]] = sorted(PERMANENT_TYPES)
@@ -144,6 +144,7 @@ def enter_phase(phase: str, details: str) -> None:
     """Show a new phase: the `Phase` search attribute and the workflow's current details."""
     workflow.upsert_search_attributes([names.PHASE.value_set(phase)])
     workflow.set_current_details(f"**{phase}**: {details}")
+    metrics.workflow_phase_entered(phase)
 
 
 def set_details(phase: str, details: str) -> None:

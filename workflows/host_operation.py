@@ -35,7 +35,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
+    from metalflow import activity_api, metrics, names
     from metalflow.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         ChangeResult,
@@ -101,9 +101,11 @@ class HostOperationWorkflow(Escalation):
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
         """Run the operation to completion; see the module docstring."""
+        metrics.workflow_operation_started(request.kind.value)
         try:
             inventory = await self._resolve_inventory()
         except (FailureError, asyncio.CancelledError) as err:
+            metrics.workflow_operation_finished(request.kind.value, metrics.outcome_of(err))
             self._enter_end(err, changed="nothing")  # nothing was changed yet
             raise
         self._show_identity(inventory)
@@ -121,6 +123,7 @@ class HostOperationWorkflow(Escalation):
         except (FailureError, asyncio.CancelledError) as err:
             # Every way a run ends early: an activity or reboot child that failed for good, our
             # own non-retryable error (abort included), a cancel while anything was awaited.
+            metrics.workflow_operation_finished(request.kind.value, metrics.outcome_of(err))
             await self._clean_up(err)
             if isinstance(err, ApplicationError):  # ours: the entity learns the generation reached
                 raise ApplicationError(
@@ -135,6 +138,7 @@ class HostOperationWorkflow(Escalation):
             await self._watch.stop()
         self.enter(COMPLETED, f"every DPU Ready after {self.power_cycles} power cycle(s)")
         await workflow.wait_condition(workflow.all_handlers_finished)
+        metrics.workflow_operation_finished(request.kind.value, "succeeded")
         return HostOperationResult(
             host_id=request.host_id,
             operation=request.kind.value,
