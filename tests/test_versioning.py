@@ -9,7 +9,6 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-import metalflow.models.demo
 import pytest
 from host_operation_support import eventually
 from pydantic import BaseModel
@@ -351,7 +350,7 @@ def test_worker_refuses_half_a_versioning_setting(
 
 
 def _payload_models() -> list[type[BaseModel]]:
-    modules = (metalflow.models.demo, metalflow.models.dpf, metalflow.models.host,
+    modules = (metalflow.models.dpf, metalflow.models.host,
                metalflow.models.inventory, metalflow.models.redfish)  # fmt: skip
     return [
         cls
