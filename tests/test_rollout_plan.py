@@ -29,10 +29,14 @@ def shapes(draw: st.DrawFn) -> PCSShape:
                 cliques=tuple(c.name for c in mine),
                 replicas=replicas,
                 min_available=draw(st.integers(1, replicas)),
-            )  # fmt: skip
+            )
         )
-    return PCSShape(name="pcs", replicas=draw(st.integers(1, 3)), cliques=tuple(standalone + members),
-                    groups=tuple(groups))  # fmt: skip
+    return PCSShape(
+        name="pcs",
+        replicas=draw(st.integers(1, 3)),
+        cliques=tuple(standalone + members),
+        groups=tuple(groups),
+    )
 
 
 def every_pod(shape: PCSShape) -> Counter[str]:
@@ -40,8 +44,12 @@ def every_pod(shape: PCSShape) -> Counter[str]:
     by_name = {c.name: c for c in shape.cliques}
     pods = [f"{c.name}[{p}]" for c in shape.cliques if c.name not in grouped for p in range(c.replicas)]
     for g in shape.groups:
-        pods += [f"{g.name}[{j}]/{c}[{p}]" for j in range(g.replicas) for c in g.cliques
-                 for p in range(by_name[c].replicas)]  # fmt: skip
+        pods += [
+            f"{g.name}[{j}]/{c}[{p}]"
+            for j in range(g.replicas)
+            for c in g.cliques
+            for p in range(by_name[c].replicas)
+        ]
     return Counter(pods)
 
 
@@ -121,7 +129,7 @@ def test_the_site_default_inference_shape() -> None:
             CliqueShape(name="router", replicas=2, min_available=1),
             CliqueShape(name="prefill", replicas=1, min_available=1),
             CliqueShape(name="decode", replicas=1, min_available=1),
-        ),  # fmt: skip
+        ),
         groups=(
             ScalingGroupShape(name="workers", cliques=("prefill", "decode"), replicas=3, min_available=1),
         ),

@@ -67,8 +67,14 @@ def plan_replica(shape: PCSShape, replica: int) -> ReplicaRollout:
             if j < k * minimum:
                 mpg_pods[j // minimum] += pods
             else:
-                tpgs.append(PodGangPlan(name=f"{base}-{group.name}-{j}", replica=replica,
-                                        minimum_viable=False, pods=tuple(pods)))  # fmt: skip
+                tpgs.append(
+                    PodGangPlan(
+                        name=f"{base}-{group.name}-{j}",
+                        replica=replica,
+                        minimum_viable=False,
+                        pods=tuple(pods),
+                    )
+                )
     mpgs = tuple(
         PodGangPlan(name=f"{base}-mpg-{i}", replica=replica, minimum_viable=True, pods=tuple(pods))
         for i, pods in enumerate(mpg_pods)

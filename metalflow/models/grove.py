@@ -142,6 +142,7 @@ class PCSState(_Model):
     images: dict[str, str] = Field(default_factory=dict)  # clique -> first container's image
     shape: PCSShape | None = None
     gangs: tuple[PodGangState, ...] = ()
+    attempt: int = 0  # the watcher's activity attempt (0: a read, not a signal)
     sequence: int = 0
 
     def gang(self, name: str) -> PodGangState | None:
@@ -162,9 +163,16 @@ class TemplateInput(_Model):
 
 
 class TemplateResult(_Model):
+    """The template after a read or write, and the generation that holds it."""
+
     generation: int
     changed: bool
-    previous_template: dict[str, object]
+    template: dict[str, object]
+
+
+class ScalePCSInput(_Model):
+    pcs: PCSRef
+    replicas: int = Field(ge=0)
 
 
 class RollPodGangsInput(_Model):
