@@ -4,6 +4,7 @@ a rollout and waiting on its status; PodGangs read from the simulated API over H
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,14 @@ def grove_site(tmp_path: Path, *workloads: dict[str, Any], timings: str = "demo"
         yaml.safe_dump({"name": "grove", "hosts": [], "workloads": list(workloads or [INFERENCE])})
     )
     with running_sim(tmp_path / "sim", site_file=site, timings=timings, initialised=True) as sim:
+        deadline = time.monotonic() + 60
+        for workload in workloads or [INFERENCE]:
+            while not (found := gangs(sim, workload["name"])) or not all(
+                available(g) for g in found.values()
+            ):
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"the PodGangs of {workload['name']} did not become Available")
+                time.sleep(0.1)
         yield sim
 
 
@@ -116,3 +125,8 @@ def pcs_object(sim: RunningSim, pcs: str) -> dict[str, Any]:
 
 def hashes(sim: RunningSim, pcs: str) -> dict[str, str]:
     return {n: g["metadata"]["labels"][HASH] for n, g in gangs(sim, pcs).items()}
+
+
+def available(gang: dict[str, Any]) -> bool:
+    conditions = (gang.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)

@@ -282,7 +282,7 @@ class RolloutWorkflow:
                     await self._run_step(plan, state, tuple(broken), recreate=True)
                     continue
                 self._repair = False
-            chosen = steps.next_steps(plan, state, self._target, self._policy.replica_concurrency)
+            chosen = steps.next_steps(plan, state, self._target, self._policy.replica_concurrency, cond)
             names_ = {g.name for _, step in chosen for g in step}
             sick = steps.unhealthy(plan, state, cond, names_)
             if sick:
@@ -341,13 +341,24 @@ class RolloutWorkflow:
         except TimeoutError:
             pass
         self._check_abort()
+        down = fell_back()
+        if down and not settled():
+            # The step cannot be taken back: let it finish (within its deadline), then pause, so
+            # a repair never recreates a PodGang while another of the replica is in flight.
+            try:
+                await workflow.wait_condition(lambda: settled() or self._abort is not None, timeout=deadline)
+            except TimeoutError:
+                pass
+            self._check_abort()
         if settled():
             self._steps.append(record.model_copy(update={"finished_at": workflow.now()}))
             self._in_flight = ()
             await self._publish()
+            if down:
+                await self._pause(f"PodGang {', '.join(down)} fell back from {self._policy.condition}")
             return
         self._steps.append(record)
-        if down := fell_back():
+        if down:
             await self._pause(
                 f"PodGang {', '.join(down)} fell back from {self._policy.condition} during the step"
             )
