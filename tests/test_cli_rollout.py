@@ -88,6 +88,7 @@ async def test_bad_requests_are_refused_and_change_nothing(
 async def test_second_start_is_refused_and_operator_commands_answer(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
+    previous = router_image(sim)
     started = await metalflow(
         local_env,
         "rollout",
