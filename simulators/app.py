@@ -83,7 +83,9 @@ class SimulatedSite:
         await self.grove.start()
         if self.options.initialised:
             await self.dpf.initialise()
-            await self.grove.initialise(self.site.workloads)
+        # The site's Grove workloads run whether or not the hosts' DPUs are provisioned yet (they
+        # are not placed on the simulated hosts), so the demo can roll one after provisioning.
+        await self.grove.initialise(self.site.workloads)
         self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         tcp = web.TCPSite(self._runner, "127.0.0.1", self.options.port, reuse_address=True)

@@ -82,6 +82,9 @@ def _assert_demo_output(output: str) -> None:
     assert "demo: host-001 BMC power log: 2 power cycles (DPF asked for 2)" in output
     assert "demo: host-003 BMC power log: 4 power cycles (DPF asked for 4)" in output
     assert "demo: the simulator recorded 0 protocol violations" in output
+    # The coherent rollout of default/inference: 2 replicas x (2 MPGs + 1 TPG step).
+    assert "demo:   default/inference rolling [" in output
+    assert "demo: rollout completed: 6 steps" in output
 
 
 @pytest.mark.slow
