@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from host_operation_support import save_history
 from rollout_support import (
     INFERENCE,
     gangs,
@@ -54,6 +55,7 @@ async def test_a_second_rollout_is_refused_and_a_superseding_one_takes_over(
             )
             assert "after the current step" in reply.message
             result = await first.result()
+            await save_history(first, "rollout_superseded")
         assert result.outcome == "completed"
         assert router_image(sim) == "registry.local/router:3"
         assert set(hashes(sim, "inference").values()) == {result.target_hash}

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_operation_support import save_history
 from rollout_support import (
     INFERENCE,
     gangs,
@@ -85,6 +86,7 @@ async def test_never_available_pauses_then_rollback_restores_the_old_hash(
             assert reply.accepted
             assert "already rolling back" in await refusal(handle, ROLLBACK_UPDATE)
             result = await handle.result()
+            await save_history(handle, "rollout_never_available_rolled_back")
         assert result.outcome == "rolled-back"
         assert {result.target_hash} == old == set(hashes(sim, "inference").values())
         # The stuck MPG is taken back first, then the one that had been rolled.
@@ -106,6 +108,7 @@ async def test_a_podgang_falling_back_after_ready_pauses_until_resumed(
             assert "inference-0-mpg-0" in (paused.paused_reason or "")
             await answer(handle, RESUME_UPDATE)
             result = await handle.result()
+            await save_history(handle, "rollout_fell_back_resumed")
         assert result.outcome == "completed"
         assert set(hashes(sim, "inference").values()) == {result.target_hash}
         assert sim.violations() == []
@@ -147,6 +150,7 @@ async def test_abort_stops_with_every_podgang_of_one_hash(
             assert reply.accepted
             with pytest.raises(WorkflowFailureError) as failure:
                 await handle.result()
+            await save_history(handle, "rollout_aborted")
         cause = failure.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "RolloutAborted"
         assert len(set(hashes(sim, "inference").values())) == 2  # some rolled, the rest not

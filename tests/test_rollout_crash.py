@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from host_operation_support import save_history
 from rollout_support import INFERENCE, gangs, grove_site, hashes, start_rollout, wait_for
 from temporalio.client import Client
 from test_host_operation_crash import worker_process
@@ -35,6 +36,7 @@ async def test_rollout_survives_worker_kills_mid_step(client: Client, tmp_path: 
         # killed again, in the second replica
         with worker_process(client, task_queue, sim, log):
             result = await handle.result()
+            await save_history(handle, "rollout_worker_killed")
         assert result.outcome == "completed"
         assert all(s.finished_at is not None for s in result.steps)
         rolled = [g for s in result.steps for g in s.podgangs]

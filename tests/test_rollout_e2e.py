@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from host_operation_support import save_history
 from rollout_support import INFERENCE, PLAIN, gangs, grove_site, hashes, pcs_object, start_rollout, worker_for
 from temporalio.client import Client
 
@@ -21,6 +22,7 @@ async def test_rollout_of_the_inference_shape_rolls_every_podgang_once(
                 client, task_queue, "inference", {"router": "registry.local/router:2.0"}
             )
             result = await handle.result()
+            await save_history(handle, "rollout_inference_completed")
         assert result.outcome == "completed"
         assert set(hashes(sim, "inference").values()) == {result.target_hash}
         assert {result.target_hash} != old

@@ -8,9 +8,9 @@ conditions. The PodCliqueSet's target hash is `status.currentGenerationHash`, tr
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from activities.dpf.kube import Kind
 from activities.errors import InvalidInput
 from metalflow.models.grove import (
     GENERATION_HASH_LABEL,
@@ -27,10 +27,22 @@ from metalflow.models.grove import (
     image_problem,
 )
 
+if TYPE_CHECKING:
+    from activities.dpf.kube import Kind
+
 Object = dict[str, Any]
 
-PODCLIQUESET = Kind("PodCliqueSet", GROVE_GROUP, "podcliquesets", GROVE_VERSION)
-PODGANG = Kind("PodGang", SCHEDULER_GROUP, "podgangs", GROVE_VERSION)
+
+@cache
+def kinds() -> tuple[Kind, Kind]:
+    """(PodCliqueSet, PodGang). Built on first use: workflows reference the Grove activities, and
+    importing `activities.dpf.kube` (the Kubernetes client) must not come with them."""
+    from activities.dpf.kube import Kind
+
+    return (
+        Kind("PodCliqueSet", GROVE_GROUP, "podcliquesets", GROVE_VERSION),
+        Kind("PodGang", SCHEDULER_GROUP, "podgangs", GROVE_VERSION),
+    )
 
 
 def _condition(obj: Object, type_: str) -> bool:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from activities.dpf.kube import Kube, Object
 from activities.errors import ConflictRetriesExhausted, InvalidInput, ObjectNotFound
-from activities.grove.objects import PODCLIQUESET, PODGANG, images_patch, pcs_state, replacement
+from activities.grove.objects import images_patch, kinds, pcs_state, replacement
 from metalflow.models.grove import (
     PART_OF_LABEL,
     ROLLOUT_ANNOTATION,
@@ -38,7 +38,11 @@ from metalflow.models.grove import (
     TemplateResult,
 )
 
+if TYPE_CHECKING:
+    from activities.dpf.kube import Kube
+
 log = logging.getLogger(__name__)
+Object = dict[str, Any]
 
 
 def _key(pcs: PCSRef) -> str:
@@ -52,7 +56,7 @@ class GroveActivities:
         self.kube = kube
 
     async def _pcs(self, pcs: PCSRef) -> Object:
-        obj = await self.kube.get(_key(pcs), PODCLIQUESET, pcs.namespace, pcs.name, missing_ok=True)
+        obj = await self.kube.get(_key(pcs), kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
         if obj is None:
             raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
         return obj
@@ -60,9 +64,9 @@ class GroveActivities:
     @activity.defn(name="read_pcs_state")
     async def read_pcs_state(self, pcs: PCSRef) -> PCSState:
         """The PodCliqueSet and its PodGangs (`exists=False` when the PodCliqueSet is gone)."""
-        obj = await self.kube.get(_key(pcs), PODCLIQUESET, pcs.namespace, pcs.name, missing_ok=True)
+        obj = await self.kube.get(_key(pcs), kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
         listed = await self.kube.list(
-            _key(pcs), PODGANG, pcs.namespace, label_selector=f"{PART_OF_LABEL}={pcs.name}"
+            _key(pcs), kinds()[1], pcs.namespace, label_selector=f"{PART_OF_LABEL}={pcs.name}"
         )
         return pcs_state(pcs.namespace, pcs.name, obj, listed.get("items") or [])
 
@@ -88,7 +92,7 @@ class GroveActivities:
         await self._pcs(request.pcs)  # a clear error for an unknown PodCliqueSet
         obj, changed = await self.kube.edit(
             _key(request.pcs),
-            PODCLIQUESET,
+            kinds()[0],
             request.pcs.namespace,
             request.pcs.name,
             lambda o: images_patch(o, request.images),
@@ -111,7 +115,7 @@ class GroveActivities:
             )
 
         obj, changed = await self.kube.edit(
-            _key(request.pcs), PODCLIQUESET, request.pcs.namespace, request.pcs.name, change
+            _key(request.pcs), kinds()[0], request.pcs.namespace, request.pcs.name, change
         )
         assert obj is not None
         return TemplateResult(
@@ -124,7 +128,7 @@ class GroveActivities:
         ns, key = request.pcs.namespace, _key(request.pcs)
         deleted, done = [], []
         for name in request.podgangs:
-            gang = await self.kube.get(key, PODGANG, ns, name, missing_ok=True)
+            gang = await self.kube.get(key, kinds()[1], ns, name, missing_ok=True)
             if gang is None or gang["metadata"].get("deletionTimestamp"):
                 done.append(name)  # already deleted: Grove is recreating it at the current hash
                 continue
@@ -134,7 +138,7 @@ class GroveActivities:
                 done.append(name)
                 continue
             try:
-                await self.kube.delete(key, PODGANG, ns, name, uid=view.uid)
+                await self.kube.delete(key, kinds()[1], ns, name, uid=view.uid)
             except ConflictRetriesExhausted:  # the uid no longer matches: already replaced
                 done.append(name)
                 continue
@@ -170,7 +174,7 @@ class GroveActivities:
             return None if current == value else {"metadata": {"annotations": {ROLLOUT_ANNOTATION: value}}}
 
         await self.kube.edit(
-            _key(request.pcs), PODCLIQUESET, request.pcs.namespace, request.pcs.name, change, missing_ok=True
+            _key(request.pcs), kinds()[0], request.pcs.namespace, request.pcs.name, change, missing_ok=True
         )
 
     @activity.defn(name="scale_pcs")
@@ -185,6 +189,6 @@ class GroveActivities:
             )
 
         pcs = request.pcs
-        obj, _ = await self.kube.edit(_key(pcs), PODCLIQUESET, pcs.namespace, pcs.name, change)
+        obj, _ = await self.kube.edit(_key(pcs), kinds()[0], pcs.namespace, pcs.name, change)
         assert obj is not None
         return int(obj["metadata"]["generation"])

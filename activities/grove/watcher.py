@@ -19,26 +19,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from temporalio import activity
-from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
-from activities.dpf.kube import Kind, Kube, Object
-from activities.dpf.streams import (
-    OPENED,
-    WatchExpired,
-    WatchFailed,
-    WatchRejected,
-    http_client,
-    list_objects,
-    watch_events,
-)
 from activities.errors import InvalidInput, KubernetesUnavailable
-from activities.grove.objects import PODCLIQUESET, PODGANG, pcs_state
+from activities.grove.objects import kinds, pcs_state
 from metalflow.models.grove import PART_OF_LABEL, PCS_STATE_CHANGED_SIGNAL, PCSState, WatchPCSInput
 
+if TYPE_CHECKING:
+    import httpx
+    from temporalio.client import Client
+
+    from activities.dpf.kube import Kind, Kube
+
+Object = dict[str, Any]
 log = logging.getLogger(__name__)
 FAILURE_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0, 3.0)
 
@@ -68,12 +63,17 @@ class RolloutWatcherActivities:
             KubernetesUnavailable: The API server could not be reached for a while (retryable).
             InvalidInput: The API server refused the watch for good.
         """
+        # Imported here: workflows reference this activity, and must not load the HTTP client.
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from activities.dpf.streams import http_client
+
         info = activity.info()
         sequence = int(info.heartbeat_details[0]) if info.heartbeat_details else 0
         pcs = request.pcs
         streams = [
-            _Stream(PODCLIQUESET, field_selector=f"metadata.name={pcs.name}"),
-            _Stream(PODGANG, label_selector=f"{PART_OF_LABEL}={pcs.name}"),
+            _Stream(kinds()[0], field_selector=f"metadata.name={pcs.name}"),
+            _Stream(kinds()[1], label_selector=f"{PART_OF_LABEL}={pcs.name}"),
         ]
         changed = asyncio.Event()
         handle = self.temporal.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
@@ -113,6 +113,15 @@ class RolloutWatcherActivities:
     async def _follow(
         self, http: httpx.AsyncClient, ns: str, stream: _Stream, changed: asyncio.Event
     ) -> None:
+        from activities.dpf.streams import (
+            OPENED,
+            WatchExpired,
+            WatchFailed,
+            WatchRejected,
+            list_objects,
+            watch_events,
+        )
+
         configuration, failures = self.kube.configuration, 0
         while True:
             try:
