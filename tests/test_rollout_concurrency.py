@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from host_operation_support import save_history
 from rollout_support import (
@@ -116,4 +117,26 @@ async def test_validation_errors_change_nothing(client: Client, task_queue: str,
         message = str(failed.value.cause.cause)  # type: ignore[union-attr]
         assert "has no clique gpu" in message and "router" in message
         assert pcs_object(sim, "inference")["metadata"]["generation"] == before
+        assert sim.violations() == []
+
+
+async def test_a_scale_by_hand_mid_rollout_is_taken_in_between_steps(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    with grove_site(tmp_path, INFERENCE) as sim:
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(
+                client, task_queue, "inference", {"router": "registry.local/router:2"}
+            )
+            await wait_for(handle, lambda s: any(x.finished_at for x in s.steps), "the first step done")
+            httpx.patch(  # as `kubectl scale` would
+                f"{sim.url}/apis/grove.io/v1alpha1/namespaces/default/podcliquesets/inference",
+                json={"spec": {"replicas": 3}},
+                headers={"Content-Type": "application/merge-patch+json"},
+                timeout=10,
+            ).raise_for_status()
+            result = await handle.result()
+        assert result.outcome == "completed"
+        assert len(gangs(sim, "inference")) == 9
+        assert set(hashes(sim, "inference").values()) == {result.target_hash}
         assert sim.violations() == []

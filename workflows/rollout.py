@@ -323,9 +323,12 @@ class RolloutWorkflow:
         deadline = timedelta(seconds=self._policy.step_deadline_seconds)
 
         def settled() -> bool:
+            # A PodGang of a replica scaled away (by hand, mid-step) is done: it will not return.
             s = self._state
             return s is not None and all(
-                steps.ok(s.gang(g), self._target, self._policy.condition) for g in gangs
+                steps.ok(s.gang(g), self._target, self._policy.condition)
+                or (s.shape is not None and planned[g].replica >= s.shape.replicas)
+                for g in gangs
             )
 
         def fell_back() -> list[str]:

@@ -16,7 +16,7 @@ import re
 from datetime import datetime
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
 GROVE_GROUP: Final = "grove.io"
 SCHEDULER_GROUP: Final = "scheduler.grove.io"
@@ -263,6 +263,7 @@ class StepRecord(_Model):
     finished_at: datetime | None = None
     deleted: tuple[str, ...] = ()
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def seconds(self) -> float | None:
         if self.finished_at is None:
