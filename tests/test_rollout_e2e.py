@@ -7,7 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from host_operation_support import save_history
-from rollout_support import INFERENCE, PLAIN, gangs, grove_site, hashes, pcs_object, start_rollout, worker_for
+from rollout_support import (
+    INFERENCE,
+    PLAIN,
+    gangs,
+    grove_site,
+    hashes,
+    pcs_object,
+    start_rollout,
+    status_of,
+    worker_for,
+)
 from temporalio.client import Client
 
 
@@ -23,6 +33,10 @@ async def test_rollout_of_the_inference_shape_rolls_every_podgang_once(
             )
             result = await handle.result()
             await save_history(handle, "rollout_inference_completed")
+            final = await status_of(handle)
+        assert final.phase == "completed" and final.done == final.total == 6
+        assert final.updated_replicas == 2
+        assert final.members_total == final.members_updated == 16  # 2 x (router, 3 x 2 pclqs, pcsg)
         assert result.outcome == "completed"
         assert set(hashes(sim, "inference").values()) == {result.target_hash}
         assert {result.target_hash} != old

@@ -93,6 +93,7 @@ class RolloutWorkflow(RolloutControl):
         self._replicas: tuple[int, ...] = ()
         self._started_at = workflow.now()
         self._watcher: asyncio.Future[None] | None = None
+        self._members: tuple[int | None, int | None] = (None, None)
 
     @workflow.run
     async def run(self, request: RolloutInput) -> RolloutResult:
@@ -163,6 +164,9 @@ class RolloutWorkflow(RolloutControl):
             total=total,
             steps=tuple(self._steps),
             pending_scale=self._scale.replicas if self._scale else None,
+            updated_replicas=self._state.updated_replicas if self._state else 0,
+            members_updated=self._members[0],
+            members_total=self._members[1],
         )
 
     # -- the runbook's steps -------------------------------------------------------------------------
@@ -191,7 +195,9 @@ class RolloutWorkflow(RolloutControl):
                 await self._wait_healthy(plan, names_)
                 continue
             if not chosen:
-                return
+                if await self._verified(state):
+                    return
+                continue
             self._replicas = tuple(r for r, _ in chosen)
             await self._run_step(plan, state, tuple(sorted(names_)), recreate=False)
 
@@ -290,6 +296,31 @@ class RolloutWorkflow(RolloutControl):
                 f"PodGang {', '.join(sick())} not {self._policy.condition}; the next step waits"
             )
         self._check_abort()
+
+    async def _verified(self, read: PCSState) -> bool:
+        """Every PodGang is at the target: Grove must agree (`updatedReplicas`, which counts a
+        replica once its PodGangs, PodCliques and scaling groups run the hash) before the rollout
+        calls itself done; a deadline pauses it. The members' count is shown in `status`."""
+        self._members = (read.members_updated, read.members_total)
+
+        def agreed() -> bool:
+            s = self._state
+            return s is not None and s.shape is not None and s.updated_replicas >= s.shape.replicas
+
+        try:
+            await workflow.wait_condition(
+                lambda: agreed() or self._abort is not None,
+                timeout=timedelta(seconds=self._policy.step_deadline_seconds),
+            )
+        except TimeoutError:
+            s = self._state
+            await self._pause(
+                f"every PodGang is at {self._target} but Grove reports "
+                f"{s.updated_replicas if s else '?'} replicas updated"
+            )
+            return False
+        self._check_abort()
+        return True
 
     async def _between_steps(self) -> None:
         """Safe point: act on abort, a pause request, a rollback, a superseding rollout, a scale."""

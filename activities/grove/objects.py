@@ -34,14 +34,16 @@ Object = dict[str, Any]
 
 
 @cache
-def kinds() -> tuple[Kind, Kind]:
-    """(PodCliqueSet, PodGang). Built on first use: workflows reference the Grove activities, and
-    importing `activities.dpf.kube` (the Kubernetes client) must not come with them."""
+def kinds() -> tuple[Kind, Kind, Kind, Kind]:
+    """(PodCliqueSet, PodGang, PodClique, PodCliqueScalingGroup). Built on first use: workflows
+    reference the Grove activities, and the Kubernetes client must not be imported with them."""
     from activities.dpf.kube import Kind
 
     return (
         Kind("PodCliqueSet", GROVE_GROUP, "podcliquesets", GROVE_VERSION),
         Kind("PodGang", SCHEDULER_GROUP, "podgangs", GROVE_VERSION),
+        Kind("PodClique", GROVE_GROUP, "podcliques", GROVE_VERSION),
+        Kind("PodCliqueScalingGroup", GROVE_GROUP, "podcliquescalinggroups", GROVE_VERSION),
     )
 
 
@@ -121,6 +123,15 @@ def pcs_state(namespace: str, name: str, pcs: Object | None, gangs: list[Object]
         images=images_of(pcs),
         shape=shape_of(pcs),
         gangs=tuple(sorted(views, key=lambda g: g.name)),
+        updated_replicas=int(status.get("updatedReplicas", 0)),
+        available_replicas=int(status.get("availableReplicas", 0)),
+    )
+
+
+def members_updated(current_hash: str, members: list[Object]) -> int:
+    """PodCliques and scaling groups whose status says they run the current hash."""
+    return sum(
+        (m.get("status") or {}).get("currentPodCliqueSetGenerationHash") == current_hash for m in members
     )
 
 

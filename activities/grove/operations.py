@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 
 from activities.errors import ConflictRetriesExhausted, InvalidInput, ObjectNotFound
-from activities.grove.objects import images_patch, kinds, pcs_state, replacement
+from activities.grove.objects import images_patch, kinds, members_updated, pcs_state, replacement
 from metalflow.models.grove import (
     PART_OF_LABEL,
     ROLLOUT_ANNOTATION,
@@ -63,12 +63,21 @@ class GroveActivities:
 
     @activity.defn(name="read_pcs_state")
     async def read_pcs_state(self, pcs: PCSRef) -> PCSState:
-        """The PodCliqueSet and its PodGangs (`exists=False` when the PodCliqueSet is gone)."""
-        obj = await self.kube.get(_key(pcs), kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
-        listed = await self.kube.list(
-            _key(pcs), kinds()[1], pcs.namespace, label_selector=f"{PART_OF_LABEL}={pcs.name}"
+        """The PodCliqueSet, its PodGangs, and how many of its PodCliques and scaling groups run
+        the current hash (`exists=False` when the PodCliqueSet is gone). Four list/get calls."""
+        key, ns, selector = _key(pcs), pcs.namespace, f"{PART_OF_LABEL}={pcs.name}"
+        obj = await self.kube.get(key, kinds()[0], ns, pcs.name, missing_ok=True)
+        listed = await self.kube.list(key, kinds()[1], ns, label_selector=selector)
+        state = pcs_state(ns, pcs.name, obj, listed.get("items") or [])
+        members: list[Object] = []
+        for kind in kinds()[2:]:
+            members += (await self.kube.list(key, kind, ns, label_selector=selector)).get("items") or []
+        return state.model_copy(
+            update={
+                "members_updated": members_updated(state.current_hash, members),
+                "members_total": len(members),
+            }
         )
-        return pcs_state(pcs.namespace, pcs.name, obj, listed.get("items") or [])
 
     @activity.defn(name="read_pcs_template")
     async def read_pcs_template(self, pcs: PCSRef) -> TemplateResult:

@@ -142,6 +142,11 @@ class PCSState(_Model):
     images: dict[str, str] = Field(default_factory=dict)  # clique -> first container's image
     shape: PCSShape | None = None
     gangs: tuple[PodGangState, ...] = ()
+    updated_replicas: int = 0  # Grove's `status.updatedReplicas`
+    available_replicas: int = 0
+    # PodCliques and scaling groups reporting the current hash (reads only; the watcher omits them)
+    members_updated: int | None = None
+    members_total: int | None = None
     attempt: int = 0  # the watcher's activity attempt (0: a read, not a signal)
     sequence: int = 0
 
@@ -284,6 +289,9 @@ class RolloutStatus(_Model):
     total: int = 0
     steps: tuple[StepRecord, ...] = ()
     pending_scale: int | None = None
+    updated_replicas: int = 0
+    members_updated: int | None = None
+    members_total: int | None = None
 
 
 class RolloutResult(_Model):
