@@ -27,9 +27,12 @@ request is never lost and never lands mid-step. Visible progress: the `status` q
 attributes `Operation=rollout` and `Phase`, current details, and the PodCliqueSet annotation
 `metalflow.io/rollout` (Grove owns `status`).
 
-Cost per rollout: one watcher activity slot for its duration; per step 3 activities (progress,
-roll, progress) and about two signals per PodGang rolled: ~60 history events for the site's
-default 2-replica, 6-PodGang workload, so continue-as-new is not needed below ~1,000 PodGangs.
+Cost per rollout: one watcher activity slot for its duration (two watch connections); per step
+a fresh read (4 API calls), the roll, and two progress writes; about three signals per PodGang
+rolled. Measured on the site's default 2-replica, 6-PodGang workload
+(tests/histories/rollout_inference_completed.json): 266 history events, 30 activities, 17
+signals, i.e. ~45 events per PodGang, so one run stays far below Temporal's 50k-event limit up
+to ~1,000 PodGangs; larger PodCliqueSets would need continue-as-new (not implemented).
 """
 
 from __future__ import annotations
