@@ -53,6 +53,7 @@ from metalflow.models.grove import (
     SupersedeRequest,
     image_problem,
 )
+from metalflow.rollouts import render, root_cause
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 FOLLOW_SECONDS = 0.5
@@ -204,13 +205,6 @@ def _handle(client: Client, pcs: PCSRef) -> WorkflowHandle[Any, RolloutResult]:
     )
 
 
-def root_cause(err: BaseException) -> str:
-    """The innermost message of a failure chain (what an activity or validator said)."""
-    while getattr(err, "cause", None) is not None:
-        err = err.cause  # type: ignore[attr-defined]
-    return str(err)
-
-
 async def _start(client: Client, args: argparse.Namespace) -> int:
     pcs: PCSRef = args.pcs
     images = dict(args.images)
@@ -280,17 +274,6 @@ async def _query(handle: WorkflowHandle[Any, Any]) -> RolloutStatus:
             raise RolloutError(f"no rollout {handle.id}") from None
         raise
     return result
-
-
-def render(status: RolloutStatus, width: int = 30) -> str:
-    """One line: phase, a bar of PodGangs done, what is in flight or why it is paused."""
-    filled = int(width * status.done / status.total) if status.total else 0
-    bar = "#" * filled + "-" * (width - filled)
-    what = f"paused: {status.paused_reason}" if status.paused_reason else ""
-    if not what and status.in_flight:
-        what = f"replica {','.join(map(str, status.replicas))}: {', '.join(status.in_flight)}"
-    back = " (rolling back)" if status.rolling_back else ""
-    return f"{status.pcs} {status.phase}{back} [{bar}] {status.done}/{status.total} {what}".rstrip()
 
 
 async def _follow(handle: WorkflowHandle[Any, RolloutResult]) -> int:
