@@ -89,6 +89,10 @@ async def test_second_start_is_refused_and_operator_commands_answer(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     previous = router_image(sim)
+    # The rollout cannot finish while the commands below run, however slow the machine: replica
+    # 1's first MPG never becomes Available until the fault is cleared (and the step's deadline
+    # passed), so every answer is the one for a rollout in flight.
+    sim.inject("podgangs/inference-1-mpg-0/never-available")
     started = await metalflow(
         local_env,
         "rollout",
@@ -96,6 +100,8 @@ async def test_second_start_is_refused_and_operator_commands_answer(
         "default/inference",
         "--set",
         "router=registry.local/router:3",
+        "--step-deadline",
+        "45",
         "--task-queue",
         queue,
     )
@@ -120,6 +126,8 @@ async def test_second_start_is_refused_and_operator_commands_answer(
     assert resumed.status == 0, resumed.stderr
     rollback = await metalflow(local_env, "rollout", "rollback", "default/inference")
     assert rollback.status == 0, rollback.stderr
+    assert "rolling back" in rollback.stdout
+    sim.inject("podgangs/inference-1-mpg-0/clear")  # its re-creation at the old hash comes up
     handle = local_env.client.get_workflow_handle("rollout/default/inference", result_type=RolloutResult)
     result = await handle.result()  # the rollback finishes: no rollout is left running
     assert result.outcome == "rolled-back"

@@ -218,19 +218,27 @@ class RolloutWorkflow(RolloutControl):
             started_at=workflow.now(),
         )
         self._in_flight = gangs
+        healthy_before = set(planned) - set(gangs)
         phase = ROLLING_BACK if self._rolling_back else ROLLING
         self._enter(phase, f"replica {replica}: {'recreating' if recreate else 'rolling'} {', '.join(gangs)}")
         await self._publish()
         rolled = await self._activity(
             GroveActivities.roll_podgangs,
             RollPodGangsInput(
-                pcs=self._pcs, podgangs=gangs, target_hash=self._target, recreate_unavailable=recreate
+                pcs=self._pcs,
+                podgangs=gangs,
+                target_hash=self._target,
+                recreate_unavailable=recreate,
+                require_healthy=() if recreate else tuple(sorted(healthy_before)),
+                condition=self._policy.condition,
             ),
             f"roll {', '.join(gangs)}",
             common.KUBE_WRITE,
         )
+        if rolled.blocked_by:  # fell back since the read: nothing deleted; the loop waits for it
+            self._in_flight = ()
+            return
         record = record.model_copy(update={"deleted": rolled.deleted})
-        healthy_before = set(g.name for r in plan for g in (*r.mpgs, *r.tpgs)) - set(gangs)
         deadline = timedelta(seconds=self._policy.step_deadline_seconds)
 
         def settled() -> bool:

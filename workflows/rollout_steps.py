@@ -32,21 +32,22 @@ def stale(gang: PodGangState | None, target: str) -> bool:
 def next_steps(
     plan: list[ReplicaRollout], state: PCSState, target: str, concurrency: int, condition: str
 ) -> list[tuple[int, tuple[PodGangPlan, ...]]]:
-    """For each of the first `concurrency` replicas with a stale PodGang, its next step: the first
-    step holding a stale PodGang that is down (rolling it costs no availability, and a rollback
-    must take the stuck step back first), else the first step holding a stale one. A replica of
-    a single MPG goes down while it is rolled, so concurrency is 1 then."""
+    """For each of the first `concurrency` replicas with a stale PodGang (those with a stale
+    PodGang that is down first), its next step: the first step holding a stale PodGang that is
+    down (rolling it costs no availability, and a rollback must take the stuck step back first),
+    else the first step holding a stale one. A replica of a single MPG goes down while it is
+    rolled, so concurrency is 1 then."""
     if any(len(r.mpgs) < 2 for r in plan):
         concurrency = 1
-    chosen = []
+    candidates = []
     for replica in plan:
         pending = [s for s in replica.steps() if any(stale(state.gang(g.name), target) for g in s)]
         down = [s for s in pending if any(not healthy(state.gang(g.name), condition) for g in s)]
         if pending:
-            chosen.append((replica.replica, (down or pending)[0]))
-        if len(chosen) >= concurrency:
-            break
-    return chosen
+            candidates.append((not down, replica.replica, (down or pending)[0]))
+    # A replica whose stale step is down goes first: every other step would wait for it.
+    candidates.sort(key=lambda c: c[0])
+    return [(replica, step) for _, replica, step in candidates[:concurrency]]
 
 
 def unhealthy(plan: list[ReplicaRollout], state: PCSState, condition: str, skip: set[str]) -> list[str]:

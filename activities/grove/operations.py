@@ -136,6 +136,22 @@ class GroveActivities:
         """Delete the step's PodGangs that are not yet at the target hash (see the module docstring)."""
         ns, key = request.pcs.namespace, _key(request.pcs)
         deleted, done = [], []
+        if request.require_healthy:
+            listed = await self.kube.list(
+                key, kinds()[1], ns, label_selector=f"{PART_OF_LABEL}={request.pcs.name}"
+            )
+            now = pcs_state(
+                ns, request.pcs.name, {"metadata": {"name": ""}, "spec": {}}, listed.get("items") or []
+            )
+            ok = {
+                g.name
+                for g in now.gangs
+                if not g.deleting and (g.ready if request.condition == "Ready" else g.available)
+            }
+            blocked = tuple(n for n in request.require_healthy if n not in ok)
+            if blocked:
+                log.info("not rolling %s: %s not %s", request.podgangs, blocked, request.condition)
+                return RollPodGangsResult(deleted=(), already_done=(), blocked_by=blocked)
         for name in request.podgangs:
             gang = await self.kube.get(key, kinds()[1], ns, name, missing_ok=True)
             if gang is None or gang["metadata"].get("deletionTimestamp"):

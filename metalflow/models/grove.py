@@ -188,11 +188,16 @@ class RollPodGangsInput(_Model):
     podgangs: tuple[str, ...]
     target_hash: str
     recreate_unavailable: bool = False
+    # Checked just before deleting: each must be present with its condition True, else nothing
+    # is deleted (the workflow's read may be a moment old; a gang can fall back meanwhile).
+    require_healthy: tuple[str, ...] = ()
+    condition: Literal["Available", "Ready"] = "Available"
 
 
 class RollPodGangsResult(_Model):
     deleted: tuple[str, ...]
     already_done: tuple[str, ...]
+    blocked_by: tuple[str, ...] = ()
 
 
 class ProgressInput(_Model):
