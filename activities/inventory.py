@@ -11,7 +11,9 @@ whether an instance is assigned. One interface (`Inventory.resolve`), two source
         labels: {rack: r01}
         instance: null
         bmc: {endpoint: https://..., credentials: {file: PATH} | {env: {...}} | {secret: {...}},
-              insecure: false, ca_bundle: PATH}
+              insecure: false, ca_bundle: PATH,
+              auth: auto,                       # session | basic | auto (session where offered)
+              system: null}                     # the host's System id or path on a multi-system BMC
         dpus:
           - {id: host-001-dpu-0, model: BF3, serial: MT..., bmc: {...}}
 
@@ -65,6 +67,7 @@ from metalflow.models.dpf import (
 )
 from metalflow.models.inventory import (
     BMCAccess,
+    BMCAuth,
     CredentialRef,
     DPUInventory,
     HostInventory,
@@ -83,6 +86,8 @@ class _SiteBMC(_Lenient):
     credentials: CredentialRef | None = None
     insecure: bool = False
     ca_bundle: str | None = None
+    auth: BMCAuth = "auto"
+    system: str | None = None
 
 
 class _SiteDPU(_Lenient):
@@ -111,7 +116,7 @@ def _bmc(owner: str, bmc: _SiteBMC, where: str) -> BMCAccess:
     if not bmc.endpoint or bmc.credentials is None:
         raise InvalidInput(f"{where}: the BMC of {owner} has no endpoint or no credential reference")
     return BMCAccess(bmc_id=owner, endpoint=bmc.endpoint, credentials=bmc.credentials, insecure=bmc.insecure,
-                     ca_bundle=bmc.ca_bundle)  # fmt: skip
+                     ca_bundle=bmc.ca_bundle, auth=bmc.auth, system=bmc.system)  # fmt: skip
 
 
 def _dpu(dpu: _SiteDPU, where: str) -> DPUInventory:
@@ -151,6 +156,19 @@ def host_from_site_file(path: Path, host_id: str, default_namespace: str) -> Hos
     )
 
 
+def bmc_from_site_file(path: Path, bmc_id: str) -> BMCAccess | None:
+    """The BMC with this id (a host's id, or a DPU's) as the site file describes it now."""
+    site = _load_site_file(path)
+    where = f"site file {path}"
+    for host in site.hosts:
+        if host.id == bmc_id:
+            return _bmc(host.id, host.bmc, where)
+        for dpu in host.dpus:
+            if dpu.id == bmc_id and dpu.bmc is not None:
+                return _bmc(dpu.id, dpu.bmc, where)
+    return None
+
+
 def _json_annotation(annotations: dict[str, str], key: str, where: str) -> Any:
     try:
         return json.loads(annotations[key])
@@ -178,6 +196,20 @@ class Inventory:
                 host_from_site_file, self.settings.site_file, host_id, self.settings.dpf_namespace
             )
         return await self._from_cluster(host_id)
+
+    async def bmc_access(self, bmc_id: str) -> BMCAccess | None:
+        """The BMC's access as the inventory says now (None when it does not know the BMC).
+
+        Power activities call this at each attempt, so a corrected endpoint or credential
+        reference takes effect for an operation already running. The cluster source knows host
+        BMCs only (a DPU's BMC is found through its host).
+        """
+        if self.settings.inventory == "site":
+            return await asyncio.to_thread(bmc_from_site_file, self.settings.site_file, bmc_id)
+        try:
+            return (await self._from_cluster(bmc_id)).bmc
+        except InvalidInput:
+            return None
 
     async def _from_cluster(self, host_id: str) -> HostInventory:
         ns = self.settings.dpf_namespace

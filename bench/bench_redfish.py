@@ -43,8 +43,6 @@ def rss_mb(pid: str = "self") -> float:
 
 async def serve(hosts: int, dpus: int) -> None:
     """Child: build and serve the BMCs, report memory on stdout, serve until SIGTERM."""
-    from aiohttp import web
-
     from simulators.events import Hub
     from simulators.faults import Faults
     from simulators.redfish import BMCs
@@ -58,15 +56,11 @@ async def serve(hosts: int, dpus: int) -> None:
     credentials = credentials_for(site)
     rss_site = rss_mb()
     bmcs = BMCs(site, Hub(), Faults("none"), timings_for("zero"), Violations(), credentials)
-    app = web.Application()
-    bmcs.add_routes(app)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    await bmcs.serve()  # a port per BMC, as real BMCs each have an address of their own
     await bmcs.start()
     rss_bmcs = rss_mb()
     report = {
-        "port": runner.addresses[0][1],
+        "endpoints": {host.id: bmcs.endpoint(host.id) for host in site.hosts},
         "bmcs": len(bmcs.bmc_ids()),
         "rss_interpreter_and_imports_mb": round(rss_start, 1),
         "rss_site_model_mb": round(rss_site - rss_start, 1),
@@ -78,25 +72,25 @@ async def serve(hosts: int, dpus: int) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     await bmcs.stop()
-    await runner.cleanup()
 
 
-async def drive(url: str, hosts: int, seconds: float, concurrency: int) -> dict[str, Any]:
+async def drive(endpoints: dict[str, str], hosts: int, seconds: float, concurrency: int) -> dict[str, Any]:
     """Parent: GET Systems/<id> on random host BMCs (basic auth) for `seconds`."""
     from simulators.redfish.host import PROFILES
-    from simulators.site import HOST_BMC_PROFILES
+    from simulators.site import DEFAULT_ROTATION
 
     targets = []
     for i in range(hosts):
         host_id = f"host-{i + 1:03d}"
-        system_id = PROFILES[HOST_BMC_PROFILES[i % len(HOST_BMC_PROFILES)]].system_id
-        targets.append((f"/bmc/{host_id}/redfish/v1/Systems/{system_id}", ("admin", f"pw-{host_id}")))
+        system_id = PROFILES[DEFAULT_ROTATION[i % len(DEFAULT_ROTATION)]].system_id
+        url = f"{endpoints[host_id]}/redfish/v1/Systems/{system_id}"
+        targets.append((url, ("admin", f"pw-{host_id}")))
     done = 0
     errors = 0
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
+    async with httpx.AsyncClient(limits=limits, timeout=30) as client:
 
         async def worker(seed: int) -> None:
             nonlocal done, errors
@@ -153,7 +147,7 @@ async def traced_state(hosts: int, dpus: int) -> dict[str, float]:
     for host in site.hosts:
         host_bmc = bmcs.host_bmc(host.id)
         assert host_bmc is not None
-        bmcs.power.reset(host_bmc, "ForceRestart", f"/bmc/{host.id}")
+        bmcs.power.reset(host_bmc, "ForceRestart", "")
     while any(bmcs.power_state(host.id) != "On" for host in site.hosts):
         await asyncio.sleep(0.01)
     busy = tracemalloc.get_traced_memory()[0] - base
@@ -192,9 +186,9 @@ def main() -> None:
     try:
         assert child.stdout is not None
         memory = json.loads(child.stdout.readline())
-        url = f"http://127.0.0.1:{memory.pop('port')}"
+        endpoints = memory.pop("endpoints")
         cpu_before = cpu_seconds(child.pid)
-        load = asyncio.run(drive(url, args.hosts, args.seconds, args.concurrency))
+        load = asyncio.run(drive(endpoints, args.hosts, args.seconds, args.concurrency))
         served = load["requests"] + load["errors"]
         # The client (httpx) costs more CPU than the server: report the server's own cost too.
         server_cpu = cpu_seconds(child.pid) - cpu_before

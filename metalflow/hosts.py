@@ -12,9 +12,13 @@ import asyncio
 import getpass
 import socket
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
@@ -33,6 +37,9 @@ from metalflow.models.host import STATUS_QUERY, HostStatus, HostWorkflowInput
 
 HOST_WORKFLOW_TYPE = "HostWorkflow"
 FOLLOW_POLL_SECONDS = 0.5
+WORKER_GRACE_SECONDS = 5.0
+QUERY_TIMEOUT = timedelta(seconds=10)  # a query nobody answers (no worker) must not hang the CLI
+_TIMED_OUT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)  # how an expired rpc_timeout shows
 R = TypeVar("R", bound=BaseModel)
 
 
@@ -95,6 +102,38 @@ def was_started(handle: WorkflowHandle[Any, Any]) -> bool:
     return bool(getattr(response, "started", True))
 
 
+async def worker_polls(client: Client, task_queue: str) -> bool:
+    """Whether any worker polled the workflow side of `task_queue` lately (the server remembers
+    pollers for a few minutes)."""
+    described = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return bool(described.pollers)
+
+
+async def require_worker(client: Client, task_queue: str, grace: float = WORKER_GRACE_SECONDS) -> None:
+    """Refuse to ask anything of a task queue no worker polls: the request would wait silently.
+
+    A worker that is starting is seen within `grace` seconds (the server records a poller when
+    its first poll arrives).
+
+    Raises:
+        HostRequestError: No worker polled `task_queue` lately.
+    """
+    deadline = asyncio.get_running_loop().time() + grace
+    while not await worker_polls(client, task_queue):
+        if asyncio.get_running_loop().time() > deadline:
+            raise HostRequestError(
+                f"no worker polls task queue {task_queue!r}, so nothing would act on the request: start "
+                f"one (python worker.py --task-queue {task_queue}) and try again"
+            )
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+
+
 async def send_update(
     client: Client,
     entity: HostWorkflowInput,
@@ -131,21 +170,39 @@ async def host_status(client: Client, host_id: str) -> HostStatus:
     """
     handle = client.get_workflow_handle(names.host_workflow_id(host_id))
     try:
-        status: HostStatus = await handle.query(STATUS_QUERY, result_type=HostStatus)
+        status: HostStatus = await handle.query(
+            STATUS_QUERY, result_type=HostStatus, rpc_timeout=QUERY_TIMEOUT
+        )
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise HostRequestError(
                 f"unknown host {host_id}: no entity workflow {names.host_workflow_id(host_id)} "
                 "(nothing was asked of this host yet)"
             ) from None
+        if err.status in _TIMED_OUT:
+            raise await _unanswered(client, handle) from None
         raise
     return status
+
+
+async def _unanswered(client: Client, handle: WorkflowHandle[Any, Any]) -> HostRequestError:
+    task_queue = (await handle.describe()).task_queue
+    if not await worker_polls(client, task_queue):
+        return HostRequestError(
+            f"{handle.id} does not answer: no worker serves its task queue {task_queue!r}"
+        )
+    return HostRequestError(
+        f"{handle.id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s: the workers of task queue "
+        f"{task_queue!r} are busy or stuck"
+    )
 
 
 async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] | None:
     """An operation's own `status` query as plain data; None while it cannot answer yet."""
     try:
-        status: dict[str, Any] = await client.get_workflow_handle(workflow_id).query(STATUS_QUERY)
+        status: dict[str, Any] = await client.get_workflow_handle(workflow_id).query(
+            STATUS_QUERY, rpc_timeout=QUERY_TIMEOUT
+        )
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         return None
     return status

@@ -28,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
-from metalflow.hosts import HostRequestError, was_started
+from metalflow.hosts import QUERY_TIMEOUT, HostRequestError, was_started
 from metalflow.models.host import (
     ABORT_UPDATE,
     STATUS_QUERY,
@@ -87,11 +87,19 @@ async def monitor_status(client: Client, host_id: str) -> HostMonitorStatus:
     handle = _handle(client, host_id)
     try:
         status: HostMonitorStatus = await handle.query(
-            STATUS_QUERY, result_type=HostMonitorStatus, reject_condition=QueryRejectCondition.NOT_OPEN
+            STATUS_QUERY,
+            result_type=HostMonitorStatus,
+            reject_condition=QueryRejectCondition.NOT_OPEN,
+            rpc_timeout=QUERY_TIMEOUT,
         )
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise HostRequestError(_none_runs(host_id, "no monitor was ever started")) from None
+        if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+            raise HostRequestError(
+                f"the monitor of {host_id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s "
+                "(no worker serves it, or its worker is stuck)"
+            ) from None
         raise
     except WorkflowQueryRejectedError as err:
         ended = err.status.name.lower() if err.status is not None else "closed"

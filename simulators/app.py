@@ -1,12 +1,18 @@
 """The simulated site as one aiohttp application: the pieces composed, served, and described.
 
-`SimulatedSite.start()` binds 127.0.0.1, fills every BMC endpoint with the bound port, and
+`SimulatedSite.start()` binds 127.0.0.1 (the Kubernetes-compatible API and the control API on
+the port asked for, every BMC on a free port of its own), fills every BMC endpoint in, and
 writes what the product needs to reach the site into the state dir:
 
 - `site.yaml`: the site served, endpoints and credential references filled in;
-- `kubeconfig`: a context `metalflow-sim` pointing at the Kubernetes-compatible API;
+- `kubeconfig`: a context `metalflow-sim` pointing at the Kubernetes-compatible API, with the
+  admin's bearer token (the API refuses requests without a valid token, see `kube/rbac.py`);
 - `credentials/<bmc-id>.json` (mode 0600): each BMC's username and password;
-- `sim.json`: `{"url", "pid", "kubeconfig", "site"}`, written last, once requests are served.
+- `tls/bmc-ca.pem`: the CA of the https BMCs (`self-signed-tls`), when the site has one;
+- `tls/apiserver.crt`, `tls/apiserver.key`: the Kubernetes API's HTTPS serving certificate;
+- `sim.json`: `{"url", "kube_url", "pid", "kubeconfig", "site"}`, written last, once requests
+  are served. `kube_url` serves the same routes over HTTPS, which the kubeconfig names:
+  kubectl sends a bearer token only over TLS.
 """
 
 from __future__ import annotations
@@ -28,10 +34,14 @@ from simulators.dpf import DPFController
 from simulators.events import Hub
 from simulators.faults import Faults
 from simulators.grove import GroveController
+from simulators.kube.cel import RuleValidator
 from simulators.kube.crds import load_resource_types, make_validator
 from simulators.kube.http import add_kube_routes
+from simulators.kube.rbac import RESOURCE_TYPES as RBAC_TYPES
+from simulators.kube.rbac import Auth
 from simulators.kube.store import AlreadyExists, NotFound, Store
-from simulators.redfish import BMCs
+from simulators.kube.tls import make_serving_certificate
+from simulators.redfish import BMCs, service_groups
 from simulators.site import BMC, CredentialRef, Site, dump_site
 from simulators.timings import Timings
 from simulators.violations import Violations
@@ -61,24 +71,26 @@ class SimulatedSite:
         self.hub = Hub()
         self.violations = Violations()
         self.faults = Faults(options.faults, options.seed)
-        types = load_resource_types(options.crd_dir)
-        self.store = Store(types, validate=make_validator(types))
+        types = load_resource_types(options.crd_dir) + list(RBAC_TYPES)
+        self.store = Store(types, validate=make_validator(types), validate_rules=RuleValidator())
+        self.auth = Auth(self.store)
         self.credentials = _resolve_credentials(site, options.state_dir)
         self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)
         self.dpf = DPFController(self.store, self.hub, options.timings, self.violations, site)
         self.grove = GroveController(self.store, options.timings, self.violations)
         self.app = web.Application(client_max_size=16 * 1024 * 1024)
-        add_kube_routes(self.app, self.store, self.faults)
-        self.bmcs.add_routes(self.app)
+        add_kube_routes(self.app, self.store, self.faults, auth=self.auth)
         control.add_control_routes(self.app, self)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.kube_url = ""
 
     async def start(self) -> str:
         """Serve, then write the state files; returns the base URL."""
         self._create_namespaces()
         self._create_credential_secrets()
         await self.bmcs.start()
+        await self.bmcs.serve(self.options.state_dir / "tls")
         await self.dpf.start()
         await self.grove.start()
         if self.options.initialised:
@@ -92,6 +104,12 @@ class SimulatedSite:
         await tcp.start()
         port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{port}"
+        # The same routes over HTTPS for Kubernetes clients: kubectl sends a token only over TLS.
+        self._certificate = make_serving_certificate(self.options.state_dir / "tls")
+        tls = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._certificate.server_context())
+        await tls.start()
+        tls_port = tls._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.kube_url = f"https://127.0.0.1:{tls_port}"
         self._fill_endpoints()
         self._write_state_files()
         return self.url
@@ -141,20 +159,33 @@ class SimulatedSite:
                 self.store.update(secret_type, ref.namespace, ref.name, body)
 
     def _fill_endpoints(self) -> None:
+        bmcs = self.bmcs
         for host in self.site.hosts:
-            host.bmc.endpoint = f"{self.url}/bmc/{host.id}"
+            host.bmc.endpoint = bmcs.endpoint(host.id)
+            service = bmcs.service_of(host.id)
+            if service.tls and bmcs.ca_path is not None and not host.bmc.insecure:
+                host.bmc.ca_bundle = str(bmcs.ca_path)
+            if len(service.hosts) > 1 or host.bmc.profile == "multi-system":
+                host.bmc.system = next(sid for sid, h in service.hosts.items() if h.host_id == host.id)
+            if not service.sessions:
+                host.bmc.auth = "basic" if host.bmc.auth == "session" else host.bmc.auth
             for dpu in host.dpus:
-                dpu.bmc.endpoint = f"{self.url}/bmc/{dpu.id}"
+                dpu.bmc.endpoint = bmcs.endpoint(dpu.id)
 
     def _write_state_files(self) -> None:
         state = self.options.state_dir
         state.mkdir(parents=True, exist_ok=True)
         (state / "site.yaml").write_text(dump_site(self.site))
         kubeconfig = state / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(_kubeconfig(self.url), sort_keys=False))
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                _kubeconfig(self.kube_url, self.auth.admin_token, self._certificate.cert_pem), sort_keys=False
+            )
+        )
         kubeconfig.chmod(0o600)
         info: dict[str, Any] = {
             "url": self.url,
+            "kube_url": self.kube_url,
             "pid": os.getpid(),
             "kubeconfig": str(kubeconfig.resolve()),
             "site": str((state / "site.yaml").resolve()),
@@ -166,12 +197,14 @@ class SimulatedSite:
         tmp.replace(state / "sim.json")
 
 
-def _kubeconfig(url: str) -> dict[str, Any]:
+def _kubeconfig(url: str, token: str, ca_pem: bytes) -> dict[str, Any]:
+    # The admin's token: the API answers 401 to any request without it (or another valid one).
+    cluster = {"server": url, "certificate-authority-data": base64.b64encode(ca_pem).decode()}
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "metalflow-sim", "cluster": {"server": url}}],
-        "users": [{"name": "metalflow-sim", "user": {}}],
+        "clusters": [{"name": "metalflow-sim", "cluster": cluster}],
+        "users": [{"name": "metalflow-sim", "user": {"token": token}}],
         "contexts": [
             {
                 "name": "metalflow-sim",
@@ -204,12 +237,19 @@ def _resolve_credentials(site: Site, state_dir: Path) -> dict[str, tuple[str, st
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     found: dict[str, tuple[str, str]] = {}
+    groups = service_groups(site)
     for bmc_id, bmc in _all_bmcs(site):
         ref = bmc.credentials
+        shared = groups.get(bmc_id, bmc_id)
+        if shared != bmc_id:
+            # One BMC service serves the group: one account, the first host's.
+            first = site.host(shared).bmc
+            bmc.credentials, found[bmc_id] = first.credentials, found[shared]
+            continue
         if ref is None:
             path = folder / f"{bmc_id}.json"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            pair = ("admin", secrets.token_urlsafe(18))
+            pair = ("admin", make_password())
             with os.fdopen(fd, "w") as out:
                 json.dump({"username": pair[0], "password": pair[1]}, out)
             bmc.credentials = CredentialRef(file=str(path.resolve()))
@@ -228,5 +268,10 @@ def _resolve_credentials(site: Site, state_dir: Path) -> dict[str, tuple[str, st
         else:
             # A Secret reference: the simulator cannot read a Secret it does not hold, so it makes
             # the credentials up and serves the Secret itself (created in `SimulatedSite`).
-            found[bmc_id] = ("admin", secrets.token_urlsafe(18))
+            found[bmc_id] = ("admin", make_password())
     return found
+
+
+def make_password() -> str:
+    """A random password that never starts with `-` (command-line tools read that as an option)."""
+    return "p" + secrets.token_urlsafe(18)

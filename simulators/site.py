@@ -14,10 +14,12 @@ Example:
         labels: {rack: r01}
         instance: null                      # or the id of the instance assigned to the host
         bmc:
-          endpoint: http://127.0.0.1:8280/bmc/host-001
+          endpoint: http://127.0.0.1:40123   # the BMC's own address: Redfish at /redfish/v1
           profile: powercycle               # simulator only: how this BMC behaves
           credentials: {file: /abs/.metalflow/credentials/host-001.json}
           insecure: false
+          auth: auto                        # session | basic | auto (session where offered)
+          system: null                      # the System's id or path, on a multi-system BMC
         dpus:
           - id: host-001-dpu-0
             model: BF3
@@ -28,6 +30,12 @@ Example:
         name: inference
         replicas: 2
         ...
+
+Every BMC is served at the root of an address of its own (a port per BMC on 127.0.0.1), as
+a real BMC is: `<endpoint>/redfish/v1`. Hosts whose BMCs have profile `multi-system` and the
+same `group` share one BMC service (one endpoint, one account), each its own System (`system`
+is filled in with the host id). A BMC with profile `self-signed-tls` is served over https with
+a certificate from a CA made at simulator start; `ca_bundle` is filled in with the CA's path.
 
 Credential references never hold a secret: `{file: PATH}` (a JSON file with `username` and
 `password`), `{env: {username: VAR, password: VAR}}`, or `{secret: {namespace: NS, name: N}}`
@@ -42,7 +50,17 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-HOST_BMC_PROFILES = ("powercycle", "no-powercycle", "task-monitor", "etag-required", "reset-cooldown")
+# The profiles a generated site rotates through (host i gets DEFAULT_ROTATION[i % 5]).
+DEFAULT_ROTATION = ("powercycle", "no-powercycle", "task-monitor", "etag-required", "reset-cooldown")
+# Every host BMC profile; the ones after the rotation are chosen by name in a site file.
+HOST_BMC_PROFILES = (
+    *DEFAULT_ROTATION,
+    "basic-only",  # no SessionService: HTTP basic auth only
+    "power-lag",  # PowerState keeps its old value for seconds after a reset, no Powering* states
+    "powercycle-501",  # advertises PowerCycle, answers 501 Not Implemented to it
+    "multi-system",  # several hosts behind one BMC service (hosts of one `group`)
+    "self-signed-tls",  # https with a certificate from the simulator's own CA
+)
 DPUModel = Literal["BF3", "BF4"]
 
 
@@ -80,7 +98,10 @@ class BMC(_Model):
     profile: str = "powercycle"
     credentials: CredentialRef | None = None  # filled in by the simulator when absent
     insecure: bool = False
-    ca_bundle: str | None = None
+    ca_bundle: str | None = None  # filled in by the simulator for self-signed-tls BMCs
+    auth: Literal["session", "basic", "auto"] = "auto"
+    system: str | None = None  # filled in by the simulator for multi-system BMCs
+    group: str | None = None  # simulator only: multi-system BMCs of one group share a service
 
 
 class DPU(_Model):
@@ -154,7 +175,7 @@ class Site(_Model):
 def default_site(hosts: int, dpus_per_host: int, *, name: str = "sim") -> Site:
     """The generated site: BMC profiles and DPU models mixed across hosts, one Grove workload.
 
-    Host i gets profile `HOST_BMC_PROFILES[i % 5]`; every third host carries BF4 DPUs (which
+    Host i gets profile `DEFAULT_ROTATION[i % 5]`; every third host carries BF4 DPUs (which
     ask for a second reboot), the others BF3.
     """
     if hosts < 0 or dpus_per_host < 0:
@@ -167,7 +188,7 @@ def default_site(hosts: int, dpus_per_host: int, *, name: str = "sim") -> Site:
             Host(
                 id=host_id,
                 labels={"rack": f"r{i // 16 + 1:02d}"},
-                bmc=BMC(profile=HOST_BMC_PROFILES[i % len(HOST_BMC_PROFILES)]),
+                bmc=BMC(profile=DEFAULT_ROTATION[i % len(DEFAULT_ROTATION)]),
                 dpus=[
                     DPU(id=f"{host_id}-dpu-{k}", model=model, serial=f"MT{i + 1:04d}{k:02d}")
                     for k in range(dpus_per_host)

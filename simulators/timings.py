@@ -25,6 +25,9 @@ class Timings:
     session_timeout_seconds: float = 60.0
     # DPU BMC: SimpleUpdate staging takes this long.
     firmware_stage_seconds: float = 1.0
+    # BMC (power-lag profile): PowerState keeps its old value this long after a reset (drawn).
+    power_lag_min_seconds: float = 1.0
+    power_lag_max_seconds: float = 15.0
 
 
 PROFILES: dict[str, Timings] = {
@@ -36,6 +39,8 @@ PROFILES: dict[str, Timings] = {
         power_transition_seconds=0.0,
         reset_cooldown_seconds=0.0,
         firmware_stage_seconds=0.0,
+        power_lag_min_seconds=0.0,
+        power_lag_max_seconds=0.0,
     ),
     "slow": Timings(
         dpu_phase_seconds=30.0,

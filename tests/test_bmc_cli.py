@@ -39,7 +39,7 @@ def password(sim: RunningSim, host_id: str) -> str:
 def test_check_prints_system_power_reset_types_and_cycle_method(sim: RunningSim) -> None:
     native = metalflow("bmc", "check", "host-001", "--site", sim.site_file)
     assert native.returncode == 0, native.stderr
-    assert "/bmc/host-001/redfish/v1/Systems/System.Embedded.1" in native.stdout
+    assert "/redfish/v1/Systems/System.Embedded.1" in native.stdout
     assert "power state:  On" in native.stdout
     assert "PowerCycle" in native.stdout and "native PowerCycle" in native.stdout
     fallback = metalflow("bmc", "check", "host-002", "--site", sim.site_file, "--auth", "basic")
@@ -88,7 +88,7 @@ def test_unreachable_bmc_and_rejected_credentials_fail_clearly(sim: RunningSim, 
         closed_port = free.getsockname()[1]
     wrong = tmp_path / "wrong.json"
     wrong.write_text('{"username": "admin", "password": "hunter2-wrong"}')
-    site["hosts"][0]["bmc"]["endpoint"] = f"http://127.0.0.1:{closed_port}/bmc/host-001"
+    site["hosts"][0]["bmc"]["endpoint"] = f"http://127.0.0.1:{closed_port}"
     site["hosts"][1]["bmc"]["credentials"] = {"file": str(wrong)}
     edited = tmp_path / "site.yaml"
     edited.write_text(yaml.safe_dump(site))

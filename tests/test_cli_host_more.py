@@ -268,7 +268,7 @@ async def test_usage_errors_exit_2_before_anything_is_asked(local_env: WorkflowE
     both = await usage("monitor", "h1", "--status", "--stop")
     assert "not allowed with argument" in both.stderr
     never = await usage("monitor", "h1", "--reprovision-after", "0")
-    assert "invalid duration '0'" in never.stderr
+    assert "argument --reprovision-after: '0': Input should be greater than 0" in never.stderr
     assert "invalid host id" in (await usage("remove", "h1/x")).stderr
 
 

@@ -122,17 +122,27 @@ class SiteView:
         self.kube.close()
 
 
-def site_file_with_prefix(directory: Path, prefix: str, hosts: int, dpus_per_host: int = 2) -> Path:
-    """The generated site with host ids `<prefix>-001`... so no other test's entity shares them."""
-    from simulators.site import BMC, DPU, HOST_BMC_PROFILES, Host, Site, dump_site
+def site_file_with_prefix(
+    directory: Path, prefix: str, hosts: int, dpus_per_host: int = 2, *, serials: bool = False
+) -> Path:
+    """The generated site with host ids `<prefix>-001`... so no other test's entity shares them.
+
+    `serials`: give each DPU a serial number, as a site that is provisioned from scratch needs."""
+    from simulators.site import BMC, DEFAULT_ROTATION, DPU, Host, Site, dump_site
 
     site = Site(
         name=f"{prefix}-site",
         hosts=[
             Host(
                 id=f"{prefix}-{i + 1:03d}",
-                bmc=BMC(profile=HOST_BMC_PROFILES[i % len(HOST_BMC_PROFILES)]),
-                dpus=[DPU(id=f"{prefix}-{i + 1:03d}-dpu-{k}") for k in range(dpus_per_host)],
+                bmc=BMC(profile=DEFAULT_ROTATION[i % len(DEFAULT_ROTATION)]),
+                dpus=[
+                    DPU(
+                        id=f"{prefix}-{i + 1:03d}-dpu-{k}",
+                        serial=f"MT9{i + 1:03d}{k:02d}" if serials else None,
+                    )
+                    for k in range(dpus_per_host)
+                ],
             )
             for i in range(hosts)
         ],

@@ -190,7 +190,7 @@ async def _cycle_by_hand(sim: RunningSim, host_id: str) -> None:
     async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
         systems = (await http.get(f"{base}/redfish/v1/Systems")).json()
         system = systems["Members"][0]["@odata.id"]
-        action = f"{base.split('/bmc/')[0]}{system}" if system.startswith("/bmc/") else f"{base}{system}"
+        action = f"{base}{system}"  # each BMC is at the root of its own address
         for reset in ("ForceOff", "On"):
             await http.post(f"{action}/Actions/ComputerSystem.Reset", json={"ResetType": reset})
 

@@ -85,7 +85,7 @@ async def test_read_power_state_every_profile(sim: RunningSim, client: RedfishCl
     power = await environment().run(
         PowerActivities(client).read_power_state, ReadPowerStateInput(bmc=access(sim, host_id))
     )
-    assert power.system == f"/bmc/{host_id}/redfish/v1/Systems/{system_id}"
+    assert power.system == f"/redfish/v1/Systems/{system_id}"
     assert power.power_state == "On"
     assert power.power_cycle_method == method
     assert ("PowerCycle" in power.allowed_reset_types) == (profile != "no-powercycle")

@@ -71,8 +71,8 @@ def power_state(sim: RunningSim, host_id: str) -> str:
     """Read PowerState straight from the simulated BMC (basic auth), as an observer."""
     bmc = sim.host(host_id)["bmc"]
     pair = json.loads(Path(bmc["credentials"]["file"]).read_text())
-    with httpx.Client(base_url=sim.url, auth=(pair["username"], pair["password"]), timeout=5) as http:
-        members = http.get(f"/bmc/{host_id}/redfish/v1/Systems").json()["Members"]
+    with httpx.Client(base_url=bmc["endpoint"], auth=(pair["username"], pair["password"]), timeout=5) as http:
+        members = http.get("/redfish/v1/Systems").json()["Members"]
         return str(http.get(members[0]["@odata.id"]).json()["PowerState"])
 
 

@@ -196,9 +196,14 @@ async def test_retry_after_sets_next_retry_delay_in_both_forms() -> None:
     assert 25 <= caught.value.next_retry_delay.total_seconds() <= 31
 
 
+def _refused(status: int, text: str) -> httpx.Response:
+    return httpx.Response(status, json={"error": {"@Message.ExtendedInfo": [
+        {"MessageId": "Base.1.16.0.NoValidSession", "Message": text}]}})  # fmt: skip
+
+
 async def test_authentication_failure_names_the_reference_never_the_secret() -> None:
-    bmc = FakeBMC(lambda: httpx.Response(401, json={"error": {"@Message.ExtendedInfo": [
-        {"MessageId": "Base.1.16.0.NoValidSession", "Message": "bad login"}]}}))  # fmt: skip
+    bmc = FakeBMC()
+    bmc.routes[("GET", "/redfish/v1/Systems")] = lambda r: _refused(401, "bad login")
     with pytest.raises(BMCAuthenticationFailed) as caught:
         await read(bmc)
     message = str(caught.value)
@@ -207,10 +212,22 @@ async def test_authentication_failure_names_the_reference_never_the_secret() -> 
     assert caught.value.non_retryable
 
 
+async def test_a_refusal_after_the_credentials_worked_is_not_called_bad_credentials() -> None:
+    # The Systems collection was served with these credentials: a 401/403 on the System itself
+    # is about that resource (privilege), and the BMC's own words and the URL are kept.
+    for status in (401, 403):
+        bmc = FakeBMC(lambda status=status: _refused(status, "insufficient privilege"))  # type: ignore[misc]
+        with pytest.raises(BMCRequestRejected) as caught:
+            await read(bmc)
+        message = str(caught.value)
+        assert f"{SYSTEM} answered {status}" in message and "insufficient privilege" in message
+        assert "check the credentials" not in message and caught.value.non_retryable
+
+
 async def test_statuses_map_to_the_taxonomy() -> None:
     expected: list[tuple[int, type[Exception]]] = [
-        (403, BMCAuthenticationFailed), (400, BMCRequestRejected), (405, BMCRequestRejected),
-        (404, BMCRequestRejected), (409, BMCUnavailable), (500, BMCUnavailable),
+        (403, BMCRequestRejected), (400, BMCRequestRejected), (405, BMCRequestRejected),
+        (404, BMCRequestRejected), (409, BMCUnavailable), (500, BMCUnavailable), (501, BMCRequestRejected),
     ]  # fmt: skip
     for status, error in expected:
         with pytest.raises(error):

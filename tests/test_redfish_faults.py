@@ -12,7 +12,7 @@ from simulators.site import default_site
 from simulators.timings import timings_for
 
 HOST = "host-001"
-SYSTEM = f"/bmc/{HOST}/redfish/v1/Systems/System.Embedded.1"
+SYSTEM = "/redfish/v1/Systems/System.Embedded.1"
 REQUESTS = 90
 
 
@@ -25,7 +25,8 @@ async def run_flaky_session(seed: int) -> list[tuple[str, int, str | None]]:
     async with serve_bmcs(
         default_site(1, 0), timings=timings_for("zero"), faults=Faults("flaky", seed)
     ) as sim:
-        async with httpx.AsyncClient(base_url=sim.url, auth=sim.credentials[HOST], timeout=10) as client:
+        base = sim.base(HOST)
+        async with httpx.AsyncClient(base_url=base, auth=sim.credentials[HOST], timeout=10) as client:
             for i in range(REQUESTS):
                 power_before = sim.bmcs.power_state(HOST)
                 log_before = len(sim.bmcs.power_log(HOST))

@@ -126,8 +126,9 @@ def _annotations(api: k8s.CustomObjectsApi, plural: str, name: str) -> dict[str,
 def _power_cycle(sim: RunningSim, host: dict[str, Any]) -> None:
     """ForceOff, wait for Off, On, wait for On: what a BMC without PowerCycle needs."""
     creds = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
-    with httpx.Client(base_url=sim.url, auth=(creds["username"], creds["password"]), timeout=10) as bmc:
-        systems = bmc.get(f"/bmc/{host['id']}/redfish/v1/Systems").json()
+    endpoint = host["bmc"]["endpoint"]
+    with httpx.Client(base_url=endpoint, auth=(creds["username"], creds["password"]), timeout=10) as bmc:
+        systems = bmc.get("/redfish/v1/Systems").json()
         system = systems["Members"][0]["@odata.id"]
         target = bmc.get(system).json()["Actions"]["#ComputerSystem.Reset"]["target"]
         for reset, state in (("ForceOff", "Off"), ("On", "On")):

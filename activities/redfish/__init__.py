@@ -29,10 +29,14 @@ def power_activities(power: PowerActivities) -> list[Callable[..., Any]]:
 
 def build_redfish_activities(settings: Settings) -> list[Callable[..., Any]]:
     """Every Redfish activity, sharing one client (and so one request cap per BMC)."""
+    from activities.inventory import Inventory  # the inventory's Kubernetes client loads lazily
+
     client = build_redfish_client(settings)
-    firmware = FirmwareActivities(client)
+    # Each attempt re-reads its BMC from the inventory: fixes take effect (issue 9).
+    inventory = Inventory(settings)
+    firmware = FirmwareActivities(client, inventory)
     return [
-        *power_activities(PowerActivities(client)),
+        *power_activities(PowerActivities(client, inventory)),
         firmware.read_dpu_firmware_versions,
         firmware.stage_dpu_firmware,
     ]

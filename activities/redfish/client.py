@@ -1,34 +1,33 @@
-"""One Redfish client per worker: TLS per BMC, basic or session auth, a request cap per BMC.
+"""One Redfish client per worker: TLS per BMC, session or basic auth per BMC, a request cap per BMC.
 
-Errors (only those of `activities.errors`), by what the BMC answered:
+Errors: only those of `activities.errors`, classified by `activities.redfish.answers` (which
+says how each BMC answer maps to them). Links in Redfish responses are server-absolute paths
+(`/redfish/v1/...`): they are joined with the endpoint's origin, never with the endpoint
+itself, and a link to another origin is refused.
 
-- 401, 403, a TLS certificate that does not verify -> `BMCAuthenticationFailed` (permanent)
-- 400, 404, 405 and any other 4xx but 409/429; a redirect to another host; a body that is not
-  Redfish (malformed JSON, not an object) -> `BMCRequestRejected` (permanent)
-- 409, 429, 5xx, a timeout, a refused or reset connection -> `BMCUnavailable` (transient), with
-  `next_retry_delay` set from `Retry-After` when the BMC sent one
+Auth, per BMC (`BMCAccess.auth`, or the client's `auth` which overrides it, as the CLI's
+`--auth` does): `session`, `basic`, or `auto` (the default): session when the service root
+offers a SessionService, else basic; when session login is refused (401/403/404/405), basic is
+tried before the credentials are called bad. What `auto` chose is remembered per BMC.
 
-Messages name the BMC, the method, the path and the Redfish MessageId/Message; never a
-credential. Links in Redfish responses are server-absolute paths (`/redfish/v1/...`, or with a
-prefix such as `/bmc/<id>/redfish/v1/...` behind a proxy): they are joined with the endpoint's
-origin, never with the endpoint itself, and a link to another origin is refused.
-
-Sessions: with `auth="session"` a BMC gets one session, created on the first request that needs
-it and shared by every activity using that BMC at the time. It is deleted when the last of them
-finishes (`RedfishClient.connect` is a context manager) and, for safety, at `aclose`. A session
-the BMC forgot (401 on the token) is re-created once. BMCs hold few sessions (often 4 to 16) and
-run out when clients leak them; a worker that is killed loses its session to the BMC's timeout,
-which is why no session outlives the activities using it.
+Sessions: a BMC gets one session, created on the first request that needs it and shared by
+every activity using that BMC at the time. It is deleted when the last of them finishes
+(`RedfishClient.connect` is a context manager) and, for safety, at `aclose`. A session the BMC
+forgot (401 on the token) is re-created once. Long waits (`BMCConnection.sleep`) touch the
+session when it has been idle for a third of the BMC's `SessionTimeout` (read once per
+session; at most `SESSION_KEEPALIVE_SECONDS`) so it does not expire idle (BMCs time sessions
+out after 60 s or less, and a ForceOff / 120 s wait / On cycle must not leak one). BMCs hold few
+sessions (often 4 to 16) and run out when clients leak them; a worker that is killed loses its
+session to the BMC's timeout, which is why no session outlives the activities using it.
 
 Load: at most `max_in_flight` requests per BMC are on the wire across the whole worker (sessions
-included); waits between polls hold no slot.
+included); waits between polls hold no slot. Cost per BMC: a few small objects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import email.utils
 import json
 import logging
 import ssl
@@ -36,7 +35,6 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import urljoin, urlsplit
 
@@ -44,12 +42,25 @@ import httpx
 
 from activities.credentials import CredentialResolver, Credentials
 from activities.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, InvalidInput
+from activities.redfish.answers import (
+    _maybe_json,
+    _odata_id,
+    _path,
+    _task_message,
+    is_not_supported,
+    json_object,
+    raise_for_status,
+    retry_after_seconds,
+)
+from metalflow import metrics
 from metalflow.models.inventory import BMCAccess
 
 log = logging.getLogger("metalflow.redfish")
 
-AuthMode = Literal["session", "basic"]
+AuthMode = Literal["session", "basic", "auto"]
 OnWait = Callable[[], None]
+# Touch an open session at least this often during a wait (BMC idle timeouts are often 60 s).
+SESSION_KEEPALIVE_SECONDS = 20.0
 _TLS_EXTENSION = "metalflow_tls"
 _MAX_REDIRECTS = 5
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -108,7 +119,11 @@ class _BMCState:
     users: int = 0
     session: _Session | None = None
     service_root: dict[str, Any] | None = None
-    system_uri: str | None = None  # Systems.Members[0], stable for a BMC
+    system_uri: str | None = None  # the host's System, stable for a BMC
+    auth: Literal["session", "basic"] | None = None  # what `auto` chose for this BMC
+    unsupported_resets: set[str] = field(default_factory=set)  # advertised, but refused as permanent
+    last_request: float = 0.0  # monotonic time of the last request (session keep-alive)
+    keepalive_seconds: float = 20.0  # a third of the BMC's SessionTimeout, at most 20 s
 
 
 class RedfishClient:
@@ -117,7 +132,7 @@ class RedfishClient:
     Args:
         resolver: Resolves credential references.
         max_in_flight: Requests on the wire per BMC across the worker (Settings.bmc_max_in_flight).
-        auth: `session` (Redfish sessions, the default) or `basic`.
+        auth: Overrides every BMC's own `auth` (`session`, `basic` or `auto`); None: per BMC.
         timeout_seconds: Timeout of one HTTP request.
         transport: Replaces the network (tests pass `httpx.MockTransport`).
     """
@@ -127,23 +142,24 @@ class RedfishClient:
         resolver: CredentialResolver,
         *,
         max_in_flight: int = 2,
-        auth: AuthMode = "session",
+        auth: AuthMode | None = None,
         timeout_seconds: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._resolver = resolver
         self._max_in_flight = max_in_flight
-        self.auth: AuthMode = auth
+        self.auth: AuthMode | None = auth
         self._http = httpx.AsyncClient(
             transport=_TLSRouter(transport), timeout=timeout_seconds, follow_redirects=False
         )
         self._bmcs: dict[str, _BMCState] = {}
         self._open: dict[str, BMCConnection] = {}
+        self.on_connect: Callable[[BMCConnection], None] | None = None  # the CLI keeps them
 
-    def _state(self, bmc_id: str) -> _BMCState:
-        state = self._bmcs.get(bmc_id)
+    def _state(self, key: str) -> _BMCState:
+        state = self._bmcs.get(key)
         if state is None:
-            state = self._bmcs[bmc_id] = _BMCState(asyncio.Semaphore(self._max_in_flight))
+            state = self._bmcs[key] = _BMCState(asyncio.Semaphore(self._max_in_flight))
         return state
 
     @asynccontextmanager
@@ -160,16 +176,21 @@ class RedfishClient:
                 "TLS verification is OFF for BMC %s (%s): insecure is set", access.bmc_id, access.endpoint
             )
         credentials = await self._resolver.resolve(access.credentials)
-        state = self._state(access.bmc_id)
+        # Keyed by what identifies the service too: a BMC moved or re-pointed in the inventory
+        # gets a fresh session, service root and System, never the old address's.
+        key = f"{access.bmc_id}|{access.endpoint}|{access.system}|{access.auth}"
+        state = self._state(key)
         state.users += 1
         connection = BMCConnection(self, access, state, credentials, tls, on_wait)
-        self._open[access.bmc_id] = connection
+        self._open[key] = connection
+        if self.on_connect is not None:
+            self.on_connect(connection)
         try:
             yield connection
         finally:
             state.users -= 1
             if state.users == 0:
-                self._open.pop(access.bmc_id, None)
+                self._open.pop(key, None)
                 await asyncio.shield(connection.close_session())
 
     async def aclose(self) -> None:
@@ -219,6 +240,25 @@ class BMCConnection:
             raise InvalidInput(f"BMC {access.bmc_id}: endpoint {access.endpoint!r} is not an http(s) URL")
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.requests = 0  # sent by this connection, for the results' figures
+        # The credentials were accepted at least once here: a later 401/403 is about a resource.
+        self.authenticated = False
+        self.on_problem: Callable[[str], None] | None = None  # told each transient error waited out
+        self.last_problem: str | None = None
+
+    def note_problem(self, err: Exception) -> None:
+        """Remember a transient error that a wait rides out (the CLI shows it, and the last one)."""
+        text = getattr(err, "message", None) or str(err)
+        self.last_problem = text
+        if self.on_problem is not None:
+            self.on_problem(text)
+
+    @property
+    def unsupported_resets(self) -> frozenset[str]:
+        """Reset types this BMC advertised but refused as not implemented (remembered per BMC)."""
+        return frozenset(self._state.unsupported_resets)
+
+    def mark_reset_unsupported(self, reset_type: str) -> None:
+        self._state.unsupported_resets.add(reset_type)
 
     @property
     def bmc_id(self) -> str:
@@ -236,10 +276,11 @@ class BMCConnection:
             self.on_wait()
 
     async def sleep(self, seconds: float) -> None:
-        """Wait, heartbeating at least every second."""
+        """Wait, heartbeating at least every second and keeping an open session alive."""
         end = time.monotonic() + seconds
         while True:
             self.heartbeat()
+            await self.keep_session_alive()
             left = end - time.monotonic()
             if left <= 0:
                 return
@@ -285,8 +326,9 @@ class BMCConnection:
         session_used: _Session | None = None
         headers: dict[str, str] = {"Accept": "application/json", "OData-Version": "4.0"}
         if authenticate:
-            if self._client.auth == "session":
+            if await self.auth_mode() == "session":
                 session_used = await self._session()
+            if session_used is not None:
                 headers["X-Auth-Token"] = session_used.token
             else:
                 headers["Authorization"] = _basic(self._credentials)
@@ -294,11 +336,30 @@ class BMCConnection:
         if response.status_code == 401 and session_used is not None:
             # The BMC dropped the session (timeout, BMC reboot): log in again, once.
             await self._forget_session(session_used)
-            headers["X-Auth-Token"] = (await self._session()).token
+            session_used = await self._session()
+            if session_used is not None:
+                headers["X-Auth-Token"] = session_used.token
+            else:
+                headers.pop("X-Auth-Token", None)
+                headers["Authorization"] = _basic(self._credentials)
             response = await self._send(method, url, headers, json_body)
+        if authenticate and response.status_code < 400:
+            self.authenticated = True
         if response.status_code not in accept:
             raise_for_status(self, method, url, response)
         return response
+
+    async def auth_mode(self) -> Literal["session", "basic"]:
+        """How this BMC is authenticated: as configured, or what `auto` found the service offers."""
+        wanted = self._client.auth or self.access.auth
+        if wanted != "auto":
+            return wanted
+        if self._state.auth is None:
+            root = await self.service_root()
+            offers = "SessionService" in root or _odata_id(root.get("Links", {}).get("Sessions")) is not None
+            self._state.auth = "session" if offers else "basic"
+            log.info("BMC %s: auth auto -> %s", self.bmc_id, self._state.auth)
+        return self._state.auth
 
     async def _send(
         self, method: str, url: str, headers: dict[str, str], json_body: dict[str, Any] | None
@@ -313,11 +374,14 @@ class BMCConnection:
             )
             async with self._state.slots:
                 self.requests += 1
+                self._state.last_request = started = time.monotonic()
                 try:
                     response = await self._client._http.send(request)
                 except httpx.TimeoutException:
+                    metrics.activity_bmc_request(self.bmc_id, "timeout")
                     raise BMCUnavailable(f"BMC {self.bmc_id}: {method} {_path(url)} timed out") from None
                 except httpx.TransportError as err:
+                    metrics.activity_bmc_request(self.bmc_id, "unreachable")
                     if _is_certificate_error(err):
                         raise BMCAuthenticationFailed(
                             f"BMC {self.bmc_id}: the TLS certificate of {self.origin} did not verify; "
@@ -326,6 +390,7 @@ class BMCConnection:
                     raise BMCUnavailable(
                         f"BMC {self.bmc_id}: cannot reach {self.origin} ({type(err).__name__}: {err})"
                     ) from None
+            metrics.activity_bmc_request(self.bmc_id, response.status_code, time.monotonic() - started)
             if response.status_code not in _REDIRECTS:
                 return response
             target = response.headers.get("Location")
@@ -353,7 +418,8 @@ class BMCConnection:
 
     # -- sessions ---------------------------------------------------------------------------
 
-    async def _session(self) -> _Session:
+    async def _session(self) -> _Session | None:
+        """The BMC's session, created when needed; None when `auto` fell back to basic auth."""
         state = self._state
         if state.session is not None:
             return state.session
@@ -362,13 +428,22 @@ class BMCConnection:
                 state.session = await self._create_session()
             return state.session
 
-    async def _create_session(self) -> _Session:
+    async def _create_session(self) -> _Session | None:
         root = await self.service_root()
         link = _odata_id(root.get("Links", {}).get("Sessions")) or "/redfish/v1/SessionService/Sessions"
-        url = self.link(link) if "Links" in root else self.access.endpoint.rstrip("/") + link
+        url = self.link(link)
         body = {"UserName": self._credentials.username, "Password": self._credentials.password}
-        response = await self._send("POST", url, {"Accept": "application/json"}, body)
-        raise_for_status(self, "POST", url, response)
+        response = await self._send("POST", url, {"Accept": "application/json", "OData-Version": "4.0"}, body)
+        if response.status_code in (401, 403, 404, 405) and (self._client.auth or self.access.auth) == "auto":
+            # No usable SessionService: basic auth decides whether the credentials are bad.
+            log.info(
+                "BMC %s: session login answered %s; trying basic auth", self.bmc_id, response.status_code
+            )
+            self._state.auth = "basic"
+            return None
+        if response.status_code < 300:
+            self.authenticated = True
+        raise_for_status(self, "POST", url, response, authentication=True)
         token = response.headers.get("X-Auth-Token")
         if not token:
             raise BMCRequestRejected(f"BMC {self.bmc_id}: session created without an X-Auth-Token header")
@@ -376,7 +451,41 @@ class BMCConnection:
         if location is None:
             location = _odata_id(_maybe_json(response))
         log.debug("BMC %s: session opened (%s)", self.bmc_id, location)
-        return _Session(token, None if location is None else urljoin(url, location))
+        session = _Session(token, None if location is None else urljoin(url, location))
+        await self._learn_session_timeout(root, session)
+        return session
+
+    async def _learn_session_timeout(self, root: dict[str, Any], session: _Session) -> None:
+        """Keep-alive at a third of the BMC's own SessionTimeout (one GET per new session)."""
+        link = _odata_id(root.get("SessionService"))
+        if link is None:
+            return
+        headers = {"Accept": "application/json", "OData-Version": "4.0", "X-Auth-Token": session.token}
+        try:
+            response = await self._send("GET", self.link(link), headers, None)
+        except (BMCUnavailable, BMCRequestRejected):
+            return
+        timeout = (_maybe_json(response) or {}).get("SessionTimeout") if response.status_code == 200 else None
+        if isinstance(timeout, int | float) and timeout > 0:
+            self._state.keepalive_seconds = min(SESSION_KEEPALIVE_SECONDS, max(0.5, timeout / 3))
+
+    async def keep_session_alive(self) -> None:
+        """Touch the open session (GET it) when it has been idle for `SESSION_KEEPALIVE_SECONDS`.
+
+        Called during long waits: a BMC expires an idle session (often after 60 s), which would
+        leak it and make the next request log in again. Failures are left to the next request.
+        """
+        session = self._state.session
+        if session is None or session.location is None:
+            return
+        if time.monotonic() - self._state.last_request < self._state.keepalive_seconds:
+            return
+        try:
+            await self._send(
+                "GET", session.location, {"X-Auth-Token": session.token, "OData-Version": "4.0"}, None
+            )
+        except (BMCUnavailable, BMCRequestRejected) as err:
+            log.info("BMC %s: session keep-alive failed: %s", self.bmc_id, err)
 
     async def _forget_session(self, session: _Session) -> None:
         async with self._state.session_lock:
@@ -448,91 +557,4 @@ def _is_certificate_error(err: BaseException) -> bool:
     return False
 
 
-def _path(url: str) -> str:
-    return urlsplit(url).path or "/"
-
-
-def _odata_id(value: Any) -> str | None:
-    if isinstance(value, dict) and isinstance(value.get("@odata.id"), str):
-        return str(value["@odata.id"])
-    return None
-
-
-def _maybe_json(response: httpx.Response) -> dict[str, Any] | None:
-    if not response.content:
-        return None
-    try:
-        loaded = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return loaded if isinstance(loaded, dict) else None
-
-
-def _task_message(task: dict[str, Any]) -> str:
-    messages = task.get("Messages")
-    if isinstance(messages, list):
-        texts = [str(m.get("Message")) for m in messages if isinstance(m, dict) and m.get("Message")]
-        if texts:
-            return "; ".join(texts)
-    return "no message"
-
-
-def json_object(connection: BMCConnection, response: httpx.Response) -> dict[str, Any]:
-    """The response's JSON object, or `BMCRequestRejected` for anything that is not Redfish."""
-    where = f"BMC {connection.bmc_id}: {response.request.method} {_path(str(response.request.url))}"
-    try:
-        loaded = response.json()
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise BMCRequestRejected(f"{where} answered malformed JSON; not a Redfish service?") from None
-    if not isinstance(loaded, dict):
-        raise BMCRequestRejected(f"{where} answered JSON that is not an object; not a Redfish service?")
-    return loaded
-
-
-def redfish_error(response: httpx.Response) -> str:
-    """`MessageId: Message` of a Redfish error body, or a short reason when there is none."""
-    body = _maybe_json(response)
-    error = (body or {}).get("error")
-    if isinstance(error, dict):
-        infos = error.get("@Message.ExtendedInfo")
-        if isinstance(infos, list) and infos and isinstance(infos[0], dict):
-            message_id = str(infos[0].get("MessageId", "")).rsplit(".", 1)[-1]
-            return f"{message_id}: {infos[0].get('Message', '')}".strip()
-        if error.get("message"):
-            return str(error["message"])
-    return response.reason_phrase or "no Redfish error body"
-
-
-def retry_after_seconds(response: httpx.Response) -> float | None:
-    """`Retry-After` as seconds (delta-seconds or an HTTP date), or None."""
-    value = response.headers.get("Retry-After")
-    if value is None:
-        return None
-    value = value.strip()
-    if value.isdigit():
-        return float(value)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
-def raise_for_status(connection: BMCConnection, method: str, url: str, response: httpx.Response) -> None:
-    """Raise the taxonomy's error for a non-2xx answer."""
-    status = response.status_code
-    if status < 300:
-        return
-    what = f"BMC {connection.bmc_id}: {method} {_path(url)} answered {status} {redfish_error(response)}"
-    if status in (401, 403):
-        raise BMCAuthenticationFailed(
-            f"{what} (check the credentials in {connection.access.credentials.describe()})"
-        )
-    if status == 409 or status == 429 or status >= 500:
-        delay = retry_after_seconds(response)
-        raise BMCUnavailable(
-            what, next_retry_delay=None if delay is None else timedelta(seconds=max(delay, 0.1))
-        )
-    raise BMCRequestRejected(what)
+__all__ = ["BMCConnection", "RedfishClient", "is_not_supported", "json_object", "raise_for_status"]

@@ -20,6 +20,8 @@ from typing import Any
 from temporalio import activity
 
 from activities.errors import BMCRequestRejected
+from activities.heartbeat import heartbeating
+from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import BMCConnection, RedfishClient
 from metalflow.models.redfish import (
     FirmwareComponent,
@@ -127,17 +129,20 @@ async def stage(connection: BMCConnection, request: StageFirmwareInput) -> Stage
 class FirmwareActivities:
     """DPU firmware activities; holds the worker's `RedfishClient`."""
 
-    def __init__(self, client: RedfishClient) -> None:
+    def __init__(self, client: RedfishClient, inventory: BMCSource | None = None) -> None:
+        self._inventory = inventory  # each attempt re-reads the DPU's BMC from it (issue 9)
         self._client = client
 
     @activity.defn(name="read_dpu_firmware_versions")
     async def read_dpu_firmware_versions(self, request: ReadFirmwareInput) -> FirmwareVersions:
         """Read the running and staged firmware versions from a DPU's BMC."""
-        async with self._client.connect(request.bmc, on_wait=activity.heartbeat) as connection:
+        bmc = await current_access(self._inventory, request.bmc)
+        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
             return await read_versions(connection, request.component)
 
     @activity.defn(name="stage_dpu_firmware")
     async def stage_dpu_firmware(self, request: StageFirmwareInput) -> StageFirmwareResult:
         """Stage a firmware image on a DPU's BMC (skipped when already staged or running)."""
-        async with self._client.connect(request.bmc, on_wait=activity.heartbeat) as connection:
+        bmc = await current_access(self._inventory, request.bmc)
+        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
             return await stage(connection, request)

@@ -15,10 +15,13 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.errors import PowerStateTimeout
+from activities.errors import BMCUnavailable, PowerStateTimeout
+from activities.heartbeat import heartbeating
+from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import BMCConnection, RedfishClient
 from activities.redfish.powercycle import PowerCycle
 from activities.redfish.system import (
+    System,
     parse_time,
     read_system,
     require_reset_type,
@@ -26,6 +29,7 @@ from activities.redfish.system import (
     system_uri,
     wait_for_power,
 )
+from metalflow.models.inventory import BMCAccess
 from metalflow.models.redfish import (
     GracefulShutdownInput,
     GracefulShutdownResult,
@@ -46,6 +50,8 @@ _RESTART = frozenset({"ForceRestart", "GracefulRestart", "PowerCycle", "FullPowe
 _DEFAULT_THROTTLE = timedelta(seconds=30)
 _MAX_THROTTLE = timedelta(seconds=60)
 _FLUSH_MARGIN_SECONDS = 1.0
+_MAX_DECISIONS = 4  # re-decisions when PowerState moves under us before giving up
+_SETTLE_POLL_SECONDS = 0.5
 
 
 def _now() -> datetime:
@@ -78,27 +84,34 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
 
     As the bare-metal manager does (DOMAIN.md section 1): On/ForceOn of an On host and
     ForceOff/GracefulShutdown of an Off host send nothing; a restart of an Off host is `On`.
+    Real BMCs report the old PowerState for seconds after a reset (by us or anyone), with no
+    Powering* state: a state is trusted only once it held for `settle_seconds` (re-deciding if
+    it moved), and the final state is verified the same way before success is reported.
     """
     started = _now()
     uri = await system_uri(connection)
     system = await read_system(connection, uri)
-    if system.power_state.startswith("Powering"):
-        say(f"{system.power_state}: waiting for the running transition to settle")
-        system = await wait_for_power(
-            connection, uri, frozenset({"On", "Off"}), time.monotonic() + request.timeout_seconds
-        )
-    wanted, state = request.reset_type, system.power_state
-    sent: str | None = wanted
-    if (wanted in _TURN_ON and state == "On") or (wanted in _TURN_OFF and state == "Off"):
-        sent = None
-    elif wanted in _RESTART and state == "Off":
-        sent = "On"
-    if sent is None:
-        say(f"already {state}: nothing sent")
-        return SetPowerResult(
-            bmc_id=connection.bmc_id, requested=wanted, sent=None, power_state=state,
-            started_at=started, finished_at=_now(),
-        )  # fmt: skip
+    wanted = request.reset_type
+    for _ in range(_MAX_DECISIONS):
+        if system.power_state.startswith("Powering"):
+            say(f"{system.power_state}: waiting for the running transition to settle")
+            system = await wait_for_power(
+                connection, uri, frozenset({"On", "Off"}), time.monotonic() + request.timeout_seconds
+            )
+        sent = _reset_to_send(wanted, system.power_state)
+        if sent is not None:
+            break
+        moved = await _settled(connection, uri, system, request.settle_seconds, say)
+        if moved.power_state == system.power_state:
+            say(f"already {system.power_state} (held {request.settle_seconds:g} s): nothing sent")
+            return SetPowerResult(
+                bmc_id=connection.bmc_id, requested=wanted, sent=None, power_state=system.power_state,
+                started_at=started, finished_at=_now(),
+            )  # fmt: skip
+        system = moved  # a reset we did not send is taking effect: decide again
+    else:
+        raise PowerStateTimeout(f"BMC {connection.bmc_id}: PowerState kept changing; not deciding on it")
+    state = system.power_state
     if sent != wanted:
         say(f"{wanted} of a host that is Off: sending On instead")
     # Check what was asked too, so an unsupported request fails the same whatever the power is.
@@ -107,16 +120,51 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
     deadline = time.monotonic() + request.timeout_seconds
     say(f"{state} -> sending {sent}")
     await send_reset(connection, system, sent, deadline)
+    accepted = time.monotonic()
     target = "Off" if sent in _TURN_OFF else "On" if sent in _TURN_ON | _RESTART else None
+    lag = None
     if target is not None:
         system = await wait_for_power(connection, uri, frozenset({target}), deadline)
-        say(f"PowerState {system.power_state}")
+        lag = round(time.monotonic() - accepted, 3)
+        say(f"PowerState {system.power_state} after {lag:g} s")
+        held = await _settled(connection, uri, system, request.settle_seconds, say)
+        if held.power_state != system.power_state:
+            raise PowerStateTimeout(
+                f"BMC {connection.bmc_id}: PowerState reached {system.power_state} after {sent} but then "
+                f"showed {held.power_state} within {request.settle_seconds:g} s"
+            )
     else:
         system = await read_system(connection, uri)
     return SetPowerResult(
         bmc_id=connection.bmc_id, requested=wanted, sent=sent, power_state=system.power_state,
-        started_at=started, finished_at=_now(),
+        started_at=started, finished_at=_now(), lag_seconds=lag,
     )  # fmt: skip
+
+
+def _reset_to_send(wanted: str, state: str) -> str | None:
+    """The reset to send for `wanted` when PowerState is `state`; None when its target holds."""
+    if (wanted in _TURN_ON and state == "On") or (wanted in _TURN_OFF and state == "Off"):
+        return None
+    if wanted in _RESTART and state == "Off":
+        return "On"
+    return wanted
+
+
+async def _settled(connection: BMCConnection, uri: str, seen: System, seconds: float, say: Say) -> System:
+    """Re-read PowerState for `seconds`; the first reading that differs from `seen`, else the last."""
+    end = time.monotonic() + seconds
+    current = seen
+    while (left := end - time.monotonic()) > 0:
+        await connection.sleep(min(left, _SETTLE_POLL_SECONDS))
+        try:
+            current = await read_system(connection, uri)
+        except BMCUnavailable as err:
+            connection.note_problem(err)
+            continue
+        if current.power_state != seen.power_state:
+            say(f"PowerState moved {seen.power_state} -> {current.power_state} while settling")
+            return current
+    return current
 
 
 async def graceful_shutdown(
@@ -164,27 +212,39 @@ def resumed_progress(details: Any) -> PowerCycleProgress | None:
 
 
 class PowerActivities:
-    """Host power activities; the worker builds one, holding the worker's `RedfishClient`."""
+    """Host power activities; the worker builds one, holding the worker's `RedfishClient`.
 
-    def __init__(self, client: RedfishClient) -> None:
+    With an `inventory`, each attempt uses the BMC's endpoint, credential reference, TLS, auth
+    and system as the inventory says at that moment (the workflow's copy identifies the BMC), so
+    an operator's fix to the site file helps an operation that is already retrying.
+    """
+
+    def __init__(self, client: RedfishClient, inventory: BMCSource | None = None) -> None:
         self._client = client
+        self._inventory = inventory
+
+    async def _current(self, given: BMCAccess) -> BMCAccess:
+        return await current_access(self._inventory, given)
 
     @activity.defn(name="read_power_state")
     async def read_power_state(self, request: ReadPowerStateInput) -> SystemPower:
         """Read the host's PowerState, the reset types its BMC allows and how it would power cycle."""
-        async with self._client.connect(request.bmc, on_wait=activity.heartbeat) as connection:
+        bmc = await self._current(request.bmc)
+        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
             return await read_power(connection)
 
     @activity.defn(name="set_power_state")
     async def set_power_state(self, request: SetPowerInput) -> SetPowerResult:
         """Send one reset the BMC advertises (skipped when its target holds) and wait for the state."""
-        async with self._client.connect(request.bmc, on_wait=activity.heartbeat) as connection:
+        bmc = await self._current(request.bmc)
+        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
             return await set_power(connection, request, activity.logger.info)
 
     @activity.defn(name="shut_down_host_gracefully")
     async def shut_down_host_gracefully(self, request: GracefulShutdownInput) -> GracefulShutdownResult:
         """GracefulShutdown with a ForceOff fallback after the grace period."""
-        async with self._client.connect(request.bmc, on_wait=activity.heartbeat) as connection:
+        bmc = await self._current(request.bmc)
+        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
             return await graceful_shutdown(connection, request, activity.logger.info)
 
     @activity.defn(name="power_cycle_host")
@@ -196,7 +256,8 @@ class PowerActivities:
             "power cycle of %s for boot generation %d (attempt %d, resuming from %s)",
             request.bmc.bmc_id, request.boot_generation, info.attempt, resume.step if resume else "the start",
         )  # fmt: skip
-        async with self._client.connect(request.bmc) as connection:
+        bmc = await self._current(request.bmc)
+        async with self._client.connect(bmc) as connection:
             cycle = PowerCycle(
                 connection,
                 request,
@@ -205,4 +266,7 @@ class PowerActivities:
                 flush_seconds=heartbeat_flush_seconds(info.heartbeat_timeout),
                 attempt=info.attempt,
             )
-            return await cycle.run()
+            # A single request (a reset the BMC is slow to answer) may outlast the heartbeat
+            # timeout: beat from the background with the latest progress meanwhile.
+            async with heartbeating(lambda: (cycle.progress,)):
+                return await cycle.run()

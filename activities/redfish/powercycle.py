@@ -46,6 +46,10 @@ defeat it, which is why it is only the fallback. A BMC without `LastResetTime` l
 of a finished cycle; a workflow must not start a second activity for a generation whose first
 activity ended in a non-retryable error after `off_reached` without a person looking.
 
+A BMC that advertises `PowerCycle` but answers it 501 Not Implemented (or 400
+`ActionNotSupported`) has not cycled: the same attempt falls back to `ForceOff+On` from step
+`started` (see `_send_power_cycle`), and the BMC is remembered as unable to PowerCycle.
+
 Transient refusals inside an attempt (409 after power-off, 503 with Retry-After, 5xx, timeouts)
 are waited out, re-reading the BMC each time, until the attempt's own deadline; then the
 activity fails with `BMCUnavailable`/`PowerStateTimeout` and the next attempt resumes.
@@ -61,6 +65,7 @@ from datetime import UTC, datetime
 from activities.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from activities.redfish.client import BMCConnection
 from activities.redfish.system import System, parse_time, read_system, send_reset, system_uri, wait_for_power
+from metalflow import metrics
 from metalflow.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
 
 log = logging.getLogger("metalflow.redfish.powercycle")
@@ -147,6 +152,7 @@ class PowerCycle:
             try:
                 return await self._drive()
             except BMCUnavailable as err:
+                self._connection.note_problem(err)
                 if time.monotonic() >= attempt_deadline:
                     raise
                 delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else 1.0
@@ -175,8 +181,8 @@ class PowerCycle:
                     if await self._cycle_seen(uri, settle=True):
                         continue
                     self._record("cycle_requested")
-                    await self._send(system, "PowerCycle")
-                    await self._cycle_seen(uri, settle=False)
+                    if await self._send_power_cycle(system):
+                        await self._cycle_seen(uri, settle=False)
                     continue
                 if not self._resumed and self._reset_since_request(system):
                     return self._finish(already_done=True)
@@ -184,14 +190,30 @@ class PowerCycle:
                     self._record("cycle_requested", last_reset_before=system.last_reset_time)
                     self._unflushed_since = time.monotonic()
                     await self._flush(at_least=_LAST_RESET_RESOLUTION_SECONDS)
-                    await self._send(system, "PowerCycle")
-                    await self._cycle_seen(uri, settle=False)
+                    if await self._send_power_cycle(system):
+                        await self._cycle_seen(uri, settle=False)
                 else:
                     self._record("off_requested")
                     await self._send(system, "ForceOff")
                     await wait_for_power(connection, uri, frozenset({"Off"}), self._deadline())
                 continue
             await self._power_on(system, uri, step)
+
+    async def _send_power_cycle(self, system: System) -> bool:
+        """Send PowerCycle; False when the BMC refused it as not implemented and we fell back.
+
+        A 501 (or `ActionNotSupported`) means the cycle was not taken: the same attempt goes on
+        with ForceOff / wait Off / On, from step `started`, so the main loop sends ForceOff (safe
+        to repeat) and On only once Off is durable, exactly as for a BMC without PowerCycle. The
+        BMC is remembered as unable to PowerCycle for the rest of this worker's life.
+        """
+        try:
+            await self._send(system, "PowerCycle")
+        except ResetTypeNotSupported as err:
+            self._say(f"PowerCycle refused as not implemented ({err.message}); falling back to ForceOff+On")
+            self._record("started", method="ForceOff+On")
+            return False
+        return True
 
     async def _power_on(self, system: System, uri: str, step: PowerCycleStep) -> None:
         """The host is Off: make `off_reached` durable, wait power_down_wait, send On, wait for On."""
@@ -231,8 +253,8 @@ class PowerCycle:
             self._connection.heartbeat()
             try:
                 system = await read_system(self._connection, uri)
-            except BMCUnavailable:
-                pass
+            except BMCUnavailable as err:
+                self._connection.note_problem(err)
             else:
                 state = system.power_state
                 went_down = went_down or state != "On"
@@ -276,7 +298,7 @@ class PowerCycle:
 
     def _finish(self, *, already_done: bool = False) -> PowerCycleResult:
         self._record("done")
-        return self._result(already_done=already_done)
+        return metrics.activity_power_cycle(self._result(already_done=already_done))
 
     def _result(self, *, already_done: bool = False) -> PowerCycleResult:
         progress = self.progress

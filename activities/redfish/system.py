@@ -3,8 +3,11 @@
 Vendors differ (DOMAIN.md section 4): the System id (`System.Embedded.1`, `1`, `Self`), whether
 `ResetType@Redfish.AllowableValues` or only a `ResetActionInfo` lists the reset types, whether
 `LastResetTime` exists, and how a reset answers (200, 202 with a task monitor, 204). Nothing
-here assumes an id or a path: the System is `Systems.Members[0]`, the reset goes to the
-action's `target`.
+here assumes an id or a path: the System is the Systems collection's only member, or the one
+the inventory names (`BMCAccess.system`, by Id or path) on a BMC with several; a BMC with
+several and none named is refused, never guessed. The reset goes to the action's `target`.
+A reset type the BMC advertises but answers 501 / `ActionNotSupported` to is remembered per
+BMC and no longer counted as offered.
 """
 
 from __future__ import annotations
@@ -16,8 +19,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from activities.errors import BMCRequestRejected, BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
-from activities.redfish.client import BMCConnection
+from activities.errors import (
+    BMCRequestRejected,
+    BMCUnavailable,
+    InvalidInput,
+    PowerStateTimeout,
+    ResetTypeNotSupported,
+)
+from activities.redfish.client import BMCConnection, is_not_supported
 from metalflow.models.redfish import PowerCycleMethod, PowerState
 
 log = logging.getLogger("metalflow.redfish")
@@ -71,7 +80,7 @@ def parse_time(value: str | None) -> datetime | None:
 
 
 async def system_uri(connection: BMCConnection) -> str:
-    """The first System's `@odata.id`, through the service root and the Systems collection."""
+    """The host's System `@odata.id`: the collection's only member, or the one the inventory names."""
     if connection.cached_system_uri is not None:
         return connection.cached_system_uri
     root = await connection.service_root()
@@ -79,11 +88,28 @@ async def system_uri(connection: BMCConnection) -> str:
     if systems_link is None:
         raise BMCRequestRejected(f"BMC {connection.bmc_id}: the service root links no Systems collection")
     members = (await connection.get(systems_link)).get("Members")
-    first = _link(members[0]) if isinstance(members, list) and members else None
-    if first is None:
+    uris = [u for u in (_link(m) for m in (members if isinstance(members, list) else [])) if u is not None]
+    if not uris:
         raise BMCRequestRejected(f"BMC {connection.bmc_id}: the Systems collection has no members")
-    connection.remember_system_uri(first)
-    return first
+    named = connection.access.system
+    if named is None:
+        if len(uris) > 1:
+            raise InvalidInput(
+                f"BMC {connection.bmc_id}: {connection.access.endpoint} has {len(uris)} Systems "
+                f"({', '.join(uris)}); name the host's one in the inventory (bmc.system: <id or path>)"
+            )
+        chosen = uris[0]
+    else:
+        wanted = named.rstrip("/")
+        found = [u for u in uris if u.rstrip("/") == wanted or u.rstrip("/").rsplit("/", 1)[-1] == wanted]
+        if len(found) != 1:
+            raise InvalidInput(
+                f"BMC {connection.bmc_id}: the inventory names System {named!r}, but "
+                f"{connection.access.endpoint} has {', '.join(uris)}"
+            )
+        chosen = found[0]
+    connection.remember_system_uri(chosen)
+    return chosen
 
 
 async def read_system(connection: BMCConnection, uri: str) -> System:
@@ -102,6 +128,8 @@ async def read_system(connection: BMCConnection, uri: str) -> System:
     if advertised is None and isinstance(action.get("@Redfish.ActionInfo"), str):
         advertised = await _action_info_values(connection, action["@Redfish.ActionInfo"])
     allowed = ASSUMED_RESET_TYPES if advertised is None else tuple(v for v in advertised if v in RESET_TYPES)
+    refused = connection.unsupported_resets
+    allowed = tuple(v for v in allowed if v not in refused)
     if power != connection.last_power_state:
         connection.last_power_state = power
         if connection.on_power_state is not None:
@@ -162,7 +190,16 @@ async def send_reset(connection: BMCConnection, system: System, reset_type: str,
             f"BMC {connection.bmc_id}: System {system.uri} has no #ComputerSystem.Reset action"
         )
     log.info("BMC %s: sending ResetType %s", connection.bmc_id, reset_type)
-    response = await connection.post(system.reset_target, {"ResetType": reset_type})
+    try:
+        response = await connection.post(system.reset_target, {"ResetType": reset_type})
+    except BMCRequestRejected as err:
+        if not is_not_supported(err):
+            raise
+        # Advertised but not implemented: permanent, and remembered for this BMC.
+        connection.mark_reset_unsupported(reset_type)
+        raise ResetTypeNotSupported(
+            f"{err.message} (ResetType {reset_type} is advertised but refused)"
+        ) from None
     await connection.follow_task(response, deadline)
 
 
@@ -189,6 +226,7 @@ async def wait_for_power(
         try:
             system = await read_system(connection, uri)
         except BMCUnavailable as err:
+            connection.note_problem(err)
             log.info(
                 "BMC %s: busy while waiting for %s: %s", connection.bmc_id, "/".join(sorted(targets)), err
             )

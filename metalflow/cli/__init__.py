@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from metalflow.cli import bmc, dev, host, rollout, sim
 
@@ -21,9 +22,17 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage error is one line on stderr and exit status 2 (argparse prints the whole usage
+    first; scripts and people look for the reason, which `--help` complements)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The top-level parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="metalflow",
         description="Durable Temporal workflows for bare-metal hosts, their DPUs and Grove workloads.",
     )

@@ -5,6 +5,10 @@ For operators before and during a campaign. The same Redfish code as the activit
 done there; `power` changes the power and prints each step. The host comes from the inventory
 (`METALFLOW_INVENTORY`: the site file, `--site` or `METALFLOW_SITE_FILE`, or the cluster).
 Credentials are resolved from the host's reference and never printed.
+
+A person waits here, so every command gives up after `--timeout` seconds (default 60; for
+`cycle` the power-down wait is added) with the last error the BMC gave, and prints each
+transient error as it is waited out. Workflows keep their own, longer limits.
 """
 
 from __future__ import annotations
@@ -18,21 +22,31 @@ from typing import Any
 
 from activities.credentials import CredentialResolver
 from activities.errors import CredentialsUnavailable, InvalidInput, MetalflowError
-from activities.redfish.client import RedfishClient
+from activities.redfish.client import BMCConnection, RedfishClient
 from activities.redfish.power import graceful_shutdown, read_power, set_power
 from activities.redfish.powercycle import PowerCycle
 from metalflow.models.inventory import HostInventory
 from metalflow.models.redfish import (
     DEFAULT_POWER_DOWN_WAIT_SECONDS,
-    DEFAULT_POWER_TIMEOUT_SECONDS,
+    DEFAULT_POWER_SETTLE_SECONDS,
     GracefulShutdownInput,
     PowerCycleInput,
     SetPowerInput,
     SystemPower,
 )
 from metalflow.settings import Settings
+from metalflow.validation import (
+    Grace,
+    HostId,
+    PowerDownWait,
+    PowerSettle,
+    PowerTimeout,
+    RequestTimeout,
+    arg_type,
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+DEFAULT_CLI_TIMEOUT_SECONDS = 60.0
 
 
 def register(subparsers: Any) -> None:
@@ -65,33 +79,42 @@ def register(subparsers: Any) -> None:
     _common(power)
     power.add_argument("action", choices=("on", "off", "cycle", "status"), help="what to do")
     power.add_argument("--graceful", action="store_true", help="off: GracefulShutdown first")
-    power.add_argument("--grace", type=float, default=300.0, metavar="SECONDS",
+    power.add_argument("--grace", type=arg_type(Grace, number=float), default=300.0, metavar="SECONDS",
                        help="off --graceful: ForceOff after this long (default: %(default)s)")  # fmt: skip
     power.add_argument(
         "--power-down-wait",
-        type=float,
+        type=arg_type(PowerDownWait, number=float),
         default=DEFAULT_POWER_DOWN_WAIT_SECONDS,
         metavar="SECONDS",
         help="cycle: time between Off and On when cycling by ForceOff/On (default: %(default)s)",
     )
     power.add_argument(
-        "--timeout",
-        type=float,
-        default=DEFAULT_POWER_TIMEOUT_SECONDS,
+        "--settle",
+        type=arg_type(PowerSettle, number=float),
+        default=DEFAULT_POWER_SETTLE_SECONDS,
         metavar="SECONDS",
-        help="how long a power transition may take (default: %(default)s)",
+        help="on/off: trust PowerState only once it held this long (BMCs lag after a reset; "
+        "default: %(default)s)",
     )
     power.set_defaults(handler=handle_power)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("host", metavar="HOST", help="the host id, as in the inventory")
+    parser.add_argument(
+        "host", metavar="HOST", type=arg_type(HostId), help="the host id, as in the inventory"
+    )
     parser.add_argument("--site", type=Path, default=None, metavar="FILE",
                         help="site file (default: METALFLOW_SITE_FILE, .metalflow/site.yaml)")  # fmt: skip
-    parser.add_argument("--auth", choices=("session", "basic"), default="session",
-                        help="Redfish session (default) or HTTP basic auth")  # fmt: skip
-    parser.add_argument("--request-timeout", type=float, default=15.0, metavar="SECONDS",
+    parser.add_argument("--auth", choices=("session", "basic", "auto"), default=None,
+                        help="override the BMC's auth from the inventory: Redfish session, HTTP basic, "
+                        "or auto (session where the BMC offers it)")  # fmt: skip
+    parser.add_argument("--request-timeout", type=arg_type(RequestTimeout, number=float), default=15.0,
+                        metavar="SECONDS",
                         help="timeout of one HTTP request (default: %(default)s)")  # fmt: skip
+    parser.add_argument("--timeout", type=arg_type(PowerTimeout, number=float),
+                        default=DEFAULT_CLI_TIMEOUT_SECONDS, metavar="SECONDS",
+                        help="give up after this long with the last error (cycle: plus "
+                        "--power-down-wait; default: %(default)s)")  # fmt: skip
 
 
 def _say(text: str) -> None:
@@ -117,22 +140,37 @@ def _run(args: argparse.Namespace, body: Any) -> int:
     if args.site is not None:
         settings = settings.model_copy(update={"site_file": args.site, "inventory": "site"})
 
+    limit = args.timeout + (
+        getattr(args, "power_down_wait", 0.0) if getattr(args, "action", "") == "cycle" else 0
+    )
+    seen: list[BMCConnection] = []
+
     async def main() -> int:
         host = await _resolve_host(settings, args.host)
         client = RedfishClient(
             CredentialResolver(settings.kubeconfig),
             max_in_flight=settings.bmc_max_in_flight,
             auth=args.auth,
-            timeout_seconds=args.request_timeout,
+            timeout_seconds=min(args.request_timeout, limit),
         )
+        client.on_connect = seen.append
         try:
-            status: int = await body(client, host)
+            async with asyncio.timeout(limit):
+                status: int = await body(client, host)
             return status
         finally:
             await client.aclose()
 
     try:
         return asyncio.run(main())
+    except TimeoutError:
+        last = next((c.last_problem for c in reversed(seen) if c.last_problem), None)
+        print(
+            f"metalflow bmc: {args.host}: gave up after {limit:g} s (--timeout)"
+            + (f"; last error: {last}" if last else ""),
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
     except (InvalidInput, CredentialsUnavailable) as err:
         print(f"metalflow bmc: {err.message}", file=sys.stderr)
         return EXIT_USAGE
@@ -152,6 +190,10 @@ def _describe_cycle(power: SystemPower) -> str:
     return f"ForceOff, wait for Off, wait power_down_wait, On, wait for On ({why})"
 
 
+def _lag(seconds: float | None) -> str:
+    return "" if seconds is None else f" (the BMC showed it {seconds:g} s after accepting the reset)"
+
+
 def handle_check(args: argparse.Namespace) -> int:
     """Run `metalflow bmc check HOST`."""
 
@@ -159,12 +201,14 @@ def handle_check(args: argparse.Namespace) -> int:
         bmc = host.bmc
         print(f"host {host.host_id} (site {host.site})")
         print(f"  BMC:          {bmc.endpoint}")
-        print(f"  credentials:  {bmc.credentials.describe()} (auth: {client.auth})")
+        print(f"  credentials:  {bmc.credentials.describe()} (auth: {client.auth or bmc.auth})")
         if bmc.insecure:
             print("  TLS:          verification OFF (insecure: true)")
         async with client.connect(bmc) as connection:
+            connection.on_problem = lambda text: _say(f"waiting: {text}")
             power = await read_power(connection)
-        print("  reached:      yes, authenticated")
+            auth = await connection.auth_mode()
+        print(f"  reached:      yes, authenticated ({auth} auth)")
         maker = " ".join(p for p in (power.manufacturer, power.model) if p)
         print(f"  system:       {power.system}" + (f"  ({maker})" if maker else ""))
         print(f"  power state:  {power.power_state}")
@@ -188,29 +232,32 @@ def handle_power(args: argparse.Namespace) -> int:
                 print(f"{host.host_id}: {power.power_state}")
                 return EXIT_OK
             connection.on_power_state = lambda state: _say(f"{host.host_id}: PowerState {state}")
+            connection.on_problem = lambda text: _say(f"{host.host_id}: waiting: {text}")
+            timeout = args.timeout
             _say(f"{host.host_id}: power {args.action} through {bmc.endpoint}")
             if args.action == "on":
-                result = await set_power(
-                    connection, SetPowerInput(bmc=bmc, reset_type="On", timeout_seconds=args.timeout), _say
+                request_on = SetPowerInput(
+                    bmc=bmc, reset_type="On", timeout_seconds=timeout, settle_seconds=args.settle
                 )
-                _say(f"{host.host_id}: {result.power_state}")
+                result = await set_power(connection, request_on, _say)
+                _say(f"{host.host_id}: {result.power_state}" + _lag(result.lag_seconds))
             elif args.action == "off" and args.graceful:
-                request = GracefulShutdownInput(
-                    bmc=bmc, grace_seconds=args.grace, timeout_seconds=args.timeout
-                )
+                request = GracefulShutdownInput(bmc=bmc, grace_seconds=args.grace, timeout_seconds=timeout)
                 shutdown = await graceful_shutdown(connection, request, _say)
                 _say(f"{host.host_id}: {shutdown.power_state}" + (" (forced)" if shutdown.forced else ""))
             elif args.action == "off":
-                request_off = SetPowerInput(bmc=bmc, reset_type="ForceOff", timeout_seconds=args.timeout)
+                request_off = SetPowerInput(
+                    bmc=bmc, reset_type="ForceOff", timeout_seconds=timeout, settle_seconds=args.settle
+                )
                 result = await set_power(connection, request_off, _say)
-                _say(f"{host.host_id}: {result.power_state}")
+                _say(f"{host.host_id}: {result.power_state}" + _lag(result.lag_seconds))
             else:
                 cycle_request = PowerCycleInput(
                     bmc=bmc,
                     boot_generation=1,
                     requested_at=datetime.now(UTC),
                     power_down_wait_seconds=args.power_down_wait,
-                    timeout_seconds=args.timeout,
+                    timeout_seconds=timeout,
                 )
                 cycle = PowerCycle(
                     connection, cycle_request, None, persist=lambda _: None, flush_seconds=0.0, on_step=_say

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
 from metalflow.cli import host_monitor
@@ -36,6 +37,7 @@ from metalflow.hosts import (
     host_status,
     operation_status,
     recorded_status,
+    require_worker,
     send_update,
 )
 from metalflow.models.host import (
@@ -62,8 +64,24 @@ from metalflow.models.host import (
     RebootMethod,
 )
 from metalflow.monitors import running_monitor_status
+from metalflow.validation import (
+    REASON_MAX,
+    REQUESTER_MAX,
+    DPUId,
+    HostId,
+    InstanceId,
+    PowerDownWait,
+    Reason,
+    Requester,
+    arg_type,
+    check,
+    safe,
+    terminal_safe,
+)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+# Temporal went away (or never answered): like "cannot reach Temporal", an environment problem.
+LOST = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 REQUESTS = {
     names.PROVISION: (REQUEST_PROVISION_UPDATE, "register the host's DPUs with DPF and provision them"),
     names.REPROVISION: (REQUEST_REPROVISION_UPDATE, "reprovision the host's DPUs (delete, DPF recreates)"),
@@ -72,7 +90,7 @@ REQUESTS = {
 FORCE_AFTER_SECONDS = HostRemovalInput.model_fields["force_after_seconds"].default
 IMAGE_SCHEMES = ("http", "https", "scp")  # what a DPU BMC's SimpleUpdate fetches from
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,63}")
-_DPU_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_DPUS = 16
 WAIT_HELP = "follow the operation; exit 0 only on success"
 FIRMWARE_TEXT = (
     "Stage DPU firmware VERSION (the image at URI) on the host's DPUs through their BMCs, then "
@@ -104,13 +122,13 @@ def register(subparsers: Any) -> None:
         _common(parser)
         if operation != names.REBOOT:
             _dpus_option(parser, "every DPU of the host")
-        parser.add_argument("--reason", default="", help="why, recorded with the request")
+        _reason_option(parser, "why, recorded with the request")
         parser.add_argument("--wait", action="store_true", help=WAIT_HELP)
         parser.add_argument(
             "--power-down-wait",
-            type=float,
+            type=arg_type(PowerDownWait, number=float),
             metavar="SECONDS",
-            help="seconds between power Off and On (default: the host's policy, 120)",
+            help="seconds between power Off and On, 0 to 3600 (default: the host's policy, 120)",
         )
         parser.add_argument(
             "--manual-reboot",
@@ -148,7 +166,7 @@ def register(subparsers: Any) -> None:
         help=f"when DPF has not finished deleting within {FORCE_AFTER_SECONDS:g} s (a finalizer nobody "
         "releases), delete again removing the finalizers",
     )
-    remove.add_argument("--reason", default="", help="why, recorded with the request")
+    _reason_option(remove, "why, recorded with the request")
     remove.add_argument("--wait", action="store_true", help=WAIT_HELP)
     remove.set_defaults(handler=_runner(_request), update=REQUEST_REMOVAL_UPDATE, operation=names.REMOVE)
 
@@ -167,7 +185,7 @@ def register(subparsers: Any) -> None:
     for name, text in (("assign", "assign an instance to the host"), ("release", "release its instance")):
         parser = commands.add_parser(name, help=text, description=f"{text[0].upper()}{text[1:]}.")
         _common(parser)
-        parser.add_argument("instance", help="the instance id")
+        parser.add_argument("instance", type=arg_type(InstanceId), help="the instance id")
         update = ASSIGN_INSTANCE_UPDATE if name == "assign" else RELEASE_INSTANCE_UPDATE
         parser.set_defaults(handler=_runner(_instance), update=update)
 
@@ -184,7 +202,7 @@ def register(subparsers: Any) -> None:
         "metalflow (reboot method manual, or an unreachable BMC).",
     )
     _common(rebooted)
-    rebooted.add_argument("--reason", default="", help="recorded with the signal")
+    _reason_option(rebooted, "recorded with the signal")
     rebooted.set_defaults(handler=_runner(_host_rebooted))
 
     approve = subparsers.add_parser(
@@ -194,14 +212,19 @@ def register(subparsers: Any) -> None:
         "assigned); the operation starts at once.",
     )
     _common(approve)
-    approve.add_argument("--reason", default="", help="recorded with the approval")
+    _reason_option(approve, "recorded with the approval")
     approve.add_argument("--wait", action="store_true", help=WAIT_HELP)
     approve.set_defaults(handler=_runner(_approve))
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("host", metavar="HOST", help="host id, e.g. host-001")
-    parser.add_argument("--by", default=default_operator(), help="who asks (default: %(default)s)")
+    parser.add_argument("host", metavar="HOST", type=arg_type(HostId), help="host id, e.g. host-001")
+    parser.add_argument(
+        "--by",
+        type=arg_type(Requester),
+        default=default_operator(),
+        help=f"who asks, at most {REQUESTER_MAX} printable characters (default: %(default)s)",
+    )
     parser.add_argument(
         "--task-queue", default=names.TASK_QUEUE, help="worker task queue (default: %(default)s)"
     )
@@ -216,20 +239,35 @@ def _dpus_option(parser: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _reason_option(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument(
+        "--reason", type=arg_type(Reason), default="", help=f"{text} (at most {REASON_MAX} characters)"
+    )
+
+
 def _dpu_ids(text: str) -> tuple[str, ...]:
     ids = [part.strip() for part in text.split(",")]
-    bad = [part for part in ids if not _DPU_ID.fullmatch(part)]
-    if bad:
+    bad = [part for part in ids if not _valid(DPUId, part)]
+    if bad or len(ids) > MAX_DPUS:
         raise argparse.ArgumentTypeError(
-            f"invalid DPU list {text!r}: give DPU ids separated by commas, e.g. host-001-dpu-0,host-001-dpu-1"
+            f"invalid DPU list {safe(text, 40)}: give at most {MAX_DPUS} DPU ids separated by commas, "
+            "e.g. host-001-dpu-0,host-001-dpu-1"
         )
     return tuple(dict.fromkeys(ids))
+
+
+def _valid(kind: Any, value: str) -> bool:
+    try:
+        check(kind, value)
+    except ValueError:
+        return False
+    return True
 
 
 def _firmware_version(text: str) -> str:
     if not _VERSION.fullmatch(text):
         raise argparse.ArgumentTypeError(
-            f"invalid firmware version {text!r}: use letters, digits, '.', '_', '+' or '-' "
+            f"invalid firmware version {safe(text, 40)}: use letters, digits, '.', '_', '+' or '-' "
             "(at most 64), e.g. 32.45.1020"
         )
     return text
@@ -257,7 +295,8 @@ def _image_uri(text: str) -> str:
         )
     if not usable:
         raise argparse.ArgumentTypeError(
-            f"invalid image URI {text!r}: give the URL of the image file (http, https or scp), {example}"
+            f"invalid image URI {safe(text, 60)}: give the URL of the image file (http, https or scp), "
+            f"{example}"
         )
     return text
 
@@ -266,7 +305,10 @@ def _runner(
     action: Callable[[Client, argparse.Namespace], Awaitable[int]],
 ) -> Callable[[argparse.Namespace], int]:
     def handle(args: argparse.Namespace) -> int:
-        status = asyncio.run(_connected(action, args))
+        try:
+            status = asyncio.run(_connected(action, args))
+        except KeyboardInterrupt:  # Ctrl-C while waiting: the operation goes on in Temporal
+            status = _fail("interrupted; the workflows go on (metalflow host status HOST)", EXIT_INTERRUPTED)
         sys.stdout.flush()
         sys.stderr.flush()
         # The SDK's native runtime can abort during interpreter teardown (PyGILState_Release), as
@@ -299,15 +341,22 @@ async def _connected(
         return await action(client, args)
     except HostRequestError as err:
         return _fail(str(err), EXIT_FAILED)
+    except RPCError as err:
+        reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
+        if err.status in LOST:
+            return _fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
+        return _fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
+    except Exception as err:  # one line, never a traceback: the command's user cannot act on one
+        return _fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)
 
 
 def _fail(message: str, status: int) -> int:
-    print(f"metalflow: {message}", file=sys.stderr)
+    print(f"metalflow: {terminal_safe(message)}", file=sys.stderr)
     return status
 
 
 def _say(message: str) -> None:
-    print(message, flush=True)
+    print(terminal_safe(message), flush=True)
 
 
 def _entity(args: argparse.Namespace) -> HostWorkflowInput:
@@ -335,6 +384,7 @@ def _operation_request(args: argparse.Namespace) -> OperationRequest | FirmwareR
 
 async def _request(client: Client, args: argparse.Namespace) -> int:
     request = _operation_request(args)
+    await require_worker(client, args.task_queue)
     accepted = await send_update(
         client, _entity(args), args.update, request, OperationAccepted, args.task_queue
     )
@@ -373,6 +423,7 @@ async def _follow(client: Client, host: str, workflow_id: str) -> int:
 async def _approve(client: Client, args: argparse.Namespace) -> int:
     await host_status(client, args.host)  # an unknown host is a clear error, not a new entity
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    await require_worker(client, args.task_queue)
     answer = await send_update(
         client, _entity(args), APPROVE_UPDATE, request, OperationAnswer, args.task_queue
     )
@@ -387,6 +438,7 @@ async def _approve(client: Client, args: argparse.Namespace) -> int:
 
 async def _instance(client: Client, args: argparse.Namespace) -> int:
     request = AssignInstanceRequest(instance=args.instance, requested_by=args.by)
+    await require_worker(client, args.task_queue)
     answer = await send_update(client, _entity(args), args.update, request, OperationAnswer, args.task_queue)
     _say(f"{args.host}: {answer.message}")
     return EXIT_OK

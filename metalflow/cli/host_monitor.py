@@ -34,6 +34,7 @@ from metalflow.monitors import (
     start_monitor,
     stop_monitor,
 )
+from metalflow.validation import Reason, ReprovisionAfter, arg_type
 
 FIRST_LOOK_SECONDS = 20.0  # the watcher lists DPF before its first signal; a worker picks it up first
 DEFAULT_NAMESPACE = HostMonitorInput.model_fields["namespace"].default
@@ -63,7 +64,7 @@ def register(
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
         "--reprovision-after",
-        type=_seconds,
+        type=arg_type(ReprovisionAfter, number=float),
         metavar="SECONDS",
         help="ask for a reprovision when a DPU stays in Node Effect this long "
         f"(default: {MonitorPolicy().reprovision_after_seconds:g})",
@@ -77,23 +78,13 @@ def register(
         "--status", action="store_true", help="show the running monitor (pool state, degraded DPUs)"
     )
     mode.add_argument("--stop", action="store_true", help="stop the running monitor (update abort)")
-    parser.add_argument("--reason", default="", help="recorded with --stop")
+    parser.add_argument("--reason", type=arg_type(Reason), default="", help="recorded with --stop")
     parser.add_argument(
         "--dpf-namespace",
         default=DEFAULT_NAMESPACE,
         help="namespace of the DPF objects (default: %(default)s)",
     )
     parser.set_defaults(handler=runner(monitor))
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: give seconds, a number above 0")
-    return value
 
 
 async def monitor(client: Client, args: argparse.Namespace) -> int:

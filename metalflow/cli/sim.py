@@ -33,6 +33,7 @@ from metalflow.devstack.sim import (
     read_sim_info,
     simulator_process,
 )
+from metalflow.validation import DPUsPerHost, HostId, Hosts, Port, Seed, arg_type
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -40,15 +41,24 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def add_site_options(parser: argparse.ArgumentParser) -> None:
     """The options that choose the simulated site; shared with `metalflow dev`."""
     group = parser.add_argument_group("simulated site")
-    group.add_argument("--hosts", type=_count, default=3, help="hosts in the generated site (default 3)")
-    group.add_argument("--dpus-per-host", type=_count, default=2, help="DPUs per generated host (default 2)")
+    group.add_argument(
+        "--hosts", type=arg_type(Hosts, number=int), default=3, help="hosts in the generated site (default 3)"
+    )
+    group.add_argument(
+        "--dpus-per-host",
+        type=arg_type(DPUsPerHost, number=int),
+        default=2,
+        help="DPUs per generated host, 0 to 16 (default 2)",
+    )
     group.add_argument(
         "--site", type=Path, metavar="FILE", help="serve this site file instead of a generated site"
     )
     group.add_argument(
         "--faults", choices=FAULT_PROFILES, default="none", help="fault profile (default none)"
     )
-    group.add_argument("--seed", type=int, default=0, help="seed of the fault profile (default 0)")
+    group.add_argument(
+        "--seed", type=arg_type(Seed, number=int), default=0, help="seed of the fault profile (default 0)"
+    )
     group.add_argument(
         "--timings",
         choices=TIMING_PROFILES,
@@ -58,7 +68,10 @@ def add_site_options(parser: argparse.ArgumentParser) -> None:
         "--initialised", action="store_true", help="start with DPF site objects and Ready DPUs"
     )
     group.add_argument(
-        "--sim-port", type=int, default=DEFAULT_SIM_PORT, help=f"simulator port (default {DEFAULT_SIM_PORT})"
+        "--sim-port",
+        type=arg_type(Port, number=int),
+        default=DEFAULT_SIM_PORT,
+        help=f"simulator port (default {DEFAULT_SIM_PORT})",
     )
 
 
@@ -73,16 +86,6 @@ def site_options(args: argparse.Namespace) -> SiteOptions:
         initialised=args.initialised,
         port=args.sim_port,
     )
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be zero or more, not {value}")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -111,7 +114,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     violations.set_defaults(handler=_violations)
 
     power_log = sim_sub.add_parser("power-log", help="a host's power transitions, as its BMC logged them")
-    power_log.add_argument("host", help="host id, e.g. host-001")
+    power_log.add_argument("host", type=arg_type(HostId), help="host id, e.g. host-001")
     power_log.add_argument("--json", action="store_true", help="print them as a JSON list")
     power_log.add_argument("--state-dir", type=Path, default=Path(".metalflow"))
     power_log.set_defaults(handler=_power_log)
@@ -130,7 +133,8 @@ def describe_site(state_dir: Path, info: dict[str, Any]) -> str:
     lines = [
         f"Simulated site {site.get('name', 'sim')!r}: {len(hosts)} hosts, "
         f"faults {info.get('faults', 'none')}",
-        f"  Kubernetes API  {info['url']}   (kubectl --kubeconfig {info['kubeconfig']} get dpus)",
+        f"  Kubernetes API  {info.get('kube_url') or info['url']}   "
+        f"(kubectl --kubeconfig {info['kubeconfig']} get dpus)",
         f"  site file       {info['site']}",
         f"  credentials     {state_dir.resolve() / 'credentials'} (one file per BMC, mode 0600)",
     ]
@@ -155,7 +159,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 async def _run_up(state_dir: Path, options: SiteOptions, *, detach: bool) -> int:
-    process = simulator_process(state_dir, options)
+    process = simulator_process(state_dir, options, detached=detach)
     await process.start()
     try:
         await process.wait_ready(SIM_READY_TIMEOUT)

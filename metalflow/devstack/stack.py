@@ -26,6 +26,7 @@ from metalflow.devstack.ports import ensure_free
 from metalflow.devstack.process import ManagedProcess
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions, read_sim_info, simulator_process
 from metalflow.devstack.temporal import ensure_search_attributes, has_poller, namespace_exists
+from metalflow.versioning import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV
 
 HOST = "127.0.0.1"
 SERVER_READY_TIMEOUT = 90.0
@@ -93,6 +94,7 @@ class DevStack:
             argv=self._server_argv(),
             log_path=self.config.state_dir / "temporal.log",
             ready=self._server_ready,
+            lifeline="wrapper",  # a Go binary: the wrapper stops it when this process dies
         )
         await self._start(server, SERVER_READY_TIMEOUT)
         added = await ensure_search_attributes(await self.client(), names.SEARCH_ATTRIBUTES)
@@ -184,6 +186,10 @@ class DevStack:
         env["METALFLOW_SITE_FILE"] = str(Path(sim["site"]).resolve())
         env["KUBECONFIG"] = str(Path(sim["kubeconfig"]).resolve())
         env["PYTHONUNBUFFERED"] = "1"
+        # Unversioned, whatever the shell says: nobody makes a deployment version current on the
+        # dev server, so a versioned worker there would never receive a task.
+        for key in (DEPLOYMENT_NAME_ENV, BUILD_ID_ENV):
+            env.pop(key, None)
         return env
 
     async def _server_ready(self, _: ManagedProcess) -> bool:

@@ -32,6 +32,21 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from metalflow.validation import (
+    ApprovalTimeout,
+    ApprovalWindow,
+    DPUId,
+    ForceAfter,
+    HostId,
+    InstanceId,
+    PowerDownWait,
+    Reason,
+    ReprovisionAfter,
+    Requester,
+    Retries,
+    StepTimeout,
+)
+
 # -- message names (the Temporal UI and CLI show and send these) -----------------------------------
 STATUS_QUERY: Final = "status"
 HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
@@ -52,7 +67,9 @@ MANUAL_INTERVENTION_REQUIRED: Final = "manual-intervention-required"
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    model_config = ConfigDict(frozen=True)
 
 
 class RebootMethod(StrEnum):
@@ -67,20 +84,20 @@ class OperationPolicy(_Frozen):
     """
 
     reboot_method: RebootMethod = RebootMethod.BMC
-    power_down_wait_seconds: float = Field(default=120.0, ge=0)  # between Off and On
-    reboot_wait_seconds: float = Field(default=1800.0, gt=0)  # DPF asked, nothing moved: re-issue
-    max_power_cycle_retries: int = Field(default=3, ge=0)  # re-issues before manual intervention
-    force_off_from_retry: int = Field(default=1, ge=0)  # retries from this one use ForceOff then On
-    phase_timeout_seconds: float = Field(default=3600.0, gt=0)  # a barrier that does not progress
-    max_dpu_error_reprovisions: int = Field(default=2, ge=0)  # DPU in Error: reprovision it this often
-    approval_timeout_seconds: float = Field(default=86400.0, gt=0)  # a request awaiting approval expires
+    power_down_wait_seconds: PowerDownWait = 120.0  # between Off and On
+    reboot_wait_seconds: StepTimeout = 1800.0  # DPF asked, nothing moved: re-issue
+    max_power_cycle_retries: Retries = 3  # re-issues before manual intervention
+    force_off_from_retry: Retries = 1  # retries from this one use ForceOff then On
+    phase_timeout_seconds: StepTimeout = 3600.0  # a barrier that does not progress
+    max_dpu_error_reprovisions: Retries = 2  # DPU in Error: reprovision it this often
+    approval_timeout_seconds: ApprovalTimeout = 86400.0  # a request awaiting approval expires
 
 
 class OperatorRequest(_Frozen):
     """Who asks, and why: the payload of `retry`, `mark_rebooted`, `abort`, `approve`, `host_rebooted`."""
 
-    requested_by: str = Field(min_length=1)
-    reason: str = ""
+    requested_by: Requester
+    reason: Reason = ""
 
 
 class OperationAnswer(_Frozen):
@@ -188,11 +205,11 @@ class FirmwareResult(_Frozen):
 
 
 class HostWorkflowInput(_Frozen):
-    host_id: str = Field(min_length=1)
+    host_id: HostId
     site: str = "default"
     instance: str | None = None
     boot_generation: int = Field(default=0, ge=0)
-    auto_approval_window_seconds: float = Field(default=0.0, ge=0)  # 0: every approval is explicit
+    auto_approval_window_seconds: ApprovalWindow = 0.0  # 0: every approval is explicit
     policy: OperationPolicy = OperationPolicy()
     # Carried over continue-as-new (the entity only continues-as-new while idle):
     recent: tuple[OperationRecord, ...] = ()
@@ -201,25 +218,25 @@ class HostWorkflowInput(_Frozen):
 
 
 class AssignInstanceRequest(_Frozen):
-    instance: str = Field(min_length=1)
-    requested_by: str = Field(min_length=1)
+    instance: InstanceId
+    requested_by: Requester
 
 
 class OperationRequest(_Frozen):
     """`request_provision`, `request_reprovision`, `request_reboot`, `request_removal`."""
 
-    requested_by: str = Field(min_length=1)
-    reason: str = ""
-    dpu_ids: tuple[str, ...] | None = None
+    requested_by: Requester
+    reason: Reason = ""
+    dpu_ids: tuple[DPUId, ...] | None = None
     force: bool = False  # removal only: remove finalizers after the delete
     policy: OperationPolicy | None = None  # None: the host's policy
 
 
 class FirmwareRequest(_Frozen):
-    requested_by: str = Field(min_length=1)
+    requested_by: Requester
     target_version: str = Field(min_length=1)
     image_uri: str = Field(min_length=1)
-    dpu_ids: tuple[str, ...] | None = None
+    dpu_ids: tuple[DPUId, ...] | None = None
 
 
 class OperationAccepted(_Frozen):
@@ -318,7 +335,7 @@ class OwnerReprovisionResult(_Frozen):
 
 
 class MonitorPolicy(_Frozen):
-    reprovision_after_seconds: float = Field(default=1800.0, gt=0)  # a DPU in Node Effect this long
+    reprovision_after_seconds: ReprovisionAfter = 1800.0  # a DPU in Node Effect this long
     auto_reprovision: bool = True  # False: only take the host out of the pool
     events_per_run: int = Field(default=500, ge=1)  # DPF changes handled before continue-as-new
 
@@ -399,7 +416,7 @@ class HostRemovalInput(_Frozen):
     host_id: str = Field(min_length=1)
     dpu_ids: tuple[str, ...] | None = None  # None: the whole DPUNode (flow 8/10); else these DPUs (7/9)
     force: bool = False  # remove finalizers when DPF does not finish within `force_after_seconds`
-    force_after_seconds: float = Field(default=300.0, gt=0)
+    force_after_seconds: ForceAfter = 300.0
     requested_by: str = Field(min_length=1)
     reason: str = ""
     policy: OperationPolicy = OperationPolicy()  # phase_timeout_seconds bounds the wait for "gone"

@@ -15,7 +15,9 @@ DPF_NAMESPACE = "dpf-operator-system"
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    model_config = ConfigDict(frozen=True)
 
 
 class EnvCredentials(_Frozen):
@@ -59,14 +61,22 @@ class CredentialRef(_Frozen):
         return f"Secret {self.secret.namespace}/{self.secret.name}"
 
 
+BMCAuth = Literal["session", "basic", "auto"]
+
+
 class BMCAccess(_Frozen):
     """How to reach one BMC (a host's or a DPU's)."""
 
     bmc_id: str
-    endpoint: str  # base URL; Redfish paths (`/redfish/v1/...`) are appended to it
+    endpoint: str  # the BMC's base URL: its service root is `<endpoint>/redfish/v1`
     credentials: CredentialRef
     insecure: bool = False  # skip TLS verification (logged as a warning on every use)
     ca_bundle: str | None = None  # a PEM file to verify the BMC's certificate with
+    # session, basic, or auto: session where the service offers a SessionService, else basic.
+    auth: BMCAuth = "auto"
+    # The host's System on a BMC that has several (its Id, or its path `/redfish/v1/Systems/<id>`);
+    # None: the BMC's only System (a BMC with several refuses to guess).
+    system: str | None = None
 
 
 class DPUInventory(_Frozen):

@@ -16,10 +16,16 @@ PowerCycleStep = Literal["started", "off_requested", "off_reached", "on_requeste
 
 DEFAULT_POWER_TIMEOUT_SECONDS = 300.0
 DEFAULT_POWER_DOWN_WAIT_SECONDS = 120.0  # DOMAIN.md section 1: Carbide's power_down_wait
+# How long PowerState must hold before `set_power_state` trusts it (skipping a reset, or calling
+# one done). Real BMCs keep reporting the old state for 1-15 s after a reset, with no Powering*
+# state: set it above the slowest BMC's lag where resets by others may be in flight.
+DEFAULT_POWER_SETTLE_SECONDS = 3.0
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    model_config = ConfigDict(frozen=True)
 
 
 class ReadPowerStateInput(_Frozen):
@@ -44,6 +50,7 @@ class SetPowerInput(_Frozen):
     bmc: BMCAccess
     reset_type: str  # a Redfish ResetType: On, ForceOff, GracefulShutdown, ForceRestart, ...
     timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)
+    settle_seconds: float = Field(default=DEFAULT_POWER_SETTLE_SECONDS, ge=0, le=600)
 
 
 class SetPowerResult(_Frozen):
@@ -53,6 +60,8 @@ class SetPowerResult(_Frozen):
     power_state: PowerState
     started_at: datetime
     finished_at: datetime
+    # Seconds from the reset being accepted to PowerState showing its target (the BMC's lag).
+    lag_seconds: float | None = None
 
 
 class PowerCycleInput(_Frozen):

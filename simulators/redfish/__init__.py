@@ -1,12 +1,22 @@
 """Simulated Redfish BMCs: one per host (vendor profiles, power) and one per DPU (firmware).
 
-Every BMC answers under `/bmc/<bmc-id>/redfish/v1/...` (`<bmc-id>` is the host id or the DPU
-id) on the simulator's one port. Per-BMC state is a few small objects; sessions, tasks and the
-power log are created on first use, and timers run only for transitions, staging and open
-sessions, so 3,000 BMCs cost little while idle.
+Every BMC service is served at the root (`/redfish/v1`) of an address of its own, as a real BMC
+is: a port of its own on 127.0.0.1, picked free by the kernel (`BMCs.serve`), over https for
+profiles that ask for it. A service is one host's BMC, one DPU's BMC, or (profile
+`multi-system`) the one BMC of a group of hosts, each host a System of its own. All services
+share one aiohttp runner in the simulator's one process; a request is routed by the local port
+it arrived on.
+
+Cost: one listening socket per BMC service (3,000 for 1,000 hosts with 2 DPUs); per-BMC state
+is a few small objects; sessions, tasks and the power log are created on first use, and timers
+run only for transitions, staging and open sessions, so idle BMCs cost little.
 """
 
 from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
 
@@ -21,14 +31,46 @@ from .host import PROFILES, HostBMC
 from .messages import now_rfc3339
 from .power import PowerControl
 from .routes import Redfish
+from .server import any_method_runner
 from .sessions import SESSION_CAP, Auth
 from .tasks import Tasks
+from .tls import make_bmc_tls
 
-__all__ = ["BMCs", "SESSION_CAP", "PROFILES"]
+__all__ = ["BMCs", "Service", "SESSION_CAP", "PROFILES", "service_groups"]
+
+
+@dataclass
+class Service:
+    """One BMC service: what answers at one address."""
+
+    id: str  # the key of its account, sessions and tasks: the first BMC id it serves
+    hosts: dict[str, HostBMC] = field(default_factory=dict)  # by System id
+    dpu: DPUBMC | None = None
+    sessions: bool = True  # offers a SessionService
+    tls: bool = False
+    port: int = 0  # bound by `BMCs.serve`
+    next_reset_delay: float = 0.0  # hold the next reset request this long before acting on it
+
+    @property
+    def first_host(self) -> HostBMC | None:
+        return next(iter(self.hosts.values()), None)
+
+
+def service_groups(site: Site) -> dict[str, str]:
+    """The service id of every host BMC: its own id, or the first host of its multi-system group."""
+    first_of_group: dict[str, str] = {}
+    found: dict[str, str] = {}
+    for host in site.hosts:
+        if host.bmc.profile == "multi-system":
+            group = host.bmc.group or "multi-system"
+            found[host.id] = first_of_group.setdefault(group, host.id)
+        else:
+            found[host.id] = host.id
+    return found
 
 
 class BMCs:
-    """All BMCs of a site, their routes and what tests and the control API may read of them."""
+    """All BMCs of a site, their servers and what tests and the control API may read of them."""
 
     def __init__(
         self,
@@ -38,7 +80,11 @@ class BMCs:
         timings: Timings,
         violations: Violations,
         credentials: dict[str, tuple[str, str]],
+        *,
+        tls_everywhere: bool = False,
     ) -> None:
+        """`tls_everywhere` serves every BMC over https, whatever its profile (conformance runs:
+        the Redfish protocol allows basic auth and session login over https only)."""
         self.faults = faults
         self.timings = timings
         self.tasks = Tasks()
@@ -47,31 +93,87 @@ class BMCs:
         started = now_rfc3339()
         self._hosts: dict[str, HostBMC] = {}
         self._dpus: dict[str, DPUBMC] = {}
+        self.services: dict[str, Service] = {}
+        self._service_of: dict[str, Service] = {}  # every BMC id (host or DPU) -> its service
         dpus_by_host: dict[str, list[DPUBMC]] = {}
+        groups = service_groups(site)
         for host in site.hosts:
-            self._hosts[host.id] = HostBMC(host.id, PROFILES[host.bmc.profile], started)
+            profile = PROFILES[host.bmc.profile]
+            service_id = groups[host.id]
+            service = self.services.get(service_id)
+            if service is None:
+                service = self.services[service_id] = Service(
+                    service_id, sessions=profile.sessions, tls=profile.tls or tls_everywhere
+                )
+            bmc = self._hosts[host.id] = HostBMC(host.id, profile, started, service_id)
+            service.hosts[bmc.system_id] = bmc
+            self._service_of[host.id] = service
             for dpu in host.dpus:
-                bmc = DPUBMC(dpu.id, host.id, dpu.model, dpu.firmware)
-                self._dpus[dpu.id] = bmc
-                dpus_by_host.setdefault(host.id, []).append(bmc)
+                dpu_bmc = DPUBMC(dpu.id, host.id, dpu.model, dpu.firmware)
+                self._dpus[dpu.id] = dpu_bmc
+                self._service_of[dpu.id] = self.services[dpu.id] = Service(
+                    dpu.id, dpu=dpu_bmc, tls=tls_everywhere
+                )
+                dpus_by_host.setdefault(host.id, []).append(dpu_bmc)
         self.firmware = Firmware(timings, self.tasks, dpus_by_host)
         hub.subscribe(PowerCycled, self.firmware.on_power_cycled)
         self._redfish = Redfish(self)
+        self._by_port: dict[int, Service] = {}
+        self._runner: web.BaseRunner | None = None
+        self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
+        self.ca_path: Path | None = None  # the CA of the https BMCs, once served
 
-    def add_routes(self, app: web.Application) -> None:
-        """Serve every BMC under `/bmc/<bmc-id>/redfish/...` on `app`."""
-        self._redfish.add_routes(app)
+    async def serve(self, tls_dir: Path | None = None) -> None:
+        """Listen for every BMC service on a free port of 127.0.0.1 (https where asked).
+
+        Args:
+            tls_dir: Where to write the CA (`bmc-ca.pem`) and the servers' key, when a service
+                serves https; a temporary folder when None.
+        """
+        self._runner = any_method_runner(self._redfish.handle)
+        await self._runner.setup()
+        tls = None
+        if any(service.tls for service in self.services.values()):
+            if tls_dir is None:
+                self._tls_dir = tempfile.TemporaryDirectory(prefix="metalflow-bmc-tls-")
+                tls_dir = Path(self._tls_dir.name)
+            tls = make_bmc_tls(tls_dir)
+            self.ca_path = tls.ca_path
+        for service in self.services.values():
+            site = web.TCPSite(
+                self._runner, "127.0.0.1", 0, ssl_context=tls.context if service.tls and tls else None
+            )
+            await site.start()
+            service.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self._by_port[service.port] = service
+
+    def endpoint(self, bmc_id: str) -> str:
+        """The base URL of a BMC (`<endpoint>/redfish/v1` is its service root), once served."""
+        service = self._service_of[bmc_id]
+        return f"{'https' if service.tls else 'http'}://127.0.0.1:{service.port}"
+
+    def service_at(self, port: int) -> Service | None:
+        return self._by_port.get(port)
+
+    def service_of(self, bmc_id: str) -> Service:
+        return self._service_of[bmc_id]
 
     async def start(self) -> None:
         """Nothing runs while BMCs are idle; timers start with the first reset or session."""
 
     async def stop(self) -> None:
-        """Cancel every pending timer: transitions, firmware staging and session expiry."""
+        """Cancel every pending timer (transitions, firmware staging, session expiry); stop serving."""
         for host in self._hosts.values():
             self.power.cancel(host)
         for dpu in self._dpus.values():
             self.firmware.cancel(dpu)
         self.auth.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._tls_dir is not None:
+            self._tls_dir.cleanup()
+            self._tls_dir = None
 
     # -- reads for tests and the control API ---------------------------------------------------
 
@@ -80,6 +182,10 @@ class BMCs:
 
     def dpu_bmc(self, bmc_id: str) -> DPUBMC | None:
         return self._dpus.get(bmc_id)
+
+    def reset_counts(self, dpu_id: str) -> dict[str, int]:
+        """The resets the DPU's own System (its Arm cores) took, by reset type."""
+        return dict(self._dpus[dpu_id].resets)
 
     def bmc_ids(self) -> list[str]:
         return [*self._hosts, *self._dpus]
@@ -101,19 +207,22 @@ class BMCs:
         return self._hosts[host_id].profile.name
 
     def system_path(self, host_id: str) -> str:
-        """The host's ComputerSystem path, with its BMC's prefix."""
-        return self._hosts[host_id].system_uri(f"/bmc/{host_id}")
+        """The host's ComputerSystem path on its BMC."""
+        return self._hosts[host_id].system_uri()
 
     def open_sessions(self, bmc_id: str) -> int:
-        """How many sessions are open on the BMC (host or DPU)."""
-        if bmc_id not in self._hosts and bmc_id not in self._dpus:
-            raise KeyError(bmc_id)
-        return self.auth.open_count(bmc_id)
+        """How many sessions are open on the BMC (host or DPU; a shared BMC counts all its own)."""
+        return self.auth.open_count(self._service_of[bmc_id].id)
 
     def dpu_firmware(self, dpu_id: str) -> dict[str, str | None]:
         """`{"running": version, "staged": version or None}` of the DPU's NIC firmware."""
         dpu = self._dpus[dpu_id]
         return {"running": dpu.running, "staged": dpu.staged}
+
+    def delay_next_reset(self, bmc_id: str, seconds: float) -> None:
+        """Hold the BMC's next reset request `seconds` before acting on it and answering (a BMC
+        that is slow to answer a reset, longer than a client's heartbeat timeout)."""
+        self._service_of[bmc_id].next_reset_delay = seconds
 
     def inject_update_failure(
         self, dpu_id: str, message: str = "Firmware image verification failed."

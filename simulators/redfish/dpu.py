@@ -28,6 +28,9 @@ from . import messages
 from .tasks import Task, Tasks
 
 TRANSFER_PROTOCOLS = ("HTTP", "HTTPS", "SCP")
+# What a BlueField BMC's `Bluefield` System takes: restarts of the DPU's Arm cores, which leave
+# the host's power alone (the host powers the DPU).
+DPU_RESET_TYPES = ("GracefulRestart", "ForceRestart", "GracefulShutdown")
 SYSTEM_ID = "Bluefield"
 BMC_FIRMWARE = {"BF3": "BF-24.10-24", "BF4": "BF-25.04-7"}
 _VERSION = re.compile(r"\d+\.\d+\.\d+(?:\.\d+)?")
@@ -36,7 +39,9 @@ _VERSION = re.compile(r"\d+\.\d+\.\d+(?:\.\d+)?")
 class DPUBMC:
     """The state of one DPU's BMC."""
 
-    __slots__ = ("dpu_id", "host_id", "model", "running", "staged", "update_task", "fail_next", "timer")
+    __slots__ = (
+        "dpu_id", "host_id", "model", "running", "staged", "update_task", "fail_next", "timer", "resets"
+    )  # fmt: skip
 
     def __init__(self, dpu_id: str, host_id: str, model: str, firmware: str) -> None:
         self.dpu_id = dpu_id
@@ -47,6 +52,7 @@ class DPUBMC:
         self.update_task: Task | None = None
         self.fail_next: str | None = None  # an injected failure for the next update
         self.timer: asyncio.TimerHandle | None = None
+        self.resets: dict[str, int] = {}  # resets of the DPU's Arm system, by type
 
 
 def version_from_uri(image_uri: str) -> str | None:
@@ -200,8 +206,50 @@ def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
         "SerialNumber": f"SN-{dpu.dpu_id}",
         "PowerState": host_power,
         "Status": {"State": "Enabled" if host_power == "On" else "StandbyOffline", "Health": "OK"},
+        "Actions": {
+            "#ComputerSystem.Reset": {
+                "target": f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}/Actions/ComputerSystem.Reset",
+                "ResetType@Redfish.AllowableValues": list(DPU_RESET_TYPES),
+                "@Redfish.ActionInfo": f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}/ResetActionInfo",
+            }
+        },
         "Links": {"Chassis": [], "ManagedBy": []},
     }
+
+
+def reset_action_info() -> dict[str, Any]:
+    return {
+        "@odata.id": f"/redfish/v1/Systems/{SYSTEM_ID}/ResetActionInfo",
+        "@odata.type": "#ActionInfo.v1_4_2.ActionInfo",
+        "Id": "ResetActionInfo",
+        "Name": "Reset Action Info",
+        "Parameters": [
+            {
+                "Name": "ResetType",
+                "Required": True,
+                "DataType": "String",
+                "AllowableValues": list(DPU_RESET_TYPES),
+            }
+        ],
+    }
+
+
+def reset(dpu: DPUBMC, reset_type: object) -> web.Response:
+    """A reset of the DPU's Arm system: counted, answered 204; the host's power is not touched."""
+    action = "ComputerSystem.Reset"
+    if reset_type is None:
+        return messages.action_parameter_missing(action, "ResetType")
+    if not isinstance(reset_type, str) or reset_type not in DPU_RESET_TYPES:
+        return messages.error_response(
+            400,
+            "ActionParameterNotSupported",
+            f"The parameter ResetType for the action {action} is not supported on the target resource: "
+            f"{reset_type!r} is not one of {', '.join(DPU_RESET_TYPES)}.",
+            args=["ResetType", action],
+            resolution="Remove the parameter supplied and resubmit the request if the operation failed.",
+        )
+    dpu.resets[reset_type] = dpu.resets.get(reset_type, 0) + 1
+    return web.Response(status=204, headers={"OData-Version": "4.0"})
 
 
 def update_service_body(prefix: str) -> dict[str, Any]:

@@ -9,6 +9,11 @@ A profile is how one vendor's BMC behaves; the site picks one per host (`HOST_BM
 | `task-monitor` | `Self` | 202 + task monitor | yes / yes | yes | |
 | `etag-required` | `1` | 200 + Success message | yes / yes | yes | PATCH needs If-Match |
 | `reset-cooldown` | `1` | 204 | yes / yes | no | 409 for a while after Off |
+| `basic-only` | `1` | 204 | no / no | no | no SessionService (404): basic auth only |
+| `power-lag` | `1` | 204 | no / no | no | PowerState keeps the old value 1-15 s, no Powering* |
+| `powercycle-501` | `System.Embedded.1` | 204 | advertised, 501 / yes | yes | |
+| `multi-system` | the host id | 204 | yes / yes | yes | hosts of one `group` share the BMC |
+| `self-signed-tls` | `System.Embedded.1` | 204 | yes / yes | yes | https, the simulator's own CA |
 
 Clients must find the System through the `Systems` collection, never assume its id.
 """
@@ -60,6 +65,11 @@ class HostProfile:
     reset_answer: str  # "204", "200" (body with a Success message) or "202" (task monitor)
     etag_required: bool = False
     cooldown_after_off: bool = False
+    sessions: bool = True  # False: no SessionService, HTTP basic only
+    power_lag: bool = False  # PowerState keeps its old value for a while, no Powering* states
+    not_implemented: tuple[str, ...] = ()  # advertised reset types answered 501
+    multi_system: bool = False  # the System id is the host id; one service serves a group of hosts
+    tls: bool = False  # served over https
 
 
 PROFILES: dict[str, HostProfile] = {
@@ -113,7 +123,27 @@ PROFILES: dict[str, HostProfile] = {
         "204",
         cooldown_after_off=True,
     ),
-}
+    "basic-only": HostProfile(
+        "basic-only", "1", "Gigabyte", "G593-SD0",
+        ("On", "ForceOff", "GracefulShutdown", "ForceRestart"), False, "204", sessions=False,
+    ),
+    "power-lag": HostProfile(
+        "power-lag", "1", "ASRockRack", "6U8X-EGS2",
+        ("On", "ForceOff", "GracefulShutdown", "ForceRestart"), False, "204", power_lag=True,
+    ),
+    "powercycle-501": HostProfile(
+        "powercycle-501", "System.Embedded.1", "Quanta", "S7G", ALL_RESET_TYPES, True, "204",
+        not_implemented=("PowerCycle",),
+    ),
+    "multi-system": HostProfile(
+        "multi-system", "", "Inspur", "NF5688M7 (multi-node)", ALL_RESET_TYPES, True, "204",
+        multi_system=True,
+    ),
+    "self-signed-tls": HostProfile(
+        "self-signed-tls", "System.Embedded.1", "Dell Inc.", "PowerEdge R760xa", ALL_RESET_TYPES, True,
+        "204", tls=True,
+    ),
+}  # fmt: skip
 
 
 class HostBMC:
@@ -121,6 +151,7 @@ class HostBMC:
 
     __slots__ = (
         "host_id",
+        "service_id",
         "profile",
         "power",
         "pending",
@@ -134,8 +165,9 @@ class HostBMC:
         "log",
     )
 
-    def __init__(self, host_id: str, profile: HostProfile, started: str) -> None:
+    def __init__(self, host_id: str, profile: HostProfile, started: str, service_id: str = "") -> None:
         self.host_id = host_id
+        self.service_id = service_id or host_id  # the BMC service (address) serving this System
         self.profile = profile
         # A site in service: every host starts On.
         self.power = "On"
@@ -149,8 +181,12 @@ class HostBMC:
         self.boot: tuple[str, str, str] = ("Disabled", "None", "UEFI")
         self.log: list[dict[str, str | None]] | None = None
 
-    def system_uri(self, prefix: str) -> str:
-        return f"{prefix}/redfish/v1/Systems/{self.profile.system_id}"
+    @property
+    def system_id(self) -> str:
+        return self.host_id if self.profile.multi_system else self.profile.system_id
+
+    def system_uri(self, prefix: str = "") -> str:
+        return f"{prefix}/redfish/v1/Systems/{self.system_id}"
 
     def body(self, prefix: str) -> dict[str, Any]:
         uri = self.system_uri(prefix)
@@ -158,7 +194,7 @@ class HostBMC:
         body: dict[str, Any] = {
             "@odata.id": uri,
             "@odata.type": SYSTEM_TYPE,
-            "Id": self.profile.system_id,
+            "Id": self.system_id,
             "Name": "System",
             "SystemType": "Physical",
             "Manufacturer": self.profile.manufacturer,
@@ -215,7 +251,7 @@ def etag_of(host: HostBMC) -> str:
     return f'W/"{zlib.crc32(repr(state).encode()):08x}"'
 
 
-def check_if_match(host: HostBMC, request: web.Request, current_etag: str) -> web.Response | None:
+def check_if_match(host: HostBMC, request: web.BaseRequest, current_etag: str) -> web.Response | None:
     """The 428/412 a PATCH earns for its If-Match header, or None when it may proceed."""
     if_match = request.headers.get("If-Match")
     if if_match is None:

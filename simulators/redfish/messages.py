@@ -165,3 +165,13 @@ def read_json_object(raw: bytes) -> dict[str, Any] | None:
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def odata_type_of(raw: bytes) -> str | None:
+    """The `@odata.type` of a JSON body (for the `Link` header), or None."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    value = data.get("@odata.type") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None

@@ -14,6 +14,10 @@ Decisions (real BMCs differ; these are the ones the simulator makes, for every p
 - Any reset while a transition runs is refused with 409 `ResourceInUse`.
 - The `reset-cooldown` profile refuses every reset with 409 for `reset_cooldown_seconds` after
   the host last reached Off (including the Off inside a power cycle).
+- The `power-lag` profile shows no `Powering*` state: `PowerState` keeps its old value for a
+  lag drawn (deterministically per host and transition) between `power_lag_min_seconds` and
+  `power_lag_max_seconds`, then shows the new one; a reset meanwhile is refused with 409.
+- A reset type the profile lists in `not_implemented` is advertised but answers 501.
 
 The power log keeps settled transitions only (On -> Off, Off -> On), each with the reset type
 that caused it; every one is published as `PowerTransition`, and every Off -> On also as
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -61,6 +66,16 @@ class PowerControl:
                 args=["ResetType", action],
                 resolution="Remove the parameter supplied and resubmit the request if the operation failed.",
             )
+        if reset_type in host.profile.not_implemented:
+            return messages.error_response(
+                501,
+                "ActionNotSupported",
+                f"The action {action} with ResetType {reset_type} is not supported by the resource.",
+                args=[f"{action} ({reset_type})"],
+                resolution="The action supplied cannot be resubmitted to the implementation.  Perhaps "
+                "the action was invalid, the wrong resource was the target or the implementation "
+                "documentation may be of assistance.",
+            )
         if host.pending:
             return messages.resource_in_use(
                 f"The system is in transition ({host.power}); the reset {reset_type} cannot be performed "
@@ -82,7 +97,7 @@ class PowerControl:
         task = None
         if host.profile.reset_answer == "202":
             task = self._tasks.new(
-                host.host_id,
+                host.service_id,
                 prefix,
                 f"Reset {reset_type}",
                 self._timings.power_transition_seconds * len(plan),
@@ -145,9 +160,18 @@ class PowerControl:
         host.pending = plan
         host.reset_type = reset_type
         host.task = task
-        host.power = _INTERMEDIATE[plan[0]]
+        if not host.profile.power_lag:
+            host.power = _INTERMEDIATE[plan[0]]
         loop = asyncio.get_running_loop()
-        host.timer = loop.call_later(self._timings.power_transition_seconds, self._step, host)
+        host.timer = loop.call_later(self._leg_seconds(host), self._step, host)
+
+    def _leg_seconds(self, host: HostBMC) -> float:
+        """How long the next leg of a transition takes (a lagging BMC: how long it shows the old state)."""
+        if not host.profile.power_lag:
+            return self._timings.power_transition_seconds
+        legs = 0 if host.log is None else len(host.log)
+        low, high = self._timings.power_lag_min_seconds, self._timings.power_lag_max_seconds
+        return random.Random(f"{host.host_id}/{legs}").uniform(low, max(low, high))
 
     def _step(self, host: HostBMC) -> None:
         target, rest = host.pending[0], host.pending[1:]
@@ -166,8 +190,9 @@ class PowerControl:
         host.pending = rest
         reset_type = host.reset_type
         if rest:
-            host.power = _INTERMEDIATE[rest[0]]
-            host.timer = loop.call_later(self._timings.power_transition_seconds, self._step, host)
+            if not host.profile.power_lag:
+                host.power = _INTERMEDIATE[rest[0]]
+            host.timer = loop.call_later(self._leg_seconds(host), self._step, host)
         else:
             host.timer = None
             host.reset_type = None

@@ -1,13 +1,16 @@
 """HTTP layer of the simulated BMCs: one catch-all route, dispatched over the Redfish tree.
 
-Every BMC answers under `/bmc/<bmc-id>/redfish/v1/...`, and every link it returns carries that
-prefix. Dispatching here (rather than one aiohttp route per resource) lets unknown resources and
-wrong methods get Redfish error bodies (404 `ResourceMissingAtURI`, 405 `OperationNotAllowed`)
-instead of aiohttp's plain text.
+Every BMC service answers at the root of its own address (`/redfish/v1/...`), and the service a
+request is for is the one listening on the port it arrived on. Dispatching here (rather than
+one aiohttp route per resource) lets unknown resources and wrong methods get Redfish error
+bodies (404 `ResourceMissingAtURI`, 405 `OperationNotAllowed`) instead of aiohttp's plain text.
 
-Per request, in order: find the BMC (404), ask the fault profile (500/503/409, which change
-nothing), authenticate (401; the service root and session creation are open), check the method
-(405), serve; then hold the response back by the profile's `response_delay("bmc")`.
+Per request, in order: find the service (404), refuse an OData-Version other than 4.0 (412),
+serve the open documents (`/redfish`, `/redfish/v1/`, `odata`, `$metadata`), ask the fault
+profile (500/503/409, which change nothing), authenticate (401; the service root and session
+creation are open), check the method (405 with `Allow`), serve; then hold the response back by
+the profile's `response_delay("bmc")`. Successful GETs carry `Allow` and a `Link` to their schema
+(`rel=describedby`), as the Redfish protocol asks.
 """
 
 from __future__ import annotations
@@ -20,24 +23,25 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from . import accounts, messages
 from . import dpu as dpu_resources
-from . import messages
 from .dpu import DPUBMC
 from .host import HostBMC, apply_patch, check_if_match, etag_of
 
 if TYPE_CHECKING:
-    from . import BMCs
+    from . import BMCs, Service
 
 
 @dataclass(slots=True)
 class Context:
-    """The BMC a request is addressed to."""
+    """The BMC service a request is addressed to."""
 
-    bmc_id: str
-    prefix: str
-    host: HostBMC | None
+    bmc_id: str  # the service's id: the key of its account, sessions and tasks
+    prefix: str  # "" since every BMC is at its own root; kept so resources build absolute links
+    service: Service
+    host: HostBMC | None  # the service's first host (a host BMC), else None
     dpu: DPUBMC | None
-    request: web.Request
+    request: web.BaseRequest
     params: tuple[str, ...]
 
 
@@ -51,6 +55,7 @@ class Resource:
     kinds: frozenset[str] = frozenset({"host", "dpu"})
     open_methods: frozenset[str] = frozenset()  # served without authentication
     reset_methods: frozenset[str] = frozenset()  # requests that are resets, for the fault profile
+    needs_sessions: bool = False  # absent on a BMC without a SessionService
 
 
 def _collection(uri: str, odata_type: str, name: str, members: list[str]) -> dict[str, Any]:
@@ -69,54 +74,80 @@ class Redfish:
     def __init__(self, bmcs: BMCs) -> None:
         self._bmcs = bmcs
 
-    def add_routes(self, app: web.Application) -> None:
-        app.router.add_route("*", "/bmc/{bmc_id}/redfish{tail:.*}", self.handle)
-
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.BaseRequest) -> web.Response:
         bmcs = self._bmcs
-        bmc_id = request.match_info["bmc_id"]
-        host, dpu = bmcs.host_bmc(bmc_id), bmcs.dpu_bmc(bmc_id)
-        if host is None and dpu is None:
+        sockname = request.transport.get_extra_info("sockname") if request.transport else None
+        service = bmcs.service_at(sockname[1]) if sockname else None
+        if service is None:
             return messages.not_found(request.path)
-        prefix = f"/bmc/{bmc_id}"
-        tail = request.match_info["tail"]
-        if tail.strip("/") == "":
-            return messages.json_response({"v1": f"{prefix}/redfish/v1/"})
-        parts = tuple(tail.strip("/").split("/"))
-        if parts[0] != "v1":
+        odata_version = request.headers.get("OData-Version")
+        if odata_version is not None and odata_version.strip() != "4.0":
+            return messages.error_response(
+                412,
+                "HeaderInvalid",
+                f"The value '{odata_version}' of the header OData-Version is not supported; use 4.0.",
+                args=[f"OData-Version: {odata_version}"],
+                resolution="Resubmit the request with OData-Version 4.0 or without the header.",
+            )
+        unsupported = sorted(key for key in request.query if key.startswith("$"))
+        if unsupported:
+            # ProtocolFeaturesSupported offers no query parameter: the protocol asks for 501.
+            return messages.error_response(
+                501,
+                "QueryNotSupported",
+                f"Querying is not supported by the implementation ({unsupported[0]}).",
+                resolution="Remove the query parameters and resubmit the request if the operation failed.",
+            )
+        path = request.path.rstrip("/")
+        if path == "/redfish":
+            return _with_get_headers(request, messages.json_response({"v1": "/redfish/v1/"}), ["GET", "HEAD"])
+        if path == "/redfish/v1/odata":
+            return _with_get_headers(request, accounts.odata_document(service.sessions), ["GET", "HEAD"])
+        if path == "/redfish/v1/$metadata":
+            return _with_get_headers(request, accounts.metadata_document(), ["GET", "HEAD"])
+        parts = tuple(path.split("/")[1:])
+        if parts[:2] != ("redfish", "v1"):
             return messages.not_found(request.path)
-        found = _match(parts[1:], "host" if host is not None else "dpu")
-        is_reset = found is not None and request.method in found[0].reset_methods
-        fault = bmcs.faults.bmc_fault(bmc_id, is_reset=is_reset)
+        host = service.first_host
+        found = _match(parts[2:], "host" if host is not None else "dpu", service.sessions)
+        method = "GET" if request.method == "HEAD" else request.method
+        is_reset = found is not None and method in found[0].reset_methods
+        if is_reset and service.next_reset_delay > 0:
+            held, service.next_reset_delay = service.next_reset_delay, 0.0
+            await asyncio.sleep(held)
+        fault = bmcs.faults.bmc_fault(service.id, is_reset=is_reset)
         if fault is not None:
             response = messages.fault_response(*fault)
         else:
-            response = await self._serve(request, bmc_id, prefix, host, dpu, found)
+            ctx = Context(service.id, "", service, host, service.dpu, request, ())
+            response = await self._serve(ctx, method, found)
         delay = bmcs.faults.response_delay("bmc")
         if delay > 0:
             await asyncio.sleep(delay)
+        if request.method == "HEAD" and response.status == 200:
+            return web.Response(status=200, headers=response.headers)
         return response
 
     async def _serve(
-        self,
-        request: web.Request,
-        bmc_id: str,
-        prefix: str,
-        host: HostBMC | None,
-        dpu: DPUBMC | None,
-        found: tuple[Resource, tuple[str, ...]] | None,
+        self, ctx: Context, method: str, found: tuple[Resource, tuple[str, ...]] | None
     ) -> web.Response:
-        if found is None or request.method not in found[0].open_methods:
-            refusal = self._bmcs.auth.check(bmc_id, request)
+        request = ctx.request
+        if found is None or method not in found[0].open_methods:
+            refusal = self._bmcs.auth.check(ctx.bmc_id, request, sessions=ctx.service.sessions)
             if refusal is not None:
                 return refusal
         if found is None:
             return messages.not_found(request.path)
         resource, params = found
-        handler = resource.methods.get(request.method)
+        allowed = sorted(resource.methods)
+        handler = resource.methods.get(method)
         if handler is None:
-            return messages.method_not_allowed(request.method, sorted(resource.methods))
-        return await handler(self, Context(bmc_id, prefix, host, dpu, request, params))
+            return messages.method_not_allowed(request.method, allowed)
+        ctx.params = params
+        response = await handler(self, ctx)
+        if method == "GET":
+            return _with_get_headers(request, response, allowed)
+        return response
 
     # -- service root, sessions, tasks (every BMC) ------------------------------------------
 
@@ -131,10 +162,19 @@ class Redfish:
             "UUID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"metalflow-sim-bmc:{ctx.bmc_id}")),
             "Vendor": ctx.host.profile.manufacturer if ctx.host is not None else "NVIDIA",
             "Systems": {"@odata.id": f"{v1}/Systems"},
-            "SessionService": {"@odata.id": f"{v1}/SessionService"},
             "TaskService": {"@odata.id": f"{v1}/TaskService"},
-            "Links": {"Sessions": {"@odata.id": f"{v1}/SessionService/Sessions"}},
+            "AccountService": {"@odata.id": f"{v1}/AccountService"},
+            "ProtocolFeaturesSupported": {
+                "ExpandQuery": {"ExpandAll": False, "Levels": False, "Links": False, "NoLinks": False},
+                "FilterQuery": False,
+                "SelectQuery": False,
+                "OnlyMemberQuery": False,
+                "ExcerptQuery": False,
+            },
         }
+        if ctx.service.sessions:
+            body["SessionService"] = {"@odata.id": f"{v1}/SessionService"}
+            body["Links"] = {"Sessions": {"@odata.id": f"{v1}/SessionService/Sessions"}}
         if ctx.dpu is not None:
             body["UpdateService"] = {"@odata.id": f"{v1}/UpdateService"}
         return messages.json_response(body)
@@ -240,11 +280,11 @@ class Redfish:
 
     async def list_systems(self, ctx: Context) -> web.Response:
         uri = f"{ctx.prefix}/redfish/v1/Systems"
-        system_id = ctx.host.profile.system_id if ctx.host is not None else dpu_resources.SYSTEM_ID
+        system_ids = list(ctx.service.hosts) if ctx.dpu is None else [dpu_resources.SYSTEM_ID]
         return messages.json_response(
             _collection(
                 uri, "#ComputerSystemCollection.ComputerSystemCollection", "Computer System Collection",
-                [f"{uri}/{system_id}"],
+                [f"{uri}/{system_id}" for system_id in system_ids],
             )
         )  # fmt: skip
 
@@ -278,6 +318,8 @@ class Redfish:
         return messages.json_response(body, headers={"ETag": etag_of(host)})
 
     async def reset_system(self, ctx: Context) -> web.Response:
+        if ctx.dpu is not None:
+            return await self._reset_dpu(ctx, ctx.dpu)
         host = self._host_system(ctx)
         if host is None:
             return messages.not_found(ctx.request.path)
@@ -286,7 +328,19 @@ class Redfish:
             return messages.malformed_json()
         return self._bmcs.power.reset(host, body.get("ResetType"), ctx.prefix)
 
+    async def _reset_dpu(self, ctx: Context, dpu: DPUBMC) -> web.Response:
+        if ctx.params[0] != dpu_resources.SYSTEM_ID:
+            return messages.not_found(ctx.request.path)
+        body = messages.read_json_object(await ctx.request.read())
+        if body is None:
+            return messages.malformed_json()
+        return dpu_resources.reset(dpu, body.get("ResetType"))
+
     async def reset_action_info(self, ctx: Context) -> web.Response:
+        if ctx.dpu is not None:
+            if ctx.params[0] != dpu_resources.SYSTEM_ID:
+                return messages.not_found(ctx.request.path)
+            return messages.json_response(dpu_resources.reset_action_info())
         host = self._host_system(ctx)
         if host is None:
             return messages.not_found(ctx.request.path)
@@ -294,8 +348,28 @@ class Redfish:
 
     @staticmethod
     def _host_system(ctx: Context) -> HostBMC | None:
-        host = ctx.host
-        return host if host is not None and ctx.params[0] == host.profile.system_id else None
+        return ctx.service.hosts.get(ctx.params[0]) if ctx.params else None
+
+    # -- AccountService -------------------------------------------------------------------------
+
+    async def account_service(self, ctx: Context) -> web.Response:
+        return messages.json_response(accounts.account_service())
+
+    async def list_accounts(self, ctx: Context) -> web.Response:
+        return messages.json_response(accounts.account_collection())
+
+    async def get_account(self, ctx: Context) -> web.Response:
+        body = accounts.account(ctx.params[0], self._bmcs.auth.username(ctx.bmc_id))
+        if body is None:
+            return messages.not_found(ctx.request.path)
+        return messages.json_response(body, headers={"ETag": accounts.etag(body)})
+
+    async def list_roles(self, ctx: Context) -> web.Response:
+        return messages.json_response(accounts.role_collection())
+
+    async def get_role(self, ctx: Context) -> web.Response:
+        body = accounts.role(ctx.params[0])
+        return messages.not_found(ctx.request.path) if body is None else messages.json_response(body)
 
     # -- DPU UpdateService --------------------------------------------------------------------
 
@@ -331,15 +405,30 @@ _DPU = frozenset({"dpu"})
 
 RESOURCES: tuple[Resource, ...] = (
     Resource((), {"GET": Redfish.service_root}, open_methods=frozenset({"GET"})),
-    Resource(("SessionService",), {"GET": Redfish.session_service}),
+    Resource(("SessionService",), {"GET": Redfish.session_service}, needs_sessions=True),
     Resource(
         ("SessionService", "Sessions"),
         {"GET": Redfish.list_sessions, "POST": Redfish.create_session},
         open_methods=frozenset({"POST"}),
+        needs_sessions=True,
+    ),
+    # The OData form of the same collection: clients may POST a session to its Members.
+    Resource(
+        ("SessionService", "Sessions", "Members"),
+        {"POST": Redfish.create_session},
+        open_methods=frozenset({"POST"}),
+        needs_sessions=True,
     ),
     Resource(
-        ("SessionService", "Sessions", "*"), {"GET": Redfish.get_session, "DELETE": Redfish.delete_session}
+        ("SessionService", "Sessions", "*"),
+        {"GET": Redfish.get_session, "DELETE": Redfish.delete_session},
+        needs_sessions=True,
     ),
+    Resource(("AccountService",), {"GET": Redfish.account_service}),
+    Resource(("AccountService", "Accounts"), {"GET": Redfish.list_accounts}),
+    Resource(("AccountService", "Accounts", "*"), {"GET": Redfish.get_account}),
+    Resource(("AccountService", "Roles"), {"GET": Redfish.list_roles}),
+    Resource(("AccountService", "Roles", "*"), {"GET": Redfish.get_role}),
     Resource(("TaskService",), {"GET": Redfish.task_service}),
     Resource(("TaskService", "Tasks"), {"GET": Redfish.list_tasks}),
     Resource(("TaskService", "Tasks", "*"), {"GET": Redfish.get_task}),
@@ -348,10 +437,9 @@ RESOURCES: tuple[Resource, ...] = (
     Resource(
         ("Systems", "*", "Actions", "ComputerSystem.Reset"),
         {"POST": Redfish.reset_system},
-        kinds=_HOST,
         reset_methods=frozenset({"POST"}),
     ),
-    Resource(("Systems", "*", "ResetActionInfo"), {"GET": Redfish.reset_action_info}, kinds=_HOST),
+    Resource(("Systems", "*", "ResetActionInfo"), {"GET": Redfish.reset_action_info}),
     Resource(("UpdateService",), {"GET": Redfish.update_service}, kinds=_DPU),
     Resource(
         ("UpdateService", "Actions", "UpdateService.SimpleUpdate"),
@@ -363,9 +451,25 @@ RESOURCES: tuple[Resource, ...] = (
 )
 
 
-def _match(parts: tuple[str, ...], kind: str) -> tuple[Resource, tuple[str, ...]] | None:
+def _with_get_headers(request: web.BaseRequest, response: web.Response, allowed: list[str]) -> web.Response:
+    """`Allow` and `Link: <schema>; rel=describedby` on a successful GET, as Redfish asks."""
+    if response.status != 200:
+        return response
+    response.headers["Allow"] = ", ".join(sorted({*allowed, "HEAD"}))
+    odata_type = None
+    if response.content_type == messages.JSON_TYPE and isinstance(response.body, bytes):
+        odata_type = messages.odata_type_of(response.body)
+    if odata_type:
+        schema = odata_type.lstrip("#").rsplit(".", 1)[0]
+        response.headers["Link"] = f"<http://redfish.dmtf.org/schemas/v1/{schema}.json>; rel=describedby"
+    return response
+
+
+def _match(parts: tuple[str, ...], kind: str, sessions: bool) -> tuple[Resource, tuple[str, ...]] | None:
     for resource in RESOURCES:
         if kind not in resource.kinds or len(resource.pattern) != len(parts):
+            continue
+        if resource.needs_sessions and not sessions:
             continue
         params: list[str] = []
         for want, got in zip(resource.pattern, parts, strict=True):

@@ -72,10 +72,18 @@ class Auth:
         password_ok = hmac.compare_digest(password.encode(), expected[1].encode())
         return user_ok and password_ok
 
-    def check(self, bmc_id: str, request: web.Request) -> web.Response | None:
-        """None when the request is authenticated (session token or basic), else the 401."""
+    def username(self, bmc_id: str) -> str | None:
+        """The BMC's one account's user name (never its password)."""
+        expected = self._credentials.get(bmc_id)
+        return None if expected is None else expected[0]
+
+    def check(self, bmc_id: str, request: web.BaseRequest, *, sessions: bool = True) -> web.Response | None:
+        """None when the request is authenticated (session token or basic), else the 401.
+
+        A BMC without a SessionService (`sessions=False`) knows no tokens: basic only.
+        """
         token = request.headers.get("X-Auth-Token")
-        if token is not None:
+        if token is not None and sessions:
             session = self._find_token(bmc_id, token)
             if session is None:
                 return messages.unauthorized("The session token is not valid or the session has expired.")
@@ -98,7 +106,7 @@ class Auth:
             return messages.unauthorized("The user name or password is not valid.")
         return None
 
-    def session_of(self, bmc_id: str, request: web.Request) -> Session | None:
+    def session_of(self, bmc_id: str, request: web.BaseRequest) -> Session | None:
         token = request.headers.get("X-Auth-Token")
         return None if token is None else self._find_token(bmc_id, token)
 

@@ -1,7 +1,7 @@
 """Serve the BMCs of a site alone on 127.0.0.1 (tests and the Redfish benchmark).
 
-The simulator proper composes `BMCs` into its one application; this helper does the same with
-nothing else mounted, so Redfish behaviour can be exercised over real HTTP in isolation.
+The simulator proper serves `BMCs` next to its other pieces; this helper serves them alone, so
+Redfish behaviour can be exercised over real HTTP in isolation.
 """
 
 from __future__ import annotations
@@ -10,22 +10,21 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from aiohttp import web
-
 from simulators.events import Event, Hub, PowerCycled, PowerTransition
 from simulators.faults import Faults
 from simulators.site import Site
 from simulators.timings import Timings, timings_for
 from simulators.violations import Violations
 
-from . import BMCs
+from . import BMCs, service_groups
 
 
 def credentials_for(site: Site, username: str = "admin") -> dict[str, tuple[str, str]]:
-    """One username and a distinct password per BMC of the site."""
+    """One username and a distinct password per BMC of the site (one per shared BMC service)."""
+    groups = service_groups(site)
     creds: dict[str, tuple[str, str]] = {}
     for host in site.hosts:
-        creds[host.id] = (username, f"pw-{host.id}")
+        creds[host.id] = (username, f"pw-{groups[host.id]}")
         for dpu in host.dpus:
             creds[dpu.id] = (username, f"pw-{dpu.id}")
     return creds
@@ -38,13 +37,12 @@ class RunningBMCs:
     bmcs: BMCs
     hub: Hub
     violations: Violations
-    url: str  # http://127.0.0.1:PORT
     credentials: dict[str, tuple[str, str]]
     events: list[Event] = field(default_factory=list)
 
     def base(self, bmc_id: str) -> str:
-        """The base URL a Redfish client is given for this BMC."""
-        return f"{self.url}/bmc/{bmc_id}"
+        """The base URL a Redfish client is given for this BMC (`/redfish/v1` is under it)."""
+        return self.bmcs.endpoint(bmc_id)
 
 
 @asynccontextmanager
@@ -54,20 +52,18 @@ async def serve_bmcs(
     timings: Timings | None = None,
     faults: Faults | None = None,
     credentials: dict[str, tuple[str, str]] | None = None,
+    tls_everywhere: bool = False,
 ) -> AsyncIterator[RunningBMCs]:
-    """Serve the site's BMCs on a free port of 127.0.0.1 until the block exits."""
+    """Serve each of the site's BMCs on a free port of 127.0.0.1 until the block exits."""
     hub = Hub()
     violations = Violations()
     creds = credentials if credentials is not None else credentials_for(site)
-    bmcs = BMCs(site, hub, faults or Faults("none"), timings or timings_for("zero"), violations, creds)
-    app = web.Application()
-    bmcs.add_routes(app)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    tcp = web.TCPSite(runner, "127.0.0.1", 0)
-    await tcp.start()
-    port = runner.addresses[0][1]
-    running = RunningBMCs(bmcs, hub, violations, f"http://127.0.0.1:{port}", creds)
+    bmcs = BMCs(
+        site, hub, faults or Faults("none"), timings or timings_for("zero"), violations, creds,
+        tls_everywhere=tls_everywhere,
+    )  # fmt: skip
+    await bmcs.serve()
+    running = RunningBMCs(bmcs, hub, violations, creds)
     hub.subscribe(PowerTransition, running.events.append)
     hub.subscribe(PowerCycled, running.events.append)
     await bmcs.start()
@@ -75,4 +71,3 @@ async def serve_bmcs(
         yield running
     finally:
         await bmcs.stop()
-        await runner.cleanup()

@@ -1,0 +1,63 @@
+"""Heartbeats that match the work: one helper for every long activity.
+
+An activity heartbeats so Temporal can tell a dead worker from a slow one. Heartbeating only
+between steps is not enough: a single request (a BMC that takes 40 s to answer a reset, a
+Kubernetes call under load) can outlast the heartbeat timeout, and Temporal then starts a second
+attempt alongside the first, which is still running. `heartbeating()` heartbeats from a
+background task while the block runs, so an activity is declared dead only when its worker is.
+
+Details: an activity that resumes from heartbeat details (the power cycle) passes `details`, a
+function returning what to send now; every beat sends the latest details, so a background beat
+never replaces recorded progress with nothing. The SDK throttles what actually reaches the
+server to 0.8 x the heartbeat timeout; the activity's own code still decides when a step is
+durable (see `activities.redfish.powercycle`).
+
+Cost per running activity: one asyncio task waking every heartbeat_timeout / 3 (at most every
+10 s without a timeout), and the heartbeats the SDK sends (at most one per 0.8 x timeout); no
+history events (heartbeats are not recorded in the workflow's history).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+from temporalio import activity
+
+_NO_TIMEOUT_INTERVAL_SECONDS = 10.0
+_MIN_INTERVAL_SECONDS = 0.1
+
+
+def beat_interval(heartbeat_timeout_seconds: float | None) -> float:
+    """How often to beat: a third of the timeout, so two beats can be lost before it fires."""
+    if heartbeat_timeout_seconds is None:
+        return _NO_TIMEOUT_INTERVAL_SECONDS
+    return max(_MIN_INTERVAL_SECONDS, heartbeat_timeout_seconds / 3)
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(details: Callable[[], Sequence[Any]] | None = None) -> AsyncIterator[None]:
+    """Heartbeat in the background for the duration of the block (inside an activity only).
+
+    Args:
+        details: Returns the details to send with each beat (the latest progress); None sends
+            none (for activities that do not resume from details).
+    """
+    info = activity.info()
+    timeout = info.heartbeat_timeout
+    interval = beat_interval(None if timeout is None else timeout.total_seconds())
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat(*(details() if details is not None else ()))
+            await asyncio.sleep(interval)
+
+    task = asyncio.create_task(beat(), name=f"heartbeat {info.activity_type} {info.activity_id}")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

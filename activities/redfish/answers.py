@@ -1,0 +1,171 @@
+"""How metalflow reads a BMC's answers: errors of the taxonomy, the BMC's own words, Retry-After.
+
+By what the BMC answered (only errors of `activities.errors`):
+
+- 401/403 before the credentials were ever accepted on this connection (session login, or the
+  first authenticated request with basic auth), a TLS certificate that does not verify ->
+  `BMCAuthenticationFailed` (permanent)
+- 401/403 on a resource after the credentials were accepted (the account lacks the privilege),
+  400, 404, 405, 501 and any other 4xx but 409/429; a redirect to another host; a body that is
+  not Redfish (malformed JSON, not an object) -> `BMCRequestRejected` (permanent); the
+  exception carries `http_status` and `message_ids` so callers can tell a 501 or an
+  `ActionNotSupported` apart (`is_not_supported`)
+- 409, 429, 5xx but 501, a timeout, a refused or reset connection -> `BMCUnavailable`
+  (transient), with `next_retry_delay` set from `Retry-After` when the BMC sent one
+
+Messages name the BMC, the method, the URL and the status, and carry the BMC's own
+`error.message` and every `@Message.ExtendedInfo` message; never a credential.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from activities.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable
+
+if TYPE_CHECKING:
+    from activities.redfish.client import BMCConnection
+
+# Message ids (last part) that mean "this action or parameter is not supported here": permanent.
+NOT_SUPPORTED_MESSAGES = frozenset({"ActionNotSupported", "ActionParameterNotSupported"})
+
+
+def _path(url: str) -> str:
+    return urlsplit(url).path or "/"
+
+
+def _odata_id(value: Any) -> str | None:
+    if isinstance(value, dict) and isinstance(value.get("@odata.id"), str):
+        return str(value["@odata.id"])
+    return None
+
+
+def _maybe_json(response: httpx.Response) -> dict[str, Any] | None:
+    if not response.content:
+        return None
+    try:
+        loaded = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def _task_message(task: dict[str, Any]) -> str:
+    messages = task.get("Messages")
+    if isinstance(messages, list):
+        texts = [str(m.get("Message")) for m in messages if isinstance(m, dict) and m.get("Message")]
+        if texts:
+            return "; ".join(texts)
+    return "no message"
+
+
+def json_object(connection: BMCConnection, response: httpx.Response) -> dict[str, Any]:
+    """The response's JSON object, or `BMCRequestRejected` for anything that is not Redfish."""
+    where = f"BMC {connection.bmc_id}: {response.request.method} {_path(str(response.request.url))}"
+    try:
+        loaded = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BMCRequestRejected(f"{where} answered malformed JSON; not a Redfish service?") from None
+    if not isinstance(loaded, dict):
+        raise BMCRequestRejected(f"{where} answered JSON that is not an object; not a Redfish service?")
+    return loaded
+
+
+def redfish_error(response: httpx.Response) -> str:
+    """The BMC's own words: `error.message` and every `MessageId: Message` of its ExtendedInfo."""
+    body = _maybe_json(response)
+    error = (body or {}).get("error")
+    parts: list[str] = []
+    if isinstance(error, dict):
+        infos = error.get("@Message.ExtendedInfo")
+        generic = str(error.get("message") or "")
+        if generic and "See ExtendedInfo" not in generic:
+            parts.append(generic)
+        for info in infos if isinstance(infos, list) else []:
+            if isinstance(info, dict):
+                message_id = str(info.get("MessageId", "")).rsplit(".", 1)[-1]
+                parts.append(f"{message_id}: {info.get('Message', '')}".strip(": "))
+        if not parts and generic:
+            parts.append(generic)
+    return "; ".join(parts) or response.reason_phrase or "no Redfish error body"
+
+
+def message_ids(response: httpx.Response) -> tuple[str, ...]:
+    """The last part of every ExtendedInfo `MessageId` (`ActionNotSupported`, ...)."""
+    error = (_maybe_json(response) or {}).get("error")
+    infos = error.get("@Message.ExtendedInfo") if isinstance(error, dict) else None
+    return tuple(
+        str(info.get("MessageId", "")).rsplit(".", 1)[-1]
+        for info in (infos if isinstance(infos, list) else [])
+        if isinstance(info, dict)
+    )
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    """`Retry-After` as seconds (delta-seconds or an HTTP date), or None."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def raise_for_status(
+    connection: BMCConnection,
+    method: str,
+    url: str,
+    response: httpx.Response,
+    *,
+    authentication: bool = False,
+) -> None:
+    """Raise the taxonomy's error for a non-2xx answer.
+
+    Args:
+        authentication: The request was a login (session creation): a 401/403 there is about
+            the credentials, whatever happened before.
+    """
+    status = response.status_code
+    if status < 300:
+        return
+    what = f"BMC {connection.bmc_id}: {method} {url} answered {status} {redfish_error(response)}"
+    err: BMCAuthenticationFailed | BMCRequestRejected | BMCUnavailable
+    if status in (401, 403) and (authentication or not connection.authenticated):
+        err = BMCAuthenticationFailed(
+            f"{what} (check the credentials in {connection.access.credentials.describe()})"
+        )
+    elif status in (401, 403):
+        err = BMCRequestRejected(
+            f"{what} (the credentials were accepted for other requests: the account lacks the "
+            "privilege for this one, or the BMC protects it)"
+        )
+    elif status == 409 or status == 429 or (status >= 500 and status != 501):
+        delay = retry_after_seconds(response)
+        err = BMCUnavailable(
+            what, next_retry_delay=None if delay is None else timedelta(seconds=max(delay, 0.1))
+        )
+    else:
+        err = BMCRequestRejected(what)  # 4xx, and 501 Not Implemented: permanent
+    err.http_status = status  # type: ignore[union-attr]
+    err.message_ids = message_ids(response)  # type: ignore[union-attr]
+    raise err
+
+
+def is_not_supported(err: BMCRequestRejected) -> bool:
+    """The BMC said the action or its parameter is not implemented (501, ActionNotSupported...)."""
+    status = getattr(err, "http_status", None)
+    ids = set(getattr(err, "message_ids", ()))
+    return status == 501 or (status == 400 and bool(ids & NOT_SUPPORTED_MESSAGES))

@@ -1,0 +1,218 @@
+"""Bad numbers and strings never get past the CLI (metalflow/validation.py), and the CLI never
+dies with a traceback: every row runs the real `metalflow` entry point in a subprocess and checks
+the exit status, the one line it prints, and that nothing changed (no entity workflow, no state
+directory of a simulator)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from host_operation_support import eventually
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+from test_host_entity import StandInOperation, StandInReboot
+
+from metalflow import names
+from metalflow.binaries import temporal_cli
+from metalflow.models.host import HostWorkflowInput
+from workflows.host import HostWorkflow
+
+METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
+HOST = f"bounds-{uuid.uuid4().hex[:8]}"  # no other test, and no row, may create this entity
+ESC = "\x1b"
+
+# (arguments, exit status, what the one line on stderr says after "<prog>: error: argument ...")
+ROWS: list[tuple[list[str], int, str]] = [
+    # durations and counts: negative, zero where meaningless, NaN, infinity, absurd
+    (["host", "provision", HOST, "--power-down-wait", "1e12"], 2, "less than or equal to 3600"),
+    (["host", "provision", HOST, "--power-down-wait", "-1"], 2, "greater than or equal to 0"),
+    (["host", "provision", HOST, "--power-down-wait", "nan"], 2, "finite number"),
+    (["host", "reprovision", HOST, "--power-down-wait", "inf"], 2, "finite number"),
+    (["host", "reprovision", HOST, "--power-down-wait", "3601"], 2, "less than or equal to 3600"),
+    (["host", "reboot", HOST, "--power-down-wait", "soon"], 2, "'soon' is not a number"),
+    (["host", "monitor", HOST, "--reprovision-after", "0"], 2, "greater than 0"),
+    (["host", "monitor", HOST, "--reprovision-after", "-5"], 2, "greater than 0"),
+    (["host", "monitor", HOST, "--reprovision-after", "NaN"], 2, "finite number"),
+    (["host", "monitor", HOST, "--reprovision-after", "1e9"], 2, "less than or equal to 2592000"),
+    (["bmc", "power", HOST, "cycle", "--timeout", "0"], 2, "greater than 0"),
+    (["bmc", "power", HOST, "cycle", "--timeout", "inf"], 2, "finite number"),
+    (["bmc", "power", HOST, "cycle", "--power-down-wait", "1e12"], 2, "less than or equal to 3600"),
+    (["bmc", "power", HOST, "off", "--graceful", "--grace", "-1"], 2, "greater than 0"),
+    (["bmc", "power", HOST, "off", "--graceful", "--grace", "1e12"], 2, "less than or equal to 3600"),
+    (["bmc", "power", HOST, "on", "--settle", "-1"], 2, "greater than or equal to 0"),
+    (["bmc", "power", HOST, "on", "--settle", "nan"], 2, "finite number"),
+    (["bmc", "check", HOST, "--request-timeout", "0"], 2, "greater than 0"),
+    (["bmc", "check", HOST, "--request-timeout", "nan"], 2, "finite number"),
+    (["sim", "up", "--hosts", "0"], 2, "greater than or equal to 1"),
+    (["sim", "up", "--hosts", "-3"], 2, "greater than or equal to 1"),
+    (["sim", "up", "--hosts", "1e6"], 2, "'1e6' is not a whole number"),
+    (["sim", "up", "--hosts", "100001"], 2, "less than or equal to 100000"),
+    (["sim", "up", "--dpus-per-host", "17"], 2, "less than or equal to 16"),
+    (["sim", "up", "--seed", "-1"], 2, "greater than or equal to 0"),
+    (["sim", "up", "--seed", "99999999999"], 2, "less than or equal to 4294967295"),
+    (["sim", "up", "--sim-port", "70000"], 2, "less than or equal to 65535"),
+    (["dev", "--hosts", "0"], 2, "greater than or equal to 1"),
+    # ids, --by and --reason: length, character set, no control characters or ANSI escapes
+    (["host", "provision", f"host-0{ESC}[31m"], 2, "host id contains the control character"),
+    (["host", "provision", "h" * 5000], 2, "at most 63 characters"),
+    (["host", "provision", "../etc"], 2, "invalid host id"),
+    (["host", "status", "h\u202e1"], 2, "host id contains the control character"),
+    (["host", "assign", HOST, "i" * 5000], 2, "at most 128 characters"),
+    (["host", "assign", HOST, "inst\x07"], 2, "instance id contains the control character"),
+    (["host", "assign", HOST, "inst/1"], 2, "invalid instance id"),
+    (["host", "provision", HOST, "--by", ""], 2, "at least 1 character"),
+    (["host", "provision", HOST, "--by", f"x{ESC}[2J"], 2, "--by contains the control character"),
+    (["host", "provision", HOST, "--by", "b" * 200], 2, "at most 128 characters"),
+    (["host", "provision", HOST, "--reason", "r" * 600], 2, "at most 500 characters"),
+    (["host", "provision", HOST, "--reason", "line1\nline2"], 2, "--reason contains the control character"),
+    (["approve", HOST, "--reason", f"{ESC}]0;pwned\x07"], 2, "--reason contains the control character"),
+    (["host-rebooted", HOST, "--by", "\t"], 2, "--by contains the control character"),
+    (["host", "provision", HOST, "--dpus", f"{HOST}-dpu-0,{ESC}"], 2, "invalid DPU list"),
+    (["host", "remove", HOST, "--dpus", ",".join(f"d{i}" for i in range(17))], 2, "at most 16 DPU ids"),
+    (["bmc", "check", "host 1"], 2, "invalid host id"),
+    (["sim", "power-log", ESC], 2, "host id contains the control character"),
+]
+
+
+async def _run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        METALFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def _env(client: Client, state: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_"))}
+    return env | {
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "METALFLOW_SITE_FILE": str(state / "site.yaml"),
+    }
+
+
+async def _entity_exists(client: Client, host_id: str) -> bool:
+    try:
+        await client.get_workflow_handle(names.host_workflow_id(host_id)).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
+async def test_bad_input_is_a_one_line_usage_error_and_changes_nothing(
+    client: Client, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    env = _env(client, state)
+    limit = asyncio.Semaphore(3)  # two cores shared with other work
+
+    async def row(args: list[str]) -> tuple[int, str, str]:
+        if args[:2] in (["sim", "up"], ["dev", "--hosts"]):
+            args = [*args, "--state-dir", str(state)]
+        async with limit:
+            return await _run(args, env)
+
+    results = await asyncio.gather(*(row(args) for args, _, _ in ROWS))
+    problems = []
+    for (args, status, words), (code, out, err) in zip(ROWS, results, strict=True):
+        lines = err.splitlines()
+        shown = [a[:30] for a in args]
+        if code != status or len(lines) != 1 or words not in lines[0] or out:
+            problems.append(f"{shown}: exit {code}, stdout {out[:80]!r}, stderr {err[:300]!r}")
+        elif not lines[0].startswith(f"metalflow {args[0]}") or "argument" not in lines[0]:
+            problems.append(f"{shown}: not an argument error: {lines[0]!r}")
+        elif ESC in lines[0] or "\x07" in lines[0]:
+            problems.append(f"{shown}: echoed a control character: {lines[0]!r}")
+    assert problems == [], "\n".join(problems)
+    assert not await _entity_exists(client, HOST), "a rejected command created the host's entity"
+    assert not state.exists(), "a rejected `sim up`/`dev` wrote its state directory"
+
+
+async def test_no_worker_on_the_task_queue_is_reported_and_starts_nothing(
+    client: Client, tmp_path: Path
+) -> None:
+    host, queue = f"noworker-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
+    code, out, err = await _run(["host", "reprovision", host, "--task-queue", queue], _env(client, tmp_path))
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        f"metalflow: no worker polls task queue {queue!r}, so nothing would act on the request: start one "
+        f"(python worker.py --task-queue {queue}) and try again"
+    ]
+    assert not await _entity_exists(client, host)
+
+
+async def test_status_of_an_entity_nobody_serves_says_so(client: Client, tmp_path: Path) -> None:
+    host, queue = f"orphan-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
+    await client.start_workflow(
+        "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
+    )
+    code, out, err = await _run(["host", "status", host], _env(client, tmp_path))
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        f"metalflow: host/{host} does not answer: no worker serves its task queue {queue!r}"
+    ]
+    await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test done")
+
+
+@pytest.mark.parametrize("text", ["1e12", "nan", "-1", "inf"])
+def test_policy_fields_refuse_what_the_cli_refuses(text: str) -> None:
+    from pydantic import ValidationError
+
+    from metalflow.models.host import MonitorPolicy, OperationPolicy
+
+    with pytest.raises(ValidationError):
+        OperationPolicy(power_down_wait_seconds=float(text))
+    with pytest.raises(ValidationError):
+        MonitorPolicy(reprovision_after_seconds=float(text))
+
+
+async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The server goes away while `--wait` follows an operation: one line, exit 2, no traceback."""
+    env = await WorkflowEnvironment.start_local(
+        ip="127.0.0.1",
+        dev_server_existing_path=str(temporal_cli()),
+        search_attributes=names.SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+    )
+    client, host, queue = env.client, f"lost-{uuid.uuid4().hex[:8]}", f"lost-{uuid.uuid4()}"
+    address = client.service_client.config.target_host
+    process = None
+    try:
+        async with Worker(
+            client, task_queue=queue, workflows=[HostWorkflow, StandInOperation, StandInReboot]
+        ):
+            process = await asyncio.create_subprocess_exec(
+                METALFLOW, "host", "provision", host, "--wait", "--task-queue", queue,
+                env=_env(client, tmp_path), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            operation = client.get_workflow_handle(names.host_operation_workflow_id(names.PROVISION, host))
+
+            async def running() -> bool:
+                try:
+                    await operation.describe()
+                except RPCError:
+                    return False
+                return True
+
+            await eventually(running, timeout=120, what="the CLI's operation to start")
+    finally:
+        await env.shutdown()  # Temporal goes away while the CLI follows the operation
+    assert process is not None
+    out, err = await asyncio.wait_for(process.communicate(), timeout=180)
+    assert process.returncode == 2, (out, err)
+    assert err.decode().splitlines()[0].startswith(f"metalflow: lost Temporal at {address} ("), err
+    assert len(err.decode().splitlines()) == 1, err
+    assert "Traceback" not in err.decode() + out.decode()

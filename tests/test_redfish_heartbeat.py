@@ -1,0 +1,137 @@
+"""Heartbeats that match the work (issue 15 item 7) and BMC fixes that take effect (issue 9 item 7),
+through a real worker and the Temporal dev server against simulated BMCs over HTTP.
+
+A BMC that answers a reset after longer than the activity's heartbeat timeout must not make
+Temporal start a second attempt alongside the first: the power log shows exactly one cycle.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from activities.credentials import CredentialResolver
+from activities.inventory import Inventory
+from activities.redfish import power_activities
+from activities.redfish.client import RedfishClient
+from activities.redfish.power import PowerActivities
+from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
+from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, ReadPowerStateInput
+from metalflow.settings import Settings
+from simulators.redfish.standalone import RunningBMCs, serve_bmcs
+from simulators.site import BMC, Host, Site
+from simulators.timings import timings_for
+
+pytestmark = pytest.mark.slow
+HEARTBEAT_TIMEOUT = timedelta(seconds=2)
+SLOW_ANSWER_SECONDS = 10.0  # > heartbeat timeout + retry + the 5 s settle window of a retry
+
+
+@workflow.defn(sandboxed=False)
+class CycleWithShortHeartbeat:
+    @workflow.run
+    async def run(self, request: PowerCycleInput) -> PowerCycleResult:
+        result: PowerCycleResult = await workflow.execute_activity(
+            "power_cycle_host",
+            request,
+            result_type=PowerCycleResult,
+            start_to_close_timeout=timedelta(minutes=2),
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=1)
+            ),
+        )
+        return result
+
+
+@pytest.fixture(scope="module")
+async def sim() -> AsyncIterator[RunningBMCs]:
+    site = Site(
+        hosts=[
+            Host(id="native", bmc=BMC(profile="powercycle")),
+            Host(id="forceoff", bmc=BMC(profile="no-powercycle")),
+            Host(id="moved", bmc=BMC(profile="no-powercycle")),
+        ]
+    )
+    async with serve_bmcs(site, timings=timings_for("demo", power_transition_seconds=0.2)) as running:
+        yield running
+
+
+def env_of(sim: RunningBMCs) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for host_id, (username, password) in sim.credentials.items():
+        env[f"U_{host_id}"], env[f"P_{host_id}"] = username, password
+    return env
+
+
+def access(sim: RunningBMCs, host_id: str, endpoint: str | None = None) -> BMCAccess:
+    ref = CredentialRef(env=EnvCredentials(username=f"U_{host_id}", password=f"P_{host_id}"))
+    return BMCAccess(bmc_id=host_id, endpoint=endpoint or sim.base(host_id), credentials=ref)
+
+
+@pytest.mark.parametrize("host_id", ["native", "forceoff"])
+async def test_a_reset_answered_after_the_heartbeat_timeout_still_happens_once(
+    local_env: WorkflowEnvironment, task_queue: str, sim: RunningBMCs, host_id: str
+) -> None:
+    since = len(sim.bmcs.power_log(host_id))
+    sim.bmcs.delay_next_reset(host_id, SLOW_ANSWER_SECONDS)
+    redfish = RedfishClient(CredentialResolver(env=env_of(sim)))
+    request = PowerCycleInput(
+        bmc=access(sim, host_id), boot_generation=1, requested_at=datetime.now(UTC),
+        power_down_wait_seconds=0.5, timeout_seconds=60,
+    )  # fmt: skip
+    try:
+        async with Worker(
+            local_env.client,
+            task_queue=task_queue,
+            workflows=[CycleWithShortHeartbeat],
+            activities=power_activities(PowerActivities(redfish)),
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            result = await local_env.client.execute_workflow(
+                CycleWithShortHeartbeat.run, request, id=f"slow-reset-{uuid.uuid4()}", task_queue=task_queue
+            )
+    finally:
+        await redfish.aclose()
+    log = [(e["from"], e["to"], e["reset_type"]) for e in sim.bmcs.power_log(host_id)[since:]]
+    first = "PowerCycle" if host_id == "native" else "ForceOff"
+    second = "PowerCycle" if host_id == "native" else "On"
+    assert log == [("On", "Off", first), ("Off", "On", second)]
+    assert result.attempts == 1  # never declared dead while the slow request was in flight
+
+
+async def test_a_corrected_site_file_takes_effect_for_the_next_attempt(
+    sim: RunningBMCs, tmp_path: Path
+) -> None:
+    site_file = tmp_path / "site.yaml"
+    wrong = "http://127.0.0.1:9"  # discard port: nothing answers
+    ref = {"env": {"username": "U_moved", "password": "P_moved"}}
+
+    def write(endpoint: str) -> None:
+        hosts = [{"id": "moved", "bmc": {"endpoint": endpoint, "credentials": ref}}]
+        site_file.write_text(yaml.safe_dump({"name": "t", "hosts": hosts}))
+
+    write(sim.base("moved"))  # an operator fixed the file after the workflow read the old one
+    settings = Settings.from_env().model_copy(update={"site_file": site_file, "inventory": "site"})
+    redfish = RedfishClient(CredentialResolver(env=env_of(sim)))
+    activities = PowerActivities(redfish, Inventory(settings))
+    try:
+        stale = ReadPowerStateInput(bmc=access(sim, "moved", endpoint=wrong))
+        power = await ActivityEnvironment().run(activities.read_power_state, stale)
+        assert power.power_state == "On" and power.bmc_id == "moved"
+        write(wrong)  # and a file broken again is used as it is: the error names the new endpoint
+        with pytest.raises(Exception, match="127.0.0.1:9"):
+            await ActivityEnvironment().run(
+                activities.read_power_state, ReadPowerStateInput(bmc=access(sim, "moved"))
+            )
+    finally:
+        await redfish.aclose()
