@@ -108,6 +108,7 @@ def gangs(sim: RunningSim, pcs: str) -> dict[str, dict[str, Any]]:
     response = httpx.get(
         f"{sim.url}/apis/scheduler.grove.io/v1alpha1/namespaces/default/podgangs",
         params={"labelSelector": f"app.kubernetes.io/part-of={pcs}"},
+        headers=sim.headers,
         timeout=10,
     )
     response.raise_for_status()
@@ -116,7 +117,9 @@ def gangs(sim: RunningSim, pcs: str) -> dict[str, dict[str, Any]]:
 
 def pcs_object(sim: RunningSim, pcs: str) -> dict[str, Any]:
     response = httpx.get(
-        f"{sim.url}/apis/grove.io/v1alpha1/namespaces/default/podcliquesets/{pcs}", timeout=10
+        f"{sim.url}/apis/grove.io/v1alpha1/namespaces/default/podcliquesets/{pcs}",
+        headers=sim.headers,
+        timeout=10,
     )
     response.raise_for_status()
     found: dict[str, Any] = response.json()

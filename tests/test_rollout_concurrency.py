@@ -132,7 +132,7 @@ async def test_a_scale_by_hand_mid_rollout_is_taken_in_between_steps(
             httpx.patch(  # as `kubectl scale` would
                 f"{sim.url}/apis/grove.io/v1alpha1/namespaces/default/podcliquesets/inference",
                 json={"spec": {"replicas": 3}},
-                headers={"Content-Type": "application/merge-patch+json"},
+                headers={**sim.headers, "Content-Type": "application/merge-patch+json"},
                 timeout=10,
             ).raise_for_status()
             result = await handle.result()
