@@ -44,7 +44,7 @@ def _named_config_file(config_file: Path | None, env: Mapping[str, str] | None) 
         tomllib.loads(named.read_text())
     except OSError as err:
         raise TemporalConfigError(
-            f"cannot read the Temporal config file {named} (TEMPORAL_CONFIG_FILE): {err.strerror or err}"
+            f"cannot read the Temporal config file {named}: {err.strerror or err}"
         ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise TemporalConfigError(f"the Temporal config file {named} is not valid TOML: {err}") from None

@@ -66,10 +66,10 @@ def build_worker(
 async def run_worker(task_queue: str, profile: str | None) -> None:
     """Connect, run the worker until SIGTERM or SIGINT, then shut it down gracefully."""
     settings = Settings.from_env()  # a bad setting stops the worker before it connects
-    check_site_access(settings)
     deployment_config = deployment_config_from_env()
     tracing = setup_tracing()
     try:
+        check_site_access(settings)  # before connecting: a worker that cannot act must not poll
         client = await connect(profile=profile, interceptors=tracing.interceptors)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from metalflow.devstack.private import FILE_MODE, PRIVATE_UMASK
+
 ReadinessCheck = Callable[["ManagedProcess"], Awaitable[bool]]
 READINESS_POLL_SECONDS = 0.25
 LOG_TAIL_LINES = 20
@@ -61,7 +63,9 @@ class ManagedProcess:
     async def start(self) -> None:
         """Start the process in a new session, so stopping it reaches all its children too."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        with os.fdopen(fd, "ab") as log:
+            os.fchmod(log.fileno(), FILE_MODE)
             self._process = await asyncio.create_subprocess_exec(
                 *self.argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -69,6 +73,7 @@ class ManagedProcess:
                 stderr=asyncio.subprocess.STDOUT,
                 env=None if self.env is None else dict(self.env),
                 start_new_session=True,
+                umask=PRIVATE_UMASK,  # what it creates (a database, sim.json) is 0600 too
             )
 
     async def wait_ready(self, timeout: float) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from metalflow.devstack.private import private_state_dir
 from metalflow.devstack.process import ManagedProcess
 
 SIM_READY_TIMEOUT = 120.0
@@ -57,7 +58,7 @@ def read_sim_info(state_dir: Path) -> dict[str, Any]:
 
 def simulator_process(state_dir: Path, options: SiteOptions) -> ManagedProcess:
     """The simulator as a `ManagedProcess`, ready once `sim.json` exists and `/sim/health` answers."""
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_state_dir(state_dir)
     # A sim.json left by a simulator that was killed would make a new one look ready at once.
     (state_dir / "sim.json").unlink(missing_ok=True)
 
