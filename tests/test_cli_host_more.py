@@ -155,8 +155,9 @@ async def test_remove_one_dpu_wait_deletes_its_objects_and_keeps_its_sibling(
     unknown = await metalflow(
         local_env, "host", "remove", host, "--dpus", "no-such-dpu", "--wait", "--task-queue", queue
     )
-    assert unknown.status == 1
-    assert f"remove/host-{host} failed" in unknown.stdout and "has no DPU no-such-dpu" in unknown.stdout
+    # Refused against the inventory before anything is sent (the workflow's own check stays behind it).
+    assert unknown.status == 1 and unknown.stdout == ""
+    assert f"no-such-dpu is not a DPU of {host}; its DPUs: {host}-dpu-0, {host}-dpu-1" in unknown.stderr
 
 
 @pytest.mark.slow

@@ -6,6 +6,9 @@ operation as a child workflow and refuses a second one while the first runs. `--
 the operation to its end and exits 0 only when it succeeded. `host monitor` (in `host_monitor`)
 starts, shows and stops the host's monitor, which runs beside the operations.
 
+Before anything is sent, a request is checked against the inventory (`inventory_check`): an
+unknown host or a DPU not the host's is refused and no entity is created.
+
 Exit statuses: 0 done (or accepted, without --wait), 1 refused or failed, 2 usage or Temporal
 unreachable.
 """
