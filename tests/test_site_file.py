@@ -200,6 +200,10 @@ async def test_the_worker_keeps_the_last_valid_site_file_and_takes_a_fixed_one(
     path = _write(tmp_path / "site.yaml", good_site("http://10.0.0.1"))
     inventory = Inventory(Settings(site_file=path))
     assert (await inventory.resolve("host-001")).bmc.endpoint == "http://10.0.0.1"
+    _write(path, good_site("http://10.0.0.9"))  # same size, likely the same mtime tick: still seen
+    assert (await inventory.resolve("host-001")).bmc.endpoint == "http://10.0.0.9"
+    _write(path, good_site("http://10.0.0.1"))
+    assert (await inventory.resolve("host-001")).bmc.endpoint == "http://10.0.0.1"
 
     broken = good_site("http://10.0.0.66")
     broken["hosts"][1]["id"] = "host-001"  # the edit in progress would send host-001 to host-002's BMC
