@@ -46,6 +46,7 @@ from activities.dpf.streams import (
     watch_events,
 )
 from activities.errors import InvalidInput, KubernetesUnavailable
+from metalflow import metrics
 from metalflow.models.dpf import (
     DPF_STATE_CHANGED_SIGNAL,
     DPUNODE_NAME_LABEL,
@@ -227,6 +228,7 @@ class WatcherActivities:
                     if event.get("type") != "BOOKMARK":
                         watch.changed.set()
                 watch.reconnects += 1  # the server ended the stream: resume where it stopped
+                metrics.activity_dpf_watch_reconnect()
             except WatchExpired:
                 log.info("watch of %s for %s expired (410); listing again", stream.name, watch.host.host_id)
                 watch.relists += 1
@@ -241,3 +243,4 @@ class WatcherActivities:
                 await asyncio.sleep(FAILURE_BACKOFF[failures])
                 failures += 1
                 watch.reconnects += 1
+                metrics.activity_dpf_watch_reconnect()

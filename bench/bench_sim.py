@@ -99,7 +99,9 @@ async def _measure(
     dpu_names = [f"node-{h['id']}-device-{d['id']}" for h in hosts for d in h["dpus"]]
     dpu_base = f"/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/{NAMESPACE}/dpus"
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
+    kubeconfig = yaml.safe_load(Path(info["kubeconfig"]).read_text())
+    token = {"Authorization": f"Bearer {kubeconfig['users'][0]['user']['token']}"}  # the API needs it
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60, headers=token) as client:
         # Each BMC names its system its own way (as real ones do): find it like a client would.
         auth: dict[str, httpx.BasicAuth] = {}
         system_paths: list[str] = []

@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 from datetime import timedelta
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.worker import Worker, WorkerDeploymentConfig
@@ -27,6 +28,7 @@ from activities.errors import InvalidInput
 from activities.site_file import SiteFileError, load_site
 from metalflow import names
 from metalflow.client import connect
+from metalflow.devstack.lifeline import LIFELINE_ARG, watch_lifeline
 from metalflow.settings import Settings
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
 from metalflow.versioning import deployment_config_from_env, worker_versioning
@@ -63,20 +65,35 @@ def build_worker(
     )
 
 
-async def run_worker(task_queue: str, profile: str | None) -> None:
-    """Connect, run the worker until SIGTERM or SIGINT, then shut it down gracefully."""
+async def run_worker(
+    task_queue: str, profile: str | None, metrics_address: str | None = None, lifeline_fd: int | None = None
+) -> None:
+    """Connect, run the worker until SIGTERM, SIGINT or a cut lifeline (the process that started
+    it died), then shut it down gracefully."""
     settings = Settings.from_env()  # a bad setting stops the worker before it connects
     deployment_config = deployment_config_from_env()
+    # Imported here: aiohttp must stay out of the modules workflow sandboxes re-import (tests
+    # define workflows in modules that import this one).
+    from metalflow.observability import Observability
+
+    observability = Observability.from_env(metrics_address)  # a bad address too
     tracing = setup_tracing()
     try:
         check_site_access(settings)  # before connecting: a worker that cannot act must not poll
-        client = await connect(profile=profile, interceptors=tracing.interceptors)
+        runtime = observability.runtime()
+        extra: dict[str, Any] = {"runtime": runtime} if runtime is not None else {}
+        client = await connect(profile=profile, interceptors=tracing.interceptors, **extra)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        if lifeline_fd is not None:
+            # Past the graceful shutdown's own limit, exit anyway: the server may have died too.
+            hard_exit = GRACEFUL_SHUTDOWN_TIMEOUT.total_seconds() + 10
+            watch_lifeline(lifeline_fd, stop.set, hard_exit_after=hard_exit)
         worker = build_worker(client, task_queue, settings, deployment_config)
         async with worker:
+            await observability.start(client, worker)
             log.info(
                 "worker polling task queue %r on %s namespace %r, %s",
                 task_queue,
@@ -88,6 +105,7 @@ async def run_worker(task_queue: str, profile: str | None) -> None:
             log.info("shutting down (waiting up to %s for running activities)", GRACEFUL_SHUTDOWN_TIMEOUT)
         log.info("worker stopped")
     finally:
+        await observability.stop()
         tracing.shutdown()
 
 
@@ -117,6 +135,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--task-queue", default=names.TASK_QUEUE, help="task queue (default: %(default)s)")
     parser.add_argument("--profile", default=None, help="Temporal config profile (default: TEMPORAL_PROFILE)")
+    parser.add_argument(
+        "--metrics-address",
+        default=None,
+        help="serve /livez, /readyz and Prometheus /metrics on HOST:PORT "
+        "(default: METALFLOW_METRICS_ADDRESS; off when neither is set)",
+    )
+    parser.add_argument(
+        LIFELINE_ARG, type=int, default=None, help="stop when this pipe closes (given by `metalflow dev`)"
+    )
     return parser.parse_args(argv)
 
 
@@ -125,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(run_worker(args.task_queue, args.profile))
+        asyncio.run(run_worker(args.task_queue, args.profile, args.metrics_address, args.lifeline_fd))
     except (TelemetryConfigError, ValueError) as error:
         print(f"worker: configuration error: {error}", file=sys.stderr)
         return 2

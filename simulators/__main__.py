@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -43,9 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--initialised", action="store_true", help="start with DPF site objects and Ready DPUs"
     )
     serve.add_argument(
-        "--crds", help=f"folder of the DPF and Grove CRDs (default: ${CRDS_ENV} or ../shared/crds)"
+        "--crds", help=f"folder of the DPF and Grove CRDs (default: ${CRDS_ENV}, else simulators/crds)"
     )
     serve.add_argument("--log-level", default="WARNING", help="Python log level")
+    serve.add_argument(
+        "--lifeline-fd",
+        type=int,
+        help="read end of a pipe from the parent: stop when it closes (the parent died)",
+    )
     return parser
 
 
@@ -55,12 +61,36 @@ def _site_from(args: argparse.Namespace) -> Site:
     return default_site(args.hosts, args.dpus_per_host)
 
 
-async def _serve(site: Site, options: ServeOptions) -> None:
+def _watch_lifeline(fd: int, stop: asyncio.Event) -> None:
+    """Set `stop` once the parent's end of the lifeline pipe closed (it exited, even by SIGKILL).
+
+    The same protocol as metalflow's `devstack/lifeline.py`, written out here because the
+    simulator imports nothing of the product. Cost: one loop reader; no polling.
+    """
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+
+    def readable() -> None:
+        try:
+            if os.read(fd, 64):
+                return  # the parent never writes; only end-of-file matters
+        except (BlockingIOError, InterruptedError):
+            return
+        loop.remove_reader(fd)
+        os.close(fd)
+        stop.set()
+
+    loop.add_reader(fd, readable)
+
+
+async def _serve(site: Site, options: ServeOptions, lifeline_fd: int | None = None) -> None:
     simulated = SimulatedSite(site, options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    if lifeline_fd is not None:
+        _watch_lifeline(lifeline_fd, stop)
     url = await simulated.start()
     print(f"simulated site {site.name!r} serving on {url} ({len(site.hosts)} hosts)", flush=True)
     try:
@@ -95,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         initialised=args.initialised,
     )
     try:
-        asyncio.run(_serve(site, options))
+        asyncio.run(_serve(site, options, args.lifeline_fd))
     except OSError as err:
         print(
             f"simulators: cannot serve on 127.0.0.1:{args.port}: {err.strerror}; choose another --port",

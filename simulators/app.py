@@ -5,10 +5,14 @@ the port asked for, every BMC on a free port of its own), fills every BMC endpoi
 writes what the product needs to reach the site into the state dir:
 
 - `site.yaml`: the site served, endpoints and credential references filled in;
-- `kubeconfig`: a context `metalflow-sim` pointing at the Kubernetes-compatible API;
+- `kubeconfig`: a context `metalflow-sim` pointing at the Kubernetes-compatible API, with the
+  admin's bearer token (the API refuses requests without a valid token, see `kube/rbac.py`);
 - `credentials/<bmc-id>.json` (mode 0600): each BMC's username and password;
 - `tls/bmc-ca.pem`: the CA of the https BMCs (`self-signed-tls`), when the site has one;
-- `sim.json`: `{"url", "pid", "kubeconfig", "site"}`, written last, once requests are served.
+- `tls/apiserver.crt`, `tls/apiserver.key`: the Kubernetes API's HTTPS serving certificate;
+- `sim.json`: `{"url", "kube_url", "pid", "kubeconfig", "site"}`, written last, once requests
+  are served. `kube_url` serves the same routes over HTTPS, which the kubeconfig names:
+  kubectl sends a bearer token only over TLS.
 """
 
 from __future__ import annotations
@@ -30,9 +34,13 @@ from simulators.dpf import DPFController
 from simulators.events import Hub
 from simulators.faults import Faults
 from simulators.grove import GroveController
+from simulators.kube.cel import RuleValidator
 from simulators.kube.crds import load_resource_types, make_validator
 from simulators.kube.http import add_kube_routes
+from simulators.kube.rbac import RESOURCE_TYPES as RBAC_TYPES
+from simulators.kube.rbac import Auth
 from simulators.kube.store import AlreadyExists, NotFound, Store
+from simulators.kube.tls import make_serving_certificate
 from simulators.redfish import BMCs, service_groups
 from simulators.site import BMC, CredentialRef, Site, dump_site
 from simulators.timings import Timings
@@ -63,17 +71,19 @@ class SimulatedSite:
         self.hub = Hub()
         self.violations = Violations()
         self.faults = Faults(options.faults, options.seed)
-        types = load_resource_types(options.crd_dir)
-        self.store = Store(types, validate=make_validator(types))
+        types = load_resource_types(options.crd_dir) + list(RBAC_TYPES)
+        self.store = Store(types, validate=make_validator(types), validate_rules=RuleValidator())
+        self.auth = Auth(self.store)
         self.credentials = _resolve_credentials(site, options.state_dir)
         self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)
         self.dpf = DPFController(self.store, self.hub, options.timings, self.violations, site)
         self.grove = GroveController(self.store, options.timings, self.violations)
         self.app = web.Application(client_max_size=16 * 1024 * 1024)
-        add_kube_routes(self.app, self.store, self.faults)
+        add_kube_routes(self.app, self.store, self.faults, auth=self.auth)
         control.add_control_routes(self.app, self)
         self._runner: web.AppRunner | None = None
         self.url = ""
+        self.kube_url = ""
 
     async def start(self) -> str:
         """Serve, then write the state files; returns the base URL."""
@@ -92,6 +102,12 @@ class SimulatedSite:
         await tcp.start()
         port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         self.url = f"http://127.0.0.1:{port}"
+        # The same routes over HTTPS for Kubernetes clients: kubectl sends a token only over TLS.
+        self._certificate = make_serving_certificate(self.options.state_dir / "tls")
+        tls = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._certificate.server_context())
+        await tls.start()
+        tls_port = tls._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.kube_url = f"https://127.0.0.1:{tls_port}"
         self._fill_endpoints()
         self._write_state_files()
         return self.url
@@ -161,9 +177,15 @@ class SimulatedSite:
         state.chmod(0o700)
         _write_private(state / "site.yaml", dump_site(self.site))
         kubeconfig = state / "kubeconfig"
-        _write_private(kubeconfig, yaml.safe_dump(_kubeconfig(self.url), sort_keys=False))
+        _write_private(
+            kubeconfig,
+            yaml.safe_dump(
+                _kubeconfig(self.kube_url, self.auth.admin_token, self._certificate.cert_pem), sort_keys=False
+            ),
+        )
         info: dict[str, Any] = {
             "url": self.url,
+            "kube_url": self.kube_url,
             "pid": os.getpid(),
             "kubeconfig": str(kubeconfig.resolve()),
             "site": str((state / "site.yaml").resolve()),
@@ -182,12 +204,14 @@ def _write_private(path: Path, text: str) -> None:
         out.write(text)
 
 
-def _kubeconfig(url: str) -> dict[str, Any]:
+def _kubeconfig(url: str, token: str, ca_pem: bytes) -> dict[str, Any]:
+    # The admin's token: the API answers 401 to any request without it (or another valid one).
+    cluster = {"server": url, "certificate-authority-data": base64.b64encode(ca_pem).decode()}
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "metalflow-sim", "cluster": {"server": url}}],
-        "users": [{"name": "metalflow-sim", "user": {}}],
+        "clusters": [{"name": "metalflow-sim", "cluster": cluster}],
+        "users": [{"name": "metalflow-sim", "user": {"token": token}}],
         "contexts": [
             {
                 "name": "metalflow-sim",

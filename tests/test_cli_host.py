@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from sim_support import RunningSim, running_sim
 from temporalio.testing import WorkflowEnvironment
+from test_firmware_support import site_file_with_prefix
 
 from metalflow.devstack.demo import power_cycles
 from metalflow.devstack.ports import free_port
@@ -34,7 +35,11 @@ class Result:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with running_sim(tmp_path_factory.mktemp("sim"), hosts=4, dpus_per_host=2, timings="zero") as running:
+    # Host ids of this module's own (clih-001...): the session's dev server is shared with other
+    # modules (in any order under xdist), and a host's entity and boot generations live there.
+    state = tmp_path_factory.mktemp("sim")
+    site = site_file_with_prefix(state / "in", "clih", hosts=4, serials=True)
+    with running_sim(state, site_file=site, timings="zero") as running:
         SITE_FILE["path"] = running.site_file
         yield running
 
@@ -68,25 +73,25 @@ async def test_provision_wait_follows_the_operation_and_power_cycles_once(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     done = await metalflow(
-        local_env, "host", "provision", "host-001", "--wait", "--power-down-wait", "0",
+        local_env, "host", "provision", "clih-001", "--wait", "--power-down-wait", "0",
         "--by", "alice@test", "--task-queue", queue,
     )  # fmt: skip
     assert done.status == 0, done.stdout + done.stderr
-    assert "host-001: started provision as provision/host-host-001" in done.stdout
-    assert "host-001: rebooting-host" in done.stdout  # phase changes, as they happen
-    assert "host-001: provision/host-host-001 completed (reboots 1, boot_generation 1)" in done.stdout
-    assert power_cycles(sim.power_log("host-001")) == 1  # BF3: DPF asked for one reboot
+    assert "clih-001: started provision as provision/host-clih-001" in done.stdout
+    assert "clih-001: rebooting-host" in done.stdout  # phase changes, as they happen
+    assert "clih-001: provision/host-clih-001 completed (reboots 1, boot_generation 1)" in done.stdout
+    assert power_cycles(sim.power_log("clih-001")) == 1  # BF3: DPF asked for one reboot
     assert sim.violations() == []
 
-    status = await metalflow(local_env, "host", "status", "host-001", "--json")
+    status = await metalflow(local_env, "host", "status", "clih-001", "--json")
     assert status.status == 0, status.stderr
     shown = json.loads(status.stdout)["host"]
     assert shown["phase"] == "idle" and shown["boot_generation"] == 1
     assert [(r["operation"], r["outcome"], r["requested_by"]) for r in shown["recent"]] == [
         ("provision", "completed", "alice@test")
     ]
-    text = await metalflow(local_env, "host", "status", "host-001")
-    assert "host host-001 (site default): idle" in text.stdout and "boot generation  1" in text.stdout
+    text = await metalflow(local_env, "host", "status", "clih-001")
+    assert "host clih-001 (site default): idle" in text.stdout and "boot generation  1" in text.stdout
 
 
 @pytest.mark.slow
@@ -94,66 +99,66 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     started = await metalflow(
-        local_env, "host", "provision", "host-002", "--manual-reboot", "--task-queue", queue
+        local_env, "host", "provision", "clih-002", "--manual-reboot", "--task-queue", queue
     )
     assert started.status == 0, started.stderr
 
-    busy = await metalflow(local_env, "host", "reprovision", "host-002", "--task-queue", queue)
+    busy = await metalflow(local_env, "host", "reprovision", "clih-002", "--task-queue", queue)
     assert busy.status == 1
-    assert "provision is in flight (workflow provision/host-host-002" in busy.stderr
+    assert "provision is in flight (workflow provision/host-clih-002" in busy.stderr
     assert "reprovision refused" in busy.stderr
 
     # The operation waits for someone else to reboot the host; status says so.
     for _ in range(100):
-        status = await metalflow(local_env, "host", "status", "host-002", "--json")
+        status = await metalflow(local_env, "host", "status", "clih-002", "--json")
         operation = json.loads(status.stdout)["operation"] or {}
         if operation.get("phase") == "rebooting-host":
             break
         await asyncio.sleep(0.2)
     else:
         raise AssertionError(f"never waited for the reboot: {status.stdout}")
-    text = await metalflow(local_env, "host", "status", "host-002")
+    text = await metalflow(local_env, "host", "status", "clih-002")
     assert "running provision" in text.stdout and "power cycles issued" in text.stdout
 
-    told = await metalflow(local_env, "host-rebooted", "host-002", "--by", "dc-tech", "--task-queue", queue)
+    told = await metalflow(local_env, "host-rebooted", "clih-002", "--by", "dc-tech", "--task-queue", queue)
     assert told.status == 0, told.stderr
-    assert "told provision/host-host-002 that the host was rebooted (by dc-tech)" in told.stdout
+    assert "told provision/host-clih-002 that the host was rebooted (by dc-tech)" in told.stdout
     for _ in range(150):
-        shown = json.loads((await metalflow(local_env, "host", "status", "host-002", "--json")).stdout)[
+        shown = json.loads((await metalflow(local_env, "host", "status", "clih-002", "--json")).stdout)[
             "host"
         ]
         if shown["current"] is None:
             break
         await asyncio.sleep(0.2)
     assert shown["recent"][-1]["outcome"] == "completed", shown
-    assert power_cycles(sim.power_log("host-002")) == 0  # metalflow never touched its power
+    assert power_cycles(sim.power_log("clih-002")) == 0  # metalflow never touched its power
 
-    idle = await metalflow(local_env, "host-rebooted", "host-002", "--task-queue", queue)
-    assert idle.status == 1 and "no operation in flight on host-002" in idle.stderr
+    idle = await metalflow(local_env, "host-rebooted", "clih-002", "--task-queue", queue)
+    assert idle.status == 1 and "no operation in flight on clih-002" in idle.stderr
 
 
 @pytest.mark.slow
 async def test_an_assigned_host_waits_for_approve(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
-    assigned = await metalflow(local_env, "host", "assign", "host-004", "i-42", "--task-queue", queue)
+    assigned = await metalflow(local_env, "host", "assign", "clih-004", "i-42", "--task-queue", queue)
     assert assigned.status == 0 and "assigned to i-42" in assigned.stdout
     held = await metalflow(
-        local_env, "host", "provision", "host-004", "--power-down-wait", "0", "--task-queue", queue
+        local_env, "host", "provision", "clih-004", "--power-down-wait", "0", "--task-queue", queue
     )
     assert held.status == 0
     assert "awaits approval: the host is assigned to instance i-42" in held.stdout
-    assert sim.power_log("host-004") == []
+    assert sim.power_log("clih-004") == []
 
     approved = await metalflow(
-        local_env, "approve", "host-004", "--by", "carol", "--wait", "--task-queue", queue
+        local_env, "approve", "clih-004", "--by", "carol", "--wait", "--task-queue", queue
     )
     assert approved.status == 0, approved.stdout + approved.stderr
-    assert "approved provision; started provision/host-host-004" in approved.stdout
-    assert "provision/host-host-004 completed (reboots 1" in approved.stdout
-    assert power_cycles(sim.power_log("host-004")) == 1
+    assert "approved provision; started provision/host-clih-004" in approved.stdout
+    assert "provision/host-clih-004 completed (reboots 1" in approved.stdout
+    assert power_cycles(sim.power_log("clih-004")) == 1
 
-    again = await metalflow(local_env, "approve", "host-004", "--task-queue", queue)
+    again = await metalflow(local_env, "approve", "clih-004", "--task-queue", queue)
     assert again.status == 1 and "nothing awaits approval" in again.stderr
 
 
@@ -161,7 +166,7 @@ async def test_clear_errors(local_env: WorkflowEnvironment) -> None:
     unknown = await metalflow(local_env, "host", "status", "host-never-seen")
     assert unknown.status == 1 and "unknown host host-never-seen" in unknown.stderr
     dead = f"127.0.0.1:{free_port()}"
-    unreachable = await metalflow(local_env, "host", "status", "host-001", address=dead)
+    unreachable = await metalflow(local_env, "host", "status", "clih-001", address=dead)
     assert unreachable.status == 2
     assert (
         f"cannot reach Temporal at {dead}" in unreachable.stderr and "TEMPORAL_ADDRESS" in unreachable.stderr

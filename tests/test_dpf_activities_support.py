@@ -60,7 +60,7 @@ class Api:
 
     def __init__(self, sim: RunningSim) -> None:
         self.sim = sim
-        self.http = httpx.Client(base_url=sim.url, timeout=10)
+        self.http = httpx.Client(base_url=sim.url, headers=sim.headers, timeout=10)
 
     def url(self, kind: str, name: str = "") -> str:
         return f"/apis/{PLURALS[kind].replace('/v1alpha1/', f'/v1alpha1/namespaces/{NS}/')}" + (

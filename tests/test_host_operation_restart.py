@@ -156,6 +156,7 @@ def dpu_phases(sim: RunningSim, host_id: str) -> list[str]:
     response = httpx.get(
         f"{sim.url}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus",
         params={"labelSelector": f"provisioning.dpu.nvidia.com/dpunode-name=node-{host_id}"},
+        headers=sim.headers,
         timeout=10,
     )
     response.raise_for_status()

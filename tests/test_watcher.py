@@ -160,7 +160,7 @@ async def churn(sim: RunningSim, writes: int) -> None:
     """`writes` writes to one Secret, as fast as the API takes them (aiohttp: httpx is too slow
     a client to make 20,000 writes in a test's time)."""
     base = f"{sim.url}/api/v1/namespaces/{NS}/secrets"
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=sim.headers) as http:
         secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "churn"}}
         async with http.post(base, json=secret) as response:
             response.raise_for_status()

@@ -29,7 +29,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from activities.errors import PERMANENT_TYPES
-    from metalflow import names
+    from metalflow import metrics, names
 
 NON_RETRYABLE: Final[list[str]] = sorted(PERMANENT_TYPES)
 
@@ -111,6 +111,7 @@ def enter_phase(phase: str, details: str) -> None:
     """Show a new phase: the `Phase` search attribute and the workflow's current details."""
     workflow.upsert_search_attributes([names.PHASE.value_set(phase)])
     workflow.set_current_details(f"**{phase}**: {details}")
+    metrics.workflow_phase_entered(phase)
 
 
 def set_details(phase: str, details: str) -> None:

@@ -27,7 +27,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
+    from metalflow import metrics, names
     from metalflow.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         ChangeResult,
@@ -97,6 +97,7 @@ class HostOperationWorkflow(Escalation):
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
         """Run the operation to completion; see the module docstring."""
+        metrics.workflow_operation_started(request.kind.value)
         inventory = await self._resolve_inventory()
         self._show_identity(inventory)
         self._start_watcher()
@@ -111,12 +112,14 @@ class HostOperationWorkflow(Escalation):
             await self._release_hold()
             await self._reboot_rounds()
         except (ApplicationError, asyncio.CancelledError) as err:
+            metrics.workflow_operation_finished(request.kind.value, metrics.outcome_of(err))
             await self._clean_up(err)
             raise
         finally:
             self._stop_watcher()
         self.enter(COMPLETED, f"every DPU Ready after {self.power_cycles} power cycle(s)")
         await workflow.wait_condition(workflow.all_handlers_finished)
+        metrics.workflow_operation_finished(request.kind.value, "succeeded")
         return HostOperationResult(
             host_id=request.host_id,
             operation=request.kind.value,

@@ -52,6 +52,7 @@ from activities.redfish.answers import (
     raise_for_status,
     retry_after_seconds,
 )
+from metalflow import metrics
 from metalflow.models.inventory import BMCAccess
 
 log = logging.getLogger("metalflow.redfish")
@@ -373,12 +374,14 @@ class BMCConnection:
             )
             async with self._state.slots:
                 self.requests += 1
-                self._state.last_request = time.monotonic()
+                self._state.last_request = started = time.monotonic()
                 try:
                     response = await self._client._http.send(request)
                 except httpx.TimeoutException:
+                    metrics.activity_bmc_request(self.bmc_id, "timeout")
                     raise BMCUnavailable(f"BMC {self.bmc_id}: {method} {_path(url)} timed out") from None
                 except httpx.TransportError as err:
+                    metrics.activity_bmc_request(self.bmc_id, "unreachable")
                     if _is_certificate_error(err):
                         raise BMCAuthenticationFailed(
                             f"BMC {self.bmc_id}: the TLS certificate of {self.origin} did not verify; "
@@ -387,6 +390,7 @@ class BMCConnection:
                     raise BMCUnavailable(
                         f"BMC {self.bmc_id}: cannot reach {self.origin} ({type(err).__name__}: {err})"
                     ) from None
+            metrics.activity_bmc_request(self.bmc_id, response.status_code, time.monotonic() - started)
             if response.status_code not in _REDIRECTS:
                 return response
             target = response.headers.get("Location")

@@ -65,6 +65,7 @@ from datetime import UTC, datetime
 from activities.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from activities.redfish.client import BMCConnection
 from activities.redfish.system import System, parse_time, read_system, send_reset, system_uri, wait_for_power
+from metalflow import metrics
 from metalflow.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
 
 log = logging.getLogger("metalflow.redfish.powercycle")
@@ -297,7 +298,7 @@ class PowerCycle:
 
     def _finish(self, *, already_done: bool = False) -> PowerCycleResult:
         self._record("done")
-        return self._result(already_done=already_done)
+        return metrics.activity_power_cycle(self._result(already_done=already_done))
 
     def _result(self, *, already_done: bool = False) -> PowerCycleResult:
         progress = self.progress

@@ -133,7 +133,8 @@ def describe_site(state_dir: Path, info: dict[str, Any]) -> str:
     lines = [
         f"Simulated site {site.get('name', 'sim')!r}: {len(hosts)} hosts, "
         f"faults {info.get('faults', 'none')}",
-        f"  Kubernetes API  {info['url']}   (kubectl --kubeconfig {info['kubeconfig']} get dpus)",
+        f"  Kubernetes API  {info.get('kube_url') or info['url']}   "
+        f"(kubectl --kubeconfig {info['kubeconfig']} get dpus)",
         f"  site file       {info['site']}",
         f"  credentials     {state_dir.resolve() / 'credentials'} (one file per BMC, mode 0600)",
     ]
@@ -158,7 +159,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 async def _run_up(state_dir: Path, options: SiteOptions, *, detach: bool) -> int:
-    process = simulator_process(state_dir, options)
+    process = simulator_process(state_dir, options, detached=detach)
     await process.start()
     try:
         await process.wait_ready(SIM_READY_TIMEOUT)

@@ -1,5 +1,6 @@
 """A child process the dev stack owns: started in its own process group, checked for readiness,
-stopped with SIGTERM then SIGKILL, never left behind.
+stopped with SIGTERM then SIGKILL, never left behind: it holds a lifeline (`lifeline.py`), so it
+stops by itself when its parent dies, even of SIGKILL.
 
 Adding a process to the stack (the simulated site, for instance) is one `ManagedProcess` with a
 readiness check; `DevStack` starts them in order and stops them in reverse order.
@@ -15,7 +16,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
+from metalflow.devstack.lifeline import LIFELINE_ARG, Lifeline
 from metalflow.devstack.private import FILE_MODE, PRIVATE_UMASK
 
 ReadinessCheck = Callable[["ManagedProcess"], Awaitable[bool]]
@@ -38,6 +41,10 @@ class ManagedProcess:
         ready: Answers True once the process serves what it is for; exceptions count as "not yet".
         env: Its environment (the parent's when None).
         stop_timeout: Seconds between SIGTERM and SIGKILL.
+        lifeline: How the child learns that its parent died: "argument" appends
+            `--lifeline-fd N` (a Python child that watches it), "wrapper" runs argv under the
+            lifeline wrapper (a binary that cannot), None gives it none (a detached simulator
+            outlives its parent on purpose).
     """
 
     name: str
@@ -46,7 +53,9 @@ class ManagedProcess:
     ready: ReadinessCheck
     env: Mapping[str, str] | None = None
     stop_timeout: float = 15.0
+    lifeline: Literal["argument", "wrapper"] | None = "argument"
     _process: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
+    _lifeline: Lifeline | None = field(default=None, init=False, repr=False)
 
     @property
     def pid(self) -> int:
@@ -63,18 +72,35 @@ class ManagedProcess:
     async def start(self) -> None:
         """Start the process in a new session, so stopping it reaches all its children too."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
-        with os.fdopen(fd, "ab") as log:
-            os.fchmod(log.fileno(), FILE_MODE)
-            self._process = await asyncio.create_subprocess_exec(
-                *self.argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log,
-                stderr=asyncio.subprocess.STDOUT,
-                env=None if self.env is None else dict(self.env),
-                start_new_session=True,
-                umask=PRIVATE_UMASK,  # what it creates (a database, sim.json) is 0600 too
-            )
+        argv, pass_fds = list(self.argv), tuple[int, ...]()
+        if self.lifeline is not None:
+            self._lifeline = lifeline = Lifeline.new()
+            pass_fds = (lifeline.read_fd,)
+            if self.lifeline == "wrapper":
+                argv = lifeline.wrap(argv)
+            else:
+                argv += [LIFELINE_ARG, str(lifeline.read_fd)]
+        try:
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+            with os.fdopen(fd, "ab") as log:
+                os.fchmod(log.fileno(), FILE_MODE)
+                self._process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=asyncio.subprocess.STDOUT,
+                    env=None if self.env is None else dict(self.env),
+                    start_new_session=True,
+                    pass_fds=pass_fds,
+                    umask=PRIVATE_UMASK,  # what it creates (a database, sim.json) is 0600 too
+                )
+        except BaseException:
+            if self._lifeline is not None:
+                self._lifeline.cut()
+            raise
+        finally:
+            if self._lifeline is not None:
+                self._lifeline.spawned()
 
     async def wait_ready(self, timeout: float) -> None:
         """Wait until the readiness check passes.
@@ -117,7 +143,10 @@ class ManagedProcess:
             return None
         process = self._process
         if process.returncode is None:
-            self._signal_group(signal.SIGTERM)
+            # The leader only: a lifeline wrapper forwards it to its binary, which must not get
+            # it twice (a second SIGTERM can cut a server's graceful stop short).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
             try:
                 await asyncio.wait_for(process.wait(), timeout=self.stop_timeout)
             except TimeoutError:
@@ -125,6 +154,8 @@ class ManagedProcess:
                 await process.wait()
         # Children that outlived their leader (the group id is still ours) go too.
         self._signal_group(signal.SIGKILL)
+        if self._lifeline is not None:
+            self._lifeline.cut()
         return process.returncode
 
     def _signal_group(self, signum: signal.Signals) -> None:

@@ -56,8 +56,12 @@ def read_sim_info(state_dir: Path) -> dict[str, Any]:
     return info
 
 
-def simulator_process(state_dir: Path, options: SiteOptions) -> ManagedProcess:
-    """The simulator as a `ManagedProcess`, ready once `sim.json` exists and `/sim/health` answers."""
+def simulator_process(state_dir: Path, options: SiteOptions, *, detached: bool = False) -> ManagedProcess:
+    """The simulator as a `ManagedProcess`, ready once `sim.json` exists and `/sim/health` answers.
+
+    It stops by itself when its parent dies (a lifeline), unless `detached` (`sim up --detach`:
+    it outlives its parent on purpose, until `sim down`).
+    """
     private_state_dir(state_dir)
     # A sim.json left by a simulator that was killed would make a new one look ready at once.
     (state_dir / "sim.json").unlink(missing_ok=True)
@@ -75,4 +79,5 @@ def simulator_process(state_dir: Path, options: SiteOptions) -> ManagedProcess:
         argv=options.serve_args(state_dir),
         log_path=state_dir / "simulator.log",
         ready=ready,
+        lifeline=None if detached else "argument",
     )

@@ -95,6 +95,7 @@ class DevStack:
             argv=self._server_argv(),
             log_path=self.config.state_dir / "temporal.log",
             ready=self._server_ready,
+            lifeline="wrapper",  # a Go binary: the wrapper stops it when this process dies
         )
         await self._start(server, SERVER_READY_TIMEOUT)
         added = await ensure_search_attributes(await self.client(), names.SEARCH_ATTRIBUTES)

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from simulators.kube.cel import RuleValidator
 from simulators.kube.schema import Node, compile_schema
 from simulators.kube.store import (
     BadRequest,
@@ -135,29 +136,31 @@ def _resource_types_of(crd: Object) -> list[ResourceType]:
 
 
 CRDS_ENV = "METALFLOW_CRDS"
+# The vendored CRDs (README.md there names source, version and licence); package data, so an
+# installed wheel has them as well as a checkout.
+VENDORED_CRDS = Path(__file__).resolve().parent.parent / "crds"
 
 
 def find_crd_dir(given: str | Path | None = None) -> Path:
     """The folder of the DPF and Grove CRDs the site serves.
 
-    `given` (the `--crds` option), else `$METALFLOW_CRDS`, else `shared/crds` in a parent folder
-    of this package (a checkout has `../shared/crds` beside it).
+    `given` (the `--crds` option), else `$METALFLOW_CRDS`, else the CRDs vendored in this package
+    (`simulators/crds`). Nothing outside the installed package or the given folder is read.
 
     Raises:
-        FileNotFoundError: No such folder holds both `dpf/` and `grove/`.
+        FileNotFoundError: The chosen folder does not hold both `dpf/` and `grove/`.
     """
     if given:
-        candidates = [Path(given)]
+        candidate, source = Path(given), "--crds"
     elif os.environ.get(CRDS_ENV):
-        candidates = [Path(os.environ[CRDS_ENV])]
+        candidate, source = Path(os.environ[CRDS_ENV]), f"${CRDS_ENV}"
     else:
-        candidates = [parent / "shared" / "crds" for parent in Path(__file__).resolve().parents]
-    for candidate in candidates:
-        if (candidate / "dpf").is_dir() and (candidate / "grove").is_dir():
-            return candidate
+        candidate, source = VENDORED_CRDS, "the vendored CRDs"
+    if (candidate / "dpf").is_dir() and (candidate / "grove").is_dir():
+        return candidate
     raise FileNotFoundError(
-        f"no CRD folder with dpf/ and grove/ found (looked at {', '.join(map(str, candidates))}); "
-        f"pass --crds DIR or set {CRDS_ENV}"
+        f"{candidate} ({source}) is not a CRD folder: it must hold dpf/ and grove/; "
+        f"pass --crds DIR or set {CRDS_ENV} to one that does"
     )
 
 
@@ -248,7 +251,7 @@ def new_store(
 ) -> Store:
     """A Store serving the CRDs of `crd_dir` with validation, and the given namespaces created."""
     types = load_resource_types(crd_dir)
-    store = Store(types, validate=make_validator(types), **kw)
+    store = Store(types, validate=make_validator(types), validate_rules=RuleValidator(), **kw)
     for ns in namespaces:
         store.ensure_namespace(ns)
     return store

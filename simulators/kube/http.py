@@ -11,8 +11,9 @@ import yaml
 from aiohttp import web
 
 from simulators.faults import Faults
-from simulators.kube import discovery
+from simulators.kube import discovery, protobuf
 from simulators.kube.crds import field_validation_mode
+from simulators.kube.rbac import SERVICE_ACCOUNT, Attributes, Auth, User, verb_of
 from simulators.kube.store import (
     BadRequest,
     MethodNotAllowed,
@@ -73,9 +74,12 @@ class _Request:
 class KubeAPI:
     """Request handlers bound to one store and fault profile."""
 
-    def __init__(self, store: Store, faults: Faults, *, bookmark_interval: float = 30.0) -> None:
+    def __init__(
+        self, store: Store, faults: Faults, *, bookmark_interval: float = 30.0, auth: Auth | None = None
+    ) -> None:
         self.store = store
         self.faults = faults
+        self.auth = auth  # None: no authentication (in-process unit tests of the API only)
         self.bookmark_interval = bookmark_interval
         self.types = store.resource_types()
         self._cache: dict[str, bytes] = {}
@@ -92,7 +96,12 @@ class KubeAPI:
     async def version(self, request: web.Request) -> web.Response:
         return json_response(discovery.SERVER_VERSION)
 
+    def _user(self, request: web.Request) -> User | None:
+        """The request's user; Unauthorized (401) without a valid bearer token."""
+        return None if self.auth is None else self.auth.authenticate(request.headers.get("Authorization"))
+
     async def openapi_v2(self, request: web.Request) -> web.Response:
+        self._user(request)
         accept = request.headers.get("Accept", "")
         if accept and "json" not in accept and "*/*" not in accept:
             # kubectl asks for protobuf first; 406 tells it this server speaks only JSON.
@@ -102,6 +111,7 @@ class KubeAPI:
         return self._cached("v2", lambda: discovery.openapi_v2_doc(self.types))
 
     async def openapi_v3(self, request: web.Request) -> web.Response:
+        self._user(request)
         tail = request.match_info.get("tail", "").strip("/")
         if not tail:
             return self._cached("v3", lambda: discovery.openapi_v3_root(self.types))
@@ -116,6 +126,7 @@ class KubeAPI:
 
     # -- routing ----------------------------------------------------------------------------
     async def core(self, request: web.Request) -> web.StreamResponse:
+        self._user(request)
         segments = [s for s in request.match_info.get("tail", "").split("/") if s]
         if not segments:
             return json_response(discovery.api_versions())
@@ -124,6 +135,7 @@ class KubeAPI:
         return await self._resource("", "v1", segments[1:], request)
 
     async def groups(self, request: web.Request) -> web.StreamResponse:
+        self._user(request)
         segments = [s for s in request.match_info.get("tail", "").split("/") if s]
         if not segments:
             return self._cached("apis", lambda: discovery.api_group_list(self.types))
@@ -163,6 +175,11 @@ class KubeAPI:
             key = f"rl/{group}/{version}"
             return self._cached(key, lambda: discovery.resource_list(self.types, group, version))
         req = self._parse(group, version, rest)
+        self._authorize(req, request)
+        if req.rt is SERVICE_ACCOUNT and req.sub == "token" and request.method == "POST" and self.auth:
+            assert req.namespace is not None and req.name is not None
+            body = await self._body(request)
+            return json_response(self.auth.token_request(req.namespace, req.name, body), 201)
         fault = self.faults.api_fault()
         if fault is not None:
             e = StoreError("the server is currently unable to handle the request")
@@ -193,6 +210,15 @@ class KubeAPI:
         raise MethodNotAllowed("the server does not allow this method on the requested resource")
 
     # -- helpers ----------------------------------------------------------------------------
+    def _authorize(self, req: _Request, request: web.Request) -> None:
+        user = self._user(request)
+        if user is None or self.auth is None:
+            return
+        watch = request.query.get("watch", "").lower() in ("1", "true")
+        resource = req.rt.plural + (f"/{req.sub}" if req.sub else "")
+        verb = verb_of(request.method, req.name, watch)
+        self.auth.authorize(user, Attributes(verb, req.rt.group, resource, req.namespace, req.name))
+
     @staticmethod
     def _wants_table(request: web.Request) -> bool:
         return "as=Table" in request.headers.get("Accept", "")
@@ -208,11 +234,14 @@ class KubeAPI:
         raw = await request.read()
         ctype = request.content_type
         if "protobuf" in ctype:
-            # kubectl sends built-ins as protobuf first; 415 makes client-go retry with JSON.
-            raise UnsupportedMediaType(
-                "the body of the request was in an unknown format - accepted media types include: "
-                "application/json, application/yaml"
-            )
+            # kubectl's typed clients (create namespace|secret|token...) send protobuf only.
+            try:
+                return protobuf.decode(raw)
+            except protobuf.ProtobufError as exc:
+                raise UnsupportedMediaType(
+                    f"the body of the request was in an unknown format ({exc}) - accepted media types "
+                    "include: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+                ) from exc
         try:
             if "yaml" in ctype:
                 return yaml.safe_load(raw)
@@ -418,10 +447,16 @@ class KubeAPI:
 
 
 def add_kube_routes(
-    app: web.Application, store: Store, faults: Faults, *, bookmark_interval: float = 30.0
+    app: web.Application,
+    store: Store,
+    faults: Faults,
+    *,
+    bookmark_interval: float = 30.0,
+    auth: Auth | None = None,
 ) -> KubeAPI:
-    """Serve the Kubernetes API of `store` on `app` (which must not have other catch-all routes)."""
-    api = KubeAPI(store, faults, bookmark_interval=bookmark_interval)
+    """Serve the Kubernetes API of `store` on `app` (which must not have other catch-all routes);
+    with `auth`, every request but `/version` needs a bearer token and passes RBAC."""
+    api = KubeAPI(store, faults, bookmark_interval=bookmark_interval, auth=auth)
 
     def guarded(handler: Any) -> Any:
         async def run(request: web.Request) -> web.StreamResponse:

@@ -24,7 +24,8 @@ parallel; the kube piece implements the bodies, keeping these signatures):
   comma = and); field selectors `metadata.name` and `metadata.namespace` (`=`, `==`, `!=`).
 - Objects handed out are deep copies: callers may mutate them freely.
 
-Additions beyond the first contract (compatible): `ensure_namespace`, `watch(...,
+Additions beyond the first contract (compatible): `validate_rules` (the CRDs' CEL rules, given
+the old object on updates), `ensure_namespace`, `watch(...,
 initial_events=True)` (synthetic ADDED events for what exists, as a watch without a
 resourceVersion gets from a real server; `resource_version=0` does the same), the returned watch
 has `aclose()` and `next_shared(timeout)`, `close_watches()`, `Forbidden` (403), and
@@ -150,6 +151,8 @@ class WatchEvent:
 
 
 Validator = Callable[[ResourceType, Object], None]  # raises Invalid
+# The CRDs' CEL rules (`simulators.kube.cel`): the new object and, on updates, the old one.
+RuleCheck = Callable[[ResourceType, Object, "Object | None"], None]  # raises Invalid
 
 
 def resource_label(rt: ResourceType) -> str:
@@ -219,6 +222,7 @@ class Store:
         resource_types: Iterable[ResourceType],
         *,
         validate: Validator | None = None,
+        validate_rules: RuleCheck | None = None,
         history_size: int = 20_000,
     ) -> None:
         self._types: dict[tuple[str, str, str], ResourceType] = {}
@@ -229,6 +233,7 @@ class Store:
             self._by_kind[(rt.api_version, rt.kind)] = rt
             self._objects.setdefault((rt.group, rt.plural), {})
         self._validate = validate
+        self._validate_rules = validate_rules
         self._rv = 0
         # Stored objects are never mutated in place (every write makes a new dict), so the
         # history can share them; `_floor` is the newest version the history no longer holds.
@@ -342,10 +347,12 @@ class Store:
         if causes:
             raise invalid_error(rt, name, causes)
 
-    def _admit(self, rt: ResourceType, obj: Object) -> None:
+    def _admit(self, rt: ResourceType, obj: Object, old: Object | None = None) -> None:
         self._check_meta(rt, obj)
         if self._validate is not None:
             self._validate(rt, obj)
+        if self._validate_rules is not None:
+            self._validate_rules(rt, obj, old)
 
     # -- reads ------------------------------------------------------------------------------
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> Object:
@@ -494,7 +501,7 @@ class Store:
         new["metadata"]["namespace"] = old_meta.get("namespace")
         if not rt.namespaced:
             new["metadata"].pop("namespace", None)
-        self._admit(rt, new)
+        self._admit(rt, new, old)
         if subresource is None and self._spec_changed(rt, old, new):
             new["metadata"]["generation"] = old_meta.get("generation", 1) + 1
         if new == old or dry_run:

@@ -1,0 +1,107 @@
+"""metalflow's own metrics, recorded through the Temporal SDK's metric meter.
+
+Workflows call the `workflow_*` helpers, activities the `activity_*` ones; each is a one-liner at
+the call site. They go through `workflow.metric_meter()` / `activity.metric_meter()`, so they are
+exported by the same runtime, on the same Prometheus endpoint, as the SDK's own metrics
+(`metalflow.observability`), and a workflow's increments are skipped while it replays (a worker
+that picks up a history after a crash does not count an operation twice). Outside a workflow or
+activity (the `metalflow bmc` CLI drives the Redfish client directly) they do nothing.
+
+Exported names (Prometheus, with the `metalflow_` prefix the helpers add):
+
+| metric | kind | labels |
+| --- | --- | --- |
+| `metalflow_operations_started` | counter | `kind` (provision, reprovision, ...) |
+| `metalflow_operations_finished` | counter | `kind`, `outcome` (succeeded, failed, cancelled) |
+| `metalflow_phase_entered` | counter | `phase` (e.g. manual-intervention-required) |
+| `metalflow_power_cycles` | counter | `method` (PowerCycle, ForceOff+On, On), `already_done` |
+| `metalflow_bmc_requests` | counter | `bmc`, `status` (HTTP status class, or timeout/unreachable) |
+| `metalflow_bmc_request_seconds` | histogram | `bmc` |
+| `metalflow_dpf_watch_reconnects` | counter | none |
+| `metalflow_hosts_in_manual_intervention` | gauge | none (from Temporal visibility, per scrape) |
+
+Cost: one counter add per event, in process; the meter aggregates, nothing is sent per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Protocol, TypeVar
+
+from temporalio import activity, workflow
+from temporalio.common import MetricMeter
+
+PREFIX = "metalflow_"
+
+
+class _PowerCycleOutcome(Protocol):
+    @property
+    def method(self) -> str: ...
+    @property
+    def already_done(self) -> bool: ...
+
+
+R = TypeVar("R", bound=_PowerCycleOutcome)
+
+
+def _workflow_meter() -> MetricMeter | None:
+    return workflow.metric_meter() if workflow.in_workflow() else None
+
+
+def _activity_meter() -> MetricMeter | None:
+    return activity.metric_meter() if activity.in_activity() else None
+
+
+def workflow_operation_started(kind: str) -> None:
+    """An operation (a host workflow's run) began."""
+    if (meter := _workflow_meter()) is not None:
+        meter.create_counter(PREFIX + "operations_started", "operations started").add(1, {"kind": kind})
+
+
+def workflow_operation_finished(kind: str, outcome: str) -> None:
+    """An operation ended: `succeeded`, `failed` or `cancelled`."""
+    if (meter := _workflow_meter()) is not None:
+        meter.create_counter(PREFIX + "operations_finished", "operations finished").add(
+            1, {"kind": kind, "outcome": outcome}
+        )
+
+
+def outcome_of(error: BaseException) -> str:
+    """The `outcome` label of an operation that ended with `error`."""
+    return "cancelled" if isinstance(error, asyncio.CancelledError) else "failed"
+
+
+def workflow_phase_entered(phase: str) -> None:
+    """A workflow entered `phase` (the Phase search attribute's value)."""
+    if (meter := _workflow_meter()) is not None:
+        meter.create_counter(PREFIX + "phase_entered", "phase changes").add(1, {"phase": phase})
+
+
+def activity_power_cycle(result: R) -> R:
+    """Count a finished power cycle by its method; returns `result` so the call site stays one line."""
+    if (meter := _activity_meter()) is not None:
+        meter.create_counter(PREFIX + "power_cycles", "power cycles finished").add(
+            1, {"method": result.method, "already_done": str(result.already_done).lower()}
+        )
+    return result
+
+
+def activity_bmc_request(bmc: str, status: int | str, seconds: float | None = None) -> None:
+    """One request to a BMC: its HTTP status (or `timeout`, `unreachable`) and how long it took."""
+    if (meter := _activity_meter()) is None:
+        return
+    status_class = f"{status // 100}xx" if isinstance(status, int) else status
+    meter.create_counter(PREFIX + "bmc_requests", "requests to BMCs").add(
+        1, {"bmc": bmc, "status": status_class}
+    )
+    if seconds is not None:
+        meter.create_histogram_timedelta(
+            PREFIX + "bmc_request_seconds", "BMC request latency", "duration"
+        ).record(timedelta(seconds=seconds), {"bmc": bmc})
+
+
+def activity_dpf_watch_reconnect() -> None:
+    """The DPF watcher resumed a watch stream that the server ended or dropped."""
+    if (meter := _activity_meter()) is not None:
+        meter.create_counter(PREFIX + "dpf_watch_reconnects", "DPF watch reconnects").add(1)

@@ -1,0 +1,112 @@
+"""Scale-out as deploy/ runs it: two `worker.py` processes on one task queue reprovision two
+hosts; the worker running host-001's DPF watcher is SIGKILLed mid-operation. The other worker
+takes the work over (the watcher after its 5 s heartbeat timeout, the workflow tasks after the
+sticky queue's timeout) and both operations finish with exactly one power cycle per reboot DPF
+asked for, and no protocol violation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from deploy_support import REPO
+from host_operation_support import power_cycles, start_operation, status_of
+from sim_support import RunningSim, running_sim
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+
+from metalflow.models.host import HostOperationKind
+
+pytestmark = pytest.mark.slow
+
+
+@asynccontextmanager
+async def workers(
+    client: Client, task_queue: str, sim: RunningSim, count: int
+) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+    env |= {
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "METALFLOW_SITE_FILE": str(sim.site_file),
+        "KUBECONFIG": str(sim.kubeconfig),
+    }
+    logs = [sim.state_dir / f"worker-{i}.log" for i in range(count)]
+    started = []
+    try:
+        for log in logs:
+            with log.open("wb") as out:
+                started.append(
+                    await asyncio.create_subprocess_exec(
+                        sys.executable,
+                        "worker.py",
+                        "--task-queue",
+                        task_queue,
+                        cwd=REPO,
+                        env=env,
+                        stdout=out,
+                        stderr=asyncio.subprocess.STDOUT,
+                    )  # fmt: skip
+                )
+        yield started
+    finally:
+        for process in started:
+            if process.returncode is None:
+                process.terminate()
+        for process in started:
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def watcher_holder(handle: WorkflowHandle[object, object]) -> str | None:
+    """The identity (`pid@host`) of the worker running the operation's DPF watcher, if any."""
+    described = await handle.describe()
+    for pending in described.raw_description.pending_activities:
+        if pending.activity_type.name == "watch_host_dpf" and pending.last_worker_identity:
+            return str(pending.last_worker_identity)
+    return None
+
+
+async def test_two_workers_one_killed_mid_operation_one_power_cycle_per_reboot_request(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    with running_sim(tmp_path / "sim", hosts=2, dpus_per_host=2, timings="zero", initialised=True) as sim:
+        async with workers(client, task_queue, sim, 2) as (first, second):
+            by_pid = {first.pid: first, second.pid: second}
+            handles = [
+                await start_operation(
+                    client, task_queue, host, HostOperationKind.REPROVISION, id_suffix=f"-{task_queue}"
+                )
+                for host in ("host-001", "host-002")
+            ]
+            holder = None
+            for _ in range(600):
+                holder = await watcher_holder(handles[0])
+                if holder is not None:
+                    break
+                await asyncio.sleep(0.1)
+            assert holder is not None, "host-001's watcher never started"
+            victim = by_pid[int(holder.split("@")[0])]
+            victim.send_signal(signal.SIGKILL)
+            assert await victim.wait() == -signal.SIGKILL
+            still = await handles[0].describe()
+            assert still.status == WorkflowExecutionStatus.RUNNING, "killed mid-operation, not after"
+            results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 240)
+            statuses = [await status_of(h) for h in handles]
+            survivor = second if victim is first else first
+            assert survivor.returncode is None, "the other worker kept running"
+        logs = [sim.power_log(host) for host in ("host-001", "host-002")]
+        violations = sim.violations()
+
+    for result, status, log in zip(results, statuses, logs, strict=True):
+        assert status.phase == "completed"
+        assert result.reboots == status.reboots_requested == power_cycles(log) >= 1
+    assert violations == []
