@@ -26,6 +26,7 @@ def build_activities(
     # Imported here, not at module top: importing `activities` (e.g. for this function's type)
     # must not load the Kubernetes and HTTP clients until a worker builds them.
     from activities.dpf import DPFActivities, Kube
+    from activities.grove import GroveActivities, RolloutWatcherActivities
     from activities.inventory import Inventory, InventoryActivities
     from activities.pool import OwnerActivities, PoolActivities
     from activities.redfish import build_redfish_activities
@@ -52,7 +53,18 @@ def build_activities(
     pool = PoolActivities(kube)
     found += [pool.set_host_pool_state, pool.read_host_pool_state]
     found += build_redfish_activities(settings)
+    grove = GroveActivities(kube)
+    found += [
+        grove.read_pcs_state,
+        grove.read_pcs_template,
+        grove.set_pcs_images,
+        grove.restore_pcs_template,
+        grove.roll_podgangs,
+        grove.publish_rollout_progress,
+        grove.scale_pcs,
+    ]
     if temporal_client is not None:
         found.append(WatcherActivities(kube, temporal_client).watch_host_dpf)
         found.append(OwnerActivities(temporal_client).request_host_reprovision)
+        found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
     return found

@@ -86,6 +86,8 @@ REBOOT: Final = "reboot"
 REMOVE: Final = "remove"
 MONITOR: Final = "monitor"
 HOST: Final = "host"
+ROLLOUT: Final = "rollout"
+"""The `Operation` search attribute of a coherent PodCliqueSet rollout."""
 
 
 def host_workflow_id(host_id: str) -> str:

@@ -41,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="phase and power timings (default: slow with --faults slow, else demo)",
     )
     serve.add_argument(
-        "--initialised", action="store_true", help="start with DPF site objects and Ready DPUs"
+        "--initialised",
+        action="store_true",
+        help="start with DPF site objects and Ready DPUs (Grove workloads are always created)",
     )
     serve.add_argument(
         "--crds", help=f"folder of the DPF and Grove CRDs (default: ${CRDS_ENV}, else simulators/crds)"

@@ -117,8 +117,10 @@ async def _podgang_fault(request: web.Request) -> web.Response:
             await site.grove.inject_never_available(name)
         elif fault == "fall-back":
             await site.grove.inject_fall_back(name)
+        elif fault == "clear":
+            await site.grove.clear_faults(name)
         else:
-            return _problem(404, f"unknown PodGang fault {fault!r}; one of never-available, fall-back")
+            return _problem(404, f"unknown PodGang fault {fault!r}; one of never-available, fall-back, clear")
     except KeyError as err:
         return _problem(404, f"no PodGang {err.args[0]!r}")
     return web.json_response({"podgang": name, "fault": fault})

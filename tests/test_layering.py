@@ -28,8 +28,10 @@ def _product_layer(loaded: set[str], layer: str) -> set[str]:
 
 
 def test_workflows_import_nothing_from_activities() -> None:
-    # The errors both layers share live in metalflow.errors, a contract.
-    assert _product_layer(_modules_after_import("workflows"), "activities") == set()
+    # The errors both layers share live in metalflow.errors, a contract. The one exception is the
+    # rollout's typed references to activities.grove (pyproject's import-linter ignore_imports).
+    loaded = _product_layer(_modules_after_import("workflows"), "activities")
+    assert {m for m in loaded if m != "activities" and not m.startswith("activities.grove")} == set()
 
 
 def test_contracts_import_neither_layer() -> None:

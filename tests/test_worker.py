@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 import activities
 import workflows
 from metalflow import names
-from metalflow.client import connect, load_connect_config
+from metalflow.client import TemporalConfigError, connect, load_connect_config
 from metalflow.devstack.temporal import has_poller
 from metalflow.models.host import HostOperationInput, HostOperationKind
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
@@ -93,9 +93,24 @@ def test_envconfig_profiles_from_file(tmp_path: Path) -> None:
     assert overridden["target_host"] == "env:9"
 
 
-def test_envconfig_defaults_to_local_server() -> None:
-    config = load_connect_config(env={}, config_file=Path("/nonexistent/temporal.toml"))
+def test_envconfig_defaults_to_local_server(tmp_path: Path) -> None:
+    empty = tmp_path / "temporal.toml"
+    empty.write_text("")
+    config = load_connect_config(env={}, config_file=empty)
     assert config["target_host"] == "127.0.0.1:7233" and config["namespace"] == "default"
+
+
+def test_a_named_config_file_missing_or_malformed_is_an_error_naming_it(tmp_path: Path) -> None:
+    """Never a silent fallback to 127.0.0.1:7233: a command would act on whatever listens there."""
+    missing = tmp_path / "absent.toml"
+    with pytest.raises(TemporalConfigError, match=f"cannot read the Temporal config file {missing}"):
+        load_connect_config(env={"TEMPORAL_CONFIG_FILE": str(missing)})
+    with pytest.raises(TemporalConfigError, match=f"cannot read the Temporal config file {missing}"):
+        load_connect_config(env={}, config_file=missing)
+    malformed = tmp_path / "bad.toml"
+    malformed.write_text('[profile.default\naddress = "secret-host:7233"\n')
+    with pytest.raises(TemporalConfigError, match=f"the Temporal config file {malformed} is not valid TOML"):
+        load_connect_config(env={"TEMPORAL_CONFIG_FILE": str(malformed)})
 
 
 async def test_connect_reaches_the_server_named_by_the_environment(local_env: WorkflowEnvironment) -> None:
@@ -139,11 +154,22 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
     site_file = tmp_path / "site.yaml"
     site_file.write_text("name: empty\nhosts: []\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+    # The worker refuses to start without a kubeconfig and a valid site file; this one needs neither
+    # to reach anything (the demo workflow's activity only describes the worker).
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    (tmp_path / "site.yaml").write_text("name: empty\nhosts: []\n")
     env |= {
         "TEMPORAL_ADDRESS": client.service_client.config.target_host,
         "TEMPORAL_NAMESPACE": client.namespace,
         "OTEL_TRACES_EXPORTER": "console",
+        "KUBECONFIG": str(kubeconfig),
         "METALFLOW_SITE_FILE": str(site_file),
+        "METALFLOW_INVENTORY": "site",
     }
     worker = await asyncio.create_subprocess_exec(
         sys.executable,

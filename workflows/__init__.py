@@ -11,6 +11,7 @@ from workflows.host_operation import HostOperationWorkflow
 from workflows.host_reboot import HostRebootWorkflow
 from workflows.monitor import HostMonitorWorkflow
 from workflows.removal import HostRemovalWorkflow
+from workflows.rollout import RolloutWorkflow
 
 ALL: list[type] = [
     HostWorkflow,
@@ -19,4 +20,5 @@ ALL: list[type] = [
     FirmwareWorkflow,
     HostMonitorWorkflow,
     HostRemovalWorkflow,
+    RolloutWorkflow,
 ]
