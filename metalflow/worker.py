@@ -23,7 +23,6 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
-from activities.dpf.kube import load_configuration
 from activities.site_file import SiteFileError, load_site
 from metalflow import names
 from metalflow.client import connect
@@ -116,6 +115,10 @@ def check_site_access(settings: Settings) -> None:
     Raises:
         ValueError: What is missing or wrong, in one line.
     """
+    # Imported here: the Kubernetes client (urllib3) must stay out of the modules that workflow
+    # sandboxes re-import (tests define workflows in modules that import this one).
+    from activities.dpf.kube import load_configuration
+
     try:
         load_configuration(settings)
         if settings.inventory == "site":
