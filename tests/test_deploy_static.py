@@ -17,7 +17,7 @@ named in `DATA_DRIVEN` with the kinds it can reach, and an entry no call uses fa
 A call the analysis does not understand fails the test with its file and line, so a new door
 or a new idiom is noticed, never silently skipped. Namespaces are not checked here (a rule's
 namespace is where it is bound); the end-to-end tests prove those.
-Cost: parses ~20 modules and imports activities (no servers); well under a second.
+Cost: parses the ~20 modules of activities/ and imports them (no servers); about a second.
 """
 
 from __future__ import annotations
@@ -118,6 +118,10 @@ def _kinds_in(value: Any) -> set[Kind]:
     return set()
 
 
+_SAFE = (ast.Name, ast.Attribute, ast.Subscript, ast.Slice, ast.Constant, ast.Tuple, ast.List, ast.Call,
+         ast.Load, ast.UnaryOp, ast.USub)  # fmt: skip
+
+
 class Resolver:
     """Which `Kind`s an expression at a call site can be (an empty set: cannot tell)."""
 
@@ -127,6 +131,10 @@ class Resolver:
     def static(self, expr: ast.expr, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[Kind]:
         if {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} & _locals(fn):
             return set()
+        # Only lookups and argument-less calls (`kinds()[2:]`) are evaluated: nothing with effects.
+        for node in ast.walk(expr):
+            if not isinstance(node, _SAFE) or (isinstance(node, ast.Call) and (node.args or node.keywords)):
+                return set()
         try:
             value = eval(compile(ast.Expression(expr), self.module.path, "eval"), self.module.namespace)
         except Exception:
