@@ -23,9 +23,8 @@ def build_activities(
             one the watcher is not registered).
         settings: The worker settings; default `Settings.from_env()`.
     """
-    # Imported here, not at module top: workflows import `activities.errors` and models, and
-    # must not pull the Kubernetes and HTTP clients into workflow code with them.
-    from activities.demo import DemoActivities
+    # Imported here, not at module top: importing `activities` (e.g. for this function's type)
+    # must not load the Kubernetes and HTTP clients until a worker builds them.
     from activities.dpf import DPFActivities, Kube
     from activities.grove import GroveActivities, RolloutWatcherActivities
     from activities.inventory import Inventory, InventoryActivities
@@ -34,24 +33,22 @@ def build_activities(
     from activities.watcher import WatcherActivities
 
     settings = settings or Settings.from_env()
-    demo = DemoActivities()
     kube = Kube(settings)  # one Kubernetes client, thread pool and set of per-host limits
     dpf = DPFActivities(settings, kube)
     inventory = InventoryActivities(Inventory(settings, kube))
-    found: list[Callable[..., Any]] = [demo.describe_worker, inventory.resolve_host_inventory]
+    found: list[Callable[..., Any]] = [inventory.resolve_host_inventory]
     found += [
         dpf.create_site_objects,
         dpf.register_host_dpus,
         dpf.release_node_effect_hold,
         dpf.mark_dpu_node_rebooted,
-        dpf.is_dpu_node_waiting_for_reboot,
-        dpf.is_dpu_ready,
         dpf.read_host_dpf_state,
         dpf.reprovision_dpu,
         dpf.update_deployment_bfb,
         dpf.update_deployment_flavor,
         dpf.delete_dpu,
         dpf.delete_dpu_node,
+        dpf.wait_until_dpu_devices_gone,
     ]
     pool = PoolActivities(kube)
     found += [pool.set_host_pool_state, pool.read_host_pool_state]

@@ -124,8 +124,3 @@ def rollout_workflow_id(namespace: str, pcs_name: str) -> str:
 def campaign_workflow_id(name: str) -> str:
     """Workflow id of a fleet campaign: ``campaign/<name>``."""
     return f"campaign/{_checked('campaign name', name)}"
-
-
-def demo_workflow_id(run: str) -> str:
-    """Workflow id of one run of the foundation demo: ``demo/<run>``."""
-    return f"demo/{_checked('demo run', run)}"

@@ -76,7 +76,6 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     "HostRebootWorkflow": VersioningBehavior.PINNED,
     "FirmwareWorkflow": VersioningBehavior.PINNED,
     "HostRemovalWorkflow": VersioningBehavior.PINNED,
-    "DemoWorkflow": VersioningBehavior.PINNED,
     # Long-lived entities and monitors: the next task runs on the current version.
     "HostWorkflow": VersioningBehavior.AUTO_UPGRADE,
     "HostMonitorWorkflow": VersioningBehavior.AUTO_UPGRADE,

@@ -1,7 +1,8 @@
 """The simulator's own API under `/sim/`: health, violations, power logs, site, fault injection.
 
 Read by `metalflow sim violations|power-log` and by tests; the fault injection endpoints let an
-operator rehearse failures (a DPU in `Error`, a DPU service down, a PodGang that never comes up).
+operator rehearse failures (a DPU in `Error`, a DPU service down, a PodGang that never comes up,
+a Kubernetes API outage).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/hosts/{host_id}/power-log", _power_log)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
+    app.router.add_post("/sim/faults/api/outage", _api_outage)
 
 
 def _problem(status: int, message: str) -> web.Response:
@@ -94,6 +96,17 @@ async def _dpu_fault(request: web.Request) -> web.Response:
     except ValueError as err:
         return _problem(409, str(err))
     return web.json_response({"dpu": name, "fault": fault})
+
+
+async def _api_outage(request: web.Request) -> web.Response:
+    """`{"down": true}`: every Kubernetes API request (watches already open stay open, idle)
+    answers 503 until `{"down": false}`. The BMCs and this control API are not affected."""
+    body = await _body(request)
+    down = body.get("down")
+    if not isinstance(down, bool):
+        return _problem(400, 'body must be {"down": true} or {"down": false}')
+    request.app[SITE_KEY].faults.api_down = down
+    return web.json_response({"api": "down" if down else "up"})
 
 
 async def _podgang_fault(request: web.Request) -> web.Response:

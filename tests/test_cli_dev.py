@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -87,6 +88,20 @@ def _assert_demo_output(output: str) -> None:
     assert "demo: rollout completed: 6 steps" in output
 
 
+def assert_private(state_dir: Path) -> None:
+    """The state directory and every directory in it 0700, every file 0600 (database, logs,
+    kubeconfig, site file, credentials, the Temporal client config)."""
+    loose = [
+        f"{path.relative_to(state_dir.parent)} {stat.S_IMODE(path.stat().st_mode):o}"
+        for path in [state_dir, *state_dir.rglob("*")]
+        if stat.S_IMODE(path.stat().st_mode) != (0o700 if path.is_dir() else 0o600)
+    ]
+    assert loose == []
+    assert {"temporal.db", "temporal.log", "worker.log", "simulator.log", "kubeconfig", "site.yaml"} <= {
+        p.name for p in state_dir.iterdir()
+    }
+
+
 @pytest.mark.slow
 def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_the_entities(
     tmp_path: Path,
@@ -105,6 +120,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     assert "query=Operation%3D%22host%22" in first.stdout  # where to look in the UI
     _assert_demo_output(first.stdout)
     assert (state_dir / "temporal.db").exists() and (state_dir / "worker.log").exists()
+    assert_private(state_dir)
     started_first = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", first.stdout)]
     assert len(started_first) == 3  # Temporal dev server, simulated site, worker
     assert not any(_alive(pid) for pid in started_first)

@@ -6,6 +6,7 @@ directory of a simulator)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -101,6 +102,14 @@ def _env(client: Client, state: Path) -> dict[str, str]:
     }
 
 
+def write_site(path: Path, *hosts: str) -> Path:
+    """A valid site file naming `hosts` (no DPUs; the BMCs are never reached by these tests)."""
+    bmc = {"endpoint": "http://127.0.0.1:9", "credentials": {"file": "/nonexistent/creds.json"}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"name": "bounds", "hosts": [{"id": h, "bmc": bmc} for h in hosts]}))
+    return path
+
+
 async def _entity_exists(client: Client, host_id: str) -> bool:
     try:
         await client.get_workflow_handle(names.host_workflow_id(host_id)).describe()
@@ -144,6 +153,7 @@ async def test_no_worker_on_the_task_queue_is_reported_and_starts_nothing(
     client: Client, tmp_path: Path
 ) -> None:
     host, queue = f"noworker-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
+    write_site(tmp_path / "site.yaml", host)  # the CLI checks the host against the inventory first
     code, out, err = await _run(["host", "reprovision", host, "--task-queue", queue], _env(client, tmp_path))
     assert (code, out) == (1, "")
     assert err.splitlines() == [
@@ -188,6 +198,7 @@ async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path) 
         dev_server_log_level="error",
     )
     client, host, queue = env.client, f"lost-{uuid.uuid4().hex[:8]}", f"lost-{uuid.uuid4()}"
+    write_site(tmp_path / "site.yaml", host)
     address = client.service_client.config.target_host
     process = None
     try:

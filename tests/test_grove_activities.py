@@ -11,9 +11,9 @@ from rollout_support import INFERENCE, PLAIN, gangs, grove_site, pcs_object
 from sim_support import RunningSim
 
 from activities.dpf.kube import Kube
-from activities.errors import InvalidInput
 from activities.grove import GroveActivities
 from activities.grove.objects import images_patch, replacement
+from metalflow.errors import InvalidInput
 from metalflow.models.grove import PCSRef, RollPodGangsInput, SetImagesInput, TemplateInput
 from metalflow.settings import Settings
 

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from workflows.demo import DemoWorkflow
 from workflows.firmware import FirmwareWorkflow
 from workflows.host import HostWorkflow
 from workflows.host_operation import HostOperationWorkflow
@@ -15,7 +14,6 @@ from workflows.removal import HostRemovalWorkflow
 from workflows.rollout import RolloutWorkflow
 
 ALL: list[type] = [
-    DemoWorkflow,
     HostWorkflow,
     HostOperationWorkflow,
     HostRebootWorkflow,

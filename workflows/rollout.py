@@ -413,21 +413,20 @@ class RolloutWorkflow(RolloutControl):
             return
 
     # -- plumbing ------------------------------------------------------------------------------------
-    async def _activity(self, fn: Any, arg: Any, summary: str, options: dict[str, Any]) -> Any:
-        return await workflow.execute_activity_method(fn, arg, summary=summary, **options)
+    async def _activity(self, fn: Any, arg: Any, summary: str, options: workflow.ActivityConfig) -> Any:
+        return await workflow.execute_activity_method(fn, arg, **common.options(options, summary))
 
     async def _read_template(self) -> TemplateResult:
         result: TemplateResult = await workflow.execute_activity_method(
             GroveActivities.read_pcs_template,
             self._pcs,
-            summary=f"read the template of {self._pcs}",
-            **common.KUBE_READ,
+            **common.options(common.KUBE_READ, f"read the template of {self._pcs}"),
         )
         return result
 
     async def _read(self) -> PCSState:
         state: PCSState = await workflow.execute_activity_method(
-            GroveActivities.read_pcs_state, self._pcs, summary=f"read {self._pcs}", **common.KUBE_READ
+            GroveActivities.read_pcs_state, self._pcs, **common.options(common.KUBE_READ, f"read {self._pcs}")
         )
         if self._state is None:
             self._state = state
@@ -449,16 +448,14 @@ class RolloutWorkflow(RolloutControl):
                 started_at=self._started_at,
                 ended=ended,
             ),
-            summary="publish progress on the PodCliqueSet",
-            **common.KUBE_WRITE,
+            **common.options(common.KUBE_WRITE, "publish progress on the PodCliqueSet"),
         )
 
     def _start_watcher(self) -> None:
         self._watcher = workflow.start_activity_method(
             RolloutWatcherActivities.watch_pcs,
             WatchPCSInput(pcs=self._pcs, heartbeat_seconds=common.WATCHER_HEARTBEAT_SECONDS),
-            summary=f"watch {self._pcs} and its PodGangs",
-            **common.WATCHER,
+            **common.options(common.WATCHER, f"watch {self._pcs} and its PodGangs"),
         )
 
     def _stop_watcher(self) -> None:

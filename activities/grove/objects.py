@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from activities.errors import InvalidInput
+from metalflow.errors import InvalidInput
 from metalflow.models.grove import (
     GENERATION_HASH_LABEL,
     GROVE_GROUP,

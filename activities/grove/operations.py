@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from activities.errors import ConflictRetriesExhausted, InvalidInput, ObjectNotFound
 from activities.grove.objects import images_patch, kinds, members_updated, pcs_state, replacement
+from metalflow.errors import ConflictRetriesExhausted, InvalidInput, ObjectNotFound
 from metalflow.models.grove import (
     PART_OF_LABEL,
     ROLLOUT_ANNOTATION,

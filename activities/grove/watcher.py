@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from activities.errors import InvalidInput, KubernetesUnavailable
 from activities.grove.objects import kinds, pcs_state
+from metalflow.errors import InvalidInput, KubernetesUnavailable
 from metalflow.models.grove import PART_OF_LABEL, PCS_STATE_CHANGED_SIGNAL, PCSState, WatchPCSInput
 
 if TYPE_CHECKING:
