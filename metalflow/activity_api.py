@@ -35,6 +35,18 @@ from metalflow.models.dpf import (
     SiteSetupInput,
     WatchHostInput,
 )
+from metalflow.models.grove import (
+    PCSRef,
+    PCSState,
+    ProgressInput,
+    RollPodGangsInput,
+    RollPodGangsResult,
+    ScalePCSInput,
+    SetImagesInput,
+    TemplateInput,
+    TemplateResult,
+    WatchPCSInput,
+)
 from metalflow.models.host import (
     OwnerReprovisionInput,
     OwnerReprovisionResult,
@@ -185,3 +197,52 @@ async def read_dpu_firmware_versions(request: ReadFirmwareInput) -> FirmwareVers
 async def stage_dpu_firmware(request: StageFirmwareInput) -> StageFirmwareResult:
     """Stage a firmware image on a DPU's BMC."""
     _declared_only("stage_dpu_firmware")
+
+
+# -- Grove (the rollout) -------------------------------------------------------------------------------
+@activity.defn(name="read_pcs_state")
+async def read_pcs_state(pcs: PCSRef) -> PCSState:
+    """The PodCliqueSet, its PodGangs and what runs the current hash (`exists=False` once gone)."""
+    _declared_only("read_pcs_state")
+
+
+@activity.defn(name="read_pcs_template")
+async def read_pcs_template(pcs: PCSRef) -> TemplateResult:
+    """The template as it is now (what a rollback restores)."""
+    _declared_only("read_pcs_template")
+
+
+@activity.defn(name="set_pcs_images")
+async def set_pcs_images(request: SetImagesInput) -> TemplateResult:
+    """Set the images of the named cliques in the template; Grove then computes a new hash."""
+    _declared_only("set_pcs_images")
+
+
+@activity.defn(name="restore_pcs_template")
+async def restore_pcs_template(request: TemplateInput) -> TemplateResult:
+    """Put back a template read earlier (a rollback), exactly."""
+    _declared_only("restore_pcs_template")
+
+
+@activity.defn(name="roll_podgangs")
+async def roll_podgangs(request: RollPodGangsInput) -> RollPodGangsResult:
+    """Delete the step's PodGangs that are not yet at the target hash."""
+    _declared_only("roll_podgangs")
+
+
+@activity.defn(name="publish_rollout_progress")
+async def publish_rollout_progress(request: ProgressInput) -> None:
+    """Write where the rollout is as the PodCliqueSet annotation `metalflow.io/rollout`."""
+    _declared_only("publish_rollout_progress")
+
+
+@activity.defn(name="scale_pcs")
+async def scale_pcs(request: ScalePCSInput) -> int:
+    """Set `spec.replicas`; returns the generation written."""
+    _declared_only("scale_pcs")
+
+
+@activity.defn(name="watch_pcs")
+async def watch_pcs(request: WatchPCSInput) -> None:
+    """Follow a PodCliqueSet and its PodGangs and signal every change to the calling workflow."""
+    _declared_only("watch_pcs")

@@ -13,6 +13,7 @@ import pytest
 from temporalio import activity
 
 from activities.dpf import DPFActivities
+from activities.grove import GroveActivities, RolloutWatcherActivities
 from activities.inventory import InventoryActivities
 from activities.pool import OwnerActivities, PoolActivities
 from activities.redfish.firmware import FirmwareActivities
@@ -23,6 +24,8 @@ from metalflow import activity_api
 
 IMPLEMENTATIONS = (
     DPFActivities,
+    GroveActivities,
+    RolloutWatcherActivities,
     InventoryActivities,
     OwnerActivities,
     PoolActivities,
@@ -62,7 +65,18 @@ DECLARED = {
 
 
 def test_the_declarations_cover_what_workflows_call() -> None:
-    assert len(DECLARED) >= 18
+    assert len(DECLARED) >= 26
+
+
+def test_every_grove_activity_is_declared() -> None:
+    # The rollout calls all of them, and workflows reach activities only through declarations.
+    grove = {
+        name
+        for cls in (GroveActivities, RolloutWatcherActivities)
+        for _, method in inspect.getmembers(cls, inspect.isfunction)
+        if (name := _name(method)) is not None
+    }
+    assert grove and grove <= set(DECLARED), sorted(grove - set(DECLARED))
 
 
 @pytest.mark.parametrize("name", sorted(DECLARED))

@@ -45,8 +45,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.grove import GroveActivities, RolloutWatcherActivities
-    from metalflow import names
+    from metalflow import activity_api, names
     from metalflow.models.grove import (
         PCS_STATE_CHANGED_SIGNAL,
         STATUS_QUERY,
@@ -110,7 +109,7 @@ class RolloutWorkflow(RolloutControl):
         self._start_watcher()
         try:
             written = await self._activity(
-                GroveActivities.set_pcs_images,
+                activity_api.set_pcs_images,
                 SetImagesInput(pcs=self._pcs, images=request.images),
                 f"set the images of {self._pcs}",
                 common.KUBE_WRITE,
@@ -223,7 +222,7 @@ class RolloutWorkflow(RolloutControl):
         self._enter(phase, f"replica {replica}: {'recreating' if recreate else 'rolling'} {', '.join(gangs)}")
         await self._publish()
         rolled = await self._activity(
-            GroveActivities.roll_podgangs,
+            activity_api.roll_podgangs,
             RollPodGangsInput(
                 pcs=self._pcs,
                 podgangs=gangs,
@@ -347,7 +346,7 @@ class RolloutWorkflow(RolloutControl):
         if self._supersede is not None:
             request_, self._supersede = self._supersede, None
             written = await self._activity(
-                GroveActivities.set_pcs_images,
+                activity_api.set_pcs_images,
                 SetImagesInput(pcs=self._pcs, images=request_.images),
                 f"set the images of {self._pcs} (superseded by {request_.requested_by})",
                 common.KUBE_WRITE,
@@ -356,7 +355,7 @@ class RolloutWorkflow(RolloutControl):
         if self._scale is not None:
             scale, self._scale = self._scale, None
             generation = await self._activity(
-                GroveActivities.scale_pcs,
+                activity_api.scale_pcs,
                 ScalePCSInput(pcs=self._pcs, replicas=scale.replicas),
                 f"scale {self._pcs} to {scale.replicas} replicas",
                 common.KUBE_WRITE,
@@ -383,7 +382,7 @@ class RolloutWorkflow(RolloutControl):
         self._enter(ROLLING_BACK, f"restoring the template of {self._previous_hash}")
         assert self._previous_template is not None
         written = await self._activity(
-            GroveActivities.restore_pcs_template,
+            activity_api.restore_pcs_template,
             TemplateInput(pcs=self._pcs, template=self._previous_template),
             f"restore the template of {self._pcs}",
             common.KUBE_WRITE,
@@ -414,19 +413,19 @@ class RolloutWorkflow(RolloutControl):
 
     # -- plumbing ------------------------------------------------------------------------------------
     async def _activity(self, fn: Any, arg: Any, summary: str, options: workflow.ActivityConfig) -> Any:
-        return await workflow.execute_activity_method(fn, arg, **common.options(options, summary))
+        return await workflow.execute_activity(fn, arg, **common.options(options, summary))
 
     async def _read_template(self) -> TemplateResult:
-        result: TemplateResult = await workflow.execute_activity_method(
-            GroveActivities.read_pcs_template,
+        result: TemplateResult = await workflow.execute_activity(
+            activity_api.read_pcs_template,
             self._pcs,
             **common.options(common.KUBE_READ, f"read the template of {self._pcs}"),
         )
         return result
 
     async def _read(self) -> PCSState:
-        state: PCSState = await workflow.execute_activity_method(
-            GroveActivities.read_pcs_state, self._pcs, **common.options(common.KUBE_READ, f"read {self._pcs}")
+        state: PCSState = await workflow.execute_activity(
+            activity_api.read_pcs_state, self._pcs, **common.options(common.KUBE_READ, f"read {self._pcs}")
         )
         if self._state is None:
             self._state = state
@@ -435,8 +434,8 @@ class RolloutWorkflow(RolloutControl):
     async def _publish(self, *, ended: bool = False) -> None:
         now = self.status()
         done, total = now.done, now.total
-        await workflow.execute_activity_method(
-            GroveActivities.publish_rollout_progress,
+        await workflow.execute_activity(
+            activity_api.publish_rollout_progress,
             ProgressInput(
                 pcs=self._pcs,
                 workflow_id=workflow.info().workflow_id,
@@ -452,8 +451,8 @@ class RolloutWorkflow(RolloutControl):
         )
 
     def _start_watcher(self) -> None:
-        self._watcher = workflow.start_activity_method(
-            RolloutWatcherActivities.watch_pcs,
+        self._watcher = workflow.start_activity(
+            activity_api.watch_pcs,
             WatchPCSInput(pcs=self._pcs, heartbeat_seconds=common.WATCHER_HEARTBEAT_SECONDS),
             **common.options(common.WATCHER, f"watch {self._pcs} and its PodGangs"),
         )
