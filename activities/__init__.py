@@ -23,39 +23,48 @@ def build_activities(
             one the watcher is not registered).
         settings: The worker settings; default `Settings.from_env()`.
     """
-    # Imported here, not at module top: workflows import `activities.errors` and models, and
-    # must not pull the Kubernetes and HTTP clients into workflow code with them.
-    from activities.demo import DemoActivities
+    # Imported here, not at module top: importing `activities` (e.g. for this function's type)
+    # must not load the Kubernetes and HTTP clients until a worker builds them.
     from activities.dpf import DPFActivities, Kube
+    from activities.grove import GroveActivities, RolloutWatcherActivities
     from activities.inventory import Inventory, InventoryActivities
     from activities.pool import OwnerActivities, PoolActivities
     from activities.redfish import build_redfish_activities
     from activities.watcher import WatcherActivities
 
     settings = settings or Settings.from_env()
-    demo = DemoActivities()
     kube = Kube(settings)  # one Kubernetes client, thread pool and set of per-host limits
     dpf = DPFActivities(settings, kube)
     inventory = InventoryActivities(Inventory(settings, kube))
-    found: list[Callable[..., Any]] = [demo.describe_worker, inventory.resolve_host_inventory]
+    found: list[Callable[..., Any]] = [inventory.resolve_host_inventory]
     found += [
         dpf.create_site_objects,
         dpf.register_host_dpus,
         dpf.release_node_effect_hold,
         dpf.mark_dpu_node_rebooted,
-        dpf.is_dpu_node_waiting_for_reboot,
-        dpf.is_dpu_ready,
         dpf.read_host_dpf_state,
         dpf.reprovision_dpu,
         dpf.update_deployment_bfb,
         dpf.update_deployment_flavor,
         dpf.delete_dpu,
         dpf.delete_dpu_node,
+        dpf.wait_until_dpu_devices_gone,
     ]
     pool = PoolActivities(kube)
     found += [pool.set_host_pool_state, pool.read_host_pool_state]
     found += build_redfish_activities(settings)
+    grove = GroveActivities(kube)
+    found += [
+        grove.read_pcs_state,
+        grove.read_pcs_template,
+        grove.set_pcs_images,
+        grove.restore_pcs_template,
+        grove.roll_podgangs,
+        grove.publish_rollout_progress,
+        grove.scale_pcs,
+    ]
     if temporal_client is not None:
         found.append(WatcherActivities(kube, temporal_client).watch_host_dpf)
         found.append(OwnerActivities(temporal_client).request_host_reprovision)
+        found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
     return found

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.errors import CredentialsUnavailable
+from metalflow.errors import CredentialsUnavailable
 from metalflow.models.inventory import CredentialRef, SecretRef
 
 

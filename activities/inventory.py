@@ -17,8 +17,10 @@ whether an instance is assigned. One interface (`Inventory.resolve`), two source
         dpus:
           - {id: host-001-dpu-0, model: BF3, serial: MT..., bmc: {...}}
 
-Fields the product does not use (e.g. the simulator's BMC `profile`) are ignored. A BMC's id
-is the host's (or the DPU's) id.
+The file is validated as a whole (`activities/site_file.py`: unknown keys, duplicate ids, DPU
+models, endpoints, credential references; every problem at once). The worker re-reads it when it
+changes and keeps the last valid content while the file is invalid. A BMC's id is the host's
+(or the DPU's) id.
 
 `cluster`: labels and annotations metalflow writes on the DPF objects when it registers a host
 (`register_host_dpus`), so a cluster registered by metalflow is its own inventory:
@@ -49,12 +51,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from temporalio import activity
 
 from activities.dpf.kube import DPUDEVICE, DPUNODE, Kube
-from activities.errors import InvalidInput
+from activities.site_file import Site, SiteBMC, SiteFileCache, load_site
+from metalflow.errors import InvalidInput
 from metalflow.models.dpf import (
     BMC_ANNOTATION,
     DPU_ID_ANNOTATION,
@@ -67,7 +69,6 @@ from metalflow.models.dpf import (
 )
 from metalflow.models.inventory import (
     BMCAccess,
-    BMCAuth,
     CredentialRef,
     DPUInventory,
     HostInventory,
@@ -77,78 +78,31 @@ from metalflow.models.inventory import (
 from metalflow.settings import Settings
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+def _bmc(owner: str, bmc: SiteBMC) -> BMCAccess:
+    return BMCAccess(
+        bmc_id=owner,
+        endpoint=bmc.endpoint,
+        credentials=CredentialRef.model_validate(bmc.credentials.model_dump()),
+        insecure=bmc.insecure,
+        ca_bundle=bmc.ca_bundle,
+        auth=bmc.auth,
+        system=bmc.system,
+    )
 
 
-class _SiteBMC(_Lenient):
-    endpoint: str = ""
-    credentials: CredentialRef | None = None
-    insecure: bool = False
-    ca_bundle: str | None = None
-    auth: BMCAuth = "auto"
-    system: str | None = None
-
-
-class _SiteDPU(_Lenient):
-    id: str
-    model: str = "BF3"
-    serial: str | None = None
-    bmc: _SiteBMC | None = None
-
-
-class _SiteHost(_Lenient):
-    id: str
-    groups: list[str] = Field(default_factory=list)
-    labels: dict[str, str] = Field(default_factory=dict)
-    instance: str | None = None
-    bmc: _SiteBMC
-    dpus: list[_SiteDPU] = Field(default_factory=list)
-
-
-class _SiteFile(_Lenient):
-    name: str = "site"
-    namespace: str | None = None
-    hosts: list[_SiteHost] = Field(default_factory=list)
-
-
-def _bmc(owner: str, bmc: _SiteBMC, where: str) -> BMCAccess:
-    if not bmc.endpoint or bmc.credentials is None:
-        raise InvalidInput(f"{where}: the BMC of {owner} has no endpoint or no credential reference")
-    return BMCAccess(bmc_id=owner, endpoint=bmc.endpoint, credentials=bmc.credentials, insecure=bmc.insecure,
-                     ca_bundle=bmc.ca_bundle, auth=bmc.auth, system=bmc.system)  # fmt: skip
-
-
-def _dpu(dpu: _SiteDPU, where: str) -> DPUInventory:
-    bmc = _bmc(dpu.id, dpu.bmc, where) if dpu.bmc else None
-    return DPUInventory(id=dpu.id, model=dpu.model, serial=dpu.serial, bmc=bmc)
-
-
-def _load_site_file(path: Path) -> _SiteFile:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as err:
-        raise InvalidInput(f"cannot read the site file {path}: {err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise InvalidInput(f"the site file {path} is not YAML: {err}") from None
-    try:
-        return _SiteFile.model_validate(data or {})
-    except ValidationError as err:
-        raise InvalidInput(f"the site file {path} is not valid: {err}") from None
-
-
-def host_from_site_file(path: Path, host_id: str, default_namespace: str) -> HostInventory:
-    """The host as the site file at `path` describes it."""
-    site = _load_site_file(path)
-    host = next((h for h in site.hosts if h.id == host_id), None)
+def host_from_site(site: Site, path: Path, host_id: str, default_namespace: str) -> HostInventory:
+    """The host as the (validated) site read from `path` describes it."""
+    host = site.host(host_id)
     if host is None:
         raise InvalidInput(f"unknown host {host_id!r}: not in the site file {path} (site {site.name!r})")
-    where = f"site file {path}"
     return HostInventory(
         host_id=host.id,
         site=site.name,
-        bmc=_bmc(host.id, host.bmc, where),
-        dpus=tuple(_dpu(d, where) for d in host.dpus),
+        bmc=_bmc(host.id, host.bmc),
+        dpus=tuple(
+            DPUInventory(id=d.id, model=d.model, serial=d.serial, bmc=_bmc(d.id, d.bmc) if d.bmc else None)
+            for d in host.dpus
+        ),
         groups=tuple(host.groups),
         labels=host.labels,
         instance=host.instance,
@@ -156,16 +110,19 @@ def host_from_site_file(path: Path, host_id: str, default_namespace: str) -> Hos
     )
 
 
-def bmc_from_site_file(path: Path, bmc_id: str) -> BMCAccess | None:
-    """The BMC with this id (a host's id, or a DPU's) as the site file describes it now."""
-    site = _load_site_file(path)
-    where = f"site file {path}"
+def host_from_site_file(path: Path, host_id: str, default_namespace: str) -> HostInventory:
+    """The host as the site file at `path` describes it (the file validated as a whole)."""
+    return host_from_site(load_site(path), path, host_id, default_namespace)
+
+
+def bmc_from_site(site: Site, bmc_id: str) -> BMCAccess | None:
+    """The BMC with this id (a host's id, or a DPU's) as the site describes it."""
     for host in site.hosts:
         if host.id == bmc_id:
-            return _bmc(host.id, host.bmc, where)
+            return _bmc(host.id, host.bmc)
         for dpu in host.dpus:
             if dpu.id == bmc_id and dpu.bmc is not None:
-                return _bmc(dpu.id, dpu.bmc, where)
+                return _bmc(dpu.id, dpu.bmc)
     return None
 
 
@@ -184,6 +141,7 @@ class Inventory:
     def __init__(self, settings: Settings, kube: Kube | None = None) -> None:
         self.settings = settings
         self.kube = kube or Kube(settings)
+        self.site_file = SiteFileCache(settings.site_file)
 
     async def resolve(self, host_id: str, source: Source | None = None) -> HostInventory:
         """The host's inventory.
@@ -192,9 +150,8 @@ class Inventory:
             InvalidInput: The host is unknown to the source, or its record is incomplete.
         """
         if (source or self.settings.inventory) == "site":
-            return await asyncio.to_thread(
-                host_from_site_file, self.settings.site_file, host_id, self.settings.dpf_namespace
-            )
+            site = await asyncio.to_thread(self.site_file.site)
+            return host_from_site(site, self.settings.site_file, host_id, self.settings.dpf_namespace)
         return await self._from_cluster(host_id)
 
     async def bmc_access(self, bmc_id: str) -> BMCAccess | None:
@@ -205,7 +162,7 @@ class Inventory:
         BMCs only (a DPU's BMC is found through its host).
         """
         if self.settings.inventory == "site":
-            return await asyncio.to_thread(bmc_from_site_file, self.settings.site_file, bmc_id)
+            return bmc_from_site(await asyncio.to_thread(self.site_file.site), bmc_id)
         try:
             return (await self._from_cluster(bmc_id)).bmc
         except InvalidInput:

@@ -46,8 +46,8 @@ from activities.dpf.streams import (
     list_objects,
     watch_events,
 )
-from activities.errors import InvalidInput, KubernetesUnavailable
 from metalflow import metrics
+from metalflow.errors import InvalidInput, KubernetesUnavailable
 from metalflow.models.dpf import (
     DPF_STATE_CHANGED_SIGNAL,
     DPUNODE_NAME_LABEL,

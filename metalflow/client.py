@@ -11,6 +11,8 @@ so workflow inputs and results are pydantic models end to end.
 
 from __future__ import annotations
 
+import os
+import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,31 @@ from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 from metalflow.names import DEFAULT_NAMESPACE
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
+
+
+class TemporalConfigError(ValueError):
+    """The Temporal config file that was named cannot be read or is not TOML; the message names it."""
+
+
+def _named_config_file(config_file: Path | None, env: Mapping[str, str] | None) -> Path | None:
+    """The config file given explicitly or by TEMPORAL_CONFIG_FILE, checked: envconfig would
+    silently fall back to 127.0.0.1:7233 when it is missing or malformed, and a command would then
+    act on whatever Temporal listens there."""
+    named = config_file
+    if named is None:
+        value = (os.environ if env is None else env).get("TEMPORAL_CONFIG_FILE")
+        named = Path(value) if value else None
+    if named is None:
+        return None
+    try:
+        tomllib.loads(named.read_text())
+    except OSError as err:
+        raise TemporalConfigError(
+            f"cannot read the Temporal config file {named}: {err.strerror or err}"
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise TemporalConfigError(f"the Temporal config file {named} is not valid TOML: {err}") from None
+    return named
 
 
 def load_connect_config(
@@ -41,8 +68,13 @@ def load_connect_config(
     Returns:
         Keyword arguments for `Client.connect`, with metalflow's defaults filled in
         (address ``127.0.0.1:7233``, namespace ``default``).
+
+    Raises:
+        TemporalConfigError: The named config file (``config_file`` or ``TEMPORAL_CONFIG_FILE``)
+            is missing, unreadable or not TOML; never a silent fallback to the default address.
     """
-    loaded = ClientConfigProfile.load(profile, config_source=config_file, override_env_vars=env)
+    named = _named_config_file(config_file, env)
+    loaded = ClientConfigProfile.load(profile, config_source=named, override_env_vars=env)
     config = loaded.to_client_connect_config()
     config.setdefault("target_host", DEFAULT_ADDRESS)
     config.setdefault("namespace", DEFAULT_NAMESPACE)

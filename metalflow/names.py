@@ -86,6 +86,8 @@ REBOOT: Final = "reboot"
 REMOVE: Final = "remove"
 MONITOR: Final = "monitor"
 HOST: Final = "host"
+ROLLOUT: Final = "rollout"
+"""The `Operation` search attribute of a coherent PodCliqueSet rollout."""
 
 
 def host_workflow_id(host_id: str) -> str:
@@ -122,8 +124,3 @@ def rollout_workflow_id(namespace: str, pcs_name: str) -> str:
 def campaign_workflow_id(name: str) -> str:
     """Workflow id of a fleet campaign: ``campaign/<name>``."""
     return f"campaign/{_checked('campaign name', name)}"
-
-
-def demo_workflow_id(run: str) -> str:
-    """Workflow id of one run of the foundation demo: ``demo/<run>``."""
-    return f"demo/{_checked('demo run', run)}"

@@ -21,7 +21,8 @@ flight. Three mechanisms keep it safe, in this order of use:
    Each workflow type moves between builds as `BEHAVIORS` says:
 
    - `PINNED`: the host operations, i.e. provision/reprovision (`HostOperationWorkflow`),
-     `HostRebootWorkflow`, `FirmwareWorkflow`, `HostRemovalWorkflow` (and the demo job). A run
+     `HostRebootWorkflow`, `FirmwareWorkflow`, `HostRemovalWorkflow`, and Grove rollouts
+     (`RolloutWorkflow`). A run
      finishes on the build that started it, so a reboot sequence is never taken over by code
      that might cycle power differently; the old build's workers keep running until its pinned
      runs drain (`temporal worker deployment describe-version` shows the drainage status).
@@ -76,7 +77,9 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     "HostRebootWorkflow": VersioningBehavior.PINNED,
     "FirmwareWorkflow": VersioningBehavior.PINNED,
     "HostRemovalWorkflow": VersioningBehavior.PINNED,
-    "DemoWorkflow": VersioningBehavior.PINNED,
+    # A rollout plans every step from what its build knows of Grove; it ends within hours, so it
+    # may keep its build alive that long (a supersede starts the new code's rollout instead).
+    "RolloutWorkflow": VersioningBehavior.PINNED,
     # Long-lived entities and monitors: the next task runs on the current version.
     "HostWorkflow": VersioningBehavior.AUTO_UPGRADE,
     "HostMonitorWorkflow": VersioningBehavior.AUTO_UPGRADE,

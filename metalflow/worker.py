@@ -1,9 +1,11 @@
 """The metalflow worker: every workflow and activity on one task queue (`python worker.py`).
 
 Exit status is deterministic: 0 after a graceful shutdown on SIGTERM/SIGINT, 1 when the worker
-fails (the reason on stderr), 2 for a configuration error. The root `worker.py` ends the process
-with `os._exit` after flushing, because the SDK's native runtime can abort the interpreter at exit
-(`PyGILState_Release`) and turn a clean shutdown into a crash status.
+fails (the reason on stderr), 2 for a configuration error (a bad setting, a missing or malformed
+`TEMPORAL_CONFIG_FILE`, no usable kubeconfig, a missing or invalid site file), in one line. The
+root `worker.py` ends the process with `os._exit` after flushing, because the SDK's native
+runtime can abort the interpreter at exit (`PyGILState_Release`)
+and turn a clean shutdown into a crash status.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
+from activities.site_file import SiteFileError, load_site
 from metalflow import names
 from metalflow.client import connect
 from metalflow.devstack.lifeline import LIFELINE_ARG, watch_lifeline
+from metalflow.errors import InvalidInput
 from metalflow.settings import Settings
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
 from metalflow.versioning import deployment_config_from_env, worker_versioning
@@ -74,6 +78,7 @@ async def run_worker(
     observability = Observability.from_env(metrics_address)  # a bad address too
     tracing = setup_tracing()
     try:
+        check_site_access(settings)  # before connecting: a worker that cannot act must not poll
         runtime = observability.runtime()
         extra: dict[str, Any] = {"runtime": runtime} if runtime is not None else {}
         client = await connect(profile=profile, interceptors=tracing.interceptors, **extra)
@@ -101,6 +106,27 @@ async def run_worker(
     finally:
         await observability.stop()
         tracing.shutdown()
+
+
+def check_site_access(settings: Settings) -> None:
+    """Refuse to start without a usable kubeconfig (or in-cluster config) and, in site mode, a
+    valid site file: a worker that starts anyway would fail every operation it picks up.
+
+    Raises:
+        ValueError: What is missing or wrong, in one line.
+    """
+    # Imported here: the Kubernetes client (urllib3) must stay out of the modules that workflow
+    # sandboxes re-import (tests define workflows in modules that import this one).
+    from activities.dpf.kube import load_configuration
+
+    try:
+        load_configuration(settings)
+        if settings.inventory == "site":
+            load_site(settings.site_file)
+    except SiteFileError as err:
+        raise ValueError(f"{err.one_line()} (METALFLOW_SITE_FILE)") from None
+    except InvalidInput as err:
+        raise ValueError(f"{err.message} (KUBECONFIG)".replace("\n", " ")) from None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -42,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="phase and power timings (default: slow with --faults slow, else demo)",
     )
     serve.add_argument(
-        "--initialised", action="store_true", help="start with DPF site objects and Ready DPUs"
+        "--initialised",
+        action="store_true",
+        help="start with DPF site objects and Ready DPUs (Grove workloads are always created)",
     )
     serve.add_argument(
         "--persist",

@@ -107,7 +107,9 @@ class SimulatedSite:
         await self.grove.start()
         if self.options.initialised:
             await self.dpf.initialise()
-            await self.grove.initialise(self.site.workloads)
+        # The site's Grove workloads run whether or not the hosts' DPUs are provisioned yet (they
+        # are not placed on the simulated hosts), so the demo can roll one after provisioning.
+        await self.grove.initialise(self.site.workloads)
         self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         tcp = web.TCPSite(self._runner, "127.0.0.1", self.options.port, reuse_address=True)
@@ -188,15 +190,17 @@ class SimulatedSite:
 
     def _write_state_files(self) -> None:
         state = self.options.state_dir
-        state.mkdir(parents=True, exist_ok=True)
-        (state / "site.yaml").write_text(dump_site(self.site))
+        # Private by default: the state directory is 0700 and what the simulator writes 0600.
+        state.mkdir(parents=True, exist_ok=True, mode=0o700)
+        state.chmod(0o700)
+        _write_private(state / "site.yaml", dump_site(self.site))
         kubeconfig = state / "kubeconfig"
-        kubeconfig.write_text(
+        _write_private(
+            kubeconfig,
             yaml.safe_dump(
                 _kubeconfig(self.kube_url, self.auth.admin_token, self._certificate.cert_pem), sort_keys=False
-            )
+            ),
         )
-        kubeconfig.chmod(0o600)
         info: dict[str, Any] = {
             "url": self.url,
             "kube_url": self.kube_url,
@@ -208,8 +212,15 @@ class SimulatedSite:
             "restored": self.restored,
         }
         tmp = state / "sim.json.tmp"
-        tmp.write_text(json.dumps(info, indent=2))
+        _write_private(tmp, json.dumps(info, indent=2))
         tmp.replace(state / "sim.json")
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        os.fchmod(out.fileno(), 0o600)  # narrow a file an older release left readable
+        out.write(text)
 
 
 def _kubeconfig(url: str, token: str, ca_pem: bytes) -> dict[str, Any]:

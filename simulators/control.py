@@ -1,7 +1,8 @@
 """The simulator's own API under `/sim/`: health, violations, power logs, site, fault injection.
 
 Read by `metalflow sim violations|power-log` and by tests; the fault injection endpoints let an
-operator rehearse failures (a DPU in `Error`, a DPU service down, a PodGang that never comes up).
+operator rehearse failures (a DPU in `Error`, a DPU service down, a PodGang that never comes up,
+a Kubernetes API outage).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/hosts/{host_id}/power-log", _power_log)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
+    app.router.add_post("/sim/faults/api/outage", _api_outage)
 
 
 def _problem(status: int, message: str) -> web.Response:
@@ -109,6 +111,17 @@ def _dpu_object(site: SimulatedSite, name: str) -> str:
     return name  # unknown: the fault says "no DPU"
 
 
+async def _api_outage(request: web.Request) -> web.Response:
+    """`{"down": true}`: every Kubernetes API request (watches already open stay open, idle)
+    answers 503 until `{"down": false}`. The BMCs and this control API are not affected."""
+    body = await _body(request)
+    down = body.get("down")
+    if not isinstance(down, bool):
+        return _problem(400, 'body must be {"down": true} or {"down": false}')
+    request.app[SITE_KEY].faults.api_down = down
+    return web.json_response({"api": "down" if down else "up"})
+
+
 async def _podgang_fault(request: web.Request) -> web.Response:
     site = request.app[SITE_KEY]
     name, fault = request.match_info["name"], request.match_info["fault"]
@@ -117,8 +130,10 @@ async def _podgang_fault(request: web.Request) -> web.Response:
             await site.grove.inject_never_available(name)
         elif fault == "fall-back":
             await site.grove.inject_fall_back(name)
+        elif fault == "clear":
+            await site.grove.clear_faults(name)
         else:
-            return _problem(404, f"unknown PodGang fault {fault!r}; one of never-available, fall-back")
+            return _problem(404, f"unknown PodGang fault {fault!r}; one of never-available, fall-back, clear")
     except KeyError as err:
         return _problem(404, f"no PodGang {err.args[0]!r}")
     return web.json_response({"podgang": name, "fault": fault})

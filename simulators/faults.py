@@ -54,6 +54,7 @@ class Faults:
         self.rates = RATES[profile]
         self._seed = seed
         self._streams: dict[str, random.Random] = {}
+        self.api_down = False  # a Kubernetes API outage, switched by `/sim/faults/api/outage`
 
     def _draw(self, layer: str) -> float:
         stream = self._streams.get(layer)
@@ -77,6 +78,8 @@ class Faults:
 
     def api_fault(self) -> int | None:
         """An HTTP status to answer this API request with instead of serving it, or None."""
+        if self.api_down:
+            return 503  # no draw: the seeded faults after the outage stay as they would have been
         if self._draw("api") < self.rates.api_server_error:
             return 503
         return None

@@ -19,6 +19,7 @@ BMC_SESSION_EXPIRED = "bmc-session-expired"
 PODGANG_MIXED_TEMPLATE_HASHES = "podgang-mixed-template-hashes"
 MULTIPLE_MINIMUM_VIABLE_PODGANGS_IN_FLIGHT = "multiple-minimum-viable-podgangs-in-flight"
 REPLICA_BELOW_MIN_AVAILABLE = "replica-below-min-available"
+STEP_STARTED_BEFORE_PREVIOUS_AVAILABLE = "step-started-before-previous-available"
 
 
 @dataclass(frozen=True)

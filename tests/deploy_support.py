@@ -48,6 +48,21 @@ def run_kubectl(sim: RunningSim, *args: str, stdin: str | None = None) -> str:
     return done.stdout
 
 
+def granted_by_base(groups: set[str] | None = None) -> set[tuple[str, str, str]]:
+    """(verb, API group, resource) of every rule of the base's Roles and ClusterRoles, in
+    `groups` when given."""
+    granted = set()
+    for obj in render(DEPLOY / "base"):
+        if obj["kind"] not in ("Role", "ClusterRole"):
+            continue
+        for rule in obj["rules"]:
+            for verb in rule["verbs"]:
+                for group in rule["apiGroups"]:
+                    if groups is None or group in groups:
+                        granted.update((verb, group, resource) for resource in rule["resources"])
+    return granted
+
+
 def rbac_objects(objects: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all([o for o in objects if o["kind"] in RBAC_KINDS])
 

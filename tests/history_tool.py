@@ -17,7 +17,7 @@ from pathlib import Path
 
 DEFAULT_TESTS = [
     "tests/test_host_operation_e2e.py",
-    "tests/test_host_entity_e2e.py",  # HostWorkflow, HostRebootWorkflow (bmc, manual), DemoWorkflow
+    "tests/test_host_entity_e2e.py",  # HostWorkflow, HostRebootWorkflow (bmc, manual)
     "tests/test_host_operation_barrier.py",  # an abort while a ForceOff+On reboot is in flight
 ]
 

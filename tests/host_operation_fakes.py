@@ -119,7 +119,7 @@ class FakeSite:
         @activity.defn(name="power_cycle_host")
         async def cycle(request: PowerCycleInput) -> PowerCycleResult:
             if site.bmc_fails:
-                from activities.errors import BMCAuthenticationFailed
+                from metalflow.errors import BMCAuthenticationFailed
 
                 raise BMCAuthenticationFailed("401 from the BMC")
             site.power.append(f"cycle:{request.boot_generation}")

@@ -8,6 +8,7 @@ import re
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -83,6 +84,23 @@ def _assert_demo_output(output: str) -> None:
     assert "demo: host-001 BMC power log: 2 power cycles (DPF asked for 2)" in output
     assert "demo: host-003 BMC power log: 4 power cycles (DPF asked for 4)" in output
     assert "demo: the simulator recorded 0 protocol violations" in output
+    # The coherent rollout of default/inference: 2 replicas x (2 MPGs + 1 TPG step).
+    assert "demo:   default/inference rolling [" in output
+    assert "demo: rollout completed: 6 steps" in output
+
+
+def assert_private(state_dir: Path) -> None:
+    """The state directory and every directory in it 0700, every file 0600 (database, logs,
+    kubeconfig, site file, credentials, the Temporal client config)."""
+    loose = [
+        f"{path.relative_to(state_dir.parent)} {stat.S_IMODE(path.stat().st_mode):o}"
+        for path in [state_dir, *state_dir.rglob("*")]
+        if stat.S_IMODE(path.stat().st_mode) != (0o700 if path.is_dir() else 0o600)
+    ]
+    assert loose == []
+    assert {"temporal.db", "temporal.log", "worker.log", "simulator.log", "kubeconfig", "site.yaml"} <= {
+        p.name for p in state_dir.iterdir()
+    }
 
 
 @pytest.mark.slow
@@ -104,6 +122,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     assert "query=Operation%3D%22host%22" in first.stdout  # where to look in the UI
     _assert_demo_output(first.stdout)
     assert (state_dir / "temporal.db").exists() and (state_dir / "worker.log").exists()
+    assert_private(state_dir)
     # Normal is quiet: a successful demo leaves no WARNING, traceback or per-request line.
     worker_log = (state_dir / "worker.log").read_text()
     noisy = [line for line in worker_log.splitlines() if " WARNING " in line or "Traceback" in line]

@@ -23,6 +23,7 @@ from metalflow.settings import Settings
 from metalflow.worker import build_worker
 
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
+SITE_FILE: dict[str, Path] = {}  # the running module's simulated site, for `metalflow()`
 
 
 @dataclass
@@ -39,6 +40,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("sim")
     site = site_file_with_prefix(state / "in", "clih", hosts=4, serials=True)
     with running_sim(state, site_file=site, timings="zero") as running:
+        SITE_FILE["path"] = running.site_file
         yield running
 
 
@@ -49,8 +51,13 @@ async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
         yield task_queue
 
 
-async def metalflow(local_env: WorkflowEnvironment, *args: str, address: str | None = None) -> Result:
+async def metalflow(
+    local_env: WorkflowEnvironment, *args: str, address: str | None = None, site_file: Path | None = None
+) -> Result:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+    # The CLI checks hosts against the inventory before it sends anything: the module's site.
+    env["METALFLOW_SITE_FILE"] = str(site_file or SITE_FILE.get("path", Path("/nonexistent/site.yaml")))
+    env["METALFLOW_INVENTORY"] = "site"
     env["TEMPORAL_ADDRESS"] = address or local_env.client.service_client.config.target_host
     env["TEMPORAL_CONFIG_FILE"] = os.devnull
     process = await asyncio.create_subprocess_exec(

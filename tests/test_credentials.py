@@ -13,7 +13,7 @@ import yaml
 from sim_support import running_sim
 
 from activities.credentials import CredentialResolver
-from activities.errors import CredentialsUnavailable
+from metalflow.errors import CredentialsUnavailable
 from metalflow.models.inventory import CredentialRef, EnvCredentials, SecretRef
 
 SECRET_SITE = {

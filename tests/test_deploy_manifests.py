@@ -90,10 +90,15 @@ def test_the_deployment_fits_the_rest_of_the_install(folder: Path) -> None:
     (service,) = by_kind["Service"]
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    # Every binding binds the worker's ServiceAccount to a Role of the install.
-    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind["Role"]}
+    # Every binding binds the worker's ServiceAccount to a Role (in its namespace) or a
+    # ClusterRole of the install; nothing is bound cluster-wide.
+    roles = {("Role", r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind["Role"]}
+    roles |= {("ClusterRole", None, r["metadata"]["name"]) for r in by_kind["ClusterRole"]}
+    assert "ClusterRoleBinding" not in by_kind
     for binding in by_kind["RoleBinding"]:
-        assert (binding["metadata"]["namespace"], binding["roleRef"]["name"]) in roles
+        ref = binding["roleRef"]
+        scope = binding["metadata"]["namespace"] if ref["kind"] == "Role" else None
+        assert (ref["kind"], scope, ref["name"]) in roles
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "metalflow"}
         ]

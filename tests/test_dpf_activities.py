@@ -23,8 +23,8 @@ from test_dpf_activities_support import (
 )
 
 from activities.dpf import DPFActivities
-from activities.errors import DPUFailed, ObjectNotFound
 from activities.inventory import Inventory
+from metalflow.errors import ObjectNotFound
 from metalflow.models.dpf import (
     DPURef,
     GroupSpec,
@@ -133,11 +133,13 @@ async def test_initial_provisioning_flow_reaches_ready_without_violations(sim: R
     api.wait("DPUNode", "node-host-001", lambda o: annotation(o, REBOOT) == "true")
     for k in (0, 1):
         api.wait("DPU", f"node-host-001-device-host-001-dpu-{k}", phase_is("Rebooting"))
-    waiting = await run(acts.is_dpu_node_waiting_for_reboot, ref)
-    assert waiting.waiting and waiting.annotation == "true"
-    assert waiting.condition is not None and waiting.condition.reason == "WaitForExternalReboot"
-    not_yet = await run(acts.is_dpu_ready, DPURef(host_id="host-001", dpu_id="host-001-dpu-0"))
-    assert not not_yet.ready and not_yet.phase == "Rebooting"
+    waiting = await run(acts.read_host_dpf_state, ref)
+    assert waiting.node is not None and waiting.node.waiting_for_reboot
+    assert waiting.node.reboot_required == "true"
+    condition = waiting.node.condition("DPUNodeRebootInProgress")
+    assert condition is not None and condition.reason == "WaitForExternalReboot"
+    not_yet = waiting.dpu("host-001-dpu-0")
+    assert not_yet is not None and not not_yet.ready and not_yet.phase == "Rebooting"
 
     power_cycle(sim, "host-001")
     assert (await run(acts.mark_dpu_node_rebooted, ref)).changed
@@ -146,12 +148,12 @@ async def test_initial_provisioning_flow_reaches_ready_without_violations(sim: R
     assert not second.changed
     for k in (0, 1):
         api.wait("DPU", f"node-host-001-device-host-001-dpu-{k}", phase_is("Ready"))
-        readiness = await run(acts.is_dpu_ready, DPURef(host_id="host-001", dpu_id=f"host-001-dpu-{k}"))
-        assert readiness.ready and readiness.phase == "Ready"
+        readiness = (await run(acts.read_host_dpf_state, ref)).dpu(f"host-001-dpu-{k}")
+        assert readiness is not None and readiness.ready and readiness.phase == "Ready"
     assert annotation(api.must("DPUNode", "node-host-001"), REBOOT) is None
     assert int(api.must("DPUNode", "node-host-001")["metadata"]["resourceVersion"]) >= int(node_rv)
-    waiting = await run(acts.is_dpu_node_waiting_for_reboot, ref)
-    assert not waiting.waiting
+    after_reboot = await run(acts.read_host_dpf_state, ref)
+    assert after_reboot.node is not None and not after_reboot.node.waiting_for_reboot
     assert sim.violations() == []
 
 
@@ -165,7 +167,8 @@ async def test_bf4_second_reboot_round(sim: RunningSim, api: Api) -> None:
     await run(acts.release_node_effect_hold, ref)
     for _round in range(2):
         api.wait("DPUNode", "node-host-003", lambda o: annotation(o, REBOOT) == "true")
-        assert (await run(acts.is_dpu_node_waiting_for_reboot, ref)).waiting
+        node = (await run(acts.read_host_dpf_state, ref)).node
+        assert node is not None and node.waiting_for_reboot
         power_cycle(sim, "host-003")
         assert (await run(acts.mark_dpu_node_rebooted, ref)).changed
     for k in (0, 1):
@@ -203,30 +206,19 @@ async def test_reprovision_deletes_once_and_dpf_recreates_held(tmp_path: Path) -
         api.close()
 
 
-async def test_dpu_in_error_raises_dpu_failed_with_dpf_message(tmp_path: Path) -> None:
+async def test_dpu_in_error_is_read_with_dpf_message(tmp_path: Path) -> None:
     with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=1, initialised=True) as sim:
         api = Api(sim)
         acts = dpf_activities(sim)
         ref = DPURef(host_id="host-001", dpu_id="host-001-dpu-0")
         sim.inject(f"dpus/{ref.dpu_name()}/error", {"message": "BFB installation failed: checksum mismatch"})
         api.wait("DPU", ref.dpu_name(), phase_is("Error"))
-        with pytest.raises(DPUFailed) as caught:
-            await run(acts.is_dpu_ready, ref)
-        assert caught.value.message == (
-            f"DPU {ref.dpu_name()} is in phase Error: BFB installation failed: checksum mismatch"
-        )
-        assert caught.value.non_retryable
         state = await run(acts.read_host_dpf_state, ref.host())
         assert (
             state.dpus[0].failed
             and state.dpus[0].failure_message() == "BFB installation failed: checksum mismatch"
         )
 
-        missing = DPURef(host_id="host-001", dpu_id="nope")
-        with pytest.raises(
-            ObjectNotFound, match="DPU dpf-operator-system/node-host-001-device-nope not found"
-        ):
-            await run(acts.is_dpu_ready, missing)
         with pytest.raises(ObjectNotFound, match="DPUNodeMaintenance .*node-host-001-hold not found"):
             await run(acts.release_node_effect_hold, ref.host())  # nothing holds a Ready node
         with pytest.raises(ObjectNotFound, match="DPUNode dpf-operator-system/node-host-009 not found"):

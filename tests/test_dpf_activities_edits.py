@@ -15,7 +15,7 @@ from sim_support import RunningSim, running_sim
 from test_dpf_activities_support import REBOOT, Api, dpf_activities, host, run
 
 from activities.dpf.kube import Kind, translate
-from activities.errors import (
+from metalflow.errors import (
     ConflictRetriesExhausted,
     InvalidInput,
     KubernetesAccessDenied,

@@ -11,7 +11,7 @@ import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from test_firmware_support import FAST_POLICY, SiteView, eventually, site_file_with_prefix, site_worker
 
 from metalflow import names
@@ -81,7 +81,7 @@ async def test_two_dpus_staged_then_one_power_cycle(
         handle = client.get_workflow_handle(workflow_id)
         status = await handle.query("status", result_type=HostOperationStatus)
         detail = await handle.query("firmware_status", result_type=FirmwareStatus)
-        await save_history(handle, "firmware_two_dpus")
+        await save_history(handle, "firmware_two_dpus_power_wait")  # firmware_two_dpus: before the patch
 
     assert result.staged == (f"{host}-dpu-0", f"{host}-dpu-1")
     assert result.already_running == ()
@@ -163,5 +163,36 @@ async def test_abort_while_staging_ends_the_run_without_a_reboot(
         cause = failed.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
         assert "aborted by operator: wrong image in phase staging" in cause.message
+        assert slow.power_log(host) == []
+        assert slow.violations() == []
+
+
+async def test_a_cancel_while_staging_ends_cancelled_says_what_is_left_and_reboots_nothing(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    # `slow` timings: a SimpleUpdate takes minutes, so the cancel surely lands while staging.
+    with running_sim(tmp_path, hosts=1, dpus_per_host=2, timings="slow", initialised=True) as slow:
+        host = "host-001"
+        async with site_worker(client, task_queue, slow):
+            handle = await client.start_workflow(
+                "FirmwareWorkflow",
+                firmware(host),
+                id=f"{names.host_operation_workflow_id(names.FIRMWARE, host)}-cancel-{uuid.uuid4().hex[:6]}",
+                task_queue=task_queue,
+                result_type=FirmwareResult,
+            )
+            await eventually(
+                lambda: handle.query("firmware_status", result_type=FirmwareStatus),
+                lambda s: s.phase == "staging",
+            )
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+            final = await handle.query("status", result_type=HostOperationStatus)
+            described = await handle.describe()
+            await save_history(handle, "firmware_cancelled_while_staging")
+        assert isinstance(failed.value.cause, CancelledError)
+        assert final.phase == "cancelled" and "Left behind: nothing staged" in final.waiting_for
+        assert described.typed_search_attributes.get(names.PHASE) == "cancelled"
         assert slow.power_log(host) == []
         assert slow.violations() == []

@@ -105,3 +105,21 @@ async def test_deleting_a_scaling_group_rolls_pieces_of_several_gangs() -> None:
             v["subject"] for v in g.violations.as_json() if v["kind"] == PODGANG_MIXED_TEMPLATE_HASHES
         }
         assert subjects == {f"default/inference-1-{s}" for s in ("mpg-0", "mpg-1", "workers-2")}
+
+
+async def test_rolling_a_tail_podgang_while_an_mpg_of_its_replica_is_in_flight() -> None:
+    from simulators.violations import STEP_STARTED_BEFORE_PREVIOUS_AVAILABLE
+
+    async with running(podgang_ready_seconds=0.05) as g:
+        g.store.create(g.pcs_rt, NS, inference())
+        await g.all_available(count=6)
+        await updated_template(g)
+        await g.controller.inject_never_available("inference-0-mpg-0")  # stays in flight
+        g.store.delete(g.pg_rt, NS, "inference-0-mpg-0")
+        await g.until(lambda: g.find("inference-0-mpg-0"))
+        g.store.delete(g.pg_rt, NS, "inference-1-mpg-0")  # another replica: independent
+        g.store.delete(g.pg_rt, NS, "inference-0-workers-2")
+        await g.until(lambda: STEP_STARTED_BEFORE_PREVIOUS_AVAILABLE in g.kinds())
+        (v,) = [v for v in g.violations.as_json() if v["kind"] == STEP_STARTED_BEFORE_PREVIOUS_AVAILABLE]
+        assert v["subject"] == "default/inference-0-workers-2"
+        assert "inference-0-mpg-0" in v["detail"]

@@ -2,12 +2,11 @@
 HostRebootWorkflow) on a real worker against the simulated site, through the same entry point the
 CLI uses (`metalflow.hosts.send_update`, update-with-start).
 
-These runs also record the replay histories of HostWorkflow, HostRebootWorkflow (BMC and manual)
-and DemoWorkflow (with METALFLOW_RECORD_HISTORIES=1; see tests/history_tool.py)."""
+These runs also record the replay histories of HostWorkflow and HostRebootWorkflow (BMC and
+manual) (with METALFLOW_RECORD_HISTORIES=1; see tests/history_tool.py)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -18,12 +17,11 @@ import pytest
 from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history
 from pydantic import BaseModel
 from sim_support import RunningSim, running_sim
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from test_firmware_support import site_file_with_prefix
 
 from metalflow import names
 from metalflow.hosts import HostRequestError, host_status, send_update
-from metalflow.models.demo import DemoApproval, DemoInput, DemoResult
 from metalflow.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
@@ -152,15 +150,35 @@ async def test_a_manual_reboot_waits_for_the_person_who_rebooted_the_host(
     assert power_log == []  # metalflow never touched the BMC: the person rebooted the host
 
 
-async def test_demo_workflow_history(client: Client, task_queue: str, site: tuple[RunningSim, str]) -> None:
-    """The foundation demo, once more on the real worker, so its history is replayed too."""
-    sim, _ = site
+async def test_a_failed_reboot_is_followed_by_the_next_generation_never_a_reused_id(
+    client: Client, task_queue: str, site: tuple[RunningSim, str]
+) -> None:
+    sim, prefix = site
+    host = f"{prefix}-001"
+    manual = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
+    entity = HostWorkflowInput(host_id=host)
+    alice = OperationRequest(requested_by="alice", reason="{stuck} kernel", policy=manual)
     async with worker_for(client, task_queue, sim):
-        handle = await client.start_workflow(
-            "DemoWorkflow", DemoInput(requested_by="alice"), id=f"demo-{uuid.uuid4()}",
-            task_queue=task_queue, result_type=DemoResult,
-        )  # fmt: skip
-        await handle.signal("approve", DemoApproval(approved_by="carol", note="ok"))
-        result = await asyncio.wait_for(handle.result(), 60)
-        await save_history(handle, "demo_approved")
-    assert result.approval.approved_by == "carol" and result.requested_by == "alice"
+        first = await send_update(client, entity, REQUEST_REBOOT_UPDATE, alice, OperationAccepted, task_queue)
+        assert first.workflow_id == f"reboot/host-{host}/generation-1"
+        failed = client.get_workflow_handle(first.workflow_id)
+
+        async def waiting_for_person() -> bool:
+            phase = (await failed.describe()).typed_search_attributes.get(names.PHASE)
+            return phase == "waiting-for-manual-reboot"
+
+        await eventually(waiting_for_person, what="the reboot to wait for a person")
+        await failed.terminate("the person never came")
+        await settled(client, host, lambda s: s.current is None)
+
+        second = await send_update(
+            client, entity, REQUEST_REBOOT_UPDATE, alice, OperationAccepted, task_queue
+        )
+        # The id's newest run is still the terminated one: no second run under a spent id.
+        latest_of_first = await client.get_workflow_handle(first.workflow_id).describe()
+        await client.get_workflow_handle(second.workflow_id).terminate("test over")
+        await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test over")
+    # Generation 1 was spent by the failed reboot: the next request reboots at generation 2.
+    assert second.workflow_id == f"reboot/host-{host}/generation-2"
+    assert latest_of_first.status == WorkflowExecutionStatus.TERMINATED
+    assert sim.power_log(host) == []

@@ -11,8 +11,8 @@ import yaml
 from sim_support import RunningSim, running_sim
 from test_dpf_activities_support import Api, dpf_activities, run, settings_for
 
-from activities.errors import InvalidInput
 from activities.inventory import Inventory, InventoryActivities
+from metalflow.errors import InvalidInput
 from metalflow.models.dpf import GroupSpec, RegisterHostInput, SiteSetupInput
 from metalflow.models.inventory import HostInventory, HostLookup
 

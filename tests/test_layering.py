@@ -21,3 +21,18 @@ def test_workflows_load_no_io_clients() -> None:
 def test_simulators_import_nothing_of_the_product() -> None:
     loaded = _modules_after_import("simulators.app")
     assert {"metalflow", "activities", "workflows"}.isdisjoint(loaded)
+
+
+def _product_layer(loaded: set[str], layer: str) -> set[str]:
+    return {m for m in loaded if m == layer or m.startswith(f"{layer}.")}
+
+
+def test_workflows_import_nothing_from_activities() -> None:
+    # The errors both layers share live in metalflow.errors, and the activities workflows call are
+    # declared in metalflow.activity_api: both contracts, so no exception is left.
+    assert _product_layer(_modules_after_import("workflows"), "activities") == set()
+
+
+def test_contracts_import_neither_layer() -> None:
+    loaded = _modules_after_import("metalflow.errors, metalflow.names, metalflow.models.host")
+    assert _product_layer(loaded, "activities") | _product_layer(loaded, "workflows") == set()

@@ -4,13 +4,16 @@ past the deadline the host's entity is asked for a reprovision, which then reall
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
-from temporalio.client import Client, WorkflowHandle
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import CancelledError
 from test_firmware_support import (
     DPU,
     FAST_POLICY,
@@ -38,7 +41,7 @@ STOP = OperatorRequest(requested_by="test", reason="test over")
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("monitor-sim")
-    site = site_file_with_prefix(state / "in", "mon", hosts=3)
+    site = site_file_with_prefix(state / "in", "mon", hosts=6)
     with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
@@ -175,3 +178,84 @@ async def test_past_the_deadline_the_entity_is_asked_and_the_reprovision_really_
             await save_history(monitor, "monitor_reprovision_requested")
             await entity.terminate("test over")
     assert sim.violations() == []
+
+
+async def test_an_abort_accepted_while_the_monitor_hands_over_to_its_next_run_still_stops_it(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-004", "mon-004-dpu-0"
+    policy = MonitorPolicy(reprovision_after_seconds=3600, events_per_run=1)
+    async with site_worker(client, task_queue, sim):
+        first_run = await start_monitor(client, task_queue, host, policy)
+        await eventually(lambda: status_of(first_run), lambda s: len(s.dpus) == 2)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+
+        async def handing_over() -> bool:
+            # The run asked its watcher to stop and waits for it: the last step before it
+            # continues as new (or it has already closed).
+            history = await first_run.fetch_history()
+            return any(
+                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED for e in history.events
+            )
+
+        await eventually(handing_over, lambda handed: handed)
+        latest = client.get_workflow_handle(names.monitor_workflow_id(host), result_type=HostMonitorResult)
+        await latest.execute_update("abort", STOP)
+        stopped = await asyncio.wait_for(latest.result(), 60)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+    assert stopped.stopped_by == "test"
+
+
+async def test_a_cancelled_monitor_ends_cancelled_and_leaves_the_label_as_the_world_was(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-005", "mon-005-dpu-1"
+    async with site_worker(client, task_queue, sim):
+        handle = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=3600))
+        await eventually(lambda: status_of(handle), lambda s: len(s.dpus) == 2)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+        await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "out-of-pool")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        described = await handle.describe()
+        await save_history(handle, "monitor_cancelled")
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+    assert isinstance(failed.value.cause, CancelledError)
+    assert described.typed_search_attributes.get(names.PHASE) == "cancelled"
+    assert (await view.node_labels(host))[POOL_LABEL] == "out-of-pool"  # as the world was
+
+
+async def test_an_abort_during_a_kubernetes_outage_cancels_the_retrying_label_write(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host, dpu = "mon-006", "mon-006-dpu-0"
+    async with site_worker(client, task_queue, sim):
+        handle = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=3600))
+        await eventually(lambda: status_of(handle), lambda s: len(s.dpus) == 2)
+        sim.inject("api/outage", {"down": True})  # the open watch still delivers; writes fail
+        try:
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+
+            async def label_write_retrying() -> bool:
+                pending = (await handle.describe()).raw_description.pending_activities
+                return any(p.activity_type.name == "set_host_pool_state" and p.attempt >= 2 for p in pending)
+
+            await eventually(label_write_retrying, lambda retrying: retrying, 60)
+            await handle.execute_update("abort", STOP)
+
+            async def write_cancelled() -> bool:
+                events = (await handle.fetch_history()).events
+                return any(
+                    e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED for e in events
+                )
+
+            assert await eventually(write_cancelled, lambda cancelled: cancelled)
+        finally:
+            sim.inject("api/outage", {"down": False})
+        stopped = await asyncio.wait_for(handle.result(), 60)
+        label = (await view.node_labels(host)).get(POOL_LABEL)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+    # The final look, once the API is back, writes the label the world needs.
+    assert stopped.stopped_by == "test" and stopped.pool_state == "out-of-pool"
+    assert label == "out-of-pool"

@@ -12,7 +12,6 @@ def test_workflow_ids_are_business_keys() -> None:
     assert names.host_operation_workflow_id("firmware", "h-17") == "firmware/host-h-17"
     assert names.rollout_workflow_id("inference", "llama-70b") == "rollout/inference/llama-70b"
     assert names.campaign_workflow_id("bfb-2024.10") == "campaign/bfb-2024.10"
-    assert names.demo_workflow_id("20240101T000000Z") == "demo/20240101T000000Z"
 
 
 def test_same_business_key_gives_same_id() -> None:

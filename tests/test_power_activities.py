@@ -19,11 +19,11 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.credentials import CredentialResolver
-from activities.errors import BMCAuthenticationFailed, BMCRequestRejected, ResetTypeNotSupported
 from activities.redfish import power_activities
 from activities.redfish.client import RedfishClient
 from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
+from metalflow.errors import BMCAuthenticationFailed, BMCRequestRejected, ResetTypeNotSupported
 from metalflow.models.inventory import BMCAccess, CredentialRef
 from metalflow.models.redfish import (
     GracefulShutdownInput,

@@ -17,15 +17,15 @@ import httpx
 import pytest
 
 from activities.credentials import CredentialResolver
-from activities.errors import (
+from activities.redfish.client import RedfishClient
+from activities.redfish.power import read_power, set_power
+from metalflow.errors import (
     BMCAuthenticationFailed,
     BMCRequestRejected,
     BMCUnavailable,
     CredentialsUnavailable,
     ResetTypeNotSupported,
 )
-from activities.redfish.client import RedfishClient
-from activities.redfish.power import read_power, set_power
 from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
 from metalflow.models.redfish import SetPowerInput
 

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from activities.credentials import CredentialResolver
-from activities.errors import BMCAuthenticationFailed, InvalidInput
 from activities.redfish.client import RedfishClient
 from activities.redfish.power import read_power, set_power
 from activities.redfish.powercycle import PowerCycle
+from metalflow.errors import BMCAuthenticationFailed, InvalidInput
 from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
 from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs

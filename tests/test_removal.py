@@ -10,21 +10,23 @@ import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from test_firmware_support import (
     DPU,
     DPUDEVICE,
     DPUNODE,
     FAST_POLICY,
     SiteView,
+    eventually,
     site_file_with_prefix,
     site_worker,
 )
 
 from activities.dpf.kube import Kind
 from metalflow import names
-from metalflow.models.host import HostRemovalInput, HostRemovalResult
+from metalflow.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
 from metalflow.models.inventory import DPF_NAMESPACE
+from workflows.removal import WORST_CASE_EVENTS
 
 FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that it never releases
 
@@ -32,7 +34,7 @@ FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that i
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("removal-sim")
-    site = site_file_with_prefix(state / "in", "rm", hosts=4)
+    site = site_file_with_prefix(state / "in", "rm", hosts=6)
     with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
@@ -72,7 +74,7 @@ async def test_removing_a_dpu_deletes_its_device_and_dpu_and_keeps_its_sibling(
             task_queue,
             HostRemovalInput(host_id=host, dpu_ids=(f"{host}-dpu-1",), requested_by="test"),
         )
-        await save_history(handle, "removal_one_dpu")
+        await save_history(handle, "removal_one_dpu_devices_wait")  # removal_one_dpu: before the patch
     assert result.removed == (f"DPUDevice/device-{host}-dpu-1", f"DPU/node-{host}-device-{host}-dpu-1")
     assert not result.forced
     assert ("DPUDevice", f"device-{host}-dpu-1", "deleted") in [
@@ -141,3 +143,65 @@ async def test_a_stuck_node_is_removed_with_force(
     ]
     assert await view.get(DPUNODE, f"node-{host}") is None
     assert sim.violations() == []
+
+
+async def test_a_device_held_for_the_whole_wait_costs_a_bounded_history(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    """The worst case of the DPUDevice wait: held by a finalizer until the phase timeout. The wait
+    polls inside one activity, so the history stays within the bound the workflow states (it
+    grew by ~11 events per second of waiting when the workflow polled: ~260 here)."""
+    host = "rm-005"
+    device = f"device-{host}-dpu-0"
+    await hold_with_foreign_finalizer(view, DPUDEVICE, device)
+    policy = FAST_POLICY.model_copy(update={"phase_timeout_seconds": 20.0})
+    request = HostRemovalInput(host_id=host, dpu_ids=(f"{host}-dpu-0",), requested_by="test", policy=policy)
+    async with site_worker(client, task_queue, sim):
+        handle = await client.start_workflow(
+            "HostRemovalWorkflow",
+            request,
+            id=names.host_operation_workflow_id(names.REMOVE, host),
+            task_queue=task_queue,
+            result_type=HostRemovalResult,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        events = (await handle.fetch_history()).events
+        await save_history(handle, "removal_device_held_to_the_deadline")
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "RemovalTimedOut"
+    assert device in cause.message
+    assert await view.get(DPUDEVICE, device) is not None  # the finalizer still holds it
+    assert len(events) <= WORST_CASE_EVENTS, f"{len(events)} events"
+
+
+async def test_a_cancel_while_waiting_until_gone_ends_cancelled_naming_what_was_deleted(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    host = "rm-006"
+    dpu_name = f"node-{host}-device-{host}-dpu-1"
+    await hold_with_foreign_finalizer(view, DPU, dpu_name)
+    request = HostRemovalInput(
+        host_id=host, dpu_ids=(f"{host}-dpu-1",), requested_by="test", policy=FAST_POLICY
+    )
+    async with site_worker(client, task_queue, sim):
+        handle = await client.start_workflow(
+            "HostRemovalWorkflow",
+            request,
+            id=f"{names.host_operation_workflow_id(names.REMOVE, host)}-cancel",
+            task_queue=task_queue,
+            result_type=HostRemovalResult,
+        )
+
+        async def waiting() -> str | None:
+            return (await handle.describe()).typed_search_attributes.get(names.PHASE)
+
+        await eventually(waiting, lambda phase: phase == "waiting-until-gone")
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        final = await handle.query("status", result_type=HostOperationStatus)
+    assert isinstance(failed.value.cause, CancelledError)
+    assert final.phase == "cancelled"
+    assert f"DPUDevice device-{host}-dpu-1 deleted" in final.waiting_for
+    assert await view.get(DPU, dpu_name) is not None  # held by the finalizer; nothing undone

@@ -23,7 +23,6 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError
 from temporalio.worker import Replayer, Worker
 
-import metalflow.models.demo
 import metalflow.models.dpf
 import metalflow.models.host
 import metalflow.models.inventory
@@ -351,7 +350,7 @@ def test_worker_refuses_half_a_versioning_setting(
 
 
 def _payload_models() -> list[type[BaseModel]]:
-    modules = (metalflow.models.demo, metalflow.models.dpf, metalflow.models.host,
+    modules = (metalflow.models.dpf, metalflow.models.host,
                metalflow.models.inventory, metalflow.models.redfish)  # fmt: skip
     return [
         cls

@@ -21,8 +21,8 @@ from test_dpf_activities_support import NS, Api, power_cycle, settings_for
 from test_watcher_support import RecorderInput, phases, recording
 
 from activities.dpf import DPFActivities, Kube
-from activities.errors import MetalflowError
 from activities.inventory import Inventory
+from metalflow.errors import MetalflowError
 from metalflow.models.dpf import (
     GroupSpec,
     HostDPFState,

@@ -13,17 +13,17 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 import activities
 import workflows
 from metalflow import names
-from metalflow.client import connect, load_connect_config
+from metalflow.client import TemporalConfigError, connect, load_connect_config
 from metalflow.devstack.temporal import has_poller
-from metalflow.models.demo import DemoApproval, DemoInput
+from metalflow.models.host import HostOperationInput, HostOperationKind
 from metalflow.telemetry import TelemetryConfigError, setup_tracing
-from workflows.demo import DemoWorkflow
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,9 +93,24 @@ def test_envconfig_profiles_from_file(tmp_path: Path) -> None:
     assert overridden["target_host"] == "env:9"
 
 
-def test_envconfig_defaults_to_local_server() -> None:
-    config = load_connect_config(env={}, config_file=Path("/nonexistent/temporal.toml"))
+def test_envconfig_defaults_to_local_server(tmp_path: Path) -> None:
+    empty = tmp_path / "temporal.toml"
+    empty.write_text("")
+    config = load_connect_config(env={}, config_file=empty)
     assert config["target_host"] == "127.0.0.1:7233" and config["namespace"] == "default"
+
+
+def test_a_named_config_file_missing_or_malformed_is_an_error_naming_it(tmp_path: Path) -> None:
+    """Never a silent fallback to 127.0.0.1:7233: a command would act on whatever listens there."""
+    missing = tmp_path / "absent.toml"
+    with pytest.raises(TemporalConfigError, match=f"cannot read the Temporal config file {missing}"):
+        load_connect_config(env={"TEMPORAL_CONFIG_FILE": str(missing)})
+    with pytest.raises(TemporalConfigError, match=f"cannot read the Temporal config file {missing}"):
+        load_connect_config(env={}, config_file=missing)
+    malformed = tmp_path / "bad.toml"
+    malformed.write_text('[profile.default\naddress = "secret-host:7233"\n')
+    with pytest.raises(TemporalConfigError, match=f"the Temporal config file {malformed} is not valid TOML"):
+        load_connect_config(env={"TEMPORAL_CONFIG_FILE": str(malformed)})
 
 
 async def test_connect_reaches_the_server_named_by_the_environment(local_env: WorkflowEnvironment) -> None:
@@ -133,14 +148,28 @@ async def _wait_for_poller(client: Client, task_queue: str, worker: asyncio.subp
 @pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
-    local_env: WorkflowEnvironment, task_queue: str, stop_signal: signal.Signals
+    local_env: WorkflowEnvironment, task_queue: str, stop_signal: signal.Signals, tmp_path: Path
 ) -> None:
     client = local_env.client
+    site_file = tmp_path / "site.yaml"
+    site_file.write_text("name: empty\nhosts: []\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+    # The worker refuses to start without a kubeconfig and a valid site file; this one needs neither
+    # to reach anything (the demo workflow's activity only describes the worker).
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    (tmp_path / "site.yaml").write_text("name: empty\nhosts: []\n")
     env |= {
         "TEMPORAL_ADDRESS": client.service_client.config.target_host,
         "TEMPORAL_NAMESPACE": client.namespace,
         "OTEL_TRACES_EXPORTER": "console",
+        "KUBECONFIG": str(kubeconfig),
+        "METALFLOW_SITE_FILE": str(site_file),
+        "METALFLOW_INVENTORY": "site",
     }
     worker = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -154,15 +183,20 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
     )
     try:
         await _wait_for_poller(client, task_queue, worker)
+        # A host the site does not know: the worker's inventory activity must say so, which
+        # only a worker that read this test's site file can.
         handle = await client.start_workflow(
-            DemoWorkflow.run,
-            DemoInput(requested_by="test"),
-            id=names.demo_workflow_id(task_queue),
+            "HostOperationWorkflow",
+            HostOperationInput(host_id="host-404", kind=HostOperationKind.PROVISION, requested_by="test"),
+            id=names.host_operation_workflow_id(names.PROVISION, f"host-404-{task_queue[-8:]}"),
             task_queue=task_queue,
         )
-        await handle.signal(DemoWorkflow.approve, DemoApproval(approved_by="test"))
-        result = await handle.result()
-        assert result.worker.pid == worker.pid
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        assert isinstance(failed.value.cause, ActivityError)
+        cause = failed.value.cause.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+        assert "host-404" in cause.message and str(site_file) in cause.message
         worker.send_signal(stop_signal)
         stdout, stderr = await asyncio.wait_for(worker.communicate(), timeout=30)
     finally:
@@ -172,7 +206,7 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
     log = stderr.decode()
     assert worker.returncode == 0, log
     assert "worker stopped" in log
-    assert '"name": "RunActivity:describe_worker"' in log  # console exporter spans
+    assert '"name": "RunActivity:resolve_host_inventory"' in log  # console exporter spans
     assert "PyGILState_Release" not in log
 
 

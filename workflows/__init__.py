@@ -5,20 +5,20 @@
 
 from __future__ import annotations
 
-from workflows.demo import DemoWorkflow
 from workflows.firmware import FirmwareWorkflow
 from workflows.host import HostWorkflow
 from workflows.host_operation import HostOperationWorkflow
 from workflows.host_reboot import HostRebootWorkflow
 from workflows.monitor import HostMonitorWorkflow
 from workflows.removal import HostRemovalWorkflow
+from workflows.rollout import RolloutWorkflow
 
 ALL: list[type] = [
-    DemoWorkflow,
     HostWorkflow,
     HostOperationWorkflow,
     HostRebootWorkflow,
     FirmwareWorkflow,
     HostMonitorWorkflow,
     HostRemovalWorkflow,
+    RolloutWorkflow,
 ]

@@ -1,8 +1,8 @@
 """What every host workflow shares: activity option presets and the visibility helpers.
 
-Presets are keyword dictionaries for `workflow.execute_activity(...)` /
-`workflow.start_activity(...)`, so a call reads `**KUBE_WRITE` and the timeouts of one kind of
-I/O are decided once:
+Presets are `workflow.ActivityConfig`s (typed keyword dictionaries, so mypy checks their keys
+and values) for `workflow.execute_activity(activity_api.<name>, ...)`, so a call reads
+`**KUBE_WRITE` and the timeouts of one kind of I/O are decided once:
 
 - `INVENTORY`: resolve a host (reads a file or the cluster; quick).
 - `KUBE_READ`, `KUBE_WRITE`: one DPF API call (reads, idempotent edits, deletes pinned by uid).
@@ -13,7 +13,7 @@ I/O are decided once:
   than a workflow that spins forever.
 - `WATCHER`: `watch_host_dpf`, long-running; retried without limit (the workflow cancels it).
 
-Every retry policy refuses to retry the permanent error types of `activities.errors`.
+Every retry policy refuses to retry the permanent error types of `metalflow.errors`.
 
 Visibility: `enter_phase` sets the `Phase` search attribute and the current details together,
 so the UI list and a workflow's page never disagree.
@@ -21,15 +21,23 @@ so the UI list and a workflow's page never disagree.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
-from typing import Any, Final
+from typing import Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import PERMANENT_TYPES
     from metalflow import metrics, names
+    from metalflow.errors import PERMANENT_TYPES
 
 NON_RETRYABLE: Final[list[str]] = sorted(PERMANENT_TYPES)
 
@@ -43,7 +51,7 @@ QUICK_RETRY: Final = RetryPolicy(
 
 POWER_CYCLE_ATTEMPTS: Final = 5
 
-INVENTORY: Final[dict[str, Any]] = {
+INVENTORY: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
@@ -53,17 +61,17 @@ INVENTORY: Final[dict[str, Any]] = {
     ),
 }
 
-KUBE_READ: Final[dict[str, Any]] = {
+KUBE_READ: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
     "retry_policy": QUICK_RETRY,
 }
 
-KUBE_WRITE: Final[dict[str, Any]] = {
+KUBE_WRITE: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=60),
     "retry_policy": QUICK_RETRY,
 }
 
-BMC_READ: Final[dict[str, Any]] = {
+BMC_READ: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=6),  # a reset waits up to 5 minutes for its state
     "heartbeat_timeout": timedelta(seconds=30),
     "retry_policy": RetryPolicy(
@@ -79,7 +87,7 @@ POWER_CYCLE_HEARTBEAT: Final = timedelta(seconds=4)
 heartbeat must be durable), and a killed worker's cycle resumes this soon on another worker."""
 
 
-def power_cycle_options(power_down_wait_seconds: float) -> dict[str, Any]:
+def power_cycle_options(power_down_wait_seconds: float) -> workflow.ActivityConfig:
     """Options for `power_cycle_host`: start-to-close covers Off, the wait, and On."""
     return {
         "start_to_close_timeout": timedelta(minutes=12) + timedelta(seconds=power_down_wait_seconds),
@@ -96,7 +104,7 @@ def power_cycle_options(power_down_wait_seconds: float) -> dict[str, Any]:
 WATCHER_HEARTBEAT_SECONDS: Final = 1.0
 """How often the watcher heartbeats while nothing changes (its `WatchHostInput.heartbeat_seconds`)."""
 
-WATCHER: Final[dict[str, Any]] = {
+WATCHER: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(days=30),
     "heartbeat_timeout": timedelta(seconds=5),
     "retry_policy": RetryPolicy(
@@ -105,6 +113,31 @@ WATCHER: Final[dict[str, Any]] = {
         non_retryable_error_types=NON_RETRYABLE,
     ),
 }
+
+
+def options(
+    preset: workflow.ActivityConfig,
+    summary: str,
+    *,
+    cancellation_type: workflow.ActivityCancellationType | None = None,
+) -> workflow.ActivityConfig:
+    """`preset` with the call's summary (and cancellation type): `**options(KUBE_READ, "...")`.
+
+    One typed dictionary, because mypy cannot tell that a preset holds no `summary` when both are
+    passed as keywords."""
+    config: workflow.ActivityConfig = {**preset, "summary": summary}
+    if cancellation_type is not None:
+        config["cancellation_type"] = cancellation_type
+    return config
+
+
+def bounded(preset: workflow.ActivityConfig, seconds: float) -> workflow.ActivityConfig:
+    """`preset` with a `schedule_to_close_timeout`: its retries end after `seconds` in all.
+
+    For calls on a world that may stay away (a Kubernetes outage): past the bound the caller
+    sees an `ActivityError` caused by a `TimeoutError` and decides, instead of a retry that
+    nobody sees."""
+    return {**preset, "schedule_to_close_timeout": timedelta(seconds=seconds)}
 
 
 def enter_phase(phase: str, details: str) -> None:
@@ -117,3 +150,34 @@ def enter_phase(phase: str, details: str) -> None:
 def set_details(phase: str, details: str) -> None:
     """Update the current details within a phase (no search attribute write)."""
     workflow.set_current_details(f"**{phase}**: {details}")
+
+
+def describe_failure(err: BaseException) -> str:
+    """What ended a run, in words: the chain of Temporal failures down to the root cause, e.g.
+    "activity register_host_dpus failed: InvalidInput: DPUDevice ... serialNumber is immutable"."""
+    parts: list[str] = []
+    current: BaseException | None = err
+    while current is not None:
+        if isinstance(current, ActivityError):
+            parts.append(f"activity {current.activity_type} failed")
+        elif isinstance(current, ChildWorkflowError):
+            parts.append(f"child workflow {current.workflow_type} {current.workflow_id} ended")
+        elif isinstance(current, ApplicationError) and current.type:
+            parts.append(f"{current.type}: {current.message}")
+        else:
+            parts.append(str(current) or type(current).__name__)
+        current = current.cause if isinstance(current, FailureError) else None
+    return ": ".join(parts)
+
+
+ABORTED_TYPE: Final = "OperationAborted"
+
+
+def ending(err: BaseException) -> tuple[str, str]:
+    """The final phase of a run that ends early, and why, in words: `cancelled` (the workflow
+    was cancelled), `aborted` (an operator's abort) or `failed` (with the cause chain)."""
+    if isinstance(err, asyncio.CancelledError | CancelledError):
+        return "cancelled", "cancelled (the workflow was cancelled)"
+    if isinstance(err, ApplicationError) and err.type == ABORTED_TYPE:
+        return "aborted", err.message
+    return "failed", describe_failure(err)

@@ -13,6 +13,9 @@ here). The rules, all from `OperationPolicy`:
   with the retries counted afresh), `mark_rebooted` (the host was rebooted: remove the
   annotation), `abort` (clean up, fail with `OperationAborted`). `abort` is accepted at any time
   and acted on at the next wait.
+- A Kubernetes call (`call_kube`) that has not succeeded within `kube_call_timeout_seconds`
+  (its retries included) -> manual intervention naming the call and its last error; `retry`
+  (or `mark_rebooted`) calls it again. An `abort` while the call is retrying cancels it at once.
 - `host_rebooted` (signal) and `mark_rebooted` (update) go to the reboot child while one is in
   flight (a manual reboot, or a BMC that could not be reached); otherwise `host_rebooted` in
   manual intervention counts as `mark_rebooted`, and is ignored (logged) elsewhere: a stale
@@ -22,12 +25,18 @@ here). The rules, all from `OperationPolicy`:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    RetryState,
+)
+from temporalio.exceptions import TimeoutError as TemporalTimeout  # `_wait` catches the builtin one
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -47,7 +56,9 @@ with workflow.unsafe.imports_passed_through():
 REBOOTING_HOST = "rebooting-host"
 WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
 ABORTED_TYPE = "OperationAborted"
-FINISHED = frozenset({"completed", "failed", "aborted"})
+FINISHED = frozenset({"completed", "failed", "aborted", "cancelled"})
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
 
 
 class Escalation(ABC):
@@ -66,6 +77,7 @@ class Escalation(ABC):
         self._reboot_child: workflow.ChildWorkflowHandle[Any, HostRebootResult] | None = None
         self._requested_by = request.requested_by
         self._reason = request.reason
+        self.cleaning_up = False  # set by the workflow's cleanup: its calls are not abortable
 
     # -- hooks the workflow provides --------------------------------------------------------------
     @property
@@ -156,6 +168,46 @@ class Escalation(ABC):
             )
             if decision == "mark_rebooted":
                 await self.mark_node_rebooted()
+
+    # -- Kubernetes calls -------------------------------------------------------------------------
+    async def call_kube(
+        self,
+        call: Callable[[ArgT], Awaitable[ResultT]],
+        arg: ArgT,
+        preset: workflow.ActivityConfig,
+        summary: str,
+    ) -> ResultT:
+        """One Kubernetes call, bounded by the policy's `kube_call_timeout_seconds`.
+
+        Past the bound: manual intervention (a visible stall an operator decides), then the call
+        again. An abort while it retries cancels it (TRY_CANCEL: an idempotent edit may land or
+        not; the cleanup reads the world as it is). In cleanup the call is neither abortable nor
+        escalated: its failure is logged by the cleanup and the run's own failure is the news.
+        """
+        seconds = self.policy.kube_call_timeout_seconds
+        options = common.options(common.bounded(preset, seconds), summary)
+        if self.cleaning_up:
+            return await workflow.execute_activity(call, arg, **options)
+        while True:
+            handle = workflow.start_activity(call, arg, **options)
+            try:
+                await self._wait(handle.done, None)
+            except ApplicationError:  # aborted: stop the retrying call now
+                handle.cancel()
+                handle.add_done_callback(_retrieve)
+                raise
+            try:
+                return await handle
+            except ActivityError as err:
+                # Past the bound the server either times the attempt out or stops retrying it
+                # (retry state TIMEOUT, the last attempt's error as the cause).
+                if not (isinstance(err.cause, TemporalTimeout) or err.retry_state == RetryState.TIMEOUT):
+                    raise
+                last = (err.cause.cause if isinstance(err.cause, TemporalTimeout) else None) or err.cause
+                await self.intervene(
+                    f"the Kubernetes call `{summary}` did not succeed within {seconds:g} s "
+                    f"(last error: {last})"
+                )
 
     # -- the reboot -------------------------------------------------------------------------------
     async def reboot_and_confirm(self, marks_at_barrier: object) -> None:
@@ -282,15 +334,17 @@ class Escalation(ABC):
         """`mark_rebooted`: to the reboot in flight, else a decision."""
         child = self._reboot_child
         if child is not None:
-            await child.signal(HOST_REBOOTED_SIGNAL, request)
-            return OperationAnswer(accepted=True, message=f"reboot confirmation passed to {child.id}")
+            passed = await self._pass_to_reboot(child, request)
+            if passed is None:
+                return OperationAnswer(accepted=True, message=f"reboot confirmation passed to {child.id}")
+            return OperationAnswer(accepted=False, message=passed)
         return self.decide("mark_rebooted", request)
 
     async def on_host_rebooted(self, request: OperatorRequest) -> None:
         """`host_rebooted`: to the reboot in flight, else `mark_rebooted` in intervention, else ignored."""
         child = self._reboot_child
         if child is not None:
-            await child.signal(HOST_REBOOTED_SIGNAL, request)
+            await self._pass_to_reboot(child, request)
         elif self.intervention_reason is not None and self._decision is None:
             self._decision = ("mark_rebooted", request)
         else:
@@ -299,6 +353,24 @@ class Escalation(ABC):
                 request.requested_by,
                 self.phase,
             )
+
+    async def _pass_to_reboot(
+        self, child: workflow.ChildWorkflowHandle[Any, HostRebootResult], request: OperatorRequest
+    ) -> str | None:
+        """Signal the reboot child; None when delivered, else why not (logged, never raised).
+
+        Why: the child may close between this handler's start and the signal's delivery (its
+        completion and the confirmation can arrive in one workflow task, and handlers run
+        first). A handler that raised would fail the whole operation for a late confirmation,
+        which the closed reboot made moot anyway.
+        """
+        try:
+            await child.signal(HOST_REBOOTED_SIGNAL, request)
+        except Exception as err:  # noqa: BLE001 - see the docstring: a handler must not fail the run
+            why = f"the reboot {child.id} had already ended: {err}"
+            workflow.logger.warning("confirmation from %s not passed on: %s", request.requested_by, why)
+            return why
+        return None
 
     def validate_abort(self) -> None:
         """Validator of `abort`: not once finished or already aborting."""
@@ -311,3 +383,9 @@ class Escalation(ABC):
         """Record an abort; acted on at the next wait."""
         self._abort = request
         return OperationAnswer(accepted=True, message=f"aborting at the next safe point ({self.phase})")
+
+
+def _retrieve(call: Any) -> None:
+    # A cancelled call ends with an ActivityError nobody awaits: take it, so it is not logged.
+    if not call.cancelled():
+        call.exception()

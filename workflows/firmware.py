@@ -18,26 +18,31 @@ the version asked for and become running at the host's next power cycle, whoever
 later firmware run finds them `already_staged` and does not stage again). After the power cycle
 has started abort is refused: the cycle completes on its own (the child is abandoned, never
 cancelled halfway, so a host is never left Off).
+
+Cost per host and worst-case history: up to `MAX_PARALLEL_STAGES` activity slots while
+staging, one watcher slot from the barrier to the end; about 40 events plus 6 per DPU (two
+version reads and a stage) plus 4 per DPF change signalled, whatever the BMC's pace: the stage
+follows the BMC's task and the wait for the host's `On` polls inside one heartbeating activity
+(`wait_for_power_state`; before `POWER_WAIT_PATCH` it cost 9 events per 5 s poll).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from datetime import datetime, timedelta
-from typing import Any, Final
+from datetime import timedelta
+from typing import Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
+    from metalflow import activity_api, names
     from metalflow.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         HostDPFState,
         HostRef,
-        WatchHostInput,
     )
     from metalflow.models.host import (
         ABORT_UPDATE,
@@ -60,21 +65,24 @@ with workflow.unsafe.imports_passed_through():
         StageFirmwareInput,
         StageFirmwareResult,
         SystemPower,
+        WaitPowerInput,
     )
     from workflows.common import (
         BMC_READ,
         INVENTORY,
         KUBE_READ,
         NON_RETRYABLE,
-        WATCHER,
-        WATCHER_HEARTBEAT_SECONDS,
+        bounded,
+        ending,
         enter_phase,
+        options,
     )
+    from workflows.dpf_watch import DPFWatch
     from workflows.host_reboot import start_next_reboot
 
 MAX_PARALLEL_STAGES: Final = 4  # SimpleUpdates in flight per host: a bounded load on its DPU BMCs
 STAGE_TIMEOUT_SECONDS: Final = 1800.0  # one BMC update task, as the BMC reports it
-STAGE_OPTIONS: Final[dict[str, Any]] = {
+STAGE_OPTIONS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=STAGE_TIMEOUT_SECONDS + 120),
     "heartbeat_timeout": timedelta(seconds=60),
     "retry_policy": RetryPolicy(
@@ -85,12 +93,27 @@ STAGE_OPTIONS: Final[dict[str, Any]] = {
     ),
 }
 POWER_ON_POLL: Final = timedelta(seconds=5)
+POWER_WAIT_PATCH: Final = "firmware-power-wait-in-one-activity"
+
+
+def power_wait_options(seconds: float) -> workflow.ActivityConfig:
+    """`wait_for_power_state`: an attempt lasts up to the wait, heartbeating each poll; retries
+    keep the input's deadline, and all attempts end within a margin of it."""
+    return {
+        **BMC_READ,
+        "start_to_close_timeout": timedelta(seconds=seconds + 60),
+        "schedule_to_close_timeout": timedelta(seconds=seconds + 300),
+        "heartbeat_timeout": timedelta(seconds=60),
+    }
+
+
 INSTALL_PHASES: Final = frozenset({"Config FW Parameters", "Prepare BFB", "OS Installing"})
 
 ABORTED_ERROR: Final = "OperationAborted"
 STAGE_FAILED_ERROR: Final = "FirmwareStageFailed"
 NOT_ACTIVATED_ERROR: Final = "FirmwareNotActivated"
 TIMEOUT_ERROR: Final = "PhaseTimeout"
+END_PHASE_PATCH: Final = "firmware-end-phase"
 
 
 @workflow.defn(name="FirmwareWorkflow")
@@ -104,17 +127,40 @@ class FirmwareWorkflow:
         self._phase = "starting"
         self._waiting_for = "the host's inventory"
         self._dpus: dict[str, DPUFirmwareProgress] = {}
-        self._dpf: HostDPFState | None = None
-        self._dpf_since: dict[str, tuple[str, datetime]] = {}
+        self._watch = DPFWatch()
         self._dpu_failure: str | None = None
         self._abort: OperatorRequest | None = None
         self._power_cycle_started = False
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
+        self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
 
     @workflow.run
     async def run(self, request: FirmwareInput) -> FirmwareResult:
         """Stage, barrier, one power cycle, verify; see the module docstring."""
+        try:
+            return await self._runbook(request)
+        except (FailureError, asyncio.CancelledError) as err:
+            await self._clean_up(err)
+            raise
+
+    async def _clean_up(self, err: BaseException) -> None:
+        """Every early end: stop stages still in flight (a BMC task already running finishes on
+        the BMC; the image is then staged, harmless), and say what the run leaves behind."""
+        for task in self._stage_tasks:
+            task.cancel()
+        await asyncio.gather(*self._stage_tasks, return_exceptions=True)
+        if not workflow.patched(END_PHASE_PATCH):
+            return  # runs started before the end phase was shown
+        phase, why = ending(err)
+        staged = sorted(d for d, p in self._dpus.items() if p.outcome in ("staged", "already_staged"))
+        left = f"staged on {', '.join(staged)}" if staged else "nothing staged"
+        if self._power_cycle_started:
+            left += f"; the power cycle to generation {self._generation} completes on its own"
+        self._enter(phase, f"{why}. Left behind: {left}")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    async def _runbook(self, request: FirmwareInput) -> FirmwareResult:
         workflow.upsert_search_attributes(
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.FIRMWARE)]
         )
@@ -128,14 +174,14 @@ class FirmwareWorkflow:
             self._enter("done", f"every DPU already runs {request.target_version}: no reboot")
             return self._result(staged=(), already_running=already_running, reboots=0)
         staged = await self._stage_everywhere([d for d in dpus if d.id not in already_running], versions)
-        watcher = self._start_dpf_watcher(inventory)
+        self._watch.start(HostRef.of(inventory), tuple(self._dpus))
         try:
             await self._wait_until_no_dpu_installs()
             await self._power_cycle_host()
             await self._wait_for_host_on(inventory)
             await self._wait_for_every_dpu_ready(inventory)
         finally:
-            await self._stop(watcher)
+            await self._watch.stop()
         await self._verify(dpus)
         self._enter("done", f"every DPU runs {request.target_version}")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -145,11 +191,9 @@ class FirmwareWorkflow:
     async def _resolve_inventory(self) -> HostInventory:
         self._enter("resolving-inventory", f"inventory of {self._request.host_id}")
         inventory: HostInventory = await workflow.execute_activity(
-            "resolve_host_inventory",
+            activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            result_type=HostInventory,
-            summary=f"resolve {self._request.host_id}",
-            **INVENTORY,
+            **options(INVENTORY, f"resolve {self._request.host_id}"),
         )
         workflow.upsert_search_attributes([names.SITE.value_set(inventory.site)])
         return inventory
@@ -187,11 +231,9 @@ class FirmwareWorkflow:
         async def read(dpu: DPUInventory) -> FirmwareVersions:
             assert dpu.bmc is not None
             versions: FirmwareVersions = await workflow.execute_activity(
-                "read_dpu_firmware_versions",
+                activity_api.read_dpu_firmware_versions,
                 ReadFirmwareInput(bmc=dpu.bmc),
-                result_type=FirmwareVersions,
-                summary=f"read firmware of {dpu.id}",
-                **BMC_READ,
+                **options(BMC_READ, f"read firmware of {dpu.id}"),
             )
             self._dpus[dpu.id] = self._dpus[dpu.id].model_copy(
                 update={"running": versions.running, "staged": versions.staged}
@@ -222,16 +264,15 @@ class FirmwareWorkflow:
                     timeout_seconds=STAGE_TIMEOUT_SECONDS,
                 )
                 result: StageFirmwareResult = await workflow.execute_activity(
-                    "stage_dpu_firmware",
+                    activity_api.stage_dpu_firmware,
                     request,
-                    result_type=StageFirmwareResult,
-                    summary=f"stage {target} on {dpu.id}",
-                    **STAGE_OPTIONS,
+                    **options(STAGE_OPTIONS, f"stage {target} on {dpu.id}"),
                 )
             self._set_outcome(dpu.id, result.outcome, running=result.running, staged=result.staged)
             return result
 
         tasks = [asyncio.ensure_future(stage(d)) for d in todo]
+        self._stage_tasks = tasks
         await workflow.wait_condition(lambda: all(t.done() for t in tasks) or self._abort is not None)
         if self._abort is not None:
             for task in tasks:
@@ -288,13 +329,22 @@ class FirmwareWorkflow:
     async def _wait_for_host_on(self, inventory: HostInventory) -> None:
         self._enter("waiting-for-host", "the host's PowerState On")
         deadline = workflow.now() + timedelta(seconds=self._request.policy.phase_timeout_seconds)
-        while True:
+        if workflow.patched(POWER_WAIT_PATCH):
+            # One activity polls the BMC and heartbeats: no activity and timer per poll here.
             power: SystemPower = await workflow.execute_activity(
-                "read_power_state",
+                activity_api.wait_for_power_state,
+                WaitPowerInput(bmc=inventory.bmc, target="On", deadline=deadline),
+                **options(power_wait_options(self._request.policy.phase_timeout_seconds),
+                          f"wait until {inventory.host_id} is On"),
+            )  # fmt: skip
+            if power.power_state != "On":
+                self._timed_out(f"host {inventory.host_id} is {power.power_state} after the power cycle")
+            return
+        while True:  # before POWER_WAIT_PATCH (runs started then)
+            power = await workflow.execute_activity(
+                activity_api.read_power_state,
                 ReadPowerStateInput(bmc=inventory.bmc),
-                result_type=SystemPower,
-                summary=f"power state of {inventory.host_id}",
-                **BMC_READ,
+                **options(BMC_READ, f"power state of {inventory.host_id}"),
             )
             if power.power_state == "On":
                 return
@@ -305,13 +355,14 @@ class FirmwareWorkflow:
     async def _wait_for_every_dpu_ready(self, inventory: HostInventory) -> None:
         self._enter("waiting-for-dpus", "every DPU Ready after the power cycle")
         # A fresh read: the watcher's last state may predate the cycle.
-        self._on_dpf_state(
+        self._watch.adopt(
             await workflow.execute_activity(
-                "read_host_dpf_state",
+                activity_api.read_host_dpf_state,
                 HostRef.of(inventory),
-                result_type=HostDPFState,
-                summary="DPF state after the power cycle",
-                **KUBE_READ,
+                **options(
+                    bounded(KUBE_READ, self._request.policy.kube_call_timeout_seconds),
+                    "DPF state after the power cycle",
+                ),
             )
         )
         wanted = set(self._dpus)
@@ -347,29 +398,12 @@ class FirmwareWorkflow:
             )
 
     # -- the DPF watcher -----------------------------------------------------------------------------
-    def _start_dpf_watcher(self, inventory: HostInventory) -> workflow.ActivityHandle[None]:
-        return workflow.start_activity(
-            "watch_host_dpf",
-            WatchHostInput(host=HostRef.of(inventory), heartbeat_seconds=WATCHER_HEARTBEAT_SECONDS),
-            summary=f"watch DPF of {inventory.host_id}",
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            **WATCHER,
-        )
-
-    async def _stop(self, watcher: workflow.ActivityHandle[None]) -> None:
-        watcher.cancel()
-        try:
-            await watcher
-        except ActivityError as err:
-            if not isinstance(err.cause, CancelledError):
-                workflow.logger.warning("the DPF watcher ended with %s", err.cause)
-
     async def _wait_for_dpf(self, predicate: Callable[[HostDPFState], bool], *, abortable: bool) -> None:
         timeout = timedelta(seconds=self._request.policy.phase_timeout_seconds)
 
         def done() -> bool:
             return (abortable and self._abort is not None) or (
-                self._dpf is not None and bool(predicate(self._dpf))
+                self._watch.state is not None and bool(predicate(self._watch.state))
             )
 
         try:
@@ -381,10 +415,7 @@ class FirmwareWorkflow:
 
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def _on_dpf_state(self, state: HostDPFState) -> None:
-        self._dpf = state
-        for dpu in state.dpus:
-            if dpu.dpu_id is not None and self._dpf_since.get(dpu.dpu_id, ("",))[0] != dpu.phase:
-                self._dpf_since[dpu.dpu_id] = (dpu.phase, workflow.now())
+        self._watch.accept(state)
 
     # -- operator messages and visibility ------------------------------------------------------------
     @workflow.update(name=ABORT_UPDATE)
@@ -407,7 +438,7 @@ class FirmwareWorkflow:
         """Where the run is (the same shape as every host operation's status)."""
         progress = []
         for dpu_id in self._dpus:
-            phase, since = self._dpf_since.get(dpu_id, ("", self._started_at))
+            phase, since = self._watch.clock.phases.get(dpu_id, ("", self._started_at))
             progress.append(DPUProgress(dpu_id=dpu_id, phase=phase, since=since))
         return HostOperationStatus(
             host_id=self._request.host_id,

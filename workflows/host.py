@@ -17,6 +17,10 @@ Each operation runs as a child workflow started by type name, with the business-
 parent close: the entity continues-as-new only while idle, so this never cuts a running
 operation; if the entity is terminated or reset by hand, a power cycle half done keeps going,
 and the child's id still locks the host (a new entity's request for it is refused).
+
+Worst-case history: about 15 events per operation (the update, the child's start and end) plus
+4 per other update; the entity continues-as-new when idle past `max_history_events` (default
+10,000) or when Temporal suggests it, so a run never nears the limit.
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
     )
     from workflows.common import enter_phase
+    from workflows.host_reboot import start_next_reboot
 
 RECENT_LIMIT: Final = 20
 IDLE: Final = "idle"
@@ -341,9 +346,8 @@ class HostWorkflow:
                     update={"approved_by": f"auto-approval window until {self._auto_approved_until}"}
                 )
             await self._start(current)
-            return OperationAccepted(
-                workflow_id=record.workflow_id, message=f"started {operation} as {record.workflow_id}"
-            )
+            started = current.record.workflow_id  # a reboot's generation is known once started
+            return OperationAccepted(workflow_id=started, message=f"started {operation} as {started}")
 
     def _child_id(self, operation: str) -> str:
         if operation == names.REBOOT:
@@ -353,21 +357,40 @@ class HostWorkflow:
     async def _start(self, current: _Operation) -> None:
         current.record = current.record.model_copy(update={"outcome": "starting"})
         record = current.record
+        attributes = TypedSearchAttributes(
+            [
+                SearchAttributePair(names.HOST_ID, self._input.host_id),
+                SearchAttributePair(names.OPERATION, record.operation),
+                SearchAttributePair(names.SITE, self._input.site),
+            ]
+        )
+        summary = f"{record.operation} of host {self._input.host_id}, requested by {record.requested_by}"
+        child_input = self._child_input(record.operation, current.request)
+        if isinstance(child_input, HostRebootInput):
+            # The one boot-generation rule: the next generation no reboot used (REJECT_DUPLICATE).
+            # A failed operation may have spent generations this entity never heard of; reusing
+            # one would start a second run under a reboot's id.
+            current.child, generation = await start_next_reboot(
+                child_input,
+                summary=summary.replace("{", "{{").replace("}", "}}"),  # the helper formats it
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                search_attributes=attributes,
+                decode_result=False,  # as for every child: the entity reads `boot_generation` only
+            )
+            current.record = record = record.model_copy(
+                update={"workflow_id": names.host_reboot_workflow_id(self._input.host_id, generation)}
+            )
+            current.record = record.model_copy(update={"outcome": "running", "started_at": workflow.now()})
+            self._show_phase()
+            return
         try:
             current.child = await workflow.start_child_workflow(
                 CHILD_TYPES[record.operation],
-                self._child_input(record.operation, current.request),
+                child_input,
                 id=record.workflow_id,
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(names.HOST_ID, self._input.host_id),
-                        SearchAttributePair(names.OPERATION, record.operation),
-                        SearchAttributePair(names.SITE, self._input.site),
-                    ]
-                ),
-                static_summary=f"{record.operation} of host {self._input.host_id}, "
-                f"requested by {record.requested_by}",
+                search_attributes=attributes,
+                static_summary=summary,
             )
         except WorkflowAlreadyStartedError:
             self._current = None
@@ -440,12 +463,15 @@ class HostWorkflow:
         try:
             result = await child
         except ChildWorkflowError as err:
+            self._reached(_generation_reported(err))  # a failed operation's reboots count too
             self._finish(current, _outcome_of(err))
             return
-        generation = result.get("boot_generation") if isinstance(result, dict) else None
+        self._reached(result.get("boot_generation") if isinstance(result, dict) else None)
+        self._finish(current, "completed")
+
+    def _reached(self, generation: object) -> None:
         if isinstance(generation, int) and generation > self._boot_generation:
             self._boot_generation = generation
-        self._finish(current, "completed")
 
     def _finish(self, current: _Operation, outcome: str) -> None:
         self._recent.append(
@@ -494,3 +520,14 @@ def _outcome_of(err: ChildWorkflowError) -> str:
     if isinstance(cause, TerminatedError):
         return "terminated"
     return f"failed: {cause or err}"
+
+
+def _generation_reported(err: ChildWorkflowError) -> int | None:
+    """The boot generation a failed operation reached, from its failure's details."""
+    cause = err.cause
+    if not isinstance(cause, ApplicationError):
+        return None
+    for detail in cause.details:
+        if isinstance(detail, dict) and isinstance(detail.get("boot_generation"), int):
+            return int(detail["boot_generation"])
+    return None

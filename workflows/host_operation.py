@@ -17,6 +17,14 @@ the host's entity workflow starts it as a child with `static_summary` (e.g. "rep
 
 Escalation and operator answers: see `workflows.escalation`. What a failure or abort leaves
 behind: see `_clean_up`.
+
+Cost per host and worst-case history: one watcher activity slot for the run (restarted after
+each acknowledged reboot), no timers while nothing changes. About 40 events to reach the first
+reboot, 4 per DPF change signalled, about 30 per power cycle (reboot child, acknowledgement,
+watcher restart). Bounded by the policy: rounds DPF asks for (1, or 2 for BF4) x
+(1 + `max_power_cycle_retries`) power cycles, plus 4 per operator answer and 6 per bounded
+Kubernetes call that stalls. With the defaults, a BF4 host whose every reboot is re-issued:
+about 40 + 8 x 30 + 4 x (DPF changes, ~40) = 440 events.
 """
 
 from __future__ import annotations
@@ -24,10 +32,10 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import metrics, names
+    from metalflow import activity_api, metrics, names
     from metalflow.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         ChangeResult,
@@ -39,8 +47,6 @@ with workflow.unsafe.imports_passed_through():
         RegisterHostInput,
         ReprovisionInput,
         SiteSetupInput,
-        WatchCheckpoint,
-        WatchHostInput,
     )
     from metalflow.models.host import (
         ABORT_UPDATE,
@@ -58,8 +64,9 @@ with workflow.unsafe.imports_passed_through():
     from metalflow.models.inventory import HostInventory, HostLookup
     from workflows import common
     from workflows import dpf_barrier as barrier
+    from workflows.dpf_watch import TRY_CANCEL, DPFWatch
     from workflows.escalation import Escalation
-    from workflows.host_status import DPUClock, build_status
+    from workflows.host_status import build_status
 
 RESOLVING = "resolving-inventory"
 REGISTERING = "registering-dpus"
@@ -70,6 +77,7 @@ WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
 COMPLETED = "completed"
 FAILED = "failed"
 ABORTED = "aborted"
+CANCELLED = "cancelled"
 
 
 @workflow.defn(name="HostOperationWorkflow")
@@ -82,25 +90,26 @@ class HostOperationWorkflow(Escalation):
         self._request = request
         self._dpu_ids: tuple[str, ...] = request.dpu_ids or ()
         self._host: HostRef | None = None
-        self._state: HostDPFState | None = None
-        self._state_changes = 0
-        self._clock = DPUClock()
+        self._watch = DPFWatch(cancellation=TRY_CANCEL, summary="watch the DPF objects of {host}")
         self._replaced: dict[str, str] = {}  # DPU id -> uid of the object this operation deleted
         self._error_reprovisions: dict[str, int] = {}
         self._hold_released = False
         self._changes: list[str] = []  # what this run changed, in order (for cleanup and the result)
         self._reboots_requested = 0
         self._started_at = workflow.now()
-        self._watcher: asyncio.Future[None] | None = None
-        self._watch_base = 0  # signals numbered at or below this come from a replaced watcher
 
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
         """Run the operation to completion; see the module docstring."""
         metrics.workflow_operation_started(request.kind.value)
-        inventory = await self._resolve_inventory()
+        try:
+            inventory = await self._resolve_inventory()
+        except (FailureError, asyncio.CancelledError) as err:
+            metrics.workflow_operation_finished(request.kind.value, metrics.outcome_of(err))
+            self._enter_end(err, changed="nothing")  # nothing was changed yet
+            raise
         self._show_identity(inventory)
-        self._start_watcher()
+        self._watch.start(self.host, self._dpu_ids)
         try:
             await self._read_first_state()
             if request.kind == HostOperationKind.PROVISION:
@@ -111,12 +120,22 @@ class HostOperationWorkflow(Escalation):
             await self._wait_until_held()
             await self._release_hold()
             await self._reboot_rounds()
-        except (ApplicationError, asyncio.CancelledError) as err:
+        except (FailureError, asyncio.CancelledError) as err:
+            # Every way a run ends early: an activity or reboot child that failed for good, our
+            # own non-retryable error (abort included), a cancel while anything was awaited.
             metrics.workflow_operation_finished(request.kind.value, metrics.outcome_of(err))
             await self._clean_up(err)
+            if isinstance(err, ApplicationError):  # ours: the entity learns the generation reached
+                raise ApplicationError(
+                    err.message,
+                    *err.details,
+                    {"boot_generation": self.generation},
+                    type=err.type,
+                    non_retryable=True,
+                ) from err
             raise
         finally:
-            self._stop_watcher()
+            await self._watch.stop()
         self.enter(COMPLETED, f"every DPU Ready after {self.power_cycles} power cycle(s)")
         await workflow.wait_condition(workflow.all_handlers_finished)
         metrics.workflow_operation_finished(request.kind.value, "succeeded")
@@ -133,12 +152,8 @@ class HostOperationWorkflow(Escalation):
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
-        """The watcher saw a change. Signals of a replaced watcher (numbered at or below the
-        current one's base) are stale and dropped; a retried attempt of the current watcher
-        may number from an older checkpoint, but its listing is fresh, so it is taken."""
-        if state.sequence <= self._watch_base:
-            return
-        self._adopt(state)
+        """The watcher saw a change (a replaced watcher's signals are dropped)."""
+        self._watch.accept(state)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostOperationStatus:
@@ -148,7 +163,7 @@ class HostOperationWorkflow(Escalation):
             dpu_ids=self._dpu_ids,
             phase=self.phase,
             waiting_for=self.waiting_for,
-            clock=self._clock,
+            clock=self._watch.clock,
             error_reprovisions=self._error_reprovisions,
             reboots_requested=self._reboots_requested,
             power_cycles=self.power_cycles,
@@ -193,11 +208,9 @@ class HostOperationWorkflow(Escalation):
     async def _resolve_inventory(self) -> HostInventory:
         self.enter(RESOLVING, f"looking up {self._request.host_id}")
         inventory: HostInventory = await workflow.execute_activity(
-            "resolve_host_inventory",
+            activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            result_type=HostInventory,
-            summary=f"resolve {self._request.host_id}",
-            **common.INVENTORY,
+            **common.options(common.INVENTORY, f"resolve {self._request.host_id}"),
         )
         known = tuple(d.id for d in inventory.dpus)
         unknown = sorted(set(self._dpu_ids) - set(known))
@@ -224,27 +237,15 @@ class HostOperationWorkflow(Escalation):
             ]
         )
 
-    def _start_watcher(self, baseline: HostDPFState | None = None) -> None:
-        checkpoint = None if baseline is None else WatchCheckpoint(state=baseline)
-        self._watcher = workflow.start_activity(
-            "watch_host_dpf",
-            WatchHostInput(
-                host=self.host, heartbeat_seconds=common.WATCHER_HEARTBEAT_SECONDS, resume_from=checkpoint
-            ),
-            summary=f"watch the DPF objects of {self.host.host_id}",
-            **common.WATCHER,
-        )
-
     async def _read_first_state(self) -> None:
-        state: HostDPFState = await workflow.execute_activity(
-            "read_host_dpf_state",
+        state: HostDPFState = await self.call_kube(
+            activity_api.read_host_dpf_state,
             self.host,
-            result_type=HostDPFState,
-            summary=f"read the DPF state of {self.host.host_id}",
-            **common.KUBE_READ,
+            common.KUBE_READ,
+            f"read the DPF state of {self.host.host_id}",
         )
-        if self._state is None:  # the watcher's first signal may have come first: it is as new
-            self._adopt(state)
+        if self._watch.state is None:  # the watcher's first signal may have come first: it is as new
+            self._watch.adopt(state)
 
     async def _ensure_site_objects(self, inventory: HostInventory) -> None:
         # Idempotent: existing objects are left as they are, so this is cheap on a set-up site.
@@ -252,24 +253,22 @@ class HostOperationWorkflow(Escalation):
         if not inventory.groups:
             return
         setup = SiteSetupInput(groups=tuple(GroupSpec(name=g) for g in inventory.groups))
-        result: ObjectsResult = await workflow.execute_activity(
-            "create_site_objects",
+        result: ObjectsResult = await self.call_kube(
+            activity_api.create_site_objects,
             setup,
-            result_type=ObjectsResult,
-            summary="ensure the site's BFB, flavor and DPU deployments",
-            **common.KUBE_WRITE,
+            common.KUBE_WRITE,
+            "ensure the site's BFB, flavor and DPU deployments",
         )
         if result.changed():
             self._changes.append("created site objects")
 
     async def _register_dpus(self, inventory: HostInventory) -> None:
         self.enter(REGISTERING, f"registering DPUNode and {len(self._dpu_ids)} DPUDevice(s)")
-        result: ObjectsResult = await workflow.execute_activity(
-            "register_host_dpus",
+        result: ObjectsResult = await self.call_kube(
+            activity_api.register_host_dpus,
             RegisterHostInput(inventory=inventory),
-            result_type=ObjectsResult,
-            summary=f"register the DPUs of {inventory.host_id}",
-            **common.KUBE_WRITE,
+            common.KUBE_WRITE,
+            f"register the DPUs of {inventory.host_id}",
         )
         if result.changed():
             self._changes.append("registered the DPUNode and DPUDevices")
@@ -283,12 +282,11 @@ class HostOperationWorkflow(Escalation):
         current = barrier.current_dpu(self.state, dpu_id, self._replaced.get(dpu_id))
         if current is None:
             return  # already gone (a previous run deleted it): DPF is recreating it
-        result: ChangeResult = await workflow.execute_activity(
-            "reprovision_dpu",
+        result: ChangeResult = await self.call_kube(
+            activity_api.reprovision_dpu,
             ReprovisionInput(dpu=self._dpu_ref(dpu_id), uid=current.uid),
-            result_type=ChangeResult,
-            summary=f"reprovision DPU {dpu_id} (delete uid {current.uid})",
-            **common.KUBE_WRITE,
+            common.KUBE_WRITE,
+            f"reprovision DPU {dpu_id} (delete uid {current.uid})",
         )  # fmt: skip
         self._replaced[dpu_id] = current.uid
         self._changes.append(f"deleted DPU {result.name} (uid {current.uid}): {result.detail}")
@@ -309,12 +307,11 @@ class HostOperationWorkflow(Escalation):
     async def _release_if_held(self) -> None:
         if not barrier.any_held(self.state, self._dpu_ids, self._replaced):
             return
-        result: ChangeResult = await workflow.execute_activity(
-            "release_node_effect_hold",
+        result: ChangeResult = await self.call_kube(
+            activity_api.release_node_effect_hold,
             self.host,
-            result_type=ChangeResult,
-            summary=f"release the Node Effect hold of {self.host.node_name()}",
-            **common.KUBE_WRITE,
+            common.KUBE_WRITE,
+            f"release the Node Effect hold of {self.host.node_name()}",
         )
         if result.changed:
             self._changes.append("released the Node Effect hold")
@@ -355,22 +352,21 @@ class HostOperationWorkflow(Escalation):
             await self._reprovision_one(dpu_id)
         if self._hold_released:
             await self._release_if_held()
-        watcher = self._watcher
-        if watcher is not None and watcher.done() and not watcher.cancelled() and watcher.exception():
+        failure = self._watch.failure()
+        if failure is not None:
             raise ApplicationError(
-                f"the DPF watcher of {self.host.host_id} failed: {watcher.exception()}",
+                f"the DPF watcher of {self.host.host_id} failed: {failure}",
                 type="WatcherFailed",
                 non_retryable=True,
             )
 
     async def mark_node_rebooted(self) -> None:
         """Remove the reboot-required annotation (only after a power cycle or an operator's word)."""
-        result: ChangeResult = await workflow.execute_activity(
-            "mark_dpu_node_rebooted",
+        result: ChangeResult = await self.call_kube(
+            activity_api.mark_dpu_node_rebooted,
             self.host,
-            result_type=ChangeResult,
-            summary=f"tell DPF {self.host.node_name()} was rebooted",
-            **common.KUBE_WRITE,
+            common.KUBE_WRITE,
+            f"tell DPF {self.host.node_name()} was rebooted",
         )
         if result.changed:
             self._changes.append(f"removed the reboot-required annotation (generation {self.generation})")
@@ -388,11 +384,7 @@ class HostOperationWorkflow(Escalation):
         state = self.state
         if state.node is not None:
             state = state.model_copy(update={"node": state.node.model_copy(update={"reboot_required": None})})
-        self._watch_base = max(self._watch_base, state.sequence) + 1_000_000
-        baseline = state.model_copy(update={"sequence": self._watch_base})
-        self._state = baseline
-        self._stop_watcher()
-        self._start_watcher(baseline)
+        self._watch.restart(state)
 
     def dpf_asks_for_reboot(self) -> bool:
         return self.state.node is not None and self.state.node.waiting_for_reboot
@@ -405,7 +397,7 @@ class HostOperationWorkflow(Escalation):
 
     @property
     def state_changes(self) -> int:
-        return self._state_changes
+        return self._watch.changes
 
     # -- state --------------------------------------------------------------------------------------
     @property
@@ -415,12 +407,7 @@ class HostOperationWorkflow(Escalation):
 
     @property
     def state(self) -> HostDPFState:
-        return self._state or HostDPFState(host_id=self._request.host_id)
-
-    def _adopt(self, state: HostDPFState) -> None:
-        self._state = state
-        self._state_changes += 1
-        self._clock.observe(state, self._dpu_ids, workflow.now())
+        return self._watch.state or HostDPFState(host_id=self._request.host_id)
 
     def _dpu_ref(self, dpu_id: str) -> DPURef:
         return DPURef(host_id=self.host.host_id, dpu_id=dpu_id, namespace=self.host.namespace)
@@ -431,12 +418,6 @@ class HostOperationWorkflow(Escalation):
     def _not_there_yet(self, state: HostDPFState, phases: tuple[str, ...]) -> str:
         laggards = barrier.elsewhere(state, self._dpu_ids, self._replaced, phases)
         return f"; not there yet: {', '.join(laggards)}" if laggards else ""
-
-    def _stop_watcher(self) -> None:
-        watcher = self._watcher
-        if watcher is not None and not watcher.done():
-            watcher.cancel()
-            watcher.add_done_callback(_retrieve)
 
     async def _clean_up(self, err: BaseException) -> None:
         """Leave the site consistent; undo only what this run changed and is safe to undo.
@@ -450,18 +431,18 @@ class HostOperationWorkflow(Escalation):
         - A power cycle done but not yet acknowledged (annotation still there) is acknowledged:
           the reboot DPF asked for happened, and DPF would otherwise wait for it forever.
         """
-        aborted = isinstance(err, ApplicationError) and err.type == "OperationAborted"
+        self.cleaning_up = True
         await self.cancel_reboot_in_flight()
         if self.cycled_without_ack:
             try:
                 await self.mark_node_rebooted()
             except Exception as ack_err:  # noqa: BLE001 - best effort: the failure below is the news
                 workflow.logger.warning("could not acknowledge the reboot during cleanup: %s", ack_err)
-        changed = "; ".join(self._changes) or "nothing"
-        self.enter(ABORTED if aborted else FAILED, f"{err}. Changed by this run: {changed}")
+        self._enter_end(err, changed="; ".join(self._changes) or "nothing")
+        # A confirmation being passed to the reboot child is answered before the run ends.
+        await workflow.wait_condition(workflow.all_handlers_finished)
 
-
-def _retrieve(watcher: asyncio.Future[None]) -> None:
-    # A cancelled watcher ends with an ActivityError nobody awaits: take it, so it is not logged.
-    if not watcher.cancelled():
-        watcher.exception()
+    def _enter_end(self, err: BaseException, *, changed: str) -> None:
+        """The final phase and details of a run that ends early: what ended it, what it changed."""
+        phase, why = common.ending(err)
+        self.enter(phase, f"{why}; generation reached {self.generation}. Changed by this run: {changed}")

@@ -16,32 +16,37 @@ Runbook, on every change the DPF watcher signals:
 Only a fall from `Ready` counts: a DPU passing `Node Effect` while it is provisioned or
 reprovisioned is held by design. A recreated DPU (new uid) restarts its degraded clock.
 
-History stays small: after `policy.events_per_run` changes, or when Temporal suggests it, the
-monitor cancels its watcher, waits for its handlers and continues-as-new carrying its memory
-(`MonitorMemory`); the next run's watcher lists the world again, and a fall from `Ready` that
-happened in between is still seen because the last phases are carried.
+History stays small: at most ~10 events per DPF change (the signal, its workflow task, a pool
+label write when the state changes), so a run's worst case is about 20 + 10 x
+`policy.events_per_run` (default 500: ~5,000 events, under a tenth of Temporal's limit). After
+`policy.events_per_run` changes, or when Temporal suggests it, the monitor cancels its watcher,
+waits for its handlers and continues-as-new carrying its memory (`MonitorMemory`); the next
+run's watcher lists the world again, and a fall from `Ready` that happened in between is still
+seen because the last phases are carried.
 
 Stop with the update `abort`: the monitor reads the world once more, sets the pool label as the
-world says (out only while a degraded DPU is still in `Node Effect`) and ends.
+world says (out only while a degraded DPU is still in `Node Effect`) and ends. An abort accepted
+while a run hands over to the next is carried in its memory: the next run stops at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Any, Final, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
+    from metalflow import activity_api, names
     from metalflow.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         PHASE_NODE_EFFECT,
         PHASE_READY,
         HostDPFState,
         HostRef,
-        WatchHostInput,
     )
     from metalflow.models.host import (
         ABORT_UPDATE,
@@ -57,19 +62,28 @@ with workflow.unsafe.imports_passed_through():
         OperationAnswer,
         OperatorRequest,
         OwnerReprovisionInput,
-        OwnerReprovisionResult,
         PoolChange,
-        PoolStateResult,
         SetPoolStateInput,
     )
-    from workflows.common import KUBE_READ, KUBE_WRITE, WATCHER, WATCHER_HEARTBEAT_SECONDS, enter_phase
+    from workflows.common import (
+        KUBE_READ,
+        KUBE_WRITE,
+        ending,
+        enter_phase,
+        options,
+    )
+    from workflows.dpf_watch import DPFWatch
 
 HISTORY_KEPT: Final = 20  # pool changes shown in the status and carried across runs
-OWNER_REQUEST: Final = {
+OWNER_REQUEST: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=60),
     "retry_policy": KUBE_WRITE["retry_policy"],
 }
 WATCHING: Final = "watching"
+END_PHASE_PATCH: Final = "monitor-end-phase"
+ABORTABLE_CALLS_PATCH: Final = "monitor-abort-cancels-calls"
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
 
 
 @workflow.defn(name="HostMonitorWorkflow")
@@ -92,13 +106,26 @@ class HostMonitorWorkflow:
         self._requests = list(memory.requests)
         self._started_at = memory.started_at or workflow.now()
         self._pending: list[HostDPFState] = []
-        self._stop: OperatorRequest | None = None
+        self._watch = DPFWatch()
+        self._stop: OperatorRequest | None = memory.stop  # accepted means done, across runs too
         self._label_checked = False  # the label is confirmed once per run, then written on changes
         self._adopting = False  # the first state may confirm an out-of-pool label an earlier monitor left
 
     @workflow.run
     async def run(self, request: HostMonitorInput) -> HostMonitorResult:
         """Watch, react, continue-as-new; see the module docstring."""
+        try:
+            return await self._runbook(request)
+        except (FailureError, asyncio.CancelledError) as err:
+            # The watcher is stopped by the runbook; the label stays as last written, which is
+            # what the world was when this monitor last looked.
+            if workflow.patched(END_PHASE_PATCH):
+                phase, why = ending(err)
+                enter_phase(phase, f"{why}; the pool label is left {self._pool}")
+                await workflow.wait_condition(workflow.all_handlers_finished)
+            raise
+
+    async def _runbook(self, request: HostMonitorInput) -> HostMonitorResult:
         workflow.upsert_search_attributes(
             [
                 names.HOST_ID.value_set(request.host_id),
@@ -110,28 +137,8 @@ class HostMonitorWorkflow:
         enter_phase(WATCHING, f"run {self._runs}; pool state {self._pool}")
         if request.memory is None:
             await self._adopt_pool_label()
-        watcher = self._start_dpf_watcher()
-        events_this_run = 0
-        try:
-            while True:
-                await self._wait_for_news()
-                while self._pending:
-                    await self._handle(self._pending.pop(0))
-                    events_this_run += 1
-                await self._reprovision_overdue()
-                if self._stop is not None:
-                    break
-                if (
-                    events_this_run >= request.policy.events_per_run
-                    or workflow.info().is_continue_as_new_suggested()
-                ):
-                    await self._stop_watcher(watcher)
-                    await workflow.wait_condition(workflow.all_handlers_finished)
-                    workflow.continue_as_new(
-                        request.model_copy(update={"memory": self._memory(next_run=True)})
-                    )
-        finally:
-            await self._stop_watcher(watcher)
+        if self._stop is None:  # not carried over: watch until an abort
+            await self._watch_until_stopped(request)
         assert self._stop is not None
         # Stopped: one last look at the world, so the label says what is true now.
         await self._handle(await self._read_dpf_state())
@@ -146,18 +153,42 @@ class HostMonitorWorkflow:
             finished_at=workflow.now(),
         )
 
+    async def _watch_until_stopped(self, request: HostMonitorInput) -> None:
+        """React to every change until an abort; continue-as-new when the history grows."""
+        self._watch.start(HostRef(host_id=request.host_id, namespace=request.namespace))
+        events_this_run = 0
+        try:
+            while True:
+                await self._wait_for_news()
+                while self._pending:
+                    await self._handle(self._pending.pop(0))
+                    events_this_run += 1
+                await self._reprovision_overdue()
+                if self._stop is not None:
+                    break
+                if (
+                    events_this_run >= request.policy.events_per_run
+                    or workflow.info().is_continue_as_new_suggested()
+                ):
+                    await self._watch.stop()
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    # An abort accepted during these awaits travels in the memory (`stop`).
+                    workflow.continue_as_new(
+                        request.model_copy(update={"memory": self._memory(next_run=True)})
+                    )
+        finally:
+            await self._watch.stop()
+
     # -- steps -------------------------------------------------------------------------------------
     async def _adopt_pool_label(self) -> None:
         """A first run continues what an earlier monitor left: a host labelled out stays out while a
         DPU is still in Node Effect (`_handle` of the first state decides)."""
-        found: PoolStateResult = await workflow.execute_activity(
-            "read_host_pool_state",
+        found = await self._abortable(
+            activity_api.read_host_pool_state,
             self._pool_input(IN_POOL),
-            result_type=PoolStateResult,
-            summary=f"pool label of {self._request.host_id}",
-            **KUBE_READ,
+            options(KUBE_READ, f"pool label of {self._request.host_id}"),
         )
-        if found.state == OUT_OF_POOL:
+        if found is not None and found.state == OUT_OF_POOL:
             self._pool = OUT_OF_POOL
             self._adopting = True
 
@@ -212,13 +243,14 @@ class HostMonitorWorkflow:
             if self._degraded
             else "every DPU's services are up"
         )
-        result: PoolStateResult = await workflow.execute_activity(
-            "set_host_pool_state",
+        result = await self._abortable(
+            activity_api.set_host_pool_state,
             self._pool_input(wanted, reason),
-            result_type=PoolStateResult,
-            summary=f"{self._request.host_id} {wanted}",
-            **KUBE_WRITE,
+            options(KUBE_WRITE, f"{self._request.host_id} {wanted}"),
         )
+        if result is None:  # stopped meanwhile: the final look writes the label the world needs
+            self._label_checked = False
+            return
         if wanted == self._pool and not result.changed:
             return
         if wanted != self._pool:
@@ -240,18 +272,18 @@ class HostMonitorWorkflow:
             return
         ids = tuple(sorted(d.dpu_id for d in due))
         enter_phase("requesting-reprovision", f"DPUs {', '.join(ids)} in Node Effect past the deadline")
-        answer: OwnerReprovisionResult = await workflow.execute_activity(
-            "request_host_reprovision",
+        answer = await self._abortable(
+            activity_api.request_host_reprovision,
             OwnerReprovisionInput(
                 host_id=self._request.host_id,
                 dpu_ids=ids,
                 requested_by=workflow.info().workflow_id,
                 reason=f"critical DPU services down for more than {policy.reprovision_after_seconds:g} s",
             ),
-            result_type=OwnerReprovisionResult,
-            summary=f"ask host/{self._request.host_id} to reprovision",
-            **OWNER_REQUEST,
+            options(OWNER_REQUEST, f"ask host/{self._request.host_id} to reprovision"),
         )
+        if answer is None:
+            return  # stopped meanwhile: nothing was asked, or the entity's answer is not waited for
         outcome = f"{answer.outcome}: {answer.workflow_id or answer.message}"
         if answer.outcome in ("accepted", "awaiting-approval"):
             self._reprovisions += 1
@@ -290,43 +322,39 @@ class HostMonitorWorkflow:
             reprovisions_requested=self._reprovisions,
             requests=tuple(self._requests),
             started_at=self._started_at,
+            stop=self._stop,
         )
+
+    async def _abortable(
+        self, call: Callable[[ArgT], Awaitable[ResultT]], arg: ArgT, config: workflow.ActivityConfig
+    ) -> ResultT | None:
+        """An activity that an `abort` arriving while it runs (or retries, e.g. in a Kubernetes
+        outage) cancels: None then. Called after the abort (the final look), it just runs."""
+        stopped_before = self._stop is not None
+        handle = workflow.start_activity(call, arg, **config)
+        await workflow.wait_condition(
+            lambda: handle.done() or (not stopped_before and self._stop is not None)
+        )
+        if handle.done() or not workflow.patched(ABORTABLE_CALLS_PATCH):
+            return await handle
+        handle.cancel()
+        handle.add_done_callback(_retrieve)
+        return None
 
     async def _read_dpf_state(self) -> HostDPFState:
         state: HostDPFState = await workflow.execute_activity(
-            "read_host_dpf_state",
+            activity_api.read_host_dpf_state,
             HostRef(host_id=self._request.host_id, namespace=self._request.namespace),
-            result_type=HostDPFState,
-            summary=f"DPF state of {self._request.host_id}",
-            **KUBE_READ,
+            **options(KUBE_READ, f"DPF state of {self._request.host_id}"),
         )
         return state
-
-    def _start_dpf_watcher(self) -> workflow.ActivityHandle[None]:
-        host = HostRef(host_id=self._request.host_id, namespace=self._request.namespace)
-        return workflow.start_activity(
-            "watch_host_dpf",
-            WatchHostInput(host=host, heartbeat_seconds=WATCHER_HEARTBEAT_SECONDS),
-            summary=f"watch DPF of {host.host_id}",
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            **WATCHER,
-        )
-
-    async def _stop_watcher(self, watcher: workflow.ActivityHandle[None]) -> None:
-        if watcher.done():
-            return
-        watcher.cancel()
-        try:
-            await watcher
-        except ActivityError as err:
-            if not isinstance(err.cause, CancelledError):
-                workflow.logger.warning("the DPF watcher ended with %s", err.cause)
 
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
         """From the watcher: the host's DPF state changed."""
-        self._pending.append(state)
+        if self._watch.accept(state):
+            self._pending.append(state)
 
     @workflow.update(name=ABORT_UPDATE)
     def abort(self, request: OperatorRequest) -> OperationAnswer:
@@ -364,3 +392,9 @@ class HostMonitorWorkflow:
             requests=tuple(self._requests),
             started_at=self._started_at,
         )
+
+
+def _retrieve(call: Any) -> None:
+    # A cancelled call ends with an ActivityError nobody awaits: take it, so it is not logged.
+    if not call.cancelled():
+        call.exception()

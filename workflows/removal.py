@@ -15,27 +15,34 @@ naming what is left.
 
 Abort (update `abort`) is accepted only before the first delete: a delete cannot be taken back,
 and everything after it is waiting. The result lists every change the run made.
+
+Cost per host and worst-case history: one watcher activity slot while waiting; about 45 events
+plus 4 per DPF change the watcher signals (about 15 more with force), however long a finalizer
+holds an object: the DPUDevice wait polls inside one heartbeating activity. `WORST_CASE_EVENTS`
+(150: room for ~25 DPF changes) is held by tests/test_removal.py with a device held for the
+whole wait (44 events; 249 when the workflow polled every second for 20 s).
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 from typing import Final
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
+    from metalflow import activity_api, names
     from metalflow.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         DeleteDPUInput,
         DeleteNodeInput,
+        DevicesGoneInput,
         DPURef,
         HostDPFState,
         HostRef,
         ObjectsResult,
-        WatchHostInput,
     )
     from metalflow.models.host import (
         ABORT_UPDATE,
@@ -49,9 +56,32 @@ with workflow.unsafe.imports_passed_through():
         RemovedObject,
     )
     from metalflow.models.inventory import HostInventory, HostLookup
-    from workflows.common import INVENTORY, KUBE_WRITE, WATCHER, WATCHER_HEARTBEAT_SECONDS, enter_phase
+    from workflows.common import (
+        INVENTORY,
+        KUBE_WRITE,
+        bounded,
+        ending,
+        enter_phase,
+        options,
+    )
+    from workflows.dpf_watch import DPFWatch
 
 DEVICE_POLL: Final = timedelta(seconds=1)
+WORST_CASE_EVENTS: Final = 150  # see the module docstring; tests/test_removal.py holds us to it
+END_PHASE_PATCH: Final = "removal-end-phase"
+DEVICES_WAIT_PATCH: Final = "removal-devices-wait-in-one-activity"
+
+
+def devices_wait_options(seconds: float) -> workflow.ActivityConfig:
+    """`wait_until_dpu_devices_gone`: an attempt lasts up to the wait, heartbeating each poll; a
+    retried attempt keeps the input's deadline, and all attempts end within a margin of it."""
+    return {
+        **bounded(KUBE_WRITE, seconds + 300),
+        "start_to_close_timeout": timedelta(seconds=seconds + 60),
+        "heartbeat_timeout": timedelta(seconds=30),
+    }
+
+
 CHANGES: Final = frozenset({"deleted", "updated", "finalizers removed"})
 ABORTED_ERROR: Final = "OperationAborted"
 TIMED_OUT_ERROR: Final = "RemovalTimedOut"
@@ -68,8 +98,7 @@ class HostRemovalWorkflow:
         self._phase = "starting"
         self._waiting_for = "the host's inventory"
         self._actions: list[RemovedObject] = []
-        self._dpf: HostDPFState | None = None
-        self._since: dict[str, tuple[str, datetime]] = {}  # dpu_id -> (phase, when first seen in it)
+        self._watch = DPFWatch()
         self._abort: OperatorRequest | None = None
         self._deleting = False
         self._forced = False
@@ -77,6 +106,18 @@ class HostRemovalWorkflow:
     @workflow.run
     async def run(self, request: HostRemovalInput) -> HostRemovalResult:
         """Delete, wait until gone, force when asked; see the module docstring."""
+        try:
+            return await self._runbook(request)
+        except (FailureError, asyncio.CancelledError) as err:
+            # The watcher is stopped by the runbook; a delete cannot be undone: say what was done.
+            if workflow.patched(END_PHASE_PATCH):
+                phase, why = ending(err)
+                done = [f"{a.kind} {a.name} {a.outcome}" for a in self._actions if a.outcome in CHANGES]
+                self._enter(phase, f"{why}. Changed by this run: {'; '.join(done) or 'nothing'}")
+                await workflow.wait_condition(workflow.all_handlers_finished)
+            raise
+
+    async def _runbook(self, request: HostRemovalInput) -> HostRemovalResult:
         workflow.upsert_search_attributes(
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REMOVE)]
         )
@@ -87,7 +128,7 @@ class HostRemovalWorkflow:
                 type=ABORTED_ERROR,
                 non_retryable=True,
             )
-        watcher = self._start_dpf_watcher(host)
+        self._watch.start(host, self._request.dpu_ids or ())
         try:
             await self._delete(host, force=False)
             gone = await self._wait_until_gone(
@@ -106,7 +147,7 @@ class HostRemovalWorkflow:
                     non_retryable=True,
                 )
         finally:
-            await self._stop(watcher)
+            await self._watch.stop()
         await self._confirm_devices_gone(host)
         enter_phase("done", f"{self._what()} removed")
         await workflow.wait_condition(workflow.all_handlers_finished)
@@ -123,11 +164,9 @@ class HostRemovalWorkflow:
     async def _resolve_host(self) -> HostRef:
         self._enter("resolving-inventory", f"inventory of {self._request.host_id}")
         inventory: HostInventory = await workflow.execute_activity(
-            "resolve_host_inventory",
+            activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            result_type=HostInventory,
-            summary=f"resolve {self._request.host_id}",
-            **INVENTORY,
+            **options(INVENTORY, f"resolve {self._request.host_id}"),
         )
         workflow.upsert_search_attributes([names.SITE.value_set(inventory.site)])
         unknown = sorted(set(self._request.dpu_ids or ()) - {d.id for d in inventory.dpus})
@@ -145,11 +184,12 @@ class HostRemovalWorkflow:
         self._deleting = True
         if self._request.dpu_ids is None:
             result: ObjectsResult = await workflow.execute_activity(
-                "delete_dpu_node",
+                activity_api.delete_dpu_node,
                 DeleteNodeInput(host=host, force=force),
-                result_type=ObjectsResult,
-                summary=f"{verb} DPUNode {host.node_name()}",
-                **KUBE_WRITE,
+                **options(
+                    self._kube_write(),
+                    f"{verb} DPUNode {host.node_name()}",
+                ),
             )
             self._record(result)
             return
@@ -159,13 +199,11 @@ class HostRemovalWorkflow:
     async def _delete_dpu(self, host: HostRef, dpu_id: str, *, force: bool) -> ObjectsResult:
         verb = "force-delete" if force else "delete"
         result: ObjectsResult = await workflow.execute_activity(
-            "delete_dpu",
+            activity_api.delete_dpu,
             DeleteDPUInput(
                 dpu=DPURef(host_id=host.host_id, dpu_id=dpu_id, namespace=host.namespace), force=force
             ),
-            result_type=ObjectsResult,
-            summary=f"{verb} DPU {dpu_id}",
-            **KUBE_WRITE,
+            **options(self._kube_write(), f"{verb} DPU {dpu_id}"),
         )
         self._record(result)
         return result
@@ -174,15 +212,41 @@ class HostRemovalWorkflow:
         self._enter("waiting-until-gone", f"{self._what()} gone (DPF releases them)")
         try:
             await workflow.wait_condition(
-                lambda: self._dpf is not None and self._gone(self._dpf), timeout=timedelta(seconds=seconds)
+                lambda: self._watch.state is not None and self._gone(self._watch.state),
+                timeout=timedelta(seconds=seconds),
             )
         except TimeoutError:
             return False
         return True
 
     async def _confirm_devices_gone(self, host: HostRef) -> None:
-        """DPUDevices are not in the watched state: `delete_dpu` (idempotent) reports them."""
-        deadline = workflow.now() + timedelta(seconds=self._request.policy.phase_timeout_seconds)
+        """DPUDevices are not in the watched state: one activity waits for them (polling inside
+        it, heartbeating), so a device a finalizer keeps costs a few events, not thousands."""
+        if not self._request.dpu_ids:
+            return
+        seconds = self._request.policy.phase_timeout_seconds
+        if not workflow.patched(DEVICES_WAIT_PATCH):
+            await self._poll_devices_gone(host, workflow.now() + timedelta(seconds=seconds))
+            return
+        self._enter("waiting-until-gone", f"the DPUDevices of {', '.join(self._request.dpu_ids)} gone")
+        refs = tuple(
+            DPURef(host_id=host.host_id, dpu_id=d, namespace=host.namespace) for d in self._request.dpu_ids
+        )
+        result = await workflow.execute_activity(
+            activity_api.wait_until_dpu_devices_gone,
+            DevicesGoneInput(dpus=refs, deadline=workflow.now() + timedelta(seconds=seconds)),
+            **options(devices_wait_options(seconds), f"wait until the DPUDevices of {host.host_id} are gone"),
+        )
+        left = [o.name for o in result.objects if o.outcome != "gone"]
+        if left:
+            raise ApplicationError(
+                f"DPUDevice {', '.join(left)} of host {host.host_id} still present after {seconds:g} s",
+                type=TIMED_OUT_ERROR,
+                non_retryable=True,
+            )
+
+    async def _poll_devices_gone(self, host: HostRef, deadline: datetime) -> None:
+        """Before DEVICES_WAIT_PATCH: a delete and a 1 s timer per poll (runs started then)."""
         for dpu_id in self._request.dpu_ids or ():
             while True:
                 result = await self._delete_dpu(host, dpu_id, force=self._forced)
@@ -198,13 +262,17 @@ class HostRemovalWorkflow:
                 await workflow.sleep(DEVICE_POLL)
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _kube_write(self) -> workflow.ActivityConfig:
+        # Bounded: an API that stays away fails the run, naming the call, instead of a silent retry.
+        return bounded(KUBE_WRITE, self._request.policy.kube_call_timeout_seconds)
+
     def _gone(self, state: HostDPFState) -> bool:
         if self._request.dpu_ids is None:
             return state.node is None and not state.dpus
         return all(state.dpu(i) is None for i in self._request.dpu_ids)
 
     def _left(self) -> str:
-        state = self._dpf
+        state = self._watch.state
         if state is None:
             return "no DPF state seen"
         left = [f"DPU {d.name} ({d.phase or 'no phase'})" for d in state.dpus if self._counts(d.dpu_id)]
@@ -237,31 +305,11 @@ class HostRemovalWorkflow:
         self._phase, self._waiting_for = phase, waiting_for
         enter_phase(phase, waiting_for)
 
-    def _start_dpf_watcher(self, host: HostRef) -> workflow.ActivityHandle[None]:
-        return workflow.start_activity(
-            "watch_host_dpf",
-            WatchHostInput(host=host, heartbeat_seconds=WATCHER_HEARTBEAT_SECONDS),
-            summary=f"watch DPF of {host.host_id}",
-            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            **WATCHER,
-        )
-
-    async def _stop(self, watcher: workflow.ActivityHandle[None]) -> None:
-        watcher.cancel()
-        try:
-            await watcher
-        except ActivityError as err:
-            if not isinstance(err.cause, CancelledError):
-                workflow.logger.warning("the DPF watcher ended with %s", err.cause)
-
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
         """From the watcher: the host's DPF state changed."""
-        self._dpf = state
-        for dpu in state.dpus:
-            if dpu.dpu_id is not None and self._since.get(dpu.dpu_id, ("",))[0] != dpu.phase:
-                self._since[dpu.dpu_id] = (dpu.phase, workflow.now())
+        self._watch.accept(state)
 
     @workflow.update(name=ABORT_UPDATE)
     def abort(self, request: OperatorRequest) -> OperationAnswer:
@@ -281,9 +329,11 @@ class HostRemovalWorkflow:
         """Where the removal is, and each watched DPU's phase."""
         dpus = tuple(
             DPUProgress(
-                dpu_id=d.dpu_id, phase=d.phase, since=self._since.get(d.dpu_id, ("", self._started_at))[1]
+                dpu_id=d.dpu_id,
+                phase=d.phase,
+                since=self._watch.clock.phases.get(d.dpu_id, ("", self._started_at))[1],
             )
-            for d in (self._dpf.dpus if self._dpf else ())
+            for d in (self._watch.state.dpus if self._watch.state else ())
             if d.dpu_id is not None and self._counts(d.dpu_id)
         )
         return HostOperationStatus(

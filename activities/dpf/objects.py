@@ -11,7 +11,7 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from activities.errors import InvalidInput
+from metalflow.errors import InvalidInput
 from metalflow.models.dpf import (
     BMC_ANNOTATION,
     DPF_VERSION,

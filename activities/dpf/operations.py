@@ -8,7 +8,9 @@ and equal, a DPU already deleted). Edits are conditional on the resourceVersion 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from datetime import UTC, datetime
 
 from temporalio import activity
 
@@ -27,7 +29,7 @@ from activities.dpf.kube import (
     Kube,
     Object,
 )
-from activities.errors import ConflictRetriesExhausted, DPUFailed
+from metalflow.errors import ConflictRetriesExhausted
 from metalflow.models.dpf import (
     DPUNODE_NAME_LABEL,
     HOLD_ANNOTATION,
@@ -37,11 +39,9 @@ from metalflow.models.dpf import (
     DeleteNodeInput,
     DeploymentBFBInput,
     DeploymentFlavorInput,
-    DPUReadiness,
-    DPURef,
+    DevicesGoneInput,
     HostDPFState,
     HostRef,
-    NodeRebootState,
     ObjectOutcome,
     ObjectsResult,
     RegisterHostInput,
@@ -142,36 +142,6 @@ class DPFActivities:
         return ChangeResult(name=host.node_name(), changed=changed)
 
     # -- reads ----------------------------------------------------------------------------------
-    @activity.defn(name="is_dpu_node_waiting_for_reboot")
-    async def is_dpu_node_waiting_for_reboot(self, host: HostRef) -> NodeRebootState:
-        """Whether DPF waits for an external reboot of the host (the annotation is present)."""
-        obj = await self.kube.get(host.host_id, DPUNODE, host.namespace, host.node_name())
-        assert obj is not None
-        node = bodies.node_state(obj)
-        return NodeRebootState(
-            name=node.name,
-            waiting=node.waiting_for_reboot,
-            annotation=node.reboot_required,
-            condition=node.condition("DPUNodeRebootInProgress"),
-        )
-
-    @activity.defn(name="is_dpu_ready")
-    async def is_dpu_ready(self, dpu: DPURef) -> DPUReadiness:
-        """The DPU's phase and conditions; `ready` when phase `Ready` and condition `Ready=True`.
-
-        Raises:
-            DPUFailed: The DPU is in phase `Error` (DPF's condition message in the error).
-            ObjectNotFound: No such DPU.
-        """
-        obj = await self.kube.get(dpu.host_id, DPU, dpu.namespace, dpu.dpu_name())
-        assert obj is not None
-        state = bodies.dpu_state(obj)
-        if state.failed:
-            raise DPUFailed(f"DPU {state.name} is in phase Error: {state.failure_message()}")
-        return DPUReadiness(
-            name=state.name, phase=state.phase, ready=state.ready, conditions=state.conditions
-        )
-
     @activity.defn(name="read_host_dpf_state")
     async def read_host_dpf_state(self, host: HostRef) -> HostDPFState:
         """The host's DPUNode, DPUs and hold as they are now (the watcher signals the same model)."""
@@ -283,6 +253,30 @@ class DPFActivities:
                 if stripped is not None:
                     outcomes.append(stripped)
         return ObjectsResult(objects=tuple(outcomes))
+
+    @activity.defn(name="wait_until_dpu_devices_gone")
+    async def wait_until_dpu_devices_gone(self, request: DevicesGoneInput) -> ObjectsResult:
+        """Each DPUDevice `gone`, or `present` once the deadline passed.
+
+        Polls the API every `poll_seconds` inside the activity and heartbeats with each poll, so
+        a device a finalizer keeps for an hour costs the workflow a handful of history events,
+        not one activity and one timer per poll."""
+        while True:
+            outcomes = []
+            for ref in request.dpus:
+                obj = await self.kube.get(
+                    ref.host_id, DPUDEVICE, ref.namespace, ref.device_name(), missing_ok=True
+                )
+                outcomes.append(
+                    ObjectOutcome(
+                        kind="DPUDevice", name=ref.device_name(), outcome="gone" if obj is None else "present"
+                    )
+                )
+            present = [o.name for o in outcomes if o.outcome == "present"]
+            if not present or datetime.now(UTC) >= request.deadline:
+                return ObjectsResult(objects=tuple(outcomes))
+            activity.heartbeat(f"waiting for {', '.join(present)}")
+            await asyncio.sleep(request.poll_seconds)
 
     @activity.defn(name="delete_dpu_node")
     async def delete_dpu_node(self, request: DeleteNodeInput) -> ObjectsResult:

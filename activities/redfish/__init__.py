@@ -10,6 +10,7 @@ from activities.credentials import CredentialResolver
 from activities.redfish.client import RedfishClient
 from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
+from activities.redfish.waits import PowerWaitActivities
 from metalflow.settings import Settings
 
 
@@ -39,4 +40,5 @@ def build_redfish_activities(settings: Settings) -> list[Callable[..., Any]]:
         *power_activities(PowerActivities(client, inventory)),
         firmware.read_dpu_firmware_versions,
         firmware.stage_dpu_firmware,
+        PowerWaitActivities(client, inventory).wait_for_power_state,
     ]

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from temporalio import activity
 
-from activities.errors import MetalflowError
+from metalflow.errors import MetalflowError
 from metalflow.models.inventory import BMCAccess
 
 

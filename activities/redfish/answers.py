@@ -1,6 +1,6 @@
 """How metalflow reads a BMC's answers: errors of the taxonomy, the BMC's own words, Retry-After.
 
-By what the BMC answered (only errors of `activities.errors`):
+By what the BMC answered (only errors of `metalflow.errors`):
 
 - 401/403 before the credentials were ever accepted on this connection (session login, or the
   first authenticated request with basic auth), a TLS certificate that does not verify ->
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from activities.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable
+from metalflow.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable
 
 if TYPE_CHECKING:
     from activities.redfish.client import BMCConnection

@@ -1,6 +1,6 @@
 """One Redfish client per worker: TLS per BMC, session or basic auth per BMC, a request cap per BMC.
 
-Errors: only those of `activities.errors`, classified by `activities.redfish.answers` (which
+Errors: only those of `metalflow.errors`, classified by `activities.redfish.answers` (which
 says how each BMC answer maps to them). Links in Redfish responses are server-absolute paths
 (`/redfish/v1/...`): they are joined with the endpoint's origin, never with the endpoint
 itself, and a link to another origin is refused.
@@ -41,7 +41,6 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from activities.credentials import CredentialResolver, Credentials
-from activities.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, InvalidInput
 from activities.redfish.answers import (
     _maybe_json,
     _odata_id,
@@ -53,6 +52,7 @@ from activities.redfish.answers import (
     retry_after_seconds,
 )
 from metalflow import metrics
+from metalflow.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, InvalidInput
 from metalflow.models.inventory import BMCAccess
 
 log = logging.getLogger("metalflow.redfish")

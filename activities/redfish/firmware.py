@@ -19,10 +19,10 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.errors import BMCRequestRejected
 from activities.heartbeat import heartbeating
 from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import BMCConnection, RedfishClient
+from metalflow.errors import BMCRequestRejected
 from metalflow.models.redfish import (
     FirmwareComponent,
     FirmwareVersions,

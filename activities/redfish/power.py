@@ -3,7 +3,7 @@
 Activity names (what workflows call): `read_power_state`, `set_power_state`, `power_cycle_host`,
 `shut_down_host_gracefully`. Each opens one connection to the BMC for its duration (sessions are
 shared with concurrent activities on the same BMC and deleted at the end), heartbeats on every
-poll of a wait, and raises only the errors of `activities.errors`.
+poll of a wait, and raises only the errors of `metalflow.errors`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.errors import BMCUnavailable, PowerStateTimeout
 from activities.heartbeat import heartbeating
 from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import BMCConnection, RedfishClient
@@ -29,6 +28,7 @@ from activities.redfish.system import (
     system_uri,
     wait_for_power,
 )
+from metalflow.errors import BMCUnavailable, PowerStateTimeout
 from metalflow.models.inventory import BMCAccess
 from metalflow.models.redfish import (
     GracefulShutdownInput,

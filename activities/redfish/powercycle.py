@@ -62,10 +62,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from activities.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from activities.redfish.client import BMCConnection
 from activities.redfish.system import System, parse_time, read_system, send_reset, system_uri, wait_for_power
 from metalflow import metrics
+from metalflow.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from metalflow.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
 
 log = logging.getLogger("metalflow.redfish.powercycle")

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from activities.errors import (
+from activities.redfish.client import BMCConnection, is_not_supported
+from metalflow.errors import (
     BMCRequestRejected,
     BMCUnavailable,
     InvalidInput,
     PowerStateTimeout,
     ResetTypeNotSupported,
 )
-from activities.redfish.client import BMCConnection, is_not_supported
 from metalflow.models.redfish import PowerCycleMethod, PowerState
 
 log = logging.getLogger("metalflow.redfish")

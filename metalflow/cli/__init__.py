@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from metalflow.cli import bmc, dev, host, sim
+from metalflow.cli import bmc, dev, host, rollout, sim
 
-SUBCOMMANDS = [dev, sim, bmc, host]
+SUBCOMMANDS = [dev, sim, bmc, host, rollout]
 
 EXIT_OK = 0
 EXIT_FAILED = 1

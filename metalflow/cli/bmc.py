@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from activities.credentials import CredentialResolver
-from activities.errors import CredentialsUnavailable, InvalidInput, MetalflowError
 from activities.redfish.client import BMCConnection, RedfishClient
 from activities.redfish.power import graceful_shutdown, read_power, set_power
 from activities.redfish.powercycle import PowerCycle
+from metalflow.errors import CredentialsUnavailable, InvalidInput, MetalflowError
 from metalflow.models.inventory import HostInventory
 from metalflow.models.redfish import (
     DEFAULT_POWER_DOWN_WAIT_SECONDS,

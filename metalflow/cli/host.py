@@ -6,6 +6,9 @@ operation as a child workflow and refuses a second one while the first runs. `--
 the operation to its end and exits 0 only when it succeeded. `host monitor` (in `host_monitor`)
 starts, shows and stops the host's monitor, which runs beside the operations.
 
+Before anything is sent, a request is checked against the inventory (`inventory_check`): an
+unknown host or a DPU not the host's is refused and no entity is created.
+
 Exit statuses: 0 done (or accepted, without --wait), 1 refused or failed, 2 usage or Temporal
 unreachable.
 """
@@ -27,7 +30,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
 from metalflow.cli import host_decide, host_list, host_monitor
-from metalflow.client import connect, load_connect_config
+from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
+from metalflow.client import TemporalConfigError, connect, load_connect_config
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
     HostRequestError,
@@ -135,7 +139,9 @@ def register(subparsers: Any) -> None:
             action="store_true",
             help="do not power-cycle: wait for `metalflow host-rebooted HOST` after each reboot request",
         )
-        parser.set_defaults(handler=_runner(_request), update=update, operation=operation)
+        parser.set_defaults(
+            handler=_runner(_request), update=update, operation=operation, check_inventory=True
+        )
 
     firmware = commands.add_parser(
         "firmware", help="stage and activate DPU firmware (one power cycle)", description=FIRMWARE_TEXT
@@ -153,7 +159,12 @@ def register(subparsers: Any) -> None:
     )
     _dpus_option(firmware, "every DPU of the host")
     firmware.add_argument("--wait", action="store_true", help=WAIT_HELP)
-    firmware.set_defaults(handler=_runner(_request), update=REQUEST_FIRMWARE_UPDATE, operation=names.FIRMWARE)
+    firmware.set_defaults(
+        handler=_runner(_request),
+        update=REQUEST_FIRMWARE_UPDATE,
+        operation=names.FIRMWARE,
+        check_inventory=True,
+    )
 
     remove = commands.add_parser(
         "remove", help="remove DPUs, or the whole DPU node, from DPF", description=REMOVE_TEXT
@@ -168,7 +179,9 @@ def register(subparsers: Any) -> None:
     )
     _reason_option(remove, "why, recorded with the request")
     remove.add_argument("--wait", action="store_true", help=WAIT_HELP)
-    remove.set_defaults(handler=_runner(_request), update=REQUEST_REMOVAL_UPDATE, operation=names.REMOVE)
+    remove.set_defaults(
+        handler=_runner(_request), update=REQUEST_REMOVAL_UPDATE, operation=names.REMOVE, check_inventory=True
+    )
 
     host_monitor.register(commands, _common, _runner)
     host_decide.register(commands, _common, _runner)
@@ -189,7 +202,7 @@ def register(subparsers: Any) -> None:
         _common(parser)
         parser.add_argument("instance", type=arg_type(InstanceId), help="the instance id")
         update = ASSIGN_INSTANCE_UPDATE if name == "assign" else RELEASE_INSTANCE_UPDATE
-        parser.set_defaults(handler=_runner(_instance), update=update)
+        parser.set_defaults(handler=_runner(_instance), update=update, check_inventory=True)
 
     def usage(_args: argparse.Namespace) -> int:
         host.print_help(sys.stderr)
@@ -330,8 +343,17 @@ async def _connected(
             names.host_workflow_id(args.host)
     except ValueError as err:
         return _fail(str(err), EXIT_USAGE)
+    if getattr(args, "check_inventory", False):  # before anything is sent: no entity for a stranger
+        try:
+            await check_request(args)
+        except InventoryRefusal as err:
+            return _fail(str(err), EXIT_FAILED)
+        except InventoryUnavailable as err:
+            return _fail(str(err), EXIT_USAGE)
     try:
         address = load_connect_config().get("target_host", "?")
+    except TemporalConfigError as err:  # names the file; a TOML error quotes no value
+        return _fail(str(err), EXIT_USAGE)
     except Exception as err:  # a broken config file: say which setting, never its secrets
         return _fail(f"cannot read the Temporal client configuration: {type(err).__name__}", EXIT_USAGE)
     try:

@@ -1,4 +1,5 @@
-"""The demo job `metalflow dev` runs: provision every simulated host, then reprovision them.
+"""The demo job `metalflow dev` runs: provision every simulated host, then reprovision them,
+then roll the site's Grove workload `default/inference` coherently (`demo_rollout`).
 
 Everything goes through the hosts' entity workflows (`host/<id>`), exactly as `metalflow host
 provision|reprovision` does: the first request creates a host's entity, which runs the operation
@@ -23,6 +24,7 @@ import yaml
 from temporalio.client import Client
 
 from metalflow import names
+from metalflow.devstack.demo_rollout import run_rollout_demo
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.hosts import HostRequestError, default_operator, follow_operation, recorded_status, send_update
 from metalflow.models.dpf import PROVISIONING_GROUP
@@ -133,6 +135,8 @@ async def run_demo(
         say(f"demo: {hosts[0].host_id}: {answer} (its reprovision must now be approved)")
         ok = await requests.round(names.REPROVISION, REQUEST_REPROVISION_UPDATE, hosts)
         await requests.instance(hosts[0].host_id, RELEASE_INSTANCE_UPDATE)
+    if ok:
+        ok = await run_rollout_demo(client, config, say, task_queue)
     say(f"demo: {'done' if ok else 'FAILED'} in {time.monotonic() - began:.1f} s")
     await _report_power_cycles(site, hosts, say, operations=None if not ok else 1 if present else 2)
     return ok

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from metalflow.devstack.lifeline import LIFELINE_ARG, Lifeline
+from metalflow.devstack.private import FILE_MODE, PRIVATE_UMASK
 
 ReadinessCheck = Callable[["ManagedProcess"], Awaitable[bool]]
 READINESS_POLL_SECONDS = 0.25
@@ -80,7 +81,9 @@ class ManagedProcess:
             else:
                 argv += [LIFELINE_ARG, str(lifeline.read_fd)]
         try:
-            with open(self.log_path, "ab") as log:
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+            with os.fdopen(fd, "ab") as log:
+                os.fchmod(log.fileno(), FILE_MODE)
                 self._process = await asyncio.create_subprocess_exec(
                     *argv,
                     stdin=asyncio.subprocess.DEVNULL,
@@ -89,6 +92,7 @@ class ManagedProcess:
                     env=None if self.env is None else dict(self.env),
                     start_new_session=True,
                     pass_fds=pass_fds,
+                    umask=PRIVATE_UMASK,  # what it creates (a database, sim.json) is 0600 too
                 )
         except BaseException:
             if self._lifeline is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from metalflow.devstack.private import private_state_dir
 from metalflow.devstack.process import ManagedProcess
 
 SIM_READY_TIMEOUT = 120.0
@@ -64,7 +65,7 @@ def simulator_process(state_dir: Path, options: SiteOptions, *, detached: bool =
     It stops by itself when its parent dies (a lifeline), unless `detached` (`sim up --detach`:
     it outlives its parent on purpose, until `sim down`).
     """
-    state_dir.mkdir(parents=True, exist_ok=True)
+    private_state_dir(state_dir)
     # A sim.json left by a simulator that was killed would make a new one look ready at once.
     (state_dir / "sim.json").unlink(missing_ok=True)
 

@@ -23,6 +23,7 @@ from metalflow import names
 from metalflow.binaries import temporal_cli
 from metalflow.client import connect
 from metalflow.devstack.ports import ensure_free
+from metalflow.devstack.private import private_state_dir, write_private
 from metalflow.devstack.process import ManagedProcess
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions, read_sim_info, simulator_process
 from metalflow.devstack.temporal import ensure_search_attributes, has_poller, namespace_exists
@@ -123,7 +124,7 @@ class DevStack:
 
     async def start(self) -> None:
         """Start the Temporal dev server, register search attributes, the simulated site, the worker."""
-        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        private_state_dir(self.config.state_dir)
         self._write_client_config()
         server = ManagedProcess(
             name="Temporal dev server",
@@ -231,11 +232,12 @@ class DevStack:
         return argv
 
     def _write_client_config(self) -> None:
-        self.client_config_file.write_text(
+        write_private(
+            self.client_config_file,
             "# Written by `metalflow dev`: the Temporal this dev stack runs.\n"
             "[profile.default]\n"
             f'address = "{self.config.address}"\n'
-            f'namespace = "{self.config.namespace}"\n'
+            f'namespace = "{self.config.namespace}"\n',
         )
 
     def _worker_env(self) -> dict[str, str]:

@@ -12,6 +12,7 @@ read and every later change with one code path.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -178,20 +179,6 @@ class HostDPFState(_Frozen):
         return self.model_copy(update={"sequence": 0})
 
 
-class DPUReadiness(_Frozen):
-    name: str
-    phase: str
-    ready: bool
-    conditions: tuple[Condition, ...] = ()
-
-
-class NodeRebootState(_Frozen):
-    name: str
-    waiting: bool
-    annotation: str | None = None
-    condition: Condition | None = None  # DPUNodeRebootInProgress
-
-
 # -- site set-up ----------------------------------------------------------------------------------
 
 
@@ -290,6 +277,14 @@ class DeleteDPUInput(_Frozen):
 class DeleteNodeInput(_Frozen):
     host: HostRef
     force: bool = False
+
+
+class DevicesGoneInput(_Frozen):
+    """Wait until these DPUs' DPUDevices are gone, or `deadline` (retries keep the deadline)."""
+
+    dpus: tuple[DPURef, ...]
+    deadline: datetime
+    poll_seconds: float = Field(default=1.0, gt=0)
 
 
 # -- the watcher ----------------------------------------------------------------------------------

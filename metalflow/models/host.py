@@ -91,6 +91,9 @@ class OperationPolicy(_Frozen):
     phase_timeout_seconds: StepTimeout = 3600.0  # a barrier that does not progress
     max_dpu_error_reprovisions: Retries = 2  # DPU in Error: reprovision it this often
     approval_timeout_seconds: ApprovalTimeout = 86400.0  # a request awaiting approval expires
+    # A Kubernetes call (retries included) that has not succeeded in this long stops for an
+    # operator (host operations) or fails the run (firmware, removal) instead of retrying unseen.
+    kube_call_timeout_seconds: StepTimeout = 900.0
 
 
 class OperatorRequest(_Frozen):
@@ -370,6 +373,8 @@ class MonitorMemory(_Frozen):
     reprovisions_requested: int = 0
     requests: tuple[str, ...] = ()  # the owner's answers to the monitor's requests, newest last, bounded
     started_at: datetime | None = None
+    # An `abort` accepted while the previous run was handing over: the next run stops at once.
+    stop: OperatorRequest | None = None
 
 
 class HostMonitorInput(_Frozen):

@@ -32,6 +32,15 @@ class ReadPowerStateInput(_Frozen):
     bmc: BMCAccess
 
 
+class WaitPowerInput(_Frozen):
+    """Wait until the host's PowerState is `target`, or `deadline` (retries keep the deadline)."""
+
+    bmc: BMCAccess
+    target: str = "On"
+    deadline: datetime
+    poll_seconds: float = Field(default=5.0, gt=0)
+
+
 class SystemPower(_Frozen):
     """What a BMC says about its (first) ComputerSystem's power."""
 

@@ -20,6 +20,11 @@
   accepted while every other replica is available (it is what Grove's own rolling update does).
   Evaluated when the removal is seen, so a replica that falls back on its own is not a
   violation, but removing a unit while the replica's other MPGs are not Available is.
+- `step-started-before-previous-available`: a client removes a PodGang of a replica while
+  another PodGang of that replica it rolled is still in flight (recreated, not Available since):
+  the next step started before the previous one was Available. The TPGs of a replica form one
+  step, so removing a TPG while only TPGs are in flight is not one; replicas are independent
+  (rolling several at once is the rollout's concurrency).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from simulators.violations import (
     MULTIPLE_MINIMUM_VIABLE_PODGANGS_IN_FLIGHT,
     PODGANG_MIXED_TEMPLATE_HASHES,
     REPLICA_BELOW_MIN_AVAILABLE,
+    STEP_STARTED_BEFORE_PREVIOUS_AVAILABLE,
     Violations,
 )
 
@@ -138,3 +144,16 @@ class Checks:
                 f"{ns}/{name}-{plan.replica}",
                 f"a client removal left replica {plan.replica} below its minAvailable: {why}",
             )
+
+    def step_started(self, namespace: str, plan: ReplicaPlan, gang: str, in_flight: set[Key]) -> None:
+        """A client removed `gang` of `plan`'s replica; see the module docstring."""
+        mpg = {g.name: g.mpg for g in plan.gangs}
+        flying = sorted(g for g in mpg if g != gang and (namespace, g) in in_flight)
+        if not flying or (not mpg.get(gang, False) and not any(mpg[g] for g in flying)):
+            return
+        self._violations.record(
+            STEP_STARTED_BEFORE_PREVIOUS_AVAILABLE,
+            f"{namespace}/{gang}",
+            f"PodGang {gang} was removed while {', '.join(flying)} of replica {plan.replica} "
+            "was still in flight (not Available since it was recreated)",
+        )

@@ -297,6 +297,8 @@ class GroveController:
             if old is None:
                 recreated = ("PodGang", ns, gp.name) in self._known or gp.name in rolled
                 removed |= recreated and gp.name not in rolled
+                if recreated and gp.name not in rolled:
+                    self.checks.step_started(ns, plan, gp.name, self.in_flight)
                 self._bring_members(pcs, hash_, gp, pclqs)
                 gangs[gp.name] = self._create(self.pg_rt, podgang(pcs, gp, hash_))
                 self._start_gang(key, recreated)

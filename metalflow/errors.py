@@ -1,6 +1,8 @@
-"""The errors of metalflow's activities: one module, one small taxonomy.
+"""The errors activities raise and workflows match: one module, one small taxonomy.
 
-Every error an activity raises on purpose is one of these. Each is an `ApplicationError` whose
+A contract of both layers (ARCHITECTURE.md): activities raise these, workflows read
+`PERMANENT_TYPES` to keep their retry policies from retrying them, and neither layer imports the
+other for it. Every error an activity raises on purpose is one of these. Each is an `ApplicationError` whose
 `type` is the class name, so workflows and tests match on `err.type` (or on the class, in
 activity tests) and the Temporal UI shows a name that says what went wrong.
 

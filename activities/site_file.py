@@ -1,0 +1,268 @@
+"""The site file, validated as a whole: the one loader the worker, `metalflow host` and `bmc` share.
+
+A site file is user input, so it is read strictly: an unknown key (a mistyped `credentails`), a
+duplicate host id (the first entry would win and another machine's BMC be cycled), a DPU under
+two hosts or twice under one, an unknown DPU model, an endpoint that is not an http(s) URL, a
+bad `auth` or a credential reference with two sources or none are all refused, every problem at
+once, one line each with its place in the file (`hosts[3].dpus[1].id: ...`), never a pydantic
+dump. The keys the simulated site writes for itself (a BMC's `profile` and `group`, a DPU's
+`firmware`, the site's `workloads`) are known and ignored.
+
+`SiteFileCache` is the worker's view: it re-reads the file when it changed on disk and, when the
+new content is invalid, logs the problems and keeps serving the last valid site, so an edit in
+progress never sends an operation to the wrong BMC.
+
+Cost per host: none at rest; a reload parses the whole file once (CPU linear in hosts), and a
+lookup between changes costs one `stat` (and one read while the file is under 2 s old).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from metalflow.errors import InvalidInput
+from metalflow.models.inventory import BMCAuth, CredentialRef, EnvCredentials, SecretRef
+
+log = logging.getLogger("metalflow.site_file")
+DPU_MODELS = ("BF3", "BF4")
+RACY_NS = 2_000_000_000  # a file modified this recently is compared by content, not by stamp
+
+
+class SiteFileError(InvalidInput):
+    """The site file cannot be used; `problems` holds one line per problem, with its path."""
+
+    def __init__(self, path: Path, problems: list[str], headline: str | None = None) -> None:
+        self.path, self.problems = path, problems
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        self.headline = headline or f"the site file {path} is not valid ({count})"
+        super().__init__("\n".join([self.headline, *(f"  {p}" for p in problems)]))
+
+    def one_line(self) -> str:
+        """The headline and every problem on one line (for a log line or a refusal to start)."""
+        return self.headline + (": " + "; ".join(self.problems) if self.problems else "")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _StrictEnv(EnvCredentials):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _StrictSecret(SecretRef):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _StrictCredentials(CredentialRef):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    env: _StrictEnv | None = None
+    secret: _StrictSecret | None = None
+
+
+class SiteBMC(_Strict):
+    endpoint: str
+    credentials: _StrictCredentials
+    insecure: bool = False
+    ca_bundle: str | None = None
+    auth: BMCAuth = "auto"
+    system: str | None = None
+    profile: str | None = None  # simulated site only: how its BMC behaves
+    group: str | None = None  # simulated site only: BMCs of one group share a service
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username is not None:
+            raise ValueError(f"not an http(s) URL of a BMC (e.g. https://10.1.2.42): {value[:80]!r}")
+        return value
+
+
+class SiteDPU(_Strict):
+    id: str
+    model: Literal["BF3", "BF4"] = "BF3"
+    serial: str | None = None
+    bmc: SiteBMC | None = None
+    firmware: str | None = None  # simulated site only: the firmware it starts with
+
+
+class SiteHost(_Strict):
+    id: str
+    groups: list[str] = Field(default_factory=list)
+    labels: dict[str, str] = Field(default_factory=dict)
+    instance: str | None = None
+    bmc: SiteBMC
+    dpus: list[SiteDPU] = Field(default_factory=list)
+
+
+class Site(_Strict):
+    """A valid site file: host ids unique, every DPU under exactly one host."""
+
+    name: str = "site"
+    namespace: str | None = None
+    hosts: list[SiteHost] = Field(default_factory=list)
+    workloads: list[Any] = Field(default_factory=list)  # simulated site only: Grove workloads
+
+    def host(self, host_id: str) -> SiteHost | None:
+        return next((h for h in self.hosts if h.id == host_id), None)
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def _problem(error: Any) -> str:
+    # Pydantic reports a failed union/literal branch under a tag in `loc`; the path a person
+    # wrote has none of those, so keep only keys and indices of the file.
+    loc = tuple(p for p in error["loc"] if isinstance(p, int) or not p.startswith(("function-", "literal[")))
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{_where(loc)}: unknown key (a typo?)"
+    if kind == "missing":
+        return f"{_where(loc)}: missing"
+    if kind == "literal_error" and loc and loc[-1] == "model":
+        return f"{_where(loc)}: unknown DPU model {error['input']!r}: use one of {', '.join(DPU_MODELS)}"
+    if kind == "literal_error":
+        return f"{_where(loc)}: {error['input']!r} is not one of {error['ctx']['expected']}"
+    message = str(error["msg"]).removeprefix("Value error, ")
+    return f"{_where(loc)}: {message}"
+
+
+def _duplicates(data: Any) -> list[str]:
+    """Duplicate host ids and DPUs listed twice, on the raw data (so they join the other problems)."""
+    hosts = data.get("hosts") if isinstance(data, dict) else None
+    if not isinstance(hosts, list):
+        return []
+    problems: list[str] = []
+    host_at: dict[str, int] = {}
+    dpu_at: dict[str, str] = {}
+    for i, host in enumerate(hosts):
+        if not isinstance(host, dict):
+            continue
+        host_id = host.get("id")
+        if isinstance(host_id, str):
+            if host_id in host_at:
+                first_at = host_at[host_id]
+                problems.append(f"hosts[{i}].id: duplicate host id {host_id!r} (also hosts[{first_at}])")
+            host_at.setdefault(host_id, i)
+        dpus = host.get("dpus")
+        for j, dpu in enumerate(dpus if isinstance(dpus, list) else []):
+            dpu_id = dpu.get("id") if isinstance(dpu, dict) else None
+            if not isinstance(dpu_id, str):
+                continue
+            here = f"hosts[{i}].dpus[{j}]"
+            first = dpu_at.get(dpu_id)
+            if first is not None and first.startswith(f"hosts[{i}]."):
+                problems.append(f"{here}.id: DPU {dpu_id!r} is listed twice under this host (also {first})")
+            elif first is not None:
+                problems.append(f"{here}.id: DPU {dpu_id!r} is also under another host ({first})")
+            elif any(isinstance(h, dict) and h.get("id") == dpu_id for h in hosts):
+                problems.append(f"{here}.id: DPU id {dpu_id!r} is also a host id")
+            dpu_at.setdefault(dpu_id, here)
+    return problems
+
+
+def parse_site(path: Path, text: str) -> Site:
+    """The site in `text` (the content of `path`), validated as a whole.
+
+    Raises:
+        SiteFileError: Every problem found, one line each.
+    """
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "malformed"
+        raise SiteFileError(path, [], f"the site file {path} is not YAML{where}: {problem}") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise SiteFileError(path, [], f"the site file {path} is not a mapping (name, namespace, hosts)")
+    problems: list[str] = []
+    site = None
+    try:
+        site = Site.model_validate(data)
+    except ValidationError as err:
+        problems = [_problem(e) for e in err.errors(include_url=False)]
+    problems += _duplicates(data)
+    if problems or site is None:
+        raise SiteFileError(path, list(dict.fromkeys(problems)))
+    return site
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as err:
+        raise SiteFileError(path, [], f"cannot read the site file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise SiteFileError(path, [], f"the site file {path} is not UTF-8 text") from None
+
+
+def load_site(path: Path) -> Site:
+    """Read and validate the site file at `path` (see `parse_site`)."""
+    return parse_site(path, _read(path))
+
+
+class SiteFileCache:
+    """The last valid site of one file, re-read when the file changes (the worker's view)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) last read
+        self._text: str | None = None  # the content last parsed
+        self._site: Site | None = None
+        self._error: SiteFileError | None = None
+
+    def site(self) -> Site:
+        """The site as the file says now, or the last valid one while the file is invalid.
+
+        Raises:
+            SiteFileError: The file never was valid (or cannot be read and never was).
+        """
+        with self._lock:
+            try:
+                info = self.path.stat()
+                stamp: tuple[int, int, int] | None = (info.st_ino, info.st_size, info.st_mtime_ns)
+                # An edit of the same size within the clock's granularity keeps the stamp (git's
+                # "racy clean" case): while the file is that young, compare its content too.
+                young = time.time_ns() - info.st_mtime_ns < RACY_NS
+            except OSError:
+                stamp, young = None, False
+            if stamp is None or stamp != self._seen or young:
+                self._reload(stamp)
+            if self._site is None:
+                assert self._error is not None
+                raise self._error
+            return self._site
+
+    def _reload(self, stamp: tuple[int, int, int] | None) -> None:
+        try:
+            text = _read(self.path)
+            if text == self._text and stamp is not None:
+                self._seen = stamp
+                return
+            self._text = text
+            site = parse_site(self.path, text)
+        except SiteFileError as err:
+            if self._site is not None and (self._error is None or err.message != self._error.message):
+                log.error("%s; keeping the last valid site file", err.one_line())
+            self._error = err
+            self._seen = stamp if stamp is not None else self._seen
+            return
+        if self._site is not None and site != self._site:
+            log.info("site file %s changed: reloaded (%d hosts)", self.path, len(site.hosts))
+        self._site, self._error, self._seen = site, None, stamp

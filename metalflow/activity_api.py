@@ -1,0 +1,248 @@
+"""The activities workflows call, declared by name and type: the contract between the two layers.
+
+Workflows may not import `activities` (ARCHITECTURE.md), yet a call by a bare name string with an
+untyped result is a call mypy cannot check. So each activity a workflow calls is declared here
+once, with the name the worker registers and its input and result models:
+
+    state = await workflow.execute_activity(activity_api.read_host_dpf_state, host, **KUBE_READ)
+
+mypy then checks the argument's type and infers the result's, and the SDK takes the activity's
+name and result type from the declaration. The implementations are the methods of the activity
+classes in `activities/`, registered by `activities.build_activities`;
+`tests/test_activity_api.py` checks that every declaration here has an implementation of the
+same name with the same input and result types. A declaration is never registered on a worker:
+calling one directly raises.
+
+Cost: nothing at run time (a declaration is a name and two types).
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from temporalio import activity
+
+from metalflow.models.dpf import (
+    ChangeResult,
+    DeleteDPUInput,
+    DeleteNodeInput,
+    DevicesGoneInput,
+    HostDPFState,
+    HostRef,
+    ObjectsResult,
+    RegisterHostInput,
+    ReprovisionInput,
+    SiteSetupInput,
+    WatchHostInput,
+)
+from metalflow.models.grove import (
+    PCSRef,
+    PCSState,
+    ProgressInput,
+    RollPodGangsInput,
+    RollPodGangsResult,
+    ScalePCSInput,
+    SetImagesInput,
+    TemplateInput,
+    TemplateResult,
+    WatchPCSInput,
+)
+from metalflow.models.host import (
+    OwnerReprovisionInput,
+    OwnerReprovisionResult,
+    PoolStateResult,
+    SetPoolStateInput,
+)
+from metalflow.models.inventory import HostInventory, HostLookup
+from metalflow.models.redfish import (
+    FirmwareVersions,
+    PowerCycleInput,
+    PowerCycleResult,
+    ReadFirmwareInput,
+    ReadPowerStateInput,
+    SetPowerInput,
+    SetPowerResult,
+    StageFirmwareInput,
+    StageFirmwareResult,
+    SystemPower,
+    WaitPowerInput,
+)
+
+
+def _declared_only(name: str) -> NoReturn:
+    raise NotImplementedError(
+        f"{name} is a declaration for workflows; the worker runs the implementation in activities/"
+    )
+
+
+# -- inventory ---------------------------------------------------------------------------------------
+@activity.defn(name="resolve_host_inventory")
+async def resolve_host_inventory(lookup: HostLookup) -> HostInventory:
+    """The host's BMC, credential reference, DPUs, groups and instance."""
+    _declared_only("resolve_host_inventory")
+
+
+# -- DPF -----------------------------------------------------------------------------------------------
+@activity.defn(name="create_site_objects")
+async def create_site_objects(setup: SiteSetupInput) -> ObjectsResult:
+    """The site's BFB, DPUFlavor and DPUDeployments (existing ones are left)."""
+    _declared_only("create_site_objects")
+
+
+@activity.defn(name="register_host_dpus")
+async def register_host_dpus(request: RegisterHostInput) -> ObjectsResult:
+    """The host's DPUDevices and DPUNode."""
+    _declared_only("register_host_dpus")
+
+
+@activity.defn(name="release_node_effect_hold")
+async def release_node_effect_hold(host: HostRef) -> ChangeResult:
+    """Let DPF start the node effect."""
+    _declared_only("release_node_effect_hold")
+
+
+@activity.defn(name="mark_dpu_node_rebooted")
+async def mark_dpu_node_rebooted(host: HostRef) -> ChangeResult:
+    """Remove the reboot-required annotation (after a power cycle only)."""
+    _declared_only("mark_dpu_node_rebooted")
+
+
+@activity.defn(name="read_host_dpf_state")
+async def read_host_dpf_state(host: HostRef) -> HostDPFState:
+    """The host's DPUNode, DPUs and hold as they are now."""
+    _declared_only("read_host_dpf_state")
+
+
+@activity.defn(name="reprovision_dpu")
+async def reprovision_dpu(request: ReprovisionInput) -> ChangeResult:
+    """Delete the DPU object with the given uid; DPF recreates it."""
+    _declared_only("reprovision_dpu")
+
+
+@activity.defn(name="delete_dpu")
+async def delete_dpu(request: DeleteDPUInput) -> ObjectsResult:
+    """Take a DPU off its node and delete its DPUDevice (and finalizers, with force)."""
+    _declared_only("delete_dpu")
+
+
+@activity.defn(name="delete_dpu_node")
+async def delete_dpu_node(request: DeleteNodeInput) -> ObjectsResult:
+    """Delete the host's DPUNode (and finalizers, with force)."""
+    _declared_only("delete_dpu_node")
+
+
+@activity.defn(name="wait_until_dpu_devices_gone")
+async def wait_until_dpu_devices_gone(request: DevicesGoneInput) -> ObjectsResult:
+    """Each DPUDevice `gone`, or `present` once the deadline passed (polls inside the activity)."""
+    _declared_only("wait_until_dpu_devices_gone")
+
+
+@activity.defn(name="watch_host_dpf")
+async def watch_host_dpf(request: WatchHostInput) -> None:
+    """Follow one host's DPF objects and signal every change to the calling workflow."""
+    _declared_only("watch_host_dpf")
+
+
+# -- pool and owner ------------------------------------------------------------------------------------
+@activity.defn(name="set_host_pool_state")
+async def set_host_pool_state(request: SetPoolStateInput) -> PoolStateResult:
+    """Label the host's DPUNode in or out of the pool."""
+    _declared_only("set_host_pool_state")
+
+
+@activity.defn(name="read_host_pool_state")
+async def read_host_pool_state(request: SetPoolStateInput) -> PoolStateResult:
+    """The pool label of the host's DPUNode."""
+    _declared_only("read_host_pool_state")
+
+
+@activity.defn(name="request_host_reprovision")
+async def request_host_reprovision(request: OwnerReprovisionInput) -> OwnerReprovisionResult:
+    """Ask the host's entity workflow for a reprovision."""
+    _declared_only("request_host_reprovision")
+
+
+# -- Redfish ---------------------------------------------------------------------------------------------
+@activity.defn(name="read_power_state")
+async def read_power_state(request: ReadPowerStateInput) -> SystemPower:
+    """The host's PowerState and the reset types its BMC allows."""
+    _declared_only("read_power_state")
+
+
+@activity.defn(name="set_power_state")
+async def set_power_state(request: SetPowerInput) -> SetPowerResult:
+    """One reset, and a wait for its power state."""
+    _declared_only("set_power_state")
+
+
+@activity.defn(name="wait_for_power_state")
+async def wait_for_power_state(request: WaitPowerInput) -> SystemPower:
+    """The host's power once it is the target, or as it is at the deadline (polls inside)."""
+    _declared_only("wait_for_power_state")
+
+
+@activity.defn(name="power_cycle_host")
+async def power_cycle_host(request: PowerCycleInput) -> PowerCycleResult:
+    """Power cycle the host exactly once for a boot generation."""
+    _declared_only("power_cycle_host")
+
+
+@activity.defn(name="read_dpu_firmware_versions")
+async def read_dpu_firmware_versions(request: ReadFirmwareInput) -> FirmwareVersions:
+    """A DPU's running and staged firmware versions."""
+    _declared_only("read_dpu_firmware_versions")
+
+
+@activity.defn(name="stage_dpu_firmware")
+async def stage_dpu_firmware(request: StageFirmwareInput) -> StageFirmwareResult:
+    """Stage a firmware image on a DPU's BMC."""
+    _declared_only("stage_dpu_firmware")
+
+
+# -- Grove (the rollout) -------------------------------------------------------------------------------
+@activity.defn(name="read_pcs_state")
+async def read_pcs_state(pcs: PCSRef) -> PCSState:
+    """The PodCliqueSet, its PodGangs and what runs the current hash (`exists=False` once gone)."""
+    _declared_only("read_pcs_state")
+
+
+@activity.defn(name="read_pcs_template")
+async def read_pcs_template(pcs: PCSRef) -> TemplateResult:
+    """The template as it is now (what a rollback restores)."""
+    _declared_only("read_pcs_template")
+
+
+@activity.defn(name="set_pcs_images")
+async def set_pcs_images(request: SetImagesInput) -> TemplateResult:
+    """Set the images of the named cliques in the template; Grove then computes a new hash."""
+    _declared_only("set_pcs_images")
+
+
+@activity.defn(name="restore_pcs_template")
+async def restore_pcs_template(request: TemplateInput) -> TemplateResult:
+    """Put back a template read earlier (a rollback), exactly."""
+    _declared_only("restore_pcs_template")
+
+
+@activity.defn(name="roll_podgangs")
+async def roll_podgangs(request: RollPodGangsInput) -> RollPodGangsResult:
+    """Delete the step's PodGangs that are not yet at the target hash."""
+    _declared_only("roll_podgangs")
+
+
+@activity.defn(name="publish_rollout_progress")
+async def publish_rollout_progress(request: ProgressInput) -> None:
+    """Write where the rollout is as the PodCliqueSet annotation `metalflow.io/rollout`."""
+    _declared_only("publish_rollout_progress")
+
+
+@activity.defn(name="scale_pcs")
+async def scale_pcs(request: ScalePCSInput) -> int:
+    """Set `spec.replicas`; returns the generation written."""
+    _declared_only("scale_pcs")
+
+
+@activity.defn(name="watch_pcs")
+async def watch_pcs(request: WatchPCSInput) -> None:
+    """Follow a PodCliqueSet and its PodGangs and signal every change to the calling workflow."""
+    _declared_only("watch_pcs")

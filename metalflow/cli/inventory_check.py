@@ -1,0 +1,101 @@
+"""Refuse a request about something the inventory does not know, before anything is sent.
+
+`metalflow host provision|reprovision|reboot|firmware|remove|assign|release` first looks the host
+up in the same inventory the worker uses (`METALFLOW_INVENTORY`: the site file through the shared
+loader, validated as a whole, or the DPF objects in the cluster): an unknown host, or a `--dpus`
+entry that is not one of the host's DPUs, is refused (exit 1) and no entity workflow is created
+(without this, `host/host-999` would be created and run forever). In cluster mode a reprovision
+also needs DPF's DPU objects of the chosen DPUs, since reprovisioning deletes them for DPF to
+recreate; a missing one is named at once instead of the operation waiting for it.
+
+Cost: one read of the site file, or two to 2 + DPUs Kubernetes GETs, per command; nothing per host
+at rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from activities.dpf.kube import DPU, Kube
+from activities.inventory import Inventory, host_from_site
+from activities.site_file import Site, SiteFileError, load_site
+from metalflow import names
+from metalflow.errors import InvalidInput, MetalflowError
+from metalflow.models.inventory import HostInventory
+from metalflow.settings import Settings
+
+
+class InventoryRefusal(Exception):
+    """The request names something the inventory does not have (exit 1)."""
+
+
+class InventoryUnavailable(Exception):
+    """The inventory itself cannot be read: a bad setting, site file or cluster (exit 2)."""
+
+
+async def check_request(args: argparse.Namespace) -> None:
+    """Check `args.host` (and `args.dpus`, and for a reprovision DPF's DPUs) against the inventory.
+
+    Raises:
+        InventoryRefusal: Unknown host, a DPU not the host's, or (cluster) a DPU DPF does not have.
+        InventoryUnavailable: The settings, the site file or the cluster cannot be read.
+    """
+    try:
+        settings = Settings.from_env()
+    except ValueError as err:
+        raise InventoryUnavailable(str(err)) from None
+    site: Site | None = None
+    try:
+        if settings.inventory == "site":
+            site = await asyncio.to_thread(load_site, settings.site_file)
+            host = host_from_site(site, settings.site_file, args.host, settings.dpf_namespace)
+        else:
+            host = await _from_cluster(settings, args)
+    except SiteFileError as err:
+        raise InventoryUnavailable(err.message) from None
+    except InvalidInput as err:
+        raise InventoryRefusal(err.message) from None
+    _check_dpus(host, tuple(getattr(args, "dpus", None) or ()), site)
+
+
+def _check_dpus(host: HostInventory, wanted: tuple[str, ...], site: Site | None) -> None:
+    owned = [d.id for d in host.dpus]
+    for dpu_id in wanted:
+        if dpu_id in owned:
+            continue
+        hosts = site.hosts if site else []
+        owner = next((h.id for h in hosts if any(d.id == dpu_id for d in h.dpus)), None)
+        where = f" (it is a DPU of {owner})" if owner else ""
+        raise InventoryRefusal(
+            f"{dpu_id} is not a DPU of {host.host_id}{where}; its DPUs: {', '.join(owned) or 'none'}"
+        )
+
+
+async def _from_cluster(settings: Settings, args: argparse.Namespace) -> HostInventory:
+    kube = Kube(settings)
+    try:
+        host = await Inventory(settings, kube).resolve(args.host, "cluster")
+        if getattr(args, "operation", None) == names.REPROVISION:
+            wanted = tuple(getattr(args, "dpus", None) or ()) or tuple(d.id for d in host.dpus)
+            _check_dpus(host, wanted, None)
+            missing = [
+                host.dpu_name(dpu_id)
+                for dpu_id in wanted
+                if await kube.get(host.host_id, DPU, host.namespace, host.dpu_name(dpu_id), missing_ok=True)
+                is None
+            ]
+            if missing or not wanted:
+                raise InventoryRefusal(
+                    f"cannot reprovision {host.host_id}: DPF has no DPU "
+                    f"{', '.join(missing) or 'of this host'} in namespace {host.namespace} "
+                    f"(provision it first: metalflow host provision {host.host_id})"
+                )
+        return host
+    except (InvalidInput, InventoryRefusal):
+        raise
+    except Exception as err:  # the cluster unreachable, no kubeconfig: one line, not a traceback
+        reason = err.message if isinstance(err, MetalflowError) else f"{type(err).__name__}: {err}"
+        raise InventoryUnavailable(f"cannot read the cluster inventory: {reason}".splitlines()[0]) from None
+    finally:
+        kube.close()

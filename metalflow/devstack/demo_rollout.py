@@ -1,0 +1,63 @@
+"""The demo's last step: a coherent rollout of the simulated site's `default/inference`.
+
+Started exactly as `metalflow rollout start default/inference --set ...` does, then followed
+through its `status` query, one line per change. Cost: one workflow and one watcher activity
+for about a second per PodGang (the demo timings), plus a query every half second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from metalflow import names
+from metalflow.devstack.stack import DevStackConfig
+from metalflow.hosts import default_operator
+from metalflow.models.grove import STATUS_QUERY, PCSRef, RolloutInput, RolloutResult, RolloutStatus
+from metalflow.rollouts import render, root_cause
+
+DEMO_PCS = PCSRef(namespace="default", name="inference")
+DEMO_IMAGES = {c: f"registry.local/{c}:1.1" for c in ("router", "prefill", "decode")}
+
+
+async def run_rollout_demo(
+    client: Client, config: DevStackConfig, say: Callable[[str], None], task_queue: str = names.TASK_QUEUE
+) -> bool:
+    """Roll `default/inference` to the demo images; True when the rollout completed."""
+    workflow_id = names.rollout_workflow_id(DEMO_PCS.namespace, DEMO_PCS.name)
+    say(f"demo: rolling {DEMO_PCS} to the 1.1 images coherently: {config.workflow_url(workflow_id)}")
+    say("demo:   (its `status` query, current details, Phase; `metalflow rollout status default/inference`)")
+    try:
+        handle = await client.start_workflow(
+            "RolloutWorkflow",
+            RolloutInput(
+                pcs=DEMO_PCS, images=DEMO_IMAGES, requested_by=default_operator(), reason="metalflow dev demo"
+            ),
+            id=workflow_id,
+            task_queue=task_queue,
+            result_type=RolloutResult,
+            static_summary=f"demo: roll {DEMO_PCS} to the 1.1 images",
+            search_attributes=TypedSearchAttributes([SearchAttributePair(names.OPERATION, names.ROLLOUT)]),
+        )
+    except WorkflowAlreadyStartedError:
+        say(f"demo: a rollout of {DEMO_PCS} is already in flight; following it")
+        handle = client.get_workflow_handle(workflow_id, result_type=RolloutResult)
+    last = ""
+    while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        line = render(await handle.query(STATUS_QUERY, result_type=RolloutStatus))
+        if line != last:
+            say(f"demo:   {line}")
+            last = line
+        await asyncio.sleep(0.5)
+    try:
+        result: RolloutResult = await handle.result()
+    except WorkflowFailureError as err:
+        say(f"demo: rollout FAILED: {root_cause(err)}")
+        return False
+    timings = ", ".join(f"{s.seconds:.1f}s" for s in result.steps if s.seconds is not None)
+    say(f"demo: rollout {result.outcome}: {len(result.steps)} steps ({timings}); at {result.target_hash}")
+    return result.outcome == "completed"

@@ -1,0 +1,67 @@
+"""The host CLI's inventory check in cluster mode (`METALFLOW_INVENTORY=cluster`): the DPF objects
+metalflow registered are the inventory; an unknown host, a DPU not the host's, and a reprovision
+of DPUs DPF does not have are refused before anything is sent, with nothing written to the API
+and no entity workflow created."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sim_support import RunningSim, running_sim
+from temporalio.client import Client
+from test_cli_input_bounds import _entity_exists, _env, _run
+from test_dpf_activities_support import Api, dpf_activities, run, settings_for
+
+from activities.inventory import Inventory
+from metalflow.models.dpf import RegisterHostInput
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with running_sim(tmp_path_factory.mktemp("cluster-inventory"), hosts=2, dpus_per_host=2) as running:
+        yield running
+
+
+@pytest.mark.slow
+async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_cannot_do(
+    client: Client, sim: RunningSim, tmp_path: Path
+) -> None:
+    # host-001 registered (DPUNode and DPUDevices), but no DPUDeployment: DPF made no DPU objects.
+    inventory = await Inventory(settings_for(sim)).resolve("host-001")
+    await run(dpf_activities(sim).register_host_dpus, RegisterHostInput(inventory=inventory))
+    api = Api(sim)
+    before = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+              for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
+    env = _env(client, tmp_path) | {"METALFLOW_INVENTORY": "cluster", "KUBECONFIG": str(sim.kubeconfig)}
+    rows: list[tuple[list[str], str]] = [
+        (["host", "provision", "host-002"],
+         "unknown host 'host-002': no DPUNode node-host-002 in namespace dpf-operator-system"),
+        (["host", "assign", "host-999", "inst-1"], "unknown host 'host-999': no DPUNode node-host-999"),
+        (["host", "reboot", "host-001", "--by", "t"], ""),  # known: passes the check
+        (["host", "provision", "host-001", "--dpus", "host-002-dpu-0"],
+         "host-002-dpu-0 is not a DPU of host-001; its DPUs: host-001-dpu-0, host-001-dpu-1"),
+        (["host", "reprovision", "host-001"],
+         "cannot reprovision host-001: DPF has no DPU node-host-001-device-host-001-dpu-0, "
+         "node-host-001-device-host-001-dpu-1 in namespace dpf-operator-system "
+         "(provision it first: metalflow host provision host-001)"),
+        (["host", "reprovision", "host-001", "--dpus", "host-001-dpu-1"],
+         "cannot reprovision host-001: DPF has no DPU node-host-001-device-host-001-dpu-1 "),
+    ]  # fmt: skip
+    queue = ["--task-queue", "nobody-polls-this"]
+    results = await asyncio.gather(*(_run([*args, *queue], env) for args, _ in rows))
+    problems = []
+    for (args, words), (code, out, err) in zip(rows, results, strict=True):
+        lines = err.splitlines()
+        expected = words or "no worker polls task queue 'nobody-polls-this'"
+        if code != 1 or out or len(lines) != 1 or not lines[0].startswith(f"metalflow: {expected}"):
+            problems.append(f"{args}: exit {code}, stdout {out!r}, stderr {err!r}")
+    assert problems == [], "\n".join(problems)
+    after = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+             for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
+    assert after == before, "a refused request wrote to the DPF API"
+    for host in ("host-001", "host-002", "host-999"):
+        assert not await _entity_exists(client, host)
+    api.close()

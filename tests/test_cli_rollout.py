@@ -1,0 +1,141 @@
+"""`metalflow rollout ...` as a user runs it: subprocesses against a real Temporal, a worker with
+every real workflow and activity, and the simulated site's Grove."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from rollout_support import INFERENCE, grove_site, hashes, pcs_object
+from sim_support import RunningSim
+from temporalio.testing import WorkflowEnvironment
+from test_cli_host import metalflow
+
+from metalflow.models.grove import RolloutResult
+from metalflow.settings import Settings
+from metalflow.worker import build_worker
+
+pytestmark = pytest.mark.slow
+ROLLING = {**INFERENCE, "name": "rolling", "update_strategy": "RollingRecreate"}
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with grove_site(tmp_path_factory.mktemp("grove"), INFERENCE, ROLLING) as running:
+        yield running
+
+
+@pytest.fixture
+async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
+    async with build_worker(
+        local_env.client, task_queue, Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    ):
+        yield task_queue
+
+
+async def test_start_wait_completes_and_status_reports_it(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    done = await metalflow(
+        local_env,
+        "rollout",
+        "start",
+        "default/inference",
+        "--set",
+        "router=registry.local/router:2",
+        "--set",
+        "decode=registry.local/decode:2",
+        "--wait",
+        "--task-queue",
+        queue,
+    )
+    assert done.status == 0, done.stderr
+    assert "rollout rollout/default/inference completed" in done.stdout
+    assert "[" in done.stdout and "/6" in done.stdout  # progress lines
+    shown = await metalflow(local_env, "rollout", "status", "default/inference", "--json")
+    assert shown.status == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert status["phase"] == "completed" and status["done"] == status["total"] == 6
+    assert len(status["steps"]) == 6
+    assert set(hashes(sim, "inference").values()) == {status["target_hash"]}
+    plain = await metalflow(local_env, "rollout", "status", "default/inference")
+    assert "completed [##############################] 6/6" in plain.stdout
+    assert sim.violations() == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["default/nope", "--set", "router=registry.local/r:2"], "no PodCliqueSet default/nope"),
+        (["default/inference", "--set", "gpu=registry.local/g:2"], "has no clique gpu"),
+        (["default/rolling", "--set", "router=registry.local/r:2"], "needs OnDelete"),
+        (["default/inference", "--set", "router="], "the image is empty"),
+        (["default/inference", "--set", "router=Not An Image"], "is not a container image reference"),
+        (["inference", "--set", "router=registry.local/r:2"], "give NAMESPACE/PCS"),
+    ],
+)
+async def test_bad_requests_are_refused_and_change_nothing(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str, args: list[str], message: str
+) -> None:
+    before = {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")}
+    refused = await metalflow(local_env, "rollout", "start", *args, "--task-queue", queue)
+    assert refused.status == 2, refused
+    assert message in refused.stderr
+    assert {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")} == before
+
+
+async def test_second_start_is_refused_and_operator_commands_answer(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    previous = router_image(sim)
+    # The rollout cannot finish while the commands below run, however slow the machine: replica
+    # 1's first MPG never becomes Available until the fault is cleared (and the step's deadline
+    # passed), so every answer is the one for a rollout in flight.
+    sim.inject("podgangs/inference-1-mpg-0/never-available")
+    started = await metalflow(
+        local_env,
+        "rollout",
+        "start",
+        "default/inference",
+        "--set",
+        "router=registry.local/router:3",
+        "--step-deadline",
+        "45",
+        "--task-queue",
+        queue,
+    )
+    assert started.status == 0, started.stderr
+    again = await metalflow(
+        local_env,
+        "rollout",
+        "start",
+        "default/inference",
+        "--set",
+        "router=registry.local/router:4",
+        "--task-queue",
+        queue,
+    )
+    assert again.status == 1
+    assert "already in flight: workflow rollout/default/inference" in again.stderr
+    paused = await metalflow(local_env, "rollout", "pause", "default/inference", "--reason", "lunch")
+    assert paused.status == 0 and "pausing" in paused.stdout
+    twice = await metalflow(local_env, "rollout", "pause", "default/inference")
+    assert twice.status == 1 and "already paused" in twice.stderr
+    resumed = await metalflow(local_env, "rollout", "resume", "default/inference")
+    assert resumed.status == 0, resumed.stderr
+    rollback = await metalflow(local_env, "rollout", "rollback", "default/inference")
+    assert rollback.status == 0, rollback.stderr
+    assert "rolling back" in rollback.stdout
+    sim.inject("podgangs/inference-1-mpg-0/clear")  # its re-creation at the old hash comes up
+    handle = local_env.client.get_workflow_handle("rollout/default/inference", result_type=RolloutResult)
+    result = await handle.result()  # the rollback finishes: no rollout is left running
+    assert result.outcome == "rolled-back"
+    assert router_image(sim) == previous
+    assert set(hashes(sim, "inference").values()) == {result.target_hash}
+    assert sim.violations() == []
+
+
+def router_image(sim: RunningSim) -> str:
+    cliques = pcs_object(sim, "inference")["spec"]["template"]["cliques"]
+    return str(next(c for c in cliques if c["name"] == "router")["spec"]["podSpec"]["containers"][0]["image"])

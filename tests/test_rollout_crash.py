@@ -1,0 +1,46 @@
+"""Crash safety of a rollout: the worker is a separate process, SIGKILLed twice with a step in
+flight and started again. The rollout must finish with every PodGang at the new hash, each rolled
+in exactly one step (none twice), and no violation recorded by the simulated site."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+from host_operation_support import save_history
+from rollout_support import INFERENCE, gangs, grove_site, hashes, start_rollout, wait_for
+from temporalio.client import Client
+from test_host_operation_crash import worker_process
+
+pytestmark = pytest.mark.slow
+
+
+async def test_rollout_survives_worker_kills_mid_step(client: Client, tmp_path: Path) -> None:
+    task_queue = f"rollout-crash-{uuid.uuid4()}"
+    log = tmp_path / "worker.log"
+    with grove_site(tmp_path, INFERENCE) as sim:
+        before = {n: g["metadata"]["uid"] for n, g in gangs(sim, "inference").items()}
+        with worker_process(client, task_queue, sim, log):
+            handle = await start_rollout(
+                client, task_queue, "inference", {"router": "registry.local/router:2"}
+            )
+            await wait_for(
+                handle, lambda s: len(s.steps) == 1 and bool(s.in_flight), "the second step in flight"
+            )
+        # killed with the second step's PodGang deleted and not yet Available
+        with worker_process(client, task_queue, sim, log):
+            await wait_for(
+                handle, lambda s: len(s.steps) == 4 and bool(s.in_flight), "the fifth step in flight"
+            )
+        # killed again, in the second replica
+        with worker_process(client, task_queue, sim, log):
+            result = await handle.result()
+            await save_history(handle, "rollout_worker_killed")
+        assert result.outcome == "completed"
+        assert all(s.finished_at is not None for s in result.steps)
+        rolled = [g for s in result.steps for g in s.podgangs]
+        assert sorted(rolled) == sorted(before)  # every PodGang in exactly one step: none twice
+        assert set(hashes(sim, "inference").values()) == {result.target_hash}
+        assert all(g["metadata"]["uid"] != before[n] for n, g in gangs(sim, "inference").items())
+        assert sim.violations() == []
