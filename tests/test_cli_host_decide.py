@@ -23,11 +23,18 @@ from metalflow.settings import Settings
 from metalflow.worker import build_worker
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+SITE: dict[str, Path] = {}
+
+
+async def metalflow_here(env: WorkflowEnvironment, *args: str) -> Any:
+    """`metalflow ...` against this module's Temporal, checking hosts against this module's site."""
+    return await metalflow(env, *args, site_file=SITE["path"])
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with running_sim(tmp_path_factory.mktemp("sim"), hosts=3, dpus_per_host=1, timings="zero") as running:
+        SITE["path"] = running.site_file
         yield running
 
 
@@ -64,7 +71,7 @@ def readme_update_command() -> str:
 
 
 async def host_json(own_env: WorkflowEnvironment, host: str) -> dict[str, Any]:
-    shown = await metalflow(own_env, "host", "status", host, "--json")
+    shown = await metalflow_here(own_env, "host", "status", host, "--json")
     assert shown.status == 0, shown.stderr
     parsed: dict[str, Any] = json.loads(shown.stdout)
     return parsed
@@ -92,7 +99,7 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     own_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     for host in ("host-001", "host-002", "host-003"):
-        started = await metalflow(
+        started = await metalflow_here(
             own_env, "host", "provision", host, "--manual-reboot", "--task-queue", queue
         )
         assert started.status == 0, started.stderr
@@ -100,7 +107,7 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
         await until(own_env, host, rebooting, "waited for its manual reboot")
 
     # The fleet view: every host, its operation in flight and that operation's phase.
-    listed = await metalflow(own_env, "host", "list")
+    listed = await metalflow_here(own_env, "host", "list")
     assert listed.status == 0, listed.stderr
     header, *lines = listed.stdout.splitlines()
     assert header.split() == ["HOST", "SITE", "PHASE", "OPERATION", "OPERATION", "PHASE", "FOR"]
@@ -108,18 +115,18 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     assert lines[0].split()[2:6] == ["running", "provision", "provision/host-host-001", "rebooting-host"]
     assert re.fullmatch(r"\d+:\d\d:\d\d", lines[0].split()[-1]), listed.stdout
     assert "3 hosts, 3 with an operation in flight (2 visibility requests)" in listed.stderr
-    as_json = await metalflow(own_env, "host", "list", "--json", "--phase", "rebooting-host")
+    as_json = await metalflow_here(own_env, "host", "list", "--json", "--phase", "rebooting-host")
     rows = json.loads(as_json.stdout)
     assert [row["host"] for row in rows] == ["host-001", "host-002", "host-003"]
     assert rows[1]["phase"] == "running provision"
     assert rows[1]["operation"]["workflow_id"] == "provision/host-host-002"
     assert rows[1]["operation"]["operation"] == "provision"
     assert rows[1]["operation"]["started_at"].endswith("Z")
-    bad = await metalflow(own_env, "host", "list", "--phase", "Idle;rm")
+    bad = await metalflow_here(own_env, "host", "list", "--phase", "Idle;rm")
     assert bad.status == 2 and "invalid phase" in bad.stderr
 
     # `retry` does not fit a reboot wait: the workflow's validator says why, nothing changes.
-    retry = await metalflow(own_env, "host", "retry", "host-002", "--task-queue", queue)
+    retry = await metalflow_here(own_env, "host", "retry", "host-002", "--task-queue", queue)
     assert retry.status == 1
     assert "refused `retry`" in retry.stderr and "manual-intervention-required" in retry.stderr, retry.stderr
     assert rebooting(await host_json(own_env, "host-002"))
@@ -136,14 +143,14 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     output, _ = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode == 0, output.decode()
 
-    marked = await metalflow(
+    marked = await metalflow_here(
         own_env, "host", "mark-rebooted", "host-002", "--by", "dc-tech", "--reason", "by hand",
         "--task-queue", queue,
     )  # fmt: skip
     assert marked.status == 0, marked.stderr
     assert "host-002: provision/host-host-002: reboot confirmation passed to" in marked.stdout
 
-    aborted = await metalflow(
+    aborted = await metalflow_here(
         own_env, "host", "abort", "host-003", "--reason", "wrong rack", "--task-queue", queue
     )
     assert aborted.status == 0, aborted.stderr
@@ -155,13 +162,13 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     shown = await until(own_env, "host-003", ended, "stopped")
     assert shown["host"]["recent"][-1]["outcome"] != "completed", shown
 
-    idle = json.loads((await metalflow(own_env, "host", "list", "--json", "--phase", "idle")).stdout)
+    idle = json.loads((await metalflow_here(own_env, "host", "list", "--json", "--phase", "idle")).stdout)
     assert [(row["host"], row["operation"]) for row in idle] == [
         (h, None) for h in ("host-001", "host-002", "host-003")
     ]
-    shown = (await metalflow(own_env, "host", "list")).stdout
+    shown = (await metalflow_here(own_env, "host", "list")).stdout
     assert re.search(r"^host-002 +\S+ +idle +- +- +-$", shown, re.M), shown
 
     # Nothing in flight any more: a clear refusal, exit 1.
-    late = await metalflow(own_env, "host", "abort", "host-001", "--task-queue", queue)
+    late = await metalflow_here(own_env, "host", "abort", "host-001", "--task-queue", queue)
     assert late.status == 1 and "no operation in flight on host-001" in late.stderr, late.stderr
