@@ -11,9 +11,9 @@ PYTEST_ARGS ?=
 # pytest runs modules in parallel (pytest-xdist): most tests wait on servers, not on CPU. Whole
 # modules go to one worker (--dist loadfile), so a module's fixtures and order hold; each worker
 # has its own Temporal servers (tests/conftest.py). PYTEST_WORKERS=0 runs in this process.
-# Measured on the 2-core machine under load: 3 and 4 workers both ~7 min (serial: ~13);
-# 3 uses less CPU (fewer servers), so it is the default.
-PYTEST_WORKERS ?= 3
+# Measured on the 2-core machine: under other load 3 and 4 workers both ~7 min (serial: ~13);
+# alone (as CI runs), 3 workers kept the machine half idle (~1 core busy), so 4 is the default.
+PYTEST_WORKERS ?= 4
 
 .PHONY: demo test lint typecheck pytest install clean bench
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 _NO_TIMEOUT_INTERVAL_SECONDS = 10.0
 _MIN_INTERVAL_SECONDS = 0.1
@@ -61,3 +63,27 @@ async def heartbeating(details: Callable[[], Sequence[Any]] | None = None) -> As
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def stop_quietly_if_workflow_ended(what: str) -> None:
+    """Call in `except asyncio.CancelledError:` of a long-lived watcher, then re-raise: when the
+    cancel came because the workflow ended without waiting for its watcher, nobody is left to
+    tell, so stopping is normal; this raises a non-retryable BENIGN failure instead, which the SDK
+    logs without a WARNING and a traceback. A cancel from the workflow or a stopping worker
+    returns, and the caller re-raises it (the SDK reports those quietly itself).
+
+    Raises:
+        ApplicationError: `WatcherStopped`, BENIGN, when the workflow has ended.
+    """
+    details = activity.cancellation_details()
+    if details is None or not details.not_found:
+        return
+    logging.getLogger(__name__).debug(
+        "%s of %s stopped: its workflow ended", what, activity.info().workflow_id
+    )
+    raise ApplicationError(
+        "the workflow ended; the watcher stopped",
+        type="WatcherStopped",
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    ) from None

@@ -32,7 +32,6 @@ from typing import Any
 import httpx
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.dpf import objects as states
@@ -46,6 +45,7 @@ from activities.dpf.streams import (
     list_objects,
     watch_events,
 )
+from activities.heartbeat import stop_quietly_if_workflow_ended
 from metalflow import metrics
 from metalflow.errors import InvalidInput, KubernetesUnavailable
 from metalflow.models.dpf import (
@@ -164,18 +164,8 @@ class WatcherActivities:
         try:
             await self._watch(request)
         except asyncio.CancelledError:
-            details = activity.cancellation_details()
-            if details is None or not details.not_found:
-                raise  # cancelled by its workflow, or the worker stops: the SDK reports it quietly
-            # The workflow ended without waiting for its watcher to stop: nobody is left to tell, so
-            # stopping is normal, not a failure worth a WARNING and a traceback in the worker log.
-            log.debug("watcher of %s stopped: its workflow ended", activity.info().workflow_id)
-            raise ApplicationError(
-                "the workflow ended; the watcher stopped",
-                type="WatcherStopped",
-                non_retryable=True,
-                category=ApplicationErrorCategory.BENIGN,
-            ) from None
+            stop_quietly_if_workflow_ended("watcher")
+            raise
 
     async def _watch(self, request: WatchHostInput) -> None:
         info = activity.info()

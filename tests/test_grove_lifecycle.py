@@ -53,20 +53,24 @@ def uids(g: Grove) -> dict[str, str]:
 
 async def roll_one(g: Grove, name: str, new_hash: str) -> list[str]:
     """What metalflow's rollout does for one unit: delete the PodGang, wait until the recreated
-    one carries the new hash and reports Available=True. Returns the in-flight annotations seen."""
-    seen: list[str] = []
+    one carries the new hash and reports Available=True. Returns the in-flight annotations the
+    PodCliqueSet carried meanwhile, read from the store's recorded events (not from polling, which
+    can miss a short in-flight window on a loaded machine)."""
+    since = g.store.resource_version
     g.store.delete(g.pg_rt, NS, name)
 
     def rolled() -> dict[str, Any] | None:
-        note = (g.pcs()["metadata"].get("annotations") or {}).get("grove.io/in-flight-podgangs")
-        if note:
-            seen.append(note)
-        gangs = g.gangs()
-        gang = gangs.get(name)
+        gang = g.gangs().get(name)
         return gang if gang and gang["metadata"]["labels"][HASH] == new_hash and available(gang) else None
 
     await g.until(rolled)
-    return seen
+    pcs_key = (g.pcs_rt.group, g.pcs_rt.plural)
+    return [
+        note
+        for _, _, new, rv, key in g.store._history
+        if rv > since and key == pcs_key and new is not None
+        if (note := (new["metadata"].get("annotations") or {}).get("grove.io/in-flight-podgangs"))
+    ]
 
 
 async def test_on_delete_rolls_nothing_until_a_client_deletes_one_podgang_at_a_time() -> None:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 
 from activities.grove.objects import kinds, pcs_state
+from activities.heartbeat import stop_quietly_if_workflow_ended
 from metalflow.errors import InvalidInput, KubernetesUnavailable
 from metalflow.models.grove import PART_OF_LABEL, PCS_STATE_CHANGED_SIGNAL, PCSState, WatchPCSInput
 
@@ -63,6 +64,13 @@ class RolloutWatcherActivities:
             KubernetesUnavailable: The API server could not be reached for a while (retryable).
             InvalidInput: The API server refused the watch for good.
         """
+        try:
+            await self._watch(request)
+        except asyncio.CancelledError:
+            stop_quietly_if_workflow_ended("rollout watcher")
+            raise
+
+    async def _watch(self, request: WatchPCSInput) -> None:
         # Imported here: workflows reference this activity, and must not load the HTTP client.
         from temporalio.service import RPCError, RPCStatusCode
 
