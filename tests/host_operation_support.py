@@ -8,7 +8,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -26,6 +26,9 @@ HISTORIES = Path(__file__).parent / "histories"
 RECORD_ENV = "METALFLOW_RECORD_HISTORIES"
 
 FAST_POLICY = OperationPolicy(power_down_wait_seconds=0, reboot_wait_seconds=120, phase_timeout_seconds=300)
+
+
+T = TypeVar("T")
 
 
 async def start_operation(
@@ -77,17 +80,14 @@ async def eventually(
         await asyncio.sleep(0.1)
 
 
-async def wait_for_status(
-    handle: WorkflowHandle[Any, Any],
-    predicate: Callable[[HostOperationStatus], bool],
-    what: str,
-    timeout: float = 60,
-) -> HostOperationStatus:
-    """Wait until the operation's status satisfies `predicate`."""
-    seen: list[HostOperationStatus] = []
+async def wait_for_query(
+    query: Callable[[], Awaitable[T]], predicate: Callable[[T], bool], what: str, timeout: float
+) -> T:
+    """Poll `query` until its answer satisfies `predicate`; a timeout names the last answer."""
+    seen: list[T] = []
 
     async def check() -> bool:
-        seen.append(await status_of(handle))
+        seen.append(await query())
         return predicate(seen[-1])
 
     try:
@@ -95,6 +95,16 @@ async def wait_for_status(
     except AssertionError as err:
         raise AssertionError(f"{err}; last status: {seen[-1] if seen else None}") from None
     return seen[-1]
+
+
+async def wait_for_status(
+    handle: WorkflowHandle[Any, Any],
+    predicate: Callable[[HostOperationStatus], bool],
+    what: str,
+    timeout: float = 60,
+) -> HostOperationStatus:
+    """Wait until the operation's status satisfies `predicate`."""
+    return await wait_for_query(lambda: status_of(handle), predicate, what, timeout)
 
 
 async def wait_for_phase(

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import yaml
-from host_operation_support import eventually
+from host_operation_support import wait_for_query
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowHandle
 
@@ -90,17 +90,7 @@ async def wait_for(
     what: str,
     timeout: float = 90,
 ) -> RolloutStatus:
-    seen: list[RolloutStatus] = []
-
-    async def check() -> bool:
-        seen.append(await status_of(handle))
-        return predicate(seen[-1])
-
-    try:
-        await eventually(check, timeout=timeout, what=what)
-    except AssertionError as err:
-        raise AssertionError(f"{err}; last status: {seen[-1] if seen else None}") from None
-    return seen[-1]
+    return await wait_for_query(lambda: status_of(handle), predicate, what, timeout)
 
 
 def gangs(sim: RunningSim, pcs: str) -> dict[str, dict[str, Any]]:

@@ -463,10 +463,6 @@ class RolloutWorkflow(RolloutControl):
             watcher.cancel()
             watcher.add_done_callback(_retrieve)
 
-    def _enter(self, phase: str, details: str) -> None:
-        self._phase = phase
-        common.enter_phase(phase, details)
-
 
 def _retrieve(watcher: asyncio.Future[None]) -> None:
     # A cancelled watcher ends with an ActivityError nobody awaits: take it, so it is not logged.

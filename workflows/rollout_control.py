@@ -11,6 +11,8 @@ from __future__ import annotations
 from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
+from workflows import common
+
 with workflow.unsafe.imports_passed_through():
     from metalflow.models.grove import (
         ABORT_UPDATE,
@@ -55,7 +57,9 @@ class RolloutControl:
         self._scale: ScaleRequest | None = None
 
     def _enter(self, phase: str, details: str) -> None:
-        raise NotImplementedError
+        """Enter `phase`: the status query, the `Phase` search attribute and the UI's details."""
+        self._phase = phase
+        common.enter_phase(phase, details)
 
     @workflow.update(name=PAUSE_UPDATE)
     def pause(self, request: RolloutRequest) -> RolloutAnswer:
