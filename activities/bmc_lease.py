@@ -53,13 +53,16 @@ class BMCLeaseActivities:
         except ValueError as err:
             raise InvalidInput(f"BMC {request.bmc.bmc_id}: {err}") from None
         limit = self.settings.bmc_max_in_flight
+        reclaim = self.settings.bmc_lease_reclaim_seconds
         await activity.client().start_workflow(
             LEASE_WORKFLOW_TYPE,
-            BMCLeaseState(limit=limit),
+            BMCLeaseState(limit=limit, reclaim_check_seconds=reclaim),
             id=lease_id,
             task_queue=info.task_queue,
             start_signal=BMC_LEASE_ACQUIRE_SIGNAL,
-            start_signal_args=[LeaseRequest(holder=request.holder, limit=limit)],
+            start_signal_args=[
+                LeaseRequest(holder=request.holder, limit=limit, reclaim_check_seconds=reclaim)
+            ],
             static_summary=f"fleet-wide lease of the BMC of {request.bmc.bmc_id} (at most {limit})",
         )
         return RequestLeaseResult(lease_workflow_id=lease_id, limit=limit)

@@ -19,18 +19,22 @@ an id). Its slots are held by workflow RUNS, not by workers:
    power cycle's own "never twice" rules (`activities/redfish/powercycle.py`) are untouched.
 4. A run that closed without releasing (terminated, timed out, failed between grant and
    release) is reclaimed: while runs wait for a full lease, every `reclaim_check_seconds`
-   (default 30 s) the activity `find_closed_workflow_runs` describes the holders and the lease
-   drops the closed ones; a grant that cannot be delivered (the run is gone) frees its slot at
-   once; with holders and nobody waiting it checks every `HOLDER_AUDIT` (10 min). A run never
-   holds a slot past its own end plus one check.
+   (`METALFLOW_BMC_LEASE_RECLAIM_SECONDS`, default 30 s) the activity
+   `find_closed_workflow_runs` describes the holders and the lease drops the closed ones; a
+   grant that cannot be delivered (the run is gone) frees its slot at once; with holders and
+   nobody waiting it checks every `HOLDER_AUDIT` (10 min). A run never holds a slot past its
+   own end plus one check.
 5. A server crash loses nothing: the lease's state is its history. A run waiting for a grant
    asks again every `REQUEST_REFRESH` (5 min; the lease ignores a request it already has), so
    even a lease workflow terminated by hand is started afresh and the run is served.
 
 The limit is the N of the worker that sent the latest `acquire` (a changed setting takes effect
-as workers roll; a lower N waits for holders to release). The lease finishes after `IDLE_CLOSE`
-(5 min) with no holder and nobody waiting (a later `acquire` starts it again), and continues as
-new after `GRANTS_PER_RUN` grants or when Temporal suggests it, so its history stays bounded.
+as workers roll; a lower N waits for holders to release). The lease ends as soon as no run
+holds or waits (a later `acquire` starts a new run: a BMC costs nothing between bursts, and
+10,000 hosts on BMCs of their own leave no idle workflows behind), and continues as new after
+`GRANTS_PER_RUN` grants or when Temporal suggests it, so its history stays bounded. A duplicate
+`acquire` that arrives after its run ended (an activity attempt Temporal had already given up
+on) is granted to a run that no longer waits for it: that slot comes back when the run closes.
 
 Limits of the guarantee: an activity attempt that Temporal timed out while its worker is alive
 but stalled (not dead) can still reach the BMC beside the retry; the per-worker semaphore and
@@ -81,7 +85,6 @@ with workflow.unsafe.imports_passed_through():
     from metalflow.models.inventory import BMCAccess
     from workflows import common
 
-IDLE_CLOSE: Final = timedelta(minutes=5)
 HOLDER_AUDIT: Final = timedelta(minutes=10)
 REQUEST_REFRESH: Final = timedelta(minutes=5)
 GRANTS_PER_RUN: Final = 400  # about 12 events each: far below Temporal's history limits
@@ -116,7 +119,7 @@ class BMCLeaseWorkflow:
 
     @workflow.run
     async def run(self, state: BMCLeaseState) -> BMCLeaseStatus:
-        """Grant slots until idle for `IDLE_CLOSE`; see the module docstring."""
+        """Grant slots until no run holds or waits; see the module docstring."""
         workflow.upsert_search_attributes([names.OPERATION.value_set(names.BMC_LEASE)])
         while True:
             await self._grant_free_slots()
@@ -124,12 +127,11 @@ class BMCLeaseWorkflow:
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carried_over())
             if not self._holders and not self._waiting:
-                try:
-                    await workflow.wait_condition(lambda: bool(self._waiting), timeout=IDLE_CLOSE)
-                except TimeoutError:
-                    await workflow.wait_condition(workflow.all_handlers_finished)
-                    if not self._holders and not self._waiting:
-                        return self.status()
+                # Idle: end now. An `acquire` that races the end makes Temporal refuse the
+                # completion and run this task again with the signal, so it is never lost.
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if not self._holders and not self._waiting:
+                    return self.status()
                 continue
             had_waiters = bool(self._waiting)
             try:
@@ -148,6 +150,7 @@ class BMCLeaseWorkflow:
         if known or any(w.request_id == holder.request_id for w in self._waiting):
             return
         self._limit = request.limit
+        self._reclaim_check = timedelta(seconds=request.reclaim_check_seconds)
         self._waiting.append(holder)
 
     @workflow.signal(name=BMC_LEASE_RELEASE_SIGNAL)

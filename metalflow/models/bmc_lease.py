@@ -31,10 +31,12 @@ class LeaseHolder(_Frozen):
 
 
 class LeaseRequest(_Frozen):
-    """Signal `acquire`: queue `holder` for a slot; `limit` is the requesting worker's setting."""
+    """Signal `acquire`: queue `holder` for a slot; `limit` and `reclaim_check_seconds` are the
+    requesting worker's settings (the latest request's apply)."""
 
     holder: LeaseHolder
     limit: int = Field(ge=1)
+    reclaim_check_seconds: float = Field(default=30.0, gt=0)
 
 
 class LeaseRelease(_Frozen):
