@@ -46,10 +46,11 @@ Cost per power cycle, measured (tests/histories/host_reboot_bmc_leased.json agai
 host_reboot_bmc.json): the reboot workflow's history grows from 20 to 39 events (the patch
 marker and its search attribute, `request_bmc_lease` 3, the wait's timer 2, the grant signal 1,
 the `release` signal 2, three more workflow tasks 9); RPCs: one signal-with-start from the
-activity, one signal each way. On the lease workflow at most 20 events per cycle (`acquire`, the
-grant, `release`, the wait's timer and their workflow tasks; tests/test_bmc_lease.py checks the
-bound), one describe per holder per check while contended, nothing while idle (it ends). One
-activity slot for about a second per cycle; no slot while queued; CPU: a few workflow tasks.
+activity, one signal each way. On the lease workflow 16 events per cycle (48 for three hosts
+queued at once: `acquire`, the grant, `release`, the wait's timer and their workflow tasks;
+tests/test_bmc_lease.py checks at most 20), one describe per holder per check while
+contended, nothing while idle (it ends). Activity slots: the cycle's own while it runs, none
+while queued, one for `request_bmc_lease` for a few milliseconds. CPU: a few workflow tasks.
 """
 
 from __future__ import annotations
