@@ -253,3 +253,14 @@ def test_lease_ids_hide_the_endpoint_and_join_hosts_of_one_bmc() -> None:
     for bad in ("bmc-7.example", "ftp://bmc-7", "https://bmc:99999", "https://"):
         with pytest.raises(ValueError, match="invalid BMC endpoint"):
             names.bmc_lease_workflow_id(bad, "metalflow")
+
+
+def test_reclaim_period_setting_is_checked() -> None:
+    env = {"KUBECONFIG": "/nonexistent/kubeconfig"}
+    assert Settings.from_env(env).bmc_lease_reclaim_seconds == 30.0
+    assert (
+        Settings.from_env(env | {"METALFLOW_BMC_LEASE_RECLAIM_SECONDS": "5"}).bmc_lease_reclaim_seconds == 5.0
+    )
+    for bad in ("soon", "0", "-1", "7200"):
+        with pytest.raises(ValueError, match="bmc_lease_reclaim_seconds|METALFLOW_BMC_LEASE_RECLAIM_SECONDS"):
+            Settings.from_env(env | {"METALFLOW_BMC_LEASE_RECLAIM_SECONDS": bad})
