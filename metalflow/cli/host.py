@@ -47,7 +47,6 @@ from metalflow.hosts import (
 from metalflow.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
-    HOST_REBOOTED_SIGNAL,
     RELEASE_INSTANCE_UPDATE,
     REQUEST_FIRMWARE_UPDATE,
     REQUEST_PROVISION_UPDATE,
@@ -212,13 +211,14 @@ def register(subparsers: Any) -> None:
 
     rebooted = subparsers.add_parser(
         "host-rebooted",
-        help="report that a host was rebooted by hand (signal host_rebooted)",
+        help="report that a host was rebooted by hand (update host_rebooted)",
         description="Tell the operation in flight on HOST that the host was rebooted outside "
-        "metalflow (reboot method manual, or an unreachable BMC).",
+        "metalflow (reboot method manual, or a BMC that could not reboot it). Refused (exit 1), "
+        "naming what the operation waits for, when it awaits no reboot.",
     )
     _common(rebooted)
-    _reason_option(rebooted, "recorded with the signal")
-    rebooted.set_defaults(handler=_runner(_host_rebooted))
+    _reason_option(rebooted, "recorded with the confirmation")
+    rebooted.set_defaults(handler=_runner(host_decide.host_rebooted))
 
     approve = subparsers.add_parser(
         "approve",
@@ -468,16 +468,6 @@ async def _instance(client: Client, args: argparse.Namespace) -> int:
     await require_worker(client, args.task_queue)
     answer = await send_update(client, _entity(args), args.update, request, OperationAnswer, args.task_queue)
     _say(f"{args.host}: {answer.message}")
-    return EXIT_OK
-
-
-async def _host_rebooted(client: Client, args: argparse.Namespace) -> int:
-    current = (await host_status(client, args.host)).current
-    if current is None or current.outcome != "running":
-        return _fail(f"no operation in flight on {args.host}: nothing waits for a reboot", EXIT_FAILED)
-    handle = client.get_workflow_handle(current.workflow_id)
-    await handle.signal(HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by=args.by, reason=args.reason))
-    _say(f"{args.host}: told {current.workflow_id} that the host was rebooted (by {args.by})")
     return EXIT_OK
 
 
