@@ -57,6 +57,10 @@ async def metalflow(
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
     # The CLI checks hosts against the inventory before it sends anything: the module's site.
     env["METALFLOW_SITE_FILE"] = str(site_file or SITE_FILE.get("path", Path("/nonexistent/site.yaml")))
+    # A reprovision also checks DPF's DPUs, in the cluster of the simulator that wrote the site file.
+    kubeconfig = Path(env["METALFLOW_SITE_FILE"]).parent / "kubeconfig"
+    if kubeconfig.is_file():
+        env["KUBECONFIG"] = str(kubeconfig)
     env["METALFLOW_INVENTORY"] = "site"
     env["TEMPORAL_ADDRESS"] = address or local_env.client.service_client.config.target_host
     env["TEMPORAL_CONFIG_FILE"] = os.devnull

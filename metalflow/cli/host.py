@@ -26,12 +26,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from metalflow import names
 from metalflow.cli import host_decide, host_list, host_monitor
 from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
-from metalflow.client import TemporalConfigError, connect, load_connect_config
+from metalflow.client import TemporalConfigError, connect, load_connect_config, temporal_lost
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
     HostRequestError,
@@ -83,8 +83,6 @@ from metalflow.validation import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-# Temporal went away (or never answered): like "cannot reach Temporal", an environment problem.
-LOST = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 REQUESTS = {
     names.PROVISION: (REQUEST_PROVISION_UPDATE, "register the host's DPUs with DPF and provision them"),
     names.REPROVISION: (REQUEST_REPROVISION_UPDATE, "reprovision the host's DPUs (delete, DPF recreates)"),
@@ -370,7 +368,7 @@ async def _connected(
         return _fail(str(err), EXIT_FAILED)
     except RPCError as err:
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
-        if err.status in LOST:
+        if temporal_lost(err):  # Temporal went away: like "cannot reach Temporal", the environment's
             return _fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
         return _fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:  # one line, never a traceback: the command's user cannot act on one
