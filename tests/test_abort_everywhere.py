@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
@@ -103,6 +104,10 @@ async def test_abort_during_the_power_down_wait_of_a_reprovision_powers_the_host
     assert aborted.status == 0, aborted.stderr
     assert "aborting at the next safe point (rebooting-host)" in aborted.stdout, aborted.stdout
     entity = await until_idle(local_env, host)
+    operation = local_env.client.get_workflow_handle(operation_id)
+    await save_history(operation, "host_operation_aborted_in_power_down_wait")
+    reboot = names.host_reboot_workflow_id(host, entity["boot_generation"])
+    await save_history(local_env.client.get_workflow_handle(reboot), "host_reboot_stopped_in_power_down_wait")
 
     last = entity["recent"][-1]
     assert last["operation"] == "reprovision" and "abort" in last["outcome"], last
@@ -130,6 +135,7 @@ async def test_abort_during_the_power_down_wait_of_a_host_reboot_powers_the_host
 
     last = entity["recent"][-1]
     assert last["operation"] == "reboot", last
+    await save_history(local_env.client.get_workflow_handle(last["workflow_id"]), "host_reboot_aborted")
     assert "aborted by" in last["outcome"] and "generation 1 reached" in last["outcome"], last
     assert entity["boot_generation"] == 1  # the host was cycled: the entity counts it
     assert transitions(sim, host) == ["Off", "On"]
@@ -159,6 +165,7 @@ async def test_terminating_the_entity_stops_its_reboot_and_powers_the_host_back_
         await asyncio.sleep(0.2)
     # The reboot was cancelled with the entity: it sent On at once and ended, holding nothing.
     assert described.status == WorkflowExecutionStatus.COMPLETED, described.status
+    await save_history(reboot, "host_reboot_cancelled_with_its_entity")
     result = await reboot.result()
     assert "cut short" in result["method"], result
     assert transitions(sim, host) == ["Off", "On"]
