@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 from host_operation_fakes import HOST, FakeSite
 from host_operation_support import start_operation, status_of
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
@@ -172,3 +174,30 @@ async def test_host_rebooted_is_refused_naming_the_phase_when_no_reboot_is_await
     assert "is not waiting for a reboot: it is waiting-for-dpf-after-reboot: DPF to move the DPUs on" in (
         cause.message
     )
+
+
+async def test_abort_in_the_power_down_wait_of_force_off_then_on_cuts_the_wait_and_powers_on(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    policy = POLICY.model_copy(update={"force_off_from_retry": 0, "power_down_wait_seconds": 3600})
+    async with fake_site(env) as (site, queue):
+        handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=policy)
+        status = await until_phase(env, handle, "rebooting-host")
+        for _ in range(100):
+            if site.power:
+                break
+            await asyncio.sleep(0.1)  # real time: the test server skips none while the test waits
+        assert site.power == ["ForceOff"]  # the host is off, its hour-long wait begun
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        final = await status_of(handle)
+        reboot = env.client.get_workflow_handle(f"reboot/host-{HOST}/generation-{status.boot_generation}")
+        events = [event.event_type for event in (await reboot.fetch_history()).events]
+    assert site.power == ["ForceOff", "On"]  # on again, once
+    assert EventType.EVENT_TYPE_TIMER_CANCELED in events  # the wait was cut, not waited out
+    assert EventType.EVENT_TYPE_TIMER_FIRED not in events
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
+    assert final.phase == "aborted" and "removed the reboot-required annotation" in final.waiting_for
