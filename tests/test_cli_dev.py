@@ -249,7 +249,7 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
             if "press Ctrl-C to stop" in line:
                 break
         assert _listening(port) and _listening(ui_port), "".join(lines)
-        assert not any(line.startswith("demo:") for line in lines)
+        assert not any(" demo: " in line or line.startswith("demo:") for line in lines)
         process.send_signal(getattr(signal, stop_signal))
         rest, _ = process.communicate(timeout=60)
     finally:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sim_support import RunningSim, running_sim
@@ -173,3 +175,46 @@ async def test_clear_errors(local_env: WorkflowEnvironment) -> None:
     )
     bad = await metalflow(local_env, "host", "provision", "host/../x")
     assert bad.status == 2 and "invalid host id" in bad.stderr
+
+
+@pytest.mark.slow
+async def test_reboot_wait_shows_its_phases_and_the_manual_reboot_it_waits_for(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    waiting = asyncio.create_task(
+        metalflow(
+            local_env, "host", "reboot", "clih-003", "--wait", "--manual-reboot", "--by", "bob",
+            "--task-queue", queue,
+        )
+    )  # fmt: skip
+    # `host status` of a running reboot (a workflow without a status query) shows its phase.
+    shown: dict[str, Any] = {}
+    for _ in range(150):
+        status = await metalflow(local_env, "host", "status", "clih-003", "--json")
+        shown = json.loads(status.stdout) if status.status == 0 else {}  # no entity yet: unknown host
+        if (shown.get("operation") or {}).get("phase") == "waiting-for-manual-reboot":
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError(f"the reboot never waited for a person: {shown}")
+    assert shown["operation"]["waiting_for"].startswith("`metalflow host-rebooted clih-003`")
+    text = await metalflow(local_env, "host", "status", "clih-003")
+    assert "running reboot" in text.stdout and "now            waiting-for-manual-reboot" in text.stdout
+    assert "waiting for    `metalflow host-rebooted clih-003`" in text.stdout
+
+    told = await metalflow(local_env, "host-rebooted", "clih-003", "--by", "dc-tech", "--task-queue", queue)
+    assert told.status == 0, told.stderr
+    done = await waiting
+    assert done.status == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    # Not a terminal: every line stamped with the UTC time and the time since the command began.
+    assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \+\d+:\d\d clih-003: ", line) for line in lines), (
+        lines
+    )
+    assert "run `metalflow host-rebooted clih-003`" in done.stdout  # said before anything waits
+    assert "clih-003: waiting-for-manual-reboot" in done.stdout
+    assert re.search(
+        r"clih-003:   waiting for `metalflow host-rebooted clih-003`.* \(since \d\d:\d\d:\d\dZ\)", done.stdout
+    )
+    assert "reboot/host-clih-003/generation-1 completed (boot_generation 1)" in done.stdout
+    assert sim.power_log("clih-003") == []  # a manual reboot: metalflow never touched its power
