@@ -10,7 +10,7 @@ so a second request for the same host is refused while the first runs.
 from __future__ import annotations
 
 import re
-from typing import Final
+from typing import Any, Final
 
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
@@ -24,14 +24,20 @@ CAMPAIGN: Final = SearchAttributeKey.for_keyword("Campaign")
 SITE: Final = SearchAttributeKey.for_keyword("Site")
 POOL_STATE: Final = SearchAttributeKey.for_keyword("PoolState")
 """`in-pool` or `out-of-pool`: set by a host's monitor, so the UI lists hosts taken out of service."""
+INSTANCE: Final = SearchAttributeKey.for_keyword("Instance")
+"""The instance a host's entity has assigned (unset when none): `host list` reads it from visibility."""
+PHASE_SINCE: Final = SearchAttributeKey.for_datetime("PhaseSince")
+"""When a host's entity entered its Phase: `host list` shows how long without asking the entity."""
 
-SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[str], ...]] = (
+SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     HOST_ID,
     OPERATION,
     PHASE,
     CAMPAIGN,
     SITE,
     POOL_STATE,
+    INSTANCE,
+    PHASE_SINCE,
 )
 """Every custom search attribute metalflow sets; each must be registered on the namespace."""
 

@@ -128,6 +128,11 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     noisy = [line for line in worker_log.splitlines() if " WARNING " in line or "Traceback" in line]
     assert noisy == [], "\n".join(noisy[:10])
     assert "HTTP Request:" not in worker_log
+    # ... and reads as a story at INFO: one line per step, tagged with its workflow, not the
+    # SDK's dict of run id, namespace and task queue; a power cycle's inner steps are DEBUG.
+    assert "'run_id'" not in worker_log and "cycle_requested" not in worker_log
+    story = r"INFO temporalio\.workflow: rebooting-host: .*\[reprovision/host-\S+\]$"
+    assert re.search(story, worker_log, re.M)
     started_first = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", first.stdout)]
     assert len(started_first) == 3  # Temporal dev server, simulated site, worker
     assert not any(_alive(pid) for pid in started_first)

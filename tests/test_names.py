@@ -26,7 +26,7 @@ def test_id_parts_that_would_need_quoting_are_refused(bad: str) -> None:
         names.reprovision_workflow_id(bad)
 
 
-def test_search_attributes_are_metalflows_keywords() -> None:
+def test_search_attributes_are_metalflows_keywords_and_one_time() -> None:
     assert names.search_attribute_types() == {
         "HostId": "Keyword",
         "Operation": "Keyword",
@@ -34,6 +34,8 @@ def test_search_attributes_are_metalflows_keywords() -> None:
         "Campaign": "Keyword",
         "Site": "Keyword",
         "PoolState": "Keyword",
+        "Instance": "Keyword",
+        "PhaseSince": "Datetime",
     }
     assert [key.name for key in names.SEARCH_ATTRIBUTES] == list(names.search_attribute_types())
 

@@ -141,10 +141,12 @@ def bounded(preset: workflow.ActivityConfig, seconds: float) -> workflow.Activit
 
 
 def enter_phase(phase: str, details: str) -> None:
-    """Show a new phase: the `Phase` search attribute and the workflow's current details."""
+    """Show a new phase: the `Phase` search attribute, the workflow's current details, and one
+    INFO line in the worker's log (not on replay: the SDK's workflow logger skips replays)."""
     workflow.upsert_search_attributes([names.PHASE.value_set(phase)])
     workflow.set_current_details(f"**{phase}**: {details}")
     metrics.workflow_phase_entered(phase)
+    workflow.logger.info("%s: %s", phase, details)
 
 
 def set_details(phase: str, details: str) -> None:

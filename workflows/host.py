@@ -76,6 +76,8 @@ AWAITING_APPROVAL: Final = "awaiting-approval"
 BUSY_ERROR: Final = "HostBusy"
 NOT_AWAITING_ERROR: Final = "NothingAwaitsApproval"
 INSTANCE_ERROR: Final = "InstanceConflict"
+# Entities started before it set Instance and PhaseSince too (for `host list`); old runs do not.
+LIST_ATTRIBUTES_PATCH: Final = "entity-instance-and-phase-since"
 
 # The child workflow of each operation, by type name: the entity does not import their modules.
 CHILD_TYPES: Final = {
@@ -112,6 +114,8 @@ class HostWorkflow:
         self._boot_generation = start.boot_generation
         self._recent: list[OperationRecord] = list(start.recent)
         self._auto_approved_until = start.auto_approved_until
+        self._phase_since = start.phase_since  # carried across continue-as-new (always idle then)
+        self._shown_phase: str | None = IDLE if start.phase_since is not None else None
         self._current: _Operation | None = None
         self._lock = asyncio.Lock()
 
@@ -147,6 +151,7 @@ class HostWorkflow:
                     "boot_generation": self._boot_generation,
                     "recent": tuple(self._recent),
                     "auto_approved_until": self._auto_approved_until,
+                    "phase_since": self._phase_since,
                 }
             )
         )
@@ -505,6 +510,12 @@ class HostWorkflow:
                 f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {instance}"
             )
         enter_phase(phase, details)
+        if workflow.patched(LIST_ATTRIBUTES_PATCH):
+            if phase != self._shown_phase or self._phase_since is None:
+                self._shown_phase, self._phase_since = phase, workflow.now()
+            held = self._instance
+            assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
+            workflow.upsert_search_attributes([assigned, names.PHASE_SINCE.value_set(self._phase_since)])
 
     def _history_is_long(self) -> bool:
         info = workflow.info()

@@ -217,6 +217,7 @@ class HostWorkflowInput(_Frozen):
     # Carried over continue-as-new (the entity only continues-as-new while idle):
     recent: tuple[OperationRecord, ...] = ()
     auto_approved_until: datetime | None = None  # an approval's window, for `instance` only
+    phase_since: datetime | None = None  # when the entity entered its phase (search attribute PhaseSince)
     max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
 
 
