@@ -67,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
         WaitPowerInput,
     )
+    from metalflow.wording import plural
     from workflows.common import (
         BMC_READ,
         INVENTORY,
@@ -251,7 +252,8 @@ class FirmwareWorkflow:
         for dpu in dpus:
             if dpu not in todo:
                 self._set_outcome(dpu.id, "already_staged")
-        self._enter("staging", f"{target} on {len(todo)} DPUs ({len(dpus) - len(todo)} already staged)")
+        on = plural(len(todo), "DPU")
+        self._enter("staging", f"{target} on {on} ({len(dpus) - len(todo)} already staged)")
         limit = asyncio.Semaphore(MAX_PARALLEL_STAGES)
 
         async def stage(dpu: DPUInventory) -> StageFirmwareResult:
@@ -288,7 +290,7 @@ class FirmwareWorkflow:
                 failures.append(f"{dpu.id}: {cause}")
         if failures:
             raise ApplicationError(
-                f"staging {target} failed on {len(failures)} of {len(todo)} DPUs of host "
+                f"staging {target} failed on {len(failures)} of {plural(len(todo), 'DPU')} of host "
                 f"{self._request.host_id} (no reboot was done): " + "; ".join(failures),
                 type=STAGE_FAILED_ERROR,
                 non_retryable=True,
@@ -407,7 +409,9 @@ class FirmwareWorkflow:
             )
 
         try:
-            await workflow.wait_condition(done, timeout=timeout)
+            await workflow.wait_condition(
+                done, timeout=timeout, timeout_summary=f"deadline: {self._waiting_for}"
+            )
         except TimeoutError:
             self._timed_out(f"{self._waiting_for} not reached in {timeout}")
         if abortable and self._abort is not None:

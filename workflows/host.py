@@ -458,6 +458,7 @@ class HostWorkflow:
             await workflow.wait_condition(
                 lambda: self._current is not current or current.child is not None,
                 timeout=max(remaining, timedelta(seconds=1)),
+                timeout_summary=f"approval of {current.record.operation}: expires unless approved",
             )
         except TimeoutError:
             async with self._lock:

@@ -130,7 +130,10 @@ class HostRebootWorkflow:
 
     async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         off = await self._set_power(inventory, "ForceOff")
-        await workflow.sleep(timedelta(seconds=self._request.policy.power_down_wait_seconds))
+        await workflow.sleep(
+            timedelta(seconds=self._request.policy.power_down_wait_seconds),
+            summary=f"power-down wait: {self._request.host_id} stays off before On",
+        )
         on = await self._set_power(inventory, "On")
         return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
 

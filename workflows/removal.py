@@ -214,6 +214,7 @@ class HostRemovalWorkflow:
             await workflow.wait_condition(
                 lambda: self._watch.state is not None and self._gone(self._watch.state),
                 timeout=timedelta(seconds=seconds),
+                timeout_summary=f"deadline: {self._what()} gone from DPF",
             )
         except TimeoutError:
             return False

@@ -114,7 +114,7 @@ async def run_demo(
     hosts = [host for host in read_hosts(site.site_file) if host.models]
     operator = default_operator()
     began = time.monotonic()
-    say(f"demo: {len(hosts)} hosts: {', '.join(host.describe() for host in hosts)}")
+    say(f"demo: {plural(len(hosts), 'host')}: {', '.join(host.describe() for host in hosts)}")
     say(f"demo: watch in the Temporal UI: {config.ui_url}")
     entities = ui_list_url(config, 'Operation="host"')
     say(f"demo:   every host's entity (Phase idle / running ... / awaiting-approval): {entities}")
