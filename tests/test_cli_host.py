@@ -79,9 +79,9 @@ async def test_provision_wait_follows_the_operation_and_power_cycles_once(
         "--by", "alice@test", "--task-queue", queue,
     )  # fmt: skip
     assert done.status == 0, done.stdout + done.stderr
-    assert "clih-001: started provision as provision/host-clih-001" in done.stdout
+    assert "clih-001: started provision as provision/clih-001" in done.stdout
     assert "clih-001: rebooting-host" in done.stdout  # phase changes, as they happen
-    assert "clih-001: provision/host-clih-001 completed (reboots 1, boot_generation 1)" in done.stdout
+    assert "clih-001: provision/clih-001 completed (reboots 1, boot_generation 1)" in done.stdout
     assert power_cycles(sim.power_log("clih-001")) == 1  # BF3: DPF asked for one reboot
     assert sim.violations() == []
 
@@ -107,7 +107,7 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
 
     busy = await metalflow(local_env, "host", "reprovision", "clih-002", "--task-queue", queue)
     assert busy.status == 1
-    assert "provision is in flight (workflow provision/host-clih-002" in busy.stderr
+    assert "provision is in flight (workflow provision/clih-002" in busy.stderr
     assert "reprovision refused" in busy.stderr
 
     # The operation waits for someone else to reboot the host; status says so.
@@ -124,7 +124,7 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
 
     told = await metalflow(local_env, "host-rebooted", "clih-002", "--by", "dc-tech", "--task-queue", queue)
     assert told.status == 0, told.stderr
-    assert "told provision/host-clih-002 that the host was rebooted (by dc-tech)" in told.stdout
+    assert "told provision/clih-002 that the host was rebooted (by dc-tech)" in told.stdout
     for _ in range(150):
         shown = json.loads((await metalflow(local_env, "host", "status", "clih-002", "--json")).stdout)[
             "host"
@@ -156,8 +156,8 @@ async def test_an_assigned_host_waits_for_approve(
         local_env, "approve", "clih-004", "--by", "carol", "--wait", "--task-queue", queue
     )
     assert approved.status == 0, approved.stdout + approved.stderr
-    assert "approved provision; started provision/host-clih-004" in approved.stdout
-    assert "provision/host-clih-004 completed (reboots 1" in approved.stdout
+    assert "approved provision; started provision/clih-004" in approved.stdout
+    assert "provision/clih-004 completed (reboots 1" in approved.stdout
     assert power_cycles(sim.power_log("clih-004")) == 1
 
     again = await metalflow(local_env, "approve", "clih-004", "--task-queue", queue)
@@ -216,5 +216,5 @@ async def test_reboot_wait_shows_its_phases_and_the_manual_reboot_it_waits_for(
     assert re.search(
         r"clih-003:   waiting for `metalflow host-rebooted clih-003`.* \(since \d\d:\d\d:\d\dZ\)", done.stdout
     )
-    assert "reboot/host-clih-003/generation-1 completed (boot_generation 1)" in done.stdout
+    assert "reboot/clih-003/generation-1 completed (boot_generation 1)" in done.stdout
     assert sim.power_log("clih-003") == []  # a manual reboot: metalflow never touched its power

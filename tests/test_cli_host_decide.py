@@ -115,7 +115,7 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     first = lines[0].split()
     assert first[2:4] == ["running", "provision"] and first[5:] == [
         "-",
-        "provision/host-host-001",
+        "provision/host-001",
         "rebooting-host",
     ]
     assert re.fullmatch(r"\d+:\d\d:\d\d", first[4]), listed.stdout
@@ -124,7 +124,7 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     rows = json.loads(as_json.stdout)
     assert [row["host"] for row in rows] == ["host-001", "host-002", "host-003"]
     assert rows[1]["phase"] == "running provision"
-    assert rows[1]["operation"]["workflow_id"] == "provision/host-host-002"
+    assert rows[1]["operation"]["workflow_id"] == "provision/host-002"
     assert rows[1]["operation"]["operation"] == "provision"
     assert rows[1]["operation"]["started_at"].endswith("Z") and rows[1]["phase_since"].endswith("Z")
     bad = await metalflow_here(own_env, "host", "list", "--phase", "Idle;rm")
@@ -138,7 +138,7 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
 
     # README's Temporal CLI command, run exactly as written.
     command = readme_update_command()
-    assert "--workflow-id provision/host-host-001" in command, command
+    assert "--workflow-id provision/host-001" in command, command
     env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
     env["TEMPORAL_ADDRESS"] = own_env.client.service_client.config.target_host
     env["PATH"] = f"{temporal_cli().parent}{os.pathsep}{env.get('PATH', '')}"
@@ -153,13 +153,13 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
         "--task-queue", queue,
     )  # fmt: skip
     assert marked.status == 0, marked.stderr
-    assert "host-002: provision/host-host-002: reboot confirmation passed to" in marked.stdout
+    assert "host-002: provision/host-002: reboot confirmation passed to" in marked.stdout
 
     aborted = await metalflow_here(
         own_env, "host", "abort", "host-003", "--reason", "wrong rack", "--task-queue", queue
     )
     assert aborted.status == 0, aborted.stderr
-    assert "host-003: provision/host-host-003: aborting at the next safe point" in aborted.stdout
+    assert "host-003: provision/host-003: aborting at the next safe point" in aborted.stdout
 
     for host in ("host-001", "host-002"):
         shown = await until(own_env, host, ended, "finished")

@@ -246,7 +246,7 @@ async def test_abort_during_a_power_cycle_lets_it_finish_first(
             await handle.result()
         final = await status_of(handle)
         if force_off_from_retry == 0:
-            child = env.client.get_workflow_handle(f"reboot/host-{HOST}/generation-{final.boot_generation}")
+            child = env.client.get_workflow_handle(f"reboot/{HOST}/generation-{final.boot_generation}")
             await save_history(child, "host_reboot_force_off_cancelled_midway")
             await save_history(handle, "host_operation_aborted_during_power_cycle")
     cause = failure.value.cause

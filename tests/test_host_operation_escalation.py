@@ -130,7 +130,7 @@ async def test_unreachable_bmc_falls_back_to_host_rebooted_signal(
         await handle.signal(HOST_REBOOTED_SIGNAL, ALICE)
         result = await handle.result()
         # Generations earlier tests on this server used are spent: the operation took the next.
-        child_id = f"reboot/host-{HOST}/generation-{result.boot_generation}"
+        child_id = f"reboot/{HOST}/generation-{result.boot_generation}"
         reboot = await env.client.get_workflow_handle(child_id, result_type=HostRebootResult).result()
     assert result.reboots == 1 and site.power == []
     assert (reboot.method, reboot.confirmed_by) == ("manual", "alice")

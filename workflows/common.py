@@ -41,6 +41,17 @@ with workflow.unsafe.imports_passed_through():
 
 NON_RETRYABLE: Final[list[str]] = sorted(PERMANENT_TYPES)
 
+SHORT_IDS_PATCH: Final = "short-child-ids"
+"""Children started with ids that do not repeat the word (`reprovision/host-001`, not
+`reprovision/host-host-001`). A run that began before keeps the old ids to its end (the SDK
+memoises a patch per run), so it finds the children it started and recorded histories replay."""
+
+
+def short_ids() -> bool:
+    """Whether this run names its children in the short form (`metalflow.names`, legacy=False)."""
+    return workflow.patched(SHORT_IDS_PATCH)
+
+
 QUICK_RETRY: Final = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,

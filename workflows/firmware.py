@@ -1,4 +1,4 @@
-"""`FirmwareWorkflow` (`firmware/host-<id>`): stage DPU firmware on every DPU, activate it with one
+"""`FirmwareWorkflow` (`firmware/<id>`): stage DPU firmware on every DPU, activate it with one
 host power cycle, verify (DOMAIN.md section 1: `stage_dpu_firmware`, `activate_dpu_firmware`).
 
 Runbook:

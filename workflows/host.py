@@ -13,7 +13,8 @@ Validators answer at once, without writing history; handlers check again under o
 before either handler runs.
 
 Each operation runs as a child workflow started by type name, with the business-key id
-(`reprovision/host-<id>`, `reboot/host-<id>/generation-<n>`, ...). Children are ABANDONed on
+(`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...; runs begun before 2026-11 keep the
+`.../host-<id>` form, `workflows.common.SHORT_IDS_PATCH`). Children are ABANDONed on
 parent close: the entity continues-as-new only while idle, so this never cuts a running
 operation; if the entity is terminated or reset by hand, a power cycle half done keeps going,
 and the child's id still locks the host (a new entity's request for it is refused).
@@ -67,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
         OperationRequest,
         OperatorRequest,
     )
-    from workflows.common import enter_phase
+    from workflows.common import enter_phase, short_ids
     from workflows.host_reboot import start_next_reboot
 
 RECENT_LIMIT: Final = 20
@@ -355,9 +356,10 @@ class HostWorkflow:
             return OperationAccepted(workflow_id=started, message=f"started {operation} as {started}")
 
     def _child_id(self, operation: str) -> str:
+        host, legacy = self._input.host_id, not short_ids()
         if operation == names.REBOOT:
-            return names.host_reboot_workflow_id(self._input.host_id, self._boot_generation + 1)
-        return names.host_operation_workflow_id(operation, self._input.host_id)
+            return names.host_reboot_workflow_id(host, self._boot_generation + 1, legacy=legacy)
+        return names.host_operation_workflow_id(operation, host, legacy=legacy)
 
     async def _start(self, current: _Operation) -> None:
         current.record = current.record.model_copy(update={"outcome": "starting"})
@@ -382,9 +384,7 @@ class HostWorkflow:
                 search_attributes=attributes,
                 decode_result=False,  # as for every child: the entity reads `boot_generation` only
             )
-            current.record = record = record.model_copy(
-                update={"workflow_id": names.host_reboot_workflow_id(self._input.host_id, generation)}
-            )
+            current.record = record = record.model_copy(update={"workflow_id": current.child.id})
             current.record = record.model_copy(update={"outcome": "running", "started_at": workflow.now()})
             self._show_phase()
             return

@@ -1,6 +1,6 @@
 """HostOperationWorkflow: provision or reprovision a host's DPUs (DOMAIN.md flows 2-4).
 
-Id `provision/host-<id>` or `reprovision/host-<id>` (`metalflow.names.host_operation_workflow_id`);
+Id `provision/<id>` or `reprovision/<id>` (`metalflow.names.host_operation_workflow_id`);
 the host's entity workflow starts it as a child with `static_summary` (e.g. "reprovision host-001
 (2 DPUs) for alice: reason"). The runbook, top to bottom in `run`:
 

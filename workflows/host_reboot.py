@@ -1,4 +1,4 @@
-"""HostRebootWorkflow: one host reboot per boot generation (`reboot/host-<id>/generation-<n>`).
+"""HostRebootWorkflow: one host reboot per boot generation (`reboot/<id>/generation-<n>`).
 
 Runbook:
 1. Method `bmc`: power-cycle through the host's BMC. `power_cycle_host` cycles exactly once per
@@ -213,12 +213,13 @@ async def start_next_reboot(
         The child's handle and the generation it reboots to.
     """
     generation = request.boot_generation
+    legacy = not common.short_ids()
     for _ in range(MAX_SPENT_GENERATIONS):
         try:
             handle = await workflow.start_child_workflow(
                 "HostRebootWorkflow",
                 request.model_copy(update={"boot_generation": generation}),
-                id=names.host_reboot_workflow_id(request.host_id, generation),
+                id=names.host_reboot_workflow_id(request.host_id, generation, legacy=legacy),
                 result_type=HostRebootResult if decode_result else None,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=parent_close_policy,

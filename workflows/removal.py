@@ -1,4 +1,4 @@
-"""`HostRemovalWorkflow` (`remove/host-<id>`): flows 7-10 of DOMAIN.md.
+"""`HostRemovalWorkflow` (`remove/<id>`): flows 7-10 of DOMAIN.md.
 
 Runbook:
 1. Resolve the host (its namespace, and that the DPUs asked for are its own).

@@ -104,11 +104,11 @@ WAIT_HELP = "follow the operation; exit 0 only on success"
 FIRMWARE_TEXT = (
     "Stage DPU firmware VERSION (the image at URI) on the host's DPUs through their BMCs, then "
     "activate it with one host power cycle and verify every DPU runs it (workflow "
-    "firmware/host-<id>). DPUs that already run or hold VERSION are not staged again; when every "
+    "firmware/<id>). DPUs that already run or hold VERSION are not staged again; when every "
     "DPU runs it nothing is rebooted. A host with an instance waits for `metalflow approve`."
 )
 REMOVE_TEXT = (
-    "Remove the host's DPUs from DPF (workflow remove/host-<id>). Without --dpus: the whole DPU "
+    "Remove the host's DPUs from DPF (workflow remove/<id>). Without --dpus: the whole DPU "
     "node (DPUNode node-<host>; DPF deletes every DPU of it; the DPUDevices stay, the hardware is "
     "still in the host). With --dpus: only those DPUs (their DPUDevice and DPU objects); the "
     "others keep running. A delete cannot be taken back. A host with an instance waits for "

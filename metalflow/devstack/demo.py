@@ -3,7 +3,7 @@ then roll the site's Grove workload `default/inference` coherently (`demo_rollou
 
 Everything goes through the hosts' entity workflows (`host/<id>`), exactly as `metalflow host
 provision|reprovision` does: the first request creates a host's entity, which runs the operation
-as a child workflow (`provision/host-<id>`, `reprovision/host-<id>`, one `reboot/...` per power
+as a child workflow (`provision/<id>`, `reprovision/<id>`, one `reboot/...` per power
 cycle). The first host gets an instance before its reprovision, so the demo shows the approval
 rule: the request waits until the demo approves it as the operator. At the end the demo reads
 each host's BMC power log from the simulator and compares it with the reboots DPF asked for.
