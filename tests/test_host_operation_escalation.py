@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import workflows
+from metalflow import names
 from metalflow.models.host import (
     ABORT_UPDATE,
     HOST_REBOOTED_SIGNAL,
@@ -44,7 +45,7 @@ ALICE = OperatorRequest(requested_by="alice", reason="checked the host")
 @asynccontextmanager
 async def fake_site(env: WorkflowEnvironment, **options: Any) -> AsyncIterator[tuple[FakeSite, str]]:
     task_queue = f"escalation-{uuid.uuid4()}"
-    workflow_id = f"reprovision/host-{HOST}"
+    workflow_id = names.reprovision_workflow_id(HOST)
     site = FakeSite(client=env.client, workflow_id=workflow_id, **options)
     async with Worker(
         env.client, task_queue=task_queue, workflows=workflows.ALL, activities=site.activities()
