@@ -19,8 +19,9 @@ parent close: the entity continues-as-new only while idle, so this never cuts a 
 operation; if the entity is terminated or reset by hand, a power cycle half done keeps going,
 and the child's id still locks the host (a new entity's request for it is refused).
 
-Worst-case history: about 15 events per operation (the update, the child's start and end) plus
-4 per other update; the entity continues-as-new when idle past `max_history_events` (default
+Worst-case history: about 18 events per operation (the update, the child's start and end, one
+`Instance`/`PhaseSince` upsert per phase change) plus 5 per other update and 2 patch markers per
+run; the entity continues-as-new when idle past `max_history_events` (default
 10,000) or when Temporal suggests it, so a run never nears the limit.
 """
 
