@@ -236,6 +236,7 @@ class Seen:
 
     text: str  # the phase, the DPUs' phases, power cycles
     waiting_for: str = ""
+    milestone: str = ""  # what makes a step: the phase and the power cycles (not DPU phases)
     details: str = ""  # the workflow's current details (what the UI shows), when it has no status
     phase: str = ""
 
@@ -255,23 +256,26 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     status = await operation_status(client, workflow_id)
     if status:
         waiting = str(status.get("waiting_for") or "")
-        return Seen(describe_operation(status, waiting=False), waiting, phase=str(status.get("phase", "")))
+        phase = str(status.get("phase", ""))
+        milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
+        return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)
     handle = client.get_workflow_handle(workflow_id)
     try:
         described = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
     except RPCError:
         return None
-    phase = described.typed_search_attributes.get(names.PHASE)
-    if not phase:
+    shown = described.typed_search_attributes.get(names.PHASE)
+    if not shown:
         return None
     details = ""
     try:
         metadata = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata, rpc_timeout=QUERY_TIMEOUT)
-        details = metadata.current_details.removeprefix(f"**{phase}**: ")
+        details = metadata.current_details.removeprefix(f"**{shown}**: ")
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         pass  # the phase alone still says where it is
-    waiting = _REBOOT_WAITS.get(phase, "").format(host=host_id)
-    return Seen(phase + (f": {details}" if details and not waiting else ""), waiting, details, phase)
+    waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
+    text = shown + (f": {details}" if details and not waiting else "")
+    return Seen(text, waiting, milestone=text, details=details, phase=shown)
 
 
 async def follow_operation(
@@ -284,15 +288,17 @@ async def follow_operation(
     """
     handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
     result = asyncio.ensure_future(handle.result())
-    last = ""
+    last, last_text = "", ""
     try:
         while not result.done():
             seen = await operation_progress(client, workflow_id, host_id)
-            if seen is not None and seen.text != last:
+            # A new phase or power cycle is a step (a lasting line); a DPU's phase is a detail.
+            if seen is not None and seen.milestone != last:
                 progress.step(key, seen.text, waiting_for=seen.waiting_for)
-                last = seen.text
+                last, last_text = seen.milestone, seen.text
             elif seen is not None:
-                progress.waiting(key, seen.waiting_for)
+                progress.detail(key, seen.text if seen.text != last_text else "", seen.waiting_for)
+                last_text = seen.text
             await asyncio.wait({result}, timeout=FOLLOW_POLL_SECONDS)
         outcome = result.result()
     except WorkflowFailureError as err:

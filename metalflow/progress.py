@@ -126,6 +126,12 @@ class Progress:
         else:
             print(line, file=self._out, flush=True)
 
+    def detail(self, key: str, text: str, waiting_for: str = "") -> None:
+        """A change within a step (a DPU's phase, a count): the live region shows it, a log does not."""
+        if self._live is not None and text:
+            self._live.console.print(Text(f"{duration(self._clock() - self.began):>7} {key}: {text}"))
+        self.waiting(key, waiting_for, announce=False)
+
     def step(self, key: str, text: str, *, waiting_for: str = "", since: datetime | None = None) -> None:
         """A change of `key` worth a lasting line, and what it now waits for.
 
@@ -138,17 +144,20 @@ class Progress:
         self.note(f"{key}: {text}")
         self.waiting(key, waiting_for, since)
 
-    def waiting(self, key: str, what: str, since: datetime | None = None) -> None:
-        """What `key` waits for now ("" for nothing): the live line, or one plain line per change."""
+    def waiting(self, key: str, what: str, since: datetime | None = None, *, announce: bool = True) -> None:
+        """What `key` waits for now ("" for nothing): the live line, or one plain line per change.
+
+        `announce=False`: a detail of the same wait (a count, a DPU's phase) that only the live
+        line shows, so a log gets a few lines per step, not one per detail."""
         if not what:
             self._waits.pop(key, None)
             return
         known = self._waits.get(key)
         if known is not None and known.what == what:
             return
-        began = since or self._clock()
+        began = since or (known.since if known is not None and not announce else self._clock())
         self._waits[key] = _Wait(what, began)
-        if self._live is None:
+        if self._live is None and announce:
             self.note(f"{key}:   waiting for {what} (since {clock_z(began)})")
 
     def finish(self, key: str, text: str) -> None:

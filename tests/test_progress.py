@@ -82,3 +82,14 @@ def test_one_vocabulary() -> None:
     assert [plural(n, "DPU") for n in (0, 1, 2)] == ["0 DPUs", "1 DPU", "2 DPUs"]
     assert plural(1, "entry", "entries") == "1 entry" and plural(3, "entry", "entries") == "3 entries"
     assert [duration(s) for s in (0, 7, 75, 3723, -5)] == ["0:00", "0:07", "1:15", "1:02:03", "0:00"]
+
+
+def test_details_of_a_step_stay_out_of_a_log_but_keep_the_wait_current() -> None:
+    clock, out = Clock(), io.StringIO()
+    progress = Progress(out, clock=clock)
+    progress.step("host-001", "waiting-for-hold; 2 DPUs Pending", waiting_for="every DPU held (0 of 2)")
+    clock.now += timedelta(seconds=5)
+    progress.detail("host-001", "waiting-for-hold; 2 DPUs Node Effect", "every DPU held (1 of 2)")
+    assert len(out.getvalue().splitlines()) == 2  # the step and its wait; the detail is not logged
+    # The wait is the same step's: it still counts from when the step began.
+    assert progress.waits() == {"host-001": ("every DPU held (1 of 2)", START)}
