@@ -22,7 +22,7 @@ cancelled halfway, so a host is never left Off).
 Cost per host and worst-case history: up to `MAX_PARALLEL_STAGES` activity slots while
 staging, one watcher slot from the barrier to the end; about 80 events in the run plus 9 per
 DPU (two version reads and a stage) plus 4 per DPF change signalled (measured: 91 for 2 DPUs and
-one change), and the reboot child's 20-31 (see `workflows.host_operation`), whatever the BMC's
+one change), and the reboot child's 39-50 (see `workflows.host_operation`), whatever the BMC's
 pace: the stage follows the BMC's task and the wait for the host's `On` polls inside one
 heartbeating activity (`wait_for_power_state`; before `POWER_WAIT_PATCH` it cost 9 events per
 5 s poll). `worst_case_events` is that bound; tests/test_firmware.py holds a run to it and
