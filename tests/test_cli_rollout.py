@@ -4,6 +4,7 @@ every real workflow and activity, and the simulated site's Grove."""
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -63,6 +64,10 @@ async def test_start_wait_completes_and_status_reports_it(
     assert done.status == 0, done.stderr
     assert "rollout rollout/default/inference completed" in done.stdout
     assert "[" in done.stdout and "/6" in done.stdout  # progress lines
+    # Not a terminal: stamped lines (UTC, elapsed), and what each step waits for since when.
+    assert re.search(r"Z \+\d+:\d\d rollout/default/inference: default/inference rolling \[", done.stdout)
+    waits = r"rollout/default/inference:   waiting for inference-0-mpg-0 back at the new version \(since "
+    assert re.search(waits, done.stdout), done.stdout
     shown = await metalflow(local_env, "rollout", "status", "default/inference", "--json")
     assert shown.status == 0, shown.stderr
     status = json.loads(shown.stdout)

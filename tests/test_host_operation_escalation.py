@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import workflows
+from metalflow import names
 from metalflow.models.dpf import DPF_STATE_CHANGED_SIGNAL
 from metalflow.models.host import (
     ABORT_UPDATE,
@@ -47,7 +48,7 @@ ALICE = OperatorRequest(requested_by="alice", reason="checked the host")
 @asynccontextmanager
 async def fake_site(env: WorkflowEnvironment, **options: Any) -> AsyncIterator[tuple[FakeSite, str]]:
     task_queue = f"escalation-{uuid.uuid4()}"
-    workflow_id = f"reprovision/host-{HOST}"
+    workflow_id = names.reprovision_workflow_id(HOST)
     site = FakeSite(client=env.client, workflow_id=workflow_id, **options)
     async with Worker(
         env.client, task_queue=task_queue, workflows=workflows.ALL, activities=site.activities()
@@ -158,7 +159,7 @@ async def test_a_bmc_rejecting_the_credentials_asks_an_operator_at_once_and_host
         answer = await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperationAnswer)
         result = await handle.result()
         # Generations earlier tests on this server used are spent: the operation took the next.
-        child = env.client.get_workflow_handle(f"reboot/host-{HOST}/generation-{result.boot_generation}")
+        child = env.client.get_workflow_handle(f"reboot/{HOST}/generation-{result.boot_generation}")
         with pytest.raises(WorkflowFailureError) as failed:
             await child.result()
     assert answer.accepted and "mark_rebooted accepted from alice" in answer.message
@@ -217,7 +218,7 @@ async def test_abort_in_the_power_down_wait_of_force_off_then_on_cuts_the_wait_a
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
         final = await status_of(handle)
-        reboot = env.client.get_workflow_handle(f"reboot/host-{HOST}/generation-{status.boot_generation}")
+        reboot = env.client.get_workflow_handle(f"reboot/{HOST}/generation-{status.boot_generation}")
         events = [event.event_type for event in (await reboot.fetch_history()).events]
     assert site.power == ["ForceOff", "On"]  # on again, once
     assert EventType.EVENT_TYPE_TIMER_CANCELED in events  # the wait was cut, not waited out

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
         RebootMethod,
     )
+    from metalflow.wording import plural
     from workflows import common
     from workflows.host_reboot import start_next_reboot
     from workflows.reboot_failure import BMC_REBOOT_FAILED
@@ -135,12 +136,15 @@ class Escalation(ABC):
         common.set_details(self.phase, details)
 
     # -- waits ------------------------------------------------------------------------------------
-    async def _wait(self, condition: Callable[[], bool], timeout: float | None) -> bool:
-        """True once `condition` holds, False on timeout; an abort request raises."""
+    async def _wait(self, condition: Callable[[], bool], timeout: float | None, until: str = "") -> bool:
+        """True once `condition` holds, False on timeout; an abort request raises.
+
+        `until` labels the timeout's timer in the UI: what happens when it fires."""
         try:
             await workflow.wait_condition(
                 lambda: self._abort is not None or condition(),
                 timeout=None if timeout is None else timedelta(seconds=timeout),
+                timeout_summary=f"{self.phase}: {until}" if until and timeout is not None else None,
             )
         except TimeoutError:
             return False
@@ -153,7 +157,8 @@ class Escalation(ABC):
         return True
 
     async def _wait_for_change(self, seen: int, timeout: float) -> bool:
-        return await self._wait(lambda: self.state_changes != seen, timeout)
+        until = f"no DPF change for {timeout:g} s: ask for manual intervention"
+        return await self._wait(lambda: self.state_changes != seen, timeout, until)
 
     async def wait_for_dpf(
         self, phase: str, goal: Callable[[HostDPFState], bool], describe: Callable[[HostDPFState], str]
@@ -232,6 +237,7 @@ class Escalation(ABC):
                 # The state after our removal has no annotation: one that appears is a new request.
                 lambda: self.dpu_marks() != marks_at_barrier or self.dpf_asks_for_reboot(),
                 self.policy.reboot_wait_seconds,
+                f"DPF silent {self.policy.reboot_wait_seconds:g} s after the reboot: power-cycle again",
             ):
                 return
             if retries < self.policy.max_power_cycle_retries:
@@ -243,7 +249,7 @@ class Escalation(ABC):
                 continue
             decision = await self.intervene(
                 f"DPF did not move on within {self.policy.reboot_wait_seconds:g} s of each of "
-                f"{retries + 1} power cycle(s) (last: generation {self.generation})"
+                f"{plural(retries + 1, 'power cycle')} (last: generation {self.generation})"
             )
             if decision == "retry":
                 retries = 0

@@ -13,7 +13,8 @@ Validators answer at once, without writing history; handlers check again under o
 before either handler runs.
 
 Each operation runs as a child workflow started by type name, with the business-key id
-(`reprovision/host-<id>`, `reboot/host-<id>/generation-<n>`, ...). Children are ABANDONed on
+(`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...; runs begun before 2026-11 keep the
+`.../host-<id>` form, `workflows.common.SHORT_IDS_PATCH`). Children are ABANDONed on
 parent close: the entity continues-as-new only while idle, so this never cuts a running
 operation; if the entity is terminated or reset by hand, a power cycle half done keeps going,
 and the child's id still locks the host (a new entity's request for it is refused). A reboot
@@ -21,8 +22,9 @@ and the child's id still locks the host (a new entity's request for it is refuse
 cancelled reboot powers the host back on at once instead of waiting out its power-down wait, so
 a terminated entity never leaves a reboot behind holding the host's BMC.
 
-Worst-case history: about 15 events per operation (the update, the child's start and end) plus
-4 per other update; the entity continues-as-new when idle past `max_history_events` (default
+Worst-case history: about 18 events per operation (the update, the child's start and end, one
+`Instance`/`PhaseSince` upsert per phase change) plus 5 per other update and 2 patch markers per
+run; the entity continues-as-new when idle past `max_history_events` (default
 10,000) or when Temporal suggests it, so a run never nears the limit.
 """
 
@@ -70,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         OperationRequest,
         OperatorRequest,
     )
-    from workflows.common import enter_phase
+    from workflows.common import enter_phase, short_ids
     from workflows.host_reboot import start_next_reboot
 
 RECENT_LIMIT: Final = 20
@@ -79,6 +81,8 @@ AWAITING_APPROVAL: Final = "awaiting-approval"
 BUSY_ERROR: Final = "HostBusy"
 NOT_AWAITING_ERROR: Final = "NothingAwaitsApproval"
 INSTANCE_ERROR: Final = "InstanceConflict"
+# Entities started before it set Instance and PhaseSince too (for `host list`); old runs do not.
+LIST_ATTRIBUTES_PATCH: Final = "entity-instance-and-phase-since"
 
 # The child workflow of each operation, by type name: the entity does not import their modules.
 REBOOT_CANCEL_PATCH: Final = "entity-reboot-cancelled-with-entity"  # was ABANDON before it
@@ -116,6 +120,8 @@ class HostWorkflow:
         self._boot_generation = start.boot_generation
         self._recent: list[OperationRecord] = list(start.recent)
         self._auto_approved_until = start.auto_approved_until
+        self._phase_since = start.phase_since  # carried across continue-as-new (always idle then)
+        self._shown_phase: str | None = IDLE if start.phase_since is not None else None
         self._current: _Operation | None = None
         self._lock = asyncio.Lock()
 
@@ -151,6 +157,7 @@ class HostWorkflow:
                     "boot_generation": self._boot_generation,
                     "recent": tuple(self._recent),
                     "auto_approved_until": self._auto_approved_until,
+                    "phase_since": self._phase_since,
                 }
             )
         )
@@ -354,9 +361,10 @@ class HostWorkflow:
             return OperationAccepted(workflow_id=started, message=f"started {operation} as {started}")
 
     def _child_id(self, operation: str) -> str:
+        host, legacy = self._input.host_id, not short_ids()
         if operation == names.REBOOT:
-            return names.host_reboot_workflow_id(self._input.host_id, self._boot_generation + 1)
-        return names.host_operation_workflow_id(operation, self._input.host_id)
+            return names.host_reboot_workflow_id(host, self._boot_generation + 1, legacy=legacy)
+        return names.host_operation_workflow_id(operation, host, legacy=legacy)
 
     async def _start(self, current: _Operation) -> None:
         current.record = current.record.model_copy(update={"outcome": "starting"})
@@ -385,9 +393,7 @@ class HostWorkflow:
                 search_attributes=attributes,
                 decode_result=False,  # as for every child: the entity reads `boot_generation` only
             )
-            current.record = record = record.model_copy(
-                update={"workflow_id": names.host_reboot_workflow_id(self._input.host_id, generation)}
-            )
+            current.record = record = record.model_copy(update={"workflow_id": current.child.id})
             current.record = record.model_copy(update={"outcome": "running", "started_at": workflow.now()})
             self._show_phase()
             return
@@ -461,6 +467,7 @@ class HostWorkflow:
             await workflow.wait_condition(
                 lambda: self._current is not current or current.child is not None,
                 timeout=max(remaining, timedelta(seconds=1)),
+                timeout_summary=f"approval of {current.record.operation}: expires unless approved",
             )
         except TimeoutError:
             async with self._lock:
@@ -513,6 +520,12 @@ class HostWorkflow:
                 f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {instance}"
             )
         enter_phase(phase, details)
+        if workflow.patched(LIST_ATTRIBUTES_PATCH):
+            if phase != self._shown_phase or self._phase_since is None:
+                self._shown_phase, self._phase_since = phase, workflow.now()
+            held = self._instance
+            assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
+            workflow.upsert_search_attributes([assigned, names.PHASE_SINCE.value_set(self._phase_since)])
 
     def _history_is_long(self) -> bool:
         info = workflow.info()

@@ -1,6 +1,6 @@
 """HostOperationWorkflow: provision or reprovision a host's DPUs (DOMAIN.md flows 2-4).
 
-Id `provision/host-<id>` or `reprovision/host-<id>` (`metalflow.names.host_operation_workflow_id`);
+Id `provision/<id>` or `reprovision/<id>` (`metalflow.names.host_operation_workflow_id`);
 the host's entity workflow starts it as a child with `static_summary` (e.g. "reprovision host-001
 (2 DPUs) for alice: reason"). The runbook, top to bottom in `run`:
 
@@ -69,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
     )
     from metalflow.models.inventory import HostInventory, HostLookup
+    from metalflow.wording import plural
     from workflows import common
     from workflows import dpf_barrier as barrier
     from workflows.dpf_watch import TRY_CANCEL, DPFWatch
@@ -149,7 +150,7 @@ class HostOperationWorkflow(Escalation):
             raise
         finally:
             await self._watch.stop()
-        self.enter(COMPLETED, f"every DPU Ready after {self.power_cycles} power cycle(s)")
+        self.enter(COMPLETED, f"every DPU Ready after {plural(self.power_cycles, 'power cycle')}")
         await workflow.wait_condition(workflow.all_handlers_finished)
         metrics.workflow_operation_finished(request.kind.value, "succeeded")
         return HostOperationResult(
@@ -285,7 +286,7 @@ class HostOperationWorkflow(Escalation):
             self._changes.append("created site objects")
 
     async def _register_dpus(self, inventory: HostInventory) -> None:
-        self.enter(REGISTERING, f"registering DPUNode and {len(self._dpu_ids)} DPUDevice(s)")
+        self.enter(REGISTERING, f"registering DPUNode and {plural(len(self._dpu_ids), 'DPUDevice')}")
         result: ObjectsResult = await self.call_kube(
             activity_api.register_host_dpus,
             RegisterHostInput(inventory=inventory),

@@ -1,4 +1,4 @@
-"""HostRebootWorkflow: one host reboot per boot generation (`reboot/host-<id>/generation-<n>`).
+"""HostRebootWorkflow: one host reboot per boot generation (`reboot/<id>/generation-<n>`).
 
 Runbook:
 1. Method `bmc`: power-cycle through the host's BMC. `power_cycle_host` cycles exactly once per
@@ -278,11 +278,14 @@ class HostRebootWorkflow:
     async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         off = await self._set_power(inventory, "ForceOff")
         seconds = self._request.policy.power_down_wait_seconds
+        summary = f"power-down wait: {self._request.host_id} stays off before On"
         if not workflow.patched(STOP_PATCH):
-            await workflow.sleep(timedelta(seconds=seconds))
+            await workflow.sleep(timedelta(seconds=seconds), summary=summary)
         elif seconds > 0 and not self._stopping:
             try:  # the same durable timer, cut short by a stop
-                await workflow.wait_condition(lambda: self._stopping, timeout=timedelta(seconds=seconds))
+                await workflow.wait_condition(
+                    lambda: self._stopping, timeout=timedelta(seconds=seconds), timeout_summary=summary
+                )
             except TimeoutError:
                 pass
         on = await self._set_power(inventory, "On")
@@ -369,12 +372,13 @@ async def start_next_reboot(
         The child's handle and the generation it reboots to.
     """
     generation = request.boot_generation
+    legacy = not common.short_ids()
     for _ in range(MAX_SPENT_GENERATIONS):
         try:
             handle = await workflow.start_child_workflow(
                 "HostRebootWorkflow",
                 request.model_copy(update={"boot_generation": generation}),
-                id=names.host_reboot_workflow_id(request.host_id, generation),
+                id=names.host_reboot_workflow_id(request.host_id, generation, legacy=legacy),
                 result_type=HostRebootResult if decode_result else None,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=parent_close_policy,

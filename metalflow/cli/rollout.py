@@ -53,6 +53,7 @@ from metalflow.models.grove import (
     SupersedeRequest,
     image_problem,
 )
+from metalflow.progress import Progress
 from metalflow.rollouts import render, root_cause
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -289,16 +290,35 @@ async def _query(handle: WorkflowHandle[Any, Any]) -> RolloutStatus:
 
 
 async def _follow(handle: WorkflowHandle[Any, RolloutResult]) -> int:
+    with Progress() as progress:  # a live status region on a terminal, stamped lines otherwise
+        await _show_progress(handle, progress)
+    return await _outcome(handle)
+
+
+async def _show_progress(handle: WorkflowHandle[Any, RolloutResult], progress: Progress) -> None:
     last = ""
     while True:
         described = await handle.describe()
         if described.status != WorkflowExecutionStatus.RUNNING:
-            break
-        line = render(await _query(handle))
+            progress.waiting(handle.id, "")
+            return
+        status = await _query(handle)
+        line = render(status)
+        if status.paused_reason:
+            waiting = f"`metalflow rollout resume|rollback|abort {status.pcs}` ({status.paused_reason})"
+        elif status.in_flight:
+            waiting = f"{', '.join(status.in_flight)} back at the new version"
+        else:
+            waiting = ""
         if line != last:
-            print(line, flush=True)
+            progress.step(handle.id, line, waiting_for=waiting)
             last = line
+        else:
+            progress.waiting(handle.id, waiting)
         await asyncio.sleep(FOLLOW_SECONDS)
+
+
+async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     try:
         result = await handle.result()
     except WorkflowFailureError as err:

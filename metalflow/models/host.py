@@ -7,18 +7,18 @@ Workflows on one host (DOMAIN.md sections 1-2; workflow ids in `metalflow.names`
   can never race: it refuses a request while another operation is in flight (naming it),
   refuses `assign_instance` during a disruptive operation, and holds a disruptive request on
   an assigned host until `approve` (or an auto-approval window). It runs each operation as a
-  child workflow whose id is the business key (`reprovision/host-<id>`, ...).
-- `HostOperationWorkflow` (`provision/host-<id>` or `reprovision/host-<id>`): the runbook of
+  child workflow whose id is the business key (`reprovision/<id>`, ...).
+- `HostOperationWorkflow` (`provision/<id>` or `reprovision/<id>`): the runbook of
   flows 2-4 and 11 for all DPUs of a host or a chosen subset: register or reprovision, release
   the hold, barrier until every DPU asks for the reboot, exactly one host power cycle, remove
   the annotation, again if DPF asks again (BF4), barrier until every DPU is Ready.
-- `HostRebootWorkflow` (`reboot/host-<id>/generation-<n>`): one reboot per boot generation,
+- `HostRebootWorkflow` (`reboot/<id>/generation-<n>`): one reboot per boot generation,
   through the BMC, or by waiting for the `host_rebooted` signal (reboot method `manual`).
-- `FirmwareWorkflow` (`firmware/host-<id>`): stage on every DPU's BMC, barrier, one power
+- `FirmwareWorkflow` (`firmware/<id>`): stage on every DPU's BMC, barrier, one power
   cycle, verify every DPU runs the target.
 - `HostMonitorWorkflow` (`monitor/host-<id>`): flow 5, takes the host out of the pool when a
   Ready DPU falls to `Node Effect`; continues-as-new.
-- `HostRemovalWorkflow` (`remove/host-<id>`): flows 7-10.
+- `HostRemovalWorkflow` (`remove/<id>`): flows 7-10.
 
 Operators answer a stuck operation with updates `retry`, `mark_rebooted`, `abort` (on the
 operation workflow), and report a manual reboot with the signal `host_rebooted`.
@@ -223,6 +223,7 @@ class HostWorkflowInput(_Frozen):
     # Carried over continue-as-new (the entity only continues-as-new while idle):
     recent: tuple[OperationRecord, ...] = ()
     auto_approved_until: datetime | None = None  # an approval's window, for `instance` only
+    phase_since: datetime | None = None  # when the entity entered its phase (search attribute PhaseSince)
     max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
 
 
