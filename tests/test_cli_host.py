@@ -128,9 +128,7 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
 
     told = await metalflow(local_env, "host-rebooted", "clih-002", "--by", "dc-tech", "--task-queue", queue)
     assert told.status == 0, told.stderr
-    assert "provision/clih-002: reboot confirmation passed to reboot/clih-002/generation-" in (
-        told.stdout
-    )
+    assert "provision/clih-002: reboot confirmation passed to reboot/clih-002/generation-" in (told.stdout)
     for _ in range(150):
         shown = json.loads((await metalflow(local_env, "host", "status", "clih-002", "--json")).stdout)[
             "host"
