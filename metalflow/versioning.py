@@ -83,6 +83,9 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     # Long-lived entities and monitors: the next task runs on the current version.
     "HostWorkflow": VersioningBehavior.AUTO_UPGRADE,
     "HostMonitorWorkflow": VersioningBehavior.AUTO_UPGRADE,
+    # A campaign runs for days and continues-as-new: pinning would keep a build alive that long;
+    # it replays old histories like the entities do (tests/test_replay.py).
+    "CampaignWorkflow": VersioningBehavior.AUTO_UPGRADE,
 }
 """How each workflow type moves between builds on a versioned worker (tests/test_versioning.py
 checks that every registered workflow is listed)."""
