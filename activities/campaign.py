@@ -15,6 +15,7 @@ per in-flight host; selection reads the site file once (or lists the DPUNodes on
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -59,6 +60,7 @@ from metalflow.models.host import (
 )
 from metalflow.models.inventory import HostInventory
 
+UPDATE_TIMEOUT = timedelta(seconds=60)
 PARALLEL_REQUESTS = 20  # updates in flight at once from one activity
 BUSY, ASSIGNED = "HostBusy", "InstanceConflict"  # the entity's error types (workflows/host.py)
 
@@ -186,7 +188,11 @@ class CampaignActivities:
         )
         try:
             answer = await self.temporal.execute_update_with_start_workflow(
-                update, body, start_workflow_operation=start, result_type=OperationAccepted
+                update,
+                body,
+                start_workflow_operation=start,
+                result_type=OperationAccepted,
+                rpc_timeout=UPDATE_TIMEOUT,  # an entity nobody serves: fail the attempt, retry later
             )
         except WorkflowUpdateFailedError as err:
             cause = err.cause
