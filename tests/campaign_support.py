@@ -42,6 +42,17 @@ class TimedOperation:
         return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
 
 
+@workflow.defn(name="HostOperationWorkflow")
+class InstantOperation:
+    """Ends at once (for the dev server, whose clock is real); fails when the id contains `fail`."""
+
+    @workflow.run
+    async def run(self, request: HostOperationInput) -> dict[str, object]:
+        if "fail" in request.host_id:
+            raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
+        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+
+
 def write_site(directory: Path, hosts: list[str], groups: dict[str, str] | None = None) -> Path:
     """A site file with these hosts, each on its own BMC endpoint (in `groups[host]` or rack-a)."""
     credentials = directory / "bmc.json"
