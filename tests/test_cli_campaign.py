@@ -14,6 +14,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -178,11 +179,20 @@ async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
     assert aborted.status == 0 and "aborting" in aborted.stdout
     final = await _until_done(local_env.client, name)
     assert final["phase"] == "aborted"
-    # The host in flight when the abort came finished; the others never started.
-    assert final["in_flight"] == [] and final["done"] <= 1
-    assert final["done"] + final["remaining"] == 3 and final["remaining"] >= 2
+    # What ran when the abort came finished; nothing started after it (the history's abort time).
+    assert final["in_flight"] == [] and final["done"] + final["remaining"] == 3 and final["failed"] == 0
+    history = await local_env.client.get_workflow_handle(f"campaign/{name}").fetch_history()
+    abort_at = next(
+        e.event_time.ToDatetime(tzinfo=UTC)
+        for e in history.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+        and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == "abort"
+    )
+    query = f'{names.CAMPAIGN.name} = "{name}" AND WorkflowType = "HostOperationWorkflow"'
+    started = [e async for e in local_env.client.list_workflows(query)]
+    assert len(started) == final["done"] and all(e.start_time <= abort_at for e in started)
     listed = await metalflow(local_env, "campaign", "list")
-    assert f"campaign/{name}" in listed.stdout and "campaign/cmpe-upgrade" in listed.stdout
+    assert f"campaign/{name}\tcompleted\taborted" in listed.stdout  # workflow status, then Phase
 
 
 async def test_a_scheduled_campaign_runs_when_triggered(

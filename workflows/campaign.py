@@ -31,7 +31,9 @@ continues-as-new past `policy.max_history_events` (default 4,000, at most 9,000)
 one step's events (at most 3 x `max_in_flight` signals and tasks + ~20), i.e. < 10,240 at the
 defaults, and <= 3,020 + 9,000 only with both raised to their maximum. The input carries the
 hosts not yet finished (~100 bytes each: ~1 MB for 10,000 hosts, under the 2 MB payload limit).
-Worker CPU: O(pending) per step for `pick_starts`.
+Worker CPU: O(pending) per step for `pick_starts`. Measured (time-skipping server, stand-in
+operations, 400 hosts, 50 in flight): one run of 1,371 events, ~3.4 per host, so 10,000 hosts
+make ~9 runs of <= ~4,100 events; the process running worker and client peaked at 383 MiB RSS.
 """
 
 from __future__ import annotations
