@@ -101,6 +101,8 @@ MONITOR: Final = "monitor"
 HOST: Final = "host"
 ROLLOUT: Final = "rollout"
 """The `Operation` search attribute of a coherent PodCliqueSet rollout."""
+CAMPAIGN_OPERATION: Final = "campaign"
+"""The `Operation` search attribute of a fleet campaign (its `Campaign` attribute is its name)."""
 
 
 def host_workflow_id(host_id: str) -> str:

@@ -85,6 +85,9 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     "HostMonitorWorkflow": VersioningBehavior.AUTO_UPGRADE,
     # A BMC's lease serves every build's reboots; its state carries over continue-as-new.
     "BMCLeaseWorkflow": VersioningBehavior.AUTO_UPGRADE,
+    # A campaign runs for days and continues-as-new: pinning would keep a build alive that long;
+    # it replays old histories like the entities do (tests/test_replay.py).
+    "CampaignWorkflow": VersioningBehavior.AUTO_UPGRADE,
 }
 """How each workflow type moves between builds on a versioned worker (tests/test_versioning.py
 checks that every registered workflow is listed)."""

@@ -47,6 +47,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import names
+    from metalflow.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
     from metalflow.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
@@ -172,6 +173,7 @@ class HostWorkflow:
     @request_provision.validator
     def _validate_provision(self, request: OperationRequest) -> None:
         self._refuse_if_busy(names.PROVISION)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=REQUEST_REPROVISION_UPDATE)
     async def request_reprovision(self, request: OperationRequest) -> OperationAccepted:
@@ -181,6 +183,7 @@ class HostWorkflow:
     @request_reprovision.validator
     def _validate_reprovision(self, request: OperationRequest) -> None:
         self._refuse_if_busy(names.REPROVISION)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=REQUEST_REBOOT_UPDATE)
     async def request_reboot(self, request: OperationRequest) -> OperationAccepted:
@@ -190,6 +193,7 @@ class HostWorkflow:
     @request_reboot.validator
     def _validate_reboot(self, request: OperationRequest) -> None:
         self._refuse_if_busy(names.REBOOT)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=REQUEST_FIRMWARE_UPDATE)
     async def request_firmware_update(self, request: FirmwareRequest) -> OperationAccepted:
@@ -199,6 +203,7 @@ class HostWorkflow:
     @request_firmware_update.validator
     def _validate_firmware(self, request: FirmwareRequest) -> None:
         self._refuse_if_busy(names.FIRMWARE)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=REQUEST_REMOVAL_UPDATE)
     async def request_removal(self, request: OperationRequest) -> OperationAccepted:
@@ -208,6 +213,7 @@ class HostWorkflow:
     @request_removal.validator
     def _validate_removal(self, request: OperationRequest) -> None:
         self._refuse_if_busy(names.REMOVE)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, request: OperatorRequest) -> OperationAnswer:
@@ -294,6 +300,16 @@ class HostWorkflow:
             non_retryable=True,
         )
 
+    def _refuse_if_assigned(self, request: OperationRequest | FirmwareRequest) -> None:
+        # A campaign that skips assigned hosts asks this, so the check and the start are atomic.
+        if request.refuse_if_assigned and self._instance is not None:
+            raise ApplicationError(
+                f"host {self._input.host_id} is assigned to instance {self._instance}; "
+                f"skipped (refuse_if_assigned)",
+                type=INSTANCE_ERROR,
+                non_retryable=True,
+            )
+
     def _refuse_assignment(self, request: AssignInstanceRequest) -> None:
         if self._current is not None:
             record = self._current.record
@@ -332,6 +348,7 @@ class HostWorkflow:
     ) -> OperationAccepted:
         async with self._lock:
             self._refuse_if_busy(operation)  # again: the validator may have run before another handler
+            self._refuse_if_assigned(request)
             now = workflow.now()
             record = OperationRecord(
                 operation=operation,
@@ -375,6 +392,11 @@ class HostWorkflow:
                 SearchAttributePair(names.OPERATION, record.operation),
                 SearchAttributePair(names.SITE, self._input.site),
             ]
+            + (
+                [SearchAttributePair(names.CAMPAIGN, current.request.campaign)]
+                if current.request.campaign
+                else []
+            )
         )
         summary = f"{record.operation} of host {self._input.host_id}, requested by {record.requested_by}"
         child_input = self._child_input(record.operation, current.request)
@@ -471,8 +493,10 @@ class HostWorkflow:
             )
         except TimeoutError:
             async with self._lock:
-                if self._current is current and not current.approved:
-                    self._finish(current, f"expired: not approved within {timeout}")
+                if self._current is not current or current.approved:
+                    return
+                self._finish(current, f"expired: not approved within {timeout}")
+            await self._notify_campaign(current, f"expired: not approved within {timeout}")
 
     async def _follow(self, current: _Operation, child: workflow.ChildWorkflowHandle[Any, Any]) -> None:
         try:
@@ -480,9 +504,28 @@ class HostWorkflow:
         except ChildWorkflowError as err:
             self._reached(_generation_reported(err))  # a failed operation's reboots count too
             self._finish(current, _outcome_of(err))
+            await self._notify_campaign(current, _outcome_of(err))
             return
         self._reached(result.get("boot_generation") if isinstance(result, dict) else None)
         self._finish(current, "completed")
+        await self._notify_campaign(current, "completed")
+
+    async def _notify_campaign(self, current: _Operation, outcome: str) -> None:
+        """Tell the campaign that asked for this operation how it ended (`host_finished`).
+
+        Only operations a campaign asked for send it, so older histories replay unchanged; a
+        campaign that is gone (aborted, terminated) is not an error: its sweep, or nobody, cares.
+        """
+        target = current.request.campaign_workflow_id
+        if not target or not workflow.patched("campaign-host-finished"):
+            return
+        finished = HostFinished(
+            host_id=self._input.host_id, workflow_id=current.record.workflow_id, outcome=outcome
+        )
+        try:
+            await workflow.get_external_workflow_handle(target).signal(HOST_FINISHED_SIGNAL, finished)
+        except ApplicationError as err:  # the campaign no longer runs
+            workflow.logger.info("campaign %s not told of %s: %s", target, current.record.workflow_id, err)
 
     def _reached(self, generation: object) -> None:
         if isinstance(generation, int) and generation > self._boot_generation:

@@ -240,6 +240,12 @@ class OperationRequest(_Frozen):
     dpu_ids: tuple[DPUId, ...] | None = None
     force: bool = False  # removal only: remove finalizers after the delete
     policy: OperationPolicy | None = None  # None: the host's policy
+    # Set by a campaign (workflows/campaign.py): the operation is tagged `Campaign=<campaign>`, the
+    # entity signals `host_finished` to `campaign_workflow_id` when it ends, and refuses (instead
+    # of holding for approval) when the host is assigned and `refuse_if_assigned`.
+    campaign: str | None = None
+    campaign_workflow_id: str | None = None
+    refuse_if_assigned: bool = False
 
 
 class FirmwareRequest(_Frozen):
@@ -247,6 +253,9 @@ class FirmwareRequest(_Frozen):
     target_version: str = Field(min_length=1)
     image_uri: str = Field(min_length=1)
     dpu_ids: tuple[DPUId, ...] | None = None
+    campaign: str | None = None  # as in OperationRequest
+    campaign_workflow_id: str | None = None
+    refuse_if_assigned: bool = False
 
 
 class OperationAccepted(_Frozen):
