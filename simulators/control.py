@@ -26,6 +26,8 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/violations", _violations)
     app.router.add_get("/sim/audit", _audit)
     app.router.add_get("/sim/hosts/{host_id}/power-log", _power_log)
+    app.router.add_get("/sim/requests", _requests)
+    app.router.add_get("/sim/timeline", _timeline)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
     app.router.add_post("/sim/faults/api/outage", _api_outage)
@@ -54,6 +56,16 @@ async def _site(request: web.Request) -> web.Response:
 async def _audit(request: web.Request) -> web.Response:
     """RBAC decisions per user, verb, group and resource (see `simulators.kube.rbac`)."""
     return web.json_response(request.app[SITE_KEY].auth.audit_json())
+
+
+async def _requests(request: web.Request) -> web.Response:
+    """Requests per API and client (`simulators.measure`)."""
+    return web.json_response(request.app[SITE_KEY].request_counts.as_json())
+
+
+async def _timeline(request: web.Request) -> web.Response:
+    """Reboots DPF asked for and resets the BMCs accepted, with the simulator's clock."""
+    return web.json_response(request.app[SITE_KEY].timeline.as_json())
 
 
 async def _violations(request: web.Request) -> web.Response:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -50,6 +51,8 @@ class PowerControl:
         self._hub = hub
         self._timings = timings
         self._tasks = tasks
+        # (host, reset type, when) for each reset that starts a transition: reaction times.
+        self.on_reset: Callable[[str, str, datetime], None] | None = None
 
     def reset(self, host: HostBMC, reset_type: object, prefix: str) -> web.Response:
         """Start the transition a `ComputerSystem.Reset` asks for, or refuse it; never waits."""
@@ -157,6 +160,8 @@ class PowerControl:
         return web.Response(status=204, headers={"OData-Version": "4.0"})
 
     def _start(self, host: HostBMC, plan: tuple[str, ...], reset_type: str, task: Task | None) -> None:
+        if self.on_reset is not None:
+            self.on_reset(host.host_id, reset_type, datetime.now(UTC))
         host.pending = plan
         host.reset_type = reset_type
         host.task = task

@@ -80,6 +80,8 @@ class Redfish:
         service = bmcs.service_at(sockname[1]) if sockname else None
         if service is None:
             return messages.not_found(request.path)
+        if bmcs.request_counts is not None:
+            bmcs.request_counts.count("redfish", request)
         odata_version = request.headers.get("OData-Version")
         if odata_version is not None and odata_version.strip() != "4.0":
             return messages.error_response(
