@@ -39,6 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from chaos import request_reprovisions  # noqa: E402
 from engine import engine_rate  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
@@ -46,13 +47,8 @@ from metalflow import names  # noqa: E402
 from metalflow.devstack.ports import free_port  # noqa: E402
 from metalflow.devstack.sim import SiteOptions  # noqa: E402
 from metalflow.devstack.stack import DevStack, DevStackConfig  # noqa: E402
-from metalflow.hosts import send_update  # noqa: E402
 from metalflow.models.host import (  # noqa: E402
-    REQUEST_REPROVISION_UPDATE,
-    HostWorkflowInput,
-    OperationAccepted,
     OperationPolicy,
-    OperationRequest,
 )
 
 # Zero device delays: no wait between Off and On; the other limits generous (a loaded machine
@@ -103,31 +99,33 @@ async def history_events(client: Client, host_id: str) -> dict[str, int]:
     return counts
 
 
-async def reprovision_all(client: Client, hosts: list[str], limit: float) -> tuple[float, list[str]]:
-    """Request every host's reprovision at once; seconds to the last end, and the failures."""
-    gate = asyncio.Semaphore(50)
+async def reprovision_all(client: Client, hosts: list[str], limit: float) -> tuple[float, list[str], int]:
+    """Request every host's reprovision at once (as `make chaos` does, retrying what the server
+    refuses for a while); seconds to the last end, the failures, and the requests sent again."""
+
+    async def reprovisions() -> tuple[dict[str, str], int]:
+        return await request_reprovisions(client, hosts, POLICY, say_every=max(1, len(hosts) // 10))
+
+    began = time.monotonic()
+    operations, retries = await asyncio.wait_for(reprovisions(), timeout=limit)
     failures: list[str] = []
     done = 0
 
-    async def one(host_id: str) -> None:
+    async def finished(host_id: str, workflow_id: str) -> None:
         nonlocal done
-        request = OperationRequest(requested_by="bench", reason="bench_fleet", policy=POLICY)
-        async with gate:
-            accepted = await send_update(
-                client, HostWorkflowInput(host_id=host_id, policy=POLICY), REQUEST_REPROVISION_UPDATE,
-                request, OperationAccepted,
-            )  # fmt: skip
         try:
-            await client.get_workflow_handle(accepted.workflow_id).result()
+            await client.get_workflow_handle(workflow_id).result()
         except Exception as err:  # noqa: BLE001 - a failed host is a figure, not a crash
             failures.append(f"{host_id}: {err}")
         done += 1
         if done % max(1, len(hosts) // 10) == 0:
             say(f"reprovisioned {done}/{len(hosts)}")
 
-    began = time.monotonic()
-    await asyncio.wait_for(asyncio.gather(*(one(h) for h in hosts)), timeout=limit)
-    return time.monotonic() - began, failures
+    remaining = max(1.0, limit - (time.monotonic() - began))
+    await asyncio.wait_for(
+        asyncio.gather(*(finished(h, w) for h, w in operations.items())), timeout=remaining
+    )
+    return time.monotonic() - began, failures, retries
 
 
 def power_cycles(url: str, hosts: list[str]) -> int:
@@ -153,7 +151,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         before = request_totals(url)
         since = datetime.now().astimezone()
         say(f"reprovisioning {len(hosts)} hosts at once")
-        seconds, failures = await reprovision_all(client, hosts, args.limit)
+        seconds, failures, retries = await reprovision_all(client, hosts, args.limit)
         after = request_totals(url)
         cycles = power_cycles(url, hosts)
         reactions = sorted(reaction_seconds(sim_get(url, "/sim/timeline"), since))
@@ -167,6 +165,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "dpus": dpus,
             "failed": len(failures),
             "failures": failures[:5],
+            "request_retries": retries,
             "violations": len(violations),
             "reprovision_seconds": round(seconds, 2),
             "hosts_per_s": round(hosts_per_s, 3),

@@ -89,7 +89,7 @@ class SimulatedSite:
         self.app = web.Application(
             client_max_size=16 * 1024 * 1024, middlewares=[self.request_counts.middleware()]
         )
-        add_kube_routes(self.app, self.store, self.faults, auth=self.auth)
+        self.kube_api = add_kube_routes(self.app, self.store, self.faults, auth=self.auth)
         control.add_control_routes(self.app, self)
         self._runner: web.AppRunner | None = None
         self.url = ""

@@ -31,6 +31,8 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
     app.router.add_post("/sim/faults/api/outage", _api_outage)
+    app.router.add_post("/sim/faults/api/drop-watches", _drop_watches)
+    app.router.add_get("/sim/sessions", _sessions)
 
 
 def _problem(status: int, message: str) -> web.Response:
@@ -132,6 +134,18 @@ async def _api_outage(request: web.Request) -> web.Response:
         return _problem(400, 'body must be {"down": true} or {"down": false}')
     request.app[SITE_KEY].faults.api_down = down
     return web.json_response({"api": "down" if down else "up"})
+
+
+async def _drop_watches(request: web.Request) -> web.Response:
+    """Close every open watch of the API's clients at once (they must resume or relist)."""
+    return web.json_response({"dropped": request.app[SITE_KEY].kube_api.drop_client_watches()})
+
+
+async def _sessions(request: web.Request) -> web.Response:
+    """Open Redfish sessions per BMC service (a client that never logs out leaves them open)."""
+    bmcs = request.app[SITE_KEY].bmcs
+    counts = {service: bmcs.open_sessions(service) for service in bmcs.services}
+    return web.json_response({service: n for service, n in counts.items() if n})
 
 
 async def _podgang_fault(request: web.Request) -> web.Response:
