@@ -53,6 +53,7 @@ class PowerControl:
         self._tasks = tasks
         # (host, reset type, when) for each reset that starts a transition: reaction times.
         self.on_reset: Callable[[str, str, datetime], None] | None = None
+        self.on_change: Callable[[HostBMC], None] | None = None  # told each PowerState change
 
     def reset(self, host: HostBMC, reset_type: object, prefix: str) -> web.Response:
         """Start the transition a `ComputerSystem.Reset` asks for, or refuse it; never waits."""
@@ -167,6 +168,8 @@ class PowerControl:
         host.task = task
         if not host.profile.power_lag:
             host.power = _INTERMEDIATE[plan[0]]
+        if self.on_change is not None:
+            self.on_change(host)
         loop = asyncio.get_running_loop()
         host.timer = loop.call_later(self._leg_seconds(host), self._step, host)
 
@@ -204,6 +207,8 @@ class PowerControl:
             if host.task is not None:
                 host.task.complete(f"The reset {reset_type} completed; the system is {target}.")
                 host.task = None
+        if self.on_change is not None:
+            self.on_change(host)
         # Publish last: handlers see the host already in its new state.
         self._hub.publish(PowerTransition(host.host_id, now, from_state, target, reset_type))
         if target == "On":
