@@ -57,6 +57,10 @@ async def metalflow(
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
     # The CLI checks hosts against the inventory before it sends anything: the module's site.
     env["METALFLOW_SITE_FILE"] = str(site_file or SITE_FILE.get("path", Path("/nonexistent/site.yaml")))
+    # A reprovision also checks DPF's DPUs, in the cluster of the simulator that wrote the site file.
+    kubeconfig = Path(env["METALFLOW_SITE_FILE"]).parent / "kubeconfig"
+    if kubeconfig.is_file():
+        env["KUBECONFIG"] = str(kubeconfig)
     env["METALFLOW_INVENTORY"] = "site"
     env["TEMPORAL_ADDRESS"] = address or local_env.client.service_client.config.target_host
     env["TEMPORAL_CONFIG_FILE"] = os.devnull
@@ -122,7 +126,9 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
 
     told = await metalflow(local_env, "host-rebooted", "clih-002", "--by", "dc-tech", "--task-queue", queue)
     assert told.status == 0, told.stderr
-    assert "told provision/host-clih-002 that the host was rebooted (by dc-tech)" in told.stdout
+    assert "provision/host-clih-002: reboot confirmation passed to reboot/host-clih-002/generation-" in (
+        told.stdout
+    )
     for _ in range(150):
         shown = json.loads((await metalflow(local_env, "host", "status", "clih-002", "--json")).stdout)[
             "host"

@@ -4,6 +4,7 @@ every real workflow and activity, and the simulated site's Grove."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -32,6 +33,15 @@ async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
         local_env.client, task_queue, Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
     ):
         yield task_queue
+
+
+@pytest.fixture(scope="module")
+async def refusing_queue(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[str]:
+    """One worker for all the refused requests (~2 s to start and up to 3 s to stop per test, six
+    times over): they start nothing, so nothing of one case is left for the next to meet."""
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(local_env.client, f"refusals-{uuid.uuid4()}", settings) as worker:
+        yield worker.task_queue
 
 
 async def test_start_wait_completes_and_status_reports_it(
@@ -76,10 +86,10 @@ async def test_start_wait_completes_and_status_reports_it(
     ],
 )
 async def test_bad_requests_are_refused_and_change_nothing(
-    local_env: WorkflowEnvironment, sim: RunningSim, queue: str, args: list[str], message: str
+    local_env: WorkflowEnvironment, sim: RunningSim, refusing_queue: str, args: list[str], message: str
 ) -> None:
     before = {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")}
-    refused = await metalflow(local_env, "rollout", "start", *args, "--task-queue", queue)
+    refused = await metalflow(local_env, "rollout", "start", *args, "--task-queue", refusing_queue)
     assert refused.status == 2, refused
     assert message in refused.stderr
     assert {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")} == before

@@ -16,7 +16,10 @@ Each operation runs as a child workflow started by type name, with the business-
 (`reprovision/host-<id>`, `reboot/host-<id>/generation-<n>`, ...). Children are ABANDONed on
 parent close: the entity continues-as-new only while idle, so this never cuts a running
 operation; if the entity is terminated or reset by hand, a power cycle half done keeps going,
-and the child's id still locks the host (a new entity's request for it is refused).
+and the child's id still locks the host (a new entity's request for it is refused). A reboot
+(`host reboot`) is the exception: it is cancelled with the entity (REQUEST_CANCEL), and a
+cancelled reboot powers the host back on at once instead of waiting out its power-down wait, so
+a terminated entity never leaves a reboot behind holding the host's BMC.
 
 Worst-case history: about 15 events per operation (the update, the child's start and end) plus
 4 per other update; the entity continues-as-new when idle past `max_history_events` (default
@@ -78,6 +81,7 @@ NOT_AWAITING_ERROR: Final = "NothingAwaitsApproval"
 INSTANCE_ERROR: Final = "InstanceConflict"
 
 # The child workflow of each operation, by type name: the entity does not import their modules.
+REBOOT_CANCEL_PATCH: Final = "entity-reboot-cancelled-with-entity"  # was ABANDON before it
 CHILD_TYPES: Final = {
     names.PROVISION: "HostOperationWorkflow",
     names.REPROVISION: "HostOperationWorkflow",
@@ -373,7 +377,11 @@ class HostWorkflow:
             current.child, generation = await start_next_reboot(
                 child_input,
                 summary=summary.replace("{", "{{").replace("}", "}}"),  # the helper formats it
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                parent_close_policy=(
+                    workflow.ParentClosePolicy.REQUEST_CANCEL
+                    if workflow.patched(REBOOT_CANCEL_PATCH)
+                    else workflow.ParentClosePolicy.ABANDON
+                ),
                 search_attributes=attributes,
                 decode_result=False,  # as for every child: the entity reads `boot_generation` only
             )

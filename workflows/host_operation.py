@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from metalflow.models.host import (
         ABORT_UPDATE,
         HOST_REBOOTED_SIGNAL,
+        HOST_REBOOTED_UPDATE,
         MARK_REBOOTED_UPDATE,
         RETRY_UPDATE,
         STATUS_QUERY,
@@ -188,6 +189,15 @@ class HostOperationWorkflow(Escalation):
     async def host_rebooted(self, confirmation: OperatorRequest) -> None:
         """Someone rebooted the host: passed to the reboot in flight, or taken as `mark_rebooted`."""
         await self.on_host_rebooted(confirmation)
+
+    @workflow.update(name=HOST_REBOOTED_UPDATE)
+    async def host_rebooted_update(self, confirmation: OperatorRequest) -> OperationAnswer:
+        """The host was rebooted by hand: refused, naming what the run waits for, unless awaited."""
+        return await self.on_host_rebooted_update(confirmation)
+
+    @host_rebooted_update.validator
+    def _validate_host_rebooted(self, confirmation: OperatorRequest) -> None:
+        self.validate_host_rebooted()
 
     @workflow.update(name=RETRY_UPDATE)
     def retry(self, request: OperatorRequest) -> OperationAnswer:

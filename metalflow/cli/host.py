@@ -26,12 +26,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from metalflow import names
 from metalflow.cli import host_decide, host_list, host_monitor
 from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
-from metalflow.client import TemporalConfigError, connect, load_connect_config
+from metalflow.client import TemporalConfigError, connect, load_connect_config, temporal_lost
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
     HostRequestError,
@@ -47,7 +47,6 @@ from metalflow.hosts import (
 from metalflow.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
-    HOST_REBOOTED_SIGNAL,
     RELEASE_INSTANCE_UPDATE,
     REQUEST_FIRMWARE_UPDATE,
     REQUEST_PROVISION_UPDATE,
@@ -84,8 +83,6 @@ from metalflow.validation import (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-# Temporal went away (or never answered): like "cannot reach Temporal", an environment problem.
-LOST = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 REQUESTS = {
     names.PROVISION: (REQUEST_PROVISION_UPDATE, "register the host's DPUs with DPF and provision them"),
     names.REPROVISION: (REQUEST_REPROVISION_UPDATE, "reprovision the host's DPUs (delete, DPF recreates)"),
@@ -212,13 +209,14 @@ def register(subparsers: Any) -> None:
 
     rebooted = subparsers.add_parser(
         "host-rebooted",
-        help="report that a host was rebooted by hand (signal host_rebooted)",
+        help="report that a host was rebooted by hand (update host_rebooted)",
         description="Tell the operation in flight on HOST that the host was rebooted outside "
-        "metalflow (reboot method manual, or an unreachable BMC).",
+        "metalflow (reboot method manual, or a BMC that could not reboot it). Refused (exit 1), "
+        "naming what the operation waits for, when it awaits no reboot.",
     )
     _common(rebooted)
-    _reason_option(rebooted, "recorded with the signal")
-    rebooted.set_defaults(handler=_runner(_host_rebooted))
+    _reason_option(rebooted, "recorded with the confirmation")
+    rebooted.set_defaults(handler=_runner(host_decide.host_rebooted))
 
     approve = subparsers.add_parser(
         "approve",
@@ -370,7 +368,7 @@ async def _connected(
         return _fail(str(err), EXIT_FAILED)
     except RPCError as err:
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
-        if err.status in LOST:
+        if temporal_lost(err):  # Temporal went away: like "cannot reach Temporal", the environment's
             return _fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
         return _fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:  # one line, never a traceback: the command's user cannot act on one
@@ -468,16 +466,6 @@ async def _instance(client: Client, args: argparse.Namespace) -> int:
     await require_worker(client, args.task_queue)
     answer = await send_update(client, _entity(args), args.update, request, OperationAnswer, args.task_queue)
     _say(f"{args.host}: {answer.message}")
-    return EXIT_OK
-
-
-async def _host_rebooted(client: Client, args: argparse.Namespace) -> int:
-    current = (await host_status(client, args.host)).current
-    if current is None or current.outcome != "running":
-        return _fail(f"no operation in flight on {args.host}: nothing waits for a reboot", EXIT_FAILED)
-    handle = client.get_workflow_handle(current.workflow_id)
-    await handle.signal(HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by=args.by, reason=args.reason))
-    _say(f"{args.host}: told {current.workflow_id} that the host was rebooted (by {args.by})")
     return EXIT_OK
 
 

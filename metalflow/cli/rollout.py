@@ -32,7 +32,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
-from metalflow.client import connect
+from metalflow.client import connect, temporal_lost
 from metalflow.hosts import default_operator
 from metalflow.models.grove import (
     ABORT_UPDATE,
@@ -196,6 +196,14 @@ async def _connected(
         return await action(client, args)
     except RolloutError as err:
         return _fail(str(err), err.status)
+    except RPCError as err:  # one line, never a traceback; Temporal gone is the environment's (2)
+        reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
+        if temporal_lost(err):
+            address = client.service_client.config.target_host
+            return _fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
+        return _fail(f"Temporal refused the request ({reason})", 1)
+    except Exception as err:
+        return _fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], 1)
 
 
 def _fail(message: str, status: int) -> int:
@@ -335,6 +343,8 @@ async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> 
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise RolloutError(f"no rollout {handle.id} in flight") from None
+        if temporal_lost(err):
+            raise
         raise RolloutError(f"{update} refused: {err.message}") from None
     return answer
 

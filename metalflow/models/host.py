@@ -50,6 +50,9 @@ from metalflow.validation import (
 # -- message names (the Temporal UI and CLI show and send these) -----------------------------------
 STATUS_QUERY: Final = "status"
 HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
+# The same name as an update: refused, naming what the operation waits for, when nothing awaits a
+# reboot (the signal cannot answer; it stays handled for senders and workflows from before).
+HOST_REBOOTED_UPDATE: Final = "host_rebooted"
 RETRY_UPDATE: Final = "retry"
 MARK_REBOOTED_UPDATE: Final = "mark_rebooted"
 ABORT_UPDATE: Final = "abort"
@@ -170,6 +173,9 @@ class HostRebootInput(_Frozen):
     reason: str = ""
     force_off: bool = False  # ForceOff then On even where a gentler cycle exists (re-issues)
     policy: OperationPolicy = OperationPolicy()
+    # True: a BMC that cannot reboot the host fails the reboot (`BMCRebootFailed`, the reason in
+    # words) for the caller to escalate; False: the reboot waits for a person itself.
+    escalate_bmc_failure: bool = False
 
 
 class HostRebootResult(_Frozen):
