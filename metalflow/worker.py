@@ -20,6 +20,7 @@ from typing import Any
 
 import temporalio.activity
 import temporalio.workflow
+from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
@@ -62,6 +63,11 @@ def build_worker(
             temporal_client=client, settings=settings or Settings.from_env()
         ),
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
+        # An input that does not validate (a workflow started by hand, `temporal workflow start`)
+        # fails the workflow naming the field, instead of failing its first task again and again
+        # forever (the SDK's default for any error while decoding arguments). Signals with a bad
+        # payload are still dropped by the SDK, and updates rejected, whatever this says.
+        workflow_failure_exception_types=[ValidationError],
         **worker_versioning(deployment_config),
     )
 

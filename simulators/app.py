@@ -41,6 +41,7 @@ from simulators.kube.rbac import RESOURCE_TYPES as RBAC_TYPES
 from simulators.kube.rbac import Auth
 from simulators.kube.store import AlreadyExists, NotFound, Store
 from simulators.kube.tls import make_serving_certificate
+from simulators.measure import RequestCounts, Timeline
 from simulators.persist import StoreSnapshots
 from simulators.redfish import BMCs, service_groups
 from simulators.site import BMC, CredentialRef, Site, dump_site
@@ -80,8 +81,15 @@ class SimulatedSite:
         self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)
         self.dpf = DPFController(self.store, self.hub, options.timings, self.violations, site)
         self.grove = GroveController(self.store, options.timings, self.violations)
-        self.app = web.Application(client_max_size=16 * 1024 * 1024)
-        add_kube_routes(self.app, self.store, self.faults, auth=self.auth)
+        self.request_counts = RequestCounts()
+        self.timeline = Timeline()
+        self.bmcs.request_counts = self.request_counts
+        self.bmcs.power.on_reset = self.timeline.reset_accepted
+        self.dpf.provisioner.on_reboot_asked = self.timeline.reboot_asked
+        self.app = web.Application(
+            client_max_size=16 * 1024 * 1024, middlewares=[self.request_counts.middleware()]
+        )
+        self.kube_api = add_kube_routes(self.app, self.store, self.faults, auth=self.auth)
         control.add_control_routes(self.app, self)
         self._runner: web.AppRunner | None = None
         self.url = ""

@@ -26,10 +26,14 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/violations", _violations)
     app.router.add_get("/sim/audit", _audit)
     app.router.add_get("/sim/hosts/{host_id}/power-log", _power_log)
+    app.router.add_get("/sim/requests", _requests)
+    app.router.add_get("/sim/timeline", _timeline)
     app.router.add_get("/sim/bmcs/{bmc_id}/load", _bmc_load)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
     app.router.add_post("/sim/faults/api/outage", _api_outage)
+    app.router.add_post("/sim/faults/api/drop-watches", _drop_watches)
+    app.router.add_get("/sim/sessions", _sessions)
 
 
 def _problem(status: int, message: str) -> web.Response:
@@ -55,6 +59,16 @@ async def _site(request: web.Request) -> web.Response:
 async def _audit(request: web.Request) -> web.Response:
     """RBAC decisions per user, verb, group and resource (see `simulators.kube.rbac`)."""
     return web.json_response(request.app[SITE_KEY].auth.audit_json())
+
+
+async def _requests(request: web.Request) -> web.Response:
+    """Requests per API and client (`simulators.measure`)."""
+    return web.json_response(request.app[SITE_KEY].request_counts.as_json())
+
+
+async def _timeline(request: web.Request) -> web.Response:
+    """Reboots DPF asked for and resets the BMCs accepted, with the simulator's clock."""
+    return web.json_response(request.app[SITE_KEY].timeline.as_json())
 
 
 async def _violations(request: web.Request) -> web.Response:
@@ -130,6 +144,18 @@ async def _api_outage(request: web.Request) -> web.Response:
         return _problem(400, 'body must be {"down": true} or {"down": false}')
     request.app[SITE_KEY].faults.api_down = down
     return web.json_response({"api": "down" if down else "up"})
+
+
+async def _drop_watches(request: web.Request) -> web.Response:
+    """Close every open watch of the API's clients at once (they must resume or relist)."""
+    return web.json_response({"dropped": request.app[SITE_KEY].kube_api.drop_client_watches()})
+
+
+async def _sessions(request: web.Request) -> web.Response:
+    """Open Redfish sessions per BMC service (a client that never logs out leaves them open)."""
+    bmcs = request.app[SITE_KEY].bmcs
+    counts = {service: bmcs.open_sessions(service) for service in bmcs.services}
+    return web.json_response({service: n for service, n in counts.items() if n})
 
 
 async def _podgang_fault(request: web.Request) -> web.Response:

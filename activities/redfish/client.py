@@ -59,6 +59,9 @@ log = logging.getLogger("metalflow.redfish")
 
 AuthMode = Literal["session", "basic", "auto"]
 OnWait = Callable[[], None]
+# A session DELETE that fails transiently is sent again, this often in all, pausing between.
+_SESSION_DELETE_ATTEMPTS = 3
+_SESSION_DELETE_PAUSE_SECONDS = 0.5
 # Touch an open session at least this often during a wait (BMC idle timeouts are often 60 s).
 SESSION_KEEPALIVE_SECONDS = 20.0
 _TLS_EXTENSION = "metalflow_tls"
@@ -493,17 +496,35 @@ class BMCConnection:
                 self._state.session = None
 
     async def close_session(self) -> None:
-        """Delete the BMC's session, if one is open; failures are logged, not raised."""
+        """Delete the BMC's session, if one is open; failures are logged, not raised.
+
+        A busy or failing BMC (5xx, 429, no answer) is asked again, up to
+        `_SESSION_DELETE_ATTEMPTS` times over a few seconds: a session left open holds one of
+        the BMC's few session slots until its idle timeout (found by `make chaos`: one 500 on the
+        DELETE leaked a session). Cost: at most two more requests, only on a failing DELETE.
+        """
         async with self._state.session_lock:
             session, self._state.session = self._state.session, None
         if session is None or session.location is None:
             return
-        try:
-            response = await self._send("DELETE", session.location, {"X-Auth-Token": session.token}, None)
+        for attempt in range(1, _SESSION_DELETE_ATTEMPTS + 1):
+            last = attempt == _SESSION_DELETE_ATTEMPTS
+            try:
+                response = await self._send("DELETE", session.location, {"X-Auth-Token": session.token}, None)
+            except Exception as err:  # closing must not hide the activity's own outcome
+                if last:
+                    log.warning("BMC %s: could not delete session: %s", self.bmc_id, err)
+                    return
+                await self.sleep(_SESSION_DELETE_PAUSE_SECONDS)
+                continue
+            transient = response.status_code >= 500 or response.status_code == 429
+            if transient and not last:
+                wait = retry_after_seconds(response)
+                await self.sleep(min(wait if wait is not None else _SESSION_DELETE_PAUSE_SECONDS, 2.0))
+                continue
             if response.status_code >= 400 and response.status_code != 404:
                 log.warning("BMC %s: deleting session answered %s", self.bmc_id, response.status_code)
-        except Exception as err:  # closing must not hide the activity's own outcome
-            log.warning("BMC %s: could not delete session: %s", self.bmc_id, err)
+            return
 
     # -- task monitors ----------------------------------------------------------------------
 

@@ -122,7 +122,7 @@ class HostOperationKind(StrEnum):
 
 
 class HostOperationInput(_Frozen):
-    host_id: str = Field(min_length=1)
+    host_id: HostId  # the same rule as the CLI's: a workflow started by hand is checked too
     kind: HostOperationKind
     dpu_ids: tuple[str, ...] | None = None  # None: every DPU of the host
     requested_by: str = Field(min_length=1)
@@ -167,7 +167,7 @@ class HostOperationResult(_Frozen):
 
 
 class HostRebootInput(_Frozen):
-    host_id: str = Field(min_length=1)
+    host_id: HostId  # the same rule as the CLI's: a workflow started by hand is checked too
     boot_generation: int = Field(ge=1)  # the generation this reboot brings the host to
     requested_by: str = Field(min_length=1)
     reason: str = ""
@@ -191,7 +191,7 @@ class HostRebootResult(_Frozen):
 
 
 class FirmwareInput(_Frozen):
-    host_id: str = Field(min_length=1)
+    host_id: HostId  # the same rule as the CLI's: a workflow started by hand is checked too
     target_version: str = Field(min_length=1)
     image_uri: str = Field(min_length=1)
     dpu_ids: tuple[str, ...] | None = None
@@ -397,7 +397,7 @@ class MonitorMemory(_Frozen):
 
 
 class HostMonitorInput(_Frozen):
-    host_id: str = Field(min_length=1)
+    host_id: HostId  # the same rule as the CLI's: a workflow started by hand is checked too
     namespace: str = "dpf-operator-system"
     site: str = "default"
     requested_by: str = "metalflow"
@@ -438,7 +438,7 @@ class HostMonitorResult(_Frozen):
 
 
 class HostRemovalInput(_Frozen):
-    host_id: str = Field(min_length=1)
+    host_id: HostId  # the same rule as the CLI's: a workflow started by hand is checked too
     dpu_ids: tuple[str, ...] | None = None  # None: the whole DPUNode (flow 8/10); else these DPUs (7/9)
     force: bool = False  # remove finalizers when DPF does not finish within `force_after_seconds`
     force_after_seconds: ForceAfter = 300.0

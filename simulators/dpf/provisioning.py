@@ -105,6 +105,8 @@ class Provisioner:
         self.rounds: dict[str, RebootRound] = {}
         self.power_cycles: dict[str, int] = defaultdict(int)
         self.last_power_cycle: dict[str, datetime] = {}
+        # (host, DPUNode, when) for each reboot DPF asks for: the benchmarks' reaction times.
+        self.on_reboot_asked: Callable[[str, str, datetime], None] | None = None
 
     # -- events ---------------------------------------------------------------------------------
     def on_dpu(self, event: str, obj: Object) -> None:
@@ -307,6 +309,8 @@ class Provisioner:
 
             self.client.mutate(self.client.dpunode, node, ask)
             log.info("DPU %s asks for an external reboot of %s", name, node)
+            if self.on_reboot_asked is not None:
+                self.on_reboot_asked(host, node, current.requested_at)
         current.dpus.add(name)
         self.refresh_node(node)
 

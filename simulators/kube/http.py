@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import weakref
 from typing import Any
 
 import yaml
@@ -83,6 +84,15 @@ class KubeAPI:
         self.bookmark_interval = bookmark_interval
         self.types = store.resource_types()
         self._cache: dict[str, bytes] = {}
+        self.client_watches: weakref.WeakSet[Any] = weakref.WeakSet()  # open watches of API clients
+
+    def drop_client_watches(self) -> int:
+        """End every client's open watch stream (a restarted or failed-over API server does);
+        the simulator's own controllers keep theirs. Returns how many were open."""
+        open_now = [w for w in self.client_watches if not w.closed]
+        for watcher in open_now:
+            watcher.close()
+        return len(open_now)
 
     # -- discovery and OpenAPI --------------------------------------------------------------
     def _cached(self, key: str, build: Any) -> web.Response:
@@ -396,6 +406,7 @@ class KubeAPI:
                 field_selector=q.get("fieldSelector"),
                 initial_events=rv is None,
             )
+            self.client_watches.add(watcher)
         except StoreError as exc:
             if exc.code != 410:
                 raise

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from simulators.events import Hub, PowerCycled
 from simulators.faults import Faults
+from simulators.measure import RequestCounts
 from simulators.site import Site
 from simulators.timings import Timings
 from simulators.violations import Violations
@@ -128,6 +129,7 @@ class BMCs:
         self._runner: web.BaseRunner | None = None
         self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         self.ca_path: Path | None = None  # the CA of the https BMCs, once served
+        self.request_counts: RequestCounts | None = None  # set by the site: requests per client
 
     async def serve(self, tls_dir: Path | None = None) -> None:
         """Listen for every BMC service on a free port of 127.0.0.1 (https where asked).

@@ -51,6 +51,8 @@ class PowerControl:
         self._hub = hub
         self._timings = timings
         self._tasks = tasks
+        # (host, reset type, when) for each reset that starts a transition: reaction times.
+        self.on_reset: Callable[[str, str, datetime], None] | None = None
         self.on_change: Callable[[HostBMC], None] | None = None  # told each PowerState change
 
     def reset(self, host: HostBMC, reset_type: object, prefix: str) -> web.Response:
@@ -159,6 +161,8 @@ class PowerControl:
         return web.Response(status=204, headers={"OData-Version": "4.0"})
 
     def _start(self, host: HostBMC, plan: tuple[str, ...], reset_type: str, task: Task | None) -> None:
+        if self.on_reset is not None:
+            self.on_reset(host.host_id, reset_type, datetime.now(UTC))
         host.pending = plan
         host.reset_type = reset_type
         host.task = task

@@ -79,6 +79,8 @@ class Redfish:
         service = self._bmcs.service_at(sockname[1]) if sockname else None
         if service is None:
             return messages.not_found(request.path)
+        if self._bmcs.request_counts is not None:
+            self._bmcs.request_counts.count("redfish", request)
         # The BMC's own count of requests it answers at once (`BMCs.load`).
         service.requests_in_flight += 1
         service.requests_in_flight_peak = max(service.requests_in_flight_peak, service.requests_in_flight)

@@ -1,0 +1,130 @@
+"""Many host monitors on one worker, and whether a power cycle is still served among them.
+
+    .venv/bin/python bench/bench_monitors.py [--monitors 10000] [--limit 600]
+
+Runs the dev stack (as `bench_fleet.py` does) with one simulated host per monitor (one DPU
+each, zero delays, every DPU Ready), starts a `monitor/host-<id>` for every host as
+`metalflow host monitor` does, then asks host-001's entity for one reboot and waits for it,
+at most `--limit` seconds. `ok` is true when the reboot completed and the host's BMC logged
+exactly one power cycle: the monitors did not starve the worker of what a power cycle needs.
+Prints progress on stderr and one JSON object on stdout, with the worker's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT)]
+
+from metalflow import names  # noqa: E402
+from metalflow.devstack.ports import free_port  # noqa: E402
+from metalflow.devstack.sim import SiteOptions  # noqa: E402
+from metalflow.devstack.stack import WORKER_NAME, DevStack, DevStackConfig  # noqa: E402
+from metalflow.hosts import send_update  # noqa: E402
+from metalflow.models.host import (  # noqa: E402
+    REQUEST_REBOOT_UPDATE,
+    HostMonitorInput,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationPolicy,
+    OperationRequest,
+)
+from metalflow.monitors import start_monitor  # noqa: E402
+
+POLICY = OperationPolicy(power_down_wait_seconds=0.0, reboot_wait_seconds=600.0, phase_timeout_seconds=1800.0)
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):  # the peak resident set since the process started
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    state_dir = Path(tempfile.mkdtemp(prefix="metalflow-bench-monitors-"))
+    site = SiteOptions(
+        hosts=args.monitors, dpus_per_host=1, timings="zero", initialised=True, port=free_port()
+    )
+    stack = DevStack(
+        DevStackConfig(state_dir=state_dir, port=free_port(), ui_port=free_port(), site=site), say=say
+    )
+    result: dict[str, Any] = {"monitors": args.monitors, "ok": False}
+    began = time.monotonic()
+    try:
+        await stack.start()
+        client = await stack.client()
+        worker = next(p for p in stack.processes if p.name == WORKER_NAME)
+        gate = asyncio.Semaphore(50)
+        started = 0
+
+        async def monitor(n: int) -> None:
+            nonlocal started
+            async with gate:
+                await start_monitor(
+                    client, HostMonitorInput(host_id=f"host-{n + 1:03d}", requested_by="bench")
+                )
+            started += 1
+            if started % max(1, args.monitors // 10) == 0:
+                say(f"monitors started: {started}/{args.monitors}")
+
+        await asyncio.wait_for(asyncio.gather(*(monitor(n) for n in range(args.monitors))), args.limit)
+        result["start_seconds"] = round(time.monotonic() - began, 1)
+        say("asking host-001 for one reboot among the monitors")
+        request = OperationRequest(requested_by="bench", reason="bench_monitors", policy=POLICY)
+        reboot_began = time.monotonic()
+        try:
+            accepted = await send_update(
+                client, HostWorkflowInput(host_id="host-001", policy=POLICY), REQUEST_REBOOT_UPDATE,
+                request, OperationAccepted,
+            )  # fmt: skip
+            remaining = max(60.0, args.limit - (time.monotonic() - began))
+            await asyncio.wait_for(client.get_workflow_handle(accepted.workflow_id).result(), remaining)
+            log = httpx.get(f"{stack.sim_info['url']}/sim/hosts/host-001/power-log", timeout=30).json()
+            cycles = sum(1 for entry in log if entry["to"] == "On")
+            result["power_cycles"] = cycles
+            result["ok"] = cycles == 1
+        except (TimeoutError, Exception) as err:  # noqa: BLE001 - the figure is whether it was served
+            result["error"] = f"{type(err).__name__}: {err}"
+        result["reboot_seconds"] = round(time.monotonic() - reboot_began, 1)
+        result["worker_peak_mb"] = round(rss_mb(worker.pid), 1)
+        running = await client.count_workflows(
+            f'{names.OPERATION.name}="{names.MONITOR}" AND ExecutionStatus="Running"'
+        )
+        result["monitors_running"] = running.count
+    except TimeoutError:
+        result["error"] = f"starting {args.monitors} monitors took longer than {args.limit:g} s"
+    finally:
+        await stack.stop()
+        if not args.keep:
+            shutil.rmtree(state_dir, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--monitors", type=int, default=10_000)
+    parser.add_argument("--limit", type=float, default=900.0, help="seconds for the whole run")
+    parser.add_argument("--keep", action="store_true", help="keep the state dir (logs, history)")
+    print(json.dumps(asyncio.run(run(parser.parse_args())), indent=2))
+
+
+if __name__ == "__main__":
+    main()

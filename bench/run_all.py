@@ -1,0 +1,115 @@
+"""`make bench`: run every benchmark, print the headline figures as JSON, write them all to
+`.metalflow/bench.json`.
+
+    .venv/bin/python bench/run_all.py [--hosts 200] [--monitors 10000] [--quick]
+
+Each benchmark runs as its own process with a time limit (`--limit` seconds each), so the whole
+run is bounded; one that fails or overruns leaves its figures null with the reason in
+`errors`, and the others still run. Progress goes to stderr.
+
+Figures (bench/README.md says what each means and records the last run):
+throughput_ratio, history_events_per_host, k8s_requests_per_dpu, redfish_requests_per_cycle,
+reaction_median_s, reaction_p99_s (bench_fleet.py); sim_peak_mb_1k, sim_requests_per_s
+(bench_sim.py); monitors_10k_ok (bench_monitors.py); max_history_events_10k,
+worker_peak_mb_10k (a campaign over 10,000 hosts: null until metalflow has campaigns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTPUT = ROOT / ".metalflow" / "bench.json"
+HEADLINE = (
+    "throughput_ratio", "history_events_per_host", "k8s_requests_per_dpu", "redfish_requests_per_cycle",
+    "reaction_median_s", "reaction_p99_s", "sim_peak_mb_1k", "sim_requests_per_s", "monitors_10k_ok",
+    "max_history_events_10k", "worker_peak_mb_10k",
+)  # fmt: skip
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+def run_json(name: str, argv: list[str], limit: float) -> dict[str, Any]:
+    """Run one benchmark script; its stdout is one JSON object. Raises on failure or overrun."""
+    say(f"{name}: {' '.join(argv)} (limit {limit:g} s)")
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, text=True, timeout=limit, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{name} exited with status {done.returncode}")
+    say(f"{name}: done in {time.monotonic() - began:.0f} s")
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hosts", type=int, default=200, help="hosts reprovisioned at once (2 DPUs each)")
+    parser.add_argument("--monitors", type=int, default=10_000, help="host monitors on one worker")
+    parser.add_argument("--limit", type=float, default=1800.0, help="seconds each benchmark may take")
+    args = parser.parse_args()
+    figures: dict[str, Any] = {name: None for name in HEADLINE}
+    errors: dict[str, str] = {}
+    details: dict[str, Any] = {}
+    # A benchmark's own limit leaves it time to start, stop and report what it measured (a
+    # stalled fleet still has reaction times and request counts) before this one kills it.
+    inner = str(round(args.limit * 0.6))
+    runs = {
+        "fleet": ["bench/bench_fleet.py", "--hosts", str(args.hosts), "--engine-runs", str(args.hosts),
+                  "--limit", inner],
+        "sim": ["bench/bench_sim.py", "--hosts", "1000", "--dpus-per-host", "2"],
+        "monitors": ["bench/bench_monitors.py", "--monitors", str(args.monitors), "--limit", inner],
+    }  # fmt: skip
+    for name, argv in runs.items():
+        try:
+            details[name] = run_json(name, argv, args.limit)
+        except (RuntimeError, subprocess.TimeoutExpired, json.JSONDecodeError) as err:
+            errors[name] = str(err)
+            say(f"{name}: FAILED: {err}")
+    fleet, sim, monitors = details.get("fleet", {}), details.get("sim", {}), details.get("monitors", {})
+    for key in HEADLINE[:6]:
+        figures[key] = fleet.get(key)
+    if sim:
+        figures["sim_peak_mb_1k"] = max(sim["rss_mb_idle"], sim["rss_mb_after_load"])
+        # The slower of the two kinds of request a client makes of the site.
+        figures["sim_requests_per_s"] = min(sim["kube_get_dpu_per_s"], sim["redfish_get_system_per_s"])
+    if monitors:
+        figures["monitors_10k_ok"] = monitors["ok"] if monitors["monitors"] >= 10_000 else None
+    errors.setdefault(
+        "campaign", "no campaign workflow in metalflow yet: the 10,000-host campaign figures wait"
+    )
+    report = {
+        **figures,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {platform.system()}, {_cpus()} CPUs, {platform.python_version()}",
+        "command": "make bench (" + " ".join(["bench/run_all.py", *sys.argv[1:]]) + ")",
+        "errors": errors,
+        "details": details,
+    }
+    OUTPUT.parent.mkdir(mode=0o700, exist_ok=True)
+    OUTPUT.write_text(json.dumps(report, indent=2) + "\n")
+    say(f"wrote {OUTPUT}")
+    print(json.dumps({k: report[k] for k in (*HEADLINE, "errors")}, indent=2))
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+if __name__ == "__main__":
+    main()
