@@ -228,3 +228,59 @@ async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
 def _heartbeated(description: Any) -> bool:
     pending = description.raw_description.pending_activities
     return any(p.activity_type.name == "watch_site_dpf" and p.HasField("heartbeat_details") for p in pending)
+
+
+async def test_twenty_monitored_hosts_hold_three_watch_streams_instead_of_sixty(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The figure of the issue: 20 monitors under other ids keep a per-host watcher each (the
+    design before the site watch: 3 streams and 1 activity slot per host); under their own ids
+    they share the site's 3 streams and hold no activity."""
+    count = 20
+    site = site_file_with_prefix(tmp_path / "in", "tw", hosts=count)
+    with running_sim(tmp_path / "sim", site_file=site, timings="zero", initialised=True) as sim20:
+        baseline = open_watches(sim20)
+        hosts = [f"tw-{i:03d}" for i in range(1, count + 1)]
+        async with site_worker(client, task_queue, sim20):
+            per_host = [
+                await client.start_workflow(
+                    "HostMonitorWorkflow",
+                    HostMonitorInput(host_id=h, site="tw-site", requested_by="test", policy=POLICY),
+                    id=f"{names.monitor_workflow_id(h)}-per-host-watcher",
+                    task_queue=task_queue,
+                    result_type=HostMonitorResult,
+                )
+                for h in hosts
+            ]
+            for h in per_host:
+                await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=120)  # type: ignore[misc]
+            before = await eventually(
+                lambda: _async(open_watches(sim20, baseline)), lambda w: sum(w.values()) == 3 * count
+            )
+            slots_before = sum(
+                [len((await h.describe()).raw_description.pending_activities) for h in per_host]
+            )
+            for h in per_host:
+                await stop(h)
+            await eventually(lambda: _async(open_watches(sim20, baseline)), lambda w: not w)
+
+            site_routed = [await start_monitor(client, task_queue, h) for h in hosts]
+            for h in site_routed:
+                await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=120)  # type: ignore[misc]
+            after = open_watches(sim20, baseline)
+            slots_after = sum(
+                [len((await h.describe()).raw_description.pending_activities) for h in site_routed]
+            )
+            for h in site_routed:
+                await stop(h)
+            await client.get_workflow_handle(
+                names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue)
+            ).terminate()
+        print(f"20 monitored hosts: watch streams {sum(before.values())} -> {sum(after.values())}, "
+              f"activity slots held by monitors {slots_before} -> {slots_after}")  # fmt: skip
+    assert sum(before.values()) == 60 and slots_before == 20
+    assert after == SITE_STREAMS and slots_after == 0
+
+
+async def _async(value: Any) -> Any:
+    return value
