@@ -21,6 +21,7 @@ from metalflow.models.dpf import (
     HoldState,
     HostDPFState,
     HostRef,
+    JoinSiteWatchInput,
     ReprovisionInput,
     WatchHostInput,
 )
@@ -77,6 +78,11 @@ class FakeSite:
 
         @activity.defn(name="read_host_dpf_state")
         async def read(host: HostRef) -> HostDPFState:
+            return site.state()
+
+        @activity.defn(name="join_site_dpf_watch")
+        async def join(request: JoinSiteWatchInput) -> HostDPFState:
+            # The site watch is this fake: it signals every change itself (unordered: no as_of).
             return site.state()
 
         @activity.defn(name="watch_host_dpf")
@@ -138,4 +144,4 @@ class FakeSite:
                 started_at=activity.info().started_time, finished_at=activity.info().started_time,
             )  # fmt: skip
 
-        return [resolve, read, watch, reprovision, release, mark, cycle, set_power]
+        return [resolve, read, join, watch, reprovision, release, mark, cycle, set_power]
