@@ -25,6 +25,7 @@ def build_activities(
     """
     # Imported here, not at module top: importing `activities` (e.g. for this function's type)
     # must not load the Kubernetes and HTTP clients until a worker builds them.
+    from activities.bmc_lease import BMCLeaseActivities
     from activities.dpf import DPFActivities, Kube
     from activities.grove import GroveActivities, RolloutWatcherActivities
     from activities.inventory import Inventory, InventoryActivities
@@ -54,6 +55,8 @@ def build_activities(
     pool = PoolActivities(kube)
     found += [pool.set_host_pool_state, pool.read_host_pool_state]
     found += build_redfish_activities(settings)
+    lease = BMCLeaseActivities(settings)  # the fleet-wide per-BMC limit (workflows/bmc_lease.py)
+    found += [lease.request_bmc_lease, lease.find_closed_workflow_runs]
     grove = GroveActivities(kube)
     found += [
         grove.read_pcs_state,

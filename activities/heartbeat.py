@@ -10,7 +10,8 @@ Details: an activity that resumes from heartbeat details (the power cycle) passe
 function returning what to send now; every beat sends the latest details, so a background beat
 never replaces recorded progress with nothing. The SDK throttles what actually reaches the
 server to 0.8 x the heartbeat timeout; the activity's own code still decides when a step is
-durable (see `activities.redfish.powercycle`).
+durable: `wait_until_recorded` reads this attempt's details back from the server before an
+action that must not be repeated (see `activities.redfish.powercycle`).
 
 Cost per running activity: one asyncio task waking every heartbeat_timeout / 3 (at most every
 10 s without a timeout), and the heartbeats the SDK sends (at most one per 0.8 x timeout); no
@@ -22,14 +23,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.service import RPCError
+
+from metalflow.errors import ProgressNotRecorded
 
 _NO_TIMEOUT_INTERVAL_SECONDS = 10.0
 _MIN_INTERVAL_SECONDS = 0.1
+_READ_BACK_INTERVAL_SECONDS = 0.5
 
 
 def beat_interval(heartbeat_timeout_seconds: float | None) -> float:
@@ -87,3 +93,59 @@ def stop_quietly_if_workflow_ended(what: str) -> None:
         non_retryable=True,
         category=ApplicationErrorCategory.BENIGN,
     ) from None
+
+
+async def wait_until_recorded(details: Any, *, within_seconds: float, what: str) -> None:
+    """Return once the Temporal server shows `details` as this attempt's last heartbeat details.
+
+    Waiting "long enough" for the SDK to send a heartbeat is not enough: with the server down (or
+    unreachable) the heartbeat is never recorded, the activity cannot tell, and a later attempt
+    resumes from older details. Before an action that must not be repeated (a reset), the activity
+    reads its details back with DescribeWorkflowExecution and acts only when they are there.
+    Heartbeats `details` while it waits (the SDK sends the latest at its throttle interval).
+
+    Cost: one DescribeWorkflowExecution every 0.5 s until the details show (usually one or two,
+    after the SDK's throttle interval); no history events.
+
+    Raises:
+        ProgressNotRecorded: not shown within `within_seconds` (the server is unreachable), or
+            another attempt of this activity is now the current one; retryable: the next
+            attempt resumes from whatever the server did record.
+    """
+    info = activity.info()
+    if info.workflow_id is None:
+        raise ProgressNotRecorded(f"{what}: run outside a workflow, nothing to read the progress back from")
+    client = activity.client()
+    handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
+    deadline = time.monotonic() + within_seconds
+    problem = "not shown yet"
+    while True:
+        activity.heartbeat(details)
+        try:
+            description = await handle.describe()
+        except RPCError as err:
+            problem = f"the server did not answer ({err.message})"
+        else:
+            pending = [
+                p for p in description.raw_description.pending_activities if p.activity_id == info.activity_id
+            ]
+            if not pending:
+                problem = "the activity is no longer pending"
+            elif pending[0].attempt != info.attempt:
+                current = pending[0].attempt
+                raise ProgressNotRecorded(
+                    f"{what}: attempt {current} of this activity is current, not {info.attempt}"
+                )
+            elif pending[0].heartbeat_details.payloads:
+                recorded = await client.data_converter.decode(
+                    pending[0].heartbeat_details.payloads, [type(details)]
+                )
+                if recorded and recorded[0] == details:
+                    return
+                problem = "older details shown"
+        if time.monotonic() >= deadline:
+            raise ProgressNotRecorded(
+                f"{what}: Temporal did not record this attempt's progress within {within_seconds:g} s "
+                f"({problem}); not acting on an unrecorded step"
+            )
+        await asyncio.sleep(_READ_BACK_INTERVAL_SECONDS)

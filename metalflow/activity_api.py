@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from temporalio import activity
 
+from metalflow.models.bmc_lease import RequestLeaseInput, RequestLeaseResult, WorkflowRunRefs
 from metalflow.models.dpf import (
     ChangeResult,
     DeleteDPUInput,
@@ -82,6 +83,19 @@ def _declared_only(name: str) -> NoReturn:
 async def resolve_host_inventory(lookup: HostLookup) -> HostInventory:
     """The host's BMC, credential reference, DPUs, groups and instance."""
     _declared_only("resolve_host_inventory")
+
+
+# -- BMC lease (fleet-wide per-BMC limit) ------------------------------------------------------------
+@activity.defn(name="request_bmc_lease")
+async def request_bmc_lease(request: RequestLeaseInput) -> RequestLeaseResult:
+    """Queue a run at its BMC's lease workflow (signal-with-start of `acquire`)."""
+    _declared_only("request_bmc_lease")
+
+
+@activity.defn(name="find_closed_workflow_runs")
+async def find_closed_workflow_runs(runs: WorkflowRunRefs) -> WorkflowRunRefs:
+    """The given runs that are no longer running."""
+    _declared_only("find_closed_workflow_runs")
 
 
 # -- DPF -----------------------------------------------------------------------------------------------

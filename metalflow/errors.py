@@ -110,5 +110,10 @@ class ConflictRetriesExhausted(TransientError):
     pass
 
 
+class ProgressNotRecorded(TransientError):
+    """An activity could not see its heartbeat details recorded by Temporal before a step that
+    must not be repeated; it did not take the step (the next attempt resumes)."""
+
+
 PERMANENT_TYPES: frozenset[str] = frozenset(cls.__name__ for cls in PermanentError.__subclasses__())
 """The `type` names workflows must not retry on their own."""

@@ -9,8 +9,10 @@ so a second request for the same host is refused while the first runs.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
+from urllib.parse import urlsplit
 
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
@@ -146,3 +148,29 @@ def rollout_workflow_id(namespace: str, pcs_name: str) -> str:
 def campaign_workflow_id(name: str) -> str:
     """Workflow id of a fleet campaign: ``campaign/<name>``."""
     return f"campaign/{_checked('campaign name', name)}"
+
+
+BMC_LEASE: Final = "bmc-lease"
+"""The `Operation` search attribute of a BMC's fleet-wide lease workflow."""
+
+
+def bmc_lease_workflow_id(endpoint: str, task_queue: str) -> str:
+    """Workflow id of the fleet-wide lease of one BMC: ``bmc-lease/<24 hex digits>``.
+
+    The digits are a SHA-256 of the endpoint's origin (scheme, host, port; lower case, default
+    port filled in) and the task queue, so hosts behind one BMC share one lease, nothing of the
+    URL (a user name in it, an odd character) lands in an id, the UI or a log, and the lease is
+    served by the workers that ask for it (one fleet polls one task queue).
+    """
+    parts = urlsplit(endpoint.strip())
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("invalid BMC endpoint: its port is not a number from 0 to 65535") from None
+    host = (parts.hostname or "").lower()
+    if scheme not in ("http", "https") or not host:
+        raise ValueError("invalid BMC endpoint: not an http(s) URL with a host")
+    origin = f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
+    digest = hashlib.sha256(f"{task_queue}\n{origin}".encode()).hexdigest()
+    return f"{BMC_LEASE}/{digest[:24]}"

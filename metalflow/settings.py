@@ -10,8 +10,13 @@ the inventory, and Temporal's own connection settings come from `temporalio.envc
 | `METALFLOW_INVENTORY` | `site` (the site file) or `cluster` (labels/annotations on DPF objects) | `site` |
 | `KUBECONFIG` | the DPF cluster's kubeconfig (in a pod: in-cluster) | the state dir's `kubeconfig` if any |
 | `METALFLOW_DPF_NAMESPACE` | namespace of the DPF objects | `dpf-operator-system` |
-| `METALFLOW_BMC_MAX_IN_FLIGHT` | concurrent requests per BMC, across the worker | `2` |
+| `METALFLOW_BMC_MAX_IN_FLIGHT` | power cycles per BMC, fleet-wide; requests per BMC in a worker | `2` |
 | `METALFLOW_DPF_MAX_IN_FLIGHT_PER_HOST` | concurrent DPF API calls per host, across the worker | `4` |
+| `METALFLOW_BMC_LEASE_RECLAIM_SECONDS` | how often a contended BMC lease looks for closed holders | `30` |
+
+The BMC limit is fleet-wide for power cycles (`workflows/bmc_lease.py`): a lease workflow per
+BMC endpoint gives at most that many reboot runs a slot at once, whichever worker runs them; the
+worker's own request cap stays as a second, local bound.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class Settings(BaseModel):
     dpf_namespace: str = DPF_NAMESPACE
     bmc_max_in_flight: int = Field(default=2, ge=1)
     dpf_max_in_flight_per_host: int = Field(default=4, ge=1)
+    bmc_lease_reclaim_seconds: float = Field(default=30.0, gt=0, le=3600)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -68,6 +74,14 @@ class Settings(BaseModel):
                     values[field] = int(env[key])
                 except ValueError:
                     raise ValueError(f"{key} must be a whole number, not {env[key]!r}") from None
+        if "METALFLOW_BMC_LEASE_RECLAIM_SECONDS" in env:
+            raw = env["METALFLOW_BMC_LEASE_RECLAIM_SECONDS"]
+            try:
+                values["bmc_lease_reclaim_seconds"] = float(raw)
+            except ValueError:
+                raise ValueError(
+                    f"METALFLOW_BMC_LEASE_RECLAIM_SECONDS must be a number, not {raw!r}"
+                ) from None
         try:
             return cls.model_validate(values)
         except ValueError as err:

@@ -83,6 +83,8 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     # Long-lived entities and monitors: the next task runs on the current version.
     "HostWorkflow": VersioningBehavior.AUTO_UPGRADE,
     "HostMonitorWorkflow": VersioningBehavior.AUTO_UPGRADE,
+    # A BMC's lease serves every build's reboots; its state carries over continue-as-new.
+    "BMCLeaseWorkflow": VersioningBehavior.AUTO_UPGRADE,
 }
 """How each workflow type moves between builds on a versioned worker (tests/test_versioning.py
 checks that every registered workflow is listed)."""

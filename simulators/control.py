@@ -26,6 +26,7 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/violations", _violations)
     app.router.add_get("/sim/audit", _audit)
     app.router.add_get("/sim/hosts/{host_id}/power-log", _power_log)
+    app.router.add_get("/sim/bmcs/{bmc_id}/load", _bmc_load)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
     app.router.add_post("/sim/faults/api/outage", _api_outage)
@@ -69,6 +70,15 @@ async def _power_log(request: web.Request) -> web.Response:
     if host_id not in {h.id for h in site.site.hosts}:
         return _problem(404, f"no host {host_id!r} in site {site.site.name!r}")
     return web.json_response(site.bmcs.power_log(host_id))
+
+
+async def _bmc_load(request: web.Request) -> web.Response:
+    """The BMC's peaks (see `BMCs.load`); a host's id names its (possibly shared) BMC."""
+    site = request.app[SITE_KEY]
+    bmc_id = request.match_info["bmc_id"]
+    if bmc_id not in site.bmcs.bmc_ids():
+        return _problem(404, f"no BMC {bmc_id!r} in site {site.site.name!r}")
+    return web.json_response(site.bmcs.load(bmc_id))
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
 
+from activities.bmc_lease import BMCLeaseActivities
 from metalflow.models.dpf import (
     DPF_STATE_CHANGED_SIGNAL,
     ChangeResult,
@@ -27,6 +29,7 @@ from metalflow.models.dpf import (
 )
 from metalflow.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory, HostLookup
 from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+from metalflow.settings import Settings
 
 HOST = "host-900"
 DPUS = ("host-900-dpu-0", "host-900-dpu-1")
@@ -144,4 +147,9 @@ class FakeSite:
                 started_at=activity.info().started_time, finished_at=activity.info().started_time,
             )  # fmt: skip
 
-        return [resolve, read, join, watch, reprovision, release, mark, cycle, set_power]
+        # The fleet-wide BMC lease is real: its workflow runs on the test's worker too.
+        lease = BMCLeaseActivities(Settings(site_file=Path("unused.yaml")))
+        return [
+            resolve, read, join, watch, reprovision, release, mark, cycle, set_power,
+            lease.request_bmc_lease, lease.find_closed_workflow_runs,
+        ]  # fmt: skip

@@ -95,6 +95,13 @@ class RunningSim:
         entries: list[dict[str, Any]] = response.json()
         return entries
 
+    def bmc_load(self, bmc_id: str) -> dict[str, int]:
+        """The BMC's own peaks: `requests_in_flight_peak`, `systems_off_peak`."""
+        response = httpx.get(f"{self.url}/sim/bmcs/{bmc_id}/load", timeout=10)
+        response.raise_for_status()
+        found: dict[str, int] = response.json()
+        return found
+
     def violations(self) -> list[dict[str, Any]]:
         response = httpx.get(f"{self.url}/sim/violations", timeout=10)
         response.raise_for_status()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from temporalio import activity
 
+from activities.bmc_lease import BMCLeaseActivities
 from activities.dpf import DPFActivities
 from activities.grove import GroveActivities, RolloutWatcherActivities
 from activities.inventory import InventoryActivities
@@ -23,6 +24,7 @@ from activities.watcher import WatcherActivities
 from metalflow import activity_api
 
 IMPLEMENTATIONS = (
+    BMCLeaseActivities,
     DPFActivities,
     GroveActivities,
     RolloutWatcherActivities,

@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 from test_firmware_support import FAST_POLICY, SiteView, eventually, site_file_with_prefix, site_worker
 
 from metalflow import names
+from metalflow.models.dpf import DPF_STATE_CHANGED_SIGNAL
 from metalflow.models.host import (
     FirmwareInput,
     FirmwareResult,
@@ -23,6 +25,7 @@ from metalflow.models.host import (
     OperationAnswer,
     OperatorRequest,
 )
+from workflows.firmware import worst_case_events
 
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
@@ -82,6 +85,7 @@ async def test_two_dpus_staged_then_one_power_cycle(
         status = await handle.query("status", result_type=HostOperationStatus)
         detail = await handle.query("firmware_status", result_type=FirmwareStatus)
         await save_history(handle, "firmware_two_dpus_power_wait")  # firmware_two_dpus: before the patch
+        events = (await handle.fetch_history()).events
 
     assert result.staged == (f"{host}-dpu-0", f"{host}-dpu-1")
     assert result.already_running == ()
@@ -91,6 +95,21 @@ async def test_two_dpus_staged_then_one_power_cycle(
     assert status.phase == "done" and status.power_cycles_issued == 1
     assert {d.outcome for d in detail.dpus} == {"verified"}
     assert sim.violations() == []
+    # The worst case the workflow states, and the wait for On as one activity whatever the BMC's
+    # pace (polling from the workflow cost 9 events per 5 s); the one timer is the phase deadline.
+    changes = [
+        e for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and e.workflow_execution_signaled_event_attributes.signal_name == DPF_STATE_CHANGED_SIGNAL
+    ]  # fmt: skip
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert len(events) <= worst_case_events(dpus=2, dpf_changes=len(changes)), len(events)
+    assert scheduled.count("wait_for_power_state") == 1, scheduled
+    assert len([e for e in events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]) <= 1
 
 
 async def test_only_the_dpu_that_needs_it_is_staged_and_the_target_everywhere_reboots_nothing(

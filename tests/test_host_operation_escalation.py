@@ -11,12 +11,14 @@ from typing import Any
 import pytest
 from host_operation_fakes import HOST, FakeSite
 from host_operation_support import start_operation, status_of
-from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import workflows
+from metalflow.models.dpf import DPF_STATE_CHANGED_SIGNAL
 from metalflow.models.host import (
     ABORT_UPDATE,
     HOST_REBOOTED_SIGNAL,
@@ -30,6 +32,7 @@ from metalflow.models.host import (
     OperationPolicy,
     OperatorRequest,
 )
+from workflows.host_operation import worst_case_events
 
 POLICY = OperationPolicy(
     power_down_wait_seconds=60,
@@ -83,8 +86,30 @@ async def test_dpf_silence_reissues_cycles_then_asks_an_operator(
         site.moves_after_reboot = True
         await handle.execute_update(MARK_REBOOTED_UPDATE, ALICE, result_type=OperationAnswer)
         result = await handle.result()
+        events, changes = await history_cost(env.client, handle)
     assert result.reboots == 5 and result.boot_generation == 5
+    # The worst case the workflow states: every reboot re-issued, two operator answers.
+    bound = worst_case_events(power_cycles=result.reboots, dpf_changes=changes, answers=2)
+    print(f"history: {events} events (run and its reboot children), {changes} DPF changes; bound {bound}")
+    assert events <= bound, f"{events} events > {bound}"
     assert sorted(site.phases.values()) == ["Ready", "Ready"]
+
+
+async def history_cost(client: Client, handle: WorkflowHandle[Any, Any]) -> tuple[int, int]:
+    """Events of the run and of every child it started, and the DPF changes it was signalled."""
+    events = (await handle.fetch_history()).events
+    total = len(events)
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+            child = event.child_workflow_execution_started_event_attributes.workflow_execution
+            total += len((await client.get_workflow_handle(child.workflow_id).fetch_history()).events)
+    changes = sum(
+        1
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and e.workflow_execution_signaled_event_attributes.signal_name == DPF_STATE_CHANGED_SIGNAL
+    )
+    return total, changes
 
 
 async def test_retry_is_refused_unless_waiting_for_an_operator(

@@ -168,7 +168,7 @@ class KillPoint:
     """When to kill the server, and what the site must have done before it comes back."""
 
     in_flight: Callable[[Client, str], Awaitable[bool]]
-    outage_until: Callable[[RunningSim], bool]
+    outage_until: Callable[[RunningSim, float], bool]  # (the site, seconds the server is down)
     what: str
 
 
@@ -180,8 +180,9 @@ async def _dpus_installing(client: Client, workflow_id: str) -> bool:
 
 
 async def _power_cycle_started(client: Client, workflow_id: str) -> bool:
-    # A worker runs the reboot child's power_cycle_host (it waits ~3 s before sending the reset):
-    # killed now, the cycle goes on without the server, and its completion cannot be reported.
+    # A worker runs the reboot child's power_cycle_host and the server has recorded its first
+    # heartbeat (step `started`); the step before the reset follows at the SDK's throttle (~3 s).
+    # Killed now, a retry resumes from `started`: the reset must wait until its step is recorded.
     try:
         child = await client.get_workflow_handle("reboot/host-host-001/generation-1").describe()
     except RPCError:
@@ -190,20 +191,39 @@ async def _power_cycle_started(client: Client, workflow_id: str) -> bool:
     return any(
         a.activity_type.name == "power_cycle_host"
         and a.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        and a.heartbeat_details.payloads
         for a in pending
     )
 
 
+def _reset_under_way(sim: RunningSim) -> bool:
+    return any(e["to"] == "Off" for e in sim.power_log("host-001"))
+
+
+async def _reset_sent(client: Client, workflow_id: str) -> bool:
+    return await asyncio.to_thread(_reset_under_way, sim_of[workflow_id])
+
+
+sim_of: dict[str, RunningSim] = {}  # the site of each operation, for kill points that watch the BMC
+
 INSTALLING = KillPoint(
     _dpus_installing,
     # While Temporal is down, DPF finishes the installs and asks for the reboot.
-    lambda sim: dpu_phases(sim, "host-001") == ["Rebooting", "Rebooting"],
+    lambda sim, _down: dpu_phases(sim, "host-001") == ["Rebooting", "Rebooting"],
     "every DPU Rebooting in the simulated cluster",
 )
 POWER_CYCLING = KillPoint(
     _power_cycle_started,
-    # While Temporal is down, the worker's activity completes the cycle (heartbeats failing).
-    lambda sim: [e["to"] for e in sim.power_log("host-001")][-2:] == ["Off", "On"],
+    # Longer than the activity waits before reading its step back: the reset must wait for the
+    # server (sending it unrecorded is how a retry used to cycle the host a second time).
+    lambda _sim, down: down >= 8.0,
+    "8 s of outage while the power cycle waits to send its reset",
+)
+AFTER_THE_RESET = KillPoint(
+    _reset_sent,
+    # The reset was sent with its step recorded: the cycle completes while Temporal is down and
+    # the attempt that resumes afterwards must see it done (LastResetTime moved), not cycle again.
+    lambda sim, _down: [e["to"] for e in sim.power_log("host-001")][-2:] == ["Off", "On"],
     "the BMC's power cycle done (Off, then On)",
 )
 
@@ -213,6 +233,7 @@ POWER_CYCLING = KillPoint(
     [
         pytest.param(INSTALLING, id="while-dpus-install"),
         pytest.param(POWER_CYCLING, id="while-power-cycling"),
+        pytest.param(AFTER_THE_RESET, id="after-the-reset"),
     ],
 )
 async def test_reprovision_survives_a_dev_server_restart(
@@ -229,11 +250,14 @@ async def test_reprovision_survives_a_dev_server_restart(
         handle = await start_operation(client, task_queue, "host-001", HostOperationKind.REPROVISION,
                                        policy=FAST_POLICY)  # fmt: skip
         workflow_id = handle.id
+        sim_of[workflow_id] = sim
         await deadline(lambda: kill.in_flight(client, workflow_id), "the moment to kill the server", 90)
 
         server.kill()
         down_at = time.monotonic()
-        await deadline(lambda: asyncio.to_thread(kill.outage_until, sim), kill.what)
+        await deadline(
+            lambda: asyncio.to_thread(kill.outage_until, sim, time.monotonic() - down_at), kill.what
+        )
         outage = time.monotonic() - down_at
         server.start()
         client = await server.connect()

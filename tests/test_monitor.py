@@ -41,7 +41,7 @@ STOP = OperatorRequest(requested_by="test", reason="test over")
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("monitor-sim")
-    site = site_file_with_prefix(state / "in", "mon", hosts=6)
+    site = site_file_with_prefix(state / "in", "mon", hosts=7)
     with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
@@ -265,3 +265,31 @@ async def test_an_abort_during_a_kubernetes_outage_cancels_the_retrying_label_wr
     # The final look, once the API is back, writes the label the world needs.
     assert stopped.stopped_by == "test" and stopped.pool_state == "out-of-pool"
     assert label == "out-of-pool"
+
+
+async def test_an_abort_during_a_lasting_kubernetes_outage_stops_within_the_bound(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    """The final look retries for at most `kube_call_timeout_seconds`: an abort is never stranded
+    behind an outage that does not end, and the result says the label is left as last written."""
+    host = "mon-007"
+    policy = MonitorPolicy(reprovision_after_seconds=3600, kube_call_timeout_seconds=3)
+    async with site_worker(client, task_queue, sim):
+        handle = await start_monitor(client, task_queue, host, policy)
+        await eventually(lambda: status_of(handle), lambda s: len(s.dpus) == 2 and s.pool_state == "in-pool")
+        # The monitor has written the label once (its first look) before the API goes away.
+        await eventually(lambda: view.node_labels(host), lambda labels: labels.get(POOL_LABEL) == "in-pool")
+        sim.inject("api/outage", {"down": True})
+        try:
+            await handle.execute_update("abort", STOP)
+            stopped = await asyncio.wait_for(handle.result(), 60)
+            described = await handle.describe()
+        finally:
+            sim.inject("api/outage", {"down": False})
+    assert stopped.stopped_by == "test" and stopped.pool_state == "in-pool"
+    assert (
+        stopped.final_look_failed is not None
+        and "the label is left as last written" in stopped.final_look_failed
+    )
+    assert described.typed_search_attributes.get(names.PHASE) == "stopped"
+    assert (await view.node_labels(host)).get(POOL_LABEL) == "in-pool"

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from workflows.bmc_lease import BMCLeaseWorkflow
 from workflows.firmware import FirmwareWorkflow
 from workflows.host import HostWorkflow
 from workflows.host_operation import HostOperationWorkflow
@@ -23,4 +24,5 @@ ALL: list[type] = [
     HostRemovalWorkflow,
     RolloutWorkflow,
     SiteDPFWatchWorkflow,
+    BMCLeaseWorkflow,
 ]

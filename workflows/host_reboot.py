@@ -14,8 +14,14 @@ twice for one generation reboots once. Cancelled while a BMC cycle is in flight,
 first lets the cycle finish (a cycle cut between Off and On would leave the host off), then
 completes with its result: the reboot happened, and the canceller must know it did.
 
+The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py`,
+`METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
+for it, the workflow waits on a signal, holding no activity slot. Runs that started before the
+lease existed keep their old command sequence (`workflow.patched(BMC_LEASE_PATCH)`).
+
 Cost and worst-case history: one activity slot during the cycle; about 20 events by BMC (25 with
-ForceOff, its wait a durable timer), about 12 plus 2 per confirmation signal when manual.
+ForceOff, its wait a durable timer) plus 19 for the lease (an activity, a timer, the grant
+signal, the release signal: 39 measured), about 12 plus 2 per confirmation signal when manual.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
     from metalflow import activity_api, names
+    from metalflow.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
     from metalflow.models.host import (
         HOST_REBOOTED_SIGNAL,
         MARK_REBOOTED_UPDATE,
@@ -43,12 +50,14 @@ with workflow.unsafe.imports_passed_through():
     from metalflow.models.inventory import HostInventory, HostLookup
     from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
     from workflows import common
+    from workflows.bmc_lease import BMCLeaseHolder
 
 _WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
 MAX_SPENT_GENERATIONS = 50  # generations an earlier run used; each costs one refused start
 POWERING: str = "powering"
 WAITING_FOR_MANUAL_REBOOT: str = "waiting-for-manual-reboot"
 REBOOTED: str = "rebooted"
+BMC_LEASE_PATCH = "bmc-fleet-lease"
 
 
 @workflow.defn(name="HostRebootWorkflow")
@@ -60,6 +69,7 @@ class HostRebootWorkflow:
         self._request = request
         self._confirmation: OperatorRequest | None = None
         self._waiting_for_person = False
+        self._leases = BMCLeaseHolder()
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -91,6 +101,11 @@ class HostRebootWorkflow:
         if self._confirmation is None:
             self._confirmation = confirmation
 
+    @workflow.signal(name=BMC_LEASE_GRANTED_SIGNAL)
+    def bmc_lease_granted(self, grant: LeaseGrant) -> None:
+        """The BMC's lease granted this run a slot."""
+        self._leases.granted(grant)
+
     @workflow.update(name=MARK_REBOOTED_UPDATE)
     def mark_rebooted(self, confirmation: OperatorRequest) -> OperationAnswer:
         """Like `host_rebooted`, with an answer; only while waiting for a person."""
@@ -116,9 +131,7 @@ class HostRebootWorkflow:
         common.enter_phase(POWERING, f"{how} for generation {request.boot_generation}")
         # The whole cycle is one task, shielded from a cancel request: cut between Off and On, or
         # in the wait between them, it would leave the host off.
-        cycle = asyncio.ensure_future(
-            self._force_off_then_on(inventory) if request.force_off else self._cycle_once(inventory)
-        )
+        cycle = asyncio.ensure_future(self._power_under_lease(inventory, how))
         try:
             return await asyncio.shield(cycle)
         except asyncio.CancelledError:
@@ -127,6 +140,14 @@ class HostRebootWorkflow:
             # the operation that cancelled it still tells DPF the host was rebooted. A cycle that
             # fails now goes to the manual reboot wait, as it would uncancelled: the host may be off.
             return await cycle
+
+    async def _power_under_lease(self, inventory: HostInventory, how: str) -> tuple[str, tuple[str, ...]]:
+        """The cycle (or ForceOff/On) inside a slot of the BMC's fleet-wide lease."""
+        work = self._force_off_then_on if self._request.force_off else self._cycle_once
+        if not workflow.patched(BMC_LEASE_PATCH):
+            return await work(inventory)
+        async with self._leases.hold(inventory.bmc, f"{how} of {self._request.host_id}"):
+            return await work(inventory)
 
     async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         off = await self._set_power(inventory, "ForceOff")

@@ -26,7 +26,9 @@ seen because the last phases are carried.
 
 Stop with the update `abort`: the monitor reads the world once more, sets the pool label as the
 world says (out only while a degraded DPU is still in `Node Effect`) and ends. An abort accepted
-while a run hands over to the next is carried in its memory: the next run stops at once.
+while a run hands over to the next is carried in its memory: the next run stops at once. The
+final look retries for at most `policy.kube_call_timeout_seconds` (a Kubernetes outage): past
+that the monitor stops anyway, its phase and result saying the label was left as last written.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -68,6 +70,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.common import (
         KUBE_READ,
         KUBE_WRITE,
+        bounded,
+        describe_failure,
         ending,
         enter_phase,
         options,
@@ -82,6 +86,7 @@ OWNER_REQUEST: Final[workflow.ActivityConfig] = {
 WATCHING: Final = "watching"
 END_PHASE_PATCH: Final = "monitor-end-phase"
 ABORTABLE_CALLS_PATCH: Final = "monitor-abort-cancels-calls"
+FINAL_LOOK_BOUNDED_PATCH: Final = "monitor-final-look-bounded"
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
 
@@ -110,6 +115,7 @@ class HostMonitorWorkflow:
         self._stop: OperatorRequest | None = memory.stop  # accepted means done, across runs too
         self._label_checked = False  # the label is confirmed once per run, then written on changes
         self._adopting = False  # the first state may confirm an out-of-pool label an earlier monitor left
+        self._bound: float | None = None  # seconds a call may retry in all (the final look); None: no bound
 
     @workflow.run
     async def run(self, request: HostMonitorInput) -> HostMonitorResult:
@@ -141,8 +147,20 @@ class HostMonitorWorkflow:
             await self._watch_until_stopped(request)
         assert self._stop is not None
         # Stopped: one last look at the world, so the label says what is true now.
-        await self._handle(await self._read_dpf_state())
-        enter_phase("stopped", f"stopped by {self._stop.requested_by}; pool state {self._pool}")
+        failed: str | None = None
+        if workflow.patched(FINAL_LOOK_BOUNDED_PATCH):
+            self._bound = request.policy.kube_call_timeout_seconds
+            try:
+                await self._handle(await self._read_dpf_state())
+            except ActivityError as err:  # Kubernetes stayed away past the bound: stop anyway
+                failed = f"the final look failed ({describe_failure(err)}): the label is left as last written"
+        else:
+            await self._handle(await self._read_dpf_state())
+        enter_phase(
+            "stopped",
+            f"stopped by {self._stop.requested_by}; pool state {self._pool}"
+            + (f"; {failed}" if failed else ""),
+        )
         await workflow.wait_condition(workflow.all_handlers_finished)
         return HostMonitorResult(
             host_id=request.host_id,
@@ -151,6 +169,7 @@ class HostMonitorWorkflow:
             runs=self._runs,
             stopped_by=self._stop.requested_by,
             finished_at=workflow.now(),
+            final_look_failed=failed,
         )
 
     async def _watch_until_stopped(self, request: HostMonitorInput) -> None:
@@ -246,7 +265,7 @@ class HostMonitorWorkflow:
         result = await self._abortable(
             activity_api.set_host_pool_state,
             self._pool_input(wanted, reason),
-            options(KUBE_WRITE, f"{self._request.host_id} {wanted}"),
+            self._options(KUBE_WRITE, f"{self._request.host_id} {wanted}"),
         )
         if result is None:  # stopped meanwhile: the final look writes the label the world needs
             self._label_checked = False
@@ -345,9 +364,13 @@ class HostMonitorWorkflow:
         state: HostDPFState = await workflow.execute_activity(
             activity_api.read_host_dpf_state,
             HostRef(host_id=self._request.host_id, namespace=self._request.namespace),
-            **options(KUBE_READ, f"DPF state of {self._request.host_id}"),
+            **self._options(KUBE_READ, f"DPF state of {self._request.host_id}"),
         )
         return state
+
+    def _options(self, preset: workflow.ActivityConfig, summary: str) -> workflow.ActivityConfig:
+        """A call's options; bounded in all by `_bound` once set (the final look)."""
+        return options(preset if self._bound is None else bounded(preset, self._bound), summary)
 
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)

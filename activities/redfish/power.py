@@ -9,13 +9,13 @@ poll of a wait, and raises only the errors of `metalflow.errors`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
+from activities.heartbeat import heartbeating, wait_until_recorded
 from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import BMCConnection, RedfishClient
 from activities.redfish.powercycle import PowerCycle
@@ -204,6 +204,17 @@ def heartbeat_flush_seconds(heartbeat_timeout: timedelta | None) -> float:
     return throttle.total_seconds() + _FLUSH_MARGIN_SECONDS
 
 
+def _read_back(what: str) -> Callable[[PowerCycleProgress, float], Awaitable[None]] | None:
+    """How the power cycle confirms a recorded step: read back from Temporal by a worker's
+    activity; None only without a Temporal client (the SDK's `ActivityEnvironment` in unit
+    tests), where the cycle trusts its flush wait."""
+    try:
+        activity.client()
+    except RuntimeError:
+        return None
+    return lambda progress, within: wait_until_recorded(progress, within_seconds=within, what=what)
+
+
 def resumed_progress(details: Any) -> PowerCycleProgress | None:
     """The progress a previous attempt heartbeated, or None on a first attempt."""
     if not details:
@@ -264,6 +275,7 @@ class PowerActivities:
                 resume,
                 persist=activity.heartbeat,
                 flush_seconds=heartbeat_flush_seconds(info.heartbeat_timeout),
+                confirm=_read_back(f"power cycle of {request.bmc.bmc_id}"),
                 attempt=info.attempt,
             )
             # A single request (a reset the BMC is slow to answer) may outlast the heartbeat

@@ -10,10 +10,15 @@ What a retried attempt can trust, and what it cannot:
 - The BMC's state is the truth: `PowerState`, and `LastResetTime` where the BMC exposes it.
 - Heartbeat details are NOT written when `activity.heartbeat` returns: the SDK sends them at
   most every 0.8 x heartbeat timeout (30 s without one), so a worker killed right after a
-  heartbeat may lose its last step. The design therefore never relies on a step being recorded
-  unless it waited for the record to be sent: before every reset that cannot be repeated
-  safely, it records the step and waits one throttle interval plus a margin (`flush_seconds`)
-  while heartbeating. `ForceOff` needs no such wait: repeating it cannot turn a host on.
+  heartbeat may lose its last step, and with the Temporal server down or unreachable nothing is
+  recorded at all, however long one waits. The design therefore never relies on a step being
+  recorded unless it saw the record: before every reset that cannot be repeated safely, it
+  records the step, waits one throttle interval plus a margin (`flush_seconds`) while
+  heartbeating, then reads the details back from the server (`confirm`, see
+  `activities.heartbeat.wait_until_recorded`) and sends the reset only when they are there; a
+  server that stays away fails the attempt without sending (`ProgressNotRecorded`), and the next
+  attempt resumes from what was recorded. `ForceOff` needs no such wait: repeating it cannot
+  turn a host on.
 
 Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`):
 
@@ -59,7 +64,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from activities.redfish.client import BMCConnection
@@ -89,7 +94,9 @@ class PowerCycle:
         request: What to cycle and how long to wait.
         resume: The progress the previous attempt recorded, or None for a first attempt.
         persist: Records progress durably (the activity's `heartbeat`); called on every poll too.
-        flush_seconds: How long a recorded step takes to be durable (see the module docstring).
+        flush_seconds: How long a recorded step takes to be sent (see the module docstring).
+        confirm: Returns once the recorded progress is shown by Temporal, raises when it is not
+            within the given seconds; None (the CLI, tests without a server) trusts the wait.
         attempt: The attempt number, for the result.
         on_step: Told every step as it is taken (the CLI prints them).
     """
@@ -102,6 +109,7 @@ class PowerCycle:
         *,
         persist: Callable[[PowerCycleProgress], None],
         flush_seconds: float,
+        confirm: Callable[[PowerCycleProgress, float], Awaitable[None]] | None = None,
         attempt: int = 1,
         on_step: Callable[[str], None] | None = None,
     ) -> None:
@@ -111,6 +119,7 @@ class PowerCycle:
         self.progress = resume or PowerCycleProgress(started_at=_now())
         self._persist = persist
         self._flush_seconds = flush_seconds
+        self._confirm = confirm
         self._attempt = attempt
         self._on_step = on_step
         self._unflushed_since: float | None = None
@@ -136,12 +145,14 @@ class PowerCycle:
         self._say(f"{reset_type} accepted")
 
     async def _flush(self, at_least: float = 0.0) -> None:
-        """Wait until the last recorded step has surely been sent to Temporal."""
+        """Wait until Temporal has recorded the last recorded step (raises when it does not)."""
         if self._unflushed_since is None:
             return
         left = self._unflushed_since + max(self._flush_seconds, at_least) - time.monotonic()
         if left > 0:
             await self._connection.sleep(left)
+        if self._confirm is not None:
+            await self._confirm(self.progress, self._request.timeout_seconds)
         self._unflushed_since = None
 
     async def run(self) -> PowerCycleResult:

@@ -341,6 +341,9 @@ class MonitorPolicy(_Frozen):
     reprovision_after_seconds: ReprovisionAfter = 1800.0  # a DPU in Node Effect this long
     auto_reprovision: bool = True  # False: only take the host out of the pool
     events_per_run: int = Field(default=500, ge=1)  # DPF changes handled before continue-as-new
+    # The final look after an abort: how long its read and label write may retry (a Kubernetes
+    # outage) before the monitor stops anyway, saying the label was left as last written.
+    kube_call_timeout_seconds: StepTimeout = 900.0
 
 
 class DegradedDPU(_Frozen):
@@ -407,11 +410,12 @@ class HostMonitorResult(_Frozen):
     """Returned when the monitor is stopped (`abort` update)."""
 
     host_id: str
-    pool_state: str  # as the world says when it stopped
+    pool_state: str  # as the world says when it stopped (as last written when the final look failed)
     events_seen: int
     runs: int
     stopped_by: str
     finished_at: datetime
+    final_look_failed: str | None = None  # why the label could not be confirmed (a Kubernetes outage)
 
 
 # -- removal (flows 7-10) --------------------------------------------------------------------------

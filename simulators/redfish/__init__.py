@@ -50,6 +50,11 @@ class Service:
     tls: bool = False
     port: int = 0  # bound by `BMCs.serve`
     next_reset_delay: float = 0.0  # hold the next reset request this long before acting on it
+    # The BMC's own load record (`BMCs.load`): requests being answered at once, and Systems
+    # away from On (a power cycle or ForceOff under way) at once, each with its peak.
+    requests_in_flight: int = 0
+    requests_in_flight_peak: int = 0
+    systems_off_peak: int = 0
 
     @property
     def first_host(self) -> HostBMC | None:
@@ -90,6 +95,7 @@ class BMCs:
         self.tasks = Tasks()
         self.auth = Auth(credentials, timings.session_timeout_seconds, violations)
         self.power = PowerControl(hub, timings, self.tasks)
+        self.power.on_change = self._note_power
         started = now_rfc3339()
         self._hosts: dict[str, HostBMC] = {}
         self._dpus: dict[str, DPUBMC] = {}
@@ -209,6 +215,21 @@ class BMCs:
     def system_path(self, host_id: str) -> str:
         """The host's ComputerSystem path on its BMC."""
         return self._hosts[host_id].system_uri()
+
+    def load(self, bmc_id: str) -> dict[str, int]:
+        """The peaks of the BMC's service (shared by the hosts of a multi-system BMC):
+        `requests_in_flight_peak` (requests answered at once) and `systems_off_peak` (its
+        Systems away from On at once, i.e. power cycles or ForceOffs under way together)."""
+        service = self._service_of[bmc_id]
+        return {
+            "requests_in_flight_peak": service.requests_in_flight_peak,
+            "systems_off_peak": service.systems_off_peak,
+        }
+
+    def _note_power(self, host: HostBMC) -> None:
+        service = self.services[host.service_id]
+        off = sum(1 for system in service.hosts.values() if system.power != "On")
+        service.systems_off_peak = max(service.systems_off_peak, off)
 
     def open_sessions(self, bmc_id: str) -> int:
         """How many sessions are open on the BMC (host or DPU; a shared BMC counts all its own)."""

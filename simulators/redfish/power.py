@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -50,6 +51,7 @@ class PowerControl:
         self._hub = hub
         self._timings = timings
         self._tasks = tasks
+        self.on_change: Callable[[HostBMC], None] | None = None  # told each PowerState change
 
     def reset(self, host: HostBMC, reset_type: object, prefix: str) -> web.Response:
         """Start the transition a `ComputerSystem.Reset` asks for, or refuse it; never waits."""
@@ -162,6 +164,8 @@ class PowerControl:
         host.task = task
         if not host.profile.power_lag:
             host.power = _INTERMEDIATE[plan[0]]
+        if self.on_change is not None:
+            self.on_change(host)
         loop = asyncio.get_running_loop()
         host.timer = loop.call_later(self._leg_seconds(host), self._step, host)
 
@@ -199,6 +203,8 @@ class PowerControl:
             if host.task is not None:
                 host.task.complete(f"The reset {reset_type} completed; the system is {target}.")
                 host.task = None
+        if self.on_change is not None:
+            self.on_change(host)
         # Publish last: handlers see the host already in its new state.
         self._hub.publish(PowerTransition(host.host_id, now, from_state, target, reset_type))
         if target == "On":

@@ -75,11 +75,20 @@ class Redfish:
         self._bmcs = bmcs
 
     async def handle(self, request: web.BaseRequest) -> web.Response:
-        bmcs = self._bmcs
         sockname = request.transport.get_extra_info("sockname") if request.transport else None
-        service = bmcs.service_at(sockname[1]) if sockname else None
+        service = self._bmcs.service_at(sockname[1]) if sockname else None
         if service is None:
             return messages.not_found(request.path)
+        # The BMC's own count of requests it answers at once (`BMCs.load`).
+        service.requests_in_flight += 1
+        service.requests_in_flight_peak = max(service.requests_in_flight_peak, service.requests_in_flight)
+        try:
+            return await self._handle(request, service)
+        finally:
+            service.requests_in_flight -= 1
+
+    async def _handle(self, request: web.BaseRequest, service: Service) -> web.Response:
+        bmcs = self._bmcs
         odata_version = request.headers.get("OData-Version")
         if odata_version is not None and odata_version.strip() != "4.0":
             return messages.error_response(

@@ -1,0 +1,96 @@
+"""Inputs, signals and state of the fleet-wide BMC lease (`workflows/bmc_lease.py`).
+
+No secret and no URL crosses Temporal here beyond what the host workflow already carries: the
+lease workflow is named by a hash of the BMC's origin (`names.bmc_lease_workflow_id`), and its
+signals carry only workflow ids, run ids and request ids.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from metalflow.models.inventory import BMCAccess
+
+BMC_LEASE_ACQUIRE_SIGNAL = "acquire"
+BMC_LEASE_RELEASE_SIGNAL = "release"
+BMC_LEASE_GRANTED_SIGNAL = "bmc_lease_granted"
+BMC_LEASE_STATUS_QUERY = "status"
+
+
+class _Frozen(BaseModel):
+    # Unknown fields are ignored: a newer worker may add one (metalflow/versioning.py).
+    model_config = ConfigDict(frozen=True)
+
+
+class LeaseHolder(_Frozen):
+    """One request for a slot: the workflow run that asks, and the request's own id."""
+
+    workflow_id: str
+    run_id: str
+    request_id: str
+
+
+class LeaseRequest(_Frozen):
+    """Signal `acquire`: queue `holder` for a slot; `limit` and `reclaim_check_seconds` are the
+    requesting worker's settings (the latest request's apply)."""
+
+    holder: LeaseHolder
+    limit: int = Field(ge=1)
+    reclaim_check_seconds: float = Field(default=30.0, gt=0)
+
+
+class LeaseRelease(_Frozen):
+    """Signal `release`: the slot (or the place in the queue) of `request_id` is given back."""
+
+    request_id: str
+
+
+class LeaseGrant(_Frozen):
+    """Signal `bmc_lease_granted` to the holder: `request_id` holds a slot of `lease_workflow_id`."""
+
+    lease_workflow_id: str
+    request_id: str
+
+
+class BMCLeaseState(_Frozen):
+    """The lease workflow's input, and what it carries over continue-as-new."""
+
+    limit: int = Field(default=1, ge=1)
+    holders: tuple[LeaseHolder, ...] = ()
+    waiting: tuple[LeaseHolder, ...] = ()
+    released: tuple[str, ...] = ()  # recent request ids, so a late duplicate `acquire` is ignored
+    reclaim_check_seconds: float = Field(default=30.0, gt=0)
+    reclaimed: int = 0  # slots taken back from holders that closed without releasing, all runs
+
+
+class BMCLeaseStatus(_Frozen):
+    """Query `status`: who holds the BMC's slots and who waits."""
+
+    limit: int
+    holders: tuple[LeaseHolder, ...]
+    waiting: tuple[LeaseHolder, ...]
+    granted: int  # grants in this run
+    reclaimed: int
+
+
+class RequestLeaseInput(_Frozen):
+    """Activity `request_bmc_lease`: queue `holder` at the lease of `bmc`'s endpoint."""
+
+    bmc: BMCAccess
+    holder: LeaseHolder
+
+
+class RequestLeaseResult(_Frozen):
+    lease_workflow_id: str
+    limit: int
+
+
+class WorkflowRunRef(_Frozen):
+    workflow_id: str
+    run_id: str
+
+
+class WorkflowRunRefs(_Frozen):
+    """Activity `find_closed_workflow_runs`: its input (runs to look at) and result (the closed ones)."""
+
+    runs: tuple[WorkflowRunRef, ...] = ()

@@ -1,0 +1,266 @@
+"""The fleet-wide per-BMC limit (workflows/bmc_lease.py), on a real dev server and the simulated
+site as a separate process: three hosts behind ONE multi-system BMC, rebooted at once.
+
+- Two `worker.py` processes with `METALFLOW_BMC_MAX_IN_FLIGHT=1`; the worker running the first
+  power cycle is SIGKILLed mid-cycle. The BMC's own record shows never more than one System away
+  from On and never more than one request at once, every host is cycled exactly once, and the
+  simulator saw no protocol violation.
+- A run that holds a slot and one that waits for it are terminated (they never release): the
+  lease takes both slots back and a real reboot behind them completes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
+from pathlib import Path
+
+import pytest
+import yaml
+from deploy_support import REPO
+from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, wait_for_query
+from sim_support import RunningSim, running_sim
+from temporalio import workflow
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Worker
+
+import workflows
+from activities import build_activities
+from metalflow import names
+from metalflow.models.bmc_lease import (
+    BMC_LEASE_GRANTED_SIGNAL,
+    BMC_LEASE_STATUS_QUERY,
+    BMCLeaseStatus,
+    LeaseGrant,
+)
+from metalflow.models.host import HostRebootInput, HostRebootResult
+from metalflow.models.inventory import BMCAccess, CredentialRef
+from metalflow.settings import Settings
+from workflows.bmc_lease import BMCLeaseHolder
+
+pytestmark = pytest.mark.slow
+
+HOSTS = ("chassis-a-1", "chassis-a-2", "chassis-a-3")
+
+
+def shared_bmc_sim(
+    tmp_path: Path, hosts: tuple[str, ...], timings: str
+) -> AbstractContextManager[RunningSim]:
+    """A site whose hosts are Systems of one multi-system BMC (one endpoint, one account)."""
+    site = {
+        "name": "chassis",
+        "hosts": [{"id": h, "bmc": {"profile": "multi-system", "group": "chassis-a"}} for h in hosts],
+    }
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    return running_sim(tmp_path / "sim", site_file=tmp_path / "site.yaml", timings=timings)
+
+
+def lease_of(
+    client: Client, sim: RunningSim, host: str, task_queue: str
+) -> WorkflowHandle[object, BMCLeaseStatus]:
+    endpoint = sim.host(host)["bmc"]["endpoint"]
+    lease_id = names.bmc_lease_workflow_id(endpoint, task_queue)
+    return client.get_workflow_handle(lease_id, result_type=BMCLeaseStatus)
+
+
+async def lease_status(handle: WorkflowHandle[object, BMCLeaseStatus]) -> BMCLeaseStatus | None:
+    """The lease's `status`, or None before it started (a request starts it)."""
+    try:
+        return await handle.query(BMC_LEASE_STATUS_QUERY, result_type=BMCLeaseStatus)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+
+
+async def start_reboot(
+    client: Client, task_queue: str, host: str
+) -> WorkflowHandle[object, HostRebootResult]:
+    return await client.start_workflow(
+        "HostRebootWorkflow",
+        HostRebootInput(host_id=host, boot_generation=1, requested_by="test", policy=FAST_POLICY),
+        id=names.host_reboot_workflow_id(host, 1) + f"-{task_queue}",
+        task_queue=task_queue,
+        result_type=HostRebootResult,
+    )
+
+
+@asynccontextmanager
+async def worker_processes(
+    client: Client, task_queue: str, sim: RunningSim, count: int, limit: int
+) -> AsyncIterator[list[asyncio.subprocess.Process]]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+    env |= {
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "METALFLOW_SITE_FILE": str(sim.site_file),
+        "KUBECONFIG": str(sim.kubeconfig),
+        "METALFLOW_BMC_MAX_IN_FLIGHT": str(limit),
+    }
+    started: list[asyncio.subprocess.Process] = []
+    try:
+        for i in range(count):
+            with (sim.state_dir / f"worker-{i}.log").open("wb") as out:
+                started.append(
+                    await asyncio.create_subprocess_exec(
+                        sys.executable,
+                        "worker.py",
+                        "--task-queue",
+                        task_queue,
+                        cwd=REPO,
+                        env=env,
+                        stdout=out,
+                        stderr=asyncio.subprocess.STDOUT,
+                    )  # fmt: skip
+                )
+        yield started
+    finally:
+        for process in started:
+            if process.returncode is None:
+                process.terminate()
+        for process in started:
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def cycling_worker(handles: list[WorkflowHandle[object, HostRebootResult]]) -> int | None:
+    """The pid of the worker running a `power_cycle_host` attempt right now, if any."""
+    for handle in handles:
+        described = await handle.describe()
+        for pending in described.raw_description.pending_activities:
+            if pending.activity_type.name == "power_cycle_host" and pending.last_worker_identity:
+                return int(str(pending.last_worker_identity).split("@")[0])
+    return None
+
+
+async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_each_host_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    with shared_bmc_sim(tmp_path, HOSTS, timings="demo") as sim:
+        async with worker_processes(client, task_queue, sim, count=2, limit=1) as processes:
+            by_pid = {p.pid: p for p in processes}
+            handles = [await start_reboot(client, task_queue, host) for host in HOSTS]
+            victim: list[int] = []
+
+            async def found_victim() -> bool:
+                pid = await cycling_worker(handles)
+                victim[:] = [] if pid is None else [pid]
+                return pid is not None
+
+            await eventually(found_victim, timeout=120, what="a power cycle in flight")
+            by_pid[victim[0]].send_signal(signal.SIGKILL)
+            assert await by_pid[victim[0]].wait() == -signal.SIGKILL
+            results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 300)
+            survivor = next(p for pid, p in by_pid.items() if pid != victim[0])
+            assert survivor.returncode is None, "the other worker kept running"
+            lease_handle = lease_of(client, sim, HOSTS[0], task_queue)
+            # Idle now, its last run has ended with its status as result.
+            lease = await lease_handle.result()
+            lease_events = len((await lease_handle.fetch_history()).events)
+            reboot_events = [len((await h.fetch_history()).events) for h in handles]
+        logs = {host: sim.power_log(host) for host in HOSTS}
+        load = sim.bmc_load(HOSTS[0])
+        violations = sim.violations()
+
+    assert [r.method for r in results] == ["bmc:PowerCycle"] * len(HOSTS)
+    assert {host: power_cycles(log) for host, log in logs.items()} == dict.fromkeys(HOSTS, 1)
+    assert load == {"systems_off_peak": 1, "requests_in_flight_peak": 1}
+    # Ended idle (a run of its own per burst: how many grants the last run made depends on timing).
+    assert (lease.limit, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
+    # The cost the docstrings state: bounded per cycle on both sides (a retried attempt included).
+    assert 1 <= lease.granted <= len(HOSTS)
+    assert lease_events <= 20 * lease.granted, lease_events
+    assert max(reboot_events) <= 50, reboot_events
+    assert violations == []
+
+
+@workflow.defn(name="HoldBMCLeaseForever", sandboxed=False)
+class HoldBMCLeaseForever:
+    """Takes a slot of the BMC's lease and never gives it back (until terminated)."""
+
+    def __init__(self) -> None:
+        self._leases = BMCLeaseHolder()
+
+    @workflow.signal(name=BMC_LEASE_GRANTED_SIGNAL)
+    def bmc_lease_granted(self, grant: LeaseGrant) -> None:
+        self._leases.granted(grant)
+
+    @workflow.run
+    async def run(self, bmc: BMCAccess) -> None:
+        async with self._leases.hold(bmc, "hold forever"):
+            await workflow.wait_condition(lambda: False)
+
+
+async def test_slots_of_runs_that_closed_without_releasing_are_reclaimed(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    host = HOSTS[0]
+    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        settings = settings.model_copy(update={"bmc_lease_reclaim_seconds": 1.0})  # not every 30 s
+        lease = lease_of(client, sim, host, task_queue)
+        # Only the endpoint names the lease: the stand-in holders never touch the BMC.
+        bmc = BMCAccess(
+            bmc_id=host, endpoint=sim.host(host)["bmc"]["endpoint"], credentials=CredentialRef(file="/none")
+        )
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[*workflows.ALL, HoldBMCLeaseForever],
+            activities=build_activities(temporal_client=client, settings=settings),
+        ):
+            holder = await client.start_workflow(
+                HoldBMCLeaseForever.run, bmc, id=f"hold-{task_queue}", task_queue=task_queue
+            )
+            await wait_for_query(
+                lambda: lease_status(lease), lambda s: s is not None and len(s.holders) == 1, "a holder", 60
+            )
+            waiter = await client.start_workflow(
+                HoldBMCLeaseForever.run, bmc, id=f"wait-{task_queue}", task_queue=task_queue
+            )
+            await wait_for_query(
+                lambda: lease_status(lease), lambda s: s is not None and len(s.waiting) == 1, "a waiter", 60
+            )
+            await holder.terminate("the run died holding its slot")
+            await waiter.terminate("the run died waiting for a slot")
+            reboot = await start_reboot(client, task_queue, host)
+            result = await asyncio.wait_for(reboot.result(), 120)
+            status = await lease.result()  # it ended once idle
+            await save_history(reboot, "host_reboot_bmc_leased")
+            await save_history(lease, "bmc_lease_reclaimed")
+        log = sim.power_log(host)
+
+    assert result.method == "bmc:PowerCycle"
+    assert power_cycles(log) == 1
+    # The holder by the check of closed runs, the waiter when its grant could not be delivered.
+    assert (status.reclaimed, status.granted, status.waiting) == (2, 3, ())
+
+
+def test_lease_ids_hide_the_endpoint_and_join_hosts_of_one_bmc() -> None:
+    one = names.bmc_lease_workflow_id("https://admin@BMC-7.example:443/redfish/v1", "metalflow")
+    assert one == names.bmc_lease_workflow_id("https://bmc-7.example", "metalflow")
+    assert one != names.bmc_lease_workflow_id("https://bmc-7.example", "other-queue")
+    assert one != names.bmc_lease_workflow_id("http://bmc-7.example", "metalflow")
+    assert "bmc-7" not in one and "admin" not in one and one.startswith("bmc-lease/")
+    for bad in ("bmc-7.example", "ftp://bmc-7", "https://bmc:99999", "https://"):
+        with pytest.raises(ValueError, match="invalid BMC endpoint"):
+            names.bmc_lease_workflow_id(bad, "metalflow")
+
+
+def test_reclaim_period_setting_is_checked() -> None:
+    env = {"KUBECONFIG": "/nonexistent/kubeconfig"}
+    assert Settings.from_env(env).bmc_lease_reclaim_seconds == 30.0
+    assert (
+        Settings.from_env(env | {"METALFLOW_BMC_LEASE_RECLAIM_SECONDS": "5"}).bmc_lease_reclaim_seconds == 5.0
+    )
+    for bad in ("soon", "0", "-1", "7200"):
+        with pytest.raises(ValueError, match="bmc_lease_reclaim_seconds|METALFLOW_BMC_LEASE_RECLAIM_SECONDS"):
+            Settings.from_env(env | {"METALFLOW_BMC_LEASE_RECLAIM_SECONDS": bad})
