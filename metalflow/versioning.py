@@ -85,6 +85,8 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     "HostMonitorWorkflow": VersioningBehavior.AUTO_UPGRADE,
     # A BMC's lease serves every build's reboots; its state carries over continue-as-new.
     "BMCLeaseWorkflow": VersioningBehavior.AUTO_UPGRADE,
+    # A site's one DPF watch never finishes and serves every build's operations.
+    "SiteDPFWatchWorkflow": VersioningBehavior.AUTO_UPGRADE,
 }
 """How each workflow type moves between builds on a versioned worker (tests/test_versioning.py
 checks that every registered workflow is listed)."""
