@@ -20,7 +20,10 @@ PYTEST_WORKERS ?= 4
 demo: $(STAMP)
 	$(BIN)/metalflow dev $(DEMO_ARGS)
 
-test: lint typecheck pytest
+# lint and typecheck (~60 s) run alongside pytest, whose workers mostly wait on servers: three jobs
+# of one make, so a failure of any of them still fails `make test` (after the others finish).
+test: $(STAMP)
+	@$(MAKE) --no-print-directory -j3 lint typecheck pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -26,6 +26,7 @@ def build_activities(
     # Imported here, not at module top: importing `activities` (e.g. for this function's type)
     # must not load the Kubernetes and HTTP clients until a worker builds them.
     from activities.bmc_lease import BMCLeaseActivities
+    from activities.campaign import CampaignActivities
     from activities.dpf import DPFActivities, Kube
     from activities.grove import GroveActivities, RolloutWatcherActivities
     from activities.inventory import Inventory, InventoryActivities
@@ -37,7 +38,8 @@ def build_activities(
     settings = settings or Settings.from_env()
     kube = Kube(settings)  # one Kubernetes client, thread pool and set of per-host limits
     dpf = DPFActivities(settings, kube)
-    inventory = InventoryActivities(Inventory(settings, kube))
+    hosts = Inventory(settings, kube)
+    inventory = InventoryActivities(hosts)
     found: list[Callable[..., Any]] = [inventory.resolve_host_inventory]
     found += [
         dpf.create_site_objects,
@@ -75,4 +77,12 @@ def build_activities(
         found += [site_watch.watch_site_dpf, site_watch.join_site_dpf_watch]
         found.append(OwnerActivities(temporal_client).request_host_reprovision)
         found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
+        campaign = CampaignActivities(hosts, kube, temporal_client)
+        found += [
+            campaign.select_campaign_hosts,
+            campaign.check_campaign_hosts,
+            campaign.request_campaign_hosts,
+            campaign.sweep_campaign_hosts,
+            campaign.abort_campaign_hosts,
+        ]
     return found

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from datetime import UTC, datetime
 
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -36,6 +37,7 @@ async def main(hosts: int) -> None:
     try:
         client = env.client
         gate = asyncio.Semaphore(64)
+        since = datetime.now(UTC)
 
         async def start(workflow_id: str, operation: str, host: str) -> None:
             attributes = TypedSearchAttributes(
@@ -44,6 +46,7 @@ async def main(hosts: int) -> None:
                     SearchAttributePair(names.OPERATION, operation),
                     SearchAttributePair(names.PHASE, "idle" if operation == names.HOST else "rebooting-host"),
                     SearchAttributePair(names.SITE, "bench"),
+                    SearchAttributePair(names.PHASE_SINCE, since),
                 ]
             )
             async with gate:

@@ -23,10 +23,23 @@ from typing import NoReturn
 from temporalio import activity
 
 from metalflow.models.bmc_lease import RequestLeaseInput, RequestLeaseResult, WorkflowRunRefs
+from metalflow.models.campaign import (
+    AbortHostsInput,
+    CheckHostsInput,
+    CheckHostsResult,
+    HostRequestsInput,
+    HostRequestsResult,
+    SelectHostsInput,
+    SelectHostsResult,
+    SweepInput,
+    SweepResult,
+)
 from metalflow.models.dpf import (
     ChangeResult,
     DeleteDPUInput,
     DeleteNodeInput,
+    DeploymentBFBInput,
+    DeploymentFlavorInput,
     DevicesGoneInput,
     HostDPFState,
     HostRef,
@@ -135,6 +148,18 @@ async def reprovision_dpu(request: ReprovisionInput) -> ChangeResult:
     _declared_only("reprovision_dpu")
 
 
+@activity.defn(name="update_deployment_bfb")
+async def update_deployment_bfb(request: DeploymentBFBInput) -> ChangeResult:
+    """Point a DPUDeployment at another BFB (its DPUs then report Outdated; OnDelete waits)."""
+    _declared_only("update_deployment_bfb")
+
+
+@activity.defn(name="update_deployment_flavor")
+async def update_deployment_flavor(request: DeploymentFlavorInput) -> ChangeResult:
+    """Point a DPUDeployment at another DPUFlavor."""
+    _declared_only("update_deployment_flavor")
+
+
 @activity.defn(name="delete_dpu")
 async def delete_dpu(request: DeleteDPUInput) -> ObjectsResult:
     """Take a DPU off its node and delete its DPUDevice (and finalizers, with force)."""
@@ -188,6 +213,37 @@ async def read_host_pool_state(request: SetPoolStateInput) -> PoolStateResult:
 async def request_host_reprovision(request: OwnerReprovisionInput) -> OwnerReprovisionResult:
     """Ask the host's entity workflow for a reprovision."""
     _declared_only("request_host_reprovision")
+
+
+# -- campaigns -------------------------------------------------------------------------------------------
+@activity.defn(name="select_campaign_hosts")
+async def select_campaign_hosts(request: SelectHostsInput) -> SelectHostsResult:
+    """The hosts of a campaign's selection, from the inventory (InvalidInput if none or unknown)."""
+    _declared_only("select_campaign_hosts")
+
+
+@activity.defn(name="check_campaign_hosts")
+async def check_campaign_hosts(request: CheckHostsInput) -> CheckHostsResult:
+    """Which of the hosts already run the target (every DPU on the BFB or flavor)."""
+    _declared_only("check_campaign_hosts")
+
+
+@activity.defn(name="request_campaign_hosts")
+async def request_campaign_hosts(request: HostRequestsInput) -> HostRequestsResult:
+    """Ask each host's entity for the campaign's operation (update-with-start)."""
+    _declared_only("request_campaign_hosts")
+
+
+@activity.defn(name="sweep_campaign_hosts")
+async def sweep_campaign_hosts(request: SweepInput) -> SweepResult:
+    """The in-flight operations whose end the entities show (a signal may have been lost)."""
+    _declared_only("sweep_campaign_hosts")
+
+
+@activity.defn(name="abort_campaign_hosts")
+async def abort_campaign_hosts(request: AbortHostsInput) -> None:
+    """Send `abort` to each running host operation."""
+    _declared_only("abort_campaign_hosts")
 
 
 # -- Redfish ---------------------------------------------------------------------------------------------

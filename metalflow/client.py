@@ -20,6 +20,7 @@ from typing import Any
 from temporalio.client import Client, Interceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
+from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow.names import DEFAULT_NAMESPACE
 
@@ -108,3 +109,17 @@ async def connect(
         interceptors=list(interceptors),
         **config,
     )
+
+
+_LOST = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED})
+
+
+def temporal_lost(err: RPCError) -> bool:
+    """Whether an RPC failed because Temporal went away (or never answered), not because it refused.
+
+    A call in flight when the connection drops fails UNKNOWN with a transport error; the calls
+    after it fail UNAVAILABLE. Both mean "lost Temporal" to a command's user (exit 2).
+    """
+    if err.status in _LOST:
+        return True
+    return err.status == RPCStatusCode.UNKNOWN and "transport error" in err.message.lower()

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import getpass
 import socket
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
@@ -34,8 +35,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
 from metalflow.models.host import STATUS_QUERY, HostStatus, HostWorkflowInput
+from metalflow.progress import Progress
+from metalflow.wording import plural
 
 HOST_WORKFLOW_TYPE = "HostWorkflow"
+METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
 WORKER_GRACE_SECONDS = 5.0
 QUERY_TIMEOUT = timedelta(seconds=10)  # a query nobody answers (no worker) must not hang the CLI
@@ -216,37 +220,85 @@ def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
     dpus = status.get("dpus") or []
     phases = [d.get("phase") or "-" for d in dpus]
     if phases and len(set(phases)) == 1:
-        parts.append(f"{len(phases)} DPUs {phases[0]}")
+        parts.append(f"{plural(len(phases), 'DPU')} {phases[0]}")
     elif phases:
         parts.append(", ".join(f"{d.get('dpu_id')} {phase}" for d, phase in zip(dpus, phases, strict=True)))
     if "power_cycles_issued" in status:
-        parts.append(f"power cycles {status['power_cycles_issued']}")
+        parts.append(plural(int(status["power_cycles_issued"]), "power cycle"))
     if status.get("manual_intervention_reason"):
         parts.append(f"MANUAL INTERVENTION: {status['manual_intervention_reason']}")
     return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class Seen:
+    """Where an operation is, for a person: its phase line and what it waits for."""
+
+    text: str  # the phase, the DPUs' phases, power cycles
+    waiting_for: str = ""
+    milestone: str = ""  # what makes a step: the phase and the power cycles (not DPU phases)
+    details: str = ""  # the workflow's current details (what the UI shows), when it has no status
+    phase: str = ""
+
+
+# Phases of a reboot (HostRebootWorkflow has no status query): what each waits for, in words.
+_REBOOT_WAITS = {
+    "powering": "the BMC's power cycle of {host}",
+    "waiting-for-manual-reboot": "`metalflow host-rebooted {host}` (someone reboots {host} by hand)",
+}
+
+
+async def operation_progress(client: Client, workflow_id: str, host_id: str) -> Seen | None:
+    """Where an operation is: its `status` query, or for one without (a reboot) its Phase and
+    current details; None while it cannot say yet.
+
+    Cost: one query, or a describe and a query when the workflow has no `status`."""
+    status = await operation_status(client, workflow_id)
+    if status:
+        waiting = str(status.get("waiting_for") or "")
+        phase = str(status.get("phase", ""))
+        milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
+        return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        described = await handle.describe(rpc_timeout=QUERY_TIMEOUT)
+    except RPCError:
+        return None
+    shown = described.typed_search_attributes.get(names.PHASE)
+    if not shown:
+        return None
+    details = ""
+    try:
+        metadata = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata, rpc_timeout=QUERY_TIMEOUT)
+        details = metadata.current_details.removeprefix(f"**{shown}**: ")
+    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        pass  # the phase alone still says where it is
+    waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
+    text = shown + (f": {details}" if details and not waiting else "")
+    return Seen(text, waiting, milestone=text, details=details, phase=shown)
+
+
 async def follow_operation(
-    client: Client, workflow_id: str, say: Callable[[str], None], prefix: str = ""
+    client: Client, workflow_id: str, progress: Progress, key: str, host_id: str
 ) -> tuple[bool, str]:
-    """Print the operation's phase changes until it ends.
+    """Show the operation's phase changes, and what it waits for since when, until it ends.
 
     Returns:
         ``(True, summary)`` when it completed, ``(False, reason)`` when it failed or was ended.
     """
     handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
     result = asyncio.ensure_future(handle.result())
-    last, last_phase = "", None
+    last, last_text = "", ""
     try:
         while not result.done():
-            status = await operation_status(client, workflow_id)
-            if status:
-                # What it waits for is said once per phase; DPU phases and cycles on every change.
-                line = describe_operation(status, waiting=status.get("phase") != last_phase)
-                compact = describe_operation(status, waiting=False)
-                if compact != last:
-                    say(f"{prefix}{line}")
-                    last, last_phase = compact, status.get("phase")
+            seen = await operation_progress(client, workflow_id, host_id)
+            # A new phase or power cycle is a step (a lasting line); a DPU's phase is a detail.
+            if seen is not None and seen.milestone != last:
+                progress.step(key, seen.text, waiting_for=seen.waiting_for)
+                last, last_text = seen.milestone, seen.text
+            elif seen is not None:
+                progress.detail(key, seen.text if seen.text != last_text else "", seen.waiting_for)
+                last_text = seen.text
             await asyncio.wait({result}, timeout=FOLLOW_POLL_SECONDS)
         outcome = result.result()
     except WorkflowFailureError as err:

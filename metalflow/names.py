@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
@@ -26,14 +26,20 @@ CAMPAIGN: Final = SearchAttributeKey.for_keyword("Campaign")
 SITE: Final = SearchAttributeKey.for_keyword("Site")
 POOL_STATE: Final = SearchAttributeKey.for_keyword("PoolState")
 """`in-pool` or `out-of-pool`: set by a host's monitor, so the UI lists hosts taken out of service."""
+INSTANCE: Final = SearchAttributeKey.for_keyword("Instance")
+"""The instance a host's entity has assigned (unset when none): `host list` reads it from visibility."""
+PHASE_SINCE: Final = SearchAttributeKey.for_datetime("PhaseSince")
+"""When a host's entity entered its Phase: `host list` shows how long without asking the entity."""
 
-SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[str], ...]] = (
+SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     HOST_ID,
     OPERATION,
     PHASE,
     CAMPAIGN,
     SITE,
     POOL_STATE,
+    INSTANCE,
+    PHASE_SINCE,
 )
 """Every custom search attribute metalflow sets; each must be registered on the namespace."""
 
@@ -70,14 +76,19 @@ def _checked(kind: str, value: str) -> str:
     return value
 
 
-def host_operation_workflow_id(operation: str, host_id: str) -> str:
-    """Workflow id of an operation on one host, e.g. ``reprovision/host-h001``.
+def host_operation_workflow_id(operation: str, host_id: str, *, legacy: bool = False) -> str:
+    """Workflow id of an operation on one host, e.g. ``reprovision/h001``.
 
     Args:
         operation: The operation name (``reprovision``, ``firmware``, ...).
         host_id: The host's id in the site.
+        legacy: The form before 2026-11 (``reprovision/host-h001``, which read
+            ``reprovision/host-host-001`` for a host named host-001). Entities and operations
+            that started on it keep it (`workflows.common.SHORT_IDS_PATCH`), so they still find
+            their children and an operation in flight keeps its lock.
     """
-    return f"{_checked('operation', operation)}/host-{_checked('host id', host_id)}"
+    host = _checked("host id", host_id)
+    return f"{_checked('operation', operation)}/{'host-' if legacy else ''}{host}"
 
 
 # Operations on a host; each is also the `Operation` search attribute of its workflow.
@@ -90,6 +101,8 @@ MONITOR: Final = "monitor"
 HOST: Final = "host"
 ROLLOUT: Final = "rollout"
 """The `Operation` search attribute of a coherent PodCliqueSet rollout."""
+CAMPAIGN_OPERATION: Final = "campaign"
+"""The `Operation` search attribute of a fleet campaign (its `Campaign` attribute is its name)."""
 
 
 def host_workflow_id(host_id: str) -> str:
@@ -97,15 +110,15 @@ def host_workflow_id(host_id: str) -> str:
     return f"host/{_checked('host id', host_id)}"
 
 
-def host_reboot_workflow_id(host_id: str, boot_generation: int) -> str:
-    """Workflow id of one reboot: ``reboot/host-<id>/generation-<n>``.
+def host_reboot_workflow_id(host_id: str, boot_generation: int, *, legacy: bool = False) -> str:
+    """Workflow id of one reboot: ``reboot/<id>/generation-<n>`` (`legacy`: ``reboot/host-<id>/...``).
 
     The boot generation is the number of reboots owed: asking twice for the same generation
     finds the same workflow, so the host reboots once.
     """
     if boot_generation < 1:
         raise ValueError(f"invalid boot generation {boot_generation}: generations start at 1")
-    return f"{host_operation_workflow_id(REBOOT, host_id)}/generation-{boot_generation}"
+    return f"{host_operation_workflow_id(REBOOT, host_id, legacy=legacy)}/generation-{boot_generation}"
 
 
 DPF_WATCH: Final = "dpf-watch"
@@ -127,16 +140,21 @@ def dpf_watch_workflow_id(namespace: str, task_queue: str = TASK_QUEUE) -> str:
 def dpf_waiter_workflow_ids(host_id: str) -> tuple[str, ...]:
     """The ids the site watch signals on a change of `host_id` (a closed or unknown id costs one
     NotFound answer)."""
-    return tuple(host_operation_workflow_id(op, host_id) for op in DPF_WAITERS)
+    # The monitor keeps its long-lived id form (`monitor_workflow_id`); operations take the current one.
+    operations = tuple(host_operation_workflow_id(op, host_id) for op in DPF_WAITERS if op != MONITOR)
+    return (*operations, monitor_workflow_id(host_id))
 
 
 def monitor_workflow_id(host_id: str) -> str:
-    """Workflow id of a host's long-running monitor: ``monitor/host-<id>``."""
-    return host_operation_workflow_id(MONITOR, host_id)
+    """Workflow id of a host's long-running monitor: ``monitor/host-<id>``.
+
+    Kept in the old form on purpose: a monitor runs for months and is found by this id (a
+    second start attaches to it), so a new form would start a second monitor beside it."""
+    return host_operation_workflow_id(MONITOR, host_id, legacy=True)
 
 
 def reprovision_workflow_id(host_id: str) -> str:
-    """Workflow id of the reprovisioning of one host: ``reprovision/host-<id>``."""
+    """Workflow id of the reprovisioning of one host: ``reprovision/<id>``."""
     return host_operation_workflow_id("reprovision", host_id)
 
 

@@ -87,6 +87,9 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     "BMCLeaseWorkflow": VersioningBehavior.AUTO_UPGRADE,
     # A site's one DPF watch never finishes and serves every build's operations.
     "SiteDPFWatchWorkflow": VersioningBehavior.AUTO_UPGRADE,
+    # A campaign runs for days and continues-as-new: pinning would keep a build alive that long;
+    # it replays old histories like the entities do (tests/test_replay.py).
+    "CampaignWorkflow": VersioningBehavior.AUTO_UPGRADE,
 }
 """How each workflow type moves between builds on a versioned worker (tests/test_versioning.py
 checks that every registered workflow is listed)."""

@@ -18,6 +18,8 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+import temporalio.activity
+import temporalio.workflow
 from temporalio.client import Client
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
@@ -172,12 +174,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class _WorkflowTag(logging.Filter):
+    """Tags a line with the workflow it is about (`[reprovision/host-001]`), in place of the dict
+    of run id, namespace, task queue and attempt the SDK appends (a 290-character line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = getattr(record, "temporal_workflow", None) or getattr(record, "temporal_activity", None)
+        workflow_id = context.get("workflow_id") if isinstance(context, dict) else None
+        record.workflow_tag = f" [{workflow_id}]" if workflow_id else ""
+        return True
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """The worker's log at INFO reads as a story: one line per step of each operation."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s%(workflow_tag)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_WorkflowTag())
+    temporalio.workflow.logger.workflow_info_on_message = False
+    temporalio.activity.logger.activity_info_on_message = False
+    # A line per HTTP request (BMCs, the Kubernetes API) drowns the story of the operations.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the worker; return the process exit status instead of raising."""
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # A line per HTTP request (BMCs, the Kubernetes API) drowns the story of the operations.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    configure_logging()
     try:
         asyncio.run(run_worker(args.task_queue, args.profile, args.metrics_address, args.lifeline_fd))
     except (TelemetryConfigError, ValueError) as error:

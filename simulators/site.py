@@ -6,7 +6,7 @@ endpoint filled in, so the product reads the same file to find hosts, BMCs and c
 
 Example:
 
-    name: sim
+    name: default
     namespace: dpf-operator-system
     hosts:
       - id: host-001
@@ -150,7 +150,7 @@ class Workload(_Model):
 
 
 class Site(_Model):
-    name: str = "sim"
+    name: str = "default"  # the name HostWorkflowInput.site defaults to: one site name everywhere
     namespace: str = "dpf-operator-system"
     hosts: list[Host] = Field(default_factory=list)
     workloads: list[Workload] = Field(default_factory=list)
@@ -172,7 +172,7 @@ class Site(_Model):
         raise KeyError(host_id)
 
 
-def default_site(hosts: int, dpus_per_host: int, *, name: str = "sim") -> Site:
+def default_site(hosts: int, dpus_per_host: int, *, name: str = "default") -> Site:
     """The generated site: BMC profiles and DPU models mixed across hosts, one Grove workload.
 
     Host i gets profile `DEFAULT_ROTATION[i % 5]`; every third host carries BF4 DPUs (which

@@ -12,6 +12,7 @@ import contextlib
 import signal
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
@@ -26,6 +27,11 @@ from metalflow import names
 from metalflow.binaries import MissingBinaryError, temporal_cli, temporal_test_server
 from metalflow.devstack.temporal import add_search_attributes
 from metalflow.models.inventory import DPF_NAMESPACE
+
+# The SDK waits 5 s by default for a server to accept connections. On a loaded machine (2 cores,
+# several pytest workers and other users) a start missed that, and as a session fixture the miss
+# errored every later test of its xdist worker (46 errors in one run): wait as long as it takes.
+SERVER_STARTUP_TIMEOUT = timedelta(seconds=120)
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +54,7 @@ async def local_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
         search_attributes=names.SEARCH_ATTRIBUTES,
         data_converter=pydantic_data_converter,
         dev_server_log_level="error",
+        dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
     try:
         yield env
@@ -65,6 +72,7 @@ async def time_skipping_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnviron
     env = await WorkflowEnvironment.start_time_skipping(
         test_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
         data_converter=pydantic_data_converter,
+        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
     try:
         await add_search_attributes(env.client, names.SEARCH_ATTRIBUTES)

@@ -13,6 +13,7 @@ import pytest
 from temporalio import activity
 
 from activities.bmc_lease import BMCLeaseActivities
+from activities.campaign import CampaignActivities
 from activities.dpf import DPFActivities
 from activities.grove import GroveActivities, RolloutWatcherActivities
 from activities.inventory import InventoryActivities
@@ -26,6 +27,7 @@ from metalflow import activity_api
 
 IMPLEMENTATIONS = (
     BMCLeaseActivities,
+    CampaignActivities,
     DPFActivities,
     GroveActivities,
     RolloutWatcherActivities,

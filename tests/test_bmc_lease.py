@@ -229,9 +229,17 @@ async def test_slots_of_runs_that_closed_without_releasing_are_reclaimed(
             await wait_for_query(
                 lambda: lease_status(lease), lambda s: s is not None and len(s.waiting) == 1, "a waiter", 60
             )
+            # A real reboot queues behind both before they die, so one lease run sees it all (asked
+            # after they died, it could meet a lease that already reclaimed, idled and ended).
+            reboot = await start_reboot(client, task_queue, host)
+            await wait_for_query(
+                lambda: lease_status(lease),
+                lambda s: s is not None and len(s.waiting) == 2,
+                "the reboot queued",
+                60,
+            )
             await holder.terminate("the run died holding its slot")
             await waiter.terminate("the run died waiting for a slot")
-            reboot = await start_reboot(client, task_queue, host)
             result = await asyncio.wait_for(reboot.result(), 120)
             status = await lease.result()  # it ended once idle
             await save_history(reboot, "host_reboot_bmc_leased")

@@ -70,7 +70,7 @@ def _power_cycles(host: str, state_dir: Path, cwd: Path) -> int:
 
 def _assert_demo_output(output: str) -> None:
     for host in ("host-001", "host-002", "host-003"):
-        assert f"demo: provision {host}: started provision as provision/host-{host}" in output or (
+        assert f"demo: provision {host}: started provision as provision/{host}" in output or (
             f"demo: provision {host}: approved as" in output
         ), output
     # BF3 hosts: one reboot per operation; the BF4 host (host-003): two.
@@ -128,6 +128,11 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     noisy = [line for line in worker_log.splitlines() if " WARNING " in line or "Traceback" in line]
     assert noisy == [], "\n".join(noisy[:10])
     assert "HTTP Request:" not in worker_log
+    # ... and reads as a story at INFO: one line per step, tagged with its workflow, not the
+    # SDK's dict of run id, namespace and task queue; a power cycle's inner steps are DEBUG.
+    assert "'run_id'" not in worker_log and "cycle_requested" not in worker_log
+    story = r"INFO temporalio\.workflow: rebooting-host: .*\[reprovision/\S+\]$"
+    assert re.search(story, worker_log, re.M)
     started_first = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", first.stdout)]
     assert len(started_first) == 3  # Temporal dev server, simulated site, worker
     assert not any(_alive(pid) for pid in started_first)
@@ -249,7 +254,7 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
             if "press Ctrl-C to stop" in line:
                 break
         assert _listening(port) and _listening(ui_port), "".join(lines)
-        assert not any(line.startswith("demo:") for line in lines)
+        assert not any(" demo: " in line or line.startswith("demo:") for line in lines)
         process.send_signal(getattr(signal, stop_signal))
         rest, _ = process.communicate(timeout=60)
     finally:

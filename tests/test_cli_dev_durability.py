@@ -35,7 +35,7 @@ def test_a_worker_killed_mid_reprovision_is_restarted_and_the_reprovision_cycles
                 break
             lines.append(line)
             # Kill the worker (SIGKILL: no goodbye) once the reprovision has asked for its reboot.
-            if killed is None and re.match(r"demo: reprovision host-001: .*rebooting-host", line):
+            if killed is None and re.search(r"demo: reprovision host-001: .*rebooting-host", line):
                 output = "".join(lines)
                 killed = int(re.findall(r"starting metalflow worker \(pid (\d+),", output)[-1])
                 os.kill(killed, signal.SIGKILL)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sim_support import RunningSim, running_sim
@@ -57,6 +59,10 @@ async def metalflow(
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
     # The CLI checks hosts against the inventory before it sends anything: the module's site.
     env["METALFLOW_SITE_FILE"] = str(site_file or SITE_FILE.get("path", Path("/nonexistent/site.yaml")))
+    # A reprovision also checks DPF's DPUs, in the cluster of the simulator that wrote the site file.
+    kubeconfig = Path(env["METALFLOW_SITE_FILE"]).parent / "kubeconfig"
+    if kubeconfig.is_file():
+        env["KUBECONFIG"] = str(kubeconfig)
     env["METALFLOW_INVENTORY"] = "site"
     env["TEMPORAL_ADDRESS"] = address or local_env.client.service_client.config.target_host
     env["TEMPORAL_CONFIG_FILE"] = os.devnull
@@ -77,9 +83,9 @@ async def test_provision_wait_follows_the_operation_and_power_cycles_once(
         "--by", "alice@test", "--task-queue", queue,
     )  # fmt: skip
     assert done.status == 0, done.stdout + done.stderr
-    assert "clih-001: started provision as provision/host-clih-001" in done.stdout
+    assert "clih-001: started provision as provision/clih-001" in done.stdout
     assert "clih-001: rebooting-host" in done.stdout  # phase changes, as they happen
-    assert "clih-001: provision/host-clih-001 completed (reboots 1, boot_generation 1)" in done.stdout
+    assert "clih-001: provision/clih-001 completed (reboots 1, boot_generation 1)" in done.stdout
     assert power_cycles(sim.power_log("clih-001")) == 1  # BF3: DPF asked for one reboot
     assert sim.violations() == []
 
@@ -105,7 +111,7 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
 
     busy = await metalflow(local_env, "host", "reprovision", "clih-002", "--task-queue", queue)
     assert busy.status == 1
-    assert "provision is in flight (workflow provision/host-clih-002" in busy.stderr
+    assert "provision is in flight (workflow provision/clih-002" in busy.stderr
     assert "reprovision refused" in busy.stderr
 
     # The operation waits for someone else to reboot the host; status says so.
@@ -122,7 +128,7 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
 
     told = await metalflow(local_env, "host-rebooted", "clih-002", "--by", "dc-tech", "--task-queue", queue)
     assert told.status == 0, told.stderr
-    assert "told provision/host-clih-002 that the host was rebooted (by dc-tech)" in told.stdout
+    assert "provision/clih-002: reboot confirmation passed to reboot/clih-002/generation-" in (told.stdout)
     for _ in range(150):
         shown = json.loads((await metalflow(local_env, "host", "status", "clih-002", "--json")).stdout)[
             "host"
@@ -154,8 +160,8 @@ async def test_an_assigned_host_waits_for_approve(
         local_env, "approve", "clih-004", "--by", "carol", "--wait", "--task-queue", queue
     )
     assert approved.status == 0, approved.stdout + approved.stderr
-    assert "approved provision; started provision/host-clih-004" in approved.stdout
-    assert "provision/host-clih-004 completed (reboots 1" in approved.stdout
+    assert "approved provision; started provision/clih-004" in approved.stdout
+    assert "provision/clih-004 completed (reboots 1" in approved.stdout
     assert power_cycles(sim.power_log("clih-004")) == 1
 
     again = await metalflow(local_env, "approve", "clih-004", "--task-queue", queue)
@@ -173,3 +179,46 @@ async def test_clear_errors(local_env: WorkflowEnvironment) -> None:
     )
     bad = await metalflow(local_env, "host", "provision", "host/../x")
     assert bad.status == 2 and "invalid host id" in bad.stderr
+
+
+@pytest.mark.slow
+async def test_reboot_wait_shows_its_phases_and_the_manual_reboot_it_waits_for(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    waiting = asyncio.create_task(
+        metalflow(
+            local_env, "host", "reboot", "clih-003", "--wait", "--manual-reboot", "--by", "bob",
+            "--task-queue", queue,
+        )
+    )  # fmt: skip
+    # `host status` of a running reboot (a workflow without a status query) shows its phase.
+    shown: dict[str, Any] = {}
+    for _ in range(150):
+        status = await metalflow(local_env, "host", "status", "clih-003", "--json")
+        shown = json.loads(status.stdout) if status.status == 0 else {}  # no entity yet: unknown host
+        if (shown.get("operation") or {}).get("phase") == "waiting-for-manual-reboot":
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError(f"the reboot never waited for a person: {shown}")
+    assert shown["operation"]["waiting_for"].startswith("`metalflow host-rebooted clih-003`")
+    text = await metalflow(local_env, "host", "status", "clih-003")
+    assert "running reboot" in text.stdout and "now            waiting-for-manual-reboot" in text.stdout
+    assert "waiting for    `metalflow host-rebooted clih-003`" in text.stdout
+
+    told = await metalflow(local_env, "host-rebooted", "clih-003", "--by", "dc-tech", "--task-queue", queue)
+    assert told.status == 0, told.stderr
+    done = await waiting
+    assert done.status == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    # Not a terminal: every line stamped with the UTC time and the time since the command began.
+    assert all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \+\d+:\d\d clih-003: ", line) for line in lines), (
+        lines
+    )
+    assert "run `metalflow host-rebooted clih-003`" in done.stdout  # said before anything waits
+    assert "clih-003: waiting-for-manual-reboot" in done.stdout
+    assert re.search(
+        r"clih-003:   waiting for `metalflow host-rebooted clih-003`.* \(since \d\d:\d\d:\d\dZ\)", done.stdout
+    )
+    assert "reboot/clih-003/generation-1 completed (boot_generation 1)" in done.stdout
+    assert sim.power_log("clih-003") == []  # a manual reboot: metalflow never touched its power

@@ -110,18 +110,23 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     listed = await metalflow_here(own_env, "host", "list")
     assert listed.status == 0, listed.stderr
     header, *lines = listed.stdout.splitlines()
-    assert header.split() == ["HOST", "SITE", "PHASE", "OPERATION", "OPERATION", "PHASE", "FOR"]
+    assert header.split() == ["HOST", "SITE", "PHASE", "FOR", "INSTANCE", "OPERATION", "OPERATION", "PHASE"]
     assert [line.split()[0] for line in lines] == ["host-001", "host-002", "host-003"], listed.stdout
-    assert lines[0].split()[2:6] == ["running", "provision", "provision/host-host-001", "rebooting-host"]
-    assert re.fullmatch(r"\d+:\d\d:\d\d", lines[0].split()[-1]), listed.stdout
+    first = lines[0].split()
+    assert first[2:4] == ["running", "provision"] and first[5:] == [
+        "-",
+        "provision/host-001",
+        "rebooting-host",
+    ]
+    assert re.fullmatch(r"\d+:\d\d:\d\d", first[4]), listed.stdout
     assert "3 hosts, 3 with an operation in flight (2 visibility requests)" in listed.stderr
     as_json = await metalflow_here(own_env, "host", "list", "--json", "--phase", "rebooting-host")
     rows = json.loads(as_json.stdout)
     assert [row["host"] for row in rows] == ["host-001", "host-002", "host-003"]
     assert rows[1]["phase"] == "running provision"
-    assert rows[1]["operation"]["workflow_id"] == "provision/host-host-002"
+    assert rows[1]["operation"]["workflow_id"] == "provision/host-002"
     assert rows[1]["operation"]["operation"] == "provision"
-    assert rows[1]["operation"]["started_at"].endswith("Z")
+    assert rows[1]["operation"]["started_at"].endswith("Z") and rows[1]["phase_since"].endswith("Z")
     bad = await metalflow_here(own_env, "host", "list", "--phase", "Idle;rm")
     assert bad.status == 2 and "invalid phase" in bad.stderr
 
@@ -133,7 +138,7 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
 
     # README's Temporal CLI command, run exactly as written.
     command = readme_update_command()
-    assert "--workflow-id provision/host-host-001" in command, command
+    assert "--workflow-id provision/host-001" in command, command
     env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
     env["TEMPORAL_ADDRESS"] = own_env.client.service_client.config.target_host
     env["PATH"] = f"{temporal_cli().parent}{os.pathsep}{env.get('PATH', '')}"
@@ -148,13 +153,13 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
         "--task-queue", queue,
     )  # fmt: skip
     assert marked.status == 0, marked.stderr
-    assert "host-002: provision/host-host-002: reboot confirmation passed to" in marked.stdout
+    assert "host-002: provision/host-002: reboot confirmation passed to" in marked.stdout
 
     aborted = await metalflow_here(
         own_env, "host", "abort", "host-003", "--reason", "wrong rack", "--task-queue", queue
     )
     assert aborted.status == 0, aborted.stderr
-    assert "host-003: provision/host-host-003: aborting at the next safe point" in aborted.stdout
+    assert "host-003: provision/host-003: aborting at the next safe point" in aborted.stdout
 
     for host in ("host-001", "host-002"):
         shown = await until(own_env, host, ended, "finished")
@@ -166,8 +171,19 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     assert [(row["host"], row["operation"]) for row in idle] == [
         (h, None) for h in ("host-001", "host-002", "host-003")
     ]
-    shown = (await metalflow_here(own_env, "host", "list")).stdout
-    assert re.search(r"^host-002 +\S+ +idle +- +- +-$", shown, re.M), shown
+    # An idle host: how long it has been idle, and its instance, from the same listing.
+    assigned = await metalflow_here(own_env, "host", "assign", "host-001", "i-7", "--task-queue", queue)
+    assert assigned.status == 0, assigned.stderr
+    for _ in range(50):  # visibility follows the entity's upsert a moment later
+        shown = (await metalflow_here(own_env, "host", "list")).stdout
+        if re.search(r"^host-001 .* i-7 ", shown, re.M):
+            break
+        await asyncio.sleep(0.2)
+    assert re.search(r"^host-001 +\S+ +idle +\d+:\d\d:\d\d +i-7 +- +-$", shown, re.M), shown
+    assert re.search(r"^host-002 +\S+ +idle +\d+:\d\d:\d\d +- +- +-$", shown, re.M), shown
+    listed_json = json.loads((await metalflow_here(own_env, "host", "list", "--json")).stdout)
+    assert listed_json[0]["instance"] == "i-7" and listed_json[1]["instance"] is None
+    await metalflow_here(own_env, "host", "release", "host-001", "i-7", "--task-queue", queue)
 
     # Nothing in flight any more: a clear refusal, exit 1.
     late = await metalflow_here(own_env, "host", "abort", "host-001", "--task-queue", queue)

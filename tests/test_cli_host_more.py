@@ -98,9 +98,9 @@ async def test_firmware_wait_stages_both_dpus_and_power_cycles_once(
         "--by", "fw@test", "--task-queue", queue,
     )  # fmt: skip
     assert done.status == 0, done.stdout + done.stderr
-    assert f"{host}: started firmware as firmware/host-{host}" in done.stdout
+    assert f"{host}: started firmware as firmware/{host}" in done.stdout
     assert (
-        f"firmware/host-{host} completed (reboots 1, boot_generation 1, staged on {host}-dpu-0, {host}-dpu-1)"
+        f"firmware/{host} completed (reboots 1, boot_generation 1, staged on {host}-dpu-0, {host}-dpu-1)"
         in done.stdout
     )
     assert power_cycles(sim.power_log(host)) == 1
@@ -142,7 +142,7 @@ async def test_remove_one_dpu_wait_deletes_its_objects_and_keeps_its_sibling(
         local_env, "host", "remove", host, "--dpus", gone, "--wait", "--reason", "RMA", "--task-queue", queue
     )
     assert done.status == 0, done.stdout + done.stderr
-    assert f"{host}: started remove as remove/host-{host}" in done.stdout
+    assert f"{host}: started remove as remove/{host}" in done.stdout
     assert f"removed DPUDevice/device-{gone}, DPU/node-{host}-device-{gone}" in done.stdout
     assert await dpf("dpus", f"node-{host}-device-{gone}") is None
     assert await dpf("dpudevices", f"device-{gone}") is None

@@ -186,7 +186,7 @@ async def test_no_worker_on_the_task_queue_is_reported_and_starts_nothing(
 ) -> None:
     host, queue = f"noworker-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
     write_site(tmp_path / "site.yaml", host)  # the CLI checks the host against the inventory first
-    code, out, err = await _run(["host", "reprovision", host, "--task-queue", queue], _env(client, tmp_path))
+    code, out, err = await _run(["host", "reboot", host, "--task-queue", queue], _env(client, tmp_path))
     assert (code, out) == (1, "")
     assert err.splitlines() == [
         f"metalflow: no worker polls task queue {queue!r}, so nothing would act on the request: start one "

@@ -65,3 +65,43 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
     for host in ("host-001", "host-002", "host-999"):
         assert not await _entity_exists(client, host)
     api.close()
+
+
+@pytest.mark.slow
+async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_cluster(
+    client: Client, sim: RunningSim, tmp_path: Path
+) -> None:
+    # The site file names host-001 and host-002; the cluster DPF runs in has no DPU of either.
+    api = Api(sim)
+    before = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+              for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
+    site_mode = _env(client, tmp_path) | {
+        "METALFLOW_INVENTORY": "site", "METALFLOW_SITE_FILE": str(sim.site_file),
+    }  # fmt: skip
+    rows: list[tuple[list[str], dict[str, str], int, str]] = [
+        (["host", "reprovision", "host-002"], {"KUBECONFIG": str(sim.kubeconfig)}, 1,
+         "cannot reprovision host-002: DPF has no DPU node-host-002-device-host-002-dpu-0, "
+         "node-host-002-device-host-002-dpu-1 in namespace dpf-operator-system "
+         "(provision it first: metalflow host provision host-002)"),
+        (["host", "reprovision", "host-002", "--dpus", "host-002-dpu-1"], {"KUBECONFIG": str(sim.kubeconfig)},
+         1, "cannot reprovision host-002: DPF has no DPU node-host-002-device-host-002-dpu-1 in"),
+        (["host", "reprovision", "host-002"], {"KUBECONFIG": str(tmp_path / "missing-kubeconfig")}, 2,
+         "cannot check that DPF has the DPUs of host-002: no usable Kubernetes configuration "
+         f"({tmp_path / 'missing-kubeconfig'})"),
+        # Only a reprovision needs DPF's DPUs: a provision is checked against the site file alone.
+        (["host", "provision", "host-002"], {"KUBECONFIG": str(tmp_path / "missing-kubeconfig")}, 1,
+         "no worker polls task queue 'nobody-polls-this'"),
+    ]  # fmt: skip
+    queue = ["--task-queue", "nobody-polls-this"]
+    results = await asyncio.gather(*(_run([*args, *queue], site_mode | extra) for args, extra, _, _ in rows))
+    problems = []
+    for (args, _, status, words), (code, out, err) in zip(rows, results, strict=True):
+        lines = err.splitlines()
+        if code != status or out or len(lines) != 1 or not lines[0].startswith(f"metalflow: {words}"):
+            problems.append(f"{args}: exit {code}, stdout {out!r}, stderr {err!r}")
+    assert problems == [], "\n".join(problems)
+    after = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]
+             for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
+    assert after == before, "a refused request wrote to the DPF API"
+    assert not await _entity_exists(client, "host-002")
+    api.close()

@@ -4,6 +4,8 @@ every real workflow and activity, and the simulated site's Grove."""
 from __future__ import annotations
 
 import json
+import re
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -34,6 +36,15 @@ async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
         yield task_queue
 
 
+@pytest.fixture(scope="module")
+async def refusing_queue(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[str]:
+    """One worker for all the refused requests (~2 s to start and up to 3 s to stop per test, six
+    times over): they start nothing, so nothing of one case is left for the next to meet."""
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(local_env.client, f"refusals-{uuid.uuid4()}", settings) as worker:
+        yield worker.task_queue
+
+
 async def test_start_wait_completes_and_status_reports_it(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
@@ -53,6 +64,10 @@ async def test_start_wait_completes_and_status_reports_it(
     assert done.status == 0, done.stderr
     assert "rollout rollout/default/inference completed" in done.stdout
     assert "[" in done.stdout and "/6" in done.stdout  # progress lines
+    # Not a terminal: stamped lines (UTC, elapsed), and what each step waits for since when.
+    assert re.search(r"Z \+\d+:\d\d rollout/default/inference: default/inference rolling \[", done.stdout)
+    waits = r"rollout/default/inference:   waiting for inference-0-mpg-0 back at the new version \(since "
+    assert re.search(waits, done.stdout), done.stdout
     shown = await metalflow(local_env, "rollout", "status", "default/inference", "--json")
     assert shown.status == 0, shown.stderr
     status = json.loads(shown.stdout)
@@ -76,10 +91,10 @@ async def test_start_wait_completes_and_status_reports_it(
     ],
 )
 async def test_bad_requests_are_refused_and_change_nothing(
-    local_env: WorkflowEnvironment, sim: RunningSim, queue: str, args: list[str], message: str
+    local_env: WorkflowEnvironment, sim: RunningSim, refusing_queue: str, args: list[str], message: str
 ) -> None:
     before = {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")}
-    refused = await metalflow(local_env, "rollout", "start", *args, "--task-queue", queue)
+    refused = await metalflow(local_env, "rollout", "start", *args, "--task-queue", refusing_queue)
     assert refused.status == 2, refused
     assert message in refused.stderr
     assert {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")} == before

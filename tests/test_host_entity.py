@@ -134,7 +134,7 @@ async def test_one_operation_at_a_time_and_a_busy_refusal_names_it(client: Clien
     host = _host()
     accepted = await _request(client, worker, host, REQUEST_PROVISION_UPDATE)
     assert accepted == OperationAccepted(
-        workflow_id=f"provision/host-{host}", message=f"started provision as provision/host-{host}"
+        workflow_id=f"provision/{host}", message=f"started provision as provision/{host}"
     )
     child = await client.get_workflow_handle(accepted.workflow_id).describe()
     assert child.status == WorkflowExecutionStatus.RUNNING
@@ -142,9 +142,7 @@ async def test_one_operation_at_a_time_and_a_busy_refusal_names_it(client: Clien
 
     with pytest.raises(HostRequestError) as refused:
         await _request(client, worker, host, REQUEST_REPROVISION_UPDATE, by="bob")
-    assert f"provision is in flight (workflow provision/host-{host}, requested by alice)" in str(
-        refused.value
-    )
+    assert f"provision is in flight (workflow provision/{host}, requested by alice)" in str(refused.value)
     assert "reprovision refused" in str(refused.value)
     with pytest.raises(HostRequestError, match="cannot take instance i-1: provision is in flight"):
         await _assign(client, worker, host, "i-1")
@@ -164,7 +162,7 @@ async def test_one_operation_at_a_time_and_a_busy_refusal_names_it(client: Clien
 
     # The next reboot is keyed by the next boot generation.
     reboot = await _request(client, worker, host, REQUEST_REBOOT_UPDATE)
-    assert reboot.workflow_id == f"reboot/host-{host}/generation-2"
+    assert reboot.workflow_id == f"reboot/{host}/generation-2"
     status = await _settled(client, host, lambda s: s.current is None)
     assert status.boot_generation == 2
 
@@ -205,7 +203,7 @@ async def test_an_assigned_host_is_reprovisioned_only_after_approval(client: Cli
         await _assign(client, worker, host, "i-other")
 
     answer = await _approve(client, worker, host)
-    assert answer.message == f"approved reprovision; started reprovision/host-{host}"
+    assert answer.message == f"approved reprovision; started reprovision/{host}"
     status = await host_status(client, host)
     assert status.phase == "running reprovision" and status.current is not None
     assert status.current.approved_by == "carol"

@@ -95,7 +95,7 @@ async def test_an_assigned_host_is_reprovisioned_after_approval_and_rebooted_in_
         assert sim.power_log(host) == []  # nothing happens before the approval
 
         approved = await update(APPROVE_UPDATE, OperatorRequest(requested_by="carol"), OperationAnswer)
-        assert approved.message == f"approved reprovision; started reprovision/host-{host}"
+        assert approved.message == f"approved reprovision; started reprovision/{host}"
         with pytest.raises(HostRequestError, match="reprovision is in flight"):
             await update(REQUEST_REBOOT_UPDATE, alice, OperationAccepted)
         status = await settled(client, host, lambda s: s.current is None)
@@ -105,7 +105,7 @@ async def test_an_assigned_host_is_reprovisioned_after_approval_and_rebooted_in_
         # Inside the window the approval opened, a reboot of the same tenant's host starts at once.
         reboot = await update(REQUEST_REBOOT_UPDATE, alice, OperationAccepted)
         assert not reboot.awaiting_approval
-        assert reboot.workflow_id == f"reboot/host-{host}/generation-2"
+        assert reboot.workflow_id == f"reboot/{host}/generation-2"
         result = await client.get_workflow_handle(reboot.workflow_id, result_type=HostRebootResult).result()
         status = await settled(client, host, lambda s: s.current is None)
         entity_handle = client.get_workflow_handle(names.host_workflow_id(host))
@@ -160,7 +160,7 @@ async def test_a_failed_reboot_is_followed_by_the_next_generation_never_a_reused
     alice = OperationRequest(requested_by="alice", reason="{stuck} kernel", policy=manual)
     async with worker_for(client, task_queue, sim):
         first = await send_update(client, entity, REQUEST_REBOOT_UPDATE, alice, OperationAccepted, task_queue)
-        assert first.workflow_id == f"reboot/host-{host}/generation-1"
+        assert first.workflow_id == f"reboot/{host}/generation-1"
         failed = client.get_workflow_handle(first.workflow_id)
 
         async def waiting_for_person() -> bool:
@@ -179,6 +179,6 @@ async def test_a_failed_reboot_is_followed_by_the_next_generation_never_a_reused
         await client.get_workflow_handle(second.workflow_id).terminate("test over")
         await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test over")
     # Generation 1 was spent by the failed reboot: the next request reboots at generation 2.
-    assert second.workflow_id == f"reboot/host-{host}/generation-2"
+    assert second.workflow_id == f"reboot/{host}/generation-2"
     assert latest_of_first.status == WorkflowExecutionStatus.TERMINATED
     assert sim.power_log(host) == []

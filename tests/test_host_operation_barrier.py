@@ -25,6 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import workflows
+from metalflow import names
 from metalflow.models.dpf import ChangeResult, HostRef
 from metalflow.models.host import (
     ABORT_UPDATE,
@@ -124,7 +125,7 @@ async def stuck_site(
     """The site, and how to start the operation on it (an id of its own, fresh generations)."""
     task_queue = f"barrier-{uuid.uuid4()}"
     suffix = f"-barrier-{uuid.uuid4().hex[:8]}"
-    site = StuckSite(client=env.client, workflow_id=f"reprovision/host-{HOST}{suffix}")
+    site = StuckSite(client=env.client, workflow_id=names.reprovision_workflow_id(HOST) + suffix)
     site.stuck_in = stuck_in
     site.cycle_may_finish = asyncio.Event()
     if not hold_cycle:
@@ -246,7 +247,7 @@ async def test_abort_during_a_power_cycle_lets_it_finish_first(
             await handle.result()
         final = await status_of(handle)
         if force_off_from_retry == 0:
-            child = env.client.get_workflow_handle(f"reboot/host-{HOST}/generation-{final.boot_generation}")
+            child = env.client.get_workflow_handle(f"reboot/{HOST}/generation-{final.boot_generation}")
             await save_history(child, "host_reboot_force_off_cancelled_midway")
             await save_history(handle, "host_operation_aborted_during_power_cycle")
     cause = failure.value.cause

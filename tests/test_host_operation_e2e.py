@@ -126,9 +126,7 @@ async def test_manual_reboot_method_waits_for_host_rebooted_signal(
         await handle.signal(HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by="alice", reason="done"))
         result = await handle.result()
         await save_history(handle, "host_operation_manual_reboot")
-        await save_history(
-            client.get_workflow_handle("reboot/host-host-001/generation-1"), "host_reboot_manual"
-        )
+        await save_history(client.get_workflow_handle("reboot/host-001/generation-1"), "host_reboot_manual")
     assert result.reboots == 1
     assert power_cycles(ready_site.power_log("host-001")) == 1
     assert ready_site.violations() == []

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,16 +19,16 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import workflows
+from metalflow import names
 from metalflow.models.dpf import DPF_STATE_CHANGED_SIGNAL
 from metalflow.models.host import (
     ABORT_UPDATE,
-    HOST_REBOOTED_SIGNAL,
+    HOST_REBOOTED_UPDATE,
     MANUAL_INTERVENTION_REQUIRED,
     MARK_REBOOTED_UPDATE,
     RETRY_UPDATE,
     HostOperationKind,
     HostOperationStatus,
-    HostRebootResult,
     OperationAnswer,
     OperationPolicy,
     OperatorRequest,
@@ -47,7 +48,7 @@ ALICE = OperatorRequest(requested_by="alice", reason="checked the host")
 @asynccontextmanager
 async def fake_site(env: WorkflowEnvironment, **options: Any) -> AsyncIterator[tuple[FakeSite, str]]:
     task_queue = f"escalation-{uuid.uuid4()}"
-    workflow_id = f"reprovision/host-{HOST}"
+    workflow_id = names.reprovision_workflow_id(HOST)
     site = FakeSite(client=env.client, workflow_id=workflow_id, **options)
     async with Worker(
         env.client, task_queue=task_queue, workflows=workflows.ALL, activities=site.activities()
@@ -145,17 +146,83 @@ async def test_abort_in_manual_intervention_fails_cleanly(
     assert site.annotation_removals == 1  # acknowledged once after the first cycle; never without one
 
 
-async def test_unreachable_bmc_falls_back_to_host_rebooted_signal(
+async def test_a_bmc_rejecting_the_credentials_asks_an_operator_at_once_and_host_rebooted_answers(
     time_skipping_env: WorkflowEnvironment,
 ) -> None:
     env = time_skipping_env
     async with fake_site(env, bmc_fails=True) as (site, queue):
         handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
-        await until_phase(env, handle, "rebooting-host")
-        await handle.signal(HOST_REBOOTED_SIGNAL, ALICE)
+        status = await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
+        reason = status.manual_intervention_reason or ""
+        assert f"the BMC of {HOST} rejected the credentials (BMCAuthenticationFailed: 401" in reason
+        assert "mark_rebooted" in status.waiting_for  # what the operator can answer
+        answer = await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperationAnswer)
         result = await handle.result()
         # Generations earlier tests on this server used are spent: the operation took the next.
-        child_id = f"reboot/host-{HOST}/generation-{result.boot_generation}"
-        reboot = await env.client.get_workflow_handle(child_id, result_type=HostRebootResult).result()
-    assert result.reboots == 1 and site.power == []
-    assert (reboot.method, reboot.confirmed_by) == ("manual", "alice")
+        child = env.client.get_workflow_handle(f"reboot/{HOST}/generation-{result.boot_generation}")
+        with pytest.raises(WorkflowFailureError) as failed:
+            await child.result()
+    assert answer.accepted and "mark_rebooted accepted from alice" in answer.message
+    assert site.power == []  # the BMC never cycled it; the person did
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "BMCRebootFailed"
+
+
+async def test_retry_after_the_credentials_are_fixed_reboots_with_the_next_generation(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    async with fake_site(env, bmc_fails=True) as (site, queue):
+        handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
+        await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
+        site.bmc_fails = False  # the operator fixed the credentials
+        await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+        result = await handle.result()
+    assert site.power == [f"cycle:{result.boot_generation}"]  # exactly one cycle, after the fix
+    assert result.reboots == 2  # the refused attempt is counted as issued
+
+
+async def test_host_rebooted_is_refused_naming_the_phase_when_no_reboot_is_awaited(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    async with fake_site(env, moves_after_reboot=False) as (site, queue):
+        handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
+        await until_phase(env, handle, "waiting-for-dpf-after-reboot")
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperationAnswer)
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert "is not waiting for a reboot: it is waiting-for-dpf-after-reboot: DPF to move the DPUs on" in (
+        cause.message
+    )
+
+
+async def test_abort_in_the_power_down_wait_of_force_off_then_on_cuts_the_wait_and_powers_on(
+    time_skipping_env: WorkflowEnvironment,
+) -> None:
+    env = time_skipping_env
+    policy = POLICY.model_copy(update={"force_off_from_retry": 0, "power_down_wait_seconds": 3600})
+    async with fake_site(env) as (site, queue):
+        handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=policy)
+        status = await until_phase(env, handle, "rebooting-host")
+        for _ in range(100):
+            if site.power:
+                break
+            await asyncio.sleep(0.1)  # real time: the test server skips none while the test waits
+        assert site.power == ["ForceOff"]  # the host is off, its hour-long wait begun
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        final = await status_of(handle)
+        reboot = env.client.get_workflow_handle(f"reboot/{HOST}/generation-{status.boot_generation}")
+        events = [event.event_type for event in (await reboot.fetch_history()).events]
+    assert site.power == ["ForceOff", "On"]  # on again, once
+    assert EventType.EVENT_TYPE_TIMER_CANCELED in events  # the wait was cut, not waited out
+    assert EventType.EVENT_TYPE_TIMER_FIRED not in events
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
+    assert final.phase == "aborted" and "removed the reboot-required annotation" in final.waiting_for

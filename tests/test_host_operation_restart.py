@@ -184,7 +184,7 @@ async def _power_cycle_started(client: Client, workflow_id: str) -> bool:
     # heartbeat (step `started`); the step before the reset follows at the SDK's throttle (~3 s).
     # Killed now, a retry resumes from `started`: the reset must wait until its step is recorded.
     try:
-        child = await client.get_workflow_handle("reboot/host-host-001/generation-1").describe()
+        child = await client.get_workflow_handle("reboot/host-001/generation-1").describe()
     except RPCError:
         return False
     pending = child.raw_description.pending_activities

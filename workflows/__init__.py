@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from workflows.bmc_lease import BMCLeaseWorkflow
+from workflows.campaign import CampaignWorkflow
 from workflows.firmware import FirmwareWorkflow
 from workflows.host import HostWorkflow
 from workflows.host_operation import HostOperationWorkflow
@@ -25,4 +26,5 @@ ALL: list[type] = [
     RolloutWorkflow,
     SiteDPFWatchWorkflow,
     BMCLeaseWorkflow,
+    CampaignWorkflow,
 ]

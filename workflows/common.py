@@ -41,6 +41,17 @@ with workflow.unsafe.imports_passed_through():
 
 NON_RETRYABLE: Final[list[str]] = sorted(PERMANENT_TYPES)
 
+SHORT_IDS_PATCH: Final = "short-child-ids"
+"""Children started with ids that do not repeat the word (`reprovision/host-001`, not
+`reprovision/host-host-001`). A run that began before keeps the old ids to its end (the SDK
+memoises a patch per run), so it finds the children it started and recorded histories replay."""
+
+
+def short_ids() -> bool:
+    """Whether this run names its children in the short form (`metalflow.names`, legacy=False)."""
+    return workflow.patched(SHORT_IDS_PATCH)
+
+
 QUICK_RETRY: Final = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
@@ -141,10 +152,12 @@ def bounded(preset: workflow.ActivityConfig, seconds: float) -> workflow.Activit
 
 
 def enter_phase(phase: str, details: str) -> None:
-    """Show a new phase: the `Phase` search attribute and the workflow's current details."""
+    """Show a new phase: the `Phase` search attribute, the workflow's current details, and one
+    INFO line in the worker's log (not on replay: the SDK's workflow logger skips replays)."""
     workflow.upsert_search_attributes([names.PHASE.value_set(phase)])
     workflow.set_current_details(f"**{phase}**: {details}")
     metrics.workflow_phase_entered(phase)
+    workflow.logger.info("%s: %s", phase, details)
 
 
 def set_details(phase: str, details: str) -> None:

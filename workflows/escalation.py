@@ -16,10 +16,16 @@ here). The rules, all from `OperationPolicy`:
 - A Kubernetes call (`call_kube`) that has not succeeded within `kube_call_timeout_seconds`
   (its retries included) -> manual intervention naming the call and its last error; `retry`
   (or `mark_rebooted`) calls it again. An `abort` while the call is retrying cancels it at once.
+- A reboot child whose BMC cannot reboot the host (credentials rejected, unreachable after the
+  activity's retries, a reset refused) fails with `BMCRebootFailed` naming why, and the
+  operation enters manual intervention with that reason at once: `retry` starts a new reboot
+  (the next generation; the BMC and its credentials are read afresh), `mark_rebooted` takes the
+  host as rebooted by hand, `abort` ends the run.
 - `host_rebooted` (signal) and `mark_rebooted` (update) go to the reboot child while one is in
   flight (a manual reboot, or a BMC that could not be reached); otherwise `host_rebooted` in
   manual intervention counts as `mark_rebooted`, and is ignored (logged) elsewhere: a stale
-  confirmation must never stand in for a reboot DPF has not asked for yet.
+  confirmation must never stand in for a reboot DPF has not asked for yet. The update
+  `host_rebooted` (what the CLI sends) is refused instead, naming the phase and what it waits for.
 """
 
 from __future__ import annotations
@@ -49,9 +55,12 @@ with workflow.unsafe.imports_passed_through():
         HostRebootResult,
         OperationAnswer,
         OperatorRequest,
+        RebootMethod,
     )
+    from metalflow.wording import plural
     from workflows import common
     from workflows.host_reboot import start_next_reboot
+    from workflows.reboot_failure import BMC_REBOOT_FAILED
 
 REBOOTING_HOST = "rebooting-host"
 WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
@@ -127,12 +136,15 @@ class Escalation(ABC):
         common.set_details(self.phase, details)
 
     # -- waits ------------------------------------------------------------------------------------
-    async def _wait(self, condition: Callable[[], bool], timeout: float | None) -> bool:
-        """True once `condition` holds, False on timeout; an abort request raises."""
+    async def _wait(self, condition: Callable[[], bool], timeout: float | None, until: str = "") -> bool:
+        """True once `condition` holds, False on timeout; an abort request raises.
+
+        `until` labels the timeout's timer in the UI: what happens when it fires."""
         try:
             await workflow.wait_condition(
                 lambda: self._abort is not None or condition(),
                 timeout=None if timeout is None else timedelta(seconds=timeout),
+                timeout_summary=f"{self.phase}: {until}" if until and timeout is not None else None,
             )
         except TimeoutError:
             return False
@@ -145,7 +157,8 @@ class Escalation(ABC):
         return True
 
     async def _wait_for_change(self, seen: int, timeout: float) -> bool:
-        return await self._wait(lambda: self.state_changes != seen, timeout)
+        until = f"no DPF change for {timeout:g} s: ask for manual intervention"
+        return await self._wait(lambda: self.state_changes != seen, timeout, until)
 
     async def wait_for_dpf(
         self, phase: str, goal: Callable[[HostDPFState], bool], describe: Callable[[HostDPFState], str]
@@ -224,6 +237,7 @@ class Escalation(ABC):
                 # The state after our removal has no annotation: one that appears is a new request.
                 lambda: self.dpu_marks() != marks_at_barrier or self.dpf_asks_for_reboot(),
                 self.policy.reboot_wait_seconds,
+                f"DPF silent {self.policy.reboot_wait_seconds:g} s after the reboot: power-cycle again",
             ):
                 return
             if retries < self.policy.max_power_cycle_retries:
@@ -235,7 +249,7 @@ class Escalation(ABC):
                 continue
             decision = await self.intervene(
                 f"DPF did not move on within {self.policy.reboot_wait_seconds:g} s of each of "
-                f"{retries + 1} power cycle(s) (last: generation {self.generation})"
+                f"{plural(retries + 1, 'power cycle')} (last: generation {self.generation})"
             )
             if decision == "retry":
                 retries = 0
@@ -247,25 +261,41 @@ class Escalation(ABC):
         self.cycled_without_ack = False
 
     async def _reboot_host(self, *, force_off: bool) -> None:
-        self.power_cycles += 1
-        handle = await self._start_reboot(force_off)
-        self._reboot_child = handle
-        how = "ForceOff then On" if force_off else "power cycle"
-        method = self.policy.reboot_method.value
-        self.enter(REBOOTING_HOST, f"{how} of {self.host.host_id} to generation {self.generation} ({method})")
-        await self._wait(handle.done, None)
-        try:
-            result = await handle
-        except ChildWorkflowError as err:
-            raise ApplicationError(
-                f"the reboot of {self.host.host_id} to generation {self.generation} failed: {err.cause}",
-                type="RebootFailed",
-                non_retryable=True,
-            ) from err
-        finally:
-            self._reboot_child = None
-        self.cycled_without_ack = True
-        workflow.logger.info("host %s rebooted by %s", result.host_id, result.method)
+        while True:
+            self.power_cycles += 1
+            handle = await self._start_reboot(force_off)
+            self._reboot_child = handle
+            how = "ForceOff then On" if force_off else "power cycle"
+            method = self.policy.reboot_method.value
+            self.enter(
+                REBOOTING_HOST, f"{how} of {self.host.host_id} to generation {self.generation} ({method})"
+            )
+            await self._wait(handle.done, None)
+            try:
+                result = await handle
+            except ChildWorkflowError as err:
+                cause = err.cause
+                if not (isinstance(cause, ApplicationError) and cause.type == BMC_REBOOT_FAILED):
+                    raise ApplicationError(
+                        f"the reboot of {self.host.host_id} to generation {self.generation} failed: {cause}",
+                        type="RebootFailed",
+                        non_retryable=True,
+                    ) from err
+                bmc_failure = cause.message
+            else:
+                self.cycled_without_ack = True
+                workflow.logger.info("host %s rebooted by %s", result.host_id, result.method)
+                return
+            finally:
+                self._reboot_child = None
+            # The BMC could not reboot it: a person decides, told why (no reboot happened by us).
+            decision = await self.intervene(
+                f"{bmc_failure}; `retry` once the BMC is fixed, `mark_rebooted` once {self.host.host_id} "
+                "was rebooted by hand"
+            )
+            if decision == "mark_rebooted":
+                self.cycled_without_ack = True
+                return
 
     async def _start_reboot(self, force_off: bool) -> workflow.ChildWorkflowHandle[Any, HostRebootResult]:
         handle, self.generation = await start_next_reboot(
@@ -276,6 +306,7 @@ class Escalation(ABC):
                 reason=self._reason or f"DPF asked for a reboot ({workflow.info().workflow_id})",
                 force_off=force_off,
                 policy=self.policy,
+                escalate_bmc_failure=True,
             ),
             summary=f"reboot {self.host.host_id} to generation {{generation}}",
             parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
@@ -332,6 +363,27 @@ class Escalation(ABC):
 
     async def on_mark_rebooted(self, request: OperatorRequest) -> OperationAnswer:
         """`mark_rebooted`: to the reboot in flight, else a decision."""
+        child = self._reboot_child
+        if child is not None:
+            passed = await self._pass_to_reboot(child, request)
+            if passed is None:
+                return OperationAnswer(accepted=True, message=f"reboot confirmation passed to {child.id}")
+            return OperationAnswer(accepted=False, message=passed)
+        return self.decide("mark_rebooted", request)
+
+    def validate_host_rebooted(self) -> None:
+        """Validator of the update `host_rebooted`: a manual reboot in flight, or an operator awaited."""
+        if self._reboot_child is not None and self.policy.reboot_method == RebootMethod.MANUAL:
+            return
+        if self.intervention_reason is not None and self._decision is None:
+            return
+        raise ValueError(
+            f"{workflow.info().workflow_id} is not waiting for a reboot: "
+            f"it is {self.phase}: {self.waiting_for}"
+        )
+
+    async def on_host_rebooted_update(self, request: OperatorRequest) -> OperationAnswer:
+        """The update `host_rebooted`: to the manual reboot in flight, else `mark_rebooted`."""
         child = self._reboot_child
         if child is not None:
             passed = await self._pass_to_reboot(child, request)

@@ -1,4 +1,4 @@
-"""`FirmwareWorkflow` (`firmware/host-<id>`): stage DPU firmware on every DPU, activate it with one
+"""`FirmwareWorkflow` (`firmware/<id>`): stage DPU firmware on every DPU, activate it with one
 host power cycle, verify (DOMAIN.md section 1: `stage_dpu_firmware`, `activate_dpu_firmware`).
 
 Runbook:
@@ -70,6 +70,7 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
         WaitPowerInput,
     )
+    from metalflow.wording import plural
     from workflows.common import (
         BMC_READ,
         INVENTORY,
@@ -260,7 +261,8 @@ class FirmwareWorkflow:
         for dpu in dpus:
             if dpu not in todo:
                 self._set_outcome(dpu.id, "already_staged")
-        self._enter("staging", f"{target} on {len(todo)} DPUs ({len(dpus) - len(todo)} already staged)")
+        on = plural(len(todo), "DPU")
+        self._enter("staging", f"{target} on {on} ({len(dpus) - len(todo)} already staged)")
         limit = asyncio.Semaphore(MAX_PARALLEL_STAGES)
 
         async def stage(dpu: DPUInventory) -> StageFirmwareResult:
@@ -297,7 +299,7 @@ class FirmwareWorkflow:
                 failures.append(f"{dpu.id}: {cause}")
         if failures:
             raise ApplicationError(
-                f"staging {target} failed on {len(failures)} of {len(todo)} DPUs of host "
+                f"staging {target} failed on {len(failures)} of {plural(len(todo), 'DPU')} of host "
                 f"{self._request.host_id} (no reboot was done): " + "; ".join(failures),
                 type=STAGE_FAILED_ERROR,
                 non_retryable=True,
@@ -416,7 +418,9 @@ class FirmwareWorkflow:
             )
 
         try:
-            await workflow.wait_condition(done, timeout=timeout)
+            await workflow.wait_condition(
+                done, timeout=timeout, timeout_summary=f"deadline: {self._waiting_for}"
+            )
         except TimeoutError:
             self._timed_out(f"{self._waiting_for} not reached in {timeout}")
         if abortable and self._abort is not None:

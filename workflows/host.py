@@ -13,13 +13,18 @@ Validators answer at once, without writing history; handlers check again under o
 before either handler runs.
 
 Each operation runs as a child workflow started by type name, with the business-key id
-(`reprovision/host-<id>`, `reboot/host-<id>/generation-<n>`, ...). Children are ABANDONed on
+(`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...; runs begun before 2026-11 keep the
+`.../host-<id>` form, `workflows.common.SHORT_IDS_PATCH`). Children are ABANDONed on
 parent close: the entity continues-as-new only while idle, so this never cuts a running
 operation; if the entity is terminated or reset by hand, a power cycle half done keeps going,
-and the child's id still locks the host (a new entity's request for it is refused).
+and the child's id still locks the host (a new entity's request for it is refused). A reboot
+(`host reboot`) is the exception: it is cancelled with the entity (REQUEST_CANCEL), and a
+cancelled reboot powers the host back on at once instead of waiting out its power-down wait, so
+a terminated entity never leaves a reboot behind holding the host's BMC.
 
-Worst-case history: about 15 events per operation (the update, the child's start and end) plus
-4 per other update; the entity continues-as-new when idle past `max_history_events` (default
+Worst-case history: about 18 events per operation (the update, the child's start and end, one
+`Instance`/`PhaseSince` upsert per phase change) plus 5 per other update and 2 patch markers per
+run; the entity continues-as-new when idle past `max_history_events` (default
 10,000) or when Temporal suggests it, so a run never nears the limit.
 """
 
@@ -42,6 +47,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import names
+    from metalflow.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
     from metalflow.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
@@ -67,7 +73,7 @@ with workflow.unsafe.imports_passed_through():
         OperationRequest,
         OperatorRequest,
     )
-    from workflows.common import enter_phase
+    from workflows.common import enter_phase, short_ids
     from workflows.host_reboot import start_next_reboot
 
 RECENT_LIMIT: Final = 20
@@ -76,8 +82,11 @@ AWAITING_APPROVAL: Final = "awaiting-approval"
 BUSY_ERROR: Final = "HostBusy"
 NOT_AWAITING_ERROR: Final = "NothingAwaitsApproval"
 INSTANCE_ERROR: Final = "InstanceConflict"
+# Entities started before it set Instance and PhaseSince too (for `host list`); old runs do not.
+LIST_ATTRIBUTES_PATCH: Final = "entity-instance-and-phase-since"
 
 # The child workflow of each operation, by type name: the entity does not import their modules.
+REBOOT_CANCEL_PATCH: Final = "entity-reboot-cancelled-with-entity"  # was ABANDON before it
 CHILD_TYPES: Final = {
     names.PROVISION: "HostOperationWorkflow",
     names.REPROVISION: "HostOperationWorkflow",
@@ -112,6 +121,8 @@ class HostWorkflow:
         self._boot_generation = start.boot_generation
         self._recent: list[OperationRecord] = list(start.recent)
         self._auto_approved_until = start.auto_approved_until
+        self._phase_since = start.phase_since  # carried across continue-as-new (always idle then)
+        self._shown_phase: str | None = IDLE if start.phase_since is not None else None
         self._current: _Operation | None = None
         self._lock = asyncio.Lock()
 
@@ -147,6 +158,7 @@ class HostWorkflow:
                     "boot_generation": self._boot_generation,
                     "recent": tuple(self._recent),
                     "auto_approved_until": self._auto_approved_until,
+                    "phase_since": self._phase_since,
                 }
             )
         )
@@ -161,6 +173,7 @@ class HostWorkflow:
     @request_provision.validator
     def _validate_provision(self, request: OperationRequest) -> None:
         self._refuse_if_busy(names.PROVISION)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=REQUEST_REPROVISION_UPDATE)
     async def request_reprovision(self, request: OperationRequest) -> OperationAccepted:
@@ -170,6 +183,7 @@ class HostWorkflow:
     @request_reprovision.validator
     def _validate_reprovision(self, request: OperationRequest) -> None:
         self._refuse_if_busy(names.REPROVISION)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=REQUEST_REBOOT_UPDATE)
     async def request_reboot(self, request: OperationRequest) -> OperationAccepted:
@@ -179,6 +193,7 @@ class HostWorkflow:
     @request_reboot.validator
     def _validate_reboot(self, request: OperationRequest) -> None:
         self._refuse_if_busy(names.REBOOT)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=REQUEST_FIRMWARE_UPDATE)
     async def request_firmware_update(self, request: FirmwareRequest) -> OperationAccepted:
@@ -188,6 +203,7 @@ class HostWorkflow:
     @request_firmware_update.validator
     def _validate_firmware(self, request: FirmwareRequest) -> None:
         self._refuse_if_busy(names.FIRMWARE)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=REQUEST_REMOVAL_UPDATE)
     async def request_removal(self, request: OperationRequest) -> OperationAccepted:
@@ -197,6 +213,7 @@ class HostWorkflow:
     @request_removal.validator
     def _validate_removal(self, request: OperationRequest) -> None:
         self._refuse_if_busy(names.REMOVE)
+        self._refuse_if_assigned(request)
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, request: OperatorRequest) -> OperationAnswer:
@@ -283,6 +300,16 @@ class HostWorkflow:
             non_retryable=True,
         )
 
+    def _refuse_if_assigned(self, request: OperationRequest | FirmwareRequest) -> None:
+        # A campaign that skips assigned hosts asks this, so the check and the start are atomic.
+        if request.refuse_if_assigned and self._instance is not None:
+            raise ApplicationError(
+                f"host {self._input.host_id} is assigned to instance {self._instance}; "
+                f"skipped (refuse_if_assigned)",
+                type=INSTANCE_ERROR,
+                non_retryable=True,
+            )
+
     def _refuse_assignment(self, request: AssignInstanceRequest) -> None:
         if self._current is not None:
             record = self._current.record
@@ -321,6 +348,7 @@ class HostWorkflow:
     ) -> OperationAccepted:
         async with self._lock:
             self._refuse_if_busy(operation)  # again: the validator may have run before another handler
+            self._refuse_if_assigned(request)
             now = workflow.now()
             record = OperationRecord(
                 operation=operation,
@@ -350,9 +378,10 @@ class HostWorkflow:
             return OperationAccepted(workflow_id=started, message=f"started {operation} as {started}")
 
     def _child_id(self, operation: str) -> str:
+        host, legacy = self._input.host_id, not short_ids()
         if operation == names.REBOOT:
-            return names.host_reboot_workflow_id(self._input.host_id, self._boot_generation + 1)
-        return names.host_operation_workflow_id(operation, self._input.host_id)
+            return names.host_reboot_workflow_id(host, self._boot_generation + 1, legacy=legacy)
+        return names.host_operation_workflow_id(operation, host, legacy=legacy)
 
     async def _start(self, current: _Operation) -> None:
         current.record = current.record.model_copy(update={"outcome": "starting"})
@@ -363,6 +392,11 @@ class HostWorkflow:
                 SearchAttributePair(names.OPERATION, record.operation),
                 SearchAttributePair(names.SITE, self._input.site),
             ]
+            + (
+                [SearchAttributePair(names.CAMPAIGN, current.request.campaign)]
+                if current.request.campaign
+                else []
+            )
         )
         summary = f"{record.operation} of host {self._input.host_id}, requested by {record.requested_by}"
         child_input = self._child_input(record.operation, current.request)
@@ -373,13 +407,15 @@ class HostWorkflow:
             current.child, generation = await start_next_reboot(
                 child_input,
                 summary=summary.replace("{", "{{").replace("}", "}}"),  # the helper formats it
-                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                parent_close_policy=(
+                    workflow.ParentClosePolicy.REQUEST_CANCEL
+                    if workflow.patched(REBOOT_CANCEL_PATCH)
+                    else workflow.ParentClosePolicy.ABANDON
+                ),
                 search_attributes=attributes,
                 decode_result=False,  # as for every child: the entity reads `boot_generation` only
             )
-            current.record = record = record.model_copy(
-                update={"workflow_id": names.host_reboot_workflow_id(self._input.host_id, generation)}
-            )
+            current.record = record = record.model_copy(update={"workflow_id": current.child.id})
             current.record = record.model_copy(update={"outcome": "running", "started_at": workflow.now()})
             self._show_phase()
             return
@@ -453,11 +489,14 @@ class HostWorkflow:
             await workflow.wait_condition(
                 lambda: self._current is not current or current.child is not None,
                 timeout=max(remaining, timedelta(seconds=1)),
+                timeout_summary=f"approval of {current.record.operation}: expires unless approved",
             )
         except TimeoutError:
             async with self._lock:
-                if self._current is current and not current.approved:
-                    self._finish(current, f"expired: not approved within {timeout}")
+                if self._current is not current or current.approved:
+                    return
+                self._finish(current, f"expired: not approved within {timeout}")
+            await self._notify_campaign(current, f"expired: not approved within {timeout}")
 
     async def _follow(self, current: _Operation, child: workflow.ChildWorkflowHandle[Any, Any]) -> None:
         try:
@@ -465,9 +504,28 @@ class HostWorkflow:
         except ChildWorkflowError as err:
             self._reached(_generation_reported(err))  # a failed operation's reboots count too
             self._finish(current, _outcome_of(err))
+            await self._notify_campaign(current, _outcome_of(err))
             return
         self._reached(result.get("boot_generation") if isinstance(result, dict) else None)
         self._finish(current, "completed")
+        await self._notify_campaign(current, "completed")
+
+    async def _notify_campaign(self, current: _Operation, outcome: str) -> None:
+        """Tell the campaign that asked for this operation how it ended (`host_finished`).
+
+        Only operations a campaign asked for send it, so older histories replay unchanged; a
+        campaign that is gone (aborted, terminated) is not an error: its sweep, or nobody, cares.
+        """
+        target = current.request.campaign_workflow_id
+        if not target or not workflow.patched("campaign-host-finished"):
+            return
+        finished = HostFinished(
+            host_id=self._input.host_id, workflow_id=current.record.workflow_id, outcome=outcome
+        )
+        try:
+            await workflow.get_external_workflow_handle(target).signal(HOST_FINISHED_SIGNAL, finished)
+        except ApplicationError as err:  # the campaign no longer runs
+            workflow.logger.info("campaign %s not told of %s: %s", target, current.record.workflow_id, err)
 
     def _reached(self, generation: object) -> None:
         if isinstance(generation, int) and generation > self._boot_generation:
@@ -505,6 +563,12 @@ class HostWorkflow:
                 f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {instance}"
             )
         enter_phase(phase, details)
+        if workflow.patched(LIST_ATTRIBUTES_PATCH):
+            if phase != self._shown_phase or self._phase_since is None:
+                self._shown_phase, self._phase_since = phase, workflow.now()
+            held = self._instance
+            assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
+            workflow.upsert_search_attributes([assigned, names.PHASE_SINCE.value_set(self._phase_since)])
 
     def _history_is_long(self) -> bool:
         info = workflow.info()

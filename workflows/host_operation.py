@@ -1,6 +1,6 @@
 """HostOperationWorkflow: provision or reprovision a host's DPUs (DOMAIN.md flows 2-4).
 
-Id `provision/host-<id>` or `reprovision/host-<id>` (`metalflow.names.host_operation_workflow_id`);
+Id `provision/<id>` or `reprovision/<id>` (`metalflow.names.host_operation_workflow_id`);
 the host's entity workflow starts it as a child with `static_summary` (e.g. "reprovision host-001
 (2 DPUs) for alice: reason"). The runbook, top to bottom in `run`:
 
@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from metalflow.models.host import (
         ABORT_UPDATE,
         HOST_REBOOTED_SIGNAL,
+        HOST_REBOOTED_UPDATE,
         MARK_REBOOTED_UPDATE,
         RETRY_UPDATE,
         STATUS_QUERY,
@@ -68,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
     )
     from metalflow.models.inventory import HostInventory, HostLookup
+    from metalflow.wording import plural
     from workflows import common
     from workflows import dpf_barrier as barrier
     from workflows.dpf_watch import TRY_CANCEL, DPFWatch
@@ -148,7 +150,7 @@ class HostOperationWorkflow(Escalation):
             raise
         finally:
             await self._watch.stop()
-        self.enter(COMPLETED, f"every DPU Ready after {self.power_cycles} power cycle(s)")
+        self.enter(COMPLETED, f"every DPU Ready after {plural(self.power_cycles, 'power cycle')}")
         await workflow.wait_condition(workflow.all_handlers_finished)
         metrics.workflow_operation_finished(request.kind.value, "succeeded")
         return HostOperationResult(
@@ -188,6 +190,15 @@ class HostOperationWorkflow(Escalation):
     async def host_rebooted(self, confirmation: OperatorRequest) -> None:
         """Someone rebooted the host: passed to the reboot in flight, or taken as `mark_rebooted`."""
         await self.on_host_rebooted(confirmation)
+
+    @workflow.update(name=HOST_REBOOTED_UPDATE)
+    async def host_rebooted_update(self, confirmation: OperatorRequest) -> OperationAnswer:
+        """The host was rebooted by hand: refused, naming what the run waits for, unless awaited."""
+        return await self.on_host_rebooted_update(confirmation)
+
+    @host_rebooted_update.validator
+    def _validate_host_rebooted(self, confirmation: OperatorRequest) -> None:
+        self.validate_host_rebooted()
 
     @workflow.update(name=RETRY_UPDATE)
     def retry(self, request: OperatorRequest) -> OperationAnswer:
@@ -275,7 +286,7 @@ class HostOperationWorkflow(Escalation):
             self._changes.append("created site objects")
 
     async def _register_dpus(self, inventory: HostInventory) -> None:
-        self.enter(REGISTERING, f"registering DPUNode and {len(self._dpu_ids)} DPUDevice(s)")
+        self.enter(REGISTERING, f"registering DPUNode and {plural(len(self._dpu_ids), 'DPUDevice')}")
         result: ObjectsResult = await self.call_kube(
             activity_api.register_host_dpus,
             RegisterHostInput(inventory=inventory),

@@ -1,4 +1,4 @@
-"""HostRebootWorkflow: one host reboot per boot generation (`reboot/host-<id>/generation-<n>`).
+"""HostRebootWorkflow: one host reboot per boot generation (`reboot/<id>/generation-<n>`).
 
 Runbook:
 1. Method `bmc`: power-cycle through the host's BMC. `power_cycle_host` cycles exactly once per
@@ -6,13 +6,23 @@ Runbook:
    `force_off` (a re-issued reboot) sends ForceOff, waits `power_down_wait_seconds` on a durable
    timer, then On.
 2. Method `manual`, or the BMC path failed for good (unreachable after the activity's retries,
-   bad credentials, a rejected reset): wait for the signal `host_rebooted` (or the update
-   `mark_rebooted`) from whoever rebooted the host; the Phase says so.
+   bad credentials, a rejected reset): wait for the update `host_rebooted` (or `mark_rebooted`,
+   or the older signal `host_rebooted`) from whoever rebooted the host; the Phase says so, with
+   what the BMC answered ("rejected the credentials", "unreachable"). A caller that escalates on
+   its own (`escalate_bmc_failure`, a host operation) gets the failure `BMCRebootFailed` instead,
+   naming the same reason.
 
 The id is the idempotency key: starters use `WorkflowIDReusePolicy.REJECT_DUPLICATE`, so asking
-twice for one generation reboots once. Cancelled while a BMC cycle is in flight, the workflow
-first lets the cycle finish (a cycle cut between Off and On would leave the host off), then
-completes with its result: the reboot happened, and the canceller must know it did.
+twice for one generation reboots once.
+
+Stopping (a cancel, e.g. the operation's abort or its parent closing; or this workflow's own
+update `abort`): never leaves the host off, never waits out `power_down_wait_seconds` either.
+During the power-down wait of ForceOff / wait / On the wait is cut and On sent at once; during
+`power_cycle_host` the BMC is read (every `STOP_POLL_SECONDS`) until the host is seen Off, then
+the activity is cancelled (and awaited) and On sent; a cycle that ends first simply ends. A
+manual wait just ends. Cancelled, the workflow completes with its result when the host was
+cycled (the canceller must know a reboot happened); aborted, it fails with `OperationAborted`
+whose details carry the generation reached when the host was cycled.
 
 The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py`,
 `METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
@@ -22,6 +32,8 @@ lease existed keep their old command sequence (`workflow.patched(BMC_LEASE_PATCH
 Cost and worst-case history: one activity slot during the cycle; about 20 events by BMC (25 with
 ForceOff, its wait a durable timer) plus 19 for the lease (an activity, a timer, the grant
 signal, the release signal: 39 measured), about 12 plus 2 per confirmation signal when manual.
+A stop adds at most `STOP_POLLS` x (one power read + one timer) = about 8 events each, then a
+cancellation and an On: bounded by about 220 events.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
@@ -39,7 +52,9 @@ with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
     from metalflow.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
     from metalflow.models.host import (
+        ABORT_UPDATE,
         HOST_REBOOTED_SIGNAL,
+        HOST_REBOOTED_UPDATE,
         MARK_REBOOTED_UPDATE,
         HostRebootInput,
         HostRebootResult,
@@ -48,9 +63,17 @@ with workflow.unsafe.imports_passed_through():
         RebootMethod,
     )
     from metalflow.models.inventory import HostInventory, HostLookup
-    from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+    from metalflow.models.redfish import (
+        PowerCycleInput,
+        PowerCycleResult,
+        ReadPowerStateInput,
+        SetPowerInput,
+        SetPowerResult,
+        SystemPower,
+    )
     from workflows import common
     from workflows.bmc_lease import BMCLeaseHolder
+    from workflows.reboot_failure import BMC_REBOOT_FAILED, bmc_failure_reason
 
 _WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
 MAX_SPENT_GENERATIONS = 50  # generations an earlier run used; each costs one refused start
@@ -58,6 +81,11 @@ POWERING: str = "powering"
 WAITING_FOR_MANUAL_REBOOT: str = "waiting-for-manual-reboot"
 REBOOTED: str = "rebooted"
 BMC_LEASE_PATCH = "bmc-fleet-lease"
+ABORTED_TYPE = "OperationAborted"
+# Changed command sequences, guarded for histories recorded before them (tests/histories/*).
+STOP_PATCH = "reboot-stop-cuts-power-down-wait"
+STOP_POLL_SECONDS = 2.0  # how often a stop reads the BMC while power_cycle_host has not turned it off
+STOP_POLLS = 20  # then the cycle is simply awaited (it is past its Off-to-On wait by then)
 
 
 @workflow.defn(name="HostRebootWorkflow")
@@ -70,6 +98,11 @@ class HostRebootWorkflow:
         self._confirmation: OperatorRequest | None = None
         self._waiting_for_person = False
         self._leases = BMCLeaseHolder()
+        self._abort: OperatorRequest | None = None
+        self._stopping = False  # cut the power-down wait, stop the cycle activity once Off
+        self._cycle_activity: asyncio.Future[PowerCycleResult] | None = None
+        self._phase = "starting"  # name: details, as the validators quote it
+        self._phase_name = "starting"
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -80,13 +113,17 @@ class HostRebootWorkflow:
         if request.policy.reboot_method == RebootMethod.MANUAL:
             return await self._wait_for_manual_reboot("the reboot method is manual")
         inventory = await self._resolve_inventory()
+        self._raise_if_aborted(cycled=False)
         try:
             method, resets = await self._power_cycle(inventory)
         except ActivityError as err:
-            cause = err.cause
-            why = f"{cause.type}: {cause.message}" if isinstance(cause, ApplicationError) else str(err)
-            return await self._wait_for_manual_reboot(f"the BMC could not reboot the host ({why})")
-        common.enter_phase(REBOOTED, f"generation {request.boot_generation} by {method}")
+            why = bmc_failure_reason(request.host_id, err)
+            if request.escalate_bmc_failure:
+                self._enter("failed", why)
+                raise ApplicationError(why, type=BMC_REBOOT_FAILED, non_retryable=True) from err
+            return await self._wait_for_manual_reboot(why)
+        self._raise_if_aborted(cycled=True)
+        self._enter(REBOOTED, f"generation {request.boot_generation} by {method}")
         return HostRebootResult(
             host_id=request.host_id,
             boot_generation=request.boot_generation,
@@ -117,6 +154,56 @@ class HostRebootWorkflow:
         if not self._waiting_for_person:
             raise ValueError("this reboot is not waiting for a person: the BMC is rebooting the host")
 
+    @workflow.update(name=HOST_REBOOTED_UPDATE)
+    def host_rebooted_update(self, confirmation: OperatorRequest) -> OperationAnswer:
+        """`host_rebooted` with an answer: refused, naming the phase, unless a person is awaited."""
+        self.host_rebooted(confirmation)
+        return OperationAnswer(accepted=True, message=f"reboot of {self._request.host_id} confirmed")
+
+    @host_rebooted_update.validator
+    def _validate_host_rebooted(self, confirmation: OperatorRequest) -> None:
+        if not self._waiting_for_person:
+            raise ValueError(
+                f"{workflow.info().workflow_id} is not waiting for a manual reboot: it is {self._phase}"
+            )
+
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: OperatorRequest) -> OperationAnswer:
+        """Stop: a manual wait ends; a BMC cycle is cut short with the host powered back on."""
+        self._abort = request
+        self._stopping = True
+        if self._waiting_for_person:
+            what = "the manual reboot wait ends; nothing was rebooted by metalflow"
+        else:
+            what = "a power cycle in flight is cut short and the host powered back on if we turned it off"
+        return OperationAnswer(accepted=True, message=f"aborting ({self._phase}): {what}")
+
+    @abort.validator
+    def _validate_abort(self, request: OperatorRequest) -> None:
+        if self._phase_name in (REBOOTED, "failed", "aborted"):
+            raise ValueError(f"the reboot to generation {self._request.boot_generation} is already done")
+        if self._abort is not None:
+            raise ValueError(f"already aborting (asked by {self._abort.requested_by})")
+
+    def _raise_if_aborted(self, *, cycled: bool) -> None:
+        abort = self._abort
+        if abort is None:
+            return
+        generation = self._request.boot_generation
+        done = (
+            f"the host was power-cycled (generation {generation} reached)"
+            if cycled
+            else "the host was not rebooted by metalflow"
+        )
+        why = f"aborted by {abort.requested_by}: {abort.reason or 'no reason given'}; {done}"
+        self._enter("aborted", why)
+        details = ({"boot_generation": generation},) if cycled else ()
+        raise ApplicationError(why, *details, type=ABORTED_TYPE, non_retryable=True)
+
+    def _enter(self, phase: str, details: str) -> None:
+        self._phase, self._phase_name = f"{phase}: {details}", phase
+        common.enter_phase(phase, details)
+
     async def _resolve_inventory(self) -> HostInventory:
         inventory: HostInventory = await workflow.execute_activity(
             activity_api.resolve_host_inventory,
@@ -128,18 +215,57 @@ class HostRebootWorkflow:
     async def _power_cycle(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         request = self._request
         how = "ForceOff then On" if request.force_off else "power cycle"
-        common.enter_phase(POWERING, f"{how} for generation {request.boot_generation}")
-        # The whole cycle is one task, shielded from a cancel request: cut between Off and On, or
-        # in the wait between them, it would leave the host off.
+        self._enter(POWERING, f"{how} for generation {request.boot_generation}")
+        # The whole cycle is one task that a cancel request never cuts: cut between Off and On, it
+        # would leave the host off. A stop (cancel or abort) shortens it instead (`_stop_cycle`).
         cycle = asyncio.ensure_future(self._power_under_lease(inventory, how))
         try:
-            return await asyncio.shield(cycle)
+            await workflow.wait_condition(lambda: cycle.done() or self._abort is not None)
         except asyncio.CancelledError:
-            workflow.logger.info("cancelled during the %s: letting it finish first", how)
+            workflow.logger.info("cancelled during the %s: powering the host back on first", how)
             # The reboot happens anyway (the cancel came too late to stop it): report it done, so
             # the operation that cancelled it still tells DPF the host was rebooted. A cycle that
             # fails now goes to the manual reboot wait, as it would uncancelled: the host may be off.
+            if not workflow.patched(STOP_PATCH):
+                return await cycle  # recorded before stops cut the wait: it waited the wait out
+            return await self._stop_cycle(inventory, cycle)
+        if not cycle.done():
+            return await self._stop_cycle(inventory, cycle)  # aborted (an update after the patch)
+        return await cycle
+
+    async def _stop_cycle(
+        self, inventory: HostInventory, cycle: asyncio.Future[tuple[str, tuple[str, ...]]]
+    ) -> tuple[str, tuple[str, ...]]:
+        """Bring a cycle in flight to its end now: the host ends On, having been cycled once."""
+        self._stopping = True  # the ForceOff path cuts its wait and sends On on its own
+        activity = self._cycle_activity
+        if activity is None:
             return await cycle
+        for _ in range(STOP_POLLS):
+            if cycle.done():
+                return await cycle
+            power: SystemPower = await workflow.execute_activity(
+                activity_api.read_power_state,
+                ReadPowerStateInput(bmc=inventory.bmc),
+                **common.options(common.BMC_READ, f"read the power of {self._request.host_id} to stop"),
+            )
+            if power.power_state == "Off":
+                # Off: the cycle is in its Off-to-On wait (or between its steps); the activity may
+                # only send On from here, so stopping it and sending On ourselves is one cycle.
+                activity.cancel()
+                try:
+                    await activity
+                except ActivityError as err:
+                    workflow.logger.info("power cycle activity stopped: %s", err)
+                cycle.add_done_callback(_retrieve)  # it ends with the cancellation, taken here
+                on = await self._set_power(inventory, "On")
+                sent = () if on.sent is None else (on.sent,)
+                return f"{power.power_cycle_method}, cut short: On sent at once", sent
+            try:
+                await workflow.wait_condition(cycle.done, timeout=timedelta(seconds=STOP_POLL_SECONDS))
+            except TimeoutError:
+                pass
+        return await cycle
 
     async def _power_under_lease(self, inventory: HostInventory, how: str) -> tuple[str, tuple[str, ...]]:
         """The cycle (or ForceOff/On) inside a slot of the BMC's fleet-wide lease."""
@@ -151,13 +277,23 @@ class HostRebootWorkflow:
 
     async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         off = await self._set_power(inventory, "ForceOff")
-        await workflow.sleep(timedelta(seconds=self._request.policy.power_down_wait_seconds))
+        seconds = self._request.policy.power_down_wait_seconds
+        summary = f"power-down wait: {self._request.host_id} stays off before On"
+        if not workflow.patched(STOP_PATCH):
+            await workflow.sleep(timedelta(seconds=seconds), summary=summary)
+        elif seconds > 0 and not self._stopping:
+            try:  # the same durable timer, cut short by a stop
+                await workflow.wait_condition(
+                    lambda: self._stopping, timeout=timedelta(seconds=seconds), timeout_summary=summary
+                )
+            except TimeoutError:
+                pass
         on = await self._set_power(inventory, "On")
         return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
 
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         request = self._request
-        cycle: PowerCycleResult = await workflow.execute_activity(
+        self._cycle_activity = workflow.start_activity(
             activity_api.power_cycle_host,
             PowerCycleInput(
                 bmc=inventory.bmc,
@@ -168,8 +304,11 @@ class HostRebootWorkflow:
             **common.options(
                 common.power_cycle_options(request.policy.power_down_wait_seconds),
                 f"power cycle {request.host_id} to generation {request.boot_generation}",
+                # A stop cancels it only once the host is Off, and must know it stopped before On.
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             ),
         )
+        cycle: PowerCycleResult = await self._cycle_activity
         return cycle.method, cycle.reset_types
 
     def _set_power(self, inventory: HostInventory, reset_type: str) -> asyncio.Future[SetPowerResult]:
@@ -181,16 +320,18 @@ class HostRebootWorkflow:
 
     async def _wait_for_manual_reboot(self, why: str) -> HostRebootResult:
         self._waiting_for_person = True
-        common.enter_phase(
+        self._enter(
             WAITING_FOR_MANUAL_REBOOT,
             f"{why}; reboot {self._request.host_id} and send the signal `{HOST_REBOOTED_SIGNAL}` "
             f"(`metalflow host-rebooted {self._request.host_id}`)",
         )
-        await workflow.wait_condition(lambda: self._confirmation is not None)
+        await workflow.wait_condition(lambda: self._confirmation is not None or self._abort is not None)
         self._waiting_for_person = False
+        if self._confirmation is None:
+            self._raise_if_aborted(cycled=False)
         confirmation = self._confirmation
         assert confirmation is not None
-        common.enter_phase(REBOOTED, f"confirmed by {confirmation.requested_by}")
+        self._enter(REBOOTED, f"confirmed by {confirmation.requested_by}")
         await workflow.wait_condition(workflow.all_handlers_finished)
         return HostRebootResult(
             host_id=self._request.host_id,
@@ -231,12 +372,13 @@ async def start_next_reboot(
         The child's handle and the generation it reboots to.
     """
     generation = request.boot_generation
+    legacy = not common.short_ids()
     for _ in range(MAX_SPENT_GENERATIONS):
         try:
             handle = await workflow.start_child_workflow(
                 "HostRebootWorkflow",
                 request.model_copy(update={"boot_generation": generation}),
-                id=names.host_reboot_workflow_id(request.host_id, generation),
+                id=names.host_reboot_workflow_id(request.host_id, generation, legacy=legacy),
                 result_type=HostRebootResult if decode_result else None,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=parent_close_policy,
@@ -255,3 +397,9 @@ async def start_next_reboot(
         type="InvalidInput",
         non_retryable=True,
     )
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    # The cycle task of a stopped activity ends with its cancellation: take it, so it is not logged.
+    if not task.cancelled():
+        task.exception()

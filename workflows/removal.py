@@ -1,4 +1,4 @@
-"""`HostRemovalWorkflow` (`remove/host-<id>`): flows 7-10 of DOMAIN.md.
+"""`HostRemovalWorkflow` (`remove/<id>`): flows 7-10 of DOMAIN.md.
 
 Runbook:
 1. Resolve the host (its namespace, and that the DPUs asked for are its own).
@@ -214,6 +214,7 @@ class HostRemovalWorkflow:
             await workflow.wait_condition(
                 lambda: self._watch.state is not None and self._gone(self._watch.state),
                 timeout=timedelta(seconds=seconds),
+                timeout_summary=f"deadline: {self._what()} gone from DPF",
             )
         except TimeoutError:
             return False

@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         TemplateResult,
         WatchPCSInput,
     )
+    from metalflow.wording import plural
     from workflows import common
     from workflows import rollout_steps as steps
     from workflows.rollout_control import (
@@ -123,7 +124,7 @@ class RolloutWorkflow(RolloutControl):
             self._stop_watcher()
         await self._publish(ended=True)
         outcome = ROLLED_BACK if self._rolling_back else COMPLETED
-        self._enter(outcome, f"{len(self._steps)} steps; every PodGang at {self._target}")
+        self._enter(outcome, f"{plural(len(self._steps), 'step')}; every PodGang at {self._target}")
         await workflow.wait_condition(workflow.all_handlers_finished)
         return RolloutResult(
             pcs=self._pcs,

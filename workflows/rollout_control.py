@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         SupersedeRequest,
     )
+    from metalflow.wording import plural
 
 PREPARING = "preparing"
 ROLLING = "rolling"
@@ -147,7 +148,7 @@ class RolloutControl:
             raise ApplicationError(
                 f"rollout of {self._pcs} aborted by {self._abort.requested_by}"
                 + (f": {self._abort.reason}" if self._abort.reason else "")
-                + f"; {len(self._steps)} steps done, PodGangs left as they are",
+                + f"; {plural(len(self._steps), 'step')} done, PodGangs left as they are",
                 type="RolloutAborted",
                 non_retryable=True,
             )

@@ -358,7 +358,7 @@ class BMCConnection:
             root = await self.service_root()
             offers = "SessionService" in root or _odata_id(root.get("Links", {}).get("Sessions")) is not None
             self._state.auth = "session" if offers else "basic"
-            log.info("BMC %s: auth auto -> %s", self.bmc_id, self._state.auth)
+            log.debug("BMC %s: auth auto -> %s", self.bmc_id, self._state.auth)
         return self._state.auth
 
     async def _send(

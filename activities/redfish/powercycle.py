@@ -125,8 +125,11 @@ class PowerCycle:
         self._unflushed_since: float | None = None
         connection.on_wait = lambda: self._persist(self.progress)
 
-    def _say(self, text: str) -> None:
-        log.info("BMC %s generation %d: %s", self._connection.bmc_id, self._request.boot_generation, text)
+    def _say(self, text: str, level: int = logging.DEBUG) -> None:
+        # Each inner step at DEBUG: at INFO the worker log says one line per power cycle (the
+        # activity's start; the reboot workflow's end); a busy BMC or a fallback is INFO.
+        bmc, generation = self._connection.bmc_id, self._request.boot_generation
+        log.log(level, "BMC %s generation %d: %s", bmc, generation, text)
         if self._on_step is not None:
             self._on_step(text)
 
@@ -167,7 +170,7 @@ class PowerCycle:
                 if time.monotonic() >= attempt_deadline:
                     raise
                 delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else 1.0
-                self._say(f"BMC busy ({err.message}); again in {delay:g} s")
+                self._say(f"BMC busy ({err.message}); again in {delay:g} s", logging.INFO)
                 await self._connection.sleep(min(delay, max(0.0, attempt_deadline - time.monotonic())))
 
     async def _drive(self) -> PowerCycleResult:
@@ -221,7 +224,10 @@ class PowerCycle:
         try:
             await self._send(system, "PowerCycle")
         except ResetTypeNotSupported as err:
-            self._say(f"PowerCycle refused as not implemented ({err.message}); falling back to ForceOff+On")
+            self._say(
+                f"PowerCycle refused as not implemented ({err.message}); falling back to ForceOff+On",
+                logging.INFO,
+            )
             self._record("started", method="ForceOff+On")
             return False
         return True

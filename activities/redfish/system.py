@@ -189,7 +189,7 @@ async def send_reset(connection: BMCConnection, system: System, reset_type: str,
         raise BMCRequestRejected(
             f"BMC {connection.bmc_id}: System {system.uri} has no #ComputerSystem.Reset action"
         )
-    log.info("BMC %s: sending ResetType %s", connection.bmc_id, reset_type)
+    log.debug("BMC %s: sending ResetType %s", connection.bmc_id, reset_type)
     try:
         response = await connection.post(system.reset_target, {"ResetType": reset_type})
     except BMCRequestRejected as err:

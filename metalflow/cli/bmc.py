@@ -44,6 +44,7 @@ from metalflow.validation import (
     RequestTimeout,
     arg_type,
 )
+from metalflow.wording import iso_z
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_CLI_TIMEOUT_SECONDS = 60.0
@@ -119,7 +120,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _say(text: str) -> None:
-    print(f"{datetime.now().strftime('%H:%M:%S')}  {text}", flush=True)
+    print(f"{iso_z(datetime.now(UTC))}  {text}", flush=True)
 
 
 async def _resolve_host(settings: Settings, host_id: str) -> HostInventory:
@@ -214,7 +215,7 @@ def handle_check(args: argparse.Namespace) -> int:
         print(f"  system:       {power.system}" + (f"  ({maker})" if maker else ""))
         print(f"  power state:  {power.power_state}")
         print(f"  reset types:  {', '.join(power.allowed_reset_types) or '(none advertised)'}")
-        last = power.last_reset_time.isoformat() if power.last_reset_time else "not exposed"
+        last = iso_z(power.last_reset_time, none="not exposed")
         print(f"  last reset:   {last}")
         print(f"  power cycle:  {_describe_cycle(power)}")
         return EXIT_OK

@@ -18,6 +18,7 @@ from metalflow.devstack.demo import DemoSite, run_demo
 from metalflow.devstack.ports import PortInUseError
 from metalflow.devstack.process import ManagedProcess, ProcessFailedError
 from metalflow.devstack.stack import DevStack, DevStackConfig, StateMismatchError, check_state, reset_state
+from metalflow.progress import Progress
 from metalflow.statedir import STATE_DIR_DEFAULT, state_dir_for
 
 
@@ -142,8 +143,12 @@ async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int
             site = DemoSite(
                 site_file=Path(info["site"]), sim_url=info["url"], kubeconfig=Path(info["kubeconfig"])
             )
-            job = asyncio.create_task(run_demo(await stack.client(), config, site, say=_say))
-            await asyncio.wait({job, supervisor}, return_when=asyncio.FIRST_COMPLETED)
+            # A live status line on a terminal, timestamped lines in a pipe or log (metalflow.progress).
+            with Progress() as progress:
+                job = asyncio.create_task(
+                    run_demo(await stack.client(), config, site, say=_say, progress=progress)
+                )
+                await asyncio.wait({job, supervisor}, return_when=asyncio.FIRST_COMPLETED)
             if not job.done():
                 job.cancel()
                 await asyncio.gather(job, return_exceptions=True)

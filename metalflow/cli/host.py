@@ -22,23 +22,26 @@ import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from metalflow import names
 from metalflow.cli import host_decide, host_list, host_monitor
 from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
-from metalflow.client import TemporalConfigError, connect, load_connect_config
+from metalflow.client import TemporalConfigError, connect, load_connect_config, temporal_lost
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
     HostRequestError,
+    Seen,
     default_operator,
     describe_operation,
     follow_operation,
     host_status,
+    operation_progress,
     operation_status,
     recorded_status,
     require_worker,
@@ -47,7 +50,6 @@ from metalflow.hosts import (
 from metalflow.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
-    HOST_REBOOTED_SIGNAL,
     RELEASE_INSTANCE_UPDATE,
     REQUEST_FIRMWARE_UPDATE,
     REQUEST_PROVISION_UPDATE,
@@ -68,6 +70,7 @@ from metalflow.models.host import (
     RebootMethod,
 )
 from metalflow.monitors import running_monitor_status
+from metalflow.progress import Progress
 from metalflow.validation import (
     REASON_MAX,
     REQUESTER_MAX,
@@ -82,10 +85,9 @@ from metalflow.validation import (
     safe,
     terminal_safe,
 )
+from metalflow.wording import iso_z
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-# Temporal went away (or never answered): like "cannot reach Temporal", an environment problem.
-LOST = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED)
 REQUESTS = {
     names.PROVISION: (REQUEST_PROVISION_UPDATE, "register the host's DPUs with DPF and provision them"),
     names.REPROVISION: (REQUEST_REPROVISION_UPDATE, "reprovision the host's DPUs (delete, DPF recreates)"),
@@ -99,11 +101,11 @@ WAIT_HELP = "follow the operation; exit 0 only on success"
 FIRMWARE_TEXT = (
     "Stage DPU firmware VERSION (the image at URI) on the host's DPUs through their BMCs, then "
     "activate it with one host power cycle and verify every DPU runs it (workflow "
-    "firmware/host-<id>). DPUs that already run or hold VERSION are not staged again; when every "
+    "firmware/<id>). DPUs that already run or hold VERSION are not staged again; when every "
     "DPU runs it nothing is rebooted. A host with an instance waits for `metalflow approve`."
 )
 REMOVE_TEXT = (
-    "Remove the host's DPUs from DPF (workflow remove/host-<id>). Without --dpus: the whole DPU "
+    "Remove the host's DPUs from DPF (workflow remove/<id>). Without --dpus: the whole DPU "
     "node (DPUNode node-<host>; DPF deletes every DPU of it; the DPUDevices stay, the hardware is "
     "still in the host). With --dpus: only those DPUs (their DPUDevice and DPU objects); the "
     "others keep running. A delete cannot be taken back. A host with an instance waits for "
@@ -212,13 +214,14 @@ def register(subparsers: Any) -> None:
 
     rebooted = subparsers.add_parser(
         "host-rebooted",
-        help="report that a host was rebooted by hand (signal host_rebooted)",
+        help="report that a host was rebooted by hand (update host_rebooted)",
         description="Tell the operation in flight on HOST that the host was rebooted outside "
-        "metalflow (reboot method manual, or an unreachable BMC).",
+        "metalflow (reboot method manual, or a BMC that could not reboot it). Refused (exit 1), "
+        "naming what the operation waits for, when it awaits no reboot.",
     )
     _common(rebooted)
-    _reason_option(rebooted, "recorded with the signal")
-    rebooted.set_defaults(handler=_runner(_host_rebooted))
+    _reason_option(rebooted, "recorded with the confirmation")
+    rebooted.set_defaults(handler=_runner(host_decide.host_rebooted))
 
     approve = subparsers.add_parser(
         "approve",
@@ -370,7 +373,7 @@ async def _connected(
         return _fail(str(err), EXIT_FAILED)
     except RPCError as err:
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
-        if err.status in LOST:
+        if temporal_lost(err):  # Temporal went away: like "cannot reach Temporal", the environment's
             return _fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
         return _fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:  # one line, never a traceback: the command's user cannot act on one
@@ -415,17 +418,24 @@ async def _request(client: Client, args: argparse.Namespace) -> int:
     accepted = await send_update(
         client, _entity(args), args.update, request, OperationAccepted, args.task_queue
     )
-    _say(f"{args.host}: {accepted.message}")
     if not args.wait:
+        _say(f"{args.host}: {accepted.message}")
         return EXIT_OK
-    if accepted.awaiting_approval:
-        _say(f"{args.host}: waiting for approval (metalflow approve {args.host})")
-        if not await _await_start(client, args.host, accepted.workflow_id):
-            return EXIT_FAILED
-    return await _follow(client, args.host, accepted.workflow_id)
+    with Progress() as progress:
+        progress.note(f"{args.host}: {accepted.message}")
+        if getattr(args, "manual_reboot", False):
+            progress.note(
+                f"{args.host}: manual reboot: after each reboot request, reboot {args.host} by hand and "
+                f"run `metalflow host-rebooted {args.host}`"
+            )
+        if accepted.awaiting_approval:
+            progress.step(args.host, "awaiting approval", waiting_for=f"`metalflow approve {args.host}`")
+            if not await _await_start(client, args.host, accepted.workflow_id, progress):
+                return EXIT_FAILED
+        return await _follow(client, args.host, accepted.workflow_id, progress)
 
 
-async def _await_start(client: Client, host: str, workflow_id: str) -> bool:
+async def _await_start(client: Client, host: str, workflow_id: str, progress: Progress) -> bool:
     while True:
         status = await host_status(client, host)
         current = status.current
@@ -433,17 +443,17 @@ async def _await_start(client: Client, host: str, workflow_id: str) -> bool:
             return True
         if current is None or current.workflow_id != workflow_id:
             ended = [r for r in status.recent if r.workflow_id == workflow_id]
-            _say(f"{host}: {ended[-1].outcome if ended else 'the request was dropped'}")
+            progress.finish(host, ended[-1].outcome if ended else "the request was dropped")
             return False
         await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
-async def _follow(client: Client, host: str, workflow_id: str) -> int:
-    ok, summary = await follow_operation(client, workflow_id, _say, prefix=f"{host}: ")
+async def _follow(client: Client, host: str, workflow_id: str, progress: Progress) -> int:
+    ok, summary = await follow_operation(client, workflow_id, progress, host, host)
     # The entity learns of the end a moment later; until then it refuses the next request as busy,
     # so a script's `... --wait && metalflow host ...` would race it.
     await recorded_status(client, host, workflow_id)
-    _say(f"{host}: {workflow_id} {summary}" if ok else f"{host}: {workflow_id} failed: {summary}")
+    progress.finish(host, f"{workflow_id} {summary}" if ok else f"{workflow_id} failed: {summary}")
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -460,7 +470,8 @@ async def _approve(client: Client, args: argparse.Namespace) -> int:
     current = (await host_status(client, args.host)).current
     if current is None:
         return EXIT_FAILED
-    return await _follow(client, args.host, current.workflow_id)
+    with Progress() as progress:
+        return await _follow(client, args.host, current.workflow_id, progress)
 
 
 async def _instance(client: Client, args: argparse.Namespace) -> int:
@@ -471,36 +482,33 @@ async def _instance(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _host_rebooted(client: Client, args: argparse.Namespace) -> int:
-    current = (await host_status(client, args.host)).current
-    if current is None or current.outcome != "running":
-        return _fail(f"no operation in flight on {args.host}: nothing waits for a reboot", EXIT_FAILED)
-    handle = client.get_workflow_handle(current.workflow_id)
-    await handle.signal(HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by=args.by, reason=args.reason))
-    _say(f"{args.host}: told {current.workflow_id} that the host was rebooted (by {args.by})")
-    return EXIT_OK
-
-
 async def _status(client: Client, args: argparse.Namespace) -> int:
     status = await host_status(client, args.host)
-    operation = None
+    operation, seen = None, None
     if status.current is not None and status.current.outcome == "running":
         operation = await operation_status(client, status.current.workflow_id)
+        if operation is None:  # a reboot has no status query: its Phase and details say where it is
+            seen = await operation_progress(client, status.current.workflow_id, args.host)
     monitor = await running_monitor_status(client, args.host)
     if args.json:
         shown = {
             "host": status.model_dump(mode="json"),
-            "operation": operation,
+            "operation": operation
+            if seen is None
+            else {"phase": seen.phase, "waiting_for": seen.waiting_for, "details": seen.details},
             "monitor": None if monitor is None else monitor.model_dump(mode="json"),
         }
         print(json.dumps(shown, indent=2))
         return EXIT_OK
-    _say(render_status(status, operation, monitor))
+    _say(render_status(status, operation, monitor, seen))
     return EXIT_OK
 
 
 def render_status(
-    status: HostStatus, operation: dict[str, Any] | None, monitor: HostMonitorStatus | None = None
+    status: HostStatus,
+    operation: dict[str, Any] | None,
+    monitor: HostMonitorStatus | None = None,
+    seen: Seen | None = None,
 ) -> str:
     """The host, its operation in flight and its monitor's pool state, for a person."""
     lines = [
@@ -509,7 +517,7 @@ def render_status(
         f"  boot generation  {status.boot_generation}",
     ]
     if status.auto_approved_until is not None:
-        lines.append(f"  auto-approved until {status.auto_approved_until.isoformat()}")
+        lines.append(f"  auto-approved until {iso_z(status.auto_approved_until)}")
     if monitor is not None:
         lines.append(f"  monitor          {host_monitor.pool_line(monitor)}")
     current = status.current
@@ -520,17 +528,32 @@ def render_status(
         )
         if current.approved_by:
             lines.append(f"    approved by    {current.approved_by}")
+    if seen is not None:
+        lines.append(f"    now            {seen.text}")
+        if seen.waiting_for:
+            lines.append(f"    waiting for    {seen.waiting_for}")
     if operation is not None:
         lines.append(f"    now            {describe_operation(operation)}")
         for dpu in operation.get("dpus") or []:
             phase = dpu.get("phase") or "-"
-            lines.append(f"    {dpu.get('dpu_id', '?'):<22} {phase:<24} since {dpu.get('since', '?')}")
+            since = _parsed(dpu.get("since"))
+            lines.append(f"    {dpu.get('dpu_id', '?'):<22} {phase:<24} since {iso_z(since, none='?')}")
         for key in ("reboots_requested", "power_cycles_issued"):
             if key in operation:
                 lines.append(f"    {key.replace('_', ' '):<22} {operation[key]}")
     if status.recent:
         lines.append("  recent")
         for record in status.recent[-5:]:
-            when = record.finished_at.isoformat() if record.finished_at else ""
+            when = iso_z(record.finished_at, none="")
             lines.append(f"    {when}  {record.operation:<12} {record.outcome}  by {record.requested_by}")
     return "\n".join(lines)
+
+
+def _parsed(value: Any) -> datetime | None:
+    """A timestamp from a query answered as plain JSON (an ISO string), or None."""
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None

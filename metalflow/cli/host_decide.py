@@ -1,4 +1,5 @@
-"""`metalflow host retry|abort|mark-rebooted HOST [--reason R]`: the operator's answers.
+"""`metalflow host retry|abort|mark-rebooted HOST [--reason R]` and `metalflow host-rebooted HOST`:
+the operator's answers.
 
 A manual-intervention message asks for `retry`, `mark_rebooted` or `abort`; these commands send
 exactly those updates (payload `OperatorRequest`: who and why) to the operation in flight on the
@@ -6,8 +7,13 @@ host, found through the host's entity (`host/<id>`, its `status` query). The wor
 validators decide whether the answer fits now (e.g. `retry` only in manual-intervention-required);
 a refusal is printed as the workflow words it, and exits 1.
 
+`host-rebooted` sends the update `host_rebooted` (not the older signal, which cannot answer): the
+operation's validator refuses it, naming what the operation waits for, unless a reboot is awaited.
+
 Cost per command: one query of the entity, one update of the operation (two RPCs, a few history
-events on the operation); no worker slot beyond the update's workflow task.
+events on the operation); no worker slot beyond the update's workflow task. `host-rebooted` to an
+operation without the update (firmware, removal) adds a query and a describe, and answers through
+its reboot in flight.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow.hosts import HostRequestError, host_status, require_worker
+from metalflow import names
+from metalflow.hosts import HostRequestError, host_status, operation_status, require_worker
 from metalflow.models.host import (
     ABORT_UPDATE,
+    HOST_REBOOTED_UPDATE,
     MARK_REBOOTED_UPDATE,
     RETRY_UPDATE,
     OperationAnswer,
@@ -90,3 +99,57 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
         ) from None
     print(terminal_safe(f"{args.host}: {current.workflow_id}: {answer.message}"), flush=True)
     return EXIT_OK if answer.accepted else EXIT_FAILED
+
+
+async def host_rebooted(client: Client, args: argparse.Namespace) -> int:
+    """The update `host_rebooted` to the operation in flight: its validator refuses it, naming what
+    the operation waits for, unless a reboot is awaited. An operation without that update (firmware,
+    removal) is answered by its reboot in flight, if any."""
+    current = (await host_status(client, args.host)).current
+    if current is None or current.outcome != "running":
+        raise HostRequestError(f"no operation in flight on {args.host}: nothing waits for a reboot")
+    await require_worker(client, args.task_queue)
+    request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    target = current.workflow_id
+    try:
+        answer = await _confirm_reboot(client, target, request)
+    except _NoSuchUpdate:
+        status = await operation_status(client, target) or {}
+        target = names.host_reboot_workflow_id(args.host, int(status.get("boot_generation") or 0) or 1)
+        if current.operation == names.REBOOT or not await _runs(client, target):
+            what = f"{status.get('phase', '?')}: {status.get('waiting_for', '?')}"
+            raise HostRequestError(
+                f"{current.workflow_id} refused `host-rebooted`: it is not waiting for a reboot: it is {what}"
+            ) from None
+        answer = await _confirm_reboot(client, target, request)
+    print(terminal_safe(f"{args.host}: {target}: {answer.message}"), flush=True)
+    return EXIT_OK if answer.accepted else EXIT_FAILED
+
+
+class _NoSuchUpdate(Exception):
+    """The workflow has no `host_rebooted` update (an operation that does not take it)."""
+
+
+async def _confirm_reboot(client: Client, workflow_id: str, request: OperatorRequest) -> OperationAnswer:
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        answer: OperationAnswer = await handle.execute_update(
+            HOST_REBOOTED_UPDATE, request, result_type=OperationAnswer
+        )
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        if isinstance(cause, ApplicationError) and "not found" in why and HOST_REBOOTED_UPDATE in why:
+            raise _NoSuchUpdate from None
+        raise HostRequestError(f"{workflow_id} refused `host-rebooted`: {why}") from None
+    return answer
+
+
+async def _runs(client: Client, workflow_id: str) -> bool:
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return described.status == WorkflowExecutionStatus.RUNNING

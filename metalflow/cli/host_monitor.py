@@ -35,6 +35,7 @@ from metalflow.monitors import (
     stop_monitor,
 )
 from metalflow.validation import Reason, ReprovisionAfter, arg_type
+from metalflow.wording import iso_z, plural
 
 FIRST_LOOK_SECONDS = 20.0  # the watcher lists DPF before its first signal; a worker picks it up first
 DEFAULT_NAMESPACE = HostMonitorInput.model_fields["namespace"].default
@@ -163,7 +164,8 @@ def pool_line(status: HostMonitorStatus) -> str:
     """One line: the pool state, and why when the host is out."""
     if status.pool_state != OUT_OF_POOL or not status.degraded:
         phases = sorted({d.phase or "-" for d in status.dpus})
-        return f"{status.pool_state} ({len(status.dpus)} DPUs watched: {', '.join(phases) or 'none yet'})"
+        watched = plural(len(status.dpus), "DPU")
+        return f"{status.pool_state} ({watched} watched: {', '.join(phases) or 'none yet'})"
     down = ", ".join(f"{d.dpu_id} since {_when(d.since)}" for d in status.degraded)
     return f"{status.pool_state}: critical DPU services down on {down}"
 
@@ -206,7 +208,7 @@ def _runs(runs: int) -> str:
 
 
 def _when(moment: datetime) -> str:
-    return moment.isoformat(timespec="seconds")
+    return iso_z(moment)
 
 
 def _say(message: str) -> None:

@@ -4,12 +4,14 @@
 up in the same inventory the worker uses (`METALFLOW_INVENTORY`: the site file through the shared
 loader, validated as a whole, or the DPF objects in the cluster): an unknown host, or a `--dpus`
 entry that is not one of the host's DPUs, is refused (exit 1) and no entity workflow is created
-(without this, `host/host-999` would be created and run forever). In cluster mode a reprovision
-also needs DPF's DPU objects of the chosen DPUs, since reprovisioning deletes them for DPF to
-recreate; a missing one is named at once instead of the operation waiting for it.
+(without this, `host/host-999` would be created and run forever). A reprovision also needs DPF's
+DPU objects of the chosen DPUs, in either mode (the site file names the hosts; DPF's objects live
+in the cluster `KUBECONFIG` points at): reprovisioning deletes them for DPF to recreate, so a
+missing one is named at once instead of the operation waiting for it in `waiting-for-hold`, and
+a cluster that cannot be read is an error (exit 2) rather than a check skipped.
 
-Cost: one read of the site file, or two to 2 + DPUs Kubernetes GETs, per command; nothing per host
-at rest.
+Cost: one read of the site file, or two to 2 + DPUs Kubernetes GETs, per command (a reprovision in
+site mode: the site file and one GET per chosen DPU); nothing per host at rest.
 """
 
 from __future__ import annotations
@@ -57,6 +59,16 @@ async def check_request(args: argparse.Namespace) -> None:
     except InvalidInput as err:
         raise InventoryRefusal(err.message) from None
     _check_dpus(host, tuple(getattr(args, "dpus", None) or ()), site)
+    if site is not None and getattr(args, "operation", None) == names.REPROVISION:
+        kube = Kube(settings)
+        try:
+            await _require_dpf_dpus(kube, host, tuple(getattr(args, "dpus", None) or ()))
+        except InventoryRefusal:
+            raise
+        except Exception as err:
+            raise _unreadable(err, f"cannot check that DPF has the DPUs of {host.host_id}") from None
+        finally:
+            kube.close()
 
 
 def _check_dpus(host: HostInventory, wanted: tuple[str, ...], site: Site | None) -> None:
@@ -77,25 +89,33 @@ async def _from_cluster(settings: Settings, args: argparse.Namespace) -> HostInv
     try:
         host = await Inventory(settings, kube).resolve(args.host, "cluster")
         if getattr(args, "operation", None) == names.REPROVISION:
-            wanted = tuple(getattr(args, "dpus", None) or ()) or tuple(d.id for d in host.dpus)
-            _check_dpus(host, wanted, None)
-            missing = [
-                host.dpu_name(dpu_id)
-                for dpu_id in wanted
-                if await kube.get(host.host_id, DPU, host.namespace, host.dpu_name(dpu_id), missing_ok=True)
-                is None
-            ]
-            if missing or not wanted:
-                raise InventoryRefusal(
-                    f"cannot reprovision {host.host_id}: DPF has no DPU "
-                    f"{', '.join(missing) or 'of this host'} in namespace {host.namespace} "
-                    f"(provision it first: metalflow host provision {host.host_id})"
-                )
+            await _require_dpf_dpus(kube, host, tuple(getattr(args, "dpus", None) or ()))
         return host
     except (InvalidInput, InventoryRefusal):
         raise
     except Exception as err:  # the cluster unreachable, no kubeconfig: one line, not a traceback
-        reason = err.message if isinstance(err, MetalflowError) else f"{type(err).__name__}: {err}"
-        raise InventoryUnavailable(f"cannot read the cluster inventory: {reason}".splitlines()[0]) from None
+        raise _unreadable(err, "cannot read the cluster inventory") from None
     finally:
         kube.close()
+
+
+async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, ...]) -> None:
+    """Refuse a reprovision of DPUs DPF does not have (or of a host with none), naming them."""
+    wanted = chosen or tuple(d.id for d in host.dpus)
+    _check_dpus(host, wanted, None)
+    missing = [
+        host.dpu_name(dpu_id)
+        for dpu_id in wanted
+        if await kube.get(host.host_id, DPU, host.namespace, host.dpu_name(dpu_id), missing_ok=True) is None
+    ]
+    if missing or not wanted:
+        raise InventoryRefusal(
+            f"cannot reprovision {host.host_id}: DPF has no DPU "
+            f"{', '.join(missing) or 'of this host'} in namespace {host.namespace} "
+            f"(provision it first: metalflow host provision {host.host_id})"
+        )
+
+
+def _unreadable(err: Exception, what: str) -> InventoryUnavailable:
+    reason = err.message if isinstance(err, MetalflowError) else f"{type(err).__name__}: {err}"
+    return InventoryUnavailable(f"{what}: {reason}".splitlines()[0])

@@ -32,7 +32,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
-from metalflow.client import connect
+from metalflow.client import connect, temporal_lost
 from metalflow.hosts import default_operator
 from metalflow.models.grove import (
     ABORT_UPDATE,
@@ -53,6 +53,7 @@ from metalflow.models.grove import (
     SupersedeRequest,
     image_problem,
 )
+from metalflow.progress import Progress
 from metalflow.rollouts import render, root_cause
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -196,6 +197,14 @@ async def _connected(
         return await action(client, args)
     except RolloutError as err:
         return _fail(str(err), err.status)
+    except RPCError as err:  # one line, never a traceback; Temporal gone is the environment's (2)
+        reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
+        if temporal_lost(err):
+            address = client.service_client.config.target_host
+            return _fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
+        return _fail(f"Temporal refused the request ({reason})", 1)
+    except Exception as err:
+        return _fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], 1)
 
 
 def _fail(message: str, status: int) -> int:
@@ -281,16 +290,35 @@ async def _query(handle: WorkflowHandle[Any, Any]) -> RolloutStatus:
 
 
 async def _follow(handle: WorkflowHandle[Any, RolloutResult]) -> int:
+    with Progress() as progress:  # a live status region on a terminal, stamped lines otherwise
+        await _show_progress(handle, progress)
+    return await _outcome(handle)
+
+
+async def _show_progress(handle: WorkflowHandle[Any, RolloutResult], progress: Progress) -> None:
     last = ""
     while True:
         described = await handle.describe()
         if described.status != WorkflowExecutionStatus.RUNNING:
-            break
-        line = render(await _query(handle))
+            progress.waiting(handle.id, "")
+            return
+        status = await _query(handle)
+        line = render(status)
+        if status.paused_reason:
+            waiting = f"`metalflow rollout resume|rollback|abort {status.pcs}` ({status.paused_reason})"
+        elif status.in_flight:
+            waiting = f"{', '.join(status.in_flight)} back at the new version"
+        else:
+            waiting = ""
         if line != last:
-            print(line, flush=True)
+            progress.step(handle.id, line, waiting_for=waiting)
             last = line
+        else:
+            progress.waiting(handle.id, waiting)
         await asyncio.sleep(FOLLOW_SECONDS)
+
+
+async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     try:
         result = await handle.result()
     except WorkflowFailureError as err:
@@ -335,6 +363,8 @@ async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> 
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise RolloutError(f"no rollout {handle.id} in flight") from None
+        if temporal_lost(err):
+            raise
         raise RolloutError(f"{update} refused: {err.message}") from None
     return answer
 

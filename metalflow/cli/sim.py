@@ -36,6 +36,7 @@ from metalflow.devstack.sim import (
 )
 from metalflow.statedir import STATE_DIR_HELP, state_dir_for
 from metalflow.validation import DPUsPerHost, HostId, Hosts, Port, Seed, arg_type
+from metalflow.wording import plural
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -156,7 +157,7 @@ def describe_site(state_dir: Path, info: dict[str, Any]) -> str:
     site = yaml.safe_load(Path(info["site"]).read_text())
     hosts = site.get("hosts", [])
     lines = [
-        f"Simulated site {site.get('name', 'sim')!r}: {len(hosts)} hosts, "
+        f"Simulated site {site.get('name', 'default')!r}: {plural(len(hosts), 'host')}, "
         f"faults {info.get('faults', 'none')}",
         f"  Kubernetes API  {info.get('kube_url') or info['url']}   "
         f"(kubectl --kubeconfig {info['kubeconfig']} get dpus)",

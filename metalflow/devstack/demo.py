@@ -3,7 +3,7 @@ then roll the site's Grove workload `default/inference` coherently (`demo_rollou
 
 Everything goes through the hosts' entity workflows (`host/<id>`), exactly as `metalflow host
 provision|reprovision` does: the first request creates a host's entity, which runs the operation
-as a child workflow (`provision/host-<id>`, `reprovision/host-<id>`, one `reboot/...` per power
+as a child workflow (`provision/<id>`, `reprovision/<id>`, one `reboot/...` per power
 cycle). The first host gets an instance before its reprovision, so the demo shows the approval
 rule: the request waits until the demo approves it as the operator. At the end the demo reads
 each host's BMC power log from the simulator and compares it with the reboots DPF asked for.
@@ -43,6 +43,8 @@ from metalflow.models.host import (
     OperatorRequest,
 )
 from metalflow.models.inventory import DPF_NAMESPACE
+from metalflow.progress import Progress
+from metalflow.wording import plural
 
 DEMO_INSTANCE = "demo-tenant-instance"
 DEMO_REASON = "metalflow dev demo"
@@ -101,12 +103,18 @@ async def run_demo(
     site: DemoSite,
     say: Callable[[str], None] = print,
     task_queue: str = names.TASK_QUEUE,
+    progress: Progress | None = None,
 ) -> bool:
-    """Provision, then reprovision, every host of the site; True when every operation succeeded."""
+    """Provision, then reprovision, every host of the site; True when every operation succeeded.
+
+    Lines go to `progress` (live on a terminal), else as plain timestamped lines to `say`.
+    """
+    progress = progress or Progress(write=say)
+    say = progress.note
     hosts = [host for host in read_hosts(site.site_file) if host.models]
     operator = default_operator()
     began = time.monotonic()
-    say(f"demo: {len(hosts)} hosts: {', '.join(host.describe() for host in hosts)}")
+    say(f"demo: {plural(len(hosts), 'host')}: {', '.join(host.describe() for host in hosts)}")
     say(f"demo: watch in the Temporal UI: {config.ui_url}")
     entities = ui_list_url(config, 'Operation="host"')
     say(f"demo:   every host's entity (Phase idle / running ... / awaiting-approval): {entities}")
@@ -119,7 +127,7 @@ async def run_demo(
             f"demo:   its reprovision: {reprovision} (current details, the `status` query, "
             "the HostRebootWorkflow children, the entity's approve update)"
         )
-    requests = _Requests(client, operator, task_queue, say)
+    requests = _Requests(client, operator, task_queue, progress)
     # A site restored from the state dir (a restarted `metalflow dev`) has its hosts' DPUs
     # already: provisioning them again would wait for reboots DPF never asks for.
     present = await _provisioned(site, hosts)
@@ -166,15 +174,19 @@ class _Requests:
     client: Client
     operator: str
     task_queue: str
-    say: Callable[[str], None]
+    progress: Progress
+
+    def say(self, text: str) -> None:
+        self.progress.note(text)
 
     async def round(self, operation: str, update: str, hosts: list[DemoHost]) -> bool:
-        self.say(f"demo: {operation} {len(hosts)} hosts at once")
+        self.say(f"demo: {operation} {plural(len(hosts), 'host')} at once")
         results = await asyncio.gather(*(self._one(operation, update, host) for host in hosts))
         return all(results)
 
     async def _one(self, operation: str, update: str, host: DemoHost) -> bool:
-        prefix = f"demo: {operation} {host.host_id}: "
+        key = f"demo: {operation} {host.host_id}"
+        prefix = f"{key}: "
         request = OperationRequest(requested_by=self.operator, reason=DEMO_REASON, policy=DEMO_POLICY)
         try:
             accepted = await send_update(
@@ -191,10 +203,12 @@ class _Requests:
         except HostRequestError as err:
             self.say(f"{prefix}refused: {err}")
             return False
-        ok, summary = await follow_operation(self.client, accepted.workflow_id, self.say, prefix=prefix)
+        ok, summary = await follow_operation(
+            self.client, accepted.workflow_id, self.progress, key, host.host_id
+        )
         status = await recorded_status(self.client, host.host_id, accepted.workflow_id)
-        self.say(
-            f"{prefix}{summary if ok else 'FAILED: ' + summary}; boot generation {status.boot_generation}"
+        self.progress.finish(
+            key, f"{summary if ok else 'FAILED: ' + summary}; boot generation {status.boot_generation}"
         )
         return ok
 
@@ -223,11 +237,11 @@ async def _report_power_cycles(
     async with httpx.AsyncClient(base_url=site.sim_url, timeout=10) as http:
         for host in hosts:
             entries = (await http.get(f"/sim/hosts/{host.host_id}/power-log")).json()
-            line = f"demo: {host.host_id} BMC power log: {power_cycles(entries)} power cycles"
+            line = f"demo: {host.host_id} BMC power log: {plural(power_cycles(entries), 'power cycle')}"
             if operations is not None:
                 line += f" (DPF asked for {operations * host.reboots_per_operation})"
             say(line)
         violations = (await http.get("/sim/violations")).json()
-    say(f"demo: the simulator recorded {len(violations)} protocol violations")
+    say(f"demo: the simulator recorded {plural(len(violations), 'protocol violation')}")
     for violation in violations[:10]:
         say(f"demo:   {violation['kind']} {violation['subject']}: {violation['detail']}")

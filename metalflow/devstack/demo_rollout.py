@@ -19,6 +19,7 @@ from metalflow.devstack.stack import DevStackConfig
 from metalflow.hosts import default_operator
 from metalflow.models.grove import STATUS_QUERY, PCSRef, RolloutInput, RolloutResult, RolloutStatus
 from metalflow.rollouts import render, root_cause
+from metalflow.wording import plural
 
 DEMO_PCS = PCSRef(namespace="default", name="inference")
 DEMO_IMAGES = {c: f"registry.local/{c}:1.1" for c in ("router", "prefill", "decode")}
@@ -59,5 +60,6 @@ async def run_rollout_demo(
         say(f"demo: rollout FAILED: {root_cause(err)}")
         return False
     timings = ", ".join(f"{s.seconds:.1f}s" for s in result.steps if s.seconds is not None)
-    say(f"demo: rollout {result.outcome}: {len(result.steps)} steps ({timings}); at {result.target_hash}")
+    steps = plural(len(result.steps), "step")
+    say(f"demo: rollout {result.outcome}: {steps} ({timings}); at {result.target_hash}")
     return result.outcome == "completed"

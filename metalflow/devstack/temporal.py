@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from temporalio.api.enums.v1 import IndexedValueType, TaskQueueKind, TaskQueueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSearchAttributesRequest
@@ -22,7 +23,7 @@ async def namespace_exists(client: Client) -> bool:
     return True
 
 
-async def ensure_search_attributes(client: Client, keys: Iterable[SearchAttributeKey[str]]) -> list[str]:
+async def ensure_search_attributes(client: Client, keys: Iterable[SearchAttributeKey[Any]]) -> list[str]:
     """Register the search attributes the namespace lacks; safe to call on every start.
 
     The dev server's ``--search-attribute`` flags only apply to a new database, so a state dir
@@ -54,7 +55,7 @@ async def ensure_search_attributes(client: Client, keys: Iterable[SearchAttribut
     return sorted(missing)
 
 
-async def add_search_attributes(client: Client, keys: Iterable[SearchAttributeKey[str]]) -> None:
+async def add_search_attributes(client: Client, keys: Iterable[SearchAttributeKey[Any]]) -> None:
     """Register search attributes without listing first (the time-skipping test server can add
     but not list them); the server refuses ones that already exist."""
     wanted = {key.name: IndexedValueType.ValueType(int(key.indexed_value_type)) for key in keys}

@@ -7,18 +7,18 @@ Workflows on one host (DOMAIN.md sections 1-2; workflow ids in `metalflow.names`
   can never race: it refuses a request while another operation is in flight (naming it),
   refuses `assign_instance` during a disruptive operation, and holds a disruptive request on
   an assigned host until `approve` (or an auto-approval window). It runs each operation as a
-  child workflow whose id is the business key (`reprovision/host-<id>`, ...).
-- `HostOperationWorkflow` (`provision/host-<id>` or `reprovision/host-<id>`): the runbook of
+  child workflow whose id is the business key (`reprovision/<id>`, ...).
+- `HostOperationWorkflow` (`provision/<id>` or `reprovision/<id>`): the runbook of
   flows 2-4 and 11 for all DPUs of a host or a chosen subset: register or reprovision, release
   the hold, barrier until every DPU asks for the reboot, exactly one host power cycle, remove
   the annotation, again if DPF asks again (BF4), barrier until every DPU is Ready.
-- `HostRebootWorkflow` (`reboot/host-<id>/generation-<n>`): one reboot per boot generation,
+- `HostRebootWorkflow` (`reboot/<id>/generation-<n>`): one reboot per boot generation,
   through the BMC, or by waiting for the `host_rebooted` signal (reboot method `manual`).
-- `FirmwareWorkflow` (`firmware/host-<id>`): stage on every DPU's BMC, barrier, one power
+- `FirmwareWorkflow` (`firmware/<id>`): stage on every DPU's BMC, barrier, one power
   cycle, verify every DPU runs the target.
 - `HostMonitorWorkflow` (`monitor/host-<id>`): flow 5, takes the host out of the pool when a
   Ready DPU falls to `Node Effect`; continues-as-new.
-- `HostRemovalWorkflow` (`remove/host-<id>`): flows 7-10.
+- `HostRemovalWorkflow` (`remove/<id>`): flows 7-10.
 
 Operators answer a stuck operation with updates `retry`, `mark_rebooted`, `abort` (on the
 operation workflow), and report a manual reboot with the signal `host_rebooted`.
@@ -50,6 +50,9 @@ from metalflow.validation import (
 # -- message names (the Temporal UI and CLI show and send these) -----------------------------------
 STATUS_QUERY: Final = "status"
 HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
+# The same name as an update: refused, naming what the operation waits for, when nothing awaits a
+# reboot (the signal cannot answer; it stays handled for senders and workflows from before).
+HOST_REBOOTED_UPDATE: Final = "host_rebooted"
 RETRY_UPDATE: Final = "retry"
 MARK_REBOOTED_UPDATE: Final = "mark_rebooted"
 ABORT_UPDATE: Final = "abort"
@@ -170,6 +173,9 @@ class HostRebootInput(_Frozen):
     reason: str = ""
     force_off: bool = False  # ForceOff then On even where a gentler cycle exists (re-issues)
     policy: OperationPolicy = OperationPolicy()
+    # True: a BMC that cannot reboot the host fails the reboot (`BMCRebootFailed`, the reason in
+    # words) for the caller to escalate; False: the reboot waits for a person itself.
+    escalate_bmc_failure: bool = False
 
 
 class HostRebootResult(_Frozen):
@@ -217,6 +223,7 @@ class HostWorkflowInput(_Frozen):
     # Carried over continue-as-new (the entity only continues-as-new while idle):
     recent: tuple[OperationRecord, ...] = ()
     auto_approved_until: datetime | None = None  # an approval's window, for `instance` only
+    phase_since: datetime | None = None  # when the entity entered its phase (search attribute PhaseSince)
     max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
 
 
@@ -233,6 +240,12 @@ class OperationRequest(_Frozen):
     dpu_ids: tuple[DPUId, ...] | None = None
     force: bool = False  # removal only: remove finalizers after the delete
     policy: OperationPolicy | None = None  # None: the host's policy
+    # Set by a campaign (workflows/campaign.py): the operation is tagged `Campaign=<campaign>`, the
+    # entity signals `host_finished` to `campaign_workflow_id` when it ends, and refuses (instead
+    # of holding for approval) when the host is assigned and `refuse_if_assigned`.
+    campaign: str | None = None
+    campaign_workflow_id: str | None = None
+    refuse_if_assigned: bool = False
 
 
 class FirmwareRequest(_Frozen):
@@ -240,6 +253,9 @@ class FirmwareRequest(_Frozen):
     target_version: str = Field(min_length=1)
     image_uri: str = Field(min_length=1)
     dpu_ids: tuple[DPUId, ...] | None = None
+    campaign: str | None = None  # as in OperationRequest
+    campaign_workflow_id: str | None = None
+    refuse_if_assigned: bool = False
 
 
 class OperationAccepted(_Frozen):

@@ -1,0 +1,378 @@
+"""`metalflow campaign ...`: fleet upgrade campaigns (workflow `CampaignWorkflow`, id `campaign/<name>`).
+
+`start` starts one (refused while a campaign of that name runs) and waits until its hosts are
+selected, so an unknown host or group, or a selector matching nothing, is an error that touched
+nothing; `--wait` follows it and exits 0 only when every targeted host succeeded. `status` shows
+the status query (a live progress bar on a terminal, `--json` for scripts); `pause`, `resume`,
+`abort`, `retry-failed`, `skip` and `limits` are updates whose validators refuse what does not
+apply now, with the reason; `list` lists campaigns. Schedules: metalflow/cli/campaign_schedule.py.
+
+Exit statuses: 0 done (`--wait`: every host succeeded), 1 refused, failed or not every host
+succeeded, 2 usage, bad input that changed nothing, or Temporal unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from metalflow import names
+from metalflow.cli import campaign_schedule
+from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
+from metalflow.client import connect
+from metalflow.hosts import default_operator
+from metalflow.models.campaign import (
+    ABORT_UPDATE,
+    PAUSE_UPDATE,
+    RESUME_UPDATE,
+    RETRY_FAILED_UPDATE,
+    SET_LIMITS_UPDATE,
+    SKIP_HOST_UPDATE,
+    STATUS_QUERY,
+    AbortRequest,
+    CampaignAnswer,
+    CampaignRequest,
+    CampaignResult,
+    CampaignStatus,
+    Limits,
+    LimitsRequest,
+    SkipRequest,
+)
+from metalflow.rollouts import root_cause
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+FOLLOW_SECONDS = 0.5
+START_CHECK_SECONDS = 60.0  # how long `start` waits to see the hosts selected or refused
+BAR = 30
+UPDATES = {
+    "pause": (PAUSE_UPDATE, "start no new host; running ones finish"),
+    "resume": (RESUME_UPDATE, "go on after a pause or a halt"),
+    "retry-failed": (RETRY_FAILED_UPDATE, "run the failed hosts again (clears a halt)"),
+}
+
+
+class CampaignError(Exception):
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def register(subparsers: Any) -> None:
+    """Add `campaign` and its commands."""
+    campaign = subparsers.add_parser(
+        "campaign",
+        help="upgrade many hosts as a paced, guarded campaign",
+        description="Fleet campaigns: a canary, then batches under limits, soak times, maintenance "
+        "windows and a failure budget; each host through its entity host/<id>.",
+    )
+    commands = campaign.add_subparsers(title="campaign commands", metavar="COMMAND")
+    start = commands.add_parser("start", help="start a campaign", description="Start a campaign.")
+    _name(start)
+    add_options(start, required=True)
+    start.add_argument("--wait", action="store_true", help="follow it; exit 0 only if every host succeeded")
+    start.set_defaults(handler=runner(_start))
+
+    status = commands.add_parser("status", help="show a campaign's progress", description="Show progress.")
+    _name(status)
+    status.add_argument("--json", action="store_true", help="the status query as JSON")
+    status.set_defaults(handler=runner(_status))
+
+    for command, (update, text) in UPDATES.items():
+        parser = commands.add_parser(command, help=text, description=f"{text[0].upper()}{text[1:]}.")
+        _name(parser)
+        parser.add_argument("--reason", default="", help="why, recorded with the request")
+        parser.set_defaults(handler=runner(_update), update=update)
+
+    abort = commands.add_parser(
+        "abort", help="start no new host; let running ones finish", description="Abort the campaign."
+    )
+    _name(abort)
+    abort.add_argument("--cancel-running", action="store_true", help="abort the running host operations too")
+    abort.add_argument("--reason", default="", help="why, recorded with the request")
+    abort.set_defaults(handler=runner(_abort))
+
+    skip = commands.add_parser("skip", help="leave a waiting host out", description="Skip a host.")
+    _name(skip)
+    skip.add_argument("host", help="the host id")
+    skip.add_argument("--reason", default="", help="why, recorded with the request")
+    skip.set_defaults(handler=runner(_skip))
+
+    limits = commands.add_parser("limits", help="change the limits while it runs", description="Set limits.")
+    _name(limits)
+    limits.add_argument("--batch-size", type=positive_int, help="hosts per batch, from the next batch")
+    limits.add_argument("--max-in-flight", type=positive_int, help="hosts at once")
+    limits.add_argument("--max-per-group", type=int, help="hosts at once per group (0: no limit)")
+    limits.add_argument("--max-per-bmc", type=int, help="hosts at once per BMC endpoint (0: no limit)")
+    limits.set_defaults(handler=runner(_limits))
+
+    listing = commands.add_parser("list", help="list campaigns", description="List campaigns.")
+    listing.add_argument("--by", default=default_operator(), help=argparse.SUPPRESS)
+    listing.set_defaults(handler=runner(_list))
+    campaign_schedule.register(commands, runner)
+
+
+def _name(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", type=_campaign_name, help="the campaign's name (workflow campaign/NAME)")
+    parser.add_argument("--by", default=default_operator(), help="who asks (default: %(default)s)")
+    parser.add_argument(
+        "--task-queue", default=names.TASK_QUEUE, help="worker task queue (default: %(default)s)"
+    )
+
+
+def _campaign_name(text: str) -> str:
+    if text.startswith("campaign/"):
+        text = text.removeprefix("campaign/")  # accept the workflow id too (scheduled runs' names)
+        return text
+    try:
+        names.campaign_workflow_id(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return text
+
+
+Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
+
+
+def runner(action: Action) -> Callable[[argparse.Namespace], int]:
+    """The command's handler: connect, run `action`, exit with its status."""
+
+    def handle(args: argparse.Namespace) -> int:
+        status = asyncio.run(_connected(action, args))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
+
+    return handle
+
+
+async def _connected(action: Action, args: argparse.Namespace) -> int:
+    try:
+        client = await connect()
+    except Exception as err:
+        return fail(
+            f"cannot reach Temporal ({type(err).__name__}); start it with `metalflow dev`, "
+            "or set TEMPORAL_ADDRESS",
+            EXIT_USAGE,
+        )
+    try:
+        return await action(client, args)
+    except CampaignError as err:
+        return fail(str(err), err.status)
+
+
+def fail(message: str, status: int) -> int:
+    print(f"metalflow: {message}", file=sys.stderr)
+    return status
+
+
+def _handle(client: Client, name: str) -> WorkflowHandle[Any, CampaignResult]:
+    return client.get_workflow_handle(f"campaign/{name}", result_type=CampaignResult)
+
+
+async def _start(client: Client, args: argparse.Namespace) -> int:
+    try:
+        request = campaign_input(args.name, args)
+    except ValueError as err:
+        raise CampaignError(f"campaign refused, nothing started: {err}", EXIT_USAGE) from None
+    workflow_id = names.campaign_workflow_id(args.name)
+    try:
+        handle = await client.start_workflow(
+            "CampaignWorkflow",
+            request,
+            id=workflow_id,
+            task_queue=args.task_queue,
+            result_type=CampaignResult,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            static_summary=f"campaign {args.name}: {request.target.describe()} on "
+            f"{request.selection.describe()}, for {args.by}",
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(names.OPERATION, names.CAMPAIGN_OPERATION),
+                    SearchAttributePair(names.CAMPAIGN, args.name),
+                ]
+            ),
+        )
+    except WorkflowAlreadyStartedError as err:
+        raise CampaignError(
+            f"campaign {args.name} is already running (workflow {workflow_id}, run {err.run_id}); "
+            "pick another name, or `metalflow campaign abort` it first"
+        ) from None
+    status = await _until_selected(handle)
+    target = request.target.describe()
+    print(f"campaign {workflow_id} started: {target} on {status.total} hosts ({status.phase})")
+    return await follow(handle) if args.wait else EXIT_OK
+
+
+async def _until_selected(handle: WorkflowHandle[Any, CampaignResult]) -> CampaignStatus:
+    """Wait until the hosts are selected (phase past `selecting`) or refused (the run failed)."""
+    deadline = time.monotonic() + START_CHECK_SECONDS
+    while True:
+        described = await handle.describe()
+        if described.status == WorkflowExecutionStatus.FAILED:
+            try:
+                await handle.result()
+            except WorkflowFailureError as err:
+                raise CampaignError(
+                    f"campaign refused, no host touched: {root_cause(err)}", EXIT_USAGE
+                ) from None
+        status = await query(handle)
+        if status.phase != "selecting" or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(FOLLOW_SECONDS)
+
+
+async def query(handle: WorkflowHandle[Any, Any]) -> CampaignStatus:
+    try:
+        result: CampaignStatus = await handle.query(STATUS_QUERY, result_type=CampaignStatus)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise CampaignError(f"no campaign {handle.id}") from None
+        raise
+    return result
+
+
+def render(status: CampaignStatus) -> str:
+    """One line: phase, a bar, the counts, what holds it."""
+    finished = status.done + status.already_at_target + status.failed + status.skipped
+    filled = BAR * finished // status.total if status.total else BAR
+    line = (
+        f"{status.name} {status.phase} [{'#' * filled}{'.' * (BAR - filled)}] {finished}/{status.total}: "
+        f"{status.done} done, {status.already_at_target} already at target, "
+        f"{len(status.in_flight)} in flight, "
+        f"{status.failed} failed, {status.skipped} skipped; batch {status.batch}"
+    )
+    for why in (status.halted_reason, status.paused_by and f"paused by {status.paused_by}", status.aborting):
+        if why:
+            line += f"; {why}"
+    return line
+
+
+async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
+    """Print progress until the campaign ends; EXIT_OK only when every host succeeded."""
+    last = ""
+    while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        try:
+            line = render(await query(handle))
+        except RPCError:  # between runs (continue-as-new) or a worker restarting: ask again
+            line = last
+        if line != last:
+            print(line, flush=True)
+            last = line
+        await asyncio.sleep(FOLLOW_SECONDS)
+    try:
+        result = await handle.result()
+    except WorkflowFailureError as err:
+        raise CampaignError(f"campaign {handle.id} failed: {root_cause(err)}") from None
+    print(
+        f"campaign {handle.id} {result.outcome}: {result.done} done, {result.already_at_target} already at "
+        f"target, {len(result.failed)} failed, {len(result.skipped)} skipped of {result.total}"
+    )
+    for failure in result.failed:
+        print(f"  failed {failure.host.host_id}: {failure.reason}")
+    for skipped in result.skipped:
+        print(f"  skipped {skipped.host.host_id}: {skipped.reason}")
+    return EXIT_OK if result.all_succeeded else EXIT_FAILED
+
+
+async def _status(client: Client, args: argparse.Namespace) -> int:
+    handle = _handle(client, args.name)
+    status = await query(handle)
+    if args.json:
+        print(status.model_dump_json(indent=2))
+        return EXIT_OK
+    if not sys.stdout.isatty():
+        print(render(status))
+        for failure in status.failures:
+            print(f"  failed {failure.host.host_id}: {failure.reason}")
+        return EXIT_OK
+    while True:  # a live bar until the campaign ends (Ctrl-C leaves it running)
+        print("\r\033[K" + render(status), end="", flush=True)
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            print()
+            return EXIT_OK
+        await asyncio.sleep(FOLLOW_SECONDS)
+        status = await query(handle)
+
+
+async def send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> CampaignAnswer:
+    try:
+        answer: CampaignAnswer = await handle.execute_update(update, request, result_type=CampaignAnswer)
+    except WorkflowUpdateFailedError as err:
+        raise CampaignError(f"{update} refused: {root_cause(err)}") from None
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise CampaignError(f"no campaign {handle.id} running") from None
+        raise CampaignError(f"{update} refused: {err.message}") from None
+    return answer
+
+
+async def _update(client: Client, args: argparse.Namespace) -> int:
+    request = CampaignRequest(requested_by=args.by, reason=args.reason)
+    print((await send(_handle(client, args.name), args.update, request)).message)
+    return EXIT_OK
+
+
+async def _abort(client: Client, args: argparse.Namespace) -> int:
+    request = AbortRequest(requested_by=args.by, reason=args.reason, cancel_running=args.cancel_running)
+    print((await send(_handle(client, args.name), ABORT_UPDATE, request)).message)
+    return EXIT_OK
+
+
+async def _skip(client: Client, args: argparse.Namespace) -> int:
+    request = SkipRequest(requested_by=args.by, reason=args.reason, host_id=args.host)
+    print((await send(_handle(client, args.name), SKIP_HOST_UPDATE, request)).message)
+    return EXIT_OK
+
+
+async def _limits(client: Client, args: argparse.Namespace) -> int:
+    handle = _handle(client, args.name)
+    current = (await query(handle)).limits
+    changes = {
+        k: v
+        for k, v in (
+            ("batch_size", args.batch_size),
+            ("max_in_flight", args.max_in_flight),
+            ("max_per_group", args.max_per_group),
+            ("max_per_bmc", args.max_per_bmc),
+        )
+        if v is not None
+    }
+    if not changes:
+        raise CampaignError(
+            "give at least one of --batch-size, --max-in-flight, --max-per-group, --max-per-bmc", 2
+        )
+    try:
+        limits = Limits.model_validate({**current.model_dump(), **changes})
+    except ValueError as err:
+        raise CampaignError(f"limits refused, nothing changed: {err}", EXIT_USAGE) from None
+    print((await send(handle, SET_LIMITS_UPDATE, LimitsRequest(requested_by=args.by, limits=limits))).message)
+    return EXIT_OK
+
+
+async def _list(client: Client, args: argparse.Namespace) -> int:
+    query_text = f'{names.OPERATION.name} = "{names.CAMPAIGN_OPERATION}"'
+    rows = [execution async for execution in client.list_workflows(query_text)]
+    if not rows:
+        print("no campaigns")
+        return EXIT_OK
+    for row in sorted(rows, key=lambda r: r.start_time, reverse=True):
+        phase = (row.typed_search_attributes.get(names.PHASE) or "") if row.typed_search_attributes else ""
+        status = row.status.name.lower() if row.status else "?"
+        print(f"{row.id}\t{status}\t{phase}\tstarted {row.start_time:%Y-%m-%d %H:%M:%S}")
+    return EXIT_OK

@@ -1,0 +1,236 @@
+"""The campaign options `campaign start` and `campaign schedule` share, and their parsing into a
+`CampaignInput`: every bad value is refused here, naming it, before anything is started."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from metalflow.models.campaign import (
+    CampaignInput,
+    CampaignPolicy,
+    CampaignTarget,
+    FailureBudget,
+    HostSelection,
+    Limits,
+    TargetKind,
+    Window,
+)
+from metalflow.models.host import OperationPolicy
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_CLOCK = re.compile(r"([01]?\d|2[0-3]):([0-5]\d)")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be 1 or more")
+    return value
+
+
+def count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be 0 or more")
+    return value
+
+
+def duration(text: str) -> float:
+    """`90`, `90s`, `30m`, `2h`, `1d` in seconds."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration: give e.g. 90s, 30m, 2h or 1d")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _day(text: str) -> int:
+    key = text.strip().lower()[:3]
+    if key not in DAYS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a day: give mon..sun")
+    return DAYS.index(key)
+
+
+def window(text: str) -> Window:
+    """`[DAYS ]HH:MM-HH:MM` (UTC), DAYS like `sat,sun` or `mon-fri`; an end before the start
+    runs past midnight."""
+    days_text, _, span = text.strip().rpartition(" ")
+    start_text, sep, end_text = span.partition("-")
+    start, end = _CLOCK.fullmatch(start_text), _CLOCK.fullmatch(end_text)
+    if not sep or not start or not end:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give [DAYS ]HH:MM-HH:MM (UTC), e.g. 'sat,sun 02:00-06:00'"
+        )
+    days: list[int] = []
+    for part in filter(None, days_text.replace(" ", "").split(",")):
+        first, dash, last = part.partition("-")
+        if dash:
+            a, b = _day(first), _day(last)
+            days += [d % 7 for d in range(a, b + 1 if b >= a else b + 8)]
+        else:
+            days.append(_day(part))
+    try:
+        return Window(
+            days=tuple(sorted(set(days))) if days else tuple(range(7)),
+            start_minute=int(start.group(1)) * 60 + int(start.group(2)),
+            end_minute=int(end.group(1)) * 60 + int(end.group(2)),
+        )
+    except ValidationError as err:
+        raise argparse.ArgumentTypeError(f"window {text!r}: {err.errors()[0]['msg']}") from None
+
+
+def budget(text: str) -> FailureBudget:
+    """`N` failures, or `X%` of those attempted."""
+    try:
+        if text.endswith("%"):
+            return FailureBudget(max_percent=float(text[:-1]))
+        return FailureBudget(max_failures=int(text))
+    except (ValueError, ValidationError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a number of hosts (e.g. 2) or a share (e.g. 5%)"
+        ) from None
+
+
+def selector(text: str) -> dict[str, str]:
+    pairs = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"{text!r}: give LABEL=VALUE[,LABEL=VALUE...], e.g. rack=r01")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def host_list(text: str) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    if not hosts:
+        raise argparse.ArgumentTypeError("give at least one host id")
+    return hosts
+
+
+def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    """The selection, the target and the pacing options."""
+    which = parser.add_mutually_exclusive_group(required=required)
+    which.add_argument("--all", action="store_true", help="every host of the site inventory")
+    which.add_argument("--hosts", type=host_list, metavar="H1,H2", help="these hosts")
+    which.add_argument(
+        "--selector", type=selector, metavar="LABELS", help="hosts with these labels (k=v,...)"
+    )
+    which.add_argument("--group", metavar="G", help="the hosts of this inventory group")
+    target = parser.add_mutually_exclusive_group(required=required)
+    target.add_argument("--reprovision", action="store_true", help="reprovision every DPU of each host")
+    target.add_argument(
+        "--bfb", metavar="NAME", help="point the DPUDeployment at this BFB; upgrade host by host"
+    )
+    target.add_argument("--flavor", metavar="NAME", help="point the DPUDeployment at this DPUFlavor")
+    target.add_argument("--firmware", metavar="VERSION", help="DPU firmware version (with --image)")
+    parser.add_argument("--image", metavar="URI", help="the firmware image (with --firmware)")
+    parser.add_argument("--deployment", help="the DPUDeployment of --bfb/--flavor (default: the --group)")
+    parser.add_argument("--canary", type=count, default=1, help="hosts of the canary batch (default 1)")
+    parser.add_argument("--batch-size", type=positive_int, default=10, help="hosts per batch (default 10)")
+    parser.add_argument("--max-in-flight", type=positive_int, default=10, help="hosts at once (default 10)")
+    parser.add_argument(
+        "--max-per-group", type=count, default=0, help="hosts at once per group (0: no limit)"
+    )
+    parser.add_argument(
+        "--max-per-bmc", type=count, default=1, help="hosts at once per BMC endpoint (default 1)"
+    )
+    parser.add_argument("--soak", type=duration, default=0.0, metavar="DURATION", help="wait between batches")
+    parser.add_argument(
+        "--window",
+        type=window,
+        action="append",
+        metavar="SPEC",
+        help="maintenance window, e.g. 'sat,sun 02:00-06:00'",
+    )
+    parser.add_argument(
+        "--failure-budget", type=budget, default=FailureBudget(max_failures=0), metavar="N|X%",
+        help="halt when more hosts (or this share of those attempted) failed (default 0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--assigned", choices=("skip", "wait-for-approval"), default="skip",
+        help="hosts with an instance assigned: skip them, or wait for their approval (default skip)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--power-down-wait", type=float, metavar="SECONDS",
+        help="reprovisions: seconds between power Off and On (default: each host's policy)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dpu-error-reprovisions", type=count, metavar="N",
+        help="reprovisions: a DPU in Error is reprovisioned this often before the host fails",
+    )  # fmt: skip
+    parser.add_argument("--reason", default="", help="why, recorded with the campaign")
+
+
+def campaign_input(name: str, args: argparse.Namespace) -> CampaignInput:
+    """The campaign's input from the parsed options.
+
+    Raises:
+        ValueError: The options do not make a campaign (the message says which).
+    """
+    selection = HostSelection(
+        all=args.all, hosts=args.hosts or (), selector=args.selector or {}, group=args.group or ""
+    )
+    kind, value = _target(args)
+    if args.image and kind != TargetKind.FIRMWARE:
+        raise ValueError("--image goes with --firmware")
+    deployment = args.deployment or (args.group if kind in (TargetKind.BFB, TargetKind.FLAVOR) else "") or ""
+    if kind in (TargetKind.BFB, TargetKind.FLAVOR) and not deployment:
+        raise ValueError(f"--{kind} needs --deployment (or --group, whose DPUDeployment it is)")
+    values: dict[str, Any] = {
+        "name": name,
+        "target": CampaignTarget(kind=kind, value=value, image_uri=args.image or "", deployment=deployment),
+        "selection": selection,
+        "canary": args.canary,
+        "limits": Limits(
+            batch_size=args.batch_size,
+            max_in_flight=args.max_in_flight,
+            max_per_group=args.max_per_group,
+            max_per_bmc=args.max_per_bmc,
+        ),
+        "soak_seconds": args.soak,
+        "windows": tuple(args.window or ()),
+        "budget": args.failure_budget,
+        "policy": CampaignPolicy(assigned=args.assigned),
+        "requested_by": args.by,
+        "reason": args.reason,
+        "host_policy": _host_policy(args),
+    }
+    try:
+        return CampaignInput.model_validate(values)
+    except ValidationError as err:
+        raise ValueError("; ".join(str(e["msg"]) for e in err.errors())) from None
+
+
+def _host_policy(args: argparse.Namespace) -> OperationPolicy | None:
+    changes: dict[str, Any] = {}
+    if args.power_down_wait is not None:
+        changes["power_down_wait_seconds"] = args.power_down_wait
+    if args.dpu_error_reprovisions is not None:
+        changes["max_dpu_error_reprovisions"] = args.dpu_error_reprovisions
+    return OperationPolicy.model_validate(changes) if changes else None
+
+
+def _target(args: argparse.Namespace) -> tuple[TargetKind, str]:
+    if args.reprovision:
+        return TargetKind.REPROVISION, ""
+    for kind in (TargetKind.BFB, TargetKind.FLAVOR, TargetKind.FIRMWARE):
+        value = getattr(args, kind.value)
+        if value:
+            if kind == TargetKind.FIRMWARE and not args.image:
+                raise ValueError("--firmware needs --image URI")
+            return kind, value
+    raise ValueError(
+        "give a target: --reprovision, --bfb NAME, --flavor NAME or --firmware VERSION --image URI"
+    )

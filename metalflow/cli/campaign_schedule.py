@@ -1,0 +1,184 @@
+"""`metalflow campaign schedule NAME --cron EXPR|--every DURATION [campaign options]`, `campaign
+schedules`, and `campaign schedule pause|unpause|trigger|delete NAME`: Temporal Schedules that
+start campaigns.
+
+The Schedule `campaign-<NAME>` starts `CampaignWorkflow` with id `campaign/<NAME>`, to which
+Temporal appends the scheduled time (`campaign/<NAME>-2026-11-22T02:00:00Z`), so runs never
+collide and each is a normal campaign (`campaign status NAME-2026-...`). Overlap policy SKIP: a
+run due while the previous one still runs is skipped, never stacked. The Schedule's note says who
+made it. Cost: one Schedule per name on the server; nothing in the worker until a run starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.service import RPCError, RPCStatusCode
+
+from metalflow import names
+from metalflow.cli.campaign_options import add_options, campaign_input, duration
+from metalflow.hosts import default_operator
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+ACTIONS = ("pause", "unpause", "trigger", "delete")
+PREFIX = "campaign-"
+
+
+class ScheduleError(Exception):
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def schedule_id(name: str) -> str:
+    """The Schedule of campaign NAME: `campaign-NAME`."""
+    names.campaign_workflow_id(name)  # the same alphabet as the campaign's
+    return f"{PREFIX}{name}"
+
+
+def register(commands: Any, runner: Callable[[Any], Callable[[argparse.Namespace], int]]) -> None:
+    """Add `schedule` and `schedules` under `campaign`."""
+    schedule = commands.add_parser(
+        "schedule",
+        help="start a campaign on a schedule; or pause|unpause|trigger|delete NAME",
+        description="Create a Temporal Schedule that starts the campaign (overlap: skip), or act on one: "
+        "`campaign schedule pause|unpause|trigger|delete NAME`.",
+    )
+    schedule.add_argument(
+        "name", metavar="NAME|ACTION", help="the schedule's name, or pause|unpause|trigger|delete"
+    )
+    schedule.add_argument("target", nargs="?", metavar="NAME", help="with an action: the schedule's name")
+    when = schedule.add_mutually_exclusive_group()
+    when.add_argument("--cron", metavar="EXPR", help="a cron expression (UTC), e.g. '0 2 * * sat'")
+    when.add_argument("--every", type=duration, metavar="DURATION", help="an interval, e.g. 12h")
+    schedule.add_argument("--by", default=default_operator(), help="who asks (default: %(default)s)")
+    schedule.add_argument(
+        "--task-queue", default=names.TASK_QUEUE, help="worker task queue (default: %(default)s)"
+    )
+    add_options(schedule, required=False)
+    schedule.set_defaults(handler=runner(_schedule))
+
+    listing = commands.add_parser("schedules", help="list campaign schedules", description="List schedules.")
+    listing.set_defaults(handler=runner(_schedules))
+
+
+async def _schedule(client: Client, args: argparse.Namespace) -> int:
+    from metalflow.cli.campaign import CampaignError
+
+    try:
+        if args.name in ACTIONS and args.target:
+            return await _act(client, args.name, args.target, args.by)
+        return await _create(client, args)
+    except ScheduleError as err:
+        raise CampaignError(str(err), err.status) from None
+
+
+async def _create(client: Client, args: argparse.Namespace) -> int:
+    if args.target:
+        raise ScheduleError(
+            f"unknown schedule action {args.name!r}: give one of {', '.join(ACTIONS)}", EXIT_USAGE
+        )
+    if not args.cron and not args.every:
+        raise ScheduleError("give --cron EXPR or --every DURATION", EXIT_USAGE)
+    try:
+        sid = schedule_id(args.name)
+        request = campaign_input(args.name, args)
+    except ValueError as err:
+        raise ScheduleError(f"schedule refused, nothing created: {err}", EXIT_USAGE) from None
+    spec = (
+        ScheduleSpec(cron_expressions=[args.cron])
+        if args.cron
+        else ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=args.every))])
+    )
+    action = ScheduleActionStartWorkflow(
+        "CampaignWorkflow",
+        request,
+        id=names.campaign_workflow_id(args.name),
+        task_queue=args.task_queue,
+        typed_search_attributes=TypedSearchAttributes(
+            [SearchAttributePair(names.OPERATION, names.CAMPAIGN_OPERATION)]
+        ),
+    )
+    note = f"created by {args.by} with `metalflow campaign schedule`: {request.target.describe()} on " + (
+        request.selection.describe()
+    )
+    try:
+        await client.create_schedule(
+            sid,
+            Schedule(
+                action=action,
+                spec=spec,
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+                state=ScheduleState(note=note),
+            ),
+        )
+    except ScheduleAlreadyRunningError:
+        raise ScheduleError(f"schedule {sid} already exists; delete it first") from None
+    except RPCError as err:
+        if err.status == RPCStatusCode.INVALID_ARGUMENT:
+            raise ScheduleError(f"schedule refused, nothing created: {err.message}", EXIT_USAGE) from None
+        raise
+    when = f"cron {args.cron!r}" if args.cron else f"every {args.every:g} s"
+    print(f"schedule {sid} created ({when}); its runs are campaign/{args.name}-<time>")
+    return EXIT_OK
+
+
+async def _act(client: Client, action: str, name: str, by: str) -> int:
+    sid = schedule_id(name)
+    handle = client.get_schedule_handle(sid)
+    note = f"{action} by {by}"
+    try:
+        if action == "pause":
+            await handle.pause(note=note)
+        elif action == "unpause":
+            await handle.unpause(note=note)
+        elif action == "trigger":
+            await handle.trigger(overlap=ScheduleOverlapPolicy.SKIP)
+        else:
+            await handle.delete()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ScheduleError(f"no schedule {sid}") from None
+        raise
+    print(f"schedule {sid}: {action}{'d' if action.endswith('e') else 'ed'}")
+    return EXIT_OK
+
+
+async def _schedules(client: Client, args: argparse.Namespace) -> int:
+    found = 0
+    async for listed in await client.list_schedules():
+        if not listed.id.startswith(PREFIX):
+            continue
+        found += 1
+        described = await client.get_schedule_handle(listed.id).describe()
+        state = described.schedule.state
+        upcoming = described.info.next_action_times[:1]
+        recent = [
+            a.action.workflow_id
+            for a in described.info.recent_actions[-1:]
+            if hasattr(a.action, "workflow_id")
+        ]
+        print(
+            f"{listed.id}\t{'paused' if state.paused else 'active'}\tnext {upcoming[0]:%Y-%m-%d %H:%M:%S} UTC"
+            if upcoming
+            else f"{listed.id}\t{'paused' if state.paused else 'active'}\tnext -",
+            f"\tlast {recent[0] if recent else '-'}\t{state.note}",
+        )
+    if not found:
+        print("no campaign schedules")
+    return EXIT_OK

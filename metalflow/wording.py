@@ -1,0 +1,41 @@
+"""One vocabulary for everything metalflow prints: timestamps, counts, durations.
+
+Timestamps are ISO 8601 in UTC with `Z` (`2026-11-22T21:45:02Z`), whatever the local zone or
+the offset a datetime carries; counts take the right plural ("1 DPU", "2 DPUs"); durations are
+`m:ss` or `h:mm:ss`. Pure functions, no I/O: the CLI, the demo and workflows' details share them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+_IRREGULAR = {"is": "are", "was": "were", "has": "have"}
+
+
+def iso_z(when: datetime | None, *, none: str = "-") -> str:
+    """`when` as ISO 8601 UTC to the second with `Z`; a naive datetime is taken as UTC."""
+    if when is None:
+        return none
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def clock_z(when: datetime) -> str:
+    """The time of day of `when` in UTC with `Z` (`21:45:02Z`), for lines that already carry the date."""
+    return iso_z(when)[11:]
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """`1 DPU`, `2 DPUs`, `0 hosts`; `words` for an irregular plural (`plural(n, "entry", "entries")`)."""
+    if count == 1:
+        return f"{count} {word}"
+    return f"{count} {words or _IRREGULAR.get(word) or word + 's'}"
+
+
+def duration(span: timedelta | float) -> str:
+    """`0:07`, `12:03`, `1:02:03`: a span a person reads at a glance (never negative)."""
+    seconds = max(0, int(span.total_seconds() if isinstance(span, timedelta) else span))
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"

@@ -1,0 +1,99 @@
+"""Shared pieces of the campaign tests: a site file of N hosts, a worker with the real campaign,
+the real host entity and the real campaign activities (inventory from that file, requests through
+the worker's client), and a stand-in operation under the real type name whose duration and fate
+the host's id decides (a `fail` in the id fails it), so the tests decide how the fleet behaves.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+with workflow.unsafe.imports_passed_through():
+    from activities.campaign import CampaignActivities
+    from activities.dpf import Kube
+    from activities.inventory import Inventory
+    from metalflow.models.host import HostOperationInput
+    from metalflow.settings import Settings
+    from workflows.campaign import CampaignWorkflow
+    from workflows.host import HostWorkflow
+
+OPERATION_MINUTES = 10
+
+
+@workflow.defn(name="HostOperationWorkflow")
+class TimedOperation:
+    """Takes OPERATION_MINUTES of workflow time; fails when the host id contains `fail`."""
+
+    @workflow.run
+    async def run(self, request: HostOperationInput) -> dict[str, object]:
+        await workflow.sleep(timedelta(minutes=OPERATION_MINUTES))
+        if "fail" in request.host_id:
+            raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
+        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+
+
+@workflow.defn(name="HostOperationWorkflow")
+class InstantOperation:
+    """Ends at once (for the dev server, whose clock is real); fails when the id contains `fail`."""
+
+    @workflow.run
+    async def run(self, request: HostOperationInput) -> dict[str, object]:
+        if "fail" in request.host_id:
+            raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
+        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+
+
+def write_site(directory: Path, hosts: list[str], groups: dict[str, str] | None = None) -> Path:
+    """A site file with these hosts, each on its own BMC endpoint (in `groups[host]` or rack-a)."""
+    credentials = directory / "bmc.json"
+    credentials.write_text('{"username": "u", "password": "p"}')
+    lines = ["name: campaign-test", "hosts:"]
+    for host in hosts:
+        group = (groups or {}).get(host, "rack-a")
+        lines += [
+            f"  - id: {host}",
+            f"    groups: [{group}]",
+            f"    labels: {{rack: {group}}}",
+            f"    bmc: {{endpoint: 'http://127.0.0.1:9/{host}', credentials: {{file: '{credentials}'}}}}",
+        ]
+    path = directory / f"site-{uuid.uuid4().hex[:6]}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@asynccontextmanager
+async def campaign_worker(
+    client: Client, task_queue: str, site_file: Path, workflows: list[type] | None = None
+) -> AsyncIterator[Worker]:
+    settings = Settings(site_file=site_file, inventory="site")
+    kube = Kube(settings)
+    acts = CampaignActivities(Inventory(settings, kube), kube, client)
+    activities: list[Any] = [
+        acts.select_campaign_hosts,
+        acts.check_campaign_hosts,
+        acts.request_campaign_hosts,
+        acts.sweep_campaign_hosts,
+        acts.abort_campaign_hosts,
+    ]
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[CampaignWorkflow, HostWorkflow, *(workflows or [TimedOperation])],
+        activities=activities,
+    ) as worker:
+        yield worker
+
+
+def host_ids(prefix: str, count: int, failing: tuple[int, ...] = ()) -> list[str]:
+    """`count` host ids unique to one test; those at `failing` positions carry `fail`."""
+    return [f"{prefix}-{'fail' if i in failing else 'ok'}-{i:03d}" for i in range(count)]

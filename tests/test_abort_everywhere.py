@@ -1,0 +1,172 @@
+"""Abort means stop, everywhere (issue 9 item 8), through the real CLI against a real Temporal, a
+worker with the real workflows and activities, and the simulated site's BMCs.
+
+The hosts' BMCs (profile `no-powercycle`) cycle by ForceOff, the power-down wait, then On, so
+with `--power-down-wait 3600` a host that is Off stays Off for an hour unless the stop works:
+each test passes only if the host is back On within the test's limits. Each asserts the BMC's
+power log (one Off, one On: never left off, never cycled twice), how the operation ended, and
+that the simulator saw no protocol violation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from host_operation_support import save_history
+from sim_support import RunningSim, running_sim
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+from test_cli_host import metalflow
+from test_dpf_activities_support import REBOOT, Api, annotation
+from test_firmware_support import site_file_with_prefix
+
+from metalflow import names
+from metalflow.settings import Settings
+from metalflow.worker import build_worker
+
+pytestmark = pytest.mark.slow
+
+PREFIX = f"abt{uuid.uuid4().hex[:5]}"
+# Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd and 7th are `no-powercycle`.
+H_REPROVISION, H_REBOOT, H_TERMINATE = f"{PREFIX}-002", f"{PREFIX}-007", f"{PREFIX}-012"
+LONG_WAIT = "3600"  # the largest power-down wait the CLI takes
+SITE: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    state = tmp_path_factory.mktemp("sim")
+    site = site_file_with_prefix(state / "in", PREFIX, hosts=12, dpus_per_host=1)
+    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+        SITE["path"] = running.site_file
+        yield running
+
+
+@pytest.fixture
+async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(local_env.client, task_queue, settings):
+        yield task_queue
+
+
+async def cli(env: WorkflowEnvironment, *args: str) -> Any:
+    return await metalflow(env, *args, site_file=SITE["path"])
+
+
+async def until_powered_off(sim: RunningSim, host: str) -> None:
+    for _ in range(600):
+        if any(entry.get("to") == "Off" for entry in sim.power_log(host)):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{host} was never powered off: {sim.power_log(host)}")
+
+
+async def until_idle(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
+    """The entity's status once no operation is in flight (generous: the machine is shared)."""
+    for _ in range(600):
+        shown = await cli(env, "host", "status", host, "--json")
+        assert shown.status == 0, shown.stderr
+        entity: dict[str, Any] = json.loads(shown.stdout)["host"]
+        if entity["current"] is None:
+            return entity
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{host} never finished its operation: {entity}")
+
+
+def transitions(sim: RunningSim, host: str) -> list[str]:
+    return [str(entry.get("to")) for entry in sim.power_log(host) if entry.get("to") in ("Off", "On")]
+
+
+async def test_abort_during_the_power_down_wait_of_a_reprovision_powers_the_host_back_on(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host = H_REPROVISION
+    started = await cli(
+        local_env, "host", "reprovision", host, "--power-down-wait", LONG_WAIT, "--task-queue", queue
+    )
+    assert started.status == 0, started.stderr
+    await until_powered_off(sim, host)
+
+    # The BMC is rebooting the host: a person's word is not awaited, and is refused saying so.
+    told = await cli(local_env, "host-rebooted", host, "--task-queue", queue)
+    assert told.status == 1, told.stdout + told.stderr
+    operation_id = names.host_operation_workflow_id("reprovision", host)
+    assert f"{operation_id} is not waiting for a reboot: it is rebooting-host" in told.stderr
+    assert "(bmc)" in told.stderr and "Traceback" not in told.stderr
+
+    aborted = await cli(local_env, "host", "abort", host, "--reason", "wrong host", "--task-queue", queue)
+    assert aborted.status == 0, aborted.stderr
+    assert "aborting at the next safe point (rebooting-host)" in aborted.stdout, aborted.stdout
+    entity = await until_idle(local_env, host)
+    operation = local_env.client.get_workflow_handle(operation_id)
+    await save_history(operation, "host_operation_aborted_in_power_down_wait")
+    reboot = names.host_reboot_workflow_id(host, entity["boot_generation"])
+    await save_history(local_env.client.get_workflow_handle(reboot), "host_reboot_stopped_in_power_down_wait")
+
+    last = entity["recent"][-1]
+    assert last["operation"] == "reprovision" and "abort" in last["outcome"], last
+    assert transitions(sim, host) == ["Off", "On"]  # back on at once, one cycle, never twice
+    # The host was turned off and on: that is the reboot DPF asked for, and DPF is told so.
+    assert annotation(Api(sim).must("DPUNode", f"node-{host}"), REBOOT) is None
+    assert entity["boot_generation"] >= 1
+    assert sim.violations() == []
+
+
+async def test_abort_during_the_power_down_wait_of_a_host_reboot_powers_the_host_back_on(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host = H_REBOOT
+    started = await cli(
+        local_env, "host", "reboot", host, "--power-down-wait", LONG_WAIT, "--task-queue", queue
+    )
+    assert started.status == 0, started.stderr
+    await until_powered_off(sim, host)
+
+    aborted = await cli(local_env, "host", "abort", host, "--task-queue", queue)
+    assert aborted.status == 0, aborted.stderr
+    assert "powered back on" in aborted.stdout, aborted.stdout
+    entity = await until_idle(local_env, host)
+
+    last = entity["recent"][-1]
+    assert last["operation"] == "reboot", last
+    await save_history(local_env.client.get_workflow_handle(last["workflow_id"]), "host_reboot_aborted")
+    assert "aborted by" in last["outcome"] and "generation 1 reached" in last["outcome"], last
+    assert entity["boot_generation"] == 1  # the host was cycled: the entity counts it
+    assert transitions(sim, host) == ["Off", "On"]
+    assert sim.violations() == []
+
+    again = await cli(local_env, "host", "abort", host, "--task-queue", queue)
+    assert again.status == 1 and f"no operation in flight on {host}" in again.stderr
+
+
+async def test_terminating_the_entity_stops_its_reboot_and_powers_the_host_back_on(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host = H_TERMINATE
+    started = await cli(
+        local_env, "host", "reboot", host, "--power-down-wait", LONG_WAIT, "--task-queue", queue
+    )
+    assert started.status == 0, started.stderr
+    reboot_id = names.host_reboot_workflow_id(host, 1)
+    await until_powered_off(sim, host)
+
+    await local_env.client.get_workflow_handle(names.host_workflow_id(host)).terminate("gone wrong")
+    reboot = local_env.client.get_workflow_handle(reboot_id)
+    for _ in range(600):
+        described = await reboot.describe()
+        if described.status != WorkflowExecutionStatus.RUNNING:
+            break
+        await asyncio.sleep(0.2)
+    # The reboot was cancelled with the entity: it sent On at once and ended, holding nothing.
+    assert described.status == WorkflowExecutionStatus.COMPLETED, described.status
+    await save_history(reboot, "host_reboot_cancelled_with_its_entity")
+    result = await reboot.result()
+    assert "cut short" in result["method"], result
+    assert transitions(sim, host) == ["Off", "On"]
+    assert sim.violations() == []

@@ -1,0 +1,230 @@
+"""CampaignWorkflow under the time-skipping server: canary, batches, soak, windows, the failure
+budget and its halt, continue-as-new with exact counts, busy and assigned hosts.
+
+Real: the campaign, each host's entity `host/<id>` (requests, refusals, the `Campaign` attribute,
+the `host_finished` signal), the campaign activities (inventory from a site file, requests
+through the worker's client). Stand-in: the operation itself (tests/campaign_support.py), which
+takes 10 minutes of workflow time. Assertions read the operations' own start and close times
+from Temporal, never the wall clock.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from campaign_support import OPERATION_MINUTES, campaign_worker, host_ids, write_site
+from host_operation_support import save_history
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
+
+from metalflow import names
+from metalflow.models.campaign import (
+    RESUME_UPDATE,
+    STATUS_QUERY,
+    CampaignAnswer,
+    CampaignInput,
+    CampaignPolicy,
+    CampaignRequest,
+    CampaignResult,
+    CampaignStatus,
+    CampaignTarget,
+    FailureBudget,
+    HostSelection,
+    Limits,
+    TargetKind,
+    Window,
+)
+from metalflow.models.host import (
+    ASSIGN_INSTANCE_UPDATE,
+    REQUEST_REPROVISION_UPDATE,
+    AssignInstanceRequest,
+    HostStatus,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationAnswer,
+    OperationRequest,
+)
+from metalflow.models.host import (
+    STATUS_QUERY as HOST_STATUS_QUERY,
+)
+
+REPROVISION = CampaignTarget(kind=TargetKind.REPROVISION)
+
+
+def _input(hosts: list[str], **options: object) -> CampaignInput:
+    values: dict[str, object] = {
+        "name": "x",
+        "target": REPROVISION,
+        "selection": HostSelection(hosts=tuple(hosts)),
+        "requested_by": "test",
+    }
+    values.update(options)
+    return CampaignInput.model_validate(values)
+
+
+async def _start(
+    client: Client, task_queue: str, request: CampaignInput
+) -> WorkflowHandle[object, CampaignResult]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    return await client.start_workflow(
+        "CampaignWorkflow",
+        request.model_copy(update={"name": name}),
+        id=names.campaign_workflow_id(name),
+        task_queue=task_queue,
+        result_type=CampaignResult,
+    )
+
+
+async def _operation(client: Client, host: str) -> WorkflowExecutionDescription:
+    return await client.get_workflow_handle(names.reprovision_workflow_id(host)).describe()
+
+
+async def _status(handle: WorkflowHandle[object, CampaignResult]) -> CampaignStatus:
+    status: CampaignStatus = await handle.query(STATUS_QUERY, result_type=CampaignStatus)
+    return status
+
+
+async def _until_phase(
+    env: WorkflowEnvironment, handle: WorkflowHandle[object, CampaignResult], phase: str
+) -> CampaignStatus:
+    for _ in range(200):  # each round skips 5 minutes of workflow time
+        status = await _status(handle)
+        if status.phase == phase:
+            return status
+        await env.sleep(timedelta(minutes=5))
+    raise AssertionError(f"the campaign never reached {phase}; last: {status}")
+
+
+async def test_canary_then_batches_with_soak_inside_windows(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = time_skipping_env.client
+    hosts = host_ids(f"cw{uuid.uuid4().hex[:4]}", 7)
+    window = Window(start_minute=2 * 60, end_minute=5 * 60)  # 02:00-05:00 UTC every day
+    request = _input(
+        hosts,
+        canary=1,
+        limits=Limits(batch_size=3, max_in_flight=2),
+        soak_seconds=3600,
+        windows=(window,),
+    )
+    async with campaign_worker(client, task_queue, write_site(tmp_path, hosts)):
+        handle = await _start(client, task_queue, request)
+        result = await handle.result()
+    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 7, (), ())
+    ops = sorted([await _operation(client, h) for h in hosts], key=lambda d: d.start_time or datetime.min)
+    for op in ops:
+        started = op.start_time.astimezone(UTC) if op.start_time else None
+        assert started is not None and 2 <= started.hour < 5, f"{op.id} started outside the window: {started}"
+        assert op.search_attributes.get(names.CAMPAIGN.name) == [handle.id.removeprefix("campaign/")]
+    canary, batch1, batch2 = ops[0], ops[1:4], ops[4:]
+    assert canary.close_time is not None
+    assert all(op.start_time and op.start_time >= canary.close_time for op in ops[1:]), "canary first"
+    batch1_end = max(op.close_time for op in batch1 if op.close_time)
+    assert all(op.start_time and op.start_time >= batch1_end + timedelta(seconds=3600) for op in batch2), (
+        "soak"
+    )
+    for op in ops:  # never more than max_in_flight at once
+        overlapping = [
+            o
+            for o in ops
+            if o.start_time <= op.start_time < (o.close_time or datetime.max.replace(tzinfo=UTC))
+        ]  # type: ignore[operator]
+        assert len(overlapping) <= 2
+
+
+async def test_failure_budget_halts_until_resume(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = time_skipping_env.client
+    hosts = host_ids(f"cb{uuid.uuid4().hex[:4]}", 8, failing=(2, 3))
+    request = _input(
+        hosts, canary=1, limits=Limits(batch_size=5, max_in_flight=5), budget=FailureBudget(max_failures=1)
+    )
+    async with campaign_worker(client, task_queue, write_site(tmp_path, hosts)):
+        handle = await _start(client, task_queue, request)
+        halted = await _until_phase(time_skipping_env, handle, "halted")
+        assert halted.failed == 2 and "failure budget" in (halted.halted_reason or "")
+        assert {f.host.host_id for f in halted.failures} == {hosts[2], hosts[3]}
+        assert all("injected" in f.reason for f in halted.failures)
+        await time_skipping_env.sleep(timedelta(hours=5))  # a halt waits for an operator, however long
+        for late in hosts[6:]:
+            with pytest.raises(RPCError) as missing:
+                await _operation(client, late)
+            assert missing.value.status == RPCStatusCode.NOT_FOUND, "nothing starts while halted"
+        answer = await handle.execute_update(
+            RESUME_UPDATE, CampaignRequest(requested_by="test"), result_type=CampaignAnswer
+        )
+        assert "failure budget counts from now" in answer.message
+        result = await handle.result()
+        await save_history(handle, "campaign_budget_halted_resumed")
+    assert (result.outcome, result.done, len(result.failed)) == ("completed", 6, 2)
+    assert not result.all_succeeded
+
+
+async def test_continue_as_new_keeps_exact_counts(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = time_skipping_env.client
+    hosts = host_ids(f"cn{uuid.uuid4().hex[:4]}", 12, failing=(5,))
+    request = _input(
+        hosts,
+        canary=0,
+        limits=Limits(batch_size=12, max_in_flight=3),
+        budget=FailureBudget(max_failures=3),
+        policy=CampaignPolicy(max_history_events=40),
+    )
+    async with campaign_worker(client, task_queue, write_site(tmp_path, hosts)):
+        handle = await _start(client, task_queue, request)
+        result = await handle.result()
+        for host in hosts:  # each host ran exactly once: its entity recorded one operation
+            entity = client.get_workflow_handle(names.host_workflow_id(host))
+            status = await entity.query(HOST_STATUS_QUERY, result_type=HostStatus)
+            assert [r.workflow_id for r in status.recent] == [names.reprovision_workflow_id(host)]
+    assert result.runs >= 3, f"expected at least two continue-as-new, got {result.runs} runs"
+    assert (result.total, result.done, [f.host.host_id for f in result.failed]) == (12, 11, [hosts[5]])
+
+
+async def test_busy_host_waits_and_assigned_host_is_skipped(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = time_skipping_env.client
+    busy, assigned, plain = host_ids(f"cy{uuid.uuid4().hex[:4]}", 3)
+    request = _input(
+        [busy, assigned, plain],
+        canary=0,
+        limits=Limits(batch_size=3, max_in_flight=3),
+        policy=CampaignPolicy(busy_retry_seconds=120),
+    )
+    async with campaign_worker(client, task_queue, write_site(tmp_path, [busy, assigned, plain])):
+        reprovision = OperationRequest(requested_by="operator")
+        assign = AssignInstanceRequest(instance="vm-1", requested_by="op")
+        for host, update, body, kind in (
+            (busy, REQUEST_REPROVISION_UPDATE, reprovision, OperationAccepted),
+            (assigned, ASSIGN_INSTANCE_UPDATE, assign, OperationAnswer),
+        ):
+            entity = await client.start_workflow(
+                "HostWorkflow",
+                HostWorkflowInput(host_id=host),
+                id=names.host_workflow_id(host),
+                task_queue=task_queue,
+            )
+            await entity.execute_update(update, body, result_type=kind)
+        first = await _operation(client, busy)
+        handle = await _start(client, task_queue, request)
+        result = await handle.result()
+        await save_history(
+            client.get_workflow_handle(names.host_workflow_id(busy)), "host_entity_campaign_request"
+        )
+        second = await _operation(client, busy)
+        first = await client.get_workflow_handle(first.id, run_id=first.run_id).describe()
+    assert result.done == 2
+    assert [(s.host.host_id, "instance assigned" in s.reason) for s in result.skipped] == [(assigned, True)]
+    assert second.run_id != first.run_id, "the campaign ran the busy host once it was free"
+    assert first.close_time is not None and second.start_time is not None
+    assert second.start_time >= first.close_time, "never two operations on one host at once"
+    assert second.start_time - first.start_time >= timedelta(minutes=OPERATION_MINUTES)  # type: ignore[operator]

@@ -1,0 +1,250 @@
+"""`metalflow campaign ...` as a user runs it: subprocesses against a real Temporal, a worker with
+every real workflow and activity, and the simulated site (DPF and BMCs over HTTP).
+
+One site per module (hosts `cmpe-001`... so no other module's entities share them); the tests
+run in order on it: bad requests first (nothing touched), then a campaign with a pause, a limit
+change, a resume and an injected DPU failure absorbed by its failure budget, then an abort, then
+a scheduled campaign triggered by its Schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC
+from typing import Any
+
+import pytest
+from sim_support import RunningSim, running_sim
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.testing import WorkflowEnvironment
+from test_cli_host import SITE_FILE, metalflow
+from test_firmware_support import site_file_with_prefix
+
+from metalflow import names
+from metalflow.devstack.demo import power_cycles as count_cycles
+from metalflow.models.campaign import STATUS_QUERY as CAMPAIGN_STATUS
+from metalflow.models.campaign import CampaignStatus
+from metalflow.models.host import STATUS_QUERY, HostOperationStatus
+from metalflow.settings import Settings
+from metalflow.worker import build_worker
+
+pytestmark = pytest.mark.slow
+
+
+def power_cycles(sim: RunningSim, host: str) -> int:
+    """Power cycles in the host's BMC power log."""
+    return count_cycles(sim.power_log(host))
+
+
+HOSTS = [f"cmpe-{i:03d}" for i in range(1, 6)]
+FAST = ["--power-down-wait", "0", "--dpu-error-reprovisions", "0"]
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    state = tmp_path_factory.mktemp("sim")
+    site = site_file_with_prefix(state / "in", "cmpe", hosts=len(HOSTS))
+    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+        SITE_FILE["path"] = running.site_file
+        yield running
+
+
+@pytest.fixture(scope="module")
+async def queue(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[str]:
+    # One queue and worker for the module: the hosts' entities, made by the first campaign,
+    # live on it and must still be served when the next test's campaign asks them.
+    task_queue = f"test-campaign-{uuid.uuid4()}"
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(local_env.client, task_queue, settings):
+        yield task_queue
+
+
+async def _status(env: WorkflowEnvironment, name: str) -> dict[str, Any]:
+    shown = await metalflow(env, "campaign", "status", name, "--json")
+    assert shown.status == 0, shown.stderr
+    status: dict[str, Any] = json.loads(shown.stdout)
+    return status
+
+
+async def _campaign(client: Client, name: str) -> dict[str, Any]:
+    handle = client.get_workflow_handle(f"campaign/{name}")
+    status = await handle.query(CAMPAIGN_STATUS, result_type=CampaignStatus)
+    return status.model_dump(mode="json")
+
+
+async def _until(
+    client: Client, name: str, check: Callable[[dict[str, Any]], bool], what: str
+) -> dict[str, Any]:
+    for _ in range(1200):
+        status = await _campaign(client, name)
+        if check(status):
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"campaign {name} never reached {what}; last: {status}")
+
+
+async def _until_done(client: Client, name: str) -> dict[str, Any]:
+    handle = client.get_workflow_handle(f"campaign/{name}")
+    deadline = time.monotonic() + 150  # generous; a limit so a stuck campaign reports its status
+    while time.monotonic() < deadline:
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return await _campaign(client, name)
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"campaign {name} did not end: {await _campaign(client, name)}")
+
+
+async def _operations(client: Client, hosts: list[str]) -> set[str]:
+    """The hosts whose reprovision workflow exists (ran or runs)."""
+    query = " OR ".join(f'WorkflowId = "{names.reprovision_workflow_id(h)}"' for h in hosts)
+    return {e.id.removeprefix("reprovision/host-") async for e in client.list_workflows(query)}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--group", "no-such-group", "--reprovision"], "group no-such-group matches no host"),
+        (["--hosts", "cmpe-001,ghost-9", "--reprovision"], "unknown hosts ghost-9"),
+        (["--selector", "rack=nowhere", "--reprovision"], "matches no host"),
+        (["--all", "--reprovision", "--batch-size", "0"], "0 must be 1 or more"),
+        (["--all", "--reprovision", "--window", "02:00-02:00"], "never opens"),
+        (["--all", "--bfb", "bf-2"], "needs --deployment"),
+    ],
+)
+async def test_bad_requests_are_refused_and_touch_nothing(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str, args: list[str], message: str
+) -> None:
+    refused = await metalflow(local_env, "campaign", "start", "bad", *args, "--task-queue", queue)
+    assert refused.status == 2, refused.stdout + refused.stderr
+    assert message in refused.stderr
+    assert all(power_cycles(sim, h) == 0 for h in HOSTS)
+
+
+async def test_pause_limits_resume_and_an_injected_failure_within_budget(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    client = local_env.client
+    name = "cmpe-upgrade"
+    started = await metalflow(
+        local_env, "campaign", "start", name, "--hosts", ",".join(HOSTS), "--reprovision", "--canary", "1",
+        "--batch-size", "2", "--max-in-flight", "2", "--failure-budget", "1", *FAST, "--task-queue", queue,
+    )  # fmt: skip
+    assert started.status == 0, started.stderr
+    again = await metalflow(
+        local_env, "campaign", "start", name, "--all", "--reprovision", "--task-queue", queue
+    )
+    assert again.status == 1 and "already running" in again.stderr
+    paused = await metalflow(local_env, "campaign", "pause", name)
+    assert paused.status == 0, paused.stderr
+    held = await _until(
+        client, name, lambda s: s["phase"] == "paused" and not s["in_flight"], "paused, drained"
+    )
+    ran = await _operations(client, HOSTS)
+    limited = await metalflow(local_env, "campaign", "limits", name, "--max-in-flight", "1")
+    assert limited.status == 0 and "in flight 2" in limited.stdout and "in flight 1" in limited.stdout
+    still = await _status(local_env, name)  # the update woke the campaign: still nothing started
+    assert (still["phase"], still["remaining"]) == ("paused", held["remaining"]) and held["remaining"] > 0
+    assert await _operations(client, HOSTS) == ran
+    resumed = await metalflow(local_env, "campaign", "resume", name)
+    assert resumed.status == 0, resumed.stderr
+    victim = HOSTS[3]
+    await _inject_error_when_installing(client, sim, victim)
+    final = await _until_done(client, name)
+    assert final["phase"] == "completed"
+    assert (final["done"], final["failed"]) == (4, 1)
+    assert [f["host"]["host_id"] for f in final["failures"]] == [victim]
+    assert "injected by the campaign test" in final["failures"][0]["reason"]
+    assert final["limits"]["max_in_flight"] == 1
+    for host in HOSTS:  # each host rebooted once by its one operation (the victim failed before)
+        assert power_cycles(sim, host) <= 1
+    assert sum(power_cycles(sim, h) for h in HOSTS if h != victim) == 4
+    tagged = [e.id async for e in client.list_workflows(f'{names.CAMPAIGN.name} = "{name}"')]
+    assert {f"campaign/{name}", *(names.reprovision_workflow_id(h) for h in HOSTS)} <= set(tagged)
+    assert sim.violations() == []
+
+
+async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    name = "cmpe-abort"
+    started = await metalflow(
+        local_env, "campaign", "start", name, "--hosts", ",".join(HOSTS[:3]), "--reprovision",
+        "--canary", "0", "--batch-size", "3", "--max-in-flight", "1", *FAST, "--task-queue", queue,
+    )  # fmt: skip
+    assert started.status == 0, started.stderr
+    aborted = await metalflow(local_env, "campaign", "abort", name, "--reason", "test")
+    assert aborted.status == 0 and "aborting" in aborted.stdout
+    final = await _until_done(local_env.client, name)
+    assert final["phase"] == "aborted"
+    # What ran when the abort came finished; nothing started after it (the history's abort time).
+    assert final["in_flight"] == [] and final["done"] + final["remaining"] == 3 and final["failed"] == 0
+    history = await local_env.client.get_workflow_handle(f"campaign/{name}").fetch_history()
+    abort_at = next(
+        e.event_time.ToDatetime(tzinfo=UTC)
+        for e in history.events
+        if e.HasField("workflow_execution_update_accepted_event_attributes")
+        and e.workflow_execution_update_accepted_event_attributes.accepted_request.input.name == "abort"
+    )
+    query = f'{names.CAMPAIGN.name} = "{name}" AND WorkflowType = "HostOperationWorkflow"'
+    started = [e async for e in local_env.client.list_workflows(query)]
+    assert len(started) == final["done"] and all(e.start_time <= abort_at for e in started)
+    listed = await metalflow(local_env, "campaign", "list")
+    assert f"campaign/{name}\tcompleted\taborted" in listed.stdout  # workflow status, then Phase
+
+
+async def test_a_scheduled_campaign_runs_when_triggered(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    bad = await metalflow(local_env, "campaign", "schedule", "cmpe-nightly", "--cron", "not a cron",
+                          "--hosts", HOSTS[4], "--reprovision", "--task-queue", queue)  # fmt: skip
+    assert bad.status == 2 and "nothing created" in bad.stderr, bad.stderr
+    made = await metalflow(
+        local_env, "campaign", "schedule", "cmpe-nightly", "--every", "24h", "--hosts", HOSTS[4],
+        "--reprovision", "--canary", "0", *FAST, "--by", "alice@test", "--task-queue", queue,
+    )  # fmt: skip
+    assert made.status == 0, made.stderr
+    try:
+        listed = await metalflow(local_env, "campaign", "schedules")
+        assert "campaign-cmpe-nightly\tactive" in listed.stdout and "created by alice@test" in listed.stdout
+        before = power_cycles(sim, HOSTS[4])
+        triggered = await metalflow(local_env, "campaign", "schedule", "trigger", "cmpe-nightly")
+        assert triggered.status == 0, triggered.stderr
+        run = await _scheduled_run(local_env.client, "cmpe-nightly")
+        final = await _until_done(local_env.client, run)
+        assert (final["phase"], final["done"]) == ("completed", 1)
+        assert power_cycles(sim, HOSTS[4]) == before + 1
+        paused = await metalflow(local_env, "campaign", "schedule", "pause", "cmpe-nightly")
+        assert paused.status == 0
+        assert "\tpaused" in (await metalflow(local_env, "campaign", "schedules")).stdout
+    finally:
+        deleted = await metalflow(local_env, "campaign", "schedule", "delete", "cmpe-nightly")
+    assert deleted.status == 0, deleted.stderr
+
+
+async def _scheduled_run(client: Client, name: str) -> str:
+    for _ in range(300):
+        async for execution in client.list_workflows(f'WorkflowId STARTS_WITH "campaign/{name}-"'):
+            return execution.id.removeprefix("campaign/")
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no run of schedule {name} appeared")
+
+
+async def _inject_error_when_installing(client: Client, sim: RunningSim, host: str) -> None:
+    """Once the host's reprovision recreated its DPUs, put one in Error (its policy allows no retry)."""
+    handle = client.get_workflow_handle(names.reprovision_workflow_id(host))
+    for _ in range(1200):
+        try:
+            status = await handle.query(STATUS_QUERY, result_type=HostOperationStatus)
+        except Exception:  # not started yet
+            await asyncio.sleep(0.1)
+            continue
+        if status.phase not in ("resolving-inventory", "deleting-dpus", "starting"):
+            sim.inject(
+                f"dpus/node-{host}-device-{host}-dpu-1/error", {"message": "injected by the campaign test"}
+            )
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the reprovision of {host} never got past deleting its DPUs")

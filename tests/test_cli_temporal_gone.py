@@ -1,0 +1,160 @@
+"""Every `metalflow` command that talks to Temporal, with the server gone mid-command: one line on
+stderr, exit 2, no traceback (issue 9 item 5).
+
+"Gone mid-command" is made exact with a TCP proxy in front of a real Temporal dev server: it
+forwards the command's connection (the client's `GetSystemInfo` at connect succeeds), and the
+moment the command opens its next gRPC call (the second HTTP/2 HEADERS frame from the client) it
+closes every connection and stops listening, as a server that died would. So each command is cut
+after it connected, on the first call that does its work; nothing depends on timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from test_cli_input_bounds import _entity_exists, _env, _run, write_site
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_HEADERS = 0x1
+
+
+class DyingServer:
+    """A proxy to Temporal that goes away when the client opens its second gRPC call."""
+
+    def __init__(self, target: str) -> None:
+        self._target_host, port = target.rsplit(":", 1)
+        self._target_port = int(port)
+        self._server: asyncio.Server | None = None
+        self._writers: list[asyncio.StreamWriter] = []
+        self.gone = asyncio.Event()
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"127.0.0.1:{port}"
+
+    async def close(self) -> None:
+        self._die()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def _die(self) -> None:
+        self.gone.set()
+        if self._server is not None:
+            self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()  # a reset, as from a dead process
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.gone.is_set():
+            writer.transport.abort()
+            return
+        up_reader, up_writer = await asyncio.open_connection(self._target_host, self._target_port)
+        self._writers += [writer, up_writer]
+        await asyncio.gather(
+            self._client_to_server(reader, up_writer),
+            self._pipe(up_reader, writer),
+            return_exceptions=True,
+        )
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            if self.gone.is_set():
+                return
+            writer.write(data)
+            await writer.drain()
+
+    async def _client_to_server(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Forward whole HTTP/2 frames; die instead of forwarding the second HEADERS frame."""
+        writer.write(await reader.readexactly(len(_PREFACE)))
+        calls = 0
+        while not self.gone.is_set():
+            header = await reader.readexactly(9)
+            length, kind = int.from_bytes(header[:3], "big"), header[3]
+            payload = await reader.readexactly(length)
+            if kind == _HEADERS:
+                calls += 1
+                if calls == 2:
+                    self._die()
+                    return
+            writer.write(header + payload)
+            await writer.drain()
+
+
+HOST = f"gone-{uuid.uuid4().hex[:8]}"
+PCS = "default/inference"
+# Every command that talks to Temporal (`dev`, `sim` and `bmc` do not); a queue nobody polls, so
+# a command that got through would not act on anything.
+COMMANDS: list[list[str]] = [
+    ["host", "provision", HOST],
+    ["host", "provision", HOST, "--wait"],
+    ["host", "reboot", HOST, "--wait"],
+    ["host", "firmware", HOST, "--version", "32.45.1020", "--image", "https://fw.example.com/fw.bfb"],
+    ["host", "remove", HOST],
+    ["host", "monitor", HOST],
+    ["host", "monitor", HOST, "--status"],
+    ["host", "monitor", HOST, "--stop"],
+    ["host", "retry", HOST],
+    ["host", "abort", HOST],
+    ["host", "mark-rebooted", HOST],
+    ["host", "list"],
+    ["host", "status", HOST],
+    ["host", "assign", HOST, "inst-1"],
+    ["host", "release", HOST, "inst-1"],
+    ["host-rebooted", HOST],
+    ["approve", HOST],
+    ["rollout", "start", PCS, "--set", "router=img:2"],
+    ["rollout", "status", PCS],
+    ["rollout", "pause", PCS],
+    ["rollout", "resume", PCS],
+    ["rollout", "abort", PCS],
+    ["rollout", "rollback", PCS],
+    ["rollout", "scale", PCS, "--replicas", "3"],
+]
+QUEUE = ["--task-queue", f"gone-{uuid.uuid4()}"]
+WITHOUT_QUEUE = {("host", "list"), ("host", "status")}  # reads: no task queue to name
+
+
+@pytest.mark.slow
+async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit_2(
+    client: Client, tmp_path: Path
+) -> None:
+    write_site(tmp_path / "site.yaml", HOST)  # the host is known: the inventory check passes
+    target = client.service_client.config.target_host
+
+    at_once = asyncio.Semaphore(4)  # 2 shared cores: 24 interpreters at once would time out
+
+    async def run(args: list[str]) -> tuple[list[str], int, str, str, bool]:
+        async with at_once:
+            return await run_one(args)
+
+    async def run_one(args: list[str]) -> tuple[list[str], int, str, str, bool]:
+        proxy = DyingServer(target)
+        address = await proxy.start()
+        env = _env(client, tmp_path) | {"TEMPORAL_ADDRESS": address}
+        argv = args if tuple(args[:2]) in WITHOUT_QUEUE else [*args, *QUEUE]
+        try:
+            code, out, err = await _run(argv, env)
+        finally:
+            cut = proxy.gone.is_set()
+            await proxy.close()
+        return args, code, out, err, cut
+
+    results = await asyncio.gather(*(run(args) for args in COMMANDS))
+    problems = []
+    for args, code, out, err, cut in results:
+        lines = err.splitlines()
+        shown = json.dumps(args)
+        if not cut:
+            problems.append(f"{shown}: never made a second call (exit {code}, {err!r})")
+        elif code != 2 or len(lines) != 1 or "Traceback" in out + err:
+            problems.append(f"{shown}: exit {code}, stdout {out[-300:]!r}, stderr {err[-600:]!r}")
+        elif not lines[0].startswith("metalflow: lost Temporal at "):
+            problems.append(f"{shown}: says {lines[0]!r}")
+    assert problems == [], "\n".join(problems)
+    assert not await _entity_exists(client, HOST), "the cut came after a command created the entity"
