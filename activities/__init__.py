@@ -32,6 +32,7 @@ def build_activities(
     from activities.inventory import Inventory, InventoryActivities
     from activities.pool import OwnerActivities, PoolActivities
     from activities.redfish import build_redfish_activities
+    from activities.site_watch import SiteWatchActivities
     from activities.watcher import WatcherActivities
 
     settings = settings or Settings.from_env()
@@ -69,7 +70,11 @@ def build_activities(
         grove.scale_pcs,
     ]
     if temporal_client is not None:
-        found.append(WatcherActivities(kube, temporal_client).watch_host_dpf)
+        found.append(
+            WatcherActivities(kube, temporal_client).watch_host_dpf
+        )  # runs started before the site watch
+        site_watch = SiteWatchActivities(kube, temporal_client)
+        found += [site_watch.watch_site_dpf, site_watch.join_site_dpf_watch]
         found.append(OwnerActivities(temporal_client).request_host_reprovision)
         found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
         campaign = CampaignActivities(hosts, kube, temporal_client)

@@ -1,6 +1,10 @@
 """The DPF watcher: follows one host's DPUs, DPUNode and hold, and signals the workflow that
 started it (`DPF_STATE_CHANGED_SIGNAL`, payload `HostDPFState`) on every change that matters.
 
+Superseded by the site watch (`activities.site_watch`: one watch per site, not per host); kept
+registered for runs started before it (their histories schedule this activity) and for runs
+under ids the site watch does not route to (see `workflows.dpf_watch`).
+
 Three watch streams, selected on the server so the watcher sees only its host:
 - DPUs: label `provisioning.dpu.nvidia.com/dpunode-name=node-<host>` (DPF labels every DPU it
   creates); `spec.dpuNodeName` is checked again on arrival (CRDs offer no field selector on spec).

@@ -43,10 +43,12 @@ from metalflow.models.dpf import (
     DevicesGoneInput,
     HostDPFState,
     HostRef,
+    JoinSiteWatchInput,
     ObjectsResult,
     RegisterHostInput,
     ReprovisionInput,
     SiteSetupInput,
+    SiteWatchInput,
     WatchHostInput,
 )
 from metalflow.models.grove import (
@@ -180,6 +182,18 @@ async def wait_until_dpu_devices_gone(request: DevicesGoneInput) -> ObjectsResul
 async def watch_host_dpf(request: WatchHostInput) -> None:
     """Follow one host's DPF objects and signal every change to the calling workflow."""
     _declared_only("watch_host_dpf")
+
+
+@activity.defn(name="watch_site_dpf")
+async def watch_site_dpf(request: SiteWatchInput) -> None:
+    """One list+watch of a namespace's DPF objects; signals each host's changes to its waiters."""
+    _declared_only("watch_site_dpf")
+
+
+@activity.defn(name="join_site_dpf_watch")
+async def join_site_dpf_watch(request: JoinSiteWatchInput) -> HostDPFState:
+    """Make sure the host's site is watched; the host's state now, with its version."""
+    _declared_only("join_site_dpf_watch")
 
 
 # -- pool and owner ------------------------------------------------------------------------------------

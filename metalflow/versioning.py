@@ -85,6 +85,8 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     "HostMonitorWorkflow": VersioningBehavior.AUTO_UPGRADE,
     # A BMC's lease serves every build's reboots; its state carries over continue-as-new.
     "BMCLeaseWorkflow": VersioningBehavior.AUTO_UPGRADE,
+    # A site's one DPF watch never finishes and serves every build's operations.
+    "SiteDPFWatchWorkflow": VersioningBehavior.AUTO_UPGRADE,
     # A campaign runs for days and continues-as-new: pinning would keep a build alive that long;
     # it replays old histories like the entities do (tests/test_replay.py).
     "CampaignWorkflow": VersioningBehavior.AUTO_UPGRADE,

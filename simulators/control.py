@@ -34,6 +34,9 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_post("/sim/faults/api/outage", _api_outage)
     app.router.add_post("/sim/faults/api/drop-watches", _drop_watches)
     app.router.add_get("/sim/sessions", _sessions)
+    app.router.add_post("/sim/faults/api/restart", _api_restart)
+    app.router.add_post("/sim/faults/api/compact", _api_compact)
+    app.router.add_get("/sim/kube/watches", _open_watches)
 
 
 def _problem(status: int, message: str) -> web.Response:
@@ -156,6 +159,24 @@ async def _sessions(request: web.Request) -> web.Response:
     bmcs = request.app[SITE_KEY].bmcs
     counts = {service: bmcs.open_sessions(service) for service in bmcs.services}
     return web.json_response({service: n for service, n in counts.items() if n})
+
+
+async def _api_restart(request: web.Request) -> web.Response:
+    """The Kubernetes API restarts on a renumbered store: open watches end and every object's
+    resourceVersion goes backwards (`Store.restart_renumbered`); the objects stay as they are."""
+    rv = request.app[SITE_KEY].store.restart_renumbered()
+    return web.json_response({"api": "restarted", "resourceVersion": str(rv)})
+
+
+async def _api_compact(request: web.Request) -> web.Response:
+    """The watch history is compacted and open watches end: resuming watches get 410 Gone."""
+    rv = request.app[SITE_KEY].store.compact()
+    return web.json_response({"api": "compacted", "resourceVersion": str(rv)})
+
+
+async def _open_watches(request: web.Request) -> web.Response:
+    """Kubernetes watches open now, per resource (the audit counts requests; this counts streams)."""
+    return web.json_response(request.app[SITE_KEY].store.open_watches())
 
 
 async def _podgang_fault(request: web.Request) -> web.Response:

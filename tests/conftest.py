@@ -8,6 +8,7 @@ leaves none behind.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -19,11 +20,13 @@ import pytest
 from sim_support import wrapped_binary
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from metalflow import names
 from metalflow.binaries import MissingBinaryError, temporal_cli, temporal_test_server
 from metalflow.devstack.temporal import add_search_attributes
+from metalflow.models.inventory import DPF_NAMESPACE
 
 # The SDK waits 5 s by default for a server to accept connections. On a loaded machine (2 cores,
 # several pytest workers and other users) a start missed that, and as a session fixture the miss
@@ -85,9 +88,19 @@ def client(local_env: WorkflowEnvironment) -> Client:
 
 
 @pytest.fixture
-def task_queue() -> str:
-    """A task queue no other test uses, so workers of different tests never steal each other's tasks."""
-    return f"test-{uuid.uuid4()}"
+async def task_queue(request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A task queue no other test uses, so workers of different tests never steal each other's tasks.
+
+    At the end, the site's DPF watch a test's operations started on this queue is terminated:
+    it would outlive the test's worker and have its activity retried on a queue nobody polls."""
+    queue = f"test-{uuid.uuid4()}"
+    yield queue
+    for name in ("local_env", "time_skipping_env"):
+        if name in request.fixturenames:
+            env: WorkflowEnvironment = request.getfixturevalue(name)
+            watch = env.client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, queue))
+            with contextlib.suppress(RPCError):  # none started, or it already ended
+                await watch.terminate("the test is over")
 
 
 def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -23,6 +23,7 @@ from metalflow.models.dpf import (
     HoldState,
     HostDPFState,
     HostRef,
+    JoinSiteWatchInput,
     ReprovisionInput,
     WatchHostInput,
 )
@@ -80,6 +81,11 @@ class FakeSite:
 
         @activity.defn(name="read_host_dpf_state")
         async def read(host: HostRef) -> HostDPFState:
+            return site.state()
+
+        @activity.defn(name="join_site_dpf_watch")
+        async def join(request: JoinSiteWatchInput) -> HostDPFState:
+            # The site watch is this fake: it signals every change itself (unordered: no as_of).
             return site.state()
 
         @activity.defn(name="watch_host_dpf")
@@ -144,6 +150,6 @@ class FakeSite:
         # The fleet-wide BMC lease is real: its workflow runs on the test's worker too.
         lease = BMCLeaseActivities(Settings(site_file=Path("unused.yaml")))
         return [
-            resolve, read, watch, reprovision, release, mark, cycle, set_power,
+            resolve, read, join, watch, reprovision, release, mark, cycle, set_power,
             lease.request_bmc_lease, lease.find_closed_workflow_runs,
         ]  # fmt: skip

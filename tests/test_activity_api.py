@@ -21,6 +21,7 @@ from activities.pool import OwnerActivities, PoolActivities
 from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
 from activities.redfish.waits import PowerWaitActivities
+from activities.site_watch import SiteWatchActivities
 from activities.watcher import WatcherActivities
 from metalflow import activity_api
 
@@ -37,6 +38,7 @@ IMPLEMENTATIONS = (
     PowerActivities,
     PowerWaitActivities,
     WatcherActivities,
+    SiteWatchActivities,
 )
 
 

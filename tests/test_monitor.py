@@ -191,11 +191,17 @@ async def test_an_abort_accepted_while_the_monitor_hands_over_to_its_next_run_st
         sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
 
         async def handing_over() -> bool:
-            # The run asked its watcher to stop and waits for it: the last step before it
-            # continues as new (or it has already closed).
+            # The run took its one event and hands over: with a per-host watcher it asked the
+            # watcher to stop and waits for it; with the site watch there is nothing to stop, so
+            # the hand-over is one workflow task and the run is seen when it has closed.
             history = await first_run.fetch_history()
             return any(
-                e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED for e in history.events
+                e.event_type
+                in (
+                    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED,
+                    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+                )
+                for e in history.events
             )
 
         await eventually(handing_over, lambda handed: handed)

@@ -14,6 +14,7 @@ from workflows.host_reboot import HostRebootWorkflow
 from workflows.monitor import HostMonitorWorkflow
 from workflows.removal import HostRemovalWorkflow
 from workflows.rollout import RolloutWorkflow
+from workflows.site_watch import SiteDPFWatchWorkflow
 
 ALL: list[type] = [
     HostWorkflow,
@@ -23,6 +24,7 @@ ALL: list[type] = [
     HostMonitorWorkflow,
     HostRemovalWorkflow,
     RolloutWorkflow,
+    SiteDPFWatchWorkflow,
     BMCLeaseWorkflow,
     CampaignWorkflow,
 ]

@@ -111,7 +111,7 @@ class HostMonitorWorkflow:
         self._requests = list(memory.requests)
         self._started_at = memory.started_at or workflow.now()
         self._pending: list[HostDPFState] = []
-        self._watch = DPFWatch()
+        self._watch = DPFWatch(on_taken=self._pending.append)
         self._stop: OperatorRequest | None = memory.stop  # accepted means done, across runs too
         self._label_checked = False  # the label is confirmed once per run, then written on changes
         self._adopting = False  # the first state may confirm an out-of-pool label an earlier monitor left
@@ -375,9 +375,8 @@ class HostMonitorWorkflow:
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
-        """From the watcher: the host's DPF state changed."""
-        if self._watch.accept(state):
-            self._pending.append(state)
+        """From the watcher: the host's DPF state changed (a state taken is queued by `on_taken`)."""
+        self._watch.accept(state)
 
     @workflow.update(name=ABORT_UPDATE)
     def abort(self, request: OperatorRequest) -> OperationAnswer:

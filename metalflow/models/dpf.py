@@ -162,6 +162,18 @@ class HoldState(_Frozen):
         return self.hold == "true"
 
 
+class DPFVersion(_Frozen):
+    """How new a state is, so a read and the site watch's signals can be ordered: per kind, the
+    resourceVersion up to which the state holds every change of that kind (a list's version, or
+    the last event the watch applied), and the watch's `epoch` (raised when the API server's
+    resourceVersions went backwards: it restarted on another store, so older epochs lose)."""
+
+    epoch: int = 0
+    dpus: int = 0
+    node: int = 0
+    hold: int = 0
+
+
 class HostDPFState(_Frozen):
     """Everything of one host's DPF state a workflow decides on (the watcher's signal payload)."""
 
@@ -170,13 +182,15 @@ class HostDPFState(_Frozen):
     dpus: tuple[DPUState, ...] = ()  # sorted by name
     hold: HoldState | None = None
     sequence: int = 0  # increases with every signal of one watcher (orders signals)
+    as_of: DPFVersion | None = None  # set by the site watch and its join; None: unordered
 
     def dpu(self, dpu_id: str) -> DPUState | None:
         return next((d for d in self.dpus if d.dpu_id == dpu_id), None)
 
     def content(self) -> HostDPFState:
-        """The state without its sequence number: two states with equal content are one state."""
-        return self.model_copy(update={"sequence": 0})
+        """The state without its sequence number and version: two states with equal content are
+        one state."""
+        return self.model_copy(update={"sequence": 0, "as_of": None})
 
 
 # -- site set-up ----------------------------------------------------------------------------------
@@ -303,3 +317,29 @@ class WatchHostInput(_Frozen):
     host: HostRef
     heartbeat_seconds: float = 5.0  # how often the watcher heartbeats while nothing changes
     resume_from: WatchCheckpoint | None = None  # used when the attempt has no heartbeat details
+
+
+# -- the site watch (one per site: activities/site_watch.py, workflows/site_watch.py) -----------
+
+
+class SiteWatchInput(_Frozen):
+    """The site watch of one DPF namespace (workflow `dpf-watch/...` and its activity)."""
+
+    namespace: str = DPF_NAMESPACE
+    heartbeat_seconds: float = 2.0  # how often the watch heartbeats while nothing changes
+
+
+class SiteWatchCheckpoint(_Frozen):
+    """Heartbeat details of the site watch: per stream, the resourceVersion up to which every
+    change has been signalled, and the epoch (see `DPFVersion`)."""
+
+    resource_versions: dict[str, int] = Field(default_factory=dict)
+    epoch: int = 0
+    relists: int = 0
+    restarts: int = 0
+
+
+class JoinSiteWatchInput(_Frozen):
+    """A workflow starts waiting on `host`: make sure its site is watched, read the host's state."""
+
+    host: HostRef

@@ -293,6 +293,41 @@ class Store:
         self._rv = self._floor = int(snapshot["resourceVersion"])
         return count
 
+    def restart_renumbered(self) -> int:
+        """Act as an API server restarted on a new store (an etcd restored elsewhere): every open
+        watch ends, every object gets a new, lower resourceVersion (1..N in a stable order), the
+        watch history is dropped, and later writes continue from N. Clients that compare
+        resourceVersions see them go backwards; a watch from a version newer than the store's
+        gets 410 Gone. Returns the new resourceVersion."""
+        self.close_watches()
+        self._history.clear()
+        rv = 0
+        for key in sorted(self._objects):
+            for obj in self._objects[key].values():
+                rv += 1
+                obj["metadata"]["resourceVersion"] = str(rv)
+        self._rv = self._floor = rv
+        return rv
+
+    def compact(self) -> int:
+        """Compact the watch history, as etcd does, and end every open watch: a client resuming
+        from any version it held gets 410 Gone and must list again (the version moves on by one
+        so that every held version is older than the history). Returns the new floor."""
+        self._rv += 1
+        self._floor = self._rv
+        self._history.clear()
+        self.close_watches()
+        return self._rv
+
+    def open_watches(self) -> dict[str, int]:
+        """Watches open now, per resource (`plural.group`), for `/sim/kube/watches`."""
+        counts: dict[str, int] = {}
+        for (group, plural), watchers in self._watchers.items():
+            live = sum(1 for w in list(watchers) if not w.closed)
+            if live:
+                counts[f"{plural}.{group}" if group else plural] = live
+        return counts
+
     # -- helpers ----------------------------------------------------------------------------
     @staticmethod
     def _key(rt: ResourceType, namespace: str | None, name: str) -> _ObjKey:
@@ -684,6 +719,10 @@ class Store:
             for obj in self.list_shared(rt, watcher.namespace, selector):
                 watcher.offer("ADDED", None, obj, int(obj["metadata"]["resourceVersion"]))
         elif resource_version is not None:
+            if resource_version > self._rv:
+                # Newer than this store (it restarted renumbered): relist, as a real server
+                # makes a client do for a version it cannot serve.
+                raise Gone(f"too large resource version: {resource_version} (current {self._rv})")
             if resource_version < self._floor:
                 raise Gone(f"too old resource version: {resource_version} ({self._floor + 1})")
             if resource_version < self._rv:

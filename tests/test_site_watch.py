@@ -1,0 +1,286 @@
+"""The site's one DPF watch (`workflows.site_watch`, `activities.site_watch`) end to end against the
+simulated site: host monitors get their first state at once with nothing changing, one watch
+routes changes to two hosts, it relists after 410, survives an API server restarted on a
+renumbered store (resourceVersions going backwards) and a SIGKILLed worker, and a finished
+workflow leaves no pending activity."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from host_operation_support import save_history
+from sim_support import RunningSim, running_sim
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from test_firmware_support import eventually, site_file_with_prefix, site_worker
+
+from metalflow import names
+from metalflow.models.dpf import DPF_NAMESPACE
+from metalflow.models.host import (
+    HostMonitorInput,
+    HostMonitorResult,
+    HostMonitorStatus,
+    MonitorPolicy,
+    OperatorRequest,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+STOP = OperatorRequest(requested_by="test", reason="test over")
+POLICY = MonitorPolicy(reprovision_after_seconds=3600)
+SITE_STREAMS = {
+    "dpus.provisioning.dpu.nvidia.com": 1,
+    "dpunodes.provisioning.dpu.nvidia.com": 1,
+    "dpunodemaintenances.provisioning.dpu.nvidia.com": 1,
+}
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    state = tmp_path_factory.mktemp("site-watch-sim")
+    site = site_file_with_prefix(state / "in", "sw", hosts=4)
+    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+        yield running
+
+
+def open_watches(sim: RunningSim, baseline: dict[str, int] | None = None) -> dict[str, int]:
+    """Watch streams open now, less `baseline` (the simulator's own controllers watch the store too)."""
+    response = httpx.get(f"{sim.url}/sim/kube/watches", timeout=10)
+    response.raise_for_status()
+    found: dict[str, int] = response.json()
+    base = baseline or {}
+    return {k: n - base.get(k, 0) for k, n in found.items() if n - base.get(k, 0)}
+
+
+def control(sim: RunningSim, path: str) -> None:
+    httpx.post(f"{sim.url}/sim/faults/{path}", timeout=10).raise_for_status()
+
+
+async def start_monitor(client: Client, task_queue: str, host: str) -> WorkflowHandle[Any, HostMonitorResult]:
+    return await client.start_workflow(
+        "HostMonitorWorkflow",
+        HostMonitorInput(host_id=host, site="sw-site", requested_by="test", policy=POLICY),
+        id=names.monitor_workflow_id(host),
+        task_queue=task_queue,
+        result_type=HostMonitorResult,
+    )
+
+
+async def status_of(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus:
+    status: HostMonitorStatus = await handle.query("status", result_type=HostMonitorStatus)
+    return status
+
+
+def phases(status: HostMonitorStatus) -> dict[str, str]:
+    return {d.dpu_id: d.phase for d in status.dpus}
+
+
+async def activities_scheduled(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    history = await handle.fetch_history()
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+
+
+async def signals_received(handle: WorkflowHandle[Any, Any]) -> int:
+    history = await handle.fetch_history()
+    return sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
+
+
+async def stop(handle: WorkflowHandle[Any, HostMonitorResult]) -> HostMonitorResult:
+    await handle.execute_update("abort", STOP)
+    result = await handle.result()
+    description = await handle.describe()
+    assert description.raw_description.pending_activities == [], "a finished monitor left a pending activity"
+    return result
+
+
+async def test_first_state_at_once_and_one_watch_routes_changes_of_two_hosts(
+    client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    a, b = "sw-001", "sw-002"
+    baseline = open_watches(sim)
+    async with site_worker(client, task_queue, sim):
+        first = await start_monitor(client, task_queue, a)
+        second = await start_monitor(client, task_queue, b)
+        # Nothing changes on the site: each monitor still knows its DPUs at once (from its join).
+        for handle, host in ((first, a), (second, b)):
+            known = await eventually(lambda h=handle: status_of(h), lambda s: len(s.dpus) == 2)  # type: ignore[misc]
+            assert set(phases(known).values()) == {"Ready"}, f"{host}: {known}"
+        assert open_watches(sim, baseline) == SITE_STREAMS, "one watch per kind for the site, none per host"
+
+        sim.inject(f"dpus/node-{a}-device-{a}-dpu-0/node-effect")
+        sim.inject(f"dpus/node-{b}-device-{b}-dpu-1/node-effect")
+        for handle, dpu in ((first, f"{a}-dpu-0"), (second, f"{b}-dpu-1")):
+            out = await eventually(lambda h=handle: status_of(h), lambda s: s.pool_state == "out-of-pool")  # type: ignore[misc]
+            assert [d.dpu_id for d in out.degraded] == [dpu]
+        sim.inject(f"dpus/node-{a}-device-{a}-dpu-0/recover")
+        sim.inject(f"dpus/node-{b}-device-{b}-dpu-1/recover")
+        for handle in (first, second):
+            await eventually(lambda h=handle: status_of(h), lambda s: s.pool_state == "in-pool")  # type: ignore[misc]
+            assert (await stop(handle)).pool_state == "in-pool"
+            scheduled = await activities_scheduled(handle)
+            assert "watch_host_dpf" not in scheduled and "join_site_dpf_watch" in scheduled
+        await save_history(first, "monitor_site_watch")
+        watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
+        assert (await watch.describe()).status is not None
+        await watch.terminate("test over")
+        await save_history(watch, "site_dpf_watch")
+    assert sim.violations() == []
+
+
+async def test_a_compacted_history_is_listed_again_and_a_restarted_api_still_routes(
+    client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    host = "sw-003"
+    async with site_worker(client, task_queue, sim):
+        handle = await start_monitor(client, task_queue, host)
+        await eventually(lambda: status_of(handle), lambda s: len(s.dpus) == 2)
+
+        control(sim, "api/compact")  # every resumed watch gets 410 Gone
+        sim.inject(f"dpus/node-{host}-device-{host}-dpu-0/node-effect")
+        await eventually(lambda: status_of(handle), lambda s: s.pool_state == "out-of-pool")
+        sim.inject(f"dpus/node-{host}-device-{host}-dpu-0/recover")
+        await eventually(lambda: status_of(handle), lambda s: s.pool_state == "in-pool")
+
+        # The API restarts on a renumbered store: every resourceVersion the monitor holds is now
+        # newer than any the API will hand out for a long time. The watch's new epoch must win.
+        control(sim, "api/restart")
+        sim.inject(f"dpus/node-{host}-device-{host}-dpu-1/node-effect")
+        out = await eventually(lambda: status_of(handle), lambda s: s.pool_state == "out-of-pool")
+        assert [d.dpu_id for d in out.degraded] == [f"{host}-dpu-1"]
+        sim.inject(f"dpus/node-{host}-device-{host}-dpu-1/recover")
+        await eventually(lambda: status_of(handle), lambda s: s.pool_state == "in-pool")
+        assert (await stop(handle)).pool_state == "in-pool"
+        watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
+        assert await watch.query("epoch", result_type=int) == 1
+        await watch.terminate("test over")
+    assert sim.violations() == []
+
+
+@contextmanager
+def worker_process(
+    client: Client, task_queue: str, sim: RunningSim, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "METALFLOW_SITE_FILE": str(sim.site_file),
+        "KUBECONFIG": str(sim.kubeconfig),
+    }
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "worker.py", "--task-queue", task_queue],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
+    client: Client, task_queue: str, sim: RunningSim, tmp_path: Path
+) -> None:
+    changed, quiet = "sw-004", "sw-001"
+    log = tmp_path / "worker.log"
+    with worker_process(client, task_queue, sim, log) as first_worker:
+        handle = await start_monitor(client, task_queue, changed)
+        bystander = await start_monitor(client, task_queue, quiet)
+        for h in (handle, bystander):
+            await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
+        watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
+        # The watch has heartbeated a checkpoint (its activity shows heartbeat details).
+        await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+        first_worker.send_signal(signal.SIGKILL)
+        first_worker.wait(timeout=30)
+    signals_before = await signals_received(bystander)
+    sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/node-effect")  # while no worker runs
+    with worker_process(client, task_queue, sim, log):
+        out = await eventually(lambda: status_of(handle), lambda s: s.pool_state == "out-of-pool", timeout=90)
+        assert [d.dpu_id for d in out.degraded] == [f"{changed}-dpu-0"]
+        # Resumed from the checkpoint, not listed afresh: the host that did not change got no signal.
+        assert await signals_received(bystander) == signals_before
+        sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/recover")
+        await eventually(lambda: status_of(handle), lambda s: s.pool_state == "in-pool", timeout=60)
+        for h in (handle, bystander):
+            assert (await stop(h)).pool_state == "in-pool"
+        await watch.terminate("test over")
+    assert sim.violations() == []
+
+
+def _heartbeated(description: Any) -> bool:
+    pending = description.raw_description.pending_activities
+    return any(p.activity_type.name == "watch_site_dpf" and p.HasField("heartbeat_details") for p in pending)
+
+
+async def test_twenty_monitored_hosts_hold_three_watch_streams_instead_of_sixty(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The figure of the issue: 20 monitors under other ids keep a per-host watcher each (the
+    design before the site watch: 3 streams and 1 activity slot per host); under their own ids
+    they share the site's 3 streams and hold no activity."""
+    count = 20
+    site = site_file_with_prefix(tmp_path / "in", "tw", hosts=count)
+    with running_sim(tmp_path / "sim", site_file=site, timings="zero", initialised=True) as sim20:
+        baseline = open_watches(sim20)
+        hosts = [f"tw-{i:03d}" for i in range(1, count + 1)]
+        async with site_worker(client, task_queue, sim20):
+            per_host = [
+                await client.start_workflow(
+                    "HostMonitorWorkflow",
+                    HostMonitorInput(host_id=h, site="tw-site", requested_by="test", policy=POLICY),
+                    id=f"{names.monitor_workflow_id(h)}-per-host-watcher",
+                    task_queue=task_queue,
+                    result_type=HostMonitorResult,
+                )
+                for h in hosts
+            ]
+            for h in per_host:
+                await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=120)  # type: ignore[misc]
+            before = await eventually(
+                lambda: _async(open_watches(sim20, baseline)), lambda w: sum(w.values()) == 3 * count
+            )
+            slots_before = sum(
+                [len((await h.describe()).raw_description.pending_activities) for h in per_host]
+            )
+            for h in per_host:
+                await stop(h)
+            await eventually(lambda: _async(open_watches(sim20, baseline)), lambda w: not w)
+
+            site_routed = [await start_monitor(client, task_queue, h) for h in hosts]
+            for h in site_routed:
+                await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=120)  # type: ignore[misc]
+            after = open_watches(sim20, baseline)
+            slots_after = sum(
+                [len((await h.describe()).raw_description.pending_activities) for h in site_routed]
+            )
+            for h in site_routed:
+                await stop(h)
+            await client.get_workflow_handle(
+                names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue)
+            ).terminate()
+        print(f"20 monitored hosts: watch streams {sum(before.values())} -> {sum(after.values())}, "
+              f"activity slots held by monitors {slots_before} -> {slots_after}")  # fmt: skip
+    assert sum(before.values()) == 60 and slots_before == 20
+    assert after == SITE_STREAMS and slots_after == 0
+
+
+async def _async(value: Any) -> Any:
+    return value
