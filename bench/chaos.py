@@ -304,11 +304,17 @@ async def collect(
 def dpus_ready(stack: DevStack, host: str) -> bool:
     info = stack.sim_info
     token = yaml.safe_load(Path(info["kubeconfig"]).read_text())["users"][0]["user"]["token"]
-    listing = httpx.get(
-        f"{info['url']}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus",
-        headers={"Authorization": f"Bearer {token}"}, timeout=30,
-    ).json()  # fmt: skip
-    mine = [o for o in listing["items"] if o["spec"].get("dpuNodeName") == f"node-{host}"]
+    # The `flaky` profile answers some API requests 503 (a Status, no items): ask again.
+    for _ in range(50):
+        response = httpx.get(
+            f"{info['url']}/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus",
+            headers={"Authorization": f"Bearer {token}"}, timeout=30,
+        )  # fmt: skip
+        if response.status_code == 200:
+            break
+        time.sleep(0.2)
+    response.raise_for_status()
+    mine = [o for o in response.json()["items"] if o["spec"].get("dpuNodeName") == f"node-{host}"]
     return bool(mine) and all((o.get("status") or {}).get("phase") == "Ready" for o in mine)
 
 

@@ -38,7 +38,14 @@ from metalflow.models.host import (
     OperationPolicy,
     OperatorRequest,
 )
-from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+from metalflow.models.redfish import (
+    PowerCycleInput,
+    PowerCycleResult,
+    ReadPowerStateInput,
+    SetPowerInput,
+    SetPowerResult,
+    SystemPower,
+)
 
 PHASE_TIMEOUT = 900.0
 POLICY = OperationPolicy(
@@ -57,7 +64,7 @@ class StuckSite(FakeSite):
     cycle_may_finish: asyncio.Event
 
     def activities(self) -> list[Callable[..., Any]]:
-        replaced = {"release_node_effect_hold", "power_cycle_host", "set_power_state"}
+        replaced = {"release_node_effect_hold", "power_cycle_host", "set_power_state", "read_power_state"}
         kept = [
             a for a in super().activities() if activity._Definition.must_from_callable(a).name not in replaced
         ]
@@ -105,7 +112,17 @@ class StuckSite(FakeSite):
                 started_at=started, finished_at=started,
             )  # fmt: skip
 
-        return [release, cycle, set_power]
+        @activity.defn(name="read_power_state")
+        async def read_power(request: ReadPowerStateInput) -> SystemPower:
+            # What an abort's stop reads while the cycle is held: Off once the cycle turned it off.
+            off = bool(site.power) and site.power[-1] in ("Off", "ForceOff")
+            return SystemPower(
+                bmc_id=HOST, system="/redfish/v1/Systems/1", power_state="Off" if off else "On",
+                allowed_reset_types=("PowerCycle", "ForceOff", "On"), power_cycle_method="PowerCycle",
+                observed_at=activity.info().started_time,
+            )  # fmt: skip
+
+        return [release, cycle, set_power, read_power]
 
 
 def _name(fn: Callable[..., Any]) -> str:
@@ -240,7 +257,9 @@ async def test_abort_during_a_power_cycle_lets_it_finish_first(
         handle = await start(policy)
         await real_time_until(lambda: site.power[:1] == cycle[:1], "the host powered off")
         await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
-        assert site.power == cycle[:1]  # the abort is taken, the host is still off
+        # The abort is taken: a PowerCycle is cut short once the BMC reads Off (the activity is
+        # cancelled and On sent at once); a ForceOff in flight is let finish, its wait then cut.
+        assert site.power[:1] == cycle[:1]
 
         site.cycle_may_finish.set()
         with pytest.raises(WorkflowFailureError) as failure:

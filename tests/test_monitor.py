@@ -204,7 +204,7 @@ async def test_an_abort_accepted_while_the_monitor_hands_over_to_its_next_run_st
                 for e in history.events
             )
 
-        await eventually(handing_over, lambda handed: handed)
+        await eventually(handing_over, lambda handed: handed, 90)
         latest = client.get_workflow_handle(names.monitor_workflow_id(host), result_type=HostMonitorResult)
         await latest.execute_update("abort", STOP)
         stopped = await asyncio.wait_for(latest.result(), 60)
