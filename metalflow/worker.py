@@ -27,7 +27,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 import activities
 import workflows
 from activities.site_file import SiteFileError, load_site
-from metalflow import names
+from metalflow import code_cache, names
 from metalflow.client import connect
 from metalflow.devstack.lifeline import LIFELINE_ARG, watch_lifeline
 from metalflow.errors import InvalidInput
@@ -55,6 +55,9 @@ def build_worker(
         settings: Where the site is (default: `Settings.from_env()`).
         deployment_config: Worker versioning (`metalflow.versioning`); None: unversioned.
     """
+    # Each workflow run re-imports the workflow modules in its sandbox: compile them once
+    # (metalflow/code_cache.py; measured at half the worker's CPU without bytecode files).
+    code_cache.install()
     return Worker(
         client,
         task_queue=task_queue,

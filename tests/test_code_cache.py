@@ -1,0 +1,99 @@
+"""The worker's code cache (metalflow/code_cache.py): a workflow module is compiled once per
+process, however many sandboxed runs import it, and a changed file is compiled again."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from metalflow import code_cache
+from metalflow.code_cache import CachingSourceLoader
+
+WORKFLOW_SOURCE = """
+from temporalio import workflow
+
+
+@workflow.defn(name="{name}")
+class Answer:
+    @workflow.run
+    async def run(self, value: int) -> int:
+        return value * {factor}
+"""
+
+
+@pytest.fixture
+def module_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A directory on sys.path where no bytecode file is ever written (as under
+    PYTHONDONTWRITEBYTECODE), so every import without the cache compiles from source."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code_cache.install()
+    yield tmp_path
+
+
+def write_module(directory: Path, name: str, factor: int, workflow_name: str = "Answer") -> None:
+    source = WORKFLOW_SOURCE.format(name=workflow_name, factor=factor)
+    (directory / f"{name}.py").write_text(textwrap.dedent(source))
+    importlib.invalidate_caches()
+
+
+def fresh_import(name: str) -> object:
+    sys.modules.pop(name, None)
+    return importlib.import_module(name)
+
+
+def test_a_module_imported_again_reuses_its_code_until_the_file_changes(module_dir: Path) -> None:
+    name = f"cached_{uuid.uuid4().hex}"
+    write_module(module_dir, name, factor=2)
+    before = CachingSourceLoader.compiled
+    first, second = fresh_import(name), fresh_import(name)
+    assert first is not second  # two modules, as two sandboxes get
+    assert isinstance(first.__loader__, CachingSourceLoader)  # type: ignore[attr-defined]
+    assert first.Answer.run.__code__ is second.Answer.run.__code__  # type: ignore[attr-defined]
+    assert CachingSourceLoader.compiled == before + 1
+    write_module(module_dir, name, factor=3)  # a changed file is compiled again
+    third = fresh_import(name)
+    assert third.Answer.run.__code__ is not first.Answer.run.__code__  # type: ignore[attr-defined]
+    assert CachingSourceLoader.compiled == before + 2
+
+
+def test_install_is_idempotent() -> None:
+    code_cache.install()
+    code_cache.install()
+    assert sum(isinstance(f, code_cache.CodeCacheFinder) for f in sys.meta_path) == 1
+
+
+async def test_sandboxed_runs_compile_their_workflow_module_once(
+    module_dir: Path, client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five runs, each on a fresh sandbox (no sticky cache): the module is compiled once."""
+    name = f"sandboxed_{uuid.uuid4().hex}"
+    workflow_name = f"Answer-{uuid.uuid4().hex[:8]}"
+    write_module(module_dir, name, factor=7, workflow_name=workflow_name)
+    compiled: list[str] = []  # every compilation from source of this module, cached or not
+    compile_source = importlib.machinery.SourceFileLoader.source_to_code
+
+    def counting(loader: object, data: bytes, path: str, **kwargs: object) -> object:
+        if str(path).endswith(f"{name}.py"):
+            compiled.append(str(path))
+        return compile_source(loader, data, path, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(importlib.machinery.SourceFileLoader, "source_to_code", counting)
+    answer = importlib.import_module(name).Answer
+    assert len(compiled) == 1
+    async with Worker(client, task_queue=task_queue, workflows=[answer], max_cached_workflows=0):
+        results = [
+            await client.execute_workflow(workflow_name, n, id=f"cache-{uuid.uuid4()}", task_queue=task_queue)
+            for n in range(5)
+        ]
+    assert results == [0, 7, 14, 21, 28]
+    assert len(compiled) == 1  # every sandbox took the code of the first import
