@@ -46,7 +46,7 @@ from typing import Any
 
 import httpx
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -85,6 +85,17 @@ SIGNAL_ATTEMPTS = 4
 SITE_WATCH_WORKFLOW = "SiteDPFWatchWorkflow"
 EPOCH_SIGNAL = "dpf_watch_epoch"
 EPOCH_QUERY = "epoch"
+EPOCH_MEMO = "epoch"  # workflows.site_watch.EPOCH_MEMO (activities import no workflows)
+
+
+async def watch_epoch(handle: WorkflowHandle[Any, Any]) -> int:
+    """The site watch's epoch: from its memo (a describe, served by the server alone), or by
+    query from a watch started before it kept the epoch in its memo."""
+    described = await handle.describe()
+    epoch: int | None = await described.memo_value(EPOCH_MEMO, None, type_hint=int)
+    if epoch is None:
+        epoch = await handle.query(EPOCH_QUERY, result_type=int)
+    return epoch
 
 
 class _Restarted(Exception):
@@ -233,7 +244,8 @@ class SiteWatchActivities:
         """Make sure the host's site is watched (start `dpf-watch/...` if needed), then read the
         host's state with its `as_of`, so the workflow can order it against the watch's signals.
 
-        Cost: 1 start RPC (an existing watch is kept), 1 query, 3 list calls.
+        Cost: 1 start RPC (an existing watch is kept), 1 describe (a query only for a watch
+        started before its epoch was kept in its memo), 3 list calls.
         """
         info = activity.info()
         host = request.host
@@ -248,7 +260,7 @@ class SiteWatchActivities:
         )
         # The epoch before the read: a restart between the two makes the read newer than its
         # epoch says, and the watch's first signal of the new epoch is then taken whole anyway.
-        epoch: int = await handle.query(EPOCH_QUERY, result_type=int)
+        epoch = await watch_epoch(handle)
         configuration = self.kube.configuration
         node, hold = host.node_name(), host.hold_name()
         async with http_client(configuration) as http:

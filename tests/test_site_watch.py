@@ -164,6 +164,8 @@ async def test_a_compacted_history_is_listed_again_and_a_restarted_api_still_rou
         assert (await stop(handle)).pool_state == "in-pool"
         watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
         assert await watch.query("epoch", result_type=int) == 1
+        # The joins read it from the memo (a describe), never by a query to this one workflow.
+        assert await (await watch.describe()).memo_value("epoch", type_hint=int) == 1
         await watch.terminate("test over")
     assert sim.violations() == []
 
