@@ -37,6 +37,17 @@ from metalflow.versioning import deployment_config_from_env, worker_versioning
 from metalflow.versioning import describe as describe_versioning
 
 GRACEFUL_SHUTDOWN_TIMEOUT = timedelta(seconds=10)
+# Workflow tasks are pure Python run on threads under one GIL: N of them at once each take N
+# times their CPU time of wall clock, and one that takes past the workflow task timeout (10 s)
+# is thrown away and retried, work lost on a busy worker. The SDK's default of 100 slots did
+# that on the 200-host fleet benchmark (1,441 tasks over 5 s in one run, bench/README.md). A
+# task waiting for a slot waits on the server, where it is not timed out (a sticky one moves to
+# the shared queue after 10 s: a replay, not a failure); 20 slots still cover the round trip of
+# each completion to the server (a task holds its slot until then).
+WORKFLOW_TASK_SLOTS = 20
+# Activities are async I/O (HTTP to BMCs and the API server, RPCs to Temporal) and the site's
+# DPF watch holds one slot per site, not per host: 200 leave room for a fleet's power cycles.
+ACTIVITY_SLOTS = 200
 log = logging.getLogger("metalflow.worker")
 
 
@@ -71,6 +82,8 @@ def build_worker(
         # forever (the SDK's default for any error while decoding arguments). Signals with a bad
         # payload are still dropped by the SDK, and updates rejected, whatever this says.
         workflow_failure_exception_types=[ValidationError],
+        max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
+        max_concurrent_activities=ACTIVITY_SLOTS,
         **worker_versioning(deployment_config),
     )
 
