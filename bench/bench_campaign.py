@@ -1,0 +1,207 @@
+"""A campaign over many hosts: the longest workflow history and the worker's peak memory.
+
+    .venv/bin/python bench/bench_campaign.py [--hosts 10000] [--max-in-flight 200] [--limit 1500]
+
+Runs the dev stack (as `bench_fleet.py` does: the dev server with its SQLite file, the simulated
+site with zero device delays, every DPU initialised Ready, one worker `python -m worker`), one
+DPU per host, and starts `campaign/bench` exactly as `metalflow campaign start` does: a
+reprovision of every host (`selection.all`), one canary, then batches of `--batch-size` under
+`--max-in-flight`, one host per BMC at a time. DPF in the simulated site completes a
+reprovision in zero time, so the campaign measures metalflow's own cost per host.
+
+Figures (stdout, one JSON object; progress on stderr):
+- `max_history_events`: the longest history among every run of the campaign (it continues as
+  new) and every workflow of a sample of `--history-sample` finished hosts (entity, operation,
+  reboots), with which workflow it was;
+- `worker_peak_mb`: the worker's peak resident memory (VmHWM) over the run;
+- `done`, `failed`, `remaining`, `runs`, `seconds`, `hosts_per_s`; `finished` is false when
+  `--limit` passed first (the figures are then those of the part that ran).
+Bounded: every wait has a limit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from bench_fleet import history_events  # noqa: E402
+from bench_monitors import rss_mb  # noqa: E402
+from temporalio.client import Client, WorkflowHandle  # noqa: E402
+from temporalio.common import SearchAttributePair, TypedSearchAttributes  # noqa: E402
+
+from metalflow import names  # noqa: E402
+from metalflow.devstack.ports import free_port  # noqa: E402
+from metalflow.devstack.sim import SiteOptions  # noqa: E402
+from metalflow.devstack.stack import WORKER_NAME, DevStack, DevStackConfig  # noqa: E402
+from metalflow.models.campaign import (  # noqa: E402
+    STATUS_QUERY,
+    CampaignInput,
+    CampaignResult,
+    CampaignStatus,
+    CampaignTarget,
+    FailureBudget,
+    HostSelection,
+    Limits,
+    TargetKind,
+)
+from metalflow.models.host import OperationPolicy  # noqa: E402
+
+NAME = "bench"
+# Zero device delays; limits generous enough that a loaded machine never escalates a host.
+POLICY = OperationPolicy(power_down_wait_seconds=0.0, reboot_wait_seconds=600.0, phase_timeout_seconds=1800.0)
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)
+
+
+async def start_campaign(client: Client, args: argparse.Namespace) -> WorkflowHandle[Any, CampaignResult]:
+    """Start `campaign/bench` as `metalflow campaign start` does."""
+    request = CampaignInput(
+        name=NAME,
+        target=CampaignTarget(kind=TargetKind.REPROVISION),
+        selection=HostSelection(all=True),
+        canary=1,
+        limits=Limits(batch_size=args.batch_size, max_in_flight=args.max_in_flight, max_per_bmc=1),
+        budget=FailureBudget(max_percent=10.0),
+        requested_by="bench",
+        reason="bench_campaign",
+        host_policy=POLICY,
+    )
+    return await client.start_workflow(
+        "CampaignWorkflow",
+        request,
+        id=names.campaign_workflow_id(NAME),
+        task_queue=names.TASK_QUEUE,
+        result_type=CampaignResult,
+        static_summary=f"bench campaign: reprovision of all {args.hosts} hosts",
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(names.OPERATION, names.CAMPAIGN_OPERATION),
+                SearchAttributePair(names.CAMPAIGN, NAME),
+            ]
+        ),
+    )
+
+
+async def campaign_histories(client: Client) -> dict[str, int]:
+    """Events of every run of the campaign (each continue-as-new is a run of its own)."""
+    counts: dict[str, int] = {}
+    workflow_id = names.campaign_workflow_id(NAME)
+    async for execution in client.list_workflows(f'WorkflowId="{workflow_id}"'):
+        history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
+        counts[f"{workflow_id} run {execution.run_id}"] = len(history.events)
+    return counts
+
+
+async def watch_progress(handle: WorkflowHandle[Any, CampaignResult], pid: int, peak: list[float]) -> None:
+    """Every 30 s: the campaign's counts and the worker's peak memory so far, on stderr."""
+    while True:
+        await asyncio.sleep(30)
+        peak[0] = max(peak[0], rss_mb(pid))
+        try:
+            status: CampaignStatus = await handle.query(
+                STATUS_QUERY, result_type=CampaignStatus, rpc_timeout=None
+            )
+            say(
+                f"campaign: {status.phase}, done {status.done}, failed {status.failed}, in flight "
+                f"{len(status.in_flight)}, remaining {status.remaining}, run {status.runs}; "
+                f"worker peak {peak[0]:.0f} MB"
+            )
+        except Exception as err:  # noqa: BLE001 - progress is informative only
+            say(f"campaign status not available now ({type(err).__name__}); worker peak {peak[0]:.0f} MB")
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    state_dir = Path(tempfile.mkdtemp(prefix="metalflow-bench-campaign-"))
+    site = SiteOptions(hosts=args.hosts, dpus_per_host=1, timings="zero", initialised=True, port=free_port())
+    stack = DevStack(
+        DevStackConfig(state_dir=state_dir, port=free_port(), ui_port=free_port(), site=site), say=say
+    )
+    result: dict[str, Any] = {"hosts": args.hosts, "max_in_flight": args.max_in_flight, "finished": False}
+    try:
+        say(f"starting the dev stack in {state_dir} ({args.hosts} hosts x 1 DPU)")
+        await stack.start()
+        client = await stack.client()
+        worker = next(p for p in stack.processes if p.name == WORKER_NAME)
+        began = time.monotonic()
+        handle = await start_campaign(client, args)
+        say(f"campaign started: {args.hosts} hosts, {args.max_in_flight} in flight")
+        peak = [0.0]
+        progress = asyncio.ensure_future(watch_progress(handle, worker.pid, peak))
+        try:
+            outcome: CampaignResult = await asyncio.wait_for(handle.result(), args.limit)
+            result.update(
+                finished=True,
+                outcome=outcome.outcome,
+                done=outcome.done,
+                failed=len(outcome.failed),
+                runs=outcome.runs,
+            )
+        except TimeoutError:
+            say(f"the campaign had not ended after {args.limit:g} s: figures of the part that ran")
+            status: CampaignStatus = await handle.query(
+                STATUS_QUERY, result_type=CampaignStatus, rpc_timeout=None
+            )
+            result.update(
+                done=status.done, failed=status.failed, remaining=status.remaining, runs=status.runs
+            )
+        finally:
+            progress.cancel()
+        seconds = time.monotonic() - began
+        result["seconds"] = round(seconds, 1)
+        result["hosts_per_s"] = round(result["done"] / seconds, 3)
+        result["worker_peak_mb"] = round(max(peak[0], rss_mb(worker.pid)), 1)
+        histories = await campaign_histories(client)
+        finished = [
+            _host_of(execution.id)
+            async for execution in client.list_workflows(
+                f'{names.OPERATION.name}="reprovision" AND ExecutionStatus="Completed"',
+                limit=args.history_sample,
+            )
+        ]
+        for host_id in finished:
+            histories.update(await history_events(client, host_id))
+        longest = max(histories, key=lambda k: histories[k]) if histories else None
+        result["max_history_events"] = histories.get(longest) if longest else None
+        result["max_history_workflow"] = longest
+        result["campaign_runs_events"] = sorted(v for k, v in histories.items() if k.startswith("campaign/"))
+        result["hosts_sampled"] = len(finished)
+    finally:
+        await stack.stop()
+        if not args.keep:
+            shutil.rmtree(state_dir, ignore_errors=True)
+    return result
+
+
+def _host_of(workflow_id: str) -> str:
+    return workflow_id.rsplit("/", 1)[-1]  # reprovision/<host>
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--max-in-flight", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument(
+        "--history-sample", type=int, default=5, help="finished hosts whose histories are counted"
+    )
+    parser.add_argument("--limit", type=float, default=1500.0, help="seconds the campaign may take")
+    parser.add_argument("--keep", action="store_true", help="keep the state dir (logs, history)")
+    print(json.dumps(asyncio.run(run(parser.parse_args())), indent=2))
+
+
+if __name__ == "__main__":
+    main()
