@@ -395,3 +395,48 @@ async def test_credential_references_fail_without_revealing_values(tmp_path: Pat
     found = await resolver.resolve(CredentialRef(file=str(good)))
     assert (found.username, found.password) == ("admin", SECRET)
     assert SECRET not in repr(found)
+
+
+def with_session_service(bmc: FakeBMC, timeout_seconds: int) -> list[str]:
+    """Sessions (`with_sessions`) and a SessionService saying `SessionTimeout`."""
+    events = with_sessions(bmc)
+    root = bmc.routes[("GET", "/redfish/v1/")](httpx.Request("GET", "https://bmc/redfish/v1/")).json()
+    root["SessionService"] = {"@odata.id": "/redfish/v1/SessionService"}
+    bmc.routes[("GET", "/redfish/v1/")] = lambda r: httpx.Response(200, json=root)
+    bmc.routes[("GET", "/redfish/v1/SessionService")] = lambda r: httpx.Response(
+        200, json={"SessionTimeout": timeout_seconds}
+    )
+    return events
+
+
+def gets_of(bmc: FakeBMC, path_start: str) -> int:
+    return sum(1 for r in bmc.seen if r.method == "GET" and r.url.path.startswith(path_start))
+
+
+async def test_a_quick_session_never_reads_the_session_service() -> None:
+    bmc = FakeBMC()
+    events = with_session_service(bmc, timeout_seconds=3)
+    client = bmc.client(auth="session")
+    async with client.connect(ACCESS) as connection:
+        assert (await read_power(connection)).power_state == "On"
+    await client.aclose()
+    assert events == ["create", "delete"]
+    assert gets_of(bmc, "/redfish/v1/SessionService") == 0  # no request a quick cycle does not need
+
+
+async def test_a_long_wait_learns_the_session_timeout_and_keeps_the_session_alive() -> None:
+    bmc = FakeBMC()
+    events = with_session_service(bmc, timeout_seconds=3)  # a keep-alive at least every 1 s
+    client = bmc.client(auth="session")
+    async with client.connect(ACCESS) as connection:
+        await read_power(connection)
+        await connection.sleep(2.6)
+        assert (await read_power(connection)).power_state == "On"
+    await client.aclose()
+    assert events == ["create", "delete"]  # never expired, never logged in again
+    assert gets_of(bmc, "/redfish/v1/SessionService") >= 2  # read once, then touched
+    assert [
+        r.url.path
+        for r in bmc.seen
+        if r.url.path == "/redfish/v1/SessionService" and r.headers.get("X-Auth-Token") is None
+    ] == []  # every touch with the session
