@@ -156,8 +156,13 @@ class Chaos:
     async def kill_server(self) -> None:
         old = self._process(SERVER_NAME)
         say(f"SIGKILL the Temporal dev server (pid {old.pid}) and start it again on its database")
+        # Same gRPC port (every client holds it) but a UI port picked afresh: while the server was
+        # dead another process on the machine may have taken the old one (seen: the restart
+        # failed "can't set UI port ... address already in use" and the run was lost).
+        argv = list(old.argv)
+        argv[argv.index("--ui-port") + 1] = str(free_port())
         server = ManagedProcess(
-            name=SERVER_NAME, argv=old.argv, log_path=old.log_path, ready=old.ready, lifeline="wrapper"
+            name=SERVER_NAME, argv=argv, log_path=old.log_path, ready=old.ready, lifeline="wrapper"
         )
         await self._kill_and_restart(SERVER_NAME, server, SERVER_READY_TIMEOUT)
         self.server_kills += 1
