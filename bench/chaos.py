@@ -164,7 +164,9 @@ class Chaos:
         server = ManagedProcess(
             name=SERVER_NAME, argv=argv, log_path=old.log_path, ready=old.ready, lifeline="wrapper"
         )
-        await self._kill_and_restart(SERVER_NAME, server, SERVER_READY_TIMEOUT)
+        # A server restarted on its SQLite file recovers every open workflow first: on the shared
+        # machine that took past the dev stack's 90 s (the run then ended without figures).
+        await self._kill_and_restart(SERVER_NAME, server, 4 * SERVER_READY_TIMEOUT)
         self.server_kills += 1
 
     async def drop_watches(self) -> int:
