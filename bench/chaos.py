@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -160,7 +161,10 @@ class Chaos:
         # dead another process on the machine may have taken the old one (seen: the restart
         # failed "can't set UI port ... address already in use" and the run was lost).
         argv = list(old.argv)
-        argv[argv.index("--ui-port") + 1] = str(free_port())
+        ui_port = free_port()
+        argv[argv.index("--ui-port") + 1] = str(ui_port)
+        # The stack's readiness check reads the UI at the configured port: point it at the new one.
+        self.stack.config = dataclasses.replace(self.stack.config, ui_port=ui_port)
         server = ManagedProcess(
             name=SERVER_NAME, argv=argv, log_path=old.log_path, ready=old.ready, lifeline="wrapper"
         )
