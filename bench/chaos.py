@@ -301,13 +301,20 @@ async def collect(
     for host in hosts:
         log = httpx.get(f"{url}/sim/hosts/{host}/power-log", timeout=30).json()
         extra += max(0, sum(1 for e in log if e["to"] == "On") - asked.get(host, 0))
+    violations = httpx.get(f"{url}/sim/violations", timeout=30).json()
+    kinds: dict[str, int] = {}
+    for violation in violations:
+        kinds[violation["kind"]] = kinds.get(violation["kind"], 0) + 1
     return {
         "hosts": len(hosts),
         "ready": ready,
         "failed": failed,
         "failed_without_reason": without_reason,
         "extra_power_cycles": extra,
-        "violations": len(httpx.get(f"{url}/sim/violations", timeout=30).json()),
+        "violations": len(violations),
+        # bmc-session-expired is expected up to `sessions_held_by_killed_workers`: a SIGKILLed
+        # worker cannot log out; any other kind is a finding.
+        "violations_by_kind": kinds,
         "lost_workflows": lost,
     }
 
