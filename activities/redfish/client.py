@@ -14,12 +14,11 @@ Sessions: a BMC gets one session, created on the first request that needs it and
 every activity using that BMC at the time. It is deleted when the last of them finishes
 (`RedfishClient.connect` is a context manager) and, for safety, at `aclose`. A session the BMC
 forgot (401 on the token) is re-created once. Long waits (`BMCConnection.sleep`) touch the
-session when it has been idle for a third of the BMC's `SessionTimeout` (read once per BMC, on
-the first wait long enough to need it; at most `SESSION_KEEPALIVE_SECONDS`) so it does not
-expire idle (BMCs time sessions out after 60 s or less, and a ForceOff / 120 s wait / On cycle
-must not leak one). BMCs hold few sessions (often 4 to 16) and run out when clients leak them;
-a worker that is killed loses its session to the BMC's timeout, which is why no session
-outlives the activities using it.
+session when it has been idle for a third of the BMC's `SessionTimeout` (read once per
+session; at most `SESSION_KEEPALIVE_SECONDS`) so it does not expire idle (BMCs time sessions
+out after 60 s or less, and a ForceOff / 120 s wait / On cycle must not leak one). BMCs hold few
+sessions (often 4 to 16) and run out when clients leak them; a worker that is killed loses its
+session to the BMC's timeout, which is why no session outlives the activities using it.
 
 Load: at most `max_in_flight` requests per BMC are on the wire across the whole worker (sessions
 included); waits between polls hold no slot. Cost per BMC: a few small objects.
@@ -65,7 +64,6 @@ _SESSION_DELETE_ATTEMPTS = 3
 _SESSION_DELETE_PAUSE_SECONDS = 0.5
 # Touch an open session at least this often during a wait (BMC idle timeouts are often 60 s).
 SESSION_KEEPALIVE_SECONDS = 20.0
-_MIN_KEEPALIVE_SECONDS = 0.5  # however short the BMC's SessionTimeout
 _TLS_EXTENSION = "metalflow_tls"
 _MAX_REDIRECTS = 5
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -129,7 +127,6 @@ class _BMCState:
     unsupported_resets: set[str] = field(default_factory=set)  # advertised, but refused as permanent
     last_request: float = 0.0  # monotonic time of the last request (session keep-alive)
     keepalive_seconds: float = 20.0  # a third of the BMC's SessionTimeout, at most 20 s
-    keepalive_learned: bool = False  # SessionTimeout read (on the first wait that needs it)
 
 
 class RedfishClient:
@@ -457,7 +454,9 @@ class BMCConnection:
         if location is None:
             location = _odata_id(_maybe_json(response))
         log.debug("BMC %s: session opened (%s)", self.bmc_id, location)
-        return _Session(token, None if location is None else urljoin(url, location))
+        session = _Session(token, None if location is None else urljoin(url, location))
+        await self._learn_session_timeout(root, session)
+        return session
 
     async def _learn_session_timeout(self, root: dict[str, Any], session: _Session) -> None:
         """Keep-alive at a third of the BMC's own SessionTimeout (one GET per new session)."""
@@ -471,9 +470,7 @@ class BMCConnection:
             return
         timeout = (_maybe_json(response) or {}).get("SessionTimeout") if response.status_code == 200 else None
         if isinstance(timeout, int | float) and timeout > 0:
-            self._state.keepalive_seconds = min(
-                SESSION_KEEPALIVE_SECONDS, max(_MIN_KEEPALIVE_SECONDS, timeout / 3)
-            )
+            self._state.keepalive_seconds = min(SESSION_KEEPALIVE_SECONDS, max(0.5, timeout / 3))
 
     async def keep_session_alive(self) -> None:
         """Touch the open session (GET it) when it has been idle for `SESSION_KEEPALIVE_SECONDS`.
@@ -484,18 +481,7 @@ class BMCConnection:
         session = self._state.session
         if session is None or session.location is None:
             return
-        idle = time.monotonic() - self._state.last_request
-        if not self._state.keepalive_learned:
-            # The BMC's SessionTimeout is read on the first wait long enough for any keep-alive
-            # to be due (never before `_MIN_KEEPALIVE_SECONDS` idle), not at every login: a
-            # quick power cycle never waits that long and saves the GET (measured: ~10 Redfish
-            # requests per cycle). The read uses the session, so it touches it as well.
-            if idle < _MIN_KEEPALIVE_SECONDS:
-                return
-            self._state.keepalive_learned = True
-            await self._learn_session_timeout(await self.service_root(), session)
-            return
-        if idle < self._state.keepalive_seconds:
+        if time.monotonic() - self._state.last_request < self._state.keepalive_seconds:
             return
         try:
             await self._send(
