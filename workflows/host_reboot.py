@@ -21,10 +21,10 @@ During the power-down wait of ForceOff / wait / On the wait is cut and On sent a
 `power_cycle_host` the BMC is read (every `STOP_POLL_SECONDS`) until the host is seen Off, then
 the activity is cancelled (and awaited) and On sent; a cycle that ends first simply ends. A
 manual wait just ends. Still queued for the BMC's lease (nothing sent to the BMC), the queued
-place is given back and nothing is sent at all (`LEASE_QUEUE_STOP_PATCH`). Cancelled, the workflow completes with its result when the host was
-cycled (the canceller must know a reboot happened); aborted, it fails with `OperationAborted`
-whose details carry the generation reached when the host was cycled; a cancel that stopped it
-before the BMC was touched ends it cancelled.
+place is given back and nothing is sent at all (`LEASE_QUEUE_STOP_PATCH`). Cancelled, the
+workflow completes with its result when the host was cycled (the canceller must know a reboot
+happened); aborted, it fails with `OperationAborted` whose details carry the generation reached
+when the host was cycled; a cancel that stopped it before the BMC was touched ends it cancelled.
 
 The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py`,
 `METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
