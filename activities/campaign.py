@@ -8,8 +8,9 @@ any operator: busy, assigned (when the campaign skips assigned hosts) or awaitin
 
 A retried `request_campaign_hosts` attempt never asks a host twice: before asking, it reads the
 entity's status and reports an operation this campaign already asked for (current or recent) as
-started. Cost per host: one update (plus one query on a retried attempt); per sweep one query
-per in-flight host; selection reads the site file once (or lists the DPUNodes once).
+started. Cost per host: one update (plus one query on a retried attempt); per sweep one describe
+per in-flight host (plus a describe and a query of the entity once its operation ended);
+selection reads the site file once (or lists the DPUNodes once).
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -39,6 +47,7 @@ from metalflow.models.campaign import (
     HostRequestsInput,
     HostRequestsResult,
     HostSelection,
+    InFlight,
     SelectHostsInput,
     SelectHostsResult,
     SweepInput,
@@ -236,25 +245,59 @@ class CampaignActivities:
     # -- sweep and abort ----------------------------------------------------------------------------
     @activity.defn(name="sweep_campaign_hosts")
     async def sweep_campaign_hosts(self, request: SweepInput) -> SweepResult:
-        """Operations the entities no longer run: their outcome from the entity's recent records."""
+        """Operations that ended without the campaign hearing of it, with their outcome.
+
+        A running operation is read from its own workflow (one describe), so an operation whose
+        entity is gone (terminated, reset) is still seen to end; its outcome comes from the
+        entity's record when the entity runs, else from the operation's close. A request still
+        awaiting approval is read from the entity."""
         finished = []
         for flight in request.in_flight:
-            status = await self._status(flight.host.host_id)
-            if status is not None and status.current and status.current.workflow_id == flight.workflow_id:
-                continue
-            outcome = "failed: the host's entity has no record of the operation"
-            if status is not None:
-                for record in reversed(status.recent):
-                    if record.workflow_id == flight.workflow_id and (
-                        record.requested_at is None or record.requested_at >= flight.started_at
-                        or record.finished_at is None or record.finished_at >= flight.started_at
-                    ):  # fmt: skip
-                        outcome = record.outcome
-                        break
-            finished.append(
-                HostFinished(host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome)
-            )
+            if flight.awaiting_approval or not flight.workflow_id:
+                outcome = await self._approval_outcome(flight)
+            else:
+                outcome = await self._operation_outcome(flight)
+            if outcome is not None:
+                finished.append(
+                    HostFinished(host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome)
+                )
         return SweepResult(finished=tuple(finished))
+
+    async def _approval_outcome(self, flight: InFlight) -> str | None:
+        if not await self._entity_runs(flight.host.host_id):
+            return "expired: the host's entity ended before the approval"
+        status = await self._status(flight.host.host_id)
+        if status is not None and status.current and status.current.workflow_id == flight.workflow_id:
+            if status.current.outcome != "awaiting-approval":
+                flight = flight.model_copy(update={"awaiting_approval": False})  # approved meanwhile
+                return await self._operation_outcome(flight)
+            return None
+        return _recorded(status, flight) or "failed: the host's entity has no record of the operation"
+
+    async def _operation_outcome(self, flight: InFlight) -> str | None:
+        handle = self.temporal.get_workflow_handle(flight.workflow_id)
+        try:
+            described = await handle.describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return "failed: the operation's workflow does not exist"
+        if described.status == WorkflowExecutionStatus.RUNNING:
+            return None
+        if await self._entity_runs(flight.host.host_id):
+            recorded = _recorded(await self._status(flight.host.host_id), flight)
+            if recorded is not None:
+                return recorded
+        return await _closed_outcome(handle, described.status)
+
+    async def _entity_runs(self, host_id: str) -> bool:
+        try:
+            described = await self.temporal.get_workflow_handle(names.host_workflow_id(host_id)).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return described.status == WorkflowExecutionStatus.RUNNING
 
     @activity.defn(name="abort_campaign_hosts")
     async def abort_campaign_hosts(self, request: AbortHostsInput) -> None:
@@ -266,6 +309,35 @@ class CampaignActivities:
                 await handle.execute_update(ABORT_UPDATE, body)
             except (WorkflowUpdateFailedError, RPCError) as err:
                 activity.logger.info("abort of %s not sent: %s", workflow_id, err)
+
+
+def _recorded(status: HostStatus | None, flight: InFlight) -> str | None:
+    """The outcome the entity recorded for this flight's operation (not an older one of that id)."""
+    for record in reversed(status.recent if status is not None else ()):
+        if record.workflow_id == flight.workflow_id and (
+            record.requested_at is None or record.requested_at >= flight.started_at
+            or record.finished_at is None or record.finished_at >= flight.started_at
+        ):  # fmt: skip
+            return record.outcome
+    return None
+
+
+async def _closed_outcome(handle: WorkflowHandle[Any, Any], status: WorkflowExecutionStatus | None) -> str:
+    """An operation's outcome from its closed workflow, in the entity's words."""
+    if status == WorkflowExecutionStatus.COMPLETED:
+        return "completed"
+    if status == WorkflowExecutionStatus.CANCELED:
+        return "aborted"
+    if status == WorkflowExecutionStatus.TERMINATED:
+        return "terminated"
+    try:
+        await handle.result(follow_runs=False)
+    except WorkflowFailureError as err:
+        cause: BaseException = err
+        while getattr(cause, "cause", None) is not None:
+            cause = cause.cause  # type: ignore[attr-defined]
+        return f"failed: {cause}"
+    return f"failed: the operation closed as {status.name if status else 'unknown'}"
 
 
 def _runs(dpu: dict[str, Any], field: str, value: str) -> bool:
