@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -26,16 +26,20 @@ with workflow.unsafe.imports_passed_through():
     import pytest
     from campaign_support import OPERATION_MINUTES, campaign_worker, write_site
     from conftest import time_skipping_server
+    from sim_support import RunningSim, running_sim
     from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
     from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
     from temporalio.testing import WorkflowEnvironment
+    from test_firmware_support import site_file_with_prefix
 
     from metalflow import names
     from metalflow.models.campaign import (
+        ABORT_UPDATE,
         RETRY_FAILED_UPDATE,
         SKIP_HOST_UPDATE,
         STATUS_QUERY,
+        AbortRequest,
         CampaignAnswer,
         CampaignInput,
         CampaignPolicy,
@@ -61,6 +65,8 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
     )
     from metalflow.models.host import STATUS_QUERY as HOST_STATUS_QUERY
+    from metalflow.settings import Settings
+    from metalflow.worker import build_worker
 
 pytestmark = pytest.mark.slow
 
@@ -341,3 +347,70 @@ async def _refused(handle: WorkflowHandle[object, CampaignResult], update: str, 
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await handle.execute_update(update, body, result_type=CampaignAnswer)
     return str(refused.value.cause)
+
+
+ABORT_PREFIX = f"cab{uuid.uuid4().hex[:4]}"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    """The simulated site for the end-to-end test: 7 hosts; the 2nd and 7th have `no-powercycle`
+    BMCs (a cycle is ForceOff, the power-down wait, On), so a long wait holds them Off."""
+    state = tmp_path_factory.mktemp("sim")
+    site = site_file_with_prefix(state / "in", ABORT_PREFIX, hosts=7, dpus_per_host=1)
+    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+        yield running
+
+
+async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them_whole(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """End to end: two hosts held Off in their reprovision's power-down wait (an hour) when the
+    campaign is aborted with `cancel_running`; both come back On at once, cycled once, their
+    entities idle; the third host is never touched."""
+    client = local_env.client
+    held = [f"{ABORT_PREFIX}-002", f"{ABORT_PREFIX}-007"]
+    untouched = f"{ABORT_PREFIX}-001"
+    request = _input(
+        [*held, untouched],
+        limits=Limits(batch_size=3, max_in_flight=2),
+        host_policy=OperationPolicy(power_down_wait_seconds=3600, max_dpu_error_reprovisions=0),
+    )
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(client, task_queue, settings):
+        handle = await _start(client, task_queue, request)
+        for _ in range(1200):  # both hosts Off, in the middle of their power cycle
+            if all(_offs(sim, h) == 1 for h in held):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError(f"the hosts never went Off: {[sim.power_log(h) for h in held]}")
+        answer = await handle.execute_update(
+            ABORT_UPDATE,
+            AbortRequest(requested_by="test", reason="bad BFB", cancel_running=True),
+            result_type=CampaignAnswer,
+        )
+        assert answer.message == "aborting: no new host starts; 2 in flight, aborting them"
+        result = await handle.result()
+        entities = {h: await _entity(client, h) for h in held}
+        phases = {}
+        for host in held:
+            described = await client.get_workflow_handle(names.host_workflow_id(host)).describe()
+            phases[host] = described.typed_search_attributes.get(names.PHASE)
+    assert result.outcome == "aborted" and result.done == 0
+    assert sorted(f.host.host_id for f in result.failed) == sorted(held)
+    assert all("abort" in f.reason.lower() for f in result.failed), result.failed
+    assert [(s.host.host_id, s.reason) for s in result.skipped] == [(untouched, "not started: aborted")]
+    for host in held:  # back On, cycled once: one Off, one On, never a second cycle
+        assert [e["to"] for e in sim.power_log(host)] == ["Off", "On"], sim.power_log(host)
+        assert entities[host].current is None and phases[host] == "idle"
+        assert [r.outcome.split(":")[0] for r in entities[host].recent] == ["failed"]
+    assert sim.power_log(untouched) == []
+    with pytest.raises(RPCError) as never:
+        await _entity(client, untouched)
+    assert never.value.status == RPCStatusCode.NOT_FOUND
+    assert sim.violations() == []
+
+
+def _offs(sim: RunningSim, host: str) -> int:
+    return sum(1 for entry in sim.power_log(host) if entry.get("to") == "Off")
