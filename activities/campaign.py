@@ -33,9 +33,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.dpf.kube import DPU, DPUNODE, Kube
+from activities.heartbeat import heartbeating
 from activities.inventory import Inventory
+from activities.redfish.client import RedfishClient
+from activities.redfish.firmware import read_versions
 from metalflow import names
-from metalflow.errors import InvalidInput
+from metalflow.errors import InvalidInput, MetalflowError
 from metalflow.models.campaign import (
     AbortHostsInput,
     CampaignHost,
@@ -68,9 +71,11 @@ from metalflow.models.host import (
     OperatorRequest,
 )
 from metalflow.models.inventory import HostInventory
+from metalflow.models.redfish import ReadFirmwareInput
 
 UPDATE_TIMEOUT = timedelta(seconds=60)
 PARALLEL_REQUESTS = 20  # updates in flight at once from one activity
+NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads
 BUSY, ASSIGNED = "HostBusy", "InstanceConflict"  # the entity's error types (workflows/host.py)
 
 
@@ -93,12 +98,15 @@ def campaign_host(host: HostInventory) -> CampaignHost:
 
 
 class CampaignActivities:
-    """Holds the worker's inventory, Kubernetes client and Temporal client."""
+    """Holds the worker's inventory, Kubernetes, Temporal and Redfish clients."""
 
-    def __init__(self, inventory: Inventory, kube: Kube, temporal: Client) -> None:
+    def __init__(
+        self, inventory: Inventory, kube: Kube, temporal: Client, redfish: RedfishClient | None = None
+    ) -> None:
         self.inventory = inventory
         self.kube = kube
         self.temporal = temporal
+        self.redfish = redfish  # the worker's one client: firmware campaigns read DPU versions
 
     # -- selection ----------------------------------------------------------------------------------
     async def _all_hosts(self) -> list[HostInventory]:
@@ -145,8 +153,12 @@ class CampaignActivities:
     # -- at target ----------------------------------------------------------------------------------
     @activity.defn(name="check_campaign_hosts")
     async def check_campaign_hosts(self, request: CheckHostsInput) -> CheckHostsResult:
-        """Hosts whose every DPU already runs the target BFB or flavor and is not Outdated."""
+        """Hosts already at the target: every DPU runs the target BFB or flavor and is not
+        Outdated (DPF), or every DPU's own BMC reports the target firmware running (Redfish).
+        A reprovision has no such state: none is at target."""
         target = request.target
+        if target.kind == TargetKind.FIRMWARE:
+            return await self._firmware_at_target(request)
         field = {TargetKind.BFB: "bfb", TargetKind.FLAVOR: "dpuFlavor"}.get(target.kind)
         if field is None:
             return CheckHostsResult(at_target=())
@@ -160,6 +172,42 @@ class CampaignActivities:
             if dpus and all(_runs(dpu, field, target.value) for dpu in dpus):
                 done.append(host_id)
         return CheckHostsResult(at_target=tuple(done))
+
+    async def _firmware_at_target(self, request: CheckHostsInput) -> CheckHostsResult:
+        """Read each DPU's running firmware from its BMC (at most PARALLEL_REQUESTS hosts at once;
+        the Redfish client's cap per BMC holds). A host whose BMC cannot say is not at target: its
+        firmware operation runs and reports the BMC's words."""
+        redfish = self.redfish
+        if redfish is None:
+            raise ApplicationError(
+                "no Redfish client: this worker cannot read DPU firmware", non_retryable=True
+            )
+        gate = asyncio.Semaphore(PARALLEL_REQUESTS)
+
+        async def runs_target(host_id: str) -> bool:
+            async with gate:
+                host = await self.inventory.resolve(host_id)
+                bmcs = [d.bmc for d in host.dpus if d.bmc is not None]
+                if not host.dpus or len(bmcs) != len(host.dpus):
+                    return False
+                try:
+                    for access in bmcs:
+                        async with redfish.connect(access, on_wait=activity.heartbeat) as bmc:
+                            versions = await read_versions(
+                                bmc, ReadFirmwareInput.model_fields["component"].default
+                            )
+                        if versions.running != request.target.value:
+                            return False
+                except MetalflowError as err:
+                    activity.logger.info("firmware of %s unknown, not at target: %s", host_id, err)
+                    return False
+                return True
+
+        async with heartbeating():
+            found = await asyncio.gather(*(runs_target(h) for h in request.host_ids))
+        return CheckHostsResult(
+            at_target=tuple(h for h, ok in zip(request.host_ids, found, strict=True) if ok)
+        )
 
     # -- requests -----------------------------------------------------------------------------------
     @activity.defn(name="request_campaign_hosts")

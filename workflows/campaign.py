@@ -11,7 +11,8 @@ The runbook, top to bottom in `run`:
 3. Then batches of `batch_size`, a soak time between batches; within a batch, hosts start under
    `max_in_flight`, `max_per_group` and `max_per_bmc`, and only inside a maintenance window
    (running ones finish when it closes). Before starting, hosts already at the target
-   (`check_campaign_hosts`) are counted done without being touched.
+   (`check_campaign_hosts`: DPUs at the BFB or flavor in DPF, or every DPU's BMC running the
+   firmware) are counted done without being touched; a reprovision has no such state.
 4. Each host is asked of its entity `host/<id>` (`request_campaign_hosts`, an update-with-start),
    never around it: the one-owner rule and approvals hold. A busy host is asked again after
    `busy_retry_seconds` (the entity refuses a second operation, so it is never doubled); an
@@ -85,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FAILURES_SHOWN: Final = 200
+FIRMWARE_AT_TARGET_PATCH: Final = "campaign-firmware-at-target"
 REQUESTS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),
     "retry_policy": common.QUICK_RETRY,
@@ -209,14 +211,18 @@ class CampaignWorkflow(CampaignControl):
         return bool(at_target)
 
     async def _at_target(self, hosts: list[CampaignHost]) -> set[str]:
-        if self._input.target.kind in (TargetKind.REPROVISION, TargetKind.FIRMWARE):
-            return set()  # a reprovision is never done before; firmware: the firmware workflow checks
+        kind = self._input.target.kind
+        if kind == TargetKind.REPROVISION:
+            return set()  # a reprovision is never done before
+        # Firmware: each DPU's BMC says what runs. Campaigns started before the patch left that to
+        # the firmware workflow (which ends at once, no reboot, but through the host's entity).
+        if kind == TargetKind.FIRMWARE and not workflow.patched(FIRMWARE_AT_TARGET_PATCH):
+            return set()
+        preset = common.BMC_READ if kind == TargetKind.FIRMWARE else common.KUBE_READ
         checked = await workflow.execute_activity(
             activity_api.check_campaign_hosts,
             CheckHostsInput(target=self._input.target, host_ids=tuple(h.host_id for h in hosts)),
-            **common.options(
-                common.KUBE_READ, f"check {len(hosts)} hosts against {self._input.target.describe()}"
-            ),
+            **common.options(preset, f"check {len(hosts)} hosts against {self._input.target.describe()}"),
         )
         return set(checked.at_target)
 
