@@ -75,6 +75,7 @@ from metalflow.models.redfish import ReadFirmwareInput
 
 UPDATE_TIMEOUT = timedelta(seconds=60)
 PARALLEL_REQUESTS = 20  # updates in flight at once from one activity
+ABORT_GRACE_SECONDS = 3.0  # after an abort, how long the asks under way may still answer
 NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads
 BUSY, ASSIGNED = "HostBusy", "InstanceConflict"  # the entity's error types (workflows/host.py)
 
@@ -212,17 +213,46 @@ class CampaignActivities:
     # -- requests -----------------------------------------------------------------------------------
     @activity.defn(name="request_campaign_hosts")
     async def request_campaign_hosts(self, request: HostRequestsInput) -> HostRequestsResult:
-        """Ask every host's entity (at most PARALLEL_REQUESTS at once); one outcome per host."""
+        """Ask every host's entity (at most PARALLEL_REQUESTS at once); one outcome per host.
+
+        Cancelled (the campaign is aborting), it asks no further host (`not-asked`), gives the
+        asks under way ABORT_GRACE_SECONDS to answer, and returns: an ask still unanswered then
+        (an entity nobody serves holds it up to UPDATE_TIMEOUT) is `unanswered`, which the
+        campaign reports by name, since its entity may still take it later."""
         retried = activity.info().attempt > 1
         gate = asyncio.Semaphore(PARALLEL_REQUESTS)
+        stop = asyncio.Event()
 
         async def ask(one: HostRequestInput) -> HostRequestOutcome:
             async with gate:
+                if stop.is_set():
+                    return HostRequestOutcome(host_id=one.host_id, outcome="not-asked")
                 if retried and (earlier := await self._asked_before(one)) is not None:
                     return earlier
                 return await self._ask(one)
 
-        outcomes = await asyncio.gather(*(ask(one) for one in request.requests))
+        asks = [asyncio.ensure_future(ask(one)) for one in request.requests]
+        late: set[asyncio.Future[HostRequestOutcome]] = set()
+        try:
+            async with heartbeating():  # the campaign's cancel arrives with a heartbeat's answer
+                await asyncio.shield(asyncio.gather(*asks))
+        except asyncio.CancelledError:
+            stop.set()
+            _, pending = await asyncio.wait(asks, timeout=ABORT_GRACE_SECONDS)
+            late = set(pending)
+            for task in late:
+                task.cancel()  # the client raises its own "update timed out or cancelled" then
+            await asyncio.gather(*asks, return_exceptions=True)
+        outcomes = [
+            task.result()
+            if task not in late
+            else HostRequestOutcome(
+                host_id=one.host_id,
+                outcome="unanswered",
+                message=f"its entity did not answer within {ABORT_GRACE_SECONDS:g} s of the abort",
+            )
+            for one, task in zip(request.requests, asks, strict=True)
+        ]
         return HostRequestsResult(outcomes=tuple(outcomes))
 
     async def _ask(self, one: HostRequestInput) -> HostRequestOutcome:

@@ -77,6 +77,7 @@ HOSTS = {
     "retry": [f"{PREFIX}-ok-r0", f"{PREFIX}-flaky-r1", f"{PREFIX}-flaky-r2", f"{PREFIX}-ok-r3"],
     "skip": [f"{PREFIX}-ok-s{i}" for i in range(4)],
     "sweep": [f"{PREFIX}-ok-w{i}" for i in range(2)],  # on the dev server
+    "prompt": [f"{PREFIX}-ok-p{i}" for i in range(3)],  # on the dev server
 }
 
 
@@ -282,19 +283,30 @@ async def test_skip_host_leaves_a_waiting_host_out_and_refuses_a_running_one(
 
 @workflow.defn(name="HostOperationWorkflow")
 class GatedOperation:
-    """Runs until signalled `finish` (for the dev server, whose clock is real)."""
+    """Runs until signalled `finish` or aborted (for the dev server, whose clock is real)."""
 
     def __init__(self) -> None:
         self._finish = False
+        self._aborted_by = ""
 
     @workflow.run
     async def run(self, request: HostOperationInput) -> dict[str, object]:
         await workflow.wait_condition(lambda: self._finish)
+        if self._aborted_by:
+            raise ApplicationError(
+                f"aborted by {self._aborted_by}", type="OperationAborted", non_retryable=True
+            )
         return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
 
     @workflow.signal
     def finish(self) -> None:
         self._finish = True
+
+    @workflow.update(name="abort")
+    def abort(self, request: OperatorRequest) -> OperationAnswer:
+        self._aborted_by = request.requested_by
+        self._finish = True
+        return OperationAnswer(accepted=True, message="aborting")
 
 
 async def test_the_sweep_finds_an_operation_whose_end_was_never_signalled(
@@ -414,3 +426,57 @@ async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them
 
 def _offs(sim: RunningSim, host: str) -> int:
     return sum(1 for entry in sim.power_log(host) if entry.get("to") == "Off")
+
+
+async def test_abort_answers_at_once_while_an_entity_holds_the_request(
+    local_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """One host's entity runs on a task queue nobody serves (a worker fleet half down), so the
+    campaign's request to it hangs (up to a minute a try, retried for 5 minutes). An abort with
+    `cancel_running` cancels that request: the two hosts that answered are aborted, the silent one
+    is reported by name, and the campaign ends without waiting the request out."""
+    client = local_env.client
+    silent, *answering = HOSTS["prompt"]
+    await client.start_workflow(
+        "HostWorkflow",
+        HostWorkflowInput(host_id=silent),
+        id=names.host_workflow_id(silent),
+        task_queue=f"nobody-serves-{uuid.uuid4()}",
+    )
+    task_queue = f"test-campaign-prompt-{uuid.uuid4()}"
+    request = _input([silent, *answering], limits=Limits(batch_size=3, max_in_flight=3))
+    try:
+        async with campaign_worker(
+            client, task_queue, write_site(tmp_path, HOSTS["prompt"]), [GatedOperation]
+        ):
+            handle = await _start(client, task_queue, request)
+            for _ in range(600):  # the two served hosts' operations run
+                described = [await _described(client, h) for h in answering]
+                if all(d is not None for d in described):
+                    break
+                await asyncio.sleep(0.1)
+            answer = await handle.execute_update(
+                ABORT_UPDATE,
+                AbortRequest(requested_by="test", cancel_running=True),
+                result_type=CampaignAnswer,
+            )
+            assert answer.message.startswith("aborting: no new host starts")
+            result = await handle.result()
+    finally:
+        await client.get_workflow_handle(names.host_workflow_id(silent)).terminate("test over")
+    assert result.outcome == "aborted" and result.done == 0
+    assert sorted(f.host.host_id for f in result.failed) == sorted(answering)
+    assert all("aborted by" in f.reason for f in result.failed), result.failed
+    [(host, reason)] = [(s.host.host_id, s.reason) for s in result.skipped]
+    assert host == silent and reason.startswith("asked, but no answer before the abort"), reason
+    history = await handle.fetch_history()
+    assert any(e.HasField("activity_task_cancel_requested_event_attributes") for e in history.events)
+    tries = [e for e in history.events if e.HasField("activity_task_started_event_attributes")]
+    assert all(e.activity_task_started_event_attributes.attempt == 1 for e in tries), "not waited out"
+
+
+async def _described(client: Client, host: str) -> object | None:
+    try:
+        return await client.get_workflow_handle(names.reprovision_workflow_id(host)).describe()
+    except RPCError:
+        return None
