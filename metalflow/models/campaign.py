@@ -328,7 +328,8 @@ class HostRequestsInput(_Frozen):
 
 class HostRequestOutcome(_Frozen):
     host_id: str
-    outcome: Literal["started", "awaiting-approval", "busy", "assigned", "refused"]
+    # not-asked / unanswered: the campaign aborted while the request was out (its prompt-abort patch)
+    outcome: Literal["started", "awaiting-approval", "busy", "assigned", "refused", "not-asked", "unanswered"]
     workflow_id: str = ""
     message: str = ""
 
