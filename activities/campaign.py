@@ -22,6 +22,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import (
     Client,
+    RPCTimeoutOrCancelledError,
     WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowFailureError,
@@ -75,6 +76,7 @@ from metalflow.models.redfish import ReadFirmwareInput
 
 UPDATE_TIMEOUT = timedelta(seconds=60)
 PARALLEL_REQUESTS = 20  # updates in flight at once from one activity
+STATUS_TIMEOUT = timedelta(seconds=10)  # the entity's status, read after an ask went unanswered
 ABORT_GRACE_SECONDS = 3.0  # after an abort, how long the asks under way may still answer
 NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads
 BUSY, ASSIGNED = "HostBusy", "InstanceConflict"  # the entity's error types (workflows/host.py)
@@ -229,7 +231,17 @@ class CampaignActivities:
                     return HostRequestOutcome(host_id=one.host_id, outcome="not-asked")
                 if retried and (earlier := await self._asked_before(one)) is not None:
                     return earlier
-                return await self._ask(one)
+                try:
+                    return await self._ask(one)
+                except (RPCTimeoutOrCancelledError, RPCError) as err:
+                    timed_out = isinstance(err, RPCTimeoutOrCancelledError) or (
+                        err.status == RPCStatusCode.DEADLINE_EXCEEDED
+                    )
+                    if stop.is_set() or not timed_out:
+                        raise
+                    # One entity that does not answer (its workers down) puts off that host only;
+                    # failing the activity would ask every host of the round again.
+                    return await self._unanswered(one)
 
         asks = [asyncio.ensure_future(ask(one)) for one in request.requests]
         late: set[asyncio.Future[HostRequestOutcome]] = set()
@@ -286,12 +298,43 @@ class CampaignActivities:
             kind = cause.type if isinstance(cause, ApplicationError) else None
             message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
             outcome = {BUSY: "busy", ASSIGNED: "assigned"}.get(kind or "", "refused")
+            if outcome == "busy" and (ours := await self._in_flight_for(one)) is not None:
+                return ours  # busy with this campaign's own request (an earlier unanswered ask)
             return HostRequestOutcome(host_id=one.host_id, outcome=outcome, message=message)
         return HostRequestOutcome(
             host_id=one.host_id,
             outcome="awaiting-approval" if answer.awaiting_approval else "started",
             workflow_id=answer.workflow_id,
             message=answer.message,
+        )
+
+    async def _unanswered(self, one: HostRequestInput) -> HostRequestOutcome:
+        """An ask whose entity did not answer within UPDATE_TIMEOUT: taken after all (then it is
+        this campaign's operation in flight), else `busy`, so the campaign asks again later."""
+        try:
+            ours = await self._in_flight_for(one)
+        except (RPCError, RPCTimeoutOrCancelledError):  # it does not answer queries either
+            ours = None
+        if ours is not None:
+            return ours
+        return HostRequestOutcome(
+            host_id=one.host_id,
+            outcome="busy",
+            message=f"its entity did not answer within {UPDATE_TIMEOUT.total_seconds():g} s "
+            "(no worker serving it?): asked again later",
+        )
+
+    async def _in_flight_for(self, one: HostRequestInput) -> HostRequestOutcome | None:
+        """The entity's operation in flight when this campaign asked for it (its requester)."""
+        status = await self._status(one.host_id, rpc_timeout=STATUS_TIMEOUT)
+        current = status.current if status is not None else None
+        if current is None or current.requested_by != one.requested_by:
+            return None
+        return HostRequestOutcome(
+            host_id=one.host_id,
+            outcome="awaiting-approval" if current.outcome == "awaiting-approval" else "started",
+            workflow_id=current.workflow_id,
+            message="asked earlier: its entity took the request",
         )
 
     async def _asked_before(self, one: HostRequestInput) -> HostRequestOutcome | None:
@@ -310,10 +353,12 @@ class CampaignActivities:
                 )
         return None
 
-    async def _status(self, host_id: str) -> HostStatus | None:
+    async def _status(self, host_id: str, rpc_timeout: timedelta | None = None) -> HostStatus | None:
         handle = self.temporal.get_workflow_handle(names.host_workflow_id(host_id))
         try:
-            status: HostStatus = await handle.query(STATUS_QUERY, result_type=HostStatus)
+            status: HostStatus = await handle.query(
+                STATUS_QUERY, result_type=HostStatus, rpc_timeout=rpc_timeout
+            )
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 return None

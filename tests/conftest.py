@@ -9,6 +9,7 @@ leaves none behind.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from metalflow import names
 from metalflow.binaries import MissingBinaryError, temporal_cli, temporal_test_server
@@ -32,6 +34,20 @@ from metalflow.models.inventory import DPF_NAMESPACE
 # several pytest workers and other users) a start missed that, and as a session fixture the miss
 # errored every later test of its xdist worker (46 errors in one run): wait as long as it takes.
 SERVER_STARTUP_TIMEOUT = timedelta(seconds=120)
+
+
+# Temporal's sandbox imports a workflow's module afresh for every run, on the worker's threads.
+# For a workflow defined in a test module, that import goes through pytest's assertion rewriting
+# (`ast.parse`, then `compile` of the tree), and CPython 3.11 keeps the AST conversion's recursion
+# depth per interpreter, not per thread: two conversions at once (two runs starting together, or
+# one beside the main thread's) corrupt it, failing workflow tasks and, at the end of the session,
+# pytest itself ("SystemError: AST constructor recursion depth mismatch"). The tests' own modules
+# hold no state a run could leak to the next, so the sandbox takes them as they are, imported once.
+# The same race hits a module rewritten while another thread formats a traceback (3.11's traceback
+# module parses the failing line with `ast.parse` to place its carets): hypothesis's pytest plugin
+# imports (and so rewrites) `hypothesis` at the session's end unless it is imported here, first.
+SandboxRestrictions.passthrough_modules_default.update(p.stem for p in Path(__file__).parent.glob("*.py"))
+importlib.import_module("hypothesis.internal.observability")
 
 
 @pytest.fixture(scope="session")

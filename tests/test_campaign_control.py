@@ -33,6 +33,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.testing import WorkflowEnvironment
     from test_firmware_support import site_file_with_prefix
 
+    import activities.campaign as campaign_activities
     from metalflow import names
     from metalflow.models.campaign import (
         ABORT_UPDATE,
@@ -78,6 +79,7 @@ HOSTS = {
     "skip": [f"{PREFIX}-ok-s{i}" for i in range(4)],
     "sweep": [f"{PREFIX}-ok-w{i}" for i in range(2)],  # on the dev server
     "prompt": [f"{PREFIX}-ok-p{i}" for i in range(3)],  # on the dev server
+    "silent": [f"{PREFIX}-ok-u{i}" for i in range(3)],  # on the dev server
 }
 
 
@@ -473,6 +475,55 @@ async def test_abort_answers_at_once_while_an_entity_holds_the_request(
     assert any(e.HasField("activity_task_cancel_requested_event_attributes") for e in history.events)
     tries = [e for e in history.events if e.HasField("activity_task_started_event_attributes")]
     assert all(e.activity_task_started_event_attributes.attempt == 1 for e in tries), "not waited out"
+
+
+async def test_an_entity_that_does_not_answer_puts_off_its_host_only(
+    local_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One host's entity runs on a task queue nobody serves, so its request times out. Before,
+    that failed the whole request activity, which asked every host of the round again, attempt
+    after attempt, while the two hosts that answered were not counted in flight. Now the silent
+    host alone is put off (asked again after `busy_retry_seconds`) and the round succeeds."""
+    monkeypatch.setattr(campaign_activities, "UPDATE_TIMEOUT", timedelta(seconds=2))
+    client = local_env.client
+    silent, *answering = HOSTS["silent"]
+    await client.start_workflow(
+        "HostWorkflow",
+        HostWorkflowInput(host_id=silent),
+        id=names.host_workflow_id(silent),
+        task_queue=f"nobody-serves-{uuid.uuid4()}",
+    )
+    task_queue = f"test-campaign-silent-{uuid.uuid4()}"
+    request = _input([silent, *answering], limits=Limits(batch_size=3, max_in_flight=3))
+    try:
+        async with campaign_worker(
+            client, task_queue, write_site(tmp_path, HOSTS["silent"]), [GatedOperation]
+        ):
+            handle = await _start(client, task_queue, request)
+            status = await _status(handle)
+            for _ in range(600):
+                if sorted(status.in_flight) == sorted(answering) and status.deferred == (silent,):
+                    break
+                await asyncio.sleep(0.1)
+                status = await _status(handle)
+            assert sorted(status.in_flight) == sorted(answering), status
+            assert status.deferred == (silent,) and status.failed == 0, status
+            history = await handle.fetch_history()
+            asks = [
+                e.activity_task_started_event_attributes.attempt
+                for e in history.events
+                if e.HasField("activity_task_started_event_attributes")
+            ]
+            assert asks and all(attempt == 1 for attempt in asks), f"asked again: attempts {asks}"
+            await handle.execute_update(
+                ABORT_UPDATE,
+                AbortRequest(requested_by="test", cancel_running=True),
+                result_type=CampaignAnswer,
+            )
+            result = await handle.result()
+    finally:
+        await client.get_workflow_handle(names.host_workflow_id(silent)).terminate("test over")
+    assert result.outcome == "aborted"
 
 
 async def _described(client: Client, host: str) -> object | None:
