@@ -8,8 +8,9 @@ any operator: busy, assigned (when the campaign skips assigned hosts) or awaitin
 
 A retried `request_campaign_hosts` attempt never asks a host twice: before asking, it reads the
 entity's status and reports an operation this campaign already asked for (current or recent) as
-started. Cost per host: one update (plus one query on a retried attempt); per sweep one query
-per in-flight host; selection reads the site file once (or lists the DPUNodes once).
+started. Cost per host: one update (plus one query on a retried attempt); per sweep two queries
+per in-flight host (its entity, then its operation's phase: one waiting for an operator is
+reported); selection reads the site file once (or lists the DPUNodes once).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
@@ -33,6 +39,7 @@ from metalflow.models.campaign import (
     CampaignHost,
     CheckHostsInput,
     CheckHostsResult,
+    Failure,
     HostFinished,
     HostRequestInput,
     HostRequestOutcome,
@@ -48,6 +55,7 @@ from metalflow.models.campaign import (
 from metalflow.models.dpf import DPUNODE_NAME_LABEL, HOST_ID_LABEL
 from metalflow.models.host import (
     ABORT_UPDATE,
+    MANUAL_INTERVENTION_REQUIRED,
     REQUEST_FIRMWARE_UPDATE,
     REQUEST_REPROVISION_UPDATE,
     STATUS_QUERY,
@@ -236,11 +244,14 @@ class CampaignActivities:
     # -- sweep and abort ----------------------------------------------------------------------------
     @activity.defn(name="sweep_campaign_hosts")
     async def sweep_campaign_hosts(self, request: SweepInput) -> SweepResult:
-        """Operations the entities no longer run: their outcome from the entity's recent records."""
-        finished = []
+        """Operations the entities no longer run (their outcome from the entity's recent records),
+        and running ones that wait for an operator (Phase `manual-intervention-required`)."""
+        finished, needs_operator = [], []
         for flight in request.in_flight:
             status = await self._status(flight.host.host_id)
             if status is not None and status.current and status.current.workflow_id == flight.workflow_id:
+                if not flight.awaiting_approval and (why := await self._operator_needed(flight.workflow_id)):
+                    needs_operator.append(Failure(host=flight.host, reason=f"needs an operator: {why}"))
                 continue
             outcome = "failed: the host's entity has no record of the operation"
             if status is not None:
@@ -254,7 +265,20 @@ class CampaignActivities:
             finished.append(
                 HostFinished(host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome)
             )
-        return SweepResult(finished=tuple(finished))
+        return SweepResult(finished=tuple(finished), needs_operator=tuple(needs_operator))
+
+    async def _operator_needed(self, workflow_id: str) -> str | None:
+        """Why the operation waits for an operator, or None when it does not (or cannot be read:
+        the next sweep asks again). Every host operation answers `status` with `phase` and
+        `manual_intervention_reason`."""
+        try:
+            status = await self.temporal.get_workflow_handle(workflow_id).query(STATUS_QUERY)
+        except (RPCError, WorkflowQueryFailedError) as err:
+            activity.logger.info("status of %s not read: %s", workflow_id, err)
+            return None
+        if not isinstance(status, dict) or status.get("phase") != MANUAL_INTERVENTION_REQUIRED:
+            return None
+        return str(status.get("manual_intervention_reason") or "manual intervention required")
 
     @activity.defn(name="abort_campaign_hosts")
     async def abort_campaign_hosts(self, request: AbortHostsInput) -> None:

@@ -31,7 +31,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from campaign_support import OPERATION_MINUTES, campaign_worker, host_ids, write_site
+from campaign_support import (
+    OPERATION_MINUTES,
+    OPERATOR_ANSWERED,
+    OperatorWaitOperation,
+    campaign_worker,
+    host_ids,
+    write_site,
+)
 from conftest import time_skipping_server
 from host_operation_support import save_history
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
@@ -266,3 +273,37 @@ async def test_busy_host_waits_and_assigned_host_is_skipped(
     assert first.close_time is not None and second.start_time is not None
     assert second.start_time >= first.close_time, "never two operations on one host at once"
     assert second.start_time - first.start_time >= timedelta(minutes=OPERATION_MINUTES)  # type: ignore[operator]
+
+
+async def test_a_host_waiting_for_an_operator_counts_against_the_budget(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = time_skipping_env.client
+    prefix = f"co{uuid.uuid4().hex[:4]}"
+    hosts = [f"{prefix}-ok-000", f"{prefix}-operator-001", f"{prefix}-ok-002"]
+    request = _input(
+        hosts,
+        canary=0,
+        limits=Limits(batch_size=3, max_in_flight=3),
+        budget=FailureBudget(max_failures=0),
+        policy=CampaignPolicy(sweep_seconds=1800),  # the sweep finds it; never near an operation's end
+    )
+    async with campaign_worker(client, task_queue, write_site(tmp_path, hosts), [OperatorWaitOperation]):
+        handle = await _start(client, task_queue, request)
+        halted = await _until_phase(time_skipping_env, handle, "halted")
+        assert [(f.host.host_id, f.reason) for f in halted.needs_operator] == [
+            (hosts[1], "needs an operator: the BMC refused the reset (stand-in)")
+        ]
+        assert "failure budget spent" in (halted.halted_reason or "")
+        assert (halted.done, halted.failed, halted.in_flight) == (2, 0, (hosts[1],)), "still in flight"
+        answer = await handle.execute_update(
+            RESUME_UPDATE, CampaignRequest(requested_by="test"), result_type=CampaignAnswer
+        )
+        assert "failure budget counts from now" in answer.message
+        await time_skipping_env.sleep(timedelta(hours=1))  # a sweep later: accepted, no new halt
+        waiting = await _status(handle)
+        assert waiting.phase != "halted" and [f.host.host_id for f in waiting.needs_operator] == [hosts[1]]
+        operation = client.get_workflow_handle(names.reprovision_workflow_id(hosts[1]))
+        await operation.signal(OPERATOR_ANSWERED)
+        result = await handle.result()
+    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 3, (), ())
