@@ -221,7 +221,7 @@ async def test_continue_as_new_keeps_exact_counts(
         canary=0,
         limits=Limits(batch_size=12, max_in_flight=3),
         budget=FailureBudget(max_failures=3),
-        policy=CampaignPolicy(max_history_events=40, sweep_seconds=SWEEP),
+        policy=CampaignPolicy(max_history_events=20, sweep_seconds=SWEEP),
     )
     async with campaign_worker(client, task_queue, write_site(tmp_path, hosts)):
         handle = await _start(client, task_queue, request)
