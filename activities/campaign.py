@@ -9,8 +9,9 @@ any operator: busy, assigned (when the campaign skips assigned hosts) or awaitin
 A retried `request_campaign_hosts` attempt never asks a host twice: before asking, it reads the
 entity's status and reports an operation this campaign already asked for (current or recent) as
 started. Cost per host: one update (plus one query on a retried attempt); per sweep one describe
-per in-flight host (plus a describe and a query of the entity once its operation ended);
-selection reads the site file once (or lists the DPUNodes once).
+per in-flight host (plus a describe and a query of the entity once its operation ended, or one
+query of a running operation's phase: one waiting for an operator is reported); selection reads
+the site file once (or lists the DPUNodes once).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
@@ -45,6 +47,7 @@ from metalflow.models.campaign import (
     CampaignHost,
     CheckHostsInput,
     CheckHostsResult,
+    Failure,
     HostFinished,
     HostRequestInput,
     HostRequestOutcome,
@@ -61,6 +64,7 @@ from metalflow.models.campaign import (
 from metalflow.models.dpf import DPUNODE_NAME_LABEL, HOST_ID_LABEL
 from metalflow.models.host import (
     ABORT_UPDATE,
+    MANUAL_INTERVENTION_REQUIRED,
     REQUEST_FIRMWARE_UPDATE,
     REQUEST_REPROVISION_UPDATE,
     STATUS_QUERY,
@@ -368,23 +372,39 @@ class CampaignActivities:
     # -- sweep and abort ----------------------------------------------------------------------------
     @activity.defn(name="sweep_campaign_hosts")
     async def sweep_campaign_hosts(self, request: SweepInput) -> SweepResult:
-        """Operations that ended without the campaign hearing of it, with their outcome.
+        """Operations that ended without the campaign hearing of it, with their outcome, and
+        running ones that wait for an operator (Phase `manual-intervention-required`).
 
         A running operation is read from its own workflow (one describe), so an operation whose
         entity is gone (terminated, reset) is still seen to end; its outcome comes from the
         entity's record when the entity runs, else from the operation's close. A request still
         awaiting approval is read from the entity."""
-        finished = []
+        finished, needs_operator = [], []
         for flight in request.in_flight:
             if flight.awaiting_approval or not flight.workflow_id:
                 outcome = await self._approval_outcome(flight)
             else:
                 outcome = await self._operation_outcome(flight)
+                if outcome is None and (why := await self._operator_needed(flight.workflow_id)):
+                    needs_operator.append(Failure(host=flight.host, reason=f"needs an operator: {why}"))
             if outcome is not None:
                 finished.append(
                     HostFinished(host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome)
                 )
-        return SweepResult(finished=tuple(finished))
+        return SweepResult(finished=tuple(finished), needs_operator=tuple(needs_operator))
+
+    async def _operator_needed(self, workflow_id: str) -> str | None:
+        """Why the operation waits for an operator, or None when it does not (or cannot be read:
+        the next sweep asks again). Every host operation answers `status` with `phase` and
+        `manual_intervention_reason`."""
+        try:
+            status = await self.temporal.get_workflow_handle(workflow_id).query(STATUS_QUERY)
+        except (RPCError, WorkflowQueryFailedError) as err:
+            activity.logger.info("status of %s not read: %s", workflow_id, err)
+            return None
+        if not isinstance(status, dict) or status.get("phase") != MANUAL_INTERVENTION_REQUIRED:
+            return None
+        return str(status.get("manual_intervention_reason") or "manual intervention required")
 
     async def _approval_outcome(self, flight: InFlight) -> str | None:
         if not await self._entity_runs(flight.host.host_id):

@@ -22,7 +22,12 @@ with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
     from activities.dpf import Kube
     from activities.inventory import Inventory
-    from metalflow.models.host import HostOperationInput
+    from metalflow.models.host import (
+        MANUAL_INTERVENTION_REQUIRED,
+        HostOperationInput,
+        HostOperationStatus,
+    )
+    from metalflow.models.host import STATUS_QUERY as HOST_STATUS_QUERY
     from metalflow.settings import Settings
     from workflows.campaign import CampaignWorkflow
     from workflows.host import HostWorkflow
@@ -51,6 +56,45 @@ class InstantOperation:
         if "fail" in request.host_id:
             raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
         return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+
+
+OPERATOR_ANSWERED = "operator_answered"
+
+
+@workflow.defn(name="HostOperationWorkflow")
+class OperatorWaitOperation:
+    """A stand-in that ends after OPERATION_MINUTES, except on a host whose id carries `operator`:
+    there it waits in `manual-intervention-required` (as the real operation does when a BMC cannot
+    reboot the host) until the signal `operator_answered`."""
+
+    @workflow.init
+    def __init__(self, request: HostOperationInput) -> None:
+        self._started = workflow.now()
+        waits = "operator" in request.host_id
+        self._phase = MANUAL_INTERVENTION_REQUIRED if waits else "waiting-for-dpf-after-reboot"
+        self._reason = "the BMC refused the reset (stand-in)" if waits else None
+
+    @workflow.run
+    async def run(self, request: HostOperationInput) -> dict[str, object]:
+        if self._reason is None:
+            await workflow.sleep(timedelta(minutes=OPERATION_MINUTES))
+        await workflow.wait_condition(lambda: self._phase != MANUAL_INTERVENTION_REQUIRED)
+        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+
+    @workflow.signal(name=OPERATOR_ANSWERED)
+    def operator_answered(self) -> None:
+        self._phase = "waiting-for-dpf-after-reboot"
+
+    @workflow.query(name=HOST_STATUS_QUERY)
+    def status(self) -> HostOperationStatus:
+        return HostOperationStatus(
+            host_id=workflow.info().workflow_id.split("/")[-1],
+            operation="reprovision",
+            phase=self._phase,
+            waiting_for="an operator" if self._reason else "DPF",
+            manual_intervention_reason=self._reason if self._phase == MANUAL_INTERVENTION_REQUIRED else None,
+            started_at=self._started,
+        )
 
 
 def write_site(directory: Path, hosts: list[str], groups: dict[str, str] | None = None) -> Path:

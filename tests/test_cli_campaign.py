@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -95,7 +94,25 @@ async def _until_done(client: Client, name: str) -> dict[str, Any]:
         if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             return await _campaign(client, name)
         await asyncio.sleep(0.2)
-    raise AssertionError(f"campaign {name} did not end: {await _campaign(client, name)}")
+    status = await _campaign(client, name)
+    stuck = [await _where(client, host) for host in status["in_flight"]]
+    raise AssertionError(f"campaign {name} did not end: {status}; in flight: {stuck}")
+
+
+async def _where(client: Client, host: str) -> str:
+    """Where a host's operation is, in words, so a campaign that does not end tells why (issue 13)."""
+    handle = client.get_workflow_handle(names.reprovision_workflow_id(host))
+    try:
+        status = await handle.query(STATUS_QUERY, result_type=HostOperationStatus)
+        described = await handle.describe()
+        events = [e.event_type for e in (await handle.fetch_history()).events][-8:]
+    except Exception as err:  # noqa: BLE001 - a diagnosis must not hide the failure it explains
+        return f"{host}: {handle.id} unreadable: {err!r}"
+    dpus = ", ".join(f"{d.dpu_id}={d.phase}" for d in status.dpus)
+    return (
+        f"{host}: {handle.id} {described.status} phase {status.phase} ({status.waiting_for}); DPUs {dpus}; "
+        f"intervention: {status.manual_intervention_reason}; last event types {events}"
+    )
 
 
 async def _operations(client: Client, hosts: list[str]) -> set[str]:
@@ -124,11 +141,6 @@ async def test_bad_requests_are_refused_and_touch_nothing(
     assert all(power_cycles(sim, h) == 0 for h in HOSTS)
 
 
-@pytest.mark.skipif(
-    os.environ.get("METALFLOW_KNOWN_STUCK") != "1",
-    reason="issue 13: the injected host's reprovision sometimes never ends (stays in flight; 1 of 1 CI runs, "
-    "2 of 6 helper runs), undiagnosed; run with METALFLOW_KNOWN_STUCK=1",
-)
 async def test_pause_limits_resume_and_an_injected_failure_within_budget(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:

@@ -22,6 +22,15 @@ The runbook, top to bottom in `run`:
 5. A failure budget (more than N failed, or X% of those attempted) halts the campaign: nothing new
    starts until an operator decides. `pause`, `resume`, `abort`, `retry_failed`, `skip_host`,
    `set_limits` are updates (workflows/campaign_control.py).
+6. A host whose operation waits for an operator (Phase `manual-intervention-required`: a stall
+   past its phase timeout, a BMC that cannot reboot it, ...) is neither done nor failed: the
+   operation still owns the host and may yet succeed once the operator answers it. The campaign
+   keeps it in flight (its slot stays taken: the host is not free), shows it under
+   `needs_operator` with the operation's reason, and its failure budget counts it as failed (and
+   attempted) while it waits, so hosts that wait for people halt a campaign as failures do. It is
+   seen by the sweep (every `sweep_seconds`), which asks each in-flight operation its phase. A
+   `resume` of the halt accepts the hosts waiting then (the budget stops counting them); when the
+   operation ends, the host counts as what it became (done, or failed once).
 
 Scale and cost: fan-out is bounded by `max_in_flight` (<= 1000); the campaign keeps no timer per
 host (one alarm at a time: the next soak end, window edge, busy retry or sweep). Per host about
@@ -389,6 +398,10 @@ class CampaignWorkflow(CampaignControl):
             **common.options(common.KUBE_READ, f"sweep {len(self._in_flight)} in-flight hosts"),
         )
         self._finished.extend(swept.finished)
+        self._needs_operator = {
+            f.host.host_id: f for f in swept.needs_operator if f.host.host_id in self._in_flight
+        }
+        self._check_budget()
 
     async def _abort_running(self) -> None:
         self._cancel_running = False
@@ -422,6 +435,8 @@ class CampaignWorkflow(CampaignControl):
             if flight is None or flight.workflow_id != event.workflow_id:
                 continue  # a duplicate (signal and sweep), or another operation of that host
             del self._in_flight[event.host_id]
+            self._needs_operator.pop(event.host_id, None)
+            self._operator_accepted.discard(event.host_id)
             if event.outcome == "completed":
                 self._done += 1
                 self._attempted += 1
@@ -435,8 +450,19 @@ class CampaignWorkflow(CampaignControl):
     def _record_failure(self, host: CampaignHost, reason: str) -> None:
         self._failed.append(Failure(host=host, reason=reason))
         self._attempted += 1
-        failed = len(self._failed) - self._budget_failed_base
-        attempted = self._attempted - self._budget_attempted_base
+        self._check_budget()
+
+    def _budget_counts(self) -> tuple[int, int]:
+        """(failed, attempted) as the budget counts them: since the last resume of a halt, hosts
+        waiting for an operator (not accepted by that resume) included as failed attempts."""
+        waiting = len(self._needs_operator.keys() - self._operator_accepted)
+        return (
+            len(self._failed) - self._budget_failed_base + waiting,
+            self._attempted - self._budget_attempted_base + waiting,
+        )
+
+    def _check_budget(self) -> None:
+        failed, attempted = self._budget_counts()
         if self._halted_reason is None and plan.budget_exceeded(self._input.budget, failed, attempted):
             self._halt(f"failure budget spent: {plan.describe_budget(self._input.budget, failed, attempted)}")
 
@@ -486,8 +512,7 @@ class CampaignWorkflow(CampaignControl):
     def status(self) -> CampaignStatus:
         """Done / in flight / failed with reasons / skipped / remaining, batch, window, budget."""
         now = workflow.now()
-        failed = len(self._failed) - self._budget_failed_base
-        attempted = self._attempted - self._budget_attempted_base
+        failed, attempted = self._budget_counts()
         windows = self._input.windows
         return CampaignStatus(
             name=self._name,
@@ -515,6 +540,7 @@ class CampaignWorkflow(CampaignControl):
             aborting=self._aborting,
             limits=self._limits,
             runs=self._runs,
+            needs_operator=tuple(self._needs_operator.values()),
         )
 
     # -- continue-as-new ------------------------------------------------------------------------------
@@ -552,6 +578,8 @@ class CampaignWorkflow(CampaignControl):
             started_at=self._started_at,
             limits=self._limits,
             next_sweep=self._next_sweep,
+            needs_operator=tuple(self._needs_operator.values()),
+            operator_accepted=tuple(sorted(self._operator_accepted)),
         )
 
     def _restore(self, p: Progress) -> None:
@@ -581,3 +609,5 @@ class CampaignWorkflow(CampaignControl):
         self._started_at = p.started_at
         self._limits = p.limits
         self._next_sweep = p.next_sweep
+        self._needs_operator = {f.host.host_id: f for f in p.needs_operator}
+        self._operator_accepted = set(p.operator_accepted)

@@ -69,6 +69,8 @@ class CampaignControl:
         self._budget_failed_base = 0
         self._budget_attempted_base = 0
         self._attempted = 0
+        self._needs_operator: dict[str, Failure] = {}  # in flight, waiting for an operator (the sweep)
+        self._operator_accepted: set[str] = set()  # of those, accepted by a resume: not counted
         self._poked = False  # a handler changed something the runbook must look at
 
     def _enter(self, phase: str, details: str) -> None:
@@ -103,6 +105,7 @@ class CampaignControl:
             self._halted_reason = None
             self._budget_failed_base = len(self._failed)
             self._budget_attempted_base = self._attempted
+            self._operator_accepted |= self._needs_operator.keys()  # they wait for people: accepted
             if not self._canary_passed and self._batch_left == 0 and not self._in_flight:
                 self._canary_passed = True  # the operator accepts the canary's outcome
         self._paused_by = None

@@ -188,6 +188,10 @@ class Progress(_Frozen):
     aborting: str | None = None  # who asked; no new host starts
     cancel_running: bool = False  # the running operations are still to be aborted
     next_sweep: datetime | None = None
+    # In flight, their operation waiting for an operator (seen by the last sweep); the budget
+    # counts them unless a resume accepted them (`operator_accepted`).
+    needs_operator: tuple[Failure, ...] = ()
+    operator_accepted: tuple[str, ...] = ()
     deployment_pointed: bool = False
     runs: int = 1
     started_at: datetime | None = None
@@ -238,6 +242,7 @@ class CampaignStatus(_Frozen):
     aborting: str | None
     limits: Limits
     runs: int
+    needs_operator: tuple[Failure, ...] = ()  # in flight, their operation waits for an operator
 
 
 class CampaignResult(_Frozen):
@@ -344,6 +349,7 @@ class SweepInput(_Frozen):
 
 class SweepResult(_Frozen):
     finished: tuple[HostFinished, ...]
+    needs_operator: tuple[Failure, ...] = ()  # still running, waiting for an operator: why
 
 
 class AbortHostsInput(_Frozen):
