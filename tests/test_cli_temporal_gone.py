@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
+from cli_support import run_in_few_processes
 from temporalio.client import Client
 from test_cli_input_bounds import _entity_exists, _env, write_site
 
@@ -131,20 +130,14 @@ async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit
 
     proxies = [DyingServer(target) for _ in COMMANDS]
     rows = [
-        [args if tuple(args[:2]) in WITHOUT_QUEUE else [*args, *QUEUE], await proxy.start()]
+        (args if tuple(args[:2]) in WITHOUT_QUEUE else [*args, *QUEUE], await proxy.start())
         for args, proxy in zip(COMMANDS, proxies, strict=True)
     ]
     env = _env(client, tmp_path)
     try:
-        # Each command spends its seconds waiting out the SDK's retries, not on CPU: six
-        # processes of four commands run side by side.
-        chunks = await asyncio.gather(
-            *(
-                _run_each_against(rows[i : i + 4], env, tmp_path / f"results-{i}.json")
-                for i in range(0, len(rows), 4)
-            )
+        outcomes = await run_in_few_processes(
+            [(argv, {"TEMPORAL_ADDRESS": address}) for argv, address in rows], env, tmp_path
         )
-        outcomes = [outcome for chunk in chunks for outcome in chunk]
     finally:
         for proxy in proxies:
             await proxy.close()
@@ -164,51 +157,3 @@ async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit
             problems.append(f"{shown}: says {lines[0]!r}")
     assert problems == [], "\n".join(problems)
     assert not await _entity_exists(client, HOST), "the cut came after a command created the entity"
-
-
-# Runs each [argv, Temporal address] of a JSON list through `metalflow.cli.main` in one process,
-# one after the other, with TEMPORAL_ADDRESS set to the row's proxy; writes [exit status, stdout,
-# stderr] per row as JSON to the file named by its argument (the SDK's native runtime logs its
-# retries to the process's stdout). Why: 24 interpreters cost ~1.3 s of CPU each just importing,
-# on 2 shared cores; six cost a quarter of that. A command's exception is written to its stderr
-# as the traceback a console script would print, so "no traceback" is still checked per command.
-# The Temporal commands end their process with `os._exit(status)` once they have flushed; here
-# that status ends the command instead, and the script itself ends with the real `os._exit`
-# (skipping the SDK's teardown, as the commands do).
-_EACH = r"""
-import contextlib, io, json, os, sys, traceback
-from metalflow.cli import main
-real_exit = os._exit
-def end_command(status):
-    raise SystemExit(status)
-os._exit = end_command
-results = []
-for argv, address in json.load(sys.stdin):
-    os.environ["TEMPORAL_ADDRESS"] = address
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-        except Exception:
-            traceback.print_exc()
-            code = 1
-    results.append([code, out.getvalue(), err.getvalue()])
-with open(sys.argv[1], "w") as written:
-    json.dump(results, written)
-sys.__stdout__.flush()
-real_exit(0)
-"""
-
-
-async def _run_each_against(
-    rows: list[list[Any]], env: dict[str, str], results: Path
-) -> list[tuple[int, str, str]]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _EACH, str(results), env=env, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    _, err = await asyncio.wait_for(process.communicate(json.dumps(rows).encode()), timeout=300)
-    assert process.returncode == 0 and results.exists(), f"exit {process.returncode}: {err.decode()[-2000:]}"
-    return [(code, o, e) for code, o, e in json.loads(results.read_text())]
