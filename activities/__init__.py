@@ -31,7 +31,7 @@ def build_activities(
     from activities.grove import GroveActivities, RolloutWatcherActivities
     from activities.inventory import Inventory, InventoryActivities
     from activities.pool import OwnerActivities, PoolActivities
-    from activities.redfish import build_redfish_activities
+    from activities.redfish import build_redfish_activities, build_redfish_client
     from activities.site_watch import SiteWatchActivities
     from activities.watcher import WatcherActivities
 
@@ -56,7 +56,8 @@ def build_activities(
     ]
     pool = PoolActivities(kube)
     found += [pool.set_host_pool_state, pool.read_host_pool_state]
-    found += build_redfish_activities(settings)
+    redfish = build_redfish_client(settings)  # one client: one request cap per BMC
+    found += build_redfish_activities(settings, redfish)
     lease = BMCLeaseActivities(settings)  # the fleet-wide per-BMC limit (workflows/bmc_lease.py)
     found += [lease.request_bmc_lease, lease.find_closed_workflow_runs]
     grove = GroveActivities(kube)
@@ -77,7 +78,7 @@ def build_activities(
         found += [site_watch.watch_site_dpf, site_watch.join_site_dpf_watch]
         found.append(OwnerActivities(temporal_client).request_host_reprovision)
         found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
-        campaign = CampaignActivities(hosts, kube, temporal_client)
+        campaign = CampaignActivities(hosts, kube, temporal_client, redfish)
         found += [
             campaign.select_campaign_hosts,
             campaign.check_campaign_hosts,

@@ -8,8 +8,9 @@ any operator: busy, assigned (when the campaign skips assigned hosts) or awaitin
 
 A retried `request_campaign_hosts` attempt never asks a host twice: before asking, it reads the
 entity's status and reports an operation this campaign already asked for (current or recent) as
-started. Cost per host: one update (plus one query on a retried attempt); per sweep one query
-per in-flight host; selection reads the site file once (or lists the DPUNodes once).
+started. Cost per host: one update (plus one query on a retried attempt); per sweep one describe
+per in-flight host (plus a describe and a query of the entity once its operation ended);
+selection reads the site file once (or lists the DPUNodes once).
 """
 
 from __future__ import annotations
@@ -19,15 +20,25 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.dpf.kube import DPU, DPUNODE, Kube
+from activities.heartbeat import heartbeating
 from activities.inventory import Inventory
+from activities.redfish.client import RedfishClient
+from activities.redfish.firmware import read_versions
 from metalflow import names
-from metalflow.errors import InvalidInput
+from metalflow.errors import InvalidInput, MetalflowError
 from metalflow.models.campaign import (
     AbortHostsInput,
     CampaignHost,
@@ -39,6 +50,7 @@ from metalflow.models.campaign import (
     HostRequestsInput,
     HostRequestsResult,
     HostSelection,
+    InFlight,
     SelectHostsInput,
     SelectHostsResult,
     SweepInput,
@@ -59,9 +71,12 @@ from metalflow.models.host import (
     OperatorRequest,
 )
 from metalflow.models.inventory import HostInventory
+from metalflow.models.redfish import ReadFirmwareInput
 
 UPDATE_TIMEOUT = timedelta(seconds=60)
 PARALLEL_REQUESTS = 20  # updates in flight at once from one activity
+ABORT_GRACE_SECONDS = 3.0  # after an abort, how long the asks under way may still answer
+NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads
 BUSY, ASSIGNED = "HostBusy", "InstanceConflict"  # the entity's error types (workflows/host.py)
 
 
@@ -84,12 +99,15 @@ def campaign_host(host: HostInventory) -> CampaignHost:
 
 
 class CampaignActivities:
-    """Holds the worker's inventory, Kubernetes client and Temporal client."""
+    """Holds the worker's inventory, Kubernetes, Temporal and Redfish clients."""
 
-    def __init__(self, inventory: Inventory, kube: Kube, temporal: Client) -> None:
+    def __init__(
+        self, inventory: Inventory, kube: Kube, temporal: Client, redfish: RedfishClient | None = None
+    ) -> None:
         self.inventory = inventory
         self.kube = kube
         self.temporal = temporal
+        self.redfish = redfish  # the worker's one client: firmware campaigns read DPU versions
 
     # -- selection ----------------------------------------------------------------------------------
     async def _all_hosts(self) -> list[HostInventory]:
@@ -136,8 +154,12 @@ class CampaignActivities:
     # -- at target ----------------------------------------------------------------------------------
     @activity.defn(name="check_campaign_hosts")
     async def check_campaign_hosts(self, request: CheckHostsInput) -> CheckHostsResult:
-        """Hosts whose every DPU already runs the target BFB or flavor and is not Outdated."""
+        """Hosts already at the target: every DPU runs the target BFB or flavor and is not
+        Outdated (DPF), or every DPU's own BMC reports the target firmware running (Redfish).
+        A reprovision has no such state: none is at target."""
         target = request.target
+        if target.kind == TargetKind.FIRMWARE:
+            return await self._firmware_at_target(request)
         field = {TargetKind.BFB: "bfb", TargetKind.FLAVOR: "dpuFlavor"}.get(target.kind)
         if field is None:
             return CheckHostsResult(at_target=())
@@ -152,20 +174,85 @@ class CampaignActivities:
                 done.append(host_id)
         return CheckHostsResult(at_target=tuple(done))
 
+    async def _firmware_at_target(self, request: CheckHostsInput) -> CheckHostsResult:
+        """Read each DPU's running firmware from its BMC (at most PARALLEL_REQUESTS hosts at once;
+        the Redfish client's cap per BMC holds). A host whose BMC cannot say is not at target: its
+        firmware operation runs and reports the BMC's words."""
+        redfish = self.redfish
+        if redfish is None:
+            raise ApplicationError(
+                "no Redfish client: this worker cannot read DPU firmware", non_retryable=True
+            )
+        gate = asyncio.Semaphore(PARALLEL_REQUESTS)
+
+        async def runs_target(host_id: str) -> bool:
+            async with gate:
+                host = await self.inventory.resolve(host_id)
+                bmcs = [d.bmc for d in host.dpus if d.bmc is not None]
+                if not host.dpus or len(bmcs) != len(host.dpus):
+                    return False
+                try:
+                    for access in bmcs:
+                        async with redfish.connect(access, on_wait=activity.heartbeat) as bmc:
+                            versions = await read_versions(
+                                bmc, ReadFirmwareInput.model_fields["component"].default
+                            )
+                        if versions.running != request.target.value:
+                            return False
+                except MetalflowError as err:
+                    activity.logger.info("firmware of %s unknown, not at target: %s", host_id, err)
+                    return False
+                return True
+
+        async with heartbeating():
+            found = await asyncio.gather(*(runs_target(h) for h in request.host_ids))
+        return CheckHostsResult(
+            at_target=tuple(h for h, ok in zip(request.host_ids, found, strict=True) if ok)
+        )
+
     # -- requests -----------------------------------------------------------------------------------
     @activity.defn(name="request_campaign_hosts")
     async def request_campaign_hosts(self, request: HostRequestsInput) -> HostRequestsResult:
-        """Ask every host's entity (at most PARALLEL_REQUESTS at once); one outcome per host."""
+        """Ask every host's entity (at most PARALLEL_REQUESTS at once); one outcome per host.
+
+        Cancelled (the campaign is aborting), it asks no further host (`not-asked`), gives the
+        asks under way ABORT_GRACE_SECONDS to answer, and returns: an ask still unanswered then
+        (an entity nobody serves holds it up to UPDATE_TIMEOUT) is `unanswered`, which the
+        campaign reports by name, since its entity may still take it later."""
         retried = activity.info().attempt > 1
         gate = asyncio.Semaphore(PARALLEL_REQUESTS)
+        stop = asyncio.Event()
 
         async def ask(one: HostRequestInput) -> HostRequestOutcome:
             async with gate:
+                if stop.is_set():
+                    return HostRequestOutcome(host_id=one.host_id, outcome="not-asked")
                 if retried and (earlier := await self._asked_before(one)) is not None:
                     return earlier
                 return await self._ask(one)
 
-        outcomes = await asyncio.gather(*(ask(one) for one in request.requests))
+        asks = [asyncio.ensure_future(ask(one)) for one in request.requests]
+        late: set[asyncio.Future[HostRequestOutcome]] = set()
+        try:
+            async with heartbeating():  # the campaign's cancel arrives with a heartbeat's answer
+                await asyncio.shield(asyncio.gather(*asks))
+        except asyncio.CancelledError:
+            stop.set()
+            _, pending = await asyncio.wait(asks, timeout=ABORT_GRACE_SECONDS)
+            late = set(pending)
+            for task in late:
+                task.cancel()  # the client raises its own "update timed out or cancelled" then
+            await asyncio.gather(*asks, return_exceptions=True)
+        outcomes = [
+            task.result()
+            if task not in late
+            else HostRequestOutcome(
+                host_id=one.host_id,
+                outcome="unanswered",
+                message=f"its entity did not answer within {ABORT_GRACE_SECONDS:g} s of the abort",
+            )
+            for one, task in zip(request.requests, asks, strict=True)
+        ]
         return HostRequestsResult(outcomes=tuple(outcomes))
 
     async def _ask(self, one: HostRequestInput) -> HostRequestOutcome:
@@ -236,25 +323,59 @@ class CampaignActivities:
     # -- sweep and abort ----------------------------------------------------------------------------
     @activity.defn(name="sweep_campaign_hosts")
     async def sweep_campaign_hosts(self, request: SweepInput) -> SweepResult:
-        """Operations the entities no longer run: their outcome from the entity's recent records."""
+        """Operations that ended without the campaign hearing of it, with their outcome.
+
+        A running operation is read from its own workflow (one describe), so an operation whose
+        entity is gone (terminated, reset) is still seen to end; its outcome comes from the
+        entity's record when the entity runs, else from the operation's close. A request still
+        awaiting approval is read from the entity."""
         finished = []
         for flight in request.in_flight:
-            status = await self._status(flight.host.host_id)
-            if status is not None and status.current and status.current.workflow_id == flight.workflow_id:
-                continue
-            outcome = "failed: the host's entity has no record of the operation"
-            if status is not None:
-                for record in reversed(status.recent):
-                    if record.workflow_id == flight.workflow_id and (
-                        record.requested_at is None or record.requested_at >= flight.started_at
-                        or record.finished_at is None or record.finished_at >= flight.started_at
-                    ):  # fmt: skip
-                        outcome = record.outcome
-                        break
-            finished.append(
-                HostFinished(host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome)
-            )
+            if flight.awaiting_approval or not flight.workflow_id:
+                outcome = await self._approval_outcome(flight)
+            else:
+                outcome = await self._operation_outcome(flight)
+            if outcome is not None:
+                finished.append(
+                    HostFinished(host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome)
+                )
         return SweepResult(finished=tuple(finished))
+
+    async def _approval_outcome(self, flight: InFlight) -> str | None:
+        if not await self._entity_runs(flight.host.host_id):
+            return "expired: the host's entity ended before the approval"
+        status = await self._status(flight.host.host_id)
+        if status is not None and status.current and status.current.workflow_id == flight.workflow_id:
+            if status.current.outcome != "awaiting-approval":
+                flight = flight.model_copy(update={"awaiting_approval": False})  # approved meanwhile
+                return await self._operation_outcome(flight)
+            return None
+        return _recorded(status, flight) or "failed: the host's entity has no record of the operation"
+
+    async def _operation_outcome(self, flight: InFlight) -> str | None:
+        handle = self.temporal.get_workflow_handle(flight.workflow_id)
+        try:
+            described = await handle.describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return "failed: the operation's workflow does not exist"
+        if described.status == WorkflowExecutionStatus.RUNNING:
+            return None
+        if await self._entity_runs(flight.host.host_id):
+            recorded = _recorded(await self._status(flight.host.host_id), flight)
+            if recorded is not None:
+                return recorded
+        return await _closed_outcome(handle, described.status)
+
+    async def _entity_runs(self, host_id: str) -> bool:
+        try:
+            described = await self.temporal.get_workflow_handle(names.host_workflow_id(host_id)).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return described.status == WorkflowExecutionStatus.RUNNING
 
     @activity.defn(name="abort_campaign_hosts")
     async def abort_campaign_hosts(self, request: AbortHostsInput) -> None:
@@ -266,6 +387,35 @@ class CampaignActivities:
                 await handle.execute_update(ABORT_UPDATE, body)
             except (WorkflowUpdateFailedError, RPCError) as err:
                 activity.logger.info("abort of %s not sent: %s", workflow_id, err)
+
+
+def _recorded(status: HostStatus | None, flight: InFlight) -> str | None:
+    """The outcome the entity recorded for this flight's operation (not an older one of that id)."""
+    for record in reversed(status.recent if status is not None else ()):
+        if record.workflow_id == flight.workflow_id and (
+            record.requested_at is None or record.requested_at >= flight.started_at
+            or record.finished_at is None or record.finished_at >= flight.started_at
+        ):  # fmt: skip
+            return record.outcome
+    return None
+
+
+async def _closed_outcome(handle: WorkflowHandle[Any, Any], status: WorkflowExecutionStatus | None) -> str:
+    """An operation's outcome from its closed workflow, in the entity's words."""
+    if status == WorkflowExecutionStatus.COMPLETED:
+        return "completed"
+    if status == WorkflowExecutionStatus.CANCELED:
+        return "aborted"
+    if status == WorkflowExecutionStatus.TERMINATED:
+        return "terminated"
+    try:
+        await handle.result(follow_runs=False)
+    except WorkflowFailureError as err:
+        cause: BaseException = err
+        while getattr(cause, "cause", None) is not None:
+            cause = cause.cause  # type: ignore[attr-defined]
+        return f"failed: {cause}"
+    return f"failed: the operation closed as {status.name if status else 'unknown'}"
 
 
 def _runs(dpu: dict[str, Any], field: str, value: str) -> bool:

@@ -183,8 +183,11 @@ class WatcherActivities:
             tasks = [asyncio.create_task(self._follow(http, watch, s)) for s in watch.streams]
             try:
                 while True:
+                    # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` drops a cancel
+                    # that lands as the event fires, and the activity would never see its cancel.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(watch.changed.wait(), request.heartbeat_seconds)
+                        async with asyncio.timeout(request.heartbeat_seconds):
+                            await watch.changed.wait()
                     watch.changed.clear()
                     for task in tasks:
                         if task.done():

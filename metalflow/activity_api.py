@@ -224,7 +224,8 @@ async def select_campaign_hosts(request: SelectHostsInput) -> SelectHostsResult:
 
 @activity.defn(name="check_campaign_hosts")
 async def check_campaign_hosts(request: CheckHostsInput) -> CheckHostsResult:
-    """Which of the hosts already run the target (every DPU on the BFB or flavor)."""
+    """Which of the hosts already run the target (every DPU on the BFB or flavor, or running the
+    firmware as its BMC says)."""
     _declared_only("check_campaign_hosts")
 
 

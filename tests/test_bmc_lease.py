@@ -25,7 +25,8 @@ from deploy_support import REPO
 from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, wait_for_query
 from sim_support import RunningSim, running_sim
 from temporalio import workflow
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
@@ -38,7 +39,13 @@ from metalflow.models.bmc_lease import (
     BMCLeaseStatus,
     LeaseGrant,
 )
-from metalflow.models.host import HostRebootInput, HostRebootResult
+from metalflow.models.host import (
+    ABORT_UPDATE,
+    HostRebootInput,
+    HostRebootResult,
+    OperationAnswer,
+    OperatorRequest,
+)
 from metalflow.models.inventory import BMCAccess, CredentialRef
 from metalflow.settings import Settings
 from workflows.bmc_lease import BMCLeaseHolder
@@ -250,6 +257,77 @@ async def test_slots_of_runs_that_closed_without_releasing_are_reclaimed(
     assert power_cycles(log) == 1
     # The holder by the check of closed runs, the waiter when its grant could not be delivered.
     assert (status.reclaimed, status.granted, status.waiting) == (2, 3, ())
+
+
+async def test_a_reboot_stopped_while_queued_for_the_lease_sends_nothing_and_gives_its_place_back(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Abort (the reboot's update) and cancel (its parent's abort) while the reboot waits for a
+    slot: before the fix it waited for the slot, then cycled the host anyway."""
+    host = HOSTS[0]
+    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        lease = lease_of(client, sim, host, task_queue)
+        bmc = BMCAccess(
+            bmc_id=host, endpoint=sim.host(host)["bmc"]["endpoint"], credentials=CredentialRef(file="/none")
+        )
+        async with Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[*workflows.ALL, HoldBMCLeaseForever],
+            activities=build_activities(temporal_client=client, settings=settings),
+        ):
+            holder = await client.start_workflow(
+                HoldBMCLeaseForever.run, bmc, id=f"hold-{task_queue}", task_queue=task_queue
+            )
+            await wait_for_query(
+                lambda: lease_status(lease), lambda s: s is not None and len(s.holders) == 1, "a holder", 60
+            )
+            outcomes = []
+            for generation, stop in ((1, "abort"), (2, "cancel")):
+                reboot = await client.start_workflow(
+                    "HostRebootWorkflow",
+                    HostRebootInput(
+                        host_id=host, boot_generation=generation, requested_by="test", policy=FAST_POLICY
+                    ),
+                    id=f"{names.host_reboot_workflow_id(host, generation)}-{task_queue}",
+                    task_queue=task_queue,
+                    result_type=HostRebootResult,
+                )
+                await wait_for_query(
+                    lambda: lease_status(lease),
+                    lambda s: s is not None and len(s.waiting) == 1,
+                    f"generation {generation} queued",
+                    60,
+                )
+                if stop == "abort":
+                    answer = await reboot.execute_update(
+                        ABORT_UPDATE, OperatorRequest(requested_by="test", reason="wrong host"),
+                        result_type=OperationAnswer,
+                    )  # fmt: skip
+                    assert answer.accepted, answer
+                else:
+                    await reboot.cancel()
+                with pytest.raises(WorkflowFailureError) as ended:
+                    await asyncio.wait_for(reboot.result(), 60)
+                outcomes.append(ended.value.cause)
+                await save_history(reboot, f"host_reboot_lease_queue_{stop}")
+                # Its place is given back at once: the queue is empty, the holder still holds.
+                after = await wait_for_query(
+                    lambda: lease_status(lease),
+                    lambda s: s is not None and not s.waiting,
+                    "the queued place given back",
+                    60,
+                )
+                assert after is not None and len(after.holders) == 1 and after.granted == 1, after
+            await holder.terminate("test done")
+        log = sim.power_log(host)
+
+    aborted, cancelled = outcomes
+    assert isinstance(aborted, ApplicationError) and aborted.type == "OperationAborted", aborted
+    assert "the host was not rebooted by metalflow" in str(aborted)
+    assert isinstance(cancelled, CancelledError), cancelled
+    assert power_cycles(log) == 0 and not [e for e in log if e.get("to")], log  # nothing sent
 
 
 def test_lease_ids_hide_the_endpoint_and_join_hosts_of_one_bmc() -> None:

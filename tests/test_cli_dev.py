@@ -46,6 +46,15 @@ def _run(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedPro
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
+def _three_ports() -> tuple[int, int, int]:
+    """Three different free ports (the kernel may hand out a just-released port again)."""
+    ports: set[int] = set()
+    while len(ports) < 3:
+        ports.add(free_port())
+    first, second, third = sorted(ports)
+    return first, second, third
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
@@ -87,6 +96,30 @@ def _assert_demo_output(output: str) -> None:
     # The coherent rollout of default/inference: 2 replicas x (2 MPGs + 1 TPG step).
     assert "demo:   default/inference rolling [" in output
     assert "demo: rollout completed: 6 steps" in output
+    _assert_campaign_output(output)
+
+
+def _assert_campaign_output(output: str) -> None:
+    """The demo's campaign: the canary, then two batches of one, host-003's injected DPU failure
+    absorbed by the budget, progress as it happens, and the UI query that lists it."""
+    assert "query=Campaign%3D%22demo-fleet%22" in output
+    shown = re.findall(
+        r"demo:   (canary|running), batch (\d): \d/3 finished: \d done, 1 in flight \((host-\d+)\)", output
+    )
+    assert list(dict.fromkeys(shown)) == [
+        ("canary", "0", "host-001"),
+        ("running", "1", "host-002"),
+        ("running", "2", "host-003"),
+    ]
+    assert "demo:   injected: host-003-dpu-0 in Error while installing" in output
+    assert (
+        "demo: campaign demo-fleet completed: 2 done, 1 failed (host-003) of 3, within the failure budget"
+        in output
+    )
+    assert (
+        "demo:   failed host-003: failed: DPUFailed: DPU node-host-003-device-host-003-dpu-0 in Error"
+        in output
+    )
 
 
 def assert_private(state_dir: Path) -> None:
@@ -113,7 +146,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     reprovision completes; the BMC power logs, read with `metalflow sim power-log` while the stack
     runs, show exactly one power cycle per reboot DPF asked for. (One test, so the suite starts
     the demo twice, not three times.)"""
-    port, ui_port, sim_port = free_port(), free_port(), free_port()
+    port, ui_port, sim_port = _three_ports()
     state_dir = tmp_path / "state"
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
     first = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
@@ -159,10 +192,15 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
         assert re.search(r"restored \d+ objects", (state_dir / "simulator.log").read_text())
         assert "DPF has the DPUs of host-001, host-002, host-003 already (site restored)" in output
         assert "demo: provision host-" not in output
-        # The entities remember the first run: boot generations continue from 4 (BF4) and 2 (BF3).
+        # The entities remember the first run: boot generations continue from 4 (BF4; the campaign's
+        # reprovision of host-003 failed before a reboot) and 3 (BF3: provision, reprovision, campaign).
         assert "demo: reprovision host-003: completed (reboots 2, boot_generation 6)" in output, output
-        assert "demo: reprovision host-001: completed (reboots 1, boot_generation 3)" in output, output
+        assert "demo: reprovision host-001: completed (reboots 1, boot_generation 4)" in output, output
         assert "demo: the simulator recorded 0 protocol violations" in output
+        assert (
+            "demo: campaign demo-fleet ran already in this state dir (the restored site): not again" in output
+        )
+        assert "demo: campaign demo-fleet completed: 2 done, 1 failed (host-003) of 3" in output
         cycles = {
             host: _power_cycles(host, state_dir, tmp_path) for host in ("host-001", "host-002", "host-003")
         }

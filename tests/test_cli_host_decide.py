@@ -123,6 +123,9 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     as_json = await metalflow_here(own_env, "host", "list", "--json", "--phase", "rebooting-host")
     rows = json.loads(as_json.stdout)
     assert [row["host"] for row in rows] == ["host-001", "host-002", "host-003"]
+    # Filtered by the server: entities in the phase, operations in it, all operations in flight,
+    # then the matched operations' entities by id (one request for three ids).
+    assert "3 hosts, 3 with an operation in flight (4 visibility requests)" in as_json.stderr
     assert rows[1]["phase"] == "running provision"
     assert rows[1]["operation"]["workflow_id"] == "provision/host-002"
     assert rows[1]["operation"]["operation"] == "provision"

@@ -83,6 +83,23 @@ ROWS: list[tuple[list[str], int, str]] = [
     (["host", "remove", HOST, "--dpus", ",".join(f"d{i}" for i in range(17))], 2, "at most 16 DPU ids"),
     (["bmc", "check", "host 1"], 2, "invalid host id"),
     (["sim", "power-log", ESC], 2, "host id contains the control character"),
+    (
+        ["rollout", "pause", "default/inference", "--by", f"x{ESC}[2J"],
+        2,
+        "--by contains the control character",
+    ),
+    (
+        ["rollout", "abort", "default/inference", "--reason", "a\nb"],
+        2,
+        "--reason contains the control character",
+    ),
+    (["campaign", "pause", "fw", "--reason", f"{ESC}]0;x\x07"], 2, "--reason contains the control character"),
+    (["campaign", "abort", "fw", "--by", "b" * 200], 2, "at most 128 characters"),
+    (
+        ["campaign", "schedule", "nightly", "--every", "1h", "--all", "--reprovision", "--by", "\t"],
+        2,
+        "--by contains the control character",
+    ),
 ]
 
 

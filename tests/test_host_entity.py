@@ -7,6 +7,7 @@ operation is in flight; everything the entity does (ids, refusals, approvals, re
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator
 
@@ -130,7 +131,10 @@ async def _settled(client: Client, host: str, predicate: object, timeout: float 
         await asyncio.sleep(0.1)
 
 
-async def test_one_operation_at_a_time_and_a_busy_refusal_names_it(client: Client, worker: str) -> None:
+async def test_one_operation_at_a_time_and_a_busy_refusal_names_it(
+    client: Client, worker: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="temporalio.workflow")
     host = _host()
     accepted = await _request(client, worker, host, REQUEST_PROVISION_UPDATE)
     assert accepted == OperationAccepted(
@@ -150,6 +154,14 @@ async def test_one_operation_at_a_time_and_a_busy_refusal_names_it(client: Clien
     status = await host_status(client, host)
     assert status.phase == "running provision" and status.current is not None
     assert status.current.outcome == "running" and status.current.requested_by == "alice"
+    # The worker's log tells each step once: the entity's first activation both accepts the
+    # request and shows its phase, and once logged it twice.
+    started = [
+        r
+        for r in caplog.records
+        if r.getMessage().startswith(f"running provision: provision (provision/{host})")
+    ]
+    assert len(started) == 1, [r.getMessage() for r in started]
     entity = await client.get_workflow_handle(names.host_workflow_id(host)).describe()
     attributes = entity.typed_search_attributes
     assert attributes.get(names.PHASE) == "running provision"

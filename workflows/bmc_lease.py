@@ -55,6 +55,7 @@ while queued, one for `request_bmc_lease` for a few milliseconds. CPU: a few wor
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -239,6 +240,7 @@ class BMCLeaseHolder:
 
     def __init__(self) -> None:
         self._granted: set[str] = set()
+        self.queued = False  # inside `hold`, waiting for the grant: nothing touched the BMC yet
 
     def granted(self, grant: LeaseGrant) -> None:
         """The lease's grant arrived (a grant for a request this run no longer waits on is kept
@@ -252,25 +254,37 @@ class BMCLeaseHolder:
         request_id = str(workflow.uuid4())
         holder = LeaseHolder(workflow_id=info.workflow_id, run_id=info.run_id, request_id=request_id)
         lease = await self._request(bmc, holder, what)
-        while request_id not in self._granted:
-            workflow.set_current_details(
-                f"{what}: waiting for a slot of the BMC's lease {lease.lease_workflow_id}"
-            )
-            try:
-                await workflow.wait_condition(
-                    lambda: holder.request_id in self._granted, timeout=REQUEST_REFRESH
+        self.queued = True
+        try:
+            while request_id not in self._granted:
+                workflow.set_current_details(
+                    f"{what}: waiting for a slot of the BMC's lease {lease.lease_workflow_id}"
                 )
-            except TimeoutError:
-                lease = await self._request(bmc, holder, what)  # harmless when still queued
+                try:
+                    await workflow.wait_condition(
+                        lambda: holder.request_id in self._granted, timeout=REQUEST_REFRESH
+                    )
+                except TimeoutError:
+                    lease = await self._request(bmc, holder, what)  # harmless when still queued
+        except asyncio.CancelledError:
+            # Stopped while queued (`HostRebootWorkflow._stop_cycle`): give the place back, so the
+            # lease neither grants it nor waits for this run's end to reclaim it.
+            await self._release(lease, request_id)
+            raise
+        finally:
+            self.queued = False
         try:
             yield lease
         finally:
-            try:
-                await workflow.get_external_workflow_handle(lease.lease_workflow_id).signal(
-                    BMC_LEASE_RELEASE_SIGNAL, LeaseRelease(request_id=request_id)
-                )
-            except FailureError as err:  # the lease is gone: there is nothing left to give back
-                workflow.logger.info("release of %s not delivered: %s", lease.lease_workflow_id, err)
+            await self._release(lease, request_id)
+
+    async def _release(self, lease: RequestLeaseResult, request_id: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(lease.lease_workflow_id).signal(
+                BMC_LEASE_RELEASE_SIGNAL, LeaseRelease(request_id=request_id)
+            )
+        except FailureError as err:  # the lease is gone: there is nothing left to give back
+            workflow.logger.info("release of %s not delivered: %s", lease.lease_workflow_id, err)
 
     async def _request(self, bmc: BMCAccess, holder: LeaseHolder, what: str) -> RequestLeaseResult:
         lease: RequestLeaseResult = await workflow.execute_activity(

@@ -11,7 +11,8 @@ The runbook, top to bottom in `run`:
 3. Then batches of `batch_size`, a soak time between batches; within a batch, hosts start under
    `max_in_flight`, `max_per_group` and `max_per_bmc`, and only inside a maintenance window
    (running ones finish when it closes). Before starting, hosts already at the target
-   (`check_campaign_hosts`) are counted done without being touched.
+   (`check_campaign_hosts`: DPUs at the BFB or flavor in DPF, or every DPU's BMC running the
+   firmware) are counted done without being touched; a reprovision has no such state.
 4. Each host is asked of its entity `host/<id>` (`request_campaign_hosts`, an update-with-start),
    never around it: the one-owner rule and approvals hold. A busy host is asked again after
    `busy_retry_seconds` (the entity refuses a second operation, so it is never doubled); an
@@ -43,6 +44,7 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -59,7 +61,9 @@ with workflow.unsafe.imports_passed_through():
         Failure,
         HostFinished,
         HostRequestInput,
+        HostRequestOutcome,
         HostRequestsInput,
+        HostRequestsResult,
         InFlight,
         Progress,
         SelectHostsInput,
@@ -85,9 +89,15 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FAILURES_SHOWN: Final = 200
+FIRMWARE_AT_TARGET_PATCH: Final = "campaign-firmware-at-target"
+PROMPT_ABORT_PATCH: Final = "campaign-prompt-abort"  # the request activity is cancelled on abort
 REQUESTS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),
     "retry_policy": common.QUICK_RETRY,
+}
+CANCELLABLE_REQUESTS: Final[workflow.ActivityConfig] = {
+    **REQUESTS,
+    "heartbeat_timeout": timedelta(seconds=5),  # how soon an abort reaches the asking activity
 }
 
 
@@ -209,14 +219,18 @@ class CampaignWorkflow(CampaignControl):
         return bool(at_target)
 
     async def _at_target(self, hosts: list[CampaignHost]) -> set[str]:
-        if self._input.target.kind in (TargetKind.REPROVISION, TargetKind.FIRMWARE):
-            return set()  # a reprovision is never done before; firmware: the firmware workflow checks
+        kind = self._input.target.kind
+        if kind == TargetKind.REPROVISION:
+            return set()  # a reprovision is never done before
+        # Firmware: each DPU's BMC says what runs. Campaigns started before the patch left that to
+        # the firmware workflow (which ends at once, no reboot, but through the host's entity).
+        if kind == TargetKind.FIRMWARE and not workflow.patched(FIRMWARE_AT_TARGET_PATCH):
+            return set()
+        preset = common.BMC_READ if kind == TargetKind.FIRMWARE else common.KUBE_READ
         checked = await workflow.execute_activity(
             activity_api.check_campaign_hosts,
             CheckHostsInput(target=self._input.target, host_ids=tuple(h.host_id for h in hosts)),
-            **common.options(
-                common.KUBE_READ, f"check {len(hosts)} hosts against {self._input.target.describe()}"
-            ),
+            **common.options(preset, f"check {len(hosts)} hosts against {self._input.target.describe()}"),
         )
         return set(checked.at_target)
 
@@ -235,13 +249,7 @@ class CampaignWorkflow(CampaignControl):
             )
             for h in hosts
         )
-        answered = await workflow.execute_activity(
-            activity_api.request_campaign_hosts,
-            HostRequestsInput(requests=requests),
-            **common.options(
-                REQUESTS, f"ask {len(hosts)} hosts' entities for {self._input.target.describe()}"
-            ),
-        )
+        answered = await self._ask_entities(HostRequestsInput(requests=requests))
         by_id = {h.host_id: h for h in hosts}
         now = workflow.now()
         for outcome in answered.outcomes:
@@ -262,12 +270,49 @@ class CampaignWorkflow(CampaignControl):
             elif outcome.outcome == "busy":
                 retry_at = now + timedelta(seconds=self._input.policy.busy_retry_seconds)
                 self._deferred.append(Deferred(host=host, retry_at=retry_at, reason=outcome.message))
+            elif outcome.outcome == "not-asked":
+                self._pending.append(host)  # aborting: reported as not started
+            elif outcome.outcome == "unanswered":  # its entity may still take the request later
+                reason = f"asked, but no answer before the abort ({outcome.message}): check {host.host_id}"
+                self._skipped.append(Failure(host=host, reason=reason))
             elif outcome.outcome == "assigned":
                 self._skipped.append(Failure(host=host, reason=f"instance assigned: {outcome.message}"))
             else:
                 self._record_failure(host, f"refused: {outcome.message}")
         if self._in_flight and self._next_sweep is None:
             self._next_sweep = now + timedelta(seconds=self._input.policy.sweep_seconds)
+
+    async def _ask_entities(self, requests: HostRequestsInput) -> HostRequestsResult:
+        """The request activity; an abort cancels it, so the campaign stops asking at once
+        (within a heartbeat) instead of after every host of the round was asked."""
+        summary = f"ask {len(requests.requests)} hosts' entities for {self._input.target.describe()}"
+        if not workflow.patched(PROMPT_ABORT_PATCH):
+            return await workflow.execute_activity(
+                activity_api.request_campaign_hosts, requests, **common.options(REQUESTS, summary)
+            )
+        asking = workflow.start_activity(
+            activity_api.request_campaign_hosts,
+            requests,
+            **common.options(
+                CANCELLABLE_REQUESTS,
+                summary,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            ),
+        )
+        await workflow.wait_condition(lambda: asking.done() or self._aborting is not None)
+        if not asking.done():
+            asking.cancel()
+        try:
+            return await asking
+        except ActivityError as err:
+            if not isinstance(err.cause, CancelledError):
+                raise
+            # Cancelled before an attempt ran: no host was asked (an attempt that ran returns).
+            return HostRequestsResult(
+                outcomes=tuple(
+                    HostRequestOutcome(host_id=r.host_id, outcome="not-asked") for r in requests.requests
+                )
+            )
 
     def _promote_deferred(self) -> None:
         now = workflow.now()

@@ -151,13 +151,17 @@ def bounded(preset: workflow.ActivityConfig, seconds: float) -> workflow.Activit
     return {**preset, "schedule_to_close_timeout": timedelta(seconds=seconds)}
 
 
-def enter_phase(phase: str, details: str) -> None:
+def enter_phase(phase: str, details: str, *, log: bool = True) -> None:
     """Show a new phase: the `Phase` search attribute, the workflow's current details, and one
-    INFO line in the worker's log (not on replay: the SDK's workflow logger skips replays)."""
+    INFO line in the worker's log (not on replay: the SDK's workflow logger skips replays).
+
+    `log=False` re-shows a phase already logged (the entity re-shows its phase when its details
+    change): the log reads one line per step, never the same step twice."""
     workflow.upsert_search_attributes([names.PHASE.value_set(phase)])
     workflow.set_current_details(f"**{phase}**: {details}")
-    metrics.workflow_phase_entered(phase)
-    workflow.logger.info("%s: %s", phase, details)
+    if log:
+        metrics.workflow_phase_entered(phase)
+        workflow.logger.info("%s: %s", phase, details)
 
 
 def set_details(phase: str, details: str) -> None:

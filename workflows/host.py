@@ -124,6 +124,7 @@ class HostWorkflow:
         self._phase_since = start.phase_since  # carried across continue-as-new (always idle then)
         self._shown_phase: str | None = IDLE if start.phase_since is not None else None
         self._current: _Operation | None = None
+        self._logged_phase: tuple[str, str] | None = None  # last logged, not a command: replay-safe
         self._lock = asyncio.Lock()
 
     @workflow.run
@@ -562,7 +563,10 @@ class HostWorkflow:
             details = (
                 f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {instance}"
             )
-        enter_phase(phase, details)
+        # The run's first `_show_phase` can already see an operation that the same activation's
+        # update accepted, then shows it again once started: the same line is logged once.
+        enter_phase(phase, details, log=(phase, details) != self._logged_phase)
+        self._logged_phase = (phase, details)
         if workflow.patched(LIST_ATTRIBUTES_PATCH):
             if phase != self._shown_phase or self._phase_since is None:
                 self._shown_phase, self._phase_since = phase, workflow.now()

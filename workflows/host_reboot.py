@@ -20,9 +20,11 @@ update `abort`): never leaves the host off, never waits out `power_down_wait_sec
 During the power-down wait of ForceOff / wait / On the wait is cut and On sent at once; during
 `power_cycle_host` the BMC is read (every `STOP_POLL_SECONDS`) until the host is seen Off, then
 the activity is cancelled (and awaited) and On sent; a cycle that ends first simply ends. A
-manual wait just ends. Cancelled, the workflow completes with its result when the host was
-cycled (the canceller must know a reboot happened); aborted, it fails with `OperationAborted`
-whose details carry the generation reached when the host was cycled.
+manual wait just ends. Still queued for the BMC's lease (nothing sent to the BMC), the queued
+place is given back and nothing is sent at all (`LEASE_QUEUE_STOP_PATCH`). Cancelled, the
+workflow completes with its result when the host was cycled (the canceller must know a reboot
+happened); aborted, it fails with `OperationAborted` whose details carry the generation reached
+when the host was cycled; a cancel that stopped it before the BMC was touched ends it cancelled.
 
 The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py`,
 `METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
@@ -84,6 +86,7 @@ BMC_LEASE_PATCH = "bmc-fleet-lease"
 ABORTED_TYPE = "OperationAborted"
 # Changed command sequences, guarded for histories recorded before them (tests/histories/*).
 STOP_PATCH = "reboot-stop-cuts-power-down-wait"
+LEASE_QUEUE_STOP_PATCH = "reboot-stop-withdraws-from-lease-queue"
 STOP_POLL_SECONDS = 2.0  # how often a stop reads the BMC while power_cycle_host has not turned it off
 STOP_POLLS = 20  # then the cycle is simply awaited (it is past its Off-to-On wait by then)
 
@@ -228,10 +231,27 @@ class HostRebootWorkflow:
             # fails now goes to the manual reboot wait, as it would uncancelled: the host may be off.
             if not workflow.patched(STOP_PATCH):
                 return await cycle  # recorded before stops cut the wait: it waited the wait out
+            if await self._withdrew_from_lease_queue(cycle):
+                self._enter("cancelled", "cancelled while queued for the BMC's lease: not rebooted")
+                raise
             return await self._stop_cycle(inventory, cycle)
-        if not cycle.done():
-            return await self._stop_cycle(inventory, cycle)  # aborted (an update after the patch)
+        if not cycle.done():  # aborted (an update after the patch)
+            if await self._withdrew_from_lease_queue(cycle):
+                self._raise_if_aborted(cycled=False)
+            return await self._stop_cycle(inventory, cycle)
         return await cycle
+
+    async def _withdrew_from_lease_queue(self, cycle: asyncio.Future[tuple[str, tuple[str, ...]]]) -> bool:
+        """A stop while the cycle still waits for its BMC lease: nothing was sent to the BMC, so
+        the reboot is not done at all (before this patch it waited for the slot, then cycled)."""
+        if not self._leases.queued or not workflow.patched(LEASE_QUEUE_STOP_PATCH):
+            return False
+        cycle.cancel()  # `BMCLeaseHolder.hold` gives the queued place back, then ends cancelled
+        try:
+            await cycle
+        except asyncio.CancelledError:
+            return True
+        return False  # unreachable: a queued cycle can only end by the cancel
 
     async def _stop_cycle(
         self, inventory: HostInventory, cycle: asyncio.Future[tuple[str, tuple[str, ...]]]

@@ -90,8 +90,11 @@ class RolloutWatcherActivities:
             tasks = [asyncio.create_task(self._follow(http, pcs.namespace, s, changed)) for s in streams]
             try:
                 while True:
+                    # `asyncio.timeout`, not `wait_for`: on Python 3.11 `wait_for` drops a cancel
+                    # that lands as the event fires, and the activity would never see its cancel.
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(changed.wait(), request.heartbeat_seconds)
+                        async with asyncio.timeout(request.heartbeat_seconds):
+                            await changed.wait()
                     changed.clear()
                     for task in tasks:
                         if task.done():

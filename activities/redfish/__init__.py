@@ -28,11 +28,14 @@ def power_activities(power: PowerActivities) -> list[Callable[..., Any]]:
     ]
 
 
-def build_redfish_activities(settings: Settings) -> list[Callable[..., Any]]:
-    """Every Redfish activity, sharing one client (and so one request cap per BMC)."""
+def build_redfish_activities(
+    settings: Settings, client: RedfishClient | None = None
+) -> list[Callable[..., Any]]:
+    """Every Redfish activity, sharing one client (and so one request cap per BMC); `client`: the
+    worker's, when other activities (the campaign's firmware check) share it too."""
     from activities.inventory import Inventory  # the inventory's Kubernetes client loads lazily
 
-    client = build_redfish_client(settings)
+    client = client or build_redfish_client(settings)
     # Each attempt re-reads its BMC from the inventory: fixes take effect (issue 9).
     inventory = Inventory(settings)
     firmware = FirmwareActivities(client, inventory)

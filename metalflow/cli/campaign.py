@@ -55,6 +55,7 @@ from metalflow.models.campaign import (
     SkipRequest,
 )
 from metalflow.rollouts import root_cause
+from metalflow.validation import Reason, Requester, arg_type
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 FOLLOW_SECONDS = 0.5
@@ -96,7 +97,9 @@ def register(subparsers: Any) -> None:
     for command, (update, text) in UPDATES.items():
         parser = commands.add_parser(command, help=text, description=f"{text[0].upper()}{text[1:]}.")
         _name(parser)
-        parser.add_argument("--reason", default="", help="why, recorded with the request")
+        parser.add_argument(
+            "--reason", type=arg_type(Reason), default="", help="why, recorded with the request"
+        )
         parser.set_defaults(handler=runner(_update), update=update)
 
     abort = commands.add_parser(
@@ -104,13 +107,13 @@ def register(subparsers: Any) -> None:
     )
     _name(abort)
     abort.add_argument("--cancel-running", action="store_true", help="abort the running host operations too")
-    abort.add_argument("--reason", default="", help="why, recorded with the request")
+    abort.add_argument("--reason", type=arg_type(Reason), default="", help="why, recorded with the request")
     abort.set_defaults(handler=runner(_abort))
 
     skip = commands.add_parser("skip", help="leave a waiting host out", description="Skip a host.")
     _name(skip)
     skip.add_argument("host", help="the host id")
-    skip.add_argument("--reason", default="", help="why, recorded with the request")
+    skip.add_argument("--reason", type=arg_type(Reason), default="", help="why, recorded with the request")
     skip.set_defaults(handler=runner(_skip))
 
     limits = commands.add_parser("limits", help="change the limits while it runs", description="Set limits.")
@@ -122,14 +125,16 @@ def register(subparsers: Any) -> None:
     limits.set_defaults(handler=runner(_limits))
 
     listing = commands.add_parser("list", help="list campaigns", description="List campaigns.")
-    listing.add_argument("--by", default=default_operator(), help=argparse.SUPPRESS)
+    listing.add_argument("--by", type=arg_type(Requester), default=default_operator(), help=argparse.SUPPRESS)
     listing.set_defaults(handler=runner(_list))
     campaign_schedule.register(commands, runner)
 
 
 def _name(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", type=_campaign_name, help="the campaign's name (workflow campaign/NAME)")
-    parser.add_argument("--by", default=default_operator(), help="who asks (default: %(default)s)")
+    parser.add_argument(
+        "--by", type=arg_type(Requester), default=default_operator(), help="who asks (default: %(default)s)"
+    )
     parser.add_argument(
         "--task-queue", default=names.TASK_QUEUE, help="worker task queue (default: %(default)s)"
     )

@@ -20,6 +20,7 @@ from metalflow.models.campaign import (
     Window,
 )
 from metalflow.models.host import OperationPolicy
+from metalflow.validation import Reason, arg_type
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")
@@ -170,7 +171,7 @@ def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
         "--dpu-error-reprovisions", type=count, metavar="N",
         help="reprovisions: a DPU in Error is reprovisioned this often before the host fails",
     )  # fmt: skip
-    parser.add_argument("--reason", default="", help="why, recorded with the campaign")
+    parser.add_argument("--reason", type=arg_type(Reason), default="", help="why, recorded with the campaign")
 
 
 def campaign_input(name: str, args: argparse.Namespace) -> CampaignInput:

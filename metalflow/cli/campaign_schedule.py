@@ -33,6 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from metalflow import names
 from metalflow.cli.campaign_options import add_options, campaign_input, duration
 from metalflow.hosts import default_operator
+from metalflow.validation import Requester, arg_type
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 ACTIONS = ("pause", "unpause", "trigger", "delete")
@@ -66,7 +67,9 @@ def register(commands: Any, runner: Callable[[Any], Callable[[argparse.Namespace
     when = schedule.add_mutually_exclusive_group()
     when.add_argument("--cron", metavar="EXPR", help="a cron expression (UTC), e.g. '0 2 * * sat'")
     when.add_argument("--every", type=duration, metavar="DURATION", help="an interval, e.g. 12h")
-    schedule.add_argument("--by", default=default_operator(), help="who asks (default: %(default)s)")
+    schedule.add_argument(
+        "--by", type=arg_type(Requester), default=default_operator(), help="who asks (default: %(default)s)"
+    )
     schedule.add_argument(
         "--task-queue", default=names.TASK_QUEUE, help="worker task queue (default: %(default)s)"
     )

@@ -55,6 +55,7 @@ from metalflow.models.grove import (
 )
 from metalflow.progress import Progress
 from metalflow.rollouts import render, root_cause
+from metalflow.validation import Reason, Requester, arg_type
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 FOLLOW_SECONDS = 0.5
@@ -114,7 +115,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="a step not done by then pauses the rollout (default 600)",
     )
-    start.add_argument("--reason", default="", help="why, recorded with the request")
+    start.add_argument("--reason", type=arg_type(Reason), default="", help="why, recorded with the request")
     start.set_defaults(handler=_runner(_start))
 
     status = commands.add_parser("status", help="show a rollout's progress", description="Show progress.")
@@ -125,7 +126,9 @@ def register(subparsers: Any) -> None:
     for command, (update, text) in UPDATES.items():
         parser = commands.add_parser(command, help=text, description=f"{text[0].upper()}{text[1:]}.")
         _target(parser)
-        parser.add_argument("--reason", default="", help="why, recorded with the request")
+        parser.add_argument(
+            "--reason", type=arg_type(Reason), default="", help="why, recorded with the request"
+        )
         parser.set_defaults(handler=_runner(_update), update=update)
 
     scale = commands.add_parser(
@@ -142,7 +145,9 @@ def _target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "pcs", metavar="NAMESPACE/PCS", type=_pcs_ref, help="the PodCliqueSet, e.g. default/inference"
     )
-    parser.add_argument("--by", default=default_operator(), help="who asks (default: %(default)s)")
+    parser.add_argument(
+        "--by", type=arg_type(Requester), default=default_operator(), help="who asks (default: %(default)s)"
+    )
     parser.add_argument(
         "--task-queue", default=names.TASK_QUEUE, help="worker task queue (default: %(default)s)"
     )

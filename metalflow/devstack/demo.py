@@ -1,5 +1,6 @@
 """The demo job `metalflow dev` runs: provision every simulated host, then reprovision them,
-then roll the site's Grove workload `default/inference` coherently (`demo_rollout`).
+then roll the site's Grove workload `default/inference` coherently (`demo_rollout`), then run
+a campaign over the hosts with an injected DPU failure its budget absorbs (`demo_campaign`).
 
 Everything goes through the hosts' entity workflows (`host/<id>`), exactly as `metalflow host
 provision|reprovision` does: the first request creates a host's entity, which runs the operation
@@ -24,6 +25,7 @@ import yaml
 from temporalio.client import Client
 
 from metalflow import names
+from metalflow.devstack.demo_campaign import run_campaign_demo, site_of
 from metalflow.devstack.demo_rollout import run_rollout_demo
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.hosts import HostRequestError, default_operator, follow_operation, recorded_status, send_update
@@ -145,8 +147,12 @@ async def run_demo(
         await requests.instance(hosts[0].host_id, RELEASE_INSTANCE_UPDATE)
     if ok:
         ok = await run_rollout_demo(client, config, say, task_queue)
-    say(f"demo: {'done' if ok else 'FAILED'} in {time.monotonic() - began:.1f} s")
     await _report_power_cycles(site, hosts, say, operations=None if not ok else 1 if present else 2)
+    if ok:  # last: its reprovisions and the injected failure come after the power logs above
+        ok = await run_campaign_demo(
+            client, config, site.sim_url, site_of(site.site_file), DEMO_POLICY, progress, task_queue
+        )
+    say(f"demo: {'done' if ok else 'FAILED'} in {time.monotonic() - began:.1f} s")
     return ok
 
 

@@ -15,6 +15,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from metalflow.models.host import OperationPolicy
+from metalflow.validation import Reason, Requester
 
 # -- message names -----------------------------------------------------------------------------------
 STATUS_QUERY: Final = "status"
@@ -203,8 +204,8 @@ class CampaignInput(_Frozen):
     windows: tuple[Window, ...] = ()  # none: always open
     budget: FailureBudget = FailureBudget(max_failures=0)
     policy: CampaignPolicy = CampaignPolicy()
-    requested_by: str = Field(min_length=1)
-    reason: str = ""
+    requested_by: Requester
+    reason: Reason = ""
     host_policy: OperationPolicy | None = None  # reprovisions: None is each host's own policy
     progress: Progress | None = None  # None on the first run
 
@@ -259,8 +260,8 @@ class CampaignResult(_Frozen):
 
 
 class CampaignRequest(_Frozen):
-    requested_by: str = Field(min_length=1)
-    reason: str = ""
+    requested_by: Requester
+    reason: Reason = ""
 
 
 class AbortRequest(CampaignRequest):
@@ -327,7 +328,8 @@ class HostRequestsInput(_Frozen):
 
 class HostRequestOutcome(_Frozen):
     host_id: str
-    outcome: Literal["started", "awaiting-approval", "busy", "assigned", "refused"]
+    # not-asked / unanswered: the campaign aborted while the request was out (its prompt-abort patch)
+    outcome: Literal["started", "awaiting-approval", "busy", "assigned", "refused", "not-asked", "unanswered"]
     workflow_id: str = ""
     message: str = ""
 

@@ -18,6 +18,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
+from metalflow.validation import Reason, Requester
+
 GROVE_GROUP: Final = "grove.io"
 SCHEDULER_GROUP: Final = "scheduler.grove.io"
 GROVE_VERSION: Final = "v1alpha1"
@@ -227,8 +229,8 @@ class RolloutPolicy(_Model):
 class RolloutInput(_Model):
     pcs: PCSRef
     images: dict[str, str]
-    requested_by: str = Field(min_length=1)
-    reason: str = ""
+    requested_by: Requester
+    reason: Reason = ""
     policy: RolloutPolicy = RolloutPolicy()
 
     @field_validator("images")
@@ -245,17 +247,17 @@ class RolloutInput(_Model):
 class RolloutRequest(_Model):
     """Who asks, and why: the payload of pause, resume, abort and rollback."""
 
-    requested_by: str = Field(min_length=1)
-    reason: str = ""
+    requested_by: Requester
+    reason: Reason = ""
 
 
 class SupersedeRequest(_Model):
-    requested_by: str = Field(min_length=1)
+    requested_by: Requester
     images: dict[str, str]
 
 
 class ScaleRequest(_Model):
-    requested_by: str = Field(min_length=1)
+    requested_by: Requester
     replicas: int = Field(ge=0)
 
 
