@@ -18,6 +18,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
+from module_order import load_seconds, longest_first
 from sim_support import wrapped_binary
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -135,3 +136,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Turn SIGTERM (a CI timeout, `kill`) into an interrupt, so session fixtures still stop the
     Temporal servers they started instead of leaving them running."""
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest modules first, so pytest-xdist's last worker does not run them alone at the end
+    (tests/module_order.py); every xdist worker sorts the same collection the same way."""
+    items[:] = longest_first(items, load_seconds())

@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+from cli_support import run_metalflow
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import METALFLOW, SITE_FILE, Result, metalflow
+from test_cli_host import METALFLOW, SITE_FILE, metalflow
 from test_firmware_support import eventually
 
 from metalflow import names
@@ -246,32 +247,34 @@ async def test_monitor_of_an_unknown_host_is_refused_and_stopped(
     assert f"unknown host '{host}': not in the site file" in firmware.stderr
 
 
-async def test_usage_errors_exit_2_before_anything_is_asked(local_env: WorkflowEnvironment) -> None:
-    async def usage(*args: str) -> Result:
-        result = await metalflow(local_env, "host", *args)
-        assert result.status == 2, result
+def test_usage_errors_exit_2_before_anything_is_asked() -> None:
+    # In this process (tests/cli_support.py): argparse refuses these before any client is made,
+    # so ten interpreters (~1.3 s of CPU each) would test nothing more.
+    def usage(*args: str) -> subprocess.CompletedProcess[str]:
+        result = run_metalflow("host", *args)
+        assert result.returncode == 2, result
         return result
 
-    bad_version = await usage("firmware", "h1", "--version", "32 45", "--image", IMAGE)
+    bad_version = usage("firmware", "h1", "--version", "32 45", "--image", IMAGE)
     assert "invalid firmware version '32 45'" in bad_version.stderr
-    ftp = await usage("firmware", "h1", "--version", TARGET, "--image", "ftp://x.test/bf.bfb")
+    ftp = usage("firmware", "h1", "--version", TARGET, "--image", "ftp://x.test/bf.bfb")
     assert (
         "invalid image URI 'ftp://x.test/bf.bfb': give the URL of the image file (http, https or scp)"
         in ftp.stderr
     )
-    no_file = await usage("firmware", "h1", "--version", TARGET, "--image", "https://x.test/")
+    no_file = usage("firmware", "h1", "--version", TARGET, "--image", "https://x.test/")
     assert "invalid image URI" in no_file.stderr
-    secret = await usage("firmware", "h1", "--version", TARGET, "--image", "https://u:hunter2@x.test/bf.bfb")
+    secret = usage("firmware", "h1", "--version", TARGET, "--image", "https://u:hunter2@x.test/bf.bfb")
     assert "carries credentials" in secret.stderr and "hunter2" not in secret.stderr
-    missing = await usage("firmware", "h1", "--version", TARGET)
+    missing = usage("firmware", "h1", "--version", TARGET)
     assert "--image" in missing.stderr
-    empty = await usage("remove", "h1", "--dpus", "")
+    empty = usage("remove", "h1", "--dpus", "")
     assert "invalid DPU list ''" in empty.stderr
-    both = await usage("monitor", "h1", "--status", "--stop")
+    both = usage("monitor", "h1", "--status", "--stop")
     assert "not allowed with argument" in both.stderr
-    never = await usage("monitor", "h1", "--reprovision-after", "0")
+    never = usage("monitor", "h1", "--reprovision-after", "0")
     assert "argument --reprovision-after: '0': Input should be greater than 0" in never.stderr
-    assert "invalid host id" in (await usage("remove", "h1/x")).stderr
+    assert "invalid host id" in (usage("remove", "h1/x")).stderr
 
 
 async def test_no_monitor_and_temporal_unreachable(local_env: WorkflowEnvironment, sim: RunningSim) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from cli_support import run_metalflow
 from test_cli_dev import METALFLOW, _clean_env
 
 from metalflow.devstack.ports import free_port
@@ -24,6 +25,12 @@ PODGANGS = "/apis/scheduler.grove.io/v1alpha1/podgangs"
 def _metalflow(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
     env = _clean_env() | {"METALFLOW_STATE_DIR": str(state)}
     return subprocess.run([METALFLOW, *args], env=env, capture_output=True, text=True, timeout=180)
+
+
+def _fault(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
+    """`metalflow sim fault ARGS --state-dir STATE` in this process (tests/cli_support.py): the
+    command's answer is the subject here, not its process, and each interpreter cost ~1.3 s of CPU."""
+    return run_metalflow("sim", "fault", *args, "--state-dir", state)
 
 
 @pytest.fixture(scope="module")
@@ -65,29 +72,27 @@ def _until(state: Path, device: str, phase: str) -> None:
 
 def test_dpu_faults_take_the_short_id_and_show_in_dpf(state: Path) -> None:
     _until(state, "host-001-dpu-0", "Ready")
-    error = _metalflow(
-        "sim", "fault", "dpu", "host-001-dpu-0", "error", "--message", "rehearsal", state=state
-    )
+    error = _fault("dpu", "host-001-dpu-0", "error", "--message", "rehearsal", state=state)
     assert error.returncode == 0, error.stderr
     assert error.stdout.strip() == "DPU host-001-dpu-0: error injected"
     _until(state, "host-001-dpu-0", "Error")
     assert _phase(state, "host-001-dpu-1") == "Ready"  # only the DPU named
 
     # An Error lasts until a reprovision: `recover` says so and changes nothing.
-    stays = _metalflow("sim", "fault", "dpu", "host-001-dpu-0", "recover", state=state)
+    stays = _fault("dpu", "host-001-dpu-0", "recover", state=state)
     assert stays.returncode == 1 and "no injected service failure to recover from" in stays.stderr
     assert _phase(state, "host-001-dpu-0") == "Error"
 
-    effect = _metalflow("sim", "fault", "dpu", "host-001-dpu-1", "node-effect", state=state)
+    effect = _fault("dpu", "host-001-dpu-1", "node-effect", state=state)
     assert effect.returncode == 0, effect.stderr
     _until(state, "host-001-dpu-1", "Node Effect")
-    recover = _metalflow("sim", "fault", "dpu", "host-001-dpu-1", "recover", state=state)
+    recover = _fault("dpu", "host-001-dpu-1", "recover", state=state)
     assert recover.returncode == 0, recover.stderr
     _until(state, "host-001-dpu-1", "Ready")
 
-    unknown = _metalflow("sim", "fault", "dpu", "host-009-dpu-0", "error", state=state)
+    unknown = _fault("dpu", "host-009-dpu-0", "error", state=state)
     assert unknown.returncode == 1 and "DPU host-009-dpu-0: no DPU" in unknown.stderr, unknown.stderr
-    bad = _metalflow("sim", "fault", "dpu", "host-001-dpu-0", "explode", state=state)
+    bad = _fault("dpu", "host-001-dpu-0", "explode", state=state)
     assert bad.returncode == 2 and "invalid choice: 'explode'" in bad.stderr
 
 
@@ -95,11 +100,11 @@ def test_podgang_faults(state: Path) -> None:
     gangs = _get(state, PODGANGS)
     assert gangs, "the initialised site has a Grove workload"
     name = gangs[0]["metadata"]["name"]
-    never = _metalflow("sim", "fault", "podgang", name, "never-available", state=state)
+    never = _fault("podgang", name, "never-available", state=state)
     assert never.returncode == 0 and never.stdout.strip() == f"PodGang {name}: never-available injected"
-    fall = _metalflow("sim", "fault", "podgang", name, "fall-back", state=state)
+    fall = _fault("podgang", name, "fall-back", state=state)
     assert fall.returncode == 0, fall.stderr
-    missing = _metalflow("sim", "fault", "podgang", "no-such-gang", "fall-back", state=state)
+    missing = _fault("podgang", "no-such-gang", "fall-back", state=state)
     assert missing.returncode == 1 and "no PodGang 'no-such-gang'" in missing.stderr, missing.stderr
-    bad = _metalflow("sim", "fault", "podgang", "Bad_Name", "fall-back", state=state)
+    bad = _fault("podgang", "Bad_Name", "fall-back", state=state)
     assert bad.returncode == 2 and "invalid PodGang name" in bad.stderr

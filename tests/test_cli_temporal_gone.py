@@ -16,8 +16,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cli_support import run_in_few_processes
 from temporalio.client import Client
-from test_cli_input_bounds import _entity_exists, _env, _run, write_site
+from test_cli_input_bounds import _entity_exists, _env, write_site
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _HEADERS = 0x1
@@ -127,25 +128,23 @@ async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit
     write_site(tmp_path / "site.yaml", HOST)  # the host is known: the inventory check passes
     target = client.service_client.config.target_host
 
-    at_once = asyncio.Semaphore(4)  # 2 shared cores: 24 interpreters at once would time out
-
-    async def run(args: list[str]) -> tuple[list[str], int, str, str, bool]:
-        async with at_once:
-            return await run_one(args)
-
-    async def run_one(args: list[str]) -> tuple[list[str], int, str, str, bool]:
-        proxy = DyingServer(target)
-        address = await proxy.start()
-        env = _env(client, tmp_path) | {"TEMPORAL_ADDRESS": address}
-        argv = args if tuple(args[:2]) in WITHOUT_QUEUE else [*args, *QUEUE]
-        try:
-            code, out, err = await _run(argv, env)
-        finally:
-            cut = proxy.gone.is_set()
+    proxies = [DyingServer(target) for _ in COMMANDS]
+    rows = [
+        (args if tuple(args[:2]) in WITHOUT_QUEUE else [*args, *QUEUE], await proxy.start())
+        for args, proxy in zip(COMMANDS, proxies, strict=True)
+    ]
+    env = _env(client, tmp_path)
+    try:
+        outcomes = await run_in_few_processes(
+            [(argv, {"TEMPORAL_ADDRESS": address}) for argv, address in rows], env, tmp_path
+        )
+    finally:
+        for proxy in proxies:
             await proxy.close()
-        return args, code, out, err, cut
-
-    results = await asyncio.gather(*(run(args) for args in COMMANDS))
+    results = [
+        (args, code, out, err, proxy.gone.is_set())
+        for args, proxy, (code, out, err) in zip(COMMANDS, proxies, outcomes, strict=True)
+    ]
     problems = []
     for args, code, out, err, cut in results:
         lines = err.splitlines()

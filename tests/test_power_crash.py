@@ -172,8 +172,9 @@ async def test_killed_worker_never_cycles_twice(
             handle = await client.start_workflow(
                 CycleOnce.run, args=[request, activity_queue], id=f"crash-{uuid.uuid4()}", task_queue=queue
             )
-            await _wait_for(lambda: _activity_started(handle), timeout=20)
-            await _wait_for(lambda: asyncio.to_thread(reached, sim, host_id, since), timeout=30)
+            # Generous: the worker is a fresh interpreter, slow to start on a loaded machine.
+            await _wait_for(lambda: _activity_started(handle), timeout=120)
+            await _wait_for(lambda: asyncio.to_thread(reached, sim, host_id, since), timeout=120)
             kill(first)
             killed_state = await asyncio.to_thread(power_state, sim, host_id)
             killed_log = transitions(sim, host_id, since)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_support import run_in_few_processes
 from temporalio.client import Client
 from test_cli_input_bounds import METALFLOW, _entity_exists, _env, _run
 
@@ -251,18 +252,21 @@ async def test_the_cli_refuses_a_bad_site_file_and_touches_nothing(
     client: Client, tmp_path: Path, bmc: CountingBMC
 ) -> None:
     edits = {what: edit for what, edit, _ in BAD_SITES}
-    limit = asyncio.Semaphore(3)
-
-    async def row(n: int, what: str, args: list[str]) -> tuple[int, str, str, Path]:
-        path = _write(tmp_path / f"site-{n}.yaml", edits[what](good_site(bmc.endpoint)))
-        env = _env(client, tmp_path) | {"METALFLOW_SITE_FILE": str(path)}
-        async with limit:
-            code, out, err = await _run([a.replace("{site}", str(path)) for a in args], env)
-        return code, out, err, path
-
-    results = await asyncio.gather(*(row(n, what, args) for n, (what, args) in enumerate(ENTRY_ROWS)))
+    paths = [
+        _write(tmp_path / f"site-{n}.yaml", edits[what](good_site(bmc.endpoint)))
+        for n, (what, _) in enumerate(ENTRY_ROWS)
+    ]
+    outcomes = await run_in_few_processes(
+        [
+            ([a.replace("{site}", str(path)) for a in args], {"METALFLOW_SITE_FILE": str(path)})
+            for (_, args), path in zip(ENTRY_ROWS, paths, strict=True)
+        ],
+        _env(client, tmp_path),
+        tmp_path,
+        per_process=3,
+    )
     problems = []
-    for (what, args), (code, out, err, path) in zip(ENTRY_ROWS, results, strict=True):
+    for (what, args), (code, out, err), path in zip(ENTRY_ROWS, outcomes, paths, strict=True):
         prog = "metalflow bmc" if args[0] == "bmc" else "metalflow"
         first = err.splitlines()[0] if err else ""
         if code != 2 or out or not first.startswith(f"{prog}: the site file {path} is not valid ("):
@@ -299,13 +303,9 @@ async def test_unknown_things_are_refused_before_any_workflow_starts(
         (["host", "firmware", "host-002", "--version", "1.0", "--image", "https://f.example/x.bfb",
           "--dpus", "host-002-dpu-9"], "host-002-dpu-9 is not a DPU of host-002"),
     ]  # fmt: skip
-    limit = asyncio.Semaphore(3)
-
-    async def row(args: list[str]) -> tuple[int, str, str]:
-        async with limit:
-            return await _run([*args, "--task-queue", "nobody-polls-this"], env)
-
-    results = await asyncio.gather(*(row(args) for args, _ in rows))
+    results = await run_in_few_processes(
+        [([*args, "--task-queue", "nobody-polls-this"], {}) for args, _ in rows], env, tmp_path
+    )
     problems = []
     for (args, words), (code, out, err) in zip(rows, results, strict=True):
         lines = err.splitlines()
