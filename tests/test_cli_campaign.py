@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC
 from typing import Any
 
+import httpx
 import pytest
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -260,9 +261,14 @@ async def _inject_error_when_installing(client: Client, sim: RunningSim, host: s
             await asyncio.sleep(0.1)
             continue
         if status.phase not in ("resolving-inventory", "deleting-dpus", "starting"):
-            sim.inject(
-                f"dpus/node-{host}-device-{host}-dpu-1/error", {"message": "injected by the campaign test"}
-            )
-            return
+            try:
+                message = {"message": "injected by the campaign test"}
+                sim.inject(f"dpus/node-{host}-device-{host}-dpu-1/error", message)
+                return
+            except httpx.HTTPStatusError as err:
+                # 409: the DPU the reprovision deleted is still being deleted; 404: DPF has not
+                # created the next one yet. The error belongs in the new DPU: try again.
+                if err.response.status_code not in (404, 409):
+                    raise
         await asyncio.sleep(0.05)
     raise AssertionError(f"the reprovision of {host} never got past deleting its DPUs")

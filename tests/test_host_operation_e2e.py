@@ -178,7 +178,19 @@ async def _inject_error_when_installing(handle: Any, sim: RunningSim, dpu: str, 
         return status.phase not in ("resolving-inventory", "deleting-dpus", "starting")
 
     await eventually(deleted_and_recreated, what="the DPUs deleted")
-    sim.inject(f"dpus/{dpu}/error", {"message": message})
+
+    async def injected() -> bool:
+        # The error belongs in the DPU DPF recreates: 409 while the deleted one is still being
+        # deleted (the site refuses it: its deletion goes on), 404 before DPF created the next.
+        try:
+            sim.inject(f"dpus/{dpu}/error", {"message": message})
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code in (404, 409):
+                return False
+            raise
+        return True
+
+    await eventually(injected, what=f"an error injected into the recreated {dpu}")
 
 
 async def _cycle_by_hand(sim: RunningSim, host_id: str) -> None:

@@ -65,6 +65,8 @@ with workflow.unsafe.imports_passed_through():
 REBOOTING_HOST = "rebooting-host"
 WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
 ABORTED_TYPE = "OperationAborted"
+# A DPF change that lands while `keep_dpus_moving` runs an activity wakes the wait (see wait_for_dpf).
+CHANGES_DURING_MOVES_PATCH = "dpf-wait-counts-changes-before-moves"
 FINISHED = frozenset({"completed", "failed", "aborted", "cancelled"})
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
@@ -166,6 +168,10 @@ class Escalation(ABC):
         """Wait until `goal` holds of DPF's state; no change for the phase timeout -> intervention."""
         self.enter(phase, describe(self.state))
         while True:
+            # Counted before `keep_dpus_moving`: a change that lands while it runs an activity
+            # (e.g. a DPU going to Error during the hold's release) must wake the wait below, or
+            # that DPU sits in Error unseen until the phase timeout (issue 13's stuck host).
+            seen = self.state_changes
             await self.keep_dpus_moving()
             if goal(self.state):
                 return
@@ -173,7 +179,9 @@ class Escalation(ABC):
                 self.enter(phase, describe(self.state))
             else:
                 self.set_details(describe(self.state))
-            if await self._wait_for_change(self.state_changes, self.policy.phase_timeout_seconds):
+            if not workflow.patched(CHANGES_DURING_MOVES_PATCH):
+                seen = self.state_changes  # recorded before the fix: counted after the moves
+            if await self._wait_for_change(seen, self.policy.phase_timeout_seconds):
                 continue
             decision = await self.intervene(
                 f"nothing changed for {self.policy.phase_timeout_seconds:g} s while waiting for "

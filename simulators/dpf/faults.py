@@ -1,7 +1,8 @@
 """DPU faults injected by the operator (`/sim/faults/dpus/...`) and the DPUSet's drift report.
 
 - `inject_error`: phase `Error`, `Ready=False` with the given message, until the DPU is deleted
-  (reprovisioned); it also leaves any reboot round of its node.
+  (reprovisioned); it also leaves any reboot round of its node. A DPU being deleted is refused
+  (409): its deletion goes on.
 - `inject_node_effect`: a `Ready` DPU back to `Node Effect` (a critical DPU service is down);
   it stays there until `recover` (then `DPU Cluster Config -> Node Effect Removal -> Ready`)
   or until it is reprovisioned.
@@ -30,6 +31,10 @@ from simulators.dpf.provisioning import Provisioner
 
 def inject_error(p: Provisioner, name: str, message: str) -> None:
     obj = _existing(p, name)
+    if deleting(obj):
+        # Its timer is the deletion's: cancelling it left the DPU in Error, never deleted and so
+        # never recreated, and the reprovision that deleted it waiting for a DPU that never came.
+        raise ValueError(f"DPU {name} is being deleted; inject the error into the DPU DPF creates next")
     p.timers.cancel(name)
     p.leave_round(name)
     p.services_down.discard(name)
