@@ -439,12 +439,7 @@ async def test_abort_answers_at_once_while_an_entity_holds_the_request(
     is reported by name, and the campaign ends without waiting the request out."""
     client = local_env.client
     silent, *answering = HOSTS["prompt"]
-    await client.start_workflow(
-        "HostWorkflow",
-        HostWorkflowInput(host_id=silent),
-        id=names.host_workflow_id(silent),
-        task_queue=f"nobody-serves-{uuid.uuid4()}",
-    )
+    await _start_entity_nobody_serves(client, silent)
     task_queue = f"test-campaign-prompt-{uuid.uuid4()}"
     request = _input([silent, *answering], limits=Limits(batch_size=3, max_in_flight=3))
     try:
@@ -487,12 +482,7 @@ async def test_an_entity_that_does_not_answer_puts_off_its_host_only(
     monkeypatch.setattr(campaign_activities, "UPDATE_TIMEOUT", timedelta(seconds=2))
     client = local_env.client
     silent, *answering = HOSTS["silent"]
-    await client.start_workflow(
-        "HostWorkflow",
-        HostWorkflowInput(host_id=silent),
-        id=names.host_workflow_id(silent),
-        task_queue=f"nobody-serves-{uuid.uuid4()}",
-    )
+    await _start_entity_nobody_serves(client, silent)
     task_queue = f"test-campaign-silent-{uuid.uuid4()}"
     request = _input([silent, *answering], limits=Limits(batch_size=3, max_in_flight=3))
     try:
@@ -524,6 +514,16 @@ async def test_an_entity_that_does_not_answer_puts_off_its_host_only(
     finally:
         await client.get_workflow_handle(names.host_workflow_id(silent)).terminate("test over")
     assert result.outcome == "aborted"
+
+
+async def _start_entity_nobody_serves(client: Client, host: str) -> None:
+    """The host's entity on a task queue no worker polls: updates to it time out (a fleet half down)."""
+    await client.start_workflow(
+        "HostWorkflow",
+        HostWorkflowInput(host_id=host),
+        id=names.host_workflow_id(host),
+        task_queue=f"nobody-serves-{uuid.uuid4()}",
+    )
 
 
 async def _described(client: Client, host: str) -> object | None:
