@@ -61,6 +61,7 @@ from activities.dpf.streams import (
     list_objects,
     watch_events,
 )
+from activities.handover import handing_over_at_shutdown
 from activities.heartbeat import stop_quietly_if_workflow_ended
 from metalflow import metrics, names
 from metalflow.errors import InvalidInput, KubernetesUnavailable
@@ -295,9 +296,11 @@ class SiteWatchActivities:
             KubernetesUnavailable: The API server could not be reached for a while (retryable:
                 the next attempt resumes from the checkpoint).
             InvalidInput: The API server refused the watch for good (RBAC, a bad namespace).
+            ApplicationError: `WorkerStopping` (retryable, BENIGN) when the worker begins a graceful
+                shutdown: the next attempt resumes at once elsewhere (`activities.handover`).
         """
         try:
-            await self._watch(request)
+            await handing_over_at_shutdown(self._watch(request), "site watch")
         except asyncio.CancelledError:
             stop_quietly_if_workflow_ended("site watch")
             raise

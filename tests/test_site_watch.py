@@ -6,12 +6,14 @@ workflow leaves no pending activity."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,11 @@ from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
-from test_firmware_support import eventually, site_file_with_prefix, site_worker
+from temporalio.worker import Worker
+from test_firmware_support import all_workflows, eventually, settings_for, site_file_with_prefix, site_worker
 
+from activities import build_activities
+from activities.handover import WORKER_STOPPING
 from metalflow import names
 from metalflow.models.dpf import DPF_NAMESPACE
 from metalflow.models.host import (
@@ -222,6 +227,49 @@ async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
             timeout=90,
         )
         assert out is not None and [d.dpu_id for d in out.degraded] == [f"{changed}-dpu-0"]
+        # Resumed from the checkpoint, not listed afresh: the host that did not change got no signal.
+        assert await signals_received(bystander) == signals_before
+        sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/recover")
+        await eventually(lambda: status_of(handle), lambda s: s.pool_state == "in-pool", timeout=60)
+        for h in (handle, bystander):
+            assert (await stop(h)).pool_state == "in-pool"
+        await watch.terminate("test over")
+    assert sim.violations() == []
+
+
+async def test_a_stopping_worker_hands_its_watch_over_at_once_and_the_next_resumes_from_its_checkpoint(
+    client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """A worker stopping gracefully (SIGTERM, a rolling deploy) does not hold the site's watch for
+    its graceful shutdown timeout (an hour here): the watch's attempt ends as the shutdown begins
+    (`activities.handover`), and the next worker's attempt resumes from the checkpoint."""
+    changed, quiet = "sw-002", "sw-001"
+    first = Worker(
+        client,
+        task_queue=task_queue,
+        workflows=all_workflows(),
+        activities=build_activities(temporal_client=client, settings=settings_for(sim)),
+        graceful_shutdown_timeout=timedelta(hours=1),
+    )
+    running = asyncio.create_task(first.run())
+    try:
+        handle = await start_monitor(client, task_queue, changed)
+        bystander = await start_monitor(client, task_queue, quiet)
+        for h in (handle, bystander):
+            await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
+        watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
+        await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+    finally:
+        async with asyncio.timeout(120):  # the watch would hold it for the hour
+            await first.shutdown()
+            await running
+    pending = (await watch.describe()).raw_description.pending_activities
+    assert [p.last_failure.application_failure_info.type for p in pending] == [WORKER_STOPPING]
+    signals_before = await signals_received(bystander)
+    sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/node-effect")  # while no worker runs
+    async with site_worker(client, task_queue, sim):
+        out = await eventually(lambda: status_of(handle), lambda s: s.pool_state == "out-of-pool", timeout=90)
+        assert [d.dpu_id for d in out.degraded] == [f"{changed}-dpu-0"]
         # Resumed from the checkpoint, not listed afresh: the host that did not change got no signal.
         assert await signals_received(bystander) == signals_before
         sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/recover")

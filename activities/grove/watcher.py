@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 
 from activities.grove.objects import kinds, pcs_state
+from activities.handover import handing_over_at_shutdown
 from activities.heartbeat import stop_quietly_if_workflow_ended
 from metalflow.errors import InvalidInput, KubernetesUnavailable
 from metalflow.models.grove import PART_OF_LABEL, PCS_STATE_CHANGED_SIGNAL, PCSState, WatchPCSInput
@@ -63,9 +64,11 @@ class RolloutWatcherActivities:
         Raises:
             KubernetesUnavailable: The API server could not be reached for a while (retryable).
             InvalidInput: The API server refused the watch for good.
+            ApplicationError: `WorkerStopping` (retryable, BENIGN) when the worker begins a graceful
+                shutdown: the next attempt resumes at once elsewhere (`activities.handover`).
         """
         try:
-            await self._watch(request)
+            await handing_over_at_shutdown(self._watch(request), "rollout watcher")
         except asyncio.CancelledError:
             stop_quietly_if_workflow_ended("rollout watcher")
             raise
