@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cli_support import run_metalflow
 
 from metalflow.devstack.ports import free_port
 from metalflow.devstack.stack import reset_state
@@ -68,12 +69,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _power_cycles(host: str, state_dir: Path, cwd: Path) -> int:
+def _power_cycles(host: str, state_dir: Path) -> int:
     """Off transitions in the host's BMC power log, read with `metalflow sim power-log`."""
-    completed = subprocess.run(
-        [METALFLOW, "sim", "power-log", host, "--json", "--state-dir", str(state_dir)],
-        cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=30, check=True,
-    )  # fmt: skip
+    # In this process (tests/cli_support.py): the command's own process is not what is tested here.
+    completed = run_metalflow("sim", "power-log", host, "--json", "--state-dir", state_dir)
+    assert completed.returncode == 0, completed.stderr
     return sum(1 for entry in json.loads(completed.stdout) if entry["to"] == "Off")
 
 
@@ -201,9 +201,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
             "demo: campaign demo-fleet ran already in this state dir (the restored site): not again" in output
         )
         assert "demo: campaign demo-fleet completed: 2 done, 1 failed (host-003) of 3" in output
-        cycles = {
-            host: _power_cycles(host, state_dir, tmp_path) for host in ("host-001", "host-002", "host-003")
-        }
+        cycles = {host: _power_cycles(host, state_dir) for host in ("host-001", "host-002", "host-003")}
         assert cycles == {"host-001": 1, "host-002": 1, "host-003": 2}
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)
@@ -220,7 +218,8 @@ def test_old_history_without_a_saved_site_is_refused_and_reset_names_what_it_del
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     (state_dir / "temporal.db").write_bytes(b"")
-    ports = ["--port", str(free_port()), "--ui-port", str(free_port()), "--sim-port", str(free_port())]
+    port, ui_port, sim_port = _three_ports()
+    ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
     refused = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=60)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "no saved simulated site (sim-store.json)" in refused.stderr
@@ -273,10 +272,10 @@ def test_help_and_usage_errors() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
 def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal: str) -> None:
-    port, ui_port = free_port(), free_port()
+    port, ui_port, sim_port = _three_ports()
     env = _clean_env()
     args = ["dev", "--no-demo", "--port", str(port), "--ui-port", str(ui_port), "--state-dir", str(tmp_path)]
-    args += ["--sim-port", str(free_port())]
+    args += ["--sim-port", str(sim_port)]
     process = subprocess.Popen(
         [METALFLOW, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
