@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     import pytest
     from campaign_support import OPERATION_MINUTES, campaign_worker, write_site
     from conftest import time_skipping_server
+    from host_operation_support import save_history
     from sim_support import RunningSim, running_sim
     from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
     from temporalio.exceptions import ApplicationError
@@ -459,6 +460,7 @@ async def test_abort_answers_at_once_while_an_entity_holds_the_request(
             )
             assert answer.message.startswith("aborting: no new host starts")
             result = await handle.result()
+            await save_history(handle, "campaign_abort_cancels_the_request")  # campaign-prompt-abort
     finally:
         await client.get_workflow_handle(names.host_workflow_id(silent)).terminate("test over")
     assert result.outcome == "aborted" and result.done == 0
