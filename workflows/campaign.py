@@ -88,10 +88,11 @@ with workflow.unsafe.imports_passed_through():
         SELECTING,
         SOAKING,
     )
-    from workflows.campaign_progress import CampaignProgress
+    from workflows.campaign_progress import ABORTED_AWAITING_APPROVAL, CampaignProgress
 
 FIRMWARE_AT_TARGET_PATCH: Final = "campaign-firmware-at-target"
 PROMPT_ABORT_PATCH: Final = "campaign-prompt-abort"  # the request activity is cancelled on abort
+ABORT_RUNNING_PATCH: Final = "campaign-abort-withdraws-approvals-counts-aborted"
 REQUESTS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),
     "retry_policy": common.QUICK_RETRY,
@@ -391,20 +392,33 @@ class CampaignWorkflow(CampaignProgress):
         self._check_budget()
 
     async def _abort_running(self) -> None:
+        """`abort` with `cancel_running`: abort the running operations and withdraw the requests
+        awaiting approval (their entities end the wait: nothing is left pending). Each stays in
+        flight until its entity says how it ended, and counts as aborted (or skipped, withdrawn
+        unstarted), never as a failure. Runs aborted before `ABORT_RUNNING_PATCH` dropped the
+        awaiting hosts unwithdrawn and counted the aborted ones failed."""
         self._cancel_running = False
         running = [f for f in self._in_flight.values() if not f.awaiting_approval]
-        for waiting in [f for f in self._in_flight.values() if f.awaiting_approval]:
-            del self._in_flight[waiting.host.host_id]
-            self._skipped.append(
-                Failure(host=waiting.host, reason="campaign aborted while awaiting approval")
-            )
-        if running:
+        waiting = [f for f in self._in_flight.values() if f.awaiting_approval]
+        patched = workflow.patched(ABORT_RUNNING_PATCH)
+        if not patched:
+            for flight in waiting:
+                del self._in_flight[flight.host.host_id]
+                self._skipped.append(Failure(host=flight.host, reason=ABORTED_AWAITING_APPROVAL))
+            waiting = []
+        else:
+            self._abort_sent.update(f.workflow_id for f in (*running, *waiting))
+        if running or waiting:
+            summary = f"abort {len(running)} running host operations"
+            if waiting:
+                summary += f", withdraw {len(waiting)} awaiting approval"
             await workflow.execute_activity(
                 activity_api.abort_campaign_hosts,
                 AbortHostsInput(
                     workflow_ids=tuple(f.workflow_id for f in running),
                     requested_by=self._aborting or "operator",
                     reason=f"campaign {self._name} aborted",
+                    withdraw=tuple(waiting),
                 ),
-                **common.options(REQUESTS, f"abort {len(running)} running host operations"),
+                **common.options(REQUESTS, summary),
             )

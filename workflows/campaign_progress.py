@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     )
 
 FAILURES_SHOWN: Final = 200
+ABORTED_AWAITING_APPROVAL: Final = "campaign aborted while awaiting approval"
 
 
 class CampaignProgress(CampaignControl):
@@ -71,8 +72,15 @@ class CampaignProgress(CampaignControl):
                 self._attempted += 1
             elif event.outcome.startswith("expired"):
                 self._skipped.append(Failure(host=flight.host, reason=f"not approved: {event.outcome}"))
+            elif flight.workflow_id in self._abort_sent and event.outcome.startswith("withdrawn"):
+                reason = f"{ABORTED_AWAITING_APPROVAL}: {event.outcome}"
+                self._skipped.append(Failure(host=flight.host, reason=reason))  # never started
+            elif flight.workflow_id in self._abort_sent:
+                # The operator's abort cut it: not a failure of the host, nor of the budget's.
+                self._aborted.append(Failure(host=flight.host, reason=event.outcome))
             else:
                 self._record_failure(flight.host, event.outcome)
+            self._abort_sent.discard(flight.workflow_id)
         if not self._in_flight:
             self._next_sweep = None
 
@@ -120,6 +128,7 @@ class CampaignProgress(CampaignControl):
             ),
             runs=self._runs,
             finished_at=workflow.now(),
+            aborted=tuple(self._aborted),
         )
 
     def _not_started(self) -> list[CampaignHost]:
@@ -130,7 +139,7 @@ class CampaignProgress(CampaignControl):
         return (
             f"{self._done + self._at_target_count}/{self._total} done ({self._at_target_count} already "
             f"at target), {len(self._in_flight)} in flight, {len(self._failed)} failed, "
-            f"{len(self._skipped)} skipped"
+            f"{len(self._skipped)} skipped" + (f", {len(self._aborted)} aborted" if self._aborted else "")
         )
 
     def _show_running(self) -> None:
@@ -170,6 +179,8 @@ class CampaignProgress(CampaignControl):
             limits=self._limits,
             runs=self._runs,
             needs_operator=tuple(self._needs_operator.values()),
+            aborted=len(self._aborted),
+            aborted_hosts=tuple(self._aborted[-FAILURES_SHOWN:]),
         )
 
     # -- continue-as-new ------------------------------------------------------------------------------
@@ -209,6 +220,8 @@ class CampaignProgress(CampaignControl):
             next_sweep=self._next_sweep,
             needs_operator=tuple(self._needs_operator.values()),
             operator_accepted=tuple(sorted(self._operator_accepted)),
+            aborted=tuple(self._aborted),
+            abort_sent=tuple(sorted(self._abort_sent)),
         )
 
     def _restore(self, p: Progress) -> None:
@@ -240,3 +253,5 @@ class CampaignProgress(CampaignControl):
         self._next_sweep = p.next_sweep
         self._needs_operator = {f.host.host_id: f for f in p.needs_operator}
         self._operator_accepted = set(p.operator_accepted)
+        self._aborted = list(p.aborted)
+        self._abort_sent = set(p.abort_sent)
