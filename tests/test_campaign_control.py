@@ -428,10 +428,15 @@ async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them
     assert result.failed == (), "aborted by the operator, not failed"
     assert sorted(a.host.host_id for a in result.aborted) == sorted(held)
     assert all("aborted by test" in a.reason for a in result.aborted), result.aborted
-    assert (status.phase, status.failed, status.aborted, status.budget) == (
-        "aborted", 0, 2, "0 failed of 0 attempted; halts past 0 failures"
-    )  # fmt: skip
-    assert shown.current_details.endswith("0 failed, 1 skipped, 2 aborted"), shown.current_details
+    assert (status.phase, status.failed, status.skipped, status.aborted, status.remaining) == (
+        "aborted",
+        0,
+        2,
+        2,
+        0,
+    )
+    assert status.budget == "0 failed of 0 attempted; halts past 0 failures"
+    assert shown.current_details.endswith("0 failed, 2 skipped, 2 aborted"), shown.current_details
     assert [(s.host.host_id, s.reason) for s in result.skipped] == [
         (assigned, "campaign aborted while awaiting approval: withdrawn by test: campaign "
          f"{request.name} aborted"),

@@ -115,6 +115,9 @@ class CampaignProgress(CampaignControl):
 
     def _finish(self) -> CampaignResult:
         outcome = ABORTED if self._aborting is not None else COMPLETED
+        # Hosts an abort left unstarted are skipped: the last details and `status` count them too.
+        self._skipped += [Failure(host=h, reason="not started: aborted") for h in self._not_started()]
+        self._pending, self._deferred = [], []
         self._enter(outcome, self._counts())
         return CampaignResult(
             name=self._name,
@@ -123,9 +126,7 @@ class CampaignProgress(CampaignControl):
             done=self._done,
             already_at_target=self._at_target_count,
             failed=tuple(self._failed),
-            skipped=tuple(
-                self._skipped + [Failure(host=h, reason="not started: aborted") for h in self._not_started()]
-            ),
+            skipped=tuple(self._skipped),
             runs=self._runs,
             finished_at=workflow.now(),
             aborted=tuple(self._aborted),
