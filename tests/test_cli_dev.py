@@ -259,14 +259,14 @@ def test_busy_port_is_a_clear_error_naming_the_flag(tmp_path: Path) -> None:
 
 
 def test_help_and_usage_errors() -> None:
-    here = Path.cwd()
-    assert _run("--help", cwd=here).returncode == 0
-    dev_help = _run("dev", "--help", cwd=here)
+    assert _run("--help", cwd=Path.cwd()).returncode == 0  # the console script itself
+    # The rest in this process (argparse's answers; the process is what the line above tests).
+    dev_help = run_metalflow("dev", "--help")
     assert dev_help.returncode == 0 and "--no-demo" in dev_help.stdout and "--state-dir" in dev_help.stdout
     assert "--hosts" in dev_help.stdout and "--faults" in dev_help.stdout and "--sim-port" in dev_help.stdout
-    assert _run(cwd=here).returncode == 2
-    assert _run("dev", "--exit", "--no-demo", cwd=here).returncode == 2
-    assert _run("dev", "--port", "70000", cwd=here).returncode == 2
+    assert run_metalflow().returncode == 2
+    assert run_metalflow("dev", "--exit", "--no-demo").returncode == 2
+    assert run_metalflow("dev", "--port", "70000").returncode == 2
 
 
 @pytest.mark.slow
