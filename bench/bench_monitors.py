@@ -64,7 +64,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     setattr(devstack_stack, "SIM_READY_TIMEOUT", max(SIM_READY_TIMEOUT, 120 + 0.1 * args.monitors))  # noqa: B010
     state_dir = Path(tempfile.mkdtemp(prefix="metalflow-bench-monitors-"))
     site = SiteOptions(
-        hosts=args.monitors, dpus_per_host=1, timings="zero", initialised=True, port=free_port()
+        hosts=args.monitors,
+        dpus_per_host=1,
+        timings="zero",
+        initialised=True,
+        port=free_port(),
+        dpu_bmcs=False,
     )
     stack = DevStack(
         DevStackConfig(state_dir=state_dir, port=free_port(), ui_port=free_port(), site=site), say=say

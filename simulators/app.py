@@ -194,7 +194,8 @@ class SimulatedSite:
             if not service.sessions:
                 host.bmc.auth = "basic" if host.bmc.auth == "session" else host.bmc.auth
             for dpu in host.dpus:
-                dpu.bmc.endpoint = bmcs.endpoint(dpu.id)
+                if dpu.bmc is not None:
+                    dpu.bmc.endpoint = bmcs.endpoint(dpu.id)
 
     def _write_state_files(self) -> None:
         state = self.options.state_dir
@@ -257,7 +258,7 @@ def _all_bmcs(site: Site) -> list[tuple[str, BMC]]:
     pairs = []
     for host in site.hosts:
         pairs.append((host.id, host.bmc))
-        pairs.extend((dpu.id, dpu.bmc) for dpu in host.dpus)
+        pairs.extend((dpu.id, dpu.bmc) for dpu in host.dpus if dpu.bmc is not None)
     return pairs
 
 
