@@ -117,7 +117,7 @@ async def run_worker(
         worker = build_worker(client, task_queue, settings, deployment_config)
         async with worker:
             await observability.start(client, worker)
-            await start_site_watch(client, settings.dpf_namespace, task_queue)
+            await start_site_watch(client, settings, task_queue)
             log.info(
                 "worker polling task queue %r on %s namespace %r, %s",
                 task_queue,
@@ -133,23 +133,16 @@ async def run_worker(
         tracing.shutdown()
 
 
-async def start_site_watch(client: Client, namespace: str, task_queue: str) -> None:
+async def start_site_watch(client: Client, settings: Settings, task_queue: str) -> None:
     """Start the site's one DPF watch (`dpf-watch/<namespace>`), or keep the one that runs, so
-    the first operation does not wait for it; the first operation would start it otherwise."""
-    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-
-    from metalflow.models.dpf import SiteWatchInput
+    the first operation does not wait for it; the first operation would start it otherwise.
+    Started from the API server's resourceVersions now (`ensure_site_watch`): its first listing
+    signals only hosts that changed since, not every host of the site."""
+    from activities.dpf.kube import load_configuration
+    from activities.site_watch import ensure_site_watch
 
     try:
-        await client.start_workflow(
-            "SiteDPFWatchWorkflow",
-            SiteWatchInput(namespace=namespace),
-            id=names.dpf_watch_workflow_id(namespace, task_queue),
-            task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            static_summary=f"watch the DPF objects of namespace {namespace}",
-        )
+        await ensure_site_watch(client, load_configuration(settings), settings.dpf_namespace, task_queue)
     except Exception as err:  # not fatal: the first operation's join starts it
         log.warning("could not start the site's DPF watch yet (%s); the first operation will", err)
 
