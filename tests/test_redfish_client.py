@@ -162,6 +162,28 @@ async def test_a_bmc_off_the_standard_paths_is_found_through_its_service_root() 
     assert paths.count("GET /redfish/v1/") == 1 and paths.count("GET /redfish/v1/Nodes") == 1
 
 
+async def test_a_system_that_moved_is_looked_up_again() -> None:
+    bmc = FakeBMC()
+    client = bmc.client()
+    moved = "/redfish/v1/Systems/Node1"
+    try:
+        async with client.connect(ACCESS) as connection:  # one activity
+            assert (await read_power(connection)).system == SYSTEM  # learnt, kept by the worker
+        # A firmware update renamed the System: the old one answers 404.
+        bmc.routes[("GET", "/redfish/v1/Systems")] = lambda r: httpx.Response(
+            200, json={"Members": [{"@odata.id": moved}]}
+        )
+        bmc.routes[("GET", moved)] = bmc.routes.pop(("GET", SYSTEM))
+        with pytest.raises(BMCUnavailable, match="answered 404; looking it up again"):
+            async with client.connect(ACCESS) as connection:  # the next activity
+                await read_power(connection)  # transient: its next attempt finds it
+        async with client.connect(ACCESS) as connection:
+            assert (await read_power(connection)).system == moved
+    finally:
+        await client.aclose()
+    assert [r.url.path for r in bmc.seen].count("/redfish/v1/Systems") == 2
+
+
 async def test_malformed_json_is_rejected_as_not_redfish() -> None:
     bmc = FakeBMC(lambda: httpx.Response(200, content=b"<html>login page</html>"))
     with pytest.raises(BMCRequestRejected, match="malformed JSON") as caught:

@@ -13,7 +13,8 @@ case it links the Sessions collection elsewhere). What `auto` chose is remembere
 
 Requests per BMC, learnt once per worker and kept (`_BMCState`): the auth mode, the host's
 System (`system.system_uri`: the standard `/redfish/v1/Systems`, the service root only when that
-is not found), the SessionTimeout, the reset types refused as not implemented. So the first
+is not found; looked up again when the System answers 404), the SessionTimeout (read again
+after a session expired on us), the reset types refused as not implemented. So the first
 power cycle on a BMC costs login, Systems, System, the reset(s), the polls and the logout;
 later ones skip Systems (measured in bench/README.md). The service root is read only when a
 standard path is not found, or for a link with no standard path (UpdateService).
@@ -260,6 +261,7 @@ class BMCConnection:
             raise InvalidInput(f"BMC {access.bmc_id}: endpoint {access.endpoint!r} is not an http(s) URL")
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.requests = 0  # sent by this connection, for the results' figures
+        self.looked_up_system = False  # this connection read Systems (not the worker's memory)
         # The credentials were accepted at least once here: a later 401/403 is about a resource.
         self.authenticated = False
         self.on_problem: Callable[[str], None] | None = None  # told each transient error waited out
@@ -290,6 +292,10 @@ class BMCConnection:
 
     def remember_system_uri(self, uri: str) -> None:
         self._state.system_uri = uri
+        self.looked_up_system = True
+
+    def forget_system_uri(self) -> None:
+        self._state.system_uri = None
 
     def heartbeat(self) -> None:
         if self.on_wait is not None:

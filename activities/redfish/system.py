@@ -22,7 +22,7 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, cast
 
-from activities.redfish.client import BMCConnection, is_not_supported, json_object
+from activities.redfish.client import BMCConnection, is_not_supported, json_object, raise_for_status
 from metalflow.errors import (
     BMCRequestRejected,
     BMCUnavailable,
@@ -130,7 +130,14 @@ async def _systems_collection(connection: BMCConnection) -> dict[str, Any]:
 
 async def read_system(connection: BMCConnection, uri: str) -> System:
     """GET the System and check that it is Redfish enough to drive."""
-    response = await connection.request("GET", connection.link(uri))
+    response = await connection.request("GET", connection.link(uri), accept=frozenset({404}))
+    if response.status_code == 404:
+        connection.forget_system_uri()
+        if not connection.looked_up_system:
+            # The System an earlier connection learnt is gone (the BMC renamed it, e.g. after a
+            # firmware update): the next look-up (this attempt's next try) reads Systems again.
+            raise BMCUnavailable(f"BMC {connection.bmc_id}: System {uri} answered 404; looking it up again")
+        raise_for_status(connection, "GET", connection.link(uri), response)  # just listed, yet absent
     body = json_object(connection, response)
     power = body.get("PowerState")
     if power not in POWER_STATES:
