@@ -68,12 +68,14 @@ from metalflow.models.host import (
     REQUEST_FIRMWARE_UPDATE,
     REQUEST_REPROVISION_UPDATE,
     STATUS_QUERY,
+    WITHDRAW_UPDATE,
     FirmwareRequest,
     HostStatus,
     HostWorkflowInput,
     OperationAccepted,
     OperationRequest,
     OperatorRequest,
+    WithdrawRequest,
 )
 from metalflow.models.inventory import HostInventory
 from metalflow.models.redfish import ReadFirmwareInput
@@ -83,7 +85,8 @@ PARALLEL_REQUESTS = 20  # updates in flight at once from one activity
 STATUS_TIMEOUT = timedelta(seconds=10)  # the entity's status, read after an ask went unanswered
 ABORT_GRACE_SECONDS = 3.0  # after an abort, how long the asks under way may still answer
 NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads
-BUSY, ASSIGNED = "HostBusy", "InstanceConflict"  # the entity's error types (workflows/host.py)
+# The entity's error types (workflows/host.py).
+BUSY, ASSIGNED, STARTED = "HostBusy", "InstanceConflict", "OperationStarted"
 
 
 def matches(host: HostInventory, selection: HostSelection) -> bool:
@@ -444,9 +447,27 @@ class CampaignActivities:
 
     @activity.defn(name="abort_campaign_hosts")
     async def abort_campaign_hosts(self, request: AbortHostsInput) -> None:
-        """Send `abort` to each operation; one that already ended or refuses is left as it is."""
+        """Withdraw each request awaiting approval from its host's entity (`withdraw`: it ends
+        unstarted, and the entity tells the campaign), then send `abort` to each operation, and
+        to a withdrawn one that was approved and started meanwhile. One that already ended or
+        refuses is left as it is. Cost: one update per host (two for an approval raced)."""
         body = OperatorRequest(requested_by=request.requested_by, reason=request.reason)
-        for workflow_id in request.workflow_ids:
+        started = []
+        for flight in request.withdraw:
+            entity = self.temporal.get_workflow_handle(names.host_workflow_id(flight.host.host_id))
+            withdraw = WithdrawRequest(
+                requested_by=request.requested_by, reason=request.reason, workflow_id=flight.workflow_id
+            )
+            try:
+                await entity.execute_update(WITHDRAW_UPDATE, withdraw)
+            except WorkflowUpdateFailedError as err:
+                if isinstance(err.cause, ApplicationError) and err.cause.type == STARTED:
+                    started.append(flight.workflow_id)  # approved meanwhile: abort it with the rest
+                else:
+                    activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, err)
+            except RPCError as err:
+                activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, err)
+        for workflow_id in (*request.workflow_ids, *started):
             handle = self.temporal.get_workflow_handle(workflow_id)
             try:
                 await handle.execute_update(ABORT_UPDATE, body)

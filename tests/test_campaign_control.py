@@ -26,7 +26,9 @@ with workflow.unsafe.imports_passed_through():
     import pytest
     from campaign_support import OPERATION_MINUTES, campaign_worker, write_site
     from conftest import time_skipping_server
+    from host_operation_support import save_history
     from sim_support import RunningSim, running_sim
+    from temporalio.api.sdk.v1 import WorkflowMetadata
     from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
     from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
@@ -71,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
 
 pytestmark = pytest.mark.slow
 
+METADATA_QUERY = "__temporal_workflow_metadata"  # what the UI reads: the current details
 PREFIX = f"cc{uuid.uuid4().hex[:4]}"
 APPROVAL_HOURS = 6  # the assigned hosts' entities let a request wait this long for approval
 HOSTS = {
@@ -379,51 +382,91 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them_whole(
     local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 ) -> None:
-    """End to end: two hosts held Off in their reprovision's power-down wait (an hour) when the
-    campaign is aborted with `cancel_running`; both come back On at once, cycled once, their
-    entities idle; the third host is never touched."""
+    """End to end: two hosts held Off in their reprovision's power-down wait (an hour) and a third,
+    assigned to an instance, awaiting approval when the campaign is aborted with `cancel_running`.
+    The two come back On at once, cycled once, their entities idle, counted aborted (the
+    operator's decision), not failed; the third's request is withdrawn: nothing is left pending
+    for an approval to start later, and it is never touched; the fourth host is never asked."""
     client = local_env.client
     held = [f"{ABORT_PREFIX}-002", f"{ABORT_PREFIX}-007"]
-    untouched = f"{ABORT_PREFIX}-001"
+    assigned, untouched = f"{ABORT_PREFIX}-003", f"{ABORT_PREFIX}-001"
     request = _input(
-        [*held, untouched],
-        limits=Limits(batch_size=3, max_in_flight=2),
+        [*held, assigned, untouched],
+        limits=Limits(batch_size=4, max_in_flight=3),
+        budget=FailureBudget(max_failures=0),  # an abort counted as failures would halt it
+        policy=CampaignPolicy(assigned="wait-for-approval"),
         host_policy=OperationPolicy(power_down_wait_seconds=3600, max_dpu_error_reprovisions=0),
     )
     settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
     async with build_worker(client, task_queue, settings):
+        await _assign(client, task_queue, assigned)
         handle = await _start(client, task_queue, request)
-        for _ in range(1200):  # both hosts Off, in the middle of their power cycle
-            if all(_offs(sim, h) == 1 for h in held):
+        for _ in range(1200):  # both hosts Off, in the middle of their power cycle; one awaiting
+            if all(_offs(sim, h) == 1 for h in held) and (await _status(handle)).awaiting_approval:
                 break
             await asyncio.sleep(0.1)
         else:
             raise AssertionError(f"the hosts never went Off: {[sim.power_log(h) for h in held]}")
+        assert (await _entity(client, assigned)).current is not None, "its request awaits approval"
         answer = await handle.execute_update(
             ABORT_UPDATE,
             AbortRequest(requested_by="test", reason="bad BFB", cancel_running=True),
             result_type=CampaignAnswer,
         )
-        assert answer.message == "aborting: no new host starts; 2 in flight, aborting them"
+        assert answer.message == "aborting: no new host starts; 3 in flight, aborting them"
         result = await handle.result()
-        entities = {h: await _entity(client, h) for h in held}
+        status = await _status(handle)
+        shown = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata)  # the UI's details
+        await save_history(handle, "campaign_abort_running_withdrawn")  # its patch's new branch
+        entities = {h: await _entity(client, h) for h in [*held, assigned]}
         phases = {}
         for host in held:
             described = await client.get_workflow_handle(names.host_workflow_id(host)).describe()
             phases[host] = described.typed_search_attributes.get(names.PHASE)
+        late = await _refused_approval(client, assigned)
     assert result.outcome == "aborted" and result.done == 0
-    assert sorted(f.host.host_id for f in result.failed) == sorted(held)
-    assert all("abort" in f.reason.lower() for f in result.failed), result.failed
-    assert [(s.host.host_id, s.reason) for s in result.skipped] == [(untouched, "not started: aborted")]
+    assert result.failed == (), "aborted by the operator, not failed"
+    assert sorted(a.host.host_id for a in result.aborted) == sorted(held)
+    assert all("aborted by test" in a.reason for a in result.aborted), result.aborted
+    assert (status.phase, status.failed, status.skipped, status.aborted, status.remaining) == (
+        "aborted",
+        0,
+        2,
+        2,
+        0,
+    )
+    assert status.budget == "0 failed of 0 attempted; halts past 0 failures"
+    assert shown.current_details.endswith("0 failed, 2 skipped, 2 aborted"), shown.current_details
+    assert [(s.host.host_id, s.reason) for s in result.skipped] == [
+        (assigned, "campaign aborted while awaiting approval: withdrawn by test: campaign "
+         f"{request.name} aborted"),
+        (untouched, "not started: aborted"),
+    ]  # fmt: skip
+    assert not result.all_succeeded
     for host in held:  # back On, cycled once: one Off, one On, never a second cycle
         assert [e["to"] for e in sim.power_log(host)] == ["Off", "On"], sim.power_log(host)
         assert entities[host].current is None and phases[host] == "idle"
         assert [r.outcome.split(":")[0] for r in entities[host].recent] == ["failed"]
+    # Withdrawn: nothing pending at its entity, an approval now starts nothing, never touched.
+    withdrawn = entities[assigned]
+    assert withdrawn.current is None and withdrawn.phase == "idle", withdrawn
+    assert [r.outcome for r in withdrawn.recent] == [f"withdrawn by test: campaign {request.name} aborted"]
+    assert "nothing awaits approval" in late
+    assert sim.power_log(assigned) == [] and await _described(client, assigned) is None
     assert sim.power_log(untouched) == []
     with pytest.raises(RPCError) as never:
         await _entity(client, untouched)
     assert never.value.status == RPCStatusCode.NOT_FOUND
     assert sim.violations() == []
+
+
+async def _refused_approval(client: Client, host: str) -> str:
+    entity = client.get_workflow_handle(names.host_workflow_id(host))
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await entity.execute_update(
+            APPROVE_UPDATE, OperatorRequest(requested_by="tenant-admin"), result_type=OperationAnswer
+        )
+    return str(refused.value.cause)
 
 
 def _offs(sim: RunningSim, host: str) -> int:
@@ -459,11 +502,12 @@ async def test_abort_answers_at_once_while_an_entity_holds_the_request(
             )
             assert answer.message.startswith("aborting: no new host starts")
             result = await handle.result()
+            await save_history(handle, "campaign_abort_cancels_the_request")  # campaign-prompt-abort
     finally:
         await client.get_workflow_handle(names.host_workflow_id(silent)).terminate("test over")
-    assert result.outcome == "aborted" and result.done == 0
-    assert sorted(f.host.host_id for f in result.failed) == sorted(answering)
-    assert all("aborted by" in f.reason for f in result.failed), result.failed
+    assert result.outcome == "aborted" and (result.done, result.failed) == (0, ())
+    assert sorted(a.host.host_id for a in result.aborted) == sorted(answering)
+    assert all("aborted by" in a.reason for a in result.aborted), result.aborted
     [(host, reason)] = [(s.host.host_id, s.reason) for s in result.skipped]
     assert host == silent and reason.startswith("asked, but no answer before the abort"), reason
     history = await handle.fetch_history()

@@ -19,6 +19,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     import pytest
     from campaign_support import InstantOperation
+    from host_operation_support import save_history
     from sim_support import RunningSim, running_sim
     from temporalio.client import Client
     from temporalio.service import RPCError, RPCStatusCode
@@ -117,7 +118,9 @@ async def queue(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterato
         yield task_queue
 
 
-async def _run(client: Client, queue: str, target: CampaignTarget, hosts: list[str]) -> CampaignResult:
+async def _run(
+    client: Client, queue: str, target: CampaignTarget, hosts: list[str], history: str = ""
+) -> CampaignResult:
     name = f"t-{uuid.uuid4().hex[:8]}"
     request = CampaignInput(
         name=name,
@@ -134,7 +137,10 @@ async def _run(client: Client, queue: str, target: CampaignTarget, hosts: list[s
         task_queue=queue,
         result_type=CampaignResult,
     )
-    return await handle.result()
+    result = await handle.result()
+    if history:
+        await save_history(handle, history)
+    return result
 
 
 async def _assert_touched_only(
@@ -162,7 +168,9 @@ async def test_firmware_hosts_whose_every_dpu_runs_the_version_are_not_touched(
     target = CampaignTarget(
         kind=TargetKind.FIRMWARE, value=NEW_FIRMWARE, image_uri="http://fw.local/bf-fw-32.45.1020.bfb"
     )
-    result = await _run(local_env.client, queue, target, [*FIRMWARE[0], *FIRMWARE[1]])
+    hosts = [*FIRMWARE[0], *FIRMWARE[1]]
+    # Its history replays the campaign-firmware-at-target patch's branch (the BMCs are read).
+    result = await _run(local_env.client, queue, target, hosts, history="campaign_firmware_at_target")
     await _assert_touched_only(local_env.client, result, *FIRMWARE)
 
 

@@ -199,7 +199,9 @@ async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
     final = await _until_done(local_env.client, name)
     assert final["phase"] == "aborted"
     # What ran when the abort came finished; nothing started after it (the history's abort time).
-    assert final["in_flight"] == [] and final["done"] + final["remaining"] == 3 and final["failed"] == 0
+    # Those it left unstarted are skipped once it ended (nothing remains).
+    assert final["in_flight"] == [] and final["done"] + final["skipped"] == 3 and final["failed"] == 0
+    assert final["remaining"] == 0 and final["aborted"] == 0  # none was cut: no --cancel-running
     history = await local_env.client.get_workflow_handle(f"campaign/{name}").fetch_history()
     abort_at = next(
         e.event_time.ToDatetime(tzinfo=UTC)

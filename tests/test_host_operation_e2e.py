@@ -142,6 +142,8 @@ async def test_dpu_error_is_reprovisioned_automatically(
         )
         result = await handle.result()
         status = await status_of(handle)
+        # Replays dpf-wait-counts-changes-before-moves (every wait for DPF since takes its branch).
+        await save_history(handle, "host_operation_dpu_error_reprovisioned")
     # One reboot, or two when the error hit after the first: each reboot DPF asked for, once.
     assert result.reboots == status.reboots_requested == power_cycles(ready_site.power_log("host-001"))
     assert [(d.dpu_id, d.phase) for d in status.dpus] == [

@@ -21,7 +21,9 @@ The runbook, top to bottom in `run`:
    `sweep_seconds` reads the in-flight hosts' entities, so a lost signal strands nothing.
 5. A failure budget (more than N failed, or X% of those attempted) halts the campaign: nothing new
    starts until an operator decides. `pause`, `resume`, `abort`, `retry_failed`, `skip_host`,
-   `set_limits` are updates (workflows/campaign_control.py).
+   `set_limits` are updates (workflows/campaign_control.py). What the campaign counts and shows
+   (outcomes, the budget, `status`, the progress carried over continue-as-new) is
+   workflows/campaign_progress.py.
 6. A host whose operation waits for an operator (Phase `manual-intervention-required`: a stall
    past its phase timeout, a BMC that cannot reboot it, ...) is neither done nor failed: the
    operation still owns the host and may yet succeed once the operator answers it. The campaign
@@ -58,23 +60,18 @@ from temporalio.exceptions import ActivityError, CancelledError
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
     from metalflow.models.campaign import (
-        HOST_FINISHED_SIGNAL,
-        STATUS_QUERY,
         AbortHostsInput,
         CampaignHost,
         CampaignInput,
         CampaignResult,
-        CampaignStatus,
         CheckHostsInput,
         Deferred,
         Failure,
-        HostFinished,
         HostRequestInput,
         HostRequestOutcome,
         HostRequestsInput,
         HostRequestsResult,
         InFlight,
-        Progress,
         SelectHostsInput,
         SweepInput,
         TargetKind,
@@ -83,23 +80,19 @@ with workflow.unsafe.imports_passed_through():
     from workflows import campaign_plan as plan
     from workflows import common
     from workflows.campaign_control import (
-        ABORTED,
         ABORTING,
-        CANARY,
-        COMPLETED,
         HALTED,
         OUTSIDE_WINDOW,
         PAUSED,
         POINTING,
-        RUNNING,
         SELECTING,
         SOAKING,
-        CampaignControl,
     )
+    from workflows.campaign_progress import ABORTED_AWAITING_APPROVAL, CampaignProgress
 
-FAILURES_SHOWN: Final = 200
 FIRMWARE_AT_TARGET_PATCH: Final = "campaign-firmware-at-target"
 PROMPT_ABORT_PATCH: Final = "campaign-prompt-abort"  # the request activity is cancelled on abort
+ABORT_RUNNING_PATCH: Final = "campaign-abort-withdraws-approvals-counts-aborted"
 REQUESTS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),
     "retry_policy": common.QUICK_RETRY,
@@ -111,19 +104,14 @@ CANCELLABLE_REQUESTS: Final[workflow.ActivityConfig] = {
 
 
 @workflow.defn(name="CampaignWorkflow")
-class CampaignWorkflow(CampaignControl):
+class CampaignWorkflow(CampaignProgress):
     """Drive a fleet to one target through the hosts' entities; see the module docstring."""
 
     @workflow.init
     def __init__(self, start: CampaignInput) -> None:
-        super().__init__()
-        self._input = start
-        self._name = workflow.info().workflow_id.removeprefix("campaign/")
-        self._finished: list[HostFinished] = []
+        super().__init__(start)
         self._alarm: asyncio.Task[None] | None = None
         self._alarm_at: datetime | None = None
-        self._next_sweep: datetime | None = None
-        self._restore(start.progress or Progress(limits=start.limits, started_at=workflow.now()))
 
     @workflow.run
     async def run(self, start: CampaignInput) -> CampaignResult:
@@ -404,210 +392,33 @@ class CampaignWorkflow(CampaignControl):
         self._check_budget()
 
     async def _abort_running(self) -> None:
+        """`abort` with `cancel_running`: abort the running operations and withdraw the requests
+        awaiting approval (their entities end the wait: nothing is left pending). Each stays in
+        flight until its entity says how it ended, and counts as aborted (or skipped, withdrawn
+        unstarted), never as a failure. Runs aborted before `ABORT_RUNNING_PATCH` dropped the
+        awaiting hosts unwithdrawn and counted the aborted ones failed."""
         self._cancel_running = False
         running = [f for f in self._in_flight.values() if not f.awaiting_approval]
-        for waiting in [f for f in self._in_flight.values() if f.awaiting_approval]:
-            del self._in_flight[waiting.host.host_id]
-            self._skipped.append(
-                Failure(host=waiting.host, reason="campaign aborted while awaiting approval")
-            )
-        if running:
+        waiting = [f for f in self._in_flight.values() if f.awaiting_approval]
+        patched = workflow.patched(ABORT_RUNNING_PATCH)
+        if not patched:
+            for flight in waiting:
+                del self._in_flight[flight.host.host_id]
+                self._skipped.append(Failure(host=flight.host, reason=ABORTED_AWAITING_APPROVAL))
+            waiting = []
+        else:
+            self._abort_sent.update(f.workflow_id for f in (*running, *waiting))
+        if running or waiting:
+            summary = f"abort {len(running)} running host operations"
+            if waiting:
+                summary += f", withdraw {len(waiting)} awaiting approval"
             await workflow.execute_activity(
                 activity_api.abort_campaign_hosts,
                 AbortHostsInput(
                     workflow_ids=tuple(f.workflow_id for f in running),
                     requested_by=self._aborting or "operator",
                     reason=f"campaign {self._name} aborted",
+                    withdraw=tuple(waiting),
                 ),
-                **common.options(REQUESTS, f"abort {len(running)} running host operations"),
+                **common.options(REQUESTS, summary),
             )
-
-    # -- outcomes -------------------------------------------------------------------------------------
-    @workflow.signal(name=HOST_FINISHED_SIGNAL)
-    def host_finished(self, finished: HostFinished) -> None:
-        """A host's entity saw this campaign's operation end (handled in the runbook's next step)."""
-        self._finished.append(finished)
-
-    def _absorb(self) -> None:
-        finished, self._finished = self._finished, []
-        for event in finished:
-            flight = self._in_flight.get(event.host_id)
-            if flight is None or flight.workflow_id != event.workflow_id:
-                continue  # a duplicate (signal and sweep), or another operation of that host
-            del self._in_flight[event.host_id]
-            self._needs_operator.pop(event.host_id, None)
-            self._operator_accepted.discard(event.host_id)
-            if event.outcome == "completed":
-                self._done += 1
-                self._attempted += 1
-            elif event.outcome.startswith("expired"):
-                self._skipped.append(Failure(host=flight.host, reason=f"not approved: {event.outcome}"))
-            else:
-                self._record_failure(flight.host, event.outcome)
-        if not self._in_flight:
-            self._next_sweep = None
-
-    def _record_failure(self, host: CampaignHost, reason: str) -> None:
-        self._failed.append(Failure(host=host, reason=reason))
-        self._attempted += 1
-        self._check_budget()
-
-    def _budget_counts(self) -> tuple[int, int]:
-        """(failed, attempted) as the budget counts them: since the last resume of a halt, hosts
-        waiting for an operator (not accepted by that resume) included as failed attempts."""
-        waiting = len(self._needs_operator.keys() - self._operator_accepted)
-        return (
-            len(self._failed) - self._budget_failed_base + waiting,
-            self._attempted - self._budget_attempted_base + waiting,
-        )
-
-    def _check_budget(self) -> None:
-        failed, attempted = self._budget_counts()
-        if self._halted_reason is None and plan.budget_exceeded(self._input.budget, failed, attempted):
-            self._halt(f"failure budget spent: {plan.describe_budget(self._input.budget, failed, attempted)}")
-
-    def _halt(self, reason: str) -> None:
-        self._halted_reason = reason
-        self._enter(HALTED, f"{reason}; waiting for resume, retry_failed or abort")
-        workflow.logger.warning("campaign %s halted: %s", self._name, reason)
-
-    def _over(self) -> bool:
-        if self._aborting is not None:
-            return not self._in_flight
-        return not (self._pending or self._deferred or self._in_flight) and self._halted_reason is None
-
-    def _finish(self) -> CampaignResult:
-        outcome = ABORTED if self._aborting is not None else COMPLETED
-        self._enter(outcome, self._counts())
-        return CampaignResult(
-            name=self._name,
-            outcome=outcome,
-            total=self._total,
-            done=self._done,
-            already_at_target=self._at_target_count,
-            failed=tuple(self._failed),
-            skipped=tuple(
-                self._skipped + [Failure(host=h, reason="not started: aborted") for h in self._not_started()]
-            ),
-            runs=self._runs,
-            finished_at=workflow.now(),
-        )
-
-    def _not_started(self) -> list[CampaignHost]:
-        return self._pending + [d.host for d in self._deferred]
-
-    # -- visibility -----------------------------------------------------------------------------------
-    def _counts(self) -> str:
-        return (
-            f"{self._done + self._at_target_count}/{self._total} done ({self._at_target_count} already "
-            f"at target), {len(self._in_flight)} in flight, {len(self._failed)} failed, "
-            f"{len(self._skipped)} skipped"
-        )
-
-    def _show_running(self) -> None:
-        phase = CANARY if not self._canary_passed else RUNNING
-        self._enter(phase, f"batch {self._batch}: {self._counts()}")
-
-    @workflow.query(name=STATUS_QUERY)
-    def status(self) -> CampaignStatus:
-        """Done / in flight / failed with reasons / skipped / remaining, batch, window, budget."""
-        now = workflow.now()
-        failed, attempted = self._budget_counts()
-        windows = self._input.windows
-        return CampaignStatus(
-            name=self._name,
-            target=self._input.target.describe(),
-            phase=self._phase,
-            total=self._total,
-            done=self._done,
-            already_at_target=self._at_target_count,
-            in_flight=tuple(sorted(k for k, f in self._in_flight.items() if not f.awaiting_approval)),
-            awaiting_approval=tuple(sorted(k for k, f in self._in_flight.items() if f.awaiting_approval)),
-            failed=len(self._failed),
-            failures=tuple(self._failed[-FAILURES_SHOWN:]),
-            skipped=len(self._skipped),
-            skipped_hosts=tuple(self._skipped[-FAILURES_SHOWN:]),
-            deferred=tuple(d.host.host_id for d in self._deferred),
-            remaining=len(self._pending) + len(self._deferred) + len(self._in_flight),
-            batch=self._batch,
-            canary_passed=self._canary_passed,
-            window_open=plan.window_open(windows, now),
-            next_window=plan.next_window_open(windows, now) if windows else None,
-            soak_until=self._soak_until,
-            budget=plan.describe_budget(self._input.budget, failed, attempted),
-            halted_reason=self._halted_reason,
-            paused_by=self._paused_by,
-            aborting=self._aborting,
-            limits=self._limits,
-            runs=self._runs,
-            needs_operator=tuple(self._needs_operator.values()),
-        )
-
-    # -- continue-as-new ------------------------------------------------------------------------------
-    def _history_is_long(self) -> bool:
-        info = workflow.info()
-        return info.is_continue_as_new_suggested() or (
-            info.get_current_history_length() > self._input.policy.max_history_events
-        )
-
-    def _snapshot(self) -> Progress:
-        return Progress(
-            phase=self._phase,
-            total=self._total,
-            pending=tuple(self._pending),
-            in_flight=tuple(self._in_flight.values()),
-            deferred=tuple(self._deferred),
-            done=self._done,
-            already_at_target=self._at_target_count,
-            failed=tuple(self._failed),
-            skipped=tuple(self._skipped),
-            attempted=self._attempted,
-            budget_failed_base=self._budget_failed_base,
-            budget_attempted_base=self._budget_attempted_base,
-            canary_hosts=tuple(sorted(self._canary_hosts)),
-            canary_passed=self._canary_passed,
-            batch=self._batch,
-            batch_left=self._batch_left,
-            soak_until=self._soak_until,
-            halted_reason=self._halted_reason,
-            paused_by=self._paused_by,
-            aborting=self._aborting,
-            cancel_running=self._cancel_running,
-            deployment_pointed=self._deployment_pointed,
-            runs=self._runs + 1,
-            started_at=self._started_at,
-            limits=self._limits,
-            next_sweep=self._next_sweep,
-            needs_operator=tuple(self._needs_operator.values()),
-            operator_accepted=tuple(sorted(self._operator_accepted)),
-        )
-
-    def _restore(self, p: Progress) -> None:
-        self._phase = p.phase
-        self._total = p.total
-        self._pending = list(p.pending)
-        self._in_flight = {f.host.host_id: f for f in p.in_flight}
-        self._deferred = list(p.deferred)
-        self._done = p.done
-        self._at_target_count = p.already_at_target
-        self._failed = list(p.failed)
-        self._skipped = list(p.skipped)
-        self._attempted = p.attempted
-        self._budget_failed_base = p.budget_failed_base
-        self._budget_attempted_base = p.budget_attempted_base
-        self._canary_hosts: set[str] = set(p.canary_hosts)
-        self._canary_passed = p.canary_passed
-        self._batch = p.batch
-        self._batch_left = p.batch_left
-        self._soak_until = p.soak_until
-        self._halted_reason = p.halted_reason
-        self._paused_by = p.paused_by
-        self._aborting = p.aborting
-        self._cancel_running = p.cancel_running
-        self._deployment_pointed = p.deployment_pointed
-        self._runs = p.runs
-        self._started_at = p.started_at
-        self._limits = p.limits
-        self._next_sweep = p.next_sweep
-        self._needs_operator = {f.host.host_id: f for f in p.needs_operator}
-        self._operator_accepted = set(p.operator_accepted)

@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         REQUEST_REMOVAL_UPDATE,
         REQUEST_REPROVISION_UPDATE,
         STATUS_QUERY,
+        WITHDRAW_UPDATE,
         AssignInstanceRequest,
         FirmwareInput,
         FirmwareRequest,
@@ -72,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         OperationRecord,
         OperationRequest,
         OperatorRequest,
+        WithdrawRequest,
     )
     from workflows.common import enter_phase, short_ids
     from workflows.host_reboot import start_next_reboot
@@ -81,6 +83,7 @@ IDLE: Final = "idle"
 AWAITING_APPROVAL: Final = "awaiting-approval"
 BUSY_ERROR: Final = "HostBusy"
 NOT_AWAITING_ERROR: Final = "NothingAwaitsApproval"
+STARTED_ERROR: Final = "OperationStarted"  # `withdraw` came too late: abort the operation instead
 INSTANCE_ERROR: Final = "InstanceConflict"
 # Entities started before it set Instance and PhaseSince too (for `host list`); old runs do not.
 LIST_ATTRIBUTES_PATCH: Final = "entity-instance-and-phase-since"
@@ -239,6 +242,39 @@ class HostWorkflow:
     def _validate_approve(self, request: OperatorRequest) -> None:
         if self._current is None or self._current.approved:
             raise ApplicationError("nothing awaits approval", type=NOT_AWAITING_ERROR, non_retryable=True)
+
+    @workflow.update(name=WITHDRAW_UPDATE)
+    async def withdraw(self, request: WithdrawRequest) -> OperationAnswer:
+        """Drop the request awaiting approval (`workflow_id`) without starting it; its campaign is
+        told. A campaign aborted with `cancel_running` sends it, so no approval is left pending."""
+        async with self._lock:
+            current = self._awaiting(request)
+            why = f": {request.reason}" if request.reason else ""
+            outcome = f"withdrawn by {request.requested_by}{why}"
+            self._finish(current, outcome)  # the approval wait sees it and ends
+        await self._notify_campaign(current, outcome)
+        operation = current.record.operation
+        return OperationAnswer(accepted=True, message=f"{operation} {outcome}; nothing started")
+
+    @withdraw.validator
+    def _validate_withdraw(self, request: WithdrawRequest) -> None:
+        self._awaiting(request)
+
+    def _awaiting(self, request: WithdrawRequest) -> _Operation:
+        current = self._current
+        if current is not None and current.record.workflow_id == request.workflow_id and current.approved:
+            raise ApplicationError(
+                f"{request.workflow_id} was approved and started: abort it instead",
+                type=STARTED_ERROR,
+                non_retryable=True,
+            )
+        if current is None or current.record.workflow_id != request.workflow_id:
+            raise ApplicationError(
+                f"{request.workflow_id} does not await approval on host {self._input.host_id}",
+                type=NOT_AWAITING_ERROR,
+                non_retryable=True,
+            )
+        return current
 
     # -- the instance ---------------------------------------------------------------------------
 

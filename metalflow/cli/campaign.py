@@ -254,13 +254,14 @@ async def query(handle: WorkflowHandle[Any, Any]) -> CampaignStatus:
 
 def render(status: CampaignStatus) -> str:
     """One line: phase, a bar, the counts, what holds it."""
-    finished = status.done + status.already_at_target + status.failed + status.skipped
+    finished = status.done + status.already_at_target + status.failed + status.skipped + status.aborted
     filled = BAR * finished // status.total if status.total else BAR
+    aborted = f", {status.aborted} aborted" if status.aborted else ""  # by the operator: not failures
     line = (
         f"{status.name} {status.phase} [{'#' * filled}{'.' * (BAR - filled)}] {finished}/{status.total}: "
         f"{status.done} done, {status.already_at_target} already at target, "
         f"{len(status.in_flight)} in flight, "
-        f"{status.failed} failed, {status.skipped} skipped; batch {status.batch}"
+        f"{status.failed} failed, {status.skipped} skipped{aborted}; batch {status.batch}"
     )
     for why in (status.halted_reason, status.paused_by and f"paused by {status.paused_by}", status.aborting):
         if why:
@@ -284,15 +285,23 @@ async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
         result = await handle.result()
     except WorkflowFailureError as err:
         raise CampaignError(f"campaign {handle.id} failed: {root_cause(err)}") from None
-    print(
-        f"campaign {handle.id} {result.outcome}: {result.done} done, {result.already_at_target} already at "
-        f"target, {len(result.failed)} failed, {len(result.skipped)} skipped of {result.total}"
-    )
+    print(summary(result))
     for failure in result.failed:
         print(f"  failed {failure.host.host_id}: {failure.reason}")
+    for aborted in result.aborted:
+        print(f"  aborted {aborted.host.host_id}: {aborted.reason}")
     for skipped in result.skipped:
         print(f"  skipped {skipped.host.host_id}: {skipped.reason}")
     return EXIT_OK if result.all_succeeded else EXIT_FAILED
+
+
+def summary(result: CampaignResult) -> str:
+    """The campaign's end in one line (hosts aborted by the operator are not counted failed)."""
+    aborted = f", {len(result.aborted)} aborted" if result.aborted else ""
+    return (
+        f"campaign/{result.name} {result.outcome}: {result.done} done, {result.already_at_target} already "
+        f"at target, {len(result.failed)} failed, {len(result.skipped)} skipped{aborted} of {result.total}"
+    )
 
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
@@ -305,6 +314,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         print(render(status))
         for failure in status.failures:
             print(f"  failed {failure.host.host_id}: {failure.reason}")
+        for aborted in status.aborted_hosts:
+            print(f"  aborted {aborted.host.host_id}: {aborted.reason}")
         return EXIT_OK
     while True:  # a live bar until the campaign ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)

@@ -175,6 +175,11 @@ class Progress(_Frozen):
     already_at_target: int = 0  # counted done without being touched
     failed: tuple[Failure, ...] = ()
     skipped: tuple[Failure, ...] = ()  # host and why (assigned, skipped by an operator)
+    # Operations `abort` with `cancel_running` cut: the operator's decision, not failures (the
+    # budget does not count them). `abort_sent`: the operations (and approval requests) it was
+    # sent to, counted when they end (one that completes anyway counts done).
+    aborted: tuple[Failure, ...] = ()
+    abort_sent: tuple[str, ...] = ()
     attempted: int = 0  # operations finished (succeeded or failed)
     budget_failed_base: int = 0  # failures/attempts before the last resume of a halt
     budget_attempted_base: int = 0
@@ -243,6 +248,8 @@ class CampaignStatus(_Frozen):
     limits: Limits
     runs: int
     needs_operator: tuple[Failure, ...] = ()  # in flight, their operation waits for an operator
+    aborted: int = 0  # operations cut by `abort` with `cancel_running` (not failures)
+    aborted_hosts: tuple[Failure, ...] = ()  # the newest FAILED_HOSTS_SHOWN of them
 
 
 class CampaignResult(_Frozen):
@@ -255,10 +262,16 @@ class CampaignResult(_Frozen):
     skipped: tuple[Failure, ...]
     runs: int
     finished_at: datetime
+    aborted: tuple[Failure, ...] = ()  # operations cut by `abort` with `cancel_running`
 
     @property
     def all_succeeded(self) -> bool:
-        return not self.failed and not self.skipped and self.done + self.already_at_target == self.total
+        return (
+            not self.failed
+            and not self.skipped
+            and not self.aborted
+            and self.done + self.already_at_target == self.total
+        )
 
 
 # -- the operator's messages ---------------------------------------------------------------------------
@@ -356,3 +369,6 @@ class AbortHostsInput(_Frozen):
     workflow_ids: tuple[str, ...]
     requested_by: str
     reason: str = ""
+    # Requests still awaiting approval: withdrawn from their hosts' entities (nothing left pending;
+    # one approved meanwhile is aborted like the running ones).
+    withdraw: tuple[InFlight, ...] = ()

@@ -57,6 +57,7 @@ RETRY_UPDATE: Final = "retry"
 MARK_REBOOTED_UPDATE: Final = "mark_rebooted"
 ABORT_UPDATE: Final = "abort"
 APPROVE_UPDATE: Final = "approve"
+WITHDRAW_UPDATE: Final = "withdraw"
 ASSIGN_INSTANCE_UPDATE: Final = "assign_instance"
 RELEASE_INSTANCE_UPDATE: Final = "release_instance"
 REQUEST_PROVISION_UPDATE: Final = "request_provision"
@@ -104,6 +105,12 @@ class OperatorRequest(_Frozen):
 
     requested_by: Requester
     reason: Reason = ""
+
+
+class WithdrawRequest(OperatorRequest):
+    """The `withdraw` update of a host's entity: drop the request awaiting approval, unstarted."""
+
+    workflow_id: str = Field(min_length=1)  # the request's operation: never another one
 
 
 class OperationAnswer(_Frozen):

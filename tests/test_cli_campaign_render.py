@@ -1,0 +1,78 @@
+"""What `metalflow campaign status` and `campaign start --wait` print for a campaign aborted with
+`cancel_running`: the hosts it cut are shown as aborted, by name, never as failed. And the status
+and result of a worker from before the `aborted` field still decode (nothing aborted).
+(The workflow side, end to end: test_campaign_control.py's cancel-running abort.)"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from metalflow.cli.campaign import render, summary
+from metalflow.models.campaign import CampaignHost, CampaignResult, CampaignStatus, Failure, Limits
+
+NOW = datetime(2026, 11, 23, 4, 0, tzinfo=UTC)
+CUT = Failure(host=CampaignHost(host_id="h-002"), reason="failed: aborted by alice: bad BFB")
+
+
+def _status(**fields: object) -> CampaignStatus:
+    values: dict[str, object] = {
+        "name": "fleet",
+        "target": "reprovision",
+        "phase": "aborted",
+        "total": 4,
+        "done": 1,
+        "already_at_target": 0,
+        "in_flight": (),
+        "awaiting_approval": (),
+        "failed": 0,
+        "failures": (),
+        "skipped": 1,
+        "skipped_hosts": (),
+        "deferred": (),
+        "remaining": 0,
+        "batch": 1,
+        "canary_passed": True,
+        "window_open": True,
+        "next_window": None,
+        "soak_until": None,
+        "budget": "0 failed of 1 attempted; halts past 0 failures",
+        "halted_reason": None,
+        "paused_by": None,
+        "aborting": "alice",
+        "limits": Limits(),
+        "runs": 1,
+    }
+    values.update(fields)
+    return CampaignStatus.model_validate(values)
+
+
+def test_status_line_counts_aborted_hosts_apart_from_failures() -> None:
+    line = render(_status(aborted=2, aborted_hosts=(CUT,)))
+    assert "4/4: 1 done, 0 already at target, 0 in flight, 0 failed, 1 skipped, 2 aborted; batch 1" in line
+
+
+def test_result_line_names_aborted_hosts_and_is_not_a_success() -> None:
+    result = CampaignResult(
+        name="fleet", outcome="aborted", total=3, done=2, already_at_target=0, failed=(), skipped=(),
+        runs=1, finished_at=NOW, aborted=(CUT,),
+    )  # fmt: skip
+    assert summary(result) == (
+        "campaign/fleet aborted: 2 done, 0 already at target, 0 failed, 0 skipped, 1 aborted of 3"
+    )
+    assert not result.all_succeeded
+
+
+def test_a_status_and_result_without_the_aborted_field_decode_as_nothing_aborted() -> None:
+    old_status = _status().model_dump(mode="json")
+    old_status.pop("aborted")
+    old_status.pop("aborted_hosts")
+    status = CampaignStatus.model_validate(old_status)
+    assert (status.aborted, status.aborted_hosts) == (0, ())
+    assert ", aborted" not in render(status) and "0 failed, 1 skipped; batch 1" in render(status)
+    old_result = {
+        "name": "fleet", "outcome": "completed", "total": 1, "done": 1, "already_at_target": 0,
+        "failed": [], "skipped": [], "runs": 1, "finished_at": NOW.isoformat(),
+    }  # fmt: skip
+    result = CampaignResult.model_validate(old_result)
+    assert result.aborted == () and result.all_succeeded
+    assert summary(result).endswith("0 failed, 0 skipped of 1")
