@@ -199,7 +199,9 @@ async def graceful_shutdown(
 
 
 def heartbeat_flush_seconds(heartbeat_timeout: timedelta | None) -> float:
-    """How long until a heartbeat recorded now has surely been sent (the SDK throttles them)."""
+    """How long until a heartbeat recorded now has surely been sent under the SDK's default
+    throttle: the power cycle's wait when it has no server to read its step back from (unit
+    tests); with one, it reads the step back instead of waiting (`PowerCycle._flush`)."""
     throttle = _DEFAULT_THROTTLE if heartbeat_timeout is None else min(heartbeat_timeout * 0.8, _MAX_THROTTLE)
     return throttle.total_seconds() + _FLUSH_MARGIN_SECONDS
 
