@@ -26,6 +26,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
+from activities import heartbeat
 from activities.site_file import SiteFileError, load_site
 from metalflow import code_cache, names
 from metalflow.client import connect
@@ -48,6 +49,11 @@ WORKFLOW_TASK_SLOTS = 20
 # Activities are async I/O (HTTP to BMCs and the API server, RPCs to Temporal) and the site's
 # DPF watch holds one slot per site, not per host: 200 leave room for a fleet's power cycles.
 ACTIVITY_SLOTS = 200
+# Heartbeats reach the server within this (the SDK's default throttle is 0.8 x the heartbeat
+# timeout, 3.2 s for the power cycle, which waited that long before every reset that must not
+# repeat). What it costs per activity is in activities/heartbeat.py: callers that beat on every
+# poll go through `HeartbeatGate`, so the rate stays what each activity needs.
+HEARTBEAT_THROTTLE = heartbeat.HEARTBEAT_THROTTLE
 log = logging.getLogger("metalflow.worker")
 
 
@@ -84,6 +90,7 @@ def build_worker(
         workflow_failure_exception_types=[ValidationError],
         max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
         max_concurrent_activities=ACTIVITY_SLOTS,
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         **worker_versioning(deployment_config),
     )
 
