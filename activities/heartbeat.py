@@ -8,14 +8,26 @@ background task while the block runs, so an activity is declared dead only when 
 
 Details: an activity that resumes from heartbeat details (the power cycle) passes `details`, a
 function returning what to send now; every beat sends the latest details, so a background beat
-never replaces recorded progress with nothing. The SDK throttles what actually reaches the
-server to 0.8 x the heartbeat timeout; the activity's own code still decides when a step is
+never replaces recorded progress with nothing. The activity's own code decides when a step is
 durable: `wait_until_recorded` reads this attempt's details back from the server before an
 action that must not be repeated (see `activities.redfish.powercycle`).
 
+Throttle: the SDK sends at most one heartbeat per throttle interval per activity (the latest
+details), 0.8 x the heartbeat timeout by default (3.2 s for the power cycle: the floor of every
+reset's reaction time, bench/README.md). The worker caps it at `HEARTBEAT_THROTTLE` (0.2 s,
+`metalflow.worker`), so a recorded step reaches the server at once, and `HeartbeatGate` keeps
+the rate what the work needs: callers that beat on every poll forward only changed details, or
+the same details once per beat interval. Cost, in heartbeat RPCs per second per running
+activity: at most its own forwarded calls, never over 1 / `HEARTBEAT_THROTTLE` = 5: the power
+cycle ~0.75 (one per heartbeat_timeout / 3, 1.33 s) plus one per step (at most 6 per cycle) plus
+the read-backs (a few DescribeWorkflowExecution per reset); the other BMC activities one per
+10 s; the site's DPF watch one per flush or idle interval (one per site, not per host); a
+per-host `watch_host_dpf` of a run older than the site watch one per change, and one per 4 s
+while nothing changes, as before (its gate's interval is the SDK's default throttle).
+
 Cost per running activity: one asyncio task waking every heartbeat_timeout / 3 (at most every
-10 s without a timeout), and the heartbeats the SDK sends (at most one per 0.8 x timeout); no
-history events (heartbeats are not recorded in the workflow's history).
+10 s without a timeout) and the RPCs above; no history events (heartbeats are not recorded in
+the workflow's history).
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -35,7 +48,11 @@ from metalflow.errors import ProgressNotRecorded
 
 _NO_TIMEOUT_INTERVAL_SECONDS = 10.0
 _MIN_INTERVAL_SECONDS = 0.1
+# Read-backs start soon (a gated step is sent at once) and slow down to this.
+_READ_BACK_FIRST_SECONDS = 0.05
 _READ_BACK_INTERVAL_SECONDS = 0.5
+HEARTBEAT_THROTTLE = timedelta(milliseconds=200)
+"""The worker's `max_heartbeat_throttle_interval`: a recorded step is sent within this."""
 
 
 def beat_interval(heartbeat_timeout_seconds: float | None) -> float:
@@ -43,6 +60,34 @@ def beat_interval(heartbeat_timeout_seconds: float | None) -> float:
     if heartbeat_timeout_seconds is None:
         return _NO_TIMEOUT_INTERVAL_SECONDS
     return max(_MIN_INTERVAL_SECONDS, heartbeat_timeout_seconds / 3)
+
+
+class HeartbeatGate:
+    """`activity.heartbeat` for callers that beat on every poll: forwards the details when they
+    differ from the last forwarded, or when `interval` has passed since (so a beat lost while the
+    server was away is sent again); drops the rest, which the SDK would only have throttled.
+
+    Args:
+        interval: Seconds between forwarded beats of unchanged details; default: the beat
+            interval of the running activity (`beat_interval`).
+        send: Where forwarded beats go (default `activity.heartbeat`).
+    """
+
+    def __init__(self, interval: float | None = None, send: Callable[..., None] | None = None) -> None:
+        if interval is None:
+            timeout = activity.info().heartbeat_timeout
+            interval = beat_interval(None if timeout is None else timeout.total_seconds())
+        self._interval = interval
+        self._send = send or activity.heartbeat
+        self._last: tuple[Any, ...] | None = None
+        self._at = 0.0
+
+    def __call__(self, *details: Any) -> None:
+        now = time.monotonic()
+        if details == self._last and now - self._at < self._interval:
+            return
+        self._last, self._at = details, now
+        self._send(*details)
 
 
 @contextlib.asynccontextmanager
@@ -95,17 +140,20 @@ def stop_quietly_if_workflow_ended(what: str) -> None:
     ) from None
 
 
-async def wait_until_recorded(details: Any, *, within_seconds: float, what: str) -> None:
+async def wait_until_recorded(
+    details: Any, *, within_seconds: float, what: str, beat: Callable[..., None] | None = None
+) -> None:
     """Return once the Temporal server shows `details` as this attempt's last heartbeat details.
 
     Waiting "long enough" for the SDK to send a heartbeat is not enough: with the server down (or
     unreachable) the heartbeat is never recorded, the activity cannot tell, and a later attempt
     resumes from older details. Before an action that must not be repeated (a reset), the activity
     reads its details back with DescribeWorkflowExecution and acts only when they are there.
-    Heartbeats `details` while it waits (the SDK sends the latest at its throttle interval).
+    Heartbeats `details` through `beat` (default `activity.heartbeat`) while it waits.
 
-    Cost: one DescribeWorkflowExecution every 0.5 s until the details show (usually one or two,
-    after the SDK's throttle interval); no history events.
+    Cost: DescribeWorkflowExecution after 0.05 s, then at doubling intervals up to every 0.5 s,
+    until the details show (usually one or two with the worker's `HEARTBEAT_THROTTLE`); no
+    history events.
 
     Raises:
         ProgressNotRecorded: not shown within `within_seconds` (the server is unreachable), or
@@ -119,8 +167,12 @@ async def wait_until_recorded(details: Any, *, within_seconds: float, what: str)
     handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
     deadline = time.monotonic() + within_seconds
     problem = "not shown yet"
+    send = beat or activity.heartbeat
+    pause = _READ_BACK_FIRST_SECONDS
     while True:
-        activity.heartbeat(details)
+        send(details)
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, _READ_BACK_INTERVAL_SECONDS)
         try:
             description = await handle.describe()
         except RPCError as err:
@@ -148,4 +200,3 @@ async def wait_until_recorded(details: Any, *, within_seconds: float, what: str)
                 f"{what}: Temporal did not record this attempt's progress within {within_seconds:g} s "
                 f"({problem}); not acting on an unrecorded step"
             )
-        await asyncio.sleep(_READ_BACK_INTERVAL_SECONDS)

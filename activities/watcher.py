@@ -50,7 +50,7 @@ from activities.dpf.streams import (
     watch_events,
 )
 from activities.handover import handing_over_at_shutdown
-from activities.heartbeat import stop_quietly_if_workflow_ended
+from activities.heartbeat import HeartbeatGate, stop_quietly_if_workflow_ended
 from metalflow import metrics
 from metalflow.errors import InvalidInput, KubernetesUnavailable
 from metalflow.models.dpf import (
@@ -180,6 +180,11 @@ class WatcherActivities:
         if info.heartbeat_details:
             checkpoint = WatchCheckpoint.model_validate(info.heartbeat_details[0])
         watch = _HostWatch(request.host, checkpoint)
+        # A new checkpoint goes out at once; an unchanged one as often as the SDK's default
+        # throttle sent it (0.8 x the heartbeat timeout), not every `heartbeat_seconds` under the
+        # worker's short throttle: a run older than the site watch holds one watcher per host.
+        timeout = info.heartbeat_timeout
+        beat = HeartbeatGate(interval=None if timeout is None else 0.8 * timeout.total_seconds())
         handle = self.temporal.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
         configuration = self.kube.configuration
         async with http_client(configuration) as http:
@@ -208,7 +213,7 @@ class WatcherActivities:
                                     return
                                 raise
                             watch.signalled = current
-                    activity.heartbeat(watch.checkpoint())
+                    beat(watch.checkpoint())
             finally:
                 for task in tasks:
                     task.cancel()

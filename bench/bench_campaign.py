@@ -129,7 +129,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     # (stack.py reads the name it imported from devstack.sim at each start: set it there.)
     setattr(devstack_stack, "SIM_READY_TIMEOUT", max(SIM_READY_TIMEOUT, 120 + 0.1 * args.hosts))  # noqa: B010
     state_dir = Path(tempfile.mkdtemp(prefix="metalflow-bench-campaign-"))
-    site = SiteOptions(hosts=args.hosts, dpus_per_host=1, timings="zero", initialised=True, port=free_port())
+    site = SiteOptions(
+        hosts=args.hosts, dpus_per_host=1, timings="zero", initialised=True, port=free_port(), dpu_bmcs=False
+    )
     stack = DevStack(
         DevStackConfig(state_dir=state_dir, port=free_port(), ui_port=free_port(), site=site), say=say
     )

@@ -26,6 +26,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
+from activities import heartbeat
 from activities.site_file import SiteFileError, load_site
 from metalflow import code_cache, names
 from metalflow.client import connect
@@ -48,6 +49,11 @@ WORKFLOW_TASK_SLOTS = 20
 # Activities are async I/O (HTTP to BMCs and the API server, RPCs to Temporal) and the site's
 # DPF watch holds one slot per site, not per host: 200 leave room for a fleet's power cycles.
 ACTIVITY_SLOTS = 200
+# Heartbeats reach the server within this (the SDK's default throttle is 0.8 x the heartbeat
+# timeout, 3.2 s for the power cycle, which waited that long before every reset that must not
+# repeat). What it costs per activity is in activities/heartbeat.py: callers that beat on every
+# poll go through `HeartbeatGate`, so the rate stays what each activity needs.
+HEARTBEAT_THROTTLE = heartbeat.HEARTBEAT_THROTTLE
 log = logging.getLogger("metalflow.worker")
 
 
@@ -84,6 +90,7 @@ def build_worker(
         workflow_failure_exception_types=[ValidationError],
         max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
         max_concurrent_activities=ACTIVITY_SLOTS,
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         **worker_versioning(deployment_config),
     )
 
@@ -117,7 +124,7 @@ async def run_worker(
         worker = build_worker(client, task_queue, settings, deployment_config)
         async with worker:
             await observability.start(client, worker)
-            await start_site_watch(client, settings.dpf_namespace, task_queue)
+            await start_site_watch(client, settings, task_queue)
             log.info(
                 "worker polling task queue %r on %s namespace %r, %s",
                 task_queue,
@@ -133,23 +140,16 @@ async def run_worker(
         tracing.shutdown()
 
 
-async def start_site_watch(client: Client, namespace: str, task_queue: str) -> None:
+async def start_site_watch(client: Client, settings: Settings, task_queue: str) -> None:
     """Start the site's one DPF watch (`dpf-watch/<namespace>`), or keep the one that runs, so
-    the first operation does not wait for it; the first operation would start it otherwise."""
-    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-
-    from metalflow.models.dpf import SiteWatchInput
+    the first operation does not wait for it; the first operation would start it otherwise.
+    Started from the API server's resourceVersions now (`ensure_site_watch`): its first listing
+    signals only hosts that changed since, not every host of the site."""
+    from activities.dpf.kube import load_configuration
+    from activities.site_watch import ensure_site_watch
 
     try:
-        await client.start_workflow(
-            "SiteDPFWatchWorkflow",
-            SiteWatchInput(namespace=namespace),
-            id=names.dpf_watch_workflow_id(namespace, task_queue),
-            task_queue=task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            static_summary=f"watch the DPF objects of namespace {namespace}",
-        )
+        await ensure_site_watch(client, load_configuration(settings), settings.dpf_namespace, task_queue)
     except Exception as err:  # not fatal: the first operation's join starts it
         log.warning("could not start the site's DPF watch yet (%s); the first operation will", err)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -33,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8280, help="port on 127.0.0.1 (0: any free port)")
     serve.add_argument("--hosts", type=int, default=3, help="hosts in the generated site")
     serve.add_argument("--dpus-per-host", type=int, default=2, help="DPUs per host in the generated site")
+    serve.add_argument(
+        "--no-dpu-bmcs",
+        dest="dpu_bmcs",
+        action="store_false",
+        help="generated site: DPUs without a BMC (none served; 10,000 hosts fit the descriptor limit)",
+    )
     serve.add_argument("--site", help="a site file (YAML) to serve instead of a generated site")
     serve.add_argument("--faults", default="none", choices=FAULT_PROFILES, help="fault profile")
     serve.add_argument("--seed", type=int, default=0, help="seed for the fault profile")
@@ -66,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _site_from(args: argparse.Namespace) -> Site:
     if args.site:
         return load_site(Path(args.site))
-    return default_site(args.hosts, args.dpus_per_host)
+    return default_site(args.hosts, args.dpus_per_host, dpu_bmcs=args.dpu_bmcs)
 
 
 def _watch_lifeline(fd: int, stop: asyncio.Event) -> None:
@@ -141,10 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simulators: {err}; start afresh with `metalflow dev --reset`", file=sys.stderr)
         return 2
     except OSError as err:
-        print(
-            f"simulators: cannot serve on 127.0.0.1:{args.port}: {err.strerror}; choose another --port",
-            file=sys.stderr,
-        )
+        # Only a port taken or forbidden is helped by another --port (not running out of descriptors).
+        hint = "; choose another --port" if err.errno in (errno.EADDRINUSE, errno.EACCES) else ""
+        print(f"simulators: cannot serve on 127.0.0.1:{args.port}: {err.strerror}{hint}", file=sys.stderr)
         return 1
     return 0
 

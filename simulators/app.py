@@ -109,6 +109,15 @@ class SimulatedSite:
             self.restored = self.snapshots.load()
         self._create_namespaces()
         self._create_credential_secrets()
+        # The port asked for first: the BMCs then take thousands of free ports (10,000 at 10,000
+        # hosts), and one of them was the port a caller had picked free for the API moments before.
+        # Nothing knows the site is up until sim.json is written, last.
+        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        tcp = web.TCPSite(self._runner, "127.0.0.1", self.options.port, reuse_address=True)
+        await tcp.start()
+        port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
         await self.bmcs.start()
         await self.bmcs.serve(self.options.state_dir / "tls")
         await self.dpf.start()
@@ -118,12 +127,6 @@ class SimulatedSite:
         # The site's Grove workloads run whether or not the hosts' DPUs are provisioned yet (they
         # are not placed on the simulated hosts), so the demo can roll one after provisioning.
         await self.grove.initialise(self.site.workloads)
-        self._runner = web.AppRunner(self.app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        tcp = web.TCPSite(self._runner, "127.0.0.1", self.options.port, reuse_address=True)
-        await tcp.start()
-        port = tcp._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
         # The same routes over HTTPS for Kubernetes clients: kubectl sends a token only over TLS.
         self._certificate = make_serving_certificate(self.options.state_dir / "tls")
         tls = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self._certificate.server_context())
@@ -194,7 +197,8 @@ class SimulatedSite:
             if not service.sessions:
                 host.bmc.auth = "basic" if host.bmc.auth == "session" else host.bmc.auth
             for dpu in host.dpus:
-                dpu.bmc.endpoint = bmcs.endpoint(dpu.id)
+                if dpu.bmc is not None:
+                    dpu.bmc.endpoint = bmcs.endpoint(dpu.id)
 
     def _write_state_files(self) -> None:
         state = self.options.state_dir
@@ -257,7 +261,7 @@ def _all_bmcs(site: Site) -> list[tuple[str, BMC]]:
     pairs = []
     for host in site.hosts:
         pairs.append((host.id, host.bmc))
-        pairs.extend((dpu.id, dpu.bmc) for dpu in host.dpus)
+        pairs.extend((dpu.id, dpu.bmc) for dpu in host.dpus if dpu.bmc is not None)
     return pairs
 
 

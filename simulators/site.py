@@ -37,6 +37,13 @@ same `group` share one BMC service (one endpoint, one account), each its own Sys
 is filled in with the host id). A BMC with profile `self-signed-tls` is served over https with
 a certificate from a CA made at simulator start; `ca_bundle` is filled in with the CA's path.
 
+A DPU whose `bmc` is `null` has no BMC the product can reach (its BMC is not on the management
+network metalflow uses, or the inventory does not list it): the simulator serves none for it,
+and the product refuses its firmware updates with a clear error. Generated sites give every DPU
+a BMC unless asked not to (`default_site(..., dpu_bmcs=False)`, `serve --no-dpu-bmcs`): each
+BMC service is a listening socket of the simulator's one process, and the file-descriptor limit
+(20,000 here, soft and hard) cannot hold 10,000 hosts' BMCs and their DPUs' besides.
+
 Credential references never hold a secret: `{file: PATH}` (a JSON file with `username` and
 `password`), `{env: {username: VAR, password: VAR}}`, or `{secret: {namespace: NS, name: N}}`
 (a Kubernetes Secret with keys `username` and `password`).
@@ -109,7 +116,8 @@ class DPU(_Model):
     model: DPUModel = "BF3"
     serial: str | None = None
     firmware: str = "32.43.1014"
-    bmc: BMC = Field(default_factory=lambda: BMC(profile="dpu"))
+    # None (`bmc: null` in the file): no BMC is reachable for this DPU, and none is served.
+    bmc: BMC | None = Field(default_factory=lambda: BMC(profile="dpu"))
 
 
 class Host(_Model):
@@ -172,11 +180,13 @@ class Site(_Model):
         raise KeyError(host_id)
 
 
-def default_site(hosts: int, dpus_per_host: int, *, name: str = "default") -> Site:
+def default_site(hosts: int, dpus_per_host: int, *, name: str = "default", dpu_bmcs: bool = True) -> Site:
     """The generated site: BMC profiles and DPU models mixed across hosts, one Grove workload.
 
     Host i gets profile `DEFAULT_ROTATION[i % 5]`; every third host carries BF4 DPUs (which
-    ask for a second reboot), the others BF3.
+    ask for a second reboot), the others BF3. `dpu_bmcs=False` gives the DPUs no BMC (`bmc:
+    null`): a site of 10,000 hosts whose benchmarks never use a DPU's BMC fits the simulator's
+    file-descriptor limit that way (see the module docstring).
     """
     if hosts < 0 or dpus_per_host < 0:
         raise ValueError("--hosts and --dpus-per-host must be zero or more")
@@ -190,7 +200,12 @@ def default_site(hosts: int, dpus_per_host: int, *, name: str = "default") -> Si
                 labels={"rack": f"r{i // 16 + 1:02d}"},
                 bmc=BMC(profile=DEFAULT_ROTATION[i % len(DEFAULT_ROTATION)]),
                 dpus=[
-                    DPU(id=f"{host_id}-dpu-{k}", model=model, serial=f"MT{i + 1:04d}{k:02d}")
+                    DPU(
+                        id=f"{host_id}-dpu-{k}",
+                        model=model,
+                        serial=f"MT{i + 1:04d}{k:02d}",
+                        bmc=BMC(profile="dpu") if dpu_bmcs else None,
+                    )
                     for k in range(dpus_per_host)
                 ],
             )
@@ -220,4 +235,10 @@ def load_site(path: Path) -> Site:
 
 
 def dump_site(site: Site) -> str:
-    return yaml.safe_dump(site.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    data = site.model_dump(mode="json", exclude_none=True)
+    # A DPU without a BMC says so (`bmc: null`): left out, the key would read back as the default BMC.
+    for host, host_data in zip(site.hosts, data.get("hosts", []), strict=True):
+        for dpu, dpu_data in zip(host.dpus, host_data.get("dpus", []), strict=True):
+            if dpu.bmc is None:
+                dpu_data["bmc"] = None
+    return yaml.safe_dump(data, sort_keys=False)

@@ -17,6 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from activities.credentials import CredentialResolver  # noqa: E402
+from activities.heartbeat import HEARTBEAT_THROTTLE  # noqa: E402
 from activities.redfish import power_activities  # noqa: E402
 from activities.redfish.client import RedfishClient  # noqa: E402
 from activities.redfish.power import PowerActivities  # noqa: E402
@@ -25,7 +26,13 @@ from activities.redfish.power import PowerActivities  # noqa: E402
 async def main(address: str, namespace: str, task_queue: str) -> None:
     client = await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
     redfish = RedfishClient(CredentialResolver(), auth="basic")
-    worker = Worker(client, task_queue=task_queue, activities=power_activities(PowerActivities(redfish)))
+    # The worker's own heartbeat throttle (metalflow/worker.py): steps are confirmed at once.
+    worker = Worker(
+        client,
+        task_queue=task_queue,
+        activities=power_activities(PowerActivities(redfish)),
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+    )
     async with worker:
         print("ready", flush=True)
         await asyncio.Event().wait()

@@ -17,7 +17,9 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -206,32 +208,51 @@ class HoldBMCLeaseForever:
             await workflow.wait_condition(lambda: False)
 
 
+@dataclass
+class HeldSlot:
+    lease: WorkflowHandle[object, BMCLeaseStatus]
+    bmc: BMCAccess  # only its endpoint names the lease: the stand-in holders never touch the BMC
+    holder: WorkflowHandle[Any, Any]  # a `HoldBMCLeaseForever` run holding the one slot
+
+
+@asynccontextmanager
+async def one_slot_held(
+    client: Client, task_queue: str, sim: RunningSim, **settings: Any
+) -> AsyncIterator[HeldSlot]:
+    """A worker (every workflow, and `HoldBMCLeaseForever`) for HOSTS[0], one BMC request at a time
+    (`settings` change more), and a `HoldBMCLeaseForever` run that holds that slot."""
+    host = HOSTS[0]
+    worker_settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+    worker_settings = worker_settings.model_copy(update=settings)
+    lease = lease_of(client, sim, host, task_queue)
+    bmc = BMCAccess(
+        bmc_id=host, endpoint=sim.host(host)["bmc"]["endpoint"], credentials=CredentialRef(file="/none")
+    )
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[*workflows.ALL, HoldBMCLeaseForever],
+        activities=build_activities(temporal_client=client, settings=worker_settings),
+    ):
+        holder = await client.start_workflow(
+            HoldBMCLeaseForever.run, bmc, id=f"hold-{task_queue}", task_queue=task_queue
+        )
+        await wait_for_query(
+            lambda: lease_status(lease), lambda s: s is not None and len(s.holders) == 1, "a holder", 60
+        )
+        yield HeldSlot(lease=lease, bmc=bmc, holder=holder)
+
+
 async def test_slots_of_runs_that_closed_without_releasing_are_reclaimed(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     host = HOSTS[0]
     with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
-        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
-        settings = settings.model_copy(update={"bmc_lease_reclaim_seconds": 1.0})  # not every 30 s
-        lease = lease_of(client, sim, host, task_queue)
-        # Only the endpoint names the lease: the stand-in holders never touch the BMC.
-        bmc = BMCAccess(
-            bmc_id=host, endpoint=sim.host(host)["bmc"]["endpoint"], credentials=CredentialRef(file="/none")
-        )
-        async with Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[*workflows.ALL, HoldBMCLeaseForever],
-            activities=build_activities(temporal_client=client, settings=settings),
-        ):
-            holder = await client.start_workflow(
-                HoldBMCLeaseForever.run, bmc, id=f"hold-{task_queue}", task_queue=task_queue
-            )
-            await wait_for_query(
-                lambda: lease_status(lease), lambda s: s is not None and len(s.holders) == 1, "a holder", 60
-            )
+        # Closed runs are looked for every second, not every 30 s.
+        async with one_slot_held(client, task_queue, sim, bmc_lease_reclaim_seconds=1.0) as held:
+            lease, holder = held.lease, held.holder
             waiter = await client.start_workflow(
-                HoldBMCLeaseForever.run, bmc, id=f"wait-{task_queue}", task_queue=task_queue
+                HoldBMCLeaseForever.run, held.bmc, id=f"wait-{task_queue}", task_queue=task_queue
             )
             await wait_for_query(
                 lambda: lease_status(lease), lambda s: s is not None and len(s.waiting) == 1, "a waiter", 60
@@ -266,23 +287,8 @@ async def test_a_reboot_stopped_while_queued_for_the_lease_sends_nothing_and_giv
     slot: before the fix it waited for the slot, then cycled the host anyway."""
     host = HOSTS[0]
     with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
-        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
-        lease = lease_of(client, sim, host, task_queue)
-        bmc = BMCAccess(
-            bmc_id=host, endpoint=sim.host(host)["bmc"]["endpoint"], credentials=CredentialRef(file="/none")
-        )
-        async with Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[*workflows.ALL, HoldBMCLeaseForever],
-            activities=build_activities(temporal_client=client, settings=settings),
-        ):
-            holder = await client.start_workflow(
-                HoldBMCLeaseForever.run, bmc, id=f"hold-{task_queue}", task_queue=task_queue
-            )
-            await wait_for_query(
-                lambda: lease_status(lease), lambda s: s is not None and len(s.holders) == 1, "a holder", 60
-            )
+        async with one_slot_held(client, task_queue, sim) as held:
+            lease, holder = held.lease, held.holder
             outcomes = []
             for generation, stop in ((1, "abort"), (2, "cancel")):
                 reboot = await client.start_workflow(

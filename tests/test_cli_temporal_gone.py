@@ -89,6 +89,7 @@ class DyingServer:
 
 HOST = f"gone-{uuid.uuid4().hex[:8]}"
 PCS = "default/inference"
+CAMPAIGN = f"gone-{uuid.uuid4().hex[:8]}"
 # Every command that talks to Temporal (`dev`, `sim` and `bmc` do not); a queue nobody polls, so
 # a command that got through would not act on anything.
 COMMANDS: list[list[str]] = [
@@ -116,9 +117,24 @@ COMMANDS: list[list[str]] = [
     ["rollout", "abort", PCS],
     ["rollout", "rollback", PCS],
     ["rollout", "scale", PCS, "--replicas", "3"],
+    ["campaign", "start", CAMPAIGN, "--hosts", HOST, "--reprovision"],
+    ["campaign", "status", CAMPAIGN],
+    ["campaign", "pause", CAMPAIGN],
+    ["campaign", "abort", CAMPAIGN],
+    ["campaign", "skip", CAMPAIGN, HOST],
+    ["campaign", "limits", CAMPAIGN, "--batch-size", "2"],
+    ["campaign", "list"],
+    ["campaign", "schedule", CAMPAIGN, "--every", "12h", "--hosts", HOST, "--reprovision"],
+    ["campaign", "schedule", "pause", CAMPAIGN],
+    ["campaign", "schedules"],
 ]
 QUEUE = ["--task-queue", f"gone-{uuid.uuid4()}"]
-WITHOUT_QUEUE = {("host", "list"), ("host", "status")}  # reads: no task queue to name
+WITHOUT_QUEUE = {  # reads: no task queue to name
+    ("host", "list"),
+    ("host", "status"),
+    ("campaign", "list"),
+    ("campaign", "schedules"),
+}
 
 
 @pytest.mark.slow

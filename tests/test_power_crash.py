@@ -28,7 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from metalflow.models.inventory import BMCAccess, CredentialRef
-from metalflow.models.redfish import PowerCycleInput, PowerCycleResult
+from metalflow.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult
 
 pytestmark = pytest.mark.slow
 WORKER_SCRIPT = Path(__file__).with_name("power_worker.py")
@@ -138,6 +138,13 @@ CASES = [
         after_off_logged,
         ("PowerCycle", "PowerCycle"),
     ),
+    # Killed the moment Temporal shows a step recorded: with the worker's short heartbeat
+    # throttle the reset follows its confirmed step within milliseconds, so these land on either
+    # side of the reset that the step guards.
+    ("host-002", "no-powercycle", "once off_reached is recorded", "off_reached", ("ForceOff", "On")),
+    ("host-002", "no-powercycle", "once on_requested is recorded", "on_requested", ("ForceOff", "On")),
+    ("host-001", "powercycle", "once cycle_requested is recorded", "cycle_requested", ("PowerCycle",) * 2),
+    ("host-003", "task-monitor", "once cycle_requested is recorded", "cycle_requested", ("PowerCycle",) * 2),
 ]
 
 
@@ -149,7 +156,7 @@ async def test_killed_worker_never_cycles_twice(
     host_id: str,
     profile: str,
     point: str,
-    reached: Reached,
+    reached: Reached | str,
     expected: tuple[str, str],
 ) -> None:
     assert sim.host(host_id)["bmc"]["profile"] == profile
@@ -174,7 +181,10 @@ async def test_killed_worker_never_cycles_twice(
             )
             # Generous: the worker is a fresh interpreter, slow to start on a loaded machine.
             await _wait_for(lambda: _activity_started(handle), timeout=120)
-            await _wait_for(lambda: asyncio.to_thread(reached, sim, host_id, since), timeout=120)
+            if isinstance(reached, str):
+                await _wait_for(lambda: _step_recorded(client, handle, reached), timeout=120)
+            else:
+                await _wait_for(lambda: asyncio.to_thread(reached, sim, host_id, since), timeout=120)
             kill(first)
             killed_state = await asyncio.to_thread(power_state, sim, host_id)
             killed_log = transitions(sim, host_id, since)
@@ -201,6 +211,18 @@ async def _activity_started(handle: Any) -> bool:
     description = await handle.describe()
     pending = description.raw_description.pending_activities
     return bool(pending) and pending[0].state == 2  # PENDING_ACTIVITY_STATE_STARTED
+
+
+async def _step_recorded(client: Client, handle: Any, step: str) -> bool:
+    """Whether Temporal shows the power cycle's heartbeat details at `step` (or past it)."""
+    description = await handle.describe()
+    pending = description.raw_description.pending_activities
+    if not pending or not pending[0].heartbeat_details.payloads:
+        return False
+    (progress,) = await client.data_converter.decode(
+        pending[0].heartbeat_details.payloads, [PowerCycleProgress]
+    )
+    return step in progress.steps
 
 
 async def _wait_for(check: Callable[[], Any], timeout: float) -> None:

@@ -113,7 +113,75 @@ async def test_reads_power_through_links_with_basic_auth() -> None:
     assert power.power_cycle_method == "ForceOff+On"  # no PowerCycle, no LastResetTime
     expected = "Basic " + base64.b64encode(f"admin:{SECRET}".encode()).decode()
     assert bmc.seen[-1].headers["Authorization"] == expected
-    assert "Authorization" not in bmc.seen[0].headers  # the service root is read unauthenticated
+    # The Systems collection at its standard path: the service root is not read at all.
+    assert [r.url.path for r in bmc.seen] == ["/redfish/v1/Systems", SYSTEM]
+
+
+async def test_a_bmc_off_the_standard_paths_is_found_through_its_service_root() -> None:
+    bmc = FakeBMC()
+    events = with_sessions(bmc)
+    # This BMC keeps its Systems and Sessions collections elsewhere and links them from the root.
+    bmc.routes[("GET", "/redfish/v1/")] = lambda r: httpx.Response(
+        200,
+        json={
+            "Systems": {"@odata.id": "/redfish/v1/Nodes"},
+            "Links": {"Sessions": {"@odata.id": "/redfish/v1/Auth/Sessions"}},
+        },
+    )
+    bmc.routes[("GET", "/redfish/v1/Nodes")] = bmc.routes.pop(("GET", "/redfish/v1/Systems"))
+    standard = bmc.handle
+    paths: list[str] = []
+
+    def moved(request: httpx.Request) -> httpx.Response:
+        paths.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/redfish/v1/SessionService/Sessions":
+            return httpx.Response(404)
+        if request.url.path == "/redfish/v1/Auth/Sessions":
+            request.url = request.url.copy_with(path="/redfish/v1/SessionService/Sessions")
+        return standard(request)
+
+    bmc.handle = moved  # type: ignore[method-assign]
+    client = bmc.client(auth="auto")
+    try:
+        async with client.connect(ACCESS) as connection:
+            assert (await read_power(connection)).system == SYSTEM
+            assert await connection.auth_mode() == "session"
+        async with client.connect(ACCESS) as connection:
+            await read_power(connection)  # learnt: straight to the System, after a new login
+    finally:
+        await client.aclose()
+    assert events == ["create", "delete", "create", "delete"]
+    assert paths[:6] == [
+        "POST /redfish/v1/SessionService/Sessions",  # 404: not here
+        "GET /redfish/v1/",
+        "POST /redfish/v1/Auth/Sessions",  # the linked one
+        "GET /redfish/v1/Systems",  # 404: not here either
+        "GET /redfish/v1/Nodes",
+        f"GET {SYSTEM}",
+    ]
+    assert paths.count("GET /redfish/v1/") == 1 and paths.count("GET /redfish/v1/Nodes") == 1
+
+
+async def test_a_system_that_moved_is_looked_up_again() -> None:
+    bmc = FakeBMC()
+    client = bmc.client()
+    moved = "/redfish/v1/Systems/Node1"
+    try:
+        async with client.connect(ACCESS) as connection:  # one activity
+            assert (await read_power(connection)).system == SYSTEM  # learnt, kept by the worker
+        # A firmware update renamed the System: the old one answers 404.
+        bmc.routes[("GET", "/redfish/v1/Systems")] = lambda r: httpx.Response(
+            200, json={"Members": [{"@odata.id": moved}]}
+        )
+        bmc.routes[("GET", moved)] = bmc.routes.pop(("GET", SYSTEM))
+        with pytest.raises(BMCUnavailable, match="answered 404; looking it up again"):
+            async with client.connect(ACCESS) as connection:  # the next activity
+                await read_power(connection)  # transient: its next attempt finds it
+        async with client.connect(ACCESS) as connection:
+            assert (await read_power(connection)).system == moved
+    finally:
+        await client.aclose()
+    assert [r.url.path for r in bmc.seen].count("/redfish/v1/Systems") == 2
 
 
 async def test_malformed_json_is_rejected_as_not_redfish() -> None:

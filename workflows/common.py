@@ -94,8 +94,10 @@ BMC_READ: Final[workflow.ActivityConfig] = {
 }
 
 POWER_CYCLE_HEARTBEAT: Final = timedelta(seconds=4)
-"""Short on purpose: the activity waits 0.8 x this before each reset that must not repeat (its
-heartbeat must be durable), and a killed worker's cycle resumes this soon on another worker."""
+"""Short on purpose: a killed worker's cycle resumes this soon on another worker. (Before each
+reset that must not repeat the activity waits until Temporal shows its step, which the metalflow
+worker's heartbeat throttle, `activities.heartbeat.HEARTBEAT_THROTTLE`, makes quick; under the
+SDK's default throttle that was 0.8 x this.)"""
 
 
 def power_cycle_options(power_down_wait_seconds: float) -> workflow.ActivityConfig:

@@ -6,19 +6,31 @@ says how each BMC answer maps to them). Links in Redfish responses are server-ab
 itself, and a link to another origin is refused.
 
 Auth, per BMC (`BMCAccess.auth`, or the client's `auth` which overrides it, as the CLI's
-`--auth` does): `session`, `basic`, or `auto` (the default): session when the service root
-offers a SessionService, else basic; when session login is refused (401/403/404/405), basic is
-tried before the credentials are called bad. What `auto` chose is remembered per BMC.
+`--auth` does): `session`, `basic`, or `auto` (the default): a session at the standard
+`/redfish/v1/SessionService/Sessions`; when that login is refused (401/403/404/405), basic is
+tried before the credentials are called bad (after a 404/405, the service root is read first in
+case it links the Sessions collection elsewhere). What `auto` chose is remembered per BMC.
+
+Requests per BMC, learnt once per worker and kept (`_BMCState`): the auth mode, the host's
+System (`system.system_uri`: the standard `/redfish/v1/Systems`, the service root only when that
+is not found; looked up again when the System answers 404), the SessionTimeout (read again
+after a session expired on us), the reset types refused as not implemented. So the first
+power cycle on a BMC costs login, Systems, System, the reset(s), the polls and the logout;
+later ones skip Systems (measured in bench/README.md). The service root is read only when a
+standard path is not found, or for a link with no standard path (UpdateService).
 
 Sessions: a BMC gets one session, created on the first request that needs it and shared by
 every activity using that BMC at the time. It is deleted when the last of them finishes
 (`RedfishClient.connect` is a context manager) and, for safety, at `aclose`. A session the BMC
-forgot (401 on the token) is re-created once. Long waits (`BMCConnection.sleep`) touch the
-session when it has been idle for a third of the BMC's `SessionTimeout` (read once per
-session; at most `SESSION_KEEPALIVE_SECONDS`) so it does not expire idle (BMCs time sessions
-out after 60 s or less, and a ForceOff / 120 s wait / On cycle must not leak one). BMCs hold few
-sessions (often 4 to 16) and run out when clients leak them; a worker that is killed loses its
-session to the BMC's timeout, which is why no session outlives the activities using it.
+forgot (401 on the token) is re-created once (and the SessionTimeout relearnt: the keep-alive
+was too slow). Long waits (`BMCConnection.sleep`) touch the session when it has been idle for a
+third of the BMC's `SessionTimeout` (at most `SESSION_KEEPALIVE_SECONDS`). The SessionTimeout is
+read lazily, once per BMC per worker: the first time a wait leaves the session idle for
+`_KEEPALIVE_FLOOR_SECONDS` (that GET touches the session too), so a cycle without a long wait
+never reads it. BMCs time sessions out after 60 s or less, and a ForceOff / 120 s wait / On
+cycle must not leak one. BMCs hold few sessions (often 4 to 16) and run out when clients leak
+them; a worker that is killed loses its session to the BMC's timeout, which is why no session
+outlives the activities using it.
 
 Load: at most `max_in_flight` requests per BMC are on the wire across the whole worker (sessions
 included); waits between polls hold no slot. Cost per BMC: a few small objects.
@@ -64,6 +76,11 @@ _SESSION_DELETE_ATTEMPTS = 3
 _SESSION_DELETE_PAUSE_SECONDS = 0.5
 # Touch an open session at least this often during a wait (BMC idle timeouts are often 60 s).
 SESSION_KEEPALIVE_SECONDS = 20.0
+# Until the BMC's SessionTimeout is known, a wait touches (and learns it) after this much idle:
+# the shortest keep-alive interval ever used, so an unknown timeout is no less safe.
+_KEEPALIVE_FLOOR_SECONDS = 0.5
+SESSIONS_PATH = "/redfish/v1/SessionService/Sessions"  # DSP0266: the session login URI
+SESSION_SERVICE_PATH = "/redfish/v1/SessionService"
 _TLS_EXTENSION = "metalflow_tls"
 _MAX_REDIRECTS = 5
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -127,6 +144,7 @@ class _BMCState:
     unsupported_resets: set[str] = field(default_factory=set)  # advertised, but refused as permanent
     last_request: float = 0.0  # monotonic time of the last request (session keep-alive)
     keepalive_seconds: float = 20.0  # a third of the BMC's SessionTimeout, at most 20 s
+    session_timeout_known: bool = False  # SessionTimeout read (once per BMC per worker)
 
 
 class RedfishClient:
@@ -171,7 +189,7 @@ class RedfishClient:
 
         Args:
             access: The BMC and its credential reference.
-            on_wait: Called on every poll of a wait (activities pass `activity.heartbeat`).
+            on_wait: Called on every poll of a wait (activities pass a `HeartbeatGate`).
         """
         tls = _tls_key(access)
         if tls[0] == "insecure":
@@ -243,6 +261,7 @@ class BMCConnection:
             raise InvalidInput(f"BMC {access.bmc_id}: endpoint {access.endpoint!r} is not an http(s) URL")
         self.origin = f"{parts.scheme}://{parts.netloc}"
         self.requests = 0  # sent by this connection, for the results' figures
+        self.looked_up_system = False  # this connection read Systems (not the worker's memory)
         # The credentials were accepted at least once here: a later 401/403 is about a resource.
         self.authenticated = False
         self.on_problem: Callable[[str], None] | None = None  # told each transient error waited out
@@ -273,6 +292,10 @@ class BMCConnection:
 
     def remember_system_uri(self, uri: str) -> None:
         self._state.system_uri = uri
+        self.looked_up_system = True
+
+    def forget_system_uri(self) -> None:
+        self._state.system_uri = None
 
     def heartbeat(self) -> None:
         if self.on_wait is not None:
@@ -302,6 +325,11 @@ class BMCConnection:
         return url
 
     # -- requests ---------------------------------------------------------------------------
+
+    @property
+    def cached_service_root(self) -> dict[str, Any] | None:
+        """The service root if this worker has read it (it is read only when needed)."""
+        return self._state.service_root
 
     async def service_root(self) -> dict[str, Any]:
         if self._state.service_root is None:
@@ -337,7 +365,9 @@ class BMCConnection:
                 headers["Authorization"] = _basic(self._credentials)
         response = await self._send(method, url, headers, json_body)
         if response.status_code == 401 and session_used is not None:
-            # The BMC dropped the session (timeout, BMC reboot): log in again, once.
+            # The BMC dropped the session (timeout, BMC reboot): log in again, once, and read its
+            # SessionTimeout again at the next wait (it may have been shortened).
+            self._state.session_timeout_known = False
             await self._forget_session(session_used)
             session_used = await self._session()
             if session_used is not None:
@@ -353,16 +383,12 @@ class BMCConnection:
         return response
 
     async def auth_mode(self) -> Literal["session", "basic"]:
-        """How this BMC is authenticated: as configured, or what `auto` found the service offers."""
+        """How this BMC is authenticated: as configured, or what `auto` chose (session until a
+        login is refused; no request is sent to decide)."""
         wanted = self._client.auth or self.access.auth
         if wanted != "auto":
             return wanted
-        if self._state.auth is None:
-            root = await self.service_root()
-            offers = "SessionService" in root or _odata_id(root.get("Links", {}).get("Sessions")) is not None
-            self._state.auth = "session" if offers else "basic"
-            log.debug("BMC %s: auth auto -> %s", self.bmc_id, self._state.auth)
-        return self._state.auth
+        return self._state.auth or "session"
 
     async def _send(
         self, method: str, url: str, headers: dict[str, str], json_body: dict[str, Any] | None
@@ -432,12 +458,21 @@ class BMCConnection:
             return state.session
 
     async def _create_session(self) -> _Session | None:
-        root = await self.service_root()
-        link = _odata_id(root.get("Links", {}).get("Sessions")) or "/redfish/v1/SessionService/Sessions"
+        root = self._state.service_root
+        link = (_odata_id(root.get("Links", {}).get("Sessions")) if root else None) or SESSIONS_PATH
         url = self.link(link)
         body = {"UserName": self._credentials.username, "Password": self._credentials.password}
-        response = await self._send("POST", url, {"Accept": "application/json", "OData-Version": "4.0"}, body)
-        if response.status_code in (401, 403, 404, 405) and (self._client.auth or self.access.auth) == "auto":
+        headers = {"Accept": "application/json", "OData-Version": "4.0"}
+        response = await self._send("POST", url, headers, body)
+        if response.status_code in (404, 405) and root is None:
+            # Not at the standard path: the service root may link the collection elsewhere.
+            root = await self.service_root()
+            linked = _odata_id(root.get("Links", {}).get("Sessions"))
+            if linked is not None and self.link(linked) != url:
+                url = self.link(linked)
+                response = await self._send("POST", url, headers, body)
+        auto = (self._client.auth or self.access.auth) == "auto"
+        if response.status_code in (401, 403, 404, 405) and auto:
             # No usable SessionService: basic auth decides whether the credentials are bad.
             log.info(
                 "BMC %s: session login answered %s; trying basic auth", self.bmc_id, response.status_code
@@ -450,38 +485,47 @@ class BMCConnection:
         token = response.headers.get("X-Auth-Token")
         if not token:
             raise BMCRequestRejected(f"BMC {self.bmc_id}: session created without an X-Auth-Token header")
+        if auto:
+            self._state.auth = "session"
         location = response.headers.get("Location")
         if location is None:
             location = _odata_id(_maybe_json(response))
         log.debug("BMC %s: session opened (%s)", self.bmc_id, location)
-        session = _Session(token, None if location is None else urljoin(url, location))
-        await self._learn_session_timeout(root, session)
-        return session
+        return _Session(token, None if location is None else urljoin(url, location))
 
-    async def _learn_session_timeout(self, root: dict[str, Any], session: _Session) -> None:
-        """Keep-alive at a third of the BMC's own SessionTimeout (one GET per new session)."""
-        link = _odata_id(root.get("SessionService"))
-        if link is None:
-            return
+    async def _learn_session_timeout(self, session: _Session) -> bool:
+        """Read the BMC's SessionTimeout with the session's token (which touches the session):
+        keep-alive at a third of it. False when the BMC did not answer it (not learnt)."""
+        root = self._state.service_root
+        link = (_odata_id(root.get("SessionService")) if root else None) or SESSION_SERVICE_PATH
         headers = {"Accept": "application/json", "OData-Version": "4.0", "X-Auth-Token": session.token}
         try:
             response = await self._send("GET", self.link(link), headers, None)
         except (BMCUnavailable, BMCRequestRejected):
-            return
+            return False
+        self._state.session_timeout_known = True  # answered: not asked again by this worker
         timeout = (_maybe_json(response) or {}).get("SessionTimeout") if response.status_code == 200 else None
         if isinstance(timeout, int | float) and timeout > 0:
             self._state.keepalive_seconds = min(SESSION_KEEPALIVE_SECONDS, max(0.5, timeout / 3))
+        return response.status_code == 200
 
     async def keep_session_alive(self) -> None:
-        """Touch the open session (GET it) when it has been idle for `SESSION_KEEPALIVE_SECONDS`.
+        """Touch the open session (GET it) when it has been idle for a third of its timeout.
 
         Called during long waits: a BMC expires an idle session (often after 60 s), which would
-        leak it and make the next request log in again. Failures are left to the next request.
+        leak it and make the next request log in again. While the timeout is unknown, the first
+        wait idle for `_KEEPALIVE_FLOOR_SECONDS` reads it (one GET that touches the session).
+        Failures are left to the next request.
         """
-        session = self._state.session
+        state = self._state
+        session = state.session
         if session is None or session.location is None:
             return
-        if time.monotonic() - self._state.last_request < self._state.keepalive_seconds:
+        idle = time.monotonic() - state.last_request
+        if not state.session_timeout_known:
+            if idle < _KEEPALIVE_FLOOR_SECONDS or await self._learn_session_timeout(session):
+                return
+        elif idle < state.keepalive_seconds:
             return
         try:
             await self._send(

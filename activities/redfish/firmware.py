@@ -19,7 +19,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
+from activities.heartbeat import HeartbeatGate, heartbeating
 from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import BMCConnection, RedfishClient
 from metalflow.errors import BMCRequestRejected
@@ -137,12 +137,12 @@ class FirmwareActivities:
     async def read_dpu_firmware_versions(self, request: ReadFirmwareInput) -> FirmwareVersions:
         """Read the running and staged firmware versions from a DPU's BMC."""
         bmc = await current_access(self._inventory, request.bmc)
-        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
+        async with heartbeating(), self._client.connect(bmc, on_wait=HeartbeatGate()) as connection:
             return await read_versions(connection, request.component)
 
     @activity.defn(name="stage_dpu_firmware")
     async def stage_dpu_firmware(self, request: StageFirmwareInput) -> StageFirmwareResult:
         """Stage a firmware image on a DPU's BMC (skipped when already staged or running)."""
         bmc = await current_access(self._inventory, request.bmc)
-        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
+        async with heartbeating(), self._client.connect(bmc, on_wait=HeartbeatGate()) as connection:
             return await stage(connection, request)

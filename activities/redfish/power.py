@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating, wait_until_recorded
+from activities.heartbeat import HeartbeatGate, heartbeating, wait_until_recorded
 from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import BMCConnection, RedfishClient
 from activities.redfish.powercycle import PowerCycle
@@ -199,12 +199,16 @@ async def graceful_shutdown(
 
 
 def heartbeat_flush_seconds(heartbeat_timeout: timedelta | None) -> float:
-    """How long until a heartbeat recorded now has surely been sent (the SDK throttles them)."""
+    """How long until a heartbeat recorded now has surely been sent under the SDK's default
+    throttle: the power cycle's wait when it has no server to read its step back from (unit
+    tests); with one, it reads the step back instead of waiting (`PowerCycle._flush`)."""
     throttle = _DEFAULT_THROTTLE if heartbeat_timeout is None else min(heartbeat_timeout * 0.8, _MAX_THROTTLE)
     return throttle.total_seconds() + _FLUSH_MARGIN_SECONDS
 
 
-def _read_back(what: str) -> Callable[[PowerCycleProgress, float], Awaitable[None]] | None:
+def _read_back(
+    what: str, beat: Callable[..., None]
+) -> Callable[[PowerCycleProgress, float], Awaitable[None]] | None:
     """How the power cycle confirms a recorded step: read back from Temporal by a worker's
     activity; None only without a Temporal client (the SDK's `ActivityEnvironment` in unit
     tests), where the cycle trusts its flush wait."""
@@ -212,7 +216,7 @@ def _read_back(what: str) -> Callable[[PowerCycleProgress, float], Awaitable[Non
         activity.client()
     except RuntimeError:
         return None
-    return lambda progress, within: wait_until_recorded(progress, within_seconds=within, what=what)
+    return lambda progress, within: wait_until_recorded(progress, within_seconds=within, what=what, beat=beat)
 
 
 def resumed_progress(details: Any) -> PowerCycleProgress | None:
@@ -241,21 +245,21 @@ class PowerActivities:
     async def read_power_state(self, request: ReadPowerStateInput) -> SystemPower:
         """Read the host's PowerState, the reset types its BMC allows and how it would power cycle."""
         bmc = await self._current(request.bmc)
-        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
+        async with heartbeating(), self._client.connect(bmc, on_wait=HeartbeatGate()) as connection:
             return await read_power(connection)
 
     @activity.defn(name="set_power_state")
     async def set_power_state(self, request: SetPowerInput) -> SetPowerResult:
         """Send one reset the BMC advertises (skipped when its target holds) and wait for the state."""
         bmc = await self._current(request.bmc)
-        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
+        async with heartbeating(), self._client.connect(bmc, on_wait=HeartbeatGate()) as connection:
             return await set_power(connection, request, activity.logger.info)
 
     @activity.defn(name="shut_down_host_gracefully")
     async def shut_down_host_gracefully(self, request: GracefulShutdownInput) -> GracefulShutdownResult:
         """GracefulShutdown with a ForceOff fallback after the grace period."""
         bmc = await self._current(request.bmc)
-        async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
+        async with heartbeating(), self._client.connect(bmc, on_wait=HeartbeatGate()) as connection:
             return await graceful_shutdown(connection, request, activity.logger.info)
 
     @activity.defn(name="power_cycle_host")
@@ -268,14 +272,17 @@ class PowerActivities:
             request.bmc.bmc_id, request.boot_generation, info.attempt, resume.step if resume else "the start",
         )  # fmt: skip
         bmc = await self._current(request.bmc)
+        # Every poll beats the progress: forwarded to the SDK only when it changed (a step) or
+        # once per beat interval, so a step is sent at once under the worker's short throttle.
+        beat = HeartbeatGate()
         async with self._client.connect(bmc) as connection:
             cycle = PowerCycle(
                 connection,
                 request,
                 resume,
-                persist=activity.heartbeat,
+                persist=beat,
                 flush_seconds=heartbeat_flush_seconds(info.heartbeat_timeout),
-                confirm=_read_back(f"power cycle of {request.bmc.bmc_id}"),
+                confirm=_read_back(f"power cycle of {request.bmc.bmc_id}", beat),
                 attempt=info.attempt,
             )
             # A single request (a reset the BMC is slow to answer) may outlast the heartbeat

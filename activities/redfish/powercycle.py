@@ -9,16 +9,22 @@ What a retried attempt can trust, and what it cannot:
 
 - The BMC's state is the truth: `PowerState`, and `LastResetTime` where the BMC exposes it.
 - Heartbeat details are NOT written when `activity.heartbeat` returns: the SDK sends them at
-  most every 0.8 x heartbeat timeout (30 s without one), so a worker killed right after a
+  most once per throttle interval (0.8 x heartbeat timeout by default; the metalflow worker caps
+  it at `activities.heartbeat.HEARTBEAT_THROTTLE`, 0.2 s), so a worker killed right after a
   heartbeat may lose its last step, and with the Temporal server down or unreachable nothing is
   recorded at all, however long one waits. The design therefore never relies on a step being
   recorded unless it saw the record: before every reset that cannot be repeated safely, it
-  records the step, waits one throttle interval plus a margin (`flush_seconds`) while
-  heartbeating, then reads the details back from the server (`confirm`, see
-  `activities.heartbeat.wait_until_recorded`) and sends the reset only when they are there; a
-  server that stays away fails the attempt without sending (`ProgressNotRecorded`), and the next
-  attempt resumes from what was recorded. `ForceOff` needs no such wait: repeating it cannot
-  turn a host on.
+  records the step and reads the details back from the server (`confirm`, see
+  `activities.heartbeat.wait_until_recorded`), sending the reset only once they are there (the
+  read-backs start at once: no blind wait for the throttle; without a server, the CLI and unit
+  tests wait `flush_seconds` instead); a server that stays away fails the attempt without
+  sending (`ProgressNotRecorded`), and the next attempt resumes from what was recorded.
+  `ForceOff` needs no such wait: repeating it cannot turn a host on.
+
+Requests per cycle (first cycle on a BMC with a session; later ones skip Systems): login,
+Systems, System, then PowerCycle + polls until it shows (+ the task monitor on BMCs
+that answer 202), or ForceOff + polls until Off, On + polls until On; logout. A wait's last
+reading is the next decision's input, never read again.
 
 Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`):
 
@@ -36,11 +42,13 @@ Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`)
    `power_down_wait_seconds` (DOMAIN.md section 1), counted from when Off was reached.
 2. Native `PowerCycle`, only where `LastResetTime` is exposed: after sending it the host may
    read On both before and after the cycle, so only `LastResetTime` can tell. The step
-   `cycle_requested` with the `LastResetTime` read just before is recorded and flushed before
-   PowerCycle is sent; a retry then compares: changed -> the cycle happened (wait for On,
-   done); unchanged and On -> it was not taken, send it again after a settle window (a BMC that
-   answered 5xx may still act). This compares the BMC's clock with itself, so clock skew
-   between the BMC and Temporal does not matter.
+   `cycle_requested` with the `LastResetTime` read just before is recorded and confirmed before
+   PowerCycle is sent (and, unless the BMC's `Date` shows LastResetTime 2 s or more in the
+   past, 1 s after that reading, so the cycle's own LastResetTime differs); a retry then
+   compares: changed -> the cycle happened (wait for On, done); unchanged and On -> it was not
+   taken, send it again after a settle window (a BMC that answered 5xx may still act). This
+   compares the BMC's clock with itself, so clock skew between the BMC and Temporal does not
+   matter.
 
 A fresh attempt (no details: a new activity for the same generation after an earlier one failed
 for good) on a BMC with `LastResetTime` first checks `LastResetTime > requested_at`: when so,
@@ -148,14 +156,20 @@ class PowerCycle:
         self._say(f"{reset_type} accepted")
 
     async def _flush(self, at_least: float = 0.0) -> None:
-        """Wait until Temporal has recorded the last recorded step (raises when it does not)."""
+        """Wait until Temporal has recorded the last recorded step (raises when it does not).
+
+        With `confirm` it reads the step back from the server and returns as soon as it shows
+        (no blind wait for the SDK's throttle); without (the CLI, unit tests) it waits
+        `flush_seconds`. Either way not before `at_least` seconds since the step was recorded.
+        """
         if self._unflushed_since is None:
             return
-        left = self._unflushed_since + max(self._flush_seconds, at_least) - time.monotonic()
-        if left > 0:
-            await self._connection.sleep(left)
+        wait = at_least if self._confirm is not None else max(self._flush_seconds, at_least)
         if self._confirm is not None:
             await self._confirm(self.progress, self._request.timeout_seconds)
+        left = self._unflushed_since + wait - time.monotonic()
+        if left > 0:
+            await self._connection.sleep(left)
         self._unflushed_since = None
 
     async def run(self) -> PowerCycleResult:
@@ -176,15 +190,17 @@ class PowerCycle:
     async def _drive(self) -> PowerCycleResult:
         connection = self._connection
         uri = await system_uri(connection)
+        seen: System | None = None  # the reading a wait ended on: not read again
         while True:
-            system = await read_system(connection, uri)
+            system = seen or await read_system(connection, uri)
+            seen = None
             if self.progress.method is None:
                 self._choose_method(system)
             step, state = self.progress.step, system.power_state
             if step == "done":
                 return self._result()
             if state not in _EITHER:  # PoweringOn/PoweringOff/Paused: let it settle first
-                await wait_for_power(connection, uri, _EITHER, self._deadline())
+                seen = await wait_for_power(connection, uri, _EITHER, self._deadline())
                 continue
             if state == "On":
                 if step in ("off_reached", "on_requested"):
@@ -193,25 +209,25 @@ class PowerCycle:
                     if system.last_reset_time != self.progress.last_reset_before:
                         return self._finish()
                     if await self._cycle_seen(uri, settle=True):
-                        continue
+                        return self._finish()
                     self._record("cycle_requested")
-                    if await self._send_power_cycle(system):
-                        await self._cycle_seen(uri, settle=False)
+                    if await self._send_power_cycle(system) and await self._cycle_seen(uri, settle=False):
+                        return self._finish()
                     continue
                 if not self._resumed and self._reset_since_request(system):
                     return self._finish(already_done=True)
                 if self.progress.method == "PowerCycle":
                     self._record("cycle_requested", last_reset_before=system.last_reset_time)
                     self._unflushed_since = time.monotonic()
-                    await self._flush(at_least=_LAST_RESET_RESOLUTION_SECONDS)
-                    if await self._send_power_cycle(system):
-                        await self._cycle_seen(uri, settle=False)
+                    await self._flush(at_least=self._last_reset_resolution(system))
+                    if await self._send_power_cycle(system) and await self._cycle_seen(uri, settle=False):
+                        return self._finish()
                 else:
                     self._record("off_requested")
                     await self._send(system, "ForceOff")
-                    await wait_for_power(connection, uri, frozenset({"Off"}), self._deadline())
+                    seen = await wait_for_power(connection, uri, frozenset({"Off"}), self._deadline())
                 continue
-            await self._power_on(system, uri, step)
+            seen = await self._power_on(system, uri, step)
 
     async def _send_power_cycle(self, system: System) -> bool:
         """Send PowerCycle; False when the BMC refused it as not implemented and we fell back.
@@ -232,8 +248,10 @@ class PowerCycle:
             return False
         return True
 
-    async def _power_on(self, system: System, uri: str, step: PowerCycleStep) -> None:
-        """The host is Off: make `off_reached` durable, wait power_down_wait, send On, wait for On."""
+    async def _power_on(self, system: System, uri: str, step: PowerCycleStep) -> System:
+        """The host is Off: make `off_reached` durable, wait power_down_wait, send On, wait for On.
+
+        Returns the reading the wait ended on (On, or Off when the host fell back)."""
         if step in ("started", "off_requested", "cycle_requested"):
             # Found Off at the very start: it was off before us, no power-down wait is owed.
             off_at = None if step == "started" else _now()
@@ -249,7 +267,7 @@ class PowerCycle:
         self._record("on_requested")
         await self._send(system, "On")
         # A host may read PoweringOn and fall back to Off: the caller's loop then sends On again.
-        await wait_for_power(
+        return await wait_for_power(
             self._connection, uri, frozenset({"On"}), self._deadline(), fallback=frozenset({"Off"})
         )
 
@@ -297,6 +315,17 @@ class PowerCycle:
             )
         self.progress = self.progress.model_copy(update={"method": method})
         self._say(f"power cycle by {method}")
+
+    @staticmethod
+    def _last_reset_resolution(system: System) -> float:
+        """How long after reading `LastResetTime` a PowerCycle may be sent so that its own
+        LastResetTime differs: none when the BMC's clock (its `Date` header) already read 2 s or
+        more past it (a cycle cannot then land in the same second, even with 1 s between the
+        clock of Date and that of LastResetTime); else `_LAST_RESET_RESOLUTION_SECONDS`."""
+        last, now = parse_time(system.last_reset_time), system.bmc_date
+        if last is not None and now is not None and (now - last).total_seconds() >= 2:
+            return 0.0
+        return _LAST_RESET_RESOLUTION_SECONDS
 
     def _reset_since_request(self, system: System) -> bool:
         last_reset = parse_time(system.last_reset_time)

@@ -3,9 +3,11 @@
 Vendors differ (DOMAIN.md section 4): the System id (`System.Embedded.1`, `1`, `Self`), whether
 `ResetType@Redfish.AllowableValues` or only a `ResetActionInfo` lists the reset types, whether
 `LastResetTime` exists, and how a reset answers (200, 202 with a task monitor, 204). Nothing
-here assumes an id or a path: the System is the Systems collection's only member, or the one
+here assumes an id: the System is the Systems collection's only member, or the one
 the inventory names (`BMCAccess.system`, by Id or path) on a BMC with several; a BMC with
-several and none named is refused, never guessed. The reset goes to the action's `target`.
+several and none named is refused, never guessed. The collection is read at its standard path
+(the service root only when that is not found: one request less per BMC and worker). The
+reset goes to the action's `target`.
 A reset type the BMC advertises but answers 501 / `ActionNotSupported` to is remembered per
 BMC and no longer counted as offered.
 """
@@ -17,9 +19,10 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, cast
 
-from activities.redfish.client import BMCConnection, is_not_supported
+from activities.redfish.client import BMCConnection, is_not_supported, json_object, raise_for_status
 from metalflow.errors import (
     BMCRequestRejected,
     BMCUnavailable,
@@ -40,6 +43,7 @@ RESET_TYPES = frozenset(
 # What a BMC that advertises nothing is assumed to take (what Ironic assumes): no PowerCycle.
 ASSUMED_RESET_TYPES = ("On", "ForceOff", "GracefulShutdown", "ForceRestart")
 POWER_STATES = frozenset({"On", "Off", "PoweringOn", "PoweringOff", "Paused"})
+SYSTEMS_PATH = "/redfish/v1/Systems"
 _POLL_FIRST_SECONDS = 0.25
 _POLL_MAX_SECONDS = 3.0
 
@@ -56,6 +60,7 @@ class System:
     last_reset_time: str | None
     manufacturer: str | None
     model: str | None
+    bmc_date: datetime | None = None  # the BMC's clock when read (HTTP `Date`), to the second
 
     def allows(self, reset_type: str) -> bool:
         return reset_type in self.allowed
@@ -83,11 +88,7 @@ async def system_uri(connection: BMCConnection) -> str:
     """The host's System `@odata.id`: the collection's only member, or the one the inventory names."""
     if connection.cached_system_uri is not None:
         return connection.cached_system_uri
-    root = await connection.service_root()
-    systems_link = _link(root.get("Systems"))
-    if systems_link is None:
-        raise BMCRequestRejected(f"BMC {connection.bmc_id}: the service root links no Systems collection")
-    members = (await connection.get(systems_link)).get("Members")
+    members = (await _systems_collection(connection)).get("Members")
     uris = [u for u in (_link(m) for m in (members if isinstance(members, list) else [])) if u is not None]
     if not uris:
         raise BMCRequestRejected(f"BMC {connection.bmc_id}: the Systems collection has no members")
@@ -112,9 +113,32 @@ async def system_uri(connection: BMCConnection) -> str:
     return chosen
 
 
+async def _systems_collection(connection: BMCConnection) -> dict[str, Any]:
+    """The Systems collection: at its standard path (DSP0266 fixes `/redfish/v1/Systems`), or where
+    the service root links it when the BMC answers 404 there (one more request, that BMC only)."""
+    root = connection.cached_service_root
+    if root is None:
+        response = await connection.request("GET", connection.link(SYSTEMS_PATH), accept=frozenset({404}))
+        if response.status_code != 404:
+            return json_object(connection, response)
+        root = await connection.service_root()
+    systems_link = _link(root.get("Systems"))
+    if systems_link is None:
+        raise BMCRequestRejected(f"BMC {connection.bmc_id}: the service root links no Systems collection")
+    return await connection.get(systems_link)
+
+
 async def read_system(connection: BMCConnection, uri: str) -> System:
     """GET the System and check that it is Redfish enough to drive."""
-    body = await connection.get(uri)
+    response = await connection.request("GET", connection.link(uri), accept=frozenset({404}))
+    if response.status_code == 404:
+        connection.forget_system_uri()
+        if not connection.looked_up_system:
+            # The System an earlier connection learnt is gone (the BMC renamed it, e.g. after a
+            # firmware update): the next look-up (this attempt's next try) reads Systems again.
+            raise BMCUnavailable(f"BMC {connection.bmc_id}: System {uri} answered 404; looking it up again")
+        raise_for_status(connection, "GET", connection.link(uri), response)  # just listed, yet absent
+    body = json_object(connection, response)
     power = body.get("PowerState")
     if power not in POWER_STATES:
         shown = "missing" if power is None else repr(power)
@@ -144,7 +168,19 @@ async def read_system(connection: BMCConnection, uri: str) -> System:
         last_reset_time=last_reset if isinstance(last_reset, str) and last_reset else None,
         manufacturer=body.get("Manufacturer") if isinstance(body.get("Manufacturer"), str) else None,
         model=body.get("Model") if isinstance(body.get("Model"), str) else None,
+        bmc_date=_http_date(response.headers.get("Date")),
     )
+
+
+def _http_date(value: str | None) -> datetime | None:
+    """The BMC's clock as its `Date` header gave it (to the second), or None."""
+    if not value:
+        return None
+    try:
+        parsed = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 async def _action_info_values(connection: BMCConnection, link: str) -> tuple[str, ...] | None:

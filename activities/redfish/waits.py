@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities.heartbeat import heartbeating
+from activities.heartbeat import HeartbeatGate, heartbeating
 from activities.redfish.access import BMCSource, current_access
 from activities.redfish.client import RedfishClient
 from activities.redfish.power import read_power
@@ -31,7 +31,7 @@ class PowerWaitActivities:
         """The host's power once it is `request.target`, or as it is at the deadline."""
         bmc = await current_access(self._inventory, request.bmc)
         while True:
-            async with heartbeating(), self._client.connect(bmc, on_wait=activity.heartbeat) as connection:
+            async with heartbeating(), self._client.connect(bmc, on_wait=HeartbeatGate()) as connection:
                 power = await read_power(connection)
             if power.power_state == request.target or datetime.now(UTC) >= request.deadline:
                 return power

@@ -15,27 +15,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from metalflow import names
-from metalflow.cli import campaign_schedule
+from metalflow.cli import campaign_schedule, workflow_commands
 from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
-from metalflow.client import connect
+from metalflow.cli.workflow_commands import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    FOLLOW_SECONDS,
+    CommandError,
+    runner,
+    until_past,
+)
 from metalflow.hosts import default_operator
 from metalflow.models.campaign import (
     ABORT_UPDATE,
@@ -57,10 +56,8 @@ from metalflow.models.campaign import (
 from metalflow.rollouts import root_cause
 from metalflow.validation import Reason, Requester, arg_type
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-FOLLOW_SECONDS = 0.5
-START_CHECK_SECONDS = 60.0  # how long `start` waits to see the hosts selected or refused
 BAR = 30
+MISSING = "no campaign {id} running"  # an update's refusal when the workflow does not run
 UPDATES = {
     "pause": (PAUSE_UPDATE, "start no new host; running ones finish"),
     "resume": (RESUME_UPDATE, "go on after a pause or a halt"),
@@ -68,10 +65,8 @@ UPDATES = {
 }
 
 
-class CampaignError(Exception):
-    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.status = status
+class CampaignError(CommandError):
+    """A campaign command's refusal: one line and its exit status (metalflow/cli/workflow_commands.py)."""
 
 
 def register(subparsers: Any) -> None:
@@ -151,41 +146,6 @@ def _campaign_name(text: str) -> str:
     return text
 
 
-Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
-
-
-def runner(action: Action) -> Callable[[argparse.Namespace], int]:
-    """The command's handler: connect, run `action`, exit with its status."""
-
-    def handle(args: argparse.Namespace) -> int:
-        status = asyncio.run(_connected(action, args))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
-
-    return handle
-
-
-async def _connected(action: Action, args: argparse.Namespace) -> int:
-    try:
-        client = await connect()
-    except Exception as err:
-        return fail(
-            f"cannot reach Temporal ({type(err).__name__}); start it with `metalflow dev`, "
-            "or set TEMPORAL_ADDRESS",
-            EXIT_USAGE,
-        )
-    try:
-        return await action(client, args)
-    except CampaignError as err:
-        return fail(str(err), err.status)
-
-
-def fail(message: str, status: int) -> int:
-    print(f"metalflow: {message}", file=sys.stderr)
-    return status
-
-
 def _handle(client: Client, name: str) -> WorkflowHandle[Any, CampaignResult]:
     return client.get_workflow_handle(f"campaign/{name}", result_type=CampaignResult)
 
@@ -218,38 +178,15 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             f"campaign {args.name} is already running (workflow {workflow_id}, run {err.run_id}); "
             "pick another name, or `metalflow campaign abort` it first"
         ) from None
-    status = await _until_selected(handle)
+    # The hosts are selected (phase past `selecting`), or the run refused them.
+    status = await until_past(handle, "selecting", query, "campaign refused, no host touched")
     target = request.target.describe()
     print(f"campaign {workflow_id} started: {target} on {status.total} hosts ({status.phase})")
     return await follow(handle) if args.wait else EXIT_OK
 
 
-async def _until_selected(handle: WorkflowHandle[Any, CampaignResult]) -> CampaignStatus:
-    """Wait until the hosts are selected (phase past `selecting`) or refused (the run failed)."""
-    deadline = time.monotonic() + START_CHECK_SECONDS
-    while True:
-        described = await handle.describe()
-        if described.status == WorkflowExecutionStatus.FAILED:
-            try:
-                await handle.result()
-            except WorkflowFailureError as err:
-                raise CampaignError(
-                    f"campaign refused, no host touched: {root_cause(err)}", EXIT_USAGE
-                ) from None
-        status = await query(handle)
-        if status.phase != "selecting" or time.monotonic() > deadline:
-            return status
-        await asyncio.sleep(FOLLOW_SECONDS)
-
-
 async def query(handle: WorkflowHandle[Any, Any]) -> CampaignStatus:
-    try:
-        result: CampaignStatus = await handle.query(STATUS_QUERY, result_type=CampaignStatus)
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise CampaignError(f"no campaign {handle.id}") from None
-        raise
-    return result
+    return await workflow_commands.query(handle, STATUS_QUERY, CampaignStatus, "campaign")
 
 
 def render(status: CampaignStatus) -> str:
@@ -326,34 +263,23 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         status = await query(handle)
 
 
-async def send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> CampaignAnswer:
-    try:
-        answer: CampaignAnswer = await handle.execute_update(update, request, result_type=CampaignAnswer)
-    except WorkflowUpdateFailedError as err:
-        raise CampaignError(f"{update} refused: {root_cause(err)}") from None
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise CampaignError(f"no campaign {handle.id} running") from None
-        raise CampaignError(f"{update} refused: {err.message}") from None
-    return answer
+async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> int:
+    return await workflow_commands.answer(handle, update, request, CampaignAnswer, MISSING)
 
 
 async def _update(client: Client, args: argparse.Namespace) -> int:
     request = CampaignRequest(requested_by=args.by, reason=args.reason)
-    print((await send(_handle(client, args.name), args.update, request)).message)
-    return EXIT_OK
+    return await _answer(_handle(client, args.name), args.update, request)
 
 
 async def _abort(client: Client, args: argparse.Namespace) -> int:
     request = AbortRequest(requested_by=args.by, reason=args.reason, cancel_running=args.cancel_running)
-    print((await send(_handle(client, args.name), ABORT_UPDATE, request)).message)
-    return EXIT_OK
+    return await _answer(_handle(client, args.name), ABORT_UPDATE, request)
 
 
 async def _skip(client: Client, args: argparse.Namespace) -> int:
     request = SkipRequest(requested_by=args.by, reason=args.reason, host_id=args.host)
-    print((await send(_handle(client, args.name), SKIP_HOST_UPDATE, request)).message)
-    return EXIT_OK
+    return await _answer(_handle(client, args.name), SKIP_HOST_UPDATE, request)
 
 
 async def _limits(client: Client, args: argparse.Namespace) -> int:
@@ -377,8 +303,7 @@ async def _limits(client: Client, args: argparse.Namespace) -> int:
         limits = Limits.model_validate({**current.model_dump(), **changes})
     except ValueError as err:
         raise CampaignError(f"limits refused, nothing changed: {err}", EXIT_USAGE) from None
-    print((await send(handle, SET_LIMITS_UPDATE, LimitsRequest(requested_by=args.by, limits=limits))).message)
-    return EXIT_OK
+    return await _answer(handle, SET_LIMITS_UPDATE, LimitsRequest(requested_by=args.by, limits=limits))
 
 
 async def _list(client: Client, args: argparse.Namespace) -> int:

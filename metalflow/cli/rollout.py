@@ -14,25 +14,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
-from metalflow.client import connect, temporal_lost
+from metalflow.cli import workflow_commands
+from metalflow.cli.workflow_commands import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    FOLLOW_SECONDS,
+    CommandError,
+    fail,
+    runner,
+    until_past,
+)
 from metalflow.hosts import default_operator
 from metalflow.models.grove import (
     ABORT_UPDATE,
@@ -57,9 +57,7 @@ from metalflow.progress import Progress
 from metalflow.rollouts import render, root_cause
 from metalflow.validation import Reason, Requester, arg_type
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-FOLLOW_SECONDS = 0.5
-START_CHECK_SECONDS = 60.0  # how long `start` waits to see the images accepted or refused
+MISSING = "no rollout {id} in flight"  # an update's refusal when the workflow does not run
 UPDATES = {
     "pause": (PAUSE_UPDATE, "stop after the current step"),
     "resume": (RESUME_UPDATE, "go on after a pause (recreates PodGangs that are not Available)"),
@@ -68,10 +66,8 @@ UPDATES = {
 }
 
 
-class RolloutError(Exception):
-    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
-        super().__init__(message)
-        self.status = status
+class RolloutError(CommandError):
+    """A rollout command's refusal: one line and its exit status (metalflow/cli/workflow_commands.py)."""
 
 
 def register(subparsers: Any) -> None:
@@ -116,12 +112,12 @@ def register(subparsers: Any) -> None:
         help="a step not done by then pauses the rollout (default 600)",
     )
     start.add_argument("--reason", type=arg_type(Reason), default="", help="why, recorded with the request")
-    start.set_defaults(handler=_runner(_start))
+    start.set_defaults(handler=runner(_start))
 
     status = commands.add_parser("status", help="show a rollout's progress", description="Show progress.")
     _target(status)
     status.add_argument("--json", action="store_true", help="the status query as JSON")
-    status.set_defaults(handler=_runner(_status))
+    status.set_defaults(handler=runner(_status))
 
     for command, (update, text) in UPDATES.items():
         parser = commands.add_parser(command, help=text, description=f"{text[0].upper()}{text[1:]}.")
@@ -129,7 +125,7 @@ def register(subparsers: Any) -> None:
         parser.add_argument(
             "--reason", type=arg_type(Reason), default="", help="why, recorded with the request"
         )
-        parser.set_defaults(handler=_runner(_update), update=update)
+        parser.set_defaults(handler=runner(_update), update=update)
 
     scale = commands.add_parser(
         "scale",
@@ -138,7 +134,7 @@ def register(subparsers: Any) -> None:
     )
     _target(scale)
     scale.add_argument("--replicas", type=int, required=True, help="the new number of replicas")
-    scale.set_defaults(handler=_runner(_scale))
+    scale.set_defaults(handler=runner(_scale))
 
 
 def _target(parser: argparse.ArgumentParser) -> None:
@@ -173,48 +169,6 @@ def _image_setting(text: str) -> tuple[str, str]:
     if (problem := image_problem(image)) is not None:
         raise argparse.ArgumentTypeError(f"clique {clique}: {problem}")
     return clique, image
-
-
-def _runner(
-    action: Callable[[Client, argparse.Namespace], Awaitable[int]],
-) -> Callable[[argparse.Namespace], int]:
-    def handle(args: argparse.Namespace) -> int:
-        status = asyncio.run(_connected(action, args))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
-
-    return handle
-
-
-async def _connected(
-    action: Callable[[Client, argparse.Namespace], Awaitable[int]], args: argparse.Namespace
-) -> int:
-    try:
-        client = await connect()
-    except Exception as err:
-        return _fail(
-            f"cannot reach Temporal ({type(err).__name__}); start it with `metalflow dev`, "
-            "or set TEMPORAL_ADDRESS",
-            EXIT_USAGE,
-        )
-    try:
-        return await action(client, args)
-    except RolloutError as err:
-        return _fail(str(err), err.status)
-    except RPCError as err:  # one line, never a traceback; Temporal gone is the environment's (2)
-        reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
-        if temporal_lost(err):
-            address = client.service_client.config.target_host
-            return _fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
-        return _fail(f"Temporal refused the request ({reason})", 1)
-    except Exception as err:
-        return _fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], 1)
-
-
-def _fail(message: str, status: int) -> int:
-    print(f"metalflow: {message}", file=sys.stderr)
-    return status
 
 
 def _handle(client: Client, pcs: PCSRef) -> WorkflowHandle[Any, RolloutResult]:
@@ -261,37 +215,14 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         )
         print(f"{workflow_id}: {answer.message}")
         return await _follow(_handle(client, pcs)) if args.wait else EXIT_OK
-    status = await _until_started(handle)
+    # The images are written (phase past `preparing`), or the run refused them.
+    status = await until_past(handle, "preparing", _query, "rollout refused, nothing changed")
     print(f"rollout {workflow_id} started: target {status.target_hash} (from {status.previous_hash})")
     return await _follow(handle) if args.wait else EXIT_OK
 
 
-async def _until_started(handle: WorkflowHandle[Any, RolloutResult]) -> RolloutStatus:
-    """Wait until the images are written (phase past `preparing`) or refused (the run failed)."""
-    deadline = time.monotonic() + START_CHECK_SECONDS
-    while True:
-        described = await handle.describe()
-        if described.status == WorkflowExecutionStatus.FAILED:
-            try:
-                await handle.result()
-            except WorkflowFailureError as err:
-                raise RolloutError(
-                    f"rollout refused, nothing changed: {root_cause(err)}", EXIT_USAGE
-                ) from None
-        status = await _query(handle)
-        if status.phase != "preparing" or time.monotonic() > deadline:
-            return status
-        await asyncio.sleep(FOLLOW_SECONDS)
-
-
 async def _query(handle: WorkflowHandle[Any, Any]) -> RolloutStatus:
-    try:
-        result: RolloutStatus = await handle.query(STATUS_QUERY, result_type=RolloutStatus)
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise RolloutError(f"no rollout {handle.id}") from None
-        raise
-    return result
+    return await workflow_commands.query(handle, STATUS_QUERY, RolloutStatus, "rollout")
 
 
 async def _follow(handle: WorkflowHandle[Any, RolloutResult]) -> int:
@@ -361,32 +292,20 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
 
 
 async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> RolloutAnswer:
-    try:
-        answer: RolloutAnswer = await handle.execute_update(update, request, result_type=RolloutAnswer)
-    except WorkflowUpdateFailedError as err:
-        raise RolloutError(f"{update} refused: {root_cause(err)}") from None
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise RolloutError(f"no rollout {handle.id} in flight") from None
-        if temporal_lost(err):
-            raise
-        raise RolloutError(f"{update} refused: {err.message}") from None
-    return answer
+    return await workflow_commands.send(handle, update, request, RolloutAnswer, MISSING)
+
+
+async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> int:
+    return await workflow_commands.answer(handle, update, request, RolloutAnswer, MISSING)
 
 
 async def _update(client: Client, args: argparse.Namespace) -> int:
-    answer = await _send(
-        _handle(client, args.pcs), args.update, RolloutRequest(requested_by=args.by, reason=args.reason)
-    )
-    print(answer.message)
-    return EXIT_OK
+    request = RolloutRequest(requested_by=args.by, reason=args.reason)
+    return await _answer(_handle(client, args.pcs), args.update, request)
 
 
 async def _scale(client: Client, args: argparse.Namespace) -> int:
     if args.replicas < 0:
-        return _fail("--replicas must be 0 or more", EXIT_USAGE)
-    answer = await _send(
-        _handle(client, args.pcs), SCALE_UPDATE, ScaleRequest(requested_by=args.by, replicas=args.replicas)
-    )
-    print(answer.message)
-    return EXIT_OK
+        return fail("--replicas must be 0 or more", EXIT_USAGE)
+    request = ScaleRequest(requested_by=args.by, replicas=args.replicas)
+    return await _answer(_handle(client, args.pcs), SCALE_UPDATE, request)

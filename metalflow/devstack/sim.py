@@ -36,6 +36,7 @@ class SiteOptions:
     initialised: bool = False
     port: int = DEFAULT_SIM_PORT
     persist: bool = False  # keep the site's objects across restarts (`metalflow dev` does)
+    dpu_bmcs: bool = True  # False: the generated site's DPUs have no BMC (10,000-host benchmarks)
 
     def serve_args(self, state_dir: Path) -> list[str]:
         args = [sys.executable, "-m", "simulators", "serve", "--state-dir", str(state_dir)]
@@ -44,6 +45,8 @@ class SiteOptions:
             args += ["--site", str(self.site_file)]
         else:
             args += ["--hosts", str(self.hosts), "--dpus-per-host", str(self.dpus_per_host)]
+            if not self.dpu_bmcs:
+                args.append("--no-dpu-bmcs")
         if self.timings is not None:
             args += ["--timings", self.timings]
         if self.initialised:

@@ -327,6 +327,9 @@ class SiteWatchInput(_Frozen):
 
     namespace: str = DPF_NAMESPACE
     heartbeat_seconds: float = 2.0  # how often the watch heartbeats while nothing changes
+    # Per stream, resourceVersions read before the watch workflow was created: every workflow's
+    # own read is at least as new, so the watch signals only what changed since (empty: every host).
+    start_from: dict[str, int] = Field(default_factory=dict)
 
 
 class SiteWatchCheckpoint(_Frozen):

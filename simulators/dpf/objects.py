@@ -214,7 +214,7 @@ def dpudevice_for(host: Host, dpu: DPU) -> Object:
     """Flow 2: the DPUDevice of one DPU of a host."""
     group = host.groups[0] if host.groups else "default"
     spec: dict[str, Any] = {"serialNumber": dpu.serial or dpu.id}
-    address = _bmc_address(dpu.bmc.endpoint)
+    address = _bmc_address(dpu.bmc.endpoint) if dpu.bmc is not None else ""
     if address:
         spec["bmcIp"] = address
     return {

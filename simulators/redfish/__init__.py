@@ -7,13 +7,28 @@ profiles that ask for it. A service is one host's BMC, one DPU's BMC, or (profil
 share one aiohttp runner in the simulator's one process; a request is routed by the local port
 it arrived on.
 
-Cost: one listening socket per BMC service (3,000 for 1,000 hosts with 2 DPUs); per-BMC state
-is a few small objects; sessions, tasks and the power log are created on first use, and timers
-run only for transitions, staging and open sessions, so idle BMCs cost little.
+A DPU whose site entry has no BMC (`bmc: null`) gets none: no service, no port; its host's
+power cycles still happen (the host's BMC), only its firmware cannot be read or staged. That is
+how one process serves 10,000 hosts: every service is one listening socket, i.e. one file
+descriptor, and this machine's limit is 20,000 soft and hard, so 10,000 hosts with a DPU BMC
+each (20,000 sockets) cannot listen, while 10,000 host BMCs plus the API and the connections
+clients open do. Benchmarks that never touch a DPU's BMC ask for such a site (`serve
+--no-dpu-bmcs`); a site that needs more BMCs than that groups hosts behind `multi-system` BMCs,
+as blade chassis do. Sharing one listener among BMCs was not chosen: a real client reaches each
+BMC at an address of its own, and routing by anything but the port (a path prefix, the Host
+header) would serve BMCs differently from how real ones are reached.
+
+Cost: one listening socket per BMC service (3,000 for 1,000 hosts with 2 DPUs, 10,000 for
+10,000 hosts without DPU BMCs); `serve` raises a clear OSError naming the count and the limit
+when they cannot all listen. Per-BMC state is a few small objects; sessions, tasks and the
+power log are created on first use, and timers run only for transitions, staging and open
+sessions, so idle BMCs cost little.
 """
 
 from __future__ import annotations
 
+import errno
+import resource
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +90,23 @@ def service_groups(site: Site) -> dict[str, str]:
     return found
 
 
+# Descriptors the simulator needs besides its BMCs' listeners: the API's two listeners, its
+# clients' connections (watches, the worker's pool, tests), files, the event loop's own.
+SPARE_DESCRIPTORS = 1_000
+
+
+def _check_descriptors(services: int) -> None:
+    """Refuse, before binding anything, a site whose BMCs cannot all listen in this process."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and services + SPARE_DESCRIPTORS > soft:
+        raise OSError(
+            errno.EMFILE,
+            f"the site has {services} BMC services, one listening socket each, and this process may "
+            f"open {soft} file descriptors ({SPARE_DESCRIPTORS} kept for connections): serve DPUs "
+            "without BMCs (`--no-dpu-bmcs`, `bmc: null`) or group hosts behind multi-system BMCs",
+        )
+
+
 class BMCs:
     """All BMCs of a site, their servers and what tests and the control API may read of them."""
 
@@ -116,6 +148,8 @@ class BMCs:
             service.hosts[bmc.system_id] = bmc
             self._service_of[host.id] = service
             for dpu in host.dpus:
+                if dpu.bmc is None:
+                    continue  # no BMC reachable for this DPU: none served
                 dpu_bmc = DPUBMC(dpu.id, host.id, dpu.model, dpu.firmware)
                 self._dpus[dpu.id] = dpu_bmc
                 self._service_of[dpu.id] = self.services[dpu.id] = Service(
@@ -147,12 +181,22 @@ class BMCs:
                 tls_dir = Path(self._tls_dir.name)
             tls = make_bmc_tls(tls_dir)
             self.ca_path = tls.ca_path
+        _check_descriptors(len(self.services))
         for service in self.services.values():
             site = web.TCPSite(
                 self._runner, "127.0.0.1", 0, ssl_context=tls.context if service.tls and tls else None
             )
             await site.start()
-            service.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            sockets = site._server.sockets if site._server is not None else ()  # type: ignore[attr-defined]
+            if not sockets:
+                # asyncio skips an address whose socket() failed (EMFILE among others) and starts a
+                # server with no socket: say what ran out instead of failing on an empty list.
+                raise OSError(
+                    errno.EMFILE,
+                    f"could not listen for BMC {service.id} ({len(self._by_port)} of "
+                    f"{len(self.services)} BMC services listening): out of file descriptors or ports",
+                )
+            service.port = sockets[0].getsockname()[1]
             self._by_port[service.port] = service
 
     def endpoint(self, bmc_id: str) -> str:

@@ -1,0 +1,197 @@
+"""The campaign's sweep and abort, mixed into `CampaignActivities` (activities/campaign.py): how
+the operations it asked for ended when it did not hear (`sweep_campaign_hosts`), which wait for
+an operator, and the abort of its requests and operations (`abort_campaign_hosts`). Both read
+the host's entity (`_status`, also used by the requests) and the operation's own workflow, so an
+operation whose entity is gone (terminated, reset) is still seen to end.
+
+Cost: per sweep one describe per in-flight host (plus a describe and a query of the entity once
+its operation ended, or one query of a running operation's phase: one waiting for an operator is
+reported); an abort, one update per host (two for an approval raced).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from metalflow import names
+from metalflow.models.campaign import (
+    AbortHostsInput,
+    Failure,
+    HostFinished,
+    InFlight,
+    SweepInput,
+    SweepResult,
+)
+from metalflow.models.host import (
+    ABORT_UPDATE,
+    MANUAL_INTERVENTION_REQUIRED,
+    STATUS_QUERY,
+    WITHDRAW_UPDATE,
+    HostStatus,
+    OperatorRequest,
+    WithdrawRequest,
+)
+
+STARTED = "OperationStarted"  # the entity's error type (workflows/host_rules.py): approved meanwhile
+
+
+class CampaignSweep:
+    """Sweep and abort; the Temporal client is set by `CampaignActivities`."""
+
+    temporal: Client
+
+    async def _status(self, host_id: str, rpc_timeout: timedelta | None = None) -> HostStatus | None:
+        """The host entity's status, None when it never started (the requests read it too)."""
+        handle = self.temporal.get_workflow_handle(names.host_workflow_id(host_id))
+        try:
+            status: HostStatus = await handle.query(
+                STATUS_QUERY, result_type=HostStatus, rpc_timeout=rpc_timeout
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        return status
+
+    @activity.defn(name="sweep_campaign_hosts")
+    async def sweep_campaign_hosts(self, request: SweepInput) -> SweepResult:
+        """Operations that ended without the campaign hearing of it, with their outcome, and
+        running ones that wait for an operator (Phase `manual-intervention-required`).
+
+        A running operation is read from its own workflow (one describe), so an operation whose
+        entity is gone (terminated, reset) is still seen to end; its outcome comes from the
+        entity's record when the entity runs, else from the operation's close. A request still
+        awaiting approval is read from the entity."""
+        finished, needs_operator = [], []
+        for flight in request.in_flight:
+            if flight.awaiting_approval or not flight.workflow_id:
+                outcome = await self._approval_outcome(flight)
+            else:
+                outcome = await self._operation_outcome(flight)
+                if outcome is None and (why := await self._operator_needed(flight.workflow_id)):
+                    needs_operator.append(Failure(host=flight.host, reason=f"needs an operator: {why}"))
+            if outcome is not None:
+                finished.append(
+                    HostFinished(host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome)
+                )
+        return SweepResult(finished=tuple(finished), needs_operator=tuple(needs_operator))
+
+    async def _operator_needed(self, workflow_id: str) -> str | None:
+        """Why the operation waits for an operator, or None when it does not (or cannot be read:
+        the next sweep asks again). Every host operation answers `status` with `phase` and
+        `manual_intervention_reason`."""
+        try:
+            status = await self.temporal.get_workflow_handle(workflow_id).query(STATUS_QUERY)
+        except (RPCError, WorkflowQueryFailedError) as err:
+            activity.logger.info("status of %s not read: %s", workflow_id, err)
+            return None
+        if not isinstance(status, dict) or status.get("phase") != MANUAL_INTERVENTION_REQUIRED:
+            return None
+        return str(status.get("manual_intervention_reason") or "manual intervention required")
+
+    async def _approval_outcome(self, flight: InFlight) -> str | None:
+        if not await self._entity_runs(flight.host.host_id):
+            return "expired: the host's entity ended before the approval"
+        status = await self._status(flight.host.host_id)
+        if status is not None and status.current and status.current.workflow_id == flight.workflow_id:
+            if status.current.outcome != "awaiting-approval":
+                flight = flight.model_copy(update={"awaiting_approval": False})  # approved meanwhile
+                return await self._operation_outcome(flight)
+            return None
+        return _recorded(status, flight) or "failed: the host's entity has no record of the operation"
+
+    async def _operation_outcome(self, flight: InFlight) -> str | None:
+        handle = self.temporal.get_workflow_handle(flight.workflow_id)
+        try:
+            described = await handle.describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return "failed: the operation's workflow does not exist"
+        if described.status == WorkflowExecutionStatus.RUNNING:
+            return None
+        if await self._entity_runs(flight.host.host_id):
+            recorded = _recorded(await self._status(flight.host.host_id), flight)
+            if recorded is not None:
+                return recorded
+        return await _closed_outcome(handle, described.status)
+
+    async def _entity_runs(self, host_id: str) -> bool:
+        try:
+            described = await self.temporal.get_workflow_handle(names.host_workflow_id(host_id)).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return described.status == WorkflowExecutionStatus.RUNNING
+
+    @activity.defn(name="abort_campaign_hosts")
+    async def abort_campaign_hosts(self, request: AbortHostsInput) -> None:
+        """Withdraw each request awaiting approval from its host's entity (`withdraw`: it ends
+        unstarted, and the entity tells the campaign), then send `abort` to each operation, and
+        to a withdrawn one that was approved and started meanwhile. One that already ended or
+        refuses is left as it is. Cost: one update per host (two for an approval raced)."""
+        body = OperatorRequest(requested_by=request.requested_by, reason=request.reason)
+        started = []
+        for flight in request.withdraw:
+            entity = self.temporal.get_workflow_handle(names.host_workflow_id(flight.host.host_id))
+            withdraw = WithdrawRequest(
+                requested_by=request.requested_by, reason=request.reason, workflow_id=flight.workflow_id
+            )
+            try:
+                await entity.execute_update(WITHDRAW_UPDATE, withdraw)
+            except WorkflowUpdateFailedError as err:
+                if isinstance(err.cause, ApplicationError) and err.cause.type == STARTED:
+                    started.append(flight.workflow_id)  # approved meanwhile: abort it with the rest
+                else:
+                    activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, err)
+            except RPCError as err:
+                activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, err)
+        for workflow_id in (*request.workflow_ids, *started):
+            handle = self.temporal.get_workflow_handle(workflow_id)
+            try:
+                await handle.execute_update(ABORT_UPDATE, body)
+            except (WorkflowUpdateFailedError, RPCError) as err:
+                activity.logger.info("abort of %s not sent: %s", workflow_id, err)
+
+
+def _recorded(status: HostStatus | None, flight: InFlight) -> str | None:
+    """The outcome the entity recorded for this flight's operation (not an older one of that id)."""
+    for record in reversed(status.recent if status is not None else ()):
+        if record.workflow_id == flight.workflow_id and (
+            record.requested_at is None or record.requested_at >= flight.started_at
+            or record.finished_at is None or record.finished_at >= flight.started_at
+        ):  # fmt: skip
+            return record.outcome
+    return None
+
+
+async def _closed_outcome(handle: WorkflowHandle[Any, Any], status: WorkflowExecutionStatus | None) -> str:
+    """An operation's outcome from its closed workflow, in the entity's words."""
+    if status == WorkflowExecutionStatus.COMPLETED:
+        return "completed"
+    if status == WorkflowExecutionStatus.CANCELED:
+        return "aborted"
+    if status == WorkflowExecutionStatus.TERMINATED:
+        return "terminated"
+    try:
+        await handle.result(follow_runs=False)
+    except WorkflowFailureError as err:
+        cause: BaseException = err
+        while getattr(cause, "cause", None) is not None:
+            cause = cause.cause  # type: ignore[attr-defined]
+        return f"failed: {cause}"
+    return f"failed: the operation closed as {status.name if status else 'unknown'}"

@@ -1,0 +1,175 @@
+"""What the `campaign` and `rollout` commands share: each drives one long-running workflow by its
+id, so each runs against Temporal the same way and sends the operator's updates the same way.
+
+- `runner`: connect, run the command, exit with its status; every error is one line on stderr
+  (a refusal 1, bad input 2, Temporal lost 2, naming the address), never a traceback.
+- `query`: the workflow's status query; a workflow that does not exist is a refusal naming it.
+- `until_past`: after a start, wait until the run is past its first phase, or report why it
+  refused (bad input that touched nothing, exit 2).
+- `send` and `answer`: an operator update (pause, resume, abort, ...): the workflow's answer, or
+  its validator's refusal, no such workflow, or Temporal's refusal, each one line; a lost
+  Temporal goes up to `runner`, which names it.
+
+Cost: one connection per command; one call per query or update, one describe and one query per
+FOLLOW_SECONDS while `until_past` waits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from metalflow.client import connect, temporal_lost
+from metalflow.rollouts import root_cause
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+FOLLOW_SECONDS = 0.5
+START_CHECK_SECONDS = 60.0  # how long a start waits to see its run past the first phase or refused
+
+Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
+
+
+class Answer(Protocol):
+    """An update's answer (`CampaignAnswer`, `RolloutAnswer`): what the workflow did."""
+
+    @property
+    def message(self) -> str: ...
+
+
+class Status(Protocol):
+    """A status query's answer: the workflow's phase."""
+
+    @property
+    def phase(self) -> str: ...
+
+
+AnswerT = TypeVar("AnswerT", bound=Answer)
+StatusT = TypeVar("StatusT", bound=Status)
+
+
+class CommandError(Exception):
+    """A refusal the command reports as one line, with its exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def fail(message: str, status: int) -> int:
+    print(f"metalflow: {message}", file=sys.stderr)
+    return status
+
+
+def runner(action: Action) -> Callable[[argparse.Namespace], int]:
+    """The command's handler: connect, run `action`, exit with its status."""
+
+    def handle(args: argparse.Namespace) -> int:
+        status = asyncio.run(_connected(action, args))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
+
+    return handle
+
+
+async def _connected(action: Action, args: argparse.Namespace) -> int:
+    try:
+        client = await connect()
+    except Exception as err:
+        return fail(
+            f"cannot reach Temporal ({type(err).__name__}); start it with `metalflow dev`, "
+            "or set TEMPORAL_ADDRESS",
+            EXIT_USAGE,
+        )
+    try:
+        return await action(client, args)
+    except CommandError as err:
+        return fail(str(err), err.status)
+    except RPCError as err:  # one line, never a traceback; Temporal gone is the environment's (2)
+        reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
+        if temporal_lost(err):
+            address = client.service_client.config.target_host
+            return fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
+        return fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
+    except Exception as err:
+        return fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)
+
+
+async def query(
+    handle: WorkflowHandle[Any, Any], name: str, result_type: type[StatusT], what: str
+) -> StatusT:
+    """The workflow's status query `name`; `what` names the workflow's kind in the refusal."""
+    try:
+        result: StatusT = await handle.query(name, result_type=result_type)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise CommandError(f"no {what} {handle.id}") from None
+        raise
+    return result
+
+
+async def until_past(
+    handle: WorkflowHandle[Any, Any],
+    phase: str,
+    status: Callable[[WorkflowHandle[Any, Any]], Awaitable[StatusT]],
+    refused: str,
+) -> StatusT:
+    """Wait until the run's phase is past `phase` (or START_CHECK_SECONDS passed); a run that
+    failed meanwhile refused the request: CommandError `refused: <why>`, exit 2."""
+    deadline = time.monotonic() + START_CHECK_SECONDS
+    while True:
+        described = await handle.describe()
+        if described.status == WorkflowExecutionStatus.FAILED:
+            try:
+                await handle.result()
+            except WorkflowFailureError as err:
+                raise CommandError(f"{refused}: {root_cause(err)}", EXIT_USAGE) from None
+        current = await status(handle)
+        if current.phase != phase or time.monotonic() > deadline:
+            return current
+        await asyncio.sleep(FOLLOW_SECONDS)
+
+
+async def send(
+    handle: WorkflowHandle[Any, Any], update: str, request: Any, answer_type: type[AnswerT], missing: str
+) -> AnswerT:
+    """Send the operator's update and return the workflow's answer.
+
+    Raises:
+        CommandError: The workflow refused it (its validator's reason), it does not run
+            (`missing`, where `{id}` stands for the workflow id), or Temporal refused the call.
+        RPCError: Temporal was lost (`runner` names it).
+    """
+    try:
+        answer: AnswerT = await handle.execute_update(update, request, result_type=answer_type)
+    except WorkflowUpdateFailedError as err:
+        raise CommandError(f"{update} refused: {root_cause(err)}") from None
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise CommandError(missing.format(id=handle.id)) from None
+        if temporal_lost(err):
+            raise
+        raise CommandError(f"{update} refused: {err.message}") from None
+    return answer
+
+
+async def answer(
+    handle: WorkflowHandle[Any, Any], update: str, request: Any, answer_type: type[AnswerT], missing: str
+) -> int:
+    """`send`, then print the workflow's answer: the command's output and EXIT_OK."""
+    print((await send(handle, update, request, answer_type, missing)).message)
+    return EXIT_OK
