@@ -119,16 +119,14 @@ _NO_OBJECT = "metalflow-resource-version-probe"
 async def positions_now(configuration: Any, namespace: str) -> dict[str, int]:
     """Per stream of the site watch, the resourceVersion of the API server now (3 lists that
     select nothing, so cheap at any site size)."""
-    streams = {"dpus": DPU, "node": DPUNODE, "hold": MAINTENANCE}
+    # One call per kind, written out: tests/test_deploy_static.py reads each call's kind to check
+    # the worker's RBAC grants exactly what it lists.
+    nothing = f"metadata.name={_NO_OBJECT}"
     async with http_client(configuration) as http:
-        return {
-            name: _rv(
-                await list_objects(
-                    http, configuration, kind, namespace, field_selector=f"metadata.name={_NO_OBJECT}"
-                )
-            )
-            for name, kind in streams.items()
-        }
+        dpus = await list_objects(http, configuration, DPU, namespace, field_selector=nothing)
+        node = await list_objects(http, configuration, DPUNODE, namespace, field_selector=nothing)
+        hold = await list_objects(http, configuration, MAINTENANCE, namespace, field_selector=nothing)
+    return {"dpus": _rv(dpus), "node": _rv(node), "hold": _rv(hold)}
 
 
 async def ensure_site_watch(temporal: Client, configuration: Any, namespace: str, task_queue: str) -> int:
