@@ -16,6 +16,7 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,7 +24,8 @@ import yaml
 from deploy_support import DEPLOY, WORKER_SA, granted_by_base, metric_sum, restricted_kubeconfig, run_kubectl
 from host_operation_support import power_cycles, start_operation
 from sim_support import RunningSim, running_sim
-from temporalio.client import Client
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
 
 from metalflow import names
 from metalflow.client import connect
@@ -84,6 +86,17 @@ async def remove(client: Client, task_queue: str, request: HostRemovalInput) -> 
     return await handle.result()
 
 
+async def retried_workflow_tasks(handles: list[WorkflowHandle[Any, Any]]) -> int:
+    """Workflow tasks of these workflows that failed or timed out (their next attempt re-runs them)."""
+    retried = 0
+    for handle in handles:
+        async for event in handle.fetch_history_events():
+            retried += event.event_type in (
+                EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED, EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
+            )  # fmt: skip
+    return retried
+
+
 async def scrape(observability: Observability, path: str = "/metrics") -> httpx.Response:
     async with httpx.AsyncClient(timeout=30) as http:
         return await http.get(observability.url + path)
@@ -132,6 +145,7 @@ async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
             removed_node = await remove(client, task_queue, HostRemovalInput(
                 host_id="host-002", force=True, force_after_seconds=1.0, requested_by="pytest"))  # fmt: skip
             after = (await scrape(observability)).text
+            retried = await retried_workflow_tasks([handle, second, again])
 
         audit = sim.audit()
         logs = [sim.power_log(host) for host in ("host-001", "host-002")]
@@ -159,12 +173,18 @@ async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
     assert metric_sum(before, "metalflow_operations_started_total") == 0
     assert metric_sum(during, "metalflow_operations_started_total", kind="provision") == 1
     assert metric_sum(during, "metalflow_operations_finished_total") == 0  # still running then
-    assert metric_sum(after, "metalflow_operations_finished_total", outcome="succeeded") == 3
-    assert metric_sum(after, "metalflow_operations_finished_total", kind="reprovision") == 1
+    # A workflow's increments are skipped while it replays, but a workflow task that failed or
+    # timed out (a loaded machine: the deadlock detector, the 10 s task timeout) runs its code again
+    # for real on its next attempt: each such task may count once more, never otherwise.
+    finished = metric_sum(after, "metalflow_operations_finished_total", outcome="succeeded")
+    assert 3 <= finished <= 3 + retried, (finished, retried)
+    reprovisions = metric_sum(after, "metalflow_operations_finished_total", kind="reprovision")
+    assert 1 <= reprovisions <= 1 + retried, (reprovisions, retried)
     assert metric_sum(after, "metalflow_power_cycles_total") == 3
     assert metric_sum(after, "metalflow_bmc_requests_total", bmc="host-001", status="2xx") > 0
     assert metric_sum(after, "metalflow_bmc_request_seconds_count", bmc="host-001") > 0
-    assert metric_sum(after, "metalflow_phase_entered_total", phase="completed") == 3
+    completed = metric_sum(after, "metalflow_phase_entered_total", phase="completed")
+    assert 3 <= completed <= 3 + retried, (completed, retried)
     assert "metalflow_hosts_in_manual_intervention" in after
     # The SDK's own runtime metrics share the endpoint.
     assert metric_sum(after, "temporal_workflow_completed_total") >= 3
