@@ -22,7 +22,7 @@ import pytest
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import SITE_FILE, metalflow
+from test_cli_host import SITE_FILE, Result, metalflow
 from test_firmware_support import site_file_with_prefix
 
 from metalflow import names
@@ -142,21 +142,36 @@ async def test_bad_requests_are_refused_and_touch_nothing(
     assert all(power_cycles(sim, h) == 0 for h in HOSTS)
 
 
+async def _start_then_pause(
+    local_env: WorkflowEnvironment, name: str, queue: str
+) -> tuple[Result, Result, Result]:
+    """Start the five-host campaign, try to start it again, pause it: the three commands' results."""
+    started = await metalflow(
+        local_env, "campaign", "start", name, "--hosts", ",".join(HOSTS), "--reprovision", "--canary", "1",
+        "--batch-size", "2", "--max-in-flight", "2", "--failure-budget", "1", *FAST, "--task-queue", queue,
+    )  # fmt: skip
+    again = await metalflow(
+        local_env, "campaign", "start", name, "--all", "--reprovision", "--task-queue", queue
+    )
+    paused = await metalflow(local_env, "campaign", "pause", name)
+    return started, again, paused
+
+
 async def test_pause_limits_resume_and_an_injected_failure_within_budget(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     client = local_env.client
     name = "cmpe-upgrade"
-    started = await metalflow(
-        local_env, "campaign", "start", name, "--hosts", ",".join(HOSTS), "--reprovision", "--canary", "1",
-        "--batch-size", "2", "--max-in-flight", "2", "--failure-budget", "1", *FAST, "--task-queue", queue,
-    )  # fmt: skip
+    # The Kubernetes API is down until the pause is in: the canary's reprovision cannot finish
+    # first, so the pause lands while hosts remain (without it, a quick site let all five hosts
+    # finish before the pause, and a campaign with nothing left completes instead of pausing).
+    sim.inject("api/outage", {"down": True})
+    try:
+        started, again, paused = await _start_then_pause(local_env, name, queue)
+    finally:
+        sim.inject("api/outage", {"down": False})
     assert started.status == 0, started.stderr
-    again = await metalflow(
-        local_env, "campaign", "start", name, "--all", "--reprovision", "--task-queue", queue
-    )
     assert again.status == 1 and "already running" in again.stderr
-    paused = await metalflow(local_env, "campaign", "pause", name)
     assert paused.status == 0, paused.stderr
     held = await _until(
         client, name, lambda s: s["phase"] == "paused" and not s["in_flight"], "paused, drained"
