@@ -4,7 +4,10 @@ Workflows call the `workflow_*` helpers, activities the `activity_*` ones; each 
 the call site. They go through `workflow.metric_meter()` / `activity.metric_meter()`, so they are
 exported by the same runtime, on the same Prometheus endpoint, as the SDK's own metrics
 (`metalflow.observability`), and a workflow's increments are skipped while it replays (a worker
-that picks up a history after a crash does not count an operation twice). Outside a workflow or
+that picks up a history after a crash does not count an operation twice). A workflow task that
+failed or timed out before its completion was recorded (the deadlock detector, the task timeout
+on an overloaded worker) runs again for real on its next attempt, so its increments can count
+once more: the counters are at least once, and exact unless a workflow task was retried. Outside a workflow or
 activity (the `metalflow bmc` CLI drives the Redfish client directly) they do nothing.
 
 Exported names (Prometheus, with the `metalflow_` prefix the helpers add):
