@@ -58,8 +58,8 @@ def build_activities(
     found += [pool.set_host_pool_state, pool.read_host_pool_state]
     redfish = build_redfish_client(settings)  # one client: one request cap per BMC
     found += build_redfish_activities(settings, redfish)
-    lease = BMCLeaseActivities(settings)  # the fleet-wide per-BMC limit (workflows/bmc_lease.py)
-    found += [lease.request_bmc_lease, lease.find_closed_workflow_runs]
+    lease = BMCLeaseActivities(settings, hosts)  # the fleet-wide per-BMC limit (workflows/bmc_lease.py)
+    found += [lease.request_bmc_lease, lease.lease_host_bmc, lease.find_closed_workflow_runs]
     grove = GroveActivities(kube)
     found += [
         grove.read_pcs_state,

@@ -8,50 +8,109 @@ first host of a BMC creates it and a lease that finished while idle comes back. 
 attempt sends the same request id again; the lease ignores a request it already queued,
 granted or saw released.
 
+`lease_host_bmc` is the reboot's one step before its power cycle (patch `reboot-lease-in-one-step`
+of `workflows/host_reboot.py`): it resolves the host's inventory and asks its BMC's lease with an
+update-with-start of `acquire_now`, whose answer says whether the slot is the run's already. A
+free BMC is then granted in this activity's result: no grant signal, and two workflow tasks of
+the reboot and one of the lease fewer between DPF's ask and the reset. A BMC at its limit answers
+"queued" at once (the update never waits for a slot, so a queued run holds no activity slot) and
+the run waits for the grant signal as before. A retried attempt sends the same request id (and
+update id): the lease answers "granted" again for a request it holds, "queued" for one it queued.
+
 `find_closed_workflow_runs` describes the runs a lease believes hold its slots and names the
 ones that are no longer running (completed, failed, terminated, timed out, or gone from the
 namespace's retention): the lease takes their slots back.
 
 Both use the worker's own client (`activity.client()`): no client to hold, no credentials.
-Cost: `request_bmc_lease` one RPC per lease request; `find_closed_workflow_runs` one describe
-per holder, and only while hosts wait for a full lease (every `reclaim_check_seconds`).
+Cost: `request_bmc_lease` one RPC per lease request; `lease_host_bmc` the inventory read plus one
+update-with-start RPC that returns once the lease's workflow task ran (a few ms on an idle
+worker); `find_closed_workflow_runs` one describe per holder, and only while hosts wait for a
+full lease (every `reclaim_check_seconds`).
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WithStartWorkflowOperation, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow import names
 from metalflow.errors import InvalidInput
 from metalflow.models.bmc_lease import (
     BMC_LEASE_ACQUIRE_SIGNAL,
+    BMC_LEASE_ACQUIRE_UPDATE,
     BMCLeaseState,
+    LeaseAnswer,
+    LeaseHostBMCInput,
+    LeaseHostBMCResult,
     LeaseRequest,
     RequestLeaseInput,
     RequestLeaseResult,
     WorkflowRunRefs,
 )
+from metalflow.models.inventory import HostInventory, Source
 from metalflow.settings import Settings
 
 LEASE_WORKFLOW_TYPE = "BMCLeaseWorkflow"
 
 
-class BMCLeaseActivities:
-    """Lease requests and holder checks; holds the worker's settings (the per-BMC limit)."""
+class HostResolver(Protocol):
+    """What `lease_host_bmc` needs of the inventory (`activities.inventory.Inventory`)."""
 
-    def __init__(self, settings: Settings) -> None:
+    async def resolve(self, host_id: str, source: Source | None = None) -> HostInventory: ...
+
+
+class BMCLeaseActivities:
+    """Lease requests and holder checks; holds the worker's settings (the per-BMC limit) and,
+    for `lease_host_bmc`, the inventory."""
+
+    def __init__(self, settings: Settings, inventory: HostResolver | None = None) -> None:
         self.settings = settings
+        self.inventory = inventory
+
+    def _lease_id(self, request: RequestLeaseInput) -> str:
+        try:
+            return names.bmc_lease_workflow_id(request.bmc.endpoint, activity.info().task_queue)
+        except ValueError as err:
+            raise InvalidInput(f"BMC {request.bmc.bmc_id}: {err}") from None
+
+    @activity.defn(name="lease_host_bmc")
+    async def lease_host_bmc(self, request: LeaseHostBMCInput) -> LeaseHostBMCResult:
+        """Resolve the host, then ask its BMC's lease for a slot: granted now, or queued."""
+        if self.inventory is None:
+            raise RuntimeError("lease_host_bmc needs the inventory: build BMCLeaseActivities with one")
+        inventory = await self.inventory.resolve(request.lookup.host_id, request.lookup.source)
+        asked = RequestLeaseInput(bmc=inventory.bmc, holder=request.holder)
+        lease_id = self._lease_id(asked)
+        limit = self.settings.bmc_max_in_flight
+        reclaim = self.settings.bmc_lease_reclaim_seconds
+        task_queue = activity.info().task_queue
+        answer: LeaseAnswer = await activity.client().execute_update_with_start_workflow(
+            BMC_LEASE_ACQUIRE_UPDATE,
+            LeaseRequest(holder=request.holder, limit=limit, reclaim_check_seconds=reclaim),
+            # The request id as the update id: a retried attempt is the same update to Temporal.
+            id=f"acquire-{request.holder.request_id}",
+            result_type=LeaseAnswer,
+            start_workflow_operation=WithStartWorkflowOperation(
+                LEASE_WORKFLOW_TYPE,
+                BMCLeaseState(limit=limit, reclaim_check_seconds=reclaim),
+                id=lease_id,
+                task_queue=task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=f"fleet-wide lease of the BMC of {inventory.bmc.bmc_id} (at most {limit})",
+            ),
+        )
+        lease = RequestLeaseResult(lease_workflow_id=lease_id, limit=limit, granted=answer.granted)
+        return LeaseHostBMCResult(inventory=inventory, lease=lease)
 
     @activity.defn(name="request_bmc_lease")
     async def request_bmc_lease(self, request: RequestLeaseInput) -> RequestLeaseResult:
         """Queue `request.holder` at its BMC's lease workflow, starting it when none runs."""
         info = activity.info()
-        try:
-            lease_id = names.bmc_lease_workflow_id(request.bmc.endpoint, info.task_queue)
-        except ValueError as err:
-            raise InvalidInput(f"BMC {request.bmc.bmc_id}: {err}") from None
+        lease_id = self._lease_id(request)
         limit = self.settings.bmc_max_in_flight
         reclaim = self.settings.bmc_lease_reclaim_seconds
         await activity.client().start_workflow(

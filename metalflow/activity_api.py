@@ -22,7 +22,13 @@ from typing import NoReturn
 
 from temporalio import activity
 
-from metalflow.models.bmc_lease import RequestLeaseInput, RequestLeaseResult, WorkflowRunRefs
+from metalflow.models.bmc_lease import (
+    LeaseHostBMCInput,
+    LeaseHostBMCResult,
+    RequestLeaseInput,
+    RequestLeaseResult,
+    WorkflowRunRefs,
+)
 from metalflow.models.campaign import (
     AbortHostsInput,
     CheckHostsInput,
@@ -103,6 +109,12 @@ async def resolve_host_inventory(lookup: HostLookup) -> HostInventory:
 async def request_bmc_lease(request: RequestLeaseInput) -> RequestLeaseResult:
     """Queue a run at its BMC's lease workflow (signal-with-start of `acquire`)."""
     _declared_only("request_bmc_lease")
+
+
+@activity.defn(name="lease_host_bmc")
+async def lease_host_bmc(request: LeaseHostBMCInput) -> LeaseHostBMCResult:
+    """Resolve the host's inventory and ask its BMC's lease for a slot (granted now, or queued)."""
+    _declared_only("lease_host_bmc")
 
 
 @activity.defn(name="find_closed_workflow_runs")

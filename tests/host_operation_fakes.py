@@ -70,14 +70,17 @@ class FakeSite:
     def activities(self) -> list[Callable[..., Any]]:
         site = self
 
+        class FakeInventory:
+            async def resolve(self, host_id: str, source: object = None) -> HostInventory:
+                bmc = BMCAccess(
+                    bmc_id=HOST, endpoint="http://127.0.0.1:9", credentials=CredentialRef(file="/none")
+                )
+                dpus = tuple(DPUInventory(id=d, model="BF3") for d in DPUS)
+                return HostInventory(host_id=HOST, site="fake", bmc=bmc, dpus=dpus)
+
         @activity.defn(name="resolve_host_inventory")
         async def resolve(lookup: HostLookup) -> HostInventory:
-            bmc = BMCAccess(
-                bmc_id=HOST, endpoint="http://127.0.0.1:9", credentials=CredentialRef(file="/none")
-            )
-            return HostInventory(
-                host_id=HOST, site="fake", bmc=bmc, dpus=tuple(DPUInventory(id=d, model="BF3") for d in DPUS)
-            )
+            return await FakeInventory().resolve(lookup.host_id)
 
         @activity.defn(name="read_host_dpf_state")
         async def read(host: HostRef) -> HostDPFState:
@@ -148,8 +151,8 @@ class FakeSite:
             )  # fmt: skip
 
         # The fleet-wide BMC lease is real: its workflow runs on the test's worker too.
-        lease = BMCLeaseActivities(Settings(site_file=Path("unused.yaml")))
+        lease = BMCLeaseActivities(Settings(site_file=Path("unused.yaml")), FakeInventory())
         return [
             resolve, read, join, watch, reprovision, release, mark, cycle, set_power,
-            lease.request_bmc_lease, lease.find_closed_workflow_runs,
+            lease.request_bmc_lease, lease.lease_host_bmc, lease.find_closed_workflow_runs,
         ]  # fmt: skip

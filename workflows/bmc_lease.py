@@ -9,10 +9,14 @@ an id). Its slots are held by workflow RUNS, not by workers:
 
 1. A run that is about to touch a BMC (today: `HostRebootWorkflow`, around its power cycle or
    ForceOff/On) runs the activity `request_bmc_lease`, a signal-with-start of `acquire` carrying
-   its workflow id, run id, a request id (`workflow.uuid4`) and the worker's limit N.
+   its workflow id, run id, a request id (`workflow.uuid4`) and the worker's limit N. Since
+   patch `reboot-lease-in-one-step` the reboot runs `lease_host_bmc` instead: its inventory and
+   an update-with-start of `acquire_now`, the same request, answered at once: granted when a
+   slot is free and nobody waits before it, else queued (the update never waits for a slot).
 2. The lease grants slots first come, first served: it adds the run to its holders and signals
-   it `bmc_lease_granted`. The run waits for that signal (`wait_condition`: no activity slot,
-   no worker resource while queued), then runs its BMC activity, then signals `release`.
+   it `bmc_lease_granted` (unless `acquire_now` already answered "granted"). The run waits for
+   that signal (`wait_condition`: no activity slot, no worker resource while queued), then runs
+   its BMC activity, then signals `release`.
 3. A worker that dies mid-cycle does not lose the slot: the run still holds it, its activity is
    retried on another worker after the heartbeat timeout, and the slot is released when the run
    is done. So a crash never lets a second cycle of the same BMC start beside it, and the
@@ -51,6 +55,10 @@ queued at once: `acquire`, the grant, `release`, the wait's timer and their work
 tests/test_bmc_lease.py checks at most 20), one describe per holder per check while
 contended, nothing while idle (it ends). Activity slots: the cycle's own while it runs, none
 while queued, one for `request_bmc_lease` for a few milliseconds. CPU: a few workflow tasks.
+With `acquire_now` granting a free BMC (tests/histories/host_reboot_bmc_lease_one_step.json):
+the reboot's history has no inventory activity, no `request_bmc_lease`, no timer and no grant
+signal (see workflows/host_reboot.py for the count), the lease has the update's 2 events in
+place of the signal's 1 and the grant signal's 2.
 """
 
 from __future__ import annotations
@@ -70,11 +78,13 @@ with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
     from metalflow.models.bmc_lease import (
         BMC_LEASE_ACQUIRE_SIGNAL,
+        BMC_LEASE_ACQUIRE_UPDATE,
         BMC_LEASE_GRANTED_SIGNAL,
         BMC_LEASE_RELEASE_SIGNAL,
         BMC_LEASE_STATUS_QUERY,
         BMCLeaseState,
         BMCLeaseStatus,
+        LeaseAnswer,
         LeaseGrant,
         LeaseHolder,
         LeaseRelease,
@@ -155,6 +165,21 @@ class BMCLeaseWorkflow:
         self._reclaim_check = timedelta(seconds=request.reclaim_check_seconds)
         self._waiting.append(holder)
 
+    @workflow.update(name=BMC_LEASE_ACQUIRE_UPDATE)
+    def acquire_now(self, request: LeaseRequest) -> LeaseAnswer:
+        """`acquire`, answering whether the slot is the request's now (it never waits for one).
+
+        Granted only when nobody queued before it (first come, first served holds); a request
+        already known answers as it stands (a holder: granted; queued or released: not).
+        """
+        self.acquire(request)
+        request_id = request.holder.request_id
+        if self._waiting and self._waiting[0].request_id == request_id and self._can_grant():
+            self._holders[request_id] = self._waiting.pop(0)
+            self._granted += 1
+            self._show_slots()
+        return LeaseAnswer(granted=request_id in self._holders)
+
     @workflow.signal(name=BMC_LEASE_RELEASE_SIGNAL)
     def release(self, release: LeaseRelease) -> None:
         """Give back a slot, or a place in the queue."""
@@ -198,6 +223,9 @@ class BMCLeaseWorkflow:
                 workflow.logger.info("grant to %s not delivered (%s): slot freed", holder.workflow_id, err)
                 self._reclaimed += 1
                 self._forget(holder.request_id)
+        self._show_slots()
+
+    def _show_slots(self) -> None:
         workflow.set_current_details(
             f"{len(self._holders)} of {self._limit} slots held, {len(self._waiting)} waiting"
         )
@@ -242,18 +270,34 @@ class BMCLeaseHolder:
         self._granted: set[str] = set()
         self.queued = False  # inside `hold`, waiting for the grant: nothing touched the BMC yet
 
+    @staticmethod
+    def new_request() -> LeaseHolder:
+        """This run's next lease request (its id from `workflow.uuid4`: replays the same)."""
+        info = workflow.info()
+        return LeaseHolder(workflow_id=info.workflow_id, run_id=info.run_id, request_id=str(workflow.uuid4()))
+
     def granted(self, grant: LeaseGrant) -> None:
         """The lease's grant arrived (a grant for a request this run no longer waits on is kept
         unused: the lease takes the slot back when this run closes)."""
         self._granted.add(grant.request_id)
 
     @asynccontextmanager
-    async def hold(self, bmc: BMCAccess, what: str) -> AsyncIterator[RequestLeaseResult]:
-        """Wait for a slot of `bmc`'s fleet-wide lease, hold it for the block, release it."""
-        info = workflow.info()
-        request_id = str(workflow.uuid4())
-        holder = LeaseHolder(workflow_id=info.workflow_id, run_id=info.run_id, request_id=request_id)
-        lease = await self._request(bmc, holder, what)
+    async def hold(
+        self, bmc: BMCAccess, what: str, asked: tuple[LeaseHolder, RequestLeaseResult] | None = None
+    ) -> AsyncIterator[RequestLeaseResult]:
+        """Wait for a slot of `bmc`'s fleet-wide lease, hold it for the block, release it.
+
+        `asked`: a request already sent (by `lease_host_bmc`) and its answer; a granted one
+        enters the block at once, a queued one waits for the grant signal like any other.
+        """
+        if asked is None:
+            holder = self.new_request()
+            lease = await self._request(bmc, holder, what)
+        else:
+            holder, lease = asked
+            if lease.granted:
+                self._granted.add(holder.request_id)
+        request_id = holder.request_id
         self.queued = True
         try:
             while request_id not in self._granted:
@@ -277,6 +321,10 @@ class BMCLeaseHolder:
             yield lease
         finally:
             await self._release(lease, request_id)
+
+    async def give_back(self, lease: RequestLeaseResult, holder: LeaseHolder) -> None:
+        """Release a request sent but not used (the run stopped before `hold`): slot or place."""
+        await self._release(lease, holder.request_id)
 
     async def _release(self, lease: RequestLeaseResult, request_id: str) -> None:
         try:

@@ -31,9 +31,19 @@ The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py
 for it, the workflow waits on a signal, holding no activity slot. Runs that started before the
 lease existed keep their old command sequence (`workflow.patched(BMC_LEASE_PATCH)`).
 
+One step before the cycle (`LEASE_ONE_STEP_PATCH`): the inventory and the lease request are one
+activity, `lease_host_bmc`, whose result carries the grant when the BMC has a free slot (an
+update-with-start of the lease, `activities/bmc_lease.py`). Between the reboot's start and
+`power_cycle_host` there is then one activity and two workflow tasks of this run (before: two
+activities, four workflow tasks, and the lease's own task signalling the grant): on a busy
+worker each workflow task waits its turn, so this is most of DPF's ask-to-reset time. A BMC at
+its limit answers "queued" and the run waits for the grant signal as before. A cancel while the
+step runs waits for it (it is short) and gives back what it got; an abort likewise.
+
 Cost and worst-case history: one activity slot during the cycle; about 20 events by BMC (25 with
 ForceOff, its wait a durable timer) plus 19 for the lease (an activity, a timer, the grant
-signal, the release signal: 39 measured), about 12 plus 2 per confirmation signal when manual.
+signal, the release signal: 39 measured; with the one step and a free BMC 27 measured,
+tests/histories/host_reboot_bmc_lease_one_step.json), about 12 plus 2 per confirmation signal when manual.
 A stop adds at most `STOP_POLLS` x (one power read + one timer) = about 8 events each, then a
 cancellation and an On: bounded by about 220 events.
 """
@@ -52,7 +62,14 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
     from metalflow import activity_api, names
-    from metalflow.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
+    from metalflow.models.bmc_lease import (
+        BMC_LEASE_GRANTED_SIGNAL,
+        LeaseGrant,
+        LeaseHolder,
+        LeaseHostBMCInput,
+        LeaseHostBMCResult,
+        RequestLeaseResult,
+    )
     from metalflow.models.host import (
         ABORT_UPDATE,
         HOST_REBOOTED_SIGNAL,
@@ -74,7 +91,7 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
     )
     from workflows import common
-    from workflows.bmc_lease import BMCLeaseHolder
+    from workflows.bmc_lease import LEASE_CALL, BMCLeaseHolder
     from workflows.reboot_failure import BMC_REBOOT_FAILED, bmc_failure_reason
 
 _WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
@@ -87,6 +104,7 @@ ABORTED_TYPE = "OperationAborted"
 # Changed command sequences, guarded for histories recorded before them (tests/histories/*).
 STOP_PATCH = "reboot-stop-cuts-power-down-wait"
 LEASE_QUEUE_STOP_PATCH = "reboot-stop-withdraws-from-lease-queue"
+LEASE_ONE_STEP_PATCH = "reboot-lease-in-one-step"  # inventory + lease request in one activity
 STOP_POLL_SECONDS = 2.0  # how often a stop reads the BMC while power_cycle_host has not turned it off
 STOP_POLLS = 20  # then the cycle is simply awaited (it is past its Off-to-On wait by then)
 
@@ -115,10 +133,16 @@ class HostRebootWorkflow:
         )
         if request.policy.reboot_method == RebootMethod.MANUAL:
             return await self._wait_for_manual_reboot("the reboot method is manual")
-        inventory = await self._resolve_inventory()
+        asked: tuple[LeaseHolder, RequestLeaseResult] | None = None
+        if workflow.patched(LEASE_ONE_STEP_PATCH):
+            inventory, asked = await self._resolve_and_ask_lease()
+            if self._abort is not None:
+                await self._leases.give_back(asked[1], asked[0])
+        else:
+            inventory = await self._resolve_inventory()
         self._raise_if_aborted(cycled=False)
         try:
-            method, resets = await self._power_cycle(inventory)
+            method, resets = await self._power_cycle(inventory, asked)
         except ActivityError as err:
             why = bmc_failure_reason(request.host_id, err)
             if request.escalate_bmc_failure:
@@ -215,13 +239,40 @@ class HostRebootWorkflow:
         )
         return inventory
 
-    async def _power_cycle(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
+    async def _resolve_and_ask_lease(self) -> tuple[HostInventory, tuple[LeaseHolder, RequestLeaseResult]]:
+        holder = self._leases.new_request()
+        step = workflow.start_activity(
+            activity_api.lease_host_bmc,
+            LeaseHostBMCInput(lookup=HostLookup(host_id=self._request.host_id), holder=holder),
+            # Unlimited attempts as for any lease request (a non-retryable error, e.g. an unknown
+            # host, still fails at once): a busy Temporal is waited for, not a failed reboot.
+            **common.options(
+                LEASE_CALL, f"resolve the BMC of {self._request.host_id} and ask its lease for a slot"
+            ),
+        )
+        try:
+            # Not awaited directly: a cancel must not cut the step, which may hold a slot already.
+            await workflow.wait_condition(step.done)
+        except asyncio.CancelledError:
+            try:
+                got: LeaseHostBMCResult = await step
+            except ActivityError:
+                raise  # nothing was granted or queued that a retry could not
+            await self._leases.give_back(got.lease, holder)
+            self._enter("cancelled", "cancelled before the power cycle: not rebooted")
+            raise
+        got = await step
+        return got.inventory, (holder, got.lease)
+
+    async def _power_cycle(
+        self, inventory: HostInventory, asked: tuple[LeaseHolder, RequestLeaseResult] | None = None
+    ) -> tuple[str, tuple[str, ...]]:
         request = self._request
         how = "ForceOff then On" if request.force_off else "power cycle"
         self._enter(POWERING, f"{how} for generation {request.boot_generation}")
         # The whole cycle is one task that a cancel request never cuts: cut between Off and On, it
         # would leave the host off. A stop (cancel or abort) shortens it instead (`_stop_cycle`).
-        cycle = asyncio.ensure_future(self._power_under_lease(inventory, how))
+        cycle = asyncio.ensure_future(self._power_under_lease(inventory, how, asked))
         try:
             await workflow.wait_condition(lambda: cycle.done() or self._abort is not None)
         except asyncio.CancelledError:
@@ -287,12 +338,14 @@ class HostRebootWorkflow:
                 pass
         return await cycle
 
-    async def _power_under_lease(self, inventory: HostInventory, how: str) -> tuple[str, tuple[str, ...]]:
+    async def _power_under_lease(
+        self, inventory: HostInventory, how: str, asked: tuple[LeaseHolder, RequestLeaseResult] | None
+    ) -> tuple[str, tuple[str, ...]]:
         """The cycle (or ForceOff/On) inside a slot of the BMC's fleet-wide lease."""
         work = self._force_off_then_on if self._request.force_off else self._cycle_once
-        if not workflow.patched(BMC_LEASE_PATCH):
+        if asked is None and not workflow.patched(BMC_LEASE_PATCH):
             return await work(inventory)
-        async with self._leases.hold(inventory.bmc, f"{how} of {self._request.host_id}"):
+        async with self._leases.hold(inventory.bmc, f"{how} of {self._request.host_id}", asked):
             return await work(inventory)
 
     async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:

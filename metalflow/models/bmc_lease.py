@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metalflow.models.inventory import BMCAccess
+from metalflow.models.inventory import BMCAccess, HostInventory, HostLookup
 
 BMC_LEASE_ACQUIRE_SIGNAL = "acquire"
+BMC_LEASE_ACQUIRE_UPDATE = "acquire_now"  # `acquire` that answers whether the slot is granted now
 BMC_LEASE_RELEASE_SIGNAL = "release"
 BMC_LEASE_GRANTED_SIGNAL = "bmc_lease_granted"
 BMC_LEASE_STATUS_QUERY = "status"
@@ -83,6 +84,27 @@ class RequestLeaseInput(_Frozen):
 class RequestLeaseResult(_Frozen):
     lease_workflow_id: str
     limit: int
+    # True: the slot is this run's already (update `acquire_now`, a free slot); False: queued,
+    # the grant comes as the signal `bmc_lease_granted` (always False from `request_bmc_lease`).
+    granted: bool = False
+
+
+class LeaseAnswer(_Frozen):
+    """Update `acquire_now`: whether the request holds a slot now (else it is queued)."""
+
+    granted: bool
+
+
+class LeaseHostBMCInput(_Frozen):
+    """Activity `lease_host_bmc`: resolve `lookup`'s host, then queue `holder` at its BMC's lease."""
+
+    lookup: HostLookup
+    holder: LeaseHolder
+
+
+class LeaseHostBMCResult(_Frozen):
+    inventory: HostInventory
+    lease: RequestLeaseResult
 
 
 class WorkflowRunRef(_Frozen):

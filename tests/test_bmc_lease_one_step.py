@@ -1,0 +1,178 @@
+"""The reboot's one step before its power cycle (`lease_host_bmc`, patch `reboot-lease-in-one-step`
+of workflows/host_reboot.py), on a real dev server and the simulated site as its own process:
+
+- A free BMC: the slot comes back in the step's result. The reboot's history has no inventory
+  activity, no `request_bmc_lease`, no grant signal and no wait timer; the host is cycled once
+  and the lease ends idle with one grant.
+- A worker SIGKILLed right after the lease granted the step its slot, before the result reached
+  Temporal: the retried step (on a new worker) is answered "granted" again for the same request,
+  the host is cycled exactly once, and the slot is given back (nothing left to reclaim).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from deploy_support import REPO
+from host_operation_support import power_cycles, save_history, wait_for_query
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.worker import Worker
+from test_bmc_lease import HOSTS, lease_of, lease_status, shared_bmc_sim, start_reboot
+
+import workflows
+from activities import build_activities
+from metalflow.settings import Settings
+
+pytestmark = pytest.mark.slow
+DYING_WORKER = Path(__file__).with_name("lease_step_worker.py")
+
+
+def activity_attempts(history: WorkflowHistory) -> dict[str, int]:
+    """Attempts started per activity type (the highest attempt number seen)."""
+    scheduled: dict[int, str] = {}
+    attempts: dict[str, int] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started = event.activity_task_started_event_attributes
+            name = scheduled[started.scheduled_event_id]
+            attempts[name] = max(attempts.get(name, 0), started.attempt)
+    return attempts
+
+
+def signals(history: WorkflowHistory) -> list[str]:
+    return [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+
+
+def timers(history: WorkflowHistory) -> int:
+    return sum(1 for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED)
+
+
+def worker_for(client: Client, task_queue: str, settings: Settings) -> Worker:
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=workflows.ALL,
+        activities=build_activities(temporal_client=client, settings=settings),
+    )
+
+
+async def test_a_free_bmc_is_granted_in_the_steps_result(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    host = HOSTS[0]
+    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        async with worker_for(client, task_queue, settings):
+            reboot = await start_reboot(client, task_queue, host)
+            result = await asyncio.wait_for(reboot.result(), 120)
+            lease_handle = lease_of(client, sim, host, task_queue)
+            lease = await asyncio.wait_for(lease_handle.result(), 60)  # idle: it ended
+            history = await reboot.fetch_history()
+            await save_history(reboot, "host_reboot_bmc_lease_one_step")
+            await save_history(lease_handle, "bmc_lease_one_step")
+        log = sim.power_log(host)
+
+    assert result.method == "bmc:PowerCycle"
+    assert power_cycles(log) == 1
+    assert activity_attempts(history) == {"lease_host_bmc": 1, "power_cycle_host": 1}
+    assert signals(history) == [] and timers(history) == 0  # no grant signal, no wait for one
+    assert (lease.granted, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
+    # The cost the docstrings state (39 events with the lease before this step).
+    assert len(history.events) <= 27, len(history.events)
+
+
+async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_slot_back(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    host = HOSTS[0]
+    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+        env |= {"METALFLOW_SITE_FILE": str(sim.site_file), "KUBECONFIG": str(sim.kubeconfig)}
+        env |= {"METALFLOW_BMC_MAX_IN_FLIGHT": "1"}
+        target = client.service_client.config.target_host
+        dying = await asyncio.create_subprocess_exec(
+            sys.executable, str(DYING_WORKER), target, client.namespace, task_queue,
+            cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        assert dying.stdout is not None
+        try:
+            assert (await asyncio.wait_for(dying.stdout.readline(), 120)).strip() == b"ready"
+            reboot = await start_reboot(client, task_queue, host)
+            said = (await asyncio.wait_for(dying.stdout.read(), 120)).decode()
+            assert await dying.wait() == -9, said
+        finally:
+            if dying.returncode is None:
+                dying.kill()
+                await dying.wait()
+        assert "answered granted=True: dying" in said, said
+        lease_handle = lease_of(client, sim, host, task_queue)
+        assert power_cycles(sim.power_log(host)) == 0
+        async with worker_for(client, task_queue, settings):
+            # The slot is the reboot's, though its run never heard of it (a query needs a worker;
+            # the lost attempt is retried only after its 30 s start-to-close timeout).
+            held = await lease_status(lease_handle)
+            assert held is not None and [h.workflow_id for h in held.holders] == [reboot.id], held
+            # The step's attempt times out (30 s start-to-close) and is retried here.
+            result = await asyncio.wait_for(reboot.result(), 240)
+            lease = await asyncio.wait_for(lease_handle.result(), 60)
+            history = await reboot.fetch_history()
+        log = sim.power_log(host)
+        violations = sim.violations()
+
+    assert result.method == "bmc:PowerCycle"
+    assert power_cycles(log) == 1
+    assert activity_attempts(history) == {"lease_host_bmc": 2, "power_cycle_host": 1}
+    assert signals(history) == []  # the retry was answered "granted": no wait for a signal
+    # One grant (the retry found its request holding the slot), released, none reclaimed.
+    assert (lease.granted, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
+    assert violations == []
+
+
+async def test_a_busy_bmc_queues_the_step_and_grants_by_signal(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Two reboots on one BMC with one slot: the second step answers queued at once (no
+    activity slot held while it waits) and the grant comes as the signal once the first ends."""
+    with shared_bmc_sim(tmp_path, HOSTS[:2], timings="demo") as sim:
+        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        async with worker_for(client, task_queue, settings):
+            lease_handle = lease_of(client, sim, HOSTS[0], task_queue)
+            first = await start_reboot(client, task_queue, HOSTS[0])
+            await wait_for_query(
+                lambda: lease_status(lease_handle),
+                lambda s: s is not None and len(s.holders) == 1,
+                "the first reboot holding the slot",
+                60,
+            )
+            second = await start_reboot(client, task_queue, HOSTS[1])
+            queued = await wait_for_query(
+                lambda: lease_status(lease_handle),
+                lambda s: s is not None and len(s.waiting) == 1,
+                "the second reboot queued",
+                60,
+            )
+            results = await asyncio.wait_for(asyncio.gather(first.result(), second.result()), 180)
+            lease = await asyncio.wait_for(lease_handle.result(), 60)
+            first_history, second_history = [await h.fetch_history() for h in (first, second)]
+        logs = [sim.power_log(h) for h in HOSTS[:2]]
+        load = sim.bmc_load(HOSTS[0])
+
+    assert queued is not None and queued.waiting[0].workflow_id == second.id
+    assert [r.method for r in results] == ["bmc:PowerCycle"] * 2
+    assert [power_cycles(log) for log in logs] == [1, 1]
+    assert load["systems_off_peak"] == 1  # never both at once
+    assert signals(first_history) == [] and signals(second_history) == ["bmc_lease_granted"]
+    assert activity_attempts(second_history)["lease_host_bmc"] == 1
+    assert (lease.holders, lease.waiting, lease.reclaimed) == ((), (), 0)
