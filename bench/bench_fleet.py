@@ -13,7 +13,12 @@ worker `python -m worker`), on free ports of 127.0.0.1 and a state dir of its ow
 3. from the site's own records (`/sim/requests`, `/sim/timeline`, the BMC power logs): the
    Kubernetes requests per DPU and Redfish requests per power cycle of the worker, and the
    reaction time from DPF asking for a reboot to the BMC accepting the reset;
-4. from Temporal: every history event of a sample of hosts (entity, operation, reboot children).
+4. from Temporal: every history event of a sample of hosts (entity, operation, reboot children);
+5. where each reboot's reaction went (`reaction.py`: DPF asks -> reboot child started ->
+   `power_cycle_host` scheduled -> reset accepted), as `burst_stages`;
+6. with `--paced N`: N more hosts (not part of the burst), one reprovision asked every
+   `--pace` seconds after the burst ended, for the reaction as latency at a rate the stack
+   sustains: `reaction_paced_median_s`, `reaction_paced_p99_s`, `paced_stages`.
 
 Prints progress on stderr and one JSON object on stdout. Bounded: every wait has a limit
 (`--limit` seconds for the reprovision).
@@ -41,6 +46,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from chaos import request_reprovisions  # noqa: E402
 from engine import engine_rate  # noqa: E402
+from reaction import median_p99, paced, reaction_seconds, reboot_stages  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from metalflow import names  # noqa: E402
@@ -72,22 +78,6 @@ def request_totals(url: str) -> dict[str, int]:
     for row in sim_get(url, "/sim/requests"):
         totals[row["api"]] = totals.get(row["api"], 0) + row["count"]
     return totals
-
-
-def reaction_seconds(timeline: dict[str, list[dict[str, str]]], since: datetime) -> list[float]:
-    """For each reboot DPF asked for after `since`: seconds until that host's BMC accepted a reset."""
-    resets: dict[str, list[datetime]] = {}
-    for reset in timeline["resets"]:
-        resets.setdefault(reset["host"], []).append(datetime.fromisoformat(reset["time"]))
-    found = []
-    for asked in timeline["reboots_asked"]:
-        at = datetime.fromisoformat(asked["time"])
-        if at < since:
-            continue
-        later = [t for t in resets.get(asked["host"], []) if t >= at]
-        if later:
-            found.append((min(later) - at).total_seconds())
-    return found
 
 
 async def history_events(client: Client, host_id: str) -> dict[str, int]:
@@ -156,7 +146,11 @@ def power_cycles(url: str, hosts: list[str]) -> int:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     state_dir = Path(tempfile.mkdtemp(prefix="metalflow-bench-"))
     site = SiteOptions(
-        hosts=args.hosts, dpus_per_host=args.dpus_per_host, timings="zero", initialised=True, port=free_port()
+        hosts=args.hosts + args.paced,
+        dpus_per_host=args.dpus_per_host,
+        timings="zero",
+        initialised=True,
+        port=free_port(),
     )
     config = DevStackConfig(state_dir=state_dir, port=free_port(), ui_port=free_port(), site=site)
     stack = DevStack(config, say=say)
@@ -165,7 +159,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await stack.start()
         client = await stack.client()
         url = stack.sim_info["url"]
-        hosts = [h["id"] for h in yaml.safe_load(Path(stack.sim_info["site"]).read_text())["hosts"]]
+        every_host = [h["id"] for h in yaml.safe_load(Path(stack.sim_info["site"]).read_text())["hosts"]]
+        hosts, paced_hosts = every_host[: args.hosts], every_host[args.hosts :]
         say(f"raw engine: {args.engine_runs} workflows of 3 no-op activities")
         engine = await engine_rate(client, args.engine_runs)
         say(f"raw engine: {engine['engine_per_s']} workflows/s")
@@ -176,9 +171,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         seconds, completed = outcome["seconds"], outcome["completed"]
         after = request_totals(url)
         cycles = power_cycles(url, hosts)
-        reactions = sorted(reaction_seconds(sim_get(url, "/sim/timeline"), since))
+        timeline = sim_get(url, "/sim/timeline")
+        reactions = sorted(reaction_seconds(timeline, since, hosts))
+        burst_stages = await reboot_stages(client, timeline, since, hosts)
         sample = completed[:: max(1, len(completed) // args.history_sample)][: args.history_sample]
         per_host = [sum((await history_events(client, h)).values()) for h in sample]
+        paced_figures = await paced_run(client, url, paced_hosts, args) if paced_hosts else {}
         violations = sim_get(url, "/sim/violations")
         # A stalled run has no rate: hosts/s over the limit would only measure the limit.
         hosts_per_s = None if outcome["stalled"] else len(hosts) / seconds
@@ -208,11 +206,46 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "reaction_p99_s": round(reactions[min(len(reactions) - 1, int(len(reactions) * 0.99))], 3)
             if reactions
             else None,
+            "burst_stages": burst_stages,
+            **paced_figures,
         }
     finally:
         await stack.stop()
         if not args.keep:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+async def paced_run(client: Client, url: str, hosts: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """One reprovision every `args.pace` seconds over `hosts`; their reaction and its stages."""
+    since = datetime.now().astimezone()
+    failures: list[str] = []
+
+    async def request_one(host_id: str) -> str:
+        operations, _ = await request_reprovisions(client, [host_id], POLICY)
+        return operations[host_id]
+
+    async def wait_for(host_id: str, workflow_id: str) -> None:
+        try:
+            await client.get_workflow_handle(workflow_id).result()
+        except Exception as err:  # noqa: BLE001 - a failed host is a figure, not a crash
+            failures.append(f"{host_id}: {err}")
+
+    say(f"paced: {len(hosts)} reprovisions, one every {args.pace:g} s")
+    outcome = await paced(request_one, wait_for, hosts, args.pace, args.limit)
+    timeline = sim_get(url, "/sim/timeline")
+    reactions = reaction_seconds(timeline, since, hosts)
+    median, p99 = median_p99(reactions)
+    return {
+        "paced_hosts": len(hosts),
+        "paced_every_s": args.pace,
+        "paced_seconds": outcome["seconds"],
+        "paced_stalled": outcome["stalled"],
+        "paced_failed": len(failures),
+        "paced_reboots_measured": len(reactions),
+        "reaction_paced_median_s": median,
+        "reaction_paced_p99_s": p99,
+        "paced_stages": await reboot_stages(client, timeline, since, hosts),
+    }
 
 
 def main() -> None:
@@ -225,6 +258,10 @@ def main() -> None:
     parser.add_argument("--history-sample", type=int, default=5, help="hosts whose histories are counted")
     parser.add_argument("--keep", action="store_true", help="keep the state dir (logs, history)")
     parser.add_argument("--limit", type=float, default=900.0, help="seconds the reprovision may take")
+    parser.add_argument(
+        "--paced", type=int, default=0, help="hosts more, reprovisioned one at a time after the burst"
+    )
+    parser.add_argument("--pace", type=float, default=3.0, help="seconds between two paced requests")
     print(json.dumps(asyncio.run(run(parser.parse_args())), indent=2))
 
 
