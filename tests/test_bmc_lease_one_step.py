@@ -4,6 +4,7 @@ of workflows/host_reboot.py), on a real dev server and the simulated site as its
 - A free BMC: the slot comes back in the step's result. The reboot's history has no inventory
   activity, no `request_bmc_lease`, no grant signal and no wait timer; the host is cycled once
   and the lease ends idle with one grant.
+- A cancel or an abort while the step runs: the slot it got is given back, nothing is sent.
 - A worker SIGKILLed right after the lease granted the step its slot, before the result reached
   Temporal: the retried step (on a new worker) is answered "granted" again for the same request,
   the host is cycled exactly once, and the slot is given back (nothing left to reclaim).
@@ -18,14 +19,25 @@ from pathlib import Path
 
 import pytest
 from deploy_support import REPO
-from host_operation_support import power_cycles, save_history, wait_for_query
+from host_operation_support import FAST_POLICY, power_cycles, save_history, wait_for_query
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Worker
 from test_bmc_lease import HOSTS, lease_of, lease_status, shared_bmc_sim, start_reboot
 
 import workflows
 from activities import build_activities
+from metalflow import names
+from metalflow.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
+from metalflow.models.host import (
+    ABORT_UPDATE,
+    HostRebootInput,
+    HostRebootResult,
+    OperationAnswer,
+    OperatorRequest,
+)
 from metalflow.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -44,6 +56,10 @@ def activity_attempts(history: WorkflowHistory) -> dict[str, int]:
             name = scheduled[started.scheduled_event_id]
             attempts[name] = max(attempts.get(name, 0), started.attempt)
     return attempts
+
+
+def activity_name(function: object) -> str:
+    return str(getattr(function, "__temporal_activity_definition").name)
 
 
 def signals(history: WorkflowHistory) -> list[str]:
@@ -176,3 +192,68 @@ async def test_a_busy_bmc_queues_the_step_and_grants_by_signal(
     assert signals(first_history) == [] and signals(second_history) == ["bmc_lease_granted"]
     assert activity_attempts(second_history)["lease_host_bmc"] == 1
     assert (lease.holders, lease.waiting, lease.reclaimed) == ((), (), 0)
+
+
+async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Cancel and abort while `lease_host_bmc` runs: the step is not cut (it may already hold the
+    slot), its answer is taken, the slot given back at once, and nothing is sent to the BMC.
+    The real activity runs, held back until the stop is in (its timing cannot be caught else)."""
+    host = HOSTS[0]
+    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        every = build_activities(temporal_client=client, settings=settings)
+        real = next(f for f in every if activity_name(f) == "lease_host_bmc")
+        step_started, stop_sent = asyncio.Event(), asyncio.Event()
+        granted: list[bool] = []
+
+        @activity.defn(name="lease_host_bmc")
+        async def held_back(request: LeaseHostBMCInput) -> LeaseHostBMCResult:
+            step_started.set()
+            await stop_sent.wait()
+            result: LeaseHostBMCResult = await real(request)
+            granted.append(result.lease.granted)
+            return result
+
+        others = [f for f in every if activity_name(f) != "lease_host_bmc"]
+        lease_handle = lease_of(client, sim, host, task_queue)
+        outcomes = []
+        activities = [*others, held_back]
+        worker = Worker(client, task_queue=task_queue, workflows=workflows.ALL, activities=activities)
+        async with worker:
+            for generation, stop in ((1, "abort"), (2, "cancel")):
+                step_started.clear()
+                stop_sent.clear()
+                reboot = await client.start_workflow(
+                    "HostRebootWorkflow",
+                    HostRebootInput(
+                        host_id=host, boot_generation=generation, requested_by="test", policy=FAST_POLICY
+                    ),
+                    id=f"{names.host_reboot_workflow_id(host, generation)}-{task_queue}",
+                    task_queue=task_queue,
+                    result_type=HostRebootResult,
+                )
+                await asyncio.wait_for(step_started.wait(), 60)
+                if stop == "abort":
+                    answer = await reboot.execute_update(
+                        ABORT_UPDATE, OperatorRequest(requested_by="test", reason="wrong host"),
+                        result_type=OperationAnswer,
+                    )  # fmt: skip
+                    assert answer.accepted, answer
+                else:
+                    await reboot.cancel()
+                stop_sent.set()
+                with pytest.raises(WorkflowFailureError) as ended:
+                    await asyncio.wait_for(reboot.result(), 60)
+                outcomes.append(ended.value.cause)
+                lease = await asyncio.wait_for(lease_handle.result(), 60)  # idle again: it ended
+                assert (lease.granted, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
+        log = sim.power_log(host)
+
+    assert granted == [True, True]  # each step got the slot before the run gave it back
+    aborted, cancelled = outcomes
+    assert isinstance(aborted, ApplicationError) and aborted.type == "OperationAborted", aborted
+    assert "the host was not rebooted by metalflow" in str(aborted)
+    assert isinstance(cancelled, CancelledError), cancelled
+    assert power_cycles(log) == 0 and not [e for e in log if e.get("to")], log  # nothing sent

@@ -253,14 +253,15 @@ class HostRebootWorkflow:
         try:
             # Not awaited directly: a cancel must not cut the step, which may hold a slot already.
             await workflow.wait_condition(step.done)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             try:
                 got: LeaseHostBMCResult = await step
             except ActivityError:
-                raise  # nothing was granted or queued that a retry could not
-            await self._leases.give_back(got.lease, holder)
+                pass  # failed for good: it holds nothing (a lost answer's slot is reclaimed)
+            else:
+                await self._leases.give_back(got.lease, holder)
             self._enter("cancelled", "cancelled before the power cycle: not rebooted")
-            raise
+            raise cancelled
         got = await step
         return got.inventory, (holder, got.lease)
 
