@@ -48,11 +48,16 @@ from metalflow.errors import ProgressNotRecorded
 
 _NO_TIMEOUT_INTERVAL_SECONDS = 10.0
 _MIN_INTERVAL_SECONDS = 0.1
-# Read-backs start soon (a gated step is sent at once) and slow down to this.
-_READ_BACK_FIRST_SECONDS = 0.05
-_READ_BACK_INTERVAL_SECONDS = 0.5
 HEARTBEAT_THROTTLE = timedelta(milliseconds=200)
 """The worker's `max_heartbeat_throttle_interval`: a recorded step is sent within this."""
+# Read-backs start soon (a step is sent at once when no beat went out in the last throttle
+# interval), stay this frequent until the throttle has surely let it out (a beat just before it
+# holds it back up to `HEARTBEAT_THROTTLE`), then slow down to `_READ_BACK_INTERVAL_SECONDS`.
+# Doubling from the start instead read at 0.05, 0.15, 0.35 s: a step held by the throttle was
+# seen at 0.35 s, the median reset of a paced bench (bench/README.md, branch `reaction`).
+_READ_BACK_FIRST_SECONDS = 0.05
+_READ_BACK_FREQUENT_FOR_SECONDS = HEARTBEAT_THROTTLE.total_seconds() + 0.15
+_READ_BACK_INTERVAL_SECONDS = 0.5
 
 
 def beat_interval(heartbeat_timeout_seconds: float | None) -> float:
@@ -151,9 +156,9 @@ async def wait_until_recorded(
     reads its details back with DescribeWorkflowExecution and acts only when they are there.
     Heartbeats `details` through `beat` (default `activity.heartbeat`) while it waits.
 
-    Cost: DescribeWorkflowExecution after 0.05 s, then at doubling intervals up to every 0.5 s,
-    until the details show (usually one or two with the worker's `HEARTBEAT_THROTTLE`); no
-    history events.
+    Cost: DescribeWorkflowExecution every 0.05 s for the first 0.35 s (the throttle and a
+    margin), then at doubling intervals up to every 0.5 s, until the details show (one to five
+    with the worker's `HEARTBEAT_THROTTLE`); no history events.
 
     Raises:
         ProgressNotRecorded: not shown within `within_seconds` (the server is unreachable), or
@@ -165,14 +170,16 @@ async def wait_until_recorded(
         raise ProgressNotRecorded(f"{what}: run outside a workflow, nothing to read the progress back from")
     client = activity.client()
     handle = client.get_workflow_handle(info.workflow_id, run_id=info.workflow_run_id)
-    deadline = time.monotonic() + within_seconds
+    began = time.monotonic()
+    deadline = began + within_seconds
     problem = "not shown yet"
     send = beat or activity.heartbeat
     pause = _READ_BACK_FIRST_SECONDS
     while True:
         send(details)
         await asyncio.sleep(pause)
-        pause = min(2 * pause, _READ_BACK_INTERVAL_SECONDS)
+        if time.monotonic() - began >= _READ_BACK_FREQUENT_FOR_SECONDS:
+            pause = min(2 * pause, _READ_BACK_INTERVAL_SECONDS)
         try:
             description = await handle.describe()
         except RPCError as err:
