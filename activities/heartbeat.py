@@ -96,18 +96,27 @@ class HeartbeatGate:
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(details: Callable[[], Sequence[Any]] | None = None) -> AsyncIterator[None]:
+async def heartbeating(
+    details: Callable[[], Sequence[Any]] | None = None, *, first_beat_at_once: bool = True
+) -> AsyncIterator[None]:
     """Heartbeat in the background for the duration of the block (inside an activity only).
 
     Args:
         details: Returns the details to send with each beat (the latest progress); None sends
             none (for activities that do not resume from details).
+        first_beat_at_once: False: the first background beat comes one interval in (still well
+            within the heartbeat timeout, which counts from the attempt's start). The SDK sends
+            an activity's first heartbeat at once and holds the next for its throttle, so an
+            early beat of nothing new would delay the step the activity records next (the power
+            cycle's `cycle_requested`, read back before its reset) by up to the throttle.
     """
     info = activity.info()
     timeout = info.heartbeat_timeout
     interval = beat_interval(None if timeout is None else timeout.total_seconds())
 
     async def beat() -> None:
+        if not first_beat_at_once:
+            await asyncio.sleep(interval)
         while True:
             activity.heartbeat(*(details() if details is not None else ()))
             await asyncio.sleep(interval)

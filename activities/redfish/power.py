@@ -286,6 +286,7 @@ class PowerActivities:
                 attempt=info.attempt,
             )
             # A single request (a reset the BMC is slow to answer) may outlast the heartbeat
-            # timeout: beat from the background with the latest progress meanwhile.
-            async with heartbeating(lambda: (cycle.progress,)):
+            # timeout: beat from the background with the latest progress meanwhile. Not at once:
+            # the first step recorded then goes out unthrottled (see `heartbeating`).
+            async with heartbeating(lambda: (cycle.progress,), first_beat_at_once=False):
                 return await cycle.run()
