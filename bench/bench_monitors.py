@@ -7,7 +7,10 @@ each, zero delays, every DPU Ready), starts a `monitor/host-<id>` for every host
 `metalflow host monitor` does, then asks host-001's entity for one reboot and waits for it,
 at most `--limit` seconds. `ok` is true when the reboot completed and the host's BMC logged
 exactly one power cycle: the monitors did not starve the worker of what a power cycle needs.
-Prints progress on stderr and one JSON object on stdout, with the worker's peak resident memory.
+Prints progress on stderr and one JSON object on stdout, with the worker's peak resident memory
+and, read from the monitors' histories afterwards (server clock), how many monitors had had
+their first workflow task (`monitors_started_by_reboot_end`) and had finished their join
+(`monitors_watching_by_reboot_end`) when the reboot ended: the backlog the reboot passed.
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
@@ -97,6 +103,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["start_seconds"] = round(time.monotonic() - began, 1)
         say("asking host-001 for one reboot among the monitors")
         request = OperationRequest(requested_by="bench", reason="bench_monitors", policy=POLICY)
+        ended: datetime | None = None
         reboot_began = time.monotonic()
         try:
             # Bounded too: the entity's first task may queue behind every monitor's (2026-11-23:
@@ -110,7 +117,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )  # fmt: skip
             result["accepted_seconds"] = round(time.monotonic() - reboot_began, 1)
             remaining = max(60.0, args.limit - (time.monotonic() - began))
-            await asyncio.wait_for(client.get_workflow_handle(accepted.workflow_id).result(), remaining)
+            operation = client.get_workflow_handle(accepted.workflow_id)
+            await asyncio.wait_for(operation.result(), remaining)
+            ended = (await operation.describe()).close_time
             log = httpx.get(f"{stack.sim_info['url']}/sim/hosts/host-001/power-log", timeout=30).json()
             cycles = sum(1 for entry in log if entry["to"] == "On")
             result["power_cycles"] = cycles
@@ -123,6 +132,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             f'{names.OPERATION.name}="{names.MONITOR}" AND ExecutionStatus="Running"'
         )
         result["monitors_running"] = running.count
+        if ended is not None:
+            remaining = max(60.0, args.limit - (time.monotonic() - began))
+            try:
+                started_by, watching_by = await asyncio.wait_for(
+                    backlog_at(client, args.monitors, ended), remaining
+                )
+                result["monitors_started_by_reboot_end"] = started_by
+                result["monitors_watching_by_reboot_end"] = watching_by
+            except Exception as err:  # noqa: BLE001 - a figure the run could not read stays out
+                result["backlog_error"] = f"{type(err).__name__}: {err}"
     except TimeoutError:
         result["error"] = f"starting {args.monitors} monitors took longer than {args.limit:g} s"
     finally:
@@ -130,6 +149,37 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if not args.keep:
             shutil.rmtree(state_dir, ignore_errors=True)
     return result
+
+
+async def backlog_at(client: Client, monitors: int, ended: datetime) -> tuple[int, int]:
+    """How many monitors had their first workflow task started, and their join (the site watch's
+    `join_site_dpf_watch`) completed, by `ended` (server clock: the reboot's close time)."""
+    gate = asyncio.Semaphore(50)
+
+    async def one(n: int) -> tuple[bool, bool]:
+        started = joined = False
+        join_ids: set[int] = set()
+        handle = client.get_workflow_handle(names.monitor_workflow_id(f"host-{n + 1:03d}"))
+        async with gate:
+            async for event in handle.fetch_history_events(page_size=50):
+                at = event.event_time.ToDatetime(tzinfo=UTC)
+                if at > ended:
+                    break
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                    started = True
+                scheduled = event.activity_task_scheduled_event_attributes
+                if event.HasField("activity_task_scheduled_event_attributes"):
+                    if scheduled.activity_type.name == "join_site_dpf_watch":
+                        join_ids.add(event.event_id)
+                completed = event.activity_task_completed_event_attributes
+                if event.HasField("activity_task_completed_event_attributes"):
+                    if completed.scheduled_event_id in join_ids:
+                        joined = True
+                        break
+        return started, joined
+
+    seen = await asyncio.gather(*(one(n) for n in range(monitors)))
+    return sum(1 for s, _ in seen if s), sum(1 for _, j in seen if j)
 
 
 def main() -> None:
