@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -37,7 +36,8 @@ from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest
 from temporalio.client import Client
 
 from metalflow import names
-from metalflow.validation import safe, terminal_safe
+from metalflow.cli.host_phases import KNOWN_PHASES, unknown_phase_message
+from metalflow.validation import terminal_safe
 from metalflow.wording import iso_z, plural
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
@@ -46,7 +46,6 @@ ID_CHUNK = 200  # workflow ids per `WorkflowId IN (...)` listing
 ENTITIES_QUERY = f'{names.OPERATION.name} = "{names.HOST}" AND ExecutionStatus = "Running"'
 # Operations are children of an entity; monitors and reboot grandchildren are not (the join drops them).
 OPERATIONS_QUERY = f'{names.OPERATION.name} != "{names.HOST}" AND ExecutionStatus = "Running"'
-_PHASE = re.compile(r"[a-z][a-z0-9 -]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -100,17 +99,17 @@ def register(commands: Any, runner: Callable[[Action], Callable[[argparse.Namesp
         "--phase",
         type=_phase,
         metavar="P",
-        help="only hosts whose phase, or whose operation's phase, is P (e.g. idle, rebooting-host)",
+        help="only hosts whose phase, or whose operation's phase, is P (e.g. idle, 'running reprovision', "
+        "rebooting-host; a phase no host can be in is refused with the list)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of hosts")
     parser.set_defaults(handler=runner(_list))
 
 
 def _phase(text: str) -> str:
-    if not _PHASE.fullmatch(text):
-        raise argparse.ArgumentTypeError(
-            f"invalid phase {safe(text, 40)}: lower-case letters, digits, '-' and spaces, e.g. rebooting-host"
-        )
+    """A phase some host or operation can be in (argparse refuses anything else: exit 2, no RPC)."""
+    if text not in KNOWN_PHASES:
+        raise argparse.ArgumentTypeError(unknown_phase_message(text))
     return text
 
 
@@ -169,7 +168,7 @@ async def fleet(client: Client, phase: str | None = None) -> tuple[list[HostRow]
             _pages(client, ENTITIES_QUERY), _pages(client, OPERATIONS_QUERY)
         )
         return _join(entities, operations), first + second
-    wanted = f'{names.PHASE.name} = "{phase}"'  # `phase` is checked by `_phase`: no quotes in it
+    wanted = f'{names.PHASE.name} = "{phase}"'  # `phase` is one of KNOWN_PHASES (`_phase`): no quotes
     (entities, first), (matched, second), (operations, third) = await asyncio.gather(
         _pages(client, f"{ENTITIES_QUERY} AND {wanted}"),
         _pages(client, f"{OPERATIONS_QUERY} AND {wanted}"),
