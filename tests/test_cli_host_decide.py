@@ -168,7 +168,9 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
         shown = await until(own_env, host, ended, "finished")
         assert shown["host"]["recent"][-1]["outcome"] == "completed", shown
     shown = await until(own_env, "host-003", ended, "stopped")
-    assert shown["host"]["recent"][-1]["outcome"] != "completed", shown
+    # An abort is recorded as such, with who and why, not as a failure.
+    outcome = shown["host"]["recent"][-1]["outcome"]
+    assert outcome.startswith("aborted by ") and outcome.endswith(": wrong rack"), shown
 
     idle = json.loads((await metalflow_here(own_env, "host", "list", "--json", "--phase", "idle")).stdout)
     assert [(row["host"], row["operation"]) for row in idle] == [
