@@ -11,8 +11,13 @@ is covered by tests/test_cli_host_decide.py.
 from __future__ import annotations
 
 import asyncio
+import os
+import pty
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from temporalio.client import Client
@@ -94,3 +99,35 @@ async def test_phase_is_filtered_by_the_server_page_by_page(listed: Client) -> N
     # operations in flight (none: 1 empty page each): not the 7 entities in 4 pages.
     assert 3 <= requests <= 4
     assert await fleet(listed, "rebooting-host", page_size=2) == ([], 3)
+
+
+def test_a_person_at_a_terminal_sees_the_rows_read_so_far(listed: Client, tmp_path: Path) -> None:
+    """`metalflow host list` with stderr on a terminal counts the rows read, then clears the line
+    before the table's summary; stdout (not a terminal) holds the table alone."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
+    env["TEMPORAL_ADDRESS"] = listed.service_client.config.target_host
+    env["METALFLOW_STATE_DIR"] = str(tmp_path)
+    controller, terminal = pty.openpty()
+    try:
+        completed = subprocess.run(
+            [str(Path(sys.executable).parent / "metalflow"), "host", "list"],
+            stdout=subprocess.PIPE, stderr=terminal, env=env, timeout=120, check=False,
+        )  # fmt: skip
+        os.close(terminal)
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the terminal's other end is closed and everything was read
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+    assert completed.returncode == 0
+    assert completed.stdout.decode().splitlines()[1].startswith("node-00 ")
+    said = shown.decode().replace("\r\n", "\n")
+    counted = said.index(f"\rreading Temporal visibility: {len(HOSTS)} workflows")
+    cleared = said.index("\r\x1b[K", counted)
+    assert said.index(f"{len(HOSTS)} hosts, 0 with an operation in flight", cleared) > cleared, said
