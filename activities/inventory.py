@@ -139,7 +139,7 @@ class Inventory:
     def __init__(self, settings: Settings, kube: Kube | None = None) -> None:
         self.settings = settings
         self.kube = kube or Kube(settings)
-        self.site_file = SiteFileCache(settings.site_file)
+        self.site_file = SiteFileCache.shared(settings.site_file)  # the worker's start check read it
 
     async def resolve(self, host_id: str, source: Source | None = None) -> HostInventory:
         """The host's inventory.

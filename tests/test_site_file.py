@@ -243,6 +243,18 @@ def test_bmc_lookup_by_id_finds_hosts_and_dpus(tmp_path: Path) -> None:
     assert bmc_from_site(site, "host-009") is None
 
 
+def test_one_cache_per_file_and_check_refuses_a_file_broken_now(tmp_path: Path) -> None:
+    path = _write(tmp_path / "site.yaml", good_site("http://10.0.0.1"))
+    cache = SiteFileCache.shared(path)
+    assert SiteFileCache.shared(tmp_path / "." / "site.yaml") is cache  # the worker's check and inventory
+    assert SiteFileCache.shared(tmp_path / "other.yaml") is not cache
+    assert len(cache.check().hosts) == 2
+    _write(path, "hosts: [{id: h1}]\n")
+    assert len(cache.site().hosts) == 2  # operations keep the last valid site
+    with pytest.raises(SiteFileError, match=r"is not valid \(1 problem\)"):
+        cache.check()  # a worker starting refuses it
+
+
 def test_a_site_file_never_valid_is_refused(tmp_path: Path) -> None:
     cache = SiteFileCache(tmp_path / "absent.yaml")
     with pytest.raises(SiteFileError, match="cannot read the site file"):
