@@ -57,7 +57,7 @@ def build_activities(
     pool = PoolActivities(kube)
     found += [pool.set_host_pool_state, pool.read_host_pool_state]
     redfish = build_redfish_client(settings)  # one client: one request cap per BMC
-    found += build_redfish_activities(settings, redfish)
+    found += build_redfish_activities(settings, redfish, hosts)  # one site file parse per worker
     lease = BMCLeaseActivities(settings, hosts)  # the fleet-wide per-BMC limit (workflows/bmc_lease.py)
     found += [lease.request_bmc_lease, lease.lease_host_bmc, lease.find_closed_workflow_runs]
     grove = GroveActivities(kube)

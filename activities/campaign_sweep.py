@@ -44,6 +44,7 @@ from metalflow.models.host import (
     OperatorRequest,
     WithdrawRequest,
 )
+from metalflow.wording import aborted_outcome
 
 STARTED = "OperationStarted"  # the entity's error type (workflows/host_rules.py): approved meanwhile
 
@@ -190,6 +191,9 @@ async def _closed_outcome(handle: WorkflowHandle[Any, Any], status: WorkflowExec
     try:
         await handle.result(follow_runs=False)
     except WorkflowFailureError as err:
+        # The operations' abort error (workflows.common.ABORTED_TYPE): as the entity records it.
+        if isinstance(err.cause, ApplicationError) and err.cause.type == "OperationAborted":
+            return aborted_outcome(err.cause.message)
         cause: BaseException = err
         while getattr(cause, "cause", None) is not None:
             cause = cause.cause  # type: ignore[attr-defined]

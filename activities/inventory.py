@@ -116,14 +116,12 @@ def host_from_site_file(path: Path, host_id: str, default_namespace: str) -> Hos
 
 
 def bmc_from_site(site: Site, bmc_id: str) -> BMCAccess | None:
-    """The BMC with this id (a host's id, or a DPU's) as the site describes it."""
-    for host in site.hosts:
-        if host.id == bmc_id:
-            return _bmc(host.id, host.bmc)
-        for dpu in host.dpus:
-            if dpu.id == bmc_id and dpu.bmc is not None:
-                return _bmc(dpu.id, dpu.bmc)
-    return None
+    """The BMC with this id (a host's id, or a DPU's) as the site describes it (by index)."""
+    host = site.host(bmc_id)
+    if host is not None:
+        return _bmc(host.id, host.bmc)
+    dpu = site.dpu_bmc(bmc_id)
+    return None if dpu is None else _bmc(bmc_id, dpu)
 
 
 def _json_annotation(annotations: dict[str, str], key: str, where: str) -> Any:
@@ -141,7 +139,7 @@ class Inventory:
     def __init__(self, settings: Settings, kube: Kube | None = None) -> None:
         self.settings = settings
         self.kube = kube or Kube(settings)
-        self.site_file = SiteFileCache(settings.site_file)
+        self.site_file = SiteFileCache.shared(settings.site_file)  # the worker's start check read it
 
     async def resolve(self, host_id: str, source: Source | None = None) -> HostInventory:
         """The host's inventory.

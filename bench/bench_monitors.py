@@ -7,7 +7,14 @@ each, zero delays, every DPU Ready), starts a `monitor/host-<id>` for every host
 `metalflow host monitor` does, then asks host-001's entity for one reboot and waits for it,
 at most `--limit` seconds. `ok` is true when the reboot completed and the host's BMC logged
 exactly one power cycle: the monitors did not starve the worker of what a power cycle needs.
-Prints progress on stderr and one JSON object on stdout, with the worker's peak resident memory.
+Prints progress on stderr and one JSON object on stdout, with the worker's peak resident memory
+and, read from the monitors' histories afterwards (server clock), how many monitors had had
+their first workflow task (`monitors_started_by_reboot_end`) and had finished their join
+(`monitors_watching_by_reboot_end`) when the reboot ended: the backlog the reboot passed. The
+task queue's backlog per priority key when the reboot is asked is `backlog_at_ask` (the
+server's approximate counts: workflow and activity tasks). `--drain` then waits, within
+`--limit`, until both backlogs are empty: `drained_seconds` from the first start, or
+`backlog_left` at the limit, and `monitors_watching_at_end`.
 """
 
 from __future__ import annotations
@@ -19,10 +26,15 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
@@ -96,7 +108,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.wait_for(asyncio.gather(*(monitor(n) for n in range(args.monitors))), args.limit)
         result["start_seconds"] = round(time.monotonic() - began, 1)
         say("asking host-001 for one reboot among the monitors")
+        result["backlog_at_ask"] = await backlog(client)
         request = OperationRequest(requested_by="bench", reason="bench_monitors", policy=POLICY)
+        ended: datetime | None = None
         reboot_began = time.monotonic()
         try:
             # Bounded too: the entity's first task may queue behind every monitor's (2026-11-23:
@@ -110,7 +124,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             )  # fmt: skip
             result["accepted_seconds"] = round(time.monotonic() - reboot_began, 1)
             remaining = max(60.0, args.limit - (time.monotonic() - began))
-            await asyncio.wait_for(client.get_workflow_handle(accepted.workflow_id).result(), remaining)
+            operation = client.get_workflow_handle(accepted.workflow_id)
+            await asyncio.wait_for(operation.result(), remaining)
+            ended = (await operation.describe()).close_time
             log = httpx.get(f"{stack.sim_info['url']}/sim/hosts/host-001/power-log", timeout=30).json()
             cycles = sum(1 for entry in log if entry["to"] == "On")
             result["power_cycles"] = cycles
@@ -123,6 +139,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             f'{names.OPERATION.name}="{names.MONITOR}" AND ExecutionStatus="Running"'
         )
         result["monitors_running"] = running.count
+        if args.drain:
+            await drain(client, args, began, result)
+        if ended is not None:
+            remaining = max(60.0, args.limit - (time.monotonic() - began))
+            try:
+                started_by, watching_by = await asyncio.wait_for(
+                    backlog_at(client, args.monitors, ended), remaining
+                )
+                result["monitors_started_by_reboot_end"] = started_by
+                result["monitors_watching_by_reboot_end"] = watching_by
+            except Exception as err:  # noqa: BLE001 - a figure the run could not read stays out
+                result["backlog_error"] = f"{type(err).__name__}: {err}"
     except TimeoutError:
         result["error"] = f"starting {args.monitors} monitors took longer than {args.limit:g} s"
     finally:
@@ -132,6 +160,80 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+async def backlog(client: Client) -> dict[str, dict[int, int]]:
+    """The task queue's approximate backlog per priority key, workflow and activity tasks."""
+    found: dict[str, dict[int, int]] = {}
+    for kind, queue_type in (
+        ("workflow", TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW),
+        ("activity", TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY),
+    ):
+        described = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=names.TASK_QUEUE),
+                task_queue_type=queue_type,
+                report_stats=True,
+            )
+        )
+        found[kind] = {
+            key: stats.approximate_backlog_count
+            for key, stats in sorted(described.stats_by_priority_key.items())
+        }
+    return found
+
+
+async def drain(client: Client, args: argparse.Namespace, began: float, result: dict[str, Any]) -> None:
+    """Wait, within the limit, until no task of the queue waits; then count the watching monitors."""
+    say("waiting for the monitors' backlog to drain")
+    left: dict[str, dict[int, int]] = {}
+    while time.monotonic() - began < args.limit:
+        left = await backlog(client)
+        if not any(n for counts in left.values() for n in counts.values()):
+            result["drained_seconds"] = round(time.monotonic() - began, 1)
+            break
+        await asyncio.sleep(10)
+    else:
+        result["backlog_left"] = left
+    now = datetime.now(UTC)
+    try:
+        _, result["monitors_watching_at_end"] = await asyncio.wait_for(
+            backlog_at(client, args.monitors, now), max(120.0, args.limit - (time.monotonic() - began))
+        )
+    except Exception as err:  # noqa: BLE001 - a figure the run could not read stays out
+        result["drain_error"] = f"{type(err).__name__}: {err}"
+
+
+async def backlog_at(client: Client, monitors: int, ended: datetime) -> tuple[int, int]:
+    """How many monitors had their first workflow task started, and their join (the site watch's
+    `join_site_dpf_watch`) completed, by `ended` (server clock: the reboot's close time)."""
+    gate = asyncio.Semaphore(50)
+
+    async def one(n: int) -> tuple[bool, bool]:
+        started = joined = False
+        join_ids: set[int] = set()
+        handle = client.get_workflow_handle(names.monitor_workflow_id(f"host-{n + 1:03d}"))
+        async with gate:
+            async for event in handle.fetch_history_events(page_size=50):
+                at = event.event_time.ToDatetime(tzinfo=UTC)
+                if at > ended:
+                    break
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+                    started = True
+                scheduled = event.activity_task_scheduled_event_attributes
+                if event.HasField("activity_task_scheduled_event_attributes"):
+                    if scheduled.activity_type.name == "join_site_dpf_watch":
+                        join_ids.add(event.event_id)
+                completed = event.activity_task_completed_event_attributes
+                if event.HasField("activity_task_completed_event_attributes"):
+                    if completed.scheduled_event_id in join_ids:
+                        joined = True
+                        break
+        return started, joined
+
+    seen = await asyncio.gather(*(one(n) for n in range(monitors)))
+    return sum(1 for s, _ in seen if s), sum(1 for _, j in seen if j)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -139,6 +241,9 @@ def main() -> None:
     parser.add_argument("--monitors", type=int, default=10_000)
     parser.add_argument("--limit", type=float, default=900.0, help="seconds for the whole run")
     parser.add_argument("--keep", action="store_true", help="keep the state dir (logs, history)")
+    parser.add_argument(
+        "--drain", action="store_true", help="after the reboot, wait until the monitors' backlog is empty"
+    )
     print(json.dumps(asyncio.run(run(parser.parse_args())), indent=2))
 
 

@@ -4,6 +4,21 @@ once, read its status and policy, stop it. Used by `metalflow host monitor` and 
 A monitor is started directly, not through the host's entity: it is not an operation (it never
 holds the host) and runs beside them. It asks the entity for reprovisions itself, so the
 entity's gates (one operation at a time, approval on an assigned host) still decide.
+
+Priority. A monitor runs at Temporal task priority `MONITOR_PRIORITY` (4; unset is 3, what every
+other metalflow workflow runs at), inherited by its activities and by every run it continues as
+new. Why: a monitor's work is background, an operation's is not. 10,000 monitors started at
+once leave 10,000 first workflow tasks, joins (1 describe + 3 lists each) and pool label writes
+in the one task queue; at one worker's pace that backlog lasts many minutes, and a reboot asked
+meanwhile waited behind all of it (bench/README.md: 18 minutes). The matching service keeps a
+sub-queue per priority and serves a lower key first, so an operation's tasks pass the backlog;
+when nothing is backlogged the key changes nothing. Cost: none per host (a field of the start
+request; no queue, worker, poller or history event more). The other side: while operations
+keep the queue backlogged, monitors' reactions (a pool label after a DPU's services fall) wait
+for them. The dev server (Temporal 1.32) honours the key as is; a server without the priority
+matcher (older, or `matching.useNewMatcher` off) ignores it, and monitors then share FIFO order
+with operations as before. A monitor started before this kept priority 3 (it still works; it
+only does not yield), also across continue-as-new: stop and start it to move it.
 """
 
 from __future__ import annotations
@@ -19,6 +34,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
+    Priority,
     QueryRejectCondition,
     SearchAttributePair,
     TypedSearchAttributes,
@@ -42,6 +58,8 @@ from metalflow.models.host import (
 
 MONITOR_WORKFLOW_TYPE = "HostMonitorWorkflow"
 LOOK_POLL_SECONDS = 0.2
+# Below the default (3) that operations run at: see the module docstring.
+MONITOR_PRIORITY = Priority(priority_key=4)
 
 
 def describe_policy(policy: MonitorPolicy) -> str:
@@ -65,6 +83,7 @@ async def start_monitor(
         id=names.monitor_workflow_id(request.host_id),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        priority=MONITOR_PRIORITY,
         search_attributes=TypedSearchAttributes(
             [
                 SearchAttributePair(names.HOST_ID, request.host_id),

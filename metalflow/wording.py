@@ -39,3 +39,9 @@ def duration(span: timedelta | float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, seconds = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
+
+
+def aborted_outcome(message: str) -> str:
+    """An operation an operator aborted, in the entity's record (`host status`, campaigns): it
+    reads `aborted ...`, never `failed: ...`. `message` is the operation's abort error."""
+    return message if message.startswith("aborted") else f"aborted: {message}"

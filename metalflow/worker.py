@@ -27,7 +27,7 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 import activities
 import workflows
 from activities import heartbeat
-from activities.site_file import SiteFileError, load_site
+from activities.site_file import SiteFileCache, SiteFileError
 from metalflow import code_cache, names
 from metalflow.client import connect
 from metalflow.devstack.lifeline import LIFELINE_ARG, watch_lifeline
@@ -168,7 +168,7 @@ def check_site_access(settings: Settings) -> None:
     try:
         load_configuration(settings)
         if settings.inventory == "site":
-            load_site(settings.site_file)
+            SiteFileCache.shared(settings.site_file).check()  # parsed once: the inventory keeps it
     except SiteFileError as err:
         raise ValueError(f"{err.one_line()} (METALFLOW_SITE_FILE)") from None
     except InvalidInput as err:

@@ -23,7 +23,7 @@ from cli_support import run_in_few_processes
 from temporalio.client import Client
 from test_cli_input_bounds import METALFLOW, _entity_exists, _env, _run
 
-from activities.inventory import Inventory
+from activities.inventory import Inventory, bmc_from_site
 from activities.site_file import SiteFileCache, SiteFileError, load_site
 from metalflow.errors import InvalidInput
 from metalflow.settings import Settings
@@ -226,6 +226,33 @@ async def test_the_worker_keeps_the_last_valid_site_file_and_takes_a_fixed_one(
 
     path.unlink()  # gone: keep serving the last valid content
     assert (await inventory.resolve("host-003")).host_id == "host-003"
+
+
+def test_bmc_lookup_by_id_finds_hosts_and_dpus(tmp_path: Path) -> None:
+    site_dict = good_site("http://10.0.0.1")
+    site_dict["hosts"][1]["bmc"]["endpoint"] = "http://10.0.0.2"
+    site_dict["hosts"][1]["dpus"][1]["bmc"]["endpoint"] = "http://10.0.0.3"
+    del site_dict["hosts"][0]["dpus"][1]["bmc"]
+    _write(tmp_path / "site.yaml", site_dict)
+    site = load_site(tmp_path / "site.yaml")
+    host = bmc_from_site(site, "host-002")
+    dpu = bmc_from_site(site, "host-002-dpu-1")
+    assert host is not None and host.endpoint == "http://10.0.0.2"
+    assert dpu is not None and dpu.endpoint == "http://10.0.0.3"
+    assert bmc_from_site(site, "host-001-dpu-1") is None  # a DPU without a BMC of its own
+    assert bmc_from_site(site, "host-009") is None
+
+
+def test_one_cache_per_file_and_check_refuses_a_file_broken_now(tmp_path: Path) -> None:
+    path = _write(tmp_path / "site.yaml", good_site("http://10.0.0.1"))
+    cache = SiteFileCache.shared(path)
+    assert SiteFileCache.shared(tmp_path / "." / "site.yaml") is cache  # the worker's check and inventory
+    assert SiteFileCache.shared(tmp_path / "other.yaml") is not cache
+    assert len(cache.check().hosts) == 2
+    _write(path, "hosts: [{id: h1}]\n")
+    assert len(cache.site().hosts) == 2  # operations keep the last valid site
+    with pytest.raises(SiteFileError, match=r"is not valid \(1 problem\)"):
+        cache.check()  # a worker starting refuses it
 
 
 def test_a_site_file_never_valid_is_refused(tmp_path: Path) -> None:

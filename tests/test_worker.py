@@ -219,3 +219,14 @@ def test_worker_reports_bad_configuration_with_status_2() -> None:
     )
     assert completed.returncode == 2
     assert "OTEL_TRACES_EXPORTER 'nonsense'" in completed.stderr
+
+
+def test_inventory_and_power_activities_share_one_site_file_cache(tmp_path: Path) -> None:
+    """One parse of the site file per worker: at 10,000 hosts a second cache's first parse kept
+    a power cycle from heartbeating until its attempt was timed out (bench/README.md)."""
+    from metalflow.settings import Settings
+
+    built = activities.build_activities(settings=Settings(site_file=tmp_path / "site.yaml"))
+    owners = {getattr(fn, "__name__", ""): getattr(fn, "__self__", None) for fn in built}
+    resolve, power = owners["resolve_host_inventory"], owners["power_cycle_host"]
+    assert power._inventory.site_file is resolve.inventory.site_file  # noqa: SLF001

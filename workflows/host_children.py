@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         HostRemovalInput,
         OperationRequest,
     )
+    from metalflow.wording import aborted_outcome
     from workflows import common
     from workflows.host_reboot import start_next_reboot
     from workflows.host_rules import BUSY_ERROR, CurrentOperation, HostEntityState
@@ -213,6 +214,8 @@ def _outcome_of(err: ChildWorkflowError) -> str:
         return "aborted"
     if isinstance(cause, TerminatedError):
         return "terminated"
+    if isinstance(cause, ApplicationError) and cause.type == common.ABORTED_TYPE:
+        return aborted_outcome(cause.message)  # an operator's abort is not a failure
     return f"failed: {cause or err}"
 
 

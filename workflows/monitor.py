@@ -16,6 +16,10 @@ Runbook, on every change the DPF watcher signals:
 Only a fall from `Ready` counts: a DPU passing `Node Effect` while it is provisioned or
 reprovisioned is held by design. A recreated DPU (new uid) restarts its degraded clock.
 
+Priority: `metalflow.monitors.start_monitor` starts it at Temporal task priority 4, below the
+operations' default 3, and its activities and continued runs inherit it: thousands of monitors
+starting at once do not delay a reboot (the reasoning and its cost are in that module).
+
 History stays small: at most ~10 events per DPF change (the signal, its workflow task, a pool
 label write when the state changes), so a run's worst case is about 20 + 10 x
 `policy.events_per_run` (default 500: ~5,000 events, under a tenth of Temporal's limit). After

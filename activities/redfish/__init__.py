@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from activities.credentials import CredentialResolver
 from activities.redfish.client import RedfishClient
@@ -12,6 +12,9 @@ from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
 from activities.redfish.waits import PowerWaitActivities
 from metalflow.settings import Settings
+
+if TYPE_CHECKING:
+    from activities.inventory import Inventory
 
 
 def build_redfish_client(settings: Settings) -> RedfishClient:
@@ -29,15 +32,18 @@ def power_activities(power: PowerActivities) -> list[Callable[..., Any]]:
 
 
 def build_redfish_activities(
-    settings: Settings, client: RedfishClient | None = None
+    settings: Settings, client: RedfishClient | None = None, inventory: Inventory | None = None
 ) -> list[Callable[..., Any]]:
     """Every Redfish activity, sharing one client (and so one request cap per BMC); `client`: the
-    worker's, when other activities (the campaign's firmware check) share it too."""
+    worker's, when other activities (the campaign's firmware check) share it too; `inventory`:
+    the worker's, so the site file is parsed once per worker, not once per inventory (at 10,000
+    hosts a parse took 6-13 s on the loaded bench machine, and a power cycle's first attempt
+    spent it unable to heartbeat, was timed out and cancelled, twice: bench/README.md)."""
     from activities.inventory import Inventory  # the inventory's Kubernetes client loads lazily
 
     client = client or build_redfish_client(settings)
     # Each attempt re-reads its BMC from the inventory: fixes take effect (issue 9).
-    inventory = Inventory(settings)
+    inventory = inventory or Inventory(settings)
     firmware = FirmwareActivities(client, inventory)
     return [
         *power_activities(PowerActivities(client, inventory)),

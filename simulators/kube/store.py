@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
+from simulators.kube.bucket import Bucket
 from simulators.kube.patch import PatchError, json_patch, merge_patch
 from simulators.kube.selectors import Selector, SelectorError
 from simulators.kube.watch import Watcher, clone
@@ -227,11 +228,12 @@ class Store:
     ) -> None:
         self._types: dict[tuple[str, str, str], ResourceType] = {}
         self._by_kind: dict[tuple[str, str], ResourceType] = {}
-        self._objects: dict[_TypeKey, dict[_ObjKey, Object]] = {}
+        # Indexed per type (simulators/kube/bucket.py): a list costs O(matches), not O(all).
+        self._objects: dict[_TypeKey, Bucket] = {}
         for rt in resource_types:
             self._types[(rt.group, rt.version, rt.plural)] = rt
             self._by_kind[(rt.api_version, rt.kind)] = rt
-            self._objects.setdefault((rt.group, rt.plural), {})
+            self._objects.setdefault((rt.group, rt.plural), Bucket())
         self._validate = validate
         self._validate_rules = validate_rules
         self._rv = 0
@@ -288,7 +290,7 @@ class Store:
             obj = item["object"]
             meta = obj["metadata"]
             rt = next(t for t in self._types.values() if (t.group, t.plural) == key)
-            self._objects[key][self._key(rt, meta.get("namespace"), meta["name"])] = obj
+            self._objects[key].put(self._key(rt, meta.get("namespace"), meta["name"]), obj)
             count += 1
         self._rv = self._floor = int(snapshot["resourceVersion"])
         return count
@@ -333,7 +335,7 @@ class Store:
     def _key(rt: ResourceType, namespace: str | None, name: str) -> _ObjKey:
         return ((namespace or "") if rt.namespaced else "", name)
 
-    def _bucket(self, rt: ResourceType) -> dict[_ObjKey, Object]:
+    def _bucket(self, rt: ResourceType) -> Bucket:
         return self._objects[(rt.group, rt.plural)]
 
     def _current(self, rt: ResourceType, namespace: str | None, name: str) -> Object:
@@ -439,12 +441,7 @@ class Store:
         self, rt: ResourceType, namespace: str | None, selector: Selector
     ) -> builtins.list[Object]:
         """Like `list` but returns the stored snapshots themselves: the caller must not mutate them."""
-        bucket = self._bucket(rt)
-        keys = sorted(bucket)
-        if rt.namespaced and namespace:
-            keys = [k for k in keys if k[0] == namespace]
-        objs = [bucket[k] for k in keys]
-        return objs if selector.empty else [o for o in objs if selector.matches(o)]
+        return self._bucket(rt).select(namespace if rt.namespaced else None, selector)
 
     # -- writes -----------------------------------------------------------------------------
     def ensure_namespace(self, name: str) -> None:
@@ -487,7 +484,7 @@ class Store:
             return cast(Object, clone(obj))
         self._rv += 1
         meta["resourceVersion"] = str(self._rv)
-        bucket[key] = obj
+        bucket.put(key, obj)
         self._record(rt, "ADDED", None, obj)
         return cast(Object, clone(obj))
 
@@ -585,11 +582,11 @@ class Store:
         self._rv += 1
         meta["resourceVersion"] = str(self._rv)
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            del self._bucket(rt)[key]
+            self._bucket(rt).remove(key)
             self._record(rt, "DELETED", old, new)
             self._after_removal(rt, new)
         else:
-            self._bucket(rt)[key] = new
+            self._bucket(rt).put(key, new)
             self._record(rt, "MODIFIED", old, new)
         return cast(Object, clone(new))
 
@@ -644,7 +641,7 @@ class Store:
                 self._empty_namespace(name)
                 return result
             return self._commit(rt, old, new)
-        del self._bucket(rt)[self._key(rt, namespace, name)]
+        self._bucket(rt).remove(self._key(rt, namespace, name))
         self._rv += 1
         gone = dict(old)
         gone["metadata"] = {**meta, "resourceVersion": str(self._rv)}
@@ -656,7 +653,7 @@ class Store:
         """Garbage-collect dependents, and finish a terminating namespace once empty."""
         uid = removed["metadata"].get("uid")
         for dep_rt in self._types.values():
-            for dep in list(self._bucket(dep_rt).values()):
+            for dep in self._bucket(dep_rt).values():
                 refs = dep["metadata"].get("ownerReferences") or []
                 if any(r.get("uid") == uid for r in refs) and not dep["metadata"].get("deletionTimestamp"):
                     m = dep["metadata"]
@@ -671,7 +668,7 @@ class Store:
     def _empty_namespace(self, name: str) -> None:
         for rt in self._types.values():
             if rt.namespaced:
-                for key, obj in list(self._bucket(rt).items()):
+                for key, obj in self._bucket(rt).items():
                     if (
                         key[0] == name
                         and key in self._bucket(rt)
@@ -689,7 +686,7 @@ class Store:
         old = self._bucket(ns_rt).get(("", name))
         if old is None:
             return
-        del self._bucket(ns_rt)[("", name)]
+        self._bucket(ns_rt).remove(("", name))
         self._rv += 1
         gone = dict(old)
         gone["metadata"] = {**old["metadata"], "resourceVersion": str(self._rv)}

@@ -1,0 +1,185 @@
+"""`host list --phase` takes the phases hosts can be in (metalflow/cli/host_phases.py), and only them.
+
+The list is held to the workflows that own the words: every phase their code enters (read from
+their source, the way a reviewer would) and every phase their recorded histories show must be in
+it, and every word in it must be entered somewhere; a refused phase is refused before anything
+connects. No server: under a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import importlib
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cli_support import run_metalflow
+
+from metalflow.cli.host_phases import ENDINGS, ENTITY_PHASES, KNOWN_PHASES, OPERATION_PHASES
+
+ROOT = Path(__file__).resolve().parent.parent
+# The workflows of an entity's operations, and how each shows a phase (the phase is the first
+# argument, or the second of `_read_versions`).
+OPERATION_MODULES = ("host_operation", "escalation", "firmware", "removal", "host_reboot")
+PHASE_CALLS = {"enter": 0, "_enter": 0, "enter_phase": 0, "wait_for_dpf": 0, "_read_versions": 1}
+OPERATION_TYPES = {"HostOperationWorkflow", "FirmwareWorkflow", "HostRemovalWorkflow", "HostRebootWorkflow"}
+
+
+def _entered(module_name: str) -> tuple[set[str], set[str]]:
+    """The phases `workflows.<module_name>` enters: literals and module constants, and the
+    variables it passes instead (resolved by the tests below)."""
+    module = importlib.import_module(f"workflows.{module_name}")
+    tree = ast.parse((ROOT / "workflows" / f"{module_name}.py").read_text())
+    words, variables = set(), set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+        position = PHASE_CALLS.get(name or "")
+        if position is None or len(node.args) <= position:
+            continue
+        argument = node.args[position]
+        if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+            words.add(argument.value)
+        elif isinstance(argument, ast.Name) and isinstance(getattr(module, argument.id, None), str):
+            words.add(getattr(module, argument.id))
+        elif isinstance(argument, ast.Name):
+            variables.add(argument.id)
+        else:
+            raise AssertionError(f"workflows/{module_name}.py:{node.lineno}: a phase this test cannot read")
+    return words, variables
+
+
+def test_every_phase_an_operation_enters_is_known() -> None:
+    entered: set[str] = set()
+    variables: dict[str, set[str]] = {}
+    for module_name in OPERATION_MODULES:
+        words, names_passed = _entered(module_name)
+        entered |= words
+        variables[module_name] = names_passed
+    # The variables: the wrappers' own parameter (`phase`), `common.ending`'s final phases, and
+    # removal's delete verb; anything new must be read here too.
+    assert variables == {
+        "host_operation": {"phase"},
+        "escalation": {"phase"},
+        "firmware": {"phase"},
+        "removal": {"phase", "verb"},
+        "host_reboot": {"phase"},
+    }
+    removal = (ROOT / "workflows" / "removal.py").read_text()
+    assert 'verb = "force-deleting" if force else "deleting"' in removal
+    entered |= {"force-deleting", "deleting"}
+    ending = ast.parse((ROOT / "workflows" / "common.py").read_text())
+    (function,) = [n for n in ast.walk(ending) if isinstance(n, ast.FunctionDef) and n.name == "ending"]
+    endings = {
+        n.value.elts[0].value
+        for n in ast.walk(function)
+        if isinstance(n, ast.Return)
+        and isinstance(n.value, ast.Tuple)
+        and isinstance(n.value.elts[0], ast.Constant)
+    }
+    assert endings == {"cancelled", "aborted", "failed"}
+    entered |= endings
+    assert entered - OPERATION_PHASES == set(), "phases missing from metalflow/cli/host_phases.py"
+    assert OPERATION_PHASES - entered == set(), "phases no operation enters"
+    assert ENDINGS <= OPERATION_PHASES
+
+
+def test_the_entity_phases_are_the_entitys() -> None:
+    from workflows import host_rules
+
+    source = (ROOT / "workflows" / "host_rules.py").read_text()
+    assert 'return f"running {self._current.record.operation}"' in source  # one per operation
+    assert {host_rules.IDLE, host_rules.AWAITING_APPROVAL} | {
+        phase for phase in ENTITY_PHASES if phase.startswith("running ")
+    } == ENTITY_PHASES
+    children = (ROOT / "workflows" / "host_children.py").read_text()
+    for phase in ENTITY_PHASES - {host_rules.IDLE, host_rules.AWAITING_APPROVAL}:
+        operation = phase.removeprefix("running ")
+        assert f"names.{operation.upper()}:" in children, f"the entity starts no {operation}"
+
+
+def test_every_phase_in_the_recorded_histories_is_known() -> None:
+    seen: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "tests" / "histories").glob("*.json")):
+        events = json.loads(path.read_text())["events"]
+        kind = events[0]["workflowExecutionStartedEventAttributes"]["workflowType"]["name"]
+        for event in events:
+            upserted = event.get("upsertWorkflowSearchAttributesEventAttributes")
+            phase = upserted and upserted["searchAttributes"]["indexedFields"].get("Phase")
+            if phase:
+                seen.setdefault(kind, set()).add(json.loads(base64.b64decode(phase["data"])))
+    assert seen["HostWorkflow"] <= ENTITY_PHASES, seen["HostWorkflow"]
+    shown = set().union(*(seen[kind] for kind in OPERATION_TYPES))
+    assert shown - OPERATION_PHASES == set()
+    assert "rebooting-host" in shown and "waiting-until-gone" in shown  # the histories were read
+
+
+@pytest.fixture
+def silent_temporal(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[socket.socket]:
+    """A TCP listener standing in for Temporal's address: a command that connects shows up in
+    its backlog. The state dir is empty, so no client config elsewhere is read."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    for variable in ("TEMPORAL_CONFIG_FILE", "TEMPORAL_PROFILE", "TEMPORAL_NAMESPACE", "TEMPORAL_API_KEY"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.1:{listener.getsockname()[1]}")
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    yield listener
+    listener.close()
+
+
+def _connected(listener: socket.socket) -> bool:
+    try:
+        listener.accept()[0].close()
+    except BlockingIOError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("phase", ["Idle", "running", "rebooting", "idle;rm", "monitoring\x1b[2J"])
+def test_an_unknown_phase_is_refused_with_the_known_ones_before_connecting(
+    silent_temporal: socket.socket, phase: str
+) -> None:
+    refused = run_metalflow("host", "list", "--phase", phase)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert "unknown phase '" in refused.stderr and "\x1b" not in refused.stderr
+    assert "idle, running firmware" in refused.stderr and "rebooting-host" in refused.stderr
+    assert not _connected(silent_temporal)
+
+
+def test_every_known_phase_is_accepted() -> None:
+    from metalflow.cli import host_list
+
+    assert all(host_list._phase(phase) == phase for phase in KNOWN_PHASES)
+
+
+def test_a_known_phase_does_connect_to_the_address(silent_temporal: socket.socket) -> None:
+    """The control of the test above: the same command with a phase that exists reaches the
+    listener (then fails once the listener hangs up), so "no connection" there means something.
+    Its own process: a Temporal command ends its process when done."""
+    command = subprocess.Popen(
+        [str(Path(sys.executable).parent / "metalflow"), "host", "list", "--phase", "idle"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for _ in range(600):
+            if _connected(silent_temporal):
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("host list --phase idle never connected to TEMPORAL_ADDRESS")
+        silent_temporal.close()
+        _, stderr = command.communicate(timeout=120)
+    finally:
+        command.kill()
+    assert command.returncode == 2 and "unknown phase" not in stderr, stderr

@@ -1,0 +1,126 @@
+"""A reboot is served while many host monitors are starting (`metalflow.monitors.MONITOR_PRIORITY`).
+
+Hundreds of monitors are started while no worker polls, so their first workflow tasks make a
+backlog; then host-001's entity is asked for a reboot (its first task lands behind all of them);
+then the product's worker (`metalflow.worker.build_worker`) starts. Asserted from the server's
+own histories, in order, never durations: the entity's first workflow task went ahead of nearly
+every monitor's, the reboot ended while monitors were still waiting for their first task, and
+the BMC logged exactly one power cycle. With monitors at the operations' priority (FIFO) the
+entity's task comes after every monitor's and neither order holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from sim_support import RunningSim, running_sim
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from test_firmware_support import FAST_POLICY, eventually, settings_for
+
+from metalflow import names
+from metalflow.hosts import send_update
+from metalflow.models.host import (
+    REQUEST_REBOOT_UPDATE,
+    HostMonitorInput,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationRequest,
+)
+from metalflow.monitors import start_monitor
+from metalflow.worker import WORKFLOW_TASK_SLOTS, build_worker
+
+MONITORS = 300
+# Monitors' first tasks a worker may take before the entity's: what its pollers and slots held
+# when it started, plus slack for the matcher reading its backlog in. FIFO gives MONITORS.
+AHEAD_AT_MOST = WORKFLOW_TASK_SLOTS + 20
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    state = tmp_path_factory.mktemp("monitor-priority-sim")
+    with running_sim(state, hosts=MONITORS, dpus_per_host=1, timings="zero", initialised=True) as running:
+        yield running
+
+
+async def first_task_started(handle: WorkflowHandle[Any, Any]) -> datetime | None:
+    """When the workflow's first workflow task was handed to a worker (server clock), if yet."""
+    async for event in handle.fetch_history_events(page_size=10):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            return event.event_time.ToDatetime(tzinfo=UTC)
+    return None
+
+
+async def test_a_reboot_passes_the_start_up_backlog_of_hundreds_of_monitors(
+    client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    hosts = [f"host-{n:03d}" for n in range(1, MONITORS + 1)]
+    monitors = [client.get_workflow_handle(names.monitor_workflow_id(h)) for h in hosts]
+    entity = client.get_workflow_handle(names.host_workflow_id("host-001"))
+    gate = asyncio.Semaphore(20)
+
+    async def start(host: str) -> None:
+        async with gate:
+            await start_monitor(client, HostMonitorInput(host_id=host, requested_by="test"), task_queue)
+
+    asked: asyncio.Task[OperationAccepted] | None = None
+    try:
+        await asyncio.gather(*(start(h) for h in hosts))  # no worker yet: all of it waits
+        request = OperationRequest(
+            requested_by="test", reason="reboot among starting monitors", policy=FAST_POLICY
+        )
+        asked = asyncio.create_task(
+            send_update(
+                client, HostWorkflowInput(host_id="host-001", policy=FAST_POLICY), REQUEST_REBOOT_UPDATE,
+                request, OperationAccepted, task_queue,
+            )
+        )  # fmt: skip
+        await eventually(lambda: _exists(entity), bool)  # its first task is queued behind the monitors'
+        async with build_worker(client, task_queue, settings_for(sim)):
+            accepted = await asyncio.wait_for(asked, 300)
+            operation = client.get_workflow_handle(accepted.workflow_id)
+            await asyncio.wait_for(operation.result(), 300)
+            ended = (await operation.describe()).close_time
+            assert ended is not None
+            power_log = sim.power_log("host-001")
+            assert sum(1 for e in power_log if e["from"] == "Off" and e["to"] == "On") == 1, power_log
+
+        entity_first = await first_task_started(entity)
+        assert entity_first is not None
+        gate = asyncio.Semaphore(20)
+
+        async def first(handle: WorkflowHandle[Any, Any]) -> datetime | None:
+            async with gate:
+                return await first_task_started(handle)
+
+        firsts = await asyncio.gather(*(first(m) for m in monitors))
+        ahead = sum(1 for t in firsts if t is not None and t < entity_first)
+        assert ahead <= AHEAD_AT_MOST, f"{ahead} of {MONITORS} monitors' first tasks went before the entity's"
+        # The worker stopped with the reboot done; monitors it had not reached yet had no task started.
+        waiting = sum(1 for t in firsts if t is None or t > ended)
+        print(f"monitors ahead of the entity: {ahead}, without a task until the reboot ended: {waiting}")
+        assert waiting >= 1, "every monitor had its first task before the reboot ended: it waited for them"
+    finally:
+        if asked is not None:
+            asked.cancel()
+        await asyncio.gather(*(_terminate(m) for m in [*monitors, entity]))
+    assert sim.violations() == []
+
+
+async def _exists(handle: WorkflowHandle[Any, Any]) -> bool:
+    try:
+        await handle.describe()
+    except Exception:  # noqa: BLE001 - not started yet
+        return False
+    return True
+
+
+async def _terminate(handle: WorkflowHandle[Any, Any]) -> None:
+    try:
+        await handle.terminate("test over")
+    except Exception:  # noqa: BLE001 - ended already
+        pass
