@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -157,14 +158,19 @@ def write_site(path: Path, *hosts: str) -> Path:
     return path
 
 
-async def _entity_exists(client: Client, host_id: str) -> bool:
+async def _entity_exists(client: Client, host_id: str, since: datetime | None = None) -> bool:
+    """Whether the host's entity exists on the server (`since`: one started then or later).
+
+    Tests share one dev server per xdist process, and sites name their hosts alike: another
+    test may have made `host/host-001` earlier, so a test asking "did my refused command create
+    it?" passes the time it began."""
     try:
-        await client.get_workflow_handle(names.host_workflow_id(host_id)).describe()
+        description = await client.get_workflow_handle(names.host_workflow_id(host_id)).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             return False
         raise
-    return True
+    return since is None or description.start_time >= since
 
 
 async def test_bad_input_is_a_one_line_usage_error_and_changes_nothing(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,7 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
     client: Client, sim: RunningSim, tmp_path: Path
 ) -> None:
     # The site file names host-001 and host-002; the cluster DPF runs in has no DPU of either.
+    began = datetime.now(UTC)
     api = Api(sim)
     before = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]
               for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
@@ -106,5 +108,5 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
     after = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]
              for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
     assert after == before, "a refused request wrote to the DPF API"
-    assert not await _entity_exists(client, "host-002")
+    assert not await _entity_exists(client, "host-002", since=began)
     api.close()

@@ -14,6 +14,7 @@ import copy
 import logging
 import os
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +279,7 @@ ENTRY_ROWS: list[tuple[str, list[str]]] = [
 async def test_the_cli_refuses_a_bad_site_file_and_touches_nothing(
     client: Client, tmp_path: Path, bmc: CountingBMC
 ) -> None:
+    began = datetime.now(UTC)
     edits = {what: edit for what, edit, _ in BAD_SITES}
     paths = [
         _write(tmp_path / f"site-{n}.yaml", edits[what](good_site(bmc.endpoint)))
@@ -303,12 +305,13 @@ async def test_the_cli_refuses_a_bad_site_file_and_touches_nothing(
     assert problems == [], "\n".join(problems)
     assert bmc.connections == 0, "a command reached a BMC through a site file it should have refused"
     for host in ("host-001", "host-002"):
-        assert not await _entity_exists(client, host)
+        assert not await _entity_exists(client, host, since=began)
 
 
 async def test_unknown_things_are_refused_before_any_workflow_starts(
     client: Client, tmp_path: Path, bmc: CountingBMC
 ) -> None:
+    began = datetime.now(UTC)
     site = _write(tmp_path / "site.yaml", good_site(bmc.endpoint))
     env = _env(client, tmp_path) | {"METALFLOW_SITE_FILE": str(site)}
     rows: list[tuple[list[str], str]] = [
@@ -340,7 +343,7 @@ async def test_unknown_things_are_refused_before_any_workflow_starts(
             problems.append(f"{args}: exit {code}, stdout {out!r}, stderr {err!r}")
     assert problems == [], "\n".join(problems)
     for host in ("host-999", "host-001", "host-002"):
-        assert not await _entity_exists(client, host), f"a refused request created host/{host}"
+        assert not await _entity_exists(client, host, since=began), f"a refused request created host/{host}"
     assert bmc.connections == 0
 
     # The same host and DPUs spelled right pass the check and reach Temporal (nobody polls there).
