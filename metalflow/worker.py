@@ -75,6 +75,8 @@ def build_worker(
     # Each workflow run re-imports the workflow modules in its sandbox: compile them once
     # (metalflow/code_cache.py; measured at half the worker's CPU without bytecode files).
     code_cache.install()
+    # ... and the sandbox's own entry snippets, compiled per call by the SDK (code_cache.py).
+    runner = code_cache.SnippetCachingRunner()
     return Worker(
         client,
         task_queue=task_queue,
@@ -91,7 +93,7 @@ def build_worker(
         max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
         max_concurrent_activities=ACTIVITY_SLOTS,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
-        **worker_versioning(deployment_config),
+        **({"workflow_runner": runner} | worker_versioning(deployment_config, runner=runner)),
     )
 
 

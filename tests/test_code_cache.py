@@ -3,6 +3,7 @@ process, however many sandboxed runs import it, and a changed file is compiled a
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.machinery
 import sys
@@ -10,13 +11,14 @@ import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from metalflow import code_cache
-from metalflow.code_cache import CachingSourceLoader
+from metalflow.code_cache import CachingSourceLoader, SnippetCachingRunner
 
 WORKFLOW_SOURCE = """
 from temporalio import workflow
@@ -97,3 +99,71 @@ async def test_sandboxed_runs_compile_their_workflow_module_once(
         ]
     assert results == [0, 7, 14, 21, 28]
     assert len(compiled) == 1  # every sandbox took the code of the first import
+
+
+async def test_the_sandbox_entry_snippets_compile_once_per_process(
+    module_dir: Path, client: Client, task_queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Five runs of a workflow that schedules a timer, each in a fresh sandbox (no sticky cache),
+    on the worker's runner: the right results, the sandbox's restrictions still in force, and
+    the snippets compiled by the first run only."""
+    name = f"snippets_{uuid.uuid4().hex}"
+    workflow_name = f"Answer-{uuid.uuid4().hex[:8]}"
+    (module_dir / f"{name}.py").write_text(
+        textwrap.dedent(
+            f"""
+            from datetime import timedelta
+            from temporalio import workflow
+
+            @workflow.defn(name="{workflow_name}")
+            class Answer:
+                @workflow.run
+                async def run(self, value: int) -> int:
+                    await workflow.sleep(timedelta(milliseconds=1))
+                    if value < 0:
+                        open("/dev/null")  # a restricted call: the sandbox must still refuse it
+                    return value * 3
+            """
+        )
+    )
+    importlib.invalidate_caches()
+    compiled: list[str] = []
+    real_compile = compile
+
+    def counting(source: str, filename: str, mode: str) -> object:
+        compiled.append(source)
+        return real_compile(source, filename, mode)
+
+    monkeypatch.setattr(code_cache, "compile", counting, raising=False)
+    answer = importlib.import_module(name).Answer
+    runner = SnippetCachingRunner()
+    async with Worker(
+        client, task_queue=task_queue, workflows=[answer], max_cached_workflows=0, workflow_runner=runner
+    ):
+        first = await client.execute_workflow(
+            workflow_name, 1, id=f"snip-{uuid.uuid4()}", task_queue=task_queue
+        )
+        after_first = len(compiled)
+        rest = [
+            await client.execute_workflow(workflow_name, n, id=f"snip-{uuid.uuid4()}", task_queue=task_queue)
+            for n in range(2, 6)
+        ]
+        refused = await client.start_workflow(
+            workflow_name, -1, id=f"snip-{uuid.uuid4()}", task_queue=task_queue
+        )
+        failure = await first_task_failure(refused)
+        await refused.terminate("test done")
+    assert [first, *rest] == [3, 6, 9, 12, 15]
+    assert any("import Answer as" in source for source in compiled)  # this workflow's own entry
+    assert after_first >= 1 and len(compiled) == after_first  # later runs compiled nothing
+    assert "open" in failure  # the restriction that names the call
+
+
+async def first_task_failure(handle: WorkflowHandle[Any, Any]) -> str:
+    """The message of the run's first failed workflow task (waits for one, 120 s at most)."""
+    for _ in range(1200):
+        async for event in handle.fetch_history_events():
+            if event.HasField("workflow_task_failed_event_attributes"):
+                return str(event.workflow_task_failed_event_attributes.failure.message)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{handle.id}: no workflow task failed within 120 s")

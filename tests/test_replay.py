@@ -15,6 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 import workflows
+from metalflow.code_cache import SnippetCachingRunner
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -33,7 +34,12 @@ async def replay_failures() -> dict[str, Exception | None]:
         for path in HISTORIES:
             yield WorkflowHistory.from_json(path.stem, path.read_text())
 
-    replayer = Replayer(workflows=workflows.ALL, data_converter=pydantic_data_converter)
+    # The worker's runner (metalflow/worker.py): what replays in production is what is tested.
+    replayer = Replayer(
+        workflows=workflows.ALL,
+        data_converter=pydantic_data_converter,
+        workflow_runner=SnippetCachingRunner(),
+    )
     failures: dict[str, Exception | None] = {}
     async with replayer.workflow_replay_iterator(histories()) as results:
         async for result in results:
