@@ -16,7 +16,10 @@ worker `python -m worker`), on free ports of 127.0.0.1 and a state dir of its ow
 4. from Temporal: every history event of a sample of hosts (entity, operation, reboot children);
 5. where each reboot's reaction went (`reaction.py`: DPF asks -> reboot child started ->
    `power_cycle_host` scheduled -> reset accepted), as `burst_stages`;
-6. with `--paced N`: N more hosts (not part of the burst), one reprovision asked every
+6. the CPU seconds of each process of the stack (`cpu.py`: server, worker, site, this process,
+   which runs the engine's worker) per engine run and per host, and `cpu_ratio_bound`, the
+   ratio their sums allow when every core is busy;
+7. with `--paced N`: N more hosts (not part of the burst), one reprovision asked every
    `--pace` seconds after the burst ended, for the reaction as latency at a rate the stack
    sustains: `reaction_paced_median_s`, `reaction_paced_p99_s`, `paced_stages`.
 
@@ -45,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from chaos import request_reprovisions  # noqa: E402
+from cpu import CPUMeter  # noqa: E402
 from engine import engine_rate  # noqa: E402
 from reaction import median_p99, paced, reaction_seconds, reboot_stages  # noqa: E402
 from temporalio.client import Client  # noqa: E402
@@ -143,6 +147,22 @@ def power_cycles(url: str, hosts: list[str]) -> int:
     return sum(1 for h in hosts for entry in sim_get(url, f"/sim/hosts/{h}/power-log") if entry["to"] == "On")
 
 
+def cpu_figures(engine: dict[str, float], runs: int, fleet: dict[str, float], hosts: int) -> dict[str, Any]:
+    """CPU seconds per engine run and per completed host, by process, and the ratio they bound:
+    on a machine whose cores are all busy, hosts/s over engine runs/s cannot pass the engine
+    run's CPU over the host's (both in the whole stack: server, worker, site, this process)."""
+    per_run = {name: round(seconds / max(1, runs), 4) for name, seconds in engine.items()}
+    per_host = {name: round(seconds / max(1, hosts), 4) for name, seconds in fleet.items()}
+    host_total = sum(per_host.values())
+    return {
+        "cpu_s_engine": engine,
+        "cpu_s_reprovision": fleet,
+        "cpu_s_per_engine_run": per_run,
+        "cpu_s_per_host": per_host,
+        "cpu_ratio_bound": round(sum(per_run.values()) / host_total, 3) if host_total else None,
+    }
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     state_dir = Path(tempfile.mkdtemp(prefix="metalflow-bench-"))
     site = SiteOptions(
@@ -162,12 +182,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         every_host = [h["id"] for h in yaml.safe_load(Path(stack.sim_info["site"]).read_text())["hosts"]]
         hosts, paced_hosts = every_host[: args.hosts], every_host[args.hosts :]
         say(f"raw engine: {args.engine_runs} workflows of 3 no-op activities")
+        # The stack's processes by role (the engine's own worker runs in this process: 'bench').
+        roles = {"Temporal dev server": "server", "simulated site": "site", "metalflow worker": "worker"}
+        meter = CPUMeter({roles[p.name]: p.pid for p in stack.processes if p.name in roles and p.pid})
+        meter.start()
         engine = await engine_rate(client, args.engine_runs)
+        engine_cpu = meter.stop()
         say(f"raw engine: {engine['engine_per_s']} workflows/s")
         before = request_totals(url)
         since = datetime.now().astimezone()
         say(f"reprovisioning {len(hosts)} hosts at once")
+        meter.start()
         outcome = await reprovision_all(client, hosts, args.limit)
+        fleet_cpu = meter.stop()
         seconds, completed = outcome["seconds"], outcome["completed"]
         after = request_totals(url)
         cycles = power_cycles(url, hosts)
@@ -207,6 +234,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if reactions
             else None,
             "burst_stages": burst_stages,
+            **cpu_figures(engine_cpu, args.engine_runs, fleet_cpu, len(completed)),
             **paced_figures,
         }
     finally:
