@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client, Interceptor
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 from temporalio.service import RPCError, RPCStatusCode
 
+from metalflow.converter import DATA_CONVERTER
 from metalflow.names import DEFAULT_NAMESPACE
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -105,7 +105,7 @@ async def connect(
     config: dict[str, Any] = dict(load_connect_config(profile=profile, config_file=config_file, env=env))
     config.update(overrides)
     return await Client.connect(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,  # the pydantic converter, built once (metalflow/converter.py)
         interceptors=list(interceptors),
         **config,
     )

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 import workflows
 from metalflow.code_cache import SnippetCachingRunner
+from metalflow.converter import DATA_CONVERTER
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -37,7 +37,7 @@ async def replay_failures() -> dict[str, Exception | None]:
     # The worker's runner (metalflow/worker.py): what replays in production is what is tested.
     replayer = Replayer(
         workflows=workflows.ALL,
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=SnippetCachingRunner(),
     )
     failures: dict[str, Exception | None] = {}
