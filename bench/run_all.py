@@ -9,7 +9,9 @@ run is bounded; one that fails or overruns leaves its figures null with the reas
 
 Figures (bench/README.md says what each means and records the last run):
 throughput_ratio, history_events_per_host, k8s_requests_per_dpu, redfish_requests_per_cycle,
-reaction_median_s, reaction_p99_s (bench_fleet.py); sim_peak_mb_1k, sim_requests_per_s
+reaction_median_s, reaction_p99_s (a burst: the backlog of one worker), reaction_paced_median_s,
+reaction_paced_p99_s (`--paced` hosts asked one every `--pace` s: the latency) (bench_fleet.py);
+sim_peak_mb_1k, sim_requests_per_s
 (bench_sim.py); monitors_10k_ok (bench_monitors.py); max_history_events_10k,
 worker_peak_mb_10k (bench_campaign.py: a campaign over 10,000 hosts; null at another size).
 """
@@ -30,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / ".metalflow" / "bench.json"
 HEADLINE = (
     "throughput_ratio", "history_events_per_host", "k8s_requests_per_dpu", "redfish_requests_per_cycle",
-    "reaction_median_s", "reaction_p99_s", "sim_peak_mb_1k", "sim_requests_per_s", "monitors_10k_ok",
+    "reaction_median_s", "reaction_p99_s", "reaction_paced_median_s", "reaction_paced_p99_s",
+    "sim_peak_mb_1k", "sim_requests_per_s", "monitors_10k_ok",
     "max_history_events_10k", "worker_peak_mb_10k",
 )  # fmt: skip
 
@@ -58,6 +61,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--hosts", type=int, default=200, help="hosts reprovisioned at once (2 DPUs each)")
+    parser.add_argument(
+        "--paced", type=int, default=100, help="hosts more, asked one at a time for the reaction as latency"
+    )
+    parser.add_argument("--pace", type=float, default=2.0, help="seconds between those hosts' requests")
     parser.add_argument("--monitors", type=int, default=10_000, help="host monitors on one worker")
     parser.add_argument(
         "--campaign-hosts", type=int, default=10_000, help="hosts of the campaign (1 DPU each)"
@@ -72,7 +79,7 @@ def main() -> None:
     inner = str(round(args.limit * 0.6))
     runs = {
         "fleet": ["bench/bench_fleet.py", "--hosts", str(args.hosts), "--engine-runs", str(args.hosts),
-                  "--limit", inner],
+                  "--limit", inner, "--paced", str(args.paced), "--pace", str(args.pace)],
         "sim": ["bench/bench_sim.py", "--hosts", "1000", "--dpus-per-host", "2"],
         "monitors": ["bench/bench_monitors.py", "--monitors", str(args.monitors), "--limit", inner],
         "campaign": ["bench/bench_campaign.py", "--hosts", str(args.campaign_hosts), "--limit", inner],
@@ -85,7 +92,7 @@ def main() -> None:
             say(f"{name}: FAILED: {err}")
     fleet, sim, monitors = details.get("fleet", {}), details.get("sim", {}), details.get("monitors", {})
     campaign = details.get("campaign", {})
-    for key in HEADLINE[:6]:
+    for key in HEADLINE[:8]:
         figures[key] = fleet.get(key)
     if sim:
         figures["sim_peak_mb_1k"] = max(sim["rss_mb_idle"], sim["rss_mb_after_load"])
