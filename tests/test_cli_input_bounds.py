@@ -18,15 +18,13 @@ from pathlib import Path
 
 import pytest
 from host_operation_support import eventually
+from sim_support import start_dev_server
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from test_host_entity import StandInOperation, StandInReboot
 
 from metalflow import names
-from metalflow.binaries import temporal_cli
 from metalflow.models.host import HostWorkflowInput
 from workflows.host import HostWorkflow
 
@@ -243,15 +241,9 @@ def test_policy_fields_refuse_what_the_cli_refuses(text: str) -> None:
         MonitorPolicy(reprovision_after_seconds=float(text))
 
 
-async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path) -> None:
+async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path, lifeline_bin: Path) -> None:
     """The server goes away while `--wait` follows an operation: one line, exit 2, no traceback."""
-    env = await WorkflowEnvironment.start_local(
-        ip="127.0.0.1",
-        dev_server_existing_path=str(temporal_cli()),
-        search_attributes=names.SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(lifeline_bin)
     client, host, queue = env.client, f"lost-{uuid.uuid4().hex[:8]}", f"lost-{uuid.uuid4()}"
     write_site(tmp_path / "site.yaml", host)
     address = client.service_client.config.target_host

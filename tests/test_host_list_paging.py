@@ -20,13 +20,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from sim_support import start_dev_server
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from metalflow import names
-from metalflow.binaries import temporal_cli
 from metalflow.cli.host_list import fleet
 
 HOSTS = [f"node-{i:02d}" for i in (7, 3, 11, 0, 5, 9, 1)]  # started out of order
@@ -34,15 +32,9 @@ AWAITING = {"node-03", "node-09"}
 
 
 @pytest.fixture(scope="module")
-async def listed() -> AsyncIterator[Client]:
+async def listed(lifeline_bin: Path) -> AsyncIterator[Client]:
     """A dev server of this module's own (`fleet` lists the whole namespace) with the entities."""
-    env = await WorkflowEnvironment.start_local(
-        ip="127.0.0.1",
-        dev_server_existing_path=str(temporal_cli()),
-        search_attributes=names.SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-    )
+    env = await start_dev_server(lifeline_bin)
     try:
         since = datetime(2026, 11, 23, 6, 0, tzinfo=UTC)
         for host in HOSTS:
