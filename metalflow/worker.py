@@ -76,7 +76,7 @@ def build_worker(
     # (metalflow/code_cache.py; measured at half the worker's CPU without bytecode files).
     code_cache.install()
     # ... and the sandbox's own entry snippets, compiled per call by the SDK (code_cache.py).
-    runner = code_cache.SnippetCachingRunner()
+    runner = code_cache.workflow_runner()
     return Worker(
         client,
         task_queue=task_queue,

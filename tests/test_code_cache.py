@@ -167,3 +167,19 @@ async def first_task_failure(handle: WorkflowHandle[Any, Any]) -> str:
                 return str(event.workflow_task_failed_event_attributes.failure.message)
         await asyncio.sleep(0.1)
     raise AssertionError(f"{handle.id}: no workflow task failed within 120 s")
+
+
+def test_the_worker_uses_the_snippet_cache_and_falls_back_when_the_sdk_moved_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pins the SDK's private `_Instance._run_code` (this SDK has it: the worker's runner caches
+    snippets); an SDK without it gets its own runner, not a worker that cannot start."""
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
+
+    assert type(code_cache.workflow_runner()) is SnippetCachingRunner
+
+    def moved() -> type:
+        raise ImportError("cannot import name '_Instance'")
+
+    monkeypatch.setattr(code_cache, "_snippet_caching_instance", moved)
+    assert type(code_cache.workflow_runner()) is SandboxedWorkflowRunner
