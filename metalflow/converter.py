@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from temporalio.contrib.pydantic import PydanticPayloadConverter
-from temporalio.converter import DataConverter, EncodingPayloadConverter
+from temporalio.converter import CompositePayloadConverter, DataConverter, EncodingPayloadConverter
 
 
 class SharedPydanticPayloadConverter(PydanticPayloadConverter):
@@ -32,7 +32,9 @@ class SharedPydanticPayloadConverter(PydanticPayloadConverter):
     def __init__(self) -> None:  # nullary, as the SDK requires of a payload converter class
         if not SharedPydanticPayloadConverter._components:  # a race builds two: both are equal
             SharedPydanticPayloadConverter._components = tuple(PydanticPayloadConverter().converters.values())
-        self._set_converters(*SharedPydanticPayloadConverter._components)
+        # The composite's own public constructor with the shared components (the pydantic one's
+        # would build new ones).
+        CompositePayloadConverter.__init__(self, *SharedPydanticPayloadConverter._components)
 
 
 DATA_CONVERTER = DataConverter(payload_converter_class=SharedPydanticPayloadConverter)
