@@ -1,7 +1,7 @@
 """A reboot is served while many host monitors are starting (`metalflow.monitors.MONITOR_PRIORITY`).
 
 Hundreds of monitors are started while no worker polls, so their first workflow tasks make a
-backlog; then host-001's entity is asked for a reboot (its first task lands behind all of them);
+backlog; then the first host's entity is asked for a reboot (its first task lands behind all of them);
 then the product's worker (`metalflow.worker.build_worker`) starts. Asserted from the server's
 own histories, in order, never durations: the entity's first workflow task went ahead of nearly
 every monitor's, the reboot ended while monitors were still waiting for their first task, and
@@ -12,6 +12,7 @@ entity's task comes after every monitor's and neither order holds.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from test_firmware_support import FAST_POLICY, eventually, settings_for
+from test_firmware_support import FAST_POLICY, eventually, settings_for, site_file_with_prefix
 
 from metalflow import names
 from metalflow.hosts import send_update
@@ -35,6 +36,10 @@ from metalflow.monitors import start_monitor
 from metalflow.worker import WORKFLOW_TASK_SLOTS, build_worker
 
 MONITORS = 300
+# Hosts of this module's own: the session's server is shared, and an entity `host/host-001` left
+# running by another test on a queue nobody polls took this test's update and never answered it.
+PREFIX = f"prio{uuid.uuid4().hex[:5]}"
+FIRST = f"{PREFIX}-001"
 # Monitors' first tasks a worker may take before the entity's: what its pollers and slots held
 # when it started, plus slack for the matcher reading its backlog in. FIFO gives MONITORS.
 AHEAD_AT_MOST = WORKFLOW_TASK_SLOTS + 20
@@ -43,7 +48,8 @@ AHEAD_AT_MOST = WORKFLOW_TASK_SLOTS + 20
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("monitor-priority-sim")
-    with running_sim(state, hosts=MONITORS, dpus_per_host=1, timings="zero", initialised=True) as running:
+    site = site_file_with_prefix(state / "in", PREFIX, hosts=MONITORS, dpus_per_host=1)
+    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
 
@@ -58,9 +64,9 @@ async def first_task_started(handle: WorkflowHandle[Any, Any]) -> datetime | Non
 async def test_a_reboot_passes_the_start_up_backlog_of_hundreds_of_monitors(
     client: Client, task_queue: str, sim: RunningSim
 ) -> None:
-    hosts = [f"host-{n:03d}" for n in range(1, MONITORS + 1)]
+    hosts = [f"{PREFIX}-{n:03d}" for n in range(1, MONITORS + 1)]
     monitors = [client.get_workflow_handle(names.monitor_workflow_id(h)) for h in hosts]
-    entity = client.get_workflow_handle(names.host_workflow_id("host-001"))
+    entity = client.get_workflow_handle(names.host_workflow_id(FIRST))
     gate = asyncio.Semaphore(20)
 
     async def start(host: str) -> None:
@@ -75,7 +81,7 @@ async def test_a_reboot_passes_the_start_up_backlog_of_hundreds_of_monitors(
         )
         asked = asyncio.create_task(
             send_update(
-                client, HostWorkflowInput(host_id="host-001", policy=FAST_POLICY), REQUEST_REBOOT_UPDATE,
+                client, HostWorkflowInput(host_id=FIRST, policy=FAST_POLICY), REQUEST_REBOOT_UPDATE,
                 request, OperationAccepted, task_queue,
             )
         )  # fmt: skip
@@ -86,7 +92,7 @@ async def test_a_reboot_passes_the_start_up_backlog_of_hundreds_of_monitors(
             await asyncio.wait_for(operation.result(), 300)
             ended = (await operation.describe()).close_time
             assert ended is not None
-            power_log = sim.power_log("host-001")
+            power_log = sim.power_log(FIRST)
             assert sum(1 for e in power_log if e["from"] == "Off" and e["to"] == "On") == 1, power_log
 
         entity_first = await first_task_started(entity)
