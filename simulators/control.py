@@ -33,6 +33,8 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
     app.router.add_post("/sim/faults/api/outage", _api_outage)
     app.router.add_post("/sim/faults/api/drop-watches", _drop_watches)
+    app.router.add_post("/sim/faults/api/hold-writes", _hold_writes)
+    app.router.add_get("/sim/faults/api/hold-writes", _hold_writes)
     app.router.add_get("/sim/sessions", _sessions)
     app.router.add_post("/sim/faults/api/restart", _api_restart)
     app.router.add_post("/sim/faults/api/compact", _api_compact)
@@ -147,6 +149,24 @@ async def _api_outage(request: web.Request) -> web.Response:
         return _problem(400, 'body must be {"down": true} or {"down": false}')
     request.app[SITE_KEY].faults.api_down = down
     return web.json_response({"api": "down" if down else "up"})
+
+
+async def _hold_writes(request: web.Request) -> web.Response:
+    """`{"next": N}`: the next N Kubernetes API writes are accepted and not answered until
+    `{"next": 0}`, which answers every held write (each is then served as usual). A GET (or a POST
+    with no body) changes nothing. Answers `{"held": writes held now, "to_hold": writes still to
+    hold}`. For rehearsing a slow API: what does a workflow do while its write hangs?"""
+    faults = request.app[SITE_KEY].faults
+    if request.method == "POST" and request.can_read_body:
+        body = await _body(request)
+        n = body.get("next")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            return _problem(400, 'body must be {"next": N} with N a whole number >= 0 (0 releases)')
+        if n == 0:
+            faults.release_writes()
+        else:
+            faults.writes_to_hold = n
+    return web.json_response({"held": faults.writes_held, "to_hold": faults.writes_to_hold})
 
 
 async def _drop_watches(request: web.Request) -> web.Response:

@@ -7,6 +7,7 @@ another layer served: the same seed and the same client behaviour give the same 
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass
 
@@ -55,6 +56,9 @@ class Faults:
         self._seed = seed
         self._streams: dict[str, random.Random] = {}
         self.api_down = False  # a Kubernetes API outage, switched by `/sim/faults/api/outage`
+        self.writes_to_hold = 0  # the next writes held, set by `/sim/faults/api/hold-writes`
+        self.writes_held = 0  # writes held now
+        self._release = asyncio.Event()
 
     def _draw(self, layer: str) -> float:
         stream = self._streams.get(layer)
@@ -83,6 +87,25 @@ class Faults:
         if self._draw("api") < self.rates.api_server_error:
             return 503
         return None
+
+    async def hold_write(self) -> None:
+        """Hold this write (POST, PUT, PATCH, DELETE) until `release_writes` when a hold is set:
+        a Kubernetes API that accepted the request and has not answered yet."""
+        if self.writes_to_hold <= 0:
+            return
+        self.writes_to_hold -= 1
+        self.writes_held += 1
+        release = self._release
+        try:
+            await release.wait()
+        finally:
+            self.writes_held -= 1
+
+    def release_writes(self) -> None:
+        """Answer every held write now (each is then served as usual) and hold no more."""
+        self.writes_to_hold = 0
+        self._release.set()
+        self._release = asyncio.Event()
 
     def drop_watch(self) -> bool:
         """Whether to close a watch stream after the event just sent."""

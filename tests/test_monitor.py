@@ -8,11 +8,12 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 from test_firmware_support import (
     DPU,
@@ -41,7 +42,7 @@ STOP = OperatorRequest(requested_by="test", reason="test over")
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     state = tmp_path_factory.mktemp("monitor-sim")
-    site = site_file_with_prefix(state / "in", "mon", hosts=7)
+    site = site_file_with_prefix(state / "in", "mon", hosts=8)
     with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
         yield running
 
@@ -293,3 +294,66 @@ async def test_an_abort_during_a_lasting_kubernetes_outage_stops_within_the_boun
     )
     assert described.typed_search_attributes.get(names.PHASE) == "stopped"
     assert (await view.node_labels(host)).get(POOL_LABEL) == "in-pool"
+
+
+async def test_an_abort_while_the_label_write_hangs_waits_for_it_and_ends_with_no_call_pending(
+    client: Client, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    """The API has accepted the out-of-pool write and not answered when the abort arrives: the
+    monitor cancels the write and waits for it before its final look, so the two writes never
+    race and the ended workflow shows no pending call (a cancel-requested activity on a closed
+    workflow is what the UI showed as "Pending Activities")."""
+    host, dpu = "mon-008", "mon-008-dpu-0"
+    hold = f"{sim.url}/sim/faults/api/hold-writes"
+    async with site_worker(client, task_queue, sim):
+        handle = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=3600))
+        await eventually(lambda: view.node_labels(host), lambda labels: labels.get(POOL_LABEL) == "in-pool")
+        httpx.post(hold, json={"next": 1}, timeout=10).raise_for_status()
+        try:
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+
+            async def write_held() -> bool:
+                pending = (await handle.describe()).raw_description.pending_activities
+                writing = any(p.activity_type.name == "set_host_pool_state" for p in pending)
+                return writing and httpx.get(hold, timeout=10).json()["held"] == 1
+
+            await eventually(write_held, lambda held: held)
+            await handle.execute_update("abort", STOP)
+
+            async def events() -> list[EventType.ValueType]:
+                return [e.event_type for e in (await handle.fetch_history()).events]
+
+            await eventually(events, lambda es: EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in es)
+            await asyncio.sleep(2)  # time enough for a final look that would not wait
+            while_held = await handle.describe()
+            scheduled_while_held = (await events()).count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+        finally:
+            httpx.post(hold, json={"next": 0}, timeout=10).raise_for_status()
+        stopped = await asyncio.wait_for(handle.result(), 60)
+        ended = await handle.describe()
+        history = await events()
+        await save_history(handle, "monitor_abort_during_write")
+        label = (await view.node_labels(host)).get(POOL_LABEL)
+        sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+    assert while_held.status == WorkflowExecutionStatus.RUNNING, "it waits for the write it cancelled"
+    assert history.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) > scheduled_while_held
+    cancelled_at = history.index(EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED)
+    answered = (
+        EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+        EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+    )
+    write_ended_at = next(i for i in range(cancelled_at, len(history)) if history[i] in answered)
+    final_look_at = history.index(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, cancelled_at)
+    assert write_ended_at < final_look_at, "the final look starts after the cancelled write ended"
+    assert list(ended.raw_description.pending_activities) == []
+    assert stopped.stopped_by == "test" and stopped.pool_state == "out-of-pool" and label == "out-of-pool"
+    assert sim.violations() == []
+
+
+def test_hold_writes_refuses_a_bad_count_and_changes_nothing(sim: RunningSim) -> None:
+    hold = f"{sim.url}/sim/faults/api/hold-writes"
+    for bad in ({"next": -1}, {"next": "2"}, {"next": True}, {"nothing": 1}):
+        refused = httpx.post(hold, json=bad, timeout=10)
+        assert refused.status_code == 400 and "whole number" in refused.json()["error"], bad
+    assert httpx.get(hold, timeout=10).json() == {"held": 0, "to_hold": 0}

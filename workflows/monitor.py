@@ -33,6 +33,8 @@ world says (out only while a degraded DPU is still in `Node Effect`) and ends. A
 while a run hands over to the next is carried in its memory: the next run stops at once. The
 final look retries for at most `policy.kube_call_timeout_seconds` (a Kubernetes outage): past
 that the monitor stops anyway, its phase and result saying the label was left as last written.
+A call in flight when the abort arrives is cancelled and waited for (at most its attempt in
+flight: nothing is retried after a cancel), so the monitor ends with no call pending.
 """
 
 from __future__ import annotations
@@ -90,7 +92,9 @@ OWNER_REQUEST: Final[workflow.ActivityConfig] = {
 WATCHING: Final = "watching"
 END_PHASE_PATCH: Final = "monitor-end-phase"
 ABORTABLE_CALLS_PATCH: Final = "monitor-abort-cancels-calls"
+WAIT_CANCELLATION_COMPLETED: Final = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 FINAL_LOOK_BOUNDED_PATCH: Final = "monitor-final-look-bounded"
+CANCELLED_CALLS_AWAITED_PATCH: Final = "monitor-cancelled-calls-awaited"
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
 
@@ -352,8 +356,17 @@ class HostMonitorWorkflow:
         self, call: Callable[[ArgT], Awaitable[ResultT]], arg: ArgT, config: workflow.ActivityConfig
     ) -> ResultT | None:
         """An activity that an `abort` arriving while it runs (or retries, e.g. in a Kubernetes
-        outage) cancels: None then. Called after the abort (the final look), it just runs."""
+        outage) cancels: None then. Called after the abort (the final look), it just runs.
+
+        A cancelled call is waited for (`WAIT_CANCELLATION_COMPLETED`): the server retries nothing
+        after a cancel, so the wait is at most the attempt in flight (a write the API has not
+        answered yet). The final look then never races that write, and the workflow never ends
+        with a call still pending (`CANCEL_REQUESTED` in the UI). Runs recorded before the patch
+        went on without waiting."""
         stopped_before = self._stop is not None
+        awaits_cancel = workflow.patched(CANCELLED_CALLS_AWAITED_PATCH)
+        if awaits_cancel:
+            config = {**config, "cancellation_type": WAIT_CANCELLATION_COMPLETED}
         handle = workflow.start_activity(call, arg, **config)
         await workflow.wait_condition(
             lambda: handle.done() or (not stopped_before and self._stop is not None)
@@ -361,6 +374,12 @@ class HostMonitorWorkflow:
         if handle.done() or not workflow.patched(ABORTABLE_CALLS_PATCH):
             return await handle
         handle.cancel()
+        if awaits_cancel:
+            try:
+                await handle  # an answer that came in anyway is not used: the final look decides
+            except (ActivityError, asyncio.CancelledError):
+                pass
+            return None
         handle.add_done_callback(_retrieve)
         return None
 

@@ -198,6 +198,8 @@ class KubeAPI:
         delay = self.faults.response_delay("api")
         if delay:
             await asyncio.sleep(delay)
+        if request.method != "GET":
+            await self.faults.hold_write()
         if req.sub is not None and (req.sub not in req.rt.subresources or req.sub == "scale"):
             raise NotFound("the server could not find the requested resource")
         method = request.method
