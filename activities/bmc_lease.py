@@ -52,6 +52,7 @@ from metalflow.models.bmc_lease import (
     WorkflowRunRefs,
 )
 from metalflow.models.inventory import HostInventory, Source
+from metalflow.priorities import REBOOT_PRIORITY
 from metalflow.settings import Settings
 
 LEASE_WORKFLOW_TYPE = "BMCLeaseWorkflow"
@@ -101,6 +102,7 @@ class BMCLeaseActivities:
                 task_queue=task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 static_summary=f"fleet-wide lease of the BMC of {inventory.bmc.bmc_id} (at most {limit})",
+                priority=REBOOT_PRIORITY,  # its grants are on a reboot's path: see metalflow.priorities
             ),
         )
         lease = RequestLeaseResult(lease_workflow_id=lease_id, limit=limit, granted=answer.granted)
@@ -123,6 +125,7 @@ class BMCLeaseActivities:
                 LeaseRequest(holder=request.holder, limit=limit, reclaim_check_seconds=reclaim)
             ],
             static_summary=f"fleet-wide lease of the BMC of {request.bmc.bmc_id} (at most {limit})",
+            priority=REBOOT_PRIORITY,
         )
         return RequestLeaseResult(lease_workflow_id=lease_id, limit=limit)
 

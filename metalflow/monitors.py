@@ -34,7 +34,6 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
-    Priority,
     QueryRejectCondition,
     SearchAttributePair,
     TypedSearchAttributes,
@@ -43,7 +42,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow import names
+from metalflow import names, priorities
 from metalflow.hosts import QUERY_TIMEOUT, HostRequestError, was_started
 from metalflow.models.host import (
     ABORT_UPDATE,
@@ -58,8 +57,8 @@ from metalflow.models.host import (
 
 MONITOR_WORKFLOW_TYPE = "HostMonitorWorkflow"
 LOOK_POLL_SECONDS = 0.2
-# Below the default (3) that operations run at: see the module docstring.
-MONITOR_PRIORITY = Priority(priority_key=4)
+# Below the default (3) that operations run at: see the module docstring and `metalflow.priorities`.
+MONITOR_PRIORITY = priorities.MONITOR_PRIORITY
 
 
 def describe_policy(policy: MonitorPolicy) -> str:

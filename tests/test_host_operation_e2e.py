@@ -29,6 +29,7 @@ from host_operation_support import (
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
+from test_bmc_lease import lease_of
 
 from metalflow import names
 from metalflow.models.host import (
@@ -73,6 +74,12 @@ async def rebooted_by(client: Client, host_id: str, generation: int) -> str | No
     return described.parent_id
 
 
+async def priority_key(client: Client, workflow_id: str) -> int:
+    """The Temporal task priority key a workflow runs at (0: unset, served as the default 3)."""
+    described = await client.get_workflow_handle(workflow_id).describe()
+    return described.raw_description.workflow_execution_info.priority.priority_key
+
+
 async def test_provision_bf3_and_bf4_hosts_one_power_cycle_per_reboot_request(
     client: Client, task_queue: str, fresh_site: RunningSim
 ) -> None:
@@ -88,6 +95,10 @@ async def test_provision_bf3_and_bf4_hosts_one_power_cycle_per_reboot_request(
     # these hosts, so the operation took the next free one; it must be its own reboot.
     assert await rebooted_by(client, "host-001", r3.boot_generation) == bf3.id
     assert await rebooted_by(client, "host-003", r4.boot_generation) == bf4.id
+    # The reboot and its BMC's lease pass a backlog of operations (metalflow.priorities).
+    assert await priority_key(client, names.host_reboot_workflow_id("host-001", r3.boot_generation)) == 2
+    assert await priority_key(client, lease_of(client, fresh_site, "host-001", task_queue).id) == 2
+    assert await priority_key(client, bf3.id) == 0
     assert power_cycles(fresh_site.power_log("host-001")) == 1
     assert power_cycles(fresh_site.power_log("host-003")) == 2
     assert fresh_site.violations() == []

@@ -61,7 +61,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
-    from metalflow import activity_api, names
+    from metalflow import activity_api, names, priorities
     from metalflow.models.bmc_lease import (
         BMC_LEASE_GRANTED_SIGNAL,
         LeaseGrant,
@@ -459,6 +459,7 @@ async def start_next_reboot(
                 cancellation_type=cancellation_type,
                 static_summary=summary.format(generation=generation),
                 search_attributes=search_attributes,
+                priority=priorities.REBOOT_PRIORITY,  # DPF waits for it: see metalflow.priorities
             )
             return handle, generation
         except WorkflowAlreadyStartedError:
