@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import run_metalflow
+from temporalio.client import Client
 
 from metalflow.devstack.ports import free_port
 from metalflow.devstack.stack import reset_state
@@ -122,6 +124,22 @@ def _assert_campaign_output(output: str) -> None:
     )
 
 
+async def _ended_with_pending_activities(port: int) -> list[str]:
+    """Every ended workflow of the dev server that still shows a pending activity (the UI's
+    "Pending Activities" on a completed run: issue 10 item 6), as `id: activity, ...`."""
+    client = await Client.connect(f"127.0.0.1:{port}")
+    left: list[str] = []
+    ended = 0
+    async for execution in client.list_workflows("ExecutionStatus != 'Running'"):
+        ended += 1
+        described = await client.get_workflow_handle(execution.id, run_id=execution.run_id).describe()
+        pending = described.raw_description.pending_activities
+        if pending:
+            left.append(f"{execution.id}: " + ", ".join(p.activity_type.name for p in pending))
+    assert ended >= 9, ended  # provisions, reprovisions, reboots, the campaign's runs: all looked at
+    return left
+
+
 def assert_private(state_dir: Path) -> None:
     """The state directory and every directory in it 0700, every file 0600 (database, logs,
     kubeconfig, site file, credentials, the Temporal client config)."""
@@ -210,6 +228,9 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
         assert "demo: campaign demo-fleet completed: 2 done, 1 failed (host-003) of 3" in output
         cycles = {host: _power_cycles(host, state_dir) for host in ("host-001", "host-002", "host-003")}
         assert cycles == {"host-001": 1, "host-002": 1, "host-003": 2}
+        # Every way the demo's workflows ended (completed, the campaign's failed host) left no
+        # activity pending.
+        assert asyncio.run(_ended_with_pending_activities(port)) == []
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)
     finally:

@@ -150,7 +150,9 @@ async def test_abort_stops_with_every_podgang_of_one_hash(
             assert reply.accepted
             with pytest.raises(WorkflowFailureError) as failure:
                 await handle.result()
-            await save_history(handle, "rollout_aborted")
+            await save_history(handle, "rollout_aborted_watcher_awaited")
+            ended = await handle.describe()
+        assert list(ended.raw_description.pending_activities) == []  # the watcher ended with it
         cause = failure.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "RolloutAborted"
         assert len(set(hashes(sim, "inference").values())) == 2  # some rolled, the rest not

@@ -32,8 +32,10 @@ async def test_rollout_of_the_inference_shape_rolls_every_podgang_once(
                 client, task_queue, "inference", {"router": "registry.local/router:2.0"}
             )
             result = await handle.result()
-            await save_history(handle, "rollout_inference_completed")
+            await save_history(handle, "rollout_inference_completed_watcher_awaited")
             final = await status_of(handle)
+            ended = await handle.describe()
+        assert list(ended.raw_description.pending_activities) == []  # the watcher ended with it
         assert final.phase == "completed" and final.done == final.total == 6
         assert final.updated_replicas == 2
         assert final.members_total == final.members_updated == 16  # 2 x (router, 3 x 2 pclqs, pcsg)

@@ -20,6 +20,9 @@ second rollout of the same PodCliqueSet is refused while this one runs (or takes
    Available, one MPG per replica at a time, then go on), `rollback` (restore the template read
    in 1 and roll back under the same rules) or `abort` (stop; nothing more is deleted; fails with
    `RolloutAborted`). `pause` stops after the current step.
+5. However it ends (completed, rolled back, aborted, failed, cancelled), the watcher is cancelled
+   and waited for (about a second: its next heartbeat), so the ended rollout has no pending
+   activity (patch `rollout-watcher-awaited`).
 
 Scale: Grove's coherent update refuses scaling during an update; here the `scale` update queues
 the new replica count and applies it between steps (after the current step is Available), so a
@@ -42,7 +45,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -76,6 +79,10 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.rollout_plan import plan as plan_rollout
 
+# The watcher is cancelled and waited for when the rollout ends (`_stop_watcher`); runs recorded
+# before this cancelled it without waiting and ended with it still pending (CANCEL_REQUESTED).
+WATCHER_AWAITED_PATCH = "rollout-watcher-awaited"
+
 
 @workflow.defn(name="RolloutWorkflow")
 class RolloutWorkflow(RolloutControl):
@@ -96,6 +103,7 @@ class RolloutWorkflow(RolloutControl):
         self._replicas: tuple[int, ...] = ()
         self._started_at = workflow.now()
         self._watcher: asyncio.Future[None] | None = None
+        self._watcher_awaited = False
         self._members: tuple[int | None, int | None] = (None, None)
 
     @workflow.run
@@ -121,7 +129,7 @@ class RolloutWorkflow(RolloutControl):
             await self._publish(ended=True)
             raise
         finally:
-            self._stop_watcher()
+            await self._stop_watcher()
         await self._publish(ended=True)
         outcome = ROLLED_BACK if self._rolling_back else COMPLETED
         self._enter(outcome, f"{plural(len(self._steps), 'step')}; every PodGang at {self._target}")
@@ -452,17 +460,35 @@ class RolloutWorkflow(RolloutControl):
         )
 
     def _start_watcher(self) -> None:
+        self._watcher_awaited = workflow.patched(WATCHER_AWAITED_PATCH)
         self._watcher = workflow.start_activity(
             activity_api.watch_pcs,
             WatchPCSInput(pcs=self._pcs, heartbeat_seconds=common.WATCHER_HEARTBEAT_SECONDS),
-            **common.options(common.WATCHER, f"watch {self._pcs} and its PodGangs"),
+            **common.options(
+                common.WATCHER,
+                f"watch {self._pcs} and its PodGangs",
+                cancellation_type=(
+                    workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                    if self._watcher_awaited
+                    else None
+                ),
+            ),
         )
 
-    def _stop_watcher(self) -> None:
+    async def _stop_watcher(self) -> None:
+        """Cancel the watcher and wait until it has ended (its next heartbeat, about a second),
+        so the ended rollout shows no pending activity."""
         watcher = self._watcher
-        if watcher is not None and not watcher.done():
-            watcher.cancel()
+        if watcher is None or watcher.done():
+            return
+        watcher.cancel()
+        if not self._watcher_awaited:
             watcher.add_done_callback(_retrieve)
+            return
+        try:
+            await watcher
+        except (ActivityError, asyncio.CancelledError):
+            pass  # its cancellation, or an error after the rollout no longer needs it
 
 
 def _retrieve(watcher: asyncio.Future[None]) -> None:
