@@ -7,11 +7,13 @@ left with: the DPUs' objects, the reboot-required annotation, the BMC's power lo
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from host_operation_support import (
@@ -260,3 +262,57 @@ async def test_host_rebooted_arriving_as_the_reboot_child_completes_does_not_fai
     assert result.reboots == 1 and final.phase == "completed"
     assert power_cycles(ready_site.power_log(H1)) == 1  # the person's, and no other
     assert ready_site.violations() == []
+
+
+async def test_abort_while_a_kubernetes_write_hangs_waits_for_it_and_ends_with_no_call_pending(
+    client: Client, task_queue: str, ready_site: RunningSim
+) -> None:
+    """The API has accepted the operation's first write and not answered when the abort arrives:
+    the call is cancelled and waited for before the cleanup reads the world, and the ended run
+    shows no pending activity."""
+    hold = f"{ready_site.url}/sim/faults/api/hold-writes"
+    async with worker_for(client, task_queue, ready_site):
+        httpx.post(hold, json={"next": 1}, timeout=10).raise_for_status()
+        try:
+            handle = await start_operation(client, task_queue, H2, REPROVISION, id_suffix=_suffix())
+
+            held: list[str] = []
+
+            async def held_call() -> bool:
+                if httpx.get(hold, timeout=10).json()["held"] != 1:
+                    return False
+                pending = (await handle.describe()).raw_description.pending_activities
+                held[:] = [p.activity_type.name for p in pending if p.activity_type.name != "watch_host_dpf"]
+                return len(held) == 1  # a write of the runbook (the first: a DPU's reprovision)
+
+            await eventually(held_call, timeout=60, what="the first write held")
+            answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+
+            async def events() -> list[EventType.ValueType]:
+                return [e.event_type for e in (await handle.fetch_history()).events]
+
+            await eventually(
+                lambda: _has(events(), EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED),
+                timeout=30,
+                what="the held call cancelled",
+            )
+            await asyncio.sleep(2)  # time enough for a cleanup that would not wait
+            while_held = await handle.describe()
+        finally:
+            httpx.post(hold, json={"next": 0}, timeout=10).raise_for_status()
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        final = await wait_for_status(handle, lambda s: s.phase == "aborted", "phase aborted")
+        ended = await handle.describe()
+        await save_history(handle, "host_operation_aborted_while_a_write_hangs")
+    assert answer.accepted
+    assert while_held.status == WorkflowExecutionStatus.RUNNING, f"the run waits for {held}"
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
+    assert "aborted by alice: seen it" in final.waiting_for
+    assert list(ended.raw_description.pending_activities) == []
+    assert ready_site.power_log(H2) == [] and ready_site.violations() == []
+
+
+async def _has(events: Awaitable[list[EventType.ValueType]], wanted: EventType.ValueType) -> bool:
+    return wanted in await events

@@ -63,6 +63,10 @@ class DPFWatch:
             their sequence anyway).
         summary: The watcher's summary in the UI; `{host}` is replaced by the host id.
         on_taken: Called with each state taken (the monitor queues them).
+        wait_from_patch: With `TRY_CANCEL`: a patch id from which runs wait instead, so a
+            run never ends with its watcher still pending (`CANCEL_REQUESTED` in the UI); runs
+            recorded before the patch keep `TRY_CANCEL`. Consulted when a per-host watcher
+            starts (the site watch's read is always waited for).
     """
 
     def __init__(
@@ -71,6 +75,7 @@ class DPFWatch:
         cancellation: workflow.ActivityCancellationType = WAIT_CANCELLATION_COMPLETED,
         summary: str = "watch DPF of {host}",
         on_taken: Callable[[HostDPFState], None] | None = None,
+        wait_from_patch: str | None = None,
     ) -> None:
         self.state: HostDPFState | None = None
         self.changes = 0  # states taken: a wait's progress marker
@@ -82,6 +87,7 @@ class DPFWatch:
         self._handle: workflow.ActivityHandle[None] | None = None
         self._base = 0  # states numbered at or below this come from a replaced watcher
         self._on_taken = on_taken
+        self._wait_from_patch = wait_from_patch
         self._site = False  # routed by the site watch (SITE_WATCH_PATCH)
         self._read: workflow.ActivityHandle[HostDPFState] | None = None  # the join in flight
         self._read_failure: BaseException | None = None
@@ -98,6 +104,9 @@ class DPFWatch:
             self._site = True
             self._join()
             return
+        patch = self._wait_from_patch
+        if self._cancellation == TRY_CANCEL and patch and workflow.patched(patch):
+            self._cancellation = WAIT_CANCELLATION_COMPLETED
         options = common.options(
             common.WATCHER, self._summary.format(host=host.host_id), cancellation_type=self._cancellation
         )

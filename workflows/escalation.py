@@ -30,6 +30,7 @@ here). The rules, all from `OperationPolicy`:
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
@@ -67,6 +68,8 @@ WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
 ABORTED_TYPE = "OperationAborted"
 # A DPF change that lands while `keep_dpus_moving` runs an activity wakes the wait (see wait_for_dpf).
 CHANGES_DURING_MOVES_PATCH = "dpf-wait-counts-changes-before-moves"
+# `call_kube` waits for a call it cancels (abort or cancel); runs recorded before went on at once.
+KUBE_CANCEL_AWAITED_PATCH = "kube-call-cancel-awaited"
 FINISHED = frozenset({"completed", "failed", "aborted", "cancelled"})
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
@@ -201,21 +204,41 @@ class Escalation(ABC):
         """One Kubernetes call, bounded by the policy's `kube_call_timeout_seconds`.
 
         Past the bound: manual intervention (a visible stall an operator decides), then the call
-        again. An abort while it retries cancels it (TRY_CANCEL: an idempotent edit may land or
-        not; the cleanup reads the world as it is). In cleanup the call is neither abortable nor
-        escalated: its failure is logged by the cleanup and the run's own failure is the news.
+        again. An abort (or a cancel) while it runs or retries cancels it and waits until it has
+        ended: the server retries nothing after a cancel, so that is at most the attempt in
+        flight, and the cleanup then reads a world no edit of this call changes any more; the run
+        ends with no call pending. (Runs recorded before patch `kube-call-cancel-awaited` did not
+        wait, nor cancel on a cancel.) In cleanup the call is neither abortable nor escalated:
+        its failure is logged by the cleanup and the run's own failure is the news.
         """
         seconds = self.policy.kube_call_timeout_seconds
-        options = common.options(common.bounded(preset, seconds), summary)
         if self.cleaning_up:
+            options = common.options(common.bounded(preset, seconds), summary)
             return await workflow.execute_activity(call, arg, **options)
+        awaited = workflow.patched(KUBE_CANCEL_AWAITED_PATCH)
+        options = common.options(
+            common.bounded(preset, seconds),
+            summary,
+            cancellation_type=(
+                workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED if awaited else None
+            ),
+        )
         while True:
             handle = workflow.start_activity(call, arg, **options)
             try:
                 await self._wait(handle.done, None)
             except ApplicationError:  # aborted: stop the retrying call now
                 handle.cancel()
-                handle.add_done_callback(_retrieve)
+                if not awaited:
+                    handle.add_done_callback(_retrieve)
+                    raise
+                await _ended(handle)
+                raise
+            except asyncio.CancelledError:  # the run is cancelled: so is the call
+                if not awaited:
+                    raise
+                handle.cancel()
+                await _ended(handle)
                 raise
             try:
                 return await handle
@@ -449,3 +472,11 @@ def _retrieve(call: Any) -> None:
     # A cancelled call ends with an ActivityError nobody awaits: take it, so it is not logged.
     if not call.cancelled():
         call.exception()
+
+
+async def _ended(handle: workflow.ActivityHandle[Any]) -> None:
+    """Wait until a cancelled call has ended, however it ended (cancelled, done, failed)."""
+    try:
+        await handle
+    except (ActivityError, asyncio.CancelledError):
+        pass

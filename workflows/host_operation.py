@@ -82,6 +82,10 @@ def worst_case_events(*, power_cycles: int, dpf_changes: int, answers: int = 0, 
     return 40 + (36 + 50) * power_cycles + 4 * dpf_changes + 4 * answers + 6 * stalls
 
 
+# A per-host watcher is stopped with WAIT_CANCELLATION_COMPLETED from this patch on (older runs:
+# TRY_CANCEL, and the ended run showed the watcher pending).
+WATCHER_AWAITED_PATCH = "operation-watcher-awaited"
+
 RESOLVING = "resolving-inventory"
 REGISTERING = "registering-dpus"
 DELETING = "deleting-dpus"
@@ -104,7 +108,11 @@ class HostOperationWorkflow(Escalation):
         self._request = request
         self._dpu_ids: tuple[str, ...] = request.dpu_ids or ()
         self._host: HostRef | None = None
-        self._watch = DPFWatch(cancellation=TRY_CANCEL, summary="watch the DPF objects of {host}")
+        self._watch = DPFWatch(
+            cancellation=TRY_CANCEL,
+            summary="watch the DPF objects of {host}",
+            wait_from_patch=WATCHER_AWAITED_PATCH,  # the ended run leaves no watcher pending
+        )
         self._replaced: dict[str, str] = {}  # DPU id -> uid of the object this operation deleted
         self._error_reprovisions: dict[str, int] = {}
         self._hold_released = False
