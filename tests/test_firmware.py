@@ -178,7 +178,9 @@ async def test_abort_while_staging_ends_the_run_without_a_reboot(
             assert answer.accepted and "no reboot" in answer.message
             with pytest.raises(WorkflowFailureError) as failed:
                 await handle.result()
-            await save_history(handle, "firmware_aborted")
+            await save_history(handle, "firmware_aborted_stages_awaited")
+            ended = await handle.describe()
+        assert list(ended.raw_description.pending_activities) == []  # the stages ended with the run
         cause = failed.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
         assert "aborted by operator: wrong image in phase staging" in cause.message
@@ -209,8 +211,9 @@ async def test_a_cancel_while_staging_ends_cancelled_says_what_is_left_and_reboo
                 await handle.result()
             final = await handle.query("status", result_type=HostOperationStatus)
             described = await handle.describe()
-            await save_history(handle, "firmware_cancelled_while_staging")
+            await save_history(handle, "firmware_cancelled_while_staging_stages_awaited")
         assert isinstance(failed.value.cause, CancelledError)
+        assert list(described.raw_description.pending_activities) == []
         assert final.phase == "cancelled" and "Left behind: nothing staged" in final.waiting_for
         assert described.typed_search_attributes.get(names.PHASE) == "cancelled"
         assert slow.power_log(host) == []

@@ -23,6 +23,7 @@ from activities.redfish.firmware import read_versions
 from metalflow.models.host import OperationPolicy
 from metalflow.models.inventory import DPF_NAMESPACE
 from metalflow.settings import Settings
+from metalflow.worker import HEARTBEAT_THROTTLE
 
 T = TypeVar("T")
 HISTORIES = Path(__file__).parent / "histories"
@@ -54,6 +55,9 @@ async def site_worker(client: Client, task_queue: str, sim: RunningSim) -> Async
         workflows=all_workflows(),
         activities=build_activities(temporal_client=client, settings=settings_for(sim)),
         max_concurrent_activities=50,
+        # As the product's worker: a heartbeat (and the cancel its answer brings) is not held
+        # back for 0.8 x the heartbeat timeout.
+        max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
     )
     async with worker:
         yield worker

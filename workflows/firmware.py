@@ -17,7 +17,9 @@ Abort (update `abort`) is accepted until the power cycle starts: the run ends wi
 the version asked for and become running at the host's next power cycle, whoever causes it (a
 later firmware run finds them `already_staged` and does not stage again). After the power cycle
 has started abort is refused: the cycle completes on its own (the child is abandoned, never
-cancelled halfway, so a host is never left Off).
+cancelled halfway, so a host is never left Off). Stages in flight at an abort or a cancel are cancelled and
+waited for (until their next heartbeat: at most a third of their 60 s heartbeat timeout), so
+the ended run shows no pending activity (patch `firmware-stage-cancel-awaited`).
 
 Cost per host and worst-case history: up to `MAX_PARALLEL_STAGES` activity slots while
 staging, one watcher slot from the barrier to the end; about 80 events in the run plus 9 per
@@ -124,6 +126,9 @@ STAGE_FAILED_ERROR: Final = "FirmwareStageFailed"
 NOT_ACTIVATED_ERROR: Final = "FirmwareNotActivated"
 TIMEOUT_ERROR: Final = "PhaseTimeout"
 END_PHASE_PATCH: Final = "firmware-end-phase"
+# Stages cancelled by an abort or a cancel are waited for (WAIT_CANCELLATION_COMPLETED: about one
+# heartbeat), so the ended run shows none pending; runs recorded before did not wait.
+STAGES_AWAITED_PATCH: Final = "firmware-stage-cancel-awaited"
 
 
 @workflow.defn(name="FirmwareWorkflow")
@@ -264,6 +269,11 @@ class FirmwareWorkflow:
         on = plural(len(todo), "DPU")
         self._enter("staging", f"{target} on {on} ({len(dpus) - len(todo)} already staged)")
         limit = asyncio.Semaphore(MAX_PARALLEL_STAGES)
+        cancellation = (
+            workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+            if workflow.patched(STAGES_AWAITED_PATCH)
+            else None
+        )
 
         async def stage(dpu: DPUInventory) -> StageFirmwareResult:
             assert dpu.bmc is not None
@@ -277,7 +287,7 @@ class FirmwareWorkflow:
                 result: StageFirmwareResult = await workflow.execute_activity(
                     activity_api.stage_dpu_firmware,
                     request,
-                    **options(STAGE_OPTIONS, f"stage {target} on {dpu.id}"),
+                    **options(STAGE_OPTIONS, f"stage {target} on {dpu.id}", cancellation_type=cancellation),
                 )
             self._set_outcome(dpu.id, result.outcome, running=result.running, staged=result.staged)
             return result
