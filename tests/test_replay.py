@@ -5,6 +5,7 @@ METALFLOW_RECORD_HISTORIES=1) and committing the JSON."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -71,3 +72,50 @@ def test_every_registered_workflow_has_a_saved_history() -> None:
         f"no history in tests/histories/ replays {sorted(registered - covered)}: record one "
         "(tests/history_tool.py) and commit it"
     )
+
+
+# Patches after which a run waits for every activity it cancels: a history recorded with one of
+# them must end with no activity left pending (the UI's "Pending Activities" on an ended run).
+AWAITED_PATCHES = (
+    "monitor-cancelled-calls-awaited",
+    "rollout-watcher-awaited",
+    "kube-call-cancel-awaited",
+    "operation-watcher-awaited",
+    "firmware-stage-cancel-awaited",
+)
+
+
+def _patches_and_pending(history: WorkflowHistory) -> tuple[set[str], list[str], bool]:
+    """The patch ids a history recorded, the activities still pending at its end, and whether it
+    ended (continued-as-new and terminated runs are not judged: the run did not end by itself)."""
+    patches: set[str] = set()
+    pending: dict[int, str] = {}
+    for event in history.events:
+        if event.HasField("marker_recorded_event_attributes"):
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == "core_patch":
+                patches |= {json.loads(p.data)["id"] for p in marker.details["patch-data"].payloads}
+        elif event.HasField("activity_task_scheduled_event_attributes"):
+            pending[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        for ended in ("completed", "failed", "timed_out", "canceled"):
+            field = f"activity_task_{ended}_event_attributes"
+            if event.HasField(field):
+                pending.pop(getattr(event, field).scheduled_event_id, None)
+    last = history.events[-1]
+    ended_by_itself = any(
+        last.HasField(f"workflow_execution_{how}_event_attributes")
+        for how in ("completed", "failed", "canceled")
+    )
+    return patches, sorted(pending.values()), ended_by_itself
+
+
+def test_runs_that_wait_for_what_they_cancel_end_with_no_activity_pending() -> None:
+    judged, left = 0, []
+    for path in HISTORIES:
+        patches, pending, ended = _patches_and_pending(WorkflowHistory.from_json(path.stem, path.read_text()))
+        if ended and patches & set(AWAITED_PATCHES):
+            judged += 1
+            if pending:
+                left.append(f"{path.name}: {', '.join(pending)}")
+    assert judged >= 8, judged  # the recorded aborts, cancels and completions under those patches
+    assert left == []

@@ -88,6 +88,7 @@ class DPFWatch:
         self._base = 0  # states numbered at or below this come from a replaced watcher
         self._on_taken = on_taken
         self._wait_from_patch = wait_from_patch
+        self._replaced: list[workflow.ActivityHandle[None]] = []  # cancelled by a restart
         self._site = False  # routed by the site watch (SITE_WATCH_PATCH)
         self._read: workflow.ActivityHandle[HostDPFState] | None = None  # the join in flight
         self._read_failure: BaseException | None = None
@@ -216,7 +217,9 @@ class DPFWatch:
         self._base = max(self._base, baseline.sequence, self.state.sequence if self.state else 0) + 1_000_000
         renumbered = baseline.model_copy(update={"sequence": self._base})
         self.state = renumbered
-        self._cancel()
+        replaced = self._cancel()
+        if replaced is not None and self._cancellation != TRY_CANCEL:
+            self._replaced.append(replaced)
         self.start(self._host, self._dpu_ids, renumbered)
 
     def failure(self) -> BaseException | None:
@@ -238,7 +241,13 @@ class DPFWatch:
                 await asyncio.gather(read, return_exceptions=True)
             return
         handle = self._cancel()
-        if handle is None or self._cancellation == TRY_CANCEL:
+        if self._cancellation == TRY_CANCEL:
+            return
+        # Watchers a restart replaced were cancelled and not waited for: wait for them too (each
+        # has ended long before, at its next heartbeat), so the run ends with none pending.
+        replaced, self._replaced = self._replaced, []
+        await asyncio.gather(*(h for h in replaced if not h.done()), return_exceptions=True)
+        if handle is None:
             return
         try:
             await handle
