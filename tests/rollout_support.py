@@ -61,8 +61,19 @@ def grove_site(tmp_path: Path, *workloads: dict[str, Any], timings: str = "demo"
 
 @contextlib.asynccontextmanager
 async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
-    async with build_worker(client, task_queue, Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)):
-        yield
+    """A worker for the test; at the end, a rollout still running on its queue (a test that
+    failed midway) is terminated: rollout ids are per PodCliqueSet, and the session's server is
+    shared, so a run left behind would refuse every later test's rollout of the same name."""
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    try:
+        async with build_worker(client, task_queue, settings):
+            yield
+    finally:
+        query = f'TaskQueue="{task_queue}" AND ExecutionStatus="Running"'
+        async for execution in client.list_workflows(query):
+            await client.get_workflow_handle(execution.id, run_id=execution.run_id).terminate(
+                reason="left running by a test that ended"
+            )
 
 
 async def start_rollout(
