@@ -22,8 +22,9 @@ so the UI list and a workflow's page never disagree.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -142,6 +143,15 @@ def options(
     if cancellation_type is not None:
         config["cancellation_type"] = cancellation_type
     return config
+
+
+async def cancelled_call_ended(handle: Awaitable[Any]) -> None:
+    """Wait until a call started with `WAIT_CANCELLATION_COMPLETED` and then cancelled has ended,
+    however it ended (cancelled, completed, failed): the run then ends with no call pending."""
+    try:
+        await handle
+    except (ActivityError, asyncio.CancelledError):
+        pass
 
 
 def bounded(preset: workflow.ActivityConfig, seconds: float) -> workflow.ActivityConfig:

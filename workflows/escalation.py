@@ -232,13 +232,13 @@ class Escalation(ABC):
                 if not awaited:
                     handle.add_done_callback(_retrieve)
                     raise
-                await _ended(handle)
+                await common.cancelled_call_ended(handle)
                 raise
             except asyncio.CancelledError:  # the run is cancelled: so is the call
                 if not awaited:
                     raise
                 handle.cancel()
-                await _ended(handle)
+                await common.cancelled_call_ended(handle)
                 raise
             try:
                 return await handle
@@ -472,11 +472,3 @@ def _retrieve(call: Any) -> None:
     # A cancelled call ends with an ActivityError nobody awaits: take it, so it is not logged.
     if not call.cancelled():
         call.exception()
-
-
-async def _ended(handle: workflow.ActivityHandle[Any]) -> None:
-    """Wait until a cancelled call has ended, however it ended (cancelled, done, failed)."""
-    try:
-        await handle
-    except (ActivityError, asyncio.CancelledError):
-        pass

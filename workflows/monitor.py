@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         KUBE_READ,
         KUBE_WRITE,
         bounded,
+        cancelled_call_ended,
         describe_failure,
         ending,
         enter_phase,
@@ -375,10 +376,7 @@ class HostMonitorWorkflow:
             return await handle
         handle.cancel()
         if awaits_cancel:
-            try:
-                await handle  # an answer that came in anyway is not used: the final look decides
-            except (ActivityError, asyncio.CancelledError):
-                pass
+            await cancelled_call_ended(handle)  # an answer that came anyway is unused: the final look decides
             return None
         handle.add_done_callback(_retrieve)
         return None

@@ -45,7 +45,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from metalflow import activity_api, names
@@ -485,10 +485,7 @@ class RolloutWorkflow(RolloutControl):
         if not self._watcher_awaited:
             watcher.add_done_callback(_retrieve)
             return
-        try:
-            await watcher
-        except (ActivityError, asyncio.CancelledError):
-            pass  # its cancellation, or an error after the rollout no longer needs it
+        await common.cancelled_call_ended(watcher)
 
 
 def _retrieve(watcher: asyncio.Future[None]) -> None:
