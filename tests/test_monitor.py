@@ -187,30 +187,60 @@ async def test_an_abort_accepted_while_the_monitor_hands_over_to_its_next_run_st
     host, dpu = "mon-004", "mon-004-dpu-0"
     policy = MonitorPolicy(reprovision_after_seconds=3600, events_per_run=1)
     async with site_worker(client, task_queue, sim):
-        first_run = await start_monitor(client, task_queue, host, policy)
-        await eventually(lambda: status_of(first_run), lambda s: len(s.dpus) == 2)
+        started = await start_monitor(client, task_queue, host, policy)
+        # `started` follows the chain to its newest run; the first run is pinned by its id.
+        first_run = client.get_workflow_handle(started.id, run_id=started.result_run_id)
+
+        async def label_confirmed() -> list[Any]:
+            # The run's first state (the read that joins the site watch) was handled: its label
+            # write completed and the workflow task after it completed too.
+            events = list((await first_run.fetch_history()).events)
+            write = next(
+                (
+                    e.event_id
+                    for e in events
+                    if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                    and e.activity_task_scheduled_event_attributes.activity_type.name == "set_host_pool_state"
+                ),
+                None,
+            )
+            done = next(
+                (
+                    e.event_id
+                    for e in events
+                    if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+                    and e.activity_task_completed_event_attributes.scheduled_event_id == write
+                ),
+                None,
+            )
+            if done is None or not any(
+                e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED and e.event_id > done
+                for e in events
+            ):
+                return []
+            return events
+
+        events = await eventually(label_confirmed, bool, 60)
+        # The read that joined is what the world is, not a change: one event per run does not
+        # make the monitor hand over with nothing changing (it did, once a run, forever).
+        assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW not in [e.event_type for e in events]
+
         sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
 
-        async def handing_over() -> bool:
-            # The run took its one event and hands over: with a per-host watcher it asked the
-            # watcher to stop and waits for it; with the site watch there is nothing to stop, so
-            # the hand-over is one workflow task and the run is seen when it has closed.
-            history = await first_run.fetch_history()
-            return any(
-                e.event_type
-                in (
-                    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED,
-                    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
-                )
-                for e in history.events
-            )
+        async def handed_over() -> bool:
+            events = (await first_run.fetch_history()).events
+            handed = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+            return any(e.event_type == handed for e in events)
 
-        await eventually(handing_over, lambda handed: handed, 90)
-        latest = client.get_workflow_handle(names.monitor_workflow_id(host), result_type=HostMonitorResult)
-        await latest.execute_update("abort", STOP)
-        stopped = await asyncio.wait_for(latest.result(), 60)
+        await eventually(handed_over, lambda handed: handed, 60)
+        await started.execute_update("abort", STOP)  # the newest run, which took over
+        stopped = await asyncio.wait_for(started.result(), 60)
+        await save_history(first_run, "monitor_join_read_not_counted_first_run")
+        await save_history(started, "monitor_join_read_not_counted_last_run")
         sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
     assert stopped.stopped_by == "test"
+    assert stopped.pool_state == "out-of-pool" and stopped.events_seen >= 1
+    assert stopped.runs == 2, "one hand-over for the one change; the second run's join was not counted"
 
 
 async def test_a_cancelled_monitor_ends_cancelled_and_leaves_the_label_as_the_world_was(

@@ -120,6 +120,12 @@ class DPFWatch:
             **options,
         )
 
+    @property
+    def site_routed(self) -> bool:
+        """True when the site watch routes this host's changes: the first state is then the read
+        that joined it, taken whether or not anything changed."""
+        return self._site
+
     def accept(self, state: HostDPFState) -> bool:
         """Take a signalled state, unless a watcher this one replaced sent it; True when taken.
 

@@ -363,7 +363,8 @@ class OwnerReprovisionResult(_Frozen):
 class MonitorPolicy(_Frozen):
     reprovision_after_seconds: ReprovisionAfter = 1800.0  # a DPU in Node Effect this long
     auto_reprovision: bool = True  # False: only take the host out of the pool
-    events_per_run: int = Field(default=500, ge=1)  # DPF changes handled before continue-as-new
+    # DPF changes handled before continue-as-new (the read that starts a run is not one)
+    events_per_run: int = Field(default=500, ge=1)
     # The final look after an abort: how long its read and label write may retry (a Kubernetes
     # outage) before the monitor stops anyway, saying the label was left as last written.
     kube_call_timeout_seconds: StepTimeout = 900.0
