@@ -194,6 +194,11 @@ class SimulatedSite:
                 host.bmc.ca_bundle = str(bmcs.ca_path)
             if len(service.hosts) > 1 or host.bmc.profile == "multi-system":
                 host.bmc.system = next(sid for sid, h in service.hosts.items() if h.host_id == host.id)
+            elif host.bmc.system is None:
+                # Named by its path, as an inventory exported from a provisioning system names it
+                # (Metal3's `redfish://<bmc>/redfish/v1/Systems/<id>`): the product then reads the
+                # System without the Systems collection. A site file's own name is kept.
+                host.bmc.system = bmcs.system_path(host.id)
             if not service.sessions:
                 host.bmc.auth = "basic" if host.bmc.auth == "session" else host.bmc.auth
             for dpu in host.dpus:

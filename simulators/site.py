@@ -19,7 +19,7 @@ Example:
           credentials: {file: /abs/.metalflow/credentials/host-001.json}
           insecure: false
           auth: auto                        # session | basic | auto (session where offered)
-          system: null                      # the System's id or path, on a multi-system BMC
+          system: null                      # the System's id or path (filled in when null)
         dpus:
           - id: host-001-dpu-0
             model: BF3
@@ -34,8 +34,10 @@ Example:
 Every BMC is served at the root of an address of its own (a port per BMC on 127.0.0.1), as
 a real BMC is: `<endpoint>/redfish/v1`. Hosts whose BMCs have profile `multi-system` and the
 same `group` share one BMC service (one endpoint, one account), each its own System (`system`
-is filled in with the host id). A BMC with profile `self-signed-tls` is served over https with
-a certificate from a CA made at simulator start; `ca_bundle` is filled in with the CA's path.
+is filled in with the host id; any other host's `system`, when null, with its System's path, as
+an inventory exported from a provisioning system names it). A BMC with profile
+`self-signed-tls` is served over https with a certificate from a CA made at simulator start;
+`ca_bundle` is filled in with the CA's path.
 
 A DPU whose `bmc` is `null` has no BMC the product can reach (its BMC is not on the management
 network metalflow uses, or the inventory does not list it): the simulator serves none for it,
@@ -107,7 +109,7 @@ class BMC(_Model):
     insecure: bool = False
     ca_bundle: str | None = None  # filled in by the simulator for self-signed-tls BMCs
     auth: Literal["session", "basic", "auto"] = "auto"
-    system: str | None = None  # filled in by the simulator for multi-system BMCs
+    system: str | None = None  # filled in by the simulator: the host id on multi-system BMCs, else the path
     group: str | None = None  # simulator only: multi-system BMCs of one group share a service
 
 

@@ -24,6 +24,7 @@ from metalflow.errors import (
     BMCRequestRejected,
     BMCUnavailable,
     CredentialsUnavailable,
+    InvalidInput,
     ResetTypeNotSupported,
 )
 from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
@@ -182,6 +183,54 @@ async def test_a_system_that_moved_is_looked_up_again() -> None:
     finally:
         await client.aclose()
     assert [r.url.path for r in bmc.seen].count("/redfish/v1/Systems") == 2
+
+
+async def read_named(bmc: FakeBMC, named: str, reads: int = 1) -> list[str]:
+    """Read power `reads` times (one activity each) with the inventory naming the System."""
+    client = bmc.client()
+    access = ACCESS.model_copy(update={"system": named})
+    systems: list[str] = []
+    try:
+        for _ in range(reads):
+            async with client.connect(access) as connection:
+                try:
+                    systems.append((await read_power(connection)).system)
+                except BMCUnavailable:  # the activity's next attempt looks it up
+                    systems.append((await read_power(connection)).system)
+    finally:
+        await client.aclose()
+    return systems
+
+
+@pytest.mark.parametrize("named", ["Node0", SYSTEM, SYSTEM + "/"])
+async def test_a_system_the_inventory_names_is_read_without_the_collection(named: str) -> None:
+    bmc = FakeBMC()
+    assert await read_named(bmc, named) == [SYSTEM]
+    assert [r.url.path for r in bmc.seen] == [SYSTEM]  # no Systems collection, no service root
+
+
+async def test_a_named_system_off_the_standard_path_is_looked_up_by_its_name_once() -> None:
+    bmc = FakeBMC()
+    old_style = "/redfish/v1/Systems/1/Node0"  # an older BMC: the Id is not the path's end alone
+    bmc.routes[("GET", "/redfish/v1/Systems")] = lambda r: httpx.Response(
+        200, json={"Members": [{"@odata.id": "/redfish/v1/Systems/1/Other"}, {"@odata.id": old_style}]}
+    )
+    bmc.routes[("GET", old_style)] = bmc.routes.pop(("GET", SYSTEM))
+    assert await read_named(bmc, "Node0", reads=2) == [old_style, old_style]
+    assert [r.url.path for r in bmc.seen] == [
+        SYSTEM,  # 404: where DSP0266 puts System Node0
+        "/redfish/v1/Systems",  # found there by its Id, and remembered by the worker
+        old_style,
+        old_style,  # the second activity goes straight to it
+    ]
+
+
+async def test_a_named_system_the_bmc_does_not_have_is_refused_naming_what_it_has() -> None:
+    bmc = FakeBMC()
+    with pytest.raises(InvalidInput, match=r"names System 'Node7', but .* has /redfish/v1/Systems/Node0"):
+        await read_named(bmc, "Node7")
+    assert [r.url.path for r in bmc.seen] == ["/redfish/v1/Systems/Node7", "/redfish/v1/Systems"]
+    assert not [r for r in bmc.seen if r.method != "GET"]  # nothing was sent to any System
 
 
 async def test_malformed_json_is_rejected_as_not_redfish() -> None:

@@ -140,6 +140,7 @@ class _BMCState:
     session: _Session | None = None
     service_root: dict[str, Any] | None = None
     system_uri: str | None = None  # the host's System, stable for a BMC
+    named_path_refused: bool = False  # the System's path the inventory names answered 404 here
     auth: Literal["session", "basic"] | None = None  # what `auto` chose for this BMC
     unsupported_resets: set[str] = field(default_factory=set)  # advertised, but refused as permanent
     last_request: float = 0.0  # monotonic time of the last request (session keep-alive)
@@ -296,6 +297,15 @@ class BMCConnection:
 
     def forget_system_uri(self) -> None:
         self._state.system_uri = None
+
+    @property
+    def named_path_refused(self) -> bool:
+        """The path the inventory names the System by answered 404 on this BMC (this worker):
+        the System is looked up in the Systems collection from then on."""
+        return self._state.named_path_refused
+
+    def refuse_named_path(self) -> None:
+        self._state.named_path_refused = True
 
     def heartbeat(self) -> None:
         if self.on_wait is not None:

@@ -21,11 +21,11 @@ from activities.redfish.client import BMCConnection, RedfishClient
 from activities.redfish.powercycle import PowerCycle
 from activities.redfish.system import (
     System,
+    find_system,
     parse_time,
     read_system,
     require_reset_type,
     send_reset,
-    system_uri,
     wait_for_power,
 )
 from metalflow.errors import BMCUnavailable, PowerStateTimeout
@@ -64,8 +64,8 @@ def _quiet(_: str) -> None:
 
 async def read_power(connection: BMCConnection) -> SystemPower:
     """The System's power state, reset types and how a power cycle would be done."""
-    uri = await system_uri(connection)
-    system = await read_system(connection, uri)
+    system = await find_system(connection)
+    uri = system.uri
     return SystemPower(
         bmc_id=connection.bmc_id,
         system=uri,
@@ -89,8 +89,8 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
     it moved), and the final state is verified the same way before success is reported.
     """
     started = _now()
-    uri = await system_uri(connection)
-    system = await read_system(connection, uri)
+    system = await find_system(connection)
+    uri = system.uri
     wanted = request.reset_type
     for _ in range(_MAX_DECISIONS):
         if system.power_state.startswith("Powering"):
@@ -172,8 +172,8 @@ async def graceful_shutdown(
 ) -> GracefulShutdownResult:
     """GracefulShutdown, then ForceOff when the host is not Off after `grace_seconds`."""
     started = _now()
-    uri = await system_uri(connection)
-    system = await read_system(connection, uri)
+    system = await find_system(connection)
+    uri = system.uri
     sent: list[str] = []
     if system.power_state != "Off":
         if system.allows("GracefulShutdown") and request.grace_seconds > 0:

@@ -76,7 +76,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from activities.redfish.client import BMCConnection
-from activities.redfish.system import System, parse_time, read_system, send_reset, system_uri, wait_for_power
+from activities.redfish.system import System, find_system, parse_time, read_system, send_reset, wait_for_power
 from metalflow import metrics
 from metalflow.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from metalflow.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
@@ -189,8 +189,9 @@ class PowerCycle:
 
     async def _drive(self) -> PowerCycleResult:
         connection = self._connection
-        uri = await system_uri(connection)
-        seen: System | None = None  # the reading a wait ended on: not read again
+        first = await find_system(connection)
+        uri = first.uri
+        seen: System | None = first  # the reading a wait ended on: not read again
         while True:
             system = seen or await read_system(connection, uri)
             seen = None

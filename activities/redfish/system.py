@@ -8,6 +8,13 @@ the inventory names (`BMCAccess.system`, by Id or path) on a BMC with several; a
 several and none named is refused, never guessed. The collection is read at its standard path
 (the service root only when that is not found: one request less per BMC and worker). The
 reset goes to the action's `target`.
+
+A System the inventory names is read at once, without the collection (one request less per
+power cycle on a BMC's first cycle in a worker; the collection is not needed to find it):
+at its path, or at `/redfish/v1/Systems/<Id>` for an Id (the URI DSP0266 prescribes since
+Redfish 1.6, as Metal3 and Ironic address a System). When that answers 404 (an older BMC with
+other paths) the System is looked up in the collection, by the name, from then on for that BMC
+in this worker; a name the collection does not hold is refused naming what it holds.
 A reset type the BMC advertises but answers 501 / `ActionNotSupported` to is remembered per
 BMC and no longer counted as offered.
 """
@@ -21,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, cast
+from urllib.parse import quote
 
 from activities.redfish.client import BMCConnection, is_not_supported, json_object, raise_for_status
 from metalflow.errors import (
@@ -88,6 +96,9 @@ async def system_uri(connection: BMCConnection) -> str:
     """The host's System `@odata.id`: the collection's only member, or the one the inventory names."""
     if connection.cached_system_uri is not None:
         return connection.cached_system_uri
+    named_path = _named_path(connection.access.system)
+    if named_path is not None and not connection.named_path_refused:
+        return named_path
     members = (await _systems_collection(connection)).get("Members")
     uris = [u for u in (_link(m) for m in (members if isinstance(members, list) else [])) if u is not None]
     if not uris:
@@ -113,6 +124,29 @@ async def system_uri(connection: BMCConnection) -> str:
     return chosen
 
 
+async def find_system(connection: BMCConnection) -> System:
+    """The host's System, read (`system_uri` then `read_system`). A System the inventory names
+    that is not at the path its name gives is looked up by the name at once: one request more,
+    once per BMC and worker, and a name the BMC does not hold is refused (`InvalidInput`)."""
+    refused = connection.named_path_refused
+    uri = await system_uri(connection)
+    try:
+        return await read_system(connection, uri)
+    except BMCUnavailable:
+        if refused or not connection.named_path_refused:
+            raise
+        return await read_system(connection, await system_uri(connection))
+
+
+def _named_path(named: str | None) -> str | None:
+    """Where the System the inventory names is: its path, or the DSP0266 URI of its Id."""
+    if named is None or not named.strip("/"):
+        return None
+    if named.startswith("/"):
+        return named.rstrip("/")
+    return f"{SYSTEMS_PATH}/{quote(named, safe='')}"
+
+
 async def _systems_collection(connection: BMCConnection) -> dict[str, Any]:
     """The Systems collection: at its standard path (DSP0266 fixes `/redfish/v1/Systems`), or where
     the service root links it when the BMC answers 404 there (one more request, that BMC only)."""
@@ -132,6 +166,14 @@ async def read_system(connection: BMCConnection, uri: str) -> System:
     """GET the System and check that it is Redfish enough to drive."""
     response = await connection.request("GET", connection.link(uri), accept=frozenset({404}))
     if response.status_code == 404:
+        if connection.cached_system_uri is None and uri == _named_path(connection.access.system):
+            # Not at the path the name gives (a BMC older than DSP0266's URIs): look it up in
+            # the collection by the name, on this attempt's next try and from then on.
+            connection.refuse_named_path()
+            raise BMCUnavailable(
+                f"BMC {connection.bmc_id}: System {uri} answered 404; looking "
+                f"{connection.access.system!r} up in the Systems collection"
+            )
         connection.forget_system_uri()
         if not connection.looked_up_system:
             # The System an earlier connection learnt is gone (the BMC renamed it, e.g. after a
