@@ -512,3 +512,33 @@ async def test_credential_references_fail_without_revealing_values(tmp_path: Pat
     found = await resolver.resolve(CredentialRef(file=str(good)))
     assert (found.username, found.password) == ("admin", SECRET)
     assert SECRET not in repr(found)
+
+
+async def test_a_short_wait_does_not_read_the_session_timeout_and_a_longer_one_keeps_the_session() -> None:
+    """A wait as short as a PowerCycle's 1 s wait for a fresh LastResetTime costs no request; a
+    wait idle past the floor learns the SessionTimeout once, then touches the session at a third
+    of it (this BMC's 1.5 s is under Redfish's 30 s minimum: the floor still keeps it open)."""
+    bmc = FakeBMC()
+    with_sessions(bmc)
+    bmc.routes[("GET", "/redfish/v1/SessionService")] = lambda r: httpx.Response(
+        200, json={"SessionTimeout": 1.5}
+    )
+    bmc.routes[("GET", "/redfish/v1/SessionService/Sessions/t0")] = lambda r: httpx.Response(200, json={})
+    client = bmc.client(auth="session")
+
+    def count(path: str) -> int:
+        return sum(1 for r in bmc.seen if r.method == "GET" and r.url.path == path)
+
+    try:
+        async with client.connect(ACCESS) as connection:
+            await read_power(connection)
+            await connection.sleep(1.0)
+            assert count("/redfish/v1/SessionService") == 0
+            await connection.sleep(0.8)  # idle 1.8 s: past the 1.5 s floor, before the timeout
+            assert count("/redfish/v1/SessionService") == 1
+            touched = count("/redfish/v1/SessionService/Sessions/t0")
+            await connection.sleep(1.2)  # a third of 1.5 s: touched at least twice
+            assert count("/redfish/v1/SessionService/Sessions/t0") - touched >= 2
+            assert count("/redfish/v1/SessionService") == 1  # learnt once
+    finally:
+        await client.aclose()

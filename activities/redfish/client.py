@@ -12,11 +12,13 @@ tried before the credentials are called bad (after a 404/405, the service root i
 case it links the Sessions collection elsewhere). What `auto` chose is remembered per BMC.
 
 Requests per BMC, learnt once per worker and kept (`_BMCState`): the auth mode, the host's
-System (`system.system_uri`: the standard `/redfish/v1/Systems`, the service root only when that
-is not found; looked up again when the System answers 404), the SessionTimeout (read again
-after a session expired on us), the reset types refused as not implemented. So the first
-power cycle on a BMC costs login, Systems, System, the reset(s), the polls and the logout;
-later ones skip Systems (measured in bench/README.md). The service root is read only when a
+System (`system.system_uri`: the path the inventory names, read at once; else found in the
+standard `/redfish/v1/Systems`, the service root only when that is not found; looked up again
+when the System answers 404), the SessionTimeout (read again after a session expired on us),
+the reset types refused as not implemented. So a power cycle on a BMC whose System is named
+costs login, System, the reset(s), the polls and the logout, the first as much as later ones;
+an unnamed System adds the Systems read to the BMC's first cycle (measured in
+bench/README.md). The service root is read only when a
 standard path is not found, or for a link with no standard path (UpdateService).
 
 Sessions: a BMC gets one session, created on the first request that needs it and shared by
@@ -76,9 +78,15 @@ _SESSION_DELETE_ATTEMPTS = 3
 _SESSION_DELETE_PAUSE_SECONDS = 0.5
 # Touch an open session at least this often during a wait (BMC idle timeouts are often 60 s).
 SESSION_KEEPALIVE_SECONDS = 20.0
-# Until the BMC's SessionTimeout is known, a wait touches (and learns it) after this much idle:
-# the shortest keep-alive interval ever used, so an unknown timeout is no less safe.
-_KEEPALIVE_FLOOR_SECONDS = 0.5
+# Until the BMC's SessionTimeout is known, a wait touches (and learns it) after this much idle.
+# Redfish's SessionService schema (DSP8010) sets SessionTimeout's minimum at 30 s: 1.5 s leaves
+# a wide margin for BMCs that ignore it, and is longer than the 1 s a PowerCycle waits out a
+# fresh `LastResetTime`, so that wait no longer reads SessionService (it did at 0.5 s: one
+# request more on a BMC's first re-cycle within 2 s in a worker; bench/README.md).
+_KEEPALIVE_FLOOR_SECONDS = 1.5
+# Shortest pause between keep-alive checks of a wait (a timeout shorter than the floor is
+# touched at most this late).
+_KEEPALIVE_MIN_PAUSE_SECONDS = 0.05
 SESSIONS_PATH = "/redfish/v1/SessionService/Sessions"  # DSP0266: the session login URI
 SESSION_SERVICE_PATH = "/redfish/v1/SessionService"
 _TLS_EXTENSION = "metalflow_tls"
@@ -312,7 +320,8 @@ class BMCConnection:
             self.on_wait()
 
     async def sleep(self, seconds: float) -> None:
-        """Wait, heartbeating at least every second and keeping an open session alive."""
+        """Wait, heartbeating at least every second and keeping an open session alive (checked
+        when it is due, not only on the second: a 2 s timeout is touched before it ends)."""
         end = time.monotonic() + seconds
         while True:
             self.heartbeat()
@@ -320,7 +329,15 @@ class BMCConnection:
             left = end - time.monotonic()
             if left <= 0:
                 return
-            await asyncio.sleep(min(left, 1.0))
+            await asyncio.sleep(min(left, 1.0, self._until_keepalive_due()))
+
+    def _until_keepalive_due(self) -> float:
+        """Seconds until an open session is due for a touch (or, timeout unknown, a learn)."""
+        state = self._state
+        if state.session is None or state.session.location is None:
+            return 1.0
+        due = state.keepalive_seconds if state.session_timeout_known else _KEEPALIVE_FLOOR_SECONDS
+        return max(_KEEPALIVE_MIN_PAUSE_SECONDS, due - (time.monotonic() - state.last_request))
 
     # -- URLs -------------------------------------------------------------------------------
 
