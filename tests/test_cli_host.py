@@ -20,6 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from test_firmware_support import eventually, site_file_with_prefix
 
 from metalflow import names
+from metalflow.cli.host_phases import ENDINGS, OPERATION_PHASES
 from metalflow.devstack.demo import power_cycles
 from metalflow.devstack.ports import free_port
 from metalflow.settings import Settings
@@ -85,7 +86,11 @@ async def test_provision_wait_follows_the_operation_and_power_cycles_once(
     )  # fmt: skip
     assert done.status == 0, done.stdout + done.stderr
     assert "clih-001: started provision as provision/clih-001" in done.stdout
-    assert "clih-001: rebooting-host" in done.stdout  # phase changes, as they happen
+    # Phase changes as the follower's poll sees them: at least one step between start and end
+    # (which ones depends on how long each lasts; a reboot of the simulated BMC can be shorter
+    # than one poll).
+    steps = set(re.findall(r"clih-001: ([a-z-]+)", done.stdout))
+    assert steps & (OPERATION_PHASES - ENDINGS), done.stdout
     assert "clih-001: provision/clih-001 completed (reboots 1, boot_generation 1)" in done.stdout
     assert power_cycles(sim.power_log("clih-001")) == 1  # BF3: DPF asked for one reboot
     assert sim.violations() == []
