@@ -8,6 +8,8 @@
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md worker.py ./
+COPY contracts/ contracts/
+COPY drivers/ drivers/
 COPY metalflow/ metalflow/
 COPY workflows/ workflows/
 COPY activities/ activities/

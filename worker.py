@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from metalflow.worker import main
+from metalflow.runtime.worker import main
 
 if __name__ == "__main__":
     status = main()

@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from metalflow.settings import Settings
+from drivers.settings import Settings
 
 
 def build_activities(
@@ -27,13 +27,15 @@ def build_activities(
     # must not load the Kubernetes and HTTP clients until a worker builds them.
     from activities.bmc_lease import BMCLeaseActivities
     from activities.campaign import CampaignActivities
-    from activities.dpf import DPFActivities, Kube
+    from activities.dpf import DPFActivities
     from activities.grove import GroveActivities, RolloutWatcherActivities
-    from activities.inventory import Inventory, InventoryActivities
+    from activities.inventory import InventoryActivities
     from activities.pool import OwnerActivities, PoolActivities
     from activities.redfish import build_redfish_activities, build_redfish_client
     from activities.site_watch import SiteWatchActivities
     from activities.watcher import WatcherActivities
+    from drivers.inventory import Inventory
+    from drivers.kube import Kube
 
     settings = settings or Settings.from_env()
     kube = Kube(settings)  # one Kubernetes client, thread pool and set of per-host limits

@@ -37,9 +37,9 @@ from temporalio.client import WithStartWorkflowOperation, WorkflowExecutionStatu
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow import names
-from metalflow.errors import InvalidInput
-from metalflow.models.bmc_lease import (
+from contracts import names
+from contracts.errors import InvalidInput
+from contracts.models.bmc_lease import (
     BMC_LEASE_ACQUIRE_SIGNAL,
     BMC_LEASE_ACQUIRE_UPDATE,
     BMCLeaseState,
@@ -51,15 +51,15 @@ from metalflow.models.bmc_lease import (
     RequestLeaseResult,
     WorkflowRunRefs,
 )
-from metalflow.models.inventory import HostInventory, Source
-from metalflow.priorities import REBOOT_PRIORITY
-from metalflow.settings import Settings
+from contracts.models.inventory import HostInventory, Source
+from contracts.priorities import REBOOT_PRIORITY
+from drivers.settings import Settings
 
 LEASE_WORKFLOW_TYPE = "BMCLeaseWorkflow"
 
 
 class HostResolver(Protocol):
-    """What `lease_host_bmc` needs of the inventory (`activities.inventory.Inventory`)."""
+    """What `lease_host_bmc` needs of the inventory (`drivers.inventory.Inventory`)."""
 
     async def resolve(self, host_id: str, source: Source | None = None) -> HostInventory: ...
 
@@ -102,7 +102,7 @@ class BMCLeaseActivities:
                 task_queue=task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                 static_summary=f"fleet-wide lease of the BMC of {inventory.bmc.bmc_id} (at most {limit})",
-                priority=REBOOT_PRIORITY,  # its grants are on a reboot's path: see metalflow.priorities
+                priority=REBOOT_PRIORITY,  # its grants are on a reboot's path: see contracts.priorities
             ),
         )
         lease = RequestLeaseResult(lease_workflow_id=lease_id, limit=limit, granted=answer.granted)

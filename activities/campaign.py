@@ -33,19 +33,16 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.campaign_select import PARALLEL_REQUESTS, CampaignSelection
 from activities.campaign_sweep import CampaignSweep
-from activities.dpf.kube import Kube
 from activities.heartbeat import heartbeating
-from activities.inventory import Inventory
-from activities.redfish.client import RedfishClient
-from metalflow import names
-from metalflow.models.campaign import (
+from contracts import names
+from contracts.models.campaign import (
     HostRequestInput,
     HostRequestOutcome,
     HostRequestsInput,
     HostRequestsResult,
     TargetKind,
 )
-from metalflow.models.host import (
+from contracts.models.host import (
     REQUEST_FIRMWARE_UPDATE,
     REQUEST_REPROVISION_UPDATE,
     FirmwareRequest,
@@ -53,6 +50,9 @@ from metalflow.models.host import (
     OperationAccepted,
     OperationRequest,
 )
+from drivers.inventory import Inventory
+from drivers.kube import Kube
+from drivers.redfish.client import RedfishClient
 
 UPDATE_TIMEOUT = timedelta(seconds=60)
 STATUS_TIMEOUT = timedelta(seconds=10)  # the entity's status, read after an ask went unanswered

@@ -15,13 +15,9 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.dpf.kube import DPU, DPUNODE, Kube
 from activities.heartbeat import heartbeating
-from activities.inventory import Inventory
-from activities.redfish.client import RedfishClient
-from activities.redfish.firmware import read_versions
-from metalflow.errors import InvalidInput, MetalflowError
-from metalflow.models.campaign import (
+from contracts.errors import InvalidInput, MetalflowError
+from contracts.models.campaign import (
     CampaignHost,
     CheckHostsInput,
     CheckHostsResult,
@@ -30,9 +26,13 @@ from metalflow.models.campaign import (
     SelectHostsResult,
     TargetKind,
 )
-from metalflow.models.dpf import DPUNODE_NAME_LABEL, HOST_ID_LABEL
-from metalflow.models.inventory import HostInventory
-from metalflow.models.redfish import ReadFirmwareInput
+from contracts.models.dpf import DPUNODE_NAME_LABEL, HOST_ID_LABEL
+from contracts.models.inventory import HostInventory
+from contracts.models.redfish import ReadFirmwareInput
+from drivers.inventory import Inventory
+from drivers.kube import DPU, DPUNODE, Kube
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.firmware import read_versions
 
 PARALLEL_REQUESTS = 20  # hosts read (here) or asked (activities/campaign.py) at once from one activity
 NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads

@@ -26,8 +26,8 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow import names
-from metalflow.models.campaign import (
+from contracts import names
+from contracts.models.campaign import (
     AbortHostsInput,
     Failure,
     HostFinished,
@@ -35,7 +35,7 @@ from metalflow.models.campaign import (
     SweepInput,
     SweepResult,
 )
-from metalflow.models.host import (
+from contracts.models.host import (
     ABORT_UPDATE,
     MANUAL_INTERVENTION_REQUIRED,
     STATUS_QUERY,
@@ -44,7 +44,7 @@ from metalflow.models.host import (
     OperatorRequest,
     WithdrawRequest,
 )
-from metalflow.wording import aborted_outcome
+from contracts.wording import aborted_outcome
 
 STARTED = "OperationStarted"  # the entity's error type (workflows/host_rules.py): approved meanwhile
 

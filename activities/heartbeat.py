@@ -10,12 +10,12 @@ Details: an activity that resumes from heartbeat details (the power cycle) passe
 function returning what to send now; every beat sends the latest details, so a background beat
 never replaces recorded progress with nothing. The activity's own code decides when a step is
 durable: `wait_until_recorded` reads this attempt's details back from the server before an
-action that must not be repeated (see `activities.redfish.powercycle`).
+action that must not be repeated (see `drivers.redfish.powercycle`).
 
 Throttle: the SDK sends at most one heartbeat per throttle interval per activity (the latest
 details), 0.8 x the heartbeat timeout by default (3.2 s for the power cycle: the floor of every
 reset's reaction time, bench/README.md). The worker caps it at `HEARTBEAT_THROTTLE` (0.2 s,
-`metalflow.worker`), so a recorded step reaches the server at once, and `HeartbeatGate` keeps
+`metalflow.runtime.worker`), so a recorded step reaches the server at once, and `HeartbeatGate` keeps
 the rate what the work needs: callers that beat on every poll forward only changed details, or
 the same details once per beat interval. Cost, in heartbeat RPCs per second per running
 activity: at most its own forwarded calls, never over 1 / `HEARTBEAT_THROTTLE` = 5: the power
@@ -44,7 +44,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError
 
-from metalflow.errors import ProgressNotRecorded
+from contracts.errors import ProgressNotRecorded
 
 _NO_TIMEOUT_INTERVAL_SECONDS = 10.0
 _MIN_INTERVAL_SECONDS = 0.1

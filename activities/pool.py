@@ -20,9 +20,8 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.dpf.kube import DPUNODE, Kube, Object
-from metalflow import names
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     POOL_LABEL,
     POOL_REASON_ANNOTATION,
     REQUEST_REPROVISION_UPDATE,
@@ -33,6 +32,7 @@ from metalflow.models.host import (
     PoolStateResult,
     SetPoolStateInput,
 )
+from drivers.kube import DPUNODE, Kube, Object
 
 
 class PoolActivities:

@@ -60,22 +60,11 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExec
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.dpf import objects as states
-from activities.dpf.kube import DPU, DPUNODE, MAINTENANCE, Kind, Kube
-from activities.dpf.streams import (
-    OPENED,
-    WatchExpired,
-    WatchFailed,
-    WatchRejected,
-    http_client,
-    list_objects,
-    watch_events,
-)
 from activities.handover import handing_over_at_shutdown
 from activities.heartbeat import stop_quietly_if_workflow_ended
-from metalflow import metrics, names
-from metalflow.errors import InvalidInput, KubernetesUnavailable
-from metalflow.models.dpf import (
+from contracts import metrics, names
+from contracts.errors import InvalidInput, KubernetesUnavailable
+from contracts.models.dpf import (
     DPF_STATE_CHANGED_SIGNAL,
     DPUNODE_NAME_LABEL,
     HOLD_ANNOTATION,
@@ -85,6 +74,17 @@ from metalflow.models.dpf import (
     JoinSiteWatchInput,
     SiteWatchCheckpoint,
     SiteWatchInput,
+)
+from drivers import dpf as states
+from drivers.kube import DPU, DPUNODE, MAINTENANCE, Kind, Kube
+from drivers.kube_streams import (
+    OPENED,
+    WatchExpired,
+    WatchFailed,
+    WatchRejected,
+    http_client,
+    list_objects,
+    watch_events,
 )
 
 log = logging.getLogger(__name__)

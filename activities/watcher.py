@@ -38,22 +38,11 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.dpf import objects as states
-from activities.dpf.kube import DPU, DPUNODE, MAINTENANCE, Kind, Kube
-from activities.dpf.streams import (
-    OPENED,
-    WatchExpired,
-    WatchFailed,
-    WatchRejected,
-    http_client,
-    list_objects,
-    watch_events,
-)
 from activities.handover import handing_over_at_shutdown
 from activities.heartbeat import HeartbeatGate, stop_quietly_if_workflow_ended
-from metalflow import metrics
-from metalflow.errors import InvalidInput, KubernetesUnavailable
-from metalflow.models.dpf import (
+from contracts import metrics
+from contracts.errors import InvalidInput, KubernetesUnavailable
+from contracts.models.dpf import (
     DPF_STATE_CHANGED_SIGNAL,
     DPUNODE_NAME_LABEL,
     HOLD_ANNOTATION,
@@ -62,6 +51,17 @@ from metalflow.models.dpf import (
     HostRef,
     WatchCheckpoint,
     WatchHostInput,
+)
+from drivers import dpf as states
+from drivers.kube import DPU, DPUNODE, MAINTENANCE, Kind, Kube
+from drivers.kube_streams import (
+    OPENED,
+    WatchExpired,
+    WatchFailed,
+    WatchRejected,
+    http_client,
+    list_objects,
+    watch_events,
 )
 
 log = logging.getLogger(__name__)

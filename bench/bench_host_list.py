@@ -22,7 +22,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from metalflow import names
+from contracts import names
 from metalflow.binaries import temporal_cli
 from metalflow.cli.host_list import fleet, render
 

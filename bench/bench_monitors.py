@@ -40,12 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 import metalflow.devstack.stack as devstack_stack  # noqa: E402
-from metalflow import names  # noqa: E402
-from metalflow.devstack.ports import free_port  # noqa: E402
-from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions  # noqa: E402
-from metalflow.devstack.stack import WORKER_NAME, DevStack, DevStackConfig  # noqa: E402
-from metalflow.hosts import send_update  # noqa: E402
-from metalflow.models.host import (  # noqa: E402
+from contracts.models.host import (  # noqa: E402
     REQUEST_REBOOT_UPDATE,
     HostMonitorInput,
     HostWorkflowInput,
@@ -53,7 +48,12 @@ from metalflow.models.host import (  # noqa: E402
     OperationPolicy,
     OperationRequest,
 )
+from contracts import names  # noqa: E402
+from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions  # noqa: E402
+from metalflow.devstack.stack import WORKER_NAME, DevStack, DevStackConfig  # noqa: E402
+from metalflow.hosts import send_update  # noqa: E402
 from metalflow.monitors import start_monitor  # noqa: E402
+from metalflow.runtime.ports import free_port  # noqa: E402
 
 POLICY = OperationPolicy(power_down_wait_seconds=0.0, reboot_wait_seconds=600.0, phase_timeout_seconds=1800.0)
 

@@ -51,8 +51,14 @@ from temporalio.client import (  # noqa: E402
 )
 from temporalio.service import RPCError  # noqa: E402
 
-from metalflow import names  # noqa: E402
-from metalflow.devstack.ports import free_port  # noqa: E402
+from contracts.models.host import (  # noqa: E402
+    REQUEST_REPROVISION_UPDATE,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationPolicy,
+    OperationRequest,
+)
+from contracts import names  # noqa: E402
 from metalflow.devstack.process import ManagedProcess  # noqa: E402
 from metalflow.devstack.sim import SiteOptions  # noqa: E402
 from metalflow.devstack.stack import (  # noqa: E402
@@ -63,13 +69,7 @@ from metalflow.devstack.stack import (  # noqa: E402
     DevStackConfig,
 )
 from metalflow.hosts import HostRequestError, send_update  # noqa: E402
-from metalflow.models.host import (  # noqa: E402
-    REQUEST_REPROVISION_UPDATE,
-    HostWorkflowInput,
-    OperationAccepted,
-    OperationPolicy,
-    OperationRequest,
-)
+from metalflow.runtime.ports import free_port  # noqa: E402
 from simulators.violations import BMC_SESSION_EXPIRED  # noqa: E402
 
 SERVER_NAME = "Temporal dev server"

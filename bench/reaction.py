@@ -30,7 +30,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from metalflow import names
+from contracts import names
 
 POWER_ACTIVITIES = ("power_cycle_host", "set_power_state")
 

@@ -21,8 +21,8 @@ from temporalio.client import Client, Interceptor
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow.converter import DATA_CONVERTER
-from metalflow.names import DEFAULT_NAMESPACE
+from contracts.converter import DATA_CONVERTER
+from contracts.names import DEFAULT_NAMESPACE
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 
@@ -96,7 +96,7 @@ async def connect(
         profile: See `load_connect_config`.
         config_file: See `load_connect_config`.
         env: See `load_connect_config`.
-        interceptors: Client interceptors, e.g. the tracing from `metalflow.telemetry`.
+        interceptors: Client interceptors, e.g. the tracing from `metalflow.runtime.telemetry`.
         **overrides: Further `Client.connect` arguments; they win over the loaded config.
 
     Returns:
@@ -105,7 +105,7 @@ async def connect(
     config: dict[str, Any] = dict(load_connect_config(profile=profile, config_file=config_file, env=env))
     config.update(overrides)
     return await Client.connect(
-        data_converter=DATA_CONVERTER,  # the pydantic converter, built once (metalflow/converter.py)
+        data_converter=DATA_CONVERTER,  # the pydantic converter, built once (contracts/converter.py)
         interceptors=list(interceptors),
         **config,
     )

@@ -33,10 +33,10 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow import names
-from metalflow.models.host import STATUS_QUERY, HostStatus, HostWorkflowInput
+from contracts import names
+from contracts.models.host import STATUS_QUERY, HostStatus, HostWorkflowInput
+from contracts.wording import plural
 from metalflow.progress import Progress
-from metalflow.wording import plural
 
 HOST_WORKFLOW_TYPE = "HostWorkflow"
 METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details

@@ -42,9 +42,8 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow import names, priorities
-from metalflow.hosts import QUERY_TIMEOUT, HostRequestError, was_started
-from metalflow.models.host import (
+from contracts import names, priorities
+from contracts.models.host import (
     ABORT_UPDATE,
     STATUS_QUERY,
     HostMonitorInput,
@@ -54,10 +53,11 @@ from metalflow.models.host import (
     OperationAnswer,
     OperatorRequest,
 )
+from metalflow.hosts import QUERY_TIMEOUT, HostRequestError, was_started
 
 MONITOR_WORKFLOW_TYPE = "HostMonitorWorkflow"
 LOOK_POLL_SECONDS = 0.2
-# Below the default (3) that operations run at: see the module docstring and `metalflow.priorities`.
+# Below the default (3) that operations run at: see the module docstring and `contracts.priorities`.
 MONITOR_PRIORITY = priorities.MONITOR_PRIORITY
 
 

@@ -17,7 +17,7 @@ and the elapsed time since the display began (`2026-11-22T21:45:02Z +0:12 host-0
 a waiting line only when what a key waits for changes, so a log reads as a story.
 
 Cost: nothing per host beyond a dict entry; a live refresh re-renders one line per waiting key.
-Both modes pass every line through `metalflow.validation.terminal_safe` (a phase or a reason
+Both modes pass every line through `contracts.validation.terminal_safe` (a phase or a reason
 recorded in a workflow never reaches the terminal as an escape sequence).
 """
 
@@ -34,8 +34,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from metalflow.validation import terminal_safe
-from metalflow.wording import clock_z, duration, iso_z
+from contracts.validation import terminal_safe
+from contracts.wording import clock_z, duration, iso_z
 
 LIVE_REFRESH_PER_SECOND = 2
 

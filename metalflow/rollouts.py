@@ -3,7 +3,7 @@ in a failure chain. No Temporal calls here."""
 
 from __future__ import annotations
 
-from metalflow.models.grove import RolloutStatus
+from contracts.models.grove import RolloutStatus
 
 
 def render(status: RolloutStatus, width: int = 30) -> str:

@@ -20,15 +20,15 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
-    from activities.dpf import Kube
-    from activities.inventory import Inventory
-    from metalflow.models.host import (
+    from contracts.models.host import (
         MANUAL_INTERVENTION_REQUIRED,
         HostOperationInput,
         HostOperationStatus,
     )
-    from metalflow.models.host import STATUS_QUERY as HOST_STATUS_QUERY
-    from metalflow.settings import Settings
+    from contracts.models.host import STATUS_QUERY as HOST_STATUS_QUERY
+    from drivers.inventory import Inventory
+    from drivers.kube import Kube
+    from drivers.settings import Settings
     from workflows.campaign import CampaignWorkflow
     from workflows.host import HostWorkflow
 

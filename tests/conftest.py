@@ -25,10 +25,10 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
-from metalflow import names
+from contracts import names
+from contracts.models.inventory import DPF_NAMESPACE
 from metalflow.binaries import MissingBinaryError, temporal_test_server
 from metalflow.devstack.temporal import add_search_attributes
-from metalflow.models.inventory import DPF_NAMESPACE
 
 # Temporal's sandbox imports a workflow's module afresh for every run, on the worker's threads.
 # For a workflow defined in a test module, that import goes through pytest's assertion rewriting

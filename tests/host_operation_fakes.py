@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from activities.bmc_lease import BMCLeaseActivities
-from metalflow.models.dpf import (
+from contracts.models.dpf import (
     DPF_STATE_CHANGED_SIGNAL,
     ChangeResult,
     Condition,
@@ -27,9 +27,9 @@ from metalflow.models.dpf import (
     ReprovisionInput,
     WatchHostInput,
 )
-from metalflow.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory, HostLookup
-from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
-from metalflow.settings import Settings
+from contracts.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory, HostLookup
+from contracts.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+from drivers.settings import Settings
 
 HOST = "host-900"
 DPUS = ("host-900-dpu-0", "host-900-dpu-1")
@@ -131,7 +131,7 @@ class FakeSite:
         @activity.defn(name="power_cycle_host")
         async def cycle(request: PowerCycleInput) -> PowerCycleResult:
             if site.bmc_fails:
-                from metalflow.errors import BMCAuthenticationFailed
+                from contracts.errors import BMCAuthenticationFailed
 
                 raise BMCAuthenticationFailed("401 from the BMC")
             site.power.append(f"cycle:{request.boot_generation}")

@@ -12,8 +12,8 @@ from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowHandle
 
-from metalflow import names
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     STATUS_QUERY,
     HostOperationInput,
     HostOperationKind,

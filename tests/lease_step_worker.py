@@ -22,8 +22,8 @@ from temporalio.worker import Worker  # noqa: E402
 
 import workflows  # noqa: E402
 from activities import build_activities  # noqa: E402
-from metalflow.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult  # noqa: E402
-from metalflow.settings import Settings  # noqa: E402
+from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult  # noqa: E402
+from drivers.settings import Settings  # noqa: E402
 
 
 def activity_name(function: object) -> str:

@@ -16,17 +16,17 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from activities.credentials import CredentialResolver  # noqa: E402
 from activities.heartbeat import HEARTBEAT_THROTTLE  # noqa: E402
 from activities.redfish import power_activities  # noqa: E402
-from activities.redfish.client import RedfishClient  # noqa: E402
 from activities.redfish.power import PowerActivities  # noqa: E402
+from drivers.credentials import CredentialResolver  # noqa: E402
+from drivers.redfish.client import RedfishClient  # noqa: E402
 
 
 async def main(address: str, namespace: str, task_queue: str) -> None:
     client = await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
     redfish = RedfishClient(CredentialResolver(), auth="basic")
-    # The worker's own heartbeat throttle (metalflow/worker.py): steps are confirmed at once.
+    # The worker's own heartbeat throttle (metalflow/runtime/worker.py): steps are confirmed at once.
     worker = Worker(
         client,
         task_queue=task_queue,

@@ -15,8 +15,8 @@ from host_operation_support import wait_for_query
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowHandle
 
-from metalflow import names
-from metalflow.models.grove import (
+from contracts import names
+from contracts.models.grove import (
     STATUS_QUERY,
     PCSRef,
     RolloutInput,
@@ -24,8 +24,8 @@ from metalflow.models.grove import (
     RolloutResult,
     RolloutStatus,
 )
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 
 INFERENCE = {
     "name": "inference",

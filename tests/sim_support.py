@@ -30,9 +30,9 @@ import yaml
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from metalflow import names
+from contracts import names
 from metalflow.binaries import temporal_cli
-from metalflow.devstack.lifeline import LIFELINE_ARG, Lifeline
+from metalflow.runtime.lifeline import LIFELINE_ARG, Lifeline
 
 START_TIMEOUT_SECONDS = 60
 # The SDK waits 5 s by default for a server to accept connections. On a loaded machine (2 cores,

@@ -26,9 +26,9 @@ from test_cli_host import metalflow
 from test_dpf_activities_support import REBOOT, Api, annotation
 from test_firmware_support import site_file_with_prefix
 
-from metalflow import names
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from contracts import names
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 

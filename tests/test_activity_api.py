@@ -1,4 +1,4 @@
-"""Every activity a workflow calls through `metalflow.activity_api` has an implementation the
+"""Every activity a workflow calls through `contracts.activity_api` has an implementation the
 worker registers, under the same name, taking and returning the same models: a declaration that
 drifted from its implementation would type-check in the workflow and fail at run time."""
 
@@ -23,7 +23,7 @@ from activities.redfish.power import PowerActivities
 from activities.redfish.waits import PowerWaitActivities
 from activities.site_watch import SiteWatchActivities
 from activities.watcher import WatcherActivities
-from metalflow import activity_api
+from contracts import activity_api
 
 IMPLEMENTATIONS = (
     BMCLeaseActivities,

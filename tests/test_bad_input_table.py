@@ -25,12 +25,12 @@ from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
-from metalflow import names
+from contracts import names
+from contracts.models.host import HostWorkflowInput
+from drivers.settings import Settings
 from metalflow.binaries import temporal_cli
 from metalflow.hosts import ensure_entity, host_status
-from metalflow.models.host import HostWorkflowInput
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 

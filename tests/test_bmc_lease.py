@@ -34,22 +34,22 @@ from temporalio.worker import Worker
 
 import workflows
 from activities import build_activities
-from metalflow import names
-from metalflow.models.bmc_lease import (
+from contracts import names
+from contracts.models.bmc_lease import (
     BMC_LEASE_GRANTED_SIGNAL,
     BMC_LEASE_STATUS_QUERY,
     BMCLeaseStatus,
     LeaseGrant,
 )
-from metalflow.models.host import (
+from contracts.models.host import (
     ABORT_UPDATE,
     HostRebootInput,
     HostRebootResult,
     OperationAnswer,
     OperatorRequest,
 )
-from metalflow.models.inventory import BMCAccess, CredentialRef
-from metalflow.settings import Settings
+from contracts.models.inventory import BMCAccess, CredentialRef
+from drivers.settings import Settings
 from workflows.bmc_lease import BMCLeaseHolder
 
 pytestmark = pytest.mark.slow

@@ -29,16 +29,16 @@ from test_bmc_lease import HOSTS, lease_of, lease_status, shared_bmc_sim, start_
 
 import workflows
 from activities import build_activities
-from metalflow import names
-from metalflow.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
+from contracts.models.host import (
     ABORT_UPDATE,
     HostRebootInput,
     HostRebootResult,
     OperationAnswer,
     OperatorRequest,
 )
-from metalflow.settings import Settings
+from drivers.settings import Settings
 
 pytestmark = pytest.mark.slow
 DYING_WORKER = Path(__file__).with_name("lease_step_worker.py")

@@ -45,8 +45,8 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHand
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from metalflow import names
-from metalflow.models.campaign import (
+from contracts import names
+from contracts.models.campaign import (
     RESUME_UPDATE,
     STATUS_QUERY,
     CampaignAnswer,
@@ -62,7 +62,7 @@ from metalflow.models.campaign import (
     TargetKind,
     Window,
 )
-from metalflow.models.host import (
+from contracts.models.host import (
     ASSIGN_INSTANCE_UPDATE,
     REQUEST_REPROVISION_UPDATE,
     AssignInstanceRequest,
@@ -72,7 +72,7 @@ from metalflow.models.host import (
     OperationAnswer,
     OperationRequest,
 )
-from metalflow.models.host import (
+from contracts.models.host import (
     STATUS_QUERY as HOST_STATUS_QUERY,
 )
 

@@ -36,8 +36,8 @@ with workflow.unsafe.imports_passed_through():
     from test_firmware_support import site_file_with_prefix
 
     import activities.campaign as campaign_activities
-    from metalflow import names
-    from metalflow.models.campaign import (
+    from contracts import names
+    from contracts.models.campaign import (
         ABORT_UPDATE,
         RETRY_FAILED_UPDATE,
         SKIP_HOST_UPDATE,
@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
         SkipRequest,
         TargetKind,
     )
-    from metalflow.models.host import (
+    from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
         AssignInstanceRequest,
@@ -67,9 +67,9 @@ with workflow.unsafe.imports_passed_through():
         OperationPolicy,
         OperatorRequest,
     )
-    from metalflow.models.host import STATUS_QUERY as HOST_STATUS_QUERY
-    from metalflow.settings import Settings
-    from metalflow.worker import build_worker
+    from contracts.models.host import STATUS_QUERY as HOST_STATUS_QUERY
+    from drivers.settings import Settings
+    from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 

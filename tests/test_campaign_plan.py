@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from metalflow.models.campaign import (
+from contracts.models.campaign import (
     CampaignHost,
     CampaignTarget,
     FailureBudget,

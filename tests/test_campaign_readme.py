@@ -15,8 +15,8 @@ from campaign_support import InstantOperation, campaign_worker, host_ids, write_
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
+from contracts.models.campaign import CampaignResult
 from metalflow.binaries import temporal_cli
-from metalflow.models.campaign import CampaignResult
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -28,11 +28,10 @@ with workflow.unsafe.imports_passed_through():
     from test_dpf_activities_support import Api
 
     from activities.campaign import CampaignActivities
-    from activities.dpf import DPFActivities, Kube
-    from activities.inventory import Inventory
+    from activities.dpf import DPFActivities
     from activities.redfish import build_redfish_client
-    from metalflow import names
-    from metalflow.models.campaign import (
+    from contracts import names
+    from contracts.models.campaign import (
         CampaignInput,
         CampaignResult,
         CampaignTarget,
@@ -40,8 +39,10 @@ with workflow.unsafe.imports_passed_through():
         Limits,
         TargetKind,
     )
-    from metalflow.models.host import STATUS_QUERY, FirmwareInput, HostStatus
-    from metalflow.settings import Settings
+    from contracts.models.host import STATUS_QUERY, FirmwareInput, HostStatus
+    from drivers.inventory import Inventory
+    from drivers.kube import Kube
+    from drivers.settings import Settings
     from simulators.dpf.objects import DEFAULT_BFB, DEFAULT_FLAVOR
     from simulators.site import DPU, Host, Site, dump_site
     from workflows.campaign import CampaignWorkflow

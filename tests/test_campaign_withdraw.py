@@ -21,11 +21,9 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from test_campaign_control import GatedOperation
 
 from activities.campaign import CampaignActivities
-from activities.dpf import Kube
-from activities.inventory import Inventory
-from metalflow import names
-from metalflow.models.campaign import AbortHostsInput, CampaignHost, InFlight
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.campaign import AbortHostsInput, CampaignHost, InFlight
+from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     REQUEST_REPROVISION_UPDATE,
@@ -40,7 +38,9 @@ from metalflow.models.host import (
     OperatorRequest,
     WithdrawRequest,
 )
-from metalflow.settings import Settings
+from drivers.inventory import Inventory
+from drivers.kube import Kube
+from drivers.settings import Settings
 
 pytestmark = pytest.mark.slow
 

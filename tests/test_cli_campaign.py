@@ -25,13 +25,13 @@ from temporalio.testing import WorkflowEnvironment
 from test_cli_host import SITE_FILE, Result, metalflow
 from test_firmware_support import site_file_with_prefix
 
-from metalflow import names
+from contracts import names
+from contracts.models.campaign import STATUS_QUERY as CAMPAIGN_STATUS
+from contracts.models.campaign import CampaignStatus
+from contracts.models.host import STATUS_QUERY, HostOperationStatus
+from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles as count_cycles
-from metalflow.models.campaign import STATUS_QUERY as CAMPAIGN_STATUS
-from metalflow.models.campaign import CampaignStatus
-from metalflow.models.host import STATUS_QUERY, HostOperationStatus
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from contracts.models.campaign import CampaignHost, CampaignResult, CampaignStatus, Failure, Limits
 from metalflow.cli.campaign import render, summary
-from metalflow.models.campaign import CampaignHost, CampaignResult, CampaignStatus, Failure, Limits
 
 NOW = datetime(2026, 11, 23, 4, 0, tzinfo=UTC)
 CUT = Failure(host=CampaignHost(host_id="h-002"), reason="failed: aborted by alice: bad BFB")

@@ -19,8 +19,8 @@ import pytest
 from cli_support import run_metalflow
 from temporalio.client import Client
 
-from metalflow.devstack.ports import free_port
 from metalflow.devstack.stack import reset_state
+from metalflow.runtime.ports import free_port
 
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 

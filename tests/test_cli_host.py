@@ -19,12 +19,12 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from test_firmware_support import eventually, site_file_with_prefix
 
-from metalflow import names
+from contracts import names
+from drivers.settings import Settings
 from metalflow.cli.host_phases import ENDINGS, OPERATION_PHASES
 from metalflow.devstack.demo import power_cycles
-from metalflow.devstack.ports import free_port
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from metalflow.runtime.ports import free_port
+from metalflow.runtime.worker import build_worker
 
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 SITE_FILE: dict[str, Path] = {}  # the running module's simulated site, for `metalflow()`

@@ -16,10 +16,10 @@ from sim_support import RunningSim, running_sim, start_dev_server
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import metalflow
 
-from metalflow import names
+from contracts import names
+from drivers.settings import Settings
 from metalflow.binaries import temporal_cli
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from metalflow.runtime.worker import build_worker
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SITE: dict[str, Path] = {}

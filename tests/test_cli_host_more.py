@@ -20,11 +20,11 @@ from temporalio.testing import WorkflowEnvironment
 from test_cli_host import METALFLOW, SITE_FILE, metalflow
 from test_firmware_support import eventually
 
-from metalflow import names
+from contracts import names
+from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles
-from metalflow.devstack.ports import free_port
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from metalflow.runtime.ports import free_port
+from metalflow.runtime.worker import build_worker
 from simulators.site import BMC, DPU, Host, Site, dump_site
 
 PREFIX = "clim"  # host ids no other test module's entities use (the dev server is shared)

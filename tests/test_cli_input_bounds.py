@@ -1,4 +1,4 @@
-"""Bad numbers and strings never get past the CLI (metalflow/validation.py), and the CLI never
+"""Bad numbers and strings never get past the CLI (contracts/validation.py), and the CLI never
 dies with a traceback: every row runs the `metalflow` command's `main` in a fresh interpreter and
 checks the exit status, the one line it prints, and that nothing changed (no entity workflow, no
 state directory of a simulator). The rows share one interpreter (importing the CLI costs about a
@@ -24,8 +24,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 from test_host_entity import StandInOperation, StandInReboot
 
-from metalflow import names
-from metalflow.models.host import HostWorkflowInput
+from contracts import names
+from contracts.models.host import HostWorkflowInput
 from workflows.host import HostWorkflow
 
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
@@ -233,7 +233,7 @@ async def test_status_of_an_entity_nobody_serves_says_so(client: Client, tmp_pat
 def test_policy_fields_refuse_what_the_cli_refuses(text: str) -> None:
     from pydantic import ValidationError
 
-    from metalflow.models.host import MonitorPolicy, OperationPolicy
+    from contracts.models.host import MonitorPolicy, OperationPolicy
 
     with pytest.raises(ValidationError):
         OperationPolicy(power_down_wait_seconds=float(text))

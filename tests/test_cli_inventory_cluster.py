@@ -16,8 +16,8 @@ from temporalio.client import Client
 from test_cli_input_bounds import _entity_exists, _env, _run
 from test_dpf_activities_support import Api, dpf_activities, run, settings_for
 
-from activities.inventory import Inventory
-from metalflow.models.dpf import RegisterHostInput
+from contracts.models.dpf import RegisterHostInput
+from drivers.inventory import Inventory
 
 
 @pytest.fixture(scope="module")

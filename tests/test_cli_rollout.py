@@ -14,9 +14,9 @@ from sim_support import RunningSim
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import metalflow
 
-from metalflow.models.grove import RolloutResult
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from contracts.models.grove import RolloutResult
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 ROLLING = {**INFERENCE, "name": "rolling", "update_strategy": "RollingRecreate"}

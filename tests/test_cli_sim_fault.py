@@ -15,8 +15,8 @@ import yaml
 from cli_support import run_metalflow
 from test_cli_dev import METALFLOW, _clean_env
 
-from metalflow.devstack.ports import free_port
 from metalflow.devstack.sim import read_sim_info
+from metalflow.runtime.ports import free_port
 
 DPUS = "/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus"
 PODGANGS = "/apis/scheduler.grove.io/v1alpha1/podgangs"

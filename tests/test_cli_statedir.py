@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from test_cli_dev import METALFLOW, _clean_env
 
-from metalflow.devstack.ports import free_port
-from metalflow.statedir import find_state_dir
+from drivers.statedir import find_state_dir
+from metalflow.runtime.ports import free_port
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The worker's code cache (metalflow/code_cache.py): a workflow module is compiled once per
+"""The worker's code cache (metalflow/runtime/code_cache.py): a workflow module is compiled once per
 process, however many sandboxed runs import it, and a changed file is compiled again."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from metalflow import code_cache
-from metalflow.code_cache import CachingSourceLoader, SnippetCachingRunner
+from metalflow.runtime import code_cache
+from metalflow.runtime.code_cache import CachingSourceLoader, SnippetCachingRunner
 
 WORKFLOW_SOURCE = """
 from temporalio import workflow

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from metalflow import names
+from contracts import names
 
 COMPOSE = Path(__file__).resolve().parent.parent / "docker-compose.temporal.yml"
 

@@ -1,4 +1,4 @@
-"""metalflow's data converter (metalflow/converter.py): the SDK pydantic converter's payloads,
+"""metalflow's data converter (contracts/converter.py): the SDK pydantic converter's payloads,
 byte for byte, from converters built once per process rather than once per activation."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pydantic import ValidationError
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, pydantic_data_converter
 from temporalio.converter import WorkflowSerializationContext
 
-from metalflow.converter import DATA_CONVERTER, SharedPydanticPayloadConverter
-from metalflow.models.host import HostRebootInput
+from contracts.converter import DATA_CONVERTER, SharedPydanticPayloadConverter
+from contracts.models.host import HostRebootInput
 
 VALUES: list[object] = [
     HostRebootInput(host_id="host-001", boot_generation=3, requested_by="ops", reason="why"),

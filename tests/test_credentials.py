@@ -12,9 +12,9 @@ import pytest
 import yaml
 from sim_support import running_sim
 
-from activities.credentials import CredentialResolver
-from metalflow.errors import CredentialsUnavailable
-from metalflow.models.inventory import CredentialRef, EnvCredentials, SecretRef
+from contracts.errors import CredentialsUnavailable
+from contracts.models.inventory import CredentialRef, EnvCredentials, SecretRef
+from drivers.credentials import CredentialResolver
 
 SECRET_SITE = {
     "name": "secret-site",

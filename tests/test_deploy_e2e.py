@@ -27,13 +27,13 @@ from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from metalflow import names
+from contracts import names
+from contracts.models.host import HostOperationKind, HostRemovalInput, HostRemovalResult
+from drivers.settings import Settings
 from metalflow.client import connect
-from metalflow.devstack.ports import free_port
-from metalflow.models.host import HostOperationKind, HostRemovalInput, HostRemovalResult
-from metalflow.observability import Observability
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from metalflow.runtime.observability import Observability
+from metalflow.runtime.ports import free_port
+from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 

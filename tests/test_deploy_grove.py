@@ -16,8 +16,8 @@ from deploy_support import WORKER_SA, granted_by_base, restricted_kubeconfig
 from rollout_support import INFERENCE, gangs, grove_site, hashes, start_rollout
 from temporalio.client import Client
 
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from deploy_support import DEPLOY, OVERLAYS, REPO, rbac_objects, render, run_kub
 from kubernetes import client as k8s
 from sim_support import running_sim
 
-from metalflow.observability import ADDRESS_ENV
+from metalflow.runtime.observability import ADDRESS_ENV
 
 MODEL_PACKAGES = {"v1": "V1", "apps/v1": "V1", "rbac.authorization.k8s.io/v1": "V1"}
 _api = k8s.ApiClient()
@@ -173,4 +173,4 @@ def test_dockerfile_copies_what_the_repository_has_and_installs_the_wheel(tmp_pa
     assert "worker.py" in names
     for package in ("metalflow", "workflows", "activities"):
         assert f"{package}/__init__.py" in names
-    assert "metalflow/observability.py" in names
+    assert "metalflow/runtime/observability.py" in names

@@ -5,9 +5,9 @@ flows under the base's token: tests/test_deploy_e2e.py, tests/test_deploy_grove.
 Why parse the calls rather than keep a table of permissions: a table is one more thing to
 update by hand and can drift from the code it describes; the calls cannot. It works because
 every Kubernetes request goes through three narrow doors, and this test reads them as they are:
-- `Kube` (activities/dpf/kube.py): each method's verb is read from the `kubernetes` client call
+- `Kube` (drivers/kube.py): each method's verb is read from the `kubernetes` client call
   inside it (`patch_namespaced_custom_object` -> patch; `edit` calls `get` and `patch`);
-- the watch streams (activities/dpf/streams.py): `list_objects` -> list, `watch_events` -> watch;
+- the watch streams (drivers/kube_streams.py): `list_objects` -> list, `watch_events` -> watch;
 - `CoreV1Api(...).read_namespaced_secret` and its siblings -> verb and core resource by name.
 The resource is the `Kind` a call passes, resolved without running anything: a module-level
 constant or `kinds()[i]`, a loop over such, a parameter (through the calls of that function in
@@ -31,11 +31,11 @@ from typing import Any
 
 from deploy_support import REPO, granted_by_base
 
-from activities.dpf import kube as kube_module
-from activities.dpf.kube import Kind
+from drivers import kube as kube_module
+from drivers.kube import Kind
 
 ACTIVITIES = REPO / "activities"
-DOORS = {"activities/dpf/kube.py", "activities/dpf/streams.py"}
+DOORS = {"drivers/kube.py", "drivers/kube_streams.py"}
 STREAM_VERBS = {"list_objects": ("list", 2), "watch_events": ("watch", 2)}
 # The kubernetes client's method prefix -> the RBAC verb it sends.
 CLIENT_VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
@@ -243,7 +243,7 @@ def required_permissions(
     """(permission -> the call sites needing it, calls not understood, DATA_DRIVEN entries used)."""
     kube_verbs = kube_method_verbs()
     by_kind = {k.kind: k for k in vars(kube_module).values() if isinstance(k, Kind)}
-    from activities.grove.objects import kinds
+    from drivers.grove import kinds
 
     by_kind |= {k.kind: k for k in kinds()}
     needed: dict[Permission, list[str]] = {}
@@ -274,9 +274,7 @@ def required_permissions(
                 ):
                     api = func.value.func if isinstance(func.value, ast.Call) else None
                     if match.group(2) == "custom_object" or getattr(api, "attr", "") != "CoreV1Api":
-                        unknown.append(
-                            f"{where}: {func.attr} outside Kube; go through activities.dpf.kube.Kube"
-                        )
+                        unknown.append(f"{where}: {func.attr} outside Kube; go through drivers.kube.Kube")
                         continue
                     verb = CLIENT_VERBS.get(match.group(1), match.group(1))
                     needed.setdefault((verb, "", match.group(2) + "s"), []).append(where)

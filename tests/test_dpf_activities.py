@@ -23,9 +23,8 @@ from test_dpf_activities_support import (
 )
 
 from activities.dpf import DPFActivities
-from activities.inventory import Inventory
-from metalflow.errors import ObjectNotFound
-from metalflow.models.dpf import (
+from contracts.errors import ObjectNotFound
+from contracts.models.dpf import (
     DPURef,
     GroupSpec,
     HostDPFState,
@@ -33,6 +32,7 @@ from metalflow.models.dpf import (
     ReprovisionInput,
     SiteSetupInput,
 )
+from drivers.inventory import Inventory
 
 pytestmark = pytest.mark.slow
 

@@ -14,15 +14,14 @@ from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
 from test_dpf_activities_support import REBOOT, Api, dpf_activities, host, run
 
-from activities.dpf.kube import Kind, translate
-from metalflow.errors import (
+from contracts.errors import (
     ConflictRetriesExhausted,
     InvalidInput,
     KubernetesAccessDenied,
     KubernetesUnavailable,
     ObjectNotFound,
 )
-from metalflow.models.dpf import (
+from contracts.models.dpf import (
     BFBSpec,
     DeleteDPUInput,
     DeleteNodeInput,
@@ -32,6 +31,7 @@ from metalflow.models.dpf import (
     GroupSpec,
     SiteSetupInput,
 )
+from drivers.kube import Kind, translate
 
 pytestmark = pytest.mark.slow
 

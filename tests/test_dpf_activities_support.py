@@ -14,9 +14,10 @@ import httpx
 from sim_support import RunningSim
 from temporalio.testing import ActivityEnvironment
 
-from activities.dpf import DPFActivities, Kube
-from metalflow.models.dpf import HostRef
-from metalflow.settings import Settings
+from activities.dpf import DPFActivities
+from contracts.models.dpf import HostRef
+from drivers.kube import Kube
+from drivers.settings import Settings
 
 NS = "dpf-operator-system"
 HOLD = "provisioning.dpu.nvidia.com/wait-for-external-nodeeffect"

@@ -15,9 +15,9 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 from test_firmware_support import FAST_POLICY, SiteView, eventually, site_file_with_prefix, site_worker
 
-from metalflow import names
-from metalflow.models.dpf import DPF_STATE_CHANGED_SIGNAL
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL
+from contracts.models.host import (
     FirmwareInput,
     FirmwareResult,
     FirmwareStatus,

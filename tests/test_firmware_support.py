@@ -17,13 +17,13 @@ from temporalio.worker import Worker
 
 import workflows
 from activities import build_activities
-from activities.dpf.kube import DPU, DPUDEVICE, DPUNODE, Kind, Kube
 from activities.redfish import build_redfish_client
-from activities.redfish.firmware import read_versions
-from metalflow.models.host import OperationPolicy
-from metalflow.models.inventory import DPF_NAMESPACE
-from metalflow.settings import Settings
-from metalflow.worker import HEARTBEAT_THROTTLE
+from contracts.models.host import OperationPolicy
+from contracts.models.inventory import DPF_NAMESPACE
+from drivers.kube import DPU, DPUDEVICE, DPUNODE, Kind, Kube
+from drivers.redfish.firmware import read_versions
+from drivers.settings import Settings
+from metalflow.runtime.worker import HEARTBEAT_THROTTLE
 
 T = TypeVar("T")
 HISTORIES = Path(__file__).parent / "histories"
@@ -105,7 +105,7 @@ class SiteView:
 
     async def running_firmware(self, host_id: str) -> dict[str, str | None]:
         """Each DPU's running NIC firmware, from its own BMC."""
-        from activities.inventory import host_from_site_file
+        from drivers.inventory import host_from_site_file
 
         inventory = host_from_site_file(self.sim.site_file, host_id, DPF_NAMESPACE)
         client = build_redfish_client(self.settings)

@@ -10,12 +10,12 @@ import pytest
 from rollout_support import INFERENCE, PLAIN, gangs, grove_site, pcs_object
 from sim_support import RunningSim
 
-from activities.dpf.kube import Kube
 from activities.grove import GroveActivities
-from activities.grove.objects import images_patch, replacement
-from metalflow.errors import InvalidInput
-from metalflow.models.grove import PCSRef, RollPodGangsInput, SetImagesInput, TemplateInput
-from metalflow.settings import Settings
+from contracts.errors import InvalidInput
+from contracts.models.grove import PCSRef, RollPodGangsInput, SetImagesInput, TemplateInput
+from drivers.grove import images_patch, replacement
+from drivers.kube import Kube
+from drivers.settings import Settings
 
 INFERENCE_REF = PCSRef(namespace="default", name="inference")
 ROLLING = {**PLAIN, "name": "rolling", "update_strategy": "RollingRecreate"}

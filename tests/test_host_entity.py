@@ -19,9 +19,8 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
-    from metalflow.hosts import HostRequestError, host_status, send_update
-    from metalflow.models.host import (
+    from contracts import names
+    from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
         RELEASE_INSTANCE_UPDATE,
@@ -39,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         OperationRequest,
         OperatorRequest,
     )
+    from metalflow.hosts import HostRequestError, host_status, send_update
     from workflows.host import HostWorkflow
 
 

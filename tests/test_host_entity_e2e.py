@@ -20,9 +20,8 @@ from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowExecutionStatus
 from test_firmware_support import site_file_with_prefix
 
-from metalflow import names
-from metalflow.hosts import HostRequestError, host_status, send_update
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     HOST_REBOOTED_SIGNAL,
@@ -38,8 +37,9 @@ from metalflow.models.host import (
     OperatorRequest,
     RebootMethod,
 )
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from drivers.settings import Settings
+from metalflow.hosts import HostRequestError, host_status, send_update
+from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 R = TypeVar("R", bound=BaseModel)

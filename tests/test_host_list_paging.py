@@ -24,7 +24,7 @@ from sim_support import start_dev_server
 from temporalio.client import Client
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
-from metalflow import names
+from contracts import names
 from metalflow.cli.host_list import fleet
 
 HOSTS = [f"node-{i:02d}" for i in (7, 3, 11, 0, 5, 9, 1)]  # started out of order

@@ -25,9 +25,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import workflows
-from metalflow import names
-from metalflow.models.dpf import ChangeResult, HostRef
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.dpf import ChangeResult, HostRef
+from contracts.models.host import (
     ABORT_UPDATE,
     MANUAL_INTERVENTION_REQUIRED,
     RETRY_UPDATE,
@@ -38,7 +38,7 @@ from metalflow.models.host import (
     OperationPolicy,
     OperatorRequest,
 )
-from metalflow.models.redfish import (
+from contracts.models.redfish import (
     PowerCycleInput,
     PowerCycleResult,
     ReadPowerStateInput,

@@ -27,7 +27,7 @@ from host_operation_support import (
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client
 
-from metalflow.models.host import HostOperationKind, HostOperationStatus
+from contracts.models.host import HostOperationKind, HostOperationStatus
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

@@ -31,15 +31,15 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from test_bmc_lease import lease_of
 
-from metalflow import names
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     HOST_REBOOTED_SIGNAL,
     HostOperationKind,
     OperatorRequest,
     RebootMethod,
 )
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 
 PROVISION = HostOperationKind.PROVISION
 REPROVISION = HostOperationKind.REPROVISION
@@ -95,7 +95,7 @@ async def test_provision_bf3_and_bf4_hosts_one_power_cycle_per_reboot_request(
     # these hosts, so the operation took the next free one; it must be its own reboot.
     assert await rebooted_by(client, "host-001", r3.boot_generation) == bf3.id
     assert await rebooted_by(client, "host-003", r4.boot_generation) == bf4.id
-    # The reboot and its BMC's lease pass a backlog of operations (metalflow.priorities).
+    # The reboot and its BMC's lease pass a backlog of operations (contracts.priorities).
     assert await priority_key(client, names.host_reboot_workflow_id("host-001", r3.boot_generation)) == 2
     assert await priority_key(client, lease_of(client, fresh_site, "host-001", task_queue).id) == 2
     assert await priority_key(client, bf3.id) == 0

@@ -34,8 +34,8 @@ from test_dpf_activities_support import REBOOT, Api, annotation
 from test_firmware_support import site_file_with_prefix
 from test_host_operation_e2e import _cycle_by_hand, worker_for
 
-from metalflow import names
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     ABORT_UPDATE,
     HOST_REBOOTED_SIGNAL,
     MANUAL_INTERVENTION_REQUIRED,
@@ -45,8 +45,8 @@ from metalflow.models.host import (
     OperatorRequest,
     RebootMethod,
 )
-from metalflow.settings import Settings
-from metalflow.worker import build_worker
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 

@@ -19,9 +19,9 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 import workflows
-from metalflow import names
-from metalflow.models.dpf import DPF_STATE_CHANGED_SIGNAL
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL
+from contracts.models.host import (
     ABORT_UPDATE,
     HOST_REBOOTED_UPDATE,
     MANUAL_INTERVENTION_REQUIRED,

@@ -30,10 +30,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
-from metalflow import names
+from contracts import names
+from contracts.models.host import HostOperationKind, HostOperationResult, HostOperationStatus
 from metalflow.binaries import temporal_cli
-from metalflow.devstack.ports import free_port
-from metalflow.models.host import HostOperationKind, HostOperationResult, HostOperationStatus
+from metalflow.runtime.ports import free_port
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parent.parent

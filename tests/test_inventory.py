@@ -11,10 +11,11 @@ import yaml
 from sim_support import RunningSim, running_sim
 from test_dpf_activities_support import Api, dpf_activities, run, settings_for
 
-from activities.inventory import Inventory, InventoryActivities
-from metalflow.errors import InvalidInput
-from metalflow.models.dpf import GroupSpec, RegisterHostInput, SiteSetupInput
-from metalflow.models.inventory import HostInventory, HostLookup
+from activities.inventory import InventoryActivities
+from contracts.errors import InvalidInput
+from contracts.models.dpf import GroupSpec, RegisterHostInput, SiteSetupInput
+from contracts.models.inventory import HostInventory, HostLookup
+from drivers.inventory import Inventory
 
 
 @pytest.fixture(scope="module")

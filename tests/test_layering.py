@@ -28,11 +28,11 @@ def _product_layer(loaded: set[str], layer: str) -> set[str]:
 
 
 def test_workflows_import_nothing_from_activities() -> None:
-    # The errors both layers share live in metalflow.errors, and the activities workflows call are
-    # declared in metalflow.activity_api: both contracts, so no exception is left.
+    # The errors both layers share live in contracts.errors, and the activities workflows call are
+    # declared in contracts.activity_api: both contracts, so no exception is left.
     assert _product_layer(_modules_after_import("workflows"), "activities") == set()
 
 
 def test_contracts_import_neither_layer() -> None:
-    loaded = _modules_after_import("metalflow.errors, metalflow.names, metalflow.models.host")
+    loaded = _modules_after_import("contracts.errors, contracts.names, contracts.models.host")
     assert _product_layer(loaded, "activities") | _product_layer(loaded, "workflows") == set()

@@ -1,5 +1,5 @@
 """No orphans: when `metalflow dev`, `metalflow sim up` or a test session is SIGKILLed, every
-process it started stops by itself (the lifeline, `metalflow/devstack/lifeline.py`) and frees
+process it started stops by itself (the lifeline, `metalflow/runtime/lifeline.py`) and frees
 its ports. Each test starts the parent for real, kills it with SIGKILL and watches the children.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_firmware_support import eventually
 
-from metalflow.devstack.ports import free_port
+from metalflow.runtime.ports import free_port
 
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 TESTS = Path(__file__).parent

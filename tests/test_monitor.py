@@ -24,8 +24,8 @@ from test_firmware_support import (
     site_worker,
 )
 
-from metalflow import names
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     POOL_LABEL,
     HostMonitorInput,
     HostMonitorResult,

@@ -2,7 +2,7 @@
 
 Hundreds of monitors are started while no worker polls, so their first workflow tasks make a
 backlog; then the first host's entity is asked for a reboot (its first task lands behind all of them);
-then the product's worker (`metalflow.worker.build_worker`) starts. Asserted from the server's
+then the product's worker (`metalflow.runtime.worker.build_worker`) starts. Asserted from the server's
 own histories, in order, never durations: the entity's first workflow task went ahead of nearly
 every monitor's, the reboot ended while monitors were still waiting for their first task, and
 the BMC logged exactly one power cycle. With monitors at the operations' priority (FIFO) the
@@ -23,17 +23,17 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from test_firmware_support import FAST_POLICY, eventually, settings_for, site_file_with_prefix
 
-from metalflow import names
-from metalflow.hosts import send_update
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     REQUEST_REBOOT_UPDATE,
     HostMonitorInput,
     HostWorkflowInput,
     OperationAccepted,
     OperationRequest,
 )
+from metalflow.hosts import send_update
 from metalflow.monitors import start_monitor
-from metalflow.worker import WORKFLOW_TASK_SLOTS, build_worker
+from metalflow.runtime.worker import WORKFLOW_TASK_SLOTS, build_worker
 
 MONITORS = 300
 # Hosts of this module's own: the session's server is shared, and an entity `host/host-001` left

@@ -1,10 +1,10 @@
-"""metalflow.names: the business-key workflow ids and the search attribute declarations."""
+"""contracts.names: the business-key workflow ids and the search attribute declarations."""
 
 from __future__ import annotations
 
 import pytest
 
-from metalflow import names
+from contracts import names
 
 
 def test_workflow_ids_are_business_keys() -> None:

@@ -7,10 +7,10 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from metalflow.devstack.ports import free_port
-from metalflow.observability import Observability, parse_address
-from metalflow.settings import Settings
-from metalflow.worker import build_worker, main
+from drivers.settings import Settings
+from metalflow.runtime.observability import Observability, parse_address
+from metalflow.runtime.ports import free_port
+from metalflow.runtime.worker import build_worker, main
 
 
 @pytest.mark.parametrize("address", ["9464", "localhost", ":9464", "127.0.0.1:99999", "127.0.0.1:http"])

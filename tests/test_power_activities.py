@@ -18,14 +18,12 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.credentials import CredentialResolver
 from activities.redfish import power_activities
-from activities.redfish.client import RedfishClient
 from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
-from metalflow.errors import BMCAuthenticationFailed, BMCRequestRejected, ResetTypeNotSupported
-from metalflow.models.inventory import BMCAccess, CredentialRef
-from metalflow.models.redfish import (
+from contracts.errors import BMCAuthenticationFailed, BMCRequestRejected, ResetTypeNotSupported
+from contracts.models.inventory import BMCAccess, CredentialRef
+from contracts.models.redfish import (
     GracefulShutdownInput,
     PowerCycleInput,
     PowerCycleProgress,
@@ -35,6 +33,8 @@ from metalflow.models.redfish import (
     SetPowerInput,
     StageFirmwareInput,
 )
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
 
 PROFILES = {
     "host-001": ("powercycle", "System.Embedded.1", "PowerCycle"),

@@ -27,8 +27,8 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from metalflow.models.inventory import BMCAccess, CredentialRef
-from metalflow.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult
+from contracts.models.inventory import BMCAccess, CredentialRef
+from contracts.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult
 
 pytestmark = pytest.mark.slow
 WORKER_SCRIPT = Path(__file__).with_name("power_worker.py")

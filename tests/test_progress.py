@@ -1,4 +1,4 @@
-"""The progress display (metalflow.progress) and the vocabulary it prints (metalflow.wording)."""
+"""The progress display (metalflow.progress) and the vocabulary it prints (contracts.wording)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import io
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
+from contracts.wording import duration, iso_z, plural
 from metalflow.progress import Progress
-from metalflow.wording import duration, iso_z, plural
 
 START = datetime(2026, 11, 22, 21, 45, 0, tzinfo=UTC)
 

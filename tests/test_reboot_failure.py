@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from metalflow.errors import BMCAuthenticationFailed, BMCUnavailable, CredentialsUnavailable
+from contracts.errors import BMCAuthenticationFailed, BMCUnavailable, CredentialsUnavailable
 from workflows.reboot_failure import bmc_failure_reason
 
 

@@ -16,10 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.credentials import CredentialResolver
-from activities.redfish.client import RedfishClient
-from activities.redfish.power import read_power, set_power
-from metalflow.errors import (
+from contracts.errors import (
     BMCAuthenticationFailed,
     BMCRequestRejected,
     BMCUnavailable,
@@ -27,8 +24,11 @@ from metalflow.errors import (
     InvalidInput,
     ResetTypeNotSupported,
 )
-from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
-from metalflow.models.redfish import SetPowerInput
+from contracts.models.inventory import BMCAccess, CredentialRef, EnvCredentials
+from contracts.models.redfish import SetPowerInput
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.power import read_power, set_power
 
 ORIGIN = "https://bmc.example"
 SECRET = "s3cret-pa55"

@@ -19,14 +19,14 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.credentials import CredentialResolver
-from activities.inventory import Inventory
 from activities.redfish import power_activities
-from activities.redfish.client import RedfishClient
 from activities.redfish.power import PowerActivities
-from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
-from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, ReadPowerStateInput
-from metalflow.settings import Settings
+from contracts.models.inventory import BMCAccess, CredentialRef, EnvCredentials
+from contracts.models.redfish import PowerCycleInput, PowerCycleResult, ReadPowerStateInput
+from drivers.credentials import CredentialResolver
+from drivers.inventory import Inventory
+from drivers.redfish.client import RedfishClient
+from drivers.settings import Settings
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs
 from simulators.site import BMC, Host, Site
 from simulators.timings import timings_for

@@ -12,13 +12,13 @@ from typing import Any
 import httpx
 import pytest
 
-from activities.credentials import CredentialResolver
-from activities.redfish.client import RedfishClient
-from activities.redfish.power import read_power, set_power
-from activities.redfish.powercycle import PowerCycle
-from metalflow.errors import BMCAuthenticationFailed, InvalidInput
-from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
-from metalflow.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput
+from contracts.errors import BMCAuthenticationFailed, InvalidInput
+from contracts.models.inventory import BMCAccess, CredentialRef, EnvCredentials
+from contracts.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.power import read_power, set_power
+from drivers.redfish.powercycle import PowerCycle
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs
 from simulators.site import BMC, Host, Site
 from simulators.timings import timings_for

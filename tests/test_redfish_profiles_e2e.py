@@ -25,12 +25,12 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from test_power_crash import CycleOnce, _activity_started, _wait_for, kill, start_worker, stop
 
-from activities.credentials import CredentialResolver
 from activities.redfish import power_activities
-from activities.redfish.client import RedfishClient
 from activities.redfish.power import PowerActivities
-from metalflow.models.inventory import BMCAccess
-from metalflow.models.redfish import PowerCycleInput, PowerCycleResult
+from contracts.models.inventory import BMCAccess
+from contracts.models.redfish import PowerCycleInput, PowerCycleResult
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
 
 pytestmark = pytest.mark.slow
 PROFILE_OF = {

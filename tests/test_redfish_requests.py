@@ -17,15 +17,15 @@ from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.credentials import CredentialResolver
 from activities.heartbeat import HEARTBEAT_THROTTLE, HeartbeatGate
 from activities.redfish import power_activities
-from activities.redfish.client import RedfishClient
 from activities.redfish.power import PowerActivities
-from activities.redfish.powercycle import PowerCycle
-from activities.redfish.system import System
-from metalflow.models.inventory import BMCAccess, CredentialRef, EnvCredentials
-from metalflow.models.redfish import PowerCycleInput, PowerCycleResult
+from contracts.models.inventory import BMCAccess, CredentialRef, EnvCredentials
+from contracts.models.redfish import PowerCycleInput, PowerCycleResult
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.powercycle import PowerCycle
+from drivers.redfish.system import System
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs
 from simulators.site import BMC, Host, Site
 from simulators.timings import timings_for
@@ -107,7 +107,7 @@ async def test_first_and_second_cycle_requests_per_profile(
             workflows=[CycleAsTheRebootDoes],
             activities=power_activities(PowerActivities(redfish)),
             workflow_runner=UnsandboxedWorkflowRunner(),
-            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,  # as metalflow.worker builds it
+            max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,  # as metalflow.runtime.worker builds it
         ):
             for generation in (1, 2):
                 for host_id in HOSTS:

@@ -22,10 +22,10 @@ from test_firmware_support import (
     site_worker,
 )
 
-from activities.dpf.kube import Kind
-from metalflow import names
-from metalflow.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
-from metalflow.models.inventory import DPF_NAMESPACE
+from contracts import names
+from contracts.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
+from contracts.models.inventory import DPF_NAMESPACE
+from drivers.kube import Kind
 from workflows.removal import WORST_CASE_EVENTS
 
 FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that it never releases

@@ -15,8 +15,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 import workflows
-from metalflow.code_cache import SnippetCachingRunner
-from metalflow.converter import DATA_CONVERTER
+from contracts.converter import DATA_CONVERTER
+from metalflow.runtime.code_cache import SnippetCachingRunner
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
@@ -35,7 +35,7 @@ async def replay_failures() -> dict[str, Exception | None]:
         for path in HISTORIES:
             yield WorkflowHistory.from_json(path.stem, path.read_text())
 
-    # The worker's runner (metalflow/worker.py): what replays in production is what is tested.
+    # The worker's runner (metalflow/runtime/worker.py): what replays in production is what is tested.
     replayer = Replayer(
         workflows=workflows.ALL,
         data_converter=DATA_CONVERTER,

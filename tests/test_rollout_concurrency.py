@@ -22,7 +22,7 @@ from rollout_support import (
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from metalflow.models.grove import (
+from contracts.models.grove import (
     SCALE_UPDATE,
     SUPERSEDE_UPDATE,
     RolloutAnswer,

@@ -26,7 +26,7 @@ from sim_support import RunningSim
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from metalflow.models.grove import (
+from contracts.models.grove import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
     RESUME_UPDATE,

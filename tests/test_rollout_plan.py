@@ -7,7 +7,7 @@ from collections import Counter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metalflow.models.grove import CliqueShape, PCSShape, ScalingGroupShape
+from contracts.models.grove import CliqueShape, PCSShape, ScalingGroupShape
 from workflows.rollout_plan import plan, plan_replica
 
 

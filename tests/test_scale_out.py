@@ -20,7 +20,7 @@ from host_operation_support import power_cycles, start_operation, status_of
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from metalflow.models.host import HostOperationKind
+from contracts.models.host import HostOperationKind
 
 pytestmark = pytest.mark.slow
 

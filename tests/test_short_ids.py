@@ -23,8 +23,7 @@ with workflow.unsafe.imports_passed_through():
     from test_host_entity import StandInOperation, StandInReboot
 
     import workflows.common
-    from metalflow.hosts import host_status, send_update
-    from metalflow.models.host import (
+    from contracts.models.host import (
         REQUEST_PROVISION_UPDATE,
         REQUEST_REBOOT_UPDATE,
         HostStatus,
@@ -32,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         OperationAccepted,
         OperationRequest,
     )
+    from metalflow.hosts import host_status, send_update
     from workflows.host import HostWorkflow
 
 WORKFLOWS = [HostWorkflow, StandInOperation, StandInReboot]

@@ -19,7 +19,7 @@ import httpx
 import yaml
 from sim_support import running_sim
 
-from activities.site_file import Site as ProductSite
+from drivers.site_file import Site as ProductSite
 from simulators.redfish.standalone import serve_bmcs
 from simulators.site import default_site, dump_site, load_site
 

@@ -1,4 +1,4 @@
-"""The site file is validated as a whole (activities/site_file.py), and unknown things are refused
+"""The site file is validated as a whole (drivers/site_file.py), and unknown things are refused
 before anything is sent: a table of bad site files through the real loader (in one process) and
 through `metalflow bmc check` / `metalflow host ...` (subprocesses: exit status, first line,
 nothing changed: no entity workflow, no connection to a BMC), the worker's reload keeping the last
@@ -24,10 +24,10 @@ from cli_support import run_in_few_processes
 from temporalio.client import Client
 from test_cli_input_bounds import METALFLOW, _entity_exists, _env, _run
 
-from activities.inventory import Inventory, bmc_from_site
-from activities.site_file import SiteFileCache, SiteFileError, load_site
-from metalflow.errors import InvalidInput
-from metalflow.settings import Settings
+from contracts.errors import InvalidInput
+from drivers.inventory import Inventory, bmc_from_site
+from drivers.settings import Settings
+from drivers.site_file import SiteFileCache, SiteFileError, load_site
 
 
 class CountingBMC:

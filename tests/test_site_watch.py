@@ -29,9 +29,9 @@ from test_firmware_support import all_workflows, eventually, settings_for, site_
 
 from activities import build_activities
 from activities.handover import WORKER_STOPPING
-from metalflow import names
-from metalflow.models.dpf import DPF_NAMESPACE
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.dpf import DPF_NAMESPACE
+from contracts.models.host import (
     HostMonitorInput,
     HostMonitorResult,
     HostMonitorStatus,

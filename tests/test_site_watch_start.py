@@ -17,10 +17,10 @@ from sim_support import running_sim
 from temporalio.client import Client, Interceptor, OutboundInterceptor, SignalWorkflowInput
 from test_firmware_support import eventually, settings_for, site_file_with_prefix, site_worker
 
-from activities.dpf.kube import load_configuration
 from activities.site_watch import SITE_WATCH_WORKFLOW, ensure_site_watch
-from metalflow import names
-from metalflow.models.dpf import DPF_NAMESPACE, DPF_STATE_CHANGED_SIGNAL, SiteWatchInput
+from contracts import names
+from contracts.models.dpf import DPF_NAMESPACE, DPF_STATE_CHANGED_SIGNAL, SiteWatchInput
+from drivers.kube import load_configuration
 
 HOSTS = [f"ss-{i:03d}" for i in range(1, 13)]
 HOST_OF = {wid: host for host in HOSTS for wid in names.dpf_waiter_workflow_ids(host)}

@@ -1,4 +1,4 @@
-"""Shipping new workflow code while runs are in flight (metalflow/versioning.py), on the real dev
+"""Shipping new workflow code while runs are in flight (metalflow/runtime/versioning.py), on the real dev
 server: a run started on old code finishes on new code behind `workflow.patched`; with worker
 versioning a PINNED run stays on its build while an AUTO_UPGRADE one moves to the current one;
 payload models read fields a newer worker added; the worker's versioning settings."""
@@ -23,15 +23,15 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError
 from temporalio.worker import Replayer, Worker
 
-import metalflow.models.dpf
-import metalflow.models.host
-import metalflow.models.inventory
-import metalflow.models.redfish
+import contracts.models.dpf
+import contracts.models.host
+import contracts.models.inventory
+import contracts.models.redfish
 import workflows
-from metalflow import worker as metalflow_worker
-from metalflow.models.host import OperationPolicy, OperationRequest
-from metalflow.settings import Settings
-from metalflow.versioning import (
+from contracts.models.host import OperationPolicy, OperationRequest
+from drivers.settings import Settings
+from metalflow.runtime import worker as metalflow_worker
+from metalflow.runtime.versioning import (
     BEHAVIORS,
     BUILD_ID_ENV,
     DEPLOYMENT_NAME_ENV,
@@ -196,7 +196,7 @@ TEST_BEHAVIORS = {
 
 
 def _versioned_worker(client: Client, task_queue: str, version: WorkerDeploymentVersion) -> Worker:
-    """A worker of one build, versioned the way metalflow.worker versions the real one."""
+    """A worker of one build, versioned the way metalflow.runtime.worker versions the real one."""
     config = deployment_config_from_env(
         {DEPLOYMENT_NAME_ENV: version.deployment_name, BUILD_ID_ENV: version.build_id}
     )
@@ -350,8 +350,8 @@ def test_worker_refuses_half_a_versioning_setting(
 
 
 def _payload_models() -> list[type[BaseModel]]:
-    modules = (metalflow.models.dpf, metalflow.models.host,
-               metalflow.models.inventory, metalflow.models.redfish)  # fmt: skip
+    modules = (contracts.models.dpf, contracts.models.host,
+               contracts.models.inventory, contracts.models.redfish)  # fmt: skip
     return [
         cls
         for module in modules

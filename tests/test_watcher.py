@@ -20,10 +20,9 @@ from temporalio.testing import ActivityEnvironment
 from test_dpf_activities_support import NS, Api, power_cycle, settings_for
 from test_watcher_support import RecorderInput, phases, recording
 
-from activities.dpf import DPFActivities, Kube
-from activities.inventory import Inventory
-from metalflow.errors import MetalflowError
-from metalflow.models.dpf import (
+from activities.dpf import DPFActivities
+from contracts.errors import MetalflowError
+from contracts.models.dpf import (
     GroupSpec,
     HostDPFState,
     HostRef,
@@ -31,6 +30,8 @@ from metalflow.models.dpf import (
     SiteSetupInput,
     WatchCheckpoint,
 )
+from drivers.inventory import Inventory
+from drivers.kube import Kube
 
 pytestmark = pytest.mark.slow
 

@@ -20,16 +20,16 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.worker import Worker
 
-from activities.dpf import Kube
 from activities.watcher import WatcherActivities
-from metalflow.models.dpf import (
+from contracts.models.dpf import (
     DPF_STATE_CHANGED_SIGNAL,
     HostDPFState,
     HostRef,
     WatchCheckpoint,
     WatchHostInput,
 )
-from metalflow.settings import Settings
+from drivers.kube import Kube
+from drivers.settings import Settings
 
 
 class RecorderInput(BaseModel):

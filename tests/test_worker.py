@@ -19,11 +19,11 @@ from temporalio.testing import WorkflowEnvironment
 
 import activities
 import workflows
-from metalflow import names
+from contracts import names
+from contracts.models.host import HostOperationInput, HostOperationKind
 from metalflow.client import TemporalConfigError, connect, load_connect_config
 from metalflow.devstack.temporal import has_poller
-from metalflow.models.host import HostOperationInput, HostOperationKind
-from metalflow.telemetry import TelemetryConfigError, setup_tracing
+from metalflow.runtime.telemetry import TelemetryConfigError, setup_tracing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -224,7 +224,7 @@ def test_worker_reports_bad_configuration_with_status_2() -> None:
 def test_inventory_and_power_activities_share_one_site_file_cache(tmp_path: Path) -> None:
     """One parse of the site file per worker: at 10,000 hosts a second cache's first parse kept
     a power cycle from heartbeating until its attempt was timed out (bench/README.md)."""
-    from metalflow.settings import Settings
+    from drivers.settings import Settings
 
     built = activities.build_activities(settings=Settings(site_file=tmp_path / "site.yaml"))
     owners = {getattr(fn, "__name__", ""): getattr(fn, "__self__", None) for fn in built}

@@ -20,7 +20,7 @@ an id). Its slots are held by workflow RUNS, not by workers:
 3. A worker that dies mid-cycle does not lose the slot: the run still holds it, its activity is
    retried on another worker after the heartbeat timeout, and the slot is released when the run
    is done. So a crash never lets a second cycle of the same BMC start beside it, and the
-   power cycle's own "never twice" rules (`activities/redfish/powercycle.py`) are untouched.
+   power cycle's own "never twice" rules (`drivers/redfish/powercycle.py`) are untouched.
 4. A run that closed without releasing (terminated, timed out, failed between grant and
    release) is reclaimed: while runs wait for a full lease, every `reclaim_check_seconds`
    (`METALFLOW_BMC_LEASE_RECLAIM_SECONDS`, default 30 s) the activity
@@ -75,8 +75,8 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
-    from metalflow.models.bmc_lease import (
+    from contracts import activity_api, names
+    from contracts.models.bmc_lease import (
         BMC_LEASE_ACQUIRE_SIGNAL,
         BMC_LEASE_ACQUIRE_UPDATE,
         BMC_LEASE_GRANTED_SIGNAL,
@@ -94,7 +94,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowRunRef,
         WorkflowRunRefs,
     )
-    from metalflow.models.inventory import BMCAccess
+    from contracts.models.inventory import BMCAccess
     from workflows import common
 
 HOLDER_AUDIT: Final = timedelta(minutes=10)

@@ -58,8 +58,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
-    from metalflow.models.campaign import (
+    from contracts import activity_api, names
+    from contracts.models.campaign import (
         AbortHostsInput,
         CampaignHost,
         CampaignInput,
@@ -76,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
         SweepInput,
         TargetKind,
     )
-    from metalflow.models.dpf import DeploymentBFBInput, DeploymentFlavorInput
+    from contracts.models.dpf import DeploymentBFBInput, DeploymentFlavorInput
     from workflows import campaign_plan as plan
     from workflows import common
     from workflows.campaign_control import (

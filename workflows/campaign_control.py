@@ -15,7 +15,7 @@ from temporalio import workflow
 from workflows import common
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.campaign import (
+    from contracts.models.campaign import (
         ABORT_UPDATE,
         PAUSE_UPDATE,
         RESUME_UPDATE,

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.campaign import CampaignHost, FailureBudget, Limits, Window
+    from contracts.models.campaign import CampaignHost, FailureBudget, Limits, Window
 
 MINUTES_PER_DAY = 1440
 

@@ -16,7 +16,7 @@ from typing import Final
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.campaign import (
+    from contracts.models.campaign import (
         HOST_FINISHED_SIGNAL,
         STATUS_QUERY,
         CampaignHost,

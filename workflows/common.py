@@ -13,7 +13,7 @@ and values) for `workflow.execute_activity(activity_api.<name>, ...)`, so a call
   than a workflow that spins forever.
 - `WATCHER`: `watch_host_dpf`, long-running; retried without limit (the workflow cancels it).
 
-Every retry policy refuses to retry the permanent error types of `metalflow.errors`.
+Every retry policy refuses to retry the permanent error types of `contracts.errors`.
 
 Visibility: `enter_phase` sets the `Phase` search attribute and the current details together,
 so the UI list and a workflow's page never disagree.
@@ -37,8 +37,8 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import metrics, names
-    from metalflow.errors import PERMANENT_TYPES
+    from contracts import metrics, names
+    from contracts.errors import PERMANENT_TYPES
 
 NON_RETRYABLE: Final[list[str]] = sorted(PERMANENT_TYPES)
 
@@ -49,7 +49,7 @@ memoises a patch per run), so it finds the children it started and recorded hist
 
 
 def short_ids() -> bool:
-    """Whether this run names its children in the short form (`metalflow.names`, legacy=False)."""
+    """Whether this run names its children in the short form (`contracts.names`, legacy=False)."""
     return workflow.patched(SHORT_IDS_PATCH)
 
 

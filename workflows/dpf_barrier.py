@@ -19,7 +19,7 @@ from typing import Final
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.dpf import (
+    from contracts.models.dpf import (
         PHASE_DELETING,
         PHASE_ERROR,
         PHASE_NODE_EFFECT,

@@ -13,7 +13,7 @@ ActivityTaskStarted event per watcher started, one RequestCancel (and, with
 `WAIT_CANCELLATION_COMPLETED`, one ActivityTaskCanceled) per stop, one signal event per DPF
 change; no timers, no polling.
 
-Since `SITE_WATCH_PATCH` (new runs under the ids `metalflow.names.dpf_waiter_workflow_ids`):
+Since `SITE_WATCH_PATCH` (new runs under the ids `contracts.names.dpf_waiter_workflow_ids`):
 no watcher activity per host. `start` runs one short `join_site_dpf_watch` activity (it makes
 sure the site's one watch, `workflows.site_watch`, runs, and reads the host's state with its
 `as_of`), and the site watch signals every later change to this workflow's id. States are
@@ -36,8 +36,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
-    from metalflow.models.dpf import (
+    from contracts import activity_api, names
+    from contracts.models.dpf import (
         DPFVersion,
         HostDPFState,
         HostRef,

@@ -47,8 +47,8 @@ from temporalio.exceptions import TimeoutError as TemporalTimeout  # `_wait` cat
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.dpf import HostDPFState, HostRef
-    from metalflow.models.host import (
+    from contracts.models.dpf import HostDPFState, HostRef
+    from contracts.models.host import (
         HOST_REBOOTED_SIGNAL,
         MANUAL_INTERVENTION_REQUIRED,
         HostOperationInput,
@@ -58,7 +58,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
         RebootMethod,
     )
-    from metalflow.wording import plural
+    from contracts.wording import plural
     from workflows import common
     from workflows.host_reboot import start_next_reboot
     from workflows.reboot_failure import BMC_REBOOT_FAILED

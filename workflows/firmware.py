@@ -43,13 +43,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
-    from metalflow.models.dpf import (
+    from contracts import activity_api, names
+    from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         HostDPFState,
         HostRef,
     )
-    from metalflow.models.host import (
+    from contracts.models.host import (
         ABORT_UPDATE,
         STATUS_QUERY,
         DPUFirmwareProgress,
@@ -62,8 +62,8 @@ with workflow.unsafe.imports_passed_through():
         OperationAnswer,
         OperatorRequest,
     )
-    from metalflow.models.inventory import DPUInventory, HostInventory, HostLookup
-    from metalflow.models.redfish import (
+    from contracts.models.inventory import DPUInventory, HostInventory, HostLookup
+    from contracts.models.redfish import (
         FirmwareVersions,
         ReadFirmwareInput,
         ReadPowerStateInput,
@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
         WaitPowerInput,
     )
-    from metalflow.wording import plural
+    from contracts.wording import plural
     from workflows.common import (
         BMC_READ,
         INVENTORY,

@@ -41,8 +41,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
-    from metalflow.models.host import (
+    from contracts import names
+    from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
         RELEASE_INSTANCE_UPDATE,

@@ -27,9 +27,9 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
-    from metalflow.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
-    from metalflow.models.host import (
+    from contracts import names
+    from contracts.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
+    from contracts.models.host import (
         FirmwareInput,
         FirmwareRequest,
         HostOperationInput,
@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
         HostRemovalInput,
         OperationRequest,
     )
-    from metalflow.wording import aborted_outcome
+    from contracts.wording import aborted_outcome
     from workflows import common
     from workflows.host_reboot import start_next_reboot
     from workflows.host_rules import BUSY_ERROR, CurrentOperation, HostEntityState

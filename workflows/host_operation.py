@@ -1,6 +1,6 @@
 """HostOperationWorkflow: provision or reprovision a host's DPUs (DOMAIN.md flows 2-4).
 
-Id `provision/<id>` or `reprovision/<id>` (`metalflow.names.host_operation_workflow_id`);
+Id `provision/<id>` or `reprovision/<id>` (`contracts.names.host_operation_workflow_id`);
 the host's entity workflow starts it as a child with `static_summary` (e.g. "reprovision host-001
 (2 DPUs) for alice: reason"). The runbook, top to bottom in `run`:
 
@@ -41,8 +41,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, metrics, names
-    from metalflow.models.dpf import (
+    from contracts import activity_api, metrics, names
+    from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         ChangeResult,
         DPURef,
@@ -54,7 +54,7 @@ with workflow.unsafe.imports_passed_through():
         ReprovisionInput,
         SiteSetupInput,
     )
-    from metalflow.models.host import (
+    from contracts.models.host import (
         ABORT_UPDATE,
         HOST_REBOOTED_SIGNAL,
         HOST_REBOOTED_UPDATE,
@@ -68,8 +68,8 @@ with workflow.unsafe.imports_passed_through():
         OperationAnswer,
         OperatorRequest,
     )
-    from metalflow.models.inventory import HostInventory, HostLookup
-    from metalflow.wording import plural
+    from contracts.models.inventory import HostInventory, HostLookup
+    from contracts.wording import plural
     from workflows import common
     from workflows import dpf_barrier as barrier
     from workflows.dpf_watch import TRY_CANCEL, DPFWatch

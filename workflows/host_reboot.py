@@ -61,8 +61,8 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
-    from metalflow import activity_api, names, priorities
-    from metalflow.models.bmc_lease import (
+    from contracts import activity_api, names, priorities
+    from contracts.models.bmc_lease import (
         BMC_LEASE_GRANTED_SIGNAL,
         LeaseGrant,
         LeaseHolder,
@@ -70,7 +70,7 @@ with workflow.unsafe.imports_passed_through():
         LeaseHostBMCResult,
         RequestLeaseResult,
     )
-    from metalflow.models.host import (
+    from contracts.models.host import (
         ABORT_UPDATE,
         HOST_REBOOTED_SIGNAL,
         HOST_REBOOTED_UPDATE,
@@ -81,8 +81,8 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
         RebootMethod,
     )
-    from metalflow.models.inventory import HostInventory, HostLookup
-    from metalflow.models.redfish import (
+    from contracts.models.inventory import HostInventory, HostLookup
+    from contracts.models.redfish import (
         PowerCycleInput,
         PowerCycleResult,
         ReadPowerStateInput,
@@ -459,7 +459,7 @@ async def start_next_reboot(
                 cancellation_type=cancellation_type,
                 static_summary=summary.format(generation=generation),
                 search_attributes=search_attributes,
-                priority=priorities.REBOOT_PRIORITY,  # DPF waits for it: see metalflow.priorities
+                priority=priorities.REBOOT_PRIORITY,  # DPF waits for it: see contracts.priorities
             )
             return handle, generation
         except WorkflowAlreadyStartedError:

@@ -21,8 +21,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import names
-    from metalflow.models.host import (
+    from contracts import names
+    from contracts.models.host import (
         AssignInstanceRequest,
         FirmwareRequest,
         HostWorkflowInput,

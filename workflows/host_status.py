@@ -9,8 +9,8 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.dpf import HostDPFState
-    from metalflow.models.host import DPUProgress, HostOperationInput, HostOperationStatus
+    from contracts.models.dpf import HostDPFState
+    from contracts.models.host import DPUProgress, HostOperationInput, HostOperationStatus
 
 
 class DPUClock:

@@ -49,15 +49,15 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
-    from metalflow.models.dpf import (
+    from contracts import activity_api, names
+    from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         PHASE_NODE_EFFECT,
         PHASE_READY,
         HostDPFState,
         HostRef,
     )
-    from metalflow.models.host import (
+    from contracts.models.host import (
         ABORT_UPDATE,
         IN_POOL,
         OUT_OF_POOL,

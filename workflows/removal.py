@@ -33,8 +33,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
-    from metalflow.models.dpf import (
+    from contracts import activity_api, names
+    from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         DeleteDPUInput,
         DeleteNodeInput,
@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         HostRef,
         ObjectsResult,
     )
-    from metalflow.models.host import (
+    from contracts.models.host import (
         ABORT_UPDATE,
         STATUS_QUERY,
         DPUProgress,
@@ -55,7 +55,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
         RemovedObject,
     )
-    from metalflow.models.inventory import HostInventory, HostLookup
+    from contracts.models.inventory import HostInventory, HostLookup
     from workflows.common import (
         INVENTORY,
         KUBE_WRITE,

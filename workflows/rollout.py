@@ -1,6 +1,6 @@
 """RolloutWorkflow: a coherent rollout of one Grove PodCliqueSet (DOMAIN.md section 3, GREP-393).
 
-Id `rollout/<namespace>/<pcs>` (`metalflow.names.rollout_workflow_id`): the id is the lock, so a
+Id `rollout/<namespace>/<pcs>` (`contracts.names.rollout_workflow_id`): the id is the lock, so a
 second rollout of the same PodCliqueSet is refused while this one runs (or takes over with the
 `supersede` update, after the current step). The runbook, top to bottom in `run`:
 
@@ -48,8 +48,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
-    from metalflow.models.grove import (
+    from contracts import activity_api, names
+    from contracts.models.grove import (
         PCS_STATE_CHANGED_SIGNAL,
         STATUS_QUERY,
         PCSState,
@@ -65,7 +65,7 @@ with workflow.unsafe.imports_passed_through():
         TemplateResult,
         WatchPCSInput,
     )
-    from metalflow.wording import plural
+    from contracts.wording import plural
     from workflows import common
     from workflows import rollout_steps as steps
     from workflows.rollout_control import (

@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 from workflows import common
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.grove import (
+    from contracts.models.grove import (
         ABORT_UPDATE,
         PAUSE_UPDATE,
         RESUME_UPDATE,
@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         StepRecord,
         SupersedeRequest,
     )
-    from metalflow.wording import plural
+    from contracts.wording import plural
 
 PREPARING = "preparing"
 ROLLING = "rolling"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.grove import PCSShape, PodGangPlan, ReplicaRollout
+    from contracts.models.grove import PCSShape, PodGangPlan, ReplicaRollout
 
 
 def effective_min(replicas: int, min_available: int) -> int:

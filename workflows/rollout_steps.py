@@ -12,7 +12,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow.models.grove import PCSState, PodGangPlan, PodGangState, ReplicaRollout
+    from contracts.models.grove import PCSState, PodGangPlan, PodGangState, ReplicaRollout
 
 
 def healthy(gang: PodGangState | None, condition: str) -> bool:

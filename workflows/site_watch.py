@@ -1,5 +1,5 @@
 """SiteDPFWatchWorkflow: the one DPF watch of a site, `dpf-watch/<namespace>` (see
-`metalflow.names.dpf_watch_workflow_id`).
+`contracts.names.dpf_watch_workflow_id`).
 
 Started by the first workflow that waits on a host of the site (its `join_site_dpf_watch`
 activity starts it with the USE_EXISTING conflict policy, so there is one however many join),
@@ -25,8 +25,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from metalflow import activity_api, names
-    from metalflow.models.dpf import SiteWatchInput
+    from contracts import activity_api, names
+    from contracts.models.dpf import SiteWatchInput
     from workflows import common
 
 EPOCH_SIGNAL: Final = "dpf_watch_epoch"

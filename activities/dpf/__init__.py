@@ -1,7 +1,6 @@
-"""DPF activities: the Kubernetes client set-up and limits (`kube`), the object bodies and state
-reading (`objects`), the operations (`operations`), and async watch streams (`streams`)."""
+"""DPF activities: every operation the bare-metal manager needs (`operations`), over the
+Kubernetes driver (`drivers.kube`) and the DPF object bodies (`drivers.dpf`)."""
 
-from activities.dpf.kube import Kube
 from activities.dpf.operations import DPFActivities
 
-__all__ = ["DPFActivities", "Kube"]
+__all__ = ["DPFActivities"]

@@ -14,23 +14,8 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from activities.dpf import objects as bodies
-from activities.dpf.kube import (
-    BFB,
-    DEPLOYMENT,
-    DPU,
-    DPUDEVICE,
-    DPUNODE,
-    FLAVOR,
-    KINDS,
-    MAINTENANCE,
-    SITE_KEY,
-    Kind,
-    Kube,
-    Object,
-)
-from metalflow.errors import ConflictRetriesExhausted
-from metalflow.models.dpf import (
+from contracts.errors import ConflictRetriesExhausted
+from contracts.models.dpf import (
     DPUNODE_NAME_LABEL,
     HOLD_ANNOTATION,
     REBOOT_REQUIRED_ANNOTATION,
@@ -48,7 +33,22 @@ from metalflow.models.dpf import (
     ReprovisionInput,
     SiteSetupInput,
 )
-from metalflow.settings import Settings
+from drivers import dpf as bodies
+from drivers.kube import (
+    BFB,
+    DEPLOYMENT,
+    DPU,
+    DPUDEVICE,
+    DPUNODE,
+    FLAVOR,
+    KINDS,
+    MAINTENANCE,
+    SITE_KEY,
+    Kind,
+    Kube,
+    Object,
+)
+from drivers.settings import Settings
 
 log = logging.getLogger(__name__)
 

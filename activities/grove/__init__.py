@@ -1,5 +1,5 @@
-"""Grove activities of the coherent rollout: reading and rolling PodCliqueSets (`operations`),
-the raw-object view (`objects`), and the per-rollout watcher (`watcher`)."""
+"""Grove activities of the coherent rollout: reading and rolling PodCliqueSets (`operations`)
+and the per-rollout watcher (`watcher`), over the Grove object view of `drivers.grove`."""
 
 from activities.grove.operations import GroveActivities
 from activities.grove.watcher import RolloutWatcherActivities

@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from activities.grove.objects import images_patch, kinds, members_updated, pcs_state, replacement
-from metalflow.errors import ConflictRetriesExhausted, InvalidInput, ObjectNotFound
-from metalflow.models.grove import (
+from contracts.errors import ConflictRetriesExhausted, InvalidInput, ObjectNotFound
+from contracts.models.grove import (
     PART_OF_LABEL,
     ROLLOUT_ANNOTATION,
     PCSRef,
@@ -37,9 +36,10 @@ from metalflow.models.grove import (
     TemplateInput,
     TemplateResult,
 )
+from drivers.grove import images_patch, kinds, members_updated, pcs_state, replacement
 
 if TYPE_CHECKING:
-    from activities.dpf.kube import Kube
+    from drivers.kube import Kube
 
 log = logging.getLogger(__name__)
 Object = dict[str, Any]

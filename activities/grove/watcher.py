@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from activities.grove.objects import kinds, pcs_state
 from activities.handover import handing_over_at_shutdown
 from activities.heartbeat import stop_quietly_if_workflow_ended
-from metalflow.errors import InvalidInput, KubernetesUnavailable
-from metalflow.models.grove import PART_OF_LABEL, PCS_STATE_CHANGED_SIGNAL, PCSState, WatchPCSInput
+from contracts.errors import InvalidInput, KubernetesUnavailable
+from contracts.models.grove import PART_OF_LABEL, PCS_STATE_CHANGED_SIGNAL, PCSState, WatchPCSInput
+from drivers.grove import kinds, pcs_state
 
 if TYPE_CHECKING:
     import httpx
     from temporalio.client import Client
 
-    from activities.dpf.kube import Kind, Kube
+    from drivers.kube import Kind, Kube
 
 Object = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class RolloutWatcherActivities:
         # Imported here: workflows reference this activity, and must not load the HTTP client.
         from temporalio.service import RPCError, RPCStatusCode
 
-        from activities.dpf.streams import http_client
+        from drivers.kube_streams import http_client
 
         info = activity.info()
         sequence = int(info.heartbeat_details[0]) if info.heartbeat_details else 0
@@ -127,7 +127,7 @@ class RolloutWatcherActivities:
     async def _follow(
         self, http: httpx.AsyncClient, ns: str, stream: _Stream, changed: asyncio.Event
     ) -> None:
-        from activities.dpf.streams import (
+        from drivers.kube_streams import (
             OPENED,
             WatchExpired,
             WatchFailed,

@@ -6,15 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from activities.credentials import CredentialResolver
-from activities.redfish.client import RedfishClient
 from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
 from activities.redfish.waits import PowerWaitActivities
-from metalflow.settings import Settings
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
+from drivers.settings import Settings
 
 if TYPE_CHECKING:
-    from activities.inventory import Inventory
+    from drivers.inventory import Inventory
 
 
 def build_redfish_client(settings: Settings) -> RedfishClient:
@@ -39,7 +39,7 @@ def build_redfish_activities(
     the worker's, so the site file is parsed once per worker, not once per inventory (at 10,000
     hosts a parse took 6-13 s on the loaded bench machine, and a power cycle's first attempt
     spent it unable to heartbeat, was timed out and cancelled, twice: bench/README.md)."""
-    from activities.inventory import Inventory  # the inventory's Kubernetes client loads lazily
+    from drivers.inventory import Inventory  # the inventory's Kubernetes client loads lazily
 
     client = client or build_redfish_client(settings)
     # Each attempt re-reads its BMC from the inventory: fixes take effect (issue 9).

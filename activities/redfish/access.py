@@ -14,12 +14,12 @@ from typing import Protocol
 
 from temporalio import activity
 
-from metalflow.errors import MetalflowError
-from metalflow.models.inventory import BMCAccess
+from contracts.errors import MetalflowError
+from contracts.models.inventory import BMCAccess
 
 
 class BMCSource(Protocol):
-    """Where a BMC's current access comes from (`activities.inventory.Inventory`)."""
+    """Where a BMC's current access comes from (`drivers.inventory.Inventory`)."""
 
     async def bmc_access(self, bmc_id: str) -> BMCAccess | None: ...
 

@@ -1,36 +1,23 @@
-"""Host power as Temporal activities; the same functions serve `metalflow bmc` without Temporal.
+"""Host power as Temporal activities over the Redfish driver (`drivers/redfish/power.py`).
 
 Activity names (what workflows call): `read_power_state`, `set_power_state`, `power_cycle_host`,
 `shut_down_host_gracefully`. Each opens one connection to the BMC for its duration (sessions are
 shared with concurrent activities on the same BMC and deleted at the end), heartbeats on every
-poll of a wait, and raises only the errors of `metalflow.errors`.
+poll of a wait, and raises only the errors of `contracts.errors`.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
 
 from activities.heartbeat import HeartbeatGate, heartbeating, wait_until_recorded
 from activities.redfish.access import BMCSource, current_access
-from activities.redfish.client import BMCConnection, RedfishClient
-from activities.redfish.powercycle import PowerCycle
-from activities.redfish.system import (
-    System,
-    find_system,
-    parse_time,
-    read_system,
-    require_reset_type,
-    send_reset,
-    wait_for_power,
-)
-from metalflow.errors import BMCUnavailable, PowerStateTimeout
-from metalflow.models.inventory import BMCAccess
-from metalflow.models.redfish import (
+from contracts.models.inventory import BMCAccess
+from contracts.models.redfish import (
     GracefulShutdownInput,
     GracefulShutdownResult,
     PowerCycleInput,
@@ -41,161 +28,14 @@ from metalflow.models.redfish import (
     SetPowerResult,
     SystemPower,
 )
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.power import graceful_shutdown, read_power, set_power
+from drivers.redfish.powercycle import PowerCycle
 
-Say = Callable[[str], None]
-_TURN_ON = frozenset({"On", "ForceOn"})
-_TURN_OFF = frozenset({"ForceOff", "GracefulShutdown"})
-_RESTART = frozenset({"ForceRestart", "GracefulRestart", "PowerCycle", "FullPowerCycle"})
 # The SDK's heartbeat throttle when an activity has no heartbeat timeout, and its cap.
 _DEFAULT_THROTTLE = timedelta(seconds=30)
 _MAX_THROTTLE = timedelta(seconds=60)
 _FLUSH_MARGIN_SECONDS = 1.0
-_MAX_DECISIONS = 4  # re-decisions when PowerState moves under us before giving up
-_SETTLE_POLL_SECONDS = 0.5
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _quiet(_: str) -> None:
-    pass
-
-
-async def read_power(connection: BMCConnection) -> SystemPower:
-    """The System's power state, reset types and how a power cycle would be done."""
-    system = await find_system(connection)
-    uri = system.uri
-    return SystemPower(
-        bmc_id=connection.bmc_id,
-        system=uri,
-        manufacturer=system.manufacturer,
-        model=system.model,
-        power_state=system.power_state,
-        allowed_reset_types=system.advertised if system.advertised is not None else system.allowed,
-        last_reset_time=parse_time(system.last_reset_time),
-        power_cycle_method=system.power_cycle_method,
-        observed_at=_now(),
-    )
-
-
-async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say = _quiet) -> SetPowerResult:
-    """Send a reset the BMC advertises, skipping one whose target already holds, and wait for it.
-
-    As the bare-metal manager does (DOMAIN.md section 1): On/ForceOn of an On host and
-    ForceOff/GracefulShutdown of an Off host send nothing; a restart of an Off host is `On`.
-    Real BMCs report the old PowerState for seconds after a reset (by us or anyone), with no
-    Powering* state: a state is trusted only once it held for `settle_seconds` (re-deciding if
-    it moved), and the final state is verified the same way before success is reported.
-    """
-    started = _now()
-    system = await find_system(connection)
-    uri = system.uri
-    wanted = request.reset_type
-    for _ in range(_MAX_DECISIONS):
-        if system.power_state.startswith("Powering"):
-            say(f"{system.power_state}: waiting for the running transition to settle")
-            system = await wait_for_power(
-                connection, uri, frozenset({"On", "Off"}), time.monotonic() + request.timeout_seconds
-            )
-        sent = _reset_to_send(wanted, system.power_state)
-        if sent is not None:
-            break
-        moved = await _settled(connection, uri, system, request.settle_seconds, say)
-        if moved.power_state == system.power_state:
-            say(f"already {system.power_state} (held {request.settle_seconds:g} s): nothing sent")
-            return SetPowerResult(
-                bmc_id=connection.bmc_id, requested=wanted, sent=None, power_state=system.power_state,
-                started_at=started, finished_at=_now(),
-            )  # fmt: skip
-        system = moved  # a reset we did not send is taking effect: decide again
-    else:
-        raise PowerStateTimeout(f"BMC {connection.bmc_id}: PowerState kept changing; not deciding on it")
-    state = system.power_state
-    if sent != wanted:
-        say(f"{wanted} of a host that is Off: sending On instead")
-    # Check what was asked too, so an unsupported request fails the same whatever the power is.
-    for reset_type in (wanted, sent):
-        require_reset_type(connection, system, reset_type)
-    deadline = time.monotonic() + request.timeout_seconds
-    say(f"{state} -> sending {sent}")
-    await send_reset(connection, system, sent, deadline)
-    accepted = time.monotonic()
-    target = "Off" if sent in _TURN_OFF else "On" if sent in _TURN_ON | _RESTART else None
-    lag = None
-    if target is not None:
-        system = await wait_for_power(connection, uri, frozenset({target}), deadline)
-        lag = round(time.monotonic() - accepted, 3)
-        say(f"PowerState {system.power_state} after {lag:g} s")
-        held = await _settled(connection, uri, system, request.settle_seconds, say)
-        if held.power_state != system.power_state:
-            raise PowerStateTimeout(
-                f"BMC {connection.bmc_id}: PowerState reached {system.power_state} after {sent} but then "
-                f"showed {held.power_state} within {request.settle_seconds:g} s"
-            )
-    else:
-        system = await read_system(connection, uri)
-    return SetPowerResult(
-        bmc_id=connection.bmc_id, requested=wanted, sent=sent, power_state=system.power_state,
-        started_at=started, finished_at=_now(), lag_seconds=lag,
-    )  # fmt: skip
-
-
-def _reset_to_send(wanted: str, state: str) -> str | None:
-    """The reset to send for `wanted` when PowerState is `state`; None when its target holds."""
-    if (wanted in _TURN_ON and state == "On") or (wanted in _TURN_OFF and state == "Off"):
-        return None
-    if wanted in _RESTART and state == "Off":
-        return "On"
-    return wanted
-
-
-async def _settled(connection: BMCConnection, uri: str, seen: System, seconds: float, say: Say) -> System:
-    """Re-read PowerState for `seconds`; the first reading that differs from `seen`, else the last."""
-    end = time.monotonic() + seconds
-    current = seen
-    while (left := end - time.monotonic()) > 0:
-        await connection.sleep(min(left, _SETTLE_POLL_SECONDS))
-        try:
-            current = await read_system(connection, uri)
-        except BMCUnavailable as err:
-            connection.note_problem(err)
-            continue
-        if current.power_state != seen.power_state:
-            say(f"PowerState moved {seen.power_state} -> {current.power_state} while settling")
-            return current
-    return current
-
-
-async def graceful_shutdown(
-    connection: BMCConnection, request: GracefulShutdownInput, say: Say = _quiet
-) -> GracefulShutdownResult:
-    """GracefulShutdown, then ForceOff when the host is not Off after `grace_seconds`."""
-    started = _now()
-    system = await find_system(connection)
-    uri = system.uri
-    sent: list[str] = []
-    if system.power_state != "Off":
-        if system.allows("GracefulShutdown") and request.grace_seconds > 0:
-            say("sending GracefulShutdown")
-            sent.append("GracefulShutdown")
-            grace_end = time.monotonic() + request.grace_seconds
-            await send_reset(connection, system, "GracefulShutdown", grace_end)
-            try:
-                system = await wait_for_power(connection, uri, frozenset({"Off"}), grace_end)
-            except PowerStateTimeout:  # the OS did not shut down in time
-                say(f"not Off after {request.grace_seconds:g} s")
-        if system.power_state != "Off":
-            say("sending ForceOff")
-            sent.append("ForceOff")
-            deadline = time.monotonic() + request.timeout_seconds
-            system = await read_system(connection, uri)
-            await send_reset(connection, system, "ForceOff", deadline)
-            system = await wait_for_power(connection, uri, frozenset({"Off"}), deadline)
-    return GracefulShutdownResult(
-        bmc_id=connection.bmc_id, reset_types=tuple(sent), forced="ForceOff" in sent,
-        power_state=system.power_state, started_at=started, finished_at=_now(),
-    )  # fmt: skip
 
 
 def heartbeat_flush_seconds(heartbeat_timeout: timedelta | None) -> float:

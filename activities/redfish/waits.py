@@ -14,9 +14,9 @@ from temporalio import activity
 
 from activities.heartbeat import HeartbeatGate, heartbeating
 from activities.redfish.access import BMCSource, current_access
-from activities.redfish.client import RedfishClient
-from activities.redfish.power import read_power
-from metalflow.models.redfish import SystemPower, WaitPowerInput
+from contracts.models.redfish import SystemPower, WaitPowerInput
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.power import read_power
 
 
 class PowerWaitActivities:

@@ -20,13 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from activities.credentials import CredentialResolver
-from activities.redfish.client import BMCConnection, RedfishClient
-from activities.redfish.power import graceful_shutdown, read_power, set_power
-from activities.redfish.powercycle import PowerCycle
-from metalflow.errors import CredentialsUnavailable, InvalidInput, MetalflowError
-from metalflow.models.inventory import HostInventory
-from metalflow.models.redfish import (
+from contracts.errors import CredentialsUnavailable, InvalidInput, MetalflowError
+from contracts.models.inventory import HostInventory
+from contracts.models.redfish import (
     DEFAULT_POWER_DOWN_WAIT_SECONDS,
     DEFAULT_POWER_SETTLE_SECONDS,
     GracefulShutdownInput,
@@ -34,8 +30,7 @@ from metalflow.models.redfish import (
     SetPowerInput,
     SystemPower,
 )
-from metalflow.settings import Settings
-from metalflow.validation import (
+from contracts.validation import (
     Grace,
     HostId,
     PowerDownWait,
@@ -44,7 +39,12 @@ from metalflow.validation import (
     RequestTimeout,
     arg_type,
 )
-from metalflow.wording import iso_z
+from contracts.wording import iso_z
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import BMCConnection, RedfishClient
+from drivers.redfish.power import graceful_shutdown, read_power, set_power
+from drivers.redfish.powercycle import PowerCycle
+from drivers.settings import Settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 DEFAULT_CLI_TIMEOUT_SECONDS = 60.0
@@ -124,7 +124,7 @@ def _say(text: str) -> None:
 
 
 async def _resolve_host(settings: Settings, host_id: str) -> HostInventory:
-    from activities.inventory import Inventory, host_from_site_file
+    from drivers.inventory import Inventory, host_from_site_file
 
     if settings.inventory == "site":
         return await asyncio.to_thread(

@@ -23,20 +23,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from metalflow import names
-from metalflow.cli import campaign_schedule, workflow_commands
-from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
-from metalflow.cli.workflow_commands import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    FOLLOW_SECONDS,
-    CommandError,
-    runner,
-    until_past,
-)
-from metalflow.hosts import default_operator
-from metalflow.models.campaign import (
+from contracts import names
+from contracts.models.campaign import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
     RESUME_UPDATE,
@@ -53,8 +41,20 @@ from metalflow.models.campaign import (
     LimitsRequest,
     SkipRequest,
 )
+from contracts.validation import Reason, Requester, arg_type
+from metalflow.cli import campaign_schedule, workflow_commands
+from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
+from metalflow.cli.workflow_commands import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    FOLLOW_SECONDS,
+    CommandError,
+    runner,
+    until_past,
+)
+from metalflow.hosts import default_operator
 from metalflow.rollouts import root_cause
-from metalflow.validation import Reason, Requester, arg_type
 
 BAR = 30
 MISSING = "no campaign {id} running"  # an update's refusal when the workflow does not run

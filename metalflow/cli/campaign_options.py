@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from metalflow.models.campaign import (
+from contracts.models.campaign import (
     CampaignInput,
     CampaignPolicy,
     CampaignTarget,
@@ -19,8 +19,8 @@ from metalflow.models.campaign import (
     TargetKind,
     Window,
 )
-from metalflow.models.host import OperationPolicy
-from metalflow.validation import Reason, arg_type
+from contracts.models.host import OperationPolicy
+from contracts.validation import Reason, arg_type
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhd]?)")

@@ -30,10 +30,10 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow import names
+from contracts import names
+from contracts.validation import Requester, arg_type
 from metalflow.cli.campaign_options import add_options, campaign_input, duration
 from metalflow.hosts import default_operator
-from metalflow.validation import Requester, arg_type
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 ACTIONS = ("pause", "unpause", "trigger", "delete")

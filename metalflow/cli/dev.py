@@ -12,14 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from drivers.statedir import STATE_DIR_DEFAULT, state_dir_for
 from metalflow.binaries import MissingBinaryError
 from metalflow.cli.sim import add_site_options, describe_site, site_options
 from metalflow.devstack.demo import DemoSite, run_demo
-from metalflow.devstack.ports import PortInUseError
 from metalflow.devstack.process import ManagedProcess, ProcessFailedError
 from metalflow.devstack.stack import DevStack, DevStackConfig, StateMismatchError, check_state, reset_state
 from metalflow.progress import Progress
-from metalflow.statedir import STATE_DIR_DEFAULT, state_dir_for
+from metalflow.runtime.ports import PortInUseError
 
 
 def register(subparsers: Any) -> None:

@@ -29,25 +29,8 @@ from urllib.parse import urlsplit
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from metalflow import names
-from metalflow.cli import host_decide, host_list, host_monitor
-from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
-from metalflow.client import TemporalConfigError, connect, load_connect_config, temporal_lost
-from metalflow.hosts import (
-    FOLLOW_POLL_SECONDS,
-    HostRequestError,
-    Seen,
-    default_operator,
-    describe_operation,
-    follow_operation,
-    host_status,
-    operation_progress,
-    operation_status,
-    recorded_status,
-    require_worker,
-    send_update,
-)
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
@@ -69,9 +52,7 @@ from metalflow.models.host import (
     OperatorRequest,
     RebootMethod,
 )
-from metalflow.monitors import running_monitor_status
-from metalflow.progress import Progress
-from metalflow.validation import (
+from contracts.validation import (
     REASON_MAX,
     REQUESTER_MAX,
     DPUId,
@@ -85,7 +66,26 @@ from metalflow.validation import (
     safe,
     terminal_safe,
 )
-from metalflow.wording import iso_z
+from contracts.wording import iso_z
+from metalflow.cli import host_decide, host_list, host_monitor
+from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
+from metalflow.client import TemporalConfigError, connect, load_connect_config, temporal_lost
+from metalflow.hosts import (
+    FOLLOW_POLL_SECONDS,
+    HostRequestError,
+    Seen,
+    default_operator,
+    describe_operation,
+    follow_operation,
+    host_status,
+    operation_progress,
+    operation_status,
+    recorded_status,
+    require_worker,
+    send_update,
+)
+from metalflow.monitors import running_monitor_status
+from metalflow.progress import Progress
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 REQUESTS = {

@@ -26,9 +26,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow import names
-from metalflow.hosts import HostRequestError, host_status, operation_status, require_worker
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     ABORT_UPDATE,
     HOST_REBOOTED_UPDATE,
     MARK_REBOOTED_UPDATE,
@@ -36,7 +35,8 @@ from metalflow.models.host import (
     OperationAnswer,
     OperatorRequest,
 )
-from metalflow.validation import REASON_MAX, Reason, arg_type, terminal_safe
+from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
+from metalflow.hosts import HostRequestError, host_status, operation_status, require_worker
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 EXIT_OK, EXIT_FAILED = 0, 1

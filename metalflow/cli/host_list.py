@@ -38,10 +38,10 @@ from temporalio.api.workflow.v1 import WorkflowExecutionInfo
 from temporalio.api.workflowservice.v1 import ListWorkflowExecutionsRequest, ListWorkflowExecutionsResponse
 from temporalio.client import Client
 
-from metalflow import names
+from contracts import names
+from contracts.validation import terminal_safe
+from contracts.wording import iso_z, plural
 from metalflow.cli.host_phases import KNOWN_PHASES, unknown_phase_message
-from metalflow.validation import terminal_safe
-from metalflow.wording import iso_z, plural
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 T = TypeVar("T")

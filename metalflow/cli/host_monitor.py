@@ -16,9 +16,8 @@ from typing import Any
 
 from temporalio.client import Client
 
-from metalflow import names
-from metalflow.hosts import HostRequestError, ensure_entity, host_status
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.host import (
     OUT_OF_POOL,
     HostMonitorInput,
     HostMonitorStatus,
@@ -26,6 +25,9 @@ from metalflow.models.host import (
     MonitorPolicy,
     OperatorRequest,
 )
+from contracts.validation import Reason, ReprovisionAfter, arg_type
+from contracts.wording import iso_z, plural
+from metalflow.hosts import HostRequestError, ensure_entity, host_status
 from metalflow.monitors import (
     describe_policy,
     first_look,
@@ -34,8 +36,6 @@ from metalflow.monitors import (
     start_monitor,
     stop_monitor,
 )
-from metalflow.validation import Reason, ReprovisionAfter, arg_type
-from metalflow.wording import iso_z, plural
 
 FIRST_LOOK_SECONDS = 20.0  # the watcher lists DPF before its first signal; a worker picks it up first
 DEFAULT_NAMESPACE = HostMonitorInput.model_fields["namespace"].default

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from metalflow import names
-from metalflow.validation import safe
+from contracts import names
+from contracts.validation import safe
 
 ENTITY_OPERATIONS: Final = (names.PROVISION, names.REPROVISION, names.FIRMWARE, names.REMOVE, names.REBOOT)
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from activities.dpf.kube import DPU, Kube
-from activities.inventory import Inventory, host_from_site
-from activities.site_file import Site, SiteFileError, load_site
-from metalflow import names
-from metalflow.errors import InvalidInput, MetalflowError
-from metalflow.models.inventory import HostInventory
-from metalflow.settings import Settings
+from contracts import names
+from contracts.errors import InvalidInput, MetalflowError
+from contracts.models.inventory import HostInventory
+from drivers.inventory import Inventory, host_from_site
+from drivers.kube import DPU, Kube
+from drivers.settings import Settings
+from drivers.site_file import Site, SiteFileError, load_site
 
 
 class InventoryRefusal(Exception):

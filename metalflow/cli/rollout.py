@@ -21,20 +21,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from metalflow import names
-from metalflow.cli import workflow_commands
-from metalflow.cli.workflow_commands import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    FOLLOW_SECONDS,
-    CommandError,
-    fail,
-    runner,
-    until_past,
-)
-from metalflow.hosts import default_operator
-from metalflow.models.grove import (
+from contracts import names
+from contracts.models.grove import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
     RESUME_UPDATE,
@@ -53,9 +41,21 @@ from metalflow.models.grove import (
     SupersedeRequest,
     image_problem,
 )
+from contracts.validation import Reason, Requester, arg_type
+from metalflow.cli import workflow_commands
+from metalflow.cli.workflow_commands import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    FOLLOW_SECONDS,
+    CommandError,
+    fail,
+    runner,
+    until_past,
+)
+from metalflow.hosts import default_operator
 from metalflow.progress import Progress
 from metalflow.rollouts import render, root_cause
-from metalflow.validation import Reason, Requester, arg_type
 
 MISSING = "no rollout {id} in flight"  # an update's refusal when the workflow does not run
 UPDATES = {

@@ -22,8 +22,10 @@ from typing import Any
 import httpx
 import yaml
 
+from contracts.validation import DPUsPerHost, HostId, Hosts, Port, Seed, arg_type
+from contracts.wording import plural
+from drivers.statedir import STATE_DIR_HELP, state_dir_for
 from metalflow.cli import sim_fault
-from metalflow.devstack.ports import PortInUseError, ensure_free
 from metalflow.devstack.process import ProcessFailedError
 from metalflow.devstack.sim import (
     DEFAULT_SIM_PORT,
@@ -34,9 +36,7 @@ from metalflow.devstack.sim import (
     read_sim_info,
     simulator_process,
 )
-from metalflow.statedir import STATE_DIR_HELP, state_dir_for
-from metalflow.validation import DPUsPerHost, HostId, Hosts, Port, Seed, arg_type
-from metalflow.wording import plural
+from metalflow.runtime.ports import PortInUseError, ensure_free
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -17,9 +17,9 @@ from urllib.parse import quote
 
 import httpx
 
+from contracts.validation import DPUId, arg_type, safe
+from drivers.statedir import STATE_DIR_HELP, state_dir_for
 from metalflow.devstack.sim import read_sim_info
-from metalflow.statedir import STATE_DIR_HELP, state_dir_for
-from metalflow.validation import DPUId, arg_type, safe
 
 EXIT_OK, EXIT_FAILED = 0, 1
 DPU_FAULTS = {

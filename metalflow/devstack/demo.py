@@ -24,13 +24,9 @@ import httpx
 import yaml
 from temporalio.client import Client
 
-from metalflow import names
-from metalflow.devstack.demo_campaign import run_campaign_demo, site_of
-from metalflow.devstack.demo_rollout import run_rollout_demo
-from metalflow.devstack.stack import DevStackConfig
-from metalflow.hosts import HostRequestError, default_operator, follow_operation, recorded_status, send_update
-from metalflow.models.dpf import PROVISIONING_GROUP
-from metalflow.models.host import (
+from contracts import names
+from contracts.models.dpf import PROVISIONING_GROUP
+from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
@@ -44,9 +40,13 @@ from metalflow.models.host import (
     OperationRequest,
     OperatorRequest,
 )
-from metalflow.models.inventory import DPF_NAMESPACE
+from contracts.models.inventory import DPF_NAMESPACE
+from contracts.wording import plural
+from metalflow.devstack.demo_campaign import run_campaign_demo, site_of
+from metalflow.devstack.demo_rollout import run_rollout_demo
+from metalflow.devstack.stack import DevStackConfig
+from metalflow.hosts import HostRequestError, default_operator, follow_operation, recorded_status, send_update
 from metalflow.progress import Progress
-from metalflow.wording import plural
 
 DEMO_INSTANCE = "demo-tenant-instance"
 DEMO_REASON = "metalflow dev demo"

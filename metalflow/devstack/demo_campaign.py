@@ -28,9 +28,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow import names
-from metalflow.devstack.stack import DevStackConfig
-from metalflow.models.campaign import (
+from contracts import names
+from contracts.models.campaign import (
     STATUS_QUERY,
     CampaignInput,
     CampaignResult,
@@ -41,8 +40,9 @@ from metalflow.models.campaign import (
     Limits,
     TargetKind,
 )
-from metalflow.models.host import STATUS_QUERY as OPERATION_STATUS_QUERY
-from metalflow.models.host import HostOperationStatus, OperationPolicy
+from contracts.models.host import STATUS_QUERY as OPERATION_STATUS_QUERY
+from contracts.models.host import HostOperationStatus, OperationPolicy
+from metalflow.devstack.stack import DevStackConfig
 from metalflow.progress import Progress
 from metalflow.rollouts import root_cause
 

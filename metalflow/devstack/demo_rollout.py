@@ -14,12 +14,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from metalflow import names
+from contracts import names
+from contracts.models.grove import STATUS_QUERY, PCSRef, RolloutInput, RolloutResult, RolloutStatus
+from contracts.wording import plural
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.hosts import default_operator
-from metalflow.models.grove import STATUS_QUERY, PCSRef, RolloutInput, RolloutResult, RolloutStatus
 from metalflow.rollouts import render, root_cause
-from metalflow.wording import plural
 
 DEMO_PCS = PCSRef(namespace="default", name="inference")
 DEMO_IMAGES = {c: f"registry.local/{c}:1.1" for c in ("router", "prefill", "decode")}

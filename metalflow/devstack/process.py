@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from metalflow.devstack.lifeline import LIFELINE_ARG, Lifeline
 from metalflow.devstack.private import FILE_MODE, PRIVATE_UMASK
+from metalflow.runtime.lifeline import LIFELINE_ARG, Lifeline
 
 ReadinessCheck = Callable[["ManagedProcess"], Awaitable[bool]]
 READINESS_POLL_SECONDS = 0.25

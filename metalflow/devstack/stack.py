@@ -19,15 +19,15 @@ from urllib.parse import quote
 import httpx
 from temporalio.client import Client
 
-from metalflow import names
+from contracts import names
 from metalflow.binaries import temporal_cli
 from metalflow.client import connect
-from metalflow.devstack.ports import ensure_free
 from metalflow.devstack.private import private_state_dir, write_private
 from metalflow.devstack.process import ManagedProcess
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions, read_sim_info, simulator_process
 from metalflow.devstack.temporal import ensure_search_attributes, has_poller, namespace_exists
-from metalflow.versioning import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV
+from metalflow.runtime.ports import ensure_free
+from metalflow.runtime.versioning import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV
 
 HOST = "127.0.0.1"
 SERVER_READY_TIMEOUT = 90.0

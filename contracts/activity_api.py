@@ -22,14 +22,14 @@ from typing import NoReturn
 
 from temporalio import activity
 
-from metalflow.models.bmc_lease import (
+from contracts.models.bmc_lease import (
     LeaseHostBMCInput,
     LeaseHostBMCResult,
     RequestLeaseInput,
     RequestLeaseResult,
     WorkflowRunRefs,
 )
-from metalflow.models.campaign import (
+from contracts.models.campaign import (
     AbortHostsInput,
     CheckHostsInput,
     CheckHostsResult,
@@ -40,7 +40,7 @@ from metalflow.models.campaign import (
     SweepInput,
     SweepResult,
 )
-from metalflow.models.dpf import (
+from contracts.models.dpf import (
     ChangeResult,
     DeleteDPUInput,
     DeleteNodeInput,
@@ -57,7 +57,7 @@ from metalflow.models.dpf import (
     SiteWatchInput,
     WatchHostInput,
 )
-from metalflow.models.grove import (
+from contracts.models.grove import (
     PCSRef,
     PCSState,
     ProgressInput,
@@ -69,14 +69,14 @@ from metalflow.models.grove import (
     TemplateResult,
     WatchPCSInput,
 )
-from metalflow.models.host import (
+from contracts.models.host import (
     OwnerReprovisionInput,
     OwnerReprovisionResult,
     PoolStateResult,
     SetPoolStateInput,
 )
-from metalflow.models.inventory import HostInventory, HostLookup
-from metalflow.models.redfish import (
+from contracts.models.inventory import HostInventory, HostLookup
+from contracts.models.redfish import (
     FirmwareVersions,
     PowerCycleInput,
     PowerCycleResult,

@@ -1,6 +1,6 @@
 """The host workflows' contract: inputs, results, status, and the names of their messages.
 
-Workflows on one host (DOMAIN.md sections 1-2; workflow ids in `metalflow.names`):
+Workflows on one host (DOMAIN.md sections 1-2; workflow ids in `contracts.names`):
 
 - `HostWorkflow` (`host/<id>`): the one owner of a host, long-running. Every operation on the
   host is asked of it by an update (`request_*`), so an instance assignment and a reprovision
@@ -32,7 +32,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metalflow.validation import (
+from contracts.validation import (
     ApprovalTimeout,
     ApprovalWindow,
     DPUId,
@@ -72,7 +72,7 @@ MANUAL_INTERVENTION_REQUIRED: Final = "manual-intervention-required"
 
 class _Frozen(BaseModel):
     # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
-    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/runtime/versioning.py).
     model_config = ConfigDict(frozen=True)
 
 

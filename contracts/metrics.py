@@ -3,7 +3,7 @@
 Workflows call the `workflow_*` helpers, activities the `activity_*` ones; each is a one-liner at
 the call site. They go through `workflow.metric_meter()` / `activity.metric_meter()`, so they are
 exported by the same runtime, on the same Prometheus endpoint, as the SDK's own metrics
-(`metalflow.observability`), and a workflow's increments are skipped while it replays (a worker
+(`metalflow.runtime.observability`), and a workflow's increments are skipped while it replays (a worker
 that picks up a history after a crash does not count an operation twice). A workflow task that
 failed or timed out before its completion was recorded (the deadlock detector, the task timeout
 on an overloaded worker) runs again for real on its next attempt, so its increments can count

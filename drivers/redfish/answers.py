@@ -1,6 +1,6 @@
 """How metalflow reads a BMC's answers: errors of the taxonomy, the BMC's own words, Retry-After.
 
-By what the BMC answered (only errors of `metalflow.errors`):
+By what the BMC answered (only errors of `contracts.errors`):
 
 - 401/403 before the credentials were ever accepted on this connection (session login, or the
   first authenticated request with basic auth), a TLS certificate that does not verify ->
@@ -27,10 +27,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from metalflow.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable
+from contracts.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable
 
 if TYPE_CHECKING:
-    from activities.redfish.client import BMCConnection
+    from drivers.redfish.client import BMCConnection
 
 # Message ids (last part) that mean "this action or parameter is not supported here": permanent.
 NOT_SUPPORTED_MESSAGES = frozenset({"ActionNotSupported", "ActionParameterNotSupported"})

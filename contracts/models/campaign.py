@@ -14,8 +14,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from metalflow.models.host import OperationPolicy
-from metalflow.validation import Reason, Requester
+from contracts.models.host import OperationPolicy
+from contracts.validation import Reason, Requester
 
 # -- message names -----------------------------------------------------------------------------------
 STATUS_QUERY: Final = "status"
@@ -31,7 +31,7 @@ FAILED_HOSTS_SHOWN: Final = 200  # failures listed by name in `status` (all are 
 
 
 class _Frozen(BaseModel):
-    # Unknown fields are ignored, never refused: a newer worker may add one (metalflow/versioning.py).
+    # Unknown fields are ignored, never refused: a newer worker may add one (metalflow/runtime/versioning.py).
     model_config = ConfigDict(frozen=True)
 
 

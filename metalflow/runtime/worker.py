@@ -27,15 +27,16 @@ from temporalio.worker import Worker, WorkerDeploymentConfig
 import activities
 import workflows
 from activities import heartbeat
-from activities.site_file import SiteFileCache, SiteFileError
-from metalflow import code_cache, names
+from contracts import names
+from contracts.errors import InvalidInput
+from drivers.settings import Settings
+from drivers.site_file import SiteFileCache, SiteFileError
 from metalflow.client import connect
-from metalflow.devstack.lifeline import LIFELINE_ARG, watch_lifeline
-from metalflow.errors import InvalidInput
-from metalflow.settings import Settings
-from metalflow.telemetry import TelemetryConfigError, setup_tracing
-from metalflow.versioning import deployment_config_from_env, worker_versioning
-from metalflow.versioning import describe as describe_versioning
+from metalflow.runtime import code_cache
+from metalflow.runtime.lifeline import LIFELINE_ARG, watch_lifeline
+from metalflow.runtime.telemetry import TelemetryConfigError, setup_tracing
+from metalflow.runtime.versioning import deployment_config_from_env, worker_versioning
+from metalflow.runtime.versioning import describe as describe_versioning
 
 GRACEFUL_SHUTDOWN_TIMEOUT = timedelta(seconds=10)
 # Workflow tasks are pure Python run on threads under one GIL: N of them at once each take N
@@ -70,10 +71,10 @@ def build_worker(
         client: A client from `metalflow.client.connect`; activities that signal workflows use it.
         task_queue: The task queue to poll.
         settings: Where the site is (default: `Settings.from_env()`).
-        deployment_config: Worker versioning (`metalflow.versioning`); None: unversioned.
+        deployment_config: Worker versioning (`metalflow.runtime.versioning`); None: unversioned.
     """
     # Each workflow run re-imports the workflow modules in its sandbox: compile them once
-    # (metalflow/code_cache.py; measured at half the worker's CPU without bytecode files).
+    # (metalflow/runtime/code_cache.py; measured at half the worker's CPU without bytecode files).
     code_cache.install()
     # ... and the sandbox's own entry snippets, compiled per call by the SDK (code_cache.py).
     runner = code_cache.workflow_runner()
@@ -106,7 +107,7 @@ async def run_worker(
     deployment_config = deployment_config_from_env()
     # Imported here: aiohttp must stay out of the modules workflow sandboxes re-import (tests
     # define workflows in modules that import this one).
-    from metalflow.observability import Observability
+    from metalflow.runtime.observability import Observability
 
     observability = Observability.from_env(metrics_address)  # a bad address too
     tracing = setup_tracing()
@@ -147,8 +148,8 @@ async def start_site_watch(client: Client, settings: Settings, task_queue: str) 
     the first operation does not wait for it; the first operation would start it otherwise.
     Started from the API server's resourceVersions now (`ensure_site_watch`): its first listing
     signals only hosts that changed since, not every host of the site."""
-    from activities.dpf.kube import load_configuration
     from activities.site_watch import ensure_site_watch
+    from drivers.kube import load_configuration
 
     try:
         await ensure_site_watch(client, load_configuration(settings), settings.dpf_namespace, task_queue)
@@ -165,7 +166,7 @@ def check_site_access(settings: Settings) -> None:
     """
     # Imported here: the Kubernetes client (urllib3) must stay out of the modules that workflow
     # sandboxes re-import (tests define workflows in modules that import this one).
-    from activities.dpf.kube import load_configuration
+    from drivers.kube import load_configuration
 
     try:
         load_configuration(settings)

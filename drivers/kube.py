@@ -5,7 +5,7 @@ own (never the event loop, never the default executor the SDK and other activiti
 at most `dpf_max_in_flight_per_host` calls per host are in flight across the worker (one
 `asyncio.Semaphore` per host; site-wide objects count under the key `SITE_KEY`).
 
-Errors map onto `metalflow.errors`: 404 -> `ObjectNotFound` (only where the object must
+Errors map onto `contracts.errors`: 404 -> `ObjectNotFound` (only where the object must
 exist; callers pass `missing_ok` otherwise), 400/422 -> `InvalidInput` with the API's causes,
 401/403 -> `KubernetesAccessDenied` naming the RBAC problem (retrying cannot help), 409 on a write ->
 re-read and retry up to `CONFLICT_RETRIES` times, then `ConflictRetriesExhausted`; 429, 5xx,
@@ -29,15 +29,15 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from metalflow.errors import (
+from contracts.errors import (
     ConflictRetriesExhausted,
     InvalidInput,
     KubernetesAccessDenied,
     KubernetesUnavailable,
     ObjectNotFound,
 )
-from metalflow.models.dpf import DPF_VERSION, PROVISIONING_GROUP, SVC_GROUP
-from metalflow.settings import Settings
+from contracts.models.dpf import DPF_VERSION, PROVISIONING_GROUP, SVC_GROUP
+from drivers.settings import Settings
 
 log = logging.getLogger(__name__)
 

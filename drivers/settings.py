@@ -28,8 +28,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metalflow.models.inventory import DPF_NAMESPACE
-from metalflow.statedir import find_state_dir
+from contracts.models.inventory import DPF_NAMESPACE
+from drivers.statedir import find_state_dir
 
 DEFAULT_STATE_DIR = Path(".metalflow")  # kept for importers; the defaults below use `find_state_dir`
 

@@ -11,8 +11,8 @@ import json
 from typing import Any
 from urllib.parse import urlsplit
 
-from metalflow.errors import InvalidInput
-from metalflow.models.dpf import (
+from contracts.errors import InvalidInput
+from contracts.models.dpf import (
     BMC_ANNOTATION,
     DPF_VERSION,
     DPU_ID_ANNOTATION,
@@ -36,7 +36,7 @@ from metalflow.models.dpf import (
     ServiceSpec,
     SiteSetupInput,
 )
-from metalflow.models.inventory import HostInventory
+from contracts.models.inventory import HostInventory
 
 Object = dict[str, Any]
 

@@ -5,7 +5,7 @@ and stops once a read returns end-of-file, which the kernel delivers when the la
 closes: whenever the parent exits, SIGKILL included, so nothing is left behind. Python children
 watch the pipe in their event loop (`watch_lifeline`; the simulator has its own few lines, as it
 imports nothing of metalflow). The Go `temporal` binary cannot, so `python -m
-metalflow.devstack.lifeline --fd N -- ARGV...` holds the lifeline for it: it runs ARGV, forwards
+metalflow.runtime.lifeline --fd N -- ARGV...` holds the lifeline for it: it runs ARGV, forwards
 SIGTERM and SIGINT, and on end-of-file stops ARGV (SIGTERM, then SIGKILL after a grace period),
 reaps it and exits with its status; should the wrapper itself be SIGKILLed (Temporal's SDK stops
 the servers it spawned that way), ARGV gets SIGTERM from the kernel (Linux: PR_SET_PDEATHSIG).
@@ -49,7 +49,7 @@ class Lifeline:
 
     def wrap(self, argv: list[str]) -> list[str]:
         """`argv` run under the wrapper that holds this lifeline for it (for non-Python children)."""
-        return [sys.executable, "-m", "metalflow.devstack.lifeline", "--fd", str(self.read_fd), "--", *argv]
+        return [sys.executable, "-m", "metalflow.runtime.lifeline", "--fd", str(self.read_fd), "--", *argv]
 
     def spawned(self) -> None:
         """The child has its copy of the read end; the parent's copy would only leak."""
@@ -151,7 +151,7 @@ def run_wrapped(fd: int, argv: list[str], grace: float = GRACE_SECONDS) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m metalflow.devstack.lifeline",
+        prog="python -m metalflow.runtime.lifeline",
         description="Run a command; stop it when the lifeline (a pipe from the parent) closes.",
     )
     parser.add_argument("--fd", type=int, required=True, help="read end of the lifeline pipe")

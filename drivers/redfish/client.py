@@ -1,6 +1,6 @@
 """One Redfish client per worker: TLS per BMC, session or basic auth per BMC, a request cap per BMC.
 
-Errors: only those of `metalflow.errors`, classified by `activities.redfish.answers` (which
+Errors: only those of `contracts.errors`, classified by `drivers.redfish.answers` (which
 says how each BMC answer maps to them). Links in Redfish responses are server-absolute paths
 (`/redfish/v1/...`): they are joined with the endpoint's origin, never with the endpoint
 itself, and a link to another origin is refused.
@@ -54,8 +54,11 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from activities.credentials import CredentialResolver, Credentials
-from activities.redfish.answers import (
+from contracts import metrics
+from contracts.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, InvalidInput
+from contracts.models.inventory import BMCAccess
+from drivers.credentials import CredentialResolver, Credentials
+from drivers.redfish.answers import (
     _maybe_json,
     _odata_id,
     _path,
@@ -65,9 +68,6 @@ from activities.redfish.answers import (
     raise_for_status,
     retry_after_seconds,
 )
-from metalflow import metrics
-from metalflow.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, InvalidInput
-from metalflow.models.inventory import BMCAccess
 
 log = logging.getLogger("metalflow.redfish")
 

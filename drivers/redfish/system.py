@@ -30,15 +30,15 @@ from email.utils import parsedate_to_datetime
 from typing import Any, cast
 from urllib.parse import quote
 
-from activities.redfish.client import BMCConnection, is_not_supported, json_object, raise_for_status
-from metalflow.errors import (
+from contracts.errors import (
     BMCRequestRejected,
     BMCUnavailable,
     InvalidInput,
     PowerStateTimeout,
     ResetTypeNotSupported,
 )
-from metalflow.models.redfish import PowerCycleMethod, PowerState
+from contracts.models.redfish import PowerCycleMethod, PowerState
+from drivers.redfish.client import BMCConnection, is_not_supported, json_object, raise_for_status
 
 log = logging.getLogger("metalflow.redfish")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metalflow.models.inventory import BMCAccess, HostInventory, HostLookup
+from contracts.models.inventory import BMCAccess, HostInventory, HostLookup
 
 BMC_LEASE_ACQUIRE_SIGNAL = "acquire"
 BMC_LEASE_ACQUIRE_UPDATE = "acquire_now"  # `acquire` that answers whether the slot is granted now
@@ -19,7 +19,7 @@ BMC_LEASE_STATUS_QUERY = "status"
 
 
 class _Frozen(BaseModel):
-    # Unknown fields are ignored: a newer worker may add one (metalflow/versioning.py).
+    # Unknown fields are ignored: a newer worker may add one (metalflow/runtime/versioning.py).
     model_config = ConfigDict(frozen=True)
 
 

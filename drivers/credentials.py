@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metalflow.errors import CredentialsUnavailable
-from metalflow.models.inventory import CredentialRef, SecretRef
+from contracts.errors import CredentialsUnavailable
+from contracts.models.inventory import CredentialRef, SecretRef
 
 
 @dataclass(frozen=True)

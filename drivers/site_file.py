@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from metalflow.errors import InvalidInput
-from metalflow.models.inventory import BMCAuth, CredentialRef, EnvCredentials, SecretRef
+from contracts.errors import InvalidInput
+from contracts.models.inventory import BMCAuth, CredentialRef, EnvCredentials, SecretRef
 
 log = logging.getLogger("metalflow.site_file")
 DPU_MODELS = ("BF3", "BF4")

@@ -75,11 +75,11 @@ import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from activities.redfish.client import BMCConnection
-from activities.redfish.system import System, find_system, parse_time, read_system, send_reset, wait_for_power
-from metalflow import metrics
-from metalflow.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
-from metalflow.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
+from contracts import metrics
+from contracts.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
+from contracts.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
+from drivers.redfish.client import BMCConnection
+from drivers.redfish.system import System, find_system, parse_time, read_system, send_reset, wait_for_power
 
 log = logging.getLogger("metalflow.redfish.powercycle")
 

@@ -16,7 +16,7 @@ DPF_NAMESPACE = "dpf-operator-system"
 
 class _Frozen(BaseModel):
     # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
-    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/runtime/versioning.py).
     model_config = ConfigDict(frozen=True)
 
 

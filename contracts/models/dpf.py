@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metalflow.models.inventory import DPF_NAMESPACE, HostInventory
+from contracts.models.inventory import DPF_NAMESPACE, HostInventory
 
 DPF_STATE_CHANGED_SIGNAL: Final = "dpf_state_changed"
 """Signal the watcher sends (payload `HostDPFState`) on every change that matters."""
@@ -32,7 +32,7 @@ DPU_PROTECTION_FINALIZER: Final = "provisioning.dpu.nvidia.com/dpu-protection"
 DPUNODE_NAME_LABEL: Final = "provisioning.dpu.nvidia.com/dpunode-name"
 """Label DPF puts on every DPU it creates: the DPUNode it belongs to (the watcher selects on it)."""
 
-# What metalflow writes on the objects it registers (documented in activities/inventory.py).
+# What metalflow writes on the objects it registers (documented in drivers/inventory.py).
 GROUP_LABEL: Final = "metalflow.io/dpu-group"
 HOST_ID_LABEL: Final = "metalflow.io/host-id"
 DPU_ID_ANNOTATION: Final = "metalflow.io/dpu-id"
@@ -53,7 +53,7 @@ PHASE_DELETING: Final = "Deleting"
 
 class _Frozen(BaseModel):
     # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
-    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/runtime/versioning.py).
     model_config = ConfigDict(frozen=True)
 
 

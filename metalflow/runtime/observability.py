@@ -8,7 +8,7 @@ Off unless an address is given (`--metrics-address` or `METALFLOW_METRICS_ADDRES
 - `/readyz`: 200 when the worker polls its task queue and Temporal's frontend answers a health
   check (two seconds at most); 503 with the reason otherwise.
 - `/metrics`: the Temporal SDK's runtime metrics (workflow and activity task latencies, slots,
-  poll counts, sticky cache) and metalflow's own (`metalflow.metrics`), both recorded by the
+  poll counts, sticky cache) and metalflow's own (`contracts.metrics`), both recorded by the
   SDK's meter and exported by its Prometheus exporter, which listens on a private 127.0.0.1 port
   and is served here, plus `metalflow_hosts_in_manual_intervention` read from Temporal
   visibility at each scrape (one count query; the same number on every worker, so use `max`).
@@ -35,8 +35,8 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-from metalflow import names
-from metalflow.devstack.ports import free_port
+from contracts import names
+from metalflow.runtime.ports import free_port
 
 ADDRESS_ENV = "METALFLOW_METRICS_ADDRESS"
 HEALTH_CHECK_TIMEOUT = timedelta(seconds=2)

@@ -2,7 +2,7 @@
 results, signal payload, query and update models of the coherent rollout.
 
 A rollout is named by its PodCliqueSet (`PCSRef`); its workflow id is
-`metalflow.names.rollout_workflow_id`. The rollout's own watcher signals the workflow with
+`contracts.names.rollout_workflow_id`. The rollout's own watcher signals the workflow with
 `PCS_STATE_CHANGED_SIGNAL` and a `PCSState`; `read_pcs_state` returns the same model, so the
 first read and every later change go through one code path.
 
@@ -18,7 +18,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
-from metalflow.validation import Reason, Requester
+from contracts.validation import Reason, Requester
 
 GROVE_GROUP: Final = "grove.io"
 SCHEDULER_GROUP: Final = "scheduler.grove.io"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from metalflow.errors import InvalidInput
-from metalflow.models.grove import (
+from contracts.errors import InvalidInput
+from contracts.models.grove import (
     GENERATION_HASH_LABEL,
     GROVE_GROUP,
     GROVE_VERSION,
@@ -28,7 +28,7 @@ from metalflow.models.grove import (
 )
 
 if TYPE_CHECKING:
-    from activities.dpf.kube import Kind
+    from drivers.kube import Kind
 
 Object = dict[str, Any]
 
@@ -37,7 +37,7 @@ Object = dict[str, Any]
 def kinds() -> tuple[Kind, Kind, Kind, Kind]:
     """(PodCliqueSet, PodGang, PodClique, PodCliqueScalingGroup). Built on first use: workflows
     reference the Grove activities, and the Kubernetes client must not be imported with them."""
-    from activities.dpf.kube import Kind
+    from drivers.kube import Kind
 
     return (
         Kind("PodCliqueSet", GROVE_GROUP, "podcliquesets", GROVE_VERSION),

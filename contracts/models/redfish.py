@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from metalflow.models.inventory import BMCAccess
+from contracts.models.inventory import BMCAccess
 
 PowerState = Literal["On", "Off", "PoweringOn", "PoweringOff", "Paused", "Unknown"]
 PowerCycleMethod = Literal["PowerCycle", "ForceOff+On", "On"]
@@ -24,7 +24,7 @@ DEFAULT_POWER_SETTLE_SECONDS = 3.0
 
 class _Frozen(BaseModel):
     # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
-    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/versioning.py).
+    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/runtime/versioning.py).
     model_config = ConfigDict(frozen=True)
 
 
@@ -74,7 +74,7 @@ class SetPowerResult(_Frozen):
 
 
 class PowerCycleInput(_Frozen):
-    """One power cycle owed to a host; see `activities.redfish.powercycle` for the guarantees."""
+    """One power cycle owed to a host; see `drivers.redfish.powercycle` for the guarantees."""
 
     bmc: BMCAccess
     boot_generation: int = Field(ge=1)  # the generation this cycle brings the host to

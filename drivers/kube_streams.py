@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from kubernetes import client as k8s
 
-from activities.dpf.kube import Kind
+from drivers.kube import Kind
 
 Object = dict[str, Any]
 
