@@ -1,4 +1,4 @@
-"""Static half of least privilege: every Kubernetes call in activities/ needs a verb the
+"""Static half of least privilege: every Kubernetes call in activities/ and drivers/ needs a verb the
 Kustomize base grants, and the base grants nothing no call needs (the dynamic half runs the
 flows under the base's token: tests/test_deploy_e2e.py, tests/test_deploy_grove.py).
 
@@ -17,7 +17,7 @@ named in `DATA_DRIVEN` with the kinds it can reach, and an entry no call uses fa
 A call the analysis does not understand fails the test with its file and line, so a new door
 or a new idiom is noticed, never silently skipped. Namespaces are not checked here (a rule's
 namespace is where it is bound); the end-to-end tests prove those.
-Cost: parses the ~20 modules of activities/ and imports them (no servers); about a second.
+Cost: parses the ~30 modules of activities/ and drivers/ and imports them (no servers); about a second.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from drivers import kube as kube_module
 from drivers.kube import Kind
 
 ACTIVITIES = REPO / "activities"
+DRIVERS = REPO / "drivers"
 DOORS = {"drivers/kube.py", "drivers/kube_streams.py"}
 STREAM_VERBS = {"list_objects": ("list", 2), "watch_events": ("watch", 2)}
 # The kubernetes client's method prefix -> the RBAC verb it sends.
@@ -55,7 +56,7 @@ Permission = tuple[str, str, str]  # verb, API group, resource
 
 def kube_method_verbs() -> dict[str, set[str]]:
     """Each `Kube` method -> the verbs it sends, read from the client calls in its body."""
-    tree = ast.parse((ACTIVITIES / "dpf" / "kube.py").read_text())
+    tree = ast.parse((DRIVERS / "kube.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Kube")
     methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
     direct: dict[str, set[str]] = {name: set() for name in methods}
@@ -297,7 +298,7 @@ def required_permissions(
 def activity_modules() -> list[Module]:
     return [
         load(path)
-        for path in sorted(ACTIVITIES.rglob("*.py"))
+        for path in sorted([*ACTIVITIES.rglob("*.py"), *DRIVERS.rglob("*.py")])
         if path.relative_to(REPO).as_posix() not in DOORS
     ]
 
