@@ -35,15 +35,8 @@ from contracts.models.campaign import (
     SweepInput,
     SweepResult,
 )
-from contracts.models.host import (
-    ABORT_UPDATE,
-    MANUAL_INTERVENTION_REQUIRED,
-    STATUS_QUERY,
-    WITHDRAW_UPDATE,
-    HostStatus,
-    OperatorRequest,
-    WithdrawRequest,
-)
+from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorRequest
+from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, WITHDRAW_UPDATE, HostStatus, WithdrawRequest
 from contracts.wording import aborted_outcome
 
 STARTED = "OperationStarted"  # the entity's error type (workflows/host_rules.py): approved meanwhile

@@ -40,8 +40,8 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 from temporalio.common import SearchAttributePair, TypedSearchAttributes  # noqa: E402
 
 import metalflow.devstack.stack as devstack_stack  # noqa: E402
+from contracts import names  # noqa: E402
 from contracts.models.campaign import (  # noqa: E402
-    STATUS_QUERY,
     CampaignInput,
     CampaignResult,
     CampaignStatus,
@@ -51,8 +51,8 @@ from contracts.models.campaign import (  # noqa: E402
     Limits,
     TargetKind,
 )
+from contracts.models.control import STATUS_QUERY  # noqa: E402
 from contracts.models.host import OperationPolicy  # noqa: E402
-from contracts import names  # noqa: E402
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions  # noqa: E402
 from metalflow.devstack.stack import WORKER_NAME, DevStack, DevStackConfig  # noqa: E402
 from metalflow.runtime.ports import free_port  # noqa: E402

@@ -53,10 +53,10 @@ from engine import engine_rate  # noqa: E402
 from reaction import median_p99, paced, reaction_seconds, reboot_stages  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
+from contracts import names  # noqa: E402
 from contracts.models.host import (  # noqa: E402
     OperationPolicy,
 )
-from contracts import names  # noqa: E402
 from metalflow.devstack.sim import SiteOptions  # noqa: E402
 from metalflow.devstack.stack import DevStack, DevStackConfig  # noqa: E402
 from metalflow.runtime.ports import free_port  # noqa: E402

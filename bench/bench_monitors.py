@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 import metalflow.devstack.stack as devstack_stack  # noqa: E402
+from contracts import names  # noqa: E402
 from contracts.models.host import (  # noqa: E402
     REQUEST_REBOOT_UPDATE,
     HostMonitorInput,
@@ -48,7 +49,6 @@ from contracts.models.host import (  # noqa: E402
     OperationPolicy,
     OperationRequest,
 )
-from contracts import names  # noqa: E402
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions  # noqa: E402
 from metalflow.devstack.stack import WORKER_NAME, DevStack, DevStackConfig  # noqa: E402
 from metalflow.hosts import send_update  # noqa: E402

@@ -51,6 +51,7 @@ from temporalio.client import (  # noqa: E402
 )
 from temporalio.service import RPCError  # noqa: E402
 
+from contracts import names  # noqa: E402
 from contracts.models.host import (  # noqa: E402
     REQUEST_REPROVISION_UPDATE,
     HostWorkflowInput,
@@ -58,7 +59,6 @@ from contracts.models.host import (  # noqa: E402
     OperationPolicy,
     OperationRequest,
 )
-from contracts import names  # noqa: E402
 from metalflow.devstack.process import ManagedProcess  # noqa: E402
 from metalflow.devstack.sim import SiteOptions  # noqa: E402
 from metalflow.devstack.stack import (  # noqa: E402

@@ -1,10 +1,11 @@
-"""The errors activities raise and workflows match: one module, one small taxonomy.
+"""Every error metalflow raises on purpose, one class each: one module, one small taxonomy.
 
-A contract of both layers (ARCHITECTURE.md): activities raise these, workflows read
-`PERMANENT_TYPES` to keep their retry policies from retrying them, and neither layer imports the
-other for it. Every error an activity raises on purpose is one of these. Each is an `ApplicationError` whose
-`type` is the class name, so workflows and tests match on `err.type` (or on the class, in
-activity tests) and the Temporal UI shows a name that says what went wrong.
+A contract of every floor (docs/ARCHITECTURE.md): drivers and activities raise the I/O errors,
+workflows raise the workflow errors, workflows read `PERMANENT_TYPES` to keep their retry
+policies from retrying them, and clients (activities, the CLI, tests) match what they receive
+with `matches(err, Type)`. Each is an `ApplicationError` whose `type` is the class name, so the
+Temporal UI shows a name that says what went wrong, and a failure that crossed Temporal (which
+keeps the type name, not the class) is matched by name.
 
 Permanent errors (`non_retryable`): retrying cannot help; the input, the credentials or the
 world must change first.
@@ -29,6 +30,21 @@ Transient errors (retried by the activity's retry policy):
 - `KubernetesUnavailable`: the API server answered 5xx or could not be reached, or a watch
   could not be kept.
 - `ConflictRetriesExhausted`: an edit kept meeting 409 Conflicts after re-reading.
+
+Workflow errors (`WorkflowError`: a run ends with one; never retried):
+
+- `OperationAborted`: an operator's `abort` ended the run; its details may carry
+  `{"boot_generation": n}` when the host was power-cycled before it stopped.
+- `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`: the host entity
+  refused a request (another operation runs; the instance does not allow it; nothing to approve;
+  `withdraw` came after the start).
+- `BMCRebootFailed`: the BMC could not reboot the host (the reboot's caller escalates);
+  `RebootFailed`: the reboot child ended otherwise.
+- `WatcherFailed`: the DPF watch of a host could not be kept.
+- `PhaseTimeout`, `RemovalTimedOut`: a wait on the world passed its deadline.
+- `FirmwareStageFailed`, `FirmwareNotActivated`: a firmware run could not stage, or the power
+  cycle did not activate the image.
+- `RolloutAborted`, `PodCliqueSetGone`: a rollout was aborted, or its PodCliqueSet deleted.
 """
 
 from __future__ import annotations
@@ -36,7 +52,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, FailureError
 
 
 class MetalflowError(ApplicationError):
@@ -115,5 +131,86 @@ class ProgressNotRecorded(TransientError):
     must not be repeated; it did not take the step (the next attempt resumes)."""
 
 
-PERMANENT_TYPES: frozenset[str] = frozenset(cls.__name__ for cls in PermanentError.__subclasses__())
-"""The `type` names workflows must not retry on their own."""
+class WorkflowError(PermanentError):
+    """A workflow's own failure: the run ends with it (never retried)."""
+
+
+class OperationAborted(WorkflowError):
+    pass
+
+
+class HostBusy(WorkflowError):
+    pass
+
+
+class InstanceConflict(WorkflowError):
+    pass
+
+
+class NothingAwaitsApproval(WorkflowError):
+    pass
+
+
+class OperationStarted(WorkflowError):
+    pass
+
+
+class BMCRebootFailed(WorkflowError):
+    pass
+
+
+class RebootFailed(WorkflowError):
+    pass
+
+
+class WatcherFailed(WorkflowError):
+    pass
+
+
+class PhaseTimeout(WorkflowError):
+    pass
+
+
+class RemovalTimedOut(WorkflowError):
+    pass
+
+
+class FirmwareStageFailed(WorkflowError):
+    pass
+
+
+class FirmwareNotActivated(WorkflowError):
+    pass
+
+
+class RolloutAborted(WorkflowError):
+    pass
+
+
+class PodCliqueSetGone(WorkflowError):
+    pass
+
+
+def _subclasses(cls: type[MetalflowError]) -> list[type[MetalflowError]]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
+PERMANENT_TYPES: frozenset[str] = frozenset(
+    c.__name__ for c in _subclasses(PermanentError) if not issubclass(c, WorkflowError)
+)
+"""The `type` names of the permanent errors activities raise: workflows must not retry them (the
+workflow errors are non-retryable by their flag, and no activity raises them)."""
+
+
+def matches(err: BaseException | None, *types: type[MetalflowError]) -> bool:
+    """Whether `err` is one of `types`, by class or, once it crossed Temporal, by type name.
+
+    Looks at `err` itself and, for a failure that wraps one (an `ActivityError`, a
+    `ChildWorkflowError`, an update's or a workflow's failure), at its cause."""
+    wanted = {t.__name__ for t in types}
+    current: BaseException | None = err
+    while current is not None:
+        if isinstance(current, ApplicationError):
+            return current.type in wanted
+        current = current.cause if isinstance(current, FailureError) else None
+    return False

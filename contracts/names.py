@@ -76,19 +76,9 @@ def _checked(kind: str, value: str) -> str:
     return value
 
 
-def host_operation_workflow_id(operation: str, host_id: str, *, legacy: bool = False) -> str:
-    """Workflow id of an operation on one host, e.g. ``reprovision/h001``.
-
-    Args:
-        operation: The operation name (``reprovision``, ``firmware``, ...).
-        host_id: The host's id in the site.
-        legacy: The form before 2026-11 (``reprovision/host-h001``, which read
-            ``reprovision/host-host-001`` for a host named host-001). Entities and operations
-            that started on it keep it (`workflows.common.SHORT_IDS_PATCH`), so they still find
-            their children and an operation in flight keeps its lock.
-    """
-    host = _checked("host id", host_id)
-    return f"{_checked('operation', operation)}/{'host-' if legacy else ''}{host}"
+def host_operation_workflow_id(operation: str, host_id: str) -> str:
+    """Workflow id of an operation on one host, e.g. ``reprovision/host-001``."""
+    return f"{_checked('operation', operation)}/{_checked('host id', host_id)}"
 
 
 # Operations on a host; each is also the `Operation` search attribute of its workflow.
@@ -110,15 +100,15 @@ def host_workflow_id(host_id: str) -> str:
     return f"host/{_checked('host id', host_id)}"
 
 
-def host_reboot_workflow_id(host_id: str, boot_generation: int, *, legacy: bool = False) -> str:
-    """Workflow id of one reboot: ``reboot/<id>/generation-<n>`` (`legacy`: ``reboot/host-<id>/...``).
+def host_reboot_workflow_id(host_id: str, boot_generation: int) -> str:
+    """Workflow id of one reboot: ``reboot/<id>/generation-<n>``.
 
     The boot generation is the number of reboots owed: asking twice for the same generation
     finds the same workflow, so the host reboots once.
     """
     if boot_generation < 1:
         raise ValueError(f"invalid boot generation {boot_generation}: generations start at 1")
-    return f"{host_operation_workflow_id(REBOOT, host_id, legacy=legacy)}/generation-{boot_generation}"
+    return f"{host_operation_workflow_id(REBOOT, host_id)}/generation-{boot_generation}"
 
 
 DPF_WATCH: Final = "dpf-watch"
@@ -148,9 +138,8 @@ def dpf_waiter_workflow_ids(host_id: str) -> tuple[str, ...]:
 def monitor_workflow_id(host_id: str) -> str:
     """Workflow id of a host's long-running monitor: ``monitor/host-<id>``.
 
-    Kept in the old form on purpose: a monitor runs for months and is found by this id (a
-    second start attaches to it), so a new form would start a second monitor beside it."""
-    return host_operation_workflow_id(MONITOR, host_id, legacy=True)
+    A monitor runs for months and is found by this id (a second start attaches to it)."""
+    return f"{MONITOR}/host-{_checked('host id', host_id)}"
 
 
 def reprovision_workflow_id(host_id: str) -> str:

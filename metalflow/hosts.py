@@ -34,7 +34,8 @@ from temporalio.exceptions import ApplicationError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names
-from contracts.models.host import STATUS_QUERY, HostStatus, HostWorkflowInput
+from contracts.models.control import STATUS_QUERY
+from contracts.models.host import HostStatus, HostWorkflowInput
 from contracts.wording import plural
 from metalflow.progress import Progress
 

@@ -43,16 +43,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, priorities
-from contracts.models.host import (
-    ABORT_UPDATE,
-    STATUS_QUERY,
-    HostMonitorInput,
-    HostMonitorResult,
-    HostMonitorStatus,
-    MonitorPolicy,
-    OperationAnswer,
-    OperatorRequest,
-)
+from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
+from contracts.models.host import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
 from metalflow.hosts import QUERY_TIMEOUT, HostRequestError, was_started
 
 MONITOR_WORKFLOW_TYPE = "HostMonitorWorkflow"
@@ -167,7 +159,7 @@ async def stop_monitor(client: Client, host_id: str, request: OperatorRequest) -
     """
     handle = _handle(client, host_id)
     try:
-        await handle.execute_update(ABORT_UPDATE, request, result_type=OperationAnswer)
+        await handle.execute_update(ABORT_UPDATE, request, result_type=OperatorAnswer)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise HostRequestError(_none_runs(host_id, "nothing to stop")) from None

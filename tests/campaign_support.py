@@ -20,12 +20,8 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
-    from contracts.models.host import (
-        MANUAL_INTERVENTION_REQUIRED,
-        HostOperationInput,
-        HostOperationStatus,
-    )
-    from contracts.models.host import STATUS_QUERY as HOST_STATUS_QUERY
+    from contracts.models.control import STATUS_QUERY as HOST_STATUS_QUERY
+    from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, HostOperationInput, HostOperationStatus
     from drivers.inventory import Inventory
     from drivers.kube import Kube
     from drivers.settings import Settings

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 from temporalio.client import Client, WorkflowHandle
 
 from contracts import names
+from contracts.models.control import STATUS_QUERY
 from contracts.models.host import (
-    STATUS_QUERY,
     HostOperationInput,
     HostOperationKind,
     HostOperationResult,

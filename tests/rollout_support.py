@@ -16,14 +16,8 @@ from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowHandle
 
 from contracts import names
-from contracts.models.grove import (
-    STATUS_QUERY,
-    PCSRef,
-    RolloutInput,
-    RolloutPolicy,
-    RolloutResult,
-    RolloutStatus,
-)
+from contracts.models.control import STATUS_QUERY
+from contracts.models.grove import PCSRef, RolloutInput, RolloutPolicy, RolloutResult, RolloutStatus
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
 

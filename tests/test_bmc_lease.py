@@ -41,13 +41,8 @@ from contracts.models.bmc_lease import (
     BMCLeaseStatus,
     LeaseGrant,
 )
-from contracts.models.host import (
-    ABORT_UPDATE,
-    HostRebootInput,
-    HostRebootResult,
-    OperationAnswer,
-    OperatorRequest,
-)
+from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.models.host import HostRebootInput, HostRebootResult
 from contracts.models.inventory import BMCAccess, CredentialRef
 from drivers.settings import Settings
 from workflows.bmc_lease import BMCLeaseHolder
@@ -309,7 +304,7 @@ async def test_a_reboot_stopped_while_queued_for_the_lease_sends_nothing_and_giv
                 if stop == "abort":
                     answer = await reboot.execute_update(
                         ABORT_UPDATE, OperatorRequest(requested_by="test", reason="wrong host"),
-                        result_type=OperationAnswer,
+                        result_type=OperatorAnswer,
                     )  # fmt: skip
                     assert answer.accepted, answer
                 else:

@@ -31,13 +31,8 @@ import workflows
 from activities import build_activities
 from contracts import names
 from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
-from contracts.models.host import (
-    ABORT_UPDATE,
-    HostRebootInput,
-    HostRebootResult,
-    OperationAnswer,
-    OperatorRequest,
-)
+from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.models.host import HostRebootInput, HostRebootResult
 from drivers.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -238,7 +233,7 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
                 if stop == "abort":
                     answer = await reboot.execute_update(
                         ABORT_UPDATE, OperatorRequest(requested_by="test", reason="wrong host"),
-                        result_type=OperationAnswer,
+                        result_type=OperatorAnswer,
                     )  # fmt: skip
                     assert answer.accepted, answer
                 else:

@@ -47,12 +47,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
 from contracts.models.campaign import (
-    RESUME_UPDATE,
-    STATUS_QUERY,
-    CampaignAnswer,
     CampaignInput,
     CampaignPolicy,
-    CampaignRequest,
     CampaignResult,
     CampaignStatus,
     CampaignTarget,
@@ -62,6 +58,8 @@ from contracts.models.campaign import (
     TargetKind,
     Window,
 )
+from contracts.models.control import RESUME_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
+from contracts.models.control import STATUS_QUERY as HOST_STATUS_QUERY
 from contracts.models.host import (
     ASSIGN_INSTANCE_UPDATE,
     REQUEST_REPROVISION_UPDATE,
@@ -69,11 +67,7 @@ from contracts.models.host import (
     HostStatus,
     HostWorkflowInput,
     OperationAccepted,
-    OperationAnswer,
     OperationRequest,
-)
-from contracts.models.host import (
-    STATUS_QUERY as HOST_STATUS_QUERY,
 )
 
 REPROVISION = CampaignTarget(kind=TargetKind.REPROVISION)
@@ -202,7 +196,7 @@ async def test_failure_budget_halts_until_resume(
                 await _operation(client, late)
             assert missing.value.status == RPCStatusCode.NOT_FOUND, "nothing starts while halted"
         answer = await handle.execute_update(
-            RESUME_UPDATE, CampaignRequest(requested_by="test"), result_type=CampaignAnswer
+            RESUME_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
         )
         assert "failure budget counts from now" in answer.message
         result = await handle.result()
@@ -250,7 +244,7 @@ async def test_busy_host_waits_and_assigned_host_is_skipped(
         assign = AssignInstanceRequest(instance="vm-1", requested_by="op")
         for host, update, body, kind in (
             (busy, REQUEST_REPROVISION_UPDATE, reprovision, OperationAccepted),
-            (assigned, ASSIGN_INSTANCE_UPDATE, assign, OperationAnswer),
+            (assigned, ASSIGN_INSTANCE_UPDATE, assign, OperatorAnswer),
         ):
             entity = await client.start_workflow(
                 "HostWorkflow",
@@ -297,7 +291,7 @@ async def test_a_host_waiting_for_an_operator_counts_against_the_budget(
         assert "failure budget spent" in (halted.halted_reason or "")
         assert (halted.done, halted.failed, halted.in_flight) == (2, 0, (hosts[1],)), "still in flight"
         answer = await handle.execute_update(
-            RESUME_UPDATE, CampaignRequest(requested_by="test"), result_type=CampaignAnswer
+            RESUME_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
         )
         assert "failure budget counts from now" in answer.message
         await time_skipping_env.sleep(timedelta(hours=1))  # a sweep later: accepted, no new halt

@@ -38,15 +38,11 @@ with workflow.unsafe.imports_passed_through():
     import activities.campaign as campaign_activities
     from contracts import names
     from contracts.models.campaign import (
-        ABORT_UPDATE,
         RETRY_FAILED_UPDATE,
         SKIP_HOST_UPDATE,
-        STATUS_QUERY,
         AbortRequest,
-        CampaignAnswer,
         CampaignInput,
         CampaignPolicy,
-        CampaignRequest,
         CampaignResult,
         CampaignStatus,
         CampaignTarget,
@@ -56,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
         SkipRequest,
         TargetKind,
     )
+    from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
+    from contracts.models.control import STATUS_QUERY as HOST_STATUS_QUERY
     from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
@@ -63,11 +61,8 @@ with workflow.unsafe.imports_passed_through():
         HostOperationInput,
         HostStatus,
         HostWorkflowInput,
-        OperationAnswer,
         OperationPolicy,
-        OperatorRequest,
     )
-    from contracts.models.host import STATUS_QUERY as HOST_STATUS_QUERY
     from drivers.settings import Settings
     from metalflow.runtime.worker import build_worker
 
@@ -186,7 +181,7 @@ async def _assign(client: Client, queue: str, host: str) -> None:
         task_queue=queue,
     )
     assign = AssignInstanceRequest(instance=f"vm-{host}", requested_by="tenant-admin")
-    await entity.execute_update(ASSIGN_INSTANCE_UPDATE, assign, result_type=OperationAnswer)
+    await entity.execute_update(ASSIGN_INSTANCE_UPDATE, assign, result_type=OperatorAnswer)
 
 
 async def test_assigned_hosts_wait_for_approval_and_an_unapproved_one_expires(
@@ -213,7 +208,7 @@ async def test_assigned_hosts_wait_for_approval_and_an_unapproved_one_expires(
         assert entity.recent == ()
     approve = OperatorRequest(requested_by="tenant-admin", reason="maintenance agreed")
     answer = await client.get_workflow_handle(names.host_workflow_id(approved)).execute_update(
-        APPROVE_UPDATE, approve, result_type=OperationAnswer
+        APPROVE_UPDATE, approve, result_type=OperatorAnswer
     )
     assert "approved reprovision" in answer.message
     result = await _result(env, handle)
@@ -244,7 +239,7 @@ async def test_retry_failed_runs_only_the_failed_hosts_again(env: WorkflowEnviro
     refused = await _refused(handle, SKIP_HOST_UPDATE, SkipRequest(requested_by="test", host_id="nobody"))
     assert "host nobody is not waiting in this campaign" in refused
     answer = await handle.execute_update(
-        RETRY_FAILED_UPDATE, CampaignRequest(requested_by="test"), result_type=CampaignAnswer
+        RETRY_FAILED_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
     )
     assert answer.message == "retrying 2 failed hosts"
     result = await _result(env, handle)
@@ -270,7 +265,7 @@ async def test_skip_host_leaves_a_waiting_host_out_and_refuses_a_running_one(
     answer = await handle.execute_update(
         SKIP_HOST_UPDATE,
         SkipRequest(requested_by="alice", reason="hardware ticket 42", host_id=waiting),
-        result_type=CampaignAnswer,
+        result_type=OperatorAnswer,
     )
     assert answer.message == f"{waiting} skipped by alice: hardware ticket 42"
     twice = await _refused(handle, SKIP_HOST_UPDATE, SkipRequest(requested_by="alice", host_id=waiting))
@@ -308,10 +303,10 @@ class GatedOperation:
         self._finish = True
 
     @workflow.update(name="abort")
-    def abort(self, request: OperatorRequest) -> OperationAnswer:
+    def abort(self, request: OperatorRequest) -> OperatorAnswer:
         self._aborted_by = request.requested_by
         self._finish = True
-        return OperationAnswer(accepted=True, message="aborting")
+        return OperatorAnswer(accepted=True, message="aborting")
 
 
 async def test_the_sweep_finds_an_operation_whose_end_was_never_signalled(
@@ -362,7 +357,7 @@ async def _until_real(
 
 async def _refused(handle: WorkflowHandle[object, CampaignResult], update: str, body: object) -> str:
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update(update, body, result_type=CampaignAnswer)
+        await handle.execute_update(update, body, result_type=OperatorAnswer)
     return str(refused.value.cause)
 
 
@@ -411,7 +406,7 @@ async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them
         answer = await handle.execute_update(
             ABORT_UPDATE,
             AbortRequest(requested_by="test", reason="bad BFB", cancel_running=True),
-            result_type=CampaignAnswer,
+            result_type=OperatorAnswer,
         )
         assert answer.message == "aborting: no new host starts; 3 in flight, aborting them"
         result = await handle.result()
@@ -464,7 +459,7 @@ async def _refused_approval(client: Client, host: str) -> str:
     entity = client.get_workflow_handle(names.host_workflow_id(host))
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await entity.execute_update(
-            APPROVE_UPDATE, OperatorRequest(requested_by="tenant-admin"), result_type=OperationAnswer
+            APPROVE_UPDATE, OperatorRequest(requested_by="tenant-admin"), result_type=OperatorAnswer
         )
     return str(refused.value.cause)
 
@@ -498,7 +493,7 @@ async def test_abort_answers_at_once_while_an_entity_holds_the_request(
             answer = await handle.execute_update(
                 ABORT_UPDATE,
                 AbortRequest(requested_by="test", cancel_running=True),
-                result_type=CampaignAnswer,
+                result_type=OperatorAnswer,
             )
             assert answer.message.startswith("aborting: no new host starts")
             result = await handle.result()
@@ -552,7 +547,7 @@ async def test_an_entity_that_does_not_answer_puts_off_its_host_only(
             await handle.execute_update(
                 ABORT_UPDATE,
                 AbortRequest(requested_by="test", cancel_running=True),
-                result_type=CampaignAnswer,
+                result_type=OperatorAnswer,
             )
             result = await handle.result()
     finally:

@@ -39,7 +39,8 @@ with workflow.unsafe.imports_passed_through():
         Limits,
         TargetKind,
     )
-    from contracts.models.host import STATUS_QUERY, FirmwareInput, HostStatus
+    from contracts.models.control import STATUS_QUERY
+    from contracts.models.host import FirmwareInput, HostStatus
     from drivers.inventory import Inventory
     from drivers.kube import Kube
     from drivers.settings import Settings

@@ -23,19 +23,17 @@ from test_campaign_control import GatedOperation
 from activities.campaign import CampaignActivities
 from contracts import names
 from contracts.models.campaign import AbortHostsInput, CampaignHost, InFlight
+from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     REQUEST_REPROVISION_UPDATE,
-    STATUS_QUERY,
     WITHDRAW_UPDATE,
     AssignInstanceRequest,
     HostStatus,
     HostWorkflowInput,
     OperationAccepted,
-    OperationAnswer,
     OperationRequest,
-    OperatorRequest,
     WithdrawRequest,
 )
 from drivers.inventory import Inventory
@@ -51,7 +49,7 @@ async def _awaiting(client: Client, queue: str, host: str) -> OperationAccepted:
         "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
     )
     assign = AssignInstanceRequest(instance=f"vm-{host}", requested_by="tenant-admin")
-    await entity.execute_update(ASSIGN_INSTANCE_UPDATE, assign, result_type=OperationAnswer)
+    await entity.execute_update(ASSIGN_INSTANCE_UPDATE, assign, result_type=OperatorAnswer)
     ask = OperationRequest(requested_by="campaign c (test)", campaign="c")
     accepted = await entity.execute_update(REQUEST_REPROVISION_UPDATE, ask, result_type=OperationAccepted)
     assert accepted.awaiting_approval
@@ -78,7 +76,7 @@ async def test_withdraw_refuses_another_operation_and_an_approved_one_is_aborted
             await entity.execute_update(
                 WITHDRAW_UPDATE,
                 WithdrawRequest(requested_by="test", workflow_id="reprovision/someone-else"),
-                result_type=OperationAnswer,
+                result_type=OperatorAnswer,
             )
         assert "reprovision/someone-else does not await approval" in str(refused.value.cause)
         untouched = await _entity(client, wrong_id)
@@ -89,7 +87,7 @@ async def test_withdraw_refuses_another_operation_and_an_approved_one_is_aborted
         asked = await _awaiting(client, queue, raced)
         approve = OperatorRequest(requested_by="tenant-admin")
         await client.get_workflow_handle(names.host_workflow_id(raced)).execute_update(
-            APPROVE_UPDATE, approve, result_type=OperationAnswer
+            APPROVE_UPDATE, approve, result_type=OperatorAnswer
         )
         settings = Settings(site_file=site, inventory="site")
         kube = Kube(settings)

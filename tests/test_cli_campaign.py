@@ -26,9 +26,10 @@ from test_cli_host import SITE_FILE, Result, metalflow
 from test_firmware_support import site_file_with_prefix
 
 from contracts import names
-from contracts.models.campaign import STATUS_QUERY as CAMPAIGN_STATUS
 from contracts.models.campaign import CampaignStatus
-from contracts.models.host import STATUS_QUERY, HostOperationStatus
+from contracts.models.control import STATUS_QUERY
+from contracts.models.control import STATUS_QUERY as CAMPAIGN_STATUS
+from contracts.models.host import HostOperationStatus
 from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles as count_cycles
 from metalflow.runtime.worker import build_worker

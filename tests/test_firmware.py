@@ -16,15 +16,9 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from test_firmware_support import FAST_POLICY, SiteView, eventually, site_file_with_prefix, site_worker
 
 from contracts import names
+from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL
-from contracts.models.host import (
-    FirmwareInput,
-    FirmwareResult,
-    FirmwareStatus,
-    HostOperationStatus,
-    OperationAnswer,
-    OperatorRequest,
-)
+from contracts.models.host import FirmwareInput, FirmwareResult, FirmwareStatus, HostOperationStatus
 from workflows.firmware import worst_case_events
 
 TARGET = "32.45.1020"
@@ -173,7 +167,7 @@ async def test_abort_while_staging_ends_the_run_without_a_reboot(
             answer = await handle.execute_update(
                 "abort",
                 OperatorRequest(requested_by="operator", reason="wrong image"),
-                result_type=OperationAnswer,
+                result_type=OperatorAnswer,
             )
             assert answer.accepted and "no reboot" in answer.message
             with pytest.raises(WorkflowFailureError) as failed:

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from contracts import names
+    from contracts.models.control import OperatorAnswer, OperatorRequest
     from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
@@ -29,14 +30,14 @@ with workflow.unsafe.imports_passed_through():
         REQUEST_REPROVISION_UPDATE,
         AssignInstanceRequest,
         HostOperationInput,
+        HostOperationResult,
         HostRebootInput,
+        HostRebootResult,
         HostStatus,
         HostWorkflowInput,
         OperationAccepted,
-        OperationAnswer,
         OperationPolicy,
         OperationRequest,
-        OperatorRequest,
     )
     from metalflow.hosts import HostRequestError, host_status, send_update
     from workflows.host import HostWorkflow
@@ -51,11 +52,19 @@ class StandInOperation:
         self._how: str | None = None
 
     @workflow.run
-    async def run(self, request: HostOperationInput) -> dict[str, object]:
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
         await workflow.wait_condition(lambda: self._how is not None)
         if self._how != "ok":
             raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error: {self._how}", non_retryable=True)
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+        return HostOperationResult(
+            host_id=request.host_id,
+            operation=request.kind.value,
+            dpu_ids=request.dpu_ids or (),
+            reboots=1,
+            boot_generation=request.boot_generation + 1,
+            started_at=workflow.now(),
+            finished_at=workflow.now(),
+        )
 
     @workflow.signal(name="finish")
     def finish(self, how: str) -> None:
@@ -69,8 +78,13 @@ class StandInOperation:
 @workflow.defn(name="HostRebootWorkflow")
 class StandInReboot:
     @workflow.run
-    async def run(self, request: HostRebootInput) -> dict[str, object]:
-        return {"host_id": request.host_id, "boot_generation": request.boot_generation, "method": "stand-in"}
+    async def run(self, request: HostRebootInput) -> HostRebootResult:
+        return HostRebootResult(
+            host_id=request.host_id,
+            boot_generation=request.boot_generation,
+            method="stand-in",
+            finished_at=workflow.now(),
+        )
 
 
 @pytest.fixture
@@ -100,17 +114,17 @@ async def _request(
     )
 
 
-async def _assign(client: Client, queue: str, host: str, instance: str) -> OperationAnswer:
+async def _assign(client: Client, queue: str, host: str, instance: str) -> OperatorAnswer:
     request = AssignInstanceRequest(instance=instance, requested_by="tenant")
     return await send_update(
-        client, HostWorkflowInput(host_id=host), ASSIGN_INSTANCE_UPDATE, request, OperationAnswer, queue
+        client, HostWorkflowInput(host_id=host), ASSIGN_INSTANCE_UPDATE, request, OperatorAnswer, queue
     )
 
 
-async def _approve(client: Client, queue: str, host: str) -> OperationAnswer:
+async def _approve(client: Client, queue: str, host: str) -> OperatorAnswer:
     request = OperatorRequest(requested_by="carol", reason="maintenance agreed")
     return await send_update(
-        client, HostWorkflowInput(host_id=host), APPROVE_UPDATE, request, OperationAnswer, queue
+        client, HostWorkflowInput(host_id=host), APPROVE_UPDATE, request, OperatorAnswer, queue
     )
 
 
@@ -237,7 +251,7 @@ async def test_an_approval_opens_the_auto_approval_window_for_that_instance(
         HostWorkflowInput(host_id=host, **window),  # type: ignore[arg-type]
         ASSIGN_INSTANCE_UPDATE,
         AssignInstanceRequest(instance="i-1", requested_by="tenant"),
-        OperationAnswer,
+        OperatorAnswer,
         worker,
     )
     first = await _request(client, worker, host, REQUEST_REPROVISION_UPDATE)
@@ -259,7 +273,7 @@ async def test_an_approval_opens_the_auto_approval_window_for_that_instance(
     # A new tenant is not covered by the previous one's approval.
     release = AssignInstanceRequest(instance="i-1", requested_by="tenant")
     entity = HostWorkflowInput(host_id=host)
-    await send_update(client, entity, RELEASE_INSTANCE_UPDATE, release, OperationAnswer, worker)
+    await send_update(client, entity, RELEASE_INSTANCE_UPDATE, release, OperatorAnswer, worker)
     await _assign(client, worker, host, "i-2")
     assert (await _request(client, worker, host, REQUEST_REPROVISION_UPDATE)).awaiting_approval
 
@@ -303,7 +317,7 @@ async def test_the_assignment_reprovision_race_has_only_the_two_allowed_outcomes
             return_exceptions=True,
         )
         status = await host_status(client, host)
-        if isinstance(assign, OperationAnswer):
+        if isinstance(assign, OperatorAnswer):
             assert isinstance(reprovision, OperationAccepted) and reprovision.awaiting_approval, reprovision
             assert status.instance == "i-race" and status.phase == "awaiting-approval"
             with pytest.raises(RPCError):

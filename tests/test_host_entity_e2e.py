@@ -21,6 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from test_firmware_support import site_file_with_prefix
 
 from contracts import names
+from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
@@ -32,9 +33,7 @@ from contracts.models.host import (
     HostStatus,
     HostWorkflowInput,
     OperationAccepted,
-    OperationAnswer,
     OperationRequest,
-    OperatorRequest,
     RebootMethod,
 )
 from drivers.settings import Settings
@@ -91,10 +90,10 @@ async def test_an_assigned_host_is_reprovisioned_after_approval_and_rebooted_in_
             HostRequestError, match="cannot take instance i-other: reprovision awaits approval"
         ):
             await update(ASSIGN_INSTANCE_UPDATE, AssignInstanceRequest(instance="i-other", requested_by="t"),
-                         OperationAnswer)  # fmt: skip
+                         OperatorAnswer)  # fmt: skip
         assert sim.power_log(host) == []  # nothing happens before the approval
 
-        approved = await update(APPROVE_UPDATE, OperatorRequest(requested_by="carol"), OperationAnswer)
+        approved = await update(APPROVE_UPDATE, OperatorRequest(requested_by="carol"), OperatorAnswer)
         assert approved.message == f"approved reprovision; started reprovision/{host}"
         with pytest.raises(HostRequestError, match="reprovision is in flight"):
             await update(REQUEST_REBOOT_UPDATE, alice, OperationAccepted)

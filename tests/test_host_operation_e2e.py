@@ -32,12 +32,8 @@ from temporalio.exceptions import ApplicationError
 from test_bmc_lease import lease_of
 
 from contracts import names
-from contracts.models.host import (
-    HOST_REBOOTED_SIGNAL,
-    HostOperationKind,
-    OperatorRequest,
-    RebootMethod,
-)
+from contracts.models.control import OperatorRequest
+from contracts.models.host import HOST_REBOOTED_SIGNAL, HostOperationKind, RebootMethod
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
 

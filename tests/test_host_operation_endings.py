@@ -35,14 +35,11 @@ from test_firmware_support import site_file_with_prefix
 from test_host_operation_e2e import _cycle_by_hand, worker_for
 
 from contracts import names
+from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
-    ABORT_UPDATE,
     HOST_REBOOTED_SIGNAL,
     MANUAL_INTERVENTION_REQUIRED,
-    RETRY_UPDATE,
     HostOperationKind,
-    OperationAnswer,
-    OperatorRequest,
     RebootMethod,
 )
 from drivers.settings import Settings
@@ -196,7 +193,7 @@ async def test_a_kubernetes_outage_is_a_visible_stall_and_retry_finishes_the_ope
             stalled = await wait_for_phase(handle, MANUAL_INTERVENTION_REQUIRED)
         finally:
             ready_site.inject("api/outage", {"down": False})
-        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
         await save_history(handle, "host_operation_kubernetes_stall_retried")
     reason = stalled.manual_intervention_reason or ""
@@ -217,7 +214,7 @@ async def test_abort_during_a_kubernetes_outage_cancels_the_retrying_call(
         try:
             handle = await start_operation(client, task_queue, H1, REPROVISION, id_suffix=_suffix())
             await _calls_retrying(handle, "read_host_dpf_state")
-            answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+            answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
             with pytest.raises(WorkflowFailureError) as failed:
                 await handle.result()
             final = await wait_for_status(handle, lambda s: s.phase == "aborted", "phase aborted")
@@ -286,7 +283,7 @@ async def test_abort_while_a_kubernetes_write_hangs_waits_for_it_and_ends_with_n
                 return len(held) == 1  # a write of the runbook (the first: a DPU's reprovision)
 
             await eventually(held_call, timeout=60, what="the first write held")
-            answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+            answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
 
             async def events() -> list[EventType.ValueType]:
                 return [e.event_type for e in (await handle.fetch_history()).events]

@@ -20,18 +20,15 @@ from temporalio.worker import Worker
 
 import workflows
 from contracts import names
+from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL
 from contracts.models.host import (
-    ABORT_UPDATE,
     HOST_REBOOTED_UPDATE,
     MANUAL_INTERVENTION_REQUIRED,
     MARK_REBOOTED_UPDATE,
-    RETRY_UPDATE,
     HostOperationKind,
     HostOperationStatus,
-    OperationAnswer,
     OperationPolicy,
-    OperatorRequest,
 )
 from workflows.host_operation import worst_case_events
 
@@ -79,13 +76,13 @@ async def test_dpf_silence_reissues_cycles_then_asks_an_operator(
         assert status.power_cycles_issued == 3 and status.boot_generation == 3
         assert status.manual_intervention_reason and "did not move on" in status.manual_intervention_reason
         # `retry` starts the wait over: after the next silence, cycles are re-issued again.
-        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         assert answer.accepted
         await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
         assert site.power[4:] == ["cycle:4", "ForceOff", "On"]  # retry 1 (PowerCycle), retry 2 (ForceOff+On)
         # The operator fixed the host by hand: mark_rebooted lets DPF go on.
         site.moves_after_reboot = True
-        await handle.execute_update(MARK_REBOOTED_UPDATE, ALICE, result_type=OperationAnswer)
+        await handle.execute_update(MARK_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
         events, changes = await history_cost(env.client, handle)
     assert result.reboots == 5 and result.boot_generation == 5
@@ -121,9 +118,9 @@ async def test_retry_is_refused_unless_waiting_for_an_operator(
         handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
         await until_phase(env, handle, "waiting-for-dpf-after-reboot")
         with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+            await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         assert MANUAL_INTERVENTION_REQUIRED in str(refused.value.cause)
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
     cause = failure.value.cause
@@ -138,7 +135,7 @@ async def test_abort_in_manual_intervention_fails_cleanly(
     async with fake_site(env, moves_after_reboot=False) as (site, queue):
         handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
         await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         with pytest.raises(WorkflowFailureError):
             await handle.result()
         final = await status_of(handle)
@@ -156,7 +153,7 @@ async def test_a_bmc_rejecting_the_credentials_asks_an_operator_at_once_and_host
         reason = status.manual_intervention_reason or ""
         assert f"the BMC of {HOST} rejected the credentials (BMCAuthenticationFailed: 401" in reason
         assert "mark_rebooted" in status.waiting_for  # what the operator can answer
-        answer = await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperationAnswer)
+        answer = await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
         # Generations earlier tests on this server used are spent: the operation took the next.
         child = env.client.get_workflow_handle(f"reboot/{HOST}/generation-{result.boot_generation}")
@@ -176,7 +173,7 @@ async def test_retry_after_the_credentials_are_fixed_reboots_with_the_next_gener
         handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
         await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
         site.bmc_fails = False  # the operator fixed the credentials
-        await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperationAnswer)
+        await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
     assert site.power == [f"cycle:{result.boot_generation}"]  # exactly one cycle, after the fix
     assert result.reboots == 2  # the refused attempt is counted as issued
@@ -190,8 +187,8 @@ async def test_host_rebooted_is_refused_naming_the_phase_when_no_reboot_is_await
         handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
         await until_phase(env, handle, "waiting-for-dpf-after-reboot")
         with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperationAnswer)
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+            await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         with pytest.raises(WorkflowFailureError):
             await handle.result()
     cause = refused.value.cause
@@ -214,7 +211,7 @@ async def test_abort_in_the_power_down_wait_of_force_off_then_on_cuts_the_wait_a
                 break
             await asyncio.sleep(0.1)  # real time: the test server skips none while the test waits
         assert site.power == ["ForceOff"]  # the host is off, its hour-long wait begun
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperationAnswer)
+        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
         final = await status_of(handle)

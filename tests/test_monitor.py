@@ -25,6 +25,7 @@ from test_firmware_support import (
 )
 
 from contracts import names
+from contracts.models.control import OperatorRequest
 from contracts.models.host import (
     POOL_LABEL,
     HostMonitorInput,
@@ -33,7 +34,6 @@ from contracts.models.host import (
     HostStatus,
     HostWorkflowInput,
     MonitorPolicy,
-    OperatorRequest,
 )
 
 STOP = OperatorRequest(requested_by="test", reason="test over")

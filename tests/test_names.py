@@ -10,8 +10,6 @@ from contracts import names
 def test_workflow_ids_are_business_keys() -> None:
     assert names.reprovision_workflow_id("h001") == "reprovision/h001"
     assert names.host_operation_workflow_id("firmware", "h-17") == "firmware/h-17"
-    # The form entities that started before keep (workflows.common.SHORT_IDS_PATCH).
-    assert names.host_operation_workflow_id("firmware", "h-17", legacy=True) == "firmware/host-h-17"
     assert names.rollout_workflow_id("inference", "llama-70b") == "rollout/inference/llama-70b"
     assert names.campaign_workflow_id("bfb-2024.10") == "campaign/bfb-2024.10"
 
@@ -46,7 +44,6 @@ def test_host_workflow_ids_are_business_keys() -> None:
     assert names.host_workflow_id("gpu-0042") == "host/gpu-0042"
     assert names.monitor_workflow_id("gpu-0042") == "monitor/host-gpu-0042"
     assert names.host_reboot_workflow_id("gpu-0042", 3) == "reboot/gpu-0042/generation-3"
-    assert names.host_reboot_workflow_id("gpu-0042", 3, legacy=True) == "reboot/host-gpu-0042/generation-3"
     with pytest.raises(ValueError, match="generations start at 1"):
         names.host_reboot_workflow_id("gpu-0042", 0)
     with pytest.raises(ValueError, match="invalid host id"):

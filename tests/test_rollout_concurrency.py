@@ -22,10 +22,10 @@ from rollout_support import (
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from contracts.models.control import OperatorAnswer
 from contracts.models.grove import (
     SCALE_UPDATE,
     SUPERSEDE_UPDATE,
-    RolloutAnswer,
     RolloutPolicy,
     ScaleRequest,
     SupersedeRequest,
@@ -52,7 +52,7 @@ async def test_a_second_rollout_is_refused_and_a_superseding_one_takes_over(
             reply = await first.execute_update(
                 SUPERSEDE_UPDATE,
                 SupersedeRequest(requested_by="pytest", images={"router": "registry.local/router:3"}),
-                result_type=RolloutAnswer,
+                result_type=OperatorAnswer,
             )
             assert "after the current step" in reply.message
             result = await first.result()
@@ -74,7 +74,7 @@ async def test_a_scale_request_mid_rollout_is_applied_between_steps(
             )
             await wait_for(handle, lambda s: s.phase == "rolling", "the rollout rolling")
             reply = await handle.execute_update(
-                SCALE_UPDATE, ScaleRequest(requested_by="pytest", replicas=3), result_type=RolloutAnswer
+                SCALE_UPDATE, ScaleRequest(requested_by="pytest", replicas=3), result_type=OperatorAnswer
             )
             assert "after the current step" in reply.message
             result = await handle.result()

@@ -26,23 +26,22 @@ from sim_support import RunningSim
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from contracts.models.grove import (
+from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
     RESUME_UPDATE,
-    ROLLBACK_UPDATE,
-    RolloutAnswer,
-    RolloutPolicy,
-    RolloutRequest,
+    OperatorAnswer,
+    OperatorRequest,
 )
+from contracts.models.grove import ROLLBACK_UPDATE, RolloutPolicy
 
 SHORT = RolloutPolicy(step_deadline_seconds=4)
 NEW = {"router": "registry.local/router:2.0"}
-OPERATOR = RolloutRequest(requested_by="pytest", reason="test")
+OPERATOR = OperatorRequest(requested_by="pytest", reason="test")
 
 
-async def answer(handle: WorkflowHandle[Any, Any], update: str) -> RolloutAnswer:
-    result: RolloutAnswer = await handle.execute_update(update, OPERATOR, result_type=RolloutAnswer)
+async def answer(handle: WorkflowHandle[Any, Any], update: str) -> OperatorAnswer:
+    result: OperatorAnswer = await handle.execute_update(update, OPERATOR, result_type=OperatorAnswer)
     return result
 
 

@@ -30,14 +30,9 @@ from test_firmware_support import all_workflows, eventually, settings_for, site_
 from activities import build_activities
 from activities.handover import WORKER_STOPPING
 from contracts import names
+from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPF_NAMESPACE
-from contracts.models.host import (
-    HostMonitorInput,
-    HostMonitorResult,
-    HostMonitorStatus,
-    MonitorPolicy,
-    OperatorRequest,
-)
+from contracts.models.host import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP = OperatorRequest(requested_by="test", reason="test over")

@@ -16,22 +16,24 @@ from workflows import common
 
 with workflow.unsafe.imports_passed_through():
     from contracts.models.campaign import (
-        ABORT_UPDATE,
-        PAUSE_UPDATE,
-        RESUME_UPDATE,
         RETRY_FAILED_UPDATE,
         SET_LIMITS_UPDATE,
         SKIP_HOST_UPDATE,
         AbortRequest,
-        CampaignAnswer,
         CampaignHost,
-        CampaignRequest,
         Deferred,
         Failure,
         InFlight,
         Limits,
         LimitsRequest,
         SkipRequest,
+    )
+    from contracts.models.control import (
+        ABORT_UPDATE,
+        PAUSE_UPDATE,
+        RESUME_UPDATE,
+        OperatorAnswer,
+        OperatorRequest,
     )
 
 SELECTING = "selecting"
@@ -82,22 +84,22 @@ class CampaignControl:
             common.set_details(phase, details)
 
     @workflow.update(name=PAUSE_UPDATE)
-    def pause(self, request: CampaignRequest) -> CampaignAnswer:
+    def pause(self, request: OperatorRequest) -> OperatorAnswer:
         """Start no new host; running ones finish. `resume` goes on."""
         self._paused_by = request.requested_by
         self._poked = True
-        return CampaignAnswer(
+        return OperatorAnswer(
             accepted=True, message=f"paused: no new host starts; {len(self._in_flight)} in flight finish"
         )
 
     @pause.validator
-    def _validate_pause(self, request: CampaignRequest) -> None:
+    def _validate_pause(self, request: OperatorRequest) -> None:
         self._validate_running("pause")
         if self._paused_by is not None:
             raise ValueError(f"already paused by {self._paused_by}")
 
     @workflow.update(name=RESUME_UPDATE)
-    def resume(self, request: CampaignRequest) -> CampaignAnswer:
+    def resume(self, request: OperatorRequest) -> OperatorAnswer:
         """Go on after a pause or a halt (the failure budget then counts from here)."""
         message = "resumed"
         if self._halted_reason is not None:
@@ -110,23 +112,23 @@ class CampaignControl:
                 self._canary_passed = True  # the operator accepts the canary's outcome
         self._paused_by = None
         self._poked = True
-        return CampaignAnswer(accepted=True, message=message)
+        return OperatorAnswer(accepted=True, message=message)
 
     @resume.validator
-    def _validate_resume(self, request: CampaignRequest) -> None:
+    def _validate_resume(self, request: OperatorRequest) -> None:
         self._validate_running("resume")
         if self._paused_by is None and self._halted_reason is None:
             raise ValueError(f"the campaign is neither paused nor halted (now: {self._phase})")
 
     @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: AbortRequest) -> CampaignAnswer:
+    def abort(self, request: AbortRequest) -> OperatorAnswer:
         """Start no new host; let running ones finish, or abort them (`cancel_running`)."""
         self._aborting = request.requested_by
         self._cancel_running = request.cancel_running
         self._poked = True
         running = len(self._in_flight)
         fate = "aborting them" if request.cancel_running else "letting them finish"
-        return CampaignAnswer(
+        return OperatorAnswer(
             accepted=True, message=f"aborting: no new host starts; {running} in flight, {fate}"
         )
 
@@ -137,7 +139,7 @@ class CampaignControl:
             raise ValueError(f"already aborting (asked by {self._aborting})")
 
     @workflow.update(name=RETRY_FAILED_UPDATE)
-    def retry_failed(self, request: CampaignRequest) -> CampaignAnswer:
+    def retry_failed(self, request: OperatorRequest) -> OperatorAnswer:
         """Put every failed host back at the front of the queue; clears a halt."""
         hosts = [f.host for f in self._failed]
         self._failed.clear()
@@ -148,10 +150,10 @@ class CampaignControl:
             self._batch_left += len(hosts)  # a failed canary is retried as the canary
         self._halted_reason = None
         self._poked = True
-        return CampaignAnswer(accepted=True, message=f"retrying {len(hosts)} failed hosts")
+        return OperatorAnswer(accepted=True, message=f"retrying {len(hosts)} failed hosts")
 
     @retry_failed.validator
-    def _validate_retry_failed(self, request: CampaignRequest) -> None:
+    def _validate_retry_failed(self, request: OperatorRequest) -> None:
         self._validate_running("retry_failed")
         if self._aborting is not None:
             raise ValueError(f"the campaign is aborting (asked by {self._aborting})")
@@ -159,7 +161,7 @@ class CampaignControl:
             raise ValueError("no host has failed")
 
     @workflow.update(name=SKIP_HOST_UPDATE)
-    def skip_host(self, request: SkipRequest) -> CampaignAnswer:
+    def skip_host(self, request: SkipRequest) -> OperatorAnswer:
         """Leave a host that has not started (or failed) out of the campaign."""
         reason = f"skipped by {request.requested_by}" + (f": {request.reason}" if request.reason else "")
         for queue in (self._pending, self._deferred, self._failed):
@@ -169,7 +171,7 @@ class CampaignControl:
                     queue.remove(entry)  # type: ignore[arg-type]
                     self._skipped.append(Failure(host=host, reason=reason))
                     self._poked = True
-                    return CampaignAnswer(accepted=True, message=f"{request.host_id} {reason}")
+                    return OperatorAnswer(accepted=True, message=f"{request.host_id} {reason}")
         raise ValueError(f"host {request.host_id} is not waiting in this campaign")  # the validator ran
 
     @skip_host.validator
@@ -188,11 +190,11 @@ class CampaignControl:
             )
 
     @workflow.update(name=SET_LIMITS_UPDATE)
-    def set_limits(self, request: LimitsRequest) -> CampaignAnswer:
+    def set_limits(self, request: LimitsRequest) -> OperatorAnswer:
         """New limits; the next start obeys them (a new batch size applies from the next batch)."""
         old, self._limits = self._limits, request.limits
         self._poked = True
-        return CampaignAnswer(
+        return OperatorAnswer(
             accepted=True, message=f"limits {_limits_text(old)} -> {_limits_text(request.limits)}"
         )
 

@@ -18,7 +18,6 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from contracts.models.campaign import (
         HOST_FINISHED_SIGNAL,
-        STATUS_QUERY,
         CampaignHost,
         CampaignInput,
         CampaignResult,
@@ -27,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         HostFinished,
         Progress,
     )
+    from contracts.models.control import STATUS_QUERY
     from workflows import campaign_plan as plan
     from workflows.campaign_control import (
         ABORTED,

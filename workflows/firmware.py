@@ -44,14 +44,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
+    from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         HostDPFState,
         HostRef,
     )
     from contracts.models.host import (
-        ABORT_UPDATE,
-        STATUS_QUERY,
         DPUFirmwareProgress,
         DPUProgress,
         FirmwareInput,
@@ -59,8 +58,6 @@ with workflow.unsafe.imports_passed_through():
         FirmwareStatus,
         HostOperationStatus,
         HostRebootInput,
-        OperationAnswer,
-        OperatorRequest,
     )
     from contracts.models.inventory import DPUInventory, HostInventory, HostLookup
     from contracts.models.redfish import (
@@ -442,10 +439,10 @@ class FirmwareWorkflow:
 
     # -- operator messages and visibility ------------------------------------------------------------
     @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: OperatorRequest) -> OperationAnswer:
+    def abort(self, request: OperatorRequest) -> OperatorAnswer:
         """Stop before the power cycle; nothing is rebooted (staged images stay, harmless)."""
         self._abort = request
-        return OperationAnswer(
+        return OperatorAnswer(
             accepted=True,
             message=f"firmware update of {self._request.host_id} aborted "
             f"in phase {self._phase}; no reboot was done",

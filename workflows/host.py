@@ -1,7 +1,7 @@
 """HostWorkflow (`host/<id>`): the one owner of a host, long-running.
 
 Every operation on a host is asked of this entity by an update, so an instance assignment and a
-reprovision can never race (the single-program device race of DOMAIN.md section 1):
+reprovision can never race (the single-program device race of docs/DOMAIN.md):
 
 1. `request_*` is refused while another operation runs or awaits approval, naming it.
 2. A disruptive request on a host with an instance assigned waits for `approve` (or starts at
@@ -10,38 +10,39 @@ reprovision can never race (the single-program device race of DOMAIN.md section 
 
 Validators answer at once, without writing history; handlers check again under one
 `asyncio.Lock`, because two updates delivered in the same workflow task are both validated
-before either handler runs.
+before either handler runs. Both apply the same rules (`workflows/host_rules.py`).
 
-Each operation runs as a child workflow started by type name, with the business-key id
-(`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...; runs begun before 2026-11 keep the
-`.../host-<id>` form, `workflows.common.SHORT_IDS_PATCH`). Children are ABANDONed on
-parent close: the entity continues-as-new only while idle, so this never cuts a running
-operation; if the entity is terminated or reset by hand, a power cycle half done keeps going,
-and the child's id still locks the host (a new entity's request for it is refused). A reboot
-(`host reboot`) is the exception: it is cancelled with the entity (REQUEST_CANCEL), and a
+Each operation runs as a child workflow started by its declaration (`contracts.workflow_api`),
+with the business-key id (`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...). Children are
+ABANDONed on parent close: the entity continues-as-new only while idle, so this never cuts a
+running operation; if the entity is terminated or reset by hand, a power cycle half done keeps
+going, and the child's id still locks the host (a new entity's request for it is refused). A
+reboot (`host reboot`) is the exception: it is cancelled with the entity (REQUEST_CANCEL), and a
 cancelled reboot powers the host back on at once instead of waiting out its power-down wait, so
-a terminated entity never leaves a reboot behind holding the host's BMC.
+a terminated entity never leaves a reboot behind holding the host's BMC. A campaign that asked
+for an operation is told how it ended (`host_finished`).
 
 Worst-case history: about 18 events per operation (the update, the child's start and end, one
-`Instance`/`PhaseSince` upsert per phase change) plus 5 per other update and 2 patch markers per
-run; the entity continues-as-new when idle past `max_history_events` (default
-10,000) or when Temporal suggests it, so a run never nears the limit.
-
-The entity is three modules, one class: this one, the handlers and the run loop (what an
-operator or a campaign asks, in order); workflows/host_children.py, each operation as a child
-workflow (its id, input, start, approval wait, end, the campaign told); workflows/host_rules.py,
-the state, the rules the handlers apply and the phase shown.
+`Instance`/`PhaseSince` upsert per phase change) plus 5 per other update; the entity
+continues-as-new when idle past `max_history_events` (default 10,000) or when Temporal suggests
+it, so a run never nears the limit. No activities, no watches; at most `RECENT_LIMIT` records.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import names
+    from contracts import names, workflow_api
+    from contracts.errors import HostBusy
+    from contracts.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
+    from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
@@ -51,30 +52,43 @@ with workflow.unsafe.imports_passed_through():
         REQUEST_REBOOT_UPDATE,
         REQUEST_REMOVAL_UPDATE,
         REQUEST_REPROVISION_UPDATE,
-        STATUS_QUERY,
         WITHDRAW_UPDATE,
         AssignInstanceRequest,
+        FirmwareInput,
         FirmwareRequest,
+        HostOperationInput,
+        HostRebootInput,
+        HostRemovalInput,
         HostStatus,
         HostWorkflowInput,
         OperationAccepted,
-        OperationAnswer,
         OperationRecord,
         OperationRequest,
-        OperatorRequest,
         WithdrawRequest,
     )
-    from workflows.host_children import HostChildren
-    from workflows.host_rules import AWAITING_APPROVAL, NOT_AWAITING_ERROR, CurrentOperation
+    from workflows import host_rules as rules
+    from workflows import kernel
+    from workflows.host_reboot import start_next_reboot
+    from workflows.host_rules import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, CurrentOperation
 
 
 @workflow.defn(name="HostWorkflow")
-class HostWorkflow(HostChildren):
+class HostWorkflow(kernel.Runbook):
     """The entity of one host: instance, boot generation, the one operation, recent outcomes."""
 
     @workflow.init
     def __init__(self, start: HostWorkflowInput) -> None:
-        super().__init__(start)
+        super().__init__()
+        self._input = start
+        self._instance = start.instance
+        self._boot_generation = start.boot_generation
+        self._recent: list[OperationRecord] = list(start.recent)
+        self._auto_approved_until = start.auto_approved_until
+        self._phase_since = start.phase_since  # carried across continue-as-new (always idle then)
+        self._shown_phase: str | None = IDLE if start.phase_since is not None else None
+        self._current: CurrentOperation | None = None
+        self._logged: tuple[str, str] | None = None  # last logged, not a command: replay-safe
+        self._lock = asyncio.Lock()
 
     @workflow.run
     async def run(self, start: HostWorkflowInput) -> None:
@@ -122,8 +136,7 @@ class HostWorkflow(HostChildren):
 
     @request_provision.validator
     def _validate_provision(self, request: OperationRequest) -> None:
-        self._refuse_if_busy(names.PROVISION)
-        self._refuse_if_assigned(request)
+        self._refuse_request(names.PROVISION, request)
 
     @workflow.update(name=REQUEST_REPROVISION_UPDATE)
     async def request_reprovision(self, request: OperationRequest) -> OperationAccepted:
@@ -132,8 +145,7 @@ class HostWorkflow(HostChildren):
 
     @request_reprovision.validator
     def _validate_reprovision(self, request: OperationRequest) -> None:
-        self._refuse_if_busy(names.REPROVISION)
-        self._refuse_if_assigned(request)
+        self._refuse_request(names.REPROVISION, request)
 
     @workflow.update(name=REQUEST_REBOOT_UPDATE)
     async def request_reboot(self, request: OperationRequest) -> OperationAccepted:
@@ -142,8 +154,7 @@ class HostWorkflow(HostChildren):
 
     @request_reboot.validator
     def _validate_reboot(self, request: OperationRequest) -> None:
-        self._refuse_if_busy(names.REBOOT)
-        self._refuse_if_assigned(request)
+        self._refuse_request(names.REBOOT, request)
 
     @workflow.update(name=REQUEST_FIRMWARE_UPDATE)
     async def request_firmware_update(self, request: FirmwareRequest) -> OperationAccepted:
@@ -152,8 +163,7 @@ class HostWorkflow(HostChildren):
 
     @request_firmware_update.validator
     def _validate_firmware(self, request: FirmwareRequest) -> None:
-        self._refuse_if_busy(names.FIRMWARE)
-        self._refuse_if_assigned(request)
+        self._refuse_request(names.FIRMWARE, request)
 
     @workflow.update(name=REQUEST_REMOVAL_UPDATE)
     async def request_removal(self, request: OperationRequest) -> OperationAccepted:
@@ -162,81 +172,76 @@ class HostWorkflow(HostChildren):
 
     @request_removal.validator
     def _validate_removal(self, request: OperationRequest) -> None:
-        self._refuse_if_busy(names.REMOVE)
-        self._refuse_if_assigned(request)
+        self._refuse_request(names.REMOVE, request)
 
     @workflow.update(name=APPROVE_UPDATE)
-    async def approve(self, request: OperatorRequest) -> OperationAnswer:
+    async def approve(self, request: OperatorRequest) -> OperatorAnswer:
         """Start the operation that awaits approval; opens the auto-approval window, if any."""
         async with self._lock:
-            current = self._current
-            if current is None or current.approved:
-                raise ApplicationError("nothing awaits approval", type=NOT_AWAITING_ERROR, non_retryable=True)
+            current = rules.refuse_approval(self._current)
             current.approved = True
-            now = workflow.now()
             if self._input.auto_approval_window_seconds > 0:
                 window = timedelta(seconds=self._input.auto_approval_window_seconds)
-                self._auto_approved_until = now + window
+                self._auto_approved_until = workflow.now() + window
             current.record = current.record.model_copy(update={"approved_by": request.requested_by})
             await self._start(current)
-            return OperationAnswer(
+            return OperatorAnswer(
                 accepted=True,
                 message=f"approved {current.record.operation}; started {current.record.workflow_id}",
             )
 
     @approve.validator
     def _validate_approve(self, request: OperatorRequest) -> None:
-        if self._current is None or self._current.approved:
-            raise ApplicationError("nothing awaits approval", type=NOT_AWAITING_ERROR, non_retryable=True)
+        rules.refuse_approval(self._current)
 
     @workflow.update(name=WITHDRAW_UPDATE)
-    async def withdraw(self, request: WithdrawRequest) -> OperationAnswer:
+    async def withdraw(self, request: WithdrawRequest) -> OperatorAnswer:
         """Drop the request awaiting approval (`workflow_id`) without starting it; its campaign is
         told. A campaign aborted with `cancel_running` sends it, so no approval is left pending."""
         async with self._lock:
-            current = self._awaiting(request)
+            current = rules.awaiting(self._input.host_id, self._current, request)
             why = f": {request.reason}" if request.reason else ""
             outcome = f"withdrawn by {request.requested_by}{why}"
             self._finish(current, outcome)  # the approval wait sees it and ends
         await self._notify_campaign(current, outcome)
         operation = current.record.operation
-        return OperationAnswer(accepted=True, message=f"{operation} {outcome}; nothing started")
+        return OperatorAnswer(accepted=True, message=f"{operation} {outcome}; nothing started")
 
     @withdraw.validator
     def _validate_withdraw(self, request: WithdrawRequest) -> None:
-        self._awaiting(request)
+        rules.awaiting(self._input.host_id, self._current, request)
 
     # -- the instance ---------------------------------------------------------------------------
 
     @workflow.update(name=ASSIGN_INSTANCE_UPDATE)
-    async def assign_instance(self, request: AssignInstanceRequest) -> OperationAnswer:
+    async def assign_instance(self, request: AssignInstanceRequest) -> OperatorAnswer:
         """Give the host to an instance; refused while an operation runs or awaits approval."""
         async with self._lock:
-            self._refuse_assignment(request)
+            rules.refuse_assignment(self._input.host_id, self._instance, self._current, request)
             if self._instance == request.instance:
-                return OperationAnswer(accepted=True, message=f"already assigned to {request.instance}")
+                return OperatorAnswer(accepted=True, message=f"already assigned to {request.instance}")
             self._instance = request.instance
             self._auto_approved_until = None  # an approval covered the previous instance only
             self._show_phase()
-            return OperationAnswer(accepted=True, message=f"assigned to {request.instance}")
+            return OperatorAnswer(accepted=True, message=f"assigned to {request.instance}")
 
     @assign_instance.validator
     def _validate_assign(self, request: AssignInstanceRequest) -> None:
-        self._refuse_assignment(request)
+        rules.refuse_assignment(self._input.host_id, self._instance, self._current, request)
 
     @workflow.update(name=RELEASE_INSTANCE_UPDATE)
-    async def release_instance(self, request: AssignInstanceRequest) -> OperationAnswer:
+    async def release_instance(self, request: AssignInstanceRequest) -> OperatorAnswer:
         """Take the instance off the host (the named instance only)."""
         async with self._lock:
-            self._refuse_release(request)
+            rules.refuse_release(self._input.host_id, self._instance, request)
             self._instance = None
             self._auto_approved_until = None
             self._show_phase()
-            return OperationAnswer(accepted=True, message=f"released {request.instance}")
+            return OperatorAnswer(accepted=True, message=f"released {request.instance}")
 
     @release_instance.validator
     def _validate_release(self, request: AssignInstanceRequest) -> None:
-        self._refuse_release(request)
+        rules.refuse_release(self._input.host_id, self._instance, request)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostStatus:
@@ -247,31 +252,35 @@ class HostWorkflow(HostChildren):
             boot_generation=self._boot_generation,
             current=self._current.record if self._current else None,
             recent=tuple(self._recent),
-            phase=self._phase(),
+            phase=rules.phase_of(self._current),
             site=self._input.site,
             auto_approved_until=self._auto_approved_until,
         )
 
     # -- a request, recorded, then started or awaiting approval ---------------------------------
 
+    def _refuse_request(self, operation: str, request: OperationRequest | FirmwareRequest) -> None:
+        rules.refuse_if_busy(self._input.host_id, self._current, operation)
+        rules.refuse_if_assigned(self._input.host_id, self._instance, request)
+
     async def _request(
         self, operation: str, request: OperationRequest | FirmwareRequest
     ) -> OperationAccepted:
         async with self._lock:
-            self._refuse_if_busy(operation)  # again: the validator may have run before another handler
-            self._refuse_if_assigned(request)
-            now = workflow.now()
+            self._refuse_request(
+                operation, request
+            )  # again: the validator may have run before another handler
             record = OperationRecord(
                 operation=operation,
-                workflow_id=self._child_id(operation),
+                workflow_id=rules.child_id(operation, self._input.host_id, self._boot_generation),
                 requested_by=request.requested_by,
                 outcome=AWAITING_APPROVAL,
-                requested_at=now,
+                requested_at=workflow.now(),
                 reason=getattr(request, "reason", ""),
             )
             current = CurrentOperation(record=record, request=request)
             self._current = current
-            if self._needs_approval():
+            if rules.needs_approval(self._instance, self._auto_approved_until, workflow.now()):
                 self._show_phase()
                 return OperationAccepted(
                     workflow_id=record.workflow_id,
@@ -287,3 +296,153 @@ class HostWorkflow(HostChildren):
             await self._start(current)
             started = current.record.workflow_id  # a reboot's generation is known once started
             return OperationAccepted(workflow_id=started, message=f"started {operation} as {started}")
+
+    # -- each operation as a child workflow -----------------------------------------------------
+
+    async def _start(self, current: CurrentOperation) -> None:
+        """Start the child of `current` (a reboot: the next boot generation no reboot used)."""
+        current.record = current.record.model_copy(update={"outcome": "starting"})
+        record = current.record
+        attributes = TypedSearchAttributes(
+            [
+                SearchAttributePair(names.HOST_ID, self._input.host_id),
+                SearchAttributePair(names.OPERATION, record.operation),
+                SearchAttributePair(names.SITE, self._input.site),
+            ]
+            + (
+                [SearchAttributePair(names.CAMPAIGN, current.request.campaign)]
+                if current.request.campaign
+                else []
+            )
+        )
+        summary = f"{record.operation} of host {self._input.host_id}, requested by {record.requested_by}"
+        child_input = rules.child_input(self._input, record.operation, current.request, self._boot_generation)
+        if isinstance(child_input, HostRebootInput):
+            # A failed operation may have spent generations this entity never heard of; reusing
+            # one would start a second run under a reboot's id.
+            current.child, _ = await start_next_reboot(
+                child_input,
+                summary=summary.replace("{", "{{").replace("}", "}}"),  # the helper formats it
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                search_attributes=attributes,
+            )
+            current.record = record.model_copy(
+                update={"workflow_id": current.child.id, "outcome": "running", "started_at": workflow.now()}
+            )
+            self._show_phase()
+            return
+        try:
+            current.child = await self._start_child(child_input, record.workflow_id, attributes, summary)
+        except WorkflowAlreadyStartedError:
+            self._current = None
+            self._show_phase()
+            raise HostBusy(
+                f"host {self._input.host_id} is busy: workflow {record.workflow_id} already runs "
+                f"(started outside this entity); {record.operation} refused"
+            ) from None
+        current.record = record.model_copy(update={"outcome": "running", "started_at": workflow.now()})
+        self._show_phase()
+
+    async def _start_child(
+        self,
+        child_input: FirmwareInput | HostRemovalInput | HostOperationInput,
+        workflow_id: str,
+        attributes: TypedSearchAttributes,
+        summary: str,
+    ) -> workflow.ChildWorkflowHandle[Any, Any]:
+        options: dict[str, Any] = {
+            "id": workflow_id,
+            "parent_close_policy": workflow.ParentClosePolicy.ABANDON,
+            "search_attributes": attributes,
+            "static_summary": summary,
+        }
+        if isinstance(child_input, FirmwareInput):
+            return await workflow.start_child_workflow(
+                workflow_api.FirmwareWorkflow.run, child_input, **options
+            )
+        if isinstance(child_input, HostRemovalInput):
+            return await workflow.start_child_workflow(
+                workflow_api.HostRemovalWorkflow.run, child_input, **options
+            )
+        return await workflow.start_child_workflow(
+            workflow_api.HostOperationWorkflow.run, child_input, **options
+        )
+
+    async def _await_approval(self, current: CurrentOperation) -> None:
+        requested_at = current.record.requested_at or workflow.now()
+        timeout = timedelta(seconds=self._input.policy.approval_timeout_seconds)
+        remaining = requested_at + timeout - workflow.now()
+        try:
+            await workflow.wait_condition(
+                lambda: self._current is not current or current.child is not None,
+                timeout=max(remaining, timedelta(seconds=1)),
+                timeout_summary=f"approval of {current.record.operation}: expires unless approved",
+            )
+        except TimeoutError:
+            async with self._lock:
+                if self._current is not current or current.approved:
+                    return
+                self._finish(current, f"expired: not approved within {timeout}")
+            await self._notify_campaign(current, f"expired: not approved within {timeout}")
+
+    async def _follow(self, current: CurrentOperation, child: workflow.ChildWorkflowHandle[Any, Any]) -> None:
+        try:
+            result = await child
+        except ChildWorkflowError as err:
+            self._reached(rules.generation_reported(err))  # a failed operation's reboots count too
+            self._finish(current, rules.outcome_of(err))
+            await self._notify_campaign(current, rules.outcome_of(err))
+            return
+        self._reached(getattr(result, "boot_generation", None))
+        self._finish(current, "completed")
+        await self._notify_campaign(current, "completed")
+
+    async def _notify_campaign(self, current: CurrentOperation, outcome: str) -> None:
+        """Tell the campaign that asked for this operation how it ended (`host_finished`); a
+        campaign that is gone (aborted, terminated) is not an error: its sweep, or nobody, cares."""
+        target = current.request.campaign_workflow_id
+        if not target:
+            return
+        finished = HostFinished(
+            host_id=self._input.host_id, workflow_id=current.record.workflow_id, outcome=outcome
+        )
+        try:
+            await workflow.get_external_workflow_handle(target).signal(HOST_FINISHED_SIGNAL, finished)
+        except ApplicationError as err:  # the campaign no longer runs
+            workflow.logger.info("campaign %s not told of %s: %s", target, current.record.workflow_id, err)
+
+    # -- what the entity knows and shows --------------------------------------------------------
+
+    def _reached(self, generation: object) -> None:
+        if isinstance(generation, int) and generation > self._boot_generation:
+            self._boot_generation = generation
+
+    def _finish(self, current: CurrentOperation, outcome: str) -> None:
+        self._recent.append(
+            current.record.model_copy(update={"outcome": outcome, "finished_at": workflow.now()})
+        )
+        del self._recent[:-RECENT_LIMIT]
+        self._current = None
+        self._show_phase()
+        workflow.logger.info("%s of %s: %s", current.record.operation, self._input.host_id, outcome)
+
+    def _show_phase(self) -> None:
+        """The Phase and details, and the `Instance` and `PhaseSince` search attributes that
+        `host list` reads from visibility."""
+        phase = rules.phase_of(self._current)
+        details = rules.details_of(self._current, self._instance, self._boot_generation, self._recent)
+        # The run's first `_show_phase` can already see an operation that the same activation's
+        # update accepted, then shows it again once started: the same line is logged once.
+        self.enter(phase, details, log=(phase, details) != self._logged)
+        self._logged = (phase, details)
+        if phase != self._shown_phase or self._phase_since is None:
+            self._shown_phase, self._phase_since = phase, workflow.now()
+        held = self._instance
+        assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
+        workflow.upsert_search_attributes([assigned, names.PHASE_SINCE.value_set(self._phase_since)])
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or info.get_current_history_length() > (
+            self._input.max_history_events
+        )

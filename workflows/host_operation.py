@@ -1,4 +1,4 @@
-"""HostOperationWorkflow: provision or reprovision a host's DPUs (DOMAIN.md flows 2-4).
+"""HostOperationWorkflow: provision or reprovision a host's DPUs (docs/DOMAIN.md, flows 2-4).
 
 Id `provision/<id>` or `reprovision/<id>` (`contracts.names.host_operation_workflow_id`);
 the host's entity workflow starts it as a child with `static_summary` (e.g. "reprovision host-001
@@ -15,11 +15,37 @@ the host's entity workflow starts it as a child with `static_summary` (e.g. "rep
    next boot generation); remove the annotation; wait until DPF moves on. Again when DPF asks
    again (BF4: two rounds). Ends when every DPU is `Ready`.
 
-Escalation and operator answers: see `workflows.escalation`. What a failure or abort leaves
-behind: see `_clean_up`.
+The rules, all from `OperationPolicy`:
 
-Cost per host and worst-case history: one watcher activity slot for the run (restarted after
-each acknowledged reboot), no timers while nothing changes. About 40 events to reach the first
+- A wait on DPF that sees no change at all for `phase_timeout_seconds` -> manual intervention.
+- After a power cycle and the annotation's removal, DPF must move a DPU on (phase, uid or a
+  condition) within `reboot_wait_seconds`; if not, the power cycle is re-issued with the next
+  boot generation (ForceOff then On from retry `force_off_from_retry`), up to
+  `max_power_cycle_retries` times; then manual intervention.
+- Manual intervention: Phase `manual-intervention-required`, the reason in the current details
+  and the status query, and a wait (no time limit) for an update: `retry` (start the wait over,
+  with the retries counted afresh), `mark_rebooted` (the host was rebooted: remove the
+  annotation), `abort` (clean up, fail with `OperationAborted`). `abort` is accepted at any time
+  and acted on at the next wait.
+- A Kubernetes call (`_call_kube`) that has not succeeded within `kube_call_timeout_seconds`
+  (its retries included) -> manual intervention naming the call and its last error; `retry`
+  (or `mark_rebooted`) calls it again. An `abort` while the call is retrying cancels it at once.
+- A reboot child whose BMC cannot reboot the host (credentials rejected, unreachable after the
+  activity's retries, a reset refused) fails with `BMCRebootFailed` naming why, and the
+  operation enters manual intervention with that reason at once: `retry` starts a new reboot
+  (the next generation; the BMC and its credentials are read afresh), `mark_rebooted` takes the
+  host as rebooted by hand, `abort` ends the run.
+- `host_rebooted` (signal) and `mark_rebooted` (update) go to the reboot child while one is in
+  flight (a manual reboot, or a BMC that could not be reached); otherwise `host_rebooted` in
+  manual intervention counts as `mark_rebooted`, and is ignored (logged) elsewhere: a stale
+  confirmation must never stand in for a reboot DPF has not asked for yet. The update
+  `host_rebooted` (what the CLI sends) is refused instead, naming the phase and what it waits for.
+
+What a failure or abort leaves behind: see `_clean_up`.
+
+Cost per host and worst-case history: no activity slot while waiting (the site watch signals
+each change; one short read joins it, again after each acknowledged reboot), no timers while
+nothing changes. About 40 events to reach the first
 reboot, 4 per DPF change signalled, and per power cycle about 36 in the run itself (the reboot
 child started and completed, the acknowledgement, the watcher restart, phase changes) plus up to
 50 in its reboot child (20 for a PowerCycle, 31 for ForceOff, the power-down wait and On; 19
@@ -36,12 +62,23 @@ operator answers to it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    RetryState,
+)
+from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, metrics, names
+    from contracts.errors import BMCRebootFailed, DPUFailed, InvalidInput, RebootFailed, WatcherFailed
+    from contracts.models.control import RETRY_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         ChangeResult,
@@ -55,26 +92,28 @@ with workflow.unsafe.imports_passed_through():
         SiteSetupInput,
     )
     from contracts.models.host import (
-        ABORT_UPDATE,
         HOST_REBOOTED_SIGNAL,
         HOST_REBOOTED_UPDATE,
+        MANUAL_INTERVENTION_REQUIRED,
         MARK_REBOOTED_UPDATE,
-        RETRY_UPDATE,
-        STATUS_QUERY,
         HostOperationInput,
         HostOperationKind,
         HostOperationResult,
         HostOperationStatus,
-        OperationAnswer,
-        OperatorRequest,
+        HostRebootInput,
+        HostRebootResult,
+        RebootMethod,
     )
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.wording import plural
-    from workflows import common
     from workflows import dpf_barrier as barrier
-    from workflows.dpf_watch import TRY_CANCEL, DPFWatch
-    from workflows.escalation import Escalation
+    from workflows import kernel
+    from workflows.dpf_watch import DPFWatch
+    from workflows.host_reboot import start_next_reboot
     from workflows.host_status import build_status
+
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
 
 
 def worst_case_events(*, power_cycles: int, dpf_changes: int, answers: int = 0, stalls: int = 0) -> int:
@@ -82,43 +121,40 @@ def worst_case_events(*, power_cycles: int, dpf_changes: int, answers: int = 0, 
     return 40 + (36 + 50) * power_cycles + 4 * dpf_changes + 4 * answers + 6 * stalls
 
 
-# A per-host watcher is stopped with WAIT_CANCELLATION_COMPLETED from this patch on (older runs:
-# TRY_CANCEL, and the ended run showed the watcher pending).
-WATCHER_AWAITED_PATCH = "operation-watcher-awaited"
-
 RESOLVING = "resolving-inventory"
 REGISTERING = "registering-dpus"
 DELETING = "deleting-dpus"
 WAITING_FOR_HOLD = "waiting-for-hold"
 WAITING_FOR_REBOOT_REQUEST = "waiting-for-reboot-request"
+REBOOTING_HOST = "rebooting-host"
 WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
 COMPLETED = "completed"
-FAILED = "failed"
-ABORTED = "aborted"
-CANCELLED = "cancelled"
+OPERATOR_ANSWERS = ("retry", "mark_rebooted")
 
 
 @workflow.defn(name="HostOperationWorkflow")
-class HostOperationWorkflow(Escalation):
+class HostOperationWorkflow(kernel.Abortable):
     """Provision or reprovision all or some DPUs of one host; see the module docstring."""
 
     @workflow.init
     def __init__(self, request: HostOperationInput) -> None:
-        super().__init__(request)
+        super().__init__()
         self._request = request
+        self.policy = request.policy
         self._dpu_ids: tuple[str, ...] = request.dpu_ids or ()
         self._host: HostRef | None = None
-        self._watch = DPFWatch(
-            cancellation=TRY_CANCEL,
-            summary="watch the DPF objects of {host}",
-            wait_from_patch=WATCHER_AWAITED_PATCH,  # the ended run leaves no watcher pending
-        )
+        self._watch = DPFWatch()
         self._replaced: dict[str, str] = {}  # DPU id -> uid of the object this operation deleted
         self._error_reprovisions: dict[str, int] = {}
         self._hold_released = False
         self._changes: list[str] = []  # what this run changed, in order (for cleanup and the result)
         self._reboots_requested = 0
         self._started_at = workflow.now()
+        self.power_cycles = 0
+        self.generation = request.boot_generation
+        self.cycled_without_ack = False
+        self._reboot_child: workflow.ChildWorkflowHandle[Any, HostRebootResult] | None = None
+        self.cleaning_up = False  # set by the cleanup: its calls are not abortable
 
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
@@ -174,7 +210,7 @@ class HostOperationWorkflow(Escalation):
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
-        """The watcher saw a change (a replaced watcher's signals are dropped)."""
+        """The site watch saw a change of the host's DPF objects."""
         self._watch.accept(state)
 
     @workflow.query(name=STATUS_QUERY)
@@ -184,32 +220,50 @@ class HostOperationWorkflow(Escalation):
             request=self._request,
             dpu_ids=self._dpu_ids,
             phase=self.phase,
-            waiting_for=self.waiting_for,
+            waiting_for=self.details,
             clock=self._watch.clock,
             error_reprovisions=self._error_reprovisions,
             reboots_requested=self._reboots_requested,
             power_cycles=self.power_cycles,
             generation=self.generation,
-            intervention=self.intervention_reason,
+            intervention=self.question,
             started_at=self._started_at,
         )
 
     @workflow.signal(name=HOST_REBOOTED_SIGNAL)
     async def host_rebooted(self, confirmation: OperatorRequest) -> None:
-        """Someone rebooted the host: passed to the reboot in flight, or taken as `mark_rebooted`."""
-        await self.on_host_rebooted(confirmation)
+        """Someone rebooted the host: passed to the reboot in flight, taken as `mark_rebooted`
+        while an operator is asked, and ignored (logged) otherwise: a stale confirmation must
+        never stand in for a reboot DPF has not asked for yet."""
+        child = self._reboot_child
+        if child is not None:
+            await self._pass_to_reboot(child, confirmation)
+        elif self.awaits("mark_rebooted"):
+            self.decide("mark_rebooted", confirmation)
+        else:
+            workflow.logger.warning(
+                "host_rebooted from %s ignored: no reboot is in flight (phase %s)",
+                confirmation.requested_by,
+                self.phase,
+            )
 
     @workflow.update(name=HOST_REBOOTED_UPDATE)
-    async def host_rebooted_update(self, confirmation: OperatorRequest) -> OperationAnswer:
+    async def host_rebooted_update(self, confirmation: OperatorRequest) -> OperatorAnswer:
         """The host was rebooted by hand: refused, naming what the run waits for, unless awaited."""
-        return await self.on_host_rebooted_update(confirmation)
+        return await self._confirm_reboot(confirmation)
 
     @host_rebooted_update.validator
     def _validate_host_rebooted(self, confirmation: OperatorRequest) -> None:
-        self.validate_host_rebooted()
+        if self._reboot_child is not None and self.policy.reboot_method == RebootMethod.MANUAL:
+            return
+        if self.awaits("mark_rebooted"):
+            return
+        raise ValueError(
+            f"{workflow.info().workflow_id} is not waiting for a reboot: it is {self.phase}: {self.details}"
+        )
 
     @workflow.update(name=RETRY_UPDATE)
-    def retry(self, request: OperatorRequest) -> OperationAnswer:
+    def retry(self, request: OperatorRequest) -> OperatorAnswer:
         """Start the stuck wait over (only in manual-intervention-required)."""
         return self.decide("retry", request)
 
@@ -218,22 +272,42 @@ class HostOperationWorkflow(Escalation):
         self.validate_decision("retry")
 
     @workflow.update(name=MARK_REBOOTED_UPDATE)
-    async def mark_rebooted(self, request: OperatorRequest) -> OperationAnswer:
+    async def mark_rebooted(self, request: OperatorRequest) -> OperatorAnswer:
         """The host was rebooted: confirms a manual reboot in flight, or ends a stuck reboot wait."""
-        return await self.on_mark_rebooted(request)
+        return await self._confirm_reboot(request)
 
     @mark_rebooted.validator
     def _validate_mark_rebooted(self, request: OperatorRequest) -> None:
-        self.validate_mark_rebooted()
+        if self._reboot_child is None:
+            self.validate_decision("mark_rebooted")
 
-    @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: OperatorRequest) -> OperationAnswer:
-        """Stop at the next safe point, clean up, and fail with `OperationAborted`."""
-        return self.request_abort(request)
+    async def _confirm_reboot(self, request: OperatorRequest) -> OperatorAnswer:
+        """A reboot confirmation: to the reboot in flight, else the operator's `mark_rebooted`."""
+        child = self._reboot_child
+        if child is None:
+            return self.decide("mark_rebooted", request)
+        refused = await self._pass_to_reboot(child, request)
+        if refused is None:
+            return OperatorAnswer(accepted=True, message=f"reboot confirmation passed to {child.id}")
+        return OperatorAnswer(accepted=False, message=refused)
 
-    @abort.validator
-    def _validate_abort(self, request: OperatorRequest) -> None:
-        self.validate_abort()
+    async def _pass_to_reboot(
+        self, child: workflow.ChildWorkflowHandle[Any, HostRebootResult], request: OperatorRequest
+    ) -> str | None:
+        """Signal the reboot child; None when delivered, else why not (logged, never raised).
+
+        Why: the child may close between this handler's start and the signal's delivery (its
+        completion and the confirmation can arrive in one workflow task, and handlers run
+        first). A handler that raised would fail the whole operation for a late confirmation,
+        which the closed reboot made moot anyway.
+        """
+        try:
+            await child.signal(HOST_REBOOTED_SIGNAL, request)
+        except Exception as err:  # noqa: BLE001 - see the docstring: a handler must not fail the run
+            why = f"the reboot {child.id} had already ended: {err}"
+            workflow.logger.warning("confirmation from %s not passed on: %s", request.requested_by, why)
+            return why
+        return None
 
     # -- the runbook's steps -----------------------------------------------------------------------
     async def _resolve_inventory(self) -> HostInventory:
@@ -241,21 +315,17 @@ class HostOperationWorkflow(Escalation):
         inventory: HostInventory = await workflow.execute_activity(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            **common.options(common.INVENTORY, f"resolve {self._request.host_id}"),
+            **kernel.options(kernel.INVENTORY, f"resolve {self._request.host_id}"),
         )
         known = tuple(d.id for d in inventory.dpus)
         unknown = sorted(set(self._dpu_ids) - set(known))
         if unknown:
-            raise ApplicationError(
-                f"host {inventory.host_id} has no DPU {', '.join(unknown)} (it has {', '.join(known)})",
-                type="InvalidInput",
-                non_retryable=True,
+            raise InvalidInput(
+                f"host {inventory.host_id} has no DPU {', '.join(unknown)} (it has {', '.join(known)})"
             )
         self._dpu_ids = self._dpu_ids or known
         if not self._dpu_ids:
-            raise ApplicationError(
-                f"host {inventory.host_id} has no DPUs", type="InvalidInput", non_retryable=True
-            )
+            raise InvalidInput(f"host {inventory.host_id} has no DPUs")
         self._host = HostRef.of(inventory)
         return inventory
 
@@ -269,13 +339,13 @@ class HostOperationWorkflow(Escalation):
         )
 
     async def _read_first_state(self) -> None:
-        state: HostDPFState = await self.call_kube(
+        state: HostDPFState = await self._call_kube(
             activity_api.read_host_dpf_state,
             self.host,
-            common.KUBE_READ,
+            kernel.KUBE_READ,
             f"read the DPF state of {self.host.host_id}",
         )
-        if self._watch.state is None:  # the watcher's first signal may have come first: it is as new
+        if self._watch.state is None:  # the watch's first signal may have come first: it is as new
             self._watch.adopt(state)
 
     async def _ensure_site_objects(self, inventory: HostInventory) -> None:
@@ -284,10 +354,10 @@ class HostOperationWorkflow(Escalation):
         if not inventory.groups:
             return
         setup = SiteSetupInput(groups=tuple(GroupSpec(name=g) for g in inventory.groups))
-        result: ObjectsResult = await self.call_kube(
+        result: ObjectsResult = await self._call_kube(
             activity_api.create_site_objects,
             setup,
-            common.KUBE_WRITE,
+            kernel.KUBE_WRITE,
             "ensure the site's BFB, flavor and DPU deployments",
         )
         if result.changed():
@@ -295,10 +365,10 @@ class HostOperationWorkflow(Escalation):
 
     async def _register_dpus(self, inventory: HostInventory) -> None:
         self.enter(REGISTERING, f"registering DPUNode and {plural(len(self._dpu_ids), 'DPUDevice')}")
-        result: ObjectsResult = await self.call_kube(
+        result: ObjectsResult = await self._call_kube(
             activity_api.register_host_dpus,
             RegisterHostInput(inventory=inventory),
-            common.KUBE_WRITE,
+            kernel.KUBE_WRITE,
             f"register the DPUs of {inventory.host_id}",
         )
         if result.changed():
@@ -313,17 +383,17 @@ class HostOperationWorkflow(Escalation):
         current = barrier.current_dpu(self.state, dpu_id, self._replaced.get(dpu_id))
         if current is None:
             return  # already gone (a previous run deleted it): DPF is recreating it
-        result: ChangeResult = await self.call_kube(
+        result: ChangeResult = await self._call_kube(
             activity_api.reprovision_dpu,
             ReprovisionInput(dpu=self._dpu_ref(dpu_id), uid=current.uid),
-            common.KUBE_WRITE,
+            kernel.KUBE_WRITE,
             f"reprovision DPU {dpu_id} (delete uid {current.uid})",
         )  # fmt: skip
         self._replaced[dpu_id] = current.uid
         self._changes.append(f"deleted DPU {result.name} (uid {current.uid}): {result.detail}")
 
     async def _wait_until_held(self) -> None:
-        await self.wait_for_dpf(
+        await self._wait_for_dpf(
             WAITING_FOR_HOLD,
             lambda s: barrier.held_or_beyond(s, self._dpu_ids, self._replaced),
             lambda s: (
@@ -338,10 +408,10 @@ class HostOperationWorkflow(Escalation):
     async def _release_if_held(self) -> None:
         if not barrier.any_held(self.state, self._dpu_ids, self._replaced):
             return
-        result: ChangeResult = await self.call_kube(
+        result: ChangeResult = await self._call_kube(
             activity_api.release_node_effect_hold,
             self.host,
-            common.KUBE_WRITE,
+            kernel.KUBE_WRITE,
             f"release the Node Effect hold of {self.host.node_name()}",
         )
         if result.changed:
@@ -349,7 +419,7 @@ class HostOperationWorkflow(Escalation):
 
     async def _reboot_rounds(self) -> None:
         while True:
-            await self.wait_for_dpf(
+            await self._wait_for_dpf(
                 WAITING_FOR_REBOOT_REQUEST,
                 lambda s: (
                     barrier.all_ready(s, self._dpu_ids, self._replaced)
@@ -364,71 +434,221 @@ class HostOperationWorkflow(Escalation):
             if barrier.all_ready(self.state, self._dpu_ids, self._replaced):
                 return
             self._reboots_requested += 1
-            await self.reboot_and_confirm(barrier.progress_marks(self.state, self._dpu_ids))
+            await self._reboot_and_confirm(barrier.progress_marks(self.state, self._dpu_ids))
 
-    # -- hooks the escalation mixin calls ----------------------------------------------------------
-    async def keep_dpus_moving(self) -> None:
+    # -- waiting on DPF ----------------------------------------------------------------------------
+    async def _wait_for_dpf(
+        self, phase: str, goal: Callable[[HostDPFState], bool], describe: Callable[[HostDPFState], str]
+    ) -> None:
+        """Wait until `goal` holds of DPF's state; no change for the phase timeout -> intervention."""
+        self.enter(phase, describe(self.state))
+        while True:
+            # Counted before `_keep_dpus_moving`: a change that lands while it runs an activity
+            # (e.g. a DPU going to Error during the hold's release) must wake the wait below, or
+            # that DPU sits in Error unseen until the phase timeout.
+            seen = self._watch.changes
+            await self._keep_dpus_moving()
+            if goal(self.state):
+                return
+            if self.phase != phase:
+                self.enter(phase, describe(self.state))
+            else:
+                self.show(describe(self.state))
+            timeout = self.policy.phase_timeout_seconds
+            if await self.wait(
+                self._changed_since(seen),
+                timeout=timeout,
+                timeout_summary=f"{self.phase}: no DPF change for {timeout:g} s: ask for manual intervention",
+            ):
+                continue
+            decision, _ = await self._intervene(
+                f"nothing changed for {timeout:g} s while waiting for {describe(self.state)}"
+            )
+            if decision == "mark_rebooted":
+                await self._mark_node_rebooted()
+
+    def _changed_since(self, seen: int) -> Callable[[], bool]:
+        return lambda: self._watch.changes != seen
+
+    async def _keep_dpus_moving(self) -> None:
         """Between waits: reprovision DPUs in Error (up to the limit), release a new hold."""
         for dpu in barrier.failed(self.state, self._dpu_ids, self._replaced):
             dpu_id = dpu.dpu_id or dpu.name
             done = self._error_reprovisions.get(dpu_id, 0)
-            if done >= self._request.policy.max_dpu_error_reprovisions:
-                raise ApplicationError(
-                    f"DPU {dpu.name} in Error after {done} automatic reprovisions: {dpu.failure_message()}",
-                    type="DPUFailed",
-                    non_retryable=True,
+            if done >= self.policy.max_dpu_error_reprovisions:
+                raise DPUFailed(
+                    f"DPU {dpu.name} in Error after {done} automatic reprovisions: {dpu.failure_message()}"
                 )
             self._error_reprovisions[dpu_id] = done + 1
-            self.set_details(f"DPU {dpu.name} is in Error ({dpu.failure_message()}): reprovisioning it")
+            self.show(f"DPU {dpu.name} is in Error ({dpu.failure_message()}): reprovisioning it")
             await self._reprovision_one(dpu_id)
         if self._hold_released:
             await self._release_if_held()
         failure = self._watch.failure()
         if failure is not None:
-            raise ApplicationError(
-                f"the DPF watcher of {self.host.host_id} failed: {failure}",
-                type="WatcherFailed",
-                non_retryable=True,
-            )
+            raise WatcherFailed(f"the DPF watch of {self.host.host_id} failed: {failure}")
 
-    async def mark_node_rebooted(self) -> None:
+    async def _intervene(self, reason: str) -> tuple[str, OperatorRequest]:
+        """Manual intervention: wait for `retry` or `mark_rebooted` (or `abort`, which raises)."""
+        return await self.await_decision(MANUAL_INTERVENTION_REQUIRED, reason, OPERATOR_ANSWERS)
+
+    # -- Kubernetes calls --------------------------------------------------------------------------
+    async def _call_kube(
+        self,
+        call: Callable[[ArgT], Awaitable[ResultT]],
+        arg: ArgT,
+        preset: workflow.ActivityConfig,
+        summary: str,
+    ) -> ResultT:
+        """One Kubernetes call, bounded by the policy's `kube_call_timeout_seconds`.
+
+        Past the bound: manual intervention (a visible stall an operator decides), then the call
+        again. An abort (or a cancel) while it runs or retries cancels it and waits until it has
+        ended (`kernel.Runbook.call`): the cleanup then reads a world no edit of this call changes
+        any more. In cleanup the call is neither abortable nor escalated: its failure is logged
+        by the cleanup and the run's own failure is the news.
+        """
+        seconds = self.policy.kube_call_timeout_seconds
+        options = kernel.options(kernel.bounded(preset, seconds), summary)
+        if self.cleaning_up:
+            return await workflow.execute_activity(call, arg, **options)
+        while True:
+            try:
+                return await self.call(call, arg, options)
+            except ActivityError as err:
+                # Past the bound the server either times the attempt out or stops retrying it
+                # (retry state TIMEOUT, the last attempt's error as the cause).
+                if not (isinstance(err.cause, TemporalTimeout) or err.retry_state == RetryState.TIMEOUT):
+                    raise
+                last = (err.cause.cause if isinstance(err.cause, TemporalTimeout) else None) or err.cause
+                await self._intervene(
+                    f"the Kubernetes call `{summary}` did not succeed within {seconds:g} s "
+                    f"(last error: {last})"
+                )
+
+    async def _mark_node_rebooted(self) -> None:
         """Remove the reboot-required annotation (only after a power cycle or an operator's word)."""
-        result: ChangeResult = await self.call_kube(
+        result: ChangeResult = await self._call_kube(
             activity_api.mark_dpu_node_rebooted,
             self.host,
-            common.KUBE_WRITE,
+            kernel.KUBE_WRITE,
             f"tell DPF {self.host.node_name()} was rebooted",
         )
         if result.changed:
             self._changes.append(f"removed the reboot-required annotation (generation {self.generation})")
-        self._restart_watcher_after_removal()
+        self._restart_watch_after_removal()
 
-    def _restart_watcher_after_removal(self) -> None:
-        """Watch again from the state as it is after our removal of the annotation.
+    def _restart_watch_after_removal(self) -> None:
+        """Read again from the state as it is after our removal of the annotation.
 
         Why: DPF may set the annotation again at once (a BF4's second round) and, with fast
-        phases, the old watcher can see removal and re-set as one unchanged state and signal
-        nothing; a signal it sent just before the removal would also still carry the
-        annotation. A new watcher numbered above the old one, whose baseline is "annotation
-        removed", signals any annotation it lists, and the old watcher's signals are dropped.
+        phases, the watch can see removal and re-set as one unchanged state and signal
+        nothing; a signal sent just before the removal would also still carry the annotation.
+        A new read, whose baseline is "annotation removed", sees any annotation set since.
         """
         state = self.state
         if state.node is not None:
             state = state.model_copy(update={"node": state.node.model_copy(update={"reboot_required": None})})
         self._watch.restart(state)
 
-    def dpf_asks_for_reboot(self) -> bool:
-        return self.state.node is not None and self.state.node.waiting_for_reboot
+    # -- the reboot --------------------------------------------------------------------------------
+    async def _reboot_and_confirm(self, marks_at_barrier: object) -> None:
+        """One reboot for the round DPF asked for, re-issued while DPF does not move on."""
+        retries = 0
+        await self._reboot_host(force_off=self.policy.force_off_from_retry == 0)
+        await self._acknowledge()
+        while True:
+            self.enter(
+                WAITING_FOR_DPF_AFTER_REBOOT,
+                f"DPF to move the DPUs on after the reboot to generation {self.generation}",
+            )
+            seconds = self.policy.reboot_wait_seconds
+            if await self.wait(
+                # The state after our removal has no annotation: one that appears is a new request.
+                lambda: self._dpu_marks() != marks_at_barrier or self._dpf_asks_for_reboot(),
+                timeout=seconds,
+                timeout_summary=f"{self.phase}: DPF silent {seconds:g} s after the reboot: power-cycle again",
+            ):
+                return
+            if retries < self.policy.max_power_cycle_retries:
+                if barrier.installing(self.state):
+                    return  # a DPU started installing meanwhile: back to the barrier
+                retries += 1
+                await self._reboot_host(force_off=retries >= self.policy.force_off_from_retry)
+                await self._acknowledge()
+                continue
+            decision, _ = await self._intervene(
+                f"DPF did not move on within {seconds:g} s of each of "
+                f"{plural(retries + 1, 'power cycle')} (last: generation {self.generation})"
+            )
+            if decision == "retry":
+                retries = 0
+            elif decision == "mark_rebooted":
+                await self._acknowledge()
 
-    def safe_to_power_cycle(self) -> bool:
-        return not barrier.installing(self.state)
+    async def _acknowledge(self) -> None:
+        await self._mark_node_rebooted()
+        self.cycled_without_ack = False
 
-    def dpu_marks(self) -> object:
-        return barrier.progress_marks(self.state, self._dpu_ids)
+    async def _reboot_host(self, *, force_off: bool) -> None:
+        while True:
+            self.power_cycles += 1
+            handle, self.generation = await start_next_reboot(
+                HostRebootInput(
+                    host_id=self.host.host_id,
+                    boot_generation=self.generation + 1,
+                    requested_by=self._request.requested_by,
+                    reason=self._request.reason or f"DPF asked for a reboot ({workflow.info().workflow_id})",
+                    force_off=force_off,
+                    policy=self.policy,
+                    escalate_bmc_failure=True,
+                ),
+                summary=f"reboot {self.host.host_id} to generation {{generation}}",
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            )
+            self._reboot_child = handle
+            how = "ForceOff then On" if force_off else "power cycle"
+            method = self.policy.reboot_method.value
+            self.enter(
+                REBOOTING_HOST, f"{how} of {self.host.host_id} to generation {self.generation} ({method})"
+            )
+            await self.wait(handle.done)
+            try:
+                result = await handle
+            except ChildWorkflowError as err:
+                cause = err.cause
+                if not (isinstance(cause, ApplicationError) and cause.type == BMCRebootFailed.__name__):
+                    raise RebootFailed(
+                        f"the reboot of {self.host.host_id} to generation {self.generation} failed: {cause}"
+                    ) from err
+                bmc_failure = cause.message
+            else:
+                self.cycled_without_ack = True
+                workflow.logger.info("host %s rebooted by %s", result.host_id, result.method)
+                return
+            finally:
+                self._reboot_child = None
+            # The BMC could not reboot it: a person decides, told why (no reboot happened by us).
+            decision, _ = await self._intervene(
+                f"{bmc_failure}; `retry` once the BMC is fixed, `mark_rebooted` once {self.host.host_id} "
+                "was rebooted by hand"
+            )
+            if decision == "mark_rebooted":
+                self.cycled_without_ack = True
+                return
 
-    @property
-    def state_changes(self) -> int:
-        return self._watch.changes
+    async def _cancel_reboot_in_flight(self) -> None:
+        """Cleanup: cancel the reboot child (a BMC cycle in flight finishes first)."""
+        handle = self._reboot_child
+        if handle is None or handle.done():
+            return
+        handle.cancel()
+        try:
+            await handle
+            self.cycled_without_ack = True
+        except BaseException as err:  # noqa: BLE001 - the cancellation itself is expected here
+            workflow.logger.info("reboot child ended on cleanup: %s", err)
+        self._reboot_child = None
 
     # -- state --------------------------------------------------------------------------------------
     @property
@@ -439,6 +659,12 @@ class HostOperationWorkflow(Escalation):
     @property
     def state(self) -> HostDPFState:
         return self._watch.state or HostDPFState(host_id=self._request.host_id)
+
+    def _dpf_asks_for_reboot(self) -> bool:
+        return self.state.node is not None and self.state.node.waiting_for_reboot
+
+    def _dpu_marks(self) -> object:
+        return barrier.progress_marks(self.state, self._dpu_ids)
 
     def _dpu_ref(self, dpu_id: str) -> DPURef:
         return DPURef(host_id=self.host.host_id, dpu_id=dpu_id, namespace=self.host.namespace)
@@ -463,10 +689,10 @@ class HostOperationWorkflow(Escalation):
           the reboot DPF asked for happened, and DPF would otherwise wait for it forever.
         """
         self.cleaning_up = True
-        await self.cancel_reboot_in_flight()
+        await self._cancel_reboot_in_flight()
         if self.cycled_without_ack:
             try:
-                await self.mark_node_rebooted()
+                await self._mark_node_rebooted()
             except Exception as ack_err:  # noqa: BLE001 - best effort: the failure below is the news
                 workflow.logger.warning("could not acknowledge the reboot during cleanup: %s", ack_err)
         self._enter_end(err, changed="; ".join(self._changes) or "nothing")
@@ -475,5 +701,5 @@ class HostOperationWorkflow(Escalation):
 
     def _enter_end(self, err: BaseException, *, changed: str) -> None:
         """The final phase and details of a run that ends early: what ended it, what it changed."""
-        phase, why = common.ending(err)
+        phase, why = kernel.ending(err)
         self.enter(phase, f"{why}; generation reached {self.generation}. Changed by this run: {changed}")

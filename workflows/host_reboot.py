@@ -21,29 +21,27 @@ During the power-down wait of ForceOff / wait / On the wait is cut and On sent a
 `power_cycle_host` the BMC is read (every `STOP_POLL_SECONDS`) until the host is seen Off, then
 the activity is cancelled (and awaited) and On sent; a cycle that ends first simply ends. A
 manual wait just ends. Still queued for the BMC's lease (nothing sent to the BMC), the queued
-place is given back and nothing is sent at all (`LEASE_QUEUE_STOP_PATCH`). Cancelled, the
+place is given back and nothing is sent at all. Cancelled, the
 workflow completes with its result when the host was cycled (the canceller must know a reboot
 happened); aborted, it fails with `OperationAborted` whose details carry the generation reached
 when the host was cycled; a cancel that stopped it before the BMC was touched ends it cancelled.
 
 The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py`,
 `METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
-for it, the workflow waits on a signal, holding no activity slot. Runs that started before the
-lease existed keep their old command sequence (`workflow.patched(BMC_LEASE_PATCH)`).
+for it, the workflow waits on a signal, holding no activity slot.
 
-One step before the cycle (`LEASE_ONE_STEP_PATCH`): the inventory and the lease request are one
-activity, `lease_host_bmc`, whose result carries the grant when the BMC has a free slot (an
+One step before the cycle: the inventory and the lease request are one activity,
+`lease_host_bmc`, whose result carries the grant when the BMC has a free slot (an
 update-with-start of the lease, `activities/bmc_lease.py`). Between the reboot's start and
-`power_cycle_host` there is then one activity and two workflow tasks of this run (before: two
-activities, four workflow tasks, and the lease's own task signalling the grant): on a busy
+`power_cycle_host` there is then one activity and two workflow tasks of this run: on a busy
 worker each workflow task waits its turn, so this is most of DPF's ask-to-reset time. A BMC at
-its limit answers "queued" and the run waits for the grant signal as before. A cancel while the
-step runs waits for it (it is short) and gives back what it got; an abort likewise.
+its limit answers "queued" and the run waits for the grant signal. A cancel while the step runs
+waits for it (it is short) and gives back what it got; an abort likewise.
 
 Cost and worst-case history: one activity slot during the cycle; about 20 events by BMC (25 with
-ForceOff, its wait a durable timer) plus 19 for the lease (an activity, a timer, the grant
-signal, the release signal: 39 measured; with the one step and a free BMC 27 measured,
-tests/histories/host_reboot_bmc_lease_one_step.json), about 12 plus 2 per confirmation signal when manual.
+ForceOff, its wait a durable timer) plus the lease's share: with a free BMC the one step and the
+release signal (27 in all, tests/histories/host_reboot_bmc.json), queued a timer and the grant
+signal more; about 12 plus 2 per confirmation signal when manual.
 A stop adds at most `STOP_POLLS` x (one power read + one timer) = about 8 events each, then a
 cancellation and an On: bounded by about 220 events.
 """
@@ -52,16 +50,16 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
-from temporalio.workflow import ActivityCancellationType
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
 
-    from contracts import activity_api, names, priorities
+    from contracts import activity_api, names, priorities, workflow_api
+    from contracts.errors import BMCRebootFailed, InvalidInput
     from contracts.models.bmc_lease import (
         BMC_LEASE_GRANTED_SIGNAL,
         LeaseGrant,
@@ -70,15 +68,13 @@ with workflow.unsafe.imports_passed_through():
         LeaseHostBMCResult,
         RequestLeaseResult,
     )
+    from contracts.models.control import OperatorAnswer, OperatorRequest
     from contracts.models.host import (
-        ABORT_UPDATE,
         HOST_REBOOTED_SIGNAL,
         HOST_REBOOTED_UPDATE,
         MARK_REBOOTED_UPDATE,
         HostRebootInput,
         HostRebootResult,
-        OperationAnswer,
-        OperatorRequest,
         RebootMethod,
     )
     from contracts.models.inventory import HostInventory, HostLookup
@@ -90,40 +86,34 @@ with workflow.unsafe.imports_passed_through():
         SetPowerResult,
         SystemPower,
     )
-    from workflows import common
+    from workflows import kernel
     from workflows.bmc_lease import LEASE_CALL, BMCLeaseHolder
-    from workflows.reboot_failure import BMC_REBOOT_FAILED, bmc_failure_reason
+    from workflows.reboot_failure import bmc_failure_reason
 
 _WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
 MAX_SPENT_GENERATIONS = 50  # generations an earlier run used; each costs one refused start
-POWERING: str = "powering"
-WAITING_FOR_MANUAL_REBOOT: str = "waiting-for-manual-reboot"
-REBOOTED: str = "rebooted"
-BMC_LEASE_PATCH = "bmc-fleet-lease"
-ABORTED_TYPE = "OperationAborted"
-# Changed command sequences, guarded for histories recorded before them (tests/histories/*).
-STOP_PATCH = "reboot-stop-cuts-power-down-wait"
-LEASE_QUEUE_STOP_PATCH = "reboot-stop-withdraws-from-lease-queue"
-LEASE_ONE_STEP_PATCH = "reboot-lease-in-one-step"  # inventory + lease request in one activity
+POWERING = "powering"
+WAITING_FOR_MANUAL_REBOOT = "waiting-for-manual-reboot"
+REBOOTED = "rebooted"
 STOP_POLL_SECONDS = 2.0  # how often a stop reads the BMC while power_cycle_host has not turned it off
 STOP_POLLS = 20  # then the cycle is simply awaited (it is past its Off-to-On wait by then)
 
 
 @workflow.defn(name="HostRebootWorkflow")
-class HostRebootWorkflow:
+class HostRebootWorkflow(kernel.Abortable):
     """Reboot a host once for one boot generation."""
+
+    ENDED: ClassVar = (REBOOTED, "failed", "aborted", "cancelled")
 
     @workflow.init
     def __init__(self, request: HostRebootInput) -> None:
+        super().__init__()
         self._request = request
         self._confirmation: OperatorRequest | None = None
         self._waiting_for_person = False
         self._leases = BMCLeaseHolder()
-        self._abort: OperatorRequest | None = None
         self._stopping = False  # cut the power-down wait, stop the cycle activity once Off
         self._cycle_activity: asyncio.Future[PowerCycleResult] | None = None
-        self._phase = "starting"  # name: details, as the validators quote it
-        self._phase_name = "starting"
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -133,24 +123,20 @@ class HostRebootWorkflow:
         )
         if request.policy.reboot_method == RebootMethod.MANUAL:
             return await self._wait_for_manual_reboot("the reboot method is manual")
-        asked: tuple[LeaseHolder, RequestLeaseResult] | None = None
-        if workflow.patched(LEASE_ONE_STEP_PATCH):
-            inventory, asked = await self._resolve_and_ask_lease()
-            if self._abort is not None:
-                await self._leases.give_back(asked[1], asked[0])
-        else:
-            inventory = await self._resolve_inventory()
+        inventory, asked = await self._resolve_and_ask_lease()
+        if self.aborting:
+            await self._leases.give_back(asked[1], asked[0])
         self._raise_if_aborted(cycled=False)
         try:
             method, resets = await self._power_cycle(inventory, asked)
         except ActivityError as err:
             why = bmc_failure_reason(request.host_id, err)
             if request.escalate_bmc_failure:
-                self._enter("failed", why)
-                raise ApplicationError(why, type=BMC_REBOOT_FAILED, non_retryable=True) from err
+                self.enter("failed", why)
+                raise BMCRebootFailed(why) from err
             return await self._wait_for_manual_reboot(why)
         self._raise_if_aborted(cycled=True)
-        self._enter(REBOOTED, f"generation {request.boot_generation} by {method}")
+        self.enter(REBOOTED, f"generation {request.boot_generation} by {method}")
         return HostRebootResult(
             host_id=request.host_id,
             boot_generation=request.boot_generation,
@@ -159,6 +145,7 @@ class HostRebootWorkflow:
             finished_at=workflow.now(),
         )
 
+    # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=HOST_REBOOTED_SIGNAL)
     def host_rebooted(self, confirmation: OperatorRequest) -> None:
         """Someone rebooted the host (the first confirmation counts)."""
@@ -171,10 +158,10 @@ class HostRebootWorkflow:
         self._leases.granted(grant)
 
     @workflow.update(name=MARK_REBOOTED_UPDATE)
-    def mark_rebooted(self, confirmation: OperatorRequest) -> OperationAnswer:
+    def mark_rebooted(self, confirmation: OperatorRequest) -> OperatorAnswer:
         """Like `host_rebooted`, with an answer; only while waiting for a person."""
         self.host_rebooted(confirmation)
-        return OperationAnswer(accepted=True, message=f"reboot of {self._request.host_id} confirmed")
+        return OperatorAnswer(accepted=True, message=f"reboot of {self._request.host_id} confirmed")
 
     @mark_rebooted.validator
     def _validate_mark_rebooted(self, confirmation: OperatorRequest) -> None:
@@ -182,39 +169,31 @@ class HostRebootWorkflow:
             raise ValueError("this reboot is not waiting for a person: the BMC is rebooting the host")
 
     @workflow.update(name=HOST_REBOOTED_UPDATE)
-    def host_rebooted_update(self, confirmation: OperatorRequest) -> OperationAnswer:
+    def host_rebooted_update(self, confirmation: OperatorRequest) -> OperatorAnswer:
         """`host_rebooted` with an answer: refused, naming the phase, unless a person is awaited."""
         self.host_rebooted(confirmation)
-        return OperationAnswer(accepted=True, message=f"reboot of {self._request.host_id} confirmed")
+        return OperatorAnswer(accepted=True, message=f"reboot of {self._request.host_id} confirmed")
 
     @host_rebooted_update.validator
     def _validate_host_rebooted(self, confirmation: OperatorRequest) -> None:
         if not self._waiting_for_person:
             raise ValueError(
-                f"{workflow.info().workflow_id} is not waiting for a manual reboot: it is {self._phase}"
+                f"{workflow.info().workflow_id} is not waiting for a manual reboot: "
+                f"it is {self.phase}: {self.details}"
             )
 
-    @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: OperatorRequest) -> OperationAnswer:
-        """Stop: a manual wait ends; a BMC cycle is cut short with the host powered back on."""
-        self._abort = request
+    def on_abort(self) -> None:
         self._stopping = True
+
+    def abort_promise(self) -> str:
         if self._waiting_for_person:
             what = "the manual reboot wait ends; nothing was rebooted by metalflow"
         else:
             what = "a power cycle in flight is cut short and the host powered back on if we turned it off"
-        return OperationAnswer(accepted=True, message=f"aborting ({self._phase}): {what}")
-
-    @abort.validator
-    def _validate_abort(self, request: OperatorRequest) -> None:
-        if self._phase_name in (REBOOTED, "failed", "aborted"):
-            raise ValueError(f"the reboot to generation {self._request.boot_generation} is already done")
-        if self._abort is not None:
-            raise ValueError(f"already aborting (asked by {self._abort.requested_by})")
+        return f"aborting ({self.phase}: {self.details}): {what}"
 
     def _raise_if_aborted(self, *, cycled: bool) -> None:
-        abort = self._abort
-        if abort is None:
+        if not self.aborting:
             return
         generation = self._request.boot_generation
         done = (
@@ -222,23 +201,11 @@ class HostRebootWorkflow:
             if cycled
             else "the host was not rebooted by metalflow"
         )
-        why = f"aborted by {abort.requested_by}: {abort.reason or 'no reason given'}; {done}"
-        self._enter("aborted", why)
-        details = ({"boot_generation": generation},) if cycled else ()
-        raise ApplicationError(why, *details, type=ABORTED_TYPE, non_retryable=True)
+        error = self.aborted(done, *(({"boot_generation": generation},) if cycled else ()))
+        self.enter("aborted", error.message)
+        raise error
 
-    def _enter(self, phase: str, details: str) -> None:
-        self._phase, self._phase_name = f"{phase}: {details}", phase
-        common.enter_phase(phase, details)
-
-    async def _resolve_inventory(self) -> HostInventory:
-        inventory: HostInventory = await workflow.execute_activity(
-            activity_api.resolve_host_inventory,
-            HostLookup(host_id=self._request.host_id),
-            **common.options(common.INVENTORY, f"resolve the BMC of {self._request.host_id}"),
-        )
-        return inventory
-
+    # -- the steps -------------------------------------------------------------------------------
     async def _resolve_and_ask_lease(self) -> tuple[HostInventory, tuple[LeaseHolder, RequestLeaseResult]]:
         holder = self._leases.new_request()
         step = workflow.start_activity(
@@ -246,7 +213,7 @@ class HostRebootWorkflow:
             LeaseHostBMCInput(lookup=HostLookup(host_id=self._request.host_id), holder=holder),
             # Unlimited attempts as for any lease request (a non-retryable error, e.g. an unknown
             # host, still fails at once): a busy Temporal is waited for, not a failed reboot.
-            **common.options(
+            **kernel.options(
                 LEASE_CALL, f"resolve the BMC of {self._request.host_id} and ask its lease for a slot"
             ),
         )
@@ -260,34 +227,32 @@ class HostRebootWorkflow:
                 pass  # failed for good: it holds nothing (a lost answer's slot is reclaimed)
             else:
                 await self._leases.give_back(got.lease, holder)
-            self._enter("cancelled", "cancelled before the power cycle: not rebooted")
+            self.enter("cancelled", "cancelled before the power cycle: not rebooted")
             raise cancelled
         got = await step
         return got.inventory, (holder, got.lease)
 
     async def _power_cycle(
-        self, inventory: HostInventory, asked: tuple[LeaseHolder, RequestLeaseResult] | None = None
+        self, inventory: HostInventory, asked: tuple[LeaseHolder, RequestLeaseResult]
     ) -> tuple[str, tuple[str, ...]]:
         request = self._request
         how = "ForceOff then On" if request.force_off else "power cycle"
-        self._enter(POWERING, f"{how} for generation {request.boot_generation}")
+        self.enter(POWERING, f"{how} for generation {request.boot_generation}")
         # The whole cycle is one task that a cancel request never cuts: cut between Off and On, it
         # would leave the host off. A stop (cancel or abort) shortens it instead (`_stop_cycle`).
         cycle = asyncio.ensure_future(self._power_under_lease(inventory, how, asked))
         try:
-            await workflow.wait_condition(lambda: cycle.done() or self._abort is not None)
+            await workflow.wait_condition(lambda: cycle.done() or self.aborting)
         except asyncio.CancelledError:
             workflow.logger.info("cancelled during the %s: powering the host back on first", how)
             # The reboot happens anyway (the cancel came too late to stop it): report it done, so
             # the operation that cancelled it still tells DPF the host was rebooted. A cycle that
             # fails now goes to the manual reboot wait, as it would uncancelled: the host may be off.
-            if not workflow.patched(STOP_PATCH):
-                return await cycle  # recorded before stops cut the wait: it waited the wait out
             if await self._withdrew_from_lease_queue(cycle):
-                self._enter("cancelled", "cancelled while queued for the BMC's lease: not rebooted")
+                self.enter("cancelled", "cancelled while queued for the BMC's lease: not rebooted")
                 raise
             return await self._stop_cycle(inventory, cycle)
-        if not cycle.done():  # aborted (an update after the patch)
+        if not cycle.done():  # aborted
             if await self._withdrew_from_lease_queue(cycle):
                 self._raise_if_aborted(cycled=False)
             return await self._stop_cycle(inventory, cycle)
@@ -295,8 +260,8 @@ class HostRebootWorkflow:
 
     async def _withdrew_from_lease_queue(self, cycle: asyncio.Future[tuple[str, tuple[str, ...]]]) -> bool:
         """A stop while the cycle still waits for its BMC lease: nothing was sent to the BMC, so
-        the reboot is not done at all (before this patch it waited for the slot, then cycled)."""
-        if not self._leases.queued or not workflow.patched(LEASE_QUEUE_STOP_PATCH):
+        the reboot is not done at all."""
+        if not self._leases.queued:
             return False
         cycle.cancel()  # `BMCLeaseHolder.hold` gives the queued place back, then ends cancelled
         try:
@@ -319,7 +284,7 @@ class HostRebootWorkflow:
             power: SystemPower = await workflow.execute_activity(
                 activity_api.read_power_state,
                 ReadPowerStateInput(bmc=inventory.bmc),
-                **common.options(common.BMC_READ, f"read the power of {self._request.host_id} to stop"),
+                **kernel.options(kernel.BMC_READ, f"read the power of {self._request.host_id} to stop"),
             )
             if power.power_state == "Off":
                 # Off: the cycle is in its Off-to-On wait (or between its steps); the activity may
@@ -340,12 +305,10 @@ class HostRebootWorkflow:
         return await cycle
 
     async def _power_under_lease(
-        self, inventory: HostInventory, how: str, asked: tuple[LeaseHolder, RequestLeaseResult] | None
+        self, inventory: HostInventory, how: str, asked: tuple[LeaseHolder, RequestLeaseResult]
     ) -> tuple[str, tuple[str, ...]]:
         """The cycle (or ForceOff/On) inside a slot of the BMC's fleet-wide lease."""
         work = self._force_off_then_on if self._request.force_off else self._cycle_once
-        if asked is None and not workflow.patched(BMC_LEASE_PATCH):
-            return await work(inventory)
         async with self._leases.hold(inventory.bmc, f"{how} of {self._request.host_id}", asked):
             return await work(inventory)
 
@@ -353,10 +316,8 @@ class HostRebootWorkflow:
         off = await self._set_power(inventory, "ForceOff")
         seconds = self._request.policy.power_down_wait_seconds
         summary = f"power-down wait: {self._request.host_id} stays off before On"
-        if not workflow.patched(STOP_PATCH):
-            await workflow.sleep(timedelta(seconds=seconds), summary=summary)
-        elif seconds > 0 and not self._stopping:
-            try:  # the same durable timer, cut short by a stop
+        if seconds > 0 and not self._stopping:
+            try:  # a durable timer, cut short by a stop
                 await workflow.wait_condition(
                     lambda: self._stopping, timeout=timedelta(seconds=seconds), timeout_summary=summary
                 )
@@ -367,7 +328,7 @@ class HostRebootWorkflow:
 
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         request = self._request
-        self._cycle_activity = workflow.start_activity(
+        self._cycle_activity = kernel.start_cancellable(
             activity_api.power_cycle_host,
             PowerCycleInput(
                 bmc=inventory.bmc,
@@ -375,11 +336,10 @@ class HostRebootWorkflow:
                 requested_at=workflow.info().start_time,
                 power_down_wait_seconds=request.policy.power_down_wait_seconds,
             ),
-            **common.options(
-                common.power_cycle_options(request.policy.power_down_wait_seconds),
+            # A stop cancels it only once the host is Off, and must know it stopped before On.
+            kernel.options(
+                kernel.power_cycle_options(request.policy.power_down_wait_seconds),
                 f"power cycle {request.host_id} to generation {request.boot_generation}",
-                # A stop cancels it only once the host is Off, and must know it stopped before On.
-                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             ),
         )
         cycle: PowerCycleResult = await self._cycle_activity
@@ -389,23 +349,23 @@ class HostRebootWorkflow:
         return workflow.start_activity(
             activity_api.set_power_state,
             SetPowerInput(bmc=inventory.bmc, reset_type=reset_type),
-            **common.options(common.BMC_READ, f"{reset_type} {self._request.host_id}"),
+            **kernel.options(kernel.BMC_READ, f"{reset_type} {self._request.host_id}"),
         )
 
     async def _wait_for_manual_reboot(self, why: str) -> HostRebootResult:
         self._waiting_for_person = True
-        self._enter(
+        self.enter(
             WAITING_FOR_MANUAL_REBOOT,
             f"{why}; reboot {self._request.host_id} and send the signal `{HOST_REBOOTED_SIGNAL}` "
             f"(`metalflow host-rebooted {self._request.host_id}`)",
         )
-        await workflow.wait_condition(lambda: self._confirmation is not None or self._abort is not None)
+        await workflow.wait_condition(lambda: self._confirmation is not None or self.aborting)
         self._waiting_for_person = False
         if self._confirmation is None:
             self._raise_if_aborted(cycled=False)
         confirmation = self._confirmation
         assert confirmation is not None
-        self._enter(REBOOTED, f"confirmed by {confirmation.requested_by}")
+        self.enter(REBOOTED, f"confirmed by {confirmation.requested_by}")
         await workflow.wait_condition(workflow.all_handlers_finished)
         return HostRebootResult(
             host_id=self._request.host_id,
@@ -423,7 +383,6 @@ async def start_next_reboot(
     parent_close_policy: workflow.ParentClosePolicy,
     cancellation_type: workflow.ChildWorkflowCancellationType = _WAIT_FOR_CANCELLATION,
     search_attributes: TypedSearchAttributes | None = None,
-    decode_result: bool = True,
 ) -> tuple[workflow.ChildWorkflowHandle[Any, HostRebootResult], int]:
     """Start the reboot of the first generation from `request.boot_generation` on that no reboot used.
 
@@ -439,21 +398,17 @@ async def start_next_reboot(
         parent_close_policy: What becomes of the reboot when the caller closes.
         cancellation_type: How cancelling the caller reaches the reboot.
         search_attributes: The child's search attributes at start (the entity sets Site too).
-        decode_result: False: the handle answers the result as sent (a dict), for a caller that
-            must not fail on a result it cannot decode (the entity reads one field of it).
 
     Returns:
         The child's handle and the generation it reboots to.
     """
     generation = request.boot_generation
-    legacy = not common.short_ids()
     for _ in range(MAX_SPENT_GENERATIONS):
         try:
             handle = await workflow.start_child_workflow(
-                "HostRebootWorkflow",
+                workflow_api.HostRebootWorkflow.run,
                 request.model_copy(update={"boot_generation": generation}),
-                id=names.host_reboot_workflow_id(request.host_id, generation, legacy=legacy),
-                result_type=HostRebootResult if decode_result else None,
+                id=names.host_reboot_workflow_id(request.host_id, generation),
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 parent_close_policy=parent_close_policy,
                 cancellation_type=cancellation_type,
@@ -467,10 +422,8 @@ async def start_next_reboot(
                 "generation %d of %s already used: taking the next", generation, request.host_id
             )
             generation += 1
-    raise ApplicationError(
-        f"boot generations {request.boot_generation}..{generation - 1} of {request.host_id} are all spent",
-        type="InvalidInput",
-        non_retryable=True,
+    raise InvalidInput(
+        f"boot generations {request.boot_generation}..{generation - 1} of {request.host_id} are all spent"
     )
 
 

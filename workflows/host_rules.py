@@ -1,46 +1,49 @@
-"""The host entity's state, its rules and what it shows, mixed into `HostWorkflow` (workflows/host.py).
+"""The host entity's rules, as plain functions of what it knows (`workflows/host.py` applies them).
 
-`HostEntityState` holds what the entity knows (instance, boot generation, the one operation in
-flight or awaiting approval, recent outcomes, the auto-approval window) and the rules every
-handler checks twice, in its validator and again under the lock: busy, assigned, the instance's
-assignment and release, whether a request needs approval, which request a `withdraw` names. It
-records an operation's end (`_finish`) and shows the phase (current details and the
-`Instance`/`PhaseSince` upserts).
+Every handler of `HostWorkflow` checks a rule twice, in its validator and again under its lock;
+both call the same function here, which raises the entity's refusal (a `contracts.errors` type
+naming what stands in the way) or returns. Also here: the input of each operation's child, an
+ended child's outcome in the entity's words, and the phase the entity shows.
 
-Cost per host: no activities, no watches; one `Instance`/`PhaseSince` upsert per phase change
-(counted in the worst-case history of workflows/host.py); at most RECENT_LIMIT records kept.
+No Temporal commands: pure functions and one dataclass. Cost: none.
 """
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError, TerminatedError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import names
+    from contracts.errors import (
+        HostBusy,
+        InstanceConflict,
+        NothingAwaitsApproval,
+        OperationAborted,
+        OperationStarted,
+    )
     from contracts.models.host import (
         AssignInstanceRequest,
+        FirmwareInput,
         FirmwareRequest,
+        HostOperationInput,
+        HostOperationKind,
+        HostRebootInput,
+        HostRemovalInput,
         HostWorkflowInput,
         OperationRecord,
         OperationRequest,
         WithdrawRequest,
     )
-    from workflows.common import enter_phase
+    from contracts.wording import aborted_outcome
 
 RECENT_LIMIT: Final = 20
 IDLE: Final = "idle"
 AWAITING_APPROVAL: Final = "awaiting-approval"
-BUSY_ERROR: Final = "HostBusy"
-NOT_AWAITING_ERROR: Final = "NothingAwaitsApproval"
-STARTED_ERROR: Final = "OperationStarted"  # `withdraw` came too late: abort the operation instead
-INSTANCE_ERROR: Final = "InstanceConflict"
-# Entities started before it set Instance and PhaseSince too (for `host list`); old runs do not.
-LIST_ATTRIBUTES_PATCH: Final = "entity-instance-and-phase-since"
 
 
 @dataclass
@@ -57,141 +60,163 @@ class CurrentOperation:
         return "is in flight" if self.approved else "awaits approval"
 
 
-class HostEntityState:
-    """What the entity knows and the rules its handlers apply; `HostWorkflow` adds the handlers."""
+def refuse_if_busy(host_id: str, current: CurrentOperation | None, operation: str) -> None:
+    """One operation at a time: refused while another runs or awaits approval, naming it."""
+    if current is None:
+        return
+    record = current.record
+    raise HostBusy(
+        f"host {host_id} is busy: {record.operation} {current.state} "
+        f"(workflow {record.workflow_id}, requested by {record.requested_by}); {operation} refused"
+    )
 
-    def __init__(self, start: HostWorkflowInput) -> None:
-        self._input = start
-        self._instance = start.instance
-        self._boot_generation = start.boot_generation
-        self._recent: list[OperationRecord] = list(start.recent)
-        self._auto_approved_until = start.auto_approved_until
-        self._phase_since = start.phase_since  # carried across continue-as-new (always idle then)
-        self._shown_phase: str | None = IDLE if start.phase_since is not None else None
-        self._current: CurrentOperation | None = None
-        self._logged_phase: tuple[str, str] | None = None  # last logged, not a command: replay-safe
-        self._lock = asyncio.Lock()
 
-    # -- rules ----------------------------------------------------------------------------------
+def refuse_if_assigned(
+    host_id: str, instance: str | None, request: OperationRequest | FirmwareRequest
+) -> None:
+    """A campaign that skips assigned hosts asks this, so the check and the start are atomic."""
+    if request.refuse_if_assigned and instance is not None:
+        raise InstanceConflict(
+            f"host {host_id} is assigned to instance {instance}; skipped (refuse_if_assigned)"
+        )
 
-    def _refuse_if_busy(self, operation: str) -> None:
-        current = self._current
-        if current is None:
-            return
+
+def refuse_assignment(
+    host_id: str, instance: str | None, current: CurrentOperation | None, request: AssignInstanceRequest
+) -> None:
+    """An instance is taken only by an idle host that holds no other instance."""
+    if current is not None:
         record = current.record
-        raise ApplicationError(
-            f"host {self._input.host_id} is busy: {record.operation} {current.state} "
-            f"(workflow {record.workflow_id}, requested by {record.requested_by}); "
-            f"{operation} refused",
-            type=BUSY_ERROR,
-            non_retryable=True,
+        raise HostBusy(
+            f"host {host_id} cannot take instance {request.instance}: "
+            f"{record.operation} {current.state} (workflow {record.workflow_id})"
         )
+    if instance is not None and instance != request.instance:
+        raise InstanceConflict(f"host {host_id} is assigned to instance {instance}; release it first")
 
-    def _refuse_if_assigned(self, request: OperationRequest | FirmwareRequest) -> None:
-        # A campaign that skips assigned hosts asks this, so the check and the start are atomic.
-        if request.refuse_if_assigned and self._instance is not None:
-            raise ApplicationError(
-                f"host {self._input.host_id} is assigned to instance {self._instance}; "
-                f"skipped (refuse_if_assigned)",
-                type=INSTANCE_ERROR,
-                non_retryable=True,
-            )
 
-    def _refuse_assignment(self, request: AssignInstanceRequest) -> None:
-        if self._current is not None:
-            record = self._current.record
-            raise ApplicationError(
-                f"host {self._input.host_id} cannot take instance {request.instance}: "
-                f"{record.operation} {self._current.state} (workflow {record.workflow_id})",
-                type=BUSY_ERROR,
-                non_retryable=True,
-            )
-        if self._instance is not None and self._instance != request.instance:
-            raise ApplicationError(
-                f"host {self._input.host_id} is assigned to instance {self._instance}; release it first",
-                type=INSTANCE_ERROR,
-                non_retryable=True,
-            )
+def refuse_release(host_id: str, instance: str | None, request: AssignInstanceRequest) -> None:
+    """Only the instance the host holds is released."""
+    if instance != request.instance:
+        raise InstanceConflict(f"host {host_id} holds {instance or 'no instance'}, not {request.instance}")
 
-    def _refuse_release(self, request: AssignInstanceRequest) -> None:
-        if self._instance != request.instance:
-            held = self._instance or "no instance"
-            raise ApplicationError(
-                f"host {self._input.host_id} holds {held}, not {request.instance}",
-                type=INSTANCE_ERROR,
-                non_retryable=True,
-            )
 
-    def _needs_approval(self) -> bool:
-        if self._instance is None:
-            return False
-        until = self._auto_approved_until
-        return until is None or workflow.now() >= until
+def refuse_approval(current: CurrentOperation | None) -> CurrentOperation:
+    """What `approve` approves: the operation awaiting approval, or the refusal."""
+    if current is None or current.approved:
+        raise NothingAwaitsApproval("nothing awaits approval")
+    return current
 
-    def _awaiting(self, request: WithdrawRequest) -> CurrentOperation:
-        current = self._current
-        if current is not None and current.record.workflow_id == request.workflow_id and current.approved:
-            raise ApplicationError(
-                f"{request.workflow_id} was approved and started: abort it instead",
-                type=STARTED_ERROR,
-                non_retryable=True,
-            )
-        if current is None or current.record.workflow_id != request.workflow_id:
-            raise ApplicationError(
-                f"{request.workflow_id} does not await approval on host {self._input.host_id}",
-                type=NOT_AWAITING_ERROR,
-                non_retryable=True,
-            )
-        return current
 
-    def _reached(self, generation: object) -> None:
-        if isinstance(generation, int) and generation > self._boot_generation:
-            self._boot_generation = generation
+def awaiting(host_id: str, current: CurrentOperation | None, request: WithdrawRequest) -> CurrentOperation:
+    """The operation a `withdraw` names, still awaiting approval; or the refusal."""
+    if current is not None and current.record.workflow_id == request.workflow_id and current.approved:
+        raise OperationStarted(f"{request.workflow_id} was approved and started: abort it instead")
+    if current is None or current.record.workflow_id != request.workflow_id:
+        raise NothingAwaitsApproval(f"{request.workflow_id} does not await approval on host {host_id}")
+    return current
 
-    def _finish(self, current: CurrentOperation, outcome: str) -> None:
-        self._recent.append(
-            current.record.model_copy(update={"outcome": outcome, "finished_at": workflow.now()})
+
+def needs_approval(instance: str | None, auto_approved_until: datetime | None, now: datetime) -> bool:
+    """A disruptive request on an assigned host waits for `approve`, unless an approval's
+    auto-approval window for that instance is still open."""
+    if instance is None:
+        return False
+    return auto_approved_until is None or now >= auto_approved_until
+
+
+def child_id(operation: str, host_id: str, boot_generation: int) -> str:
+    """The business-key id of an operation's child (a reboot: the next boot generation)."""
+    if operation == names.REBOOT:
+        return names.host_reboot_workflow_id(host_id, boot_generation + 1)
+    return names.host_operation_workflow_id(operation, host_id)
+
+
+def child_input(
+    start: HostWorkflowInput, operation: str, request: OperationRequest | FirmwareRequest, generation: int
+) -> FirmwareInput | HostRebootInput | HostRemovalInput | HostOperationInput:
+    """The input of an operation's child, from the request and what the entity knows."""
+    host = start.host_id
+    if isinstance(request, FirmwareRequest):
+        return FirmwareInput(
+            host_id=host,
+            target_version=request.target_version,
+            image_uri=request.image_uri,
+            dpu_ids=request.dpu_ids,
+            requested_by=request.requested_by,
+            boot_generation=generation,
+            policy=start.policy,
         )
-        del self._recent[:-RECENT_LIMIT]
-        self._current = None
-        self._show_phase()
-        workflow.logger.info("%s of %s: %s", current.record.operation, self._input.host_id, outcome)
-
-    # -- visibility -----------------------------------------------------------------------------
-
-    def _phase(self) -> str:
-        if self._current is None:
-            return IDLE
-        if not self._current.approved:
-            return AWAITING_APPROVAL
-        return f"running {self._current.record.operation}"
-
-    def _show_phase(self) -> None:
-        phase = self._phase()
-        instance = f"instance {self._instance}" if self._instance else "no instance"
-        if self._current is None:
-            last = self._recent[-1] if self._recent else None
-            details = f"{instance}; boot generation {self._boot_generation}"
-            if last is not None:
-                details += f"; last: {last.operation} {last.outcome}"
-        else:
-            record = self._current.record
-            details = (
-                f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {instance}"
-            )
-        # The run's first `_show_phase` can already see an operation that the same activation's
-        # update accepted, then shows it again once started: the same line is logged once.
-        enter_phase(phase, details, log=(phase, details) != self._logged_phase)
-        self._logged_phase = (phase, details)
-        if workflow.patched(LIST_ATTRIBUTES_PATCH):
-            if phase != self._shown_phase or self._phase_since is None:
-                self._shown_phase, self._phase_since = phase, workflow.now()
-            held = self._instance
-            assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
-            workflow.upsert_search_attributes([assigned, names.PHASE_SINCE.value_set(self._phase_since)])
-
-    def _history_is_long(self) -> bool:
-        info = workflow.info()
-        return info.is_continue_as_new_suggested() or info.get_current_history_length() > (
-            self._input.max_history_events
+    policy = request.policy or start.policy
+    if operation == names.REBOOT:
+        return HostRebootInput(
+            host_id=host,
+            boot_generation=generation + 1,
+            requested_by=request.requested_by,
+            reason=request.reason,
+            policy=policy,
         )
+    if operation == names.REMOVE:
+        return HostRemovalInput(
+            host_id=host,
+            dpu_ids=request.dpu_ids,
+            force=request.force,
+            requested_by=request.requested_by,
+            reason=request.reason,
+            policy=policy,
+        )
+    return HostOperationInput(
+        host_id=host,
+        kind=HostOperationKind(operation),
+        dpu_ids=request.dpu_ids,
+        requested_by=request.requested_by,
+        reason=request.reason,
+        boot_generation=generation,
+        policy=policy,
+    )
+
+
+def outcome_of(err: ChildWorkflowError) -> str:
+    """How a child that did not complete ended, in the entity's words."""
+    cause = err.cause
+    if isinstance(cause, CancelledError):
+        return "aborted"
+    if isinstance(cause, TerminatedError):
+        return "terminated"
+    if isinstance(cause, ApplicationError) and cause.type == OperationAborted.__name__:
+        return aborted_outcome(cause.message)  # an operator's abort is not a failure
+    return f"failed: {cause or err}"
+
+
+def generation_reported(err: ChildWorkflowError) -> int | None:
+    """The boot generation a failed operation reached, from its failure's details."""
+    cause = err.cause
+    if not isinstance(cause, ApplicationError):
+        return None
+    for detail in cause.details:
+        if isinstance(detail, dict) and isinstance(detail.get("boot_generation"), int):
+            return int(detail["boot_generation"])
+    return None
+
+
+def phase_of(current: CurrentOperation | None) -> str:
+    """The entity's Phase: idle, awaiting-approval or `running <operation>`."""
+    if current is None:
+        return IDLE
+    if not current.approved:
+        return AWAITING_APPROVAL
+    return f"running {current.record.operation}"
+
+
+def details_of(
+    current: CurrentOperation | None, instance: str | None, generation: int, recent: list[OperationRecord]
+) -> str:
+    """The entity's current details: the operation and requester, or the last outcome."""
+    held = f"instance {instance}" if instance else "no instance"
+    if current is None:
+        details = f"{held}; boot generation {generation}"
+        if recent:
+            details += f"; last: {recent[-1].operation} {recent[-1].outcome}"
+        return details
+    record = current.record
+    return f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {held}"

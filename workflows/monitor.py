@@ -50,6 +50,7 @@ from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
+    from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         PHASE_NODE_EFFECT,
@@ -58,18 +59,14 @@ with workflow.unsafe.imports_passed_through():
         HostRef,
     )
     from contracts.models.host import (
-        ABORT_UPDATE,
         IN_POOL,
         OUT_OF_POOL,
-        STATUS_QUERY,
         DegradedDPU,
         DPUProgress,
         HostMonitorInput,
         HostMonitorResult,
         HostMonitorStatus,
         MonitorMemory,
-        OperationAnswer,
-        OperatorRequest,
         OwnerReprovisionInput,
         PoolChange,
         SetPoolStateInput,
@@ -409,10 +406,10 @@ class HostMonitorWorkflow:
         self._watch.accept(state)
 
     @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: OperatorRequest) -> OperationAnswer:
+    def abort(self, request: OperatorRequest) -> OperatorAnswer:
         """Stop monitoring; the pool label is left as the world says."""
         self._stop = request
-        return OperationAnswer(accepted=True, message=f"monitor of {self._request.host_id} stops")
+        return OperatorAnswer(accepted=True, message=f"monitor of {self._request.host_id} stops")
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostMonitorStatus:

@@ -1,7 +1,7 @@
 """What a BMC's failure to reboot a host is called, in words an operator can act on.
 
 `HostRebootWorkflow` puts the reason in its Phase details (manual reboot wait) or, for a caller
-that escalates on its own, in the failure `BMCRebootFailed`; `Escalation` quotes it in the
+that escalates on its own, in the failure `BMCRebootFailed`; a host operation quotes it in the
 manual-intervention reason. The activity's error type decides the words: a BMC that rejects the
 credentials is named as such (it will not pass by waiting), an unreachable one as unreachable
 (the network or the BMC is down), and only a BMC that answered "busy" (409, 429, 5xx) as busy.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutError
 
-BMC_REBOOT_FAILED = "BMCRebootFailed"
 _UNREACHABLE_MARKS = ("cannot reach", "timed out")
 
 

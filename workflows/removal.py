@@ -34,6 +34,7 @@ from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
+    from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         DeleteDPUInput,
@@ -45,14 +46,10 @@ with workflow.unsafe.imports_passed_through():
         ObjectsResult,
     )
     from contracts.models.host import (
-        ABORT_UPDATE,
-        STATUS_QUERY,
         DPUProgress,
         HostOperationStatus,
         HostRemovalInput,
         HostRemovalResult,
-        OperationAnswer,
-        OperatorRequest,
         RemovedObject,
     )
     from contracts.models.inventory import HostInventory, HostLookup
@@ -313,10 +310,10 @@ class HostRemovalWorkflow:
         self._watch.accept(state)
 
     @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: OperatorRequest) -> OperationAnswer:
+    def abort(self, request: OperatorRequest) -> OperatorAnswer:
         """Stop before anything is deleted."""
         self._abort = request
-        return OperationAnswer(
+        return OperatorAnswer(
             accepted=True, message=f"removal on {self._request.host_id} aborted; nothing deleted"
         )
 

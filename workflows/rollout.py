@@ -49,9 +49,9 @@ from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
+    from contracts.models.control import STATUS_QUERY
     from contracts.models.grove import (
         PCS_STATE_CHANGED_SIGNAL,
-        STATUS_QUERY,
         PCSState,
         ProgressInput,
         RolloutInput,

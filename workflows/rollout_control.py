@@ -14,16 +14,18 @@ from temporalio.exceptions import ApplicationError
 from workflows import common
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.models.grove import (
+    from contracts.models.control import (
         ABORT_UPDATE,
         PAUSE_UPDATE,
         RESUME_UPDATE,
+        OperatorAnswer,
+        OperatorRequest,
+    )
+    from contracts.models.grove import (
         ROLLBACK_UPDATE,
         SCALE_UPDATE,
         SUPERSEDE_UPDATE,
         PCSRef,
-        RolloutAnswer,
-        RolloutRequest,
         ScaleRequest,
         StepRecord,
         SupersedeRequest,
@@ -51,9 +53,9 @@ class RolloutControl:
         self._previous_hash = ""
         self._rolling_back = False
         self._paused_reason: str | None = None
-        self._pause_request: RolloutRequest | None = None
-        self._decision: tuple[str, RolloutRequest] | None = None
-        self._abort: RolloutRequest | None = None
+        self._pause_request: OperatorRequest | None = None
+        self._decision: tuple[str, OperatorRequest] | None = None
+        self._abort: OperatorRequest | None = None
         self._supersede: SupersedeRequest | None = None
         self._scale: ScaleRequest | None = None
 
@@ -63,62 +65,62 @@ class RolloutControl:
         common.enter_phase(phase, details)
 
     @workflow.update(name=PAUSE_UPDATE)
-    def pause(self, request: RolloutRequest) -> RolloutAnswer:
+    def pause(self, request: OperatorRequest) -> OperatorAnswer:
         """Stop after the current step and wait for `resume`, `rollback` or `abort`."""
         self._pause_request = request
-        return RolloutAnswer(accepted=True, message=f"pausing after the current step ({self._phase})")
+        return OperatorAnswer(accepted=True, message=f"pausing after the current step ({self._phase})")
 
     @pause.validator
-    def _validate_pause(self, request: RolloutRequest) -> None:
+    def _validate_pause(self, request: OperatorRequest) -> None:
         self._validate_running("pause")
         if self._phase == PAUSED or self._pause_request is not None:
             raise ValueError("the rollout is already paused or pausing")
 
     @workflow.update(name=RESUME_UPDATE)
-    def resume(self, request: RolloutRequest) -> RolloutAnswer:
+    def resume(self, request: OperatorRequest) -> OperatorAnswer:
         """Go on: recreate the PodGangs that are not Available, then the next steps."""
         if self._phase != PAUSED:
             self._pause_request = None
-            return RolloutAnswer(accepted=True, message="pause request withdrawn; the rollout goes on")
+            return OperatorAnswer(accepted=True, message="pause request withdrawn; the rollout goes on")
         self._decision = ("resume", request)
-        return RolloutAnswer(accepted=True, message=f"resuming ({self._paused_reason})")
+        return OperatorAnswer(accepted=True, message=f"resuming ({self._paused_reason})")
 
     @resume.validator
-    def _validate_resume(self, request: RolloutRequest) -> None:
+    def _validate_resume(self, request: OperatorRequest) -> None:
         self._validate_running("resume")
         if self._phase != PAUSED and self._pause_request is None:
             raise ValueError(f"the rollout is not paused (now: {self._phase})")
 
     @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: RolloutRequest) -> RolloutAnswer:
+    def abort(self, request: OperatorRequest) -> OperatorAnswer:
         """Stop now: nothing more is deleted; PodGangs stay as they are (each of one hash)."""
         self._abort = request
-        return RolloutAnswer(accepted=True, message=f"aborting ({self._phase}); nothing more will be rolled")
+        return OperatorAnswer(accepted=True, message=f"aborting ({self._phase}); nothing more will be rolled")
 
     @abort.validator
-    def _validate_abort(self, request: RolloutRequest) -> None:
+    def _validate_abort(self, request: OperatorRequest) -> None:
         self._validate_running("abort")
         if self._abort is not None:
             raise ValueError(f"already aborting (asked by {self._abort.requested_by})")
 
     @workflow.update(name=ROLLBACK_UPDATE)
-    def rollback(self, request: RolloutRequest) -> RolloutAnswer:
+    def rollback(self, request: OperatorRequest) -> OperatorAnswer:
         """Restore the previous template and roll back under the same rules."""
         self._decision = ("rollback", request)
         where = "now" if self._phase == PAUSED else "after the current step"
-        return RolloutAnswer(accepted=True, message=f"rolling back to {self._previous_hash} {where}")
+        return OperatorAnswer(accepted=True, message=f"rolling back to {self._previous_hash} {where}")
 
     @rollback.validator
-    def _validate_rollback(self, request: RolloutRequest) -> None:
+    def _validate_rollback(self, request: OperatorRequest) -> None:
         self._validate_running("rollback")
         if self._rolling_back or (self._decision is not None and self._decision[0] == "rollback"):
             raise ValueError("the rollout is already rolling back")
 
     @workflow.update(name=SUPERSEDE_UPDATE)
-    def supersede(self, request: SupersedeRequest) -> RolloutAnswer:
+    def supersede(self, request: SupersedeRequest) -> OperatorAnswer:
         """A newer rollout of this PodCliqueSet takes over after the current step."""
         self._supersede = request
-        return RolloutAnswer(accepted=True, message="the new images take over after the current step")
+        return OperatorAnswer(accepted=True, message="the new images take over after the current step")
 
     @supersede.validator
     def _validate_supersede(self, request: SupersedeRequest) -> None:
@@ -127,10 +129,10 @@ class RolloutControl:
             raise ValueError("the rollout is rolling back; start the new rollout once it finished")
 
     @workflow.update(name=SCALE_UPDATE)
-    def scale(self, request: ScaleRequest) -> RolloutAnswer:
+    def scale(self, request: ScaleRequest) -> OperatorAnswer:
         """Queue a new replica count; applied between steps (see the module docstring)."""
         self._scale = request
-        return RolloutAnswer(
+        return OperatorAnswer(
             accepted=True, message=f"scaling to {request.replicas} replicas after the current step"
         )
 

@@ -14,15 +14,12 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.models.control import OperatorRequest
 from contracts.models.host import OperationPolicy
 from contracts.validation import Reason, Requester
 
 # -- message names -----------------------------------------------------------------------------------
-STATUS_QUERY: Final = "status"
 HOST_FINISHED_SIGNAL: Final = "host_finished"
-PAUSE_UPDATE: Final = "pause"
-RESUME_UPDATE: Final = "resume"
-ABORT_UPDATE: Final = "abort"
 RETRY_FAILED_UPDATE: Final = "retry_failed"
 SKIP_HOST_UPDATE: Final = "skip_host"
 SET_LIMITS_UPDATE: Final = "set_limits"
@@ -277,26 +274,16 @@ class CampaignResult(_Frozen):
 # -- the operator's messages ---------------------------------------------------------------------------
 
 
-class CampaignRequest(_Frozen):
-    requested_by: Requester
-    reason: Reason = ""
-
-
-class AbortRequest(CampaignRequest):
+class AbortRequest(OperatorRequest):
     cancel_running: bool = False  # True: abort the running host operations too
 
 
-class SkipRequest(CampaignRequest):
+class SkipRequest(OperatorRequest):
     host_id: str = Field(min_length=1)
 
 
-class LimitsRequest(CampaignRequest):
+class LimitsRequest(OperatorRequest):
     limits: Limits
-
-
-class CampaignAnswer(_Frozen):
-    accepted: bool
-    message: str
 
 
 class HostFinished(_Frozen):

@@ -18,6 +18,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
 
+from contracts.models.control import OperatorRequest
 from contracts.validation import Reason, Requester
 
 GROVE_GROUP: Final = "grove.io"
@@ -32,10 +33,6 @@ ROLLOUT_ANNOTATION: Final = "metalflow.io/rollout"
 """PodCliqueSet annotation metalflow writes: the rollout in flight (workflow id, step, in flight)."""
 
 PCS_STATE_CHANGED_SIGNAL: Final = "pcs_state_changed"
-STATUS_QUERY: Final = "status"
-PAUSE_UPDATE: Final = "pause"
-RESUME_UPDATE: Final = "resume"
-ABORT_UPDATE: Final = "abort"
 ROLLBACK_UPDATE: Final = "rollback"
 SUPERSEDE_UPDATE: Final = "supersede"
 SCALE_UPDATE: Final = "scale"
@@ -244,26 +241,12 @@ class RolloutInput(_Model):
         return images
 
 
-class RolloutRequest(_Model):
-    """Who asks, and why: the payload of pause, resume, abort and rollback."""
-
-    requested_by: Requester
-    reason: Reason = ""
-
-
-class SupersedeRequest(_Model):
-    requested_by: Requester
+class SupersedeRequest(OperatorRequest):
     images: dict[str, str]
 
 
-class ScaleRequest(_Model):
-    requested_by: Requester
+class ScaleRequest(OperatorRequest):
     replicas: int = Field(ge=0)
-
-
-class RolloutAnswer(_Model):
-    accepted: bool
-    message: str
 
 
 class StepRecord(_Model):

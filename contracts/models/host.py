@@ -32,6 +32,7 @@ from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.models.control import OperatorRequest
 from contracts.validation import (
     ApprovalTimeout,
     ApprovalWindow,
@@ -48,14 +49,11 @@ from contracts.validation import (
 )
 
 # -- message names (the Temporal UI and CLI show and send these) -----------------------------------
-STATUS_QUERY: Final = "status"
 HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
 # The same name as an update: refused, naming what the operation waits for, when nothing awaits a
 # reboot (the signal cannot answer; it stays handled for senders and workflows from before).
 HOST_REBOOTED_UPDATE: Final = "host_rebooted"
-RETRY_UPDATE: Final = "retry"
 MARK_REBOOTED_UPDATE: Final = "mark_rebooted"
-ABORT_UPDATE: Final = "abort"
 APPROVE_UPDATE: Final = "approve"
 WITHDRAW_UPDATE: Final = "withdraw"
 ASSIGN_INSTANCE_UPDATE: Final = "assign_instance"
@@ -100,24 +98,10 @@ class OperationPolicy(_Frozen):
     kube_call_timeout_seconds: StepTimeout = 900.0
 
 
-class OperatorRequest(_Frozen):
-    """Who asks, and why: the payload of `retry`, `mark_rebooted`, `abort`, `approve`, `host_rebooted`."""
-
-    requested_by: Requester
-    reason: Reason = ""
-
-
 class WithdrawRequest(OperatorRequest):
     """The `withdraw` update of a host's entity: drop the request awaiting approval, unstarted."""
 
     workflow_id: str = Field(min_length=1)  # the request's operation: never another one
-
-
-class OperationAnswer(_Frozen):
-    """What an operator update did, in words the CLI prints."""
-
-    accepted: bool
-    message: str
 
 
 # -- provisioning and reprovisioning --------------------------------------------------------------

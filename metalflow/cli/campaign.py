@@ -25,21 +25,23 @@ from temporalio.service import RPCError
 
 from contracts import names
 from contracts.models.campaign import (
-    ABORT_UPDATE,
-    PAUSE_UPDATE,
-    RESUME_UPDATE,
     RETRY_FAILED_UPDATE,
     SET_LIMITS_UPDATE,
     SKIP_HOST_UPDATE,
-    STATUS_QUERY,
     AbortRequest,
-    CampaignAnswer,
-    CampaignRequest,
     CampaignResult,
     CampaignStatus,
     Limits,
     LimitsRequest,
     SkipRequest,
+)
+from contracts.models.control import (
+    ABORT_UPDATE,
+    PAUSE_UPDATE,
+    RESUME_UPDATE,
+    STATUS_QUERY,
+    OperatorAnswer,
+    OperatorRequest,
 )
 from contracts.validation import Reason, Requester, arg_type
 from metalflow.cli import campaign_schedule, workflow_commands
@@ -264,11 +266,11 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
 
 
 async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> int:
-    return await workflow_commands.answer(handle, update, request, CampaignAnswer, MISSING)
+    return await workflow_commands.answer(handle, update, request, OperatorAnswer, MISSING)
 
 
 async def _update(client: Client, args: argparse.Namespace) -> int:
-    request = CampaignRequest(requested_by=args.by, reason=args.reason)
+    request = OperatorRequest(requested_by=args.by, reason=args.reason)
     return await _answer(_handle(client, args.name), args.update, request)
 
 

@@ -30,6 +30,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from contracts import names
+from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
@@ -46,10 +47,8 @@ from contracts.models.host import (
     HostStatus,
     HostWorkflowInput,
     OperationAccepted,
-    OperationAnswer,
     OperationPolicy,
     OperationRequest,
-    OperatorRequest,
     RebootMethod,
 )
 from contracts.validation import (
@@ -462,7 +461,7 @@ async def _approve(client: Client, args: argparse.Namespace) -> int:
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
     await require_worker(client, args.task_queue)
     answer = await send_update(
-        client, _entity(args), APPROVE_UPDATE, request, OperationAnswer, args.task_queue
+        client, _entity(args), APPROVE_UPDATE, request, OperatorAnswer, args.task_queue
     )
     _say(f"{args.host}: {answer.message}")
     if not args.wait:
@@ -477,7 +476,7 @@ async def _approve(client: Client, args: argparse.Namespace) -> int:
 async def _instance(client: Client, args: argparse.Namespace) -> int:
     request = AssignInstanceRequest(instance=args.instance, requested_by=args.by)
     await require_worker(client, args.task_queue)
-    answer = await send_update(client, _entity(args), args.update, request, OperationAnswer, args.task_queue)
+    answer = await send_update(client, _entity(args), args.update, request, OperatorAnswer, args.task_queue)
     _say(f"{args.host}: {answer.message}")
     return EXIT_OK
 

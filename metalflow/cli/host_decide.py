@@ -27,14 +27,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names
-from contracts.models.host import (
-    ABORT_UPDATE,
-    HOST_REBOOTED_UPDATE,
-    MARK_REBOOTED_UPDATE,
-    RETRY_UPDATE,
-    OperationAnswer,
-    OperatorRequest,
-)
+from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.models.host import HOST_REBOOTED_UPDATE, MARK_REBOOTED_UPDATE
 from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
 from metalflow.hosts import HostRequestError, host_status, operation_status, require_worker
 
@@ -90,7 +84,7 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
     handle = client.get_workflow_handle(current.workflow_id)
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
     try:
-        answer = await handle.execute_update(args.update, request, result_type=OperationAnswer)
+        answer = await handle.execute_update(args.update, request, result_type=OperatorAnswer)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -130,11 +124,11 @@ class _NoSuchUpdate(Exception):
     """The workflow has no `host_rebooted` update (an operation that does not take it)."""
 
 
-async def _confirm_reboot(client: Client, workflow_id: str, request: OperatorRequest) -> OperationAnswer:
+async def _confirm_reboot(client: Client, workflow_id: str, request: OperatorRequest) -> OperatorAnswer:
     handle = client.get_workflow_handle(workflow_id)
     try:
-        answer: OperationAnswer = await handle.execute_update(
-            HOST_REBOOTED_UPDATE, request, result_type=OperationAnswer
+        answer: OperatorAnswer = await handle.execute_update(
+            HOST_REBOOTED_UPDATE, request, result_type=OperatorAnswer
         )
     except WorkflowUpdateFailedError as err:
         cause = err.cause

@@ -17,13 +17,13 @@ from typing import Any
 from temporalio.client import Client
 
 from contracts import names
+from contracts.models.control import OperatorRequest
 from contracts.models.host import (
     OUT_OF_POOL,
     HostMonitorInput,
     HostMonitorStatus,
     HostWorkflowInput,
     MonitorPolicy,
-    OperatorRequest,
 )
 from contracts.validation import Reason, ReprovisionAfter, arg_type
 from contracts.wording import iso_z, plural

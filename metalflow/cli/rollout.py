@@ -22,19 +22,21 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from contracts import names
-from contracts.models.grove import (
+from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
     RESUME_UPDATE,
+    STATUS_QUERY,
+    OperatorAnswer,
+    OperatorRequest,
+)
+from contracts.models.grove import (
     ROLLBACK_UPDATE,
     SCALE_UPDATE,
-    STATUS_QUERY,
     SUPERSEDE_UPDATE,
     PCSRef,
-    RolloutAnswer,
     RolloutInput,
     RolloutPolicy,
-    RolloutRequest,
     RolloutResult,
     RolloutStatus,
     ScaleRequest,
@@ -291,16 +293,16 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         status = await _query(handle)
 
 
-async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> RolloutAnswer:
-    return await workflow_commands.send(handle, update, request, RolloutAnswer, MISSING)
+async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> OperatorAnswer:
+    return await workflow_commands.send(handle, update, request, OperatorAnswer, MISSING)
 
 
 async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> int:
-    return await workflow_commands.answer(handle, update, request, RolloutAnswer, MISSING)
+    return await workflow_commands.answer(handle, update, request, OperatorAnswer, MISSING)
 
 
 async def _update(client: Client, args: argparse.Namespace) -> int:
-    request = RolloutRequest(requested_by=args.by, reason=args.reason)
+    request = OperatorRequest(requested_by=args.by, reason=args.reason)
     return await _answer(_handle(client, args.pcs), args.update, request)
 
 

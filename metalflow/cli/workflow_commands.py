@@ -44,7 +44,7 @@ Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 
 
 class Answer(Protocol):
-    """An update's answer (`CampaignAnswer`, `RolloutAnswer`): what the workflow did."""
+    """An update's answer (`OperatorAnswer`, `OperatorAnswer`): what the workflow did."""
 
     @property
     def message(self) -> str: ...

@@ -25,6 +25,7 @@ import yaml
 from temporalio.client import Client
 
 from contracts import names
+from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.dpf import PROVISIONING_GROUP
 from contracts.models.host import (
     APPROVE_UPDATE,
@@ -35,10 +36,8 @@ from contracts.models.host import (
     AssignInstanceRequest,
     HostWorkflowInput,
     OperationAccepted,
-    OperationAnswer,
     OperationPolicy,
     OperationRequest,
-    OperatorRequest,
 )
 from contracts.models.inventory import DPF_NAMESPACE
 from contracts.wording import plural
@@ -202,7 +201,7 @@ class _Requests:
             if accepted.awaiting_approval:
                 approval = OperatorRequest(requested_by=self.operator, reason=DEMO_REASON)
                 answer = await send_update(
-                    self.client, self._entity(host.host_id), APPROVE_UPDATE, approval, OperationAnswer,
+                    self.client, self._entity(host.host_id), APPROVE_UPDATE, approval, OperatorAnswer,
                     self.task_queue,
                 )  # fmt: skip
                 self.say(f"{prefix}approved as {self.operator}: {answer.message}")
@@ -222,7 +221,7 @@ class _Requests:
         request = AssignInstanceRequest(instance=DEMO_INSTANCE, requested_by=self.operator)
         try:
             answer = await send_update(
-                self.client, self._entity(host_id), update, request, OperationAnswer, self.task_queue
+                self.client, self._entity(host_id), update, request, OperatorAnswer, self.task_queue
             )
         except HostRequestError as err:
             return f"refused: {err}"

@@ -30,7 +30,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names
 from contracts.models.campaign import (
-    STATUS_QUERY,
     CampaignInput,
     CampaignResult,
     CampaignStatus,
@@ -40,7 +39,8 @@ from contracts.models.campaign import (
     Limits,
     TargetKind,
 )
-from contracts.models.host import STATUS_QUERY as OPERATION_STATUS_QUERY
+from contracts.models.control import STATUS_QUERY
+from contracts.models.control import STATUS_QUERY as OPERATION_STATUS_QUERY
 from contracts.models.host import HostOperationStatus, OperationPolicy
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.progress import Progress

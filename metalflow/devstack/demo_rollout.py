@@ -15,7 +15,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from contracts import names
-from contracts.models.grove import STATUS_QUERY, PCSRef, RolloutInput, RolloutResult, RolloutStatus
+from contracts.models.control import STATUS_QUERY
+from contracts.models.grove import PCSRef, RolloutInput, RolloutResult, RolloutStatus
 from contracts.wording import plural
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.hosts import default_operator

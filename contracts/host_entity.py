@@ -1,0 +1,181 @@
+"""The one client of a host's entity workflow (`host/<id>`), for every caller outside workflows.
+
+The CLI and the demo (`metalflow.hosts`), the monitor's owner requests and the campaign's
+requests, sweeps and aborts (`activities/pool.py`, `activities/campaign*.py`) all reach an entity
+here, so the entity's start options, its refusals and its status read the same everywhere:
+
+- `ask`: an update-with-start: the first request for a host creates its entity (id conflict
+  policy USE_EXISTING), later ones reach the running one. A refusal (busy, instance, nothing to
+  approve) raises `EntityRefused` with the entity's error type and words.
+- `update`: an update of a running entity only (`EntityMissing` when none runs).
+- `status`: the entity's `status` query, None when the host has no entity.
+- `running`: whether the entity runs (a describe, served by the server alone).
+
+Why in `contracts`: callers on every floor above it (activities, the CLI) need the same client,
+and the floors forbid activities to import the applications; the client adds no I/O of its own
+beyond the Temporal client it is given.
+
+Cost per call: one RPC (an update-with-start, an update, a query or a describe).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.workflow import UpdateMethodMultiParam
+
+from contracts import names, workflow_api
+from contracts.models.host import HostStatus, HostWorkflowInput
+
+ArgT = TypeVar("ArgT", bound=BaseModel)
+ResultT = TypeVar("ResultT")
+Update = UpdateMethodMultiParam[[Any, ArgT], ResultT]
+"""A declared update of the entity, e.g. `workflow_api.HostWorkflow.request_reprovision`."""
+
+
+class EntityRefused(Exception):
+    """The entity refused an update; `kind` is its error type (`HostBusy`, ...), the message why."""
+
+    def __init__(self, message: str, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class EntityMissing(Exception):
+    """No entity runs for the host (nothing was ever asked of it, or it was ended by hand)."""
+
+
+def entity_options(entity: HostWorkflowInput, task_queue: str) -> dict[str, Any]:
+    """The start options of a host's entity: its id, queue, search attributes and summary."""
+    return {
+        "id": names.host_workflow_id(entity.host_id),
+        "task_queue": task_queue,
+        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+        "search_attributes": TypedSearchAttributes(
+            [
+                SearchAttributePair(names.HOST_ID, entity.host_id),
+                SearchAttributePair(names.OPERATION, names.HOST),
+                SearchAttributePair(names.SITE, entity.site),
+            ]
+        ),
+        "static_summary": (
+            f"host {entity.host_id}: the one owner of the host (instance, operations, approvals)"
+        ),
+    }
+
+
+class HostEntityClient:
+    """Requests to, and reads of, the hosts' entities of one task queue.
+
+    Args:
+        client: A connected Temporal client (with metalflow's data converter).
+        task_queue: The queue the entities run on (a new entity starts there).
+    """
+
+    def __init__(self, client: Client, task_queue: str = names.TASK_QUEUE) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    def handle(self, host_id: str) -> WorkflowHandle[Any, Any]:
+        """The entity's handle (whether or not it runs)."""
+        return self.client.get_workflow_handle(names.host_workflow_id(host_id))
+
+    def start_operation(self, entity: HostWorkflowInput) -> WithStartWorkflowOperation[Any, None]:
+        """The start half of an update-with-start: the host's entity, created only when missing."""
+        return WithStartWorkflowOperation(
+            workflow_api.HostWorkflow.run, entity, **entity_options(entity, self.task_queue)
+        )
+
+    async def ensure(self, entity: HostWorkflowInput) -> bool:
+        """Start the host's entity unless it runs; True when this call started it."""
+        handle = await self.client.start_workflow(
+            workflow_api.HostWorkflow.run, entity, **entity_options(entity, self.task_queue)
+        )
+        return was_started(handle)
+
+    async def ask(
+        self,
+        entity: HostWorkflowInput,
+        update: Update[ArgT, ResultT],
+        request: ArgT,
+        *,
+        rpc_timeout: timedelta | None = None,
+    ) -> ResultT:
+        """Send `update` to the host's entity, starting the entity when it does not run yet.
+
+        Raises:
+            EntityRefused: The entity refused, with its reason.
+        """
+        try:
+            return await self.client.execute_update_with_start_workflow(
+                update,
+                request,
+                start_workflow_operation=self.start_operation(entity),
+                rpc_timeout=rpc_timeout,
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _refused(err) from None
+
+    async def update(self, host_id: str, update: Update[ArgT, ResultT], request: ArgT) -> ResultT:
+        """Send `update` to the running entity of `host_id`.
+
+        Raises:
+            EntityRefused: The entity refused, with its reason.
+            EntityMissing: No entity runs for the host.
+        """
+        try:
+            return await self.handle(host_id).execute_update(update, request)
+        except WorkflowUpdateFailedError as err:
+            raise _refused(err) from None
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise EntityMissing(f"no running {names.host_workflow_id(host_id)}") from None
+            raise
+
+    async def status(self, host_id: str, *, rpc_timeout: timedelta | None = None) -> HostStatus | None:
+        """The entity's `status` query; None when the host has no entity."""
+        try:
+            return await self.handle(host_id).query(workflow_api.HostWorkflow.status, rpc_timeout=rpc_timeout)
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+
+    async def running(self, host_id: str) -> bool:
+        """Whether the host's entity runs now."""
+        try:
+            described = await self.handle(host_id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return described.status == WorkflowExecutionStatus.RUNNING
+
+
+def was_started(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether a start with id conflict policy USE_EXISTING started a run or attached to one.
+
+    The server says so in its start response (`started`); the SDK keeps that response on the
+    handle without a public accessor, so an SDK without it reads as "started".
+    """
+    response = getattr(handle, "_start_workflow_response", None)
+    return bool(getattr(response, "started", True))
+
+
+def _refused(err: WorkflowUpdateFailedError) -> EntityRefused:
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return EntityRefused(cause.message, cause.type)
+    return EntityRefused(str(cause or err))

@@ -1,0 +1,193 @@
+"""The workflows, declared by name and type: what a caller starts, signals, updates and queries.
+
+The counterpart of `activity_api` for workflows. A caller that is not the workflow's own module
+(a parent workflow, an activity, the CLI, a script) starts and messages a workflow through these
+declarations, so mypy checks the argument and infers the result, and the SDK takes the name and
+the result type from them:
+
+    handle = await workflow.start_child_workflow(workflow_api.HostRebootWorkflow.run, request, ...)
+    result = await handle  # a HostRebootResult
+
+Why declarations and not the classes themselves: workflows may not be imported by activities
+or the CLI (the floors, docs/ARCHITECTURE.md), and a workflow that imported another's module
+would execute it afresh in every run's sandbox (`workflows/__init__.py`). Each declaration has
+the registered name, the input and the result of its workflow, and for the host entity its
+updates and query; `tests/test_workflow_api.py` checks each against the class the worker
+registers. A declaration is never registered on a worker: its methods raise when called.
+
+Cost: nothing at run time.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from temporalio import workflow
+
+from contracts.models.bmc_lease import BMCLeaseState, BMCLeaseStatus
+from contracts.models.campaign import CampaignInput, CampaignResult
+from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
+from contracts.models.dpf import SiteWatchInput
+from contracts.models.grove import RolloutInput, RolloutResult
+from contracts.models.host import (
+    APPROVE_UPDATE,
+    ASSIGN_INSTANCE_UPDATE,
+    RELEASE_INSTANCE_UPDATE,
+    REQUEST_FIRMWARE_UPDATE,
+    REQUEST_PROVISION_UPDATE,
+    REQUEST_REBOOT_UPDATE,
+    REQUEST_REMOVAL_UPDATE,
+    REQUEST_REPROVISION_UPDATE,
+    WITHDRAW_UPDATE,
+    AssignInstanceRequest,
+    FirmwareInput,
+    FirmwareRequest,
+    FirmwareResult,
+    HostMonitorInput,
+    HostMonitorResult,
+    HostOperationInput,
+    HostOperationResult,
+    HostRebootInput,
+    HostRebootResult,
+    HostRemovalInput,
+    HostRemovalResult,
+    HostStatus,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationRequest,
+    WithdrawRequest,
+)
+
+
+def _declared_only(name: str) -> NoReturn:
+    raise NotImplementedError(f"{name} is a declaration for callers; the worker runs the class in workflows/")
+
+
+@workflow.defn(name="HostWorkflow")
+class HostWorkflow:
+    """`host/<id>`: the one owner of a host (`workflows/host.py`)."""
+
+    @workflow.run
+    async def run(self, start: HostWorkflowInput) -> None:
+        _declared_only("HostWorkflow.run")
+
+    @workflow.update(name=REQUEST_PROVISION_UPDATE)
+    async def request_provision(self, request: OperationRequest) -> OperationAccepted:
+        _declared_only("HostWorkflow.request_provision")
+
+    @workflow.update(name=REQUEST_REPROVISION_UPDATE)
+    async def request_reprovision(self, request: OperationRequest) -> OperationAccepted:
+        _declared_only("HostWorkflow.request_reprovision")
+
+    @workflow.update(name=REQUEST_REBOOT_UPDATE)
+    async def request_reboot(self, request: OperationRequest) -> OperationAccepted:
+        _declared_only("HostWorkflow.request_reboot")
+
+    @workflow.update(name=REQUEST_FIRMWARE_UPDATE)
+    async def request_firmware_update(self, request: FirmwareRequest) -> OperationAccepted:
+        _declared_only("HostWorkflow.request_firmware_update")
+
+    @workflow.update(name=REQUEST_REMOVAL_UPDATE)
+    async def request_removal(self, request: OperationRequest) -> OperationAccepted:
+        _declared_only("HostWorkflow.request_removal")
+
+    @workflow.update(name=APPROVE_UPDATE)
+    async def approve(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("HostWorkflow.approve")
+
+    @workflow.update(name=WITHDRAW_UPDATE)
+    async def withdraw(self, request: WithdrawRequest) -> OperatorAnswer:
+        _declared_only("HostWorkflow.withdraw")
+
+    @workflow.update(name=ASSIGN_INSTANCE_UPDATE)
+    async def assign_instance(self, request: AssignInstanceRequest) -> OperatorAnswer:
+        _declared_only("HostWorkflow.assign_instance")
+
+    @workflow.update(name=RELEASE_INSTANCE_UPDATE)
+    async def release_instance(self, request: AssignInstanceRequest) -> OperatorAnswer:
+        _declared_only("HostWorkflow.release_instance")
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> HostStatus:
+        _declared_only("HostWorkflow.status")
+
+
+@workflow.defn(name="HostOperationWorkflow")
+class HostOperationWorkflow:
+    """`provision/<id>`, `reprovision/<id>` (`workflows/host_operation.py`)."""
+
+    @workflow.run
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
+        _declared_only("HostOperationWorkflow.run")
+
+
+@workflow.defn(name="HostRebootWorkflow")
+class HostRebootWorkflow:
+    """`reboot/<id>/generation-<n>` (`workflows/host_reboot.py`)."""
+
+    @workflow.run
+    async def run(self, request: HostRebootInput) -> HostRebootResult:
+        _declared_only("HostRebootWorkflow.run")
+
+
+@workflow.defn(name="FirmwareWorkflow")
+class FirmwareWorkflow:
+    """`firmware/<id>` (`workflows/firmware.py`)."""
+
+    @workflow.run
+    async def run(self, request: FirmwareInput) -> FirmwareResult:
+        _declared_only("FirmwareWorkflow.run")
+
+
+@workflow.defn(name="HostRemovalWorkflow")
+class HostRemovalWorkflow:
+    """`remove/<id>` (`workflows/removal.py`)."""
+
+    @workflow.run
+    async def run(self, request: HostRemovalInput) -> HostRemovalResult:
+        _declared_only("HostRemovalWorkflow.run")
+
+
+@workflow.defn(name="HostMonitorWorkflow")
+class HostMonitorWorkflow:
+    """`monitor/host-<id>` (`workflows/monitor.py`)."""
+
+    @workflow.run
+    async def run(self, request: HostMonitorInput) -> HostMonitorResult:
+        _declared_only("HostMonitorWorkflow.run")
+
+
+@workflow.defn(name="RolloutWorkflow")
+class RolloutWorkflow:
+    """`rollout/<namespace>/<pcs>` (`workflows/rollout.py`)."""
+
+    @workflow.run
+    async def run(self, request: RolloutInput) -> RolloutResult:
+        _declared_only("RolloutWorkflow.run")
+
+
+@workflow.defn(name="CampaignWorkflow")
+class CampaignWorkflow:
+    """`campaign/<name>` (`workflows/campaign.py`)."""
+
+    @workflow.run
+    async def run(self, start: CampaignInput) -> CampaignResult:
+        _declared_only("CampaignWorkflow.run")
+
+
+@workflow.defn(name="SiteDPFWatchWorkflow")
+class SiteDPFWatchWorkflow:
+    """`dpf-watch/<namespace>` (`workflows/site_watch.py`)."""
+
+    @workflow.run
+    async def run(self, request: SiteWatchInput) -> None:
+        _declared_only("SiteDPFWatchWorkflow.run")
+
+
+@workflow.defn(name="BMCLeaseWorkflow")
+class BMCLeaseWorkflow:
+    """`bmc-lease/<digest>` (`workflows/bmc_lease.py`)."""
+
+    @workflow.run
+    async def run(self, state: BMCLeaseState) -> BMCLeaseStatus:
+        _declared_only("BMCLeaseWorkflow.run")

@@ -1,0 +1,429 @@
+"""The mechanics every metalflow workflow shares, written once.
+
+A workflow module reads as a runbook; what is not the runbook is here:
+
+- **Activity options**: presets for each kind of I/O (`workflow.ActivityConfig`s, so mypy checks
+  them), `options(preset, summary)` for a call, `bounded(preset, seconds)` for a call whose
+  retries must end. Every retry policy refuses the permanent error types of `contracts.errors`.
+  `INVENTORY` resolves a host; `KUBE_READ`, `KUBE_WRITE` are one DPF or Grove API call; `BMC_READ`
+  one Redfish read or one reset that waits for its power state; `power_cycle_options` the power
+  cycle (two transitions and the power-down wait, retries stop after `POWER_CYCLE_ATTEMPTS` so a
+  dead BMC turns into a manual reboot); `WATCHER` a long-running watch the workflow cancels.
+- **Phases**: `Runbook.enter` shows a phase (the `Phase` search attribute, the current details
+  and one INFO line in the worker's log, together, so the UI list and a workflow's page never
+  disagree); `Runbook.show` new details within it; `Runbook.end_early` the final phase of a run
+  that ends early, naming what ended it and what it leaves behind.
+- **Operator control**: `abort` (an update every steerable workflow answers, with one validator:
+  refused once ended, while aborting, or for the workflow's own reason), `pause` and `resume`
+  (a flag the runbook honours at its safe points), and decisions (`await_decision`: wait in a
+  phase until an operator answers one of the named updates, e.g. `retry`, `mark_rebooted`,
+  `rollback`). Handlers only record; the runbook acts at its next wait, so no handler races a
+  step.
+- **Waits and calls an abort interrupts**: `Runbook.wait` (a `wait_condition` that raises
+  `OperationAborted` once aborted), `Runbook.call` (an activity that an abort, or a cancel of the
+  workflow, cancels and then waits for: the server retries nothing after a cancel, so that is at
+  most the attempt in flight, and the run never ends with a call pending), and the plain
+  `await_unless` and `cancel_and_wait` under them.
+
+Cost: none of its own beyond what a workflow calls: an `enter` is one search-attribute upsert
+(one history event), a cancelled call one RequestCancel and one ActivityTaskCanceled event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Collection
+from datetime import timedelta
+from typing import Any, ClassVar, Final, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from contracts import metrics, names
+    from contracts.errors import PERMANENT_TYPES, OperationAborted
+    from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
+
+# -- activity options ----------------------------------------------------------------------------
+
+NON_RETRYABLE: Final[list[str]] = sorted(PERMANENT_TYPES)
+
+QUICK_RETRY: Final = RetryPolicy(
+    initial_interval=timedelta(milliseconds=500),
+    backoff_coefficient=2.0,
+    maximum_interval=timedelta(seconds=30),
+    non_retryable_error_types=NON_RETRYABLE,
+)
+"""Unlimited attempts with a capped backoff: for idempotent calls on a world that comes back."""
+
+POWER_CYCLE_ATTEMPTS: Final = 5
+
+INVENTORY: Final[workflow.ActivityConfig] = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=10,
+        non_retryable_error_types=NON_RETRYABLE,
+    ),
+}
+
+KUBE_READ: Final[workflow.ActivityConfig] = {
+    "start_to_close_timeout": timedelta(seconds=30),
+    "retry_policy": QUICK_RETRY,
+}
+
+KUBE_WRITE: Final[workflow.ActivityConfig] = {
+    "start_to_close_timeout": timedelta(seconds=60),
+    "retry_policy": QUICK_RETRY,
+}
+
+BMC_READ: Final[workflow.ActivityConfig] = {
+    "start_to_close_timeout": timedelta(minutes=6),  # a reset waits up to 5 minutes for its state
+    "heartbeat_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=POWER_CYCLE_ATTEMPTS,
+        non_retryable_error_types=NON_RETRYABLE,
+    ),
+}
+
+POWER_CYCLE_HEARTBEAT: Final = timedelta(seconds=4)
+"""Short on purpose: a killed worker's cycle resumes this soon on another worker. (Before each
+reset that must not repeat the activity waits until Temporal shows its step, which the metalflow
+worker's heartbeat throttle, `activities.heartbeat.HEARTBEAT_THROTTLE`, makes quick.)"""
+
+
+def power_cycle_options(power_down_wait_seconds: float) -> workflow.ActivityConfig:
+    """Options for `power_cycle_host`: start-to-close covers Off, the wait, and On."""
+    return {
+        "start_to_close_timeout": timedelta(minutes=12) + timedelta(seconds=power_down_wait_seconds),
+        "heartbeat_timeout": POWER_CYCLE_HEARTBEAT,
+        "retry_policy": RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=20),
+            maximum_attempts=POWER_CYCLE_ATTEMPTS,
+            non_retryable_error_types=NON_RETRYABLE,
+        ),
+    }
+
+
+WATCHER_HEARTBEAT_SECONDS: Final = 1.0
+"""How often a watch activity heartbeats while nothing changes."""
+
+WATCHER: Final[workflow.ActivityConfig] = {
+    "start_to_close_timeout": timedelta(days=30),
+    "heartbeat_timeout": timedelta(seconds=5),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(milliseconds=200),
+        maximum_interval=timedelta(seconds=10),
+        non_retryable_error_types=NON_RETRYABLE,
+    ),
+}
+
+WAIT_CANCELLATION_COMPLETED: Final = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+
+
+def options(
+    preset: workflow.ActivityConfig,
+    summary: str,
+    *,
+    cancellation_type: workflow.ActivityCancellationType | None = None,
+) -> workflow.ActivityConfig:
+    """`preset` with the call's summary (and cancellation type): `**options(KUBE_READ, "...")`.
+
+    One typed dictionary, because mypy cannot tell that a preset holds no `summary` when both are
+    passed as keywords."""
+    config: workflow.ActivityConfig = {**preset, "summary": summary}
+    if cancellation_type is not None:
+        config["cancellation_type"] = cancellation_type
+    return config
+
+
+def bounded(preset: workflow.ActivityConfig, seconds: float) -> workflow.ActivityConfig:
+    """`preset` with a `schedule_to_close_timeout`: its retries end after `seconds` in all.
+
+    For calls on a world that may stay away (a Kubernetes outage): past the bound the caller
+    sees an `ActivityError` caused by a `TimeoutError` and decides, instead of a retry that
+    nobody sees."""
+    return {**preset, "schedule_to_close_timeout": timedelta(seconds=seconds)}
+
+
+# -- calls that can be stopped -------------------------------------------------------------------
+
+
+def start_cancellable(
+    call: Callable[[ArgT], Awaitable[ResultT]], arg: ArgT, config: workflow.ActivityConfig
+) -> workflow.ActivityHandle[ResultT]:
+    """Start an activity whose cancellation is waited for (`WAIT_CANCELLATION_COMPLETED`)."""
+    cancellable: workflow.ActivityConfig = {**config, "cancellation_type": WAIT_CANCELLATION_COMPLETED}
+    return workflow.start_activity(call, arg, **cancellable)
+
+
+async def cancel_and_wait(call: asyncio.Future[Any]) -> None:
+    """Cancel a call (an activity started with `WAIT_CANCELLATION_COMPLETED`, a child, a task)
+    and wait until it has ended, however it ends: the run then ends with nothing pending."""
+    if not call.done():
+        call.cancel()
+    try:
+        await call
+    except (ActivityError, ChildWorkflowError, asyncio.CancelledError):
+        pass
+
+
+async def await_unless(call: asyncio.Future[Any], stop: Callable[[], bool]) -> bool:
+    """Wait until `call` ends (True), or until `stop()` holds first: then cancel it and wait
+    until it has ended (False). A cancel of the workflow meanwhile cancels the call too, waits
+    for it, and is raised."""
+    try:
+        await workflow.wait_condition(lambda: call.done() or stop())
+    except asyncio.CancelledError:
+        await cancel_and_wait(call)
+        raise
+    if call.done():
+        return True
+    await cancel_and_wait(call)
+    return False
+
+
+# -- visibility ----------------------------------------------------------------------------------
+
+
+def enter_phase(phase: str, details: str, *, log: bool = True) -> None:
+    """Show a new phase: the `Phase` search attribute, the current details and one INFO line in
+    the worker's log (not on replay: the SDK's workflow logger skips replays); `log=False`
+    re-shows a phase already logged."""
+    workflow.upsert_search_attributes([names.PHASE.value_set(phase)])
+    workflow.set_current_details(f"**{phase}**: {details}")
+    if log:
+        metrics.workflow_phase_entered(phase)
+        workflow.logger.info("%s: %s", phase, details)
+
+
+def set_details(phase: str, details: str) -> None:
+    """Update the current details within a phase (no search attribute write)."""
+    workflow.set_current_details(f"**{phase}**: {details}")
+
+
+def describe_failure(err: BaseException) -> str:
+    """What ended a run, in words: the chain of Temporal failures down to the root cause, e.g.
+    "activity register_host_dpus failed: InvalidInput: DPUDevice ... serialNumber is immutable"."""
+    parts: list[str] = []
+    current: BaseException | None = err
+    while current is not None:
+        if isinstance(current, ActivityError):
+            parts.append(f"activity {current.activity_type} failed")
+        elif isinstance(current, ChildWorkflowError):
+            parts.append(f"child workflow {current.workflow_type} {current.workflow_id} ended")
+        elif isinstance(current, ApplicationError) and current.type:
+            parts.append(f"{current.type}: {current.message}")
+        else:
+            parts.append(str(current) or type(current).__name__)
+        current = current.cause if isinstance(current, FailureError) else None
+    return ": ".join(parts)
+
+
+def ending(err: BaseException) -> tuple[str, str]:
+    """The final phase of a run that ends early, and why, in words: `cancelled` (the workflow
+    was cancelled), `aborted` (an operator's abort) or `failed` (with the cause chain)."""
+    if isinstance(err, asyncio.CancelledError | CancelledError):
+        return "cancelled", "cancelled (the workflow was cancelled)"
+    if isinstance(err, ApplicationError) and err.type == OperationAborted.__name__:
+        return "aborted", err.message
+    return "failed", describe_failure(err)
+
+
+# -- the runbook's state -------------------------------------------------------------------------
+
+
+class Runbook:
+    """Phase, details and operator control of one workflow run; workflows derive from it.
+
+    `ENDED` names the phases after which the run takes no more operator requests. A workflow an
+    operator may stop derives from `Abortable`, which declares the `abort` update once.
+    """
+
+    ENDED: ClassVar[Collection[str]] = ("completed", "failed", "aborted", "cancelled")
+
+    def __init__(self) -> None:
+        self.phase = "starting"
+        self.details = ""
+        self.abort_request: OperatorRequest | None = None
+        self.paused_by: OperatorRequest | None = None
+        self._question: str | None = None  # what an operator is asked (`await_decision`)
+        self._kinds: tuple[str, ...] = ()
+        self._answer: tuple[str, OperatorRequest] | None = None
+
+    # -- phases ----------------------------------------------------------------------------------
+    def enter(self, phase: str, details: str, *, log: bool = True) -> None:
+        """A new phase: the `Phase` search attribute, the current details, one log line."""
+        self.phase, self.details = phase, details
+        enter_phase(phase, details, log=log)
+
+    def show(self, details: str) -> None:
+        """New details within the phase."""
+        self.details = details
+        set_details(self.phase, details)
+
+    async def end_early(self, err: BaseException, left_behind: str) -> None:
+        """The final phase of a run that ends early (what ended it, what it leaves behind), then
+        wait until every handler has answered, so no accepted update is lost."""
+        phase, why = ending(err)
+        self.enter(phase, f"{why}. {left_behind}")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    @property
+    def aborting(self) -> bool:
+        return self.abort_request is not None
+
+    def aborted(self, outcome: str = "", *details: Any) -> OperationAborted:
+        """The error an aborted run ends with: who aborted, why, and `outcome` (what it left)."""
+        abort = self.abort_request
+        assert abort is not None, "aborted() before an abort"
+        why = f"aborted by {abort.requested_by}: {abort.reason or 'no reason given'}"
+        return OperationAborted(f"{why}; {outcome}" if outcome else why, *details)
+
+    # -- pause and resume ------------------------------------------------------------------------
+    def validate_pause(self) -> None:
+        """Validator of `pause`: a running, unpaused, not aborting run."""
+        self.validate_running("pause")
+        if self.paused_by is not None:
+            raise ValueError(f"already paused by {self.paused_by.requested_by}")
+
+    def validate_resume(self, *, also: bool = False) -> None:
+        """Validator of `resume`: a paused run (or `also`, the workflow's other reason)."""
+        self.validate_running("resume")
+        if self.paused_by is None and not also:
+            raise ValueError(f"`resume`: not paused (now: {self.phase})")
+
+    def validate_running(self, kind: str) -> None:
+        """Validator of any operator update: refused once the run has ended."""
+        if self.phase in self.ENDED:
+            raise ValueError(f"`{kind}`: {workflow.info().workflow_id} has already {self.phase}")
+
+    # -- decisions -------------------------------------------------------------------------------
+    async def await_decision(
+        self, phase: str, question: str, kinds: tuple[str, ...]
+    ) -> tuple[str, OperatorRequest]:
+        """Enter `phase`, ask an operator `question`, and wait for one of the updates `kinds`
+        (an abort raises). Returns the kind answered and who answered."""
+        self._question, self._kinds, self._answer = question, kinds, None
+        named = [f"`{k}`" for k in (*kinds, "abort")]
+        answers = f"{', '.join(named[:-1])} or {named[-1]}"
+        self.enter(
+            phase, f"{question}. Answer with the update {answers} (`metalflow` CLI, Temporal CLI or UI)"
+        )
+        try:
+            await self.wait(lambda: self._answer is not None)
+        finally:
+            self._question, self._kinds = None, ()
+        assert self._answer is not None
+        answer, self._answer = self._answer, None
+        workflow.logger.info("operator %s answered %s", answer[1].requested_by, answer[0])
+        return answer
+
+    @property
+    def question(self) -> str | None:
+        """What an operator is asked now (None: nothing)."""
+        return self._question
+
+    def awaits(self, kind: str) -> bool:
+        """Whether an operator's `kind` is awaited now."""
+        return kind in self._kinds and self._answer is None
+
+    def validate_decision(self, kind: str) -> None:
+        """Validator of a decision update: only while that decision is awaited."""
+        if not self.awaits(kind):
+            waiting = f"; it waits for: {self.details}" if self.details else ""
+            raise ValueError(f"`{kind}` is not awaited now (phase {self.phase}{waiting})")
+
+    def decide(self, kind: str, request: OperatorRequest) -> OperatorAnswer:
+        """Record an operator's decision; the waiting runbook goes on."""
+        self._answer = (kind, request)
+        return OperatorAnswer(accepted=True, message=f"{kind} accepted from {request.requested_by}")
+
+    # -- waits and calls an abort interrupts ----------------------------------------------------
+    async def wait(
+        self,
+        condition: Callable[[], bool],
+        *,
+        timeout: float | None = None,
+        timeout_summary: str | None = None,
+        abortable: bool = True,
+    ) -> bool:
+        """True once `condition` holds, False when `timeout` seconds passed first (its timer is
+        labelled `timeout_summary` in the UI). Aborted meanwhile (`abortable`): raises `aborted()`."""
+        try:
+            await workflow.wait_condition(
+                lambda: (abortable and self.abort_request is not None) or condition(),
+                timeout=None if timeout is None else timedelta(seconds=timeout),
+                timeout_summary=timeout_summary if timeout is not None else None,
+            )
+        except TimeoutError:
+            return False
+        if abortable and self.abort_request is not None:
+            raise self.aborted()
+        return True
+
+    async def call(
+        self,
+        call: Callable[[ArgT], Awaitable[ResultT]],
+        arg: ArgT,
+        config: workflow.ActivityConfig,
+        *,
+        abortable: bool = True,
+    ) -> ResultT:
+        """One activity; aborted while it runs or retries (`abortable`), it is cancelled, waited
+        for, and `aborted()` raised. A cancel of the workflow cancels it and waits too."""
+        handle = start_cancellable(call, arg, config)
+        if not await await_unless(handle, lambda: abortable and self.abort_request is not None):
+            raise self.aborted()
+        return await handle
+
+
+class Abortable(Runbook):
+    """A runbook an operator may stop: the `abort` update, declared once for every workflow.
+
+    A workflow says when it refuses an abort (`abort_refusal`) and what an accepted one will do
+    (`abort_promise`); it acts on it at its next `wait` or `call` (or where it checks `aborting`).
+    """
+
+    # -- abort -----------------------------------------------------------------------------------
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: OperatorRequest) -> OperatorAnswer:
+        """Stop at the next safe point; what stopping leaves is the workflow's (`abort_promise`)."""
+        self.abort_request = request
+        self.on_abort()
+        return OperatorAnswer(accepted=True, message=self.abort_promise())
+
+    @abort.validator
+    def _validate_abort(self, request: OperatorRequest) -> None:
+        if self.phase in self.ENDED:
+            raise ValueError(f"`abort`: {workflow.info().workflow_id} has already {self.phase}")
+        if self.abort_request is not None:
+            raise ValueError(f"already aborting (asked by {self.abort_request.requested_by})")
+        refusal = self.abort_refusal()
+        if refusal is not None:
+            raise ValueError(refusal)
+
+    def abort_refusal(self) -> str | None:
+        """Why an abort is refused now (None: accepted); a workflow overrides it."""
+        return None
+
+    def abort_promise(self) -> str:
+        """What an accepted abort will do, in the answer; a workflow overrides it."""
+        return f"aborting at the next safe point ({self.phase})"
+
+    def on_abort(self) -> None:
+        """Called when an abort is accepted (e.g. to cut a wait short); default: nothing."""
