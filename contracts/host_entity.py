@@ -76,6 +76,13 @@ def entity_options(entity: HostWorkflowInput, task_queue: str) -> dict[str, Any]
     }
 
 
+def entity_start(entity: HostWorkflowInput, task_queue: str) -> WithStartWorkflowOperation[Any, None]:
+    """The start half of an update-with-start: the host's entity, created only when missing."""
+    return WithStartWorkflowOperation(
+        workflow_api.HostWorkflow.run, entity, **entity_options(entity, task_queue)
+    )
+
+
 class HostEntityClient:
     """Requests to, and reads of, the hosts' entities of one task queue.
 
@@ -94,9 +101,7 @@ class HostEntityClient:
 
     def start_operation(self, entity: HostWorkflowInput) -> WithStartWorkflowOperation[Any, None]:
         """The start half of an update-with-start: the host's entity, created only when missing."""
-        return WithStartWorkflowOperation(
-            workflow_api.HostWorkflow.run, entity, **entity_options(entity, self.task_queue)
-        )
+        return entity_start(entity, self.task_queue)
 
     async def ensure(self, entity: HostWorkflowInput) -> bool:
         """Start the host's entity unless it runs; True when this call started it."""

@@ -1,9 +1,12 @@
-"""Client side of a host's entity workflow: send a request (creating the entity on first use),
-read its status, follow an operation to its end. Used by `metalflow host ...` and the demo.
+"""The CLI's side of a host's entity workflow: send a request (creating the entity on first
+use), read its status, follow an operation to its end. Used by `metalflow host ...` and the demo.
 
-Every request is an update-with-start on `host/<id>` with id conflict policy USE_EXISTING: the
-first request for a host creates its entity, later ones reach the running one. The site's
-inventory decides nothing here; the workflows resolve the host themselves.
+Every request goes through the one client of the entity (`contracts.host_entity`): an
+update-with-start on `host/<id>` with id conflict policy USE_EXISTING, so the first request for
+a host creates its entity and later ones reach the running one. This module adds what a person
+needs: refusals as `HostRequestError`, a worker check before asking, and progress while
+following an operation. The site's inventory decides nothing here; the workflows resolve the
+host themselves.
 """
 
 from __future__ import annotations
@@ -27,19 +30,30 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
-    WorkflowUpdateFailedError,
 )
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.workflow import UpdateMethodMultiParam
 
-from contracts import names
+from contracts import host_entity, names, workflow_api
+from contracts.host_entity import EntityRefused, HostEntityClient
 from contracts.models.control import STATUS_QUERY
-from contracts.models.host import HostStatus, HostWorkflowInput
+from contracts.models.host import (
+    APPROVE_UPDATE,
+    ASSIGN_INSTANCE_UPDATE,
+    RELEASE_INSTANCE_UPDATE,
+    REQUEST_FIRMWARE_UPDATE,
+    REQUEST_PROVISION_UPDATE,
+    REQUEST_REBOOT_UPDATE,
+    REQUEST_REMOVAL_UPDATE,
+    REQUEST_REPROVISION_UPDATE,
+    WITHDRAW_UPDATE,
+    HostStatus,
+    HostWorkflowInput,
+)
 from contracts.wording import plural
 from metalflow.progress import Progress
 
-HOST_WORKFLOW_TYPE = "HostWorkflow"
 METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
 WORKER_GRACE_SECONDS = 5.0
@@ -61,28 +75,25 @@ class HostRequestError(Exception):
     """The entity refused a request, or there is nothing to act on; the message says why."""
 
 
-def _entity_options(entity: HostWorkflowInput, task_queue: str) -> dict[str, Any]:
-    return {
-        "id": names.host_workflow_id(entity.host_id),
-        "task_queue": task_queue,
-        "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
-        "search_attributes": TypedSearchAttributes(
-            [
-                SearchAttributePair(names.HOST_ID, entity.host_id),
-                SearchAttributePair(names.OPERATION, names.HOST),
-                SearchAttributePair(names.SITE, entity.site),
-            ]
-        ),
-        "static_summary": f"host {entity.host_id}: the one owner of the host "
-        "(instance, operations, approvals)",
-    }
+ENTITY_UPDATES: dict[str, UpdateMethodMultiParam[Any, Any]] = {
+    REQUEST_PROVISION_UPDATE: workflow_api.HostWorkflow.request_provision,
+    REQUEST_REPROVISION_UPDATE: workflow_api.HostWorkflow.request_reprovision,
+    REQUEST_REBOOT_UPDATE: workflow_api.HostWorkflow.request_reboot,
+    REQUEST_FIRMWARE_UPDATE: workflow_api.HostWorkflow.request_firmware_update,
+    REQUEST_REMOVAL_UPDATE: workflow_api.HostWorkflow.request_removal,
+    APPROVE_UPDATE: workflow_api.HostWorkflow.approve,
+    WITHDRAW_UPDATE: workflow_api.HostWorkflow.withdraw,
+    ASSIGN_INSTANCE_UPDATE: workflow_api.HostWorkflow.assign_instance,
+    RELEASE_INSTANCE_UPDATE: workflow_api.HostWorkflow.release_instance,
+}
+"""The entity's updates by name (what the CLI's subcommands send)."""
 
 
 def entity_start(
     entity: HostWorkflowInput, task_queue: str = names.TASK_QUEUE
 ) -> WithStartWorkflowOperation[Any, Any]:
     """The start half of an update-with-start: the host's entity, created only when missing."""
-    return WithStartWorkflowOperation(HOST_WORKFLOW_TYPE, entity, **_entity_options(entity, task_queue))
+    return host_entity.entity_start(entity, task_queue)
 
 
 async def ensure_entity(
@@ -93,18 +104,7 @@ async def ensure_entity(
     Returns:
         True when this call started it, False when it was running already.
     """
-    handle = await client.start_workflow(HOST_WORKFLOW_TYPE, entity, **_entity_options(entity, task_queue))
-    return was_started(handle)
-
-
-def was_started(handle: WorkflowHandle[Any, Any]) -> bool:
-    """Whether a start with id conflict policy USE_EXISTING started a run or attached to one.
-
-    The server says so in its start response (`started`); the SDK keeps that response on the
-    handle without a public accessor, so an SDK without it reads as "started".
-    """
-    response = getattr(handle, "_start_workflow_response", None)
-    return bool(getattr(response, "started", True))
+    return await HostEntityClient(client, task_queue).ensure(entity)
 
 
 async def worker_polls(client: Client, task_queue: str) -> bool:
@@ -147,23 +147,19 @@ async def send_update(
     result_type: type[R],
     task_queue: str = names.TASK_QUEUE,
 ) -> R:
-    """Send one update to the host's entity, starting the entity when it does not run yet.
+    """Send the entity's update named `update`, starting the entity when it does not run yet.
 
     Raises:
         HostRequestError: The entity refused (busy, nothing awaits approval, ...), with its reason.
     """
     try:
-        result: R = await client.execute_update_with_start_workflow(
-            update,
-            request,
-            start_workflow_operation=entity_start(entity, task_queue),
-            result_type=result_type,
+        result = await HostEntityClient(client, task_queue).ask(entity, ENTITY_UPDATES[update], request)
+    except EntityRefused as err:
+        raise HostRequestError(str(err)) from None
+    if not isinstance(result, result_type):
+        raise TypeError(
+            f"the entity answered {update} with {type(result).__name__}, not {result_type.__name__}"
         )
-    except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        raise HostRequestError(
-            cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-        ) from None
     return result
 
 
@@ -173,20 +169,18 @@ async def host_status(client: Client, host_id: str) -> HostStatus:
     Raises:
         HostRequestError: The host has no entity yet (nothing was ever asked of it).
     """
-    handle = client.get_workflow_handle(names.host_workflow_id(host_id))
+    entities = HostEntityClient(client)
     try:
-        status: HostStatus = await handle.query(
-            STATUS_QUERY, result_type=HostStatus, rpc_timeout=QUERY_TIMEOUT
-        )
+        status = await entities.status(host_id, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise HostRequestError(
-                f"unknown host {host_id}: no entity workflow {names.host_workflow_id(host_id)} "
-                "(nothing was asked of this host yet)"
-            ) from None
         if err.status in _TIMED_OUT:
-            raise await _unanswered(client, handle) from None
+            raise await _unanswered(client, entities.handle(host_id)) from None
         raise
+    if status is None:
+        raise HostRequestError(
+            f"unknown host {host_id}: no entity workflow {names.host_workflow_id(host_id)} "
+            "(nothing was asked of this host yet)"
+        )
     return status
 
 

@@ -42,12 +42,12 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts import names, priorities
+from contracts import names, priorities, workflow_api
+from contracts.host_entity import was_started
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
 from contracts.models.host import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
-from metalflow.hosts import QUERY_TIMEOUT, HostRequestError, was_started
+from metalflow.hosts import QUERY_TIMEOUT, HostRequestError
 
-MONITOR_WORKFLOW_TYPE = "HostMonitorWorkflow"
 LOOK_POLL_SECONDS = 0.2
 # Below the default (3) that operations run at: see the module docstring and `contracts.priorities`.
 MONITOR_PRIORITY = priorities.MONITOR_PRIORITY
@@ -69,7 +69,7 @@ async def start_monitor(
         True when this call started it, False when one was running already.
     """
     handle = await client.start_workflow(
-        MONITOR_WORKFLOW_TYPE,
+        workflow_api.HostMonitorWorkflow.run,
         request,
         id=names.monitor_workflow_id(request.host_id),
         task_queue=task_queue,

@@ -27,8 +27,14 @@ from metalflow.cli.host_phases import ENDINGS, ENTITY_PHASES, KNOWN_PHASES, OPER
 ROOT = Path(__file__).resolve().parent.parent
 # The workflows of an entity's operations, and how each shows a phase (the phase is the first
 # argument, or the second of `_read_versions`).
-OPERATION_MODULES = ("host_operation", "escalation", "firmware", "removal", "host_reboot")
-PHASE_CALLS = {"enter": 0, "_enter": 0, "enter_phase": 0, "wait_for_dpf": 0, "_read_versions": 1}
+OPERATION_MODULES = ("host_operation", "firmware", "removal", "host_reboot")
+PHASE_CALLS = {
+    "enter": 0,
+    "enter_phase": 0,
+    "_wait_for_dpf": 0,
+    "await_decision": 0,
+    "_read_versions": 1,
+}
 OPERATION_TYPES = {"HostOperationWorkflow", "FirmwareWorkflow", "HostRemovalWorkflow", "HostRebootWorkflow"}
 
 
@@ -64,19 +70,20 @@ def test_every_phase_an_operation_enters_is_known() -> None:
         words, names_passed = _entered(module_name)
         entered |= words
         variables[module_name] = names_passed
-    # The variables: the wrappers' own parameter (`phase`), `common.ending`'s final phases, and
+    # The variables: the wrappers' own parameter (`phase`), `kernel.ending`'s final phases, and
     # removal's delete verb; anything new must be read here too.
     assert variables == {
         "host_operation": {"phase"},
-        "escalation": {"phase"},
         "firmware": {"phase"},
-        "removal": {"phase", "verb"},
-        "host_reboot": {"phase"},
+        "removal": {"verb"},
+        "host_reboot": set(),
     }
     removal = (ROOT / "workflows" / "removal.py").read_text()
     assert 'verb = "force-deleting" if force else "deleting"' in removal
     entered |= {"force-deleting", "deleting"}
-    ending = ast.parse((ROOT / "workflows" / "common.py").read_text())
+    kernel_words, _ = _entered("kernel")  # the kernel's own phases (none but its parameters)
+    entered |= kernel_words
+    ending = ast.parse((ROOT / "workflows" / "kernel.py").read_text())
     (function,) = [n for n in ast.walk(ending) if isinstance(n, ast.FunctionDef) and n.name == "ending"]
     endings = {
         n.value.elts[0].value
@@ -96,14 +103,16 @@ def test_the_entity_phases_are_the_entitys() -> None:
     from workflows import host_rules
 
     source = (ROOT / "workflows" / "host_rules.py").read_text()
-    assert 'return f"running {self._current.record.operation}"' in source  # one per operation
+    assert 'return f"running {current.record.operation}"' in source  # one per operation
     assert {host_rules.IDLE, host_rules.AWAITING_APPROVAL} | {
         phase for phase in ENTITY_PHASES if phase.startswith("running ")
     } == ENTITY_PHASES
-    children = (ROOT / "workflows" / "host_children.py").read_text()
+    entity = (ROOT / "workflows" / "host.py").read_text()
     for phase in ENTITY_PHASES - {host_rules.IDLE, host_rules.AWAITING_APPROVAL}:
         operation = phase.removeprefix("running ")
-        assert f"names.{operation.upper()}:" in children, f"the entity starts no {operation}"
+        assert f"return await self._request(names.{operation.upper()}, request)" in entity, (
+            f"the entity starts no {operation}"
+        )
 
 
 def test_every_phase_in_the_recorded_histories_is_known() -> None:

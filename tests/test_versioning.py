@@ -5,8 +5,11 @@ payload models read fields a newer worker added; the worker's versioning setting
 
 from __future__ import annotations
 
+import ast
+import sys
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +38,7 @@ from metalflow.runtime.versioning import (
     BEHAVIORS,
     BUILD_ID_ENV,
     DEPLOYMENT_NAME_ENV,
+    LIVE_PATCHES,
     BehaviorStampingRunner,
     deployment_config_from_env,
     worker_versioning,
@@ -305,6 +309,52 @@ def test_every_registered_workflow_has_a_behaviour_and_declares_none_itself() ->
     }
     # A behaviour in @workflow.defn would make every unversioned worker's task completions fail.
     assert [d.name for d in definitions if d.versioning_behavior] == []
+
+
+def _patch_ids(source: str) -> set[str]:
+    """The patch ids a module's `workflow.patched(...)` and `workflow.deprecate_patch(...)` name,
+    literally or through a module-level constant."""
+    tree = ast.parse(source)
+    constants = {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign) and isinstance(node.value, ast.Constant)
+        for target in ([node.target] if isinstance(node, ast.AnnAssign) else node.targets)
+        if isinstance(target, ast.Name) and isinstance(node.value.value, str)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            if node.func.attr in ("patched", "deprecate_patch") and node.args:
+                arg = node.args[0]
+                if isinstance(arg, ast.Constant):
+                    found.add(str(arg.value))
+                elif isinstance(arg, ast.Name):
+                    found.add(constants.get(arg.id, f"<unresolved {arg.id}>"))
+                else:
+                    found.add(f"<unresolved {ast.unparse(arg)}>")
+    return found
+
+
+def test_patches_follow_the_versioning_policy() -> None:
+    """docs/VERSIONING.md: a patch only guards a released, auto-upgrading workflow, and each is
+    listed in LIVE_PATCHES. Pinned workflows and code never released carry none."""
+    root = Path(__file__).resolve().parent.parent / "workflows"
+    used = {path.name: _patch_ids(path.read_text()) for path in sorted(root.glob("*.py"))}
+    assert set().union(*used.values()) == set(LIVE_PATCHES), used
+    pinned = {name for name, behavior in BEHAVIORS.items() if behavior == VersioningBehavior.PINNED}
+    for cls in workflows.ALL:
+        name = str(workflow._Definition.must_from_class(cls).name)
+        module = Path(sys.modules[cls.__module__].__file__ or "").name
+        if name in pinned:
+            assert not used.get(module), f"{name} runs PINNED: its patches {used[module]} guard nothing"
+
+
+def test_the_policy_check_sees_a_patch() -> None:
+    """The check above can fail: a module with a patch the list does not hold is found."""
+    source = 'from temporalio import workflow\nX = "new-step"\nif workflow.patched(X):\n    pass\n'
+    assert _patch_ids(source) == {"new-step"}
+    assert _patch_ids(source) - set(LIVE_PATCHES) == {"new-step"}
 
 
 async def test_the_real_worker_is_versioned_only_when_configured(client: Client, task_queue: str) -> None:

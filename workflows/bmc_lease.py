@@ -95,7 +95,7 @@ with workflow.unsafe.imports_passed_through():
         WorkflowRunRefs,
     )
     from contracts.models.inventory import BMCAccess
-    from workflows import common
+    from workflows import kernel
 
 HOLDER_AUDIT: Final = timedelta(minutes=10)
 REQUEST_REFRESH: Final = timedelta(minutes=5)
@@ -109,7 +109,7 @@ LEASE_CALL: Final[workflow.ActivityConfig] = {
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=30),
-        non_retryable_error_types=common.NON_RETRYABLE,
+        non_retryable_error_types=kernel.NON_RETRYABLE,
     ),
 }
 HOLDER_CHECK: Final[workflow.ActivityConfig] = {**LEASE_CALL, "heartbeat_timeout": timedelta(seconds=30)}
@@ -239,7 +239,7 @@ class BMCLeaseWorkflow:
         closed: WorkflowRunRefs = await workflow.execute_activity(
             activity_api.find_closed_workflow_runs,
             WorkflowRunRefs(runs=runs),
-            **common.options(HOLDER_CHECK, f"check the {len(runs)} holders of this BMC's lease"),
+            **kernel.options(HOLDER_CHECK, f"check the {len(runs)} holders of this BMC's lease"),
         )
         gone = {(run.workflow_id, run.run_id) for run in closed.runs}
         for holder in list(self._holders.values()):
@@ -338,6 +338,6 @@ class BMCLeaseHolder:
         lease: RequestLeaseResult = await workflow.execute_activity(
             activity_api.request_bmc_lease,
             RequestLeaseInput(bmc=bmc, holder=holder),
-            **common.options(LEASE_CALL, f"ask the BMC lease of {bmc.bmc_id} for a slot ({what})"),
+            **kernel.options(LEASE_CALL, f"ask the BMC lease of {bmc.bmc_id} for a slot ({what})"),
         )
         return lease

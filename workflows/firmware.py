@@ -19,15 +19,15 @@ later firmware run finds them `already_staged` and does not stage again). After 
 has started abort is refused: the cycle completes on its own (the child is abandoned, never
 cancelled halfway, so a host is never left Off). Stages in flight at an abort or a cancel are cancelled and
 waited for (until their next heartbeat: at most a third of their 60 s heartbeat timeout), so
-the ended run shows no pending activity (patch `firmware-stage-cancel-awaited`).
+the ended run shows no pending activity.
 
 Cost per host and worst-case history: up to `MAX_PARALLEL_STAGES` activity slots while
 staging, one watcher slot from the barrier to the end; about 80 events in the run plus 9 per
 DPU (two version reads and a stage) plus 4 per DPF change signalled (measured: 91 for 2 DPUs and
 one change), and the reboot child's 39-50 (see `workflows.host_operation`), whatever the BMC's
 pace: the stage follows the BMC's task and the wait for the host's `On` polls inside one
-heartbeating activity (`wait_for_power_state`; before `POWER_WAIT_PATCH` it cost 9 events per
-5 s poll). `worst_case_events` is that bound; tests/test_firmware.py holds a run to it and
+heartbeating activity (`wait_for_power_state`), not an activity and a timer per poll.
+`worst_case_events` is that bound; tests/test_firmware.py holds a run to it and
 checks that the power wait is one activity, however long the BMC takes.
 """
 
@@ -36,15 +36,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Final
+from typing import ClassVar, Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
+    from contracts.errors import (
+        DPUFailed,
+        FirmwareNotActivated,
+        FirmwareStageFailed,
+        InvalidInput,
+        OperationAborted,
+        PhaseTimeout,
+    )
+    from contracts.models.control import STATUS_QUERY
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         HostDPFState,
@@ -63,25 +71,16 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.redfish import (
         FirmwareVersions,
         ReadFirmwareInput,
-        ReadPowerStateInput,
         StageFirmwareInput,
         StageFirmwareResult,
         SystemPower,
         WaitPowerInput,
     )
     from contracts.wording import plural
-    from workflows.common import (
-        BMC_READ,
-        INVENTORY,
-        KUBE_READ,
-        NON_RETRYABLE,
-        bounded,
-        ending,
-        enter_phase,
-        options,
-    )
+    from workflows import kernel
     from workflows.dpf_watch import DPFWatch
     from workflows.host_reboot import start_next_reboot
+    from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
 
 
 def worst_case_events(*, dpus: int, dpf_changes: int) -> int:
@@ -101,8 +100,6 @@ STAGE_OPTIONS: Final[workflow.ActivityConfig] = {
         non_retryable_error_types=NON_RETRYABLE,
     ),
 }
-POWER_ON_POLL: Final = timedelta(seconds=5)
-POWER_WAIT_PATCH: Final = "firmware-power-wait-in-one-activity"
 
 
 def power_wait_options(seconds: float) -> workflow.ActivityConfig:
@@ -118,30 +115,22 @@ def power_wait_options(seconds: float) -> workflow.ActivityConfig:
 
 INSTALL_PHASES: Final = frozenset({"Config FW Parameters", "Prepare BFB", "OS Installing"})
 
-ABORTED_ERROR: Final = "OperationAborted"
-STAGE_FAILED_ERROR: Final = "FirmwareStageFailed"
-NOT_ACTIVATED_ERROR: Final = "FirmwareNotActivated"
-TIMEOUT_ERROR: Final = "PhaseTimeout"
-END_PHASE_PATCH: Final = "firmware-end-phase"
-# Stages cancelled by an abort or a cancel are waited for (WAIT_CANCELLATION_COMPLETED: about one
-# heartbeat), so the ended run shows none pending; runs recorded before did not wait.
-STAGES_AWAITED_PATCH: Final = "firmware-stage-cancel-awaited"
-
 
 @workflow.defn(name="FirmwareWorkflow")
-class FirmwareWorkflow:
+class FirmwareWorkflow(kernel.Abortable):
     """Stage a DPU firmware image on a host's DPUs, activate it with one power cycle, verify."""
+
+    ENDED: ClassVar = ("done", "failed", "aborted", "cancelled")
 
     @workflow.init
     def __init__(self, request: FirmwareInput) -> None:
+        super().__init__()
         self._request = request
         self._started_at = workflow.now()
-        self._phase = "starting"
-        self._waiting_for = "the host's inventory"
+        self.details = "the host's inventory"
         self._dpus: dict[str, DPUFirmwareProgress] = {}
         self._watch = DPFWatch()
         self._dpu_failure: str | None = None
-        self._abort: OperatorRequest | None = None
         self._power_cycle_started = False
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
@@ -162,15 +151,11 @@ class FirmwareWorkflow:
         for task in self._stage_tasks:
             task.cancel()
         await asyncio.gather(*self._stage_tasks, return_exceptions=True)
-        if not workflow.patched(END_PHASE_PATCH):
-            return  # runs started before the end phase was shown
-        phase, why = ending(err)
         staged = sorted(d for d, p in self._dpus.items() if p.outcome in ("staged", "already_staged"))
         left = f"staged on {', '.join(staged)}" if staged else "nothing staged"
         if self._power_cycle_started:
             left += f"; the power cycle to generation {self._generation} completes on its own"
-        self._enter(phase, f"{why}. Left behind: {left}")
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.end_early(err, f"Left behind: {left}")
 
     async def _runbook(self, request: FirmwareInput) -> FirmwareResult:
         workflow.upsert_search_attributes(
@@ -179,11 +164,11 @@ class FirmwareWorkflow:
         inventory = await self._resolve_inventory()
         dpus = self._dpus_under_operation(inventory)
         versions = await self._read_versions(dpus, "reading-versions")
-        if self._abort is not None:
+        if self.aborting:
             self._raise_aborted()
         already_running = tuple(d.id for d in dpus if versions[d.id].running == request.target_version)
         if len(already_running) == len(dpus):
-            self._enter("done", f"every DPU already runs {request.target_version}: no reboot")
+            self.enter("done", f"every DPU already runs {request.target_version}: no reboot")
             return self._result(staged=(), already_running=already_running, reboots=0)
         staged = await self._stage_everywhere([d for d in dpus if d.id not in already_running], versions)
         self._watch.start(HostRef.of(inventory), tuple(self._dpus))
@@ -195,13 +180,13 @@ class FirmwareWorkflow:
         finally:
             await self._watch.stop()
         await self._verify(dpus)
-        self._enter("done", f"every DPU runs {request.target_version}")
+        self.enter("done", f"every DPU runs {request.target_version}")
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result(staged=staged, already_running=already_running, reboots=1)
 
     # -- steps -------------------------------------------------------------------------------------
     async def _resolve_inventory(self) -> HostInventory:
-        self._enter("resolving-inventory", f"inventory of {self._request.host_id}")
+        self.enter("resolving-inventory", f"inventory of {self._request.host_id}")
         inventory: HostInventory = await workflow.execute_activity(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
@@ -215,30 +200,22 @@ class FirmwareWorkflow:
         known = {d.id: d for d in inventory.dpus}
         unknown = sorted(set(wanted or ()) - set(known))
         if unknown:
-            raise ApplicationError(
-                f"host {inventory.host_id} has no DPU {', '.join(unknown)}",
-                type="InvalidInput",
-                non_retryable=True,
-            )
+            raise InvalidInput(f"host {inventory.host_id} has no DPU {', '.join(unknown)}")
         dpus = [known[i] for i in wanted] if wanted else list(inventory.dpus)
         if not dpus:
-            raise ApplicationError(
-                f"host {inventory.host_id} has no DPUs", type="InvalidInput", non_retryable=True
-            )
+            raise InvalidInput(f"host {inventory.host_id} has no DPUs")
         without_bmc = [d.id for d in dpus if d.bmc is None]
         if without_bmc:
-            raise ApplicationError(
+            raise InvalidInput(
                 f"DPUs {', '.join(without_bmc)} of host {inventory.host_id} have no BMC in the inventory: "
-                "their firmware cannot be staged",
-                type="InvalidInput",
-                non_retryable=True,
+                "their firmware cannot be staged"
             )
         for dpu in dpus:
             self._dpus[dpu.id] = DPUFirmwareProgress(dpu_id=dpu.id)
         return dpus
 
     async def _read_versions(self, dpus: list[DPUInventory], phase: str) -> dict[str, FirmwareVersions]:
-        self._enter(phase, f"firmware versions of {len(dpus)} DPU BMCs")
+        self.enter(phase, f"firmware versions of {len(dpus)} DPU BMCs")
 
         async def read(dpu: DPUInventory) -> FirmwareVersions:
             assert dpu.bmc is not None
@@ -264,13 +241,8 @@ class FirmwareWorkflow:
             if dpu not in todo:
                 self._set_outcome(dpu.id, "already_staged")
         on = plural(len(todo), "DPU")
-        self._enter("staging", f"{target} on {on} ({len(dpus) - len(todo)} already staged)")
+        self.enter("staging", f"{target} on {on} ({len(dpus) - len(todo)} already staged)")
         limit = asyncio.Semaphore(MAX_PARALLEL_STAGES)
-        cancellation = (
-            workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-            if workflow.patched(STAGES_AWAITED_PATCH)
-            else None
-        )
 
         async def stage(dpu: DPUInventory) -> StageFirmwareResult:
             assert dpu.bmc is not None
@@ -284,15 +256,19 @@ class FirmwareWorkflow:
                 result: StageFirmwareResult = await workflow.execute_activity(
                     activity_api.stage_dpu_firmware,
                     request,
-                    **options(STAGE_OPTIONS, f"stage {target} on {dpu.id}", cancellation_type=cancellation),
+                    **options(
+                        STAGE_OPTIONS,
+                        f"stage {target} on {dpu.id}",
+                        cancellation_type=kernel.WAIT_CANCELLATION_COMPLETED,
+                    ),
                 )
             self._set_outcome(dpu.id, result.outcome, running=result.running, staged=result.staged)
             return result
 
         tasks = [asyncio.ensure_future(stage(d)) for d in todo]
         self._stage_tasks = tasks
-        await workflow.wait_condition(lambda: all(t.done() for t in tasks) or self._abort is not None)
-        if self._abort is not None:
+        await workflow.wait_condition(lambda: all(t.done() for t in tasks) or self.aborting)
+        if self.aborting:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -305,23 +281,21 @@ class FirmwareWorkflow:
                 self._set_outcome(dpu.id, f"failed: {cause}")
                 failures.append(f"{dpu.id}: {cause}")
         if failures:
-            raise ApplicationError(
+            raise FirmwareStageFailed(
                 f"staging {target} failed on {len(failures)} of {plural(len(todo), 'DPU')} of host "
-                f"{self._request.host_id} (no reboot was done): " + "; ".join(failures),
-                type=STAGE_FAILED_ERROR,
-                non_retryable=True,
+                f"{self._request.host_id} (no reboot was done): " + "; ".join(failures)
             )
         return tuple(d.id for d, t in zip(todo, tasks, strict=True) if t.result().outcome == "staged")
 
     async def _wait_until_no_dpu_installs(self) -> None:
-        self._enter("waiting-for-dpf-idle", "no DPU installing (a power cycle would cut it short)")
-        await self._wait_for_dpf(lambda s: not any(d.phase in INSTALL_PHASES for d in s.dpus), abortable=True)
+        self.enter("waiting-for-dpf-idle", "no DPU installing (a power cycle would cut it short)")
+        await self._await_dpf(lambda s: not any(d.phase in INSTALL_PHASES for d in s.dpus), abortable=True)
 
     async def _power_cycle_host(self) -> None:
         generation = self._request.boot_generation + 1
-        if self._abort is not None:
+        if self.aborting:
             self._raise_aborted()
-        self._enter(
+        self.enter(
             "power-cycling", f"one host power cycle (boot generation {generation}) to activate the images"
         )
         self._power_cycle_started = True
@@ -345,33 +319,20 @@ class FirmwareWorkflow:
         await handle
 
     async def _wait_for_host_on(self, inventory: HostInventory) -> None:
-        self._enter("waiting-for-host", "the host's PowerState On")
+        self.enter("waiting-for-host", "the host's PowerState On")
         deadline = workflow.now() + timedelta(seconds=self._request.policy.phase_timeout_seconds)
-        if workflow.patched(POWER_WAIT_PATCH):
-            # One activity polls the BMC and heartbeats: no activity and timer per poll here.
-            power: SystemPower = await workflow.execute_activity(
-                activity_api.wait_for_power_state,
-                WaitPowerInput(bmc=inventory.bmc, target="On", deadline=deadline),
-                **options(power_wait_options(self._request.policy.phase_timeout_seconds),
-                          f"wait until {inventory.host_id} is On"),
-            )  # fmt: skip
-            if power.power_state != "On":
-                self._timed_out(f"host {inventory.host_id} is {power.power_state} after the power cycle")
-            return
-        while True:  # before POWER_WAIT_PATCH (runs started then)
-            power = await workflow.execute_activity(
-                activity_api.read_power_state,
-                ReadPowerStateInput(bmc=inventory.bmc),
-                **options(BMC_READ, f"power state of {inventory.host_id}"),
-            )
-            if power.power_state == "On":
-                return
-            if workflow.now() >= deadline:
-                self._timed_out(f"host {inventory.host_id} is {power.power_state} after the power cycle")
-            await workflow.sleep(POWER_ON_POLL)
+        # One activity polls the BMC and heartbeats: no activity and timer per poll here.
+        power: SystemPower = await workflow.execute_activity(
+            activity_api.wait_for_power_state,
+            WaitPowerInput(bmc=inventory.bmc, target="On", deadline=deadline),
+            **options(power_wait_options(self._request.policy.phase_timeout_seconds),
+                      f"wait until {inventory.host_id} is On"),
+        )  # fmt: skip
+        if power.power_state != "On":
+            self._timed_out(f"host {inventory.host_id} is {power.power_state} after the power cycle")
 
     async def _wait_for_every_dpu_ready(self, inventory: HostInventory) -> None:
-        self._enter("waiting-for-dpus", "every DPU Ready after the power cycle")
+        self.enter("waiting-for-dpus", "every DPU Ready after the power cycle")
         # A fresh read: the watcher's last state may predate the cycle.
         self._watch.adopt(
             await workflow.execute_activity(
@@ -392,13 +353,9 @@ class FirmwareWorkflow:
                 return True
             return all((s := state.dpu(i)) is not None and s.ready for i in wanted)
 
-        await self._wait_for_dpf(ready, abortable=False)
+        await self._await_dpf(ready, abortable=False)
         if self._dpu_failure is not None:
-            raise ApplicationError(
-                f"after the firmware power cycle of {self._request.host_id}: {self._dpu_failure}",
-                type="DPUFailed",
-                non_retryable=True,
-            )
+            raise DPUFailed(f"after the firmware power cycle of {self._request.host_id}: {self._dpu_failure}")
 
     async def _verify(self, dpus: list[DPUInventory]) -> None:
         versions = await self._read_versions(dpus, "verifying")
@@ -408,29 +365,25 @@ class FirmwareWorkflow:
             if versions[dpu.id].running == target:
                 self._set_outcome(dpu.id, "verified")
         if wrong:
-            raise ApplicationError(
+            raise FirmwareNotActivated(
                 f"after the power cycle not every DPU of host {self._request.host_id} runs {target}: "
-                + ", ".join(wrong),
-                type=NOT_ACTIVATED_ERROR,
-                non_retryable=True,
+                + ", ".join(wrong)
             )
 
     # -- the DPF watcher -----------------------------------------------------------------------------
-    async def _wait_for_dpf(self, predicate: Callable[[HostDPFState], bool], *, abortable: bool) -> None:
+    async def _await_dpf(self, predicate: Callable[[HostDPFState], bool], *, abortable: bool) -> None:
         timeout = timedelta(seconds=self._request.policy.phase_timeout_seconds)
 
         def done() -> bool:
-            return (abortable and self._abort is not None) or (
+            return (abortable and self.aborting) or (
                 self._watch.state is not None and bool(predicate(self._watch.state))
             )
 
         try:
-            await workflow.wait_condition(
-                done, timeout=timeout, timeout_summary=f"deadline: {self._waiting_for}"
-            )
+            await workflow.wait_condition(done, timeout=timeout, timeout_summary=f"deadline: {self.details}")
         except TimeoutError:
-            self._timed_out(f"{self._waiting_for} not reached in {timeout}")
-        if abortable and self._abort is not None:
+            self._timed_out(f"{self.details} not reached in {timeout}")
+        if abortable and self.aborting:
             self._raise_aborted()
 
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
@@ -438,20 +391,14 @@ class FirmwareWorkflow:
         self._watch.accept(state)
 
     # -- operator messages and visibility ------------------------------------------------------------
-    @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: OperatorRequest) -> OperatorAnswer:
-        """Stop before the power cycle; nothing is rebooted (staged images stay, harmless)."""
-        self._abort = request
-        return OperatorAnswer(
-            accepted=True,
-            message=f"firmware update of {self._request.host_id} aborted "
-            f"in phase {self._phase}; no reboot was done",
-        )
+    def abort_promise(self) -> str:
+        """An abort stops before the power cycle; nothing is rebooted (staged images stay, harmless)."""
+        return f"firmware update of {self._request.host_id} aborted in phase {self.phase}; no reboot was done"
 
-    @abort.validator
-    def _validate_abort(self, request: OperatorRequest) -> None:
+    def abort_refusal(self) -> str | None:
         if self._power_cycle_started:
-            raise ValueError("the power cycle has started: the firmware activates with it; abort is refused")
+            return "the power cycle has started: the firmware activates with it; abort is refused"
+        return None
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostOperationStatus:
@@ -463,8 +410,8 @@ class FirmwareWorkflow:
         return HostOperationStatus(
             host_id=self._request.host_id,
             operation=names.FIRMWARE,
-            phase=self._phase,
-            waiting_for=self._waiting_for,
+            phase=self.phase,
+            waiting_for=self.details,
             dpus=tuple(progress),
             reboots_requested=self._power_cycles,
             power_cycles_issued=self._power_cycles,
@@ -478,32 +425,25 @@ class FirmwareWorkflow:
         return FirmwareStatus(
             host_id=self._request.host_id,
             target_version=self._request.target_version,
-            phase=self._phase,
+            phase=self.phase,
             dpus=tuple(self._dpus.values()),
             power_cycle_started=self._power_cycle_started,
         )
-
-    def _enter(self, phase: str, waiting_for: str) -> None:
-        self._phase, self._waiting_for = phase, waiting_for
-        enter_phase(phase, waiting_for)
 
     def _set_outcome(self, dpu_id: str, outcome: str, **versions: str | None) -> None:
         self._dpus[dpu_id] = self._dpus[dpu_id].model_copy(update={"outcome": outcome, **versions})
 
     def _raise_aborted(self) -> None:
-        assert self._abort is not None
-        why = f": {self._abort.reason}" if self._abort.reason else ""
-        raise ApplicationError(
-            f"firmware update of {self._request.host_id} aborted by {self._abort.requested_by}{why} "
-            f"in phase {self._phase}; no reboot was done",
-            type=ABORTED_ERROR,
-            non_retryable=True,
+        abort = self.abort_request
+        assert abort is not None
+        why = f": {abort.reason}" if abort.reason else ""
+        raise OperationAborted(
+            f"firmware update of {self._request.host_id} aborted by {abort.requested_by}{why} "
+            f"in phase {self.phase}; no reboot was done"
         )
 
     def _timed_out(self, what: str) -> None:
-        raise ApplicationError(
-            f"host {self._request.host_id}: {what}", type=TIMEOUT_ERROR, non_retryable=True
-        )
+        raise PhaseTimeout(f"host {self._request.host_id}: {what}")
 
     def _result(
         self, *, staged: tuple[str, ...], already_running: tuple[str, ...], reboots: int

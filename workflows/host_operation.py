@@ -269,7 +269,7 @@ class HostOperationWorkflow(kernel.Abortable):
 
     @retry.validator
     def _validate_retry(self, request: OperatorRequest) -> None:
-        self.validate_decision("retry")
+        self.validate_decision("retry", asked_in=MANUAL_INTERVENTION_REQUIRED)
 
     @workflow.update(name=MARK_REBOOTED_UPDATE)
     async def mark_rebooted(self, request: OperatorRequest) -> OperatorAnswer:
@@ -279,7 +279,7 @@ class HostOperationWorkflow(kernel.Abortable):
     @mark_rebooted.validator
     def _validate_mark_rebooted(self, request: OperatorRequest) -> None:
         if self._reboot_child is None:
-            self.validate_decision("mark_rebooted")
+            self.validate_decision("mark_rebooted", asked_in=MANUAL_INTERVENTION_REQUIRED)
 
     async def _confirm_reboot(self, request: OperatorRequest) -> OperatorAnswer:
         """A reboot confirmation: to the reboot in flight, else the operator's `mark_rebooted`."""

@@ -342,11 +342,15 @@ class Runbook:
         """Whether an operator's `kind` is awaited now."""
         return kind in self._kinds and self._answer is None
 
-    def validate_decision(self, kind: str) -> None:
-        """Validator of a decision update: only while that decision is awaited."""
-        if not self.awaits(kind):
-            waiting = f"; it waits for: {self.details}" if self.details else ""
-            raise ValueError(f"`{kind}` is not awaited now (phase {self.phase}{waiting})")
+    def validate_decision(self, kind: str, *, asked_in: str | None = None) -> None:
+        """Validator of a decision update: only while that decision is awaited (`asked_in`: the
+        phase it is asked in, for the refusal's words)."""
+        if self.awaits(kind):
+            return
+        if asked_in is not None:
+            raise ValueError(f"`{kind}` is only accepted in {asked_in} (now: {self.phase})")
+        waiting = f"; it waits for: {self.details}" if self.details else ""
+        raise ValueError(f"`{kind}` is not awaited now (phase {self.phase}{waiting})")
 
     def decide(self, kind: str, request: OperatorRequest) -> OperatorAnswer:
         """Record an operator's decision; the waiting runbook goes on."""

@@ -1,4 +1,4 @@
-"""`HostMonitorWorkflow` (`monitor/host-<id>`): flow 5 of DOMAIN.md, one per host, long-running.
+"""`HostMonitorWorkflow` (`monitor/host-<id>`): flow 5 of docs/DOMAIN.md, one per host, long-running.
 
 Runbook, on every change the DPF watcher signals:
 1. A DPU that was `Ready` and is now `Node Effect` (its critical DPU services are down) is
@@ -23,8 +23,8 @@ starting at once do not delay a reboot (the reasoning and its cost are in that m
 History stays small: at most ~10 events per DPF change (the signal, its workflow task, a pool
 label write when the state changes), so a run's worst case is about 20 + 10 x
 `policy.events_per_run` (default 500: ~5,000 events, under a tenth of Temporal's limit). After
-`policy.events_per_run` changes (the read that starts a run is not one: patch
-`monitor-join-read-not-counted`), or when Temporal suggests it, the monitor cancels its watcher,
+`policy.events_per_run` changes (the read that starts a run is not one), or when Temporal
+suggests it, the monitor stops its watch,
 waits for its handlers and continues-as-new carrying its memory (`MonitorMemory`); the next
 run's watcher lists the world again, and a fall from `Ready` that happened in between is still
 seen because the last phases are carried.
@@ -43,14 +43,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, Final, TypeVar
+from typing import ClassVar, Final, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
+    from contracts.models.control import STATUS_QUERY
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         PHASE_NODE_EFFECT,
@@ -71,17 +71,9 @@ with workflow.unsafe.imports_passed_through():
         PoolChange,
         SetPoolStateInput,
     )
-    from workflows.common import (
-        KUBE_READ,
-        KUBE_WRITE,
-        bounded,
-        cancelled_call_ended,
-        describe_failure,
-        ending,
-        enter_phase,
-        options,
-    )
+    from workflows import kernel
     from workflows.dpf_watch import DPFWatch
+    from workflows.kernel import KUBE_READ, KUBE_WRITE, bounded, describe_failure, options
 
 HISTORY_KEPT: Final = 20  # pool changes shown in the status and carried across runs
 OWNER_REQUEST: Final[workflow.ActivityConfig] = {
@@ -89,22 +81,19 @@ OWNER_REQUEST: Final[workflow.ActivityConfig] = {
     "retry_policy": KUBE_WRITE["retry_policy"],
 }
 WATCHING: Final = "watching"
-END_PHASE_PATCH: Final = "monitor-end-phase"
-ABORTABLE_CALLS_PATCH: Final = "monitor-abort-cancels-calls"
-WAIT_CANCELLATION_COMPLETED: Final = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-FINAL_LOOK_BOUNDED_PATCH: Final = "monitor-final-look-bounded"
-CANCELLED_CALLS_AWAITED_PATCH: Final = "monitor-cancelled-calls-awaited"
-JOIN_NOT_COUNTED_PATCH: Final = "monitor-join-read-not-counted"
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
 
 
 @workflow.defn(name="HostMonitorWorkflow")
-class HostMonitorWorkflow:
+class HostMonitorWorkflow(kernel.Abortable):
     """Take a host out of the pool while a DPU's critical services are down; reprovision past a deadline."""
+
+    ENDED: ClassVar = ("stopped", "failed", "cancelled")
 
     @workflow.init
     def __init__(self, request: HostMonitorInput) -> None:
+        super().__init__()
         self._request = request
         memory = request.memory or MonitorMemory(started_at=workflow.now())
         self._pool = memory.pool_state
@@ -120,7 +109,7 @@ class HostMonitorWorkflow:
         self._started_at = memory.started_at or workflow.now()
         self._pending: list[HostDPFState] = []
         self._watch = DPFWatch(on_taken=self._pending.append)
-        self._stop: OperatorRequest | None = memory.stop  # accepted means done, across runs too
+        self.abort_request = memory.stop  # accepted means done, across runs too
         self._label_checked = False  # the label is confirmed once per run, then written on changes
         self._adopting = False  # the first state may confirm an out-of-pool label an earlier monitor left
         self._bound: float | None = None  # seconds a call may retry in all (the final look); None: no bound
@@ -131,12 +120,9 @@ class HostMonitorWorkflow:
         try:
             return await self._runbook(request)
         except (FailureError, asyncio.CancelledError) as err:
-            # The watcher is stopped by the runbook; the label stays as last written, which is
+            # The watch is stopped by the runbook; the label stays as last written, which is
             # what the world was when this monitor last looked.
-            if workflow.patched(END_PHASE_PATCH):
-                phase, why = ending(err)
-                enter_phase(phase, f"{why}; the pool label is left {self._pool}")
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            await self.end_early(err, f"The pool label is left {self._pool}")
             raise
 
     async def _runbook(self, request: HostMonitorInput) -> HostMonitorResult:
@@ -148,26 +134,23 @@ class HostMonitorWorkflow:
                 names.POOL_STATE.value_set(self._pool),
             ]
         )
-        enter_phase(WATCHING, f"run {self._runs}; pool state {self._pool}")
+        self.enter(WATCHING, f"run {self._runs}; pool state {self._pool}")
         if request.memory is None:
             await self._adopt_pool_label()
-        if self._stop is None:  # not carried over: watch until an abort
+        if self.abort_request is None:  # not carried over: watch until an abort
             await self._watch_until_stopped(request)
-        assert self._stop is not None
+        stop = self.abort_request
+        assert stop is not None
         # Stopped: one last look at the world, so the label says what is true now.
         failed: str | None = None
-        if workflow.patched(FINAL_LOOK_BOUNDED_PATCH):
-            self._bound = request.policy.kube_call_timeout_seconds
-            try:
-                await self._handle(await self._read_dpf_state())
-            except ActivityError as err:  # Kubernetes stayed away past the bound: stop anyway
-                failed = f"the final look failed ({describe_failure(err)}): the label is left as last written"
-        else:
+        self._bound = request.policy.kube_call_timeout_seconds
+        try:
             await self._handle(await self._read_dpf_state())
-        enter_phase(
+        except ActivityError as err:  # Kubernetes stayed away past the bound: stop anyway
+            failed = f"the final look failed ({describe_failure(err)}): the label is left as last written"
+        self.enter(
             "stopped",
-            f"stopped by {self._stop.requested_by}; pool state {self._pool}"
-            + (f"; {failed}" if failed else ""),
+            f"stopped by {stop.requested_by}; pool state {self._pool}" + (f"; {failed}" if failed else ""),
         )
         await workflow.wait_condition(workflow.all_handlers_finished)
         return HostMonitorResult(
@@ -175,7 +158,7 @@ class HostMonitorWorkflow:
             pool_state=self._pool,
             events_seen=self._events,
             runs=self._runs,
-            stopped_by=self._stop.requested_by,
+            stopped_by=stop.requested_by,
             finished_at=workflow.now(),
             final_look_failed=failed,
         )
@@ -183,10 +166,10 @@ class HostMonitorWorkflow:
     async def _watch_until_stopped(self, request: HostMonitorInput) -> None:
         """React to every change until an abort; continue-as-new when the history grows."""
         self._watch.start(HostRef(host_id=request.host_id, namespace=request.namespace))
-        # With the site watch a run's first state is the read that joins it: what the world is,
-        # not a change. Counted, it made every run hand over at once with `events_per_run=1`
-        # (a run per read, forever, with nothing changing); so from this patch it is not counted.
-        uncounted = 1 if self._watch.site_routed and workflow.patched(JOIN_NOT_COUNTED_PATCH) else 0
+        # A run's first state is the read that joins the site watch: what the world is, not a
+        # change. Counted, it would make every run hand over at once with `events_per_run=1` (a
+        # run per read, forever, with nothing changing).
+        uncounted = 1 if self._watch.site_routed else 0
         events_this_run = 0
         try:
             while True:
@@ -198,7 +181,7 @@ class HostMonitorWorkflow:
                     else:
                         events_this_run += 1
                 await self._reprovision_overdue()
-                if self._stop is not None:
+                if self.aborting:
                     break
                 if (
                     events_this_run >= request.policy.events_per_run
@@ -232,9 +215,7 @@ class HostMonitorWorkflow:
         try:
             await workflow.wait_condition(
                 lambda: (
-                    bool(self._pending)
-                    or self._stop is not None
-                    or workflow.info().is_continue_as_new_suggested()
+                    bool(self._pending) or self.aborting or workflow.info().is_continue_as_new_suggested()
                 ),
                 timeout=timeout,
             )
@@ -294,7 +275,7 @@ class HostMonitorWorkflow:
         self._pool = wanted
         workflow.upsert_search_attributes([names.POOL_STATE.value_set(wanted)])
         phase = "host-out-of-pool" if wanted == OUT_OF_POOL else WATCHING
-        enter_phase(phase, reason)
+        self.enter(phase, reason)
 
     async def _reprovision_overdue(self) -> None:
         policy = self._request.policy
@@ -305,7 +286,7 @@ class HostMonitorWorkflow:
         if not due:
             return
         ids = tuple(sorted(d.dpu_id for d in due))
-        enter_phase("requesting-reprovision", f"DPUs {', '.join(ids)} in Node Effect past the deadline")
+        self.enter("requesting-reprovision", f"DPUs {', '.join(ids)} in Node Effect past the deadline")
         answer = await self._abortable(
             activity_api.request_host_reprovision,
             OwnerReprovisionInput(
@@ -326,7 +307,7 @@ class HostMonitorWorkflow:
             self._degraded[dpu.dpu_id] = dpu.model_copy(
                 update={"reprovision_asked_at": now, "reprovision_outcome": outcome}
             )
-        enter_phase("host-out-of-pool", f"reprovision of {', '.join(ids)}: {outcome}")
+        self.enter("host-out-of-pool", f"reprovision of {', '.join(ids)}: {outcome}")
 
     # -- helpers -----------------------------------------------------------------------------------
     def _due_at(self, dpu: DegradedDPU) -> datetime:
@@ -356,36 +337,21 @@ class HostMonitorWorkflow:
             reprovisions_requested=self._reprovisions,
             requests=tuple(self._requests),
             started_at=self._started_at,
-            stop=self._stop,
+            stop=self.abort_request,
         )
 
     async def _abortable(
         self, call: Callable[[ArgT], Awaitable[ResultT]], arg: ArgT, config: workflow.ActivityConfig
     ) -> ResultT | None:
         """An activity that an `abort` arriving while it runs (or retries, e.g. in a Kubernetes
-        outage) cancels: None then. Called after the abort (the final look), it just runs.
-
-        A cancelled call is waited for (`WAIT_CANCELLATION_COMPLETED`): the server retries nothing
-        after a cancel, so the wait is at most the attempt in flight (a write the API has not
-        answered yet). The final look then never races that write, and the workflow never ends
-        with a call still pending (`CANCEL_REQUESTED` in the UI). Runs recorded before the patch
-        went on without waiting."""
-        stopped_before = self._stop is not None
-        awaits_cancel = workflow.patched(CANCELLED_CALLS_AWAITED_PATCH)
-        if awaits_cancel:
-            config = {**config, "cancellation_type": WAIT_CANCELLATION_COMPLETED}
-        handle = workflow.start_activity(call, arg, **config)
-        await workflow.wait_condition(
-            lambda: handle.done() or (not stopped_before and self._stop is not None)
-        )
-        if handle.done() or not workflow.patched(ABORTABLE_CALLS_PATCH):
-            return await handle
-        handle.cancel()
-        if awaits_cancel:
-            await cancelled_call_ended(handle)  # an answer that came anyway is unused: the final look decides
-            return None
-        handle.add_done_callback(_retrieve)
-        return None
+        outage) cancels and waits for: None then (`kernel.await_unless`: at most the attempt in
+        flight, so the final look never races a write and the monitor never ends with a call
+        pending). Called after the abort (the final look), it just runs."""
+        stopped_before = self.aborting
+        handle = kernel.start_cancellable(call, arg, config)
+        if not await kernel.await_unless(handle, lambda: not stopped_before and self.aborting):
+            return None  # an answer that came anyway is unused: the final look decides
+        return await handle
 
     async def _read_dpf_state(self) -> HostDPFState:
         state: HostDPFState = await workflow.execute_activity(
@@ -405,11 +371,9 @@ class HostMonitorWorkflow:
         """From the watcher: the host's DPF state changed (a state taken is queued by `on_taken`)."""
         self._watch.accept(state)
 
-    @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: OperatorRequest) -> OperatorAnswer:
-        """Stop monitoring; the pool label is left as the world says."""
-        self._stop = request
-        return OperatorAnswer(accepted=True, message=f"monitor of {self._request.host_id} stops")
+    def abort_promise(self) -> str:
+        """An abort stops monitoring; the pool label is left as the world says."""
+        return f"monitor of {self._request.host_id} stops"
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostMonitorStatus:
@@ -441,9 +405,3 @@ class HostMonitorWorkflow:
             requests=tuple(self._requests),
             started_at=self._started_at,
         )
-
-
-def _retrieve(call: Any) -> None:
-    # A cancelled call ends with an ActivityError nobody awaits: take it, so it is not logged.
-    if not call.cancelled():
-        call.exception()

@@ -1,4 +1,4 @@
-"""`HostRemovalWorkflow` (`remove/<id>`): flows 7-10 of DOMAIN.md.
+"""`HostRemovalWorkflow` (`remove/<id>`): flows 7-10 of docs/DOMAIN.md.
 
 Runbook:
 1. Resolve the host (its namespace, and that the DPUs asked for are its own).
@@ -16,25 +16,27 @@ naming what is left.
 Abort (update `abort`) is accepted only before the first delete: a delete cannot be taken back,
 and everything after it is waiting. The result lists every change the run made.
 
-Cost per host and worst-case history: one watcher activity slot while waiting; about 45 events
-plus 4 per DPF change the watcher signals (about 15 more with force), however long a finalizer
-holds an object: the DPUDevice wait polls inside one heartbeating activity. `WORST_CASE_EVENTS`
+Cost per host and worst-case history: no activity slot while waiting (the site watch signals
+each change); about 45 events plus 4 per DPF change signalled (about 15 more with force),
+however long a finalizer holds an object: the DPUDevice wait polls inside one heartbeating
+activity (a workflow that polled every second for 20 s cost 249 events). `WORST_CASE_EVENTS`
 (150: room for ~25 DPF changes) is held by tests/test_removal.py with a device held for the
-whole wait (44 events; 249 when the workflow polled every second for 20 s).
+whole wait.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
-from typing import Final
+from datetime import timedelta
+from typing import ClassVar, Final
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
+    from contracts.errors import InvalidInput, OperationAborted, RemovalTimedOut
+    from contracts.models.control import STATUS_QUERY
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         DeleteDPUInput,
@@ -53,50 +55,39 @@ with workflow.unsafe.imports_passed_through():
         RemovedObject,
     )
     from contracts.models.inventory import HostInventory, HostLookup
-    from workflows.common import (
-        INVENTORY,
-        KUBE_WRITE,
-        bounded,
-        ending,
-        enter_phase,
-        options,
-    )
+    from workflows import kernel
     from workflows.dpf_watch import DPFWatch
 
-DEVICE_POLL: Final = timedelta(seconds=1)
 WORST_CASE_EVENTS: Final = 150  # see the module docstring; tests/test_removal.py holds us to it
-END_PHASE_PATCH: Final = "removal-end-phase"
-DEVICES_WAIT_PATCH: Final = "removal-devices-wait-in-one-activity"
 
 
 def devices_wait_options(seconds: float) -> workflow.ActivityConfig:
     """`wait_until_dpu_devices_gone`: an attempt lasts up to the wait, heartbeating each poll; a
     retried attempt keeps the input's deadline, and all attempts end within a margin of it."""
     return {
-        **bounded(KUBE_WRITE, seconds + 300),
+        **kernel.bounded(kernel.KUBE_WRITE, seconds + 300),
         "start_to_close_timeout": timedelta(seconds=seconds + 60),
         "heartbeat_timeout": timedelta(seconds=30),
     }
 
 
 CHANGES: Final = frozenset({"deleted", "updated", "finalizers removed"})
-ABORTED_ERROR: Final = "OperationAborted"
-TIMED_OUT_ERROR: Final = "RemovalTimedOut"
 
 
 @workflow.defn(name="HostRemovalWorkflow")
-class HostRemovalWorkflow:
+class HostRemovalWorkflow(kernel.Abortable):
     """Delete DPUs of a host, or its whole DPUNode, and wait until they are gone."""
+
+    ENDED: ClassVar = ("done", "failed", "aborted", "cancelled")
 
     @workflow.init
     def __init__(self, request: HostRemovalInput) -> None:
+        super().__init__()
         self._request = request
         self._started_at = workflow.now()
-        self._phase = "starting"
-        self._waiting_for = "the host's inventory"
+        self.details = "the host's inventory"
         self._actions: list[RemovedObject] = []
         self._watch = DPFWatch()
-        self._abort: OperatorRequest | None = None
         self._deleting = False
         self._forced = False
 
@@ -106,12 +97,9 @@ class HostRemovalWorkflow:
         try:
             return await self._runbook(request)
         except (FailureError, asyncio.CancelledError) as err:
-            # The watcher is stopped by the runbook; a delete cannot be undone: say what was done.
-            if workflow.patched(END_PHASE_PATCH):
-                phase, why = ending(err)
-                done = [f"{a.kind} {a.name} {a.outcome}" for a in self._actions if a.outcome in CHANGES]
-                self._enter(phase, f"{why}. Changed by this run: {'; '.join(done) or 'nothing'}")
-                await workflow.wait_condition(workflow.all_handlers_finished)
+            # The watch is stopped by the runbook; a delete cannot be undone: say what was done.
+            done = [f"{a.kind} {a.name} {a.outcome}" for a in self._actions if a.outcome in CHANGES]
+            await self.end_early(err, f"Changed by this run: {'; '.join(done) or 'nothing'}")
             raise
 
     async def _runbook(self, request: HostRemovalInput) -> HostRemovalResult:
@@ -119,11 +107,9 @@ class HostRemovalWorkflow:
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REMOVE)]
         )
         host = await self._resolve_host()
-        if self._abort is not None:
-            raise ApplicationError(
-                f"removal of {request.host_id} aborted by {self._abort.requested_by} before any delete",
-                type=ABORTED_ERROR,
-                non_retryable=True,
+        if self.abort_request is not None:
+            raise OperationAborted(
+                f"removal of {request.host_id} aborted by {self.abort_request.requested_by} before any delete"
             )
         self._watch.start(host, self._request.dpu_ids or ())
         try:
@@ -137,16 +123,14 @@ class HostRemovalWorkflow:
                 gone = await self._wait_until_gone(request.policy.phase_timeout_seconds)
             if not gone:
                 hint = "" if request.force else "; run it again with force to remove finalizers"
-                raise ApplicationError(
+                raise RemovalTimedOut(
                     f"removal of {self._what()} of host {request.host_id}: still present after the wait "
-                    f"({self._left()}){hint}",
-                    type=TIMED_OUT_ERROR,
-                    non_retryable=True,
+                    f"({self._left()}){hint}"
                 )
         finally:
             await self._watch.stop()
         await self._confirm_devices_gone(host)
-        enter_phase("done", f"{self._what()} removed")
+        self.enter("done", f"{self._what()} removed")
         await workflow.wait_condition(workflow.all_handlers_finished)
         return HostRemovalResult(
             host_id=request.host_id,
@@ -159,31 +143,27 @@ class HostRemovalWorkflow:
 
     # -- steps -------------------------------------------------------------------------------------
     async def _resolve_host(self) -> HostRef:
-        self._enter("resolving-inventory", f"inventory of {self._request.host_id}")
+        self.enter("resolving-inventory", f"inventory of {self._request.host_id}")
         inventory: HostInventory = await workflow.execute_activity(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            **options(INVENTORY, f"resolve {self._request.host_id}"),
+            **kernel.options(kernel.INVENTORY, f"resolve {self._request.host_id}"),
         )
         workflow.upsert_search_attributes([names.SITE.value_set(inventory.site)])
         unknown = sorted(set(self._request.dpu_ids or ()) - {d.id for d in inventory.dpus})
         if unknown:
-            raise ApplicationError(
-                f"host {inventory.host_id} has no DPU {', '.join(unknown)}",
-                type="InvalidInput",
-                non_retryable=True,
-            )
+            raise InvalidInput(f"host {inventory.host_id} has no DPU {', '.join(unknown)}")
         return HostRef.of(inventory)
 
     async def _delete(self, host: HostRef, *, force: bool) -> None:
         verb = "force-deleting" if force else "deleting"
-        self._enter(verb, f"{self._what()} of {host.host_id}")
+        self.enter(verb, f"{self._what()} of {host.host_id}")
         self._deleting = True
         if self._request.dpu_ids is None:
             result: ObjectsResult = await workflow.execute_activity(
                 activity_api.delete_dpu_node,
                 DeleteNodeInput(host=host, force=force),
-                **options(
+                **kernel.options(
                     self._kube_write(),
                     f"{verb} DPUNode {host.node_name()}",
                 ),
@@ -200,13 +180,13 @@ class HostRemovalWorkflow:
             DeleteDPUInput(
                 dpu=DPURef(host_id=host.host_id, dpu_id=dpu_id, namespace=host.namespace), force=force
             ),
-            **options(self._kube_write(), f"{verb} DPU {dpu_id}"),
+            **kernel.options(self._kube_write(), f"{verb} DPU {dpu_id}"),
         )
         self._record(result)
         return result
 
     async def _wait_until_gone(self, seconds: float) -> bool:
-        self._enter("waiting-until-gone", f"{self._what()} gone (DPF releases them)")
+        self.enter("waiting-until-gone", f"{self._what()} gone (DPF releases them)")
         try:
             await workflow.wait_condition(
                 lambda: self._watch.state is not None and self._gone(self._watch.state),
@@ -223,46 +203,27 @@ class HostRemovalWorkflow:
         if not self._request.dpu_ids:
             return
         seconds = self._request.policy.phase_timeout_seconds
-        if not workflow.patched(DEVICES_WAIT_PATCH):
-            await self._poll_devices_gone(host, workflow.now() + timedelta(seconds=seconds))
-            return
-        self._enter("waiting-until-gone", f"the DPUDevices of {', '.join(self._request.dpu_ids)} gone")
+        self.enter("waiting-until-gone", f"the DPUDevices of {', '.join(self._request.dpu_ids)} gone")
         refs = tuple(
             DPURef(host_id=host.host_id, dpu_id=d, namespace=host.namespace) for d in self._request.dpu_ids
         )
         result = await workflow.execute_activity(
             activity_api.wait_until_dpu_devices_gone,
             DevicesGoneInput(dpus=refs, deadline=workflow.now() + timedelta(seconds=seconds)),
-            **options(devices_wait_options(seconds), f"wait until the DPUDevices of {host.host_id} are gone"),
+            **kernel.options(
+                devices_wait_options(seconds), f"wait until the DPUDevices of {host.host_id} are gone"
+            ),
         )
         left = [o.name for o in result.objects if o.outcome != "gone"]
         if left:
-            raise ApplicationError(
-                f"DPUDevice {', '.join(left)} of host {host.host_id} still present after {seconds:g} s",
-                type=TIMED_OUT_ERROR,
-                non_retryable=True,
+            raise RemovalTimedOut(
+                f"DPUDevice {', '.join(left)} of host {host.host_id} still present after {seconds:g} s"
             )
-
-    async def _poll_devices_gone(self, host: HostRef, deadline: datetime) -> None:
-        """Before DEVICES_WAIT_PATCH: a delete and a 1 s timer per poll (runs started then)."""
-        for dpu_id in self._request.dpu_ids or ():
-            while True:
-                result = await self._delete_dpu(host, dpu_id, force=self._forced)
-                device = next(o for o in result.objects if o.kind == "DPUDevice")
-                if device.outcome == "gone":
-                    break
-                if workflow.now() >= deadline:
-                    raise ApplicationError(
-                        f"DPUDevice {device.name} of host {host.host_id} is still {device.outcome}",
-                        type=TIMED_OUT_ERROR,
-                        non_retryable=True,
-                    )
-                await workflow.sleep(DEVICE_POLL)
 
     # -- helpers -----------------------------------------------------------------------------------
     def _kube_write(self) -> workflow.ActivityConfig:
         # Bounded: an API that stays away fails the run, naming the call, instead of a silent retry.
-        return bounded(KUBE_WRITE, self._request.policy.kube_call_timeout_seconds)
+        return kernel.bounded(kernel.KUBE_WRITE, self._request.policy.kube_call_timeout_seconds)
 
     def _gone(self, state: HostDPFState) -> bool:
         if self._request.dpu_ids is None:
@@ -299,28 +260,20 @@ class HostRemovalWorkflow:
     def _record(self, result: ObjectsResult) -> None:
         self._actions += [RemovedObject(kind=o.kind, name=o.name, outcome=o.outcome) for o in result.objects]
 
-    def _enter(self, phase: str, waiting_for: str) -> None:
-        self._phase, self._waiting_for = phase, waiting_for
-        enter_phase(phase, waiting_for)
-
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
         """From the watcher: the host's DPF state changed."""
         self._watch.accept(state)
 
-    @workflow.update(name=ABORT_UPDATE)
-    def abort(self, request: OperatorRequest) -> OperatorAnswer:
-        """Stop before anything is deleted."""
-        self._abort = request
-        return OperatorAnswer(
-            accepted=True, message=f"removal on {self._request.host_id} aborted; nothing deleted"
-        )
+    def abort_promise(self) -> str:
+        """An abort stops before anything is deleted."""
+        return f"removal on {self._request.host_id} aborted; nothing deleted"
 
-    @abort.validator
-    def _validate_abort(self, request: OperatorRequest) -> None:
+    def abort_refusal(self) -> str | None:
         if self._deleting:
-            raise ValueError("the delete has been sent and cannot be taken back; abort is refused")
+            return "the delete has been sent and cannot be taken back; abort is refused"
+        return None
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostOperationStatus:
@@ -337,8 +290,8 @@ class HostRemovalWorkflow:
         return HostOperationStatus(
             host_id=self._request.host_id,
             operation=names.REMOVE,
-            phase=self._phase,
-            waiting_for=self._waiting_for,
+            phase=self.phase,
+            waiting_for=self.details,
             dpus=dpus,
             started_at=self._started_at,
         )

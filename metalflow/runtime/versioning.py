@@ -1,19 +1,19 @@
 """Shipping a new version of a workflow while runs of the old one are in flight.
 
-Host operations take minutes to hours and campaigns days, so a deploy always finds work in
-flight. Three mechanisms keep it safe, in this order of use:
+The policy is docs/VERSIONING.md; this module is its code. Host operations take minutes to hours
+and campaigns days, so a deploy always finds work in flight. Three mechanisms keep it safe:
 
-1. **Replay tests** (`tests/test_replay.py`): every workflow has recorded histories in
-   `tests/histories/`; CI replays them against today's code, so a change that would make a
-   running workflow non-deterministic fails before it ships. New behaviour adds a history;
-   old histories are never re-recorded to make a change pass.
-2. **`workflow.patched("<why>")`** around every change of a workflow's command sequence (a new
-   activity, timer or child, a removed or reordered one). A run that reached that point on the
-   old code replays the old branch; runs that start or reach it on the new code take the new
-   one. Once no run older than the patch can exist, `workflow.deprecate_patch` and later removal
-   clean it up (two deploys). Payload models accept fields a newer worker added (pydantic's
-   default `extra="ignore"` on every model that crosses a history boundary), so an older worker
-   of a mixed fleet, or a rollback, can read what a newer one wrote.
+1. **Replay tests** (`tests/test_replay.py`): the histories in `tests/histories/`, recorded from
+   the released code (0.1.0 is the first release), are replayed against today's code in CI, so a
+   change that would make a running workflow non-deterministic fails before it ships.
+2. **`workflow.patched("<why>")`**, only around a change of the command sequence of a RELEASED
+   workflow that runs AUTO_UPGRADE (below): its open runs move to the new code at their next
+   task. Pinned workflows finish on the build that started them and need none; code never
+   released needs none. Every live patch is listed in `LIVE_PATCHES` (tests/test_versioning.py
+   checks the list against the code), is retired with `workflow.deprecate_patch` once no run
+   older than it can be open, and is removed a release later. Payload models accept fields a
+   newer worker added (pydantic's default `extra="ignore"`), so an older worker of a mixed
+   fleet, or a rollback, can read what a newer one wrote.
 3. **Worker versioning** (Temporal Worker Deployments), when `METALFLOW_DEPLOYMENT_NAME` and
    `METALFLOW_BUILD_ID` are set for the worker: each worker polls as version
    `<deployment>.<build id>`, and an operator makes a version current (`temporal worker
@@ -27,9 +27,10 @@ flight. Three mechanisms keep it safe, in this order of use:
      that might cycle power differently; the old build's workers keep running until its pinned
      runs drain (`temporal worker deployment describe-version` shows the drainage status).
    - `AUTO_UPGRADE`: the long-lived entities and monitors (`HostWorkflow`,
-     `HostMonitorWorkflow`), which never finish and would otherwise keep an old build alive
-     forever. Their next workflow task runs on the current version, so every change to them
-     must replay old histories: that is what (1) and (2) guarantee.
+     `HostMonitorWorkflow`, the BMC lease, the site watch, campaigns), which never finish (or run
+     for days) and would otherwise keep an old build alive forever. Their next workflow task runs
+     on the current version, so every released change to them must replay old histories: that is
+     what (1) and (2) guarantee.
 
    A workflow type missing from `BEHAVIORS` is pinned (the safe default).
 
@@ -93,6 +94,10 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
 }
 """How each workflow type moves between builds on a versioned worker (tests/test_versioning.py
 checks that every registered workflow is listed)."""
+
+LIVE_PATCHES: Final[Mapping[str, str]] = {}
+"""Every `workflow.patched` id in workflows/, with the released version whose open runs it
+guards. Empty: no change to an auto-upgrading workflow has shipped since 0.1.0."""
 
 # The server joins the two as `<deployment>.<build id>`, so a '.' in the deployment name would
 # make the version ambiguous; both stay short and printable because they show in the UI and CLI.
