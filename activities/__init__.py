@@ -1,4 +1,6 @@
-"""All I/O of metalflow lives in activities: methods of small classes that hold their clients.
+"""The activities: thin Temporal adapters over the drivers (`drivers/`), methods of small classes
+that hold their clients (heartbeats, retries and error mapping live here; the I/O itself in the
+drivers).
 
 `build_activities` is the one list the worker registers; a new activity class is added there.
 """
