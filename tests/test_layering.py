@@ -1,4 +1,4 @@
-"""The layering of ARCHITECTURE.md, checked in fresh interpreters so nothing else is loaded."""
+"""The floors of docs/ARCHITECTURE.md, checked in fresh interpreters so nothing else is loaded."""
 
 from __future__ import annotations
 
@@ -36,3 +36,16 @@ def test_workflows_import_nothing_from_activities() -> None:
 def test_contracts_import_neither_layer() -> None:
     loaded = _modules_after_import("contracts.errors, contracts.names, contracts.models.host")
     assert _product_layer(loaded, "activities") | _product_layer(loaded, "workflows") == set()
+
+
+def test_the_worker_runtime_loads_no_dev_stack_and_no_cli() -> None:
+    """docs/ARCHITECTURE.md: a production worker carries no dev stack (the lifeline and port
+    helpers it needs live in metalflow.runtime)."""
+    loaded = _modules_after_import("metalflow.runtime.worker")
+    assert _product_layer(loaded, "metalflow.devstack") | _product_layer(loaded, "metalflow.cli") == set()
+
+
+def test_drivers_load_no_activity_or_workflow() -> None:
+    loaded = _modules_after_import("drivers.redfish.power, drivers.kube, drivers.inventory, drivers.dpf")
+    assert _product_layer(loaded, "activities") | _product_layer(loaded, "workflows") == set()
+    assert _product_layer(loaded, "metalflow") == set()
