@@ -11,8 +11,8 @@ the result type from them:
 Why declarations and not the classes themselves: workflows may not be imported by activities
 or the CLI (the floors, docs/ARCHITECTURE.md), and a workflow that imported another's module
 would execute it afresh in every run's sandbox (`workflows/__init__.py`). Each declaration has
-the registered name, the input and the result of its workflow, and for the host entity its
-updates and query; `tests/test_workflow_api.py` checks each against the class the worker
+the registered name, the input and the result of its workflow, and for the host entity and the
+rollout their updates and query; `tests/test_workflow_api.py` checks each against the class the worker
 registers. A declaration is never registered on a worker: its methods raise when called.
 
 Cost: nothing at run time.
@@ -26,9 +26,25 @@ from temporalio import workflow
 
 from contracts.models.bmc_lease import BMCLeaseState, BMCLeaseStatus
 from contracts.models.campaign import CampaignInput, CampaignResult
-from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
+from contracts.models.control import (
+    ABORT_UPDATE,
+    PAUSE_UPDATE,
+    RESUME_UPDATE,
+    STATUS_QUERY,
+    OperatorAnswer,
+    OperatorRequest,
+)
 from contracts.models.dpf import SiteWatchInput
-from contracts.models.grove import RolloutInput, RolloutResult
+from contracts.models.grove import (
+    ROLLBACK_UPDATE,
+    SCALE_UPDATE,
+    SUPERSEDE_UPDATE,
+    RolloutInput,
+    RolloutResult,
+    RolloutStatus,
+    ScaleRequest,
+    SupersedeRequest,
+)
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
@@ -164,6 +180,34 @@ class RolloutWorkflow:
     @workflow.run
     async def run(self, request: RolloutInput) -> RolloutResult:
         _declared_only("RolloutWorkflow.run")
+
+    @workflow.update(name=PAUSE_UPDATE)
+    async def pause(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("RolloutWorkflow.pause")
+
+    @workflow.update(name=RESUME_UPDATE)
+    async def resume(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("RolloutWorkflow.resume")
+
+    @workflow.update(name=ABORT_UPDATE)
+    async def abort(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("RolloutWorkflow.abort")
+
+    @workflow.update(name=ROLLBACK_UPDATE)
+    async def rollback(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("RolloutWorkflow.rollback")
+
+    @workflow.update(name=SUPERSEDE_UPDATE)
+    async def supersede(self, request: SupersedeRequest) -> OperatorAnswer:
+        _declared_only("RolloutWorkflow.supersede")
+
+    @workflow.update(name=SCALE_UPDATE)
+    async def scale(self, request: ScaleRequest) -> OperatorAnswer:
+        _declared_only("RolloutWorkflow.scale")
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> RolloutStatus:
+        _declared_only("RolloutWorkflow.status")
 
 
 @workflow.defn(name="CampaignWorkflow")

@@ -15,7 +15,7 @@ from host_operation_support import wait_for_query
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowHandle
 
-from contracts import names
+from contracts import names, workflow_api
 from contracts.models.control import STATUS_QUERY
 from contracts.models.grove import PCSRef, RolloutInput, RolloutPolicy, RolloutResult, RolloutStatus
 from drivers.settings import Settings
@@ -75,11 +75,10 @@ async def start_rollout(
 ) -> WorkflowHandle[Any, RolloutResult]:
     ref = PCSRef(namespace="default", name=pcs)
     return await client.start_workflow(
-        "RolloutWorkflow",
+        workflow_api.RolloutWorkflow.run,
         RolloutInput(pcs=ref, images=images, requested_by="pytest", policy=policy),
         id=names.rollout_workflow_id(ref.namespace, ref.name),
         task_queue=task_queue,
-        result_type=RolloutResult,
         static_summary=f"roll {ref} for pytest",
     )
 

@@ -24,8 +24,8 @@ from rollout_support import (
 )
 from sim_support import RunningSim
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
 
+from contracts.errors import RolloutAborted, matches
 from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
@@ -62,8 +62,8 @@ async def test_never_available_pauses_then_resume_after_the_fix_completes(
             paused = await wait_for(handle, lambda s: s.phase == "paused", "the rollout paused")
             assert "inference-0-mpg-1" in (paused.paused_reason or "")
             assert [s.podgangs for s in paused.steps if s.finished_at] == [("inference-0-mpg-0",)]
-            # The status says paused as the phase is entered; the annotation follows with the
-            # publish activity that comes next (CI emulation read it between the two).
+            # The annotation is written just before the phase is entered: once the status says
+            # paused, the annotation does too.
             annotation = await published(sim, '"phase": "paused"')
             assert '"phase": "paused"' in annotation
             sim.inject("podgangs/inference-0-mpg-1/clear")
@@ -154,11 +154,11 @@ async def test_abort_stops_with_every_podgang_of_one_hash(
             assert reply.accepted
             with pytest.raises(WorkflowFailureError) as failure:
                 await handle.result()
-            await save_history(handle, "rollout_aborted_watcher_awaited")
+            await save_history(handle, "rollout_aborted")
             ended = await handle.describe()
         assert list(ended.raw_description.pending_activities) == []  # the watcher ended with it
         cause = failure.value.cause
-        assert isinstance(cause, ApplicationError) and cause.type == "RolloutAborted"
+        assert matches(cause, RolloutAborted)
         assert len(set(hashes(sim, "inference").values())) == 2  # some rolled, the rest not
         assert "metalflow.io/rollout" not in (
             pcs_object(sim, "inference")["metadata"].get("annotations") or {}

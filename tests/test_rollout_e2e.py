@@ -32,7 +32,7 @@ async def test_rollout_of_the_inference_shape_rolls_every_podgang_once(
                 client, task_queue, "inference", {"router": "registry.local/router:2.0"}
             )
             result = await handle.result()
-            await save_history(handle, "rollout_inference_completed_watcher_awaited")
+            await save_history(handle, "rollout_inference_completed")
             final = await status_of(handle)
             ended = await handle.describe()
         assert list(ended.raw_description.pending_activities) == []  # the watcher ended with it

@@ -48,7 +48,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from contracts import metrics, names
-    from contracts.errors import PERMANENT_TYPES, OperationAborted
+    from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError
     from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
 
 ArgT = TypeVar("ArgT")
@@ -287,8 +287,10 @@ class Runbook:
     def aborting(self) -> bool:
         return self.abort_request is not None
 
-    def aborted(self, outcome: str = "", *details: Any) -> OperationAborted:
-        """The error an aborted run ends with: who aborted, why, and `outcome` (what it left)."""
+    def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
+        """The error an aborted run ends with: who aborted, why, and `outcome` (what it left).
+        `OperationAborted`; a workflow whose abort has its own type overrides it (a rollout's
+        `RolloutAborted`), and `wait` and `call` raise that."""
         abort = self.abort_request
         assert abort is not None, "aborted() before an abort"
         why = f"aborted by {abort.requested_by}: {abort.reason or 'no reason given'}"

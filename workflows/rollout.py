@@ -22,7 +22,15 @@ second rollout of the same PodCliqueSet is refused while this one runs (or takes
    `RolloutAborted`). `pause` stops after the current step.
 5. However it ends (completed, rolled back, aborted, failed, cancelled), the watcher is cancelled
    and waited for (about a second: its next heartbeat), so the ended rollout has no pending
-   activity (patch `rollout-watcher-awaited`).
+   activity.
+
+Operator control (`workflows.kernel`): `abort` is the kernel's update (refused once the rollout
+ended or while it aborts; acted on at the next wait, never in the middle of a Kubernetes call, so
+a step's deletions are never half sent); `pause` is the kernel's `paused_by`, honoured between
+steps; `resume` and `rollback` are the decisions a paused rollout awaits (`rollback` asked for
+while rolling is queued and acted on after the current step); `supersede` and `scale` are this
+workflow's own updates. Every handler only records; the runbook acts at its next safe point, so
+a handler never races a step.
 
 Scale: Grove's coherent update refuses scaling during an update; here the `scale` update queues
 the new replica count and applies it between steps (after the current step is Available), so a
@@ -41,98 +49,126 @@ to ~1,000 PodGangs; larger PodCliqueSets would need continue-as-new (not impleme
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.models.control import STATUS_QUERY
+    from contracts.errors import PodCliqueSetGone, RolloutAborted
+    from contracts.models.control import (
+        PAUSE_UPDATE,
+        RESUME_UPDATE,
+        STATUS_QUERY,
+        OperatorAnswer,
+        OperatorRequest,
+    )
     from contracts.models.grove import (
         PCS_STATE_CHANGED_SIGNAL,
+        ROLLBACK_UPDATE,
+        SCALE_UPDATE,
+        SUPERSEDE_UPDATE,
         PCSState,
         ProgressInput,
+        ReplicaRollout,
         RolloutInput,
         RolloutResult,
         RolloutStatus,
         RollPodGangsInput,
         ScalePCSInput,
+        ScaleRequest,
         SetImagesInput,
         StepRecord,
+        SupersedeRequest,
         TemplateInput,
-        TemplateResult,
         WatchPCSInput,
     )
     from contracts.wording import plural
-    from workflows import common
+    from workflows import kernel
     from workflows import rollout_steps as steps
-    from workflows.rollout_control import (
-        COMPLETED,
-        PAUSED,
-        PREPARING,
-        ROLLED_BACK,
-        ROLLING,
-        ROLLING_BACK,
-        RolloutControl,
-    )
     from workflows.rollout_plan import plan as plan_rollout
 
-# The watcher is cancelled and waited for when the rollout ends (`_stop_watcher`); runs recorded
-# before this cancelled it without waiting and ended with it still pending (CANCEL_REQUESTED).
-WATCHER_AWAITED_PATCH = "rollout-watcher-awaited"
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
+
+PREPARING = "preparing"
+ROLLING = "rolling"
+ROLLING_BACK = "rolling-back"
+PAUSED = "paused"
+COMPLETED = "completed"
+ROLLED_BACK = "rolled-back"
+ABORTED = "aborted"
+DECISIONS = (RESUME_UPDATE, ROLLBACK_UPDATE)
+"""What a paused rollout waits for (besides `abort`)."""
 
 
 @workflow.defn(name="RolloutWorkflow")
-class RolloutWorkflow(RolloutControl):
+class RolloutWorkflow(kernel.Abortable):
     """Roll one PodCliqueSet coherently; see the module docstring."""
+
+    ENDED: ClassVar = (COMPLETED, ROLLED_BACK, ABORTED)
 
     @workflow.init
     def __init__(self, request: RolloutInput) -> None:
         super().__init__()
+        self.phase = PREPARING
         self._request = request
         self._pcs = request.pcs
         self._policy = request.policy
         self._state: PCSState | None = None
         self._target = ""
+        self._previous_hash = ""
         self._previous_template: dict[str, Any] | None = None
+        self._rolling_back = False
         self._repair = False
+        self._paused_reason: str | None = None
+        self._rollback_request: OperatorRequest | None = None  # until the runbook starts it
+        self._supersede: SupersedeRequest | None = None
+        self._scale: ScaleRequest | None = None
         self._steps: list[StepRecord] = []
         self._in_flight: tuple[str, ...] = ()
         self._replicas: tuple[int, ...] = ()
         self._started_at = workflow.now()
-        self._watcher: asyncio.Future[None] | None = None
-        self._watcher_awaited = False
         self._members: tuple[int | None, int | None] = (None, None)
 
     @workflow.run
     async def run(self, request: RolloutInput) -> RolloutResult:
         """Roll the PodCliqueSet to the new images; see the module docstring."""
         workflow.upsert_search_attributes([names.OPERATION.value_set(names.ROLLOUT)])
-        self._enter(PREPARING, f"reading {self._pcs}")
-        template = await self._read_template()
+        self.enter(PREPARING, f"reading {self._pcs}")
+        template = await self._kube(
+            activity_api.read_pcs_template, self._pcs, kernel.KUBE_READ, f"read the template of {self._pcs}"
+        )
         self._previous_template = dict(template.template)
         first = await self._read()
         self._previous_hash = first.current_hash
-        self._start_watcher()
+        watcher = kernel.start_cancellable(
+            activity_api.watch_pcs,
+            WatchPCSInput(pcs=self._pcs, heartbeat_seconds=kernel.WATCHER_HEARTBEAT_SECONDS),
+            kernel.options(kernel.WATCHER, f"watch {self._pcs} and its PodGangs"),
+        )
         try:
-            written = await self._activity(
+            written = await self._kube(
                 activity_api.set_pcs_images,
                 SetImagesInput(pcs=self._pcs, images=request.images),
+                kernel.KUBE_WRITE,
                 f"set the images of {self._pcs}",
-                common.KUBE_WRITE,
             )
             await self._adopt_target(written.generation)
             await self._roll()
-        except (FailureError, asyncio.CancelledError):
+        except (FailureError, asyncio.CancelledError) as err:
+            if isinstance(err, RolloutAborted) and self.abort_request is not None:
+                self.enter(ABORTED, f"aborted by {self.abort_request.requested_by}")
             await self._publish(ended=True)
             raise
         finally:
-            await self._stop_watcher()
+            # Its next heartbeat (about a second) ends it: the ended rollout has no pending activity.
+            await kernel.cancel_and_wait(watcher)
         await self._publish(ended=True)
         outcome = ROLLED_BACK if self._rolling_back else COMPLETED
-        self._enter(outcome, f"{plural(len(self._steps), 'step')}; every PodGang at {self._target}")
+        self.enter(outcome, f"{plural(len(self._steps), 'step')}; every PodGang at {self._target}")
         await workflow.wait_condition(workflow.all_handlers_finished)
         return RolloutResult(
             pcs=self._pcs,
@@ -164,7 +200,7 @@ class RolloutWorkflow(RolloutControl):
             )
         return RolloutStatus(
             pcs=self._pcs,
-            phase=self._phase,
+            phase=self.phase,
             target_hash=self._target,
             previous_hash=self._previous_hash,
             rolling_back=self._rolling_back,
@@ -180,17 +216,92 @@ class RolloutWorkflow(RolloutControl):
             members_total=self._members[1],
         )
 
+    @workflow.update(name=PAUSE_UPDATE)
+    def pause(self, request: OperatorRequest) -> OperatorAnswer:
+        """Stop after the current step and wait for `resume`, `rollback` or `abort`."""
+        self.paused_by = request
+        return OperatorAnswer(accepted=True, message=f"pausing after the current step ({self.phase})")
+
+    @pause.validator
+    def _validate_pause(self, request: OperatorRequest) -> None:
+        self.validate_pause()
+        if self.phase == PAUSED:
+            raise ValueError(f"already paused: {self._paused_reason}")
+
+    @workflow.update(name=RESUME_UPDATE)
+    def resume(self, request: OperatorRequest) -> OperatorAnswer:
+        """Go on: recreate the PodGangs that are not Available, then the next steps. Before the
+        pause was reached, it withdraws the pause request."""
+        if not self.awaits(RESUME_UPDATE):
+            self.paused_by = None
+            return OperatorAnswer(accepted=True, message="pause request withdrawn; the rollout goes on")
+        self.decide(RESUME_UPDATE, request)
+        return OperatorAnswer(accepted=True, message=f"resuming ({self._paused_reason})")
+
+    @resume.validator
+    def _validate_resume(self, request: OperatorRequest) -> None:
+        self.validate_resume(also=self.awaits(RESUME_UPDATE))
+
+    @workflow.update(name=ROLLBACK_UPDATE)
+    def rollback(self, request: OperatorRequest) -> OperatorAnswer:
+        """Restore the previous template and roll back under the same rules: the decision of a
+        paused rollout, or else queued until the current step is done."""
+        self._rollback_request = request
+        if self.awaits(ROLLBACK_UPDATE):
+            self.decide(ROLLBACK_UPDATE, request)
+        where = "now" if self.phase == PAUSED else "after the current step"
+        return OperatorAnswer(accepted=True, message=f"rolling back to {self._previous_hash} {where}")
+
+    @rollback.validator
+    def _validate_rollback(self, request: OperatorRequest) -> None:
+        self.validate_running(ROLLBACK_UPDATE)
+        if self._rolling_back or self._rollback_request is not None:
+            raise ValueError("the rollout is already rolling back")
+
+    @workflow.update(name=SUPERSEDE_UPDATE)
+    def supersede(self, request: SupersedeRequest) -> OperatorAnswer:
+        """A newer rollout of this PodCliqueSet takes over after the current step."""
+        self._supersede = request
+        return OperatorAnswer(accepted=True, message="the new images take over after the current step")
+
+    @supersede.validator
+    def _validate_supersede(self, request: SupersedeRequest) -> None:
+        self.validate_running(SUPERSEDE_UPDATE)
+        if self._rolling_back:
+            raise ValueError("the rollout is rolling back; start the new rollout once it finished")
+
+    @workflow.update(name=SCALE_UPDATE)
+    def scale(self, request: ScaleRequest) -> OperatorAnswer:
+        """Queue a new replica count; applied between steps (see the module docstring)."""
+        self._scale = request
+        return OperatorAnswer(
+            accepted=True, message=f"scaling to {request.replicas} replicas after the current step"
+        )
+
+    @scale.validator
+    def _validate_scale(self, request: ScaleRequest) -> None:
+        self.validate_running(SCALE_UPDATE)
+
+    def abort_promise(self) -> str:
+        return f"aborting ({self.phase}); nothing more will be rolled"
+
+    def aborted(self, outcome: str = "", *details: Any) -> RolloutAborted:
+        """The rollout's abort error (`RolloutAborted`): who, why, and what it leaves."""
+        abort = self.abort_request
+        assert abort is not None, "aborted() before an abort"
+        why = f": {abort.reason}" if abort.reason else ""
+        left = outcome or f"{plural(len(self._steps), 'step')} done, PodGangs left as they are"
+        return RolloutAborted(
+            f"rollout of {self._pcs} aborted by {abort.requested_by}{why}; {left}", *details
+        )
+
     # -- the runbook's steps -------------------------------------------------------------------------
     async def _roll(self) -> None:
         while True:
             await self._between_steps()
             state = await self._read()
             if not state.exists or state.shape is None:
-                raise ApplicationError(
-                    f"PodCliqueSet {self._pcs} was deleted during the rollout",
-                    type="PodCliqueSetGone",
-                    non_retryable=True,
-                )
+                raise PodCliqueSetGone(f"PodCliqueSet {self._pcs} was deleted during the rollout")
             plan = plan_rollout(state.shape)
             cond = self._policy.condition
             if self._repair:
@@ -213,7 +324,7 @@ class RolloutWorkflow(RolloutControl):
             await self._run_step(plan, state, tuple(sorted(names_)), recreate=False)
 
     async def _run_step(
-        self, plan: list[Any], state: PCSState, gangs: tuple[str, ...], *, recreate: bool
+        self, plan: list[ReplicaRollout], state: PCSState, gangs: tuple[str, ...], *, recreate: bool
     ) -> None:
         planned = {g.name: g for r in plan for g in (*r.mpgs, *r.tpgs)}
         replica = min(planned[g].replica for g in gangs)
@@ -228,9 +339,9 @@ class RolloutWorkflow(RolloutControl):
         self._in_flight = gangs
         healthy_before = set(planned) - set(gangs)
         phase = ROLLING_BACK if self._rolling_back else ROLLING
-        self._enter(phase, f"replica {replica}: {'recreating' if recreate else 'rolling'} {', '.join(gangs)}")
+        self.enter(phase, f"replica {replica}: {'recreating' if recreate else 'rolling'} {', '.join(gangs)}")
         await self._publish()
-        rolled = await self._activity(
+        rolled = await self._kube(
             activity_api.roll_podgangs,
             RollPodGangsInput(
                 pcs=self._pcs,
@@ -240,14 +351,14 @@ class RolloutWorkflow(RolloutControl):
                 require_healthy=() if recreate else tuple(sorted(healthy_before)),
                 condition=self._policy.condition,
             ),
+            kernel.KUBE_WRITE,
             f"roll {', '.join(gangs)}",
-            common.KUBE_WRITE,
         )
         if rolled.blocked_by:  # fell back since the read: nothing deleted; the loop waits for it
             self._in_flight = ()
             return
         record = record.model_copy(update={"deleted": rolled.deleted})
-        deadline = timedelta(seconds=self._policy.step_deadline_seconds)
+        deadline = self._policy.step_deadline_seconds
 
         def settled() -> bool:
             # A PodGang of a replica scaled away (by hand, mid-step) is done: it will not return.
@@ -264,22 +375,12 @@ class RolloutWorkflow(RolloutControl):
                 return []
             return [g for g in sorted(healthy_before) if not steps.healthy(s.gang(g), self._policy.condition)]
 
-        try:
-            await workflow.wait_condition(
-                lambda: settled() or bool(fell_back()) or self._abort is not None, timeout=deadline
-            )
-        except TimeoutError:
-            pass
-        self._check_abort()
+        await self.wait(lambda: settled() or bool(fell_back()), timeout=deadline)
         down = fell_back()
         if down and not settled():
             # The step cannot be taken back: let it finish (within its deadline), then pause, so
             # a repair never recreates a PodGang while another of the replica is in flight.
-            try:
-                await workflow.wait_condition(lambda: settled() or self._abort is not None, timeout=deadline)
-            except TimeoutError:
-                pass
-            self._check_abort()
+            await self.wait(settled, timeout=deadline)
         if settled():
             self._steps.append(record.model_copy(update={"finished_at": workflow.now()}))
             self._in_flight = ()
@@ -298,23 +399,16 @@ class RolloutWorkflow(RolloutControl):
                 f"{self._policy.step_deadline_seconds:g} s"
             )
 
-    async def _wait_healthy(self, plan: list[Any], skip: set[str]) -> None:
+    async def _wait_healthy(self, plan: list[ReplicaRollout], skip: set[str]) -> None:
         """Before a step every other PodGang must be healthy: wait for it, then pause."""
 
         def sick() -> list[str]:
             return steps.unhealthy(plan, self._state, self._policy.condition, skip) if self._state else ["?"]
 
-        try:
-            await workflow.wait_condition(
-                lambda: not sick() or self._abort is not None,
-                timeout=timedelta(seconds=self._policy.step_deadline_seconds),
-            )
-        except TimeoutError:
-            self._check_abort()
+        if not await self.wait(lambda: not sick(), timeout=self._policy.step_deadline_seconds):
             await self._pause(
                 f"PodGang {', '.join(sick())} not {self._policy.condition}; the next step waits"
             )
-        self._check_abort()
 
     async def _verified(self, read: PCSState) -> bool:
         """Every PodGang is at the target: Grove must agree (`updatedReplicas`, which counts a
@@ -326,75 +420,73 @@ class RolloutWorkflow(RolloutControl):
             s = self._state
             return s is not None and s.shape is not None and s.updated_replicas >= s.shape.replicas
 
-        try:
-            await workflow.wait_condition(
-                lambda: agreed() or self._abort is not None,
-                timeout=timedelta(seconds=self._policy.step_deadline_seconds),
-            )
-        except TimeoutError:
-            s = self._state
-            await self._pause(
-                f"every PodGang is at {self._target} but Grove reports "
-                f"{s.updated_replicas if s else '?'} replicas updated"
-            )
-            return False
-        self._check_abort()
-        return True
+        if await self.wait(agreed, timeout=self._policy.step_deadline_seconds):
+            return True
+        s = self._state
+        await self._pause(
+            f"every PodGang is at {self._target} but Grove reports "
+            f"{s.updated_replicas if s else '?'} replicas updated"
+        )
+        return False
 
     async def _between_steps(self) -> None:
         """Safe point: act on abort, a pause request, a rollback, a superseding rollout, a scale."""
-        self._check_abort()
-        if self._pause_request is not None:
-            request, self._pause_request = self._pause_request, None
-            await self._pause(
-                f"paused by {request.requested_by}" + (f": {request.reason}" if request.reason else "")
-            )
-        if self._decision is not None and self._decision[0] == "rollback":
-            self._decision = None
+        if self.aborting:
+            raise self.aborted()
+        if self.paused_by is not None:
+            request = self.paused_by
+            reason = f": {request.reason}" if request.reason else ""
+            await self._pause(f"paused by {request.requested_by}{reason}", by_operator=True)
+        if self._rollback_request is not None:
             await self._start_rollback()
         if self._supersede is not None:
-            request_, self._supersede = self._supersede, None
-            written = await self._activity(
+            superseding, self._supersede = self._supersede, None
+            written = await self._kube(
                 activity_api.set_pcs_images,
-                SetImagesInput(pcs=self._pcs, images=request_.images),
-                f"set the images of {self._pcs} (superseded by {request_.requested_by})",
-                common.KUBE_WRITE,
+                SetImagesInput(pcs=self._pcs, images=superseding.images),
+                kernel.KUBE_WRITE,
+                f"set the images of {self._pcs} (superseded by {superseding.requested_by})",
             )
             await self._adopt_target(written.generation)
         if self._scale is not None:
             scale, self._scale = self._scale, None
-            generation = await self._activity(
+            generation = await self._kube(
                 activity_api.scale_pcs,
                 ScalePCSInput(pcs=self._pcs, replicas=scale.replicas),
+                kernel.KUBE_WRITE,
                 f"scale {self._pcs} to {scale.replicas} replicas",
-                common.KUBE_WRITE,
             )
             await self._adopt_target(generation)
 
-    async def _pause(self, reason: str) -> None:
-        self._paused_reason = reason
-        self._enter(PAUSED, f"{reason}; waiting for resume, rollback or abort")
-        await self._publish()
-        await workflow.wait_condition(lambda: self._decision is not None or self._abort is not None)
-        self._check_abort()
-        assert self._decision is not None
-        (kind, request), self._decision = self._decision, None
-        self._paused_reason = None
-        workflow.logger.info("rollout of %s: %s by %s", self._pcs, kind, request.requested_by)
-        if kind == "rollback":
+    async def _pause(self, reason: str, *, by_operator: bool = False) -> None:
+        """Wait for an operator's decision (`resume` or `rollback`; `abort` raises) and act on it.
+        A rollback asked for during the step is that decision already. An operator's `pause` ends
+        with the decision; one asked for during a step that then paused on its own is honoured
+        at the next safe point."""
+        if self._rollback_request is not None:
+            decision = ROLLBACK_UPDATE
+        else:
+            self._paused_reason = reason
+            # The annotation first, so it never says a paused rollout still rolls.
+            await self._publish(phase=PAUSED)
+            decision, _ = await self.await_decision(PAUSED, reason, DECISIONS)
+            self._paused_reason = None
+        if by_operator:
+            self.paused_by = None
+        if decision == ROLLBACK_UPDATE:
             await self._start_rollback()
         else:
             self._repair = True
 
     async def _start_rollback(self) -> None:
-        self._rolling_back = True
-        self._enter(ROLLING_BACK, f"restoring the template of {self._previous_hash}")
+        self._rolling_back, self._rollback_request = True, None
+        self.enter(ROLLING_BACK, f"restoring the template of {self._previous_hash}")
         assert self._previous_template is not None
-        written = await self._activity(
+        written = await self._kube(
             activity_api.restore_pcs_template,
             TemplateInput(pcs=self._pcs, template=self._previous_template),
+            kernel.KUBE_WRITE,
             f"restore the template of {self._pcs}",
-            common.KUBE_WRITE,
         )
         await self._adopt_target(written.generation)
 
@@ -405,90 +497,46 @@ class RolloutWorkflow(RolloutControl):
             s = self._state
             return s is not None and s.observed_generation >= generation and bool(s.current_hash)
 
-        while True:
-            try:
-                await workflow.wait_condition(
-                    lambda: observed() or self._abort is not None,
-                    timeout=timedelta(seconds=self._policy.step_deadline_seconds),
-                )
-            except TimeoutError:
-                self._check_abort()
-                await self._pause(f"Grove has not observed generation {generation} of {self._pcs}")
-                continue
-            self._check_abort()
-            assert self._state is not None
-            self._target = self._state.current_hash
-            return
+        while not await self.wait(observed, timeout=self._policy.step_deadline_seconds):
+            await self._pause(f"Grove has not observed generation {generation} of {self._pcs}")
+        assert self._state is not None
+        self._target = self._state.current_hash
 
     # -- plumbing ------------------------------------------------------------------------------------
-    async def _activity(self, fn: Any, arg: Any, summary: str, options: workflow.ActivityConfig) -> Any:
-        return await workflow.execute_activity(fn, arg, **common.options(options, summary))
-
-    async def _read_template(self) -> TemplateResult:
-        result: TemplateResult = await workflow.execute_activity(
-            activity_api.read_pcs_template,
-            self._pcs,
-            **common.options(common.KUBE_READ, f"read the template of {self._pcs}"),
-        )
-        return result
+    async def _kube(
+        self,
+        call: Callable[[ArgT], Awaitable[ResultT]],
+        arg: ArgT,
+        preset: workflow.ActivityConfig,
+        summary: str,
+    ) -> ResultT:
+        """One Kubernetes call. Not abortable: an abort waits for it and is acted on at the next
+        wait, so a step's deletions and a template write are never cut halfway."""
+        return await self.call(call, arg, kernel.options(preset, summary), abortable=False)
 
     async def _read(self) -> PCSState:
-        state: PCSState = await workflow.execute_activity(
-            activity_api.read_pcs_state, self._pcs, **common.options(common.KUBE_READ, f"read {self._pcs}")
+        state = await self._kube(
+            activity_api.read_pcs_state, self._pcs, kernel.KUBE_READ, f"read {self._pcs}"
         )
         if self._state is None:
             self._state = state
         return state
 
-    async def _publish(self, *, ended: bool = False) -> None:
+    async def _publish(self, *, ended: bool = False, phase: str | None = None) -> None:
         now = self.status()
-        done, total = now.done, now.total
-        await workflow.execute_activity(
+        await self._kube(
             activity_api.publish_rollout_progress,
             ProgressInput(
                 pcs=self._pcs,
                 workflow_id=workflow.info().workflow_id,
-                phase=self._phase,
+                phase=phase or self.phase,
                 replicas=self._replicas,
                 in_flight=self._in_flight,
-                done=done,
-                total=total,
+                done=now.done,
+                total=now.total,
                 started_at=self._started_at,
                 ended=ended,
             ),
-            **common.options(common.KUBE_WRITE, "publish progress on the PodCliqueSet"),
+            kernel.KUBE_WRITE,
+            "publish progress on the PodCliqueSet",
         )
-
-    def _start_watcher(self) -> None:
-        self._watcher_awaited = workflow.patched(WATCHER_AWAITED_PATCH)
-        self._watcher = workflow.start_activity(
-            activity_api.watch_pcs,
-            WatchPCSInput(pcs=self._pcs, heartbeat_seconds=common.WATCHER_HEARTBEAT_SECONDS),
-            **common.options(
-                common.WATCHER,
-                f"watch {self._pcs} and its PodGangs",
-                cancellation_type=(
-                    workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                    if self._watcher_awaited
-                    else None
-                ),
-            ),
-        )
-
-    async def _stop_watcher(self) -> None:
-        """Cancel the watcher and wait until it has ended (its next heartbeat, about a second),
-        so the ended rollout shows no pending activity."""
-        watcher = self._watcher
-        if watcher is None or watcher.done():
-            return
-        watcher.cancel()
-        if not self._watcher_awaited:
-            watcher.add_done_callback(_retrieve)
-            return
-        await common.cancelled_call_ended(watcher)
-
-
-def _retrieve(watcher: asyncio.Future[None]) -> None:
-    # A cancelled watcher ends with an ActivityError nobody awaits: take it, so it is not logged.
-    if not watcher.cancelled():
-        watcher.exception()

@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from contracts import names
+from contracts import names, workflow_api
 from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
@@ -197,11 +197,10 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     summary = ", ".join(f"{c}={i}" for c, i in images.items())
     try:
         handle = await client.start_workflow(
-            "RolloutWorkflow",
+            workflow_api.RolloutWorkflow.run,
             request,
             id=workflow_id,
             task_queue=args.task_queue,
-            result_type=RolloutResult,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"roll {pcs} to {summary} for {args.by}",
             search_attributes=TypedSearchAttributes([SearchAttributePair(names.OPERATION, names.ROLLOUT)]),

@@ -14,9 +14,8 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from contracts import names
-from contracts.models.control import STATUS_QUERY
-from contracts.models.grove import PCSRef, RolloutInput, RolloutResult, RolloutStatus
+from contracts import names, workflow_api
+from contracts.models.grove import PCSRef, RolloutInput, RolloutResult
 from contracts.wording import plural
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.hosts import default_operator
@@ -35,13 +34,12 @@ async def run_rollout_demo(
     say("demo:   (its `status` query, current details, Phase; `metalflow rollout status default/inference`)")
     try:
         handle = await client.start_workflow(
-            "RolloutWorkflow",
+            workflow_api.RolloutWorkflow.run,
             RolloutInput(
                 pcs=DEMO_PCS, images=DEMO_IMAGES, requested_by=default_operator(), reason="metalflow dev demo"
             ),
             id=workflow_id,
             task_queue=task_queue,
-            result_type=RolloutResult,
             static_summary=f"demo: roll {DEMO_PCS} to the 1.1 images",
             search_attributes=TypedSearchAttributes([SearchAttributePair(names.OPERATION, names.ROLLOUT)]),
         )
@@ -50,7 +48,7 @@ async def run_rollout_demo(
         handle = client.get_workflow_handle(workflow_id, result_type=RolloutResult)
     last = ""
     while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-        line = render(await handle.query(STATUS_QUERY, result_type=RolloutStatus))
+        line = render(await handle.query(workflow_api.RolloutWorkflow.status))
         if line != last:
             say(f"demo:   {line}")
             last = line
