@@ -1,4 +1,4 @@
-"""The host pool (DOMAIN.md flow 5) and requests to a host's owner, for the host monitor.
+"""The host pool (docs/DOMAIN.md flow 5, section 2.8) and requests to a host's owner, for the host monitor.
 
 Pool state lives on the cluster, the shared truth every scheduler and operator can read: the
 label `metalflow.io/pool` (`in-pool` / `out-of-pool`) and the annotation `metalflow.io/pool-reason`

@@ -3,7 +3,7 @@
 One place on purpose: the dev server registration, docker-compose.temporal.yml, the worker, the
 CLI and the tests all read these, so a renamed attribute cannot drift between them.
 
-Workflow ids are business keys (ARCHITECTURE.md "How an operation flows"): the id is the lock,
+Workflow ids are business keys (docs/ARCHITECTURE.md section 2, "How a request flows"): the id is the lock,
 so a second request for the same host is refused while the first runs.
 """
 

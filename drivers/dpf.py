@@ -1,4 +1,4 @@
-"""Bodies of the DPF objects metalflow writes (flows 1 and 2 of DOMAIN.md section 2), and the
+"""Bodies of the DPF objects metalflow writes (flows 1 and 2 of docs/DOMAIN.md section 2.8), and the
 reading of DPF objects into the state models workflows decide on.
 
 Only fields the v1alpha1 CRDs define are written, so a real DPF API server accepts them as

@@ -4,7 +4,7 @@ No Temporal API here: the workflow asks these questions of the newest state the 
 tests ask them of hand-written states. "The DPUs" are the DPUs under the operation; safety checks
 look at every DPU of the host.
 
-Why the reboot barrier waits for EVERY DPU (DOMAIN.md section 1, the RFC's hard case): DPF puts
+Why the reboot barrier waits for EVERY DPU (docs/DOMAIN.md sections 1 and 2.5, the RFC's hard case): DPF puts
 the reboot-required annotation on the DPUNode when the FIRST DPU reaches `Rebooting`; a sibling
 may still be writing its OS. Power-cycling then corrupts the sibling's install. So the host is
 cycled only when the annotation is present, every DPU is in `Rebooting` (or already `Ready`: it

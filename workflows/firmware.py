@@ -1,5 +1,5 @@
 """`FirmwareWorkflow` (`firmware/<id>`): stage DPU firmware on every DPU, activate it with one
-host power cycle, verify (DOMAIN.md section 1: `stage_dpu_firmware`, `activate_dpu_firmware`).
+host power cycle, verify (docs/DOMAIN.md section 1: `stage_dpu_firmware`, `activate_dpu_firmware`).
 
 Runbook:
 1. Resolve the host; read each DPU's running and staged versions from its own BMC.

@@ -1,7 +1,7 @@
 """HostWorkflow (`host/<id>`): the one owner of a host, long-running.
 
 Every operation on a host is asked of this entity by an update, so an instance assignment and a
-reprovision can never race (the single-program device race of docs/DOMAIN.md):
+reprovision can never race (the single-program device race of docs/DOMAIN.md section 5):
 
 1. `request_*` is refused while another operation runs or awaits approval, naming it.
 2. A disruptive request on a host with an instance assigned waits for `approve` (or starts at

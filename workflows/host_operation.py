@@ -1,4 +1,4 @@
-"""HostOperationWorkflow: provision or reprovision a host's DPUs (docs/DOMAIN.md, flows 2-4).
+"""HostOperationWorkflow: provision or reprovision a host's DPUs (docs/DOMAIN.md section 2.8, flows 2-4).
 
 Id `provision/<id>` or `reprovision/<id>` (`contracts.names.host_operation_workflow_id`);
 the host's entity workflow starts it as a child with `static_summary` (e.g. "reprovision host-001

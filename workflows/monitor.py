@@ -1,4 +1,4 @@
-"""`HostMonitorWorkflow` (`monitor/host-<id>`): flow 5 of docs/DOMAIN.md, one per host, long-running.
+"""`HostMonitorWorkflow` (`monitor/host-<id>`): flow 5 of docs/DOMAIN.md section 2.8, one per host, long-running.
 
 Runbook, on every change the DPF watcher signals:
 1. A DPU that was `Ready` and is now `Node Effect` (its critical DPU services are down) is

@@ -1,4 +1,4 @@
-"""`HostRemovalWorkflow` (`remove/<id>`): flows 7-10 of docs/DOMAIN.md.
+"""`HostRemovalWorkflow` (`remove/<id>`): flows 7-10 of docs/DOMAIN.md section 2.8.
 
 Runbook:
 1. Resolve the host (its namespace, and that the DPUs asked for are its own).

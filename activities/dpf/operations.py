@@ -1,4 +1,4 @@
-"""The DPF activities: every operation the bare-metal manager needs (DOMAIN.md section 2, end).
+"""The DPF activities: every operation the bare-metal manager needs (docs/DOMAIN.md section 2.9).
 
 Each is idempotent: it reads the world first and writes only what differs, so running it twice
 changes nothing the second time (an annotation already as asked, an object already created

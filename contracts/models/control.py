@@ -30,7 +30,7 @@ class OperatorRequest(BaseModel):
     """Who asks, and why: the payload of every operator update and of `host_rebooted`."""
 
     # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
-    # older worker reads back from history (docs/VERSIONING.md).
+    # older worker reads back from history (docs/VERSIONING.md section 6).
     model_config = ConfigDict(frozen=True)
 
     requested_by: Requester

@@ -1,4 +1,4 @@
-"""The DPF contract of metalflow: exact names from DOMAIN.md section 2, and the frozen inputs,
+"""The DPF contract of metalflow: exact names from docs/DOMAIN.md section 2, and the frozen inputs,
 results and signal payload of the DPF activities and the watcher.
 
 Host workflows name hosts and DPUs by id (`HostRef`, `DPURef`); the object names are derived

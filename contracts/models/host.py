@@ -1,6 +1,6 @@
 """The host workflows' contract: inputs, results, status, and the names of their messages.
 
-Workflows on one host (DOMAIN.md sections 1-2; workflow ids in `contracts.names`):
+Workflows on one host (docs/DOMAIN.md sections 1-2; workflow ids in `contracts.names`):
 
 - `HostWorkflow` (`host/<id>`): the one owner of a host, long-running. Every operation on the
   host is asked of it by an update (`request_*`), so an instance assignment and a reprovision
@@ -80,7 +80,7 @@ class RebootMethod(StrEnum):
 
 
 class OperationPolicy(_Frozen):
-    """Time limits and escalation of host operations (DOMAIN.md section 1's power handling).
+    """Time limits and escalation of host operations (docs/DOMAIN.md section 1's power handling).
 
     Defaults are the bare-metal manager's; the demo and tests pass shorter ones.
     """

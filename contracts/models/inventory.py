@@ -102,7 +102,7 @@ class HostInventory(_Frozen):
     namespace: str = DPF_NAMESPACE  # where its DPF objects live
 
     def dpu_node_name(self) -> str:
-        """DPUNode `node-<host-id>` (DOMAIN.md section 2)."""
+        """DPUNode `node-<host-id>` (docs/DOMAIN.md section 2.1)."""
         return f"node-{self.host_id}"
 
     def dpu_name(self, dpu_id: str) -> str:

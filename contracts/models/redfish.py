@@ -15,7 +15,7 @@ PowerCycleMethod = Literal["PowerCycle", "ForceOff+On", "On"]
 PowerCycleStep = Literal["started", "off_requested", "off_reached", "on_requested", "cycle_requested", "done"]
 
 DEFAULT_POWER_TIMEOUT_SECONDS = 300.0
-DEFAULT_POWER_DOWN_WAIT_SECONDS = 120.0  # DOMAIN.md section 1: Carbide's power_down_wait
+DEFAULT_POWER_DOWN_WAIT_SECONDS = 120.0  # docs/DOMAIN.md section 1: Carbide's power_down_wait
 # How long PowerState must hold before `set_power_state` trusts it (skipping a reset, or calling
 # one done). Real BMCs keep reporting the old state for 1-15 s after a reset, with no Powering*
 # state: set it above the slowest BMC's lag where resets by others may be in flight.

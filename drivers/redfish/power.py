@@ -66,8 +66,9 @@ async def read_power(connection: BMCConnection) -> SystemPower:
 async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say = _quiet) -> SetPowerResult:
     """Send a reset the BMC advertises, skipping one whose target already holds, and wait for it.
 
-    As the bare-metal manager does (DOMAIN.md section 1): On/ForceOn of an On host and
-    ForceOff/GracefulShutdown of an Off host send nothing; a restart of an Off host is `On`.
+    On/ForceOn of an On host and ForceOff/GracefulShutdown of an Off host send nothing; a
+    restart of an Off host is `On` (the bare-metal manager instead stops for a person there:
+    docs/DOMAIN.md section 4.1).
     Real BMCs report the old PowerState for seconds after a reset (by us or anyone), with no
     Powering* state: a state is trusted only once it held for `settle_seconds` (re-deciding if
     it moved), and the final state is verified the same way before success is reported.

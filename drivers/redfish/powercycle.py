@@ -39,7 +39,7 @@ Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`)
      PoweringOn/On -> waits for On and is done. Finding it On with step >= `off_reached` means
      our On was sent: never ForceOff again.
    A host that is already Off when the cycle starts just gets On. Between Off and On it waits
-   `power_down_wait_seconds` (DOMAIN.md section 1), counted from when Off was reached.
+   `power_down_wait_seconds` (docs/DOMAIN.md section 1), counted from when Off was reached.
 2. Native `PowerCycle`, only where `LastResetTime` is exposed: after sending it the host may
    read On both before and after the cycle, so only `LastResetTime` can tell. The step
    `cycle_requested` with the `LastResetTime` read just before is recorded and confirmed before

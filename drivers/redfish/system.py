@@ -1,6 +1,6 @@
 """The ComputerSystem of a BMC: find it by links, read its power, send resets, wait for power.
 
-Vendors differ (DOMAIN.md section 4): the System id (`System.Embedded.1`, `1`, `Self`), whether
+Vendors differ (docs/DOMAIN.md section 4.1): the System id (`System.Embedded.1`, `1`, `Self`), whether
 `ResetType@Redfish.AllowableValues` or only a `ResetActionInfo` lists the reset types, whether
 `LastResetTime` exists, and how a reset answers (200, 202 with a task monitor, 204). Nothing
 here assumes an id: the System is the Systems collection's only member, or the one

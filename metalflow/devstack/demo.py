@@ -55,7 +55,7 @@ DEMO_POLICY = OperationPolicy(
     power_down_wait_seconds=1.0, reboot_wait_seconds=120.0, phase_timeout_seconds=600.0
 )
 DPUNODE_LABEL = f"{PROVISIONING_GROUP}/dpunode-name"
-BF4_REBOOTS = 2  # BF4 DPUs ask for a second reboot in one provisioning (DOMAIN.md section 2)
+BF4_REBOOTS = 2  # BF4 DPUs ask for a second reboot in one provisioning (docs/DOMAIN.md section 2.5)
 
 
 @dataclass(frozen=True)

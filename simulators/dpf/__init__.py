@@ -1,4 +1,4 @@
-"""DPF behaviour of the simulated site (DOMAIN.md section 2): see `controller` and `provisioning`."""
+"""DPF behaviour of the simulated site (docs/DOMAIN.md section 2): see `controller` and `provisioning`."""
 
 from simulators.dpf.controller import DPFController
 from simulators.dpf.model import GROUP_LABEL, HOLD_ANNOTATION, REBOOT_ANNOTATION

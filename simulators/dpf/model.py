@@ -1,4 +1,4 @@
-"""DPF's names (exact, from DOMAIN.md section 2 and the v25.10 CRDs) and small pure helpers."""
+"""DPF's names (exact, from docs/DOMAIN.md section 2 and the v25.10 CRDs) and small pure helpers."""
 
 from __future__ import annotations
 
