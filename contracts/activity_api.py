@@ -1,8 +1,8 @@
 """The activities workflows call, declared by name and type: the contract between the two layers.
 
-Workflows may not import `activities` (docs/ARCHITECTURE.md section 1), yet a call by a bare name string with an
-untyped result is a call mypy cannot check. So each activity a workflow calls is declared here
-once, with the name the worker registers and its input and result models:
+Workflows may not import `activities` (docs/ARCHITECTURE.md section 1), yet a call by a bare
+name string with an untyped result is a call mypy cannot check. So each activity a workflow
+calls is declared here once, with the name the worker registers and its input and result models:
 
     state = await workflow.execute_activity(activity_api.read_host_dpf_state, host, **KUBE_READ)
 

@@ -1,7 +1,7 @@
 """Every error metalflow raises on purpose, one class each: one module, one small taxonomy.
 
-A contract of every floor (docs/ARCHITECTURE.md sections 1 and 4): drivers and activities raise the I/O errors,
-workflows raise the workflow errors, workflows read `PERMANENT_TYPES` to keep their retry
+A contract of every floor (docs/ARCHITECTURE.md sections 1 and 4): drivers and activities raise
+the I/O errors, workflows raise the workflow errors, workflows read `PERMANENT_TYPES` to keep their retry
 policies from retrying them, and clients (activities, the CLI, tests) match what they receive
 with `matches(err, Type)`. Each is an `ApplicationError` whose `type` is the class name, so the
 Temporal UI shows a name that says what went wrong, and a failure that crossed Temporal (which

@@ -1,4 +1,5 @@
-"""DPF flows 1-4 and 6 of docs/DOMAIN.md (section 2.8), driven through the store API as metalflow drives them."""
+"""DPF flows 1-4 and 6 of docs/DOMAIN.md (section 2.8), driven through the store API as metalflow
+drives them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`HostMonitorWorkflow` (`monitor/host-<id>`): flow 5 of docs/DOMAIN.md section 2.8, one per host, long-running.
+"""`HostMonitorWorkflow` (`monitor/host-<id>`): one per host, long-running (flow 5 of
+docs/DOMAIN.md section 2.8).
 
 Runbook, on every change the DPF watcher signals:
 1. A DPU that was `Ready` and is now `Node Effect` (its critical DPU services are down) is
