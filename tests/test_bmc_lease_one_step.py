@@ -1,5 +1,5 @@
-"""The reboot's one step before its power cycle (`lease_host_bmc`, patch `reboot-lease-in-one-step`
-of workflows/host_reboot.py), on a real dev server and the simulated site as its own process:
+"""The reboot's one step before its power cycle (`lease_host_bmc` in workflows/host_reboot.py),
+on a real dev server and the simulated site as its own process:
 
 - A free BMC: the slot comes back in the step's result. The reboot's history has no inventory
   activity, no `request_bmc_lease`, no grant signal and no wait timer; the host is cycled once
@@ -99,7 +99,7 @@ async def test_a_free_bmc_is_granted_in_the_steps_result(
     assert activity_attempts(history) == {"lease_host_bmc": 1, "power_cycle_host": 1}
     assert signals(history) == [] and timers(history) == 0  # no grant signal, no wait for one
     assert (lease.granted, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
-    # The cost the docstrings state (39 events with the lease before this step).
+    # The cost the docstrings state.
     assert len(history.events) <= 27, len(history.events)
 
 

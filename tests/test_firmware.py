@@ -78,7 +78,7 @@ async def test_two_dpus_staged_then_one_power_cycle(
         handle = client.get_workflow_handle(workflow_id)
         status = await handle.query("status", result_type=HostOperationStatus)
         detail = await handle.query("firmware_status", result_type=FirmwareStatus)
-        await save_history(handle, "firmware_two_dpus_power_wait")  # firmware_two_dpus: before the patch
+        await save_history(handle, "firmware_two_dpus")
         events = (await handle.fetch_history()).events
 
     assert result.staged == (f"{host}-dpu-0", f"{host}-dpu-1")
@@ -172,7 +172,7 @@ async def test_abort_while_staging_ends_the_run_without_a_reboot(
             assert answer.accepted and "no reboot" in answer.message
             with pytest.raises(WorkflowFailureError) as failed:
                 await handle.result()
-            await save_history(handle, "firmware_aborted_stages_awaited")
+            await save_history(handle, "firmware_aborted")
             ended = await handle.describe()
         assert list(ended.raw_description.pending_activities) == []  # the stages ended with the run
         cause = failed.value.cause
@@ -205,7 +205,7 @@ async def test_a_cancel_while_staging_ends_cancelled_says_what_is_left_and_reboo
                 await handle.result()
             final = await handle.query("status", result_type=HostOperationStatus)
             described = await handle.describe()
-            await save_history(handle, "firmware_cancelled_while_staging_stages_awaited")
+            await save_history(handle, "firmware_cancelled_while_staging")
         assert isinstance(failed.value.cause, CancelledError)
         assert list(described.raw_description.pending_activities) == []
         assert final.phase == "cancelled" and "Left behind: nothing staged" in final.waiting_for

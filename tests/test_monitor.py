@@ -235,8 +235,8 @@ async def test_an_abort_accepted_while_the_monitor_hands_over_to_its_next_run_st
         await eventually(handed_over, lambda handed: handed, 60)
         await started.execute_update("abort", STOP)  # the newest run, which took over
         stopped = await asyncio.wait_for(started.result(), 60)
-        await save_history(first_run, "monitor_join_read_not_counted_first_run")
-        await save_history(started, "monitor_join_read_not_counted_last_run")
+        await save_history(first_run, "monitor_first_run")
+        await save_history(started, "monitor_last_run")
         sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
     assert stopped.stopped_by == "test"
     assert stopped.pool_state == "out-of-pool" and stopped.events_seen >= 1

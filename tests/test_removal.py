@@ -74,7 +74,7 @@ async def test_removing_a_dpu_deletes_its_device_and_dpu_and_keeps_its_sibling(
             task_queue,
             HostRemovalInput(host_id=host, dpu_ids=(f"{host}-dpu-1",), requested_by="test"),
         )
-        await save_history(handle, "removal_one_dpu_devices_wait")  # removal_one_dpu: before the patch
+        await save_history(handle, "removal_one_dpu")
     assert result.removed == (f"DPUDevice/device-{host}-dpu-1", f"DPU/node-{host}-device-{host}-dpu-1")
     assert not result.forced
     assert ("DPUDevice", f"device-{host}-dpu-1", "deleted") in [
