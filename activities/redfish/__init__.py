@@ -42,7 +42,7 @@ def build_redfish_activities(
     from drivers.inventory import Inventory  # the inventory's Kubernetes client loads lazily
 
     client = client or build_redfish_client(settings)
-    # Each attempt re-reads its BMC from the inventory: fixes take effect (issue 9).
+    # Each attempt re-reads its BMC from the inventory: fixes take effect (`access.py`).
     inventory = inventory or Inventory(settings)
     firmware = FirmwareActivities(client, inventory)
     return [

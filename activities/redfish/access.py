@@ -3,7 +3,7 @@
 Workflow inputs carry a `BMCAccess` (endpoint, credential reference, TLS, auth, system) read
 when the operation started. An operator who fixes a wrong endpoint or credential reference in
 the site file must not have to restart the operation: each activity attempt asks the inventory
-again by the BMC's id and uses what it finds (issue 9). The workflow's copy still identifies the
+again by the BMC's id and uses what it finds. The workflow's copy still identifies the
 BMC, and is used as it is when the inventory cannot say (unknown BMC, unreadable site file),
 with a warning in the worker's log. Cost: one site-file read (or one DPUNode GET) per attempt.
 """

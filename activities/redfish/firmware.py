@@ -21,7 +21,7 @@ class FirmwareActivities:
     """DPU firmware activities; holds the worker's `RedfishClient`."""
 
     def __init__(self, client: RedfishClient, inventory: BMCSource | None = None) -> None:
-        self._inventory = inventory  # each attempt re-reads the DPU's BMC from it (issue 9)
+        self._inventory = inventory  # each attempt re-reads the DPU's BMC from it
         self._client = client
 
     @activity.defn(name="read_dpu_firmware_versions")
