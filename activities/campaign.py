@@ -4,9 +4,11 @@ selection and the at-target check; activities/campaign_sweep.py, the sweep of in
 and the abort of running operations.
 
 A workflow cannot send an update (the Python SDK's external handle offers signal and cancel), so
-the requests to `host/<id>` go through the worker's Temporal client here, as an update-with-start
-(the entity is created on first use, like `metalflow host ...` does). The entity decides, as for
-any operator: busy, assigned (when the campaign skips assigned hosts) or awaiting approval.
+the requests to `host/<id>` go through the worker's Temporal client here, by the entity's one
+client (`contracts.host_entity.HostEntityClient`): an update-with-start, so the entity is created
+on first use on the worker's queue, like `metalflow host ...` does. The entity decides, as for any
+operator: busy (`HostBusy`), assigned (`InstanceConflict`, when the campaign skips assigned hosts)
+or awaiting approval; its refusals are told apart by their error type.
 
 A retried `request_campaign_hosts` attempt never asks a host twice: before asking, it reads the
 entity's status and reports an operation this campaign already asked for (current or recent) as
@@ -21,20 +23,14 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import (
-    Client,
-    RPCTimeoutOrCancelledError,
-    WithStartWorkflowOperation,
-    WorkflowUpdateFailedError,
-)
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.client import Client, RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.campaign_select import PARALLEL_REQUESTS, CampaignSelection
 from activities.campaign_sweep import CampaignSweep
 from activities.heartbeat import heartbeating
-from contracts import names
+from contracts.errors import HostBusy, InstanceConflict
+from contracts.host_entity import EntityRefused
 from contracts.models.campaign import (
     HostRequestInput,
     HostRequestOutcome,
@@ -42,14 +38,8 @@ from contracts.models.campaign import (
     HostRequestsResult,
     TargetKind,
 )
-from contracts.models.host import (
-    REQUEST_FIRMWARE_UPDATE,
-    REQUEST_REPROVISION_UPDATE,
-    FirmwareRequest,
-    HostWorkflowInput,
-    OperationAccepted,
-    OperationRequest,
-)
+from contracts.models.host import FirmwareRequest, HostWorkflowInput, OperationAccepted, OperationRequest
+from contracts.workflow_api import HostWorkflow
 from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.redfish.client import RedfishClient
@@ -57,8 +47,7 @@ from drivers.redfish.client import RedfishClient
 UPDATE_TIMEOUT = timedelta(seconds=60)
 STATUS_TIMEOUT = timedelta(seconds=10)  # the entity's status, read after an ask went unanswered
 ABORT_GRACE_SECONDS = 3.0  # after an abort, how long the asks under way may still answer
-# The entity's error types (workflows/host_rules.py).
-BUSY, ASSIGNED = "HostBusy", "InstanceConflict"
+REFUSALS = {HostBusy.__name__: "busy", InstanceConflict.__name__: "assigned"}  # else "refused"
 
 
 class CampaignActivities(CampaignSelection, CampaignSweep):
@@ -128,39 +117,13 @@ class CampaignActivities(CampaignSelection, CampaignSweep):
         return HostRequestsResult(outcomes=tuple(outcomes))
 
     async def _ask(self, one: HostRequestInput) -> HostRequestOutcome:
-        update, body = _body(one)
-        entity = HostWorkflowInput(host_id=one.host_id, site=one.site)
-        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-            "HostWorkflow",
-            entity,
-            id=names.host_workflow_id(one.host_id),
-            task_queue=activity.info().task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(names.HOST_ID, one.host_id),
-                    SearchAttributePair(names.OPERATION, names.HOST),
-                    SearchAttributePair(names.SITE, one.site),
-                ]
-            ),
-            static_summary=f"host {one.host_id}: the one owner of the host (instance, operations, approvals)",
-        )
         try:
-            answer = await self.temporal.execute_update_with_start_workflow(
-                update,
-                body,
-                start_workflow_operation=start,
-                result_type=OperationAccepted,
-                rpc_timeout=UPDATE_TIMEOUT,  # an entity nobody serves: fail the attempt, retry later
-            )
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            kind = cause.type if isinstance(cause, ApplicationError) else None
-            message = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-            outcome = {BUSY: "busy", ASSIGNED: "assigned"}.get(kind or "", "refused")
+            answer = await self._request(one)
+        except EntityRefused as refused:
+            outcome = REFUSALS.get(refused.kind or "", "refused")
             if outcome == "busy" and (ours := await self._in_flight_for(one)) is not None:
                 return ours  # busy with this campaign's own request (an earlier unanswered ask)
-            return HostRequestOutcome(host_id=one.host_id, outcome=outcome, message=message)
+            return HostRequestOutcome(host_id=one.host_id, outcome=outcome, message=str(refused))
         return HostRequestOutcome(
             host_id=one.host_id,
             outcome="awaiting-approval" if answer.awaiting_approval else "started",
@@ -186,7 +149,7 @@ class CampaignActivities(CampaignSelection, CampaignSweep):
 
     async def _in_flight_for(self, one: HostRequestInput) -> HostRequestOutcome | None:
         """The entity's operation in flight when this campaign asked for it (its requester)."""
-        status = await self._status(one.host_id, rpc_timeout=STATUS_TIMEOUT)
+        status = await self.entities().status(one.host_id, rpc_timeout=STATUS_TIMEOUT)
         current = status.current if status is not None else None
         if current is None or current.requested_by != one.requested_by:
             return None
@@ -198,7 +161,7 @@ class CampaignActivities(CampaignSelection, CampaignSweep):
         )
 
     async def _asked_before(self, one: HostRequestInput) -> HostRequestOutcome | None:
-        status = await self._status(one.host_id)
+        status = await self.entities().status(one.host_id)
         if status is None:
             return None
         records = ([status.current] if status.current else []) + list(reversed(status.recent))
@@ -213,16 +176,26 @@ class CampaignActivities(CampaignSelection, CampaignSweep):
                 )
         return None
 
-
-def _body(one: HostRequestInput) -> tuple[str, OperationRequest | FirmwareRequest]:
-    tags: dict[str, Any] = {
-        "requested_by": one.requested_by,
-        "campaign": one.campaign,
-        "campaign_workflow_id": one.campaign_workflow_id,
-        "refuse_if_assigned": one.refuse_if_assigned,
-    }
-    if one.target.kind == TargetKind.FIRMWARE:
-        body = FirmwareRequest(target_version=one.target.value, image_uri=one.target.image_uri, **tags)
-        return REQUEST_FIRMWARE_UPDATE, body
-    reason = one.reason or f"campaign {one.campaign}: {one.target.describe()}"
-    return REQUEST_REPROVISION_UPDATE, OperationRequest(reason=reason, policy=one.host_policy, **tags)
+    async def _request(self, one: HostRequestInput) -> OperationAccepted:
+        """Ask the host's entity for the target's operation (a firmware update, else a reprovision),
+        starting the entity when none runs. An entity nobody serves fails the ask after
+        UPDATE_TIMEOUT (the caller puts the host off)."""
+        entity = HostWorkflowInput(host_id=one.host_id, site=one.site)
+        tags: dict[str, Any] = {
+            "requested_by": one.requested_by,
+            "campaign": one.campaign,
+            "campaign_workflow_id": one.campaign_workflow_id,
+            "refuse_if_assigned": one.refuse_if_assigned,
+        }
+        if one.target.kind == TargetKind.FIRMWARE:
+            firmware = FirmwareRequest(
+                target_version=one.target.value, image_uri=one.target.image_uri, **tags
+            )
+            return await self.entities().ask(
+                entity, HostWorkflow.request_firmware_update, firmware, rpc_timeout=UPDATE_TIMEOUT
+            )
+        reason = one.reason or f"campaign {one.campaign}: {one.target.describe()}"
+        reprovision = OperationRequest(reason=reason, policy=one.host_policy, **tags)
+        return await self.entities().ask(
+            entity, HostWorkflow.request_reprovision, reprovision, rpc_timeout=UPDATE_TIMEOUT
+        )

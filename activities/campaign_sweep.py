@@ -1,8 +1,9 @@
 """The campaign's sweep and abort, mixed into `CampaignActivities` (activities/campaign.py): how
 the operations it asked for ended when it did not hear (`sweep_campaign_hosts`), which wait for
-an operator, and the abort of its requests and operations (`abort_campaign_hosts`). Both read
-the host's entity (`_status`, also used by the requests) and the operation's own workflow, so an
-operation whose entity is gone (terminated, reset) is still seen to end.
+an operator, and the abort of its requests and operations (`abort_campaign_hosts`). Both reach
+the host's entity only by its one client (`entities`, also used by the requests; its refusals
+told apart by their error type) and read the operation's own workflow, so an operation whose
+entity is gone (terminated, reset) is still seen to end.
 
 Cost: per sweep one describe per in-flight host (plus a describe and a query of the entity once
 its operation ended, or one query of a running operation's phase: one waiting for an operator is
@@ -11,7 +12,6 @@ reported); an abort, one update per host (two for an approval raced).
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -26,7 +26,8 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts import names
+from contracts.errors import OperationAborted, OperationStarted, matches
+from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.campaign import (
     AbortHostsInput,
     Failure,
@@ -36,10 +37,9 @@ from contracts.models.campaign import (
     SweepResult,
 )
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorRequest
-from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, WITHDRAW_UPDATE, HostStatus, WithdrawRequest
+from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, HostStatus, WithdrawRequest
 from contracts.wording import aborted_outcome
-
-STARTED = "OperationStarted"  # the entity's error type (workflows/host_rules.py): approved meanwhile
+from contracts.workflow_api import HostWorkflow
 
 
 class CampaignSweep:
@@ -47,18 +47,10 @@ class CampaignSweep:
 
     temporal: Client
 
-    async def _status(self, host_id: str, rpc_timeout: timedelta | None = None) -> HostStatus | None:
-        """The host entity's status, None when it never started (the requests read it too)."""
-        handle = self.temporal.get_workflow_handle(names.host_workflow_id(host_id))
-        try:
-            status: HostStatus = await handle.query(
-                STATUS_QUERY, result_type=HostStatus, rpc_timeout=rpc_timeout
-            )
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return None
-            raise
-        return status
+    def entities(self) -> HostEntityClient:
+        """The hosts' entities (the requests use it too); one a request creates runs on this
+        worker's queue."""
+        return HostEntityClient(self.temporal, activity.info().task_queue)
 
     @activity.defn(name="sweep_campaign_hosts")
     async def sweep_campaign_hosts(self, request: SweepInput) -> SweepResult:
@@ -97,9 +89,9 @@ class CampaignSweep:
         return str(status.get("manual_intervention_reason") or "manual intervention required")
 
     async def _approval_outcome(self, flight: InFlight) -> str | None:
-        if not await self._entity_runs(flight.host.host_id):
+        if not await self.entities().running(flight.host.host_id):
             return "expired: the host's entity ended before the approval"
-        status = await self._status(flight.host.host_id)
+        status = await self.entities().status(flight.host.host_id)
         if status is not None and status.current and status.current.workflow_id == flight.workflow_id:
             if status.current.outcome != "awaiting-approval":
                 flight = flight.model_copy(update={"awaiting_approval": False})  # approved meanwhile
@@ -117,20 +109,11 @@ class CampaignSweep:
             return "failed: the operation's workflow does not exist"
         if described.status == WorkflowExecutionStatus.RUNNING:
             return None
-        if await self._entity_runs(flight.host.host_id):
-            recorded = _recorded(await self._status(flight.host.host_id), flight)
+        if await self.entities().running(flight.host.host_id):
+            recorded = _recorded(await self.entities().status(flight.host.host_id), flight)
             if recorded is not None:
                 return recorded
         return await _closed_outcome(handle, described.status)
-
-    async def _entity_runs(self, host_id: str) -> bool:
-        try:
-            described = await self.temporal.get_workflow_handle(names.host_workflow_id(host_id)).describe()
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return False
-            raise
-        return described.status == WorkflowExecutionStatus.RUNNING
 
     @activity.defn(name="abort_campaign_hosts")
     async def abort_campaign_hosts(self, request: AbortHostsInput) -> None:
@@ -141,18 +124,17 @@ class CampaignSweep:
         body = OperatorRequest(requested_by=request.requested_by, reason=request.reason)
         started = []
         for flight in request.withdraw:
-            entity = self.temporal.get_workflow_handle(names.host_workflow_id(flight.host.host_id))
             withdraw = WithdrawRequest(
                 requested_by=request.requested_by, reason=request.reason, workflow_id=flight.workflow_id
             )
             try:
-                await entity.execute_update(WITHDRAW_UPDATE, withdraw)
-            except WorkflowUpdateFailedError as err:
-                if isinstance(err.cause, ApplicationError) and err.cause.type == STARTED:
+                await self.entities().update(flight.host.host_id, HostWorkflow.withdraw, withdraw)
+            except EntityRefused as refused:
+                if refused.kind == OperationStarted.__name__:
                     started.append(flight.workflow_id)  # approved meanwhile: abort it with the rest
                 else:
-                    activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, err)
-            except RPCError as err:
+                    activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, refused)
+            except (EntityMissing, RPCError) as err:
                 activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, err)
         for workflow_id in (*request.workflow_ids, *started):
             handle = self.temporal.get_workflow_handle(workflow_id)
@@ -184,8 +166,8 @@ async def _closed_outcome(handle: WorkflowHandle[Any, Any], status: WorkflowExec
     try:
         await handle.result(follow_runs=False)
     except WorkflowFailureError as err:
-        # The operations' abort error (workflows.common.ABORTED_TYPE): as the entity records it.
-        if isinstance(err.cause, ApplicationError) and err.cause.type == "OperationAborted":
+        # An operation an operator aborted: as the entity records it.
+        if isinstance(err.cause, ApplicationError) and matches(err.cause, OperationAborted):
             return aborted_outcome(err.cause.message)
         cause: BaseException = err
         while getattr(cause, "cause", None) is not None:

@@ -10,28 +10,27 @@ removal may delete the node under a running monitor.
 `request_host_reprovision` asks the host's entity workflow (`host/<id>`) for a reprovision with
 its `request_reprovision` update. A workflow cannot send an update itself (the Python SDK's
 external workflow handle offers only signal and cancel), so this activity sends it with the
-worker's Temporal client; the entity's validator and approval gate decide, as for any operator.
+worker's Temporal client, by the entity's one client (`contracts.host_entity.HostEntityClient`);
+the entity's validator and approval gate decide, as for any operator. Only a running entity is
+asked: a host nobody has asked anything of yet has no owner to ask.
 """
 
 from __future__ import annotations
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client
 
-from contracts import names
+from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.host import (
     POOL_LABEL,
     POOL_REASON_ANNOTATION,
-    REQUEST_REPROVISION_UPDATE,
-    OperationAccepted,
     OperationRequest,
     OwnerReprovisionInput,
     OwnerReprovisionResult,
     PoolStateResult,
     SetPoolStateInput,
 )
+from contracts.workflow_api import HostWorkflow
 from drivers.kube import DPUNODE, Kube, Object
 
 
@@ -96,21 +95,16 @@ class OwnerActivities:
     @activity.defn(name="request_host_reprovision")
     async def request_host_reprovision(self, request: OwnerReprovisionInput) -> OwnerReprovisionResult:
         """Ask `host/<id>` for a reprovision of `dpu_ids`; "no-owner" when no entity runs."""
-        handle = self.temporal.get_workflow_handle(names.host_workflow_id(request.host_id))
         body = OperationRequest(
             requested_by=request.requested_by, reason=request.reason, dpu_ids=request.dpu_ids
         )
         try:
-            answer = await handle.execute_update(
-                REQUEST_REPROVISION_UPDATE, body, result_type=OperationAccepted
+            answer = await HostEntityClient(self.temporal).update(
+                request.host_id, HostWorkflow.request_reprovision, body
             )
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                return OwnerReprovisionResult(outcome="no-owner", message=f"no running {handle.id}")
-            raise
-        except WorkflowUpdateFailedError as err:
-            cause = err.cause
-            message = cause.message if isinstance(cause, ApplicationError) else str(cause)
-            return OwnerReprovisionResult(outcome="refused", message=message)
+        except EntityMissing as missing:
+            return OwnerReprovisionResult(outcome="no-owner", message=str(missing))
+        except EntityRefused as refused:
+            return OwnerReprovisionResult(outcome="refused", message=str(refused))
         outcome = "awaiting-approval" if answer.awaiting_approval else "accepted"
         return OwnerReprovisionResult(outcome=outcome, workflow_id=answer.workflow_id, message=answer.message)

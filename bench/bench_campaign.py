@@ -40,7 +40,7 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 from temporalio.common import SearchAttributePair, TypedSearchAttributes  # noqa: E402
 
 import metalflow.devstack.stack as devstack_stack  # noqa: E402
-from contracts import names  # noqa: E402
+from contracts import names, workflow_api  # noqa: E402
 from contracts.models.campaign import (  # noqa: E402
     CampaignInput,
     CampaignResult,
@@ -80,11 +80,10 @@ async def start_campaign(client: Client, args: argparse.Namespace) -> WorkflowHa
         host_policy=POLICY,
     )
     return await client.start_workflow(
-        "CampaignWorkflow",
+        workflow_api.CampaignWorkflow.run,
         request,
         id=names.campaign_workflow_id(NAME),
         task_queue=names.TASK_QUEUE,
-        result_type=CampaignResult,
         static_summary=f"bench campaign: reprovision of all {args.hosts} hosts",
         search_attributes=TypedSearchAttributes(
             [

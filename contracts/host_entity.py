@@ -20,8 +20,9 @@ Cost per call: one RPC (an update-with-start, an update, a query or a describe).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -41,8 +42,10 @@ from contracts.models.host import HostStatus, HostWorkflowInput
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
-Update = UpdateMethodMultiParam[[Any, ArgT], ResultT]
-"""A declared update of the entity, e.g. `workflow_api.HostWorkflow.request_reprovision`."""
+Update = UpdateMethodMultiParam[[Any, ArgT], Awaitable[ResultT]]
+"""A declared update of the entity, e.g. `workflow_api.HostWorkflow.request_reprovision`. The
+declarations are `async def`, which the SDK's types take as returning a coroutine of the result;
+the client answers the result itself (`ResultT`), as the SDK does at run time."""
 
 
 class EntityRefused(Exception):
@@ -124,7 +127,7 @@ class HostEntityClient:
             EntityRefused: The entity refused, with its reason.
         """
         try:
-            return await self.client.execute_update_with_start_workflow(
+            answer = await self.client.execute_update_with_start_workflow(
                 update,
                 request,
                 start_workflow_operation=self.start_operation(entity),
@@ -132,6 +135,7 @@ class HostEntityClient:
             )
         except WorkflowUpdateFailedError as err:
             raise _refused(err) from None
+        return cast(ResultT, answer)  # the result, not a coroutine (`Update`)
 
     async def update(self, host_id: str, update: Update[ArgT, ResultT], request: ArgT) -> ResultT:
         """Send `update` to the running entity of `host_id`.
@@ -141,13 +145,14 @@ class HostEntityClient:
             EntityMissing: No entity runs for the host.
         """
         try:
-            return await self.handle(host_id).execute_update(update, request)
+            answer = await self.handle(host_id).execute_update(update, request)
         except WorkflowUpdateFailedError as err:
             raise _refused(err) from None
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise EntityMissing(f"no running {names.host_workflow_id(host_id)}") from None
             raise
+        return cast(ResultT, answer)  # the result, not a coroutine (`Update`)
 
     async def status(self, host_id: str, *, rpc_timeout: timedelta | None = None) -> HostStatus | None:
         """The entity's `status` query; None when the host has no entity."""

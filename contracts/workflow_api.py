@@ -12,7 +12,8 @@ Why declarations and not the classes themselves: workflows may not be imported b
 or the CLI (the floors, docs/ARCHITECTURE.md section 1), and a workflow that imported another's module
 would execute it afresh in every run's sandbox (`workflows/__init__.py`). Each declaration has
 the registered name, the input and the result of its workflow, and for the host entity and the
-rollout their updates and query; `tests/test_workflow_api.py` checks each against the class the worker
+the rollout and the campaign their updates and query; `tests/test_workflow_api.py` checks each
+against the class the worker
 registers. A declaration is never registered on a worker: its methods raise when called.
 
 Cost: nothing at run time.
@@ -25,7 +26,17 @@ from typing import NoReturn
 from temporalio import workflow
 
 from contracts.models.bmc_lease import BMCLeaseState, BMCLeaseStatus
-from contracts.models.campaign import CampaignInput, CampaignResult
+from contracts.models.campaign import (
+    RETRY_FAILED_UPDATE,
+    SET_LIMITS_UPDATE,
+    SKIP_HOST_UPDATE,
+    AbortRequest,
+    CampaignInput,
+    CampaignResult,
+    CampaignStatus,
+    LimitsRequest,
+    SkipRequest,
+)
 from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
@@ -217,6 +228,35 @@ class CampaignWorkflow:
     @workflow.run
     async def run(self, start: CampaignInput) -> CampaignResult:
         _declared_only("CampaignWorkflow.run")
+
+    # The campaign's handlers are plain `def`s, so are these: a caller's update answers the model.
+    @workflow.update(name=PAUSE_UPDATE)
+    def pause(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("CampaignWorkflow.pause")
+
+    @workflow.update(name=RESUME_UPDATE)
+    def resume(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("CampaignWorkflow.resume")
+
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: AbortRequest) -> OperatorAnswer:
+        _declared_only("CampaignWorkflow.abort")
+
+    @workflow.update(name=RETRY_FAILED_UPDATE)
+    def retry_failed(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("CampaignWorkflow.retry_failed")
+
+    @workflow.update(name=SKIP_HOST_UPDATE)
+    def skip_host(self, request: SkipRequest) -> OperatorAnswer:
+        _declared_only("CampaignWorkflow.skip_host")
+
+    @workflow.update(name=SET_LIMITS_UPDATE)
+    def set_limits(self, request: LimitsRequest) -> OperatorAnswer:
+        _declared_only("CampaignWorkflow.set_limits")
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> CampaignStatus:
+        _declared_only("CampaignWorkflow.status")
 
 
 @workflow.defn(name="SiteDPFWatchWorkflow")

@@ -21,7 +21,12 @@ from temporalio.worker import Worker
 with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
     from contracts.models.control import STATUS_QUERY as HOST_STATUS_QUERY
-    from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, HostOperationInput, HostOperationStatus
+    from contracts.models.host import (
+        MANUAL_INTERVENTION_REQUIRED,
+        HostOperationInput,
+        HostOperationResult,
+        HostOperationStatus,
+    )
     from drivers.inventory import Inventory
     from drivers.kube import Kube
     from drivers.settings import Settings
@@ -31,16 +36,29 @@ with workflow.unsafe.imports_passed_through():
 OPERATION_MINUTES = 10
 
 
+def operation_result(request: HostOperationInput, boot_generation: int) -> HostOperationResult:
+    """A stand-in operation's answer, in the real operation's result model (the entity reads it)."""
+    return HostOperationResult(
+        host_id=request.host_id,
+        operation=request.kind.value,
+        dpu_ids=request.dpu_ids or (),
+        reboots=1,
+        boot_generation=boot_generation,
+        started_at=workflow.info().start_time,
+        finished_at=workflow.now(),
+    )
+
+
 @workflow.defn(name="HostOperationWorkflow")
 class TimedOperation:
     """Takes OPERATION_MINUTES of workflow time; fails when the host id contains `fail`."""
 
     @workflow.run
-    async def run(self, request: HostOperationInput) -> dict[str, object]:
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
         await workflow.sleep(timedelta(minutes=OPERATION_MINUTES))
         if "fail" in request.host_id:
             raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+        return operation_result(request, request.boot_generation + 1)
 
 
 @workflow.defn(name="HostOperationWorkflow")
@@ -48,10 +66,10 @@ class InstantOperation:
     """Ends at once (for the dev server, whose clock is real); fails when the id contains `fail`."""
 
     @workflow.run
-    async def run(self, request: HostOperationInput) -> dict[str, object]:
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
         if "fail" in request.host_id:
             raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+        return operation_result(request, request.boot_generation + 1)
 
 
 OPERATOR_ANSWERED = "operator_answered"
@@ -71,11 +89,11 @@ class OperatorWaitOperation:
         self._reason = "the BMC refused the reset (stand-in)" if waits else None
 
     @workflow.run
-    async def run(self, request: HostOperationInput) -> dict[str, object]:
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
         if self._reason is None:
             await workflow.sleep(timedelta(minutes=OPERATION_MINUTES))
         await workflow.wait_condition(lambda: self._phase != MANUAL_INTERVENTION_REQUIRED)
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+        return operation_result(request, request.boot_generation + 1)
 
     @workflow.signal(name=OPERATOR_ANSWERED)
     def operator_answered(self) -> None:

@@ -45,7 +45,7 @@ from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHand
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
-from contracts import names
+from contracts import names, workflow_api
 from contracts.models.campaign import (
     CampaignInput,
     CampaignPolicy,
@@ -109,11 +109,10 @@ async def _start(
 ) -> WorkflowHandle[object, CampaignResult]:
     name = f"t-{uuid.uuid4().hex[:8]}"
     return await client.start_workflow(
-        "CampaignWorkflow",
+        workflow_api.CampaignWorkflow.run,
         request.model_copy(update={"name": name}),
         id=names.campaign_workflow_id(name),
         task_queue=task_queue,
-        result_type=CampaignResult,
     )
 
 
@@ -247,7 +246,7 @@ async def test_busy_host_waits_and_assigned_host_is_skipped(
             (assigned, ASSIGN_INSTANCE_UPDATE, assign, OperatorAnswer),
         ):
             entity = await client.start_workflow(
-                "HostWorkflow",
+                workflow_api.HostWorkflow.run,
                 HostWorkflowInput(host_id=host),
                 id=names.host_workflow_id(host),
                 task_queue=task_queue,

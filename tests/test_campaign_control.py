@@ -24,7 +24,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import pytest
-    from campaign_support import OPERATION_MINUTES, campaign_worker, write_site
+    from campaign_support import OPERATION_MINUTES, campaign_worker, operation_result, write_site
     from conftest import time_skipping_server
     from host_operation_support import save_history
     from sim_support import RunningSim, running_sim
@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from test_firmware_support import site_file_with_prefix
 
     import activities.campaign as campaign_activities
-    from contracts import names
+    from contracts import names, workflow_api
     from contracts.models.campaign import (
         RETRY_FAILED_UPDATE,
         SKIP_HOST_UPDATE,
@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         ASSIGN_INSTANCE_UPDATE,
         AssignInstanceRequest,
         HostOperationInput,
+        HostOperationResult,
         HostStatus,
         HostWorkflowInput,
         OperationPolicy,
@@ -87,7 +88,7 @@ class FlakyOperation:
     first run (boot generation 0), reporting generation 1 as a failed real operation would."""
 
     @workflow.run
-    async def run(self, request: HostOperationInput) -> dict[str, object]:
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
         await workflow.sleep(timedelta(minutes=OPERATION_MINUTES))
         reached = request.boot_generation + 1
         if "fail" in request.host_id or ("flaky" in request.host_id and request.boot_generation == 0):
@@ -96,7 +97,7 @@ class FlakyOperation:
                 {"boot_generation": reached},
                 non_retryable=True,
             )
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": reached}
+        return operation_result(request, reached)
 
 
 @pytest.fixture(scope="module")
@@ -131,11 +132,10 @@ async def _start(
     client: Client, queue: str, request: CampaignInput
 ) -> WorkflowHandle[object, CampaignResult]:
     return await client.start_workflow(
-        "CampaignWorkflow",
+        workflow_api.CampaignWorkflow.run,
         request,
         id=names.campaign_workflow_id(request.name),
         task_queue=queue,
-        result_type=CampaignResult,
     )
 
 
@@ -173,7 +173,7 @@ async def _entity(client: Client, host: str) -> HostStatus:
 
 async def _assign(client: Client, queue: str, host: str) -> None:
     entity = await client.start_workflow(
-        "HostWorkflow",
+        workflow_api.HostWorkflow.run,
         HostWorkflowInput(
             host_id=host, policy=OperationPolicy(approval_timeout_seconds=APPROVAL_HOURS * 3600)
         ),
@@ -290,13 +290,13 @@ class GatedOperation:
         self._aborted_by = ""
 
     @workflow.run
-    async def run(self, request: HostOperationInput) -> dict[str, object]:
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
         await workflow.wait_condition(lambda: self._finish)
         if self._aborted_by:
             raise ApplicationError(
                 f"aborted by {self._aborted_by}", type="OperationAborted", non_retryable=True
             )
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+        return operation_result(request, request.boot_generation + 1)
 
     @workflow.signal
     def finish(self) -> None:
@@ -412,7 +412,7 @@ async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them
         result = await handle.result()
         status = await _status(handle)
         shown = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata)  # the UI's details
-        await save_history(handle, "campaign_abort_running_withdrawn")  # its patch's new branch
+        await save_history(handle, "campaign_abort_running_withdrawn")
         entities = {h: await _entity(client, h) for h in [*held, assigned]}
         phases = {}
         for host in held:
@@ -497,7 +497,7 @@ async def test_abort_answers_at_once_while_an_entity_holds_the_request(
             )
             assert answer.message.startswith("aborting: no new host starts")
             result = await handle.result()
-            await save_history(handle, "campaign_abort_cancels_the_request")  # campaign-prompt-abort
+            await save_history(handle, "campaign_abort_cancels_the_request")
     finally:
         await client.get_workflow_handle(names.host_workflow_id(silent)).terminate("test over")
     assert result.outcome == "aborted" and (result.done, result.failed) == (0, ())
@@ -558,7 +558,7 @@ async def test_an_entity_that_does_not_answer_puts_off_its_host_only(
 async def _start_entity_nobody_serves(client: Client, host: str) -> None:
     """The host's entity on a task queue no worker polls: updates to it time out (a fleet half down)."""
     await client.start_workflow(
-        "HostWorkflow",
+        workflow_api.HostWorkflow.run,
         HostWorkflowInput(host_id=host),
         id=names.host_workflow_id(host),
         task_queue=f"nobody-serves-{uuid.uuid4()}",

@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
     from activities.dpf import DPFActivities
     from activities.redfish import build_redfish_client
-    from contracts import names
+    from contracts import names, workflow_api
     from contracts.models.campaign import (
         CampaignInput,
         CampaignResult,
@@ -40,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
         TargetKind,
     )
     from contracts.models.control import STATUS_QUERY
-    from contracts.models.host import FirmwareInput, HostStatus
+    from contracts.models.host import FirmwareInput, FirmwareResult, HostStatus
     from drivers.inventory import Inventory
     from drivers.kube import Kube
     from drivers.settings import Settings
@@ -67,8 +67,16 @@ class InstantFirmware:
     """Ends at once, as if it staged and activated the firmware."""
 
     @workflow.run
-    async def run(self, request: FirmwareInput) -> dict[str, object]:
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+    async def run(self, request: FirmwareInput) -> FirmwareResult:
+        return FirmwareResult(
+            host_id=request.host_id,
+            target_version=request.target_version,
+            staged=(),
+            already_running=(),
+            reboots=1,
+            boot_generation=request.boot_generation + 1,
+            finished_at=workflow.now(),
+        )
 
 
 def _site(directory: Path) -> Path:
@@ -133,11 +141,10 @@ async def _run(
         requested_by="test",
     )
     handle = await client.start_workflow(
-        "CampaignWorkflow",
+        workflow_api.CampaignWorkflow.run,
         request,
         id=names.campaign_workflow_id(name),
         task_queue=queue,
-        result_type=CampaignResult,
     )
     result = await handle.result()
     if history:
@@ -171,7 +178,7 @@ async def test_firmware_hosts_whose_every_dpu_runs_the_version_are_not_touched(
         kind=TargetKind.FIRMWARE, value=NEW_FIRMWARE, image_uri="http://fw.local/bf-fw-32.45.1020.bfb"
     )
     hosts = [*FIRMWARE[0], *FIRMWARE[1]]
-    # Its history replays the campaign-firmware-at-target patch's branch (the BMCs are read).
+    # Its history replays a firmware at-target check (the BMCs are read).
     result = await _run(local_env.client, queue, target, hosts, history="campaign_firmware_at_target")
     await _assert_touched_only(local_env.client, result, *FIRMWARE)
 

@@ -21,7 +21,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from test_campaign_control import GatedOperation
 
 from activities.campaign import CampaignActivities
-from contracts import names
+from contracts import names, workflow_api
 from contracts.models.campaign import AbortHostsInput, CampaignHost, InFlight
 from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
@@ -46,7 +46,10 @@ pytestmark = pytest.mark.slow
 async def _awaiting(client: Client, queue: str, host: str) -> OperationAccepted:
     """The host assigned to an instance, and a campaign's reprovision request awaiting approval."""
     entity = await client.start_workflow(
-        "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
+        workflow_api.HostWorkflow.run,
+        HostWorkflowInput(host_id=host),
+        id=names.host_workflow_id(host),
+        task_queue=queue,
     )
     assign = AssignInstanceRequest(instance=f"vm-{host}", requested_by="tenant-admin")
     await entity.execute_update(ASSIGN_INSTANCE_UPDATE, assign, result_type=OperatorAnswer)

@@ -21,9 +21,12 @@ The runbook, top to bottom in `run`:
    `sweep_seconds` reads the in-flight hosts' entities, so a lost signal strands nothing.
 5. A failure budget (more than N failed, or X% of those attempted) halts the campaign: nothing new
    starts until an operator decides. `pause`, `resume`, `abort`, `retry_failed`, `skip_host`,
-   `set_limits` are updates (workflows/campaign_control.py). What the campaign counts and shows
-   (outcomes, the budget, `status`, the progress carried over continue-as-new) is
-   workflows/campaign_progress.py.
+   `set_limits` are updates, each with a validator that refuses what does not apply now (with
+   the reason); `pause`, `resume` and `abort` are the kernel's (workflows/kernel.py), the
+   campaign's `abort` taking `AbortRequest` (`cancel_running` also aborts the running hosts).
+   Where each host is and what the budget counts is a plain state object, `Ledger`
+   (workflows/campaign_progress.py), carried whole over continue-as-new; the pure decisions
+   (starts under the limits, windows, the budget) are workflows/campaign_plan.py.
 6. A host whose operation waits for an operator (Phase `manual-intervention-required`: a stall
    past its phase timeout, a BMC that cannot reboot it, ...) is neither done nor failed: the
    operation still owns the host and may yet succeed once the operator answers it. The campaign
@@ -60,42 +63,62 @@ from temporalio.exceptions import ActivityError, CancelledError
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
     from contracts.models.campaign import (
+        FAILED_HOSTS_SHOWN,
+        HOST_FINISHED_SIGNAL,
+        RETRY_FAILED_UPDATE,
+        SET_LIMITS_UPDATE,
+        SKIP_HOST_UPDATE,
         AbortHostsInput,
+        AbortRequest,
         CampaignHost,
         CampaignInput,
         CampaignResult,
+        CampaignStatus,
         CheckHostsInput,
         Deferred,
         Failure,
+        HostFinished,
         HostRequestInput,
         HostRequestOutcome,
         HostRequestsInput,
         HostRequestsResult,
         InFlight,
+        Limits,
+        LimitsRequest,
+        Progress,
         SelectHostsInput,
+        SkipRequest,
         SweepInput,
         TargetKind,
     )
+    from contracts.models.control import (
+        ABORT_UPDATE,
+        PAUSE_UPDATE,
+        RESUME_UPDATE,
+        STATUS_QUERY,
+        OperatorAnswer,
+        OperatorRequest,
+    )
     from contracts.models.dpf import DeploymentBFBInput, DeploymentFlavorInput
     from workflows import campaign_plan as plan
-    from workflows import common
-    from workflows.campaign_control import (
-        ABORTING,
-        HALTED,
-        OUTSIDE_WINDOW,
-        PAUSED,
-        POINTING,
-        SELECTING,
-        SOAKING,
-    )
-    from workflows.campaign_progress import ABORTED_AWAITING_APPROVAL, CampaignProgress
+    from workflows import kernel
+    from workflows.campaign_progress import Ledger
 
-FIRMWARE_AT_TARGET_PATCH: Final = "campaign-firmware-at-target"
-PROMPT_ABORT_PATCH: Final = "campaign-prompt-abort"  # the request activity is cancelled on abort
-ABORT_RUNNING_PATCH: Final = "campaign-abort-withdraws-approvals-counts-aborted"
+SELECTING = "selecting"
+POINTING = "pointing-deployment"
+CANARY = "canary"
+RUNNING = "running"
+SOAKING = "soaking"
+OUTSIDE_WINDOW = "outside-window"
+PAUSED = "paused"
+HALTED = "halted"
+ABORTING = "aborting"
+COMPLETED = "completed"
+ABORTED = "aborted"
+
 REQUESTS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),
-    "retry_policy": common.QUICK_RETRY,
+    "retry_policy": kernel.QUICK_RETRY,
 }
 CANCELLABLE_REQUESTS: Final[workflow.ActivityConfig] = {
     **REQUESTS,
@@ -104,14 +127,36 @@ CANCELLABLE_REQUESTS: Final[workflow.ActivityConfig] = {
 
 
 @workflow.defn(name="CampaignWorkflow")
-class CampaignWorkflow(CampaignProgress):
+class CampaignWorkflow(kernel.Abortable):
     """Drive a fleet to one target through the hosts' entities; see the module docstring."""
 
     @workflow.init
     def __init__(self, start: CampaignInput) -> None:
-        super().__init__(start)
+        super().__init__()
+        self._input = start
+        self._name = workflow.info().workflow_id.removeprefix("campaign/")
+        self._finished: list[HostFinished] = []  # signalled, absorbed at the runbook's next step
+        self._poked = False  # a handler changed something the runbook must look at
         self._alarm: asyncio.Task[None] | None = None
         self._alarm_at: datetime | None = None
+        # The first run's defaults, or what the last run carried (`_snapshot`).
+        p = start.progress or Progress(limits=start.limits, started_at=workflow.now())
+        self.ledger = Ledger(p)
+        self.phase = p.phase
+        self.paused_by = OperatorRequest(requested_by=p.paused_by) if p.paused_by is not None else None
+        self.abort_request = (
+            AbortRequest(requested_by=p.aborting, cancel_running=p.cancel_running)
+            if p.aborting is not None
+            else None
+        )
+        self._cancel_running: bool = p.cancel_running  # the running operations are still to be aborted
+        self._halted_reason: str | None = p.halted_reason
+        self._soak_until: datetime | None = p.soak_until
+        self._limits: Limits = p.limits
+        self._next_sweep: datetime | None = p.next_sweep  # the sweep of in-flight hosts
+        self._deployment_pointed: bool = p.deployment_pointed
+        self._runs: int = p.runs
+        self._started_at: datetime | None = p.started_at
 
     @workflow.run
     async def run(self, start: CampaignInput) -> CampaignResult:
@@ -131,7 +176,7 @@ class CampaignWorkflow(CampaignProgress):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 self._absorb()
                 workflow.continue_as_new(self._input.model_copy(update={"progress": self._snapshot()}))
-            if self._aborting is not None and self._cancel_running:
+            if self.aborting and self._cancel_running:
                 await self._abort_running()
             started = await self._start_hosts()
             if started:
@@ -139,51 +184,207 @@ class CampaignWorkflow(CampaignProgress):
             await self._sleep_until_something_happens()
         return self._finish()
 
+    # -- operator control ----------------------------------------------------------------------------
+    # Handlers only change the state and wake the runbook, which acts at its next step; no handler
+    # awaits, so none races a start. About 4 history events per update.
+
+    @workflow.update(name=PAUSE_UPDATE)
+    def pause(self, request: OperatorRequest) -> OperatorAnswer:
+        """Start no new host; running ones finish. `resume` goes on."""
+        self.paused_by = request
+        self._poked = True
+        return OperatorAnswer(
+            accepted=True,
+            message=f"paused: no new host starts; {len(self.ledger.in_flight)} in flight finish",
+        )
+
+    @pause.validator
+    def _validate_pause(self, request: OperatorRequest) -> None:
+        self.validate_pause()
+
+    @workflow.update(name=RESUME_UPDATE)
+    def resume(self, request: OperatorRequest) -> OperatorAnswer:
+        """Go on after a pause or a halt (the failure budget then counts from here)."""
+        message = "resumed"
+        if self._halted_reason is not None:
+            message = f"resumed after the halt ({self._halted_reason}); the failure budget counts from now"
+            self._halted_reason = None
+            self.ledger.accept_halt()  # hosts waiting for people now are accepted; so is the canary
+        self.paused_by = None
+        self._poked = True
+        return OperatorAnswer(accepted=True, message=message)
+
+    @resume.validator
+    def _validate_resume(self, request: OperatorRequest) -> None:
+        self.validate_resume(also=self._halted_reason is not None)
+
+    # The kernel's `abort` under the same name (the SDK takes this method), with the campaign's
+    # `AbortRequest`: `cancel_running` also aborts the running hosts, and may follow an abort that
+    # let them finish. (mypy sees the narrower request as an incompatible override.)
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: AbortRequest) -> OperatorAnswer:  # type: ignore[override]
+        """Start no new host; let running ones finish, or abort them (`cancel_running`)."""
+        self.abort_request = request
+        self._cancel_running = request.cancel_running
+        self.on_abort()
+        return OperatorAnswer(accepted=True, message=self.abort_promise())
+
+    @abort.validator
+    def _validate_campaign_abort(self, request: AbortRequest) -> None:
+        self.validate_running("abort")
+        escalates = request.cancel_running and not self._cancel_running
+        if self.abort_request is not None and not escalates:
+            raise ValueError(f"already aborting (asked by {self.abort_request.requested_by})")
+
+    def abort_promise(self) -> str:
+        fate = "aborting them" if self._cancel_running else "letting them finish"
+        return f"aborting: no new host starts; {len(self.ledger.in_flight)} in flight, {fate}"
+
+    def on_abort(self) -> None:
+        self._poked = True
+
+    @workflow.update(name=RETRY_FAILED_UPDATE)
+    def retry_failed(self, request: OperatorRequest) -> OperatorAnswer:
+        """Put every failed host back at the front of the queue; clears a halt."""
+        retried = self.ledger.retry_failed()
+        self._halted_reason = None
+        self._poked = True
+        return OperatorAnswer(accepted=True, message=f"retrying {retried} failed hosts")
+
+    @retry_failed.validator
+    def _validate_retry_failed(self, request: OperatorRequest) -> None:
+        self.validate_running("retry_failed")
+        if self.abort_request is not None:
+            raise ValueError(f"the campaign is aborting (asked by {self.abort_request.requested_by})")
+        if not self.ledger.failed:
+            raise ValueError("no host has failed")
+
+    @workflow.update(name=SKIP_HOST_UPDATE)
+    def skip_host(self, request: SkipRequest) -> OperatorAnswer:
+        """Leave a host that has not started (or failed) out of the campaign."""
+        reason = f"skipped by {request.requested_by}" + (f": {request.reason}" if request.reason else "")
+        if not self.ledger.skip(request.host_id, reason):
+            raise ValueError(f"host {request.host_id} is not waiting in this campaign")  # the validator ran
+        self._poked = True
+        return OperatorAnswer(accepted=True, message=f"{request.host_id} {reason}")
+
+    @skip_host.validator
+    def _validate_skip(self, request: SkipRequest) -> None:
+        self.validate_running("skip_host")
+        if (flight := self.ledger.in_flight.get(request.host_id)) is not None:
+            raise ValueError(
+                f"host {request.host_id} is in flight ({flight.workflow_id}); abort that operation instead"
+            )
+        if not self.ledger.waiting(request.host_id):
+            raise ValueError(
+                f"host {request.host_id} is not waiting in this campaign (done, skipped or unknown)"
+            )
+
+    @workflow.update(name=SET_LIMITS_UPDATE)
+    def set_limits(self, request: LimitsRequest) -> OperatorAnswer:
+        """New limits; the next start obeys them (a new batch size applies from the next batch)."""
+        old, self._limits = self._limits, request.limits
+        self._poked = True
+        return OperatorAnswer(
+            accepted=True,
+            message=f"limits {plan.describe_limits(old)} -> {plan.describe_limits(request.limits)}",
+        )
+
+    @set_limits.validator
+    def _validate_limits(self, request: LimitsRequest) -> None:
+        self.validate_running("set_limits")
+
+    # -- what the campaign hears and tells -----------------------------------------------------------
+    @workflow.signal(name=HOST_FINISHED_SIGNAL)
+    def host_finished(self, finished: HostFinished) -> None:
+        """A host's entity saw this campaign's operation end (handled in the runbook's next step)."""
+        self._finished.append(finished)
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> CampaignStatus:
+        """Done / in flight / failed with reasons / skipped / remaining, batch, window, budget."""
+        now = workflow.now()
+        ledger = self.ledger
+        failed, attempted = ledger.budget_counts()
+        windows = self._input.windows
+        return CampaignStatus(
+            name=self._name,
+            target=self._input.target.describe(),
+            phase=self.phase,
+            total=ledger.total,
+            done=ledger.done,
+            already_at_target=ledger.at_target,
+            in_flight=tuple(sorted(k for k, f in ledger.in_flight.items() if not f.awaiting_approval)),
+            awaiting_approval=tuple(sorted(k for k, f in ledger.in_flight.items() if f.awaiting_approval)),
+            failed=len(ledger.failed),
+            failures=tuple(ledger.failed[-FAILED_HOSTS_SHOWN:]),
+            skipped=len(ledger.skipped),
+            skipped_hosts=tuple(ledger.skipped[-FAILED_HOSTS_SHOWN:]),
+            deferred=tuple(d.host.host_id for d in ledger.deferred),
+            remaining=len(ledger.pending) + len(ledger.deferred) + len(ledger.in_flight),
+            batch=ledger.batch,
+            canary_passed=ledger.canary_passed,
+            window_open=plan.window_open(windows, now),
+            next_window=plan.next_window_open(windows, now) if windows else None,
+            soak_until=self._soak_until,
+            budget=plan.describe_budget(self._input.budget, failed, attempted),
+            halted_reason=self._halted_reason,
+            paused_by=self.paused_by.requested_by if self.paused_by else None,
+            aborting=self.abort_request.requested_by if self.abort_request else None,
+            limits=self._limits,
+            runs=self._runs,
+            needs_operator=tuple(ledger.needs_operator.values()),
+            aborted=len(ledger.aborted),
+            aborted_hosts=tuple(ledger.aborted[-FAILED_HOSTS_SHOWN:]),
+        )
+
     # -- the runbook's steps -------------------------------------------------------------------------
     async def _select(self) -> None:
-        self._enter(SELECTING, self._input.selection.describe())
+        self._show_phase(SELECTING, self._input.selection.describe())
         selected = await workflow.execute_activity(
             activity_api.select_campaign_hosts,
             SelectHostsInput(selection=self._input.selection),
-            **common.options(common.INVENTORY, f"select {self._input.selection.describe()}"),
+            **kernel.options(kernel.INVENTORY, f"select {self._input.selection.describe()}"),
         )
-        self._pending = list(selected.hosts)
-        self._total = len(self._pending)
-        self._batch_left = min(self._input.canary, self._total)
-        self._canary_passed = self._batch_left == 0
-        self._batch = 0 if self._batch_left else 1
-        if self._canary_passed:
-            self._batch_left = self._limits.batch_size
+        ledger = self.ledger
+        ledger.pending = list(selected.hosts)
+        ledger.total = len(ledger.pending)
+        ledger.batch_left = min(self._input.canary, ledger.total)
+        ledger.canary_passed = ledger.batch_left == 0
+        ledger.batch = 0 if ledger.batch_left else 1
+        if ledger.canary_passed:
+            ledger.batch_left = self._limits.batch_size
 
     async def _point_deployment(self) -> None:
         target = self._input.target
-        self._enter(POINTING, f"DPUDeployment {target.deployment} -> {target.kind} {target.value}")
+        self._show_phase(POINTING, f"DPUDeployment {target.deployment} -> {target.kind} {target.value}")
         summary = f"point {target.deployment} at {target.describe()}"
         if target.kind == TargetKind.BFB:
             await workflow.execute_activity(
                 activity_api.update_deployment_bfb,
                 DeploymentBFBInput(deployment=target.deployment, bfb=target.value),
-                **common.options(common.KUBE_WRITE, summary),
+                **kernel.options(kernel.KUBE_WRITE, summary),
             )
         else:
             await workflow.execute_activity(
                 activity_api.update_deployment_flavor,
                 DeploymentFlavorInput(deployment=target.deployment, flavor=target.value),
-                **common.options(common.KUBE_WRITE, summary),
+                **kernel.options(kernel.KUBE_WRITE, summary),
             )
         self._deployment_pointed = True
 
     def _blocked(self) -> tuple[str, str] | None:
         """Why no new host may start now, as (phase, details); None: they may."""
         now = workflow.now()
-        if self._aborting is not None:
-            return ABORTING, f"asked by {self._aborting}; {len(self._in_flight)} in flight"
+        in_flight = len(self.ledger.in_flight)
+        if self.abort_request is not None:
+            return ABORTING, f"asked by {self.abort_request.requested_by}; {in_flight} in flight"
         if self._halted_reason is not None:
             return HALTED, f"{self._halted_reason}; waiting for resume, retry_failed or abort"
-        if self._paused_by is not None:
-            return PAUSED, f"by {self._paused_by}; {len(self._in_flight)} in flight"
+        if self.paused_by is not None:
+            return PAUSED, f"by {self.paused_by.requested_by}; {in_flight} in flight"
         if self._soak_until is not None and now < self._soak_until:
-            return SOAKING, f"batch {self._batch} starts at {self._soak_until.isoformat()}"
+            return SOAKING, f"batch {self.ledger.batch} starts at {self._soak_until.isoformat()}"
         if not plan.window_open(self._input.windows, now):
             opens = plan.next_window_open(self._input.windows, now)
             return OUTSIDE_WINDOW, f"next window opens {opens.isoformat() if opens else 'never'}"
@@ -191,16 +392,16 @@ class CampaignWorkflow(CampaignProgress):
 
     async def _start_hosts(self) -> bool:
         """Start what the batch, the limits and the window allow; True if any host left the queue."""
+        ledger = self.ledger
         self._promote_deferred()
         self._end_batch_if_done()
         blocked = self._blocked()
         if blocked is not None:
-            self._enter(*blocked)
+            self._show_phase(*blocked)
             return False
         self._soak_until = None
-        room = self._batch_left
         chosen = plan.pick_starts(
-            self._pending, (f.host for f in self._in_flight.values()), self._limits, room
+            ledger.pending, (f.host for f in ledger.in_flight.values()), self._limits, ledger.batch_left
         )
         self._show_running()
         if not chosen:
@@ -208,30 +409,28 @@ class CampaignWorkflow(CampaignProgress):
         at_target = await self._at_target(chosen)
         for host in chosen:
             if host.host_id in at_target:
-                self._pending.remove(host)
-                self._at_target_count += 1
-        to_ask = [h for h in chosen if h.host_id not in at_target and h in self._pending]
+                ledger.pending.remove(host)
+                ledger.at_target += 1
+        to_ask = [h for h in chosen if h.host_id not in at_target and h in ledger.pending]
         if to_ask:
             await self._request(to_ask)
         return bool(at_target)
 
     async def _at_target(self, hosts: list[CampaignHost]) -> set[str]:
+        """The hosts already at the target (DPF's DPUs, or each DPU's BMC for firmware)."""
         kind = self._input.target.kind
         if kind == TargetKind.REPROVISION:
             return set()  # a reprovision is never done before
-        # Firmware: each DPU's BMC says what runs. Campaigns started before the patch left that to
-        # the firmware workflow (which ends at once, no reboot, but through the host's entity).
-        if kind == TargetKind.FIRMWARE and not workflow.patched(FIRMWARE_AT_TARGET_PATCH):
-            return set()
-        preset = common.BMC_READ if kind == TargetKind.FIRMWARE else common.KUBE_READ
+        preset = kernel.BMC_READ if kind == TargetKind.FIRMWARE else kernel.KUBE_READ
         checked = await workflow.execute_activity(
             activity_api.check_campaign_hosts,
             CheckHostsInput(target=self._input.target, host_ids=tuple(h.host_id for h in hosts)),
-            **common.options(preset, f"check {len(hosts)} hosts against {self._input.target.describe()}"),
+            **kernel.options(preset, f"check {len(hosts)} hosts against {self._input.target.describe()}"),
         )
         return set(checked.at_target)
 
     async def _request(self, hosts: list[CampaignHost]) -> None:
+        ledger = self.ledger
         requests = tuple(
             HostRequestInput(
                 host_id=h.host_id,
@@ -251,60 +450,49 @@ class CampaignWorkflow(CampaignProgress):
         now = workflow.now()
         for outcome in answered.outcomes:
             host = by_id[outcome.host_id]
-            if host not in self._pending:
+            if host not in ledger.pending:
                 continue  # skipped by an operator while the request was out
-            self._pending.remove(host)
+            ledger.pending.remove(host)
             if outcome.outcome in ("started", "awaiting-approval"):
-                self._in_flight[host.host_id] = InFlight(
+                ledger.in_flight[host.host_id] = InFlight(
                     host=host,
                     workflow_id=outcome.workflow_id,
                     started_at=now,
                     awaiting_approval=outcome.outcome == "awaiting-approval",
                 )
-                self._batch_left -= 1
-                if not self._canary_passed:
-                    self._canary_hosts.add(host.host_id)
+                ledger.batch_left -= 1
+                if not ledger.canary_passed:
+                    ledger.canary_hosts.add(host.host_id)
             elif outcome.outcome == "busy":
                 retry_at = now + timedelta(seconds=self._input.policy.busy_retry_seconds)
-                self._deferred.append(Deferred(host=host, retry_at=retry_at, reason=outcome.message))
+                ledger.deferred.append(Deferred(host=host, retry_at=retry_at, reason=outcome.message))
             elif outcome.outcome == "not-asked":
-                self._pending.append(host)  # aborting: reported as not started
+                ledger.pending.append(host)  # aborting: reported as not started
             elif outcome.outcome == "unanswered":  # its entity may still take the request later
                 reason = f"asked, but no answer before the abort ({outcome.message}): check {host.host_id}"
-                self._skipped.append(Failure(host=host, reason=reason))
+                ledger.skipped.append(Failure(host=host, reason=reason))
             elif outcome.outcome == "assigned":
-                self._skipped.append(Failure(host=host, reason=f"instance assigned: {outcome.message}"))
+                ledger.skipped.append(Failure(host=host, reason=f"instance assigned: {outcome.message}"))
             else:
-                self._record_failure(host, f"refused: {outcome.message}")
-        if self._in_flight and self._next_sweep is None:
+                ledger.fail(host, f"refused: {outcome.message}")
+                self._check_budget()
+        if ledger.in_flight and self._next_sweep is None:
             self._next_sweep = now + timedelta(seconds=self._input.policy.sweep_seconds)
 
     async def _ask_entities(self, requests: HostRequestsInput) -> HostRequestsResult:
         """The request activity; an abort cancels it, so the campaign stops asking at once
         (within a heartbeat) instead of after every host of the round was asked."""
         summary = f"ask {len(requests.requests)} hosts' entities for {self._input.target.describe()}"
-        if not workflow.patched(PROMPT_ABORT_PATCH):
-            return await workflow.execute_activity(
-                activity_api.request_campaign_hosts, requests, **common.options(REQUESTS, summary)
-            )
-        asking = workflow.start_activity(
-            activity_api.request_campaign_hosts,
-            requests,
-            **common.options(
-                CANCELLABLE_REQUESTS,
-                summary,
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            ),
+        asking = kernel.start_cancellable(
+            activity_api.request_campaign_hosts, requests, kernel.options(CANCELLABLE_REQUESTS, summary)
         )
-        await workflow.wait_condition(lambda: asking.done() or self._aborting is not None)
-        if not asking.done():
-            asking.cancel()
+        await kernel.await_unless(asking, lambda: self.aborting)
         try:
-            return await asking
+            return await asking  # cancelled after an attempt ran: it answers what it asked
         except ActivityError as err:
             if not isinstance(err.cause, CancelledError):
                 raise
-            # Cancelled before an attempt ran: no host was asked (an attempt that ran returns).
+            # Cancelled before an attempt ran: no host was asked.
             return HostRequestsResult(
                 outcomes=tuple(
                     HostRequestOutcome(host_id=r.host_id, outcome="not-asked") for r in requests.requests
@@ -312,31 +500,33 @@ class CampaignWorkflow(CampaignProgress):
             )
 
     def _promote_deferred(self) -> None:
+        ledger = self.ledger
         now = workflow.now()
-        due = [d for d in self._deferred if d.retry_at <= now]
+        due = [d for d in ledger.deferred if d.retry_at <= now]
         if due:
-            self._deferred = [d for d in self._deferred if d.retry_at > now]
-            self._pending[:0] = [d.host for d in due]
+            ledger.deferred = [d for d in ledger.deferred if d.retry_at > now]
+            ledger.pending[:0] = [d.host for d in due]
 
     def _end_batch_if_done(self) -> None:
         """A batch ends when all its hosts started and finished (or nothing is left to start)."""
-        if self._in_flight:
+        ledger = self.ledger
+        if ledger.in_flight:
             return
-        nothing_left = not self._pending and not self._deferred
-        if self._batch_left > 0 and not nothing_left:
+        nothing_left = not ledger.pending and not ledger.deferred
+        if ledger.batch_left > 0 and not nothing_left:
             return
-        if not self._canary_passed:
-            canary_failures = [f for f in self._failed if f.host.host_id in self._canary_hosts]
+        if not ledger.canary_passed:
+            canary_failures = [f for f in ledger.failed if f.host.host_id in ledger.canary_hosts]
             if canary_failures:
                 if self._halted_reason is None:
                     self._halt(f"the canary failed on {', '.join(f.host.host_id for f in canary_failures)}")
                 return
-            self._canary_passed = True
+            ledger.canary_passed = True
         if nothing_left:
             return
-        self._batch += 1
-        self._batch_left = self._limits.batch_size
-        if self._input.soak_seconds > 0 and self._batch > 1:
+        ledger.batch += 1
+        ledger.batch_left = self._limits.batch_size
+        if self._input.soak_seconds > 0 and ledger.batch > 1:
             self._soak_until = workflow.now() + timedelta(seconds=self._input.soak_seconds)
 
     async def _sleep_until_something_happens(self) -> None:
@@ -353,15 +543,16 @@ class CampaignWorkflow(CampaignProgress):
         self._poked = False
 
     def _next_wake(self) -> datetime | None:
+        ledger = self.ledger
         now = workflow.now()
-        times = [d.retry_at for d in self._deferred]
+        times = [d.retry_at for d in ledger.deferred]
         if self._soak_until is not None:
             times.append(self._soak_until)
-        if self._input.windows and (self._pending or self._deferred):
+        if self._input.windows and (ledger.pending or ledger.deferred):
             change = plan.next_window_change(self._input.windows, now)
             if change is not None:
                 times.append(change)
-        if self._in_flight and self._next_sweep is not None:
+        if ledger.in_flight and self._next_sweep is not None:
             times.append(self._next_sweep)
         later = [t for t in times if t > now]  # a time already past is acted on, not slept for
         return min(later) if later else None
@@ -379,15 +570,16 @@ class CampaignWorkflow(CampaignProgress):
 
     async def _sweep(self) -> None:
         """Read the in-flight hosts' entities: an operation that ended without a signal is seen."""
+        ledger = self.ledger
         self._next_sweep = workflow.now() + timedelta(seconds=self._input.policy.sweep_seconds)
         swept = await workflow.execute_activity(
             activity_api.sweep_campaign_hosts,
-            SweepInput(in_flight=tuple(self._in_flight.values())),
-            **common.options(common.KUBE_READ, f"sweep {len(self._in_flight)} in-flight hosts"),
+            SweepInput(in_flight=tuple(ledger.in_flight.values())),
+            **kernel.options(kernel.KUBE_READ, f"sweep {len(ledger.in_flight)} in-flight hosts"),
         )
         self._finished.extend(swept.finished)
-        self._needs_operator = {
-            f.host.host_id: f for f in swept.needs_operator if f.host.host_id in self._in_flight
+        ledger.needs_operator = {
+            f.host.host_id: f for f in swept.needs_operator if f.host.host_id in ledger.in_flight
         }
         self._check_budget()
 
@@ -395,19 +587,12 @@ class CampaignWorkflow(CampaignProgress):
         """`abort` with `cancel_running`: abort the running operations and withdraw the requests
         awaiting approval (their entities end the wait: nothing is left pending). Each stays in
         flight until its entity says how it ended, and counts as aborted (or skipped, withdrawn
-        unstarted), never as a failure. Runs aborted before `ABORT_RUNNING_PATCH` dropped the
-        awaiting hosts unwithdrawn and counted the aborted ones failed."""
+        unstarted), never as a failure."""
         self._cancel_running = False
-        running = [f for f in self._in_flight.values() if not f.awaiting_approval]
-        waiting = [f for f in self._in_flight.values() if f.awaiting_approval]
-        patched = workflow.patched(ABORT_RUNNING_PATCH)
-        if not patched:
-            for flight in waiting:
-                del self._in_flight[flight.host.host_id]
-                self._skipped.append(Failure(host=flight.host, reason=ABORTED_AWAITING_APPROVAL))
-            waiting = []
-        else:
-            self._abort_sent.update(f.workflow_id for f in (*running, *waiting))
+        in_flight = self.ledger.in_flight.values()
+        running = [f for f in in_flight if not f.awaiting_approval]
+        waiting = [f for f in in_flight if f.awaiting_approval]
+        self.ledger.abort_sent.update(f.workflow_id for f in (*running, *waiting))
         if running or waiting:
             summary = f"abort {len(running)} running host operations"
             if waiting:
@@ -416,9 +601,90 @@ class CampaignWorkflow(CampaignProgress):
                 activity_api.abort_campaign_hosts,
                 AbortHostsInput(
                     workflow_ids=tuple(f.workflow_id for f in running),
-                    requested_by=self._aborting or "operator",
+                    requested_by=self.abort_request.requested_by if self.abort_request else "operator",
                     reason=f"campaign {self._name} aborted",
                     withdraw=tuple(waiting),
                 ),
-                **common.options(REQUESTS, summary),
+                **kernel.options(REQUESTS, summary),
             )
+
+    # -- outcomes, the budget, the end -----------------------------------------------------------
+    def _absorb(self) -> None:
+        """Count the operations that ended (signalled or swept); a failure may spend the budget."""
+        finished, self._finished = self._finished, []
+        for event in finished:
+            if self.ledger.absorb(event):
+                self._check_budget()
+        if not self.ledger.in_flight:
+            self._next_sweep = None
+
+    def _check_budget(self) -> None:
+        failed, attempted = self.ledger.budget_counts()
+        if self._halted_reason is None and plan.budget_exceeded(self._input.budget, failed, attempted):
+            self._halt(f"failure budget spent: {plan.describe_budget(self._input.budget, failed, attempted)}")
+
+    def _halt(self, reason: str) -> None:
+        self._halted_reason = reason
+        self._show_phase(HALTED, f"{reason}; waiting for resume, retry_failed or abort")
+        workflow.logger.warning("campaign %s halted: %s", self._name, reason)
+
+    def _over(self) -> bool:
+        ledger = self.ledger
+        if self.aborting:
+            return not ledger.in_flight
+        return not (ledger.pending or ledger.deferred or ledger.in_flight) and self._halted_reason is None
+
+    def _finish(self) -> CampaignResult:
+        ledger = self.ledger
+        outcome = ABORTED if self.aborting else COMPLETED
+        # Hosts an abort left unstarted are skipped: the last details and `status` count them too.
+        ledger.skipped += [Failure(host=h, reason="not started: aborted") for h in ledger.not_started()]
+        ledger.pending, ledger.deferred = [], []
+        self._show_phase(outcome, ledger.counts())
+        return CampaignResult(
+            name=self._name,
+            outcome=outcome,
+            total=ledger.total,
+            done=ledger.done,
+            already_at_target=ledger.at_target,
+            failed=tuple(ledger.failed),
+            skipped=tuple(ledger.skipped),
+            runs=self._runs,
+            finished_at=workflow.now(),
+            aborted=tuple(ledger.aborted),
+        )
+
+    # -- visibility ------------------------------------------------------------------------------------
+    def _show_phase(self, phase: str, details: str) -> None:
+        """The runbook shows its phase at every step: a new phase is entered (one `Phase` upsert
+        and one log line), the same one only gets new details."""
+        if phase != self.phase:
+            self.enter(phase, details)
+        else:
+            self.show(details)
+
+    def _show_running(self) -> None:
+        phase = CANARY if not self.ledger.canary_passed else RUNNING
+        self._show_phase(phase, f"batch {self.ledger.batch}: {self.ledger.counts()}")
+
+    # -- continue-as-new ------------------------------------------------------------------------------
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or (
+            info.get_current_history_length() > self._input.policy.max_history_events
+        )
+
+    def _snapshot(self) -> Progress:
+        return self.ledger.snapshot(
+            phase=self.phase,
+            soak_until=self._soak_until,
+            halted_reason=self._halted_reason,
+            paused_by=self.paused_by.requested_by if self.paused_by else None,
+            aborting=self.abort_request.requested_by if self.abort_request else None,
+            cancel_running=self._cancel_running,
+            deployment_pointed=self._deployment_pointed,
+            runs=self._runs + 1,
+            started_at=self._started_at,
+            limits=self._limits,
+            next_sweep=self._next_sweep,
+        )

@@ -1,5 +1,6 @@
 """The campaign's pure decisions, no I/O: which hosts may start now under the limits, whether a
-maintenance window is open and when the next one opens, whether the failure budget is spent.
+maintenance window is open and when the next one opens, whether the failure budget is spent, and
+the limits and the budget in words.
 
 Cost: O(pending + in flight) per decision, in the workflow's memory; no history events.
 """
@@ -112,3 +113,11 @@ def describe_budget(budget: FailureBudget, failed: int, attempted: int) -> str:
         bounds.append(f"{budget.max_percent:g}% of those attempted")
     allowed = " or ".join(bounds) or "no limit"
     return f"{failed} failed of {attempted} attempted; halts past {allowed}"
+
+
+def describe_limits(limits: Limits) -> str:
+    """The limits in words, as `set_limits` answers them."""
+    return (
+        f"(batch {limits.batch_size}, in flight {limits.max_in_flight}, per group "
+        f"{limits.max_per_group or '-'}, per BMC {limits.max_per_bmc or '-'})"
+    )

@@ -1,258 +1,173 @@
-"""What a campaign knows and tells: the hosts' outcomes (the `host_finished` signal, the failure
-budget and its halt, the end's result), the `status` query and the UI's details, and the
-`Progress` carried whole over continue-as-new, mixed into `CampaignWorkflow` (workflows/campaign.py,
-the runbook) over `CampaignControl` (the operator's updates and the working state).
+"""What a campaign knows of its hosts: where each one is (waiting, put off, in flight, done,
+failed, skipped, aborted), the current batch and the canary, and what its failure budget counts.
 
-Cost: no history events of its own beyond one `host_finished` signal per host and a `Phase`
-upsert per phase change; the state is O(hosts not finished + failures + skipped) in the worker's
-memory and in the continue-as-new input (~100 bytes per host); `status` is O(in flight).
+A plain state object, `Ledger`, that `CampaignWorkflow` (workflows/campaign.py) holds: the
+runbook and the operator's updates change it through these methods, which issue no commands, so
+every phase change, halt and activity stays in the runbook. It is carried whole over
+continue-as-new (`Progress`), so counts stay exact across runs.
+
+Cost: no history events; O(hosts not finished + failures + skipped) in the worker's memory and in
+the continue-as-new input (~100 bytes per host).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from contracts.models.campaign import (
-        HOST_FINISHED_SIGNAL,
         CampaignHost,
-        CampaignInput,
-        CampaignResult,
-        CampaignStatus,
+        Deferred,
         Failure,
         HostFinished,
+        InFlight,
         Progress,
     )
-    from contracts.models.control import STATUS_QUERY
-    from workflows import campaign_plan as plan
-    from workflows.campaign_control import (
-        ABORTED,
-        CANARY,
-        COMPLETED,
-        HALTED,
-        RUNNING,
-        CampaignControl,
-    )
 
-FAILURES_SHOWN: Final = 200
 ABORTED_AWAITING_APPROVAL: Final = "campaign aborted while awaiting approval"
 
 
-class CampaignProgress(CampaignControl):
-    """The campaign's outcomes, status and carried-over progress; `CampaignWorkflow` runs it."""
+class Ledger:
+    """Each host's place and the counts; restored from, and carried as, `Progress`."""
 
-    def __init__(self, start: CampaignInput) -> None:
-        super().__init__()
-        self._input = start
-        self._name = workflow.info().workflow_id.removeprefix("campaign/")
-        self._finished: list[HostFinished] = []  # signalled, absorbed at the runbook's next step
-        self._next_sweep: datetime | None = None  # the sweep of in-flight hosts (the runbook's)
-        self._restore(start.progress or Progress(limits=start.limits, started_at=workflow.now()))
+    def __init__(self, p: Progress) -> None:
+        self.total = p.total
+        self.pending: list[CampaignHost] = list(p.pending)  # not started yet, in order
+        self.in_flight: dict[str, InFlight] = {f.host.host_id: f for f in p.in_flight}
+        self.deferred: list[Deferred] = list(p.deferred)  # busy: asked again at `retry_at`
+        self.done = p.done
+        self.at_target = p.already_at_target  # counted done without being touched
+        self.failed: list[Failure] = list(p.failed)
+        self.skipped: list[Failure] = list(p.skipped)
+        self.aborted: list[Failure] = list(p.aborted)  # cut by an abort: not failures
+        self.abort_sent: set[str] = set(p.abort_sent)  # operations (and requests) an abort was sent
+        self.attempted = p.attempted  # operations finished (succeeded or failed)
+        self.budget_failed_base = p.budget_failed_base  # before the last resume of a halt
+        self.budget_attempted_base = p.budget_attempted_base
+        self.canary_hosts: set[str] = set(p.canary_hosts)
+        self.canary_passed = p.canary_passed
+        self.batch = p.batch  # the current batch's number (0: the canary)
+        self.batch_left = p.batch_left  # hosts of the current batch not yet started
+        # In flight, waiting for an operator (the last sweep); of those, accepted by a resume.
+        self.needs_operator: dict[str, Failure] = {f.host.host_id: f for f in p.needs_operator}
+        self.operator_accepted: set[str] = set(p.operator_accepted)
+
+    def snapshot(self, **control: Any) -> Progress:
+        """The `Progress` to carry over continue-as-new: this ledger and the campaign's `control`
+        state (phase, pacing, halt, pause, abort)."""
+        return Progress(
+            total=self.total,
+            pending=tuple(self.pending),
+            in_flight=tuple(self.in_flight.values()),
+            deferred=tuple(self.deferred),
+            done=self.done,
+            already_at_target=self.at_target,
+            failed=tuple(self.failed),
+            skipped=tuple(self.skipped),
+            attempted=self.attempted,
+            budget_failed_base=self.budget_failed_base,
+            budget_attempted_base=self.budget_attempted_base,
+            canary_hosts=tuple(sorted(self.canary_hosts)),
+            canary_passed=self.canary_passed,
+            batch=self.batch,
+            batch_left=self.batch_left,
+            needs_operator=tuple(self.needs_operator.values()),
+            operator_accepted=tuple(sorted(self.operator_accepted)),
+            aborted=tuple(self.aborted),
+            abort_sent=tuple(sorted(self.abort_sent)),
+            **control,
+        )
 
     # -- outcomes -------------------------------------------------------------------------------------
-    @workflow.signal(name=HOST_FINISHED_SIGNAL)
-    def host_finished(self, finished: HostFinished) -> None:
-        """A host's entity saw this campaign's operation end (handled in the runbook's next step)."""
-        self._finished.append(finished)
+    def absorb(self, event: HostFinished) -> bool:
+        """Count how an in-flight host's operation ended; True when it counts as a failure."""
+        flight = self.in_flight.get(event.host_id)
+        if flight is None or flight.workflow_id != event.workflow_id:
+            return False  # a duplicate (signal and sweep), or another operation of that host
+        del self.in_flight[event.host_id]
+        self.needs_operator.pop(event.host_id, None)
+        self.operator_accepted.discard(event.host_id)
+        failed = False
+        if event.outcome == "completed":
+            self.done += 1
+            self.attempted += 1
+        elif event.outcome.startswith("expired"):
+            self.skipped.append(Failure(host=flight.host, reason=f"not approved: {event.outcome}"))
+        elif flight.workflow_id in self.abort_sent and event.outcome.startswith("withdrawn"):
+            reason = f"{ABORTED_AWAITING_APPROVAL}: {event.outcome}"
+            self.skipped.append(Failure(host=flight.host, reason=reason))  # never started
+        elif flight.workflow_id in self.abort_sent:
+            # The operator's abort cut it: not a failure of the host, nor of the budget's.
+            self.aborted.append(Failure(host=flight.host, reason=event.outcome))
+        else:
+            self.fail(flight.host, event.outcome)
+            failed = True
+        self.abort_sent.discard(flight.workflow_id)
+        return failed
 
-    def _absorb(self) -> None:
-        finished, self._finished = self._finished, []
-        for event in finished:
-            flight = self._in_flight.get(event.host_id)
-            if flight is None or flight.workflow_id != event.workflow_id:
-                continue  # a duplicate (signal and sweep), or another operation of that host
-            del self._in_flight[event.host_id]
-            self._needs_operator.pop(event.host_id, None)
-            self._operator_accepted.discard(event.host_id)
-            if event.outcome == "completed":
-                self._done += 1
-                self._attempted += 1
-            elif event.outcome.startswith("expired"):
-                self._skipped.append(Failure(host=flight.host, reason=f"not approved: {event.outcome}"))
-            elif flight.workflow_id in self._abort_sent and event.outcome.startswith("withdrawn"):
-                reason = f"{ABORTED_AWAITING_APPROVAL}: {event.outcome}"
-                self._skipped.append(Failure(host=flight.host, reason=reason))  # never started
-            elif flight.workflow_id in self._abort_sent:
-                # The operator's abort cut it: not a failure of the host, nor of the budget's.
-                self._aborted.append(Failure(host=flight.host, reason=event.outcome))
-            else:
-                self._record_failure(flight.host, event.outcome)
-            self._abort_sent.discard(flight.workflow_id)
-        if not self._in_flight:
-            self._next_sweep = None
+    def fail(self, host: CampaignHost, reason: str) -> None:
+        """A host failed (its operation, or its request refused): one more failed attempt."""
+        self.failed.append(Failure(host=host, reason=reason))
+        self.attempted += 1
 
-    def _record_failure(self, host: CampaignHost, reason: str) -> None:
-        self._failed.append(Failure(host=host, reason=reason))
-        self._attempted += 1
-        self._check_budget()
-
-    def _budget_counts(self) -> tuple[int, int]:
+    def budget_counts(self) -> tuple[int, int]:
         """(failed, attempted) as the budget counts them: since the last resume of a halt, hosts
         waiting for an operator (not accepted by that resume) included as failed attempts."""
-        waiting = len(self._needs_operator.keys() - self._operator_accepted)
+        waiting = len(self.needs_operator.keys() - self.operator_accepted)
         return (
-            len(self._failed) - self._budget_failed_base + waiting,
-            self._attempted - self._budget_attempted_base + waiting,
+            len(self.failed) - self.budget_failed_base + waiting,
+            self.attempted - self.budget_attempted_base + waiting,
         )
 
-    def _check_budget(self) -> None:
-        failed, attempted = self._budget_counts()
-        if self._halted_reason is None and plan.budget_exceeded(self._input.budget, failed, attempted):
-            self._halt(f"failure budget spent: {plan.describe_budget(self._input.budget, failed, attempted)}")
+    def not_started(self) -> list[CampaignHost]:
+        return self.pending + [d.host for d in self.deferred]
 
-    def _halt(self, reason: str) -> None:
-        self._halted_reason = reason
-        self._enter(HALTED, f"{reason}; waiting for resume, retry_failed or abort")
-        workflow.logger.warning("campaign %s halted: %s", self._name, reason)
-
-    def _over(self) -> bool:
-        if self._aborting is not None:
-            return not self._in_flight
-        return not (self._pending or self._deferred or self._in_flight) and self._halted_reason is None
-
-    def _finish(self) -> CampaignResult:
-        outcome = ABORTED if self._aborting is not None else COMPLETED
-        # Hosts an abort left unstarted are skipped: the last details and `status` count them too.
-        self._skipped += [Failure(host=h, reason="not started: aborted") for h in self._not_started()]
-        self._pending, self._deferred = [], []
-        self._enter(outcome, self._counts())
-        return CampaignResult(
-            name=self._name,
-            outcome=outcome,
-            total=self._total,
-            done=self._done,
-            already_at_target=self._at_target_count,
-            failed=tuple(self._failed),
-            skipped=tuple(self._skipped),
-            runs=self._runs,
-            finished_at=workflow.now(),
-            aborted=tuple(self._aborted),
-        )
-
-    def _not_started(self) -> list[CampaignHost]:
-        return self._pending + [d.host for d in self._deferred]
-
-    # -- visibility -----------------------------------------------------------------------------------
-    def _counts(self) -> str:
+    def counts(self) -> str:
+        """Done, in flight, failed, skipped (and aborted), in words: the campaign's details."""
         return (
-            f"{self._done + self._at_target_count}/{self._total} done ({self._at_target_count} already "
-            f"at target), {len(self._in_flight)} in flight, {len(self._failed)} failed, "
-            f"{len(self._skipped)} skipped" + (f", {len(self._aborted)} aborted" if self._aborted else "")
+            f"{self.done + self.at_target}/{self.total} done ({self.at_target} already "
+            f"at target), {len(self.in_flight)} in flight, {len(self.failed)} failed, "
+            f"{len(self.skipped)} skipped" + (f", {len(self.aborted)} aborted" if self.aborted else "")
         )
 
-    def _show_running(self) -> None:
-        phase = CANARY if not self._canary_passed else RUNNING
-        self._enter(phase, f"batch {self._batch}: {self._counts()}")
+    # -- what the operator's updates change ----------------------------------------------------------
+    def accept_halt(self) -> None:
+        """A `resume` of a halt: the budget counts from now, the hosts waiting for an operator
+        now are accepted, and a canary whose every host has ended is taken as it is."""
+        self.budget_failed_base = len(self.failed)
+        self.budget_attempted_base = self.attempted
+        self.operator_accepted |= self.needs_operator.keys()
+        if not self.canary_passed and self.batch_left == 0 and not self.in_flight:
+            self.canary_passed = True
 
-    @workflow.query(name=STATUS_QUERY)
-    def status(self) -> CampaignStatus:
-        """Done / in flight / failed with reasons / skipped / remaining, batch, window, budget."""
-        now = workflow.now()
-        failed, attempted = self._budget_counts()
-        windows = self._input.windows
-        return CampaignStatus(
-            name=self._name,
-            target=self._input.target.describe(),
-            phase=self._phase,
-            total=self._total,
-            done=self._done,
-            already_at_target=self._at_target_count,
-            in_flight=tuple(sorted(k for k, f in self._in_flight.items() if not f.awaiting_approval)),
-            awaiting_approval=tuple(sorted(k for k, f in self._in_flight.items() if f.awaiting_approval)),
-            failed=len(self._failed),
-            failures=tuple(self._failed[-FAILURES_SHOWN:]),
-            skipped=len(self._skipped),
-            skipped_hosts=tuple(self._skipped[-FAILURES_SHOWN:]),
-            deferred=tuple(d.host.host_id for d in self._deferred),
-            remaining=len(self._pending) + len(self._deferred) + len(self._in_flight),
-            batch=self._batch,
-            canary_passed=self._canary_passed,
-            window_open=plan.window_open(windows, now),
-            next_window=plan.next_window_open(windows, now) if windows else None,
-            soak_until=self._soak_until,
-            budget=plan.describe_budget(self._input.budget, failed, attempted),
-            halted_reason=self._halted_reason,
-            paused_by=self._paused_by,
-            aborting=self._aborting,
-            limits=self._limits,
-            runs=self._runs,
-            needs_operator=tuple(self._needs_operator.values()),
-            aborted=len(self._aborted),
-            aborted_hosts=tuple(self._aborted[-FAILURES_SHOWN:]),
-        )
+    def retry_failed(self) -> int:
+        """Put every failed host back at the front of the queue (a failed canary as the canary);
+        the budget counts from now. Returns how many."""
+        hosts = [f.host for f in self.failed]
+        self.failed.clear()
+        self.pending[:0] = hosts
+        self.budget_failed_base = 0
+        self.budget_attempted_base = self.attempted
+        if not self.canary_passed:
+            self.batch_left += len(hosts)
+        return len(hosts)
 
-    # -- continue-as-new ------------------------------------------------------------------------------
-    def _history_is_long(self) -> bool:
-        info = workflow.info()
-        return info.is_continue_as_new_suggested() or (
-            info.get_current_history_length() > self._input.policy.max_history_events
-        )
+    def waiting(self, host_id: str) -> bool:
+        """Whether the host waits to start: pending, put off, or failed."""
+        return any(host.host_id == host_id for host in self._waiting())
 
-    def _snapshot(self) -> Progress:
-        return Progress(
-            phase=self._phase,
-            total=self._total,
-            pending=tuple(self._pending),
-            in_flight=tuple(self._in_flight.values()),
-            deferred=tuple(self._deferred),
-            done=self._done,
-            already_at_target=self._at_target_count,
-            failed=tuple(self._failed),
-            skipped=tuple(self._skipped),
-            attempted=self._attempted,
-            budget_failed_base=self._budget_failed_base,
-            budget_attempted_base=self._budget_attempted_base,
-            canary_hosts=tuple(sorted(self._canary_hosts)),
-            canary_passed=self._canary_passed,
-            batch=self._batch,
-            batch_left=self._batch_left,
-            soak_until=self._soak_until,
-            halted_reason=self._halted_reason,
-            paused_by=self._paused_by,
-            aborting=self._aborting,
-            cancel_running=self._cancel_running,
-            deployment_pointed=self._deployment_pointed,
-            runs=self._runs + 1,
-            started_at=self._started_at,
-            limits=self._limits,
-            next_sweep=self._next_sweep,
-            needs_operator=tuple(self._needs_operator.values()),
-            operator_accepted=tuple(sorted(self._operator_accepted)),
-            aborted=tuple(self._aborted),
-            abort_sent=tuple(sorted(self._abort_sent)),
-        )
+    def skip(self, host_id: str, reason: str) -> bool:
+        """Leave a waiting host out of the campaign (skipped, with `reason`); False: not waiting."""
+        for queue in (self.pending, self.deferred, self.failed):
+            for entry in queue:
+                host = entry if isinstance(entry, CampaignHost) else entry.host
+                if host.host_id == host_id:
+                    queue.remove(entry)  # type: ignore[arg-type]
+                    self.skipped.append(Failure(host=host, reason=reason))
+                    return True
+        return False
 
-    def _restore(self, p: Progress) -> None:
-        self._phase = p.phase
-        self._total = p.total
-        self._pending = list(p.pending)
-        self._in_flight = {f.host.host_id: f for f in p.in_flight}
-        self._deferred = list(p.deferred)
-        self._done = p.done
-        self._at_target_count = p.already_at_target
-        self._failed = list(p.failed)
-        self._skipped = list(p.skipped)
-        self._attempted = p.attempted
-        self._budget_failed_base = p.budget_failed_base
-        self._budget_attempted_base = p.budget_attempted_base
-        self._canary_hosts: set[str] = set(p.canary_hosts)
-        self._canary_passed = p.canary_passed
-        self._batch = p.batch
-        self._batch_left = p.batch_left
-        self._soak_until = p.soak_until
-        self._halted_reason = p.halted_reason
-        self._paused_by = p.paused_by
-        self._aborting = p.aborting
-        self._cancel_running = p.cancel_running
-        self._deployment_pointed = p.deployment_pointed
-        self._runs = p.runs
-        self._started_at = p.started_at
-        self._limits = p.limits
-        self._next_sweep = p.next_sweep
-        self._needs_operator = {f.host.host_id: f for f in p.needs_operator}
-        self._operator_accepted = set(p.operator_accepted)
-        self._aborted = list(p.aborted)
-        self._abort_sent = set(p.abort_sent)
+    def _waiting(self) -> list[CampaignHost]:
+        return self.not_started() + [f.host for f in self.failed]

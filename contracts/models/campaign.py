@@ -333,7 +333,7 @@ class HostRequestsInput(_Frozen):
 
 class HostRequestOutcome(_Frozen):
     host_id: str
-    # not-asked / unanswered: the campaign aborted while the request was out (its prompt-abort patch)
+    # not-asked / unanswered: the campaign aborted while the request was out (its abort cancels the ask)
     outcome: Literal["started", "awaiting-approval", "busy", "assigned", "refused", "not-asked", "unanswered"]
     workflow_id: str = ""
     message: str = ""

@@ -23,7 +23,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
-from contracts import names
+from contracts import names, workflow_api
 from contracts.models.campaign import (
     RETRY_FAILED_UPDATE,
     SET_LIMITS_UPDATE,
@@ -160,11 +160,10 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     workflow_id = names.campaign_workflow_id(args.name)
     try:
         handle = await client.start_workflow(
-            "CampaignWorkflow",
+            workflow_api.CampaignWorkflow.run,
             request,
             id=workflow_id,
             task_queue=args.task_queue,
-            result_type=CampaignResult,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"campaign {args.name}: {request.target.describe()} on "
             f"{request.selection.describe()}, for {args.by}",

@@ -30,7 +30,7 @@ from temporalio.client import (
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts import names
+from contracts import names, workflow_api
 from contracts.validation import Requester, arg_type
 from metalflow.cli.campaign_options import add_options, campaign_input, duration
 from metalflow.hosts import default_operator
@@ -109,7 +109,7 @@ async def _create(client: Client, args: argparse.Namespace) -> int:
         else ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=args.every))])
     )
     action = ScheduleActionStartWorkflow(
-        "CampaignWorkflow",
+        workflow_api.CampaignWorkflow.run,
         request,
         id=names.campaign_workflow_id(args.name),
         task_queue=args.task_queue,

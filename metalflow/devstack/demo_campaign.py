@@ -28,7 +28,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts import names
+from contracts import names, workflow_api
 from contracts.models.campaign import (
     CampaignInput,
     CampaignResult,
@@ -157,11 +157,10 @@ async def _start(
     workflow_id = names.campaign_workflow_id(DEMO_CAMPAIGN)
     try:
         return await client.start_workflow(
-            "CampaignWorkflow",
+            workflow_api.CampaignWorkflow.run,
             request,
             id=workflow_id,
             task_queue=task_queue,
-            result_type=CampaignResult,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"demo: campaign {DEMO_CAMPAIGN}, reprovision {len(ids)} hosts",
             search_attributes=TypedSearchAttributes(
