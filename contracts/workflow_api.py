@@ -9,12 +9,12 @@ the result type from them:
     result = await handle  # a HostRebootResult
 
 Why declarations and not the classes themselves: workflows may not be imported by activities
-or the CLI (the floors, docs/ARCHITECTURE.md section 1), and a workflow that imported another's module
-would execute it afresh in every run's sandbox (`workflows/__init__.py`). Each declaration has
-the registered name, the input and the result of its workflow, and for the host entity and the
-the rollout and the campaign their updates and query; `tests/test_workflow_api.py` checks each
-against the class the worker
-registers. A declaration is never registered on a worker: its methods raise when called.
+or the CLI (the floors, docs/ARCHITECTURE.md section 1), and a workflow that imported another's
+module would execute it afresh in every run's sandbox (`workflows/__init__.py`). Each
+declaration has the registered name, the input and the result of its workflow, and for the host
+entity, the rollout and the campaign their updates and query; `tests/test_workflow_api.py`
+checks each against the class the worker registers. A declaration is never registered on a
+worker: its methods raise when called.
 
 Cost: nothing at run time.
 """
