@@ -2,7 +2,7 @@
 
 The workflows own these words (the `Phase` search attribute they upsert through
 `workflows.kernel.enter_phase`): the entity (`workflows/host_rules.py`), provision and reprovision
-(`host_operation.py`, `escalation.py`), firmware (`firmware.py`), removal (`removal.py`) and
+(`host_operation.py`), firmware (`firmware.py`), removal (`removal.py`) and
 `host reboot` (`host_reboot.py`). They are listed here so that `--phase` refuses a word no host
 can be in before it connects, naming the words it takes, instead of listing nothing.
 `tests/test_host_phases.py` holds this list to the workflows: every phase their code enters and
