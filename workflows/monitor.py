@@ -23,11 +23,10 @@ starting at once do not delay a reboot (the reasoning and its cost are in that m
 History stays small: at most ~10 events per DPF change (the signal, its workflow task, a pool
 label write when the state changes), so a run's worst case is about 20 + 10 x
 `policy.events_per_run` (default 500: ~5,000 events, under a tenth of Temporal's limit). After
-`policy.events_per_run` changes (the read that starts a run is not one: patch
-`monitor-join-read-not-counted`), or when Temporal suggests it, the monitor cancels its watcher,
-waits for its handlers and continues-as-new carrying its memory (`MonitorMemory`); the next
-run's watcher lists the world again, and a fall from `Ready` that happened in between is still
-seen because the last phases are carried.
+`policy.events_per_run` changes (the read that starts a run is not one), or when Temporal
+suggests it, the monitor cancels its watcher, waits for its handlers and continues-as-new
+carrying its memory (`MonitorMemory`); the next run's watcher lists the world again, and a
+fall from `Ready` that happened in between is still seen because the last phases are carried.
 
 Stop with the update `abort`: the monitor reads the world once more, sets the pool label as the
 world says (out only while a degraded DPU is still in `Node Effect`) and ends. An abort accepted
@@ -94,7 +93,6 @@ ABORTABLE_CALLS_PATCH: Final = "monitor-abort-cancels-calls"
 WAIT_CANCELLATION_COMPLETED: Final = workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
 FINAL_LOOK_BOUNDED_PATCH: Final = "monitor-final-look-bounded"
 CANCELLED_CALLS_AWAITED_PATCH: Final = "monitor-cancelled-calls-awaited"
-JOIN_NOT_COUNTED_PATCH: Final = "monitor-join-read-not-counted"
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
 
@@ -183,10 +181,10 @@ class HostMonitorWorkflow:
     async def _watch_until_stopped(self, request: HostMonitorInput) -> None:
         """React to every change until an abort; continue-as-new when the history grows."""
         self._watch.start(HostRef(host_id=request.host_id, namespace=request.namespace))
-        # With the site watch a run's first state is the read that joins it: what the world is,
-        # not a change. Counted, it made every run hand over at once with `events_per_run=1`
-        # (a run per read, forever, with nothing changing); so from this patch it is not counted.
-        uncounted = 1 if self._watch.site_routed and workflow.patched(JOIN_NOT_COUNTED_PATCH) else 0
+        # A run's first state is the read that joins the site's watch: what the world is, not a
+        # change. Counted, it made every run hand over at once with `events_per_run=1` (a run per
+        # read, forever, with nothing changing); so it is not counted.
+        uncounted = 1
         events_this_run = 0
         try:
             while True:
