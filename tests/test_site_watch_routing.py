@@ -87,16 +87,18 @@ async def test_a_workflow_under_any_id_gets_the_changes_of_its_host_and_of_no_ot
 
 
 class SlowToLearn(SiteWatchActivities):
-    """The watch activity, learning each registration `LEARN_DELAY` late: a change made right
-    after a join's read lands in the watch's cache before the watch knows its waiter."""
+    """The watch activity, learning a registration for `host` `LEARN_DELAY` late: a change made
+    right after that join's read lands in the watch's cache, and is flushed to nobody (no waiter
+    known), before the watch knows its waiter."""
 
-    def __init__(self, kube: Kube, temporal: Client) -> None:
+    def __init__(self, kube: Kube, temporal: Client, host: str) -> None:
         super().__init__(kube, temporal)
+        self.host = host
         self.learned_at: list[float] = []
 
     async def _ask(self, own: SiteWatchHandle, poll: WaiterPoll) -> WaiterNews:
         news = await super()._ask(own, poll)
-        if news.waiters:
+        if any(w.host_id == self.host for w in news.waiters):
             await asyncio.sleep(LEARN_DELAY)
             self.learned_at.append(time.monotonic())
         return news
@@ -105,11 +107,16 @@ class SlowToLearn(SiteWatchActivities):
 async def test_a_change_between_the_join_s_read_and_the_watch_learning_the_registration_is_not_lost(
     client: Client, task_queue: str, sim: RunningSim
 ) -> None:
-    host = "sr-003"
+    host, other = "sr-003", "sr-005"
     kube = Kube(settings_for(sim))
-    slow = SlowToLearn(kube, client)
+    slow = SlowToLearn(kube, client, host)
     try:
         async with waiting_worker(client, task_queue, sim, replace={"watch_site_dpf": slow.watch_site_dpf}):
+            # The watch runs and flushes (it knows a waiter of another host) before the race.
+            early = await record(client, task_queue, other)
+            await early.wait_for(lambda s: len(s.dpus) == 2)
+            watch = site_watch(client, task_queue)
+            await eventually(watch.describe, lambda d: _flushed_with(d, waiters_seq=1))  # it flushes
             rec = await record(client, task_queue, host)
             read = await rec.wait_for(lambda s: len(s.dpus) == 2)
             assert phases(read.state) == ["Ready", "Ready"], "the join read before the change"
@@ -123,7 +130,8 @@ async def test_a_change_between_the_join_s_read_and_the_watch_learning_the_regis
             assert received and fell(host)(received[0].state), received
             recover(sim, host)
             await eventually(lambda: rec.taken(), lambda t: phases(t[-1].state) == ["Ready", "Ready"])
-            await rec.stop()
+            for r in (rec, early):
+                await r.stop()
     finally:
         kube.close()
     assert sim.violations() == []
@@ -232,7 +240,7 @@ async def test_a_new_attempt_of_the_watch_resumes_with_the_registry(
         for r in (rec, bystander):
             await r.wait_for(lambda s: len(s.dpus) == 2)
         watch = site_watch(client, task_queue)
-        await eventually(lambda: watch.describe(), _heartbeated_after_registrations)
+        await eventually(lambda: watch.describe(), lambda d: _flushed_with(d, waiters_seq=2))
         signals_before = len(await bystander.received())
     finally:
         async with asyncio.timeout(120):
@@ -252,9 +260,9 @@ async def test_a_new_attempt_of_the_watch_resumes_with_the_registry(
     assert sim.violations() == []
 
 
-def _heartbeated_after_registrations(description: Any) -> bool:
-    """The watch heartbeated a checkpoint that covers both registrations (waiters_seq 2)."""
+def _flushed_with(description: Any, waiters_seq: int) -> bool:
+    """The watch heartbeated a checkpoint of a flush that knew `waiters_seq` registrations."""
     for p in description.raw_description.pending_activities:
         if p.activity_type.name == "watch_site_dpf" and p.HasField("heartbeat_details"):
-            return b'"waiters_seq":2' in p.heartbeat_details.payloads[0].data
+            return f'"waiters_seq":{waiters_seq}'.encode() in p.heartbeat_details.payloads[0].data
     return False
