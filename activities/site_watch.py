@@ -63,7 +63,7 @@ workflow 1 NotFound answer and 1 removal signal, at its host's next change. Per 
 or a restart: one signal per waiter of every host whose state differs. Worker memory: the cache
 keeps each object once, slimmed to the fields a state is built from (`slim`): 103 MB measured
 for 10,000 hosts x 2 DPUs with their DPUNodes (tracemalloc, real simulated objects cloned; holds
-add about 1 KB per host while they exist), the registry (~200 bytes per entry), plus one
+add about 1 KB per host while they exist), the registry (~420 bytes per entry), plus one
 `HostDPFState` per dirty host with a waiter while a flush runs. CPU: two `HostDPFState` builds of
 the host per event. One activity slot per site, not per host.
 """
