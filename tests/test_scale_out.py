@@ -20,6 +20,7 @@ from deploy_support import REPO
 from host_operation_support import power_cycles, start_operation, status_of
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
 
 from contracts import names
 from contracts.models.dpf import DPF_NAMESPACE
@@ -71,8 +72,11 @@ async def workers(
 
 async def watcher_holder(handle: WorkflowHandle[object, object]) -> str | None:
     """The identity (`pid@host`) of the worker running the site's DPF watch (which routes the
-    operations' changes), if any."""
-    described = await handle.describe()
+    operations' changes), if any (None too while the workers have not started it yet)."""
+    try:
+        described = await handle.describe()
+    except RPCError:
+        return None
     for pending in described.raw_description.pending_activities:
         if pending.activity_type.name == "watch_site_dpf" and pending.last_worker_identity:
             return str(pending.last_worker_identity)
