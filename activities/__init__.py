@@ -21,8 +21,8 @@ def build_activities(
     """Build every activity class once and return all activity callables to register.
 
     Args:
-        temporal_client: The worker's client; the DPF watcher signals workflows with it (without
-            one the watcher is not registered).
+        temporal_client: The worker's client; the site's DPF watch and the activities that message
+            workflows use it (without one they are not registered).
         settings: The worker settings; default `Settings.from_env()`.
     """
     # Imported here, not at module top: importing `activities` (e.g. for this function's type)
@@ -35,7 +35,6 @@ def build_activities(
     from activities.pool import OwnerActivities, PoolActivities
     from activities.redfish import build_redfish_activities, build_redfish_client
     from activities.site_watch import SiteWatchActivities
-    from activities.watcher import WatcherActivities
     from drivers.inventory import Inventory
     from drivers.kube import Kube
 
@@ -75,9 +74,6 @@ def build_activities(
         grove.scale_pcs,
     ]
     if temporal_client is not None:
-        found.append(
-            WatcherActivities(kube, temporal_client).watch_host_dpf
-        )  # runs started before the site watch
         site_watch = SiteWatchActivities(kube, temporal_client)
         found += [site_watch.watch_site_dpf, site_watch.join_site_dpf_watch]
         found.append(OwnerActivities(temporal_client).request_host_reprovision)

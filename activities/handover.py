@@ -1,7 +1,7 @@
 """Long-lived watch activities hand over when their worker stops gracefully.
 
-A watch (the site's DPF watch, a host's watcher, a rollout's PodCliqueSet watcher) runs until
-cancelled: it never completes on its own. When its worker begins a graceful shutdown (SIGTERM, a
+A watch (the site's DPF watch, a rollout's PodCliqueSet watcher) runs until cancelled: it never
+completes on its own. When its worker begins a graceful shutdown (SIGTERM, a
 rolling deploy, `metalflow dev` stopping, a test's `async with Worker(...)` ending), the SDK waits
 the worker's whole `graceful_shutdown_timeout` (10 s for metalflow's worker) for running activities
 before it cancels them, so every stop with a watch running took those 10 s, and the watch resumed

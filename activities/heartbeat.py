@@ -21,9 +21,7 @@ the same details once per beat interval. Cost, in heartbeat RPCs per second per 
 activity: at most its own forwarded calls, never over 1 / `HEARTBEAT_THROTTLE` = 5: the power
 cycle ~0.75 (one per heartbeat_timeout / 3, 1.33 s) plus one per step (at most 6 per cycle) plus
 the read-backs (a few DescribeWorkflowExecution per reset); the other BMC activities one per
-10 s; the site's DPF watch one per flush or idle interval (one per site, not per host); a
-per-host `watch_host_dpf` of a run older than the site watch one per change, and one per 4 s
-while nothing changes, as before (its gate's interval is the SDK's default throttle).
+10 s; the site's DPF watch one per flush or idle interval (one per site, not per host).
 
 Cost per running activity: one asyncio task waking every heartbeat_timeout / 3 (at most every
 10 s without a timeout) and the RPCs above; no history events (heartbeats are not recorded in

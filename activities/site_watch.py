@@ -1,20 +1,41 @@
 """The site watch: ONE list+watch of a DPF namespace's DPUs, DPUNodes and DPUNodeMaintenances that
-signals each change of a host to the workflows waiting on that host.
+signals each change of a host to the workflows registered for that host.
+
+Registration. A workflow that waits on a host's DPF objects (`workflows.dpf_watch.DPFWatch`)
+runs `join_site_dpf_watch`, which first registers the workflow's run for the host with the site
+watch workflow (signal `dpf_waiter`; a signal-with-start when no watch runs), then reads the
+host's state. The registry is that workflow's state (`workflows.site_watch`); the watch activity
+learns it through a long-poll update on its own workflow (`next_waiters`), in a background task
+beside its streams: the whole registry when an attempt starts (before its first flush), then each
+new entry as it is added. Any workflow id can register: the routing knows no id forms.
 
 How it routes. A change that matters (the `HostDPFState` of the host differs after the event:
 phases, uids, conditions, the reboot-required and hold annotations, objects appearing or going)
 marks its host dirty. A flush signals each dirty host's state (`DPF_STATE_CHANGED_SIGNAL`,
-`as_of` set, `sequence` 0) to the ids `names.dpf_waiter_workflow_ids(host)` (provision,
-reprovision, firmware, remove and monitor of that host): the ids are the business keys, so no
-registry can lose a subscriber; a closed or unknown id answers NotFound, which is ignored. A
-host whose content changes and changes back between two flushes is still signalled, so a
-workflow that read the state in between learns it.
+`as_of` set, `sequence` 0) to the workflow ids registered for it, by id (the run now current);
+a dirty host nobody waits on is dropped, its objects stay cached. A host whose content changes
+and changes back between two flushes is still signalled, so a workflow that read the state in
+between learns it. A signal that answers NotFound (the workflow has closed) removes the entry
+here and in the workflow (signal `dpf_waiter` with `gone`), so the registry does not grow for
+ever. A workflow's `DPFWatch.stop` does not deregister: that would cost every run an activity
+or an external signal, and the removal on NotFound costs one RPC at the host's next change,
+which every operation on the host brings; a newer run of the same id replaces the entry anyway.
 
-Ordering against a workflow's own read (`join_site_dpf_watch`): every state carries `as_of`
-(`DPFVersion`): per kind, the resourceVersion up to which it holds every change of that kind,
-and the watch's epoch. The workflow (`workflows.dpf_watch`) keeps, per kind, the newer of what
-it has and what arrives, so a change between its read and a signal is neither lost (the signal
-is newer) nor applied backwards (an older signal loses).
+Ordering: why no change is lost between a workflow's read and its registration. Every state
+carries `as_of` (`DPFVersion`): per kind, the resourceVersion up to which it holds every change
+of that kind, and the watch's epoch; the workflow keeps, per kind, the newer of what it has and
+what arrives, so an older signal never undoes a newer read and vice versa. The join registers
+BEFORE it lists. The activity learns of the registration at some moment L, and at L (no await
+between) adds the entry and marks the host dirty, so the next flush sends the host's cached
+state to the new waiter (its welcome signal). Take a change C of the host:
+- C before the join's list: the read holds it.
+- C after the list, applied to the cache before L: the welcome signal (sent after L) holds it.
+- C applied after L: it marks the host dirty after the entry exists, and the flush that takes
+  that mark routes to the registry of its own moment, which holds the entry.
+So every change is in the read, in the welcome signal, or in a later signal. Flushes pair each
+dirty set with the registry of the same moment, and a checkpoint records the registry's
+sequence number of its flush (`waiters_seq`): a new attempt or run marks dirty the hosts of the
+entries newer than its checkpoint, so a welcome lost with a dead worker is sent again.
 
 Resuming and relisting. Each attempt heartbeats a `SiteWatchCheckpoint`: per stream, the
 resourceVersion up to which every change has been signalled. A retried attempt (a worker that
@@ -24,26 +45,27 @@ Gone lists again and signals the hosts whose state differs from the cache (every
 cache is new). When resourceVersions go backwards (a listing or event older than what the
 stream saw: the API server restarted on another store), the epoch rises, every stream lists
 again, and every host whose state differs is signalled with the new epoch, which a waiting
-workflow takes whole.
+workflow takes whole. The workflow's next run (continue-as-new) resumes from the checkpoint the
+activity last reported in its poll.
 
-Starting. Whoever creates the watch (`ensure_site_watch`: a workflow's join, or the worker at
-start) first reads the API server's resourceVersions and gives them as `start_from`; the watch's
-first attempt resumes from them as from a checkpoint. Every workflow reads its own state after
-the watch exists, hence after those versions, so the first listing signals only the hosts that
-changed since (a fresh listing used to signal every host: 5 ids each, most of them workflows
-that do not exist, ~50,000 signal RPCs at 10,000 hosts and a quarter of the worker's CPU at
-2,000). A watch started without `start_from` (older callers), or whose versions the API server
-no longer holds (410), signals every host as before. A workflow that starts while nothing
-changes gets its first state from its own read, at once.
+Starting. Whoever creates the watch (a join's signal-with-start, or the worker at start:
+`ensure_site_watch`) first reads the API server's resourceVersions and gives them as
+`start_from`; the watch's first attempt resumes from them as from a checkpoint. Every workflow
+reads its own state after it registered, so the first listing signals only the registered hosts
+that changed since, plus each registration's welcome.
 
-Cost per site: 3 watch streams and 3 lists at start (each relist: 3 lists). Per change of a
-host: 5 signal RPCs (1-2 reach a running workflow, the rest answer NotFound), 1 history event in
-each waiting workflow, no events in the site watch's own workflow. Per relist after 410 or a
-restart: the same for every host whose state differs. Worker memory: the cache keeps each
-object once, slimmed to the fields a state is built from (`slim`): 103 MB measured for 10,000
-hosts x 2 DPUs with their DPUNodes (tracemalloc, real simulated objects cloned; holds add about
-1 KB per host while they exist), plus one `HostDPFState` per dirty host while a flush runs.
-CPU: two `HostDPFState` builds of the host per event. One activity slot per site, not per host.
+Cost per site: 3 watch streams and 3 lists at start (each relist: 3 lists), one poll update in
+flight. Per change of a host: 1 signal RPC per workflow registered for it (typically 1-2: the
+operation and the monitor), 1 history event in each, no events in the site watch workflow. Per
+registration: the join's 1 signal RPC (plus 3 lists and a start when no watch runs), 1 signal
+RPC for its welcome, and the site watch workflow's events (`workflows.site_watch`); per closed
+workflow 1 NotFound answer and 1 removal signal, at its host's next change. Per relist after 410
+or a restart: one signal per waiter of every host whose state differs. Worker memory: the cache
+keeps each object once, slimmed to the fields a state is built from (`slim`): 103 MB measured
+for 10,000 hosts x 2 DPUs with their DPUNodes (tracemalloc, real simulated objects cloned; holds
+add about 1 KB per host while they exist), the registry (~420 bytes per entry), plus one
+`HostDPFState` per dirty host with a waiter while a flush runs. CPU: two `HostDPFState` builds of
+the host per event. One activity slot per site, not per host.
 """
 
 from __future__ import annotations
@@ -51,29 +73,43 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.handover import handing_over_at_shutdown
 from activities.heartbeat import stop_quietly_if_workflow_ended
-from contracts import metrics, names
+from contracts import metrics, names, workflow_api
 from contracts.errors import InvalidInput, KubernetesUnavailable
 from contracts.models.dpf import (
     DPF_STATE_CHANGED_SIGNAL,
+    DPF_WAITER_SIGNAL,
     DPUNODE_NAME_LABEL,
+    EPOCH_MEMO,
     HOLD_ANNOTATION,
     REBOOT_REQUIRED_ANNOTATION,
     DPFVersion,
+    DPFWaiter,
     HostDPFState,
     JoinSiteWatchInput,
     SiteWatchCheckpoint,
     SiteWatchInput,
+    WaiterNews,
+    WaiterPoll,
 )
 from drivers import dpf as states
 from drivers.kube import DPU, DPUNODE, MAINTENANCE, Kind, Kube
@@ -93,22 +129,18 @@ Object = dict[str, Any]
 FAILURE_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0, 3.0)  # seconds between failed attempts of one stream
 SIGNALS_IN_FLIGHT = 64  # concurrent signal RPCs of one flush
 SIGNAL_ATTEMPTS = 4
-SITE_WATCH_WORKFLOW = "SiteDPFWatchWorkflow"
-EPOCH_SIGNAL = "dpf_watch_epoch"
-EPOCH_QUERY = "epoch"
-EPOCH_MEMO = "epoch"  # workflows.site_watch.EPOCH_MEMO (activities import no workflows)
+POLL_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between failed polls for the registry
+SiteWatchHandle = WorkflowHandle[workflow_api.SiteDPFWatchWorkflow, None]
 
 
 async def watch_epoch(handle: WorkflowHandle[Any, Any]) -> int:
-    """The site watch's epoch: from its memo (a describe, served by the server alone), or by
-    query from a watch started before it kept the epoch in its memo."""
-    return await _epoch_of(handle, await handle.describe())
+    """The site watch's epoch, from its memo (a describe, served by the server alone)."""
+    return await _epoch_of(await handle.describe())
 
 
-async def _epoch_of(handle: WorkflowHandle[Any, Any], described: WorkflowExecutionDescription) -> int:
-    epoch: int | None = await described.memo_value(EPOCH_MEMO, None, type_hint=int)
-    if epoch is None:
-        epoch = await handle.query(EPOCH_QUERY, result_type=int)
+async def _epoch_of(described: WorkflowExecutionDescription) -> int:
+    # No memo yet: a watch just started, whose first workflow task has not run: epoch 0.
+    epoch: int = await described.memo_value(EPOCH_MEMO, 0, type_hint=int)
     return epoch
 
 
@@ -129,38 +161,76 @@ async def positions_now(configuration: Any, namespace: str) -> dict[str, int]:
     return {"dpus": _rv(dpus), "node": _rv(node), "hold": _rv(hold)}
 
 
-async def ensure_site_watch(temporal: Client, configuration: Any, namespace: str, task_queue: str) -> int:
-    """Make sure the site watch of `namespace` runs; its epoch (0 for a watch started here).
+def _site_watch(temporal: Client, namespace: str, task_queue: str) -> SiteWatchHandle:
+    return temporal.get_workflow_handle_for(
+        workflow_api.SiteDPFWatchWorkflow.run, names.dpf_watch_workflow_id(namespace, task_queue)
+    )
 
-    A running watch is only described (1 RPC). Otherwise the API server's resourceVersions are
-    read FIRST and given to the new watch as `start_from`: every workflow reads its own state
-    after this returns, hence after those versions, so the watch's first listing signals only
-    the hosts that changed since (not 5 ids x every host of the site, most of them workflows that
-    do not exist: 50,000 signal RPCs at 10,000 hosts). Two callers racing both read before the
-    one start that wins, and each reads its own state after its start returned: both covered.
+
+async def _start_site_watch(
+    temporal: Client, configuration: Any, namespace: str, task_queue: str, waiter: DPFWaiter | None
+) -> SiteWatchHandle:
+    """Start the watch (USE_EXISTING: one however many race), with `waiter` as its start signal.
+
+    The API server's resourceVersions are read FIRST and given as `start_from`: every waiter
+    reads its own state after it registered, hence after those versions."""
+    start_from = await positions_now(configuration, namespace)
+    signal: dict[str, Any] = {}
+    if waiter is not None:
+        signal = {"start_signal": DPF_WAITER_SIGNAL, "start_signal_args": [waiter]}
+    return await temporal.start_workflow(
+        workflow_api.SiteDPFWatchWorkflow.run,
+        SiteWatchInput(namespace=namespace, start_from=start_from),
+        id=names.dpf_watch_workflow_id(namespace, task_queue),
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        memo={EPOCH_MEMO: 0},
+        static_summary=f"watch the DPF objects of namespace {namespace}",
+        **signal,
+    )
+
+
+async def ensure_site_watch(temporal: Client, configuration: Any, namespace: str, task_queue: str) -> int:
+    """Make sure the site watch of `namespace` runs (the worker at start); its epoch.
+
+    A running watch is only described (1 RPC); otherwise 3 lists and 1 start (`_start_site_watch`).
 
     Raises:
         WatchFailed, WatchRejected, WatchExpired: reading the resourceVersions failed.
     """
-    handle = temporal.get_workflow_handle(names.dpf_watch_workflow_id(namespace, task_queue))
+    handle = _site_watch(temporal, namespace, task_queue)
     try:
         described = await handle.describe()
         if described.status == WorkflowExecutionStatus.RUNNING:
-            return await _epoch_of(handle, described)
+            return await _epoch_of(described)
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
-    start_from = await positions_now(configuration, namespace)
-    handle = await temporal.start_workflow(
-        SITE_WATCH_WORKFLOW,
-        SiteWatchInput(namespace=namespace, start_from=start_from),
-        id=handle.id,
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        static_summary=f"watch the DPF objects of namespace {namespace}",
-    )
+    handle = await _start_site_watch(temporal, configuration, namespace, task_queue, None)
     return await watch_epoch(handle)  # another caller's watch may have won the start
+
+
+async def register_waiter(
+    temporal: Client, configuration: Any, namespace: str, task_queue: str, waiter: DPFWaiter
+) -> SiteWatchHandle:
+    """Register `waiter` with the site watch of `namespace`, starting the watch if none runs.
+
+    A running watch takes one signal RPC; when none runs (the signal answers NotFound), a
+    signal-with-start (3 lists first, `_start_site_watch`): a plain signal-with-start would read
+    the resourceVersions on every join.
+
+    Raises:
+        WatchFailed, WatchRejected, WatchExpired: reading the resourceVersions failed.
+    """
+    handle = _site_watch(temporal, namespace, task_queue)
+    try:
+        await handle.signal(workflow_api.SiteDPFWatchWorkflow.dpf_waiter, waiter)
+        return handle
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return await _start_site_watch(temporal, configuration, namespace, task_queue, waiter)
 
 
 class _Restarted(Exception):
@@ -297,6 +367,55 @@ class SiteCache:
             self.dirty |= {h for h in after | set(before) if self.state(h).content() != before.get(h)}
 
 
+class Waiters:
+    """The registry as this attempt knows it: host -> {workflow id: run id}, and the registry's
+    sequence number it has applied (`seq`; `synced` once the whole registry was fetched)."""
+
+    def __init__(self, known: int = 0) -> None:
+        self.by_host: dict[str, dict[str, str]] = {}
+        self.seq = known  # entries up to this have had their welcome (the checkpoint's waiters_seq)
+        self.synced = False
+
+    def after(self) -> int:
+        """What to poll for: everything (-1) until the registry was fetched, then the news."""
+        return self.seq if self.synced else -1
+
+    def apply(self, news: WaiterNews, cache: SiteCache) -> None:
+        """Take a poll's answer; the hosts of new entries become dirty (their welcome signal)."""
+        if news.full:
+            self.by_host = {}
+        for waiter in news.waiters:
+            entries = self.by_host.setdefault(waiter.host_id, {})
+            entries[waiter.workflow_id] = waiter.run_id
+            if not news.full or waiter.seq > self.seq:
+                cache.dirty.add(waiter.host_id)
+        self.seq = max(self.seq, news.seq) if not news.full else news.seq
+        self.synced = True
+
+    def routes(self, hosts: set[str]) -> list[tuple[str, str, str]]:
+        """`(host, workflow id, run id)` for each waiter of `hosts`."""
+        return [(h, wid, run) for h in sorted(hosts) for wid, run in self.by_host.get(h, {}).items()]
+
+    def forget(self, waiter: DPFWaiter) -> None:
+        """Drop an entry whose workflow has closed (unless a newer run replaced it meanwhile)."""
+        entries = self.by_host.get(waiter.host_id, {})
+        if entries.get(waiter.workflow_id) == waiter.run_id:
+            del entries[waiter.workflow_id]
+            if not entries:
+                del self.by_host[waiter.host_id]
+
+
+@dataclass
+class _Attempt:
+    """What the streams, the flushes and the registry's poll of one attempt share."""
+
+    own: SiteWatchHandle  # this run of the site watch workflow
+    cache: SiteCache
+    waiters: Waiters
+    saved: SiteWatchCheckpoint  # the latest durable checkpoint
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 class SiteWatchActivities:
     """The site watch and the join; hold the Temporal client they use and the Kubernetes settings."""
 
@@ -306,21 +425,32 @@ class SiteWatchActivities:
 
     @activity.defn(name="join_site_dpf_watch")
     async def join_site_dpf_watch(self, request: JoinSiteWatchInput) -> HostDPFState:
-        """Make sure the host's site is watched (start `dpf-watch/...` if needed), then read the
-        host's state with its `as_of`, so the workflow can order it against the watch's signals.
+        """Register the calling workflow for the host with the site's watch (starting the watch if
+        none runs), then read the host's state with its `as_of`, so the workflow can order it
+        against the watch's signals. Registered before the read: see "Ordering" above.
 
-        Cost: 1 describe (a query only for a watch started before its epoch was kept in its
-        memo) and 3 list calls; when no watch runs, 3 more lists and 1 start RPC (`ensure_site_watch`).
+        Cost: 1 signal and 1 describe RPC, 3 list calls; when no watch runs, 3 more lists and 1
+        signal-with-start.
+
+        Raises:
+            InvalidInput: not called by a workflow, or the API server refused the list.
+            KubernetesUnavailable: the API server could not be reached (retryable).
         """
         info = activity.info()
         host = request.host
+        if not info.workflow_id or not info.workflow_run_id:
+            raise InvalidInput("join_site_dpf_watch registers its calling workflow: call it from one")
+        waiter = DPFWaiter(host_id=host.host_id, workflow_id=info.workflow_id, run_id=info.workflow_run_id)
         configuration = self.kube.configuration
         node, hold = host.node_name(), host.hold_name()
         async with http_client(configuration) as http:
             try:
+                watch = await register_waiter(
+                    self.temporal, configuration, host.namespace, info.task_queue, waiter
+                )
                 # The epoch before the read: a restart between the two makes the read newer than
                 # its epoch says, and the watch's first signal of the new epoch is taken whole anyway.
-                epoch = await ensure_site_watch(self.temporal, configuration, host.namespace, info.task_queue)
+                epoch = await watch_epoch(watch)
                 dpus = await list_objects(http, configuration, DPU, host.namespace,
                                           label_selector=f"{DPUNODE_NAME_LABEL}={node}")  # fmt: skip
                 nodes = await list_objects(http, configuration, DPUNODE, host.namespace,
@@ -344,8 +474,8 @@ class SiteWatchActivities:
 
     @activity.defn(name="watch_site_dpf")
     async def watch_site_dpf(self, request: SiteWatchInput) -> None:
-        """Watch one namespace and route every change to the host's waiting workflows; see the
-        module docstring. Runs until cancelled.
+        """Watch one namespace and route every change to the workflows registered for its host;
+        see the module docstring. Runs until cancelled.
 
         Raises:
             KubernetesUnavailable: The API server could not be reached for a while (retryable:
@@ -362,16 +492,19 @@ class SiteWatchActivities:
 
     async def _watch(self, request: SiteWatchInput) -> None:
         info = activity.info()
-        checkpoint = None
+        checkpoint = request.resume_from
         if info.heartbeat_details:
             checkpoint = SiteWatchCheckpoint.model_validate(info.heartbeat_details[0])
-            if len(checkpoint.resource_versions) < 3:  # restarted before it ever flushed
-                checkpoint = SiteWatchCheckpoint(epoch=checkpoint.epoch, restarts=checkpoint.restarts)
+        if checkpoint is not None and len(checkpoint.resource_versions) < 3:  # restarted before it flushed
+            checkpoint = SiteWatchCheckpoint(
+                epoch=checkpoint.epoch, restarts=checkpoint.restarts, waiters_seq=checkpoint.waiters_seq
+            )
         fresh_start = checkpoint is None or (checkpoint.epoch == 0 and checkpoint.restarts == 0)
         if fresh_start and not (checkpoint and checkpoint.resource_versions) and len(request.start_from) == 3:
             # Read before the watch existed: resume from there as from a checkpoint, so only the
             # hosts that changed since are signalled (every joiner's own read is newer).
-            checkpoint = SiteWatchCheckpoint(resource_versions=dict(request.start_from))
+            known = checkpoint.waiters_seq if checkpoint else 0
+            checkpoint = SiteWatchCheckpoint(resource_versions=dict(request.start_from), waiters_seq=known)
         cache = SiteCache(checkpoint)
         resuming = checkpoint is not None and bool(checkpoint.resource_versions)
         cache.fresh = not resuming
@@ -379,68 +512,81 @@ class SiteWatchActivities:
             # Resuming: watch from the checkpoint after listing, so what changed meanwhile is found.
             stream.replay_until = -1 if resuming else 0
         saved = checkpoint or SiteWatchCheckpoint(epoch=cache.epoch)
-        changed = asyncio.Event()
-        own = self.temporal.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
-        async with http_client(self.kube.configuration) as http:
-            while True:
-                tasks = [
-                    asyncio.create_task(self._follow(http, request, cache, s, changed))
-                    for s in cache.streams.values()
-                ]
-                try:
-                    saved = await self._route(request, cache, tasks, changed, saved)
-                except _Restarted:
-                    cache.epoch += 1
-                    saved = saved.model_copy(update={"epoch": cache.epoch, "restarts": saved.restarts + 1})
-                    log.info(
-                        "the API server restarted (resourceVersions went backwards): epoch %d, listing again",
-                        cache.epoch,
-                    )
-                    for stream in cache.streams.values():
-                        stream.listed, stream.replay_until = False, 0
-                        stream.rv = stream.position = 0
-                    cache.fresh = not cache.hosts()  # a resumed, still empty cache signals every host
-                    await own.signal(EPOCH_SIGNAL, cache.epoch)
-                finally:
-                    for task in tasks:
-                        task.cancel()
-                    await asyncio.gather(*tasks, return_exceptions=True)
+        own = self.temporal.get_workflow_handle_for(
+            workflow_api.SiteDPFWatchWorkflow.run, info.workflow_id or "", run_id=info.workflow_run_id
+        )
+        run = _Attempt(own=own, cache=cache, waiters=Waiters(saved.waiters_seq), saved=saved)
+        poll = asyncio.create_task(self._poll(run), name="site watch: registry poll")
+        try:
+            async with http_client(self.kube.configuration) as http:
+                while True:
+                    tasks = [
+                        asyncio.create_task(self._follow(http, request, run, s))
+                        for s in cache.streams.values()
+                    ]
+                    try:
+                        await self._route(request, run, [*tasks, poll])
+                    except _Restarted:
+                        cache.epoch += 1
+                        run.saved = run.saved.model_copy(
+                            update={"epoch": cache.epoch, "restarts": run.saved.restarts + 1}
+                        )
+                        log.info("the API server restarted (resourceVersions went backwards): epoch %d, "
+                                 "listing again", cache.epoch)  # fmt: skip
+                        for stream in cache.streams.values():
+                            stream.listed, stream.replay_until = False, 0
+                            stream.rv = stream.position = 0
+                        cache.fresh = not cache.hosts()  # a resumed, still empty cache signals every host
+                        await own.signal(workflow_api.SiteDPFWatchWorkflow.epoch_raised, cache.epoch)
+                    finally:
+                        for task in tasks:
+                            task.cancel()
+                        await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            poll.cancel()
+            await asyncio.gather(poll, return_exceptions=True)
 
-    async def _route(
-        self, request: SiteWatchInput, cache: SiteCache, tasks: list[asyncio.Task[None]],
-        changed: asyncio.Event, saved: SiteWatchCheckpoint,
-    ) -> SiteWatchCheckpoint:  # fmt: skip
+    async def _route(self, request: SiteWatchInput, run: _Attempt, tasks: list[asyncio.Task[None]]) -> None:
         """Flush dirty hosts and heartbeat until a stream fails (its error is raised)."""
+        cache = run.cache
         while True:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
             # lands as the event fires, and a watch that misses its cancel never lets its worker stop.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(request.heartbeat_seconds):
-                    await changed.wait()
-            changed.clear()
+                    await run.changed.wait()
+            run.changed.clear()
             for task in tasks:
                 if task.done():
-                    task.result()  # raises the stream's error (or _Restarted)
-            if all(s.listed for s in cache.streams.values()):
+                    task.result()  # raises the stream's (or the poll's) error, or _Restarted
+            if all(s.listed for s in cache.streams.values()) and run.waiters.synced:
                 cache.fresh = False
                 # Taken together, with no await between: every host dirtied by a change up to
-                # these positions is in `dirty`, so once signalled the positions are durable.
+                # these positions, and by an entry up to this registry sequence number, is in
+                # `dirty`, so once signalled they are durable. Hosts nobody waits on are dropped.
                 positions = {s.name: s.position for s in cache.streams.values()}
-                hosts, cache.dirty = sorted(cache.dirty), set()
+                routes, cache.dirty = run.waiters.routes(cache.dirty), set()
+                waiters_seq = run.waiters.seq
                 version = cache.version()
-                await self._signal(
-                    [cache.state(h).model_copy(update={"as_of": version, "sequence": 0}) for h in hosts]
+                found = {
+                    h: cache.state(h).model_copy(update={"as_of": version, "sequence": 0})
+                    for h in {host for host, _, _ in routes}
+                }
+                await self._signal(run, [(host, wid, rid, found[host]) for host, wid, rid in routes])
+                run.saved = run.saved.model_copy(
+                    update={"resource_versions": positions, "epoch": cache.epoch, "waiters_seq": waiters_seq}
                 )
-                saved = saved.model_copy(update={"resource_versions": positions, "epoch": cache.epoch})
-            if saved.resource_versions:
-                activity.heartbeat(saved)
+            if run.saved.resource_versions:
+                activity.heartbeat(run.saved)
             else:  # nothing durable yet: a retry before the first flush lists afresh
                 activity.heartbeat()
 
-    async def _signal(self, found: list[HostDPFState]) -> None:
+    async def _signal(self, run: _Attempt, routes: list[tuple[str, str, str, HostDPFState]]) -> None:
+        """Signal each state to its waiter; a waiter that answers NotFound is removed."""
         limit = asyncio.Semaphore(SIGNALS_IN_FLIGHT)
+        gone: list[DPFWaiter] = []
 
-        async def one(workflow_id: str, state: HostDPFState) -> None:
+        async def one(host: str, workflow_id: str, run_id: str, state: HostDPFState) -> None:
             async with limit:
                 for attempt in range(SIGNAL_ATTEMPTS):
                     try:
@@ -449,19 +595,79 @@ class SiteWatchActivities:
                         )
                         return
                     except RPCError as err:
-                        if err.status == RPCStatusCode.NOT_FOUND:
-                            return  # nobody waits under this id now: the cheap, common answer
+                        if err.status == RPCStatusCode.NOT_FOUND:  # the workflow has closed
+                            gone.append(
+                                DPFWaiter(host_id=host, workflow_id=workflow_id, run_id=run_id, gone=True)
+                            )
+                            return
                         if attempt + 1 == SIGNAL_ATTEMPTS:
                             raise  # the attempt fails; the next resumes from the checkpoint
                         await asyncio.sleep(0.2 * 2**attempt)
 
-        await asyncio.gather(*(one(w, s) for s in found for w in names.dpf_waiter_workflow_ids(s.host_id)))
+        await asyncio.gather(*(one(*route) for route in routes))
+        for waiter in gone:
+            run.waiters.forget(waiter)
+            try:
+                await run.own.signal(workflow_api.SiteDPFWatchWorkflow.dpf_waiter, waiter)
+            except RPCError as err:  # this run has closed: the next run's registry drops it at its NotFound
+                log.info(
+                    "could not remove the closed waiter %s of %s: %s", waiter.workflow_id, waiter.host_id, err
+                )
+
+    async def _poll(self, run: _Attempt) -> None:
+        """Learn the registry: all of it first, then each new entry (the `next_waiters` update of
+        this attempt's workflow run, long-polling). On handover, poll once more with the latest
+        checkpoint (the next run resumes from it), then stop."""
+        failures = 0
+        reported = False
+        while True:
+            saved = run.saved
+            poll = WaiterPoll(
+                after=run.waiters.after(), checkpoint=saved if saved.resource_versions else None
+            )
+            try:
+                news = await self._ask(run.own, poll)
+            except WorkflowUpdateFailedError as err:
+                log.info("the site watch refused the registry poll (%s): it is handing over", err.cause)
+                return
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    return  # this run has closed: the cancel of this attempt follows
+                log.warning("polling the site watch's registry failed: %s", err)
+                await asyncio.sleep(POLL_BACKOFF_SECONDS[min(failures, len(POLL_BACKOFF_SECONDS) - 1)])
+                failures += 1
+                continue
+            failures = 0
+            run.waiters.apply(news, run.cache)
+            run.changed.set()
+            if news.handover:
+                if reported:
+                    return
+                reported = True
+
+    async def _ask(self, own: SiteWatchHandle, poll: WaiterPoll) -> WaiterNews:
+        """One poll; an RPC that times out while it waits is sent again (the same update id)."""
+        update_id = f"next-waiters-{uuid.uuid4()}"
+        while True:
+            try:
+                handle = await own.start_update(
+                    workflow_api.SiteDPFWatchWorkflow.next_waiters,
+                    poll,
+                    id=update_id,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                )
+                while True:
+                    try:
+                        return await handle.result()
+                    except WorkflowUpdateRPCTimeoutOrCancelledError:
+                        _raise_if_cancelled()
+            except WorkflowUpdateRPCTimeoutOrCancelledError:
+                _raise_if_cancelled()
 
     async def _follow(
-        self, http: httpx.AsyncClient, request: SiteWatchInput, cache: SiteCache, stream: _Stream,
-        changed: asyncio.Event,
-    ) -> None:  # fmt: skip
-        ns, configuration = request.namespace, self.kube.configuration
+        self, http: httpx.AsyncClient, request: SiteWatchInput, run: _Attempt, stream: _Stream
+    ) -> None:
+        ns, configuration, cache, changed = request.namespace, self.kube.configuration, run.cache, run.changed
         failures = 0
         watch_from = stream.rv
         while True:
@@ -515,3 +721,10 @@ class SiteWatchActivities:
                 await asyncio.sleep(FAILURE_BACKOFF[failures])
                 failures += 1
                 metrics.activity_dpf_watch_reconnect()
+
+
+def _raise_if_cancelled() -> None:
+    # The SDK turns a cancel of the waiting task into WorkflowUpdateRPCTimeoutOrCancelledError.
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

@@ -55,7 +55,6 @@ from contracts.models.dpf import (
     ReprovisionInput,
     SiteSetupInput,
     SiteWatchInput,
-    WatchHostInput,
 )
 from contracts.models.grove import (
     PCSRef,
@@ -190,21 +189,17 @@ async def wait_until_dpu_devices_gone(request: DevicesGoneInput) -> ObjectsResul
     _declared_only("wait_until_dpu_devices_gone")
 
 
-@activity.defn(name="watch_host_dpf")
-async def watch_host_dpf(request: WatchHostInput) -> None:
-    """Follow one host's DPF objects and signal every change to the calling workflow."""
-    _declared_only("watch_host_dpf")
-
-
 @activity.defn(name="watch_site_dpf")
 async def watch_site_dpf(request: SiteWatchInput) -> None:
-    """One list+watch of a namespace's DPF objects; signals each host's changes to its waiters."""
+    """One list+watch of a namespace's DPF objects; signals each host's changes to the workflows
+    registered for it."""
     _declared_only("watch_site_dpf")
 
 
 @activity.defn(name="join_site_dpf_watch")
 async def join_site_dpf_watch(request: JoinSiteWatchInput) -> HostDPFState:
-    """Make sure the host's site is watched; the host's state now, with its version."""
+    """Register the calling workflow for the host with the site's watch (started if need be); the
+    host's state now, with its version."""
     _declared_only("join_site_dpf_watch")
 
 

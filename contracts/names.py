@@ -114,10 +114,6 @@ def host_reboot_workflow_id(host_id: str, boot_generation: int) -> str:
 DPF_WATCH: Final = "dpf-watch"
 """The `Operation` search attribute of a site's DPF watch."""
 
-DPF_WAITERS: Final = (PROVISION, REPROVISION, FIRMWARE, REMOVE, MONITOR)
-"""Operations whose workflows wait on a host's DPF objects: the site watch signals each change of
-a host to these operations' ids of that host (`dpf_waiter_workflow_ids`)."""
-
 
 def dpf_watch_workflow_id(namespace: str, task_queue: str = TASK_QUEUE) -> str:
     """Workflow id of the DPF watch of one site (its DPF namespace): ``dpf-watch/<namespace>``,
@@ -125,14 +121,6 @@ def dpf_watch_workflow_id(namespace: str, task_queue: str = TASK_QUEUE) -> str:
     another deployment, so they keep a watch of their own)."""
     base = f"{DPF_WATCH}/{_checked('namespace', namespace)}"
     return base if task_queue == TASK_QUEUE else f"{base}/{task_queue}"
-
-
-def dpf_waiter_workflow_ids(host_id: str) -> tuple[str, ...]:
-    """The ids the site watch signals on a change of `host_id` (a closed or unknown id costs one
-    NotFound answer)."""
-    # The monitor keeps its long-lived id form (`monitor_workflow_id`); operations take the current one.
-    operations = tuple(host_operation_workflow_id(op, host_id) for op in DPF_WAITERS if op != MONITOR)
-    return (*operations, monitor_workflow_id(host_id))
 
 
 def monitor_workflow_id(host_id: str) -> str:

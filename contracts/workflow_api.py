@@ -12,9 +12,9 @@ Why declarations and not the classes themselves: workflows may not be imported b
 or the CLI (the floors, docs/ARCHITECTURE.md section 1), and a workflow that imported another's
 module would execute it afresh in every run's sandbox (`workflows/__init__.py`). Each
 declaration has the registered name, the input and the result of its workflow, and for the host
-entity, the rollout and the campaign their updates and query; `tests/test_workflow_api.py`
-checks each against the class the worker registers. A declaration is never registered on a
-worker: its methods raise when called.
+entity, the rollout, the campaign and the site's DPF watch their signals, updates and queries;
+`tests/test_workflow_api.py` checks each against the class the worker registers. A declaration
+is never registered on a worker: its methods raise when called.
 
 Cost: nothing at run time.
 """
@@ -45,7 +45,17 @@ from contracts.models.control import (
     OperatorAnswer,
     OperatorRequest,
 )
-from contracts.models.dpf import SiteWatchInput
+from contracts.models.dpf import (
+    DPF_WAITER_SIGNAL,
+    EPOCH_QUERY,
+    EPOCH_SIGNAL,
+    NEXT_WAITERS_UPDATE,
+    WAITERS_QUERY,
+    DPFWaiter,
+    SiteWatchInput,
+    WaiterNews,
+    WaiterPoll,
+)
 from contracts.models.grove import (
     ROLLBACK_UPDATE,
     SCALE_UPDATE,
@@ -261,11 +271,39 @@ class CampaignWorkflow:
 
 @workflow.defn(name="SiteDPFWatchWorkflow")
 class SiteDPFWatchWorkflow:
-    """`dpf-watch/<namespace>` (`workflows/site_watch.py`)."""
+    """`dpf-watch/<namespace>` (`workflows/site_watch.py`): the site's one DPF watch and the
+    registry of the workflows waiting on its hosts."""
 
     @workflow.run
     async def run(self, request: SiteWatchInput) -> None:
         _declared_only("SiteDPFWatchWorkflow.run")
+
+    @workflow.signal(name=DPF_WAITER_SIGNAL)
+    def dpf_waiter(self, waiter: DPFWaiter) -> None:
+        """Register a workflow run for a host (the join), or remove it (`gone`: it has closed)."""
+        _declared_only("SiteDPFWatchWorkflow.dpf_waiter")
+
+    @workflow.signal(name=EPOCH_SIGNAL)
+    def epoch_raised(self, epoch: int) -> None:
+        """The watch activity saw the API server restart (resourceVersions went backwards)."""
+        _declared_only("SiteDPFWatchWorkflow.epoch_raised")
+
+    @workflow.update(name=NEXT_WAITERS_UPDATE)
+    def next_waiters(self, poll: WaiterPoll) -> WaiterNews:
+        """The watch activity's long poll: the registrations after `poll.after`, once there are.
+        (Declared without `async`, though the handler awaits: so a caller's result type is
+        `WaiterNews` to mypy, not a coroutine.)"""
+        _declared_only("SiteDPFWatchWorkflow.next_waiters")
+
+    @workflow.query(name=EPOCH_QUERY)
+    def epoch(self) -> int:
+        """The watch's epoch (a join reads it from the memo instead: no workflow task)."""
+        _declared_only("SiteDPFWatchWorkflow.epoch")
+
+    @workflow.query(name=WAITERS_QUERY)
+    def waiters(self) -> list[DPFWaiter]:
+        """The registry: every workflow run waiting on a host of the site."""
+        _declared_only("SiteDPFWatchWorkflow.waiters")
 
 
 @workflow.defn(name="BMCLeaseWorkflow")

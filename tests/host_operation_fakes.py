@@ -1,7 +1,7 @@
 """A scripted DPF and BMC for the time-skipping tests: activities registered under the real
 names, so HostOperationWorkflow runs unchanged while the test decides how DPF behaves (for
 example: never moves on after a reboot). Each change is signalled to the workflow the way the
-real watcher does, numbered above the baseline the workflow gave its newest watcher."""
+site's DPF watch does (unordered: no `as_of`, so the workflow takes each)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from contracts.models.dpf import (
     HostRef,
     JoinSiteWatchInput,
     ReprovisionInput,
-    WatchHostInput,
 )
 from contracts.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory, HostLookup
 from contracts.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
@@ -91,12 +90,6 @@ class FakeSite:
             # The site watch is this fake: it signals every change itself (unordered: no as_of).
             return site.state()
 
-        @activity.defn(name="watch_host_dpf")
-        async def watch(request: WatchHostInput) -> None:
-            if request.resume_from is not None and request.resume_from.state is not None:
-                site.sequence = max(site.sequence, request.resume_from.state.sequence)
-            # Returns at once: a running activity would stop the test server from skipping time.
-
         @activity.defn(name="reprovision_dpu")
         async def reprovision(request: ReprovisionInput) -> ChangeResult:
             dpu = request.dpu.dpu_id
@@ -153,6 +146,6 @@ class FakeSite:
         # The fleet-wide BMC lease is real: its workflow runs on the test's worker too.
         lease = BMCLeaseActivities(Settings(site_file=Path("unused.yaml")), FakeInventory())
         return [
-            resolve, read, join, watch, reprovision, release, mark, cycle, set_power,
+            resolve, read, join, reprovision, release, mark, cycle, set_power,
             lease.request_bmc_lease, lease.lease_host_bmc, lease.find_closed_workflow_runs,
         ]  # fmt: skip

@@ -22,7 +22,6 @@ from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
 from activities.redfish.waits import PowerWaitActivities
 from activities.site_watch import SiteWatchActivities
-from activities.watcher import WatcherActivities
 from contracts import activity_api
 
 IMPLEMENTATIONS = (
@@ -37,7 +36,6 @@ IMPLEMENTATIONS = (
     FirmwareActivities,
     PowerActivities,
     PowerWaitActivities,
-    WatcherActivities,
     SiteWatchActivities,
 )
 

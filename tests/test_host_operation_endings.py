@@ -279,7 +279,8 @@ async def test_abort_while_a_kubernetes_write_hangs_waits_for_it_and_ends_with_n
                 if httpx.get(hold, timeout=10).json()["held"] != 1:
                     return False
                 pending = (await handle.describe()).raw_description.pending_activities
-                held[:] = [p.activity_type.name for p in pending if p.activity_type.name != "watch_host_dpf"]
+                joins = "join_site_dpf_watch"
+                held[:] = [p.activity_type.name for p in pending if p.activity_type.name != joins]
                 return len(held) == 1  # a write of the runbook (the first: a DPU's reprovision)
 
             await eventually(held_call, timeout=60, what="the first write held")

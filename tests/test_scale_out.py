@@ -1,8 +1,9 @@
 """Scale-out as deploy/ runs it: two `worker.py` processes on one task queue reprovision two
-hosts; the worker running host-001's DPF watcher is SIGKILLed mid-operation. The other worker
-takes the work over (the watcher after its 5 s heartbeat timeout, the workflow tasks after the
-sticky queue's timeout) and both operations finish with exactly one power cycle per reboot DPF
-asked for, and no protocol violation."""
+hosts; the worker running the site's DPF watch is SIGKILLed mid-operation. The other worker
+takes the work over (the watch after its 10 s heartbeat timeout, resuming from its checkpoint
+with the registry of waiting operations; the workflow tasks after the sticky queue's timeout)
+and both operations finish with exactly one power cycle per reboot DPF asked for, and no
+protocol violation."""
 
 from __future__ import annotations
 
@@ -19,7 +20,10 @@ from deploy_support import REPO
 from host_operation_support import power_cycles, start_operation, status_of
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
 
+from contracts import names
+from contracts.models.dpf import DPF_NAMESPACE
 from contracts.models.host import HostOperationKind
 
 pytestmark = pytest.mark.slow
@@ -67,10 +71,14 @@ async def workers(
 
 
 async def watcher_holder(handle: WorkflowHandle[object, object]) -> str | None:
-    """The identity (`pid@host`) of the worker running the operation's DPF watcher, if any."""
-    described = await handle.describe()
+    """The identity (`pid@host`) of the worker running the site's DPF watch (which routes the
+    operations' changes), if any (None too while the workers have not started it yet)."""
+    try:
+        described = await handle.describe()
+    except RPCError:
+        return None
     for pending in described.raw_description.pending_activities:
-        if pending.activity_type.name == "watch_host_dpf" and pending.last_worker_identity:
+        if pending.activity_type.name == "watch_site_dpf" and pending.last_worker_identity:
             return str(pending.last_worker_identity)
     return None
 
@@ -87,13 +95,14 @@ async def test_two_workers_one_killed_mid_operation_one_power_cycle_per_reboot_r
                 )
                 for host in ("host-001", "host-002")
             ]
+            site_watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
             holder = None
             for _ in range(600):
-                holder = await watcher_holder(handles[0])
+                holder = await watcher_holder(site_watch)
                 if holder is not None:
                     break
                 await asyncio.sleep(0.1)
-            assert holder is not None, "host-001's watcher never started"
+            assert holder is not None, "the site's DPF watch never started"
             victim = by_pid[int(holder.split("@")[0])]
             victim.send_signal(signal.SIGKILL)
             assert await victim.wait() == -signal.SIGKILL

@@ -1,29 +1,30 @@
-"""A new site watch signals only the hosts that changed since it was asked for (issue 11).
+"""What a new site watch signals: one welcome per registration, then one signal per change of a
+registered host, and nothing for the site's other hosts, however the watch was started (by the
+worker or a join with the API server's resourceVersions, `ensure_site_watch`, or without them:
+a fresh listing finds every host, and still only the waiters are signalled).
 
-A fresh listing used to signal every host of the site to its 5 waiter ids, most of them workflows
-that do not exist (~50,000 signal RPCs at 10,000 hosts). `ensure_site_watch` reads the API
-server's resourceVersions before it creates the watch, and the watch resumes from them: every
-workflow's own read is newer, so nothing it needs is lost, and unchanged hosts get no signal.
-The signals are counted as the watch's Temporal client sends them (a client interceptor).
+Before the registry, a fresh listing signalled every host of the site to its 5 guessed ids, most
+of them workflows that did not exist (~50,000 signal RPCs at 10,000 hosts). The signals are
+counted as the watch's Temporal client sends them (a client interceptor).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
+from dpf_waiter_support import record, waiting_worker
 from sim_support import running_sim
 from temporalio.client import Client, Interceptor, OutboundInterceptor, SignalWorkflowInput
-from test_firmware_support import eventually, settings_for, site_file_with_prefix, site_worker
+from test_firmware_support import eventually, settings_for, site_file_with_prefix
 
-from activities.site_watch import SITE_WATCH_WORKFLOW, ensure_site_watch
-from contracts import names
+from activities.site_watch import ensure_site_watch
+from contracts import names, workflow_api
 from contracts.models.dpf import DPF_NAMESPACE, DPF_STATE_CHANGED_SIGNAL, SiteWatchInput
 from drivers.kube import load_configuration
 
 HOSTS = [f"ss-{i:03d}" for i in range(1, 13)]
-HOST_OF = {wid: host for host in HOSTS for wid in names.dpf_waiter_workflow_ids(host)}
 
 
 class CountSignals(Interceptor):
@@ -44,11 +45,7 @@ class CountSignals(Interceptor):
         return Outbound(next)
 
 
-def hosts_signalled(sent: list[str]) -> Counter[str]:
-    return Counter(HOST_OF[wid] for wid in sent)
-
-
-async def test_a_new_watch_signals_only_hosts_changed_since_it_was_asked_for(
+async def test_a_new_watch_signals_its_waiters_and_no_other_host(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     site = site_file_with_prefix(tmp_path / "in", "ss", hosts=len(HOSTS), dpus_per_host=1)
@@ -58,35 +55,45 @@ async def test_a_new_watch_signals_only_hosts_changed_since_it_was_asked_for(
         watch_id = names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue)
         configuration = load_configuration(settings_for(sim))
 
-        async def signalled() -> Counter[str]:
-            return hosts_signalled(counter.sent)
+        async def waiters_signalled(changed: str, quiet: str, other: str) -> None:
+            """Two waiters: each gets its welcome; a change of one's host reaches it, a change of
+            a host nobody waits on reaches no one."""
+            first = await record(counting, task_queue, changed)
+            second = await record(counting, task_queue, quiet)
+            for rec in (first, second):
+                await rec.wait_for(lambda s: len(s.dpus) == 1)
+            ids = (first.handle.id, second.handle.id)
 
-        async with site_worker(counting, task_queue, sim):
-            # Before: a watch started without resourceVersions signals every host's 5 ids.
-            before = await counting.start_workflow(
-                SITE_WATCH_WORKFLOW,
+            async def signalled() -> Counter[str]:
+                return Counter(counter.sent)
+
+            await eventually(signalled, lambda c: all(c[i] == 1 for i in ids))
+            sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/node-effect")
+            sim.inject(f"dpus/node-{other}-device-{other}-dpu-0/node-effect")  # nobody waits on it
+            await eventually(signalled, lambda c: c[ids[0]] == 2)
+            await asyncio.sleep(1.0)  # time enough for a wrong signal to go out
+            assert Counter(counter.sent) == {ids[0]: 2, ids[1]: 1}
+            for rec in (first, second):
+                await rec.stop()
+            counter.sent.clear()
+
+        async with waiting_worker(counting, task_queue, sim):
+            # Started without resourceVersions: its fresh listing finds every host.
+            await counting.start_workflow(
+                workflow_api.SiteDPFWatchWorkflow.run,
                 SiteWatchInput(namespace=DPF_NAMESPACE),
                 id=watch_id,
                 task_queue=task_queue,
             )
-            every: dict[str, Any] = dict.fromkeys(HOSTS, 5)
-            await eventually(signalled, lambda c: c == every)
-            await before.terminate("the old way, counted")
-            assert len(counter.sent) == 5 * len(HOSTS)
-            counter.sent.clear()
+            await waiters_signalled("ss-003", "ss-007", "ss-011")
+            await counting.get_workflow_handle(watch_id).terminate("the first way, counted")
 
-            # After: started as the worker and the joins start it; nothing changed but one host.
-            epoch = await ensure_site_watch(counting, configuration, DPF_NAMESPACE, task_queue)
-            assert epoch == 0
-            sim.inject("dpus/node-ss-003-device-ss-003-dpu-0/node-effect")
-            await eventually(signalled, lambda c: c["ss-003"] >= 5)
-            # A later change of another host is flushed after anything the first listing found.
-            sim.inject("dpus/node-ss-007-device-ss-007-dpu-0/node-effect")
-            await eventually(signalled, lambda c: c["ss-007"] >= 5)
-            assert set(hosts_signalled(counter.sent)) == {"ss-003", "ss-007"}, counter.sent
-            # A second ask finds the watch running and starts nothing.
-            first_run = (await counting.get_workflow_handle(watch_id).describe()).run_id
+            # Started as the worker (and a join) start it: from the resourceVersions now.
             assert await ensure_site_watch(counting, configuration, DPF_NAMESPACE, task_queue) == 0
-            assert (await counting.get_workflow_handle(watch_id).describe()).run_id == first_run
+            await waiters_signalled("ss-005", "ss-009", "ss-010")
+            # A second ask finds the watch running and starts nothing.
+            run = (await counting.get_workflow_handle(watch_id).describe()).run_id
+            assert await ensure_site_watch(counting, configuration, DPF_NAMESPACE, task_queue) == 0
+            assert (await counting.get_workflow_handle(watch_id).describe()).run_id == run
             await counting.get_workflow_handle(watch_id).terminate("test over")
         assert sim.violations() == []

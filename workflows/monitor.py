@@ -25,10 +25,9 @@ History stays small: at most ~10 events per DPF change (the signal, its workflow
 label write when the state changes), so a run's worst case is about 20 + 10 x
 `policy.events_per_run` (default 500: ~5,000 events, under a tenth of Temporal's limit). After
 `policy.events_per_run` changes (the read that starts a run is not one), or when Temporal
-suggests it, the monitor stops its watch,
-waits for its handlers and continues-as-new carrying its memory (`MonitorMemory`); the next
-run's watcher lists the world again, and a fall from `Ready` that happened in between is still
-seen because the last phases are carried.
+suggests it, the monitor cancels its watcher, waits for its handlers and continues-as-new
+carrying its memory (`MonitorMemory`); the next run's watcher lists the world again, and a
+fall from `Ready` that happened in between is still seen because the last phases are carried.
 
 Stop with the update `abort`: the monitor reads the world once more, sets the pool label as the
 world says (out only while a degraded DPU is still in `Node Effect`) and ends. An abort accepted
@@ -170,7 +169,7 @@ class HostMonitorWorkflow(kernel.Abortable):
         # A run's first state is the read that joins the site watch: what the world is, not a
         # change. Counted, it would make every run hand over at once with `events_per_run=1` (a
         # run per read, forever, with nothing changing).
-        uncounted = 1 if self._watch.site_routed else 0
+        uncounted = 1
         events_this_run = 0
         try:
             while True:

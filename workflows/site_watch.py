@@ -1,23 +1,60 @@
 """SiteDPFWatchWorkflow: the one DPF watch of a site, `dpf-watch/<namespace>` (see
-`contracts.names.dpf_watch_workflow_id`).
+`contracts.names.dpf_watch_workflow_id`), and the registry of the workflows waiting on its hosts.
 
 Started by the first workflow that waits on a host of the site (its `join_site_dpf_watch`
-activity starts it with the USE_EXISTING conflict policy, so there is one however many join),
-or by the worker at start. It runs one `watch_site_dpf` activity for ever: the activity
-heartbeats its checkpoint (resourceVersions), so when its worker dies the retry resumes on
-another worker from where it was; it is retried without limit. It keeps the watch's epoch (raised
-by the activity, by signal, when the API server restarted) in its memo `epoch`, which the join
-reads with a describe (served by the server alone), and for the `epoch` query (runs started
-before `EPOCH_MEMO_PATCH` have no memo: the join asks them by query). The query needed a
-workflow task on this one workflow for every host operation that joined: 200 at once timed out
-on a busy worker (75 "Timeout expired" in one 200-host benchmark run, bench/README.md).
+activity registers it with a signal-with-start, so there is one however many join), or by the
+worker at start (`activities.site_watch.ensure_site_watch`). It runs one `watch_site_dpf`
+activity: the activity heartbeats its checkpoint (resourceVersions), so when its worker dies the
+retry resumes on another worker from where it was; it is retried without limit.
 
-Cost per site: one activity slot; about 10 history events for the workflow's life plus 1 per
-API server restart (2 with the memo); none per change or per host.
+The registry, `{host: {workflow id: DPFWaiter}}`, is this workflow's state:
+- `dpf_waiter` (signal): a join registers its workflow run for a host. A newer run of the same
+  workflow id replaces the older entry (one id has one running run), so a continued-as-new
+  monitor or a repeated operation leaves no stale entry of its own id. Each new entry takes the
+  next sequence number `seq`. With `gone` the activity removes an entry whose workflow answered
+  NotFound (closed); a removal of a run the registry no longer holds does nothing, so it never
+  removes a newer run that registered meanwhile. A removal wakes no poll (the activity that sent
+  it already forgot the entry). A registration already held (a `restart` joins again) changes
+  nothing.
+- `next_waiters` (update): the activity's long poll. The handler waits (a `wait_condition`, no
+  timer) until the registry has an entry newer than the poll's `after`, or the run hands over,
+  and answers with the entries added since (`WaiterNews`), or with the whole registry when the
+  poll asks for it (`after` -1: a new attempt) or is older than the changes kept. Changes up to
+  a poll's `after` are known to the activity and dropped from memory.
+
+History stays bounded: past `history_events_per_run` events, or when Temporal suggests it, the
+run hands over. Pending polls answer `handover`; the activity polls once more with its latest
+durable checkpoint (`WaiterPoll.checkpoint`, waited for up to `HANDOVER_WAIT`); the run cancels
+the activity and waits until it has ended, waits until every handler has finished, and continues
+as new carrying the registry, its `seq`, the epoch and that checkpoint (`resume_from`): the next
+run's activity resumes from the checkpoint (only the hosts that changed since are signalled) and
+gives a welcome signal to the registrations the checkpoint had not yet served. Registrations
+that arrive meanwhile are carried (Temporal delivers a signal that races a continue-as-new to the
+run before it closes).
+
+It keeps the watch's epoch (raised by the activity, by signal, when the API server restarted) in
+its memo `epoch`, which a join reads with a describe (served by the server alone: a query would
+need a workflow task here for every join, and 200 joins at once timed out on a busy worker,
+bench/README.md).
+
+Limitation: the registry lives in this workflow only. Terminating it loses every registration;
+a waiting workflow registers again only at its next join (`DPFWatch.restart`), so until then it
+learns of changes only from its own reads. Leave it running (it never ends on its own).
+
+Cost per site: one activity slot. History: about 20 events per run; per registration that comes
+alone 9 (its signal, the poll's completion and the next poll's acceptance, each in a workflow
+task of 3 events), per removal 4 (its signal and workflow task); in a burst (100 registrations
+at once, measured) about 2 each, and as much for their removals. With the default bound that
+is one continue-as-new per ~750 lone operations (registration and removal), per ~2,500 in
+bursts. Per API server restart 2 events (signal, memo). No events per DPF change. Memory: the
+registry, ~1 KB per entry in the worker running this workflow (tracemalloc, 10,000 entries: one
+host each, 1 waiter), ~130 bytes per entry in the continue-as-new input and in a full answer:
+Temporal's 2 MB payload limit bounds one site to ~15,000 waiting runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Final
 
@@ -26,13 +63,20 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.models.dpf import SiteWatchInput
-    from workflows import common
-
-EPOCH_SIGNAL: Final = "dpf_watch_epoch"
-EPOCH_QUERY: Final = "epoch"
-EPOCH_MEMO: Final = "epoch"
-EPOCH_MEMO_PATCH: Final = "dpf-watch-epoch-memo"
+    from contracts.models.dpf import (
+        DPF_WAITER_SIGNAL,
+        EPOCH_MEMO,
+        EPOCH_QUERY,
+        EPOCH_SIGNAL,
+        NEXT_WAITERS_UPDATE,
+        WAITERS_QUERY,
+        DPFWaiter,
+        SiteWatchCheckpoint,
+        SiteWatchInput,
+        WaiterNews,
+        WaiterPoll,
+    )
+    from workflows import kernel
 
 SITE_WATCH: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(days=30),
@@ -44,40 +88,138 @@ SITE_WATCH: Final[workflow.ActivityConfig] = {
         non_retryable_error_types=[],  # a refused watch (RBAC) is retried too: it may be granted
     ),
 }
+HANDOVER_WAIT: Final = timedelta(seconds=30)
+"""How long a handover waits for the activity's last checkpoint (a dead worker's activity never
+sends it: the run then carries the last one it reported)."""
 
 
 @workflow.defn(name="SiteDPFWatchWorkflow")
 class SiteDPFWatchWorkflow:
-    """Keep the site's DPF watch running; see the module docstring."""
+    """Keep the site's DPF watch running and its registry of waiters; see the module docstring."""
 
     @workflow.init
     def __init__(self, request: SiteWatchInput) -> None:
-        self._epoch = 0
-        self._memo = False  # the epoch is kept in the memo (EPOCH_MEMO_PATCH)
+        self._epoch = request.epoch
+        self._registry: dict[str, dict[str, DPFWaiter]] = {}
+        for waiter in request.waiters:
+            self._registry.setdefault(waiter.host_id, {})[waiter.workflow_id] = waiter
+        self._seq = request.waiters_seq  # the newest entry's sequence number
+        self._added: list[DPFWaiter] = []  # entries added after `_known`, in order
+        self._known = request.waiters_seq  # entries up to this are not in `_added`
+        self._checkpoint: SiteWatchCheckpoint | None = request.resume_from
+        self._handing_over = False
+        self._reported = False  # a poll came after the handover began: its checkpoint is the last
+        self._closed = False  # the activity has ended: no more polls
 
     @workflow.run
     async def run(self, request: SiteWatchInput) -> None:
-        """Run the site watch until cancelled or terminated."""
+        """Run the site watch until cancelled or terminated, continuing as new when its history grows."""
         workflow.upsert_search_attributes(
             [names.OPERATION.value_set(names.DPF_WATCH), names.SITE.value_set(request.namespace)]
         )
-        common.set_details("watching", f"the DPUs, DPUNodes and holds of namespace {request.namespace}")
-        if workflow.patched(EPOCH_MEMO_PATCH):
-            self._memo = True
-            workflow.upsert_memo({EPOCH_MEMO: self._epoch})
-        # The activity never ends on its own: a timeout is retried with its heartbeat details.
-        await workflow.execute_activity(
+        kernel.set_details("watching", f"the DPUs, DPUNodes and holds of namespace {request.namespace}")
+        workflow.upsert_memo({EPOCH_MEMO: self._epoch})
+        # The activity polls for the registry: its input (in history with every attempt) stays small.
+        watch = kernel.start_cancellable(
             activity_api.watch_site_dpf,
-            request,
-            **common.options(SITE_WATCH, f"watch DPF objects of {request.namespace}"),
+            request.model_copy(update={"waiters": ()}),
+            kernel.options(SITE_WATCH, f"watch DPF objects of {request.namespace}"),
+        )
+        try:
+            # The activity never ends on its own: a timeout is retried with its heartbeat details.
+            await workflow.wait_condition(lambda: watch.done() or self._hand_over_due(request))
+            if watch.done():
+                await watch  # failed for good: the run fails with its error
+                return
+            self._handing_over = True
+            try:
+                await workflow.wait_condition(
+                    lambda: self._reported or watch.done(),
+                    timeout=HANDOVER_WAIT,
+                    timeout_summary="handover: wait for the watch's last checkpoint",
+                )
+            except TimeoutError:
+                pass  # carry the last checkpoint reported
+        except asyncio.CancelledError:
+            await kernel.cancel_and_wait(watch)
+            raise
+        await kernel.cancel_and_wait(watch)
+        self._closed = True
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(self._next_run(request), memo={EPOCH_MEMO: self._epoch})
+
+    def _hand_over_due(self, request: SiteWatchInput) -> bool:
+        info = workflow.info()
+        return info.is_continue_as_new_suggested() or (
+            info.get_current_history_length() >= request.history_events_per_run
         )
 
+    def _next_run(self, request: SiteWatchInput) -> SiteWatchInput:
+        checkpoint = self._checkpoint
+        return request.model_copy(
+            update={
+                "epoch": self._epoch,
+                "waiters": self._entries(),
+                "waiters_seq": self._seq,
+                "resume_from": checkpoint,
+                # A checkpoint supersedes the versions read before the first run existed.
+                "start_from": {} if checkpoint is not None else request.start_from,
+            }
+        )
+
+    def _entries(self) -> tuple[DPFWaiter, ...]:
+        return tuple(w for host in sorted(self._registry) for w in self._registry[host].values())
+
+    # -- the registry ------------------------------------------------------------------------------
+    @workflow.signal(name=DPF_WAITER_SIGNAL)
+    def dpf_waiter(self, waiter: DPFWaiter) -> None:
+        """Register a workflow run for a host, or (`gone`) remove it; see the module docstring."""
+        entries = self._registry.setdefault(waiter.host_id, {})
+        held = entries.get(waiter.workflow_id)
+        if waiter.gone:
+            if held is not None and held.run_id == waiter.run_id:
+                del entries[waiter.workflow_id]
+            if not entries:
+                del self._registry[waiter.host_id]
+            return
+        if held is not None and held.run_id == waiter.run_id:
+            return  # registered already (a restart's join)
+        self._seq += 1
+        added = waiter.model_copy(update={"seq": self._seq})
+        entries[waiter.workflow_id] = added
+        self._added.append(added)
+
+    @workflow.update(name=NEXT_WAITERS_UPDATE)
+    async def next_waiters(self, poll: WaiterPoll) -> WaiterNews:
+        """The registrations after `poll.after`, once there are (or the run hands over)."""
+        if poll.checkpoint is not None:
+            self._checkpoint = poll.checkpoint
+        if self._handing_over:
+            self._reported = True
+        await workflow.wait_condition(lambda: self._seq > poll.after or self._handing_over)
+        if poll.after < self._known or poll.after > self._seq:
+            return WaiterNews(seq=self._seq, full=True, waiters=self._entries(), handover=self._handing_over)
+        # The activity knows every entry up to `after`: keep only the newer ones.
+        self._added = [w for w in self._added if w.seq > poll.after]
+        self._known = poll.after
+        return WaiterNews(seq=self._seq, waiters=tuple(self._added), handover=self._handing_over)
+
+    @next_waiters.validator
+    def _validate_poll(self, poll: WaiterPoll) -> None:
+        if self._closed:
+            raise ValueError("this run of the site watch is handing over to the next")
+
+    @workflow.query(name=WAITERS_QUERY)
+    def waiters(self) -> list[DPFWaiter]:
+        """The registry: every workflow run waiting on a host of the site."""
+        return list(self._entries())
+
+    # -- the epoch ---------------------------------------------------------------------------------
     @workflow.signal(name=EPOCH_SIGNAL)
     def epoch_raised(self, epoch: int) -> None:
         """The activity saw the API server restart (resourceVersions went backwards)."""
-        raised = epoch > self._epoch
-        self._epoch = max(self._epoch, epoch)
-        if raised and self._memo:
+        if epoch > self._epoch:
+            self._epoch = epoch
             workflow.upsert_memo({EPOCH_MEMO: self._epoch})
 
     @workflow.query(name=EPOCH_QUERY)

@@ -1,13 +1,14 @@
 """The DPF contract of metalflow: exact names from docs/DOMAIN.md section 2, and the frozen inputs,
-results and signal payload of the DPF activities and the watcher.
+results and signal payloads of the DPF activities and the site's DPF watch.
 
 Host workflows name hosts and DPUs by id (`HostRef`, `DPURef`); the object names are derived
 here, once: DPUNode `node-<host>`, DPUDevice `device-<dpu>`, DPU `node-<host>-device-<dpu>`,
 DPUNodeMaintenance `<dpunode>-hold`.
 
-The watcher signals the workflow that started it with `DPF_STATE_CHANGED_SIGNAL` and a
-`HostDPFState`; `read_host_dpf_state` returns the same model, so a workflow handles the first
-read and every later change with one code path.
+The site watch signals each workflow registered for a host (`DPFWaiter`) with
+`DPF_STATE_CHANGED_SIGNAL` and a `HostDPFState`; `read_host_dpf_state` and the join
+(`join_site_dpf_watch`) return the same model, so a workflow handles the first read and every
+later change with one code path.
 """
 
 from __future__ import annotations
@@ -20,7 +21,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts.models.inventory import DPF_NAMESPACE, HostInventory
 
 DPF_STATE_CHANGED_SIGNAL: Final = "dpf_state_changed"
-"""Signal the watcher sends (payload `HostDPFState`) on every change that matters."""
+"""Signal the site watch sends (payload `HostDPFState`) to a host's waiters on every change that
+matters."""
+
+# The site watch workflow's messages (declared in `contracts.workflow_api.SiteDPFWatchWorkflow`).
+DPF_WAITER_SIGNAL: Final = "dpf_waiter"
+"""A workflow run starts (or, `gone`, stops) waiting on a host: payload `DPFWaiter`."""
+NEXT_WAITERS_UPDATE: Final = "next_waiters"
+"""The watch activity's long poll for registrations: `WaiterPoll` -> `WaiterNews`."""
+EPOCH_SIGNAL: Final = "dpf_watch_epoch"
+"""The watch activity saw the API server restart: payload the new epoch (int)."""
+EPOCH_QUERY: Final = "epoch"
+WAITERS_QUERY: Final = "waiters"
+EPOCH_MEMO: Final = "epoch"
+"""The memo key of the site watch's epoch (read by a join with one describe)."""
 
 PROVISIONING_GROUP: Final = "provisioning.dpu.nvidia.com"
 SVC_GROUP: Final = "svc.dpu.nvidia.com"
@@ -301,25 +315,52 @@ class DevicesGoneInput(_Frozen):
     poll_seconds: float = Field(default=1.0, gt=0)
 
 
-# -- the watcher ----------------------------------------------------------------------------------
-
-
-class WatchCheckpoint(_Frozen):
-    """Heartbeat details: where each stream was, and the state last signalled."""
-
-    resource_versions: dict[str, str] = Field(default_factory=dict)  # stream -> resourceVersion
-    state: HostDPFState | None = None
-    relists: int = 0
-    reconnects: int = 0
-
-
-class WatchHostInput(_Frozen):
-    host: HostRef
-    heartbeat_seconds: float = 5.0  # how often the watcher heartbeats while nothing changes
-    resume_from: WatchCheckpoint | None = None  # used when the attempt has no heartbeat details
-
-
 # -- the site watch (one per site: activities/site_watch.py, workflows/site_watch.py) -----------
+
+
+class SiteWatchCheckpoint(_Frozen):
+    """Heartbeat details of the site watch: per stream, the resourceVersion up to which every
+    change has been signalled, the epoch (see `DPFVersion`), and `waiters_seq`, the registry's
+    sequence number up to which every registration has had its first (welcome) signal."""
+
+    resource_versions: dict[str, int] = Field(default_factory=dict)
+    epoch: int = 0
+    relists: int = 0
+    restarts: int = 0
+    waiters_seq: int = 0
+
+
+class DPFWaiter(_Frozen):
+    """One entry of the site watch's registry: a workflow run waiting on one host's DPF objects.
+
+    The site watch signals by `workflow_id` (the run now current); `run_id` only tells a stale
+    entry from a newer run of the same id, so removing a closed run never removes its successor.
+    """
+
+    host_id: str
+    workflow_id: str
+    run_id: str
+    seq: int = 0  # the registry's sequence number when added (set by the site watch workflow)
+    gone: bool = False  # in a `dpf_waiter` signal: remove this entry (its run has closed)
+
+
+class WaiterPoll(_Frozen):
+    """The watch activity asks for the registrations after `after` (-1: the whole registry) and
+    reports its latest durable checkpoint, which the workflow carries into its next run."""
+
+    after: int = -1
+    checkpoint: SiteWatchCheckpoint | None = None
+
+
+class WaiterNews(_Frozen):
+    """Answer to a `WaiterPoll`: `waiters` is the whole registry (`full`) or the entries added
+    after the poll's `after`, in order; `seq` is the registry's sequence number now. `handover`:
+    the workflow continues as new: poll once more with the latest checkpoint, then stop polling."""
+
+    seq: int
+    full: bool = False
+    waiters: tuple[DPFWaiter, ...] = ()
+    handover: bool = False
 
 
 class SiteWatchInput(_Frozen):
@@ -328,21 +369,20 @@ class SiteWatchInput(_Frozen):
     namespace: str = DPF_NAMESPACE
     heartbeat_seconds: float = 2.0  # how often the watch heartbeats while nothing changes
     # Per stream, resourceVersions read before the watch workflow was created: every workflow's
-    # own read is at least as new, so the watch signals only what changed since (empty: every host).
+    # own read is at least as new, so the watch signals only what changed since (empty: every
+    # registered host).
     start_from: dict[str, int] = Field(default_factory=dict)
-
-
-class SiteWatchCheckpoint(_Frozen):
-    """Heartbeat details of the site watch: per stream, the resourceVersion up to which every
-    change has been signalled, and the epoch (see `DPFVersion`)."""
-
-    resource_versions: dict[str, int] = Field(default_factory=dict)
+    history_events_per_run: int = Field(default=10_000, ge=100)
+    """The workflow continues as new past this many history events (or when Temporal suggests)."""
+    # Carried by continue-as-new (the activity's input leaves `waiters` empty: it polls for them).
     epoch: int = 0
-    relists: int = 0
-    restarts: int = 0
+    waiters: tuple[DPFWaiter, ...] = ()
+    waiters_seq: int = 0
+    resume_from: SiteWatchCheckpoint | None = None  # the previous run's last reported checkpoint
 
 
 class JoinSiteWatchInput(_Frozen):
-    """A workflow starts waiting on `host`: make sure its site is watched, read the host's state."""
+    """A workflow starts waiting on `host`: register it with the site's watch (started if need
+    be), read the host's state."""
 
     host: HostRef
