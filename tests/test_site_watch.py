@@ -30,8 +30,9 @@ from test_firmware_support import all_workflows, eventually, settings_for, site_
 from activities import build_activities
 from activities.handover import WORKER_STOPPING
 from contracts import names
+from contracts.converter import DATA_CONVERTER
 from contracts.models.control import OperatorRequest
-from contracts.models.dpf import DPF_NAMESPACE
+from contracts.models.dpf import DPF_NAMESPACE, SiteWatchCheckpoint
 from contracts.models.host import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -286,9 +287,16 @@ async def status_once_polled(handle: WorkflowHandle[Any, Any]) -> HostMonitorSta
         raise
 
 
-def _heartbeated(description: Any) -> bool:
-    pending = description.raw_description.pending_activities
-    return any(p.activity_type.name == "watch_site_dpf" and p.HasField("heartbeat_details") for p in pending)
+def _heartbeated(description: Any, registrations: int = 2) -> bool:
+    """The watch has heartbeated a checkpoint that covers the monitors' registrations (their
+    welcome signals sent): a resumed attempt then owes none of them a signal."""
+    for pending in description.raw_description.pending_activities:
+        if pending.activity_type.name == "watch_site_dpf" and pending.HasField("heartbeat_details"):
+            checkpoint = DATA_CONVERTER.payload_converter.from_payload(
+                pending.heartbeat_details.payloads[0], SiteWatchCheckpoint
+            )
+            return bool(checkpoint.resource_versions) and checkpoint.waiters_seq >= registrations
+    return False
 
 
 async def test_twenty_monitored_hosts_under_ids_of_any_form_hold_three_watch_streams(
