@@ -37,13 +37,11 @@ from temporalio.client import WithStartWorkflowOperation, WorkflowExecutionStatu
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts import names
+from contracts import names, workflow_api
 from contracts.errors import InvalidInput
 from contracts.models.bmc_lease import (
     BMC_LEASE_ACQUIRE_SIGNAL,
-    BMC_LEASE_ACQUIRE_UPDATE,
     BMCLeaseState,
-    LeaseAnswer,
     LeaseHostBMCInput,
     LeaseHostBMCResult,
     LeaseRequest,
@@ -54,8 +52,6 @@ from contracts.models.bmc_lease import (
 from contracts.models.inventory import HostInventory, Source
 from contracts.priorities import REBOOT_PRIORITY
 from drivers.settings import Settings
-
-LEASE_WORKFLOW_TYPE = "BMCLeaseWorkflow"
 
 
 class HostResolver(Protocol):
@@ -89,14 +85,13 @@ class BMCLeaseActivities:
         limit = self.settings.bmc_max_in_flight
         reclaim = self.settings.bmc_lease_reclaim_seconds
         task_queue = activity.info().task_queue
-        answer: LeaseAnswer = await activity.client().execute_update_with_start_workflow(
-            BMC_LEASE_ACQUIRE_UPDATE,
+        answer = await activity.client().execute_update_with_start_workflow(
+            workflow_api.BMCLeaseWorkflow.acquire_now,
             LeaseRequest(holder=request.holder, limit=limit, reclaim_check_seconds=reclaim),
             # The request id as the update id: a retried attempt is the same update to Temporal.
             id=f"acquire-{request.holder.request_id}",
-            result_type=LeaseAnswer,
             start_workflow_operation=WithStartWorkflowOperation(
-                LEASE_WORKFLOW_TYPE,
+                workflow_api.BMCLeaseWorkflow.run,
                 BMCLeaseState(limit=limit, reclaim_check_seconds=reclaim),
                 id=lease_id,
                 task_queue=task_queue,
@@ -116,11 +111,11 @@ class BMCLeaseActivities:
         limit = self.settings.bmc_max_in_flight
         reclaim = self.settings.bmc_lease_reclaim_seconds
         await activity.client().start_workflow(
-            LEASE_WORKFLOW_TYPE,
+            workflow_api.BMCLeaseWorkflow.run,
             BMCLeaseState(limit=limit, reclaim_check_seconds=reclaim),
             id=lease_id,
             task_queue=info.task_queue,
-            start_signal=BMC_LEASE_ACQUIRE_SIGNAL,
+            start_signal=BMC_LEASE_ACQUIRE_SIGNAL,  # `workflow_api.BMCLeaseWorkflow.acquire`
             start_signal_args=[
                 LeaseRequest(holder=request.holder, limit=limit, reclaim_check_seconds=reclaim)
             ],

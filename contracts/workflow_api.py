@@ -12,7 +12,8 @@ Why declarations and not the classes themselves: workflows may not be imported b
 or the CLI (the floors, docs/ARCHITECTURE.md section 1), and a workflow that imported another's
 module would execute it afresh in every run's sandbox (`workflows/__init__.py`). Each
 declaration has the registered name, the input and the result of its workflow, and for the host
-entity, the rollout, the campaign and the site's DPF watch their signals, updates and queries;
+entity, the rollout, the campaign, the site's DPF watch and the BMC lease their signals,
+updates and queries;
 `tests/test_workflow_api.py` checks each against the class the worker registers. A declaration
 is never registered on a worker: its methods raise when called.
 
@@ -25,7 +26,17 @@ from typing import NoReturn
 
 from temporalio import workflow
 
-from contracts.models.bmc_lease import BMCLeaseState, BMCLeaseStatus
+from contracts.models.bmc_lease import (
+    BMC_LEASE_ACQUIRE_SIGNAL,
+    BMC_LEASE_ACQUIRE_UPDATE,
+    BMC_LEASE_RELEASE_SIGNAL,
+    BMC_LEASE_STATUS_QUERY,
+    BMCLeaseState,
+    BMCLeaseStatus,
+    LeaseAnswer,
+    LeaseRelease,
+    LeaseRequest,
+)
 from contracts.models.campaign import (
     RETRY_FAILED_UPDATE,
     SET_LIMITS_UPDATE,
@@ -313,3 +324,19 @@ class BMCLeaseWorkflow:
     @workflow.run
     async def run(self, state: BMCLeaseState) -> BMCLeaseStatus:
         _declared_only("BMCLeaseWorkflow.run")
+
+    @workflow.signal(name=BMC_LEASE_ACQUIRE_SIGNAL)
+    def acquire(self, request: LeaseRequest) -> None:
+        _declared_only("BMCLeaseWorkflow.acquire")
+
+    @workflow.update(name=BMC_LEASE_ACQUIRE_UPDATE)
+    def acquire_now(self, request: LeaseRequest) -> LeaseAnswer:
+        _declared_only("BMCLeaseWorkflow.acquire_now")
+
+    @workflow.signal(name=BMC_LEASE_RELEASE_SIGNAL)
+    def release(self, release: LeaseRelease) -> None:
+        _declared_only("BMCLeaseWorkflow.release")
+
+    @workflow.query(name=BMC_LEASE_STATUS_QUERY)
+    def status(self) -> BMCLeaseStatus:
+        _declared_only("BMCLeaseWorkflow.status")
