@@ -24,9 +24,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-WORKER_STOPPING = "WorkerStopping"
+from contracts.errors import WorkerStopping
+
+WORKER_STOPPING = WorkerStopping.__name__
 
 
 async def handing_over_at_shutdown(watch: Coroutine[Any, Any, None], what: str) -> None:
@@ -52,8 +53,4 @@ async def handing_over_at_shutdown(watch: Coroutine[Any, Any, None], what: str) 
                 await work
     if not work.cancelled():
         return work.result()  # it ended by itself (or raised) first
-    raise ApplicationError(
-        f"{what}: the worker is stopping; the next attempt resumes from the last checkpoint",
-        type=WORKER_STOPPING,
-        category=ApplicationErrorCategory.BENIGN,
-    )
+    raise WorkerStopping(f"{what}: the worker is stopping; the next attempt resumes from the last checkpoint")

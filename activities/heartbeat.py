@@ -39,10 +39,9 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError
 
-from contracts.errors import ProgressNotRecorded
+from contracts.errors import ProgressNotRecorded, WatcherStopped
 
 _NO_TIMEOUT_INTERVAL_SECONDS = 10.0
 _MIN_INTERVAL_SECONDS = 0.1
@@ -144,12 +143,7 @@ def stop_quietly_if_workflow_ended(what: str) -> None:
     logging.getLogger(__name__).debug(
         "%s of %s stopped: its workflow ended", what, activity.info().workflow_id
     )
-    raise ApplicationError(
-        "the workflow ended; the watcher stopped",
-        type="WatcherStopped",
-        non_retryable=True,
-        category=ApplicationErrorCategory.BENIGN,
-    ) from None
+    raise WatcherStopped("the workflow ended; the watcher stopped") from None
 
 
 async def wait_until_recorded(

@@ -31,6 +31,9 @@ Transient errors (retried by the activity's retry policy):
   could not be kept.
 - `ConflictRetriesExhausted`: an edit kept meeting 409 Conflicts after re-reading.
 
+Expected ends (BENIGN: logged quietly, not as failures): `WorkerStopping` (retried: a long
+watch hands over at a graceful worker shutdown), `WatcherStopped` (its workflow has ended).
+
 Workflow errors (`WorkflowError`: a run ends with one; never retried):
 
 - `OperationAborted`: an operator's `abort` ended the run; its details may carry
@@ -52,13 +55,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory, FailureError
 
 
 class MetalflowError(ApplicationError):
-    """Base of the taxonomy; subclasses set `permanent`."""
+    """Base of the taxonomy; subclasses set `permanent` (and `category` for an expected end)."""
 
     permanent: ClassVar[bool] = False
+    category_of: ClassVar[ApplicationErrorCategory] = ApplicationErrorCategory.UNSPECIFIED
 
     def __init__(self, message: str, *details: Any, next_retry_delay: timedelta | None = None) -> None:
         super().__init__(
@@ -67,6 +71,7 @@ class MetalflowError(ApplicationError):
             type=type(self).__name__,
             non_retryable=self.permanent,
             next_retry_delay=next_retry_delay,
+            category=self.category_of,
         )
 
 
@@ -124,6 +129,19 @@ class KubernetesUnavailable(TransientError):
 
 class ConflictRetriesExhausted(TransientError):
     pass
+
+
+class WorkerStopping(TransientError):
+    """A long watch activity ends because its worker begins a graceful shutdown: the next attempt
+    resumes at once elsewhere from its checkpoint. BENIGN: logged at DEBUG, not as a failure."""
+
+    category_of = ApplicationErrorCategory.BENIGN
+
+
+class WatcherStopped(PermanentError):
+    """A watch activity ends because its workflow has ended. BENIGN: an expected end."""
+
+    category_of = ApplicationErrorCategory.BENIGN
 
 
 class ProgressNotRecorded(TransientError):
@@ -196,10 +214,12 @@ def _subclasses(cls: type[MetalflowError]) -> list[type[MetalflowError]]:
 
 
 PERMANENT_TYPES: frozenset[str] = frozenset(
-    c.__name__ for c in _subclasses(PermanentError) if not issubclass(c, WorkflowError)
+    c.__name__
+    for c in _subclasses(PermanentError)
+    if not issubclass(c, WorkflowError) and c.category_of == ApplicationErrorCategory.UNSPECIFIED
 )
 """The `type` names of the permanent errors activities raise: workflows must not retry them (the
-workflow errors are non-retryable by their flag, and no activity raises them)."""
+workflow errors and the BENIGN ends are non-retryable by their own flag)."""
 
 
 def matches(err: BaseException | None, *types: type[MetalflowError]) -> bool:
