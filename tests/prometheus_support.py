@@ -39,12 +39,19 @@ class RunningPrometheus:
 
 @contextlib.contextmanager
 def running_prometheus(
-    directory: Path, targets: list[str], rules: dict[str, Any], *, interval: str = "1s", job: str = "metalflow-worker"
+    directory: Path,
+    targets: list[str],
+    rules: dict[str, Any],
+    *,
+    interval: str = "1s",
+    job: str = "metalflow-worker",
 ) -> Iterator[RunningPrometheus]:
     """Prometheus scraping `targets` (host:port) every `interval`, evaluating `rules` as often."""
     binary = shutil.which("prometheus")
     if binary is None:
-        pytest.fail("prometheus is not installed: run `make prometheus-tools` (README, Observability)", pytrace=False)
+        pytest.fail(
+            "prometheus is not installed: `make prometheus-tools` (README, Observability)", pytrace=False
+        )
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "rules.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
     config = {

@@ -71,7 +71,7 @@ def _env(metrics: int) -> dict[str, str]:
 def dev_stack(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     """`metalflow dev --no-demo` on free ports, its worker serving /metrics; (state dir, metrics port)."""
     state, metrics = tmp_path / "state", free_port()
-    ports = sorted({free_port() for _ in range(6)})[:3]
+    ports = sorted({free_port() for _ in range(8)} - {metrics})[:3]  # four different ports
     process = subprocess.Popen(
         [METALFLOW, "dev", "--no-demo", "--state-dir", str(state), "--port", str(ports[0]),
          "--ui-port", str(ports[1]), "--sim-port", str(ports[2]), "--hosts", "2", "--timings", "zero",
