@@ -69,9 +69,7 @@ def _broken(rules: dict[str, Any], alert: str, how: str) -> dict[str, Any]:
     for group in rules["groups"]:
         for rule in group["rules"]:
             if rule.get("alert") == alert:
-                rule["expr"] = (
-                    "vector(0) > 1" if how == "never fires" else f"({rule['expr']}) or vector(1)"
-                )
+                rule["expr"] = "vector(0) > 1" if how == "never fires" else f"({rule['expr']}) or vector(1)"
     return rules
 
 
