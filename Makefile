@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 4
 # --no-loadscope-reorder keeps that order instead of xdist's most-tests-first, which left the
 # longest one- and two-test modules to the end of the run.
 
-.PHONY: demo test lint typecheck pytest install clean bench chaos
+.PHONY: demo test lint typecheck pytest install clean bench chaos prometheus-tools
 
 demo: $(STAMP)
 	$(BIN)/metalflow dev $(DEMO_ARGS)
@@ -36,10 +36,25 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+pytest: $(STAMP) prometheus-tools
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 install: $(STAMP)
+
+# promtool (the alert rules' unit tests) and prometheus (the end-to-end alert test), from the
+# Prometheus the OS packages: Debian/Ubuntu's `prometheus` package (apt-get, as root or through
+# sudo). Elsewhere install Prometheus 2.x yourself so both are on PATH (README, Observability).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+prometheus-tools:
+	@if command -v promtool >/dev/null && command -v prometheus >/dev/null; then exit 0; fi; \
+	if command -v apt-get >/dev/null; then \
+		echo "installing Prometheus (promtool, prometheus) from the OS packages"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	else \
+		echo "promtool and prometheus are needed by the tests: install Prometheus 2.x (README, Observability)" >&2; \
+		exit 1; \
+	fi
 
 # Figures, printed as JSON and written to .metalflow/bench.json (bench/README.md): the fleet's
 # reprovision against the raw engine, reaction times, requests per DPU and per power cycle, the

@@ -17,7 +17,7 @@ Exported names (Prometheus, with the `metalflow_` prefix the helpers add):
 | `metalflow_operations_started` | counter | `kind` (provision, reprovision, ...) |
 | `metalflow_operations_finished` | counter | `kind`, `outcome` (succeeded, failed, cancelled) |
 | `metalflow_phase_entered` | counter | `phase` (e.g. manual-intervention-required) |
-| `metalflow_power_cycles` | counter | `method` (PowerCycle, ForceOff+On, On), `already_done` |
+| `metalflow_power_cycles` | counter | `method` (PowerCycle, ForceOff+On, On), `already_done`, `bmc` |
 | `metalflow_bmc_requests` | counter | `bmc`, `status` (HTTP status class, or timeout/unreachable) |
 | `metalflow_bmc_request_seconds` | histogram | `bmc` |
 | `metalflow_dpf_watch_reconnects` | counter | none |
@@ -39,6 +39,8 @@ PREFIX = "metalflow_"
 
 
 class _PowerCycleOutcome(Protocol):
+    @property
+    def bmc_id(self) -> str: ...
     @property
     def method(self) -> str: ...
     @property
@@ -82,10 +84,13 @@ def workflow_phase_entered(phase: str) -> None:
 
 
 def activity_power_cycle(result: R) -> R:
-    """Count a finished power cycle by its method; returns `result` so the call site stays one line."""
+    """Count a finished power cycle by its method and BMC (a reboot loop shows per BMC, which is
+    per host except on a BMC that serves several Systems); returns `result` so the call site
+    stays one line."""
     if (meter := _activity_meter()) is not None:
         meter.create_counter(PREFIX + "power_cycles", "power cycles finished").add(
-            1, {"method": result.method, "already_done": str(result.already_done).lower()}
+            1,
+            {"method": result.method, "already_done": str(result.already_done).lower(), "bmc": result.bmc_id},
         )
     return result
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -187,7 +188,9 @@ class Kube:
         loop = asyncio.get_running_loop()
         async with self.limit(key):
             try:
-                return await loop.run_in_executor(self._executor, fn, api)
+                # In the caller's context (a trace's current span, when tracing is on), which the
+                # executor's thread would not have by itself.
+                return await loop.run_in_executor(self._executor, contextvars.copy_context().run, fn, api)
             except Exception as err:
                 raise translate(err, what) from None
 

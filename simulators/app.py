@@ -36,6 +36,8 @@ from simulators.faults import Faults
 from simulators.grove import GroveController
 from simulators.kube.cel import RuleValidator
 from simulators.kube.crds import load_resource_types, make_validator
+from simulators.kube.events import RESOURCE_TYPES as EVENT_TYPES
+from simulators.kube.events import serve_events
 from simulators.kube.http import add_kube_routes
 from simulators.kube.rbac import RESOURCE_TYPES as RBAC_TYPES
 from simulators.kube.rbac import Auth
@@ -74,7 +76,7 @@ class SimulatedSite:
         self.hub = Hub()
         self.violations = Violations()
         self.faults = Faults(options.faults, options.seed)
-        types = load_resource_types(options.crd_dir) + list(RBAC_TYPES)
+        types = load_resource_types(options.crd_dir) + list(RBAC_TYPES) + list(EVENT_TYPES)
         self.store = Store(types, validate=make_validator(types), validate_rules=RuleValidator())
         self.auth = Auth(self.store)
         self.credentials = _resolve_credentials(site, options.state_dir)
@@ -90,6 +92,7 @@ class SimulatedSite:
             client_max_size=16 * 1024 * 1024, middlewares=[self.request_counts.middleware()]
         )
         self.kube_api = add_kube_routes(self.app, self.store, self.faults, auth=self.auth)
+        serve_events(self.store, self.kube_api)  # core/v1 Events and their events.k8s.io/v1 view
         control.add_control_routes(self.app, self)
         self._runner: web.AppRunner | None = None
         self.url = ""

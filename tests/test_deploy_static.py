@@ -8,7 +8,8 @@ every Kubernetes request goes through three narrow doors, and this test reads th
 - `Kube` (drivers/kube.py): each method's verb is read from the `kubernetes` client call
   inside it (`patch_namespaced_custom_object` -> patch; `edit` calls `get` and `patch`);
 - the watch streams (drivers/kube_streams.py): `list_objects` -> list, `watch_events` -> watch;
-- `CoreV1Api(...).read_namespaced_secret` and its siblings -> verb and core resource by name.
+- `CoreV1Api(...).read_namespaced_secret`, `EventsV1Api(...).create_namespaced_event` and their
+  siblings -> verb, the API's group and the resource by name.
 The resource is the `Kind` a call passes, resolved without running anything: a module-level
 constant or `kinds()[i]`, a loop over such, a parameter (through the calls of that function in
 its module), or an attribute set from a constructor parameter (`_Stream(kind, ...).kind`). A
@@ -41,6 +42,9 @@ STREAM_VERBS = {"list_objects": ("list", 2), "watch_events": ("watch", 2)}
 # The kubernetes client's method prefix -> the RBAC verb it sends.
 CLIENT_VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
                 "delete": "delete", "replace": "update"}  # fmt: skip
+# The typed clients a driver may call directly, and the API group of their resources: Secrets
+# (drivers/credentials.py) and the worker's Events (drivers/kube_events.py).
+TYPED_APIS = {"CoreV1Api": "", "EventsV1Api": "events.k8s.io"}
 # Kinds computed from object bodies: `_ensure` creates (and reads back) the site set-up objects
 # (objects.site_setup_objects) and the registration bodies (dpunode_body, dpudevice_bodies), and
 # converges (edit) only the registration bodies.
@@ -274,11 +278,12 @@ def required_permissions(
                     match := re.fullmatch(r"([a-z]+)_namespaced_([a-z_]+)", func.attr)
                 ):
                     api = func.value.func if isinstance(func.value, ast.Call) else None
-                    if match.group(2) == "custom_object" or getattr(api, "attr", "") != "CoreV1Api":
+                    group = TYPED_APIS.get(getattr(api, "attr", ""))
+                    if match.group(2) == "custom_object" or group is None:
                         unknown.append(f"{where}: {func.attr} outside Kube; go through drivers.kube.Kube")
                         continue
                     verb = CLIENT_VERBS.get(match.group(1), match.group(1))
-                    needed.setdefault((verb, "", match.group(2) + "s"), []).append(where)
+                    needed.setdefault((verb, group, match.group(2) + "s"), []).append(where)
                     continue
                 else:
                     continue

@@ -47,7 +47,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import metrics, names
+    from contracts import events, metrics, names
     from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError
     from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
 
@@ -208,6 +208,7 @@ def enter_phase(phase: str, details: str, *, log: bool = True) -> None:
     workflow.set_current_details(f"**{phase}**: {details}")
     if log:
         metrics.workflow_phase_entered(phase)
+        events.workflow_phase_entered(phase, details)  # the worker's Kubernetes Events; not on replay
         workflow.logger.info("%s: %s", phase, details)
 
 
@@ -370,6 +371,7 @@ class Runbook:
     ) -> bool:
         """True once `condition` holds, False when `timeout` seconds passed first (its timer is
         labelled `timeout_summary` in the UI). Aborted meanwhile (`abortable`): raises `aborted()`."""
+        waiting = events.wait_started(self.phase, timeout)  # the stalled-wait gauge; no history
         try:
             await workflow.wait_condition(
                 lambda: (abortable and self.abort_request is not None) or condition(),
@@ -378,6 +380,8 @@ class Runbook:
             )
         except TimeoutError:
             return False
+        finally:
+            events.wait_ended(waiting)
         if abortable and self.abort_request is not None:
             raise self.aborted()
         return True

@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from metalflow.cli import bmc, campaign, dev, host, rollout, sim
+from metalflow.cli import bmc, campaign, dev, events, host, rollout, sim
 
-SUBCOMMANDS = [dev, sim, bmc, host, rollout, campaign]
+SUBCOMMANDS = [dev, sim, bmc, host, rollout, campaign, events]
 
 EXIT_OK = 0
 EXIT_FAILED = 1

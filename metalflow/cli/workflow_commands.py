@@ -35,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from metalflow.client import connect, temporal_lost
 from metalflow.rollouts import root_cause
+from metalflow.runtime.telemetry import TelemetryConfigError, setup_tracing
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 FOLLOW_SECONDS = 0.5
@@ -87,8 +88,21 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
 
 
 async def _connected(action: Action, args: argparse.Namespace) -> int:
+    # With OTEL_TRACES_EXPORTER set, the command's request is the root of the workflow's trace
+    # (a campaign's hosts' operations then share it); flushed before the process ends.
     try:
-        client = await connect()
+        tracing = setup_tracing()
+    except TelemetryConfigError as err:
+        return fail(str(err), EXIT_USAGE)
+    try:
+        return await _with_client(action, args, tracing.interceptors)
+    finally:
+        tracing.shutdown()
+
+
+async def _with_client(action: Action, args: argparse.Namespace, interceptors: list[Any]) -> int:
+    try:
+        client = await connect(interceptors=interceptors)
     except Exception as err:
         return fail(
             f"cannot reach Temporal ({type(err).__name__}); start it with `metalflow dev`, "

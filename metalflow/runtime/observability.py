@@ -27,7 +27,8 @@ import asyncio
 import logging
 import os
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import httpx
 from aiohttp import web
@@ -35,14 +36,22 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
-from contracts import names
+from contracts import events, names
 from metalflow.runtime.ports import free_port
+
+if TYPE_CHECKING:
+    from metalflow.runtime.events import Emitter
 
 ADDRESS_ENV = "METALFLOW_METRICS_ADDRESS"
 HEALTH_CHECK_TIMEOUT = timedelta(seconds=2)
 MANUAL_INTERVENTION_QUERY = (
     f"{names.PHASE.name} = 'manual-intervention-required' AND ExecutionStatus = 'Running'"
 )
+_ATTENTION_PHASES = "'manual-intervention-required', 'halted', 'paused'"
+ATTENTION_QUERY = f"{names.PHASE.name} IN ({_ATTENTION_PHASES}) AND ExecutionStatus = 'Running'"
+ATTENTION_LISTED = 500  # workflows listed per scrape at most (one page of visibility)
+WAIT_SHOWN_FROM = 0.25  # a bounded wait shows on /metrics once past this fraction of its timeout
+WAITS_SHOWN = 500
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +77,7 @@ class Observability:
         self._client: Client | None = None
         self._worker: Worker | None = None
         self.url = ""
+        self.emitter: Emitter | None = None  # the worker's Kubernetes Events, for their counters
 
     @classmethod
     def from_env(cls, address: str | None = None, env: Mapping[str, str] | None = None) -> Observability:
@@ -136,7 +146,85 @@ class Observability:
                 "# TYPE metalflow_hosts_in_manual_intervention gauge\n"
                 f"metalflow_hosts_in_manual_intervention {gauge}\n"
             )
+        text += await self._attention()
+        text += self._waits(datetime.now(UTC))
+        text += self._event_counts()
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _attention(self) -> str:
+        """Per workflow waiting on a person (visibility, one list per scrape): a host in manual
+        intervention, a halted campaign, a paused rollout; 1 while it lasts."""
+        assert self._client is not None
+        hosts, campaigns, rollouts = [], [], []
+        try:
+            async with asyncio.timeout(5):
+                async for execution in self._client.list_workflows(ATTENTION_QUERY, limit=ATTENTION_LISTED):
+                    attributes = execution.typed_search_attributes
+                    phase = attributes.get(names.PHASE)
+                    operation = attributes.get(names.OPERATION) or ""
+                    if phase == "manual-intervention-required":
+                        host = attributes.get(names.HOST_ID) or ""
+                        hosts.append(_labels(host_id=host, operation=operation, workflow_id=execution.id))
+                    elif phase == "halted" and operation == names.CAMPAIGN_OPERATION:
+                        campaign = attributes.get(names.CAMPAIGN) or execution.id
+                        campaigns.append(_labels(campaign=campaign, workflow_id=execution.id))
+                    elif phase == "paused" and operation == names.ROLLOUT:
+                        rollouts.append(_labels(workflow_id=execution.id))
+        except Exception as err:  # the scrape still shows the other metrics
+            log.warning("cannot list the workflows waiting on an operator: %s", err)
+            return ""
+        out = ""
+        for name, help_text, series in (
+            (
+                "metalflow_host_manual_intervention",
+                "1 per host operation in manual-intervention-required",
+                hosts,
+            ),
+            ("metalflow_campaign_halted", "1 per running campaign halted (failure budget spent)", campaigns),
+            ("metalflow_rollout_paused", "1 per running rollout paused", rollouts),
+        ):
+            out += f"# HELP {name} {help_text} (Temporal visibility)\n# TYPE {name} gauge\n"
+            out += "".join(f"{name}{{{labels}}} 1\n" for labels in series)
+        return out
+
+    @staticmethod
+    def _waits(now: datetime) -> str:
+        """Bounded waits of this worker's workflows past `WAIT_SHOWN_FROM` of their timeout
+        (`contracts.events`): how far each is towards its timeout (1: the timeout is due)."""
+        shown = []
+        for wait in events.waits(now):
+            fraction = (
+                (now - wait.since).total_seconds() / wait.timeout_seconds if wait.timeout_seconds else 0.0
+            )
+            if fraction >= WAIT_SHOWN_FROM:
+                shown.append((fraction, wait))
+        shown.sort(key=lambda item: -item[0])
+        out = (
+            "# HELP metalflow_operation_wait_fraction Time waited over the wait's timeout, for waits "
+            f"past {WAIT_SHOWN_FROM:g} of it (this worker's workflows)\n"
+            "# TYPE metalflow_operation_wait_fraction gauge\n"
+        )
+        for fraction, wait in shown[:WAITS_SHOWN]:
+            labels = _labels(
+                host_id=wait.host_id or "",
+                operation=wait.operation or "",
+                phase=wait.phase,
+                workflow_id=wait.workflow_id,
+                timeout_seconds=f"{wait.timeout_seconds:g}",
+            )
+            out += f"metalflow_operation_wait_fraction{{{labels}}} {fraction:.4f}\n"
+        return out
+
+    def _event_counts(self) -> str:
+        if self.emitter is None:
+            return ""
+        out = (
+            "# HELP metalflow_kube_events_total Kubernetes Events of this worker, by what became of them\n"
+            "# TYPE metalflow_kube_events_total counter\n"
+        )
+        for result, count in self.emitter.stats.as_labels().items():
+            out += f'metalflow_kube_events_total{{result="{result}"}} {count}\n'
+        return out
 
     async def _manual_intervention_count(self) -> int | None:
         assert self._client is not None
@@ -146,3 +234,12 @@ class Observability:
             log.warning("cannot count operations in manual intervention: %s", err)
             return None
         return counted.count
+
+
+def _labels(**labels: str) -> str:
+    """Prometheus label pairs, values escaped as the text format wants."""
+
+    def escape(value: str) -> str:
+        return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+    return ",".join(f'{key}="{escape(value)}"' for key, value in labels.items())

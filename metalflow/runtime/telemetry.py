@@ -11,6 +11,21 @@ Tracing is off unless ``OTEL_TRACES_EXPORTER`` asks for it:
 
 The service name comes from ``OTEL_SERVICE_NAME`` (default ``metalflow``) and
 ``OTEL_RESOURCE_ATTRIBUTES``, as the OpenTelemetry SDK reads them.
+
+What a trace holds: Temporal's interceptor (``temporalio.contrib.opentelemetry``) makes a span per
+workflow start, run, child workflow, signal, update and activity, parented across workers through
+the headers Temporal carries; `instrument_http` adds a CLIENT span per HTTP request under the
+activity that sends it: every httpx request (the Redfish client) and every urllib3 request (the
+official Kubernetes client; drivers/kube.py runs each call in the caller's context, so its span
+joins the activity's trace). A request span carries `http.request.method`, `url.full` (no user,
+password or query), `server.address`, `server.port`, `http.response.status_code` or
+`error.type`; never a header or a body (the Redfish login's password and session token, the
+Kubernetes bearer token never reach a span).
+
+Why our own wrappers and not opentelemetry-instrumentation-httpx/-urllib3: their releases pin
+`opentelemetry-semantic-conventions==0.66b1`, which the SDK metalflow requires (1.45.2, needing
+0.66b2) excludes; the wrappers are the part of them metalflow needs (one span per request, the
+stable HTTP client attributes) in a few lines. Cost: one span per request, only while tracing is on.
 """
 
 from __future__ import annotations
@@ -20,6 +35,8 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -108,7 +125,79 @@ def setup_tracing(env: Mapping[str, str] | None = None) -> Tracing:
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     provider.add_span_processor(processor)
     tracer = provider.get_tracer("metalflow")
-    # The global provider lets libraries that trace on their own (httpx instrumentation, if a
-    # user adds it) join the same traces; set it once per process.
+    # The global provider lets libraries that trace on their own join the same traces; set it
+    # once per process.
     trace.set_tracer_provider(provider)
+    instrument_http(provider.get_tracer("metalflow.http"))
     return Tracing(interceptors=[TracingInterceptor(tracer)], provider=provider)
+
+
+_instrumented = False
+
+
+def _url(scheme: str, host: str, port: int | None, path: str) -> str:
+    """`url.full` without user info or query (a query could carry a token)."""
+    netloc = f"{host}:{port}" if port else host
+    return f"{scheme}://{netloc}{urlsplit(path).path}"
+
+
+def instrument_http(tracer: trace.Tracer) -> None:
+    """A CLIENT span per httpx and urllib3 request (see the module docstring); once per process."""
+    global _instrumented
+    if _instrumented:
+        return
+    _instrumented = True
+    import httpx
+    import urllib3.connectionpool
+
+    send = httpx.AsyncClient.send
+
+    async def traced_send(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
+        url = request.url
+        with tracer.start_as_current_span(
+            f"HTTP {request.method}", kind=trace.SpanKind.CLIENT, attributes=_attributes(
+                request.method, _url(url.scheme, url.host, url.port, url.path), url.host, url.port
+            ),
+        ) as span:  # fmt: skip
+            try:
+                response = await send(self, request, **kwargs)
+            except Exception as err:
+                span.set_attribute("error.type", type(err).__name__)
+                span.set_status(trace.StatusCode.ERROR)
+                raise
+            span.set_attribute("http.response.status_code", response.status_code)
+            if response.status_code >= 400:
+                span.set_status(trace.StatusCode.ERROR)
+            return response
+
+    httpx.AsyncClient.send = traced_send  # type: ignore[method-assign]
+
+    urlopen = urllib3.connectionpool.HTTPConnectionPool.urlopen
+
+    def traced_urlopen(
+        self: urllib3.connectionpool.HTTPConnectionPool, method: str, url: str, *args: Any, **kwargs: Any
+    ) -> Any:
+        full = _url(self.scheme, self.host, self.port, url)
+        attributes = _attributes(method, full, self.host, self.port)
+        with tracer.start_as_current_span(
+            f"HTTP {method}", kind=trace.SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            try:
+                response = urlopen(self, method, url, *args, **kwargs)
+            except Exception as err:
+                span.set_attribute("error.type", type(err).__name__)
+                span.set_status(trace.StatusCode.ERROR)
+                raise
+            span.set_attribute("http.response.status_code", response.status)
+            if response.status >= 400:
+                span.set_status(trace.StatusCode.ERROR)
+            return response
+
+    urllib3.connectionpool.HTTPConnectionPool.urlopen = traced_urlopen  # type: ignore[method-assign]
+
+
+def _attributes(method: str, url: str, host: str, port: int | None) -> dict[str, Any]:
+    attributes: dict[str, Any] = {"http.request.method": method, "url.full": url, "server.address": host}
+    if port:
+        attributes["server.port"] = port
+    return attributes

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import temporalio.activity
 import temporalio.workflow
@@ -55,7 +56,11 @@ ACTIVITY_SLOTS = 200
 # repeat). What it costs per activity is in activities/heartbeat.py: callers that beat on every
 # poll go through `HeartbeatGate`, so the rate stays what each activity needs.
 HEARTBEAT_THROTTLE = heartbeat.HEARTBEAT_THROTTLE
+EVENTS_ENV = "METALFLOW_KUBE_EVENTS"
 log = logging.getLogger("metalflow.worker")
+
+if TYPE_CHECKING:
+    from metalflow.runtime.events import Emitter
 
 
 def build_worker(
@@ -125,7 +130,11 @@ async def run_worker(
             hard_exit = GRACEFUL_SHUTDOWN_TIMEOUT.total_seconds() + 10
             watch_lifeline(lifeline_fd, stop.set, hard_exit_after=hard_exit)
         worker = build_worker(client, task_queue, settings, deployment_config)
+        emitter = start_events(settings)
+        observability.emitter = emitter
         async with worker:
+            if emitter is not None:
+                await emitter.start()
             await observability.start(client, worker)
             await start_site_watch(client, settings, task_queue)
             log.info(
@@ -139,8 +148,21 @@ async def run_worker(
             log.info("shutting down (waiting up to %s for running activities)", GRACEFUL_SHUTDOWN_TIMEOUT)
         log.info("worker stopped")
     finally:
+        if observability.emitter is not None:
+            await observability.emitter.stop()
         await observability.stop()
         tracing.shutdown()
+
+
+def start_events(settings: Settings) -> Emitter | None:
+    """The worker's Kubernetes Events (`metalflow.runtime.events`), unless
+    `METALFLOW_KUBE_EVENTS=off`."""
+    if os.environ.get(EVENTS_ENV, "on").strip().lower() in ("off", "false", "0", "no"):
+        log.info("Kubernetes Events off (%s)", EVENTS_ENV)
+        return None
+    from metalflow.runtime.events import Emitter
+
+    return Emitter(settings)
 
 
 async def start_site_watch(client: Client, settings: Settings, task_queue: str) -> None:

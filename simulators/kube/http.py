@@ -85,6 +85,11 @@ class KubeAPI:
         self.types = store.resource_types()
         self._cache: dict[str, bytes] = {}
         self.client_watches: weakref.WeakSet[Any] = weakref.WeakSet()  # open watches of API clients
+        # A resource served as a converted view of another's storage (events.k8s.io/v1 Events):
+        # (group, version, plural) -> an object with `handle(api, namespace, name, request)`.
+        self.views: dict[tuple[str, str, str], Any] = {}
+        # Built-in kinds the server prints with its own columns: (group, plural) -> (columns, cells).
+        self.tables: dict[tuple[str, str], Any] = {}
 
     def drop_client_watches(self) -> int:
         """End every client's open watch stream (a restarted or failed-over API server does);
@@ -202,6 +207,9 @@ class KubeAPI:
             await self.faults.hold_write()
         if req.sub is not None and (req.sub not in req.rt.subresources or req.sub == "scale"):
             raise NotFound("the server could not find the requested resource")
+        view = self.views.get((req.rt.group, req.rt.version, req.rt.plural))
+        if view is not None:
+            return await view.handle(self, req.namespace, req.name, request)  # type: ignore[no-any-return]
         method = request.method
         if req.name is None:
             if method == "GET":
@@ -239,8 +247,23 @@ class KubeAPI:
                          headers: dict[str, str] | None = None) -> web.Response:  # fmt: skip
         if self._wants_table(request):
             include = request.query.get("includeObject", "Metadata")
-            obj = render_table(rt, [obj], self.store.resource_version, include)
+            obj = self.table(rt, [obj], self.store.resource_version, include)
         return json_response(obj, status, headers)
+
+    def table(self, rt: ResourceType, objs: list[Object], rv: int, include: str) -> Object:
+        """The Table of `objs` (a kind's own printer when it has one, else its columns)."""
+        return render_table(rt, objs, rv, include, self.tables.get((rt.group, rt.plural)))
+
+    async def read_body(self, request: web.Request) -> Any:
+        """The request's body, decoded (JSON, YAML or protobuf)."""
+        return await self._body(request)
+
+    async def watch_converted(
+        self, rt: ResourceType, namespace: str | None, request: web.Request, field_selector: str | None,
+        convert: Any,
+    ) -> web.StreamResponse:  # fmt: skip
+        """A watch of `rt` whose objects are sent through `convert` (a view's shape)."""
+        return await self._watch(_Request(rt, namespace, None, None), request, field_selector, convert)
 
     async def _body(self, request: web.Request) -> Any:
         raw = await request.read()
@@ -380,16 +403,20 @@ class KubeAPI:
         q = request.query
         if q.get("watch", "").lower() in ("1", "true"):
             return await self._watch(req, request)
-        selector = self.store.selector(q.get("labelSelector"), q.get("fieldSelector"))
+        selector = self.store.selector(q.get("labelSelector"), q.get("fieldSelector"), req.rt)
         items = self.store.list_shared(req.rt, req.namespace, selector)
         rv = self.store.resource_version
         if self._wants_table(request):
-            return json_response(render_table(req.rt, items, rv, q.get("includeObject", "Metadata")))
+            return json_response(self.table(req.rt, items, rv, q.get("includeObject", "Metadata")))
         # The snapshots are serialised, never mutated, so no copy is needed here.
         return json_response(self._list_body(req.rt, items, rv))
 
-    async def _watch(self, req: _Request, request: web.Request) -> web.StreamResponse:
+    async def _watch(
+        self, req: _Request, request: web.Request, field_selector: str | None = None, convert: Any = None
+    ) -> web.StreamResponse:
         q = request.query
+        if convert is None:
+            field_selector = q.get("fieldSelector")
         rv_param = q.get("resourceVersion", "")
         try:
             rv = int(rv_param) if rv_param else None
@@ -405,7 +432,7 @@ class KubeAPI:
                 req.namespace,
                 resource_version=rv,
                 label_selector=q.get("labelSelector"),
-                field_selector=q.get("fieldSelector"),
+                field_selector=field_selector,
                 initial_events=rv is None,
             )
             self.client_watches.add(watcher)
@@ -442,10 +469,10 @@ class KubeAPI:
                             json.dumps({"type": "BOOKMARK", "object": mark}).encode() + b"\n"
                         )
                     continue
-                obj = event.object
+                obj = event.object if convert is None else convert(event.object)
                 if table:
-                    obj = render_table(
-                        req.rt, [obj], event.resource_version, q.get("includeObject", "Metadata")
+                    obj = self.table(
+                        req.rt, [event.object], event.resource_version, q.get("includeObject", "Metadata")
                     )
                 line = json.dumps({"type": event.type, "object": obj}, separators=(",", ":"))
                 await response.write(line.encode() + b"\n")

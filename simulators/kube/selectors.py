@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -101,18 +101,26 @@ FIELD_PATHS: dict[str, Callable[[Mapping[str, Any]], str]] = {
 }
 
 
+FieldPaths = Mapping[str, Callable[[Mapping[str, Any]], str]]
+
+
 @dataclass(frozen=True)
 class FieldRequirement:
     path: str
     negated: bool
     value: str
+    read: Callable[[Mapping[str, Any]], str] = field(default=FIELD_PATHS["metadata.name"], compare=False)
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
-        return (FIELD_PATHS[self.path](obj) == self.value) != self.negated
+        return (self.read(obj) == self.value) != self.negated
 
 
-def parse_field_selector(selector: str | None) -> tuple[FieldRequirement, ...]:
-    """Parse a field selector; only metadata.name and metadata.namespace are supported."""
+def parse_field_selector(
+    selector: str | None, paths: FieldPaths | None = None
+) -> tuple[FieldRequirement, ...]:
+    """Parse a field selector: metadata.name and metadata.namespace, and a type's own fields
+    (`paths`, e.g. an Event's `reason`); any other field is refused, as the API server does."""
+    paths = FIELD_PATHS if paths is None else {**FIELD_PATHS, **paths}
     if not selector or not selector.strip():
         return ()
     reqs: list[FieldRequirement] = []
@@ -121,9 +129,9 @@ def parse_field_selector(selector: str | None) -> tuple[FieldRequirement, ...]:
         if not m:
             raise SelectorError(f"invalid selector: '{selector}'; can't understand '{term}'")
         path, op, value = m.groups()
-        if path not in FIELD_PATHS:
+        if path not in paths:
             raise SelectorError(f"field label not supported: {path}")
-        reqs.append(FieldRequirement(path, op == "!=", value))
+        reqs.append(FieldRequirement(path, op == "!=", value, paths[path]))
     return tuple(reqs)
 
 
@@ -139,8 +147,10 @@ class Selector:
     fields: tuple[FieldRequirement, ...] = ()
 
     @classmethod
-    def parse(cls, label_selector: str | None, field_selector: str | None) -> Selector:
-        return cls(parse_label_selector(label_selector), parse_field_selector(field_selector))
+    def parse(
+        cls, label_selector: str | None, field_selector: str | None, paths: FieldPaths | None = None
+    ) -> Selector:
+        return cls(parse_label_selector(label_selector), parse_field_selector(field_selector, paths))
 
     @property
     def empty(self) -> bool:

@@ -51,7 +51,7 @@ from typing import Any, Literal, cast
 
 from simulators.kube.bucket import Bucket
 from simulators.kube.patch import PatchError, json_patch, merge_patch
-from simulators.kube.selectors import Selector, SelectorError
+from simulators.kube.selectors import FieldPaths, Selector, SelectorError
 from simulators.kube.watch import Watcher, clone
 
 Object = dict[str, Any]
@@ -244,6 +244,10 @@ class Store:
         self._floor = 0
         self._watchers: dict[_TypeKey, weakref.WeakSet[Watcher]] = {}
         self._ns_type = self._by_kind.get(("v1", "Namespace"))
+        # Field labels a type selects on beyond metadata.name/namespace (an Event's `reason`).
+        self.field_paths: dict[_TypeKey, FieldPaths] = {}
+        # Admission checks of built-in kinds beyond the schema (an Event's rules), run on every write.
+        self.admission: list[Validator] = []
 
     # -- types ------------------------------------------------------------------------------
     def resource_types(self) -> list[ResourceType]:
@@ -354,10 +358,14 @@ class Store:
             for w in list(watchers):
                 w.offer(kind, old, new, self._rv)
 
-    def selector(self, label_selector: str | None, field_selector: str | None) -> Selector:
-        """Parse a label/field selector pair; BadRequest when it does not parse."""
+    def selector(
+        self, label_selector: str | None, field_selector: str | None, rt: ResourceType | None = None
+    ) -> Selector:
+        """Parse a label/field selector pair (with `rt`'s own field labels, `field_paths`);
+        BadRequest when it does not parse."""
         try:
-            return Selector.parse(label_selector, field_selector)
+            paths = self.field_paths.get((rt.group, rt.plural)) if rt is not None else None
+            return Selector.parse(label_selector, field_selector, paths)
         except SelectorError as exc:
             raise BadRequest(str(exc)) from exc
 
@@ -417,6 +425,8 @@ class Store:
         self._check_meta(rt, obj)
         if self._validate is not None:
             self._validate(rt, obj)
+        for check in self.admission:
+            check(rt, obj)
         if self._validate_rules is not None:
             self._validate_rules(rt, obj, old)
 
@@ -434,7 +444,8 @@ class Store:
     ) -> tuple[builtins.list[Object], int]:
         """Matching objects sorted by namespace/name, and the store's resourceVersion."""
         return [
-            clone(o) for o in self.list_shared(rt, namespace, self.selector(label_selector, field_selector))
+            clone(o)
+            for o in self.list_shared(rt, namespace, self.selector(label_selector, field_selector, rt))
         ], self._rv
 
     def list_shared(
@@ -709,7 +720,7 @@ class Store:
         `initial_events` (or `resource_version=0`, as on a real server) the watch starts with
         an ADDED event for every matching object that exists now.
         """
-        selector = self.selector(label_selector, field_selector)
+        selector = self.selector(label_selector, field_selector, rt)
         watcher = Watcher(namespace if rt.namespaced else None, selector, max_pending=self._history_size)
         tkey = (rt.group, rt.plural)
         if resource_version == 0 or (resource_version is None and initial_events):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -97,12 +98,22 @@ def _cell(col: PrinterColumn, obj: Object) -> Any:
     return value
 
 
-def render_table(rt: ResourceType, objs: list[Object], rv: int, include: str = "Metadata") -> Object:
-    """A Table of `objs`; `include` is the request's includeObject (None, Metadata, Object)."""
-    cols = columns_for(rt)
+Cells = Callable[[Object], list[Any]]
+
+
+def render_table(
+    rt: ResourceType,
+    objs: list[Object],
+    rv: int,
+    include: str = "Metadata",
+    printer: tuple[tuple[PrinterColumn, ...], Cells] | None = None,
+) -> Object:
+    """A Table of `objs`; `include` is the request's includeObject (None, Metadata, Object);
+    `printer` the columns and cells of a built-in kind the server prints its own way (Events)."""
+    cols = list(printer[0]) if printer else columns_for(rt)
     rows = []
     for obj in objs:
-        row: Object = {"cells": [_cell(c, obj) for c in cols]}
+        row: Object = {"cells": printer[1](obj) if printer else [_cell(c, obj) for c in cols]}
         if include == "Object":
             row["object"] = obj
         elif include != "None":

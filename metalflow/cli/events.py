@@ -1,0 +1,176 @@
+"""`metalflow events [HOST]`: what the worker told the cluster (its Kubernetes Events), next to
+the host's operations and their phases (from Temporal).
+
+The Events are read from the cluster of the kubeconfig (`KUBECONFIG`, as `kubectl` does; the
+site's DPF namespace, `METALFLOW_DPF_NAMESPACE`): events.k8s.io/v1, `reportingController=metalflow`
+and, with HOST, `regarding.name=node-HOST`, oldest first, the last `--limit`. The operations come
+from the host's entity (`host/HOST`: the current one and the recent ones with their outcomes)
+and, for the one in flight, its own phase. When Temporal cannot be reached the Events are still
+printed, with a line saying so; when the cluster cannot be read, the operations are.
+
+Cost: one list of Events (one page of at most 500, the newest kept), and with HOST two queries
+(the entity's status, the current operation's status). Needs `list` on events.k8s.io events in
+the DPF namespace (a person's kubeconfig; the worker's role does not grant it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from contracts import names
+from contracts.validation import HostId, arg_type
+from drivers.settings import Settings
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+REPORTING_CONTROLLER = "metalflow"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One Event as printed."""
+
+    last_seen: str
+    type: str
+    reason: str
+    count: int
+    regarding: str
+    note: str
+
+
+def register(subparsers: Any) -> None:
+    """Add `metalflow events`."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "events",
+        help="a host's recent Kubernetes Events next to its operations' phases",
+        description="Print metalflow's Kubernetes Events (events.k8s.io/v1, reportingController "
+        "metalflow) about HOST's DPUNode, or about every host without HOST, oldest first; with HOST, "
+        "then its operations and their phases from Temporal. Reads the cluster of KUBECONFIG.",
+    )
+    parser.add_argument("host", nargs="?", type=arg_type(HostId), help="host id, e.g. host-001")
+    parser.add_argument("--limit", type=int, default=20, help="the last N Events (default %(default)s)")
+    parser.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    status = asyncio.run(_run(args))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The SDK's native runtime can abort at interpreter teardown (see metalflow/cli/host.py).
+    os._exit(status)
+
+
+async def _run(args: argparse.Namespace) -> int:
+    settings = Settings.from_env()
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            shown = await loop.run_in_executor(pool, read_events, settings, args.host, args.limit)
+        except Exception as err:  # the cluster is not readable: say so, go on with Temporal
+            print(
+                f"cannot read Kubernetes Events ({type(err).__name__}: {_first_line(err)})", file=sys.stderr
+            )
+            shown = None
+    where = (
+        f"DPUNode {settings.dpf_namespace}/node-{args.host}"
+        if args.host
+        else f"namespace {settings.dpf_namespace}"
+    )
+    if shown is not None:
+        print(f"Events about {where} (oldest first):")
+        print(render(shown, with_object=args.host is None) if shown else "  none")
+    if args.host is None:
+        return EXIT_OK if shown is not None else EXIT_FAILED
+    operations = await read_operations(args.host)
+    print(f"Operations of {args.host} (Temporal):")
+    print(operations)
+    return EXIT_OK if shown is not None else EXIT_FAILED
+
+
+def read_events(settings: Settings, host: str | None, limit: int) -> list[Shown]:
+    """metalflow's Events about `host` (every host: None), oldest first, the last `limit`."""
+    from kubernetes import client as k8s
+
+    from drivers.kube import load_configuration
+
+    selector = f"reportingController={REPORTING_CONTROLLER}"
+    if host:
+        selector += f",regarding.name=node-{host}"
+    with k8s.ApiClient(load_configuration(settings)) as api:
+        response = k8s.EventsV1Api(api).list_namespaced_event(
+            settings.dpf_namespace, field_selector=selector, limit=500, _request_timeout=(5, 15),
+            _preload_content=False,
+        )  # fmt: skip
+        listed: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined]
+    items: list[dict[str, Any]] = listed["items"]
+    shown = [_shown(item) for item in items]
+    shown.sort(key=lambda s: s.last_seen)
+    return shown[-limit:] if limit > 0 else shown
+
+
+def _shown(event: dict[str, Any]) -> Shown:
+    series = event.get("series") or {}
+    last = (
+        series.get("lastObservedTime") or event.get("eventTime") or event.get("deprecatedLastTimestamp") or ""
+    )
+    regarding = event.get("regarding") or {}
+    target = f"{str(regarding.get('kind', '')).lower()}/{regarding.get('name', '')}" if regarding else "-"
+    return Shown(
+        last_seen=str(last)[:19].replace("T", " ") + ("Z" if last else ""),
+        type=str(event.get("type", "")),
+        reason=str(event.get("reason", "")),
+        count=int(series.get("count") or event.get("deprecatedCount") or 1),
+        regarding=target,
+        note=str(event.get("note", "")),
+    )
+
+
+def render(shown: list[Shown], *, with_object: bool) -> str:
+    """The Events as a table (one line each; the note last, whole)."""
+    header = ["LAST SEEN", "TYPE", "REASON", "COUNT"] + (["OBJECT"] if with_object else []) + ["MESSAGE"]
+    rows = [
+        [s.last_seen, s.type, s.reason, str(s.count)] + ([s.regarding] if with_object else []) + [s.note]
+        for s in shown
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=True)]
+        lines.append("  " + "  ".join([*cells, row[-1]]))
+    return "\n".join(lines)
+
+
+async def read_operations(host: str) -> str:
+    """The host's current and recent operations with their phases, in lines; or why not."""
+    from metalflow.client import connect
+    from metalflow.hosts import HostRequestError, describe_operation, host_status, operation_status
+
+    try:
+        client = await asyncio.wait_for(connect(), 10)
+        status = await host_status(client, host)
+    except HostRequestError as err:
+        return f"  {err}"
+    except Exception as err:  # Temporal away: the Events above still stand
+        return f"  cannot reach Temporal ({type(err).__name__}); see `metalflow host status {host}` later"
+    lines = [f"  entity {names.host_workflow_id(host)}: {status.phase}"]
+    for record in status.recent:
+        finished = f" at {record.finished_at:%Y-%m-%d %H:%M:%SZ}" if record.finished_at else ""
+        lines.append(
+            f"  {record.workflow_id}: {record.outcome}{finished} (requested by {record.requested_by})"
+        )
+    current = status.current
+    if current is not None:
+        live = await operation_status(client, current.workflow_id) if current.outcome == "running" else None
+        phase = describe_operation(live) if live else current.outcome
+        lines.append(f"  {current.workflow_id}: {phase} (now; requested by {current.requested_by})")
+    return "\n".join(lines)
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).splitlines() or [""])[0][:200]

@@ -1,0 +1,458 @@
+"""Kubernetes Events from the worker: what on-call sees in `kubectl describe dpunode` and
+`kubectl get events`, written the way controllers write them (events.k8s.io/v1).
+
+Design. Workflows hand every phase change to the worker (`contracts.events`, called by
+`workflows.kernel.enter_phase`, skipped on replay); `Emitter` queues it, and a background task
+turns the changes listed below into Events and writes them (`drivers.kube_events.EventWriter`).
+No activity, no history event, no RPC in any workflow: an operation's history is the same with
+Events on or off.
+
+| workflow: phase | Event reason (type) |
+| --- | --- |
+| host entity: `running <operation>` | `OperationStarted` (Normal) |
+| host entity: `awaiting-approval` | `NeedsApproval` (Normal) |
+| host reboot: `powering` | `PowerCycleIssued` (Normal) |
+| host reboot: `waiting-for-manual-reboot` | `ManualRebootRequired` (Warning) |
+| host operation: `manual-intervention-required` | `ManualInterventionRequired` (Warning) |
+| host operation (or a `host reboot`): ended | `OperationSucceeded`, `OperationFailed`, `OperationAborted` |
+| monitor: `host-out-of-pool` (services down) | `DPUOutOfPool` (Warning) |
+| monitor: back to `watching` (services up) | `DPUBackInPool` (Normal) |
+| campaign: `halted` | `CampaignHalted` (Warning) |
+| rollout: `paused` | `RolloutPaused` (Warning) |
+
+A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
+its PodCliqueSet. Failed and aborted endings are Warnings, the rest Normal; a manual
+intervention's note is its reason.
+
+Every Event has `reportingController: metalflow`, `reportingInstance: metalflow-<hostname>`
+(client-go's `NewRecorder` convention), `action` the operation (`Reprovision`, `PowerCycle`,
+...), the phase's details as `note` (at most 1,024 characters, the API's limit), and the
+workflow id as the note's last words. A reboot run inside an operation reports its power cycle
+only (its ending is the operation's). A campaign is no Kubernetes object and its hosts' Events
+carry their own: the API accepts an Event regarding nothing only in `default` or `kube-system`
+(pkg/apis/core/validation/events.go), so campaign Events go to `default`.
+
+Deduplication: like client-go's events broadcaster (tools/events/event_broadcaster.go), an Event
+isomorphic to one written in the last 6 minutes (same regarding, reason, type, action, reporting
+controller and instance; metalflow adds the note, so two different intervention reasons are two
+Events) is not written again: its `series` (`count`, `lastObservedTime`) is patched, at most once
+per `SERIES_PATCH_SECONDS` per series (the counts in between are folded into the next patch). A
+wait that is stuck and re-entered every few seconds costs one patch per 30 s, not an Event each.
+
+Guarantees: at most once per phase change (not on replay; a retried workflow task is recognised
+by run, phase and history length), best effort: the queue holds `QUEUE_SIZE` changes (client-go's
+`maxQueuedEvents`) and drops beyond; a write that fails is tried `WRITE_ATTEMPTS` times with a
+short pause, then dropped and counted; a worker that dies loses what it had queued. Emitting
+never fails or slows an operation: the workflow's only cost is a thread-safe hand-off, and
+every write has a 5 s limit on a thread of its own.
+
+Cost per host operation (a reprovision with one power cycle): 3 Events (started, power cycle,
+ended), each one `create` RPC to the API server, plus one `get` of the DPUNode per host at most
+every `UID_TTL_SECONDS` (its uid, which `kubectl describe` matches on); 0 history events, 0
+activities. An operation that waits for an operator adds one Event per distinct reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from contracts import events, names
+from contracts.events import PhaseChange
+from contracts.models.dpf import DPF_VERSION, PROVISIONING_GROUP
+from contracts.models.grove import GROVE_GROUP, GROVE_VERSION
+from drivers.kube_events import EventWriter
+from drivers.settings import Settings
+
+log = logging.getLogger(__name__)
+
+REPORTING_CONTROLLER = "metalflow"
+QUEUE_SIZE = 1000
+SERIES_FINISH_SECONDS = 6 * 60.0  # client-go's finishTime
+SERIES_PATCH_SECONDS = 30.0
+SWEEP_SECONDS = 5.0
+SERIES_KEPT = 10_000
+SEEN_KEPT = 4096
+UID_TTL_SECONDS = 300.0
+WRITE_ATTEMPTS = 3
+NOTE_LIMIT = 1024
+CAMPAIGN_NAMESPACE = "default"
+
+OPERATION_WORKFLOWS = {"HostOperationWorkflow", "FirmwareWorkflow", "HostRemovalWorkflow"}
+ENDINGS = {
+    "completed": ("OperationSucceeded", "Normal"),
+    "done": ("OperationSucceeded", "Normal"),
+    "rebooted": ("OperationSucceeded", "Normal"),
+    "failed": ("OperationFailed", "Warning"),
+    "aborted": ("OperationAborted", "Warning"),
+    "cancelled": ("OperationAborted", "Warning"),
+}
+ACTIONS = {
+    names.PROVISION: "Provision",
+    names.REPROVISION: "Reprovision",
+    names.FIRMWARE: "Firmware",
+    names.REBOOT: "Reboot",
+    names.REMOVE: "Remove",
+    names.MONITOR: "Monitor",
+    names.ROLLOUT: "Rollout",
+    names.CAMPAIGN_OPERATION: "Campaign",
+}
+
+
+@dataclass(frozen=True)
+class Regarding:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """What one phase change reports: an Event before its name, uid and times."""
+
+    namespace: str
+    reason: str
+    type: str
+    action: str
+    note: str
+    regarding: Regarding | None
+    host_id: str | None = None
+
+
+def host_of(change: PhaseChange) -> str | None:
+    """The host a workflow is about: its `HostId`, else read from its id (`host/<id>`,
+    `reprovision/<id>`, `reboot/<id>/generation-<n>`, `monitor/host-<id>`)."""
+    if change.host_id:
+        return change.host_id
+    parts = change.workflow_id.split("/")
+    if len(parts) < 2:
+        return None
+    if parts[0] == names.MONITOR:
+        return parts[1].removeprefix("host-")
+    if parts[0] in (
+        names.HOST,
+        names.PROVISION,
+        names.REPROVISION,
+        names.FIRMWARE,
+        names.REMOVE,
+        names.REBOOT,
+    ):
+        return parts[1]
+    return None
+
+
+def _operation(change: PhaseChange) -> str:
+    return change.operation or change.workflow_id.split("/", 1)[0]
+
+
+def describe(change: PhaseChange, dpf_namespace: str, parent_is_operation: bool = False) -> EventSpec | None:
+    """The Event a phase change reports (the table of the module docstring), or None."""
+    kind, phase = change.workflow_type, change.phase
+    reason: tuple[str, str] | None = None
+    action = ACTIONS.get(_operation(change), "Operate")
+    if kind == "HostWorkflow":
+        if phase.startswith("running "):
+            reason, action = (
+                ("OperationStarted", "Normal"),
+                ACTIONS.get(phase.removeprefix("running "), action),
+            )
+        elif phase == "awaiting-approval":
+            reason, action = ("NeedsApproval", "Normal"), "Approve"
+    elif kind == "HostRebootWorkflow":
+        if phase == "powering":
+            reason, action = ("PowerCycleIssued", "Normal"), "PowerCycle"
+        elif phase == "waiting-for-manual-reboot":
+            reason, action = ("ManualRebootRequired", "Warning"), "PowerCycle"
+        elif phase in ENDINGS and not parent_is_operation:
+            reason = ENDINGS[phase]
+    elif kind in OPERATION_WORKFLOWS:
+        if phase == "manual-intervention-required":
+            reason = ("ManualInterventionRequired", "Warning")
+        elif phase in ENDINGS:
+            reason = ENDINGS[phase]
+    elif kind == "HostMonitorWorkflow":
+        if phase == "host-out-of-pool" and change.details.startswith("critical DPU services down"):
+            reason = ("DPUOutOfPool", "Warning")
+        elif phase == "watching" and change.details == "every DPU's services are up":
+            reason = ("DPUBackInPool", "Normal")
+    elif kind == "CampaignWorkflow" and phase == "halted":
+        reason = ("CampaignHalted", "Warning")
+    elif kind == "RolloutWorkflow" and phase == "paused":
+        reason = ("RolloutPaused", "Warning")
+    if reason is None:
+        return None
+    note = f"{change.details} ({change.workflow_id})"
+    if len(note) > NOTE_LIMIT:
+        note = note[: NOTE_LIMIT - 1] + "…"
+    if kind == "RolloutWorkflow":
+        parts = change.workflow_id.split("/")
+        if len(parts) < 3:
+            return None
+        regarding = Regarding(f"{GROVE_GROUP}/{GROVE_VERSION}", "PodCliqueSet", parts[1], parts[2])
+        return EventSpec(parts[1], reason[0], reason[1], action, note, regarding)
+    if kind == "CampaignWorkflow":
+        return EventSpec(CAMPAIGN_NAMESPACE, reason[0], reason[1], action, note, None)
+    host_id = host_of(change)
+    if host_id is None:
+        return None
+    node = Regarding(f"{PROVISIONING_GROUP}/{DPF_VERSION}", "DPUNode", dpf_namespace, f"node-{host_id}")
+    return EventSpec(dpf_namespace, reason[0], reason[1], action, note, node, host_id)
+
+
+def micro_time(when: datetime) -> str:
+    """A `MicroTime` as the API writes it: RFC 3339 with microseconds, UTC."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+_INVALID = re.compile(r"[^a-z0-9.-]+")
+
+
+def event_name(spec: EventSpec, now_ns: int) -> str:
+    """`<regarding name>.<hex nanoseconds>`, as client-go names Events (a DNS subdomain)."""
+    base = spec.regarding.name if spec.regarding else f"metalflow-{spec.reason.lower()}"
+    base = _INVALID.sub("-", base.lower()).strip(".-")[:200] or "metalflow"
+    return f"{base}.{now_ns:x}"
+
+
+@dataclass
+class _Series:
+    namespace: str
+    name: str
+    count: int = 1
+    last_observed: datetime = field(default_factory=lambda: datetime.now(UTC))
+    patched_count: int = 1
+    patched_at: float = 0.0
+
+
+@dataclass
+class Stats:
+    """What the emitter did since start (shown on /metrics as `metalflow_events_total`)."""
+
+    created: int = 0
+    series_patched: int = 0
+    deduplicated: int = 0
+    dropped: int = 0
+    failed: int = 0
+
+    def as_labels(self) -> dict[str, int]:
+        return {
+            "created": self.created,
+            "series_patched": self.series_patched,
+            "deduplicated": self.deduplicated,
+            "dropped": self.dropped,
+            "failed": self.failed,
+        }
+
+
+class Emitter:
+    """The worker's Event writer: queue, deduplication, series, bounded writes."""
+
+    def __init__(self, settings: Settings, writer: EventWriter | None = None) -> None:
+        self.settings = settings
+        self.writer = writer or EventWriter(settings)
+        self.instance = f"{REPORTING_CONTROLLER}-{socket.gethostname()}"[:128]
+        self.stats = Stats()
+        self._queue: asyncio.Queue[PhaseChange] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._seen: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+        self._series: OrderedDict[tuple[Any, ...], _Series] = OrderedDict()
+        self._uids: dict[tuple[str, str, str], tuple[str | None, float]] = {}
+        self._pending = 0
+
+    # -- the hand-off (any thread) ----------------------------------------------------------------
+    def offer(self, change: PhaseChange) -> None:
+        """Queue a phase change; called on the workflow's thread. Never blocks, never raises."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(self._put, change)
+        except RuntimeError:  # the loop is closing
+            return
+
+    def _put(self, change: PhaseChange) -> None:
+        assert self._queue is not None
+        try:
+            self._queue.put_nowait(change)
+        except asyncio.QueueFull:
+            self.stats.dropped += 1
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Install the feed and start the background tasks (on the worker's loop)."""
+        self._loop = asyncio.get_running_loop()
+        self._queue = asyncio.Queue(QUEUE_SIZE)
+        self._tasks = [
+            asyncio.create_task(self._drain(), name="metalflow-events"),
+            asyncio.create_task(self._sweep(), name="metalflow-event-series"),
+        ]
+        events.install(self.offer)
+        log.info(
+            "Kubernetes Events on: reportingController %s, instance %s", REPORTING_CONTROLLER, self.instance
+        )
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Stop the feed, write what is queued for up to `grace` seconds, then give up on the rest."""
+        events.install(None)
+        if self._queue is not None and self._tasks:
+            try:
+                await asyncio.wait_for(self._queue.join(), grace)
+            except TimeoutError:
+                pass
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        await self._flush_series(force=True, grace=grace)
+        self.writer.close()
+
+    # -- the background work -------------------------------------------------------------------
+    async def _drain(self) -> None:
+        assert self._queue is not None
+        while True:
+            change = await self._queue.get()
+            try:
+                await self.record(change)
+            except Exception as err:  # noqa: BLE001 - an Event must never stop the emitter
+                self.stats.failed += 1
+                log.warning("could not write the Event for %s %s: %s", change.workflow_id, change.phase, err)
+            finally:
+                self._queue.task_done()
+
+    async def record(self, change: PhaseChange) -> None:
+        """Turn one phase change into an Event (or a series patch, or nothing)."""
+        if change.key in self._seen:
+            return
+        self._seen[change.key] = None
+        while len(self._seen) > SEEN_KEPT:
+            self._seen.popitem(last=False)
+        spec = describe(change, self.settings.dpf_namespace, _inside_operation(change))
+        if spec is None:
+            return
+        await self.emit(spec, change.at)
+
+    async def emit(self, spec: EventSpec, at: datetime) -> None:
+        """Write `spec` as a new Event, or count it into the series of an isomorphic one."""
+        key = (spec.namespace, spec.regarding, spec.reason, spec.type, spec.action, spec.note)
+        now = time.monotonic()
+        series = self._series.get(key)
+        if series is not None and (at - series.last_observed).total_seconds() < SERIES_FINISH_SECONDS:
+            series.count += 1
+            series.last_observed = at
+            self._series.move_to_end(key)
+            self.stats.deduplicated += 1
+            if now - series.patched_at >= SERIES_PATCH_SECONDS:
+                await self._patch_series(series, now)
+            return
+        uid = await self._uid(spec)
+        body = self.body(spec, at, uid)
+        created = await self._write(lambda: self.writer.create(spec.namespace, body))
+        if created is None:
+            return
+        self.stats.created += 1
+        self._series[key] = _Series(spec.namespace, body["metadata"]["name"], 1, at, 1, now)
+        while len(self._series) > SERIES_KEPT:
+            self._series.popitem(last=False)
+
+    def body(self, spec: EventSpec, at: datetime, uid: str | None) -> dict[str, Any]:
+        """The events.k8s.io/v1 Event of `spec`."""
+        body: dict[str, Any] = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {"name": event_name(spec, time.time_ns()), "namespace": spec.namespace},
+            "eventTime": micro_time(at),
+            "reportingController": REPORTING_CONTROLLER,
+            "reportingInstance": self.instance,
+            "action": spec.action,
+            "reason": spec.reason,
+            "type": spec.type,
+            "note": spec.note,
+        }
+        if spec.regarding is not None:
+            regarding = {
+                "apiVersion": spec.regarding.api_version,
+                "kind": spec.regarding.kind,
+                "namespace": spec.regarding.namespace,
+                "name": spec.regarding.name,
+            }
+            if uid:
+                regarding["uid"] = uid
+            body["regarding"] = regarding
+        return body
+
+    async def _uid(self, spec: EventSpec) -> str | None:
+        regarding = spec.regarding
+        if regarding is None:
+            return None
+        key = (regarding.kind, regarding.namespace, regarding.name)
+        cached = self._uids.get(key)
+        if cached is not None and time.monotonic() - cached[1] < UID_TTL_SECONDS and cached[0]:
+            return cached[0]
+        try:
+            if regarding.kind == "PodCliqueSet":
+                uid = await self.writer.uid_of_podcliqueset(regarding.namespace, regarding.name)
+            else:
+                uid = await self.writer.uid_of_node(
+                    spec.host_id or regarding.name, regarding.namespace, regarding.name
+                )
+        except Exception as err:  # noqa: BLE001 - the Event still goes out, found by name
+            log.debug("no uid for %s %s: %s", regarding.kind, regarding.name, err)
+            uid = None
+        if len(self._uids) > SERIES_KEPT:
+            self._uids.clear()
+        self._uids[key] = (uid, time.monotonic())
+        return uid
+
+    async def _write(self, call: Any) -> Any:
+        for attempt in range(WRITE_ATTEMPTS):
+            try:
+                return await call()
+            except Exception as err:  # noqa: BLE001 - best effort: counted and logged
+                if attempt + 1 == WRITE_ATTEMPTS:
+                    self.stats.failed += 1
+                    log.warning("Kubernetes Event not written after %d attempts: %s", WRITE_ATTEMPTS, err)
+                    return None
+                await asyncio.sleep(0.5 * (attempt + 1))
+        return None
+
+    async def _patch_series(self, series: _Series, now: float) -> None:
+        patch = {"series": {"count": series.count, "lastObservedTime": micro_time(series.last_observed)}}
+        series.patched_at, series.patched_count = now, series.count
+        if await self._write(lambda: self.writer.patch(series.namespace, series.name, patch)) is not None:
+            self.stats.series_patched += 1
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            await self._flush_series()
+
+    async def _flush_series(self, *, force: bool = False, grace: float = 5.0) -> None:
+        """Patch series with counts not yet written (when due, or all with `force`); forget
+        series that ended (nothing isomorphic for `SERIES_FINISH_SECONDS`)."""
+        now, wall = time.monotonic(), datetime.now(UTC)
+        deadline = now + grace
+        for key, series in list(self._series.items()):
+            if time.monotonic() > deadline and force:
+                break
+            if series.count != series.patched_count and (
+                force or now - series.patched_at >= SERIES_PATCH_SECONDS
+            ):
+                await self._patch_series(series, now)
+            if (wall - series.last_observed).total_seconds() >= SERIES_FINISH_SECONDS:
+                self._series.pop(key, None)
+
+
+def _inside_operation(change: PhaseChange) -> bool:
+    """A reboot run by an operation (its id's owner is not the host entity): see `describe`."""
+    return change.parent_workflow_id is not None and not change.parent_workflow_id.startswith(
+        f"{names.HOST}/"
+    )

@@ -1,0 +1,186 @@
+"""Traces end to end: the dev stack's worker exports OTLP (http/protobuf) to a receiver in this test,
+which decodes the real protobuf (opentelemetry-proto); a campaign over two hosts is traced from
+the campaign down to each Redfish and Kubernetes request, asserted by parent links, and no span
+attribute holds a secret (a BMC password, the Kubernetes bearer token)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from test_prometheus_e2e import METALFLOW, _ready
+
+from metalflow.runtime.ports import free_port
+
+pytestmark = pytest.mark.slow
+HOSTS = ("host-001", "host-002")
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: POST /v1/traces, protobuf in, protobuf out."""
+
+    def __init__(self) -> None:
+        self.spans: dict[bytes, Any] = {}
+
+    async def export(self, request: web.Request) -> web.Response:
+        message = ExportTraceServiceRequest()
+        message.ParseFromString(await request.read())
+        for resource in message.resource_spans:
+            for scope in resource.scope_spans:
+                for span in scope.spans:
+                    self.spans[span.span_id] = span
+        return web.Response(
+            body=ExportTraceServiceResponse().SerializeToString(), content_type="application/x-protobuf"
+        )
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[Receiver, int]]:
+    found = Receiver()
+    app = web.Application()
+    app.router.add_post("/v1/traces", found.export)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield found, port
+    finally:
+        await runner.cleanup()
+
+
+def _attributes(span: Any) -> dict[str, Any]:
+    out = {}
+    for kv in span.attributes:
+        value = kv.value
+        out[kv.key] = getattr(value, value.WhichOneof("value")) if value.WhichOneof("value") else None
+    return out
+
+
+def _ancestors(span: Any, spans: dict[bytes, Any]) -> list[Any]:
+    chain = []
+    while span.parent_span_id and span.parent_span_id in spans:
+        span = spans[span.parent_span_id]
+        chain.append(span)
+    return chain
+
+
+async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
+    receiver: tuple[Receiver, int], tmp_path: Path
+) -> None:
+    found, otlp = receiver
+    state, metrics = tmp_path / "state", free_port()
+    ports = sorted({free_port() for _ in range(8)} - {metrics})[:3]  # four different ports
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "OTEL_"))}
+    worker_env = {
+        **env, "METALFLOW_METRICS_ADDRESS": f"127.0.0.1:{metrics}", "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp}",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+    }  # fmt: skip
+    dev = subprocess.Popen(
+        [METALFLOW, "dev", "--no-demo", "--state-dir", str(state), "--port", str(ports[0]), "--ui-port",
+         str(ports[1]), "--sim-port", str(ports[2]), "--hosts", "2", "--timings", "zero", "--initialised"],
+        env=worker_env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "dev.log").open("wb"),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not _ready(metrics):
+            assert dev.poll() is None and time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
+            await _sleep(0.5)
+        # The operator's command traces too: its start of the campaign is the trace's root.
+        cli_env = {**worker_env, "TEMPORAL_CONFIG_FILE": str(state / "temporal.toml")}
+        started = subprocess.run(
+            [METALFLOW, "campaign", "start", "traced", "--hosts", ",".join(HOSTS), "--reprovision",
+             "--canary", "0", "--batch-size", "2", "--max-in-flight", "2", "--power-down-wait", "0",
+             "--wait"],
+            env=cli_env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert started.returncode == 0, started.stdout + started.stderr
+        secrets = _secrets(state)  # while the stack runs (it removes sim.json on exit)
+        deadline = time.monotonic() + 30
+        while not _complete(found.spans):
+            assert time.monotonic() < deadline, (
+                f"the operations' spans are not there: {sorted({s.name for s in found.spans.values()})}"
+            )
+            await _sleep(0.5)
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        dev.wait(timeout=60)
+
+    spans = found.spans
+    by_name: dict[str, list[Any]] = {}
+    for span in spans.values():
+        by_name.setdefault(span.name, []).append(span)
+    start = by_name["StartWorkflow:CampaignWorkflow"]
+    assert len(start) == 1 and not start[0].parent_span_id  # the operator's command is the root
+    campaign = start[0]
+    for host in HOSTS:
+        operation = next(
+            s for s in by_name["RunWorkflow:HostOperationWorkflow"]
+            if _attributes(s).get("temporalWorkflowID") == f"reprovision/{host}"
+        )  # fmt: skip
+        # Linked to the campaign: the same trace, the campaign's run among its ancestors.
+        assert operation.trace_id == campaign.trace_id
+        chain = _ancestors(operation, spans)
+        assert chain[-1].span_id == campaign.span_id, [a.name for a in chain]
+        # The campaign asks each host's entity (an activity, an update-with-start), which starts
+        # the operation as its child: StartWorkflow:CampaignWorkflow > StartActivity and
+        # RunActivity:request_campaign_hosts > StartUpdateWithStartWorkflow:HostWorkflow >
+        # StartChildWorkflow:HostOperationWorkflow > RunWorkflow:HostOperationWorkflow.
+        assert [a.name for a in reversed(chain)] == [
+            "StartWorkflow:CampaignWorkflow", "StartActivity:request_campaign_hosts",
+            "RunActivity:request_campaign_hosts", "StartUpdateWithStartWorkflow:HostWorkflow",
+            "StartChildWorkflow:HostOperationWorkflow",
+        ]  # fmt: skip
+        # The operation's spans hang under its start (the workflow's context comes from its headers).
+        root = spans[operation.parent_span_id]
+        under = [s for s in spans.values() if root.span_id in {a.span_id for a in _ancestors(s, spans)}]
+        activities = [s for s in under if s.name.startswith("RunActivity:")]
+        assert {"RunActivity:reprovision_dpu", "RunActivity:power_cycle_host"} <= {s.name for s in activities}
+        requests = [s for s in under if s.name.startswith("HTTP ")]
+        for request in requests:  # each request's parent is the activity that sent it
+            assert spans[request.parent_span_id].name.startswith(("RunActivity:", "HTTP "))
+        urls = [str(_attributes(r)["url.full"]) for r in requests]
+        assert any("/redfish/v1/" in u for u in urls), urls  # the power cycle's Redfish requests
+        assert any("/apis/provisioning.dpu.nvidia.com/" in u for u in urls), urls  # DPF through Kubernetes
+        answered = [r for r in requests if "error.type" not in _attributes(r)]
+        assert answered and all(_attributes(r).get("http.response.status_code") for r in answered)
+
+    assert secrets, "no secret found to look for"
+    for span in spans.values():
+        for key, value in _attributes(span).items():
+            assert not any(secret in str(value) for secret in secrets), f"{span.name}: {key} holds a secret"
+    print(f"{len(spans)} spans, {sum(1 for s in spans.values() if s.name.startswith('HTTP '))} HTTP requests")
+
+
+def _complete(spans: dict[bytes, Any]) -> bool:
+    runs = [s for s in spans.values() if s.name == "RunWorkflow:HostOperationWorkflow"]
+    return len(runs) >= len(HOSTS) and any(s.name == "StartWorkflow:CampaignWorkflow" for s in spans.values())
+
+
+def _secrets(state: Path) -> list[str]:
+    sim = json.loads((state / "sim.json").read_text())
+    kubeconfig = yaml.safe_load(Path(sim["kubeconfig"]).read_text())
+    found = [kubeconfig["users"][0]["user"]["token"]]
+    for path in Path(sim["site"]).parent.glob("credentials/*.json"):
+        found.append(json.loads(path.read_text())["password"])
+    return [s for s in found if s]
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
