@@ -66,9 +66,10 @@ from contracts.validation import (
     terminal_safe,
 )
 from contracts.wording import iso_z
-from metalflow.cli import host_decide, host_list, host_monitor
+from metalflow.cli import connection, host_decide, host_list, host_monitor
+from metalflow.cli.connection import connect_to
 from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
-from metalflow.client import TemporalConfigError, connect, load_connect_config, temporal_lost
+from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
     HostRequestError,
@@ -334,6 +335,7 @@ def _runner(
         # the worker notes; the command is done here, so skip the teardown and keep its status.
         os._exit(status)
 
+    handle.talks_to_temporal = True  # type: ignore[attr-defined]  # gets --address, --namespace
     return handle
 
 
@@ -353,17 +355,18 @@ async def _connected(
         except InventoryUnavailable as err:
             return _fail(str(err), EXIT_USAGE)
     try:
-        address = load_connect_config().get("target_host", "?")
+        target = connection.resolve(args)
     except TemporalConfigError as err:  # names the file; a TOML error quotes no value
         return _fail(str(err), EXIT_USAGE)
     except Exception as err:  # a broken config file: say which setting, never its secrets
         return _fail(f"cannot read the Temporal client configuration: {type(err).__name__}", EXIT_USAGE)
+    address = target.address
     try:
-        client = await connect()
+        client = await connect_to(target)
     except Exception as err:
         return _fail(
             f"cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
-            "or set TEMPORAL_ADDRESS (or TEMPORAL_CONFIG_FILE) to your cluster",
+            "or give --address (or set TEMPORAL_ADDRESS or TEMPORAL_CONFIG_FILE) for your cluster",
             EXIT_USAGE,
         )
     try:

@@ -33,7 +33,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow.client import connect, temporal_lost
+from metalflow.cli import connection
+from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -83,16 +84,23 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
         sys.stderr.flush()
         os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
 
+    handle.talks_to_temporal = True  # type: ignore[attr-defined]  # gets --address, --namespace
     return handle
 
 
 async def _connected(action: Action, args: argparse.Namespace) -> int:
     try:
-        client = await connect()
+        target = connection.resolve(args)
+    except TemporalConfigError as err:  # names the file; a TOML error quotes no value
+        return fail(str(err), EXIT_USAGE)
+    except Exception as err:  # a broken config file: say which setting, never its secrets
+        return fail(f"cannot read the Temporal client configuration: {type(err).__name__}", EXIT_USAGE)
+    try:
+        client = await connection.connect_to(target)
     except Exception as err:
         return fail(
-            f"cannot reach Temporal ({type(err).__name__}); start it with `metalflow dev`, "
-            "or set TEMPORAL_ADDRESS",
+            f"cannot reach Temporal at {target.address} ({type(err).__name__}); start it with "
+            "`metalflow dev`, or give --address (or set TEMPORAL_ADDRESS)",
             EXIT_USAGE,
         )
     try:

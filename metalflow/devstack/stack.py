@@ -22,6 +22,7 @@ from temporalio.client import Client
 from contracts import names
 from metalflow.binaries import temporal_cli
 from metalflow.client import connect
+from metalflow.devstack.claim import CLIENT_CONFIG_FILE
 from metalflow.devstack.private import private_state_dir, write_private
 from metalflow.devstack.process import ManagedProcess
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions, read_sim_info, simulator_process
@@ -32,7 +33,6 @@ from metalflow.runtime.versioning import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV
 HOST = "127.0.0.1"
 SERVER_READY_TIMEOUT = 90.0
 WORKER_READY_TIMEOUT = 60.0
-CLIENT_CONFIG_FILE = "temporal.toml"
 WORKER_NAME = "metalflow worker"
 WORKER_RESTARTS = 5  # more exits than this within the window: the worker is broken, stop
 WORKER_RESTART_WINDOW = 120.0
