@@ -77,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
         TargetKind,
     )
     from contracts.models.dpf import DeploymentBFBInput, DeploymentFlavorInput
+    from contracts.wording import iso_z
     from workflows import campaign_plan as plan
     from workflows import common
     from workflows.campaign_control import (
@@ -183,10 +184,10 @@ class CampaignWorkflow(CampaignProgress):
         if self._paused_by is not None:
             return PAUSED, f"by {self._paused_by}; {len(self._in_flight)} in flight"
         if self._soak_until is not None and now < self._soak_until:
-            return SOAKING, f"batch {self._batch} starts at {self._soak_until.isoformat()}"
+            return SOAKING, f"batch {self._batch} starts at {iso_z(self._soak_until)}"
         if not plan.window_open(self._input.windows, now):
             opens = plan.next_window_open(self._input.windows, now)
-            return OUTSIDE_WINDOW, f"next window opens {opens.isoformat() if opens else 'never'}"
+            return OUTSIDE_WINDOW, f"next window opens {iso_z(opens, none='never')}"
         return None
 
     async def _start_hosts(self) -> bool:
@@ -213,7 +214,11 @@ class CampaignWorkflow(CampaignProgress):
         to_ask = [h for h in chosen if h.host_id not in at_target and h in self._pending]
         if to_ask:
             await self._request(to_ask)
-        return bool(at_target)
+        # Hosts that left the queue without going in flight (skipped, refused) wake nothing, as
+        # at-target ones do not: with nothing in flight and no alarm due, look again, or a round
+        # of only such hosts waits forever (for an operator's update).
+        stuck = bool(to_ask) and not self._in_flight and self._aborting is None and self._next_wake() is None
+        return bool(at_target) or stuck
 
     async def _at_target(self, hosts: list[CampaignHost]) -> set[str]:
         kind = self._input.target.kind
