@@ -40,7 +40,11 @@ class TimedOperation:
         await workflow.sleep(timedelta(minutes=OPERATION_MINUTES))
         if "fail" in request.host_id:
             raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+        now = workflow.now().isoformat()
+        return {  # a whole HostOperationResult: the entity decodes its child's result as one
+            "host_id": request.host_id, "operation": request.kind.value, "dpu_ids": [], "reboots": 1,
+            "boot_generation": request.boot_generation + 1, "started_at": now, "finished_at": now,
+        }  # fmt: skip
 
 
 @workflow.defn(name="HostOperationWorkflow")

@@ -30,8 +30,9 @@ from typing import Any
 from temporalio.client import Client
 
 from drivers.statedir import find_state_dir
-from metalflow.client import connect_with, load_connect_config
+from metalflow.client import TemporalConfigError, connect_with, load_connect_config
 from metalflow.devstack.claim import running_stack
+from metalflow.runtime.telemetry import TelemetryConfigError, Tracing, setup_tracing
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _HOST = re.compile(r"[A-Za-z0-9.\-\[\]:]+")
@@ -124,6 +125,25 @@ def resolve(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> T
     return Target(config, source)
 
 
+_TRACING: list[Tracing] = []
+
+
 async def connect_to(target: Target) -> Client:
-    """A client of `target`, with metalflow's converter (and tracing when OTEL_* asks for it)."""
-    return await connect_with(target.config)
+    """A client of `target`, with metalflow's converter, traced when OTEL_TRACES_EXPORTER asks
+    (the command's start, update and query spans are then the parents of the workflow's).
+
+    Raises:
+        TemporalConfigError: The OTEL_* settings ask for an exporter metalflow cannot provide.
+    """
+    try:
+        tracing = setup_tracing()
+    except TelemetryConfigError as err:
+        raise TemporalConfigError(str(err)) from None
+    _TRACING.append(tracing)
+    return await connect_with(target.config, interceptors=tracing.interceptors)
+
+
+def flush_tracing() -> None:
+    """Export the command's spans before it ends (the commands end with `os._exit`)."""
+    while _TRACING:
+        _TRACING.pop().shutdown()

@@ -80,6 +80,7 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
 
     def handle(args: argparse.Namespace) -> int:
         status = asyncio.run(_connected(action, args))
+        connection.flush_tracing()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
@@ -97,6 +98,8 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
         return fail(f"cannot read the Temporal client configuration: {type(err).__name__}", EXIT_USAGE)
     try:
         client = await connection.connect_to(target)
+    except TemporalConfigError as err:  # the tracing settings
+        return fail(str(err), EXIT_USAGE)
     except Exception as err:
         return fail(
             f"cannot reach Temporal at {target.address} ({type(err).__name__}); start it with "
@@ -128,6 +131,41 @@ async def query(
             raise CommandError(f"no {what} {handle.id}") from None
         raise
     return result
+
+
+_ENDED_BADLY = {
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.TERMINATED: "was terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed out",
+    WorkflowExecutionStatus.CANCELED: "was cancelled",
+}
+
+
+async def ended_badly(client: Client, workflow_id: str, what: str) -> str | None:
+    """How the workflow's latest run ended when it did not complete (`<id> failed: <why>`,
+    `<id> was terminated: <reason>`, `timed out`, `was cancelled`); None while it runs or once it
+    completed. A status command says this and exits 1 rather than show the last status as if
+    the run were still in progress.
+
+    Raises:
+        CommandError: No such workflow (`no <what> <id>`).
+    """
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise CommandError(f"no {what} {workflow_id}") from None
+        raise
+    word = _ENDED_BADLY.get(described.status) if described.status is not None else None
+    if word is None:
+        return None
+    try:  # exactly that run's end, not a later run's
+        await client.get_workflow_handle(workflow_id, run_id=described.run_id).result(follow_runs=False)
+    except WorkflowFailureError as err:
+        reason = root_cause(err) or "no reason given"
+    else:  # a race: it was reset and completed meanwhile
+        return None
+    return f"{workflow_id} {word}: {reason}"
 
 
 async def until_past(
