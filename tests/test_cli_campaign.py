@@ -189,6 +189,10 @@ async def test_a_round_of_only_skipped_hosts_ends_and_status_names_the_hosts(
         aborted = await metalflow(local_env, "campaign", "abort", "cmpe-approval", "--cancel-running")
         assert aborted.status == 0, aborted.stderr
         assert (await _until_done(client, "cmpe-approval"))["phase"] == "aborted"
+        # Item 10: its alarm is labelled in the UI's timeline with what it waits for (it read `1 (10m)`).
+        history = await client.get_workflow_handle("campaign/cmpe-approval").fetch_history()
+        timers = [e for e in history.events if e.HasField("timer_started_event_attributes")]
+        assert timers and all(b"look again at" in e.user_metadata.summary.data for e in timers), timers
     finally:
         released = await metalflow(local_env, "host", "release", host, "inst-29", "--task-queue", queue)
     assert released.status == 0, released.stderr

@@ -77,7 +77,7 @@ with workflow.unsafe.imports_passed_through():
         TargetKind,
     )
     from contracts.models.dpf import DeploymentBFBInput, DeploymentFlavorInput
-    from contracts.wording import iso_z
+    from contracts.wording import iso_z, plural
     from workflows import campaign_plan as plan
     from workflows import common
     from workflows.campaign_control import (
@@ -232,7 +232,9 @@ class CampaignWorkflow(CampaignProgress):
         checked = await workflow.execute_activity(
             activity_api.check_campaign_hosts,
             CheckHostsInput(target=self._input.target, host_ids=tuple(h.host_id for h in hosts)),
-            **common.options(preset, f"check {len(hosts)} hosts against {self._input.target.describe()}"),
+            **common.options(
+                preset, f"check {plural(len(hosts), 'host')} against {self._input.target.describe()}"
+            ),
         )
         return set(checked.at_target)
 
@@ -287,7 +289,8 @@ class CampaignWorkflow(CampaignProgress):
     async def _ask_entities(self, requests: HostRequestsInput) -> HostRequestsResult:
         """The request activity; an abort cancels it, so the campaign stops asking at once
         (within a heartbeat) instead of after every host of the round was asked."""
-        summary = f"ask {len(requests.requests)} hosts' entities for {self._input.target.describe()}"
+        asked = plural(len(requests.requests), "host")
+        summary = f"ask the entities of {asked} for {self._input.target.describe()}"
         if not workflow.patched(PROMPT_ABORT_PATCH):
             return await workflow.execute_activity(
                 activity_api.request_campaign_hosts, requests, **common.options(REQUESTS, summary)
@@ -380,7 +383,9 @@ class CampaignWorkflow(CampaignProgress):
         self._alarm = None
         if when is not None:
             delay = max((when - workflow.now()).total_seconds(), 1.0)
-            self._alarm = asyncio.create_task(workflow.sleep(delay))
+            # Labelled in the UI's timeline (it read `1 (10m)`): what the campaign wakes for.
+            summary = f"campaign {self._name}: look again at {iso_z(when)} (soak, window, retry or sweep)"
+            self._alarm = asyncio.create_task(workflow.sleep(delay, summary=summary))
 
     async def _sweep(self) -> None:
         """Read the in-flight hosts' entities: an operation that ended without a signal is seen."""

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorAnswer,
         OperatorRequest,
     )
+    from contracts.wording import plural
 
 SELECTING = "selecting"
 POINTING = "pointing-deployment"
@@ -89,7 +90,9 @@ class CampaignControl:
         self._paused_by = request.requested_by
         self._poked = True
         return OperatorAnswer(
-            accepted=True, message=f"paused: no new host starts; {len(self._in_flight)} in flight finish"
+            accepted=True,
+            message=f"paused: no new host starts; {plural(len(self._in_flight), 'host')} in flight "
+            + ("finishes" if len(self._in_flight) == 1 else "finish"),
         )
 
     @pause.validator

@@ -105,7 +105,7 @@ with workflow.unsafe.imports_passed_through():
         RebootMethod,
     )
     from contracts.models.inventory import HostInventory, HostLookup
-    from contracts.wording import plural
+    from contracts.wording import duration, plural
     from workflows import dpf_barrier as barrier
     from workflows import kernel
     from workflows.dpf_watch import DPFWatch
@@ -463,7 +463,8 @@ class HostOperationWorkflow(kernel.Abortable):
             if await self.wait(
                 self._changed_since(seen),
                 timeout=timeout,
-                timeout_summary=f"{self.phase}: no DPF change for {timeout:g} s: ask for manual intervention",
+                # A bound, not an event: most of these timers are cancelled by the next DPF change.
+                timeout_summary=f"{self.phase}: up to {duration(timeout)} for a DPF change",
             ):
                 continue
             decision, _ = await self._intervene(
@@ -572,7 +573,7 @@ class HostOperationWorkflow(kernel.Abortable):
                 # The state after our removal has no annotation: one that appears is a new request.
                 lambda: self._dpu_marks() != marks_at_barrier or self._dpf_asks_for_reboot(),
                 timeout=seconds,
-                timeout_summary=f"{self.phase}: DPF silent {seconds:g} s after the reboot: power-cycle again",
+                timeout_summary=f"{self.phase}: up to {duration(seconds)} for DPF to move on after a reboot",
             ):
                 return
             if retries < self.policy.max_power_cycle_retries:
