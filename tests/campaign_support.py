@@ -55,7 +55,11 @@ class InstantOperation:
     async def run(self, request: HostOperationInput) -> dict[str, object]:
         if "fail" in request.host_id:
             raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
-        return {"host_id": request.host_id, "reboots": 1, "boot_generation": request.boot_generation + 1}
+        now = workflow.now().isoformat()
+        return {  # a whole HostOperationResult: the entity decodes its child's result as one
+            "host_id": request.host_id, "operation": request.kind.value, "dpu_ids": [], "reboots": 1,
+            "boot_generation": request.boot_generation + 1, "started_at": now, "finished_at": now,
+        }  # fmt: skip
 
 
 OPERATOR_ANSWERED = "operator_answered"

@@ -191,7 +191,7 @@ async def _schedules(client: Client, args: argparse.Namespace) -> int:
                 last = ended
         print(
             f"{listed.id}\t{'paused' if state.paused else 'active'}\t"
-            f"next {iso_z(upcoming[0]) if upcoming else '-'}\tlast {last}\t{state.note}"
+            f"next {iso_z(upcoming[0]) if upcoming else '-'}\tlast {last}\t{state.note or ''}"
         )
     if not found:
         print("no campaign schedules")

@@ -29,6 +29,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
     WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
@@ -159,8 +160,16 @@ async def ended_badly(client: Client, workflow_id: str, what: str) -> str | None
     word = _ENDED_BADLY.get(described.status) if described.status is not None else None
     if word is None:
         return None
-    try:  # exactly that run's end, not a later run's
-        await client.get_workflow_handle(workflow_id, run_id=described.run_id).result(follow_runs=False)
+    run = client.get_workflow_handle(workflow_id, run_id=described.run_id)  # that run, not a later one
+    if described.status == WorkflowExecutionStatus.TERMINATED:  # the reason is in the close event only
+        async for event in run.fetch_history_events(
+            event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+        ):
+            if event.HasField("workflow_execution_terminated_event_attributes"):
+                reason = event.workflow_execution_terminated_event_attributes.reason
+                return f"{workflow_id} {word}: {reason or 'no reason given'}"
+    try:
+        await run.result(follow_runs=False)
     except WorkflowFailureError as err:
         reason = root_cause(err) or "no reason given"
     else:  # a race: it was reset and completed meanwhile
