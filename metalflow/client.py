@@ -104,6 +104,11 @@ async def connect(
     """
     config: dict[str, Any] = dict(load_connect_config(profile=profile, config_file=config_file, env=env))
     config.update(overrides)
+    return await connect_with(config, interceptors=interceptors)
+
+
+async def connect_with(config: Mapping[str, Any], *, interceptors: Sequence[Interceptor] = ()) -> Client:
+    """Connect with exactly `config` (`Client.connect` keyword arguments) and metalflow's converter."""
     return await Client.connect(
         data_converter=DATA_CONVERTER,  # the pydantic converter, built once (contracts/converter.py)
         interceptors=list(interceptors),

@@ -219,7 +219,10 @@ def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
     elif phases:
         parts.append(", ".join(f"{d.get('dpu_id')} {phase}" for d, phase in zip(dpus, phases, strict=True)))
     if "power_cycles_issued" in status:
-        parts.append(plural(int(status["power_cycles_issued"]), "power cycle"))
+        # Resets the BMC accepted; attempts (the BMC's refusals, the one in flight) apart.
+        cycles, attempts = int(status["power_cycles_issued"]), int(status.get("reboot_attempts") or 0)
+        shown = plural(cycles, "power cycle")
+        parts.append(shown + (f" ({plural(attempts, 'reboot attempt')})" if attempts > cycles else ""))
     if status.get("manual_intervention_reason"):
         parts.append(f"MANUAL INTERVENTION: {status['manual_intervention_reason']}")
     return "; ".join(parts)

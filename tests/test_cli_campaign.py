@@ -11,25 +11,37 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import UTC
+from datetime import UTC, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from sim_support import RunningSim, running_sim
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+    ScheduleState,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import SITE_FILE, Result, metalflow
 from test_firmware_support import site_file_with_prefix
 
 from contracts import names
-from contracts.models.campaign import CampaignStatus
+from contracts.models.campaign import CampaignInput, CampaignStatus, CampaignTarget, HostSelection, TargetKind
 from contracts.models.control import STATUS_QUERY
 from contracts.models.control import STATUS_QUERY as CAMPAIGN_STATUS
-from contracts.models.host import HostOperationStatus
+from contracts.models.grove import PCSRef, RolloutInput
+from contracts.models.host import HostOperationStatus, HostWorkflowInput
 from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles as count_cycles
 from metalflow.runtime.worker import build_worker
@@ -141,6 +153,112 @@ async def test_bad_requests_are_refused_and_touch_nothing(
     assert refused.status == 2, refused.stdout + refused.stderr
     assert message in refused.stderr
     assert all(power_cycles(sim, h) == 0 for h in HOSTS)
+    # Refused before it started (issue 29 item 3): no failed `campaign/bad` is left behind.
+    with pytest.raises(RPCError) as missing:
+        await local_env.client.get_workflow_handle("campaign/bad").describe()
+    assert missing.value.status == RPCStatusCode.NOT_FOUND
+
+
+async def test_a_round_of_only_skipped_hosts_ends_and_status_names_the_hosts(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Issue 29 item 1: a campaign whose round held only skipped hosts (here its assigned canary)
+    never ended: skipped hosts did not count as progress. Item 8: `status` said `0 in flight` while
+    the canary awaited approval, and named no host."""
+    host, client = HOSTS[0], local_env.client
+    assigned = await metalflow(local_env, "host", "assign", host, "inst-29", "--task-queue", queue)
+    assert assigned.status == 0, assigned.stderr
+    try:
+        skipped = await metalflow(
+            local_env, "campaign", "start", "cmpe-skipped", "--hosts", host, "--reprovision", *FAST,
+            "--wait", "--task-queue", queue,
+        )  # fmt: skip
+        assert skipped.status == 1, skipped.stdout + skipped.stderr  # not every host succeeded
+        assert "completed: 0 done, 0 already at target, 0 failed, 1 skipped of 1" in skipped.stdout
+        assert f"skipped {host}: instance assigned" in skipped.stdout
+        shown = await metalflow(local_env, "campaign", "status", "cmpe-skipped")
+        assert shown.status == 0 and f"1 skipped ({host}); batch" in shown.stdout, shown
+        waits = await metalflow(
+            local_env, "campaign", "start", "cmpe-approval", "--hosts", host, "--reprovision",
+            "--assigned", "wait-for-approval", *FAST, "--task-queue", queue,
+        )  # fmt: skip
+        assert waits.status == 0, waits.stderr
+        await _until(client, "cmpe-approval", lambda s: s["awaiting_approval"] == [host], "approval")
+        shown = await metalflow(local_env, "campaign", "status", "cmpe-approval")
+        assert f"0 in flight, 1 awaiting approval ({host}), 0 failed" in shown.stdout, shown
+        aborted = await metalflow(local_env, "campaign", "abort", "cmpe-approval", "--cancel-running")
+        assert aborted.status == 0, aborted.stderr
+        assert (await _until_done(client, "cmpe-approval"))["phase"] == "aborted"
+        # Item 10: its alarm is labelled in the UI's timeline with what it waits for (it read `1 (10m)`).
+        history = await client.get_workflow_handle("campaign/cmpe-approval").fetch_history()
+        timers = [e for e in history.events if e.HasField("timer_started_event_attributes")]
+        assert timers and all(b"look again at" in e.user_metadata.summary.data for e in timers), timers
+    finally:
+        released = await metalflow(local_env, "host", "release", host, "inst-29", "--task-queue", queue)
+    assert released.status == 0, released.stderr
+    assert power_cycles(sim, host) == 0
+
+
+async def test_status_of_a_failed_or_terminated_workflow_says_so_and_exits_1(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Issue 29 item 3: the status of a campaign that failed read `selecting 0/0` (exit 0); the
+    same for a terminated rollout or host entity, and a schedule whose last run failed."""
+    client, nobody = local_env.client, f"nobody-{uuid.uuid4()}"
+    bad_group = CampaignInput(
+        name="cmpe-nogroup", target=CampaignTarget(kind=TargetKind.REPROVISION),
+        selection=HostSelection(group="rack7"), requested_by="ops@dc",
+    )  # fmt: skip
+    # Started as a script would, not checked by the CLI: it fails in the workflow.
+    failed = await client.start_workflow(
+        "CampaignWorkflow", bad_group, id="campaign/cmpe-nogroup", task_queue=queue
+    )
+    with pytest.raises(WorkflowFailureError):
+        await failed.result()
+    shown = await metalflow(local_env, "campaign", "status", "cmpe-nogroup")
+    assert shown.status == 1, shown
+    assert "campaign/cmpe-nogroup failed: InvalidInput: group rack7 matches no host" in shown.stderr
+    rollout = await client.start_workflow(
+        "RolloutWorkflow",
+        RolloutInput(
+            pcs=PCSRef(namespace="default", name="cmpe-gone"), images={"a": "r.local/a:1"}, requested_by="t"
+        ),
+        id="rollout/default/cmpe-gone", task_queue=nobody,
+    )  # fmt: skip
+    await rollout.terminate(reason="terminated by the status test")
+    shown = await metalflow(local_env, "rollout", "status", "default/cmpe-gone")
+    assert shown.status == 1, shown
+    assert "rollout/default/cmpe-gone was terminated: terminated by the status test" in shown.stderr
+    entity = await client.start_workflow(
+        "HostWorkflow", HostWorkflowInput(host_id="cmpe-gone"), id="host/cmpe-gone", task_queue=nobody
+    )
+    await entity.terminate(reason="retired by the status test")
+    shown = await metalflow(local_env, "host", "status", "cmpe-gone")
+    assert shown.status == 1, shown
+    assert "host/cmpe-gone was terminated: retired by the status test" in shown.stderr
+    schedule = await client.create_schedule(
+        "campaign-cmpe-broken",
+        Schedule(
+            action=ScheduleActionStartWorkflow(
+                "CampaignWorkflow", bad_group, id="campaign/cmpe-broken", task_queue=queue
+            ),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=1))]),
+            state=ScheduleState(paused=True),
+        ),
+    )
+    try:
+        await schedule.trigger()
+        run = await _scheduled_run(client, "cmpe-broken")
+        with pytest.raises(WorkflowFailureError):
+            await client.get_workflow_handle(f"campaign/{run}").result()
+        listed = await metalflow(local_env, "campaign", "schedules")
+    finally:
+        await schedule.delete()
+    assert listed.status == 1, listed
+    assert f"last campaign/{run} failed: InvalidInput: group rack7 matches no host" in listed.stdout
+    iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"  # one time format (item 8)
+    line = rf"campaign-cmpe-broken\tpaused\tnext {iso}\tlast campaign/"
+    assert re.search(line, listed.stdout), listed.stdout
 
 
 async def _start_then_pause(
@@ -230,6 +348,10 @@ async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
     assert len(started) == final["done"] and all(e.start_time <= abort_at for e in started)
     listed = await metalflow(local_env, "campaign", "list")
     assert f"campaign/{name}\tcompleted\taborted" in listed.stdout  # workflow status, then Phase
+    # ISO 8601 UTC with Z, as every time metalflow prints (issue 29 item 8)
+    assert re.search(
+        rf"campaign/{name}\tcompleted\taborted\tstarted \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", listed.stdout
+    )
 
 
 async def test_a_scheduled_campaign_runs_when_triggered(

@@ -48,7 +48,8 @@ def _status(**fields: object) -> CampaignStatus:
 
 def test_status_line_counts_aborted_hosts_apart_from_failures() -> None:
     line = render(_status(aborted=2, aborted_hosts=(CUT,)))
-    assert "4/4: 1 done, 0 already at target, 0 in flight, 0 failed, 1 skipped, 2 aborted; batch 1" in line
+    counts = "1 done, 0 already at target, 0 in flight, 0 failed, 1 skipped, 2 aborted (h-002, +1 more)"
+    assert f"4/4: {counts}; batch 1" in line
 
 
 def test_result_line_names_aborted_hosts_and_is_not_a_success() -> None:
@@ -76,3 +77,16 @@ def test_a_status_and_result_without_the_aborted_field_decode_as_nothing_aborted
     result = CampaignResult.model_validate(old_result)
     assert result.aborted == () and result.all_succeeded
     assert summary(result).endswith("0 failed, 0 skipped of 1")
+
+
+def test_status_line_names_the_hosts_and_counts_those_awaiting_approval() -> None:
+    """Issue 29 item 8: a canary awaiting approval read `0 in flight`, and no host was named."""
+    skipped = Failure(host=CampaignHost(host_id="h-004"), reason="instance assigned: i-1")
+    failed = Failure(host=CampaignHost(host_id="h-005"), reason="failed: DPUFailed")
+    waiting = render(_status(phase="canary", in_flight=(), awaiting_approval=("h-001",), skipped=1,
+                             skipped_hosts=(skipped,), aborting=None))  # fmt: skip
+    assert "0/4: 0 done" not in waiting  # finished: 1 done + 1 skipped
+    assert "0 in flight, 1 awaiting approval (h-001), 0 failed, 1 skipped (h-004); batch 1" in waiting
+    many = tuple(f"h-1{i:02d}" for i in range(7))
+    running = render(_status(phase="running", in_flight=many, failed=1, failures=(failed,), skipped=0))
+    assert "7 in flight (h-100, h-101, h-102, h-103, h-104, +2 more), 1 failed (h-005), 0 skipped" in running

@@ -29,11 +29,13 @@ def _clean_env() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
 
 
-def _run(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+def _run(
+    *args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     process = subprocess.Popen(
         [METALFLOW, *args],
         cwd=cwd,
-        env=_clean_env(),
+        env={**_clean_env(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -92,8 +94,8 @@ def _assert_demo_output(output: str) -> None:
     assert "demo: reprovision host-001: reprovision of host-001 awaits approval" in output
     assert "demo: reprovision host-001: approved as" in output
     assert "demo: reprovision host-001: rebooting-host" in output  # progress as it happens
-    assert "demo: host-001 BMC power log: 2 power cycles (DPF asked for 2)" in output
-    assert "demo: host-003 BMC power log: 4 power cycles (DPF asked for 4)" in output
+    assert "demo: host-001 BMC power log: 2 power cycles (DPF asked for 2); the workflows counted 2" in output
+    assert "demo: host-003 BMC power log: 4 power cycles (DPF asked for 4); the workflows counted 4" in output
     assert "demo: the simulator recorded 0 protocol violations" in output
     # The coherent rollout of default/inference: 2 replicas x (2 MPGs + 1 TPG step).
     assert "demo:   default/inference rolling [" in output
@@ -256,7 +258,8 @@ def test_old_history_without_a_saved_site_is_refused_and_reset_names_what_it_del
     (state_dir / "sim-store.json").write_text("{}")
     (state_dir / "site.yaml").write_text("kept")
     assert reset_state(state_dir) == ["temporal.db", "sim-store.json"]
-    assert sorted(p.name for p in state_dir.iterdir()) == ["site.yaml"]
+    # The lock file stays (deleting a lock file races whoever opens it next); it holds no state.
+    assert sorted(p.name for p in state_dir.iterdir()) == ["site.yaml", "stack.lock"]
 
 
 def test_busy_port_is_a_clear_error_naming_the_flag(tmp_path: Path) -> None:
@@ -302,6 +305,8 @@ def test_help_and_usage_errors() -> None:
 def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal: str) -> None:
     port, ui_port, sim_port = _three_ports()
     env = _clean_env()
+    if stop_signal == "SIGINT":  # tracing asked of metalflow must not stop the Temporal server (issue 29)
+        env["OTEL_TRACES_EXPORTER"] = "console"
     args = ["dev", "--no-demo", "--port", str(port), "--ui-port", str(ui_port), "--state-dir", str(tmp_path)]
     args += ["--sim-port", str(sim_port)]
     process = subprocess.Popen(
@@ -320,6 +325,8 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
                 break
         assert _listening(port) and _listening(ui_port), "".join(lines)
         assert not any(" demo: " in line or line.startswith("demo:") for line in lines)
+        if stop_signal == "SIGTERM":  # once is enough: no second stack, and commands find this one
+            _assert_one_stack_found_by_every_command(tmp_path, process.pid, (port, ui_port, sim_port))
         process.send_signal(getattr(signal, stop_signal))
         rest, _ = process.communicate(timeout=60)
     finally:
@@ -332,3 +339,39 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
     started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
     assert len(started) == 3 and not any(_alive(pid) for pid in started)
     assert not _listening(port) and not _listening(ui_port)
+
+
+def _assert_one_stack_found_by_every_command(state_dir: Path, pid: int, ports: tuple[int, int, int]) -> None:
+    """Issue 29 items 2 and 5: a second `metalflow dev` on a state dir in use is refused, naming
+    the running stack's pid and ports, and changes none of its files; a Temporal command finds
+    the stack (on non-default ports) from the state dir alone, and takes --address/--namespace."""
+    port, ui_port, sim_port = ports
+    kept = {name: (state_dir / name).read_bytes() for name in ("temporal.toml", "site.yaml", "kubeconfig")}
+    other = [str(p) for p in _three_ports()]
+    second = _run(
+        "dev", "--no-demo", "--port", other[0], "--ui-port", other[1], "--sim-port", other[2],
+        "--state-dir", str(state_dir), cwd=state_dir, timeout=60,
+    )  # fmt: skip
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"is in use by another metalflow dev (pid {pid}: Temporal 127.0.0.1:{port}" in second.stderr
+    assert f"UI http://127.0.0.1:{ui_port}" in second.stderr and f"port {sim_port}" in second.stderr
+    assert "starting" not in second.stdout  # nothing was started
+    assert {name: (state_dir / name).read_bytes() for name in kept} == kept
+    # No TEMPORAL_* at all (the environment is cleaned): the stack of METALFLOW_STATE_DIR.
+    found = _run("campaign", "list", cwd=state_dir, timeout=60, env={"METALFLOW_STATE_DIR": str(state_dir)})
+    assert found.returncode == 0, found.stderr
+    assert found.stdout == "no campaigns\n"
+    found_line = f"Temporal 127.0.0.1:{port} from the metalflow dev of state dir {state_dir.resolve()}"
+    assert found_line in found.stderr
+    # --address and --namespace, like the Temporal CLI (a state dir with no stack in it).
+    elsewhere = {"METALFLOW_STATE_DIR": str(state_dir / "none")}
+    named = _run(
+        "host", "list", "--address", f"127.0.0.1:{port}", "--namespace", "default",
+        cwd=state_dir, timeout=60, env=elsewhere,
+    )  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    wrong = _run(
+        "campaign", "list", "--address", f"127.0.0.1:{port}", "--namespace", "nope",
+        cwd=state_dir, env=elsewhere,
+    )  # fmt: skip
+    assert wrong.returncode != 0 and "nope" in wrong.stderr

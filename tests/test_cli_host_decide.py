@@ -164,6 +164,14 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     # An abort is recorded as such, with who and why, not as a failure.
     outcome = shown["host"]["recent"][-1]["outcome"]
     assert outcome.startswith("aborted by ") and outcome.endswith(": wrong rack"), shown
+    # Issue 29 item 6: the entity reads idle, but its DPU still waits in Rebooting for the reboot
+    # the abort left undone; `host status` says so (and nothing for the hosts that completed).
+    status = await metalflow_here(own_env, "host", "status", "host-003")
+    assert status.status == 0, status.stderr
+    assert status.stdout.splitlines()[0].endswith("): idle"), status.stdout
+    warning = "WARNING          DPU node-host-003-device-host-003-dpu-0 is Rebooting: DPF waits for a reboot"
+    assert warning in status.stdout, status.stdout
+    assert (await host_json(own_env, "host-001"))["warnings"] == []
 
     idle = json.loads((await metalflow_here(own_env, "host", "list", "--json", "--phase", "idle")).stdout)
     assert [(row["host"], row["operation"]) for row in idle] == [

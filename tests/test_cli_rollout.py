@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from rollout_support import INFERENCE, grove_site, hashes, pcs_object
 from sim_support import RunningSim
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import metalflow
+from test_cli_host import SITE_FILE, metalflow
 
 from contracts.models.grove import RolloutResult
 from drivers.settings import Settings
@@ -25,6 +26,7 @@ ROLLING = {**INFERENCE, "name": "rolling", "update_strategy": "RollingRecreate"}
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with grove_site(tmp_path_factory.mktemp("grove"), INFERENCE, ROLLING) as running:
+        SITE_FILE["path"] = running.site_file  # `metalflow()` gives the CLI this site's kubeconfig
         yield running
 
 
@@ -94,10 +96,24 @@ async def test_bad_requests_are_refused_and_change_nothing(
     local_env: WorkflowEnvironment, sim: RunningSim, refusing_queue: str, args: list[str], message: str
 ) -> None:
     before = {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")}
+    runs = {n: await _latest_run(local_env, n) for n in ("inference", "rolling", "nope")}
     refused = await metalflow(local_env, "rollout", "start", *args, "--task-queue", refusing_queue)
     assert refused.status == 2, refused
     assert message in refused.stderr
     assert {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")} == before
+    # Refused before anything started (issue 29 item 3): no failed run is left behind, and the last
+    # real rollout of the PodCliqueSet stays the one `rollout status` shows.
+    assert {n: await _latest_run(local_env, n) for n in runs} == runs
+
+
+async def _latest_run(local_env: WorkflowEnvironment, name: str) -> str | None:
+    """The run id of `rollout/default/<name>`'s latest run, None when it never ran."""
+    try:
+        described = await local_env.client.get_workflow_handle(f"rollout/default/{name}").describe()
+    except RPCError as err:
+        assert err.status == RPCStatusCode.NOT_FOUND, err
+        return None
+    return described.run_id
 
 
 async def test_second_start_is_refused_and_operator_commands_answer(

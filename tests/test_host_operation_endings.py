@@ -108,7 +108,8 @@ async def test_an_activity_failing_for_good_ends_failed_and_registers_nothing(
 async def _at_manual_reboot(client: Client, task_queue: str) -> tuple[WorkflowHandle[Any, Any], str]:
     handle = await start_operation(client, task_queue, H1, REPROVISION, policy=MANUAL, id_suffix=_suffix())
     status = await wait_for_phase(handle, "rebooting-host")
-    reboot_id = names.host_reboot_workflow_id(H1, status.boot_generation)
+    assert status.rebooting_to is not None  # reached stays until the reboot happened
+    reboot_id = names.host_reboot_workflow_id(H1, status.rebooting_to)
     child = client.get_workflow_handle(reboot_id)
 
     async def waiting_for_person() -> bool:

@@ -5,6 +5,7 @@ past the deadline the host's entity is asked for a reprovision, which then reall
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,6 +95,8 @@ async def test_node_effect_takes_the_host_out_of_the_pool_and_recovery_puts_it_b
         degraded = await status_of(handle)
         assert [d.dpu_id for d in degraded.degraded] == [dpu] and degraded.pool_state == "out-of-pool"
         assert labels[POOL_LABEL] == "out-of-pool"
+        # One time format (issue 29 item 8): `host monitor --status` shows this line as it is.
+        assert re.search(r"reprovision deadline \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", degraded.waiting_for)
 
         sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
         await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "in-pool")

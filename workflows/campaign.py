@@ -100,6 +100,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
     )
     from contracts.models.dpf import DeploymentBFBInput, DeploymentFlavorInput
+    from contracts.wording import iso_z, plural
     from workflows import campaign_plan as plan
     from workflows import kernel
     from workflows.campaign_progress import Ledger
@@ -195,7 +196,8 @@ class CampaignWorkflow(kernel.Abortable):
         self._poked = True
         return OperatorAnswer(
             accepted=True,
-            message=f"paused: no new host starts; {len(self.ledger.in_flight)} in flight finish",
+            message=f"paused: no new host starts; {plural(len(self.ledger.in_flight), 'host')} in flight "
+            + ("finishes" if len(self.ledger.in_flight) == 1 else "finish"),
         )
 
     @pause.validator
@@ -384,10 +386,10 @@ class CampaignWorkflow(kernel.Abortable):
         if self.paused_by is not None:
             return PAUSED, f"by {self.paused_by.requested_by}; {in_flight} in flight"
         if self._soak_until is not None and now < self._soak_until:
-            return SOAKING, f"batch {self.ledger.batch} starts at {self._soak_until.isoformat()}"
+            return SOAKING, f"batch {self.ledger.batch} starts at {iso_z(self._soak_until)}"
         if not plan.window_open(self._input.windows, now):
             opens = plan.next_window_open(self._input.windows, now)
-            return OUTSIDE_WINDOW, f"next window opens {opens.isoformat() if opens else 'never'}"
+            return OUTSIDE_WINDOW, f"next window opens {iso_z(opens, none='never')}"
         return None
 
     async def _start_hosts(self) -> bool:
@@ -414,7 +416,11 @@ class CampaignWorkflow(kernel.Abortable):
         to_ask = [h for h in chosen if h.host_id not in at_target and h in ledger.pending]
         if to_ask:
             await self._request(to_ask)
-        return bool(at_target)
+        # Hosts that left the queue without going in flight (skipped, refused) wake nothing, as
+        # at-target ones do not: with nothing in flight and no alarm due, look again, or a round
+        # of only such hosts waits forever (for an operator's update).
+        stuck = bool(to_ask) and not self.ledger.in_flight and not self.aborting and self._next_wake() is None
+        return bool(at_target) or stuck
 
     async def _at_target(self, hosts: list[CampaignHost]) -> set[str]:
         """The hosts already at the target (DPF's DPUs, or each DPU's BMC for firmware)."""
@@ -425,7 +431,9 @@ class CampaignWorkflow(kernel.Abortable):
         checked = await workflow.execute_activity(
             activity_api.check_campaign_hosts,
             CheckHostsInput(target=self._input.target, host_ids=tuple(h.host_id for h in hosts)),
-            **kernel.options(preset, f"check {len(hosts)} hosts against {self._input.target.describe()}"),
+            **kernel.options(
+                preset, f"check {plural(len(hosts), 'host')} against {self._input.target.describe()}"
+            ),
         )
         return set(checked.at_target)
 
@@ -482,7 +490,8 @@ class CampaignWorkflow(kernel.Abortable):
     async def _ask_entities(self, requests: HostRequestsInput) -> HostRequestsResult:
         """The request activity; an abort cancels it, so the campaign stops asking at once
         (within a heartbeat) instead of after every host of the round was asked."""
-        summary = f"ask {len(requests.requests)} hosts' entities for {self._input.target.describe()}"
+        asked = plural(len(requests.requests), "host")
+        summary = f"ask the entities of {asked} for {self._input.target.describe()}"
         asking = kernel.start_cancellable(
             activity_api.request_campaign_hosts, requests, kernel.options(CANCELLABLE_REQUESTS, summary)
         )
@@ -566,7 +575,9 @@ class CampaignWorkflow(kernel.Abortable):
         self._alarm = None
         if when is not None:
             delay = max((when - workflow.now()).total_seconds(), 1.0)
-            self._alarm = asyncio.create_task(workflow.sleep(delay))
+            # Labelled in the UI's timeline (it read `1 (10m)`): what the campaign wakes for.
+            summary = f"campaign {self._name}: look again at {iso_z(when)} (soak, window, retry or sweep)"
+            self._alarm = asyncio.create_task(workflow.sleep(delay, summary=summary))
 
     async def _sweep(self) -> None:
         """Read the in-flight hosts' entities: an operation that ended without a signal is seen."""

@@ -66,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         OperationRequest,
         WithdrawRequest,
     )
+    from contracts.wording import iso_z
     from workflows import host_rules as rules
     from workflows import kernel
     from workflows.host_reboot import start_next_reboot
@@ -291,7 +292,7 @@ class HostWorkflow(kernel.Runbook):
             current.approved = True
             if self._instance is not None:
                 current.record = record.model_copy(
-                    update={"approved_by": f"auto-approval window until {self._auto_approved_until}"}
+                    update={"approved_by": f"auto-approval window until {iso_z(self._auto_approved_until)}"}
                 )
             await self._start(current)
             started = current.record.workflow_id  # a reboot's generation is known once started

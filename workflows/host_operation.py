@@ -105,7 +105,7 @@ with workflow.unsafe.imports_passed_through():
         RebootMethod,
     )
     from contracts.models.inventory import HostInventory, HostLookup
-    from contracts.wording import plural
+    from contracts.wording import duration, plural
     from workflows import dpf_barrier as barrier
     from workflows import kernel
     from workflows.dpf_watch import DPFWatch
@@ -150,10 +150,13 @@ class HostOperationWorkflow(kernel.Abortable):
         self._changes: list[str] = []  # what this run changed, in order (for cleanup and the result)
         self._reboots_requested = 0
         self._started_at = workflow.now()
-        self.power_cycles = 0
-        self.generation = request.boot_generation
+        self.power_cycles = 0  # resets the BMC accepted (what its power log shows)
+        self.reboots = 0  # reboots that happened: the BMC's, and those confirmed by hand
+        self.reboot_attempts = 0  # reboots started, the BMC's refusals included
+        self.generation = request.boot_generation  # moves once per reboot that happened
         self.cycled_without_ack = False
         self._reboot_child: workflow.ChildWorkflowHandle[Any, HostRebootResult] | None = None
+        self._reboot_generation = 0  # the generation the reboot child in flight reboots to
         self.cleaning_up = False  # set by the cleanup: its calls are not abortable
 
     @workflow.run
@@ -201,7 +204,7 @@ class HostOperationWorkflow(kernel.Abortable):
             host_id=request.host_id,
             operation=request.kind.value,
             dpu_ids=self._dpu_ids,
-            reboots=self.power_cycles,
+            reboots=self.reboots,
             boot_generation=self.generation,
             started_at=self._started_at,
             finished_at=workflow.now(),
@@ -225,6 +228,8 @@ class HostOperationWorkflow(kernel.Abortable):
             error_reprovisions=self._error_reprovisions,
             reboots_requested=self._reboots_requested,
             power_cycles=self.power_cycles,
+            reboot_attempts=self.reboot_attempts,
+            rebooting_to=self._reboot_generation if self._reboot_child is not None else None,
             generation=self.generation,
             intervention=self.question,
             started_at=self._started_at,
@@ -458,7 +463,8 @@ class HostOperationWorkflow(kernel.Abortable):
             if await self.wait(
                 self._changed_since(seen),
                 timeout=timeout,
-                timeout_summary=f"{self.phase}: no DPF change for {timeout:g} s: ask for manual intervention",
+                # A bound, not an event: most of these timers are cancelled by the next DPF change.
+                timeout_summary=f"{self.phase}: up to {duration(timeout)} for a DPF change",
             ):
                 continue
             decision, _ = await self._intervene(
@@ -567,7 +573,7 @@ class HostOperationWorkflow(kernel.Abortable):
                 # The state after our removal has no annotation: one that appears is a new request.
                 lambda: self._dpu_marks() != marks_at_barrier or self._dpf_asks_for_reboot(),
                 timeout=seconds,
-                timeout_summary=f"{self.phase}: DPF silent {seconds:g} s after the reboot: power-cycle again",
+                timeout_summary=f"{self.phase}: up to {duration(seconds)} for DPF to move on after a reboot",
             ):
                 return
             if retries < self.policy.max_power_cycle_retries:
@@ -591,12 +597,14 @@ class HostOperationWorkflow(kernel.Abortable):
         self.cycled_without_ack = False
 
     async def _reboot_host(self, *, force_off: bool) -> None:
+        reached = self.generation  # what the host has reached until a reboot happens
+        refused: int | None = None  # the generation whose reboot the BMC refused: no reset happened
         while True:
-            self.power_cycles += 1
-            handle, self.generation = await start_next_reboot(
+            self.reboot_attempts += 1
+            handle, generation = await start_next_reboot(
                 HostRebootInput(
                     host_id=self.host.host_id,
-                    boot_generation=self.generation + 1,
+                    boot_generation=refused or reached + 1,
                     requested_by=self._request.requested_by,
                     reason=self._request.reason or f"DPF asked for a reboot ({workflow.info().workflow_id})",
                     force_off=force_off,
@@ -605,13 +613,13 @@ class HostOperationWorkflow(kernel.Abortable):
                 ),
                 summary=f"reboot {self.host.host_id} to generation {{generation}}",
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                # The generation the BMC refused was not reached: the retry reboots to it again.
+                retry_refused=refused is not None,
             )
-            self._reboot_child = handle
+            self._reboot_child, self._reboot_generation = handle, generation
             how = "ForceOff then On" if force_off else "power cycle"
             method = self.policy.reboot_method.value
-            self.enter(
-                REBOOTING_HOST, f"{how} of {self.host.host_id} to generation {self.generation} ({method})"
-            )
+            self.enter(REBOOTING_HOST, f"{how} of {self.host.host_id} to generation {generation} ({method})")
             await self.wait(handle.done)
             try:
                 result = await handle
@@ -619,33 +627,44 @@ class HostOperationWorkflow(kernel.Abortable):
                 cause = err.cause
                 if not (isinstance(cause, ApplicationError) and cause.type == BMCRebootFailed.__name__):
                     raise RebootFailed(
-                        f"the reboot of {self.host.host_id} to generation {self.generation} failed: {cause}"
+                        f"the reboot of {self.host.host_id} to generation {generation} failed: {cause}"
                     ) from err
                 bmc_failure = cause.message
             else:
+                self.generation = generation
+                self.reboots += 1
+                if result.method.startswith("bmc"):
+                    self.power_cycles += 1
                 self.cycled_without_ack = True
                 workflow.logger.info("host %s rebooted by %s", result.host_id, result.method)
                 return
             finally:
                 self._reboot_child = None
+            refused = generation
             # The BMC could not reboot it: a person decides, told why (no reboot happened by us).
             decision, _ = await self._intervene(
                 f"{bmc_failure}; `retry` once the BMC is fixed, `mark_rebooted` once {self.host.host_id} "
                 "was rebooted by hand"
             )
-            if decision == "mark_rebooted":
+            if decision == "mark_rebooted":  # rebooted by hand: the generation the BMC refused
+                self.generation = generation
+                self.reboots += 1
                 self.cycled_without_ack = True
                 return
 
     async def _cancel_reboot_in_flight(self) -> None:
         """Cleanup: cancel the reboot child (a BMC cycle in flight finishes first)."""
         handle = self._reboot_child
-        if handle is None or handle.done():
+        if handle is None:
             return
-        handle.cancel()
-        try:
-            await handle
-            self.cycled_without_ack = True
+        if not handle.done():
+            handle.cancel()
+        try:  # one that ended as the abort came is counted too: its reboot happened
+            result = await handle
+            self.cycled_without_ack = True  # it rebooted the host before it stopped
+            self.generation = self._reboot_generation
+            self.reboots += 1
+            self.power_cycles += result.method.startswith("bmc")
         except BaseException as err:  # noqa: BLE001 - the cancellation itself is expected here
             workflow.logger.info("reboot child ended on cleanup: %s", err)
         self._reboot_child = None

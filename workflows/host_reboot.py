@@ -383,6 +383,7 @@ async def start_next_reboot(
     parent_close_policy: workflow.ParentClosePolicy,
     cancellation_type: workflow.ChildWorkflowCancellationType = _WAIT_FOR_CANCELLATION,
     search_attributes: TypedSearchAttributes | None = None,
+    retry_refused: bool = False,
 ) -> tuple[workflow.ChildWorkflowHandle[Any, HostRebootResult], int]:
     """Start the reboot of the first generation from `request.boot_generation` on that no reboot used.
 
@@ -398,18 +399,26 @@ async def start_next_reboot(
         parent_close_policy: What becomes of the reboot when the caller closes.
         cancellation_type: How cancelling the caller reaches the reboot.
         search_attributes: The child's search attributes at start (the entity sets Site too).
+        retry_refused: `request.boot_generation` is the caller's own reboot that the BMC refused
+            (it failed `BMCRebootFailed`: no reset happened), to be run again under the same id
+            (`ALLOW_DUPLICATE_FAILED_ONLY`), so the generation moves once per reset that happened.
 
     Returns:
         The child's handle and the generation it reboots to.
     """
     generation = request.boot_generation
-    for _ in range(MAX_SPENT_GENERATIONS):
+    for attempt in range(MAX_SPENT_GENERATIONS):
+        reuse = (
+            WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY
+            if retry_refused and attempt == 0
+            else WorkflowIDReusePolicy.REJECT_DUPLICATE
+        )
         try:
             handle = await workflow.start_child_workflow(
                 workflow_api.HostRebootWorkflow.run,
                 request.model_copy(update={"boot_generation": generation}),
                 id=names.host_reboot_workflow_id(request.host_id, generation),
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                id_reuse_policy=reuse,
                 parent_close_policy=parent_close_policy,
                 cancellation_type=cancellation_type,
                 static_summary=summary.format(generation=generation),

@@ -40,6 +40,8 @@ def build_status(
     reboots_requested: int,
     power_cycles: int,
     generation: int,
+    reboot_attempts: int = 0,
+    rebooting_to: int | None = None,
     intervention: str | None,
     started_at: datetime,
 ) -> HostOperationStatus:
@@ -63,6 +65,8 @@ def build_status(
         dpus=tuple(dpus),
         reboots_requested=reboots_requested,
         power_cycles_issued=power_cycles,
+        reboot_attempts=reboot_attempts,
+        rebooting_to=rebooting_to,
         boot_generation=generation,
         manual_intervention_reason=intervention,
         started_at=started_at,

@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         PoolChange,
         SetPoolStateInput,
     )
+    from contracts.wording import iso_z
     from workflows import kernel
     from workflows.dpf_watch import DPFWatch
     from workflows.kernel import KUBE_READ, KUBE_WRITE, bounded, describe_failure, options
@@ -384,9 +385,8 @@ class HostMonitorWorkflow(kernel.Abortable):
         )
         deadline = self._next_deadline()
         if deadline is not None:
-            waiting = (
-                f"recovery of {', '.join(sorted(self._degraded))}, or the reprovision deadline {deadline}"
-            )
+            degraded = ", ".join(sorted(self._degraded))
+            waiting = f"recovery of {degraded}, or the reprovision deadline {iso_z(deadline)}"
         elif self._degraded:
             waiting = f"recovery of {', '.join(sorted(self._degraded))} (automatic reprovision is off)"
         else:

@@ -138,8 +138,10 @@ class HostOperationStatus(_Frozen):
     waiting_for: str  # in words: "every DPU to reach Rebooting (2 of 3)"
     dpus: tuple[DPUProgress, ...] = ()
     reboots_requested: int = 0  # reboot rounds DPF asked for
-    power_cycles_issued: int = 0  # including re-issues
-    boot_generation: int = 0
+    power_cycles_issued: int = 0  # resets the BMC accepted, re-issued cycles included
+    reboot_attempts: int = 0  # reboots started, those the BMC refused included
+    boot_generation: int = 0  # reached: moves once per reboot that happened
+    rebooting_to: int | None = None  # the generation of the reboot in flight
     manual_intervention_reason: str | None = None
     started_at: datetime
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from metalflow.cli import bmc, campaign, dev, events, host, rollout, sim
+from metalflow.cli import bmc, campaign, connection, dev, events, host, rollout, sim
 
 SUBCOMMANDS = [dev, sim, bmc, host, rollout, campaign, events]
 
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
     for module in SUBCOMMANDS:
         module.register(subparsers)
+    connection.add_to_temporal_commands(parser)  # --address, --namespace, like the Temporal CLI
     return parser
 
 

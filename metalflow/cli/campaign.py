@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -44,8 +45,11 @@ from contracts.models.control import (
     OperatorRequest,
 )
 from contracts.validation import Reason, Requester, arg_type
+from contracts.wording import iso_z, plural
 from metalflow.cli import campaign_schedule, workflow_commands
+from metalflow.cli.campaign_check import check_selection
 from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
+from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable
 from metalflow.cli.workflow_commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -157,6 +161,12 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         request = campaign_input(args.name, args)
     except ValueError as err:
         raise CampaignError(f"campaign refused, nothing started: {err}", EXIT_USAGE) from None
+    try:  # validated before starting: a refusal starts nothing and leaves no failed run behind
+        await check_selection(request.selection)
+    except InventoryRefusal as err:
+        raise CampaignError(f"campaign refused, nothing started: {err}", EXIT_USAGE) from None
+    except InventoryUnavailable as err:
+        raise CampaignError(str(err), EXIT_USAGE) from None
     workflow_id = names.campaign_workflow_id(args.name)
     try:
         handle = await client.start_workflow(
@@ -182,7 +192,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     # The hosts are selected (phase past `selecting`), or the run refused them.
     status = await until_past(handle, "selecting", query, "campaign refused, no host touched")
     target = request.target.describe()
-    print(f"campaign {workflow_id} started: {target} on {status.total} hosts ({status.phase})")
+    print(f"campaign {workflow_id} started: {target} on {plural(status.total, 'host')} ({status.phase})")
     return await follow(handle) if args.wait else EXIT_OK
 
 
@@ -190,16 +200,36 @@ async def query(handle: WorkflowHandle[Any, Any]) -> CampaignStatus:
     return await workflow_commands.query(handle, STATUS_QUERY, CampaignStatus, "campaign")
 
 
+NAMED = 5  # hosts named after a count; more are counted (`+7 more`)
+
+
+def _named(count: int, word: str, hosts: Sequence[str]) -> str:
+    """`2 in flight (h-001, h-002)`: a count, and which hosts while there are any to name."""
+    if not count or not hosts:
+        return f"{count} {word}"
+    shown = list(dict.fromkeys(hosts))[:NAMED]
+    more = f", +{count - len(shown)} more" if count > len(shown) else ""
+    return f"{count} {word} ({', '.join(shown)}{more})"
+
+
 def render(status: CampaignStatus) -> str:
-    """One line: phase, a bar, the counts, what holds it."""
+    """One line: phase, a bar, the counts with the hosts they are, what holds it."""
     finished = status.done + status.already_at_target + status.failed + status.skipped + status.aborted
     filled = BAR * finished // status.total if status.total else BAR
-    aborted = f", {status.aborted} aborted" if status.aborted else ""  # by the operator: not failures
+    waiting = status.awaiting_approval  # asked and held by their entity: in flight, not running yet
+    aborted = [f.host.host_id for f in status.aborted_hosts]  # by the operator: not failures
+    parts = [
+        f"{status.done} done",
+        f"{status.already_at_target} already at target",
+        _named(len(status.in_flight), "in flight", status.in_flight),
+        *([_named(len(waiting), "awaiting approval", waiting)] if waiting else []),
+        _named(status.failed, "failed", [f.host.host_id for f in status.failures]),
+        _named(status.skipped, "skipped", [f.host.host_id for f in status.skipped_hosts]),
+        *([_named(status.aborted, "aborted", aborted)] if status.aborted else []),
+    ]
     line = (
         f"{status.name} {status.phase} [{'#' * filled}{'.' * (BAR - filled)}] {finished}/{status.total}: "
-        f"{status.done} done, {status.already_at_target} already at target, "
-        f"{len(status.in_flight)} in flight, "
-        f"{status.failed} failed, {status.skipped} skipped{aborted}; batch {status.batch}"
+        f"{', '.join(parts)}; batch {status.batch}"
     )
     for why in (status.halted_reason, status.paused_by and f"paused by {status.paused_by}", status.aborting):
         if why:
@@ -244,6 +274,7 @@ def summary(result: CampaignResult) -> str:
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
     handle = _handle(client, args.name)
+    await _raise_if_ended_badly(client, handle.id)
     status = await query(handle)
     if args.json:
         print(status.model_dump_json(indent=2))
@@ -259,9 +290,18 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         print("\r\033[K" + render(status), end="", flush=True)
         if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             print()
+            await _raise_if_ended_badly(client, handle.id)
             return EXIT_OK
         await asyncio.sleep(FOLLOW_SECONDS)
         status = await query(handle)
+
+
+async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
+    """Status is the truth: a campaign that failed, was terminated or timed out is said so, exit 1
+    (its last status would read as a campaign in progress: `selecting 0/0`)."""
+    why = await workflow_commands.ended_badly(client, workflow_id, "campaign")
+    if why is not None:
+        raise CampaignError(f"campaign {why}")
 
 
 async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> int:
@@ -316,5 +356,5 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
     for row in sorted(rows, key=lambda r: r.start_time, reverse=True):
         phase = (row.typed_search_attributes.get(names.PHASE) or "") if row.typed_search_attributes else ""
         status = row.status.name.lower() if row.status else "?"
-        print(f"{row.id}\t{status}\t{phase}\tstarted {row.start_time:%Y-%m-%d %H:%M:%S}")
+        print(f"{row.id}\t{status}\t{phase}\tstarted {iso_z(row.start_time)}")
     return EXIT_OK

@@ -32,7 +32,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, workflow_api
 from contracts.validation import Requester, arg_type
+from contracts.wording import iso_z
 from metalflow.cli.campaign_options import add_options, campaign_input, duration
+from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import default_operator
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -163,7 +165,9 @@ async def _act(client: Client, action: str, name: str, by: str) -> int:
 
 
 async def _schedules(client: Client, args: argparse.Namespace) -> int:
-    found = 0
+    """One line per campaign schedule; a schedule whose last run failed, was terminated or timed
+    out says so with the reason, and the command exits 1 (status is the truth)."""
+    found, bad = 0, 0
     async for listed in await client.list_schedules():
         if not listed.id.startswith(PREFIX):
             continue
@@ -176,12 +180,19 @@ async def _schedules(client: Client, args: argparse.Namespace) -> int:
             for a in described.info.recent_actions[-1:]
             if hasattr(a.action, "workflow_id")
         ]
+        last = recent[0] if recent else "-"
+        if recent:
+            try:
+                ended = await ended_badly(client, recent[0], "campaign")
+            except CommandError:
+                ended = None  # its run's history is gone (retention): nothing to say
+            if ended is not None:
+                bad += 1
+                last = ended
         print(
-            f"{listed.id}\t{'paused' if state.paused else 'active'}\tnext {upcoming[0]:%Y-%m-%d %H:%M:%S} UTC"
-            if upcoming
-            else f"{listed.id}\t{'paused' if state.paused else 'active'}\tnext -",
-            f"\tlast {recent[0] if recent else '-'}\t{state.note}",
+            f"{listed.id}\t{'paused' if state.paused else 'active'}\t"
+            f"next {iso_z(upcoming[0]) if upcoming else '-'}\tlast {last}\t{state.note or ''}"
         )
     if not found:
         print("no campaign schedules")
-    return EXIT_OK
+    return EXIT_FAILED if bad else EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 import time
@@ -15,6 +16,7 @@ from typing import Any
 from drivers.statedir import STATE_DIR_DEFAULT, state_dir_for
 from metalflow.binaries import MissingBinaryError
 from metalflow.cli.sim import add_site_options, describe_site, site_options
+from metalflow.devstack.claim import StackInfo, StateDirInUseError, claim
 from metalflow.devstack.demo import DemoSite, run_demo
 from metalflow.devstack.process import ManagedProcess, ProcessFailedError
 from metalflow.devstack.stack import DevStack, DevStackConfig, StateMismatchError, check_state, reset_state
@@ -78,16 +80,28 @@ def handle(args: argparse.Namespace) -> int:
         print("metalflow dev: --port, --ui-port and --sim-port must differ", file=sys.stderr)
         return 2
     stack = DevStack(config, say=_say)
+    # First: one stack per state dir. A second one would share temporal.db and overwrite the
+    # first's temporal.toml, site.yaml, kubeconfig and credentials (and a port in use is no
+    # sign of it: `--port` would lead straight there).
+    info = StackInfo(os.getpid(), config.address, config.namespace, config.ui_url, config.site.port)
     try:
-        stack.check_ports()
-        if args.reset:
-            removed = reset_state(config.state_dir)
-            _say(f"metalflow dev: reset {config.state_dir}: removed {', '.join(removed) or 'nothing'}")
-        check_state(config.state_dir)
-    except (PortInUseError, StateMismatchError) as error:
+        held = claim(config.state_dir, info)
+    except StateDirInUseError as error:
         print(f"metalflow dev: {error}", file=sys.stderr)
         return 2
-    return asyncio.run(_run(stack, demo=not args.no_demo, exit_after_demo=args.exit))
+    try:
+        try:
+            stack.check_ports()
+            if args.reset:
+                removed = reset_state(config.state_dir)
+                _say(f"metalflow dev: reset {config.state_dir}: removed {', '.join(removed) or 'nothing'}")
+            check_state(config.state_dir)
+        except (PortInUseError, StateMismatchError) as error:
+            print(f"metalflow dev: {error}", file=sys.stderr)
+            return 2
+        return asyncio.run(_run(stack, demo=not args.no_demo, exit_after_demo=args.exit))
+    finally:
+        held.release()
 
 
 async def _run(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int:

@@ -66,9 +66,16 @@ from contracts.validation import (
     terminal_safe,
 )
 from contracts.wording import iso_z
-from metalflow.cli import host_decide, host_list, host_monitor
-from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
-from metalflow.client import TemporalConfigError, connect, load_connect_config, temporal_lost
+from metalflow.cli import connection, host_decide, host_list, host_monitor
+from metalflow.cli.connection import connect_to
+from metalflow.cli.inventory_check import (
+    InventoryRefusal,
+    InventoryUnavailable,
+    check_request,
+    idle_dpu_warnings,
+)
+from metalflow.cli.workflow_commands import CommandError, ended_badly
+from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
     HostRequestError,
@@ -328,12 +335,14 @@ def _runner(
             status = asyncio.run(_connected(action, args))
         except KeyboardInterrupt:  # Ctrl-C while waiting: the operation goes on in Temporal
             status = _fail("interrupted; the workflows go on (metalflow host status HOST)", EXIT_INTERRUPTED)
+        connection.flush_tracing()
         sys.stdout.flush()
         sys.stderr.flush()
         # The SDK's native runtime can abort during interpreter teardown (PyGILState_Release), as
         # the worker notes; the command is done here, so skip the teardown and keep its status.
         os._exit(status)
 
+    handle.talks_to_temporal = True  # type: ignore[attr-defined]  # gets --address, --namespace
     return handle
 
 
@@ -353,17 +362,20 @@ async def _connected(
         except InventoryUnavailable as err:
             return _fail(str(err), EXIT_USAGE)
     try:
-        address = load_connect_config().get("target_host", "?")
+        target = connection.resolve(args)
     except TemporalConfigError as err:  # names the file; a TOML error quotes no value
         return _fail(str(err), EXIT_USAGE)
     except Exception as err:  # a broken config file: say which setting, never its secrets
         return _fail(f"cannot read the Temporal client configuration: {type(err).__name__}", EXIT_USAGE)
+    address = target.address
     try:
-        client = await connect()
+        client = await connect_to(target)
+    except TemporalConfigError as err:  # the tracing settings
+        return _fail(str(err), EXIT_USAGE)
     except Exception as err:
         return _fail(
             f"cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
-            "or set TEMPORAL_ADDRESS (or TEMPORAL_CONFIG_FILE) to your cluster",
+            "or give --address (or set TEMPORAL_ADDRESS or TEMPORAL_CONFIG_FILE) for your cluster",
             EXIT_USAGE,
         )
     try:
@@ -482,6 +494,14 @@ async def _instance(client: Client, args: argparse.Namespace) -> int:
 
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
+    # Status is the truth: an entity that failed or was terminated is said so (exit 1), not
+    # shown as the idle host its last state would describe.
+    try:
+        ended = await ended_badly(client, names.host_workflow_id(args.host), "host entity")
+    except CommandError:
+        ended = None  # no entity at all: `host_status` says so, naming the host
+    if ended is not None:
+        return _fail(f"{ended}; its next request starts a new entity", EXIT_FAILED)
     status = await host_status(client, args.host)
     operation, seen = None, None
     if status.current is not None and status.current.outcome == "running":
@@ -489,6 +509,10 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         if operation is None:  # a reboot has no status query: its Phase and details say where it is
             seen = await operation_progress(client, status.current.workflow_id, args.host)
     monitor = await running_monitor_status(client, args.host)
+    # An idle entity says nothing of DPUs an ended operation left waiting (an abort before the
+    # power cycle leaves DPF waiting for a reboot): DPF is asked, and what needs a person is said.
+    idle = status.current is None or status.current.outcome != "running"
+    warnings = await idle_dpu_warnings(args.host) if idle else []
     if args.json:
         shown = {
             "host": status.model_dump(mode="json"),
@@ -496,10 +520,13 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
             if seen is None
             else {"phase": seen.phase, "waiting_for": seen.waiting_for, "details": seen.details},
             "monitor": None if monitor is None else monitor.model_dump(mode="json"),
+            "warnings": warnings,
         }
         print(json.dumps(shown, indent=2))
         return EXIT_OK
     _say(render_status(status, operation, monitor, seen))
+    for warning in warnings:
+        _say(f"  WARNING          {warning}")
     return EXIT_OK
 
 
@@ -537,7 +564,7 @@ def render_status(
             phase = dpu.get("phase") or "-"
             since = _parsed(dpu.get("since"))
             lines.append(f"    {dpu.get('dpu_id', '?'):<22} {phase:<24} since {iso_z(since, none='?')}")
-        for key in ("reboots_requested", "power_cycles_issued"):
+        for key in ("reboots_requested", "power_cycles_issued", "reboot_attempts"):
             if key in operation:
                 lines.append(f"    {key.replace('_', ' '):<22} {operation[key]}")
     if status.recent:

@@ -21,6 +21,7 @@ import asyncio
 
 from contracts import names
 from contracts.errors import InvalidInput, MetalflowError
+from contracts.models.dpf import DPUNODE_NAME_LABEL
 from contracts.models.inventory import HostInventory
 from drivers.inventory import Inventory, host_from_site
 from drivers.kube import DPU, Kube
@@ -119,3 +120,40 @@ async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, 
 def _unreadable(err: Exception, what: str) -> InventoryUnavailable:
     reason = err.message if isinstance(err, MetalflowError) else f"{type(err).__name__}: {err}"
     return InventoryUnavailable(f"{what}: {reason}".splitlines()[0])
+
+
+async def idle_dpu_warnings(host_id: str) -> list[str]:
+    """What DPF shows of an idle host's DPUs that needs a person: a DPU `Rebooting` with no
+    operation to reboot the host (an aborted provision or reprovision left it so: DPF waits for a
+    reboot nobody will do), or any DPU not `Ready`. Empty when every DPU is Ready, or when the
+    inventory or the cluster cannot be read (status must not fail for it).
+
+    Cost: the inventory read and one list of the host's DPUs.
+    """
+    try:
+        settings = Settings.from_env()
+        kube = Kube(settings)
+    except Exception:  # noqa: BLE001 - no cluster to read: nothing to warn about
+        return []
+    try:
+        host = await Inventory(settings, kube).resolve(host_id)
+        listed = await kube.list(
+            host_id, DPU, host.namespace, label_selector=f"{DPUNODE_NAME_LABEL}={host.dpu_node_name()}"
+        )
+    except Exception:  # noqa: BLE001 - as above
+        return []
+    finally:
+        kube.close()
+    warnings = []
+    for item in sorted(listed.get("items") or [], key=lambda i: i["metadata"]["name"]):
+        phase = (item.get("status") or {}).get("phase") or "no phase yet"
+        name = item["metadata"]["name"]
+        if phase == "Rebooting":
+            warnings.append(
+                f"DPU {name} is Rebooting: DPF waits for a reboot of {host_id} and no operation runs "
+                f"to do it (`metalflow host reprovision {host_id}`, or reboot it and "
+                f"`metalflow host reboot {host_id}`)"
+            )
+        elif phase != "Ready":
+            warnings.append(f"DPU {name} is {phase}, not Ready, and no operation runs on {host_id}")
+    return warnings

@@ -22,6 +22,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from contracts import names, workflow_api
+from contracts.errors import InvalidInput
 from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
@@ -44,6 +45,10 @@ from contracts.models.grove import (
     image_problem,
 )
 from contracts.validation import Reason, Requester, arg_type
+from drivers.grove import images_patch
+from drivers.grove import kinds as grove_kinds
+from drivers.kube import Kube
+from drivers.settings import Settings
 from metalflow.cli import workflow_commands
 from metalflow.cli.workflow_commands import (
     EXIT_FAILED,
@@ -193,6 +198,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             step_deadline_seconds=args.step_deadline,
         ),
     )
+    await _check_images(pcs, images)  # before starting: a refusal leaves no failed run behind
     workflow_id = names.rollout_workflow_id(pcs.namespace, pcs.name)
     summary = ", ".join(f"{c}={i}" for c, i in images.items())
     try:
@@ -220,6 +226,35 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     status = await until_past(handle, "preparing", _query, "rollout refused, nothing changed")
     print(f"rollout {workflow_id} started: target {status.target_hash} (from {status.previous_hash})")
     return await _follow(handle) if args.wait else EXIT_OK
+
+
+async def _check_images(pcs: PCSRef, images: dict[str, str]) -> None:
+    """Refuse what the rollout's first step would refuse, before starting it: an unknown
+    PodCliqueSet or clique, a bad image, a PodCliqueSet not on OnDelete (`images_patch`, the same
+    rule `set_pcs_images` applies). Without this, the refused run failed in Temporal (red in the
+    UI) and replaced the last real rollout of that PodCliqueSet in `rollout status`.
+
+    Cost: one GET of the PodCliqueSet from the cluster KUBECONFIG names (the dev stack's by default).
+
+    Raises:
+        RolloutError: Refused (exit 2, nothing changed), or the cluster cannot be read (exit 2).
+    """
+    try:
+        kube = Kube(Settings.from_env())
+    except ValueError as err:
+        raise RolloutError(str(err), EXIT_USAGE) from None
+    try:
+        obj = await kube.get(f"pcs:{pcs}", grove_kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
+        if obj is None:
+            raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
+        images_patch(obj, images)
+    except InvalidInput as err:
+        raise RolloutError(f"rollout refused, nothing changed: {err.message}", EXIT_USAGE) from None
+    except Exception as err:  # the cluster unreachable, no kubeconfig: one line
+        reason = f"{type(err).__name__}: {err}".splitlines()[0]
+        raise RolloutError(f"cannot read PodCliqueSet {pcs} from the cluster: {reason}", EXIT_USAGE) from None
+    finally:
+        kube.close()
 
 
 async def _query(handle: WorkflowHandle[Any, Any]) -> RolloutStatus:
@@ -269,6 +304,7 @@ async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
     handle = _handle(client, args.pcs)
+    await _raise_if_ended_badly(client, handle.id)
     status = await _query(handle)
     if args.json:
         print(status.model_dump_json(indent=2))
@@ -287,9 +323,17 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         described = await handle.describe()
         if described.status != WorkflowExecutionStatus.RUNNING:
             print()
+            await _raise_if_ended_badly(client, handle.id)
             return EXIT_OK
         await asyncio.sleep(FOLLOW_SECONDS)
         status = await _query(handle)
+
+
+async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
+    """Status is the truth: a rollout that failed, was terminated or timed out is said so, exit 1."""
+    why = await workflow_commands.ended_badly(client, workflow_id, "rollout")
+    if why is not None:
+        raise RolloutError(f"rollout {why}")
 
 
 async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> OperatorAnswer:

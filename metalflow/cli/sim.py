@@ -26,6 +26,7 @@ from contracts.validation import DPUsPerHost, HostId, Hosts, Port, Seed, arg_typ
 from contracts.wording import plural
 from drivers.statedir import STATE_DIR_HELP, state_dir_for
 from metalflow.cli import sim_fault
+from metalflow.devstack.claim import running_stack
 from metalflow.devstack.process import ProcessFailedError
 from metalflow.devstack.sim import (
     DEFAULT_SIM_PORT,
@@ -176,6 +177,14 @@ def describe_site(state_dir: Path, info: dict[str, Any]) -> str:
 def _up(args: argparse.Namespace) -> int:
     state_dir = state_dir_for(args.state_dir, "sim up")
     options = site_options(args)
+    stack = running_stack(state_dir)
+    if stack is not None:  # it would overwrite the stack's site.yaml, kubeconfig and credentials
+        print(
+            f"metalflow sim up: state dir {state_dir.resolve()} is in use by metalflow dev "
+            f"({stack.describe()}), which runs its own simulated site; give sim up another --state-dir",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     try:
         ensure_free("127.0.0.1", options.port, "simulated site", "--sim-port")
     except PortInUseError as err:

@@ -29,13 +29,14 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
+    WorkflowHistoryEventFilterType,
     WorkflowUpdateFailedError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow.client import connect, temporal_lost
+from metalflow.cli import connection
+from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
-from metalflow.runtime.telemetry import TelemetryConfigError, setup_tracing
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 FOLLOW_SECONDS = 0.5
@@ -80,10 +81,12 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
 
     def handle(args: argparse.Namespace) -> int:
         status = asyncio.run(_connected(action, args))
+        connection.flush_tracing()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
 
+    handle.talks_to_temporal = True  # type: ignore[attr-defined]  # gets --address, --namespace
     return handle
 
 
@@ -91,22 +94,19 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
     # With OTEL_TRACES_EXPORTER set, the command's request is the root of the workflow's trace
     # (a campaign's hosts' operations then share it); flushed before the process ends.
     try:
-        tracing = setup_tracing()
-    except TelemetryConfigError as err:
+        target = connection.resolve(args)
+    except TemporalConfigError as err:  # names the file; a TOML error quotes no value
         return fail(str(err), EXIT_USAGE)
+    except Exception as err:  # a broken config file: say which setting, never its secrets
+        return fail(f"cannot read the Temporal client configuration: {type(err).__name__}", EXIT_USAGE)
     try:
-        return await _with_client(action, args, tracing.interceptors)
-    finally:
-        tracing.shutdown()
-
-
-async def _with_client(action: Action, args: argparse.Namespace, interceptors: list[Any]) -> int:
-    try:
-        client = await connect(interceptors=interceptors)
+        client = await connection.connect_to(target)
+    except TemporalConfigError as err:  # the tracing settings
+        return fail(str(err), EXIT_USAGE)
     except Exception as err:
         return fail(
-            f"cannot reach Temporal ({type(err).__name__}); start it with `metalflow dev`, "
-            "or set TEMPORAL_ADDRESS",
+            f"cannot reach Temporal at {target.address} ({type(err).__name__}); start it with "
+            "`metalflow dev`, or give --address (or set TEMPORAL_ADDRESS)",
             EXIT_USAGE,
         )
     try:
@@ -134,6 +134,49 @@ async def query(
             raise CommandError(f"no {what} {handle.id}") from None
         raise
     return result
+
+
+_ENDED_BADLY = {
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.TERMINATED: "was terminated",
+    WorkflowExecutionStatus.TIMED_OUT: "timed out",
+    WorkflowExecutionStatus.CANCELED: "was cancelled",
+}
+
+
+async def ended_badly(client: Client, workflow_id: str, what: str) -> str | None:
+    """How the workflow's latest run ended when it did not complete (`<id> failed: <why>`,
+    `<id> was terminated: <reason>`, `timed out`, `was cancelled`); None while it runs or once it
+    completed. A status command says this and exits 1 rather than show the last status as if
+    the run were still in progress.
+
+    Raises:
+        CommandError: No such workflow (`no <what> <id>`).
+    """
+    try:
+        described = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise CommandError(f"no {what} {workflow_id}") from None
+        raise
+    word = _ENDED_BADLY.get(described.status) if described.status is not None else None
+    if word is None:
+        return None
+    run = client.get_workflow_handle(workflow_id, run_id=described.run_id)  # that run, not a later one
+    if described.status == WorkflowExecutionStatus.TERMINATED:  # the reason is in the close event only
+        async for event in run.fetch_history_events(
+            event_filter_type=WorkflowHistoryEventFilterType.CLOSE_EVENT
+        ):
+            if event.HasField("workflow_execution_terminated_event_attributes"):
+                reason = event.workflow_execution_terminated_event_attributes.reason
+                return f"{workflow_id} {word}: {reason or 'no reason given'}"
+    try:
+        await run.result(follow_runs=False)
+    except WorkflowFailureError as err:
+        reason = root_cause(err) or "no reason given"
+    else:  # a race: it was reset and completed meanwhile
+        return None
+    return f"{workflow_id} {word}: {reason}"
 
 
 async def until_past(

@@ -44,7 +44,14 @@ from contracts.wording import plural
 from metalflow.devstack.demo_campaign import run_campaign_demo, site_of
 from metalflow.devstack.demo_rollout import run_rollout_demo
 from metalflow.devstack.stack import DevStackConfig
-from metalflow.hosts import HostRequestError, default_operator, follow_operation, recorded_status, send_update
+from metalflow.hosts import (
+    HostRequestError,
+    default_operator,
+    follow_operation,
+    host_status,
+    recorded_status,
+    send_update,
+)
 from metalflow.progress import Progress
 
 DEMO_INSTANCE = "demo-tenant-instance"
@@ -129,6 +136,9 @@ async def run_demo(
             "the HostRebootWorkflow children, the entity's approve update)"
         )
     requests = _Requests(client, operator, task_queue, progress)
+    # The BMC power logs start with this simulator; the entities' generations count every reset
+    # since the first run: the audit compares the logs with what the workflows counted since now.
+    generations = {host.host_id: await _generation(client, host.host_id) for host in hosts}
     # A site restored from the state dir (a restarted `metalflow dev`) has its hosts' DPUs
     # already: provisioning them again would wait for reboots DPF never asks for.
     present = await _provisioned(site, hosts)
@@ -146,7 +156,9 @@ async def run_demo(
         await requests.instance(hosts[0].host_id, RELEASE_INSTANCE_UPDATE)
     if ok:
         ok = await run_rollout_demo(client, config, say, task_queue)
-    await _report_power_cycles(site, hosts, say, operations=None if not ok else 1 if present else 2)
+    counted = {h: await _generation(client, h) - before for h, before in generations.items()}
+    operations = None if not ok else 1 if present else 2
+    ok = await _report_power_cycles(site, hosts, say, operations, counted) and ok
     if ok:  # last: its reprovisions and the injected failure come after the power logs above
         ok = await run_campaign_demo(
             client, config, site.sim_url, site_of(site.site_file), DEMO_POLICY, progress, task_queue
@@ -236,17 +248,39 @@ def power_cycles(entries: list[dict[str, Any]]) -> int:
     return sum(1 for entry in entries if entry.get("to") == "Off")
 
 
+async def _generation(client: Client, host_id: str) -> int:
+    """The host's boot generation as its entity counts it (0 before it has one)."""
+    try:
+        return (await host_status(client, host_id)).boot_generation
+    except HostRequestError:
+        return 0
+
+
 async def _report_power_cycles(
-    site: DemoSite, hosts: list[DemoHost], say: Callable[[str], None], operations: int | None
-) -> None:
+    site: DemoSite,
+    hosts: list[DemoHost],
+    say: Callable[[str], None],
+    operations: int | None,
+    counted: dict[str, int],
+) -> bool:
+    """Each host's BMC power log against the reboots DPF asked for (when every operation
+    completed) and against what the workflows counted (always, the failure path too: the boot
+    generation moves once per reset that happened). False on a mismatch."""
+    agree = True
     async with httpx.AsyncClient(base_url=site.sim_url, timeout=10) as http:
         for host in hosts:
             entries = (await http.get(f"/sim/hosts/{host.host_id}/power-log")).json()
-            line = f"demo: {host.host_id} BMC power log: {plural(power_cycles(entries), 'power cycle')}"
+            logged = power_cycles(entries)
+            line = f"demo: {host.host_id} BMC power log: {plural(logged, 'power cycle')}"
             if operations is not None:
                 line += f" (DPF asked for {operations * host.reboots_per_operation})"
+            line += f"; the workflows counted {counted[host.host_id]}"
+            if counted[host.host_id] != logged:
+                line += " (MISMATCH)"
+                agree = False
             say(line)
         violations = (await http.get("/sim/violations")).json()
     say(f"demo: the simulator recorded {plural(len(violations), 'protocol violation')}")
     for violation in violations[:10]:
         say(f"demo:   {violation['kind']} {violation['subject']}: {violation['detail']}")
+    return agree

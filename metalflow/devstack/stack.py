@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from temporalio.client import Client
 from contracts import names
 from metalflow.binaries import temporal_cli
 from metalflow.client import connect
+from metalflow.devstack.claim import CLIENT_CONFIG_FILE
 from metalflow.devstack.private import private_state_dir, write_private
 from metalflow.devstack.process import ManagedProcess
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions, read_sim_info, simulator_process
@@ -32,13 +33,23 @@ from metalflow.runtime.versioning import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV
 HOST = "127.0.0.1"
 SERVER_READY_TIMEOUT = 90.0
 WORKER_READY_TIMEOUT = 60.0
-CLIENT_CONFIG_FILE = "temporal.toml"
 WORKER_NAME = "metalflow worker"
 WORKER_RESTARTS = 5  # more exits than this within the window: the worker is broken, stop
 WORKER_RESTART_WINDOW = 120.0
 # What `--reset` deletes: Temporal's history (SQLite and its WAL) and the site's saved objects.
 HISTORY_FILES = ("temporal.db", "temporal.db-wal", "temporal.db-shm")
 SITE_SNAPSHOT = "sim-store.json"
+
+
+def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Temporal dev server's environment: ours without OTEL_* and TEMPORAL_*.
+
+    The server reads the OpenTelemetry variables too: `OTEL_TRACES_EXPORTER=console`, meant for
+    metalflow's worker and CLI, kept it from starting (issue 29). Its own settings are its flags;
+    a TEMPORAL_* of the user's shell is for their real cluster.
+    """
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if not k.startswith(("OTEL_", "TEMPORAL_"))}
 
 
 class StateMismatchError(RuntimeError):
@@ -132,6 +143,7 @@ class DevStack:
             log_path=self.config.state_dir / "temporal.log",
             ready=self._server_ready,
             lifeline="wrapper",  # a Go binary: the wrapper stops it when this process dies
+            env=server_env(),
         )
         await self._start(server, SERVER_READY_TIMEOUT)
         added = await ensure_search_attributes(await self.client(), names.SEARCH_ATTRIBUTES)
