@@ -114,16 +114,20 @@ async def _dpu_fault(request: web.Request) -> web.Response:
     name, fault = _dpu_object(site, request.match_info["name"]), request.match_info["fault"]
     body = await _body(request)
     try:
-        if fault == "error":
+        if fault == "error" and "reason" not in body:
             await site.dpf.inject_error(name, str(body.get("message", "injected by the simulator")))
         elif fault == "node-effect":
             await site.dpf.inject_node_effect(name)
         elif fault == "recover":
             await site.dpf.recover(name)
         else:
-            return _problem(404, f"unknown DPU fault {fault!r}; one of error, node-effect, recover")
-    except KeyError as err:
+            await site.dpf.inject(name, fault, body)
+    except LookupError as err:
+        if not isinstance(err, KeyError):
+            return _problem(404, str(err))
         return _problem(404, f"no DPU {err.args[0]!r}")
+    except TypeError as err:  # the fault's body is wrong: nothing was changed
+        return _problem(400, str(err))
     except ValueError as err:
         return _problem(409, str(err))
     return web.json_response({"dpu": request.match_info["name"], "object": name, "fault": fault})
