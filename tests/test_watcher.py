@@ -17,7 +17,7 @@ from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import ActivityEnvironment
-from test_dpf_activities_support import NS, Api, power_cycle, settings_for
+from test_dpf_activities_support import NS, Api, acked, power_cycle, settings_for
 from test_watcher_support import RecorderInput, phases, recording
 
 from activities.dpf import DPFActivities
@@ -70,7 +70,7 @@ async def provision_with_signals(sim: RunningSim, client: Client, task_queue: st
             lambda s: s.node is not None and s.node.waiting_for_reboot and phases(s) == ["Rebooting"] * 2
         )
         power_cycle(sim, "host-001")
-        await run_retrying(acts.mark_dpu_node_rebooted, ref)
+        await run_retrying(acts.mark_dpu_node_rebooted, acked(ref))
         await rec.wait_for(lambda s: phases(s) == ["Ready", "Ready"] and all(d.ready for d in s.dpus))
         count = await rec.stop()  # the watcher is cancelled; the workflow completes
         seen = [s.state for s in await rec.signals()]

@@ -535,6 +535,7 @@ class Provisioner:
         )  # fmt: skip
         if written is None:
             return
+        self._mirror_reboot_status(name, uid)
         if shutdown:
             self.timers.start(
                 ("shutdown", name), uid, self.timings.arm_shutdown_seconds, lambda: self._arm_down(name, uid)
@@ -555,9 +556,24 @@ class Provisioner:
             return True
 
         self.client.mutate(self.client.dpu, name, change, status=True)
+        self._mirror_reboot_status(name, uid)
         node = self.node_of.get(name, "")
         if node in self.rounds:
             self._stamp(node)
+
+    def _mirror_reboot_status(self, name: str, uid: str) -> None:
+        """`Rebooted=False` with the reason of a pending `rebootStatus` (DPF: "DPU controller
+        derives user-facing DPUCondRebooted from this status"; Pending/Failed copied with their
+        reason, `rebooting.go`)."""
+
+        def change(o: Object) -> bool:
+            reboot = (o.get("status") or {}).get("rebootStatus") or {}
+            if o["metadata"]["uid"] != uid or reboot.get("phase") not in ("WaitForShutdown", "Pending"):
+                return False
+            reason, message = reboot.get("reason", ""), reboot.get("message", "")
+            return set_condition(o["status"], "Rebooted", False, reason, message)
+
+        self.client.mutate(self.client.dpu, name, change, status=True)
 
     def _write_status(self, name: str, uid: str, fields: Object) -> None:
         def change(o: Object) -> bool:
