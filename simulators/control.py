@@ -30,6 +30,8 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/timeline", _timeline)
     app.router.add_get("/sim/bmcs/{bmc_id}/load", _bmc_load)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
+    app.router.add_post("/sim/faults/dpu-bmcs/{dpu}/{fault}", _dpu_bmc_fault)
+    app.router.add_get("/sim/dpu-bmcs/{dpu}", _dpu_bmc)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
     app.router.add_post("/sim/faults/api/outage", _api_outage)
     app.router.add_post("/sim/faults/api/drop-watches", _drop_watches)
@@ -131,6 +133,26 @@ async def _dpu_fault(request: web.Request) -> web.Response:
     except ValueError as err:
         return _problem(409, str(err))
     return web.json_response({"dpu": request.match_info["name"], "object": name, "fault": fault})
+
+
+async def _dpu_bmc_fault(request: web.Request) -> web.Response:
+    """`paused` (the DPU stuck in its UEFI shell) or `reset` (its Arm reset by someone else)."""
+    site, dpu, fault = request.app[SITE_KEY], request.match_info["dpu"], request.match_info["fault"]
+    try:
+        site.bmcs.dpu_fault(dpu, fault)
+    except KeyError:
+        return _problem(404, f"no DPU BMC {dpu!r}")
+    except LookupError as err:
+        return _problem(404, str(err))
+    return web.json_response({"dpu": dpu, "fault": fault})
+
+
+async def _dpu_bmc(request: web.Request) -> web.Response:
+    site, dpu = request.app[SITE_KEY], request.match_info["dpu"]
+    try:
+        return web.json_response(site.bmcs.dpu_state(dpu))
+    except KeyError:
+        return _problem(404, f"no DPU BMC {dpu!r}")
 
 
 def _dpu_object(site: SimulatedSite, name: str) -> str:
