@@ -72,8 +72,9 @@ What a failure or abort leaves behind: see `_clean_up`.
 Cost per host and worst-case history: no activity slot while waiting (the site watch signals
 each change; one short read joins it, again after each acknowledged reboot), no timers while
 nothing changes. About 40 events to reach the first
-reboot, 4 per DPF change signalled, and per power cycle about 36 in the run itself (the reboot
-child started and completed, the acknowledgement, the watcher restart, phase changes) plus up to
+reboot, 4 per DPF change signalled, and per power cycle about 39 in the run itself (the reboot
+child started and completed, the whole read before it (3, since issue 25), the acknowledgement,
+the watcher restart, phase changes) plus up to
 50 in its reboot child (20 for a PowerCycle, 31 for ForceOff, the power-down wait and On; 19
 more for the BMC's fleet-wide lease, `workflows/bmc_lease.py`).
 Bounded by the policy: rounds DPF asks for (1, or 2 for BF4) x (1 + `max_power_cycle_retries`)
@@ -166,7 +167,7 @@ def _parse_time(value: str) -> datetime | None:
 
 def worst_case_events(*, power_cycles: int, dpf_changes: int, answers: int = 0, stalls: int = 0) -> int:
     """The most history events a run may cost (see the module docstring), given what it did."""
-    return 40 + (36 + 50) * power_cycles + 4 * dpf_changes + 4 * answers + 6 * stalls
+    return 40 + (39 + 50) * power_cycles + 4 * dpf_changes + 4 * answers + 6 * stalls
 
 
 RESOLVING = "resolving-inventory"
