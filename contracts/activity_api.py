@@ -50,6 +50,7 @@ from contracts.models.dpf import (
     HostDPFState,
     HostRef,
     JoinSiteWatchInput,
+    MarkRebootedInput,
     ObjectsResult,
     RegisterHostInput,
     ReprovisionInput,
@@ -76,9 +77,13 @@ from contracts.models.host import (
 )
 from contracts.models.inventory import HostInventory, HostLookup
 from contracts.models.redfish import (
+    DPUResetInput,
+    DPUResetResult,
+    DPUSystemState,
     FirmwareVersions,
     PowerCycleInput,
     PowerCycleResult,
+    ReadDPUInput,
     ReadFirmwareInput,
     ReadPowerStateInput,
     SetPowerInput,
@@ -86,6 +91,7 @@ from contracts.models.redfish import (
     StageFirmwareInput,
     StageFirmwareResult,
     SystemPower,
+    WaitDPUOSInput,
     WaitPowerInput,
 )
 
@@ -142,8 +148,8 @@ async def release_node_effect_hold(host: HostRef) -> ChangeResult:
 
 
 @activity.defn(name="mark_dpu_node_rebooted")
-async def mark_dpu_node_rebooted(host: HostRef) -> ChangeResult:
-    """Remove the reboot-required annotation (after a power cycle only)."""
+async def mark_dpu_node_rebooted(request: MarkRebootedInput) -> ChangeResult:
+    """Remove the reboot-required annotation (after a power cycle only), once per token."""
     _declared_only("mark_dpu_node_rebooted")
 
 
@@ -289,6 +295,24 @@ async def read_dpu_firmware_versions(request: ReadFirmwareInput) -> FirmwareVers
 async def stage_dpu_firmware(request: StageFirmwareInput) -> StageFirmwareResult:
     """Stage a firmware image on a DPU's BMC."""
     _declared_only("stage_dpu_firmware")
+
+
+@activity.defn(name="read_dpu_system")
+async def read_dpu_system(request: ReadDPUInput) -> DPUSystemState:
+    """A DPU's PowerState, Arm stage (BootProgress) and reset marks, from its own BMC."""
+    _declared_only("read_dpu_system")
+
+
+@activity.defn(name="reset_dpu")
+async def reset_dpu(request: DPUResetInput) -> DPUResetResult:
+    """Reset a DPU through its BMC exactly once (ForceRestart, PowerCycle or SOC.ForceReset)."""
+    _declared_only("reset_dpu")
+
+
+@activity.defn(name="wait_for_dpu_os")
+async def wait_for_dpu_os(request: WaitDPUOSInput) -> DPUSystemState:
+    """A DPU once its Arm OS runs, or as it is at the deadline (polls inside)."""
+    _declared_only("wait_for_dpu_os")
 
 
 # -- Grove (the rollout) -------------------------------------------------------------------------------

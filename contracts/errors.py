@@ -48,6 +48,10 @@ Workflow errors (`WorkflowError`: a run ends with one; never retried):
 - `FirmwareStageFailed`, `FirmwareNotActivated`: a firmware run could not stage, or the power
   cycle did not activate the image.
 - `RolloutAborted`, `PodCliqueSetGone`: a rollout was aborted, or its PodCliqueSet deleted.
+- `RebootLoop`: DPF asks for more host reboots in one sequence than the policy allows
+  (`rebootSequenceCount`, docs/DOMAIN.md section 2.5); the message names the DPU and the count.
+- `DPUResetNotEffective`: a DPU reset was accepted but the DPU did not restart or come back to
+  its OS in time (the message says what its BMC showed).
 """
 
 from __future__ import annotations
@@ -206,6 +210,14 @@ class RolloutAborted(WorkflowError):
 
 
 class PodCliqueSetGone(WorkflowError):
+    pass
+
+
+class RebootLoop(WorkflowError):
+    pass
+
+
+class DPUResetNotEffective(WorkflowError):
     pass
 
 

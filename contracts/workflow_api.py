@@ -86,6 +86,7 @@ from contracts.models.host import (
     REQUEST_REBOOT_UPDATE,
     REQUEST_REMOVAL_UPDATE,
     REQUEST_REPROVISION_UPDATE,
+    REQUEST_RESET_UPDATE,
     WITHDRAW_UPDATE,
     AssignInstanceRequest,
     FirmwareInput,
@@ -99,10 +100,13 @@ from contracts.models.host import (
     HostRebootResult,
     HostRemovalInput,
     HostRemovalResult,
+    HostResetInput,
+    HostResetResult,
     HostStatus,
     HostWorkflowInput,
     OperationAccepted,
     OperationRequest,
+    ResetRequest,
     WithdrawRequest,
 )
 
@@ -138,6 +142,10 @@ class HostWorkflow:
     @workflow.update(name=REQUEST_REMOVAL_UPDATE)
     async def request_removal(self, request: OperationRequest) -> OperationAccepted:
         _declared_only("HostWorkflow.request_removal")
+
+    @workflow.update(name=REQUEST_RESET_UPDATE)
+    async def request_reset(self, request: ResetRequest) -> OperationAccepted:
+        _declared_only("HostWorkflow.request_reset")
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, request: OperatorRequest) -> OperatorAnswer:
@@ -194,6 +202,19 @@ class HostRemovalWorkflow:
     @workflow.run
     async def run(self, request: HostRemovalInput) -> HostRemovalResult:
         _declared_only("HostRemovalWorkflow.run")
+
+
+@workflow.defn(name="HostResetWorkflow")
+class HostResetWorkflow:
+    """`reset/<id>` (`workflows/host_reset.py`)."""
+
+    @workflow.run
+    async def run(self, request: HostResetInput) -> HostResetResult:
+        _declared_only("HostResetWorkflow.run")
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> HostResetResult:
+        _declared_only("HostResetWorkflow.status")
 
 
 @workflow.defn(name="HostMonitorWorkflow")

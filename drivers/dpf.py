@@ -24,6 +24,8 @@ from contracts.models.dpf import (
     HOST_LABELS_ANNOTATION,
     INSTANCE_ANNOTATION,
     PROVISIONING_GROUP,
+    REBOOT_ACK_ANNOTATION,
+    REBOOT_METHOD_PRIORITY,
     REBOOT_REQUIRED_ANNOTATION,
     SITE_ANNOTATION,
     SVC_GROUP,
@@ -33,6 +35,7 @@ from contracts.models.dpf import (
     GroupSpec,
     HoldState,
     HostDPFState,
+    RebootStatus,
     ServiceSpec,
     SiteSetupInput,
 )
@@ -215,6 +218,7 @@ def conditions_of(obj: Object) -> tuple[Condition, ...]:
             status=str(c.get("status", "")),
             reason=str(c.get("reason") or ""),
             message=str(c.get("message") or ""),
+            last_transition=str(c.get("lastTransitionTime") or ""),
         )  # fmt: skip
         for c in (obj.get("status") or {}).get("conditions") or []
     )
@@ -225,27 +229,96 @@ def _annotations(obj: Object) -> dict[str, str]:
 
 
 def dpu_state(obj: Object) -> DPUState:
+    """A DPU as workflows decide on it; the DPF v26 fields only where the server has them."""
     meta, spec = obj["metadata"], obj.get("spec") or {}
+    status = obj.get("status") or {}
     device = str(spec.get("dpuDeviceName") or "")
+    reboot = status.get("rebootStatus")
+    agent = status.get("agentStatus") or {}
+    count = agent.get("rebootSequenceCount")
     return DPUState(
         name=meta["name"],
         uid=str(meta.get("uid", "")),
         dpu_id=device.removeprefix("device-") if device.startswith("device-") else None,
-        phase=str((obj.get("status") or {}).get("phase") or ""),
+        phase=str(status.get("phase") or ""),
         conditions=conditions_of(obj),
         deleting=bool(meta.get("deletionTimestamp")),
         bfb=str(spec.get("bfb") or ""),
-    )
+        previous_phase=str(status.get("previousPhase") or ""),
+        reboot_status=None if not isinstance(reboot, dict) else RebootStatus(
+            phase=str(reboot.get("phase") or ""), method=str(reboot.get("method") or ""),
+            reason=str(reboot.get("reason") or ""), message=str(reboot.get("message") or ""),
+        ),
+        agent_reboot_method=str(agent["rebootMethod"]) if agent.get("rebootMethod") else None,
+        reboot_sequence_count=count if isinstance(count, int) else None,
+        agent_started_at=str(status.get("agentLastStartupTime") or ""),
+        outdated_reason=str((status.get("outdated") or {}).get("reason") or "") or None,
+    )  # fmt: skip
+
+
+WATCHED_ANNOTATIONS = (REBOOT_REQUIRED_ANNOTATION, HOLD_ANNOTATION, REBOOT_ACK_ANNOTATION)
+WATCHED_STATUS = (
+    "phase",
+    "previousPhase",
+    "rebootStatus",
+    "agentLastStartupTime",
+    "outdated",
+    "rebootMethod",
+)
+
+
+def watched(obj: Object) -> Object:
+    """Only what `host_state` reads of a DPU, DPUNode or DPUNodeMaintenance (a watch's cache):
+    `host_state(watched(o))` equals `host_state(o)`. Includes DPF v26's fields and each
+    condition's lastTransitionTime (the deadline's start), so a watch that keeps this carries
+    what the host operation decides on."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in WATCHED_ANNOTATIONS}
+    labels = {
+        k: v for k, v in (meta.get("labels") or {}).items() if k == "provisioning.dpu.nvidia.com/dpunode-name"
+    }
+    kept_meta = {k: meta[k] for k in ("name", "uid", "resourceVersion", "deletionTimestamp") if k in meta}
+    kept_status: Object = {k: status[k] for k in WATCHED_STATUS if k in status}
+    agent = status.get("agentStatus") or {}
+    if agent:
+        kept_status["agentStatus"] = {
+            k: agent[k] for k in ("rebootMethod", "rebootSequenceCount") if k in agent
+        }
+    kept_status["conditions"] = [
+        {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
+        for c in status.get("conditions") or []
+    ]
+    return {
+        "metadata": {**kept_meta, "annotations": annotations, "labels": labels},
+        "spec": {k: spec[k] for k in ("dpuNodeName", "dpuDeviceName", "bfb") if k in spec},
+        "status": kept_status,
+    }
+
+
+def _method_in_message(message: str) -> str | None:
+    """The method of `required reboot method: <M> (driven by DPU <name>)` (DPF v26), if any."""
+    head = "required reboot method: "
+    if not message.startswith(head):
+        return None
+    method = message[len(head) :].split(" ", 1)[0]
+    return method if method in REBOOT_METHOD_PRIORITY else None
 
 
 def node_state(obj: Object) -> DPUNodeState:
     meta = obj["metadata"]
+    conditions = conditions_of(obj)
+    method = (obj.get("status") or {}).get("rebootMethod")
+    if not method:
+        rebooting = next((c for c in conditions if c.type == "DPUNodeRebootInProgress"), None)
+        method = _method_in_message(rebooting.message) if rebooting is not None else None
     return DPUNodeState(
         name=meta["name"],
         uid=str(meta.get("uid", "")),
         reboot_required=_annotations(obj).get(REBOOT_REQUIRED_ANNOTATION),
-        conditions=conditions_of(obj),
+        conditions=conditions,
         deleting=bool(meta.get("deletionTimestamp")),
+        reboot_method=str(method) if method else None,
+        reboot_acknowledged=_annotations(obj).get(REBOOT_ACK_ANNOTATION),
     )
 
 

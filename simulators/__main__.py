@@ -16,12 +16,15 @@ import sys
 from pathlib import Path
 
 from simulators.app import ServeOptions, SimulatedSite
+from simulators.dpf.versions import VERSION_ENV as DPF_VERSION_ENV
+from simulators.dpf.versions import VERSIONS as DPF_VERSIONS
+from simulators.dpf.versions import chosen as chosen_dpf_version
 from simulators.faults import PROFILES as FAULT_PROFILES
 from simulators.kube.crds import CRDS_ENV, find_crd_dir
 from simulators.persist import SnapshotMismatch
 from simulators.site import Site, default_site, load_site
 from simulators.timings import PROFILES as TIMING_PROFILES
-from simulators.timings import timings_for
+from simulators.timings import parse_overrides, timings_for
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--timings",
         choices=sorted(TIMING_PROFILES),
         help="phase and power timings (default: slow with --faults slow, else demo)",
+    )
+    serve.add_argument(
+        "--timing",
+        action="append",
+        default=[],
+        metavar="NAME=SECONDS",
+        help="override one duration of the timing profile, e.g. join_deadline_seconds=20 (repeatable)",
+    )
+    serve.add_argument(
+        "--dpf-version",
+        help=f"the DPF release to play: {', '.join(DPF_VERSIONS)} (default: ${DPF_VERSION_ENV}, else 25.10)",
     )
     serve.add_argument(
         "--initialised",
@@ -123,7 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         site = _site_from(args)
-        timings = timings_for(args.timings or ("slow" if args.faults == "slow" else "demo"))
+        timings = timings_for(
+            args.timings or ("slow" if args.faults == "slow" else "demo"), **parse_overrides(args.timing)
+        )
+        dpf_version = chosen_dpf_version(args.dpf_version)
     except ValueError as err:
         print(f"simulators: {err}", file=sys.stderr)
         return 2
@@ -141,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         timings=timings,
         initialised=args.initialised,
         persist=args.persist,
+        dpf_version=dpf_version,
     )
     try:
         asyncio.run(_serve(site, options, args.lifeline_fd))

@@ -31,6 +31,7 @@ from aiohttp import web
 
 from simulators import control
 from simulators.dpf import DPFController
+from simulators.dpf import versions as dpf_versions
 from simulators.events import Hub
 from simulators.faults import Faults
 from simulators.grove import GroveController
@@ -65,6 +66,7 @@ class ServeOptions:
     timings: Timings = Timings()
     initialised: bool = False
     persist: bool = False  # keep the store in <state-dir>/sim-store.json (simulators.persist)
+    dpf_version: str = dpf_versions.V25  # the DPF release played (simulators/dpf/versions.py)
 
 
 class SimulatedSite:
@@ -76,12 +78,15 @@ class SimulatedSite:
         self.hub = Hub()
         self.violations = Violations()
         self.faults = Faults(options.faults, options.seed)
-        types = load_resource_types(options.crd_dir) + list(RBAC_TYPES) + list(EVENT_TYPES)
+        types = dpf_versions.apply(load_resource_types(options.crd_dir), options.dpf_version)
+        types += list(RBAC_TYPES) + list(EVENT_TYPES)
         self.store = Store(types, validate=make_validator(types), validate_rules=RuleValidator())
         self.auth = Auth(self.store)
         self.credentials = _resolve_credentials(site, options.state_dir)
         self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)
-        self.dpf = DPFController(self.store, self.hub, options.timings, self.violations, site)
+        self.dpf = DPFController(
+            self.store, self.hub, options.timings, self.violations, site, version=options.dpf_version
+        )
         self.grove = GroveController(self.store, options.timings, self.violations)
         self.request_counts = RequestCounts()
         self.timeline = Timeline()

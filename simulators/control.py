@@ -30,6 +30,8 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/timeline", _timeline)
     app.router.add_get("/sim/bmcs/{bmc_id}/load", _bmc_load)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
+    app.router.add_post("/sim/faults/dpu-bmcs/{dpu}/{fault}", _dpu_bmc_fault)
+    app.router.add_get("/sim/dpu-bmcs/{dpu}", _dpu_bmc)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
     app.router.add_post("/sim/faults/api/outage", _api_outage)
     app.router.add_post("/sim/faults/api/drop-watches", _drop_watches)
@@ -114,19 +116,43 @@ async def _dpu_fault(request: web.Request) -> web.Response:
     name, fault = _dpu_object(site, request.match_info["name"]), request.match_info["fault"]
     body = await _body(request)
     try:
-        if fault == "error":
+        if fault == "error" and "reason" not in body:
             await site.dpf.inject_error(name, str(body.get("message", "injected by the simulator")))
         elif fault == "node-effect":
             await site.dpf.inject_node_effect(name)
         elif fault == "recover":
             await site.dpf.recover(name)
         else:
-            return _problem(404, f"unknown DPU fault {fault!r}; one of error, node-effect, recover")
-    except KeyError as err:
+            await site.dpf.inject(name, fault, body)
+    except LookupError as err:
+        if not isinstance(err, KeyError):
+            return _problem(404, str(err))
         return _problem(404, f"no DPU {err.args[0]!r}")
+    except TypeError as err:  # the fault's body is wrong: nothing was changed
+        return _problem(400, str(err))
     except ValueError as err:
         return _problem(409, str(err))
     return web.json_response({"dpu": request.match_info["name"], "object": name, "fault": fault})
+
+
+async def _dpu_bmc_fault(request: web.Request) -> web.Response:
+    """`paused` (the DPU stuck in its UEFI shell) or `reset` (its Arm reset by someone else)."""
+    site, dpu, fault = request.app[SITE_KEY], request.match_info["dpu"], request.match_info["fault"]
+    try:
+        site.bmcs.dpu_fault(dpu, fault)
+    except KeyError:
+        return _problem(404, f"no DPU BMC {dpu!r}")
+    except LookupError as err:
+        return _problem(404, str(err))
+    return web.json_response({"dpu": dpu, "fault": fault})
+
+
+async def _dpu_bmc(request: web.Request) -> web.Response:
+    site, dpu = request.app[SITE_KEY], request.match_info["dpu"]
+    try:
+        return web.json_response(site.bmcs.dpu_state(dpu))
+    except KeyError:
+        return _problem(404, f"no DPU BMC {dpu!r}")
 
 
 def _dpu_object(site: SimulatedSite, name: str) -> str:

@@ -32,7 +32,17 @@ class PowerCycled:
     time: datetime
 
 
-Event = PowerTransition | PowerCycled
+@dataclass(frozen=True)
+class DPUReset:
+    """A DPU's BMC reset the DPU (its Arm, or Arm and NIC), whoever asked: its agent restarts."""
+
+    host_id: str
+    dpu_id: str
+    time: datetime
+    reset_type: str  # ForceRestart (Arm only), PowerCycle, SOC.ForceReset (Arm and NIC)
+
+
+Event = PowerTransition | PowerCycled | DPUReset
 Handler = Callable[[Event], None]
 
 

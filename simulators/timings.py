@@ -6,7 +6,7 @@ the event loop allows (benchmarks, most tests); `slow` is realistic (the `slow` 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,14 @@ class Timings:
     # BMC (power-lag profile): PowerState keeps its old value this long after a reset (drawn).
     power_lag_min_seconds: float = 1.0
     power_lag_max_seconds: float = 15.0
+    # DPF v26: a DPU asked for a SystemLevelReset holds the host reboot (`rebootStatus`
+    # WaitForShutdown) this long while its Arm OS shuts down.
+    arm_shutdown_seconds: float = 2.0
+    # DPF v26: the DPU's cluster-join secret expires this long after DPF asked for the host
+    # reboot; a reboot acknowledged later leaves the DPU in `DPU Cluster Config` (ZT-doc: 2 hours).
+    join_deadline_seconds: float = 7200.0
+    # DPU BMC: the Arm boots (BootRom .. OsIsRunning) this long after a reset.
+    dpu_boot_seconds: float = 2.0
 
 
 PROFILES: dict[str, Timings] = {
@@ -41,6 +49,8 @@ PROFILES: dict[str, Timings] = {
         firmware_stage_seconds=0.0,
         power_lag_min_seconds=0.0,
         power_lag_max_seconds=0.0,
+        arm_shutdown_seconds=0.0,
+        dpu_boot_seconds=0.0,
     ),
     "slow": Timings(
         dpu_phase_seconds=30.0,
@@ -50,6 +60,8 @@ PROFILES: dict[str, Timings] = {
         reset_cooldown_seconds=60.0,
         session_timeout_seconds=600.0,
         firmware_stage_seconds=180.0,
+        arm_shutdown_seconds=15.0,
+        dpu_boot_seconds=60.0,
     ),
 }
 
@@ -58,4 +70,23 @@ def timings_for(name: str, **overrides: float) -> Timings:
     """The named profile, with any field overridden (for tests that need one delay longer)."""
     if name not in PROFILES:
         raise ValueError(f"unknown timing profile {name!r}; choose one of {', '.join(PROFILES)}")
+    unknown = sorted(set(overrides) - {f.name for f in fields(Timings)})
+    if unknown:
+        known = ", ".join(f.name for f in fields(Timings))
+        raise ValueError(f"unknown timing {unknown[0]!r}; choose from {known}")
     return replace(PROFILES[name], **overrides)
+
+
+def parse_overrides(items: list[str]) -> dict[str, float]:
+    """`NAME=SECONDS` items (`serve --timing`) as overrides; ValueError naming a malformed one."""
+    found: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = -1.0
+        if not sep or seconds < 0:
+            raise ValueError(f"--timing {item!r}: expected NAME=SECONDS with SECONDS >= 0")
+        found[name.strip()] = seconds
+    return found

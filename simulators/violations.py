@@ -15,6 +15,13 @@ log = logging.getLogger(__name__)
 # The kinds of violation, one name per check.
 REBOOT_ANNOTATION_REMOVED_WITHOUT_POWER_CYCLE = "reboot-annotation-removed-without-power-cycle"
 POWER_CYCLE_DURING_INSTALL = "power-cycle-during-install"
+# DPF v26 (simulators/dpf/BEHAVIOUR.md): the annotation removed before DPF stamped every rebooting
+# DPU `Pending`/WaitingForManualPowerCycleOrReboot (DPF sets it again: the reboot does not count);
+# a host reset while a DPU's Arm OS is shutting down (`rebootStatus` WaitForShutdown); a reboot
+# that does not meet the method DPF asked for (a warm reset where PowerCycle was required).
+REBOOT_ANNOTATION_REMOVED_EARLY = "reboot-annotation-removed-early"
+HOST_RESET_DURING_ARM_SHUTDOWN = "host-reset-during-arm-shutdown"
+REBOOT_METHOD_NOT_MET = "reboot-method-not-met"
 BMC_SESSION_EXPIRED = "bmc-session-expired"
 PODGANG_MIXED_TEMPLATE_HASHES = "podgang-mixed-template-hashes"
 MULTIPLE_MINIMUM_VIABLE_PODGANGS_IN_FLIGHT = "multiple-minimum-viable-podgangs-in-flight"

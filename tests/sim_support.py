@@ -155,10 +155,13 @@ def running_sim(
     initialised: bool = False,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
+    dpf_version: str | None = None,
+    timing: dict[str, float] | None = None,
 ) -> Iterator[RunningSim]:
     """Run the simulator for the duration of the block; see the module docstring.
 
-    `cwd` and `env` run it from elsewhere (a fresh clone, an unpacked wheel)."""
+    `cwd` and `env` run it from elsewhere (a fresh clone, an unpacked wheel); `dpf_version` picks
+    the DPF release played (`--dpf-version`), `timing` overrides single durations (`--timing`)."""
     lifeline = session_lifeline()
     args = [
         sys.executable, "-m", "simulators", "serve", "--port", "0", "--state-dir", str(state_dir),
@@ -172,6 +175,10 @@ def running_sim(
     )
     if initialised:
         args.append("--initialised")
+    if dpf_version:
+        args += ["--dpf-version", dpf_version]
+    for name, seconds in (timing or {}).items():
+        args += ["--timing", f"{name}={seconds}"]
     log = state_dir / "sim.log"
     state_dir.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as out:

@@ -18,6 +18,7 @@ from activities.dpf import DPFActivities
 from activities.grove import GroveActivities, RolloutWatcherActivities
 from activities.inventory import InventoryActivities
 from activities.pool import OwnerActivities, PoolActivities
+from activities.redfish.dpu_reset import DPUResetActivities
 from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
 from activities.redfish.waits import PowerWaitActivities
@@ -36,6 +37,7 @@ IMPLEMENTATIONS = (
     FirmwareActivities,
     PowerActivities,
     PowerWaitActivities,
+    DPUResetActivities,
     SiteWatchActivities,
 )
 

@@ -13,6 +13,7 @@ from test_dpf_activities_support import (
     HOLD,
     REBOOT,
     Api,
+    acked,
     annotation,
     dpf_activities,
     host,
@@ -142,9 +143,9 @@ async def test_initial_provisioning_flow_reaches_ready_without_violations(sim: R
     assert not_yet is not None and not not_yet.ready and not_yet.phase == "Rebooting"
 
     power_cycle(sim, "host-001")
-    assert (await run(acts.mark_dpu_node_rebooted, ref)).changed
+    assert (await run(acts.mark_dpu_node_rebooted, acked(ref))).changed
     node_rv = api.must("DPUNode", "node-host-001")["metadata"]["resourceVersion"]
-    second = await run(acts.mark_dpu_node_rebooted, ref)
+    second = await run(acts.mark_dpu_node_rebooted, acked(ref))
     assert not second.changed
     for k in (0, 1):
         api.wait("DPU", f"node-host-001-device-host-001-dpu-{k}", phase_is("Ready"))
@@ -170,7 +171,7 @@ async def test_bf4_second_reboot_round(sim: RunningSim, api: Api) -> None:
         node = (await run(acts.read_host_dpf_state, ref)).node
         assert node is not None and node.waiting_for_reboot
         power_cycle(sim, "host-003")
-        assert (await run(acts.mark_dpu_node_rebooted, ref)).changed
+        assert (await run(acts.mark_dpu_node_rebooted, acked(ref))).changed
     for k in (0, 1):
         api.wait("DPU", f"node-host-003-device-host-003-dpu-{k}", phase_is("Ready"))
     assert sim.violations() == []
@@ -200,7 +201,7 @@ async def test_reprovision_deletes_once_and_dpf_recreates_held(tmp_path: Path) -
         await run(acts.release_node_effect_hold, ref.host())
         api.wait("DPUNode", "node-host-001", lambda o: annotation(o, REBOOT) == "true")
         power_cycle(sim, "host-001")
-        await run(acts.mark_dpu_node_rebooted, ref.host())
+        await run(acts.mark_dpu_node_rebooted, acked(ref.host()))
         api.wait("DPU", name, phase_is("Ready"))
         assert sim.violations() == []
         api.close()
@@ -222,5 +223,5 @@ async def test_dpu_in_error_is_read_with_dpf_message(tmp_path: Path) -> None:
         with pytest.raises(ObjectNotFound, match="DPUNodeMaintenance .*node-host-001-hold not found"):
             await run(acts.release_node_effect_hold, ref.host())  # nothing holds a Ready node
         with pytest.raises(ObjectNotFound, match="DPUNode dpf-operator-system/node-host-009 not found"):
-            await run(acts.mark_dpu_node_rebooted, host("host-009"))
+            await run(acts.mark_dpu_node_rebooted, acked(host("host-009")))
         api.close()

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
-from test_dpf_activities_support import REBOOT, Api, dpf_activities, host, run
+from test_dpf_activities_support import REBOOT, Api, acked, dpf_activities, host, run
 
 from contracts.errors import (
     ConflictRetriesExhausted,
@@ -67,6 +67,30 @@ def _rv(obj: dict[str, Any] | None) -> str:
     return str(obj["metadata"]["resourceVersion"])
 
 
+async def test_a_late_retry_of_the_acknowledgement_leaves_dpfs_next_request(
+    sim: RunningSim, api: Api
+) -> None:
+    """The retry that lands late: attempt 1 removed the annotation (its answer was lost), DPF
+    asked again for its next round, attempt 2 runs: with its token it changes nothing; without
+    a token (the call before tokens) it would clear DPF's new request without a reboot."""
+    acts = dpf_activities(sim)
+    api.patch("DPUNode", "node-host-001", {"metadata": {"annotations": {REBOOT: "true"}}})
+    first = await run(acts.mark_dpu_node_rebooted, acked(host("host-001"), "reprovision/host-001#g3.1"))
+    assert first.changed and first.detail == "removed"
+    api.patch("DPUNode", "node-host-001", {"metadata": {"annotations": {REBOOT: "true"}}})  # DPF's next round
+    late = await run(acts.mark_dpu_node_rebooted, acked(host("host-001"), "reprovision/host-001#g3.1"))
+    assert late.detail == "already acknowledged; DPF asks again: left for the next acknowledgement"
+    assert api.must("DPUNode", "node-host-001")["metadata"]["annotations"][REBOOT] == "true"
+    # The next acknowledgement (a new token, after its own reboot) removes it.
+    assert (
+        await run(acts.mark_dpu_node_rebooted, acked(host("host-001"), "reprovision/host-001#g4.2"))
+    ).changed
+    # Deliberate break: the same late retry without a token clears DPF's request.
+    api.patch("DPUNode", "node-host-001", {"metadata": {"annotations": {REBOOT: "true"}}})
+    assert (await run(acts.mark_dpu_node_rebooted, acked(host("host-001")))).changed
+    assert REBOOT not in (api.must("DPUNode", "node-host-001")["metadata"].get("annotations") or {})
+
+
 async def test_a_concurrent_edit_between_read_and_write_is_reread_and_kept(sim: RunningSim, api: Api) -> None:
     acts = dpf_activities(sim)
     reads: list[str] = []
@@ -80,7 +104,7 @@ async def test_a_concurrent_edit_between_read_and_write_is_reread_and_kept(sim: 
 
     api.patch("DPUNode", "node-host-001", {"metadata": {"annotations": {REBOOT: "true"}}})
     acts.kube.after_read = concurrent_edit
-    result = await run(acts.mark_dpu_node_rebooted, host("host-001"))
+    result = await run(acts.mark_dpu_node_rebooted, acked(host("host-001")))
     assert result.changed
     assert len(reads) == 2 and reads[0] != reads[1]  # the first write met 409 and read again
     annotations = api.must("DPUNode", "node-host-001")["metadata"]["annotations"]
@@ -217,7 +241,7 @@ async def test_api_unreachable_is_retryable_kubernetes_unavailable(tmp_path: Pat
     kubeconfig.write_text(yaml.safe_dump(config))  # its server has stopped: the port refuses
     acts = dpf_activities(sim, kubeconfig=kubeconfig)
     with pytest.raises(KubernetesUnavailable, match="cannot be reached for DPUNode") as caught:
-        await run(acts.mark_dpu_node_rebooted, host("host-001"))
+        await run(acts.mark_dpu_node_rebooted, acked(host("host-001")))
     assert not caught.value.non_retryable
 
 

@@ -15,7 +15,7 @@ from sim_support import RunningSim
 from temporalio.testing import ActivityEnvironment
 
 from activities.dpf import DPFActivities
-from contracts.models.dpf import HostRef
+from contracts.models.dpf import HostRef, MarkRebootedInput
 from drivers.kube import Kube
 from drivers.settings import Settings
 
@@ -54,6 +54,11 @@ async def run(fn: Callable[..., Any], *args: Any) -> Any:
 
 def host(host_id: str) -> HostRef:
     return HostRef(host_id=host_id)
+
+
+def acked(ref: HostRef, token: str = "") -> MarkRebootedInput:
+    """The input of `mark_dpu_node_rebooted` for a host (a token: once per token)."""
+    return MarkRebootedInput(host_id=ref.host_id, namespace=ref.namespace, token=token)
 
 
 class Api:

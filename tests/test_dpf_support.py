@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from simulators.dpf import DPFController
+from simulators.dpf import DPFController, versions
 from simulators.dpf import objects as dpf_objects
 from simulators.dpf.client import Client
+from simulators.dpf.versions import V25
 from simulators.events import Hub, PowerCycled, PowerTransition
-from simulators.kube.crds import find_crd_dir, new_store
+from simulators.kube.cel import RuleValidator
+from simulators.kube.crds import find_crd_dir, load_resource_types, make_validator
 from simulators.kube.store import NotFound, ResourceType, Store
 from simulators.site import DPU, Host, Site
 from simulators.timings import Timings, timings_for
@@ -102,11 +104,14 @@ class Sim:
 
 @asynccontextmanager
 async def running(
-    site: Site, timings: Timings | None = None, *, initialised: bool = False
+    site: Site, timings: Timings | None = None, *, initialised: bool = False, version: str = V25
 ) -> AsyncIterator[Sim]:
-    store = new_store(CRD_DIR, namespaces=(NS,))
+    """The DPF controller of `site` on a real store serving the CRDs of DPF `version`."""
+    types = versions.apply(load_resource_types(CRD_DIR), version)
+    store = Store(types, validate=make_validator(types), validate_rules=RuleValidator())
+    store.ensure_namespace(NS)
     hub, violations = Hub(), Violations()
-    dpf = DPFController(store, hub, timings or timings_for("zero"), violations, site)
+    dpf = DPFController(store, hub, timings or timings_for("zero"), violations, site, version=version)
     await dpf.start()
     if initialised:
         await dpf.initialise()

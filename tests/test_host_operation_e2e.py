@@ -129,7 +129,7 @@ async def test_manual_reboot_method_waits_for_host_rebooted_signal(
         assert status.reboots_requested == 1
         assert [d.phase for d in status.dpus] == ["Rebooting", "Rebooting"]
         # The operator reboots the host by hand (here: through the simulated BMC), then says so.
-        await _cycle_by_hand(ready_site, "host-001")
+        await cycle_by_hand(ready_site, "host-001")
         await handle.signal(HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by="alice", reason="done"))
         result = await handle.result()
         await save_history(handle, "host_operation_manual_reboot")
@@ -202,7 +202,7 @@ async def _inject_error_when_installing(handle: Any, sim: RunningSim, dpu: str, 
     await eventually(injected, what=f"an error injected into the recreated {dpu}")
 
 
-async def _cycle_by_hand(sim: RunningSim, host_id: str) -> None:
+async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:
     host = sim.host(host_id)
     user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
     base = host["bmc"]["endpoint"]

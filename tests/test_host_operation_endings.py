@@ -32,7 +32,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from test_dpf_activities_support import REBOOT, Api, annotation
 from test_firmware_support import site_file_with_prefix
-from test_host_operation_e2e import _cycle_by_hand, worker_for
+from test_host_operation_e2e import cycle_by_hand, worker_for
 
 from contracts import names
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
@@ -251,7 +251,7 @@ async def test_host_rebooted_arriving_as_the_reboot_child_completes_does_not_fai
         handle, reboot_id = await _at_manual_reboot(client, task_queue)
     # No worker runs: the person's confirmation reaches the reboot child and the operation at
     # once, so the operation's handler passes it on to a child that closes meanwhile.
-    await _cycle_by_hand(ready_site, H1)
+    await cycle_by_hand(ready_site, H1)
     await client.get_workflow_handle(reboot_id).signal(HOST_REBOOTED_SIGNAL, ALICE)
     await handle.signal(HOST_REBOOTED_SIGNAL, ALICE)
     async with worker_for(client, task_queue, ready_site):

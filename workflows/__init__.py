@@ -24,6 +24,7 @@ def _all() -> list[type]:
     from workflows.host import HostWorkflow
     from workflows.host_operation import HostOperationWorkflow
     from workflows.host_reboot import HostRebootWorkflow
+    from workflows.host_reset import HostResetWorkflow
     from workflows.monitor import HostMonitorWorkflow
     from workflows.removal import HostRemovalWorkflow
     from workflows.rollout import RolloutWorkflow
@@ -33,6 +34,7 @@ def _all() -> list[type]:
         HostWorkflow,
         HostOperationWorkflow,
         HostRebootWorkflow,
+        HostResetWorkflow,
         FirmwareWorkflow,
         HostMonitorWorkflow,
         HostRemovalWorkflow,

@@ -9,6 +9,17 @@ the reboot-required annotation on the DPUNode when the FIRST DPU reaches `Reboot
 may still be writing its OS. Power-cycling then corrupts the sibling's install. So the host is
 cycled only when the annotation is present, every DPU is in `Rebooting` (or already `Ready`: it
 needs no reboot), and no DPU of the host is in an install phase.
+
+DPF v26 (DOMAIN.md 2.5) adds two conditions, both read from `rebootStatus` where DPF writes it:
+no DPU of the host is in `WaitForShutdown` (its Arm OS is shutting down for a SystemLevelReset;
+a reset now cuts that short), and every `Rebooting` DPU of the host is stamped `Pending` /
+`WaitingForManualPowerCycleOrReboot` (DPF's Step 2: a removal before it is undone by DPF, which
+then waits for yet another reboot). Phases this module does not know are progress: only the
+named sets below decide, and an unknown phase is in none of them.
+
+Also here, as pure functions: the host reset a reboot method needs (`host_reset_for`), the Error
+reasons reprovisioning cannot fix (`PARK_REASONS`), and phase moves DPF does not make by itself
+(`went_back`).
 """
 
 from __future__ import annotations
@@ -27,10 +38,49 @@ with workflow.unsafe.imports_passed_through():
         PHASE_REBOOTING,
         DPUState,
         HostDPFState,
+        method_rank,
     )
 
-INSTALL_PHASES: Final = frozenset({"Config FW Parameters", "Prepare BFB", "OS Installing"})
-"""A host power cycle in these phases corrupts the DPU's install."""
+INSTALL_PHASES: Final = frozenset(
+    {
+        # A host power cycle in these corrupts the DPU's install:
+        "Config FW Parameters", "Prepare BFB", "OS Installing",
+        # DPF v26 defers its own reboot request while a sibling is in these (`HandleRebootSync`):
+        "Initialize Interface", "DPU Config",
+        # v26: flashing BF4 firmware, and Arm restarts DPF runs itself (ours: not cut short).
+        "Update Firmware", "Perform ARM Force Restart",
+    }
+)  # fmt: skip
+"""Phases of any DPU of the host during which the host is not power-cycled."""
+
+WARM_METHODS: Final = frozenset(
+    {"SystemLevelReset", "SystemReboot", "FirmwareReset", "DPUWarmReboot", "NoAction"}
+)
+"""Reboot methods a warm host reset meets (DOCA "Reset and Reboot Procedures": a system-level
+reset is the Arm shut down, then a warm reboot of the server); `PowerCycle`, `Unknown` and no
+method at all (DPF before v26) get a cold power cycle, which meets every method."""
+
+PARK_REASONS: Final = frozenset(
+    {"UnsupportedNodeRebootMethod", "NodeRebootMethodNotProvided", "HostAgentRebootMethodNotSupported",
+     "HostlessStatusNotSet"}
+)  # fmt: skip
+"""Error reasons of a DPF configuration problem (DPF `dpu/state/redfish/rebooting.go`): deleting
+the DPU recreates it into the same Error, so the operation parks for an operator instead."""
+
+PHASE_ORDER: Final = (
+    "Initializing", "Pending", "Node Effect", "Initialize Interface", "Update Firmware",
+    "Config FW Parameters", "Prepare BFB", "OS Installing", "DPU Config", "Rebooting",
+    "Checking Host Reboot Required",
+    "DPU Cluster Config", "Host Network Configuration", "Node Effect Removal", "Service Readiness", "Ready",
+)  # fmt: skip
+"""The known phases in the order DPF moves a DPU (v25.10 and v26 together)."""
+
+DPF_LOOPS: Final = frozenset(
+    {("Rebooting", "DPU Config"), ("Rebooting", "Initialize Interface"),
+     ("Checking Host Reboot Required", "Rebooting"), ("Ready", "Node Effect")}
+)  # fmt: skip
+"""Backward moves DPF makes by itself: back to the agent after a reboot (v26), a BF4's second
+round (v25.10), a Ready DPU whose critical services went down (flow 5, the monitor's)."""
 
 BEFORE_HOLD: Final = frozenset({"", "Initializing", "Pending"})
 """Phases a (re)created DPU passes before DPF holds it in `Node Effect`."""
@@ -73,9 +123,32 @@ def installing(state: HostDPFState) -> list[str]:
     return [d.name for d in state.dpus if d.phase in INSTALL_PHASES]
 
 
+def shutting_down(state: HostDPFState) -> list[str]:
+    """Names of the host's DPUs whose Arm OS is shutting down (`rebootStatus` WaitForShutdown)."""
+    return [
+        d.name
+        for d in state.dpus
+        if d.reboot_status is not None and d.reboot_status.phase == "WaitForShutdown"
+    ]
+
+
+def not_stamped(state: HostDPFState) -> list[str]:
+    """Names of the host's `Rebooting` DPUs DPF has not yet readied for the reboot (v26 Step 2)."""
+    return [
+        d.name
+        for d in state.dpus
+        if d.phase == PHASE_REBOOTING
+        and d.reboot_status is not None
+        and not d.reboot_status.ready_for_host_reboot
+    ]
+
+
 def reboot_barrier_reached(state: HostDPFState, dpu_ids: Iterable[str], replaced: Mapping[str, str]) -> bool:
-    """DPF asks for the reboot, every DPU is in `Rebooting` or `Ready`, and none of the host installs."""
+    """DPF asks for the reboot, every DPU is in `Rebooting` or `Ready`, none of the host installs,
+    shuts its Arm down, or waits for DPF's stamp (the module docstring)."""
     if state.node is None or not state.node.waiting_for_reboot or installing(state):
+        return False
+    if shutting_down(state) or not_stamped(state):
         return False
     current = _current(state, dpu_ids, replaced)
     if any(d is None or d.phase not in (PHASE_REBOOTING, PHASE_READY) for _, d in current):
@@ -131,3 +204,39 @@ def count(
     """How many of the DPUs are in one of `phases`."""
     wanted = set(phases)
     return sum(1 for _, d in _current(state, dpu_ids, replaced) if d is not None and d.phase in wanted)
+
+
+def required_method(state: HostDPFState, dpu_ids: Iterable[str]) -> str | None:
+    """The reboot method DPF asks of the host: the DPUNode's aggregate (status or condition
+    message), else the priority winner of the DPUs'; None when DPF names none (before v26)."""
+    if state.node is not None and state.node.reboot_method:
+        return state.node.reboot_method
+    methods = [d.reboot_method for d in (state.dpu(i) for i in dpu_ids) if d is not None and d.reboot_method]
+    return min(methods, key=method_rank) if methods else None
+
+
+def host_reset_for(method: str | None) -> str:
+    """`warm` or `cold`: the host reset that meets `method` (see `WARM_METHODS`)."""
+    return "warm" if method in WARM_METHODS else "cold"
+
+
+def went_back(before: str, after: str) -> bool:
+    """A DPU moved to an earlier known phase by a move DPF does not make by itself (a reset)."""
+    if before not in PHASE_ORDER or after not in PHASE_ORDER or (before, after) in DPF_LOOPS:
+        return False
+    return PHASE_ORDER.index(after) < PHASE_ORDER.index(before)
+
+
+def unplanned_change(before: tuple[str, str, str] | None, dpu: DPUState) -> str | None:
+    """How a DPU changed since `before` (its uid, phase and agent start time, as last seen) by
+    a move DPF does not make by itself: "went back from X to Y", "restarted" (its agent's start
+    time moved outside `DPU Config`, where DPF restarts it itself), or None. A recreated DPU (new
+    uid) is a new object, not a reset; an unknown start time ("") says nothing."""
+    if before is None or before[0] != dpu.uid:
+        return None
+    _, phase, started = before
+    if went_back(phase, dpu.phase):
+        return f"went back from {phase} to {dpu.phase}"
+    if started and dpu.agent_started_at and dpu.agent_started_at != started and dpu.phase != "DPU Config":
+        return "restarted"
+    return None

@@ -52,6 +52,8 @@ with workflow.unsafe.imports_passed_through():
         REQUEST_REBOOT_UPDATE,
         REQUEST_REMOVAL_UPDATE,
         REQUEST_REPROVISION_UPDATE,
+        REQUEST_RESET_UPDATE,
+        RESET_OPERATION,
         WITHDRAW_UPDATE,
         AssignInstanceRequest,
         FirmwareInput,
@@ -59,11 +61,13 @@ with workflow.unsafe.imports_passed_through():
         HostOperationInput,
         HostRebootInput,
         HostRemovalInput,
+        HostResetInput,
         HostStatus,
         HostWorkflowInput,
         OperationAccepted,
         OperationRecord,
         OperationRequest,
+        ResetRequest,
         WithdrawRequest,
     )
     from contracts.wording import iso_z
@@ -175,6 +179,15 @@ class HostWorkflow(kernel.Runbook):
     def _validate_removal(self, request: OperationRequest) -> None:
         self._refuse_request(names.REMOVE, request)
 
+    @workflow.update(name=REQUEST_RESET_UPDATE)
+    async def request_reset(self, request: ResetRequest) -> OperationAccepted:
+        """One reset sequence: DPUs (Arm, or Arm and NIC), the host, or both (workflows/host_reset.py)."""
+        return await self._request(RESET_OPERATION, request)
+
+    @request_reset.validator
+    def _validate_reset(self, request: ResetRequest) -> None:
+        self._refuse_request(RESET_OPERATION, request)
+
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, request: OperatorRequest) -> OperatorAnswer:
         """Start the operation that awaits approval; opens the auto-approval window, if any."""
@@ -260,12 +273,14 @@ class HostWorkflow(kernel.Runbook):
 
     # -- a request, recorded, then started or awaiting approval ---------------------------------
 
-    def _refuse_request(self, operation: str, request: OperationRequest | FirmwareRequest) -> None:
+    def _refuse_request(
+        self, operation: str, request: OperationRequest | FirmwareRequest | ResetRequest
+    ) -> None:
         rules.refuse_if_busy(self._input.host_id, self._current, operation)
         rules.refuse_if_assigned(self._input.host_id, self._instance, request)
 
     async def _request(
-        self, operation: str, request: OperationRequest | FirmwareRequest
+        self, operation: str, request: OperationRequest | FirmwareRequest | ResetRequest
     ) -> OperationAccepted:
         async with self._lock:
             self._refuse_request(
@@ -346,7 +361,7 @@ class HostWorkflow(kernel.Runbook):
 
     async def _start_child(
         self,
-        child_input: FirmwareInput | HostRemovalInput | HostOperationInput,
+        child_input: FirmwareInput | HostRemovalInput | HostOperationInput | HostResetInput,
         workflow_id: str,
         attributes: TypedSearchAttributes,
         summary: str,
@@ -364,6 +379,10 @@ class HostWorkflow(kernel.Runbook):
         if isinstance(child_input, HostRemovalInput):
             return await workflow.start_child_workflow(
                 workflow_api.HostRemovalWorkflow.run, child_input, **options
+            )
+        if isinstance(child_input, HostResetInput):
+            return await workflow.start_child_workflow(
+                workflow_api.HostResetWorkflow.run, child_input, **options
             )
         return await workflow.start_child_workflow(
             workflow_api.HostOperationWorkflow.run, child_input, **options

@@ -41,13 +41,40 @@ The rules, all from `OperationPolicy`:
   confirmation must never stand in for a reboot DPF has not asked for yet. The update
   `host_rebooted` (what the CLI sends) is refused instead, naming the phase and what it waits for.
 
+DPF v26 (docs/DOMAIN.md section 2; the barrier's extra conditions are in `workflows/dpf_barrier.py`):
+
+- The reset follows the method DPF requires (the DPUNode's aggregate): `PowerCycle` (or none
+  named, or `Unknown`) gets a cold power cycle; a lesser method (`SystemLevelReset`,
+  `SystemReboot`, `FirmwareReset`, `DPUWarmReboot`) a warm `ForceRestart` where the BMC offers it
+  and can prove it (`policy.warm_reset`), else a cold one. A re-issued reboot is always cold.
+- A DPU whose `rebootSequenceCount` passes `policy.max_reboot_sequence_count` ends the run with
+  `RebootLoop` naming it, before any reboot for that round (DPF's agent stops at 5 by itself).
+- DPF's deadline: the reboot must be done within `policy.dpf_reboot_deadline_seconds` (2 h) of
+  DPF asking, or the DPU's cluster-join secret expires (it stays in `DPU Cluster Config`). A wait
+  for the barrier still pending `policy.escalate_before_deadline_seconds` before it asks an
+  operator, naming the deadline (once per request); the status query shows `reboot_deadline_at`.
+- Error by reason: reasons of a DPF configuration problem (`dpf_barrier.PARK_REASONS`) park the
+  run for an operator (`retry` reads again, `abort`); any other is reprovisioned within the
+  per-DPU and per-host budgets (`max_dpu_error_reprovisions`, `max_host_error_reprovisions`),
+  then `DPUFailed`.
+- The acknowledgement removes the annotation once per token (`MarkRebootedInput`): a retry
+  that lands after DPF asked again leaves that new request alone.
+- Resets metalflow did not make are recorded (status `unplanned_resets`, the memo
+  `unplanned_resets`: one history event each): a DPU whose agent restarted
+  (`agentLastStartupTime`) beyond the restarts our own reboots explain, a DPU moved back to an
+  earlier phase by a move DPF does not make itself, a host the BMC shows reset after the barrier
+  was reached (the reboot then takes that reset as done: `owed_since`, never a second reboot;
+  a reset before the barrier may have come before a DPU's install, so it does not count). The
+  runbook re-plans from the state it reads.
+
 What a failure or abort leaves behind: see `_clean_up`.
 
 Cost per host and worst-case history: no activity slot while waiting (the site watch signals
 each change; one short read joins it, again after each acknowledged reboot), no timers while
 nothing changes. About 40 events to reach the first
-reboot, 4 per DPF change signalled, and per power cycle about 36 in the run itself (the reboot
-child started and completed, the acknowledgement, the watcher restart, phase changes) plus up to
+reboot, 4 per DPF change signalled, and per power cycle about 39 in the run itself (the reboot
+child started and completed, the whole read before it (3, since issue 25), the acknowledgement,
+the watcher restart, phase changes) plus up to
 50 in its reboot child (20 for a PowerCycle, 31 for ForceOff, the power-down wait and On; 19
 more for the BMC's fleet-wide lease, `workflows/bmc_lease.py`).
 Bounded by the policy: rounds DPF asks for (1, or 2 for BF4) x (1 + `max_power_cycle_retries`)
@@ -63,6 +90,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -77,7 +105,14 @@ from temporalio.exceptions import TimeoutError as TemporalTimeout
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, metrics, names
-    from contracts.errors import BMCRebootFailed, DPUFailed, InvalidInput, RebootFailed, WatcherFailed
+    from contracts.errors import (
+        BMCRebootFailed,
+        DPUFailed,
+        InvalidInput,
+        RebootFailed,
+        RebootLoop,
+        WatcherFailed,
+    )
     from contracts.models.control import RETRY_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
@@ -86,6 +121,7 @@ with workflow.unsafe.imports_passed_through():
         GroupSpec,
         HostDPFState,
         HostRef,
+        MarkRebootedInput,
         ObjectsResult,
         RegisterHostInput,
         ReprovisionInput,
@@ -116,9 +152,22 @@ ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
 
 
+UNPLANNED_KEPT = 20  # unplanned resets kept in the status and memo
+
+
+def _parse_time(value: str) -> datetime | None:
+    """An RFC 3339 time as DPF writes it, or None."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def worst_case_events(*, power_cycles: int, dpf_changes: int, answers: int = 0, stalls: int = 0) -> int:
     """The most history events a run may cost (see the module docstring), given what it did."""
-    return 40 + (36 + 50) * power_cycles + 4 * dpf_changes + 4 * answers + 6 * stalls
+    return 40 + (39 + 50) * power_cycles + 4 * dpf_changes + 4 * answers + 6 * stalls
 
 
 RESOLVING = "resolving-inventory"
@@ -143,7 +192,6 @@ class HostOperationWorkflow(kernel.Abortable):
         self.policy = request.policy
         self._dpu_ids: tuple[str, ...] = request.dpu_ids or ()
         self._host: HostRef | None = None
-        self._watch = DPFWatch()
         self._replaced: dict[str, str] = {}  # DPU id -> uid of the object this operation deleted
         self._error_reprovisions: dict[str, int] = {}
         self._hold_released = False
@@ -158,6 +206,15 @@ class HostOperationWorkflow(kernel.Abortable):
         self._reboot_child: workflow.ChildWorkflowHandle[Any, HostRebootResult] | None = None
         self._reboot_generation = 0  # the generation the reboot child in flight reboots to
         self.cleaning_up = False  # set by the cleanup: its calls are not abortable
+        self._acks = 0  # acknowledgements made (each its own token)
+        self._asked_at: datetime | None = None  # when this run first saw DPF's pending request
+        self._escalated_for: datetime | None = None  # the request whose deadline was escalated
+        self._host_error_reprovisions = 0
+        self._unplanned: list[str] = []
+        self._memo_shown = 0  # unplanned resets written to the memo
+        self._seen: dict[str, tuple[str, str, str]] = {}  # dpu id -> (uid, phase, agent start)
+        self._restarts_owed: dict[str, int] = {}  # dpu id -> agent restarts our reboots explain
+        self._watch = DPFWatch(on_taken=self._observe)
 
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
@@ -233,6 +290,8 @@ class HostOperationWorkflow(kernel.Abortable):
             generation=self.generation,
             intervention=self.question,
             started_at=self._started_at,
+        ).model_copy(
+            update={"reboot_deadline_at": self._deadline_at(), "unplanned_resets": tuple(self._unplanned)}
         )
 
     @workflow.signal(name=HOST_REBOOTED_SIGNAL)
@@ -438,8 +497,42 @@ class HostOperationWorkflow(kernel.Abortable):
             )
             if barrier.all_ready(self.state, self._dpu_ids, self._replaced):
                 return
+            if not await self._confirmed_at_barrier():
+                continue
+            self._refuse_reboot_loop()
             self._reboots_requested += 1
             await self._reboot_and_confirm(barrier.progress_marks(self.state, self._dpu_ids))
+
+    async def _confirmed_at_barrier(self) -> bool:
+        """Read the host's DPF objects whole before a reboot and decide on that read.
+
+        Why: a watch may carry less than the objects hold (DPF v26's `rebootStatus`, the
+        agent's method and count); the reset, its method and the loop bound are decided on all
+        of it. One read (3 events) per reboot round. False: not there after all (e.g. a DPU's Arm
+        still shutting down); the wait goes on, woken by DPF's next change (the `Rebooted`
+        condition follows `rebootStatus`, DOMAIN.md 2.5)."""
+        state: HostDPFState = await self._call_kube(
+            activity_api.read_host_dpf_state,
+            self.host,
+            kernel.KUBE_READ,
+            f"read the DPF state of {self.host.host_id} before the reboot",
+        )
+        self._watch.adopt(state)
+        return barrier.reboot_barrier_reached(state, self._dpu_ids, self._replaced)
+
+    def _refuse_reboot_loop(self) -> None:
+        """DPF asks for another host reboot of one sequence than the policy allows: stop, naming it."""
+        bound = self.policy.max_reboot_sequence_count
+        for dpu_id in self._dpu_ids:
+            dpu = barrier.current_dpu(self.state, dpu_id, self._replaced.get(dpu_id))
+            count = None if dpu is None else dpu.reboot_sequence_count
+            if dpu is not None and dpu.phase == "Rebooting" and count is not None and count > bound:
+                raise RebootLoop(
+                    f"DPU {dpu.name} asks for host reboot {count} of one reboot sequence "
+                    f"(rebootSequenceCount {count}, method {dpu.reboot_method or 'not named'}); the policy "
+                    f"allows {bound} (max_reboot_sequence_count): a reboot loop, not rebooted again. "
+                    "DPF's request stays on the DPUNode; reprovision the DPU once its cause is fixed"
+                )
 
     # -- waiting on DPF ----------------------------------------------------------------------------
     async def _wait_for_dpf(
@@ -459,7 +552,10 @@ class HostOperationWorkflow(kernel.Abortable):
                 self.enter(phase, describe(self.state))
             else:
                 self.show(describe(self.state))
-            timeout = self.policy.phase_timeout_seconds
+            timeout, escalate = self.policy.phase_timeout_seconds, False
+            left = self._escalation_left()
+            if left is not None and left < timeout:
+                timeout, escalate = max(left, 0.001), True
             if await self.wait(
                 self._changed_since(seen),
                 timeout=timeout,
@@ -467,32 +563,115 @@ class HostOperationWorkflow(kernel.Abortable):
                 timeout_summary=f"{self.phase}: up to {duration(timeout)} for a DPF change",
             ):
                 continue
-            decision, _ = await self._intervene(
-                f"nothing changed for {timeout:g} s while waiting for {describe(self.state)}"
-            )
+            if escalate:
+                self._escalated_for = self._asked_at
+                reason = self._deadline_reason(describe(self.state))
+            else:
+                reason = f"nothing changed for {timeout:g} s while waiting for {describe(self.state)}"
+            decision, _ = await self._intervene(reason)
             if decision == "mark_rebooted":
                 await self._mark_node_rebooted()
+
+    def _escalation_left(self) -> float | None:
+        """Seconds until the pending reboot request is escalated (None: none pending, or done)."""
+        deadline = self._deadline_at()
+        if deadline is None or self._escalated_for == self._asked_at:
+            return None
+        escalate_at = deadline - timedelta(seconds=self.policy.escalate_before_deadline_seconds)
+        return (escalate_at - workflow.now()).total_seconds()
+
+    def _deadline_at(self) -> datetime | None:
+        """DPF's deadline for the reboot it asks for now: from when it asked (its condition's
+        time, or when this run first saw the request if that is earlier or unknown)."""
+        if self._asked_at is None or self.state.node is None or not self.state.node.waiting_for_reboot:
+            return None
+        asked = self._asked_at
+        stamped = _parse_time(self.state.node.reboot_requested_at)
+        if stamped is not None and stamped < asked:
+            asked = stamped
+        return asked + timedelta(seconds=self.policy.dpf_reboot_deadline_seconds)
+
+    def _deadline_reason(self, waiting_for: str) -> str:
+        deadline = self._deadline_at()
+        when = deadline.isoformat() if deadline is not None else "unknown"
+        hours = self.policy.dpf_reboot_deadline_seconds / 3600
+        return (
+            f"DPF asked for the host reboot and it must be done by {when} ({hours:g} h after DPF asked): "
+            "past that the DPU's cluster-join secret expires and it stays in DPU Cluster Config "
+            f"(docs/DOMAIN.md 2.5). Still waiting for {waiting_for}"
+        )
 
     def _changed_since(self, seen: int) -> Callable[[], bool]:
         return lambda: self._watch.changes != seen
 
     async def _keep_dpus_moving(self) -> None:
-        """Between waits: reprovision DPUs in Error (up to the limit), release a new hold."""
+        """Between waits: handle DPUs in Error by reason, release a new hold, record resets."""
+        self._show_unplanned()
         for dpu in barrier.failed(self.state, self._dpu_ids, self._replaced):
             dpu_id = dpu.dpu_id or dpu.name
+            found = dpu.error_reason()
+            if found is not None and found[1] in barrier.PARK_REASONS:
+                await self._intervene(
+                    f"DPU {dpu.name} is in Error ({found[0]}: {found[1]}: {dpu.failure_message()}): a DPF "
+                    "configuration problem that reprovisioning cannot fix, and DPF never retries. Fix it, "
+                    "then `retry` (DPF is read again) or `abort`"
+                )
+                continue
             done = self._error_reprovisions.get(dpu_id, 0)
+            why = f"{found[0]}: {found[1]}: " if found is not None else ""
             if done >= self.policy.max_dpu_error_reprovisions:
                 raise DPUFailed(
-                    f"DPU {dpu.name} in Error after {done} automatic reprovisions: {dpu.failure_message()}"
+                    f"DPU {dpu.name} in Error after {done} automatic reprovisions: "
+                    f"{why}{dpu.failure_message()}"
+                )
+            if self._host_error_reprovisions >= self.policy.max_host_error_reprovisions:
+                raise DPUFailed(
+                    f"DPU {dpu.name} in Error ({why}{dpu.failure_message()}); the host's budget of "
+                    f"{self.policy.max_host_error_reprovisions} automatic reprovisions is spent"
                 )
             self._error_reprovisions[dpu_id] = done + 1
-            self.show(f"DPU {dpu.name} is in Error ({dpu.failure_message()}): reprovisioning it")
+            self._host_error_reprovisions += 1
+            self.show(f"DPU {dpu.name} is in Error ({why}{dpu.failure_message()}): reprovisioning it")
             await self._reprovision_one(dpu_id)
         if self._hold_released:
             await self._release_if_held()
         failure = self._watch.failure()
         if failure is not None:
             raise WatcherFailed(f"the DPF watch of {self.host.host_id} failed: {failure}")
+
+    # -- resets metalflow did not make ------------------------------------------------------------
+    def _observe(self, state: HostDPFState) -> None:
+        """Each state taken: note DPF's new request, and resets no reboot of ours explains."""
+        if state.node is not None and state.node.waiting_for_reboot and self._asked_at is None:
+            self._asked_at = workflow.now()
+        for dpu_id in self._dpu_ids:
+            dpu = state.dpu(dpu_id)
+            if dpu is None or dpu.deleting:
+                continue
+            before = self._seen.get(dpu_id)
+            found = barrier.unplanned_change(before, dpu)
+            # A state without the agent's start time (a watch that does not carry it) keeps the last known.
+            started = dpu.agent_started_at or (before[2] if before and before[0] == dpu.uid else "")
+            self._seen[dpu_id] = (dpu.uid, dpu.phase, started)
+            if found == "restarted" and self._restarts_owed.get(dpu_id, 0) > 0:
+                self._restarts_owed[dpu_id] -= 1  # our reboot restarted it
+            elif found == "restarted":
+                self._unplanned_reset(
+                    f"DPU {dpu_id} restarted (agentLastStartupTime {dpu.agent_started_at}) in {dpu.phase}"
+                )
+            elif found is not None:
+                self._unplanned_reset(f"DPU {dpu_id} {found}")
+
+    def _unplanned_reset(self, what: str) -> None:
+        self._unplanned.append(f"{workflow.now().isoformat(timespec='seconds')}: {what} (not by metalflow)")
+        del self._unplanned[:-UNPLANNED_KEPT]
+        workflow.logger.warning("unplanned reset on %s: %s", self._request.host_id, what)
+
+    def _show_unplanned(self) -> None:
+        """Write new unplanned resets to the memo (one history event); the runbook re-plans anyway."""
+        if len(self._unplanned) != self._memo_shown:
+            self._memo_shown = len(self._unplanned)
+            workflow.upsert_memo({"unplanned_resets": list(self._unplanned)})
 
     async def _intervene(self, reason: str) -> tuple[str, OperatorRequest]:
         """Manual intervention: wait for `retry` or `mark_rebooted` (or `abort`, which raises)."""
@@ -534,14 +713,18 @@ class HostOperationWorkflow(kernel.Abortable):
 
     async def _mark_node_rebooted(self) -> None:
         """Remove the reboot-required annotation (only after a power cycle or an operator's word)."""
+        self._acks += 1
+        info = workflow.info()
+        token = f"{info.workflow_id}@{info.run_id}#{self._acks}"
         result: ChangeResult = await self._call_kube(
             activity_api.mark_dpu_node_rebooted,
-            self.host,
+            MarkRebootedInput(host_id=self.host.host_id, namespace=self.host.namespace, token=token),
             kernel.KUBE_WRITE,
             f"tell DPF {self.host.node_name()} was rebooted",
         )
         if result.changed:
             self._changes.append(f"removed the reboot-required annotation (generation {self.generation})")
+        self._asked_at = None  # a request seen from now on is DPF's next one
         self._restart_watch_after_removal()
 
     def _restart_watch_after_removal(self) -> None:
@@ -561,7 +744,9 @@ class HostOperationWorkflow(kernel.Abortable):
     async def _reboot_and_confirm(self, marks_at_barrier: object) -> None:
         """One reboot for the round DPF asked for, re-issued while DPF does not move on."""
         retries = 0
-        await self._reboot_host(force_off=self.policy.force_off_from_retry == 0)
+        # Owed from now: every DPU is Rebooting and stamped, so a reset from here on (someone
+        # else's, before ours) serves this round; one before it may have come before a DPU's install.
+        await self._reboot_host(force_off=self.policy.force_off_from_retry == 0, owed_since=workflow.now())
         await self._acknowledge()
         while True:
             self.enter(
@@ -596,11 +781,16 @@ class HostOperationWorkflow(kernel.Abortable):
         await self._mark_node_rebooted()
         self.cycled_without_ack = False
 
-    async def _reboot_host(self, *, force_off: bool) -> None:
+    async def _reboot_host(self, *, force_off: bool, owed_since: datetime | None = None) -> None:
         reached = self.generation  # what the host has reached until a reboot happens
         refused: int | None = None  # the generation whose reboot the BMC refused: no reset happened
+        first = True  # the round's first reboot: a reset since `owed_since` serves it
         while True:
             self.reboot_attempts += 1
+            method = barrier.required_method(self.state, self._dpu_ids)
+            warm = self.policy.warm_reset and not force_off and barrier.host_reset_for(method) == "warm"
+            for dpu_id in self._dpu_ids:  # this reboot restarts each DPU's agent once
+                self._restarts_owed[dpu_id] = self._restarts_owed.get(dpu_id, 0) + 1
             handle, generation = await start_next_reboot(
                 HostRebootInput(
                     host_id=self.host.host_id,
@@ -608,6 +798,8 @@ class HostOperationWorkflow(kernel.Abortable):
                     requested_by=self._request.requested_by,
                     reason=self._request.reason or f"DPF asked for a reboot ({workflow.info().workflow_id})",
                     force_off=force_off,
+                    warm=warm,
+                    owed_since=owed_since if first and not force_off else None,
                     policy=self.policy,
                     escalate_bmc_failure=True,
                 ),
@@ -616,10 +808,15 @@ class HostOperationWorkflow(kernel.Abortable):
                 # The generation the BMC refused was not reached: the retry reboots to it again.
                 retry_refused=refused is not None,
             )
+            first = False
             self._reboot_child, self._reboot_generation = handle, generation
-            how = "ForceOff then On" if force_off else "power cycle"
-            method = self.policy.reboot_method.value
-            self.enter(REBOOTING_HOST, f"{how} of {self.host.host_id} to generation {generation} ({method})")
+            how = "ForceOff then On" if force_off else "warm reset" if warm else "power cycle"
+            asked = f", DPF asks for {method}" if method else ""
+            self.enter(
+                REBOOTING_HOST,
+                f"{how} of {self.host.host_id} to generation {generation} "
+                f"({self.policy.reboot_method.value}{asked})",
+            )
             await self.wait(handle.done)
             try:
                 result = await handle
@@ -633,10 +830,14 @@ class HostOperationWorkflow(kernel.Abortable):
             else:
                 self.generation = generation
                 self.reboots += 1
-                if result.method.startswith("bmc"):
-                    self.power_cycles += 1
+                if result.method.startswith("bmc") and not result.already_done:
+                    self.power_cycles += 1  # a reset someone else made is not one of ours
                 self.cycled_without_ack = True
                 workflow.logger.info("host %s rebooted by %s", result.host_id, result.method)
+                if result.already_done:
+                    self._unplanned_reset(
+                        f"host {result.host_id} was reset after DPF asked; taken as the reboot, none sent"
+                    )
                 return
             finally:
                 self._reboot_child = None

@@ -5,6 +5,9 @@ Runbook:
    generation across retries (PowerCycle where the BMC can prove it, else ForceOff then On);
    `force_off` (a re-issued reboot) sends ForceOff, waits `power_down_wait_seconds` on a durable
    timer, then On.
+   `warm` (DPF asked for a method lesser than PowerCycle) asks `power_cycle_host` for a warm
+   ForceRestart where the BMC can prove it; `owed_since` (when DPF asked) makes a reset someone
+   else made since then count as this reboot (`already_done`: nothing sent).
 2. Method `manual`, or the BMC path failed for good (unreachable after the activity's retries,
    bad credentials, a rejected reset): wait for the update `host_rebooted` (or `mark_rebooted`,
    or the older signal `host_rebooted`) from whoever rebooted the host; the Phase says so, with
@@ -49,7 +52,7 @@ cancellation and an On: bounded by about 220 events.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from temporalio import workflow
@@ -114,6 +117,7 @@ class HostRebootWorkflow(kernel.Abortable):
         self._leases = BMCLeaseHolder()
         self._stopping = False  # cut the power-down wait, stop the cycle activity once Off
         self._cycle_activity: asyncio.Future[PowerCycleResult] | None = None
+        self._already_done = False  # the BMC showed a reset since the reboot became owed
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -143,6 +147,7 @@ class HostRebootWorkflow(kernel.Abortable):
             method=f"bmc:{method}",
             reset_types=resets,
             finished_at=workflow.now(),
+            already_done=self._already_done,
         )
 
     # -- messages ------------------------------------------------------------------------------------
@@ -333,8 +338,9 @@ class HostRebootWorkflow(kernel.Abortable):
             PowerCycleInput(
                 bmc=inventory.bmc,
                 boot_generation=request.boot_generation,
-                requested_at=workflow.info().start_time,
+                requested_at=_owed_since(request, workflow.info().start_time),
                 power_down_wait_seconds=request.policy.power_down_wait_seconds,
+                warm=request.warm,
             ),
             # A stop cancels it only once the host is Off, and must know it stopped before On.
             kernel.options(
@@ -343,6 +349,7 @@ class HostRebootWorkflow(kernel.Abortable):
             ),
         )
         cycle: PowerCycleResult = await self._cycle_activity
+        self._already_done = cycle.already_done
         return cycle.method, cycle.reset_types
 
     def _set_power(self, inventory: HostInventory, reset_type: str) -> asyncio.Future[SetPowerResult]:
@@ -434,6 +441,14 @@ async def start_next_reboot(
     raise InvalidInput(
         f"boot generations {request.boot_generation}..{generation - 1} of {request.host_id} are all spent"
     )
+
+
+def _owed_since(request: HostRebootInput, started: datetime) -> datetime:
+    """Since when the reboot is owed: the caller's `owed_since` (when DPF asked) if earlier than
+    this run's start. A first attempt that finds the host reset after it takes that reset as
+    this reboot (`powercycle`, `already_done`): an unplanned reset is never followed by a second."""
+    owed = request.owed_since
+    return owed if owed is not None and owed < started else started
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

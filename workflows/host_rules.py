@@ -34,9 +34,11 @@ with workflow.unsafe.imports_passed_through():
         HostOperationKind,
         HostRebootInput,
         HostRemovalInput,
+        HostResetInput,
         HostWorkflowInput,
         OperationRecord,
         OperationRequest,
+        ResetRequest,
         WithdrawRequest,
     )
     from contracts.wording import aborted_outcome
@@ -51,7 +53,7 @@ class CurrentOperation:
     """The operation in flight or awaiting approval, with what is needed to start it."""
 
     record: OperationRecord
-    request: OperationRequest | FirmwareRequest
+    request: OperationRequest | FirmwareRequest | ResetRequest
     approved: bool = False  # no approval needed, or given: starting or started
     child: workflow.ChildWorkflowHandle[Any, Any] | None = None
 
@@ -72,7 +74,7 @@ def refuse_if_busy(host_id: str, current: CurrentOperation | None, operation: st
 
 
 def refuse_if_assigned(
-    host_id: str, instance: str | None, request: OperationRequest | FirmwareRequest
+    host_id: str, instance: str | None, request: OperationRequest | FirmwareRequest | ResetRequest
 ) -> None:
     """A campaign that skips assigned hosts asks this, so the check and the start are atomic."""
     if request.refuse_if_assigned and instance is not None:
@@ -133,10 +135,24 @@ def child_id(operation: str, host_id: str, boot_generation: int) -> str:
 
 
 def child_input(
-    start: HostWorkflowInput, operation: str, request: OperationRequest | FirmwareRequest, generation: int
-) -> FirmwareInput | HostRebootInput | HostRemovalInput | HostOperationInput:
+    start: HostWorkflowInput,
+    operation: str,
+    request: OperationRequest | FirmwareRequest | ResetRequest,
+    generation: int,
+) -> FirmwareInput | HostRebootInput | HostRemovalInput | HostOperationInput | HostResetInput:
     """The input of an operation's child, from the request and what the entity knows."""
     host = start.host_id
+    if isinstance(request, ResetRequest):
+        return HostResetInput(
+            host_id=host,
+            target=request.target,
+            dpu_ids=request.dpu_ids or (),
+            full=request.full,
+            requested_by=request.requested_by,
+            reason=request.reason,
+            boot_generation=generation,
+            policy=start.policy,
+        )
     if isinstance(request, FirmwareRequest):
         return FirmwareInput(
             host_id=host,

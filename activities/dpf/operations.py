@@ -18,6 +18,7 @@ from contracts.errors import ConflictRetriesExhausted
 from contracts.models.dpf import (
     DPUNODE_NAME_LABEL,
     HOLD_ANNOTATION,
+    REBOOT_ACK_ANNOTATION,
     REBOOT_REQUIRED_ANNOTATION,
     ChangeResult,
     DeleteDPUInput,
@@ -27,6 +28,7 @@ from contracts.models.dpf import (
     DevicesGoneInput,
     HostDPFState,
     HostRef,
+    MarkRebootedInput,
     ObjectOutcome,
     ObjectsResult,
     RegisterHostInput,
@@ -126,20 +128,45 @@ class DPFActivities:
         return ChangeResult(name=host.hold_name(), changed=changed)
 
     @activity.defn(name="mark_dpu_node_rebooted")
-    async def mark_dpu_node_rebooted(self, host: HostRef) -> ChangeResult:
+    async def mark_dpu_node_rebooted(self, request: MarkRebootedInput) -> ChangeResult:
         """Remove the external-reboot-required annotation: the host was power-cycled.
 
-        Call it only after the power cycle; DPF trusts it. A node without the annotation is left
-        as it is.
+        Call it only after the power cycle; DPF trusts it. The removal and the request's token
+        (`REBOOT_ACK_ANNOTATION`) are one write, conditional on the resourceVersion read, so it
+        happens once per token: a retry that lands after DPF asked again (a BF4's next round, a
+        reboot loop) finds its token and leaves DPF's new request alone. Without the annotation,
+        the token is still written, for the same reason. An empty token removes whatever is there.
         """
+        token = request.token
+        found: list[str] = []  # what the last read showed: "done" (our token), "removing", "absent"
 
         def change(obj: Object) -> Object | None:
-            if REBOOT_REQUIRED_ANNOTATION not in (obj["metadata"].get("annotations") or {}):
-                return None
-            return {"metadata": {"annotations": {REBOOT_REQUIRED_ANNOTATION: None}}}
+            annotations = obj["metadata"].get("annotations") or {}
+            if token and annotations.get(REBOOT_ACK_ANNOTATION) == token:
+                found.append("done")
+                return None  # this acknowledgement happened: what is there now is a new request
+            patch: dict[str, str | None] = {}
+            if REBOOT_REQUIRED_ANNOTATION in annotations:
+                patch[REBOOT_REQUIRED_ANNOTATION] = None
+            if token:
+                patch[REBOOT_ACK_ANNOTATION] = token
+            found.append("removing" if REBOOT_REQUIRED_ANNOTATION in annotations else "absent")
+            return {"metadata": {"annotations": patch}} if patch else None
 
-        _, changed = await self.kube.edit(host.host_id, DPUNODE, host.namespace, host.node_name(), change)
-        return ChangeResult(name=host.node_name(), changed=changed)
+        obj, _ = await self.kube.edit(
+            request.host_id, DPUNODE, request.namespace, request.node_name(), change
+        )
+        annotations = ((obj or {}).get("metadata") or {}).get("annotations") or {}
+        if found[-1] == "done" and REBOOT_REQUIRED_ANNOTATION in annotations:
+            detail = "already acknowledged; DPF asks again: left for the next acknowledgement"
+        elif found[-1] == "done":
+            detail = "already acknowledged"
+        else:
+            detail = "removed" if found[-1] == "removing" else "not there"
+        # True: this acknowledgement removed it (now, or an earlier attempt whose token is there).
+        return ChangeResult(
+            name=request.node_name(), changed=found[-1] in ("done", "removing"), detail=detail
+        )
 
     # -- reads ----------------------------------------------------------------------------------
     @activity.defn(name="read_host_dpf_state")

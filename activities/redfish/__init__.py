@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from activities.redfish.dpu_reset import DPUResetActivities
 from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
 from activities.redfish.waits import PowerWaitActivities
@@ -50,4 +51,9 @@ def build_redfish_activities(
         firmware.read_dpu_firmware_versions,
         firmware.stage_dpu_firmware,
         PowerWaitActivities(client, inventory).wait_for_power_state,
+        *dpu_reset_activities(DPUResetActivities(client, inventory)),
     ]
+
+
+def dpu_reset_activities(resets: DPUResetActivities) -> list[Callable[..., Any]]:
+    return [resets.read_dpu_system, resets.reset_dpu, resets.wait_for_dpu_os]

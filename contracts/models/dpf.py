@@ -57,12 +57,24 @@ INSTANCE_ANNOTATION: Final = "metalflow.io/instance"
 GROUPS_ANNOTATION: Final = "metalflow.io/groups"
 HOST_LABELS_ANNOTATION: Final = "metalflow.io/host-labels"
 
-# DPU phases (values contain spaces); any other value is "in progress".
+REBOOT_ACK_ANNOTATION: Final = "metalflow.io/reboot-acknowledged"
+"""Written by `mark_dpu_node_rebooted` in the same conditional write that removes the reboot
+annotation: the token of the acknowledgement, so a retried call that lands after DPF asked again
+finds its token and leaves DPF's new request alone."""
+
+# DPU phases (values contain spaces); any other value is "in progress" (docs/DOMAIN.md 2.2).
 PHASE_NODE_EFFECT: Final = "Node Effect"
 PHASE_REBOOTING: Final = "Rebooting"
 PHASE_READY: Final = "Ready"
 PHASE_ERROR: Final = "Error"
 PHASE_DELETING: Final = "Deleting"
+
+# DPF v26 reboot methods, most disruptive first (DPF `GetRebootMethodPriority`; DOMAIN.md 2.5).
+REBOOT_METHOD_PRIORITY: Final = (
+    "PowerCycle", "SystemLevelReset", "SystemReboot", "FirmwareReset", "DPUWarmReboot", "NoAction", "Unknown",
+)  # fmt: skip
+WAITING_FOR_MANUAL_REBOOT: Final = "WaitingForManualPowerCycleOrReboot"
+"""`rebootStatus.reason` once DPF is ready to count the annotation's removal (its Step 2)."""
 
 
 class _Frozen(BaseModel):
@@ -116,6 +128,28 @@ class Condition(_Frozen):
     status: str
     reason: str = ""
     message: str = ""
+    last_transition: str = ""  # lastTransitionTime as written (RFC 3339), "" when absent
+
+
+class RebootStatus(_Frozen):
+    """DPF v26 `DPU.status.rebootStatus` (absent before: None)."""
+
+    phase: str = ""  # WaitForShutdown, Pending, Succeeded, Failed, Unknown
+    method: str = ""
+    reason: str = ""
+    message: str = ""
+
+    @property
+    def ready_for_host_reboot(self) -> bool:
+        """DPF counts a removal of the annotation only from here (its Step 2, DOMAIN.md 2.5)."""
+        return self.phase == "Pending" and self.reason == WAITING_FOR_MANUAL_REBOOT
+
+
+def method_rank(method: str | None) -> int:
+    """The priority of a reboot method (0: PowerCycle); unknown values rank as Unknown."""
+    if method in REBOOT_METHOD_PRIORITY:
+        return REBOOT_METHOD_PRIORITY.index(method)
+    return len(REBOOT_METHOD_PRIORITY) - 1
 
 
 class DPUState(_Frozen):
@@ -126,9 +160,33 @@ class DPUState(_Frozen):
     conditions: tuple[Condition, ...] = ()
     deleting: bool = False
     bfb: str = ""
+    # DPF v26 (absent before: None/""): docs/DOMAIN.md section 2.3.
+    previous_phase: str = ""
+    reboot_status: RebootStatus | None = None
+    agent_reboot_method: str | None = None  # status.agentStatus.rebootMethod
+    reboot_sequence_count: int | None = None  # status.agentStatus.rebootSequenceCount
+    agent_started_at: str = ""  # status.agentLastStartupTime: moves when the DPU (its agent) restarts
+    outdated_reason: str | None = None  # status.outdated.reason (v26.7+)
 
     def condition(self, ctype: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == ctype), None)
+
+    @property
+    def reboot_method(self) -> str | None:
+        """The reboot this DPU asks for: `rebootStatus.method`, else the agent's report."""
+        if self.reboot_status is not None and self.reboot_status.method:
+            return self.reboot_status.method
+        return self.agent_reboot_method
+
+    def error_reason(self) -> tuple[str, str] | None:
+        """(condition type, reason) of DPF's failed condition for an `Error` (not `Ready`'s own,
+        which only repeats it): e.g. ("BFBTransferred", "FailToInstall"); None when none says."""
+        for cond in self.conditions:
+            if cond.type != "Ready" and cond.status == "False" and cond.reason:
+                if cond.type in ("BFBTransferred", "OSInstalled", "Rebooted", "NodeEffectRemoved"):
+                    return cond.type, cond.reason
+        ready = self.condition("Ready")
+        return ("Ready", ready.reason) if ready is not None and ready.status == "False" else None
 
     @property
     def ready(self) -> bool:
@@ -154,6 +212,17 @@ class DPUNodeState(_Frozen):
     reboot_required: str | None = None  # the annotation's value; None when absent
     conditions: tuple[Condition, ...] = ()
     deleting: bool = False
+    reboot_method: str | None = None  # DPF v26 status.rebootMethod (or the condition's message)
+    reboot_acknowledged: str | None = None  # REBOOT_ACK_ANNOTATION: the last acknowledgement's token
+
+    @property
+    def reboot_requested_at(self) -> str:
+        """When DPF asked for the reboot now pending (`DPUNodeRebootInProgress` turned True);
+        "" when unknown or none is pending."""
+        cond = self.condition("DPUNodeRebootInProgress")
+        if self.reboot_required is None or cond is None or cond.status != "True":
+            return ""
+        return cond.last_transition
 
     @property
     def waiting_for_reboot(self) -> bool:
@@ -275,6 +344,18 @@ class ChangeResult(_Frozen):
     name: str
     changed: bool
     detail: str = ""
+
+
+class MarkRebootedInput(HostRef):
+    """`mark_dpu_node_rebooted`: remove the reboot annotation, once per `token`.
+
+    The removal and the token (`REBOOT_ACK_ANNOTATION`) are one write, conditional on the
+    resourceVersion read. A retry that finds its token does nothing, whatever the annotation says
+    now: a later annotation is DPF's next request, served by the next acknowledgement. A host
+    workflow makes one token per acknowledgement (its id, the boot generation, a count). An empty
+    token (a payload from before tokens) removes unconditionally, as before."""
+
+    token: str = ""
 
 
 class ReprovisionInput(_Frozen):

@@ -63,6 +63,9 @@ REQUEST_REPROVISION_UPDATE: Final = "request_reprovision"
 REQUEST_FIRMWARE_UPDATE: Final = "request_firmware_update"
 REQUEST_REBOOT_UPDATE: Final = "request_reboot"
 REQUEST_REMOVAL_UPDATE: Final = "request_removal"
+REQUEST_RESET_UPDATE: Final = "request_reset"
+RESET_OPERATION: Final = "reset"
+"""The `Operation` search attribute (and id prefix, `reset/<host>`) of a reset sequence."""
 
 MANUAL_INTERVENTION_REQUIRED: Final = "manual-intervention-required"
 """The `Phase` of an operation that gave up on its own and waits for an operator's update."""
@@ -96,6 +99,18 @@ class OperationPolicy(_Frozen):
     # A Kubernetes call (retries included) that has not succeeded in this long stops for an
     # operator (host operations) or fails the run (firmware, removal) instead of retrying unseen.
     kube_call_timeout_seconds: StepTimeout = 900.0
+    # DPF v26 (docs/DOMAIN.md section 2.5): a reboot DPF asks for with a lesser method than
+    # PowerCycle gets a warm reset where the BMC offers one (False: always a cold power cycle).
+    warm_reset: bool = True
+    # A DPU that asks for more host reboots in one sequence (`rebootSequenceCount`) stops the
+    # operation (`RebootLoop`); DPF's own agent stops at 5, a BF4 needs 2.
+    max_reboot_sequence_count: Retries = 3
+    # DPF's deadline for the host reboot it asked for (ZT-doc: 2 hours, or the DPU's
+    # cluster-join secret expires), and how long before it the operation asks an operator.
+    dpf_reboot_deadline_seconds: StepTimeout = 7200.0
+    escalate_before_deadline_seconds: StepTimeout = 1800.0
+    # DPUs of one host in Error reprovisioned automatically, in all (per DPU: above).
+    max_host_error_reprovisions: Retries = 4
 
 
 class WithdrawRequest(OperatorRequest):
@@ -144,6 +159,10 @@ class HostOperationStatus(_Frozen):
     rebooting_to: int | None = None  # the generation of the reboot in flight
     manual_intervention_reason: str | None = None
     started_at: datetime
+    # When DPF's deadline for the reboot it asked for passes (None: none pending or unknown).
+    reboot_deadline_at: datetime | None = None
+    # Resets metalflow did not make, seen while the operation ran (newest last, bounded).
+    unplanned_resets: tuple[str, ...] = ()
 
 
 class HostOperationResult(_Frozen):
@@ -165,6 +184,13 @@ class HostRebootInput(_Frozen):
     requested_by: str = Field(min_length=1)
     reason: str = ""
     force_off: bool = False  # ForceOff then On even where a gentler cycle exists (re-issues)
+    # A warm reset (ForceRestart) where the BMC can prove it happened (LastResetTime); else,
+    # and by default, a cold power cycle. A host operation asks for it when DPF's reboot method
+    # is lesser than PowerCycle (docs/DOMAIN.md section 2.5).
+    warm: bool = False
+    # When the reboot became owed, if earlier than this workflow's start (when DPF asked): a host
+    # reset since then (its LastResetTime) is taken as this reboot, never a second one.
+    owed_since: datetime | None = None
     policy: OperationPolicy = OperationPolicy()
     # True: a BMC that cannot reboot the host fails the reboot (`BMCRebootFailed`, the reason in
     # words) for the caller to escalate; False: the reboot waits for a person itself.
@@ -178,6 +204,9 @@ class HostRebootResult(_Frozen):
     reset_types: tuple[str, ...] = ()
     confirmed_by: str | None = None  # who sent host_rebooted / mark_rebooted, for manual reboots
     finished_at: datetime
+    # The BMC showed a reset after the reboot became owed: nothing was sent (an unplanned reset,
+    # e.g. someone else power-cycled the host, served as this reboot).
+    already_done: bool = False
 
 
 # -- firmware --------------------------------------------------------------------------------------
@@ -239,6 +268,50 @@ class OperationRequest(_Frozen):
     campaign: str | None = None
     campaign_workflow_id: str | None = None
     refuse_if_assigned: bool = False
+
+
+class ResetTarget(StrEnum):
+    """What a reset sequence resets (`metalflow host reset`)."""
+
+    DPU = "dpu"  # the named DPUs (`dpu_ids`)
+    ALL_DPUS = "all-dpus"  # every DPU of the host
+    HOST = "host"  # the host only (a power cycle, the next boot generation)
+    BOTH = "both"  # the host and every DPU (Arm and NIC): host off, DPUs reset, DPUs up, host on
+
+
+class ResetRequest(_Frozen):
+    """The entity's `request_reset`: one reset sequence (workflows/host_reset.py)."""
+
+    requested_by: Requester
+    reason: Reason = ""
+    target: ResetTarget
+    dpu_ids: tuple[DPUId, ...] | None = None  # target `dpu`: which (required); otherwise ignored
+    # DPU targets: True resets Arm and NIC (PowerCycle, with the host off around it); False the
+    # Arm cores only (ForceRestart; also what recovers a Paused DPU). `both` is always full.
+    full: bool = False
+    campaign: str | None = None  # as in OperationRequest
+    campaign_workflow_id: str | None = None
+    refuse_if_assigned: bool = False
+
+
+class HostResetInput(_Frozen):
+    host_id: HostId
+    target: ResetTarget
+    dpu_ids: tuple[str, ...] = ()  # resolved by the workflow for `all-dpus`/`both`
+    full: bool = False
+    requested_by: str = Field(min_length=1)
+    reason: str = ""
+    boot_generation: int = Field(default=0, ge=0)  # the host's reboots so far (a `host` target)
+    policy: OperationPolicy = OperationPolicy()
+    dpu_boot_timeout_seconds: float = Field(default=600.0, gt=0, le=7200)  # DPU Arm back to its OS
+
+
+class HostResetResult(_Frozen):
+    host_id: str
+    target: str
+    resets: tuple[str, ...]  # what was done, in order, e.g. "host-001-dpu-0: PowerCycle"
+    boot_generation: int
+    finished_at: datetime
 
 
 class FirmwareRequest(_Frozen):

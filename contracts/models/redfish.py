@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contracts.models.inventory import BMCAccess
 
 PowerState = Literal["On", "Off", "PoweringOn", "PoweringOff", "Paused", "Unknown"]
-PowerCycleMethod = Literal["PowerCycle", "ForceOff+On", "On"]
+PowerCycleMethod = Literal["PowerCycle", "ForceOff+On", "On", "ForceRestart"]
 PowerCycleStep = Literal["started", "off_requested", "off_reached", "on_requested", "cycle_requested", "done"]
 
 DEFAULT_POWER_TIMEOUT_SECONDS = 300.0
@@ -81,6 +81,8 @@ class PowerCycleInput(_Frozen):
     requested_at: datetime  # workflow time the reboot was asked for (timezone-aware)
     power_down_wait_seconds: float = Field(default=DEFAULT_POWER_DOWN_WAIT_SECONDS, ge=0)
     timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)  # per power transition
+    # A warm reset (ForceRestart) instead, where the BMC offers it and LastResetTime proves it.
+    warm: bool = False
 
 
 class PowerCycleProgress(_Frozen):
@@ -161,3 +163,63 @@ class StageFirmwareResult(_Frozen):
     task_state: str | None = None
     running: str | None
     staged: str | None
+
+
+# -- a DPU's own BMC (BlueField: `Systems/Bluefield`, docs/DOMAIN.md section 4.3) -----------------
+
+DPUResetType = Literal["ForceRestart", "PowerCycle", "SOC.ForceReset"]
+DPUResetStep = Literal["started", "reset_requested", "done"]
+
+
+class ReadDPUInput(_Frozen):
+    bmc: BMCAccess  # a DPU's BMC
+
+
+class DPUSystemState(_Frozen):
+    """What a DPU's BMC shows of its Arm system."""
+
+    bmc_id: str
+    power_state: str  # On, Paused (UEFI shell, or the Arm shut down), Off
+    arm: str | None = None  # BootProgress.OemLastState (OsIsRunning: booted in DPU mode)
+    last_reset_time: str | None = None  # LastResetTime as the BMC writes it, None when absent
+    arm_since: str | None = None  # BootProgress.LastStateTime
+    observed_at: datetime
+
+    @property
+    def os_running(self) -> bool:
+        return self.power_state != "Paused" and self.arm == "OsIsRunning"
+
+    @property
+    def reset_mark(self) -> str | None:
+        """What moves when the DPU is reset: LastResetTime, else the Arm's boot stage time."""
+        return self.last_reset_time or self.arm_since
+
+
+class DPUResetInput(_Frozen):
+    """One reset of a DPU, exactly once however often the activity is retried (see
+    `drivers.redfish.dpu_reset`)."""
+
+    bmc: BMCAccess  # the DPU's BMC
+    reset_type: DPUResetType
+    owed_since: datetime  # when the reset was asked for: a reset the BMC shows after it is this one
+    timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)
+
+
+class DPUResetProgress(_Frozen):
+    step: DPUResetStep = "started"
+    mark_before: str | None = None  # the reset mark read just before the reset was sent
+
+
+class DPUResetResult(_Frozen):
+    bmc_id: str
+    reset_type: str
+    sent: bool  # False: the BMC already showed a reset since `owed_since` (nothing sent)
+    state: DPUSystemState
+
+
+class WaitDPUOSInput(_Frozen):
+    """Wait until the DPU's Arm OS runs (`OsIsRunning`, not Paused), or `deadline`."""
+
+    bmc: BMCAccess
+    deadline: datetime
+    poll_seconds: float = Field(default=1.0, gt=0)

@@ -50,6 +50,12 @@ Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`)
    compares the BMC's clock with itself, so clock skew between the BMC and Temporal does not
    matter.
 
+3. `ForceRestart`, a warm reset, only when the request asks for it (`warm`: DPF's reboot method
+   is lesser than PowerCycle, docs/DOMAIN.md section 2.5) and the BMC offers ForceRestart and
+   exposes `LastResetTime`: exactly as the native `PowerCycle` (the host may read On before and
+   after, so only `LastResetTime` tells). Otherwise the request gets a cold cycle (1 or 2),
+   which meets every method.
+
 A fresh attempt (no details: a new activity for the same generation after an earlier one failed
 for good) on a BMC with `LastResetTime` first checks `LastResetTime > requested_at`: when so,
 the host was reset after the reboot was asked for, and the cycle is reported `already_done`
@@ -217,7 +223,7 @@ class PowerCycle:
                     continue
                 if not self._resumed and self._reset_since_request(system):
                     return self._finish(already_done=True)
-                if self.progress.method == "PowerCycle":
+                if self.progress.method in ("PowerCycle", "ForceRestart"):
                     self._record("cycle_requested", last_reset_before=system.last_reset_time)
                     self._unflushed_since = time.monotonic()
                     await self._flush(at_least=self._last_reset_resolution(system))
@@ -231,18 +237,20 @@ class PowerCycle:
             seen = await self._power_on(system, uri, step)
 
     async def _send_power_cycle(self, system: System) -> bool:
-        """Send PowerCycle; False when the BMC refused it as not implemented and we fell back.
+        """Send PowerCycle (or the warm ForceRestart); False when the BMC refused it as not
+        implemented and we fell back to a cold ForceOff+On.
 
         A 501 (or `ActionNotSupported`) means the cycle was not taken: the same attempt goes on
         with ForceOff / wait Off / On, from step `started`, so the main loop sends ForceOff (safe
         to repeat) and On only once Off is durable, exactly as for a BMC without PowerCycle. The
         BMC is remembered as unable to PowerCycle for the rest of this worker's life.
         """
+        native = "ForceRestart" if self.progress.method == "ForceRestart" else "PowerCycle"
         try:
-            await self._send(system, "PowerCycle")
+            await self._send(system, native)
         except ResetTypeNotSupported as err:
             self._say(
-                f"PowerCycle refused as not implemented ({err.message}); falling back to ForceOff+On",
+                f"{native} refused as not implemented ({err.message}); falling back to ForceOff+On",
                 logging.INFO,
             )
             self._record("started", method="ForceOff+On")
@@ -307,6 +315,10 @@ class PowerCycle:
 
     def _choose_method(self, system: System) -> None:
         method = system.power_cycle_method
+        if self._request.warm and system.allows("ForceRestart") and system.last_reset_time is not None:
+            self.progress = self.progress.model_copy(update={"method": "ForceRestart"})
+            self._say("warm reset by ForceRestart")
+            return
         needed = ("PowerCycle", "On") if method == "PowerCycle" else ("ForceOff", "On")
         missing = [t for t in needed if not system.allows(t)]
         if missing:
@@ -352,6 +364,7 @@ class PowerCycle:
         sent = progress.reset_types
         method = (
             "PowerCycle" if "PowerCycle" in sent else "ForceOff+On" if "ForceOff" in sent
+            else "ForceRestart" if "ForceRestart" in sent
             else "On" if "On" in sent else progress.method or "ForceOff+On"
         )  # fmt: skip
         return PowerCycleResult(

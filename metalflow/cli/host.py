@@ -40,6 +40,8 @@ from contracts.models.host import (
     REQUEST_REBOOT_UPDATE,
     REQUEST_REMOVAL_UPDATE,
     REQUEST_REPROVISION_UPDATE,
+    REQUEST_RESET_UPDATE,
+    RESET_OPERATION,
     AssignInstanceRequest,
     FirmwareRequest,
     HostMonitorStatus,
@@ -50,6 +52,8 @@ from contracts.models.host import (
     OperationPolicy,
     OperationRequest,
     RebootMethod,
+    ResetRequest,
+    ResetTarget,
 )
 from contracts.validation import (
     REASON_MAX,
@@ -109,6 +113,15 @@ FIRMWARE_TEXT = (
     "activate it with one host power cycle and verify every DPU runs it (workflow "
     "firmware/<id>). DPUs that already run or hold VERSION are not staged again; when every "
     "DPU runs it nothing is rebooted. A host with an instance waits for `metalflow approve`."
+)
+RESET_TEXT = (
+    "Reset the host's DPUs, the host, or both, in the order the hardware needs (workflow "
+    "reset/<id>). --dpu/--all-dpus: each DPU's Arm cores (ForceRestart through its own BMC; the "
+    "host keeps running; a Paused DPU is recovered so), or with --full its Arm and NIC: the host "
+    "is powered off, each DPU PowerCycled (a BlueField takes it only with the host off), brought "
+    "back to its OS, then the host powered on. --host: one host power cycle. --both: --all-dpus "
+    "--full. Refused while a DPU installs or another operation runs; a host with an instance "
+    "waits for `metalflow approve`."
 )
 REMOVE_TEXT = (
     "Remove the host's DPUs from DPF (workflow remove/<id>). Without --dpus: the whole DPU "
@@ -190,6 +203,30 @@ def register(subparsers: Any) -> None:
     remove.set_defaults(
         handler=_runner(_request), update=REQUEST_REMOVAL_UPDATE, operation=names.REMOVE, check_inventory=True
     )
+
+    reset = commands.add_parser(
+        "reset", help="reset DPUs, the host, or both (a controlled reset sequence)", description=RESET_TEXT
+    )
+    _common(reset)
+    which = reset.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "--dpu", dest="dpus", type=_dpu_ids, metavar="A,B", help="these DPUs (comma-separated ids)"
+    )
+    which.add_argument("--all-dpus", action="store_true", help="every DPU of the host")
+    which.add_argument(
+        "--host", dest="host_only", action="store_true", help="the host only (its next boot generation)"
+    )
+    which.add_argument("--both", action="store_true", help="the host and every DPU (Arm and NIC)")
+    reset.add_argument(
+        "--full",
+        action="store_true",
+        help="with --dpu/--all-dpus: reset Arm and NIC (PowerCycle, the host off around it), "
+        "not the Arm only",
+    )
+    _reason_option(reset, "why, recorded with the request")
+    reset.add_argument("--wait", action="store_true", help=WAIT_HELP)
+    reset.set_defaults(handler=_runner(_request), update=REQUEST_RESET_UPDATE, operation=RESET_OPERATION,
+                       check_inventory=True)  # fmt: skip
 
     host_monitor.register(commands, _common, _runner)
     host_decide.register(commands, _common, _runner)
@@ -404,7 +441,19 @@ def _entity(args: argparse.Namespace) -> HostWorkflowInput:
     return HostWorkflowInput(host_id=args.host)
 
 
-def _operation_request(args: argparse.Namespace) -> OperationRequest | FirmwareRequest:
+def _operation_request(args: argparse.Namespace) -> OperationRequest | FirmwareRequest | ResetRequest:
+    if args.operation == RESET_OPERATION:
+        target = (
+            ResetTarget.HOST if args.host_only else ResetTarget.BOTH if args.both
+            else ResetTarget.ALL_DPUS if args.all_dpus else ResetTarget.DPU
+        )  # fmt: skip
+        if args.full and target in (ResetTarget.HOST, ResetTarget.BOTH):
+            raise HostRequestError(
+                "--full applies to --dpu and --all-dpus (--both always resets Arm and NIC)"
+            )
+        return ResetRequest(
+            requested_by=args.by, reason=args.reason, target=target, dpu_ids=args.dpus, full=args.full
+        )
     if args.operation == names.FIRMWARE:
         return FirmwareRequest(
             requested_by=args.by, target_version=args.version, image_uri=args.image, dpu_ids=args.dpus

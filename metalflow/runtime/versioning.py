@@ -21,7 +21,7 @@ and campaigns days, so a deploy always finds work in flight. Three mechanisms ke
    Each workflow type moves between builds as `BEHAVIORS` says:
 
    - `PINNED`: the host operations, i.e. provision/reprovision (`HostOperationWorkflow`),
-     `HostRebootWorkflow`, `FirmwareWorkflow`, `HostRemovalWorkflow`, and Grove rollouts
+     `HostRebootWorkflow`, `HostResetWorkflow`, `FirmwareWorkflow`, `HostRemovalWorkflow`, and Grove rollouts
      (`RolloutWorkflow`). A run
      finishes on the build that started it, so a reboot sequence is never taken over by code
      that might cycle power differently; the old build's workers keep running until its pinned
@@ -78,6 +78,8 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     "HostRebootWorkflow": VersioningBehavior.PINNED,
     "FirmwareWorkflow": VersioningBehavior.PINNED,
     "HostRemovalWorkflow": VersioningBehavior.PINNED,
+    # A reset sequence turns a host off and DPUs over: it ends on the build that began it.
+    "HostResetWorkflow": VersioningBehavior.PINNED,
     # A rollout plans every step from what its build knows of Grove; it ends within hours, so it
     # may keep its build alive that long (a supersede starts the new code's rollout instead).
     "RolloutWorkflow": VersioningBehavior.PINNED,

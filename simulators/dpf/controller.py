@@ -15,6 +15,11 @@ and the handler decides from the store's current state (level-triggered). What i
 - A deleted DPU (finalizer `provisioning.dpu.nvidia.com/dpu-protection`) goes `Deleting`, is
   released, and is created again under the same name when its DPUSet still selects it.
 - A deleted DPUDevice or DPUNode takes its DPUs with it, then releases its own finalizer.
+- DPUSet strategy `RollingUpdate`: DPF deletes drifted DPUs itself, `maxUnavailable` at a time
+  (0 or unset means 1; unavailable DPUs first), and its recreated DPUs follow the template
+  (DPF dpuset controller `rolloutRolling`; simulators/dpf/BEHAVIOUR.md row S2).
+
+`version` picks the DPF release played (`simulators/dpf/versions.py`).
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ from simulators.dpf.model import (
 )
 from simulators.dpf.provisioning import Provisioner
 from simulators.dpf.timers import Timers
-from simulators.events import Hub, PowerCycled, PowerTransition
+from simulators.events import DPUReset, Hub, PowerCycled, PowerTransition
 from simulators.kube.store import Gone, ResourceType, Store
 from simulators.site import Site
 from simulators.timings import Timings
@@ -61,14 +66,25 @@ Handler = Callable[[str, Object], None]
 class DPFController:
     """DPF's controllers for one namespace (the site's, `dpf-operator-system`)."""
 
-    def __init__(self, store: Store, hub: Hub, timings: Timings, violations: Violations, site: Site) -> None:
+    def __init__(
+        self,
+        store: Store,
+        hub: Hub,
+        timings: Timings,
+        violations: Violations,
+        site: Site,
+        *,
+        version: str = "25.10",
+    ) -> None:
         self.store = store
         self.hub = hub
         self.timings = timings
         self.site = site
         self.client = Client(store, site.namespace)
         models = {dpu.id: dpu.model for host in site.hosts for dpu in host.dpus}
-        self.provisioner = Provisioner(self.client, timings, violations, models, self._dpu_gone)
+        self.version = version
+        self.provisioner = Provisioner(self.client, timings, violations, models, self._dpu_gone, version)
+        self.provisioner.on_ready = self._dpu_ready
         self.timers = Timers()
         self.dpusets: dict[str, Object] = {}
         self.node_of_device: dict[str, str] = {}
@@ -82,6 +98,7 @@ class DPFController:
         if not self._subscribed:
             self.hub.subscribe(PowerTransition, self._on_power)
             self.hub.subscribe(PowerCycled, self._on_power)
+            self.hub.subscribe(DPUReset, self._on_power)
             self._subscribed = True
         self._running = True
         c = self.client
@@ -155,7 +172,7 @@ class DPFController:
         except Exception:
             log.exception("DPF failed to handle %s of %s", event, obj.get("metadata", {}).get("name"))
 
-    def _on_power(self, event: PowerTransition | PowerCycled) -> None:
+    def _on_power(self, event: PowerTransition | PowerCycled | DPUReset) -> None:
         if self._running:
             self.provisioner.on_power_event(event)
 
@@ -177,6 +194,20 @@ class DPFController:
     async def recover(self, dpu_name: str) -> None:
         """Bring a DPU sent to `Node Effect` back through `DPU Cluster Config` to `Ready`."""
         dpu_faults.recover(self.provisioner, dpu_name)
+
+    async def inject(self, dpu_name: str, fault: str, body: dict[str, object]) -> None:
+        """Every DPU fault by name (`/sim/faults/dpus/<dpu>/<fault>`), see `simulators.dpf.faults`.
+
+        Raises:
+            KeyError: No such DPU. LookupError: no such fault. ValueError: the fault does not
+            apply now, or its body is wrong (the message says what).
+        """
+        dpu_faults.inject(self.provisioner, self._phases(), dpu_name, fault, body)
+
+    def _phases(self) -> tuple[str, ...]:
+        schema = self.client.dpu.schema or {}
+        phase_schema = schema.get("properties", {}).get("status", {}).get("properties", {}).get("phase", {})
+        return tuple(phase_schema.get("enum") or ())
 
     # -- BFB --------------------------------------------------------------------------------------
     def _on_bfb(self, event: str, obj: Object) -> None:
@@ -283,6 +314,36 @@ class DPFController:
         for dpu in self.client.list(self.client.dpu, label_selector=f"{LABEL_DPUSET}={name}"):
             if not deleting(dpu):
                 dpu_faults.outdated(self.provisioner, dpu, bfb, flavor)
+        self._roll(name)
+
+    def _dpu_ready(self, dpu: Object) -> None:
+        dpuset = labels_of(dpu).get(LABEL_DPUSET, "")
+        if dpuset in self.dpusets:
+            self._roll(dpuset)
+
+    def _roll(self, name: str) -> None:
+        """`RollingUpdate`: delete drifted DPUs, unavailable ones first, the rest while fewer than
+        `maxUnavailable` (0 or unset: 1) are unavailable (DPF `rolloutRolling`, `isUnavailable`)."""
+        dpuset = self.client.get(self.client.dpuset, name)
+        if dpuset is None or deleting(dpuset):
+            return
+        strategy = dpuset["spec"].get("strategy") or {}
+        if strategy.get("type") != "RollingUpdate":
+            return
+        dpus = self.client.list(self.client.dpu, label_selector=f"{LABEL_DPUSET}={name}")
+        budget = _max_unavailable((strategy.get("rollingUpdate") or {}).get("maxUnavailable"), len(dpus))
+        unavailable = sum(1 for d in dpus if deleting(d) or not is_true(d, "Ready"))
+        for dpu in dpus:
+            if deleting(dpu) or not is_true(dpu, "Outdated"):
+                continue
+            if not is_true(dpu, "Ready"):
+                self.client.delete(self.client.dpu, dpu["metadata"]["name"])
+            elif unavailable < budget:
+                self.client.delete(self.client.dpu, dpu["metadata"]["name"])
+                unavailable += 1
+            else:
+                continue
+            log.info("DPF (RollingUpdate) reprovisions %s", dpu["metadata"]["name"])
 
     def sets_for(self, node: Object) -> list[Object]:
         return [
@@ -431,6 +492,18 @@ class DPFController:
         Objects that exist already are left as they are.
         """
         initialise_site(self)
+
+
+def _max_unavailable(value: object, total: int) -> int:
+    """`maxUnavailable` as a count: an int, or "N%" of `total` (rounded down); 0 means 1."""
+    if isinstance(value, str) and value.endswith("%"):
+        try:
+            count = int(value[:-1]) * total // 100
+        except ValueError:
+            count = 1
+    else:
+        count = value if isinstance(value, int) else 1
+    return max(1, min(count, max(total, 1)))
 
 
 def _skeleton(obj: Object) -> Object:

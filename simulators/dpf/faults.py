@@ -6,6 +6,16 @@
 - `inject_node_effect`: a `Ready` DPU back to `Node Effect` (a critical DPU service is down);
   it stays there until `recover` (then `DPU Cluster Config -> Node Effect Removal -> Ready`)
   or until it is reprovisioned.
+- `inject` (the rest, by name; a wrong body is a TypeError naming what was wrong, and changes
+  nothing):
+  - `error` with `{"reason": R}` (without a reason: `inject_error`'s generic Error): `Error`
+    with DPF's own condition for that reason (`ERROR_REASONS`:
+    BFBTransferred/FailToInstall, OSInstalled/InstallationTerminated, Rebooted/RebootFailed, ...).
+  - `agent` `{"methods": [...]}`: the reboot methods the DPU agent reports next (v26), e.g. a
+    reboot loop `["SystemReboot"] * 7`; each must be one of `REBOOT_METHODS`.
+  - `phase` `{"phase": P, "seconds": S}`: the next time DPF moves the DPU on, it passes through
+    phase P for S seconds first (a build whose phases the client may not know); P must be one
+    the served DPU CRD allows.
 - `outdated`: a DPU whose BFB or flavor differs from its DPUSet's template reports
   `status.outdated` {timeStamp, reason, message} (the field of newer DPF releases) and a
   condition `Outdated=True` with the same reason (`OutdatedBFB`, `OutdatedDPUFlavor`). The
@@ -28,8 +38,53 @@ from simulators.dpf.model import (
 )
 from simulators.dpf.provisioning import Provisioner
 
+# Reasons DPF gives an `Error`, the condition it sets them on, and the source (BEHAVIOUR.md E1-E5).
+ERROR_REASONS = {
+    "FailToInstall": ("BFBTransferred", "RN-26.4/26.8 known issue #4957820 (zero trust)"),
+    "InstallationTerminated": ("OSInstalled", "RN-26.4/26.8 known issue #4930198 (host trusted)"),
+    "RebootFailed": ("Rebooted", "DPF dpu/state/rebooting.go checkRebootTask"),
+    "UnsupportedNodeRebootMethod": ("Rebooted", "DPF dpu/state/redfish/rebooting.go"),
+    "NodeRebootMethodNotProvided": ("Rebooted", "DPF dpu/state/redfish/rebooting.go"),
+    # The timeout is upstream's (RN-26.4 #4952676); the condition and reason names are ours.
+    "NodeEffectRemovalTimeout": ("NodeEffectRemoved", "RN-26.4 #4952676; names are the simulator's"),
+}
+REBOOT_METHODS = ("Unknown", "NoAction", "PowerCycle", "SystemReboot", "SystemLevelReset", "FirmwareReset",
+                  "DPUWarmReboot")  # fmt: skip
 
-def inject_error(p: Provisioner, name: str, message: str) -> None:
+
+def inject(
+    p: Provisioner, served_phases: tuple[str, ...], name: str, fault: str, body: dict[str, object]
+) -> None:
+    """The faults beyond error/node-effect/recover, by name; see the module docstring."""
+    if fault == "error":
+        reason = body.get("reason")
+        if reason not in ERROR_REASONS:
+            raise TypeError(f"`reason` must be one of {', '.join(ERROR_REASONS)}; got {reason!r}")
+        inject_error(p, name, str(body.get("message") or f"injected: {reason}"), reason=str(reason))
+    elif fault == "agent":
+        methods = body.get("methods")
+        if not isinstance(methods, list) or not methods or any(m not in REBOOT_METHODS for m in methods):
+            raise TypeError(
+                f"`methods` must be a non-empty list of {', '.join(REBOOT_METHODS)}; got {methods!r}"
+            )
+        if not p.v26:
+            raise ValueError("the DPU agent's reboot methods are DPF v26 behaviour: serve --dpf-version 26")
+        _existing(p, name)
+        p.agent_faults[name] = [str(m) for m in methods]
+    elif fault == "phase":
+        target, seconds = body.get("phase"), body.get("seconds", 1.0)
+        if target not in served_phases:
+            raise TypeError(f"`phase` must be one the served DPU CRD allows ({', '.join(served_phases)}); "
+                            f"got {target!r}")  # fmt: skip
+        if not isinstance(seconds, int | float) or seconds < 0:
+            raise TypeError(f"`seconds` must be a number >= 0; got {seconds!r}")
+        _existing(p, name)
+        p.detours[name] = (str(target), float(seconds))
+    else:
+        raise LookupError(f"unknown DPU fault {fault!r}; one of error, node-effect, recover, agent, phase")
+
+
+def inject_error(p: Provisioner, name: str, message: str, *, reason: str | None = None) -> None:
     obj = _existing(p, name)
     if deleting(obj):
         # Its timer is the deletion's: cancelling it left the DPU in Error, never deleted and so
@@ -38,7 +93,16 @@ def inject_error(p: Provisioner, name: str, message: str) -> None:
     p.timers.cancel(name)
     p.leave_round(name)
     p.services_down.discard(name)
-    p.set_phase(name, obj["metadata"]["uid"], ERROR, reason="DPUError", message=message)
+    uid = obj["metadata"]["uid"]
+    p.set_phase(name, uid, ERROR, reason=reason or "DPUError", message=message)
+    if reason is not None:
+        ctype = ERROR_REASONS[reason][0]
+
+        def change(o: Object) -> bool:
+            return o["metadata"]["uid"] == uid and set_condition(o.setdefault("status", {}), ctype, False,
+                                                                 reason, message)  # fmt: skip
+
+        p.client.mutate(p.client.dpu, name, change, status=True)
 
 
 def inject_node_effect(p: Provisioner, name: str) -> None:

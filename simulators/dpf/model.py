@@ -48,6 +48,21 @@ NODE_EFFECT_REMOVAL = "Node Effect Removal"
 READY = "Ready"
 ERROR = "Error"
 DELETING = "Deleting"
+# DPF v26 (simulators/dpf/BEHAVIOUR.md): phases the v25.10 enum does not have.
+DPU_CONFIG = "DPU Config"
+UPDATE_FIRMWARE = "Update Firmware"
+HOST_NETWORK = "Host Network Configuration"
+SERVICE_READINESS = "Service Readiness"
+ARM_FORCE_RESTART = "Perform ARM Force Restart"
+
+# DPF v26 reboot methods, most disruptive first (DPF `GetRebootMethodPriority`, dpunode.md).
+REBOOT_METHOD_PRIORITY = (
+    "PowerCycle", "SystemLevelReset", "SystemReboot", "FirmwareReset", "DPUWarmReboot", "NoAction", "Unknown",
+)  # fmt: skip
+# Methods after which the DPU stays in `DPU Config` (the DPU reboots itself; no host reboot).
+DPU_ONLY_METHODS = frozenset({"NoAction", "FirmwareReset", "DPUWarmReboot"})
+MAX_REBOOT_SEQUENCE_COUNT = 5  # the DPU agent's `maxRebootSequenceCount`
+WAITING_FOR_MANUAL = "WaitingForManualPowerCycleOrReboot"
 
 # Phases DPF leaves on its own after `dpu_phase_seconds` (the others wait for someone).
 NEXT_PHASE = {
@@ -61,7 +76,23 @@ NEXT_PHASE = {
     NODE_EFFECT_REMOVAL: READY,
 }
 # A host power cycle in these phases corrupts the install unless a reboot was asked for.
-INSTALL_PHASES = frozenset({CONFIG_FW, PREPARE_BFB, OS_INSTALLING})
+INSTALL_PHASES = frozenset({CONFIG_FW, PREPARE_BFB, OS_INSTALLING, UPDATE_FIRMWARE})
+# v26: a multi-DPU node's reboot annotation waits while a sibling is in one of these
+# (DPF `HandleRebootSync`, docs/DOMAIN.md section 2.5).
+REBOOT_SYNC_DEFER = frozenset({PREPARE_BFB, CONFIG_FW, INITIALIZE_INTERFACE, OS_INSTALLING, DPU_CONFIG})
+
+# The v26 happy path (simulators/dpf/BEHAVIOUR.md, rows P1-P3): phases DPF leaves on its own.
+NEXT_PHASE_V26 = {
+    INITIALIZING: PENDING,
+    CONFIG_FW: PREPARE_BFB,
+    PREPARE_BFB: OS_INSTALLING,
+    OS_INSTALLING: DPU_CONFIG,
+    UPDATE_FIRMWARE: CONFIG_FW,
+    CLUSTER_CONFIG: HOST_NETWORK,
+    HOST_NETWORK: NODE_EFFECT_REMOVAL,
+    NODE_EFFECT_REMOVAL: SERVICE_READINESS,
+    SERVICE_READINESS: READY,
+}
 # Phases in which the node effect is applied and the DPU is being changed.
 UPDATE_PHASES = frozenset(
     {
@@ -90,6 +121,11 @@ HAPPY_PATH = (
     NODE_EFFECT_REMOVAL,
     READY,
 )
+HAPPY_PATH_V26 = (
+    INITIALIZING, PENDING, NODE_EFFECT, INITIALIZE_INTERFACE, UPDATE_FIRMWARE, CONFIG_FW, PREPARE_BFB,
+    OS_INSTALLING, DPU_CONFIG, REBOOTING, CLUSTER_CONFIG, HOST_NETWORK, NODE_EFFECT_REMOVAL,
+    SERVICE_READINESS, READY,
+)  # fmt: skip
 # (condition type, phase where it appears, phase from which it holds, reason before, reason after)
 DPU_CONDITIONS = (
     ("Initialized", INITIALIZING, PENDING, "Initializing", "Initialized"),
@@ -181,15 +217,20 @@ def set_condition(
     return True
 
 
-def set_dpu_conditions(status: Object, new_phase: str, generation: int | None) -> None:
+def set_dpu_conditions(status: Object, new_phase: str, generation: int | None, *, v26: bool = False) -> None:
     """The DPU conditions that go with a happy-path phase (unknown phases leave them as they are)."""
-    if new_phase not in HAPPY_PATH:
+    path = HAPPY_PATH_V26 if v26 else HAPPY_PATH
+    if new_phase not in path:
         return
-    at = HAPPY_PATH.index(new_phase)
+    at = path.index(new_phase)
     for ctype, appears, first, waiting_reason, done_reason in DPU_CONDITIONS:
-        if at < HAPPY_PATH.index(appears):
+        if v26 and ctype == "Rebooted":
+            continue  # v26: derived from rebootStatus (simulators/dpf/reboots.py)
+        if at < path.index(appears):
             continue  # DPF adds a condition once the DPU reaches the step it describes
-        done = at >= HAPPY_PATH.index(first)
+        if v26 and ctype == "OSInstalled":
+            first = DPU_CONFIG  # the agent runs on the installed OS: installed from DPU Config on
+        done = at >= path.index(first)
         if ctype == "Rebooted" and new_phase == CHECKING_REBOOT:
             done = False  # a BF4 asks for another reboot: the last one did not settle it
         set_condition(status, ctype, done, done_reason if done else waiting_reason, "", generation)

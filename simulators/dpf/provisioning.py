@@ -19,6 +19,14 @@ Choices where DPF's behaviour is not pinned down by the sources (documented for 
   and the DPUs continue anyway: DPF trusts its client.
 - BF4 DPUs ask for a second reboot: after the first they go `Checking Host Reboot Required ->
   Rebooting` and the annotation is set again.
+
+With `version="26"` the DPU follows DPF v26 instead (simulators/dpf/BEHAVIOUR.md has every
+behaviour with its source): the v26 phases, the DPU agent's reported reboot methods and
+`rebootSequenceCount` (`DPU Config -> Rebooting -> DPU Config` until it reports NoAction),
+`rebootStatus` (WaitForShutdown for a SystemLevelReset, Pending, then Pending /
+WaitingForManualPowerCycleOrReboot one reconcile after the annotation: only then does a removal
+count, an earlier one re-arms it), the aggregated method on the DPUNode, the 2-hour join deadline
+and `agentLastStartupTime`.
 """
 
 from __future__ import annotations
@@ -34,22 +42,34 @@ from simulators.dpf.client import Client
 from simulators.dpf.model import (
     CHECKING_REBOOT,
     CLUSTER_CONFIG,
+    CONFIG_FW,
     DELETING,
+    DPU_CONFIG,
     DPU_FINALIZER,
+    DPU_ONLY_METHODS,
     ERROR,
     HOLD_ANNOTATION,
+    HOST_NETWORK,
     INITIALIZE_INTERFACE,
     INITIALIZING,
     INSTALL_PHASES,
     MAINTENANCE_FINALIZER,
+    MAX_REBOOT_SEQUENCE_COUNT,
     NEXT_PHASE,
+    NEXT_PHASE_V26,
     NODE_EFFECT,
     NODE_EFFECT_REMOVAL,
     PENDING,
     PREPARE_BFB,
+    READY,
     REBOOT_ANNOTATION,
+    REBOOT_METHOD_PRIORITY,
+    REBOOT_SYNC_DEFER,
     REBOOTING,
+    SERVICE_READINESS,
+    UPDATE_FIRMWARE,
     UPDATE_PHASES,
+    WAITING_FOR_MANUAL,
     Object,
     annotations_of,
     condition,
@@ -57,13 +77,14 @@ from simulators.dpf.model import (
     dpu_id_of_device,
     hold_name,
     host_of_node,
+    now_rfc3339,
     phase,
     set_condition,
     set_dpu_conditions,
 )
 from simulators.dpf.objects import hold_maintenance
 from simulators.dpf.timers import Timers
-from simulators.events import Event, PowerCycled, PowerTransition
+from simulators.events import DPUReset, Event, PowerCycled, PowerTransition
 from simulators.timings import Timings
 from simulators.violations import Violations
 
@@ -77,6 +98,22 @@ class RebootRound:
     requested_at: datetime
     power_cycles_before: int
     dpus: set[str] = field(default_factory=set)
+    cold: bool = False  # v26: a cold reset (not ForceRestart/GracefulRestart) since it was asked
+
+
+WARM_RESETS = frozenset({"ForceRestart", "GracefulRestart"})
+# The DPU agent's reboot method reports after each `DPU Config` (v26), by model, then NoAction:
+# one host reboot for a BF3, two for a BF4 (as the v25.10 simulation's BF4 second round).
+AGENT_METHODS = {"BF3": ("PowerCycle",), "BF4": ("PowerCycle", "SystemLevelReset")}
+# Phases in which the DPU agent runs (v26): a reset of the DPU restarts it.
+AGENT_PHASES = frozenset(
+    {DPU_CONFIG, REBOOTING, CLUSTER_CONFIG, HOST_NETWORK, NODE_EFFECT_REMOVAL, SERVICE_READINESS, READY}
+)
+LIMIT_REASON = "RebootSequenceLimitExceeded"  # our name: where DPF surfaces the agent's error is not pinned
+SEQUENCE_LIMIT_MESSAGE = (
+    "rebootSequenceCount limit exceeded ({count} >= {limit}) without an intervening NoAction "
+    "RebootMethod; refusing further host reboot"
+)
 
 
 class Provisioner:
@@ -89,6 +126,7 @@ class Provisioner:
         violations: Violations,
         models: Mapping[str, str],
         on_gone: Callable[[Object], None],
+        version: str = "25.10",
     ) -> None:
         self.client = client
         self.timings = timings
@@ -107,6 +145,16 @@ class Provisioner:
         self.last_power_cycle: dict[str, datetime] = {}
         # (host, DPUNode, when) for each reboot DPF asks for: the benchmarks' reaction times.
         self.on_reboot_asked: Callable[[str, str, datetime], None] | None = None
+        self.v26 = version == "26"
+        self.on_ready: Callable[[Object], None] | None = None  # a DPU reached Ready (RollingUpdate)
+        # v26: the agent's reports still to come (by DPU uid), faults replacing them (by name),
+        # each DPU's rebootSequenceCount, and DPUs whose cluster-join secret expired.
+        self.agent_methods: dict[str, list[str]] = {}
+        self.agent_faults: dict[str, list[str]] = {}
+        self.sequence_counts: dict[str, int] = {}
+        self.join_expired: set[str] = set()
+        self.detours: dict[str, tuple[str, float]] = {}  # DPU name -> (phase, seconds): a fault
+        self._syncing = False
 
     # -- events ---------------------------------------------------------------------------------
     def on_dpu(self, event: str, obj: Object) -> None:
@@ -142,10 +190,18 @@ class Provisioner:
             self.reconcile(dpu)
 
     def on_power_event(self, event: Event) -> None:
-        if isinstance(event, PowerCycled):
+        if isinstance(event, DPUReset):
+            self.on_dpu_reset(event)
+        elif isinstance(event, PowerCycled):
             self.power_cycles[event.host_id] += 1
             self.last_power_cycle[event.host_id] = event.time
+            if self.v26:
+                for name in sorted(self.dpus_by_node.get(f"node-{event.host_id}", ())):
+                    self._agent_restarted(name)
         elif event.to_state.lower() == "off" and event.from_state.lower() != "off":
+            current = self.rounds.get(f"node-{event.host_id}")
+            if current is not None and (event.reset_type or "") not in WARM_RESETS:
+                current.cold = True
             self._check_power_off(event)
 
     # -- the state machine ----------------------------------------------------------------------
@@ -173,9 +229,25 @@ class Provisioner:
                 self._after_delay(name, uid, NODE_EFFECT, INITIALIZE_INTERFACE)
         elif current == REBOOTING:
             self._join_reboot(obj)
+        elif self.v26:
+            self._reconcile_v26(obj, name, uid, current)
         elif current in NEXT_PHASE:
             self._after_delay(name, uid, current, NEXT_PHASE[current])
         # Ready, Error, Deleting and phases this simulator does not drive: nothing to do.
+
+    def _reconcile_v26(self, obj: Object, name: str, uid: str, current: str) -> None:
+        if current == INITIALIZE_INTERFACE:
+            model = self.models.get(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")), "BF3")
+            self._after_delay(name, uid, current, UPDATE_FIRMWARE if model == "BF4" else CONFIG_FW)
+        elif current == DPU_CONFIG:
+            refused = condition(obj, "DPUConfig")
+            if refused is None or refused.get("reason") != LIMIT_REASON:
+                report = lambda: self._agent_report(name, uid)  # noqa: E731
+                self.timers.start(name, (uid, current), self.timings.dpu_phase_seconds, report)
+        elif current == CLUSTER_CONFIG and uid in self.join_expired:
+            return  # the join secret expired: DPF leaves it here (ZT-doc); no condition says so
+        elif current in NEXT_PHASE_V26:
+            self._after_delay(name, uid, current, NEXT_PHASE_V26[current])
 
     def _after_delay(self, name: str, uid: str, current: str, target: str) -> None:
         self.timers.start(
@@ -195,6 +267,18 @@ class Provisioner:
         extra: Object = {}
         if target == PREPARE_BFB:
             extra["bfbFile"] = f"/bfb/{self.client.namespace}-{obj['spec'].get('bfb', '')}.bfb"
+        if self.v26 and target == DPU_CONFIG:
+            extra["agentLastStartupTime"] = now_rfc3339()  # the installed OS boots its agent
+        detour = self.detours.pop(name, None)
+        if detour is not None:
+            # A fault: a phase this DPF build passes through that the client may not know.
+            detour_phase, seconds = detour
+            if self.set_phase(name, uid, detour_phase) is None:
+                return
+            self.timers.start(
+                name, (uid, detour_phase), seconds, lambda: self._advance(name, uid, detour_phase, target)
+            )
+            return
         if self.set_phase(name, uid, target, extra=extra) is None:
             return
         if target == NODE_EFFECT_REMOVAL:
@@ -218,12 +302,14 @@ class Provisioner:
                 return False
             status = obj.setdefault("status", {})
             generation = obj["metadata"].get("generation")
+            if self.v26 and status.get("phase") and status.get("phase") != target:
+                status["previousPhase"] = status["phase"]
             status["phase"] = target
             status["observedGeneration"] = generation
             status.setdefault("dpuInstallInterface", "redfish")
             status.setdefault("dpuMode", "dpu")
             status.update(extra or {})
-            set_dpu_conditions(status, target, generation)
+            set_dpu_conditions(status, target, generation, v26=self.v26)
             if target == ERROR:
                 set_condition(status, "Ready", False, reason or "Error", message, generation)
             elif target == NODE_EFFECT and reason:
@@ -235,7 +321,12 @@ class Provisioner:
 
         written = self.client.mutate(self.client.dpu, name, change, status=True)
         if written is not None and written["metadata"]["uid"] == uid:
-            self.refresh_node(self.node_of.get(name) or written["spec"]["dpuNodeName"])
+            node = self.node_of.get(name) or written["spec"]["dpuNodeName"]
+            self.refresh_node(node)
+            if self.v26:
+                self._sync_reboots(node)
+            if target == READY and self.on_ready is not None:
+                self.on_ready(written)
             return written
         return None
 
@@ -298,6 +389,8 @@ class Provisioner:
         if current is None:
             if self.client.get(self.client.dpunode, node) is None:
                 return
+            if self.v26 and self._sync_deferred(node, name):
+                return  # a sibling still installs: DPF waits (`HandleRebootSync`); its change re-checks
             host = host_of_node(node)
             current = self.rounds[node] = RebootRound(datetime.now(UTC), self.power_cycles[host])
 
@@ -313,6 +406,197 @@ class Provisioner:
                 self.on_reboot_asked(host, node, current.requested_at)
         current.dpus.add(name)
         self.refresh_node(node)
+        if self.v26:
+            # Step 2 happens at a later reconcile, never in the one that set the annotation.
+            self.timers.start(("stamp", node), current.requested_at, 0.0, lambda: self._stamp(node))
+
+    def _sync_deferred(self, node: str, name: str) -> bool:
+        """v26: on a multi-DPU node, a sibling in an install phase defers the annotation."""
+        siblings = [d for d in self.dpus_by_node.get(node, ()) if d != name]
+        for sibling in siblings:
+            obj = self.client.get(self.client.dpu, sibling)
+            if obj is not None and phase(obj) in REBOOT_SYNC_DEFER:
+                return True
+        return False
+
+    def _sync_reboots(self, node: str) -> None:
+        """v26: a DPU of the node changed phase: Rebooting DPUs DPF deferred may go on now."""
+        if self._syncing or node in self.rounds:
+            return
+        self._syncing = True
+        try:
+            for name in sorted(self.dpus_by_node.get(node, ())):
+                obj = self.client.get(self.client.dpu, name)
+                if obj is not None and phase(obj) == REBOOTING and not deleting(obj):
+                    self._join_reboot(obj)
+                    if node in self.rounds:
+                        return
+        finally:
+            self._syncing = False
+
+    def _stamp(self, node: str) -> None:
+        """v26 Step 2: every DPU of the round whose Arm is down waits for the manual reboot."""
+        current = self.rounds.get(node)
+        if current is None:
+            return
+        for name in sorted(current.dpus):
+
+            def change(o: Object) -> bool:
+                status = o.setdefault("status", {})
+                reboot = dict(status.get("rebootStatus") or {})
+                if (
+                    phase(o) != REBOOTING
+                    or reboot.get("phase") != "Pending"
+                    or reboot.get("reason") == WAITING_FOR_MANUAL
+                ):
+                    return False
+                status["rebootStatus"] = {
+                    **reboot, "reason": WAITING_FOR_MANUAL,
+                    "message": "waiting for manual power cycle or reboot",
+                    "lastTransitionTime": now_rfc3339(),
+                }  # fmt: skip
+                set_condition(
+                    status, "Rebooted", False, WAITING_FOR_MANUAL, "waiting for manual power cycle or reboot"
+                )
+                return True
+
+            self.client.mutate(self.client.dpu, name, change, status=True)
+
+    def aggregated_method(self, names: set[str]) -> tuple[str, str]:
+        """The priority winner of the DPUs' `rebootStatus.method`, and the DPU that drives it."""
+        best, driver = len(REBOOT_METHOD_PRIORITY) - 1, ""
+        for name in sorted(names):
+            obj = self.client.get(self.client.dpu, name)
+            method = ((obj or {}).get("status") or {}).get("rebootStatus", {}).get("method", "Unknown")
+            rank = REBOOT_METHOD_PRIORITY.index(method) if method in REBOOT_METHOD_PRIORITY else best
+            if rank < best or not driver:
+                best, driver = min(rank, best), name
+        return REBOOT_METHOD_PRIORITY[best], driver
+
+    # -- v26: the DPU agent ----------------------------------------------------------------------
+    def _agent_report(self, name: str, uid: str) -> None:
+        """The DPU agent reports the reboot method it found (DPF `dpu_config.go`, agent
+        `checkRebootSequenceCount`): NoAction moves on, FirmwareReset/DPUWarmReboot reboot the DPU
+        alone, any other method asks for a host reboot, at most `MAX_REBOOT_SEQUENCE_COUNT` in one
+        sequence."""
+        obj = self.client.get(self.client.dpu, name)
+        if obj is None or obj["metadata"]["uid"] != uid or phase(obj) != DPU_CONFIG or deleting(obj):
+            return
+        model = self.models.get(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")), "BF3")
+        if uid not in self.agent_methods:
+            self.agent_methods[uid] = list(AGENT_METHODS.get(model, AGENT_METHODS["BF3"]))
+        if name in self.agent_faults:
+            self.agent_methods[uid] = self.agent_faults.pop(name)
+        remaining = self.agent_methods[uid]
+        method = remaining.pop(0) if remaining else "NoAction"
+        count = self.sequence_counts.get(uid, 0)
+        now = now_rfc3339()
+        if method in DPU_ONLY_METHODS:
+            count = 0 if method == "NoAction" else count
+            self.sequence_counts[uid] = count
+            agent = {"rebootMethod": method, "rebootSequenceCount": count, "lastStartupTime": now}
+            if method == "NoAction":
+                self.set_phase(name, uid, CLUSTER_CONFIG, extra={"agentStatus": agent})
+                self.reconcile(name)
+            else:  # the DPU reboots itself and its agent reports again
+                self._write_status(name, uid, {"agentStatus": agent, "agentLastStartupTime": now})
+                self.timers.start(
+                    name, (uid, DPU_CONFIG, len(remaining)), self.timings.dpu_phase_seconds,
+                    lambda: self._agent_report(name, uid),
+                )  # fmt: skip
+            return
+        agent = {"rebootMethod": method, "rebootSequenceCount": count}
+        if count >= MAX_REBOOT_SEQUENCE_COUNT:
+            message = SEQUENCE_LIMIT_MESSAGE.format(count=count, limit=MAX_REBOOT_SEQUENCE_COUNT)
+
+            def refuse(o: Object) -> bool:
+                status = o.setdefault("status", {})
+                status["agentStatus"] = {**(status.get("agentStatus") or {}), **agent}
+                set_condition(status, "DPUConfig", False, LIMIT_REASON, message)
+                return True
+
+            self.client.mutate(self.client.dpu, name, refuse, status=True)
+            log.info("DPU %s: %s", name, message)
+            return
+        count += 1
+        self.sequence_counts[uid] = count
+        shutdown = method == "SystemLevelReset"
+        reboot = {
+            "phase": "WaitForShutdown" if shutdown else "Pending",
+            "method": method,
+            "reason": "WaitingForArmShutdown" if shutdown else "RebootRequested",
+            "message": "waiting for the DPU's Arm OS to shut down" if shutdown
+            else "reboot requested and pending execution",
+            "lastTransitionTime": now,
+        }  # fmt: skip
+        written = self.set_phase(
+            name, uid, REBOOTING, extra={"agentStatus": {**agent, "rebootSequenceCount": count},
+                                        "rebootStatus": reboot},
+        )  # fmt: skip
+        if written is None:
+            return
+        self._mirror_reboot_status(name, uid)
+        if shutdown:
+            self.timers.start(
+                ("shutdown", name), uid, self.timings.arm_shutdown_seconds, lambda: self._arm_down(name, uid)
+            )
+        self.reconcile(name)
+
+    def _arm_down(self, name: str, uid: str) -> None:
+        """The Arm OS finished its shutdown: the host reboot may go ahead (WaitForShutdown -> Pending)."""
+
+        def change(o: Object) -> bool:
+            reboot = dict((o.get("status") or {}).get("rebootStatus") or {})
+            if o["metadata"]["uid"] != uid or reboot.get("phase") != "WaitForShutdown":
+                return False
+            o["status"]["rebootStatus"] = {
+                **reboot, "phase": "Pending", "reason": "RebootRequested",
+                "message": "reboot requested and pending execution", "lastTransitionTime": now_rfc3339(),
+            }  # fmt: skip
+            return True
+
+        self.client.mutate(self.client.dpu, name, change, status=True)
+        self._mirror_reboot_status(name, uid)
+        node = self.node_of.get(name, "")
+        if node in self.rounds:
+            self._stamp(node)
+
+    def _mirror_reboot_status(self, name: str, uid: str) -> None:
+        """`Rebooted=False` with the reason of a pending `rebootStatus` (DPF: "DPU controller
+        derives user-facing DPUCondRebooted from this status"; Pending/Failed copied with their
+        reason, `rebooting.go`)."""
+
+        def change(o: Object) -> bool:
+            reboot = (o.get("status") or {}).get("rebootStatus") or {}
+            if o["metadata"]["uid"] != uid or reboot.get("phase") not in ("WaitForShutdown", "Pending"):
+                return False
+            reason, message = reboot.get("reason", ""), reboot.get("message", "")
+            return set_condition(o["status"], "Rebooted", False, reason, message)
+
+        self.client.mutate(self.client.dpu, name, change, status=True)
+
+    def _write_status(self, name: str, uid: str, fields: Object) -> None:
+        def change(o: Object) -> bool:
+            if o["metadata"]["uid"] != uid:
+                return False
+            o.setdefault("status", {}).update(fields)
+            return True
+
+        self.client.mutate(self.client.dpu, name, change, status=True)
+
+    def on_dpu_reset(self, event: DPUReset) -> None:
+        """v26: a DPU reset restarts its agent (`agentLastStartupTime`), whoever reset it."""
+        if not self.v26:
+            return
+        name = next((n for n, d in self.device_of.items() if d == f"device-{event.dpu_id}"), None)
+        if name is not None:
+            self._agent_restarted(name)
+
+    def _agent_restarted(self, name: str) -> None:
+        obj = self.client.get(self.client.dpu, name)
+        if obj is None or deleting(obj) or phase(obj) not in AGENT_PHASES:
+            return
+        self._write_status(name, obj["metadata"]["uid"], {"agentLastStartupTime": now_rfc3339()})
 
     def _check_round(self, node: str) -> None:
         current = self.rounds.get(node)
@@ -323,6 +607,8 @@ class Provisioner:
             del self.rounds[node]
             return
         if REBOOT_ANNOTATION in annotations_of(obj):
+            return
+        if self.v26 and self._rearm_if_early(node, current):
             return
         del self.rounds[node]
         host = host_of_node(node)
@@ -336,9 +622,61 @@ class Provisioner:
                 f"(last power cycle: {last.isoformat() if last else 'never'}); DPUs {sorted(current.dpus)} "
                 "continue as if rebooted",
             )
+        elif self.v26:
+            method, driver = self.aggregated_method(current.dpus)
+            if method == "PowerCycle" and not current.cold:
+                self.violations.record(
+                    kinds.REBOOT_METHOD_NOT_MET,
+                    node,
+                    f"DPF asked DPUNode {node} for reboot method PowerCycle (driven by DPU {driver}), "
+                    f"but host {host} was only warm-reset (ForceRestart/GracefulRestart) since "
+                    f"{current.requested_at.isoformat()}",
+                )
+        if self.v26 and (datetime.now(UTC) - current.requested_at).total_seconds() > (
+            self.timings.join_deadline_seconds
+        ):
+            for dpu in current.dpus:
+                found = self.client.get(self.client.dpu, dpu)
+                if found is not None:
+                    self.join_expired.add(found["metadata"]["uid"])
+            log.info("the reboot of %s came after the join deadline: its DPUs stay in DPU Cluster Config",
+                     node)  # fmt: skip
         for dpu in sorted(current.dpus):
             self._rebooted(dpu)
         self.refresh_node(node)
+
+    def _rearm_if_early(self, node: str, current: RebootRound) -> bool:
+        """v26: a removal before every rebooting DPU was stamped (Step 2) is undone: DPF's next
+        Step 1 sees the key absent and sets it again (DPF `processExternalReboot`)."""
+        early = []
+        for name in sorted(current.dpus):
+            obj = self.client.get(self.client.dpu, name)
+            if obj is None or phase(obj) != REBOOTING or deleting(obj):
+                continue
+            reboot = (obj.get("status") or {}).get("rebootStatus") or {}
+            if not (reboot.get("phase") == "Pending" and reboot.get("reason") == WAITING_FOR_MANUAL):
+                early.append(f"{name} ({reboot.get('phase', 'no rebootStatus')})")
+        if not early:
+            return False
+
+        def ask(n: Object) -> bool:
+            if REBOOT_ANNOTATION in annotations_of(n):
+                return False
+            n["metadata"]["annotations"] = {**annotations_of(n), REBOOT_ANNOTATION: "true"}
+            return True
+
+        self.client.mutate(self.client.dpunode, node, ask)
+        host = host_of_node(node)
+        self.violations.record(
+            kinds.REBOOT_ANNOTATION_REMOVED_EARLY,
+            node,
+            f"{REBOOT_ANNOTATION} was removed from DPUNode {node} before DPF stamped "
+            f"{', '.join(early)} Pending/{WAITING_FOR_MANUAL}; DPF set it again: host {host} needs "
+            "another reboot",
+        )
+        current.power_cycles_before = self.power_cycles[host]
+        current.cold = False
+        return True
 
     def _rebooted(self, name: str) -> None:
         obj = self.client.get(self.client.dpu, name)
@@ -346,6 +684,21 @@ class Provisioner:
             return
         uid = obj["metadata"]["uid"]
         done = self.reboots_done[uid] = self.reboots_done.get(uid, 0) + 1
+        if self.v26:
+            reboot = dict((obj.get("status") or {}).get("rebootStatus") or {})
+            reboot.update({"phase": "Succeeded", "reason": "Rebooted", "message": "the host was rebooted",
+                           "lastTransitionTime": now_rfc3339()})  # fmt: skip
+            previous = (obj.get("status") or {}).get("previousPhase")
+            target = previous if previous in (DPU_CONFIG, INITIALIZE_INTERFACE) else CLUSTER_CONFIG
+            written = self.set_phase(name, uid, target, extra={"rebootStatus": reboot})
+            if written is not None:
+
+                def rebooted(o: Object) -> bool:
+                    return set_condition(o.setdefault("status", {}), "Rebooted", True, "Rebooted", "")
+
+                self.client.mutate(self.client.dpu, name, rebooted, status=True)
+                self.reconcile(name)
+            return
         model = self.models.get(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")), "BF3")
         target = CHECKING_REBOOT if model == "BF4" and done < 2 else CLUSTER_CONFIG
         if self.set_phase(name, uid, target) is not None:
@@ -363,6 +716,16 @@ class Provisioner:
         asked = obj is not None and REBOOT_ANNOTATION in annotations_of(obj)
         for name in sorted(self.dpus_by_node.get(node, ())):
             dpu = self.client.get(self.client.dpu, name)
+            reboot = ((dpu or {}).get("status") or {}).get("rebootStatus") or {}
+            shutting_down = reboot.get("phase") == "WaitForShutdown"
+            if self.v26 and dpu is not None and phase(dpu) == REBOOTING and shutting_down:
+                self.violations.record(
+                    kinds.HOST_RESET_DURING_ARM_SHUTDOWN,
+                    event.host_id,
+                    f"host {event.host_id} went {event.to_state} ({event.reset_type or 'no reset'}) "
+                    f"while DPU {name}'s Arm OS was shutting down (rebootStatus WaitForShutdown, method "
+                    f"{reboot.get('method')}): DPF holds the host reboot until the shutdown is done",
+                )
             if dpu is not None and phase(dpu) in INSTALL_PHASES:
                 why = (
                     "a reboot was asked for by another DPU of the node, but not this one"
@@ -397,7 +760,16 @@ class Provisioner:
                 updating,
                 "DPUUpdateInProgress" if updating else "DPUUpdateNotInProgress",
             )
-            if rebooting:
+            if rebooting and self.v26:
+                method, driver = self.aggregated_method(self.rounds[node].dpus)
+                message = f"required reboot method: {method} (driven by DPU {driver})"
+                changed |= set_condition(
+                    status, "DPUNodeRebootInProgress", True, "WaitForExternalReboot", message
+                )
+                if status.get("rebootMethod") != method:
+                    status["rebootMethod"] = method
+                    changed = True
+            elif rebooting:
                 changed |= set_condition(
                     status,
                     "DPUNodeRebootInProgress",

@@ -35,14 +35,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from simulators.events import Hub, PowerCycled
+from simulators.events import Hub, PowerCycled, PowerTransition
 from simulators.faults import Faults
 from simulators.measure import RequestCounts
 from simulators.site import Site
 from simulators.timings import Timings
 from simulators.violations import Violations
 
-from .dpu import DPUBMC, Firmware
+from .dpu import DPUBMC, DPUResets, Firmware
 from .host import PROFILES, HostBMC
 from .messages import now_rfc3339
 from .power import PowerControl
@@ -158,6 +158,8 @@ class BMCs:
                 dpus_by_host.setdefault(host.id, []).append(dpu_bmc)
         self.firmware = Firmware(timings, self.tasks, dpus_by_host)
         hub.subscribe(PowerCycled, self.firmware.on_power_cycled)
+        self.dpu_resets = DPUResets(hub, timings, dpus_by_host)
+        hub.subscribe(PowerTransition, self.dpu_resets.on_power)
         self._redfish = Redfish(self)
         self._by_port: dict[int, Service] = {}
         self._runner: web.BaseRunner | None = None
@@ -219,6 +221,8 @@ class BMCs:
             self.power.cancel(host)
         for dpu in self._dpus.values():
             self.firmware.cancel(dpu)
+            if dpu.boot_timer is not None:
+                dpu.boot_timer.cancel()
         self.auth.close()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -238,6 +242,30 @@ class BMCs:
     def reset_counts(self, dpu_id: str) -> dict[str, int]:
         """The resets the DPU's own System (its Arm cores) took, by reset type."""
         return dict(self._dpus[dpu_id].resets)
+
+    def dpu_state(self, dpu_id: str) -> dict[str, object]:
+        """What the DPU's BMC shows and did: Arm state, Paused, a latched PowerCycle, the resets
+        sent (by type) and those that reset the NIC too (`GET /sim/dpu-bmcs/<id>`).
+
+        Raises:
+            KeyError: no such DPU BMC.
+        """
+        dpu = self._dpus[dpu_id]
+        return {
+            "arm": dpu.arm, "paused": dpu.paused, "latched": dpu.latched, "resets": dict(dpu.resets),
+            "nic_resets": dpu.nic_resets, "last_reset_time": dpu.last_reset_time,
+        }  # fmt: skip
+
+    def dpu_fault(self, dpu_id: str, fault: str) -> None:
+        """`paused` (stuck in its UEFI shell) or `reset` (someone reset its Arm: an uncontrolled
+        reset, e.g. a crash). Raises KeyError (no such DPU BMC), LookupError (no such fault)."""
+        dpu = self._dpus[dpu_id]
+        if fault == "paused":
+            self.dpu_resets.pause(dpu)
+        elif fault == "reset":
+            self.dpu_resets.take_effect(dpu, "ForceRestart", nic=False)
+        else:
+            raise LookupError(f"unknown DPU BMC fault {fault!r}; one of paused, reset")
 
     def bmc_ids(self) -> list[str]:
         return [*self._hosts, *self._dpus]

@@ -1,5 +1,14 @@
 """DPU BMCs: the BlueField's own system, UpdateService SimpleUpdate and FirmwareInventory.
 
+The `Bluefield` System follows the BlueField BMC as NVIDIA documents it (BEHAVIOUR.md beside this
+file has one row per behaviour with its source): `ForceRestart`/`GracefulRestart` restart the Arm
+cores only; `PowerCycle` (Arm and NIC) is accepted and takes effect only once the host is Off
+(PERST/All_STANDBY); `Oem/Nvidia/SOC.ForceReset` resets Arm and NIC at once; `GracefulShutdown`
+leaves the Arm in low-power standby (`Paused`); a DPU stuck in its UEFI shell (fault `paused`)
+reports `Paused`, `On` changes nothing and `ForceRestart` recovers it. Every reset that takes
+effect restarts the Arm's boot (`BootProgress` BootRom -> UEFI -> OsIsRunning over
+`dpu_boot_seconds`), moves `LastResetTime` and is published as `DPUReset`.
+
 `SimpleUpdate` stages an image: 202 with a task monitor; staging takes
 `firmware_stage_seconds`; the task ends `Completed`, or `Exception` when the image URI is
 malformed (no `http`/`https`/`scp` scheme and host, or no version in the file name) or a
@@ -16,21 +25,24 @@ from __future__ import annotations
 
 import asyncio
 import re
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from simulators.events import Event, PowerCycled
+from simulators.events import DPUReset, Event, Hub, PowerCycled, PowerTransition
 from simulators.timings import Timings
 
 from . import messages
 from .tasks import Task, Tasks
 
 TRANSFER_PROTOCOLS = ("HTTP", "HTTPS", "SCP")
-# What a BlueField BMC's `Bluefield` System takes: restarts of the DPU's Arm cores, which leave
-# the host's power alone (the host powers the DPU).
-DPU_RESET_TYPES = ("GracefulRestart", "ForceRestart", "GracefulShutdown")
+# What the `Bluefield` System takes (BEHAVIOUR.md B1): the documented types, and `On`, which DPF
+# and NICo send; any other is 400 ActionParameterNotSupported (as DPF's own BMC mock answers).
+DPU_RESET_TYPES = ("GracefulRestart", "ForceRestart", "GracefulShutdown", "PowerCycle", "On")
+SOC_FORCE_RESET = "SOC.ForceReset"
+BOOT_STAGES = ("BootRom", "UEFI", "OsIsRunning")  # BootProgress.OemLastState after a reset
 SYSTEM_ID = "Bluefield"
 BMC_FIRMWARE = {"BF3": "BF-24.10-24", "BF4": "BF-25.04-7"}
 _VERSION = re.compile(r"\d+\.\d+\.\d+(?:\.\d+)?")
@@ -40,7 +52,8 @@ class DPUBMC:
     """The state of one DPU's BMC."""
 
     __slots__ = (
-        "dpu_id", "host_id", "model", "running", "staged", "update_task", "fail_next", "timer", "resets"
+        "dpu_id", "host_id", "model", "running", "staged", "update_task", "fail_next", "timer", "resets",
+        "arm", "arm_since", "paused", "latched", "last_reset_time", "boot_timer", "nic_resets",
     )  # fmt: skip
 
     def __init__(self, dpu_id: str, host_id: str, model: str, firmware: str) -> None:
@@ -53,6 +66,13 @@ class DPUBMC:
         self.fail_next: str | None = None  # an injected failure for the next update
         self.timer: asyncio.TimerHandle | None = None
         self.resets: dict[str, int] = {}  # resets of the DPU's Arm system, by type
+        self.arm = "OsIsRunning"  # BootProgress.OemLastState
+        self.arm_since = ""  # BootProgress.LastStateTime
+        self.paused = False  # PowerState Paused: the UEFI shell, or the Arm after GracefulShutdown
+        self.latched = False  # a PowerCycle accepted, waiting for the host to let go (Off)
+        self.last_reset_time = ""
+        self.boot_timer: asyncio.TimerHandle | None = None
+        self.nic_resets = 0  # resets that took the NIC too (PowerCycle, SOC.ForceReset)
 
 
 def version_from_uri(image_uri: str) -> str | None:
@@ -194,8 +214,10 @@ def inventory_item(dpu: DPUBMC, item_id: str, prefix: str) -> dict[str, Any] | N
 
 
 def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
-    """The DPU's ARM system; it is powered by its host, so its PowerState follows the host's."""
-    return {
+    """The DPU's Arm system. It runs whether the host is on or off (the DPU-only PowerCycle
+    sequence boots it with the host off); `Paused` in its UEFI shell or after an Arm shutdown."""
+    state = "Paused" if dpu.paused else "On"
+    body: dict[str, Any] = {
         "@odata.id": f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}",
         "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
         "Id": SYSTEM_ID,
@@ -204,8 +226,12 @@ def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
         "Manufacturer": "NVIDIA",
         "Model": f"BlueField-{dpu.model[-1]} DPU",
         "SerialNumber": f"SN-{dpu.dpu_id}",
-        "PowerState": host_power,
-        "Status": {"State": "Enabled" if host_power == "On" else "StandbyOffline", "Health": "OK"},
+        "PowerState": state,
+        "Status": {"State": "StandbyOffline" if dpu.paused else "Enabled", "Health": "OK"},
+        "BootProgress": {
+            "LastState": "OsRunning" if dpu.arm == "OsIsRunning" else "OEM",
+            "OemLastState": dpu.arm,
+        },
         "Actions": {
             "#ComputerSystem.Reset": {
                 "target": f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}/Actions/ComputerSystem.Reset",
@@ -214,6 +240,22 @@ def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
             }
         },
         "Links": {"Chassis": [], "ManagedBy": []},
+    }
+    if dpu.arm_since:
+        body["BootProgress"]["LastStateTime"] = dpu.arm_since
+    if dpu.last_reset_time:
+        body["LastResetTime"] = dpu.last_reset_time
+    return body
+
+
+def oem_nvidia_body(prefix: str) -> dict[str, Any]:
+    """`Systems/Bluefield/Oem/Nvidia`: where `#SOC.ForceReset` is advertised (BEHAVIOUR.md B3)."""
+    uri = f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}/Oem/Nvidia"
+    return {
+        "@odata.id": uri,
+        "@odata.type": "#NvidiaComputerSystem.v1_0_0.NvidiaComputerSystem",
+        "Mode": "DpuMode",
+        "Actions": {"#SOC.ForceReset": {"target": f"{uri}/{SOC_FORCE_RESET}"}},
     }
 
 
@@ -234,22 +276,93 @@ def reset_action_info() -> dict[str, Any]:
     }
 
 
-def reset(dpu: DPUBMC, reset_type: object) -> web.Response:
-    """A reset of the DPU's Arm system: counted, answered 204; the host's power is not touched."""
-    action = "ComputerSystem.Reset"
-    if reset_type is None:
-        return messages.action_parameter_missing(action, "ResetType")
-    if not isinstance(reset_type, str) or reset_type not in DPU_RESET_TYPES:
-        return messages.error_response(
-            400,
-            "ActionParameterNotSupported",
-            f"The parameter ResetType for the action {action} is not supported on the target resource: "
-            f"{reset_type!r} is not one of {', '.join(DPU_RESET_TYPES)}.",
-            args=["ResetType", action],
-            resolution="Remove the parameter supplied and resubmit the request if the operation failed.",
-        )
-    dpu.resets[reset_type] = dpu.resets.get(reset_type, 0) + 1
-    return web.Response(status=204, headers={"OData-Version": "4.0"})
+def _success() -> web.Response:
+    """The answer a BlueField BMC gives a reset: 200 with the Base Success message (BEHAVIOUR.md B2)."""
+    return messages.json_response(
+        {"@Message.ExtendedInfo": [messages.message("Success", "The request completed successfully.")]}
+    )
+
+
+class DPUResets:
+    """What the `Bluefield` System does with a reset, and the Arm's boot after it."""
+
+    def __init__(self, hub: Hub, timings: Timings, dpus_by_host: dict[str, list[DPUBMC]]) -> None:
+        self._hub = hub
+        self._timings = timings
+        self._dpus_by_host = dpus_by_host
+
+    def reset(self, dpu: DPUBMC, reset_type: object, host_power: str) -> web.Response:
+        """`ComputerSystem.Reset` on `Systems/Bluefield`; never waits for the reset."""
+        action = "ComputerSystem.Reset"
+        if reset_type is None:
+            return messages.action_parameter_missing(action, "ResetType")
+        if not isinstance(reset_type, str) or reset_type not in DPU_RESET_TYPES:
+            return messages.error_response(
+                400,
+                "ActionParameterNotSupported",
+                f"The parameter ResetType for the action {action} is not supported on the target resource: "
+                f"{reset_type!r} is not one of {', '.join(DPU_RESET_TYPES)}.",
+                args=["ResetType", action],
+                resolution="Remove the parameter supplied and resubmit the request if the operation failed.",
+            )
+        dpu.resets[reset_type] = dpu.resets.get(reset_type, 0) + 1
+        if reset_type == "On":
+            pass  # accepted; changes nothing, also while Paused (dsx#6281, dsx#6350)
+        elif reset_type == "GracefulShutdown":
+            if not dpu.paused and dpu.arm == "OsIsRunning":
+                self._cancel_boot(dpu)
+                dpu.paused, dpu.arm, dpu.arm_since = True, "LowPowerStandby", messages.now_rfc3339()
+        elif reset_type == "PowerCycle":
+            if host_power == "Off":
+                self.take_effect(dpu, "PowerCycle", nic=True)
+            else:
+                dpu.latched = True  # held until the host is off (PERST/All_STANDBY); no error
+        else:  # ForceRestart, GracefulRestart: the Arm cores only
+            self.take_effect(dpu, reset_type, nic=False)
+        return _success()
+
+    def soc_force_reset(self, dpu: DPUBMC) -> web.Response:
+        """`Oem/Nvidia/SOC.ForceReset`: Arm and NIC at once, whatever the host does."""
+        dpu.resets[SOC_FORCE_RESET] = dpu.resets.get(SOC_FORCE_RESET, 0) + 1
+        self.take_effect(dpu, SOC_FORCE_RESET, nic=True)
+        return _success()
+
+    def on_power(self, event: Event) -> None:
+        """Hub handler: a host going Off lets a latched PowerCycle of its DPUs take effect."""
+        if not isinstance(event, PowerTransition) or event.to_state != "Off":
+            return
+        for dpu in self._dpus_by_host.get(event.host_id, ()):
+            if dpu.latched:
+                self.take_effect(dpu, "PowerCycle", nic=True)
+
+    def take_effect(self, dpu: DPUBMC, reset_type: str, *, nic: bool) -> None:
+        """The reset happens: LastResetTime moves, the Arm boots again, the DPU is no longer Paused."""
+        dpu.latched = False
+        dpu.paused = False
+        dpu.nic_resets += int(nic)
+        now = messages.now_rfc3339()
+        dpu.last_reset_time = now
+        self._cancel_boot(dpu)
+        self._boot(dpu, 0)
+        self._hub.publish(DPUReset(dpu.host_id, dpu.dpu_id, datetime.now(UTC), reset_type))
+
+    def pause(self, dpu: DPUBMC) -> None:
+        """A fault: the DPU is stuck in its UEFI shell (no OS to boot)."""
+        self._cancel_boot(dpu)
+        dpu.paused, dpu.arm, dpu.arm_since = True, "UEFI", messages.now_rfc3339()
+
+    def _boot(self, dpu: DPUBMC, stage: int) -> None:
+        dpu.arm, dpu.arm_since = BOOT_STAGES[stage], messages.now_rfc3339()
+        dpu.boot_timer = None
+        if stage + 1 < len(BOOT_STAGES):
+            delay = self._timings.dpu_boot_seconds / (len(BOOT_STAGES) - 1)
+            dpu.boot_timer = asyncio.get_running_loop().call_later(delay, self._boot, dpu, stage + 1)
+
+    @staticmethod
+    def _cancel_boot(dpu: DPUBMC) -> None:
+        if dpu.boot_timer is not None:
+            dpu.boot_timer.cancel()
+            dpu.boot_timer = None
 
 
 def update_service_body(prefix: str) -> dict[str, Any]:

@@ -345,7 +345,17 @@ class Redfish:
         body = messages.read_json_object(await ctx.request.read())
         if body is None:
             return messages.malformed_json()
-        return dpu_resources.reset(dpu, body.get("ResetType"))
+        return self._bmcs.dpu_resets.reset(dpu, body.get("ResetType"), self._bmcs.power_state(dpu.host_id))
+
+    async def dpu_oem(self, ctx: Context) -> web.Response:
+        if ctx.dpu is None or ctx.params[0] != dpu_resources.SYSTEM_ID:
+            return messages.not_found(ctx.request.path)
+        return messages.json_response(dpu_resources.oem_nvidia_body(ctx.prefix))
+
+    async def soc_force_reset(self, ctx: Context) -> web.Response:
+        if ctx.dpu is None or ctx.params[0] != dpu_resources.SYSTEM_ID:
+            return messages.not_found(ctx.request.path)
+        return self._bmcs.dpu_resets.soc_force_reset(ctx.dpu)
 
     async def reset_action_info(self, ctx: Context) -> web.Response:
         if ctx.dpu is not None:
@@ -451,6 +461,13 @@ RESOURCES: tuple[Resource, ...] = (
         reset_methods=frozenset({"POST"}),
     ),
     Resource(("Systems", "*", "ResetActionInfo"), {"GET": Redfish.reset_action_info}),
+    Resource(("Systems", "*", "Oem", "Nvidia"), {"GET": Redfish.dpu_oem}, kinds=_DPU),
+    Resource(
+        ("Systems", "*", "Oem", "Nvidia", dpu_resources.SOC_FORCE_RESET),
+        {"POST": Redfish.soc_force_reset},
+        kinds=_DPU,
+        reset_methods=frozenset({"POST"}),
+    ),
     Resource(("UpdateService",), {"GET": Redfish.update_service}, kinds=_DPU),
     Resource(
         ("UpdateService", "Actions", "UpdateService.SimpleUpdate"),

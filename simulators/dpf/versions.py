@@ -1,0 +1,118 @@
+"""Which DPF release the simulated site plays: `25.10` (the vendored CRDs as they are) or `26`
+(the same CRDs with metalflow's v26 overlay applied, `simulators/crds/dpf-v26/overlay.yaml`).
+
+Chosen with `python -m simulators serve --dpf-version 26` or `METALFLOW_DPF_VERSION=26`; the
+default stays 25.10. The overlay is a schema delta written by metalflow after reading the
+upstream files its header names: no upstream file is copied. Behaviour that differs between
+the releases is in `simulators/dpf/BEHAVIOUR.md`, one row per behaviour with its source.
+
+Cost: the overlay is applied once at start (a deep copy of four CRD schemas).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+from simulators.kube.store import ResourceType
+
+V25: Final = "25.10"
+V26: Final = "26"
+VERSIONS: Final = (V25, V26)
+VERSION_ENV: Final = "METALFLOW_DPF_VERSION"
+OVERLAY: Final = Path(__file__).resolve().parent.parent / "crds" / "dpf-v26" / "overlay.yaml"
+
+Object = dict[str, Any]
+
+
+def chosen(given: str | None = None) -> str:
+    """The DPF version asked for: `given`, else `$METALFLOW_DPF_VERSION`, else 25.10.
+
+    Raises:
+        ValueError: Not one of `VERSIONS` (the message names them and where the value came from).
+    """
+    source = "--dpf-version" if given else f"${VERSION_ENV}"
+    value = given or os.environ.get(VERSION_ENV) or V25
+    if value not in VERSIONS:
+        raise ValueError(f"unknown DPF version {value!r} ({source}); choose one of {', '.join(VERSIONS)}")
+    return value
+
+
+def load_overlay(path: Path = OVERLAY) -> list[Object]:
+    """The overlay's operations, checked: each names an op this module knows and a CRD."""
+    document = yaml.safe_load(path.read_text())
+    if not isinstance(document, dict) or document.get("kind") != "MetalflowCRDOverlay":
+        raise ValueError(f"{path} is not a MetalflowCRDOverlay")
+    operations = document.get("operations") or []
+    for i, operation in enumerate(operations):
+        if operation.get("op") not in _OPS or not operation.get("crd") or not operation.get("at"):
+            raise ValueError(f"{path}: operation {i} needs op ({', '.join(_OPS)}), crd and at: {operation}")
+    return list(operations)
+
+
+def apply(types: list[ResourceType], version: str) -> list[ResourceType]:
+    """`types` as DPF `version` serves them: unchanged for 25.10, the overlay applied for 26.
+
+    Raises:
+        ValueError: An operation names a CRD or a path the served CRDs do not have (the overlay
+            no longer fits the vendored CRDs: it says which).
+    """
+    if version == V25:
+        return types
+    by_crd: dict[str, list[Object]] = {}
+    for operation in load_overlay():
+        by_crd.setdefault(operation["crd"], []).append(operation)
+    out = []
+    for rt in types:
+        key = f"{rt.plural}.{rt.group}"
+        operations = by_crd.pop(key, None)
+        if operations is None or rt.schema is None:
+            out.append(rt)
+            continue
+        schema = copy.deepcopy(rt.schema)
+        for operation in operations:
+            _OPS[operation["op"]](_at(schema, operation["at"], key), operation)
+        out.append(dataclasses.replace(rt, schema=schema))
+    if by_crd:
+        raise ValueError(f"the DPF v26 overlay names CRDs that are not served: {', '.join(sorted(by_crd))}")
+    return out
+
+
+def _at(schema: Object, path: str, crd: str) -> Object:
+    node: Any = schema
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise ValueError(f"the DPF v26 overlay's path {path!r} is not in CRD {crd}")
+        node = node[part]
+    if not isinstance(node, dict):
+        raise ValueError(f"the DPF v26 overlay's path {path!r} in CRD {crd} is not a schema")
+    return node
+
+
+def _extend_enum(node: Object, operation: Object) -> None:
+    node["enum"] = [*node.get("enum", []), *(v for v in operation["values"] if v not in node.get("enum", []))]
+
+
+def _add_properties(node: Object, operation: Object) -> None:
+    node.setdefault("properties", {}).update(copy.deepcopy(operation["properties"]))
+
+
+def _require(node: Object, operation: Object) -> None:
+    node["required"] = sorted({*node.get("required", []), *operation["names"]})
+
+
+def _drop_default(node: Object, operation: Object) -> None:
+    node.pop("default", None)
+
+
+_OPS = {
+    "extend_enum": _extend_enum,
+    "add_properties": _add_properties,
+    "require": _require,
+    "drop_default": _drop_default,
+}

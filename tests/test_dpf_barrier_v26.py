@@ -1,0 +1,122 @@
+"""The host operation's decisions on DPF v26 state, as pure functions (workflows/dpf_barrier.py):
+the barrier's v26 conditions, the reset a method needs, resets DPF did not make, and the
+reading of the new fields (drivers/dpf.py)."""
+
+from __future__ import annotations
+
+from contracts.models.dpf import Condition, DPUNodeState, DPUState, HostDPFState, RebootStatus
+from drivers import dpf as states
+from workflows import dpf_barrier as barrier
+
+STAMPED = RebootStatus(
+    phase="Pending", method="SystemLevelReset", reason="WaitingForManualPowerCycleOrReboot"
+)
+
+
+def _state(*dpus: DPUState, method: str | None = None) -> HostDPFState:
+    node = DPUNodeState(name="node-h", uid="n", reboot_required="true", reboot_method=method)
+    return HostDPFState(host_id="h", node=node, dpus=dpus)
+
+
+def _dpu(i: int, phase: str = "Rebooting", reboot: RebootStatus | None = None, **more: object) -> DPUState:
+    name = f"node-h-device-d{i}"
+    return DPUState(name=name, uid=f"u{i}", dpu_id=f"d{i}", phase=phase, reboot_status=reboot,
+                    **more)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_the_barrier_waits_for_the_arm_shutdown_and_dpfs_stamp_and_passes_unknown_phases_of_nobody() -> None:
+    ids = ("d0", "d1")
+    assert barrier.reboot_barrier_reached(_state(_dpu(0), _dpu(1)), ids, {})  # v25.10: no rebootStatus
+    assert barrier.reboot_barrier_reached(_state(_dpu(0, reboot=STAMPED), _dpu(1, reboot=STAMPED)), ids, {})
+    shutting = STAMPED.model_copy(update={"phase": "WaitForShutdown", "reason": "WaitingForArmShutdown"})
+    assert not barrier.reboot_barrier_reached(
+        _state(_dpu(0, reboot=STAMPED), _dpu(1, reboot=shutting)), ids, {}
+    )
+    unstamped = STAMPED.model_copy(update={"reason": "RebootRequested"})
+    assert not barrier.reboot_barrier_reached(
+        _state(_dpu(0, reboot=STAMPED), _dpu(1, reboot=unstamped)), ids, {}
+    )
+    # A sibling (not under the operation) shutting down its Arm holds the host reboot too.
+    assert not barrier.reboot_barrier_reached(
+        _state(_dpu(0, reboot=STAMPED), _dpu(1, reboot=shutting)), ("d0",), {}
+    )
+    # A DPU in a phase nobody knows is in progress: the barrier waits for it, it is no install.
+    assert not barrier.reboot_barrier_reached(_state(_dpu(0), _dpu(1, "Host OS Init Release")), ids, {})
+    assert barrier.installing(_state(_dpu(0), _dpu(1, "Host OS Init Release"))) == []
+    assert barrier.installing(_state(_dpu(0), _dpu(1, "DPU Config"))) == ["node-h-device-d1"]
+
+
+def test_the_reset_follows_the_required_method() -> None:
+    assert barrier.host_reset_for(None) == "cold"  # DPF before v26 names none
+    assert barrier.host_reset_for("PowerCycle") == "cold"
+    assert barrier.host_reset_for("Unknown") == "cold"
+    assert barrier.host_reset_for("SystemLevelReset") == "warm"
+    assert barrier.host_reset_for("SystemReboot") == "warm"
+    state = _state(_dpu(0, reboot=STAMPED), _dpu(1, agent_reboot_method="PowerCycle"))
+    assert barrier.required_method(state, ("d0", "d1")) == "PowerCycle"  # the priority winner
+    assert barrier.required_method(_state(_dpu(0), method="SystemReboot"), ("d0",)) == "SystemReboot"
+
+
+def test_moves_dpf_does_not_make_are_unplanned() -> None:
+    seen = ("u0", "DPU Cluster Config", "2026-01-01T00:00:00Z")
+    assert (
+        barrier.unplanned_change(seen, _dpu(0, "Initializing"))
+        == "went back from DPU Cluster Config to Initializing"
+    )
+    assert barrier.unplanned_change(("u0", "Rebooting", ""), _dpu(0, "DPU Config")) is None  # DPF's own loop
+    assert barrier.unplanned_change(("u0", "Ready", ""), _dpu(0, "Node Effect")) is None  # flow 5
+    assert barrier.unplanned_change(("other", "Ready", ""), _dpu(0, "Initializing")) is None  # recreated
+    restarted = _dpu(0, "Rebooting", agent_started_at="2026-01-01T00:05:00Z")
+    assert barrier.unplanned_change(("u0", "Rebooting", "2026-01-01T00:00:00Z"), restarted) == "restarted"
+    assert barrier.unplanned_change(("u0", "Rebooting", ""), restarted) is None  # its first start
+    unknown = _dpu(0, "Rebooting")  # a watch that does not carry the time says nothing
+    assert barrier.unplanned_change(("u0", "Rebooting", "2026-01-01T00:00:00Z"), unknown) is None
+
+
+def test_the_v26_fields_are_read_and_the_method_from_the_condition_message() -> None:
+    dpu = states.dpu_state({
+        "metadata": {"name": "node-h-device-d0", "uid": "u0"},
+        "spec": {"dpuDeviceName": "device-d0", "dpuNodeName": "node-h"},
+        "status": {"phase": "Error", "previousPhase": "OS Installing", "agentLastStartupTime": "t",
+                   "agentStatus": {"rebootMethod": "PowerCycle", "rebootSequenceCount": 2},
+                   "rebootStatus": {"phase": "Pending", "method": "PowerCycle"},
+                   "outdated": {"reason": "OutdatedBFB", "message": "m", "timeStamp": "t"},
+                   "conditions": [{"type": "Ready", "status": "False", "reason": "Error"},
+                                  {"type": "BFBTransferred", "status": "False", "reason": "FailToInstall"}]},
+    })  # fmt: skip
+    assert (dpu.reboot_sequence_count, dpu.reboot_method, dpu.outdated_reason) == (
+        2,
+        "PowerCycle",
+        "OutdatedBFB",
+    )
+    assert dpu.error_reason() == ("BFBTransferred", "FailToInstall")
+    node = states.node_state({
+        "metadata": {"name": "node-h", "uid": "n",
+                     "annotations": {"provisioning.dpu.nvidia.com/dpunode-external-reboot-required": "true"}},
+        "status": {"conditions": [{"type": "DPUNodeRebootInProgress", "status": "True",
+                                   "reason": "WaitForExternalReboot",
+                                   "message": "required reboot method: SystemLevelReset (driven by DPU x)",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    })  # fmt: skip
+    assert node.reboot_method == "SystemLevelReset" and node.reboot_requested_at == "2026-01-01T00:00:00Z"
+    assert [c.last_transition for c in node.conditions] == ["2026-01-01T00:00:00Z"]
+    assert isinstance(node.conditions[0], Condition)
+
+
+def test_what_a_watch_must_keep_is_what_the_state_is_read_from() -> None:
+    """`drivers.dpf.watched` keeps every field `host_state` reads (the site watch's cache should
+    hold this, not phase and conditions alone: see the issue note)."""
+    dpu = {
+        "metadata": {"name": "node-h-device-d0", "uid": "u0", "resourceVersion": "7", "managedFields": [{}]},
+        "spec": {"dpuDeviceName": "device-d0", "dpuNodeName": "node-h", "bfb": "b", "serialNumber": "s"},
+        "status": {"phase": "Rebooting", "previousPhase": "DPU Config", "agentLastStartupTime": "t",
+                   "agentStatus": {"rebootMethod": "SystemLevelReset", "rebootSequenceCount": 2},
+                   "rebootStatus": {"phase": "WaitForShutdown", "method": "SystemLevelReset"},
+                   "bfbFile": "/bfb/x.bfb", "conditions": [{"type": "Rebooted", "status": "False",
+                   "reason": "RebootRequested", "lastTransitionTime": "t", "observedGeneration": 1}]},
+    }  # fmt: skip
+    node = {"metadata": {"name": "node-h", "uid": "n", "annotations": {"other": "x"}},
+            "status": {"rebootMethod": "PowerCycle", "conditions": []}}  # fmt: skip
+    full = states.host_state("h", node, [dpu], None)
+    assert states.host_state("h", states.watched(node), [states.watched(dpu)], None) == full
+    assert len(str(states.watched(dpu))) < len(str(dpu))

@@ -1,0 +1,320 @@
+"""The simulated DPF as v26 behaves (simulators/dpf/BEHAVIOUR.md), against v25.10 where they differ.
+
+Each test names the behaviour-table rows it checks. The controller runs on a real store serving
+the vendored CRDs with metalflow's v26 overlay; every wait follows a store watch.
+"""
+
+from __future__ import annotations
+
+import pytest
+from test_dpf_support import (
+    NS,
+    REBOOT,
+    PhaseLog,
+    Sim,
+    cond,
+    gone,
+    has_annotation,
+    phase_is,
+    running,
+    settle,
+    site_of,
+    wait_for,
+)
+
+from simulators import violations as kinds
+from simulators.dpf import faults as dpf_faults
+from simulators.dpf import versions
+from simulators.events import PowerTransition
+from simulators.kube.store import Invalid
+from simulators.timings import timings_for
+
+V26 = versions.V26
+DPU0 = "node-host-001-device-host-001-dpu-0"
+DPU1 = "node-host-001-device-host-001-dpu-1"
+BF4 = "node-host-003-device-host-003-dpu-0"
+NODE = "node-host-001"
+
+
+def reboot_status(obj: dict | None) -> dict:  # type: ignore[type-arg]
+    return dict(((obj or {}).get("status") or {}).get("rebootStatus") or {})
+
+
+def stamped(obj: dict | None) -> bool:  # type: ignore[type-arg]
+    status = reboot_status(obj)
+    return status.get("phase") == "Pending" and status.get("reason") == "WaitingForManualPowerCycleOrReboot"
+
+
+async def to_reboot_request(sim: Sim, host: str, dpus: tuple[str, ...]) -> None:
+    sim.site_setup()
+    sim.discover(host)
+    await wait_for(sim.store, sim.kube.maintenance, f"node-{host}-hold", lambda o: o is not None)
+    for name in dpus:
+        await wait_for(sim.store, sim.kube.dpu, name, phase_is("Node Effect"))
+    sim.release_hold(f"node-{host}")
+    await wait_for(sim.store, sim.kube.dpunode, f"node-{host}", has_annotation(REBOOT))
+
+
+async def test_v26_overlay_serves_the_new_fields_and_v25_prunes_them() -> None:
+    """O1-O3: the v26 schema keeps `rebootStatus`/`outdated`; v25.10 prunes them; the new
+    required fields are enforced."""
+    for version, kept in ((versions.V25, False), (V26, True)):
+        async with running(site_of(("host-001", "BF3", 1)), initialised=True, version=version) as sim:
+            sim.store.patch(
+                sim.kube.dpu, NS, DPU0,
+                {"status": {"rebootStatus": {"phase": "Pending", "method": "PowerCycle"}}}, "merge",
+                subresource="status",
+            )  # fmt: skip
+            assert ("rebootStatus" in sim.get(sim.kube.dpu, DPU0)["status"]) is kept  # type: ignore[index]
+            if version == V26:
+                with pytest.raises(Invalid, match="phase"):
+                    sim.store.patch(
+                        sim.kube.dpu,
+                        NS,
+                        DPU0,
+                        {"status": {"phase": "Warp Drive"}},
+                        "merge",
+                        subresource="status",
+                    )
+                dpuset = sim.kube.dpuset
+                with pytest.raises(Invalid, match="strategy"):
+                    sim.store.create(dpuset, NS, {"apiVersion": dpuset.api_version, "kind": "DPUSet",
+                                                  "metadata": {"name": "no-strategy"},
+                                                  "spec": {"dpuTemplate": {"spec": {"dpuFlavor": "f",
+                                                           "nodeEffect": {"hold": True}}}}})  # fmt: skip
+
+
+async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> None:
+    """P1-P3, R1-R5, A1: the v26 phases; the annotation with the method in the condition message
+    and DPUNode `status.rebootMethod`; rebootStatus Pending, stamped one reconcile later; the
+    removal completes it (Succeeded); the agent's NoAction resets the sequence count."""
+    async with running(site_of(("host-001", "BF3", 2)), version=V26) as sim:
+        k = sim.kube
+        logs = [PhaseLog(sim.store, k.dpu, DPU0), PhaseLog(sim.store, k.dpu, DPU1)]
+        await to_reboot_request(sim, "host-001", (DPU0, DPU1))
+        for name in (DPU0, DPU1):
+            dpu = await wait_for(sim.store, k.dpu, name, stamped)
+            status = dpu["status"]  # type: ignore[index]
+            assert status["agentStatus"] == {"rebootMethod": "PowerCycle", "rebootSequenceCount": 1}
+            assert status["rebootStatus"]["method"] == "PowerCycle"
+            assert status["previousPhase"] == "DPU Config"
+        node = await wait_for(
+            sim.store,
+            k.dpunode,
+            NODE,
+            lambda o: (cond(o, "DPUNodeRebootInProgress") or {}).get("status") == "True",
+        )
+        assert cond(node, "DPUNodeRebootInProgress")["message"] in (  # type: ignore[index]
+            f"required reboot method: PowerCycle (driven by DPU {DPU0})",
+            f"required reboot method: PowerCycle (driven by DPU {DPU1})",
+        )
+        assert node["status"]["rebootMethod"] == "PowerCycle"  # type: ignore[index]
+        sim.power_cycle("host-001")
+        sim.remove_reboot_annotation(NODE)
+        for name in (DPU0, DPU1):
+            dpu = await wait_for(sim.store, k.dpu, name, phase_is("Ready"))
+            assert dpu["status"]["agentStatus"]["rebootMethod"] == "NoAction"  # type: ignore[index]
+            assert dpu["status"]["agentStatus"]["rebootSequenceCount"] == 0  # type: ignore[index]
+            assert reboot_status(dpu)["phase"] == "Succeeded"
+            assert cond(dpu, "Rebooted")["status"] == "True"  # type: ignore[index]
+        node = sim.get(k.dpunode, NODE)
+        assert node["status"]["rebootMethod"] == "PowerCycle"  # preserved once idle (dpunode.md)
+        for log in logs:
+            log.close()
+            assert log.phases[:9] == ["Initializing", "Pending", "Node Effect", "Initialize Interface",
+                                      "Config FW Parameters", "Prepare BFB", "OS Installing", "DPU Config",
+                                      "Rebooting"]  # fmt: skip
+            assert log.phases[9:] == ["DPU Config", "DPU Cluster Config", "Host Network Configuration",
+                                      "Node Effect Removal", "Service Readiness", "Ready"]  # fmt: skip
+        assert sim.violations.as_json() == []
+
+
+async def test_removal_before_dpf_stamped_the_reboot_re_arms_it() -> None:
+    """R3: a removal before Step 2 is undone (DPF sets the annotation again) and the reboot before
+    it does not count; the next removal after a power cycle does."""
+    timings = timings_for("zero", arm_shutdown_seconds=30)
+    async with running(site_of(("host-003", "BF4", 1)), timings, version=V26) as sim:
+        k = sim.kube
+        await to_reboot_request(sim, "host-003", (BF4,))
+        await wait_for(sim.store, k.dpu, BF4, stamped)
+        sim.power_cycle("host-003")
+        sim.remove_reboot_annotation("node-host-003")
+        # Second round: SystemLevelReset, held in WaitForShutdown for 30 s (rows R2, R6).
+        dpu = await wait_for(
+            sim.store, k.dpu, BF4, lambda o: reboot_status(o).get("phase") == "WaitForShutdown"
+        )
+        assert reboot_status(dpu)["method"] == "SystemLevelReset"
+        assert dpu["status"]["agentStatus"]["rebootSequenceCount"] == 2  # type: ignore[index]
+        await wait_for(sim.store, k.dpunode, "node-host-003", has_annotation(REBOOT))
+        sim.power_cycle("host-003")  # while the Arm shuts down: a violation
+        sim.remove_reboot_annotation("node-host-003")  # before the stamp: re-armed
+        await wait_for(sim.store, k.dpunode, "node-host-003", has_annotation(REBOOT))
+        assert sim.kinds() == [kinds.HOST_RESET_DURING_ARM_SHUTDOWN, kinds.REBOOT_ANNOTATION_REMOVED_EARLY]
+        assert sim.get(k.dpu, BF4)["status"]["phase"] == "Rebooting"  # type: ignore[index]
+
+
+async def test_bf4_system_level_reset_waits_for_shutdown_and_accepts_a_warm_reset() -> None:
+    """R2, R6, M1: WaitForShutdown, then Pending; a warm reset meets SystemLevelReset, while
+    the first round's PowerCycle needs a cold one."""
+    async with running(site_of(("host-003", "BF4", 1)), version=V26) as sim:
+        k = sim.kube
+        await to_reboot_request(sim, "host-003", (BF4,))
+        await wait_for(sim.store, k.dpu, BF4, stamped)
+        warm_reset(sim, "host-003")  # PowerCycle asked: a warm reset does not meet it
+        sim.remove_reboot_annotation("node-host-003")
+        await wait_for(sim.store, k.dpu, BF4, lambda o: reboot_status(o).get("method") == "SystemLevelReset")
+        await wait_for(sim.store, k.dpu, BF4, stamped)
+        node = await wait_for(sim.store, k.dpunode, "node-host-003", has_annotation(REBOOT))
+        assert node["status"]["rebootMethod"] == "SystemLevelReset"  # type: ignore[index]
+        warm_reset(sim, "host-003")
+        sim.remove_reboot_annotation("node-host-003")
+        await wait_for(sim.store, k.dpu, BF4, phase_is("Ready"))
+        assert sim.kinds() == [kinds.REBOOT_METHOD_NOT_MET]
+
+
+def warm_reset(sim: Sim, host: str) -> None:
+    """What the host's BMC publishes for a ForceRestart."""
+    from datetime import UTC, datetime
+
+    from simulators.events import PowerCycled
+
+    now = datetime.now(UTC)
+    sim.hub.publish(PowerTransition(host, now, "On", "Off", "ForceRestart"))
+    sim.hub.publish(PowerTransition(host, now, "Off", "On", "ForceRestart"))
+    sim.hub.publish(PowerCycled(host, now))
+
+
+async def test_reboot_loop_stops_at_the_agents_sequence_limit() -> None:
+    """A2: each non-NoAction report counts; at 5 the agent refuses another host reboot."""
+    async with running(site_of(("host-001", "BF3", 1)), version=V26) as sim:
+        k = sim.kube
+        sim.site_setup()
+        sim.discover("host-001")
+        await wait_for(sim.store, k.dpu, DPU0, phase_is("Node Effect"))
+        dpf_faults.inject(sim.dpf.provisioner, (), DPU0, "agent", {"methods": ["SystemReboot"] * 7})
+        sim.release_hold(NODE)
+        for count in range(1, 6):
+            await wait_for(sim.store, k.dpu, DPU0, lambda o, c=count: stamped(o) and _count(o) == c)
+            sim.power_cycle("host-001")
+            sim.remove_reboot_annotation(NODE)
+        refused = await wait_for(
+            sim.store, k.dpu, DPU0, lambda o: (cond(o, "DPUConfig") or {}).get("status") == "False"
+        )
+        dpu = refused
+        assert dpu["status"]["phase"] == "DPU Config"  # type: ignore[index]
+        assert cond(dpu, "DPUConfig")["message"] == (  # type: ignore[index]
+            "rebootSequenceCount limit exceeded (5 >= 5) without an intervening NoAction RebootMethod; "
+            "refusing further host reboot"
+        )
+        with pytest.raises(TypeError, match="methods"):
+            dpf_faults.inject(sim.dpf.provisioner, (), DPU0, "agent", {"methods": ["Reboot"]})
+
+
+def _count(obj: dict | None) -> int:  # type: ignore[type-arg]
+    return int((((obj or {}).get("status") or {}).get("agentStatus") or {}).get("rebootSequenceCount", -1))
+
+
+async def test_reboot_acknowledged_past_the_join_deadline_sticks_in_cluster_config() -> None:
+    """D1: past the deadline the DPU stays in `DPU Cluster Config` (no condition says why)."""
+    async with running(site_of(("host-001", "BF3", 1)), timings_for("zero", join_deadline_seconds=0.2),
+                       version=V26) as sim:  # fmt: skip
+        k = sim.kube
+        await to_reboot_request(sim, "host-001", (DPU0,))
+        await wait_for(sim.store, k.dpu, DPU0, stamped)
+        import asyncio
+
+        await asyncio.sleep(0.3)
+        sim.power_cycle("host-001")
+        sim.remove_reboot_annotation(NODE)
+        await wait_for(sim.store, k.dpu, DPU0, phase_is("DPU Cluster Config"))
+        await asyncio.sleep(0.2)
+        assert sim.get(k.dpu, DPU0)["status"]["phase"] == "DPU Cluster Config"  # type: ignore[index]
+
+
+async def test_rolling_update_reprovisions_by_itself_one_at_a_time_and_on_delete_waits() -> None:
+    """S1, S2: OnDelete only reports `status.outdated`; RollingUpdate deletes drifted DPUs, one
+    unavailable at a time."""
+    async with running(site_of(("host-001", "BF3", 2)), initialised=True, version=V26) as sim:
+        k = sim.kube
+        bfb = {"apiVersion": k.bfb.api_version, "kind": "BFB", "metadata": {"name": "bf-new"},
+               "spec": {"url": "http://bfb.local/bf-new.bfb"}}  # fmt: skip
+        sim.store.create(k.bfb, NS, bfb)
+        uids = {n: sim.get(k.dpu, n)["metadata"]["uid"] for n in (DPU0, DPU1)}  # type: ignore[index]
+        sim.store.patch(k.deployment, NS, "gpu-compute", {"spec": {"dpus": {"bfb": "bf-new"}}}, "merge")
+        for name in (DPU0, DPU1):
+            dpu = await wait_for(sim.store, k.dpu, name, lambda o: "outdated" in (o or {}).get("status", {}))
+            assert dpu["status"]["outdated"]["reason"] == "OutdatedBFB"  # type: ignore[index]
+        await settle()
+        assert {n: sim.get(k.dpu, n)["metadata"]["uid"] for n in (DPU0, DPU1)} == uids  # type: ignore[index]
+        sim.store.patch(
+            k.deployment, NS, "gpu-compute",
+            {"spec": {"dpus": {"dpuSetStrategy": {"type": "RollingUpdate"}}}},
+            "merge",
+        )  # fmt: skip
+        gone_first = await _first_recreated(sim, uids)
+        other = DPU1 if gone_first == DPU0 else DPU0
+        assert sim.get(k.dpu, other)["metadata"]["uid"] == uids[other]  # type: ignore[index]
+        # The recreated DPU is held like any new one: release it; then the other one rolls.
+        await wait_for(sim.store, k.dpu, gone_first, phase_is("Node Effect"))
+        sim.release_hold(NODE)
+        await wait_for(sim.store, k.dpunode, NODE, has_annotation(REBOOT))
+        await wait_for(sim.store, k.dpu, gone_first, stamped)
+        sim.power_cycle("host-001")
+        sim.remove_reboot_annotation(NODE)
+        await wait_for(sim.store, k.dpu, gone_first, phase_is("Ready"))
+        await wait_for(sim.store, k.dpu, other, lambda o: o is None or o["metadata"]["uid"] != uids[other])
+
+
+async def _first_recreated(sim: Sim, uids: dict[str, str]) -> str:
+    import asyncio
+
+    for _ in range(500):
+        for name, uid in uids.items():
+            obj = sim.get(sim.kube.dpu, name)
+            if obj is None or obj["metadata"]["uid"] != uid or obj["metadata"].get("deletionTimestamp"):
+                return name
+        await asyncio.sleep(0.01)
+    raise AssertionError("RollingUpdate deleted no DPU")
+
+
+async def test_error_reasons_and_a_phase_the_client_may_not_know() -> None:
+    """E1-E5, P4: an Error carries DPF's condition and reason; a build's unknown phase passes; a
+    phase the served CRD does not allow, or a reason DPF has not, is refused and changes nothing."""
+    async with running(site_of(("host-001", "BF3", 2)), initialised=True, version=V26) as sim:
+        k = sim.kube
+        phases = sim.dpf._phases()
+        dpf_faults.inject(sim.dpf.provisioner, phases, DPU0, "error", {"reason": "FailToInstall"})
+        dpu = await wait_for(sim.store, k.dpu, DPU0, phase_is("Error"))
+        assert (cond(dpu, "BFBTransferred") or {}).get("reason") == "FailToInstall"
+        with pytest.raises(TypeError, match="reason"):
+            dpf_faults.inject(sim.dpf.provisioner, phases, DPU1, "error", {"reason": "Gremlins"})
+        with pytest.raises(TypeError, match="phase"):
+            dpf_faults.inject(sim.dpf.provisioner, phases, DPU1, "phase", {"phase": "Warp Drive"})
+        assert sim.get(k.dpu, DPU1)["status"]["phase"] == "Ready"  # type: ignore[index]
+        log = PhaseLog(sim.store, k.dpu, DPU0)
+        detour = {"phase": "Host OS Init Release", "seconds": 0}
+        dpf_faults.inject(sim.dpf.provisioner, phases, DPU0, "phase", detour)
+        sim.store.delete(k.dpu, NS, DPU0)  # reprovision: the recreated DPU takes the detour
+        await wait_for(sim.store, k.dpu, DPU0, gone)
+        await wait_for(sim.store, k.dpu, DPU0, phase_is("Node Effect"))
+        log.close()
+        assert log.phases[-4:] == ["Initializing", "Host OS Init Release", "Pending", "Node Effect"]
+
+
+async def test_a_sibling_in_dpu_config_defers_the_reboot_request() -> None:
+    """R1 (HandleRebootSync): on a 2-DPU node the annotation waits while a sibling installs."""
+    async with running(site_of(("host-001", "BF3", 2)), version=V26) as sim:
+        k = sim.kube
+        sim.site_setup()
+        sim.discover("host-001")
+        for name in (DPU0, DPU1):
+            await wait_for(sim.store, k.dpu, name, phase_is("Node Effect"))
+        methods = {"methods": ["FirmwareReset", "PowerCycle"]}
+        dpf_faults.inject(sim.dpf.provisioner, (), DPU1, "agent", methods)
+        sim.release_hold(NODE)
+        await wait_for(sim.store, k.dpu, DPU0, phase_is("Rebooting"))
+        seen = await wait_for(sim.store, k.dpu, DPU1, phase_is("DPU Config", "Rebooting"))
+        if seen["status"]["phase"] == "DPU Config":  # type: ignore[index]
+            assert REBOOT not in (sim.get(k.dpunode, NODE)["metadata"].get("annotations") or {})  # type: ignore[index]
+        await wait_for(sim.store, k.dpunode, NODE, has_annotation(REBOOT))
+        assert sim.get(k.dpu, DPU1)["status"]["phase"] == "Rebooting"  # type: ignore[index]

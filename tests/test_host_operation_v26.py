@@ -1,0 +1,184 @@
+"""The host layer against the simulated DPF v26 (simulators/dpf/BEHAVIOUR.md), end to end: a real
+dev server and worker, the simulated site as a separate process reached over HTTP only.
+
+What each test holds: the reset follows DPF's method and waits out WaitForShutdown; a reboot
+loop stops at the policy's bound naming it; the deadline is escalated before it passes while a
+DPU sits in a phase the product does not know; a host reset by someone else is recorded and not
+followed by a second reboot; an Error reason reprovisioning cannot fix parks the operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from host_operation_support import (
+    FAST_POLICY,
+    eventually,
+    start_operation,
+    status_of,
+    wait_for_phase,
+    wait_for_status,
+)
+from sim_support import RunningSim, running_sim
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from test_host_operation_e2e import cycle_by_hand, worker_for
+
+from contracts import names, workflow_api
+from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.models.host import (
+    MANUAL_INTERVENTION_REQUIRED,
+    HostOperationKind,
+    HostRebootInput,
+)
+
+PROVISION = HostOperationKind.PROVISION
+REPROVISION = HostOperationKind.REPROVISION
+ALICE = OperatorRequest(requested_by="alice", reason="looked at it")
+
+
+def reset_types(sim: RunningSim, host_id: str) -> list[str]:
+    """The reset type of each power-off in the host's BMC log, in order."""
+    return [e["reset_type"] for e in sim.power_log(host_id) if e["to"] == "Off"]
+
+
+async def test_reset_follows_the_method_and_waits_out_the_arm_shutdown(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """PowerCycle gets a cold cycle; a BF4's SystemLevelReset round is held while its Arm OS
+    shuts down (WaitForShutdown, 1 s here) and then gets a warm ForceRestart; DPF's own checks
+    (a reset during the shutdown, a removal before its stamp, a warm reset where PowerCycle
+    was required) find nothing."""
+    with running_sim(
+        tmp_path / "sim", hosts=3, dpus_per_host=1, dpf_version="26", timing={"arm_shutdown_seconds": 1.0}
+    ) as sim:
+        async with worker_for(client, task_queue, sim):
+            bf3 = await start_operation(client, task_queue, "host-001", PROVISION)
+            bf4 = await start_operation(client, task_queue, "host-003", PROVISION)
+            r3, r4 = await asyncio.gather(bf3.result(), bf4.result())
+        assert (r3.reboots, r4.reboots) == (1, 2)
+        assert reset_types(sim, "host-001") == ["PowerCycle"]
+        assert reset_types(sim, "host-003") == ["PowerCycle", "ForceRestart"]
+        assert sim.violations() == []
+
+
+async def test_a_reboot_loop_stops_at_the_policy_bound(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The DPU agent keeps asking (SystemReboot, again and again): the third request of one
+    sequence passes the bound of 2 and the run fails with `RebootLoop` naming DPU and count,
+    after exactly two reboots."""
+    policy = FAST_POLICY.model_copy(update={"max_reboot_sequence_count": 2})
+    dpu = "node-host-002-device-host-002-dpu-0"
+    with running_sim(tmp_path / "sim", hosts=2, dpus_per_host=1, dpf_version="26", initialised=True) as sim:
+        sim.inject(f"dpus/{dpu}/agent", {"methods": ["SystemReboot"] * 6})
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-002", REPROVISION, policy=policy)
+            with pytest.raises(WorkflowFailureError) as failure:
+                await handle.result()
+            status = await status_of(handle)
+        cause = failure.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "RebootLoop"
+        assert (
+            f"DPU {dpu} asks for host reboot 3" in cause.message and "rebootSequenceCount 3" in cause.message
+        )
+        assert status.phase == "failed" and status.power_cycles_issued == 2
+        assert len(reset_types(sim, "host-002")) == 2
+        assert sim.violations() == []
+
+
+async def test_deadline_escalated_while_a_dpu_is_in_an_unknown_phase(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """DPU 1 passes a phase the product does not know (`Host OS Init Release`, 8 s) while DPU 0
+    already asks for the reboot: the barrier waits (an unknown phase is progress), and asks an
+    operator 3 s after DPF asked, naming the deadline (6 s here, 2 h by default). Someone resets
+    the host meanwhile, before DPU 1's install: that reset cannot serve the round, so after
+    `retry` the run still reboots once itself (and never twice)."""
+    policy = FAST_POLICY.model_copy(
+        update={"dpf_reboot_deadline_seconds": 6.0, "escalate_before_deadline_seconds": 3.0}
+    )
+    late = "node-host-001-device-host-001-dpu-1"
+    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, dpf_version="26", initialised=True) as sim:
+        sim.inject(f"dpus/{late}/phase", {"phase": "Host OS Init Release", "seconds": 8})
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-001", REPROVISION, policy=policy)
+            asked = await wait_for_phase(handle, MANUAL_INTERVENTION_REQUIRED, timeout=60)
+            assert asked.manual_intervention_reason is not None
+            assert "cluster-join secret expires" in asked.manual_intervention_reason
+            assert "host-001-dpu-1 in Host OS Init Release" in asked.manual_intervention_reason
+            assert asked.reboot_deadline_at is not None
+            await cycle_by_hand(sim, "host-001")
+            await wait_for_status(
+                handle, lambda s: [d.phase for d in s.dpus] == ["Rebooting", "Rebooting"], "both Rebooting"
+            )
+            await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
+            result = await handle.result()
+            final = await status_of(handle)
+        assert result.reboots == 1 and final.phase == "completed"
+        assert len(reset_types(sim, "host-001")) == 2  # by hand, then ours: the round is served once
+        assert sim.violations() == []
+
+
+async def test_an_error_reprovisioning_cannot_fix_parks_the_operation(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """`UnsupportedNodeRebootMethod` (a DPF configuration problem): no automatic reprovision;
+    the run asks an operator naming the reason, and `abort` ends it."""
+    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=1, dpf_version="26", initialised=True) as sim:
+        dpu = "node-host-001-device-host-001-dpu-0"
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-001", REPROVISION)
+            await _inject_when_recreated(sim, handle, dpu, {"reason": "UnsupportedNodeRebootMethod"})
+            parked = await wait_for_phase(handle, MANUAL_INTERVENTION_REQUIRED, timeout=60)
+            assert "Rebooted: UnsupportedNodeRebootMethod" in (parked.manual_intervention_reason or "")
+            assert [d.error_reprovisions for d in parked.dpus] == [0]
+            await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+            with pytest.raises(WorkflowFailureError) as failure:
+                await handle.result()
+        cause = failure.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
+
+
+async def _inject_when_recreated(sim: RunningSim, handle: Any, dpu: str, body: dict[str, Any]) -> None:
+    async def recreated() -> bool:
+        status = await status_of(handle)
+        if status.phase in ("starting", "resolving-inventory", "deleting-dpus"):
+            return False
+        try:
+            sim.inject(f"dpus/{dpu}/error", body)
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code in (404, 409):
+                return False
+            raise
+        return True
+
+    await eventually(recreated, what=f"{dpu} recreated and in Error")
+
+
+async def test_a_reboot_owed_since_before_a_reset_by_hand_sends_nothing(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The reboot of a round a reset by someone else already served (LastResetTime after the
+    time it was owed): `already_done`, and the BMC log shows only the reset by hand."""
+    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=1) as sim:
+        async with worker_for(client, task_queue, sim):
+            owed = datetime.now(UTC)
+            await asyncio.sleep(1.1)  # LastResetTime has one-second resolution
+            await cycle_by_hand(sim, "host-001")
+            result = await client.execute_workflow(
+                workflow_api.HostRebootWorkflow.run,
+                HostRebootInput(
+                    host_id="host-001", boot_generation=900, requested_by="pytest", owed_since=owed,
+                    policy=FAST_POLICY,
+                ),
+                id=names.host_reboot_workflow_id("host-001", 900) + f"-{task_queue}",
+                task_queue=task_queue,
+            )  # fmt: skip
+        assert result.already_done and result.reset_types == ()
+        assert reset_types(sim, "host-001") == ["ForceOff"]

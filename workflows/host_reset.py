@@ -1,0 +1,297 @@
+"""HostResetWorkflow (`reset/<host>`): one controlled reset sequence of a host and its DPUs.
+
+Started by the host's entity (`request_reset`, so one operation at a time and approval when an
+instance is assigned); `metalflow host reset HOST --dpu ID | --all-dpus | --host | --both [--full]`.
+Every reset goes through a BMC (docs/DOMAIN.md section 4.3); the order is what the hardware needs:
+
+- **DPU, Arm only** (`--dpu`, `--all-dpus`): `ForceRestart` on each DPU's own BMC resets its Arm
+  cores and nothing else (BF-BMC "Reset Control"); then wait for its OS (`OsIsRunning`). The host
+  keeps running. A DPU that is `Paused` (stuck in its UEFI shell, or its Arm shut down) gets the
+  same `ForceRestart`: that, not `On`, recovers it (dsx#6350; `On` is accepted and does nothing).
+- **DPU, Arm and NIC** (`--full`, and `--both` for every DPU): host off, DPU `PowerCycle`, DPU up,
+  host on. Why this order: a BlueField takes a `PowerCycle` only while the host lets go of it
+  (PERST on BF2, All_STANDBY on BF3); sent with the host on, it is accepted and held, and would go
+  off at some later host power-off nobody planned for. Turning the host off first makes the reset
+  happen now, under this workflow's eye. The DPU is brought back to its OS before the host is
+  powered on, so the host's firmware enumerates a DPU that is up (its PCIe functions present),
+  not one still booting. `SOC.ForceReset` would not need the host off, but the vendor warns the
+  server must be "ready for the reset": with the host running it is a surprise reset under its OS.
+- **Host only** (`--host`): the host's reboot for the next boot generation, a child
+  `HostRebootWorkflow` (the same exactly-once cycle as every reboot).
+
+Refused at once (`HostBusy`, nothing changed) while a DPU of the host is in an install phase
+(`dpf_barrier.INSTALL_PHASES`): a reset then corrupts the install.
+
+Exactly once: each DPU reset is one `reset_dpu` activity that records its step and the DPU's
+reset mark before sending and compares the mark on a retry (`drivers/redfish/dpu_reset.py`), so
+a crash of a worker or of the Temporal server never resets a DPU twice; ForceOff and On are
+idempotent (`set_power_state` skips a state that holds); the host reboot is a generation's child.
+
+Stopping: `abort` is accepted at any time and acted on at the next wait or call (the call in
+flight is cancelled and awaited). Whatever ends the run, a host this run turned off is powered
+on again before it ends (`_clean_up`); a DPU reset already sent is not undone (it is a reset).
+
+Cost per run: about 15 events to resolve and read DPF, 6 per DPU reset (the reset and the wait
+for its OS, each one activity), 12 for the host's off and on; a `--host` target the reboot
+child's (about 27). Payloads are small (inputs name BMCs by reference).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from contracts import activity_api, names
+    from contracts.errors import DPUResetNotEffective, HostBusy, InvalidInput
+    from contracts.models.control import STATUS_QUERY
+    from contracts.models.dpf import HostDPFState, HostRef
+    from contracts.models.host import (
+        RESET_OPERATION,
+        HostRebootInput,
+        HostRebootResult,
+        HostResetInput,
+        HostResetResult,
+        ResetTarget,
+    )
+    from contracts.models.inventory import BMCAccess, HostInventory, HostLookup
+    from contracts.models.redfish import (
+        DPUResetInput,
+        DPUResetResult,
+        DPUResetType,
+        DPUSystemState,
+        ReadDPUInput,
+        SetPowerInput,
+        SetPowerResult,
+        WaitDPUOSInput,
+    )
+    from workflows import dpf_barrier as barrier
+    from workflows import kernel
+    from workflows.host_reboot import start_next_reboot
+
+RESOLVING = "resolving-inventory"
+CHECKING_DPF = "checking-dpf"
+HOST_OFF = "powering-host-off"
+RESETTING_DPU = "resetting-dpu"
+WAITING_FOR_DPU_OS = "waiting-for-dpu-os"
+HOST_ON = "powering-host-on"
+REBOOTING_HOST = "rebooting-host"
+COMPLETED = "completed"
+
+DPU_RESET_CALL: workflow.ActivityConfig = {
+    **kernel.BMC_READ,
+    "heartbeat_timeout": kernel.POWER_CYCLE_HEARTBEAT,  # a killed worker's attempt resumes soon
+}
+
+
+@workflow.defn(name="HostResetWorkflow")
+class HostResetWorkflow(kernel.Abortable):
+    """One reset sequence of a host and its DPUs; see the module docstring."""
+
+    @workflow.init
+    def __init__(self, request: HostResetInput) -> None:
+        super().__init__()
+        self._request = request
+        self._resets: list[str] = []
+        self._host_off = False  # this run turned the host off: it is powered on before the end
+        self._inventory: HostInventory | None = None
+        self._generation = request.boot_generation
+
+    @workflow.run
+    async def run(self, request: HostResetInput) -> HostResetResult:
+        """Run the sequence the target asks for; see the module docstring."""
+        workflow.upsert_search_attributes(
+            [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(RESET_OPERATION)]
+        )
+        try:
+            inventory = await self._resolve()
+            dpus = self._chosen_dpus(inventory)
+            await self._refuse_while_installing(inventory)
+            if request.target == ResetTarget.HOST:
+                await self._reboot_host()
+            elif request.full or request.target == ResetTarget.BOTH:
+                await self._full_reset(inventory, dpus)
+            else:
+                await self._arm_resets(dpus)
+        except (FailureError, asyncio.CancelledError) as err:
+            await self._clean_up(err)
+            raise
+        self.enter(COMPLETED, "; ".join(self._resets) or "nothing to reset")
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return HostResetResult(
+            host_id=request.host_id,
+            target=request.target.value,
+            resets=tuple(self._resets),
+            boot_generation=self._generation,
+            finished_at=workflow.now(),
+        )
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> HostResetResult:
+        """What the sequence did so far (its Phase and details say where it is)."""
+        return HostResetResult(
+            host_id=self._request.host_id,
+            target=self._request.target.value,
+            resets=tuple(self._resets),
+            boot_generation=self._generation,
+            finished_at=workflow.now(),
+        )
+
+    def abort_promise(self) -> str:
+        on = "; the host is powered on again first" if self._host_off else ""
+        return f"aborting at the next safe point ({self.phase}: {self.details}){on}"
+
+    # -- the steps -----------------------------------------------------------------------------
+    async def _resolve(self) -> HostInventory:
+        self.enter(RESOLVING, f"looking up {self._request.host_id}")
+        inventory: HostInventory = await self.call(
+            activity_api.resolve_host_inventory,
+            HostLookup(host_id=self._request.host_id),
+            kernel.options(kernel.INVENTORY, f"resolve {self._request.host_id}"),
+        )
+        workflow.upsert_search_attributes([names.SITE.value_set(inventory.site or "default")])
+        self._inventory = inventory
+        return inventory
+
+    def _chosen_dpus(self, inventory: HostInventory) -> list[tuple[str, BMCAccess]]:
+        request = self._request
+        if request.target == ResetTarget.HOST:
+            return []
+        known = {d.id: d for d in inventory.dpus}
+        wanted = request.dpu_ids if request.target == ResetTarget.DPU else tuple(known)
+        if not wanted:
+            raise InvalidInput(
+                f"reset of host {inventory.host_id}: name the DPUs (it has {', '.join(known) or 'none'})"
+            )
+        unknown = sorted(set(wanted) - set(known))
+        if unknown:
+            raise InvalidInput(
+                f"host {inventory.host_id} has no DPU {', '.join(unknown)} (it has {', '.join(known)})"
+            )
+        without = [d for d in wanted if known[d].bmc is None]
+        if without:
+            raise InvalidInput(
+                f"DPU {', '.join(without)} of host {inventory.host_id} has no BMC to reset it through"
+            )
+        return [(d, bmc) for d in wanted if (bmc := known[d].bmc) is not None]
+
+    async def _refuse_while_installing(self, inventory: HostInventory) -> None:
+        self.enter(CHECKING_DPF, f"no DPU of {inventory.host_id} may be installing")
+        state: HostDPFState = await self.call(
+            activity_api.read_host_dpf_state,
+            HostRef.of(inventory),
+            kernel.options(kernel.KUBE_READ, f"read the DPF state of {inventory.host_id}"),
+        )
+        busy = barrier.installing(state)
+        if busy:
+            phases = ", ".join(f"{d.name} in {d.phase}" for d in state.dpus if d.name in busy)
+            raise HostBusy(
+                f"reset of {inventory.host_id} refused: {phases}; a reset now would corrupt the install"
+            )
+
+    async def _arm_resets(self, dpus: list[tuple[str, BMCAccess]]) -> None:
+        """ForceRestart each DPU's Arm (a Paused DPU too: it recovers it), then wait for its OS."""
+        for dpu_id, bmc in dpus:
+            before: DPUSystemState = await self.call(
+                activity_api.read_dpu_system,
+                ReadDPUInput(bmc=bmc),
+                kernel.options(kernel.BMC_READ, f"read DPU {dpu_id}"),
+            )
+            why = (
+                " (Paused: ForceRestart recovers it; On would do nothing)"
+                if before.power_state == "Paused"
+                else ""
+            )
+            await self._reset_dpu(dpu_id, bmc, "ForceRestart", why)
+        await self._wait_for_os(dpus)
+
+    async def _full_reset(self, inventory: HostInventory, dpus: list[tuple[str, BMCAccess]]) -> None:
+        """Host off, each DPU PowerCycle (taken at once: the host lets go), DPUs up, host on."""
+        self.enter(
+            HOST_OFF, f"ForceOff {inventory.host_id}: a BlueField takes a PowerCycle only with the host off"
+        )
+        await self._set_host_power("ForceOff")
+        self._host_off = True
+        for dpu_id, bmc in dpus:
+            await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
+        await self._wait_for_os(dpus)
+        self.enter(HOST_ON, f"On {inventory.host_id}: its DPUs are up")
+        await self._set_host_power("On")
+        self._host_off = False
+        self._resets.append(f"host {inventory.host_id}: ForceOff, On around the DPU resets")
+
+    async def _reset_dpu(self, dpu_id: str, bmc: BMCAccess, reset_type: DPUResetType, why: str) -> None:
+        self.enter(RESETTING_DPU, f"{reset_type} of DPU {dpu_id}{why}")
+        result: DPUResetResult = await self.call(
+            activity_api.reset_dpu,
+            DPUResetInput(bmc=bmc, reset_type=reset_type, owed_since=workflow.now()),
+            kernel.options(DPU_RESET_CALL, f"{reset_type} of DPU {dpu_id}"),
+        )
+        done = "" if result.sent else " (the DPU was already reset since it was asked: none sent)"
+        self._resets.append(f"{dpu_id}: {reset_type}{done}")
+
+    async def _wait_for_os(self, dpus: list[tuple[str, BMCAccess]]) -> None:
+        seconds = self._request.dpu_boot_timeout_seconds
+        for dpu_id, bmc in dpus:
+            self.enter(
+                WAITING_FOR_DPU_OS, f"DPU {dpu_id} to boot its OS (OsIsRunning, at most {seconds:g} s)"
+            )
+            state: DPUSystemState = await self.call(
+                activity_api.wait_for_dpu_os,
+                WaitDPUOSInput(bmc=bmc, deadline=workflow.now() + timedelta(seconds=seconds)),
+                kernel.options(
+                    {**kernel.BMC_READ, "start_to_close_timeout": timedelta(seconds=seconds + 120)},
+                    f"wait for the OS of DPU {dpu_id}",
+                ),
+            )
+            if not state.os_running:
+                raise DPUResetNotEffective(
+                    f"DPU {dpu_id} did not come back to its OS within {seconds:g} s of its reset "
+                    f"(PowerState {state.power_state}, Arm {state.arm or 'unknown'})"
+                )
+
+    async def _set_host_power(self, reset_type: str, *, abortable: bool = True) -> SetPowerResult:
+        inventory = self._inventory
+        assert inventory is not None
+        return await self.call(
+            activity_api.set_power_state,
+            SetPowerInput(bmc=inventory.bmc, reset_type=reset_type),
+            kernel.options(kernel.BMC_READ, f"{reset_type} {inventory.host_id}"),
+            abortable=abortable,
+        )
+
+    async def _reboot_host(self) -> None:
+        request = self._request
+        handle, self._generation = await start_next_reboot(
+            HostRebootInput(
+                host_id=request.host_id,
+                boot_generation=request.boot_generation + 1,
+                requested_by=request.requested_by,
+                reason=request.reason or "host reset",
+                policy=request.policy,
+                escalate_bmc_failure=True,
+            ),
+            summary=f"reboot {request.host_id} to generation {{generation}}",
+            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+        )
+        self.enter(REBOOTING_HOST, f"power cycle of {request.host_id} to generation {self._generation}")
+        stopped = not await kernel.await_unless(handle, lambda: self.aborting)
+        if stopped:  # the reboot child powers the host back on when cancelled mid-cycle
+            raise self.aborted(f"the reboot {handle.id} was cancelled (it never leaves the host off)")
+        result: HostRebootResult = await handle
+        self._resets.append(f"host {request.host_id}: generation {result.boot_generation} by {result.method}")
+
+    async def _clean_up(self, err: BaseException) -> None:
+        """A host this run turned off is powered on again (not abortable), then the final phase."""
+        if self._host_off:
+            try:
+                await self._set_host_power("On", abortable=False)
+                self._host_off = False
+            except Exception as on_err:  # noqa: BLE001 - the run's own failure is the news; said below
+                workflow.logger.error("could not power %s back on: %s", self._request.host_id, on_err)
+        left = "the host was left OFF: power it on" if self._host_off else "the host is on"
+        done = "; ".join(self._resets) or "nothing was reset"
+        await self.end_early(err, f"Done: {done}; {left}")
