@@ -100,8 +100,6 @@ from contracts.models.dpf import (
     DPF_WAITER_SIGNAL,
     DPUNODE_NAME_LABEL,
     EPOCH_MEMO,
-    HOLD_ANNOTATION,
-    REBOOT_REQUIRED_ANNOTATION,
     DPFVersion,
     DPFWaiter,
     HostDPFState,
@@ -252,27 +250,12 @@ def _rv(obj: Object) -> int:
     return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
 
 
-_KEPT_ANNOTATIONS = (REBOOT_REQUIRED_ANNOTATION, HOLD_ANNOTATION)
 
 
 def slim(obj: Object) -> Object:
-    """Only what `HostDPFState` is built from (and the routing reads): a cached object costs
-    about a fifth of what the API returned."""
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k in _KEPT_ANNOTATIONS}
-    labels = {k: v for k, v in (meta.get("labels") or {}).items() if k == DPUNODE_NAME_LABEL}
-    kept_meta = {k: meta[k] for k in ("name", "uid", "resourceVersion", "deletionTimestamp") if k in meta}
-    return {
-        "metadata": {**kept_meta, "annotations": annotations, "labels": labels},
-        "spec": {k: spec[k] for k in ("dpuNodeName", "dpuDeviceName", "bfb") if k in spec},
-        "status": {
-            "phase": status.get("phase", ""),
-            "conditions": [
-                {k: c[k] for k in ("type", "status", "reason", "message") if k in c}
-                for c in status.get("conditions") or []
-            ],
-        },
-    }
+    """Only what `HostDPFState` is built from (and the routing reads), DPF v26's fields included
+    (`drivers.dpf.watched`): a cached object costs about a fifth of what the API returned."""
+    return states.watched(obj)
 
 
 def host_of(stream: str, obj: Object) -> str | None:
