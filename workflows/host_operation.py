@@ -330,7 +330,8 @@ class HostOperationWorkflow(kernel.Abortable):
         return inventory
 
     def _show_identity(self, inventory: HostInventory) -> None:
-        workflow.upsert_search_attributes(
+        # None written when the entity started this run with them (the usual case).
+        kernel.upsert_changed(
             [
                 names.HOST_ID.value_set(inventory.host_id),
                 names.OPERATION.value_set(self._request.kind.value),

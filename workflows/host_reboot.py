@@ -56,7 +56,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
     from contracts import activity_api, names, priorities, workflow_api
     from contracts.errors import BMCRebootFailed, InvalidInput
@@ -118,7 +118,7 @@ class HostRebootWorkflow(kernel.Abortable):
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
         """Reboot the host; see the module docstring."""
-        workflow.upsert_search_attributes(
+        kernel.upsert_changed(  # none: `start_next_reboot` gives them at start
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REBOOT)]
         )
         if request.policy.reboot_method == RebootMethod.MANUAL:
@@ -397,12 +397,21 @@ async def start_next_reboot(
         summary: The child's summary in the UI; `{generation}` is replaced by the generation.
         parent_close_policy: What becomes of the reboot when the caller closes.
         cancellation_type: How cancelling the caller reaches the reboot.
-        search_attributes: The child's search attributes at start (the entity sets Site too).
+        search_attributes: The child's search attributes at start (the entity sets Site too);
+            default HostId and Operation, which a workflow's start writes for free (an upsert
+            is a history event and a billable Action).
 
     Returns:
         The child's handle and the generation it reboots to.
     """
     generation = request.boot_generation
+    if search_attributes is None:
+        search_attributes = TypedSearchAttributes(
+            [
+                SearchAttributePair(names.HOST_ID, request.host_id),
+                SearchAttributePair(names.OPERATION, names.REBOOT),
+            ]
+        )
     for _ in range(MAX_SPENT_GENERATIONS):
         try:
             handle = await workflow.start_child_workflow(
