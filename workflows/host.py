@@ -105,10 +105,12 @@ class HostWorkflow(kernel.Runbook):
             await workflow.wait_condition(lambda: self._current is not None or self._history_is_long())
             current = self._current
             if current is not None:
-                if current.child is None:
-                    await self._await_approval(current)
-                else:
+                if current.child is not None:
                     await self._follow(current, current.child)
+                elif not current.approved:
+                    await self._await_approval(current)
+                else:  # approved, its child being started by the handler: no approval timer
+                    await self._await_start(current)
                 continue
             # Idle and the history is long: hand the state to a fresh run once no handler is
             # midway; a handler that got in meanwhile may have started an operation: follow it first.
@@ -367,6 +369,11 @@ class HostWorkflow(kernel.Runbook):
         return await workflow.start_child_workflow(
             workflow_api.HostOperationWorkflow.run, child_input, **options
         )
+
+    async def _await_start(self, current: CurrentOperation) -> None:
+        """An approved operation whose child the handler is starting: until it started (or was
+        refused). No timer: an approval timer here was started and cancelled on every request."""
+        await workflow.wait_condition(lambda: self._current is not current or current.child is not None)
 
     async def _await_approval(self, current: CurrentOperation) -> None:
         requested_at = current.record.requested_at or workflow.now()
