@@ -210,7 +210,11 @@ class HostRebootWorkflow(kernel.Abortable):
         holder = self._leases.new_request()
         step = workflow.start_activity(
             activity_api.lease_host_bmc,
-            LeaseHostBMCInput(lookup=HostLookup(host_id=self._request.host_id), holder=holder),
+            LeaseHostBMCInput(
+                lookup=HostLookup(host_id=self._request.host_id),
+                holder=holder,
+                boot_generation=self._request.boot_generation,  # a one-host BMC: no lease
+            ),
             # Unlimited attempts as for any lease request (a non-retryable error, e.g. an unknown
             # host, still fails at once): a busy Temporal is waited for, not a failed reboot.
             **kernel.options(
