@@ -167,7 +167,7 @@ class HostOperationWorkflow(kernel.Abortable):
             self._enter_end(err, changed="nothing")  # nothing was changed yet
             raise
         self._show_identity(inventory)
-        self._watch.start(self.host, self._dpu_ids)
+        self._watch.start(self.host, self._dpu_ids, bound_seconds=self.policy.kube_call_timeout_seconds)
         try:
             await self._read_first_state()
             if request.kind == HostOperationKind.PROVISION:
@@ -340,14 +340,24 @@ class HostOperationWorkflow(kernel.Abortable):
         )
 
     async def _read_first_state(self) -> None:
-        state: HostDPFState = await self._call_kube(
-            activity_api.read_host_dpf_state,
-            self.host,
-            kernel.KUBE_READ,
-            f"read the DPF state of {self.host.host_id}",
-        )
-        if self._watch.state is None:  # the watch's first signal may have come first: it is as new
-            self._watch.adopt(state)
+        """The join's own read (`DPFWatch.start`) is the first state: no second read. Its retries
+        are bounded like any Kubernetes call (`_call_kube`): past the bound, manual
+        intervention, then the join again."""
+        seconds = self.policy.kube_call_timeout_seconds
+        while True:
+            await self.wait(lambda: self._watch.state is not None or self._watch.failure() is not None)
+            failure = self._watch.failure()
+            if self._watch.state is not None or failure is None:
+                return
+            if not (isinstance(failure, ActivityError) and _timed_out(failure)):
+                raise WatcherFailed(f"the DPF watch of {self.host.host_id} failed: {failure}")
+            cause = failure.cause
+            last = (cause.cause if isinstance(cause, TemporalTimeout) else None) or cause
+            await self._intervene(
+                f"the Kubernetes call `join the site's DPF watch for {self.host.host_id}` did not succeed "
+                f"within {seconds:g} s (last error: {last})"
+            )
+            self._watch.rejoin(seconds)
 
     async def _ensure_site_objects(self, inventory: HostInventory) -> None:
         # Idempotent: existing objects are left as they are, so this is cheap on a set-up site.
@@ -519,7 +529,7 @@ class HostOperationWorkflow(kernel.Abortable):
             except ActivityError as err:
                 # Past the bound the server either times the attempt out or stops retrying it
                 # (retry state TIMEOUT, the last attempt's error as the cause).
-                if not (isinstance(err.cause, TemporalTimeout) or err.retry_state == RetryState.TIMEOUT):
+                if not _timed_out(err):
                     raise
                 last = (err.cause.cause if isinstance(err.cause, TemporalTimeout) else None) or err.cause
                 await self._intervene(
@@ -704,3 +714,8 @@ class HostOperationWorkflow(kernel.Abortable):
         """The final phase and details of a run that ends early: what ended it, what it changed."""
         phase, why = kernel.ending(err)
         self.enter(phase, f"{why}; generation reached {self.generation}. Changed by this run: {changed}")
+
+
+def _timed_out(err: ActivityError) -> bool:
+    """A bounded call past its bound: timed out, or no longer retried (retry state TIMEOUT)."""
+    return isinstance(err.cause, TemporalTimeout) or err.retry_state == RetryState.TIMEOUT
