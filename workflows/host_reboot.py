@@ -114,6 +114,8 @@ class HostRebootWorkflow(kernel.Abortable):
         self._leases = BMCLeaseHolder()
         self._stopping = False  # cut the power-down wait, stop the cycle activity once Off
         self._cycle_activity: asyncio.Future[PowerCycleResult] | None = None
+        self._stop_sent_on = False  # `_stop_cycle` took over: the cycle must not send On too
+        self._handed_back = False  # the cycle's activity returned at Off: the cycle sends On itself
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -278,21 +280,33 @@ class HostRebootWorkflow(kernel.Abortable):
         self, inventory: HostInventory, cycle: asyncio.Future[tuple[str, tuple[str, ...]]]
     ) -> tuple[str, tuple[str, ...]]:
         """Bring a cycle in flight to its end now: the host ends On, having been cycled once."""
-        self._stopping = True  # the ForceOff path cuts its wait and sends On on its own
-        activity = self._cycle_activity
-        if activity is None:
+        self._stopping = True  # the ForceOff path and a handed-back wait send On on their own
+        if self._cycle_activity is None:
             return await cycle
         for _ in range(STOP_POLLS):
             if cycle.done():
                 return await cycle
+            activity = self._cycle_activity
+            if activity is None or activity.done() or self._handed_back:
+                # The cycle handed its power-down wait back (Off, durable): it cuts its timer
+                # and sends On itself at once; nothing to stop here.
+                try:
+                    await workflow.wait_condition(cycle.done, timeout=timedelta(seconds=STOP_POLL_SECONDS))
+                except TimeoutError:
+                    pass
+                continue
             power: SystemPower = await workflow.execute_activity(
                 activity_api.read_power_state,
                 ReadPowerStateInput(bmc=inventory.bmc),
                 **kernel.options(kernel.BMC_READ, f"read the power of {self._request.host_id} to stop"),
             )
+            if self._handed_back or cycle.done():
+                continue  # it moved on meanwhile: as above
+            activity = self._cycle_activity or activity
             if power.power_state == "Off":
                 # Off: the cycle is in its Off-to-On wait (or between its steps); the activity may
                 # only send On from here, so stopping it and sending On ourselves is one cycle.
+                self._stop_sent_on = True
                 activity.cancel()
                 try:
                     await activity
@@ -331,23 +345,53 @@ class HostRebootWorkflow(kernel.Abortable):
         return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
 
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
+        """`power_cycle_host`; a power-down wait longer than `kernel.POWER_DOWN_HAND_BACK_SECONDS`
+        is handed back at Off and waited here on a durable timer (a stop cuts it), then the
+        activity is called again from where it left off to send On."""
         request = self._request
-        self._cycle_activity = kernel.start_cancellable(
-            activity_api.power_cycle_host,
-            PowerCycleInput(
-                bmc=inventory.bmc,
-                boot_generation=request.boot_generation,
-                requested_at=workflow.info().start_time,
-                power_down_wait_seconds=request.policy.power_down_wait_seconds,
-            ),
-            # A stop cancels it only once the host is Off, and must know it stopped before On.
-            kernel.options(
-                kernel.power_cycle_options(request.policy.power_down_wait_seconds),
-                f"power cycle {request.host_id} to generation {request.boot_generation}",
-            ),
+        wait = request.policy.power_down_wait_seconds
+        cycle_input = PowerCycleInput(
+            bmc=inventory.bmc,
+            boot_generation=request.boot_generation,
+            requested_at=workflow.info().start_time,
+            power_down_wait_seconds=wait,
+            hand_back_wait_over_seconds=kernel.POWER_DOWN_HAND_BACK_SECONDS,
         )
-        cycle: PowerCycleResult = await self._cycle_activity
-        return cycle.method, cycle.reset_types
+        summary = f"power cycle {request.host_id} to generation {request.boot_generation}"
+        cut = ""  # what the result's method says of a wait a stop cut short
+        while True:
+            self._cycle_activity = kernel.start_cancellable(
+                activity_api.power_cycle_host,
+                cycle_input,
+                # A stop cancels it only once the host is Off, and must know it stopped before On.
+                kernel.options(kernel.power_cycle_options(wait), summary),
+            )
+            cycle: PowerCycleResult = await self._cycle_activity
+            self._cycle_activity = None
+            if cycle.wait_left_seconds <= 0 or cycle.progress is None:
+                return f"{cycle.method}{cut}", cycle.reset_types
+            if self._stop_sent_on:  # a stop saw the host Off and sent On itself
+                raise asyncio.CancelledError
+            self._handed_back = True
+            left = cycle.wait_left_seconds
+            self.show(f"power-down wait: {request.host_id} is Off, On in {left:.0f} s (a durable timer)")
+            if not self._stopping:
+                try:  # cut short by a stop
+                    await workflow.wait_condition(
+                        lambda: self._stopping,
+                        timeout=timedelta(seconds=left),
+                        timeout_summary=f"power-down wait: {request.host_id} stays off before On",
+                    )
+                except TimeoutError:
+                    pass
+            if self._stopping:
+                cut = ", cut short: On sent at once"
+            # On now: the timer (or a stop) covered the wait; `off_reached` is in the history.
+            cycle_input = cycle_input.model_copy(
+                update={"resume": cycle.progress, "power_down_wait_seconds": 0.0,
+                        "hand_back_wait_over_seconds": None}
+            )  # fmt: skip
+            summary = f"power {request.host_id} back on (generation {request.boot_generation})"
 
     def _set_power(self, inventory: HostInventory, reset_type: str) -> asyncio.Future[SetPowerResult]:
         return workflow.start_activity(

@@ -107,6 +107,13 @@ reset that must not repeat the activity waits until Temporal shows its step, whi
 worker's heartbeat throttle, `activities.heartbeat.HEARTBEAT_THROTTLE`, makes quick.)"""
 
 
+POWER_DOWN_HAND_BACK_SECONDS: Final = 3.0
+"""A power-down wait longer than this is not spent inside `power_cycle_host`: the activity
+returns at Off and the reboot waits on a durable timer (`workflows/host_reboot.py`). Inside, the
+activity heartbeats about 1.5 times a second (a billable Action and a server write each: 90-280
+for the default 120 s); the timer costs one Action, and the second activity one more."""
+
+
 def power_cycle_options(power_down_wait_seconds: float) -> workflow.ActivityConfig:
     """Options for `power_cycle_host`: start-to-close covers Off, the wait, and On."""
     return {
