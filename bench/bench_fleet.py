@@ -36,8 +36,9 @@ Headline figures (each one run, both sides measured the same way, bench/README.m
   `site_watch_events_per_host`.
 - `actions_per_host`: Temporal Cloud billable Actions of the same workflows (`actions.py`, by
   the documented rules), plus the heartbeats that reached the server (its `service_requests`
-  of RecordActivityTaskHeartbeat), from phase 4: the default 120 s power-down wait. Mean over
-  the one-round hosts; heartbeats apportioned by power cycle.
+  of RecordActivityTaskHeartbeat, less what the idle stack sends at the same rate: the site
+  watches' idle beats, a per-site cost), from phase 4: the default 120 s power-down wait. Mean
+  over the one-round hosts; heartbeats apportioned by power cycle.
 - For context: hosts/s of both, the engine's rate and `throughput_ratio` (metalflow's hosts/s
   over the engine's workflows/s), Kubernetes requests per DPU and Redfish requests per power
   cycle of both, the reaction (DPF's ask to the BMC's reset) and its stages.
@@ -99,6 +100,7 @@ POLICY = OperationPolicy(power_down_wait_seconds=0.0, reboot_wait_seconds=600.0,
 # The default power-down wait (what a real host gets), the same generous limits.
 WAIT_POLICY = POLICY.model_copy(update={"power_down_wait_seconds": OperationPolicy().power_down_wait_seconds})
 WORKER_READY_SECONDS = 90.0
+IDLE_SECONDS = 4.0  # before each phase: settle, and the idle stack's heartbeat rate
 
 
 def say(message: str) -> None:
@@ -239,23 +241,30 @@ class Window:
     until: datetime
     outcome: dict[str, Any]
     cpu: dict[str, float]
-    heartbeats: int
+    heartbeats: int  # reached the server, less the idle stack's (the site watches')
     requests: dict[str, int]
+    idle_heartbeats_per_s: float = 0.0
 
 
 async def measured(
     stack: BenchStack, meter: CPUMeter, url: str, run: Callable[[], Awaitable[dict[str, Any]]]
 ) -> Window:
-    await asyncio.sleep(1.0)  # what the previous phase left (signals, removals) settles
+    # What the previous phase left (signals, removals) settles, and the heartbeats of the idle
+    # stack are counted meanwhile: the site watches' (one per second each while idle), a
+    # per-site cost that is not a host's. They are taken off the phase's count.
+    idle_from, idle_beats = time.monotonic(), heartbeats_reached(stack.metrics_url)
+    await asyncio.sleep(IDLE_SECONDS)
+    idle_rate = (heartbeats_reached(stack.metrics_url) - idle_beats) / (time.monotonic() - idle_from)
     before, beats = request_totals(url), heartbeats_reached(stack.metrics_url)
-    since = datetime.now().astimezone()
+    since, began = datetime.now().astimezone(), time.monotonic()
     meter.start()
     outcome = await run()
     cpu = meter.stop()
-    until = datetime.now().astimezone()
+    until, seconds = datetime.now().astimezone(), time.monotonic() - began
     after = request_totals(url)
     requests = {api: after.get(api, 0) - before.get(api, 0) for api in after}
-    return Window(since, until, outcome, cpu, heartbeats_reached(stack.metrics_url) - beats, requests)
+    beats = heartbeats_reached(stack.metrics_url) - beats - round(idle_rate * seconds)
+    return Window(since, until, outcome, cpu, max(0, beats), requests, round(idle_rate, 2))
 
 
 def power_cycles(url: str, hosts: list[str], since: datetime | None = None) -> int:
@@ -403,6 +412,7 @@ def side_figures(window: Window, dpus_per_host: int, url: str, hosts: list[str])
         "power_cycles": cycles,
         "cpu_s_per_host": cpu_per_host(window.cpu, done),
         "heartbeats_reached": window.heartbeats,
+        "idle_heartbeats_per_s": window.idle_heartbeats_per_s,
         "k8s_requests_per_dpu": round(
             window.requests.get("kubernetes", 0) / max(1, len(hosts) * dpus_per_host), 2
         ),
