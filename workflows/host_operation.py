@@ -45,11 +45,13 @@ What a failure or abort leaves behind: see `_clean_up`.
 
 Cost per host and worst-case history: no activity slot while waiting (the site watch signals
 each change; one short read joins it, again after each acknowledged reboot), no timers while
-nothing changes. About 40 events to reach the first
-reboot, 4 per DPF change signalled, and per power cycle about 36 in the run itself (the reboot
+nothing changes (its join's read is the first state: no second read). About 40 events to
+reach the first reboot, 4 per DPF change signalled, and per power cycle about 36 in the run itself (the reboot
 child started and completed, the acknowledgement, the watcher restart, phase changes) plus up to
 50 in its reboot child (20 for a PowerCycle, 31 for ForceOff, the power-down wait and On; 19
-more for the BMC's fleet-wide lease, `workflows/bmc_lease.py`).
+more for a shared BMC's fleet-wide lease, `workflows/bmc_lease.py`; none for a BMC of one host).
+Measured in the fleet bench (bench/README.md), a 2-DPU host with one reboot round: the run 66
+events, its reboot child 19, its entity's share 17.
 Bounded by the policy: rounds DPF asks for (1, or 2 for BF4) x (1 + `max_power_cycle_retries`)
 power cycles, plus 4 per operator answer and 6 per bounded Kubernetes call that stalls. With
 the defaults, a BF4 host whose every reboot is re-issued: about 40 + 8 x 86 + 4 x (DPF changes,

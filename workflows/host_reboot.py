@@ -38,10 +38,13 @@ worker each workflow task waits its turn, so this is most of DPF's ask-to-reset 
 its limit answers "queued" and the run waits for the grant signal. A cancel while the step runs
 waits for it (it is short) and gives back what it got; an abort likewise.
 
-Cost and worst-case history: one activity slot during the cycle; about 20 events by BMC (25 with
-ForceOff, its wait a durable timer) plus the lease's share: with a free BMC the one step and the
-release signal (27 in all, tests/histories/host_reboot_bmc.json), queued a timer and the grant
-signal more; about 12 plus 2 per confirmation signal when manual.
+Cost and worst-case history: one activity slot during the cycle; on a BMC that serves this host
+only (no lease: `activities/bmc_lease.py`) 19 events (the fleet bench's mean; HostId and
+Operation come with the start, not as an upsert), a ForceOff+On cycle with a power-down wait
+over `kernel.POWER_DOWN_HAND_BACK_SECONDS` 8 more (its durable timer and the second
+`power_cycle_host`) and about 5 heartbeats in all; on a shared BMC the lease's share more (the
+release signal and its workflow task, 5; queued, a timer and the grant signal more); about 12
+plus 2 per confirmation signal when manual.
 A stop adds at most `STOP_POLLS` x (one power read + one timer) = about 8 events each, then a
 cancellation and an On: bounded by about 220 events.
 """
