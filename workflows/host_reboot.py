@@ -42,9 +42,9 @@ Cost and worst-case history: one activity slot during the cycle; on a BMC that s
 only (no lease: `activities/bmc_lease.py`) 19 events (the fleet bench's mean; HostId and
 Operation come with the start, not as an upsert), a ForceOff+On cycle with a power-down wait
 over `kernel.POWER_DOWN_HAND_BACK_SECONDS` 8 more (its durable timer and the second
-`power_cycle_host`) and about 5 heartbeats in all; on a shared BMC the lease's share more (the
-release signal and its workflow task, 5; queued, a timer and the grant signal more); about 12
-plus 2 per confirmation signal when manual.
+`power_cycle_host`) and a handful of heartbeats in all (1 measured for a 20 s wait); on a
+shared BMC the lease's share more (the release signal and its workflow task, 5; queued, a timer
+and the grant signal more); about 12 plus 2 per confirmation signal when manual.
 A stop adds at most `STOP_POLLS` x (one power read + one timer) = about 8 events each, then a
 cancellation and an On: bounded by about 220 events.
 """
