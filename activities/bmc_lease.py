@@ -17,6 +17,14 @@ the reboot and one of the lease fewer between DPF's ask and the reset. A BMC at 
 the run waits for the grant signal as before. A retried attempt sends the same request id (and
 update id): the lease answers "granted" again for a request it holds, "queued" for one it queued.
 
+A BMC that serves one host only (`Inventory.serves_one_host`: one host or DPU of the site file
+behind its origin) takes no lease: `lease_host_bmc` answers `exclusive` once the host's previous
+reboot has ended (one describe; see `_after_previous_reboot`), and the reboot releases nothing.
+The fleet-wide limit then holds by the host's own lock; a BMC behind several hosts (a chassis
+BMC, multi-system) still takes its lease. This saves, per reboot, the lease workflow (about 14
+history events and 5 billable Actions) and the reboot's release signal (2 events, a workflow
+task: 3 more).
+
 `find_closed_workflow_runs` describes the runs a lease believes hold its slots and names the
 ones that are no longer running (completed, failed, terminated, timed out, or gone from the
 namespace's retention): the lease takes their slots back.
@@ -30,6 +38,8 @@ full lease (every `reclaim_check_seconds`).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Protocol
 
 from temporalio import activity
@@ -38,7 +48,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, workflow_api
-from contracts.errors import InvalidInput
+from contracts.errors import InvalidInput, PreviousRebootRunning
 from contracts.models.bmc_lease import (
     BMC_LEASE_ACQUIRE_SIGNAL,
     BMCLeaseState,
@@ -49,7 +59,7 @@ from contracts.models.bmc_lease import (
     RequestLeaseResult,
     WorkflowRunRefs,
 )
-from contracts.models.inventory import HostInventory, Source
+from contracts.models.inventory import BMCAccess, HostInventory, Source
 from contracts.priorities import REBOOT_PRIORITY
 from drivers.settings import Settings
 
@@ -58,6 +68,12 @@ class HostResolver(Protocol):
     """What `lease_host_bmc` needs of the inventory (`drivers.inventory.Inventory`)."""
 
     async def resolve(self, host_id: str, source: Source | None = None) -> HostInventory: ...
+
+    async def serves_one_host(self, bmc: BMCAccess) -> bool: ...
+
+
+PREVIOUS_REBOOT_POLL_SECONDS = 1.0
+PREVIOUS_REBOOT_WAIT_SECONDS = 20.0  # per attempt (the step's start-to-close is 30 s); then retried
 
 
 class BMCLeaseActivities:
@@ -80,6 +96,16 @@ class BMCLeaseActivities:
         if self.inventory is None:
             raise RuntimeError("lease_host_bmc needs the inventory: build BMCLeaseActivities with one")
         inventory = await self.inventory.resolve(request.lookup.host_id, request.lookup.source)
+        if request.boot_generation is not None and await self.inventory.serves_one_host(inventory.bmc):
+            # The BMC serves this host only: the host's lock (its entity, one operation at a
+            # time, one reboot at a time within it) already keeps its reboots apart, except a
+            # reboot still being stopped after its operation was terminated by hand. So: once the
+            # previous generation's reboot has ended, no lease workflow.
+            await self._after_previous_reboot(inventory.host_id, request.boot_generation)
+            lease = RequestLeaseResult(
+                lease_workflow_id="", limit=self.settings.bmc_max_in_flight, granted=True, exclusive=True
+            )
+            return LeaseHostBMCResult(inventory=inventory, lease=lease)
         asked = RequestLeaseInput(bmc=inventory.bmc, holder=request.holder)
         lease_id = self._lease_id(asked)
         limit = self.settings.bmc_max_in_flight
@@ -102,6 +128,35 @@ class BMCLeaseActivities:
         )
         lease = RequestLeaseResult(lease_workflow_id=lease_id, limit=limit, granted=answer.granted)
         return LeaseHostBMCResult(inventory=inventory, lease=lease)
+
+    async def _after_previous_reboot(self, host_id: str, generation: int) -> None:
+        """Return once the host's reboot of `generation` - 1 is not running (or never was).
+
+        Why it is enough: every reboot runs this step before it touches the BMC and never ends
+        while the step runs (a cancel waits for it), so the previous one ended only after its
+        own previous one had; by induction no earlier reboot of the host still runs. A reboot
+        of another id form (tests) has no previous generation to wait for.
+
+        Raises:
+            PreviousRebootRunning: it still runs after `PREVIOUS_REBOOT_WAIT_SECONDS` (retried).
+        """
+        if generation <= 1:
+            return
+        previous = names.host_reboot_workflow_id(host_id, generation - 1)
+        handle = activity.client().get_workflow_handle(previous)
+        deadline = time.monotonic() + PREVIOUS_REBOOT_WAIT_SECONDS
+        while True:
+            try:
+                described = await handle.describe()
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return
+            if described.status != WorkflowExecutionStatus.RUNNING:
+                return
+            if time.monotonic() >= deadline:
+                raise PreviousRebootRunning(f"{previous} still runs: this reboot waits until it has ended")
+            await asyncio.sleep(PREVIOUS_REBOOT_POLL_SECONDS)
 
     @activity.defn(name="request_bmc_lease")
     async def request_bmc_lease(self, request: RequestLeaseInput) -> RequestLeaseResult:

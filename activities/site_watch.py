@@ -250,8 +250,6 @@ def _rv(obj: Object) -> int:
     return int((obj.get("metadata") or {}).get("resourceVersion") or 0)
 
 
-
-
 def slim(obj: Object) -> Object:
     """Only what `HostDPFState` is built from (and the routing reads), DPF v26's fields included
     (`drivers.dpf.watched`): a cached object costs about a fifth of what the API returned."""

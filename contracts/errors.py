@@ -153,6 +153,11 @@ class ProgressNotRecorded(TransientError):
     must not be repeated; it did not take the step (the next attempt resumes)."""
 
 
+class PreviousRebootRunning(TransientError):
+    """A host's reboot waits, before touching a BMC that serves this host only, for the host's
+    previous reboot to end (one that is being stopped): retried until it has (`lease_host_bmc`)."""
+
+
 class WorkflowError(PermanentError):
     """A workflow's own failure: the run ends with it (never retried)."""
 

@@ -153,10 +153,17 @@ def bmc_lease_workflow_id(endpoint: str, task_queue: str) -> str:
     """Workflow id of the fleet-wide lease of one BMC: ``bmc-lease/<24 hex digits>``.
 
     The digits are a SHA-256 of the endpoint's origin (scheme, host, port; lower case, default
-    port filled in) and the task queue, so hosts behind one BMC share one lease, nothing of the
-    URL (a user name in it, an odd character) lands in an id, the UI or a log, and the lease is
-    served by the workers that ask for it (one fleet polls one task queue).
+    port filled in: `bmc_origin`) and the task queue, so hosts behind one BMC share one lease,
+    nothing of the URL (a user name in it, an odd character) lands in an id, the UI or a log,
+    and the lease is served by the workers that ask for it (one fleet polls one task queue).
     """
+    digest = hashlib.sha256(f"{task_queue}\n{bmc_origin(endpoint)}".encode()).hexdigest()
+    return f"{BMC_LEASE}/{digest[:24]}"
+
+
+def bmc_origin(endpoint: str) -> str:
+    """The BMC an endpoint reaches: its origin, `scheme://host:port` (lower case, default port
+    filled in). Two endpoints of one origin are one BMC (several Systems behind it)."""
     parts = urlsplit(endpoint.strip())
     scheme = parts.scheme.lower()
     try:
@@ -166,6 +173,4 @@ def bmc_lease_workflow_id(endpoint: str, task_queue: str) -> str:
     host = (parts.hostname or "").lower()
     if scheme not in ("http", "https") or not host:
         raise ValueError("invalid BMC endpoint: not an http(s) URL with a host")
-    origin = f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
-    digest = hashlib.sha256(f"{task_queue}\n{origin}".encode()).hexdigest()
-    return f"{BMC_LEASE}/{digest[:24]}"
+    return f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"

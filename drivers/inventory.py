@@ -53,6 +53,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from contracts import names
 from contracts.errors import InvalidInput
 from contracts.models.dpf import (
     BMC_ANNOTATION,
@@ -122,6 +123,13 @@ def bmc_from_site(site: Site, bmc_id: str) -> BMCAccess | None:
     return None if dpu is None else _bmc(bmc_id, dpu)
 
 
+def _origin(endpoint: str) -> str:
+    try:
+        return names.bmc_origin(endpoint)
+    except ValueError:
+        return endpoint  # the site file check refuses such an endpoint; count it as written
+
+
 def _json_annotation(annotations: dict[str, str], key: str, where: str) -> Any:
     try:
         return json.loads(annotations[key])
@@ -138,6 +146,8 @@ class Inventory:
         self.settings = settings
         self.kube = kube or Kube(settings)
         self.site_file = SiteFileCache.shared(settings.site_file)  # the worker's start check read it
+        self._origins_of: Site | None = None  # the site `_origins` counts BMCs of
+        self._origins: dict[str, int] = {}  # BMC origin -> hosts and DPUs behind it
 
     async def resolve(self, host_id: str, source: Source | None = None) -> HostInventory:
         """The host's inventory.
@@ -149,6 +159,23 @@ class Inventory:
             site = await asyncio.to_thread(self.site_file.site)
             return host_from_site(site, self.settings.site_file, host_id, self.settings.dpf_namespace)
         return await self._from_cluster(host_id)
+
+    async def serves_one_host(self, bmc: BMCAccess) -> bool:
+        """Whether `bmc`'s endpoint (its origin: `names.bmc_origin`) is the BMC of one host or DPU
+        only, by the site file (False for the cluster source, which cannot tell without listing
+        every host: a BMC then takes its fleet-wide lease). Cost: one pass over the site per
+        site file version, then a dict lookup."""
+        if self.settings.inventory != "site":
+            return False
+        site = await asyncio.to_thread(self.site_file.site)
+        if site is not self._origins_of:
+            counts: dict[str, int] = {}
+            for host in site.hosts:
+                for each in [host.bmc, *(d.bmc for d in host.dpus if d.bmc is not None)]:
+                    origin = _origin(each.endpoint)
+                    counts[origin] = counts.get(origin, 0) + 1
+            self._origins_of, self._origins = site, counts
+        return self._origins.get(_origin(bmc.endpoint), 0) == 1
 
     async def bmc_access(self, bmc_id: str) -> BMCAccess | None:
         """The BMC's access as the inventory says now (None when it does not know the BMC).

@@ -77,6 +77,9 @@ class FakeSite:
                 dpus = tuple(DPUInventory(id=d, model="BF3") for d in DPUS)
                 return HostInventory(host_id=HOST, site="fake", bmc=bmc, dpus=dpus)
 
+            async def serves_one_host(self, bmc: BMCAccess) -> bool:
+                return False  # these tests keep the BMC's fleet-wide lease workflow
+
         @activity.defn(name="resolve_host_inventory")
         async def resolve(lookup: HostLookup) -> HostInventory:
             return await FakeInventory().resolve(lookup.host_id)

@@ -242,7 +242,7 @@ async def test_slots_of_runs_that_closed_without_releasing_are_reclaimed(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     host = HOSTS[0]
-    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+    with shared_bmc_sim(tmp_path, HOSTS[:2], timings="zero") as sim:
         # Closed runs are looked for every second, not every 30 s.
         async with one_slot_held(client, task_queue, sim, bmc_lease_reclaim_seconds=1.0) as held:
             lease, holder = held.lease, held.holder
@@ -281,7 +281,7 @@ async def test_a_reboot_stopped_while_queued_for_the_lease_sends_nothing_and_giv
     """Abort (the reboot's update) and cancel (its parent's abort) while the reboot waits for a
     slot: before the fix it waited for the slot, then cycled the host anyway."""
     host = HOSTS[0]
-    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+    with shared_bmc_sim(tmp_path, HOSTS[:2], timings="zero") as sim:
         async with one_slot_held(client, task_queue, sim) as held:
             lease, holder = held.lease, held.holder
             outcomes = []

@@ -5,6 +5,7 @@ on a real dev server and the simulated site as its own process:
   activity, no `request_bmc_lease`, no grant signal and no wait timer; the host is cycled once
   and the lease ends idle with one grant.
 - A cancel or an abort while the step runs: the slot it got is given back, nothing is sent.
+- A BMC that serves one host only: no lease at all, once the host's previous reboot has ended.
 - A worker SIGKILLed right after the lease granted the step its slot, before the result reached
   Temporal: the retried step (on a new worker) is answered "granted" again for the same request,
   the host is cycled exactly once, and the slot is given back (nothing left to reclaim).
@@ -32,7 +33,7 @@ from activities import build_activities
 from contracts import names
 from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
 from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
-from contracts.models.host import HostRebootInput, HostRebootResult
+from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult, RebootMethod
 from drivers.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -82,7 +83,7 @@ async def test_a_free_bmc_is_granted_in_the_steps_result(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     host = HOSTS[0]
-    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+    with shared_bmc_sim(tmp_path, HOSTS[:2], timings="zero") as sim:
         settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
         async with worker_for(client, task_queue, settings):
             reboot = await start_reboot(client, task_queue, host)
@@ -107,7 +108,7 @@ async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_s
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     host = HOSTS[0]
-    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+    with shared_bmc_sim(tmp_path, HOSTS[:2], timings="zero") as sim:
         settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
         env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
         env |= {"METALFLOW_SITE_FILE": str(sim.site_file), "KUBECONFIG": str(sim.kubeconfig)}
@@ -196,7 +197,7 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
     slot), its answer is taken, the slot given back at once, and nothing is sent to the BMC.
     The real activity runs, held back until the stop is in (its timing cannot be caught else)."""
     host = HOSTS[0]
-    with shared_bmc_sim(tmp_path, HOSTS[:1], timings="zero") as sim:
+    with shared_bmc_sim(tmp_path, HOSTS[:2], timings="zero") as sim:
         settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
         every = build_activities(temporal_client=client, settings=settings)
         real = next(f for f in every if activity_name(f) == "lease_host_bmc")
@@ -252,3 +253,48 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
     assert "the host was not rebooted by metalflow" in str(aborted)
     assert isinstance(cancelled, CancelledError), cancelled
     assert power_cycles(log) == 0 and not [e for e in log if e.get("to")], log  # nothing sent
+
+
+async def test_a_bmc_of_one_host_takes_no_lease_and_waits_for_the_hosts_previous_reboot(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A BMC that serves one host only: no lease workflow at all (the host's own lock keeps its
+    reboots apart) and no release signal; but a reboot waits, before touching the BMC, for the
+    host's previous generation to end (here a manual one still waiting for a person), so two
+    reboots of one host never meet at its BMC. The same BMC serving two hosts takes its lease
+    (the tests above)."""
+    host = f"solo-{task_queue[-6:]}"
+    with shared_bmc_sim(tmp_path, (host,), timings="zero") as sim:
+        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        async with worker_for(client, task_queue, settings):
+            manual = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
+            first = await client.start_workflow(
+                "HostRebootWorkflow",
+                HostRebootInput(host_id=host, boot_generation=1, requested_by="test", policy=manual),
+                id=names.host_reboot_workflow_id(host, 1),
+                task_queue=task_queue,
+                result_type=HostRebootResult,
+            )
+            second = await client.start_workflow(
+                "HostRebootWorkflow",
+                HostRebootInput(host_id=host, boot_generation=2, requested_by="test", policy=FAST_POLICY),
+                id=names.host_reboot_workflow_id(host, 2),
+                task_queue=task_queue,
+                result_type=HostRebootResult,
+            )
+            await asyncio.sleep(3)
+            held_back = power_cycles(sim.power_log(host))
+            await first.signal(HOST_REBOOTED_SIGNAL, OperatorRequest(requested_by="test", reason="by hand"))
+            await asyncio.wait_for(first.result(), 60)
+            result = await asyncio.wait_for(second.result(), 120)
+            history = await second.fetch_history()
+            lease = await lease_status(lease_of(client, sim, host, task_queue))
+        log = sim.power_log(host)
+
+    assert held_back == 0  # not while the previous reboot of the host ran
+    assert result.method == "bmc:PowerCycle" and power_cycles(log) == 1
+    assert lease is None  # no lease workflow was ever started for this BMC
+    assert activity_attempts(history)["power_cycle_host"] == 1
+    assert signals(history) == [] and timers(history) == 0
+    released = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
+    assert not [e for e in history.events if e.event_type == released]  # nothing to release

@@ -168,7 +168,7 @@ async def test_a_cancel_while_a_kubernetes_call_retries_ends_cancelled_and_chang
         ready_site.inject("api/outage", {"down": True})
         try:
             handle = await start_operation(client, task_queue, H2, REPROVISION, id_suffix=_suffix())
-            await _calls_retrying(handle, "read_host_dpf_state")
+            await _calls_retrying(handle, "join_site_dpf_watch")
             await handle.cancel()
             with pytest.raises(WorkflowFailureError) as failed:
                 await handle.result()
@@ -198,7 +198,7 @@ async def test_a_kubernetes_outage_is_a_visible_stall_and_retry_finishes_the_ope
         result = await handle.result()
         await save_history(handle, "host_operation_kubernetes_stall_retried")
     reason = stalled.manual_intervention_reason or ""
-    assert f"the Kubernetes call `read the DPF state of {H1}` did not succeed within 3 s" in reason
+    assert f"the Kubernetes call `join the site's DPF watch for {H1}` did not succeed within 3 s" in reason
     assert "KubernetesUnavailable" in reason or "503" in reason
     assert answer.accepted and result.reboots == 1
     assert power_cycles(ready_site.power_log(H1)) == 1
@@ -214,7 +214,7 @@ async def test_abort_during_a_kubernetes_outage_cancels_the_retrying_call(
         ready_site.inject("api/outage", {"down": True})
         try:
             handle = await start_operation(client, task_queue, H1, REPROVISION, id_suffix=_suffix())
-            await _calls_retrying(handle, "read_host_dpf_state")
+            await _calls_retrying(handle, "join_site_dpf_watch")
             answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
             with pytest.raises(WorkflowFailureError) as failed:
                 await handle.result()
@@ -239,7 +239,7 @@ async def test_abort_during_a_kubernetes_outage_cancels_the_retrying_call(
         scheduled[e.activity_task_cancel_requested_event_attributes.scheduled_event_id]
         for e in cancel_requested
     }
-    assert "read_host_dpf_state" in cancelled
+    assert "join_site_dpf_watch" in cancelled
     assert _uids(api, H1) == before
     assert ready_site.power_log(H1) == [] and ready_site.violations() == []
 

@@ -46,6 +46,10 @@ the cycle's own checks still hold then. The lease is taken for the endpoint the 
 before its cycle; a BMC re-pointed in the inventory mid-cycle is leased at its old address
 until the cycle ends.
 
+A BMC that serves one host only takes no lease at all: `lease_host_bmc` answers `exclusive`
+(after the host's previous reboot has ended; `activities/bmc_lease.py`), the holder enters at
+once and releases nothing. The host's own lock (its entity) keeps that BMC's reboots apart.
+
 Cost per power cycle, measured (tests/histories/host_reboot_bmc_leased.json against
 host_reboot_bmc.json): the reboot workflow's history grows from 20 to 39 events (the patch
 marker and its search attribute, `request_bmc_lease` 3, the wait's timer 2, the grant signal 1,
@@ -327,6 +331,8 @@ class BMCLeaseHolder:
         await self._release(lease, holder.request_id)
 
     async def _release(self, lease: RequestLeaseResult, request_id: str) -> None:
+        if lease.exclusive:  # a BMC of this host only: no lease was asked, nothing to give back
+            return
         try:
             await workflow.get_external_workflow_handle(lease.lease_workflow_id).signal(
                 BMC_LEASE_RELEASE_SIGNAL, LeaseRelease(request_id=request_id)

@@ -60,11 +60,20 @@ class DPFWatch:
         self._read_failure: BaseException | None = None
         self._held: list[HostDPFState] = []  # signals that came while the read was in flight
 
-    def start(self, host: HostRef, dpu_ids: Iterable[str] = ()) -> None:
+    def start(
+        self, host: HostRef, dpu_ids: Iterable[str] = (), *, bound_seconds: float | None = None
+    ) -> None:
         """Join the site's watch for `host`; `dpu_ids` are the DPUs whose phase times the clock
-        keeps (all of the host's when empty). The join's read is the first state taken."""
+        keeps (all of the host's when empty). The join's read is the first state taken: a
+        workflow waits for `state` rather than reading again. `bound_seconds`: the first join's
+        retries end after that long (then `failure` holds its timeout; `rejoin` tries again)."""
         self._host, self._dpu_ids = host, tuple(dpu_ids)
-        self._join()
+        self._join(bound_seconds)
+
+    def rejoin(self, bound_seconds: float | None = None) -> None:
+        """Join again after the first join failed (`failure`), e.g. once an operator said retry."""
+        self._read_failure = None
+        self._join(bound_seconds)
 
     def accept(self, state: HostDPFState) -> bool:
         """Take a signalled state where it is newer than what is held; True when anything new was
@@ -113,13 +122,16 @@ class DPFWatch:
         self.adopt(merged)
         return True
 
-    def _join(self) -> None:
+    def _join(self, bound_seconds: float | None = None) -> None:
         """Register with the site's watch and read the host's state; signals wait for the read."""
         assert self._host is not None
+        preset = kernel.KUBE_READ
+        if bound_seconds is not None:
+            preset = kernel.bounded(preset, bound_seconds)
         handle = kernel.start_cancellable(
             activity_api.join_site_dpf_watch,
             JoinSiteWatchInput(host=self._host),
-            kernel.options(kernel.KUBE_READ, f"join the site's DPF watch for {self._host.host_id}"),
+            kernel.options(preset, f"join the site's DPF watch for {self._host.host_id}"),
         )
         self._read = handle
         handle.add_done_callback(lambda done: self._joined(handle))

@@ -35,7 +35,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
@@ -98,7 +98,7 @@ class HostWorkflow(kernel.Runbook):
     @workflow.run
     async def run(self, start: HostWorkflowInput) -> None:
         """Serve requests forever; follow each operation to its end; continue-as-new when idle."""
-        workflow.upsert_search_attributes(
+        kernel.upsert_changed(  # none when the entity was started with them (`host_entity.ask`)
             [
                 names.HOST_ID.value_set(start.host_id),
                 names.OPERATION.value_set(names.HOST),
@@ -110,10 +110,12 @@ class HostWorkflow(kernel.Runbook):
             await workflow.wait_condition(lambda: self._current is not None or self._history_is_long())
             current = self._current
             if current is not None:
-                if current.child is None:
-                    await self._await_approval(current)
-                else:
+                if current.child is not None:
                     await self._follow(current, current.child)
+                elif not current.approved:
+                    await self._await_approval(current)
+                else:  # approved, its child being started by the handler: no approval timer
+                    await self._await_start(current)
                 continue
             # Idle and the history is long: hand the state to a fresh run once no handler is
             # midway; a handler that got in meanwhile may have started an operation: follow it first.
@@ -388,6 +390,11 @@ class HostWorkflow(kernel.Runbook):
             workflow_api.HostOperationWorkflow.run, child_input, **options
         )
 
+    async def _await_start(self, current: CurrentOperation) -> None:
+        """An approved operation whose child the handler is starting: until it started (or was
+        refused). No timer: an approval timer here was started and cancelled on every request."""
+        await workflow.wait_condition(lambda: self._current is not current or current.child is not None)
+
     async def _await_approval(self, current: CurrentOperation) -> None:
         requested_at = current.record.requested_at or workflow.now()
         timeout = timedelta(seconds=self._input.policy.approval_timeout_seconds)
@@ -453,13 +460,14 @@ class HostWorkflow(kernel.Runbook):
         details = rules.details_of(self._current, self._instance, self._boot_generation, self._recent)
         # The run's first `_show_phase` can already see an operation that the same activation's
         # update accepted, then shows it again once started: the same line is logged once.
-        self.enter(phase, details, log=(phase, details) != self._logged)
-        self._logged = (phase, details)
         if phase != self._shown_phase or self._phase_since is None:
             self._shown_phase, self._phase_since = phase, workflow.now()
         held = self._instance
         assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
-        workflow.upsert_search_attributes([assigned, names.PHASE_SINCE.value_set(self._phase_since)])
+        # One upsert of what changed: Phase, Instance and PhaseSince together.
+        also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(self._phase_since)]
+        self.enter(phase, details, log=(phase, details) != self._logged, also=also)
+        self._logged = (phase, details)
 
     def _history_is_long(self) -> bool:
         info = workflow.info()

@@ -71,12 +71,14 @@ What a failure or abort leaves behind: see `_clean_up`.
 
 Cost per host and worst-case history: no activity slot while waiting (the site watch signals
 each change; one short read joins it, again after each acknowledged reboot), no timers while
-nothing changes. About 40 events to reach the first
+nothing changes (its join's read is the first state). About 40 events to reach the first
 reboot, 4 per DPF change signalled, and per power cycle about 39 in the run itself (the reboot
-child started and completed, the whole read before it (3, since issue 25), the acknowledgement,
-the watcher restart, phase changes) plus up to
+child started and completed, the whole read before it (3), the acknowledgement, the watch's
+re-read, phase changes) plus up to
 50 in its reboot child (20 for a PowerCycle, 31 for ForceOff, the power-down wait and On; 19
-more for the BMC's fleet-wide lease, `workflows/bmc_lease.py`).
+more for a shared BMC's fleet-wide lease, `workflows/bmc_lease.py`; none for a BMC of one host).
+Measured in the fleet bench (bench/README.md), a 2-DPU host with one reboot round: the run 66
+events, its reboot child 19, its entity's share 17.
 Bounded by the policy: rounds DPF asks for (1, or 2 for BF4) x (1 + `max_power_cycle_retries`)
 power cycles, plus 4 per operator answer and 6 per bounded Kubernetes call that stalls. With
 the defaults, a BF4 host whose every reboot is re-issued: about 40 + 8 x 86 + 4 x (DPF changes,
@@ -227,7 +229,7 @@ class HostOperationWorkflow(kernel.Abortable):
             self._enter_end(err, changed="nothing")  # nothing was changed yet
             raise
         self._show_identity(inventory)
-        self._watch.start(self.host, self._dpu_ids)
+        self._watch.start(self.host, self._dpu_ids, bound_seconds=self.policy.kube_call_timeout_seconds)
         try:
             await self._read_first_state()
             if request.kind == HostOperationKind.PROVISION:
@@ -394,7 +396,8 @@ class HostOperationWorkflow(kernel.Abortable):
         return inventory
 
     def _show_identity(self, inventory: HostInventory) -> None:
-        workflow.upsert_search_attributes(
+        # None written when the entity started this run with them (the usual case).
+        kernel.upsert_changed(
             [
                 names.HOST_ID.value_set(inventory.host_id),
                 names.OPERATION.value_set(self._request.kind.value),
@@ -403,14 +406,24 @@ class HostOperationWorkflow(kernel.Abortable):
         )
 
     async def _read_first_state(self) -> None:
-        state: HostDPFState = await self._call_kube(
-            activity_api.read_host_dpf_state,
-            self.host,
-            kernel.KUBE_READ,
-            f"read the DPF state of {self.host.host_id}",
-        )
-        if self._watch.state is None:  # the watch's first signal may have come first: it is as new
-            self._watch.adopt(state)
+        """The join's own read (`DPFWatch.start`) is the first state: no second read. Its retries
+        are bounded like any Kubernetes call (`_call_kube`): past the bound, manual
+        intervention, then the join again."""
+        seconds = self.policy.kube_call_timeout_seconds
+        while True:
+            await self.wait(lambda: self._watch.state is not None or self._watch.failure() is not None)
+            failure = self._watch.failure()
+            if self._watch.state is not None or failure is None:
+                return
+            if not (isinstance(failure, ActivityError) and _timed_out(failure)):
+                raise WatcherFailed(f"the DPF watch of {self.host.host_id} failed: {failure}")
+            cause = failure.cause
+            last = (cause.cause if isinstance(cause, TemporalTimeout) else None) or cause
+            await self._intervene(
+                f"the Kubernetes call `join the site's DPF watch for {self.host.host_id}` did not succeed "
+                f"within {seconds:g} s (last error: {last})"
+            )
+            self._watch.rejoin(seconds)
 
     async def _ensure_site_objects(self, inventory: HostInventory) -> None:
         # Idempotent: existing objects are left as they are, so this is cheap on a set-up site.
@@ -703,7 +716,7 @@ class HostOperationWorkflow(kernel.Abortable):
             except ActivityError as err:
                 # Past the bound the server either times the attempt out or stops retrying it
                 # (retry state TIMEOUT, the last attempt's error as the cause).
-                if not (isinstance(err.cause, TemporalTimeout) or err.retry_state == RetryState.TIMEOUT):
+                if not _timed_out(err):
                     raise
                 last = (err.cause.cause if isinstance(err.cause, TemporalTimeout) else None) or err.cause
                 await self._intervene(
@@ -923,3 +936,8 @@ class HostOperationWorkflow(kernel.Abortable):
         """The final phase and details of a run that ends early: what ended it, what it changed."""
         phase, why = kernel.ending(err)
         self.enter(phase, f"{why}; generation reached {self.generation}. Changed by this run: {changed}")
+
+
+def _timed_out(err: ActivityError) -> bool:
+    """A bounded call past its bound: timed out, or no longer retried (retry state TIMEOUT)."""
+    return isinstance(err.cause, TemporalTimeout) or err.retry_state == RetryState.TIMEOUT

@@ -41,10 +41,13 @@ worker each workflow task waits its turn, so this is most of DPF's ask-to-reset 
 its limit answers "queued" and the run waits for the grant signal. A cancel while the step runs
 waits for it (it is short) and gives back what it got; an abort likewise.
 
-Cost and worst-case history: one activity slot during the cycle; about 20 events by BMC (25 with
-ForceOff, its wait a durable timer) plus the lease's share: with a free BMC the one step and the
-release signal (27 in all, tests/histories/host_reboot_bmc.json), queued a timer and the grant
-signal more; about 12 plus 2 per confirmation signal when manual.
+Cost and worst-case history: one activity slot during the cycle; on a BMC that serves this host
+only (no lease: `activities/bmc_lease.py`) 19 events (the fleet bench's mean; HostId and
+Operation come with the start, not as an upsert), a ForceOff+On cycle with a power-down wait
+over `kernel.POWER_DOWN_HAND_BACK_SECONDS` 8 more (its durable timer and the second
+`power_cycle_host`) and a handful of heartbeats in all (1 measured for a 20 s wait); on a
+shared BMC the lease's share more (the release signal and its workflow task, 5; queued, a timer
+and the grant signal more); about 12 plus 2 per confirmation signal when manual.
 A stop adds at most `STOP_POLLS` x (one power read + one timer) = about 8 events each, then a
 cancellation and an On: bounded by about 220 events.
 """
@@ -59,7 +62,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.common import TypedSearchAttributes, WorkflowIDReusePolicy
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
     from contracts import activity_api, names, priorities, workflow_api
     from contracts.errors import BMCRebootFailed, InvalidInput
@@ -118,11 +121,13 @@ class HostRebootWorkflow(kernel.Abortable):
         self._stopping = False  # cut the power-down wait, stop the cycle activity once Off
         self._cycle_activity: asyncio.Future[PowerCycleResult] | None = None
         self._already_done = False  # the BMC showed a reset since the reboot became owed
+        self._stop_sent_on = False  # `_stop_cycle` took over: the cycle must not send On too
+        self._handed_back = False  # the cycle's activity returned at Off: the cycle sends On itself
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
         """Reboot the host; see the module docstring."""
-        workflow.upsert_search_attributes(
+        kernel.upsert_changed(  # none: `start_next_reboot` gives them at start
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REBOOT)]
         )
         if request.policy.reboot_method == RebootMethod.MANUAL:
@@ -215,7 +220,11 @@ class HostRebootWorkflow(kernel.Abortable):
         holder = self._leases.new_request()
         step = workflow.start_activity(
             activity_api.lease_host_bmc,
-            LeaseHostBMCInput(lookup=HostLookup(host_id=self._request.host_id), holder=holder),
+            LeaseHostBMCInput(
+                lookup=HostLookup(host_id=self._request.host_id),
+                holder=holder,
+                boot_generation=self._request.boot_generation,  # a one-host BMC: no lease
+            ),
             # Unlimited attempts as for any lease request (a non-retryable error, e.g. an unknown
             # host, still fails at once): a busy Temporal is waited for, not a failed reboot.
             **kernel.options(
@@ -279,21 +288,33 @@ class HostRebootWorkflow(kernel.Abortable):
         self, inventory: HostInventory, cycle: asyncio.Future[tuple[str, tuple[str, ...]]]
     ) -> tuple[str, tuple[str, ...]]:
         """Bring a cycle in flight to its end now: the host ends On, having been cycled once."""
-        self._stopping = True  # the ForceOff path cuts its wait and sends On on its own
-        activity = self._cycle_activity
-        if activity is None:
+        self._stopping = True  # the ForceOff path and a handed-back wait send On on their own
+        if self._cycle_activity is None:
             return await cycle
         for _ in range(STOP_POLLS):
             if cycle.done():
                 return await cycle
+            activity = self._cycle_activity
+            if activity is None or activity.done() or self._handed_back:
+                # The cycle handed its power-down wait back (Off, durable): it cuts its timer
+                # and sends On itself at once; nothing to stop here.
+                try:
+                    await workflow.wait_condition(cycle.done, timeout=timedelta(seconds=STOP_POLL_SECONDS))
+                except TimeoutError:
+                    pass
+                continue
             power: SystemPower = await workflow.execute_activity(
                 activity_api.read_power_state,
                 ReadPowerStateInput(bmc=inventory.bmc),
                 **kernel.options(kernel.BMC_READ, f"read the power of {self._request.host_id} to stop"),
             )
+            if self._handed_back or cycle.done():
+                continue  # it moved on meanwhile: as above
+            activity = self._cycle_activity or activity
             if power.power_state == "Off":
                 # Off: the cycle is in its Off-to-On wait (or between its steps); the activity may
                 # only send On from here, so stopping it and sending On ourselves is one cycle.
+                self._stop_sent_on = True
                 activity.cancel()
                 try:
                     await activity
@@ -332,25 +353,55 @@ class HostRebootWorkflow(kernel.Abortable):
         return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
 
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
+        """`power_cycle_host`; a power-down wait longer than `kernel.POWER_DOWN_HAND_BACK_SECONDS`
+        is handed back at Off and waited here on a durable timer (a stop cuts it), then the
+        activity is called again from where it left off to send On."""
         request = self._request
-        self._cycle_activity = kernel.start_cancellable(
-            activity_api.power_cycle_host,
-            PowerCycleInput(
-                bmc=inventory.bmc,
-                boot_generation=request.boot_generation,
-                requested_at=_owed_since(request, workflow.info().start_time),
-                power_down_wait_seconds=request.policy.power_down_wait_seconds,
-                warm=request.warm,
-            ),
-            # A stop cancels it only once the host is Off, and must know it stopped before On.
-            kernel.options(
-                kernel.power_cycle_options(request.policy.power_down_wait_seconds),
-                f"power cycle {request.host_id} to generation {request.boot_generation}",
-            ),
+        wait = request.policy.power_down_wait_seconds
+        cycle_input = PowerCycleInput(
+            bmc=inventory.bmc,
+            boot_generation=request.boot_generation,
+            requested_at=_owed_since(request, workflow.info().start_time),
+            power_down_wait_seconds=wait,
+            hand_back_wait_over_seconds=kernel.POWER_DOWN_HAND_BACK_SECONDS,
+            warm=request.warm,
         )
-        cycle: PowerCycleResult = await self._cycle_activity
-        self._already_done = cycle.already_done
-        return cycle.method, cycle.reset_types
+        summary = f"power cycle {request.host_id} to generation {request.boot_generation}"
+        cut = ""  # what the result's method says of a wait a stop cut short
+        while True:
+            self._cycle_activity = kernel.start_cancellable(
+                activity_api.power_cycle_host,
+                cycle_input,
+                # A stop cancels it only once the host is Off, and must know it stopped before On.
+                kernel.options(kernel.power_cycle_options(wait), summary),
+            )
+            cycle: PowerCycleResult = await self._cycle_activity
+            self._cycle_activity = None
+            if cycle.wait_left_seconds <= 0 or cycle.progress is None:
+                self._already_done = cycle.already_done
+                return f"{cycle.method}{cut}", cycle.reset_types
+            if self._stop_sent_on:  # a stop saw the host Off and sent On itself
+                raise asyncio.CancelledError
+            self._handed_back = True
+            left = cycle.wait_left_seconds
+            self.show(f"power-down wait: {request.host_id} is Off, On in {left:.0f} s (a durable timer)")
+            if not self._stopping:
+                try:  # cut short by a stop
+                    await workflow.wait_condition(
+                        lambda: self._stopping,
+                        timeout=timedelta(seconds=left),
+                        timeout_summary=f"power-down wait: {request.host_id} stays off before On",
+                    )
+                except TimeoutError:
+                    pass
+            if self._stopping:
+                cut = ", cut short: On sent at once"
+            # On now: the timer (or a stop) covered the wait; `off_reached` is in the history.
+            cycle_input = cycle_input.model_copy(
+                update={"resume": cycle.progress, "power_down_wait_seconds": 0.0,
+                        "hand_back_wait_over_seconds": None}
+            )  # fmt: skip
+            summary = f"power {request.host_id} back on (generation {request.boot_generation})"
 
     def _set_power(self, inventory: HostInventory, reset_type: str) -> asyncio.Future[SetPowerResult]:
         return workflow.start_activity(
@@ -405,7 +456,9 @@ async def start_next_reboot(
         summary: The child's summary in the UI; `{generation}` is replaced by the generation.
         parent_close_policy: What becomes of the reboot when the caller closes.
         cancellation_type: How cancelling the caller reaches the reboot.
-        search_attributes: The child's search attributes at start (the entity sets Site too).
+        search_attributes: The child's search attributes at start (the entity sets Site too);
+            default HostId and Operation, which a workflow's start writes for free (an upsert
+            is a history event and a billable Action).
         retry_refused: `request.boot_generation` is the caller's own reboot that the BMC refused
             (it failed `BMCRebootFailed`: no reset happened), to be run again under the same id
             (`ALLOW_DUPLICATE_FAILED_ONLY`), so the generation moves once per reset that happened.
@@ -414,6 +467,13 @@ async def start_next_reboot(
         The child's handle and the generation it reboots to.
     """
     generation = request.boot_generation
+    if search_attributes is None:
+        search_attributes = TypedSearchAttributes(
+            [
+                SearchAttributePair(names.HOST_ID, request.host_id),
+                SearchAttributePair(names.OPERATION, names.REBOOT),
+            ]
+        )
     for attempt in range(MAX_SPENT_GENERATIONS):
         reuse = (
             WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY

@@ -25,19 +25,21 @@ A workflow module reads as a runbook; what is not the runbook is here:
   most the attempt in flight, and the run never ends with a call pending), and the plain
   `await_unless` and `cancel_and_wait` under them.
 
-Cost: none of its own beyond what a workflow calls: an `enter` is one search-attribute upsert
-(one history event), a cancelled call one RequestCancel and one ActivityTaskCanceled event.
+Cost: none of its own beyond what a workflow calls: an `enter` is at most one search-attribute
+upsert (one history event, one billable Action; none when the phase and the attributes it
+carries already hold: `upsert_changed`), a cancelled call one RequestCancel and one
+ActivityTaskCanceled event.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, Final, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -103,6 +105,13 @@ POWER_CYCLE_HEARTBEAT: Final = timedelta(seconds=4)
 """Short on purpose: a killed worker's cycle resumes this soon on another worker. (Before each
 reset that must not repeat the activity waits until Temporal shows its step, which the metalflow
 worker's heartbeat throttle, `activities.heartbeat.HEARTBEAT_THROTTLE`, makes quick.)"""
+
+
+POWER_DOWN_HAND_BACK_SECONDS: Final = 3.0
+"""A power-down wait longer than this is not spent inside `power_cycle_host`: the activity
+returns at Off and the reboot waits on a durable timer (`workflows/host_reboot.py`). Inside, the
+activity heartbeats about 1.5 times a second (a billable Action and a server write each: 90-280
+for the default 120 s); the timer costs one Action, and the second activity one more."""
 
 
 def power_cycle_options(power_down_wait_seconds: float) -> workflow.ActivityConfig:
@@ -200,11 +209,30 @@ async def await_unless(call: asyncio.Future[Any], stop: Callable[[], bool]) -> b
 # -- visibility ----------------------------------------------------------------------------------
 
 
-def enter_phase(phase: str, details: str, *, log: bool = True) -> None:
-    """Show a new phase: the `Phase` search attribute, the current details and one INFO line in
-    the worker's log (not on replay: the SDK's workflow logger skips replays); `log=False`
-    re-shows a phase already logged."""
-    workflow.upsert_search_attributes([names.PHASE.value_set(phase)])
+def upsert_changed(updates: Sequence[SearchAttributeUpdate[Any]]) -> bool:
+    """Upsert, in one command, the search attributes of `updates` whose value differs from the
+    run's own (`workflow.info().typed_search_attributes`: set at start, then by every upsert);
+    none when nothing differs. True when it wrote.
+
+    Why: an upsert is one history event, one billable Action on Temporal Cloud and 3-6 ms of
+    server CPU whether it carries one attribute or six, and rewriting a value the run already
+    has (given at the child's start, or shown by the previous phase) changes nothing anyone
+    sees. Deterministic: it reads only the run's own state."""
+    current = workflow.info().typed_search_attributes
+    changed = [u for u in updates if current.get(u.key) != u.value]
+    if changed:
+        workflow.upsert_search_attributes(changed)
+    return bool(changed)
+
+
+def enter_phase(
+    phase: str, details: str, *, log: bool = True, also: Sequence[SearchAttributeUpdate[Any]] = ()
+) -> None:
+    """Show a new phase: the `Phase` search attribute (with `also`, in the same upsert, and only
+    what changed: `upsert_changed`), the current details and one INFO line in the worker's log
+    (not on replay: the SDK's workflow logger skips replays); `log=False` re-shows a phase
+    already logged."""
+    upsert_changed([names.PHASE.value_set(phase), *also])
     workflow.set_current_details(f"**{phase}**: {details}")
     if log:
         metrics.workflow_phase_entered(phase)
@@ -267,10 +295,13 @@ class Runbook:
         self._answer: tuple[str, OperatorRequest] | None = None
 
     # -- phases ----------------------------------------------------------------------------------
-    def enter(self, phase: str, details: str, *, log: bool = True) -> None:
-        """A new phase: the `Phase` search attribute, the current details, one log line."""
+    def enter(
+        self, phase: str, details: str, *, log: bool = True, also: Sequence[SearchAttributeUpdate[Any]] = ()
+    ) -> None:
+        """A new phase: the `Phase` search attribute (and `also`, in one upsert of what changed),
+        the current details, one log line."""
         self.phase, self.details = phase, details
-        enter_phase(phase, details, log=log)
+        enter_phase(phase, details, log=log, also=also)
 
     def show(self, details: str) -> None:
         """New details within the phase."""

@@ -106,7 +106,8 @@ class PowerActivities:
     async def power_cycle_host(self, request: PowerCycleInput) -> PowerCycleResult:
         """Power cycle the host exactly once for this boot generation, resuming a previous attempt."""
         info = activity.info()
-        resume = resumed_progress(info.heartbeat_details)
+        # This activity's own last attempt, else where an earlier activity of the cycle left it.
+        resume = resumed_progress(info.heartbeat_details) or request.resume
         activity.logger.info(
             "power cycle of %s for boot generation %d (attempt %d, resuming from %s)",
             request.bmc.bmc_id, request.boot_generation, info.attempt, resume.step if resume else "the start",

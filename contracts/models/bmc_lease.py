@@ -82,11 +82,14 @@ class RequestLeaseInput(_Frozen):
 
 
 class RequestLeaseResult(_Frozen):
-    lease_workflow_id: str
+    lease_workflow_id: str  # "" when `exclusive`
     limit: int
     # True: the slot is this run's already (update `acquire_now`, a free slot); False: queued,
     # the grant comes as the signal `bmc_lease_granted` (always False from `request_bmc_lease`).
     granted: bool = False
+    # True: the BMC serves this host only and no lease workflow was asked (`lease_host_bmc`):
+    # the host's own lock serialises its reboots; nothing to release.
+    exclusive: bool = False
 
 
 class LeaseAnswer(_Frozen):
@@ -96,10 +99,13 @@ class LeaseAnswer(_Frozen):
 
 
 class LeaseHostBMCInput(_Frozen):
-    """Activity `lease_host_bmc`: resolve `lookup`'s host, then queue `holder` at its BMC's lease."""
+    """Activity `lease_host_bmc`: resolve `lookup`'s host, then queue `holder` at its BMC's lease
+    (a BMC that serves only this host: no lease, once the host's reboot of `boot_generation` - 1
+    has ended)."""
 
     lookup: HostLookup
     holder: LeaseHolder
+    boot_generation: int | None = None  # the calling reboot's; None: always the lease
 
 
 class LeaseHostBMCResult(_Frozen):

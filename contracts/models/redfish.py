@@ -73,18 +73,6 @@ class SetPowerResult(_Frozen):
     lag_seconds: float | None = None
 
 
-class PowerCycleInput(_Frozen):
-    """One power cycle owed to a host; see `drivers.redfish.powercycle` for the guarantees."""
-
-    bmc: BMCAccess
-    boot_generation: int = Field(ge=1)  # the generation this cycle brings the host to
-    requested_at: datetime  # workflow time the reboot was asked for (timezone-aware)
-    power_down_wait_seconds: float = Field(default=DEFAULT_POWER_DOWN_WAIT_SECONDS, ge=0)
-    timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)  # per power transition
-    # A warm reset (ForceRestart) instead, where the BMC offers it and LastResetTime proves it.
-    warm: bool = False
-
-
 class PowerCycleProgress(_Frozen):
     """Heartbeat details of a power cycle: where a retried attempt resumes."""
 
@@ -95,6 +83,25 @@ class PowerCycleProgress(_Frozen):
     reset_types: tuple[str, ...] = ()  # every reset sent, over all attempts that recorded it
     steps: tuple[str, ...] = ()
     started_at: datetime | None = None
+
+
+class PowerCycleInput(_Frozen):
+    """One power cycle owed to a host; see `drivers.redfish.powercycle` for the guarantees."""
+
+    bmc: BMCAccess
+    boot_generation: int = Field(ge=1)  # the generation this cycle brings the host to
+    requested_at: datetime  # workflow time the reboot was asked for (timezone-aware)
+    power_down_wait_seconds: float = Field(default=DEFAULT_POWER_DOWN_WAIT_SECONDS, ge=0)
+    timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)  # per power transition
+    # Off reached with more power-down wait left than this: return at once (`wait_left_seconds`
+    # and `progress` in the result) instead of waiting, heartbeating, inside the activity; the
+    # workflow waits on a durable timer and calls again with `resume`. None: wait inside.
+    hand_back_wait_over_seconds: float | None = Field(default=None, ge=0)
+    # Where an earlier activity of this cycle left it (its result's `progress`): resumed like an
+    # attempt's heartbeat details (which win when this activity has some of its own).
+    resume: PowerCycleProgress | None = None
+    # A warm reset (ForceRestart) instead, where the BMC offers it and LastResetTime proves it.
+    warm: bool = False
 
 
 class PowerCycleResult(_Frozen):
@@ -109,6 +116,11 @@ class PowerCycleResult(_Frozen):
     finished_at: datetime
     attempts: int  # the activity attempt that finished the cycle
     requests: int = 0  # HTTP requests this attempt sent to the BMC
+    # > 0: not finished, handed back at Off (`PowerCycleInput.hand_back_wait_over_seconds`): the
+    # host is Off, `progress` is at `off_reached` (durable: it is this result); wait this long,
+    # then call again with `resume=progress` to send On.
+    wait_left_seconds: float = 0.0
+    progress: PowerCycleProgress | None = None
 
 
 class GracefulShutdownInput(_Frozen):

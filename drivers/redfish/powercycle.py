@@ -40,6 +40,14 @@ Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`)
      our On was sent: never ForceOff again.
    A host that is already Off when the cycle starts just gets On. Between Off and On it waits
    `power_down_wait_seconds` (docs/DOMAIN.md section 1), counted from when Off was reached.
+   With `hand_back_wait_over_seconds` (the reboot workflow sets it) a longer wait is not spent
+   in the activity: at `off_reached` it returns the progress and the time left; the workflow
+   waits on a durable timer and calls again with `resume`, which sends On. The step is then
+   durable as the activity's result, in the history, so On still follows only a durable
+   `off_reached`; a stop cuts the timer and sends On at once. Why: a 120 s wait heartbeated
+   inside the activity sent 90-280 heartbeats, each a billable Action on Temporal Cloud and a
+   server write; handed back, a ForceOff+On cycle sends a handful (1 measured for a 20 s wait,
+   tests/test_power_down_wait.py), plus one timer and one activity.
 2. Native `PowerCycle`, only where `LastResetTime` is exposed: after sending it the host may
    read On both before and after the cycle, so only `LastResetTime` can tell. The step
    `cycle_requested` with the `LastResetTime` read just before is recorded and confirmed before
@@ -98,6 +106,14 @@ _EITHER = frozenset({"On", "Off"})
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+class _HandBack(Exception):  # noqa: N818 - a return path, not an error
+    """Off, with this much power-down wait left: return it to the workflow (see `_power_on`)."""
+
+    def __init__(self, left: float) -> None:
+        super().__init__(left)
+        self.left = left
 
 
 class PowerCycle:
@@ -185,6 +201,11 @@ class PowerCycle:
         while True:
             try:
                 return await self._drive()
+            except _HandBack as back:
+                self._say(f"Off: handing the power-down wait back ({back.left:.1f} s left)", logging.INFO)
+                return self._result().model_copy(
+                    update={"wait_left_seconds": back.left, "progress": self.progress}
+                )
             except BMCUnavailable as err:
                 self._connection.note_problem(err)
                 if time.monotonic() >= attempt_deadline:
@@ -269,6 +290,9 @@ class PowerCycle:
         off_at = self.progress.off_reached_at
         if off_at is not None:
             left = (off_at - _now()).total_seconds() + self._request.power_down_wait_seconds
+            hand_back = self._request.hand_back_wait_over_seconds
+            if hand_back is not None and left > hand_back:
+                raise _HandBack(left)  # the workflow waits on a durable timer: no heartbeats
             if left > 0:
                 self._say(f"power_down_wait: {left:.1f} s before On")
                 await self._connection.sleep(left)

@@ -1,0 +1,169 @@
+"""The power-down wait as a durable timer (`workflows/host_reboot.py`, `hand_back_wait_over_seconds`
+in `drivers/redfish/powercycle.py`), on a dev server of its own whose metrics count the heartbeats
+that reached it, and the simulated site as its own process:
+
+- A ForceOff+On cycle with a 20 s power-down wait sends at most 10 heartbeats (in the activity it
+  sent ~1.5 a second: 90-280 for the default 120 s), waits the full 20 s Off, and cycles once.
+- A worker SIGKILLed while the host is Off (the reboot in its durable wait, or the activity just
+  handing it back): another worker finishes the cycle, exactly one Off and one On, the host Off
+  for the whole wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
+
+import httpx
+import pytest
+from deploy_support import REPO
+from host_operation_support import FAST_POLICY, power_cycles
+from sim_support import RunningSim, running_sim
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from contracts import names
+from contracts.models.host import HostRebootInput, HostRebootResult
+from drivers.settings import Settings
+from metalflow.binaries import temporal_cli
+from metalflow.runtime.ports import free_port
+from metalflow.runtime.worker import build_worker
+
+pytestmark = pytest.mark.slow
+WAIT = 20.0
+HOST = "host-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
+
+
+@pytest.fixture(scope="module")
+async def metered() -> AsyncIterator[tuple[WorkflowEnvironment, str]]:
+    """A dev server of this module's own, with its Prometheus metrics on a known port."""
+    port = free_port()
+    env = await WorkflowEnvironment.start_local(
+        ip="127.0.0.1",
+        dev_server_existing_path=str(temporal_cli()),
+        search_attributes=names.SEARCH_ATTRIBUTES,
+        dev_server_log_level="error",
+        data_converter=pydantic_data_converter,
+        dev_server_extra_args=["--metrics-port", str(port)],
+    )
+    try:
+        yield env, f"http://127.0.0.1:{port}/metrics"
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with running_sim(tmp_path_factory.mktemp("sim"), hosts=3, dpus_per_host=1, timings="zero") as sim:
+        yield sim
+
+
+def heartbeats(metrics_url: str) -> int:
+    """Heartbeat requests the server's frontend served (all of them reached it)."""
+    found = 0.0
+    for line in httpx.get(metrics_url, timeout=10).text.splitlines():
+        if line.startswith("service_requests{") and 'service_name="frontend"' in line:
+            if re.search(r'operation="RecordActivityTaskHeartbeat(ById)?"', line):
+                found += float(line.rsplit(" ", 1)[1])
+    return int(found)
+
+
+async def start_reboot(
+    client: Client, task_queue: str, generation: int
+) -> WorkflowHandle[object, HostRebootResult]:
+    policy = FAST_POLICY.model_copy(update={"power_down_wait_seconds": WAIT})
+    return await client.start_workflow(
+        "HostRebootWorkflow",
+        HostRebootInput(host_id=HOST, boot_generation=generation, requested_by="test", policy=policy),
+        id=f"{names.host_reboot_workflow_id(HOST, generation)}-{task_queue}",
+        task_queue=task_queue,
+        result_type=HostRebootResult,
+    )
+
+
+def off_seconds(sim: RunningSim, since: int) -> float:
+    log = sim.power_log(HOST)[since:]
+    off = next(datetime.fromisoformat(e["time"]) for e in log if e["to"] == "Off")
+    on = next(datetime.fromisoformat(e["time"]) for e in log if e["to"] == "On")
+    return (on - off).total_seconds()
+
+
+async def test_a_long_power_down_wait_is_a_durable_timer_with_few_heartbeats(
+    metered: tuple[WorkflowEnvironment, str], site: RunningSim
+) -> None:
+    env, metrics = metered
+    queue = f"wait-{uuid.uuid4().hex[:8]}"
+    since = len(site.power_log(HOST))
+    settings = Settings(site_file=site.site_file, kubeconfig=site.kubeconfig)
+    async with build_worker(env.client, queue, settings):
+        before = heartbeats(metrics)
+        reboot = await start_reboot(env.client, queue, 1)
+        result = await asyncio.wait_for(reboot.result(), 120)
+        sent = heartbeats(metrics) - before
+        history = await reboot.fetch_history()
+    timers = [e for e in history.events if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED]
+    cycles = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "power_cycle_host"
+    ]
+    assert result.method == "bmc:ForceOff+On" and result.reset_types == ("ForceOff", "On")
+    assert power_cycles(site.power_log(HOST)[since:]) == 1
+    assert off_seconds(site, since) >= WAIT - 1  # the full wait, on the timer (less the hand-back)
+    assert len(timers) == 1 and len(cycles) == 2  # Off, the durable wait, then On
+    print(f"heartbeats that reached the server: {sent}")
+    assert sent <= 10, sent
+    assert site.violations() == []
+
+
+async def test_a_worker_killed_while_the_host_is_off_still_cycles_once(
+    metered: tuple[WorkflowEnvironment, str], site: RunningSim
+) -> None:
+    env, _ = metered
+    queue = f"wait-kill-{uuid.uuid4().hex[:8]}"
+    since = len(site.power_log(HOST))
+    environ = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+    environ |= {
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": env.client.namespace,
+        "METALFLOW_SITE_FILE": str(site.site_file),
+        "KUBECONFIG": str(site.kubeconfig),
+    }
+
+    async def worker() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "worker.py", "--task-queue", queue, cwd=REPO, env=environ,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+
+    first = await worker()
+    second = None
+    try:
+        reboot = await start_reboot(env.client, queue, 2)
+        for _ in range(2400):  # generous: a fresh worker process starts slowly on a loaded machine
+            if any(e["to"] == "Off" for e in site.power_log(HOST)[since:]):
+                break
+            await asyncio.sleep(0.05)
+        assert any(e["to"] == "Off" for e in site.power_log(HOST)[since:]), "never powered off"
+        first.kill()  # SIGKILL: no cleanup, no last heartbeat
+        await first.wait()
+        second = await worker()
+        result = await asyncio.wait_for(reboot.result(), 180)
+    finally:
+        for process in (first, second):
+            if process is not None and process.returncode is None:
+                process.terminate()
+                await process.wait()
+    log = [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]]
+    assert log == [("On", "Off"), ("Off", "On")], log
+    assert result.method == "bmc:ForceOff+On"
+    assert off_seconds(site, since) >= WAIT - 1
+    assert site.violations() == []
