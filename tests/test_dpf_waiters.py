@@ -16,7 +16,7 @@ from dpf_waiter_support import phases, record, waiting_worker
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
-from test_dpf_activities_support import Api, power_cycle, settings_for
+from test_dpf_activities_support import Api, acked, power_cycle, settings_for
 
 from activities.dpf import DPFActivities
 from contracts.errors import MetalflowError
@@ -62,7 +62,7 @@ async def provision_with_signals(sim: RunningSim, client: Client, task_queue: st
             lambda s: s.node is not None and s.node.waiting_for_reboot and phases(s) == ["Rebooting"] * 2
         )
         power_cycle(sim, "host-001")
-        await run_retrying(acts.mark_dpu_node_rebooted, ref)
+        await run_retrying(acts.mark_dpu_node_rebooted, acked(ref))
         await rec.wait_for(lambda s: phases(s) == ["Ready", "Ready"] and all(d.ready for d in s.dpus))
         count = await rec.stop()  # the workflow completes
         seen = [s.state for s in await rec.taken()]
