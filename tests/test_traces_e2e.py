@@ -101,7 +101,11 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
             assert dev.poll() is None and time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
             await _sleep(0.5)
         # The operator's command traces too: its start of the campaign is the trace's root.
-        cli_env = {**worker_env, "TEMPORAL_CONFIG_FILE": str(state / "temporal.toml")}
+        cli_env = {
+            **worker_env,
+            "TEMPORAL_CONFIG_FILE": str(state / "temporal.toml"),
+            "METALFLOW_STATE_DIR": str(state),
+        }
         started = subprocess.run(
             [METALFLOW, "campaign", "start", "traced", "--hosts", ",".join(HOSTS), "--reprovision",
              "--canary", "0", "--batch-size", "2", "--max-in-flight", "2", "--power-down-wait", "0",
