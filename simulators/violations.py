@@ -16,10 +16,12 @@ log = logging.getLogger(__name__)
 REBOOT_ANNOTATION_REMOVED_WITHOUT_POWER_CYCLE = "reboot-annotation-removed-without-power-cycle"
 POWER_CYCLE_DURING_INSTALL = "power-cycle-during-install"
 BMC_SESSION_EXPIRED = "bmc-session-expired"
+# Grove (simulators/grove/checks.py says exactly when each is recorded).
 PODGANG_MIXED_TEMPLATE_HASHES = "podgang-mixed-template-hashes"
-MULTIPLE_MINIMUM_VIABLE_PODGANGS_IN_FLIGHT = "multiple-minimum-viable-podgangs-in-flight"
-REPLICA_BELOW_MIN_AVAILABLE = "replica-below-min-available"
-STEP_STARTED_BEFORE_PREVIOUS_AVAILABLE = "step-started-before-previous-available"
+PODCLIQUE_BELOW_MIN_AVAILABLE = "podclique-below-min-available"
+POD_WITHOUT_PODGANG = "pod-without-podgang"
+GANG_TERMINATION_TRIGGERED = "gang-termination-triggered"
+GREP_393_ORDER = "grep-393-order"
 
 
 @dataclass(frozen=True)
