@@ -390,6 +390,17 @@ class RolloutWorkflow(kernel.Abortable):
             self._rollback_request is not None and not self._rolling_back
         )
 
+    def _foreign(self) -> bool:
+        """The template changed and the rollout did not write it (seen from the watcher)."""
+        s = self._state
+        return (
+            s is not None
+            and s.summary.generation > self._generation
+            and bool(self._target_hash)
+            and s.summary.observed_generation >= s.summary.generation
+            and s.summary.current_hash != self._target_hash
+        )
+
     def _versions(self) -> list[dict[str, str]]:
         return [self._original, self._targets]
 
@@ -406,6 +417,9 @@ class RolloutWorkflow(kernel.Abortable):
             if mixed:
                 await self._run_steps(mixed[:1], kind="repair")
                 continue
+            # An interrupted step is taken up first while it is still in flight; once its pods
+            # settled (whatever version) it is an ordinary PodGang again, in GREP order.
+            self._interrupted = {n for n in self._interrupted if not steps.settled(state.gang(n))}
             chosen = steps.next_steps(
                 state, self._targets, self._policy.replica_concurrency, frozenset(self._interrupted)
             )
@@ -415,11 +429,11 @@ class RolloutWorkflow(kernel.Abortable):
                         raise self.aborted(f"every PodGang back at {self._target_hash}")
                     return ROLLED_BACK if self._rolling_back else COMPLETED
                 continue
-            if not self._policy.allow_replica_outage and not self._rolling_back:
+            if not self._policy.allow_replica_outage:
                 blocked = [(g, r) for g in chosen for r in steps.outage(state, g, self._targets)]
                 if blocked:
                     g, reason = blocked[0]
-                    await self._pause(f"{g.name}: {reason}; the step waits (or allow a replica outage)")
+                    await self._stuck(f"{g.name}: {reason}; the step waits (a replica outage is not allowed)")
                     continue
             await self._run_steps(chosen, kind="rollback" if self._rolling_back else "roll")
 
@@ -452,7 +466,11 @@ class RolloutWorkflow(kernel.Abortable):
             rolled = await self._kube(
                 activity_api.roll_podgang,
                 RollGangInput(
-                    pcs=self._pcs, podgang=gang.name, targets=self._targets, require_healthy=others
+                    pcs=self._pcs,
+                    podgang=gang.name,
+                    targets=self._targets,
+                    require_healthy=others,
+                    generation=self._generation,
                 ),
                 kernel.KUBE_WRITE,
                 f"{kind} {gang.name}",
@@ -483,8 +501,8 @@ class RolloutWorkflow(kernel.Abortable):
         await self._publish()
         if ok:
             return
-        if self._interrupt():
-            return  # taken back first by the rollback/abort that interrupted it
+        if self._interrupt() or self._foreign():
+            return  # the safe point acts on what interrupted it; the step is taken up again first
         late = [
             n for n in records if not steps.done(self._state.gang(n) if self._state else None, self._targets)
         ]
@@ -500,9 +518,11 @@ class RolloutWorkflow(kernel.Abortable):
         return min(self._policy.step_deadline_seconds, delay / 2)
 
     async def _wait(self, condition: Callable[[], bool], timeout: float) -> bool:
-        """True once `condition` holds; False after `timeout`, or at once on an abort or a
-        rollback request (they interrupt a stuck step)."""
-        await self.wait(lambda: condition() or self._interrupt(), timeout=timeout, abortable=False)
+        """True once `condition` holds; False after `timeout`, or at once on an abort, a
+        rollback request or a foreign template edit (they interrupt a stuck step)."""
+        await self.wait(
+            lambda: condition() or self._interrupt() or self._foreign(), timeout=timeout, abortable=False
+        )
         return condition() and not self._interrupt()
 
     async def _stuck(self, reason: str) -> None:
@@ -548,7 +568,13 @@ class RolloutWorkflow(kernel.Abortable):
                 await self._start_rollback()
         if self._rollback_request is not None and not self._rolling_back:
             await self._start_rollback()
-        if s.summary.generation > self._generation and s.summary.current_hash != self._target_hash:
+        if s.summary.generation > self._generation:
+            # Someone wrote the spec: wait until Grove observed it, then tell a template edit
+            # (foreign) from a scale (the template holds; the generation is adopted).
+            await self._wait(
+                lambda: self._state is not None and self._observed(self._state.summary.generation), 30
+            )
+        if self._foreign():
             await self._foreign_edit()
             return ""
         if self.paused_by is not None and not self._reverting_for_abort:
@@ -581,7 +607,8 @@ class RolloutWorkflow(kernel.Abortable):
             )
             self._generation = max(self._generation, generation)
             await self._wait(lambda: self._observed(generation), self._deadline())
-        if s.summary.generation > self._generation:
+        s = self._state
+        if s.summary.generation > self._generation and self._observed(s.summary.generation):
             self._generation = s.summary.generation  # a scale by someone else: the template holds
         info = workflow.info()
         if not self._in_flight and (
@@ -648,29 +675,41 @@ class RolloutWorkflow(kernel.Abortable):
 
     async def _guard(self) -> None:
         """While paused: heal each PodGang Grove mixed (a pod it replaced at the template's
-        version), replacing its stale pods so it is whole again; one per replica at a time."""
+        version), replacing its other stale pods so it is whole again at the template's version
+        (the only version Grove's replacements come back at); one PodGang per replica at a time.
+        A heal that deletes nothing (the template moved meanwhile) waits for the next change."""
         while True:
             await workflow.wait_condition(lambda: self._guarding and bool(self._to_heal()))
-            gangs = self._to_heal()
+            s = self._state
+            assert s is not None
+            gangs, template = self._to_heal(), dict(s.summary.clique_hashes)
             self._healing += 1
             try:
                 self.show(f"paused; healing mixed PodGang {', '.join(g.name for g in gangs)}")
+                deleted = 0
                 for g in gangs:
-                    await self._kube(
+                    rolled = await self._kube(
                         activity_api.roll_podgang,
-                        RollGangInput(pcs=self._pcs, podgang=g.name, targets=self._targets),
+                        RollGangInput(
+                            pcs=self._pcs, podgang=g.name, targets=template, generation=s.summary.generation
+                        ),
                         kernel.KUBE_WRITE,
                         f"heal {g.name}",
                     )
-                    self._repairs += 1
+                    deleted += len(rolled.deleted)
+                    self._repairs += bool(rolled.deleted)
+                seen = self._state
                 names_ = {g.name for g in gangs}
                 await workflow.wait_condition(
                     lambda: (
                         self._state is not None
-                        and all(
-                            not steps.mixed(x, self._versions())
-                            for x in self._state.gangs
-                            if x.name in names_
+                        and (
+                            all(
+                                not steps.mixed(x, self._guard_versions())
+                                for x in self._state.gangs
+                                if x.name in names_
+                            )
+                            or (not deleted and self._state is not seen)
                         )
                     ),
                     timeout=self._deadline(),
@@ -680,12 +719,17 @@ class RolloutWorkflow(kernel.Abortable):
             finally:
                 self._healing -= 1
 
+    def _guard_versions(self) -> list[dict[str, str]]:
+        current = dict(self._state.summary.clique_hashes) if self._state else {}
+        return [self._original, self._targets, current]
+
     def _to_heal(self) -> list[GangState]:
-        if self._state is None:
+        s = self._state
+        if s is None or s.summary.observed_generation < s.summary.generation:
             return []
         seen: set[int] = set()
         out = []
-        for g in steps.mixed_gangs(self._state, self._versions()):
+        for g in steps.mixed_gangs(s, self._guard_versions()):
             if g.replica not in seen:
                 seen.add(g.replica)
                 out.append(g)

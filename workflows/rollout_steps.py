@@ -47,6 +47,16 @@ def done(gang: GangState | None, targets: dict[str, str]) -> bool:
     return gang is not None and all(group_done(g, targets) for g in gang.groups)
 
 
+def settled(gang: GangState | None) -> bool:
+    """Every podgroup has its PodClique's replicas, all Ready, none going (whatever version)."""
+    return gang is not None and all(
+        g.terminating == 0
+        and sum(g.pods.values()) >= g.expected
+        and sum(g.ready.values()) == sum(g.pods.values())
+        for g in gang.groups
+    )
+
+
 def needs_roll(gang: GangState, targets: dict[str, str]) -> bool:
     return any(stale(g, targets) for g in gang.groups)
 
@@ -94,13 +104,14 @@ def next_steps(
 
 
 def outage(state: PCSState, gang: GangState, targets: dict[str, str]) -> list[str]:
-    """Why replacing `gang`'s stale pods would leave its replica below a minAvailable (empty:
-    it would not): a standalone PodClique with fewer Ready pods than its minAvailable, or a
-    scaling group with fewer available replicas than its minAvailable."""
+    """Why replacing `gang`'s stale pods would break a minAvailable that holds now (empty: it
+    would not): a standalone PodClique left with fewer Ready pods than its minAvailable, or a
+    scaling group with fewer available replicas than its minAvailable. One already below is not
+    made worse by the step, so it is not a reason."""
     reasons = []
     broken: set[tuple[str, int]] = set()
     for g in gang.groups:
-        if not stale(g, targets):
+        if not stale(g, targets) or sum(g.ready.values()) < g.min_replicas:
             continue
         target = targets.get(g.clique)
         left = g.ready.get(target, 0) if target is not None else 0
@@ -113,17 +124,18 @@ def outage(state: PCSState, gang: GangState, targets: dict[str, str]) -> list[st
         elif g.pcsg_replica is not None:
             broken.add((g.pcsg, g.pcsg_replica))
     for pcsg in sorted({p for p, _ in broken}):
-        replicas: dict[int, bool] = {}
+        now: dict[int, bool] = {}
         for other in state.gangs:
             for g in other.groups:
                 if g.pcsg == pcsg and g.pcsg_replica is not None:
-                    ok = sum(g.ready.values()) >= g.min_replicas and (pcsg, g.pcsg_replica) not in broken
-                    replicas[g.pcsg_replica] = replicas.get(g.pcsg_replica, True) and ok
-        available = sum(replicas.values())
+                    ok = sum(g.ready.values()) >= g.min_replicas
+                    now[g.pcsg_replica] = now.get(g.pcsg_replica, True) and ok
         minimum = state.summary.scaling_groups.get(pcsg, 1)
-        if available < minimum:
+        before = sum(now.values())
+        after = sum(ok and (pcsg, j) not in broken for j, ok in now.items())
+        if before >= minimum > after:
             reasons.append(
-                f"scaling group {pcsg} would keep {available} available replicas of minAvailable {minimum}"
+                f"scaling group {pcsg} would keep {after} available replicas of minAvailable {minimum}"
             )
     return reasons
 

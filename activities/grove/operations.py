@@ -198,6 +198,13 @@ class GroveActivities:
             targets_of[pclq] = target
             if not meta.get("deletionTimestamp") and labels.get(POD_TEMPLATE_HASH_LABEL) != target:
                 stale.setdefault(pclq, set()).add(labels.get(POD_TEMPLATE_HASH_LABEL, ""))
+        if request.generation:  # last, so a template edit seen here deletes nothing
+            obj = await self.kube.get(key, kinds()[0], ns, request.pcs.name, missing_ok=True)
+            if obj is None or int(obj["metadata"]["generation"]) != request.generation:
+                log.info(
+                    "not rolling %s: the PodCliqueSet changed since the step was planned", request.podgang
+                )
+                return RollGangResult(blocked_by=(f"{request.pcs} (generation changed)",))
         deleted: list[str] = []
         # One deletecollection per selector, so Grove sees the stale pods go together and the
         # PodGang never holds a replacement beside an old pod [D1, P3].

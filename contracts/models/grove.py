@@ -217,6 +217,9 @@ class RollGangInput(_Model):
     targets: dict[str, str]  # clique -> pod-template hash
     # Checked just before deleting: each must still be healthy, else nothing is deleted.
     require_healthy: tuple[str, ...] = ()
+    # The PodCliqueSet generation the targets belong to: another one (a template edit the
+    # workflow has not seen yet) deletes nothing. 0: not checked.
+    generation: int = 0
 
 
 class RollGangResult(_Model):

@@ -69,6 +69,7 @@ class Checks:
         self.versions: dict[Key, dict[str, dict[str, str]]] = {}  # pcs -> hash -> clique -> pod hash
         self.in_flight: dict[Key, str] = {}  # PodGang -> replica index, since a client removed pods of it
         self.current: dict[Key, str] = {}  # pcs -> the generation hash last reconciled
+        self.timeline: dict[Key, list[tuple[int, str]]] = {}  # pcs -> (resourceVersion, hash)
 
     def _record(self, dedup: tuple[object, ...], kind: str, subject: str, detail: str) -> None:
         if dedup not in self._reported:
@@ -77,6 +78,18 @@ class Checks:
 
     def saw_version(self, pcs: Key, hash_: str, cliques: dict[str, str]) -> None:
         self.versions.setdefault(pcs, {})[hash_] = cliques
+
+    def template_at(self, pcs: Key, rv: int, hash_: str, cliques: dict[str, str]) -> None:
+        """The PodCliqueSet's template as of resourceVersion `rv` (from its watch events), so a
+        removal is judged against the template current when it happened, not when seen."""
+        self.saw_version(pcs, hash_, cliques)
+        timeline = self.timeline.setdefault(pcs, [])
+        if not timeline or timeline[-1][1] != hash_:
+            timeline.append((rv, hash_))
+
+    def _current_at(self, pcs: Key, rv: int) -> str:
+        found = [h for at, h in self.timeline.get(pcs, []) if at <= rv]
+        return found[-1] if found else self.current.get(pcs, "")
 
     # -- at each reconcile ---------------------------------------------------------------------
     def run(self, pcs: Object, hash_: str, gangs: dict[str, Object], pods: list[Object]) -> None:
@@ -111,14 +124,14 @@ class Checks:
                 del self.in_flight[gkey]
 
     # -- on a client's removal ------------------------------------------------------------------
-    def client_removed_pod(self, c: GroveController, p: Object) -> None:
+    def client_removed_pod(self, c: GroveController, p: Object, rv: int = 0) -> None:
         labels = p["metadata"].get("labels") or {}
         ns, gang, replica = p["metadata"]["namespace"], labels.get(PODGANG, ""), labels.get(REPLICA_INDEX, "")
         others = sorted(
             g for (gns, g), r in self.in_flight.items() if gns == ns and r == replica and g != gang
         )
         if gang and (ns, gang) not in self.in_flight and not others:
-            self._order(c, ns, p, labels)
+            self._order(c, ns, p, labels, rv)
         if gang and others:
             self._violations.record(
                 GREP_393_ORDER,
@@ -130,13 +143,13 @@ class Checks:
             self.in_flight[(ns, gang)] = replica
         self._below_min(c, ns, labels, f"pod {p['metadata']['name']}")
 
-    def _order(self, c: GroveController, ns: str, p: Object, labels: dict[str, str]) -> None:
+    def _order(self, c: GroveController, ns: str, p: Object, labels: dict[str, str], rv: int) -> None:
         """(a): starting a tail's step while the replica's anchor does not run the current template."""
         pcs = labels.get(PART_OF, "")
         gang = c._store.list(c.pg_rt, ns, field_selector=f"metadata.name={labels.get(PODGANG, '')}")[0]
         if not gang or gang[0]["metadata"]["labels"].get(PODGANG_ROLE) == ANCHOR:
             return
-        version = self.versions.get((ns, pcs), {}).get(self.current.get((ns, pcs), ""), {})
+        version = self.versions.get((ns, pcs), {}).get(self._current_at((ns, pcs), rv), {})
         anchors = [
             g
             for g in c._store.list(c.pg_rt, ns, label_selector=f"{PART_OF}={pcs},{PODGANG_ROLE}={ANCHOR}")[0]

@@ -227,6 +227,12 @@ class GroveController:
 
     def _on_pcs(self, event: WatchEvent) -> None:
         meta = event.object["metadata"]
+        if event.type != "DELETED":
+            pcs = event.object
+            cliques = {c: pod_template_hash(pcs, t) for c, t in cliques_of(pcs).items()}
+            self.checks.template_at(
+                (meta["namespace"], meta["name"]), event.resource_version, generation_hash(pcs), cliques
+            )
         if event.type == "DELETED":
             self._forget(meta["namespace"], meta["name"])
         self._mark(meta["namespace"], meta["name"])
@@ -254,7 +260,7 @@ class GroveController:
                 t.cancel()
             owners = {r.get("uid") for r in meta.get("ownerReferences") or []}
             if meta["uid"] not in self._own and not owners & self._own:
-                self.checks.client_removed_pod(self, obj)
+                self.checks.client_removed_pod(self, obj, event.resource_version)
         self._mark_of(obj)
 
     def _on_gang(self, event: WatchEvent) -> None:
