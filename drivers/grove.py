@@ -94,12 +94,14 @@ def summary_of(
         return PCSSummary(namespace=namespace, name=name, exists=False)
     status = pcs.get("status") or {}
     progress = status.get("updateProgress") or {}
-    clique_hashes: dict[str, str] = {}
+    seen: dict[str, set[str]] = {}
     for p in pclqs:
         clique = _clique_of(p["metadata"]["name"], p["metadata"].get("labels") or {}, name)
         h = (p["metadata"].get("labels") or {}).get(POD_TEMPLATE_HASH_LABEL)
         if clique and h and not p["metadata"].get("deletionTimestamp"):
-            clique_hashes.setdefault(clique, h)
+            seen.setdefault(clique, set()).add(h)
+    # A clique whose PodCliques disagree is mid-patch: no hash for it until Grove is done [U1, U2].
+    clique_hashes = {c: next(iter(hs)) for c, hs in seen.items() if len(hs) == 1}
     return PCSSummary(
         namespace=namespace,
         name=name,
@@ -223,7 +225,7 @@ def _resolve(pcs: Object, images: dict[str, str]) -> dict[tuple[str, str], str]:
     for key, image in images.items():
         clique, _, container = key.partition("/")
         if clique not in current:
-            raise InvalidInput(f"{ref} has no clique {clique!r}; its cliques: {', '.join(sorted(current))}")
+            raise InvalidInput(f"{ref} has no clique {clique}; its cliques: {', '.join(sorted(current))}")
         names = sorted(current[clique])
         if not container:
             if len(names) != 1:
@@ -400,7 +402,8 @@ def stale_selectors(gang: str, stale: dict[str, set[str]], targets_of: dict[str,
     if not any(targets_of.get(p) in hashes for p in stale):
         pclqs = ",".join(sorted(stale))
         return [
-            f"{PODGANG_LABEL}={gang},{PODCLIQUE_LABEL} in ({pclqs}),{POD_TEMPLATE_HASH_LABEL} in ({','.join(sorted(hashes))})"
+            f"{PODGANG_LABEL}={gang},{PODCLIQUE_LABEL} in ({pclqs}),"
+            f"{POD_TEMPLATE_HASH_LABEL} in ({','.join(sorted(hashes))})"
         ]
     return [
         f"{PODGANG_LABEL}={gang},{PODCLIQUE_LABEL}={p},{POD_TEMPLATE_HASH_LABEL} in ({','.join(sorted(hs))})"

@@ -92,15 +92,14 @@ def pcs_body(
                     "roleName": c,
                     "replicas": n,
                     "minAvailable": m,
-                    "podSpec": {
-                        "containers": [{"name": f"c{i}", "image": image} for i in range(containers)]
-                    },
+                    "podSpec": {"containers": [{"name": f"c{i}", "image": image} for i in range(containers)]},
                 },
             }
             for c, n, m in cliques
         ],
         "podCliqueScalingGroups": [
-            {"name": g, "cliqueNames": members, "replicas": r, "minAvailable": m} for g, members, r, m in groups
+            {"name": g, "cliqueNames": members, "replicas": r, "minAvailable": m}
+            for g, members, r, m in groups
         ],
     }
     if termination_delay:
@@ -168,7 +167,9 @@ def _list(sim: RunningSim, path: str, selector: str) -> dict[str, dict[str, Any]
 def gangs(sim: RunningSim, pcs: str) -> dict[str, dict[str, Any]]:
     """The PodGangs of `pcs`, read from the simulated API."""
     return _list(
-        sim, "/apis/scheduler.grove.io/v1alpha1/namespaces/default/podgangs", f"app.kubernetes.io/part-of={pcs}"
+        sim,
+        "/apis/scheduler.grove.io/v1alpha1/namespaces/default/podgangs",
+        f"app.kubernetes.io/part-of={pcs}",
     )
 
 

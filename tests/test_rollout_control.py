@@ -39,6 +39,7 @@ from contracts.models.control import (
 )
 from contracts.models.grove import ROLLBACK_UPDATE
 
+KUBECTL = "/usr/bin/kubectl"
 NEW = {"prefill": "registry.local/worker:2.0", "decode": "registry.local/worker:2.0"}
 OPERATOR = OperatorRequest(requested_by="pytest", reason="test")
 
@@ -135,7 +136,7 @@ async def test_a_foreign_template_edit_pauses_naming_the_field_and_who_and_rollb
             await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
             patch = '[{"op":"add","path":"/spec/template/cliques/1/labels","value":{"team":"kv"}}]'
             subprocess.run(
-                ["/usr/bin/kubectl", "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
+                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
                  "--type=json", "-p", patch],
                 check=True, capture_output=True, timeout=30,
             )  # fmt: skip
@@ -151,7 +152,10 @@ async def test_a_foreign_template_edit_pauses_naming_the_field_and_who_and_rollb
         template = {c["name"]: c for c in pcs_object(sim, "inference")["spec"]["template"]["cliques"]}
         assert template["prefill"]["labels"] == {"team": "kv"}  # theirs stays
         assert images(sim)["decode"] == images(sim)["prefill"] == "registry.local/inference:1.0"  # ours went
-        assert sim.violations() == [], "\n".join([str(v) for v in sim.violations()] + [f"{x.kind} {x.podgangs} {x.deleted} {x.started_at} {x.finished_at}" for x in result.steps])
+        assert sim.violations() == [], "\n".join(
+            [str(v) for v in sim.violations()]
+            + [f"{x.kind} {x.podgangs} {x.deleted} {x.started_at} {x.finished_at}" for x in result.steps]
+        )
 
 
 async def test_rollback_interrupts_a_stuck_step_at_once(
@@ -182,7 +186,7 @@ async def test_switching_to_rolling_recreate_hands_the_pcs_to_grove(
             handle = await start_rollout(client, task_queue, "inference", NEW)
             await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
             subprocess.run(
-                ["/usr/bin/kubectl", "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
+                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
                  "--type=merge", "-p", '{"spec":{"updateStrategy":{"type":"RollingRecreate"}}}'],
                 check=True, capture_output=True, timeout=30,
             )  # fmt: skip

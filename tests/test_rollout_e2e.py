@@ -53,12 +53,19 @@ async def test_a_scaling_group_change_rolls_anchor_then_tails_without_outage(
         assert sorted(g for s in result.steps for g in s.podgangs) == sorted(gangs(sim, "inference"))
         after = pods(sim, "inference")
         assert routers <= set(after)  # the router did not change: its pods were not touched
-        assert pod_hashes(sim, "inference", "decode").isdisjoint(old) and len(pod_hashes(sim, "inference", "decode")) == 1
-        assert "metalflow.io/rollout" not in (pcs_object(sim, "inference")["metadata"].get("annotations") or {})
+        assert (
+            pod_hashes(sim, "inference", "decode").isdisjoint(old)
+            and len(pod_hashes(sim, "inference", "decode")) == 1
+        )
+        assert "metalflow.io/rollout" not in (
+            pcs_object(sim, "inference")["metadata"].get("annotations") or {}
+        )
         assert sim.violations() == []
 
 
-async def test_b_default_shape_needs_allow_replica_outage(client: Client, task_queue: str, tmp_path: Path) -> None:
+async def test_b_default_shape_needs_allow_replica_outage(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
     with grove_site(tmp_path) as sim:
         create_pcs(sim, pcs_body("dflt", 2, [("leader", 1, 1), ("worker", 2, 2)]))
         async with worker_for(client, task_queue, sim):
@@ -79,7 +86,9 @@ async def test_b_default_shape_needs_allow_replica_outage(client: Client, task_q
         assert {v["subject"] for v in sim.violations()} == {"default/dflt-0-worker", "default/dflt-1-worker"}
 
 
-async def test_c_one_clique_changes_replace_only_its_pods(client: Client, task_queue: str, tmp_path: Path) -> None:
+async def test_c_one_clique_changes_replace_only_its_pods(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
     with grove_site(tmp_path, INFERENCE) as sim:
         before = pods(sim, "inference")
         async with worker_for(client, task_queue, sim):
@@ -88,6 +97,8 @@ async def test_c_one_clique_changes_replace_only_its_pods(client: Client, task_q
         after = pods(sim, "inference")
         replaced = set(before) - set(after)
         assert replaced and all("-decode-" in n for n in replaced)
-        assert all(before[n]["metadata"]["uid"] == after[n]["metadata"]["uid"] for n in set(before) & set(after))
+        assert all(
+            before[n]["metadata"]["uid"] == after[n]["metadata"]["uid"] for n in set(before) & set(after)
+        )
         assert sum(len(s.deleted) for s in result.steps) == 6  # 2 replicas x 3 decode pods
         assert sim.violations() == []

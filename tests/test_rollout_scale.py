@@ -21,13 +21,17 @@ pytestmark = pytest.mark.slow
 EVENTS_PER_GANG = 40
 
 
-async def test_300_podgangs_roll_within_temporals_limits(client: Client, task_queue: str, tmp_path: Path) -> None:
+async def test_300_podgangs_roll_within_temporals_limits(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
     with grove_site(tmp_path, timings="zero") as sim:
         create_pcs(sim, pcs_body("fleet", 100, [("router", 1, 1)], [("workers", ["prefill"], 3, 1)]))
         policy = RolloutPolicy(step_deadline_seconds=120, replica_concurrency=10, history_limit=4000)
         async with worker_for(client, task_queue, sim):
             started = time.monotonic()
-            handle = await start_rollout(client, task_queue, "fleet", {"prefill": "registry.local/p:2"}, policy)
+            handle = await start_rollout(
+                client, task_queue, "fleet", {"prefill": "registry.local/p:2"}, policy
+            )
             result = await handle.result()
             took = time.monotonic() - started
         assert result.outcome == "completed" and result.steps_done == 300
@@ -40,7 +44,9 @@ async def test_300_podgangs_roll_within_temporals_limits(client: Client, task_qu
             events.append(len(history.events))
             for e in history.events:
                 if e.HasField("workflow_execution_signaled_event_attributes"):
-                    size = sum(len(p.data) for p in e.workflow_execution_signaled_event_attributes.input.payloads)
+                    size = sum(
+                        len(p.data) for p in e.workflow_execution_signaled_event_attributes.input.payloads
+                    )
                     biggest = max(biggest, size)
         print(f"300 PodGangs: {took:.1f} s, {runs} runs, events per run {events}, "
               f"{sum(events) / 300:.1f} events per PodGang, largest signal {biggest} bytes")  # fmt: skip

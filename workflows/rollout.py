@@ -250,8 +250,9 @@ class RolloutWorkflow(kernel.Abortable):
                 )
                 raise InvalidInput(
                     f"rolling {', '.join(sorted(changed))} of {self._pcs} coherently takes replicas below "
-                    f"minAvailable: {shown}. Grove (v0.1.0-alpha.12) holds all of a replica's standalone pods "
-                    "and its first minAvailable scaling-group replicas in one anchor PodGang, which is replaced "
+                    f"minAvailable: {shown}. Grove (v0.1.0-alpha.12) holds all of a replica's standalone "
+                    "pods and its first minAvailable scaling-group replicas in one anchor PodGang, which is "
+                    "replaced "
                     "whole. Allow it with --allow-replica-outage (one replica down at a time)"
                 )
 
@@ -608,7 +609,7 @@ class RolloutWorkflow(kernel.Abortable):
             self._generation = max(self._generation, generation)
             await self._wait(lambda: self._observed(generation), self._deadline())
         s = self._state
-        if s.summary.generation > self._generation and self._observed(s.summary.generation):
+        if s is not None and s.summary.generation > self._generation and self._observed(s.summary.generation):
             self._generation = s.summary.generation  # a scale by someone else: the template holds
         info = workflow.info()
         if not self._in_flight and (
@@ -650,6 +651,7 @@ class RolloutWorkflow(kernel.Abortable):
             and s.summary.observed_generation >= generation
             and bool(s.summary.current_hash)
             and bool(s.summary.clique_hashes)
+            and set(s.summary.clique_hashes) >= set(self._original)
         )
 
     async def _pause(self, reason: str, *, by_operator: bool = False) -> None:
@@ -698,26 +700,25 @@ class RolloutWorkflow(kernel.Abortable):
                     )
                     deleted += len(rolled.deleted)
                     self._repairs += bool(rolled.deleted)
-                seen = self._state
-                names_ = {g.name for g in gangs}
                 await workflow.wait_condition(
-                    lambda: (
-                        self._state is not None
-                        and (
-                            all(
-                                not steps.mixed(x, self._guard_versions())
-                                for x in self._state.gangs
-                                if x.name in names_
-                            )
-                            or (not deleted and self._state is not seen)
-                        )
-                    ),
-                    timeout=self._deadline(),
+                    self._healed({g.name for g in gangs}, deleted, self._state), timeout=self._deadline()
                 )
             except TimeoutError:
                 pass
             finally:
                 self._healing -= 1
+
+    def _healed(self, names_: set[str], deleted: int, seen: PCSState | None) -> Callable[[], bool]:
+        """Healed: none of `names_` mixed; or nothing was deleted and the state moved on."""
+
+        def check() -> bool:
+            s = self._state
+            return s is not None and (
+                all(not steps.mixed(x, self._guard_versions()) for x in s.gangs if x.name in names_)
+                or (not deleted and s is not seen)
+            )
+
+        return check
 
     def _guard_versions(self) -> list[dict[str, str]]:
         current = dict(self._state.summary.clique_hashes) if self._state else {}
@@ -754,7 +755,20 @@ class RolloutWorkflow(kernel.Abortable):
         """Wait until Grove observed the write; the PodCliques' hashes are the targets from then on."""
         self._generation = max(self._generation, written.generation)
         self._written, self._written_at = dict(written.template), workflow.now()
-        while not await self._wait(lambda: self._observed(written.generation), self._deadline()):
+        # Grove observed the write, and the PodCliques of every clique written carry a new hash
+        # (the PodCliqueSet's status and the PodCliques come on separate streams).
+        moved = {f.path.partition("/")[0] for f in written.changed}
+        before = dict(self._targets or self._original)
+
+        def adopted() -> bool:
+            s = self._state
+            return (
+                self._observed(written.generation)
+                and s is not None
+                and all(s.summary.clique_hashes.get(c) not in (None, before.get(c)) for c in moved)
+            )
+
+        while not await self._wait(adopted, self._deadline()):
             if self._interrupt():
                 return
             await self._stuck(f"Grove has not observed generation {written.generation} of {self._pcs}")

@@ -48,9 +48,9 @@ from drivers.grove import (
     list_pods,
     patch_as_rollout,
     pclq_clique,
-    stale_selectors,
     pcs_state,
     revert_patch,
+    stale_selectors,
     template_diff,
     template_managers,
 )

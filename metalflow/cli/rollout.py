@@ -281,7 +281,10 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         print(render(status))
         for step in status.steps:
             took = f"{step.seconds:.1f}s" if step.seconds is not None else "unfinished"
-            print(f"  replica {step.replica} {step.role}: {', '.join(step.podgangs)} -> {step.target_hash} {took}")
+            print(
+                f"  replica {step.replica} {step.role}: {', '.join(step.podgangs)} "
+                f"-> {step.target_hash} {took}"
+            )
         return EXIT_OK
     while True:  # a live bar until the rollout ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)

@@ -115,7 +115,8 @@ class Checks:
                     ("mixed", gang["metadata"]["uid"], frozenset(found)),
                     PODGANG_MIXED_TEMPLATE_HASHES,
                     f"{ns}/{gname}",
-                    f"pods of two template versions in one PodGang (clique@pod-template-hash): {', '.join(found)}",
+                    "pods of two template versions in one PodGang (clique@pod-template-hash): "
+                    + ", ".join(found),
                 )
         for gkey in [k for k in self.in_flight if k[0] == ns and k[1] in gangs]:
             held = by_gang.get(gkey[1], [])
@@ -136,7 +137,8 @@ class Checks:
             self._violations.record(
                 GREP_393_ORDER,
                 f"{ns}/{gang}",
-                f"pod {p['metadata']['name']} of PodGang {gang} removed while {', '.join(others)} of the same "
+                f"pod {p['metadata']['name']} of PodGang {gang} removed while {', '.join(others)} of the "
+                "same "
                 "replica is still in flight: one step at a time per replica (GREP-393)",
             )
         if gang:
@@ -168,7 +170,8 @@ class Checks:
                 self._violations.record(
                     GREP_393_ORDER,
                     f"{ns}/{labels.get(PODGANG)}",
-                    f"pod {p['metadata']['name']} of tail PodGang {labels.get(PODGANG)} removed while its replica's "
+                    f"pod {p['metadata']['name']} of tail PodGang {labels.get(PODGANG)} removed while its "
+                    "replica's "
                     f"anchor {aname} still runs pods of another template ({', '.join(sorted(behind)[:3])}): "
                     "every minimum-viable gang of a replica goes before its tails (GREP-393)",
                 )
@@ -245,7 +248,8 @@ class Checks:
         self._violations.record(
             GANG_TERMINATION_TRIGGERED,
             f"{ns}/{subject}",
-            f"Grove gang-terminated {what}: below minAvailable for longer than terminationDelay ({delay:g} s)",
+            f"Grove gang-terminated {what}: below minAvailable for longer than terminationDelay "
+            f"({delay:g} s)",
         )
 
 

@@ -534,7 +534,7 @@ class GroveController:
     def _sync_podcliques(
         self, pcs: Object, r: int, gang_of: dict[str, str], pclqs: dict[str, Object], pcsgs: dict[str, Object]
     ) -> None:
-        ns, name = pcs["metadata"]["namespace"], pcs["metadata"]["name"]
+        name = pcs["metadata"]["name"]
         cliques = cliques_of(pcs)
         on_delete = strategy(pcs) == "OnDelete"
         for clique in standalone_cliques(pcs):
@@ -947,7 +947,7 @@ class GroveController:
                 ):
                     available += 1
             in_flight = available < want - len(stale)
-            for j, members in sorted(stale.items()):
+            for _, members in sorted(stale.items()):
                 unavailable = any(
                     sum(pod_ready(p) for p in by_pclq.get(m, []))
                     < int(pclqs[m]["spec"].get("minAvailable", 1))
