@@ -363,8 +363,9 @@ async def list_pods(kube: Kube, key: str, ns: str, label_selector: str) -> list[
     import kubernetes.client as k8s
 
     def call(api: Any) -> list[Object]:
-        core = k8s.CoreV1Api(api.api_client)
-        response = core.list_namespaced_pod(ns, label_selector=label_selector, _preload_content=False)
+        response = k8s.CoreV1Api(api.api_client).list_namespaced_pod(
+            ns, label_selector=label_selector, _preload_content=False
+        )
         items: list[Object] = json.loads(response.data)["items"]  # type: ignore[attr-defined]
         return items
 
@@ -378,8 +379,7 @@ async def delete_pods(kube: Kube, key: str, ns: str, label_selector: str) -> lis
     import kubernetes.client as k8s
 
     def call(api: Any) -> list[str]:
-        core = k8s.CoreV1Api(api.api_client)
-        response = core.delete_collection_namespaced_pod(
+        response = k8s.CoreV1Api(api.api_client).delete_collection_namespaced_pod(
             ns, label_selector=label_selector, _preload_content=False
         )
         items = json.loads(response.data).get("items") or []  # type: ignore[attr-defined]
@@ -409,18 +409,3 @@ def stale_selectors(gang: str, stale: dict[str, set[str]], targets_of: dict[str,
         f"{PODGANG_LABEL}={gang},{PODCLIQUE_LABEL}={p},{POD_TEMPLATE_HASH_LABEL} in ({','.join(sorted(hs))})"
         for p, hs in sorted(stale.items())
     ]
-
-
-async def patch_as_rollout(kube: Kube, key: str, kind: Kind, ns: str, name: str, patch: Object) -> Object:
-    """A merge patch written as the rollout's field manager (`FIELD_MANAGER`)."""
-    from drivers.kube import MERGE_PATCH, REQUEST_TIMEOUT
-
-    def call(api: Any) -> Object:
-        result: Object = api.patch_namespaced_custom_object(
-            kind.group, kind.version, ns, kind.plural, name, patch,
-            field_manager=FIELD_MANAGER, _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT,
-        )  # fmt: skip
-        return result
-
-    result: Object = await kube._call(key, f"{kind.kind} {ns}/{name}", call)  # noqa: SLF001
-    return result

@@ -60,7 +60,7 @@ def wait_serving(sim: RunningSim, pcs: str, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
-def create_pcs(sim: RunningSim, body: dict[str, Any]) -> None:
+def create_pcs(sim: RunningSim, body: dict[str, Any], timeout: float = 60) -> None:
     """Create a PodCliqueSet through the simulated API (as `kubectl apply` would), then wait."""
     response = httpx.post(
         f"{sim.url}/apis/grove.io/v1alpha1/namespaces/default/podcliquesets",
@@ -69,7 +69,7 @@ def create_pcs(sim: RunningSim, body: dict[str, Any]) -> None:
         timeout=10,
     )
     response.raise_for_status()
-    wait_serving(sim, body["metadata"]["name"])
+    wait_serving(sim, body["metadata"]["name"], timeout)
 
 
 def pcs_body(

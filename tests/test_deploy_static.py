@@ -40,7 +40,7 @@ DOORS = {"drivers/kube.py", "drivers/kube_streams.py"}
 STREAM_VERBS = {"list_objects": ("list", 2), "watch_events": ("watch", 2)}
 # The kubernetes client's method prefix -> the RBAC verb it sends.
 CLIENT_VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
-                "delete": "delete", "replace": "update"}  # fmt: skip
+                "delete": "delete", "replace": "update", "delete_collection": "deletecollection"}  # fmt: skip
 # Kinds computed from object bodies: `_ensure` creates (and reads back) the site set-up objects
 # (objects.site_setup_objects) and the registration bodies (dpunode_body, dpudevice_bodies), and
 # converges (edit) only the registration bodies.
@@ -271,7 +271,7 @@ def required_permissions(
                     verb, position = STREAM_VERBS[func.id]
                     verbs, kind_arg, method = {verb}, node.args[position], func.id
                 elif isinstance(func, ast.Attribute) and (
-                    match := re.fullmatch(r"([a-z]+)_namespaced_([a-z_]+)", func.attr)
+                    match := re.fullmatch(r"([a-z]+(?:_collection)?)_namespaced_([a-z_]+)", func.attr)
                 ):
                     api = func.value.func if isinstance(func.value, ast.Call) else None
                     if match.group(2) == "custom_object" or getattr(api, "attr", "") != "CoreV1Api":
@@ -318,7 +318,7 @@ def test_the_base_grants_exactly_what_the_activities_call() -> None:
     assert missing == {}, f"activities need verbs deploy/base does not grant: {missing}"
     assert granted - set(needed) == set(), "deploy/base grants what no activity calls"
     # The rollout's calls are among those read (the analysis reaches Grove's doors too).
-    assert ("delete", "scheduler.grove.io", "podgangs") in needed
+    assert ("deletecollection", "", "pods") in needed
     assert ("watch", "grove.io", "podcliquesets") in needed
 
 

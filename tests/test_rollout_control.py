@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from host_operation_support import save_history
 from rollout_support import (
     INFERENCE,
     delete_pod,
@@ -83,6 +84,7 @@ async def test_abort_takes_every_podgang_back_so_a_replaced_pod_joins_its_own_ve
             with pytest.raises(WorkflowFailureError) as failed:
                 await handle.result()
             assert matches(failed.value.cause, RolloutAborted)
+            await save_history(handle, "rollout_aborted")
             assert "back at" in str(failed.value.cause)
             assert (await handle.describe()).status.name == "FAILED"
             assert (await status_of(handle)).phase == "aborted"
@@ -122,6 +124,7 @@ async def test_a_pod_replaced_while_paused_is_healed_at_once(
             assert len(decode) == 1  # whole again
             await answer(handle, RESUME_UPDATE)
             result = await handle.result()
+            await save_history(handle, "rollout_paused_healed")
         assert result.outcome == "completed"
         kinds = [(v["kind"], v["subject"]) for v in sim.violations()]
         assert kinds == [("podgang-mixed-template-hashes", f"default/{stale_gang}")]  # Grove's, healed
@@ -148,6 +151,7 @@ async def test_a_foreign_template_edit_pauses_naming_the_field_and_who_and_rollb
             await answer(handle, ROLLBACK_UPDATE)
             result = await handle.result()
             assert time.monotonic() - started < 60
+            await save_history(handle, "rollout_foreign_edit_rolled_back")
         assert result.outcome == "rolled-back"
         template = {c["name"]: c for c in pcs_object(sim, "inference")["spec"]["template"]["cliques"]}
         assert template["prefill"]["labels"] == {"team": "kv"}  # theirs stays

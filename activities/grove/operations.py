@@ -24,6 +24,7 @@ from temporalio import activity
 
 from contracts.errors import InvalidInput
 from contracts.models.grove import (
+    FIELD_MANAGER,
     PART_OF_LABEL,
     POD_TEMPLATE_HASH_LABEL,
     PODCLIQUE_LABEL,
@@ -46,7 +47,6 @@ from drivers.grove import (
     images_patch,
     kinds,
     list_pods,
-    patch_as_rollout,
     pclq_clique,
     pcs_state,
     revert_patch,
@@ -72,46 +72,31 @@ class GroveActivities:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    async def _items(self, pcs: PCSRef, kind_index: int) -> list[Object]:
-        selector = f"{PART_OF_LABEL}={pcs.name}"
-        listed = await self.kube.list(_key(pcs), kinds()[kind_index], pcs.namespace, label_selector=selector)
-        return list(listed.get("items") or [])
-
     @activity.defn(name="read_pcs_state")
     async def read_pcs_state(self, pcs: PCSRef) -> PCSState:
         """The PodCliqueSet, its PodCliques, scaling groups, PodGangs and pods (5 calls)."""
         obj = await self.kube.get(_key(pcs), kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
-        gangs = await self._items(pcs, 1)
-        pclqs = await self._items(pcs, 2)
-        pcsgs = await self._items(pcs, 3)
+        key, ns, selector = _key(pcs), pcs.namespace, f"{PART_OF_LABEL}={pcs.name}"
+        gangs = (await self.kube.list(key, kinds()[1], ns, label_selector=selector)).get("items") or []
+        pclqs = (await self.kube.list(key, kinds()[2], ns, label_selector=selector)).get("items") or []
+        pcsgs = (await self.kube.list(key, kinds()[3], ns, label_selector=selector)).get("items") or []
         pods = await list_pods(self.kube, _key(pcs), pcs.namespace, f"{PART_OF_LABEL}={pcs.name}")
         return pcs_state(pcs.namespace, pcs.name, obj, gangs, pclqs, pcsgs, pods)
 
     async def _edit(self, pcs: PCSRef, change: Any) -> tuple[Object, bool]:
-        """Read, ask `change` for a patch, write it conditionally as the rollout (409: again)."""
-        from contracts.errors import ConflictRetriesExhausted
-
-        for _ in range(6):
-            obj = await self.kube.get(_key(pcs), kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
-            if obj is None:
-                raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
-            patch = change(obj)
-            if patch is None:
-                return obj, False
-            patch = {
-                **patch,
-                "metadata": {
-                    **(patch.get("metadata") or {}),
-                    "resourceVersion": obj["metadata"]["resourceVersion"],
-                },
-            }
-            try:
-                return await patch_as_rollout(
-                    self.kube, _key(pcs), kinds()[0], pcs.namespace, pcs.name, patch
-                ), True
-            except ConflictRetriesExhausted:
-                log.info("PodCliqueSet %s changed while we edited it; reading it again", pcs)
-        raise ConflictRetriesExhausted(f"PodCliqueSet {pcs} kept changing under us")
+        """Read, ask `change` for a patch, write it conditionally as `metalflow-rollout`."""
+        obj, changed = await self.kube.edit(
+            _key(pcs),
+            kinds()[0],
+            pcs.namespace,
+            pcs.name,
+            change,
+            missing_ok=True,
+            field_manager=FIELD_MANAGER,
+        )
+        if obj is None:
+            raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
+        return obj, changed
 
     @activity.defn(name="set_pcs_images")
     async def set_pcs_images(self, request: SetImagesInput) -> TemplateResult:
@@ -183,8 +168,11 @@ class GroveActivities:
                 log.info("not rolling %s: %s not serving", request.podgang, blocked)
                 return RollGangResult(blocked_by=blocked)
         pods = await list_pods(self.kube, key, ns, f"{PODGANG_LABEL}={request.podgang}")
+        listed = await self.kube.list(
+            key, kinds()[2], ns, label_selector=f"{PART_OF_LABEL}={request.pcs.name}"
+        )
         clique_of = {
-            p["metadata"]["name"]: pclq_clique(p, request.pcs.name) for p in await self._items(request.pcs, 2)
+            p["metadata"]["name"]: pclq_clique(p, request.pcs.name) for p in listed.get("items") or []
         }
         stale: dict[str, set[str]] = {}
         targets_of: dict[str, str] = {}

@@ -101,9 +101,13 @@ class RolloutWatcherActivities:
         info = activity.info()
         sequence = int(info.heartbeat_details[0]) if info.heartbeat_details else 0
         pcs = request.pcs
+        selector = f"{PART_OF_LABEL}={pcs.name}"
         streams = [
             _Stream(kinds()[0], field_selector=f"metadata.name={pcs.name}"),
-            *(_Stream(k, label_selector=f"{PART_OF_LABEL}={pcs.name}") for k in kinds()[1:]),
+            _Stream(kinds()[1], label_selector=selector),
+            _Stream(kinds()[2], label_selector=selector),
+            _Stream(kinds()[3], label_selector=selector),
+            _Stream(kinds()[4], label_selector=selector),
         ]
         changed = asyncio.Event()
         handle = self.temporal.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
