@@ -66,10 +66,10 @@ def build_activities(
     grove = GroveActivities(kube)
     found += [
         grove.read_pcs_state,
-        grove.read_pcs_template,
         grove.set_pcs_images,
-        grove.restore_pcs_template,
-        grove.roll_podgangs,
+        grove.revert_pcs_images,
+        grove.describe_template_change,
+        grove.roll_podgang,
         grove.publish_rollout_progress,
         grove.scale_pcs,
     ]

@@ -61,11 +61,13 @@ from contracts.models.grove import (
     PCSRef,
     PCSState,
     ProgressInput,
-    RollPodGangsInput,
-    RollPodGangsResult,
+    RevertInput,
+    RollGangInput,
+    RollGangResult,
     ScalePCSInput,
     SetImagesInput,
-    TemplateInput,
+    TemplateChange,
+    TemplateChangeInput,
     TemplateResult,
     WatchPCSInput,
 )
@@ -318,32 +320,32 @@ async def wait_for_dpu_os(request: WaitDPUOSInput) -> DPUSystemState:
 # -- Grove (the rollout) -------------------------------------------------------------------------------
 @activity.defn(name="read_pcs_state")
 async def read_pcs_state(pcs: PCSRef) -> PCSState:
-    """The PodCliqueSet, its PodGangs and what runs the current hash (`exists=False` once gone)."""
+    """The PodCliqueSet, its PodGangs and their pods (`summary.exists=False` once gone)."""
     _declared_only("read_pcs_state")
-
-
-@activity.defn(name="read_pcs_template")
-async def read_pcs_template(pcs: PCSRef) -> TemplateResult:
-    """The template as it is now (what a rollback restores)."""
-    _declared_only("read_pcs_template")
 
 
 @activity.defn(name="set_pcs_images")
 async def set_pcs_images(request: SetImagesInput) -> TemplateResult:
-    """Set the images of the named cliques in the template; Grove then computes a new hash."""
+    """Set images ("clique/container") in the template; refused unless the PCS is OnDelete."""
     _declared_only("set_pcs_images")
 
 
-@activity.defn(name="restore_pcs_template")
-async def restore_pcs_template(request: TemplateInput) -> TemplateResult:
-    """Put back a template read earlier (a rollback), exactly."""
-    _declared_only("restore_pcs_template")
+@activity.defn(name="revert_pcs_images")
+async def revert_pcs_images(request: RevertInput) -> TemplateResult:
+    """Put back the fields a rollout set, where they still hold the values it set."""
+    _declared_only("revert_pcs_images")
 
 
-@activity.defn(name="roll_podgangs")
-async def roll_podgangs(request: RollPodGangsInput) -> RollPodGangsResult:
-    """Delete the step's PodGangs that are not yet at the target hash."""
-    _declared_only("roll_podgangs")
+@activity.defn(name="describe_template_change")
+async def describe_template_change(request: TemplateChangeInput) -> TemplateChange:
+    """The template fields changed since the rollout's write, and who changed them."""
+    _declared_only("describe_template_change")
+
+
+@activity.defn(name="roll_podgang")
+async def roll_podgang(request: RollGangInput) -> RollGangResult:
+    """Delete the PodGang's pods not at their clique's target (Grove recreates them)."""
+    _declared_only("roll_podgang")
 
 
 @activity.defn(name="publish_rollout_progress")
@@ -360,5 +362,5 @@ async def scale_pcs(request: ScalePCSInput) -> int:
 
 @activity.defn(name="watch_pcs")
 async def watch_pcs(request: WatchPCSInput) -> None:
-    """Follow a PodCliqueSet and its PodGangs and signal every change to the calling workflow."""
+    """Follow a PodCliqueSet, its PodGangs and pods; signal what changed to the calling workflow."""
     _declared_only("watch_pcs")

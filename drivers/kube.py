@@ -245,8 +245,11 @@ class Kube:
             return None
         return created
 
-    async def patch(self, key: str, kind: Kind, ns: str, name: str, patch: Object) -> Object:
-        """A JSON merge patch (a `metadata.resourceVersion` in it makes it conditional)."""
+    async def patch(
+        self, key: str, kind: Kind, ns: str, name: str, patch: Object, *, field_manager: str | None = None
+    ) -> Object:
+        """A JSON merge patch (a `metadata.resourceVersion` in it makes it conditional), recorded
+        in managedFields as `field_manager`'s when given (else the client's User-Agent)."""
         patched: Object = await self._call(
             key,
             f"{kind.kind} {ns}/{name}",
@@ -258,6 +261,7 @@ class Kube:
                 name,
                 patch,
                 _content_type=MERGE_PATCH,
+                field_manager=field_manager,
                 _request_timeout=REQUEST_TIMEOUT,
             ),  # fmt: skip
         )
@@ -289,7 +293,7 @@ class Kube:
     # -- conflict-safe edit ---------------------------------------------------------------------
     async def edit(
         self, key: str, kind: Kind, ns: str, name: str, change: Callable[[Object], Object | None],
-        *, missing_ok: bool = False,
+        *, missing_ok: bool = False, field_manager: str | None = None,
     ) -> tuple[Object | None, bool]:  # fmt: skip
         """Read, ask `change` for a merge patch (None: nothing to do), write it conditionally.
 
@@ -311,7 +315,10 @@ class Kube:
             meta = dict(patch.get("metadata") or {})
             meta["resourceVersion"] = obj["metadata"]["resourceVersion"]
             try:
-                return await self.patch(key, kind, ns, name, {**patch, "metadata": meta}), True
+                patched = await self.patch(
+                    key, kind, ns, name, {**patch, "metadata": meta}, field_manager=field_manager
+                )
+                return patched, True
             except ConflictRetriesExhausted:
                 log.info("%s %s/%s changed while we edited it; reading it again", kind.kind, ns, name)
             except ObjectNotFound:

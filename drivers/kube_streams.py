@@ -64,7 +64,8 @@ def auth_headers(configuration: k8s.Configuration) -> dict[str, str]:
 
 
 def _path(kind: Kind, namespace: str) -> str:
-    return f"/apis/{kind.group}/{kind.version}/namespaces/{namespace}/{kind.plural}"
+    root = f"/apis/{kind.group}" if kind.group else "/api"  # the core group (pods) is under /api
+    return f"{root}/{kind.version}/namespaces/{namespace}/{kind.plural}"
 
 
 async def list_objects(

@@ -14,7 +14,8 @@ def render(status: RolloutStatus, width: int = 30) -> str:
     if not what and status.in_flight:
         what = f"replica {','.join(map(str, status.replicas))}: {', '.join(status.in_flight)}"
     back = " (rolling back)" if status.rolling_back else ""
-    return f"{status.pcs} {status.phase}{back} [{bar}] {status.done}/{status.total} {what}".rstrip()
+    healed = f" healed {status.repairs}" if status.repairs else ""
+    return f"{status.pcs} {status.phase}{back} [{bar}] {status.done}/{status.total}{healed} {what}".rstrip()
 
 
 def root_cause(err: BaseException) -> str:

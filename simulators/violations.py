@@ -23,10 +23,12 @@ REBOOT_ANNOTATION_REMOVED_EARLY = "reboot-annotation-removed-early"
 HOST_RESET_DURING_ARM_SHUTDOWN = "host-reset-during-arm-shutdown"
 REBOOT_METHOD_NOT_MET = "reboot-method-not-met"
 BMC_SESSION_EXPIRED = "bmc-session-expired"
+# Grove (simulators/grove/checks.py says exactly when each is recorded).
 PODGANG_MIXED_TEMPLATE_HASHES = "podgang-mixed-template-hashes"
-MULTIPLE_MINIMUM_VIABLE_PODGANGS_IN_FLIGHT = "multiple-minimum-viable-podgangs-in-flight"
-REPLICA_BELOW_MIN_AVAILABLE = "replica-below-min-available"
-STEP_STARTED_BEFORE_PREVIOUS_AVAILABLE = "step-started-before-previous-available"
+PODCLIQUE_BELOW_MIN_AVAILABLE = "podclique-below-min-available"
+POD_WITHOUT_PODGANG = "pod-without-podgang"
+GANG_TERMINATION_TRIGGERED = "gang-termination-triggered"
+GREP_393_ORDER = "grep-393-order"
 
 
 @dataclass(frozen=True)

@@ -30,27 +30,86 @@ INFERENCE = {
     ],
 }
 PLAIN = {"name": "plain", "replicas": 2, "cliques": ["frontend", "backend"]}
-HASH = "grove.io/podcliqueset-generation-hash"
 FAST = RolloutPolicy(step_deadline_seconds=30)
+OUTAGE = RolloutPolicy(step_deadline_seconds=30, allow_replica_outage=True)
+POD_HASH = "grove.io/pod-template-hash"
 
 
 @contextlib.contextmanager
 def grove_site(tmp_path: Path, *workloads: dict[str, Any], timings: str = "demo") -> Iterator[RunningSim]:
     """A simulated site with no hosts and the given Grove workloads, created at start."""
     site = tmp_path / "site.yaml"
-    site.write_text(
-        yaml.safe_dump({"name": "grove", "hosts": [], "workloads": list(workloads or [INFERENCE])})
-    )
+    site.write_text(yaml.safe_dump({"name": "grove", "hosts": [], "workloads": list(workloads)}))
     with running_sim(tmp_path / "sim", site_file=site, timings=timings, initialised=True) as sim:
-        deadline = time.monotonic() + 60
-        for workload in workloads or [INFERENCE]:
-            while not (found := gangs(sim, workload["name"])) or not all(
-                available(g) for g in found.values()
-            ):
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"the PodGangs of {workload['name']} did not become Available")
-                time.sleep(0.1)
+        for workload in workloads:
+            wait_serving(sim, workload["name"])
         yield sim
+
+
+def wait_serving(sim: RunningSim, pcs: str, timeout: float = 60) -> None:
+    """Until every pod of `pcs` exists and is Ready (and there are some)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = pods(sim, pcs)
+        gang_list = gangs(sim, pcs)
+        want = sum(len(pg["podReferences"]) for g in gang_list.values() for pg in g["spec"]["podgroups"])
+        if found and gang_list and len(found) == want and all(ready(p) for p in found.values()):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the pods of {pcs} did not become Ready")
+        time.sleep(0.1)
+
+
+def create_pcs(sim: RunningSim, body: dict[str, Any], timeout: float = 60) -> None:
+    """Create a PodCliqueSet through the simulated API (as `kubectl apply` would), then wait."""
+    response = httpx.post(
+        f"{sim.url}/apis/grove.io/v1alpha1/namespaces/default/podcliquesets",
+        json=body,
+        headers=sim.headers,
+        timeout=10,
+    )
+    response.raise_for_status()
+    wait_serving(sim, body["metadata"]["name"], timeout)
+
+
+def pcs_body(
+    name: str,
+    replicas: int,
+    cliques: list[tuple[str, int, int]],
+    groups: list[tuple[str, list[str], int, int]] = (),  # type: ignore[assignment]
+    *,
+    image: str = "registry.local/app:1",
+    containers: int = 1,
+    strategy: str = "OnDelete",
+    termination_delay: str | None = None,
+) -> dict[str, Any]:
+    """A PodCliqueSet: cliques as (name, replicas, minAvailable); groups (name, cliques, replicas, min)."""
+    template: dict[str, Any] = {
+        "cliques": [
+            {
+                "name": c,
+                "spec": {
+                    "roleName": c,
+                    "replicas": n,
+                    "minAvailable": m,
+                    "podSpec": {"containers": [{"name": f"c{i}", "image": image} for i in range(containers)]},
+                },
+            }
+            for c, n, m in cliques
+        ],
+        "podCliqueScalingGroups": [
+            {"name": g, "cliqueNames": members, "replicas": r, "minAvailable": m}
+            for g, members, r, m in groups
+        ],
+    }
+    if termination_delay:
+        template["terminationDelay"] = termination_delay
+    return {
+        "apiVersion": "grove.io/v1alpha1",
+        "kind": "PodCliqueSet",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas, "updateStrategy": {"type": strategy}, "template": template},
+    }
 
 
 @contextlib.asynccontextmanager
@@ -97,16 +156,36 @@ async def wait_for(
     return await wait_for_query(lambda: status_of(handle), predicate, what, timeout)
 
 
-def gangs(sim: RunningSim, pcs: str) -> dict[str, dict[str, Any]]:
-    """The PodGangs of `pcs`, read from the simulated API."""
+def _list(sim: RunningSim, path: str, selector: str) -> dict[str, dict[str, Any]]:
     response = httpx.get(
-        f"{sim.url}/apis/scheduler.grove.io/v1alpha1/namespaces/default/podgangs",
-        params={"labelSelector": f"app.kubernetes.io/part-of={pcs}"},
-        headers=sim.headers,
-        timeout=10,
+        f"{sim.url}{path}", params={"labelSelector": selector}, headers=sim.headers, timeout=10
     )
     response.raise_for_status()
     return {o["metadata"]["name"]: o for o in response.json()["items"]}
+
+
+def gangs(sim: RunningSim, pcs: str) -> dict[str, dict[str, Any]]:
+    """The PodGangs of `pcs`, read from the simulated API."""
+    return _list(
+        sim,
+        "/apis/scheduler.grove.io/v1alpha1/namespaces/default/podgangs",
+        f"app.kubernetes.io/part-of={pcs}",
+    )
+
+
+def pods(sim: RunningSim, pcs: str, selector: str = "") -> dict[str, dict[str, Any]]:
+    """The pods of `pcs` (and `selector`), read from the simulated API."""
+    extra = f",{selector}" if selector else ""
+    return _list(sim, "/api/v1/namespaces/default/pods", f"app.kubernetes.io/part-of={pcs}{extra}")
+
+
+def pod_hashes(sim: RunningSim, pcs: str, clique: str) -> set[str]:
+    """The pod-template hashes the pods of one clique run."""
+    return {
+        p["metadata"]["labels"][POD_HASH]
+        for p in pods(sim, pcs).values()
+        if p["metadata"]["labels"]["grove.io/podclique"].endswith(f"-{clique}")
+    }
 
 
 def pcs_object(sim: RunningSim, pcs: str) -> dict[str, Any]:
@@ -120,10 +199,13 @@ def pcs_object(sim: RunningSim, pcs: str) -> dict[str, Any]:
     return found
 
 
-def hashes(sim: RunningSim, pcs: str) -> dict[str, str]:
-    return {n: g["metadata"]["labels"][HASH] for n, g in gangs(sim, pcs).items()}
+def delete_pod(sim: RunningSim, name: str) -> None:
+    """The pod-replacement fault: delete a pod as an eviction would (Grove replaces it)."""
+    httpx.delete(
+        f"{sim.url}/api/v1/namespaces/default/pods/{name}", headers=sim.headers, timeout=10
+    ).raise_for_status()
 
 
-def available(gang: dict[str, Any]) -> bool:
-    conditions = (gang.get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Available" and c["status"] == "True" for c in conditions)
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)

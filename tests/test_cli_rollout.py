@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from rollout_support import INFERENCE, grove_site, hashes, pcs_object
+from rollout_support import INFERENCE, gangs, grove_site, pcs_object, pod_hashes
 from sim_support import RunningSim
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
@@ -56,9 +56,9 @@ async def test_start_wait_completes_and_status_reports_it(
         "start",
         "default/inference",
         "--set",
-        "router=registry.local/router:2",
+        "prefill=registry.local/prefill:2",
         "--set",
-        "decode=registry.local/decode:2",
+        "decode/main=registry.local/decode:2",
         "--wait",
         "--task-queue",
         queue,
@@ -68,14 +68,14 @@ async def test_start_wait_completes_and_status_reports_it(
     assert "[" in done.stdout and "/6" in done.stdout  # progress lines
     # Not a terminal: stamped lines (UTC, elapsed), and what each step waits for since when.
     assert re.search(r"Z \+\d+:\d\d rollout/default/inference: default/inference rolling \[", done.stdout)
-    waits = r"rollout/default/inference:   waiting for inference-0-mpg-0 back at the new version \(since "
+    waits = r"rollout/default/inference:   waiting for inference-0-\d+ whole and Ready at the new version \("
     assert re.search(waits, done.stdout), done.stdout
     shown = await metalflow(local_env, "rollout", "status", "default/inference", "--json")
     assert shown.status == 0, shown.stderr
     status = json.loads(shown.stdout)
     assert status["phase"] == "completed" and status["done"] == status["total"] == 6
-    assert len(status["steps"]) == 6
-    assert set(hashes(sim, "inference").values()) == {status["target_hash"]}
+    assert len(status["steps"]) == status["steps_done"] == 6
+    assert len(pod_hashes(sim, "inference", "decode")) == 1
     plain = await metalflow(local_env, "rollout", "status", "default/inference")
     assert "completed [##############################] 6/6" in plain.stdout
     assert sim.violations() == []
@@ -87,6 +87,8 @@ async def test_start_wait_completes_and_status_reports_it(
         (["default/nope", "--set", "router=registry.local/r:2"], "no PodCliqueSet default/nope"),
         (["default/inference", "--set", "gpu=registry.local/g:2"], "has no clique gpu"),
         (["default/rolling", "--set", "router=registry.local/r:2"], "needs OnDelete"),
+        (["default/inference", "--set", "decode/side=registry.local/r:2"], "has no container 'side'"),
+        (["default/inference", "--set", "router=registry.local/r:2"], "--allow-replica-outage"),
         (["default/inference", "--set", "router="], "the image is empty"),
         (["default/inference", "--set", "router=Not An Image"], "is not a container image reference"),
         (["inference", "--set", "router=registry.local/r:2"], "give NAMESPACE/PCS"),
@@ -119,18 +121,23 @@ async def _latest_run(local_env: WorkflowEnvironment, name: str) -> str | None:
 async def test_second_start_is_refused_and_operator_commands_answer(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
-    previous = router_image(sim)
+    previous = decode_image(sim)
     # The rollout cannot finish while the commands below run, however slow the machine: replica
-    # 1's first MPG never becomes Available until the fault is cleared (and the step's deadline
-    # passed), so every answer is the one for a rollout in flight.
-    sim.inject("podgangs/inference-1-mpg-0/never-available")
+    # 1's anchor never becomes Ready until the fault is cleared (and the step's deadline passed),
+    # so every answer is the one for a rollout in flight.
+    anchor = next(
+        n for n, g in sorted(gangs(sim, "inference").items())
+        if g["metadata"]["labels"]["grove.io/podcliqueset-replica-index"] == "1"
+        and g["metadata"]["labels"]["grove.io/podgang-role"] == "Anchor"
+    )  # fmt: skip
+    sim.inject(f"podgangs/{anchor}/never-available")
     started = await metalflow(
         local_env,
         "rollout",
         "start",
         "default/inference",
         "--set",
-        "router=registry.local/router:3",
+        "decode=registry.local/decode:3",
         "--step-deadline",
         "45",
         "--task-queue",
@@ -143,7 +150,7 @@ async def test_second_start_is_refused_and_operator_commands_answer(
         "start",
         "default/inference",
         "--set",
-        "router=registry.local/router:4",
+        "decode=registry.local/decode:4",
         "--task-queue",
         queue,
     )
@@ -158,15 +165,15 @@ async def test_second_start_is_refused_and_operator_commands_answer(
     rollback = await metalflow(local_env, "rollout", "rollback", "default/inference")
     assert rollback.status == 0, rollback.stderr
     assert "rolling back" in rollback.stdout
-    sim.inject("podgangs/inference-1-mpg-0/clear")  # its re-creation at the old hash comes up
+    sim.inject(f"podgangs/{anchor}/clear")  # its pods' replacements come up
     handle = local_env.client.get_workflow_handle("rollout/default/inference", result_type=RolloutResult)
     result = await handle.result()  # the rollback finishes: no rollout is left running
     assert result.outcome == "rolled-back"
-    assert router_image(sim) == previous
-    assert set(hashes(sim, "inference").values()) == {result.target_hash}
+    assert decode_image(sim) == previous
+    assert len(pod_hashes(sim, "inference", "decode")) == 1
     assert sim.violations() == []
 
 
-def router_image(sim: RunningSim) -> str:
+def decode_image(sim: RunningSim) -> str:
     cliques = pcs_object(sim, "inference")["spec"]["template"]["cliques"]
-    return str(next(c for c in cliques if c["name"] == "router")["spec"]["podSpec"]["containers"][0]["image"])
+    return str(next(c for c in cliques if c["name"] == "decode")["spec"]["podSpec"]["containers"][0]["image"])

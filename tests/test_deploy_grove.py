@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from deploy_support import WORKER_SA, granted_by_base, restricted_kubeconfig
-from rollout_support import INFERENCE, gangs, grove_site, hashes, start_rollout
+from rollout_support import INFERENCE, grove_site, pod_hashes, pods, start_rollout
 from temporalio.client import Client
 
 from drivers.settings import Settings
@@ -21,30 +21,31 @@ from metalflow.runtime.worker import build_worker
 
 pytestmark = pytest.mark.slow
 
-GROVE_GROUPS = {"grove.io", "scheduler.grove.io"}
+GROVE_GROUPS = {"grove.io", "scheduler.grove.io"}  # plus pods (core), checked with the rest
 
 
 async def test_least_privilege_worker_rolls_the_inference_workload(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     with grove_site(tmp_path, INFERENCE) as sim:
-        before = {name: gang["metadata"]["uid"] for name, gang in gangs(sim, "inference").items()}
+        before = set(pods(sim, "inference"))
         # No host reads a Secret here; one named Secret keeps that rule as narrow as installed.
         kubeconfig = await asyncio.to_thread(restricted_kubeconfig, sim, tmp_path, ["bmc-none"])
         settings = Settings(site_file=sim.site_file, kubeconfig=kubeconfig)
         async with build_worker(client, task_queue, settings):
             handle = await start_rollout(
-                client, task_queue, "inference", {"router": "registry.local/router:2.0"}
+                client, task_queue, "inference", {"decode": "registry.local/decode:2.0"}
             )
             result = await handle.result()
         audit = sim.audit()
-        after = {name: gang["metadata"]["uid"] for name, gang in gangs(sim, "inference").items()}
-        final_hashes = set(hashes(sim, "inference").values())
+        after = set(pods(sim, "inference"))
+        final_hashes = pod_hashes(sim, "inference", "decode")
         violations = sim.violations()
 
     assert result.outcome == "completed"
-    assert final_hashes == {result.target_hash}
-    assert sorted(after) == sorted(before) and all(after[n] != before[n] for n in before)
+    assert len(final_hashes) == 1
+    assert {n for n in before - after if "-decode-" not in n} == set()  # only decode pods replaced
+    assert len(before - after) == 6
     assert violations == []
 
     user = "system:serviceaccount:{}:{}".format(*WORKER_SA)

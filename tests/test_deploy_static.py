@@ -41,7 +41,8 @@ DOORS = {"drivers/kube.py", "drivers/kube_streams.py"}
 STREAM_VERBS = {"list_objects": ("list", 2), "watch_events": ("watch", 2)}
 # The kubernetes client's method prefix -> the RBAC verb it sends.
 CLIENT_VERBS = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
-                "delete": "delete", "replace": "update"}  # fmt: skip
+                "delete": "delete", "replace": "update",
+                "delete_collection": "deletecollection"}  # fmt: skip
 # The typed clients a driver may call directly, and the API group of their resources: Secrets
 # (drivers/credentials.py) and the worker's Events (drivers/kube_events.py).
 TYPED_APIS = {"CoreV1Api": "", "EventsV1Api": "events.k8s.io"}
@@ -275,7 +276,7 @@ def required_permissions(
                     verb, position = STREAM_VERBS[func.id]
                     verbs, kind_arg, method = {verb}, node.args[position], func.id
                 elif isinstance(func, ast.Attribute) and (
-                    match := re.fullmatch(r"([a-z]+)_namespaced_([a-z_]+)", func.attr)
+                    match := re.fullmatch(r"([a-z]+(?:_collection)?)_namespaced_([a-z_]+)", func.attr)
                 ):
                     api = func.value.func if isinstance(func.value, ast.Call) else None
                     group = TYPED_APIS.get(getattr(api, "attr", ""))
@@ -323,7 +324,7 @@ def test_the_base_grants_exactly_what_the_activities_call() -> None:
     assert missing == {}, f"activities need verbs deploy/base does not grant: {missing}"
     assert granted - set(needed) == set(), "deploy/base grants what no activity calls"
     # The rollout's calls are among those read (the analysis reaches Grove's doors too).
-    assert ("delete", "scheduler.grove.io", "podgangs") in needed
+    assert ("deletecollection", "", "pods") in needed
     assert ("watch", "grove.io", "podcliquesets") in needed
 
 

@@ -1,5 +1,5 @@
-"""Helpers for the Grove tests (a store with the real CRDs, a running controller, waiting on
-watch events), and the layout the controller plans for a PodCliqueSet."""
+"""Helpers for the simulated Grove's tests: a store with the served CRDs, a running controller,
+waiting on watch events."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from simulators.grove import GroveController, pcs_for_workload
-from simulators.grove.model import plan_replica
 from simulators.kube.crds import find_crd_dir, new_store
 from simulators.kube.store import ResourceType, Store, WatchEvent
 from simulators.timings import timings_for
@@ -19,7 +18,7 @@ from simulators.violations import Violations
 
 CRDS = find_crd_dir()
 NS = "default"
-HASH = "grove.io/podcliqueset-generation-hash"
+POD_HASH = "grove.io/pod-template-hash"
 T = TypeVar("T")
 
 
@@ -58,20 +57,22 @@ class Grove:
     def pcsg_rt(self) -> ResourceType:
         return self.controller.pcsg_rt
 
-    def gang(self, name: str) -> dict[str, Any]:
-        return self.store.get(self.pg_rt, NS, name)
+    @property
+    def pod_rt(self) -> ResourceType:
+        return self.controller.pod_rt
 
-    def find(self, name: str) -> dict[str, Any]:
-        """The PodGang, or an empty dict while it does not exist (between delete and re-create)."""
-        return self.gangs().get(name, {})
-
-    def rolled(self, name: str, hash_: str) -> bool:
-        gang = self.find(name)
-        return bool(gang) and gang["metadata"]["labels"][HASH] == hash_ and available(gang)
+    @property
+    def pgm_rt(self) -> ResourceType:
+        return self.controller.pgm_rt
 
     def gangs(self, pcs: str = "inference") -> dict[str, dict[str, Any]]:
         objs = self.store.list(self.pg_rt, NS, label_selector=f"app.kubernetes.io/part-of={pcs}")[0]
         return {o["metadata"]["name"]: o for o in objs}
+
+    def pods(self, selector: str = "app.kubernetes.io/part-of=inference") -> dict[str, dict[str, Any]]:
+        return {
+            o["metadata"]["name"]: o for o in self.store.list(self.pod_rt, NS, label_selector=selector)[0]
+        }
 
     def pcs(self, name: str = "inference") -> dict[str, Any]:
         return self.store.get(self.pcs_rt, NS, name)
@@ -80,24 +81,28 @@ class Grove:
         return [v["kind"] for v in self.violations.as_json()]
 
     async def until(self, cond: Callable[[], T | None | bool], timeout: float = 5.0) -> T:
-        """Wait until `cond()` is truthy, re-checking on every Grove watch event (no sleeping)."""
-        return await until(self.store, [self.pcs_rt, self.pg_rt, self.pclq_rt, self.pcsg_rt], cond, timeout)
+        """Wait until `cond()` is truthy, re-checking on every Grove or pod watch event."""
+        return await until(self.store, [self.pcs_rt, self.pg_rt, self.pclq_rt, self.pod_rt], cond, timeout)
 
-    async def all_available(self, pcs: str = "inference", count: int | None = None) -> None:
+    async def all_ready(self, pcs: str = "inference", count: int | None = None) -> None:
         def done() -> bool:
+            pods = self.pods(f"app.kubernetes.io/part-of={pcs}")
             gangs = self.gangs(pcs)
+            want = sum(len(pg["podReferences"]) for g in gangs.values() for pg in g["spec"]["podgroups"])
             return (
-                bool(gangs)
-                and (count is None or len(gangs) == count)
-                and all(available(g) for g in gangs.values())
+                bool(pods)
+                and len(pods) == want
+                and (count is None or len(pods) == count)
+                and all(ready(p) for p in pods.values())
             )
 
         await self.until(done)
 
-    def set_image(self, image: str, pcs: str = "inference") -> None:
+    def set_image(self, image: str, clique: str, pcs: str = "inference") -> None:
         obj = self.pcs(pcs)
-        for clique in obj["spec"]["template"]["cliques"]:
-            clique["spec"]["podSpec"]["containers"][0]["image"] = image
+        for c in obj["spec"]["template"]["cliques"]:
+            if c["name"] == clique:
+                c["spec"]["podSpec"]["containers"][0]["image"] = image
         self.store.update(self.pcs_rt, NS, pcs, obj)
 
 
@@ -108,10 +113,8 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
-def available(gang: dict[str, Any]) -> bool:
-    if not gang:
-        return False
-    c = condition(gang, "Available")
+def ready(pod: dict[str, Any]) -> bool:
+    c = condition(pod, "Ready")
     return c is not None and c["status"] == "True"
 
 
@@ -153,38 +156,3 @@ async def running(**timings: float) -> AsyncIterator[Grove]:
         yield Grove(store, controller, violations)
     finally:
         await controller.stop()
-
-
-# -- the planned layout -------------------------------------------------------------------------
-def test_default_workload_has_two_mpgs_and_a_tail_per_replica() -> None:
-    store = new_store(CRDS)
-    pcs = store.create(store.resource_type_for_kind("grove.io/v1alpha1", "PodCliqueSet"), NS, inference())
-    plan = plan_replica(pcs, 1)
-    assert plan.mpg_count == 2
-    assert [g.name for g in plan.gangs] == ["inference-1-mpg-0", "inference-1-mpg-1", "inference-1-workers-2"]
-    mpg0 = plan.gangs[0]
-    assert [(s.pclq, s.pods) for s in mpg0.shares] == [
-        ("inference-1-router", (0,)),
-        ("inference-1-workers-0-prefill", (0,)),
-        ("inference-1-workers-0-decode", (0,)),
-    ]
-    assert not plan.gangs[2].mpg
-
-
-def test_a_single_router_pod_makes_one_mpg_holding_the_minimum() -> None:
-    pcs = inference(router=1)
-    pcs["metadata"]["uid"] = "u"
-    plan = plan_replica(pcs, 0)
-    assert plan.mpg_count == 1
-    assert [g.name for g in plan.gangs] == [
-        "inference-0-mpg-0",
-        "inference-0-workers-1",
-        "inference-0-workers-2",
-    ]
-
-
-def test_excess_standalone_pods_go_to_the_last_mpg() -> None:
-    pcs = inference(router=5)
-    plan = plan_replica(pcs, 0)
-    assert plan.mpg_count == 3  # min(router 5 // 1, workers 3 // 1)
-    assert [s.pods for s in plan.gangs[2].shares if s.pclq.endswith("router")] == [(2, 3, 4)]

@@ -1,10 +1,12 @@
-"""End to end: a rollout paused by a PodGang that never becomes Available or falls back, and the
-operator's answers (resume, rollback, abort, pause), against the simulated site's Grove. Every
-test asserts the simulator recorded no violation."""
+"""End to end: the operator's answers and the faults a rollout must survive, against the simulated
+site's Grove (pinned 6eaa77f0): a pod Grove replaces while the rollout is paused and after an
+abort (the pod-replacement fault), a template edit by someone else, a stuck step interrupted by
+a rollback, a PodCliqueSet switched to RollingRecreate."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -13,17 +15,20 @@ import pytest
 from host_operation_support import save_history
 from rollout_support import (
     INFERENCE,
+    delete_pod,
     gangs,
     grove_site,
-    hashes,
     pcs_object,
+    pod_hashes,
+    pods,
     start_rollout,
     status_of,
     wait_for,
+    wait_serving,
     worker_for,
 )
 from sim_support import RunningSim
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
 from contracts.errors import RolloutAborted, matches
 from contracts.models.control import (
@@ -33,10 +38,10 @@ from contracts.models.control import (
     OperatorAnswer,
     OperatorRequest,
 )
-from contracts.models.grove import ROLLBACK_UPDATE, RolloutPolicy
+from contracts.models.grove import ROLLBACK_UPDATE
 
-SHORT = RolloutPolicy(step_deadline_seconds=4)
-NEW = {"router": "registry.local/router:2.0"}
+KUBECTL = "/usr/bin/kubectl"
+NEW = {"prefill": "registry.local/worker:2.0", "decode": "registry.local/worker:2.0"}
 OPERATOR = OperatorRequest(requested_by="pytest", reason="test")
 
 
@@ -45,134 +50,151 @@ async def answer(handle: WorkflowHandle[Any, Any], update: str) -> OperatorAnswe
     return result
 
 
-async def refusal(handle: WorkflowHandle[Any, Any], update: str) -> str:
-    """The validator's message when `update` is refused."""
-    with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await answer(handle, update)
-    return str(refused.value.cause)
+def gang_of(sim: RunningSim, replica: int, role: str) -> str:
+    return next(
+        n
+        for n, g in sorted(gangs(sim, "inference").items())
+        if g["metadata"]["labels"]["grove.io/podcliqueset-replica-index"] == str(replica)
+        and g["metadata"]["labels"]["grove.io/podgang-role"] == role
+    )
 
 
-async def test_never_available_pauses_then_resume_after_the_fix_completes(
+def pod_in(sim: RunningSim, gang: str, clique: str) -> str:
+    return next(
+        n for n, p in sorted(pods(sim, "inference", f"grove.io/podgang={gang}").items()) if f"-{clique}-" in n
+    )
+
+
+def images(sim: RunningSim) -> dict[str, str]:
+    return {
+        c["name"]: c["spec"]["podSpec"]["containers"][0]["image"]
+        for c in pcs_object(sim, "inference")["spec"]["template"]["cliques"]
+    }
+
+
+async def test_abort_takes_every_podgang_back_so_a_replaced_pod_joins_its_own_version(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     with grove_site(tmp_path, INFERENCE) as sim:
-        sim.inject("podgangs/inference-0-mpg-1/never-available")
+        old = pod_hashes(sim, "inference", "decode")
         async with worker_for(client, task_queue, sim):
-            handle = await start_rollout(client, task_queue, "inference", NEW, SHORT)
-            paused = await wait_for(handle, lambda s: s.phase == "paused", "the rollout paused")
-            assert "inference-0-mpg-1" in (paused.paused_reason or "")
-            assert [s.podgangs for s in paused.steps if s.finished_at] == [("inference-0-mpg-0",)]
-            # The annotation is written just before the phase is entered: once the status says
-            # paused, the annotation does too.
-            annotation = await published(sim, '"phase": "paused"')
-            assert '"phase": "paused"' in annotation
-            sim.inject("podgangs/inference-0-mpg-1/clear")
-            reply = await answer(handle, RESUME_UPDATE)
-            assert reply.accepted and "resuming" in reply.message
-            result = await handle.result()
-        assert result.outcome == "completed"
-        assert set(hashes(sim, "inference").values()) == {result.target_hash}
-        assert sim.violations() == []
-
-
-async def test_never_available_pauses_then_rollback_restores_the_old_hash(
-    client: Client, task_queue: str, tmp_path: Path
-) -> None:
-    with grove_site(tmp_path, INFERENCE) as sim:
-        old = set(hashes(sim, "inference").values())
-        old_image = pcs_object(sim, "inference")["spec"]["template"]["cliques"][0]["spec"]["podSpec"]
-        sim.inject("podgangs/inference-0-mpg-1/never-available")
-        async with worker_for(client, task_queue, sim):
-            handle = await start_rollout(client, task_queue, "inference", NEW, SHORT)
-            await wait_for(handle, lambda s: s.phase == "paused", "the rollout paused")
-            sim.inject("podgangs/inference-0-mpg-1/clear")
-            reply = await answer(handle, ROLLBACK_UPDATE)
-            assert reply.accepted
-            assert "already rolling back" in await refusal(handle, ROLLBACK_UPDATE)
-            result = await handle.result()
-            await save_history(handle, "rollout_never_available_rolled_back")
-        assert result.outcome == "rolled-back"
-        assert {result.target_hash} == old == set(hashes(sim, "inference").values())
-        # The stuck MPG is taken back first, then the one that had been rolled.
-        back = [s.podgangs for s in result.steps if s.target_hash in old]
-        assert back[:2] == [("inference-0-mpg-1",), ("inference-0-mpg-0",)]
-        assert pcs_object(sim, "inference")["spec"]["template"]["cliques"][0]["spec"]["podSpec"] == old_image
-        assert sim.violations() == []
-
-
-async def test_a_podgang_falling_back_after_ready_pauses_until_resumed(
-    client: Client, task_queue: str, tmp_path: Path
-) -> None:
-    with grove_site(tmp_path, INFERENCE) as sim:
-        async with worker_for(client, task_queue, sim):
-            handle = await start_rollout(client, task_queue, "inference", NEW, SHORT)
-            await wait_for(handle, lambda s: any(x.finished_at for x in s.steps), "the first step done")
-            sim.inject("podgangs/inference-0-mpg-0/fall-back")
-            paused = await wait_for(handle, lambda s: s.phase == "paused", "the rollout paused")
-            assert "inference-0-mpg-0" in (paused.paused_reason or "")
-            await answer(handle, RESUME_UPDATE)
-            result = await handle.result()
-            await save_history(handle, "rollout_fell_back_resumed")
-        assert result.outcome == "completed"
-        assert set(hashes(sim, "inference").values()) == {result.target_hash}
-        assert sim.violations() == []
-
-
-async def test_operator_pause_stops_after_the_step_and_resume_goes_on(
-    client: Client, task_queue: str, tmp_path: Path
-) -> None:
-    with grove_site(tmp_path, INFERENCE) as sim:
-        async with worker_for(client, task_queue, sim):
-            handle = await start_rollout(client, task_queue, "inference", NEW, SHORT)
-            await wait_for(handle, lambda s: s.phase == "rolling", "the rollout rolling")
-            reply = await answer(handle, PAUSE_UPDATE)
-            assert "pausing" in reply.message
-            paused = await wait_for(handle, lambda s: s.phase == "paused", "the rollout paused")
-            assert paused.paused_reason == "paused by pytest: test"
-            assert paused.in_flight == ()
-            done = len(paused.steps)
-            assert "already paused" in await refusal(handle, PAUSE_UPDATE)
-            # Paused means nothing moves: the PodGangs keep their hashes.
-            before = hashes(sim, "inference")
-            assert len((await status_of(handle)).steps) == done
-            assert hashes(sim, "inference") == before
-            await answer(handle, RESUME_UPDATE)
-            result = await handle.result()
-        assert result.outcome == "completed"
-        assert sorted(g for s in result.steps for g in s.podgangs) == sorted(gangs(sim, "inference"))
-        assert sim.violations() == []
-
-
-async def test_abort_stops_with_every_podgang_of_one_hash(
-    client: Client, task_queue: str, tmp_path: Path
-) -> None:
-    with grove_site(tmp_path, INFERENCE) as sim:
-        async with worker_for(client, task_queue, sim):
-            handle = await start_rollout(client, task_queue, "inference", NEW, SHORT)
-            await wait_for(handle, lambda s: any(x.finished_at for x in s.steps), "the first step done")
-            reply = await answer(handle, ABORT_UPDATE)
-            assert reply.accepted
-            with pytest.raises(WorkflowFailureError) as failure:
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await wait_for(handle, lambda s: s.steps_done >= 2, "two steps done")
+            await answer(handle, ABORT_UPDATE)
+            with pytest.raises(WorkflowFailureError) as failed:
                 await handle.result()
+            assert matches(failed.value.cause, RolloutAborted)
             await save_history(handle, "rollout_aborted")
-            ended = await handle.describe()
-        assert list(ended.raw_description.pending_activities) == []  # the watcher ended with it
-        cause = failure.value.cause
-        assert matches(cause, RolloutAborted)
-        assert len(set(hashes(sim, "inference").values())) == 2  # some rolled, the rest not
-        assert "metalflow.io/rollout" not in (
-            pcs_object(sim, "inference")["metadata"].get("annotations") or {}
+            assert "back at" in str(failed.value.cause)
+            assert (await handle.describe()).status.name == "FAILED"
+            assert (await status_of(handle)).phase == "aborted"
+        assert pod_hashes(sim, "inference", "decode") == old  # everything at the previous version
+        assert images(sim)["decode"] == "registry.local/inference:1.0"
+        # The pod-replacement fault after the abort: a pod of every PodGang replaced by Grove.
+        for gang in gangs(sim, "inference"):
+            delete_pod(sim, pod_in(sim, gang, "decode"))
+            await asyncio.to_thread(wait_serving, sim, "inference")
+        assert sim.violations() == [], "an aborted rollout left a PodGang a replaced pod could mix"
+
+
+async def test_a_pod_replaced_while_paused_is_healed_at_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """While paused, two versions coexist (replica 0 new, replica 1 old) under one template, so a
+    pod Grove replaces in an old PodGang comes back new: no client can prevent that mix (the
+    simulator records it: honest). The rollout heals it at once: the PodGang is made whole at the
+    template's version while still paused, and nothing else is recorded."""
+    with grove_site(tmp_path, INFERENCE) as sim:
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await answer(handle, PAUSE_UPDATE)
+            await wait_for(handle, lambda s: s.phase == "paused", "paused")
+            stale_gang = gang_of(sim, 1, "Anchor")
+            delete_pod(sim, pod_in(sim, stale_gang, "decode"))
+            healed = await wait_for(
+                handle, lambda s: s.repairs >= 1 and s.phase == "paused", "a repair, paused"
+            )
+            assert healed.steps_done < 6  # healing is not rolling on
+            await asyncio.to_thread(wait_serving, sim, "inference")
+            decode = {
+                p["metadata"]["labels"]["grove.io/pod-template-hash"]
+                for p in pods(sim, "inference", f"grove.io/podgang={stale_gang}").values()
+                if "-decode-" in p["metadata"]["name"]
+            }
+            assert len(decode) == 1  # whole again
+            await answer(handle, RESUME_UPDATE)
+            result = await handle.result()
+            await save_history(handle, "rollout_paused_healed")
+        assert result.outcome == "completed"
+        kinds = [(v["kind"], v["subject"]) for v in sim.violations()]
+        assert kinds == [("podgang-mixed-template-hashes", f"default/{stale_gang}")]  # Grove's, healed
+
+
+async def test_a_foreign_template_edit_pauses_naming_the_field_and_who_and_rollback_reverts_only_ours(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    with grove_site(tmp_path, INFERENCE) as sim:
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
+            patch = '[{"op":"add","path":"/spec/template/cliques/1/labels","value":{"team":"kv"}}]'
+            subprocess.run(
+                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
+                 "--type=json", "-p", patch],
+                check=True, capture_output=True, timeout=30,
+            )  # fmt: skip
+            paused = await wait_for(handle, lambda s: s.phase == "paused", "paused by the edit")
+            assert paused.paused_reason is not None
+            assert "spec.template.cliques[prefill].labels" in paused.paused_reason
+            assert "kubectl-patch" in paused.paused_reason
+            started = time.monotonic()
+            await answer(handle, ROLLBACK_UPDATE)
+            result = await handle.result()
+            assert time.monotonic() - started < 60
+            await save_history(handle, "rollout_foreign_edit_rolled_back")
+        assert result.outcome == "rolled-back"
+        template = {c["name"]: c for c in pcs_object(sim, "inference")["spec"]["template"]["cliques"]}
+        assert template["prefill"]["labels"] == {"team": "kv"}  # theirs stays
+        assert images(sim)["decode"] == images(sim)["prefill"] == "registry.local/inference:1.0"  # ours went
+        assert sim.violations() == [], "\n".join(
+            [str(v) for v in sim.violations()]
+            + [f"{x.kind} {x.podgangs} {x.deleted} {x.started_at} {x.finished_at}" for x in result.steps]
         )
+
+
+async def test_rollback_interrupts_a_stuck_step_at_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    with grove_site(tmp_path, INFERENCE) as sim:
+        anchor = gang_of(sim, 0, "Anchor")
+        sim.inject(f"podgangs/{anchor}/never-available")
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)  # default 600 s deadline
+            await wait_for(handle, lambda s: anchor in s.in_flight, "the anchor in flight")
+            await asyncio.sleep(1)
+            sim.inject(f"podgangs/{anchor}/clear")
+            started = time.monotonic()
+            await answer(handle, ROLLBACK_UPDATE)
+            await wait_for(handle, lambda s: s.rolling_back, "rolling back", timeout=10)
+            result = await handle.result()
+            took = time.monotonic() - started
+        assert result.outcome == "rolled-back" and took < 30, took
         assert sim.violations() == []
 
 
-async def published(sim: RunningSim, wanted: str, timeout: float = 30) -> str:
-    """The PCS's `metalflow.io/rollout` annotation once it holds `wanted` (the last one read past
-    `timeout`, for the assertion to show)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        annotations = pcs_object(sim, "inference")["metadata"].get("annotations") or {}
-        annotation = str(annotations.get("metalflow.io/rollout", ""))
-        if wanted in annotation or time.monotonic() > deadline:
-            return annotation
-        await asyncio.sleep(0.1)
+async def test_switching_to_rolling_recreate_hands_the_pcs_to_grove(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    with grove_site(tmp_path, INFERENCE) as sim:
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
+            subprocess.run(
+                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
+                 "--type=merge", "-p", '{"spec":{"updateStrategy":{"type":"RollingRecreate"}}}'],
+                check=True, capture_output=True, timeout=30,
+            )  # fmt: skip
+            result = await handle.result()
+            assert result.steps_done == (await status_of(handle)).steps_done  # it drove nothing after
+        assert result.outcome == "handed-to-grove"
+        assert pcs_object(sim, "inference")["spec"]["updateStrategy"]["type"] == "RollingRecreate"

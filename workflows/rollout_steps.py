@@ -1,10 +1,20 @@
-"""Which PodGangs a rollout rolls next, and whether they are done: pure functions over the plan
-(`rollout_plan`) and the latest `PCSState`. No I/O; O(PodGangs) per call.
+"""Which PodGang a rollout replaces next, whether it is done, and what it would cost: pure
+functions over the latest `PCSState`. No I/O; O(pods) per call at worst (O(PodGangs x podgroups)).
 
-A PodGang is *stale* when it is missing (Grove is recreating it) or not at the target hash; it
-is *ok* when it is at the target hash, not being deleted, and its condition (`Available` or
-`Ready`, the rollout's policy) is True. A PodGang outside the step is *healthy* when its
-condition is True at whatever hash (the later steps' gangs are still at the old one).
+Vocabulary (Grove at the pin, `simulators/grove/BEHAVIOUR.md`):
+
+- `targets`: clique -> the pod-template hash the rollout rolls to (every clique of the template;
+  an unchanged clique's hash is the same in every version, so its pods are never stale).
+- A pod is *stale* when its hash is not its clique's target. Rolling a PodGang deletes its stale
+  pods at once; Grove recreates them from the PodCliques' current spec (OnDelete [D1]), into
+  the same PodGang [D6]. Nothing else is touched, so a one-clique change replaces that clique's
+  pods only.
+- A PodGang is *done* when each podgroup has its PodClique's replicas, every pod at the target
+  and Ready; *serving* when each podgroup has at least `minReplicas` Ready pods; *mixed* when no
+  single version (the original or the target) explains every pod it holds.
+- Order (GREP-393): per replica its anchor (the minimum-viable PodGang, role Anchor) before its
+  tails (Tail, ScaleOut); one PodGang per replica at a time; replicas ascending, up to the
+  policy's concurrency.
 """
 
 from __future__ import annotations
@@ -12,74 +22,152 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.models.grove import PCSState, PodGangPlan, PodGangState, ReplicaRollout
+    from contracts.models.grove import GangState, GroupState, PCSState
+
+Versions = list[dict[str, str]]
 
 
-def healthy(gang: PodGangState | None, condition: str) -> bool:
-    if gang is None or gang.deleting:
-        return False
-    return gang.ready if condition == "Ready" else gang.available
+def stale(group: GroupState, targets: dict[str, str]) -> int:
+    """Pods of the podgroup not at their clique's target."""
+    target = targets.get(group.clique)
+    return 0 if target is None else sum(n for h, n in group.pods.items() if h != target)
 
 
-def ok(gang: PodGangState | None, target: str, condition: str) -> bool:
-    return gang is not None and gang.hash == target and healthy(gang, condition)
+def group_done(group: GroupState, targets: dict[str, str]) -> bool:
+    total = sum(group.pods.values())
+    return (
+        group.terminating == 0
+        and total >= group.expected
+        and stale(group, targets) == 0
+        and sum(group.ready.values()) == total
+    )
 
 
-def stale(gang: PodGangState | None, target: str) -> bool:
-    return gang is None or gang.hash != target
+def done(gang: GangState | None, targets: dict[str, str]) -> bool:
+    return gang is not None and all(group_done(g, targets) for g in gang.groups)
+
+
+def settled(gang: GangState | None) -> bool:
+    """Every podgroup has its PodClique's replicas, all Ready, none going (whatever version)."""
+    return gang is not None and all(
+        g.terminating == 0
+        and sum(g.pods.values()) >= g.expected
+        and sum(g.ready.values()) == sum(g.pods.values())
+        for g in gang.groups
+    )
+
+
+def needs_roll(gang: GangState, targets: dict[str, str]) -> bool:
+    return any(stale(g, targets) for g in gang.groups)
+
+
+def serving(gang: GangState | None) -> bool:
+    """Every podgroup has at least `minReplicas` Ready pods."""
+    return gang is not None and all(sum(g.ready.values()) >= g.min_replicas for g in gang.groups)
+
+
+def mixed(gang: GangState, versions: Versions) -> bool:
+    """No single version explains every pod the gang holds (gated pods count: they joined)."""
+    held = [(g.clique, h) for g in gang.groups for h, n in g.pods.items() if n]
+    return bool(held) and not any(all(v.get(c, h) == h for c, h in held) for v in versions)
+
+
+def ordered(gangs: list[GangState]) -> list[GangState]:
+    """A replica's PodGangs in GREP-393 order: anchors (by epoch), then tails by name."""
+    return sorted(gangs, key=lambda g: (g.role != "Anchor", g.epoch if g.role == "Anchor" else "", g.name))
+
+
+def by_replica(state: PCSState) -> dict[int, list[GangState]]:
+    out: dict[int, list[GangState]] = {}
+    for g in state.gangs:
+        if g.replica < state.summary.replicas:
+            out.setdefault(g.replica, []).append(g)
+    return {r: ordered(gs) for r, gs in sorted(out.items())}
 
 
 def next_steps(
-    plan: list[ReplicaRollout], state: PCSState, target: str, concurrency: int, condition: str
-) -> list[tuple[int, tuple[PodGangPlan, ...]]]:
-    """For each of the first `concurrency` replicas with a stale PodGang (those with a stale
-    PodGang that is down first), its next step: the first step holding a stale PodGang that is
-    down (rolling it costs no availability, and a rollback must take the stuck step back first),
-    else the first step holding a stale one. A replica of a single MPG goes down while it is
-    rolled, so concurrency is 1 then."""
-    if any(len(r.mpgs) < 2 for r in plan):
-        concurrency = 1
-    candidates = []
-    for replica in plan:
-        pending = [s for s in replica.steps() if any(stale(state.gang(g.name), target) for g in s)]
-        down = [s for s in pending if any(not healthy(state.gang(g.name), condition) for g in s)]
+    state: PCSState, targets: dict[str, str], concurrency: int, first: frozenset[str] = frozenset()
+) -> list[GangState]:
+    """The next PodGang of each of the first `concurrency` replicas that have one to roll: a
+    PodGang in `first` (a step that was interrupted: it is taken back before anything else of
+    its replica, so a replica never has two in flight), else its first PodGang in GREP order
+    that is not at the target."""
+    chosen = []
+    for gangs in by_replica(state).values():
+        pending = [g for g in gangs if needs_roll(g, targets)]
+        pending.sort(key=lambda g: g.name not in first)
         if pending:
-            candidates.append((not down, replica.replica, (down or pending)[0]))
-    # A replica whose stale step is down goes first: every other step would wait for it.
-    candidates.sort(key=lambda c: c[0])
-    return [(replica, step) for _, replica, step in candidates[:concurrency]]
-
-
-def unhealthy(plan: list[ReplicaRollout], state: PCSState, condition: str, skip: set[str]) -> list[str]:
-    """Planned PodGangs outside `skip` whose condition is not True (or that are missing)."""
-    return [
-        g.name
-        for r in plan
-        for g in (*r.mpgs, *r.tpgs)
-        if g.name not in skip and not healthy(state.gang(g.name), condition)
-    ]
-
-
-def repair_steps(plan: list[ReplicaRollout], state: PCSState, condition: str) -> list[str]:
-    """After `resume`: the PodGangs to recreate because they are present but not healthy, per
-    replica the first such MPG, or else its unhealthy TPGs (never two MPGs of a replica)."""
-    chosen: list[str] = []
-    for r in plan:
-        broken = [
-            g
-            for g in (*r.mpgs, *r.tpgs)
-            if (s := state.gang(g.name)) is not None and not healthy(s, condition)
-        ]
-        mpgs = [g.name for g in broken if g.minimum_viable]
-        chosen += mpgs[:1] or [g.name for g in broken]
+            chosen.append(pending[0])
+        if len(chosen) >= concurrency:
+            break
     return chosen
 
 
-def progress(
-    plan: list[ReplicaRollout], state: PCSState | None, target: str, condition: str
-) -> tuple[int, int]:
-    """(PodGangs at the target hash and ok, planned PodGangs)."""
-    gangs = [g for r in plan for g in (*r.mpgs, *r.tpgs)]
-    if state is None or not target:
-        return 0, len(gangs)
-    return sum(ok(state.gang(g.name), target, condition) for g in gangs), len(gangs)
+def outage(state: PCSState, gang: GangState, targets: dict[str, str]) -> list[str]:
+    """Why replacing `gang`'s stale pods would break a minAvailable that holds now (empty: it
+    would not): a standalone PodClique left with fewer Ready pods than its minAvailable, or a
+    scaling group with fewer available replicas than its minAvailable. One already below is not
+    made worse by the step, so it is not a reason."""
+    reasons = []
+    broken: set[tuple[str, int]] = set()
+    for g in gang.groups:
+        if not stale(g, targets) or sum(g.ready.values()) < g.min_replicas:
+            continue
+        target = targets.get(g.clique)
+        left = g.ready.get(target, 0) if target is not None else 0
+        if left >= g.min_replicas:
+            continue
+        if g.pcsg is None:
+            reasons.append(
+                f"PodClique {g.pclq} would keep {left} Ready pods of minAvailable {g.min_replicas}"
+            )
+        elif g.pcsg_replica is not None:
+            broken.add((g.pcsg, g.pcsg_replica))
+    for pcsg in sorted({p for p, _ in broken}):
+        now: dict[int, bool] = {}
+        for other in state.gangs:
+            for g in other.groups:
+                if g.pcsg == pcsg and g.pcsg_replica is not None:
+                    ok = sum(g.ready.values()) >= g.min_replicas
+                    now[g.pcsg_replica] = now.get(g.pcsg_replica, True) and ok
+        minimum = state.summary.scaling_groups.get(pcsg, 1)
+        before = sum(now.values())
+        after = sum(ok and (pcsg, j) not in broken for j, ok in now.items())
+        if before >= minimum > after:
+            reasons.append(
+                f"scaling group {pcsg} would keep {after} available replicas of minAvailable {minimum}"
+            )
+    return reasons
+
+
+def unhealthy(state: PCSState, skip: set[str]) -> list[str]:
+    """PodGangs of live replicas outside `skip` that are not serving."""
+    return [g.name for gs in by_replica(state).values() for g in gs if g.name not in skip and not serving(g)]
+
+
+def mixed_gangs(state: PCSState, versions: Versions) -> list[GangState]:
+    return [g for gs in by_replica(state).values() for g in gs if mixed(g, versions)]
+
+
+def progress(state: PCSState | None, targets: dict[str, str]) -> tuple[int, int]:
+    """(PodGangs done at the targets, PodGangs of live replicas)."""
+    if state is None or not targets:
+        return 0, len(state.gangs) if state else 0
+    gangs = [g for gs in by_replica(state).values() for g in gs]
+    return sum(done(g, targets) for g in gangs), len(gangs)
+
+
+def changed_cliques(original: dict[str, str], targets: dict[str, str]) -> list[str]:
+    return sorted(c for c, h in targets.items() if original.get(c) != h)
+
+
+def pending_outages(state: PCSState, changed: set[str]) -> list[str]:
+    """Before the template is written: for each PodGang holding pods of a changed clique, why
+    replacing them all would break a minAvailable (the `--allow-replica-outage` question)."""
+    fake = {c: f"new:{c}" for c in changed}
+    reasons = []
+    for gangs in by_replica(state).values():
+        for g in gangs:
+            for reason in outage(state, g, fake):
+                reasons.append(f"{g.name}: {reason}")
+    return reasons

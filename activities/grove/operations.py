@@ -1,17 +1,17 @@
-"""The Grove activities of a coherent rollout (DOMAIN.md section 3).
+"""The Grove activities of a coherent rollout (DOMAIN.md section 3; Grove at the pin, rows of
+`simulators/grove/BEHAVIOUR.md` in brackets).
 
-How a step replaces its units: it deletes each PodGang of the step that is not at the target
-hash, pinned by the uid it read, and Grove recreates the missing PodGang at the PodCliqueSet's
-current generation hash together with its members (the scaling-group PodCliques it holds and
-its share of standalone pods). Why this and not writing a PodGangMap: the shipped Grove CRDs
-have no PodGangMap (GREP-393 is still a proposal), and with `OnDelete` deletion is the contract
-Grove already honours; one deletion rolls one whole gang, so a gang never holds two hashes.
+The lever: under OnDelete Grove patches every PodClique in place when the template changes and
+replaces a pod only when it is deleted, from the PodClique's current spec, into the PodGang its
+PodClique names [U1, U2, D1, D6]. So a PodGang is rolled by deleting its pods that are not at
+their clique's target hash, together (`roll_podgang`); deleting a PodGang rolls nothing [D5].
 
-Each activity is idempotent and conflict-safe: writes are conditional on the resourceVersion
-read (`Kube.edit`), deletes are pinned by uid (a retry never deletes the recreated gang), and a
-gang already at the target hash is left alone, so a retried step after a worker crash deletes
-nothing twice. Cost per rollout: one or two API calls per activity; at most
-`dpf_max_in_flight_per_host` calls in flight per PodCliqueSet.
+Each activity is idempotent and conflict-safe: template writes are conditional on the
+resourceVersion read and carry the field manager `metalflow-rollout`; pod deletes are pinned by
+a selector of the stale hashes (a replacement runs the target, so a retry never deletes it), and
+a pod already at its target is left alone, so a step retried after a worker crash deletes nothing
+twice. Cost: `read_pcs_state` 5 list calls;
+`roll_podgang` 2 lists + 1 deletecollection (2 when two cliques share a template); a template write 2 calls.
 """
 
 from __future__ import annotations
@@ -22,21 +22,38 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
-from contracts.errors import ConflictRetriesExhausted, InvalidInput, ObjectNotFound
+from contracts.errors import InvalidInput
 from contracts.models.grove import (
+    FIELD_MANAGER,
     PART_OF_LABEL,
+    POD_TEMPLATE_HASH_LABEL,
+    PODCLIQUE_LABEL,
+    PODGANG_LABEL,
     ROLLOUT_ANNOTATION,
     PCSRef,
     PCSState,
     ProgressInput,
-    RollPodGangsInput,
-    RollPodGangsResult,
+    RevertInput,
+    RollGangInput,
+    RollGangResult,
     ScalePCSInput,
     SetImagesInput,
-    TemplateInput,
+    TemplateChange,
+    TemplateChangeInput,
     TemplateResult,
 )
-from drivers.grove import images_patch, kinds, members_updated, pcs_state, replacement
+from drivers.grove import (
+    delete_pods,
+    images_patch,
+    kinds,
+    list_pods,
+    pclq_clique,
+    pcs_state,
+    revert_patch,
+    stale_selectors,
+    template_diff,
+    template_managers,
+)
 
 if TYPE_CHECKING:
     from drivers.kube import Kube
@@ -50,135 +67,144 @@ def _key(pcs: PCSRef) -> str:
 
 
 class GroveActivities:
-    """Reads and writes of PodCliqueSets and PodGangs; holds one `Kube` (shared with DPF)."""
+    """Reads and writes of PodCliqueSets and pods; holds one `Kube` (shared with DPF)."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
 
-    async def _pcs(self, pcs: PCSRef) -> Object:
-        obj = await self.kube.get(_key(pcs), kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
-        if obj is None:
-            raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
-        return obj
-
     @activity.defn(name="read_pcs_state")
     async def read_pcs_state(self, pcs: PCSRef) -> PCSState:
-        """The PodCliqueSet, its PodGangs, and how many of its PodCliques and scaling groups run
-        the current hash (`exists=False` when the PodCliqueSet is gone). Four list/get calls."""
+        """The PodCliqueSet, its PodCliques, scaling groups, PodGangs and pods (5 calls)."""
+        obj = await self.kube.get(_key(pcs), kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
         key, ns, selector = _key(pcs), pcs.namespace, f"{PART_OF_LABEL}={pcs.name}"
-        obj = await self.kube.get(key, kinds()[0], ns, pcs.name, missing_ok=True)
-        listed = await self.kube.list(key, kinds()[1], ns, label_selector=selector)
-        state = pcs_state(ns, pcs.name, obj, listed.get("items") or [])
-        members: list[Object] = []
-        for kind in kinds()[2:]:
-            members += (await self.kube.list(key, kind, ns, label_selector=selector)).get("items") or []
-        return state.model_copy(
-            update={
-                "members_updated": members_updated(state.current_hash, members),
-                "members_total": len(members),
-            }
-        )
+        gangs = (await self.kube.list(key, kinds()[1], ns, label_selector=selector)).get("items") or []
+        pclqs = (await self.kube.list(key, kinds()[2], ns, label_selector=selector)).get("items") or []
+        pcsgs = (await self.kube.list(key, kinds()[3], ns, label_selector=selector)).get("items") or []
+        pods = await list_pods(self.kube, _key(pcs), pcs.namespace, f"{PART_OF_LABEL}={pcs.name}")
+        return pcs_state(pcs.namespace, pcs.name, obj, gangs, pclqs, pcsgs, pods)
 
-    @activity.defn(name="read_pcs_template")
-    async def read_pcs_template(self, pcs: PCSRef) -> TemplateResult:
-        """The template as it is now (what a rollback restores).
-
-        Raises:
-            InvalidInput: No such PodCliqueSet.
-        """
-        obj = await self._pcs(pcs)
-        return TemplateResult(
-            generation=obj["metadata"]["generation"], changed=False, template=obj["spec"]["template"]
+    async def _edit(self, pcs: PCSRef, change: Any) -> tuple[Object, bool]:
+        """Read, ask `change` for a patch, write it conditionally as `metalflow-rollout`."""
+        obj, changed = await self.kube.edit(
+            _key(pcs),
+            kinds()[0],
+            pcs.namespace,
+            pcs.name,
+            change,
+            missing_ok=True,
+            field_manager=FIELD_MANAGER,
         )
+        if obj is None:
+            raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
+        return obj, changed
 
     @activity.defn(name="set_pcs_images")
     async def set_pcs_images(self, request: SetImagesInput) -> TemplateResult:
-        """Set the images of the named cliques in the template; Grove then computes a new hash.
+        """Set the images ("clique/container", or "clique" with one container).
 
         Raises:
-            InvalidInput: Unknown PodCliqueSet or clique, bad image, not `OnDelete`.
+            InvalidInput: No such PodCliqueSet, not OnDelete, an unknown clique or container,
+                an unusable image (nothing written).
         """
-        await self._pcs(request.pcs)  # a clear error for an unknown PodCliqueSet
-        obj, changed = await self.kube.edit(
-            _key(request.pcs),
-            kinds()[0],
-            request.pcs.namespace,
-            request.pcs.name,
-            lambda o: images_patch(o, request.images),
-        )
-        assert obj is not None
-        return TemplateResult(
-            generation=obj["metadata"]["generation"], changed=changed, template=obj["spec"]["template"]
-        )
-
-    @activity.defn(name="restore_pcs_template")
-    async def restore_pcs_template(self, request: TemplateInput) -> TemplateResult:
-        """Put back a template read earlier (a rollback), exactly."""
+        changed: list[Any] = []
 
         def change(obj: Object) -> Object | None:
-            old = obj["spec"]["template"]
-            return (
-                None
-                if old == request.template
-                else {"spec": {"template": replacement(old, request.template)}}
-            )
+            patch, fields = images_patch(obj, request.images)
+            changed[:] = fields
+            return patch
 
-        obj, changed = await self.kube.edit(
-            _key(request.pcs), kinds()[0], request.pcs.namespace, request.pcs.name, change
-        )
-        assert obj is not None
+        obj, _ = await self._edit(request.pcs, change)
         return TemplateResult(
-            generation=obj["metadata"]["generation"], changed=changed, template=obj["spec"]["template"]
+            generation=obj["metadata"]["generation"], changed=tuple(changed), template=obj["spec"]["template"]
         )
 
-    @activity.defn(name="roll_podgangs")
-    async def roll_podgangs(self, request: RollPodGangsInput) -> RollPodGangsResult:
-        """Delete the step's PodGangs that are not yet at the target hash (see the module docstring)."""
+    @activity.defn(name="revert_pcs_images")
+    async def revert_pcs_images(self, request: RevertInput) -> TemplateResult:
+        """Put back each field the rollout set, where it still holds the value the rollout set;
+        a field someone changed since is left alone and named in `skipped`."""
+        done: list[Any] = []
+        skipped: list[str] = []
+
+        def change(obj: Object) -> Object | None:
+            patch, back, left = revert_patch(obj, request.fields)
+            done[:], skipped[:] = back, left
+            return patch
+
+        obj, _ = await self._edit(request.pcs, change)
+        return TemplateResult(
+            generation=obj["metadata"]["generation"],
+            changed=tuple(done),
+            skipped=tuple(skipped),
+            template=obj["spec"]["template"],
+        )
+
+    @activity.defn(name="describe_template_change")
+    async def describe_template_change(self, request: TemplateChangeInput) -> TemplateChange:
+        """The template fields that differ from what the rollout wrote, and the managers
+        (managedFields) that wrote template fields since."""
+        obj = await self.kube.get(_key(request.pcs), kinds()[0], request.pcs.namespace, request.pcs.name)
+        assert obj is not None
+        template = obj["spec"].get("template") or {}
+        since = request.since.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return TemplateChange(
+            generation=int(obj["metadata"]["generation"]),
+            fields=tuple(template_diff(request.written, template)),
+            managers=tuple(template_managers(obj, since)),
+            template=template,
+        )
+
+    @activity.defn(name="roll_podgang")
+    async def roll_podgang(self, request: RollGangInput) -> RollGangResult:
+        """Delete the PodGang's pods whose pod-template hash is not their clique's target, in
+        one call; first, each of `require_healthy` must still be serving."""
         ns, key = request.pcs.namespace, _key(request.pcs)
-        deleted, done = [], []
         if request.require_healthy:
-            listed = await self.kube.list(
-                key, kinds()[1], ns, label_selector=f"{PART_OF_LABEL}={request.pcs.name}"
-            )
-            now = pcs_state(
-                ns, request.pcs.name, {"metadata": {"name": ""}, "spec": {}}, listed.get("items") or []
-            )
+            state = await self.read_pcs_state(request.pcs)
             ok = {
-                g.name
-                for g in now.gangs
-                if not g.deleting and (g.ready if request.condition == "Ready" else g.available)
+                g.name for g in state.gangs if all(sum(x.ready.values()) >= x.min_replicas for x in g.groups)
             }
             blocked = tuple(n for n in request.require_healthy if n not in ok)
             if blocked:
-                log.info("not rolling %s: %s not %s", request.podgangs, blocked, request.condition)
-                return RollPodGangsResult(deleted=(), already_done=(), blocked_by=blocked)
-        for name in request.podgangs:
-            gang = await self.kube.get(key, kinds()[1], ns, name, missing_ok=True)
-            if gang is None or gang["metadata"].get("deletionTimestamp"):
-                done.append(name)  # already deleted: Grove is recreating it at the current hash
+                log.info("not rolling %s: %s not serving", request.podgang, blocked)
+                return RollGangResult(blocked_by=blocked)
+        pods = await list_pods(self.kube, key, ns, f"{PODGANG_LABEL}={request.podgang}")
+        listed = await self.kube.list(
+            key, kinds()[2], ns, label_selector=f"{PART_OF_LABEL}={request.pcs.name}"
+        )
+        clique_of = {
+            p["metadata"]["name"]: pclq_clique(p, request.pcs.name) for p in listed.get("items") or []
+        }
+        stale: dict[str, set[str]] = {}
+        targets_of: dict[str, str] = {}
+        for p in pods:
+            meta = p["metadata"]
+            labels = meta.get("labels") or {}
+            pclq = labels.get(PODCLIQUE_LABEL, "")
+            target = request.targets.get(clique_of.get(pclq, ""))
+            if target is None:
                 continue
-            view = pcs_state(ns, request.pcs.name, {"metadata": {"name": ""}, "spec": {}}, [gang]).gangs[0]
-            stale = view.hash != request.target_hash
-            if not stale and not (request.recreate_unavailable and not view.available):
-                done.append(name)
-                continue
-            try:
-                await self.kube.delete(key, kinds()[1], ns, name, uid=view.uid)
-            except ConflictRetriesExhausted:  # the uid no longer matches: already replaced
-                done.append(name)
-                continue
-            except ObjectNotFound:
-                done.append(name)
-                continue
-            log.info("deleted PodGang %s/%s (uid %s, hash %s) to roll it", ns, name, view.uid, view.hash)
-            deleted.append(name)
-        return RollPodGangsResult(deleted=tuple(deleted), already_done=tuple(done))
+            targets_of[pclq] = target
+            if not meta.get("deletionTimestamp") and labels.get(POD_TEMPLATE_HASH_LABEL) != target:
+                stale.setdefault(pclq, set()).add(labels.get(POD_TEMPLATE_HASH_LABEL, ""))
+        if request.generation:  # last, so a template edit seen here deletes nothing
+            obj = await self.kube.get(key, kinds()[0], ns, request.pcs.name, missing_ok=True)
+            if obj is None or int(obj["metadata"]["generation"]) != request.generation:
+                log.info(
+                    "not rolling %s: the PodCliqueSet changed since the step was planned", request.podgang
+                )
+                return RollGangResult(blocked_by=(f"{request.pcs} (generation changed)",))
+        deleted: list[str] = []
+        # One deletecollection per selector, so Grove sees the stale pods go together and the
+        # PodGang never holds a replacement beside an old pod [D1, P3].
+        for selector in stale_selectors(request.podgang, stale, targets_of):
+            deleted += await delete_pods(self.kube, key, ns, selector)
+        log.info("rolled PodGang %s/%s: deleted %d pods", ns, request.podgang, len(deleted))
+        return RollGangResult(deleted=tuple(sorted(deleted)))
 
     @activity.defn(name="publish_rollout_progress")
     async def publish_rollout_progress(self, request: ProgressInput) -> None:
         """Write where the rollout is as the PodCliqueSet annotation `metalflow.io/rollout` (JSON),
-        or remove it when the rollout ended. An annotation, not `status`: Grove owns the status
-        subresource and rewrites it on every reconcile."""
+        or remove it when the rollout ended. An annotation, not `status`: Grove owns the status."""
         value = None
         if not request.ended:
             value = json.dumps(
@@ -213,7 +239,5 @@ class GroveActivities:
                 else {"spec": {"replicas": request.replicas}}
             )
 
-        pcs = request.pcs
-        obj, _ = await self.kube.edit(_key(pcs), kinds()[0], pcs.namespace, pcs.name, change)
-        assert obj is not None
+        obj, _ = await self._edit(request.pcs, change)
         return int(obj["metadata"]["generation"])

@@ -1,17 +1,20 @@
-"""The rollout watcher: follows one PodCliqueSet and its PodGangs, and signals the rollout
-workflow that started it (`PCS_STATE_CHANGED_SIGNAL`, payload `PCSState`) on every change that
-matters.
+"""The rollout watcher: follows one PodCliqueSet, its PodGangs, PodCliques, scaling groups and
+pods, and signals the rollout workflow that started it (`PCS_STATE_CHANGED_SIGNAL`, payload
+`PCSChange`) with what changed.
 
-One per rollout, two watch streams selected on the server: the PodCliqueSet (field selector
-`metadata.name=<pcs>`) and its PodGangs (label `app.kubernetes.io/part-of=<pcs>`). A change
-matters when `PCSState` without its sequence number changes (a gang's hash, uid, Available or
-Ready, the PCS's generation, observed generation, hash, shape or images); status-only churn
-(timestamps, resourceVersions) sends nothing. The first state is signalled once both streams
-are listed. A retried attempt lists afresh (the state it signals is current, numbered after
-the last one it heartbeated), reconnects when a stream ends, lists again on 410 Gone.
+One per rollout, five watch streams selected on the server: the PodCliqueSet (field selector
+`metadata.name=<pcs>`) and the rest by label `app.kubernetes.io/part-of=<pcs>` (Grove puts it
+on every object it makes, pods included [L1]). Changes within `settle_seconds` go as one
+signal, holding the summary only when it changed and only the PodGangs whose view (`GangState`:
+pods per hash, Ready, gated) changed, plus the names of PodGangs gone; status churn that changes
+no view sends nothing. The first signal of an attempt is a full listing (`full=True`). A retried
+attempt lists afresh, reconnects when a stream ends; on 410 Gone it lists again, but a stream
+whose watch keeps expiring waits (0.5 s doubling to 30 s) before each new list instead of
+re-listing in a loop.
 
-Cost per rollout: one activity slot for its duration, two open watch connections, one signal
-(O(PodGangs) payload) per change that matters: about two per PodGang rolled.
+Cost per rollout: one activity slot for its duration, five open watch connections, one signal
+per settle window in which a view changed: about 2-4 per PodGang rolled, ~250 bytes per PodGang
+carried.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from temporalio import activity
 from activities.handover import handing_over_at_shutdown
 from activities.heartbeat import stop_quietly_if_workflow_ended
 from contracts.errors import InvalidInput, KubernetesUnavailable
-from contracts.models.grove import PART_OF_LABEL, PCS_STATE_CHANGED_SIGNAL, PCSState, WatchPCSInput
+from contracts.models.grove import PART_OF_LABEL, PCS_STATE_CHANGED_SIGNAL, PCSChange, PCSState, WatchPCSInput
 from drivers.grove import kinds, pcs_state
 
 if TYPE_CHECKING:
@@ -38,6 +41,22 @@ if TYPE_CHECKING:
 Object = dict[str, Any]
 log = logging.getLogger(__name__)
 FAILURE_BACKOFF = (0.1, 0.2, 0.5, 1.0, 2.0, 3.0)
+RELIST_BACKOFF = (0.5, 30.0)  # first wait, cap: a watch expiring again soon after its list
+RELIST_QUIET = 10.0  # a list that lasted this long resets the relist backoff
+
+
+def delta(before: PCSState | None, after: PCSState) -> PCSChange | None:
+    """What changed from `before` to `after` (None: nothing); a full listing without `before`."""
+    if before is None:
+        return PCSChange(summary=after.summary, gangs=after.gangs, full=True)
+    old = {g.name: g for g in before.gangs}
+    new = {g.name: g for g in after.gangs}
+    changed = tuple(g for n, g in new.items() if old.get(n) != g)
+    removed = tuple(sorted(set(old) - set(new)))
+    summary = after.summary if after.summary != before.summary else None
+    if summary is None and not changed and not removed:
+        return None
+    return PCSChange(summary=summary, gangs=changed, removed=removed)
 
 
 class _Stream:
@@ -82,9 +101,13 @@ class RolloutWatcherActivities:
         info = activity.info()
         sequence = int(info.heartbeat_details[0]) if info.heartbeat_details else 0
         pcs = request.pcs
+        selector = f"{PART_OF_LABEL}={pcs.name}"
         streams = [
             _Stream(kinds()[0], field_selector=f"metadata.name={pcs.name}"),
-            _Stream(kinds()[1], label_selector=f"{PART_OF_LABEL}={pcs.name}"),
+            _Stream(kinds()[1], label_selector=selector),
+            _Stream(kinds()[2], label_selector=selector),
+            _Stream(kinds()[3], label_selector=selector),
+            _Stream(kinds()[4], label_selector=selector),
         ]
         changed = asyncio.Event()
         handle = self.temporal.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
@@ -103,14 +126,16 @@ class RolloutWatcherActivities:
                         if task.done():
                             task.result()
                     if all(s.listed for s in streams):
-                        found = next(iter(streams[0].objects.values()), None)
-                        state = pcs_state(pcs.namespace, pcs.name, found, list(streams[1].objects.values()))
-                        if signalled is None or state != signalled.model_copy(update={"sequence": 0}):
+                        await asyncio.sleep(request.settle_seconds)  # let a burst of changes settle
+                        changed.clear()
+                        state = self._state(pcs.namespace, pcs.name, streams)
+                        change = delta(signalled, state)
+                        if change is not None:
                             sequence += 1
                             try:
                                 await handle.signal(
                                     PCS_STATE_CHANGED_SIGNAL,
-                                    state.model_copy(update={"sequence": sequence, "attempt": info.attempt}),
+                                    change.model_copy(update={"sequence": sequence, "attempt": info.attempt}),
                                 )
                             except RPCError as err:
                                 if err.status == RPCStatusCode.NOT_FOUND:
@@ -123,6 +148,12 @@ class RolloutWatcherActivities:
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+    @staticmethod
+    def _state(namespace: str, name: str, streams: list[_Stream]) -> PCSState:
+        found = next(iter(streams[0].objects.values()), None)
+        gangs, pclqs, pcsgs, pods = (list(s.objects.values()) for s in streams[1:])
+        return pcs_state(namespace, name, found, gangs, pclqs, pcsgs, pods)
 
     async def _follow(
         self, http: httpx.AsyncClient, ns: str, stream: _Stream, changed: asyncio.Event
@@ -137,9 +168,14 @@ class RolloutWatcherActivities:
         )
 
         configuration, failures = self.kube.configuration, 0
+        loop = asyncio.get_running_loop()
+        relist_wait, listed_at = 0.0, 0.0
         while True:
             try:
                 if not stream.listed:
+                    if relist_wait:
+                        await asyncio.sleep(relist_wait)
+                    listed_at = loop.time()
                     listed = await list_objects(
                         http,
                         configuration,
@@ -175,6 +211,11 @@ class RolloutWatcherActivities:
                         changed.set()
             except WatchExpired:
                 stream.listed = False
+                # Expired again soon after a list: back off instead of re-reading in a loop.
+                quiet = loop.time() - listed_at >= RELIST_QUIET
+                relist_wait = (
+                    0.0 if quiet else min(RELIST_BACKOFF[1], max(RELIST_BACKOFF[0], relist_wait * 2))
+                )
             except WatchRejected as err:
                 raise InvalidInput(f"the API server refused to watch {stream.kind.kind}: {err}") from None
             except WatchFailed as err:

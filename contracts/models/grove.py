@@ -3,8 +3,8 @@ results, signal payload, query and update models of the coherent rollout.
 
 A rollout is named by its PodCliqueSet (`PCSRef`); its workflow id is
 `contracts.names.rollout_workflow_id`. The rollout's own watcher signals the workflow with
-`PCS_STATE_CHANGED_SIGNAL` and a `PCSState`; `read_pcs_state` returns the same model, so the
-first read and every later change go through one code path.
+`PCS_STATE_CHANGED_SIGNAL` and a `PCSChange` (only what changed); `read_pcs_state` returns the
+whole `PCSState` the changes apply to.
 
 Models ignore unknown fields (rather than refusing them) so a payload written by a newer worker
 still loads in an older one while a rollout is in flight.
@@ -28,7 +28,16 @@ GROVE_VERSION: Final = "v1alpha1"
 REPLICA_INDEX_LABEL: Final = "grove.io/podcliqueset-replica-index"
 GENERATION_HASH_LABEL: Final = "grove.io/podcliqueset-generation-hash"
 PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
-MINIMUM_VIABLE_UNIT_LABEL: Final = "grove.io/minimum-viable-unit"
+POD_TEMPLATE_HASH_LABEL: Final = "grove.io/pod-template-hash"
+PODGANG_LABEL: Final = "grove.io/podgang"
+PODCLIQUE_LABEL: Final = "grove.io/podclique"
+PODGANG_ROLE_LABEL: Final = "grove.io/podgang-role"
+EPOCH_LABEL: Final = "grove.io/epoch"
+PCSG_LABEL: Final = "grove.io/podcliquescalinggroup"
+PCSG_REPLICA_INDEX_LABEL: Final = "grove.io/podcliquescalinggroup-replica-index"
+ROLLING_RECREATE: Final = "RollingRecreate"
+FIELD_MANAGER: Final = "metalflow-rollout"
+"""The field manager of the rollout's writes (managedFields tell its edits from others')."""
 ROLLOUT_ANNOTATION: Final = "metalflow.io/rollout"
 """PodCliqueSet annotation metalflow writes: the rollout in flight (workflow id, step, in flight)."""
 
@@ -67,69 +76,38 @@ class PCSRef(_Model):
         return f"{self.namespace}/{self.name}"
 
 
-# -- shape and plan ---------------------------------------------------------------------------------
-class CliqueShape(_Model):
-    name: str
-    replicas: int = Field(ge=0)
-    min_available: int = Field(ge=1)
-
-
-class ScalingGroupShape(_Model):
-    name: str
-    cliques: tuple[str, ...]
-    replicas: int = Field(ge=0)
-    min_available: int = Field(ge=1)
-
-
-class PCSShape(_Model):
-    """What the plan needs of a PodCliqueSet: replicas, standalone cliques, scaling groups.
-
-    Clique replicas of scaling-group members count pods per scaling-group replica.
-    """
-
-    name: str
-    replicas: int = Field(ge=0)
-    cliques: tuple[CliqueShape, ...]
-    groups: tuple[ScalingGroupShape, ...] = ()
-
-
-class PodGangPlan(_Model):
-    """One PodGang of the plan and the pods it holds (`clique[i]` or `group[j]/clique[i]`)."""
-
-    name: str
-    replica: int
-    minimum_viable: bool
-    pods: tuple[str, ...]
-
-
-class ReplicaRollout(_Model):
-    """One PodCliqueSet replica: its MPGs, rolled one at a time, then its TPGs together."""
-
-    replica: int
-    mpgs: tuple[PodGangPlan, ...]
-    tpgs: tuple[PodGangPlan, ...]
-
-    def steps(self) -> list[tuple[PodGangPlan, ...]]:
-        """The steps of this replica in order: one per MPG, then one with every TPG."""
-        out: list[tuple[PodGangPlan, ...]] = [(m,) for m in self.mpgs]
-        if self.tpgs:
-            out.append(self.tpgs)
-        return out
-
-
 # -- the world, as the watcher and the reads see it -------------------------------------------------
-class PodGangState(_Model):
+class GroupState(_Model):
+    """One podgroup of a PodGang: the pods of one PodClique in it, counted by pod-template hash.
+
+    `pods`/`ready`: pod-template hash -> pods (Ready pods) of that hash, terminating ones left out."""
+
+    pclq: str
+    clique: str  # the template clique
+    min_replicas: int = 1  # the PodClique's minAvailable
+    expected: int = 0  # the PodClique's spec.replicas
+    pcsg: str | None = None  # PodCliqueScalingGroup of a member PodClique
+    pcsg_replica: int | None = None
+    pods: dict[str, int] = Field(default_factory=dict)
+    ready: dict[str, int] = Field(default_factory=dict)
+    gated: int = 0
+    terminating: int = 0
+
+
+class GangState(_Model):
+    """One PodGang, from its PodGangMap role and the pods it holds (not from its labels' hash,
+    which is the PodCliqueSet's current hash whatever the pods run)."""
+
     name: str
-    uid: str
     replica: int
-    hash: str
-    available: bool
-    ready: bool
-    deleting: bool = False
+    role: str  # Anchor, Tail or ScaleOut
+    epoch: str = ""
+    uid: str = ""
+    groups: tuple[GroupState, ...] = ()
 
 
-class PCSState(_Model):
-    """One PodCliqueSet and its PodGangs; the watcher's signal payload (numbered by `sequence`)."""
+class PCSSummary(_Model):
+    """The PodCliqueSet itself: template identity, strategy, Grove's own progress."""
 
     namespace: str
     name: str
@@ -138,40 +116,91 @@ class PCSState(_Model):
     observed_generation: int = 0
     current_hash: str = ""
     update_strategy: str = ""
-    images: dict[str, str] = Field(default_factory=dict)  # clique -> first container's image
-    shape: PCSShape | None = None
-    gangs: tuple[PodGangState, ...] = ()
+    replicas: int = 0
+    images: dict[str, str] = Field(default_factory=dict)  # "clique/container" -> image
+    clique_hashes: dict[str, str] = Field(default_factory=dict)  # clique -> its PodCliques' hash label
+    scaling_groups: dict[str, int] = Field(default_factory=dict)  # PCSG object -> minAvailable
+    termination_delay_seconds: float = 4 * 3600.0
     updated_replicas: int = 0  # Grove's `status.updatedReplicas`
     available_replicas: int = 0
-    # PodCliques and scaling groups reporting the current hash (reads only; the watcher omits them)
-    members_updated: int | None = None
-    members_total: int | None = None
-    attempt: int = 0  # the watcher's activity attempt (0: a read, not a signal)
-    sequence: int = 0
+    update_started_at: str | None = None  # Grove's `status.updateProgress`
+    update_ended_at: str | None = None
+    currently_updating: tuple[int, ...] = ()
 
-    def gang(self, name: str) -> PodGangState | None:
+
+class PCSState(_Model):
+    """A PodCliqueSet and its PodGangs: what `read_pcs_state` returns, and what the workflow
+    keeps up to date from the watcher's `PCSChange` signals."""
+
+    summary: PCSSummary
+    gangs: tuple[GangState, ...] = ()
+
+    @property
+    def exists(self) -> bool:
+        return self.summary.exists
+
+    def gang(self, name: str) -> GangState | None:
         return next((g for g in self.gangs if g.name == name), None)
+
+
+class PCSChange(_Model):
+    """The watcher's signal: the summary when it changed, the PodGangs that changed, the names
+    of PodGangs gone. `full`: a fresh listing (replaces everything the workflow holds).
+    Numbered by (attempt, sequence) so a late signal of a replaced attempt is dropped."""
+
+    summary: PCSSummary | None = None
+    gangs: tuple[GangState, ...] = ()
+    removed: tuple[str, ...] = ()
+    full: bool = False
+    attempt: int = 0
+    sequence: int = 0
 
 
 # -- activities' inputs and results -------------------------------------------------------------------
 class SetImagesInput(_Model):
+    """`images`: "clique/container" (or "clique" when it has one container) -> image."""
+
     pcs: PCSRef
     images: dict[str, str]
 
 
-class TemplateInput(_Model):
-    """Restore a whole template (rollback): the JSON of `spec.template` as read at the start."""
+class FieldChange(_Model):
+    """One template field the rollout set: its path ("clique/container"), before and after."""
 
-    pcs: PCSRef
-    template: dict[str, object]
+    path: str
+    before: str
+    after: str
 
 
 class TemplateResult(_Model):
-    """The template after a read or write, and the generation that holds it."""
+    """The template after a write: the generation that holds it, and the fields changed."""
 
     generation: int
-    changed: bool
-    template: dict[str, object]
+    changed: tuple[FieldChange, ...] = ()
+    skipped: tuple[str, ...] = ()  # fields left alone (someone else changed them since)
+    template: dict[str, object] = Field(default_factory=dict)
+
+
+class RevertInput(_Model):
+    """Put back `fields` (each only where it still holds the value the rollout set)."""
+
+    pcs: PCSRef
+    fields: tuple[FieldChange, ...]
+
+
+class TemplateChangeInput(_Model):
+    pcs: PCSRef
+    written: dict[str, object]  # the template as the rollout last wrote or adopted it
+    since: datetime
+
+
+class TemplateChange(_Model):
+    """A template edit the rollout did not make: the fields and who changed them (managedFields)."""
+
+    generation: int
+    fields: tuple[str, ...]
+    managers: tuple[str, ...]
+    template: dict[str, object] = Field(default_factory=dict)
 
 
 class ScalePCSInput(_Model):
@@ -179,23 +208,22 @@ class ScalePCSInput(_Model):
     replicas: int = Field(ge=0)
 
 
-class RollPodGangsInput(_Model):
-    """Delete each named PodGang that is not at `target_hash` (or, with `recreate_unavailable`,
-    that is not Available), pinned by the uid read, so Grove recreates it at the current hash."""
+class RollGangInput(_Model):
+    """Replace the pods of `podgang` whose clique is in `targets` and whose pod-template hash is
+    not its target: Grove recreates them from the PodCliques' current spec (OnDelete)."""
 
     pcs: PCSRef
-    podgangs: tuple[str, ...]
-    target_hash: str
-    recreate_unavailable: bool = False
-    # Checked just before deleting: each must be present with its condition True, else nothing
-    # is deleted (the workflow's read may be a moment old; a gang can fall back meanwhile).
+    podgang: str
+    targets: dict[str, str]  # clique -> pod-template hash
+    # Checked just before deleting: each must still be healthy, else nothing is deleted.
     require_healthy: tuple[str, ...] = ()
-    condition: Literal["Available", "Ready"] = "Available"
+    # The PodCliqueSet generation the targets belong to: another one (a template edit the
+    # workflow has not seen yet) deletes nothing. 0: not checked.
+    generation: int = 0
 
 
-class RollPodGangsResult(_Model):
-    deleted: tuple[str, ...]
-    already_done: tuple[str, ...]
+class RollGangResult(_Model):
+    deleted: tuple[str, ...] = ()
     blocked_by: tuple[str, ...] = ()
 
 
@@ -214,21 +242,70 @@ class ProgressInput(_Model):
 class WatchPCSInput(_Model):
     pcs: PCSRef
     heartbeat_seconds: float = 1.0
+    settle_seconds: float = 0.2  # changes within this are sent as one signal
 
 
 # -- the workflow ------------------------------------------------------------------------------------
+class StepRecord(_Model):
+    """One step: one PodGang of one replica replaced (pods deleted, recreated by Grove)."""
+
+    replica: int
+    podgangs: tuple[str, ...]
+    role: str  # the PodGang's role: Anchor (its replica's minimum-viable gang), Tail, ScaleOut
+    target_hash: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    deleted: tuple[str, ...] = ()  # the pods deleted
+    kind: Literal["roll", "repair", "rollback"] = "roll"
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def seconds(self) -> float | None:
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+
 class RolloutPolicy(_Model):
     replica_concurrency: int = Field(default=1, ge=1)
-    condition: Literal["Available", "Ready"] = "Available"
     step_deadline_seconds: float = Field(default=600.0, gt=0)
+    # Roll a step that leaves a PodClique or scaling group below its minAvailable (a replica
+    # outage: always so when a standalone clique changes, Grove puts all its pods in the anchor).
+    allow_replica_outage: bool = False
+    # Continue as new past this many history events (at a safe point between steps).
+    history_limit: int = Field(default=10_000, ge=500)
+
+
+class RolloutCarry(_Model):
+    """What a rollout carries into its next run (continue-as-new)."""
+
+    original: dict[str, str]  # clique -> pod-template hash before the rollout
+    targets: dict[str, str]  # clique -> pod-template hash rolled to
+    fields: tuple[FieldChange, ...]
+    written: dict[str, object]
+    written_at: datetime
+    generation: int
+    target_hash: str
+    previous_hash: str
+    rolling_back: bool = False
+    aborting: OperatorRequest | None = None
+    paused_by: OperatorRequest | None = None
+    steps_done: int = 0
+    recent_steps: tuple[StepRecord, ...] = ()
+    repairs: int = 0
+    started_at: datetime
+    runs: int = 1
 
 
 class RolloutInput(_Model):
+    """`images`: "clique/container" (or "clique" when it has one container) -> new image."""
+
     pcs: PCSRef
     images: dict[str, str]
     requested_by: Requester
     reason: Reason = ""
     policy: RolloutPolicy = RolloutPolicy()
+    carry: RolloutCarry | None = None  # set by continue-as-new only
 
     @field_validator("images")
     @classmethod
@@ -249,24 +326,9 @@ class ScaleRequest(OperatorRequest):
     replicas: int = Field(ge=0)
 
 
-class StepRecord(_Model):
-    replica: int
-    podgangs: tuple[str, ...]
-    minimum_viable: bool
-    target_hash: str
-    started_at: datetime
-    finished_at: datetime | None = None
-    deleted: tuple[str, ...] = ()
-
-    @computed_field  # type: ignore[prop-decorator]
-    @property
-    def seconds(self) -> float | None:
-        if self.finished_at is None:
-            return None
-        return (self.finished_at - self.started_at).total_seconds()
-
-
 class RolloutStatus(_Model):
+    """Where a rollout is. `steps` holds the latest steps only (`steps_done` counts them all)."""
+
     pcs: PCSRef
     phase: str
     target_hash: str = ""
@@ -278,16 +340,21 @@ class RolloutStatus(_Model):
     done: int = 0
     total: int = 0
     steps: tuple[StepRecord, ...] = ()
+    steps_done: int = 0
+    repairs: int = 0
     pending_scale: int | None = None
     updated_replicas: int = 0
-    members_updated: int | None = None
-    members_total: int | None = None
+    fields: tuple[FieldChange, ...] = ()
+    runs: int = 1
 
 
 class RolloutResult(_Model):
+    """`handed-to-grove`: the PodCliqueSet left OnDelete mid-rollout; Grove rolls it itself."""
+
     pcs: PCSRef
-    outcome: Literal["completed", "rolled-back"]
+    outcome: Literal["completed", "rolled-back", "handed-to-grove"]
     target_hash: str
     steps: tuple[StepRecord, ...]
+    steps_done: int = 0
     started_at: datetime
     finished_at: datetime

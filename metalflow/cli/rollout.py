@@ -67,9 +67,9 @@ from metalflow.rollouts import render, root_cause
 MISSING = "no rollout {id} in flight"  # an update's refusal when the workflow does not run
 UPDATES = {
     "pause": (PAUSE_UPDATE, "stop after the current step"),
-    "resume": (RESUME_UPDATE, "go on after a pause (recreates PodGangs that are not Available)"),
-    "abort": (ABORT_UPDATE, "stop now; PodGangs stay as they are, each of one version"),
-    "rollback": (ROLLBACK_UPDATE, "restore the previous template and roll back coherently"),
+    "resume": (RESUME_UPDATE, "go on after a pause (after a foreign edit: to the template as it now is)"),
+    "abort": (ABORT_UPDATE, "stop now: the step in flight is interrupted and every PodGang taken back"),
+    "rollback": (ROLLBACK_UPDATE, "put back the images the rollout set and roll back coherently"),
 }
 
 
@@ -82,9 +82,10 @@ def register(subparsers: Any) -> None:
     rollout = subparsers.add_parser(
         "rollout",
         help="roll a Grove PodCliqueSet to new images, coherently",
-        description="Coherent rollouts (GREP-393) of Grove PodCliqueSets on updateStrategy OnDelete: "
-        "per replica its minimum-viable PodGangs one at a time, then its tail PodGangs; never two "
-        "versions inside one PodGang.",
+        description="Coherent rollouts (GREP-393 order) of Grove PodCliqueSets on updateStrategy OnDelete "
+        "(Grove v0.1.0-alpha.12, commit 6eaa77f0): per replica its anchor PodGang, then its tail "
+        "PodGangs, one at a time; a PodGang's pods are replaced together, so it never runs two "
+        "versions by the rollout's doing.",
     )
     commands = rollout.add_subparsers(title="rollout commands", metavar="COMMAND")
     start = commands.add_parser("start", help="start a rollout", description="Start a rollout.")
@@ -95,8 +96,8 @@ def register(subparsers: Any) -> None:
         action="append",
         type=_image_setting,
         required=True,
-        metavar="CLIQUE=IMAGE",
-        help="new image of a clique (repeat for several)",
+        metavar="CLIQUE[/CONTAINER]=IMAGE",
+        help="new image of a container (CLIQUE alone: its only container; repeat for several)",
     )
     start.add_argument("--wait", action="store_true", help="follow it; exit 0 only when it completed")
     start.add_argument(
@@ -106,10 +107,10 @@ def register(subparsers: Any) -> None:
     )
     start.add_argument("--concurrency", type=int, default=1, help="replicas rolled at once (default 1)")
     start.add_argument(
-        "--condition",
-        choices=("Available", "Ready"),
-        default="Available",
-        help="the PodGang condition a step waits for (default Available)",
+        "--allow-replica-outage",
+        action="store_true",
+        help="roll steps that take a replica below a minAvailable (every change of a standalone "
+        "clique, and Grove's default shape); one replica at a time",
     )
     start.add_argument(
         "--step-deadline",
@@ -171,7 +172,7 @@ def _image_setting(text: str) -> tuple[str, str]:
     clique, sep, image = text.partition("=")
     if not sep or not clique:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give CLIQUE=IMAGE, e.g. router=registry.local/router:2.0"
+            f"{text!r}: give CLIQUE[/CONTAINER]=IMAGE, e.g. router=registry.local/router:2.0"
         )
     if (problem := image_problem(image)) is not None:
         raise argparse.ArgumentTypeError(f"clique {clique}: {problem}")
@@ -194,7 +195,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         reason=args.reason,
         policy=RolloutPolicy(
             replica_concurrency=args.concurrency,
-            condition=args.condition,
+            allow_replica_outage=args.allow_replica_outage,
             step_deadline_seconds=args.step_deadline,
         ),
     )
@@ -279,7 +280,7 @@ async def _show_progress(handle: WorkflowHandle[Any, RolloutResult], progress: P
         if status.paused_reason:
             waiting = f"`metalflow rollout resume|rollback|abort {status.pcs}` ({status.paused_reason})"
         elif status.in_flight:
-            waiting = f"{', '.join(status.in_flight)} back at the new version"
+            waiting = f"{', '.join(status.in_flight)} whole and Ready at the new version"
         else:
             waiting = ""
         if line != last:
@@ -298,6 +299,9 @@ async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     steps = "; ".join(
         f"{'+'.join(s.podgangs)} {s.seconds:.1f}s" for s in result.steps if s.seconds is not None
     )
+    if result.outcome == "handed-to-grove":
+        print(f"rollout {handle.id} handed to Grove: the PodCliqueSet left OnDelete; Grove rolls it itself")
+        return EXIT_FAILED
     print(f"rollout {handle.id} {result.outcome}: every PodGang at {result.target_hash} ({steps})")
     return EXIT_OK if result.outcome == "completed" else EXIT_FAILED
 
@@ -313,11 +317,14 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         print(render(status))
         for step in status.steps:
             took = f"{step.seconds:.1f}s" if step.seconds is not None else "unfinished"
-            print(f"  replica {step.replica}: {', '.join(step.podgangs)} -> {step.target_hash} {took}")
+            print(
+                f"  replica {step.replica} {step.role}: {', '.join(step.podgangs)} "
+                f"-> {step.target_hash} {took}"
+            )
         return EXIT_OK
     while True:  # a live bar until the rollout ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
-        if status.phase in ("completed", "rolled-back", "aborted"):
+        if status.phase in ("completed", "rolled-back", "aborted", "handed-to-grove"):
             print()
             return EXIT_OK
         described = await handle.describe()

@@ -22,7 +22,9 @@ from metalflow.hosts import default_operator
 from metalflow.rollouts import render, root_cause
 
 DEMO_PCS = PCSRef(namespace="default", name="inference")
-DEMO_IMAGES = {c: f"registry.local/{c}:1.1" for c in ("router", "prefill", "decode")}
+# The scaling group's cliques: rolled with no replica outage (each replica's router, in its anchor
+# PodGang, is untouched; worker replicas 1 and 2, in tail PodGangs, serve while the anchor rolls).
+DEMO_IMAGES = {c: f"registry.local/{c}:1.1" for c in ("prefill", "decode")}
 
 
 async def run_rollout_demo(
@@ -30,7 +32,7 @@ async def run_rollout_demo(
 ) -> bool:
     """Roll `default/inference` to the demo images; True when the rollout completed."""
     workflow_id = names.rollout_workflow_id(DEMO_PCS.namespace, DEMO_PCS.name)
-    say(f"demo: rolling {DEMO_PCS} to the 1.1 images coherently: {config.workflow_url(workflow_id)}")
+    say(f"demo: rolling {DEMO_PCS}'s workers to 1.1 coherently: {config.workflow_url(workflow_id)}")
     say("demo:   (its `status` query, current details, Phase; `metalflow rollout status default/inference`)")
     try:
         handle = await client.start_workflow(
@@ -59,6 +61,6 @@ async def run_rollout_demo(
         say(f"demo: rollout FAILED: {root_cause(err)}")
         return False
     timings = ", ".join(f"{s.seconds:.1f}s" for s in result.steps if s.seconds is not None)
-    steps = plural(len(result.steps), "step")
+    steps = plural(result.steps_done, "step")
     say(f"demo: rollout {result.outcome}: {steps} ({timings}); at {result.target_hash}")
     return result.outcome == "completed"

@@ -1,32 +1,16 @@
-"""Grove's object model as the simulator realises it: template hash, PodGang layout, builders.
+"""Grove's object model at the pinned commit, as the simulator realises it: names, labels, hashes,
+the PodGangMap layout and the object builders. Pure functions over plain dicts; the controller
+(`controller.py`) decides when to write. Every rule here has its row, with the upstream file and
+commit it was read from, in `BEHAVIOUR.md` (the numbers in brackets, e.g. [N3], name the rows).
 
-Pure functions over PodCliqueSet dicts; the controller (`controller.py`) decides when to write.
-
-Layout of one PodCliqueSet replica `r` (the coherent-update shape of GREP-393, used from the
-start so a PodGang keeps its name across updates and a client can roll it by deleting it):
-
-- standalone cliques (template cliques not named by any scaling group): one PodClique
-  `<pcs>-<r>-<clique>` each;
-- scaling groups: one PodCliqueScalingGroup `<pcs>-<r>-<group>`, and per scaling-group replica
-  `j` one PodClique `<pcs>-<r>-<group>-<j>-<clique>` per clique of the group;
-- `k` minimum-viable PodGangs (MPGs) `<pcs>-<r>-mpg-<i>`, `k = min(replicas // minAvailable)`
-  over every standalone clique (pods) and every scaling group (replicas), at least 1. MPG `i`
-  holds pods `[i*m, (i+1)*m)` of each standalone clique (the last MPG also takes the excess
-  pods, as GREP-393 puts excess standalone pods in the highest-index MPG) and scaling-group
-  replicas `[i*M, (i+1)*M)`;
-- one tail PodGang (TPG) `<pcs>-<r>-<group>-<j>` per scaling-group replica `j >= k*M` (Grove's
-  non-anchor naming `...-<pcsg>-<pcsg-replica-index>`, without the epoch segment).
-
-Pods are not objects of the simulated API (it serves only the CRDs); a PodGang names its pods
-in `spec.podgroups[].podReferences` as `<podclique>-<hash>-<index>`, so the generation hash
-each pod was created at is visible in the PodGang itself (as a ReplicaSet's pods carry the
-pod-template hash in their names).
+Pinned Grove: ai-dynamo/grove `6eaa77f0debebd29f373a27c68f25931fc734156` (PR #778's final head,
+the PodGangMap change released as v0.1.0-alpha.12); see `BEHAVIOUR.md` for why.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,157 +19,237 @@ Object = dict[str, Any]
 GROVE_API = "grove.io/v1alpha1"
 SCHEDULER_API = "scheduler.grove.io/v1alpha1"
 
-# Label keys as Grove spells them (operator/api/common/labels.go).
+# Label keys as Grove spells them (operator/api/common/labels.go at the pin) [L1-L7].
 MANAGED_BY = "app.kubernetes.io/managed-by"
 PART_OF = "app.kubernetes.io/part-of"
+NAME = "app.kubernetes.io/name"
 COMPONENT = "app.kubernetes.io/component"
 REPLICA_INDEX = "grove.io/podcliqueset-replica-index"
 GENERATION_HASH = "grove.io/podcliqueset-generation-hash"
 POD_TEMPLATE_HASH = "grove.io/pod-template-hash"
 PODCLIQUE = "grove.io/podclique"
+PODGANG = "grove.io/podgang"
+POD_INDEX = "grove.io/podclique-pod-index"
 PCSG = "grove.io/podcliquescalinggroup"
 PCSG_REPLICA_INDEX = "grove.io/podcliquescalinggroup-replica-index"
-MINIMUM_VIABLE_UNIT = "grove.io/minimum-viable-unit"
-BASE_PODGANG = "grove.io/base-podgang"
-# Not in Grove's CRDs (GREP-393 puts InFlightPodGangs in a status the shipped CRD lacks), so the
-# simulator publishes the PodGangs in flight as this PodCliqueSet annotation.
-IN_FLIGHT_ANNOTATION = "grove.io/in-flight-podgangs"
+EPOCH = "grove.io/epoch"
+PODGANG_ROLE = "grove.io/podgang-role"
+SCHEDULER_NAME = "grove.io/scheduler-name"
 OPERATOR = "grove-operator"
+SCHEDULER = "kai-scheduler"
+GATE = "grove.io/podgang-pending-creation"  # the scheduling gate Grove creates every pod with [P3]
+
+ANCHOR, TAIL, SCALE_OUT = "Anchor", "Tail", "ScaleOut"
+DEFAULT_TERMINATION_DELAY = 4 * 3600.0  # the webhook's default terminationDelay [T1]
+
+# -- hashes [H1-H3] ------------------------------------------------------------------------------
+_ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery rand.SafeEncodeString's alphabet
 
 
-def short_hash(value: Any) -> str:
-    """A stable 10-hex-digit hash of JSON-like data."""
+def _fnv64a(data: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for byte in data:
+        h ^= byte
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def compute_hash(value: Any) -> str:
+    """FNV-64a of a deterministic dump, rendered as SafeEncodeString renders it. Grove dumps Go
+    structs with a deep-hash printer; we dump canonical JSON, so the strings differ from Grove's
+    but move exactly when Grove's do (what they cover is what matters) [H1]."""
     blob = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:10]
+    return "".join(_ALPHANUMS[ord(c) % len(_ALPHANUMS)] for c in str(_fnv64a(blob)))
+
+
+def clique_pod_template(pcs: Object, clique: Object) -> Object:
+    """What Grove hashes for one clique: its labels, annotations and podSpec, with the template's
+    priorityClassName [H1]. Not replicas, minAvailable, scaling groups, or anything else."""
+    spec = dict((clique.get("spec") or {}).get("podSpec") or {})
+    priority = (pcs["spec"].get("template") or {}).get("priorityClassName")
+    if priority:
+        spec["priorityClassName"] = priority
+    else:
+        spec.pop("priorityClassName", None)
+    return {
+        "labels": clique.get("labels") or {},
+        "annotations": clique.get("annotations") or {},
+        "spec": spec,
+    }
+
+
+def pod_template_hash(pcs: Object, clique: Object) -> str:
+    """`grove.io/pod-template-hash` of one clique [H2]."""
+    return compute_hash(clique_pod_template(pcs, clique))
 
 
 def generation_hash(pcs: Object) -> str:
-    """The PodCliqueSet generation hash: every field of the template counts."""
-    return short_hash(pcs["spec"]["template"])
+    """`status.currentGenerationHash`: the pod templates of every clique, in order [H1]."""
+    return compute_hash([clique_pod_template(pcs, c) for c in _template(pcs).get("cliques") or []])
 
 
-def pod_name(pclq: str, hash_: str, index: int) -> str:
-    return f"{pclq}-{hash_}-{index}"
+# -- the template, with Grove's defaults [T1] ---------------------------------------------------------
+def _template(pcs: Object) -> Object:
+    return pcs["spec"].get("template") or {}
 
 
-def pod_hash(pclq: str, pod: str) -> str:
-    """The generation hash a pod of `pclq` was created at (read back from its name)."""
-    return pod[len(pclq) + 1 :].rsplit("-", 1)[0]
+def cliques_of(pcs: Object) -> dict[str, Object]:
+    return {c["name"]: c for c in _template(pcs).get("cliques") or []}
 
 
-@dataclass(frozen=True)
-class Share:
-    """The pods of one PodClique that belong to one PodGang."""
-
-    pclq: str
-    clique: str  # template clique name
-    pods: tuple[int, ...]
-    min_replicas: int
-    group: str | None = None  # template scaling-group name when the PodClique belongs to one
-    group_replica: int | None = None
+def groups_of(pcs: Object) -> list[Object]:
+    return list(_template(pcs).get("podCliqueScalingGroups") or [])
 
 
-@dataclass(frozen=True)
-class GangPlan:
-    name: str
-    replica: int
-    mpg: bool
-    shares: tuple[Share, ...]
-    group: str | None = None  # TPGs: the scaling group; MPGs: None
+def standalone_cliques(pcs: Object) -> list[Object]:
+    grouped = {c for g in groups_of(pcs) for c in g.get("cliqueNames") or []}
+    return [c for c in _template(pcs).get("cliques") or [] if c["name"] not in grouped]
 
 
-@dataclass(frozen=True)
-class CliquePlan:
-    name: str  # PodClique object name
-    clique: str
-    replica: int
-    group: str | None = None
-    group_replica: int | None = None
-
-
-@dataclass(frozen=True)
-class ReplicaPlan:
-    replica: int
-    mpg_count: int
-    cliques: tuple[CliquePlan, ...]
-    groups: tuple[str, ...]  # PodCliqueScalingGroup object names
-    gangs: tuple[GangPlan, ...]
-    # What availability needs: standalone PodClique -> minAvailable; PCSG -> (minAvailable, pclqs)
-    standalone_min: tuple[tuple[str, int], ...]
-    group_min: tuple[tuple[str, int, tuple[tuple[str, ...], ...]], ...]
-
-
-def _cliques(template: Object) -> dict[str, Object]:
-    return {c["name"]: c for c in template.get("cliques", [])}
+def clique_replicas(clique: Object) -> int:
+    return int((clique.get("spec") or {}).get("replicas", 1))
 
 
 def clique_min(clique: Object) -> int:
-    spec = clique["spec"]
-    replicas = int(spec.get("replicas", 1))
-    # Grove defaults a clique's minAvailable to its replicas.
-    return max(1, min(int(spec.get("minAvailable", replicas)), max(replicas, 1)))
+    """A clique's minAvailable; the webhook defaults it to the clique's replicas [T1]."""
+    spec = clique.get("spec") or {}
+    return int(spec.get("minAvailable", spec.get("replicas", 1)))
 
 
-def plan_replica(pcs: Object, replica: int) -> ReplicaPlan:
-    """The PodCliques, scaling groups and PodGangs of one replica, from the current template."""
+def group_replicas(group: Object) -> int:
+    return int(group.get("replicas", 1))
+
+
+def group_min(group: Object) -> int:
+    return int(group.get("minAvailable", 1))
+
+
+def termination_delay(pcs: Object) -> float:
+    """`spec.template.terminationDelay` in seconds (a Go duration), 4h when unset [T1]."""
+    text = _template(pcs).get("terminationDelay")
+    if not text:
+        return DEFAULT_TERMINATION_DELAY
+    total, found = 0.0, False
+    for number, unit in re.findall(r"([0-9.]+)(h|ms|m|s)", str(text)):
+        found = True
+        total += float(number) * {"h": 3600, "m": 60, "s": 1, "ms": 0.001}[unit]
+    return total if found else DEFAULT_TERMINATION_DELAY
+
+
+def strategy(pcs: Object) -> str:
+    return str((pcs["spec"].get("updateStrategy") or {}).get("type") or "RollingRecreate")
+
+
+# -- names [N1-N5] ----------------------------------------------------------------------------------
+def pclq_name(pcs: str, replica: int, clique: str) -> str:
+    return f"{pcs}-{replica}-{clique}"
+
+
+def pcsg_name(pcs: str, replica: int, group: str) -> str:
+    return f"{pcs}-{replica}-{group}"
+
+
+def member_pclq_name(pcs: str, replica: int, group: str, j: int, clique: str) -> str:
+    return f"{pcsg_name(pcs, replica, group)}-{j}-{clique}"
+
+
+def anchor_gang_name(pcs: str, replica: int, epoch: str) -> str:
+    return f"{pcs}-{replica}-{epoch}"
+
+
+def member_gang_name(pcs: str, replica: int, epoch: str, group: str, j: int) -> str:
+    return f"{pcs}-{replica}-{epoch}-{group}-{j}"
+
+
+# -- the PodGangMap [G1-G4] -----------------------------------------------------------------------------
+def bootstrap_entries(pcs: Object, epoch: int, hash_: str, pcsg_replicas: dict[str, int]) -> list[Object]:
+    """A new replica's entries: the Anchor (every standalone pod, scaling-group replicas below
+    minAvailable), one Tail (the scaling-group replicas above), one empty ScaleOut [G2]."""
+    anchor: Object = {
+        "epoch": str(epoch),
+        "podCliqueSetGenerationHash": hash_,
+        "role": ANCHOR,
+        "anchorIndex": 0,
+        "podCliques": {c["name"]: clique_replicas(c) for c in standalone_cliques(pcs)},
+        "pcsgReplicaIndices": {
+            g["name"]: list(range(min(group_min(g), pcsg_replicas.get(g["name"], group_replicas(g)))))
+            for g in groups_of(pcs)
+        },
+    }
+    entries = [anchor]
+    tail = {
+        g["name"]: list(range(group_min(g), pcsg_replicas.get(g["name"], group_replicas(g))))
+        for g in groups_of(pcs)
+        if pcsg_replicas.get(g["name"], group_replicas(g)) > group_min(g)
+    }
+    if tail:
+        entries.append(
+            {
+                "epoch": str(epoch + 1),
+                "podCliqueSetGenerationHash": hash_,
+                "role": TAIL,
+                "pcsgReplicaIndices": tail,
+                "dependsOn": [str(epoch)],
+            }
+        )
+    if groups_of(pcs):
+        entries.append(
+            {
+                "epoch": str(epoch + 2),
+                "podCliqueSetGenerationHash": hash_,
+                "role": SCALE_OUT,
+                "dependsOn": [str(epoch)],
+            }
+        )
+    return entries
+
+
+@dataclass(frozen=True)
+class GangLayout:
+    """One PodGang of a replica, from its PodGangMap entry."""
+
+    name: str
+    replica: int
+    epoch: str
+    role: str
+    pclqs: tuple[str, ...]  # the PodCliques whose pods it holds (one podgroup each)
+
+
+def layout(pcs: Object, replica: int, pgm: Object) -> tuple[list[GangLayout], dict[str, str]]:
+    """The PodGangs one PodGangMap describes, and PodClique -> the PodGang its pods join [G3]."""
     name = pcs["metadata"]["name"]
-    template = pcs["spec"]["template"]
-    cliques = _cliques(template)
-    groups = template.get("podCliqueScalingGroups", [])
-    grouped = {c for g in groups for c in g.get("cliqueNames", [])}
-    standalone = [c for n, c in cliques.items() if n not in grouped]
-    base = f"{name}-{replica}"
-
-    ratios = [int(c["spec"].get("replicas", 1)) // clique_min(c) for c in standalone]
-    ratios += [int(g.get("replicas", 1)) // max(1, int(g.get("minAvailable", 1))) for g in groups]
-    k = max(1, min(ratios)) if ratios else 1
-
-    clique_plans: list[CliquePlan] = []
-    mpg_shares: list[list[Share]] = [[] for _ in range(k)]
-    tpgs: list[GangPlan] = []
-    standalone_min: list[tuple[str, int]] = []
-    for c in standalone:
-        pclq, n, m = f"{base}-{c['name']}", int(c["spec"].get("replicas", 1)), clique_min(c)
-        clique_plans.append(CliquePlan(pclq, c["name"], replica))
-        standalone_min.append((pclq, m))
-        for i in range(k):
-            end = n if i == k - 1 else (i + 1) * m
-            pods = tuple(range(i * m, min(end, n)))
-            if pods:
-                mpg_shares[i].append(Share(pclq, c["name"], pods, min(m, len(pods))))
-    group_min = []
-    for g in groups:
-        fqn, reps, mins = f"{base}-{g['name']}", int(g.get("replicas", 1)), int(g.get("minAvailable", 1))
-        members: list[tuple[str, ...]] = []
-        for j in range(reps):
-            shares = []
-            for cn in g.get("cliqueNames", []):
-                member = cliques.get(cn)
-                if member is None:
-                    continue
-                pclq = f"{fqn}-{j}-{cn}"
-                clique_plans.append(CliquePlan(pclq, cn, replica, g["name"], j))
-                n = int(member["spec"].get("replicas", 1))
-                shares.append(Share(pclq, cn, tuple(range(n)), clique_min(member), g["name"], j))
-            members.append(tuple(s.pclq for s in shares))
-            if j < k * mins:
-                mpg_shares[j // max(1, mins)].extend(shares)
-            else:
-                tpgs.append(GangPlan(f"{fqn}-{j}", replica, False, tuple(shares), g["name"]))
-        group_min.append((fqn, mins, tuple(members)))
-    mpgs = [GangPlan(f"{base}-mpg-{i}", replica, True, tuple(mpg_shares[i])) for i in range(k)]
-    return ReplicaPlan(
-        replica=replica,
-        mpg_count=k,
-        cliques=tuple(clique_plans),
-        groups=tuple(f"{base}-{g['name']}" for g in groups),
-        gangs=tuple(mpgs + tpgs),
-        standalone_min=tuple(standalone_min),
-        group_min=tuple(group_min),
-    )
+    gangs: list[GangLayout] = []
+    gang_of: dict[str, str] = {}
+    for entry in pgm["spec"].get("entries") or []:
+        epoch, role = str(entry["epoch"]), entry["role"]
+        indices = entry.get("pcsgReplicaIndices") or {}
+        if role == ANCHOR:
+            gang = anchor_gang_name(name, replica, epoch)
+            members = [pclq_name(name, replica, c) for c in (entry.get("podCliques") or {})]
+            for group in groups_of(pcs):
+                for j in indices.get(group["name"], []):
+                    members += [
+                        member_pclq_name(name, replica, group["name"], j, c)
+                        for c in group.get("cliqueNames") or []
+                    ]
+            gangs.append(GangLayout(gang, replica, epoch, role, tuple(members)))
+            for m in members:
+                gang_of[m] = gang
+            continue
+        for group in groups_of(pcs):
+            for j in indices.get(group["name"], []):
+                gang = member_gang_name(name, replica, epoch, group["name"], j)
+                members = [
+                    member_pclq_name(name, replica, group["name"], j, c)
+                    for c in group.get("cliqueNames") or []
+                ]
+                gangs.append(GangLayout(gang, replica, epoch, role, tuple(members)))
+                for m in members:
+                    gang_of[m] = gang
+    return gangs, gang_of
 
 
-# -- object builders --------------------------------------------------------------------------
+# -- object builders --------------------------------------------------------------------------------
 def owner_ref(owner: Object) -> Object:
     return {
         "apiVersion": owner["apiVersion"],
@@ -197,99 +261,58 @@ def owner_ref(owner: Object) -> Object:
     }
 
 
-def _labels(pcs: Object, replica: int, component: str, **extra: str) -> dict[str, str]:
-    return {
-        MANAGED_BY: OPERATOR,
-        PART_OF: pcs["metadata"]["name"],
-        COMPONENT: component,
+def base_labels(pcs: Object) -> dict[str, str]:
+    return {MANAGED_BY: OPERATOR, PART_OF: pcs["metadata"]["name"]}
+
+
+def podclique_labels(
+    pcs: Object, clique: Object, name: str, replica: int, gang: str, group: str | None, j: int | None
+) -> dict[str, str]:
+    """The template's labels first, Grove's on top [L2, L3]."""
+    labels = {
+        **(clique.get("labels") or {}),
+        **base_labels(pcs),
+        NAME: name,
+        COMPONENT: "pcs-podclique" if group is None else "pcsg-podclique",
         REPLICA_INDEX: str(replica),
-        **extra,
+        PODGANG: gang,
+        POD_TEMPLATE_HASH: pod_template_hash(pcs, clique),
     }
+    if group is not None:
+        labels[PCSG] = pcsg_name(pcs["metadata"]["name"], replica, group)
+        labels[PCSG_REPLICA_INDEX] = str(j)
+    return labels
 
 
-def podclique(pcs: Object, plan: CliquePlan, hash_: str, owner: Object) -> Object:
-    clique = _cliques(pcs["spec"]["template"])[plan.clique]
-    extra = {GENERATION_HASH: hash_, POD_TEMPLATE_HASH: short_hash(clique["spec"]), PODCLIQUE: plan.name}
-    component = "pcs-podclique"
-    if plan.group is not None:
-        component = "pcsg-podclique"
-        extra[PCSG] = f"{pcs['metadata']['name']}-{plan.replica}-{plan.group}"
-        extra[PCSG_REPLICA_INDEX] = str(plan.group_replica)
-    spec = {k: v for k, v in clique["spec"].items() if k != "autoScalingConfig"}
+def podclique_spec(clique: Object, replicas: int) -> Object:
+    spec = {k: v for k, v in (clique.get("spec") or {}).items() if k != "autoScalingConfig"}
+    spec["replicas"] = replicas
+    return spec
+
+
+def pod(pcs: Object, pclq: Object, index: int) -> Object:
+    """A pod of a PodClique: every label of its PodClique, its index, gated [P1-P3]."""
+    labels = pclq["metadata"]["labels"]
+    pcs_name, replica = pcs["metadata"]["name"], labels[REPLICA_INDEX]
+    pod_spec = dict(pclq["spec"].get("podSpec") or {})
+    priority = _template(pcs).get("priorityClassName")
+    if priority:
+        pod_spec["priorityClassName"] = priority
+    pod_spec["schedulingGates"] = [*(pod_spec.get("schedulingGates") or []), {"name": GATE}]
+    pod_spec["hostname"] = f"{pclq['metadata']['name']}-{index}"
+    pod_spec["subdomain"] = f"{pcs_name}-{replica}"
     return {
-        "apiVersion": GROVE_API,
-        "kind": "PodClique",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {
-            "name": plan.name,
-            "namespace": pcs["metadata"]["namespace"],
-            "labels": {**clique.get("labels", {}), **_labels(pcs, plan.replica, component, **extra)},
-            "ownerReferences": [owner_ref(owner)],
+            "generateName": f"{pclq['metadata']['name']}-",
+            "namespace": pclq["metadata"]["namespace"],
+            "labels": {**labels, PODCLIQUE: pclq["metadata"]["name"], POD_INDEX: str(index)},
+            "annotations": dict(pclq["metadata"].get("annotations") or {}),
+            "ownerReferences": [owner_ref(pclq)],
         },
-        "spec": spec,
+        "spec": pod_spec,
     }
-
-
-def scaling_group(pcs: Object, replica: int, group: Object, hash_: str) -> Object:
-    return {
-        "apiVersion": GROVE_API,
-        "kind": "PodCliqueScalingGroup",
-        "metadata": {
-            "name": f"{pcs['metadata']['name']}-{replica}-{group['name']}",
-            "namespace": pcs["metadata"]["namespace"],
-            "labels": _labels(pcs, replica, "pcs-podcliquescalinggroup", **{GENERATION_HASH: hash_}),
-            "ownerReferences": [owner_ref(pcs)],
-        },
-        "spec": {
-            "cliqueNames": list(group.get("cliqueNames", [])),
-            "replicas": int(group.get("replicas", 1)),
-            "minAvailable": int(group.get("minAvailable", 1)),
-        },
-    }
-
-
-def podgroup(share: Share, namespace: str, hash_: str) -> Object:
-    return {
-        "name": share.pclq,
-        "minReplicas": share.min_replicas,
-        "podReferences": [
-            {"namespace": namespace, "name": pod_name(share.pclq, hash_, i)} for i in share.pods
-        ],
-    }
-
-
-def podgang(pcs: Object, plan: GangPlan, hash_: str) -> Object:
-    ns, name = pcs["metadata"]["namespace"], pcs["metadata"]["name"]
-    extra = {GENERATION_HASH: hash_}
-    if plan.mpg:
-        extra[MINIMUM_VIABLE_UNIT] = "true"
-    else:
-        extra[BASE_PODGANG] = f"{name}-{plan.replica}-mpg-0"
-        extra[PCSG] = f"{name}-{plan.replica}-{plan.group}"
-    return {
-        "apiVersion": SCHEDULER_API,
-        "kind": "PodGang",
-        "metadata": {
-            "name": plan.name,
-            "namespace": ns,
-            "labels": _labels(pcs, plan.replica, "podgang", **extra),
-            "ownerReferences": [owner_ref(pcs)],
-        },
-        "spec": {"podgroups": [podgroup(s, ns, hash_) for s in plan.shares]},
-    }
-
-
-def condition(type_: str, status: bool, reason: str, message: str, now: str, old: list[Object]) -> Object:
-    """A condition that keeps its lastTransitionTime while its status does not change."""
-    value = "True" if status else "False"
-    for c in old:
-        if c.get("type") == type_ and c.get("status") == value:
-            now = c.get("lastTransitionTime", now)
-    return {"type": type_, "status": value, "reason": reason, "message": message, "lastTransitionTime": now}
-
-
-def is_available(gang: Object) -> bool:
-    conds = (gang.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Available" and c.get("status") == "True" for c in conds)
 
 
 def pcs_for_workload(
@@ -301,12 +324,8 @@ def pcs_for_workload(
     update_strategy: str,
     image: str,
 ) -> Object:
-    """A PodCliqueSet for a site workload.
-
-    Standalone cliques get 2 pods with minAvailable 1 (so a replica holds two MPGs when its
-    scaling groups allow it, and a rollout can keep a replica serving); scaling-group cliques
-    one pod each.
-    """
+    """A PodCliqueSet for a site workload: standalone cliques of 2 pods (minAvailable 1), one pod
+    per scaling-group clique; one container `main` per clique."""
     grouped = {c for _, members, _, _ in groups for c in members}
     template_cliques = []
     for clique in [*cliques, *(c for _, members, _, _ in groups for c in members)]:
@@ -318,7 +337,7 @@ def pcs_for_workload(
                     "roleName": clique,
                     "replicas": pods,
                     "minAvailable": minimum,
-                    "podSpec": {"containers": [{"name": clique, "image": image}]},
+                    "podSpec": {"containers": [{"name": "main", "image": image}]},
                 },
             }
         )
@@ -338,3 +357,28 @@ def pcs_for_workload(
             },
         },
     }
+
+
+def condition(type_: str, status: str, reason: str, message: str, now: str, old: list[Object]) -> Object:
+    """A condition that keeps its lastTransitionTime while its status does not change."""
+    for c in old:
+        if c.get("type") == type_ and c.get("status") == status:
+            now = c.get("lastTransitionTime", now)
+    return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": now}
+
+
+def pod_ready(p: Object) -> bool:
+    conds = (p.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def pod_gated(p: Object) -> bool:
+    return bool((p.get("spec") or {}).get("schedulingGates"))
+
+
+def pod_scheduled(p: Object) -> bool:
+    return bool((p.get("spec") or {}).get("nodeName"))
+
+
+def terminating(obj: Object) -> bool:
+    return bool(obj["metadata"].get("deletionTimestamp"))

@@ -1,12 +1,5 @@
-"""Status of PodCliques, PodCliqueScalingGroups and the PodCliqueSet, from the PodGangs.
-
-A pod is ready when its PodGang is Available; a pod is updated when the generation hash in its
-name (see `model.py`) is the PodCliqueSet's current one. Availability follows the CRDs'
-definitions: a scaling-group replica is available when each of its PodCliques has at least
-`minAvailable` ready pods; a PodCliqueSet replica is available when each standalone PodClique
-has at least `minAvailable` ready pods and each scaling group at least `minAvailable` available
-replicas.
-"""
+"""Status of PodCliques, PodCliqueScalingGroups and the PodCliqueSet, from the pods, as Grove's
+status reconcilers compute them at the pin (rows [S3]-[S6] of `BEHAVIOUR.md`)."""
 
 from __future__ import annotations
 
@@ -14,65 +7,31 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from simulators.grove.model import (
-    GENERATION_HASH,
-    IN_FLIGHT_ANNOTATION,
     PCSG,
+    PCSG_REPLICA_INDEX,
+    POD_TEMPLATE_HASH,
+    PODCLIQUE,
+    REPLICA_INDEX,
     Object,
-    ReplicaPlan,
+    clique_min,
     condition,
-    is_available,
-    pod_hash,
+    groups_of,
+    pclq_name,
+    pcsg_name,
+    pod_gated,
+    pod_ready,
+    pod_scheduled,
+    standalone_cliques,
+    strategy,
 )
 from simulators.kube.store import NotFound, ResourceType
 
 if TYPE_CHECKING:
     from simulators.grove.controller import GroveController
 
-Pods = dict[str, list[tuple[str, bool]]]  # PodClique name -> (generation hash, ready) per pod
-
 
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def pods_of(gangs: dict[str, Object]) -> Pods:
-    pods: Pods = {}
-    for gang in gangs.values():
-        ready = is_available(gang)
-        for group in gang["spec"].get("podgroups", []):
-            for ref in group.get("podReferences", []):
-                pods.setdefault(group["name"], []).append((pod_hash(group["name"], ref["name"]), ready))
-    return pods
-
-
-def ready_count(pods: Pods, pclq: str) -> int:
-    return sum(1 for _, ready in pods.get(pclq, []) if ready)
-
-
-def updated(pods: Pods, pclq: str, hash_: str) -> bool:
-    return all(h == hash_ for h, _ in pods.get(pclq, []))
-
-
-def group_available(pods: Pods, pclq_min: dict[str, int], members: tuple[str, ...]) -> bool:
-    return all(ready_count(pods, p) >= pclq_min.get(p, 1) for p in members)
-
-
-def replica_available(plan: ReplicaPlan, pods: Pods, pclq_min: dict[str, int]) -> bool:
-    """The PodCliqueSet replica is available (CRD definition of `availableReplicas`)."""
-    if any(ready_count(pods, p) < m for p, m in plan.standalone_min):
-        return False
-    for _, minimum, members in plan.group_min:
-        if sum(group_available(pods, pclq_min, m) for m in members) < minimum:
-            return False
-    return True
-
-
-def clique_minimums(pclqs: dict[str, Object]) -> dict[str, int]:
-    out = {}
-    for name, obj in pclqs.items():
-        spec = obj["spec"]
-        out[name] = int(spec.get("minAvailable", spec.get("replicas", 1)))
-    return out
 
 
 class StatusWriter:
@@ -83,99 +42,153 @@ class StatusWriter:
         self,
         pcs: Object,
         hash_: str,
-        plans: list[ReplicaPlan],
-        gangs: dict[str, Object],
+        replicas: int,
         pclqs: dict[str, Object],
-        progress: tuple[str, list[Object]] | None,
+        pcsgs: dict[str, Object],
+        pods: list[Object],
     ) -> None:
         c = self._c
         ns, name = pcs["metadata"]["namespace"], pcs["metadata"]["name"]
         stamp = now()
-        pods = pods_of(gangs)
-        mins = clique_minimums(pclqs)
-        for pclq_name, obj in pclqs.items():
-            mine = pods.get(pclq_name, [])
-            ready = ready_count(pods, pclq_name)
+        rolling = c.rolling.get((ns, name)) if strategy(pcs) == "RollingRecreate" else None
+        by_pclq: dict[str, list[Object]] = {}
+        for p in pods:
+            by_pclq.setdefault(p["metadata"]["labels"].get(PODCLIQUE, ""), []).append(p)
+        pclq_status: dict[str, Object] = {}
+        for pname, obj in pclqs.items():
+            mine = by_pclq.get(pname, [])
+            want_hash = obj["metadata"]["labels"].get(POD_TEMPLATE_HASH)
+            minimum = int(obj["spec"].get("minAvailable", 1))
+            ready = sum(pod_ready(p) for p in mine)
+            scheduled = sum(pod_scheduled(p) for p in mine)
+            updated = sum(p["metadata"]["labels"].get(POD_TEMPLATE_HASH) == want_hash for p in mine)
             old = (obj.get("status") or {}).get("conditions") or []
-            breached = ready < mins[pclq_name]
+            r = int(obj["metadata"]["labels"].get(REPLICA_INDEX, -1))
+            if rolling is not None and rolling[1] == r:
+                breach = ("Unknown", "UpdateInProgress", "an update of this PodClique is in progress")
+            elif scheduled < minimum:
+                breach = (
+                    "True",
+                    "ScheduledReplicasBelowMinAvailable",
+                    f"{scheduled} scheduled, minAvailable {minimum}",
+                )
+            elif ready < minimum:
+                breach = ("True", "InsufficientReadyPods", f"{ready} ready, minAvailable {minimum}")
+            else:
+                breach = ("False", "SufficientReadyPods", f"{ready} ready, minAvailable {minimum}")
             status: Object = {
                 "observedGeneration": obj["metadata"]["generation"],
                 "replicas": len(mine),
                 "readyReplicas": ready,
-                "scheduledReplicas": len(mine),
-                "scheduleGatedReplicas": 0,
-                "updatedReplicas": sum(1 for h, _ in mine if h == hash_),
+                "scheduledReplicas": scheduled,
+                "scheduleGatedReplicas": sum(pod_gated(p) for p in mine),
+                "updatedReplicas": updated,
+                "currentPodTemplateHash": want_hash,
                 "conditions": [
+                    condition("MinAvailableBreached", *breach, stamp, old),
                     condition(
-                        "MinAvailableBreached",
-                        breached,
-                        "InsufficientReadyPods" if breached else "SufficientReadyPods",
-                        f"{ready} ready pods, minAvailable {mins[pclq_name]}",
+                        "PodCliqueScheduled",
+                        "True" if scheduled >= minimum else "False",
+                        "SufficientScheduledPods" if scheduled >= minimum else "InsufficientScheduledPods",
+                        f"{scheduled} scheduled, minAvailable {minimum}",
                         stamp,
                         old,
                     ),
-                    condition("PodCliqueScheduled", True, "SufficientScheduledPods", "", stamp, old),
                 ],
             }
-            if mine and updated(pods, pclq_name, hash_):
+            previous = (obj.get("status") or {}).get("currentPodCliqueSetGenerationHash")
+            if (
+                updated == int(obj["spec"].get("replicas", 1))
+                and len(mine) == updated
+                and (rolling is None or rolling[1] != r)
+            ):
+                status["currentPodCliqueSetGenerationHash"] = hash_  # only once converged [S3]
+            elif previous:
+                status["currentPodCliqueSetGenerationHash"] = previous
+            pclq_status[pname] = status
+            self._put(c.pclq_rt, ns, pname, status)
+
+        def pclq_ok(pname: str) -> bool:
+            s = pclq_status.get(pname)
+            return s is not None and s["readyReplicas"] >= int(pclqs[pname]["spec"].get("minAvailable", 1))
+
+        def pclq_updated(pname: str) -> bool:
+            s = pclq_status.get(pname)
+            return s is not None and s.get("currentPodCliqueSetGenerationHash") == hash_
+
+        group_ok: dict[str, bool] = {}
+        group_updated: dict[str, bool] = {}
+        for fqn, obj in pcsgs.items():
+            members: dict[int, list[str]] = {}
+            for pname, p in pclqs.items():
+                if p["metadata"]["labels"].get(PCSG) == fqn:
+                    members.setdefault(int(p["metadata"]["labels"][PCSG_REPLICA_INDEX]), []).append(pname)
+            want = int(obj["spec"]["replicas"])
+            minimum = int(obj["spec"].get("minAvailable", 1))
+            available = sum(all(pclq_ok(m) for m in ms) for j, ms in members.items() if j < want)
+            scheduled = sum(
+                all(
+                    pclq_status[m]["scheduledReplicas"] >= int(pclqs[m]["spec"].get("minAvailable", 1))
+                    for m in ms
+                )
+                for j, ms in members.items()
+                if j < want
+            )
+            done = sum(all(pclq_updated(m) for m in ms) for j, ms in members.items() if j < want)
+            old = (obj.get("status") or {}).get("conditions") or []
+            group_ok[fqn] = available >= minimum
+            group_updated[fqn] = done == want
+            status = {
+                "observedGeneration": obj["metadata"]["generation"],
+                "replicas": want,
+                "scheduledReplicas": scheduled,
+                "availableReplicas": available,
+                "updatedReplicas": done,
+                "selector": f"{PCSG}={fqn}",
+                "conditions": [
+                    condition(
+                        "MinAvailableBreached",
+                        "False" if available >= minimum else "True",
+                        "SufficientAvailablePodCliqueScalingGroupReplicas"
+                        if available >= minimum
+                        else "InsufficientAvailablePodCliqueScalingGroupReplicas",
+                        f"{available} available replicas, minAvailable {minimum}",
+                        stamp,
+                        old,
+                    )
+                ],
+            }
+            if done == want:
                 status["currentPodCliqueSetGenerationHash"] = hash_
-            self._put(c.pclq_rt, ns, pclq_name, status)
+            elif (obj.get("status") or {}).get("currentPodCliqueSetGenerationHash"):
+                status["currentPodCliqueSetGenerationHash"] = obj["status"][
+                    "currentPodCliqueSetGenerationHash"
+                ]
+            self._put(c.pcsg_rt, ns, fqn, status)
 
-        updated_pclqs = sum(1 for p in pclqs if p in pods and updated(pods, p, hash_))
-        updated_groups = 0
-        for plan in plans:
-            for fqn, minimum, members in plan.group_min:
-                avail = sum(group_available(pods, mins, m) for m in members)
-                done = sum(all(updated(pods, p, hash_) for p in m) for m in members)
-                updated_groups += done == len(members)
-                try:
-                    old = (c._store.get(c.pcsg_rt, ns, fqn).get("status") or {}).get("conditions") or []
-                except NotFound:
-                    continue
-                status = {
-                    "replicas": len(members),
-                    "scheduledReplicas": len(members),
-                    "availableReplicas": avail,
-                    "updatedReplicas": done,
-                    "selector": f"{PCSG}={fqn}",
-                    "conditions": [
-                        condition(
-                            "MinAvailableBreached",
-                            avail < minimum,
-                            "InsufficientAvailablePodCliqueScalingGroupReplicas"
-                            if avail < minimum
-                            else "SufficientAvailablePodCliqueScalingGroupReplicas",
-                            f"{avail} available replicas, minAvailable {minimum}",
-                            stamp,
-                            old,
-                        )
-                    ],
-                }
-                if done == len(members):
-                    status["currentPodCliqueSetGenerationHash"] = hash_
-                self._put(c.pcsg_rt, ns, fqn, status)
-
-        def replica_updated(plan: ReplicaPlan) -> bool:
-            return all(
-                g.name in gangs and gangs[g.name]["metadata"]["labels"].get(GENERATION_HASH) == hash_
-                for g in plan.gangs
-            ) and all(updated(pods, cp.name, hash_) for cp in plan.cliques)
-
+        available_replicas = updated_replicas = 0
+        updated_pclqs = total_pclqs = updated_groups = total_groups = 0
+        for r in range(replicas):
+            standalone = [pclq_name(name, r, s["name"]) for s in standalone_cliques(pcs)]
+            groups = [pcsg_name(name, r, g["name"]) for g in groups_of(pcs)]
+            ok = all(pclq_ok(p) for p in standalone) and all(group_ok.get(g, False) for g in groups)
+            available_replicas += ok
+            current = [
+                pclq_updated(p) and pclq_status[p]["updatedReplicas"] >= clique_min(_clique(pcs, p, name, r))
+                for p in standalone
+            ]
+            updated_replicas += ok and all(current) and all(group_updated.get(g, False) for g in groups)
+            total_pclqs += len(standalone)
+            updated_pclqs += sum(current)
+            total_groups += len(groups)
+            updated_groups += sum(group_updated.get(g, False) for g in groups)
         old_status = pcs.get("status") or {}
         status = {
             "observedGeneration": pcs["metadata"]["generation"],
-            "replicas": len(plans),
-            "availableReplicas": sum(replica_available(p, pods, mins) for p in plans),
-            "updatedReplicas": sum(replica_updated(p) for p in plans),
+            "replicas": replicas,
+            "availableReplicas": available_replicas,
+            "updatedReplicas": updated_replicas,
             "currentGenerationHash": hash_,
-            "podGangStatuses": [
-                {
-                    "name": g["metadata"]["name"],
-                    "phase": (g.get("status") or {}).get("phase", "Pending"),
-                    "conditions": (g.get("status") or {}).get("conditions", []),
-                }
-                for g in gangs.values()
-            ],
         }
         for k in ("conditions", "hpaPodSelector", "lastErrors"):
             if k in old_status:
@@ -183,31 +196,28 @@ class StatusWriter:
         upd = dict(old_status.get("updateProgress") or {})
         previous = old_status.get("currentGenerationHash")
         if previous is not None and previous != hash_:
-            upd = {"updateStartedAt": stamp}  # a new update starts (and supersedes one in flight)
+            upd = {"updateStartedAt": stamp}  # a new update starts [H3]
+            if strategy(pcs) == "OnDelete":
+                upd["updateEndedAt"] = stamp  # OnDelete: it ends at once [U5]
         if upd:
-            total_groups = sum(len(p.group_min) for p in plans)
             upd.update(
-                totalPodCliquesCount=len(pclqs),
+                totalPodCliquesCount=total_pclqs,
                 updatedPodCliquesCount=updated_pclqs,
                 totalPodCliqueScalingGroupsCount=total_groups,
                 updatedPodCliqueScalingGroupsCount=updated_groups,
             )
-            if progress is not None and progress[0] == hash_ and progress[1]:
-                upd["currentlyUpdating"] = [dict(e) for e in progress[1]]
-            flying = any((ns, g) in c.in_flight for g in gangs)
-            done = status["updatedReplicas"] == len(plans) and not flying
-            if done and "updateEndedAt" not in upd:
-                upd["updateEndedAt"] = stamp
+            if strategy(pcs) == "RollingRecreate":
+                history = c.progress.get((ns, name)) or []
+                if history:
+                    upd["currentlyUpdating"] = [dict(e) for e in history if "updateEndedAt" not in e][
+                        -1:
+                    ] or None
+                    if upd["currentlyUpdating"] is None:
+                        del upd["currentlyUpdating"]
+                if updated_replicas == replicas and "updateEndedAt" not in upd:
+                    upd["updateEndedAt"] = stamp
             status["updateProgress"] = upd
         self._put(c.pcs_rt, ns, name, status)
-
-        in_flight = ",".join(sorted(g for (gns, g) in c.in_flight if gns == ns and g in gangs))
-        annotations = pcs["metadata"].get("annotations") or {}
-        if annotations.get(IN_FLIGHT_ANNOTATION, "") != in_flight:
-            value = in_flight or None
-            c._store.patch(
-                c.pcs_rt, ns, name, {"metadata": {"annotations": {IN_FLIGHT_ANNOTATION: value}}}, "merge"
-            )
 
     def _put(self, rt: ResourceType, ns: str, name: str, status: Object) -> None:
         store = self._c._store
@@ -220,3 +230,10 @@ class StatusWriter:
         obj["status"] = status
         obj["metadata"].pop("resourceVersion", None)
         store.update(rt, ns, name, obj, subresource="status")
+
+
+def _clique(pcs: Object, pname: str, name: str, r: int) -> Object:
+    for c in standalone_cliques(pcs):
+        if pclq_name(name, r, c["name"]) == pname:
+            return c
+    return {"spec": {}}

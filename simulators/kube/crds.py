@@ -1,4 +1,4 @@
-"""Served resource types: every CRD of a directory plus the built-ins Namespace and Secret.
+"""Served resource types: every CRD of a directory plus the built-ins Namespace, Secret and Pod.
 
 `make_validator` gives the store the admission step of a real API server: Secret `stringData`
 folding, pruning, defaulting and validation against each type's `openAPIV3Schema`. What the
@@ -99,7 +99,19 @@ SECRET = ResourceType(
     printer_columns=(PrinterColumn("Type", "string", ".type"),),
     schema=SECRET_SCHEMA,
 )  # fmt: skip
-BUILTINS = (NAMESPACE, SECRET)
+_OPEN = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+POD_SCHEMA: Object = {
+    "description": "Pod is a collection of containers that can run on a host (served so Grove's pods are "
+    "visible: the simulated Grove creates and replaces them; spec and status are not validated).",
+    "type": "object",
+    "properties": {**_COMMON, "spec": _OPEN, "status": _OPEN},
+}
+POD = ResourceType(
+    "", "v1", "pods", "pod", "Pod", "PodList", True, frozenset({"status"}), short_names=("po",),
+    categories=("all",), printer_columns=(PrinterColumn("Status", "string", ".status.phase"),),
+    schema=POD_SCHEMA,
+)  # fmt: skip
+BUILTINS = (NAMESPACE, SECRET, POD)
 
 
 def _resource_types_of(crd: Object) -> list[ResourceType]:
@@ -165,7 +177,7 @@ def find_crd_dir(given: str | Path | None = None) -> Path:
 
 
 def load_resource_types(crd_dir: Path) -> list[ResourceType]:
-    """Every served version of every CRD under `crd_dir` (recursively), plus Namespace and Secret."""
+    """Every served version of every CRD under `crd_dir` (recursively), plus Namespace, Secret, Pod."""
     types: list[ResourceType] = list(BUILTINS)
     for path in sorted(crd_dir.rglob("*.yaml")) + sorted(crd_dir.rglob("*.yml")):
         with path.open() as f:

@@ -17,6 +17,7 @@ from simulators.kube.crds import field_validation_mode
 from simulators.kube.rbac import SERVICE_ACCOUNT, Attributes, Auth, User, verb_of
 from simulators.kube.store import (
     BadRequest,
+    Conflict,
     MethodNotAllowed,
     NotFound,
     Object,
@@ -24,6 +25,7 @@ from simulators.kube.store import (
     Store,
     StoreError,
     UnsupportedMediaType,
+    writing_as,
 )
 from simulators.kube.table import render_table
 
@@ -59,6 +61,15 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
         content_type=JSON,
         headers=headers,
     )
+
+
+def _manager(request: web.Request) -> str | None:
+    """The field manager of a write: `?fieldManager=`, else the User-Agent up to its first "/"."""
+    given = request.query.get("fieldManager")
+    if given:
+        return given
+    agent = request.headers.get("User-Agent", "")
+    return agent.split("/", 1)[0] or None
 
 
 def error_response(exc: StoreError) -> web.Response:
@@ -226,6 +237,7 @@ class KubeAPI:
         elif method == "PATCH":
             return await self._patch(req, request)
         elif method == "DELETE" and req.sub is None:
+            await self._check_preconditions(req, request)
             return self._delete(req, request)
         raise MethodNotAllowed("the server does not allow this method on the requested resource")
 
@@ -311,7 +323,10 @@ class KubeAPI:
             raise BadRequest("the body of the request is not a JSON object")
         if "kind" not in body and req.rt.group:
             raise BadRequest(f"Object 'Kind' is missing in '{json.dumps(body)[:200]}'")
-        with field_validation_mode(self._field_validation(request)) as warnings:
+        with (
+            field_validation_mode(self._field_validation(request)) as warnings,
+            writing_as(_manager(request)),
+        ):
             obj = self.store.create(req.rt, req.namespace, body, dry_run=self._dry_run(request))
         return self._object_response(req.rt, obj, request, 201, self._warning_headers(warnings))
 
@@ -320,7 +335,10 @@ class KubeAPI:
         body = await self._body(request)
         if not isinstance(body, dict):
             raise BadRequest("the body of the request is not a JSON object")
-        with field_validation_mode(self._field_validation(request)) as warnings:
+        with (
+            field_validation_mode(self._field_validation(request)) as warnings,
+            writing_as(_manager(request)),
+        ):
             obj = self.store.update(
                 req.rt, req.namespace, req.name, body, subresource=req.sub, dry_run=self._dry_run(request)
             )
@@ -341,12 +359,35 @@ class KubeAPI:
                 f"the body of the request was in an unknown format - accepted media types include: {accepted}"
             )
         body = await self._body(request)
-        with field_validation_mode(self._field_validation(request)) as warnings:
+        with (
+            field_validation_mode(self._field_validation(request)) as warnings,
+            writing_as(_manager(request)),
+        ):
             obj = self.store.patch(
                 req.rt, req.namespace, req.name, body, ptype,  # type: ignore[arg-type]
                 subresource=req.sub, dry_run=self._dry_run(request),
             )  # fmt: skip
         return self._object_response(req.rt, obj, request, 200, self._warning_headers(warnings))
+
+    async def _check_preconditions(self, req: _Request, request: web.Request) -> None:
+        """DeleteOptions `preconditions` (uid, resourceVersion): a mismatch is 409, nothing deleted."""
+        assert req.name is not None
+        raw = await request.read() if request.can_read_body else b""
+        try:
+            options = json.loads(raw) if raw else {}
+        except ValueError:
+            return
+        wanted = (options or {}).get("preconditions") or {} if isinstance(options, dict) else {}
+        if not wanted:
+            return
+        meta = self.store.get(req.rt, req.namespace, req.name)["metadata"]
+        for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            if wanted.get(field) and str(wanted[field]) != str(meta.get(field)):
+                raise Conflict(
+                    f'Operation cannot be fulfilled on {req.rt.plural} "{req.name}": Precondition failed: '
+                    f"{label} in precondition: {wanted[field]}, {label} in object meta: {meta.get(field)}",
+                    details={"name": req.name, "group": req.rt.group, "kind": req.rt.plural},
+                )
 
     def _delete(self, req: _Request, request: web.Request) -> web.Response:
         assert req.name is not None

@@ -38,13 +38,15 @@ name its uid; deleting a Namespace deletes its content, then the Namespace.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import contextvars
 import random
 import re
 import string
 import uuid
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
@@ -212,6 +214,111 @@ _SERVER_METADATA = (
     "deletionGracePeriodSeconds",
     "generation",
 )
+
+# -- managedFields ------------------------------------------------------------------------------
+# Who wrote which field, as a real API server records it for `operation: Update` writes: the
+# HTTP layer names the manager (`?fieldManager=`, else the User-Agent up to its first "/");
+# in-process controllers write unnamed and are not recorded. A manager owns the leaf fields its
+# writes changed (lists are atomic: the list is the leaf), and loses those another manager
+# changes later. Server-side apply is not served.
+_manager: contextvars.ContextVar[str | None] = contextvars.ContextVar("field_manager", default=None)
+_UNMANAGED_META = ("labels", "annotations")
+
+
+@contextlib.contextmanager
+def writing_as(manager: str | None) -> Iterator[None]:
+    """Within the block, writes are recorded in managedFields as `manager`'s."""
+    token = _manager.set(manager[:128] if manager else None)
+    try:
+        yield
+    finally:
+        _manager.reset(token)
+
+
+def _leaves(old: Any, new: Any, path: tuple[str, ...]) -> set[tuple[str, ...]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: set[tuple[str, ...]] = set()
+        for k in set(old) | set(new):
+            if old.get(k) != new.get(k):
+                out |= _leaves(old.get(k), new.get(k), (*path, k))
+        return out
+    return {path} if old != new else set()
+
+
+def _changed_fields(old: Object | None, new: Object) -> set[tuple[str, ...]]:
+    def view(o: Object | None) -> Object:
+        if o is None:
+            return {}
+        meta = o.get("metadata") or {}
+        out = {k: v for k, v in o.items() if k not in ("metadata", "apiVersion", "kind")}
+        out["metadata"] = {k: meta[k] for k in _UNMANAGED_META if k in meta}
+        return out
+
+    return _leaves(view(old), view(new), ())
+
+
+def _to_fields_v1(paths: set[tuple[str, ...]]) -> Object:
+    root: Object = {}
+    for path in sorted(paths):
+        node = root
+        for part in path:
+            node = node.setdefault(f"f:{part}", {})
+    return root
+
+
+def _from_fields_v1(fields: Object, path: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    if not fields:
+        return {path} if path else set()
+    out: set[tuple[str, ...]] = set()
+    for k, v in fields.items():
+        if k.startswith("f:"):
+            out |= _from_fields_v1(v, (*path, k[2:]))
+    return out
+
+
+def _overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    return a[: len(b)] == b or b[: len(a)] == a
+
+
+def _managed_fields(
+    rt: ResourceType, old: Object | None, new: Object, subresource: str | None
+) -> list[Object] | None:
+    """The managedFields after this write (None: leave them as they were)."""
+    entries = [dict(e) for e in ((old or {}).get("metadata") or {}).get("managedFields") or []]
+    manager = _manager.get()
+    if manager is None:
+        return entries if old is not None else None
+    changed = _changed_fields(old, new)
+    if not changed:
+        return entries
+    out = []
+    mine: set[tuple[str, ...]] = set()
+    for e in entries:
+        paths = _from_fields_v1(e.get("fieldsV1") or {})
+        if (
+            e.get("manager") == manager
+            and e.get("operation") == "Update"
+            and e.get("subresource") == subresource
+        ):
+            mine = paths
+            continue
+        kept = {p for p in paths if not any(_overlaps(p, c) for c in changed)}
+        if kept:
+            out.append({**e, "fieldsV1": _to_fields_v1(kept)})
+    mine = {p for p in mine if not any(_overlaps(p, c) for c in changed)} | changed
+    entry: Object = {
+        "manager": manager,
+        "operation": "Update",
+        "apiVersion": rt.api_version,
+        "time": _now(),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": _to_fields_v1(mine),
+    }
+    if subresource:
+        entry["subresource"] = subresource
+    out.append(entry)
+    return out
+
 
 _TypeKey = tuple[str, str]  # (group, plural): every served version shares one storage
 _ObjKey = tuple[str, str]  # (namespace or "", name)
@@ -484,6 +591,9 @@ class Store:
             obj["spec"] = {"finalizers": ["kubernetes"]}
             obj["status"] = {"phase": "Active"}
         self._admit(rt, obj)
+        meta.pop("managedFields", None)
+        if (managed := _managed_fields(rt, None, obj, None)) is not None:
+            meta["managedFields"] = managed
         key = self._key(rt, meta.get("namespace"), name)
         bucket = self._bucket(rt)
         if key in bucket:
@@ -576,6 +686,11 @@ class Store:
         self._admit(rt, new, old)
         if subresource is None and self._spec_changed(rt, old, new):
             new["metadata"]["generation"] = old_meta.get("generation", 1) + 1
+        new["metadata"].pop("managedFields", None)
+        if old_meta.get("managedFields") is not None:
+            new["metadata"]["managedFields"] = old_meta["managedFields"]
+        if new != old and (managed := _managed_fields(rt, old, new, subresource)) is not None:
+            new["metadata"]["managedFields"] = managed
         if new == old or dry_run:
             # A no-op write changes nothing (no new resourceVersion), as on a real server.
             return cast(Object, clone(old if new == old else new))
