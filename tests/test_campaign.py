@@ -153,7 +153,7 @@ async def test_canary_then_batches_with_soak_inside_windows(
     async with campaign_worker(client, task_queue, write_site(tmp_path, hosts)):
         handle = await _start(client, task_queue, request)
         result = await handle.result()
-    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 7, (), ())
+    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 7, 0, 0)
     ops = sorted([await _operation(client, h) for h in hosts], key=lambda d: d.start_time or datetime.min)
     for op in ops:
         started = op.start_time.astimezone(UTC) if op.start_time else None
@@ -187,7 +187,7 @@ async def test_failure_budget_halts_until_resume(
         handle = await _start(client, task_queue, request)
         halted = await _until_phase(time_skipping_env, handle, "halted")
         assert halted.failed == 2 and "failure budget" in (halted.halted_reason or "")
-        assert {f.host.host_id for f in halted.failures} == {hosts[2], hosts[3]}
+        assert {f.host_id for f in halted.failures} == {hosts[2], hosts[3]}
         assert all("injected" in f.reason for f in halted.failures)
         await time_skipping_env.sleep(timedelta(hours=5))  # a halt waits for an operator, however long
         for late in hosts[6:]:
@@ -200,7 +200,7 @@ async def test_failure_budget_halts_until_resume(
         assert "failure budget counts from now" in answer.message
         result = await handle.result()
         await save_history(handle, "campaign_budget_halted_resumed")
-    assert (result.outcome, result.done, len(result.failed)) == ("completed", 6, 2)
+    assert (result.outcome, result.done, result.failed) == ("completed", 6, 2)
     assert not result.all_succeeded
 
 
@@ -224,7 +224,7 @@ async def test_continue_as_new_keeps_exact_counts(
             status = await entity.query(HOST_STATUS_QUERY, result_type=HostStatus)
             assert [r.workflow_id for r in status.recent] == [names.reprovision_workflow_id(host)]
     assert result.runs >= 3, f"expected at least two continue-as-new, got {result.runs} runs"
-    assert (result.total, result.done, [f.host.host_id for f in result.failed]) == (12, 11, [hosts[5]])
+    assert (result.total, result.done, [f.host_id for f in result.failures]) == (12, 11, [hosts[5]])
 
 
 async def test_busy_host_waits_and_assigned_host_is_skipped(
@@ -261,7 +261,7 @@ async def test_busy_host_waits_and_assigned_host_is_skipped(
         second = await _operation(client, busy)
         first = await client.get_workflow_handle(first.id, run_id=first.run_id).describe()
     assert result.done == 2
-    assert [(s.host.host_id, "instance assigned" in s.reason) for s in result.skipped] == [(assigned, True)]
+    assert [(s.host_id, "instance assigned" in s.reason) for s in result.skipped_hosts] == [(assigned, True)]
     assert second.run_id != first.run_id, "the campaign ran the busy host once it was free"
     assert first.close_time is not None and second.start_time is not None
     assert second.start_time >= first.close_time, "never two operations on one host at once"
@@ -284,7 +284,7 @@ async def test_a_host_waiting_for_an_operator_counts_against_the_budget(
     async with campaign_worker(client, task_queue, write_site(tmp_path, hosts), [OperatorWaitOperation]):
         handle = await _start(client, task_queue, request)
         halted = await _until_phase(time_skipping_env, handle, "halted")
-        assert [(f.host.host_id, f.reason) for f in halted.needs_operator] == [
+        assert [(f.host_id, f.reason) for f in halted.needs_operator] == [
             (hosts[1], "needs an operator: the BMC refused the reset (stand-in)")
         ]
         assert "failure budget spent" in (halted.halted_reason or "")
@@ -295,8 +295,8 @@ async def test_a_host_waiting_for_an_operator_counts_against_the_budget(
         assert "failure budget counts from now" in answer.message
         await time_skipping_env.sleep(timedelta(hours=1))  # a sweep later: accepted, no new halt
         waiting = await _status(handle)
-        assert waiting.phase != "halted" and [f.host.host_id for f in waiting.needs_operator] == [hosts[1]]
+        assert waiting.phase != "halted" and [f.host_id for f in waiting.needs_operator] == [hosts[1]]
         operation = client.get_workflow_handle(names.reprovision_workflow_id(hosts[1]))
         await operation.signal(OPERATOR_ANSWERED)
         result = await handle.result()
-    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 3, (), ())
+    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 3, 0, 0)
