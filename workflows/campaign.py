@@ -86,6 +86,7 @@ with workflow.unsafe.imports_passed_through():
         HostRequestOutcome,
         HostRequestsInput,
         HostRequestsResult,
+        HostSelection,
         HostsPage,
         HostsQuery,
         HostState,
@@ -193,7 +194,7 @@ class CampaignWorkflow(kernel.Abortable):
                 if self._history_is_long():
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     self._absorb()
-                    workflow.continue_as_new(self._input.model_copy(update={"progress": self._snapshot()}))
+                    workflow.continue_as_new(self._carried())
                 if self.aborting and self._cancel_running:
                     await self._abort_running()
                 started = await self._start_hosts()
@@ -867,6 +868,13 @@ class CampaignWorkflow(kernel.Abortable):
         info = workflow.info()
         return info.is_continue_as_new_suggested() or (
             info.get_current_history_length() > self._input.policy.max_history_events
+        )
+
+    def _carried(self) -> CampaignInput:
+        """The next run's input: this one's, with the progress, and a listed selection not carried
+        twice (the roster has its hosts)."""
+        return self._input.model_copy(
+            update={"progress": self._snapshot(), "selection": HostSelection.made(self._input.selection)}
         )
 
     def _snapshot(self) -> Progress:

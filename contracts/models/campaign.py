@@ -99,6 +99,16 @@ class HostSelection(_Frozen):
     hosts: tuple[str, ...] = ()
     selector: dict[str, str] = Field(default_factory=dict)
     group: str = ""
+    # Set when a run continues as new: the selection was made (the roster carries its hosts), so a
+    # long host list is not carried twice; `describe` still says what was selected.
+    described: str = ""
+
+    @classmethod
+    def made(cls, selection: HostSelection) -> HostSelection:
+        """The selection as a continued run carries it (its hosts are in the roster)."""
+        if len(selection.hosts) <= 10:
+            return selection
+        return cls(all=True, described=selection.describe())
 
     @model_validator(mode="after")
     def _exactly_one(self) -> HostSelection:
@@ -108,6 +118,8 @@ class HostSelection(_Frozen):
         return self
 
     def describe(self) -> str:
+        if self.described:
+            return self.described
         if self.all:
             return "all hosts"
         if self.hosts:
