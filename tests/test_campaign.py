@@ -25,6 +25,7 @@ runs, and no start falls a fraction of a second from a window's edge.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -41,7 +42,7 @@ from campaign_support import (
 )
 from conftest import time_skipping_server
 from host_operation_support import save_history
-from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -300,3 +301,91 @@ async def test_a_host_waiting_for_an_operator_counts_against_the_budget(
         await operation.signal(OPERATOR_ANSWERED)
         result = await handle.result()
     assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 3, 0, 0)
+
+
+async def _past_selecting(handle: WorkflowHandle[object, CampaignResult]) -> CampaignStatus:
+    for _ in range(100):
+        status = await _status(handle)
+        if status.phase not in ("starting", "selecting"):
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"still selecting: {status}")
+
+
+async def test_one_campaign_per_host_a_second_skips_what_the_first_holds(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """Two campaigns over overlapping hosts (a schedule's run and a manual one alike): the second
+    skips the hosts the first holds, naming it; each host runs once. A holder that was
+    terminated (it never released) is taken over. Every ending releases the claims."""
+    client = time_skipping_env.client
+    hosts = host_ids(f"cc{uuid.uuid4().hex[:4]}", 6)
+    first_hosts, second_hosts = hosts[:4], hosts[2:]
+    limits = Limits(batch_size=4, max_in_flight=4)
+    async with campaign_worker(client, task_queue, write_site(tmp_path, hosts)):
+        first = await _start(client, task_queue, _input(first_hosts, canary=0, limits=limits))
+        await _past_selecting(first)
+        second = await _start(client, task_queue, _input(second_hosts, canary=0, limits=limits))
+        results = [await first.result(), await second.result()]
+        registry = client.get_workflow_handle(names.campaign_claims_workflow_id(task_queue))
+        assert (await registry.query(workflow_api.CampaignClaimsWorkflow.status)).holders == {}
+        # A holder terminated mid-campaign never releases: the next campaign takes its hosts.
+        # (Its window is closed: it holds its hosts and starts none.)
+        hour = ((await time_skipping_env.get_current_time()).astimezone(UTC).hour + 6) % 24
+        closed = Window(start_minute=hour * 60, end_minute=hour * 60 + 60)
+        stuck = await _start(
+            client, task_queue, _input(hosts[:2], canary=0, limits=limits, windows=(closed,))
+        )
+        assert (await _past_selecting(stuck)).phase == "outside-window"
+        await stuck.terminate("test: a campaign that never releases")
+        after = await _start(client, task_queue, _input(hosts[:2], canary=0, limits=limits))
+        taken_over = await after.result()
+    assert (results[0].done, results[0].skipped) == (4, 0)
+    assert (results[1].done, results[1].skipped) == (2, 2)
+    assert sorted(s.host_id for s in results[1].skipped_hosts) == hosts[2:4]
+    assert all(f"claimed by running campaign {first.id}" in s.reason for s in results[1].skipped_hosts)
+    assert (taken_over.done, taken_over.skipped) == (2, 0), taken_over
+
+
+async def test_hosts_dpf_does_not_know_are_refused_naming_provision(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = time_skipping_env.client
+    known, unknown = host_ids(f"cp{uuid.uuid4().hex[:4]}", 2)
+    site = write_site(tmp_path, [known, unknown])
+    async with campaign_worker(client, task_queue, site, unknown_to_dpf=frozenset({unknown})):
+        result = await (await _start(client, task_queue, _input([known, unknown], canary=0))).result()
+        assert (result.done, result.skipped) == (1, 1)
+        [left_out] = result.skipped_hosts
+        assert left_out.host_id == unknown and f"metalflow host provision {unknown}" in left_out.reason
+        refused = await _start(client, task_queue, _input([unknown], canary=0))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await refused.result()
+        assert "DPF knows none of the 1 selected hosts" in str(failed.value.cause.cause)
+        assert (await _status(refused)).phase == "failed"
+        with pytest.raises(RPCError):  # nothing asked: no entity
+            await client.get_workflow_handle(names.host_workflow_id(unknown)).describe()
+
+
+async def test_a_round_of_only_skipped_hosts_ends_the_campaign(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """Its only host is refused by its entity (an instance assigned there, not in the inventory):
+    the campaign ends at once, it never sleeps waiting for nothing."""
+    client = time_skipping_env.client
+    [host] = host_ids(f"ck{uuid.uuid4().hex[:4]}", 1)
+    async with campaign_worker(client, task_queue, write_site(tmp_path, [host])):
+        entity = await client.start_workflow(
+            workflow_api.HostWorkflow.run,
+            HostWorkflowInput(host_id=host),
+            id=names.host_workflow_id(host),
+            task_queue=task_queue,
+        )
+        await entity.execute_update(
+            ASSIGN_INSTANCE_UPDATE,
+            AssignInstanceRequest(instance="vm-1", requested_by="op"),
+            result_type=OperatorAnswer,
+        )
+        handle = await _start(client, task_queue, _input([host], canary=0))
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert (result.outcome, result.done, result.skipped) == ("completed", 0, 1)
