@@ -340,6 +340,7 @@ async def test_one_campaign_per_host_a_second_skips_what_the_first_holds(
         await stuck.terminate("test: a campaign that never releases")
         after = await _start(client, task_queue, _input(hosts[:2], canary=0, limits=limits))
         taken_over = await after.result()
+        await save_history(registry, "campaign_claims_take_over")
     assert (results[0].done, results[0].skipped) == (4, 0)
     assert (results[1].done, results[1].skipped) == (2, 2)
     assert sorted(s.host_id for s in results[1].skipped_hosts) == hosts[2:4]
