@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
     from activities.redfish import build_redfish_client
     from contracts import names, workflow_api
+    from contracts.errors import InvalidInput
     from contracts.models.campaign import (
         AbortRequest,
         CampaignInput,
@@ -46,9 +47,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer
     from contracts.models.host import FirmwareInput, FirmwareResult, HostStatus
+    from drivers.campaign import Fleet
     from drivers.inventory import Inventory
     from drivers.kube import Kube
     from drivers.settings import Settings
+    from metalflow.cli import campaign_plan
     from simulators.dpf.objects import DEFAULT_BFB, DEFAULT_FLAVOR
     from simulators.site import DPU, Host, Site, dump_site
     from workflows.campaign import CampaignWorkflow
@@ -377,3 +380,34 @@ async def test_the_canary_runs_on_its_own_deployment_first_and_abort_restores_bo
     assert all(c.restored_at is not None for c in result.changes), result.changes
     for group in (CANARY_GROUP, FLEET_GROUP):
         assert (await _deployment(sim, group))["spec"]["dpus"]["bfb"] == DEFAULT_BFB, group
+
+
+async def test_plan_shows_what_start_would_do_and_starts_nothing(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """`campaign plan`'s reads (metalflow/cli/campaign_plan.py), through the same code the
+    campaign's activities adapt: the canary on its own deployment, the batches, the changes, a
+    refusal in start's words, and no workflow started."""
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    kube = Kube(settings)
+    fleet = Fleet(Inventory(settings, kube), kube)
+    target = CampaignTarget(
+        kind=TargetKind.BFB, value=NEW_BFB, deployment=FLEET_GROUP, canary_deployment=CANARY_GROUP
+    )
+    request = _request(target, [*FLEET_HOSTS, *CANARY_HOSTS], canary=1, limits=Limits(batch_size=1))
+    planned = await campaign_plan.build(local_env.client, fleet, request, queue)
+    # The previous test put the deployments back: the hosts it upgraded are Outdated, not at target.
+    assert planned.at_target == () and planned.canary == tuple(CANARY_HOSTS)
+    assert planned.batches == tuple((h,) for h in FLEET_HOSTS)
+    assert [(c.role, c.deployment, c.previous, c.value) for c in planned.changes] == [
+        ("canary", CANARY_GROUP, DEFAULT_BFB, NEW_BFB),
+        ("fleet", FLEET_GROUP, DEFAULT_BFB, NEW_BFB),
+    ]
+    text = campaign_plan.render(planned)
+    assert f"would change: fleet DPUDeployment {FLEET_GROUP} bfb {DEFAULT_BFB} -> {NEW_BFB}: planned" in text
+    refused = request.model_copy(update={"target": target.model_copy(update={"deployment": ROLLING_GROUP})})
+    with pytest.raises(InvalidInput, match="dpuSetStrategy RollingUpdate"):
+        await campaign_plan.build(local_env.client, fleet, refused, queue)
+    with pytest.raises(RPCError) as never:
+        await local_env.client.get_workflow_handle(names.campaign_workflow_id(request.name)).describe()
+    assert never.value.status == RPCStatusCode.NOT_FOUND

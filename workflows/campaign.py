@@ -4,51 +4,63 @@ The runbook, top to bottom in `run`:
 
 1. Select the hosts (`select_campaign_hosts`: all, a list, a label selector or a group of the
    site inventory; unknown hosts or a selection matching nothing fail the campaign before it
-   touches anything). For a new BFB or flavor, point the DPUDeployment at it (DPF under
-   `OnDelete` then marks the DPUs outdated and waits: the campaign paces the reprovisions).
-2. The canary batch (`canary` hosts) must succeed entirely; a failure halts the campaign for an
-   operator (`resume` accepts it, `retry_failed` runs the failed canaries again, `abort`).
-3. Then batches of `batch_size`, a soak time between batches; within a batch, hosts start under
-   `max_in_flight`, `max_per_group` and `max_per_bmc`, and only inside a maintenance window
-   (running ones finish when it closes). Before starting, hosts already at the target
-   (`check_campaign_hosts`: DPUs at the BFB or flavor in DPF, or every DPU's BMC running the
-   firmware) are counted done without being touched; a reprovision has no such state.
-4. Each host is asked of its entity `host/<id>` (`request_campaign_hosts`, an update-with-start),
+   touches anything). Left out at once, counted skipped with why: hosts DPF does not know (a
+   reprovision, BFB or flavor campaign; none known fails the campaign naming `provision`), and
+   hosts the inventory shows assigned when the campaign skips them.
+2. Claim them (`claim_campaign_hosts`, workflows/campaign_claims.py): one campaign per host. A
+   host another running campaign holds is skipped, naming it (the campaign does not wait for
+   it). Every ending releases the claims (`release_campaign_hosts`).
+3. A BFB or flavor campaign checks its DPUDeployments before anything changes
+   (`prepare_campaign_deployments`: strategy OnDelete, no host outside the campaign unless
+   `whole_deployment`, every host reached) and records their values. The canary runs on a
+   DPUDeployment of its own (`canary_deployment`: its hosts are the canary), pointed when the
+   canary starts; the fleet's deployment is pointed only after the canary passed, inside a
+   window. An abort, a cancel, a failure or a failed canary (at its halt) puts them back unless
+   `keep_changes`; `retry_failed` or `resume` points them again. Each change is in `status`.
+4. The canary batch, then batches of `batch_size`, a soak time between batches; within a batch,
+   hosts start under `max_in_flight`, `max_per_group` and `max_per_bmc`, and only inside a
+   maintenance window (each in its IANA zone; running ones finish when it closes). Before
+   starting, hosts already at the target (`check_campaign_hosts`) are counted done untouched. The
+   canary passes only with at least one host done and none failed; a canary of skipped or
+   at-target hosts takes the next host. A failed canary halts for an operator (`resume`
+   accepts it, `retry_failed` runs it again, `abort`).
+5. Each host is asked of its entity `host/<id>` (`request_campaign_hosts`, an update-with-start),
    never around it: the one-owner rule and approvals hold. A busy host is asked again after
-   `busy_retry_seconds` (the entity refuses a second operation, so it is never doubled); an
-   assigned host is skipped, or waits for its approval, per `policy.assigned`. The entity
-   signals `host_finished` when the operation ends (and tags it `Campaign=<name>`); a sweep every
-   `sweep_seconds` reads the in-flight hosts' entities, so a lost signal strands nothing.
-5. A failure budget (more than N failed, or X% of those attempted) halts the campaign: nothing new
-   starts until an operator decides. `pause`, `resume`, `abort`, `retry_failed`, `skip_host`,
-   `set_limits` are updates, each with a validator that refuses what does not apply now (with
-   the reason); `pause`, `resume` and `abort` are the kernel's (workflows/kernel.py), the
-   campaign's `abort` taking `AbortRequest` (`cancel_running` also aborts the running hosts).
-   Where each host is and what the budget counts is a plain state object, `Ledger`
-   (workflows/campaign_progress.py), carried whole over continue-as-new; the pure decisions
-   (starts under the limits, windows, the budget) are workflows/campaign_plan.py.
-6. A host whose operation waits for an operator (Phase `manual-intervention-required`: a stall
-   past its phase timeout, a BMC that cannot reboot it, ...) is neither done nor failed: the
-   operation still owns the host and may yet succeed once the operator answers it. The campaign
-   keeps it in flight (its slot stays taken: the host is not free), shows it under
-   `needs_operator` with the operation's reason, and its failure budget counts it as failed (and
-   attempted) while it waits, so hosts that wait for people halt a campaign as failures do. It is
-   seen by the sweep (every `sweep_seconds`), which asks each in-flight operation its phase. A
-   `resume` of the halt accepts the hosts waiting then (the budget stops counting them); when the
-   operation ends, the host counts as what it became (done, or failed once).
+   `busy_retry_seconds`; an assigned host is skipped, or waits for its approval, per
+   `policy.assigned`. The entity signals `host_finished` when the operation ends; a sweep every
+   `sweep_seconds` reads the in-flight hosts' operations (in parallel), so a lost signal strands
+   nothing. A round whose hosts were all skipped or at target looks again at once (it never
+   sleeps waiting for nothing).
+6. Verified completion: a completed operation counts done only once the host reads at the target
+   (`check_campaign_hosts` again: DPF for BFB and flavor, the DPUs' BMCs for firmware); else the
+   host fails with what it read. A reprovision is done when its operation is (DPUs Ready).
+7. The failure budget (`FailureBudget`: more than N failed, or than X% of the hosts selected)
+   counts monotonic failures since the start or the last resume (a skipped failure stays
+   counted); spent, it halts: nothing new starts until an operator decides. `pause`, `resume`,
+   `abort`, `retry_failed`, `skip_host`, `set_limits` are updates, each with a validator that
+   refuses what does not apply now (with the reason); `pause`, `resume` and `abort` are the
+   kernel's (workflows/kernel.py), the campaign's `abort` taking `AbortRequest`
+   (`cancel_running`, `keep_changes`). Where each host is is a plain state object, `Ledger`
+   (workflows/campaign_progress.py), carried whole over continue-as-new; the pure decisions are
+   workflows/campaign_plan.py.
+8. A host whose operation waits for an operator (Phase `manual-intervention-required`) stays in
+   flight, is shown under `needs_operator`, and counts against the budget while it waits; a
+   `resume` of the halt accepts the hosts waiting then.
 
-Scale and cost: fan-out is bounded by `max_in_flight` (<= 1000); the campaign keeps no timer per
-host (one alarm at a time: the next soak end, window edge, busy retry or sweep). Per host about
-5 history events (its share of one request activity per start round, its `host_finished` signal,
-its share of a workflow task); per batch one at-target check activity. The campaign
-continues-as-new past `policy.max_history_events` (default 4,000, at most 9,000), carrying
-`Progress` whole, so counts stay exact; the worst-case history of one run is that threshold plus
-one step's events (at most 3 x `max_in_flight` signals and tasks + ~20), i.e. < 10,240 at the
-defaults, and <= 3,020 + 9,000 only with both raised to their maximum. The input carries the
-hosts not yet finished (~100 bytes each: ~1 MB for 10,000 hosts, under the 2 MB payload limit).
-Worker CPU: O(pending) per step for `pick_starts`. Measured (time-skipping server, stand-in
-operations, 400 hosts, 50 in flight): one run of 1,371 events, ~3.4 per host, so 10,000 hosts
-make ~9 runs of <= ~4,100 events; the process running worker and client peaked at 383 MiB RSS.
+Scale and cost, for 10,000 hosts and days of running: fan-out is bounded by `max_in_flight`
+(<= 1000); one alarm at a time (never a timer per host). Per host about 5 history events (its
+share of a request activity, its `host_finished` signal, its share of a workflow task), plus
+its share of one at-target check per start round and one read-back per step that has completed
+hosts; per campaign two claim updates and, for a BFB or flavor, one check and one edit per
+deployment change. Payloads: the state is ~31 bytes a selected host (`Progress`: roster and
+state string), plus in flight (~250 bytes each) and 3 x RECENT_HOSTS named hosts; the selection
+result ~30 bytes a host plus ~15 a host left out; a check or request round <= `max_in_flight`
+entries. So the continue-as-new input, the heaviest payload, stays under 1 MB at 10,000 hosts
+(tests/test_campaign_bound.py: 0.66 MB at the worst case it builds; bench/bench_campaign.py
+measures the largest event of a real 10,000-host campaign with 9,000 skipped). Every host's
+outcome is read page by page (query `hosts`), never in one payload. The campaign continues-as-new
+past `policy.max_history_events` (default 4,000, at most 9,000), carrying `Progress` whole.
+Worker CPU: O(hosts) per step at worst (walking the state string for pending hosts).
 """
 
 from __future__ import annotations
