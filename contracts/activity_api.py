@@ -81,7 +81,7 @@ from contracts.models.host import (
     PoolStateResult,
     SetPoolStateInput,
 )
-from contracts.models.inventory import HostInventory, HostLookup
+from contracts.models.inventory import HostInventory, HostLookup, HostVersions, ReadVersionsInput
 from contracts.models.redfish import (
     FirmwareVersions,
     PowerCycleInput,
@@ -284,6 +284,12 @@ async def claim_campaign_hosts(request: ClaimInput) -> ClaimResult:
 async def release_campaign_hosts(request: ReleaseInput) -> None:
     """Release every host the campaign holds in the registry."""
     _declared_only("release_campaign_hosts")
+
+
+@activity.defn(name="read_host_versions")
+async def read_host_versions(request: ReadVersionsInput) -> HostVersions:
+    """What the host runs, from DPF and its BMCs (unreadable sources named in `errors`)."""
+    _declared_only("read_host_versions")
 
 
 # -- Redfish ---------------------------------------------------------------------------------------------

@@ -184,7 +184,7 @@ def deployment_hosts(deployment: Object, nodes: Iterable[Object], devices: Itera
 # -- at the target ----------------------------------------------------------------------------------
 
 
-def _outdated(dpu: Object) -> str | None:
+def outdated_reason(dpu: Object) -> str | None:
     """Why DPF reports the DPU outdated: `status.outdated.reason` (DPF 26.7+) or an `Outdated`
     condition that is True (docs/DOMAIN.md section 2.7); None: not outdated."""
     status = dpu.get("status") or {}
@@ -218,7 +218,7 @@ def dpu_reading(dpu: Object, kind: TargetKind, value: str, namespace: str) -> tu
         what = f"flavor {running or '-'}"
         ok = running == value
     phase = str(status.get("phase") or "")
-    outdated = _outdated(dpu)
+    outdated = outdated_reason(dpu)
     notes = [f"phase {phase or '-'}"]
     if outdated:
         notes.append(f"outdated {outdated}")
@@ -331,6 +331,9 @@ class Fleet:
                 )
             for host_id in unknown_to_dpf:
                 left_out.setdefault(no_dpf_objects(host_id), []).append(host_id)
+        if target is not None and target.kind == TargetKind.BFB:
+            out = {h for ids in left_out.values() for h in ids}
+            await self._check_rules(target.value, [h for h in chosen if h.host_id not in out])
         if request.skip_assigned:
             out = {h for ids in left_out.values() for h in ids}
             for host in chosen:
@@ -343,6 +346,37 @@ class Fleet:
             roster=Roster.of([campaign_host(h) for h in chosen]),
             left_out=tuple(HostGroup(reason=r, host_ids=tuple(ids)) for r, ids in left_out.items()),
         )
+
+    async def _check_rules(self, bfb: str, hosts: list[HostInventory]) -> None:
+        """The site file's compatibility rules for this BFB (`versions.rules`): a selected host
+        whose DPU breaks one refuses the campaign, naming it, before anything changes (each DPU's
+        BMC read, PARALLEL_READS hosts at once)."""
+        if self.inventory.settings.inventory != "site":
+            return
+        site = await asyncio.to_thread(self.inventory.site_file.site)
+        rules = [r for r in site.versions.rules if r.bfb == bfb]
+        if not rules or not hosts:
+            return
+        if self.redfish is None:
+            raise InvalidInput("no Redfish client: the DPU BMC firmware the site's rules need cannot be read")
+        from drivers.versions import VersionReader, rule_breaks
+
+        reader = VersionReader(self.kube, self.redfish)
+        gate = asyncio.Semaphore(PARALLEL_READS)
+
+        async def breaks(host: HostInventory) -> list[str]:
+            async with gate:
+                versions = await reader.host(host)
+            return [
+                f"{host.host_id} {why}" for r in rules for d in versions.dpus if (why := rule_breaks(r, d))
+            ]
+
+        found = [b for host_breaks in await asyncio.gather(*(breaks(h) for h in hosts)) for b in host_breaks]
+        if found:
+            raise InvalidInput(
+                f"bfb {bfb} breaks the site's compatibility rule on {len(found)} DPUs: {_names(found)}; "
+                "upgrade their BMC firmware first, or leave those hosts out"
+            )
 
     async def check(
         self, request: CheckHostsInput, on_wait: Callable[[], None] | None = None

@@ -22,6 +22,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import pytest
+    import yaml
     from campaign_support import InstantOperation, campaign_activities
     from host_operation_support import save_history
     from sim_support import RunningSim, running_sim
@@ -43,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         CampaignTarget,
         HostSelection,
         Limits,
+        SelectHostsInput,
         TargetKind,
     )
     from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer
@@ -51,7 +53,8 @@ with workflow.unsafe.imports_passed_through():
     from drivers.inventory import Inventory
     from drivers.kube import Kube
     from drivers.settings import Settings
-    from metalflow.cli import campaign_plan
+    from drivers.versions import VersionReader
+    from metalflow.cli import campaign_plan, host_versions
     from simulators.dpf.objects import DEFAULT_BFB, DEFAULT_FLAVOR
     from simulators.site import DPU, Host, Site, dump_site
     from workflows.campaign import CampaignWorkflow
@@ -411,3 +414,52 @@ async def test_plan_shows_what_start_would_do_and_starts_nothing(
     with pytest.raises(RPCError) as never:
         await local_env.client.get_workflow_handle(names.campaign_workflow_id(request.name)).describe()
     assert never.value.status == RPCStatusCode.NOT_FOUND
+
+
+async def test_versions_side_by_side_and_a_compatibility_rule_refuses_before_anything_changes(
+    sim: RunningSim, tmp_path: Path
+) -> None:
+    """`host versions`' reads (drivers/versions.py) of a host: identity and firmware from each
+    DPU's BMC, BFB and flavor from DPF; the host BMC serves no FirmwareInventory here, which is
+    said, not hidden. A site rule (a BFB needs DPU BMC firmware >= X) refuses the campaign's
+    selection, naming the DPUs, before anything is asked."""
+    site_file = tmp_path / "site.yaml"
+    targets = {"bfb": DEFAULT_BFB, "dpu_firmware": NEW_FIRMWARE}
+    rules = [{"bfb": NEW_BFB, "min_dpu_bmc_firmware": "BF-25.04-7"}]
+    site_file.write_text(
+        sim.site_file.read_text() + yaml.safe_dump({"versions": {"targets": targets, "rules": rules}})
+    )
+    settings = Settings(site_file=site_file, kubeconfig=sim.kubeconfig)
+    kube = Kube(settings)
+    inventory = Inventory(settings, kube)
+    redfish = build_redfish_client(settings)
+    reader = VersionReader(kube, redfish)
+    on_target, off_target = [
+        await reader.host(await inventory.resolve(h)) for h in (FIRMWARE[0][0], STANDIN[0])
+    ]
+    assert [
+        (d.model, d.serial, d.bfb, d.flavor, d.dpu_firmware, d.dpu_bmc_firmware) for d in on_target.dpus
+    ] == [
+        (
+            "BlueField-3 DPU",
+            f"SN-{FIRMWARE[0][0]}-dpu-{k}",
+            DEFAULT_BFB,
+            DEFAULT_FLAVOR,
+            NEW_FIRMWARE,
+            "BF-24.10-24",
+        )
+        for k in range(2)
+    ]
+    assert on_target.host_bmc_firmware is None and "host BMC firmware" in on_target.errors[0]
+    both = [on_target, off_target]
+    text = host_versions.render(
+        both, inventory.site_file.site().versions.targets, host_versions.fleet_summary(both)
+    )
+    assert f"{OLD_FIRMWARE}*" in text and f"{NEW_FIRMWARE}*" not in text
+    assert f"dpu_firmware: {OLD_FIRMWARE} on 1 hosts, {NEW_FIRMWARE} on 1 hosts" in text
+    fleet = Fleet(inventory, kube, redfish)
+    target = CampaignTarget(kind=TargetKind.BFB, value=NEW_BFB, deployment=FLEET_GROUP)
+    with pytest.raises(
+        InvalidInput, match=f"breaks the site's compatibility rule on 4 DPUs: {FLEET_HOSTS[0]} "
+    ):
+        await fleet.select(SelectHostsInput(selection=HostSelection(hosts=tuple(FLEET_HOSTS)), target=target))

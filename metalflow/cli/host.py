@@ -66,7 +66,7 @@ from contracts.validation import (
     terminal_safe,
 )
 from contracts.wording import iso_z
-from metalflow.cli import host_decide, host_list, host_monitor
+from metalflow.cli import host_decide, host_list, host_monitor, host_versions
 from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable, check_request
 from metalflow.client import TemporalConfigError, connect, load_connect_config, temporal_lost
 from metalflow.hosts import (
@@ -187,6 +187,7 @@ def register(subparsers: Any) -> None:
     host_monitor.register(commands, _common, _runner)
     host_decide.register(commands, _common, _runner)
     host_list.register(commands, _runner)
+    host_versions.register(commands)
 
     status = commands.add_parser(
         "status",
