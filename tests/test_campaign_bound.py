@@ -10,6 +10,7 @@ most hosts in flight and put off).
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,8 +29,13 @@ from contracts.models.campaign import (
     Limits,
     Progress,
     Roster,
+    SelectHostsInput,
     TargetKind,
 )
+from drivers.campaign import Fleet
+from drivers.inventory import Inventory
+from drivers.kube import Kube
+from drivers.settings import Settings
 from workflows import campaign_plan as plan
 from workflows.campaign_progress import Ledger
 
@@ -173,3 +179,40 @@ def test_limits_hold_over_a_lazy_queue() -> None:
         len(chosen) == 7
         and max(sum(1 for h in chosen if h.group == g) for g in {h.group for h in chosen}) <= 4
     )
+
+
+async def test_the_selection_of_10000_hosts_with_9000_assigned_fits_too(tmp_path: Path) -> None:
+    """The selection's result (one activity result: one payload), as `Fleet.select` makes it from
+    a site file of 10,000 hosts, 9,000 with an instance (each its own)."""
+    credentials = tmp_path / "bmc.json"
+    credentials.write_text('{"username": "u", "password": "p"}')
+    lines = ["name: bound", "hosts:"]
+    for i in range(10_000):
+        host = _host(i)
+        lines += [
+            f"  - id: {host.host_id}",
+            f"    groups: [{host.group}]",
+            f"    bmc: {{endpoint: 'https://bmc-{host.host_id}.example.net', "
+            f"credentials: {{file: '{credentials}'}}}}",
+        ]
+        if i % 10:
+            lines.append(f"    instance: vm-{i:05d}-{'x' * 20}")
+    site = tmp_path / "site.yaml"
+    site.write_text("\n".join(lines) + "\n")
+    settings = Settings(site_file=site, inventory="site")
+    kube = Kube(settings)
+
+    async def every_host() -> set[str]:
+        return {_host(i).host_id for i in range(10_000)}
+
+    fleet = Fleet(Inventory(settings, kube), kube, dpf_hosts=every_host)
+    result = await fleet.select(
+        SelectHostsInput(
+            selection=HostSelection(all=True),
+            target=CampaignTarget(kind=TargetKind.REPROVISION),
+            skip_assigned=True,
+        )
+    )
+    assert sum(len(g.host_ids) for g in result.left_out) == 9_000
+    [payload] = DATA_CONVERTER.payload_converter.to_payloads([result])
+    assert len(payload.data) < BOUND, f"{len(payload.data)} bytes"
