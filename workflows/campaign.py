@@ -431,7 +431,11 @@ class CampaignWorkflow(kernel.Abortable):
                 target=target,
                 skip_assigned=self._input.policy.assigned == "skip",
             ),
-            **kernel.options(kernel.INVENTORY, f"select {self._input.selection.describe()}"),
+            # The inventory and one DPUNode list: retried while the API server answers 5xx, 10 minutes
+            # at most (a failure then changed nothing).
+            **kernel.options(
+                kernel.bounded(kernel.KUBE_READ, 600), f"select {self._input.selection.describe()}"
+            ),
         )
         ledger = self.ledger
         ledger.load(selected.roster)
