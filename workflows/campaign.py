@@ -488,7 +488,7 @@ class CampaignWorkflow(kernel.Abortable):
             return
         canary = [h for h in prepared.canary_hosts if ledger.state(h) == HostState.PENDING]
         for host_id in canary:
-            ledger._set(host_id, HostState.REQUEUED)  # the canary's hosts go first
+            ledger.put_first(host_id)  # the canary's hosts go first
         ledger.batch_left = len(canary)
         if not canary:
             ledger.canary_passed, ledger.batch, ledger.batch_left = True, 1, self._limits.batch_size

@@ -163,6 +163,10 @@ class Ledger:
         if not self.canary_passed:
             self.canary_hosts.add(flight.host.host_id)
 
+    def put_first(self, host_id: str) -> None:
+        """A pending host waits before every other (the canary's)."""
+        self._set(host_id, S.REQUEUED)
+
     def defer(self, deferred: Deferred) -> None:
         self._set(deferred.host_id, S.DEFERRED)
         self.deferred[deferred.host_id] = deferred
