@@ -78,13 +78,6 @@ def test_a_status_without_the_newest_fields_decodes() -> None:
     status = CampaignStatus.model_validate(old_status)
     assert (status.aborted, status.aborted_hosts, status.changes) == (0, (), ())
     assert ", aborted" not in render(status) and "0 failed, 1 skipped; batch 1" in render(status)
-    old_result = {
-        "name": "fleet", "outcome": "completed", "total": 1, "done": 1, "already_at_target": 0,
-        "failed": [], "skipped": [], "runs": 1, "finished_at": NOW.isoformat(),
-    }  # fmt: skip
-    result = CampaignResult.model_validate(old_result)
-    assert result.aborted == () and result.all_succeeded
-    assert summary(result).endswith("0 failed, 0 skipped of 1")
 
 
 def test_status_line_names_the_hosts_and_counts_those_awaiting_approval() -> None:
