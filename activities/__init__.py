@@ -35,6 +35,7 @@ def build_activities(
     from activities.pool import OwnerActivities, PoolActivities
     from activities.redfish import build_redfish_activities, build_redfish_client
     from activities.site_watch import SiteWatchActivities
+    from activities.versions import VersionActivities
     from drivers.inventory import Inventory
     from drivers.kube import Kube
 
@@ -79,11 +80,16 @@ def build_activities(
         found.append(OwnerActivities(temporal_client).request_host_reprovision)
         found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
         campaign = CampaignActivities(hosts, kube, temporal_client, redfish)
+        found.append(VersionActivities(hosts, kube, redfish).read_host_versions)
         found += [
             campaign.select_campaign_hosts,
             campaign.check_campaign_hosts,
             campaign.request_campaign_hosts,
             campaign.sweep_campaign_hosts,
             campaign.abort_campaign_hosts,
+            campaign.prepare_campaign_deployments,
+            campaign.point_campaign_deployment,
+            campaign.claim_campaign_hosts,
+            campaign.release_campaign_hosts,
         ]
     return found

@@ -1,7 +1,8 @@
-"""The campaign's I/O, one activity class over three modules: here `CampaignActivities` and the
+"""The campaign's I/O, one activity class over five modules: here `CampaignActivities` and the
 requests (ask each host's entity for the operation); activities/campaign_select.py, the
 selection and the at-target check; activities/campaign_sweep.py, the sweep of in-flight hosts
-and the abort of running operations.
+and the abort of running operations; activities/campaign_deploy.py, the DPUDeployments a BFB or
+flavor campaign points; activities/campaign_claims.py, the claims of one campaign per host.
 
 A workflow cannot send an update (the Python SDK's external handle offers signal and cancel), so
 the requests to `host/<id>` go through the worker's Temporal client here, by the entity's one
@@ -26,6 +27,8 @@ from temporalio import activity
 from temporalio.client import Client, RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.campaign_claims import CampaignClaims
+from activities.campaign_deploy import CampaignDeployments
 from activities.campaign_select import PARALLEL_REQUESTS, CampaignSelection
 from activities.campaign_sweep import CampaignSweep
 from activities.heartbeat import heartbeating
@@ -50,7 +53,7 @@ ABORT_GRACE_SECONDS = 3.0  # after an abort, how long the asks under way may sti
 REFUSALS = {HostBusy.__name__: "busy", InstanceConflict.__name__: "assigned"}  # else "refused"
 
 
-class CampaignActivities(CampaignSelection, CampaignSweep):
+class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, CampaignClaims):
     """Holds the worker's inventory, Kubernetes, Temporal and Redfish clients."""
 
     def __init__(

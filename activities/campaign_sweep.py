@@ -7,12 +7,14 @@ entity is gone (terminated, reset) is still seen to end.
 
 Cost: per sweep one describe per in-flight host (plus a describe and a query of the entity once
 its operation ended, or one query of a running operation's phase: one waiting for an operator is
-reported); an abort, one update per host (two for an approval raced).
+reported), PARALLEL_SWEEP hosts at once, heartbeating; an abort, one update per host (two for an
+approval raced), as many at once.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Final
 
 from temporalio import activity
 from temporalio.client import (
@@ -26,6 +28,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.heartbeat import heartbeating
 from contracts.errors import OperationAborted, OperationStarted, matches
 from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.campaign import (
@@ -40,6 +43,8 @@ from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorRequest
 from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, HostStatus, WithdrawRequest
 from contracts.wording import aborted_outcome
 from contracts.workflow_api import HostWorkflow
+
+PARALLEL_SWEEP: Final = 100  # in-flight hosts read at once (each read is one to three RPCs)
 
 
 class CampaignSweep:
@@ -61,18 +66,28 @@ class CampaignSweep:
         entity is gone (terminated, reset) is still seen to end; its outcome comes from the
         entity's record when the entity runs, else from the operation's close. A request still
         awaiting approval is read from the entity."""
-        finished, needs_operator = [], []
-        for flight in request.in_flight:
-            if flight.awaiting_approval or not flight.workflow_id:
-                outcome = await self._approval_outcome(flight)
-            else:
-                outcome = await self._operation_outcome(flight)
-                if outcome is None and (why := await self._operator_needed(flight.workflow_id)):
-                    needs_operator.append(Failure(host=flight.host, reason=f"needs an operator: {why}"))
+        gate = asyncio.Semaphore(PARALLEL_SWEEP)
+
+        async def read(flight: InFlight) -> tuple[HostFinished | None, Failure | None]:
+            async with gate:
+                waits = None
+                if flight.awaiting_approval or not flight.workflow_id:
+                    outcome = await self._approval_outcome(flight)
+                else:
+                    outcome = await self._operation_outcome(flight)
+                    if outcome is None and (why := await self._operator_needed(flight.workflow_id)):
+                        waits = Failure(host_id=flight.host.host_id, reason=f"needs an operator: {why}")
+            done = None
             if outcome is not None:
-                finished.append(
-                    HostFinished(host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome)
+                done = HostFinished(
+                    host_id=flight.host.host_id, workflow_id=flight.workflow_id, outcome=outcome
                 )
+            return done, waits
+
+        async with heartbeating():
+            read_all = await asyncio.gather(*(read(f) for f in request.in_flight))
+        finished = [done for done, _ in read_all if done is not None]
+        needs_operator = [waits for _, waits in read_all if waits is not None]
         return SweepResult(finished=tuple(finished), needs_operator=tuple(needs_operator))
 
     async def _operator_needed(self, workflow_id: str) -> str | None:

@@ -1,21 +1,31 @@
 """A campaign over many hosts: the longest workflow history and the worker's peak memory.
 
-    .venv/bin/python bench/bench_campaign.py [--hosts 10000] [--max-in-flight 200] [--limit 1500]
+    .venv/bin/python bench/bench_campaign.py [--hosts 10000] [--skipped 9000] [--max-in-flight 200]
+        [--limit 1500] [--sweep-sample 1000]
 
 Runs the dev stack (as `bench_fleet.py` does: the dev server with its SQLite file, the simulated
 site with zero device delays, every DPU initialised Ready, one worker `python -m worker`), one
 DPU per host, and starts `campaign/bench` exactly as `metalflow campaign start` does: a
 reprovision of every host (`selection.all`), one canary, then batches of `--batch-size` under
-`--max-in-flight`, one host per BMC at a time. DPF in the simulated site completes a
-reprovision in zero time, so the campaign measures metalflow's own cost per host.
+`--max-in-flight`, one host per BMC at a time. `--skipped` hosts (9 of every 10 by default) have
+an instance assigned in the site file, so the campaign (skipping assigned hosts, the default)
+leaves them out: the 10,000-host bound of its state and payloads is measured with 9,000 skipped.
+DPF in the simulated site completes a reprovision in zero time, so the campaign measures
+metalflow's own cost per host. Afterwards, `--sweep-sample` finished hosts are swept once by the
+campaign's own sweep activity (outside a worker): the time of one parallel sweep at that many in
+flight.
 
 Figures (stdout, one JSON object; progress on stderr):
 - `max_history_events`: the longest history among every run of the campaign (it continues as
   new) and every workflow of a sample of `--history-sample` finished hosts (entity, operation,
   reboots), with which workflow it was;
 - `worker_peak_mb`: the worker's peak resident memory (VmHWM) over the run;
-- `done`, `failed`, `remaining`, `runs`, `seconds`, `hosts_per_s`; `finished` is false when
-  `--limit` passed first (the figures are then those of the part that ran).
+- `done`, `skipped`, `failed`, `remaining`, `runs`, `seconds`, `hosts_per_s`; `finished` is
+  false when `--limit` passed first (the figures are then those of the part that ran);
+- `max_event_bytes`: the largest history event of every run of the campaign (its start with the
+  continue-as-new input, an activity's result, its completion with the result), with its type:
+  Temporal refuses a payload over 2 MB (docs/DOMAIN.md section 6);
+- `sweep_seconds`, `sweep_hosts`: one sweep of that many in-flight hosts.
 Bounded: every wait has a limit.
 """
 
@@ -34,21 +44,30 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+import dataclasses  # noqa: E402
+from datetime import timedelta  # noqa: E402
+
 from bench_fleet import history_events  # noqa: E402
 from bench_monitors import rss_mb  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 from temporalio.common import SearchAttributePair, TypedSearchAttributes  # noqa: E402
+from temporalio.testing import ActivityEnvironment  # noqa: E402
 
 import metalflow.devstack.stack as devstack_stack  # noqa: E402
+from activities.campaign import CampaignActivities  # noqa: E402
 from contracts import names, workflow_api  # noqa: E402
 from contracts.models.campaign import (  # noqa: E402
+    CampaignHost,
     CampaignInput,
     CampaignResult,
     CampaignStatus,
     CampaignTarget,
     FailureBudget,
     HostSelection,
+    InFlight,
     Limits,
+    SweepInput,
     TargetKind,
 )
 from contracts.models.control import STATUS_QUERY  # noqa: E402
@@ -56,6 +75,7 @@ from contracts.models.host import OperationPolicy  # noqa: E402
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions  # noqa: E402
 from metalflow.devstack.stack import WORKER_NAME, DevStack, DevStackConfig  # noqa: E402
 from metalflow.runtime.ports import free_port  # noqa: E402
+from simulators.site import default_site, dump_site  # noqa: E402
 
 NAME = "bench"
 # Zero device delays; limits generous enough that a loaded machine never escalates a host.
@@ -94,14 +114,55 @@ async def start_campaign(client: Client, args: argparse.Namespace) -> WorkflowHa
     )
 
 
-async def campaign_histories(client: Client) -> dict[str, int]:
-    """Events of every run of the campaign (each continue-as-new is a run of its own)."""
+async def campaign_histories(client: Client, largest: dict[str, Any]) -> dict[str, int]:
+    """Events of every run of the campaign (each continue-as-new is a run of its own); the
+    largest event of them all goes into `largest` (bytes, type)."""
     counts: dict[str, int] = {}
     workflow_id = names.campaign_workflow_id(NAME)
     async for execution in client.list_workflows(f'WorkflowId="{workflow_id}"'):
         history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
         counts[f"{workflow_id} run {execution.run_id}"] = len(history.events)
+        for event in history.events:
+            size = event.ByteSize()
+            if size > largest.get("bytes", 0):
+                largest.update(bytes=size, type=EventType.Name(event.event_type))
     return counts
+
+
+def bench_site(args: argparse.Namespace, directory: Path) -> Path:
+    """The generated site of `--hosts` hosts (1 DPU, no DPU BMC), `--skipped` of them assigned
+    (all but every n-th host, spread over the fleet)."""
+    site = default_site(args.hosts, 1, name="bench", dpu_bmcs=False)
+    run_every = max(1, round(args.hosts / max(1, args.hosts - args.skipped))) if args.skipped else 1
+    assigned = 0
+    for i, host in enumerate(site.hosts):
+        if args.skipped and i % run_every and assigned < args.skipped:
+            host.instance = f"vm-{i}"
+            assigned += 1
+    path = directory / "bench-site.yaml"
+    path.write_text(dump_site(site))
+    return path
+
+
+async def sweep_once(client: Client, sample: int) -> dict[str, Any]:
+    """One run of the campaign's sweep activity over `sample` finished hosts' operations (as
+    if in flight), outside a worker: seconds and hosts read."""
+    inventory_free = CampaignActivities(None, None, client)  # type: ignore[arg-type]  # the sweep uses Temporal only
+    flights = []
+    async for execution in client.list_workflows(
+        f'{names.OPERATION.name}="reprovision" AND ExecutionStatus="Completed"', limit=sample
+    ):
+        host = _host_of(execution.id)
+        flights.append(InFlight(host=CampaignHost(host_id=host), workflow_id=execution.id,
+                                started_at=execution.start_time))  # fmt: skip
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, task_queue=names.TASK_QUEUE, heartbeat_timeout=timedelta(seconds=30)
+    )
+    began = time.monotonic()
+    swept = await env.run(inventory_free.sweep_campaign_hosts, SweepInput(in_flight=tuple(flights)))
+    return {"sweep_seconds": round(time.monotonic() - began, 2), "sweep_hosts": len(flights),
+            "sweep_finished": len(swept.finished)}  # fmt: skip
 
 
 async def watch_progress(handle: WorkflowHandle[Any, CampaignResult], pid: int, peak: list[float]) -> None:
@@ -129,12 +190,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     setattr(devstack_stack, "SIM_READY_TIMEOUT", max(SIM_READY_TIMEOUT, 120 + 0.1 * args.hosts))  # noqa: B010
     state_dir = Path(tempfile.mkdtemp(prefix="metalflow-bench-campaign-"))
     site = SiteOptions(
-        hosts=args.hosts, dpus_per_host=1, timings="zero", initialised=True, port=free_port(), dpu_bmcs=False
-    )
+        hosts=args.hosts, dpus_per_host=1, timings="zero", initialised=True, port=free_port(), dpu_bmcs=False,
+        site_file=bench_site(args, state_dir),
+    )  # fmt: skip
     stack = DevStack(
         DevStackConfig(state_dir=state_dir, port=free_port(), ui_port=free_port(), site=site), say=say
     )
-    result: dict[str, Any] = {"hosts": args.hosts, "max_in_flight": args.max_in_flight, "finished": False}
+    result: dict[str, Any] = {"hosts": args.hosts, "skipped_assigned": args.skipped}
+    result.update(max_in_flight=args.max_in_flight, finished=False)
     try:
         say(f"starting the dev stack in {state_dir} ({args.hosts} hosts x 1 DPU)")
         await stack.start()
@@ -151,7 +214,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 finished=True,
                 outcome=outcome.outcome,
                 done=outcome.done,
-                failed=len(outcome.failed),
+                skipped=outcome.skipped,
+                failed=outcome.failed,
                 runs=outcome.runs,
             )
         except TimeoutError:
@@ -160,15 +224,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 STATUS_QUERY, result_type=CampaignStatus, rpc_timeout=None
             )
             result.update(
-                done=status.done, failed=status.failed, remaining=status.remaining, runs=status.runs
-            )
+                done=status.done, skipped=status.skipped, failed=status.failed, remaining=status.remaining,
+                runs=status.runs,
+            )  # fmt: skip
         finally:
             progress.cancel()
         seconds = time.monotonic() - began
         result["seconds"] = round(seconds, 1)
         result["hosts_per_s"] = round(result["done"] / seconds, 3)
         result["worker_peak_mb"] = round(max(peak[0], rss_mb(worker.pid)), 1)
-        histories = await campaign_histories(client)
+        largest: dict[str, Any] = {}
+        histories = await campaign_histories(client, largest)
+        result["max_event_bytes"] = largest.get("bytes")
+        result["max_event_type"] = largest.get("type")
         finished = [
             _host_of(execution.id)
             async for execution in client.list_workflows(
@@ -183,6 +251,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         result["max_history_workflow"] = longest
         result["campaign_runs_events"] = sorted(v for k, v in histories.items() if k.startswith("campaign/"))
         result["hosts_sampled"] = len(finished)
+        if args.sweep_sample:
+            say(f"one sweep of {args.sweep_sample} finished hosts")
+            result.update(await sweep_once(client, args.sweep_sample))
     finally:
         await stack.stop()
         if not args.keep:
@@ -199,6 +270,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--hosts", type=int, default=10_000)
+    parser.add_argument("--skipped", type=int, default=9_000, help="hosts with an instance (left out)")
+    parser.add_argument("--sweep-sample", type=int, default=1000, help="hosts one measured sweep reads")
     parser.add_argument("--max-in-flight", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument(

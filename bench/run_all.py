@@ -151,6 +151,7 @@ def main() -> None:
         # A campaign cut by its limit still measured the part that ran; `details` says so.
         figures["max_history_events_10k"] = campaign["max_history_events"]
         figures["worker_peak_mb_10k"] = campaign["worker_peak_mb"]
+        figures["campaign_max_event_bytes_10k"] = campaign.get("max_event_bytes")
     report = {
         **figures,
         "goals": goals(figures),

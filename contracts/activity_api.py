@@ -33,8 +33,15 @@ from contracts.models.campaign import (
     AbortHostsInput,
     CheckHostsInput,
     CheckHostsResult,
+    ClaimInput,
+    ClaimResult,
+    DeploymentChange,
+    DeploymentsInput,
+    DeploymentsResult,
     HostRequestsInput,
     HostRequestsResult,
+    PointInput,
+    ReleaseInput,
     SelectHostsInput,
     SelectHostsResult,
     SweepInput,
@@ -77,7 +84,7 @@ from contracts.models.host import (
     PoolStateResult,
     SetPoolStateInput,
 )
-from contracts.models.inventory import HostInventory, HostLookup
+from contracts.models.inventory import HostInventory, HostLookup, HostVersions, ReadVersionsInput
 from contracts.models.redfish import (
     DPUResetInput,
     DPUResetResult,
@@ -260,6 +267,37 @@ async def sweep_campaign_hosts(request: SweepInput) -> SweepResult:
 async def abort_campaign_hosts(request: AbortHostsInput) -> None:
     """Send `abort` to each running host operation."""
     _declared_only("abort_campaign_hosts")
+
+
+@activity.defn(name="prepare_campaign_deployments")
+async def prepare_campaign_deployments(request: DeploymentsInput) -> DeploymentsResult:
+    """Check the DPUDeployments a BFB or flavor campaign will point (strategy OnDelete, hosts
+    covered) and read their current values; changes nothing (InvalidInput naming what is wrong)."""
+    _declared_only("prepare_campaign_deployments")
+
+
+@activity.defn(name="point_campaign_deployment")
+async def point_campaign_deployment(request: PointInput) -> DeploymentChange:
+    """Point a DPUDeployment at the campaign's value, or put its previous value back."""
+    _declared_only("point_campaign_deployment")
+
+
+@activity.defn(name="claim_campaign_hosts")
+async def claim_campaign_hosts(request: ClaimInput) -> ClaimResult:
+    """Claim the hosts in the campaign registry; those another running campaign holds, by holder."""
+    _declared_only("claim_campaign_hosts")
+
+
+@activity.defn(name="release_campaign_hosts")
+async def release_campaign_hosts(request: ReleaseInput) -> None:
+    """Release every host the campaign holds in the registry."""
+    _declared_only("release_campaign_hosts")
+
+
+@activity.defn(name="read_host_versions")
+async def read_host_versions(request: ReadVersionsInput) -> HostVersions:
+    """What the host runs, from DPF and its BMCs (unreadable sources named in `errors`)."""
+    _declared_only("read_host_versions")
 
 
 # -- Redfish ---------------------------------------------------------------------------------------------

@@ -93,6 +93,9 @@ ROLLOUT: Final = "rollout"
 """The `Operation` search attribute of a coherent PodCliqueSet rollout."""
 CAMPAIGN_OPERATION: Final = "campaign"
 """The `Operation` search attribute of a fleet campaign (its `Campaign` attribute is its name)."""
+CAMPAIGN_CLAIMS: Final = "campaign-claims"
+"""The `Operation` search attribute, and the workflow id, of the registry of which running
+campaign holds which host (`workflows/campaign_claims.py`)."""
 
 
 def host_workflow_id(host_id: str) -> str:
@@ -140,9 +143,32 @@ def rollout_workflow_id(namespace: str, pcs_name: str) -> str:
     return f"rollout/{_checked('namespace', namespace)}/{_checked('PodCliqueSet name', pcs_name)}"
 
 
+def campaign_claims_workflow_id(task_queue: str = TASK_QUEUE) -> str:
+    """Workflow id of the registry of campaign claims: ``campaign-claims``, with ``/<task queue>``
+    for a queue other than metalflow's (workers of another queue serve another deployment)."""
+    return (
+        CAMPAIGN_CLAIMS
+        if task_queue == TASK_QUEUE
+        else f"{CAMPAIGN_CLAIMS}/{_checked('task queue', task_queue)}"
+    )
+
+
 def campaign_workflow_id(name: str) -> str:
     """Workflow id of a fleet campaign: ``campaign/<name>``."""
     return f"campaign/{_checked('campaign name', name)}"
+
+
+_SCHEDULED_RUN = re.compile(r"(?P<name>.+)-(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")
+
+
+def campaign_run_workflow_id(name: str) -> str:
+    """Workflow id of a campaign given by name, or of a scheduled run of one: a Schedule appends
+    its time to the id it starts (``campaign/<name>-2026-11-22T02:00:00Z``), so the run's name
+    ``<name>-2026-11-22T02:00:00Z`` is accepted too."""
+    scheduled = _SCHEDULED_RUN.fullmatch(name)
+    if scheduled is not None:
+        return f"{campaign_workflow_id(scheduled.group('name'))}-{scheduled.group('time')}"
+    return campaign_workflow_id(name)
 
 
 BMC_LEASE: Final = "bmc-lease"

@@ -38,6 +38,10 @@ from contracts.models.bmc_lease import (
     LeaseRequest,
 )
 from contracts.models.campaign import (
+    CLAIM_UPDATE,
+    HELD_QUERY,
+    HOSTS_QUERY,
+    RELEASE_UPDATE,
     RETRY_FAILED_UPDATE,
     SET_LIMITS_UPDATE,
     SKIP_HOST_UPDATE,
@@ -45,7 +49,15 @@ from contracts.models.campaign import (
     CampaignInput,
     CampaignResult,
     CampaignStatus,
+    ClaimAnswer,
+    ClaimRequest,
+    ClaimsInput,
+    ClaimsStatus,
+    HostsPage,
+    HostsQuery,
     LimitsRequest,
+    ReleaseAnswer,
+    ReleaseRequest,
     SkipRequest,
 )
 from contracts.models.control import (
@@ -299,6 +311,35 @@ class CampaignWorkflow:
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> CampaignStatus:
         _declared_only("CampaignWorkflow.status")
+
+    @workflow.query(name=HOSTS_QUERY)
+    def hosts(self, page: HostsQuery) -> HostsPage:
+        _declared_only("CampaignWorkflow.hosts")
+
+
+@workflow.defn(name="CampaignClaimsWorkflow")
+class CampaignClaimsWorkflow:
+    """`campaign-claims` (`workflows/campaign_claims.py`): which running campaign holds which host."""
+
+    @workflow.run
+    async def run(self, start: ClaimsInput) -> None:
+        _declared_only("CampaignClaimsWorkflow.run")
+
+    @workflow.update(name=CLAIM_UPDATE)
+    def claim(self, request: ClaimRequest) -> ClaimAnswer:
+        _declared_only("CampaignClaimsWorkflow.claim")
+
+    @workflow.update(name=RELEASE_UPDATE)
+    def release(self, request: ReleaseRequest) -> ReleaseAnswer:
+        _declared_only("CampaignClaimsWorkflow.release")
+
+    @workflow.query(name=HELD_QUERY)
+    def held(self, request: ClaimRequest) -> ClaimAnswer:
+        _declared_only("CampaignClaimsWorkflow.held")
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> ClaimsStatus:
+        _declared_only("CampaignClaimsWorkflow.status")
 
 
 @workflow.defn(name="SiteDPFWatchWorkflow")

@@ -105,11 +105,37 @@ class SiteHost(_Strict):
     dpus: list[SiteDPU] = Field(default_factory=list)
 
 
+class SiteVersionTargets(_Strict):
+    """The versions the site declares as its targets (`host versions` shows which run them)."""
+
+    bfb: str = ""
+    flavor: str = ""
+    dpu_firmware: str = ""
+    dpu_bmc_firmware: str = ""
+    host_bmc_firmware: str = ""
+
+
+class CompatibilityRule(_Strict):
+    """`bfb: NAME` needs `dpu_bmc_firmware` (and/or `dpu_firmware`) at least the version given:
+    a campaign to that BFB refuses, before anything changes, a selected host whose DPU runs less.
+    Versions compare by their numbers in order (`BF-24.10-24` < `BF-25.04-7`)."""
+
+    bfb: str
+    min_dpu_bmc_firmware: str = ""
+    min_dpu_firmware: str = ""
+
+
+class SiteVersions(_Strict):
+    targets: SiteVersionTargets = SiteVersionTargets()
+    rules: list[CompatibilityRule] = Field(default_factory=list)
+
+
 class Site(_Strict):
     """A valid site file: host ids unique, every DPU under exactly one host."""
 
     name: str = "site"
     namespace: str | None = None
+    versions: SiteVersions = SiteVersions()
     hosts: list[SiteHost] = Field(default_factory=list)
     workloads: list[Any] = Field(default_factory=list)  # simulated site only: Grove workloads
 

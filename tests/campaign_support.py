@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from drivers.kube import Kube
     from drivers.settings import Settings
     from workflows.campaign import CampaignWorkflow
+    from workflows.campaign_claims import CampaignClaimsWorkflow
     from workflows.host import HostWorkflow
 
 OPERATION_MINUTES = 10
@@ -129,25 +130,45 @@ def write_site(directory: Path, hosts: list[str], groups: dict[str, str] | None 
     return path
 
 
-@asynccontextmanager
-async def campaign_worker(
-    client: Client, task_queue: str, site_file: Path, workflows: list[type] | None = None
-) -> AsyncIterator[Worker]:
-    settings = Settings(site_file=site_file, inventory="site")
-    kube = Kube(settings)
-    acts = CampaignActivities(Inventory(settings, kube), kube, client)
-    activities: list[Any] = [
+def campaign_activities(acts: CampaignActivities) -> list[Any]:
+    """Every campaign activity of `acts` (the worker's list, activities/__init__.py)."""
+    return [
         acts.select_campaign_hosts,
         acts.check_campaign_hosts,
         acts.request_campaign_hosts,
         acts.sweep_campaign_hosts,
         acts.abort_campaign_hosts,
+        acts.prepare_campaign_deployments,
+        acts.point_campaign_deployment,
+        acts.claim_campaign_hosts,
+        acts.release_campaign_hosts,
     ]
+
+
+@asynccontextmanager
+async def campaign_worker(
+    client: Client,
+    task_queue: str,
+    site_file: Path,
+    workflows: list[type] | None = None,
+    unknown_to_dpf: frozenset[str] = frozenset(),
+) -> AsyncIterator[Worker]:
+    """A worker of the real campaign, entity and claims registry over a site file. There is no
+    DPF here: every host of the site file has DPF objects but `unknown_to_dpf` (the real read,
+    one list of the DPUNodes, is tested against the simulated site in test_campaign_targets.py)."""
+    settings = Settings(site_file=site_file, inventory="site")
+    kube = Kube(settings)
+    acts = CampaignActivities(Inventory(settings, kube), kube, client)
+
+    async def dpf_hosts() -> set[str]:
+        return {h.id for h in acts.inventory.site_file.site().hosts} - unknown_to_dpf
+
+    acts.dpf_hosts = dpf_hosts
     async with Worker(
         client,
         task_queue=task_queue,
-        workflows=[CampaignWorkflow, HostWorkflow, *(workflows or [TimedOperation])],
-        activities=activities,
+        workflows=[CampaignWorkflow, CampaignClaimsWorkflow, HostWorkflow, *(workflows or [TimedOperation])],
+        activities=campaign_activities(acts),
     ) as worker:
         yield worker
 

@@ -23,11 +23,13 @@ from activities.redfish.firmware import FirmwareActivities
 from activities.redfish.power import PowerActivities
 from activities.redfish.waits import PowerWaitActivities
 from activities.site_watch import SiteWatchActivities
+from activities.versions import VersionActivities
 from contracts import activity_api
 
 IMPLEMENTATIONS = (
     BMCLeaseActivities,
     CampaignActivities,
+    VersionActivities,
     DPFActivities,
     GroveActivities,
     RolloutWatcherActivities,

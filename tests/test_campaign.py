@@ -25,6 +25,7 @@ runs, and no start falls a fraction of a second from a window's edge.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -41,7 +42,7 @@ from campaign_support import (
 )
 from conftest import time_skipping_server
 from host_operation_support import save_history
-from temporalio.client import Client, WorkflowExecutionDescription, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -153,7 +154,7 @@ async def test_canary_then_batches_with_soak_inside_windows(
     async with campaign_worker(client, task_queue, write_site(tmp_path, hosts)):
         handle = await _start(client, task_queue, request)
         result = await handle.result()
-    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 7, (), ())
+    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 7, 0, 0)
     ops = sorted([await _operation(client, h) for h in hosts], key=lambda d: d.start_time or datetime.min)
     for op in ops:
         started = op.start_time.astimezone(UTC) if op.start_time else None
@@ -187,7 +188,7 @@ async def test_failure_budget_halts_until_resume(
         handle = await _start(client, task_queue, request)
         halted = await _until_phase(time_skipping_env, handle, "halted")
         assert halted.failed == 2 and "failure budget" in (halted.halted_reason or "")
-        assert {f.host.host_id for f in halted.failures} == {hosts[2], hosts[3]}
+        assert {f.host_id for f in halted.failures} == {hosts[2], hosts[3]}
         assert all("injected" in f.reason for f in halted.failures)
         await time_skipping_env.sleep(timedelta(hours=5))  # a halt waits for an operator, however long
         for late in hosts[6:]:
@@ -200,7 +201,7 @@ async def test_failure_budget_halts_until_resume(
         assert "failure budget counts from now" in answer.message
         result = await handle.result()
         await save_history(handle, "campaign_budget_halted_resumed")
-    assert (result.outcome, result.done, len(result.failed)) == ("completed", 6, 2)
+    assert (result.outcome, result.done, result.failed) == ("completed", 6, 2)
     assert not result.all_succeeded
 
 
@@ -224,7 +225,7 @@ async def test_continue_as_new_keeps_exact_counts(
             status = await entity.query(HOST_STATUS_QUERY, result_type=HostStatus)
             assert [r.workflow_id for r in status.recent] == [names.reprovision_workflow_id(host)]
     assert result.runs >= 3, f"expected at least two continue-as-new, got {result.runs} runs"
-    assert (result.total, result.done, [f.host.host_id for f in result.failed]) == (12, 11, [hosts[5]])
+    assert (result.total, result.done, [f.host_id for f in result.failures]) == (12, 11, [hosts[5]])
 
 
 async def test_busy_host_waits_and_assigned_host_is_skipped(
@@ -261,7 +262,7 @@ async def test_busy_host_waits_and_assigned_host_is_skipped(
         second = await _operation(client, busy)
         first = await client.get_workflow_handle(first.id, run_id=first.run_id).describe()
     assert result.done == 2
-    assert [(s.host.host_id, "instance assigned" in s.reason) for s in result.skipped] == [(assigned, True)]
+    assert [(s.host_id, "instance assigned" in s.reason) for s in result.skipped_hosts] == [(assigned, True)]
     assert second.run_id != first.run_id, "the campaign ran the busy host once it was free"
     assert first.close_time is not None and second.start_time is not None
     assert second.start_time >= first.close_time, "never two operations on one host at once"
@@ -284,7 +285,7 @@ async def test_a_host_waiting_for_an_operator_counts_against_the_budget(
     async with campaign_worker(client, task_queue, write_site(tmp_path, hosts), [OperatorWaitOperation]):
         handle = await _start(client, task_queue, request)
         halted = await _until_phase(time_skipping_env, handle, "halted")
-        assert [(f.host.host_id, f.reason) for f in halted.needs_operator] == [
+        assert [(f.host_id, f.reason) for f in halted.needs_operator] == [
             (hosts[1], "needs an operator: the BMC refused the reset (stand-in)")
         ]
         assert "failure budget spent" in (halted.halted_reason or "")
@@ -295,8 +296,97 @@ async def test_a_host_waiting_for_an_operator_counts_against_the_budget(
         assert "failure budget counts from now" in answer.message
         await time_skipping_env.sleep(timedelta(hours=1))  # a sweep later: accepted, no new halt
         waiting = await _status(handle)
-        assert waiting.phase != "halted" and [f.host.host_id for f in waiting.needs_operator] == [hosts[1]]
+        assert waiting.phase != "halted" and [f.host_id for f in waiting.needs_operator] == [hosts[1]]
         operation = client.get_workflow_handle(names.reprovision_workflow_id(hosts[1]))
         await operation.signal(OPERATOR_ANSWERED)
         result = await handle.result()
-    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 3, (), ())
+    assert (result.outcome, result.done, result.failed, result.skipped) == ("completed", 3, 0, 0)
+
+
+async def _past_selecting(handle: WorkflowHandle[object, CampaignResult]) -> CampaignStatus:
+    for _ in range(100):
+        status = await _status(handle)
+        if status.phase not in ("starting", "selecting"):
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"still selecting: {status}")
+
+
+async def test_one_campaign_per_host_a_second_skips_what_the_first_holds(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """Two campaigns over overlapping hosts (a schedule's run and a manual one alike): the second
+    skips the hosts the first holds, naming it; each host runs once. A holder that was
+    terminated (it never released) is taken over. Every ending releases the claims."""
+    client = time_skipping_env.client
+    hosts = host_ids(f"cc{uuid.uuid4().hex[:4]}", 6)
+    first_hosts, second_hosts = hosts[:4], hosts[2:]
+    limits = Limits(batch_size=4, max_in_flight=4)
+    async with campaign_worker(client, task_queue, write_site(tmp_path, hosts)):
+        first = await _start(client, task_queue, _input(first_hosts, canary=0, limits=limits))
+        await _past_selecting(first)
+        second = await _start(client, task_queue, _input(second_hosts, canary=0, limits=limits))
+        results = [await first.result(), await second.result()]
+        registry = client.get_workflow_handle(names.campaign_claims_workflow_id(task_queue))
+        assert (await registry.query(workflow_api.CampaignClaimsWorkflow.status)).holders == {}
+        # A holder terminated mid-campaign never releases: the next campaign takes its hosts.
+        # (Its window is closed: it holds its hosts and starts none.)
+        hour = ((await time_skipping_env.get_current_time()).astimezone(UTC).hour + 6) % 24
+        closed = Window(start_minute=hour * 60, end_minute=hour * 60 + 60)
+        stuck = await _start(
+            client, task_queue, _input(hosts[:2], canary=0, limits=limits, windows=(closed,))
+        )
+        assert (await _past_selecting(stuck)).phase == "outside-window"
+        await stuck.terminate("test: a campaign that never releases")
+        after = await _start(client, task_queue, _input(hosts[:2], canary=0, limits=limits))
+        taken_over = await after.result()
+        await save_history(registry, "campaign_claims_take_over")
+    assert (results[0].done, results[0].skipped) == (4, 0)
+    assert (results[1].done, results[1].skipped) == (2, 2)
+    assert sorted(s.host_id for s in results[1].skipped_hosts) == hosts[2:4]
+    assert all(f"claimed by running campaign {first.id}" in s.reason for s in results[1].skipped_hosts)
+    assert (taken_over.done, taken_over.skipped) == (2, 0), taken_over
+
+
+async def test_hosts_dpf_does_not_know_are_refused_naming_provision(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    client = time_skipping_env.client
+    known, unknown = host_ids(f"cp{uuid.uuid4().hex[:4]}", 2)
+    site = write_site(tmp_path, [known, unknown])
+    async with campaign_worker(client, task_queue, site, unknown_to_dpf=frozenset({unknown})):
+        result = await (await _start(client, task_queue, _input([known, unknown], canary=0))).result()
+        assert (result.done, result.skipped) == (1, 1)
+        [left_out] = result.skipped_hosts
+        assert left_out.host_id == unknown and f"metalflow host provision {unknown}" in left_out.reason
+        refused = await _start(client, task_queue, _input([unknown], canary=0))
+        with pytest.raises(WorkflowFailureError) as failed:
+            await refused.result()
+        assert "DPF knows none of the 1 selected hosts" in str(failed.value.cause.cause)
+        assert (await _status(refused)).phase == "failed"
+        with pytest.raises(RPCError):  # nothing asked: no entity
+            await client.get_workflow_handle(names.host_workflow_id(unknown)).describe()
+
+
+async def test_a_round_of_only_skipped_hosts_ends_the_campaign(
+    time_skipping_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """Its only host is refused by its entity (an instance assigned there, not in the inventory):
+    the campaign ends at once, it never sleeps waiting for nothing."""
+    client = time_skipping_env.client
+    [host] = host_ids(f"ck{uuid.uuid4().hex[:4]}", 1)
+    async with campaign_worker(client, task_queue, write_site(tmp_path, [host])):
+        entity = await client.start_workflow(
+            workflow_api.HostWorkflow.run,
+            HostWorkflowInput(host_id=host),
+            id=names.host_workflow_id(host),
+            task_queue=task_queue,
+        )
+        await entity.execute_update(
+            ASSIGN_INSTANCE_UPDATE,
+            AssignInstanceRequest(instance="vm-1", requested_by="op"),
+            result_type=OperatorAnswer,
+        )
+        handle = await _start(client, task_queue, _input([host], canary=0))
+        result = await asyncio.wait_for(handle.result(), 60)
+    assert (result.outcome, result.done, result.skipped) == ("completed", 0, 1)

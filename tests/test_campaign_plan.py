@@ -6,10 +6,11 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from contracts import names
 from contracts.models.campaign import (
     CampaignHost,
     CampaignTarget,
@@ -126,3 +127,62 @@ def test_bad_inputs_are_refused_with_the_reason() -> None:
         CampaignTarget(kind="firmware", value="24.40")
     with pytest.raises(ValidationError, match="DPUDeployment"):
         CampaignTarget(kind="bfb", value="bf-bundle-3")
+
+
+BERLIN = "Europe/Berlin"
+
+
+def test_a_window_in_a_zone_opens_at_local_time_across_dst() -> None:
+    """02:00-04:00 Europe/Berlin, Sundays. Spring (2026-03-29) skips 02:00-03:00: the window
+    opens at the first local minute after the gap (03:00 CEST = 01:00 UTC) and closes at 04:00
+    CEST (02:00 UTC). Autumn (2026-10-25) repeats 02:00-03:00: open from the first 02:00 (00:00
+    UTC) until 04:00 CET (03:00 UTC), three hours."""
+    w = [Window(days=(6,), start_minute=120, end_minute=240, tz=BERLIN)]
+    spring = datetime(2026, 3, 29, tzinfo=UTC)
+    assert plan.next_window_open(w, spring - timedelta(hours=6)) == spring.replace(hour=1)
+    assert not plan.window_open(w, spring.replace(hour=0, minute=59))
+    assert plan.window_open(w, spring.replace(hour=1))
+    assert plan.next_window_change(w, spring.replace(hour=1)) == spring.replace(hour=2)
+    autumn = datetime(2026, 10, 25, tzinfo=UTC)
+    assert plan.next_window_open(w, autumn - timedelta(hours=6)) == autumn
+    assert plan.window_open(w, autumn.replace(hour=2, minute=30))  # 02:30 CET, the second time
+    assert plan.next_window_change(w, autumn) == autumn.replace(hour=3)
+    late = [Window(days=(6,), start_minute=150, end_minute=240, tz=BERLIN)]  # 02:30, inside the gap
+    assert plan.next_window_open(late, spring - timedelta(hours=6)) == spring.replace(hour=1)
+    summer = datetime(2026, 7, 5, tzinfo=UTC)  # CEST: 02:00 local is 00:00 UTC
+    assert plan.next_window_open(w, summer - timedelta(hours=3)) == summer
+
+
+def test_zones_and_run_names_are_refused_or_taken_with_the_reason() -> None:
+    with pytest.raises(ValidationError, match="unknown time zone 'Mars/Olympus'"):
+        Window(start_minute=60, end_minute=120, tz="Mars/Olympus")
+    assert (
+        names.campaign_run_workflow_id("fleet-2026-11-22T02:00:00Z") == "campaign/fleet-2026-11-22T02:00:00Z"
+    )
+    assert names.campaign_run_workflow_id("fleet") == "campaign/fleet"
+    with pytest.raises(ValueError, match="invalid campaign name"):
+        names.campaign_run_workflow_id("bad name-2026-11-22T02:00:00Z")
+
+
+zones = st.sampled_from(["UTC", BERLIN, "America/New_York", "Australia/Lord_Howe", "Asia/Kolkata"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(windows, zones, instants)
+def test_the_next_change_is_a_real_change_and_nothing_changes_before_it(
+    ws: list[Window], tz: str, now: datetime
+) -> None:
+    ws = [w.model_copy(update={"tz": tz}) for w in ws]
+    change = plan.next_window_change(ws, now)
+    if not ws:
+        assert change is None
+        return
+    if change is None:  # a window open all week, whatever the local time
+        return
+    assert plan.window_open(ws, change) != plan.window_open(ws, change - timedelta(minutes=1))
+    probe = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    state = plan.window_open(ws, now)
+    step = max(timedelta(minutes=1), (change - probe) / 40)
+    while probe < change:
+        assert plan.window_open(ws, probe) == state, f"changed at {probe} before {change}"
+        probe += step

@@ -1,17 +1,18 @@
 """What `metalflow campaign status` and `campaign start --wait` print for a campaign aborted with
-`cancel_running`: the hosts it cut are shown as aborted, by name, never as failed. And the status
-and result of a worker from before the `aborted` field still decode (nothing aborted).
+`cancel_running`: the hosts it cut are shown as aborted, by name, never as failed; counts beyond
+the hosts named point at `campaign hosts`. And a status without the newest optional fields still
+decodes.
 (The workflow side, end to end: test_campaign_control.py's cancel-running abort.)"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from contracts.models.campaign import CampaignHost, CampaignResult, CampaignStatus, Failure, Limits
-from metalflow.cli.campaign import render, summary
+from contracts.models.campaign import CampaignResult, CampaignStatus, Failure, Limits
+from metalflow.cli.campaign import print_named, render, summary
 
 NOW = datetime(2026, 11, 23, 4, 0, tzinfo=UTC)
-CUT = Failure(host=CampaignHost(host_id="h-002"), reason="failed: aborted by alice: bad BFB")
+CUT = Failure(host_id="h-002", reason="failed: aborted by alice: bad BFB")
 
 
 def _status(**fields: object) -> CampaignStatus:
@@ -35,7 +36,7 @@ def _status(**fields: object) -> CampaignStatus:
         "window_open": True,
         "next_window": None,
         "soak_until": None,
-        "budget": "0 failed of 1 attempted; halts past 0 failures",
+        "budget": "0 failed; halts past 0",
         "halted_reason": None,
         "paused_by": None,
         "aborting": "alice",
@@ -54,8 +55,8 @@ def test_status_line_counts_aborted_hosts_apart_from_failures() -> None:
 
 def test_result_line_names_aborted_hosts_and_is_not_a_success() -> None:
     result = CampaignResult(
-        name="fleet", outcome="aborted", total=3, done=2, already_at_target=0, failed=(), skipped=(),
-        runs=1, finished_at=NOW, aborted=(CUT,),
+        name="fleet", outcome="aborted", total=3, done=2, already_at_target=0, failed=0, skipped=0,
+        runs=1, finished_at=NOW, aborted=1, aborted_hosts=(CUT,),
     )  # fmt: skip
     assert summary(result) == (
         "campaign/fleet aborted: 2 done, 0 already at target, 0 failed, 0 skipped, 1 aborted of 3"
@@ -63,26 +64,26 @@ def test_result_line_names_aborted_hosts_and_is_not_a_success() -> None:
     assert not result.all_succeeded
 
 
-def test_a_status_and_result_without_the_aborted_field_decode_as_nothing_aborted() -> None:
+def test_hosts_beyond_those_named_point_at_the_hosts_command(capsys: object) -> None:
+    print_named("skipped", 9000, (CUT,), "campaign/fleet")
+    out = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "skipped h-002: failed: aborted by alice: bad BFB" in out
+    assert "... 8999 more skipped: `metalflow campaign hosts fleet --outcome skipped`" in out
+
+
+def test_a_status_without_the_newest_fields_decodes() -> None:
     old_status = _status().model_dump(mode="json")
-    old_status.pop("aborted")
-    old_status.pop("aborted_hosts")
+    for field in ("aborted", "aborted_hosts", "verifying", "changes"):
+        old_status.pop(field)
     status = CampaignStatus.model_validate(old_status)
-    assert (status.aborted, status.aborted_hosts) == (0, ())
+    assert (status.aborted, status.aborted_hosts, status.changes) == (0, (), ())
     assert ", aborted" not in render(status) and "0 failed, 1 skipped; batch 1" in render(status)
-    old_result = {
-        "name": "fleet", "outcome": "completed", "total": 1, "done": 1, "already_at_target": 0,
-        "failed": [], "skipped": [], "runs": 1, "finished_at": NOW.isoformat(),
-    }  # fmt: skip
-    result = CampaignResult.model_validate(old_result)
-    assert result.aborted == () and result.all_succeeded
-    assert summary(result).endswith("0 failed, 0 skipped of 1")
 
 
 def test_status_line_names_the_hosts_and_counts_those_awaiting_approval() -> None:
     """Issue 29 item 8: a canary awaiting approval read `0 in flight`, and no host was named."""
-    skipped = Failure(host=CampaignHost(host_id="h-004"), reason="instance assigned: i-1")
-    failed = Failure(host=CampaignHost(host_id="h-005"), reason="failed: DPUFailed")
+    skipped = Failure(host_id="h-004", reason="instance assigned: i-1")
+    failed = Failure(host_id="h-005", reason="failed: DPUFailed")
     waiting = render(_status(phase="canary", in_flight=(), awaiting_approval=("h-001",), skipped=1,
                              skipped_hosts=(skipped,), aborting=None))  # fmt: skip
     assert "0/4: 0 done" not in waiting  # finished: 1 done + 1 skipped

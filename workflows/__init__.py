@@ -20,6 +20,7 @@ ALL: list[type]  # every workflow class the worker registers (built by `_all` on
 def _all() -> list[type]:
     from workflows.bmc_lease import BMCLeaseWorkflow
     from workflows.campaign import CampaignWorkflow
+    from workflows.campaign_claims import CampaignClaimsWorkflow
     from workflows.firmware import FirmwareWorkflow
     from workflows.host import HostWorkflow
     from workflows.host_operation import HostOperationWorkflow
@@ -42,6 +43,7 @@ def _all() -> list[type]:
         SiteDPFWatchWorkflow,
         BMCLeaseWorkflow,
         CampaignWorkflow,
+        CampaignClaimsWorkflow,
     ]
 
 

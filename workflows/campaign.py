@@ -4,51 +4,63 @@ The runbook, top to bottom in `run`:
 
 1. Select the hosts (`select_campaign_hosts`: all, a list, a label selector or a group of the
    site inventory; unknown hosts or a selection matching nothing fail the campaign before it
-   touches anything). For a new BFB or flavor, point the DPUDeployment at it (DPF under
-   `OnDelete` then marks the DPUs outdated and waits: the campaign paces the reprovisions).
-2. The canary batch (`canary` hosts) must succeed entirely; a failure halts the campaign for an
-   operator (`resume` accepts it, `retry_failed` runs the failed canaries again, `abort`).
-3. Then batches of `batch_size`, a soak time between batches; within a batch, hosts start under
-   `max_in_flight`, `max_per_group` and `max_per_bmc`, and only inside a maintenance window
-   (running ones finish when it closes). Before starting, hosts already at the target
-   (`check_campaign_hosts`: DPUs at the BFB or flavor in DPF, or every DPU's BMC running the
-   firmware) are counted done without being touched; a reprovision has no such state.
-4. Each host is asked of its entity `host/<id>` (`request_campaign_hosts`, an update-with-start),
+   touches anything). Left out at once, counted skipped with why: hosts DPF does not know (a
+   reprovision, BFB or flavor campaign; none known fails the campaign naming `provision`), and
+   hosts the inventory shows assigned when the campaign skips them.
+2. Claim them (`claim_campaign_hosts`, workflows/campaign_claims.py): one campaign per host. A
+   host another running campaign holds is skipped, naming it (the campaign does not wait for
+   it). Every ending releases the claims (`release_campaign_hosts`).
+3. A BFB or flavor campaign checks its DPUDeployments before anything changes
+   (`prepare_campaign_deployments`: strategy OnDelete, no host outside the campaign unless
+   `whole_deployment`, every host reached) and records their values. The canary runs on a
+   DPUDeployment of its own (`canary_deployment`: its hosts are the canary), pointed when the
+   canary starts; the fleet's deployment is pointed only after the canary passed, inside a
+   window. An abort, a cancel, a failure or a failed canary (at its halt) puts them back unless
+   `keep_changes`; `retry_failed` or `resume` points them again. Each change is in `status`.
+4. The canary batch, then batches of `batch_size`, a soak time between batches; within a batch,
+   hosts start under `max_in_flight`, `max_per_group` and `max_per_bmc`, and only inside a
+   maintenance window (each in its IANA zone; running ones finish when it closes). Before
+   starting, hosts already at the target (`check_campaign_hosts`) are counted done untouched. The
+   canary passes only with at least one host done and none failed; a canary of skipped or
+   at-target hosts takes the next host. A failed canary halts for an operator (`resume`
+   accepts it, `retry_failed` runs it again, `abort`).
+5. Each host is asked of its entity `host/<id>` (`request_campaign_hosts`, an update-with-start),
    never around it: the one-owner rule and approvals hold. A busy host is asked again after
-   `busy_retry_seconds` (the entity refuses a second operation, so it is never doubled); an
-   assigned host is skipped, or waits for its approval, per `policy.assigned`. The entity
-   signals `host_finished` when the operation ends (and tags it `Campaign=<name>`); a sweep every
-   `sweep_seconds` reads the in-flight hosts' entities, so a lost signal strands nothing.
-5. A failure budget (more than N failed, or X% of those attempted) halts the campaign: nothing new
-   starts until an operator decides. `pause`, `resume`, `abort`, `retry_failed`, `skip_host`,
-   `set_limits` are updates, each with a validator that refuses what does not apply now (with
-   the reason); `pause`, `resume` and `abort` are the kernel's (workflows/kernel.py), the
-   campaign's `abort` taking `AbortRequest` (`cancel_running` also aborts the running hosts).
-   Where each host is and what the budget counts is a plain state object, `Ledger`
-   (workflows/campaign_progress.py), carried whole over continue-as-new; the pure decisions
-   (starts under the limits, windows, the budget) are workflows/campaign_plan.py.
-6. A host whose operation waits for an operator (Phase `manual-intervention-required`: a stall
-   past its phase timeout, a BMC that cannot reboot it, ...) is neither done nor failed: the
-   operation still owns the host and may yet succeed once the operator answers it. The campaign
-   keeps it in flight (its slot stays taken: the host is not free), shows it under
-   `needs_operator` with the operation's reason, and its failure budget counts it as failed (and
-   attempted) while it waits, so hosts that wait for people halt a campaign as failures do. It is
-   seen by the sweep (every `sweep_seconds`), which asks each in-flight operation its phase. A
-   `resume` of the halt accepts the hosts waiting then (the budget stops counting them); when the
-   operation ends, the host counts as what it became (done, or failed once).
+   `busy_retry_seconds`; an assigned host is skipped, or waits for its approval, per
+   `policy.assigned`. The entity signals `host_finished` when the operation ends; a sweep every
+   `sweep_seconds` reads the in-flight hosts' operations (in parallel), so a lost signal strands
+   nothing. A round whose hosts were all skipped or at target looks again at once (it never
+   sleeps waiting for nothing).
+6. Verified completion: a completed operation counts done only once the host reads at the target
+   (`check_campaign_hosts` again: DPF for BFB and flavor, the DPUs' BMCs for firmware); else the
+   host fails with what it read. A reprovision is done when its operation is (DPUs Ready).
+7. The failure budget (`FailureBudget`: more than N failed, or than X% of the hosts selected)
+   counts monotonic failures since the start or the last resume (a skipped failure stays
+   counted); spent, it halts: nothing new starts until an operator decides. `pause`, `resume`,
+   `abort`, `retry_failed`, `skip_host`, `set_limits` are updates, each with a validator that
+   refuses what does not apply now (with the reason); `pause`, `resume` and `abort` are the
+   kernel's (workflows/kernel.py), the campaign's `abort` taking `AbortRequest`
+   (`cancel_running`, `keep_changes`). Where each host is is a plain state object, `Ledger`
+   (workflows/campaign_progress.py), carried whole over continue-as-new; the pure decisions are
+   workflows/campaign_plan.py.
+8. A host whose operation waits for an operator (Phase `manual-intervention-required`) stays in
+   flight, is shown under `needs_operator`, and counts against the budget while it waits; a
+   `resume` of the halt accepts the hosts waiting then.
 
-Scale and cost: fan-out is bounded by `max_in_flight` (<= 1000); the campaign keeps no timer per
-host (one alarm at a time: the next soak end, window edge, busy retry or sweep). Per host about
-5 history events (its share of one request activity per start round, its `host_finished` signal,
-its share of a workflow task); per batch one at-target check activity. The campaign
-continues-as-new past `policy.max_history_events` (default 4,000, at most 9,000), carrying
-`Progress` whole, so counts stay exact; the worst-case history of one run is that threshold plus
-one step's events (at most 3 x `max_in_flight` signals and tasks + ~20), i.e. < 10,240 at the
-defaults, and <= 3,020 + 9,000 only with both raised to their maximum. The input carries the
-hosts not yet finished (~100 bytes each: ~1 MB for 10,000 hosts, under the 2 MB payload limit).
-Worker CPU: O(pending) per step for `pick_starts`. Measured (time-skipping server, stand-in
-operations, 400 hosts, 50 in flight): one run of 1,371 events, ~3.4 per host, so 10,000 hosts
-make ~9 runs of <= ~4,100 events; the process running worker and client peaked at 383 MiB RSS.
+Scale and cost, for 10,000 hosts and days of running: fan-out is bounded by `max_in_flight`
+(<= 1000); one alarm at a time (never a timer per host). Per host about 5 history events (its
+share of a request activity, its `host_finished` signal, its share of a workflow task), plus
+its share of one at-target check per start round and one read-back per step that has completed
+hosts; per campaign two claim updates and, for a BFB or flavor, one check and one edit per
+deployment change. Payloads: the state is ~31 bytes a selected host (`Progress`: roster and
+state string), plus in flight (~250 bytes each) and 3 x RECENT_HOSTS named hosts; the selection
+result ~30 bytes a host plus ~15 a host left out; a check or request round <= `max_in_flight`
+entries. So the continue-as-new input, the heaviest payload, stays under 1 MB at 10,000 hosts
+(tests/test_campaign_bound.py: 0.66 MB at the worst case it builds; bench/bench_campaign.py
+measures the largest event of a real 10,000-host campaign with 9,000 skipped). Every host's
+outcome is read page by page (query `hosts`), never in one payload. The campaign continues-as-new
+past `policy.max_history_events` (default 4,000, at most 9,000), carrying `Progress` whole.
+Worker CPU: O(hosts) per step at worst (walking the state string for pending hosts).
 """
 
 from __future__ import annotations
@@ -58,13 +70,14 @@ from datetime import datetime, timedelta
 from typing import Final
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
     from contracts.models.campaign import (
-        FAILED_HOSTS_SHOWN,
         HOST_FINISHED_SIGNAL,
+        HOSTS_QUERY,
+        RECENT_HOSTS,
         RETRY_FAILED_UPDATE,
         SET_LIMITS_UPDATE,
         SKIP_HOST_UPDATE,
@@ -75,17 +88,26 @@ with workflow.unsafe.imports_passed_through():
         CampaignResult,
         CampaignStatus,
         CheckHostsInput,
+        ClaimInput,
         Deferred,
-        Failure,
+        DeploymentChange,
+        DeploymentsInput,
         HostFinished,
+        HostOutcome,
         HostRequestInput,
         HostRequestOutcome,
         HostRequestsInput,
         HostRequestsResult,
+        HostSelection,
+        HostsPage,
+        HostsQuery,
+        HostState,
         InFlight,
         Limits,
         LimitsRequest,
+        PointInput,
         Progress,
+        ReleaseInput,
         SelectHostsInput,
         SkipRequest,
         SweepInput,
@@ -99,7 +121,6 @@ with workflow.unsafe.imports_passed_through():
         OperatorAnswer,
         OperatorRequest,
     )
-    from contracts.models.dpf import DeploymentBFBInput, DeploymentFlavorInput
     from contracts.wording import iso_z, plural
     from workflows import campaign_plan as plan
     from workflows import kernel
@@ -124,6 +145,11 @@ REQUESTS: Final[workflow.ActivityConfig] = {
 CANCELLABLE_REQUESTS: Final[workflow.ActivityConfig] = {
     **REQUESTS,
     "heartbeat_timeout": timedelta(seconds=5),  # how soon an abort reaches the asking activity
+}
+SWEEP: Final[workflow.ActivityConfig] = {
+    "start_to_close_timeout": timedelta(minutes=5),  # 1,000 in flight read in parallel, heartbeating
+    "heartbeat_timeout": timedelta(seconds=30),
+    "retry_policy": kernel.QUICK_RETRY,
 }
 
 
@@ -151,39 +177,50 @@ class CampaignWorkflow(kernel.Abortable):
             else None
         )
         self._cancel_running: bool = p.cancel_running  # the running operations are still to be aborted
+        self._keep_changes: bool = p.keep_changes  # an abort asked to keep the changes outside its hosts
         self._halted_reason: str | None = p.halted_reason
         self._soak_until: datetime | None = p.soak_until
         self._limits: Limits = p.limits
         self._next_sweep: datetime | None = p.next_sweep  # the sweep of in-flight hosts
-        self._deployment_pointed: bool = p.deployment_pointed
+        self._changes: list[DeploymentChange] = list(p.changes)
+        self._claimed: bool = p.claimed
         self._runs: int = p.runs
         self._started_at: datetime | None = p.started_at
 
     @workflow.run
     async def run(self, start: CampaignInput) -> CampaignResult:
-        """Select, point the deployment, canary, batches; see the module docstring."""
+        """Select, claim, check the deployments, canary, batches; see the module docstring."""
         workflow.upsert_search_attributes(
             [names.CAMPAIGN.value_set(self._name), names.OPERATION.value_set(names.CAMPAIGN_OPERATION)]
         )
-        if start.progress is None:
-            await self._select()
-        if start.target.kind in (TargetKind.BFB, TargetKind.FLAVOR) and not self._deployment_pointed:
-            await self._point_deployment()
-        while True:
-            self._absorb()
-            if self._over():
-                break
-            if self._history_is_long():
-                await workflow.wait_condition(workflow.all_handlers_finished)
+        try:
+            if start.progress is None:
+                await self._select()
+                await self._claim()
+                if start.target.points_deployment:
+                    await self._prepare_deployments()
+            while True:
                 self._absorb()
-                workflow.continue_as_new(self._input.model_copy(update={"progress": self._snapshot()}))
-            if self.aborting and self._cancel_running:
-                await self._abort_running()
-            started = await self._start_hosts()
-            if started:
-                continue  # at-target hosts left room: look again before sleeping
-            await self._sleep_until_something_happens()
-        return self._finish()
+                await self._verify()
+                if self._over():
+                    break
+                if self._history_is_long():
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    self._absorb()
+                    workflow.continue_as_new(self._carried())
+                if self.aborting and self._cancel_running:
+                    await self._abort_running()
+                started = await self._start_hosts()
+                if started:
+                    continue  # at-target hosts left room: look again before sleeping
+                await self._sleep_until_something_happens()
+            return await self._finish()
+        except (asyncio.CancelledError, CancelledError, ActivityError, ApplicationError) as err:
+            # Failed or cancelled: put back what it changed outside its hosts and free its hosts,
+            # then end as it would (the world and the Phase true).
+            left = await self._wind_down(keep=self._input.policy.keep_changes)
+            await self.end_early(err, left)
+            raise
 
     # -- operator control ----------------------------------------------------------------------------
     # Handlers only change the state and wake the runbook, which acts at its next step; no handler
@@ -225,8 +262,10 @@ class CampaignWorkflow(kernel.Abortable):
     # let them finish. (mypy sees the narrower request as an incompatible override.)
     @workflow.update(name=ABORT_UPDATE)
     def abort(self, request: AbortRequest) -> OperatorAnswer:  # type: ignore[override]
-        """Start no new host; let running ones finish, or abort them (`cancel_running`)."""
+        """Start no new host; let running ones finish, or abort them (`cancel_running`); then put
+        back what the campaign changed outside its hosts (unless `keep_changes`)."""
         self.abort_request = request
+        self._keep_changes = self._keep_changes or request.keep_changes
         self._cancel_running = request.cancel_running
         self.on_abort()
         return OperatorAnswer(accepted=True, message=self.abort_promise())
@@ -240,7 +279,12 @@ class CampaignWorkflow(kernel.Abortable):
 
     def abort_promise(self) -> str:
         fate = "aborting them" if self._cancel_running else "letting them finish"
-        return f"aborting: no new host starts; {len(self.ledger.in_flight)} in flight, {fate}"
+        promise = f"aborting: no new host starts; {len(self.ledger.in_flight)} in flight, {fate}"
+        pointed = [c for c in self._changes if c.pointed_at is not None and c.restored_at is None]
+        if pointed:
+            verb = "keeping" if self._keep_changes or self._input.policy.keep_changes else "then restoring"
+            promise += f"; {verb} " + ", ".join(f"{c.deployment} {c.field}={c.previous}" for c in pointed)
+        return promise
 
     def on_abort(self) -> None:
         self._poked = True
@@ -263,10 +307,10 @@ class CampaignWorkflow(kernel.Abortable):
 
     @workflow.update(name=SKIP_HOST_UPDATE)
     def skip_host(self, request: SkipRequest) -> OperatorAnswer:
-        """Leave a host that has not started (or failed) out of the campaign."""
+        """Leave a host that has not started (or failed) out of the campaign: counted skipped;
+        a failure it had stays counted by the budget."""
         reason = f"skipped by {request.requested_by}" + (f": {request.reason}" if request.reason else "")
-        if not self.ledger.skip(request.host_id, reason):
-            raise ValueError(f"host {request.host_id} is not waiting in this campaign")  # the validator ran
+        self.ledger.skip(request.host_id, reason)
         self._poked = True
         return OperatorAnswer(accepted=True, message=f"{request.host_id} {reason}")
 
@@ -304,10 +348,9 @@ class CampaignWorkflow(kernel.Abortable):
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> CampaignStatus:
-        """Done / in flight / failed with reasons / skipped / remaining, batch, window, budget."""
+        """Counts, the newest hosts of each outcome by name, batch, window, budget, changes."""
         now = workflow.now()
         ledger = self.ledger
-        failed, attempted = ledger.budget_counts()
         windows = self._input.windows
         return CampaignStatus(
             name=self._name,
@@ -318,62 +361,198 @@ class CampaignWorkflow(kernel.Abortable):
             already_at_target=ledger.at_target,
             in_flight=tuple(sorted(k for k, f in ledger.in_flight.items() if not f.awaiting_approval)),
             awaiting_approval=tuple(sorted(k for k, f in ledger.in_flight.items() if f.awaiting_approval)),
-            failed=len(ledger.failed),
-            failures=tuple(ledger.failed[-FAILED_HOSTS_SHOWN:]),
-            skipped=len(ledger.skipped),
-            skipped_hosts=tuple(ledger.skipped[-FAILED_HOSTS_SHOWN:]),
-            deferred=tuple(d.host.host_id for d in ledger.deferred),
-            remaining=len(ledger.pending) + len(ledger.deferred) + len(ledger.in_flight),
+            failed=ledger.failed,
+            failures=tuple(ledger.recent_failed),
+            skipped=ledger.skipped,
+            skipped_hosts=tuple(ledger.recent_skipped),
+            deferred=tuple(list(ledger.deferred)[:RECENT_HOSTS]),
+            remaining=ledger.remaining(),
             batch=ledger.batch,
             canary_passed=ledger.canary_passed,
             window_open=plan.window_open(windows, now),
             next_window=plan.next_window_open(windows, now) if windows else None,
             soak_until=self._soak_until,
-            budget=plan.describe_budget(self._input.budget, failed, attempted),
+            budget=plan.describe_budget(self._input.budget, ledger.budget_failures(), ledger.total),
             halted_reason=self._halted_reason,
             paused_by=self.paused_by.requested_by if self.paused_by else None,
             aborting=self.abort_request.requested_by if self.abort_request else None,
             limits=self._limits,
             runs=self._runs,
             needs_operator=tuple(ledger.needs_operator.values()),
-            aborted=len(ledger.aborted),
-            aborted_hosts=tuple(ledger.aborted[-FAILED_HOSTS_SHOWN:]),
+            aborted=ledger.aborted,
+            aborted_hosts=tuple(ledger.recent_aborted),
+            verifying=len(ledger.verifying),
+            changes=tuple(self._changes),
+        )
+
+    @workflow.query(name=HOSTS_QUERY)
+    def hosts(self, page: HostsQuery) -> HostsPage:
+        """Every host's outcome, `page.limit` at a time (at most HOSTS_PAGE_MAX): never the whole
+        fleet in one payload. A reason is kept for the newest RECENT_HOSTS of each outcome and for
+        the hosts in flight or put off; an operation's own failure is on its workflow."""
+        ledger = self.ledger
+        words = HostState.WORDS
+        named = (*ledger.recent_failed, *ledger.recent_skipped, *ledger.recent_aborted)
+        reasons = {f.host_id: f.reason for f in (*named, *ledger.needs_operator.values())}
+        reasons.update({h: d.reason for h, d in ledger.deferred.items()})
+        indexes = [
+            i for i, c in enumerate(ledger.states) if page.outcome is None or words.get(c) == page.outcome
+        ]
+        chosen = indexes[page.offset : page.offset + page.limit]
+        operation = names.FIRMWARE if self._input.target.kind == TargetKind.FIRMWARE else names.REPROVISION
+        rows = []
+        for index in chosen:
+            host_id, state = ledger.roster.ids[index], ledger.states[index]
+            flight = ledger.in_flight.get(host_id)
+            asked = state in (HostState.IN_FLIGHT, HostState.VERIFYING, HostState.DONE, HostState.FAILED,
+                              HostState.ABORTED)  # fmt: skip
+            workflow_id = flight.workflow_id if flight else ""
+            if not workflow_id and asked:
+                workflow_id = names.host_operation_workflow_id(operation, host_id)
+            rows.append(
+                HostOutcome(
+                    host_id=host_id,
+                    outcome=words[state],
+                    workflow_id=workflow_id,
+                    reason=reasons.get(host_id, ""),
+                )  # fmt: skip
+            )
+        end = page.offset + len(chosen)
+        return HostsPage(
+            hosts=tuple(rows), next_offset=end if end < len(indexes) else None, total=len(indexes)
         )
 
     # -- the runbook's steps -------------------------------------------------------------------------
     async def _select(self) -> None:
         self._show_phase(SELECTING, self._input.selection.describe())
+        target = self._input.target
         selected = await workflow.execute_activity(
             activity_api.select_campaign_hosts,
-            SelectHostsInput(selection=self._input.selection),
-            **kernel.options(kernel.INVENTORY, f"select {self._input.selection.describe()}"),
+            SelectHostsInput(
+                selection=self._input.selection,
+                target=target,
+                skip_assigned=self._input.policy.assigned == "skip",
+            ),
+            # The inventory and one DPUNode list: retried while the API server answers 5xx, 10 minutes
+            # at most (a failure then changed nothing).
+            **kernel.options(
+                kernel.bounded(kernel.KUBE_READ, 600), f"select {self._input.selection.describe()}"
+            ),
         )
         ledger = self.ledger
-        ledger.pending = list(selected.hosts)
-        ledger.total = len(ledger.pending)
-        ledger.batch_left = min(self._input.canary, ledger.total)
-        ledger.canary_passed = ledger.batch_left == 0
-        ledger.batch = 0 if ledger.batch_left else 1
+        ledger.load(selected.roster)
+        for group in selected.left_out:
+            for host_id in group.host_ids:
+                ledger.skip(host_id, group.reason)
+        canary = min(self._input.canary, ledger.not_started())
+        ledger.batch_left = canary
+        ledger.canary_passed = canary == 0
+        ledger.batch = 0 if canary else 1
         if ledger.canary_passed:
             ledger.batch_left = self._limits.batch_size
 
-    async def _point_deployment(self) -> None:
+    async def _claim(self) -> None:
+        """One campaign per host: claim the hosts still to run; those another running campaign
+        holds are skipped, naming it."""
+        ledger = self.ledger
+        ids = tuple(h for h in ledger.roster.ids if ledger.state(h) == HostState.PENDING)
+        if not ids:
+            return
+        self._show_phase(SELECTING, f"claiming {len(ids)} hosts")
+        self._claimed = True  # before the call: a claim made by an attempt is released whatever follows
+        claimed = await workflow.execute_activity(
+            activity_api.claim_campaign_hosts,
+            ClaimInput(campaign_workflow_id=workflow.info().workflow_id, host_ids=ids),
+            **kernel.options(kernel.KUBE_WRITE, f"claim {len(ids)} hosts"),
+        )
+        for group in claimed.held:
+            for host_id in group.host_ids:
+                ledger.skip(host_id, group.reason)
+        if not ledger.canary_passed:
+            ledger.batch_left = min(ledger.batch_left, ledger.not_started())
+            if ledger.batch_left == 0:
+                ledger.canary_passed, ledger.batch, ledger.batch_left = True, 1, self._limits.batch_size
+
+    async def _prepare_deployments(self) -> None:
+        """A BFB or flavor campaign: check the DPUDeployments before anything changes (refused:
+        InvalidInput naming the strategy or the hosts outside), record their current values, and
+        make the canary the hosts of the canary deployment."""
         target = self._input.target
-        self._show_phase(POINTING, f"DPUDeployment {target.deployment} -> {target.kind} {target.value}")
-        summary = f"point {target.deployment} at {target.describe()}"
-        if target.kind == TargetKind.BFB:
-            await workflow.execute_activity(
-                activity_api.update_deployment_bfb,
-                DeploymentBFBInput(deployment=target.deployment, bfb=target.value),
-                **kernel.options(kernel.KUBE_WRITE, summary),
-            )
-        else:
-            await workflow.execute_activity(
-                activity_api.update_deployment_flavor,
-                DeploymentFlavorInput(deployment=target.deployment, flavor=target.value),
-                **kernel.options(kernel.KUBE_WRITE, summary),
-            )
-        self._deployment_pointed = True
+        self._show_phase(SELECTING, f"checking DPUDeployment {target.deployment}")
+        ledger = self.ledger
+        prepared = await workflow.execute_activity(
+            activity_api.prepare_campaign_deployments,
+            DeploymentsInput(target=target, host_ids=ledger.roster.ids),
+            **kernel.options(kernel.KUBE_READ, f"check the DPUDeployments of {target.describe()}"),
+        )
+        self._changes = list(prepared.changes)
+        if ledger.canary_passed:
+            return
+        canary = [h for h in prepared.canary_hosts if ledger.state(h) == HostState.PENDING]
+        for host_id in canary:
+            ledger.put_first(host_id)  # the canary's hosts go first
+        ledger.batch_left = len(canary)
+        if not canary:
+            ledger.canary_passed, ledger.batch, ledger.batch_left = True, 1, self._limits.batch_size
+
+    def _canary_only(self) -> set[str] | None:
+        """While a deployment campaign's canary runs, only the canary deployment's hosts start."""
+        if self.ledger.canary_passed or not any(c.role == "canary" for c in self._changes):
+            return None
+        return {h for h in self.ledger.roster.ids if self.ledger.state(h) == HostState.REQUEUED} | set(
+            self.ledger.canary_hosts
+        )
+
+    async def _point_due(self) -> None:
+        """Point what should be pointed now (called inside an open window, not halted or
+        paused): the canary deployment while the canary runs, the fleet's once it passed."""
+        for index, change in enumerate(self._changes):
+            due = change.role == "canary" or self.ledger.canary_passed
+            if due and (change.pointed_at is None or change.restored_at is not None):
+                await self._point(index, restore=False)
+
+    async def _point(self, index: int, *, restore: bool) -> None:
+        change = self._changes[index]
+        verb = "restore" if restore else "point"
+        value = change.previous if restore else change.value
+        self._show_phase(POINTING, f"DPUDeployment {change.deployment}: {change.field} -> {value}")
+        self._changes[index] = await workflow.execute_activity(
+            activity_api.point_campaign_deployment,
+            PointInput(change=change, restore=restore),
+            **kernel.options(kernel.KUBE_WRITE, f"{verb} {change.deployment} {change.field}={value}"),
+        )
+
+    async def _restore(self, *, roles: tuple[str, ...], keep: bool) -> list[str]:
+        """Put back the deployments of `roles` the campaign pointed (unless `keep`); what it did."""
+        done = []
+        for index, change in enumerate(self._changes):
+            if change.role not in roles or change.pointed_at is None or change.restored_at is not None:
+                continue
+            if keep:
+                self._changes[index] = change.model_copy(update={"note": "kept as pointed (keep_changes)"})
+                done.append(f"kept {change.deployment} {change.field}={change.value}")
+                continue
+            await self._point(index, restore=True)
+            done.append(f"restored {change.deployment} {change.field}={change.previous}")
+        return done
+
+    async def _release(self) -> None:
+        if not self._claimed:
+            return
+        await workflow.execute_activity(
+            activity_api.release_campaign_hosts,
+            ReleaseInput(campaign_workflow_id=workflow.info().workflow_id),
+            **kernel.options(kernel.KUBE_WRITE, "release the campaign's hosts"),
+        )
+        self._claimed = False
+
+    async def _wind_down(self, *, keep: bool) -> str:
+        """A run that ends early (failed, cancelled): restore its changes, release its hosts; the
+        words for the final phase."""
+        done = await self._restore(roles=("canary", "fleet"), keep=keep)
+        await self._release()
+        words = [*done, f"{len(self.ledger.in_flight)} host operations left running"]
+        return "; ".join(words)
 
     def _blocked(self) -> tuple[str, str] | None:
         """Why no new host may start now, as (phase, details); None: they may."""
@@ -395,47 +574,73 @@ class CampaignWorkflow(kernel.Abortable):
     async def _start_hosts(self) -> bool:
         """Start what the batch, the limits and the window allow; True if any host left the queue."""
         ledger = self.ledger
-        self._promote_deferred()
+        ledger.requeue_due(workflow.now())
         self._end_batch_if_done()
+        if self._halted_reason is not None and self._failed_canary_pointed():
+            await self._restore(roles=("canary",), keep=self._input.policy.keep_changes)
         blocked = self._blocked()
         if blocked is not None:
             self._show_phase(*blocked)
             return False
         self._soak_until = None
+        if not ledger.has_pending():
+            self._show_running()
+            return False
+        await self._point_due()
+        only = self._canary_only()
+        pending = (h for h in ledger.pending() if only is None or h.host_id in only)
         chosen = plan.pick_starts(
-            ledger.pending, (f.host for f in ledger.in_flight.values()), self._limits, ledger.batch_left
+            pending, (f.host for f in ledger.in_flight.values()), self._limits, ledger.batch_left
         )
         self._show_running()
         if not chosen:
             return False
-        at_target = await self._at_target(chosen)
+        at_target, _ = await self._check(chosen)
         for host in chosen:
             if host.host_id in at_target:
-                ledger.pending.remove(host)
-                ledger.at_target += 1
-        to_ask = [h for h in chosen if h.host_id not in at_target and h in ledger.pending]
+                ledger.reached(host.host_id)
+        to_ask = [h for h in chosen if h.host_id not in at_target]
         if to_ask:
             await self._request(to_ask)
-        # Hosts that left the queue without going in flight (skipped, refused) wake nothing, as
-        # at-target ones do not: with nothing in flight and no alarm due, look again, or a round
-        # of only such hosts waits forever (for an operator's update).
-        stuck = bool(to_ask) and not self.ledger.in_flight and not self.aborting and self._next_wake() is None
-        return bool(at_target) or stuck
+        # Look again at once: hosts at target, skipped (assigned), refused or put off leave room
+        # and wake nothing (a round of only skipped hosts would otherwise sleep forever).
+        return True
 
-    async def _at_target(self, hosts: list[CampaignHost]) -> set[str]:
-        """The hosts already at the target (DPF's DPUs, or each DPU's BMC for firmware)."""
+    def _failed_canary_pointed(self) -> bool:
+        return not self.ledger.canary_passed and any(
+            c.role == "canary" and c.pointed_at is not None and c.restored_at is None and not c.note
+            for c in self._changes
+        )
+
+    async def _check(self, hosts: list[CampaignHost] | list[str]) -> tuple[set[str], dict[str, str]]:
+        """The hosts already at the target (DPF's DPUs, or each DPU's BMC for firmware), and what
+        the others read."""
         kind = self._input.target.kind
+        ids = tuple(h if isinstance(h, str) else h.host_id for h in hosts)
         if kind == TargetKind.REPROVISION:
-            return set()  # a reprovision is never done before
+            return set(), {}  # a reprovision is never done before
         preset = kernel.BMC_READ if kind == TargetKind.FIRMWARE else kernel.KUBE_READ
         checked = await workflow.execute_activity(
             activity_api.check_campaign_hosts,
-            CheckHostsInput(target=self._input.target, host_ids=tuple(h.host_id for h in hosts)),
+            CheckHostsInput(target=self._input.target, host_ids=ids),
             **kernel.options(
-                preset, f"check {plural(len(hosts), 'host')} against {self._input.target.describe()}"
+                preset, f"check {plural(len(ids), 'host')} against {self._input.target.describe()}"
             ),
         )
-        return set(checked.at_target)
+        return set(checked.at_target), {r.host_id: r.read for r in checked.readings}
+
+    async def _verify(self) -> None:
+        """A completed operation counts done only once the host reads at the target (BFB and
+        flavor from DPF, firmware from the DPUs' BMCs); otherwise it fails with what it read."""
+        ledger = self.ledger
+        if not ledger.verifying:
+            return
+        hosts = list(ledger.verifying)
+        at_target, readings = await self._check(hosts)
+        target = self._input.target.describe()
+        for host_id in hosts:
+            if ledger.verified(host_id, host_id in at_target, readings.get(host_id, "nothing"), target):
+                self._check_budget()
 
     async def _request(self, hosts: list[CampaignHost]) -> None:
         ledger = self.ledger
@@ -458,31 +663,29 @@ class CampaignWorkflow(kernel.Abortable):
         now = workflow.now()
         for outcome in answered.outcomes:
             host = by_id[outcome.host_id]
-            if host not in ledger.pending:
+            if ledger.state(host.host_id) not in (HostState.PENDING, HostState.REQUEUED):
                 continue  # skipped by an operator while the request was out
-            ledger.pending.remove(host)
             if outcome.outcome in ("started", "awaiting-approval"):
-                ledger.in_flight[host.host_id] = InFlight(
-                    host=host,
-                    workflow_id=outcome.workflow_id,
-                    started_at=now,
-                    awaiting_approval=outcome.outcome == "awaiting-approval",
+                ledger.start(
+                    InFlight(
+                        host=host,
+                        workflow_id=outcome.workflow_id,
+                        started_at=now,
+                        awaiting_approval=outcome.outcome == "awaiting-approval",
+                    )
                 )
-                ledger.batch_left -= 1
-                if not ledger.canary_passed:
-                    ledger.canary_hosts.add(host.host_id)
             elif outcome.outcome == "busy":
                 retry_at = now + timedelta(seconds=self._input.policy.busy_retry_seconds)
-                ledger.deferred.append(Deferred(host=host, retry_at=retry_at, reason=outcome.message))
+                ledger.defer(Deferred(host_id=host.host_id, retry_at=retry_at, reason=outcome.message))
             elif outcome.outcome == "not-asked":
-                ledger.pending.append(host)  # aborting: reported as not started
+                pass  # aborting: reported as not started
             elif outcome.outcome == "unanswered":  # its entity may still take the request later
                 reason = f"asked, but no answer before the abort ({outcome.message}): check {host.host_id}"
-                ledger.skipped.append(Failure(host=host, reason=reason))
+                ledger.skip(host.host_id, reason)
             elif outcome.outcome == "assigned":
-                ledger.skipped.append(Failure(host=host, reason=f"instance assigned: {outcome.message}"))
+                ledger.skip(host.host_id, f"instance assigned: {outcome.message}")
             else:
-                ledger.fail(host, f"refused: {outcome.message}")
+                ledger.fail(host.host_id, f"refused: {outcome.message}")
                 self._check_budget()
         if ledger.in_flight and self._next_sweep is None:
             self._next_sweep = now + timedelta(seconds=self._input.policy.sweep_seconds)
@@ -508,27 +711,26 @@ class CampaignWorkflow(kernel.Abortable):
                 )
             )
 
-    def _promote_deferred(self) -> None:
-        ledger = self.ledger
-        now = workflow.now()
-        due = [d for d in ledger.deferred if d.retry_at <= now]
-        if due:
-            ledger.deferred = [d for d in ledger.deferred if d.retry_at > now]
-            ledger.pending[:0] = [d.host for d in due]
-
     def _end_batch_if_done(self) -> None:
-        """A batch ends when all its hosts started and finished (or nothing is left to start)."""
+        """A batch ends when all its hosts started and finished (or nothing is left to start).
+        The canary passes only with at least one host done and none failed: a canary whose
+        hosts were all skipped or already at the target proved nothing, so the next pending host
+        joins it (one at a time) until one is done, or none is left."""
         ledger = self.ledger
-        if ledger.in_flight:
+        if ledger.in_flight or ledger.verifying:
             return
-        nothing_left = not ledger.pending and not ledger.deferred
+        nothing_left = not ledger.has_pending() and not ledger.deferred
         if ledger.batch_left > 0 and not nothing_left:
             return
         if not ledger.canary_passed:
-            canary_failures = [f for f in ledger.failed if f.host.host_id in ledger.canary_hosts]
-            if canary_failures:
+            verdict = ledger.canary_verdict()
+            if verdict == "failed":
                 if self._halted_reason is None:
-                    self._halt(f"the canary failed on {', '.join(f.host.host_id for f in canary_failures)}")
+                    failed = [f.host_id for f in ledger.recent_failed if f.host_id in ledger.canary_hosts]
+                    self._halt(f"the canary failed on {', '.join(failed) or 'its hosts'}")
+                return
+            if verdict == "empty" and not nothing_left:
+                ledger.batch_left = 1  # nothing proven yet: one more canary host
                 return
             ledger.canary_passed = True
         if nothing_left:
@@ -554,10 +756,10 @@ class CampaignWorkflow(kernel.Abortable):
     def _next_wake(self) -> datetime | None:
         ledger = self.ledger
         now = workflow.now()
-        times = [d.retry_at for d in ledger.deferred]
+        times = [d.retry_at for d in ledger.deferred.values()]
         if self._soak_until is not None:
             times.append(self._soak_until)
-        if self._input.windows and (ledger.pending or ledger.deferred):
+        if self._input.windows and (ledger.has_pending() or ledger.deferred):
             change = plan.next_window_change(self._input.windows, now)
             if change is not None:
                 times.append(change)
@@ -586,12 +788,10 @@ class CampaignWorkflow(kernel.Abortable):
         swept = await workflow.execute_activity(
             activity_api.sweep_campaign_hosts,
             SweepInput(in_flight=tuple(ledger.in_flight.values())),
-            **kernel.options(kernel.KUBE_READ, f"sweep {len(ledger.in_flight)} in-flight hosts"),
+            **kernel.options(SWEEP, f"sweep {len(ledger.in_flight)} in-flight hosts"),
         )
         self._finished.extend(swept.finished)
-        ledger.needs_operator = {
-            f.host.host_id: f for f in swept.needs_operator if f.host.host_id in ledger.in_flight
-        }
+        ledger.needs_operator = {f.host_id: f for f in swept.needs_operator if f.host_id in ledger.in_flight}
         self._check_budget()
 
     async def _abort_running(self) -> None:
@@ -623,16 +823,17 @@ class CampaignWorkflow(kernel.Abortable):
     def _absorb(self) -> None:
         """Count the operations that ended (signalled or swept); a failure may spend the budget."""
         finished, self._finished = self._finished, []
+        verify = self._input.target.kind != TargetKind.REPROVISION
         for event in finished:
-            if self.ledger.absorb(event):
+            if self.ledger.absorb(event, verify=verify):
                 self._check_budget()
         if not self.ledger.in_flight:
             self._next_sweep = None
 
     def _check_budget(self) -> None:
-        failed, attempted = self.ledger.budget_counts()
-        if self._halted_reason is None and plan.budget_exceeded(self._input.budget, failed, attempted):
-            self._halt(f"failure budget spent: {plan.describe_budget(self._input.budget, failed, attempted)}")
+        failed, selected = self.ledger.budget_failures(), self.ledger.total
+        if self._halted_reason is None and plan.budget_exceeded(self._input.budget, failed, selected):
+            self._halt(f"failure budget spent: {plan.describe_budget(self._input.budget, failed, selected)}")
 
     def _halt(self, reason: str) -> None:
         self._halted_reason = reason
@@ -642,15 +843,18 @@ class CampaignWorkflow(kernel.Abortable):
     def _over(self) -> bool:
         ledger = self.ledger
         if self.aborting:
-            return not ledger.in_flight
-        return not (ledger.pending or ledger.deferred or ledger.in_flight) and self._halted_reason is None
+            return not ledger.in_flight and not ledger.verifying
+        return not ledger.unfinished() and self._halted_reason is None
 
-    def _finish(self) -> CampaignResult:
+    async def _finish(self) -> CampaignResult:
         ledger = self.ledger
         outcome = ABORTED if self.aborting else COMPLETED
-        # Hosts an abort left unstarted are skipped: the last details and `status` count them too.
-        ledger.skipped += [Failure(host=h, reason="not started: aborted") for h in ledger.not_started()]
-        ledger.pending, ledger.deferred = [], []
+        if self.aborting:
+            # Hosts an abort left unstarted are skipped; its changes outside the hosts put back.
+            ledger.abort_unstarted()
+            keep = self._input.policy.keep_changes or self._keep_changes
+            await self._restore(roles=("canary", "fleet"), keep=keep)
+        await self._release()
         self._show_phase(outcome, ledger.counts())
         return CampaignResult(
             name=self._name,
@@ -658,11 +862,15 @@ class CampaignWorkflow(kernel.Abortable):
             total=ledger.total,
             done=ledger.done,
             already_at_target=ledger.at_target,
-            failed=tuple(ledger.failed),
-            skipped=tuple(ledger.skipped),
+            failed=ledger.failed,
+            skipped=ledger.skipped,
+            aborted=ledger.aborted,
+            failures=tuple(ledger.recent_failed),
+            skipped_hosts=tuple(ledger.recent_skipped),
+            aborted_hosts=tuple(ledger.recent_aborted),
             runs=self._runs,
             finished_at=workflow.now(),
-            aborted=tuple(ledger.aborted),
+            changes=tuple(self._changes),
         )
 
     # -- visibility ------------------------------------------------------------------------------------
@@ -685,6 +893,13 @@ class CampaignWorkflow(kernel.Abortable):
             info.get_current_history_length() > self._input.policy.max_history_events
         )
 
+    def _carried(self) -> CampaignInput:
+        """The next run's input: this one's, with the progress, and a listed selection not carried
+        twice (the roster has its hosts)."""
+        return self._input.model_copy(
+            update={"progress": self._snapshot(), "selection": HostSelection.made(self._input.selection)}
+        )
+
     def _snapshot(self) -> Progress:
         return self.ledger.snapshot(
             phase=self.phase,
@@ -693,7 +908,9 @@ class CampaignWorkflow(kernel.Abortable):
             paused_by=self.paused_by.requested_by if self.paused_by else None,
             aborting=self.abort_request.requested_by if self.abort_request else None,
             cancel_running=self._cancel_running,
-            deployment_pointed=self._deployment_pointed,
+            keep_changes=self._keep_changes,
+            changes=tuple(self._changes),
+            claimed=self._claimed,
             runs=self._runs + 1,
             started_at=self._started_at,
             limits=self._limits,

@@ -1,6 +1,7 @@
 """The campaign's pure decisions, no I/O: which hosts may start now under the limits, whether a
-maintenance window is open and when the next one opens, whether the failure budget is spent, and
-the limits and the budget in words.
+maintenance window is open and when the next one opens (each window in its own IANA time zone:
+local wall-clock times, DST included), whether the failure budget is spent, and the limits and the
+budget in words.
 
 Cost: O(pending + in flight) per decision, in the workflow's memory; no history events.
 """
@@ -9,18 +10,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.models.campaign import CampaignHost, FailureBudget, Limits, Window
+    from contracts.models.campaign import CampaignHost, FailureBudget, Limits, Window, zone
 
 MINUTES_PER_DAY = 1440
 
 
 def pick_starts(
-    pending: Sequence[CampaignHost], in_flight: Iterable[CampaignHost], limits: Limits, room: int
+    pending: Iterable[CampaignHost], in_flight: Iterable[CampaignHost], limits: Limits, room: int
 ) -> list[CampaignHost]:
     """The hosts to start now, in `pending`'s order: at most `room`, and never past
     `max_in_flight` overall, `max_per_group` per group or `max_per_bmc` per BMC endpoint
@@ -49,8 +51,8 @@ def _minute_of_week(when: datetime) -> int:
 
 
 def _spans(window: Window) -> list[tuple[int, int]]:
-    """The window as [start, end) minute-of-week spans (a span past Sunday wraps to Monday)."""
-    length = (window.end_minute - window.start_minute) % MINUTES_PER_DAY or MINUTES_PER_DAY
+    """The window as [start, end) minute-of-week spans of local time (a span past Sunday wraps)."""
+    length = window.length_minutes()
     week = 7 * MINUTES_PER_DAY
     spans = []
     for day in window.days:
@@ -62,24 +64,70 @@ def _spans(window: Window) -> list[tuple[int, int]]:
     return spans
 
 
+def _local(window: Window, now: datetime) -> datetime:
+    return now.astimezone(zone(window.tz))
+
+
+def _open(window: Window, now: datetime) -> bool:
+    minute = _minute_of_week(_local(window, now))
+    return any(start <= minute < end for start, end in _spans(window))
+
+
 def window_open(windows: Sequence[Window], now: datetime) -> bool:
-    """Whether new hosts may start now: inside any window (no windows: always)."""
-    if not windows:
-        return True
-    minute = _minute_of_week(now)
-    return any(start <= minute < end for w in windows for start, end in _spans(w))
+    """Whether new hosts may start now: inside any window, each read in its own time zone (no
+    windows: always)."""
+    return not windows or any(_open(w, now) for w in windows)
 
 
 def next_window_change(windows: Sequence[Window], now: datetime) -> datetime | None:
-    """When the next window opens or closes after `now` (None: no windows), on a minute boundary."""
+    """The first minute after `now` at which whether a window is open changes (None: no
+    windows), each window read in its own zone. The changes can only fall on a window's local
+    edges (each localised both ways round a repeated hour) or on a DST change of its zone (a
+    skipped hour moves an edge inside the gap to the first minute after it); each candidate is
+    checked against the minute before it, so a local time that does not exist never opens one."""
     if not windows:
         return None
-    minute = _minute_of_week(now)
-    week = 7 * MINUTES_PER_DAY
-    edges = {edge % week for w in windows for span in _spans(w) for edge in span}
-    ahead = min((edge - minute) % week or week for edge in edges)
-    base = now.replace(second=0, microsecond=0)
-    return base + timedelta(minutes=ahead)
+    base = now.astimezone(UTC).replace(second=0, microsecond=0)
+    horizon = base + timedelta(days=8)
+    candidates: set[datetime] = set()
+    for w in windows:
+        tz = zone(w.tz)
+        local_day = base.astimezone(tz).date()
+        for offset in range(-1, 9):
+            day = local_day + timedelta(days=offset)
+            midnight = datetime(day.year, day.month, day.day)
+            for minute in (w.start_minute, w.start_minute + w.length_minutes()):
+                wall = midnight + timedelta(minutes=minute)
+                for fold in (0, 1):
+                    candidates.add(wall.replace(tzinfo=tz, fold=fold).astimezone(UTC))
+        candidates.update(_offset_changes(tz, base, horizon))
+    for when in sorted(c for c in candidates if base < c <= horizon):
+        if window_open(windows, when) != window_open(windows, when - timedelta(minutes=1)):
+            return when
+    return None
+
+
+def _offset_changes(tz: Any, start: datetime, end: datetime) -> list[datetime]:
+    """The UTC minutes at which `tz`'s offset changes between `start` and `end` (hourly probes,
+    then bisection to the minute)."""
+    found = []
+    probe = start
+    while probe < end:
+        nxt = probe + timedelta(hours=1)
+        if probe.astimezone(tz).utcoffset() != nxt.astimezone(tz).utcoffset():
+            low, high = probe, nxt
+            while high - low > timedelta(minutes=1):
+                mid = low + (high - low) / 2
+                mid = mid.replace(second=0, microsecond=0)
+                if mid <= low:
+                    break
+                if mid.astimezone(tz).utcoffset() == low.astimezone(tz).utcoffset():
+                    low = mid
+                else:
+                    high = mid
+            found.append(high)
+        probe = nxt
+    return found
 
 
 def next_window_open(windows: Sequence[Window], now: datetime) -> datetime | None:
@@ -87,7 +135,7 @@ def next_window_open(windows: Sequence[Window], now: datetime) -> datetime | Non
     if window_open(windows, now):
         return now
     when = now
-    for _ in range(4 * len(windows) * 7 + 2):  # every edge of a week, at most
+    for _ in range(4 * len(windows) * 8 + 8):  # every edge (and DST change) of a week, at most
         change = next_window_change(windows, when)
         if change is None:
             return None
@@ -97,22 +145,19 @@ def next_window_open(windows: Sequence[Window], now: datetime) -> datetime | Non
     return None
 
 
-def budget_exceeded(budget: FailureBudget, failed: int, attempted: int) -> bool:
-    """More than `max_failures` failed, or more than `max_percent` % of the attempted."""
-    if budget.max_failures is not None and failed > budget.max_failures:
-        return True
-    return budget.max_percent is not None and attempted > 0 and failed * 100 > budget.max_percent * attempted
+def budget_exceeded(budget: FailureBudget, failed: int, selected: int) -> bool:
+    """More failed than the budget allows for `selected` hosts (`FailureBudget.allowed`)."""
+    allowed = budget.allowed(selected)
+    return allowed is not None and failed > allowed
 
 
-def describe_budget(budget: FailureBudget, failed: int, attempted: int) -> str:
+def describe_budget(budget: FailureBudget, failed: int, selected: int) -> str:
     """The budget used, in words."""
-    bounds = []
-    if budget.max_failures is not None:
-        bounds.append(f"{budget.max_failures} failures")
-    if budget.max_percent is not None:
-        bounds.append(f"{budget.max_percent:g}% of those attempted")
-    allowed = " or ".join(bounds) or "no limit"
-    return f"{failed} failed of {attempted} attempted; halts past {allowed}"
+    allowed = budget.allowed(selected)
+    if allowed is None:
+        return f"{failed} failed; no limit"
+    share = f" ({budget.max_percent:g}% of {selected} hosts)" if budget.max_percent is not None else ""
+    return f"{failed} failed; halts past {allowed}{share}"
 
 
 def describe_limits(limits: Limits) -> str:

@@ -8,9 +8,11 @@ limits, maintenance windows and a failure budget (workflows/campaign.py tells th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Final, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,7 +26,19 @@ RETRY_FAILED_UPDATE: Final = "retry_failed"
 SKIP_HOST_UPDATE: Final = "skip_host"
 SET_LIMITS_UPDATE: Final = "set_limits"
 
-FAILED_HOSTS_SHOWN: Final = 200  # failures listed by name in `status` (all are counted)
+HOSTS_QUERY: Final = "hosts"  # every host's outcome, page by page
+
+RECENT_HOSTS: Final = 100
+"""Hosts named (with their reason) per outcome in the state, `status` and the result: the newest
+of the failed, the skipped and the aborted. Every host is counted, and every host's outcome can
+be read page by page (`hosts`)."""
+REASON_CHARS: Final = 300  # a reason kept in the state is cut to this many characters
+HOSTS_PAGE_MAX: Final = 1000  # hosts per page of the `hosts` query
+
+
+def short(reason: str) -> str:
+    """A reason cut to REASON_CHARS, so the state's size per named host is bounded."""
+    return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "\u2026"
 
 
 class _Frozen(BaseModel):
@@ -45,10 +59,22 @@ class CampaignTarget(_Frozen):
     kind: TargetKind
     value: str = ""  # the BFB, the flavor, or the firmware version; "" for a reprovision
     image_uri: str = ""  # firmware only
-    deployment: str = ""  # bfb/flavor: the DPUDeployment pointed at `value` before the hosts
+    deployment: str = ""  # bfb/flavor: the fleet's DPUDeployment, pointed at `value` after the canary
+    # bfb/flavor: the canary's own DPUDeployment (its hosts are the canary), pointed first
+    canary_deployment: str = ""
+    # bfb/flavor: the deployment may select hosts outside the campaign (they turn Outdated)
+    whole_deployment: bool = False
+
+    @property
+    def points_deployment(self) -> bool:
+        return self.kind in (TargetKind.BFB, TargetKind.FLAVOR)
 
     @model_validator(mode="after")
     def _complete(self) -> CampaignTarget:
+        if self.canary_deployment and not self.points_deployment:
+            raise ValueError("a canary deployment goes with a bfb or flavor target")
+        if self.canary_deployment and self.canary_deployment == self.deployment:
+            raise ValueError(f"the canary deployment must not be the fleet's ({self.deployment})")
         if self.kind != TargetKind.REPROVISION and not self.value:
             raise ValueError(f"a {self.kind} target needs a value (the {self.kind} name or version)")
         if self.kind == TargetKind.FIRMWARE and not self.image_uri:
@@ -61,6 +87,8 @@ class CampaignTarget(_Frozen):
         if self.kind == TargetKind.REPROVISION:
             return "reprovision"
         where = f" on DPUDeployment {self.deployment}" if self.deployment else ""
+        if self.canary_deployment:
+            where += f" (canary on {self.canary_deployment})"
         return f"{self.kind} {self.value}{where}"
 
 
@@ -71,6 +99,16 @@ class HostSelection(_Frozen):
     hosts: tuple[str, ...] = ()
     selector: dict[str, str] = Field(default_factory=dict)
     group: str = ""
+    # Set when a run continues as new: the selection was made (the roster carries its hosts), so a
+    # long host list is not carried twice; `describe` still says what was selected.
+    described: str = ""
+
+    @classmethod
+    def made(cls, selection: HostSelection) -> HostSelection:
+        """The selection as a continued run carries it (its hosts are in the roster)."""
+        if len(selection.hosts) <= 10:
+            return selection
+        return cls(all=True, described=selection.describe())
 
     @model_validator(mode="after")
     def _exactly_one(self) -> HostSelection:
@@ -80,6 +118,8 @@ class HostSelection(_Frozen):
         return self
 
     def describe(self) -> str:
+        if self.described:
+            return self.described
         if self.all:
             return "all hosts"
         if self.hosts:
@@ -99,12 +139,15 @@ class Limits(_Frozen):
 
 
 class Window(_Frozen):
-    """A maintenance window, UTC: `start`-`end` as minutes of the day on `days` (0 Monday).
-    An `end` at or before `start` runs past midnight into the next day."""
+    """A maintenance window in the IANA time zone `tz` (default UTC): `start`-`end` as minutes of
+    the local day on `days` (0 Monday). An `end` at or before `start` runs past midnight into the
+    next day. Local wall-clock times: on a DST change day a window opens and closes at the local
+    times it names (a time the change skips opens at the first minute after the gap)."""
 
     days: tuple[int, ...] = (0, 1, 2, 3, 4, 5, 6)
     start_minute: int = Field(ge=0, lt=1440)
     end_minute: int = Field(ge=0, lt=1440)
+    tz: str = "UTC"
 
     @model_validator(mode="after")
     def _opens(self) -> Window:
@@ -112,15 +155,41 @@ class Window(_Frozen):
             raise ValueError("a window needs days among 0 (Monday) .. 6 (Sunday)")
         if self.start_minute == self.end_minute:
             raise ValueError("a window that starts when it ends never opens")
+        zone(self.tz)
         return self
+
+    def length_minutes(self) -> int:
+        return (self.end_minute - self.start_minute) % 1440 or 1440
+
+
+def zone(name: str) -> ZoneInfo:
+    """The IANA time zone `name` (e.g. Europe/Berlin), or a ValueError naming it."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"unknown time zone {name!r}: give an IANA name such as UTC or Europe/Berlin"
+        ) from None
 
 
 class FailureBudget(_Frozen):
-    """Halt when more than `max_failures` hosts, or more than `max_percent` % of those attempted,
-    failed (counted since the last `resume` of a halt). None: that bound is off."""
+    """Halt when more than `max_failures` hosts failed, or more than `max_percent` % of the hosts
+    selected (rounded down: 10% of 100 hosts allows 10 failures, halts at the 11th; 10% of 5 hosts
+    allows none). Failures are counted since the start, or the last `resume` of a halt or
+    `retry_failed`; a host waiting for an operator counts as failed while it waits. None: that
+    bound is off."""
 
     max_failures: int | None = Field(default=None, ge=0)
     max_percent: float | None = Field(default=None, ge=0, le=100)
+
+    def allowed(self, selected: int) -> int | None:
+        """Failures allowed for `selected` hosts (None: no bound)."""
+        bounds = []
+        if self.max_failures is not None:
+            bounds.append(self.max_failures)
+        if self.max_percent is not None:
+            bounds.append(int(selected * self.max_percent // 100))
+        return min(bounds) if bounds else None
 
 
 AssignedPolicy = Literal["skip", "wait-for-approval"]
@@ -131,6 +200,9 @@ class CampaignPolicy(_Frozen):
     busy_retry_seconds: float = Field(default=300.0, gt=0)  # a busy host is asked again after this
     sweep_seconds: float = Field(default=600.0, gt=0)  # re-read in-flight hosts' entities this often
     max_history_events: int = Field(default=4000, ge=20, le=9000)  # continue-as-new past this
+    # What the campaign changed outside its hosts (a DPUDeployment's BFB or flavor) is put back when
+    # it is aborted, cancelled or its canary fails; True keeps it.
+    keep_changes: bool = False
 
 
 class CampaignHost(_Frozen):
@@ -139,7 +211,45 @@ class CampaignHost(_Frozen):
     host_id: str
     site: str = "default"
     group: str = ""
-    bmc: str = ""  # the BMC endpoint (several hosts may share one)
+    bmc: str = ""  # a key of its BMC endpoint (several hosts may share one): equal keys, one BMC
+
+
+class Roster(_Frozen):
+    """Every selected host, in order, column by column (about 30 bytes a host in a payload): the
+    id, the index of its site and group in `sites` and `groups`, and its BMC key."""
+
+    ids: tuple[str, ...] = ()
+    sites: tuple[str, ...] = ()
+    groups: tuple[str, ...] = ()
+    site_of: tuple[int, ...] = ()
+    group_of: tuple[int, ...] = ()
+    bmc_of: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, hosts: Sequence[CampaignHost]) -> Roster:
+        sites = list(dict.fromkeys(h.site for h in hosts))
+        groups = list(dict.fromkeys(h.group for h in hosts))
+        site_index = {s: i for i, s in enumerate(sites)}
+        group_index = {g: i for i, g in enumerate(groups)}
+        return cls(
+            ids=tuple(h.host_id for h in hosts),
+            sites=tuple(sites),
+            groups=tuple(groups),
+            site_of=tuple(site_index[h.site] for h in hosts),
+            group_of=tuple(group_index[h.group] for h in hosts),
+            bmc_of=tuple(h.bmc for h in hosts),
+        )
+
+    def host(self, index: int) -> CampaignHost:
+        return CampaignHost(
+            host_id=self.ids[index],
+            site=self.sites[self.site_of[index]],
+            group=self.groups[self.group_of[index]],
+            bmc=self.bmc_of[index],
+        )
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class InFlight(_Frozen):
@@ -150,37 +260,92 @@ class InFlight(_Frozen):
 
 
 class Deferred(_Frozen):
-    host: CampaignHost
+    host_id: str
     retry_at: datetime
     reason: str
 
 
 class Failure(_Frozen):
-    host: CampaignHost
+    """A host and why (failed, skipped, aborted, waiting for an operator)."""
+
+    host_id: str
     reason: str
 
 
+class DeploymentChange(_Frozen):
+    """A change the campaign made outside its hosts: a DPUDeployment's `spec.dpus.<field>`."""
+
+    deployment: str
+    field: Literal["bfb", "flavor"]
+    previous: str
+    value: str
+    role: Literal["canary", "fleet"]  # the canary's own deployment, or the fleet's
+    pointed_at: datetime | None = None  # None: not pointed (yet, or again after a restore)
+    restored_at: datetime | None = None  # put back to `previous`
+    note: str = ""  # e.g. "kept: keep_changes"
+
+    def describe(self) -> str:
+        state = "planned"
+        if self.restored_at is not None:
+            state = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}"
+        elif self.pointed_at is not None:
+            state = f"pointed {self.pointed_at:%Y-%m-%d %H:%M:%S}"
+        note = f" ({self.note})" if self.note else ""
+        return (
+            f"{self.role} DPUDeployment {self.deployment} {self.field} "
+            f"{self.previous or '-'} -> {self.value}: {state}{note}"
+        )
+
+
+class HostState:
+    """One character per host in `Progress.states` (and the `hosts` query's outcome)."""
+
+    PENDING: Final = "p"
+    REQUEUED: Final = "q"  # pending, before every `p` (retried)
+    DEFERRED: Final = "w"  # busy: asked again at its `retry_at`
+    IN_FLIGHT: Final = "r"
+    VERIFYING: Final = "v"  # its operation completed; read back before it counts done
+    DONE: Final = "d"
+    AT_TARGET: Final = "t"  # already at the target: never touched
+    FAILED: Final = "f"
+    SKIPPED: Final = "s"
+    ABORTED: Final = "a"
+    WORDS: Final = {
+        "p": "pending", "q": "pending", "w": "deferred", "r": "in-flight", "v": "verifying",
+        "d": "done", "t": "at-target", "f": "failed", "s": "skipped", "a": "aborted",
+    }  # fmt: skip
+
+
 class Progress(_Frozen):
-    """Everything the campaign knows, carried whole over continue-as-new: counts stay exact."""
+    """Everything the campaign knows, carried whole over continue-as-new: counts stay exact.
+
+    Size: about 31 bytes per selected host (`roster` and `states`), plus at most
+    `max_in_flight` x ~250 bytes in flight and 3 x RECENT_HOSTS named hosts (~400 bytes each):
+    under 900 KB for 10,000 hosts and 1,000 in flight (`tests/test_campaign_bound.py`,
+    bench/bench_campaign.py)."""
 
     phase: str = "selecting"
-    total: int = 0
-    pending: tuple[CampaignHost, ...] = ()  # not started yet, in order (the canary first)
+    roster: Roster = Roster()
+    states: str = ""  # one HostState character per roster host
     in_flight: tuple[InFlight, ...] = ()
     deferred: tuple[Deferred, ...] = ()  # busy: asked again at `retry_at`
-    done: int = 0  # succeeded, this campaign's operation
+    verifying: tuple[str, ...] = ()  # completed, to be read back
+    done: int = 0  # succeeded, this campaign's operation (read back at the target)
     already_at_target: int = 0  # counted done without being touched
-    failed: tuple[Failure, ...] = ()
-    skipped: tuple[Failure, ...] = ()  # host and why (assigned, skipped by an operator)
-    # Operations `abort` with `cancel_running` cut: the operator's decision, not failures (the
-    # budget does not count them). `abort_sent`: the operations (and approval requests) it was
-    # sent to, counted when they end (one that completes anyway counts done).
-    aborted: tuple[Failure, ...] = ()
-    abort_sent: tuple[str, ...] = ()
-    attempted: int = 0  # operations finished (succeeded or failed)
-    budget_failed_base: int = 0  # failures/attempts before the last resume of a halt
-    budget_attempted_base: int = 0
+    failed: int = 0  # hosts failed now (a retried or skipped one leaves this count)
+    skipped: int = 0
+    aborted: int = 0
+    # Monotonic: every failure and every finished attempt ever (a skip or retry never subtracts).
+    failures_total: int = 0
+    attempts_total: int = 0
+    budget_failures_base: int = 0  # failures_total at the last resume of a halt (or retry_failed)
+    recent_failed: tuple[Failure, ...] = ()  # the newest RECENT_HOSTS of each
+    recent_skipped: tuple[Failure, ...] = ()
+    recent_aborted: tuple[Failure, ...] = ()
+    abort_sent: tuple[str, ...] = ()  # operations (and requests) an abort was sent to
     canary_hosts: tuple[str, ...] = ()  # started as the canary
+    canary_done: int = 0
+    canary_failed: int = 0
     canary_passed: bool = False
     batch: int = 0  # the current batch's number (0: the canary)
     batch_left: int = 0  # hosts of the current batch not yet started
@@ -189,12 +354,14 @@ class Progress(_Frozen):
     paused_by: str | None = None
     aborting: str | None = None  # who asked; no new host starts
     cancel_running: bool = False  # the running operations are still to be aborted
+    keep_changes: bool = False  # the abort keeps the campaign's changes outside its hosts
     next_sweep: datetime | None = None
     # In flight, their operation waiting for an operator (seen by the last sweep); the budget
     # counts them unless a resume accepted them (`operator_accepted`).
     needs_operator: tuple[Failure, ...] = ()
     operator_accepted: tuple[str, ...] = ()
-    deployment_pointed: bool = False
+    changes: tuple[DeploymentChange, ...] = ()
+    claimed: bool = False  # the hosts are claimed in the campaign registry
     runs: int = 1
     started_at: datetime | None = None
     limits: Limits = Limits()
@@ -215,9 +382,20 @@ class CampaignInput(_Frozen):
     host_policy: OperationPolicy | None = None  # reprovisions: None is each host's own policy
     progress: Progress | None = None  # None on the first run
 
+    @model_validator(mode="after")
+    def _canary_path(self) -> CampaignInput:
+        target = self.target
+        if target.points_deployment and self.canary > 0 and not target.canary_deployment:
+            raise ValueError(
+                f"a {target.kind} campaign's canary runs on a DPUDeployment of its own, pointed before "
+                f"{target.deployment}: give the canary deployment (--canary-deployment), "
+                "or no canary (--canary 0)"
+            )
+        return self
+
 
 class CampaignStatus(_Frozen):
-    """The `status` query."""
+    """The `status` query: counts, and the newest RECENT_HOSTS hosts of each outcome by name."""
 
     name: str
     target: str
@@ -228,17 +406,17 @@ class CampaignStatus(_Frozen):
     in_flight: tuple[str, ...]
     awaiting_approval: tuple[str, ...]
     failed: int
-    failures: tuple[Failure, ...]  # the newest FAILED_HOSTS_SHOWN
+    failures: tuple[Failure, ...]  # the newest RECENT_HOSTS
     skipped: int
     skipped_hosts: tuple[Failure, ...]
-    deferred: tuple[str, ...]
-    remaining: int  # not finished: pending + deferred + in flight
+    deferred: tuple[str, ...]  # the first RECENT_HOSTS
+    remaining: int  # not finished: pending + deferred + in flight + verifying
     batch: int
     canary_passed: bool
     window_open: bool
     next_window: datetime | None
     soak_until: datetime | None
-    budget: str  # in words, e.g. "1 of 2 failures allowed (since start)"
+    budget: str  # in words, e.g. "1 failed since the start; halts past 2 (of 40 hosts)"
     halted_reason: str | None
     paused_by: str | None
     aborting: str | None
@@ -246,20 +424,28 @@ class CampaignStatus(_Frozen):
     runs: int
     needs_operator: tuple[Failure, ...] = ()  # in flight, their operation waits for an operator
     aborted: int = 0  # operations cut by `abort` with `cancel_running` (not failures)
-    aborted_hosts: tuple[Failure, ...] = ()  # the newest FAILED_HOSTS_SHOWN of them
+    aborted_hosts: tuple[Failure, ...] = ()  # the newest RECENT_HOSTS of them
+    verifying: int = 0
+    changes: tuple[DeploymentChange, ...] = ()  # what it changed outside its hosts
 
 
 class CampaignResult(_Frozen):
+    """How a campaign ended: counts, the newest RECENT_HOSTS named per outcome, its changes."""
+
     name: str
     outcome: str  # completed, aborted
     total: int
     done: int
     already_at_target: int
-    failed: tuple[Failure, ...]
-    skipped: tuple[Failure, ...]
+    failed: int
+    skipped: int
     runs: int
     finished_at: datetime
-    aborted: tuple[Failure, ...] = ()  # operations cut by `abort` with `cancel_running`
+    aborted: int = 0  # operations cut by `abort` with `cancel_running`
+    failures: tuple[Failure, ...] = ()
+    skipped_hosts: tuple[Failure, ...] = ()
+    aborted_hosts: tuple[Failure, ...] = ()
+    changes: tuple[DeploymentChange, ...] = ()
 
     @property
     def all_succeeded(self) -> bool:
@@ -271,11 +457,33 @@ class CampaignResult(_Frozen):
         )
 
 
+class HostsQuery(_Frozen):
+    """A page of the `hosts` query: `limit` hosts from `offset`, optionally of one outcome."""
+
+    offset: int = Field(default=0, ge=0)
+    limit: int = Field(default=HOSTS_PAGE_MAX, ge=1, le=HOSTS_PAGE_MAX)
+    outcome: str | None = None  # one of HostState.WORDS' values
+
+
+class HostOutcome(_Frozen):
+    host_id: str
+    outcome: str  # pending, deferred, in-flight, verifying, done, at-target, failed, skipped, aborted
+    workflow_id: str = ""  # its operation (`reprovision/<id>`, `firmware/<id>`) once asked
+    reason: str = ""  # kept for the newest RECENT_HOSTS of each outcome, and hosts in flight
+
+
+class HostsPage(_Frozen):
+    hosts: tuple[HostOutcome, ...]
+    next_offset: int | None  # None: the last page
+    total: int  # hosts matching the filter
+
+
 # -- the operator's messages ---------------------------------------------------------------------------
 
 
 class AbortRequest(OperatorRequest):
     cancel_running: bool = False  # True: abort the running host operations too
+    keep_changes: bool = False  # True: leave the DPUDeployments as the campaign pointed them
 
 
 class SkipRequest(OperatorRequest):
@@ -299,11 +507,22 @@ class HostFinished(_Frozen):
 
 class SelectHostsInput(_Frozen):
     selection: HostSelection
+    target: CampaignTarget | None = None  # None: no target checks (no DPF objects, rules)
+    skip_assigned: bool = False  # leave out the hosts the inventory shows an instance on
+
+
+class HostGroup(_Frozen):
+    """Hosts that share one reason (compact: ids only, ~15 bytes a host)."""
+
+    reason: str
+    host_ids: tuple[str, ...]
 
 
 class SelectHostsResult(_Frozen):
-    hosts: tuple[CampaignHost, ...]
-    assigned: tuple[str, ...] = ()  # hosts with an instance assigned (the inventory's view)
+    """The hosts to run (a roster), and those left out at selection, grouped by why."""
+
+    roster: Roster
+    left_out: tuple[HostGroup, ...] = ()
 
 
 class CheckHostsInput(_Frozen):
@@ -311,8 +530,46 @@ class CheckHostsInput(_Frozen):
     host_ids: tuple[str, ...]
 
 
+class Reading(_Frozen):
+    host_id: str
+    read: str  # what a host not at the target runs, in words (e.g. "dpu-0 bfb bf-bundle-3-0-0")
+
+
 class CheckHostsResult(_Frozen):
     at_target: tuple[str, ...]
+    readings: tuple[Reading, ...] = ()  # of the hosts not at target
+
+
+class DeploymentsInput(_Frozen):
+    """What a BFB or flavor campaign will point, checked before anything changes."""
+
+    target: CampaignTarget
+    host_ids: tuple[str, ...]  # the campaign's hosts (the roster)
+
+
+class DeploymentsResult(_Frozen):
+    changes: tuple[DeploymentChange, ...]  # with `previous` read, nothing pointed yet
+    canary_hosts: tuple[str, ...] = ()  # the roster's hosts the canary deployment covers
+
+
+class PointInput(_Frozen):
+    change: DeploymentChange
+    restore: bool = False  # True: put `previous` back
+
+
+class ClaimInput(_Frozen):
+    campaign_workflow_id: str
+    host_ids: tuple[str, ...]
+
+
+class ClaimResult(_Frozen):
+    """Hosts another running campaign holds, grouped by it (`reason` names it)."""
+
+    held: tuple[HostGroup, ...] = ()
+
+
+class ReleaseInput(_Frozen):
+    campaign_workflow_id: str
 
 
 class HostRequestInput(_Frozen):
@@ -359,3 +616,41 @@ class AbortHostsInput(_Frozen):
     # Requests still awaiting approval: withdrawn from their hosts' entities (nothing left pending;
     # one approved meanwhile is aborted like the running ones).
     withdraw: tuple[InFlight, ...] = ()
+
+
+# -- the claims registry (workflows/campaign_claims.py) -------------------------------------------------
+CLAIM_UPDATE: Final = "claim"
+RELEASE_UPDATE: Final = "release"
+HELD_QUERY: Final = "held"
+
+
+class ClaimRequest(_Frozen):
+    """Claim `host_ids` for `campaign` (a workflow id); `take_from`: holders known to have ended."""
+
+    campaign: str
+    host_ids: tuple[str, ...]
+    take_from: tuple[str, ...] = ()
+
+
+class ClaimAnswer(_Frozen):
+    """The hosts held by another campaign, by holder; every other host is now `campaign`'s."""
+
+    held: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+
+class ReleaseRequest(_Frozen):
+    campaign: str
+
+
+class ReleaseAnswer(_Frozen):
+    released: int
+
+
+class ClaimsInput(_Frozen):
+    """The registry's state, carried over continue-as-new: holder -> hosts."""
+
+    holders: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+
+
+class ClaimsStatus(_Frozen):
+    holders: dict[str, int]  # holder -> hosts held

@@ -122,3 +122,47 @@ class HostLookup(_Frozen):
 
     host_id: str
     source: Source | None = None  # default: the worker's METALFLOW_INVENTORY
+
+
+# -- versions: what each host runs (`metalflow host versions`, drivers/versions.py) ----------------
+
+
+class DPUVersions(_Frozen):
+    """One DPU: its identity as its BMC reports it, and what it runs, from DPF and its BMC.
+    None: not known (not reported, or the source could not be read; `errors` says why)."""
+
+    dpu_id: str
+    model: str | None = None  # the BMC's Chassis (or System) `Model`, e.g. "BlueField-3 DPU"
+    serial: str | None = None
+    part_number: str | None = None
+    bfb: str | None = None  # DPF: the BFB the DPU was installed with (`status.bfbFile`, else spec)
+    flavor: str | None = None  # DPF: `spec.dpuFlavor`
+    outdated: str | None = None  # DPF: why it is outdated (`status.outdated.reason` or the condition)
+    phase: str | None = None
+    dpu_firmware: str | None = None  # its BMC's FirmwareInventory `DPU_NIC` (BF4 `BlueField_FW_NIC_0`)
+    dpu_bmc_firmware: str | None = None  # `BMC_Firmware` (BF4 `BlueField_FW_BMC_0`)
+    errors: tuple[str, ...] = ()
+
+
+class HostVersions(_Frozen):
+    host_id: str
+    host_bmc_firmware: str | None = None  # the host BMC's FirmwareInventory `BMC_Firmware`, if served
+    dpus: tuple[DPUVersions, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+class VersionTargets(_Frozen):
+    """The versions a site declares as its targets (site file `versions.targets`); "" none."""
+
+    bfb: str = ""
+    flavor: str = ""
+    dpu_firmware: str = ""
+    dpu_bmc_firmware: str = ""
+    host_bmc_firmware: str = ""
+
+
+class ReadVersionsInput(_Frozen):
+    host_id: str
+
+
+VERSION_FIELDS: tuple[str, ...] = ("bfb", "flavor", "dpu_firmware", "dpu_bmc_firmware")

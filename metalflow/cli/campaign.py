@@ -2,10 +2,13 @@
 
 `start` starts one (refused while a campaign of that name runs) and waits until its hosts are
 selected, so an unknown host or group, or a selector matching nothing, is an error that touched
-nothing; `--wait` follows it and exits 0 only when every targeted host succeeded. `status` shows
-the status query (a live progress bar on a terminal, `--json` for scripts); `pause`, `resume`,
-`abort`, `retry-failed`, `skip` and `limits` are updates whose validators refuse what does not
-apply now, with the reason; `list` lists campaigns. Schedules: metalflow/cli/campaign_schedule.py.
+nothing; `--wait` follows it and exits 0 only when every targeted host succeeded. `plan` shows
+what `start` would do, starting nothing (metalflow/cli/campaign_plan.py). `status` shows the
+status query (a live progress bar on a terminal, `--json` for scripts); `hosts` every host's
+outcome, page by page; `pause`, `resume`, `abort`, `retry-failed`, `skip` and `limits` are
+updates whose validators refuse what does not apply now, with the reason; `list` lists
+campaigns. Every command takes a campaign's name, or a scheduled run's
+(`NAME-2026-11-22T02:00:00Z`). Schedules: metalflow/cli/campaign_schedule.py.
 
 Exit statuses: 0 done (`--wait`: every host succeeded), 1 refused, failed or not every host
 succeeded, 2 usage, bad input that changed nothing, or Temporal unreachable.
@@ -22,16 +25,21 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, workflow_api
 from contracts.models.campaign import (
+    HOSTS_QUERY,
     RETRY_FAILED_UPDATE,
     SET_LIMITS_UPDATE,
     SKIP_HOST_UPDATE,
     AbortRequest,
     CampaignResult,
     CampaignStatus,
+    Failure,
+    HostsPage,
+    HostsQuery,
+    HostState,
     Limits,
     LimitsRequest,
     SkipRequest,
@@ -46,7 +54,7 @@ from contracts.models.control import (
 )
 from contracts.validation import Reason, Requester, arg_type
 from contracts.wording import iso_z, plural
-from metalflow.cli import campaign_schedule, workflow_commands
+from metalflow.cli import campaign_plan, campaign_schedule, workflow_commands
 from metalflow.cli.campaign_check import check_selection
 from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
 from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable
@@ -63,6 +71,7 @@ from metalflow.hosts import default_operator
 from metalflow.rollouts import root_cause
 
 BAR = 30
+HOST_OUTCOMES = HostState.WORDS.values()
 MISSING = "no campaign {id} running"  # an update's refusal when the workflow does not run
 UPDATES = {
     "pause": (PAUSE_UPDATE, "start no new host; running ones finish"),
@@ -90,10 +99,24 @@ def register(subparsers: Any) -> None:
     start.add_argument("--wait", action="store_true", help="follow it; exit 0 only if every host succeeded")
     start.set_defaults(handler=runner(_start))
 
+    campaign_plan.register(commands, runner)
+
     status = commands.add_parser("status", help="show a campaign's progress", description="Show progress.")
     _name(status)
     status.add_argument("--json", action="store_true", help="the status query as JSON")
     status.set_defaults(handler=runner(_status))
+
+    hosts = commands.add_parser(
+        "hosts", help="every host's outcome, page by page", description="List each host's outcome."
+    )
+    _name(hosts)
+    hosts.add_argument(
+        "--outcome",
+        choices=sorted(set(HOST_OUTCOMES)),
+        help="only hosts with this outcome",
+    )
+    hosts.add_argument("--json", action="store_true", help="one JSON object per host")
+    hosts.set_defaults(handler=runner(_hosts))
 
     for command, (update, text) in UPDATES.items():
         parser = commands.add_parser(command, help=text, description=f"{text[0].upper()}{text[1:]}.")
@@ -108,6 +131,11 @@ def register(subparsers: Any) -> None:
     )
     _name(abort)
     abort.add_argument("--cancel-running", action="store_true", help="abort the running host operations too")
+    abort.add_argument(
+        "--keep-changes",
+        action="store_true",
+        help="leave the DPUDeployments as the campaign pointed them (default: put them back)",
+    )
     abort.add_argument("--reason", type=arg_type(Reason), default="", help="why, recorded with the request")
     abort.set_defaults(handler=runner(_abort))
 
@@ -142,18 +170,17 @@ def _name(parser: argparse.ArgumentParser) -> None:
 
 
 def _campaign_name(text: str) -> str:
-    if text.startswith("campaign/"):
-        text = text.removeprefix("campaign/")  # accept the workflow id too (scheduled runs' names)
-        return text
+    """A campaign's name, its workflow id, or a scheduled run's name (`NAME-<time>`)."""
+    text = text.removeprefix("campaign/")
     try:
-        names.campaign_workflow_id(text)
+        names.campaign_run_workflow_id(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
     return text
 
 
 def _handle(client: Client, name: str) -> WorkflowHandle[Any, CampaignResult]:
-    return client.get_workflow_handle(f"campaign/{name}", result_type=CampaignResult)
+    return client.get_workflow_handle(names.campaign_run_workflow_id(name), result_type=CampaignResult)
 
 
 async def _start(client: Client, args: argparse.Namespace) -> int:
@@ -217,14 +244,14 @@ def render(status: CampaignStatus) -> str:
     finished = status.done + status.already_at_target + status.failed + status.skipped + status.aborted
     filled = BAR * finished // status.total if status.total else BAR
     waiting = status.awaiting_approval  # asked and held by their entity: in flight, not running yet
-    aborted = [f.host.host_id for f in status.aborted_hosts]  # by the operator: not failures
+    aborted = [f.host_id for f in status.aborted_hosts]  # by the operator: not failures
     parts = [
         f"{status.done} done",
         f"{status.already_at_target} already at target",
         _named(len(status.in_flight), "in flight", status.in_flight),
         *([_named(len(waiting), "awaiting approval", waiting)] if waiting else []),
-        _named(status.failed, "failed", [f.host.host_id for f in status.failures]),
-        _named(status.skipped, "skipped", [f.host.host_id for f in status.skipped_hosts]),
+        _named(status.failed, "failed", [f.host_id for f in status.failures]),
+        _named(status.skipped, "skipped", [f.host_id for f in status.skipped_hosts]),
         *([_named(status.aborted, "aborted", aborted)] if status.aborted else []),
     ]
     line = (
@@ -254,21 +281,32 @@ async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
     except WorkflowFailureError as err:
         raise CampaignError(f"campaign {handle.id} failed: {root_cause(err)}") from None
     print(summary(result))
-    for failure in result.failed:
-        print(f"  failed {failure.host.host_id}: {failure.reason}")
-    for aborted in result.aborted:
-        print(f"  aborted {aborted.host.host_id}: {aborted.reason}")
-    for skipped in result.skipped:
-        print(f"  skipped {skipped.host.host_id}: {skipped.reason}")
+    for word, count, named in (
+        ("failed", result.failed, result.failures),
+        ("aborted", result.aborted, result.aborted_hosts),
+        ("skipped", result.skipped, result.skipped_hosts),
+    ):
+        print_named(word, count, named, handle.id)
+    for change in result.changes:
+        print(f"  changed {change.describe()}")
     return EXIT_OK if result.all_succeeded else EXIT_FAILED
+
+
+def print_named(word: str, count: int, named: tuple[Failure, ...], workflow_id: str) -> None:
+    """The hosts named with their reason, and how many more the count holds."""
+    for host in named:
+        print(f"  {word} {host.host_id}: {host.reason}")
+    if count > len(named):
+        name = workflow_id.removeprefix("campaign/")
+        print(f"  ... {count - len(named)} more {word}: `metalflow campaign hosts {name} --outcome {word}`")
 
 
 def summary(result: CampaignResult) -> str:
     """The campaign's end in one line (hosts aborted by the operator are not counted failed)."""
-    aborted = f", {len(result.aborted)} aborted" if result.aborted else ""
+    aborted = f", {result.aborted} aborted" if result.aborted else ""
     return (
         f"campaign/{result.name} {result.outcome}: {result.done} done, {result.already_at_target} already "
-        f"at target, {len(result.failed)} failed, {len(result.skipped)} skipped{aborted} of {result.total}"
+        f"at target, {result.failed} failed, {result.skipped} skipped{aborted} of {result.total}"
     )
 
 
@@ -281,10 +319,10 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         return EXIT_OK
     if not sys.stdout.isatty():
         print(render(status))
-        for failure in status.failures:
-            print(f"  failed {failure.host.host_id}: {failure.reason}")
-        for aborted in status.aborted_hosts:
-            print(f"  aborted {aborted.host.host_id}: {aborted.reason}")
+        print_named("failed", status.failed, status.failures, handle.id)
+        print_named("aborted", status.aborted, status.aborted_hosts, handle.id)
+        for change in status.changes:
+            print(f"  changed {change.describe()}")
         return EXIT_OK
     while True:  # a live bar until the campaign ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
@@ -313,8 +351,35 @@ async def _update(client: Client, args: argparse.Namespace) -> int:
     return await _answer(_handle(client, args.name), args.update, request)
 
 
+async def _hosts(client: Client, args: argparse.Namespace) -> int:
+    """Every host's outcome, one page (HOSTS_PAGE_MAX hosts) per query."""
+    handle = _handle(client, args.name)
+    offset: int | None = 0
+    while offset is not None:
+        try:
+            page = await handle.query(
+                HOSTS_QUERY, HostsQuery(offset=offset, outcome=args.outcome), result_type=HostsPage
+            )
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise CampaignError(f"no campaign {handle.id}") from None
+            raise
+        for host in page.hosts:
+            if args.json:
+                print(host.model_dump_json())
+            else:
+                print(f"{host.host_id}\t{host.outcome}\t{host.workflow_id or '-'}\t{host.reason}")
+        offset = page.next_offset
+    return EXIT_OK
+
+
 async def _abort(client: Client, args: argparse.Namespace) -> int:
-    request = AbortRequest(requested_by=args.by, reason=args.reason, cancel_running=args.cancel_running)
+    request = AbortRequest(
+        requested_by=args.by,
+        reason=args.reason,
+        cancel_running=args.cancel_running,
+        keep_changes=args.keep_changes,
+    )
     return await _answer(_handle(client, args.name), ABORT_UPDATE, request)
 
 

@@ -18,6 +18,7 @@ from contracts.models.campaign import (
     Limits,
     TargetKind,
     Window,
+    zone,
 )
 from contracts.models.host import OperationPolicy
 from contracts.validation import Reason, arg_type
@@ -63,15 +64,22 @@ def _day(text: str) -> int:
     return DAYS.index(key)
 
 
-def window(text: str) -> Window:
-    """`[DAYS ]HH:MM-HH:MM` (UTC), DAYS like `sat,sun` or `mon-fri`; an end before the start
-    runs past midnight."""
+_SPAN = re.compile(r"\d{1,2}:\d\d-\d{1,2}:\d\d")
+
+
+def window(text: str, default_tz: str = "UTC") -> Window:
+    """`[DAYS ]HH:MM-HH:MM[ ZONE]`, DAYS like `sat,sun` or `mon-fri`, ZONE an IANA time zone
+    (default: `default_tz`, the `--tz` option); an end before the start runs past midnight."""
+    tz = default_tz
+    body, _, last = text.strip().rpartition(" ")
+    if body and not _SPAN.fullmatch(last):
+        tz, text = last, body
     days_text, _, span = text.strip().rpartition(" ")
     start_text, sep, end_text = span.partition("-")
     start, end = _CLOCK.fullmatch(start_text), _CLOCK.fullmatch(end_text)
     if not sep or not start or not end:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give [DAYS ]HH:MM-HH:MM (UTC), e.g. 'sat,sun 02:00-06:00'"
+            f"{text!r}: give [DAYS ]HH:MM-HH:MM[ ZONE], e.g. 'sat,sun 02:00-06:00 Europe/Berlin'"
         )
     days: list[int] = []
     for part in filter(None, days_text.replace(" ", "").split(",")):
@@ -86,9 +94,15 @@ def window(text: str) -> Window:
             days=tuple(sorted(set(days))) if days else tuple(range(7)),
             start_minute=int(start.group(1)) * 60 + int(start.group(2)),
             end_minute=int(end.group(1)) * 60 + int(end.group(2)),
+            tz=tz,
         )
     except ValidationError as err:
         raise argparse.ArgumentTypeError(f"window {text!r}: {err.errors()[0]['msg']}") from None
+
+
+def _window_text(text: str) -> str:
+    window(text)  # refused at once when malformed (its zone is checked with --tz later)
+    return text
 
 
 def budget(text: str) -> FailureBudget:
@@ -138,6 +152,18 @@ def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     target.add_argument("--firmware", metavar="VERSION", help="DPU firmware version (with --image)")
     parser.add_argument("--image", metavar="URI", help="the firmware image (with --firmware)")
     parser.add_argument("--deployment", help="the DPUDeployment of --bfb/--flavor (default: the --group)")
+    parser.add_argument(
+        "--canary-deployment", metavar="NAME",
+        help="--bfb/--flavor: the canary's own DPUDeployment, pointed first; its hosts are the canary",
+    )  # fmt: skip
+    parser.add_argument(
+        "--whole-deployment", action="store_true",
+        help="--bfb/--flavor: the DPUDeployment may select hosts outside the campaign (they turn Outdated)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep-changes", action="store_true",
+        help="--bfb/--flavor: keep the DPUDeployments pointed on abort or a failed canary (default: restore)",
+    )  # fmt: skip
     parser.add_argument("--canary", type=count, default=1, help="hosts of the canary batch (default 1)")
     parser.add_argument("--batch-size", type=positive_int, default=10, help="hosts per batch (default 10)")
     parser.add_argument("--max-in-flight", type=positive_int, default=10, help="hosts at once (default 10)")
@@ -150,11 +176,15 @@ def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument("--soak", type=duration, default=0.0, metavar="DURATION", help="wait between batches")
     parser.add_argument(
         "--window",
-        type=window,
+        type=_window_text,
         action="append",
         metavar="SPEC",
-        help="maintenance window, e.g. 'sat,sun 02:00-06:00'",
+        help="maintenance window, e.g. 'sat,sun 02:00-06:00' (in --tz) or '... 02:00-06:00 Europe/Berlin'",
     )
+    parser.add_argument(
+        "--tz", metavar="ZONE", default="UTC",
+        help="IANA time zone of the windows without one (and of --cron): default %(default)s",
+    )  # fmt: skip
     parser.add_argument(
         "--failure-budget", type=budget, default=FailureBudget(max_failures=0), metavar="N|X%",
         help="halt when more hosts (or this share of those attempted) failed (default 0)",
@@ -189,9 +219,23 @@ def campaign_input(name: str, args: argparse.Namespace) -> CampaignInput:
     deployment = args.deployment or (args.group if kind in (TargetKind.BFB, TargetKind.FLAVOR) else "") or ""
     if kind in (TargetKind.BFB, TargetKind.FLAVOR) and not deployment:
         raise ValueError(f"--{kind} needs --deployment (or --group, whose DPUDeployment it is)")
+    if args.canary_deployment and kind not in (TargetKind.BFB, TargetKind.FLAVOR):
+        raise ValueError("--canary-deployment goes with --bfb or --flavor")
+    zone(args.tz)
+    try:
+        windows = tuple(window(text, args.tz) for text in args.window or ())
+    except argparse.ArgumentTypeError as err:
+        raise ValueError(str(err)) from None
     values: dict[str, Any] = {
         "name": name,
-        "target": CampaignTarget(kind=kind, value=value, image_uri=args.image or "", deployment=deployment),
+        "target": CampaignTarget(
+            kind=kind,
+            value=value,
+            image_uri=args.image or "",
+            deployment=deployment,
+            canary_deployment=args.canary_deployment or "",
+            whole_deployment=args.whole_deployment,
+        ),
         "selection": selection,
         "canary": args.canary,
         "limits": Limits(
@@ -201,9 +245,9 @@ def campaign_input(name: str, args: argparse.Namespace) -> CampaignInput:
             max_per_bmc=args.max_per_bmc,
         ),
         "soak_seconds": args.soak,
-        "windows": tuple(args.window or ()),
+        "windows": windows,
         "budget": args.failure_budget,
-        "policy": CampaignPolicy(assigned=args.assigned),
+        "policy": CampaignPolicy(assigned=args.assigned, keep_changes=args.keep_changes),
         "requested_by": args.by,
         "reason": args.reason,
         "host_policy": _host_policy(args),

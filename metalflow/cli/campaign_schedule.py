@@ -4,9 +4,15 @@ start campaigns.
 
 The Schedule `campaign-<NAME>` starts `CampaignWorkflow` with id `campaign/<NAME>`, to which
 Temporal appends the scheduled time (`campaign/<NAME>-2026-11-22T02:00:00Z`), so runs never
-collide and each is a normal campaign (`campaign status NAME-2026-...`). Overlap policy SKIP: a
-run due while the previous one still runs is skipped, never stacked. The Schedule's note says who
-made it. Cost: one Schedule per name on the server; nothing in the worker until a run starts.
+collide and each is a normal campaign (`campaign status NAME-2026-11-22T02:00:00Z`, and every
+other campaign command). Overlap policy SKIP: a run due while the previous one still runs is
+skipped, never stacked. `--cron` is read in `--tz` (an IANA zone, default UTC; Temporal applies
+its DST rules). The catch-up window (how late a run missed while the server was down may still
+start) is `--catch-up`, by default the longest maintenance window of the campaign, else one hour,
+never Temporal's default of a year: a Saturday 02:00 run missed is not started on Tuesday.
+`--jitter` spreads each start by up to that much. One campaign per host holds between runs and
+manual campaigns (workflows/campaign_claims.py). The Schedule's note says who made it. Cost: one
+Schedule per name on the server; nothing in the worker until a run starts.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, workflow_api
+from contracts.models.campaign import CampaignInput
 from contracts.validation import Requester, arg_type
 from contracts.wording import iso_z
 from metalflow.cli.campaign_options import add_options, campaign_input, duration
@@ -46,6 +53,15 @@ class ScheduleError(Exception):
     def __init__(self, message: str, status: int = EXIT_FAILED) -> None:
         super().__init__(message)
         self.status = status
+
+
+DEFAULT_CATCH_UP = timedelta(hours=1)
+
+
+def catch_up_window(request: CampaignInput) -> timedelta:
+    """The longest maintenance window of the campaign, else one hour."""
+    longest = max((w.length_minutes() for w in request.windows), default=0)
+    return timedelta(minutes=longest) if longest else DEFAULT_CATCH_UP
 
 
 def schedule_id(name: str) -> str:
@@ -67,8 +83,16 @@ def register(commands: Any, runner: Callable[[Any], Callable[[argparse.Namespace
     )
     schedule.add_argument("target", nargs="?", metavar="NAME", help="with an action: the schedule's name")
     when = schedule.add_mutually_exclusive_group()
-    when.add_argument("--cron", metavar="EXPR", help="a cron expression (UTC), e.g. '0 2 * * sat'")
+    when.add_argument("--cron", metavar="EXPR", help="a cron expression (in --tz), e.g. '0 2 * * sat'")
     when.add_argument("--every", type=duration, metavar="DURATION", help="an interval, e.g. 12h")
+    schedule.add_argument(
+        "--catch-up", type=duration, metavar="DURATION",
+        help="how late a missed run may still start (default: the longest --window, else 1h)",
+    )  # fmt: skip
+    schedule.add_argument(
+        "--jitter", type=duration, metavar="DURATION", default=0.0,
+        help="start each run up to this much later, at random (default: none)",
+    )  # fmt: skip
     schedule.add_argument(
         "--by", type=arg_type(Requester), default=default_operator(), help="who asks (default: %(default)s)"
     )
@@ -105,10 +129,13 @@ async def _create(client: Client, args: argparse.Namespace) -> int:
         request = campaign_input(args.name, args)
     except ValueError as err:
         raise ScheduleError(f"schedule refused, nothing created: {err}", EXIT_USAGE) from None
+    jitter = timedelta(seconds=args.jitter) if args.jitter else None
     spec = (
-        ScheduleSpec(cron_expressions=[args.cron])
+        ScheduleSpec(cron_expressions=[args.cron], time_zone_name=args.tz, jitter=jitter)
         if args.cron
-        else ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=args.every))])
+        else ScheduleSpec(
+            intervals=[ScheduleIntervalSpec(every=timedelta(seconds=args.every))], jitter=jitter
+        )
     )
     action = ScheduleActionStartWorkflow(
         workflow_api.CampaignWorkflow.run,
@@ -119,6 +146,7 @@ async def _create(client: Client, args: argparse.Namespace) -> int:
             [SearchAttributePair(names.OPERATION, names.CAMPAIGN_OPERATION)]
         ),
     )
+    catch_up = timedelta(seconds=args.catch_up) if args.catch_up else catch_up_window(request)
     note = f"created by {args.by} with `metalflow campaign schedule`: {request.target.describe()} on " + (
         request.selection.describe()
     )
@@ -128,7 +156,7 @@ async def _create(client: Client, args: argparse.Namespace) -> int:
             Schedule(
                 action=action,
                 spec=spec,
-                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+                policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP, catchup_window=catch_up),
                 state=ScheduleState(note=note),
             ),
         )
@@ -138,8 +166,11 @@ async def _create(client: Client, args: argparse.Namespace) -> int:
         if err.status == RPCStatusCode.INVALID_ARGUMENT:
             raise ScheduleError(f"schedule refused, nothing created: {err.message}", EXIT_USAGE) from None
         raise
-    when = f"cron {args.cron!r}" if args.cron else f"every {args.every:g} s"
-    print(f"schedule {sid} created ({when}); its runs are campaign/{args.name}-<time>")
+    when = f"cron {args.cron!r} in {args.tz}" if args.cron else f"every {args.every:g} s"
+    print(
+        f"schedule {sid} created ({when}, catch-up {catch_up.total_seconds():g} s); "
+        f"its runs are campaign/{args.name}-<time>"
+    )
     return EXIT_OK
 
 

@@ -70,7 +70,7 @@ from contracts.validation import (
     terminal_safe,
 )
 from contracts.wording import iso_z
-from metalflow.cli import connection, host_decide, host_list, host_monitor
+from metalflow.cli import connection, host_decide, host_list, host_monitor, host_versions
 from metalflow.cli.connection import connect_to
 from metalflow.cli.inventory_check import (
     InventoryRefusal,
@@ -231,6 +231,7 @@ def register(subparsers: Any) -> None:
     host_monitor.register(commands, _common, _runner)
     host_decide.register(commands, _common, _runner)
     host_list.register(commands, _runner)
+    host_versions.register(commands)
 
     status = commands.add_parser(
         "status",

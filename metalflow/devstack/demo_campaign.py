@@ -130,13 +130,13 @@ async def _report(handle: WorkflowHandle[Any, CampaignResult], victim: str, host
     except WorkflowFailureError as err:
         say(f"demo: campaign {DEMO_CAMPAIGN} FAILED: {root_cause(err)}")
         return False
-    failed = [f.host.host_id for f in result.failed]
+    failed = [f.host_id for f in result.failures]
     say(
         f"demo: campaign {DEMO_CAMPAIGN} {result.outcome}: {result.done} done, {len(failed)} failed "
         f"({', '.join(failed) or '-'}) of {result.total}, within the failure budget"
     )
-    for failure in result.failed:
-        say(f"demo:   failed {failure.host.host_id}: {failure.reason}")
+    for failure in result.failures:
+        say(f"demo:   failed {failure.host_id}: {failure.reason}")
     return result.outcome == "completed" and failed == [victim] and result.done == hosts - 1
 
 

@@ -93,6 +93,8 @@ BEHAVIORS: Final[Mapping[str, VersioningBehavior]] = {
     # A campaign runs for days and continues-as-new: pinning would keep a build alive that long;
     # it replays old histories like the entities do (tests/test_replay.py).
     "CampaignWorkflow": VersioningBehavior.AUTO_UPGRADE,
+    # The registry of campaign claims never finishes and serves every build's campaigns.
+    "CampaignClaimsWorkflow": VersioningBehavior.AUTO_UPGRADE,
 }
 """How each workflow type moves between builds on a versioned worker (tests/test_versioning.py
 checks that every registered workflow is listed)."""

@@ -1,0 +1,68 @@
+"""What a BFB or flavor campaign changes outside its hosts: the DPUDeployments it points, mixed
+into `CampaignActivities` (activities/campaign.py).
+
+`prepare_campaign_deployments` checks each deployment before anything changes and reads its
+current value (`drivers.campaign.Fleet.prepare_deployments`, which `metalflow campaign plan`
+calls too). `point_campaign_deployment` points one (its strategy checked again: still OnDelete)
+or puts its previous value back.
+
+Cost: per point or restore one get and one conditional edit (plus one get of the BFB or flavor).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from temporalio import activity
+
+from contracts.errors import InvalidInput
+from contracts.models.campaign import DeploymentChange, DeploymentsInput, DeploymentsResult, PointInput
+from drivers import campaign as fleet
+from drivers.inventory import Inventory
+from drivers.kube import BFB, DEPLOYMENT, FLAVOR, SITE_KEY, Kube, Object
+from drivers.redfish.client import RedfishClient
+
+
+class CampaignDeployments:
+    """The deployment checks and edits; the clients are set by `CampaignActivities`."""
+
+    inventory: Inventory
+    kube: Kube
+    redfish: RedfishClient | None
+
+    @activity.defn(name="prepare_campaign_deployments")
+    async def prepare_campaign_deployments(self, request: DeploymentsInput) -> DeploymentsResult:
+        """The changes a BFB or flavor campaign will make; changes nothing.
+
+        Raises:
+            InvalidInput: What is wrong with a deployment (`Fleet.prepare_deployments`).
+        """
+        return await fleet.Fleet(self.inventory, self.kube).prepare_deployments(request)
+
+    @activity.defn(name="point_campaign_deployment")
+    async def point_campaign_deployment(self, request: PointInput) -> DeploymentChange:
+        """Point the deployment at the change's value (its strategy checked again: still
+        OnDelete), or put the previous value back (`restore`). Idempotent: a value already in
+        place is not written."""
+        change = request.change
+        reads = fleet.Fleet(self.inventory, self.kube)
+        ns = reads.namespace
+        value = change.previous if request.restore else change.value
+        if not request.restore:
+            fleet.check_strategy(change.deployment, await reads.deployment(change.deployment))
+        kind = BFB if change.field == "bfb" else FLAVOR
+        if value and await self.kube.get(SITE_KEY, kind, ns, value, missing_ok=True) is None:
+            raise InvalidInput(
+                f"no {kind.kind} {value} in namespace {ns}: DPUDeployment {change.deployment} left as it is"
+            )
+
+        def edit(obj: Object) -> Object | None:
+            if fleet.field_of(obj, change.field) == value:
+                return None
+            return {"spec": {"dpus": {change.field: value}}}
+
+        await self.kube.edit(SITE_KEY, DEPLOYMENT, ns, change.deployment, edit)
+        now = datetime.now(UTC)
+        if request.restore:
+            return change.model_copy(update={"restored_at": now})
+        return change.model_copy(update={"pointed_at": now, "restored_at": None})

@@ -1,0 +1,521 @@
+"""A campaign's reads of the inventory and of DPF, as plain functions over objects already read:
+which hosts a selection names, a host's limits key (its BMC), which hosts a DPUDeployment covers
+and under which strategy, and whether a host's DPUs run a BFB or flavor target.
+
+The campaign activities (activities/campaign_select.py, activities/campaign_deploy.py) are thin
+adapters over `Fleet` here, and `metalflow campaign plan` (metalflow/cli/campaign_plan.py) calls
+the same `Fleet`, so the plan shows what the campaign will do.
+
+Selection leaves out, grouped by why (compact: ids only): hosts the inventory shows an instance
+on when the campaign skips assigned hosts (their entities are never asked), and, for a campaign
+that reprovisions (reprovision, BFB, flavor), hosts DPF does not know (no DPUNode): their
+operation would wait an hour for a hold that never comes, so they are refused at once, naming
+`metalflow host provision`. A selection whose every host DPF does not know is refused whole.
+
+The deployment check (`prepare_deployments`), before anything changes, for each deployment a BFB
+or flavor campaign will point (the fleet's, and the canary's own): it exists, its
+`dpuSetStrategy` is `OnDelete` (under `RollingUpdate` DPF reprovisions every outdated DPU itself,
+at its own pace: docs/DOMAIN.md section 2.7), the BFB or flavor exists, the deployment selects no
+host outside the campaign (they would turn Outdated, and any reprovision of one would install
+the new value) unless `whole_deployment`, and every campaign host is selected by one of them
+(else pointing never reaches it). It reads each one's current value, which the campaign puts back
+on abort, cancel or a failed canary.
+
+Cost: selection reads the site file once (or lists the DPUNodes once), resolves each host from
+the inventory and lists the namespace's DPUNodes once (one call, not one per host); the
+at-target check lists each host's DPUs (PARALLEL_READS hosts at once) or reads each DPU's
+firmware from its BMC (one Redfish session per DPU, as many hosts at once); the deployment check
+one get per deployment and one list each of DPUNodes and DPUDevices. Payloads: ~30 bytes a
+selected host (the roster), ~15 a host left out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import posixpath
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+from contracts.errors import InvalidInput, MetalflowError, ObjectNotFound
+from contracts.models.campaign import (
+    CampaignHost,
+    CheckHostsInput,
+    CheckHostsResult,
+    DeploymentChange,
+    DeploymentsInput,
+    DeploymentsResult,
+    HostGroup,
+    HostSelection,
+    Reading,
+    Roster,
+    SelectHostsInput,
+    SelectHostsResult,
+    TargetKind,
+)
+from contracts.models.dpf import DPUNODE_NAME_LABEL, HOST_ID_LABEL
+from contracts.models.inventory import HostInventory
+from contracts.models.redfish import ReadFirmwareInput
+from drivers.inventory import Inventory
+from drivers.kube import BFB, DEPLOYMENT, DPU, DPUDEVICE, DPUNODE, FLAVOR, SITE_KEY, Kube
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.firmware import read_versions
+
+Object = dict[str, Any]
+
+PARALLEL_READS = 50  # hosts read at once (DPF lists, BMC sessions; the per-BMC cap still holds)
+NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads
+REPROVISIONS = (TargetKind.REPROVISION, TargetKind.BFB, TargetKind.FLAVOR)
+SHOWN = 10  # hosts named in a refusal
+
+ON_DELETE = "OnDelete"
+CRD_DEFAULT_STRATEGY = ON_DELETE
+"""What the vendored DPUDeployment CRD defaults `spec.dpus.dpuSetStrategy.type` to (DPF nightly
+CRD vendored by NICo 7778162; v26.4 makes the field required: docs/DOMAIN.md section 2.7). An API
+server that serves that CRD fills it in, so a deployment read without it is taken as OnDelete."""
+
+PROVISION_HINT = "provision it first (`metalflow host provision {host}`)"
+
+
+def matches(host: HostInventory, selection: HostSelection) -> bool:
+    """Whether the host belongs to the selection (`hosts` is checked by the caller)."""
+    if selection.group:
+        return selection.group in host.groups
+    if selection.selector:
+        return all(host.labels.get(k) == v for k, v in selection.selector.items())
+    return True
+
+
+def bmc_key(endpoint: str) -> str:
+    """A short key of a BMC endpoint (10 hex digits of its SHA-256): equal for hosts behind one
+    BMC, so `max_per_bmc` can count them; nothing of the URL lands in a payload."""
+    return hashlib.sha256(endpoint.strip().lower().encode()).hexdigest()[:10] if endpoint else ""
+
+
+def campaign_host(host: HostInventory) -> CampaignHost:
+    return CampaignHost(
+        host_id=host.host_id,
+        site=host.site or "default",
+        group=host.groups[0] if host.groups else "",
+        bmc=bmc_key(host.bmc.endpoint),
+    )
+
+
+def no_dpf_objects(host_id: str) -> str:
+    """Why a host without a DPUNode is left out of a campaign that reprovisions."""
+    return (
+        f"no DPF objects (no DPUNode node-{host_id}): DPF does not know the host; "
+        + PROVISION_HINT.format(host=host_id)
+    )
+
+
+# -- DPUDeployments ---------------------------------------------------------------------------------
+
+
+def strategy_of(deployment: Object) -> str:
+    """`spec.dpus.dpuSetStrategy.type`, or the CRD's default when the object does not say."""
+    strategy = ((deployment.get("spec") or {}).get("dpus") or {}).get("dpuSetStrategy") or {}
+    return str(strategy.get("type") or CRD_DEFAULT_STRATEGY)
+
+
+def field_of(deployment: Object, field: str) -> str:
+    return str(((deployment.get("spec") or {}).get("dpus") or {}).get(field) or "")
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A Kubernetes LabelSelector (`matchLabels`, `matchExpressions`) against labels; an empty or
+    absent selector matches every object (as DPF's DPUSet controller reads it)."""
+    if not selector:
+        return True
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        present = key in labels
+        if op == "In" and not (present and labels[key] in values):
+            return False
+        if op == "NotIn" and present and labels[key] in values:
+            return False
+        if op == "Exists" and not present:
+            return False
+        if op == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _labels(obj: Object) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+def host_of_node(node: Object) -> str:
+    """The host id of a DPUNode: its `metalflow.io/host-id` label, else its name minus `node-`."""
+    labels = _labels(node)
+    name = str(node["metadata"]["name"])
+    return labels.get(HOST_ID_LABEL) or name.removeprefix("node-")
+
+
+def deployment_hosts(deployment: Object, nodes: Iterable[Object], devices: Iterable[Object]) -> set[str]:
+    """The hosts whose DPUs the deployment's DPUSets select: per `spec.dpus.dpuSets[]` entry, the
+    DPUNodes its `nodeSelector` (v26: `dpuNodeSelector`) matches that list a DPUDevice its
+    `dpuSelector` (a label map; v26: `dpuDeviceSelector`, a LabelSelector) matches."""
+    device_labels = {str(d["metadata"]["name"]): _labels(d) for d in devices}
+    nodes = list(nodes)
+    covered: set[str] = set()
+    for entry in ((deployment.get("spec") or {}).get("dpus") or {}).get("dpuSets") or []:
+        node_selector = entry.get("dpuNodeSelector") or entry.get("nodeSelector")
+        device_map = entry.get("dpuSelector") or {}
+        device_selector = entry.get("dpuDeviceSelector")
+        for node in nodes:
+            if not selector_matches(node_selector, _labels(node)):
+                continue
+            for listed in (node.get("spec") or {}).get("dpus") or []:
+                labels = device_labels.get(str(listed.get("name")))
+                if labels is None:
+                    continue
+                if all(labels.get(k) == v for k, v in device_map.items()) and selector_matches(
+                    device_selector, labels
+                ):
+                    covered.add(host_of_node(node))
+                    break
+    return covered
+
+
+# -- at the target ----------------------------------------------------------------------------------
+
+
+def outdated_reason(dpu: Object) -> str | None:
+    """Why DPF reports the DPU outdated: `status.outdated.reason` (DPF 26.7+) or an `Outdated`
+    condition that is True (docs/DOMAIN.md section 2.7); None: not outdated."""
+    status = dpu.get("status") or {}
+    outdated = status.get("outdated")
+    if isinstance(outdated, dict) and outdated.get("reason"):
+        return str(outdated["reason"])
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "Outdated" and cond.get("status") == "True":
+            return str(cond.get("reason") or "Outdated")
+    return None
+
+
+def dpu_reading(dpu: Object, kind: TargetKind, value: str, namespace: str) -> tuple[bool, str]:
+    """Whether one DPU runs the BFB or flavor `value`, and what it runs, in words.
+
+    At the target: its spec names `value`, DPF does not report it outdated, it is not being
+    deleted, it is `Ready`, and for a BFB the file DPF installed (`status.bfbFile`, named
+    `<namespace>-<bfb>.bfb`; NICo `find_outdated_dpus_dpf`) is that BFB's when DPF reports one."""
+    spec, status, meta = dpu.get("spec") or {}, dpu.get("status") or {}, dpu["metadata"]
+    name = str(meta["name"])
+    if kind == TargetKind.BFB:
+        running = str(spec.get("bfb") or "")
+        bfb_file = str(status.get("bfbFile") or "")
+        installed = posixpath.basename(bfb_file).removeprefix(f"{namespace}-").removesuffix(".bfb")
+        if bfb_file and installed != running:
+            running = f"{installed} (spec {running})"
+        what = f"bfb {running or '-'}"
+        ok = spec.get("bfb") == value and (not bfb_file or installed == value)
+    else:
+        running = str(spec.get("dpuFlavor") or "")
+        what = f"flavor {running or '-'}"
+        ok = running == value
+    phase = str(status.get("phase") or "")
+    outdated = outdated_reason(dpu)
+    notes = [f"phase {phase or '-'}"]
+    if outdated:
+        notes.append(f"outdated {outdated}")
+    if meta.get("deletionTimestamp"):
+        notes.append("deleting")
+    ok = ok and outdated is None and not meta.get("deletionTimestamp") and phase == "Ready"
+    return ok, f"{name}: {what}, {', '.join(notes)}"
+
+
+def host_reading(
+    dpus: list[Object], host_id: str, kind: TargetKind, value: str, namespace: str
+) -> tuple[bool, str]:
+    """Whether every DPU of the host runs the target (a host with none does not), and in words
+    what the DPUs not at the target run."""
+    mine = [d for d in dpus if (d.get("spec") or {}).get("dpuNodeName") == f"node-{host_id}"]
+    if not mine:
+        return False, "no DPU objects"
+    readings = [dpu_reading(d, kind, value, namespace) for d in mine]
+    off = [words for ok, words in readings if not ok]
+    return not off, "; ".join(off)
+
+
+# -- the reads, for the activities and the plan ------------------------------------------------------
+
+
+def _names(hosts: list[str]) -> str:
+    more = f" and {len(hosts) - SHOWN} more" if len(hosts) > SHOWN else ""
+    return ", ".join(hosts[:SHOWN]) + more
+
+
+class Fleet:
+    """The campaign's reads of one site: its inventory, its DPF, its BMCs.
+
+    Args:
+        inventory: The worker's (or the CLI's) inventory.
+        kube: Its Kubernetes client.
+        redfish: The Redfish client (firmware targets only).
+        dpf_hosts: The hosts DPF knows (a DPUNode); default: one list of the DPUNodes. A test
+            worker without DPF gives its own.
+    """
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        kube: Kube,
+        redfish: RedfishClient | None = None,
+        dpf_hosts: Callable[[], Awaitable[set[str]]] | None = None,
+    ) -> None:
+        self.inventory = inventory
+        self.kube = kube
+        self.redfish = redfish
+        self.dpf_hosts = dpf_hosts
+
+    @property
+    def namespace(self) -> str:
+        return self.inventory.settings.dpf_namespace
+
+    async def all_hosts(self) -> list[HostInventory]:
+        settings = self.inventory.settings
+        if settings.inventory == "site":
+            site = await asyncio.to_thread(self.inventory.site_file.site)
+            ids = [h.id for h in site.hosts]
+        else:
+            listed = await self.kube.list("campaign", DPUNODE, self.namespace, label_selector=HOST_ID_LABEL)
+            ids = [item["metadata"]["labels"][HOST_ID_LABEL] for item in listed.get("items") or []]
+        return [await self.inventory.resolve(host_id) for host_id in ids]
+
+    async def known_to_dpf(self) -> set[str]:
+        """The hosts with a DPUNode in the DPF namespace (one list call)."""
+        if self.dpf_hosts is not None:
+            return await self.dpf_hosts()
+        listed = await self.kube.list("campaign", DPUNODE, self.namespace)
+        return {host_of_node(node) for node in listed.get("items") or []}
+
+    async def select(self, request: SelectHostsInput) -> SelectHostsResult:
+        """The selected hosts, in inventory order (a list: in its own order), and those left out
+        (see the module docstring).
+
+        Raises:
+            InvalidInput: An unknown host is listed, the selection matches no host, or DPF knows
+                none of the hosts of a campaign that reprovisions.
+        """
+        selection = request.selection
+        known = await self.all_hosts()
+        source = f"the {self.inventory.settings.inventory} inventory"
+        if selection.hosts:
+            by_id = {h.host_id: h for h in known}
+            unknown = [h for h in selection.hosts if h not in by_id]
+            if unknown:
+                raise InvalidInput(f"unknown hosts {', '.join(unknown)}: not in {source}")
+            chosen = [by_id[h] for h in dict.fromkeys(selection.hosts)]
+        else:
+            chosen = [h for h in known if matches(h, selection)]
+        if not chosen:
+            hint = ""
+            if selection.group:
+                groups = sorted({g for h in known for g in h.groups})
+                hint = f" (groups there: {', '.join(groups) or 'none'})"
+            raise InvalidInput(f"{selection.describe()} matches no host in {source}{hint}")
+        left_out: dict[str, list[str]] = {}
+        target = request.target
+        if target is not None and target.kind in REPROVISIONS:
+            dpf = await self.known_to_dpf()
+            unknown_to_dpf = [h.host_id for h in chosen if h.host_id not in dpf]
+            if len(unknown_to_dpf) == len(chosen):
+                raise InvalidInput(
+                    f"DPF knows none of the {len(chosen)} selected hosts (no DPUNode for "
+                    f"{_names(unknown_to_dpf)}): a {target.kind} campaign needs provisioned hosts; "
+                    "provision them first (`metalflow host provision HOST`)"
+                )
+            for host_id in unknown_to_dpf:
+                left_out.setdefault(no_dpf_objects(host_id), []).append(host_id)
+        if target is not None and target.kind == TargetKind.BFB:
+            out = {h for ids in left_out.values() for h in ids}
+            await self._check_rules(target.value, [h for h in chosen if h.host_id not in out])
+        if request.skip_assigned:
+            out = {h for ids in left_out.values() for h in ids}
+            # One reason for them all, not the instance's id: a reason per host would make as many
+            # groups as hosts, the result ~100 bytes a host instead of ~15 (1.3 MB measured at
+            # 10,000 hosts with 9,000 assigned).
+            reason = "instance assigned in the inventory; the campaign skips assigned hosts"
+            for host in chosen:
+                if host.instance and host.host_id not in out:
+                    left_out.setdefault(reason, []).append(host.host_id)
+        return SelectHostsResult(
+            roster=Roster.of([campaign_host(h) for h in chosen]),
+            left_out=tuple(HostGroup(reason=r, host_ids=tuple(ids)) for r, ids in left_out.items()),
+        )
+
+    async def _check_rules(self, bfb: str, hosts: list[HostInventory]) -> None:
+        """The site file's compatibility rules for this BFB (`versions.rules`): a selected host
+        whose DPU breaks one refuses the campaign, naming it, before anything changes (each DPU's
+        BMC read, PARALLEL_READS hosts at once)."""
+        if self.inventory.settings.inventory != "site":
+            return
+        site = await asyncio.to_thread(self.inventory.site_file.site)
+        rules = [r for r in site.versions.rules if r.bfb == bfb]
+        if not rules or not hosts:
+            return
+        if self.redfish is None:
+            raise InvalidInput("no Redfish client: the DPU BMC firmware the site's rules need cannot be read")
+        from drivers.versions import VersionReader, rule_breaks
+
+        reader = VersionReader(self.kube, self.redfish)
+        gate = asyncio.Semaphore(PARALLEL_READS)
+
+        async def breaks(host: HostInventory) -> list[str]:
+            async with gate:
+                versions = await reader.host(host)
+            return [
+                f"{host.host_id} {why}" for r in rules for d in versions.dpus if (why := rule_breaks(r, d))
+            ]
+
+        found = [b for host_breaks in await asyncio.gather(*(breaks(h) for h in hosts)) for b in host_breaks]
+        if found:
+            raise InvalidInput(
+                f"bfb {bfb} breaks the site's compatibility rule on {len(found)} DPUs: {_names(found)}; "
+                "upgrade their BMC firmware first, or leave those hosts out"
+            )
+
+    async def check(
+        self, request: CheckHostsInput, on_wait: Callable[[], None] | None = None
+    ) -> CheckHostsResult:
+        """Hosts at the target: every DPU runs the target BFB or flavor, Ready and not outdated
+        (DPF), or every DPU's own BMC reports the target firmware running (Redfish); the others
+        with what they read. A reprovision has no such state: none is at target."""
+        target = request.target
+        gate = asyncio.Semaphore(PARALLEL_READS)
+        ns = self.namespace
+
+        async def dpf_read(host_id: str) -> tuple[bool, str]:
+            async with gate:
+                listed = await self.kube.list(
+                    host_id, DPU, ns, label_selector=f"{DPUNODE_NAME_LABEL}=node-{host_id}"
+                )
+            return host_reading(list(listed.get("items") or []), host_id, target.kind, target.value, ns)
+
+        async def bmc_read(host_id: str) -> tuple[bool, str]:
+            async with gate:
+                return await self._firmware_reading(host_id, target.value, on_wait)
+
+        if target.kind == TargetKind.FIRMWARE:
+            found = await asyncio.gather(*(bmc_read(h) for h in request.host_ids))
+        elif target.kind in (TargetKind.BFB, TargetKind.FLAVOR):
+            found = await asyncio.gather(*(dpf_read(h) for h in request.host_ids))
+        else:
+            return CheckHostsResult(at_target=())
+        ids = request.host_ids
+        return CheckHostsResult(
+            at_target=tuple(h for h, (ok, _) in zip(ids, found, strict=True) if ok),
+            readings=tuple(
+                Reading(host_id=h, read=words[:300])
+                for h, (ok, words) in zip(ids, found, strict=True)
+                if not ok
+            ),
+        )
+
+    async def _firmware_reading(
+        self, host_id: str, version: str, on_wait: Callable[[], None] | None
+    ) -> tuple[bool, str]:
+        """Each DPU's running firmware from its BMC (the Redfish client's cap per BMC holds). A
+        host whose BMC cannot say is not at target: its firmware operation runs and reports the
+        BMC's words."""
+        redfish = self.redfish
+        if redfish is None:
+            raise InvalidInput("no Redfish client: this worker cannot read DPU firmware")
+        host = await self.inventory.resolve(host_id)
+        bmcs = [(d.id, d.bmc) for d in host.dpus if d.bmc is not None]
+        if not host.dpus or len(bmcs) != len(host.dpus):
+            return False, "a DPU without a BMC in the inventory"
+        off = []
+        try:
+            for dpu_id, access in bmcs:
+                async with redfish.connect(access, on_wait=on_wait) as bmc:
+                    versions = await read_versions(bmc, NIC_FIRMWARE)
+                if versions.running != version:
+                    off.append(f"{dpu_id}: {NIC_FIRMWARE} {versions.running or '-'}")
+        except MetalflowError as err:
+            return False, f"firmware unknown: {err}"
+        return not off, "; ".join(off)
+
+    # -- deployments ----------------------------------------------------------------------------------
+    async def deployment(self, name: str) -> Object:
+        try:
+            found = await self.kube.get(SITE_KEY, DEPLOYMENT, self.namespace, name)
+        except ObjectNotFound:
+            raise InvalidInput(f"no DPUDeployment {name} in namespace {self.namespace}") from None
+        assert found is not None
+        return found
+
+    async def prepare_deployments(self, request: DeploymentsInput) -> DeploymentsResult:
+        """The changes a BFB or flavor campaign will make, each with its deployment's current
+        value; changes nothing (see the module docstring).
+
+        Raises:
+            InvalidInput: A deployment is missing or not OnDelete, the BFB or flavor is missing,
+                a deployment selects hosts outside the campaign (without `whole_deployment`), a
+                campaign host is selected by none of them, or by both.
+        """
+        target = request.target
+        ns = self.namespace
+        field = "bfb" if target.kind == TargetKind.BFB else "flavor"
+        kind = BFB if target.kind == TargetKind.BFB else FLAVOR
+        if await self.kube.get(SITE_KEY, kind, ns, target.value, missing_ok=True) is None:
+            raise InvalidInput(f"no {kind.kind} {target.value} in namespace {ns}: create it first")
+        nodes = list((await self.kube.list(SITE_KEY, DPUNODE, ns)).get("items") or [])
+        devices = list((await self.kube.list(SITE_KEY, DPUDEVICE, ns)).get("items") or [])
+        mine = set(request.host_ids)
+        roles = [("canary", target.canary_deployment), ("fleet", target.deployment)]
+        changes, covered_by = [], {}
+        for role, name in roles:
+            if not name:
+                continue
+            deployment = await self.deployment(name)
+            check_strategy(name, deployment)
+            covered = deployment_hosts(deployment, nodes, devices)
+            outside = sorted(covered - mine)
+            if outside and not target.whole_deployment:
+                raise InvalidInput(
+                    f"DPUDeployment {name} also selects {len(outside)} hosts outside the campaign "
+                    f"({_names(outside)}): pointing it would turn them Outdated, and any reprovision "
+                    f"of one would install the new {field}; select them too, or give --whole-deployment"
+                )
+            covered_by[role] = covered & mine
+            changes.append(
+                DeploymentChange(
+                    deployment=name,
+                    field=field,
+                    previous=field_of(deployment, field),
+                    value=target.value,
+                    role=role,
+                )  # fmt: skip
+            )
+        both = sorted(covered_by.get("canary", set()) & covered_by.get("fleet", set()))
+        if both:
+            raise InvalidInput(
+                f"hosts {_names(both)} are selected by both {target.canary_deployment} "
+                f"and {target.deployment}"
+            )
+        reached = covered_by.get("canary", set()) | covered_by.get("fleet", set())
+        missed = [h for h in request.host_ids if h not in reached]
+        if missed:
+            which = " or ".join(n for _, n in roles if n)
+            raise InvalidInput(
+                f"hosts {_names(missed)} are not selected by DPUDeployment {which}: pointing it never "
+                f"reaches them; leave them out of this {field} campaign"
+            )
+        canary = tuple(h for h in request.host_ids if h in covered_by.get("canary", set()))
+        return DeploymentsResult(changes=tuple(changes), canary_hosts=canary)
+
+
+def check_strategy(name: str, deployment: Object) -> None:
+    """InvalidInput unless the deployment's strategy is OnDelete, naming the one it has."""
+    strategy = strategy_of(deployment)
+    if strategy != ON_DELETE:
+        raise InvalidInput(
+            f"DPUDeployment {name} has dpuSetStrategy {strategy}: DPF would reprovision each of its "
+            "DPUs on its own, at its own pace, once pointed; a campaign paces them only under "
+            "OnDelete (set spec.dpus.dpuSetStrategy.type: OnDelete)"
+        )

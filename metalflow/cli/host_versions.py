@@ -1,0 +1,149 @@
+"""`metalflow host versions [HOST...] [--json]`: what each host runs, side by side, and a fleet
+summary: per DPU its identity (model, serial, part number as its BMC reports them), BFB and flavor
+(DPF), DPU firmware and DPU BMC firmware (its BMC's FirmwareInventory), and the host BMC's
+firmware (its FirmwareInventory, when served); each marked `*` where it differs from the site's
+declared target (site file `versions.targets`). Reads through the drivers (drivers/versions.py):
+no workflow, nothing changes. No HOST: every host of the inventory.
+
+Exit statuses: 0 read (a source that could not be read is named per host, `-` in the table), 1
+an unknown host, 2 the inventory or the settings cannot be read.
+
+Cost: per host one DPU list; per DPU with a BMC one session and its FirmwareInventory; hosts read
+PARALLEL at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import Counter
+from typing import Any
+
+from contracts.errors import InvalidInput, MetalflowError
+from contracts.models.inventory import VERSION_FIELDS, HostVersions
+from drivers.credentials import CredentialResolver
+from drivers.inventory import Inventory
+from drivers.kube import Kube
+from drivers.redfish.client import RedfishClient
+from drivers.settings import Settings
+from drivers.site_file import SiteVersionTargets
+from drivers.versions import VersionReader
+
+PARALLEL = 20
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def register(commands: Any) -> None:
+    versions = commands.add_parser(
+        "versions",
+        help="what each host runs: BFB, flavor, DPU and BMC firmware, against the site's targets",
+        description="Each host's DPUs with their identity and BFB, flavor, DPU firmware, DPU BMC firmware "
+        "and the host BMC firmware, read from DPF and the BMCs; `*` marks a version off the site's target. "
+        "A fleet summary counts the hosts on each version.",
+    )
+    versions.add_argument("hosts", nargs="*", metavar="HOST", help="hosts (default: every host)")
+    versions.add_argument("--json", action="store_true", help="one JSON object per host, then the summary")
+    versions.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        settings = Settings.from_env()
+    except ValueError as err:
+        print(f"metalflow host versions: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(_main(settings, args))
+    except InvalidInput as err:
+        print(f"metalflow host versions: {err.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except MetalflowError as err:
+        print(f"metalflow host versions: {err.message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+async def _main(settings: Settings, args: argparse.Namespace) -> int:
+    kube = Kube(settings)
+    inventory = Inventory(settings, kube)
+    targets = SiteVersionTargets()
+    if settings.inventory == "site":
+        site = await asyncio.to_thread(inventory.site_file.site)
+        targets = site.versions.targets
+        ids = list(args.hosts) or [h.id for h in site.hosts]
+    else:
+        if not args.hosts:
+            from drivers.campaign import Fleet
+
+            ids = [h.host_id for h in await Fleet(inventory, kube).all_hosts()]
+        else:
+            ids = list(args.hosts)
+    hosts = [await inventory.resolve(h) for h in ids]
+    reader = VersionReader(kube, RedfishClient(CredentialResolver(settings.kubeconfig),
+                                               max_in_flight=settings.bmc_max_in_flight))  # fmt: skip
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def read(host: Any) -> HostVersions:
+        async with gate:
+            return await reader.host(host)
+
+    found = await asyncio.gather(*(read(h) for h in hosts))
+    summary = fleet_summary(found)
+    if args.json:
+        for host in found:
+            print(host.model_dump_json())
+        print(json.dumps({"summary": summary, "targets": targets.model_dump()}))
+    else:
+        print(render(found, targets, summary))
+    kube.close()
+    return EXIT_OK
+
+
+def fleet_summary(hosts: list[HostVersions]) -> dict[str, dict[str, int]]:
+    """Per version field, how many hosts run each value (a host with DPUs on two values counts
+    under each)."""
+    summary: dict[str, Counter[str]] = {f: Counter() for f in (*VERSION_FIELDS, "host_bmc_firmware")}
+    for host in hosts:
+        for field in VERSION_FIELDS:
+            for value in {getattr(d, field) or "-" for d in host.dpus}:
+                summary[field][value] += 1
+        summary["host_bmc_firmware"][host.host_bmc_firmware or "-"] += 1
+    return {f: dict(sorted(c.items())) for f, c in summary.items()}
+
+
+def _cell(value: str | None, target: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value}*" if target and value != target else value
+
+
+def render(hosts: list[HostVersions], targets: SiteVersionTargets, summary: dict[str, dict[str, int]]) -> str:
+    rows = [
+        ("HOST", "DPU", "MODEL", "SERIAL", "PART", "BFB", "FLAVOR", "DPU FW", "DPU BMC FW", "HOST BMC FW")
+    ]
+    notes = []
+    for host in hosts:
+        host_bmc = _cell(host.host_bmc_firmware, targets.host_bmc_firmware)
+        for dpu in host.dpus or ():
+            rows.append((
+                host.host_id, dpu.dpu_id, dpu.model or "-", dpu.serial or "-", dpu.part_number or "-",
+                _cell(dpu.bfb, targets.bfb), _cell(dpu.flavor, targets.flavor),
+                _cell(dpu.dpu_firmware, targets.dpu_firmware),
+                _cell(dpu.dpu_bmc_firmware, targets.dpu_bmc_firmware),
+                host_bmc,
+            ))  # fmt: skip
+            notes += [f"{host.host_id} {dpu.dpu_id}: {e}" for e in dpu.errors]
+        notes += [f"{host.host_id}: {e}" for e in host.errors]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    declared = {k: v for k, v in targets.model_dump().items() if v}
+    lines.append(
+        "targets: "
+        + (", ".join(f"{k} {v}" for k, v in declared.items()) or "none declared")
+        + " (* off target)"
+    )
+    for field, counts in summary.items():
+        lines.append(f"{field}: " + ", ".join(f"{v} on {n} hosts" for v, n in counts.items()))
+    lines += [f"not read: {n}" for n in notes]
+    return "\n".join(lines)
