@@ -156,6 +156,8 @@ class Resolver:
             return found
         if isinstance(expr, ast.Name):
             return self._name(expr.id, fn, depth)
+        if isinstance(expr, ast.IfExp):  # `BFB if ... else FLAVOR`: either kind may be called
+            return self.resolve(expr.body, fn, depth + 1) | self.resolve(expr.orelse, fn, depth + 1)
         if isinstance(expr, ast.Attribute):
             return self._constructed(expr.attr, depth)
         return set()
