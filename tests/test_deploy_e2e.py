@@ -33,18 +33,24 @@ from drivers.settings import Settings
 from metalflow.client import connect
 from metalflow.runtime.observability import Observability
 from metalflow.runtime.ports import free_port
-from metalflow.runtime.worker import build_worker
+from metalflow.runtime.worker import build_worker, start_events
 
 pytestmark = pytest.mark.slow
 
 # Granted by deploy/base for what the flows here do not run: a host registered again with other
-# labels (patch of its DPUDevices) and a change of the DPUDeployment's BFB or flavor;
-# tests/test_dpf_activities*.py exercise those.
+# labels (patch of its DPUDevices), a BFB or flavor campaign (the DPUDevices a deployment selects,
+# a change of the DPUDeployment's BFB or flavor), and an Event that repeats (its `series`);
+# tests/test_dpf_activities*.py, tests/test_campaign_targets.py and tests/test_kube_events.py
+# exercise those.
 GRANTED_BUT_NOT_EXERCISED = {
     ("patch", "provisioning.dpu.nvidia.com", "dpudevices"),
+    ("list", "provisioning.dpu.nvidia.com", "dpudevices"),
     ("patch", "svc.dpu.nvidia.com", "dpudeployments"),
+    ("patch", "events.k8s.io", "events"),
 }
 GROVE_GROUPS = {"grove.io", "scheduler.grove.io"}
+# The rollout's pods (deploy/base/grove-access), core group: proven by tests/test_deploy_grove.py.
+GROVE_CORE = {("list", "", "pods"), ("watch", "", "pods"), ("deletecollection", "", "pods")}
 # The hosts' BMC credentials come from Secrets in the worker's namespace (the DPUs' from files).
 SITE = {
     "name": "deployed",
@@ -70,11 +76,17 @@ async def deployed_worker(
     client = await connect(target_host=target, namespace=local_client.namespace, runtime=runtime)
     settings = Settings(site_file=sim.site_file, kubeconfig=kubeconfig)
     worker = build_worker(client, task_queue, settings)
+    emitter = start_events(settings)  # the worker's Kubernetes Events, on by default
+    observability.emitter = emitter
     async with worker:
+        if emitter is not None:
+            await emitter.start()
         await observability.start(client, worker)
         try:
             yield observability
         finally:
+            if emitter is not None:
+                await emitter.stop()
             await observability.stop()
 
 
@@ -165,7 +177,7 @@ async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
     used = {(e["verb"], e["group"], e["resource"]) for e in mine}
     assert ("get", "", "secrets") in used  # the BMC credentials, read by name
     # Grove's grants are proven by tests/test_deploy_grove.py (a rollout); these flows are DPF's.
-    granted = granted_by_base() - granted_by_base(GROVE_GROUPS)
+    granted = granted_by_base() - granted_by_base(GROVE_GROUPS) - GROVE_CORE
     assert used <= granted
     assert granted - used == GRANTED_BUT_NOT_EXERCISED, "grant nothing the activities do not use"
 
