@@ -22,6 +22,7 @@ from contracts.models.grove import (
     GROVE_GROUP,
     GROVE_VERSION,
     ON_DELETE,
+    PART_OF_LABEL,
     PCSG_LABEL,
     PCSG_REPLICA_INDEX_LABEL,
     POD_TEMPLATE_HASH_LABEL,
@@ -358,6 +359,19 @@ def replacement(old: Any, new: Any) -> Any:
 
 
 # -- pod and patch calls the custom-object client does not make ------------------------------------
+async def read_state(kube: Kube, key: str, ns: str, name: str) -> PCSState:
+    """The PodCliqueSet, its PodGangs, PodCliques, scaling groups and pods (5 calls), as one
+    `PCSState`: what the rollout's `read_pcs_state` activity and `metalflow rollout start`'s
+    pre-check read."""
+    obj = await kube.get(key, kinds()[0], ns, name, missing_ok=True)
+    selector = f"{PART_OF_LABEL}={name}"
+    gangs = (await kube.list(key, kinds()[1], ns, label_selector=selector)).get("items") or []
+    pclqs = (await kube.list(key, kinds()[2], ns, label_selector=selector)).get("items") or []
+    pcsgs = (await kube.list(key, kinds()[3], ns, label_selector=selector)).get("items") or []
+    pods = await list_pods(kube, key, ns, selector)
+    return pcs_state(ns, name, obj, gangs, pclqs, pcsgs, pods)
+
+
 async def list_pods(kube: Kube, key: str, ns: str, label_selector: str) -> list[Object]:
     """Pods by label (core API)."""
     import kubernetes.client as k8s

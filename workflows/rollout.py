@@ -240,21 +240,10 @@ class RolloutWorkflow(kernel.Abortable):
                 "metalflow does not drive it (`metalflow rollout status` shows Grove's own progress); "
                 "a coherent rollout needs OnDelete"
             )
-        changed = {key.partition("/")[0] for key, image in request.images.items()}
-        changed = {c for c in changed if c in s.clique_hashes}
         if not self._policy.allow_replica_outage:
-            reasons = steps.pending_outages(state, changed)
-            if reasons:
-                shown = "; ".join(reasons[:3]) + (
-                    f"; and {len(reasons) - 3} more" if len(reasons) > 3 else ""
-                )
-                raise InvalidInput(
-                    f"rolling {', '.join(sorted(changed))} of {self._pcs} coherently takes replicas below "
-                    f"minAvailable: {shown}. Grove (v0.1.0-alpha.12) holds all of a replica's standalone "
-                    "pods and its first minAvailable scaling-group replicas in one anchor PodGang, which is "
-                    "replaced "
-                    "whole. Allow it with --allow-replica-outage (one replica down at a time)"
-                )
+            refusal = steps.outage_refusal(state, str(self._pcs), dict(request.images))
+            if refusal:
+                raise InvalidInput(refusal)
 
     # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=PCS_STATE_CHANGED_SIGNAL)

@@ -171,3 +171,21 @@ def pending_outages(state: PCSState, changed: set[str]) -> list[str]:
             for reason in outage(state, g, fake):
                 reasons.append(f"{g.name}: {reason}")
     return reasons
+
+
+def outage_refusal(state: PCSState, pcs: str, images: dict[str, str]) -> str | None:
+    """Why rolling `images` (`clique[/container]` -> image) coherently would take replicas below
+    minAvailable, or None: the refusal the workflow's first step and `metalflow rollout start`'s
+    pre-check both give when `--allow-replica-outage` is not set."""
+    changed = {key.partition("/")[0] for key in images}
+    changed = {c for c in changed if c in state.summary.clique_hashes}
+    reasons = pending_outages(state, changed)
+    if not reasons:
+        return None
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return (
+        f"rolling {', '.join(sorted(changed))} of {pcs} coherently takes replicas below minAvailable: "
+        f"{shown}. Grove (v0.1.0-alpha.12) holds all of a replica's standalone pods and its first "
+        "minAvailable scaling-group replicas in one anchor PodGang, which is replaced whole. Allow it "
+        "with --allow-replica-outage (one replica down at a time)"
+    )

@@ -48,7 +48,7 @@ from drivers.grove import (
     kinds,
     list_pods,
     pclq_clique,
-    pcs_state,
+    read_state,
     revert_patch,
     stale_selectors,
     template_diff,
@@ -75,13 +75,7 @@ class GroveActivities:
     @activity.defn(name="read_pcs_state")
     async def read_pcs_state(self, pcs: PCSRef) -> PCSState:
         """The PodCliqueSet, its PodCliques, scaling groups, PodGangs and pods (5 calls)."""
-        obj = await self.kube.get(_key(pcs), kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
-        key, ns, selector = _key(pcs), pcs.namespace, f"{PART_OF_LABEL}={pcs.name}"
-        gangs = (await self.kube.list(key, kinds()[1], ns, label_selector=selector)).get("items") or []
-        pclqs = (await self.kube.list(key, kinds()[2], ns, label_selector=selector)).get("items") or []
-        pcsgs = (await self.kube.list(key, kinds()[3], ns, label_selector=selector)).get("items") or []
-        pods = await list_pods(self.kube, _key(pcs), pcs.namespace, f"{PART_OF_LABEL}={pcs.name}")
-        return pcs_state(pcs.namespace, pcs.name, obj, gangs, pclqs, pcsgs, pods)
+        return await read_state(self.kube, _key(pcs), pcs.namespace, pcs.name)
 
     async def _edit(self, pcs: PCSRef, change: Any) -> tuple[Object, bool]:
         """Read, ask `change` for a patch, write it conditionally as `metalflow-rollout`."""

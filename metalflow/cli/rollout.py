@@ -45,7 +45,7 @@ from contracts.models.grove import (
     image_problem,
 )
 from contracts.validation import Reason, Requester, arg_type
-from drivers.grove import images_patch
+from drivers.grove import images_patch, read_state
 from drivers.grove import kinds as grove_kinds
 from drivers.kube import Kube
 from drivers.settings import Settings
@@ -63,6 +63,7 @@ from metalflow.cli.workflow_commands import (
 from metalflow.hosts import default_operator
 from metalflow.progress import Progress
 from metalflow.rollouts import render, root_cause
+from workflows.rollout_steps import outage_refusal
 
 MISSING = "no rollout {id} in flight"  # an update's refusal when the workflow does not run
 UPDATES = {
@@ -199,7 +200,8 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             step_deadline_seconds=args.step_deadline,
         ),
     )
-    await _check_images(pcs, images)  # before starting: a refusal leaves no failed run behind
+    # before starting: a refusal leaves no failed run behind
+    await _check_images(pcs, images, allow_replica_outage=args.allow_replica_outage)
     workflow_id = names.rollout_workflow_id(pcs.namespace, pcs.name)
     summary = ", ".join(f"{c}={i}" for c, i in images.items())
     try:
@@ -229,13 +231,16 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     return await _follow(handle) if args.wait else EXIT_OK
 
 
-async def _check_images(pcs: PCSRef, images: dict[str, str]) -> None:
+async def _check_images(pcs: PCSRef, images: dict[str, str], *, allow_replica_outage: bool) -> None:
     """Refuse what the rollout's first step would refuse, before starting it: an unknown
     PodCliqueSet or clique, a bad image, a PodCliqueSet not on OnDelete (`images_patch`, the same
-    rule `set_pcs_images` applies). Without this, the refused run failed in Temporal (red in the
-    UI) and replaced the last real rollout of that PodCliqueSet in `rollout status`.
+    rule `set_pcs_images` applies), and a replica outage not allowed (`outage_refusal`, the rule
+    the workflow applies). Without this, the refused run failed in Temporal (red in the UI) and
+    replaced the last real rollout of that PodCliqueSet in `rollout status`.
 
-    Cost: one GET of the PodCliqueSet from the cluster KUBECONFIG names (the dev stack's by default).
+    Cost: one GET of the PodCliqueSet from the cluster KUBECONFIG names (the dev stack's by
+    default); without `--allow-replica-outage` also its state (`drivers.grove.read_state`: one GET
+    and four lists).
 
     Raises:
         RolloutError: Refused (exit 2, nothing changed), or the cluster cannot be read (exit 2).
@@ -249,6 +254,10 @@ async def _check_images(pcs: PCSRef, images: dict[str, str]) -> None:
         if obj is None:
             raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
         images_patch(obj, images)
+        if not allow_replica_outage:
+            state = await read_state(kube, f"pcs:{pcs}", pcs.namespace, pcs.name)
+            if refusal := outage_refusal(state, str(pcs), images):
+                raise InvalidInput(refusal)
     except InvalidInput as err:
         raise RolloutError(f"rollout refused, nothing changed: {err.message}", EXIT_USAGE) from None
     except Exception as err:  # the cluster unreachable, no kubeconfig: one line
