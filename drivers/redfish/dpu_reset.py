@@ -10,13 +10,17 @@
   `owed_since` (someone reset the DPU meanwhile) sends nothing either (`sent=False`). A DPU BMC
   that shows no mark at all gives no proof: then a recorded step is never sent again, and a
   reset that did not happen shows as a DPU that does not come back (`DPUResetNotEffective`).
+  The marks are written to the second (as a BlueField BMC writes them): a reset landing in the
+  second its mark was written in would leave the mark unchanged and look not taken, so a reset
+  is sent at least a second after the mark before it was read.
   Types: `ForceRestart` (Arm cores only; also what recovers a Paused DPU, dsx#6350),
   `PowerCycle` (Arm and NIC; takes effect only while the host is off: the workflow turns it off
   first), `SOC.ForceReset` (Arm and NIC at once; `Oem/Nvidia/SOC.ForceReset`, no body).
 - `wait_for_os(connection, deadline)`: poll until the Arm OS runs (`OsIsRunning`, not Paused).
 
 Cost: 1 request to read; a reset 3-5 (read, send, read until the mark moves) plus the read-back
-of its step; a wait one request per poll (default 1 s).
+of its step, and at most 1 s before the send (the mark's second); a wait one request per poll
+(default 1 s).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from drivers.redfish.system import find_system, parse_time, send_reset
 
 SOC_FORCE_RESET = "SOC.ForceReset"
 _SETTLE_SECONDS = 3.0
+_MARK_RESOLUTION_SECONDS = 1.0  # LastResetTime and LastStateTime are written to the second
 
 
 def _now() -> datetime:
@@ -86,10 +91,17 @@ class DPUReset:
         elif not self._resumed and self._reset_since_owed(state):
             return await self._done(sent=False)
         state = await read_dpu(self._connection)
+        read_at = time.monotonic()
+        if self._moved(state):  # taken between the last look and this read: never a second one
+            return await self._done(sent=True)
         self.progress = DPUResetProgress(step="reset_requested", mark_before=state.reset_mark)
         self._persist(self.progress)
         if self._confirm is not None:
             await self._confirm(self.progress, request.timeout_seconds)
+        if self.progress.mark_before is not None:
+            # The marks are to the second: a reset landing in the second its mark was written in
+            # would leave the mark as it was. Read at `read_at`, the mark is that old at least.
+            await self._connection.sleep(read_at + _MARK_RESOLUTION_SECONDS - time.monotonic())
         await self._send()
         if self.progress.mark_before is not None and not await self._moves_within(request.timeout_seconds):
             raise DPUResetNotEffective(
