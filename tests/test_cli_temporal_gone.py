@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from cli_support import run_in_few_processes
+from rollout_support import INFERENCE, grove_site
 from temporalio.client import Client
 from test_cli_input_bounds import _entity_exists, _env, write_site
 
@@ -114,7 +115,7 @@ COMMANDS: list[list[str]] = [
     ["host", "release", HOST, "inst-1"],
     ["host-rebooted", HOST],
     ["approve", HOST],
-    ["rollout", "start", PCS, "--set", "router=img:2"],
+    ["rollout", "start", PCS, "--set", "prefill=img:2"],  # reads the PCS first: KUBECONFIG below
     ["rollout", "status", PCS],
     ["rollout", "pause", PCS],
     ["rollout", "resume", PCS],
@@ -155,9 +156,13 @@ async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit
     ]
     env = _env(client, tmp_path)
     try:
-        outcomes = await run_in_few_processes(
-            [(argv, {"TEMPORAL_ADDRESS": address}) for argv, address in rows], env, tmp_path
-        )
+        # `rollout start` reads the PodCliqueSet before it starts anything: a site serves it.
+        (tmp_path / "grove").mkdir()
+        with grove_site(tmp_path / "grove", INFERENCE, timings="zero") as sim:
+            env["KUBECONFIG"] = str(sim.kubeconfig)
+            outcomes = await run_in_few_processes(
+                [(argv, {"TEMPORAL_ADDRESS": address}) for argv, address in rows], env, tmp_path
+            )
     finally:
         for proxy in proxies:
             await proxy.close()
