@@ -24,7 +24,7 @@ from metalflow.binaries import temporal_cli
 from metalflow.client import connect
 from metalflow.devstack.claim import CLIENT_CONFIG_FILE
 from metalflow.devstack.private import private_state_dir, write_private
-from metalflow.devstack.process import ManagedProcess
+from metalflow.devstack.process import ManagedProcess, ProcessFailedError
 from metalflow.devstack.sim import SIM_READY_TIMEOUT, SiteOptions, read_sim_info, simulator_process
 from metalflow.devstack.temporal import ensure_search_attributes, has_poller, namespace_exists
 from metalflow.runtime.ports import ensure_free
@@ -32,6 +32,7 @@ from metalflow.runtime.versioning import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV
 
 HOST = "127.0.0.1"
 SERVER_READY_TIMEOUT = 90.0
+SERVER_START_ATTEMPTS = 3  # a port the dev server picks itself, taken between its pick and bind
 WORKER_READY_TIMEOUT = 60.0
 WORKER_NAME = "metalflow worker"
 WORKER_RESTARTS = 5  # more exits than this within the window: the worker is broken, stop
@@ -137,20 +138,40 @@ class DevStack:
         """Start the Temporal dev server, register search attributes, the simulated site, the worker."""
         private_state_dir(self.config.state_dir)
         self._write_client_config()
-        server = ManagedProcess(
-            name="Temporal dev server",
-            argv=self._server_argv(),
-            log_path=self.config.state_dir / "temporal.log",
-            ready=self._server_ready,
-            lifeline="wrapper",  # a Go binary: the wrapper stops it when this process dies
-            env=server_env(),
-        )
-        await self._start(server, SERVER_READY_TIMEOUT)
+        await self._start_server()
         added = await ensure_search_attributes(await self.client(), names.SEARCH_ATTRIBUTES)
         if added:
             self.say(f"registered search attributes: {', '.join(added)}")
         await self._start(simulator_process(self.config.state_dir, self.config.site), SIM_READY_TIMEOUT)
         await self._start(self._worker(), WORKER_READY_TIMEOUT)
+
+    async def _start_server(self) -> None:
+        """Start the dev server; again (up to `SERVER_START_ATTEMPTS` times) when it exits at start
+        because a port was taken: besides the two ports we give it, it picks its HTTP, metrics
+        and internal service ports itself, and another process can take one between its pick
+        and its bind (seen under parallel tests). A port of ours that is taken was refused by
+        `check_ports` before; the retry names what happened."""
+        for attempt in range(1, SERVER_START_ATTEMPTS + 1):
+            server = ManagedProcess(
+                name="Temporal dev server",
+                argv=self._server_argv(),
+                log_path=self.config.state_dir / "temporal.log",
+                ready=self._server_ready,
+                lifeline="wrapper",  # a Go binary: the wrapper stops it when this process dies
+                env=server_env(),
+            )
+            try:
+                await self._start(server, SERVER_READY_TIMEOUT)
+                return
+            except ProcessFailedError as err:
+                if "address already in use" not in str(err) or attempt == SERVER_START_ATTEMPTS:
+                    raise
+                self.processes.remove(server)
+                await server.stop()
+                self.say(
+                    "the Temporal dev server found a port it picked for itself taken at start "
+                    f"(attempt {attempt} of {SERVER_START_ATTEMPTS}); starting it again"
+                )
 
     def _worker(self) -> ManagedProcess:
         return ManagedProcess(
