@@ -1,9 +1,13 @@
-"""Bounded history at fleet size: 300 PodGangs (100 replicas x an anchor and two tails) rolled
-against the simulated Grove with zero delays. The rollout must continue as new (the limit is set
-low so it happens more than once), carry its state (every PodGang rolled exactly once overall,
-none twice), and stay within the events per PodGang its docstring states (≤ 40, measured over
-every run). Temporal's limits: 50k events and 50 MB per run; each run here stays under its
-`history_limit` plus one step's worth, and the largest signal payload is reported."""
+"""Bounded history at fleet size: PodGangs (replicas x an anchor and two tails) rolled against
+the simulated Grove with zero delays: 60 in `make test` (20 replicas), 300 at fleet size with
+`METALFLOW_ROLLOUT_SCALE_REPLICAS=100 pytest -s tests/test_rollout_scale.py` (about 7 minutes on
+the 2-core machine, most of it the simulated Grove creating the pods; figures in
+bench/README.md). The history limit scales with the size (40 events a replica, at least 500).
+The rollout must continue as new (the limit is set low so it happens more than once), carry its
+state (every PodGang rolled exactly once overall, none twice), and stay within the events per
+PodGang its docstring states (<= 40, measured over every run). Temporal's limits: 50k events and
+50 MB per run; each run here stays under its `history_limit` plus one step's worth, and the
+largest signal payload is reported."""
 
 from __future__ import annotations
 
@@ -20,13 +24,11 @@ from contracts.models.grove import RolloutPolicy
 
 pytestmark = pytest.mark.slow
 EVENTS_PER_GANG = 40
-REPLICAS = int(os.environ.get("METALFLOW_ROLLOUT_SCALE_REPLICAS", "100"))  # 3 PodGangs each
+REPLICAS = int(os.environ.get("METALFLOW_ROLLOUT_SCALE_REPLICAS", "20"))  # 3 PodGangs each
 
 
 @pytest.mark.timeout(1200)
-async def test_300_podgangs_roll_within_temporals_limits(
-    client: Client, task_queue: str, tmp_path: Path
-) -> None:
+async def test_podgangs_roll_within_temporals_limits(client: Client, task_queue: str, tmp_path: Path) -> None:
     with grove_site(tmp_path, timings="zero") as sim:
         t0 = time.monotonic()
         create_pcs(
@@ -37,7 +39,9 @@ async def test_300_podgangs_roll_within_temporals_limits(
             600,
         )
         print(f"created in {time.monotonic() - t0:.1f} s")
-        policy = RolloutPolicy(step_deadline_seconds=120, replica_concurrency=10, history_limit=4000)
+        policy = RolloutPolicy(
+            step_deadline_seconds=120, replica_concurrency=10, history_limit=max(500, 40 * REPLICAS)
+        )
         async with worker_for(client, task_queue, sim):
             started = time.monotonic()
             handle = await start_rollout(
