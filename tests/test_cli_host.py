@@ -12,6 +12,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sim_support import RunningSim, running_sim
@@ -23,6 +24,7 @@ from contracts import names
 from drivers.settings import Settings
 from metalflow.cli.host_phases import ENDINGS, OPERATION_PHASES
 from metalflow.devstack.demo import power_cycles
+from metalflow.hosts import host_status, operation_status
 from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker
 
@@ -121,28 +123,18 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
     assert "reprovision refused" in busy.stderr
 
     # The operation waits for someone else to reboot the host; status says so.
-    for _ in range(100):
-        status = await metalflow(local_env, "host", "status", "clih-002", "--json")
-        operation = json.loads(status.stdout)["operation"] or {}
-        if operation.get("phase") == "rebooting-host":
-            break
-        await asyncio.sleep(0.2)
-    else:
-        raise AssertionError(f"never waited for the reboot: {status.stdout}")
+    await until_shown(local_env, "clih-002", rebooting, "waited for the reboot")
+    status = await metalflow(local_env, "host", "status", "clih-002", "--json")
+    assert rebooting(json.loads(status.stdout)), status.stdout  # the command says what the query said
     text = await metalflow(local_env, "host", "status", "clih-002")
     assert "running provision" in text.stdout and "power cycles issued" in text.stdout
 
     told = await metalflow(local_env, "host-rebooted", "clih-002", "--by", "dc-tech", "--task-queue", queue)
     assert told.status == 0, told.stderr
     assert "provision/clih-002: reboot confirmation passed to reboot/clih-002/generation-" in (told.stdout)
-    for _ in range(150):
-        shown = json.loads((await metalflow(local_env, "host", "status", "clih-002", "--json")).stdout)[
-            "host"
-        ]
-        if shown["current"] is None:
-            break
-        await asyncio.sleep(0.2)
-    assert shown["recent"][-1]["outcome"] == "completed", shown
+    await until_shown(local_env, "clih-002", ended, "finished")
+    shown = json.loads((await metalflow(local_env, "host", "status", "clih-002", "--json")).stdout)["host"]
+    assert shown["current"] is None and shown["recent"][-1]["outcome"] == "completed", shown
     assert power_cycles(sim.power_log("clih-002")) == 0  # metalflow never touched its power
 
     idle = await metalflow(local_env, "host-rebooted", "clih-002", "--task-queue", queue)
@@ -234,3 +226,34 @@ async def test_reboot_wait_shows_its_phases_and_the_manual_reboot_it_waits_for(
     )
     assert "reboot/clih-003/generation-1 completed (boot_generation 1)" in done.stdout
     assert sim.power_log("clih-003") == []  # a manual reboot: metalflow never touched its power
+
+
+async def shown_state(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
+    """What `metalflow host status HOST --json` shows of the entity and its operation, read in
+    this process (the same `metalflow.hosts` calls): a poll through the command itself cost
+    ~1.7 s of CPU per look (the interpreter's imports), most of these tests' CPU. Each test still
+    runs the command once the state is reached and asserts what it prints."""
+    status = await host_status(env.client, host)
+    operation = None
+    if status.current is not None and status.current.outcome == "running":
+        operation = await operation_status(env.client, status.current.workflow_id)
+    return {"host": status.model_dump(mode="json"), "operation": operation}
+
+
+async def until_shown(env: WorkflowEnvironment, host: str, done: Any, what: str) -> dict[str, Any]:
+    """Poll `shown_state` until `done(shown)` (at most 60 s)."""
+    shown: dict[str, Any] = {}
+    for _ in range(300):
+        shown = await shown_state(env, host)
+        if done(shown):
+            return shown
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{host} never {what}: {shown}")
+
+
+def rebooting(shown: dict[str, Any]) -> bool:
+    return bool((shown["operation"] or {}).get("phase") == "rebooting-host")
+
+
+def ended(shown: dict[str, Any]) -> bool:
+    return shown["host"]["current"] is None

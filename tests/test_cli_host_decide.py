@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sim_support import RunningSim, running_sim, start_dev_server
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import metalflow
+from test_cli_host import ended, metalflow, rebooting, until_shown
 
 from contracts import names
 from drivers.settings import Settings
@@ -71,20 +71,11 @@ async def host_json(own_env: WorkflowEnvironment, host: str) -> dict[str, Any]:
 
 
 async def until(own_env: WorkflowEnvironment, host: str, done: Any, what: str) -> dict[str, Any]:
-    for _ in range(300):
-        shown = await host_json(own_env, host)
-        if done(shown):
-            return shown
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{host} never {what}: {shown}")
-
-
-def rebooting(shown: dict[str, Any]) -> bool:
-    return (shown["operation"] or {}).get("phase") == "rebooting-host"
-
-
-def ended(shown: dict[str, Any]) -> bool:
-    return shown["host"]["current"] is None
+    """Poll in this process until `done`, then read the same through the command once."""
+    await until_shown(own_env, host, done, what)
+    shown = await host_json(own_env, host)
+    assert done(shown), shown  # the command says what the query said
+    return shown
 
 
 @pytest.mark.slow
