@@ -8,11 +8,13 @@ behind one BMC share it, the workers that ask for it serve it, and no URL or cre
 an id). Its slots are held by workflow RUNS, not by workers:
 
 1. A run that is about to touch a BMC (today: `HostRebootWorkflow`, around its power cycle or
-   ForceOff/On) runs the activity `request_bmc_lease`, a signal-with-start of `acquire` carrying
-   its workflow id, run id, a request id (`workflow.uuid4`) and the worker's limit N. Since
-   patch `reboot-lease-in-one-step` the reboot runs `lease_host_bmc` instead: its inventory and
-   an update-with-start of `acquire_now`, the same request, answered at once: granted when a
-   slot is free and nobody waits before it, else queued (the update never waits for a slot).
+   ForceOff/On; `HostResetWorkflow`, around the host's ForceOff ... On of a full DPU reset) runs
+   the activity `request_bmc_lease`, a signal-with-start of `acquire` carrying its workflow id,
+   run id, a request id (`workflow.uuid4`) and the worker's limit N. Since patch
+   `reboot-lease-in-one-step` a host power action runs `lease_host_bmc` instead
+   (`BMCLeaseHolder.ask_for_host`, shared by the reboot and the reset): its inventory and an
+   update-with-start of `acquire_now`, the same request, answered at once: granted when a slot is
+   free and nobody waits before it, else queued (the update never waits for a slot).
 2. The lease grants slots first come, first served: it adds the run to its holders and signals
    it `bmc_lease_granted` (unless `acquire_now` already answered "granted"). The run waits for
    that signal (`wait_condition`: no activity slot, no worker resource while queued), then runs

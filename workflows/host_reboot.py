@@ -33,13 +33,14 @@ The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py
 `METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
 for it, the workflow waits on a signal, holding no activity slot.
 
-One step before the cycle: the inventory and the lease request are one activity,
-`lease_host_bmc`, whose result carries the grant when the BMC has a free slot (an
-update-with-start of the lease, `activities/bmc_lease.py`). Between the reboot's start and
-`power_cycle_host` there is then one activity and two workflow tasks of this run: on a busy
-worker each workflow task waits its turn, so this is most of DPF's ask-to-reset time. A BMC at
-its limit answers "queued" and the run waits for the grant signal. A cancel while the step runs
-waits for it (it is short) and gives back what it got; an abort likewise.
+One step before the cycle: the inventory and the lease request are one activity, `lease_host_bmc`
+(`BMCLeaseHolder.ask_for_host`, the same step a reset takes), whose result carries the grant when
+the BMC has a free slot (an update-with-start of the lease, `activities/bmc_lease.py`). Between
+the reboot's start and `power_cycle_host` there is then one activity and two workflow tasks of
+this run: on a busy worker each workflow task waits its turn, so this is most of DPF's
+ask-to-reset time. A BMC at its limit answers "queued" and the run waits for the grant signal. A
+cancel while the step runs waits for it (it is short) and gives back what it got; an abort
+likewise.
 
 Cost and worst-case history: one activity slot during the cycle; on a BMC that serves this host
 only (no lease: `activities/bmc_lease.py`) 19 events (the fleet bench's mean; HostId and
