@@ -8,14 +8,15 @@ first host of a BMC creates it and a lease that finished while idle comes back. 
 attempt sends the same request id again; the lease ignores a request it already queued,
 granted or saw released.
 
-`lease_host_bmc` is the reboot's one step before its power cycle (patch `reboot-lease-in-one-step`
-of `workflows/host_reboot.py`): it resolves the host's inventory and asks its BMC's lease with an
-update-with-start of `acquire_now`, whose answer says whether the slot is the run's already. A
-free BMC is then granted in this activity's result: no grant signal, and two workflow tasks of
-the reboot and one of the lease fewer between DPF's ask and the reset. A BMC at its limit answers
-"queued" at once (the update never waits for a slot, so a queued run holds no activity slot) and
-the run waits for the grant signal as before. A retried attempt sends the same request id (and
-update id): the lease answers "granted" again for a request it holds, "queued" for one it queued.
+`lease_host_bmc` is the one step before a host power action (a reboot's power cycle, a reset's
+host off and on; `BMCLeaseHolder.ask_for_host` in `workflows/bmc_lease.py`): it resolves the
+host's inventory and asks its BMC's lease with an update-with-start of `acquire_now`, whose answer
+says whether the slot is the run's already. A free BMC is then granted in this activity's result:
+no grant signal, and two workflow tasks of the reboot and one of the lease fewer between DPF's ask
+and the reset. A BMC at its limit answers "queued" at once (the update never waits for a slot, so
+a queued run holds no activity slot) and the run waits for the grant signal as before. A retried
+attempt sends the same request id (and update id): the lease answers "granted" again for a request
+it holds, "queued" for one it queued.
 
 A BMC that serves one host only (`Inventory.serves_one_host`: one host or DPU of the site file
 behind its origin) takes no lease: `lease_host_bmc` answers `exclusive` once the host's previous

@@ -5,7 +5,10 @@ simulated site (a separate process) with a real worker; and the DPU reset's exac
 What is held: the DPU-only full reset runs host off, DPU PowerCycle, DPU up, host on (once each);
 a Paused DPU is recovered by ForceRestart; an abort while a DPU boots powers the host back on;
 a reset is refused while a DPU installs and held for approval on an assigned host; a retried
-DPU reset whose first attempt was taken sends nothing again.
+DPU reset whose first attempt was taken sends nothing again. The host's off and on take the
+BMC's fleet-wide lease as a reboot does (issue 25): two full resets and a reboot of hosts behind
+one BMC with a limit of 1 never have two hosts off at once; an abort while queued for the lease
+sends nothing and gives the place back.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from typing import Any
 
 import httpx
 import pytest
-from host_operation_support import FAST_POLICY, eventually, save_history
+import yaml
+from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, wait_for_query
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
+from test_bmc_lease import HOSTS, lease_of, lease_status, one_slot_held, start_reboot
 from test_host_operation_e2e import worker_for
 
 from contracts import names, workflow_api
@@ -41,6 +46,8 @@ from contracts.models.redfish import DPUResetInput, DPUResetProgress
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
 from drivers.redfish.dpu_reset import DPUReset
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 from simulators.redfish.standalone import serve_bmcs
 from simulators.site import default_site
 from simulators.timings import timings_for
@@ -217,3 +224,119 @@ async def test_a_retried_dpu_reset_whose_reset_was_taken_sends_nothing(tmp_path:
                 assert bmcs.bmcs.reset_counts(DPU0) == {"ForceRestart": 2}
         finally:
             await redfish.aclose()
+
+
+def chassis_with_dpus(tmp_path: Path, **timing: float) -> contextlib.AbstractContextManager[RunningSim]:
+    """HOSTS behind ONE multi-system BMC (one endpoint: one lease), each with one DPU of its own
+    BMC, every DPU Ready."""
+    site = {
+        "name": "chassis",
+        "hosts": [
+            {
+                "id": h,
+                "bmc": {"profile": "multi-system", "group": "chassis-a"},
+                "dpus": [{"id": f"{h}-dpu-0"}],
+            }
+            for h in HOSTS
+        ],
+    }
+    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
+    return running_sim(tmp_path / "sim", site_file=tmp_path / "site.yaml", initialised=True, timing=timing)
+
+
+def off_spans(log: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The (Off, back On) times of each power-down in a host's power log."""
+    spans, off = [], None
+    for entry in log:
+        if entry["to"] == "Off":
+            off = entry["time"]
+        elif entry["to"] == "On" and off is not None:
+            spans.append((off, entry["time"]))
+            off = None
+    assert off is None, f"left off: {log}"
+    return spans
+
+
+async def test_resets_and_a_reboot_behind_one_bmc_limit_one_never_have_two_hosts_off(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Two full resets (each keeps its host off while its DPU boots, 2 s) and a reboot, at once,
+    on one BMC with METALFLOW_BMC_MAX_IN_FLIGHT=1. Before the fix the resets' ForceOff/On took
+    no lease: both hosts were off together (systems_off_peak 2), and beside the reboot's cycle."""
+    with chassis_with_dpus(tmp_path, dpu_boot_seconds=2.0) as sim:
+        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        async with (
+            build_worker(client, task_queue, settings),
+            entity(client, task_queue, HOSTS[0]) as entities,
+            entity(client, task_queue, HOSTS[1]),
+        ):
+            both = ResetRequest(requested_by="pytest", target=ResetTarget.BOTH)
+            await asyncio.gather(*(ask_reset(entities, host, both) for host in HOSTS[:2]))
+            reboot = await start_reboot(client, task_queue, HOSTS[2])
+            results = await asyncio.wait_for(
+                asyncio.gather(*(reset_of(client, h).result() for h in HOSTS[:2]), reboot.result()), 120
+            )
+            await save_history(reset_of(client, HOSTS[0]), "host_reset_bmc_leased")
+            lease = await asyncio.wait_for(lease_of(client, sim, HOSTS[0], task_queue).result(), 60)
+        logs = {host: sim.power_log(host) for host in HOSTS}
+        load = sim.bmc_load(HOSTS[0])
+        dpus = {host: dpu_bmc(sim, f"{host}-dpu-0") for host in HOSTS[:2]}
+        violations = sim.violations()
+
+    assert [r.resets[-1] for r in results[:2]] == [
+        f"host {h}: ForceOff, On around the DPU resets" for h in HOSTS[:2]
+    ]
+    assert {h: power_cycles(log) for h, log in logs.items()} == dict.fromkeys(HOSTS, 1)
+    assert {h: (d["resets"], d["arm"]) for h, d in dpus.items()} == dict.fromkeys(
+        HOSTS[:2], ({"PowerCycle": 1}, "OsIsRunning")
+    )
+    assert load["systems_off_peak"] == 1, load
+    spans = sorted(span for log in logs.values() for span in off_spans(log))
+    assert all(on <= next_off for (_, on), (next_off, _) in zip(spans, spans[1:], strict=False)), spans
+    assert (lease.holders, lease.waiting, lease.reclaimed) == ((), (), 0)
+    assert violations == []
+
+
+async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_gives_its_place_back(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """The BMC's one slot is held; a full reset queues for it and is aborted there. Before the
+    fix the reset took no lease: it turned the host off beside the holder."""
+    host = HOSTS[0]
+    with chassis_with_dpus(tmp_path) as sim:
+        async with (
+            one_slot_held(client, task_queue, sim) as held,
+            entity(client, task_queue, host) as entities,
+        ):
+            await ask_reset(entities, host, ResetRequest(requested_by="pytest", target=ResetTarget.BOTH))
+            handle = reset_of(client, host)
+            await wait_for_query(
+                lambda: lease_status(held.lease),
+                lambda s: s is not None and len(s.waiting) == 1,
+                "the reset queued for the lease",
+                60,
+            )
+            answer = await handle.execute_update(
+                ABORT_UPDATE,
+                OperatorRequest(requested_by="alice", reason="not now"),
+                result_type=OperatorAnswer,
+            )
+            assert answer.accepted, answer
+            with pytest.raises(WorkflowFailureError) as failure:
+                await asyncio.wait_for(handle.result(), 60)
+            await save_history(handle, "host_reset_lease_queue_abort")
+            after = await wait_for_query(
+                lambda: lease_status(held.lease),
+                lambda s: s is not None and not s.waiting,
+                "the queued place given back",
+                60,
+            )
+            assert after is not None and len(after.holders) == 1 and after.granted == 1, after
+            await held.holder.terminate("test done")
+        log = sim.power_log(host)
+        dpu = dpu_bmc(sim, f"{host}-dpu-0")
+
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted", cause
+    assert "nothing was sent to the BMC" in cause.message
+    assert log == [] and dpu["resets"] == {}  # nothing sent, to the host's BMC or the DPU's

@@ -33,13 +33,14 @@ The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py
 `METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
 for it, the workflow waits on a signal, holding no activity slot.
 
-One step before the cycle: the inventory and the lease request are one activity,
-`lease_host_bmc`, whose result carries the grant when the BMC has a free slot (an
-update-with-start of the lease, `activities/bmc_lease.py`). Between the reboot's start and
-`power_cycle_host` there is then one activity and two workflow tasks of this run: on a busy
-worker each workflow task waits its turn, so this is most of DPF's ask-to-reset time. A BMC at
-its limit answers "queued" and the run waits for the grant signal. A cancel while the step runs
-waits for it (it is short) and gives back what it got; an abort likewise.
+One step before the cycle: the inventory and the lease request are one activity, `lease_host_bmc`
+(`BMCLeaseHolder.ask_for_host`, the same step a reset takes), whose result carries the grant when
+the BMC has a free slot (an update-with-start of the lease, `activities/bmc_lease.py`). Between
+the reboot's start and `power_cycle_host` there is then one activity and two workflow tasks of
+this run: on a busy worker each workflow task waits its turn, so this is most of DPF's
+ask-to-reset time. A BMC at its limit answers "queued" and the run waits for the grant signal. A
+cancel while the step runs waits for it (it is short) and gives back what it got; an abort
+likewise.
 
 Cost and worst-case history: one activity slot during the cycle; on a BMC that serves this host
 only (no lease: `activities/bmc_lease.py`) 19 events (the fleet bench's mean; HostId and
@@ -70,8 +71,6 @@ with workflow.unsafe.imports_passed_through():
         BMC_LEASE_GRANTED_SIGNAL,
         LeaseGrant,
         LeaseHolder,
-        LeaseHostBMCInput,
-        LeaseHostBMCResult,
         RequestLeaseResult,
     )
     from contracts.models.control import OperatorAnswer, OperatorRequest
@@ -83,7 +82,7 @@ with workflow.unsafe.imports_passed_through():
         HostRebootResult,
         RebootMethod,
     )
-    from contracts.models.inventory import HostInventory, HostLookup
+    from contracts.models.inventory import HostInventory
     from contracts.models.redfish import (
         PowerCycleInput,
         PowerCycleResult,
@@ -93,7 +92,7 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
     )
     from workflows import kernel
-    from workflows.bmc_lease import LEASE_CALL, BMCLeaseHolder
+    from workflows.bmc_lease import BMCLeaseHolder
     from workflows.reboot_failure import bmc_failure_reason
 
 _WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
@@ -217,34 +216,15 @@ class HostRebootWorkflow(kernel.Abortable):
 
     # -- the steps -------------------------------------------------------------------------------
     async def _resolve_and_ask_lease(self) -> tuple[HostInventory, tuple[LeaseHolder, RequestLeaseResult]]:
-        holder = self._leases.new_request()
-        step = workflow.start_activity(
-            activity_api.lease_host_bmc,
-            LeaseHostBMCInput(
-                lookup=HostLookup(host_id=self._request.host_id),
-                holder=holder,
-                boot_generation=self._request.boot_generation,  # a one-host BMC: no lease
-            ),
-            # Unlimited attempts as for any lease request (a non-retryable error, e.g. an unknown
-            # host, still fails at once): a busy Temporal is waited for, not a failed reboot.
-            **kernel.options(
-                LEASE_CALL, f"resolve the BMC of {self._request.host_id} and ask its lease for a slot"
-            ),
-        )
         try:
-            # Not awaited directly: a cancel must not cut the step, which may hold a slot already.
-            await workflow.wait_condition(step.done)
-        except asyncio.CancelledError as cancelled:
-            try:
-                got: LeaseHostBMCResult = await step
-            except ActivityError:
-                pass  # failed for good: it holds nothing (a lost answer's slot is reclaimed)
-            else:
-                await self._leases.give_back(got.lease, holder)
+            return await self._leases.ask_for_host(
+                self._request.host_id,
+                self._request.boot_generation,  # a one-host BMC: no lease
+                f"resolve the BMC of {self._request.host_id} and ask its lease for a slot",
+            )
+        except asyncio.CancelledError:
             self.enter("cancelled", "cancelled before the power cycle: not rebooted")
-            raise cancelled
-        got = await step
-        return got.inventory, (holder, got.lease)
+            raise
 
     async def _power_cycle(
         self, inventory: HostInventory, asked: tuple[LeaseHolder, RequestLeaseResult]

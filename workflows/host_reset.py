@@ -22,18 +22,46 @@ Every reset goes through a BMC (docs/DOMAIN.md section 4.3); the order is what t
 Refused at once (`HostBusy`, nothing changed) while a DPU of the host is in an install phase
 (`dpf_barrier.INSTALL_PHASES`): a reset then corrupts the install.
 
+The host's BMC: every power action on it goes through the same lease rule as a host reboot
+(`workflows/bmc_lease.py`; issue 25). A `--host` target is a reboot child, which takes it
+itself. Around the DPU resets the host's ForceOff ... On is one slot of the BMC's fleet-wide
+lease (`METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers), asked by the reboot's own step
+(`BMCLeaseHolder.ask_for_host`: `lease_host_bmc`) and held from before ForceOff until after On,
+the DPU boot wait included (the host is off all that time: the BMC's limit counts hosts away
+from On). A BMC that serves this host only takes no lease, as for a reboot: the step returns
+once the host's last reboot (the entity's generation) has ended (`PreviousRebootRunning` is
+retried), and the entity runs one operation at a time. Queued for a shared BMC's full lease, the
+run waits for the grant signal, holding no activity slot.
+
+The DPUs' own BMCs take no lease: no DPU BMC action of metalflow does (firmware staging neither).
+The fleet-wide lease counts host power actions per host BMC (`bmc_lease.py`); a DPU's BMC serves
+that one DPU, whose host's entity runs one operation at a time, and the per-worker request cap
+(`METALFLOW_BMC_MAX_IN_FLIGHT`, `drivers/redfish/client.py`) still holds for it.
+
 Exactly once: each DPU reset is one `reset_dpu` activity that records its step and the DPU's
 reset mark before sending and compares the mark on a retry (`drivers/redfish/dpu_reset.py`), so
 a crash of a worker or of the Temporal server never resets a DPU twice; ForceOff and On are
 idempotent (`set_power_state` skips a state that holds); the host reboot is a generation's child.
+The lease slot belongs to the run, not to a worker: a worker killed mid-sequence keeps it for
+the retried activity; a lease request retried after a crash is the same request (its id is the
+run's `workflow.uuid4`), so it is never granted twice.
 
 Stopping: `abort` is accepted at any time and acted on at the next wait or call (the call in
-flight is cancelled and awaited). Whatever ends the run, a host this run turned off is powered
-on again before it ends (`_clean_up`); a DPU reset already sent is not undone (it is a reset).
+flight is cancelled and awaited). Queued for the lease (or granted as the abort came), nothing
+is sent: the place is given back and the run ends aborted; a cancel there does the same. A run
+that may have turned the host off powers it on again before it gives its slot back, however it
+ends (an On of a host that is On is skipped); a DPU reset already sent is not undone (it is a
+reset).
 
 Cost per run: about 15 events to resolve and read DPF, 6 per DPU reset (the reset and the wait
-for its OS, each one activity), 12 for the host's off and on; a `--host` target the reboot
-child's (about 27). Payloads are small (inputs name BMCs by reference).
+for its OS, each one activity), 12 for the host's off and on plus the lease: 6 for its step (one
+activity and its workflow task; on a one-host BMC that is all), 5 more on a shared BMC (the
+release signal and its workflow task), 6 more when queued (the grant signal, the refresh timer
+and a workflow task). Measured: a full reset of one DPU 50 events before, 56 on a one-host BMC
+(tests/histories/host_reset_dpu_full.json), 67 queued on a shared BMC
+(host_reset_bmc_leased.json); one activity slot for the lease step for a few milliseconds, none
+while queued. A `--host` target costs the reboot child's (about 27, the lease its own). Payloads
+are small (inputs name BMCs by reference).
 """
 
 from __future__ import annotations
@@ -47,6 +75,7 @@ from temporalio.exceptions import FailureError
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
     from contracts.errors import DPUResetNotEffective, HostBusy, InvalidInput
+    from contracts.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
     from contracts.models.control import STATUS_QUERY
     from contracts.models.dpf import HostDPFState, HostRef
     from contracts.models.host import (
@@ -70,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import dpf_barrier as barrier
     from workflows import kernel
+    from workflows.bmc_lease import BMCLeaseHolder
     from workflows.host_reboot import start_next_reboot
 
 RESOLVING = "resolving-inventory"
@@ -99,6 +129,7 @@ class HostResetWorkflow(kernel.Abortable):
         self._host_off = False  # this run turned the host off: it is powered on before the end
         self._inventory: HostInventory | None = None
         self._generation = request.boot_generation
+        self._leases = BMCLeaseHolder()
 
     @workflow.run
     async def run(self, request: HostResetInput) -> HostResetResult:
@@ -139,6 +170,11 @@ class HostResetWorkflow(kernel.Abortable):
             boot_generation=self._generation,
             finished_at=workflow.now(),
         )
+
+    @workflow.signal(name=BMC_LEASE_GRANTED_SIGNAL)
+    def bmc_lease_granted(self, grant: LeaseGrant) -> None:
+        """The host BMC's lease granted this run a slot."""
+        self._leases.granted(grant)
 
     def abort_promise(self) -> str:
         on = "; the host is powered on again first" if self._host_off else ""
@@ -209,19 +245,37 @@ class HostResetWorkflow(kernel.Abortable):
         await self._wait_for_os(dpus)
 
     async def _full_reset(self, inventory: HostInventory, dpus: list[tuple[str, BMCAccess]]) -> None:
-        """Host off, each DPU PowerCycle (taken at once: the host lets go), DPUs up, host on."""
-        self.enter(
-            HOST_OFF, f"ForceOff {inventory.host_id}: a BlueField takes a PowerCycle only with the host off"
+        """Host off, each DPU PowerCycle (taken at once: the host lets go), DPUs up, host on; the
+        host's off and on inside one slot of its BMC's lease, as a reboot's cycle."""
+        host = inventory.host_id
+        self.enter(HOST_OFF, f"ForceOff {host}: a BlueField takes a PowerCycle only with the host off")
+        leased, asked = await self._leases.ask_for_host(
+            host,
+            self._request.boot_generation + 1,  # as the host's next reboot: after the last one ended
+            f"resolve the BMC of {host} and ask its lease for a slot (host off around DPU resets)",
         )
-        await self._set_host_power("ForceOff")
-        self._host_off = True
-        for dpu_id, bmc in dpus:
-            await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
-        await self._wait_for_os(dpus)
-        self.enter(HOST_ON, f"On {inventory.host_id}: its DPUs are up")
-        await self._set_host_power("On")
-        self._host_off = False
-        self._resets.append(f"host {inventory.host_id}: ForceOff, On around the DPU resets")
+        if self.aborting:
+            await self._leases.give_back(asked[1], asked[0])
+            raise self.aborted("stopped before the host was turned off: nothing was reset")
+        self._inventory = leased  # the power actions go to the BMC whose lease is held
+        async with self._leases.hold(leased.bmc, f"ForceOff/On of {host}", asked, runbook=self):
+            if self.aborting:  # granted as the abort came: still nothing sent
+                raise self.aborted("stopped before the host was turned off: nothing was reset")
+            try:
+                # Off from the moment ForceOff may have been sent: a stop powers it on again (On of
+                # a host that is On is skipped), inside this slot.
+                self._host_off = True
+                await self._set_host_power("ForceOff")
+                for dpu_id, bmc in dpus:
+                    await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
+                await self._wait_for_os(dpus)
+                self.enter(HOST_ON, f"On {host}: its DPUs are up")
+                await self._set_host_power("On")
+                self._host_off = False
+            except BaseException:  # aborted, cancelled, failed: the host is not left off
+                await self._power_back_on()
+                raise
+        self._resets.append(f"host {host}: ForceOff, On around the DPU resets")
 
     async def _reset_dpu(self, dpu_id: str, bmc: BMCAccess, reset_type: DPUResetType, why: str) -> None:
         self.enter(RESETTING_DPU, f"{reset_type} of DPU {dpu_id}{why}")
@@ -284,14 +338,19 @@ class HostResetWorkflow(kernel.Abortable):
         result: HostRebootResult = await handle
         self._resets.append(f"host {request.host_id}: generation {result.boot_generation} by {result.method}")
 
+    async def _power_back_on(self) -> None:
+        """A host this run turned off is powered on again (not abortable), still in its lease slot."""
+        if not self._host_off:
+            return
+        try:
+            await self._set_host_power("On", abortable=False)
+            self._host_off = False
+        except Exception as on_err:  # noqa: BLE001 - the run's own failure is the news; said in the end
+            workflow.logger.error("could not power %s back on: %s", self._request.host_id, on_err)
+
     async def _clean_up(self, err: BaseException) -> None:
-        """A host this run turned off is powered on again (not abortable), then the final phase."""
-        if self._host_off:
-            try:
-                await self._set_host_power("On", abortable=False)
-                self._host_off = False
-            except Exception as on_err:  # noqa: BLE001 - the run's own failure is the news; said below
-                workflow.logger.error("could not power %s back on: %s", self._request.host_id, on_err)
+        """The final phase; a host this run turned off was powered on in its lease slot already
+        (`_full_reset`): one it could not power on is named."""
         left = "the host was left OFF: power it on" if self._host_off else "the host is on"
         done = "; ".join(self._resets) or "nothing was reset"
         await self.end_early(err, f"Done: {done}; {left}")

@@ -105,7 +105,9 @@ class LeaseHostBMCInput(_Frozen):
 
     lookup: HostLookup
     holder: LeaseHolder
-    boot_generation: int | None = None  # the calling reboot's; None: always the lease
+    # The calling reboot's (a reset's host off and on: the host's next, as a reboot would);
+    # None: always the lease.
+    boot_generation: int | None = None
 
 
 class LeaseHostBMCResult(_Frozen):
