@@ -15,9 +15,9 @@ Sources (docs/DOMAIN.md sections 2.7 and 4.4; /tmp research notes cite DPF's Red
   redfish client `CheckDPUNIC`, `CheckBMCFirmware`).
 
 A source that cannot be read leaves its fields None and says why in `errors`: one DPU's BMC down
-never hides the rest. Cost per host: one DPU list (DPF); per DPU with a BMC one session, the
-FirmwareInventory (one GET per member) and one or two identity GETs; per host BMC the same
-inventory when served.
+never hides the rest. Cost per host: one DPU list (DPF); per DPU with a BMC one session and the
+FirmwareInventory (one GET per member), and (unless `identity=False`) a second session for one
+or two identity GETs; per host BMC the same inventory when served.
 """
 
 from __future__ import annotations
