@@ -62,6 +62,8 @@ def build_activities(
     found += [pool.set_host_pool_state, pool.read_host_pool_state]
     redfish = build_redfish_client(settings)  # one client: one request cap per BMC
     found += build_redfish_activities(settings, redfish, hosts)  # one site file parse per worker
+    versions = VersionActivities(hosts, kube, redfish)
+    found.append(versions.read_host_versions_brief)  # the host entity's memo (workflows/host.py)
     lease = BMCLeaseActivities(settings, hosts)  # the fleet-wide per-BMC limit (workflows/bmc_lease.py)
     found += [lease.request_bmc_lease, lease.lease_host_bmc, lease.find_closed_workflow_runs]
     grove = GroveActivities(kube)
@@ -80,7 +82,7 @@ def build_activities(
         found.append(OwnerActivities(temporal_client).request_host_reprovision)
         found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
         campaign = CampaignActivities(hosts, kube, temporal_client, redfish)
-        found.append(VersionActivities(hosts, kube, redfish).read_host_versions)
+        found.append(versions.read_host_versions)
         found += [
             campaign.select_campaign_hosts,
             campaign.check_campaign_hosts,

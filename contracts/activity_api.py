@@ -84,7 +84,13 @@ from contracts.models.host import (
     PoolStateResult,
     SetPoolStateInput,
 )
-from contracts.models.inventory import HostInventory, HostLookup, HostVersions, ReadVersionsInput
+from contracts.models.inventory import (
+    HostInventory,
+    HostLookup,
+    HostVersions,
+    HostVersionsBrief,
+    ReadVersionsInput,
+)
 from contracts.models.redfish import (
     DPUResetInput,
     DPUResetResult,
@@ -298,6 +304,12 @@ async def release_campaign_hosts(request: ReleaseInput) -> None:
 async def read_host_versions(request: ReadVersionsInput) -> HostVersions:
     """What the host runs, from DPF and its BMCs (unreadable sources named in `errors`)."""
     _declared_only("read_host_versions")
+
+
+@activity.defn(name="read_host_versions_brief")
+async def read_host_versions_brief(request: ReadVersionsInput) -> HostVersionsBrief:
+    """What the host runs without the DPUs' identity, and the site's targets (the entity's memo)."""
+    _declared_only("read_host_versions_brief")
 
 
 # -- Redfish ---------------------------------------------------------------------------------------------

@@ -30,6 +30,11 @@ INSTANCE: Final = SearchAttributeKey.for_keyword("Instance")
 """The instance a host's entity has assigned (unset when none): `host list` reads it from visibility."""
 PHASE_SINCE: Final = SearchAttributeKey.for_datetime("PhaseSince")
 """When a host's entity entered its Phase: `host list` shows how long without asking the entity."""
+BFB_VERSION: Final = SearchAttributeKey.for_keyword_list("BfbVersion")
+"""Every BFB a host's DPUs run, as its entity last read them after an operation (`unknown` for a
+DPU whose BFB could not be read): `BfbVersion = "bf-bundle-2.9.1"` lists the hosts with a DPU on
+it. A list, not one keyword, because the DPUs of one host can run different BFBs. The rest of
+the versions are in the entity's memo (`workflows/host_versions.py`), not searchable."""
 
 SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     HOST_ID,
@@ -40,6 +45,7 @@ SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     POOL_STATE,
     INSTANCE,
     PHASE_SINCE,
+    BFB_VERSION,
 )
 """Every custom search attribute metalflow sets; each must be registered on the namespace."""
 

@@ -2,7 +2,8 @@
 BMC reports them), BFB and flavor (DPF), DPU firmware and DPU BMC firmware (the DPU BMC's
 `UpdateService/FirmwareInventory`), and the host BMC's firmware (its FirmwareInventory, when it
 serves one). Used by `metalflow host versions` (metalflow/cli/host_versions.py) and the activity
-`read_host_versions` (activities/campaign.py).
+the activities `read_host_versions` and `read_host_versions_brief` (activities/versions.py; the
+brief one, without identity, fills the host entity's memo).
 
 Sources (docs/DOMAIN.md sections 2.7 and 4.4; /tmp research notes cite DPF's Redfish client):
 - BFB: DPF installed `status.bfbFile` (`/bfb/<namespace>-<bfb>.bfb`; NICo `find_outdated_dpus_dpf`),
@@ -14,9 +15,9 @@ Sources (docs/DOMAIN.md sections 2.7 and 4.4; /tmp research notes cite DPF's Red
   redfish client `CheckDPUNIC`, `CheckBMCFirmware`).
 
 A source that cannot be read leaves its fields None and says why in `errors`: one DPU's BMC down
-never hides the rest. Cost per host: one DPU list (DPF); per DPU with a BMC one session, the
-FirmwareInventory (one GET per member) and one or two identity GETs; per host BMC the same
-inventory when served.
+never hides the rest. Cost per host: one DPU list (DPF); per DPU with a BMC one session and the
+FirmwareInventory (one GET per member), and (unless `identity=False`) a second session for one
+or two identity GETs; per host BMC the same inventory when served.
 """
 
 from __future__ import annotations
@@ -97,7 +98,9 @@ class VersionReader:
         async with self.redfish.connect(access, on_wait=self.on_wait) as bmc:
             return await read(bmc)
 
-    async def host(self, host: HostInventory) -> HostVersions:
+    async def host(self, host: HostInventory, *, identity: bool = True) -> HostVersions:
+        """The host's versions; `identity=False` skips each DPU's identity GETs (and their BMC
+        session): model and part number stay None, the serial is the inventory's."""
         errors: list[str] = []
         try:
             listed = await self.kube.list(
@@ -125,7 +128,8 @@ class VersionReader:
                 dpu_errors.append("no BMC in the inventory")
             else:
                 try:
-                    values.update({k: v for k, v in (await self._bmc(dpu.bmc, _identity)).items() if v})
+                    if identity:
+                        values.update({k: v for k, v in (await self._bmc(dpu.bmc, _identity)).items() if v})
                     firmware = await self._bmc(dpu.bmc, _firmware)
                     values["dpu_firmware"] = firmware.get("dpu_firmware")
                     values["dpu_bmc_firmware"] = firmware.get("bmc_firmware")

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from temporalio import workflow
+from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         OperationPolicy,
         OperationRequest,
     )
+    from contracts.models.inventory import HostVersions, HostVersionsBrief, ReadVersionsInput
     from metalflow.hosts import HostRequestError, host_status, send_update
     from workflows.host import HostWorkflow
 
@@ -87,12 +88,21 @@ class StandInReboot:
         )
 
 
+@activity.defn(name="read_host_versions_brief")
+async def stand_in_versions(request: ReadVersionsInput) -> HostVersionsBrief:
+    """The entity's versions read after each operation: a host without DPUs. (Without it the read
+    is never answered and the entity, which continues-as-new only once no read is in flight,
+    waits for its 5-minute bound.)"""
+    return HostVersionsBrief(versions=HostVersions(host_id=request.host_id))
+
+
 @pytest.fixture
 async def worker(client: Client, task_queue: str) -> AsyncIterator[str]:
     async with Worker(
         client,
         task_queue=task_queue,
         workflows=[HostWorkflow, StandInOperation, StandInReboot],
+        activities=[stand_in_versions],
     ):
         yield task_queue
 

@@ -36,6 +36,7 @@ def test_search_attributes_are_metalflows_keywords_and_one_time() -> None:
         "PoolState": "Keyword",
         "Instance": "Keyword",
         "PhaseSince": "Datetime",
+        "BfbVersion": "KeywordList",
     }
     assert [key.name for key in names.SEARCH_ATTRIBUTES] == list(names.search_attribute_types())
 

@@ -22,10 +22,22 @@ cancelled reboot powers the host back on at once instead of waiting out its powe
 a terminated entity never leaves a reboot behind holding the host's BMC. A campaign that asked
 for an operation is told how it ended (`host_finished`).
 
-Worst-case history: about 18 events per operation (the update, the child's start and end, one
-`Instance`/`PhaseSince` upsert per phase change) plus 5 per other update; the entity
-continues-as-new when idle past `max_history_events` (default 10,000) or when Temporal suggests
-it, so a run never nears the limit. No activities, no watches; at most `RECENT_LIMIT` records.
+After each operation ends (and when a new entity starts with no operation), the entity reads
+the host's versions once (`read_host_versions_brief`, in the background: requests are served and
+an operation followed meanwhile; one read at a time) and shows them: BFB, flavor, DPU firmware,
+DPU BMC firmware per DPU and the host BMC's firmware, each against the site's target, in its
+memo entry `versions` (the entity's page in the Temporal UI), and every BFB its DPUs run in the
+`BfbVersion` search attribute (`workflows/host_versions.py`). A read that fails shows
+`unknown (why)`; it never fails the entity or the operation. Its cost per read: one DPU list,
+and per DPU BMC and the host BMC one session and its FirmwareInventory
+(`activities/versions.py`); 3 activity events, a workflow task (3), the memo upsert and, when the
+BFBs changed, the search-attribute upsert: about 8 events.
+
+Worst-case history: about 26 events per operation (the update, the child's start and end, one
+`Instance`/`PhaseSince` upsert per phase change, the versions read after it) plus 5 per other
+update; the entity continues-as-new when idle past `max_history_events` (default 10,000) or when
+Temporal suggests it (after its versions read, if one runs; the memo and search attributes carry
+over), so a run never nears the limit. No watches; at most `RECENT_LIMIT` records.
 """
 
 from __future__ import annotations
@@ -36,10 +48,15 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
-from temporalio.exceptions import ApplicationError, ChildWorkflowError, WorkflowAlreadyStartedError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import names, workflow_api
+    from contracts import activity_api, names, workflow_api
     from contracts.errors import HostBusy
     from contracts.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
     from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
@@ -70,11 +87,16 @@ with workflow.unsafe.imports_passed_through():
         ResetRequest,
         WithdrawRequest,
     )
+    from contracts.models.inventory import HostVersionsBrief, ReadVersionsInput
     from contracts.wording import iso_z
     from workflows import host_rules as rules
-    from workflows import kernel
+    from workflows import host_versions, kernel
     from workflows.host_reboot import start_next_reboot
     from workflows.host_rules import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, CurrentOperation
+
+VERSIONS_READ_SECONDS = 300.0
+"""A versions read gives up after this (its retries included) and shows `unknown`."""
+VERSIONS_READ = kernel.bounded(kernel.BMC_READ, VERSIONS_READ_SECONDS)
 
 
 @workflow.defn(name="HostWorkflow")
@@ -94,6 +116,8 @@ class HostWorkflow(kernel.Runbook):
         self._current: CurrentOperation | None = None
         self._logged: tuple[str, str] | None = None  # last logged, not a command: replay-safe
         self._lock = asyncio.Lock()
+        self._versions_due: str | None = None  # after what the versions are to be read next
+        self._reading_versions = False
 
     @workflow.run
     async def run(self, start: HostWorkflowInput) -> None:
@@ -106,6 +130,9 @@ class HostWorkflow(kernel.Runbook):
             ]
         )
         self._show_phase()
+        if start.phase_since is None and self._current is None:  # a new entity, no operation asked yet
+            self._versions_due = "the entity started"
+        self._versions_task = asyncio.create_task(self._show_versions())  # for the whole run
         while True:
             await workflow.wait_condition(lambda: self._current is not None or self._history_is_long())
             current = self._current
@@ -118,8 +145,9 @@ class HostWorkflow(kernel.Runbook):
                     await self._await_start(current)
                 continue
             # Idle and the history is long: hand the state to a fresh run once no handler is
-            # midway; a handler that got in meanwhile may have started an operation: follow it first.
-            await workflow.wait_condition(workflow.all_handlers_finished)
+            # midway and no versions read is due or running (a run never ends with an activity
+            # pending); a handler that got in meanwhile may have started an operation: follow it first.
+            await workflow.wait_condition(self._may_continue_as_new)
             if self._current is None:
                 break
         workflow.continue_as_new(
@@ -418,10 +446,13 @@ class HostWorkflow(kernel.Runbook):
         except ChildWorkflowError as err:
             self._reached(rules.generation_reported(err))  # a failed operation's reboots count too
             self._finish(current, rules.outcome_of(err))
+            # A failed operation may have changed versions too: read them as after any other.
+            self._versions_due = f"{current.record.workflow_id} {rules.outcome_of(err)}"
             await self._notify_campaign(current, rules.outcome_of(err))
             return
         self._reached(getattr(result, "boot_generation", None))
         self._finish(current, "completed")
+        self._versions_due = f"{current.record.workflow_id} completed"
         await self._notify_campaign(current, "completed")
 
     async def _notify_campaign(self, current: CurrentOperation, outcome: str) -> None:
@@ -439,6 +470,41 @@ class HostWorkflow(kernel.Runbook):
             workflow.logger.info("campaign %s not told of %s: %s", target, current.record.workflow_id, err)
 
     # -- what the entity knows and shows --------------------------------------------------------
+
+    async def _show_versions(self) -> None:
+        """For the whole run: whenever a read is due, read the host's versions once and show them
+        (one read at a time; one due meanwhile is read after it)."""
+        while True:
+            await workflow.wait_condition(lambda: self._versions_due is not None)
+            after, self._versions_due = self._versions_due or "", None
+            self._reading_versions = True
+            try:
+                await self._read_versions(after)
+            finally:
+                self._reading_versions = False
+
+    def _may_continue_as_new(self) -> bool:
+        """No handler midway, no versions read due or running."""
+        idle = self._versions_due is None and not self._reading_versions
+        return idle and workflow.all_handlers_finished()
+
+    async def _read_versions(self, after: str) -> None:
+        """One `read_host_versions_brief`, shown in the memo and `BfbVersion`; a failed read shows
+        `unknown (why)` and is not raised."""
+        host = self._input.host_id
+        brief: HostVersionsBrief | None = None
+        try:
+            brief = await workflow.execute_activity(
+                activity_api.read_host_versions_brief,
+                ReadVersionsInput(host_id=host),
+                **kernel.options(VERSIONS_READ, f"read the versions of {host} (after {after})"),
+            )
+            memo = host_versions.memo_of(brief, after, workflow.now())
+        except ActivityError as err:
+            workflow.logger.warning("versions of %s not read: %s", host, kernel.describe_failure(err))
+            memo = host_versions.unknown_memo(kernel.describe_failure(err), after, workflow.now())
+        workflow.upsert_memo({host_versions.MEMO_KEY: memo})
+        kernel.upsert_changed([host_versions.bfb_attribute(brief)])
 
     def _reached(self, generation: object) -> None:
         if isinstance(generation, int) and generation > self._boot_generation:

@@ -165,4 +165,13 @@ class ReadVersionsInput(_Frozen):
     host_id: str
 
 
+class HostVersionsBrief(_Frozen):
+    """What `read_host_versions_brief` returns for the host entity's memo: the host's versions
+    without the DPUs' identity (model, serial, part number: left None), and the site's targets
+    (all "" when the inventory declares none, e.g. the cluster inventory)."""
+
+    versions: HostVersions
+    targets: VersionTargets = VersionTargets()
+
+
 VERSION_FIELDS: tuple[str, ...] = ("bfb", "flavor", "dpu_firmware", "dpu_bmc_firmware")
