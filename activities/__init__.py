@@ -79,7 +79,8 @@ def build_activities(
     if temporal_client is not None:
         site_watch = SiteWatchActivities(kube, temporal_client)
         found += [site_watch.watch_site_dpf, site_watch.join_site_dpf_watch]
-        found.append(OwnerActivities(temporal_client).request_host_reprovision)
+        owner = OwnerActivities(temporal_client)
+        found += [owner.request_host_reprovision, owner.find_host_operation]
         found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
         campaign = CampaignActivities(hosts, kube, temporal_client, redfish)
         found.append(versions.read_host_versions)

@@ -13,6 +13,10 @@ external workflow handle offers only signal and cancel), so this activity sends 
 worker's Temporal client, by the entity's one client (`contracts.host_entity.HostEntityClient`);
 the entity's validator and approval gate decide, as for any operator. Only a running entity is
 asked: a host nobody has asked anything of yet has no owner to ask.
+
+`find_host_operation` reads the entity's `status` query (no history written in the entity): the
+operation it runs now, or the newest it ended since a given time. The monitor asks it before it
+calls a DPU's reset unplanned: a reboot, reset or firmware cycle metalflow ran explains it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from contracts.models.host import (
     POOL_LABEL,
     POOL_REASON_ANNOTATION,
     OperationRequest,
+    OwnerOperationInput,
+    OwnerOperationResult,
     OwnerReprovisionInput,
     OwnerReprovisionResult,
     PoolStateResult,
@@ -108,3 +114,19 @@ class OwnerActivities:
             return OwnerReprovisionResult(outcome="refused", message=str(refused))
         outcome = "awaiting-approval" if answer.awaiting_approval else "accepted"
         return OwnerReprovisionResult(outcome=outcome, workflow_id=answer.workflow_id, message=answer.message)
+
+    @activity.defn(name="find_host_operation")
+    async def find_host_operation(self, request: OwnerOperationInput) -> OwnerOperationResult:
+        """The operation `host/<id>` runs now, or the newest it ended at or after `since`; none
+        when it ran none (or no entity runs: nothing of metalflow touched the host)."""
+        status = await HostEntityClient(self.temporal).status(request.host_id)
+        if status is None:
+            return OwnerOperationResult(message="no entity runs")
+        current = status.current
+        if current is not None and current.outcome == "running":
+            return OwnerOperationResult(workflow_id=current.workflow_id, message="running")
+        ended = [r for r in status.recent if r.finished_at is not None and r.finished_at >= request.since]
+        if ended:
+            newest = max(ended, key=lambda r: r.finished_at or request.since)
+            return OwnerOperationResult(workflow_id=newest.workflow_id, message=f"ended {newest.outcome}")
+        return OwnerOperationResult(message="no operation since " + request.since.isoformat())

@@ -79,6 +79,8 @@ from contracts.models.grove import (
     WatchPCSInput,
 )
 from contracts.models.host import (
+    OwnerOperationInput,
+    OwnerOperationResult,
     OwnerReprovisionInput,
     OwnerReprovisionResult,
     PoolStateResult,
@@ -241,6 +243,13 @@ async def read_host_pool_state(request: SetPoolStateInput) -> PoolStateResult:
 async def request_host_reprovision(request: OwnerReprovisionInput) -> OwnerReprovisionResult:
     """Ask the host's entity workflow for a reprovision."""
     _declared_only("request_host_reprovision")
+
+
+@activity.defn(name="find_host_operation")
+async def find_host_operation(request: OwnerOperationInput) -> OwnerOperationResult:
+    """The host entity's operation running now or ended since `request.since` (the monitor's
+    test of whether a reset was metalflow's own)."""
+    _declared_only("find_host_operation")
 
 
 # -- campaigns -------------------------------------------------------------------------------------------

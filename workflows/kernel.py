@@ -240,6 +240,17 @@ def enter_phase(
         workflow.logger.info("%s: %s", phase, details)
 
 
+def report(occurrence: str, details: str) -> None:
+    """Tell the worker of something seen within the current phase (e.g. the monitor's
+    `unplanned-reset`): handed to its Kubernetes Events as a phase change would be
+    (`contracts.events`, not on replay; `metalflow.runtime.events` names the occurrences it
+    reports) and one WARNING line. No phase change, no search attribute, no history event. One
+    per workflow task: the emitter takes a second one with the same name in the same task for a
+    retried task's repeat."""
+    events.workflow_phase_entered(occurrence, details)
+    workflow.logger.warning("%s: %s", occurrence, details)
+
+
 def set_details(phase: str, details: str) -> None:
     """Update the current details within a phase (no search attribute write)."""
     workflow.set_current_details(f"**{phase}**: {details}")

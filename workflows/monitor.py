@@ -17,13 +17,34 @@ Runbook, on every change the DPF watcher signals:
 Only a fall from `Ready` counts: a DPU passing `Node Effect` while it is provisioned or
 reprovisioned is held by design. A recreated DPU (new uid) restarts its degraded clock.
 
+Unplanned resets at rest (the operation's rule, `dpf_barrier.unplanned_change`, on consecutive
+states the watcher signals): a DPU that was `Ready` and whose agent restarted
+(`agentLastStartupTime` moved; DPF v26) or that went back to an earlier phase by a move DPF does
+not make itself. The same reasoning as above: only a DPU at rest counts. A DPU that was not
+`Ready` is being moved (provisioned, reprovisioned, recovering) and a recreated DPU (new uid) is a
+new object; an operation records what happens to its own DPUs (`HostOperationWorkflow`,
+`unplanned_resets`). A reboot, reset or firmware cycle metalflow runs on a host at rest restarts
+its Ready DPUs too, so before recording, the monitor asks the host's entity
+(`find_host_operation`, its `status` query) for an operation running or ended since the state
+before: one found explains the reset and nothing is recorded. Recorded: the status
+(`unplanned_resets`, the newest `UNPLANNED_KEPT`, with time and what changed; `unplanned_total`),
+the memo `unplanned_resets` (one line each, shown in the Temporal UI), a WARNING line, and the
+Kubernetes Event `UnplannedReset` (Warning) about the host's DPUNode (`kernel.report`: no phase
+change, no history event). Carried across continue-as-new (`MonitorMemory`: the list, the total,
+each DPU's last agent start time, when the last state was handled), so a reset is recorded once.
+
 Priority: `metalflow.monitors.start_monitor` starts it at Temporal task priority 4, below the
 operations' default 3, and its activities and continued runs inherit it: thousands of monitors
 starting at once do not delay a reboot (the reasoning and its cost are in that module).
 
 History stays small: at most ~10 events per DPF change (the signal, its workflow task, a pool
 label write when the state changes), so a run's worst case is about 20 + 10 x
-`policy.events_per_run` (default 500: ~5,000 events, under a tenth of Temporal's limit). After
+`policy.events_per_run` (default 500: ~5,000 events, under a tenth of Temporal's limit). A
+reset at rest adds, per state that shows one (several DPUs in one state: one), the entity's
+check (an activity and its workflow task, 6 events) and, when recorded, one memo upsert: 7 more,
+so a state with a reset costs at most ~17 and the bound stays 20 + 17 x `events_per_run`; the
+memo holds at most `UNPLANNED_KEPT` lines (~2 KB). Per host at rest: no activity, no timer while
+nothing changes; the entity's check only when a Ready DPU resets. After
 `policy.events_per_run` changes (the read that starts a run is not one), or when Temporal
 suggests it, the monitor cancels its watcher, waits for its handlers and continues-as-new
 carrying its memory (`MonitorMemory`); the next run's watcher lists the world again, and a
@@ -55,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         DPF_STATE_CHANGED_SIGNAL,
         PHASE_NODE_EFFECT,
         PHASE_READY,
+        DPUState,
         HostDPFState,
         HostRef,
     )
@@ -67,16 +89,20 @@ with workflow.unsafe.imports_passed_through():
         HostMonitorResult,
         HostMonitorStatus,
         MonitorMemory,
+        OwnerOperationInput,
         OwnerReprovisionInput,
         PoolChange,
         SetPoolStateInput,
+        UnplannedReset,
     )
     from contracts.wording import iso_z
-    from workflows import kernel
+    from workflows import dpf_barrier, kernel
     from workflows.dpf_watch import DPFWatch
     from workflows.kernel import KUBE_READ, KUBE_WRITE, bounded, describe_failure, options
 
 HISTORY_KEPT: Final = 20  # pool changes shown in the status and carried across runs
+UNPLANNED_KEPT: Final = 20  # unplanned resets shown in the status and memo, carried across runs
+UNPLANNED_RESET: Final = "unplanned-reset"  # the occurrence the worker's Events report (`kernel.report`)
 OWNER_REQUEST: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=60),
     "retry_policy": KUBE_WRITE["retry_policy"],
@@ -84,6 +110,18 @@ OWNER_REQUEST: Final[workflow.ActivityConfig] = {
 WATCHING: Final = "watching"
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
+
+
+def reset_at_rest(before: tuple[str, str, str] | None, dpu: DPUState) -> str | None:
+    """What changed on a DPU that was `Ready` (`before`: its uid, phase and agent start time as
+    last seen) by a move DPF does not make itself (`dpf_barrier.unplanned_change`), or None: a new
+    DPU object, or one not `Ready` before (metalflow or DPF is moving it), is not at rest."""
+    if before is None or before[0] != dpu.uid or before[1] != PHASE_READY:
+        return None
+    found = dpf_barrier.unplanned_change(before, dpu)
+    if found == "restarted":
+        return f"restarted (agentLastStartupTime {before[2]} -> {dpu.agent_started_at}) in {dpu.phase}"
+    return found
 
 
 @workflow.defn(name="HostMonitorWorkflow")
@@ -100,6 +138,10 @@ class HostMonitorWorkflow(kernel.Abortable):
         self._pool = memory.pool_state
         self._phases = dict(memory.last_phases)
         self._uids = dict(memory.last_uids)
+        self._started = dict(memory.last_started)  # dpu_id -> agentLastStartupTime last seen ("" unknown)
+        self._unplanned = list(memory.unplanned)
+        self._unplanned_total = memory.unplanned_total
+        self._looked_at = memory.looked_at  # when the last state was handled: a reset came after it
         self._since = dict(memory.since)
         self._degraded = {d.dpu_id: d for d in memory.degraded}
         self._history = list(memory.history)
@@ -227,9 +269,14 @@ class HostMonitorWorkflow(kernel.Abortable):
         now = workflow.now()
         self._events += 1
         adopting, self._adopting = self._adopting, False
+        looked_at, self._looked_at = self._looked_at, now
+        resets: list[UnplannedReset] = []
         for dpu in state.dpus:
             if dpu.dpu_id is None or dpu.deleting:
                 continue
+            found = self._reset_at_rest(dpu)
+            if found is not None:
+                resets.append(UnplannedReset(at=now, dpu_id=dpu.dpu_id, change=found))
             dpu_id, previous = dpu.dpu_id, self._phases.get(dpu.dpu_id)
             if self._uids.get(dpu_id) not in (None, dpu.uid):
                 previous = None  # recreated: its history starts again
@@ -247,7 +294,51 @@ class HostMonitorWorkflow(kernel.Abortable):
             self._phases[dpu_id], self._uids[dpu_id] = dpu.phase, dpu.uid
         if state.node is None:
             self._degraded.clear()  # the DPUNode is gone (removed): nothing left to take out of the pool
+        if resets:
+            await self._record_unplanned(resets, looked_at or self._started_at)
         await self._apply_pool_state()
+
+    def _reset_at_rest(self, dpu: DPUState) -> str | None:
+        """`reset_at_rest` against this DPU as last seen; remembers its agent's start time."""
+        assert dpu.dpu_id is not None
+        dpu_id = dpu.dpu_id
+        before = None
+        if dpu_id in self._uids:
+            before = (self._uids[dpu_id], self._phases.get(dpu_id, ""), self._started.get(dpu_id, ""))
+        same = before is not None and before[0] == dpu.uid
+        # A state without the agent's start time (before DPF v26) keeps the last known.
+        self._started[dpu_id] = dpu.agent_started_at or (before[2] if before is not None and same else "")
+        return reset_at_rest(before, dpu)
+
+    async def _record_unplanned(self, resets: list[UnplannedReset], since: datetime) -> None:
+        """Record resets at rest that no operation of the host explains: the entity is asked
+        whether it ran one since the last state (`find_host_operation`); a reboot, reset or
+        firmware cycle of metalflow's restarts Ready DPUs too, and an operation records what it
+        sees itself. Recorded: the status, the memo (one upsert), one Event, one WARNING line."""
+        what = "; ".join(f"DPU {r.dpu_id} {r.change}" for r in resets)
+        try:
+            owner = await self._abortable(
+                activity_api.find_host_operation,
+                OwnerOperationInput(
+                    host_id=self._request.host_id, since=since, dpu_ids=tuple(r.dpu_id for r in resets)
+                ),
+                self._options(OWNER_REQUEST, f"did metalflow reset {self._request.host_id}?"),
+            )
+        except ActivityError as err:  # only a bounded call (the final look) gives up: record it
+            unknown = f"; metalflow's operations unknown ({describe_failure(err)})"
+            resets = [r.model_copy(update={"change": r.change + unknown}) for r in resets]
+        else:
+            if owner is None:
+                return  # stopped while asking: the final look reads the world again
+            if owner.workflow_id is not None:
+                workflow.logger.info("%s, explained by %s (%s)", what, owner.workflow_id, owner.message)
+                return
+        self._unplanned = [*self._unplanned, *resets][-UNPLANNED_KEPT:]
+        self._unplanned_total += len(resets)
+        workflow.upsert_memo({"unplanned_resets": [r.line() for r in self._unplanned]})
+        kernel.report(
+            UNPLANNED_RESET, f"{what}: not by metalflow (no operation of the host since {iso_z(since)})"
+        )
 
     async def _apply_pool_state(self) -> None:
         wanted = OUT_OF_POOL if self._degraded else IN_POOL
@@ -339,6 +430,10 @@ class HostMonitorWorkflow(kernel.Abortable):
             requests=tuple(self._requests),
             started_at=self._started_at,
             stop=self.abort_request,
+            last_started=self._started,
+            unplanned=tuple(self._unplanned),
+            unplanned_total=self._unplanned_total,
+            looked_at=self._looked_at,
         )
 
     async def _abortable(
@@ -404,4 +499,6 @@ class HostMonitorWorkflow(kernel.Abortable):
             reprovisions_requested=self._reprovisions,
             requests=tuple(self._requests),
             started_at=self._started_at,
+            unplanned_resets=tuple(self._unplanned),
+            unplanned_total=self._unplanned_total,
         )

@@ -47,6 +47,7 @@ from contracts.validation import (
     Retries,
     StepTimeout,
 )
+from contracts.wording import iso_z
 
 # -- message names (the Temporal UI and CLI show and send these) -----------------------------------
 HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
@@ -416,6 +417,21 @@ class OwnerReprovisionResult(_Frozen):
     message: str = ""
 
 
+class OwnerOperationInput(_Frozen):
+    """What the monitor asks of the host's owner before it calls a reset unplanned."""
+
+    host_id: str = Field(min_length=1)
+    since: datetime  # an operation running now, or ended at or after this, is metalflow's
+    dpu_ids: tuple[str, ...] = ()  # the DPUs seen reset (shown in the UI; the answer is per host)
+
+
+class OwnerOperationResult(_Frozen):
+    """The entity's operation running, or ended since `since`; None: none (or no entity runs)."""
+
+    workflow_id: str | None = None
+    message: str = ""
+
+
 # -- the monitor (flow 5) --------------------------------------------------------------------------
 
 
@@ -445,6 +461,18 @@ class PoolChange(_Frozen):
     reason: str
 
 
+class UnplannedReset(_Frozen):
+    """A reset of a DPU at rest that no operation of metalflow explains (the monitor's record)."""
+
+    at: datetime  # when the monitor saw it
+    dpu_id: str
+    change: str  # `dpf_barrier.unplanned_change`, with the agent's start time, e.g. "restarted (...)"
+
+    def line(self) -> str:
+        """One line for the memo and the CLI, e.g. "2026-01-01T00:00:00Z: DPU d0 restarted ..."."""
+        return f"{iso_z(self.at)}: DPU {self.dpu_id} {self.change} (not by metalflow)"
+
+
 class MonitorMemory(_Frozen):
     """What a monitor carries across continue-as-new."""
 
@@ -461,6 +489,10 @@ class MonitorMemory(_Frozen):
     started_at: datetime | None = None
     # An `abort` accepted while the previous run was handing over: the next run stops at once.
     stop: OperatorRequest | None = None
+    last_started: dict[str, str] = Field(default_factory=dict)  # dpu_id -> agentLastStartupTime last seen
+    unplanned: tuple[UnplannedReset, ...] = ()  # newest last, bounded
+    unplanned_total: int = 0  # over all runs
+    looked_at: datetime | None = None  # when the last DPF state was handled
 
 
 class HostMonitorInput(_Frozen):
@@ -487,6 +519,8 @@ class HostMonitorStatus(_Frozen):
     reprovisions_requested: int = 0
     requests: tuple[str, ...] = ()  # e.g. "mon-003-dpu-1: accepted: reprovision/host-mon-003"
     started_at: datetime
+    unplanned_resets: tuple[UnplannedReset, ...] = ()  # newest last, bounded (the memo's too)
+    unplanned_total: int = 0  # recorded over all runs
 
 
 class HostMonitorResult(_Frozen):

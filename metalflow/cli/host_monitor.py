@@ -199,6 +199,9 @@ def render_monitor(status: HostMonitorStatus, policy: MonitorPolicy | None) -> s
     if status.history:
         lines.append("  pool changes")
         lines += [f"    {_when(c.at)}  {c.state:<12} {c.reason}" for c in status.history[-5:]]
+    if status.unplanned_resets:
+        lines.append(f"  unplanned resets ({status.unplanned_total} seen at rest, not by metalflow)")
+        lines += [f"    {_when(r.at)}  {r.dpu_id:<22} {r.change}" for r in status.unplanned_resets[-5:]]
     return "\n".join(lines)
 
 

@@ -17,10 +17,12 @@ Events on or off.
 | host operation (or a `host reboot`): ended | `OperationSucceeded`, `OperationFailed`, `OperationAborted` |
 | monitor: `host-out-of-pool` (services down) | `DPUOutOfPool` (Warning) |
 | monitor: back to `watching` (services up) | `DPUBackInPool` (Normal) |
+| monitor: `unplanned-reset` (a Ready DPU reset that no operation explains) | `UnplannedReset` (Warning) |
 | campaign: `halted` | `CampaignHalted` (Warning) |
 | rollout: `paused` | `RolloutPaused` (Warning) |
 
-A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
+`unplanned-reset` is no phase: the monitor reports it (`workflows.kernel.report`) and stays in
+its phase. A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
 its PodCliqueSet. Failed and aborted endings are Warnings, the rest Normal; a manual
 intervention's note is its reason.
 
@@ -183,6 +185,8 @@ def describe(change: PhaseChange, dpf_namespace: str, parent_is_operation: bool 
             reason = ("DPUOutOfPool", "Warning")
         elif phase == "watching" and change.details == "every DPU's services are up":
             reason = ("DPUBackInPool", "Normal")
+        elif phase == "unplanned-reset":
+            reason = ("UnplannedReset", "Warning")
     elif kind == "CampaignWorkflow" and phase == "halted":
         reason = ("CampaignHalted", "Warning")
     elif kind == "RolloutWorkflow" and phase == "paused":
