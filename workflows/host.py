@@ -47,7 +47,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
+from temporalio.common import RetryPolicy, SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -96,7 +96,17 @@ with workflow.unsafe.imports_passed_through():
 
 VERSIONS_READ_SECONDS = 300.0
 """A versions read gives up after this (its retries included) and shows `unknown`."""
-VERSIONS_READ = kernel.bounded(kernel.BMC_READ, VERSIONS_READ_SECONDS)
+VERSIONS_READ: workflow.ActivityConfig = {
+    **kernel.bounded(kernel.BMC_READ, VERSIONS_READ_SECONDS),
+    # A worker without the activity (a stand-in, an older build) answers NotFoundError: the read
+    # is for show, so it ends at once as `unknown` instead of holding continue-as-new 300 s.
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=kernel.POWER_CYCLE_ATTEMPTS,
+        non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"],
+    ),
+}
 
 
 @workflow.defn(name="HostWorkflow")
