@@ -2,7 +2,7 @@
 the simulated Grove with zero delays: 60 in `make test` (20 replicas), 300 at fleet size with
 `METALFLOW_ROLLOUT_SCALE_REPLICAS=100 pytest -s tests/test_rollout_scale.py` (about 7 minutes on
 the 2-core machine, most of it the simulated Grove creating the pods; figures in
-bench/README.md). The history limit scales with the size (40 events a replica, at least 500).
+bench/README.md). The history limit scales with the size (25 events a replica, at least 500).
 The rollout must continue as new (the limit is set low so it happens more than once), carry its
 state (every PodGang rolled exactly once overall, none twice), and stay within the events per
 PodGang its docstring states (<= 40, measured over every run). Temporal's limits: 50k events and
@@ -40,7 +40,7 @@ async def test_podgangs_roll_within_temporals_limits(client: Client, task_queue:
         )
         print(f"created in {time.monotonic() - t0:.1f} s")
         policy = RolloutPolicy(
-            step_deadline_seconds=120, replica_concurrency=10, history_limit=max(500, 40 * REPLICAS)
+            step_deadline_seconds=120, replica_concurrency=10, history_limit=max(500, 25 * REPLICAS)
         )
         async with worker_for(client, task_queue, sim):
             started = time.monotonic()
