@@ -29,6 +29,7 @@ from contracts import names
 from contracts.models.inventory import DPF_NAMESPACE
 from metalflow.binaries import MissingBinaryError, temporal_test_server
 from metalflow.devstack.temporal import add_search_attributes
+from metalflow.runtime import code_cache
 
 # Temporal's sandbox imports a workflow's module afresh for every run, on the worker's threads.
 # For a workflow defined in a test module, that import goes through pytest's assertion rewriting
@@ -41,6 +42,9 @@ from metalflow.devstack.temporal import add_search_attributes
 # module parses the failing line with `ast.parse` to place its carets): hypothesis's pytest plugin
 # imports (and so rewrites) `hypothesis` at the session's end unless it is imported here, first.
 SandboxRestrictions.passthrough_modules_default.update(p.stem for p in Path(__file__).parent.glob("*.py"))
+# Tracebacks formatted on many threads at once (failed activities, workflow tasks, the test's own)
+# race the same way through their carets: the worker's fix, for the whole test process.
+code_cache.no_caret_parsing()
 importlib.import_module("hypothesis.internal.observability")
 
 

@@ -89,9 +89,25 @@ class CodeCacheFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Put the code cache in front of the import system (once per process; idempotent)."""
+    """Put the code cache in front of the import system (once per process; idempotent), and
+    keep tracebacks from parsing source on the worker's threads (`no_caret_parsing`)."""
     if not any(isinstance(finder, CodeCacheFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, CodeCacheFinder())
+    no_caret_parsing()
+
+
+def no_caret_parsing() -> None:
+    """CPython 3.11's `traceback` parses each frame's failing line (`ast.parse`) to place its `^~~`
+    carets, and 3.11 keeps the AST conversion's recursion depth per interpreter, not per thread:
+    two threads formatting tracebacks at once (failed activities and workflow tasks on the
+    worker's threads) can corrupt it, and every later `compile` of the process (the sandbox's
+    imports, pytest) then fails with `SystemError: AST constructor recursion depth mismatch`
+    (seen in `make test`: a worker's tests failed one after another). Tracebacks keep every line
+    but the carets. Idempotent; nothing on Python >= 3.12, whose traceback does not need it."""
+    import traceback
+
+    if sys.version_info < (3, 12) and hasattr(traceback, "_extract_caret_anchors_from_line_segment"):
+        traceback._extract_caret_anchors_from_line_segment = lambda segment: None
 
 
 _snippets: dict[str, CodeType] = {}  # snippet text -> code; a race compiles twice, harmlessly
