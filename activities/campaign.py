@@ -15,14 +15,24 @@ A retried `request_campaign_hosts` attempt never asks a host twice: before askin
 entity's status and reports an operation this campaign already asked for (current or recent) as
 started. Cost per host: one update (plus one query on a retried attempt); the sweep's, abort's
 and selection's costs are in their modules' docstrings.
+
+Traces: each host's ask is the root of a trace of its own (`RequestHostOperation`, with the host,
+the campaign and the operation as attributes), linked to this activity's span in the campaign's
+trace; the entity's update-with-start carries it, so the host's operation, its activities and their
+Redfish and Kubernetes requests fall in the host's trace, not the campaign's (at 10,000 hosts one
+campaign trace would hold ~500k spans, more than a tracing backend shows). Cost: one span per host
+ask while tracing is on; with tracing off the tracer is OpenTelemetry's no-op one.
 """
 
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from temporalio import activity
 from temporalio.client import Client, RPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
@@ -51,6 +61,8 @@ UPDATE_TIMEOUT = timedelta(seconds=60)
 STATUS_TIMEOUT = timedelta(seconds=10)  # the entity's status, read after an ask went unanswered
 ABORT_GRACE_SECONDS = 3.0  # after an abort, how long the asks under way may still answer
 REFUSALS = {HostBusy.__name__: "busy", InstanceConflict.__name__: "assigned"}  # else "refused"
+HOST_REQUEST_SPAN = "RequestHostOperation"  # the root span of a host operation's trace
+_tracer = trace.get_tracer("metalflow.campaign")  # the global provider's, once tracing is set up
 
 
 class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, CampaignClaims):
@@ -76,24 +88,29 @@ class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, 
         retried = activity.info().attempt > 1
         gate = asyncio.Semaphore(PARALLEL_REQUESTS)
         stop = asyncio.Event()
+        asking = trace.get_current_span().get_span_context()  # this activity's span, if traced
 
         async def ask(one: HostRequestInput) -> HostRequestOutcome:
             async with gate:
                 if stop.is_set():
                     return HostRequestOutcome(host_id=one.host_id, outcome="not-asked")
-                if retried and (earlier := await self._asked_before(one)) is not None:
-                    return earlier
-                try:
-                    return await self._ask(one)
-                except (RPCTimeoutOrCancelledError, RPCError) as err:
-                    timed_out = isinstance(err, RPCTimeoutOrCancelledError) or (
-                        err.status == RPCStatusCode.DEADLINE_EXCEEDED
-                    )
-                    if stop.is_set() or not timed_out:
-                        raise
-                    # One entity that does not answer (its workers down) puts off that host only;
-                    # failing the activity would ask every host of the round again.
-                    return await self._unanswered(one)
+                with _host_trace(one, asking):
+                    return await asked(one)
+
+        async def asked(one: HostRequestInput) -> HostRequestOutcome:
+            if retried and (earlier := await self._asked_before(one)) is not None:
+                return earlier
+            try:
+                return await self._ask(one)
+            except (RPCTimeoutOrCancelledError, RPCError) as err:
+                timed_out = isinstance(err, RPCTimeoutOrCancelledError) or (
+                    err.status == RPCStatusCode.DEADLINE_EXCEEDED
+                )
+                if stop.is_set() or not timed_out:
+                    raise
+                # One entity that does not answer (its workers down) puts off that host only;
+                # failing the activity would ask every host of the round again.
+                return await self._unanswered(one)
 
         asks = [asyncio.ensure_future(ask(one)) for one in request.requests]
         late: set[asyncio.Future[HostRequestOutcome]] = set()
@@ -202,3 +219,20 @@ class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, 
         return await self.entities().ask(
             entity, HostWorkflow.request_reprovision, reprovision, rpc_timeout=UPDATE_TIMEOUT
         )
+
+
+def _host_trace(one: HostRequestInput, asking: trace.SpanContext) -> AbstractContextManager[trace.Span]:
+    """A new trace for the host's operation: its root span, current for the block, linked to the
+    campaign activity's span `asking` (no link when the activity is not traced)."""
+    return _tracer.start_as_current_span(
+        HOST_REQUEST_SPAN,
+        context=otel_context.Context(),  # no parent: a trace of its own
+        kind=trace.SpanKind.CLIENT,
+        links=[trace.Link(asking)] if asking.is_valid else [],
+        attributes={
+            "metalflow.host_id": one.host_id,
+            "metalflow.campaign": one.campaign,
+            "metalflow.campaign_workflow_id": one.campaign_workflow_id,
+            "metalflow.target": one.target.kind.value,  # reprovision, bfb, flavor or firmware
+        },
+    )

@@ -1,7 +1,9 @@
 """Traces end to end: the dev stack's worker exports OTLP (http/protobuf) to a receiver in this test,
-which decodes the real protobuf (opentelemetry-proto); a campaign over two hosts is traced from
-the campaign down to each Redfish and Kubernetes request, asserted by parent links, and no span
-attribute holds a secret (a BMC password, the Kubernetes bearer token)."""
+which decodes the real protobuf (opentelemetry-proto). Two campaigns over two hosts (the second
+finds the hosts' entities running): each host operation is a trace of its own, linked to the
+campaign activity that asked for it, and traced down to each Redfish and Kubernetes request,
+asserted by parent links; no span attribute holds a secret (a BMC password, the Kubernetes bearer
+token)."""
 
 from __future__ import annotations
 
@@ -23,10 +25,13 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from test_prometheus_e2e import METALFLOW, _ready
 
+from contracts.names import campaign_workflow_id
 from metalflow.runtime.ports import free_port
 
 pytestmark = pytest.mark.slow
 HOSTS = ("host-001", "host-002")
+CAMPAIGNS = ("traced", "again")
+HOST_REQUEST = "RequestHostOperation"
 
 
 class Receiver:
@@ -100,19 +105,20 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
         while not _ready(metrics):
             assert dev.poll() is None and time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
             await _sleep(0.5)
-        # The operator's command traces too: its start of the campaign is the trace's root.
+        # The operator's command traces too: its start of a campaign is the campaign trace's root.
         cli_env = {
             **worker_env,
             "TEMPORAL_CONFIG_FILE": str(state / "temporal.toml"),
             "METALFLOW_STATE_DIR": str(state),
         }
-        started = subprocess.run(
-            [METALFLOW, "campaign", "start", "traced", "--hosts", ",".join(HOSTS), "--reprovision",
-             "--canary", "0", "--batch-size", "2", "--max-in-flight", "2", "--power-down-wait", "0",
-             "--wait"],
-            env=cli_env, capture_output=True, text=True, timeout=180,
-        )  # fmt: skip
-        assert started.returncode == 0, started.stdout + started.stderr
+        for name in CAMPAIGNS:  # the second finds both entities running (their traces started)
+            started = subprocess.run(
+                [METALFLOW, "campaign", "start", name, "--hosts", ",".join(HOSTS), "--reprovision",
+                 "--canary", "0", "--batch-size", "2", "--max-in-flight", "2", "--power-down-wait", "0",
+                 "--wait"],
+                env=cli_env, capture_output=True, text=True, timeout=180,
+            )  # fmt: skip
+            assert started.returncode == 0, started.stdout + started.stderr
         secrets = _secrets(state)  # while the stack runs (it removes sim.json on exit)
         deadline = time.monotonic() + 30
         while not _complete(found.spans):
@@ -128,40 +134,67 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
     by_name: dict[str, list[Any]] = {}
     for span in spans.values():
         by_name.setdefault(span.name, []).append(span)
-    start = by_name["StartWorkflow:CampaignWorkflow"]
-    assert len(start) == 1 and not start[0].parent_span_id  # the operator's command is the root
-    campaign = start[0]
-    for host in HOSTS:
-        operation = next(
-            s for s in by_name["RunWorkflow:HostOperationWorkflow"]
-            if _attributes(s).get("temporalWorkflowID") == f"reprovision/{host}"
+    operation_traces: set[bytes] = set()
+    for name in CAMPAIGNS:
+        campaign = next(
+            s for s in by_name["StartWorkflow:CampaignWorkflow"]
+            if _attributes(s).get("temporalWorkflowID") == campaign_workflow_id(name)
         )  # fmt: skip
-        # Linked to the campaign: the same trace, the campaign's run among its ancestors.
-        assert operation.trace_id == campaign.trace_id
-        chain = _ancestors(operation, spans)
-        assert chain[-1].span_id == campaign.span_id, [a.name for a in chain]
-        # The campaign asks each host's entity (an activity, an update-with-start), which starts
-        # the operation as its child: StartWorkflow:CampaignWorkflow > StartActivity and
-        # RunActivity:request_campaign_hosts > StartUpdateWithStartWorkflow:HostWorkflow >
-        # StartChildWorkflow:HostOperationWorkflow > RunWorkflow:HostOperationWorkflow.
-        assert [a.name for a in reversed(chain)] == [
-            "StartWorkflow:CampaignWorkflow", "StartActivity:request_campaign_hosts",
-            "RunActivity:request_campaign_hosts", "StartUpdateWithStartWorkflow:HostWorkflow",
-            "StartChildWorkflow:HostOperationWorkflow",
-        ]  # fmt: skip
-        # The operation's spans hang under its start (the workflow's context comes from its headers).
-        root = spans[operation.parent_span_id]
-        under = [s for s in spans.values() if root.span_id in {a.span_id for a in _ancestors(s, spans)}]
-        activities = [s for s in under if s.name.startswith("RunActivity:")]
-        assert {"RunActivity:reprovision_dpu", "RunActivity:power_cycle_host"} <= {s.name for s in activities}
-        requests = [s for s in under if s.name.startswith("HTTP ")]
-        for request in requests:  # each request's parent is the activity that sent it
-            assert spans[request.parent_span_id].name.startswith(("RunActivity:", "HTTP "))
-        urls = [str(_attributes(r)["url.full"]) for r in requests]
-        assert any("/redfish/v1/" in u for u in urls), urls  # the power cycle's Redfish requests
-        assert any("/apis/provisioning.dpu.nvidia.com/" in u for u in urls), urls  # DPF through Kubernetes
-        answered = [r for r in requests if "error.type" not in _attributes(r)]
-        assert answered and all(_attributes(r).get("http.response.status_code") for r in answered)
+        assert not campaign.parent_span_id  # the operator's command is the campaign trace's root
+        for host in HOSTS:
+            # One trace per host operation: its root is the campaign activity's request to the
+            # host, a span of its own trace linked to the activity that made it.
+            root = next(
+                s for s in by_name[HOST_REQUEST]
+                if _attributes(s).get("metalflow.campaign") == name
+                and _attributes(s).get("metalflow.host_id") == host
+            )  # fmt: skip
+            assert not root.parent_span_id and root.trace_id != campaign.trace_id
+            assert root.trace_id not in operation_traces  # not the other host's, nor an earlier one
+            operation_traces.add(root.trace_id)
+            assert [(link.trace_id, spans[link.span_id].name) for link in root.links] == [
+                (campaign.trace_id, "RunActivity:request_campaign_hosts")
+            ]
+            asker = spans[root.links[0].span_id]
+            assert [a.name for a in reversed(_ancestors(asker, spans))] == [
+                "StartWorkflow:CampaignWorkflow", "StartActivity:request_campaign_hosts",
+            ]  # fmt: skip
+            assert _ancestors(asker, spans)[-1].span_id == campaign.span_id
+            operations = [
+                s for s in by_name["RunWorkflow:HostOperationWorkflow"]
+                if s.trace_id == root.trace_id
+                and _attributes(s).get("temporalWorkflowID") == f"reprovision/{host}"
+            ]  # fmt: skip
+            assert len(operations) == 1, f"campaign {name}: {host}'s operation is not in its own trace"
+            operation = operations[0]
+            # The request asks the host's entity (an update-with-start), which starts the operation
+            # as its child: RequestHostOperation > StartUpdateWithStartWorkflow:HostWorkflow >
+            # StartChildWorkflow:HostOperationWorkflow > RunWorkflow:HostOperationWorkflow, also when
+            # the entity was started earlier, by another trace.
+            chain = _ancestors(operation, spans)
+            assert [a.name for a in reversed(chain)] == [
+                HOST_REQUEST, "StartUpdateWithStartWorkflow:HostWorkflow",
+                "StartChildWorkflow:HostOperationWorkflow",
+            ]  # fmt: skip
+            assert chain[-1].span_id == root.span_id
+            # The operation's spans hang under its start (the workflow's context comes from its headers).
+            start = spans[operation.parent_span_id]
+            under = [s for s in spans.values() if start.span_id in {a.span_id for a in _ancestors(s, spans)}]
+            assert all(s.trace_id == root.trace_id for s in under)
+            activities = {s.name for s in under if s.name.startswith("RunActivity:")}
+            assert {"RunActivity:reprovision_dpu", "RunActivity:power_cycle_host"} <= activities
+            requests = [s for s in under if s.name.startswith("HTTP ")]
+            for request in requests:  # each request's parent is the activity that sent it
+                assert spans[request.parent_span_id].name.startswith(("RunActivity:", "HTTP "))
+            urls = [str(_attributes(r)["url.full"]) for r in requests]
+            assert any("/redfish/v1/" in u for u in urls), urls  # the power cycle's Redfish requests
+            assert any("/apis/provisioning.dpu.nvidia.com/" in u for u in urls), urls  # DPF, Kubernetes
+            answered = [r for r in requests if "error.type" not in _attributes(r)]
+            assert answered and all(_attributes(r).get("http.response.status_code") for r in answered)
+        # The campaign's own trace holds no host's operation (at 10,000 hosts it would not show).
+        assert not [
+            s for s in by_name["RunWorkflow:HostOperationWorkflow"] if s.trace_id == campaign.trace_id
+        ]
 
     assert secrets, "no secret found to look for"
     for span in spans.values():
@@ -172,7 +205,8 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
 
 def _complete(spans: dict[bytes, Any]) -> bool:
     runs = [s for s in spans.values() if s.name == "RunWorkflow:HostOperationWorkflow"]
-    return len(runs) >= len(HOSTS) and any(s.name == "StartWorkflow:CampaignWorkflow" for s in spans.values())
+    campaigns = [s for s in spans.values() if s.name == "StartWorkflow:CampaignWorkflow"]
+    return len(runs) >= len(HOSTS) * len(CAMPAIGNS) and len(campaigns) >= len(CAMPAIGNS)
 
 
 def _secrets(state: Path) -> list[str]:

@@ -14,11 +14,12 @@ The service name comes from ``OTEL_SERVICE_NAME`` (default ``metalflow``) and
 
 What a trace holds: Temporal's interceptor (``temporalio.contrib.opentelemetry``) makes a span per
 workflow start, run, child workflow, signal, update and activity, parented across workers through
-the headers Temporal carries; `instrument_http` adds a CLIENT span per HTTP request under the
-activity that sends it: every httpx request (the Redfish client) and every urllib3 request (the
-official Kubernetes client; drivers/kube.py runs each call in the caller's context, so its span
-joins the activity's trace). A request span carries `http.request.method`, `url.full` (no user,
-password or query), `server.address`, `server.port`, `http.response.status_code` or
+the headers Temporal carries (`UpdateTracingInterceptor`: an update's handler runs in the update's
+trace, not in the trace of the workflow's start); `instrument_http` adds a CLIENT span per HTTP
+request under the activity that sends it: every httpx request (the Redfish client) and every urllib3
+request (the official Kubernetes client; drivers/kube.py runs each call in the caller's context, so
+its span joins the activity's trace). A request span carries `http.request.method`, `url.full` (no
+user, password or query), `server.address`, `server.port`, `http.response.status_code` or
 `error.type`; never a header or a body (the Redfish login's password and session token, the
 Kubernetes bearer token never reach a span).
 
@@ -26,6 +27,13 @@ Why our own wrappers and not opentelemetry-instrumentation-httpx/-urllib3: their
 `opentelemetry-semantic-conventions==0.66b1`, which the SDK metalflow requires (1.45.2, needing
 0.66b2) excludes; the wrappers are the part of them metalflow needs (one span per request, the
 stable HTTP client attributes) in a few lines. Cost: one span per request, only while tracing is on.
+
+One trace per host operation: a campaign's trace holds the campaign's workflow and activities; its
+request to each host (activities/campaign.py) starts a new trace, `RequestHostOperation`, linked to
+the requesting activity's span, and the host's operation, its activities and their requests fall
+in that trace (at 10,000 hosts one trace would hold ~500k spans, which tracing backends cannot
+show). Cost: one extra span per host request. An operator's `metalflow host ...` command is the root
+of its operation's trace.
 """
 
 from __future__ import annotations
@@ -48,7 +56,9 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 from temporalio.client import Interceptor
-from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.opentelemetry import TracingInterceptor, TracingWorkflowInboundInterceptor
+from temporalio.contrib.opentelemetry._context import attached_context
+from temporalio.worker import HandleUpdateInput, WorkflowInboundInterceptor, WorkflowInterceptorClassInput
 
 
 class TelemetryConfigError(ValueError):
@@ -129,7 +139,41 @@ def setup_tracing(env: Mapping[str, str] | None = None) -> Tracing:
     # once per process.
     trace.set_tracer_provider(provider)
     instrument_http(provider.get_tracer("metalflow.http"))
-    return Tracing(interceptors=[TracingInterceptor(tracer)], provider=provider)
+    return Tracing(interceptors=[UpdateTracingInterceptor(tracer)], provider=provider)
+
+
+class UpdateTracingInterceptor(TracingInterceptor):
+    """Temporal's tracing, with each traced update handled in the update's own trace.
+
+    Temporal's interceptor runs an update handler in the context of the workflow's start and only
+    links the update's span; what the handler starts (the entity's operation child) would then
+    fall in the trace of whoever started the entity, for every operation of its life. Here the
+    handler runs under the context the update carried (when it carried one), linked to the
+    workflow's start instead. Replay-safe: a context is no command, and spans are skipped on replay.
+    """
+
+    def workflow_interceptor_class(
+        self, input: WorkflowInterceptorClassInput
+    ) -> type[TracingWorkflowInboundInterceptor]:
+        super().workflow_interceptor_class(input)  # the extern function making spans outside the sandbox
+        return _UpdateTracingWorkflowInbound
+
+
+class _UpdateTracingWorkflowInbound(TracingWorkflowInboundInterceptor):
+    async def handle_update_handler(self, input: HandleUpdateInput) -> Any:
+        header = input.headers.get(self.header_key)
+        carrier = self.payload_converter.from_payloads([header])[0] if header else None
+        if not carrier:
+            return await super().handle_update_handler(input)
+        context = self._set_on_context(self.text_map_propagator.extract(carrier))
+        with attached_context(context):
+            self._completed_span(
+                f"HandleUpdate:{input.update}",
+                link_context_carrier=self._load_workflow_context_carrier(),
+                kind=trace.SpanKind.SERVER,
+            )
+            # Past Temporal's handler, which would attach the workflow's start context again.
+            return await WorkflowInboundInterceptor.handle_update_handler(self, input)
 
 
 _instrumented = False
