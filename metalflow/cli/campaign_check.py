@@ -5,8 +5,8 @@ once the workflow ran its selection: the refusal left a FAILED `campaign/<name>`
 the UI) and replaced the status of the last real campaign of that name. Now the same check runs
 here first, through the drivers the worker uses (the site file, or the cluster's DPUNodes), and
 a refused request starts nothing. The workflow still selects for itself (the inventory may change
-in between); this is the same rule, read earlier. It mirrors `select_campaign_hosts`
-(activities/campaign_select.py), which the CLI may not import.
+in between); this is the same rule, read earlier. Membership is the campaign's own
+rule (`drivers.campaign.matches`, which `select_campaign_hosts` applies).
 
 Cost: one read of the site file, or one list of DPUNodes plus one read per host named by a group
 or selector (cluster inventory); `--all` reads no host.
@@ -19,7 +19,7 @@ import asyncio
 from contracts.errors import InvalidInput
 from contracts.models.campaign import HostSelection
 from contracts.models.dpf import HOST_ID_LABEL
-from contracts.models.inventory import HostInventory
+from drivers.campaign import matches
 from drivers.inventory import Inventory
 from drivers.kube import DPUNODE
 from drivers.settings import Settings
@@ -56,7 +56,7 @@ async def check_selection(selection: HostSelection) -> None:
             return
         if selection.group or selection.selector:
             known = [await inventory.resolve(host_id) for host_id in ids]
-            matched = sum(_matches(h, selection) for h in known)
+            matched = sum(matches(h, selection) for h in known)
         else:
             known, matched = [], len(ids)
     except SiteFileError as err:
@@ -76,9 +76,3 @@ async def check_selection(selection: HostSelection) -> None:
             groups = sorted({g for h in known for g in h.groups})
             hint = f" (groups there: {', '.join(groups) or 'none'})"
         raise InventoryRefusal(f"{selection.describe()} matches no host in {source}{hint}")
-
-
-def _matches(host: HostInventory, selection: HostSelection) -> bool:
-    if selection.group:
-        return selection.group in host.groups
-    return all(host.labels.get(k) == v for k, v in selection.selector.items())
