@@ -20,7 +20,8 @@ from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from test_firmware_support import FAST_POLICY, SiteView, eventually, site_file_with_prefix
+from test_firmware_support import FAST_POLICY, SiteView, site_file_with_prefix
+from test_firmware_support import eventually as eventually_within
 from test_host_operation_e2e import cycle_by_hand
 from test_kube_events import NS, api, emitting_worker, events_v1
 from test_monitor import STOP, start_monitor, status_of
@@ -45,6 +46,12 @@ from workflows.monitor import reset_at_rest
 
 pytestmark = pytest.mark.slow
 PREFIX = "unp"
+
+
+async def eventually(probe: Any, accept: Any) -> Any:
+    """`eventually` with 90 s: each record waits for the monitor's entity check (an activity),
+    which the full suite's load slowed past the usual 30 s once."""
+    return await eventually_within(probe, accept, timeout=90)
 
 
 @pytest.fixture(scope="module")
