@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # modules go to one worker (--dist loadfile), so a module's fixtures and order hold; each worker
 # has its own Temporal servers (tests/conftest.py). PYTEST_WORKERS=0 runs in this process.
 # Measured on the 2-core machine alone (as CI runs), 2026-11-27: 4 workers 13 min 48 s for 773
-# tests at 150% CPU (1,250 CPU-s: the suite is CPU-bound; README says where it goes). More workers
+# tests at 150% CPU (1,250 CPU-s: the suite is CPU-bound; the 2026-11-27 issue notes say where it goes). More workers
 # under load made tests that wait on their servers time out, so 4 stays the default.
 PYTEST_WORKERS ?= 4
 # Modules are handed out longest first (tests/module_order.py, from tests/module_seconds.json);
