@@ -41,7 +41,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -185,6 +186,29 @@ def _url(scheme: str, host: str, port: int | None, path: str) -> str:
     return f"{scheme}://{netloc}{urlsplit(path).path}"
 
 
+@contextmanager
+def _client_span(
+    tracer: trace.Tracer, method: str, full: str, host: str, port: int | None
+) -> Iterator[trace.Span]:
+    """One CLIENT span of an HTTP request (httpx or urllib3); an exception marks it failed."""
+    with tracer.start_as_current_span(
+        f"HTTP {method}", kind=trace.SpanKind.CLIENT, attributes=_attributes(method, full, host, port)
+    ) as span:
+        try:
+            yield span
+        except Exception as err:
+            span.set_attribute("error.type", type(err).__name__)
+            span.set_status(trace.StatusCode.ERROR)
+            raise
+
+
+def _answered(span: trace.Span, status: int) -> None:
+    """The response's status on the span; 4xx and 5xx mark it failed."""
+    span.set_attribute("http.response.status_code", status)
+    if status >= 400:
+        span.set_status(trace.StatusCode.ERROR)
+
+
 def instrument_http(tracer: trace.Tracer) -> None:
     """A CLIENT span per httpx and urllib3 request (see the module docstring); once per process."""
     global _instrumented
@@ -198,20 +222,10 @@ def instrument_http(tracer: trace.Tracer) -> None:
 
     async def traced_send(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
         url = request.url
-        with tracer.start_as_current_span(
-            f"HTTP {request.method}", kind=trace.SpanKind.CLIENT, attributes=_attributes(
-                request.method, _url(url.scheme, url.host, url.port, url.path), url.host, url.port
-            ),
-        ) as span:  # fmt: skip
-            try:
-                response = await send(self, request, **kwargs)
-            except Exception as err:
-                span.set_attribute("error.type", type(err).__name__)
-                span.set_status(trace.StatusCode.ERROR)
-                raise
-            span.set_attribute("http.response.status_code", response.status_code)
-            if response.status_code >= 400:
-                span.set_status(trace.StatusCode.ERROR)
+        full = _url(url.scheme, url.host, url.port, url.path)
+        with _client_span(tracer, request.method, full, url.host, url.port) as span:
+            response = await send(self, request, **kwargs)
+            _answered(span, response.status_code)
             return response
 
     httpx.AsyncClient.send = traced_send  # type: ignore[method-assign]
@@ -222,19 +236,9 @@ def instrument_http(tracer: trace.Tracer) -> None:
         self: urllib3.connectionpool.HTTPConnectionPool, method: str, url: str, *args: Any, **kwargs: Any
     ) -> Any:
         full = _url(self.scheme, self.host, self.port, url)
-        attributes = _attributes(method, full, self.host, self.port)
-        with tracer.start_as_current_span(
-            f"HTTP {method}", kind=trace.SpanKind.CLIENT, attributes=attributes
-        ) as span:
-            try:
-                response = urlopen(self, method, url, *args, **kwargs)
-            except Exception as err:
-                span.set_attribute("error.type", type(err).__name__)
-                span.set_status(trace.StatusCode.ERROR)
-                raise
-            span.set_attribute("http.response.status_code", response.status)
-            if response.status >= 400:
-                span.set_status(trace.StatusCode.ERROR)
+        with _client_span(tracer, method, full, self.host, self.port) as span:
+            response = urlopen(self, method, url, *args, **kwargs)
+            _answered(span, response.status)
             return response
 
     urllib3.connectionpool.HTTPConnectionPool.urlopen = traced_urlopen  # type: ignore[method-assign]
