@@ -73,6 +73,7 @@ from contracts.wording import iso_z
 from metalflow.cli import connection, host_decide, host_list, host_monitor, host_versions
 from metalflow.cli.connection import connect_to
 from metalflow.cli.inventory_check import (
+    DPUsNotInDPF,
     InventoryRefusal,
     InventoryUnavailable,
     check_request,
@@ -392,9 +393,12 @@ async def _connected(
             names.host_workflow_id(args.host)
     except ValueError as err:
         return _fail(str(err), EXIT_USAGE)
+    not_in_dpf: DPUsNotInDPF | None = None
     if getattr(args, "check_inventory", False):  # before anything is sent: no entity for a stranger
         try:
             await check_request(args)
+        except DPUsNotInDPF as err:  # decided once connected: a provision in flight is not refused so
+            not_in_dpf = err
         except InventoryRefusal as err:
             return _fail(str(err), EXIT_FAILED)
         except InventoryUnavailable as err:
@@ -411,11 +415,15 @@ async def _connected(
     except TemporalConfigError as err:  # the tracing settings
         return _fail(str(err), EXIT_USAGE)
     except Exception as err:
+        if not_in_dpf is not None:  # the refusal needs no Temporal
+            return _fail(str(not_in_dpf), EXIT_FAILED)
         return _fail(
             f"cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
             "or give --address (or set TEMPORAL_ADDRESS or TEMPORAL_CONFIG_FILE) for your cluster",
             EXIT_USAGE,
         )
+    if not_in_dpf is not None and not await _operation_in_flight(client, args.host):
+        return _fail(str(not_in_dpf), EXIT_FAILED)
     try:
         return await action(client, args)
     except HostRequestError as err:
@@ -427,6 +435,16 @@ async def _connected(
         return _fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:  # one line, never a traceback: the command's user cannot act on one
         return _fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)
+
+
+async def _operation_in_flight(client: Client, host_id: str) -> bool:
+    """Whether the host's entity runs an operation (a provision that has not created DPF's DPUs
+    yet): the request then goes to the entity, which refuses it naming that operation. One query,
+    only on the way to a refusal; an entity that cannot answer leaves the refusal as it was."""
+    try:
+        return (await host_status(client, host_id)).current is not None
+    except Exception:  # noqa: BLE001 - no entity, no worker: the inventory's refusal stands
+        return False
 
 
 def _fail(message: str, status: int) -> int:

@@ -8,7 +8,9 @@ entry that is not one of the host's DPUs, is refused (exit 1) and no entity work
 DPU objects of the chosen DPUs, in either mode (the site file names the hosts; DPF's objects live
 in the cluster `KUBECONFIG` points at): reprovisioning deletes them for DPF to recreate, so a
 missing one is named at once instead of the operation waiting for it in `waiting-for-hold`, and
-a cluster that cannot be read is an error (exit 2) rather than a check skipped.
+a cluster that cannot be read is an error (exit 2) rather than a check skipped. A provision in
+flight has not created them yet: `metalflow host` then lets the entity say that a provision is in
+flight, rather than "provision it first" (`DPUsNotInDPF`).
 
 Cost: one read of the site file, or two to 2 + DPUs Kubernetes GETs, per command (a reprovision in
 site mode: the site file and one GET per chosen DPU); nothing per host at rest.
@@ -31,6 +33,10 @@ from drivers.site_file import Site, SiteFileError, load_site
 
 class InventoryRefusal(Exception):
     """The request names something the inventory does not have (exit 1)."""
+
+
+class DPUsNotInDPF(InventoryRefusal):
+    """A reprovision names DPUs DPF has no objects of (yet: a provision in flight creates them)."""
 
 
 class InventoryUnavailable(Exception):
@@ -110,7 +116,7 @@ async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, 
         if await kube.get(host.host_id, DPU, host.namespace, host.dpu_name(dpu_id), missing_ok=True) is None
     ]
     if missing or not wanted:
-        raise InventoryRefusal(
+        raise DPUsNotInDPF(
             f"cannot reprovision {host.host_id}: DPF has no DPU "
             f"{', '.join(missing) or 'of this host'} in namespace {host.namespace} "
             f"(provision it first: metalflow host provision {host.host_id})"
