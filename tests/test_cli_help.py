@@ -4,13 +4,14 @@ what `metalflow --help` offers."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import subprocess
 from pathlib import Path
 
 from test_cli_dev import METALFLOW
 
-from metalflow.cli import build_parser
+from metalflow.cli import COMMAND_MODULE, SUBCOMMAND_MODULES, build_parser
 from metalflow.cli.commands import command_list, leaf_commands, subcommands
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -57,3 +58,24 @@ def test_host_status_takes_no_requester() -> None:
         [METALFLOW, "host", "status", "host-001", "--by", "x"], capture_output=True, text=True, timeout=60
     )
     assert status.returncode == 2 and "unrecognized arguments: --by" in status.stderr
+
+
+def test_each_command_word_names_the_module_that_registers_it() -> None:
+    """`main` imports only the named command's module (metalflow/cli/__init__.py): the map must name,
+    for every top-level word `metalflow --help` offers, the module that registers it, and a command
+    parsed with only that module must parse as with all of them."""
+    registered = {}
+    for name in SUBCOMMAND_MODULES:
+        parser = argparse.ArgumentParser()
+        importlib.import_module(f"metalflow.cli.{name}").register(parser.add_subparsers())
+        registered |= {path[0]: name for path, _, _ in subcommands(parser)}
+    assert COMMAND_MODULE == registered
+    for argv in (
+        ["host", "status", "h1", "--json"],
+        ["approve", "h1"],
+        ["campaign", "list"],
+        ["dev", "--no-demo"],
+    ):
+        alone, everything = (vars(p.parse_args(argv)) for p in (build_parser(argv[0]), build_parser()))
+        handlers = alone.pop("handler"), everything.pop("handler")  # each parser makes its own
+        assert alone == everything and handlers[0].__qualname__ == handlers[1].__qualname__, argv
