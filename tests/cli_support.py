@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -123,3 +124,99 @@ async def run_in_few_processes(
 
     chunks = await asyncio.gather(*(run(start) for start in range(0, len(rows), per_process)))
     return [outcome for chunk in chunks for outcome in chunk]
+
+
+# A command server: reads one JSON line [argv, environment] per command from stdin, runs
+# `metalflow.cli.main(argv)` with exactly that environment (os.environ replaced for the command),
+# stdin empty and stdout/stderr captured, and writes one JSON line [exit status, stdout, stderr]
+# to the file descriptor named by its argument. `os._exit(status)`, with which the Temporal
+# commands end, ends the command instead of the process. End of stdin (the test process gone)
+# ends it.
+_SERVE = r"""
+import contextlib, io, json, os, sys, traceback
+from metalflow.cli import main
+def end_command(status):
+    raise SystemExit(status)
+os._exit = end_command
+answers = os.fdopen(int(sys.argv[1]), "w")
+requests = sys.stdin
+for line in requests:
+    argv, environment = json.loads(line)
+    os.environ.clear()
+    os.environ.update(environment)
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdin = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+        except Exception:
+            traceback.print_exc()
+            code = 1
+    sys.stdin = requests
+    answers.write(json.dumps([code, out.getvalue(), err.getvalue()]) + "\n")
+    answers.flush()
+"""
+
+
+class _CommandServer:
+    """One interpreter of `_SERVE`, running one command at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process, answers: asyncio.StreamReader) -> None:
+        self.process = process
+        self.answers = answers
+
+    @classmethod
+    async def start(cls) -> _CommandServer:
+        read_end, write_end = os.pipe()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", _SERVE, str(write_end), stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.DEVNULL, pass_fds=(write_end,),
+            )  # fmt: skip
+        finally:
+            os.close(write_end)
+        answers = asyncio.StreamReader(limit=2**26)
+        await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(answers), os.fdopen(read_end, "rb")
+        )
+        return cls(process, answers)
+
+    async def run(self, argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+        assert self.process.stdin is not None
+        self.process.stdin.write((json.dumps([argv, env]) + "\n").encode())
+        await self.process.stdin.drain()
+        line = await self.answers.readline()
+        if not line:
+            raise RuntimeError(f"the command server ended (exit {await self.process.wait()}) running {argv}")
+        code, out, err = json.loads(line)
+        return int(code), str(out), str(err)
+
+    def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+
+
+_IDLE: dict[asyncio.AbstractEventLoop, list[_CommandServer]] = {}  # a server's pipes are its loop's
+
+
+async def run_in_command_server(
+    argv: list[str], env: dict[str, str], timeout: float = TIMEOUT_SECONDS
+) -> tuple[int, str, str]:
+    """`metalflow ARGV` with environment `env` (the whole environment, as a subprocess's), in a
+    command server of this test process: (exit status, stdout, stderr), as from a subprocess.
+
+    Why: an interpreter spends ~1.5 s of CPU importing metalflow before a command does anything;
+    a command server imports it once and runs command after command (one at a time; concurrent
+    commands get servers of their own). For tests of what commands do; tests of the process itself
+    (signals, `os._exit`, the console script) keep real subprocesses."""
+    idle = _IDLE.setdefault(asyncio.get_running_loop(), [])
+    server = idle.pop() if idle else await _CommandServer.start()
+    try:
+        outcome = await asyncio.wait_for(server.run(argv, env), timeout)
+    except BaseException:
+        server.stop()  # mid-command: never reused
+        raise
+    idle.append(server)
+    return outcome

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from cli_support import run_metalflow
 from sim_support import RunningSim, running_sim
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,13 +23,8 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 
 
 def metalflow(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "metalflow", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # In this process (tests/cli_support.py): the commands' output and effects, not the process.
+    return run_metalflow(*args)
 
 
 def password(sim: RunningSim, host_id: str) -> str:

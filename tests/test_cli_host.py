@@ -1,5 +1,7 @@
-"""`metalflow host ...`, `host-rebooted`, `approve` as a user runs them: subprocesses against a
-real Temporal, a worker with every real workflow and activity, and the simulated site."""
+"""`metalflow host ...`, `host-rebooted`, `approve` as a user runs them, against a real Temporal, a
+worker with every real workflow and activity, and the simulated site. Each command runs in a
+command server (tests/cli_support.py): a process of its own with its own environment, as a
+subprocess, without an interpreter's imports per command."""
 
 from __future__ import annotations
 
@@ -7,14 +9,13 @@ import asyncio
 import json
 import os
 import re
-import shutil
-import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import run_in_command_server
 from sim_support import RunningSim, running_sim
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -28,7 +29,6 @@ from metalflow.hosts import host_status, operation_status
 from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker
 
-METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 SITE_FILE: dict[str, Path] = {}  # the running module's simulated site, for `metalflow()`
 
 
@@ -70,12 +70,9 @@ async def metalflow(
     env["METALFLOW_INVENTORY"] = "site"
     env["TEMPORAL_ADDRESS"] = address or local_env.client.service_client.config.target_host
     env["TEMPORAL_CONFIG_FILE"] = os.devnull
-    process = await asyncio.create_subprocess_exec(
-        METALFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode is not None
-    return Result(process.returncode, stdout.decode(), stderr.decode())
+    # In a command server (tests/cli_support.py): what the command does, without an interpreter's
+    # imports per command.
+    return Result(*await run_in_command_server(list(args), env))
 
 
 @pytest.mark.slow

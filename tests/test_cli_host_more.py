@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import METALFLOW, SITE_FILE, metalflow
+from test_cli_host import SITE_FILE, metalflow
 from test_firmware_support import eventually
 
 from contracts import names
@@ -296,7 +296,6 @@ async def test_no_monitor_and_temporal_unreachable(local_env: WorkflowEnvironmen
 
 
 def test_remove_help_says_the_default_is_the_whole_node() -> None:
-    shown = subprocess.run(
-        [METALFLOW, "host", "remove", "--help"], capture_output=True, text=True, check=True
-    )
+    shown = run_metalflow("host", "remove", "--help")
+    assert shown.returncode == 0, shown.stderr
     assert "(default: the whole DPU node)" in " ".join(shown.stdout.split())
