@@ -25,6 +25,7 @@ import pytest
 import yaml
 from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, wait_for_query
 from sim_support import RunningSim, running_sim
+from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
@@ -314,6 +315,14 @@ async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_give
                 lambda: lease_status(held.lease),
                 lambda s: s is not None and len(s.waiting) == 1,
                 "the reset queued for the lease",
+                60,
+            )
+            # ... and the reset itself waiting for the grant (the lease queues it before the reset has
+            # its answer: an abort then ends it before `hold`, a path of its own, with other words).
+            await wait_for_query(
+                lambda: handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata),
+                lambda shown: "waiting for a slot of the BMC's lease" in shown.current_details,
+                "the reset waiting for its grant",
                 60,
             )
             answer = await handle.execute_update(
