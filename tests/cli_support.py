@@ -130,11 +130,17 @@ async def run_in_few_processes(
 # `metalflow.cli.main(argv)` with exactly that environment (os.environ replaced for the command),
 # stdin empty and stdout/stderr captured, and writes one JSON line [exit status, stdout, stderr]
 # to the file descriptor named by its argument. `os._exit(status)`, with which the Temporal
-# commands end, ends the command instead of the process. End of stdin (the test process gone)
-# ends it.
+# commands end, ends the command instead of the process. End of stdin ends it; so does the test
+# process's death, mid-command too (its parent checked every second), as README promises.
 _SERVE = r"""
-import contextlib, io, json, os, sys, traceback
+import contextlib, io, json, os, sys, threading, time, traceback
 from metalflow.cli import main
+real_exit, parent = os._exit, os.getppid()
+def orphaned():
+    while os.getppid() == parent:
+        time.sleep(1)
+    real_exit(1)
+threading.Thread(target=orphaned, daemon=True).start()
 def end_command(status):
     raise SystemExit(status)
 os._exit = end_command
