@@ -11,9 +11,9 @@ PYTEST_ARGS ?=
 # pytest runs modules in parallel (pytest-xdist): most tests wait on servers, not on CPU. Whole
 # modules go to one worker (--dist loadfile), so a module's fixtures and order hold; each worker
 # has its own Temporal servers (tests/conftest.py). PYTEST_WORKERS=0 runs in this process.
-# Measured on the 2-core machine alone (as CI runs), 2026-11-27: 4 workers 13 min 48 s for 773
-# tests at 150% CPU (1,250 CPU-s: the suite is CPU-bound; the 2026-11-27 issue notes say where it goes). More workers
-# under load made tests that wait on their servers time out, so 4 stays the default.
+# Measured on the 2-core machine alone (as CI runs), 2026-11-27: 4 workers 11 min 43 s for 774
+# tests at 140% CPU (1,003 CPU-s); 6 workers took longer (12 min 8 s, 1,145 CPU-s: more servers
+# and more contention) and one test that waits on its server failed, so 4 stays the default.
 PYTEST_WORKERS ?= 4
 # Modules are handed out longest first (tests/module_order.py, from tests/module_seconds.json);
 # --no-loadscope-reorder keeps that order instead of xdist's most-tests-first, which left the
