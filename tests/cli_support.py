@@ -11,8 +11,9 @@ synchronous tests (an async test's concurrent prints would land in the captured 
 command at a time. Environment variables are the test process's own (as a subprocess would inherit
 them); a command that needs other variables belongs in a subprocess.
 
-`run_in_few_processes` is for many commands each with variables of its own (a Temporal address,
-a site file): a few interpreters run several commands each, side by side.
+`run_in_command_server` runs a command in a process of its own that imported metalflow once, with
+the environment the test gives it; `run_in_few_processes` runs many such commands, each with
+variables of its own (a Temporal address, a site file), a few servers side by side.
 """
 
 from __future__ import annotations
@@ -59,70 +60,21 @@ def run_metalflow(*args: str | Path) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(["metalflow", *argv], status[0], stdout.getvalue(), stderr.getvalue())
 
 
-# Runs each [argv, {variable: value}] of a JSON list (stdin) through `metalflow.cli.main`, one
-# after the other, with the row's variables set for it only; writes [exit status, stdout, stderr]
-# per row as JSON to the file named by its argument (the SDK's native runtime may log to the
-# process's stdout). A command's exception is written to its stderr as the traceback a console
-# script would print. The Temporal commands end their process with `os._exit(status)` once they
-# have flushed; here that status ends the command instead, and the script itself ends with the
-# real `os._exit` (skipping the SDK's teardown, as the commands do).
-_EACH = r"""
-import contextlib, io, json, os, sys, traceback
-from metalflow.cli import main
-real_exit = os._exit
-def end_command(status):
-    raise SystemExit(status)
-os._exit = end_command
-results = []
-for argv, variables in json.load(sys.stdin):
-    saved = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-        except Exception:
-            traceback.print_exc()
-            code = 1
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    results.append([code, out.getvalue(), err.getvalue()])
-with open(sys.argv[1], "w") as written:
-    json.dump(results, written)
-sys.__stdout__.flush()
-real_exit(0)
-"""
-
-
 async def run_in_few_processes(
-    rows: list[tuple[list[str], dict[str, str]]], env: dict[str, str], workdir: Path, per_process: int = 4
+    rows: list[tuple[list[str], dict[str, str]]], env: dict[str, str], per_process: int = 4
 ) -> list[tuple[int, str, str]]:
-    """`metalflow ARGV` for each (argv, variables) row, `per_process` commands to an interpreter,
-    the interpreters side by side; (exit status, stdout, stderr) per row, in order.
+    """`metalflow ARGV` for each (argv, variables) row, `per_process` commands after one another
+    in a command server (below), the servers side by side; (exit status, stdout, stderr) per row,
+    in order. `env` is every command's environment; a row's variables apply to its command only.
 
-    For tests of many commands' answers (refusals, errors) whose seconds are waits, not CPU: an
-    interpreter costs ~1.3 s of CPU importing before its command's first call. `env` is every
-    process's environment; a row's variables apply to its command only."""
+    For tests of many commands' answers (refusals, errors) whose seconds are waits, not CPU."""
 
-    async def run(start: int) -> list[tuple[int, str, str]]:
-        results = workdir / f"cli-results-{start}.json"
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _EACH, str(results), env=env, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        chunk = [[list(argv), variables] for argv, variables in rows[start : start + per_process]]
-        _, failure = await asyncio.wait_for(process.communicate(json.dumps(chunk).encode()), timeout=300)
-        assert process.returncode == 0 and results.exists(), (
-            f"exit {process.returncode}: {failure.decode()[-2000:]}"
-        )
-        return [(code, out, err) for code, out, err in json.loads(results.read_text())]
+    async def run(chunk: list[tuple[list[str], dict[str, str]]]) -> list[tuple[int, str, str]]:
+        return [await run_in_command_server(list(argv), env | variables) for argv, variables in chunk]
 
-    chunks = await asyncio.gather(*(run(start) for start in range(0, len(rows), per_process)))
+    chunks = await asyncio.gather(
+        *(run(rows[at : at + per_process]) for at in range(0, len(rows), per_process))
+    )
     return [outcome for chunk in chunks for outcome in chunk]
 
 

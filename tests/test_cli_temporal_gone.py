@@ -161,7 +161,7 @@ async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit
         with grove_site(tmp_path / "grove", INFERENCE, timings="zero") as sim:
             env["KUBECONFIG"] = str(sim.kubeconfig)
             outcomes = await run_in_few_processes(
-                [(argv, {"TEMPORAL_ADDRESS": address}) for argv, address in rows], env, tmp_path
+                [(argv, {"TEMPORAL_ADDRESS": address}) for argv, address in rows], env
             )
     finally:
         for proxy in proxies:

@@ -291,7 +291,6 @@ async def test_the_cli_refuses_a_bad_site_file_and_touches_nothing(
             for (_, args), path in zip(ENTRY_ROWS, paths, strict=True)
         ],
         _env(client, tmp_path),
-        tmp_path,
         per_process=3,
     )
     problems = []
@@ -334,7 +333,7 @@ async def test_unknown_things_are_refused_before_any_workflow_starts(
           "--dpus", "host-002-dpu-9"], "host-002-dpu-9 is not a DPU of host-002"),
     ]  # fmt: skip
     results = await run_in_few_processes(
-        [([*args, "--task-queue", "nobody-polls-this"], {}) for args, _ in rows], env, tmp_path
+        [([*args, "--task-queue", "nobody-polls-this"], {}) for args, _ in rows], env
     )
     problems = []
     for (args, words), (code, out, err) in zip(rows, results, strict=True):
