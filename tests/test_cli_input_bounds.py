@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from cli_support import run_in_few_processes
 from host_operation_support import eventually
 from sim_support import start_dev_server
 from temporalio.client import Client
@@ -102,34 +103,6 @@ ROWS: list[tuple[list[str], int, str]] = [
 ]
 
 
-# Runs each argv of a JSON list through `metalflow.cli.main` in this one process, as the console
-# script would (argparse exits with SystemExit), and prints [exit status, stdout, stderr] per row.
-_MANY = r"""
-import contextlib, io, json, sys
-from metalflow.cli import main
-results = []
-for argv in json.load(sys.stdin):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(argv)
-        except SystemExit as exit:
-            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-    results.append([code, out.getvalue(), err.getvalue()])
-json.dump(results, sys.__stdout__)
-"""
-
-
-async def _run_many(rows: list[list[str]], env: dict[str, str]) -> list[tuple[int, str, str]]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _MANY, env=env, stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(process.communicate(json.dumps(rows).encode()), timeout=300)
-    assert process.returncode == 0, err.decode()[-2000:]
-    return [(code, o, e) for code, o, e in json.loads(out)]
-
-
 async def _run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(
         METALFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
@@ -182,7 +155,10 @@ async def test_bad_input_is_a_one_line_usage_error_and_changes_nothing(
             return [*args, "--state-dir", str(state)]
         return args
 
-    results = await _run_many([argv(args) for args, _, _ in ROWS], env)
+    # One command server runs the table (tests/cli_support.py): `main` as the console script runs it.
+    results = await run_in_few_processes(
+        [(argv(args), {}) for args, _, _ in ROWS], env, per_process=len(ROWS)
+    )
     # A sample through the installed console script: the same answers as `main` gives.
     sample = [0, len(ROWS) // 2, len(ROWS) - 1]
     for index in sample:
