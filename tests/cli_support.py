@@ -1,19 +1,18 @@
-"""`metalflow ...` run in the test's own process, for tests about what a command does rather than
-about the process that runs it (exit status, stdout and stderr are the same as a subprocess's).
+"""`metalflow ...` without an interpreter per command, for tests about what a command does rather
+than about the process that runs it (exit status, stdout and stderr are the same as a subprocess's).
 
 Why: a `python -m metalflow` subprocess spends about 1.5 s of CPU importing before it does anything;
 on the 2-core machine that runs four pytest workers, that CPU is most of such a test's cost. Tests
 about the process itself (signals, a killed parent, `python -m`) keep a real subprocess.
 
-The command runs in a thread of its own: its `asyncio.run` gets a fresh event loop there and leaves
-the test session's loop alone. Its stdout and stderr are redirected while it runs, so use it from
-synchronous tests (an async test's concurrent prints would land in the captured output), one
-command at a time. Environment variables are the test process's own (as a subprocess would inherit
-them); a command that needs other variables belongs in a subprocess.
-
-`run_in_command_server` runs a command in a process of its own that imported metalflow once, with
-the environment the test gives it; `run_in_few_processes` runs many such commands, each with
-variables of its own (a Temporal address, a site file), a few servers side by side.
+- `run_metalflow`: in the test's own process, in a thread of its own (its `asyncio.run` gets a
+  fresh event loop there and leaves the test session's loop alone). Its stdout and stderr are
+  redirected while it runs, so use it from synchronous tests (an async test's concurrent prints
+  would land in the captured output), one command at a time, with the test process's environment.
+- `run_in_command_server`: in a process of its own that imported metalflow once, with exactly the
+  environment the test gives it; for async tests and commands with variables of their own.
+- `run_in_few_processes`: many such commands, each with variables of its own (a Temporal address,
+  a site file), a few servers side by side.
 """
 
 from __future__ import annotations
