@@ -109,7 +109,7 @@ worker's heartbeat throttle, `activities.heartbeat.HEARTBEAT_THROTTLE`, makes qu
 
 POWER_DOWN_HAND_BACK_SECONDS: Final = 3.0
 """A power-down wait longer than this is not spent inside `power_cycle_host`: the activity
-returns at Off and the reboot waits on a durable timer (`workflows/host_reboot.py`). Inside, the
+returns at Off and the reboot waits on a durable timer (`workflows/host_reboot/workflow.py`). Inside, the
 activity heartbeats about 1.5 times a second (a billable Action and a server write each: 90-280
 for the default 120 s); the timer costs one Action, and the second activity one more."""
 
@@ -326,6 +326,39 @@ class Runbook:
         self.enter(phase, f"{why}. {left_behind}")
         await workflow.wait_condition(workflow.all_handlers_finished)
 
+    async def finish(self, phase: str, details: str) -> None:
+        """The final phase of a run that ends as planned, then wait until every handler has
+        answered (an update accepted in the last task is never lost)."""
+        self.enter(phase, details)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+
+    async def to_the_end(
+        self,
+        runbook: Callable[[], Awaitable[ResultT]],
+        clean_up: Callable[[BaseException], Awaitable[str]],
+    ) -> ResultT:
+        """Run `runbook`; every early end (a failure, an abort, a cancel of the workflow) runs
+        `clean_up(err)`, which puts back what it can and says what the run leaves behind; then the
+        final phase (`end_early`) and the error raised (`ending_error` may add to it).
+
+        The one ending skeleton of every workflow, so each way a run ends leaves the world and
+        its Phase true. `clean_up` runs no abortable call: the run is ending already.
+        """
+        try:
+            return await runbook()
+        except (FailureError, asyncio.CancelledError) as err:
+            left_behind = await clean_up(err)
+            await self.end_early(err, left_behind)
+            replacement = self.ending_error(err)
+            if replacement is None:
+                raise
+            raise replacement from err
+
+    def ending_error(self, err: BaseException) -> BaseException | None:
+        """The error a run that ended early raises instead of `err` (None: `err` itself); a
+        workflow overrides it to add what its parent needs (e.g. the boot generation reached)."""
+        return None
+
     @property
     def aborting(self) -> bool:
         return self.abort_request is not None
@@ -338,6 +371,35 @@ class Runbook:
         assert abort is not None, "aborted() before an abort"
         why = f"aborted by {abort.requested_by}: {abort.reason or 'no reason given'}"
         return OperationAborted(f"{why}; {outcome}" if outcome else why, *details)
+
+    # -- abort -----------------------------------------------------------------------------------
+    def validate_abort(self, *, again: bool = False) -> None:
+        """Validator of `abort`: refused once ended, while aborting (unless `again`: the
+        workflow's own escalation of an abort), or for the workflow's own reason (`abort_refusal`)."""
+        if self.phase in self.ENDED:
+            raise ValueError(f"`abort`: {workflow.info().workflow_id} has already {self.phase}")
+        if self.abort_request is not None and not again:
+            raise ValueError(f"already aborting (asked by {self.abort_request.requested_by})")
+        refusal = self.abort_refusal()
+        if refusal is not None:
+            raise ValueError(refusal)
+
+    def accept_abort(self, request: OperatorRequest) -> OperatorAnswer:
+        """Record an accepted abort; the runbook acts on it at its next `wait` or `call`."""
+        self.abort_request = request
+        self.on_abort()
+        return OperatorAnswer(accepted=True, message=self.abort_promise())
+
+    def abort_refusal(self) -> str | None:
+        """Why an abort is refused now (None: accepted); a workflow overrides it."""
+        return None
+
+    def abort_promise(self) -> str:
+        """What an accepted abort will do, in the answer; a workflow overrides it."""
+        return f"aborting at the next safe point ({self.phase})"
+
+    def on_abort(self) -> None:
+        """Called when an abort is accepted (e.g. to cut a wait short); default: nothing."""
 
     # -- pause and resume ------------------------------------------------------------------------
     def validate_pause(self) -> None:
@@ -445,37 +507,20 @@ class Runbook:
 
 
 class Abortable(Runbook):
-    """A runbook an operator may stop: the `abort` update, declared once for every workflow.
+    """A runbook an operator may stop: the `abort` update, declared once for every workflow
+    whose abort takes an `OperatorRequest`.
 
     A workflow says when it refuses an abort (`abort_refusal`) and what an accepted one will do
     (`abort_promise`); it acts on it at its next `wait` or `call` (or where it checks `aborting`).
+    A workflow whose abort takes a richer request (a campaign's `AbortRequest`) derives from
+    `Runbook` and declares its own `abort` update over `validate_abort` and `accept_abort`.
     """
 
-    # -- abort -----------------------------------------------------------------------------------
     @workflow.update(name=ABORT_UPDATE)
     def abort(self, request: OperatorRequest) -> OperatorAnswer:
         """Stop at the next safe point; what stopping leaves is the workflow's (`abort_promise`)."""
-        self.abort_request = request
-        self.on_abort()
-        return OperatorAnswer(accepted=True, message=self.abort_promise())
+        return self.accept_abort(request)
 
     @abort.validator
     def _validate_abort(self, request: OperatorRequest) -> None:
-        if self.phase in self.ENDED:
-            raise ValueError(f"`abort`: {workflow.info().workflow_id} has already {self.phase}")
-        if self.abort_request is not None:
-            raise ValueError(f"already aborting (asked by {self.abort_request.requested_by})")
-        refusal = self.abort_refusal()
-        if refusal is not None:
-            raise ValueError(refusal)
-
-    def abort_refusal(self) -> str | None:
-        """Why an abort is refused now (None: accepted); a workflow overrides it."""
-        return None
-
-    def abort_promise(self) -> str:
-        """What an accepted abort will do, in the answer; a workflow overrides it."""
-        return f"aborting at the next safe point ({self.phase})"
-
-    def on_abort(self) -> None:
-        """Called when an abort is accepted (e.g. to cut a wait short); default: nothing."""
+        self.validate_abort()
