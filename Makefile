@@ -19,7 +19,7 @@ PYTEST_WORKERS ?= 4
 # --no-loadscope-reorder keeps that order instead of xdist's most-tests-first, which left the
 # longest one- and two-test modules to the end of the run.
 
-.PHONY: demo test lint typecheck pytest install clean bench chaos prometheus-tools
+.PHONY: demo test check lint typecheck pytest fast install clean bench chaos prometheus-tools
 
 demo: $(STAMP)
 	$(BIN)/metalflow dev $(DEMO_ARGS)
@@ -28,6 +28,14 @@ demo: $(STAMP)
 # of one make, so a failure of any of them still fails `make test` (after the others finish).
 test: $(STAMP)
 	@$(MAKE) --no-print-directory -j3 lint typecheck pytest
+
+# The inner loop (under a minute): lint, the import contracts, mypy and the fast tier (tests/fast:
+# state objects and pure decisions, no server, no process), three jobs at once.
+check: $(STAMP)
+	@$(MAKE) --no-print-directory -j3 lint typecheck fast
+
+fast: $(STAMP)
+	$(BIN)/pytest -p no:xdist -q tests/fast $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
