@@ -63,8 +63,10 @@ def build_activities(
     redfish = build_redfish_client(settings)  # one client: one request cap per BMC
     found += build_redfish_activities(settings, redfish, hosts)  # one site file parse per worker
     versions = VersionActivities(hosts, kube, redfish)
-    found.append(versions.read_host_versions_brief)  # the host entity's memo (workflows/host.py)
-    lease = BMCLeaseActivities(settings, hosts)  # the fleet-wide per-BMC limit (workflows/bmc_lease.py)
+    found.append(versions.read_host_versions_brief)  # the host entity's memo (workflows/host/workflow.py)
+    lease = BMCLeaseActivities(
+        settings, hosts
+    )  # the fleet-wide per-BMC limit (workflows/bmc_lease/workflow.py)
     found += [lease.request_bmc_lease, lease.lease_host_bmc, lease.find_closed_workflow_runs]
     grove = GroveActivities(kube)
     found += [

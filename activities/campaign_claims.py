@@ -1,5 +1,5 @@
 """One campaign per host: the claims of a campaign in the registry `campaign-claims`
-(workflows/campaign_claims.py), mixed into `CampaignActivities` (activities/campaign.py).
+(workflows/campaign_claims/workflow.py), mixed into `CampaignActivities` (activities/campaign.py).
 
 `claim_campaign_hosts` claims the campaign's hosts (an update-with-start: the registry is created
 on first use). For the hosts another campaign holds, it reads each holder's execution: a holder

@@ -1,10 +1,10 @@
 """The site watch: ONE list+watch of a DPF namespace's DPUs, DPUNodes and DPUNodeMaintenances that
 signals each change of a host to the workflows registered for that host.
 
-Registration. A workflow that waits on a host's DPF objects (`workflows.dpf_watch.DPFWatch`)
+Registration. A workflow that waits on a host's DPF objects (`workflows.parts.dpf_watch.DPFWatch`)
 runs `join_site_dpf_watch`, which first registers the workflow's run for the host with the site
 watch workflow (signal `dpf_waiter`; a signal-with-start when no watch runs), then reads the
-host's state. The registry is that workflow's state (`workflows.site_watch`); the watch activity
+host's state. The registry is that workflow's state (`workflows.site_watch.workflow`); the watch activity
 learns it through a long-poll update on its own workflow (`next_waiters`), in a background task
 beside its streams: the whole registry when an attempt starts (before its first flush), then each
 new entry as it is added. Any workflow id can register: the routing knows no id forms.
@@ -58,7 +58,7 @@ Cost per site: 3 watch streams and 3 lists at start (each relist: 3 lists), one 
 flight. Per change of a host: 1 signal RPC per workflow registered for it (typically 1-2: the
 operation and the monitor), 1 history event in each, no events in the site watch workflow. Per
 registration: the join's 1 signal RPC (plus 3 lists and a start when no watch runs), 1 signal
-RPC for its welcome, and the site watch workflow's events (`workflows.site_watch`); per closed
+RPC for its welcome, and the site watch workflow's events (`workflows.site_watch.workflow`); per closed
 workflow 1 NotFound answer and 1 removal signal, at its host's next change. Per relist after 410
 or a restart: one signal per waiter of every host whose state differs. Worker memory: the cache
 keeps each object once, slimmed to the fields a state is built from (`slim`): 103 MB measured

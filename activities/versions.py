@@ -2,8 +2,8 @@
 firmware), from DPF and the BMCs (drivers/versions.py):
 
 - `read_host_versions`: everything `metalflow host versions` shows, each DPU's identity too.
-- `read_host_versions_brief`: what the host entity shows in its memo (`workflows/host.py`,
-  `workflows/host_versions.py`) after each operation ends: the same without identity, with the
+- `read_host_versions_brief`: what the host entity shows in its memo (`workflows/host/workflow.py`,
+  `workflows/host/versions.py`) after each operation ends: the same without identity, with the
   site's targets (site file `versions.targets`; none for the cluster inventory).
 
 Cost per call, per host: one DPU list of the host's DPUNode (Kubernetes, label selector); per DPU

@@ -30,7 +30,7 @@ from metalflow.client import connect  # noqa: E402
 from metalflow.runtime import code_cache  # noqa: E402
 from metalflow.runtime import worker as product  # noqa: E402
 from metalflow.runtime.lifeline import LIFELINE_ARG, watch_lifeline  # noqa: E402
-from workflows.site_watch import SiteDPFWatchWorkflow  # noqa: E402
+from workflows.site_watch.workflow import SiteDPFWatchWorkflow  # noqa: E402
 
 
 async def serve(task_queue: str, lifeline_fd: int | None) -> None:

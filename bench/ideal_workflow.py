@@ -2,7 +2,7 @@
 
 Used only by the benchmarks (`bench_fleet.py`), never by the product. It calls the very
 activities a metalflow reprovision calls, with the same options, in the same order, and waits on
-DPF the same way (the site's one watch and its signals, `workflows.dpf_watch.DPFWatch`), so
+DPF the same way (the site's one watch and its signals, `workflows.parts.dpf_watch.DPFWatch`), so
 the site sees the same Kubernetes and Redfish requests:
 
     resolve_host_inventory -> join_site_dpf_watch -> reprovision_dpu (each DPU, pinned by uid)
@@ -31,9 +31,9 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL, DPURef, HostDPFState, HostRef, ReprovisionInput
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.models.redfish import PowerCycleInput
-    from workflows import dpf_barrier as barrier
     from workflows import kernel
-    from workflows.dpf_watch import DPFWatch
+    from workflows.parts import dpf_barrier as barrier
+    from workflows.parts.dpf_watch import DPFWatch
 
 IDEAL_TASK_QUEUE = "metalflow-ideal"
 IDEAL_WORKFLOW = "IdealReprovisionWorkflow"

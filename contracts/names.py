@@ -34,7 +34,7 @@ BFB_VERSION: Final = SearchAttributeKey.for_keyword_list("BfbVersion")
 """Every BFB a host's DPUs run, as its entity last read them after an operation (`unknown` for a
 DPU whose BFB could not be read): `BfbVersion = "bf-bundle-2.9.1"` lists the hosts with a DPU on
 it. A list, not one keyword, because the DPUs of one host can run different BFBs. The rest of
-the versions are in the entity's memo (`workflows/host_versions.py`), not searchable."""
+the versions are in the entity's memo (`workflows/host/versions.py`), not searchable."""
 
 SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     HOST_ID,
@@ -101,7 +101,7 @@ CAMPAIGN_OPERATION: Final = "campaign"
 """The `Operation` search attribute of a fleet campaign (its `Campaign` attribute is its name)."""
 CAMPAIGN_CLAIMS: Final = "campaign-claims"
 """The `Operation` search attribute, and the workflow id, of the registry of which running
-campaign holds which host (`workflows/campaign_claims.py`)."""
+campaign holds which host (`workflows/campaign_claims/workflow.py`)."""
 
 
 def host_workflow_id(host_id: str) -> str:

@@ -129,7 +129,7 @@ def _declared_only(name: str) -> NoReturn:
 
 @workflow.defn(name="HostWorkflow")
 class HostWorkflow:
-    """`host/<id>`: the one owner of a host (`workflows/host.py`)."""
+    """`host/<id>`: the one owner of a host (`workflows/host/workflow.py`)."""
 
     @workflow.run
     async def run(self, start: HostWorkflowInput) -> None:
@@ -182,7 +182,7 @@ class HostWorkflow:
 
 @workflow.defn(name="HostOperationWorkflow")
 class HostOperationWorkflow:
-    """`provision/<id>`, `reprovision/<id>` (`workflows/host_operation.py`)."""
+    """`provision/<id>`, `reprovision/<id>` (`workflows/host_operation/workflow.py`)."""
 
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
@@ -191,7 +191,7 @@ class HostOperationWorkflow:
 
 @workflow.defn(name="HostRebootWorkflow")
 class HostRebootWorkflow:
-    """`reboot/<id>/generation-<n>` (`workflows/host_reboot.py`)."""
+    """`reboot/<id>/generation-<n>` (`workflows/host_reboot/workflow.py`)."""
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -200,7 +200,7 @@ class HostRebootWorkflow:
 
 @workflow.defn(name="FirmwareWorkflow")
 class FirmwareWorkflow:
-    """`firmware/<id>` (`workflows/firmware.py`)."""
+    """`firmware/<id>` (`workflows/firmware/workflow.py`)."""
 
     @workflow.run
     async def run(self, request: FirmwareInput) -> FirmwareResult:
@@ -209,7 +209,7 @@ class FirmwareWorkflow:
 
 @workflow.defn(name="HostRemovalWorkflow")
 class HostRemovalWorkflow:
-    """`remove/<id>` (`workflows/removal.py`)."""
+    """`remove/<id>` (`workflows/removal/workflow.py`)."""
 
     @workflow.run
     async def run(self, request: HostRemovalInput) -> HostRemovalResult:
@@ -218,7 +218,7 @@ class HostRemovalWorkflow:
 
 @workflow.defn(name="HostResetWorkflow")
 class HostResetWorkflow:
-    """`reset/<id>` (`workflows/host_reset.py`)."""
+    """`reset/<id>` (`workflows/host_reset/workflow.py`)."""
 
     @workflow.run
     async def run(self, request: HostResetInput) -> HostResetResult:
@@ -231,7 +231,7 @@ class HostResetWorkflow:
 
 @workflow.defn(name="HostMonitorWorkflow")
 class HostMonitorWorkflow:
-    """`monitor/host-<id>` (`workflows/monitor.py`)."""
+    """`monitor/host-<id>` (`workflows/monitor/workflow.py`)."""
 
     @workflow.run
     async def run(self, request: HostMonitorInput) -> HostMonitorResult:
@@ -240,7 +240,7 @@ class HostMonitorWorkflow:
 
 @workflow.defn(name="RolloutWorkflow")
 class RolloutWorkflow:
-    """`rollout/<namespace>/<pcs>` (`workflows/rollout.py`)."""
+    """`rollout/<namespace>/<pcs>` (`workflows/rollout/workflow.py`)."""
 
     @workflow.run
     async def run(self, request: RolloutInput) -> RolloutResult:
@@ -277,7 +277,7 @@ class RolloutWorkflow:
 
 @workflow.defn(name="CampaignWorkflow")
 class CampaignWorkflow:
-    """`campaign/<name>` (`workflows/campaign.py`)."""
+    """`campaign/<name>` (`workflows/campaign/workflow.py`)."""
 
     @workflow.run
     async def run(self, start: CampaignInput) -> CampaignResult:
@@ -319,7 +319,7 @@ class CampaignWorkflow:
 
 @workflow.defn(name="CampaignClaimsWorkflow")
 class CampaignClaimsWorkflow:
-    """`campaign-claims` (`workflows/campaign_claims.py`): which running campaign holds which host."""
+    """`campaign-claims` (`workflows/campaign_claims/`): which running campaign holds which host."""
 
     @workflow.run
     async def run(self, start: ClaimsInput) -> None:
@@ -344,7 +344,7 @@ class CampaignClaimsWorkflow:
 
 @workflow.defn(name="SiteDPFWatchWorkflow")
 class SiteDPFWatchWorkflow:
-    """`dpf-watch/<namespace>` (`workflows/site_watch.py`): the site's one DPF watch and the
+    """`dpf-watch/<namespace>` (`workflows/site_watch/workflow.py`): the site's one DPF watch and the
     registry of the workflows waiting on its hosts."""
 
     @workflow.run
@@ -381,7 +381,7 @@ class SiteDPFWatchWorkflow:
 
 @workflow.defn(name="BMCLeaseWorkflow")
 class BMCLeaseWorkflow:
-    """`bmc-lease/<digest>` (`workflows/bmc_lease.py`)."""
+    """`bmc-lease/<digest>` (`workflows/bmc_lease/workflow.py`)."""
 
     @workflow.run
     async def run(self, state: BMCLeaseState) -> BMCLeaseStatus:

@@ -14,7 +14,7 @@ the inventory, and Temporal's own connection settings come from `temporalio.envc
 | `METALFLOW_DPF_MAX_IN_FLIGHT_PER_HOST` | concurrent DPF API calls per host, across the worker | `4` |
 | `METALFLOW_BMC_LEASE_RECLAIM_SECONDS` | how often a contended BMC lease looks for closed holders | `30` |
 
-The BMC limit is fleet-wide for power cycles (`workflows/bmc_lease.py`): a lease workflow per
+The BMC limit is fleet-wide for power cycles (`workflows/bmc_lease/workflow.py`): a lease workflow per
 BMC endpoint gives at most that many reboot runs a slot at once, whichever worker runs them; the
 worker's own request cap stays as a second, local bound.
 """

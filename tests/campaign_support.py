@@ -30,9 +30,9 @@ with workflow.unsafe.imports_passed_through():
     from drivers.inventory import Inventory
     from drivers.kube import Kube
     from drivers.settings import Settings
-    from workflows.campaign import CampaignWorkflow
-    from workflows.campaign_claims import CampaignClaimsWorkflow
-    from workflows.host import HostWorkflow
+    from workflows.campaign.workflow import CampaignWorkflow
+    from workflows.campaign_claims.workflow import CampaignClaimsWorkflow
+    from workflows.host.workflow import HostWorkflow
 
 OPERATION_MINUTES = 10
 

@@ -1,5 +1,5 @@
 """A stand-in for a host workflow that waits on DPF: `DPFWaitRecorder` holds a `DPFWatch` (the
-real one of `workflows.dpf_watch`) under an id of the test's choosing, records every signal it
+real one of `workflows.parts.dpf_watch`) under an id of the test's choosing, records every signal it
 receives and every state it takes, and stops when told. Plus a real worker (every workflow and
 activity of the product, and the recorder) against a simulated site, and a view of the site
 watch's registry."""
@@ -26,7 +26,7 @@ from activities import build_activities
 from contracts import names, workflow_api
 from contracts.models.dpf import DPF_NAMESPACE, DPF_STATE_CHANGED_SIGNAL, DPFWaiter, HostDPFState, HostRef
 from metalflow.runtime.worker import HEARTBEAT_THROTTLE
-from workflows.dpf_watch import DPFWatch
+from workflows.parts.dpf_watch import DPFWatch
 
 
 class RecorderInput(BaseModel):

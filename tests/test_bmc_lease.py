@@ -1,4 +1,4 @@
-"""The fleet-wide per-BMC limit (workflows/bmc_lease.py), on a real dev server and the simulated
+"""The fleet-wide per-BMC limit (workflows/bmc_lease/workflow.py), on a real dev server and the simulated
 site as a separate process: three hosts behind ONE multi-system BMC, rebooted at once.
 
 - Two `worker.py` processes with `METALFLOW_BMC_MAX_IN_FLIGHT=1`; the worker running the first
@@ -45,7 +45,7 @@ from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorReque
 from contracts.models.host import HostRebootInput, HostRebootResult
 from contracts.models.inventory import BMCAccess, CredentialRef
 from drivers.settings import Settings
-from workflows.bmc_lease import BMCLeaseHolder
+from workflows.bmc_lease.workflow import BMCLeaseHolder
 
 pytestmark = pytest.mark.slow
 

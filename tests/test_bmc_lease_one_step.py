@@ -1,4 +1,4 @@
-"""The reboot's one step before its power cycle (`lease_host_bmc` in workflows/host_reboot.py),
+"""The reboot's one step before its power cycle (`lease_host_bmc` in workflows/host_reboot/workflow.py),
 on a real dev server and the simulated site as its own process:
 
 - A free BMC: the slot comes back in the step's result. The reboot's history has no inventory

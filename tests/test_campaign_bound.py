@@ -1,4 +1,4 @@
-"""The campaign's ledger (workflows/campaign_progress.py), without a server: its state stays
+"""The campaign's ledger (workflows/campaign/progress.py), without a server: its state stays
 bounded at 10,000 hosts, its failure budget counts monotonically, a percentage budget is of the
 hosts selected, and a canary passes only with a host done and none failed.
 
@@ -36,8 +36,8 @@ from drivers.campaign import Fleet
 from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.settings import Settings
-from workflows import campaign_plan as plan
-from workflows.campaign_progress import Ledger
+from workflows.campaign import plan
+from workflows.campaign.progress import Ledger
 
 NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
 PAYLOAD_LIMIT = 2 * 1024 * 1024  # Temporal's, per payload (docs/DOMAIN.md section 6)

@@ -1,4 +1,4 @@
-"""Properties of the campaign's pure decisions (workflows/campaign_plan.py) and its input checks."""
+"""Properties of the campaign's pure decisions (workflows/campaign/plan.py) and its input checks."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from contracts.models.campaign import (
     Limits,
     Window,
 )
-from workflows import campaign_plan as plan
+from workflows.campaign import plan
 
 hosts = st.lists(
     st.builds(

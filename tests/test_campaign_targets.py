@@ -57,9 +57,9 @@ with workflow.unsafe.imports_passed_through():
     from metalflow.cli import campaign_plan, host_versions
     from simulators.dpf.objects import DEFAULT_BFB, DEFAULT_FLAVOR
     from simulators.site import DPU, Host, Site, dump_site
-    from workflows.campaign import CampaignWorkflow
-    from workflows.campaign_claims import CampaignClaimsWorkflow
-    from workflows.host import HostWorkflow
+    from workflows.campaign.workflow import CampaignWorkflow
+    from workflows.campaign_claims.workflow import CampaignClaimsWorkflow
+    from workflows.host.workflow import HostWorkflow
 
 pytestmark = pytest.mark.slow
 

@@ -27,7 +27,7 @@ from test_host_entity import StandInOperation, StandInReboot
 
 from contracts import names
 from contracts.models.host import HostWorkflowInput
-from workflows.host import HostWorkflow
+from workflows.host.workflow import HostWorkflow
 
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 HOST = f"bounds-{uuid.uuid4().hex[:8]}"  # no other test, and no row, may create this entity

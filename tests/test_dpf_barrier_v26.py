@@ -1,4 +1,4 @@
-"""The host operation's decisions on DPF v26 state, as pure functions (workflows/dpf_barrier.py):
+"""The host operation's decisions on DPF v26 state, as pure functions (workflows/parts/dpf_barrier.py):
 the barrier's v26 conditions, the reset a method needs, resets DPF did not make, and the
 reading of the new fields (drivers/dpf.py)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from contracts.models.dpf import Condition, DPUNodeState, DPUState, HostDPFState, RebootStatus
 from drivers import dpf as states
-from workflows import dpf_barrier as barrier
+from workflows.parts import dpf_barrier as barrier
 
 STAMPED = RebootStatus(
     phase="Pending", method="SystemLevelReset", reason="WaitingForManualPowerCycleOrReboot"

@@ -19,7 +19,7 @@ from contracts import names
 from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL
 from contracts.models.host import FirmwareInput, FirmwareResult, FirmwareStatus, HostOperationStatus
-from workflows.firmware import worst_case_events
+from workflows.firmware.workflow import worst_case_events
 
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"

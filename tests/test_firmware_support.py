@@ -40,7 +40,7 @@ def all_workflows() -> list[type]:
     found = list(workflows.ALL)
     names = {getattr(w, "__temporal_workflow_definition").name for w in found}
     if "HostRebootWorkflow" not in names:
-        from workflows.host_reboot import HostRebootWorkflow
+        from workflows.host_reboot.workflow import HostRebootWorkflow
 
         found.append(HostRebootWorkflow)
     return found

@@ -41,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.models.inventory import HostVersions, HostVersionsBrief, ReadVersionsInput
     from metalflow.hosts import HostRequestError, host_status, send_update
-    from workflows.host import HostWorkflow
+    from workflows.host.workflow import HostWorkflow
 
 
 @workflow.defn(name="HostOperationWorkflow")

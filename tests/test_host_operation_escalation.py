@@ -30,7 +30,7 @@ from contracts.models.host import (
     HostOperationStatus,
     OperationPolicy,
 )
-from workflows.host_operation import worst_case_events
+from workflows.host_operation.workflow import worst_case_events
 
 POLICY = OperationPolicy(
     power_down_wait_seconds=60,

@@ -100,7 +100,7 @@ def test_every_phase_an_operation_enters_is_known() -> None:
 
 
 def test_the_entity_phases_are_the_entitys() -> None:
-    from workflows import host_rules
+    from workflows.host import rules as host_rules
 
     source = (ROOT / "workflows" / "host_rules.py").read_text()
     assert 'return f"running {current.record.operation}"' in source  # one per operation

@@ -1,4 +1,4 @@
-"""Reset sequences (`reset/<host>`, workflows/host_reset.py) through the host's entity, on the
+"""Reset sequences (`reset/<host>`, workflows/host_reset/workflow.py) through the host's entity, on the
 simulated site (a separate process) with a real worker; and the DPU reset's exactly-once guard
 (drivers/redfish/dpu_reset.py) against served BMCs.
 

@@ -3,7 +3,7 @@ them once (`read_host_versions_brief`) and writes them to its memo entry `versio
 page in the Temporal UI) and every BFB to the `BfbVersion` search attribute.
 
 End to end against the simulated site (a real worker, the CLI's entry point `send_update`); the
-memo's shape and bounds without a server (`workflows/host_versions.py` is pure)."""
+memo's shape and bounds without a server (`workflows/host/versions.py` is pure)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from drivers.versions import VersionReader
 from metalflow.hosts import host_status, send_update
 from metalflow.runtime.worker import build_worker
 from simulators.dpf.objects import DEFAULT_BFB
-from workflows import host_versions
+from workflows.host import versions as host_versions
 
 OFF_TARGET_FIRMWARE = "99.99.9999"
 

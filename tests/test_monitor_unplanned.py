@@ -42,7 +42,7 @@ from contracts.models.host import (
 )
 from metalflow.hosts import send_update
 from metalflow.runtime.events import describe
-from workflows.monitor import reset_at_rest
+from workflows.monitor.workflow import reset_at_rest
 
 pytestmark = pytest.mark.slow
 PREFIX = "unp"

@@ -1,4 +1,4 @@
-"""The power-down wait as a durable timer (`workflows/host_reboot.py`, `hand_back_wait_over_seconds`
+"""The power-down wait as a durable timer (`workflows/host_reboot/workflow.py`, `hand_back_wait_over_seconds`
 in `drivers/redfish/powercycle.py`), on a dev server of its own whose metrics count the heartbeats
 that reached it, and the simulated site as its own process:
 

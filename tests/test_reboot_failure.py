@@ -1,4 +1,4 @@
-"""The words an operator reads when a BMC cannot reboot a host (workflows/reboot_failure.py): a
+"""The words an operator reads when a BMC cannot reboot a host (workflows/host_reboot/failure.py): a
 refused login, an unreachable BMC and a busy one are three different problems, named apart."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from contracts.errors import BMCAuthenticationFailed, BMCUnavailable, CredentialsUnavailable
-from workflows.reboot_failure import bmc_failure_reason
+from workflows.host_reboot.failure import bmc_failure_reason
 
 
 @pytest.mark.parametrize(

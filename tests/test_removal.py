@@ -26,7 +26,7 @@ from contracts import names
 from contracts.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
 from contracts.models.inventory import DPF_NAMESPACE
 from drivers.kube import Kind
-from workflows.removal import WORST_CASE_EVENTS
+from workflows.removal.workflow import WORST_CASE_EVENTS
 
 FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that it never releases
 

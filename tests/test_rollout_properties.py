@@ -1,4 +1,4 @@
-"""Property tests of the rollout's pure step logic (`workflows/rollout_steps.py`). They run over
+"""Property tests of the rollout's pure step logic (`workflows/rollout/steps.py`). They run over
 random PodCliqueSet shapes laid out as Grove at the pin lays them out: per replica one anchor
 (all standalone pods and scaling-group replicas below minAvailable), and one tail PodGang per
 scaling-group replica above. They also use random changed cliques and random pod failures.
@@ -28,7 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contracts.models.grove import GangState, GroupState, PCSState, PCSSummary
-from workflows import rollout_steps as steps
+from workflows.rollout import steps
 
 SETTINGS = settings(max_examples=100, deadline=None, database=None, derandomize=True)
 

@@ -1,4 +1,4 @@
-"""The site's one DPF watch (`workflows.site_watch`, `activities.site_watch`) end to end against the
+"""The site's one DPF watch (`workflows.site_watch.workflow`, `activities.site_watch`) end to end against the
 simulated site: host monitors get their first state at once with nothing changing, one watch
 routes changes to two hosts' registered monitors, it relists after 410, survives an API server restarted on a
 renumbered store (resourceVersions going backwards) and a SIGKILLed worker, and a finished

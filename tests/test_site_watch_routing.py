@@ -1,5 +1,5 @@
 """The site watch routes each change of a host to the workflows registered for that host, whatever
-their ids (`activities.site_watch`, `workflows.site_watch`), end to end against the simulated
+their ids (`activities.site_watch`, `workflows.site_watch.workflow`), end to end against the simulated
 site: a workflow under an arbitrary id gets its host's changes and no other host's; a change that
 lands after the join's read and before the watch has learned the registration still reaches it
 (the welcome signal); a closed workflow's entry is pruned from the registry; the site watch

@@ -18,18 +18,18 @@ ALL: list[type]  # every workflow class the worker registers (built by `_all` on
 
 
 def _all() -> list[type]:
-    from workflows.bmc_lease import BMCLeaseWorkflow
-    from workflows.campaign import CampaignWorkflow
-    from workflows.campaign_claims import CampaignClaimsWorkflow
-    from workflows.firmware import FirmwareWorkflow
-    from workflows.host import HostWorkflow
-    from workflows.host_operation import HostOperationWorkflow
-    from workflows.host_reboot import HostRebootWorkflow
-    from workflows.host_reset import HostResetWorkflow
-    from workflows.monitor import HostMonitorWorkflow
-    from workflows.removal import HostRemovalWorkflow
-    from workflows.rollout import RolloutWorkflow
-    from workflows.site_watch import SiteDPFWatchWorkflow
+    from workflows.bmc_lease.workflow import BMCLeaseWorkflow
+    from workflows.campaign.workflow import CampaignWorkflow
+    from workflows.campaign_claims.workflow import CampaignClaimsWorkflow
+    from workflows.firmware.workflow import FirmwareWorkflow
+    from workflows.host.workflow import HostWorkflow
+    from workflows.host_operation.workflow import HostOperationWorkflow
+    from workflows.host_reboot.workflow import HostRebootWorkflow
+    from workflows.host_reset.workflow import HostResetWorkflow
+    from workflows.monitor.workflow import HostMonitorWorkflow
+    from workflows.removal.workflow import HostRemovalWorkflow
+    from workflows.rollout.workflow import RolloutWorkflow
+    from workflows.site_watch.workflow import SiteDPFWatchWorkflow
 
     return [
         HostWorkflow,

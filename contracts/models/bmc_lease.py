@@ -1,4 +1,4 @@
-"""Inputs, signals and state of the fleet-wide BMC lease (`workflows/bmc_lease.py`).
+"""Inputs, signals and state of the fleet-wide BMC lease (`workflows/bmc_lease/workflow.py`).
 
 No secret and no URL crosses Temporal here beyond what the host workflow already carries: the
 lease workflow is named by a hash of the BMC's origin (`names.bmc_lease_workflow_id`), and its

@@ -3,7 +3,7 @@ progress carried over continue-as-new, the status query, and the operator's upda
 
 A campaign drives many hosts to one target (a reprovision, a DPUDeployment's new BFB or flavor,
 DPU firmware) through each host's entity `host/<id>`, in a canary batch then batches, under
-limits, maintenance windows and a failure budget (workflows/campaign.py tells the runbook).
+limits, maintenance windows and a failure budget (workflows/campaign/workflow.py tells the runbook).
 """
 
 from __future__ import annotations
@@ -618,7 +618,7 @@ class AbortHostsInput(_Frozen):
     withdraw: tuple[InFlight, ...] = ()
 
 
-# -- the claims registry (workflows/campaign_claims.py) -------------------------------------------------
+# -- the claims registry (workflows/campaign_claims/workflow.py) ----------------------------------------
 CLAIM_UPDATE: Final = "claim"
 RELEASE_UPDATE: Final = "release"
 HELD_QUERY: Final = "held"

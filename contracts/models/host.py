@@ -263,7 +263,7 @@ class OperationRequest(_Frozen):
     dpu_ids: tuple[DPUId, ...] | None = None
     force: bool = False  # removal only: remove finalizers after the delete
     policy: OperationPolicy | None = None  # None: the host's policy
-    # Set by a campaign (workflows/campaign.py): the operation is tagged `Campaign=<campaign>`, the
+    # Set by a campaign (workflows/campaign/workflow.py): the operation is tagged `Campaign=<campaign>`, the
     # entity signals `host_finished` to `campaign_workflow_id` when it ends, and refuses (instead
     # of holding for approval) when the host is assigned and `refuse_if_assigned`.
     campaign: str | None = None
@@ -281,7 +281,7 @@ class ResetTarget(StrEnum):
 
 
 class ResetRequest(_Frozen):
-    """The entity's `request_reset`: one reset sequence (workflows/host_reset.py)."""
+    """The entity's `request_reset`: one reset sequence (workflows/host_reset/workflow.py)."""
 
     requested_by: Requester
     reason: Reason = ""

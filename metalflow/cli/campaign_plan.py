@@ -51,7 +51,7 @@ from drivers.settings import Settings
 from metalflow.cli.campaign_options import add_options, campaign_input
 from metalflow.cli.workflow_commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
 from metalflow.hosts import default_operator
-from workflows import campaign_plan as decide
+from workflows.campaign import plan as decide
 
 SHOWN = 20  # hosts named per line of the text plan
 

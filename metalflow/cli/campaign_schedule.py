@@ -11,7 +11,7 @@ its DST rules). The catch-up window (how late a run missed while the server was 
 start) is `--catch-up`, by default the longest maintenance window of the campaign, else one hour,
 never Temporal's default of a year: a Saturday 02:00 run missed is not started on Tuesday.
 `--jitter` spreads each start by up to that much. One campaign per host holds between runs and
-manual campaigns (workflows/campaign_claims.py). The Schedule's note says who made it. Cost: one
+manual campaigns (workflows/campaign_claims/workflow.py). The Schedule's note says who made it. Cost: one
 Schedule per name on the server; nothing in the worker until a run starts.
 """
 

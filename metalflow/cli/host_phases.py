@@ -1,7 +1,7 @@
 """Every phase `metalflow host list --phase P` can match: a host entity's, and its operations'.
 
 The workflows own these words (the `Phase` search attribute they upsert through
-`workflows.kernel.enter_phase`): the entity (`workflows/host_rules.py`), provision and reprovision
+`workflows.kernel.enter_phase`): the entity (`workflows/host/rules.py`), provision and reprovision
 (`host_operation.py`), firmware (`firmware.py`), removal (`removal.py`) and
 `host reboot` (`host_reboot.py`). They are listed here so that `--phase` refuses a word no host
 can be in before it connects, naming the words it takes, instead of listing nothing.

@@ -63,7 +63,7 @@ from metalflow.cli.workflow_commands import (
 from metalflow.hosts import default_operator
 from metalflow.progress import Progress
 from metalflow.rollouts import render, root_cause
-from workflows.rollout_steps import outage_refusal
+from workflows.rollout.steps import outage_refusal
 
 MISSING = "no rollout {id} in flight"  # an update's refusal when the workflow does not run
 UPDATES = {

@@ -63,7 +63,7 @@ contended, nothing while idle (it ends). Activity slots: the cycle's own while i
 while queued, one for `request_bmc_lease` for a few milliseconds. CPU: a few workflow tasks.
 With `acquire_now` granting a free BMC (tests/histories/host_reboot_bmc_lease_one_step.json):
 the reboot's history has no inventory activity, no `request_bmc_lease`, no timer and no grant
-signal (see workflows/host_reboot.py for the count), the lease has the update's 2 events in
+signal (see workflows/host_reboot/workflow.py for the count), the lease has the update's 2 events in
 place of the signal's 1 and the grant signal's 2.
 """
 

@@ -2,7 +2,7 @@
 done, at target, failed, skipped, aborted), the current batch and the canary, and what its failure
 budget counts.
 
-A plain state object, `Ledger`, that `CampaignWorkflow` (workflows/campaign.py) holds: the
+A plain state object, `Ledger`, that `CampaignWorkflow` (workflows/campaign/workflow.py) holds: the
 runbook and the operator's updates change it through these methods, which issue no commands, so
 every phase change, halt and activity stays in the runbook. It is carried whole over
 continue-as-new (`Progress`), so counts stay exact across runs.

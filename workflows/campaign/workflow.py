@@ -7,7 +7,7 @@ The runbook, top to bottom in `run`:
    touches anything). Left out at once, counted skipped with why: hosts DPF does not know (a
    reprovision, BFB or flavor campaign; none known fails the campaign naming `provision`), and
    hosts the inventory shows assigned when the campaign skips them.
-2. Claim them (`claim_campaign_hosts`, workflows/campaign_claims.py): one campaign per host. A
+2. Claim them (`claim_campaign_hosts`, workflows/campaign_claims/workflow.py): one campaign per host. A
    host another running campaign holds is skipped, naming it (the campaign does not wait for
    it). Every ending releases the claims (`release_campaign_hosts`).
 3. A BFB or flavor campaign checks its DPUDeployments before anything changes
@@ -41,8 +41,8 @@ The runbook, top to bottom in `run`:
    refuses what does not apply now (with the reason); `pause`, `resume` and `abort` are the
    kernel's (workflows/kernel.py), the campaign's `abort` taking `AbortRequest`
    (`cancel_running`, `keep_changes`). Where each host is is a plain state object, `Ledger`
-   (workflows/campaign_progress.py), carried whole over continue-as-new; the pure decisions are
-   workflows/campaign_plan.py.
+   (workflows/campaign/progress.py), carried whole over continue-as-new; the pure decisions are
+   workflows/campaign/plan.py.
 8. A host whose operation waits for an operator (Phase `manual-intervention-required`) stays in
    flight, is shown under `needs_operator`, and counts against the budget while it waits; a
    `resume` of the halt accepts the hosts waiting then.
@@ -122,9 +122,9 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
     )
     from contracts.wording import iso_z, plural
-    from workflows import campaign_plan as plan
     from workflows import kernel
-    from workflows.campaign_progress import Ledger
+    from workflows.campaign import plan
+    from workflows.campaign.progress import Ledger
 
 SELECTING = "selecting"
 POINTING = "pointing-deployment"

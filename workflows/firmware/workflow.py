@@ -24,7 +24,7 @@ the ended run shows no pending activity.
 Cost per host and worst-case history: up to `MAX_PARALLEL_STAGES` activity slots while
 staging, one watcher slot from the barrier to the end; about 80 events in the run plus 9 per
 DPU (two version reads and a stage) plus 4 per DPF change signalled (measured: 91 for 2 DPUs and
-one change), and the reboot child's 39-50 (see `workflows.host_operation`), whatever the BMC's
+one change), and the reboot child's 39-50 (see `workflows.host_operation.workflow`), whatever the BMC's
 pace: the stage follows the BMC's task and the wait for the host's `On` polls inside one
 heartbeating activity (`wait_for_power_state`), not an activity and a timer per poll.
 `worst_case_events` is that bound; tests/test_firmware.py holds a run to it and
@@ -78,9 +78,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import plural
     from workflows import kernel
-    from workflows.dpf_watch import DPFWatch
-    from workflows.host_reboot import start_next_reboot
+    from workflows.host_reboot.workflow import start_next_reboot
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
+    from workflows.parts.dpf_watch import DPFWatch
 
 
 def worst_case_events(*, dpus: int, dpf_changes: int) -> int:

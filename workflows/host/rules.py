@@ -1,4 +1,4 @@
-"""The host entity's rules, as plain functions of what it knows (`workflows/host.py` applies them).
+"""The host entity's rules, as plain functions of what it knows (`workflows/host/workflow.py` applies them).
 
 Every handler of `HostWorkflow` checks a rule twice, in its validator and again under its lock;
 both call the same function here, which raises the entity's refusal (a `contracts.errors` type

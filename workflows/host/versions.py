@@ -1,4 +1,4 @@
-"""What the host entity shows of a host's versions (`workflows/host.py`): its memo entry `versions`
+"""What the host entity shows of a host's versions (`workflows/host/workflow.py`): its memo entry `versions`
 and its `BfbVersion` search attribute, from one `read_host_versions_brief` (pure functions: no
 I/O, deterministic).
 

@@ -10,7 +10,7 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
 
 Validators answer at once, without writing history; handlers check again under one
 `asyncio.Lock`, because two updates delivered in the same workflow task are both validated
-before either handler runs. Both apply the same rules (`workflows/host_rules.py`).
+before either handler runs. Both apply the same rules (`workflows/host/rules.py`).
 
 Each operation runs as a child workflow started by its declaration (`contracts.workflow_api`),
 with the business-key id (`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...). Children are
@@ -27,7 +27,7 @@ the host's versions once (`read_host_versions_brief`, in the background: request
 an operation followed meanwhile; one read at a time) and shows them: BFB, flavor, DPU firmware,
 DPU BMC firmware per DPU and the host BMC's firmware, each against the site's target, in its
 memo entry `versions` (the entity's page in the Temporal UI), and every BFB its DPUs run in the
-`BfbVersion` search attribute (`workflows/host_versions.py`). A read that fails shows
+`BfbVersion` search attribute (`workflows/host/versions.py`). A read that fails shows
 `unknown (why)`; it never fails the entity or the operation. Its cost per read: one DPU list,
 and per DPU BMC and the host BMC one session and its FirmwareInventory
 (`activities/versions.py`); 3 activity events, a workflow task (3), the memo upsert and, when the
@@ -89,10 +89,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.models.inventory import HostVersionsBrief, ReadVersionsInput
     from contracts.wording import iso_z
-    from workflows import host_rules as rules
-    from workflows import host_versions, kernel
-    from workflows.host_reboot import start_next_reboot
-    from workflows.host_rules import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, CurrentOperation
+    from workflows import kernel
+    from workflows.host import rules
+    from workflows.host import versions as host_versions
+    from workflows.host.rules import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, CurrentOperation
+    from workflows.host_reboot.workflow import start_next_reboot
 
 VERSIONS_READ_SECONDS = 300.0
 """A versions read gives up after this (its retries included) and shows `unknown`."""
@@ -221,7 +222,7 @@ class HostWorkflow(kernel.Runbook):
 
     @workflow.update(name=REQUEST_RESET_UPDATE)
     async def request_reset(self, request: ResetRequest) -> OperationAccepted:
-        """One reset sequence: DPUs (Arm, or Arm and NIC), the host, or both (workflows/host_reset.py)."""
+        """One reset sequence: DPUs (Arm, or Arm and NIC), the host, or both (workflows/host_reset/)."""
         return await self._request(RESET_OPERATION, request)
 
     @request_reset.validator

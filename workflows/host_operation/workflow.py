@@ -41,7 +41,7 @@ The rules, all from `OperationPolicy`:
   confirmation must never stand in for a reboot DPF has not asked for yet. The update
   `host_rebooted` (what the CLI sends) is refused instead, naming the phase and what it waits for.
 
-DPF v26 (docs/DOMAIN.md section 2; the barrier's extra conditions are in `workflows/dpf_barrier.py`):
+DPF v26 (docs/DOMAIN.md section 2; the barrier's extra conditions are in `workflows/parts/dpf_barrier.py`):
 
 - The reset follows the method DPF requires (the DPUNode's aggregate): `PowerCycle` (or none
   named, or `Unknown`) gets a cold power cycle; a lesser method (`SystemLevelReset`,
@@ -76,7 +76,7 @@ reboot, 4 per DPF change signalled, and per power cycle about 39 in the run itse
 child started and completed, the whole read before it (3), the acknowledgement, the watch's
 re-read, phase changes) plus up to
 50 in its reboot child (20 for a PowerCycle, 31 for ForceOff, the power-down wait and On; 19
-more for a shared BMC's fleet-wide lease, `workflows/bmc_lease.py`; none for a BMC of one host).
+more for a shared BMC's fleet-wide lease, `workflows/bmc_lease/workflow.py`; none for a BMC of one host).
 Measured in the fleet bench (bench/README.md), a 2-DPU host with one reboot round: the run 66
 events, its reboot child 19, its entity's share 17.
 Bounded by the policy: rounds DPF asks for (1, or 2 for BF4) x (1 + `max_power_cycle_retries`)
@@ -144,11 +144,11 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.wording import duration, plural
-    from workflows import dpf_barrier as barrier
     from workflows import kernel
-    from workflows.dpf_watch import DPFWatch
-    from workflows.host_reboot import start_next_reboot
-    from workflows.host_status import build_status
+    from workflows.host_reboot.workflow import start_next_reboot
+    from workflows.parts import dpf_barrier as barrier
+    from workflows.parts.dpf_watch import DPFWatch
+    from workflows.parts.host_status import build_status
 
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")

@@ -29,7 +29,7 @@ workflow completes with its result when the host was cycled (the canceller must 
 happened); aborted, it fails with `OperationAborted` whose details carry the generation reached
 when the host was cycled; a cancel that stopped it before the BMC was touched ends it cancelled.
 
-The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease.py`,
+The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease/workflow.py`,
 `METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
 for it, the workflow waits on a signal, holding no activity slot.
 
@@ -92,8 +92,8 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
     )
     from workflows import kernel
-    from workflows.bmc_lease import BMCLeaseHolder
-    from workflows.reboot_failure import bmc_failure_reason
+    from workflows.bmc_lease.workflow import BMCLeaseHolder
+    from workflows.host_reboot.failure import bmc_failure_reason
 
 _WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
 MAX_SPENT_GENERATIONS = 50  # generations an earlier run used; each costs one refused start

@@ -23,7 +23,7 @@ Refused at once (`HostBusy`, nothing changed) while a DPU of the host is in an i
 (`dpf_barrier.INSTALL_PHASES`): a reset then corrupts the install.
 
 The host's BMC: every power action on it goes through the same lease rule as a host reboot
-(`workflows/bmc_lease.py`; issue 25). A `--host` target is a reboot child, which takes it
+(`workflows/bmc_lease/workflow.py`; issue 25). A `--host` target is a reboot child, which takes it
 itself. Around the DPU resets the host's ForceOff ... On is one slot of the BMC's fleet-wide
 lease (`METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers), asked by the reboot's own step
 (`BMCLeaseHolder.ask_for_host`: `lease_host_bmc`) and held from before ForceOff until after On,
@@ -97,10 +97,10 @@ with workflow.unsafe.imports_passed_through():
         SetPowerResult,
         WaitDPUOSInput,
     )
-    from workflows import dpf_barrier as barrier
     from workflows import kernel
-    from workflows.bmc_lease import BMCLeaseHolder
-    from workflows.host_reboot import start_next_reboot
+    from workflows.bmc_lease.workflow import BMCLeaseHolder
+    from workflows.host_reboot.workflow import start_next_reboot
+    from workflows.parts import dpf_barrier as barrier
 
 RESOLVING = "resolving-inventory"
 CHECKING_DPF = "checking-dpf"

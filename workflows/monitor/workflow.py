@@ -96,9 +96,10 @@ with workflow.unsafe.imports_passed_through():
         UnplannedReset,
     )
     from contracts.wording import iso_z
-    from workflows import dpf_barrier, kernel
-    from workflows.dpf_watch import DPFWatch
+    from workflows import kernel
     from workflows.kernel import KUBE_READ, KUBE_WRITE, bounded, describe_failure, options
+    from workflows.parts import dpf_barrier
+    from workflows.parts.dpf_watch import DPFWatch
 
 HISTORY_KEPT: Final = 20  # pool changes shown in the status and carried across runs
 UNPLANNED_KEPT: Final = 20  # unplanned resets shown in the status and memo, carried across runs

@@ -4,7 +4,7 @@ signals, read again, stop.
 Every host workflow that waits on DPF (the host operation, firmware, monitor, removal) holds a
 `DPFWatch` (composition, not a base class). `start` runs one short `join_site_dpf_watch`
 activity: it registers this workflow run for the host with the site's one watch
-(`workflows.site_watch`, started if none runs) and then reads the host's state with its
+(`workflows.site_watch.workflow`, started if none runs) and then reads the host's state with its
 `as_of`. From then on the site watch signals every change of the host to this workflow's id,
 whatever the id is (a test's, a new operation type's). The workflow keeps its own signal handler
 (its name, `DPF_STATE_CHANGED_SIGNAL`, is the workflow's contract) and passes each state to
@@ -38,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
     from contracts.models.dpf import DPFVersion, HostDPFState, HostRef, JoinSiteWatchInput
     from workflows import kernel
-    from workflows.host_status import DPUClock
+    from workflows.parts.host_status import DPUClock
 
 
 class DPFWatch:

@@ -56,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.models.inventory import HostInventory, HostLookup
     from workflows import kernel
-    from workflows.dpf_watch import DPFWatch
+    from workflows.parts.dpf_watch import DPFWatch
 
 WORST_CASE_EVENTS: Final = 150  # see the module docstring; tests/test_removal.py holds us to it
 

@@ -100,7 +100,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import plural
     from workflows import kernel
-    from workflows import rollout_steps as steps
+    from workflows.rollout import steps
 
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")

@@ -1,0 +1,6 @@
+"""`CampaignWorkflow`: bring many hosts to one target, paced and guarded; `plan.py` its rules
+(windows, budget, limits), `progress.py` where each host is.
+
+A workflow is defined in `workflow.py` only; every other module here is its state, its rules or
+a part (docs/ARCHITECTURE.md section 3). Nothing is imported here: Temporal's sandbox runs this
+file for every run of the workflow."""

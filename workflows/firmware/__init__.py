@@ -1,0 +1,5 @@
+"""`FirmwareWorkflow`: stage DPU firmware, activate it with one power cycle, verify.
+
+A workflow is defined in `workflow.py` only; every other module here is its state, its rules or
+a part (docs/ARCHITECTURE.md section 3). Nothing is imported here: Temporal's sandbox runs this
+file for every run of the workflow."""

@@ -1,0 +1,6 @@
+"""The host entity `host/<id>` (`HostWorkflow`): the one owner of a host; its request rules
+(`rules.py`) and the versions it shows in its memo (`versions.py`).
+
+A workflow is defined in `workflow.py` only; every other module here is its state, its rules or
+a part (docs/ARCHITECTURE.md section 3). Nothing is imported here: Temporal's sandbox runs this
+file for every run of the workflow."""

@@ -1,0 +1,5 @@
+"""`HostMonitorWorkflow`: watch a host's DPUs, keep its pool label true, react to failures.
+
+A workflow is defined in `workflow.py` only; every other module here is its state, its rules or
+a part (docs/ARCHITECTURE.md section 3). Nothing is imported here: Temporal's sandbox runs this
+file for every run of the workflow."""

@@ -1,0 +1,5 @@
+"""`RolloutWorkflow`: a coherent rollout of one Grove PodCliqueSet; `steps.py` its rules.
+
+A workflow is defined in `workflow.py` only; every other module here is its state, its rules or
+a part (docs/ARCHITECTURE.md section 3). Nothing is imported here: Temporal's sandbox runs this
+file for every run of the workflow."""
