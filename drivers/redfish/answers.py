@@ -22,31 +22,47 @@ from __future__ import annotations
 import email.utils
 import json
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 
 from contracts.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable
-
-if TYPE_CHECKING:
-    from drivers.redfish.client import BMCConnection
+from contracts.models.inventory import BMCAccess
 
 # Message ids (last part) that mean "this action or parameter is not supported here": permanent.
 NOT_SUPPORTED_MESSAGES = frozenset({"ActionNotSupported", "ActionParameterNotSupported"})
 
 
-def _path(url: str) -> str:
+class Asker(Protocol):
+    """Who sent the request an answer is read for (a `BMCConnection`): what its errors name."""
+
+    @property
+    def bmc_id(self) -> str: ...
+
+    @property
+    def access(self) -> BMCAccess: ...
+
+    @property
+    def authenticated(self) -> bool:
+        """The credentials were accepted at least once: a later 401/403 is about a resource."""
+        ...
+
+
+def url_path(url: str) -> str:
+    """The path of `url`, as messages show it (never the origin or the query)."""
     return urlsplit(url).path or "/"
 
 
-def _odata_id(value: Any) -> str | None:
+def odata_id(value: Any) -> str | None:
+    """The link `value` holds (`{"@odata.id": ...}`), or None when it is not one."""
     if isinstance(value, dict) and isinstance(value.get("@odata.id"), str):
         return str(value["@odata.id"])
     return None
 
 
-def _maybe_json(response: httpx.Response) -> dict[str, Any] | None:
+def maybe_json(response: httpx.Response) -> dict[str, Any] | None:
+    """The response's JSON object, or None for an empty body or anything else."""
     if not response.content:
         return None
     try:
@@ -56,18 +72,9 @@ def _maybe_json(response: httpx.Response) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def _task_message(task: dict[str, Any]) -> str:
-    messages = task.get("Messages")
-    if isinstance(messages, list):
-        texts = [str(m.get("Message")) for m in messages if isinstance(m, dict) and m.get("Message")]
-        if texts:
-            return "; ".join(texts)
-    return "no message"
-
-
-def json_object(connection: BMCConnection, response: httpx.Response) -> dict[str, Any]:
+def json_object(connection: Asker, response: httpx.Response) -> dict[str, Any]:
     """The response's JSON object, or `BMCRequestRejected` for anything that is not Redfish."""
-    where = f"BMC {connection.bmc_id}: {response.request.method} {_path(str(response.request.url))}"
+    where = f"BMC {connection.bmc_id}: {response.request.method} {url_path(str(response.request.url))}"
     try:
         loaded = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -79,7 +86,7 @@ def json_object(connection: BMCConnection, response: httpx.Response) -> dict[str
 
 def redfish_error(response: httpx.Response) -> str:
     """The BMC's own words: `error.message` and every `MessageId: Message` of its ExtendedInfo."""
-    body = _maybe_json(response)
+    body = maybe_json(response)
     error = (body or {}).get("error")
     parts: list[str] = []
     if isinstance(error, dict):
@@ -98,7 +105,7 @@ def redfish_error(response: httpx.Response) -> str:
 
 def message_ids(response: httpx.Response) -> tuple[str, ...]:
     """The last part of every ExtendedInfo `MessageId` (`ActionNotSupported`, ...)."""
-    error = (_maybe_json(response) or {}).get("error")
+    error = (maybe_json(response) or {}).get("error")
     infos = error.get("@Message.ExtendedInfo") if isinstance(error, dict) else None
     return tuple(
         str(info.get("MessageId", "")).rsplit(".", 1)[-1]
@@ -125,7 +132,7 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
 
 
 def raise_for_status(
-    connection: BMCConnection,
+    connection: Asker,
     method: str,
     url: str,
     response: httpx.Response,

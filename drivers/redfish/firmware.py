@@ -25,7 +25,8 @@ from contracts.models.redfish import (
     StageFirmwareInput,
     StageFirmwareResult,
 )
-from drivers.redfish.client import BMCConnection
+from drivers.redfish.connection import BMCConnection
+from drivers.redfish.tasks import follow_task
 
 _STAGED_STATES = frozenset({"StandbyOffline", "StandbySpare", "UnavailableOffline"})
 
@@ -104,7 +105,7 @@ async def stage(connection: BMCConnection, request: StageFirmwareInput) -> Stage
     deadline = time.monotonic() + request.timeout_seconds
     response = await connection.post(target, body)
     monitor = response.headers.get("Location")
-    task = await connection.follow_task(response, deadline)
+    task = await follow_task(connection, response, deadline)
     after = await read_versions(connection, request.component)
     if after.staged != request.version and after.running != request.version:
         raise BMCRequestRejected(

@@ -92,7 +92,7 @@ from datetime import UTC, datetime
 from contracts import metrics
 from contracts.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
-from drivers.redfish.client import BMCConnection
+from drivers.redfish.connection import BMCConnection
 from drivers.redfish.system import System, find_system, parse_time, read_system, send_reset, wait_for_power
 
 log = logging.getLogger("metalflow.redfish.powercycle")

@@ -38,7 +38,9 @@ from contracts.errors import (
     ResetTypeNotSupported,
 )
 from contracts.models.redfish import PowerCycleMethod, PowerState
-from drivers.redfish.client import BMCConnection, is_not_supported, json_object, raise_for_status
+from drivers.redfish.answers import is_not_supported, json_object, raise_for_status
+from drivers.redfish.connection import BMCConnection
+from drivers.redfish.tasks import follow_task
 
 log = logging.getLogger("metalflow.redfish")
 
@@ -278,7 +280,7 @@ async def send_reset(connection: BMCConnection, system: System, reset_type: str,
         raise ResetTypeNotSupported(
             f"{err.message} (ResetType {reset_type} is advertised but refused)"
         ) from None
-    await connection.follow_task(response, deadline)
+    await follow_task(connection, response, deadline)
 
 
 async def wait_for_power(
