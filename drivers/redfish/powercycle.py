@@ -44,10 +44,10 @@ Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`)
    in the activity: at `off_reached` it returns the progress and the time left; the workflow
    waits on a durable timer and calls again with `resume`, which sends On. The step is then
    durable as the activity's result, in the history, so On still follows only a durable
-   `off_reached`; a stop cuts the timer and sends On at once. Why: a 120 s wait heartbeated
-   inside the activity sent 90-280 heartbeats, each a billable Action on Temporal Cloud and a
-   server write; handed back, a ForceOff+On cycle sends a handful (1 measured for a 20 s wait,
-   tests/test_power_down_wait.py), plus one timer and one activity.
+   `off_reached`; a stop cuts the timer and sends On at once. Why: a long wait heartbeated
+   inside the activity sends a heartbeat every beat interval, each a billable Action on Temporal
+   Cloud and a server write; handed back, a ForceOff+On cycle sends a handful, plus one timer
+   and one activity (figures: bench/README.md).
 2. Native `PowerCycle`, only where `LastResetTime` is exposed: after sending it the host may
    read On both before and after the cycle, so only `LastResetTime` can tell. The step
    `cycle_requested` with the `LastResetTime` read just before is recorded and confirmed before
