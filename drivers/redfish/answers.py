@@ -61,6 +61,15 @@ def odata_id(value: Any) -> str | None:
     return None
 
 
+def required_link(asker: Asker, body: dict[str, Any], name: str, holder: str, what: str = "") -> str:
+    """The link `body` holds under `name`, or `BMCRequestRejected` naming `holder` and `what` is
+    missing (default: `name`): a BMC without it cannot be driven this way."""
+    link = odata_id(body.get(name))
+    if link is None:
+        raise BMCRequestRejected(f"BMC {asker.bmc_id}: {holder} links no {what or name}")
+    return link
+
+
 def maybe_json(response: httpx.Response) -> dict[str, Any] | None:
     """The response's JSON object, or None for an empty body or anything else."""
     if not response.content:
@@ -86,18 +95,14 @@ def json_object(connection: Asker, response: httpx.Response) -> dict[str, Any]:
 
 def redfish_error(response: httpx.Response) -> str:
     """The BMC's own words: `error.message` and every `MessageId: Message` of its ExtendedInfo."""
-    body = maybe_json(response)
-    error = (body or {}).get("error")
+    error = _error(response)
     parts: list[str] = []
     if isinstance(error, dict):
-        infos = error.get("@Message.ExtendedInfo")
         generic = str(error.get("message") or "")
         if generic and "See ExtendedInfo" not in generic:
             parts.append(generic)
-        for info in infos if isinstance(infos, list) else []:
-            if isinstance(info, dict):
-                message_id = str(info.get("MessageId", "")).rsplit(".", 1)[-1]
-                parts.append(f"{message_id}: {info.get('Message', '')}".strip(": "))
+        for info in _extended_info(error):
+            parts.append(f"{_message_id(info)}: {info.get('Message', '')}".strip(": "))
         if not parts and generic:
             parts.append(generic)
     return "; ".join(parts) or response.reason_phrase or "no Redfish error body"
@@ -105,13 +110,23 @@ def redfish_error(response: httpx.Response) -> str:
 
 def message_ids(response: httpx.Response) -> tuple[str, ...]:
     """The last part of every ExtendedInfo `MessageId` (`ActionNotSupported`, ...)."""
-    error = (maybe_json(response) or {}).get("error")
+    return tuple(_message_id(info) for info in _extended_info(_error(response)))
+
+
+def _error(response: httpx.Response) -> Any:
+    """The body's Redfish `error` (DSP0266's error response), whatever it is; None without one."""
+    return (maybe_json(response) or {}).get("error")
+
+
+def _extended_info(error: Any) -> list[dict[str, Any]]:
+    """The messages of an `error`'s `@Message.ExtendedInfo` that are objects."""
     infos = error.get("@Message.ExtendedInfo") if isinstance(error, dict) else None
-    return tuple(
-        str(info.get("MessageId", "")).rsplit(".", 1)[-1]
-        for info in (infos if isinstance(infos, list) else [])
-        if isinstance(info, dict)
-    )
+    return [info for info in infos if isinstance(info, dict)] if isinstance(infos, list) else []
+
+
+def _message_id(info: dict[str, Any]) -> str:
+    """The last part of a message's `MessageId` (`Base.1.8.ActionNotSupported` -> `ActionNotSupported`)."""
+    return str(info.get("MessageId", "")).rsplit(".", 1)[-1]
 
 
 def retry_after_seconds(response: httpx.Response) -> float | None:

@@ -184,26 +184,26 @@ class BMCConnection:
         if authenticate:
             if await self.auth_mode() == "session":
                 session_used = await self._sessions.current()
-            if session_used is not None:
-                headers["X-Auth-Token"] = session_used.token
-            else:
-                headers["Authorization"] = _basic(self._credentials)
+            headers |= self._credentials_for(session_used)
         response = await self._wire.send(method, url, headers, json_body)
         if response.status_code == 401 and session_used is not None:
             # The BMC dropped the session (timeout, BMC reboot): log in again, once.
             await self._sessions.forget(session_used)
             session_used = await self._sessions.current()
-            if session_used is not None:
-                headers["X-Auth-Token"] = session_used.token
-            else:
-                headers.pop("X-Auth-Token", None)
-                headers["Authorization"] = _basic(self._credentials)
+            headers = dict(JSON_HEADERS) | self._credentials_for(session_used)
             response = await self._wire.send(method, url, headers, json_body)
         if authenticate and response.status_code < 400:
             self._wire.authenticated = True
         if response.status_code not in accept:
             raise_for_status(self, method, url, response)
         return response
+
+    def _credentials_for(self, session: Session | None) -> dict[str, str]:
+        """The header that authenticates a request: the session's token, else basic auth (no
+        session: `basic`, or `auto` fell back to it)."""
+        if session is not None:
+            return {"X-Auth-Token": session.token}
+        return {"Authorization": _basic(self._credentials)}
 
     async def auth_mode(self) -> Literal["session", "basic"]:
         """How this BMC is authenticated: as configured, or what `auto` chose (session until a

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from contracts.errors import BMCRequestRejected, BMCUnavailable, DPUResetNotEffective
 from contracts.models.redfish import DPUResetInput, DPUResetProgress, DPUResetResult, DPUSystemState
 from drivers.redfish.connection import BMCConnection
-from drivers.redfish.system import find_system, parse_time, send_reset
+from drivers.redfish.system import find_system, reset_since, send_reset
 from drivers.redfish.tasks import follow_task
 
 SOC_FORCE_RESET = "SOC.ForceReset"
@@ -147,10 +147,7 @@ class DPUReset:
             await self._connection.sleep(0.25)
 
     def _reset_since_owed(self, state: DPUSystemState) -> bool:
-        last = parse_time(state.last_reset_time)
-        owed = self._request.owed_since
-        owed = owed if owed.tzinfo is not None else owed.replace(tzinfo=UTC)
-        return last is not None and last > owed
+        return reset_since(state.last_reset_time, self._request.owed_since)
 
     async def _done(self, *, sent: bool) -> DPUResetResult:
         self.progress = self.progress.model_copy(update={"step": "done"})

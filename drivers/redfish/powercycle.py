@@ -93,7 +93,16 @@ from contracts import metrics
 from contracts.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
 from drivers.redfish.connection import BMCConnection
-from drivers.redfish.system import System, find_system, parse_time, read_system, send_reset, wait_for_power
+from drivers.redfish.system import (
+    System,
+    as_utc,
+    find_system,
+    parse_time,
+    read_system,
+    reset_since,
+    send_reset,
+    wait_for_power,
+)
 
 log = logging.getLogger("metalflow.redfish.powercycle")
 
@@ -365,16 +374,11 @@ class PowerCycle:
         return _LAST_RESET_RESOLUTION_SECONDS
 
     def _reset_since_request(self, system: System) -> bool:
-        last_reset = parse_time(system.last_reset_time)
-        requested = self._request.requested_at
-        if requested.tzinfo is None:
-            requested = requested.replace(tzinfo=UTC)
-        if last_reset is not None and last_reset > requested:
-            self._say(
-                f"LastResetTime {system.last_reset_time} is after the request ({requested.isoformat()})"
-            )
-            return True
-        return False
+        if not reset_since(system.last_reset_time, self._request.requested_at):
+            return False
+        requested = as_utc(self._request.requested_at).isoformat()
+        self._say(f"LastResetTime {system.last_reset_time} is after the request ({requested})")
+        return True
 
     def _deadline(self) -> float:
         return time.monotonic() + self._request.timeout_seconds
