@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,14 @@ class SiteCache:
             found |= {h for o in self.streams[name].objects.values() if (h := host_of(name, o))}
         return found
 
+    def _contents(self, hosts: Iterable[str]) -> dict[str, HostDPFState]:
+        """Each host's state as it is now, without its version (`HostDPFState.content`)."""
+        return {h: self.state(h).content() for h in hosts}
+
+    def _changed(self, before: dict[str, HostDPFState], hosts: Iterable[str]) -> set[str]:
+        """Those of `hosts` whose state differs from `before` (a host new since, too)."""
+        return {h for h in hosts if self.state(h).content() != before.get(h)}
+
     def _put(self, stream: Stream, name: str, obj: Object | None) -> set[str]:
         """Store (or drop) one object; the hosts it touched."""
         old = stream.objects.pop(name, None)
@@ -131,14 +140,14 @@ class SiteCache:
         touched = {
             h for o in (stream.objects.get(name), obj) if o is not None and (h := host_of(stream.name, o))
         }
-        before = {h: self.state(h).content() for h in touched}
+        before = self._contents(touched)
         self._put(stream, name, None if event_type == "DELETED" else obj)
-        self.dirty |= {h for h in touched if self.state(h).content() != before[h]}
+        self.dirty |= self._changed(before, touched)
 
     def replace(self, stream: Stream, items: list[Object], *, resuming: bool = False) -> None:
         """A listing of one stream: hosts whose state differs become dirty (all, when fresh;
         none when resuming: replaying the events since the checkpoint finds them)."""
-        before = {h: self.state(h).content() for h in self.hosts()}
+        before = self._contents(self.hosts())
         stream.objects = {}
         if stream.name == "dpus":
             self.dpus_of = {}
@@ -150,7 +159,7 @@ class SiteCache:
         if self.fresh:
             self.dirty |= after
         else:
-            self.dirty |= {h for h in after | set(before) if self.state(h).content() != before.get(h)}
+            self.dirty |= self._changed(before, after | set(before))
 
 
 class Restarted(Exception):
