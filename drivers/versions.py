@@ -32,7 +32,8 @@ from contracts.models.dpf import DPUNODE_NAME_LABEL
 from contracts.models.inventory import BMCAccess, DPUVersions, HostInventory, HostVersions
 from drivers import campaign as fleet
 from drivers.kube import DPU, Kube
-from drivers.redfish.client import BMCConnection, RedfishClient
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.connection import BMCConnection
 from drivers.redfish.firmware import read_versions
 from drivers.site_file import CompatibilityRule
 

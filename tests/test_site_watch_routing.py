@@ -31,7 +31,8 @@ from temporalio.worker import Worker
 from test_firmware_support import all_workflows, eventually, settings_for, site_file_with_prefix
 
 from activities.handover import WORKER_STOPPING
-from activities.site_watch import SiteWatchActivities, SiteWatchHandle, positions_now
+from activities.site_watch import SiteWatchActivities
+from activities.site_watch.start import SiteWatchHandle, positions_now
 from contracts import names, workflow_api
 from contracts.models.dpf import DPF_NAMESPACE, DPFWaiter, SiteWatchInput, WaiterNews, WaiterPoll
 from drivers.kube import Kube, load_configuration

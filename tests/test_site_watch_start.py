@@ -19,7 +19,7 @@ from sim_support import running_sim
 from temporalio.client import Client, Interceptor, OutboundInterceptor, SignalWorkflowInput
 from test_firmware_support import eventually, settings_for, site_file_with_prefix
 
-from activities.site_watch import ensure_site_watch
+from activities.site_watch.start import ensure_site_watch
 from contracts import names, workflow_api
 from contracts.models.dpf import DPF_NAMESPACE, DPF_STATE_CHANGED_SIGNAL, SiteWatchInput
 from drivers.kube import load_configuration

@@ -396,7 +396,7 @@ class DevicesGoneInput(_Frozen):
     poll_seconds: float = Field(default=1.0, gt=0)
 
 
-# -- the site watch (one per site: activities/site_watch.py, workflows/site_watch/workflow.py) -----------
+# -- the site watch (one per site: activities/site_watch/, workflows/site_watch/workflow.py) -----------
 
 
 class SiteWatchCheckpoint(_Frozen):

@@ -22,31 +22,56 @@ from __future__ import annotations
 import email.utils
 import json
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
 
 from contracts.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable
-
-if TYPE_CHECKING:
-    from drivers.redfish.client import BMCConnection
+from contracts.models.inventory import BMCAccess
 
 # Message ids (last part) that mean "this action or parameter is not supported here": permanent.
 NOT_SUPPORTED_MESSAGES = frozenset({"ActionNotSupported", "ActionParameterNotSupported"})
 
 
-def _path(url: str) -> str:
+class Asker(Protocol):
+    """Who sent the request an answer is read for (a `BMCConnection`): what its errors name."""
+
+    @property
+    def bmc_id(self) -> str: ...
+
+    @property
+    def access(self) -> BMCAccess: ...
+
+    @property
+    def authenticated(self) -> bool:
+        """The credentials were accepted at least once: a later 401/403 is about a resource."""
+        ...
+
+
+def url_path(url: str) -> str:
+    """The path of `url`, as messages show it (never the origin or the query)."""
     return urlsplit(url).path or "/"
 
 
-def _odata_id(value: Any) -> str | None:
+def odata_id(value: Any) -> str | None:
+    """The link `value` holds (`{"@odata.id": ...}`), or None when it is not one."""
     if isinstance(value, dict) and isinstance(value.get("@odata.id"), str):
         return str(value["@odata.id"])
     return None
 
 
-def _maybe_json(response: httpx.Response) -> dict[str, Any] | None:
+def required_link(asker: Asker, body: dict[str, Any], name: str, holder: str, what: str = "") -> str:
+    """The link `body` holds under `name`, or `BMCRequestRejected` naming `holder` and `what` is
+    missing (default: `name`): a BMC without it cannot be driven this way."""
+    link = odata_id(body.get(name))
+    if link is None:
+        raise BMCRequestRejected(f"BMC {asker.bmc_id}: {holder} links no {what or name}")
+    return link
+
+
+def maybe_json(response: httpx.Response) -> dict[str, Any] | None:
+    """The response's JSON object, or None for an empty body or anything else."""
     if not response.content:
         return None
     try:
@@ -56,18 +81,9 @@ def _maybe_json(response: httpx.Response) -> dict[str, Any] | None:
     return loaded if isinstance(loaded, dict) else None
 
 
-def _task_message(task: dict[str, Any]) -> str:
-    messages = task.get("Messages")
-    if isinstance(messages, list):
-        texts = [str(m.get("Message")) for m in messages if isinstance(m, dict) and m.get("Message")]
-        if texts:
-            return "; ".join(texts)
-    return "no message"
-
-
-def json_object(connection: BMCConnection, response: httpx.Response) -> dict[str, Any]:
+def json_object(connection: Asker, response: httpx.Response) -> dict[str, Any]:
     """The response's JSON object, or `BMCRequestRejected` for anything that is not Redfish."""
-    where = f"BMC {connection.bmc_id}: {response.request.method} {_path(str(response.request.url))}"
+    where = f"BMC {connection.bmc_id}: {response.request.method} {url_path(str(response.request.url))}"
     try:
         loaded = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -79,18 +95,14 @@ def json_object(connection: BMCConnection, response: httpx.Response) -> dict[str
 
 def redfish_error(response: httpx.Response) -> str:
     """The BMC's own words: `error.message` and every `MessageId: Message` of its ExtendedInfo."""
-    body = _maybe_json(response)
-    error = (body or {}).get("error")
+    error = _error(response)
     parts: list[str] = []
     if isinstance(error, dict):
-        infos = error.get("@Message.ExtendedInfo")
         generic = str(error.get("message") or "")
         if generic and "See ExtendedInfo" not in generic:
             parts.append(generic)
-        for info in infos if isinstance(infos, list) else []:
-            if isinstance(info, dict):
-                message_id = str(info.get("MessageId", "")).rsplit(".", 1)[-1]
-                parts.append(f"{message_id}: {info.get('Message', '')}".strip(": "))
+        for info in _extended_info(error):
+            parts.append(f"{_message_id(info)}: {info.get('Message', '')}".strip(": "))
         if not parts and generic:
             parts.append(generic)
     return "; ".join(parts) or response.reason_phrase or "no Redfish error body"
@@ -98,13 +110,23 @@ def redfish_error(response: httpx.Response) -> str:
 
 def message_ids(response: httpx.Response) -> tuple[str, ...]:
     """The last part of every ExtendedInfo `MessageId` (`ActionNotSupported`, ...)."""
-    error = (_maybe_json(response) or {}).get("error")
+    return tuple(_message_id(info) for info in _extended_info(_error(response)))
+
+
+def _error(response: httpx.Response) -> Any:
+    """The body's Redfish `error` (DSP0266's error response), whatever it is; None without one."""
+    return (maybe_json(response) or {}).get("error")
+
+
+def _extended_info(error: Any) -> list[dict[str, Any]]:
+    """The messages of an `error`'s `@Message.ExtendedInfo` that are objects."""
     infos = error.get("@Message.ExtendedInfo") if isinstance(error, dict) else None
-    return tuple(
-        str(info.get("MessageId", "")).rsplit(".", 1)[-1]
-        for info in (infos if isinstance(infos, list) else [])
-        if isinstance(info, dict)
-    )
+    return [info for info in infos if isinstance(info, dict)] if isinstance(infos, list) else []
+
+
+def _message_id(info: dict[str, Any]) -> str:
+    """The last part of a message's `MessageId` (`Base.1.8.ActionNotSupported` -> `ActionNotSupported`)."""
+    return str(info.get("MessageId", "")).rsplit(".", 1)[-1]
 
 
 def retry_after_seconds(response: httpx.Response) -> float | None:
@@ -125,7 +147,7 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
 
 
 def raise_for_status(
-    connection: BMCConnection,
+    connection: Asker,
     method: str,
     url: str,
     response: httpx.Response,

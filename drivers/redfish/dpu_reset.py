@@ -31,8 +31,9 @@ from datetime import UTC, datetime
 
 from contracts.errors import BMCRequestRejected, BMCUnavailable, DPUResetNotEffective
 from contracts.models.redfish import DPUResetInput, DPUResetProgress, DPUResetResult, DPUSystemState
-from drivers.redfish.client import BMCConnection
-from drivers.redfish.system import find_system, parse_time, send_reset
+from drivers.redfish.connection import BMCConnection
+from drivers.redfish.system import find_system, reset_since, send_reset
+from drivers.redfish.tasks import follow_task
 
 SOC_FORCE_RESET = "SOC.ForceReset"
 _SETTLE_SECONDS = 3.0
@@ -124,7 +125,7 @@ class DPUReset:
                     f"BMC {connection.bmc_id}: no #{SOC_FORCE_RESET} action at {system.uri}"
                 )
             response = await connection.post(target, {})
-            await connection.follow_task(response, deadline)
+            await follow_task(connection, response, deadline)
             return
         await send_reset(connection, await find_system(connection), reset_type, deadline)
 
@@ -146,10 +147,7 @@ class DPUReset:
             await self._connection.sleep(0.25)
 
     def _reset_since_owed(self, state: DPUSystemState) -> bool:
-        last = parse_time(state.last_reset_time)
-        owed = self._request.owed_since
-        owed = owed if owed.tzinfo is not None else owed.replace(tzinfo=UTC)
-        return last is not None and last > owed
+        return reset_since(state.last_reset_time, self._request.owed_since)
 
     async def _done(self, *, sent: bool) -> DPUResetResult:
         self.progress = self.progress.model_copy(update={"step": "done"})

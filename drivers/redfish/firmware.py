@@ -25,34 +25,26 @@ from contracts.models.redfish import (
     StageFirmwareInput,
     StageFirmwareResult,
 )
-from drivers.redfish.client import BMCConnection
+from drivers.redfish.answers import odata_id, required_link
+from drivers.redfish.connection import BMCConnection
+from drivers.redfish.tasks import follow_task
 
 _STAGED_STATES = frozenset({"StandbyOffline", "StandbySpare", "UnavailableOffline"})
 
 
-def _link(value: Any) -> str | None:
-    if isinstance(value, dict) and isinstance(value.get("@odata.id"), str):
-        return str(value["@odata.id"])
-    return None
-
-
 async def _update_service(connection: BMCConnection) -> dict[str, Any]:
-    link = _link((await connection.service_root()).get("UpdateService"))
-    if link is None:
-        raise BMCRequestRejected(f"BMC {connection.bmc_id}: the service root links no UpdateService")
-    return await connection.get(link)
+    root = await connection.service_root()
+    return await connection.get(required_link(connection, root, "UpdateService", "the service root"))
 
 
 async def read_versions(connection: BMCConnection, component: str) -> FirmwareVersions:
     """Every FirmwareInventory member, and the running and staged version of `component`."""
     service = await _update_service(connection)
-    inventory_link = _link(service.get("FirmwareInventory"))
-    if inventory_link is None:
-        raise BMCRequestRejected(f"BMC {connection.bmc_id}: the UpdateService links no FirmwareInventory")
+    inventory_link = required_link(connection, service, "FirmwareInventory", "the UpdateService")
     members = (await connection.get(inventory_link)).get("Members")
     components: list[FirmwareComponent] = []
     for member in members if isinstance(members, list) else []:
-        link = _link(member)
+        link = odata_id(member)
         if link is None:
             continue
         body = await connection.get(link)
@@ -104,7 +96,7 @@ async def stage(connection: BMCConnection, request: StageFirmwareInput) -> Stage
     deadline = time.monotonic() + request.timeout_seconds
     response = await connection.post(target, body)
     monitor = response.headers.get("Location")
-    task = await connection.follow_task(response, deadline)
+    task = await follow_task(connection, response, deadline)
     after = await read_versions(connection, request.component)
     if after.staged != request.version and after.running != request.version:
         raise BMCRequestRejected(

@@ -19,7 +19,7 @@ from contracts.models.redfish import (
     SetPowerResult,
     SystemPower,
 )
-from drivers.redfish.client import BMCConnection
+from drivers.redfish.connection import BMCConnection
 from drivers.redfish.system import (
     System,
     find_system,

@@ -44,10 +44,10 @@ Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`)
    in the activity: at `off_reached` it returns the progress and the time left; the workflow
    waits on a durable timer and calls again with `resume`, which sends On. The step is then
    durable as the activity's result, in the history, so On still follows only a durable
-   `off_reached`; a stop cuts the timer and sends On at once. Why: a 120 s wait heartbeated
-   inside the activity sent 90-280 heartbeats, each a billable Action on Temporal Cloud and a
-   server write; handed back, a ForceOff+On cycle sends a handful (1 measured for a 20 s wait,
-   tests/test_power_down_wait.py), plus one timer and one activity.
+   `off_reached`; a stop cuts the timer and sends On at once. Why: a long wait heartbeated
+   inside the activity sends a heartbeat every beat interval, each a billable Action on Temporal
+   Cloud and a server write; handed back, a ForceOff+On cycle sends a handful, plus one timer
+   and one activity (figures: bench/README.md).
 2. Native `PowerCycle`, only where `LastResetTime` is exposed: after sending it the host may
    read On both before and after the cycle, so only `LastResetTime` can tell. The step
    `cycle_requested` with the `LastResetTime` read just before is recorded and confirmed before
@@ -92,8 +92,17 @@ from datetime import UTC, datetime
 from contracts import metrics
 from contracts.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
-from drivers.redfish.client import BMCConnection
-from drivers.redfish.system import System, find_system, parse_time, read_system, send_reset, wait_for_power
+from drivers.redfish.connection import BMCConnection
+from drivers.redfish.system import (
+    System,
+    as_utc,
+    find_system,
+    parse_time,
+    read_system,
+    reset_since,
+    send_reset,
+    wait_for_power,
+)
 
 log = logging.getLogger("metalflow.redfish.powercycle")
 
@@ -365,16 +374,11 @@ class PowerCycle:
         return _LAST_RESET_RESOLUTION_SECONDS
 
     def _reset_since_request(self, system: System) -> bool:
-        last_reset = parse_time(system.last_reset_time)
-        requested = self._request.requested_at
-        if requested.tzinfo is None:
-            requested = requested.replace(tzinfo=UTC)
-        if last_reset is not None and last_reset > requested:
-            self._say(
-                f"LastResetTime {system.last_reset_time} is after the request ({requested.isoformat()})"
-            )
-            return True
-        return False
+        if not reset_since(system.last_reset_time, self._request.requested_at):
+            return False
+        requested = as_utc(self._request.requested_at).isoformat()
+        self._say(f"LastResetTime {system.last_reset_time} is after the request ({requested})")
+        return True
 
     def _deadline(self) -> float:
         return time.monotonic() + self._request.timeout_seconds

@@ -25,7 +25,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, cast
 from urllib.parse import quote
@@ -38,7 +38,9 @@ from contracts.errors import (
     ResetTypeNotSupported,
 )
 from contracts.models.redfish import PowerCycleMethod, PowerState
-from drivers.redfish.client import BMCConnection, is_not_supported, json_object, raise_for_status
+from drivers.redfish.answers import is_not_supported, json_object, odata_id, raise_for_status, required_link
+from drivers.redfish.connection import BMCConnection
+from drivers.redfish.tasks import follow_task
 
 log = logging.getLogger("metalflow.redfish")
 
@@ -92,6 +94,18 @@ def parse_time(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo is not None else None
 
 
+def as_utc(moment: datetime) -> datetime:
+    """`moment`, a naive one taken as UTC (as workflow times are)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def reset_since(last_reset_time: str | None, moment: datetime) -> bool:
+    """The BMC's `LastResetTime` is after `moment`: the system was reset since. This compares
+    the BMC's clock with the caller's, to the second: a check, never the only proof."""
+    last = parse_time(last_reset_time)
+    return last is not None and last > as_utc(moment)
+
+
 async def system_uri(connection: BMCConnection) -> str:
     """The host's System `@odata.id`: the collection's only member, or the one the inventory names."""
     if connection.cached_system_uri is not None:
@@ -100,7 +114,7 @@ async def system_uri(connection: BMCConnection) -> str:
     if named_path is not None and not connection.named_path_refused:
         return named_path
     members = (await _systems_collection(connection)).get("Members")
-    uris = [u for u in (_link(m) for m in (members if isinstance(members, list) else [])) if u is not None]
+    uris = [u for u in (odata_id(m) for m in (members if isinstance(members, list) else [])) if u is not None]
     if not uris:
         raise BMCRequestRejected(f"BMC {connection.bmc_id}: the Systems collection has no members")
     named = connection.access.system
@@ -156,9 +170,7 @@ async def _systems_collection(connection: BMCConnection) -> dict[str, Any]:
         if response.status_code != 404:
             return json_object(connection, response)
         root = await connection.service_root()
-    systems_link = _link(root.get("Systems"))
-    if systems_link is None:
-        raise BMCRequestRejected(f"BMC {connection.bmc_id}: the service root links no Systems collection")
+    systems_link = required_link(connection, root, "Systems", "the service root", "Systems collection")
     return await connection.get(systems_link)
 
 
@@ -242,12 +254,6 @@ def _strings(value: Any) -> tuple[str, ...] | None:
     return tuple(v for v in value if isinstance(v, str))
 
 
-def _link(value: Any) -> str | None:
-    if isinstance(value, dict) and isinstance(value.get("@odata.id"), str):
-        return str(value["@odata.id"])
-    return None
-
-
 def require_reset_type(connection: BMCConnection, system: System, reset_type: str) -> None:
     """`ResetTypeNotSupported` unless the BMC advertises `reset_type`."""
     if not system.allows(reset_type):
@@ -278,7 +284,7 @@ async def send_reset(connection: BMCConnection, system: System, reset_type: str,
         raise ResetTypeNotSupported(
             f"{err.message} (ResetType {reset_type} is advertised but refused)"
         ) from None
-    await connection.follow_task(response, deadline)
+    await follow_task(connection, response, deadline)
 
 
 async def wait_for_power(

@@ -41,7 +41,8 @@ from contracts.validation import (
 )
 from contracts.wording import iso_z
 from drivers.credentials import CredentialResolver
-from drivers.redfish.client import BMCConnection, RedfishClient
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.connection import BMCConnection
 from drivers.redfish.power import graceful_shutdown, read_power, set_power
 from drivers.redfish.powercycle import PowerCycle
 from drivers.settings import Settings

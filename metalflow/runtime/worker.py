@@ -170,7 +170,7 @@ async def start_site_watch(client: Client, settings: Settings, task_queue: str) 
     the first operation does not wait for it; the first operation would start it otherwise.
     Started from the API server's resourceVersions now (`ensure_site_watch`): its first listing
     signals only hosts that changed since, not every host of the site."""
-    from activities.site_watch import ensure_site_watch
+    from activities.site_watch.start import ensure_site_watch
     from drivers.kube import load_configuration
 
     try:

@@ -3,7 +3,7 @@
 
 Started by the first workflow that waits on a host of the site (its `join_site_dpf_watch`
 activity registers it with a signal-with-start, so there is one however many join), or by the
-worker at start (`activities.site_watch.ensure_site_watch`). It runs one `watch_site_dpf`
+worker at start (`activities.site_watch.start.ensure_site_watch`). It runs one `watch_site_dpf`
 activity: the activity heartbeats its checkpoint (resourceVersions), so when its worker dies the
 retry resumes on another worker from where it was; it is retried without limit.
 
