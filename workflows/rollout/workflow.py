@@ -40,7 +40,8 @@ bottom in `run`:
    still hold its values, and roll every PodGang back under the same rules) or `abort`.
    A PodCliqueSet switched to RollingRecreate mid-rollout is Grove's to roll: the rollout stops
    driving and ends `handed-to-grove`.
-6. However it ends, the watcher is cancelled and waited for, so the run has no pending activity.
+6. However it ends (`to_the_end`), the watcher is cancelled and waited for, so the run has no
+   pending activity, and the progress annotation is removed.
 
 Every Kubernetes call is `self.call(..., abortable=False)`: an abort waits for it, so a step's
 deletions and a template write are never cut halfway; the abort acts at the next safe point.
@@ -61,7 +62,6 @@ from collections.abc import Callable
 from typing import Any, ClassVar, NoReturn
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -121,7 +121,8 @@ DECISIONS = (RESUME_UPDATE, ROLLBACK_UPDATE)
 class RolloutWorkflow(kernel.Abortable):
     """Roll one PodCliqueSet coherently; see the module docstring."""
 
-    ENDED: ClassVar = (COMPLETED, ROLLED_BACK, ABORTED, HANDED)
+    ENDED: ClassVar = (COMPLETED, ROLLED_BACK, ABORTED, HANDED, "failed", "cancelled")
+    ABORTED_ERROR: ClassVar = RolloutAborted
 
     @workflow.init
     def __init__(self, request: RolloutInput) -> None:
@@ -143,7 +144,10 @@ class RolloutWorkflow(kernel.Abortable):
     async def run(self, request: RolloutInput) -> RolloutResult:
         """Roll the PodCliqueSet to the new images; see the module docstring."""
         workflow.upsert_search_attributes([names.OPERATION.value_set(names.ROLLOUT)])
-        state = self.state
+        return await self.to_the_end(self._runbook, self._clean_up)
+
+    async def _runbook(self) -> RolloutResult:
+        request, state = self._request, self.state
         if request.state is None:
             self.enter(PREPARING, f"reading {self.pcs}")
             first = await self._read()
@@ -158,27 +162,19 @@ class RolloutWorkflow(kernel.Abortable):
             kernel.options(kernel.WATCHER, f"watch {self.pcs}, its PodGangs and pods"),
         )
         self._guard = asyncio.create_task(self._guard_while_paused())
-        try:
-            if request.state is None:
-                written = await self.call(
-                    activity_api.set_pcs_images,
-                    SetImagesInput(pcs=self.pcs, images=request.images),
-                    kernel.options(kernel.KUBE_WRITE, f"set the images of {self.pcs}"),
-                    abortable=False,
-                )
-                state.fields = written.changed
-                await self._adopt(written)
-            outcome = await self._roll()
-        except (FailureError, asyncio.CancelledError) as err:
-            if isinstance(err, RolloutAborted) and self.abort_request is not None:
-                self.enter(ABORTED, str(err.message))
-            await self._publish(ended=True)
-            raise
-        finally:
-            await self._stop_watching()
+        if request.state is None:
+            written = await self.call(
+                activity_api.set_pcs_images,
+                SetImagesInput(pcs=self.pcs, images=request.images),
+                kernel.options(kernel.KUBE_WRITE, f"set the images of {self.pcs}"),
+                abortable=False,
+            )
+            state.fields = written.changed
+            await self._adopt(written)
+        outcome = await self._roll()
+        await self._stop_watching()
         await self._publish(ended=True)
-        self.enter(outcome, f"{plural(state.steps_done, 'step')}; target {state.target_hash}")
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.finish(outcome, f"{plural(state.steps_done, 'step')}; target {state.target_hash}")
         return state.result(self.pcs, outcome, workflow.now())
 
     def _refuse_unless_drivable(self, first: PCSState, request: RolloutInput) -> None:
@@ -196,6 +192,16 @@ class RolloutWorkflow(kernel.Abortable):
             refusal = steps.outage_refusal(first, str(self.pcs), dict(request.images))
             if refusal:
                 raise InvalidInput(refusal)
+
+    async def _clean_up(self, err: BaseException) -> str:
+        """An early end (a failure, the end of an abort, a cancel): the progress annotation goes,
+        the guard and the watcher stop. Nothing is put back here: an abort took every PodGang
+        back before it ended, and a failure leaves each PodGang to Grove, which recreates a
+        step's deleted pods into it at the template's version."""
+        if self._watcher is not None:
+            await self._publish(ended=True)
+            await self._stop_watching()
+        return self.state.left_behind()
 
     # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=PCS_STATE_CHANGED_SIGNAL)
