@@ -292,8 +292,8 @@ class RolloutStateData(BaseModel):
 
     Mutable (the run updates it in place), unlike the other models. What belongs to one run is
     not serialized (`exclude`): the watcher's view and its (attempt, sequence) ordering (the next
-    run's watcher lists afresh from attempt 1) and the guard's flags (a run continues as new
-    only while the guard is idle). Unknown fields are ignored, so a newer worker's state loads.
+    run's watcher lists afresh from attempt 1). Unknown fields are ignored, so a newer worker's
+    state loads.
     """
 
     model_config = ConfigDict(extra="ignore")
@@ -327,8 +327,6 @@ class RolloutStateData(BaseModel):
     # -- this run only ---------------------------------------------------------------------------
     watched: PCSState | None = Field(default=None, exclude=True)
     watched_at: tuple[int, int] = Field(default=(-1, -1), exclude=True)  # (attempt, sequence) applied
-    guarding: bool = Field(default=False, exclude=True)  # paused: the guard heals mixed PodGangs
-    healing: int = Field(default=0, exclude=True)  # heals in progress
 
     @field_serializer("interrupted")
     def _sorted(self, interrupted: set[str]) -> list[str]:

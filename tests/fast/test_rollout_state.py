@@ -185,6 +185,28 @@ def test_a_new_attempts_delta_waits_for_its_full_listing() -> None:
     assert state.watched is not None and state.watched.gang("p-0-t") == tail(0, {"w2": 1})
 
 
+# -- the first read -------------------------------------------------------------------------------------
+def test_the_first_read_refuses_what_the_rollout_cannot_drive() -> None:
+    images = {"worker": "registry.local/w:2"}
+    assert RolloutState.refusal(old_world(hashes=ORIGINAL), PCS, images, POLICY) is None
+    gone = old_world().summary.model_copy(update={"exists": False})
+    refused = RolloutState.refusal(PCSState(summary=gone), PCS, images, POLICY)
+    assert refused == "no PodCliqueSet default/p (check the namespace and the name)"
+    grove_rolls = RolloutState.refusal(old_world(strategy="RollingRecreate"), PCS, images, POLICY)
+    assert grove_rolls is not None and "a coherent rollout needs OnDelete" in grove_rolls
+    router = {"router": "registry.local/r:2"}  # standalone: its one pod is in the anchor
+    outage = RolloutState.refusal(old_world(hashes=ORIGINAL), PCS, router, POLICY)
+    assert outage is not None and "--allow-replica-outage" in outage and "p-0-a:" in outage
+    allowed = POLICY.model_copy(update={"allow_replica_outage": True})
+    assert RolloutState.refusal(old_world(hashes=ORIGINAL), PCS, router, allowed) is None
+
+
+def test_before_the_first_write_the_template_is_the_original() -> None:
+    state = RolloutState(started_at=T0, written_at=T0)
+    state.prepare(old_world(hashes=ORIGINAL, current="h1"))
+    assert state.original == ORIGINAL and state.previous_hash == "h1" and state.targets == {}
+
+
 # -- the template ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("seen", "foreign"),
@@ -487,6 +509,20 @@ def test_the_status_shows_the_steps_in_flight_progress_and_requests() -> None:
     assert (status.target_hash, status.previous_hash) == ("h2", "h1")
 
 
+def test_the_annotation_shows_where_the_rollout_is() -> None:
+    state = rolling(world(anchor(0, {"w2": 1}), tail(0), anchor(1), tail(1)), in_flight={0: "p-0-t"})
+    shown = state.progress(PCS, "rollout/default/p", "rolling", ended=False)
+    assert (shown.pcs, shown.workflow_id, shown.phase, shown.ended) == (
+        PCS,
+        "rollout/default/p",
+        "rolling",
+        False,
+    )
+    assert (shown.replicas, shown.in_flight, shown.done, shown.total) == ((0,), ("p-0-t",), 1, 4)
+    assert shown.started_at == T0
+    assert state.progress(PCS, "rollout/default/p", "aborted", ended=True).ended
+
+
 def test_what_an_early_end_leaves_behind() -> None:
     assert rolling(None, fields=()).left_behind() == "The template was not changed"
     state = rolling(
@@ -509,20 +545,19 @@ def test_the_state_is_the_continue_as_new_input_and_what_is_one_runs_stays_behin
         aborting=OPERATOR,
         scale=ScaleRequest(requested_by="pytest", replicas=3),
     )
-    state.watched_at, state.guarding, state.healing = (3, 40), True, 1
+    state.watched_at = (3, 40)
     request = RolloutInput(pcs=PCS, images={"worker": "registry.local/w:2"}, requested_by="pytest")
     carried = request.model_copy(update={"state": state})
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a subclass serialized as its data model warns nothing
         (payload,) = DATA_CONVERTER.payload_converter.to_payloads([carried])
         (back,) = DATA_CONVERTER.payload_converter.from_payloads([payload], [RolloutInput])
-    for one_runs in (b'"watched"', b'"watched_at"', b'"guarding"', b'"healing"'):
+    for one_runs in (b'"watched"', b'"watched_at"'):
         assert one_runs not in payload.data
     assert b'"interrupted":["p-0-t","p-1-t","p-2-t","p-3-t","p-4-t","p-5-t"]' in payload.data
     assert isinstance(back, RolloutInput) and back.state is not None
     resumed = RolloutState.resumed(back.state)
     assert resumed.runs == 2 and resumed.watched is None and resumed.watched_at == (-1, -1)
-    assert not resumed.guarding and resumed.healing == 0
     expected = state.model_dump(exclude={"runs"})
     assert resumed.model_dump(exclude={"runs"}) == expected
 

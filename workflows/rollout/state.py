@@ -25,6 +25,7 @@ from contracts.models.grove import (
     PCSChange,
     PCSRef,
     PCSState,
+    ProgressInput,
     RollGangResult,
     RolloutPolicy,
     RolloutResult,
@@ -106,12 +107,31 @@ class RolloutState(RolloutStateData):
         )
         return True
 
-    # -- the template ----------------------------------------------------------------------------
+    # -- the first read --------------------------------------------------------------------------
+    @staticmethod
+    def refusal(first: PCSState, pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy) -> str | None:
+        """Why the first read refuses the rollout (None: it goes on): no such PodCliqueSet; a
+        strategy other than OnDelete (Grove rolls it itself); a change that must take a replica
+        below a minAvailable when the policy does not allow an outage."""
+        s = first.summary
+        if not s.exists:
+            return f"no PodCliqueSet {pcs} (check the namespace and the name)"
+        if s.update_strategy != ON_DELETE:
+            return (
+                f"PodCliqueSet {pcs} has updateStrategy {s.update_strategy}: Grove rolls it itself, so "
+                "metalflow does not drive it (`metalflow rollout status` shows Grove's own progress); "
+                "a coherent rollout needs OnDelete"
+            )
+        if not policy.allow_replica_outage:
+            return steps.outage_refusal(first, str(pcs), dict(images))
+        return None
+
     def prepare(self, first: PCSState) -> None:
         """Before the first write: the template's hashes are the originals."""
         self.original = dict(first.summary.clique_hashes)
         self.previous_hash = first.summary.current_hash
 
+    # -- the template ----------------------------------------------------------------------------
     def observed(self, generation: int) -> bool:
         """Grove observed `generation` and the PodCliques carry every clique's hash."""
         s = self.watched
@@ -402,6 +422,21 @@ class RolloutState(RolloutStateData):
             updated_replicas=self.watched.summary.updated_replicas if self.watched else 0,
             fields=self.fields,
             runs=self.runs,
+        )
+
+    def progress(self, pcs: PCSRef, workflow_id: str, phase: str, *, ended: bool) -> ProgressInput:
+        """What the PodCliqueSet's annotation shows (`ended`: the annotation goes)."""
+        now = self.status(pcs, phase)
+        return ProgressInput(
+            pcs=pcs,
+            workflow_id=workflow_id,
+            phase=phase,
+            replicas=now.replicas,
+            in_flight=now.in_flight,
+            done=now.done,
+            total=now.total,
+            started_at=self.started_at,
+            ended=ended,
         )
 
     def result(self, pcs: PCSRef, outcome: Outcome, now: datetime) -> RolloutResult:

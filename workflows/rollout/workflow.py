@@ -29,7 +29,8 @@ bottom in `run`:
    eviction, a crash) comes back at the template's version, into whatever PodGang it belongs
    to. No client can stop that; the rollout (a) never mixes a PodGang itself (it replaces a
    PodGang's stale pods together), (b) heals a PodGang that Grove mixed at once, while rolling
-   and while paused (a repair: its stale pods replaced, to the template's version), and
+   and while paused (a repair: its stale pods replaced, to the template's version; paused, by
+   the guard, `guard.py`), and
    (c) never ends with two versions: it completes (all new), rolls back, or, on `abort`, takes
    everything back to the previous version (the stuck step first, interrupted at once) and
    fails with `RolloutAborted`. Paused, the world is guarded, not frozen.
@@ -56,8 +57,6 @@ after run.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 from collections.abc import Callable
 from typing import Any, ClassVar, NoReturn
 
@@ -74,7 +73,6 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
     )
     from contracts.models.grove import (
-        ON_DELETE,
         PCS_STATE_CHANGED_SIGNAL,
         ROLLBACK_UPDATE,
         SCALE_UPDATE,
@@ -82,7 +80,6 @@ with workflow.unsafe.imports_passed_through():
         GangState,
         PCSChange,
         PCSState,
-        ProgressInput,
         RevertInput,
         RollGangInput,
         RolloutInput,
@@ -98,7 +95,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import plural
     from workflows import kernel
-    from workflows.rollout import steps
+    from workflows.rollout.guard import PausedGuard
     from workflows.rollout.state import (
         ABORTED,
         COMPLETED,
@@ -138,7 +135,7 @@ class RolloutWorkflow(kernel.Abortable):
         self.abort_request, self.paused_by = self.state.aborting, self.state.paused_by
         self._request = request
         self._watcher: workflow.ActivityHandle[None] | None = None
-        self._guard: asyncio.Task[None] | None = None
+        self._guard = PausedGuard(self, self.state, self.pcs, self._deadline)  # heals while paused
 
     @workflow.run
     async def run(self, request: RolloutInput) -> RolloutResult:
@@ -147,11 +144,13 @@ class RolloutWorkflow(kernel.Abortable):
         return await self.to_the_end(self._runbook, self._clean_up)
 
     async def _runbook(self) -> RolloutResult:
+        """Steps 1 to 3 of the module docstring, then the planned end (`finish`)."""
         request, state = self._request, self.state
         if request.state is None:
             self.enter(PREPARING, f"reading {self.pcs}")
             first = await self._read()
-            self._refuse_unless_drivable(first, request)
+            if refusal := state.refusal(first, self.pcs, request.images, self.policy):
+                raise InvalidInput(refusal)  # nothing was written
             state.prepare(first)
         else:
             self.enter(ROLLING_BACK if state.rolling_back else ROLLING, f"run {state.runs} of this rollout")
@@ -161,7 +160,7 @@ class RolloutWorkflow(kernel.Abortable):
             WatchPCSInput(pcs=self.pcs, heartbeat_seconds=kernel.WATCHER_HEARTBEAT_SECONDS),
             kernel.options(kernel.WATCHER, f"watch {self.pcs}, its PodGangs and pods"),
         )
-        self._guard = asyncio.create_task(self._guard_while_paused())
+        self._guard.start()
         if request.state is None:
             written = await self.call(
                 activity_api.set_pcs_images,
@@ -176,22 +175,6 @@ class RolloutWorkflow(kernel.Abortable):
         await self._publish(ended=True)
         await self.finish(outcome, f"{plural(state.steps_done, 'step')}; target {state.target_hash}")
         return state.result(self.pcs, outcome, workflow.now())
-
-    def _refuse_unless_drivable(self, first: PCSState, request: RolloutInput) -> None:
-        """Step 1's refusals (nothing has been written)."""
-        s = first.summary
-        if not s.exists:
-            raise InvalidInput(f"no PodCliqueSet {self.pcs} (check the namespace and the name)")
-        if s.update_strategy != ON_DELETE:
-            raise InvalidInput(
-                f"PodCliqueSet {self.pcs} has updateStrategy {s.update_strategy}: Grove rolls it itself, so "
-                "metalflow does not drive it (`metalflow rollout status` shows Grove's own progress); "
-                "a coherent rollout needs OnDelete"
-            )
-        if not self.policy.allow_replica_outage:
-            refusal = steps.outage_refusal(first, str(self.pcs), dict(request.images))
-            if refusal:
-                raise InvalidInput(refusal)
 
     async def _clean_up(self, err: BaseException) -> str:
         """An early end (a failure, the end of an abort, a cancel): the progress annotation goes,
@@ -440,53 +423,18 @@ class RolloutWorkflow(kernel.Abortable):
             return
         state.paused_reason = reason
         await self._publish(phase=PAUSED)
-        state.guarding = True
+        self._guard.on = True
         try:
             decision, _ = await self.await_decision(PAUSED, reason, DECISIONS)
         except RolloutAborted:
             decision = "abort"  # the next safe point acts on it
         finally:
-            state.guarding, state.paused_reason = False, None
-        await workflow.wait_condition(lambda: state.healing == 0)
+            self._guard.on, state.paused_reason = False, None
+        await self._guard.quiet()
         if by_operator:
             self.paused_by = None
         if decision == ROLLBACK_UPDATE:
             await self._start_rollback()
-
-    async def _guard_while_paused(self) -> None:
-        """While paused: heal each PodGang Grove mixed (a pod it replaced at the template's
-        version), replacing its other stale pods so it is whole again at the template's version
-        (the only version Grove's replacements come back at); one PodGang per replica at a time.
-        A heal that deletes nothing (the template moved meanwhile) waits for the next change.
-
-        Its waits are not the runbook's: an abort does not cut them; the run stops the guard."""
-        state = self.state
-        while True:
-            await workflow.wait_condition(lambda: state.guarding and bool(state.to_heal()))
-            seen = state.watched
-            assert seen is not None
-            gangs, template = state.to_heal(), dict(seen.summary.clique_hashes)
-            state.healing += 1
-            try:
-                self.show(f"paused; healing mixed PodGang {', '.join(g.name for g in gangs)}")
-                deleted = 0
-                for g in gangs:
-                    rolled = await self.call(
-                        activity_api.roll_podgang,
-                        RollGangInput(
-                            pcs=self.pcs, podgang=g.name, targets=template, generation=seen.summary.generation
-                        ),
-                        kernel.options(kernel.KUBE_WRITE, f"heal {g.name}"),
-                        abortable=False,
-                    )
-                    deleted += len(rolled.deleted)
-                    state.repairs += bool(rolled.deleted)
-                healed = functools.partial(state.healed, {g.name for g in gangs}, deleted, state.watched)
-                await workflow.wait_condition(healed, timeout=self._deadline())
-            except TimeoutError:
-                pass
-            finally:
-                state.healing -= 1
 
     async def _start_rollback(self) -> None:
         """Put back the fields the rollout set (only where they still hold its values); the
@@ -551,42 +499,33 @@ class RolloutWorkflow(kernel.Abortable):
 
     # -- plumbing ------------------------------------------------------------------------------------
     async def _read(self) -> PCSState:
-        state = await self.call(
+        """Read the PodCliqueSet whole; the first view until the watcher's first listing."""
+        read = await self.call(
             activity_api.read_pcs_state,
             self.pcs,
             kernel.options(kernel.KUBE_READ, f"read {self.pcs}"),
             abortable=False,
         )
         if self.state.watched is None:
-            self.state.watched = state
-        return state
+            self.state.watched = read
+        return read
 
     async def _stop_watching(self) -> None:
         """The guard stops, and the watcher is cancelled and waited for: the run ends, or
         continues as new, with no activity pending."""
-        self.state.guarding = False
-        if self._guard is not None:
-            self._guard.cancel()
+        self._guard.stop()
         if self._watcher is not None:
             await kernel.cancel_and_wait(self._watcher)
             self._watcher = None
 
     async def _publish(self, *, ended: bool = False, phase: str | None = None) -> None:
         """Where the rollout is, as the PodCliqueSet's annotation (`ended`: removed)."""
-        now = self.status()
+        progress = self.state.progress(
+            self.pcs, workflow.info().workflow_id, phase or self.phase, ended=ended
+        )
         await self.call(
             activity_api.publish_rollout_progress,
-            ProgressInput(
-                pcs=self.pcs,
-                workflow_id=workflow.info().workflow_id,
-                phase=phase or self.phase,
-                replicas=now.replicas,
-                in_flight=now.in_flight,
-                done=now.done,
-                total=now.total,
-                started_at=self.state.started_at,
-                ended=ended,
-            ),
+            progress,
             kernel.options(kernel.KUBE_WRITE, "publish progress on the PodCliqueSet"),
             abortable=False,
         )
