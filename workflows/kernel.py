@@ -274,12 +274,13 @@ def describe_failure(err: BaseException) -> str:
     return ": ".join(parts)
 
 
-def ending(err: BaseException) -> tuple[str, str]:
+def ending(err: BaseException, aborted_type: str = OperationAborted.__name__) -> tuple[str, str]:
     """The final phase of a run that ends early, and why, in words: `cancelled` (the workflow
-    was cancelled), `aborted` (an operator's abort) or `failed` (with the cause chain)."""
+    was cancelled), `aborted` (an operator's abort: an error of type `aborted_type`) or
+    `failed` (with the cause chain)."""
     if isinstance(err, asyncio.CancelledError | CancelledError):
         return "cancelled", "cancelled (the workflow was cancelled)"
-    if isinstance(err, ApplicationError) and err.type == OperationAborted.__name__:
+    if isinstance(err, ApplicationError) and err.type == aborted_type:
         return "aborted", err.message
     return "failed", describe_failure(err)
 
@@ -295,6 +296,8 @@ class Runbook:
     """
 
     ENDED: ClassVar[Collection[str]] = ("completed", "failed", "aborted", "cancelled")
+    ABORTED_ERROR: ClassVar[type[WorkflowError]] = OperationAborted
+    """The error `aborted()` raises: a run that ends with it ends `aborted` (`end_early`)."""
 
     def __init__(self) -> None:
         self.phase = "starting"
@@ -322,7 +325,7 @@ class Runbook:
     async def end_early(self, err: BaseException, left_behind: str) -> None:
         """The final phase of a run that ends early (what ended it, what it leaves behind), then
         wait until every handler has answered, so no accepted update is lost."""
-        phase, why = ending(err)
+        phase, why = ending(err, self.ABORTED_ERROR.__name__)
         self.enter(phase, f"{why}. {left_behind}")
         await workflow.wait_condition(workflow.all_handlers_finished)
 
@@ -366,7 +369,7 @@ class Runbook:
     def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
         """The error an aborted run ends with: who aborted, why, and `outcome` (what it left).
         `OperationAborted`; a workflow whose abort has its own type overrides it (a rollout's
-        `RolloutAborted`), and `wait` and `call` raise that."""
+        `RolloutAborted`, named in `ABORTED_ERROR`), and `wait` and `call` raise that."""
         abort = self.abort_request
         assert abort is not None, "aborted() before an abort"
         why = f"aborted by {abort.requested_by}: {abort.reason or 'no reason given'}"

@@ -1,5 +1,6 @@
-"""The Grove contract of metalflow: names from DOMAIN.md section 3, and the frozen inputs,
-results, signal payload, query and update models of the coherent rollout.
+"""The Grove contract of metalflow: names from DOMAIN.md section 3, the frozen inputs, results,
+signal payload, query and update models of the coherent rollout, and the data of its state
+(`RolloutStateData`: mutable, the one model here that is).
 
 A rollout is named by its PodCliqueSet (`PCSRef`); its workflow id is
 `contracts.names.rollout_workflow_id`. The rollout's own watcher signals the workflow with
@@ -16,7 +17,7 @@ import re
 from datetime import datetime
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer, field_validator
 
 from contracts.models.control import OperatorRequest
 from contracts.validation import Reason, Requester
@@ -276,25 +277,60 @@ class RolloutPolicy(_Model):
     history_limit: int = Field(default=10_000, ge=500)
 
 
-class RolloutCarry(_Model):
-    """What a rollout carries into its next run (continue-as-new)."""
+class SupersedeRequest(OperatorRequest):
+    images: dict[str, str]
 
-    original: dict[str, str]  # clique -> pod-template hash before the rollout
-    targets: dict[str, str]  # clique -> pod-template hash rolled to
-    fields: tuple[FieldChange, ...]
-    written: dict[str, object]
-    written_at: datetime
-    generation: int
-    target_hash: str
-    previous_hash: str
-    rolling_back: bool = False
-    aborting: OperatorRequest | None = None
-    paused_by: OperatorRequest | None = None
-    steps_done: int = 0
-    recent_steps: tuple[StepRecord, ...] = ()
-    repairs: int = 0
+
+class ScaleRequest(OperatorRequest):
+    replicas: int = Field(ge=0)
+
+
+class RolloutStateData(BaseModel):
+    """Everything a rollout run knows, as data. `workflows/rollout/state.py`'s `RolloutState`
+    derives from it and adds the decisions; the run continues as new with this object as
+    `RolloutInput.state`, so nothing is copied field by field.
+
+    Mutable (the run updates it in place), unlike the other models. What belongs to one run is
+    not serialized (`exclude`): the watcher's view and its (attempt, sequence) ordering (the next
+    run's watcher lists afresh from attempt 1). Unknown fields are ignored, so a newer worker's
+    state loads.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
     started_at: datetime
     runs: int = 1
+    # -- the template: what it was, what the rollout wrote, what it rolls to ----------------------
+    original: dict[str, str] = Field(default_factory=dict)  # clique -> pod-template hash before
+    targets: dict[str, str] = Field(default_factory=dict)  # clique -> pod-template hash rolled to
+    target_hash: str = ""
+    previous_hash: str = ""
+    fields: tuple[FieldChange, ...] = ()  # the template fields the rollout set
+    written: dict[str, object] = Field(default_factory=dict)  # the template as last written or adopted
+    written_at: datetime
+    generation: int = 0  # the PodCliqueSet generation the rollout wrote or adopted last
+    # -- direction and the operator's requests ---------------------------------------------------
+    rolling_back: bool = False
+    reverting_for_abort: bool = False  # the abort is being acted on: everything goes back, then it ends
+    aborting: OperatorRequest | None = None  # the kernel's `abort_request`, handed to the next run
+    paused_by: OperatorRequest | None = None  # the kernel's `paused_by`, handed to the next run
+    paused_reason: str | None = None
+    rollback_request: OperatorRequest | None = None
+    supersede: SupersedeRequest | None = None
+    scale: ScaleRequest | None = None
+    # -- steps -----------------------------------------------------------------------------------
+    steps: list[StepRecord] = Field(default_factory=list)  # the latest ones (`steps_done` counts all)
+    steps_done: int = 0
+    repairs: int = 0
+    in_flight: dict[int, str] = Field(default_factory=dict)  # replica -> PodGang whose step is not done
+    interrupted: set[str] = Field(default_factory=set)  # PodGangs whose step missed its deadline
+    # -- this run only ---------------------------------------------------------------------------
+    watched: PCSState | None = Field(default=None, exclude=True)
+    watched_at: tuple[int, int] = Field(default=(-1, -1), exclude=True)  # (attempt, sequence) applied
+
+    @field_serializer("interrupted")
+    def _sorted(self, interrupted: set[str]) -> list[str]:
+        return sorted(interrupted)  # the same payload whatever the set's order
 
 
 class RolloutInput(_Model):
@@ -305,7 +341,7 @@ class RolloutInput(_Model):
     requested_by: Requester
     reason: Reason = ""
     policy: RolloutPolicy = RolloutPolicy()
-    carry: RolloutCarry | None = None  # set by continue-as-new only
+    state: RolloutStateData | None = None  # set by continue-as-new only: the run's state
 
     @field_validator("images")
     @classmethod
@@ -316,14 +352,6 @@ class RolloutInput(_Model):
             if (problem := image_problem(image)) is not None:
                 raise ValueError(f"clique {clique}: {problem}")
         return images
-
-
-class SupersedeRequest(OperatorRequest):
-    images: dict[str, str]
-
-
-class ScaleRequest(OperatorRequest):
-    replicas: int = Field(ge=0)
 
 
 class RolloutStatus(_Model):

@@ -226,7 +226,10 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         print(f"{workflow_id}: {answer.message}")
         return await _follow(_handle(client, pcs)) if args.wait else EXIT_OK
     # The images are written (phase past `preparing`), or the run refused them.
-    status = await until_past(handle, "preparing", _query, "rollout refused, nothing changed")
+    refused = "rollout refused, nothing changed"
+    status = await until_past(handle, "preparing", _query, refused)
+    if status.phase == "failed":  # refused between the check of its status and the query
+        status = await until_past(handle, "failed", _query, refused)  # raises, naming why
     print(f"rollout {workflow_id} started: target {status.target_hash} (from {status.previous_hash})")
     return await _follow(handle) if args.wait else EXIT_OK
 

@@ -1,5 +1,7 @@
 """Which PodGang a rollout replaces next, whether it is done, and what it would cost: pure
-functions over the latest `PCSState`. No I/O; O(pods) per call at worst (O(PodGangs x podgroups)).
+functions over the latest `PCSState`. No I/O, no Temporal (the workflow imports this module
+passed through its sandbox; the CLI's outage refusal uses it too); O(pods) per call at worst
+(O(PodGangs x podgroups)).
 
 Vocabulary (Grove at the pin, `simulators/grove/BEHAVIOUR.md`):
 
@@ -19,10 +21,7 @@ Vocabulary (Grove at the pin, `simulators/grove/BEHAVIOUR.md`):
 
 from __future__ import annotations
 
-from temporalio import workflow
-
-with workflow.unsafe.imports_passed_through():
-    from contracts.models.grove import GangState, GroupState, PCSState
+from contracts.models.grove import GangState, GroupState, PCSState
 
 Versions = list[dict[str, str]]
 

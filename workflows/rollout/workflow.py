@@ -2,8 +2,9 @@
 section 3; Grove pinned at ai-dynamo/grove 6eaa77f0, v0.1.0-alpha.12's PodGangMap change; the
 behaviour it relies on: `simulators/grove/BEHAVIOUR.md`).
 
-Id `rollout/<namespace>/<pcs>` (`contracts.names.rollout_workflow_id`): the id is the lock. The
-runbook, top to bottom in `run`:
+Id `rollout/<namespace>/<pcs>` (`contracts.names.rollout_workflow_id`): the id is the lock. What
+the run knows and decides is `state.py` (`RolloutState`); this module is the runbook, top to
+bottom in `run`:
 
 1. Read the PodCliqueSet, its PodGangs and their pods. Refused, changing nothing: no such
    PodCliqueSet; a strategy other than OnDelete (Grove rolls RollingRecreate itself;
@@ -28,7 +29,8 @@ runbook, top to bottom in `run`:
    eviction, a crash) comes back at the template's version, into whatever PodGang it belongs
    to. No client can stop that; the rollout (a) never mixes a PodGang itself (it replaces a
    PodGang's stale pods together), (b) heals a PodGang that Grove mixed at once, while rolling
-   and while paused (a repair: its stale pods replaced, to the template's version), and
+   and while paused (a repair: its stale pods replaced, to the template's version; paused, by
+   the guard, `guard.py`), and
    (c) never ends with two versions: it completes (all new), rolls back, or, on `abort`, takes
    everything back to the previous version (the stuck step first, interrupted at once) and
    fails with `RolloutAborted`. Paused, the world is guarded, not frozen.
@@ -39,28 +41,26 @@ runbook, top to bottom in `run`:
    still hold its values, and roll every PodGang back under the same rules) or `abort`.
    A PodCliqueSet switched to RollingRecreate mid-rollout is Grove's to roll: the rollout stops
    driving and ends `handed-to-grove`.
-6. However it ends, the watcher is cancelled and waited for, so the run has no pending activity.
+6. However it ends (`to_the_end`), the watcher is cancelled and waited for, so the run has no
+   pending activity, and the progress annotation is removed.
+
+Every Kubernetes call is `self.call(..., abortable=False)`: an abort waits for it, so a step's
+deletions and a template write are never cut halfway; the abort acts at the next safe point.
 
 Bounded history: between steps the run continues as new once its history passes
-`policy.history_limit` events (or the server suggests it), carrying `RolloutCarry` (targets,
-fields set, counters, the latest steps, the pending operator requests); the watcher starts
-afresh in the new run. Cost per PodGang rolled, measured at 300 PodGangs (tests/
-test_rollout_scale.py): one `roll_podgang` activity (3 events) and, from the watcher, one
-signal per settle window that changed the PodGang (typically 2-4), each a signal event plus a
-workflow task (3 events): about 20-30 events per PodGang; the signal payload holds only the
-PodGangs that changed (~250 bytes each). So a run of `history_limit` 10,000 events rolls about
-300-400 PodGangs and any PodCliqueSet fits, run after run.
+`policy.history_limit` events (or the server suggests it), with its state as the next run's
+input; the watcher starts afresh in the new run. Each PodGang rolled costs a few dozen events
+(one `roll_podgang`, and the watcher's signals that changed it; figures in bench/README.md,
+"workflows/rollout"), so a run rolls a few hundred PodGangs and any PodCliqueSet fits, run
+after run.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Callable
+from typing import Any, ClassVar, NoReturn
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -73,26 +73,21 @@ with workflow.unsafe.imports_passed_through():
         OperatorRequest,
     )
     from contracts.models.grove import (
-        ON_DELETE,
         PCS_STATE_CHANGED_SIGNAL,
         ROLLBACK_UPDATE,
         SCALE_UPDATE,
         SUPERSEDE_UPDATE,
-        FieldChange,
         GangState,
         PCSChange,
         PCSState,
-        ProgressInput,
         RevertInput,
         RollGangInput,
-        RolloutCarry,
         RolloutInput,
         RolloutResult,
         RolloutStatus,
         ScalePCSInput,
         ScaleRequest,
         SetImagesInput,
-        StepRecord,
         SupersedeRequest,
         TemplateChangeInput,
         TemplateResult,
@@ -100,198 +95,108 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import plural
     from workflows import kernel
-    from workflows.rollout import steps
+    from workflows.rollout.guard import PausedGuard
+    from workflows.rollout.state import (
+        ABORTED,
+        COMPLETED,
+        HANDED,
+        PAUSED,
+        PREPARING,
+        ROLLED_BACK,
+        ROLLING,
+        ROLLING_BACK,
+        Outcome,
+        RolloutState,
+        StepKind,
+    )
 
-ArgT = TypeVar("ArgT")
-ResultT = TypeVar("ResultT")
-
-PREPARING = "preparing"
-ROLLING = "rolling"
-ROLLING_BACK = "rolling-back"
-PAUSED = "paused"
-COMPLETED = "completed"
-ROLLED_BACK = "rolled-back"
-ABORTED = "aborted"
-HANDED = "handed-to-grove"
 DECISIONS = (RESUME_UPDATE, ROLLBACK_UPDATE)
 """What a paused rollout waits for (besides `abort`)."""
-RECENT_STEPS = 20
-"""Steps kept in the status and carried across continue-as-new (`steps_done` counts them all)."""
 
 
 @workflow.defn(name="RolloutWorkflow")
 class RolloutWorkflow(kernel.Abortable):
     """Roll one PodCliqueSet coherently; see the module docstring."""
 
-    ENDED: ClassVar = (COMPLETED, ROLLED_BACK, ABORTED, HANDED)
+    ENDED: ClassVar = (COMPLETED, ROLLED_BACK, ABORTED, HANDED, "failed", "cancelled")
+    ABORTED_ERROR: ClassVar = RolloutAborted
 
     @workflow.init
     def __init__(self, request: RolloutInput) -> None:
         super().__init__()
         self.phase = PREPARING
-        self._pcs = request.pcs
-        self._policy = request.policy
-        self._state: PCSState | None = None
-        self._seq: tuple[int, int] = (-1, -1)
-        self._original: dict[str, str] = {}
-        self._targets: dict[str, str] = {}
-        self._fields: tuple[FieldChange, ...] = ()
-        self._written: dict[str, object] = {}
-        self._written_at: datetime = workflow.now()
-        self._generation = 0
-        self._target_hash = ""
-        self._previous_hash = ""
-        self._rolling_back = False
-        self._reverting_for_abort = False
-        self._paused_reason: str | None = None
-        self._rollback_request: OperatorRequest | None = None
-        self._supersede: SupersedeRequest | None = None
-        self._scale: ScaleRequest | None = None
-        self._steps: list[StepRecord] = []
-        self._steps_done = 0
-        self._repairs = 0
-        self._in_flight: dict[int, str] = {}  # replica -> PodGang whose step is not done
-        self._interrupted: set[str] = set()
-        self._guarding = False
-        self._healing = 0
-        self._started_at = workflow.now()
-        self._runs = 1
-        carry = request.carry
-        if carry is not None:
-            self._original, self._targets = dict(carry.original), dict(carry.targets)
-            self._fields, self._written, self._written_at = (
-                carry.fields,
-                dict(carry.written),
-                carry.written_at,
-            )
-            self._generation, self._target_hash = carry.generation, carry.target_hash
-            self._previous_hash, self._rolling_back = carry.previous_hash, carry.rolling_back
-            self.abort_request, self.paused_by = carry.aborting, carry.paused_by
-            self._reverting_for_abort = carry.aborting is not None
-            self._steps_done, self._steps = carry.steps_done, list(carry.recent_steps)
-            self._repairs, self._started_at, self._runs = carry.repairs, carry.started_at, carry.runs + 1
+        self.pcs, self.policy = request.pcs, request.policy
+        now = workflow.now()
+        carried = request.state
+        self.state = (
+            RolloutState.resumed(carried) if carried else RolloutState(started_at=now, written_at=now)
+        )
+        # The operator's abort and pause are the kernel's; a continued run takes them over.
+        self.abort_request, self.paused_by = self.state.aborting, self.state.paused_by
+        self._request = request
+        self._watcher: workflow.ActivityHandle[None] | None = None
+        self._guard = PausedGuard(self, self.state, self.pcs, self._deadline)  # heals while paused
 
     @workflow.run
     async def run(self, request: RolloutInput) -> RolloutResult:
         """Roll the PodCliqueSet to the new images; see the module docstring."""
         workflow.upsert_search_attributes([names.OPERATION.value_set(names.ROLLOUT)])
-        if request.carry is None:
-            self.enter(PREPARING, f"reading {self._pcs}")
-            first = await self._read()
-            self._refuse_unless_drivable(first, request)
-            self._original = dict(first.summary.clique_hashes)
-            self._previous_hash = first.summary.current_hash
-        else:
-            self.enter(ROLLING_BACK if self._rolling_back else ROLLING, f"run {self._runs} of this rollout")
-            await self._read()
-        watcher = kernel.start_cancellable(
-            activity_api.watch_pcs,
-            WatchPCSInput(pcs=self._pcs, heartbeat_seconds=kernel.WATCHER_HEARTBEAT_SECONDS),
-            kernel.options(kernel.WATCHER, f"watch {self._pcs}, its PodGangs and pods"),
-        )
-        guard = asyncio.create_task(self._guard())
-        outcome = COMPLETED
-        try:
-            if request.carry is None:
-                written = await self._kube(
-                    activity_api.set_pcs_images,
-                    SetImagesInput(pcs=self._pcs, images=request.images),
-                    kernel.KUBE_WRITE,
-                    f"set the images of {self._pcs}",
-                )
-                self._fields = written.changed
-                await self._adopt(written)
-            outcome = await self._roll()
-            if outcome == "continue-as-new":
-                self._guarding = False
-                guard.cancel()
-                await kernel.cancel_and_wait(watcher)
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(request.model_copy(update={"carry": self._carry()}))
-        except (FailureError, asyncio.CancelledError) as err:
-            if isinstance(err, RolloutAborted) and self.abort_request is not None:
-                self.enter(ABORTED, str(err.message))
-            await self._publish(ended=True)
-            raise
-        finally:
-            guard.cancel()
-            await kernel.cancel_and_wait(watcher)
-        await self._publish(ended=True)
-        self.enter(outcome, f"{plural(self._steps_done, 'step')}; target {self._target_hash}")
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        return RolloutResult(
-            pcs=self._pcs,
-            outcome=outcome,
-            target_hash=self._target_hash,
-            steps=tuple(self._steps),
-            steps_done=self._steps_done,
-            started_at=self._started_at,
-            finished_at=workflow.now(),
-        )
+        return await self.to_the_end(self._runbook, self._clean_up)
 
-    def _refuse_unless_drivable(self, state: PCSState, request: RolloutInput) -> None:
-        """Step 1's refusals (nothing has been written)."""
-        s = state.summary
-        if not s.exists:
-            raise InvalidInput(f"no PodCliqueSet {self._pcs} (check the namespace and the name)")
-        if s.update_strategy != ON_DELETE:
-            raise InvalidInput(
-                f"PodCliqueSet {self._pcs} has updateStrategy {s.update_strategy}: Grove rolls it itself, so "
-                "metalflow does not drive it (`metalflow rollout status` shows Grove's own progress); "
-                "a coherent rollout needs OnDelete"
+    async def _runbook(self) -> RolloutResult:
+        """Steps 1 to 3 of the module docstring, then the planned end (`finish`)."""
+        request, state = self._request, self.state
+        if request.state is None:
+            self.enter(PREPARING, f"reading {self.pcs}")
+            first = await self._read()
+            if refusal := state.refusal(first, self.pcs, request.images, self.policy):
+                raise InvalidInput(refusal)  # nothing was written
+            state.prepare(first)
+        else:
+            self.enter(ROLLING_BACK if state.rolling_back else ROLLING, f"run {state.runs} of this rollout")
+            await self._read()
+        self._watcher = kernel.start_cancellable(
+            activity_api.watch_pcs,
+            WatchPCSInput(pcs=self.pcs, heartbeat_seconds=kernel.WATCHER_HEARTBEAT_SECONDS),
+            kernel.options(kernel.WATCHER, f"watch {self.pcs}, its PodGangs and pods"),
+        )
+        self._guard.start()
+        if request.state is None:
+            written = await self.call(
+                activity_api.set_pcs_images,
+                SetImagesInput(pcs=self.pcs, images=request.images),
+                kernel.options(kernel.KUBE_WRITE, f"set the images of {self.pcs}"),
+                abortable=False,
             )
-        if not self._policy.allow_replica_outage:
-            refusal = steps.outage_refusal(state, str(self._pcs), dict(request.images))
-            if refusal:
-                raise InvalidInput(refusal)
+            state.fields = written.changed
+            await self._adopt(written)
+        outcome = await self._roll()
+        await self._stop_watching()
+        await self._publish(ended=True)
+        await self.finish(outcome, f"{plural(state.steps_done, 'step')}; target {state.target_hash}")
+        return state.result(self.pcs, outcome, workflow.now())
+
+    async def _clean_up(self, err: BaseException) -> str:
+        """An early end (a failure, the end of an abort, a cancel): the progress annotation goes,
+        the guard and the watcher stop. Nothing is put back here: an abort took every PodGang
+        back before it ended, and a failure leaves each PodGang to Grove, which recreates a
+        step's deleted pods into it at the template's version."""
+        if self._watcher is not None:
+            await self._publish(ended=True)
+            await self._stop_watching()
+        return self.state.left_behind()
 
     # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=PCS_STATE_CHANGED_SIGNAL)
     def pcs_state_changed(self, change: PCSChange) -> None:
-        """The watcher saw a change: applied in (attempt, sequence) order; a retried attempt's
-        first signal is a full listing and replaces what is held."""
-        if (change.attempt, change.sequence) < self._seq:
-            return
-        if change.attempt != self._seq[0] and not change.full:
-            return  # a new attempt starts with a full listing; a stray delta waits for it
-        self._seq = (change.attempt, change.sequence)
-        if change.full or self._state is None:
-            if change.summary is not None:
-                self._state = PCSState(summary=change.summary, gangs=change.gangs)
-            return
-        gangs = {g.name: g for g in self._state.gangs}
-        for name in change.removed:
-            gangs.pop(name, None)
-        for g in change.gangs:
-            gangs[g.name] = g
-        self._state = PCSState(
-            summary=change.summary or self._state.summary,
-            gangs=tuple(sorted(gangs.values(), key=lambda g: g.name)),
-        )
+        """The watcher saw a change (`RolloutState.apply`: in order, a retried attempt's full
+        listing replaces what is held)."""
+        self.state.apply(change)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> RolloutStatus:
         """Where the rollout is: replicas and PodGangs in flight, done/total, the latest steps."""
-        done, total = steps.progress(self._state, self._targets)
-        return RolloutStatus(
-            pcs=self._pcs,
-            phase=self.phase,
-            target_hash=self._target_hash,
-            previous_hash=self._previous_hash,
-            rolling_back=self._rolling_back,
-            paused_reason=self._paused_reason,
-            replicas=tuple(sorted(self._in_flight)),
-            in_flight=tuple(sorted(self._in_flight.values())),
-            done=done,
-            total=total,
-            steps=tuple(self._steps),
-            steps_done=self._steps_done,
-            repairs=self._repairs,
-            pending_scale=self._scale.replicas if self._scale else None,
-            updated_replicas=self._state.summary.updated_replicas if self._state else 0,
-            fields=self._fields,
-            runs=self._runs,
-        )
+        return self.state.status(self.pcs, self.phase)
 
     @workflow.update(name=PAUSE_UPDATE)
     def pause(self, request: OperatorRequest) -> OperatorAnswer:
@@ -303,7 +208,7 @@ class RolloutWorkflow(kernel.Abortable):
     def _validate_pause(self, request: OperatorRequest) -> None:
         self.validate_pause()
         if self.phase == PAUSED:
-            raise ValueError(f"already paused: {self._paused_reason}")
+            raise ValueError(f"already paused: {self.state.paused_reason}")
 
     @workflow.update(name=RESUME_UPDATE)
     def resume(self, request: OperatorRequest) -> OperatorAnswer:
@@ -312,7 +217,7 @@ class RolloutWorkflow(kernel.Abortable):
             self.paused_by = None
             return OperatorAnswer(accepted=True, message="pause request withdrawn; the rollout goes on")
         self.decide(RESUME_UPDATE, request)
-        return OperatorAnswer(accepted=True, message=f"resuming ({self._paused_reason})")
+        return OperatorAnswer(accepted=True, message=f"resuming ({self.state.paused_reason})")
 
     @resume.validator
     def _validate_resume(self, request: OperatorRequest) -> None:
@@ -322,33 +227,33 @@ class RolloutWorkflow(kernel.Abortable):
     def rollback(self, request: OperatorRequest) -> OperatorAnswer:
         """Put back the fields the rollout set and roll every PodGang back: the decision of a
         paused rollout, or else at once (a step in flight is interrupted and taken back first)."""
-        self._rollback_request = request
+        self.state.rollback_request = request
         if self.awaits(ROLLBACK_UPDATE):
             self.decide(ROLLBACK_UPDATE, request)
-        return OperatorAnswer(accepted=True, message=f"rolling back to {self._previous_hash} now")
+        return OperatorAnswer(accepted=True, message=f"rolling back to {self.state.previous_hash} now")
 
     @rollback.validator
     def _validate_rollback(self, request: OperatorRequest) -> None:
         self.validate_running(ROLLBACK_UPDATE)
-        if self._rolling_back or self._rollback_request is not None:
+        if self.state.rolling_back or self.state.rollback_request is not None:
             raise ValueError("the rollout is already rolling back")
 
     @workflow.update(name=SUPERSEDE_UPDATE)
     def supersede(self, request: SupersedeRequest) -> OperatorAnswer:
         """A newer rollout of this PodCliqueSet takes over after the current step."""
-        self._supersede = request
+        self.state.supersede = request
         return OperatorAnswer(accepted=True, message="the new images take over after the current step")
 
     @supersede.validator
     def _validate_supersede(self, request: SupersedeRequest) -> None:
         self.validate_running(SUPERSEDE_UPDATE)
-        if self._rolling_back:
+        if self.state.rolling_back:
             raise ValueError("the rollout is rolling back; start the new rollout once it finished")
 
     @workflow.update(name=SCALE_UPDATE)
     def scale(self, request: ScaleRequest) -> OperatorAnswer:
         """Queue a new replica count; applied between steps."""
-        self._scale = request
+        self.state.scale = request
         return OperatorAnswer(
             accepted=True, message=f"scaling to {request.replicas} replicas after the current step"
         )
@@ -360,7 +265,7 @@ class RolloutWorkflow(kernel.Abortable):
     def abort_promise(self) -> str:
         return (
             f"aborting ({self.phase}): the step in flight is interrupted and every PodGang is taken back to "
-            f"{self._previous_hash or 'the previous template'}"
+            f"{self.state.previous_hash or 'the previous template'}"
         )
 
     def aborted(self, outcome: str = "", *details: Any) -> RolloutAborted:
@@ -368,373 +273,180 @@ class RolloutWorkflow(kernel.Abortable):
         abort = self.abort_request
         assert abort is not None, "aborted() before an abort"
         why = f": {abort.reason}" if abort.reason else ""
-        left = outcome or f"{plural(self._steps_done, 'step')} taken"
-        return RolloutAborted(
-            f"rollout of {self._pcs} aborted by {abort.requested_by}{why}; {left}", *details
-        )
+        left = outcome or f"{plural(self.state.steps_done, 'step')} taken"
+        return RolloutAborted(f"rollout of {self.pcs} aborted by {abort.requested_by}{why}; {left}", *details)
 
     # -- the runbook's steps -------------------------------------------------------------------------
-    def _interrupt(self) -> bool:
-        """An abort or rollback asked for and not yet acted on: a wait ends at once."""
-        return (self.abort_request is not None and not self._reverting_for_abort) or (
-            self._rollback_request is not None and not self._rolling_back
-        )
-
-    def _foreign(self) -> bool:
-        """The template changed and the rollout did not write it (seen from the watcher)."""
-        s = self._state
-        return (
-            s is not None
-            and s.summary.generation > self._generation
-            and bool(self._target_hash)
-            and s.summary.observed_generation >= s.summary.generation
-            and s.summary.current_hash != self._target_hash
-        )
-
-    def _versions(self) -> list[dict[str, str]]:
-        return [self._original, self._targets]
-
-    async def _roll(self) -> str:
+    async def _roll(self) -> Outcome:
+        """Step after step, each after a safe point, until every PodGang is at the target."""
         while True:
-            outcome = await self._between_steps()
-            if outcome:
-                return outcome
-            state = self._state
-            assert state is not None
-            mixed = [
-                g for g in steps.mixed_gangs(state, self._versions()) if g.replica not in self._in_flight
-            ]
-            if mixed:
-                await self._run_steps(mixed[:1], kind="repair")
-                continue
-            # An interrupted step is taken up first while it is still in flight; once its pods
-            # settled (whatever version) it is an ordinary PodGang again, in GREP order.
-            self._interrupted = {n for n in self._interrupted if not steps.settled(state.gang(n))}
-            chosen = steps.next_steps(
-                state, self._targets, self._policy.replica_concurrency, frozenset(self._interrupted)
-            )
-            if not chosen:
+            ended = await self._between_steps()
+            if ended is not None:
+                return ended
+            move = self.state.next_move(self.policy)
+            if move.kind == "verify":
                 if await self._verified():
-                    if self._reverting_for_abort:
-                        raise self.aborted(f"every PodGang back at {self._target_hash}")
-                    return ROLLED_BACK if self._rolling_back else COMPLETED
-                continue
-            if not self._policy.allow_replica_outage:
-                blocked = [(g, r) for g in chosen for r in steps.outage(state, g, self._targets)]
-                if blocked:
-                    g, reason = blocked[0]
-                    await self._stuck(f"{g.name}: {reason}; the step waits (a replica outage is not allowed)")
-                    continue
-            await self._run_steps(chosen, kind="rollback" if self._rolling_back else "roll")
-
-    async def _run_steps(self, gangs: list[GangState], *, kind: str) -> None:
-        """Replace each PodGang's stale pods (at most one per replica) and wait until each is done."""
-        names_ = {g.name for g in gangs}
-        if kind != "repair" and self._sick(names_):
-            if not await self._wait(lambda: not self._sick(names_), self._deadline()):
-                await self._stuck(f"PodGang {', '.join(self._sick(names_))} not serving; the next step waits")
-                return
-        phase = ROLLING_BACK if self._rolling_back else ROLLING
-        self.enter(phase, f"{kind}: {', '.join(sorted(names_))}")
-        records = {}
-        for gang in gangs:
-            self._in_flight[gang.replica] = gang.name
-            records[gang.name] = StepRecord(
-                replica=gang.replica,
-                podgangs=(gang.name,),
-                role=gang.role,
-                target_hash=self._target_hash,
-                started_at=workflow.now(),
-                kind=kind,
-            )
-        await self._publish()
-        for gang in gangs:
-            others: tuple[str, ...] = ()
-            if kind != "repair" and self._state is not None:
-                peers = steps.by_replica(self._state).get(gang.replica, [])
-                others = tuple(sorted(g.name for g in peers if g.name != gang.name and steps.serving(g)))
-            rolled = await self._kube(
-                activity_api.roll_podgang,
-                RollGangInput(
-                    pcs=self._pcs,
-                    podgang=gang.name,
-                    targets=self._targets,
-                    require_healthy=others,
-                    generation=self._generation,
-                ),
-                kernel.KUBE_WRITE,
-                f"{kind} {gang.name}",
-            )
-            records[gang.name] = records[gang.name].model_copy(update={"deleted": rolled.deleted})
-            if rolled.blocked_by:
-                self._in_flight.pop(gang.replica, None)
-                records.pop(gang.name)
-        self._interrupted -= set(records)
-
-        def finished() -> bool:
-            s = self._state
-            return s is not None and all(
-                steps.done(s.gang(n), self._targets) or n not in {g.name for g in s.gangs} for n in records
-            )
-
-        if kind == "repair":
-            self._repairs += len(records)
-        ok = await self._wait(finished, self._deadline())
-        for name, record in records.items():
-            if ok:
-                self._in_flight.pop(record.replica, None)
-                self._steps_done += 1
-                self._steps.append(record.model_copy(update={"finished_at": workflow.now()}))
+                    if self.state.reverting_for_abort:
+                        raise self.aborted(f"every PodGang back at {self.state.target_hash}")
+                    return self.state.outcome()
+            elif move.kind == "wait":
+                await self._stuck(move.reason)
             else:
-                self._interrupted.add(name)
-        self._steps = self._steps[-RECENT_STEPS:]
-        await self._publish()
-        if ok:
-            return
-        if self._interrupt() or self._foreign():
-            return  # the safe point acts on what interrupted it; the step is taken up again first
-        late = [
-            n for n in records if not steps.done(self._state.gang(n) if self._state else None, self._targets)
-        ]
-        await self._stuck(
-            f"{', '.join(late)} not whole and Ready at {self._target_hash} within {self._deadline():g} s"
-        )
+                await self._run_steps(move.gangs, kind=move.kind)
 
-    def _sick(self, skip: set[str]) -> list[str]:
-        return steps.unhealthy(self._state, skip) if self._state else ["?"]
-
-    def _deadline(self) -> float:
-        delay = self._state.summary.termination_delay_seconds if self._state else 4 * 3600.0
-        return min(self._policy.step_deadline_seconds, delay / 2)
-
-    async def _wait(self, condition: Callable[[], bool], timeout: float) -> bool:
-        """True once `condition` holds; False after `timeout`, or at once on an abort, a
-        rollback request or a foreign template edit (they interrupt a stuck step)."""
-        await self.wait(
-            lambda: condition() or self._interrupt() or self._foreign(), timeout=timeout, abortable=False
-        )
-        return condition() and not self._interrupt()
-
-    async def _stuck(self, reason: str) -> None:
-        """A step or wait that cannot progress: pause, unless the rollout is already undoing an
-        abort (then end, naming what is left)."""
-        if self._reverting_for_abort:
-            left = steps.changed_cliques(self._original, self._targets)
-            raise self.aborted(
-                f"taking back stopped: {reason}; cliques {', '.join(left) or '-'} may be left mixed"
-            )
-        await self._pause(reason)
-
-    async def _verified(self) -> bool:
-        """Every PodGang is at the target: Grove must agree (`updatedReplicas`) before the run ends."""
-
-        def agreed() -> bool:
-            s = self._state
-            return s is not None and s.summary.updated_replicas >= s.summary.replicas
-
-        if await self._wait(agreed, self._deadline()):
-            return True
-        if self._interrupt():
-            return False
-        s = self._state
-        await self._stuck(
-            f"every PodGang is at {self._target_hash} but Grove reports "
-            f"{s.summary.updated_replicas if s else '?'} replicas updated"
-        )
-        return False
-
-    async def _between_steps(self) -> str:
+    async def _between_steps(self) -> Outcome | None:
         """Safe point: abort, rollback, foreign edits, strategy switch, pause, supersede, scale,
-        continue-as-new. Returns an outcome that ends the run ("" to go on)."""
-        s = self._state
-        if s is None or not s.exists:
-            raise PodCliqueSetGone(f"PodCliqueSet {self._pcs} was deleted during the rollout")
-        if s.summary.update_strategy != ON_DELETE:
+        continue-as-new. Returns an outcome that ends the run (None: go on)."""
+        state, seen = self.state, self.state.watched
+        if seen is None or state.gone():
+            raise PodCliqueSetGone(f"PodCliqueSet {self.pcs} was deleted during the rollout")
+        if state.handed_to_grove():
             return HANDED
-        if self.abort_request is not None and not self._reverting_for_abort:
-            self._reverting_for_abort = True
+        if self.abort_request is not None and not state.reverting_for_abort:
+            state.reverting_for_abort = True
             self.paused_by = None
-            if not self._rolling_back:
+            if not state.rolling_back:
                 await self._start_rollback()
-        if self._rollback_request is not None and not self._rolling_back:
+        if state.rollback_request is not None and not state.rolling_back:
             await self._start_rollback()
-        if s.summary.generation > self._generation:
-            # Someone wrote the spec: wait until Grove observed it, then tell a template edit
-            # (foreign) from a scale (the template holds; the generation is adopted).
-            await self._wait(
-                lambda: self._state is not None and self._observed(self._state.summary.generation), 30
-            )
-        if self._foreign():
+        if state.written_by_someone_else(seen):
+            # Wait until Grove observed it, then tell a template edit (foreign) from a scale (the
+            # template holds; the generation is adopted below).
+            await self._wait(state.spec_observed, 30)
+        if state.foreign():
             await self._foreign_edit()
-            return ""
-        if self.paused_by is not None and not self._reverting_for_abort:
+            return None
+        if self.paused_by is not None and not state.reverting_for_abort:
             request = self.paused_by
             reason = f": {request.reason}" if request.reason else ""
             await self._pause(f"paused by {request.requested_by}{reason}", by_operator=True)
-            return ""
-        if self._supersede is not None and not self._rolling_back:
-            superseding, self._supersede = self._supersede, None
-            written = await self._kube(
+            return None
+        if state.supersede is not None and not state.rolling_back:
+            superseding, state.supersede = state.supersede, None
+            written = await self.call(
                 activity_api.set_pcs_images,
-                SetImagesInput(pcs=self._pcs, images=superseding.images),
-                kernel.KUBE_WRITE,
-                f"set the images of {self._pcs} (superseded by {superseding.requested_by})",
+                SetImagesInput(pcs=self.pcs, images=superseding.images),
+                kernel.options(
+                    kernel.KUBE_WRITE,
+                    f"set the images of {self.pcs} (superseded by {superseding.requested_by})",
+                ),
+                abortable=False,
             )
-            merged = {f.path: f for f in self._fields}
-            for f in written.changed:
-                merged[f.path] = (
-                    f.model_copy(update={"before": merged[f.path].before}) if f.path in merged else f
-                )
-            self._fields = tuple(merged.values())
+            state.supersede_fields(written.changed)
             await self._adopt(written)
-        if self._scale is not None:
-            scale, self._scale = self._scale, None
-            generation = await self._kube(
+        if state.scale is not None:
+            scale, state.scale = state.scale, None
+            generation = await self.call(
                 activity_api.scale_pcs,
-                ScalePCSInput(pcs=self._pcs, replicas=scale.replicas),
-                kernel.KUBE_WRITE,
-                f"scale {self._pcs} to {scale.replicas} replicas",
+                ScalePCSInput(pcs=self.pcs, replicas=scale.replicas),
+                kernel.options(kernel.KUBE_WRITE, f"scale {self.pcs} to {scale.replicas} replicas"),
+                abortable=False,
             )
-            self._generation = max(self._generation, generation)
-            await self._wait(lambda: self._observed(generation), self._deadline())
-        s = self._state
-        if s is not None and s.summary.generation > self._generation and self._observed(s.summary.generation):
-            self._generation = s.summary.generation  # a scale by someone else: the template holds
+            state.generation = max(state.generation, generation)
+            await self._wait(lambda: state.observed(generation), self._deadline())
+        state.adopt_scale_by_someone_else()
         info = workflow.info()
-        if not self._in_flight and (
-            info.get_current_history_length() > self._policy.history_limit
-            or info.is_continue_as_new_suggested()
+        if state.continue_as_new_due(
+            info.get_current_history_length(), info.is_continue_as_new_suggested(), self.policy
         ):
-            return "continue-as-new"
-        return ""
+            await self._continue_as_new()
+        return None
+
+    async def _continue_as_new(self) -> NoReturn:
+        """The next run starts from this run's state; the watcher starts afresh there."""
+        await self._stop_watching()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        # The kernel's operator requests travel with the state.
+        self.state.aborting, self.state.paused_by = self.abort_request, self.paused_by
+        workflow.continue_as_new(self._request.model_copy(update={"state": self.state}))
+
+    async def _run_steps(self, gangs: tuple[GangState, ...], *, kind: StepKind) -> None:
+        """Replace each PodGang's stale pods (at most one per replica) and wait until each is done."""
+        state = self.state
+        names_ = {g.name for g in gangs}
+        if kind != "repair" and state.sick(names_):
+            if not await self._wait(lambda: not state.sick(names_), self._deadline()):
+                await self._stuck(f"PodGang {', '.join(state.sick(names_))} not serving; the next step waits")
+                return
+        self.enter(ROLLING_BACK if state.rolling_back else ROLLING, f"{kind}: {', '.join(sorted(names_))}")
+        records = state.begin_steps(gangs, kind, workflow.now())
+        await self._publish()
+        for gang in gangs:
+            rolled = await self.call(
+                activity_api.roll_podgang,
+                RollGangInput(
+                    pcs=self.pcs,
+                    podgang=gang.name,
+                    targets=state.targets,
+                    require_healthy=() if kind == "repair" else state.serving_peers(gang),
+                    generation=state.generation,
+                ),
+                kernel.options(kernel.KUBE_WRITE, f"{kind} {gang.name}"),
+                abortable=False,
+            )
+            state.rolled(records, gang, rolled)
+        state.deletions_done(records, kind)
+        ok = await self._wait(lambda: state.finished(records), self._deadline())
+        state.end_steps(records, ok=ok, now=workflow.now())
+        await self._publish()
+        if ok or state.cut_short(self.aborting):
+            return  # the safe point acts on what cut it short; the step is taken up again first
+        await self._stuck(
+            f"{', '.join(state.late(records))} not whole and Ready at {state.target_hash} "
+            f"within {self._deadline():g} s"
+        )
 
     async def _foreign_edit(self) -> None:
         """Someone else changed the template: pause, naming the fields and who; `resume` adopts
         the template as it is now, `rollback` puts back only the rollout's fields."""
-        assert self._state is not None
-        change = await self._kube(
+        state = self.state
+        change = await self.call(
             activity_api.describe_template_change,
-            TemplateChangeInput(pcs=self._pcs, written=self._written, since=self._written_at),
-            kernel.KUBE_READ,
-            f"what changed in the template of {self._pcs}",
+            TemplateChangeInput(pcs=self.pcs, written=state.written, since=state.written_at),
+            kernel.options(kernel.KUBE_READ, f"what changed in the template of {self.pcs}"),
+            abortable=False,
         )
         if not change.fields:
-            self._generation = change.generation
+            state.generation = change.generation
             return
-        who = ", ".join(change.managers) or "an unknown writer (no managedFields entry)"
-        fields = ", ".join(change.fields[:5]) + (
-            f" and {len(change.fields) - 5} more" if len(change.fields) > 5 else ""
-        )
-        await self._pause(f"the template was changed by someone else: {fields}; by {who}")
-        if self._rolling_back:
+        await self._pause(state.foreign_edit_reason(change))
+        if state.rolling_back:
             return
-        await self._wait(lambda: self._observed(change.generation), self._deadline())
-        self._generation = change.generation
-        self._written, self._written_at = dict(change.template), workflow.now()
-        self._adopt_targets()
-
-    def _observed(self, generation: int) -> bool:
-        s = self._state
-        return (
-            s is not None
-            and s.summary.observed_generation >= generation
-            and bool(s.summary.current_hash)
-            and bool(s.summary.clique_hashes)
-            and set(s.summary.clique_hashes) >= set(self._original)
-        )
+        await self._wait(lambda: state.observed(change.generation), self._deadline())
+        state.adopt_edit(change, workflow.now())
 
     async def _pause(self, reason: str, *, by_operator: bool = False) -> None:
         """Wait for an operator's decision (`resume`, `rollback`, `abort`) and act on it; the guard
         heals a mixed PodGang meanwhile. A rollback or abort asked for already is that decision."""
-        if self._interrupt():
+        state = self.state
+        if state.interrupting(self.aborting):
             return
-        self._paused_reason = reason
+        state.paused_reason = reason
         await self._publish(phase=PAUSED)
-        self._guarding = True
+        self._guard.on = True
         try:
             decision, _ = await self.await_decision(PAUSED, reason, DECISIONS)
         except RolloutAborted:
-            decision = "abort"
+            decision = "abort"  # the next safe point acts on it
         finally:
-            self._guarding = False
-            self._paused_reason = None
-        await workflow.wait_condition(lambda: self._healing == 0)
+            self._guard.on, state.paused_reason = False, None
+        await self._guard.quiet()
         if by_operator:
             self.paused_by = None
         if decision == ROLLBACK_UPDATE:
             await self._start_rollback()
 
-    async def _guard(self) -> None:
-        """While paused: heal each PodGang Grove mixed (a pod it replaced at the template's
-        version), replacing its other stale pods so it is whole again at the template's version
-        (the only version Grove's replacements come back at); one PodGang per replica at a time.
-        A heal that deletes nothing (the template moved meanwhile) waits for the next change."""
-        while True:
-            await workflow.wait_condition(lambda: self._guarding and bool(self._to_heal()))
-            s = self._state
-            assert s is not None
-            gangs, template = self._to_heal(), dict(s.summary.clique_hashes)
-            self._healing += 1
-            try:
-                self.show(f"paused; healing mixed PodGang {', '.join(g.name for g in gangs)}")
-                deleted = 0
-                for g in gangs:
-                    rolled = await self._kube(
-                        activity_api.roll_podgang,
-                        RollGangInput(
-                            pcs=self._pcs, podgang=g.name, targets=template, generation=s.summary.generation
-                        ),
-                        kernel.KUBE_WRITE,
-                        f"heal {g.name}",
-                    )
-                    deleted += len(rolled.deleted)
-                    self._repairs += bool(rolled.deleted)
-                await workflow.wait_condition(
-                    self._healed({g.name for g in gangs}, deleted, self._state), timeout=self._deadline()
-                )
-            except TimeoutError:
-                pass
-            finally:
-                self._healing -= 1
-
-    def _healed(self, names_: set[str], deleted: int, seen: PCSState | None) -> Callable[[], bool]:
-        """Healed: none of `names_` mixed; or nothing was deleted and the state moved on."""
-
-        def check() -> bool:
-            s = self._state
-            return s is not None and (
-                all(not steps.mixed(x, self._guard_versions()) for x in s.gangs if x.name in names_)
-                or (not deleted and s is not seen)
-            )
-
-        return check
-
-    def _guard_versions(self) -> list[dict[str, str]]:
-        current = dict(self._state.summary.clique_hashes) if self._state else {}
-        return [self._original, self._targets, current]
-
-    def _to_heal(self) -> list[GangState]:
-        s = self._state
-        if s is None or s.summary.observed_generation < s.summary.generation:
-            return []
-        seen: set[int] = set()
-        out = []
-        for g in steps.mixed_gangs(s, self._guard_versions()):
-            if g.replica not in seen:
-                seen.add(g.replica)
-                out.append(g)
-        return out
-
     async def _start_rollback(self) -> None:
         """Put back the fields the rollout set (only where they still hold its values); the
         targets become the original hashes, and the loop rolls every PodGang back."""
-        self._rolling_back, self._rollback_request = True, None
-        self.enter(ROLLING_BACK, f"putting back {', '.join(f.path for f in self._fields) or 'nothing'}")
-        written = await self._kube(
+        state = self.state
+        state.begin_rollback()
+        self.enter(ROLLING_BACK, f"putting back {', '.join(f.path for f in state.fields) or 'nothing'}")
+        written = await self.call(
             activity_api.revert_pcs_images,
-            RevertInput(pcs=self._pcs, fields=self._fields),
-            kernel.KUBE_WRITE,
-            f"put back the fields the rollout set on {self._pcs}",
+            RevertInput(pcs=self.pcs, fields=state.fields),
+            kernel.options(kernel.KUBE_WRITE, f"put back the fields the rollout set on {self.pcs}"),
+            abortable=False,
         )
         if written.skipped:
             self.show(f"left alone (changed by someone else): {', '.join(written.skipped)}")
@@ -742,89 +454,78 @@ class RolloutWorkflow(kernel.Abortable):
 
     async def _adopt(self, written: TemplateResult) -> None:
         """Wait until Grove observed the write; the PodCliques' hashes are the targets from then on."""
-        self._generation = max(self._generation, written.generation)
-        self._written, self._written_at = dict(written.template), workflow.now()
-        # Grove observed the write, and the PodCliques of every clique written carry a new hash
-        # (the PodCliqueSet's status and the PodCliques come on separate streams).
-        moved = {f.path.partition("/")[0] for f in written.changed}
-        before = dict(self._targets or self._original)
-
-        def adopted() -> bool:
-            s = self._state
-            return (
-                self._observed(written.generation)
-                and s is not None
-                and all(s.summary.clique_hashes.get(c) not in (None, before.get(c)) for c in moved)
-            )
-
-        while not await self._wait(adopted, self._deadline()):
-            if self._interrupt():
+        state = self.state
+        before = state.rolled_to()
+        state.wrote(written, workflow.now())
+        while not await self._wait(lambda: state.adopted(written, before), self._deadline()):
+            if state.interrupting(self.aborting):
                 return
-            await self._stuck(f"Grove has not observed generation {written.generation} of {self._pcs}")
-        self._adopt_targets()
+            await self._stuck(f"Grove has not observed generation {written.generation} of {self.pcs}")
+        state.adopt_targets()
 
-    def _adopt_targets(self) -> None:
-        assert self._state is not None
-        self._targets = dict(self._state.summary.clique_hashes)
-        self._target_hash = self._state.summary.current_hash
-        if not self._original:
-            self._original = dict(self._targets)
-
-    def _carry(self) -> RolloutCarry:
-        return RolloutCarry(
-            original=self._original,
-            targets=self._targets,
-            fields=self._fields,
-            written=self._written,
-            written_at=self._written_at,
-            generation=self._generation,
-            target_hash=self._target_hash,
-            previous_hash=self._previous_hash,
-            rolling_back=self._rolling_back,
-            aborting=self.abort_request,
-            paused_by=self.paused_by,
-            steps_done=self._steps_done,
-            recent_steps=tuple(self._steps),
-            repairs=self._repairs,
-            started_at=self._started_at,
-            runs=self._runs,
+    async def _wait(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """True once `condition` holds; False after `timeout`, or at once on an abort, a rollback
+        request or a foreign template edit (they interrupt a stuck step; the rollout's abort
+        takes everything back, so it ends a wait instead of raising: `abortable=False`)."""
+        await self.wait(
+            lambda: condition() or self.state.cut_short(self.aborting), timeout=timeout, abortable=False
         )
+        return condition() and not self.state.interrupting(self.aborting)
+
+    async def _stuck(self, reason: str) -> None:
+        """A step or wait that cannot progress: pause, unless the rollout is already undoing an
+        abort (then end, naming what is left)."""
+        if self.state.reverting_for_abort:
+            left = ", ".join(self.state.left_mixed()) or "-"
+            raise self.aborted(f"taking back stopped: {reason}; cliques {left} may be left mixed")
+        await self._pause(reason)
+
+    async def _verified(self) -> bool:
+        """Every PodGang is at the target: Grove must agree (`updatedReplicas`) before the run ends."""
+        state = self.state
+        if await self._wait(state.agreed, self._deadline()):
+            return True
+        if state.interrupting(self.aborting):
+            return False
+        s = state.watched
+        await self._stuck(
+            f"every PodGang is at {state.target_hash} but Grove reports "
+            f"{s.summary.updated_replicas if s else '?'} replicas updated"
+        )
+        return False
+
+    def _deadline(self) -> float:
+        return self.state.deadline(self.policy)
 
     # -- plumbing ------------------------------------------------------------------------------------
-    async def _kube(
-        self,
-        call: Callable[[ArgT], Awaitable[ResultT]],
-        arg: ArgT,
-        preset: workflow.ActivityConfig,
-        summary: str,
-    ) -> ResultT:
-        """One Kubernetes call. Not abortable: an abort waits for it, so a step's deletions and a
-        template write are never cut halfway."""
-        return await self.call(call, arg, kernel.options(preset, summary), abortable=False)
-
     async def _read(self) -> PCSState:
-        state = await self._kube(
-            activity_api.read_pcs_state, self._pcs, kernel.KUBE_READ, f"read {self._pcs}"
+        """Read the PodCliqueSet whole; the first view until the watcher's first listing."""
+        read = await self.call(
+            activity_api.read_pcs_state,
+            self.pcs,
+            kernel.options(kernel.KUBE_READ, f"read {self.pcs}"),
+            abortable=False,
         )
-        if self._state is None:
-            self._state = state
-        return state
+        if self.state.watched is None:
+            self.state.watched = read
+        return read
+
+    async def _stop_watching(self) -> None:
+        """The guard stops, and the watcher is cancelled and waited for: the run ends, or
+        continues as new, with no activity pending."""
+        self._guard.stop()
+        if self._watcher is not None:
+            await kernel.cancel_and_wait(self._watcher)
+            self._watcher = None
 
     async def _publish(self, *, ended: bool = False, phase: str | None = None) -> None:
-        now = self.status()
-        await self._kube(
+        """Where the rollout is, as the PodCliqueSet's annotation (`ended`: removed)."""
+        progress = self.state.progress(
+            self.pcs, workflow.info().workflow_id, phase or self.phase, ended=ended
+        )
+        await self.call(
             activity_api.publish_rollout_progress,
-            ProgressInput(
-                pcs=self._pcs,
-                workflow_id=workflow.info().workflow_id,
-                phase=phase or self.phase,
-                replicas=now.replicas,
-                in_flight=now.in_flight,
-                done=now.done,
-                total=now.total,
-                started_at=self._started_at,
-                ended=ended,
-            ),
-            kernel.KUBE_WRITE,
-            "publish progress on the PodCliqueSet",
+            progress,
+            kernel.options(kernel.KUBE_WRITE, "publish progress on the PodCliqueSet"),
+            abortable=False,
         )
