@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -49,7 +49,6 @@ from contracts.models.campaign import (
     HostRequestOutcome,
     HostRequestsInput,
     HostRequestsResult,
-    TargetKind,
 )
 from contracts.models.host import FirmwareRequest, HostWorkflowInput, OperationAccepted, OperationRequest
 from contracts.workflow_api import HostWorkflow
@@ -197,9 +196,9 @@ class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, 
         return None
 
     async def _request(self, one: HostRequestInput) -> OperationAccepted:
-        """Ask the host's entity for the target's operation (a firmware update, else a reprovision),
-        starting the entity when none runs. An entity nobody serves fails the ask after
-        UPDATE_TIMEOUT (the caller puts the host off)."""
+        """Ask the host's entity for the target kind's request (`KindSpec.request`: a firmware
+        update or a reprovision), starting the entity when none runs. An entity nobody serves
+        fails the ask after UPDATE_TIMEOUT (the caller puts the host off)."""
         entity = HostWorkflowInput(host_id=one.host_id, site=one.site)
         tags: dict[str, Any] = {
             "requested_by": one.requested_by,
@@ -207,18 +206,22 @@ class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, 
             "campaign_workflow_id": one.campaign_workflow_id,
             "refuse_if_assigned": one.refuse_if_assigned,
         }
-        if one.target.kind == TargetKind.FIRMWARE:
-            firmware = FirmwareRequest(
-                target_version=one.target.value, image_uri=one.target.image_uri, **tags
-            )
-            return await self.entities().ask(
-                entity, HostWorkflow.request_firmware_update, firmware, rpc_timeout=UPDATE_TIMEOUT
-            )
-        reason = one.reason or f"campaign {one.campaign}: {one.target.describe()}"
-        reprovision = OperationRequest(reason=reason, policy=one.host_policy, **tags)
-        return await self.entities().ask(
-            entity, HostWorkflow.request_reprovision, reprovision, rpc_timeout=UPDATE_TIMEOUT
-        )
+        match one.target.spec.request:
+            case "firmware":
+                firmware = FirmwareRequest(
+                    target_version=one.target.value, image_uri=one.target.image_uri, **tags
+                )
+                return await self.entities().ask(
+                    entity, HostWorkflow.request_firmware_update, firmware, rpc_timeout=UPDATE_TIMEOUT
+                )
+            case "reprovision":
+                reason = one.reason or f"campaign {one.campaign}: {one.target.describe()}"
+                reprovision = OperationRequest(reason=reason, policy=one.host_policy, **tags)
+                return await self.entities().ask(
+                    entity, HostWorkflow.request_reprovision, reprovision, rpc_timeout=UPDATE_TIMEOUT
+                )
+            case unknown:
+                assert_never(unknown)
 
 
 def _host_trace(one: HostRequestInput, asking: trace.SpanContext) -> AbstractContextManager[trace.Span]:

@@ -1,5 +1,6 @@
 """The fleet campaign's contract (`CampaignWorkflow`, id `campaign/<name>`): input, limits, the
-progress carried over continue-as-new, the status query, and the operator's updates.
+progress carried over continue-as-new, the status query, and the operator's updates. Its target
+and the target kinds are in contracts/models/campaign_target.py (re-exported here).
 
 A campaign drives many hosts to one target (a reprovision, a DPUDeployment's new BFB or flavor,
 DPU firmware) through each host's entity `host/<id>`, in a canary batch then batches, under
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.models.campaign_target import KINDS as KINDS
+from contracts.models.campaign_target import CampaignTarget as CampaignTarget
+from contracts.models.campaign_target import KindSpec as KindSpec
+from contracts.models.campaign_target import TargetKind as TargetKind
 from contracts.models.control import OperatorRequest
 from contracts.models.host import OperationPolicy
 from contracts.validation import Reason, Requester
@@ -44,52 +48,6 @@ def short(reason: str) -> str:
 class _Frozen(BaseModel):
     # Unknown fields are ignored, never refused: a newer worker may add one (metalflow/runtime/versioning.py).
     model_config = ConfigDict(frozen=True)
-
-
-class TargetKind(StrEnum):
-    REPROVISION = "reprovision"
-    BFB = "bfb"
-    FLAVOR = "flavor"
-    FIRMWARE = "firmware"
-
-
-class CampaignTarget(_Frozen):
-    """What every host is brought to."""
-
-    kind: TargetKind
-    value: str = ""  # the BFB, the flavor, or the firmware version; "" for a reprovision
-    image_uri: str = ""  # firmware only
-    deployment: str = ""  # bfb/flavor: the fleet's DPUDeployment, pointed at `value` after the canary
-    # bfb/flavor: the canary's own DPUDeployment (its hosts are the canary), pointed first
-    canary_deployment: str = ""
-    # bfb/flavor: the deployment may select hosts outside the campaign (they turn Outdated)
-    whole_deployment: bool = False
-
-    @property
-    def points_deployment(self) -> bool:
-        return self.kind in (TargetKind.BFB, TargetKind.FLAVOR)
-
-    @model_validator(mode="after")
-    def _complete(self) -> CampaignTarget:
-        if self.canary_deployment and not self.points_deployment:
-            raise ValueError("a canary deployment goes with a bfb or flavor target")
-        if self.canary_deployment and self.canary_deployment == self.deployment:
-            raise ValueError(f"the canary deployment must not be the fleet's ({self.deployment})")
-        if self.kind != TargetKind.REPROVISION and not self.value:
-            raise ValueError(f"a {self.kind} target needs a value (the {self.kind} name or version)")
-        if self.kind == TargetKind.FIRMWARE and not self.image_uri:
-            raise ValueError("a firmware target needs the image URI")
-        if self.kind in (TargetKind.BFB, TargetKind.FLAVOR) and not self.deployment:
-            raise ValueError(f"a {self.kind} target needs the DPUDeployment to point at it")
-        return self
-
-    def describe(self) -> str:
-        if self.kind == TargetKind.REPROVISION:
-            return "reprovision"
-        where = f" on DPUDeployment {self.deployment}" if self.deployment else ""
-        if self.canary_deployment:
-            where += f" (canary on {self.canary_deployment})"
-        return f"{self.kind} {self.value}{where}"
 
 
 class HostSelection(_Frozen):
@@ -276,7 +234,7 @@ class DeploymentChange(_Frozen):
     """A change the campaign made outside its hosts: a DPUDeployment's `spec.dpus.<field>`."""
 
     deployment: str
-    field: Literal["bfb", "flavor"]
+    field: str  # the target kind's `deployment_field` (contracts/models/campaign_target.py)
     previous: str
     value: str
     role: Literal["canary", "fleet"]  # the canary's own deployment, or the fleet's

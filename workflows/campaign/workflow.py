@@ -111,7 +111,6 @@ with workflow.unsafe.imports_passed_through():
         SelectHostsInput,
         SkipRequest,
         SweepInput,
-        TargetKind,
     )
     from contracts.models.control import (
         ABORT_UPDATE,
@@ -399,7 +398,7 @@ class CampaignWorkflow(kernel.Abortable):
             i for i, c in enumerate(ledger.states) if page.outcome is None or words.get(c) == page.outcome
         ]
         chosen = indexes[page.offset : page.offset + page.limit]
-        operation = names.FIRMWARE if self._input.target.kind == TargetKind.FIRMWARE else names.REPROVISION
+        operation = self._input.target.spec.request  # its operation's workflow id: `<operation>/<host>`
         rows = []
         for index in chosen:
             host_id, state = ledger.roster.ids[index], ledger.states[index]
@@ -615,11 +614,11 @@ class CampaignWorkflow(kernel.Abortable):
     async def _check(self, hosts: list[CampaignHost] | list[str]) -> tuple[set[str], dict[str, str]]:
         """The hosts already at the target (DPF's DPUs, or each DPU's BMC for firmware), and what
         the others read."""
-        kind = self._input.target.kind
+        reads = self._input.target.spec.at_target  # contracts/models/campaign_target.py
         ids = tuple(h if isinstance(h, str) else h.host_id for h in hosts)
-        if kind == TargetKind.REPROVISION:
-            return set(), {}  # a reprovision is never done before
-        preset = kernel.BMC_READ if kind == TargetKind.FIRMWARE else kernel.KUBE_READ
+        if reads == "never":
+            return set(), {}  # e.g. a reprovision is never done before
+        preset = kernel.BMC_READ if reads == "bmc" else kernel.KUBE_READ
         checked = await workflow.execute_activity(
             activity_api.check_campaign_hosts,
             CheckHostsInput(target=self._input.target, host_ids=ids),
@@ -823,7 +822,7 @@ class CampaignWorkflow(kernel.Abortable):
     def _absorb(self) -> None:
         """Count the operations that ended (signalled or swept); a failure may spend the budget."""
         finished, self._finished = self._finished, []
-        verify = self._input.target.kind != TargetKind.REPROVISION
+        verify = self._input.target.spec.at_target != "never"
         for event in finished:
             if self.ledger.absorb(event, verify=verify):
                 self._check_budget()
