@@ -361,6 +361,11 @@ class HostRequestInput(_Frozen):
     target: CampaignTarget
     campaign: str  # the `Campaign` search attribute of the operation
     campaign_workflow_id: str  # notified when the operation ends
+    # This campaign's ask of this host, the same on every attempt of the activity, after a
+    # continue-as-new and when a host put off is asked again; new for a `retry_failed` re-ask
+    # (`CampaignState.request_id`). The entity records it with the operation: how an attempt
+    # recognises the campaign's own earlier ask (`requested_by` is for people).
+    request_id: str = Field(min_length=1)
     requested_by: str
     reason: str = ""
     refuse_if_assigned: bool = True

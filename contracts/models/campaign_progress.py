@@ -8,9 +8,9 @@ its input's `progress`: pydantic serialises it as this shape. Mutable where the 
 (the progress itself); each piece is frozen.
 
 Size: about 31 bytes per selected host (`roster` and `states`), plus the hosts in flight (at
-most `max_in_flight`, ~270 bytes each) or put off, and 3 x RECENT_HOSTS named hosts: the
-continue-as-new input stays under 1 MB at 10,000 hosts (tests/fast/test_campaign_bound.py;
-figures in bench/README.md).
+most `max_in_flight`, ~270 bytes each), put off or re-queued by `retry_failed`, and 3 x
+RECENT_HOSTS named hosts: the continue-as-new input stays under 1 MB at 10,000 hosts
+(tests/fast/test_campaign_bound.py; figures in bench/README.md).
 """
 
 from __future__ import annotations
@@ -177,12 +177,15 @@ class CampaignProgress(BaseModel):
     model_config = ConfigDict(frozen=False)
 
     phase: str = "selecting"
+    # Who asks each host, uniquely: `<campaign workflow id>@<its first run id>` (the request ids).
+    asker: str = ""
     roster: Roster = Roster()
     states: str = ""  # one HostState character per roster host
     in_flight: dict[str, InFlight] = Field(default_factory=dict)  # by host id
     deferred: dict[str, Deferred] = Field(default_factory=dict)  # busy: asked again at `retry_at`
     verifying: list[str] = Field(default_factory=list)  # completed, to be read back
     heard: list[HostFinished] = Field(default_factory=list)  # signalled, not yet counted
+    retried: dict[str, int] = Field(default_factory=dict)  # host -> times `retry_failed` re-queued it
     done: int = 0  # succeeded, this campaign's operation (read back at the target)
     already_at_target: int = 0  # counted done without being touched
     failed: int = 0  # hosts failed now (a retried or skipped one leaves this count)

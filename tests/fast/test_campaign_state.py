@@ -2,7 +2,7 @@
 canary's verdict, when a batch ends and the next soaks, the failure budget, what each entity's
 answer and each operation's end does to a host, when a put-off host is asked again and when the
 campaign wakes, what abort, pause, resume, retry_failed and skip do, which deployment changes are
-due, and the state carried whole over continue-as-new through the data
+due, the request ids, and the state carried whole over continue-as-new through the data
 converter. The end-to-end tests (tests/test_campaign*.py) show the same decisions wired to the
 runbook; these show each rule alone.
 """
@@ -47,6 +47,7 @@ from workflows.campaign.state import (
 )
 
 NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)  # a Saturday
+ASKER = "campaign/fleet@0b7a-first-run"
 OPERATOR = OperatorRequest(requested_by="alice", reason="night shift")
 S = HostState
 
@@ -66,7 +67,7 @@ def _input(**changes: object) -> CampaignInput:
 def _state(n: int = 5, *, canary: int = 0, batch: int = 2, in_flight: int = 10) -> CampaignState:
     """`n` hosts h0.. (no group, no shared BMC limit), selected with a canary of `canary`."""
     limits = Limits(batch_size=batch, max_in_flight=in_flight, max_per_bmc=0)
-    state = CampaignState.first(limits=limits, now=NOW)
+    state = CampaignState.first(asker=ASKER, limits=limits, now=NOW)
     state.selected(Roster.of([CampaignHost(host_id=f"h{i}") for i in range(n)]), (), canary=canary)
     return state
 
@@ -295,15 +296,17 @@ def test_an_abort_that_cancels_the_running_hosts_sends_once_and_counts_them_abor
     assert state.recent_skipped[-1].reason == f"{ABORTED_AWAITING_APPROVAL}: withdrawn by bob"
 
 
-def test_retry_failed_puts_the_failed_hosts_first_and_clears_the_halt() -> None:
+def test_retry_failed_puts_the_failed_hosts_first_with_new_request_ids_and_clears_the_halt() -> None:
     state = _state(4, canary=2)
     _run(state, ("h0", "failed: a"), ("h1", "failed: b"))
     state.end_batch_if_done(now=NOW, soak_seconds=0)
+    before = state.request_id("h0")
     assert state.retry_refusal() is None
     assert state.retry_failed() == "retrying 2 failed hosts"
     assert [h.host_id for h in state.pending()][:2] == ["h0", "h1"]
     assert (state.failed, state.halted_reason, state.budget_failures()) == (0, None, 0)
     assert (state.batch_left, state.canary_failed, state.canary_passed) == (2, 0, False), "the canary again"
+    assert state.request_id("h0") != before and state.request_id("h2") == f"{ASKER}/h2#0"
     assert state.retry_refusal() == "no host has failed"
 
 
@@ -336,7 +339,7 @@ def test_new_limits_pace_the_next_starts() -> None:
 
 
 def test_hosts_left_out_or_held_are_skipped_and_a_canary_without_hosts_is_no_canary() -> None:
-    state = CampaignState.first(limits=Limits(batch_size=3), now=NOW)
+    state = CampaignState.first(asker=ASKER, limits=Limits(batch_size=3), now=NOW)
     roster = Roster.of([CampaignHost(host_id=f"h{i}") for i in range(3)])
     state.selected(roster, (HostGroup(reason="instance assigned", host_ids=("h0",)),), canary=5)
     assert (state.states, state.batch_left, state.canary_passed) == ("spp", 2, False), "a canary of 2 left"
@@ -383,6 +386,20 @@ def test_a_deployment_campaign_points_the_canary_first_and_the_fleet_once_it_pas
 
 
 # -- request ids and continue-as-new ----------------------------------------------------------------
+
+
+def test_a_request_id_holds_for_retries_deferrals_and_runs_and_differs_for_another_campaign() -> None:
+    state = _state(3)
+    asked = state.asks(state.to_start()[:1], _input(), name="fleet", workflow_id="campaign/fleet")
+    [request] = asked
+    assert (request.request_id, request.requested_by) == (f"{ASKER}/h0#0", "campaign fleet (ops@dc)")
+    _answer(state, {"h0": "busy"})
+    state.requeue_due(NOW + timedelta(hours=1))
+    assert state.request_id("h0") == request.request_id, "a host put off is asked under the same id"
+    again = CampaignState.carried(_carried(state).progress)  # type: ignore[arg-type]
+    assert again.request_id("h0") == request.request_id, "the next run asks under the same id"
+    other = CampaignState.first(asker="campaign/fleet@a-later-run", limits=Limits(), now=NOW)
+    assert other.request_id("h0") != request.request_id, "a later campaign of the same name is another"
 
 
 def _carried(state: CampaignState) -> CampaignInput:

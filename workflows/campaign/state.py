@@ -13,6 +13,13 @@ continues as new with this object as its input's `progress`, whole: counts stay 
 each host is and how it moves is its base, `HostLedger` (ledger.py); windows, budget and limits
 are plan.py's rules.
 
+A host's request id (`request_id`) is `<asker>/<host>#<n>`: `asker` is the campaign's workflow id
+and its first run's id (a later campaign of the same name is another asker), `n` how often
+`retry_failed` re-queued the host. So it is the same on every attempt of the request activity,
+after a continue-as-new, and when a host put off (its entity busy or silent) is asked again, and
+new for a re-ask after a failure, whose attempts must not take the host's failed operation for
+their own.
+
 Cost: no history events; worker memory O(hosts) at ~31 bytes a host plus O(in flight).
 """
 
@@ -65,9 +72,9 @@ class CampaignState(HostLedger):
     """Every fact of one campaign and the decisions over them; see the module docstring."""
 
     @classmethod
-    def first(cls, *, limits: Limits, now: datetime) -> CampaignState:
+    def first(cls, *, asker: str, limits: Limits, now: datetime) -> CampaignState:
         """A campaign's first run, before it selected its hosts."""
-        return cls(limits=limits, started_at=now)
+        return cls(asker=asker, limits=limits, started_at=now)
 
     @classmethod
     def carried(cls, progress: CampaignProgress) -> CampaignState:
@@ -120,6 +127,10 @@ class CampaignState(HostLedger):
         self.canary_passed, self.batch, self.batch_left = True, 1, self.limits.batch_size
 
     # -- asking the hosts' entities ---------------------------------------------------------------
+    def request_id(self, host_id: str) -> str:
+        """This campaign's ask of `host_id` (the module docstring says what it must match)."""
+        return f"{self.asker}/{host_id}#{self.retried.get(host_id, 0)}"
+
     def to_start(self) -> list[CampaignHost]:
         """The hosts to start now: the batch's room under the limits (while a deployment
         campaign's canary runs, only the canary deployment's hosts)."""
@@ -146,6 +157,7 @@ class CampaignState(HostLedger):
                 target=start.target,
                 campaign=name,
                 campaign_workflow_id=workflow_id,
+                request_id=self.request_id(h.host_id),
                 requested_by=f"campaign {name} ({start.requested_by})",
                 reason=start.reason,
                 refuse_if_assigned=start.policy.assigned == "skip",
@@ -477,11 +489,12 @@ class CampaignState(HostLedger):
         return None if self.failed else "no host has failed"
 
     def retry_failed(self) -> str:
-        """Put every failed host back at the front of the queue (a failed canary as the canary);
-        the budget counts from now and a halt is cleared."""
+        """Put every failed host back at the front of the queue (a failed canary as the canary),
+        each with a new request id; the budget counts from now and a halt is cleared."""
         hosts = [self.roster.ids[i] for i, state in enumerate(self.states) if state == S.FAILED]
         for host_id in hosts:
             self._set(host_id, S.REQUEUED)
+            self.retried[host_id] = self.retried.get(host_id, 0) + 1
         self.failed = 0
         self.budget_failures_base = self.failures_total
         if not self.canary_passed:

@@ -14,11 +14,11 @@ The runbook, top to bottom in `run`:
 4. The canary, then batches, a soak between batches; hosts start under the limits and only
    inside a maintenance window. Hosts already at the target are counted done untouched. The
    canary passes only with a host done and none failed; failed, it halts for an operator.
-5. Each host is asked of its entity `host/<id>` (an update-with-start), never around it: the
-   one-owner rule and approvals hold. A busy host is asked again later; an assigned one is
-   skipped or waits for its approval. The entity signals `host_finished`; a sweep reads the
-   in-flight hosts' operations, so a lost signal strands nothing. A round of only skipped or
-   at-target hosts looks again at once.
+5. Each host is asked of its entity `host/<id>` (an update-with-start carrying the campaign's
+   request id for it), never around it: the one-owner rule and approvals hold. A busy host is
+   asked again later; an assigned one is skipped or waits for its approval. The entity signals
+   `host_finished`; a sweep reads the in-flight hosts' operations, so a lost signal strands
+   nothing. A round of only skipped or at-target hosts looks again at once.
 6. A completed operation counts done only once the host reads at the target; else it fails with
    what it read. The failure budget, spent, halts: nothing new starts until an operator decides
    (`resume`, `retry_failed`, `abort`); `pause`, `skip_host`, `set_limits` too, each with a
@@ -110,7 +110,9 @@ class CampaignWorkflow(kernel.Runbook):
         self.state = CampaignState()  # the kernel's starting phase, pause and abort land here ...
         super().__init__()
         if start.progress is None:  # ... and are replaced by the first run's, or the carried ones
-            self.state = CampaignState.first(limits=start.limits, now=workflow.now())
+            info = workflow.info()
+            asker = f"{info.workflow_id}@{info.first_execution_run_id}"
+            self.state = CampaignState.first(asker=asker, limits=start.limits, now=workflow.now())
         else:
             self.state = CampaignState.carried(start.progress)
         self._input = start.model_copy(update={"progress": None})  # what was asked; the state is apart
