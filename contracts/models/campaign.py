@@ -443,10 +443,12 @@ class ReleaseAnswer(_Frozen):
     released: int
 
 
-class ClaimsInput(_Frozen):
-    """The registry's state, carried over continue-as-new: holder -> hosts."""
+class ClaimsInput(BaseModel):
+    """The registry's state, carried whole over continue-as-new: holder -> hosts (~15 bytes a
+    host). Mutable: the registry's state object (workflows/campaign_claims/state.py) derives from
+    it and changes it in place. Unknown fields are ignored (a newer worker may add one)."""
 
-    holders: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    holders: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class ClaimsStatus(_Frozen):
