@@ -13,8 +13,11 @@ or awaiting approval; its refusals are told apart by their error type.
 
 A retried `request_campaign_hosts` attempt never asks a host twice: before asking, it reads the
 entity's status and reports an operation this campaign already asked for (current or recent) as
-started. Cost per host: one update (plus one query on a retried attempt); the sweep's, abort's
-and selection's costs are in their modules' docstrings.
+started. The campaign's ask is recognised by its request id (`HostRequestInput.request_id`,
+recorded by the entity with the operation), never by the requester's words, which another
+campaign of the same name, or a person, may also use. Cost per host: one update (plus one query
+on a retried attempt); the sweep's, abort's and selection's costs are in their modules'
+docstrings.
 
 Traces: each host's ask is the root of a trace of its own (`RequestHostOperation`, with the host,
 the campaign and the operation as attributes), linked to this activity's span in the campaign's
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -49,7 +52,6 @@ from contracts.models.campaign import (
     HostRequestOutcome,
     HostRequestsInput,
     HostRequestsResult,
-    TargetKind,
 )
 from contracts.models.host import FirmwareRequest, HostWorkflowInput, OperationAccepted, OperationRequest
 from contracts.workflow_api import HostWorkflow
@@ -168,10 +170,10 @@ class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, 
         )
 
     async def _in_flight_for(self, one: HostRequestInput) -> HostRequestOutcome | None:
-        """The entity's operation in flight when this campaign asked for it (its requester)."""
+        """The entity's operation in flight when this campaign asked for it (its request id)."""
         status = await self.entities().status(one.host_id, rpc_timeout=STATUS_TIMEOUT)
         current = status.current if status is not None else None
-        if current is None or current.requested_by != one.requested_by:
+        if current is None or current.request_id != one.request_id:
             return None
         return HostRequestOutcome(
             host_id=one.host_id,
@@ -186,7 +188,7 @@ class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, 
             return None
         records = ([status.current] if status.current else []) + list(reversed(status.recent))
         for record in records:
-            if record.requested_by == one.requested_by:
+            if record.request_id == one.request_id:
                 outcome = "awaiting-approval" if record.outcome == "awaiting-approval" else "started"
                 return HostRequestOutcome(
                     host_id=one.host_id,
@@ -197,28 +199,33 @@ class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, 
         return None
 
     async def _request(self, one: HostRequestInput) -> OperationAccepted:
-        """Ask the host's entity for the target's operation (a firmware update, else a reprovision),
-        starting the entity when none runs. An entity nobody serves fails the ask after
-        UPDATE_TIMEOUT (the caller puts the host off)."""
+        """Ask the host's entity for the target kind's request (`KindSpec.request`: a firmware
+        update or a reprovision), starting the entity when none runs. An entity nobody serves
+        fails the ask after UPDATE_TIMEOUT (the caller puts the host off)."""
         entity = HostWorkflowInput(host_id=one.host_id, site=one.site)
         tags: dict[str, Any] = {
             "requested_by": one.requested_by,
             "campaign": one.campaign,
             "campaign_workflow_id": one.campaign_workflow_id,
             "refuse_if_assigned": one.refuse_if_assigned,
+            "request_id": one.request_id,
         }
-        if one.target.kind == TargetKind.FIRMWARE:
-            firmware = FirmwareRequest(
-                target_version=one.target.value, image_uri=one.target.image_uri, **tags
-            )
-            return await self.entities().ask(
-                entity, HostWorkflow.request_firmware_update, firmware, rpc_timeout=UPDATE_TIMEOUT
-            )
-        reason = one.reason or f"campaign {one.campaign}: {one.target.describe()}"
-        reprovision = OperationRequest(reason=reason, policy=one.host_policy, **tags)
-        return await self.entities().ask(
-            entity, HostWorkflow.request_reprovision, reprovision, rpc_timeout=UPDATE_TIMEOUT
-        )
+        match one.target.spec.request:
+            case "firmware":
+                firmware = FirmwareRequest(
+                    target_version=one.target.value, image_uri=one.target.image_uri, **tags
+                )
+                return await self.entities().ask(
+                    entity, HostWorkflow.request_firmware_update, firmware, rpc_timeout=UPDATE_TIMEOUT
+                )
+            case "reprovision":
+                reason = one.reason or f"campaign {one.campaign}: {one.target.describe()}"
+                reprovision = OperationRequest(reason=reason, policy=one.host_policy, **tags)
+                return await self.entities().ask(
+                    entity, HostWorkflow.request_reprovision, reprovision, rpc_timeout=UPDATE_TIMEOUT
+                )
+            case unknown:
+                assert_never(unknown)
 
 
 def _host_trace(one: HostRequestInput, asking: trace.SpanContext) -> AbstractContextManager[trace.Span]:

@@ -39,6 +39,7 @@ from typing import Any
 
 from contracts.errors import InvalidInput, MetalflowError, ObjectNotFound
 from contracts.models.campaign import (
+    KINDS,
     CampaignHost,
     CheckHostsInput,
     CheckHostsResult,
@@ -57,7 +58,8 @@ from contracts.models.dpf import DPUNODE_NAME_LABEL, HOST_ID_LABEL
 from contracts.models.inventory import HostInventory
 from contracts.models.redfish import ReadFirmwareInput
 from drivers.inventory import Inventory
-from drivers.kube import BFB, DEPLOYMENT, DPU, DPUDEVICE, DPUNODE, FLAVOR, SITE_KEY, Kube
+from drivers.kube import DEPLOYMENT, DPU, DPUDEVICE, DPUNODE, SITE_KEY, Kube
+from drivers.kube import KINDS as DPF_KINDS
 from drivers.redfish.client import RedfishClient
 from drivers.redfish.firmware import read_versions
 
@@ -65,7 +67,6 @@ Object = dict[str, Any]
 
 PARALLEL_READS = 50  # hosts read at once (DPF lists, BMC sessions; the per-BMC cap still holds)
 NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads
-REPROVISIONS = (TargetKind.REPROVISION, TargetKind.BFB, TargetKind.FLAVOR)
 SHOWN = 10  # hosts named in a refusal
 
 ON_DELETE = "OnDelete"
@@ -198,25 +199,28 @@ def outdated_reason(dpu: Object) -> str | None:
 
 
 def dpu_reading(dpu: Object, kind: TargetKind, value: str, namespace: str) -> tuple[bool, str]:
-    """Whether one DPU runs the BFB or flavor `value`, and what it runs, in words.
+    """Whether one DPU runs the `value` of a kind read from DPF (a BFB, a flavor), and what it
+    runs, in words.
 
-    At the target: its spec names `value`, DPF does not report it outdated, it is not being
-    deleted, it is `Ready`, and for a BFB the file DPF installed (`status.bfbFile`, named
-    `<namespace>-<bfb>.bfb`; NICo `find_outdated_dpus_dpf`) is that BFB's when DPF reports one."""
+    At the target: its spec names `value` (the kind's `dpu_field`), DPF does not report it
+    outdated, it is not being deleted, it is `Ready`, and where the kind names the file DPF
+    installed (a BFB's `status.bfbFile`, named `<namespace>-<bfb>.bfb`; NICo
+    `find_outdated_dpus_dpf`) that file is the value's when DPF reports one."""
     spec, status, meta = dpu.get("spec") or {}, dpu.get("status") or {}, dpu["metadata"]
     name = str(meta["name"])
-    if kind == TargetKind.BFB:
-        running = str(spec.get("bfb") or "")
-        bfb_file = str(status.get("bfbFile") or "")
-        installed = posixpath.basename(bfb_file).removeprefix(f"{namespace}-").removesuffix(".bfb")
-        if bfb_file and installed != running:
-            running = f"{installed} (spec {running})"
-        what = f"bfb {running or '-'}"
-        ok = spec.get("bfb") == value and (not bfb_file or installed == value)
-    else:
-        running = str(spec.get("dpuFlavor") or "")
-        what = f"flavor {running or '-'}"
-        ok = running == value
+    reads = KINDS[kind]
+    named = str(spec.get(reads.dpu_field) or "")
+    running = named
+    ok = named == value
+    file = str(status.get(reads.installed_file) or "") if reads.installed_file else ""
+    if file:
+        installed = (
+            posixpath.basename(file).removeprefix(f"{namespace}-").removesuffix(reads.installed_suffix)
+        )
+        if installed != named:
+            running = f"{installed} (spec {named})"
+        ok = ok and installed == value
+    what = f"{kind} {running or '-'}"
     phase = str(status.get("phase") or "")
     outdated = outdated_reason(dpu)
     notes = [f"phase {phase or '-'}"]
@@ -320,7 +324,7 @@ class Fleet:
             raise InvalidInput(f"{selection.describe()} matches no host in {source}{hint}")
         left_out: dict[str, list[str]] = {}
         target = request.target
-        if target is not None and target.kind in REPROVISIONS:
+        if target is not None and target.spec.needs_dpf:
             dpf = await self.known_to_dpf()
             unknown_to_dpf = [h.host_id for h in chosen if h.host_id not in dpf]
             if len(unknown_to_dpf) == len(chosen):
@@ -331,7 +335,7 @@ class Fleet:
                 )
             for host_id in unknown_to_dpf:
                 left_out.setdefault(no_dpf_objects(host_id), []).append(host_id)
-        if target is not None and target.kind == TargetKind.BFB:
+        if target is not None and target.spec.site_rules:
             out = {h for ids in left_out.values() for h in ids}
             await self._check_rules(target.value, [h for h in chosen if h.host_id not in out])
         if request.skip_assigned:
@@ -400,9 +404,9 @@ class Fleet:
             async with gate:
                 return await self._firmware_reading(host_id, target.value, on_wait)
 
-        if target.kind == TargetKind.FIRMWARE:
+        if target.spec.at_target == "bmc":
             found = await asyncio.gather(*(bmc_read(h) for h in request.host_ids))
-        elif target.kind in (TargetKind.BFB, TargetKind.FLAVOR):
+        elif target.spec.at_target == "dpf":
             found = await asyncio.gather(*(dpf_read(h) for h in request.host_ids))
         else:
             return CheckHostsResult(at_target=())
@@ -460,8 +464,8 @@ class Fleet:
         """
         target = request.target
         ns = self.namespace
-        field = "bfb" if target.kind == TargetKind.BFB else "flavor"
-        kind = BFB if target.kind == TargetKind.BFB else FLAVOR
+        field = target.spec.deployment_field
+        kind = DPF_KINDS[target.spec.dpf_object]
         if await self.kube.get(SITE_KEY, kind, ns, target.value, missing_ok=True) is None:
             raise InvalidInput(f"no {kind.kind} {target.value} in namespace {ns}: create it first")
         nodes = list((await self.kube.list(SITE_KEY, DPUNODE, ns)).get("items") or [])

@@ -1,21 +1,39 @@
-"""The fleet campaign's contract (`CampaignWorkflow`, id `campaign/<name>`): input, limits, the
-progress carried over continue-as-new, the status query, and the operator's updates.
+"""The fleet campaign's contract (`CampaignWorkflow`, id `campaign/<name>`): input, the status
+query, the result, the operator's updates and the activities' messages.
 
 A campaign drives many hosts to one target (a reprovision, a DPUDeployment's new BFB or flavor,
 DPU firmware) through each host's entity `host/<id>`, in a canary batch then batches, under
 limits, maintenance windows and a failure budget (workflows/campaign/workflow.py tells the runbook).
+Its target and the target kinds are in contracts/models/campaign_target.py; what it knows, carried
+over continue-as-new, in contracts/models/campaign_progress.py (both re-exported here, the
+contract's one front door for callers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
-from enum import StrEnum
 from typing import Final, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.models.campaign_progress import REASON_CHARS as REASON_CHARS
+from contracts.models.campaign_progress import RECENT_HOSTS as RECENT_HOSTS
+from contracts.models.campaign_progress import CampaignHost as CampaignHost
+from contracts.models.campaign_progress import CampaignProgress as CampaignProgress
+from contracts.models.campaign_progress import Deferred as Deferred
+from contracts.models.campaign_progress import DeploymentChange as DeploymentChange
+from contracts.models.campaign_progress import Failure as Failure
+from contracts.models.campaign_progress import HostFinished as HostFinished
+from contracts.models.campaign_progress import HostState as HostState
+from contracts.models.campaign_progress import InFlight as InFlight
+from contracts.models.campaign_progress import Limits as Limits
+from contracts.models.campaign_progress import Roster as Roster
+from contracts.models.campaign_progress import short as short
+from contracts.models.campaign_target import KINDS as KINDS
+from contracts.models.campaign_target import CampaignTarget as CampaignTarget
+from contracts.models.campaign_target import KindSpec as KindSpec
+from contracts.models.campaign_target import TargetKind as TargetKind
 from contracts.models.control import OperatorRequest
 from contracts.models.host import OperationPolicy
 from contracts.validation import Reason, Requester
@@ -27,69 +45,12 @@ SKIP_HOST_UPDATE: Final = "skip_host"
 SET_LIMITS_UPDATE: Final = "set_limits"
 
 HOSTS_QUERY: Final = "hosts"  # every host's outcome, page by page
-
-RECENT_HOSTS: Final = 100
-"""Hosts named (with their reason) per outcome in the state, `status` and the result: the newest
-of the failed, the skipped and the aborted. Every host is counted, and every host's outcome can
-be read page by page (`hosts`)."""
-REASON_CHARS: Final = 300  # a reason kept in the state is cut to this many characters
 HOSTS_PAGE_MAX: Final = 1000  # hosts per page of the `hosts` query
-
-
-def short(reason: str) -> str:
-    """A reason cut to REASON_CHARS, so the state's size per named host is bounded."""
-    return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 1] + "\u2026"
 
 
 class _Frozen(BaseModel):
     # Unknown fields are ignored, never refused: a newer worker may add one (metalflow/runtime/versioning.py).
     model_config = ConfigDict(frozen=True)
-
-
-class TargetKind(StrEnum):
-    REPROVISION = "reprovision"
-    BFB = "bfb"
-    FLAVOR = "flavor"
-    FIRMWARE = "firmware"
-
-
-class CampaignTarget(_Frozen):
-    """What every host is brought to."""
-
-    kind: TargetKind
-    value: str = ""  # the BFB, the flavor, or the firmware version; "" for a reprovision
-    image_uri: str = ""  # firmware only
-    deployment: str = ""  # bfb/flavor: the fleet's DPUDeployment, pointed at `value` after the canary
-    # bfb/flavor: the canary's own DPUDeployment (its hosts are the canary), pointed first
-    canary_deployment: str = ""
-    # bfb/flavor: the deployment may select hosts outside the campaign (they turn Outdated)
-    whole_deployment: bool = False
-
-    @property
-    def points_deployment(self) -> bool:
-        return self.kind in (TargetKind.BFB, TargetKind.FLAVOR)
-
-    @model_validator(mode="after")
-    def _complete(self) -> CampaignTarget:
-        if self.canary_deployment and not self.points_deployment:
-            raise ValueError("a canary deployment goes with a bfb or flavor target")
-        if self.canary_deployment and self.canary_deployment == self.deployment:
-            raise ValueError(f"the canary deployment must not be the fleet's ({self.deployment})")
-        if self.kind != TargetKind.REPROVISION and not self.value:
-            raise ValueError(f"a {self.kind} target needs a value (the {self.kind} name or version)")
-        if self.kind == TargetKind.FIRMWARE and not self.image_uri:
-            raise ValueError("a firmware target needs the image URI")
-        if self.kind in (TargetKind.BFB, TargetKind.FLAVOR) and not self.deployment:
-            raise ValueError(f"a {self.kind} target needs the DPUDeployment to point at it")
-        return self
-
-    def describe(self) -> str:
-        if self.kind == TargetKind.REPROVISION:
-            return "reprovision"
-        where = f" on DPUDeployment {self.deployment}" if self.deployment else ""
-        if self.canary_deployment:
-            where += f" (canary on {self.canary_deployment})"
-        return f"{self.kind} {self.value}{where}"
 
 
 class HostSelection(_Frozen):
@@ -127,15 +88,6 @@ class HostSelection(_Frozen):
         if self.group:
             return f"group {self.group}"
         return "selector " + ",".join(f"{k}={v}" for k, v in sorted(self.selector.items()))
-
-
-class Limits(_Frozen):
-    """Pacing; `set_limits` replaces them while the campaign runs (the next start obeys)."""
-
-    batch_size: int = Field(default=10, ge=1)
-    max_in_flight: int = Field(default=10, ge=1, le=1000)  # bounded fan-out, whatever the fleet
-    max_per_group: int = Field(default=0, ge=0)  # 0: no limit per group (rack)
-    max_per_bmc: int = Field(default=1, ge=0)  # per BMC endpoint; 0: no limit
 
 
 class Window(_Frozen):
@@ -205,168 +157,6 @@ class CampaignPolicy(_Frozen):
     keep_changes: bool = False
 
 
-class CampaignHost(_Frozen):
-    """One selected host, with what the limits need."""
-
-    host_id: str
-    site: str = "default"
-    group: str = ""
-    bmc: str = ""  # a key of its BMC endpoint (several hosts may share one): equal keys, one BMC
-
-
-class Roster(_Frozen):
-    """Every selected host, in order, column by column (about 30 bytes a host in a payload): the
-    id, the index of its site and group in `sites` and `groups`, and its BMC key."""
-
-    ids: tuple[str, ...] = ()
-    sites: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
-    site_of: tuple[int, ...] = ()
-    group_of: tuple[int, ...] = ()
-    bmc_of: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, hosts: Sequence[CampaignHost]) -> Roster:
-        sites = list(dict.fromkeys(h.site for h in hosts))
-        groups = list(dict.fromkeys(h.group for h in hosts))
-        site_index = {s: i for i, s in enumerate(sites)}
-        group_index = {g: i for i, g in enumerate(groups)}
-        return cls(
-            ids=tuple(h.host_id for h in hosts),
-            sites=tuple(sites),
-            groups=tuple(groups),
-            site_of=tuple(site_index[h.site] for h in hosts),
-            group_of=tuple(group_index[h.group] for h in hosts),
-            bmc_of=tuple(h.bmc for h in hosts),
-        )
-
-    def host(self, index: int) -> CampaignHost:
-        return CampaignHost(
-            host_id=self.ids[index],
-            site=self.sites[self.site_of[index]],
-            group=self.groups[self.group_of[index]],
-            bmc=self.bmc_of[index],
-        )
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
-class InFlight(_Frozen):
-    host: CampaignHost
-    workflow_id: str  # the operation the entity started (or holds for approval)
-    started_at: datetime
-    awaiting_approval: bool = False
-
-
-class Deferred(_Frozen):
-    host_id: str
-    retry_at: datetime
-    reason: str
-
-
-class Failure(_Frozen):
-    """A host and why (failed, skipped, aborted, waiting for an operator)."""
-
-    host_id: str
-    reason: str
-
-
-class DeploymentChange(_Frozen):
-    """A change the campaign made outside its hosts: a DPUDeployment's `spec.dpus.<field>`."""
-
-    deployment: str
-    field: Literal["bfb", "flavor"]
-    previous: str
-    value: str
-    role: Literal["canary", "fleet"]  # the canary's own deployment, or the fleet's
-    pointed_at: datetime | None = None  # None: not pointed (yet, or again after a restore)
-    restored_at: datetime | None = None  # put back to `previous`
-    note: str = ""  # e.g. "kept: keep_changes"
-
-    def describe(self) -> str:
-        state = "planned"
-        if self.restored_at is not None:
-            state = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}"
-        elif self.pointed_at is not None:
-            state = f"pointed {self.pointed_at:%Y-%m-%d %H:%M:%S}"
-        note = f" ({self.note})" if self.note else ""
-        return (
-            f"{self.role} DPUDeployment {self.deployment} {self.field} "
-            f"{self.previous or '-'} -> {self.value}: {state}{note}"
-        )
-
-
-class HostState:
-    """One character per host in `Progress.states` (and the `hosts` query's outcome)."""
-
-    PENDING: Final = "p"
-    REQUEUED: Final = "q"  # pending, before every `p` (retried)
-    DEFERRED: Final = "w"  # busy: asked again at its `retry_at`
-    IN_FLIGHT: Final = "r"
-    VERIFYING: Final = "v"  # its operation completed; read back before it counts done
-    DONE: Final = "d"
-    AT_TARGET: Final = "t"  # already at the target: never touched
-    FAILED: Final = "f"
-    SKIPPED: Final = "s"
-    ABORTED: Final = "a"
-    WORDS: Final = {
-        "p": "pending", "q": "pending", "w": "deferred", "r": "in-flight", "v": "verifying",
-        "d": "done", "t": "at-target", "f": "failed", "s": "skipped", "a": "aborted",
-    }  # fmt: skip
-
-
-class Progress(_Frozen):
-    """Everything the campaign knows, carried whole over continue-as-new: counts stay exact.
-
-    Size: about 31 bytes per selected host (`roster` and `states`), plus at most
-    `max_in_flight` x ~250 bytes in flight and 3 x RECENT_HOSTS named hosts (~400 bytes each):
-    under 900 KB for 10,000 hosts and 1,000 in flight (`tests/test_campaign_bound.py`,
-    bench/bench_campaign.py)."""
-
-    phase: str = "selecting"
-    roster: Roster = Roster()
-    states: str = ""  # one HostState character per roster host
-    in_flight: tuple[InFlight, ...] = ()
-    deferred: tuple[Deferred, ...] = ()  # busy: asked again at `retry_at`
-    verifying: tuple[str, ...] = ()  # completed, to be read back
-    done: int = 0  # succeeded, this campaign's operation (read back at the target)
-    already_at_target: int = 0  # counted done without being touched
-    failed: int = 0  # hosts failed now (a retried or skipped one leaves this count)
-    skipped: int = 0
-    aborted: int = 0
-    # Monotonic: every failure and every finished attempt ever (a skip or retry never subtracts).
-    failures_total: int = 0
-    attempts_total: int = 0
-    budget_failures_base: int = 0  # failures_total at the last resume of a halt (or retry_failed)
-    recent_failed: tuple[Failure, ...] = ()  # the newest RECENT_HOSTS of each
-    recent_skipped: tuple[Failure, ...] = ()
-    recent_aborted: tuple[Failure, ...] = ()
-    abort_sent: tuple[str, ...] = ()  # operations (and requests) an abort was sent to
-    canary_hosts: tuple[str, ...] = ()  # started as the canary
-    canary_done: int = 0
-    canary_failed: int = 0
-    canary_passed: bool = False
-    batch: int = 0  # the current batch's number (0: the canary)
-    batch_left: int = 0  # hosts of the current batch not yet started
-    soak_until: datetime | None = None
-    halted_reason: str | None = None
-    paused_by: str | None = None
-    aborting: str | None = None  # who asked; no new host starts
-    cancel_running: bool = False  # the running operations are still to be aborted
-    keep_changes: bool = False  # the abort keeps the campaign's changes outside its hosts
-    next_sweep: datetime | None = None
-    # In flight, their operation waiting for an operator (seen by the last sweep); the budget
-    # counts them unless a resume accepted them (`operator_accepted`).
-    needs_operator: tuple[Failure, ...] = ()
-    operator_accepted: tuple[str, ...] = ()
-    changes: tuple[DeploymentChange, ...] = ()
-    claimed: bool = False  # the hosts are claimed in the campaign registry
-    runs: int = 1
-    started_at: datetime | None = None
-    limits: Limits = Limits()
-
-
 class CampaignInput(_Frozen):
     name: str = Field(min_length=1)
     target: CampaignTarget
@@ -380,7 +170,8 @@ class CampaignInput(_Frozen):
     requested_by: Requester
     reason: Reason = ""
     host_policy: OperationPolicy | None = None  # reprovisions: None is each host's own policy
-    progress: Progress | None = None  # None on the first run
+    # What the last run knew (None on the first run): the state object itself, as this shape.
+    progress: CampaignProgress | None = None
 
     @model_validator(mode="after")
     def _canary_path(self) -> CampaignInput:
@@ -494,14 +285,6 @@ class LimitsRequest(OperatorRequest):
     limits: Limits
 
 
-class HostFinished(_Frozen):
-    """The `host_finished` signal: the host's entity saw this campaign's operation end."""
-
-    host_id: str
-    workflow_id: str
-    outcome: str  # "completed", "failed: ...", "aborted", "expired: ..."
-
-
 # -- activities -------------------------------------------------------------------------------------
 
 
@@ -578,6 +361,11 @@ class HostRequestInput(_Frozen):
     target: CampaignTarget
     campaign: str  # the `Campaign` search attribute of the operation
     campaign_workflow_id: str  # notified when the operation ends
+    # This campaign's ask of this host, the same on every attempt of the activity, after a
+    # continue-as-new and when a host put off is asked again; new for a `retry_failed` re-ask
+    # (`CampaignState.request_id`). The entity records it with the operation: how an attempt
+    # recognises the campaign's own earlier ask (`requested_by` is for people).
+    request_id: str = Field(min_length=1)
     requested_by: str
     reason: str = ""
     refuse_if_assigned: bool = True
@@ -598,6 +386,15 @@ class HostRequestOutcome(_Frozen):
 
 class HostRequestsResult(_Frozen):
     outcomes: tuple[HostRequestOutcome, ...]
+
+    @classmethod
+    def none_asked(cls, requests: HostRequestsInput) -> HostRequestsResult:
+        """A round cancelled before its activity ran: no host was asked."""
+        return cls(
+            outcomes=tuple(
+                HostRequestOutcome(host_id=r.host_id, outcome="not-asked") for r in requests.requests
+            )
+        )
 
 
 class SweepInput(_Frozen):
@@ -646,10 +443,12 @@ class ReleaseAnswer(_Frozen):
     released: int
 
 
-class ClaimsInput(_Frozen):
-    """The registry's state, carried over continue-as-new: holder -> hosts."""
+class ClaimsInput(BaseModel):
+    """The registry's state, carried whole over continue-as-new: holder -> hosts (~15 bytes a
+    host). Mutable: the registry's state object (workflows/campaign_claims/state.py) derives from
+    it and changes it in place. Unknown fields are ignored (a newer worker may add one)."""
 
-    holders: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    holders: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class ClaimsStatus(_Frozen):

@@ -269,6 +269,9 @@ class OperationRequest(_Frozen):
     campaign: str | None = None
     campaign_workflow_id: str | None = None
     refuse_if_assigned: bool = False
+    # The asker's own id of this request, recorded with the operation (`OperationRecord.request_id`):
+    # a campaign recognises its earlier ask by it (activities/campaign.py).
+    request_id: str | None = None
 
 
 class ResetTarget(StrEnum):
@@ -293,6 +296,7 @@ class ResetRequest(_Frozen):
     campaign: str | None = None  # as in OperationRequest
     campaign_workflow_id: str | None = None
     refuse_if_assigned: bool = False
+    request_id: str | None = None  # as in OperationRequest
 
 
 class HostResetInput(_Frozen):
@@ -323,6 +327,7 @@ class FirmwareRequest(_Frozen):
     campaign: str | None = None  # as in OperationRequest
     campaign_workflow_id: str | None = None
     refuse_if_assigned: bool = False
+    request_id: str | None = None  # as in OperationRequest
 
 
 class OperationAccepted(_Frozen):
@@ -343,6 +348,7 @@ class OperationRecord(_Frozen):
     requested_at: datetime | None = None
     reason: str = ""
     approved_by: str | None = None  # who approved it (or "auto-approval window ..."); None: not needed
+    request_id: str | None = None  # the request's own id (`OperationRequest.request_id`), when it had one
 
 
 class HostStatus(_Frozen):

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from contracts.models.campaign import (
+    KINDS,
     CampaignInput,
     CampaignPolicy,
     CampaignTarget,
@@ -20,6 +21,7 @@ from contracts.models.campaign import (
     Window,
     zone,
 )
+from contracts.models.campaign_target import pointing_kinds
 from contracts.models.host import OperationPolicy
 from contracts.validation import Reason, arg_type
 
@@ -144,25 +146,26 @@ def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     )
     which.add_argument("--group", metavar="G", help="the hosts of this inventory group")
     target = parser.add_mutually_exclusive_group(required=required)
-    target.add_argument("--reprovision", action="store_true", help="reprovision every DPU of each host")
-    target.add_argument(
-        "--bfb", metavar="NAME", help="point the DPUDeployment at this BFB; upgrade host by host"
-    )
-    target.add_argument("--flavor", metavar="NAME", help="point the DPUDeployment at this DPUFlavor")
-    target.add_argument("--firmware", metavar="VERSION", help="DPU firmware version (with --image)")
-    parser.add_argument("--image", metavar="URI", help="the firmware image (with --firmware)")
-    parser.add_argument("--deployment", help="the DPUDeployment of --bfb/--flavor (default: the --group)")
+    for kind, spec in KINDS.items():  # one option per target kind (contracts/models/campaign_target.py)
+        if spec.value:
+            target.add_argument(f"--{kind}", dest=_dest(kind), metavar=spec.metavar, help=spec.help)
+        else:
+            target.add_argument(f"--{kind}", dest=_dest(kind), action="store_true", help=spec.help)
+    imaged = "/".join(f"--{k}" for k, spec in KINDS.items() if spec.image)
+    parser.add_argument("--image", metavar="URI", help=f"the firmware image (with {imaged})")
+    pointing = "/".join(f"--{k}" for k in pointing_kinds())
+    parser.add_argument("--deployment", help=f"the DPUDeployment of {pointing} (default: the --group)")
     parser.add_argument(
         "--canary-deployment", metavar="NAME",
-        help="--bfb/--flavor: the canary's own DPUDeployment, pointed first; its hosts are the canary",
+        help=f"{pointing}: the canary's own DPUDeployment, pointed first; its hosts are the canary",
     )  # fmt: skip
     parser.add_argument(
         "--whole-deployment", action="store_true",
-        help="--bfb/--flavor: the DPUDeployment may select hosts outside the campaign (they turn Outdated)",
+        help=f"{pointing}: the DPUDeployment may select hosts outside the campaign (they turn Outdated)",
     )  # fmt: skip
     parser.add_argument(
         "--keep-changes", action="store_true",
-        help="--bfb/--flavor: keep the DPUDeployments pointed on abort or a failed canary (default: restore)",
+        help=f"{pointing}: keep the DPUDeployments pointed on abort or a failed canary (default: restore)",
     )  # fmt: skip
     parser.add_argument("--canary", type=count, default=1, help="hosts of the canary batch (default 1)")
     parser.add_argument("--batch-size", type=positive_int, default=10, help="hosts per batch (default 10)")
@@ -214,13 +217,14 @@ def campaign_input(name: str, args: argparse.Namespace) -> CampaignInput:
         all=args.all, hosts=args.hosts or (), selector=args.selector or {}, group=args.group or ""
     )
     kind, value = _target(args)
-    if args.image and kind != TargetKind.FIRMWARE:
-        raise ValueError("--image goes with --firmware")
-    deployment = args.deployment or (args.group if kind in (TargetKind.BFB, TargetKind.FLAVOR) else "") or ""
-    if kind in (TargetKind.BFB, TargetKind.FLAVOR) and not deployment:
+    spec = KINDS[kind]
+    if args.image and not spec.image:
+        raise ValueError(f"--image goes with {' or '.join(f'--{k}' for k, s in KINDS.items() if s.image)}")
+    deployment = args.deployment or (args.group if spec.points_deployment else "") or ""
+    if spec.points_deployment and not deployment:
         raise ValueError(f"--{kind} needs --deployment (or --group, whose DPUDeployment it is)")
-    if args.canary_deployment and kind not in (TargetKind.BFB, TargetKind.FLAVOR):
-        raise ValueError("--canary-deployment goes with --bfb or --flavor")
+    if args.canary_deployment and not spec.points_deployment:
+        raise ValueError(f"--canary-deployment goes with {' or '.join(f'--{k}' for k in pointing_kinds())}")
     zone(args.tz)
     try:
         windows = tuple(window(text, args.tz) for text in args.window or ())
@@ -267,15 +271,20 @@ def _host_policy(args: argparse.Namespace) -> OperationPolicy | None:
     return OperationPolicy.model_validate(changes) if changes else None
 
 
+def _dest(kind: TargetKind) -> str:
+    return kind.value.replace("-", "_")
+
+
 def _target(args: argparse.Namespace) -> tuple[TargetKind, str]:
-    if args.reprovision:
-        return TargetKind.REPROVISION, ""
-    for kind in (TargetKind.BFB, TargetKind.FLAVOR, TargetKind.FIRMWARE):
-        value = getattr(args, kind.value)
-        if value:
-            if kind == TargetKind.FIRMWARE and not args.image:
-                raise ValueError("--firmware needs --image URI")
-            return kind, value
-    raise ValueError(
-        "give a target: --reprovision, --bfb NAME, --flavor NAME or --firmware VERSION --image URI"
-    )
+    for kind, spec in KINDS.items():
+        given = getattr(args, _dest(kind))
+        if not given:
+            continue
+        if spec.image and not args.image:
+            raise ValueError(f"--{kind} needs --image URI")
+        return kind, given if spec.value else ""
+    usages = [
+        f"--{k}" + (f" {s.metavar}" if s.value else "") + (" --image URI" if s.image else "")
+        for k, s in KINDS.items()
+    ]
+    raise ValueError(f"give a target: {', '.join(usages[:-1])} or {usages[-1]}")

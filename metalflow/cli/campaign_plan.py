@@ -106,7 +106,7 @@ async def _plan(client: Client, args: argparse.Namespace) -> int:
         raise CommandError(f"plan refused: {err}", EXIT_USAGE) from None
     kube = Kube(settings)
     redfish = None
-    if request.target.kind == "firmware":
+    if request.target.spec.at_target == "bmc":  # the DPUs' BMCs tell which hosts are at the target
         redfish = RedfishClient(
             CredentialResolver(settings.kubeconfig), max_in_flight=settings.bmc_max_in_flight
         )
@@ -148,7 +148,7 @@ async def build(
         prepared = await fleet.prepare_deployments(DeploymentsInput(target=target, host_ids=tuple(ids)))
         changes, canary_hosts = prepared.changes, list(prepared.canary_hosts)
     at_target: set[str] = set()
-    if target.kind != "reprovision" and ids:
+    if target.spec.at_target != "never" and ids:
         checked = await fleet.check(CheckHostsInput(target=target, host_ids=tuple(ids)))
         at_target = set(checked.at_target)
     # The campaign checks hosts as it reaches them: here they are read now, in the order it runs.

@@ -47,6 +47,7 @@ from metalflow.progress import Progress
 from metalflow.rollouts import root_cause
 
 DEMO_CAMPAIGN = "demo-fleet"
+DEMO_TARGET = CampaignTarget(kind=TargetKind.REPROVISION)  # its operation's DPUs are where it injects
 INJECTED = "injected by the demo: a DPU that fails to install"
 # Phases before the reprovision recreated its DPUs: an error injected then would hit the old DPU.
 BEFORE_INSTALL = ("resolving-inventory", "deleting-dpus", "starting")
@@ -145,7 +146,7 @@ async def _start(
 ) -> WorkflowHandle[Any, CampaignResult]:
     request = CampaignInput(
         name=DEMO_CAMPAIGN,
-        target=CampaignTarget(kind=TargetKind.REPROVISION),
+        target=DEMO_TARGET,
         selection=HostSelection(hosts=tuple(ids)),
         canary=1,
         limits=Limits(batch_size=1, max_in_flight=1),
@@ -162,7 +163,7 @@ async def _start(
             id=workflow_id,
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            static_summary=f"demo: campaign {DEMO_CAMPAIGN}, reprovision {len(ids)} hosts",
+            static_summary=f"demo: campaign {DEMO_CAMPAIGN}, {DEMO_TARGET.describe()} {len(ids)} hosts",
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(names.OPERATION, names.CAMPAIGN_OPERATION),
@@ -177,7 +178,8 @@ async def _start(
 
 async def _inject_when_installing(client: Client, sim_url: str, host: str, dpu: str) -> bool:
     """Put the host's DPU in Error once its reprovision recreated it; False: not yet."""
-    operation = client.get_workflow_handle(names.reprovision_workflow_id(host))
+    operation_id = names.host_operation_workflow_id(DEMO_TARGET.spec.request, host)
+    operation = client.get_workflow_handle(operation_id)
     try:
         status = await operation.query(OPERATION_STATUS_QUERY, result_type=HostOperationStatus)
     except RPCError:

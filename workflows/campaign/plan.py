@@ -1,7 +1,8 @@
-"""The campaign's pure decisions, no I/O: which hosts may start now under the limits, whether a
-maintenance window is open and when the next one opens (each window in its own IANA time zone:
-local wall-clock times, DST included), whether the failure budget is spent, and the limits and the
-budget in words.
+"""The campaign's rules, no I/O, nothing of Temporal: which hosts may start now under the limits,
+whether a maintenance window is open and when the next one opens (each window in its own IANA time
+zone: local wall-clock times, DST included), whether the failure budget is spent, and the limits
+and the budget in words. The campaign's state (state.py) decides with them, and `metalflow
+campaign plan` (metalflow/cli/campaign_plan.py) shows what they will do.
 
 Cost: O(pending + in flight) per decision, in the workflow's memory; no history events.
 """
@@ -13,10 +14,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from temporalio import workflow
-
-with workflow.unsafe.imports_passed_through():
-    from contracts.models.campaign import CampaignHost, FailureBudget, Limits, Window, zone
+from contracts.models.campaign import CampaignHost, FailureBudget, Limits, Window, zone
 
 MINUTES_PER_DAY = 1440
 

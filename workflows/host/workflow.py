@@ -334,6 +334,7 @@ class HostWorkflow(kernel.Runbook):
                 outcome=AWAITING_APPROVAL,
                 requested_at=workflow.now(),
                 reason=getattr(request, "reason", ""),
+                request_id=request.request_id,
             )
             current = CurrentOperation(record=record, request=request)
             self._current = current

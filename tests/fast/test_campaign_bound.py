@@ -1,16 +1,16 @@
-"""The campaign's ledger (workflows/campaign/progress.py), without a server: its state stays
-bounded at 10,000 hosts, its failure budget counts monotonically, a percentage budget is of the
-hosts selected, and a canary passes only with a host done and none failed.
+"""The campaign's state (workflows/campaign/state.py), without a server: it stays bounded at
+10,000 hosts, its failure budget counts monotonically, a percentage budget is of the hosts
+selected, and a canary passes only with a host done and none failed.
 
 The 10,000-host campaign itself, with 9,000 hosts skipped, is bench/bench_campaign.py; this
 checks the same bound on the worst case the state can hold (every reason at its longest, the
-most hosts in flight and put off).
+most hosts in flight and put off, hosts retried). The selection's bound, which reads a site
+file, is tests/test_campaign_selection_bound.py.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,17 +27,11 @@ from contracts.models.campaign import (
     HostSelection,
     InFlight,
     Limits,
-    Progress,
     Roster,
-    SelectHostsInput,
     TargetKind,
 )
-from drivers.campaign import Fleet
-from drivers.inventory import Inventory
-from drivers.kube import Kube
-from drivers.settings import Settings
 from workflows.campaign import plan
-from workflows.campaign.progress import Ledger
+from workflows.campaign.state import CampaignState
 
 NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
 PAYLOAD_LIMIT = 2 * 1024 * 1024  # Temporal's, per payload (docs/DOMAIN.md section 6)
@@ -50,9 +44,9 @@ def _host(i: int) -> CampaignHost:
                         bmc=f"{i:010x}")  # fmt: skip
 
 
-def _ledger(n: int) -> Ledger:
-    ledger = Ledger(Progress())
-    ledger.load(Roster.of([_host(i) for i in range(n)]))
+def _ledger(n: int, canary: int = 0) -> CampaignState:
+    ledger = CampaignState.first(asker=f"campaign/bound@{'r' * 36}", limits=Limits(), now=NOW)
+    ledger.selected(Roster.of([_host(i) for i in range(n)]), (), canary=canary)
     return ledger
 
 
@@ -69,20 +63,29 @@ def test_the_state_of_10000_hosts_fits_far_under_the_payload_limit() -> None:
         ledger.defer(Deferred(host_id=host_id, retry_at=NOW + timedelta(minutes=5), reason=long_reason))
     for host_id in ids[9_900:9_950]:
         ledger.fail(host_id, long_reason)
-    snapshot = ledger.snapshot()
+    ledger.retry_failed()  # 50 hosts with a retry count, each failing again
+    for host_id in ids[9_900:9_950]:
+        ledger.fail(host_id, long_reason)
     request = CampaignInput(
         name="bound", target=CampaignTarget(kind=TargetKind.REPROVISION),
-        selection=HostSelection.made(HostSelection(hosts=ids)), requested_by="test", progress=snapshot,
+        selection=HostSelection.made(HostSelection(hosts=ids)), requested_by="test", progress=ledger,
     )  # fmt: skip
     # The continue-as-new input: the heaviest payload a campaign sends (the selection listed too).
     [payload] = DATA_CONVERTER.payload_converter.to_payloads([request])
     size = len(payload.data)
     assert size < BOUND < PAYLOAD_LIMIT, f"{size} bytes for 10,000 hosts"
-    assert (ledger.skipped, len(snapshot.recent_skipped), len(snapshot.recent_failed)) == (9_000, 100, 50)
-    assert all(len(f.reason) <= REASON_CHARS for f in snapshot.recent_skipped)
+    assert (ledger.skipped, len(ledger.recent_skipped), len(ledger.recent_failed)) == (9_000, 100, 100)
+    assert all(len(f.reason) <= REASON_CHARS for f in ledger.recent_skipped)
     # Carried whole: the next run counts the same.
-    again = Ledger(Progress.model_validate_json(snapshot.model_dump_json()))
+    [carried] = DATA_CONVERTER.payload_converter.from_payloads([payload], [CampaignInput])
+    assert carried.progress is not None
+    again = CampaignState.carried(carried.progress)
     assert (again.skipped, again.failed, len(again.in_flight), again.not_started()) == (9_000, 50, 800, 150)
+
+
+def _resume_a_halt(ledger: CampaignState) -> None:
+    ledger.halt("failure budget spent")
+    ledger.resume()
 
 
 def test_skipping_a_failed_host_after_a_resume_never_frees_the_budget() -> None:
@@ -92,7 +95,7 @@ def test_skipping_a_failed_host_after_a_resume_never_frees_the_budget() -> None:
     a, b, c = ledger.roster.ids[:3]
     ledger.fail(a, "boom")
     assert plan.budget_exceeded(budget, ledger.budget_failures(), ledger.total)
-    ledger.accept_halt()  # resume: counts from now
+    _resume_a_halt(ledger)  # counts from now
     assert ledger.budget_failures() == 0
     ledger.skip(a, "skipped by op")
     assert ledger.budget_failures() == 0 and ledger.failed == 0 and ledger.skipped == 1
@@ -125,14 +128,16 @@ def test_the_budget_never_goes_below_zero_and_only_a_resume_or_retry_lowers_it(
         elif action == "skip" and ledger.waiting(host_id):
             ledger.skip(host_id, "x")
         elif action == "resume":
-            ledger.accept_halt()
+            _resume_a_halt(ledger)
         elif action == "retry":
             ledger.retry_failed()
         after = ledger.budget_failures()
         assert after >= 0
         if action not in ("resume", "retry"):
             assert after >= before, f"{action} lowered the budget's count"
-        counted = ledger.done + ledger.at_target + ledger.failed + ledger.skipped + ledger.not_started()
+        counted = (
+            ledger.done + ledger.already_at_target + ledger.failed + ledger.skipped + ledger.not_started()
+        )
         assert counted == ledger.total, "every host is counted exactly once"
 
 
@@ -146,9 +151,9 @@ def test_a_percentage_budget_is_of_the_hosts_selected() -> None:
     assert plan.describe_budget(budget, 3, 100) == "3 failed; halts past 10 (10% of 100 hosts)"
 
 
-def _finish(ledger: Ledger, host_id: str, outcome: str) -> None:
+def _finish(ledger: CampaignState, host_id: str, outcome: str) -> None:
     flight = InFlight(
-        host=ledger.roster.host(ledger.index[host_id]), workflow_id=f"op/{host_id}", started_at=NOW
+        host=ledger.roster.host(ledger.roster.ids.index(host_id)), workflow_id=f"op/{host_id}", started_at=NOW
     )
     ledger.start(flight)
     ledger.absorb(
@@ -157,16 +162,16 @@ def _finish(ledger: Ledger, host_id: str, outcome: str) -> None:
 
 
 def test_a_canary_passes_only_with_a_host_done_and_none_failed() -> None:
-    empty = _ledger(3)
+    empty = _ledger(3, canary=1)
     empty.batch_left = 1
     _finish(empty, empty.roster.ids[0], "expired: not approved within 3600 s")
     assert empty.canary_verdict() == "empty", "a canary whose only host was skipped proves nothing"
-    failed = _ledger(3)
+    failed = _ledger(3, canary=1)
     failed.batch_left = 2
     _finish(failed, failed.roster.ids[0], "completed")
     _finish(failed, failed.roster.ids[1], "failed: DPU in Error")
     assert failed.canary_verdict() == "failed"
-    passed = _ledger(3)
+    passed = _ledger(3, canary=1)
     passed.batch_left = 1
     _finish(passed, passed.roster.ids[0], "completed")
     assert passed.canary_verdict() == "passed"
@@ -179,40 +184,3 @@ def test_limits_hold_over_a_lazy_queue() -> None:
         len(chosen) == 7
         and max(sum(1 for h in chosen if h.group == g) for g in {h.group for h in chosen}) <= 4
     )
-
-
-async def test_the_selection_of_10000_hosts_with_9000_assigned_fits_too(tmp_path: Path) -> None:
-    """The selection's result (one activity result: one payload), as `Fleet.select` makes it from
-    a site file of 10,000 hosts, 9,000 with an instance (each its own)."""
-    credentials = tmp_path / "bmc.json"
-    credentials.write_text('{"username": "u", "password": "p"}')
-    lines = ["name: bound", "hosts:"]
-    for i in range(10_000):
-        host = _host(i)
-        lines += [
-            f"  - id: {host.host_id}",
-            f"    groups: [{host.group}]",
-            f"    bmc: {{endpoint: 'https://bmc-{host.host_id}.example.net', "
-            f"credentials: {{file: '{credentials}'}}}}",
-        ]
-        if i % 10:
-            lines.append(f"    instance: vm-{i:05d}-{'x' * 20}")
-    site = tmp_path / "site.yaml"
-    site.write_text("\n".join(lines) + "\n")
-    settings = Settings(site_file=site, inventory="site")
-    kube = Kube(settings)
-
-    async def every_host() -> set[str]:
-        return {_host(i).host_id for i in range(10_000)}
-
-    fleet = Fleet(Inventory(settings, kube), kube, dpf_hosts=every_host)
-    result = await fleet.select(
-        SelectHostsInput(
-            selection=HostSelection(all=True),
-            target=CampaignTarget(kind=TargetKind.REPROVISION),
-            skip_assigned=True,
-        )
-    )
-    assert sum(len(g.host_ids) for g in result.left_out) == 9_000
-    [payload] = DATA_CONVERTER.payload_converter.to_payloads([result])
-    assert len(payload.data) < BOUND, f"{len(payload.data)} bytes"

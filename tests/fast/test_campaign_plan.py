@@ -1,4 +1,4 @@
-"""Properties of the campaign's pure decisions (workflows/campaign/plan.py) and its input checks."""
+"""Properties of the campaign's rules (workflows/campaign/plan.py) and its input checks."""
 
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ instants = st.datetimes(
 )
 
 
+@settings(max_examples=100, deadline=None)
 @given(hosts, hosts, limits, st.integers(0, 20))
 def test_starts_never_exceed_a_limit(
     pending: list[CampaignHost], running: list[CampaignHost], lim: Limits, room: int
@@ -72,6 +73,7 @@ def test_starts_never_exceed_a_limit(
         assert all(bmcs[b] <= lim.max_per_bmc for b in new_bmcs)
 
 
+@settings(max_examples=100, deadline=None)
 @given(hosts, limits)
 def test_a_free_fleet_fills_what_the_limits_allow(pending: list[CampaignHost], lim: Limits) -> None:
     chosen = plan.pick_starts(pending, [], lim, 1000)
@@ -84,6 +86,7 @@ def test_a_free_fleet_fills_what_the_limits_allow(pending: list[CampaignHost], l
             )
 
 
+@settings(max_examples=100, deadline=None)
 @given(windows.filter(bool), instants)
 def test_the_next_opening_is_open_and_nothing_opens_before_it(ws: list[Window], now: datetime) -> None:
     opens = plan.next_window_open(ws, now)
@@ -107,6 +110,7 @@ def test_a_night_window_runs_past_midnight() -> None:
     assert plan.next_window_open(night, friday.replace(hour=12)) == friday.replace(hour=22)
 
 
+@settings(max_examples=100, deadline=None)
 @given(st.integers(0, 50), st.integers(0, 100), st.integers(0, 20), st.floats(0, 100))
 def test_the_budget_halts_exactly_past_its_bounds(failed: int, extra: int, most: int, percent: float) -> None:
     attempted = failed + extra

@@ -1,0 +1,67 @@
+"""Every campaign target kind is declared once (contracts/models/campaign_target.py, `KINDS`) and
+the rest reads it: the target's checks and words, and the CLI's options and refusals
+(metalflow/cli/campaign_options.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from pydantic import ValidationError
+
+from contracts.models.campaign import KINDS, CampaignTarget, TargetKind
+from contracts.models.campaign_target import kind_of_field, pointing_kinds
+from metalflow.cli.campaign_options import add_options, campaign_input
+
+
+def test_every_kind_has_its_row() -> None:
+    assert set(KINDS) == set(TargetKind)
+    for kind, spec in KINDS.items():
+        assert spec.at_target != "dpf" or spec.dpu_field, f"{kind}: a DPF read names the DPU's field"
+        assert not spec.points_deployment or spec.dpf_object, f"{kind}: what it points must exist"
+        assert not spec.value or spec.metavar, f"{kind}: the CLI names its value"
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_options(parser, required=False)
+    parser.add_argument("--by", default="ops@dc")
+    return parser.parse_args(["--all", *argv])
+
+
+@pytest.mark.parametrize("kind", list(TargetKind))
+def test_the_cli_takes_each_kind_by_its_row(kind: TargetKind) -> None:
+    spec = KINDS[kind]
+    argv = [f"--{kind}"] + (["v1"] if spec.value else [])
+    argv += ["--image", "http://images/v1"] if spec.image else []
+    argv += ["--deployment", "gpu", "--canary", "0"] if spec.points_deployment else []
+    target = campaign_input("fleet", _args(*argv)).target
+    assert (target.kind, target.value, target.points_deployment) == (
+        kind,
+        "v1" if spec.value else "",
+        spec.points_deployment,
+    )
+    assert target.describe().startswith(str(kind))
+    if spec.image:
+        with pytest.raises(ValueError, match=f"--{kind} needs --image URI"):
+            campaign_input("fleet", _args(f"--{kind}", "v1"))
+    if spec.points_deployment:
+        assert kind_of_field(spec.deployment_field) is spec
+        with pytest.raises(ValidationError, match="needs the DPUDeployment"):
+            CampaignTarget(kind=kind, value="v1")
+    else:
+        with pytest.raises(
+            ValueError,
+            match=f"--canary-deployment goes with {' or '.join(f'--{k}' for k in pointing_kinds())}",
+        ):
+            campaign_input("fleet", _args(*argv, "--canary-deployment", "c"))
+
+
+def test_a_missing_target_names_every_kind() -> None:
+    with pytest.raises(ValueError) as refused:
+        campaign_input("fleet", _args())
+    message = str(refused.value)
+    assert message.startswith("give a target: --reprovision, --bfb NAME, --flavor NAME")
+    for kind, spec in KINDS.items():
+        assert f"--{kind}" + (f" {spec.metavar}" if spec.value else "") in message
+    assert "--firmware VERSION --image URI" in message
