@@ -104,7 +104,7 @@ VERSIONS_READ: workflow.ActivityConfig = {
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=30),
-        maximum_attempts=kernel.POWER_CYCLE_ATTEMPTS,
+        maximum_attempts=kernel.BMC_ATTEMPTS,
         non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"],
     ),
 }

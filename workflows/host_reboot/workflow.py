@@ -45,7 +45,7 @@ likewise.
 Cost and worst-case history: one activity slot during the cycle; on a BMC that serves this host
 only (no lease: `activities/bmc_lease.py`) 19 events (the fleet bench's mean; HostId and
 Operation come with the start, not as an upsert), a ForceOff+On cycle with a power-down wait
-over `kernel.POWER_DOWN_HAND_BACK_SECONDS` 8 more (its durable timer and the second
+over `POWER_DOWN_HAND_BACK_SECONDS` (`options.py`) 8 more (its durable timer and the second
 `power_cycle_host`) and a handful of heartbeats in all (1 measured for a 20 s wait); on a
 shared BMC the lease's share more (the release signal and its workflow task, 5; queued, a timer
 and the grant signal more); about 12 plus 2 per confirmation signal when manual.
@@ -94,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.bmc_lease.workflow import BMCLeaseHolder
     from workflows.host_reboot.failure import bmc_failure_reason
+    from workflows.host_reboot.options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
 
 _WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
 MAX_SPENT_GENERATIONS = 50  # generations an earlier run used; each costs one refused start
@@ -333,7 +334,7 @@ class HostRebootWorkflow(kernel.Abortable):
         return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
 
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
-        """`power_cycle_host`; a power-down wait longer than `kernel.POWER_DOWN_HAND_BACK_SECONDS`
+        """`power_cycle_host`; a power-down wait longer than `POWER_DOWN_HAND_BACK_SECONDS`
         is handed back at Off and waited here on a durable timer (a stop cuts it), then the
         activity is called again from where it left off to send On."""
         request = self._request
@@ -343,7 +344,7 @@ class HostRebootWorkflow(kernel.Abortable):
             boot_generation=request.boot_generation,
             requested_at=_owed_since(request, workflow.info().start_time),
             power_down_wait_seconds=wait,
-            hand_back_wait_over_seconds=kernel.POWER_DOWN_HAND_BACK_SECONDS,
+            hand_back_wait_over_seconds=POWER_DOWN_HAND_BACK_SECONDS,
             warm=request.warm,
         )
         summary = f"power cycle {request.host_id} to generation {request.boot_generation}"
@@ -353,7 +354,7 @@ class HostRebootWorkflow(kernel.Abortable):
                 activity_api.power_cycle_host,
                 cycle_input,
                 # A stop cancels it only once the host is Off, and must know it stopped before On.
-                kernel.options(kernel.power_cycle_options(wait), summary),
+                kernel.options(power_cycle_options(wait), summary),
             )
             cycle: PowerCycleResult = await self._cycle_activity
             self._cycle_activity = None

@@ -99,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import kernel
     from workflows.bmc_lease.workflow import BMCLeaseHolder
+    from workflows.host_reboot.options import POWER_CYCLE_HEARTBEAT
     from workflows.host_reboot.workflow import start_next_reboot
     from workflows.parts import dpf_barrier as barrier
 
@@ -113,7 +114,7 @@ COMPLETED = "completed"
 
 DPU_RESET_CALL: workflow.ActivityConfig = {
     **kernel.BMC_READ,
-    "heartbeat_timeout": kernel.POWER_CYCLE_HEARTBEAT,  # a killed worker's attempt resumes soon
+    "heartbeat_timeout": POWER_CYCLE_HEARTBEAT,  # a killed worker's attempt resumes soon
 }
 
 
