@@ -92,9 +92,9 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
     )
     from workflows import kernel
-    from workflows.bmc_lease.workflow import BMCLeaseHolder
     from workflows.host_reboot.failure import bmc_failure_reason
     from workflows.host_reboot.options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
+    from workflows.parts.bmc_lease_holder import BMCLeaseHolder
 
 _WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
 MAX_SPENT_GENERATIONS = 50  # generations an earlier run used; each costs one refused start

@@ -98,10 +98,10 @@ with workflow.unsafe.imports_passed_through():
         WaitDPUOSInput,
     )
     from workflows import kernel
-    from workflows.bmc_lease.workflow import BMCLeaseHolder
     from workflows.host_reboot.options import POWER_CYCLE_HEARTBEAT
     from workflows.host_reboot.workflow import start_next_reboot
     from workflows.parts import dpf_barrier as barrier
+    from workflows.parts.bmc_lease_holder import BMCLeaseHolder
 
 RESOLVING = "resolving-inventory"
 CHECKING_DPF = "checking-dpf"

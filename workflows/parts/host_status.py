@@ -9,24 +9,8 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.models.dpf import HostDPFState
     from contracts.models.host import DPUProgress, HostOperationInput, HostOperationStatus
-
-
-class DPUClock:
-    """When each DPU entered its current phase, as the workflow saw it (workflow time)."""
-
-    def __init__(self) -> None:
-        self.phases: dict[str, tuple[str, datetime]] = {}
-
-    def observe(self, state: HostDPFState, dpu_ids: Iterable[str], now: datetime) -> None:
-        """Record phase changes in a new state."""
-        for dpu_id in dpu_ids:
-            dpu = state.dpu(dpu_id)
-            phase = "" if dpu is None else ("Deleting" if dpu.deleting else dpu.phase)
-            seen = self.phases.get(dpu_id)
-            if seen is None or seen[0] != phase:
-                self.phases[dpu_id] = (phase, now)
+    from workflows.parts.dpf_watch import DPUClock
 
 
 def build_status(
