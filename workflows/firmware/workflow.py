@@ -78,9 +78,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import plural
     from workflows import kernel
-    from workflows.host_reboot.workflow import start_next_reboot
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
     from workflows.parts.dpf_watch import DPFWatch
+    from workflows.parts.reboot_rounds import start_next_reboot
 
 
 def worst_case_events(*, dpus: int, dpf_changes: int) -> int:

@@ -145,10 +145,10 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.wording import duration, plural
     from workflows import kernel
-    from workflows.host_reboot.workflow import start_next_reboot
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_status import build_status
+    from workflows.parts.reboot_rounds import start_next_reboot
 
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")

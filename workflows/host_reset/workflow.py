@@ -99,9 +99,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import kernel
     from workflows.host_reboot.options import POWER_CYCLE_HEARTBEAT
-    from workflows.host_reboot.workflow import start_next_reboot
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
+    from workflows.parts.reboot_rounds import start_next_reboot
 
 RESOLVING = "resolving-inventory"
 CHECKING_DPF = "checking-dpf"
