@@ -26,11 +26,12 @@ from metalflow.cli.host_phases import ENDINGS, ENTITY_PHASES, KNOWN_PHASES, OPER
 
 ROOT = Path(__file__).resolve().parent.parent
 # The workflows of an entity's operations, and how each shows a phase (the phase is the first
-# argument, or the second of `_read_versions`).
+# argument, or the second of `_read_versions`; `finish` is the kernel's planned end).
 OPERATION_MODULES = ("host_operation", "firmware", "removal", "host_reboot")
 PHASE_CALLS = {
     "enter": 0,
     "enter_phase": 0,
+    "finish": 0,
     "_wait_for_dpf": 0,
     "await_decision": 0,
     "_read_versions": 1,
