@@ -24,6 +24,8 @@ host the same way, through `RebootRounds`; the host entity starts a `host reboot
   host operation asks an operator; others fail with it).
 - **Stop** (`RebootRounds.stop`, a cleanup's): the reboot in flight cancelled and waited for, and
   what it did, so a reboot that happened is counted and acknowledged.
+- **Confirm** (`RebootRounds.confirm`): a person's word that the host was rebooted, passed to
+  the reboot in flight (a manual reboot, or one whose BMC could not be reached).
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ with workflow.unsafe.imports_passed_through():
 
     from contracts import names, priorities, workflow_api
     from contracts.errors import BMCRebootFailed, InvalidInput
-    from contracts.models.host import HostRebootInput, HostRebootResult
+    from contracts.models.control import OperatorRequest
+    from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
     from workflows import kernel
 
 WAIT_FOR_CANCELLATION: Final = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
@@ -105,6 +108,26 @@ class RebootRounds:
     def rebooting_to(self) -> int | None:
         """The generation the reboot in flight reboots to (None: none in flight)."""
         return self._generation if self._child is not None else None
+
+    async def confirm(self, confirmation: OperatorRequest) -> str | None:
+        """Pass a person's confirmation (`host_rebooted`) to the reboot in flight; None when it was
+        delivered, else why not (logged, never raised).
+
+        Why: the reboot may close between a handler's start and the signal's delivery (its
+        completion and the confirmation can arrive in one workflow task, and handlers run first).
+        A handler that raised would fail the whole run for a late confirmation, which the closed
+        reboot made moot anyway.
+        """
+        child = self._child
+        if child is None:
+            return "no reboot is in flight"
+        try:
+            await child.signal(HOST_REBOOTED_SIGNAL, confirmation)
+        except Exception as err:  # noqa: BLE001 - see the docstring: a handler must not fail the run
+            why = f"the reboot {child.id} had already ended: {err}"
+            workflow.logger.warning("confirmation from %s not passed on: %s", confirmation.requested_by, why)
+            return why
+        return None
 
     async def start(
         self,
