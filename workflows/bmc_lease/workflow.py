@@ -53,19 +53,15 @@ A BMC that serves one host only takes no lease at all: `lease_host_bmc` answers 
 (after the host's previous reboot has ended; `activities/bmc_lease.py`), the holder enters at
 once and releases nothing. The host's own lock (its entity) keeps that BMC's reboots apart.
 
-Cost per power cycle, measured (tests/histories/host_reboot_bmc_leased.json against
-host_reboot_bmc.json): the reboot workflow's history grows from 20 to 39 events (the patch
-marker and its search attribute, `request_bmc_lease` 3, the wait's timer 2, the grant signal 1,
-the `release` signal 2, three more workflow tasks 9); RPCs: one signal-with-start from the
-activity, one signal each way. On the lease workflow 16 events per cycle (48 for three hosts
-queued at once: `acquire`, the grant, `release`, the wait's timer and their workflow tasks;
-tests/test_bmc_lease.py checks at most 20), one describe per holder per check while
-contended, nothing while idle (it ends). Activity slots: the cycle's own while it runs, none
-while queued, one for `request_bmc_lease` for a few milliseconds. CPU: a few workflow tasks.
-With `acquire_now` granting a free BMC (tests/histories/host_reboot_bmc_lease_one_step.json):
-the reboot's history has no inventory activity, no `request_bmc_lease`, no timer and no grant
-signal (see workflows/host_reboot/workflow.py for the count), the lease has the update's 2 events in
-place of the signal's 1 and the grant signal's 2.
+The lease's state is its `LeaseBook` (`state.py`: the rules above, no temporalio), whose data
+is `BMCLeaseState`; it continues as new as it is.
+
+Cost per power cycle: on the reboot, the lease step (or `request_bmc_lease`), the grant signal
+when queued and the `release` signal; on the lease, `acquire` (or the `acquire_now` update), the
+grant, `release`, the wait's timer and their workflow tasks (tests/test_bmc_lease.py checks at
+most 20 events a cycle); one describe per holder per check while contended, nothing while idle
+(it ends). Activity slots: the cycle's own while it runs, none while queued, one for the lease
+request for a few milliseconds. Measured figures: bench/README.md, "workflows/bmc_lease/workflow.py".
 """
 
 from __future__ import annotations
@@ -89,71 +85,60 @@ with workflow.unsafe.imports_passed_through():
         BMCLeaseStatus,
         LeaseAnswer,
         LeaseGrant,
-        LeaseHolder,
         LeaseRelease,
         LeaseRequest,
         WorkflowRunRef,
         WorkflowRunRefs,
     )
     from workflows import kernel
+    from workflows.bmc_lease.state import LeaseBook
     from workflows.parts.bmc_lease_holder import LEASE_CALL
 
 HOLDER_AUDIT: Final = timedelta(minutes=10)
 GRANTS_PER_RUN: Final = 400  # about 12 events each: far below Temporal's history limits
-RELEASED_REMEMBERED: Final = 200
 
 HOLDER_CHECK: Final[workflow.ActivityConfig] = {**LEASE_CALL, "heartbeat_timeout": timedelta(seconds=30)}
 
 
 @workflow.defn(name="BMCLeaseWorkflow")
-class BMCLeaseWorkflow:
-    """A counting semaphore for one BMC endpoint; see the module docstring."""
+class BMCLeaseWorkflow(kernel.Runbook):
+    """A counting semaphore for one BMC endpoint; see the module docstring. What it knows and
+    decides is its `LeaseBook` (`state.py`), carried over continue-as-new as it is."""
 
     @workflow.init
     def __init__(self, state: BMCLeaseState) -> None:
-        self._limit = state.limit
-        self._holders: dict[str, LeaseHolder] = {h.request_id: h for h in state.holders}
-        self._waiting: list[LeaseHolder] = list(state.waiting)
-        self._released: list[str] = list(state.released)
-        self._reclaim_check = timedelta(seconds=state.reclaim_check_seconds)
-        self._reclaimed = state.reclaimed
-        self._granted = 0
+        super().__init__()
+        self.book = LeaseBook.of(state)
 
     @workflow.run
     async def run(self, state: BMCLeaseState) -> BMCLeaseStatus:
         """Grant slots until no run holds or waits; see the module docstring."""
         workflow.upsert_search_attributes([names.OPERATION.value_set(names.BMC_LEASE)])
+        book = self.book
         while True:
             await self._grant_free_slots()
-            if self._granted >= GRANTS_PER_RUN or workflow.info().is_continue_as_new_suggested():
+            if book.granted >= GRANTS_PER_RUN or workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self._carried_over())
-            if not self._holders and not self._waiting:
+                workflow.continue_as_new(book)
+            if book.idle:
                 # Idle: end now. An `acquire` that races the end makes Temporal refuse the
                 # completion and run this task again with the signal, so it is never lost.
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                if not self._holders and not self._waiting:
-                    return self.status()
+                if book.idle:
+                    return book.status()
                 continue
-            had_waiters = bool(self._waiting)
-            try:
-                await workflow.wait_condition(
-                    functools.partial(self._should_wake, had_waiters),
-                    timeout=self._reclaim_check if had_waiters else HOLDER_AUDIT,
-                )
-            except TimeoutError:
+            had_waiters = bool(book.waiting)
+            if not await self.wait(
+                functools.partial(book.should_wake, had_waiters),
+                timeout=book.wait_seconds(had_waiters, HOLDER_AUDIT.total_seconds()),
+                abortable=False,  # the lease has no abort: it ends when idle
+            ):
                 await self._reclaim_closed_holders()
 
     @workflow.signal(name=BMC_LEASE_ACQUIRE_SIGNAL)
     def acquire(self, request: LeaseRequest) -> None:
         """Queue a run for a slot (a request already known is ignored: retries resend it)."""
-        holder = request.holder
-        known = holder.request_id in self._holders or holder.request_id in self._released
-        if known or any(w.request_id == holder.request_id for w in self._waiting):
-            return
-        self._limit = request.limit
-        self._reclaim_check = timedelta(seconds=request.reclaim_check_seconds)
-        self._waiting.append(holder)
+        self.book.queue(request)
 
     @workflow.update(name=BMC_LEASE_ACQUIRE_UPDATE)
     def acquire_now(self, request: LeaseRequest) -> LeaseAnswer:
@@ -162,48 +147,25 @@ class BMCLeaseWorkflow:
         Granted only when nobody queued before it (first come, first served holds); a request
         already known answers as it stands (a holder: granted; queued or released: not).
         """
-        self.acquire(request)
-        request_id = request.holder.request_id
-        if self._waiting and self._waiting[0].request_id == request_id and self._can_grant():
-            self._holders[request_id] = self._waiting.pop(0)
-            self._granted += 1
+        held = self.book.granted
+        self.book.queue(request)
+        granted = self.book.grant_now(request.holder.request_id)
+        if self.book.granted != held:
             self._show_slots()
-        return LeaseAnswer(granted=request_id in self._holders)
+        return LeaseAnswer(granted=granted)
 
     @workflow.signal(name=BMC_LEASE_RELEASE_SIGNAL)
     def release(self, release: LeaseRelease) -> None:
         """Give back a slot, or a place in the queue."""
-        self._forget(release.request_id)
+        self.book.forget(release.request_id)
 
     @workflow.query(name=BMC_LEASE_STATUS_QUERY)
     def status(self) -> BMCLeaseStatus:
-        return BMCLeaseStatus(
-            limit=self._limit,
-            holders=tuple(self._holders.values()),
-            waiting=tuple(self._waiting),
-            granted=self._granted,
-            reclaimed=self._reclaimed,
-        )
-
-    def _should_wake(self, had_waiters: bool) -> bool:
-        # A first waiter also wakes the loop: its wait for holders to close must be checked on.
-        idle = not (self._holders or self._waiting)
-        return self._can_grant() or idle or bool(self._waiting) != had_waiters
-
-    def _can_grant(self) -> bool:
-        return bool(self._waiting) and len(self._holders) < self._limit
-
-    def _forget(self, request_id: str) -> None:
-        self._holders.pop(request_id, None)
-        self._waiting = [w for w in self._waiting if w.request_id != request_id]
-        if request_id not in self._released:
-            self._released = [*self._released, request_id][-RELEASED_REMEMBERED:]
+        return self.book.status()
 
     async def _grant_free_slots(self) -> None:
-        while self._can_grant():
-            holder = self._waiting.pop(0)
-            self._holders[holder.request_id] = holder
-            self._granted += 1
+        while self.book.can_grant():
+            holder = self.book.grant_next()
             grant = LeaseGrant(lease_workflow_id=workflow.info().workflow_id, request_id=holder.request_id)
             handle = workflow.get_external_workflow_handle(holder.workflow_id, run_id=holder.run_id)
             try:
@@ -211,39 +173,22 @@ class BMCLeaseWorkflow:
             except FailureError as err:
                 # The run is gone (closed, or never existed): nobody will release this slot.
                 workflow.logger.info("grant to %s not delivered (%s): slot freed", holder.workflow_id, err)
-                self._reclaimed += 1
-                self._forget(holder.request_id)
+                self.book.reclaim(holder)
         self._show_slots()
 
     def _show_slots(self) -> None:
-        workflow.set_current_details(
-            f"{len(self._holders)} of {self._limit} slots held, {len(self._waiting)} waiting"
-        )
+        workflow.set_current_details(self.book.slots_words())
 
     async def _reclaim_closed_holders(self) -> None:
-        if not self._holders:
+        if not self.book.holders:
             return
-        runs = tuple(
-            WorkflowRunRef(workflow_id=h.workflow_id, run_id=h.run_id) for h in self._holders.values()
-        )
-        closed: WorkflowRunRefs = await workflow.execute_activity(
+        runs = tuple(WorkflowRunRef(workflow_id=h.workflow_id, run_id=h.run_id) for h in self.book.holders)
+        closed: WorkflowRunRefs = await self.call(
             activity_api.find_closed_workflow_runs,
             WorkflowRunRefs(runs=runs),
-            **kernel.options(HOLDER_CHECK, f"check the {len(runs)} holders of this BMC's lease"),
+            kernel.options(HOLDER_CHECK, f"check the {len(runs)} holders of this BMC's lease"),
+            abortable=False,
         )
-        gone = {(run.workflow_id, run.run_id) for run in closed.runs}
-        for holder in list(self._holders.values()):
-            if (holder.workflow_id, holder.run_id) in gone:
-                workflow.logger.info("%s closed holding a slot: reclaimed", holder.workflow_id)
-                self._reclaimed += 1
-                self._forget(holder.request_id)
-
-    def _carried_over(self) -> BMCLeaseState:
-        return BMCLeaseState(
-            limit=self._limit,
-            holders=tuple(self._holders.values()),
-            waiting=tuple(self._waiting),
-            released=tuple(self._released),
-            reclaim_check_seconds=self._reclaim_check.total_seconds(),
-            reclaimed=self._reclaimed,
-        )
+        for holder in self.book.closed_holders({(run.workflow_id, run.run_id) for run in closed.runs}):
+            workflow.logger.info("%s closed holding a slot: reclaimed", holder.workflow_id)
+            self.book.reclaim(holder)
