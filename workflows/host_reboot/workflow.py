@@ -248,10 +248,12 @@ class HostRebootWorkflow(kernel.Abortable):
                 raise  # queued for the BMC's lease: nothing was sent, not rebooted
             return await self._stop_cycle(inventory, cycle)
         except OperationAborted:
-            # Aborted: the cycle is brought to its end now (a cycle that ended as the abort came
-            # simply ends); the run then ends aborted, saying whether the host was cycled.
-            if not cycle.done() and await self._withdrew_from_lease_queue(cycle):
-                raise
+            # Aborted: the cycle is brought to its end now; the run then ends aborted, saying
+            # whether the host was cycled.
+            if cycle.done():
+                return await cycle  # it ended as the abort came
+            if await self._withdrew_from_lease_queue(cycle):
+                raise  # queued for the BMC's lease: nothing was sent
             return await self._stop_cycle(inventory, cycle)
         return await cycle
 
