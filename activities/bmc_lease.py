@@ -9,7 +9,7 @@ attempt sends the same request id again; the lease ignores a request it already 
 granted or saw released.
 
 `lease_host_bmc` is the one step before a host power action (a reboot's power cycle, a reset's
-host off and on; `BMCLeaseHolder.ask_for_host` in `workflows/bmc_lease/workflow.py`): it resolves the
+host off and on; `BMCLeaseHolder.ask_for_host` in `workflows/parts/bmc_lease_holder.py`): it resolves the
 host's inventory and asks its BMC's lease with an update-with-start of `acquire_now`, whose answer
 says whether the slot is the run's already. A free BMC is then granted in this activity's result:
 no grant signal, and two workflow tasks of the reboot and one of the lease fewer between DPF's ask

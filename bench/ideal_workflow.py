@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.models.redfish import PowerCycleInput
     from workflows import kernel
+    from workflows.host_reboot.options import power_cycle_options
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.dpf_watch import DPFWatch
 
@@ -103,9 +104,7 @@ class IdealReprovisionWorkflow:
                     requested_at=workflow.now(),
                     power_down_wait_seconds=power_down_wait_seconds,
                 ),
-                **kernel.options(
-                    kernel.power_cycle_options(power_down_wait_seconds), f"power cycle {host_id}"
-                ),
+                **kernel.options(power_cycle_options(power_down_wait_seconds), f"power cycle {host_id}"),
             )
             await workflow.execute_activity(
                 activity_api.mark_dpu_node_rebooted,

@@ -67,6 +67,11 @@ class FakeSite:
         await self.client.get_workflow_handle(self.workflow_id).signal(DPF_STATE_CHANGED_SIGNAL, self.state())
 
     def activities(self) -> list[Callable[..., Any]]:
+        """The fakes a worker registers (`activity_table`'s)."""
+        return list(self.activity_table().values())
+
+    def activity_table(self) -> dict[str, Callable[..., Any]]:
+        """The fakes by the name each is registered under: a test replaces one by its name."""
         site = self
 
         class FakeInventory:
@@ -148,7 +153,11 @@ class FakeSite:
 
         # The fleet-wide BMC lease is real: its workflow runs on the test's worker too.
         lease = BMCLeaseActivities(Settings(site_file=Path("unused.yaml")), FakeInventory())
-        return [
-            resolve, read, join, reprovision, release, mark, cycle, set_power,
-            lease.request_bmc_lease, lease.lease_host_bmc, lease.find_closed_workflow_runs,
-        ]  # fmt: skip
+        return {
+            "resolve_host_inventory": resolve, "read_host_dpf_state": read, "join_site_dpf_watch": join,
+            "reprovision_dpu": reprovision, "release_node_effect_hold": release,
+            "mark_dpu_node_rebooted": mark, "power_cycle_host": cycle, "set_power_state": set_power,
+            # The real lease activities are registered under their own (method) names.
+            "request_bmc_lease": lease.request_bmc_lease, "lease_host_bmc": lease.lease_host_bmc,
+            "find_closed_workflow_runs": lease.find_closed_workflow_runs,
+        }  # fmt: skip

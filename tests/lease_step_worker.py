@@ -27,7 +27,8 @@ from drivers.settings import Settings  # noqa: E402
 
 
 def activity_name(function: object) -> str:
-    return str(getattr(function, "__temporal_activity_definition").name)
+    # Every metalflow activity is registered under its method's name (`activities/`, `@activity.defn`).
+    return str(getattr(function, "__name__", ""))
 
 
 async def main(address: str, namespace: str, task_queue: str) -> None:

@@ -45,7 +45,7 @@ from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorReque
 from contracts.models.host import HostRebootInput, HostRebootResult
 from contracts.models.inventory import BMCAccess, CredentialRef
 from drivers.settings import Settings
-from workflows.bmc_lease.workflow import BMCLeaseHolder
+from workflows.parts.bmc_lease_holder import BMCLeaseHolder
 
 pytestmark = pytest.mark.slow
 

@@ -55,7 +55,8 @@ def activity_attempts(history: WorkflowHistory) -> dict[str, int]:
 
 
 def activity_name(function: object) -> str:
-    return str(getattr(function, "__temporal_activity_definition").name)
+    # Every metalflow activity is registered under its method's name (`activities/`, `@activity.defn`).
+    return str(getattr(function, "__name__", ""))
 
 
 def signals(history: WorkflowHistory) -> list[str]:

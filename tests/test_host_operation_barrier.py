@@ -60,14 +60,10 @@ class StuckSite(FakeSite):
     stuck_in: dict[str, str]
     cycle_may_finish: asyncio.Event
 
-    def activities(self) -> list[Callable[..., Any]]:
-        replaced = {"release_node_effect_hold", "power_cycle_host", "set_power_state", "read_power_state"}
-        kept = [
-            a for a in super().activities() if activity._Definition.must_from_callable(a).name not in replaced
-        ]
-        return [*kept, *self._replacements()]
+    def activity_table(self) -> dict[str, Callable[..., Any]]:
+        return {**super().activity_table(), **self._replacements()}
 
-    def _replacements(self) -> list[Callable[..., Any]]:
+    def _replacements(self) -> dict[str, Callable[..., Any]]:
         site = self
 
         @activity.defn(name="release_node_effect_hold")
@@ -119,11 +115,10 @@ class StuckSite(FakeSite):
                 observed_at=activity.info().started_time,
             )  # fmt: skip
 
-        return [release, cycle, set_power, read_power]
-
-
-def _name(fn: Callable[..., Any]) -> str:
-    return activity._Definition.must_from_callable(fn).name or ""  # every fake has a name
+        return {
+            "release_node_effect_hold": release, "power_cycle_host": cycle, "set_power_state": set_power,
+            "read_power_state": read_power,
+        }  # fmt: skip
 
 
 Start = Callable[[OperationPolicy], Awaitable[WorkflowHandle[Any, HostOperationResult]]]

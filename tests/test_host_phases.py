@@ -26,11 +26,12 @@ from metalflow.cli.host_phases import ENDINGS, ENTITY_PHASES, KNOWN_PHASES, OPER
 
 ROOT = Path(__file__).resolve().parent.parent
 # The workflows of an entity's operations, and how each shows a phase (the phase is the first
-# argument, or the second of `_read_versions`).
+# argument, or the second of `_read_versions`; `finish` is the kernel's planned end).
 OPERATION_MODULES = ("host_operation", "firmware", "removal", "host_reboot")
 PHASE_CALLS = {
     "enter": 0,
     "enter_phase": 0,
+    "finish": 0,
     "_wait_for_dpf": 0,
     "await_decision": 0,
     "_read_versions": 1,
@@ -38,28 +39,39 @@ PHASE_CALLS = {
 OPERATION_TYPES = {"HostOperationWorkflow", "FirmwareWorkflow", "HostRemovalWorkflow", "HostRebootWorkflow"}
 
 
-def _entered(module_name: str) -> tuple[set[str], set[str]]:
-    """The phases `workflows.<module_name>` enters: literals and module constants, and the
-    variables it passes instead (resolved by the tests below)."""
-    module = importlib.import_module(f"workflows.{module_name}")
-    tree = ast.parse((ROOT / "workflows" / f"{module_name}.py").read_text())
+def _sources(name: str) -> list[tuple[str, Path]]:
+    """The modules of `workflows.<name>` (a workflow's package: its workflow, state and rules; or
+    one module such as the kernel), each as (dotted name, file)."""
+    package = ROOT / "workflows" / name
+    if not package.is_dir():
+        return [(f"workflows.{name}", ROOT / "workflows" / f"{name}.py")]
+    return [(f"workflows.{name}.{path.stem}", path) for path in sorted(package.glob("*.py"))]
+
+
+def _entered(name: str) -> tuple[set[str], set[str]]:
+    """The phases `workflows.<name>` enters: literals and module constants, and the variables it
+    passes instead (resolved by the tests below)."""
     words, variables = set(), set()
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
-        position = PHASE_CALLS.get(name or "")
-        if position is None or len(node.args) <= position:
-            continue
-        argument = node.args[position]
-        if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
-            words.add(argument.value)
-        elif isinstance(argument, ast.Name) and isinstance(getattr(module, argument.id, None), str):
-            words.add(getattr(module, argument.id))
-        elif isinstance(argument, ast.Name):
-            variables.add(argument.id)
-        else:
-            raise AssertionError(f"workflows/{module_name}.py:{node.lineno}: a phase this test cannot read")
+    for dotted, path in _sources(name):
+        module = importlib.import_module(dotted)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            function = node.func
+            called = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", "")
+            position = PHASE_CALLS.get(called)
+            if position is None or len(node.args) <= position:
+                continue
+            argument = node.args[position]
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                words.add(argument.value)
+            elif isinstance(argument, ast.Name) and isinstance(getattr(module, argument.id, None), str):
+                words.add(getattr(module, argument.id))
+            elif isinstance(argument, ast.Name):
+                variables.add(argument.id)
+            else:
+                where = path.relative_to(ROOT)
+                raise AssertionError(f"{where}:{node.lineno}: a phase this test cannot read")
     return words, variables
 
 
@@ -78,7 +90,7 @@ def test_every_phase_an_operation_enters_is_known() -> None:
         "removal": {"verb"},
         "host_reboot": set(),
     }
-    removal = (ROOT / "workflows" / "removal.py").read_text()
+    removal = (ROOT / "workflows" / "removal" / "workflow.py").read_text()
     assert 'verb = "force-deleting" if force else "deleting"' in removal
     entered |= {"force-deleting", "deleting"}
     kernel_words, _ = _entered("kernel")  # the kernel's own phases (none but its parameters)
@@ -102,12 +114,12 @@ def test_every_phase_an_operation_enters_is_known() -> None:
 def test_the_entity_phases_are_the_entitys() -> None:
     from workflows.host import rules as host_rules
 
-    source = (ROOT / "workflows" / "host_rules.py").read_text()
+    source = (ROOT / "workflows" / "host" / "rules.py").read_text()
     assert 'return f"running {current.record.operation}"' in source  # one per operation
     assert {host_rules.IDLE, host_rules.AWAITING_APPROVAL} | {
         phase for phase in ENTITY_PHASES if phase.startswith("running ")
     } == ENTITY_PHASES
-    entity = (ROOT / "workflows" / "host.py").read_text()
+    entity = (ROOT / "workflows" / "host" / "workflow.py").read_text()
     for phase in ENTITY_PHASES - {host_rules.IDLE, host_rules.AWAITING_APPROVAL}:
         operation = phase.removeprefix("running ")
         assert f"return await self._request(names.{operation.upper()}, request)" in entity, (

@@ -6,9 +6,10 @@ A workflow module reads as a runbook; what is not the runbook is here:
   them), `options(preset, summary)` for a call, `bounded(preset, seconds)` for a call whose
   retries must end. Every retry policy refuses the permanent error types of `contracts.errors`.
   `INVENTORY` resolves a host; `KUBE_READ`, `KUBE_WRITE` are one DPF or Grove API call; `BMC_READ`
-  one Redfish read or one reset that waits for its power state; `power_cycle_options` the power
-  cycle (two transitions and the power-down wait, retries stop after `POWER_CYCLE_ATTEMPTS` so a
-  dead BMC turns into a manual reboot); `WATCHER` a long-running watch the workflow cancels.
+  one Redfish read or one reset that waits for its power state (retries stop after
+  `BMC_ATTEMPTS`, so a dead BMC turns into someone's decision); `WATCHER` a long-running watch
+  the workflow cancels. The power cycle's own presets live with the reboot
+  (`workflows/host_reboot/options.py`).
 - **Phases**: `Runbook.enter` shows a phase (the `Phase` search attribute, the current details
   and one INFO line in the worker's log, together, so the UI list and a workflow's page never
   disagree); `Runbook.show` new details within it; `Runbook.end_early` the final phase of a run
@@ -68,7 +69,8 @@ QUICK_RETRY: Final = RetryPolicy(
 )
 """Unlimited attempts with a capped backoff: for idempotent calls on a world that comes back."""
 
-POWER_CYCLE_ATTEMPTS: Final = 5
+BMC_ATTEMPTS: Final = 5
+"""Attempts of one BMC call: a BMC that stays away ends in a decision, not in endless retries."""
 
 INVENTORY: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
@@ -96,37 +98,10 @@ BMC_READ: Final[workflow.ActivityConfig] = {
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=30),
-        maximum_attempts=POWER_CYCLE_ATTEMPTS,
+        maximum_attempts=BMC_ATTEMPTS,
         non_retryable_error_types=NON_RETRYABLE,
     ),
 }
-
-POWER_CYCLE_HEARTBEAT: Final = timedelta(seconds=4)
-"""Short on purpose: a killed worker's cycle resumes this soon on another worker. (Before each
-reset that must not repeat the activity waits until Temporal shows its step, which the metalflow
-worker's heartbeat throttle, `activities.heartbeat.HEARTBEAT_THROTTLE`, makes quick.)"""
-
-
-POWER_DOWN_HAND_BACK_SECONDS: Final = 3.0
-"""A power-down wait longer than this is not spent inside `power_cycle_host`: the activity
-returns at Off and the reboot waits on a durable timer (`workflows/host_reboot/workflow.py`). Inside, the
-activity heartbeats about 1.5 times a second (a billable Action and a server write each: 90-280
-for the default 120 s); the timer costs one Action, and the second activity one more."""
-
-
-def power_cycle_options(power_down_wait_seconds: float) -> workflow.ActivityConfig:
-    """Options for `power_cycle_host`: start-to-close covers Off, the wait, and On."""
-    return {
-        "start_to_close_timeout": timedelta(minutes=12) + timedelta(seconds=power_down_wait_seconds),
-        "heartbeat_timeout": POWER_CYCLE_HEARTBEAT,
-        "retry_policy": RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            maximum_interval=timedelta(seconds=20),
-            maximum_attempts=POWER_CYCLE_ATTEMPTS,
-            non_retryable_error_types=NON_RETRYABLE,
-        ),
-    }
-
 
 WATCHER_HEARTBEAT_SECONDS: Final = 1.0
 """How often a watch activity heartbeats while nothing changes."""

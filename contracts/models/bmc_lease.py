@@ -53,8 +53,11 @@ class LeaseGrant(_Frozen):
     request_id: str
 
 
-class BMCLeaseState(_Frozen):
-    """The lease workflow's input, and what it carries over continue-as-new."""
+class BMCLeaseState(BaseModel):
+    """The lease workflow's input, and what it carries over continue-as-new.
+
+    Mutable, unlike the messages: the lease's own state (`workflows/bmc_lease/state.py`,
+    `LeaseBook`) derives from it and changes it as it grants. Unknown fields are ignored."""
 
     limit: int = Field(default=1, ge=1)
     holders: tuple[LeaseHolder, ...] = ()

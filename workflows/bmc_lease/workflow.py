@@ -12,7 +12,8 @@ an id). Its slots are held by workflow RUNS, not by workers:
    the activity `request_bmc_lease`, a signal-with-start of `acquire` carrying its workflow id,
    run id, a request id (`workflow.uuid4`) and the worker's limit N. Since patch
    `reboot-lease-in-one-step` a host power action runs `lease_host_bmc` instead
-   (`BMCLeaseHolder.ask_for_host`, shared by the reboot and the reset): its inventory and an
+   (`BMCLeaseHolder.ask_for_host` in `workflows/parts/bmc_lease_holder.py`, shared by the reboot
+   and the reset): its inventory and an
    update-with-start of `acquire_now`, the same request, answered at once: granted when a slot is
    free and nobody waits before it, else queued (the update never waits for a slot).
 2. The lease grants slots first come, first served: it adds the run to its holders and signals
@@ -52,33 +53,25 @@ A BMC that serves one host only takes no lease at all: `lease_host_bmc` answers 
 (after the host's previous reboot has ended; `activities/bmc_lease.py`), the holder enters at
 once and releases nothing. The host's own lock (its entity) keeps that BMC's reboots apart.
 
-Cost per power cycle, measured (tests/histories/host_reboot_bmc_leased.json against
-host_reboot_bmc.json): the reboot workflow's history grows from 20 to 39 events (the patch
-marker and its search attribute, `request_bmc_lease` 3, the wait's timer 2, the grant signal 1,
-the `release` signal 2, three more workflow tasks 9); RPCs: one signal-with-start from the
-activity, one signal each way. On the lease workflow 16 events per cycle (48 for three hosts
-queued at once: `acquire`, the grant, `release`, the wait's timer and their workflow tasks;
-tests/test_bmc_lease.py checks at most 20), one describe per holder per check while
-contended, nothing while idle (it ends). Activity slots: the cycle's own while it runs, none
-while queued, one for `request_bmc_lease` for a few milliseconds. CPU: a few workflow tasks.
-With `acquire_now` granting a free BMC (tests/histories/host_reboot_bmc_lease_one_step.json):
-the reboot's history has no inventory activity, no `request_bmc_lease`, no timer and no grant
-signal (see workflows/host_reboot/workflow.py for the count), the lease has the update's 2 events in
-place of the signal's 1 and the grant signal's 2.
+The lease's state is its `LeaseBook` (`state.py`: the rules above, no temporalio), whose data
+is `BMCLeaseState`; it continues as new as it is.
+
+Cost per power cycle: on the reboot, the lease step (or `request_bmc_lease`), the grant signal
+when queued and the `release` signal; on the lease, `acquire` (or the `acquire_now` update), the
+grant, `release`, the wait's timer and their workflow tasks (tests/test_bmc_lease.py checks at
+most 20 events a cycle); one describe per holder per check while contended, nothing while idle
+(it ends). Activity slots: the cycle's own while it runs, none while queued, one for the lease
+request for a few milliseconds. Measured figures: bench/README.md, "workflows/bmc_lease/workflow.py".
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Final
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, FailureError
+from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -92,86 +85,60 @@ with workflow.unsafe.imports_passed_through():
         BMCLeaseStatus,
         LeaseAnswer,
         LeaseGrant,
-        LeaseHolder,
-        LeaseHostBMCInput,
-        LeaseHostBMCResult,
         LeaseRelease,
         LeaseRequest,
-        RequestLeaseInput,
-        RequestLeaseResult,
         WorkflowRunRef,
         WorkflowRunRefs,
     )
-    from contracts.models.inventory import BMCAccess, HostInventory, HostLookup
     from workflows import kernel
+    from workflows.bmc_lease.state import LeaseBook
+    from workflows.parts.bmc_lease_holder import LEASE_CALL
 
 HOLDER_AUDIT: Final = timedelta(minutes=10)
-REQUEST_REFRESH: Final = timedelta(minutes=5)
 GRANTS_PER_RUN: Final = 400  # about 12 events each: far below Temporal's history limits
-RELEASED_REMEMBERED: Final = 200
 
-LEASE_CALL: Final[workflow.ActivityConfig] = {
-    "start_to_close_timeout": timedelta(seconds=30),
-    # Unlimited attempts: a lease that cannot be asked for yet (Temporal busy) is waited for,
-    # never turned into a failed reboot.
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        maximum_interval=timedelta(seconds=30),
-        non_retryable_error_types=kernel.NON_RETRYABLE,
-    ),
-}
 HOLDER_CHECK: Final[workflow.ActivityConfig] = {**LEASE_CALL, "heartbeat_timeout": timedelta(seconds=30)}
 
 
 @workflow.defn(name="BMCLeaseWorkflow")
-class BMCLeaseWorkflow:
-    """A counting semaphore for one BMC endpoint; see the module docstring."""
+class BMCLeaseWorkflow(kernel.Runbook):
+    """A counting semaphore for one BMC endpoint; see the module docstring. What it knows and
+    decides is its `LeaseBook` (`state.py`), carried over continue-as-new as it is."""
 
     @workflow.init
     def __init__(self, state: BMCLeaseState) -> None:
-        self._limit = state.limit
-        self._holders: dict[str, LeaseHolder] = {h.request_id: h for h in state.holders}
-        self._waiting: list[LeaseHolder] = list(state.waiting)
-        self._released: list[str] = list(state.released)
-        self._reclaim_check = timedelta(seconds=state.reclaim_check_seconds)
-        self._reclaimed = state.reclaimed
-        self._granted = 0
+        super().__init__()
+        self.book = LeaseBook.of(state)
 
     @workflow.run
     async def run(self, state: BMCLeaseState) -> BMCLeaseStatus:
         """Grant slots until no run holds or waits; see the module docstring."""
         workflow.upsert_search_attributes([names.OPERATION.value_set(names.BMC_LEASE)])
+        book = self.book
         while True:
             await self._grant_free_slots()
-            if self._granted >= GRANTS_PER_RUN or workflow.info().is_continue_as_new_suggested():
+            if book.granted >= GRANTS_PER_RUN or workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(self._carried_over())
-            if not self._holders and not self._waiting:
+                workflow.continue_as_new(book)
+            if book.idle:
                 # Idle: end now. An `acquire` that races the end makes Temporal refuse the
                 # completion and run this task again with the signal, so it is never lost.
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                if not self._holders and not self._waiting:
-                    return self.status()
+                if book.idle:
+                    return book.status()
                 continue
-            had_waiters = bool(self._waiting)
-            try:
-                await workflow.wait_condition(
-                    functools.partial(self._should_wake, had_waiters),
-                    timeout=self._reclaim_check if had_waiters else HOLDER_AUDIT,
-                )
-            except TimeoutError:
+            had_waiters = bool(book.waiting)
+            if not await self.wait(
+                functools.partial(book.should_wake, had_waiters),
+                timeout=book.wait_seconds(had_waiters, HOLDER_AUDIT.total_seconds()),
+                abortable=False,  # the lease has no abort: it ends when idle
+            ):
                 await self._reclaim_closed_holders()
 
     @workflow.signal(name=BMC_LEASE_ACQUIRE_SIGNAL)
     def acquire(self, request: LeaseRequest) -> None:
         """Queue a run for a slot (a request already known is ignored: retries resend it)."""
-        holder = request.holder
-        known = holder.request_id in self._holders or holder.request_id in self._released
-        if known or any(w.request_id == holder.request_id for w in self._waiting):
-            return
-        self._limit = request.limit
-        self._reclaim_check = timedelta(seconds=request.reclaim_check_seconds)
-        self._waiting.append(holder)
+        self.book.queue(request)
 
     @workflow.update(name=BMC_LEASE_ACQUIRE_UPDATE)
     def acquire_now(self, request: LeaseRequest) -> LeaseAnswer:
@@ -180,48 +147,25 @@ class BMCLeaseWorkflow:
         Granted only when nobody queued before it (first come, first served holds); a request
         already known answers as it stands (a holder: granted; queued or released: not).
         """
-        self.acquire(request)
-        request_id = request.holder.request_id
-        if self._waiting and self._waiting[0].request_id == request_id and self._can_grant():
-            self._holders[request_id] = self._waiting.pop(0)
-            self._granted += 1
+        held = self.book.granted
+        self.book.queue(request)
+        granted = self.book.grant_now(request.holder.request_id)
+        if self.book.granted != held:
             self._show_slots()
-        return LeaseAnswer(granted=request_id in self._holders)
+        return LeaseAnswer(granted=granted)
 
     @workflow.signal(name=BMC_LEASE_RELEASE_SIGNAL)
     def release(self, release: LeaseRelease) -> None:
         """Give back a slot, or a place in the queue."""
-        self._forget(release.request_id)
+        self.book.forget(release.request_id)
 
     @workflow.query(name=BMC_LEASE_STATUS_QUERY)
     def status(self) -> BMCLeaseStatus:
-        return BMCLeaseStatus(
-            limit=self._limit,
-            holders=tuple(self._holders.values()),
-            waiting=tuple(self._waiting),
-            granted=self._granted,
-            reclaimed=self._reclaimed,
-        )
-
-    def _should_wake(self, had_waiters: bool) -> bool:
-        # A first waiter also wakes the loop: its wait for holders to close must be checked on.
-        idle = not (self._holders or self._waiting)
-        return self._can_grant() or idle or bool(self._waiting) != had_waiters
-
-    def _can_grant(self) -> bool:
-        return bool(self._waiting) and len(self._holders) < self._limit
-
-    def _forget(self, request_id: str) -> None:
-        self._holders.pop(request_id, None)
-        self._waiting = [w for w in self._waiting if w.request_id != request_id]
-        if request_id not in self._released:
-            self._released = [*self._released, request_id][-RELEASED_REMEMBERED:]
+        return self.book.status()
 
     async def _grant_free_slots(self) -> None:
-        while self._can_grant():
-            holder = self._waiting.pop(0)
-            self._holders[holder.request_id] = holder
-            self._granted += 1
+        while self.book.can_grant():
+            holder = self.book.grant_next()
             grant = LeaseGrant(lease_workflow_id=workflow.info().workflow_id, request_id=holder.request_id)
             handle = workflow.get_external_workflow_handle(holder.workflow_id, run_id=holder.run_id)
             try:
@@ -229,180 +173,22 @@ class BMCLeaseWorkflow:
             except FailureError as err:
                 # The run is gone (closed, or never existed): nobody will release this slot.
                 workflow.logger.info("grant to %s not delivered (%s): slot freed", holder.workflow_id, err)
-                self._reclaimed += 1
-                self._forget(holder.request_id)
+                self.book.reclaim(holder)
         self._show_slots()
 
     def _show_slots(self) -> None:
-        workflow.set_current_details(
-            f"{len(self._holders)} of {self._limit} slots held, {len(self._waiting)} waiting"
-        )
+        workflow.set_current_details(self.book.slots_words())
 
     async def _reclaim_closed_holders(self) -> None:
-        if not self._holders:
+        if not self.book.holders:
             return
-        runs = tuple(
-            WorkflowRunRef(workflow_id=h.workflow_id, run_id=h.run_id) for h in self._holders.values()
-        )
-        closed: WorkflowRunRefs = await workflow.execute_activity(
+        runs = tuple(WorkflowRunRef(workflow_id=h.workflow_id, run_id=h.run_id) for h in self.book.holders)
+        closed: WorkflowRunRefs = await self.call(
             activity_api.find_closed_workflow_runs,
             WorkflowRunRefs(runs=runs),
-            **kernel.options(HOLDER_CHECK, f"check the {len(runs)} holders of this BMC's lease"),
+            kernel.options(HOLDER_CHECK, f"check the {len(runs)} holders of this BMC's lease"),
+            abortable=False,
         )
-        gone = {(run.workflow_id, run.run_id) for run in closed.runs}
-        for holder in list(self._holders.values()):
-            if (holder.workflow_id, holder.run_id) in gone:
-                workflow.logger.info("%s closed holding a slot: reclaimed", holder.workflow_id)
-                self._reclaimed += 1
-                self._forget(holder.request_id)
-
-    def _carried_over(self) -> BMCLeaseState:
-        return BMCLeaseState(
-            limit=self._limit,
-            holders=tuple(self._holders.values()),
-            waiting=tuple(self._waiting),
-            released=tuple(self._released),
-            reclaim_check_seconds=self._reclaim_check.total_seconds(),
-            reclaimed=self._reclaimed,
-        )
-
-
-class BMCLeaseHolder:
-    """The holder's side, kept by a workflow that touches BMCs (see the module docstring).
-
-    The workflow forwards its `bmc_lease_granted` signal to `granted` and wraps each BMC
-    activity in `async with holder.hold(bmc, what):`. A host power action (a reboot's cycle, a
-    reset's host off and on) first asks with `ask_for_host`, the one step that applies the rule
-    for a host's BMC (its lease, or none for a BMC of this host only), then holds with its answer.
-    """
-
-    def __init__(self) -> None:
-        self._granted: set[str] = set()
-        self.queued = False  # inside `hold`, waiting for the grant: nothing touched the BMC yet
-
-    @staticmethod
-    def new_request() -> LeaseHolder:
-        """This run's next lease request (its id from `workflow.uuid4`: replays the same)."""
-        info = workflow.info()
-        return LeaseHolder(workflow_id=info.workflow_id, run_id=info.run_id, request_id=str(workflow.uuid4()))
-
-    async def ask_for_host(
-        self, host_id: str, boot_generation: int | None, summary: str
-    ) -> tuple[HostInventory, tuple[LeaseHolder, RequestLeaseResult]]:
-        """The one step before a host power action: `lease_host_bmc` resolves the host and asks
-        its BMC's lease for a slot (granted in the answer when free, else queued); a BMC that
-        serves this host only takes no lease, once the host's reboot of `boot_generation` - 1
-        has ended (`activities/bmc_lease.py`; None: always the lease). Returns the inventory and
-        the request with its answer, for `hold`.
-
-        Unlimited attempts as for any lease request (a non-retryable error, e.g. an unknown host,
-        still fails at once): a busy Temporal is waited for, not a failed power action. A cancel
-        while the step runs waits for it (it is short; cut, it may hold a slot already), gives
-        back what it got, and is raised.
-        """
-        holder = self.new_request()
-        step = workflow.start_activity(
-            activity_api.lease_host_bmc,
-            LeaseHostBMCInput(
-                lookup=HostLookup(host_id=host_id), holder=holder, boot_generation=boot_generation
-            ),
-            **kernel.options(LEASE_CALL, summary),
-        )
-        try:
-            # Not awaited directly: a cancel must not cut the step, which may hold a slot already.
-            await workflow.wait_condition(step.done)
-        except asyncio.CancelledError:
-            try:
-                got: LeaseHostBMCResult = await step
-            except ActivityError:
-                pass  # failed for good: it holds nothing (a lost answer's slot is reclaimed)
-            else:
-                await self.give_back(got.lease, holder)
-            raise
-        got = await step
-        return got.inventory, (holder, got.lease)
-
-    def granted(self, grant: LeaseGrant) -> None:
-        """The lease's grant arrived (a grant for a request this run no longer waits on is kept
-        unused: the lease takes the slot back when this run closes)."""
-        self._granted.add(grant.request_id)
-
-    @asynccontextmanager
-    async def hold(
-        self,
-        bmc: BMCAccess,
-        what: str,
-        asked: tuple[LeaseHolder, RequestLeaseResult] | None = None,
-        *,
-        runbook: kernel.Runbook | None = None,
-    ) -> AsyncIterator[RequestLeaseResult]:
-        """Wait for a slot of `bmc`'s fleet-wide lease, hold it for the block, release it.
-
-        `asked`: a request already sent (by `ask_for_host`) and its answer; a granted one
-        enters the block at once, a queued one waits for the grant signal like any other.
-        `runbook`: its abort ends the wait for the grant: the place is given back and its
-        `aborted()` raised, nothing touched the BMC (without one, cancel the waiting task).
-        """
-        if asked is None:
-            holder = self.new_request()
-            lease = await self._request(bmc, holder, what)
-        else:
-            holder, lease = asked
-            if lease.granted:
-                self._granted.add(holder.request_id)
-        request_id = holder.request_id
-
-        def stopped() -> bool:
-            return runbook is not None and runbook.aborting and request_id not in self._granted
-
-        self.queued = True
-        try:
-            while request_id not in self._granted:
-                workflow.set_current_details(
-                    f"{what}: waiting for a slot of the BMC's lease {lease.lease_workflow_id}"
-                )
-                try:
-                    await workflow.wait_condition(
-                        lambda: holder.request_id in self._granted or stopped(), timeout=REQUEST_REFRESH
-                    )
-                except TimeoutError:
-                    lease = await self._request(bmc, holder, what)  # harmless when still queued
-                if stopped():
-                    assert runbook is not None
-                    await self._release(lease, request_id)  # the place, given back: nothing was sent
-                    raise runbook.aborted(
-                        f"stopped while queued for the BMC's lease ({what}): nothing was sent to the BMC"
-                    )
-        except asyncio.CancelledError:
-            # Stopped while queued (`HostRebootWorkflow._stop_cycle`): give the place back, so the
-            # lease neither grants it nor waits for this run's end to reclaim it.
-            await self._release(lease, request_id)
-            raise
-        finally:
-            self.queued = False
-        try:
-            yield lease
-        finally:
-            await self._release(lease, request_id)
-
-    async def give_back(self, lease: RequestLeaseResult, holder: LeaseHolder) -> None:
-        """Release a request sent but not used (the run stopped before `hold`): slot or place."""
-        await self._release(lease, holder.request_id)
-
-    async def _release(self, lease: RequestLeaseResult, request_id: str) -> None:
-        if lease.exclusive:  # a BMC of this host only: no lease was asked, nothing to give back
-            return
-        try:
-            await workflow.get_external_workflow_handle(lease.lease_workflow_id).signal(
-                BMC_LEASE_RELEASE_SIGNAL, LeaseRelease(request_id=request_id)
-            )
-        except FailureError as err:  # the lease is gone: there is nothing left to give back
-            workflow.logger.info("release of %s not delivered: %s", lease.lease_workflow_id, err)
-
-    async def _request(self, bmc: BMCAccess, holder: LeaseHolder, what: str) -> RequestLeaseResult:
-        lease: RequestLeaseResult = await workflow.execute_activity(
-            activity_api.request_bmc_lease,
-            RequestLeaseInput(bmc=bmc, holder=holder),
-            **kernel.options(LEASE_CALL, f"ask the BMC lease of {bmc.bmc_id} for a slot ({what})"),
-        )
-        return lease
+        for holder in self.book.closed_holders({(run.workflow_id, run.run_id) for run in closed.runs}):
+            workflow.logger.info("%s closed holding a slot: reclaimed", holder.workflow_id)
+            self.book.reclaim(holder)

@@ -21,14 +21,19 @@ cancelled halfway, so a host is never left Off). Stages in flight at an abort or
 waited for (until their next heartbeat: at most a third of their 60 s heartbeat timeout), so
 the ended run shows no pending activity.
 
+The power cycle is a `HostRebootWorkflow` child started through the reboot-rounds part the
+operations share (`workflows/parts/reboot_rounds.py`), abandoned rather than cancelled with this
+run. Every early end goes through the kernel's `to_the_end`: the cleanup stops the stages and
+says what is left (`Left behind: ...`).
+
 Cost per host and worst-case history: up to `MAX_PARALLEL_STAGES` activity slots while
-staging, one watcher slot from the barrier to the end; about 80 events in the run plus 9 per
-DPU (two version reads and a stage) plus 4 per DPF change signalled (measured: 91 for 2 DPUs and
-one change), and the reboot child's 39-50 (see `workflows.host_operation.workflow`), whatever the BMC's
-pace: the stage follows the BMC's task and the wait for the host's `On` polls inside one
-heartbeating activity (`wait_for_power_state`), not an activity and a timer per poll.
-`worst_case_events` is that bound; tests/test_firmware.py holds a run to it and
-checks that the power wait is one activity, however long the BMC takes.
+staging, none while waiting for DPF (the site watch signals each change); about 80 events in
+the run plus 9 per DPU (two version reads and a stage) plus 4 per DPF change signalled, and the
+reboot child's, whatever the BMC's pace: the stage follows the BMC's task and the wait for the
+host's `On` polls inside one heartbeating activity (`wait_for_power_state`), not an activity and
+a timer per poll. `worst_case_events` is that bound; tests/test_firmware.py holds a run to it and
+checks that the power wait is one activity, however long the BMC takes (measured figures:
+bench/README.md, "workflows/firmware/workflow.py").
 """
 
 from __future__ import annotations
@@ -36,11 +41,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, FailureError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -51,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         InvalidInput,
         OperationAborted,
         PhaseTimeout,
+        WorkflowError,
     )
     from contracts.models.control import STATUS_QUERY
     from contracts.models.dpf import (
@@ -78,9 +84,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import plural
     from workflows import kernel
-    from workflows.host_reboot.workflow import start_next_reboot
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
     from workflows.parts.dpf_watch import DPFWatch
+    from workflows.parts.reboot_rounds import ABANDON, RebootRounds
 
 
 def worst_case_events(*, dpus: int, dpf_changes: int) -> int:
@@ -135,17 +141,14 @@ class FirmwareWorkflow(kernel.Abortable):
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
         self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
+        self._reboots = RebootRounds(self)
 
     @workflow.run
     async def run(self, request: FirmwareInput) -> FirmwareResult:
         """Stage, barrier, one power cycle, verify; see the module docstring."""
-        try:
-            return await self._runbook(request)
-        except (FailureError, asyncio.CancelledError) as err:
-            await self._clean_up(err)
-            raise
+        return await self.to_the_end(self._runbook, self._clean_up)
 
-    async def _clean_up(self, err: BaseException) -> None:
+    async def _clean_up(self, err: BaseException) -> str:
         """Every early end: stop stages still in flight (a BMC task already running finishes on
         the BMC; the image is then staged, harmless), and say what the run leaves behind."""
         for task in self._stage_tasks:
@@ -155,9 +158,10 @@ class FirmwareWorkflow(kernel.Abortable):
         left = f"staged on {', '.join(staged)}" if staged else "nothing staged"
         if self._power_cycle_started:
             left += f"; the power cycle to generation {self._generation} completes on its own"
-        await self.end_early(err, f"Left behind: {left}")
+        return f"Left behind: {left}"
 
-    async def _runbook(self, request: FirmwareInput) -> FirmwareResult:
+    async def _runbook(self) -> FirmwareResult:
+        request = self._request
         workflow.upsert_search_attributes(
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.FIRMWARE)]
         )
@@ -165,7 +169,7 @@ class FirmwareWorkflow(kernel.Abortable):
         dpus = self._dpus_under_operation(inventory)
         versions = await self._read_versions(dpus, "reading-versions")
         if self.aborting:
-            self._raise_aborted()
+            raise self.aborted()
         already_running = tuple(d.id for d in dpus if versions[d.id].running == request.target_version)
         if len(already_running) == len(dpus):
             self.enter("done", f"every DPU already runs {request.target_version}: no reboot")
@@ -180,17 +184,17 @@ class FirmwareWorkflow(kernel.Abortable):
         finally:
             await self._watch.stop()
         await self._verify(dpus)
-        self.enter("done", f"every DPU runs {request.target_version}")
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.finish("done", f"every DPU runs {request.target_version}")
         return self._result(staged=staged, already_running=already_running, reboots=1)
 
     # -- steps -------------------------------------------------------------------------------------
     async def _resolve_inventory(self) -> HostInventory:
         self.enter("resolving-inventory", f"inventory of {self._request.host_id}")
-        inventory: HostInventory = await workflow.execute_activity(
+        inventory: HostInventory = await self.call(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            **options(INVENTORY, f"resolve {self._request.host_id}"),
+            options(INVENTORY, f"resolve {self._request.host_id}"),
+            abortable=False,  # a short read; the abort is acted on after the versions are read
         )
         workflow.upsert_search_attributes([names.SITE.value_set(inventory.site)])
         return inventory
@@ -219,10 +223,11 @@ class FirmwareWorkflow(kernel.Abortable):
 
         async def read(dpu: DPUInventory) -> FirmwareVersions:
             assert dpu.bmc is not None
-            versions: FirmwareVersions = await workflow.execute_activity(
+            versions: FirmwareVersions = await self.call(
                 activity_api.read_dpu_firmware_versions,
                 ReadFirmwareInput(bmc=dpu.bmc),
-                **options(BMC_READ, f"read firmware of {dpu.id}"),
+                options(BMC_READ, f"read firmware of {dpu.id}"),
+                abortable=False,  # short reads, all of them: the abort is acted on after them
             )
             self._dpus[dpu.id] = self._dpus[dpu.id].model_copy(
                 update={"running": versions.running, "staged": versions.staged}
@@ -253,26 +258,20 @@ class FirmwareWorkflow(kernel.Abortable):
                     version=target,
                     timeout_seconds=STAGE_TIMEOUT_SECONDS,
                 )
-                result: StageFirmwareResult = await workflow.execute_activity(
+                # Not abortable itself: an abort ends the wait below, and the cleanup cancels
+                # every stage task, which cancels its call and waits for it.
+                result: StageFirmwareResult = await self.call(
                     activity_api.stage_dpu_firmware,
                     request,
-                    **options(
-                        STAGE_OPTIONS,
-                        f"stage {target} on {dpu.id}",
-                        cancellation_type=kernel.WAIT_CANCELLATION_COMPLETED,
-                    ),
+                    options(STAGE_OPTIONS, f"stage {target} on {dpu.id}"),
+                    abortable=False,
                 )
             self._set_outcome(dpu.id, result.outcome, running=result.running, staged=result.staged)
             return result
 
         tasks = [asyncio.ensure_future(stage(d)) for d in todo]
         self._stage_tasks = tasks
-        await workflow.wait_condition(lambda: all(t.done() for t in tasks) or self.aborting)
-        if self.aborting:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            self._raise_aborted()
+        await self.wait(lambda: all(t.done() for t in tasks))  # an abort raises: the cleanup stops them
         failures: list[str] = []
         for dpu, task in zip(todo, tasks, strict=True):
             error = task.exception()
@@ -292,9 +291,9 @@ class FirmwareWorkflow(kernel.Abortable):
         await self._await_dpf(lambda s: not any(d.phase in INSTALL_PHASES for d in s.dpus), abortable=True)
 
     async def _power_cycle_host(self) -> None:
-        generation = self._request.boot_generation + 1
         if self.aborting:
-            self._raise_aborted()
+            raise self.aborted()
+        generation = self._request.boot_generation + 1
         self.enter(
             "power-cycling", f"one host power cycle (boot generation {generation}) to activate the images"
         )
@@ -309,24 +308,24 @@ class FirmwareWorkflow(kernel.Abortable):
         )
         # A generation already used means the request's count is behind the host's; the staged
         # images still need their power cycle, so the next unused generation is taken.
-        handle, self._generation = await start_next_reboot(
+        self._generation = await self._reboots.start(
             reboot,
             summary=f"power cycle {self._request.host_id}: firmware",
             # A reboot is never stopped halfway: it finishes even if this run is cancelled.
-            cancellation_type=workflow.ChildWorkflowCancellationType.ABANDON,
+            cancellation_type=ABANDON,
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
         )
-        await handle
+        await self._reboots.wait(abortable=False)  # abort is refused from here on
 
     async def _wait_for_host_on(self, inventory: HostInventory) -> None:
         self.enter("waiting-for-host", "the host's PowerState On")
         deadline = workflow.now() + timedelta(seconds=self._request.policy.phase_timeout_seconds)
         # One activity polls the BMC and heartbeats: no activity and timer per poll here.
-        power: SystemPower = await workflow.execute_activity(
+        power: SystemPower = await self.call(
             activity_api.wait_for_power_state,
             WaitPowerInput(bmc=inventory.bmc, target="On", deadline=deadline),
-            **options(power_wait_options(self._request.policy.phase_timeout_seconds),
-                      f"wait until {inventory.host_id} is On"),
+            options(power_wait_options(self._request.policy.phase_timeout_seconds),
+                    f"wait until {inventory.host_id} is On"),
         )  # fmt: skip
         if power.power_state != "On":
             self._timed_out(f"host {inventory.host_id} is {power.power_state} after the power cycle")
@@ -335,10 +334,10 @@ class FirmwareWorkflow(kernel.Abortable):
         self.enter("waiting-for-dpus", "every DPU Ready after the power cycle")
         # A fresh read: the watcher's last state may predate the cycle.
         self._watch.adopt(
-            await workflow.execute_activity(
+            await self.call(
                 activity_api.read_host_dpf_state,
                 HostRef.of(inventory),
-                **options(
+                options(
                     bounded(KUBE_READ, self._request.policy.kube_call_timeout_seconds),
                     "DPF state after the power cycle",
                 ),
@@ -372,19 +371,14 @@ class FirmwareWorkflow(kernel.Abortable):
 
     # -- the DPF watcher -----------------------------------------------------------------------------
     async def _await_dpf(self, predicate: Callable[[HostDPFState], bool], *, abortable: bool) -> None:
-        timeout = timedelta(seconds=self._request.policy.phase_timeout_seconds)
-
-        def done() -> bool:
-            return (abortable and self.aborting) or (
-                self._watch.state is not None and bool(predicate(self._watch.state))
-            )
-
-        try:
-            await workflow.wait_condition(done, timeout=timeout, timeout_summary=f"deadline: {self.details}")
-        except TimeoutError:
-            self._timed_out(f"{self.details} not reached in {timeout}")
-        if abortable and self.aborting:
-            self._raise_aborted()
+        seconds = self._request.policy.phase_timeout_seconds
+        if not await self.wait(
+            lambda: self._watch.state is not None and bool(predicate(self._watch.state)),
+            timeout=seconds,
+            timeout_summary=f"deadline: {self.details}",
+            abortable=abortable,
+        ):
+            self._timed_out(f"{self.details} not reached in {timedelta(seconds=seconds)}")
 
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def _on_dpf_state(self, state: HostDPFState) -> None:
@@ -399,6 +393,18 @@ class FirmwareWorkflow(kernel.Abortable):
         if self._power_cycle_started:
             return "the power cycle has started: the firmware activates with it; abort is refused"
         return None
+
+    def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
+        """The firmware's words: whose firmware update, who aborted it and why, in which phase;
+        nothing was rebooted (abort is refused once the power cycle has started)."""
+        abort = self.abort_request
+        assert abort is not None, "aborted() before an abort"
+        why = f": {abort.reason}" if abort.reason else ""
+        return OperationAborted(
+            f"firmware update of {self._request.host_id} aborted by {abort.requested_by}{why} "
+            f"in phase {self.phase}; no reboot was done",
+            *details,
+        )
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostOperationStatus:
@@ -432,15 +438,6 @@ class FirmwareWorkflow(kernel.Abortable):
 
     def _set_outcome(self, dpu_id: str, outcome: str, **versions: str | None) -> None:
         self._dpus[dpu_id] = self._dpus[dpu_id].model_copy(update={"outcome": outcome, **versions})
-
-    def _raise_aborted(self) -> None:
-        abort = self.abort_request
-        assert abort is not None
-        why = f": {abort.reason}" if abort.reason else ""
-        raise OperationAborted(
-            f"firmware update of {self._request.host_id} aborted by {abort.requested_by}{why} "
-            f"in phase {self.phase}; no reboot was done"
-        )
 
     def _timed_out(self, what: str) -> None:
         raise PhaseTimeout(f"host {self._request.host_id}: {what}")

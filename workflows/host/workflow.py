@@ -93,7 +93,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host import rules
     from workflows.host import versions as host_versions
     from workflows.host.rules import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, CurrentOperation
-    from workflows.host_reboot.workflow import start_next_reboot
+    from workflows.parts.reboot_rounds import start_next_reboot
 
 VERSIONS_READ_SECONDS = 300.0
 """A versions read gives up after this (its retries included) and shows `unknown`."""
@@ -104,7 +104,7 @@ VERSIONS_READ: workflow.ActivityConfig = {
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=30),
-        maximum_attempts=kernel.POWER_CYCLE_ATTEMPTS,
+        maximum_attempts=kernel.BMC_ATTEMPTS,
         non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"],
     ),
 }

@@ -34,39 +34,37 @@ The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease/wo
 for it, the workflow waits on a signal, holding no activity slot.
 
 One step before the cycle: the inventory and the lease request are one activity, `lease_host_bmc`
-(`BMCLeaseHolder.ask_for_host`, the same step a reset takes), whose result carries the grant when
-the BMC has a free slot (an update-with-start of the lease, `activities/bmc_lease.py`). Between
-the reboot's start and `power_cycle_host` there is then one activity and two workflow tasks of
-this run: on a busy worker each workflow task waits its turn, so this is most of DPF's
+(`BMCLeaseHolder.ask_for_host` in `workflows/parts/bmc_lease_holder.py`, the same step a reset
+takes), whose result carries the grant when the BMC has a free slot (an update-with-start of the
+lease, `activities/bmc_lease.py`). Why one step: on a busy worker each workflow task waits its
+turn, and the tasks between the reboot's start and `power_cycle_host` are most of DPF's
 ask-to-reset time. A BMC at its limit answers "queued" and the run waits for the grant signal. A
 cancel while the step runs waits for it (it is short) and gives back what it got; an abort
 likewise.
 
-Cost and worst-case history: one activity slot during the cycle; on a BMC that serves this host
-only (no lease: `activities/bmc_lease.py`) 19 events (the fleet bench's mean; HostId and
-Operation come with the start, not as an upsert), a ForceOff+On cycle with a power-down wait
-over `kernel.POWER_DOWN_HAND_BACK_SECONDS` 8 more (its durable timer and the second
-`power_cycle_host`) and a handful of heartbeats in all (1 measured for a 20 s wait); on a
-shared BMC the lease's share more (the release signal and its workflow task, 5; queued, a timer
-and the grant signal more); about 12 plus 2 per confirmation signal when manual.
-A stop adds at most `STOP_POLLS` x (one power read + one timer) = about 8 events each, then a
-cancellation and an On: bounded by about 220 events.
+Every early end (an abort, a BMC failure escalated, a cancel before the cycle) goes through the
+kernel's `to_the_end`: the final phase names what ended it and whether the generation was reached.
+
+Cost: one activity slot during the cycle, none while queued or waiting for a person. The history
+is small and bounded: the step, the cycle (one activity; a power-down wait past
+`POWER_DOWN_HAND_BACK_SECONDS`, `options.py`, adds its durable timer and a second
+`power_cycle_host`), the lease's release on a shared BMC; a stop adds at most `STOP_POLLS` x (one
+power read + one timer), then a cancellation and an On. Measured figures: bench/README.md,
+"workflows/host_reboot/workflow.py".
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
-
-    from contracts import activity_api, names, priorities, workflow_api
-    from contracts.errors import BMCRebootFailed, InvalidInput
+    from contracts import activity_api, names
+    from contracts.errors import BMCRebootFailed, OperationAborted, WorkflowError
     from contracts.models.bmc_lease import (
         BMC_LEASE_GRANTED_SIGNAL,
         LeaseGrant,
@@ -92,16 +90,17 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
     )
     from workflows import kernel
-    from workflows.bmc_lease.workflow import BMCLeaseHolder
     from workflows.host_reboot.failure import bmc_failure_reason
+    from workflows.host_reboot.options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
+    from workflows.parts.bmc_lease_holder import BMCLeaseHolder
 
-_WAIT_FOR_CANCELLATION = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
-MAX_SPENT_GENERATIONS = 50  # generations an earlier run used; each costs one refused start
 POWERING = "powering"
 WAITING_FOR_MANUAL_REBOOT = "waiting-for-manual-reboot"
 REBOOTED = "rebooted"
 STOP_POLL_SECONDS = 2.0  # how often a stop reads the BMC while power_cycle_host has not turned it off
 STOP_POLLS = 20  # then the cycle is simply awaited (it is past its Off-to-On wait by then)
+
+Cycle = asyncio.Future[tuple[str, tuple[str, ...]]]  # the cycle under the lease: its method and resets
 
 
 @workflow.defn(name="HostRebootWorkflow")
@@ -122,29 +121,39 @@ class HostRebootWorkflow(kernel.Abortable):
         self._already_done = False  # the BMC showed a reset since the reboot became owed
         self._stop_sent_on = False  # `_stop_cycle` took over: the cycle must not send On too
         self._handed_back = False  # the cycle's activity returned at Off: the cycle sends On itself
+        self._cycled = False  # the host was power-cycled for this generation
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
         """Reboot the host; see the module docstring."""
+        return await self.to_the_end(self._reboot, self._clean_up)
+
+    async def _reboot(self) -> HostRebootResult:
+        request = self._request
         kernel.upsert_changed(  # none: `start_next_reboot` gives them at start
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REBOOT)]
         )
         if request.policy.reboot_method == RebootMethod.MANUAL:
             return await self._wait_for_manual_reboot("the reboot method is manual")
-        inventory, asked = await self._resolve_and_ask_lease()
+        inventory, asked = await self._leases.ask_for_host(
+            request.host_id,
+            request.boot_generation,  # a one-host BMC: no lease
+            f"resolve the BMC of {request.host_id} and ask its lease for a slot",
+        )
         if self.aborting:
             await self._leases.give_back(asked[1], asked[0])
-        self._raise_if_aborted(cycled=False)
+            raise self.aborted()
         try:
             method, resets = await self._power_cycle(inventory, asked)
         except ActivityError as err:
             why = bmc_failure_reason(request.host_id, err)
             if request.escalate_bmc_failure:
-                self.enter("failed", why)
                 raise BMCRebootFailed(why) from err
             return await self._wait_for_manual_reboot(why)
-        self._raise_if_aborted(cycled=True)
-        self.enter(REBOOTED, f"generation {request.boot_generation} by {method}")
+        self._cycled = True
+        if self.aborting:
+            raise self.aborted()
+        await self.finish(REBOOTED, f"generation {request.boot_generation} by {method}")
         return HostRebootResult(
             host_id=request.host_id,
             boot_generation=request.boot_generation,
@@ -153,6 +162,14 @@ class HostRebootWorkflow(kernel.Abortable):
             finished_at=workflow.now(),
             already_done=self._already_done,
         )
+
+    async def _clean_up(self, err: BaseException) -> str:
+        """What an early end leaves: the cycle was stopped already (never left off, never cut
+        between Off and On), a queued place given back; so only whether the generation was reached."""
+        generation = self._request.boot_generation
+        if self._cycled:
+            return f"The host was power-cycled: generation {generation} reached"
+        return f"Generation {generation} not reached"
 
     # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=HOST_REBOOTED_SIGNAL)
@@ -201,31 +218,16 @@ class HostRebootWorkflow(kernel.Abortable):
             what = "a power cycle in flight is cut short and the host powered back on if we turned it off"
         return f"aborting ({self.phase}: {self.details}): {what}"
 
-    def _raise_if_aborted(self, *, cycled: bool) -> None:
-        if not self.aborting:
-            return
+    def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
+        """The abort's error says whether the host was cycled; when it was, its details carry the
+        generation reached (the caller counts that reboot)."""
         generation = self._request.boot_generation
-        done = (
-            f"the host was power-cycled (generation {generation} reached)"
-            if cycled
-            else "the host was not rebooted by metalflow"
-        )
-        error = self.aborted(done, *(({"boot_generation": generation},) if cycled else ()))
-        self.enter("aborted", error.message)
-        raise error
+        if self._cycled:
+            done = f"the host was power-cycled (generation {generation} reached)"
+            return super().aborted(outcome or done, {"boot_generation": generation}, *details)
+        return super().aborted(outcome or "the host was not rebooted by metalflow", *details)
 
     # -- the steps -------------------------------------------------------------------------------
-    async def _resolve_and_ask_lease(self) -> tuple[HostInventory, tuple[LeaseHolder, RequestLeaseResult]]:
-        try:
-            return await self._leases.ask_for_host(
-                self._request.host_id,
-                self._request.boot_generation,  # a one-host BMC: no lease
-                f"resolve the BMC of {self._request.host_id} and ask its lease for a slot",
-            )
-        except asyncio.CancelledError:
-            self.enter("cancelled", "cancelled before the power cycle: not rebooted")
-            raise
-
     async def _power_cycle(
         self, inventory: HostInventory, asked: tuple[LeaseHolder, RequestLeaseResult]
     ) -> tuple[str, tuple[str, ...]]:
@@ -236,23 +238,26 @@ class HostRebootWorkflow(kernel.Abortable):
         # would leave the host off. A stop (cancel or abort) shortens it instead (`_stop_cycle`).
         cycle = asyncio.ensure_future(self._power_under_lease(inventory, how, asked))
         try:
-            await workflow.wait_condition(lambda: cycle.done() or self.aborting)
+            await self.wait(cycle.done)
         except asyncio.CancelledError:
             workflow.logger.info("cancelled during the %s: powering the host back on first", how)
             # The reboot happens anyway (the cancel came too late to stop it): report it done, so
             # the operation that cancelled it still tells DPF the host was rebooted. A cycle that
             # fails now goes to the manual reboot wait, as it would uncancelled: the host may be off.
             if await self._withdrew_from_lease_queue(cycle):
-                self.enter("cancelled", "cancelled while queued for the BMC's lease: not rebooted")
-                raise
+                raise  # queued for the BMC's lease: nothing was sent, not rebooted
             return await self._stop_cycle(inventory, cycle)
-        if not cycle.done():  # aborted
+        except OperationAborted:
+            # Aborted: the cycle is brought to its end now; the run then ends aborted, saying
+            # whether the host was cycled.
+            if cycle.done():
+                return await cycle  # it ended as the abort came
             if await self._withdrew_from_lease_queue(cycle):
-                self._raise_if_aborted(cycled=False)
+                raise  # queued for the BMC's lease: nothing was sent
             return await self._stop_cycle(inventory, cycle)
         return await cycle
 
-    async def _withdrew_from_lease_queue(self, cycle: asyncio.Future[tuple[str, tuple[str, ...]]]) -> bool:
+    async def _withdrew_from_lease_queue(self, cycle: Cycle) -> bool:
         """A stop while the cycle still waits for its BMC lease: nothing was sent to the BMC, so
         the reboot is not done at all."""
         if not self._leases.queued:
@@ -264,9 +269,7 @@ class HostRebootWorkflow(kernel.Abortable):
             return True
         return False  # unreachable: a queued cycle can only end by the cancel
 
-    async def _stop_cycle(
-        self, inventory: HostInventory, cycle: asyncio.Future[tuple[str, tuple[str, ...]]]
-    ) -> tuple[str, tuple[str, ...]]:
+    async def _stop_cycle(self, inventory: HostInventory, cycle: Cycle) -> tuple[str, tuple[str, ...]]:
         """Bring a cycle in flight to its end now: the host ends On, having been cycled once."""
         self._stopping = True  # the ForceOff path and a handed-back wait send On on their own
         if self._cycle_activity is None:
@@ -278,15 +281,13 @@ class HostRebootWorkflow(kernel.Abortable):
             if activity is None or activity.done() or self._handed_back:
                 # The cycle handed its power-down wait back (Off, durable): it cuts its timer
                 # and sends On itself at once; nothing to stop here.
-                try:
-                    await workflow.wait_condition(cycle.done, timeout=timedelta(seconds=STOP_POLL_SECONDS))
-                except TimeoutError:
-                    pass
+                await self.wait(cycle.done, timeout=STOP_POLL_SECONDS, abortable=False)
                 continue
-            power: SystemPower = await workflow.execute_activity(
+            power: SystemPower = await self.call(
                 activity_api.read_power_state,
                 ReadPowerStateInput(bmc=inventory.bmc),
-                **kernel.options(kernel.BMC_READ, f"read the power of {self._request.host_id} to stop"),
+                kernel.options(kernel.BMC_READ, f"read the power of {self._request.host_id} to stop"),
+                abortable=False,  # this is the stop
             )
             if self._handed_back or cycle.done():
                 continue  # it moved on meanwhile: as above
@@ -295,19 +296,12 @@ class HostRebootWorkflow(kernel.Abortable):
                 # Off: the cycle is in its Off-to-On wait (or between its steps); the activity may
                 # only send On from here, so stopping it and sending On ourselves is one cycle.
                 self._stop_sent_on = True
-                activity.cancel()
-                try:
-                    await activity
-                except ActivityError as err:
-                    workflow.logger.info("power cycle activity stopped: %s", err)
+                await kernel.cancel_and_wait(activity)
                 cycle.add_done_callback(_retrieve)  # it ends with the cancellation, taken here
                 on = await self._set_power(inventory, "On")
                 sent = () if on.sent is None else (on.sent,)
                 return f"{power.power_cycle_method}, cut short: On sent at once", sent
-            try:
-                await workflow.wait_condition(cycle.done, timeout=timedelta(seconds=STOP_POLL_SECONDS))
-            except TimeoutError:
-                pass
+            await self.wait(cycle.done, timeout=STOP_POLL_SECONDS, abortable=False)
         return await cycle
 
     async def _power_under_lease(
@@ -321,19 +315,18 @@ class HostRebootWorkflow(kernel.Abortable):
     async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         off = await self._set_power(inventory, "ForceOff")
         seconds = self._request.policy.power_down_wait_seconds
-        summary = f"power-down wait: {self._request.host_id} stays off before On"
-        if seconds > 0 and not self._stopping:
-            try:  # a durable timer, cut short by a stop
-                await workflow.wait_condition(
-                    lambda: self._stopping, timeout=timedelta(seconds=seconds), timeout_summary=summary
-                )
-            except TimeoutError:
-                pass
+        if seconds > 0 and not self._stopping:  # a durable timer, cut short by a stop
+            await self.wait(
+                lambda: self._stopping,
+                timeout=seconds,
+                timeout_summary=f"power-down wait: {self._request.host_id} stays off before On",
+                abortable=False,  # a stop cuts it (`_stopping`), and On follows: never left off
+            )
         on = await self._set_power(inventory, "On")
         return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
 
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
-        """`power_cycle_host`; a power-down wait longer than `kernel.POWER_DOWN_HAND_BACK_SECONDS`
+        """`power_cycle_host`; a power-down wait longer than `POWER_DOWN_HAND_BACK_SECONDS`
         is handed back at Off and waited here on a durable timer (a stop cuts it), then the
         activity is called again from where it left off to send On."""
         request = self._request
@@ -343,17 +336,18 @@ class HostRebootWorkflow(kernel.Abortable):
             boot_generation=request.boot_generation,
             requested_at=_owed_since(request, workflow.info().start_time),
             power_down_wait_seconds=wait,
-            hand_back_wait_over_seconds=kernel.POWER_DOWN_HAND_BACK_SECONDS,
+            hand_back_wait_over_seconds=POWER_DOWN_HAND_BACK_SECONDS,
             warm=request.warm,
         )
         summary = f"power cycle {request.host_id} to generation {request.boot_generation}"
         cut = ""  # what the result's method says of a wait a stop cut short
         while True:
+            # Its own handle, not `self.call`: a stop cancels it only once the host is Off
+            # (`_stop_cycle`), and must know it stopped before On.
             self._cycle_activity = kernel.start_cancellable(
                 activity_api.power_cycle_host,
                 cycle_input,
-                # A stop cancels it only once the host is Off, and must know it stopped before On.
-                kernel.options(kernel.power_cycle_options(wait), summary),
+                kernel.options(power_cycle_options(wait), summary),
             )
             cycle: PowerCycleResult = await self._cycle_activity
             self._cycle_activity = None
@@ -365,15 +359,13 @@ class HostRebootWorkflow(kernel.Abortable):
             self._handed_back = True
             left = cycle.wait_left_seconds
             self.show(f"power-down wait: {request.host_id} is Off, On in {left:.0f} s (a durable timer)")
-            if not self._stopping:
-                try:  # cut short by a stop
-                    await workflow.wait_condition(
-                        lambda: self._stopping,
-                        timeout=timedelta(seconds=left),
-                        timeout_summary=f"power-down wait: {request.host_id} stays off before On",
-                    )
-                except TimeoutError:
-                    pass
+            if not self._stopping:  # cut short by a stop
+                await self.wait(
+                    lambda: self._stopping,
+                    timeout=left,
+                    timeout_summary=f"power-down wait: {request.host_id} stays off before On",
+                    abortable=False,
+                )
             if self._stopping:
                 cut = ", cut short: On sent at once"
             # On now: the timer (or a stop) covered the wait; `off_reached` is in the history.
@@ -383,11 +375,13 @@ class HostRebootWorkflow(kernel.Abortable):
             )  # fmt: skip
             summary = f"power {request.host_id} back on (generation {request.boot_generation})"
 
-    def _set_power(self, inventory: HostInventory, reset_type: str) -> asyncio.Future[SetPowerResult]:
-        return workflow.start_activity(
+    async def _set_power(self, inventory: HostInventory, reset_type: str) -> SetPowerResult:
+        # Not abortable: a stop never leaves a ForceOff without its On.
+        return await self.call(
             activity_api.set_power_state,
             SetPowerInput(bmc=inventory.bmc, reset_type=reset_type),
-            **kernel.options(kernel.BMC_READ, f"{reset_type} {self._request.host_id}"),
+            kernel.options(kernel.BMC_READ, f"{reset_type} {self._request.host_id}"),
+            abortable=False,
         )
 
     async def _wait_for_manual_reboot(self, why: str) -> HostRebootResult:
@@ -397,14 +391,17 @@ class HostRebootWorkflow(kernel.Abortable):
             f"{why}; reboot {self._request.host_id} and send the signal `{HOST_REBOOTED_SIGNAL}` "
             f"(`metalflow host-rebooted {self._request.host_id}`)",
         )
-        await workflow.wait_condition(lambda: self._confirmation is not None or self.aborting)
-        self._waiting_for_person = False
-        if self._confirmation is None:
-            self._raise_if_aborted(cycled=False)
+        try:
+            await self.wait(lambda: self._confirmation is not None)
+        except OperationAborted:
+            if self._confirmation is None:
+                raise
+            # A confirmation that came with the abort still counts: the host was rebooted.
+        finally:
+            self._waiting_for_person = False
         confirmation = self._confirmation
         assert confirmation is not None
-        self.enter(REBOOTED, f"confirmed by {confirmation.requested_by}")
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.finish(REBOOTED, f"confirmed by {confirmation.requested_by}")
         return HostRebootResult(
             host_id=self._request.host_id,
             boot_generation=self._request.boot_generation,
@@ -412,75 +409,6 @@ class HostRebootWorkflow(kernel.Abortable):
             confirmed_by=confirmation.requested_by,
             finished_at=workflow.now(),
         )
-
-
-async def start_next_reboot(
-    request: HostRebootInput,
-    *,
-    summary: str,
-    parent_close_policy: workflow.ParentClosePolicy,
-    cancellation_type: workflow.ChildWorkflowCancellationType = _WAIT_FOR_CANCELLATION,
-    search_attributes: TypedSearchAttributes | None = None,
-    retry_refused: bool = False,
-) -> tuple[workflow.ChildWorkflowHandle[Any, HostRebootResult], int]:
-    """Start the reboot of the first generation from `request.boot_generation` on that no reboot used.
-
-    A generation already used (its id refuses a second start) means the caller's count is behind
-    the host's: an earlier run of the operation, or another operation, rebooted it since. The
-    caller still needs its reboot (DPF asks for it, or staged firmware waits for it), so it gets
-    the next generation rather than an old reboot's result: a restarted operation never repeats
-    an old reboot, and never skips the one it needs.
-
-    Args:
-        request: The reboot; its `boot_generation` is the first one to try.
-        summary: The child's summary in the UI; `{generation}` is replaced by the generation.
-        parent_close_policy: What becomes of the reboot when the caller closes.
-        cancellation_type: How cancelling the caller reaches the reboot.
-        search_attributes: The child's search attributes at start (the entity sets Site too);
-            default HostId and Operation, which a workflow's start writes for free (an upsert
-            is a history event and a billable Action).
-        retry_refused: `request.boot_generation` is the caller's own reboot that the BMC refused
-            (it failed `BMCRebootFailed`: no reset happened), to be run again under the same id
-            (`ALLOW_DUPLICATE_FAILED_ONLY`), so the generation moves once per reset that happened.
-
-    Returns:
-        The child's handle and the generation it reboots to.
-    """
-    generation = request.boot_generation
-    if search_attributes is None:
-        search_attributes = TypedSearchAttributes(
-            [
-                SearchAttributePair(names.HOST_ID, request.host_id),
-                SearchAttributePair(names.OPERATION, names.REBOOT),
-            ]
-        )
-    for attempt in range(MAX_SPENT_GENERATIONS):
-        reuse = (
-            WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY
-            if retry_refused and attempt == 0
-            else WorkflowIDReusePolicy.REJECT_DUPLICATE
-        )
-        try:
-            handle = await workflow.start_child_workflow(
-                workflow_api.HostRebootWorkflow.run,
-                request.model_copy(update={"boot_generation": generation}),
-                id=names.host_reboot_workflow_id(request.host_id, generation),
-                id_reuse_policy=reuse,
-                parent_close_policy=parent_close_policy,
-                cancellation_type=cancellation_type,
-                static_summary=summary.format(generation=generation),
-                search_attributes=search_attributes,
-                priority=priorities.REBOOT_PRIORITY,  # DPF waits for it: see contracts.priorities
-            )
-            return handle, generation
-        except WorkflowAlreadyStartedError:
-            workflow.logger.info(
-                "generation %d of %s already used: taking the next", generation, request.host_id
-            )
-            generation += 1
-    raise InvalidInput(
-        f"boot generations {request.boot_generation}..{generation - 1} of {request.host_id} are all spent"
-    )
 
 
 def _owed_since(request: HostRebootInput, started: datetime) -> datetime:

@@ -17,7 +17,8 @@ Every reset goes through a BMC (docs/DOMAIN.md section 4.3); the order is what t
   not one still booting. `SOC.ForceReset` would not need the host off, but the vendor warns the
   server must be "ready for the reset": with the host running it is a surprise reset under its OS.
 - **Host only** (`--host`): the host's reboot for the next boot generation, a child
-  `HostRebootWorkflow` (the same exactly-once cycle as every reboot).
+  `HostRebootWorkflow` (the same exactly-once cycle as every reboot), started and awaited through
+  the reboot-rounds part the operations share (`workflows/parts/reboot_rounds.py`).
 
 Refused at once (`HostBusy`, nothing changed) while a DPU of the host is in an install phase
 (`dpf_barrier.INSTALL_PHASES`): a reset then corrupts the install.
@@ -51,17 +52,16 @@ flight is cancelled and awaited). Queued for the lease (or granted as the abort 
 is sent: the place is given back and the run ends aborted; a cancel there does the same. A run
 that may have turned the host off powers it on again before it gives its slot back, however it
 ends (an On of a host that is On is skipped); a DPU reset already sent is not undone (it is a
-reset).
+reset). A `--host` reboot in flight is stopped, which powers the host back on first. Every early
+end goes through the kernel's `to_the_end`: the final phase says what was done and whether the
+host is on.
 
-Cost per run: about 15 events to resolve and read DPF, 6 per DPU reset (the reset and the wait
-for its OS, each one activity), 12 for the host's off and on plus the lease: 6 for its step (one
-activity and its workflow task; on a one-host BMC that is all), 5 more on a shared BMC (the
-release signal and its workflow task), 6 more when queued (the grant signal, the refresh timer
-and a workflow task). Measured: a full reset of one DPU 50 events before, 56 on a one-host BMC
-(tests/histories/host_reset_dpu_full.json), 67 queued on a shared BMC
-(host_reset_bmc_leased.json); one activity slot for the lease step for a few milliseconds, none
-while queued. A `--host` target costs the reboot child's (about 27, the lease its own). Payloads
-are small (inputs name BMCs by reference).
+Cost per run: one activity per DPU reset and one per wait for its OS; the host's off and on
+are two activities plus the lease step (one activity; on a shared BMC the release signal too,
+and while queued the grant signal and a refresh timer). One activity slot for the lease step for
+a few milliseconds, none while queued. A `--host` target costs the reboot child's (its lease its
+own). Payloads are small (inputs name BMCs by reference). Measured: bench/README.md,
+"workflows/host_reset/workflow.py".
 """
 
 from __future__ import annotations
@@ -81,7 +81,6 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.host import (
         RESET_OPERATION,
         HostRebootInput,
-        HostRebootResult,
         HostResetInput,
         HostResetResult,
         ResetTarget,
@@ -98,9 +97,10 @@ with workflow.unsafe.imports_passed_through():
         WaitDPUOSInput,
     )
     from workflows import kernel
-    from workflows.bmc_lease.workflow import BMCLeaseHolder
-    from workflows.host_reboot.workflow import start_next_reboot
+    from workflows.host_reboot.options import POWER_CYCLE_HEARTBEAT
     from workflows.parts import dpf_barrier as barrier
+    from workflows.parts.bmc_lease_holder import BMCLeaseHolder
+    from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds
 
 RESOLVING = "resolving-inventory"
 CHECKING_DPF = "checking-dpf"
@@ -113,7 +113,7 @@ COMPLETED = "completed"
 
 DPU_RESET_CALL: workflow.ActivityConfig = {
     **kernel.BMC_READ,
-    "heartbeat_timeout": kernel.POWER_CYCLE_HEARTBEAT,  # a killed worker's attempt resumes soon
+    "heartbeat_timeout": POWER_CYCLE_HEARTBEAT,  # a killed worker's attempt resumes soon
 }
 
 
@@ -130,28 +130,28 @@ class HostResetWorkflow(kernel.Abortable):
         self._inventory: HostInventory | None = None
         self._generation = request.boot_generation
         self._leases = BMCLeaseHolder()
+        self._reboots = RebootRounds(self)
 
     @workflow.run
     async def run(self, request: HostResetInput) -> HostResetResult:
         """Run the sequence the target asks for; see the module docstring."""
+        return await self.to_the_end(self._reset, self._clean_up)
+
+    async def _reset(self) -> HostResetResult:
+        request = self._request
         workflow.upsert_search_attributes(
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(RESET_OPERATION)]
         )
-        try:
-            inventory = await self._resolve()
-            dpus = self._chosen_dpus(inventory)
-            await self._refuse_while_installing(inventory)
-            if request.target == ResetTarget.HOST:
-                await self._reboot_host()
-            elif request.full or request.target == ResetTarget.BOTH:
-                await self._full_reset(inventory, dpus)
-            else:
-                await self._arm_resets(dpus)
-        except (FailureError, asyncio.CancelledError) as err:
-            await self._clean_up(err)
-            raise
-        self.enter(COMPLETED, "; ".join(self._resets) or "nothing to reset")
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        inventory = await self._resolve()
+        dpus = self._chosen_dpus(inventory)
+        await self._refuse_while_installing(inventory)
+        if request.target == ResetTarget.HOST:
+            await self._reboot_host()
+        elif request.full or request.target == ResetTarget.BOTH:
+            await self._full_reset(inventory, dpus)
+        else:
+            await self._arm_resets(dpus)
+        await self.finish(COMPLETED, "; ".join(self._resets) or "nothing to reset")
         return HostResetResult(
             host_id=request.host_id,
             target=request.target.value,
@@ -272,7 +272,7 @@ class HostResetWorkflow(kernel.Abortable):
                 self.enter(HOST_ON, f"On {host}: its DPUs are up")
                 await self._set_host_power("On")
                 self._host_off = False
-            except BaseException:  # aborted, cancelled, failed: the host is not left off
+            except (FailureError, asyncio.CancelledError):  # aborted, cancelled, failed: not left off
                 await self._power_back_on()
                 raise
         self._resets.append(f"host {host}: ForceOff, On around the DPU resets")
@@ -319,7 +319,7 @@ class HostResetWorkflow(kernel.Abortable):
 
     async def _reboot_host(self) -> None:
         request = self._request
-        handle, self._generation = await start_next_reboot(
+        self._generation = await self._reboots.start(
             HostRebootInput(
                 host_id=request.host_id,
                 boot_generation=request.boot_generation + 1,
@@ -332,11 +332,13 @@ class HostResetWorkflow(kernel.Abortable):
             parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
         )
         self.enter(REBOOTING_HOST, f"power cycle of {request.host_id} to generation {self._generation}")
-        stopped = not await kernel.await_unless(handle, lambda: self.aborting)
-        if stopped:  # the reboot child powers the host back on when cancelled mid-cycle
-            raise self.aborted(f"the reboot {handle.id} was cancelled (it never leaves the host off)")
-        result: HostRebootResult = await handle
-        self._resets.append(f"host {request.host_id}: generation {result.boot_generation} by {result.method}")
+        # An abort (or a cancel) stops the reboot first: it never leaves the host off. A BMC that
+        # could not reboot the host fails the reset with the reboot's failure.
+        self._resets.append(self._rebooted(await self._reboots.wait()))
+
+    def _rebooted(self, reboot: RebootOutcome) -> str:
+        result = reboot.result
+        return f"host {self._request.host_id}: generation {result.boot_generation} by {result.method}"
 
     async def _power_back_on(self) -> None:
         """A host this run turned off is powered on again (not abortable), still in its lease slot."""
@@ -348,9 +350,13 @@ class HostResetWorkflow(kernel.Abortable):
         except Exception as on_err:  # noqa: BLE001 - the run's own failure is the news; said in the end
             workflow.logger.error("could not power %s back on: %s", self._request.host_id, on_err)
 
-    async def _clean_up(self, err: BaseException) -> None:
-        """The final phase; a host this run turned off was powered on in its lease slot already
-        (`_full_reset`): one it could not power on is named."""
+    async def _clean_up(self, err: BaseException) -> str:
+        """What an early end leaves: a host this run turned off was powered on in its lease slot
+        already (`_full_reset`), one it could not power on is named; a reboot stopped midway
+        powered the host back on first (it is named with what was done)."""
+        stopped = await self._reboots.stop()
+        if stopped is not None:
+            self._resets.append(f"{self._rebooted(stopped)}, stopped (the host is on again)")
         left = "the host was left OFF: power it on" if self._host_off else "the host is on"
         done = "; ".join(self._resets) or "nothing was reset"
-        await self.end_early(err, f"Done: {done}; {left}")
+        return f"Done: {done}; {left}"

@@ -1,7 +1,9 @@
 """The barriers of a host operation, as pure functions of one `HostDPFState`.
 
-No Temporal API here: the workflow asks these questions of the newest state the watcher sent, and
-tests ask them of hand-written states. "The DPUs" are the DPUs under the operation; safety checks
+No Temporal here, not even an import (so a workflow's `state.py` may use it): the workflow asks
+these questions of the newest state the watcher sent, and tests ask them of hand-written states.
+Workflows import it inside `workflow.unsafe.imports_passed_through()`, which passes its own
+imports through too. "The DPUs" are the DPUs under the operation; safety checks
 look at every DPU of the host.
 
 Why the reboot barrier waits for EVERY DPU (docs/DOMAIN.md sections 1 and 2.5, the RFC's hard case): DPF puts
@@ -27,19 +29,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from temporalio import workflow
-
-with workflow.unsafe.imports_passed_through():
-    from contracts.models.dpf import (
-        PHASE_DELETING,
-        PHASE_ERROR,
-        PHASE_NODE_EFFECT,
-        PHASE_READY,
-        PHASE_REBOOTING,
-        DPUState,
-        HostDPFState,
-        method_rank,
-    )
+from contracts.models.dpf import (
+    PHASE_DELETING,
+    PHASE_ERROR,
+    PHASE_NODE_EFFECT,
+    PHASE_READY,
+    PHASE_REBOOTING,
+    DPUState,
+    HostDPFState,
+    method_rank,
+)
 
 INSTALL_PHASES: Final = frozenset(
     {

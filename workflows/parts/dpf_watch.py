@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from temporalio import workflow
@@ -38,7 +39,22 @@ with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
     from contracts.models.dpf import DPFVersion, HostDPFState, HostRef, JoinSiteWatchInput
     from workflows import kernel
-    from workflows.parts.host_status import DPUClock
+
+
+class DPUClock:
+    """When each DPU entered its current phase, as the workflow saw it (workflow time)."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, tuple[str, datetime]] = {}
+
+    def observe(self, state: HostDPFState, dpu_ids: Iterable[str], now: datetime) -> None:
+        """Record phase changes in a new state."""
+        for dpu_id in dpu_ids:
+            dpu = state.dpu(dpu_id)
+            phase = "" if dpu is None else ("Deleting" if dpu.deleting else dpu.phase)
+            seen = self.phases.get(dpu_id)
+            if seen is None or seen[0] != phase:
+                self.phases[dpu_id] = (phase, now)
 
 
 class DPFWatch:

@@ -1,0 +1,214 @@
+"""The reboot round of a host operation: the base of `HostOperationWorkflow` (`workflow.py`), split
+from its runbook by role, and the tools both use (manual intervention, bounded Kubernetes calls,
+DPF's newest state).
+
+A round starts once DPF asks for the host's reboot and the barrier holds (`workflow.py`,
+`_reboot_rounds`). Then, in order:
+
+1. Exactly one reboot (`_reboot_host`): a `HostRebootWorkflow` child of the next boot generation
+   through the reboot-rounds part (`workflows/parts/reboot_rounds.py`), with the method DPF
+   requires (`HostOperationState.reboot_method`). A BMC that cannot reboot the host
+   (`BMCRebootFailed`) asks an operator at once: `retry` asks the BMC again for the same
+   generation (it was not reached), `mark_rebooted` takes the host as rebooted by hand.
+2. DPF is told (`_acknowledge`: the reboot-required annotation removed, once per token), and the
+   watch reads afresh, so DPF's next request is never mistaken for the old one.
+3. DPF must move a DPU on within `reboot_wait_seconds`; if not, the reboot is re-issued (ForceOff
+   then On from retry `force_off_from_retry`) up to `max_power_cycle_retries` times, then an
+   operator decides (`HostOperationState.after_silence`). A DPU that started installing
+   meanwhile sends the run back to the barrier.
+
+Why a base class: the runbook (`workflow.py`) stays a few hundred lines that read top to bottom,
+and the round, the intricate part, reads on its own; both share one state object and one set of
+tools, as `kernel.Abortable` shares the abort.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from contracts import activity_api
+    from contracts.errors import RebootFailed
+    from contracts.models.control import OperatorRequest
+    from contracts.models.dpf import ChangeResult, HostDPFState, HostRef, MarkRebootedInput
+    from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, OperationPolicy
+    from contracts.wording import duration, plural
+    from workflows import kernel
+    from workflows.host_operation.kube_calls import bounded_call
+    from workflows.host_operation.state import HostOperationState
+    from workflows.parts import dpf_barrier as barrier
+    from workflows.parts.dpf_watch import DPFWatch
+    from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds, bmc_refusal
+
+ArgT = TypeVar("ArgT")
+ResultT = TypeVar("ResultT")
+
+REBOOTING_HOST = "rebooting-host"
+WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
+OPERATOR_ANSWERS = ("retry", "mark_rebooted")
+
+
+class RebootRound(kernel.Abortable):
+    """A host operation's reboot round and the tools its runbook shares (module docstring).
+
+    The workflow sets `state`, `reboots` and `_watch` in its `__init__`.
+    """
+
+    state: HostOperationState
+    reboots: RebootRounds
+    _watch: DPFWatch
+
+    # -- the round ---------------------------------------------------------------------------------
+    async def _reboot_and_confirm(self, marks_at_barrier: object) -> None:
+        """One reboot for the round DPF asked for, re-issued while DPF does not move on."""
+        retries = 0
+        # Owed from now: every DPU is Rebooting and stamped, so a reset from here on (someone
+        # else's, before ours) serves this round; one before it may have come before a DPU's install.
+        await self._reboot_host(force_off=self.state.force_off(retries), owed_since=workflow.now())
+        await self._acknowledge()
+        while True:
+            self.enter(
+                WAITING_FOR_DPF_AFTER_REBOOT,
+                f"DPF to move the DPUs on after the reboot to generation {self.state.generation}",
+            )
+            seconds = self.policy.reboot_wait_seconds
+            if await self.wait(
+                self._moved_on_since(marks_at_barrier),
+                timeout=seconds,
+                timeout_summary=f"{self.phase}: up to {duration(seconds)} for DPF to move on after a reboot",
+            ):
+                return
+            silence = self.state.after_silence(retries, installing=bool(barrier.installing(self.dpf)))
+            if silence == "barrier":
+                return  # a DPU started installing meanwhile: back to the barrier
+            if silence == "reissue":
+                retries += 1
+                await self._reboot_host(force_off=self.state.force_off(retries))
+                await self._acknowledge()
+                continue
+            decision, _ = await self._intervene(
+                f"DPF did not move on within {seconds:g} s of each of "
+                f"{plural(retries + 1, 'power cycle')} (last: generation {self.state.generation})"
+            )
+            if decision == "retry":
+                retries = 0
+            elif decision == "mark_rebooted":
+                await self._acknowledge()
+
+    def _moved_on_since(self, marks: object) -> Callable[[], bool]:
+        """DPF moved a DPU on since `marks`, or asks again: the state after our removal of the
+        annotation has none, so one that appears is a new request."""
+        return lambda: self.state.marks(self.dpf) != marks or self.state.asks_for_reboot(self.dpf)
+
+    async def _reboot_host(self, *, force_off: bool, owed_since: datetime | None = None) -> None:
+        """One reboot that happens: the BMC's, or, where the BMC cannot, a person's, as an operator
+        decides (`retry` asks the BMC again for the generation it refused)."""
+        refused: int | None = None  # the generation whose reboot the BMC refused: no reset happened
+        first = True  # the round's first reboot: a reset since `owed_since` serves it
+        while True:
+            method, warm = self.state.reboot_method(self.dpf, force_off=force_off)
+            self.state.reboot_started()
+            generation = await self.reboots.start(
+                self.state.reboot_input(
+                    refused or self.state.generation + 1,
+                    force_off=force_off,
+                    warm=warm,
+                    owed_since=owed_since if first and not force_off else None,
+                    operation_id=workflow.info().workflow_id,
+                ),
+                summary=f"reboot {self.host.host_id} to generation {{generation}}",
+                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                # The generation the BMC refused was not reached: the retry reboots to it again.
+                retry_refused=refused is not None,
+            )
+            first = False
+            how = "ForceOff then On" if force_off else "warm reset" if warm else "power cycle"
+            asked = f", DPF asks for {method}" if method else ""
+            self.enter(
+                REBOOTING_HOST,
+                f"{how} of {self.host.host_id} to generation {generation} "
+                f"({self.policy.reboot_method.value}{asked})",
+            )
+            try:
+                outcome = await self.reboots.wait()
+            except ChildWorkflowError as err:
+                why = bmc_refusal(err)
+                if why is None:
+                    raise RebootFailed(
+                        f"the reboot of {self.host.host_id} to generation {generation} failed: {err.cause}"
+                    ) from err
+            else:
+                workflow.logger.info("host %s rebooted by %s", outcome.result.host_id, outcome.result.method)
+                self._took_reboot(outcome)
+                return
+            refused = generation
+            # The BMC could not reboot it: a person decides, told why (no reboot happened by us).
+            decision, _ = await self._intervene(
+                f"{why}; `retry` once the BMC is fixed, `mark_rebooted` once {self.host.host_id} "
+                "was rebooted by hand"
+            )
+            if decision == "mark_rebooted":  # rebooted by hand: the generation the BMC refused
+                self.state.rebooted(generation, power_cycle=False)
+                return
+
+    def _took_reboot(self, outcome: RebootOutcome) -> None:
+        """A reboot that happened is counted (a reset someone else made is noted, not ours)."""
+        self.state.rebooted(outcome.generation, power_cycle=outcome.power_cycle)
+        if outcome.already_done:
+            what = f"host {outcome.result.host_id} was reset after DPF asked; taken as the reboot, none sent"
+            self.state.unplanned_reset(what, workflow.now())
+            workflow.logger.warning("unplanned reset on %s: %s", self.state.request.host_id, what)
+
+    async def _acknowledge(self) -> None:
+        await self._mark_node_rebooted()
+        self.state.cycled_without_ack = False
+
+    async def _mark_node_rebooted(self) -> None:
+        """Remove the reboot-required annotation (only after a power cycle or an operator's word)."""
+        info = workflow.info()
+        token = f"{info.workflow_id}@{info.run_id}#{self.state.next_ack()}"
+        result: ChangeResult = await self._call_kube(
+            activity_api.mark_dpu_node_rebooted,
+            MarkRebootedInput(host_id=self.host.host_id, namespace=self.host.namespace, token=token),
+            kernel.KUBE_WRITE,
+            f"tell DPF {self.host.node_name()} was rebooted",
+        )
+        self.state.acknowledged(changed=result.changed)
+        self._watch.restart(self.state.after_acknowledgement(self.dpf))  # DPF's next word, read afresh
+
+    # -- the tools the runbook shares --------------------------------------------------------------
+    async def _intervene(self, reason: str) -> tuple[str, OperatorRequest]:
+        """Manual intervention: wait for `retry` or `mark_rebooted` (or `abort`, which raises)."""
+        return await self.await_decision(MANUAL_INTERVENTION_REQUIRED, reason, OPERATOR_ANSWERS)
+
+    async def _call_kube(
+        self,
+        call: Callable[[ArgT], Awaitable[ResultT]],
+        arg: ArgT,
+        preset: workflow.ActivityConfig,
+        summary: str,
+    ) -> ResultT:
+        """One Kubernetes call, bounded by the policy (`kube_calls.bounded_call`): past the bound an
+        operator decides; in cleanup it is neither aborted nor escalated."""
+        ask = None if self.state.cleaning_up else self._intervene
+        seconds = self.policy.kube_call_timeout_seconds
+        return await bounded_call(self, call, arg, preset, summary, seconds=seconds, ask=ask)
+
+    @property
+    def policy(self) -> OperationPolicy:
+        return self.state.policy
+
+    @property
+    def host(self) -> HostRef:
+        assert self.state.host is not None, "the host is known once the inventory is resolved"
+        return self.state.host
+
+    @property
+    def dpf(self) -> HostDPFState:
+        """DPF's newest state of the host, as the watch took it (empty before the first read)."""
+        return self._watch.state or HostDPFState(host_id=self.state.request.host_id)

@@ -1,0 +1,251 @@
+"""A workflow's host reboots, each a `HostRebootWorkflow` child of the next boot generation: start
+the next one, wait for it, read how it ended, stop the one in flight.
+
+A host operation (a reboot per round DPF asks for, re-issued while DPF does not move on), a
+firmware run (one reboot to activate the staged images) and a host reset (`--host`) reboot a
+host the same way, through `RebootRounds`; the host entity starts a `host reboot` with
+`start_next_reboot` and follows it as it follows any operation.
+
+- **Start** (`start_next_reboot`): the generation asked for, or the first after it that no
+  reboot used. A used generation means the caller's count is behind the host's (an earlier run,
+  or another operation, rebooted it since); the caller still needs its reboot, so it takes the
+  next generation, never an old reboot's result: a restarted operation never repeats an old
+  reboot and never skips the one it needs. The id is the lock (`REJECT_DUPLICATE`); a reboot the
+  BMC refused (`BMCRebootFailed`: no reset happened) is run again under its own id
+  (`retry_refused`), so the generation moves once per reset that happened.
+- **Wait** (`RebootRounds.wait`): the runbook's wait (`kernel.Runbook.wait`, abortable unless
+  told not to). An abort, or a cancel of the workflow, stops the reboot first: it is cancelled
+  and waited for (a reboot cut short powers the host back on, then completes with its result),
+  and the abort or cancel is raised; `stop` then returns what that reboot did. A reboot started
+  `ABANDON` (firmware's: never stopped halfway) is left to finish on its own.
+- **Read** (`RebootOutcome`, `bmc_refusal`): the generation reached, whether it was a power
+  cycle of ours (the BMC's, not a person's, not a reset someone else made that the reboot took
+  as done), and a BMC that could not reboot the host: its words, for the caller's decision (a
+  host operation asks an operator; others fail with it).
+- **Stop** (`RebootRounds.stop`, a cleanup's): the reboot in flight cancelled and waited for, and
+  what it did, so a reboot that happened is counted and acknowledged.
+- **Confirm** (`RebootRounds.confirm`): a person's word that the host was rebooted, passed to
+  the reboot in flight (a manual reboot, or one whose BMC could not be reached).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Final
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+
+    from contracts import names, priorities, workflow_api
+    from contracts.errors import BMCRebootFailed, InvalidInput
+    from contracts.models.control import OperatorRequest
+    from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
+    from workflows import kernel
+
+WAIT_FOR_CANCELLATION: Final = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
+ABANDON: Final = workflow.ChildWorkflowCancellationType.ABANDON
+MAX_SPENT_GENERATIONS: Final = 50  # generations an earlier run used; each costs one refused start
+
+RebootChild = workflow.ChildWorkflowHandle[Any, HostRebootResult]
+
+
+@dataclass(frozen=True)
+class RebootOutcome:
+    """A reboot that happened: the generation the host reached, and the reboot's result."""
+
+    generation: int
+    result: HostRebootResult
+
+    @property
+    def already_done(self) -> bool:
+        """The BMC showed a reset since the reboot was owed: taken as this reboot, none sent."""
+        return self.result.already_done
+
+    @property
+    def power_cycle(self) -> bool:
+        """A reset of ours: the BMC's (a person's is not), not one someone else made."""
+        return self.result.method.startswith("bmc") and not self.result.already_done
+
+
+def bmc_refusal(err: ChildWorkflowError) -> str | None:
+    """The BMC's words when the reboot failed because the BMC could not reboot the host
+    (`BMCRebootFailed`: no reset happened); None for any other failure."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError) and cause.type == BMCRebootFailed.__name__:
+        return cause.message
+    return None
+
+
+class RebootRounds:
+    """The reboot children of one run, one in flight at a time (see the module docstring).
+
+    Args:
+        runbook: The workflow whose abort stops a reboot it waits for.
+    """
+
+    def __init__(self, runbook: kernel.Runbook) -> None:
+        self._runbook = runbook
+        self._child: RebootChild | None = None
+        self._generation = 0
+        self._abandoned = False
+        self._stopped: RebootOutcome | None = None  # a reboot stopped by an interrupted wait
+
+    @property
+    def child(self) -> RebootChild | None:
+        """The reboot in flight (None: none), e.g. to pass it a person's confirmation."""
+        return self._child
+
+    @property
+    def rebooting_to(self) -> int | None:
+        """The generation the reboot in flight reboots to (None: none in flight)."""
+        return self._generation if self._child is not None else None
+
+    async def confirm(self, confirmation: OperatorRequest) -> str | None:
+        """Pass a person's confirmation (`host_rebooted`) to the reboot in flight; None when it was
+        delivered, else why not (logged, never raised).
+
+        Why: the reboot may close between a handler's start and the signal's delivery (its
+        completion and the confirmation can arrive in one workflow task, and handlers run first).
+        A handler that raised would fail the whole run for a late confirmation, which the closed
+        reboot made moot anyway.
+        """
+        child = self._child
+        if child is None:
+            return "no reboot is in flight"
+        try:
+            await child.signal(HOST_REBOOTED_SIGNAL, confirmation)
+        except Exception as err:  # noqa: BLE001 - see the docstring: a handler must not fail the run
+            why = f"the reboot {child.id} had already ended: {err}"
+            workflow.logger.warning("confirmation from %s not passed on: %s", confirmation.requested_by, why)
+            return why
+        return None
+
+    async def start(
+        self,
+        request: HostRebootInput,
+        *,
+        summary: str,
+        parent_close_policy: workflow.ParentClosePolicy,
+        cancellation_type: workflow.ChildWorkflowCancellationType = WAIT_FOR_CANCELLATION,
+        retry_refused: bool = False,
+    ) -> int:
+        """Start the next reboot (`start_next_reboot`, same arguments); returns its generation."""
+        assert self._child is None, "a reboot is in flight already"
+        self._child, self._generation = await start_next_reboot(
+            request,
+            summary=summary,
+            parent_close_policy=parent_close_policy,
+            cancellation_type=cancellation_type,
+            retry_refused=retry_refused,
+        )
+        self._abandoned = cancellation_type == ABANDON
+        return self._generation
+
+    async def wait(self, *, abortable: bool = True) -> RebootOutcome:
+        """Wait until the reboot in flight ends: its outcome, or its failure raised as the
+        `ChildWorkflowError` (`bmc_refusal` reads a BMC's). An abort (`abortable`) or a cancel of
+        the workflow meanwhile stops it first (module docstring), then is raised."""
+        child = self._child
+        assert child is not None, "no reboot in flight"
+        try:
+            await self._runbook.wait(child.done, abortable=abortable)
+        except (FailureError, asyncio.CancelledError):
+            self._stopped = await self._halt()
+            raise
+        self._child = None
+        return RebootOutcome(self._generation, await child)
+
+    async def stop(self) -> RebootOutcome | None:
+        """A cleanup's: stop the reboot in flight (cancelled and waited for; an abandoned one is
+        left to finish) and say what it did, once: the outcome of a reboot that happened (one cut
+        short completes with its result), whether stopped now or by an interrupted `wait`."""
+        if self._child is not None:
+            self._stopped = await self._halt()
+        stopped, self._stopped = self._stopped, None
+        return stopped
+
+    async def _halt(self) -> RebootOutcome | None:
+        child, self._child = self._child, None
+        if child is None or self._abandoned:
+            return None
+        if not child.done():
+            child.cancel()
+        try:
+            result = await child
+        except (ChildWorkflowError, asyncio.CancelledError) as err:  # stopped before it rebooted
+            workflow.logger.info("reboot %s ended as it was stopped: %s", child.id, err)
+            return None
+        return RebootOutcome(self._generation, result)
+
+
+async def start_next_reboot(
+    request: HostRebootInput,
+    *,
+    summary: str,
+    parent_close_policy: workflow.ParentClosePolicy,
+    cancellation_type: workflow.ChildWorkflowCancellationType = WAIT_FOR_CANCELLATION,
+    search_attributes: TypedSearchAttributes | None = None,
+    retry_refused: bool = False,
+) -> tuple[RebootChild, int]:
+    """Start the reboot of the first generation from `request.boot_generation` on that no reboot
+    used (the module docstring says why).
+
+    Args:
+        request: The reboot; its `boot_generation` is the first one to try.
+        summary: The child's summary in the UI; `{generation}` is replaced by the generation.
+        parent_close_policy: What becomes of the reboot when the caller closes.
+        cancellation_type: How cancelling the caller reaches the reboot.
+        search_attributes: The child's search attributes at start (the entity sets Site too);
+            default HostId and Operation, which a workflow's start writes for free (an upsert
+            is a history event and a billable Action).
+        retry_refused: `request.boot_generation` is the caller's own reboot that the BMC refused
+            (it failed `BMCRebootFailed`: no reset happened), to be run again under the same id
+            (`ALLOW_DUPLICATE_FAILED_ONLY`), so the generation moves once per reset that happened.
+
+    Returns:
+        The child's handle and the generation it reboots to.
+    """
+    generation = request.boot_generation
+    if search_attributes is None:
+        search_attributes = TypedSearchAttributes(
+            [
+                SearchAttributePair(names.HOST_ID, request.host_id),
+                SearchAttributePair(names.OPERATION, names.REBOOT),
+            ]
+        )
+    for attempt in range(MAX_SPENT_GENERATIONS):
+        reuse = (
+            WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY
+            if retry_refused and attempt == 0
+            else WorkflowIDReusePolicy.REJECT_DUPLICATE
+        )
+        try:
+            handle = await workflow.start_child_workflow(
+                workflow_api.HostRebootWorkflow.run,
+                request.model_copy(update={"boot_generation": generation}),
+                id=names.host_reboot_workflow_id(request.host_id, generation),
+                id_reuse_policy=reuse,
+                parent_close_policy=parent_close_policy,
+                cancellation_type=cancellation_type,
+                static_summary=summary.format(generation=generation),
+                search_attributes=search_attributes,
+                priority=priorities.REBOOT_PRIORITY,  # DPF waits for it: see contracts.priorities
+            )
+            return handle, generation
+        except WorkflowAlreadyStartedError:
+            workflow.logger.info(
+                "generation %d of %s already used: taking the next", generation, request.host_id
+            )
+            generation += 1
+    raise InvalidInput(
+        f"boot generations {request.boot_generation}..{generation - 1} of {request.host_id} are all spent"
+    )
