@@ -32,9 +32,9 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.models.redfish import PowerCycleInput
     from workflows import kernel
-    from workflows.host_reboot.options import power_cycle_options
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.dpf_watch import DPFWatch
+    from workflows.parts.power_cycle_options import power_cycle_options
 
 IDEAL_TASK_QUEUE = "metalflow-ideal"
 IDEAL_WORKFLOW = "IdealReprovisionWorkflow"

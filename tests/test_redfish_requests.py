@@ -29,7 +29,7 @@ from drivers.redfish.system import System
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs
 from simulators.site import BMC, Host, Site
 from simulators.timings import timings_for
-from workflows.host_reboot.options import POWER_CYCLE_HEARTBEAT
+from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
 
 pytestmark = pytest.mark.slow
 HOSTS = {"native": "powercycle", "monitor": "task-monitor", "forceoff": "no-powercycle"}

@@ -9,7 +9,7 @@ A workflow module reads as a runbook; what is not the runbook is here:
   one Redfish read or one reset that waits for its power state (retries stop after
   `BMC_ATTEMPTS`, so a dead BMC turns into someone's decision); `WATCHER` a long-running watch
   the workflow cancels. The power cycle's own presets live with the reboot
-  (`workflows/host_reboot/options.py`).
+  (`workflows/parts/power_cycle_options.py`).
 - **Phases**: `Runbook.enter` shows a phase (the `Phase` search attribute, the current details
   and one INFO line in the worker's log, together, so the UI list and a workflow's page never
   disagree); `Runbook.show` new details within it; `Runbook.end_early` the final phase of a run

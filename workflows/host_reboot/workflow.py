@@ -91,8 +91,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import kernel
     from workflows.host_reboot.failure import bmc_failure_reason
-    from workflows.host_reboot.options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
+    from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
 
 POWERING = "powering"
 WAITING_FOR_MANUAL_REBOOT = "waiting-for-manual-reboot"

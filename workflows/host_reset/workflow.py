@@ -97,9 +97,9 @@ with workflow.unsafe.imports_passed_through():
         WaitDPUOSInput,
     )
     from workflows import kernel
-    from workflows.host_reboot.options import POWER_CYCLE_HEARTBEAT
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
+    from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
     from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds
 
 RESOLVING = "resolving-inventory"

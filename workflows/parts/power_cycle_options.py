@@ -33,7 +33,7 @@ POWER_DOWN_HAND_BACK_SECONDS: Final = 3.0
 returns at Off and the reboot waits on a durable timer (`workflows/host_reboot/workflow.py`).
 Inside, the activity would heartbeat all the wait long (each beat a billable Action and a server
 write); the timer costs one Action, and the second activity one more (figures: bench/README.md,
-"workflows/host_reboot/options.py")."""
+"workflows/parts/power_cycle_options.py")."""
 
 
 def power_cycle_options(power_down_wait_seconds: float) -> workflow.ActivityConfig:
