@@ -45,7 +45,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts import names, priorities, workflow_api
 from contracts.host_entity import was_started
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
-from contracts.models.host import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
+from contracts.models.monitor import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
 from metalflow.hosts import QUERY_TIMEOUT, HostRequestError
 
 LOOK_POLL_SECONDS = 0.2

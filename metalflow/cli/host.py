@@ -44,7 +44,6 @@ from contracts.models.host import (
     RESET_OPERATION,
     AssignInstanceRequest,
     FirmwareRequest,
-    HostMonitorStatus,
     HostRemovalInput,
     HostStatus,
     HostWorkflowInput,
@@ -55,6 +54,7 @@ from contracts.models.host import (
     ResetRequest,
     ResetTarget,
 )
+from contracts.models.monitor import HostMonitorStatus
 from contracts.validation import (
     REASON_MAX,
     REQUESTER_MAX,

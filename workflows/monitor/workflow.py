@@ -76,15 +76,15 @@ with workflow.unsafe.imports_passed_through():
         DPF_STATE_CHANGED_SIGNAL,
         PHASE_NODE_EFFECT,
         PHASE_READY,
+        DPUProgress,
         DPUState,
         HostDPFState,
         HostRef,
     )
-    from contracts.models.host import (
+    from contracts.models.monitor import (
         IN_POOL,
         OUT_OF_POOL,
         DegradedDPU,
-        DPUProgress,
         HostMonitorInput,
         HostMonitorResult,
         HostMonitorStatus,

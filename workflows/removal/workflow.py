@@ -42,13 +42,13 @@ with workflow.unsafe.imports_passed_through():
         DeleteDPUInput,
         DeleteNodeInput,
         DevicesGoneInput,
+        DPUProgress,
         DPURef,
         HostDPFState,
         HostRef,
         ObjectsResult,
     )
     from contracts.models.host import (
-        DPUProgress,
         HostOperationStatus,
         HostRemovalInput,
         HostRemovalResult,
