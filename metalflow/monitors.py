@@ -37,13 +37,12 @@ from temporalio.common import (
     QueryRejectCondition,
     SearchAttributePair,
     TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, priorities, workflow_api
-from contracts.host_entity import was_started
+from contracts.host_entity import start_unless_running
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
 from contracts.models.monitor import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
 from metalflow.hosts import QUERY_TIMEOUT, HostRequestError
@@ -63,17 +62,17 @@ def describe_policy(policy: MonitorPolicy) -> str:
 async def start_monitor(
     client: Client, request: HostMonitorInput, task_queue: str = names.TASK_QUEUE
 ) -> bool:
-    """Start the host's monitor unless one runs (USE_EXISTING attaches to it: never a second one).
+    """Start the host's monitor unless one runs (never a second one).
 
     Returns:
         True when this call started it, False when one was running already.
     """
-    handle = await client.start_workflow(
+    return await start_unless_running(
+        client,
         workflow_api.HostMonitorWorkflow.run,
         request,
         id=names.monitor_workflow_id(request.host_id),
         task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         priority=MONITOR_PRIORITY,
         search_attributes=TypedSearchAttributes(
             [
@@ -85,7 +84,6 @@ async def start_monitor(
         static_summary=f"monitor of host {request.host_id}: out of the pool while a DPU's services are "
         f"down; {describe_policy(request.policy)} (started by {request.requested_by})",
     )
-    return was_started(handle)
 
 
 async def monitor_status(client: Client, host_id: str) -> HostMonitorStatus:
