@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Final
+from typing import Final, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -272,20 +272,6 @@ class FirmwareResult(_Frozen):
 # -- the host entity -------------------------------------------------------------------------------
 
 
-class HostWorkflowInput(_Frozen):
-    host_id: HostId
-    site: str = "default"
-    instance: str | None = None
-    boot_generation: int = Field(default=0, ge=0)
-    auto_approval_window_seconds: ApprovalWindow = 0.0  # 0: every approval is explicit
-    policy: OperationPolicy = OperationPolicy()
-    # Carried over continue-as-new (the entity only continues-as-new while idle):
-    recent: tuple[OperationRecord, ...] = ()
-    auto_approved_until: datetime | None = None  # an approval's window, for `instance` only
-    phase_since: datetime | None = None  # when the entity entered its phase (search attribute PhaseSince)
-    max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
-
-
 class AssignInstanceRequest(_Frozen):
     instance: InstanceId
     requested_by: Requester
@@ -392,6 +378,50 @@ class HostStatus(_Frozen):
     phase: str = "idle"  # the entity's `Phase`: idle, running <operation>, awaiting-approval
     site: str = "default"
     auto_approved_until: datetime | None = None  # disruptive requests start at once until then
+
+
+class OperationEnd(_Frozen):
+    """What the entity reads of an operation's result, whichever its workflow: the boot generation
+    it reached (None: a result without one, e.g. a removal's)."""
+
+    boot_generation: int | None = None
+
+
+EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest
+"""The payload of an operation request (`contracts.host_requests`: each row names its model)."""
+
+
+class PendingOperation(BaseModel):
+    """The entity's one operation, running or awaiting approval (its child's handle is the run's)."""
+
+    record: OperationRecord
+    request: EntityRequestBody
+    approved: bool = False  # no approval needed, or given: starting or started
+
+
+class HostEntityMemory(BaseModel):
+    """What a host's entity knows: the data of its state (workflows/host/state.py decides on it),
+    carried whole by continue-as-new (`HostWorkflowInput.state`). Mutable: the run updates it."""
+
+    instance: str | None = None
+    boot_generation: int = Field(default=0, ge=0)  # reboots of this host so far
+    recent: list[OperationRecord] = Field(default_factory=list)  # ended operations, newest last, bounded
+    auto_approved_until: datetime | None = None  # an approval's window, for `instance` only
+    shown_phase: str | None = None  # the Phase last shown (None: none yet)
+    phase_since: datetime | None = None  # since when (search attribute PhaseSince)
+    current: PendingOperation | None = None  # None while idle (the only time it continues as new)
+    versions_due: str | None = None  # after what the host's versions are to be read next
+
+
+class HostWorkflowInput(_Frozen):
+    host_id: HostId
+    site: str = "default"
+    instance: str | None = None  # a new entity's (a continued run's is in `state`)
+    boot_generation: int = Field(default=0, ge=0)  # a new entity's (a continued run's is in `state`)
+    auto_approval_window_seconds: ApprovalWindow = 0.0  # 0: every approval is explicit
+    policy: OperationPolicy = OperationPolicy()
+    max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
+    state: HostEntityMemory | None = None  # None: a new entity; else the previous run's, carried over
 
 
 # -- firmware: the per-DPU view (query `firmware_status`) -------------------------------------------
