@@ -121,24 +121,26 @@ class UnplannedReset(_Frozen):
         return f"{iso_z(self.at)}: DPU {self.dpu_id} {self.change} (not by metalflow)"
 
 
-class MonitorMemory(_Frozen):
-    """What a monitor carries across continue-as-new."""
+class MonitorMemory(BaseModel):
+    """What a monitor knows: the data of its state (workflows/monitor/state.py decides on it),
+    carried whole by continue-as-new (`HostMonitorInput.memory`). Mutable: the run updates it."""
 
     pool_state: str = IN_POOL
     last_phases: dict[str, str] = Field(default_factory=dict)  # dpu_id -> phase last seen
     last_uids: dict[str, str] = Field(default_factory=dict)  # dpu_id -> uid last seen
     since: dict[str, datetime] = Field(default_factory=dict)  # dpu_id -> when it entered that phase
-    degraded: tuple[DegradedDPU, ...] = ()
-    history: tuple[PoolChange, ...] = ()  # newest last, bounded
+    degraded: list[DegradedDPU] = Field(default_factory=list)  # in the order they fell
+    history: list[PoolChange] = Field(default_factory=list)  # newest last, bounded
     events_seen: int = 0  # over all runs
     runs: int = 1  # this run's number (continue-as-new increments it)
     reprovisions_requested: int = 0
-    requests: tuple[str, ...] = ()  # the owner's answers to the monitor's requests, newest last, bounded
+    # The owner's answers to the monitor's requests, newest last, bounded.
+    requests: list[str] = Field(default_factory=list)
     started_at: datetime | None = None
     # An `abort` accepted while the previous run was handing over: the next run stops at once.
     stop: OperatorRequest | None = None
     last_started: dict[str, str] = Field(default_factory=dict)  # dpu_id -> agentLastStartupTime last seen
-    unplanned: tuple[UnplannedReset, ...] = ()  # newest last, bounded
+    unplanned: list[UnplannedReset] = Field(default_factory=list)  # newest last, bounded
     unplanned_total: int = 0  # over all runs
     looked_at: datetime | None = None  # when the last DPF state was handled
 
