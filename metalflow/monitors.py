@@ -10,7 +10,7 @@ other metalflow workflow runs at), inherited by its activities and by every run 
 new. Why: a monitor's work is background, an operation's is not. 10,000 monitors started at
 once leave 10,000 first workflow tasks, joins (1 describe + 3 lists each) and pool label writes
 in the one task queue; at one worker's pace that backlog lasts many minutes, and a reboot asked
-meanwhile waited behind all of it (bench/README.md: 18 minutes). The matching service keeps a
+meanwhile waited behind all of it (bench/README.md, 10,000 monitors). The matching service keeps a
 sub-queue per priority and serves a lower key first, so an operation's tasks pass the backlog;
 when nothing is backlogged the key changes nothing. Cost: none per host (a field of the start
 request; no queue, worker, poller or history event more). The other side: while operations
