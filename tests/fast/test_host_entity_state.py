@@ -7,6 +7,7 @@ rules as invariants of a Hypothesis state machine over the same calls the entity
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,9 +16,16 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError, TerminatedError
 
 from contracts.converter import DATA_CONVERTER
-from contracts.errors import HostBusy, InstanceConflict, NothingAwaitsApproval, OperationStarted
+from contracts.errors import (
+    HostBusy,
+    InstanceConflict,
+    NothingAwaitsApproval,
+    OperationAborted,
+    OperationStarted,
+)
 from contracts.host_requests import ENTITY_REQUESTS, FIRMWARE, PROVISION, REBOOT, REMOVAL, REPROVISION, RESET
 from contracts.models.host import (
     AssignInstanceRequest,
@@ -35,6 +43,7 @@ from contracts.models.host import (
     ResetTarget,
     WithdrawRequest,
 )
+from workflows.host.outcome import generation_reported, outcome_of
 from workflows.host.state import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, HostEntityState
 
 T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
@@ -95,6 +104,26 @@ def test_an_assigned_host_waits_for_approval_unless_its_window_is_open() -> None
     assigned.auto_approved_until = T0 + timedelta(minutes=10)
     assert not assigned.needs_approval(REPROVISION, T0 + timedelta(minutes=9))
     assert assigned.needs_approval(REPROVISION, T0 + timedelta(minutes=10))  # closed at its end
+
+
+def test_a_request_that_disrupts_nothing_never_waits_for_approval() -> None:
+    gentle = dataclasses.replace(REBOOT, approval=False)  # a row that says so
+    assert not entity(instance="i-1").needs_approval(gentle, T0)
+
+
+def test_the_record_says_where_the_operation_is() -> None:
+    state = entity(instance="i-1")
+    current = asked(state)
+    assert (current.record.outcome, current.record.requested_at) == (AWAITING_APPROVAL, T0)
+    state.approve("carol", T0)
+    state.starting(current)
+    assert current.record.outcome == "starting"
+    state.started(current, T0 + timedelta(seconds=1))
+    assert (current.record.outcome, current.record.started_at) == ("running", T0 + timedelta(seconds=1))
+    rebooting = entity(boot_generation=1)
+    reboot = asked(rebooting, REBOOT)
+    rebooting.started(reboot, T0, workflow_id=f"reboot/{HOST}/generation-3")  # a spent generation skipped
+    assert reboot.record.workflow_id == f"reboot/{HOST}/generation-3"
 
 
 def test_approve_starts_what_awaits_and_opens_the_window_for_that_instance() -> None:
@@ -218,6 +247,37 @@ def test_the_boot_generation_only_moves_forward() -> None:
     assert state.boot_generation == 3
     state.reached(5)
     assert state.boot_generation == 5
+
+
+def ended(cause: BaseException) -> ChildWorkflowError:
+    err = ChildWorkflowError(
+        "child ended",
+        namespace="default",
+        workflow_id=f"reprovision/{HOST}",
+        run_id="r",
+        workflow_type="HostOperationWorkflow",
+        initiated_event_id=5,
+        started_event_id=6,
+        retry_state=None,
+    )
+    err.__cause__ = cause
+    return err
+
+
+def test_how_a_child_ended_in_the_entitys_words() -> None:
+    assert outcome_of(ended(CancelledError())) == "aborted"
+    assert outcome_of(ended(TerminatedError("by hand"))) == "terminated"
+    abort = OperationAborted("aborted by carol: maintenance")
+    assert outcome_of(ended(abort)) == "aborted by carol: maintenance"  # an operator's abort: no failure
+    failure = ApplicationError("DPU d0 in Error", type="DPUFailed")
+    assert outcome_of(ended(failure)) == "failed: DPUFailed: DPU d0 in Error"
+
+
+def test_a_failed_operation_reports_the_generation_it_reached() -> None:
+    reached = ApplicationError("BMC refused", {"boot_generation": 4}, type="BMCRebootFailed")
+    assert generation_reported(ended(reached)) == 4
+    assert generation_reported(ended(ApplicationError("x", {"other": 1}))) is None
+    assert generation_reported(ended(TerminatedError("by hand"))) is None
 
 
 # -- what is recorded and shown ---------------------------------------------------------------------

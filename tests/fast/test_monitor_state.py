@@ -153,8 +153,13 @@ def test_resets_at_rest_are_found_since_the_state_before_and_recorded_bounded() 
     assert since == T0 + timedelta(minutes=1)
     restarted = "restarted (agentLastStartupTime t1 -> t2) in Ready"
     assert [(r.dpu_id, r.change) for r in resets] == [("d0", restarted)]
+    fell, _ = state.observe(seen(("d0", "Node Effect"), started="t2"), T0)  # flow 5: the pool's
+    assert fell == []
+    restarting, _ = state.observe(seen(("d0", "Node Effect"), started="t3"), T0)  # not at rest
+    assert restarting == []
+    state.observe(seen(("d0", "Ready"), started="t3"), T0)
     again, _ = state.observe(seen(("d0", "Ready"), started=""), T0 + timedelta(minutes=3))
-    assert again == [] and state.last_started["d0"] == "t2"  # no start time: the last known kept
+    assert again == [] and state.last_started["d0"] == "t3"  # no start time: the last known kept
     for _ in range(UNPLANNED_KEPT + 2):
         lines = state.record_unplanned(resets)
     assert len(state.unplanned) == UNPLANNED_KEPT and state.unplanned_total == UNPLANNED_KEPT + 2
