@@ -34,6 +34,8 @@ def test_a_node_is_gone_with_its_dpus_a_dpu_list_when_each_named_one_is() -> Non
     assert node.gone(dpf(node=False))
     dpus = removal(("d0",))
     assert not dpus.gone(dpf("d0", "d1")) and dpus.gone(dpf("d1"))  # its sibling stays
+    both = removal(("d0", "d1"))
+    assert not both.gone(dpf("d1")) and both.gone(dpf("d2", node=False))  # every named one
 
 
 def test_what_is_left_is_named() -> None:
