@@ -18,7 +18,8 @@ only as an attribute of the workflow class, and mypy types only the attributes a
 
 Adding a request (say a DPU-only reset): its payload model (contracts/models/host.py, into
 `EntityRequestBody`), the child workflow, a row here, the two lines above, the child's input in
-`HostEntityState.child_input`, and the command's options in `metalflow/cli/host_requests.py`.
+`HostEntityState.child_input`, and its command's options and request in
+`metalflow/cli/host_requests.py` (`COMMANDS`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 `metalflow approve HOST`: the requests to a host's entity workflow (`host/<id>`).
 
 One command per operation request of `contracts.host_requests` (its command word, help and
-description are the row's; its options are the request model's, `OPTIONS` below): the request
+description are the row's; its options and the request they make are `COMMANDS` below): the request
 goes to the host's entity, created by the first request for that host, which runs the operation
 as a child workflow and refuses a second one while the first runs. `--wait` follows the operation
 to its end and exits 0 only when it succeeded. A host with an instance waits for `approve`.
@@ -17,13 +17,13 @@ import argparse
 import asyncio
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from temporalio.client import Client
 
 from contracts import names
-from contracts.host_requests import ENTITY_REQUESTS, RESET, of_operation
+from contracts.host_requests import ENTITY_REQUESTS, RESET
 from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     APPROVE_UPDATE,
@@ -79,7 +79,7 @@ def register_operations(commands: Any, common: Common, runner: Runner) -> None:
     for kind in ENTITY_REQUESTS:
         parser = commands.add_parser(kind.command, help=kind.help, description=kind.description)
         common(parser)
-        OPTIONS[kind.operation](parser)
+        COMMANDS[kind.operation].options(parser)
         parser.set_defaults(
             handler=runner(_request), update=kind.update, operation=kind.operation, check_inventory=True
         )
@@ -184,15 +184,55 @@ def _reset_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
 
-OPTIONS: dict[str, Callable[[argparse.ArgumentParser], None]] = {
-    names.PROVISION: _provision_options,
-    names.REPROVISION: _provision_options,
-    names.REBOOT: _reboot_options,
-    names.FIRMWARE: _firmware_options,
-    names.REMOVE: _removal_options,
-    RESET.operation: _reset_options,
+def _operation_request(args: argparse.Namespace) -> EntityRequestBody:
+    changes: dict[str, Any] = {}
+    if getattr(args, "power_down_wait", None) is not None:
+        changes["power_down_wait_seconds"] = args.power_down_wait
+    if getattr(args, "manual_reboot", False):
+        changes["reboot_method"] = RebootMethod.MANUAL
+    return OperationRequest(
+        requested_by=args.by,
+        reason=args.reason,
+        dpu_ids=getattr(args, "dpus", None),
+        force=getattr(args, "force", False),
+        policy=OperationPolicy(**changes) if changes else None,
+    )
+
+
+def _firmware_request(args: argparse.Namespace) -> EntityRequestBody:
+    return FirmwareRequest(
+        requested_by=args.by, target_version=args.version, image_uri=args.image, dpu_ids=args.dpus
+    )
+
+
+def _reset_request(args: argparse.Namespace) -> EntityRequestBody:
+    target = (
+        ResetTarget.HOST if args.host_only else ResetTarget.BOTH if args.both
+        else ResetTarget.ALL_DPUS if args.all_dpus else ResetTarget.DPU
+    )  # fmt: skip
+    if args.full and target in (ResetTarget.HOST, ResetTarget.BOTH):
+        raise HostRequestError("--full applies to --dpu and --all-dpus (--both always resets Arm and NIC)")
+    return ResetRequest(
+        requested_by=args.by, reason=args.reason, target=target, dpu_ids=args.dpus, full=args.full
+    )
+
+
+class Command(NamedTuple):
+    """What a request's command adds to `metalflow host <command>`, and the request its arguments make."""
+
+    options: Callable[[argparse.ArgumentParser], None]
+    request: Callable[[argparse.Namespace], EntityRequestBody]
+
+
+COMMANDS: dict[str, Command] = {
+    names.PROVISION: Command(_provision_options, _operation_request),
+    names.REPROVISION: Command(_provision_options, _operation_request),
+    names.REBOOT: Command(_reboot_options, _operation_request),
+    names.FIRMWARE: Command(_firmware_options, _firmware_request),
+    names.REMOVE: Command(_removal_options, _operation_request),
+    RESET.operation: Command(_reset_options, _reset_request),
 }
-"""Each operation request's options, by operation (tests/fast/test_host_requests.py: one each)."""
+"""Each operation request's command, by operation (tests/fast/test_host_requests.py: one each)."""
 
 
 def reason_option(parser: argparse.ArgumentParser, text: str) -> None:
@@ -277,40 +317,8 @@ def _entity(args: argparse.Namespace) -> HostWorkflowInput:
     return HostWorkflowInput(host_id=args.host)
 
 
-def _operation_request(args: argparse.Namespace) -> EntityRequestBody:
-    model = of_operation(args.operation).request
-    if model is ResetRequest:
-        target = (
-            ResetTarget.HOST if args.host_only else ResetTarget.BOTH if args.both
-            else ResetTarget.ALL_DPUS if args.all_dpus else ResetTarget.DPU
-        )  # fmt: skip
-        if args.full and target in (ResetTarget.HOST, ResetTarget.BOTH):
-            raise HostRequestError(
-                "--full applies to --dpu and --all-dpus (--both always resets Arm and NIC)"
-            )
-        return ResetRequest(
-            requested_by=args.by, reason=args.reason, target=target, dpu_ids=args.dpus, full=args.full
-        )
-    if model is FirmwareRequest:
-        return FirmwareRequest(
-            requested_by=args.by, target_version=args.version, image_uri=args.image, dpu_ids=args.dpus
-        )
-    changes: dict[str, Any] = {}
-    if getattr(args, "power_down_wait", None) is not None:
-        changes["power_down_wait_seconds"] = args.power_down_wait
-    if getattr(args, "manual_reboot", False):
-        changes["reboot_method"] = RebootMethod.MANUAL
-    return OperationRequest(
-        requested_by=args.by,
-        reason=args.reason,
-        dpu_ids=getattr(args, "dpus", None),
-        force=getattr(args, "force", False),
-        policy=OperationPolicy(**changes) if changes else None,
-    )
-
-
 async def _request(client: Client, args: argparse.Namespace) -> int:
-    request = _operation_request(args)
+    request = COMMANDS[args.operation].request(args)
     await require_worker(client, args.task_queue)
     accepted = await send_update(
         client, _entity(args), args.update, request, OperationAccepted, args.task_queue

@@ -29,7 +29,7 @@ from contracts.models.host import (
     ResetTarget,
 )
 from metalflow.cli import build_parser
-from metalflow.cli.host_requests import OPTIONS
+from metalflow.cli.host_requests import COMMANDS
 from metalflow.hosts import ENTITY_UPDATES
 from workflows.host.state import HostEntityState
 from workflows.host.workflow import HostWorkflow
@@ -94,7 +94,7 @@ def test_the_child_is_a_declared_workflow_taking_the_input_the_entity_builds(
 
 @ROWS
 def test_the_command_sends_the_rows_update(kind: EntityRequest[Any]) -> None:
-    assert kind.operation in OPTIONS
+    assert kind.operation in COMMANDS
     required = {"firmware": ["--version", "1.2", "--image", "https://x/f.bfb"], "reset": ["--host"]}
     args = build_parser("host").parse_args(["host", kind.command, "h1", *required.get(kind.command, [])])
     assert (args.update, args.operation, args.check_inventory) == (kind.update, kind.operation, True)
