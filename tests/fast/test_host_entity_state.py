@@ -367,6 +367,13 @@ def test_the_carried_state_is_serialized_as_its_contract_and_read_back_with_no_w
 # -- the safety rules, over any sequence of requests, approvals and assignments ----------------------
 
 
+EXAMPLES: dict[type, Any] = {  # a request of each payload model the rows name
+    OperationRequest: OperationRequest(requested_by="a"),
+    FirmwareRequest: FirmwareRequest(requested_by="a", target_version="1", image_uri="https://x/f"),
+    ResetRequest: ResetRequest(requested_by="a", target=ResetTarget.HOST),
+}
+
+
 class EntityRules(RuleBasedStateMachine):
     """The entity's handlers as they call the state; invariants checked after every step."""
 
@@ -380,21 +387,18 @@ class EntityRules(RuleBasedStateMachine):
     @rule(kind=st.sampled_from(ENTITY_REQUESTS), skip_assigned=st.booleans())
     def request(self, kind: Any, skip_assigned: bool) -> None:
         before = self.state.current
-        model = {FIRMWARE: FirmwareRequest, RESET: ResetRequest}.get(kind, OperationRequest)
-        fields: dict[str, Any] = {"requested_by": "a", "refuse_if_assigned": skip_assigned}
-        if model is FirmwareRequest:
-            fields |= {"target_version": "1", "image_uri": "https://x/f"}
-        if model is ResetRequest:
-            fields["target"] = ResetTarget.HOST
+        assert kind.request in EXAMPLES, f"add an example {kind.request.__name__} to EXAMPLES"
+        request = EXAMPLES[kind.request].model_copy(update={"refuse_if_assigned": skip_assigned})
         try:
-            current = asked(self.state, kind, model(**fields), self.now)
+            current = asked(self.state, kind, request, self.now)
         except (HostBusy, InstanceConflict):
             assert self.state.current is before  # a refusal changes nothing
             return
         assert before is None, "a second operation was accepted"
         assert not (skip_assigned and self.state.instance is not None), "an assigned host was not skipped"
-        if current.approved and self.state.instance is not None:  # started at once on an assigned host:
-            # only inside the window an approval for this very instance opened
+        if kind.approval and current.approved and self.state.instance is not None:
+            # A disruptive request started at once on an assigned host: only inside the window an
+            # approval for this very instance opened.
             assert (current.record.approved_by or "").startswith("auto-approval window"), current.record
             assert self.approved_for == self.state.instance
 

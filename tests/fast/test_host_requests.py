@@ -36,8 +36,10 @@ from workflows.host.workflow import HostWorkflow
 
 NOW = datetime(2026, 11, 27, tzinfo=UTC)
 ROWS = pytest.mark.parametrize("kind", ENTITY_REQUESTS, ids=lambda kind: kind.update)
+REQUIRED = {"firmware": ["--version", "1.2", "--image", "https://x/f.bfb"], "reset": ["--host"]}
+"""The options a command requires (the others have defaults)."""
 OTHER_UPDATES = {APPROVE_UPDATE, WITHDRAW_UPDATE, ASSIGN_INSTANCE_UPDATE, RELEASE_INSTANCE_UPDATE}
-SAMPLE: dict[type, Any] = {
+EXAMPLES: dict[type, Any] = {  # a request of each payload model the rows name
     OperationRequest: OperationRequest(requested_by="a"),
     FirmwareRequest: FirmwareRequest(requested_by="a", target_version="1", image_uri="https://x/f"),
     ResetRequest: ResetRequest(requested_by="a", target=ResetTarget.HOST),
@@ -88,13 +90,14 @@ def test_the_child_is_a_declared_workflow_taking_the_input_the_entity_builds(
     }
     run = workflow._Definition.must_from_class(declared[kind.child]).run_fn
     state = HostEntityState.of(HostWorkflowInput(host_id="h1"))
-    current = state.record_request(kind, SAMPLE[kind.request], NOW)
+    assert kind.request in EXAMPLES, f"add an example {kind.request.__name__} to EXAMPLES"
+    current = state.record_request(kind, EXAMPLES[kind.request], NOW)
     assert type(state.child_input(current)) is typing.get_type_hints(run)["request"]
 
 
 @ROWS
 def test_the_command_sends_the_rows_update(kind: EntityRequest[Any]) -> None:
     assert kind.operation in COMMANDS
-    required = {"firmware": ["--version", "1.2", "--image", "https://x/f.bfb"], "reset": ["--host"]}
-    args = build_parser("host").parse_args(["host", kind.command, "h1", *required.get(kind.command, [])])
+    args = build_parser("host").parse_args(["host", kind.command, "h1", *REQUIRED.get(kind.command, [])])
     assert (args.update, args.operation, args.check_inventory) == (kind.update, kind.operation, True)
+    assert isinstance(COMMANDS[kind.operation].request(args), kind.request)
