@@ -82,6 +82,7 @@ from temporalio.common import WorkflowIDReusePolicy  # noqa: E402
 from contracts import names  # noqa: E402
 from contracts.models.dpf import DPF_NAMESPACE  # noqa: E402
 from contracts.models.host import (  # noqa: E402
+    REQUEST_REBOOT_UPDATE,
     HostWorkflowInput,
     OperationAccepted,
     OperationPolicy,  # noqa: E402
@@ -91,7 +92,7 @@ from metalflow.devstack.process import ManagedProcess  # noqa: E402
 from metalflow.devstack.sim import SiteOptions  # noqa: E402
 from metalflow.devstack.stack import DevStack, DevStackConfig  # noqa: E402
 from metalflow.devstack.temporal import has_poller  # noqa: E402
-from metalflow.hosts import REQUEST_REBOOT_UPDATE, send_update  # noqa: E402
+from metalflow.hosts import send_update  # noqa: E402
 from metalflow.runtime.ports import free_port  # noqa: E402
 
 # Zero device delays: no wait between Off and On; the other limits generous (a loaded machine

@@ -10,6 +10,8 @@ here, so the entity's start options, its refusals and its status read the same e
 - `update`: an update of a running entity only (`EntityMissing` when none runs).
 - `status`: the entity's `status` query, None when the host has no entity.
 - `running`: whether the entity runs (a describe, served by the server alone).
+- `ensure`: start the entity unless it runs, saying whether it did (`start_unless_running`, which
+  the monitor's start uses too).
 
 Why in `contracts`: callers on every floor above it (activities, the CLI) need the same client,
 and the floors forbid activities to import the applications; the client adds no I/O of its own
@@ -20,7 +22,7 @@ Cost per call: one RPC (an update-with-start, an update, a query or a describe).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any, TypeVar, cast
 
@@ -33,7 +35,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
@@ -108,10 +110,9 @@ class HostEntityClient:
 
     async def ensure(self, entity: HostWorkflowInput) -> bool:
         """Start the host's entity unless it runs; True when this call started it."""
-        handle = await self.client.start_workflow(
-            workflow_api.HostWorkflow.run, entity, **entity_options(entity, self.task_queue)
+        return await start_unless_running(
+            self.client, workflow_api.HostWorkflow.run, entity, **entity_options(entity, self.task_queue)
         )
-        return was_started(handle)
 
     async def ask(
         self,
@@ -174,14 +175,23 @@ class HostEntityClient:
         return described.status == WorkflowExecutionStatus.RUNNING
 
 
-def was_started(handle: WorkflowHandle[Any, Any]) -> bool:
-    """Whether a start with id conflict policy USE_EXISTING started a run or attached to one.
+async def start_unless_running(
+    client: Client, run: Callable[[Any, ArgT], Awaitable[Any]], arg: ArgT, **options: Any
+) -> bool:
+    """Start a workflow unless a run of its id is open; True when this call started it.
 
-    The server says so in its start response (`started`); the SDK keeps that response on the
-    handle without a public accessor, so an SDK without it reads as "started".
+    One start request with id conflict policy FAIL, which the server refuses while a run of the
+    id is open (`WorkflowAlreadyStartedError`: False) and otherwise starts (a closed run's id is
+    reused). Why not USE_EXISTING, which attaches to the open run instead: its answer says
+    whether it started one only in a response the SDK keeps private on the handle.
     """
-    response = getattr(handle, "_start_workflow_response", None)
-    return bool(getattr(response, "started", True))
+    try:
+        await client.start_workflow(
+            run, arg, **{**options, "id_conflict_policy": WorkflowIDConflictPolicy.FAIL}
+        )
+    except WorkflowAlreadyStartedError:
+        return False
+    return True
 
 
 def _refused(err: WorkflowUpdateFailedError) -> EntityRefused:

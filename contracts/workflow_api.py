@@ -26,6 +26,7 @@ from typing import NoReturn
 
 from temporalio import workflow
 
+from contracts.host_requests import FIRMWARE, PROVISION, REBOOT, REMOVAL, REPROVISION, RESET, declared
 from contracts.models.bmc_lease import (
     BMC_LEASE_ACQUIRE_SIGNAL,
     BMC_LEASE_ACQUIRE_UPDATE,
@@ -93,16 +94,9 @@ from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
-    REQUEST_FIRMWARE_UPDATE,
-    REQUEST_PROVISION_UPDATE,
-    REQUEST_REBOOT_UPDATE,
-    REQUEST_REMOVAL_UPDATE,
-    REQUEST_REPROVISION_UPDATE,
-    REQUEST_RESET_UPDATE,
     WITHDRAW_UPDATE,
     AssignInstanceRequest,
     FirmwareInput,
-    FirmwareRequest,
     FirmwareResult,
     HostMonitorInput,
     HostMonitorResult,
@@ -116,9 +110,6 @@ from contracts.models.host import (
     HostResetResult,
     HostStatus,
     HostWorkflowInput,
-    OperationAccepted,
-    OperationRequest,
-    ResetRequest,
     WithdrawRequest,
 )
 
@@ -135,29 +126,13 @@ class HostWorkflow:
     async def run(self, start: HostWorkflowInput) -> None:
         _declared_only("HostWorkflow.run")
 
-    @workflow.update(name=REQUEST_PROVISION_UPDATE)
-    async def request_provision(self, request: OperationRequest) -> OperationAccepted:
-        _declared_only("HostWorkflow.request_provision")
-
-    @workflow.update(name=REQUEST_REPROVISION_UPDATE)
-    async def request_reprovision(self, request: OperationRequest) -> OperationAccepted:
-        _declared_only("HostWorkflow.request_reprovision")
-
-    @workflow.update(name=REQUEST_REBOOT_UPDATE)
-    async def request_reboot(self, request: OperationRequest) -> OperationAccepted:
-        _declared_only("HostWorkflow.request_reboot")
-
-    @workflow.update(name=REQUEST_FIRMWARE_UPDATE)
-    async def request_firmware_update(self, request: FirmwareRequest) -> OperationAccepted:
-        _declared_only("HostWorkflow.request_firmware_update")
-
-    @workflow.update(name=REQUEST_REMOVAL_UPDATE)
-    async def request_removal(self, request: OperationRequest) -> OperationAccepted:
-        _declared_only("HostWorkflow.request_removal")
-
-    @workflow.update(name=REQUEST_RESET_UPDATE)
-    async def request_reset(self, request: ResetRequest) -> OperationAccepted:
-        _declared_only("HostWorkflow.request_reset")
+    # The operation requests, one per row of `contracts.host_requests` (its update, payload, answer).
+    request_provision = declared(PROVISION)
+    request_reprovision = declared(REPROVISION)
+    request_reboot = declared(REBOOT)
+    request_firmware_update = declared(FIRMWARE)
+    request_removal = declared(REMOVAL)
+    request_reset = declared(RESET)
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, request: OperatorRequest) -> OperatorAnswer:

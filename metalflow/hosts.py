@@ -37,17 +37,12 @@ from temporalio.workflow import UpdateMethodMultiParam
 
 from contracts import host_entity, names, workflow_api
 from contracts.host_entity import EntityRefused, HostEntityClient
+from contracts.host_requests import ENTITY_REQUESTS
 from contracts.models.control import STATUS_QUERY
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
-    REQUEST_FIRMWARE_UPDATE,
-    REQUEST_PROVISION_UPDATE,
-    REQUEST_REBOOT_UPDATE,
-    REQUEST_REMOVAL_UPDATE,
-    REQUEST_REPROVISION_UPDATE,
-    REQUEST_RESET_UPDATE,
     WITHDRAW_UPDATE,
     HostStatus,
     HostWorkflowInput,
@@ -77,18 +72,15 @@ class HostRequestError(Exception):
 
 
 ENTITY_UPDATES: dict[str, UpdateMethodMultiParam[Any, Any]] = {
-    REQUEST_PROVISION_UPDATE: workflow_api.HostWorkflow.request_provision,
-    REQUEST_REPROVISION_UPDATE: workflow_api.HostWorkflow.request_reprovision,
-    REQUEST_REBOOT_UPDATE: workflow_api.HostWorkflow.request_reboot,
-    REQUEST_FIRMWARE_UPDATE: workflow_api.HostWorkflow.request_firmware_update,
-    REQUEST_REMOVAL_UPDATE: workflow_api.HostWorkflow.request_removal,
-    REQUEST_RESET_UPDATE: workflow_api.HostWorkflow.request_reset,
+    **{kind.update: getattr(workflow_api.HostWorkflow, kind.update) for kind in ENTITY_REQUESTS},
     APPROVE_UPDATE: workflow_api.HostWorkflow.approve,
     WITHDRAW_UPDATE: workflow_api.HostWorkflow.withdraw,
     ASSIGN_INSTANCE_UPDATE: workflow_api.HostWorkflow.assign_instance,
     RELEASE_INSTANCE_UPDATE: workflow_api.HostWorkflow.release_instance,
 }
-"""The entity's updates by name (what the CLI's subcommands send)."""
+"""The entity's updates by name (what the CLI's subcommands send): every operation request of
+`contracts.host_requests` (declared on `workflow_api.HostWorkflow` under its update's name), and
+the others."""
 
 
 def entity_start(
@@ -101,7 +93,7 @@ def entity_start(
 async def ensure_entity(
     client: Client, entity: HostWorkflowInput, task_queue: str = names.TASK_QUEUE
 ) -> bool:
-    """Start the host's entity unless it runs (USE_EXISTING attaches to a running one).
+    """Start the host's entity unless it runs (never a second run).
 
     Returns:
         True when this call started it, False when it was running already.

@@ -10,7 +10,7 @@ other metalflow workflow runs at), inherited by its activities and by every run 
 new. Why: a monitor's work is background, an operation's is not. 10,000 monitors started at
 once leave 10,000 first workflow tasks, joins (1 describe + 3 lists each) and pool label writes
 in the one task queue; at one worker's pace that backlog lasts many minutes, and a reboot asked
-meanwhile waited behind all of it (bench/README.md: 18 minutes). The matching service keeps a
+meanwhile waited behind all of it (bench/README.md, 10,000 monitors). The matching service keeps a
 sub-queue per priority and serves a lower key first, so an operation's tasks pass the backlog;
 when nothing is backlogged the key changes nothing. Cost: none per host (a field of the start
 request; no queue, worker, poller or history event more). The other side: while operations
@@ -37,15 +37,14 @@ from temporalio.common import (
     QueryRejectCondition,
     SearchAttributePair,
     TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, priorities, workflow_api
-from contracts.host_entity import was_started
+from contracts.host_entity import start_unless_running
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
-from contracts.models.host import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
+from contracts.models.monitor import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
 from metalflow.hosts import QUERY_TIMEOUT, HostRequestError
 
 LOOK_POLL_SECONDS = 0.2
@@ -63,17 +62,17 @@ def describe_policy(policy: MonitorPolicy) -> str:
 async def start_monitor(
     client: Client, request: HostMonitorInput, task_queue: str = names.TASK_QUEUE
 ) -> bool:
-    """Start the host's monitor unless one runs (USE_EXISTING attaches to it: never a second one).
+    """Start the host's monitor unless one runs (never a second one).
 
     Returns:
         True when this call started it, False when one was running already.
     """
-    handle = await client.start_workflow(
+    return await start_unless_running(
+        client,
         workflow_api.HostMonitorWorkflow.run,
         request,
         id=names.monitor_workflow_id(request.host_id),
         task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         priority=MONITOR_PRIORITY,
         search_attributes=TypedSearchAttributes(
             [
@@ -85,7 +84,6 @@ async def start_monitor(
         static_summary=f"monitor of host {request.host_id}: out of the pool while a DPU's services are "
         f"down; {describe_policy(request.policy)} (started by {request.requested_by})",
     )
-    return was_started(handle)
 
 
 async def monitor_status(client: Client, host_id: str) -> HostMonitorStatus:

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from contracts import names
+    from contracts.host_entity import HostEntityClient
     from contracts.models.control import OperatorAnswer, OperatorRequest
     from contracts.models.host import (
         APPROVE_UPDATE,
@@ -366,3 +367,17 @@ async def test_the_entity_continues_as_new_when_idle_and_keeps_its_state(client:
     assert [r.operation for r in status.recent] == ["provision", "reboot", "reboot", "reboot", "reboot"]
     assert status.phase == "idle"
     assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_ensure_says_whether_this_call_started_the_entity(client: Client, worker: str) -> None:
+    """`host monitor` says "started its entity" only when it did: the start's answer, read through
+    the SDK's public API (a refused second start), not a private field of the handle."""
+    host = _host()
+    entities = HostEntityClient(client, worker)
+    assert await entities.ensure(HostWorkflowInput(host_id=host)) is True
+    assert await entities.ensure(HostWorkflowInput(host_id=host)) is False  # it runs: nothing started
+    handle = client.get_workflow_handle(names.host_workflow_id(host))
+    first_run = (await handle.describe()).run_id
+    await handle.terminate("test: an entity ended by hand")
+    assert await entities.ensure(HostWorkflowInput(host_id=host)) is True  # a closed entity's id is reused
+    assert (await handle.describe()).run_id != first_run

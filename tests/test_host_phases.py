@@ -112,19 +112,18 @@ def test_every_phase_an_operation_enters_is_known() -> None:
 
 
 def test_the_entity_phases_are_the_entitys() -> None:
-    from workflows.host import rules as host_rules
+    from contracts.host_requests import ENTITY_REQUESTS
+    from workflows.host.state import AWAITING_APPROVAL, IDLE
 
-    source = (ROOT / "workflows" / "host" / "rules.py").read_text()
-    assert 'return f"running {current.record.operation}"' in source  # one per operation
-    assert {host_rules.IDLE, host_rules.AWAITING_APPROVAL} | {
+    source = (ROOT / "workflows" / "host" / "state.py").read_text()
+    assert 'return f"running {self.current.record.operation}"' in source  # one per operation
+    assert {IDLE, AWAITING_APPROVAL} | {
         phase for phase in ENTITY_PHASES if phase.startswith("running ")
     } == ENTITY_PHASES
-    entity = (ROOT / "workflows" / "host" / "workflow.py").read_text()
-    for phase in ENTITY_PHASES - {host_rules.IDLE, host_rules.AWAITING_APPROVAL}:
+    started = {kind.operation for kind in ENTITY_REQUESTS}  # each row's handler starts its operation
+    for phase in ENTITY_PHASES - {IDLE, AWAITING_APPROVAL}:
         operation = phase.removeprefix("running ")
-        assert f"return await self._request(names.{operation.upper()}, request)" in entity, (
-            f"the entity starts no {operation}"
-        )
+        assert operation in started, f"the entity starts no {operation}"
 
 
 def test_every_phase_in_the_recorded_histories_is_known() -> None:

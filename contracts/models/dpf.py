@@ -276,6 +276,16 @@ class HostDPFState(_Frozen):
         return self.model_copy(update={"sequence": 0, "as_of": None})
 
 
+class DPUProgress(_Frozen):
+    """One DPU's DPF phase as a workflow last saw it, and since when (an operation's and the
+    monitor's `status`)."""
+
+    dpu_id: str
+    phase: str  # DPF's phase, as last seen ("" before DPF set one)
+    since: datetime  # when it entered that phase, as the workflow saw it
+    error_reprovisions: int = 0
+
+
 # -- site set-up ----------------------------------------------------------------------------------
 
 

@@ -28,11 +28,32 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Final
+from typing import Final, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.models.control import OperatorRequest
+from contracts.models.dpf import DPUProgress
+from contracts.models.monitor import (
+    IN_POOL,
+    OUT_OF_POOL,
+    POOL_LABEL,
+    POOL_REASON_ANNOTATION,
+    DegradedDPU,
+    HostMonitorInput,
+    HostMonitorResult,
+    HostMonitorStatus,
+    MonitorMemory,
+    MonitorPolicy,
+    OwnerOperationInput,
+    OwnerOperationResult,
+    OwnerReprovisionInput,
+    OwnerReprovisionResult,
+    PoolChange,
+    PoolStateResult,
+    SetPoolStateInput,
+    UnplannedReset,
+)
 from contracts.validation import (
     ApprovalTimeout,
     ApprovalWindow,
@@ -42,12 +63,34 @@ from contracts.validation import (
     InstanceId,
     PowerDownWait,
     Reason,
-    ReprovisionAfter,
     Requester,
     Retries,
     StepTimeout,
 )
-from contracts.wording import iso_z
+
+# The pool's and the monitor's models live in contracts/models/monitor.py, `DPUProgress` in
+# contracts/models/dpf.py; callers that name them from here still may (only these are listed).
+__all__ = [
+    "DPUProgress",
+    "IN_POOL",
+    "OUT_OF_POOL",
+    "POOL_LABEL",
+    "POOL_REASON_ANNOTATION",
+    "DegradedDPU",
+    "HostMonitorInput",
+    "HostMonitorResult",
+    "HostMonitorStatus",
+    "MonitorMemory",
+    "MonitorPolicy",
+    "OwnerOperationInput",
+    "OwnerOperationResult",
+    "OwnerReprovisionInput",
+    "OwnerReprovisionResult",
+    "PoolChange",
+    "PoolStateResult",
+    "SetPoolStateInput",
+    "UnplannedReset",
+]
 
 # -- message names (the Temporal UI and CLI show and send these) -----------------------------------
 HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
@@ -136,13 +179,6 @@ class HostOperationInput(_Frozen):
     reason: str = ""
     boot_generation: int = Field(default=0, ge=0)  # reboots of this host so far (the entity's count)
     policy: OperationPolicy = OperationPolicy()
-
-
-class DPUProgress(_Frozen):
-    dpu_id: str
-    phase: str  # DPF's phase, as last seen ("" before DPF set one)
-    since: datetime  # when it entered that phase, as the workflow saw it
-    error_reprovisions: int = 0
 
 
 class HostOperationStatus(_Frozen):
@@ -234,20 +270,6 @@ class FirmwareResult(_Frozen):
 
 
 # -- the host entity -------------------------------------------------------------------------------
-
-
-class HostWorkflowInput(_Frozen):
-    host_id: HostId
-    site: str = "default"
-    instance: str | None = None
-    boot_generation: int = Field(default=0, ge=0)
-    auto_approval_window_seconds: ApprovalWindow = 0.0  # 0: every approval is explicit
-    policy: OperationPolicy = OperationPolicy()
-    # Carried over continue-as-new (the entity only continues-as-new while idle):
-    recent: tuple[OperationRecord, ...] = ()
-    auto_approved_until: datetime | None = None  # an approval's window, for `instance` only
-    phase_since: datetime | None = None  # when the entity entered its phase (search attribute PhaseSince)
-    max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
 
 
 class AssignInstanceRequest(_Frozen):
@@ -364,6 +386,50 @@ class HostStatus(_Frozen):
     auto_approved_until: datetime | None = None  # disruptive requests start at once until then
 
 
+class OperationEnd(_Frozen):
+    """What the entity reads of an operation's result, whichever its workflow: the boot generation
+    it reached (None: a result without one, e.g. a removal's)."""
+
+    boot_generation: int | None = None
+
+
+EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest
+"""The payload of an operation request (`contracts.host_requests`: each row names its model)."""
+
+
+class PendingOperation(BaseModel):
+    """The entity's one operation, running or awaiting approval (its child's handle is the run's)."""
+
+    record: OperationRecord
+    request: EntityRequestBody
+    approved: bool = False  # no approval needed, or given: starting or started
+
+
+class HostEntityMemory(BaseModel):
+    """What a host's entity knows: the data of its state (workflows/host/state.py decides on it),
+    carried whole by continue-as-new (`HostWorkflowInput.state`). Mutable: the run updates it."""
+
+    instance: str | None = None
+    boot_generation: int = Field(default=0, ge=0)  # reboots of this host so far
+    recent: list[OperationRecord] = Field(default_factory=list)  # ended operations, newest last, bounded
+    auto_approved_until: datetime | None = None  # an approval's window, for `instance` only
+    shown_phase: str | None = None  # the Phase last shown (None: none yet)
+    phase_since: datetime | None = None  # since when (search attribute PhaseSince)
+    current: PendingOperation | None = None  # None while idle (the only time it continues as new)
+    versions_due: str | None = None  # after what the host's versions are to be read next
+
+
+class HostWorkflowInput(_Frozen):
+    host_id: HostId
+    site: str = "default"
+    instance: str | None = None  # a new entity's (a continued run's is in `state`)
+    boot_generation: int = Field(default=0, ge=0)  # a new entity's (a continued run's is in `state`)
+    auto_approval_window_seconds: ApprovalWindow = 0.0  # 0: every approval is explicit
+    policy: OperationPolicy = OperationPolicy()
+    max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
+    state: HostEntityMemory | None = None  # None: a new entity; else the previous run's, carried over
+
+
 # -- firmware: the per-DPU view (query `firmware_status`) -------------------------------------------
 
 
@@ -382,163 +448,6 @@ class FirmwareStatus(_Frozen):
     phase: str
     dpus: tuple[DPUFirmwareProgress, ...] = ()
     power_cycle_started: bool = False
-
-
-# -- pool state (flow 5) ---------------------------------------------------------------------------
-
-POOL_LABEL: Final = "metalflow.io/pool"
-"""Label on the host's DPUNode, `in-pool` or `out-of-pool`: `kubectl get dpunode -l metalflow.io/pool`."""
-POOL_REASON_ANNOTATION: Final = "metalflow.io/pool-reason"
-IN_POOL: Final = "in-pool"
-OUT_OF_POOL: Final = "out-of-pool"
-
-
-class SetPoolStateInput(_Frozen):
-    host_id: str = Field(min_length=1)
-    namespace: str = "dpf-operator-system"
-    state: str = Field(pattern=r"^(in-pool|out-of-pool)$")
-    reason: str = ""
-
-
-class PoolStateResult(_Frozen):
-    node: str  # the DPUNode
-    exists: bool  # False: no DPUNode (nothing to label)
-    previous: str | None = None  # the label before (None: never set)
-    state: str | None = None  # the label now
-    changed: bool = False
-
-
-class OwnerReprovisionInput(_Frozen):
-    """What the monitor asks of the host's owner (`host/<id>`, update `request_reprovision`)."""
-
-    host_id: str = Field(min_length=1)
-    dpu_ids: tuple[str, ...]
-    requested_by: str = Field(min_length=1)
-    reason: str = ""
-
-
-class OwnerReprovisionResult(_Frozen):
-    outcome: str  # "accepted", "awaiting-approval", "refused", "no-owner"
-    workflow_id: str | None = None
-    message: str = ""
-
-
-class OwnerOperationInput(_Frozen):
-    """What the monitor asks of the host's owner before it calls a reset unplanned."""
-
-    host_id: str = Field(min_length=1)
-    since: datetime  # an operation running now, or ended at or after this, is metalflow's
-    dpu_ids: tuple[str, ...] = ()  # the DPUs seen reset (shown in the UI; the answer is per host)
-
-
-class OwnerOperationResult(_Frozen):
-    """The entity's operation running, or ended since `since`; None: none (or no entity runs)."""
-
-    workflow_id: str | None = None
-    message: str = ""
-
-
-# -- the monitor (flow 5) --------------------------------------------------------------------------
-
-
-class MonitorPolicy(_Frozen):
-    reprovision_after_seconds: ReprovisionAfter = 1800.0  # a DPU in Node Effect this long
-    auto_reprovision: bool = True  # False: only take the host out of the pool
-    # DPF changes handled before continue-as-new (the read that starts a run is not one)
-    events_per_run: int = Field(default=500, ge=1)
-    # The final look after an abort: how long its read and label write may retry (a Kubernetes
-    # outage) before the monitor stops anyway, saying the label was left as last written.
-    kube_call_timeout_seconds: StepTimeout = 900.0
-
-
-class DegradedDPU(_Frozen):
-    """A DPU that fell from `Ready` to `Node Effect` (its critical services are down)."""
-
-    dpu_id: str
-    uid: str  # the DPU object; another uid is a recreated (reprovisioned) DPU
-    since: datetime
-    reprovision_asked_at: datetime | None = None
-    reprovision_outcome: str | None = None  # the owner's answer, e.g. "accepted: reprovision/host-h1"
-
-
-class PoolChange(_Frozen):
-    at: datetime
-    state: str
-    reason: str
-
-
-class UnplannedReset(_Frozen):
-    """A reset of a DPU at rest that no operation of metalflow explains (the monitor's record)."""
-
-    at: datetime  # when the monitor saw it
-    dpu_id: str
-    change: str  # `dpf_barrier.unplanned_change`, with the agent's start time, e.g. "restarted (...)"
-
-    def line(self) -> str:
-        """One line for the memo and the CLI, e.g. "2026-01-01T00:00:00Z: DPU d0 restarted ..."."""
-        return f"{iso_z(self.at)}: DPU {self.dpu_id} {self.change} (not by metalflow)"
-
-
-class MonitorMemory(_Frozen):
-    """What a monitor carries across continue-as-new."""
-
-    pool_state: str = IN_POOL
-    last_phases: dict[str, str] = Field(default_factory=dict)  # dpu_id -> phase last seen
-    last_uids: dict[str, str] = Field(default_factory=dict)  # dpu_id -> uid last seen
-    since: dict[str, datetime] = Field(default_factory=dict)  # dpu_id -> when it entered that phase
-    degraded: tuple[DegradedDPU, ...] = ()
-    history: tuple[PoolChange, ...] = ()  # newest last, bounded
-    events_seen: int = 0  # over all runs
-    runs: int = 1  # this run's number (continue-as-new increments it)
-    reprovisions_requested: int = 0
-    requests: tuple[str, ...] = ()  # the owner's answers to the monitor's requests, newest last, bounded
-    started_at: datetime | None = None
-    # An `abort` accepted while the previous run was handing over: the next run stops at once.
-    stop: OperatorRequest | None = None
-    last_started: dict[str, str] = Field(default_factory=dict)  # dpu_id -> agentLastStartupTime last seen
-    unplanned: tuple[UnplannedReset, ...] = ()  # newest last, bounded
-    unplanned_total: int = 0  # over all runs
-    looked_at: datetime | None = None  # when the last DPF state was handled
-
-
-class HostMonitorInput(_Frozen):
-    host_id: HostId  # the same rule as the CLI's: a workflow started by hand is checked too
-    namespace: str = "dpf-operator-system"
-    site: str = "default"
-    requested_by: str = "metalflow"
-    policy: MonitorPolicy = MonitorPolicy()
-    memory: MonitorMemory | None = None  # None on the first run
-
-
-class HostMonitorStatus(_Frozen):
-    """The `status` query of a `HostMonitorWorkflow`."""
-
-    host_id: str
-    pool_state: str
-    phase: str
-    waiting_for: str
-    dpus: tuple[DPUProgress, ...] = ()
-    degraded: tuple[DegradedDPU, ...] = ()
-    history: tuple[PoolChange, ...] = ()
-    events_seen: int = 0
-    runs: int = 1
-    reprovisions_requested: int = 0
-    requests: tuple[str, ...] = ()  # e.g. "mon-003-dpu-1: accepted: reprovision/host-mon-003"
-    started_at: datetime
-    unplanned_resets: tuple[UnplannedReset, ...] = ()  # newest last, bounded (the memo's too)
-    unplanned_total: int = 0  # recorded over all runs
-
-
-class HostMonitorResult(_Frozen):
-    """Returned when the monitor is stopped (`abort` update)."""
-
-    host_id: str
-    pool_state: str  # as the world says when it stopped (as last written when the final look failed)
-    events_seen: int
-    runs: int
-    stopped_by: str
-    finished_at: datetime
-    final_look_failed: str | None = None  # why the label could not be confirmed (a Kubernetes outage)
 
 
 # -- removal (flows 7-10) --------------------------------------------------------------------------

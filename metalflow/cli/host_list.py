@@ -6,12 +6,10 @@ workflows whose parent is an entity (the operations in flight, their `Phase` and
 joined on the parent's id. Each listing pages 1,000 workflows a request, so 10,000 hosts cost
 about 10 + (operations in flight / 1,000) requests; nothing reaches a worker, so it answers even
 with every worker down. Cost: 1 request per 1,000 rows; on the client about 0.04 ms of CPU a
-row (decoding five attributes, joining, sorting). Measured on the dev server (SQLite visibility,
-a shared 2-core machine, `bench/bench_host_list.py`, bench/README.md): 10,000 hosts with 1,000
-operations in 4.3-8.8 s (load average 3 to 6), of which the server's own CPU is ~6 s (about
-0.6 ms a listed row, whatever the page size: it caps pages at 1,000) and this process's 0.4 s;
-a Temporal with advanced visibility answers without that floor. On a terminal, the rows read so
-far are counted on stderr while the pages arrive.
+row (decoding five attributes, joining, sorting). Most of the time is the server's listing, per
+row listed (`bench/bench_host_list.py`; figures in bench/README.md); a Temporal with advanced
+visibility answers without the dev server's floor. On a terminal, the rows read so far are
+counted on stderr while the pages arrive.
 `--phase` keeps hosts whose entity phase (`idle`, `running reprovision`,
 `awaiting-approval`, ...) or operation phase (`rebooting-host`, ...) is P, filtered by the server
 (see `fleet`): the cost follows the hosts that match and the operations in flight. P must be one
@@ -163,7 +161,7 @@ class _Listing:
         of every row through the data converter; `host list` reads five attributes (`_attribute`).
         The next page is asked for as soon as a page's token arrives, before that page is
         converted, so the client's work on a page overlaps the server's on the next (the server's
-        is most of it: about 0.6 ms of its CPU a row on the dev server, see bench/README.md)."""
+        is most of it, see bench/README.md)."""
         found: list[T] = []
         pending = asyncio.ensure_future(self._page(query, b""))
         try:

@@ -18,11 +18,11 @@ from temporalio.client import Client
 
 from contracts import names
 from contracts.models.control import OperatorRequest
-from contracts.models.host import (
+from contracts.models.host import HostWorkflowInput
+from contracts.models.monitor import (
     OUT_OF_POOL,
     HostMonitorInput,
     HostMonitorStatus,
-    HostWorkflowInput,
     MonitorPolicy,
 )
 from contracts.validation import Reason, ReprovisionAfter, arg_type

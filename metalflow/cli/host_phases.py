@@ -1,9 +1,9 @@
 """Every phase `metalflow host list --phase P` can match: a host entity's, and its operations'.
 
 The workflows own these words (the `Phase` search attribute they upsert through
-`workflows.kernel.enter_phase`): the entity (`workflows/host/rules.py`), provision and reprovision
-(`host_operation.py`), firmware (`firmware.py`), removal (`removal.py`) and
-`host reboot` (`host_reboot.py`). They are listed here so that `--phase` refuses a word no host
+`workflows.kernel.enter_phase`): the entity (`workflows/host/state.py`), provision and reprovision
+(`workflows/host_operation/`), firmware (`firmware/`), removal (`removal/`) and `host reboot`
+(`host_reboot/`). They are listed here so that `--phase` refuses a word no host
 can be in before it connects, naming the words it takes, instead of listing nothing.
 `tests/test_host_phases.py` holds this list to the workflows: every phase their code enters and
 every phase their recorded histories show must be here, and every word here must be entered

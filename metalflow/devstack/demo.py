@@ -25,14 +25,13 @@ import yaml
 from temporalio.client import Client
 
 from contracts import names
+from contracts.host_requests import PROVISION, REPROVISION, EntityRequest
 from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.dpf import PROVISIONING_GROUP
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
-    REQUEST_PROVISION_UPDATE,
-    REQUEST_REPROVISION_UPDATE,
     AssignInstanceRequest,
     HostWorkflowInput,
     OperationAccepted,
@@ -147,12 +146,12 @@ async def run_demo(
     to_provision = [host for host in hosts if host.host_id not in present]
     ok = True
     if to_provision:
-        ok = await requests.round(names.PROVISION, REQUEST_PROVISION_UPDATE, to_provision)
+        ok = await requests.round(PROVISION, to_provision)
     if ok and hosts:
         # The approval rule: a host with an instance is never reprovisioned without approval.
         answer = await requests.instance(hosts[0].host_id, ASSIGN_INSTANCE_UPDATE)
         say(f"demo: {hosts[0].host_id}: {answer} (its reprovision must now be approved)")
-        ok = await requests.round(names.REPROVISION, REQUEST_REPROVISION_UPDATE, hosts)
+        ok = await requests.round(REPROVISION, hosts)
         await requests.instance(hosts[0].host_id, RELEASE_INSTANCE_UPDATE)
     if ok:
         ok = await run_rollout_demo(client, config, say, task_queue)
@@ -196,18 +195,23 @@ class _Requests:
     def say(self, text: str) -> None:
         self.progress.note(text)
 
-    async def round(self, operation: str, update: str, hosts: list[DemoHost]) -> bool:
-        self.say(f"demo: {operation} {plural(len(hosts), 'host')} at once")
-        results = await asyncio.gather(*(self._one(operation, update, host) for host in hosts))
+    async def round(self, kind: EntityRequest[OperationRequest], hosts: list[DemoHost]) -> bool:
+        self.say(f"demo: {kind.operation} {plural(len(hosts), 'host')} at once")
+        results = await asyncio.gather(*(self._one(kind, host) for host in hosts))
         return all(results)
 
-    async def _one(self, operation: str, update: str, host: DemoHost) -> bool:
-        key = f"demo: {operation} {host.host_id}"
+    async def _one(self, kind: EntityRequest[OperationRequest], host: DemoHost) -> bool:
+        key = f"demo: {kind.operation} {host.host_id}"
         prefix = f"{key}: "
         request = OperationRequest(requested_by=self.operator, reason=DEMO_REASON, policy=DEMO_POLICY)
         try:
             accepted = await send_update(
-                self.client, self._entity(host.host_id), update, request, OperationAccepted, self.task_queue
+                self.client,
+                self._entity(host.host_id),
+                kind.update,
+                request,
+                OperationAccepted,
+                self.task_queue,
             )
             self.say(f"{prefix}{accepted.message}")
             if accepted.awaiting_approval:

@@ -8,43 +8,47 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
    once inside the auto-approval window that an earlier approval opened for that instance).
 3. `assign_instance` is refused while an operation runs or awaits approval, naming it.
 
-Validators answer at once, without writing history; handlers check again under one
-`asyncio.Lock`, because two updates delivered in the same workflow task are both validated
-before either handler runs. Both apply the same rules (`workflows/host/rules.py`).
+The rules are the entity's state's (`state.py`, `HostEntityState`): validators answer at once,
+without writing history; handlers ask again under one `asyncio.Lock`, because two updates
+delivered in the same workflow task are both validated before either handler runs. The
+operation requests are declared once, in `contracts.host_requests`: each row's handler here is
+one line (`requested`).
 
-Each operation runs as a child workflow started by its declaration (`contracts.workflow_api`),
-with the business-key id (`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...). Children are
-ABANDONed on parent close: the entity continues-as-new only while idle, so this never cuts a
-running operation; if the entity is terminated or reset by hand, a power cycle half done keeps
-going, and the child's id still locks the host (a new entity's request for it is refused). A
-reboot (`host reboot`) is the exception: it is cancelled with the entity (REQUEST_CANCEL), and a
-cancelled reboot powers the host back on at once instead of waiting out its power-down wait, so
-a terminated entity never leaves a reboot behind holding the host's BMC. A campaign that asked
-for an operation is told how it ended (`host_finished`).
+Each operation runs as a child workflow of the row's type, with the business-key id
+(`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...). Children are ABANDONed on parent close:
+the entity continues-as-new only while idle, so this never cuts a running operation; if the
+entity is terminated or reset by hand, a power cycle half done keeps going, and the child's id
+still locks the host (a new entity's request for it is refused). A reboot (`host reboot`) is the
+exception: it is cancelled with the entity (REQUEST_CANCEL), and a cancelled reboot powers the
+host back on at once instead of waiting out its power-down wait, so a terminated entity never
+leaves a reboot behind holding the host's BMC. A campaign that asked for an operation is told
+how it ended (`host_finished`).
 
 After each operation ends (and when a new entity starts with no operation), the entity reads
 the host's versions once (`read_host_versions_brief`, in the background: requests are served and
 an operation followed meanwhile; one read at a time) and shows them: BFB, flavor, DPU firmware,
 DPU BMC firmware per DPU and the host BMC's firmware, each against the site's target, in its
 memo entry `versions` (the entity's page in the Temporal UI), and every BFB its DPUs run in the
-`BfbVersion` search attribute (`workflows/host/versions.py`). A read that fails shows
-`unknown (why)`; it never fails the entity or the operation. Its cost per read: one DPU list,
-and per DPU BMC and the host BMC one session and its FirmwareInventory
-(`activities/versions.py`); 3 activity events, a workflow task (3), the memo upsert and, when the
-BFBs changed, the search-attribute upsert: about 8 events.
+`BfbVersion` search attribute (`versions.py`). A read that fails shows `unknown (why)`; it never
+fails the entity or the operation. Its cost per read: one DPU list, and per DPU BMC and the host
+BMC one session and its FirmwareInventory (`activities/versions.py`); 3 activity events, a
+workflow task (3), the memo upsert and, when the BFBs changed, the search-attribute upsert:
+about 8 events.
 
 Worst-case history: about 26 events per operation (the update, the child's start and end, one
 `Instance`/`PhaseSince` upsert per phase change, the versions read after it) plus 5 per other
 update; the entity continues-as-new when idle past `max_history_events` (default 10,000) or when
 Temporal suggests it (after its versions read, if one runs; the memo and search attributes carry
-over), so a run never nears the limit. No watches; at most `RECENT_LIMIT` records.
+over), carrying its state whole (`HostWorkflowInput.state`), so a run never nears the limit. No
+watches; at most `RECENT_LIMIT` records.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
@@ -56,44 +60,43 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import activity_api, names, workflow_api
+    from contracts import activity_api, names
     from contracts.errors import HostBusy
+    from contracts.host_requests import (
+        FIRMWARE,
+        PROVISION,
+        REBOOT,
+        REMOVAL,
+        REPROVISION,
+        RESET,
+        EntityRequest,
+        of_operation,
+    )
     from contracts.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
     from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
         RELEASE_INSTANCE_UPDATE,
-        REQUEST_FIRMWARE_UPDATE,
-        REQUEST_PROVISION_UPDATE,
-        REQUEST_REBOOT_UPDATE,
-        REQUEST_REMOVAL_UPDATE,
-        REQUEST_REPROVISION_UPDATE,
-        REQUEST_RESET_UPDATE,
-        RESET_OPERATION,
         WITHDRAW_UPDATE,
         AssignInstanceRequest,
-        FirmwareInput,
-        FirmwareRequest,
-        HostOperationInput,
+        EntityRequestBody,
         HostRebootInput,
-        HostRemovalInput,
-        HostResetInput,
         HostStatus,
         HostWorkflowInput,
         OperationAccepted,
-        OperationRecord,
-        OperationRequest,
-        ResetRequest,
+        OperationEnd,
+        PendingOperation,
         WithdrawRequest,
     )
     from contracts.models.inventory import HostVersionsBrief, ReadVersionsInput
-    from contracts.wording import iso_z
     from workflows import kernel
-    from workflows.host import rules
     from workflows.host import versions as host_versions
-    from workflows.host.rules import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, CurrentOperation
+    from workflows.host.outcome import generation_reported, outcome_of
+    from workflows.host.state import HostEntityState
     from workflows.parts.reboot_rounds import start_next_reboot
+
+RequestT = TypeVar("RequestT", bound=EntityRequestBody)
 
 VERSIONS_READ_SECONDS = 300.0
 """A versions read gives up after this (its retries included) and shows `unknown`."""
@@ -110,6 +113,24 @@ VERSIONS_READ: workflow.ActivityConfig = {
 }
 
 
+def requested(
+    kind: EntityRequest[RequestT],
+) -> workflow.UpdateMethodMultiParam[[HostWorkflow, RequestT], Awaitable[OperationAccepted]]:
+    """The entity's update for one operation request (a row of `contracts.host_requests`): its
+    validator refuses by the entity's rules, its handler records the request, then starts the
+    operation or holds it for approval (`HostWorkflow._request`)."""
+
+    async def handle(self: HostWorkflow, request: RequestT) -> OperationAccepted:
+        return await self._request(kind, request)
+
+    def validate(self: HostWorkflow, request: RequestT) -> None:
+        self.state.refuse_request(kind, request)
+
+    update = workflow.update(name=kind.update)(kind.typed(handle, OperationAccepted))
+    update.validator(kind.typed(validate, None))
+    return update
+
+
 @workflow.defn(name="HostWorkflow")
 class HostWorkflow(kernel.Runbook):
     """The entity of one host: instance, boot generation, the one operation, recent outcomes."""
@@ -118,17 +139,13 @@ class HostWorkflow(kernel.Runbook):
     def __init__(self, start: HostWorkflowInput) -> None:
         super().__init__()
         self._input = start
-        self._instance = start.instance
-        self._boot_generation = start.boot_generation
-        self._recent: list[OperationRecord] = list(start.recent)
-        self._auto_approved_until = start.auto_approved_until
-        self._phase_since = start.phase_since  # carried across continue-as-new (always idle then)
-        self._shown_phase: str | None = IDLE if start.phase_since is not None else None
-        self._current: CurrentOperation | None = None
-        self._logged: tuple[str, str] | None = None  # last logged, not a command: replay-safe
+        self.state = HostEntityState.of(start)
+        # This run's own (runtime, not carried): the one lock of the handlers, the current
+        # operation's child, whether the versions task is reading, and what this run logged.
         self._lock = asyncio.Lock()
-        self._versions_due: str | None = None  # after what the versions are to be read next
+        self._child: workflow.ChildWorkflowHandle[Any, Any] | None = None
         self._reading_versions = False
+        self._logged: tuple[str, str] | None = None  # not a command: replay-safe
 
     @workflow.run
     async def run(self, start: HostWorkflowInput) -> None:
@@ -141,15 +158,15 @@ class HostWorkflow(kernel.Runbook):
             ]
         )
         self._show_phase()
-        if start.phase_since is None and self._current is None:  # a new entity, no operation asked yet
-            self._versions_due = "the entity started"
+        if start.state is None and self.state.current is None:  # a new entity, no operation asked yet
+            self.state.versions_due = "the entity started"
         self._versions_task = asyncio.create_task(self._show_versions())  # for the whole run
         while True:
-            await workflow.wait_condition(lambda: self._current is not None or self._history_is_long())
-            current = self._current
+            await workflow.wait_condition(lambda: self.state.current is not None or self._history_is_long())
+            current = self.state.current
             if current is not None:
-                if current.child is not None:
-                    await self._follow(current, current.child)
+                if self._child is not None:
+                    await self._follow(current, self._child)
                 elif not current.approved:
                     await self._await_approval(current)
                 else:  # approved, its child being started by the handler: no approval timer
@@ -159,86 +176,23 @@ class HostWorkflow(kernel.Runbook):
             # midway and no versions read is due or running (a run never ends with an activity
             # pending); a handler that got in meanwhile may have started an operation: follow it first.
             await workflow.wait_condition(self._may_continue_as_new)
-            if self._current is None:
+            if self.state.current is None:
                 break
-        workflow.continue_as_new(
-            start.model_copy(
-                update={
-                    "instance": self._instance,
-                    "boot_generation": self._boot_generation,
-                    "recent": tuple(self._recent),
-                    "auto_approved_until": self._auto_approved_until,
-                    "phase_since": self._phase_since,
-                }
-            )
-        )
+        workflow.continue_as_new(start.model_copy(update={"state": self.state}))
 
-    # -- requests -------------------------------------------------------------------------------
-
-    @workflow.update(name=REQUEST_PROVISION_UPDATE)
-    async def request_provision(self, request: OperationRequest) -> OperationAccepted:
-        """Provision the host's DPUs (all, or `dpu_ids`)."""
-        return await self._request(names.PROVISION, request)
-
-    @request_provision.validator
-    def _validate_provision(self, request: OperationRequest) -> None:
-        self._refuse_request(names.PROVISION, request)
-
-    @workflow.update(name=REQUEST_REPROVISION_UPDATE)
-    async def request_reprovision(self, request: OperationRequest) -> OperationAccepted:
-        """Reprovision the host's DPUs (all, or `dpu_ids`)."""
-        return await self._request(names.REPROVISION, request)
-
-    @request_reprovision.validator
-    def _validate_reprovision(self, request: OperationRequest) -> None:
-        self._refuse_request(names.REPROVISION, request)
-
-    @workflow.update(name=REQUEST_REBOOT_UPDATE)
-    async def request_reboot(self, request: OperationRequest) -> OperationAccepted:
-        """Reboot the host once (the next boot generation)."""
-        return await self._request(names.REBOOT, request)
-
-    @request_reboot.validator
-    def _validate_reboot(self, request: OperationRequest) -> None:
-        self._refuse_request(names.REBOOT, request)
-
-    @workflow.update(name=REQUEST_FIRMWARE_UPDATE)
-    async def request_firmware_update(self, request: FirmwareRequest) -> OperationAccepted:
-        """Stage and activate DPU firmware."""
-        return await self._request(names.FIRMWARE, request)
-
-    @request_firmware_update.validator
-    def _validate_firmware(self, request: FirmwareRequest) -> None:
-        self._refuse_request(names.FIRMWARE, request)
-
-    @workflow.update(name=REQUEST_REMOVAL_UPDATE)
-    async def request_removal(self, request: OperationRequest) -> OperationAccepted:
-        """Remove the host's DPUs (or `dpu_ids`) from DPF; `force` removes finalizers too."""
-        return await self._request(names.REMOVE, request)
-
-    @request_removal.validator
-    def _validate_removal(self, request: OperationRequest) -> None:
-        self._refuse_request(names.REMOVE, request)
-
-    @workflow.update(name=REQUEST_RESET_UPDATE)
-    async def request_reset(self, request: ResetRequest) -> OperationAccepted:
-        """One reset sequence: DPUs (Arm, or Arm and NIC), the host, or both (workflows/host_reset/)."""
-        return await self._request(RESET_OPERATION, request)
-
-    @request_reset.validator
-    def _validate_reset(self, request: ResetRequest) -> None:
-        self._refuse_request(RESET_OPERATION, request)
+    # -- requests: one line per row of `contracts.host_requests` ----------------------------------
+    request_provision = requested(PROVISION)
+    request_reprovision = requested(REPROVISION)
+    request_reboot = requested(REBOOT)
+    request_firmware_update = requested(FIRMWARE)
+    request_removal = requested(REMOVAL)
+    request_reset = requested(RESET)
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, request: OperatorRequest) -> OperatorAnswer:
         """Start the operation that awaits approval; opens the auto-approval window, if any."""
         async with self._lock:
-            current = rules.refuse_approval(self._current)
-            current.approved = True
-            if self._input.auto_approval_window_seconds > 0:
-                window = timedelta(seconds=self._input.auto_approval_window_seconds)
-                self._auto_approved_until = workflow.now() + window
-            current.record = current.record.model_copy(update={"approved_by": request.requested_by})
+            current = self.state.approve(request.requested_by, workflow.now())
             await self._start(current)
             return OperatorAnswer(
                 accepted=True,
@@ -247,14 +201,14 @@ class HostWorkflow(kernel.Runbook):
 
     @approve.validator
     def _validate_approve(self, request: OperatorRequest) -> None:
-        rules.refuse_approval(self._current)
+        self.state.awaiting_approval()
 
     @workflow.update(name=WITHDRAW_UPDATE)
     async def withdraw(self, request: WithdrawRequest) -> OperatorAnswer:
         """Drop the request awaiting approval (`workflow_id`) without starting it; its campaign is
         told. A campaign aborted with `cancel_running` sends it, so no approval is left pending."""
         async with self._lock:
-            current = rules.awaiting(self._input.host_id, self._current, request)
+            current = self.state.to_withdraw(request)
             why = f": {request.reason}" if request.reason else ""
             outcome = f"withdrawn by {request.requested_by}{why}"
             self._finish(current, outcome)  # the approval wait sees it and ends
@@ -264,7 +218,7 @@ class HostWorkflow(kernel.Runbook):
 
     @withdraw.validator
     def _validate_withdraw(self, request: WithdrawRequest) -> None:
-        rules.awaiting(self._input.host_id, self._current, request)
+        self.state.to_withdraw(request)
 
     # -- the instance ---------------------------------------------------------------------------
 
@@ -272,98 +226,65 @@ class HostWorkflow(kernel.Runbook):
     async def assign_instance(self, request: AssignInstanceRequest) -> OperatorAnswer:
         """Give the host to an instance; refused while an operation runs or awaits approval."""
         async with self._lock:
-            rules.refuse_assignment(self._input.host_id, self._instance, self._current, request)
-            if self._instance == request.instance:
+            self.state.refuse_assignment(request)
+            if not self.state.assign(request.instance):
                 return OperatorAnswer(accepted=True, message=f"already assigned to {request.instance}")
-            self._instance = request.instance
-            self._auto_approved_until = None  # an approval covered the previous instance only
             self._show_phase()
             return OperatorAnswer(accepted=True, message=f"assigned to {request.instance}")
 
     @assign_instance.validator
     def _validate_assign(self, request: AssignInstanceRequest) -> None:
-        rules.refuse_assignment(self._input.host_id, self._instance, self._current, request)
+        self.state.refuse_assignment(request)
 
     @workflow.update(name=RELEASE_INSTANCE_UPDATE)
     async def release_instance(self, request: AssignInstanceRequest) -> OperatorAnswer:
         """Take the instance off the host (the named instance only)."""
         async with self._lock:
-            rules.refuse_release(self._input.host_id, self._instance, request)
-            self._instance = None
-            self._auto_approved_until = None
+            self.state.refuse_release(request)
+            self.state.release()
             self._show_phase()
             return OperatorAnswer(accepted=True, message=f"released {request.instance}")
 
     @release_instance.validator
     def _validate_release(self, request: AssignInstanceRequest) -> None:
-        rules.refuse_release(self._input.host_id, self._instance, request)
+        self.state.refuse_release(request)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostStatus:
         """The host as the entity sees it."""
-        return HostStatus(
-            host_id=self._input.host_id,
-            instance=self._instance,
-            boot_generation=self._boot_generation,
-            current=self._current.record if self._current else None,
-            recent=tuple(self._recent),
-            phase=rules.phase_of(self._current),
-            site=self._input.site,
-            auto_approved_until=self._auto_approved_until,
-        )
+        return self.state.status()
 
     # -- a request, recorded, then started or awaiting approval ---------------------------------
 
-    def _refuse_request(
-        self, operation: str, request: OperationRequest | FirmwareRequest | ResetRequest
-    ) -> None:
-        rules.refuse_if_busy(self._input.host_id, self._current, operation)
-        rules.refuse_if_assigned(self._input.host_id, self._instance, request)
-
-    async def _request(
-        self, operation: str, request: OperationRequest | FirmwareRequest | ResetRequest
-    ) -> OperationAccepted:
+    async def _request(self, kind: EntityRequest[Any], request: EntityRequestBody) -> OperationAccepted:
         async with self._lock:
-            self._refuse_request(
-                operation, request
+            self.state.refuse_request(
+                kind, request
             )  # again: the validator may have run before another handler
-            record = OperationRecord(
-                operation=operation,
-                workflow_id=rules.child_id(operation, self._input.host_id, self._boot_generation),
-                requested_by=request.requested_by,
-                outcome=AWAITING_APPROVAL,
-                requested_at=workflow.now(),
-                reason=getattr(request, "reason", ""),
-                request_id=request.request_id,
-            )
-            current = CurrentOperation(record=record, request=request)
-            self._current = current
-            if rules.needs_approval(self._instance, self._auto_approved_until, workflow.now()):
+            current = self.state.record_request(kind, request, workflow.now())
+            if self.state.needs_approval(kind, workflow.now()):
                 self._show_phase()
+                host, instance = self.state.host_id, self.state.instance
                 return OperationAccepted(
-                    workflow_id=record.workflow_id,
+                    workflow_id=current.record.workflow_id,
                     awaiting_approval=True,
-                    message=f"{operation} of {self._input.host_id} awaits approval: the host is assigned "
-                    f"to instance {self._instance} (approve with: metalflow approve {self._input.host_id})",
+                    message=f"{kind.operation} of {host} awaits approval: the host is assigned "
+                    f"to instance {instance} (approve with: metalflow approve {host})",
                 )
-            current.approved = True
-            if self._instance is not None:
-                current.record = record.model_copy(
-                    update={"approved_by": f"auto-approval window until {iso_z(self._auto_approved_until)}"}
-                )
+            self.state.approve_at_once(current)
             await self._start(current)
             started = current.record.workflow_id  # a reboot's generation is known once started
-            return OperationAccepted(workflow_id=started, message=f"started {operation} as {started}")
+            return OperationAccepted(workflow_id=started, message=f"started {kind.operation} as {started}")
 
     # -- each operation as a child workflow -----------------------------------------------------
 
-    async def _start(self, current: CurrentOperation) -> None:
+    async def _start(self, current: PendingOperation) -> None:
         """Start the child of `current` (a reboot: the next boot generation no reboot used)."""
-        current.record = current.record.model_copy(update={"outcome": "starting"})
-        record = current.record
+        self.state.starting(current)
+        record, host = current.record, self.state.host_id
         attributes = TypedSearchAttributes(
             [
-                SearchAttributePair(names.HOST_ID, self._input.host_id),
+                SearchAttributePair(names.HOST_ID, host),
                 SearchAttributePair(names.OPERATION, record.operation),
                 SearchAttributePair(names.SITE, self._input.site),
             ]
@@ -373,113 +294,94 @@ class HostWorkflow(kernel.Runbook):
                 else []
             )
         )
-        summary = f"{record.operation} of host {self._input.host_id}, requested by {record.requested_by}"
-        child_input = rules.child_input(self._input, record.operation, current.request, self._boot_generation)
+        summary = f"{record.operation} of host {host}, requested by {record.requested_by}"
+        child_input = self.state.child_input(current)
         if isinstance(child_input, HostRebootInput):
             # A failed operation may have spent generations this entity never heard of; reusing
             # one would start a second run under a reboot's id.
-            current.child, _ = await start_next_reboot(
+            self._child, _ = await start_next_reboot(
                 child_input,
                 summary=summary.replace("{", "{{").replace("}", "}}"),  # the helper formats it
                 parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
                 search_attributes=attributes,
             )
-            current.record = record.model_copy(
-                update={"workflow_id": current.child.id, "outcome": "running", "started_at": workflow.now()}
-            )
+            self.state.started(current, workflow.now(), workflow_id=self._child.id)
             self._show_phase()
             return
         try:
-            current.child = await self._start_child(child_input, record.workflow_id, attributes, summary)
+            self._child = await workflow.start_child_workflow(
+                of_operation(record.operation).child,
+                child_input,
+                id=record.workflow_id,
+                result_type=OperationEnd,  # of any operation's result, what the entity reads
+                parent_close_policy=workflow.ParentClosePolicy.ABANDON,
+                search_attributes=attributes,
+                static_summary=summary,
+            )
         except WorkflowAlreadyStartedError:
-            self._current = None
+            self.state.drop()
             self._show_phase()
             raise HostBusy(
-                f"host {self._input.host_id} is busy: workflow {record.workflow_id} already runs "
+                f"host {host} is busy: workflow {record.workflow_id} already runs "
                 f"(started outside this entity); {record.operation} refused"
             ) from None
-        current.record = record.model_copy(update={"outcome": "running", "started_at": workflow.now()})
+        self.state.started(current, workflow.now())
         self._show_phase()
 
-    async def _start_child(
-        self,
-        child_input: FirmwareInput | HostRemovalInput | HostOperationInput | HostResetInput,
-        workflow_id: str,
-        attributes: TypedSearchAttributes,
-        summary: str,
-    ) -> workflow.ChildWorkflowHandle[Any, Any]:
-        options: dict[str, Any] = {
-            "id": workflow_id,
-            "parent_close_policy": workflow.ParentClosePolicy.ABANDON,
-            "search_attributes": attributes,
-            "static_summary": summary,
-        }
-        if isinstance(child_input, FirmwareInput):
-            return await workflow.start_child_workflow(
-                workflow_api.FirmwareWorkflow.run, child_input, **options
-            )
-        if isinstance(child_input, HostRemovalInput):
-            return await workflow.start_child_workflow(
-                workflow_api.HostRemovalWorkflow.run, child_input, **options
-            )
-        if isinstance(child_input, HostResetInput):
-            return await workflow.start_child_workflow(
-                workflow_api.HostResetWorkflow.run, child_input, **options
-            )
-        return await workflow.start_child_workflow(
-            workflow_api.HostOperationWorkflow.run, child_input, **options
-        )
-
-    async def _await_start(self, current: CurrentOperation) -> None:
+    async def _await_start(self, current: PendingOperation) -> None:
         """An approved operation whose child the handler is starting: until it started (or was
         refused). No timer: an approval timer here was started and cancelled on every request."""
-        await workflow.wait_condition(lambda: self._current is not current or current.child is not None)
+        await workflow.wait_condition(lambda: self.state.current is not current or self._child is not None)
 
-    async def _await_approval(self, current: CurrentOperation) -> None:
-        requested_at = current.record.requested_at or workflow.now()
+    async def _await_approval(self, current: PendingOperation) -> None:
         timeout = timedelta(seconds=self._input.policy.approval_timeout_seconds)
-        remaining = requested_at + timeout - workflow.now()
         try:
             await workflow.wait_condition(
-                lambda: self._current is not current or current.child is not None,
-                timeout=max(remaining, timedelta(seconds=1)),
+                lambda: self.state.current is not current or self._child is not None,
+                timeout=self.state.approval_wait(current, workflow.now()),
                 timeout_summary=f"approval of {current.record.operation}: expires unless approved",
             )
         except TimeoutError:
             async with self._lock:
-                if self._current is not current or current.approved:
+                if self.state.current is not current or current.approved:
                     return
                 self._finish(current, f"expired: not approved within {timeout}")
             await self._notify_campaign(current, f"expired: not approved within {timeout}")
 
-    async def _follow(self, current: CurrentOperation, child: workflow.ChildWorkflowHandle[Any, Any]) -> None:
+    async def _follow(self, current: PendingOperation, child: workflow.ChildWorkflowHandle[Any, Any]) -> None:
         try:
             result = await child
         except ChildWorkflowError as err:
-            self._reached(rules.generation_reported(err))  # a failed operation's reboots count too
-            self._finish(current, rules.outcome_of(err))
+            self.state.reached(generation_reported(err))  # a failed operation's reboots count too
+            self._finish(current, outcome_of(err))
             # A failed operation may have changed versions too: read them as after any other.
-            self._versions_due = f"{current.record.workflow_id} {rules.outcome_of(err)}"
-            await self._notify_campaign(current, rules.outcome_of(err))
+            self.state.versions_due = f"{current.record.workflow_id} {outcome_of(err)}"
+            await self._notify_campaign(current, outcome_of(err))
             return
-        self._reached(getattr(result, "boot_generation", None))
+        self.state.reached(result.boot_generation)
         self._finish(current, "completed")
-        self._versions_due = f"{current.record.workflow_id} completed"
+        self.state.versions_due = f"{current.record.workflow_id} completed"
         await self._notify_campaign(current, "completed")
 
-    async def _notify_campaign(self, current: CurrentOperation, outcome: str) -> None:
+    async def _notify_campaign(self, current: PendingOperation, outcome: str) -> None:
         """Tell the campaign that asked for this operation how it ended (`host_finished`); a
         campaign that is gone (aborted, terminated) is not an error: its sweep, or nobody, cares."""
         target = current.request.campaign_workflow_id
         if not target:
             return
         finished = HostFinished(
-            host_id=self._input.host_id, workflow_id=current.record.workflow_id, outcome=outcome
+            host_id=self.state.host_id, workflow_id=current.record.workflow_id, outcome=outcome
         )
         try:
             await workflow.get_external_workflow_handle(target).signal(HOST_FINISHED_SIGNAL, finished)
         except ApplicationError as err:  # the campaign no longer runs
             workflow.logger.info("campaign %s not told of %s: %s", target, current.record.workflow_id, err)
+
+    def _finish(self, current: PendingOperation, outcome: str) -> None:
+        self.state.finish(current, outcome, workflow.now())
+        self._child = None
+        self._show_phase()
+        workflow.logger.info("%s of %s: %s", current.record.operation, self.state.host_id, outcome)
 
     # -- what the entity knows and shows --------------------------------------------------------
 
@@ -487,8 +389,8 @@ class HostWorkflow(kernel.Runbook):
         """For the whole run: whenever a read is due, read the host's versions once and show them
         (one read at a time; one due meanwhile is read after it)."""
         while True:
-            await workflow.wait_condition(lambda: self._versions_due is not None)
-            after, self._versions_due = self._versions_due or "", None
+            await workflow.wait_condition(lambda: self.state.versions_due is not None)
+            after, self.state.versions_due = self.state.versions_due or "", None
             self._reading_versions = True
             try:
                 await self._read_versions(after)
@@ -497,19 +399,20 @@ class HostWorkflow(kernel.Runbook):
 
     def _may_continue_as_new(self) -> bool:
         """No handler midway, no versions read due or running."""
-        idle = self._versions_due is None and not self._reading_versions
+        idle = self.state.versions_due is None and not self._reading_versions
         return idle and workflow.all_handlers_finished()
 
     async def _read_versions(self, after: str) -> None:
         """One `read_host_versions_brief`, shown in the memo and `BfbVersion`; a failed read shows
         `unknown (why)` and is not raised."""
-        host = self._input.host_id
+        host = self.state.host_id
         brief: HostVersionsBrief | None = None
         try:
-            brief = await workflow.execute_activity(
+            brief = await self.call(
                 activity_api.read_host_versions_brief,
                 ReadVersionsInput(host_id=host),
-                **kernel.options(VERSIONS_READ, f"read the versions of {host} (after {after})"),
+                kernel.options(VERSIONS_READ, f"read the versions of {host} (after {after})"),
+                abortable=False,  # the entity has no abort; a read for show is never cut short
             )
             memo = host_versions.memo_of(brief, after, workflow.now())
         except ActivityError as err:
@@ -518,32 +421,17 @@ class HostWorkflow(kernel.Runbook):
         workflow.upsert_memo({host_versions.MEMO_KEY: memo})
         kernel.upsert_changed([host_versions.bfb_attribute(brief)])
 
-    def _reached(self, generation: object) -> None:
-        if isinstance(generation, int) and generation > self._boot_generation:
-            self._boot_generation = generation
-
-    def _finish(self, current: CurrentOperation, outcome: str) -> None:
-        self._recent.append(
-            current.record.model_copy(update={"outcome": outcome, "finished_at": workflow.now()})
-        )
-        del self._recent[:-RECENT_LIMIT]
-        self._current = None
-        self._show_phase()
-        workflow.logger.info("%s of %s: %s", current.record.operation, self._input.host_id, outcome)
-
     def _show_phase(self) -> None:
         """The Phase and details, and the `Instance` and `PhaseSince` search attributes that
         `host list` reads from visibility."""
-        phase = rules.phase_of(self._current)
-        details = rules.details_of(self._current, self._instance, self._boot_generation, self._recent)
+        phase, details = self.state.phase(), self.state.details()
         # The run's first `_show_phase` can already see an operation that the same activation's
         # update accepted, then shows it again once started: the same line is logged once.
-        if phase != self._shown_phase or self._phase_since is None:
-            self._shown_phase, self._phase_since = phase, workflow.now()
-        held = self._instance
+        since = self.state.show(phase, workflow.now())
+        held = self.state.instance
         assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
         # One upsert of what changed: Phase, Instance and PhaseSince together.
-        also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(self._phase_since)]
+        also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(since)]
         self.enter(phase, details, log=(phase, details) != self._logged, also=also)
         self._logged = (phase, details)
 

@@ -16,22 +16,22 @@ naming what is left.
 Abort (update `abort`) is accepted only before the first delete: a delete cannot be taken back,
 and everything after it is waiting. The result lists every change the run made.
 
+What the run changed and what is left are its state's to say (`state.py`); the runbook here
+calls the activities, waits and shows the phases.
+
 Cost per host and worst-case history: no activity slot while waiting (the site watch signals
 each change); about 45 events plus 4 per DPF change signalled (about 15 more with force),
 however long a finalizer holds an object: the DPUDevice wait polls inside one heartbeating
-activity (a workflow that polled every second for 20 s cost 249 events). `WORST_CASE_EVENTS`
-(150: room for ~25 DPF changes) is held by tests/test_removal.py with a device held for the
-whole wait.
+activity, not one poll per workflow task (bench/README.md). `WORST_CASE_EVENTS` (150: room for
+~25 DPF changes) is held by tests/test_removal.py with a device held for the whole wait.
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 from typing import ClassVar, Final
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -42,21 +42,16 @@ with workflow.unsafe.imports_passed_through():
         DeleteDPUInput,
         DeleteNodeInput,
         DevicesGoneInput,
+        DPUProgress,
         DPURef,
         HostDPFState,
         HostRef,
-        ObjectsResult,
     )
-    from contracts.models.host import (
-        DPUProgress,
-        HostOperationStatus,
-        HostRemovalInput,
-        HostRemovalResult,
-        RemovedObject,
-    )
-    from contracts.models.inventory import HostInventory, HostLookup
+    from contracts.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
+    from contracts.models.inventory import HostLookup
     from workflows import kernel
     from workflows.parts.dpf_watch import DPFWatch
+    from workflows.removal.state import RemovalState
 
 WORST_CASE_EVENTS: Final = 150  # see the module docstring; tests/test_removal.py holds us to it
 
@@ -71,9 +66,6 @@ def devices_wait_options(seconds: float) -> workflow.ActivityConfig:
     }
 
 
-CHANGES: Final = frozenset({"deleted", "updated", "finalizers removed"})
-
-
 @workflow.defn(name="HostRemovalWorkflow")
 class HostRemovalWorkflow(kernel.Abortable):
     """Delete DPUs of a host, or its whole DPUNode, and wait until they are gone."""
@@ -84,23 +76,18 @@ class HostRemovalWorkflow(kernel.Abortable):
     def __init__(self, request: HostRemovalInput) -> None:
         super().__init__()
         self._request = request
-        self._started_at = workflow.now()
+        self.state = RemovalState(request=request, started_at=workflow.now())
         self.details = "the host's inventory"
-        self._actions: list[RemovedObject] = []
         self._watch = DPFWatch()
-        self._deleting = False
-        self._forced = False
 
     @workflow.run
     async def run(self, request: HostRemovalInput) -> HostRemovalResult:
         """Delete, wait until gone, force when asked; see the module docstring."""
-        try:
-            return await self._runbook(request)
-        except (FailureError, asyncio.CancelledError) as err:
-            # The watch is stopped by the runbook; a delete cannot be undone: say what was done.
-            done = [f"{a.kind} {a.name} {a.outcome}" for a in self._actions if a.outcome in CHANGES]
-            await self.end_early(err, f"Changed by this run: {'; '.join(done) or 'nothing'}")
-            raise
+        return await self.to_the_end(lambda: self._runbook(request), self._left_behind)
+
+    async def _left_behind(self, err: BaseException) -> str:
+        # The watch is stopped by the runbook; a delete cannot be undone: say what was done.
+        return f"Changed by this run: {self.state.changed()}"
 
     async def _runbook(self, request: HostRemovalInput) -> HostRemovalResult:
         workflow.upsert_search_attributes(
@@ -118,36 +105,38 @@ class HostRemovalWorkflow(kernel.Abortable):
                 request.force_after_seconds if request.force else request.policy.phase_timeout_seconds
             )
             if not gone and request.force:
-                self._forced = True
+                self.state.forced = True
                 await self._delete(host, force=True)
                 gone = await self._wait_until_gone(request.policy.phase_timeout_seconds)
             if not gone:
                 hint = "" if request.force else "; run it again with force to remove finalizers"
                 raise RemovalTimedOut(
-                    f"removal of {self._what()} of host {request.host_id}: still present after the wait "
-                    f"({self._left()}){hint}"
+                    f"removal of {self.state.what()} of host {request.host_id}: still present after the "
+                    f"wait ({self.state.left(self._watch.state)}){hint}"
                 )
         finally:
             await self._watch.stop()
         await self._confirm_devices_gone(host)
-        self.enter("done", f"{self._what()} removed")
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self.finish("done", f"{self.state.what()} removed")
         return HostRemovalResult(
             host_id=request.host_id,
-            removed=self._removed(host),
-            actions=tuple(a for a in self._actions if a.outcome in CHANGES),
-            forced=self._forced,
-            started_at=self._started_at,
+            removed=self.state.removed(host),
+            actions=self.state.changes(),
+            forced=self.state.forced,
+            started_at=self.state.started_at,
             finished_at=workflow.now(),
         )
 
     # -- steps -------------------------------------------------------------------------------------
+    # No call here is cut short by an abort (`abortable=False`): one taken while the host is
+    # resolved is acted on after it, before any delete, and none is taken once a delete is sent.
     async def _resolve_host(self) -> HostRef:
         self.enter("resolving-inventory", f"inventory of {self._request.host_id}")
-        inventory: HostInventory = await workflow.execute_activity(
+        inventory = await self.call(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
-            **kernel.options(kernel.INVENTORY, f"resolve {self._request.host_id}"),
+            kernel.options(kernel.INVENTORY, f"resolve {self._request.host_id}"),
+            abortable=False,
         )
         workflow.upsert_search_attributes([names.SITE.value_set(inventory.site)])
         unknown = sorted(set(self._request.dpu_ids or ()) - {d.id for d in inventory.dpus})
@@ -157,45 +146,40 @@ class HostRemovalWorkflow(kernel.Abortable):
 
     async def _delete(self, host: HostRef, *, force: bool) -> None:
         verb = "force-deleting" if force else "deleting"
-        self.enter(verb, f"{self._what()} of {host.host_id}")
-        self._deleting = True
+        self.enter(verb, f"{self.state.what()} of {host.host_id}")
+        self.state.deleting = True
         if self._request.dpu_ids is None:
-            result: ObjectsResult = await workflow.execute_activity(
+            result = await self.call(
                 activity_api.delete_dpu_node,
                 DeleteNodeInput(host=host, force=force),
-                **kernel.options(
-                    self._kube_write(),
-                    f"{verb} DPUNode {host.node_name()}",
-                ),
+                kernel.options(self._kube_write(), f"{verb} DPUNode {host.node_name()}"),
+                abortable=False,
             )
-            self._record(result)
+            self.state.record(result)
             return
         for dpu_id in self._request.dpu_ids:
             await self._delete_dpu(host, dpu_id, force=force)
 
-    async def _delete_dpu(self, host: HostRef, dpu_id: str, *, force: bool) -> ObjectsResult:
+    async def _delete_dpu(self, host: HostRef, dpu_id: str, *, force: bool) -> None:
         verb = "force-delete" if force else "delete"
-        result: ObjectsResult = await workflow.execute_activity(
+        result = await self.call(
             activity_api.delete_dpu,
             DeleteDPUInput(
                 dpu=DPURef(host_id=host.host_id, dpu_id=dpu_id, namespace=host.namespace), force=force
             ),
-            **kernel.options(self._kube_write(), f"{verb} DPU {dpu_id}"),
+            kernel.options(self._kube_write(), f"{verb} DPU {dpu_id}"),
+            abortable=False,
         )
-        self._record(result)
-        return result
+        self.state.record(result)
 
     async def _wait_until_gone(self, seconds: float) -> bool:
-        self.enter("waiting-until-gone", f"{self._what()} gone (DPF releases them)")
-        try:
-            await workflow.wait_condition(
-                lambda: self._watch.state is not None and self._gone(self._watch.state),
-                timeout=timedelta(seconds=seconds),
-                timeout_summary=f"deadline: {self._what()} gone from DPF",
-            )
-        except TimeoutError:
-            return False
-        return True
+        self.enter("waiting-until-gone", f"{self.state.what()} gone (DPF releases them)")
+        return await self.wait(
+            lambda: self._watch.state is not None and self.state.gone(self._watch.state),
+            timeout=seconds,
+            timeout_summary=f"deadline: {self.state.what()} gone from DPF",
+            abortable=False,
+        )
 
     async def _confirm_devices_gone(self, host: HostRef) -> None:
         """DPUDevices are not in the watched state: one activity waits for them (polling inside
@@ -207,12 +191,13 @@ class HostRemovalWorkflow(kernel.Abortable):
         refs = tuple(
             DPURef(host_id=host.host_id, dpu_id=d, namespace=host.namespace) for d in self._request.dpu_ids
         )
-        result = await workflow.execute_activity(
+        result = await self.call(
             activity_api.wait_until_dpu_devices_gone,
             DevicesGoneInput(dpus=refs, deadline=workflow.now() + timedelta(seconds=seconds)),
-            **kernel.options(
+            kernel.options(
                 devices_wait_options(seconds), f"wait until the DPUDevices of {host.host_id} are gone"
             ),
+            abortable=False,
         )
         left = [o.name for o in result.objects if o.outcome != "gone"]
         if left:
@@ -220,45 +205,9 @@ class HostRemovalWorkflow(kernel.Abortable):
                 f"DPUDevice {', '.join(left)} of host {host.host_id} still present after {seconds:g} s"
             )
 
-    # -- helpers -----------------------------------------------------------------------------------
     def _kube_write(self) -> workflow.ActivityConfig:
         # Bounded: an API that stays away fails the run, naming the call, instead of a silent retry.
         return kernel.bounded(kernel.KUBE_WRITE, self._request.policy.kube_call_timeout_seconds)
-
-    def _gone(self, state: HostDPFState) -> bool:
-        if self._request.dpu_ids is None:
-            return state.node is None and not state.dpus
-        return all(state.dpu(i) is None for i in self._request.dpu_ids)
-
-    def _left(self) -> str:
-        state = self._watch.state
-        if state is None:
-            return "no DPF state seen"
-        left = [f"DPU {d.name} ({d.phase or 'no phase'})" for d in state.dpus if self._counts(d.dpu_id)]
-        if self._request.dpu_ids is None and state.node is not None:
-            left.insert(0, f"DPUNode {state.node.name}")
-        return ", ".join(left) or "nothing"
-
-    def _counts(self, dpu_id: str | None) -> bool:
-        return self._request.dpu_ids is None or dpu_id in self._request.dpu_ids
-
-    def _what(self) -> str:
-        if self._request.dpu_ids is None:
-            return "the DPUNode"
-        return "DPUs " + ", ".join(self._request.dpu_ids)
-
-    def _removed(self, host: HostRef) -> tuple[str, ...]:
-        if self._request.dpu_ids is None:
-            dpus = sorted({a.name for a in self._actions if a.kind == "DPU"})
-            return (f"DPUNode/{host.node_name()}", *(f"DPU/{n}" for n in dpus))
-        removed: list[str] = []
-        for dpu_id in self._request.dpu_ids:
-            ref = DPURef(host_id=host.host_id, dpu_id=dpu_id, namespace=host.namespace)
-            removed += [f"DPUDevice/{ref.device_name()}", f"DPU/{ref.dpu_name()}"]
-        return tuple(removed)
-
-    def _record(self, result: ObjectsResult) -> None:
-        self._actions += [RemovedObject(kind=o.kind, name=o.name, outcome=o.outcome) for o in result.objects]
 
     # -- messages ----------------------------------------------------------------------------------
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
@@ -271,9 +220,7 @@ class HostRemovalWorkflow(kernel.Abortable):
         return f"removal on {self._request.host_id} aborted; nothing deleted"
 
     def abort_refusal(self) -> str | None:
-        if self._deleting:
-            return "the delete has been sent and cannot be taken back; abort is refused"
-        return None
+        return self.state.abort_refusal()
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostOperationStatus:
@@ -282,10 +229,10 @@ class HostRemovalWorkflow(kernel.Abortable):
             DPUProgress(
                 dpu_id=d.dpu_id,
                 phase=d.phase,
-                since=self._watch.clock.phases.get(d.dpu_id, ("", self._started_at))[1],
+                since=self._watch.clock.phases.get(d.dpu_id, ("", self.state.started_at))[1],
             )
             for d in (self._watch.state.dpus if self._watch.state else ())
-            if d.dpu_id is not None and self._counts(d.dpu_id)
+            if d.dpu_id is not None and self.state.counts(d.dpu_id)
         )
         return HostOperationStatus(
             host_id=self._request.host_id,
@@ -293,5 +240,5 @@ class HostRemovalWorkflow(kernel.Abortable):
             phase=self.phase,
             waiting_for=self.details,
             dpus=dpus,
-            started_at=self._started_at,
+            started_at=self.state.started_at,
         )

@@ -1,0 +1,132 @@
+"""`metalflow host status HOST`: the host as its entity sees it, the operation in flight, its monitor.
+
+A read: nothing is sent, nobody is recorded. The entity's `status` query, the operation's own
+`status` query (a reboot has none: its Phase and current details), the monitor's status when one
+runs, and for an idle host what DPF shows of DPUs an ended operation left waiting. An entity that
+failed or was terminated is said so (exit 1), not shown as the idle host its last state describes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import datetime
+from typing import Any
+
+from temporalio.client import Client
+
+from contracts import names
+from contracts.models.host import HostStatus
+from contracts.models.monitor import HostMonitorStatus
+from contracts.validation import terminal_safe
+from contracts.wording import iso_z
+from metalflow.cli import host_monitor
+from metalflow.cli.inventory_check import idle_dpu_warnings
+from metalflow.cli.workflow_commands import CommandError, ended_badly
+from metalflow.hosts import (
+    HostRequestError,
+    Seen,
+    describe_operation,
+    host_status,
+    operation_progress,
+    operation_status,
+)
+from metalflow.monitors import running_monitor_status
+
+EXIT_OK = 0
+
+
+def _say(message: str) -> None:
+    print(terminal_safe(message), flush=True)
+
+
+async def show_status(client: Client, args: argparse.Namespace) -> int:
+    # Status is the truth: an entity that failed or was terminated is said so (exit 1), not
+    # shown as the idle host its last state would describe.
+    try:
+        ended = await ended_badly(client, names.host_workflow_id(args.host), "host entity")
+    except CommandError:
+        ended = None  # no entity at all: `host_status` says so, naming the host
+    if ended is not None:
+        raise HostRequestError(f"{ended}; its next request starts a new entity")
+    status = await host_status(client, args.host)
+    operation, seen = None, None
+    if status.current is not None and status.current.outcome == "running":
+        operation = await operation_status(client, status.current.workflow_id)
+        if operation is None:  # a reboot has no status query: its Phase and details say where it is
+            seen = await operation_progress(client, status.current.workflow_id, args.host)
+    monitor = await running_monitor_status(client, args.host)
+    # An idle entity says nothing of DPUs an ended operation left waiting (an abort before the
+    # power cycle leaves DPF waiting for a reboot): DPF is asked, and what needs a person is said.
+    idle = status.current is None or status.current.outcome != "running"
+    warnings = await idle_dpu_warnings(args.host) if idle else []
+    if args.json:
+        shown = {
+            "host": status.model_dump(mode="json"),
+            "operation": operation
+            if seen is None
+            else {"phase": seen.phase, "waiting_for": seen.waiting_for, "details": seen.details},
+            "monitor": None if monitor is None else monitor.model_dump(mode="json"),
+            "warnings": warnings,
+        }
+        print(json.dumps(shown, indent=2))
+        return EXIT_OK
+    _say(render_status(status, operation, monitor, seen))
+    for warning in warnings:
+        _say(f"  WARNING          {warning}")
+    return EXIT_OK
+
+
+def render_status(
+    status: HostStatus,
+    operation: dict[str, Any] | None,
+    monitor: HostMonitorStatus | None = None,
+    seen: Seen | None = None,
+) -> str:
+    """The host, its operation in flight and its monitor's pool state, for a person."""
+    lines = [
+        f"host {status.host_id} (site {status.site}): {status.phase}",
+        f"  instance         {status.instance or 'none'}",
+        f"  boot generation  {status.boot_generation}",
+    ]
+    if status.auto_approved_until is not None:
+        lines.append(f"  auto-approved until {iso_z(status.auto_approved_until)}")
+    if monitor is not None:
+        lines.append(f"  monitor          {host_monitor.pool_line(monitor)}")
+    current = status.current
+    if current is not None:
+        lines.append(f"  operation        {current.operation} ({current.workflow_id}): {current.outcome}")
+        lines.append(
+            f"    requested by   {current.requested_by}" + (f" ({current.reason})" if current.reason else "")
+        )
+        if current.approved_by:
+            lines.append(f"    approved by    {current.approved_by}")
+    if seen is not None:
+        lines.append(f"    now            {seen.text}")
+        if seen.waiting_for:
+            lines.append(f"    waiting for    {seen.waiting_for}")
+    if operation is not None:
+        lines.append(f"    now            {describe_operation(operation)}")
+        for dpu in operation.get("dpus") or []:
+            phase = dpu.get("phase") or "-"
+            since = _parsed(dpu.get("since"))
+            lines.append(f"    {dpu.get('dpu_id', '?'):<22} {phase:<24} since {iso_z(since, none='?')}")
+        for key in ("reboots_requested", "power_cycles_issued", "reboot_attempts"):
+            if key in operation:
+                lines.append(f"    {key.replace('_', ' '):<22} {operation[key]}")
+    if status.recent:
+        lines.append("  recent")
+        for record in status.recent[-5:]:
+            when = iso_z(record.finished_at, none="")
+            lines.append(f"    {when}  {record.operation:<12} {record.outcome}  by {record.requested_by}")
+    return "\n".join(lines)
+
+
+def _parsed(value: Any) -> datetime | None:
+    """A timestamp from a query answered as plain JSON (an ISO string), or None."""
+    if isinstance(value, datetime):
+        return value
+    try:
+        return datetime.fromisoformat(str(value))
+    except ValueError:
+        return None

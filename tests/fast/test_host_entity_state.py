@@ -1,0 +1,476 @@
+"""The host entity's decisions (`workflows/host/state.py`), without a server: what test_host_entity
+and test_host_entity_e2e show end to end (one operation at a time, the approval rule and its
+window, the instance rules, withdrawal, expiry, the child's id and input, what is recorded and
+shown, continue-as-new carrying the state whole), here one decision at a time, and the safety
+rules as invariants of a Hypothesis state machine over the same calls the entity's handlers make.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError, TerminatedError
+
+from contracts.converter import DATA_CONVERTER
+from contracts.errors import (
+    HostBusy,
+    InstanceConflict,
+    NothingAwaitsApproval,
+    OperationAborted,
+    OperationStarted,
+)
+from contracts.host_requests import ENTITY_REQUESTS, FIRMWARE, PROVISION, REBOOT, REMOVAL, REPROVISION, RESET
+from contracts.models.host import (
+    AssignInstanceRequest,
+    FirmwareInput,
+    FirmwareRequest,
+    HostEntityMemory,
+    HostOperationInput,
+    HostRebootInput,
+    HostRemovalInput,
+    HostResetInput,
+    HostWorkflowInput,
+    OperationPolicy,
+    OperationRequest,
+    ResetRequest,
+    ResetTarget,
+    WithdrawRequest,
+)
+from workflows.host.outcome import generation_reported, outcome_of
+from workflows.host.state import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, HostEntityState
+
+T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
+HOST = "host-001"
+ALICE = OperationRequest(requested_by="alice")
+
+
+def entity(**start: Any) -> HostEntityState:
+    return HostEntityState.of(HostWorkflowInput(host_id=HOST, **start))
+
+
+def asked(state: HostEntityState, kind: Any = REPROVISION, request: Any = ALICE, now: datetime = T0) -> Any:
+    """What a request handler does: refuse, record, then start at once or hold for approval."""
+    state.refuse_request(kind, request)
+    current = state.record_request(kind, request, now)
+    if not state.needs_approval(kind, now):
+        state.approve_at_once(current)
+    return current
+
+
+# -- one operation at a time ----------------------------------------------------------------------
+
+
+def test_a_second_request_is_refused_naming_the_operation_in_flight() -> None:
+    state = entity()
+    state.refuse_request(PROVISION, ALICE)  # idle: accepted
+    asked(state, PROVISION)
+    with pytest.raises(HostBusy) as busy:
+        state.refuse_request(REPROVISION, OperationRequest(requested_by="bob"))
+    assert str(busy.value.message) == (
+        f"host {HOST} is busy: provision is in flight (workflow provision/{HOST}, requested by alice); "
+        "reprovision refused"
+    )
+
+
+def test_a_request_awaiting_approval_holds_the_host_too() -> None:
+    state = entity(instance="i-1")
+    asked(state, REPROVISION)
+    with pytest.raises(HostBusy, match="reprovision awaits approval"):
+        state.refuse_request(PROVISION, ALICE)
+
+
+def test_a_campaign_that_skips_assigned_hosts_is_refused_on_one() -> None:
+    skipping = OperationRequest(requested_by="campaign", refuse_if_assigned=True)
+    entity().refuse_request(REPROVISION, skipping)  # no instance: accepted
+    entity(instance="i-1").refuse_request(REPROVISION, ALICE)  # held for approval, not refused
+    with pytest.raises(InstanceConflict, match="assigned to instance i-1; skipped"):
+        entity(instance="i-1").refuse_request(REPROVISION, skipping)
+
+
+# -- approval -------------------------------------------------------------------------------------
+
+
+def test_an_assigned_host_waits_for_approval_unless_its_window_is_open() -> None:
+    assert not entity().needs_approval(REPROVISION, T0)
+    assigned = entity(instance="i-1")
+    assert assigned.needs_approval(REPROVISION, T0)
+    assigned.auto_approved_until = T0 + timedelta(minutes=10)
+    assert not assigned.needs_approval(REPROVISION, T0 + timedelta(minutes=9))
+    assert assigned.needs_approval(REPROVISION, T0 + timedelta(minutes=10))  # closed at its end
+
+
+def test_a_request_that_disrupts_nothing_never_waits_for_approval() -> None:
+    gentle = dataclasses.replace(REBOOT, approval=False)  # a row that says so
+    assert not entity(instance="i-1").needs_approval(gentle, T0)
+
+
+def test_the_record_says_where_the_operation_is() -> None:
+    state = entity(instance="i-1")
+    current = asked(state)
+    assert (current.record.outcome, current.record.requested_at) == (AWAITING_APPROVAL, T0)
+    state.approve("carol", T0)
+    state.starting(current)
+    assert current.record.outcome == "starting"
+    state.started(current, T0 + timedelta(seconds=1))
+    assert (current.record.outcome, current.record.started_at) == ("running", T0 + timedelta(seconds=1))
+    rebooting = entity(boot_generation=1)
+    reboot = asked(rebooting, REBOOT)
+    rebooting.started(reboot, T0, workflow_id=f"reboot/{HOST}/generation-3")  # a spent generation skipped
+    assert reboot.record.workflow_id == f"reboot/{HOST}/generation-3"
+
+
+def test_approve_starts_what_awaits_and_opens_the_window_for_that_instance() -> None:
+    state = entity(instance="i-1", auto_approval_window_seconds=600.0)
+    with pytest.raises(NothingAwaitsApproval, match="nothing awaits approval"):
+        state.awaiting_approval()
+    held = asked(state)
+    assert not held.approved and state.phase() == AWAITING_APPROVAL
+    approved = state.approve("carol", T0)
+    assert approved is held and held.approved and held.record.approved_by == "carol"
+    assert state.auto_approved_until == T0 + timedelta(seconds=600)
+    with pytest.raises(NothingAwaitsApproval):  # started: nothing left to approve
+        state.approve("carol", T0)
+
+
+def test_without_a_window_an_approval_covers_its_request_only() -> None:
+    state = entity(instance="i-1")
+    asked(state)
+    state.approve("carol", T0)
+    assert state.auto_approved_until is None
+
+
+def test_inside_the_window_a_request_starts_at_once_and_says_why() -> None:
+    state = entity(instance="i-1")
+    state.auto_approved_until = T0 + timedelta(minutes=10)
+    current = asked(state)
+    assert current.approved
+    assert current.record.approved_by == "auto-approval window until 2026-11-27T03:10:00Z"
+    unassigned = asked(entity())
+    assert unassigned.approved and unassigned.record.approved_by is None  # nothing to approve
+
+
+def test_a_request_expires_one_approval_timeout_after_it_was_made() -> None:
+    state = entity(instance="i-1", policy=OperationPolicy(approval_timeout_seconds=3600.0))
+    current = asked(state)
+    assert state.approval_wait(current, T0 + timedelta(minutes=15)) == timedelta(minutes=45)
+    assert state.approval_wait(current, T0 + timedelta(hours=2)) == timedelta(seconds=1)  # one timer still
+
+
+def test_withdraw_drops_only_the_named_request_still_awaiting_approval() -> None:
+    state = entity(instance="i-1")
+    held = asked(state)
+    with pytest.raises(NothingAwaitsApproval, match=f"provision/{HOST} does not await approval"):
+        state.to_withdraw(WithdrawRequest(requested_by="c", workflow_id=f"provision/{HOST}"))
+    assert state.to_withdraw(WithdrawRequest(requested_by="c", workflow_id=held.record.workflow_id)) is held
+    state.approve("carol", T0)
+    with pytest.raises(OperationStarted, match="abort it instead"):
+        state.to_withdraw(WithdrawRequest(requested_by="c", workflow_id=held.record.workflow_id))
+
+
+# -- the instance ---------------------------------------------------------------------------------
+
+
+def test_an_instance_is_taken_only_by_an_idle_host_holding_no_other() -> None:
+    state = entity()
+    asked(state)
+    with pytest.raises(HostBusy, match="cannot take instance i-1: reprovision is in flight"):
+        state.refuse_assignment(AssignInstanceRequest(instance="i-1", requested_by="tenant"))
+    held = entity(instance="i-1")
+    held.refuse_assignment(AssignInstanceRequest(instance="i-1", requested_by="tenant"))  # the same: fine
+    with pytest.raises(InstanceConflict, match="assigned to instance i-1; release it first"):
+        held.refuse_assignment(AssignInstanceRequest(instance="i-2", requested_by="tenant"))
+
+
+def test_a_new_instance_is_not_covered_by_the_previous_ones_window() -> None:
+    state = entity()
+    assert state.assign("i-1") is True
+    state.auto_approved_until = T0 + timedelta(hours=1)
+    assert state.assign("i-1") is False and state.auto_approved_until is not None  # already: unchanged
+    with pytest.raises(InstanceConflict, match="holds i-1, not i-2"):
+        state.refuse_release(AssignInstanceRequest(instance="i-2", requested_by="tenant"))
+    state.refuse_release(AssignInstanceRequest(instance="i-1", requested_by="tenant"))
+    state.release()
+    assert state.instance is None and state.auto_approved_until is None
+    state.auto_approved_until = T0 + timedelta(hours=1)
+    state.assign("i-2")
+    assert state.auto_approved_until is None
+
+
+# -- the child --------------------------------------------------------------------------------------
+
+
+def test_a_reboot_is_keyed_by_the_next_generation_the_others_by_the_host() -> None:
+    state = entity(boot_generation=4)
+    assert state.child_id(REBOOT) == f"reboot/{HOST}/generation-5"
+    assert state.child_id(REPROVISION) == f"reprovision/{HOST}"
+    assert state.child_id(RESET) == f"reset/{HOST}"
+
+
+def child_of(kind: Any, request: Any) -> Any:
+    state = entity(boot_generation=2, policy=HOST_POLICY)
+    return state.child_input(asked(state, kind, request))
+
+
+HOST_POLICY = OperationPolicy(power_down_wait_seconds=7.0)
+
+
+def test_each_request_gives_its_child_the_input_it_takes() -> None:
+    own = OperationPolicy(power_down_wait_seconds=1.0)
+    provision = child_of(PROVISION, OperationRequest(requested_by="a", dpu_ids=("d0",)))
+    assert type(provision) is HostOperationInput and provision.kind == "provision"
+    assert (provision.dpu_ids, provision.boot_generation, provision.policy) == (("d0",), 2, HOST_POLICY)
+    reboot = child_of(REBOOT, OperationRequest(requested_by="a", policy=own))
+    assert type(reboot) is HostRebootInput and reboot.boot_generation == 3 and reboot.policy == own
+    removal = child_of(REMOVAL, OperationRequest(requested_by="a", force=True))
+    assert type(removal) is HostRemovalInput and removal.force and removal.policy == HOST_POLICY
+    firmware = child_of(
+        FIRMWARE, FirmwareRequest(requested_by="a", target_version="1", image_uri="https://x/f")
+    )
+    assert (
+        type(firmware) is FirmwareInput and firmware.target_version == "1" and firmware.boot_generation == 2
+    )
+    reset = child_of(RESET, ResetRequest(requested_by="a", target=ResetTarget.ALL_DPUS, full=True))
+    assert type(reset) is HostResetInput and reset.dpu_ids == () and reset.full and reset.boot_generation == 2
+    named = child_of(RESET, ResetRequest(requested_by="a", target=ResetTarget.DPU, dpu_ids=("d1",)))
+    assert named.dpu_ids == ("d1",) and named.target == ResetTarget.DPU and not named.full
+
+
+def test_the_boot_generation_only_moves_forward() -> None:
+    state = entity(boot_generation=3)
+    state.reached(None)
+    state.reached(2)  # a failed operation that reports an older generation
+    assert state.boot_generation == 3
+    state.reached(5)
+    assert state.boot_generation == 5
+
+
+def ended(cause: BaseException) -> ChildWorkflowError:
+    err = ChildWorkflowError(
+        "child ended",
+        namespace="default",
+        workflow_id=f"reprovision/{HOST}",
+        run_id="r",
+        workflow_type="HostOperationWorkflow",
+        initiated_event_id=5,
+        started_event_id=6,
+        retry_state=None,
+    )
+    err.__cause__ = cause
+    return err
+
+
+def test_how_a_child_ended_in_the_entitys_words() -> None:
+    assert outcome_of(ended(CancelledError())) == "aborted"
+    assert outcome_of(ended(TerminatedError("by hand"))) == "terminated"
+    abort = OperationAborted("aborted by carol: maintenance")
+    assert outcome_of(ended(abort)) == "aborted by carol: maintenance"  # an operator's abort: no failure
+    failure = ApplicationError("DPU d0 in Error", type="DPUFailed")
+    assert outcome_of(ended(failure)) == "failed: DPUFailed: DPU d0 in Error"
+
+
+def test_a_failed_operation_reports_the_generation_it_reached() -> None:
+    reached = ApplicationError("BMC refused", {"boot_generation": 4}, type="BMCRebootFailed")
+    assert generation_reported(ended(reached)) == 4
+    assert generation_reported(ended(ApplicationError("x", {"other": 1}))) is None
+    assert generation_reported(ended(TerminatedError("by hand"))) is None
+
+
+# -- what is recorded and shown ---------------------------------------------------------------------
+
+
+def test_an_ended_operation_is_recorded_and_the_host_is_idle_again() -> None:
+    state = entity()
+    for n in range(RECENT_LIMIT + 3):
+        current = asked(state)
+        state.started(current, T0)
+        state.finish(current, f"failed: {n}", T0 + timedelta(minutes=n))
+    assert state.current is None and state.phase() == IDLE
+    assert len(state.recent) == RECENT_LIMIT and state.recent[-1].outcome == f"failed: {RECENT_LIMIT + 2}"
+    assert state.recent[-1].finished_at == T0 + timedelta(minutes=RECENT_LIMIT + 2)
+
+
+def test_a_child_that_could_not_start_leaves_no_record() -> None:
+    state = entity()
+    asked(state)
+    state.drop()
+    assert state.current is None and state.recent == []
+
+
+def test_the_phase_and_details_say_what_the_entity_does() -> None:
+    state = entity(instance="i-1", boot_generation=2)
+    assert (state.phase(), state.details()) == (IDLE, "instance i-1; boot generation 2")
+    current = asked(state)
+    assert state.phase() == AWAITING_APPROVAL
+    assert state.details() == f"reprovision (reprovision/{HOST}) requested by alice; instance i-1"
+    state.approve("carol", T0)
+    state.started(current, T0)
+    assert state.phase() == "running reprovision" and state.status().current == current.record
+    state.finish(current, "completed", T0)
+    assert state.details() == "instance i-1; boot generation 2; last: reprovision completed"
+
+
+def test_phase_since_moves_with_the_phase_only() -> None:
+    state = entity()
+    assert state.show(IDLE, T0) == T0
+    assert state.show(IDLE, T0 + timedelta(minutes=5)) == T0  # the same phase shown again
+    assert state.show("running reboot", T0 + timedelta(minutes=6)) == T0 + timedelta(minutes=6)
+
+
+def test_the_status_is_the_entitys_view() -> None:
+    state = entity(instance="i-1", site="lab")
+    current = asked(state)
+    status = state.status()
+    assert (status.host_id, status.site, status.instance, status.phase) == (
+        HOST,
+        "lab",
+        "i-1",
+        AWAITING_APPROVAL,
+    )
+    assert status.current == current.record and status.recent == ()
+
+
+# -- continue-as-new carries the state whole --------------------------------------------------------
+
+
+def test_a_new_entity_starts_from_its_start_a_continued_one_from_the_state_it_carries() -> None:
+    fresh = entity(instance="i-1", boot_generation=3)
+    assert (fresh.instance, fresh.boot_generation, fresh.phase_since) == ("i-1", 3, None)
+    current = asked(fresh)
+    fresh.approve("carol", T0)
+    fresh.finish(current, "completed", T0)
+    fresh.show(IDLE, T0)
+    start = HostWorkflowInput(host_id=HOST, instance="ignored", boot_generation=0)
+    continued = HostEntityState.of(start.model_copy(update={"state": fresh}))
+    assert continued.model_dump() == fresh.model_dump() and continued.host_id == HOST
+
+
+def test_the_carried_state_is_serialized_as_its_contract_and_read_back_with_no_warning() -> None:
+    state = entity(instance="i-1")
+    asked(state, RESET, ResetRequest(requested_by="a", target=ResetTarget.DPU, dpu_ids=("d0",), full=True))
+    start = HostWorkflowInput(host_id=HOST).model_copy(update={"state": state})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pydantic warns when it serializes a value not of its field's type
+        [payload] = DATA_CONVERTER.payload_converter.to_payloads([start])
+        [back] = DATA_CONVERTER.payload_converter.from_payloads([payload], [HostWorkflowInput])
+    assert isinstance(back, HostWorkflowInput) and type(back.state) is HostEntityMemory
+    assert back.state.model_dump() == HostEntityMemory.model_validate(state.model_dump()).model_dump()
+    assert back.state.current is not None and isinstance(back.state.current.request, ResetRequest)
+
+
+# -- the safety rules, over any sequence of requests, approvals and assignments ----------------------
+
+
+EXAMPLES: dict[type, Any] = {  # a request of each payload model the rows name
+    OperationRequest: OperationRequest(requested_by="a"),
+    FirmwareRequest: FirmwareRequest(requested_by="a", target_version="1", image_uri="https://x/f"),
+    ResetRequest: ResetRequest(requested_by="a", target=ResetTarget.HOST),
+}
+
+
+class EntityRules(RuleBasedStateMachine):
+    """The entity's handlers as they call the state; invariants checked after every step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = entity(auto_approval_window_seconds=600.0)
+        self.now = T0
+        self.generation = 0
+        self.approved_for: str | None = None  # the instance of the last explicit approval
+
+    @rule(kind=st.sampled_from(ENTITY_REQUESTS), skip_assigned=st.booleans())
+    def request(self, kind: Any, skip_assigned: bool) -> None:
+        before = self.state.current
+        assert kind.request in EXAMPLES, f"add an example {kind.request.__name__} to EXAMPLES"
+        request = EXAMPLES[kind.request].model_copy(update={"refuse_if_assigned": skip_assigned})
+        try:
+            current = asked(self.state, kind, request, self.now)
+        except (HostBusy, InstanceConflict):
+            assert self.state.current is before  # a refusal changes nothing
+            return
+        assert before is None, "a second operation was accepted"
+        assert not (skip_assigned and self.state.instance is not None), "an assigned host was not skipped"
+        if kind.approval and current.approved and self.state.instance is not None:
+            # A disruptive request started at once on an assigned host: only inside the window an
+            # approval for this very instance opened.
+            assert (current.record.approved_by or "").startswith("auto-approval window"), current.record
+            assert self.approved_for == self.state.instance
+
+    @rule()
+    def approve(self) -> None:
+        try:
+            self.state.approve("carol", self.now)
+        except NothingAwaitsApproval:
+            return
+        self.approved_for = self.state.instance
+
+    @rule()
+    def withdraw(self) -> None:
+        current = self.state.current
+        if current is None:
+            return
+        try:
+            self.state.to_withdraw(WithdrawRequest(requested_by="c", workflow_id=current.record.workflow_id))
+        except OperationStarted:
+            return
+        self.state.finish(current, "withdrawn", self.now)
+
+    @rule(instance=st.sampled_from(["i-1", "i-2"]))
+    def assign(self, instance: str) -> None:
+        try:
+            self.state.refuse_assignment(AssignInstanceRequest(instance=instance, requested_by="t"))
+        except (HostBusy, InstanceConflict):
+            return
+        assert self.state.current is None, "an instance was taken while an operation holds the host"
+        self.state.assign(instance)
+
+    @rule()
+    def release(self) -> None:
+        if self.state.instance is not None:
+            self.state.refuse_release(AssignInstanceRequest(instance=self.state.instance, requested_by="t"))
+            self.state.release()
+
+    @precondition(lambda self: self.state.current is not None and self.state.current.approved)
+    @rule(reported=st.one_of(st.none(), st.integers(min_value=0, max_value=8)))
+    def operation_ends(self, reported: int | None) -> None:
+        """The child ends, reporting a boot generation (an older one too: a failed operation's)."""
+        current = self.state.current
+        assert current is not None
+        self.state.started(current, self.now)
+        self.state.reached(reported)
+        self.state.finish(current, "completed", self.now)
+        assert self.state.current is None and self.state.recent[-1].workflow_id == current.record.workflow_id
+
+    @rule(minutes=st.integers(min_value=1, max_value=20))
+    def time_passes(self, minutes: int) -> None:
+        self.now += timedelta(minutes=minutes)
+
+    @invariant()
+    def an_assigned_hosts_operation_runs_only_approved(self) -> None:
+        current = self.state.current
+        if current is not None and current.approved and self.state.instance is not None:
+            assert current.record.approved_by is not None, current.record
+
+    @invariant()
+    def records_are_bounded_and_generations_only_grow(self) -> None:
+        assert len(self.state.recent) <= RECENT_LIMIT
+        assert self.state.boot_generation >= self.generation
+        self.generation = self.state.boot_generation
+
+    @invariant()
+    def the_phase_names_the_one_operation(self) -> None:
+        current = self.state.current
+        expected = IDLE if current is None else AWAITING_APPROVAL if not current.approved else None
+        assert self.state.phase() == (expected or f"running {current.record.operation}")  # type: ignore[union-attr]
+
+
+EntityRules.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=60, deadline=None, database=None
+)
+test_the_entitys_safety_rules_hold_over_any_sequence = EntityRules.TestCase

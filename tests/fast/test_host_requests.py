@@ -1,0 +1,103 @@
+"""Each operation request is declared once (`contracts.host_requests`) and everything else follows
+from its row: the entity's handler and validator (registered by Temporal under the row's update,
+decoding the row's model), the typed reference callers use, the client's map, the child it
+starts, and its `metalflow host` command. A row without its one-line handler, declaration or
+command options fails here, before any server runs."""
+
+from __future__ import annotations
+
+import typing
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from temporalio import workflow
+
+from contracts import workflow_api
+from contracts.host_requests import ENTITY_REQUESTS, EntityRequest, of_operation
+from contracts.models.host import (
+    APPROVE_UPDATE,
+    ASSIGN_INSTANCE_UPDATE,
+    RELEASE_INSTANCE_UPDATE,
+    WITHDRAW_UPDATE,
+    EntityRequestBody,
+    FirmwareRequest,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationRequest,
+    ResetRequest,
+    ResetTarget,
+)
+from metalflow.cli import build_parser
+from metalflow.cli.host_requests import COMMANDS
+from metalflow.hosts import ENTITY_UPDATES
+from workflows.host.state import HostEntityState
+from workflows.host.workflow import HostWorkflow
+
+NOW = datetime(2026, 11, 27, tzinfo=UTC)
+ROWS = pytest.mark.parametrize("kind", ENTITY_REQUESTS, ids=lambda kind: kind.update)
+REQUIRED = {"firmware": ["--version", "1.2", "--image", "https://x/f.bfb"], "reset": ["--host"]}
+"""The options a command requires (the others have defaults)."""
+OTHER_UPDATES = {APPROVE_UPDATE, WITHDRAW_UPDATE, ASSIGN_INSTANCE_UPDATE, RELEASE_INSTANCE_UPDATE}
+EXAMPLES: dict[type, Any] = {  # a request of each payload model the rows name
+    OperationRequest: OperationRequest(requested_by="a"),
+    FirmwareRequest: FirmwareRequest(requested_by="a", target_version="1", image_uri="https://x/f"),
+    ResetRequest: ResetRequest(requested_by="a", target=ResetTarget.HOST),
+}
+
+
+def test_rows_are_one_per_update_operation_and_command() -> None:
+    for field in ("update", "operation", "command"):
+        values = [getattr(kind, field) for kind in ENTITY_REQUESTS]
+        assert len(set(values)) == len(values), field
+    assert all(of_operation(kind.operation) is kind for kind in ENTITY_REQUESTS)
+    assert {kind.request for kind in ENTITY_REQUESTS} <= set(typing.get_args(EntityRequestBody))
+
+
+@ROWS
+def test_the_entity_has_the_rows_handler_and_validator(kind: EntityRequest[Any]) -> None:
+    update = workflow._Definition.must_from_class(HostWorkflow).updates[kind.update]
+    assert update.arg_types == [kind.request] and update.ret_type is OperationAccepted
+    assert update.validator is not None
+    assert getattr(HostWorkflow, kind.update)._defn is update  # the attribute callers may name
+
+
+@ROWS
+def test_the_typed_reference_declares_the_row(kind: EntityRequest[Any]) -> None:
+    declared = getattr(workflow_api.HostWorkflow, kind.update)._defn
+    assert (declared.name, declared.arg_types, declared.ret_type) == (
+        kind.update,
+        [kind.request],
+        OperationAccepted,
+    )
+    assert ENTITY_UPDATES[kind.update] is getattr(workflow_api.HostWorkflow, kind.update)
+
+
+def test_the_entity_answers_no_request_the_table_does_not_declare() -> None:
+    updates = set(workflow._Definition.must_from_class(HostWorkflow).updates)
+    assert updates == {kind.update for kind in ENTITY_REQUESTS} | OTHER_UPDATES
+    assert set(ENTITY_UPDATES) == updates
+
+
+@ROWS
+def test_the_child_is_a_declared_workflow_taking_the_input_the_entity_builds(
+    kind: EntityRequest[Any],
+) -> None:
+    declared = {
+        workflow._Definition.must_from_class(cls).name: cls
+        for cls in vars(workflow_api).values()
+        if isinstance(cls, type) and workflow._Definition.from_class(cls) is not None
+    }
+    run = workflow._Definition.must_from_class(declared[kind.child]).run_fn
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1"))
+    assert kind.request in EXAMPLES, f"add an example {kind.request.__name__} to EXAMPLES"
+    current = state.record_request(kind, EXAMPLES[kind.request], NOW)
+    assert type(state.child_input(current)) is typing.get_type_hints(run)["request"]
+
+
+@ROWS
+def test_the_command_sends_the_rows_update(kind: EntityRequest[Any]) -> None:
+    assert kind.operation in COMMANDS
+    args = build_parser("host").parse_args(["host", kind.command, "h1", *REQUIRED.get(kind.command, [])])
+    assert (args.update, args.operation, args.check_inventory) == (kind.update, kind.operation, True)
+    assert isinstance(COMMANDS[kind.operation].request(args), kind.request)

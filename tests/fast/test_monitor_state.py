@@ -1,0 +1,202 @@
+"""The host monitor's decisions (`workflows/monitor/state.py`), without a server: what
+test_monitor and test_monitor_unplanned show end to end (a fall from Ready takes the host out of
+the pool and recovery puts it back, the label written once per run, the reprovision past the
+deadline, resets at rest recorded, the memory carried to the next run), one decision at a time.
+(`reset_at_rest` on consecutive states of one DPU: test_monitor_unplanned.)"""
+
+from __future__ import annotations
+
+import warnings
+from datetime import UTC, datetime, timedelta
+
+from contracts.converter import DATA_CONVERTER
+from contracts.models.control import OperatorRequest
+from contracts.models.dpf import DPUNodeState, DPUState, HostDPFState
+from contracts.models.monitor import (
+    IN_POOL,
+    OUT_OF_POOL,
+    HostMonitorInput,
+    MonitorMemory,
+    MonitorPolicy,
+    OwnerReprovisionResult,
+    PoolStateResult,
+)
+from workflows.monitor.state import HISTORY_KEPT, UNPLANNED_KEPT, MonitorState
+
+T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
+NODE = DPUNodeState(name="node-h1", uid="n")
+HOUR = MonitorPolicy(reprovision_after_seconds=3600.0)
+
+
+def monitor(policy: MonitorPolicy = HOUR, memory: MonitorMemory | None = None) -> MonitorState:
+    return MonitorState.of(HostMonitorInput(host_id="h1", policy=policy, memory=memory), T0)
+
+
+def seen(*dpus: tuple[str, str], uid: str = "u", started: str = "t1", node: bool = True) -> HostDPFState:
+    """A DPF state: (dpu id, phase) each; its uid `<uid>-<id>`, its agent's start time `started`."""
+    return HostDPFState(
+        host_id="h1",
+        node=NODE if node else None,
+        dpus=tuple(
+            DPUState(name=f"n-{d}", uid=f"{uid}-{d}", dpu_id=d, phase=p, agent_started_at=started)
+            for d, p in dpus
+        ),
+    )
+
+
+def label(state: MonitorState, written_changed: bool = True, now: datetime = T0) -> str | None:
+    """What the runbook does with the pool label: ask, write, record. The state written, or None."""
+    wanted = state.pool_label()
+    if wanted is None:
+        return None
+    state.labelled(*wanted, PoolStateResult(node="node-h1", exists=True, changed=written_changed), now)
+    return wanted[0]
+
+
+def test_a_ready_dpu_falling_to_node_effect_is_degraded_and_recovery_clears_it() -> None:
+    state = monitor()
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect"), ("d1", "Ready")), T0 + timedelta(minutes=1))
+    assert [(d.dpu_id, d.since) for d in state.degraded] == [("d0", T0 + timedelta(minutes=1))]
+    assert state.since["d0"] == T0 + timedelta(minutes=1) and state.since["d1"] == T0
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0 + timedelta(minutes=2))
+    assert state.degraded == [] and state.events_seen == 3
+
+
+def test_node_effect_on_the_way_up_is_not_a_fall() -> None:
+    state = monitor()
+    state.observe(seen(("d0", "OS Installing")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)  # provisioned: held by design
+    state.observe(seen(("d1", "Node Effect")), T0)  # first sight: not a fall either
+    assert state.degraded == []
+
+
+def test_an_earlier_monitors_out_of_pool_label_is_kept_while_a_dpu_is_down() -> None:
+    state = monitor()
+    state.adopt(PoolStateResult(node="node-h1", exists=True, state=OUT_OF_POOL))
+    assert state.pool_state == OUT_OF_POOL
+    state.observe(seen(("d0", "Node Effect"), ("d1", "Ready")), T0)  # first sight counts once
+    assert [d.dpu_id for d in state.degraded] == ["d0"]
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0)
+    state.observe(seen(("d2", "Node Effect")), T0)  # adoption was the first state's only
+    assert state.degraded == []
+    kept = monitor()
+    kept.adopt(PoolStateResult(node="node-h1", exists=True, state=IN_POOL))
+    kept.observe(seen(("d0", "Node Effect")), T0)
+    assert kept.pool_state == IN_POOL and kept.degraded == []
+
+
+def test_a_recreated_dpu_starts_its_deadline_again_and_a_removed_node_clears_everything() -> None:
+    state = monitor()
+    state.observe(seen(("d0", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)
+    state.observe(seen(("d0", "Node Effect"), uid="new"), T0 + timedelta(minutes=5))  # reprovisioned
+    assert [(d.uid, d.since) for d in state.degraded] == [("new-d0", T0 + timedelta(minutes=5))]
+    deleting = seen(("d0", "Ready"), uid="new").model_copy(
+        update={"dpus": (DPUState(name="n-d0", uid="new-d0", dpu_id="d0", phase="Ready", deleting=True),)}
+    )
+    state.observe(deleting, T0)  # a DPU being deleted says nothing
+    assert len(state.degraded) == 1
+    state.observe(seen(node=False), T0)
+    assert state.degraded == []
+
+
+def test_the_label_is_written_once_per_run_then_on_changes_only() -> None:
+    state = monitor()
+    state.observe(seen(("d0", "Ready")), T0)
+    assert state.pool_label() == (IN_POOL, "every DPU's services are up")
+    state.label_unconfirmed()  # an abort cut the run's first write short: the final look writes it
+    assert state.pool_label() == (IN_POOL, "every DPU's services are up")
+    state.label_unconfirmed()
+    assert label(state, written_changed=False) == IN_POOL  # the run's first: confirmed
+    assert state.history == [] and label(state) is None  # nothing changed: no write
+    state.observe(seen(("d0", "Node Effect")), T0)
+    assert state.pool_label() == (OUT_OF_POOL, "critical DPU services down on d0")
+    state.label_unconfirmed()  # an abort cut the write short
+    assert label(state) == OUT_OF_POOL and state.pool_state == OUT_OF_POOL
+    assert [c.state for c in state.history] == [OUT_OF_POOL]
+    assert monitor(memory=state).pool_label() == (OUT_OF_POOL, "critical DPU services down on d0")  # next run
+
+
+def test_pool_changes_are_kept_bounded() -> None:
+    state = monitor()
+    for n in range(HISTORY_KEPT + 5):
+        state.observe(seen(("d0", "Ready")), T0)
+        label(state, now=T0 + timedelta(minutes=n))
+        state.observe(seen(("d0", "Node Effect")), T0)
+        label(state, now=T0 + timedelta(minutes=n))
+    assert len(state.history) == HISTORY_KEPT and state.history[-1].state == OUT_OF_POOL
+
+
+def test_past_the_deadline_the_owner_is_asked_and_asked_again_one_deadline_later() -> None:
+    state = monitor()
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect"), ("d1", "Node Effect")), T0)
+    assert state.next_deadline() == T0 + timedelta(hours=1)
+    assert state.overdue(T0 + timedelta(minutes=59)) == []
+    due = state.overdue(T0 + timedelta(hours=1))
+    assert [d.dpu_id for d in due] == ["d0", "d1"]
+    busy = OwnerReprovisionResult(outcome="refused", message="host h1 is busy")
+    words = state.reprovision_answered(due, busy, T0 + timedelta(hours=1))
+    assert words == "refused: host h1 is busy" and state.reprovisions_requested == 0
+    assert state.requests == ["d0, d1: refused: host h1 is busy"]
+    assert state.next_deadline() == T0 + timedelta(hours=2)
+    accepted = OwnerReprovisionResult(outcome="accepted", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(T0 + timedelta(hours=2)), accepted, T0 + timedelta(hours=2))
+    assert state.reprovisions_requested == 1
+    assert [d.reprovision_outcome for d in state.degraded] == ["accepted: reprovision/h1"] * 2
+    off = monitor(MonitorPolicy(auto_reprovision=False), memory=state)
+    assert off.next_deadline() is None and off.overdue(T0 + timedelta(days=1)) == []
+
+
+def test_resets_at_rest_are_found_since_the_state_before_and_recorded_bounded() -> None:
+    state = monitor()
+    resets, since = state.observe(seen(("d0", "Ready"), started="t1"), T0 + timedelta(minutes=1))
+    assert resets == [] and since == T0  # the first state: since the monitor started
+    resets, since = state.observe(seen(("d0", "Ready"), started="t2"), T0 + timedelta(minutes=2))
+    assert since == T0 + timedelta(minutes=1)
+    restarted = "restarted (agentLastStartupTime t1 -> t2) in Ready"
+    assert [(r.dpu_id, r.change) for r in resets] == [("d0", restarted)]
+    fell, _ = state.observe(seen(("d0", "Node Effect"), started="t2"), T0)  # flow 5: the pool's
+    assert fell == []
+    restarting, _ = state.observe(seen(("d0", "Node Effect"), started="t3"), T0)  # not at rest
+    assert restarting == []
+    state.observe(seen(("d0", "Ready"), started="t3"), T0)
+    again, _ = state.observe(seen(("d0", "Ready"), started=""), T0 + timedelta(minutes=3))
+    assert again == [] and state.last_started["d0"] == "t3"  # no start time: the last known kept
+    for _ in range(UNPLANNED_KEPT + 1):
+        lines = state.record_unplanned(resets)
+    state.record_unplanned([*resets, *resets])  # two DPUs in one state
+    assert len(state.unplanned) == UNPLANNED_KEPT and state.unplanned_total == UNPLANNED_KEPT + 3
+    assert lines[-1] == f"2026-11-27T03:02:00Z: DPU d0 {restarted} (not by metalflow)"
+
+
+def test_the_status_says_what_the_monitor_waits_for() -> None:
+    state = monitor()
+    state.observe(seen(("d0", "Ready")), T0)
+    assert state.status().waiting_for == "a Ready DPU falling to Node Effect"
+    assert state.status().phase == "watching"
+    state.observe(seen(("d0", "Node Effect")), T0)
+    status = state.status()
+    assert status.phase == "host-out-of-pool" and [d.dpu_id for d in status.degraded] == ["d0"]
+    assert status.waiting_for == "recovery of d0, or the reprovision deadline 2026-11-27T04:00:00Z"
+    off = monitor(MonitorPolicy(auto_reprovision=False), memory=state)
+    assert off.status().waiting_for == "recovery of d0 (automatic reprovision is off)"
+
+
+def test_the_next_run_starts_from_this_ones_memory_with_an_abort_carried() -> None:
+    first = monitor()
+    assert first.started_at == T0 and first.runs == 1
+    first.observe(seen(("d0", "Ready")), T0)
+    stop = OperatorRequest(requested_by="op", reason="done")
+    memory = first.handed_over(stop)
+    start = HostMonitorInput(host_id="h1").model_copy(update={"memory": memory})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pydantic warns when it serializes a value not of its field's type
+        [payload] = DATA_CONVERTER.payload_converter.to_payloads([start])
+        [back] = DATA_CONVERTER.payload_converter.from_payloads([payload], [HostMonitorInput])
+    assert type(back.memory) is MonitorMemory
+    second = MonitorState.of(back, T0 + timedelta(hours=1))
+    assert (second.runs, second.stop, second.started_at) == (2, stop, T0)  # the first run's start kept
+    assert second.last_phases == {"d0": "Ready"} and second.events_seen == 1
+    assert second.pool_label() is not None  # each run confirms the label once: not carried

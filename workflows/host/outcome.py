@@ -1,0 +1,39 @@
+"""How an operation's child ended, in the host entity's words (`workflows/host/workflow.py`).
+
+Temporal's errors are read here, so that the entity's state (`state.py`) stays free of Temporal:
+an operator's abort is not a failure, a terminated or cancelled child says so, and a failed
+operation's reboots still count (its failure's details carry the boot generation it reached).
+Pure functions; no Temporal commands.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError, TerminatedError
+
+with workflow.unsafe.imports_passed_through():
+    from contracts.errors import OperationAborted
+    from contracts.wording import aborted_outcome
+
+
+def outcome_of(err: ChildWorkflowError) -> str:
+    """How a child that did not complete ended, in the entity's words."""
+    cause = err.cause
+    if isinstance(cause, CancelledError):
+        return "aborted"
+    if isinstance(cause, TerminatedError):
+        return "terminated"
+    if isinstance(cause, ApplicationError) and cause.type == OperationAborted.__name__:
+        return aborted_outcome(cause.message)  # an operator's abort is not a failure
+    return f"failed: {cause or err}"
+
+
+def generation_reported(err: ChildWorkflowError) -> int | None:
+    """The boot generation a failed operation reached, from its failure's details."""
+    cause = err.cause
+    if not isinstance(cause, ApplicationError):
+        return None
+    for detail in cause.details:
+        if isinstance(detail, dict) and isinstance(detail.get("boot_generation"), int):
+            return int(detail["boot_generation"])
+    return None

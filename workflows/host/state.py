@@ -1,0 +1,317 @@
+"""What a host's entity knows and what it decides; `HostWorkflow` (workflow.py) asks, then acts.
+
+`HostEntityState` is the entity's one state object: its memory (`HostEntityMemory`, the data
+shape in contracts/models/host.py, which a continued run's input carries whole) and its rules as
+methods over that memory:
+
+- the refusals (one operation at a time, naming it; the instance rules; nothing to approve or
+  withdraw) raise the entity's error (`contracts.errors`, naming what stands in the way) or return.
+  A handler asks twice, in its validator (no history written) and again under its lock, because
+  two updates delivered in one workflow task are both validated before either handler runs;
+- what a request, an approval, an assignment and an ended operation change: the record of the
+  one operation (`current`), the recent records, the instance, the auto-approval window, the
+  boot generation;
+- the child's id and input; the Phase and details the entity shows, and its `status`.
+
+Pure: no Temporal (not even `workflow.unsafe`), no clock (`now` is an argument), no I/O. The
+runtime handles (the child's handle, the lock, the versions task) are the workflow's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from pydantic import BaseModel, PrivateAttr
+
+from contracts import names
+from contracts.errors import HostBusy, InstanceConflict, NothingAwaitsApproval, OperationStarted
+from contracts.host_requests import EntityRequest
+from contracts.models.host import (
+    AssignInstanceRequest,
+    EntityRequestBody,
+    FirmwareInput,
+    FirmwareRequest,
+    HostEntityMemory,
+    HostOperationInput,
+    HostOperationKind,
+    HostRebootInput,
+    HostRemovalInput,
+    HostResetInput,
+    HostStatus,
+    HostWorkflowInput,
+    OperationRecord,
+    PendingOperation,
+    ResetRequest,
+    WithdrawRequest,
+)
+from contracts.wording import iso_z
+
+RECENT_LIMIT: Final = 20
+IDLE: Final = "idle"
+AWAITING_APPROVAL: Final = "awaiting-approval"
+MINIMUM_APPROVAL_WAIT: Final = timedelta(seconds=1)  # an expiry already past still gets one timer
+
+
+def _standing(current: PendingOperation) -> str:
+    return "is in flight" if current.approved else "awaits approval"
+
+
+class HostEntityState(HostEntityMemory):
+    """The entity of one host: its memory, and its rules over it (see the module docstring)."""
+
+    _start: HostWorkflowInput = PrivateAttr()  # the run's input: the host, its policy, the window
+
+    @classmethod
+    def of(cls, start: HostWorkflowInput) -> HostEntityState:
+        """The state a run starts from: the previous run's (`start.state`), or a new entity's,
+        with the instance and boot generation its start names."""
+        if start.state is not None:
+            state = cls.model_validate(start.state.model_dump())
+        else:
+            state = cls(instance=start.instance, boot_generation=start.boot_generation)
+        state._start = start
+        return state
+
+    @property
+    def host_id(self) -> str:
+        return self._start.host_id
+
+    # -- the refusals: each raises the entity's error, or returns ----------------------------------
+    def refuse_request(self, kind: EntityRequest[Any], request: EntityRequestBody) -> None:
+        """One operation at a time, and on an assigned host none for a campaign that skips those."""
+        self.refuse_if_busy(kind.operation)
+        if request.refuse_if_assigned and self.instance is not None:  # the check and the start, atomic
+            raise InstanceConflict(
+                f"host {self.host_id} is assigned to instance {self.instance}; skipped (refuse_if_assigned)"
+            )
+
+    def refuse_if_busy(self, operation: str) -> None:
+        """Refused while another operation runs or awaits approval, naming it."""
+        current = self.current
+        if current is None:
+            return
+        record = current.record
+        raise HostBusy(
+            f"host {self.host_id} is busy: {record.operation} {_standing(current)} "
+            f"(workflow {record.workflow_id}, requested by {record.requested_by}); {operation} refused"
+        )
+
+    def refuse_assignment(self, request: AssignInstanceRequest) -> None:
+        """An instance is taken only by an idle host that holds no other instance."""
+        if self.current is not None:
+            record = self.current.record
+            raise HostBusy(
+                f"host {self.host_id} cannot take instance {request.instance}: "
+                f"{record.operation} {_standing(self.current)} (workflow {record.workflow_id})"
+            )
+        if self.instance is not None and self.instance != request.instance:
+            raise InstanceConflict(
+                f"host {self.host_id} is assigned to instance {self.instance}; release it first"
+            )
+
+    def refuse_release(self, request: AssignInstanceRequest) -> None:
+        """Only the instance the host holds is released."""
+        if self.instance != request.instance:
+            raise InstanceConflict(
+                f"host {self.host_id} holds {self.instance or 'no instance'}, not {request.instance}"
+            )
+
+    def awaiting_approval(self) -> PendingOperation:
+        """What `approve` approves: the operation awaiting approval, or the refusal."""
+        if self.current is None or self.current.approved:
+            raise NothingAwaitsApproval("nothing awaits approval")
+        return self.current
+
+    def to_withdraw(self, request: WithdrawRequest) -> PendingOperation:
+        """The operation a `withdraw` names, still awaiting approval; or the refusal."""
+        current = self.current
+        if current is not None and current.record.workflow_id == request.workflow_id and current.approved:
+            raise OperationStarted(f"{request.workflow_id} was approved and started: abort it instead")
+        if current is None or current.record.workflow_id != request.workflow_id:
+            raise NothingAwaitsApproval(
+                f"{request.workflow_id} does not await approval on host {self.host_id}"
+            )
+        return current
+
+    # -- what a request, an approval and an instance change ----------------------------------------
+    def record_request(
+        self, kind: EntityRequest[Any], request: EntityRequestBody, now: datetime
+    ) -> PendingOperation:
+        """The request, recorded as the one operation, awaiting approval until decided."""
+        record = OperationRecord(
+            operation=kind.operation,
+            workflow_id=self.child_id(kind),
+            requested_by=request.requested_by,
+            outcome=AWAITING_APPROVAL,
+            requested_at=now,
+            reason=getattr(request, "reason", ""),
+            request_id=request.request_id,
+        )
+        self.current = PendingOperation(record=record, request=request)
+        return self.current
+
+    def needs_approval(self, kind: EntityRequest[Any], now: datetime) -> bool:
+        """A disruptive request on an assigned host waits for `approve`, unless an approval's
+        auto-approval window for that instance is still open."""
+        if not kind.approval or self.instance is None:
+            return False
+        return self.auto_approved_until is None or now >= self.auto_approved_until
+
+    def approve_at_once(self, current: PendingOperation) -> None:
+        """No approval needed: on an assigned host, the open window approves it (and says so)."""
+        current.approved = True
+        if self.instance is not None:
+            window = f"auto-approval window until {iso_z(self.auto_approved_until)}"
+            current.record = current.record.model_copy(update={"approved_by": window})
+
+    def approve(self, by: str, now: datetime) -> PendingOperation:
+        """`approve`: the operation awaiting approval, approved by `by`; it opens the instance's
+        auto-approval window, if the entity has one."""
+        current = self.awaiting_approval()
+        current.approved = True
+        if self._start.auto_approval_window_seconds > 0:
+            self.auto_approved_until = now + timedelta(seconds=self._start.auto_approval_window_seconds)
+        current.record = current.record.model_copy(update={"approved_by": by})
+        return current
+
+    def approval_wait(self, current: PendingOperation, now: datetime) -> timedelta:
+        """How long `current` still waits for its approval before it expires."""
+        requested_at = current.record.requested_at or now
+        remaining = requested_at + timedelta(seconds=self._start.policy.approval_timeout_seconds) - now
+        return max(remaining, MINIMUM_APPROVAL_WAIT)
+
+    def assign(self, instance: str) -> bool:
+        """Give the host to `instance` (True), or say it holds it already (False). An approval's
+        window covered the previous instance only."""
+        if self.instance == instance:
+            return False
+        self.instance, self.auto_approved_until = instance, None
+        return True
+
+    def release(self) -> None:
+        self.instance, self.auto_approved_until = None, None
+
+    # -- the operation's child ---------------------------------------------------------------------
+    def child_id(self, kind: EntityRequest[Any]) -> str:
+        """The business-key id of an operation's child (a reboot: the next boot generation)."""
+        if kind.operation == names.REBOOT:
+            return names.host_reboot_workflow_id(self.host_id, self.boot_generation + 1)
+        return names.host_operation_workflow_id(kind.operation, self.host_id)
+
+    def child_input(self, current: PendingOperation) -> BaseModel:
+        """The input of the operation's child, from its request and what the entity knows."""
+        request, operation, host = current.request, current.record.operation, self.host_id
+        generation, requested_by = self.boot_generation, request.requested_by
+        if isinstance(request, ResetRequest):
+            return HostResetInput(
+                host_id=host,
+                target=request.target,
+                dpu_ids=request.dpu_ids or (),
+                full=request.full,
+                requested_by=requested_by,
+                reason=request.reason,
+                boot_generation=generation,
+                policy=self._start.policy,
+            )
+        if isinstance(request, FirmwareRequest):
+            return FirmwareInput(
+                host_id=host,
+                target_version=request.target_version,
+                image_uri=request.image_uri,
+                dpu_ids=request.dpu_ids,
+                requested_by=requested_by,
+                boot_generation=generation,
+                policy=self._start.policy,
+            )
+        policy = request.policy or self._start.policy
+        if operation == names.REBOOT:
+            return HostRebootInput(
+                host_id=host,
+                boot_generation=generation + 1,
+                requested_by=requested_by,
+                reason=request.reason,
+                policy=policy,
+            )
+        if operation == names.REMOVE:
+            return HostRemovalInput(
+                host_id=host,
+                dpu_ids=request.dpu_ids,
+                force=request.force,
+                requested_by=requested_by,
+                reason=request.reason,
+                policy=policy,
+            )
+        return HostOperationInput(
+            host_id=host,
+            kind=HostOperationKind(operation),
+            dpu_ids=request.dpu_ids,
+            requested_by=requested_by,
+            reason=request.reason,
+            boot_generation=generation,
+            policy=policy,
+        )
+
+    def starting(self, current: PendingOperation) -> None:
+        current.record = current.record.model_copy(update={"outcome": "starting"})
+
+    def started(self, current: PendingOperation, now: datetime, workflow_id: str | None = None) -> None:
+        """The child runs (a reboot's id is known once started: the generation it took)."""
+        update: dict[str, Any] = {"outcome": "running", "started_at": now}
+        if workflow_id is not None:
+            update["workflow_id"] = workflow_id
+        current.record = current.record.model_copy(update=update)
+
+    def drop(self) -> None:
+        """The operation's child could not start (its id runs outside this entity): no record."""
+        self.current = None
+
+    def reached(self, generation: int | None) -> None:
+        """The boot generation an operation reported (a failed one's reboots count too)."""
+        if generation is not None and generation > self.boot_generation:
+            self.boot_generation = generation
+
+    def finish(self, current: PendingOperation, outcome: str, now: datetime) -> None:
+        """The operation ended (or was withdrawn, or expired): recorded, and the host idle."""
+        self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
+        del self.recent[:-RECENT_LIMIT]
+        self.current = None
+
+    # -- what the entity shows -----------------------------------------------------------------------
+    def phase(self) -> str:
+        """The entity's Phase: idle, awaiting-approval or `running <operation>`."""
+        if self.current is None:
+            return IDLE
+        if not self.current.approved:
+            return AWAITING_APPROVAL
+        return f"running {self.current.record.operation}"
+
+    def details(self) -> str:
+        """The entity's current details: the operation and requester, or the last outcome."""
+        held = f"instance {self.instance}" if self.instance else "no instance"
+        if self.current is None:
+            details = f"{held}; boot generation {self.boot_generation}"
+            if self.recent:
+                details += f"; last: {self.recent[-1].operation} {self.recent[-1].outcome}"
+            return details
+        record = self.current.record
+        return f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {held}"
+
+    def show(self, phase: str, now: datetime) -> datetime:
+        """Since when the entity is in `phase`, as `PhaseSince` shows: moved by a new phase only."""
+        if phase != self.shown_phase or self.phase_since is None:
+            self.shown_phase, self.phase_since = phase, now
+        return self.phase_since
+
+    def status(self) -> HostStatus:
+        """The host as the entity sees it (the `status` query)."""
+        return HostStatus(
+            host_id=self.host_id,
+            instance=self.instance,
+            boot_generation=self.boot_generation,
+            current=self.current.record if self.current else None,
+            recent=tuple(self.recent),
+            phase=self.phase(),
+            site=self._start.site,
+            auto_approved_until=self.auto_approved_until,
+        )

@@ -1,0 +1,250 @@
+"""What a host's monitor knows and what it decides; `HostMonitorWorkflow` (workflow.py) acts.
+
+`MonitorState` is the monitor's one state object: its memory (`MonitorMemory`, the data shape in
+contracts/models/monitor.py, which the next run's input carries whole) and its rules as methods:
+
+- `observe`: one DPF state taken: each DPU's phase and since when, a fall from `Ready` to
+  `Node Effect` (degraded), a recovery, a recreated DPU (its deadline starts again), and the
+  resets at rest it shows (`reset_at_rest`);
+- `pool_label`: the label the host needs now and why (none to write when this run wrote or
+  confirmed it already), and what a write changed;
+- `overdue`, `next_deadline`: the degraded DPUs past the reprovision deadline, and when the next
+  one passes; what the owner answered;
+- what is recorded of resets no operation explains, the status, and the hand-over to the next run.
+
+Pure: no Temporal (not even `workflow.unsafe`), no clock (`now` is an argument), no I/O. What
+is this run's only (the label confirmed once per run, the adoption of an earlier monitor's
+label) is private to the object and not carried.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Final
+
+from pydantic import PrivateAttr
+
+from contracts.models.control import OperatorRequest
+from contracts.models.dpf import PHASE_NODE_EFFECT, PHASE_READY, DPUProgress, DPUState, HostDPFState
+from contracts.models.monitor import (
+    IN_POOL,
+    OUT_OF_POOL,
+    DegradedDPU,
+    HostMonitorInput,
+    HostMonitorStatus,
+    MonitorMemory,
+    OwnerReprovisionResult,
+    PoolChange,
+    PoolStateResult,
+    UnplannedReset,
+)
+from contracts.wording import iso_z
+from workflows.parts import dpf_barrier
+
+HISTORY_KEPT: Final = 20  # pool changes shown in the status and carried across runs
+UNPLANNED_KEPT: Final = 20  # unplanned resets shown in the status and memo, carried across runs
+WATCHING: Final = "watching"
+OUT_OF_POOL_PHASE: Final = "host-out-of-pool"
+
+
+def reset_at_rest(before: tuple[str, str, str] | None, dpu: DPUState) -> str | None:
+    """What changed on a DPU that was `Ready` (`before`: its uid, phase and agent start time as
+    last seen) by a move DPF does not make itself (`dpf_barrier.unplanned_change`), or None: a new
+    DPU object, or one not `Ready` before (metalflow or DPF is moving it), is not at rest."""
+    if before is None or before[0] != dpu.uid or before[1] != PHASE_READY:
+        return None
+    found = dpf_barrier.unplanned_change(before, dpu)
+    if found == "restarted":
+        return f"restarted (agentLastStartupTime {before[2]} -> {dpu.agent_started_at}) in {dpu.phase}"
+    return found
+
+
+class MonitorState(MonitorMemory):
+    """The monitor of one host: its memory, and its rules over it (see the module docstring)."""
+
+    _request: HostMonitorInput = PrivateAttr()  # the run's input: the host and the policy
+    _label_checked: bool = PrivateAttr(default=False)  # the label is confirmed once per run
+    _adopting: bool = PrivateAttr(default=False)  # the first state may keep an earlier monitor's "out"
+
+    @classmethod
+    def of(cls, request: HostMonitorInput, now: datetime) -> MonitorState:
+        """The state a run starts from: the previous run's memory, or a first run's."""
+        memory = request.memory or MonitorMemory(started_at=now)
+        state = cls.model_validate(memory.model_dump())
+        state.started_at = state.started_at or now
+        state._request = request
+        return state
+
+    @property
+    def began(self) -> datetime:
+        """When the first run started (what a DPU never seen in a phase change shows as since)."""
+        assert self.started_at is not None, "set by `of`"
+        return self.started_at
+
+    # -- a DPF state taken -----------------------------------------------------------------------------
+    def adopt(self, found: PoolStateResult) -> None:
+        """A first run continues what an earlier monitor left: a host labelled out stays out while a
+        DPU is still in Node Effect (the first state `observe`s decides)."""
+        if found.state == OUT_OF_POOL:
+            self.pool_state = OUT_OF_POOL
+            self._adopting = True
+
+    def observe(self, dpf: HostDPFState, now: datetime) -> tuple[list[UnplannedReset], datetime]:
+        """Take one DPF state: the degraded DPUs and each DPU's phase as it shows them. Returns the
+        resets at rest it shows, and since when (the state before) an operation would explain them."""
+        self.events_seen += 1
+        adopting, self._adopting = self._adopting, False
+        since, self.looked_at = self.looked_at or self.began, now
+        resets: list[UnplannedReset] = []
+        for dpu in dpf.dpus:
+            if dpu.dpu_id is None or dpu.deleting:
+                continue
+            dpu_id, previous = dpu.dpu_id, self.last_phases.get(dpu.dpu_id)
+            found = self._reset_at_rest(dpu_id, dpu)
+            if found is not None:
+                resets.append(UnplannedReset(at=now, dpu_id=dpu_id, change=found))
+            degraded = self._degraded(dpu_id)
+            if self.last_uids.get(dpu_id) not in (None, dpu.uid):
+                previous = None  # recreated: its history starts again
+                if degraded is not None:  # being reprovisioned: its deadline starts again
+                    self._keep(degraded.model_copy(update={"uid": dpu.uid, "since": now}))
+            if previous != dpu.phase:
+                self.since[dpu_id] = now
+            fell = previous == PHASE_READY or (adopting and previous is None)
+            if dpu.phase == PHASE_NODE_EFFECT and fell and degraded is None:
+                self._keep(DegradedDPU(dpu_id=dpu_id, uid=dpu.uid, since=now))
+            elif dpu.phase == PHASE_READY:
+                self.degraded = [d for d in self.degraded if d.dpu_id != dpu_id]
+            self.last_phases[dpu_id], self.last_uids[dpu_id] = dpu.phase, dpu.uid
+        if dpf.node is None:
+            self.degraded = []  # the DPUNode is gone (removed): nothing left to take out of the pool
+        return resets, since
+
+    def _reset_at_rest(self, dpu_id: str, dpu: DPUState) -> str | None:
+        """`reset_at_rest` against this DPU as last seen; remembers its agent's start time."""
+        before = None
+        if dpu_id in self.last_uids:
+            before = (
+                self.last_uids[dpu_id],
+                self.last_phases.get(dpu_id, ""),
+                self.last_started.get(dpu_id, ""),
+            )
+        same = before is not None and before[0] == dpu.uid
+        # A state without the agent's start time (before DPF v26) keeps the last known.
+        self.last_started[dpu_id] = dpu.agent_started_at or (before[2] if before is not None and same else "")
+        return reset_at_rest(before, dpu)
+
+    def _degraded(self, dpu_id: str) -> DegradedDPU | None:
+        return next((d for d in self.degraded if d.dpu_id == dpu_id), None)
+
+    def _keep(self, dpu: DegradedDPU) -> None:
+        """`dpu` as degraded: in its place when it was, else last."""
+        at = next((i for i, d in enumerate(self.degraded) if d.dpu_id == dpu.dpu_id), None)
+        if at is None:
+            self.degraded.append(dpu)
+        else:
+            self.degraded[at] = dpu
+
+    def record_unplanned(self, resets: list[UnplannedReset]) -> list[str]:
+        """Resets no operation explains, recorded; the memo's lines (the newest `UNPLANNED_KEPT`)."""
+        self.unplanned = [*self.unplanned, *resets][-UNPLANNED_KEPT:]
+        self.unplanned_total += len(resets)
+        return [r.line() for r in self.unplanned]
+
+    # -- the pool label --------------------------------------------------------------------------------
+    def pool_label(self) -> tuple[str, str] | None:
+        """The label the host needs and why (out while a DPU is degraded), or None: this run wrote
+        or confirmed it already (no write per DPF change)."""
+        wanted = OUT_OF_POOL if self.degraded else IN_POOL
+        if wanted == self.pool_state and self._label_checked:
+            return None
+        self._label_checked = True
+        if self.degraded:
+            return wanted, "critical DPU services down on " + ", ".join(
+                sorted(d.dpu_id for d in self.degraded)
+            )
+        return wanted, "every DPU's services are up"
+
+    def label_unconfirmed(self) -> None:
+        """A write an abort cut short: the final look writes the label the world needs."""
+        self._label_checked = False
+
+    def labelled(self, wanted: str, reason: str, written: PoolStateResult, now: datetime) -> bool:
+        """The label as written; True when the host's pool state is shown anew (a change, or the
+        label found otherwise than this monitor believed)."""
+        if wanted == self.pool_state and not written.changed:
+            return False
+        if wanted != self.pool_state:
+            self.history = [*self.history, PoolChange(at=now, state=wanted, reason=reason)][-HISTORY_KEPT:]
+        self.pool_state = wanted
+        return True
+
+    # -- reprovisions past the deadline ----------------------------------------------------------------
+    def due_at(self, dpu: DegradedDPU) -> datetime:
+        wait = timedelta(seconds=self._request.policy.reprovision_after_seconds)
+        return max(dpu.since, dpu.reprovision_asked_at or dpu.since) + wait
+
+    def next_deadline(self) -> datetime | None:
+        """When the next degraded DPU passes its deadline (None: none, or automatic reprovision off)."""
+        if not self._request.policy.auto_reprovision or not self.degraded:
+            return None
+        return min(self.due_at(d) for d in self.degraded)
+
+    def overdue(self, now: datetime) -> list[DegradedDPU]:
+        """The degraded DPUs whose reprovision the owner is to be asked for now."""
+        if not self._request.policy.auto_reprovision:
+            return []
+        return [d for d in self.degraded if self.due_at(d) <= now]
+
+    def reprovision_answered(
+        self, due: list[DegradedDPU], answer: OwnerReprovisionResult, now: datetime
+    ) -> str:
+        """The owner's answer, recorded on each DPU asked for (their next deadline counts from now);
+        the answer in words."""
+        outcome = f"{answer.outcome}: {answer.workflow_id or answer.message}"
+        if answer.outcome in ("accepted", "awaiting-approval"):
+            self.reprovisions_requested += 1
+        ids = ", ".join(sorted(d.dpu_id for d in due))
+        self.requests = [*self.requests, f"{ids}: {outcome}"][-HISTORY_KEPT:]
+        for dpu in due:
+            self._keep(dpu.model_copy(update={"reprovision_asked_at": now, "reprovision_outcome": outcome}))
+        return outcome
+
+    # -- what the monitor shows and hands over ---------------------------------------------------------
+    def status(self) -> HostMonitorStatus:
+        """Pool state, each DPU's phase and time in it, the degraded DPUs and what was asked."""
+        dpus = tuple(
+            DPUProgress(dpu_id=i, phase=p, since=self.since.get(i, self.began))
+            for i, p in self.last_phases.items()
+        )
+        deadline = self.next_deadline()
+        down = ", ".join(sorted(d.dpu_id for d in self.degraded))
+        if deadline is not None:
+            waiting = f"recovery of {down}, or the reprovision deadline {iso_z(deadline)}"
+        elif self.degraded:
+            waiting = f"recovery of {down} (automatic reprovision is off)"
+        else:
+            waiting = "a Ready DPU falling to Node Effect"
+        return HostMonitorStatus(
+            host_id=self._request.host_id,
+            pool_state=self.pool_state,
+            phase=OUT_OF_POOL_PHASE if self.degraded else WATCHING,
+            waiting_for=waiting,
+            dpus=dpus,
+            degraded=tuple(self.degraded),
+            history=tuple(self.history),
+            events_seen=self.events_seen,
+            runs=self.runs,
+            reprovisions_requested=self.reprovisions_requested,
+            requests=tuple(self.requests),
+            started_at=self.began,
+            unplanned_resets=tuple(self.unplanned),
+            unplanned_total=self.unplanned_total,
+        )
+
+    def handed_over(self, stop: OperatorRequest | None) -> MonitorState:
+        """The memory the next run starts from: this one, the run counted, and an abort accepted
+        while this run handed over (the next run then stops at once)."""
+        self.runs += 1
+        self.stop = stop
+        return self
