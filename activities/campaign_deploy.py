@@ -20,7 +20,7 @@ from contracts.models.campaign import DeploymentChange, DeploymentsInput, Deploy
 from contracts.models.campaign_target import kind_of_field
 from drivers import campaign as fleet
 from drivers.inventory import Inventory
-from drivers.kube import DEPLOYMENT, KINDS, SITE_KEY, Kube, Object
+from drivers.kube import DEPLOYMENT, SITE_KEY, Kube, Object
 from drivers.redfish.client import RedfishClient
 
 
@@ -51,7 +51,7 @@ class CampaignDeployments:
         value = change.previous if request.restore else change.value
         if not request.restore:
             fleet.check_strategy(change.deployment, await reads.deployment(change.deployment))
-        kind = KINDS[kind_of_field(change.field).dpf_object]  # the BFB or DPUFlavor named
+        kind = fleet.POINTED[kind_of_field(change.field).dpf_object]  # the BFB or DPUFlavor named
         if value and await self.kube.get(SITE_KEY, kind, ns, value, missing_ok=True) is None:
             raise InvalidInput(
                 f"no {kind.kind} {value} in namespace {ns}: DPUDeployment {change.deployment} left as it is"

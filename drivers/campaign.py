@@ -58,8 +58,7 @@ from contracts.models.dpf import DPUNODE_NAME_LABEL, HOST_ID_LABEL
 from contracts.models.inventory import HostInventory
 from contracts.models.redfish import ReadFirmwareInput
 from drivers.inventory import Inventory
-from drivers.kube import DEPLOYMENT, DPU, DPUDEVICE, DPUNODE, SITE_KEY, Kube
-from drivers.kube import KINDS as DPF_KINDS
+from drivers.kube import BFB, DEPLOYMENT, DPU, DPUDEVICE, DPUNODE, FLAVOR, SITE_KEY, Kube
 from drivers.redfish.client import RedfishClient
 from drivers.redfish.firmware import read_versions
 
@@ -74,6 +73,11 @@ CRD_DEFAULT_STRATEGY = ON_DELETE
 """What the vendored DPUDeployment CRD defaults `spec.dpus.dpuSetStrategy.type` to (DPF nightly
 CRD vendored by NICo 7778162; v26.4 makes the field required: docs/DOMAIN.md section 2.7). An API
 server that serves that CRD fills it in, so a deployment read without it is taken as OnDelete."""
+
+POINTED = {k.kind: k for k in (BFB, FLAVOR)}
+"""The DPF objects a DPUDeployment's value names (`KindSpec.dpf_object` of the campaign's target
+kinds), written out so that the static RBAC check (tests/test_deploy_static.py) reads which kinds
+the campaign gets; tests/fast/test_campaign_targets_table.py holds it to the kinds table."""
 
 PROVISION_HINT = "provision it first (`metalflow host provision {host}`)"
 
@@ -465,7 +469,7 @@ class Fleet:
         target = request.target
         ns = self.namespace
         field = target.spec.deployment_field
-        kind = DPF_KINDS[target.spec.dpf_object]
+        kind = POINTED[target.spec.dpf_object]
         if await self.kube.get(SITE_KEY, kind, ns, target.value, missing_ok=True) is None:
             raise InvalidInput(f"no {kind.kind} {target.value} in namespace {ns}: create it first")
         nodes = list((await self.kube.list(SITE_KEY, DPUNODE, ns)).get("items") or [])

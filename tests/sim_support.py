@@ -19,19 +19,21 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
-from metalflow.binaries import temporal_cli
+from metalflow.binaries import MissingBinaryError, temporal_cli, temporal_test_server
+from metalflow.devstack.temporal import add_search_attributes
 from metalflow.runtime.lifeline import LIFELINE_ARG, Lifeline
 
 START_TIMEOUT_SECONDS = 60
@@ -212,3 +214,23 @@ def running_sim(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextlib.asynccontextmanager
+async def time_skipping_server(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server of its own (a module whose long timers must not share the
+    session's server with what other modules left running there overrides `time_skipping_env`)."""
+    try:
+        binary = temporal_test_server()
+    except MissingBinaryError as error:
+        pytest.fail(str(error), pytrace=False)
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
+        data_converter=pydantic_data_converter,
+        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
+    )
+    try:
+        await add_search_attributes(env.client, names.SEARCH_ATTRIBUTES)
+        yield env
+    finally:
+        await env.shutdown()

@@ -33,6 +33,7 @@ from typing import Any
 from deploy_support import REPO, granted_by_base
 
 from drivers import kube as kube_module
+from drivers.campaign import POINTED
 from drivers.kube import Kind
 
 ACTIVITIES = REPO / "activities"
@@ -55,6 +56,12 @@ DATA_DRIVEN = {
     | {"DPUDevice", "DPUNode"},
     ("activities/dpf/operations.py", "DPFActivities._ensure", "get"): _SITE_SETUP | {"DPUDevice", "DPUNode"},
     ("activities/dpf/operations.py", "DPFActivities._ensure", "edit"): {"DPUDevice", "DPUNode"},
+    # The object a DPUDeployment's value names, from the campaign's POINTED table
+    # (tests/fast/test_campaign_targets_table.py holds that table to the campaign's target kinds).
+    ("activities/campaign_deploy.py", "CampaignDeployments.point_campaign_deployment", "get"): {
+        k.kind for k in POINTED.values()
+    },
+    ("drivers/campaign.py", "Fleet.prepare_deployments", "get"): {k.kind for k in POINTED.values()},
 }
 Permission = tuple[str, str, str]  # verb, API group, resource
 

@@ -65,3 +65,11 @@ def test_a_missing_target_names_every_kind() -> None:
     for kind, spec in KINDS.items():
         assert f"--{kind}" + (f" {spec.metavar}" if spec.value else "") in message
     assert "--firmware VERSION --image URI" in message
+
+
+def test_the_deployment_activity_knows_every_object_a_kind_points_at() -> None:
+    # Written out there for the static RBAC check; a new kind's object must be added there too.
+    from drivers.campaign import POINTED
+
+    pointed = {spec.dpf_object for spec in KINDS.values() if spec.points_deployment}
+    assert pointed <= set(POINTED), f"drivers/campaign.py POINTED lacks {pointed - set(POINTED)}"
