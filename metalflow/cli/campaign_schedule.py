@@ -13,11 +13,19 @@ never Temporal's default of a year: a Saturday 02:00 run missed is not started o
 `--jitter` spreads each start by up to that much. One campaign per host holds between runs and
 manual campaigns (workflows/campaign_claims/workflow.py). The Schedule's note says who made it. Cost: one
 Schedule per name on the server; nothing in the worker until a run starts.
+
+Temporal lists schedules from its visibility store, which is eventually consistent: a schedule
+just created may be missing from the list for a moment, and one just deleted may still be in it.
+So `schedule NAME` returns once the list shows the new schedule, and `schedule delete NAME` once
+it no longer does (each at most `LISTED_WITHIN` seconds; past that the command says so), and a
+script that creates then lists sees what it made; `schedules` passes over a listed schedule that
+is gone. Cost: a few list calls per create or delete.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -45,6 +53,8 @@ from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import default_operator
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+LISTED_WITHIN = 15.0  # seconds a create or delete waits for the schedule list to agree
+LISTED_POLL = 0.2
 ACTIONS = ("pause", "unpause", "trigger", "delete")
 PREFIX = "campaign-"
 
@@ -171,7 +181,23 @@ async def _create(client: Client, args: argparse.Namespace) -> int:
         f"schedule {sid} created ({when}, catch-up {catch_up.total_seconds():g} s); "
         f"its runs are campaign/{args.name}-<time>"
     )
+    if not await _listed_as(client, sid, present=True):
+        print(f"(`campaign schedules` may take a few more seconds to list {sid})")
     return EXIT_OK
+
+
+async def _listed_as(client: Client, sid: str, *, present: bool) -> bool:
+    """Wait until the schedule list shows `sid` (`present`) or no longer shows it; False when it
+    did not within LISTED_WITHIN seconds (see the module docstring)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + LISTED_WITHIN
+    while True:
+        listed = [s.id async for s in await client.list_schedules() if s.id == sid]
+        if bool(listed) == present:
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(LISTED_POLL)
 
 
 async def _act(client: Client, action: str, name: str, by: str) -> int:
@@ -192,6 +218,8 @@ async def _act(client: Client, action: str, name: str, by: str) -> int:
             raise ScheduleError(f"no schedule {sid}") from None
         raise
     print(f"schedule {sid}: {action}{'d' if action.endswith('e') else 'ed'}")
+    if action == "delete" and not await _listed_as(client, sid, present=False):
+        print(f"(`campaign schedules` may list {sid} a few more seconds)")
     return EXIT_OK
 
 
@@ -202,8 +230,13 @@ async def _schedules(client: Client, args: argparse.Namespace) -> int:
     async for listed in await client.list_schedules():
         if not listed.id.startswith(PREFIX):
             continue
+        try:
+            described = await client.get_schedule_handle(listed.id).describe()
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                continue  # deleted; the list has not caught up yet
+            raise
         found += 1
-        described = await client.get_schedule_handle(listed.id).describe()
         state = described.schedule.state
         upcoming = described.info.next_action_times[:1]
         recent = [
