@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dpf_activities_support import REBOOT, Api, annotation
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
+from site_worker_support import site_file_with_prefix
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import metalflow
-from test_dpf_activities_support import REBOOT, Api, annotation
-from test_firmware_support import site_file_with_prefix
 
 from contracts import names
 from drivers.settings import Settings

@@ -28,12 +28,12 @@ with workflow.unsafe.imports_passed_through():
     from conftest import time_skipping_server
     from host_operation_support import save_history
     from sim_support import RunningSim, running_sim
+    from site_worker_support import site_file_with_prefix
     from temporalio.api.sdk.v1 import WorkflowMetadata
     from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
     from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
     from temporalio.testing import WorkflowEnvironment
-    from test_firmware_support import site_file_with_prefix
 
     import activities.campaign as campaign_activities
     from contracts import names, workflow_api

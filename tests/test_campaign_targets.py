@@ -24,14 +24,14 @@ with workflow.unsafe.imports_passed_through():
     import pytest
     import yaml
     from campaign_support import InstantOperation, campaign_activities
+    from dpf_activities_support import Api
     from host_operation_support import save_history
     from sim_support import RunningSim, running_sim
+    from site_worker_support import FAST_POLICY, site_worker
     from temporalio.client import Client, WorkflowFailureError
     from temporalio.service import RPCError, RPCStatusCode
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
-    from test_dpf_activities_support import Api
-    from test_firmware_support import FAST_POLICY, site_worker
 
     from activities.campaign import CampaignActivities
     from activities.redfish import build_redfish_client

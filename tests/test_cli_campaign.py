@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from sim_support import RunningSim, running_sim
+from site_worker_support import site_file_with_prefix
 from temporalio.client import (
     Client,
     Schedule,
@@ -34,7 +35,6 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import SITE_FILE, Result, metalflow
-from test_firmware_support import site_file_with_prefix
 
 from contracts import names
 from contracts.models.campaign import CampaignInput, CampaignStatus, CampaignTarget, HostSelection, TargetKind

@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from dpf_activities_support import Api, dpf_activities, run, settings_for
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client
 from test_cli_input_bounds import _entity_exists, _env, _run
-from test_dpf_activities_support import Api, dpf_activities, run, settings_for
 
 from contracts.models.dpf import RegisterHostInput
 from drivers.inventory import Inventory

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
+from dpf_activities_support import REBOOT, Api, acked, dpf_activities, host, run
 from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
-from test_dpf_activities_support import REBOOT, Api, acked, dpf_activities, host, run
 
 from contracts.errors import (
     ConflictRetriesExhausted,

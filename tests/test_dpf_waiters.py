@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dpf_activities_support import Api, acked, power_cycle, settings_for
 from dpf_waiter_support import phases, record, waiting_worker
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
-from test_dpf_activities_support import Api, acked, power_cycle, settings_for
 
 from activities.dpf import DPFActivities
 from contracts.errors import MetalflowError

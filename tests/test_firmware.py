@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
+from site_worker_support import FAST_POLICY, SiteView, eventually, site_file_with_prefix, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
-from test_firmware_support import FAST_POLICY, SiteView, eventually, site_file_with_prefix, site_worker
 
 from contracts import names
 from contracts.models.control import OperatorAnswer, OperatorRequest

@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from dpf_activities_support import REBOOT, Api, annotation
 from host_operation_support import (
     FAST_POLICY,
     eventually,
@@ -27,11 +28,10 @@ from host_operation_support import (
     wait_for_status,
 )
 from sim_support import RunningSim, running_sim
+from site_worker_support import site_file_with_prefix
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from test_dpf_activities_support import REBOOT, Api, annotation
-from test_firmware_support import site_file_with_prefix
 from test_host_operation_e2e import cycle_by_hand, worker_for
 
 from contracts import names

@@ -21,8 +21,8 @@ import pytest
 from host_operation_support import FAST_POLICY, eventually
 from pydantic import BaseModel
 from sim_support import RunningSim, running_sim
+from site_worker_support import site_file_with_prefix
 from temporalio.client import Client
-from test_firmware_support import site_file_with_prefix
 
 from contracts import events as feed
 from contracts import names

@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_firmware_support import eventually
+from site_worker_support import eventually
 
 from metalflow.runtime.ports import free_port
 

@@ -21,11 +21,11 @@ import httpx
 import pytest
 from host_operation_support import save_history
 from sim_support import RunningSim, running_sim
+from site_worker_support import all_workflows, eventually, settings_for, site_file_with_prefix, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
-from test_firmware_support import all_workflows, eventually, settings_for, site_file_with_prefix, site_worker
 
 from activities import build_activities
 from activities.handover import WORKER_STOPPING

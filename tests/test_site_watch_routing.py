@@ -25,10 +25,10 @@ from dpf_waiter_support import (
     waiting_worker,
 )
 from sim_support import RunningSim, running_sim
+from site_worker_support import all_workflows, eventually, settings_for, site_file_with_prefix
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
-from test_firmware_support import all_workflows, eventually, settings_for, site_file_with_prefix
 
 from activities.handover import WORKER_STOPPING
 from activities.site_watch import SiteWatchActivities

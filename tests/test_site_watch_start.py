@@ -16,8 +16,8 @@ from pathlib import Path
 
 from dpf_waiter_support import record, waiting_worker
 from sim_support import running_sim
+from site_worker_support import eventually, settings_for, site_file_with_prefix
 from temporalio.client import Client, Interceptor, OutboundInterceptor, SignalWorkflowInput
-from test_firmware_support import eventually, settings_for, site_file_with_prefix
 
 from activities.site_watch.start import ensure_site_watch
 from contracts import names, workflow_api
