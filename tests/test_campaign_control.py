@@ -25,9 +25,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     import pytest
     from campaign_support import OPERATION_MINUTES, campaign_worker, operation_result, write_site
-    from conftest import time_skipping_server
     from host_operation_support import save_history
-    from sim_support import RunningSim, running_sim
+    from sim_support import RunningSim, running_sim, time_skipping_server
     from site_worker_support import site_file_with_prefix
     from temporalio.api.sdk.v1 import WorkflowMetadata
     from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
