@@ -12,9 +12,7 @@ site as a separate process: three hosts behind ONE multi-system BMC, rebooted at
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -23,7 +21,6 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_support import REPO
 from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, wait_for_query
 from sim_support import RunningSim, running_sim
 from temporalio import workflow
@@ -31,6 +28,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
+from worker_support import worker_env, worker_processes
 
 import workflows
 from activities import build_activities
@@ -94,47 +92,6 @@ async def start_reboot(
     )
 
 
-@asynccontextmanager
-async def worker_processes(
-    client: Client, task_queue: str, sim: RunningSim, count: int, limit: int
-) -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
-    env |= {
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "METALFLOW_SITE_FILE": str(sim.site_file),
-        "KUBECONFIG": str(sim.kubeconfig),
-        "METALFLOW_BMC_MAX_IN_FLIGHT": str(limit),
-    }
-    started: list[asyncio.subprocess.Process] = []
-    try:
-        for i in range(count):
-            with (sim.state_dir / f"worker-{i}.log").open("wb") as out:
-                started.append(
-                    await asyncio.create_subprocess_exec(
-                        sys.executable,
-                        "worker.py",
-                        "--task-queue",
-                        task_queue,
-                        cwd=REPO,
-                        env=env,
-                        stdout=out,
-                        stderr=asyncio.subprocess.STDOUT,
-                    )  # fmt: skip
-                )
-        yield started
-    finally:
-        for process in started:
-            if process.returncode is None:
-                process.terminate()
-        for process in started:
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-
-
 async def cycling_worker(handles: list[WorkflowHandle[object, HostRebootResult]]) -> int | None:
     """The pid of the worker running a `power_cycle_host` attempt right now, if any."""
     for handle in handles:
@@ -149,7 +106,8 @@ async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_ea
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     with shared_bmc_sim(tmp_path, HOSTS, timings="demo") as sim:
-        async with worker_processes(client, task_queue, sim, count=2, limit=1) as processes:
+        env = worker_env(client, sim, METALFLOW_BMC_MAX_IN_FLIGHT="1")
+        with worker_processes(task_queue, env, sim.state_dir, count=2) as processes:
             by_pid = {p.pid: p for p in processes}
             handles = [await start_reboot(client, task_queue, host) for host in HOSTS]
             victim: list[int] = []
@@ -160,8 +118,7 @@ async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_ea
                 return pid is not None
 
             await eventually(found_victim, timeout=120, what="a power cycle in flight")
-            by_pid[victim[0]].send_signal(signal.SIGKILL)
-            assert await by_pid[victim[0]].wait() == -signal.SIGKILL
+            assert by_pid[victim[0]].kill() == -signal.SIGKILL
             results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 300)
             survivor = next(p for pid, p in by_pid.items() if pid != victim[0])
             assert survivor.returncode is None, "the other worker kept running"

@@ -12,22 +12,21 @@ that reached it, and the simulated site as its own process:
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import pytest
-from deploy_support import REPO
 from host_operation_support import FAST_POLICY, power_cycles
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from worker_support import worker_env, worker_process
 
 from contracts import names
 from contracts.models.host import HostRebootInput, HostRebootResult
@@ -125,28 +124,14 @@ async def test_a_long_power_down_wait_is_a_durable_timer_with_few_heartbeats(
 
 
 async def test_a_worker_killed_while_the_host_is_off_still_cycles_once(
-    metered: tuple[WorkflowEnvironment, str], site: RunningSim
+    metered: tuple[WorkflowEnvironment, str], site: RunningSim, tmp_path: Path
 ) -> None:
     env, _ = metered
     queue = f"wait-kill-{uuid.uuid4().hex[:8]}"
     since = len(site.power_log(HOST))
-    environ = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
-    environ |= {
-        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": env.client.namespace,
-        "METALFLOW_SITE_FILE": str(site.site_file),
-        "KUBECONFIG": str(site.kubeconfig),
-    }
-
-    async def worker() -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "worker.py", "--task-queue", queue, cwd=REPO, env=environ,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-
-    first = await worker()
-    second = None
-    try:
+    environ = worker_env(env.client, site)
+    worker_log = tmp_path / "worker.log"
+    with worker_process(queue, environ, worker_log) as first:
         reboot = await start_reboot(env.client, queue, 2)
         for _ in range(2400):  # generous: a fresh worker process starts slowly on a loaded machine
             if any(e["to"] == "Off" for e in site.power_log(HOST)[since:]):
@@ -154,14 +139,8 @@ async def test_a_worker_killed_while_the_host_is_off_still_cycles_once(
             await asyncio.sleep(0.05)
         assert any(e["to"] == "Off" for e in site.power_log(HOST)[since:]), "never powered off"
         first.kill()  # SIGKILL: no cleanup, no last heartbeat
-        await first.wait()
-        second = await worker()
+    with worker_process(queue, environ, worker_log):
         result = await asyncio.wait_for(reboot.result(), 180)
-    finally:
-        for process in (first, second):
-            if process is not None and process.returncode is None:
-                process.terminate()
-                await process.wait()
     log = [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]]
     assert log == [("On", "Off"), ("Off", "On")], log
     assert result.method == "bmc:ForceOff+On"

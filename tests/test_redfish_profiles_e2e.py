@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_support import run_metalflow
+from redfish_support import CycleOnce, first_activity_started, wait_for
 from sim_support import RunningSim, running_sim
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
-from test_power_crash import CycleOnce, _activity_started, _wait_for, kill, start_worker, stop
+from worker_support import power_worker
 
 from activities.redfish import power_activities
 from activities.redfish.power import PowerActivities
@@ -196,14 +197,13 @@ async def test_each_profile_through_a_workflow_power_cycle(
 
 
 async def test_501_fallback_with_the_worker_killed_mid_fallback_cycles_once(
-    local_env: WorkflowEnvironment, sim: RunningSim
+    local_env: WorkflowEnvironment, sim: RunningSim, tmp_path: Path
 ) -> None:
     host_id = "host-501-kill"
     client = local_env.client
     queue, activity_queue = f"crash-{uuid.uuid4()}", f"crash-activities-{uuid.uuid4()}"
-    first = start_worker(local_env, activity_queue)
-    second: subprocess.Popen[str] | None = None
-    try:
+    log_file = tmp_path / "power-worker.log"
+    async with power_worker(client, activity_queue, log_file) as first:
         async with Worker(
             client, task_queue=queue, workflows=[CycleOnce], workflow_runner=UnsandboxedWorkflowRunner()
         ):
@@ -214,17 +214,13 @@ async def test_501_fallback_with_the_worker_killed_mid_fallback_cycles_once(
             handle = await client.start_workflow(
                 CycleOnce.run, args=[request, activity_queue], id=f"crash-{uuid.uuid4()}", task_queue=queue
             )
-            await _wait_for(lambda: _activity_started(handle), timeout=20)
+            await wait_for(lambda: first_activity_started(handle), timeout=20)
             # PowerCycle was refused with 501 and the fallback's ForceOff took the host Off: the
             # worker dies during the power-down wait, before On.
-            await _wait_for(lambda: asyncio.to_thread(lambda: len(sim.power_log(host_id)) == 1), timeout=30)
-            kill(first)
+            await wait_for(lambda: asyncio.to_thread(lambda: len(sim.power_log(host_id)) == 1), timeout=30)
+            first.kill()  # SIGKILL: no cleanup, no last heartbeat
             assert log_of(sim, host_id) == [("On", "Off", "ForceOff")]
-            second = start_worker(local_env, activity_queue)
-            result = await asyncio.wait_for(handle.result(), timeout=90)
-    finally:
-        stop(first)
-        if second is not None:
-            stop(second)
+            async with power_worker(client, activity_queue, log_file):
+                result = await asyncio.wait_for(handle.result(), timeout=90)
     assert log_of(sim, host_id) == [("On", "Off", "ForceOff"), ("Off", "On", "On")]
     assert result.attempts >= 2 and result.steps[-1] == "done"

@@ -381,6 +381,8 @@ async def test_the_worker_refuses_to_start_without_what_it_needs(
         "TEMPORAL_ADDRESS": "127.0.0.1:9",
     }
     env |= {key: value.replace("{tmp}", str(tmp_path)) for key, value in change.items()}
+    # Not worker_support.worker_process: the script's own exit status and stderr are under test,
+    # as a user who starts it with a missing file sees them.
     process = await asyncio.create_subprocess_exec(
         str(Path(METALFLOW).parent / "python"), "worker.py", cwd=Path(__file__).resolve().parent.parent,
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

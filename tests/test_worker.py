@@ -173,6 +173,9 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
         "METALFLOW_SITE_FILE": str(site_file),
         "METALFLOW_INVENTORY": "site",
     }
+    # Started here, not with worker_support.worker_process: this test is about the script itself as
+    # a user runs it (no lifeline argument), its exit status on SIGTERM and SIGINT, and what it
+    # writes to stderr apart from stdout.
     worker = await asyncio.create_subprocess_exec(
         sys.executable,
         "worker.py",
@@ -214,6 +217,7 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
 
 def test_worker_reports_bad_configuration_with_status_2() -> None:
     env = dict(os.environ, OTEL_TRACES_EXPORTER="nonsense")
+    # The script's own exit status and stderr on a bad setting: run as a user runs it.
     completed = subprocess.run(
         [sys.executable, "worker.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
