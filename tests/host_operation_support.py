@@ -1,15 +1,20 @@
 """Shared helpers of the host workflow tests: start an operation, wait on conditions with
-deadlines, count power cycles in the simulator's BMC log, save histories for the replay test."""
+deadlines, count power cycles in the simulator's BMC log, save histories for the replay test, run
+the product's worker in this process, and power cycle a host by hand (not through metalflow)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
+from sim_support import RunningSim
 from temporalio.client import Client, WorkflowHandle
 
 from contracts import names
@@ -21,6 +26,8 @@ from contracts.models.host import (
     HostOperationStatus,
     OperationPolicy,
 )
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORD_ENV = "METALFLOW_RECORD_HISTORIES"
@@ -126,3 +133,31 @@ async def save_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
     history = await handle.fetch_history()
     HISTORIES.mkdir(exist_ok=True)
     (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+@asynccontextmanager
+async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
+    """The product's worker (`build_worker`: every workflow and activity) in this process, for the
+    block, pointed at the simulated site."""
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(client, task_queue, settings):
+        yield
+
+
+async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:
+    """Power cycle the host as someone at its BMC would (Redfish ForceOff, then On), not metalflow."""
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        systems = (await http.get(f"{base}/redfish/v1/Systems")).json()
+        system = systems["Members"][0]["@odata.id"]
+        action = f"{base}{system}"  # each BMC is at the root of its own address
+        for reset in ("ForceOff", "On"):
+            await http.post(f"{action}/Actions/ComputerSystem.Reset", json={"ResetType": reset})
+
+            async def reached(target: str = "Off" if reset == "ForceOff" else "On") -> bool:
+                state: object = (await http.get(action)).json().get("PowerState")
+                return state == target
+
+            await eventually(reached, timeout=20, what=f"{host_id} {reset}")

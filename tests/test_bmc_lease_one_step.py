@@ -17,13 +17,13 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from bmc_lease_support import HOSTS, lease_of, lease_status, shared_bmc_sim, start_reboot
 from host_operation_support import FAST_POLICY, power_cycles, save_history, wait_for_query
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Worker
-from test_bmc_lease import HOSTS, lease_of, lease_status, shared_bmc_sim, start_reboot
 from worker_support import LEASE_STEP_WORKER, worker_env, worker_process
 
 import workflows
@@ -210,15 +210,7 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
             for generation, stop in ((1, "abort"), (2, "cancel")):
                 step_started.clear()
                 stop_sent.clear()
-                reboot = await client.start_workflow(
-                    "HostRebootWorkflow",
-                    HostRebootInput(
-                        host_id=host, boot_generation=generation, requested_by="test", policy=FAST_POLICY
-                    ),
-                    id=f"{names.host_reboot_workflow_id(host, generation)}-{task_queue}",
-                    task_queue=task_queue,
-                    result_type=HostRebootResult,
-                )
+                reboot = await start_reboot(client, task_queue, host, generation)
                 await asyncio.wait_for(step_started.wait(), 60)
                 if stop == "abort":
                     answer = await reboot.execute_update(

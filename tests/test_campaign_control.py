@@ -24,7 +24,13 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import pytest
-    from campaign_support import OPERATION_MINUTES, campaign_worker, operation_result, write_site
+    from campaign_support import (
+        OPERATION_MINUTES,
+        GatedOperation,
+        campaign_worker,
+        operation_result,
+        write_site,
+    )
     from host_operation_support import save_history
     from sim_support import RunningSim, running_sim, time_skipping_server
     from site_worker_support import site_file_with_prefix
@@ -278,34 +284,6 @@ async def test_skip_host_leaves_a_waiting_host_out_and_refuses_a_running_one(
     with pytest.raises(RPCError) as never:  # a skipped host is never touched: no entity was made
         await _entity(client, waiting)
     assert never.value.status == RPCStatusCode.NOT_FOUND
-
-
-@workflow.defn(name="HostOperationWorkflow")
-class GatedOperation:
-    """Runs until signalled `finish` or aborted (for the dev server, whose clock is real)."""
-
-    def __init__(self) -> None:
-        self._finish = False
-        self._aborted_by = ""
-
-    @workflow.run
-    async def run(self, request: HostOperationInput) -> HostOperationResult:
-        await workflow.wait_condition(lambda: self._finish)
-        if self._aborted_by:
-            raise ApplicationError(
-                f"aborted by {self._aborted_by}", type="OperationAborted", non_retryable=True
-            )
-        return operation_result(request, request.boot_generation + 1)
-
-    @workflow.signal
-    def finish(self) -> None:
-        self._finish = True
-
-    @workflow.update(name="abort")
-    def abort(self, request: OperatorRequest) -> OperatorAnswer:
-        self._aborted_by = request.requested_by
-        self._finish = True
-        return OperatorAnswer(accepted=True, message="aborting")
 
 
 async def test_the_sweep_finds_an_operation_whose_end_was_never_signalled(

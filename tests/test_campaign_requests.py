@@ -17,10 +17,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from campaign_support import campaign_worker, write_site
+from campaign_support import GatedOperation, campaign_worker, write_site
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
-from test_campaign_control import GatedOperation
 
 from activities.campaign import CampaignActivities
 from contracts import names

@@ -7,17 +7,17 @@ What a user would see is asserted: the workflow's result, its status query, the 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from host_operation_support import (
+from bmc_lease_support import lease_of
+from host_operation_support import (  # cycle_by_hand: test_monitor_unplanned imports it from here
     FAST_POLICY,
+    cycle_by_hand,
     eventually,
     power_cycles,
     save_history,
@@ -25,28 +25,19 @@ from host_operation_support import (
     status_of,
     wait_for_phase,
     wait_for_status,
+    worker_for,
 )
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
-from test_bmc_lease import lease_of
 
 from contracts import names
 from contracts.models.control import OperatorRequest
 from contracts.models.host import HOST_REBOOTED_SIGNAL, HostOperationKind, RebootMethod
-from drivers.settings import Settings
-from metalflow.runtime.worker import build_worker
 
 PROVISION = HostOperationKind.PROVISION
 REPROVISION = HostOperationKind.REPROVISION
-
-
-@asynccontextmanager
-async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(client, task_queue, settings):
-        yield
 
 
 @pytest.fixture
@@ -203,24 +194,6 @@ async def _inject_error_when_installing(handle: Any, sim: RunningSim, dpu: str, 
         return True
 
     await eventually(injected, what=f"an error injected into the recreated {dpu}")
-
-
-async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:
-    host = sim.host(host_id)
-    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
-    base = host["bmc"]["endpoint"]
-    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
-        systems = (await http.get(f"{base}/redfish/v1/Systems")).json()
-        system = systems["Members"][0]["@odata.id"]
-        action = f"{base}{system}"  # each BMC is at the root of its own address
-        for reset in ("ForceOff", "On"):
-            await http.post(f"{action}/Actions/ComputerSystem.Reset", json={"ResetType": reset})
-
-            async def reached(target: str = "Off" if reset == "ForceOff" else "On") -> bool:
-                state: object = (await http.get(action)).json().get("PowerState")
-                return state == target
-
-            await eventually(reached, timeout=20, what=f"{host_id} {reset}")
 
 
 async def test_reprovision_with_demo_timings_reports_progress(

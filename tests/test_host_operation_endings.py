@@ -19,6 +19,7 @@ import yaml
 from dpf_activities_support import REBOOT, Api, annotation
 from host_operation_support import (
     FAST_POLICY,
+    cycle_by_hand,
     eventually,
     power_cycles,
     save_history,
@@ -26,13 +27,13 @@ from host_operation_support import (
     status_of,
     wait_for_phase,
     wait_for_status,
+    worker_for,
 )
 from sim_support import RunningSim, running_sim
 from site_worker_support import site_file_with_prefix
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from test_host_operation_e2e import cycle_by_hand, worker_for
 
 from contracts import names
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest

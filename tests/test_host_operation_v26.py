@@ -18,16 +18,17 @@ import httpx
 import pytest
 from host_operation_support import (
     FAST_POLICY,
+    cycle_by_hand,
     eventually,
     start_operation,
     status_of,
     wait_for_phase,
     wait_for_status,
+    worker_for,
 )
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
-from test_host_operation_e2e import cycle_by_hand, worker_for
 
 from contracts import names, workflow_api
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
