@@ -9,7 +9,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from test_cli_dev import METALFLOW
+from cli_support import METALFLOW
 
 from metalflow.cli import COMMAND_MODULE, SUBCOMMAND_MODULES, build_parser
 from metalflow.cli.commands import command_list, leaf_commands, subcommands
