@@ -18,11 +18,10 @@ from typing import Any
 
 import httpx
 import pytest
-from redfish_support import CycleOnce, first_activity_started, wait_for
+from redfish_support import CyclePower, crash_options, cycle_worker, first_activity_started, wait_for
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from worker_support import power_worker
 
 from contracts.models.inventory import BMCAccess, CredentialRef
@@ -116,9 +115,7 @@ async def test_killed_worker_never_cycles_twice(
     since = len(sim.power_log(host_id))
     log_file = tmp_path / "power-worker.log"
     async with power_worker(client, activity_queue, log_file) as first:
-        async with Worker(
-            client, task_queue=queue, workflows=[CycleOnce], workflow_runner=UnsandboxedWorkflowRunner()
-        ):
+        async with cycle_worker(client, queue):
             request = PowerCycleInput(
                 bmc=access(sim, host_id),
                 boot_generation=since // 2 + 1,
@@ -127,7 +124,10 @@ async def test_killed_worker_never_cycles_twice(
                 timeout_seconds=60,
             )
             handle = await client.start_workflow(
-                CycleOnce.run, args=[request, activity_queue], id=f"crash-{uuid.uuid4()}", task_queue=queue
+                CyclePower.run,
+                args=[request, crash_options(activity_queue)],
+                id=f"crash-{uuid.uuid4()}",
+                task_queue=queue,
             )
             # Generous: the worker is a fresh interpreter, slow to start on a loaded machine.
             await wait_for(lambda: first_activity_started(handle), timeout=120)

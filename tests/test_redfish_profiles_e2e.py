@@ -18,18 +18,20 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_support import run_metalflow
-from redfish_support import CycleOnce, first_activity_started, wait_for
+from redfish_support import (
+    CycleOptions,
+    CyclePower,
+    crash_options,
+    cycle_worker,
+    first_activity_started,
+    wait_for,
+)
 from sim_support import RunningSim, running_sim
-from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from worker_support import power_worker
 
-from activities.redfish import power_activities
-from activities.redfish.power import PowerActivities
 from contracts.models.inventory import BMCAccess
-from contracts.models.redfish import PowerCycleInput, PowerCycleResult
+from contracts.models.redfish import PowerCycleInput
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
 
@@ -43,6 +45,7 @@ PROFILE_OF = {
     "host-tls": "self-signed-tls",
     "host-501-kill": "powercycle-501",
 }
+PROFILE_CYCLE = CycleOptions(heartbeat=timedelta(seconds=5), retry_maximum=timedelta(seconds=1))
 CYCLE_LOG = {
     "basic-only": ("ForceOff", "On"),
     "power-lag": ("ForceOff", "On"),
@@ -50,21 +53,6 @@ CYCLE_LOG = {
     "multi-system": ("PowerCycle", "PowerCycle"),
     "self-signed-tls": ("PowerCycle", "PowerCycle"),
 }
-
-
-@workflow.defn(sandboxed=False)
-class CycleProfile:
-    @workflow.run
-    async def run(self, request: PowerCycleInput) -> PowerCycleResult:
-        result: PowerCycleResult = await workflow.execute_activity(
-            "power_cycle_host",
-            request,
-            result_type=PowerCycleResult,
-            start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=timedelta(seconds=5),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=1)),
-        )
-        return result
 
 
 @pytest.fixture(scope="module")
@@ -164,23 +152,20 @@ async def test_each_profile_through_a_workflow_power_cycle(
     hosts = ["host-basic", "host-lag", "host-501", "host-multi-a", "host-tls"]
     since = {h: len(sim.power_log(h)) for h in hosts}
     try:
-        async with Worker(
-            local_env.client,
-            task_queue=task_queue,
-            workflows=[CycleProfile],
-            activities=power_activities(PowerActivities(redfish)),
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        ):
+        async with cycle_worker(local_env.client, task_queue, redfish):
             results = await asyncio.gather(
                 *(
                     local_env.client.execute_workflow(
-                        CycleProfile.run,
-                        PowerCycleInput(
-                            bmc=access(sim, h),
-                            boot_generation=2,
-                            requested_at=datetime.now(UTC),
-                            power_down_wait_seconds=0.2,
-                        ),
+                        CyclePower.run,
+                        args=[
+                            PowerCycleInput(
+                                bmc=access(sim, h),
+                                boot_generation=2,
+                                requested_at=datetime.now(UTC),
+                                power_down_wait_seconds=0.2,
+                            ),
+                            PROFILE_CYCLE,
+                        ],
                         id=f"profile-{h}-{uuid.uuid4()}",
                         task_queue=task_queue,
                     )  # fmt: skip
@@ -204,15 +189,16 @@ async def test_501_fallback_with_the_worker_killed_mid_fallback_cycles_once(
     queue, activity_queue = f"crash-{uuid.uuid4()}", f"crash-activities-{uuid.uuid4()}"
     log_file = tmp_path / "power-worker.log"
     async with power_worker(client, activity_queue, log_file) as first:
-        async with Worker(
-            client, task_queue=queue, workflows=[CycleOnce], workflow_runner=UnsandboxedWorkflowRunner()
-        ):
+        async with cycle_worker(client, queue):
             request = PowerCycleInput(
                 bmc=access(sim, host_id), boot_generation=1, requested_at=datetime.now(UTC),
                 power_down_wait_seconds=3.0, timeout_seconds=60,
             )  # fmt: skip
             handle = await client.start_workflow(
-                CycleOnce.run, args=[request, activity_queue], id=f"crash-{uuid.uuid4()}", task_queue=queue
+                CyclePower.run,
+                args=[request, crash_options(activity_queue)],
+                id=f"crash-{uuid.uuid4()}",
+                task_queue=queue,
             )
             await wait_for(lambda: first_activity_started(handle), timeout=20)
             # PowerCycle was refused with 501 and the fallback's ForceOff took the host Off: the
