@@ -3,6 +3,8 @@
 `running_sim(state_dir, ...)` starts `python -m simulators serve --port 0` and yields a
 `RunningSim` once the simulator has written `sim.json`; it stops the process at exit. The
 product reaches it only over HTTP, through the files it wrote (`kubeconfig`, `site.yaml`).
+`prefixed_sim(directory, prefix, hosts)` is the usual site of an end-to-end module: hosts of its
+own (`<prefix>-001`...), every DPU Ready, zero timings.
 
 Every process a test session starts holds the session's lifeline (`session_lifeline`): a pipe
 whose write end only this test process holds, so when the session is SIGKILLed its simulators
@@ -236,3 +238,58 @@ def running_sim(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def site_file_with_prefix(
+    directory: Path, prefix: str, hosts: int, dpus_per_host: int = 2, *, serials: bool = False
+) -> Path:
+    """The generated site with host ids `<prefix>-001`... so no other test's entity shares them.
+
+    `serials`: give each DPU a serial number, as a site that is provisioned from scratch needs."""
+    from simulators.site import BMC, DEFAULT_ROTATION, DPU, Host, Site, dump_site
+
+    site = Site(
+        name=f"{prefix}-site",
+        hosts=[
+            Host(
+                id=f"{prefix}-{i + 1:03d}",
+                bmc=BMC(profile=DEFAULT_ROTATION[i % len(DEFAULT_ROTATION)]),
+                dpus=[
+                    DPU(
+                        id=f"{prefix}-{i + 1:03d}-dpu-{k}",
+                        serial=f"MT9{i + 1:03d}{k:02d}" if serials else None,
+                    )
+                    for k in range(dpus_per_host)
+                ],
+            )
+            for i in range(hosts)
+        ],
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "site-in.yaml"
+    path.write_text(dump_site(site))
+    return path
+
+
+@contextlib.contextmanager
+def prefixed_sim(
+    directory: Path,
+    prefix: str,
+    hosts: int,
+    dpus_per_host: int = 2,
+    *,
+    serials: bool = False,
+    timings: str = "zero",
+    initialised: bool = True,
+    **options: Any,
+) -> Iterator[RunningSim]:
+    """`running_sim` of `site_file_with_prefix`'s site, for the block: the site file in
+    `directory/in`, the simulator's state in `directory/sim`; `options` go to `running_sim`.
+
+    Host ids of the module's own: the session's dev server is shared (in any order under xdist),
+    and a host's entity, boot generations and BMC lease live there."""
+    site_file = site_file_with_prefix(directory / "in", prefix, hosts, dpus_per_host, serials=serials)
+    with running_sim(
+        directory / "sim", site_file=site_file, timings=timings, initialised=initialised, **options
+    ) as sim:
+        yield sim

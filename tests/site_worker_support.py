@@ -125,34 +125,3 @@ class SiteView:
 
     def close(self) -> None:
         self.kube.close()
-
-
-def site_file_with_prefix(
-    directory: Path, prefix: str, hosts: int, dpus_per_host: int = 2, *, serials: bool = False
-) -> Path:
-    """The generated site with host ids `<prefix>-001`... so no other test's entity shares them.
-
-    `serials`: give each DPU a serial number, as a site that is provisioned from scratch needs."""
-    from simulators.site import BMC, DEFAULT_ROTATION, DPU, Host, Site, dump_site
-
-    site = Site(
-        name=f"{prefix}-site",
-        hosts=[
-            Host(
-                id=f"{prefix}-{i + 1:03d}",
-                bmc=BMC(profile=DEFAULT_ROTATION[i % len(DEFAULT_ROTATION)]),
-                dpus=[
-                    DPU(
-                        id=f"{prefix}-{i + 1:03d}-dpu-{k}",
-                        serial=f"MT9{i + 1:03d}{k:02d}" if serials else None,
-                    )
-                    for k in range(dpus_per_host)
-                ],
-            )
-            for i in range(hosts)
-        ],
-    )
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "site-in.yaml"
-    path.write_text(dump_site(site))
-    return path

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from dpf_activities_support import REBOOT, Api, annotation
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
-from site_worker_support import site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import metalflow
@@ -41,9 +40,7 @@ SITE: dict[str, Path] = {}
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("sim")
-    site = site_file_with_prefix(state / "in", PREFIX, hosts=12, dpus_per_host=1)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=12, dpus_per_host=1) as running:
         SITE["path"] = running.site_file
         yield running
 

@@ -32,8 +32,7 @@ with workflow.unsafe.imports_passed_through():
         write_site,
     )
     from host_operation_support import save_history
-    from sim_support import RunningSim, running_sim, time_skipping_server
-    from site_worker_support import site_file_with_prefix
+    from sim_support import RunningSim, prefixed_sim, time_skipping_server
     from temporalio.api.sdk.v1 import WorkflowMetadata
     from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
     from temporalio.exceptions import ApplicationError
@@ -345,9 +344,7 @@ ABORT_PREFIX = f"cab{uuid.uuid4().hex[:4]}"
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     """The simulated site for the end-to-end test: 7 hosts; the 2nd and 7th have `no-powercycle`
     BMCs (a cycle is ForceOff, the power-down wait, On), so a long wait holds them Off."""
-    state = tmp_path_factory.mktemp("sim")
-    site = site_file_with_prefix(state / "in", ABORT_PREFIX, hosts=7, dpus_per_host=1)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), ABORT_PREFIX, hosts=7, dpus_per_host=1) as running:
         yield running
 
 

@@ -20,8 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sim_support import RunningSim, running_sim
-from site_worker_support import site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import (
     Client,
     Schedule,
@@ -60,9 +59,7 @@ FAST = ["--power-down-wait", "0", "--dpu-error-reprovisions", "0"]
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("sim")
-    site = site_file_with_prefix(state / "in", "cmpe", hosts=len(HOSTS))
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), "cmpe", hosts=len(HOSTS)) as running:
         SITE_FILE["path"] = running.site_file
         yield running
 

@@ -29,8 +29,7 @@ from host_operation_support import (
     wait_for_status,
     worker_for,
 )
-from sim_support import RunningSim, running_sim
-from site_worker_support import site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim, running_sim, site_file_with_prefix
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
@@ -60,8 +59,7 @@ MANUAL = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
 
 @pytest.fixture
 def ready_site(tmp_path: Path) -> Iterator[RunningSim]:
-    site_file = site_file_with_prefix(tmp_path / "in", PREFIX, hosts=2)
-    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, PREFIX, hosts=2) as sim:
         yield sim
 
 

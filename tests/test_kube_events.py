@@ -24,8 +24,7 @@ from events_support import (
 )
 from host_operation_support import FAST_POLICY, eventually
 from pydantic import BaseModel
-from sim_support import RunningSim, running_sim
-from site_worker_support import site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client
 
 from contracts import events as feed
@@ -50,8 +49,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
     prefix = f"ev{uuid.uuid4().hex[:6]}"
-    site_file = site_file_with_prefix(tmp_path / "in", prefix, hosts=2)
-    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, prefix, hosts=2) as sim:
         yield sim, prefix
 
 

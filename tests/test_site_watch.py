@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
-from site_worker_support import all_workflows, eventually, settings_for, site_file_with_prefix, site_worker
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import all_workflows, eventually, settings_for, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
@@ -42,9 +42,7 @@ SITE_STREAMS = {
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("site-watch-sim")
-    site = site_file_with_prefix(state / "in", "sw", hosts=4)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("site-watch-sim"), "sw", hosts=4) as running:
         yield running
 
 
@@ -274,8 +272,7 @@ async def test_twenty_monitored_hosts_under_ids_of_any_form_hold_three_watch_str
     and 20 here); 20 monitors share the site's 3 streams and hold no activity, whatever their ids
     (half under the monitor's own id form, half under ids of no operation's form)."""
     count = 20
-    site = site_file_with_prefix(tmp_path / "in", "tw", hosts=count)
-    with running_sim(tmp_path / "sim", site_file=site, timings="zero", initialised=True) as sim20:
+    with prefixed_sim(tmp_path, "tw", hosts=count) as sim20:
         baseline = open_watches(sim20)
         hosts = [f"tw-{i:03d}" for i in range(1, count + 1)]
         async with site_worker(client, task_queue, sim20):
