@@ -29,8 +29,6 @@ from contracts import names
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
-
 PREFIX = f"abt{uuid.uuid4().hex[:5]}"
 # Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd and 7th are `no-powercycle`.
 H_REPROVISION, H_REBOOT, H_TERMINATE = f"{PREFIX}-002", f"{PREFIX}-007", f"{PREFIX}-012"

@@ -35,8 +35,6 @@ from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorReque
 from contracts.models.host import HostRebootResult
 from drivers.settings import Settings
 
-pytestmark = pytest.mark.slow
-
 
 async def cycling_worker(handles: list[WorkflowHandle[object, HostRebootResult]]) -> int | None:
     """The pid of the worker running a `power_cycle_host` attempt right now, if any."""

@@ -34,8 +34,6 @@ from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorReque
 from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult, RebootMethod
 from drivers.settings import Settings
 
-pytestmark = pytest.mark.slow
-
 
 def activity_attempts(history: WorkflowHistory) -> dict[str, int]:
     """Attempts started per activity type (the highest attempt number seen)."""

@@ -71,7 +71,6 @@ with workflow.unsafe.imports_passed_through():
     from drivers.settings import Settings
     from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # what the UI reads: the current details
 PREFIX = f"cc{uuid.uuid4().hex[:4]}"

@@ -16,7 +16,6 @@ import dataclasses
 import uuid
 from pathlib import Path
 
-import pytest
 from campaign_support import GatedOperation, campaign_worker, write_site
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
@@ -35,8 +34,6 @@ from contracts.models.host import HostStatus
 from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.settings import Settings
-
-pytestmark = pytest.mark.slow
 
 WORDS = "campaign fleet (ops@dc)"  # what the entity shows as the requester, for people
 

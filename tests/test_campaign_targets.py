@@ -61,7 +61,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.campaign_claims.workflow import CampaignClaimsWorkflow
     from workflows.host.workflow import HostWorkflow
 
-pytestmark = pytest.mark.slow
 
 P = f"ctg{uuid.uuid4().hex[:4]}"
 NEW_FIRMWARE = "32.45.1020"

@@ -39,8 +39,6 @@ from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.settings import Settings
 
-pytestmark = pytest.mark.slow
-
 
 async def _awaiting(client: Client, queue: str, host: str) -> OperationAccepted:
     """The host assigned to an instance, and a campaign's reprovision request awaiting approval."""

@@ -45,8 +45,6 @@ from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles as count_cycles
 from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
-
 
 def power_cycles(sim: RunningSim, host: str) -> int:
     """Power cycles in the host's BMC power log."""

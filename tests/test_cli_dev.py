@@ -117,7 +117,6 @@ def assert_private(state_dir: Path) -> None:
     }
 
 
-@pytest.mark.slow
 def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_the_entities(
     tmp_path: Path,
 ) -> None:
@@ -261,7 +260,6 @@ def test_help_and_usage_errors() -> None:
     assert run_metalflow("dev", "--port", "70000").returncode == 2
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
 def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal: str) -> None:
     port, ui_port, sim_port = three_ports()

@@ -10,12 +10,10 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from cli_support import METALFLOW, clean_env
 from dev_support import alive, power_cycles, three_ports
 
 
-@pytest.mark.slow
 def test_a_worker_killed_mid_reprovision_is_restarted_and_the_reprovision_cycles_once(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     port, ui_port, sim_port = three_ports()

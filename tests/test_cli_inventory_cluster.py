@@ -26,7 +26,6 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
         yield running
 
 
-@pytest.mark.slow
 async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_cannot_do(
     client: Client, sim: RunningSim, tmp_path: Path
 ) -> None:
@@ -74,7 +73,6 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
     api.close()
 
 
-@pytest.mark.slow
 async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_cluster(
     client: Client, sim: RunningSim, tmp_path: Path
 ) -> None:

@@ -7,7 +7,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
 from cli_support import METALFLOW, clean_env
 
 from drivers.statedir import find_state_dir
@@ -32,7 +31,6 @@ def test_the_state_dir_comes_from_the_flag_the_variable_then_the_checkout(tmp_pa
     assert find_state_dir(None, {}) == (CHECKOUT / ".metalflow", "the metalflow checkout")
 
 
-@pytest.mark.slow
 def test_sim_commands_outside_the_checkout_find_the_simulator_through_the_variable(tmp_path: Path) -> None:
     state = tmp_path / "state"
     elsewhere = tmp_path / "elsewhere"

@@ -15,7 +15,6 @@ import json
 import uuid
 from pathlib import Path
 
-import pytest
 from cli_support import command_env, entity_exists, run_in_few_processes, write_unreachable_site
 from rollout_support import INFERENCE, grove_site
 from temporalio.client import Client
@@ -141,7 +140,6 @@ WITHOUT_QUEUE = {  # reads: no task queue to name
 }
 
 
-@pytest.mark.slow
 async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit_2(
     client: Client, tmp_path: Path
 ) -> None:

@@ -35,8 +35,6 @@ from contracts.models.dpf import (
 )
 from drivers.inventory import Inventory
 
-pytestmark = pytest.mark.slow
-
 SETUP = SiteSetupInput(groups=(GroupSpec(name="gpu-compute"),))
 
 

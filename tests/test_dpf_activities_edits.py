@@ -33,8 +33,6 @@ from contracts.models.dpf import (
 )
 from drivers.kube import Kind, translate
 
-pytestmark = pytest.mark.slow
-
 NEW_BFB = {
     "apiVersion": "provisioning.dpu.nvidia.com/v1alpha1",
     "kind": "BFB",

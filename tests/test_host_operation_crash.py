@@ -9,7 +9,6 @@ import asyncio
 import uuid
 from pathlib import Path
 
-import pytest
 from host_operation_support import (
     FAST_POLICY,
     power_cycles,
@@ -23,8 +22,6 @@ from temporalio.client import Client
 from worker_support import worker_env, worker_process
 
 from contracts.models.host import HostOperationKind, HostOperationStatus
-
-pytestmark = pytest.mark.slow
 
 
 async def test_reprovision_survives_worker_kills_at_every_step(client: Client, tmp_path: Path) -> None:

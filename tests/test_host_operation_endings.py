@@ -45,8 +45,6 @@ from contracts.models.host import (
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
-
 REPROVISION = HostOperationKind.REPROVISION
 PROVISION = HostOperationKind.PROVISION
 # Host ids of this module alone: the dev server is shared by the session, and other modules count

@@ -35,7 +35,6 @@ from contracts.models.host import HostOperationKind, HostOperationResult, HostOp
 from metalflow.binaries import temporal_cli
 from metalflow.runtime.ports import free_port
 
-pytestmark = pytest.mark.slow
 SERVER_START_TIMEOUT = 60.0
 OPERATION_TIMEOUT = 180.0
 

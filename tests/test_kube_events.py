@@ -43,8 +43,6 @@ from metalflow.hosts import host_status, send_update
 from metalflow.runtime import events as emitting
 from metalflow.runtime.events import Emitter, EventSpec, Regarding
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:

@@ -78,7 +78,6 @@ def _sigkill(process: subprocess.Popen[bytes]) -> None:
     process.wait(timeout=10)
 
 
-@pytest.mark.slow
 async def test_a_sigkilled_sim_up_leaves_no_simulator(tmp_path: Path) -> None:
     port, state_dir = free_port(), tmp_path / "state"
     argv = [METALFLOW, "sim", "up", "--sim-port", str(port), "--state-dir", str(state_dir)]
@@ -93,7 +92,6 @@ async def test_a_sigkilled_sim_up_leaves_no_simulator(tmp_path: Path) -> None:
         parent.kill()
 
 
-@pytest.mark.slow
 async def test_a_sigkilled_dev_stack_leaves_no_server_simulator_or_worker(tmp_path: Path) -> None:
     ports = {"--port": free_port(), "--ui-port": free_port(), "--sim-port": free_port()}
     argv = [METALFLOW, "dev", "--no-demo", "--state-dir", str(tmp_path / "state"), "--timings", "zero"]
@@ -134,7 +132,6 @@ async def test_hold_servers_then_hang(local_env, time_skipping_env, tmp_path):
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("xdist", [[], ["-n", "1"]], ids=["one-process", "xdist-controller"])
 async def test_a_sigkilled_test_session_leaves_no_temporal_servers_or_simulator(
     tmp_path: Path, xdist: list[str]

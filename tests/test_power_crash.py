@@ -27,8 +27,6 @@ from worker_support import power_worker
 from contracts.models.inventory import BMCAccess, CredentialRef
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:

@@ -35,7 +35,6 @@ from metalflow.binaries import temporal_cli
 from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
 WAIT = 20.0
 HOST = "host-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
 

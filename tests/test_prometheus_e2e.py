@@ -40,7 +40,6 @@ from metalflow.client import connect
 from metalflow.hosts import host_status, send_update
 from metalflow.runtime.ports import free_port
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy" / "monitoring" / "metalflow-rules.yaml"
 ALERT = "MetalflowHostInManualIntervention"

@@ -27,7 +27,6 @@ from simulators.redfish.standalone import RunningBMCs, serve_bmcs
 from simulators.site import BMC, Host, Site
 from simulators.timings import timings_for
 
-pytestmark = pytest.mark.slow
 HEARTBEAT_TIMEOUT = timedelta(seconds=2)
 SHORT_HEARTBEAT = CycleOptions(
     heartbeat=HEARTBEAT_TIMEOUT, retry_initial=timedelta(milliseconds=200), retry_maximum=timedelta(seconds=1)

@@ -35,7 +35,6 @@ from contracts.models.redfish import PowerCycleInput
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
 
-pytestmark = pytest.mark.slow
 PROFILE_OF = {
     "host-basic": "basic-only",
     "host-lag": "power-lag",

@@ -26,7 +26,6 @@ from simulators.site import BMC, Host, Site
 from simulators.timings import timings_for
 from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
 
-pytestmark = pytest.mark.slow
 HOSTS = {"native": "powercycle", "monitor": "task-monitor", "forceoff": "no-powercycle"}
 # `power_cycle_host` with the reboot workflow's heartbeat timeout, and no second attempt.
 AS_THE_REBOOT_DOES = CycleOptions(heartbeat=POWER_CYCLE_HEARTBEAT, maximum_attempts=1)

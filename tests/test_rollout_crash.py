@@ -8,13 +8,10 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import pytest
 from host_operation_support import save_history
 from rollout_support import INFERENCE, gangs, grove_site, pod_hashes, start_rollout, wait_for
 from temporalio.client import Client
 from worker_support import worker_env, worker_process
-
-pytestmark = pytest.mark.slow
 
 
 async def test_rollout_survives_worker_kills_mid_step(client: Client, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import asyncio
 import signal
 from pathlib import Path
 
-import pytest
 from host_operation_support import power_cycles, start_operation, status_of
 from sim_support import running_sim
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -21,8 +20,6 @@ from worker_support import worker_env, worker_processes
 from contracts import names
 from contracts.models.dpf import DPF_NAMESPACE
 from contracts.models.host import HostOperationKind
-
-pytestmark = pytest.mark.slow
 
 
 async def watcher_holder(handle: WorkflowHandle[object, object]) -> str | None:

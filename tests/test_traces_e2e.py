@@ -29,7 +29,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from contracts.names import campaign_workflow_id
 from metalflow.runtime.ports import free_port
 
-pytestmark = pytest.mark.slow
 HOSTS = ("host-001", "host-002")
 CAMPAIGNS = ("traced", "again")
 HOST_REQUEST = "RequestHostOperation"

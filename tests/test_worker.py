@@ -147,7 +147,6 @@ async def _wait_for_poller(client: Client, task_queue: str, worker: asyncio.subp
     raise AssertionError("worker never polled its task queue")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
     local_env: WorkflowEnvironment, task_queue: str, stop_signal: signal.Signals, tmp_path: Path
