@@ -1,7 +1,7 @@
 """Support for the tests of the fleet-wide per-BMC limit (workflows/bmc_lease/workflow.py): a
 simulated site whose hosts share one multi-system BMC, the lease's handle and status, a reboot
-started as the host workflows start it, and a stand-in workflow that takes the lease's one slot
-and never gives it back."""
+stopped while it waits or steps (abort or cancel), and a stand-in workflow that takes the
+lease's one slot and never gives it back."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from host_operation_support import FAST_POLICY, wait_for_query
+from host_operation_support import wait_for_query
 from sim_support import RunningSim, running_sim
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHandle
@@ -28,7 +28,8 @@ from contracts.models.bmc_lease import (
     BMCLeaseStatus,
     LeaseGrant,
 )
-from contracts.models.host import HostRebootInput, HostRebootResult
+from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.models.host import HostRebootResult
 from contracts.models.inventory import BMCAccess, CredentialRef
 from drivers.settings import Settings
 from workflows.parts.bmc_lease_holder import BMCLeaseHolder
@@ -66,18 +67,18 @@ async def lease_status(handle: WorkflowHandle[object, BMCLeaseStatus]) -> BMCLea
         raise
 
 
-async def start_reboot(
-    client: Client, task_queue: str, host: str, generation: int = 1
-) -> WorkflowHandle[object, HostRebootResult]:
-    """The host's reboot to `generation` (FAST_POLICY), its id suffixed with the task queue: the
-    session's server is shared, and another test may reboot a host of the same name."""
-    return await client.start_workflow(
-        "HostRebootWorkflow",
-        HostRebootInput(host_id=host, boot_generation=generation, requested_by="test", policy=FAST_POLICY),
-        id=f"{names.host_reboot_workflow_id(host, generation)}-{task_queue}",
-        task_queue=task_queue,
-        result_type=HostRebootResult,
-    )
+async def stop_reboot(reboot: WorkflowHandle[object, HostRebootResult], how: str) -> None:
+    """`abort`: the reboot's abort update, as an operator sends it (accepted); `cancel`: a cancel,
+    as its parent's abort sends it."""
+    if how == "abort":
+        answer = await reboot.execute_update(
+            ABORT_UPDATE,
+            OperatorRequest(requested_by="test", reason="wrong host"),
+            result_type=OperatorAnswer,
+        )
+        assert answer.accepted, answer
+    else:
+        await reboot.cancel()
 
 
 @workflow.defn(name="HoldBMCLeaseForever", sandboxed=False)

@@ -1,12 +1,16 @@
 """Support for the tests of `metalflow dev` run for real (the console script, `cli_support.METALFLOW`):
-free ports for its three servers, whether a port listens and a pid runs after it stopped, the BMC's
-power cycles it left in its state dir, and whether its worker reports ready."""
+free ports for its three servers, its output read line by line until a line says enough, whether a
+port listens and a pid runs after it stopped, the BMC's power cycles it left in its state dir, and
+whether its worker reports ready."""
 
 from __future__ import annotations
 
 import json
 import os
 import socket
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -22,6 +26,27 @@ def three_ports() -> tuple[int, int, int]:
         ports.add(free_port())
     first, second, third = sorted(ports)
     return first, second, third
+
+
+def read_until(
+    process: subprocess.Popen[str], lines: list[str], done: Callable[[str], bool], timeout: float
+) -> None:
+    """Append the process's stdout lines to `lines` until one is `done` (it is kept), the output
+    ends, or `timeout` seconds pass (`lines` holds what came, for the test's message)."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if done(line):
+            break
+
+
+def ready(line: str) -> bool:
+    """The line `metalflow dev` prints once everything runs."""
+    return "press Ctrl-C to stop" in line
 
 
 def listening(port: int) -> bool:

@@ -24,6 +24,8 @@ from contracts.models.host import (
     HostOperationKind,
     HostOperationResult,
     HostOperationStatus,
+    HostRebootInput,
+    HostRebootResult,
     OperationPolicy,
 )
 from drivers.settings import Settings
@@ -66,6 +68,20 @@ async def start_operation(
         task_queue=task_queue,
         result_type=HostOperationResult,
         static_summary=f"{kind.value} {host_id} for pytest",
+    )
+
+
+async def start_reboot(
+    client: Client, task_queue: str, host: str, generation: int = 1, policy: OperationPolicy = FAST_POLICY
+) -> WorkflowHandle[object, HostRebootResult]:
+    """The host's reboot to `generation`, its id suffixed with the task queue: the session's server
+    is shared, and another test may reboot a host of the same name."""
+    return await client.start_workflow(
+        "HostRebootWorkflow",
+        HostRebootInput(host_id=host, boot_generation=generation, requested_by="test", policy=policy),
+        id=f"{names.host_reboot_workflow_id(host, generation)}-{task_queue}",
+        task_queue=task_queue,
+        result_type=HostRebootResult,
     )
 
 
@@ -161,3 +177,29 @@ async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:
                 return state == target
 
             await eventually(reached, timeout=20, what=f"{host_id} {reset}")
+
+
+async def inject_error_when_recreated(
+    handle: WorkflowHandle[Any, Any], sim: RunningSim, dpu: str, body: dict[str, Any]
+) -> None:
+    """Put `dpu` (its DPF object's name) in Error with `body` once the operation has deleted the
+    host's DPUs and DPF recreates them: the error belongs in the DPU DPF recreates."""
+
+    async def deleted_and_recreated() -> bool:
+        status = await status_of(handle)
+        return status.phase not in ("resolving-inventory", "deleting-dpus", "starting")
+
+    await eventually(deleted_and_recreated, what="the DPUs deleted")
+
+    async def injected() -> bool:
+        # 409 while the deleted one is still being deleted (the site refuses it: its deletion
+        # goes on), 404 before DPF created the next.
+        try:
+            sim.inject(f"dpus/{dpu}/error", body)
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code in (404, 409):
+                return False
+            raise
+        return True
+
+    await eventually(injected, what=f"an error injected into the recreated {dpu}")

@@ -231,13 +231,18 @@ def running_sim(
             process=process,
         )
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, grace=15)
+
+
+def stop_process(process: subprocess.Popen[Any], grace: float) -> None:
+    """SIGTERM, and SIGKILL if it still runs `grace` seconds later; reaped either way."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def site_file_with_prefix(

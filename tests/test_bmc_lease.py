@@ -23,15 +23,14 @@ from bmc_lease_support import (
     lease_status,
     one_slot_held,
     shared_bmc_sim,
-    start_reboot,
+    stop_reboot,
 )
-from host_operation_support import eventually, power_cycles, save_history, wait_for_query
+from host_operation_support import eventually, power_cycles, save_history, start_reboot, wait_for_query
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
 from worker_support import worker_env, worker_processes
 
 from contracts import names
-from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import HostRebootResult
 from drivers.settings import Settings
 
@@ -142,14 +141,7 @@ async def test_a_reboot_stopped_while_queued_for_the_lease_sends_nothing_and_giv
                     f"generation {generation} queued",
                     60,
                 )
-                if stop == "abort":
-                    answer = await reboot.execute_update(
-                        ABORT_UPDATE, OperatorRequest(requested_by="test", reason="wrong host"),
-                        result_type=OperatorAnswer,
-                    )  # fmt: skip
-                    assert answer.accepted, answer
-                else:
-                    await reboot.cancel()
+                await stop_reboot(reboot, stop)
                 with pytest.raises(WorkflowFailureError) as ended:
                     await asyncio.wait_for(reboot.result(), 60)
                 outcomes.append(ended.value.cause)

@@ -17,8 +17,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from bmc_lease_support import HOSTS, lease_of, lease_status, shared_bmc_sim, start_reboot
-from host_operation_support import FAST_POLICY, power_cycles, save_history, wait_for_query
+from bmc_lease_support import HOSTS, lease_of, lease_status, shared_bmc_sim, stop_reboot
+from host_operation_support import FAST_POLICY, power_cycles, save_history, start_reboot, wait_for_query
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
@@ -30,7 +30,7 @@ import workflows
 from activities import build_activities
 from contracts import names
 from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
-from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.models.control import OperatorRequest
 from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult, RebootMethod
 from drivers.settings import Settings
 
@@ -210,14 +210,7 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
                 stop_sent.clear()
                 reboot = await start_reboot(client, task_queue, host, generation)
                 await asyncio.wait_for(step_started.wait(), 60)
-                if stop == "abort":
-                    answer = await reboot.execute_update(
-                        ABORT_UPDATE, OperatorRequest(requested_by="test", reason="wrong host"),
-                        result_type=OperatorAnswer,
-                    )  # fmt: skip
-                    assert answer.accepted, answer
-                else:
-                    await reboot.cancel()
+                await stop_reboot(reboot, stop)
                 stop_sent.set()
                 with pytest.raises(WorkflowFailureError) as ended:
                     await asyncio.wait_for(reboot.result(), 60)

@@ -8,12 +8,11 @@ import signal
 import socket
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from cli_support import METALFLOW, clean_env, run_metalflow
-from dev_support import alive, listening, power_cycles, three_ports
+from dev_support import alive, listening, power_cycles, read_until, ready, three_ports
 from temporalio.client import Client
 
 from metalflow.devstack.stack import reset_state
@@ -164,15 +163,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     )  # fmt: skip
     lines: list[str] = []
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "press Ctrl-C to stop" in line:
-                break
+        read_until(process, lines, ready, timeout=300)
         output = "".join(lines)
         assert "press Ctrl-C to stop" in output, output
         assert "registered search attributes" not in output
@@ -273,15 +264,7 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
     )
     lines: list[str] = []
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "press Ctrl-C to stop" in line:
-                break
+        read_until(process, lines, ready, timeout=120)
         assert listening(port) and listening(ui_port), "".join(lines)
         assert not any(" demo: " in line or line.startswith("demo:") for line in lines)
         if stop_signal == "SIGTERM":  # once is enough: no second stack, and commands find this one

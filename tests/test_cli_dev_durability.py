@@ -7,11 +7,10 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from cli_support import METALFLOW, clean_env
-from dev_support import alive, power_cycles, three_ports
+from dev_support import alive, power_cycles, read_until, ready, three_ports
 
 
 def test_a_worker_killed_mid_reprovision_is_restarted_and_the_reprovision_cycles_once(tmp_path: Path) -> None:
@@ -25,20 +24,17 @@ def test_a_worker_killed_mid_reprovision_is_restarted_and_the_reprovision_cycles
     lines: list[str] = []
     killed = None
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
+
+        def watch(line: str) -> bool:
+            nonlocal killed
             # Kill the worker (SIGKILL: no goodbye) once the reprovision has asked for its reboot.
             if killed is None and re.search(r"demo: reprovision host-001: .*rebooting-host", line):
                 output = "".join(lines)
                 killed = int(re.findall(r"starting metalflow worker \(pid (\d+),", output)[-1])
                 os.kill(killed, signal.SIGKILL)
-            if "press Ctrl-C to stop" in line or "FAILED" in line:
-                break
+            return ready(line) or "FAILED" in line
+
+        read_until(process, lines, watch, timeout=300)
         output = "".join(lines)
         assert killed is not None, output
         assert f"metalflow worker (pid {killed}) exited with status -9; restarting it" in output

@@ -10,15 +10,13 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from bmc_lease_support import lease_of
 from host_operation_support import (  # cycle_by_hand: test_monitor_unplanned imports it from here
     FAST_POLICY,
     cycle_by_hand,
-    eventually,
+    inject_error_when_recreated,
     power_cycles,
     save_history,
     start_operation,
@@ -138,8 +136,8 @@ async def test_dpu_error_is_reprovisioned_automatically(
 ) -> None:
     async with worker_for(client, task_queue, ready_site):
         handle = await start_operation(client, task_queue, "host-001", REPROVISION)
-        await _inject_error_when_installing(
-            handle, ready_site, "node-host-001-device-host-001-dpu-0", "bad BFB"
+        await inject_error_when_recreated(
+            handle, ready_site, "node-host-001-device-host-001-dpu-0", {"message": "bad BFB"}
         )
         result = await handle.result()
         status = await status_of(handle)
@@ -164,8 +162,8 @@ async def test_dpu_error_beyond_the_limit_fails_with_dpf_message(
     policy = FAST_POLICY.model_copy(update={"max_dpu_error_reprovisions": 0})
     async with worker_for(client, task_queue, ready_site):
         handle = await start_operation(client, task_queue, "host-002", REPROVISION, policy=policy)
-        await _inject_error_when_installing(
-            handle, ready_site, "node-host-002-device-host-002-dpu-1", "flash worn out"
+        await inject_error_when_recreated(
+            handle, ready_site, "node-host-002-device-host-002-dpu-1", {"message": "flash worn out"}
         )
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
@@ -173,27 +171,6 @@ async def test_dpu_error_beyond_the_limit_fails_with_dpf_message(
     assert isinstance(cause, ApplicationError) and cause.type == "DPUFailed"
     assert "flash worn out" in cause.message
     assert ready_site.violations() == []
-
-
-async def _inject_error_when_installing(handle: Any, sim: RunningSim, dpu: str, message: str) -> None:
-    async def deleted_and_recreated() -> bool:
-        status = await status_of(handle)
-        return status.phase not in ("resolving-inventory", "deleting-dpus", "starting")
-
-    await eventually(deleted_and_recreated, what="the DPUs deleted")
-
-    async def injected() -> bool:
-        # The error belongs in the DPU DPF recreates: 409 while the deleted one is still being
-        # deleted (the site refuses it: its deletion goes on), 404 before DPF created the next.
-        try:
-            sim.inject(f"dpus/{dpu}/error", {"message": message})
-        except httpx.HTTPStatusError as err:
-            if err.response.status_code in (404, 409):
-                return False
-            raise
-        return True
-
-    await eventually(injected, what=f"an error injected into the recreated {dpu}")
 
 
 async def test_reprovision_with_demo_timings_reports_progress(

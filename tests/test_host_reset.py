@@ -23,12 +23,13 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from bmc_lease_support import HOSTS, lease_of, lease_status, one_slot_held, start_reboot
+from bmc_lease_support import HOSTS, lease_of, lease_status, one_slot_held
 from host_operation_support import (
     FAST_POLICY,
     eventually,
     power_cycles,
     save_history,
+    start_reboot,
     wait_for_query,
     worker_for,
 )

@@ -20,16 +20,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from host_operation_support import FAST_POLICY, power_cycles
+from host_operation_support import FAST_POLICY, power_cycles, start_reboot
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_process
 
 from contracts import names
-from contracts.models.host import HostRebootInput, HostRebootResult
 from drivers.settings import Settings
 from metalflow.binaries import temporal_cli
 from metalflow.runtime.ports import free_port
@@ -37,6 +35,7 @@ from metalflow.runtime.worker import build_worker
 
 WAIT = 20.0
 HOST = "host-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
+POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": WAIT})
 
 
 @pytest.fixture(scope="module")
@@ -73,19 +72,6 @@ def heartbeats(metrics_url: str) -> int:
     return int(found)
 
 
-async def start_reboot(
-    client: Client, task_queue: str, generation: int
-) -> WorkflowHandle[object, HostRebootResult]:
-    policy = FAST_POLICY.model_copy(update={"power_down_wait_seconds": WAIT})
-    return await client.start_workflow(
-        "HostRebootWorkflow",
-        HostRebootInput(host_id=HOST, boot_generation=generation, requested_by="test", policy=policy),
-        id=f"{names.host_reboot_workflow_id(HOST, generation)}-{task_queue}",
-        task_queue=task_queue,
-        result_type=HostRebootResult,
-    )
-
-
 def off_seconds(sim: RunningSim, since: int) -> float:
     log = sim.power_log(HOST)[since:]
     off = next(datetime.fromisoformat(e["time"]) for e in log if e["to"] == "Off")
@@ -102,7 +88,7 @@ async def test_a_long_power_down_wait_is_a_durable_timer_with_few_heartbeats(
     settings = Settings(site_file=site.site_file, kubeconfig=site.kubeconfig)
     async with build_worker(env.client, queue, settings):
         before = heartbeats(metrics)
-        reboot = await start_reboot(env.client, queue, 1)
+        reboot = await start_reboot(env.client, queue, HOST, 1, POLICY)
         result = await asyncio.wait_for(reboot.result(), 120)
         sent = heartbeats(metrics) - before
         history = await reboot.fetch_history()
@@ -131,7 +117,7 @@ async def test_a_worker_killed_while_the_host_is_off_still_cycles_once(
     environ = worker_env(env.client, site)
     worker_log = tmp_path / "worker.log"
     with worker_process(queue, environ, worker_log) as first:
-        reboot = await start_reboot(env.client, queue, 2)
+        reboot = await start_reboot(env.client, queue, HOST, 2, POLICY)
         for _ in range(2400):  # generous: a fresh worker process starts slowly on a loaded machine
             if any(e["to"] == "Off" for e in site.power_log(HOST)[since:]):
                 break

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,6 +26,7 @@ import yaml
 from cli_support import METALFLOW
 from dev_support import worker_ready
 from prometheus_support import RunningPrometheus, running_prometheus
+from sim_support import stop_process
 
 from contracts.models.control import RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
@@ -84,12 +84,7 @@ def dev_stack(tmp_path: Path) -> Iterator[tuple[Path, int]]:
             time.sleep(0.5)
         yield state, metrics
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, grace=60)
 
 
 def _rules() -> dict[str, Any]:

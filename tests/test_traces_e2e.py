@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -25,6 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from sim_support import stop_process
 
 from contracts.names import campaign_workflow_id
 from metalflow.runtime.ports import free_port
@@ -127,8 +127,7 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
             )
             await _sleep(0.5)
     finally:
-        dev.send_signal(signal.SIGTERM)
-        dev.wait(timeout=60)
+        stop_process(dev, grace=60)
 
     spans = found.spans
     by_name: dict[str, list[Any]] = {}
