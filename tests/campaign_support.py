@@ -1,7 +1,8 @@
 """Shared pieces of the campaign tests: a site file of N hosts, a worker with the real campaign,
 the real host entity and the real campaign activities (inventory from that file, requests through
 the worker's client), and a stand-in operation under the real type name whose duration and fate
-the host's id decides (a `fail` in the id fails it), so the tests decide how the fleet behaves.
+the host's id decides (a `fail` in the id fails it), so the tests decide how the fleet behaves;
+and one that runs until it is signalled `finish` or aborted (`GatedOperation`, on the dev server).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from temporalio.worker import Worker
 with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
     from contracts.models.control import STATUS_QUERY as HOST_STATUS_QUERY
+    from contracts.models.control import OperatorAnswer, OperatorRequest
     from contracts.models.host import (
         MANUAL_INTERVENTION_REQUIRED,
         HostOperationInput,
@@ -110,6 +112,34 @@ class OperatorWaitOperation:
             manual_intervention_reason=self._reason if self._phase == MANUAL_INTERVENTION_REQUIRED else None,
             started_at=self._started,
         )
+
+
+@workflow.defn(name="HostOperationWorkflow")
+class GatedOperation:
+    """Runs until signalled `finish` or aborted (for the dev server, whose clock is real)."""
+
+    def __init__(self) -> None:
+        self._finish = False
+        self._aborted_by = ""
+
+    @workflow.run
+    async def run(self, request: HostOperationInput) -> HostOperationResult:
+        await workflow.wait_condition(lambda: self._finish)
+        if self._aborted_by:
+            raise ApplicationError(
+                f"aborted by {self._aborted_by}", type="OperationAborted", non_retryable=True
+            )
+        return operation_result(request, request.boot_generation + 1)
+
+    @workflow.signal
+    def finish(self) -> None:
+        self._finish = True
+
+    @workflow.update(name="abort")
+    def abort(self, request: OperatorRequest) -> OperatorAnswer:
+        self._aborted_by = request.requested_by
+        self._finish = True
+        return OperatorAnswer(accepted=True, message="aborting")
 
 
 def write_site(directory: Path, hosts: list[str], groups: dict[str, str] | None = None) -> Path:

@@ -13,6 +13,10 @@ about the process itself (signals, a killed parent, `python -m`) keep a real sub
   environment the test gives it; for async tests and commands with variables of their own.
 - `run_in_few_processes`: many such commands, each with variables of its own (a Temporal address,
   a site file), a few servers side by side.
+- `run_console_script`: the installed `metalflow` (`METALFLOW`) as a subprocess, for the tests of
+  the console script itself; `clean_env` and `command_env` are the environments commands get.
+- `write_unreachable_site` and `entity_exists`: a site file whose BMCs no command may reach, and
+  whether a (refused) command created a host's entity anyway.
 """
 
 from __future__ import annotations
@@ -22,14 +26,73 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
+from datetime import datetime
 from pathlib import Path
 
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from contracts import names
 from metalflow.cli import main
 
 TIMEOUT_SECONDS = 120
+# The console script of this venv, as a user who activated it runs it.
+METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment less the developer's Temporal and OpenTelemetry settings, which
+    would point a command at their own server or exporter."""
+    return {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
+
+
+def command_env(client: Client, state: Path) -> dict[str, str]:
+    """A command's environment for `client`'s server (address, namespace) and `state/site.yaml`,
+    with none of the developer's TEMPORAL_* or METALFLOW_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_"))}
+    return env | {
+        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": client.namespace,
+        "METALFLOW_SITE_FILE": str(state / "site.yaml"),
+    }
+
+
+async def run_console_script(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
+    """The installed `metalflow ARGS` as a subprocess with environment `env`: (exit status, stdout,
+    stderr), for the tests of the console script itself."""
+    process = await asyncio.create_subprocess_exec(
+        METALFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=TIMEOUT_SECONDS)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+def write_unreachable_site(path: Path, *hosts: str) -> Path:
+    """A valid site file naming `hosts` (no DPUs; their BMCs are never reached: nothing listens there)."""
+    bmc = {"endpoint": "http://127.0.0.1:9", "credentials": {"file": "/nonexistent/creds.json"}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"name": "bounds", "hosts": [{"id": h, "bmc": bmc} for h in hosts]}))
+    return path
+
+
+async def entity_exists(client: Client, host_id: str, since: datetime | None = None) -> bool:
+    """Whether the host's entity exists on the server (`since`: one started then or later).
+
+    Tests share one dev server per xdist process, and sites name their hosts alike: another
+    test may have made `host/host-001` earlier, so a test asking "did my refused command create
+    it?" passes the time it began."""
+    try:
+        description = await client.get_workflow_handle(names.host_workflow_id(host_id)).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return since is None or description.start_time >= since
 
 
 def run_metalflow(*args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel
 from sim_support import RunningSim
+from site_worker_support import all_workflows, settings_for
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
-from test_firmware_support import all_workflows, settings_for
 
 from activities import build_activities
 from contracts import names, workflow_api

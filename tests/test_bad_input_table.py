@@ -32,8 +32,6 @@ from metalflow.binaries import temporal_cli
 from metalflow.hosts import ensure_entity, host_status
 from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
-
 ENTITY_HOST = "host-001"  # its entity runs idle through every row: updates and signals go to it
 FAST = {"power_down_wait_seconds": 0, "reboot_wait_seconds": 60, "phase_timeout_seconds": 120}
 OK_OP = {"host_id": "host-002", "kind": "reprovision", "requested_by": "t", "policy": FAST}

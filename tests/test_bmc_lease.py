@@ -12,127 +12,27 @@ site as a separate process: three hosts behind ONE multi-system BMC, rebooted at
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
-from collections.abc import AsyncIterator
-from contextlib import AbstractContextManager, asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
-from deploy_support import REPO
-from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, wait_for_query
-from sim_support import RunningSim, running_sim
-from temporalio import workflow
+from bmc_lease_support import (
+    HOSTS,
+    HoldBMCLeaseForever,
+    lease_of,
+    lease_status,
+    one_slot_held,
+    shared_bmc_sim,
+    stop_reboot,
+)
+from host_operation_support import eventually, power_cycles, save_history, start_reboot, wait_for_query
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
-from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Worker
+from worker_support import worker_env, worker_processes
 
-import workflows
-from activities import build_activities
 from contracts import names
-from contracts.models.bmc_lease import (
-    BMC_LEASE_GRANTED_SIGNAL,
-    BMC_LEASE_STATUS_QUERY,
-    BMCLeaseStatus,
-    LeaseGrant,
-)
-from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
-from contracts.models.host import HostRebootInput, HostRebootResult
-from contracts.models.inventory import BMCAccess, CredentialRef
+from contracts.models.host import HostRebootResult
 from drivers.settings import Settings
-from workflows.parts.bmc_lease_holder import BMCLeaseHolder
-
-pytestmark = pytest.mark.slow
-
-HOSTS = ("chassis-a-1", "chassis-a-2", "chassis-a-3")
-
-
-def shared_bmc_sim(
-    tmp_path: Path, hosts: tuple[str, ...], timings: str
-) -> AbstractContextManager[RunningSim]:
-    """A site whose hosts are Systems of one multi-system BMC (one endpoint, one account)."""
-    site = {
-        "name": "chassis",
-        "hosts": [{"id": h, "bmc": {"profile": "multi-system", "group": "chassis-a"}} for h in hosts],
-    }
-    (tmp_path / "site.yaml").write_text(yaml.safe_dump(site))
-    return running_sim(tmp_path / "sim", site_file=tmp_path / "site.yaml", timings=timings)
-
-
-def lease_of(
-    client: Client, sim: RunningSim, host: str, task_queue: str
-) -> WorkflowHandle[object, BMCLeaseStatus]:
-    endpoint = sim.host(host)["bmc"]["endpoint"]
-    lease_id = names.bmc_lease_workflow_id(endpoint, task_queue)
-    return client.get_workflow_handle(lease_id, result_type=BMCLeaseStatus)
-
-
-async def lease_status(handle: WorkflowHandle[object, BMCLeaseStatus]) -> BMCLeaseStatus | None:
-    """The lease's `status`, or None before it started (a request starts it)."""
-    try:
-        return await handle.query(BMC_LEASE_STATUS_QUERY, result_type=BMCLeaseStatus)
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            return None
-        raise
-
-
-async def start_reboot(
-    client: Client, task_queue: str, host: str
-) -> WorkflowHandle[object, HostRebootResult]:
-    return await client.start_workflow(
-        "HostRebootWorkflow",
-        HostRebootInput(host_id=host, boot_generation=1, requested_by="test", policy=FAST_POLICY),
-        id=names.host_reboot_workflow_id(host, 1) + f"-{task_queue}",
-        task_queue=task_queue,
-        result_type=HostRebootResult,
-    )
-
-
-@asynccontextmanager
-async def worker_processes(
-    client: Client, task_queue: str, sim: RunningSim, count: int, limit: int
-) -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
-    env |= {
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "METALFLOW_SITE_FILE": str(sim.site_file),
-        "KUBECONFIG": str(sim.kubeconfig),
-        "METALFLOW_BMC_MAX_IN_FLIGHT": str(limit),
-    }
-    started: list[asyncio.subprocess.Process] = []
-    try:
-        for i in range(count):
-            with (sim.state_dir / f"worker-{i}.log").open("wb") as out:
-                started.append(
-                    await asyncio.create_subprocess_exec(
-                        sys.executable,
-                        "worker.py",
-                        "--task-queue",
-                        task_queue,
-                        cwd=REPO,
-                        env=env,
-                        stdout=out,
-                        stderr=asyncio.subprocess.STDOUT,
-                    )  # fmt: skip
-                )
-        yield started
-    finally:
-        for process in started:
-            if process.returncode is None:
-                process.terminate()
-        for process in started:
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
 
 
 async def cycling_worker(handles: list[WorkflowHandle[object, HostRebootResult]]) -> int | None:
@@ -149,7 +49,8 @@ async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_ea
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     with shared_bmc_sim(tmp_path, HOSTS, timings="demo") as sim:
-        async with worker_processes(client, task_queue, sim, count=2, limit=1) as processes:
+        env = worker_env(client, sim, METALFLOW_BMC_MAX_IN_FLIGHT="1")
+        with worker_processes(task_queue, env, sim.state_dir, count=2) as processes:
             by_pid = {p.pid: p for p in processes}
             handles = [await start_reboot(client, task_queue, host) for host in HOSTS]
             victim: list[int] = []
@@ -160,8 +61,7 @@ async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_ea
                 return pid is not None
 
             await eventually(found_victim, timeout=120, what="a power cycle in flight")
-            by_pid[victim[0]].send_signal(signal.SIGKILL)
-            assert await by_pid[victim[0]].wait() == -signal.SIGKILL
+            assert by_pid[victim[0]].kill() == -signal.SIGKILL
             results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 300)
             survivor = next(p for pid, p in by_pid.items() if pid != victim[0])
             assert survivor.returncode is None, "the other worker kept running"
@@ -184,58 +84,6 @@ async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_ea
     assert lease_events <= 20 * lease.granted, lease_events
     assert max(reboot_events) <= 50, reboot_events
     assert violations == []
-
-
-@workflow.defn(name="HoldBMCLeaseForever", sandboxed=False)
-class HoldBMCLeaseForever:
-    """Takes a slot of the BMC's lease and never gives it back (until terminated)."""
-
-    def __init__(self) -> None:
-        self._leases = BMCLeaseHolder()
-
-    @workflow.signal(name=BMC_LEASE_GRANTED_SIGNAL)
-    def bmc_lease_granted(self, grant: LeaseGrant) -> None:
-        self._leases.granted(grant)
-
-    @workflow.run
-    async def run(self, bmc: BMCAccess) -> None:
-        async with self._leases.hold(bmc, "hold forever"):
-            await workflow.wait_condition(lambda: False)
-
-
-@dataclass
-class HeldSlot:
-    lease: WorkflowHandle[object, BMCLeaseStatus]
-    bmc: BMCAccess  # only its endpoint names the lease: the stand-in holders never touch the BMC
-    holder: WorkflowHandle[Any, Any]  # a `HoldBMCLeaseForever` run holding the one slot
-
-
-@asynccontextmanager
-async def one_slot_held(
-    client: Client, task_queue: str, sim: RunningSim, **settings: Any
-) -> AsyncIterator[HeldSlot]:
-    """A worker (every workflow, and `HoldBMCLeaseForever`) for HOSTS[0], one BMC request at a time
-    (`settings` change more), and a `HoldBMCLeaseForever` run that holds that slot."""
-    host = HOSTS[0]
-    worker_settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
-    worker_settings = worker_settings.model_copy(update=settings)
-    lease = lease_of(client, sim, host, task_queue)
-    bmc = BMCAccess(
-        bmc_id=host, endpoint=sim.host(host)["bmc"]["endpoint"], credentials=CredentialRef(file="/none")
-    )
-    async with Worker(
-        client,
-        task_queue=task_queue,
-        workflows=[*workflows.ALL, HoldBMCLeaseForever],
-        activities=build_activities(temporal_client=client, settings=worker_settings),
-    ):
-        holder = await client.start_workflow(
-            HoldBMCLeaseForever.run, bmc, id=f"hold-{task_queue}", task_queue=task_queue
-        )
-        await wait_for_query(
-            lambda: lease_status(lease), lambda s: s is not None and len(s.holders) == 1, "a holder", 60
-        )
-        yield HeldSlot(lease=lease, bmc=bmc, holder=holder)
 
 
 async def test_slots_of_runs_that_closed_without_releasing_are_reclaimed(
@@ -286,29 +134,14 @@ async def test_a_reboot_stopped_while_queued_for_the_lease_sends_nothing_and_giv
             lease, holder = held.lease, held.holder
             outcomes = []
             for generation, stop in ((1, "abort"), (2, "cancel")):
-                reboot = await client.start_workflow(
-                    "HostRebootWorkflow",
-                    HostRebootInput(
-                        host_id=host, boot_generation=generation, requested_by="test", policy=FAST_POLICY
-                    ),
-                    id=f"{names.host_reboot_workflow_id(host, generation)}-{task_queue}",
-                    task_queue=task_queue,
-                    result_type=HostRebootResult,
-                )
+                reboot = await start_reboot(client, task_queue, host, generation)
                 await wait_for_query(
                     lambda: lease_status(lease),
                     lambda s: s is not None and len(s.waiting) == 1,
                     f"generation {generation} queued",
                     60,
                 )
-                if stop == "abort":
-                    answer = await reboot.execute_update(
-                        ABORT_UPDATE, OperatorRequest(requested_by="test", reason="wrong host"),
-                        result_type=OperatorAnswer,
-                    )  # fmt: skip
-                    assert answer.accepted, answer
-                else:
-                    await reboot.cancel()
+                await stop_reboot(reboot, stop)
                 with pytest.raises(WorkflowFailureError) as ended:
                     await asyncio.wait_for(reboot.result(), 60)
                 outcomes.append(ended.value.cause)

@@ -14,30 +14,25 @@ on a real dev server and the simulated site as its own process:
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from pathlib import Path
 
 import pytest
-from deploy_support import REPO
-from host_operation_support import FAST_POLICY, power_cycles, save_history, wait_for_query
+from bmc_lease_support import HOSTS, lease_of, lease_status, shared_bmc_sim, stop_reboot
+from host_operation_support import FAST_POLICY, power_cycles, save_history, start_reboot, wait_for_query
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Worker
-from test_bmc_lease import HOSTS, lease_of, lease_status, shared_bmc_sim, start_reboot
+from worker_support import LEASE_STEP_WORKER, worker_env, worker_process
 
 import workflows
 from activities import build_activities
 from contracts import names
 from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
-from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.models.control import OperatorRequest
 from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult, RebootMethod
 from drivers.settings import Settings
-
-pytestmark = pytest.mark.slow
-DYING_WORKER = Path(__file__).with_name("lease_step_worker.py")
 
 
 def activity_attempts(history: WorkflowHistory) -> dict[str, int]:
@@ -111,24 +106,15 @@ async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_s
     host = HOSTS[0]
     with shared_bmc_sim(tmp_path, HOSTS[:2], timings="zero") as sim:
         settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
-        env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
-        env |= {"METALFLOW_SITE_FILE": str(sim.site_file), "KUBECONFIG": str(sim.kubeconfig)}
-        env |= {"METALFLOW_BMC_MAX_IN_FLIGHT": "1"}
-        target = client.service_client.config.target_host
-        dying = await asyncio.create_subprocess_exec(
-            sys.executable, str(DYING_WORKER), target, client.namespace, task_queue,
-            cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        )  # fmt: skip
-        assert dying.stdout is not None
-        try:
-            assert (await asyncio.wait_for(dying.stdout.readline(), 120)).strip() == b"ready"
+        env = worker_env(client, sim, METALFLOW_BMC_MAX_IN_FLIGHT="1")
+        with worker_process(
+            task_queue, env, tmp_path / "dying-worker.log", script=LEASE_STEP_WORKER
+        ) as dying:
+            await dying.polling(client)
             reboot = await start_reboot(client, task_queue, host)
-            said = (await asyncio.wait_for(dying.stdout.read(), 120)).decode()
-            assert await dying.wait() == -9, said
-        finally:
-            if dying.returncode is None:
-                dying.kill()
-                await dying.wait()
+            status = await dying.exited(timeout=120)
+            said = dying.output()
+            assert status == -9, said
         assert "answered granted=True: dying" in said, said
         lease_handle = lease_of(client, sim, host, task_queue)
         assert power_cycles(sim.power_log(host)) == 0
@@ -222,24 +208,9 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
             for generation, stop in ((1, "abort"), (2, "cancel")):
                 step_started.clear()
                 stop_sent.clear()
-                reboot = await client.start_workflow(
-                    "HostRebootWorkflow",
-                    HostRebootInput(
-                        host_id=host, boot_generation=generation, requested_by="test", policy=FAST_POLICY
-                    ),
-                    id=f"{names.host_reboot_workflow_id(host, generation)}-{task_queue}",
-                    task_queue=task_queue,
-                    result_type=HostRebootResult,
-                )
+                reboot = await start_reboot(client, task_queue, host, generation)
                 await asyncio.wait_for(step_started.wait(), 60)
-                if stop == "abort":
-                    answer = await reboot.execute_update(
-                        ABORT_UPDATE, OperatorRequest(requested_by="test", reason="wrong host"),
-                        result_type=OperatorAnswer,
-                    )  # fmt: skip
-                    assert answer.accepted, answer
-                else:
-                    await reboot.cancel()
+                await stop_reboot(reboot, stop)
                 stop_sent.set()
                 with pytest.raises(WorkflowFailureError) as ended:
                     await asyncio.wait_for(reboot.result(), 60)

@@ -24,15 +24,20 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import pytest
-    from campaign_support import OPERATION_MINUTES, campaign_worker, operation_result, write_site
+    from campaign_support import (
+        OPERATION_MINUTES,
+        GatedOperation,
+        campaign_worker,
+        operation_result,
+        write_site,
+    )
     from host_operation_support import save_history
-    from sim_support import RunningSim, running_sim, time_skipping_server
+    from sim_support import RunningSim, prefixed_sim, time_skipping_server
     from temporalio.api.sdk.v1 import WorkflowMetadata
     from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
     from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
     from temporalio.testing import WorkflowEnvironment
-    from test_firmware_support import site_file_with_prefix
 
     import activities.campaign as campaign_activities
     from contracts import names, workflow_api
@@ -66,7 +71,6 @@ with workflow.unsafe.imports_passed_through():
     from drivers.settings import Settings
     from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # what the UI reads: the current details
 PREFIX = f"cc{uuid.uuid4().hex[:4]}"
@@ -280,34 +284,6 @@ async def test_skip_host_leaves_a_waiting_host_out_and_refuses_a_running_one(
     assert never.value.status == RPCStatusCode.NOT_FOUND
 
 
-@workflow.defn(name="HostOperationWorkflow")
-class GatedOperation:
-    """Runs until signalled `finish` or aborted (for the dev server, whose clock is real)."""
-
-    def __init__(self) -> None:
-        self._finish = False
-        self._aborted_by = ""
-
-    @workflow.run
-    async def run(self, request: HostOperationInput) -> HostOperationResult:
-        await workflow.wait_condition(lambda: self._finish)
-        if self._aborted_by:
-            raise ApplicationError(
-                f"aborted by {self._aborted_by}", type="OperationAborted", non_retryable=True
-            )
-        return operation_result(request, request.boot_generation + 1)
-
-    @workflow.signal
-    def finish(self) -> None:
-        self._finish = True
-
-    @workflow.update(name="abort")
-    def abort(self, request: OperatorRequest) -> OperatorAnswer:
-        self._aborted_by = request.requested_by
-        self._finish = True
-        return OperatorAnswer(accepted=True, message="aborting")
-
-
 async def test_the_sweep_finds_an_operation_whose_end_was_never_signalled(
     local_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -367,9 +343,7 @@ ABORT_PREFIX = f"cab{uuid.uuid4().hex[:4]}"
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     """The simulated site for the end-to-end test: 7 hosts; the 2nd and 7th have `no-powercycle`
     BMCs (a cycle is ForceOff, the power-down wait, On), so a long wait holds them Off."""
-    state = tmp_path_factory.mktemp("sim")
-    site = site_file_with_prefix(state / "in", ABORT_PREFIX, hosts=7, dpus_per_host=1)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), ABORT_PREFIX, hosts=7, dpus_per_host=1) as running:
         yield running
 
 

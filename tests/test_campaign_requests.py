@@ -16,11 +16,9 @@ import dataclasses
 import uuid
 from pathlib import Path
 
-import pytest
-from campaign_support import campaign_worker, write_site
+from campaign_support import GatedOperation, campaign_worker, write_site
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
-from test_campaign_control import GatedOperation
 
 from activities.campaign import CampaignActivities
 from contracts import names
@@ -36,8 +34,6 @@ from contracts.models.host import HostStatus
 from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.settings import Settings
-
-pytestmark = pytest.mark.slow
 
 WORDS = "campaign fleet (ops@dc)"  # what the entity shows as the requester, for people
 

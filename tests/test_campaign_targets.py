@@ -24,14 +24,14 @@ with workflow.unsafe.imports_passed_through():
     import pytest
     import yaml
     from campaign_support import InstantOperation, campaign_activities
+    from dpf_activities_support import Api
     from host_operation_support import save_history
     from sim_support import RunningSim, running_sim
+    from site_worker_support import FAST_POLICY, site_worker
     from temporalio.client import Client, WorkflowFailureError
     from temporalio.service import RPCError, RPCStatusCode
     from temporalio.testing import WorkflowEnvironment
     from temporalio.worker import Worker
-    from test_dpf_activities_support import Api
-    from test_firmware_support import FAST_POLICY, site_worker
 
     from activities.campaign import CampaignActivities
     from activities.redfish import build_redfish_client
@@ -61,7 +61,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.campaign_claims.workflow import CampaignClaimsWorkflow
     from workflows.host.workflow import HostWorkflow
 
-pytestmark = pytest.mark.slow
 
 P = f"ctg{uuid.uuid4().hex[:4]}"
 NEW_FIRMWARE = "32.45.1020"

@@ -15,10 +15,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from campaign_support import campaign_worker, write_site
+from campaign_support import GatedOperation, campaign_worker, write_site
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
-from test_campaign_control import GatedOperation
 
 from activities.campaign import CampaignActivities
 from contracts import names, workflow_api
@@ -39,8 +38,6 @@ from contracts.models.host import (
 from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.settings import Settings
-
-pytestmark = pytest.mark.slow
 
 
 async def _awaiting(client: Client, queue: str, host: str) -> OperationAccepted:

@@ -13,13 +13,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 from chaos import run  # noqa: E402
-
-pytestmark = pytest.mark.slow
 
 
 async def test_ten_hosts_through_one_kill_of_each_kind_end_ready_with_nothing_lost_or_doubled() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import (
     Client,
     Schedule,
@@ -34,7 +34,6 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import SITE_FILE, Result, metalflow
-from test_firmware_support import site_file_with_prefix
 
 from contracts import names
 from contracts.models.campaign import CampaignInput, CampaignStatus, CampaignTarget, HostSelection, TargetKind
@@ -45,8 +44,6 @@ from contracts.models.host import HostOperationStatus, HostWorkflowInput
 from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles as count_cycles
 from metalflow.runtime.worker import build_worker
-
-pytestmark = pytest.mark.slow
 
 
 def power_cycles(sim: RunningSim, host: str) -> int:
@@ -60,9 +57,7 @@ FAST = ["--power-down-wait", "0", "--dpu-error-reprovisions", "0"]
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("sim")
-    site = site_file_with_prefix(state / "in", "cmpe", hosts=len(HOSTS))
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), "cmpe", hosts=len(HOSTS)) as running:
         SITE_FILE["path"] = running.site_file
         yield running
 

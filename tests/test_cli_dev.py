@@ -3,30 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
-import shutil
 import signal
 import socket
 import stat
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from cli_support import run_metalflow
+from cli_support import METALFLOW, clean_env, run_metalflow
+from dev_support import alive, listening, power_cycles, read_until, ready, three_ports
 from temporalio.client import Client
 
 from metalflow.devstack.stack import reset_state
 from metalflow.runtime.ports import free_port
-
-METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
-
-
-def _clean_env() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
 
 
 def _run(
@@ -35,7 +25,7 @@ def _run(
     process = subprocess.Popen(
         [METALFLOW, *args],
         cwd=cwd,
-        env={**_clean_env(), **(env or {})},
+        env={**clean_env(), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -49,36 +39,6 @@ def _run(
             process.terminate()
             process.communicate(timeout=60)
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-def _three_ports() -> tuple[int, int, int]:
-    """Three different free ports (the kernel may hand out a just-released port again)."""
-    ports: set[int] = set()
-    while len(ports) < 3:
-        ports.add(free_port())
-    first, second, third = sorted(ports)
-    return first, second, third
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _power_cycles(host: str, state_dir: Path) -> int:
-    """Off transitions in the host's BMC power log, read with `metalflow sim power-log`."""
-    # In this process (tests/cli_support.py): the command's own process is not what is tested here.
-    completed = run_metalflow("sim", "power-log", host, "--json", "--state-dir", state_dir)
-    assert completed.returncode == 0, completed.stderr
-    return sum(1 for entry in json.loads(completed.stdout) if entry["to"] == "Off")
 
 
 def _assert_demo_output(output: str) -> None:
@@ -156,7 +116,6 @@ def assert_private(state_dir: Path) -> None:
     }
 
 
-@pytest.mark.slow
 def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_the_entities(
     tmp_path: Path,
 ) -> None:
@@ -166,7 +125,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     reprovision completes; the BMC power logs, read with `metalflow sim power-log` while the stack
     runs, show exactly one power cycle per reboot DPF asked for. (One test, so the suite starts
     the demo twice, not three times.)"""
-    port, ui_port, sim_port = _three_ports()
+    port, ui_port, sim_port = three_ports()
     state_dir = tmp_path / "state"
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
     first = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
@@ -195,24 +154,16 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
         assert len(re.findall(starts, worker_log, re.M)) == 1, host
     started_first = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", first.stdout)]
     assert len(started_first) == 3  # Temporal dev server, simulated site, worker
-    assert not any(_alive(pid) for pid in started_first)
-    assert not any(_listening(p) for p in (port, ui_port, sim_port))
+    assert not any(alive(pid) for pid in started_first)
+    assert not any(listening(p) for p in (port, ui_port, sim_port))
 
     process = subprocess.Popen(
         [METALFLOW, "dev", *ports, "--state-dir", str(state_dir)],
-        cwd=tmp_path, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "press Ctrl-C to stop" in line:
-                break
+        read_until(process, lines, ready, timeout=300)
         output = "".join(lines)
         assert "press Ctrl-C to stop" in output, output
         assert "registered search attributes" not in output
@@ -228,7 +179,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
             "demo: campaign demo-fleet ran already in this state dir (the restored site): not again" in output
         )
         assert "demo: campaign demo-fleet completed: 2 done, 1 failed (host-003) of 3" in output
-        cycles = {host: _power_cycles(host, state_dir) for host in ("host-001", "host-002", "host-003")}
+        cycles = {host: power_cycles(host, state_dir) for host in ("host-001", "host-002", "host-003")}
         assert cycles == {"host-001": 1, "host-002": 1, "host-003": 2}
         # Every way the demo's workflows ended (completed, the campaign's failed host) left no
         # activity pending.
@@ -241,14 +192,14 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
             process.communicate(timeout=60)
     assert process.returncode == 0, output + rest
     started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 3 and not any(_alive(pid) for pid in started)
+    assert len(started) == 3 and not any(alive(pid) for pid in started)
 
 
 def test_old_history_without_a_saved_site_is_refused_and_reset_names_what_it_deletes(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     state_dir.mkdir()
     (state_dir / "temporal.db").write_bytes(b"")
-    port, ui_port, sim_port = _three_ports()
+    port, ui_port, sim_port = three_ports()
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
     refused = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=60)
     assert refused.returncode == 2, refused.stdout + refused.stderr
@@ -300,11 +251,10 @@ def test_help_and_usage_errors() -> None:
     assert run_metalflow("dev", "--port", "70000").returncode == 2
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", ["SIGINT", "SIGTERM"])
 def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal: str) -> None:
-    port, ui_port, sim_port = _three_ports()
-    env = _clean_env()
+    port, ui_port, sim_port = three_ports()
+    env = clean_env()
     if stop_signal == "SIGINT":  # tracing asked of metalflow must not stop the Temporal server (issue 29)
         env["OTEL_TRACES_EXPORTER"] = "console"
     args = ["dev", "--no-demo", "--port", str(port), "--ui-port", str(ui_port), "--state-dir", str(tmp_path)]
@@ -314,16 +264,8 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
     )
     lines: list[str] = []
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "press Ctrl-C to stop" in line:
-                break
-        assert _listening(port) and _listening(ui_port), "".join(lines)
+        read_until(process, lines, ready, timeout=120)
+        assert listening(port) and listening(ui_port), "".join(lines)
         assert not any(" demo: " in line or line.startswith("demo:") for line in lines)
         if stop_signal == "SIGTERM":  # once is enough: no second stack, and commands find this one
             _assert_one_stack_found_by_every_command(tmp_path, process.pid, (port, ui_port, sim_port))
@@ -337,8 +279,8 @@ def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path, stop_signal
     assert process.returncode == 0, output
     assert "everything stopped" in output
     started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 3 and not any(_alive(pid) for pid in started)
-    assert not _listening(port) and not _listening(ui_port)
+    assert len(started) == 3 and not any(alive(pid) for pid in started)
+    assert not listening(port) and not listening(ui_port)
 
 
 def _assert_one_stack_found_by_every_command(state_dir: Path, pid: int, ports: tuple[int, int, int]) -> None:
@@ -347,7 +289,7 @@ def _assert_one_stack_found_by_every_command(state_dir: Path, pid: int, ports: t
     the stack (on non-default ports) from the state dir alone, and takes --address/--namespace."""
     port, ui_port, sim_port = ports
     kept = {name: (state_dir / name).read_bytes() for name in ("temporal.toml", "site.yaml", "kubeconfig")}
-    other = [str(p) for p in _three_ports()]
+    other = [str(p) for p in three_ports()]
     second = _run(
         "dev", "--no-demo", "--port", other[0], "--ui-port", other[1], "--sim-port", other[2],
         "--state-dir", str(state_dir), cwd=state_dir, timeout=60,

@@ -7,39 +7,34 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-import pytest
-from test_cli_dev import METALFLOW, _alive, _clean_env, _power_cycles, _three_ports
+from cli_support import METALFLOW, clean_env
+from dev_support import alive, power_cycles, read_until, ready, three_ports
 
 
-@pytest.mark.slow
 def test_a_worker_killed_mid_reprovision_is_restarted_and_the_reprovision_cycles_once(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    port, ui_port, sim_port = _three_ports()
+    port, ui_port, sim_port = three_ports()
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
     process = subprocess.Popen(
         [METALFLOW, "dev", *ports, "--state-dir", str(state_dir), "--hosts", "1"],
-        cwd=tmp_path, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
     killed = None
     try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
+
+        def watch(line: str) -> bool:
+            nonlocal killed
             # Kill the worker (SIGKILL: no goodbye) once the reprovision has asked for its reboot.
             if killed is None and re.search(r"demo: reprovision host-001: .*rebooting-host", line):
                 output = "".join(lines)
                 killed = int(re.findall(r"starting metalflow worker \(pid (\d+),", output)[-1])
                 os.kill(killed, signal.SIGKILL)
-            if "press Ctrl-C to stop" in line or "FAILED" in line:
-                break
+            return ready(line) or "FAILED" in line
+
+        read_until(process, lines, watch, timeout=300)
         output = "".join(lines)
         assert killed is not None, output
         assert f"metalflow worker (pid {killed}) exited with status -9; restarting it" in output
@@ -47,9 +42,9 @@ def test_a_worker_killed_mid_reprovision_is_restarted_and_the_reprovision_cycles
         assert "press Ctrl-C to stop" in output, output
         assert "demo: reprovision host-001: completed (reboots 1, boot_generation 2)" in output, output
         # Provision and reprovision each asked for one reboot: two power cycles, not three.
-        assert _power_cycles("host-001", state_dir) == 2
+        assert power_cycles("host-001", state_dir) == 2
         assert "demo: host-001 BMC power log: 2 power cycles (DPF asked for 2)" in output
-        assert not _alive(killed)
+        assert not alive(killed)
         process.send_signal(signal.SIGTERM)
         rest, _ = process.communicate(timeout=60)
     finally:

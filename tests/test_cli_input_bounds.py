@@ -8,20 +8,22 @@ script, so the wiring from `metalflow` to `main` is exercised too."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import shutil
-import sys
 import uuid
-from datetime import datetime
 from pathlib import Path
 
 import pytest
-from cli_support import run_in_few_processes
+from cli_support import (
+    METALFLOW,
+    command_env,
+    entity_exists,
+    run_console_script,
+    run_in_few_processes,
+    write_unreachable_site,
+)
 from host_operation_support import eventually
 from sim_support import start_dev_server
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from test_host_entity import StandInOperation, StandInReboot
 
@@ -29,7 +31,6 @@ from contracts import names
 from contracts.models.host import HostWorkflowInput
 from workflows.host.workflow import HostWorkflow
 
-METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 HOST = f"bounds-{uuid.uuid4().hex[:8]}"  # no other test, and no row, may create this entity
 ESC = "\x1b"
 
@@ -103,52 +104,11 @@ ROWS: list[tuple[list[str], int, str]] = [
 ]
 
 
-async def _run(args: list[str], env: dict[str, str]) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        METALFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
-def _env(client: Client, state: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_"))}
-    return env | {
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "METALFLOW_SITE_FILE": str(state / "site.yaml"),
-    }
-
-
-def write_site(path: Path, *hosts: str) -> Path:
-    """A valid site file naming `hosts` (no DPUs; the BMCs are never reached by these tests)."""
-    bmc = {"endpoint": "http://127.0.0.1:9", "credentials": {"file": "/nonexistent/creds.json"}}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"name": "bounds", "hosts": [{"id": h, "bmc": bmc} for h in hosts]}))
-    return path
-
-
-async def _entity_exists(client: Client, host_id: str, since: datetime | None = None) -> bool:
-    """Whether the host's entity exists on the server (`since`: one started then or later).
-
-    Tests share one dev server per xdist process, and sites name their hosts alike: another
-    test may have made `host/host-001` earlier, so a test asking "did my refused command create
-    it?" passes the time it began."""
-    try:
-        description = await client.get_workflow_handle(names.host_workflow_id(host_id)).describe()
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            return False
-        raise
-    return since is None or description.start_time >= since
-
-
 async def test_bad_input_is_a_one_line_usage_error_and_changes_nothing(
     client: Client, tmp_path: Path
 ) -> None:
     state = tmp_path / "state"
-    env = _env(client, state)
+    env = command_env(client, state)
 
     def argv(args: list[str]) -> list[str]:
         if args[:2] in (["sim", "up"], ["dev", "--hosts"]):
@@ -162,7 +122,7 @@ async def test_bad_input_is_a_one_line_usage_error_and_changes_nothing(
     # A sample through the installed console script: the same answers as `main` gives.
     sample = [0, len(ROWS) // 2, len(ROWS) - 1]
     for index in sample:
-        assert await _run(argv(ROWS[index][0]), env) == results[index], ROWS[index][0]
+        assert await run_console_script(argv(ROWS[index][0]), env) == results[index], ROWS[index][0]
     problems = []
     for (args, status, words), (code, out, err) in zip(ROWS, results, strict=True):
         lines = err.splitlines()
@@ -174,7 +134,7 @@ async def test_bad_input_is_a_one_line_usage_error_and_changes_nothing(
         elif ESC in lines[0] or "\x07" in lines[0]:
             problems.append(f"{shown}: echoed a control character: {lines[0]!r}")
     assert problems == [], "\n".join(problems)
-    assert not await _entity_exists(client, HOST), "a rejected command created the host's entity"
+    assert not await entity_exists(client, HOST), "a rejected command created the host's entity"
     assert not state.exists(), "a rejected `sim up`/`dev` wrote its state directory"
 
 
@@ -182,14 +142,18 @@ async def test_no_worker_on_the_task_queue_is_reported_and_starts_nothing(
     client: Client, tmp_path: Path
 ) -> None:
     host, queue = f"noworker-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
-    write_site(tmp_path / "site.yaml", host)  # the CLI checks the host against the inventory first
-    code, out, err = await _run(["host", "reboot", host, "--task-queue", queue], _env(client, tmp_path))
+    write_unreachable_site(
+        tmp_path / "site.yaml", host
+    )  # the CLI checks the host against the inventory first
+    code, out, err = await run_console_script(
+        ["host", "reboot", host, "--task-queue", queue], command_env(client, tmp_path)
+    )
     assert (code, out) == (1, "")
     assert err.splitlines() == [
         f"metalflow: no worker polls task queue {queue!r}, so nothing would act on the request: start one "
         f"(python worker.py --task-queue {queue}) and try again"
     ]
-    assert not await _entity_exists(client, host)
+    assert not await entity_exists(client, host)
 
 
 async def test_status_of_an_entity_nobody_serves_says_so(client: Client, tmp_path: Path) -> None:
@@ -197,7 +161,7 @@ async def test_status_of_an_entity_nobody_serves_says_so(client: Client, tmp_pat
     await client.start_workflow(
         "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
     )
-    code, out, err = await _run(["host", "status", host], _env(client, tmp_path))
+    code, out, err = await run_console_script(["host", "status", host], command_env(client, tmp_path))
     assert (code, out) == (1, "")
     assert err.splitlines() == [
         f"metalflow: host/{host} does not answer: no worker serves its task queue {queue!r}"
@@ -221,7 +185,7 @@ async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path, 
     """The server goes away while `--wait` follows an operation: one line, exit 2, no traceback."""
     env = await start_dev_server(lifeline_bin)
     client, host, queue = env.client, f"lost-{uuid.uuid4().hex[:8]}", f"lost-{uuid.uuid4()}"
-    write_site(tmp_path / "site.yaml", host)
+    write_unreachable_site(tmp_path / "site.yaml", host)
     address = client.service_client.config.target_host
     process = None
     try:
@@ -230,7 +194,8 @@ async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path, 
         ):
             process = await asyncio.create_subprocess_exec(
                 METALFLOW, "host", "provision", host, "--wait", "--task-queue", queue,
-                env=_env(client, tmp_path), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                env=command_env(client, tmp_path), stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             operation = client.get_workflow_handle(names.host_operation_workflow_id(names.PROVISION, host))
 

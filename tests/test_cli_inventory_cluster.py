@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cli_support import command_env, entity_exists, run_console_script
+from dpf_activities_support import Api, dpf_activities, run, settings_for
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client
-from test_cli_input_bounds import _entity_exists, _env, _run
-from test_dpf_activities_support import Api, dpf_activities, run, settings_for
 
 from contracts.models.dpf import RegisterHostInput
 from drivers.inventory import Inventory
@@ -26,7 +26,6 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
         yield running
 
 
-@pytest.mark.slow
 async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_cannot_do(
     client: Client, sim: RunningSim, tmp_path: Path
 ) -> None:
@@ -38,8 +37,11 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
               for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
     # The session's dev server is shared by the modules of this xdist worker: one may have made
     # host/host-001 before; what counts is that no refused request made an entity.
-    entities_before = {h: await _entity_exists(client, h) for h in ("host-001", "host-002", "host-999")}
-    env = _env(client, tmp_path) | {"METALFLOW_INVENTORY": "cluster", "KUBECONFIG": str(sim.kubeconfig)}
+    entities_before = {h: await entity_exists(client, h) for h in ("host-001", "host-002", "host-999")}
+    env = command_env(client, tmp_path) | {
+        "METALFLOW_INVENTORY": "cluster",
+        "KUBECONFIG": str(sim.kubeconfig),
+    }
     rows: list[tuple[list[str], str]] = [
         (["host", "provision", "host-002"],
          "unknown host 'host-002': no DPUNode node-host-002 in namespace dpf-operator-system"),
@@ -55,7 +57,7 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
          "cannot reprovision host-001: DPF has no DPU node-host-001-device-host-001-dpu-1 "),
     ]  # fmt: skip
     queue = ["--task-queue", "nobody-polls-this"]
-    results = await asyncio.gather(*(_run([*args, *queue], env) for args, _ in rows))
+    results = await asyncio.gather(*(run_console_script([*args, *queue], env) for args, _ in rows))
     problems = []
     for (args, words), (code, out, err) in zip(rows, results, strict=True):
         lines = err.splitlines()
@@ -67,11 +69,10 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
              for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
     assert after == before, "a refused request wrote to the DPF API"
     for host in ("host-001", "host-002", "host-999"):
-        assert await _entity_exists(client, host) == entities_before[host], host
+        assert await entity_exists(client, host) == entities_before[host], host
     api.close()
 
 
-@pytest.mark.slow
 async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_cluster(
     client: Client, sim: RunningSim, tmp_path: Path
 ) -> None:
@@ -80,7 +81,7 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
     api = Api(sim)
     before = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]
               for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
-    site_mode = _env(client, tmp_path) | {
+    site_mode = command_env(client, tmp_path) | {
         "METALFLOW_INVENTORY": "site", "METALFLOW_SITE_FILE": str(sim.site_file),
     }  # fmt: skip
     rows: list[tuple[list[str], dict[str, str], int, str]] = [
@@ -98,7 +99,9 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
          "no worker polls task queue 'nobody-polls-this'"),
     ]  # fmt: skip
     queue = ["--task-queue", "nobody-polls-this"]
-    results = await asyncio.gather(*(_run([*args, *queue], site_mode | extra) for args, extra, _, _ in rows))
+    results = await asyncio.gather(
+        *(run_console_script([*args, *queue], site_mode | extra) for args, extra, _, _ in rows)
+    )
     problems = []
     for (args, _, status, words), (code, out, err) in zip(rows, results, strict=True):
         lines = err.splitlines()
@@ -108,5 +111,5 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
     after = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]
              for kind in ("DPUNode", "DPUDevice", "DPU") for o in api.list(kind)}  # fmt: skip
     assert after == before, "a refused request wrote to the DPF API"
-    assert not await _entity_exists(client, "host-002", since=began)
+    assert not await entity_exists(client, "host-002", since=began)
     api.close()

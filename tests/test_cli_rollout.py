@@ -19,7 +19,6 @@ from contracts.models.grove import RolloutResult
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
 ROLLING = {**INFERENCE, "name": "rolling", "update_strategy": "RollingRecreate"}
 
 

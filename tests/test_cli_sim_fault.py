@@ -12,8 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from cli_support import run_metalflow
-from test_cli_dev import METALFLOW, _clean_env
+from cli_support import METALFLOW, clean_env, run_metalflow
 
 from metalflow.devstack.sim import read_sim_info
 from metalflow.runtime.ports import free_port
@@ -23,7 +22,7 @@ PODGANGS = "/apis/scheduler.grove.io/v1alpha1/podgangs"
 
 
 def _metalflow(*args: str, state: Path) -> subprocess.CompletedProcess[str]:
-    env = _clean_env() | {"METALFLOW_STATE_DIR": str(state)}
+    env = clean_env() | {"METALFLOW_STATE_DIR": str(state)}
     return subprocess.run([METALFLOW, *args], env=env, capture_output=True, text=True, timeout=180)
 
 

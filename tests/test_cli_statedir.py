@@ -7,8 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-from test_cli_dev import METALFLOW, _clean_env
+from cli_support import METALFLOW, clean_env
 
 from drivers.statedir import find_state_dir
 from metalflow.runtime.ports import free_port
@@ -32,12 +31,11 @@ def test_the_state_dir_comes_from_the_flag_the_variable_then_the_checkout(tmp_pa
     assert find_state_dir(None, {}) == (CHECKOUT / ".metalflow", "the metalflow checkout")
 
 
-@pytest.mark.slow
 def test_sim_commands_outside_the_checkout_find_the_simulator_through_the_variable(tmp_path: Path) -> None:
     state = tmp_path / "state"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    env = _clean_env() | {"METALFLOW_STATE_DIR": str(state)}
+    env = clean_env() | {"METALFLOW_STATE_DIR": str(state)}
     up = _metalflow(
         "sim", "up", "--detach", "--hosts", "1", "--sim-port", str(free_port()), cwd=tmp_path, env=env
     )
@@ -49,7 +47,7 @@ def test_sim_commands_outside_the_checkout_find_the_simulator_through_the_variab
         assert json.loads(found.stdout) == []
         assert f"metalflow sim violations: state dir {state} (from METALFLOW_STATE_DIR)" in found.stderr
         # Without the variable, from elsewhere: the checkout's state dir, named, where none runs.
-        other = _metalflow("sim", "violations", cwd=elsewhere, env=_clean_env() | {"METALFLOW_STATE_DIR": ""})
+        other = _metalflow("sim", "violations", cwd=elsewhere, env=clean_env() | {"METALFLOW_STATE_DIR": ""})
         assert f"state dir {CHECKOUT / '.metalflow'} (from the metalflow checkout)" in other.stderr
     finally:
         down = _metalflow("sim", "down", cwd=elsewhere, env=env)

@@ -15,11 +15,9 @@ import json
 import uuid
 from pathlib import Path
 
-import pytest
-from cli_support import run_in_few_processes
+from cli_support import command_env, entity_exists, run_in_few_processes, write_unreachable_site
 from rollout_support import INFERENCE, grove_site
 from temporalio.client import Client
-from test_cli_input_bounds import _entity_exists, _env, write_site
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _HEADERS = 0x1
@@ -142,11 +140,10 @@ WITHOUT_QUEUE = {  # reads: no task queue to name
 }
 
 
-@pytest.mark.slow
 async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit_2(
     client: Client, tmp_path: Path
 ) -> None:
-    write_site(tmp_path / "site.yaml", HOST)  # the host is known: the inventory check passes
+    write_unreachable_site(tmp_path / "site.yaml", HOST)  # the host is known: the inventory check passes
     target = client.service_client.config.target_host
 
     proxies = [DyingServer(target) for _ in COMMANDS]
@@ -154,7 +151,7 @@ async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit
         (args if tuple(args[:2]) in WITHOUT_QUEUE else [*args, *QUEUE], await proxy.start())
         for args, proxy in zip(COMMANDS, proxies, strict=True)
     ]
-    env = _env(client, tmp_path)
+    env = command_env(client, tmp_path)
     try:
         # `rollout start` reads the PodCliqueSet before it starts anything: a site serves it.
         (tmp_path / "grove").mkdir()
@@ -181,4 +178,4 @@ async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit
         elif not lines[0].startswith("metalflow: lost Temporal at "):
             problems.append(f"{shown}: says {lines[0]!r}")
     assert problems == [], "\n".join(problems)
-    assert not await _entity_exists(client, HOST), "the cut came after a command created the entity"
+    assert not await entity_exists(client, HOST), "the cut came after a command created the entity"

@@ -31,7 +31,6 @@ SECRET_SITE = {
 }
 
 
-@pytest.mark.slow
 async def test_a_bmc_reached_with_credentials_from_a_kubernetes_secret(tmp_path: Path) -> None:
     site_file = tmp_path / "site-in.yaml"
     site_file.write_text(yaml.safe_dump(SECRET_SITE))

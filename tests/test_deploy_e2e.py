@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 from deploy_support import DEPLOY, WORKER_SA, granted_by_base, metric_sum, restricted_kubeconfig, run_kubectl
 from host_operation_support import power_cycles, start_operation
@@ -34,8 +33,6 @@ from metalflow.client import connect
 from metalflow.runtime.observability import Observability
 from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker, start_events
-
-pytestmark = pytest.mark.slow
 
 # Granted by deploy/base for what the flows here do not run: a host registered again with other
 # labels (patch of its DPUDevices), a BFB or flavor campaign (the DPUDevices a deployment selects,

@@ -11,15 +11,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
 from deploy_support import WORKER_SA, granted_by_base, restricted_kubeconfig
 from rollout_support import INFERENCE, grove_site, pod_hashes, pods, start_rollout
 from temporalio.client import Client
 
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
-
-pytestmark = pytest.mark.slow
 
 GROVE_GROUPS = {"grove.io", "scheduler.grove.io"}  # plus pods (core), checked with the rest
 

@@ -104,7 +104,6 @@ def test_the_deployment_fits_the_rest_of_the_install(folder: Path) -> None:
         ]
 
 
-@pytest.mark.slow
 def test_rbac_objects_pass_a_server_dry_run_on_the_simulated_site(tmp_path: Path) -> None:
     with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=1) as sim:
         # As on a real server, a dry-run Namespace does not exist for the objects that follow it.
@@ -125,7 +124,6 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.slow
 def test_dockerfile_copies_what_the_repository_has_and_installs_the_wheel(tmp_path: Path) -> None:
     instructions = dockerfile_instructions()
     stages = [arg for op, arg in instructions if op == "FROM"]

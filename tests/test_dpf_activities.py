@@ -8,8 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sim_support import RunningSim, running_sim
-from test_dpf_activities_support import (
+from dpf_activities_support import (
     HOLD,
     REBOOT,
     Api,
@@ -22,6 +21,7 @@ from test_dpf_activities_support import (
     run,
     settings_for,
 )
+from sim_support import RunningSim, running_sim
 
 from activities.dpf import DPFActivities
 from contracts.errors import ObjectNotFound
@@ -34,8 +34,6 @@ from contracts.models.dpf import (
     SiteSetupInput,
 )
 from drivers.inventory import Inventory
-
-pytestmark = pytest.mark.slow
 
 SETUP = SiteSetupInput(groups=(GroupSpec(name="gpu-compute"),))
 

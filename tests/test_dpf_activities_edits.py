@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import yaml
+from dpf_activities_support import REBOOT, Api, acked, dpf_activities, host, run
 from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
-from test_dpf_activities_support import REBOOT, Api, acked, dpf_activities, host, run
 
 from contracts.errors import (
     ConflictRetriesExhausted,
@@ -32,8 +32,6 @@ from contracts.models.dpf import (
     SiteSetupInput,
 )
 from drivers.kube import Kind, translate
-
-pytestmark = pytest.mark.slow
 
 NEW_BFB = {
     "apiVersion": "provisioning.dpu.nvidia.com/v1alpha1",

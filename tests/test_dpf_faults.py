@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from test_dpf_support import (
+from dpf_support import (
     NS,
     REBOOT,
     cond,

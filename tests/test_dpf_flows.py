@@ -3,7 +3,7 @@ drives them."""
 
 from __future__ import annotations
 
-from test_dpf_support import (
+from dpf_support import (
     HOLD,
     NS,
     REBOOT,

@@ -7,7 +7,7 @@ the vendored CRDs with metalflow's v26 overlay; every wait follows a store watch
 from __future__ import annotations
 
 import pytest
-from test_dpf_support import (
+from dpf_support import (
     NS,
     REBOOT,
     PhaseLog,

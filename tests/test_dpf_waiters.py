@@ -11,20 +11,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from dpf_activities_support import Api, acked, power_cycle, settings_for
 from dpf_waiter_support import phases, record, waiting_worker
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
-from test_dpf_activities_support import Api, acked, power_cycle, settings_for
 
 from activities.dpf import DPFActivities
 from contracts.errors import MetalflowError
 from contracts.models.dpf import GroupSpec, HostDPFState, HostRef, RegisterHostInput, SiteSetupInput
 from drivers.inventory import Inventory
 from drivers.kube import Kube
-
-pytestmark = pytest.mark.slow
 
 DPU0 = "node-host-001-device-host-001-dpu-0"
 

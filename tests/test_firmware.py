@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim, running_sim
+from site_worker_support import FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
-from test_firmware_support import FAST_POLICY, SiteView, eventually, site_file_with_prefix, site_worker
 
 from contracts import names
 from contracts.models.control import OperatorAnswer, OperatorRequest
@@ -31,9 +31,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     # `demo` timings: staging and power transitions take real (short) time, as on hardware.
     # Host ids of this module's own (fw-001...): the dev server is shared by the whole session, and
     # these tests count the hosts' boot generations from 0.
-    folder = tmp_path_factory.mktemp("firmware-sim")
-    site_file = site_file_with_prefix(folder, "fw", hosts=4, dpus_per_host=2)
-    with running_sim(folder / "sim", site_file=site_file, timings="demo", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("firmware-sim"), "fw", hosts=4, timings="demo") as running:
         yield running
 
 

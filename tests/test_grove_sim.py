@@ -3,7 +3,7 @@ test names' docstrings), through the store the simulated API serves."""
 
 from __future__ import annotations
 
-from test_grove_support import NS, POD_HASH, inference, ready, running
+from grove_support import NS, POD_HASH, inference, ready, running
 
 from simulators.grove.model import generation_hash, pod_template_hash
 

@@ -6,16 +6,9 @@ for in the BMC's power log, and no violation recorded by the simulated site."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
 from host_operation_support import (
     FAST_POLICY,
     power_cycles,
@@ -24,59 +17,31 @@ from host_operation_support import (
     wait_for_phase,
     wait_for_status,
 )
-from sim_support import RunningSim, running_sim
+from sim_support import running_sim
 from temporalio.client import Client
+from worker_support import worker_env, worker_process
 
 from contracts.models.host import HostOperationKind, HostOperationStatus
-
-pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@contextmanager
-def worker_process(
-    client: Client, task_queue: str, sim: RunningSim, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "METALFLOW_SITE_FILE": str(sim.site_file),
-        "KUBECONFIG": str(sim.kubeconfig),
-    }
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "worker.py", "--task-queue", task_queue],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=out,
-        )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
 
 
 async def test_reprovision_survives_worker_kills_at_every_step(client: Client, tmp_path: Path) -> None:
     task_queue = f"crash-{uuid.uuid4()}"
     log = tmp_path / "worker.log"
     with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, timings="demo", initialised=True) as sim:
-        with worker_process(client, task_queue, sim, log):
+        env = worker_env(client, sim)
+        with worker_process(task_queue, env, log):
             handle = await start_operation(client, task_queue, "host-001", HostOperationKind.REPROVISION,
                                            policy=FAST_POLICY)  # fmt: skip
             await wait_for_status(handle, lambda s: _installing(s), "the DPUs installing", timeout=90)
         # killed after the hold release (the DPUs are installing)
-        with worker_process(client, task_queue, sim, log):
+        with worker_process(task_queue, env, log):
             await wait_for_phase(handle, "rebooting-host", timeout=90)
             await asyncio.sleep(0.3)  # the child's power cycle is under way (demo: 0.5 s per transition)
         # killed with the reboot child (and its power cycle) in flight
-        with worker_process(client, task_queue, sim, log):
+        with worker_process(task_queue, env, log):
             await wait_for_status(handle, _acknowledged, "the annotation removed", timeout=90)
         # killed right after the annotation's removal
-        with worker_process(client, task_queue, sim, log):
+        with worker_process(task_queue, env, log):
             result = await handle.result()
             await save_history(handle, "host_operation_reprovision_crashed")
         assert result.reboots == 1

@@ -7,46 +7,35 @@ What a user would see is asserted: the workflow's result, its status query, the 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-from host_operation_support import (
+from bmc_lease_support import lease_of
+from host_operation_support import (  # cycle_by_hand: test_monitor_unplanned imports it from here
     FAST_POLICY,
-    eventually,
+    cycle_by_hand,
+    inject_error_when_recreated,
     power_cycles,
     save_history,
     start_operation,
     status_of,
     wait_for_phase,
     wait_for_status,
+    worker_for,
 )
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
-from test_bmc_lease import lease_of
 
 from contracts import names
 from contracts.models.control import OperatorRequest
 from contracts.models.host import HOST_REBOOTED_SIGNAL, HostOperationKind, RebootMethod
-from drivers.settings import Settings
-from metalflow.runtime.worker import build_worker
 
 PROVISION = HostOperationKind.PROVISION
 REPROVISION = HostOperationKind.REPROVISION
-
-
-@asynccontextmanager
-async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(client, task_queue, settings):
-        yield
 
 
 @pytest.fixture
@@ -147,8 +136,8 @@ async def test_dpu_error_is_reprovisioned_automatically(
 ) -> None:
     async with worker_for(client, task_queue, ready_site):
         handle = await start_operation(client, task_queue, "host-001", REPROVISION)
-        await _inject_error_when_installing(
-            handle, ready_site, "node-host-001-device-host-001-dpu-0", "bad BFB"
+        await inject_error_when_recreated(
+            handle, ready_site, "node-host-001-device-host-001-dpu-0", {"message": "bad BFB"}
         )
         result = await handle.result()
         status = await status_of(handle)
@@ -173,8 +162,8 @@ async def test_dpu_error_beyond_the_limit_fails_with_dpf_message(
     policy = FAST_POLICY.model_copy(update={"max_dpu_error_reprovisions": 0})
     async with worker_for(client, task_queue, ready_site):
         handle = await start_operation(client, task_queue, "host-002", REPROVISION, policy=policy)
-        await _inject_error_when_installing(
-            handle, ready_site, "node-host-002-device-host-002-dpu-1", "flash worn out"
+        await inject_error_when_recreated(
+            handle, ready_site, "node-host-002-device-host-002-dpu-1", {"message": "flash worn out"}
         )
         with pytest.raises(WorkflowFailureError) as failure:
             await handle.result()
@@ -182,45 +171,6 @@ async def test_dpu_error_beyond_the_limit_fails_with_dpf_message(
     assert isinstance(cause, ApplicationError) and cause.type == "DPUFailed"
     assert "flash worn out" in cause.message
     assert ready_site.violations() == []
-
-
-async def _inject_error_when_installing(handle: Any, sim: RunningSim, dpu: str, message: str) -> None:
-    async def deleted_and_recreated() -> bool:
-        status = await status_of(handle)
-        return status.phase not in ("resolving-inventory", "deleting-dpus", "starting")
-
-    await eventually(deleted_and_recreated, what="the DPUs deleted")
-
-    async def injected() -> bool:
-        # The error belongs in the DPU DPF recreates: 409 while the deleted one is still being
-        # deleted (the site refuses it: its deletion goes on), 404 before DPF created the next.
-        try:
-            sim.inject(f"dpus/{dpu}/error", {"message": message})
-        except httpx.HTTPStatusError as err:
-            if err.response.status_code in (404, 409):
-                return False
-            raise
-        return True
-
-    await eventually(injected, what=f"an error injected into the recreated {dpu}")
-
-
-async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:
-    host = sim.host(host_id)
-    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
-    base = host["bmc"]["endpoint"]
-    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
-        systems = (await http.get(f"{base}/redfish/v1/Systems")).json()
-        system = systems["Members"][0]["@odata.id"]
-        action = f"{base}{system}"  # each BMC is at the root of its own address
-        for reset in ("ForceOff", "On"):
-            await http.post(f"{action}/Actions/ComputerSystem.Reset", json={"ResetType": reset})
-
-            async def reached(target: str = "Off" if reset == "ForceOff" else "On") -> bool:
-                state: object = (await http.get(action)).json().get("PowerState")
-                return state == target
-
-            await eventually(reached, timeout=20, what=f"{host_id} {reset}")
 
 
 async def test_reprovision_with_demo_timings_reports_progress(

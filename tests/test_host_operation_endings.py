@@ -16,8 +16,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from dpf_activities_support import REBOOT, Api, annotation
 from host_operation_support import (
     FAST_POLICY,
+    cycle_by_hand,
     eventually,
     power_cycles,
     save_history,
@@ -25,14 +27,12 @@ from host_operation_support import (
     status_of,
     wait_for_phase,
     wait_for_status,
+    worker_for,
 )
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim, running_sim, site_file_with_prefix
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from test_dpf_activities_support import REBOOT, Api, annotation
-from test_firmware_support import site_file_with_prefix
-from test_host_operation_e2e import cycle_by_hand, worker_for
 
 from contracts import names
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
@@ -44,8 +44,6 @@ from contracts.models.host import (
 )
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
-
-pytestmark = pytest.mark.slow
 
 REPROVISION = HostOperationKind.REPROVISION
 PROVISION = HostOperationKind.PROVISION
@@ -59,8 +57,7 @@ MANUAL = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
 
 @pytest.fixture
 def ready_site(tmp_path: Path) -> Iterator[RunningSim]:
-    site_file = site_file_with_prefix(tmp_path / "in", PREFIX, hosts=2)
-    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, PREFIX, hosts=2) as sim:
         yield sim
 
 

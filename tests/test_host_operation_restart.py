@@ -12,7 +12,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -29,14 +28,13 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
+from worker_support import worker_env, worker_process
 
 from contracts import names
 from contracts.models.host import HostOperationKind, HostOperationResult, HostOperationStatus
 from metalflow.binaries import temporal_cli
 from metalflow.runtime.ports import free_port
 
-pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parent.parent
 SERVER_START_TIMEOUT = 60.0
 OPERATION_TIMEOUT = 180.0
 
@@ -109,30 +107,6 @@ def dev_server(state_dir: Path) -> Iterator[DevServer]:
         yield server
     finally:
         server.kill()
-
-
-@contextmanager
-def worker_process(
-    server: DevServer, task_queue: str, sim: RunningSim, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
-    env.update(
-        TEMPORAL_ADDRESS=server.address,
-        METALFLOW_SITE_FILE=str(sim.site_file),
-        KUBECONFIG=str(sim.kubeconfig),
-        PYTHONUNBUFFERED="1",
-    )
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "worker.py", "--task-queue", task_queue],
-            cwd=ROOT, env=env, stdout=out, stderr=out, start_new_session=True,
-        )  # fmt: skip
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=30)
 
 
 async def wait_until(
@@ -244,7 +218,7 @@ async def test_reprovision_survives_a_dev_server_restart(
     with (
         dev_server(tmp_path / "temporal") as server,
         running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, timings="demo", initialised=True) as sim,
-        worker_process(server, task_queue, sim, worker_log) as worker,
+        worker_process(task_queue, worker_env(server.address, sim), worker_log) as worker,
     ):
         client = await server.connect()
         handle = await start_operation(client, task_queue, "host-001", HostOperationKind.REPROVISION,
@@ -266,7 +240,7 @@ async def test_reprovision_survives_a_dev_server_restart(
         handle = client.get_workflow_handle(workflow_id, result_type=HostOperationResult)
         result = await asyncio.wait_for(handle.result(), OPERATION_TIMEOUT)
         done_after = time.monotonic() - down_at
-        worker_alive = worker.poll() is None
+        worker_alive = worker.returncode is None
         final = await wait_until(client, workflow_id, lambda s: s.phase == "completed", "the status")
         power_log, violations = sim.power_log("host-001"), sim.violations()
 

@@ -12,22 +12,21 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 from host_operation_support import (
     FAST_POLICY,
-    eventually,
+    cycle_by_hand,
+    inject_error_when_recreated,
     start_operation,
     status_of,
     wait_for_phase,
     wait_for_status,
+    worker_for,
 )
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
-from test_host_operation_e2e import cycle_by_hand, worker_for
 
 from contracts import names, workflow_api
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
@@ -134,7 +133,7 @@ async def test_an_error_reprovisioning_cannot_fix_parks_the_operation(
         dpu = "node-host-001-device-host-001-dpu-0"
         async with worker_for(client, task_queue, sim):
             handle = await start_operation(client, task_queue, "host-001", REPROVISION)
-            await _inject_when_recreated(sim, handle, dpu, {"reason": "UnsupportedNodeRebootMethod"})
+            await inject_error_when_recreated(handle, sim, dpu, {"reason": "UnsupportedNodeRebootMethod"})
             parked = await wait_for_phase(handle, MANUAL_INTERVENTION_REQUIRED, timeout=60)
             assert "Rebooted: UnsupportedNodeRebootMethod" in (parked.manual_intervention_reason or "")
             assert [d.error_reprovisions for d in parked.dpus] == [0]
@@ -143,22 +142,6 @@ async def test_an_error_reprovisioning_cannot_fix_parks_the_operation(
                 await handle.result()
         cause = failure.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
-
-
-async def _inject_when_recreated(sim: RunningSim, handle: Any, dpu: str, body: dict[str, Any]) -> None:
-    async def recreated() -> bool:
-        status = await status_of(handle)
-        if status.phase in ("starting", "resolving-inventory", "deleting-dpus"):
-            return False
-        try:
-            sim.inject(f"dpus/{dpu}/error", body)
-        except httpx.HTTPStatusError as err:
-            if err.response.status_code in (404, 409):
-                return False
-            raise
-        return True
-
-    await eventually(recreated, what=f"{dpu} recreated and in Error")
 
 
 async def test_a_reboot_owed_since_before_a_reset_by_hand_sends_nothing(

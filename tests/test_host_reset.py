@@ -23,14 +23,21 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, wait_for_query
+from bmc_lease_support import HOSTS, lease_of, lease_status, one_slot_held
+from host_operation_support import (
+    FAST_POLICY,
+    eventually,
+    power_cycles,
+    save_history,
+    start_reboot,
+    wait_for_query,
+    worker_for,
+)
 from sim_support import RunningSim, running_sim
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
-from test_bmc_lease import HOSTS, lease_of, lease_status, one_slot_held, start_reboot
-from test_host_operation_e2e import worker_for
 
 from contracts import names, workflow_api
 from contracts.host_entity import EntityRefused, HostEntityClient

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from dpf_activities_support import Api, dpf_activities, run, settings_for
 from sim_support import RunningSim, running_sim
-from test_dpf_activities_support import Api, dpf_activities, run, settings_for
 
 from activities.inventory import InventoryActivities
 from contracts.errors import InvalidInput

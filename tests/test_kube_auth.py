@@ -16,7 +16,6 @@ from sim_support import RunningSim, running_sim
 
 from simulators.kube import protobuf
 
-pytestmark = pytest.mark.slow
 SECRETS = "/api/v1/namespaces/default/secrets"
 
 

@@ -10,19 +10,22 @@ import json
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from events_support import (
+    NS,
+    api,  # noqa: F401 - test_monitor_unplanned imports it from here
+    emitting_worker,
+    events_v1,
+)
 from host_operation_support import FAST_POLICY, eventually
 from pydantic import BaseModel
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client
-from test_firmware_support import site_file_with_prefix
 
 from contracts import events as feed
 from contracts import names
@@ -35,22 +38,16 @@ from contracts.models.host import (
     OperationAccepted,
     OperationRequest,
 )
-from contracts.models.inventory import DPF_NAMESPACE
 from drivers.settings import Settings
 from metalflow.hosts import host_status, send_update
 from metalflow.runtime import events as emitting
 from metalflow.runtime.events import Emitter, EventSpec, Regarding
-from metalflow.runtime.worker import build_worker
-
-pytestmark = pytest.mark.slow
-NS = DPF_NAMESPACE
 
 
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
     prefix = f"ev{uuid.uuid4().hex[:6]}"
-    site_file = site_file_with_prefix(tmp_path / "in", prefix, hosts=2)
-    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, prefix, hosts=2) as sim:
         yield sim, prefix
 
 
@@ -63,32 +60,6 @@ def kubectl(sim: RunningSim, *args: str) -> str:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def api(sim: RunningSim, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    return httpx.request(method, f"{sim.url}{path}", headers=sim.headers, timeout=10, **kwargs)
-
-
-def events_v1(sim: RunningSim, selector: str = "") -> list[dict[str, Any]]:
-    response = api(
-        sim, "GET", f"/apis/events.k8s.io/v1/namespaces/{NS}/events", params={"fieldSelector": selector}
-    )
-    response.raise_for_status()
-    items: list[dict[str, Any]] = response.json()["items"]
-    return items
-
-
-@asynccontextmanager
-async def emitting_worker(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[Emitter]:
-    """The worker as `run_worker` runs it: the workflows and activities, and the Event emitter."""
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    emitter = Emitter(settings)
-    async with build_worker(client, task_queue, settings):
-        await emitter.start()
-        try:
-            yield emitter
-        finally:
-            await emitter.stop()
 
 
 async def test_an_operation_tells_on_call_through_kubectl(

@@ -6,9 +6,7 @@ its ports. Each test starts the parent for real, kills it with SIGKILL and watch
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,17 +15,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_firmware_support import eventually
+from cli_support import METALFLOW, clean_env
+from site_worker_support import eventually
 
 from metalflow.runtime.ports import free_port
 
-METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 TESTS = Path(__file__).parent
 GONE_WITHIN = 45.0  # generous: the machine is shared; children stop in about a second (xdist: ~15 s)
-
-
-def _clean_env() -> dict[str, str]:
-    return {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
 
 
 def _alive(pid: int) -> bool:
@@ -59,7 +53,7 @@ def _listening(address: str) -> bool:
 
 def _spawn(argv: list[str], output: Path, cwd: Path) -> subprocess.Popen[bytes]:
     with output.open("wb") as out:
-        return subprocess.Popen(argv, cwd=cwd, env=_clean_env(), stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(argv, cwd=cwd, env=clean_env(), stdout=out, stderr=subprocess.STDOUT)
 
 
 async def _output_has(output: Path, text: str, process: subprocess.Popen[bytes], timeout: float) -> str:
@@ -84,7 +78,6 @@ def _sigkill(process: subprocess.Popen[bytes]) -> None:
     process.wait(timeout=10)
 
 
-@pytest.mark.slow
 async def test_a_sigkilled_sim_up_leaves_no_simulator(tmp_path: Path) -> None:
     port, state_dir = free_port(), tmp_path / "state"
     argv = [METALFLOW, "sim", "up", "--sim-port", str(port), "--state-dir", str(state_dir)]
@@ -99,7 +92,6 @@ async def test_a_sigkilled_sim_up_leaves_no_simulator(tmp_path: Path) -> None:
         parent.kill()
 
 
-@pytest.mark.slow
 async def test_a_sigkilled_dev_stack_leaves_no_server_simulator_or_worker(tmp_path: Path) -> None:
     ports = {"--port": free_port(), "--ui-port": free_port(), "--sim-port": free_port()}
     argv = [METALFLOW, "dev", "--no-demo", "--state-dir", str(tmp_path / "state"), "--timings", "zero"]
@@ -140,7 +132,6 @@ async def test_hold_servers_then_hang(local_env, time_skipping_env, tmp_path):
 """
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("xdist", [[], ["-n", "1"]], ids=["one-process", "xdist-controller"])
 async def test_a_sigkilled_test_session_leaves_no_temporal_servers_or_simulator(
     tmp_path: Path, xdist: list[str]
@@ -151,7 +142,7 @@ async def test_a_sigkilled_test_session_leaves_no_temporal_servers_or_simulator(
     test_file = tmp_path / "test_hang.py"
     test_file.write_text(textwrap.dedent(SESSION_THAT_HANGS))
     report = tmp_path / "report.json"
-    env = _clean_env() | {"LIFELINE_REPORT": str(report), "PYTHONPATH": str(TESTS)}
+    env = clean_env() | {"LIFELINE_REPORT": str(report), "PYTHONPATH": str(TESTS)}
     argv = [
         sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider",
         "-c", str(TESTS.parent / "pyproject.toml"), "--rootdir", str(tmp_path), str(test_file), *xdist,

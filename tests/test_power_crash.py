@@ -10,48 +10,22 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from redfish_support import CyclePower, crash_options, cycle_worker, first_activity_started, wait_for
 from sim_support import RunningSim, running_sim
-from temporalio import workflow
 from temporalio.client import Client
-from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from worker_support import power_worker
 
 from contracts.models.inventory import BMCAccess, CredentialRef
-from contracts.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult
-
-pytestmark = pytest.mark.slow
-WORKER_SCRIPT = Path(__file__).with_name("power_worker.py")
-
-
-@workflow.defn(sandboxed=False)
-class CycleOnce:
-    """Runs `power_cycle_host` once, as a host workflow would."""
-
-    @workflow.run
-    async def run(self, request: PowerCycleInput, activity_queue: str) -> PowerCycleResult:
-        result: PowerCycleResult = await workflow.execute_activity(
-            "power_cycle_host",
-            request,
-            result_type=PowerCycleResult,
-            task_queue=activity_queue,
-            start_to_close_timeout=timedelta(minutes=5),
-            heartbeat_timeout=timedelta(seconds=2),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=1)
-            ),
-        )
-        return result
+from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
 
 
 @pytest.fixture(scope="module")
@@ -74,33 +48,6 @@ def power_state(sim: RunningSim, host_id: str) -> str:
     with httpx.Client(base_url=bmc["endpoint"], auth=(pair["username"], pair["password"]), timeout=5) as http:
         members = http.get("/redfish/v1/Systems").json()["Members"]
         return str(http.get(members[0]["@odata.id"]).json()["PowerState"])
-
-
-def start_worker(env: WorkflowEnvironment, queue: str) -> subprocess.Popen[str]:
-    target = env.client.service_client.config.target_host
-    process = subprocess.Popen(
-        [sys.executable, str(WORKER_SCRIPT), target, env.client.namespace, queue],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process
-
-
-def kill(process: subprocess.Popen[str]) -> None:
-    process.kill()  # SIGKILL: no cleanup, no last heartbeat
-    process.wait()
-
-
-def stop(process: subprocess.Popen[str]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def transitions(sim: RunningSim, host_id: str, since: int) -> list[tuple[str, str, str]]:
@@ -158,17 +105,15 @@ async def test_killed_worker_never_cycles_twice(
     point: str,
     reached: Reached | str,
     expected: tuple[str, str],
+    tmp_path: Path,
 ) -> None:
     assert sim.host(host_id)["bmc"]["profile"] == profile
     client: Client = local_env.client
     queue, activity_queue = f"crash-{uuid.uuid4()}", f"crash-activities-{uuid.uuid4()}"
     since = len(sim.power_log(host_id))
-    first = start_worker(local_env, activity_queue)
-    second: subprocess.Popen[str] | None = None
-    try:
-        async with Worker(
-            client, task_queue=queue, workflows=[CycleOnce], workflow_runner=UnsandboxedWorkflowRunner()
-        ):
+    log_file = tmp_path / "power-worker.log"
+    async with power_worker(client, activity_queue, log_file) as first:
+        async with cycle_worker(client, queue):
             request = PowerCycleInput(
                 bmc=access(sim, host_id),
                 boot_generation=since // 2 + 1,
@@ -177,23 +122,22 @@ async def test_killed_worker_never_cycles_twice(
                 timeout_seconds=60,
             )
             handle = await client.start_workflow(
-                CycleOnce.run, args=[request, activity_queue], id=f"crash-{uuid.uuid4()}", task_queue=queue
+                CyclePower.run,
+                args=[request, crash_options(activity_queue)],
+                id=f"crash-{uuid.uuid4()}",
+                task_queue=queue,
             )
             # Generous: the worker is a fresh interpreter, slow to start on a loaded machine.
-            await _wait_for(lambda: _activity_started(handle), timeout=120)
+            await wait_for(lambda: first_activity_started(handle), timeout=120)
             if isinstance(reached, str):
-                await _wait_for(lambda: _step_recorded(client, handle, reached), timeout=120)
+                await wait_for(lambda: _step_recorded(client, handle, reached), timeout=120)
             else:
-                await _wait_for(lambda: asyncio.to_thread(reached, sim, host_id, since), timeout=120)
-            kill(first)
+                await wait_for(lambda: asyncio.to_thread(reached, sim, host_id, since), timeout=120)
+            first.kill()  # SIGKILL: no cleanup, no last heartbeat
             killed_state = await asyncio.to_thread(power_state, sim, host_id)
             killed_log = transitions(sim, host_id, since)
-            second = start_worker(local_env, activity_queue)
-            result = await asyncio.wait_for(handle.result(), timeout=90)
-    finally:
-        stop(first)
-        if second is not None:
-            stop(second)
+            async with power_worker(client, activity_queue, log_file):
+                result = await asyncio.wait_for(handle.result(), timeout=90)
     log = transitions(sim, host_id, since)
     print(f"{profile} killed {point}: state {killed_state}, log then {killed_log}; result {result.steps}")
     assert log == [("On", "Off", expected[0]), ("Off", "On", expected[1])], (
@@ -207,12 +151,6 @@ async def test_killed_worker_never_cycles_twice(
     assert power_state(sim, host_id) == "On"
 
 
-async def _activity_started(handle: Any) -> bool:
-    description = await handle.describe()
-    pending = description.raw_description.pending_activities
-    return bool(pending) and pending[0].state == 2  # PENDING_ACTIVITY_STATE_STARTED
-
-
 async def _step_recorded(client: Client, handle: Any, step: str) -> bool:
     """Whether Temporal shows the power cycle's heartbeat details at `step` (or past it)."""
     description = await handle.describe()
@@ -223,11 +161,3 @@ async def _step_recorded(client: Client, handle: Any, step: str) -> bool:
         pending[0].heartbeat_details.payloads, [PowerCycleProgress]
     )
     return step in progress.steps
-
-
-async def _wait_for(check: Callable[[], Any], timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("the expected step was not reached in time")
-        await asyncio.sleep(0.02)

@@ -12,33 +12,30 @@ that reached it, and the simulated site as its own process:
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import pytest
-from deploy_support import REPO
-from host_operation_support import FAST_POLICY, power_cycles
+from host_operation_support import FAST_POLICY, power_cycles, start_reboot
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from worker_support import worker_env, worker_process
 
 from contracts import names
-from contracts.models.host import HostRebootInput, HostRebootResult
 from drivers.settings import Settings
 from metalflow.binaries import temporal_cli
 from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
 WAIT = 20.0
 HOST = "host-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
+POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": WAIT})
 
 
 @pytest.fixture(scope="module")
@@ -75,19 +72,6 @@ def heartbeats(metrics_url: str) -> int:
     return int(found)
 
 
-async def start_reboot(
-    client: Client, task_queue: str, generation: int
-) -> WorkflowHandle[object, HostRebootResult]:
-    policy = FAST_POLICY.model_copy(update={"power_down_wait_seconds": WAIT})
-    return await client.start_workflow(
-        "HostRebootWorkflow",
-        HostRebootInput(host_id=HOST, boot_generation=generation, requested_by="test", policy=policy),
-        id=f"{names.host_reboot_workflow_id(HOST, generation)}-{task_queue}",
-        task_queue=task_queue,
-        result_type=HostRebootResult,
-    )
-
-
 def off_seconds(sim: RunningSim, since: int) -> float:
     log = sim.power_log(HOST)[since:]
     off = next(datetime.fromisoformat(e["time"]) for e in log if e["to"] == "Off")
@@ -104,7 +88,7 @@ async def test_a_long_power_down_wait_is_a_durable_timer_with_few_heartbeats(
     settings = Settings(site_file=site.site_file, kubeconfig=site.kubeconfig)
     async with build_worker(env.client, queue, settings):
         before = heartbeats(metrics)
-        reboot = await start_reboot(env.client, queue, 1)
+        reboot = await start_reboot(env.client, queue, HOST, 1, POLICY)
         result = await asyncio.wait_for(reboot.result(), 120)
         sent = heartbeats(metrics) - before
         history = await reboot.fetch_history()
@@ -125,43 +109,23 @@ async def test_a_long_power_down_wait_is_a_durable_timer_with_few_heartbeats(
 
 
 async def test_a_worker_killed_while_the_host_is_off_still_cycles_once(
-    metered: tuple[WorkflowEnvironment, str], site: RunningSim
+    metered: tuple[WorkflowEnvironment, str], site: RunningSim, tmp_path: Path
 ) -> None:
     env, _ = metered
     queue = f"wait-kill-{uuid.uuid4().hex[:8]}"
     since = len(site.power_log(HOST))
-    environ = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
-    environ |= {
-        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": env.client.namespace,
-        "METALFLOW_SITE_FILE": str(site.site_file),
-        "KUBECONFIG": str(site.kubeconfig),
-    }
-
-    async def worker() -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            sys.executable, "worker.py", "--task-queue", queue, cwd=REPO, env=environ,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-
-    first = await worker()
-    second = None
-    try:
-        reboot = await start_reboot(env.client, queue, 2)
+    environ = worker_env(env.client, site)
+    worker_log = tmp_path / "worker.log"
+    with worker_process(queue, environ, worker_log) as first:
+        reboot = await start_reboot(env.client, queue, HOST, 2, POLICY)
         for _ in range(2400):  # generous: a fresh worker process starts slowly on a loaded machine
             if any(e["to"] == "Off" for e in site.power_log(HOST)[since:]):
                 break
             await asyncio.sleep(0.05)
         assert any(e["to"] == "Off" for e in site.power_log(HOST)[since:]), "never powered off"
         first.kill()  # SIGKILL: no cleanup, no last heartbeat
-        await first.wait()
-        second = await worker()
+    with worker_process(queue, environ, worker_log):
         result = await asyncio.wait_for(reboot.result(), 180)
-    finally:
-        for process in (first, second):
-            if process is not None and process.returncode is None:
-                process.terminate()
-                await process.wait()
     log = [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]]
     assert log == [("On", "Off"), ("Off", "On")], log
     assert result.method == "bmc:ForceOff+On"

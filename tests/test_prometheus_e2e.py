@@ -14,10 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +23,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from cli_support import METALFLOW
+from dev_support import worker_ready
 from prometheus_support import RunningPrometheus, running_prometheus
+from sim_support import stop_process
 
 from contracts.models.control import RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
@@ -40,10 +40,8 @@ from metalflow.client import connect
 from metalflow.hosts import host_status, send_update
 from metalflow.runtime.ports import free_port
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy" / "monitoring" / "metalflow-rules.yaml"
-METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
 ALERT = "MetalflowHostInManualIntervention"
 METRICS_SOURCE = (REPO / "contracts" / "metrics.py").read_text()
 HOST = "host-001"
@@ -80,25 +78,13 @@ def dev_stack(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while not _ready(metrics):
+        while not worker_ready(metrics):
             assert process.poll() is None, (tmp_path / "dev.log").read_text()
             assert time.monotonic() < deadline, "the dev stack's worker was not ready in 120 s"
             time.sleep(0.5)
         yield state, metrics
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _ready(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+        stop_process(process, grace=60)
 
 
 def _rules() -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from test_redfish_dpu import dpu_client, power_cycle_host
+from redfish_support import basic_client, reset_the_host
 
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs
 from simulators.site import default_site
@@ -45,7 +45,7 @@ async def booted(client: httpx.AsyncClient) -> dict[str, Any]:
 
 
 async def test_force_restart_resets_the_arm_only_and_boots_it_again(sim: RunningBMCs) -> None:
-    async with dpu_client(sim, DPU) as client:
+    async with basic_client(sim, DPU) as client:
         answer = await reset(client, "ForceRestart")
         assert answer.status_code == 200
         assert answer.json()["@Message.ExtendedInfo"][0]["MessageId"].endswith("Success")
@@ -59,12 +59,12 @@ async def test_force_restart_resets_the_arm_only_and_boots_it_again(sim: Running
 async def test_power_cycle_is_accepted_and_held_until_the_host_is_off(sim: RunningBMCs) -> None:
     """No source gives an error for a PowerCycle with the host on: the documented answer is the
     generic success, and the reset "does not take effect" until PERST/All_STANDBY (host off)."""
-    async with dpu_client(sim, DPU) as client:
+    async with basic_client(sim, DPU) as client:
         assert (await reset(client, "PowerCycle")).status_code == 200
         await asyncio.sleep(0.1)
         held = sim.bmcs.dpu_state(DPU)
         assert held["latched"] and held["nic_resets"] == 0 and "LastResetTime" not in await system(client)
-        await power_cycle_host(sim, ("ForceOff",))
+        await reset_the_host(sim, ("ForceOff",))
         state = sim.bmcs.dpu_state(DPU)
         assert not state["latched"] and state["nic_resets"] == 1
         await booted(client)  # the DPU comes up while the host is still off
@@ -72,7 +72,7 @@ async def test_power_cycle_is_accepted_and_held_until_the_host_is_off(sim: Runni
 
 
 async def test_soc_force_reset_resets_arm_and_nic_at_once(sim: RunningBMCs) -> None:
-    async with dpu_client(sim, DPU) as client:
+    async with basic_client(sim, DPU) as client:
         oem = (await client.get(f"{SYSTEM}/Oem/Nvidia")).json()
         target = oem["Actions"]["#SOC.ForceReset"]["target"]
         assert (await client.post(target)).status_code == 200  # no body, as the doc's curl
@@ -82,7 +82,7 @@ async def test_soc_force_reset_resets_arm_and_nic_at_once(sim: RunningBMCs) -> N
 
 async def test_a_paused_dpu_ignores_on_and_force_restart_recovers_it(sim: RunningBMCs) -> None:
     sim.bmcs.dpu_fault(DPU, "paused")
-    async with dpu_client(sim, DPU) as client:
+    async with basic_client(sim, DPU) as client:
         body = await system(client)
         assert (body["PowerState"], body["Status"]["State"]) == ("Paused", "StandbyOffline")
         assert body["BootProgress"]["OemLastState"] == "UEFI"
@@ -96,7 +96,7 @@ async def test_a_paused_dpu_ignores_on_and_force_restart_recovers_it(sim: Runnin
 async def test_graceful_shutdown_leaves_the_arm_in_standby_and_other_types_are_refused(
     sim: RunningBMCs,
 ) -> None:
-    async with dpu_client(sim, DPU) as client:
+    async with basic_client(sim, DPU) as client:
         assert (await reset(client, "GracefulShutdown")).status_code == 200
         body = await system(client)
         assert (body["PowerState"], body["BootProgress"]["OemLastState"]) == ("Paused", "LowPowerStandby")

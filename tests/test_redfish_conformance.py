@@ -16,13 +16,10 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
 from simulators.redfish.standalone import serve_bmcs
 from simulators.site import BMC, DPU, HOST_BMC_PROFILES, Host, Site
 from simulators.timings import timings_for
 
-pytestmark = pytest.mark.slow
 VALIDATOR = Path(sys.executable).with_name("rf_protocol_validator")
 # What a BMC without a SessionService cannot pass: every assertion that needs one.
 NO_SESSION_SERVICE = frozenset(

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from redfish_support import basic_client, reset_the_host
 
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs
 from simulators.site import default_site
@@ -24,10 +25,6 @@ async def sim() -> AsyncIterator[RunningBMCs]:
     timings = timings_for("zero", firmware_stage_seconds=STAGE, power_transition_seconds=0.05)
     async with serve_bmcs(default_site(1, 2), timings=timings) as running:
         yield running
-
-
-def dpu_client(sim: RunningBMCs, bmc_id: str = DPU) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=sim.base(bmc_id), auth=sim.credentials[bmc_id], timeout=10)
 
 
 async def inventory(sim: RunningBMCs, client: httpx.AsyncClient) -> dict[str, dict[str, Any]]:
@@ -57,22 +54,8 @@ async def wait_task(client: httpx.AsyncClient, sim: RunningBMCs, monitor: str) -
     raise AssertionError("the task never finished")
 
 
-async def power_cycle_host(sim: RunningBMCs, reset_types: tuple[str, ...]) -> None:
-    async with httpx.AsyncClient(auth=sim.credentials["host-001"], timeout=10) as client:
-        uri = sim.base("host-001") + "/redfish/v1/Systems/System.Embedded.1"
-        for reset_type in reset_types:
-            response = await client.post(
-                f"{uri}/Actions/ComputerSystem.Reset", json={"ResetType": reset_type}
-            )
-            assert response.status_code == 204
-            for _ in range(100):
-                if sim.bmcs.power_state("host-001") in ("On", "Off"):
-                    break
-                await asyncio.sleep(0.02)
-
-
 async def test_staged_firmware_shows_pending_and_runs_after_the_host_power_cycles(sim: RunningBMCs) -> None:
-    async with dpu_client(sim) as client:
+    async with basic_client(sim, DPU) as client:
         before = await inventory(sim, client)
         assert set(before) == {"BMC_Firmware", "DPU_NIC"}
         assert before["DPU_NIC"]["Version"] == "32.43.1014"
@@ -96,9 +79,9 @@ async def test_staged_firmware_shows_pending_and_runs_after_the_host_power_cycle
         assert staged["DPU_NIC_Pending"]["Status"]["State"] == "StandbyOffline"
 
         # ForceOff alone activates nothing; the host coming back On does.
-        await power_cycle_host(sim, ("ForceOff",))
+        await reset_the_host(sim, ("ForceOff",))
         assert (await inventory(sim, client))["DPU_NIC_Pending"]["Version"] == "32.45.1020"
-        await power_cycle_host(sim, ("On",))
+        await reset_the_host(sim, ("On",))
         after = await inventory(sim, client)
         assert set(after) == {"BMC_Firmware", "DPU_NIC"}
         assert after["DPU_NIC"]["Version"] == "32.45.1020"
@@ -108,11 +91,11 @@ async def test_staged_firmware_shows_pending_and_runs_after_the_host_power_cycle
 
 
 async def test_power_cycle_reset_type_activates_staged_firmware(sim: RunningBMCs) -> None:
-    async with dpu_client(sim, SIBLING) as client:
+    async with basic_client(sim, SIBLING) as client:
         response = await simple_update(client, sim, {"ImageURI": "https://repo/bf/fw-32.46.0001.bfb"})
         await wait_task(client, sim, response.headers["Location"])
     assert sim.bmcs.dpu_firmware(SIBLING) == {"running": "32.43.1014", "staged": "32.46.0001"}
-    await power_cycle_host(sim, ("PowerCycle",))
+    await reset_the_host(sim, ("PowerCycle",))
     for _ in range(50):
         if sim.bmcs.power_state("host-001") == "On":
             break
@@ -129,7 +112,7 @@ async def test_power_cycle_reset_type_activates_staged_firmware(sim: RunningBMCs
     ],
 )
 async def test_a_malformed_image_uri_ends_the_task_in_exception(sim: RunningBMCs, image_uri: str) -> None:
-    async with dpu_client(sim) as client:
+    async with basic_client(sim, DPU) as client:
         response = await simple_update(client, sim, {"ImageURI": image_uri})
         assert response.status_code == 202
         task = await wait_task(client, sim, response.headers["Location"])
@@ -140,7 +123,7 @@ async def test_a_malformed_image_uri_ends_the_task_in_exception(sim: RunningBMCs
 
 async def test_an_injected_update_failure_and_bad_requests(sim: RunningBMCs) -> None:
     sim.bmcs.inject_update_failure(DPU, "Firmware image signature verification failed.")
-    async with dpu_client(sim) as client:
+    async with basic_client(sim, DPU) as client:
         response = await simple_update(client, sim, {"ImageURI": IMAGE})
         task = await wait_task(client, sim, response.headers["Location"])
         assert task["TaskState"] == "Exception"

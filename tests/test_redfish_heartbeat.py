@@ -14,15 +14,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from temporalio import workflow
-from temporalio.common import RetryPolicy
+from redfish_support import CycleOptions, CyclePower, credentials_env, cycle_worker, env_access
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from activities.redfish import power_activities
 from activities.redfish.power import PowerActivities
-from contracts.models.inventory import BMCAccess, CredentialRef, EnvCredentials
-from contracts.models.redfish import PowerCycleInput, PowerCycleResult, ReadPowerStateInput
+from contracts.models.redfish import PowerCycleInput, ReadPowerStateInput
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
 from drivers.redfish.client import RedfishClient
@@ -32,29 +28,14 @@ from simulators.site import BMC, Host, Site
 from simulators.timings import timings_for
 from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
 
-pytestmark = pytest.mark.slow
 # The product's own power-cycle heartbeat timeout (4 s): 2 s was shorter than what a loaded
 # 2-core run (4 xdist workers, the BMCs in this process) can keep, and the attempt was declared
 # dead while its heartbeats waited for the event loop, not for the BMC.
 HEARTBEAT_TIMEOUT = POWER_CYCLE_HEARTBEAT
+SHORT_HEARTBEAT = CycleOptions(
+    heartbeat=HEARTBEAT_TIMEOUT, retry_initial=timedelta(milliseconds=200), retry_maximum=timedelta(seconds=1)
+)
 SLOW_ANSWER_SECONDS = 12.0  # > heartbeat timeout + retry + the 5 s settle window of a retry
-
-
-@workflow.defn(sandboxed=False)
-class CycleWithShortHeartbeat:
-    @workflow.run
-    async def run(self, request: PowerCycleInput) -> PowerCycleResult:
-        result: PowerCycleResult = await workflow.execute_activity(
-            "power_cycle_host",
-            request,
-            result_type=PowerCycleResult,
-            start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=HEARTBEAT_TIMEOUT,
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=1)
-            ),
-        )
-        return result
 
 
 @pytest.fixture(scope="module")
@@ -70,39 +51,24 @@ async def sim() -> AsyncIterator[RunningBMCs]:
         yield running
 
 
-def env_of(sim: RunningBMCs) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for host_id, (username, password) in sim.credentials.items():
-        env[f"U_{host_id}"], env[f"P_{host_id}"] = username, password
-    return env
-
-
-def access(sim: RunningBMCs, host_id: str, endpoint: str | None = None) -> BMCAccess:
-    ref = CredentialRef(env=EnvCredentials(username=f"U_{host_id}", password=f"P_{host_id}"))
-    return BMCAccess(bmc_id=host_id, endpoint=endpoint or sim.base(host_id), credentials=ref)
-
-
 @pytest.mark.parametrize("host_id", ["native", "forceoff"])
 async def test_a_reset_answered_after_the_heartbeat_timeout_still_happens_once(
     local_env: WorkflowEnvironment, task_queue: str, sim: RunningBMCs, host_id: str
 ) -> None:
     since = len(sim.bmcs.power_log(host_id))
     sim.bmcs.delay_next_reset(host_id, SLOW_ANSWER_SECONDS)
-    redfish = RedfishClient(CredentialResolver(env=env_of(sim)))
+    redfish = RedfishClient(CredentialResolver(env=credentials_env(sim)))
     request = PowerCycleInput(
-        bmc=access(sim, host_id), boot_generation=1, requested_at=datetime.now(UTC),
+        bmc=env_access(sim, host_id), boot_generation=1, requested_at=datetime.now(UTC),
         power_down_wait_seconds=0.5, timeout_seconds=60,
     )  # fmt: skip
     try:
-        async with Worker(
-            local_env.client,
-            task_queue=task_queue,
-            workflows=[CycleWithShortHeartbeat],
-            activities=power_activities(PowerActivities(redfish)),
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        ):
+        async with cycle_worker(local_env.client, task_queue, redfish):
             result = await local_env.client.execute_workflow(
-                CycleWithShortHeartbeat.run, request, id=f"slow-reset-{uuid.uuid4()}", task_queue=task_queue
+                CyclePower.run,
+                args=[request, SHORT_HEARTBEAT],
+                id=f"slow-reset-{uuid.uuid4()}",
+                task_queue=task_queue,
             )
     finally:
         await redfish.aclose()
@@ -126,16 +92,16 @@ async def test_a_corrected_site_file_takes_effect_for_the_next_attempt(
 
     write(sim.base("moved"))  # an operator fixed the file after the workflow read the old one
     settings = Settings.from_env().model_copy(update={"site_file": site_file, "inventory": "site"})
-    redfish = RedfishClient(CredentialResolver(env=env_of(sim)))
+    redfish = RedfishClient(CredentialResolver(env=credentials_env(sim)))
     activities = PowerActivities(redfish, Inventory(settings))
     try:
-        stale = ReadPowerStateInput(bmc=access(sim, "moved", endpoint=wrong))
+        stale = ReadPowerStateInput(bmc=env_access(sim, "moved", endpoint=wrong))
         power = await ActivityEnvironment().run(activities.read_power_state, stale)
         assert power.power_state == "On" and power.bmc_id == "moved"
         write(wrong)  # and a file broken again is used as it is: the error names the new endpoint
         with pytest.raises(Exception, match="127.0.0.1:9"):
             await ActivityEnvironment().run(
-                activities.read_power_state, ReadPowerStateInput(bmc=access(sim, "moved"))
+                activities.read_power_state, ReadPowerStateInput(bmc=env_access(sim, "moved"))
             )
     finally:
         await redfish.aclose()

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from redfish_support import basic_client
 
 from simulators.events import PowerCycled, PowerTransition
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs
@@ -24,10 +25,6 @@ async def sim() -> AsyncIterator[RunningBMCs]:
     timings = timings_for("zero", power_transition_seconds=TRANSITION, reset_cooldown_seconds=0.8)
     async with serve_bmcs(default_site(5, 1), timings=timings) as running:
         yield running
-
-
-def bmc_client(sim: RunningBMCs, bmc_id: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=sim.base(bmc_id), auth=sim.credentials[bmc_id], timeout=10)
 
 
 async def system_of(sim: RunningBMCs, client: httpx.AsyncClient) -> tuple[str, dict[str, Any]]:
@@ -73,7 +70,7 @@ EXPECTED = {
 
 async def test_each_profile_advertises_its_reset_types_and_last_reset_time(sim: RunningBMCs) -> None:
     for host_id, (system_id, power_cycle, last_reset) in EXPECTED.items():
-        async with bmc_client(sim, host_id) as client:
+        async with basic_client(sim, host_id) as client:
             uri, system = await system_of(sim, client)
             assert uri == f"/redfish/v1/Systems/{system_id}"
             assert system["@odata.type"].startswith("#ComputerSystem.v1_")
@@ -90,7 +87,7 @@ async def test_each_profile_advertises_its_reset_types_and_last_reset_time(sim: 
 
 
 async def test_no_powercycle_profile_refuses_what_it_lacks_without_changing_power(sim: RunningBMCs) -> None:
-    async with bmc_client(sim, "host-002") as client:
+    async with basic_client(sim, "host-002") as client:
         uri, _ = await system_of(sim, client)
         for reset_type in ("PowerCycle", "GracefulRestart", "Reboot"):
             response = await reset(sim, client, uri, reset_type)
@@ -111,7 +108,7 @@ async def test_no_powercycle_profile_refuses_what_it_lacks_without_changing_powe
 
 
 async def test_forceoff_then_on_is_asynchronous_logged_and_a_power_cycle(sim: RunningBMCs) -> None:
-    async with bmc_client(sim, "host-001") as client:
+    async with basic_client(sim, "host-001") as client:
         uri, before = await system_of(sim, client)
         response = await reset(sim, client, uri, "ForceOff")
         assert response.status_code == 204
@@ -139,7 +136,7 @@ async def test_forceoff_then_on_is_asynchronous_logged_and_a_power_cycle(sim: Ru
 
 
 async def test_power_cycle_goes_through_off_and_publishes_power_cycled(sim: RunningBMCs) -> None:
-    async with bmc_client(sim, "host-001") as client:
+    async with basic_client(sim, "host-001") as client:
         uri, _ = await system_of(sim, client)
         assert (await reset(sim, client, uri, "PowerCycle")).status_code == 204
         seen = await wait_power(sim, client, uri, "On")
@@ -152,7 +149,7 @@ async def test_power_cycle_goes_through_off_and_publishes_power_cycled(sim: Runn
 
 
 async def test_resets_refused_during_a_transition_and_restart_of_an_off_host(sim: RunningBMCs) -> None:
-    async with bmc_client(sim, "host-001") as client:
+    async with basic_client(sim, "host-001") as client:
         uri, _ = await system_of(sim, client)
         assert (await reset(sim, client, uri, "ForceOff")).status_code == 204
         busy = await reset(sim, client, uri, "On")
@@ -172,7 +169,7 @@ async def test_resets_refused_during_a_transition_and_restart_of_an_off_host(sim
 
 
 async def test_task_monitor_profile_answers_202_and_its_task_completes(sim: RunningBMCs) -> None:
-    async with bmc_client(sim, "host-003") as client:
+    async with basic_client(sim, "host-003") as client:
         uri, _ = await system_of(sim, client)
         response = await reset(sim, client, uri, "ForceRestart")
         assert response.status_code == 202
@@ -199,7 +196,7 @@ async def test_task_monitor_profile_answers_202_and_its_task_completes(sim: Runn
 
 
 async def test_etag_required_profile_demands_a_current_if_match(sim: RunningBMCs) -> None:
-    async with bmc_client(sim, "host-004") as client:
+    async with basic_client(sim, "host-004") as client:
         uri, _ = await system_of(sim, client)
         first = await client.get(uri)
         etag = first.headers["ETag"]
@@ -225,7 +222,7 @@ async def test_etag_required_profile_demands_a_current_if_match(sim: RunningBMCs
 
 
 async def test_other_profiles_patch_without_if_match_but_refuse_a_stale_one(sim: RunningBMCs) -> None:
-    async with bmc_client(sim, "host-001") as client:
+    async with basic_client(sim, "host-001") as client:
         uri, _ = await system_of(sim, client)
         etag = (await client.get(uri)).headers["ETag"]
         assert (await client.patch(uri, json={"AssetTag": "a"})).status_code == 200
@@ -242,7 +239,7 @@ async def test_other_profiles_patch_without_if_match_but_refuse_a_stale_one(sim:
 
 
 async def test_reset_cooldown_profile_refuses_with_409_for_a_while_after_off(sim: RunningBMCs) -> None:
-    async with bmc_client(sim, "host-005") as client:
+    async with basic_client(sim, "host-005") as client:
         uri, _ = await system_of(sim, client)
         assert (await reset(sim, client, uri, "ForceOff")).status_code == 204
         await wait_power(sim, client, uri, "Off")

@@ -11,9 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
+from redfish_support import credentials_env, env_access
 
 from contracts.errors import BMCAuthenticationFailed, InvalidInput
-from contracts.models.inventory import BMCAccess, CredentialRef, EnvCredentials
+from contracts.models.inventory import BMCAccess
 from contracts.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
@@ -51,24 +52,9 @@ async def sim() -> AsyncIterator[RunningBMCs]:
         yield running
 
 
-def env_of(sim: RunningBMCs) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for host_id, (username, password) in sim.credentials.items():
-        env[f"U_{host_id}"], env[f"P_{host_id}"] = username, password
-    return env
-
-
-def access(sim: RunningBMCs, host_id: str, **changes: Any) -> BMCAccess:
-    ref = CredentialRef(env=EnvCredentials(username=f"U_{host_id}", password=f"P_{host_id}"))
-    fields: dict[str, Any] = {"bmc_id": host_id, "endpoint": sim.base(host_id), "credentials": ref}
-    if sim.bmcs.service_of(host_id).tls:
-        fields["ca_bundle"] = str(sim.bmcs.ca_path)
-    return BMCAccess(**{**fields, **changes})
-
-
 @pytest.fixture
 async def client(sim: RunningBMCs) -> AsyncIterator[RedfishClient]:
-    redfish = RedfishClient(CredentialResolver(env=env_of(sim)))
+    redfish = RedfishClient(CredentialResolver(env=credentials_env(sim)))
     yield redfish
     await redfish.aclose()
 
@@ -89,22 +75,24 @@ async def cycle(client: RedfishClient, bmc: BMCAccess, power_down_wait: float = 
 async def test_auto_auth_uses_basic_where_there_is_no_session_service(
     sim: RunningBMCs, client: RedfishClient
 ) -> None:
-    async with client.connect(access(sim, "basic")) as connection:
+    async with client.connect(env_access(sim, "basic")) as connection:
         power = await read_power(connection)
         assert await connection.auth_mode() == "basic"
     assert power.power_state == "On"
-    async with client.connect(access(sim, "plain")) as connection:
+    async with client.connect(env_access(sim, "plain")) as connection:
         await read_power(connection)
         assert await connection.auth_mode() == "session"
     assert sim.bmcs.open_sessions("plain") == 0  # deleted when the last user finished
 
 
 async def test_auto_auth_with_wrong_credentials_is_an_authentication_failure(sim: RunningBMCs) -> None:
-    wrong = RedfishClient(CredentialResolver(env={**env_of(sim), "P_plain": "-wrong", "P_basic": "-wrong"}))
+    wrong = RedfishClient(
+        CredentialResolver(env={**credentials_env(sim), "P_plain": "-wrong", "P_basic": "-wrong"})
+    )
     try:
         for host_id in ("plain", "basic"):  # session refused, then basic refused too; basic alone
             with pytest.raises(BMCAuthenticationFailed) as caught:
-                async with wrong.connect(access(sim, host_id)) as connection:
+                async with wrong.connect(env_access(sim, host_id)) as connection:
                     await read_power(connection)
             assert "401" in caught.value.message and "U_" in caught.value.message
     finally:
@@ -116,16 +104,18 @@ async def test_multi_system_bmc_refuses_to_guess_and_drives_the_named_system(
 ) -> None:
     assert sim.base("multi-a") == sim.base("multi-b")  # one BMC service, two hosts
     with pytest.raises(InvalidInput) as caught:
-        async with client.connect(access(sim, "multi-b")) as connection:
+        async with client.connect(env_access(sim, "multi-b")) as connection:
             await read_power(connection)
     assert "/redfish/v1/Systems/multi-a" in caught.value.message
     assert "/redfish/v1/Systems/multi-b" in caught.value.message and "bmc.system" in caught.value.message
     with pytest.raises(InvalidInput, match="names System 'multi-c'"):
-        async with client.connect(access(sim, "multi-b", bmc_id="multi-b-2", system="multi-c")) as connection:
+        async with client.connect(
+            env_access(sim, "multi-b", bmc_id="multi-b-2", system="multi-c")
+        ) as connection:
             await read_power(connection)
     before_a, before_b = len(sim.bmcs.power_log("multi-a")), len(sim.bmcs.power_log("multi-b"))
     result = await cycle(
-        client, access(sim, "multi-b", bmc_id="multi-b-3", system="/redfish/v1/Systems/multi-b")
+        client, env_access(sim, "multi-b", bmc_id="multi-b-3", system="/redfish/v1/Systems/multi-b")
     )
     assert result.method == "PowerCycle"
     assert log_of(sim, "multi-b", before_b) == [("On", "Off", "PowerCycle"), ("Off", "On", "PowerCycle")]
@@ -135,7 +125,7 @@ async def test_multi_system_bmc_refuses_to_guess_and_drives_the_named_system(
 async def test_powercycle_answered_501_falls_back_in_the_same_attempt_and_is_remembered(
     sim: RunningBMCs, client: RedfishClient
 ) -> None:
-    bmc = access(sim, "p501")
+    bmc = env_access(sim, "p501")
     first = await cycle(client, bmc)
     assert first.method == "ForceOff+On" and first.attempts == 1
     assert "cycle_requested" in first.steps and first.steps[-1] == "done"
@@ -151,7 +141,7 @@ async def test_powercycle_answered_501_falls_back_in_the_same_attempt_and_is_rem
 async def test_lagging_power_state_an_off_by_someone_else_then_on_ends_on(
     sim: RunningBMCs, client: RedfishClient
 ) -> None:
-    bmc = access(sim, "lag")
+    bmc = env_access(sim, "lag")
     since = len(sim.bmcs.power_log("lag"))
     # Someone else's ForceOff, accepted: the BMC keeps reading On for 1-2 s, with no PoweringOff.
     async with httpx.AsyncClient(base_url=sim.base("lag"), auth=sim.credentials["lag"]) as other:
@@ -170,17 +160,17 @@ async def test_self_signed_tls_verifies_with_the_site_ca_and_refuses_without(
     sim: RunningBMCs, client: RedfishClient
 ) -> None:
     assert sim.base("tls").startswith("https://")
-    async with client.connect(access(sim, "tls")) as connection:
+    async with client.connect(env_access(sim, "tls")) as connection:
         assert (await read_power(connection)).power_state == "On"
     with pytest.raises(BMCAuthenticationFailed, match="did not verify; give the BMC a ca_bundle"):
-        async with client.connect(access(sim, "tls", bmc_id="tls-no-ca", ca_bundle=None)) as connection:
+        async with client.connect(env_access(sim, "tls", bmc_id="tls-no-ca", ca_bundle=None)) as connection:
             await read_power(connection)
 
 
 async def test_off_wait_on_longer_than_the_session_timeout_leaks_no_session(
     sim: RunningBMCs, client: RedfishClient
 ) -> None:
-    bmc = access(sim, "nocycle")
+    bmc = env_access(sim, "nocycle")
     async with client.connect(bmc) as connection:
         assert await connection.auth_mode() == "session"
     # ForceOff / wait 3x the session timeout / On, holding one session throughout.

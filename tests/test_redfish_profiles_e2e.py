@@ -18,21 +18,23 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_support import run_metalflow
+from redfish_support import (
+    CycleOptions,
+    CyclePower,
+    crash_options,
+    cycle_worker,
+    first_activity_started,
+    wait_for,
+)
 from sim_support import RunningSim, running_sim
-from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
-from test_power_crash import CycleOnce, _activity_started, _wait_for, kill, start_worker, stop
+from worker_support import power_worker
 
-from activities.redfish import power_activities
-from activities.redfish.power import PowerActivities
 from contracts.models.inventory import BMCAccess
-from contracts.models.redfish import PowerCycleInput, PowerCycleResult
+from contracts.models.redfish import PowerCycleInput
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
 
-pytestmark = pytest.mark.slow
 PROFILE_OF = {
     "host-basic": "basic-only",
     "host-lag": "power-lag",
@@ -42,6 +44,7 @@ PROFILE_OF = {
     "host-tls": "self-signed-tls",
     "host-501-kill": "powercycle-501",
 }
+PROFILE_CYCLE = CycleOptions(heartbeat=timedelta(seconds=5), retry_maximum=timedelta(seconds=1))
 CYCLE_LOG = {
     "basic-only": ("ForceOff", "On"),
     "power-lag": ("ForceOff", "On"),
@@ -49,21 +52,6 @@ CYCLE_LOG = {
     "multi-system": ("PowerCycle", "PowerCycle"),
     "self-signed-tls": ("PowerCycle", "PowerCycle"),
 }
-
-
-@workflow.defn(sandboxed=False)
-class CycleProfile:
-    @workflow.run
-    async def run(self, request: PowerCycleInput) -> PowerCycleResult:
-        result: PowerCycleResult = await workflow.execute_activity(
-            "power_cycle_host",
-            request,
-            result_type=PowerCycleResult,
-            start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=timedelta(seconds=5),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=1)),
-        )
-        return result
 
 
 @pytest.fixture(scope="module")
@@ -163,23 +151,20 @@ async def test_each_profile_through_a_workflow_power_cycle(
     hosts = ["host-basic", "host-lag", "host-501", "host-multi-a", "host-tls"]
     since = {h: len(sim.power_log(h)) for h in hosts}
     try:
-        async with Worker(
-            local_env.client,
-            task_queue=task_queue,
-            workflows=[CycleProfile],
-            activities=power_activities(PowerActivities(redfish)),
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        ):
+        async with cycle_worker(local_env.client, task_queue, redfish):
             results = await asyncio.gather(
                 *(
                     local_env.client.execute_workflow(
-                        CycleProfile.run,
-                        PowerCycleInput(
-                            bmc=access(sim, h),
-                            boot_generation=2,
-                            requested_at=datetime.now(UTC),
-                            power_down_wait_seconds=0.2,
-                        ),
+                        CyclePower.run,
+                        args=[
+                            PowerCycleInput(
+                                bmc=access(sim, h),
+                                boot_generation=2,
+                                requested_at=datetime.now(UTC),
+                                power_down_wait_seconds=0.2,
+                            ),
+                            PROFILE_CYCLE,
+                        ],
                         id=f"profile-{h}-{uuid.uuid4()}",
                         task_queue=task_queue,
                     )  # fmt: skip
@@ -196,35 +181,31 @@ async def test_each_profile_through_a_workflow_power_cycle(
 
 
 async def test_501_fallback_with_the_worker_killed_mid_fallback_cycles_once(
-    local_env: WorkflowEnvironment, sim: RunningSim
+    local_env: WorkflowEnvironment, sim: RunningSim, tmp_path: Path
 ) -> None:
     host_id = "host-501-kill"
     client = local_env.client
     queue, activity_queue = f"crash-{uuid.uuid4()}", f"crash-activities-{uuid.uuid4()}"
-    first = start_worker(local_env, activity_queue)
-    second: subprocess.Popen[str] | None = None
-    try:
-        async with Worker(
-            client, task_queue=queue, workflows=[CycleOnce], workflow_runner=UnsandboxedWorkflowRunner()
-        ):
+    log_file = tmp_path / "power-worker.log"
+    async with power_worker(client, activity_queue, log_file) as first:
+        async with cycle_worker(client, queue):
             request = PowerCycleInput(
                 bmc=access(sim, host_id), boot_generation=1, requested_at=datetime.now(UTC),
                 power_down_wait_seconds=3.0, timeout_seconds=60,
             )  # fmt: skip
             handle = await client.start_workflow(
-                CycleOnce.run, args=[request, activity_queue], id=f"crash-{uuid.uuid4()}", task_queue=queue
+                CyclePower.run,
+                args=[request, crash_options(activity_queue)],
+                id=f"crash-{uuid.uuid4()}",
+                task_queue=queue,
             )
-            await _wait_for(lambda: _activity_started(handle), timeout=20)
+            await wait_for(lambda: first_activity_started(handle), timeout=20)
             # PowerCycle was refused with 501 and the fallback's ForceOff took the host Off: the
             # worker dies during the power-down wait, before On.
-            await _wait_for(lambda: asyncio.to_thread(lambda: len(sim.power_log(host_id)) == 1), timeout=30)
-            kill(first)
+            await wait_for(lambda: asyncio.to_thread(lambda: len(sim.power_log(host_id)) == 1), timeout=30)
+            first.kill()  # SIGKILL: no cleanup, no last heartbeat
             assert log_of(sim, host_id) == [("On", "Off", "ForceOff")]
-            second = start_worker(local_env, activity_queue)
-            result = await asyncio.wait_for(handle.result(), timeout=90)
-    finally:
-        stop(first)
-        if second is not None:
-            stop(second)
+            async with power_worker(client, activity_queue, log_file):
+                result = await asyncio.wait_for(handle.result(), timeout=90)
     assert log_of(sim, host_id) == [("On", "Off", "ForceOff"), ("Off", "On", "On")]
     assert result.attempts >= 2 and result.steps[-1] == "done"

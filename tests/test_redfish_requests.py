@@ -12,16 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio import workflow
-from temporalio.common import RetryPolicy
+from redfish_support import CycleOptions, CyclePower, credentials_env, cycle_worker, env_access
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from activities.heartbeat import HEARTBEAT_THROTTLE, HeartbeatGate
-from activities.redfish import power_activities
-from activities.redfish.power import PowerActivities
-from contracts.models.inventory import BMCAccess, CredentialRef, EnvCredentials
-from contracts.models.redfish import PowerCycleInput, PowerCycleResult
+from contracts.models.redfish import PowerCycleInput
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
 from drivers.redfish.powercycle import PowerCycle
@@ -31,25 +26,9 @@ from simulators.site import BMC, Host, Site
 from simulators.timings import timings_for
 from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
 
-pytestmark = pytest.mark.slow
 HOSTS = {"native": "powercycle", "monitor": "task-monitor", "forceoff": "no-powercycle"}
-
-
-@workflow.defn(sandboxed=False)
-class CycleAsTheRebootDoes:
-    """`power_cycle_host` with the reboot workflow's heartbeat timeout."""
-
-    @workflow.run
-    async def run(self, request: PowerCycleInput) -> PowerCycleResult:
-        result: PowerCycleResult = await workflow.execute_activity(
-            "power_cycle_host",
-            request,
-            result_type=PowerCycleResult,
-            start_to_close_timeout=timedelta(minutes=2),
-            heartbeat_timeout=POWER_CYCLE_HEARTBEAT,
-            retry_policy=RetryPolicy(maximum_attempts=1),
-        )
-        return result
+# `power_cycle_host` with the reboot workflow's heartbeat timeout, and no second attempt.
+AS_THE_REBOOT_DOES = CycleOptions(heartbeat=POWER_CYCLE_HEARTBEAT, maximum_attempts=1)
 
 
 class Recording(httpx.AsyncBaseTransport):
@@ -74,11 +53,6 @@ async def sim() -> AsyncIterator[RunningBMCs]:
         yield running
 
 
-def access(sim: RunningBMCs, host_id: str) -> BMCAccess:
-    ref = CredentialRef(env=EnvCredentials(username=f"U_{host_id}", password=f"P_{host_id}"))
-    return BMCAccess(bmc_id=host_id, endpoint=sim.base(host_id), credentials=ref)
-
-
 LEARN_TIMEOUT = "GET /redfish/v1/SessionService"
 
 
@@ -94,19 +68,14 @@ def without_polls(requests: list[str], system: str) -> list[str]:
 async def test_first_and_second_cycle_requests_per_profile(
     local_env: WorkflowEnvironment, task_queue: str, sim: RunningBMCs
 ) -> None:
-    env: dict[str, str] = {}
-    for host_id, (username, password) in sim.credentials.items():
-        env[f"U_{host_id}"], env[f"P_{host_id}"] = username, password
     transport = Recording()
-    redfish = RedfishClient(CredentialResolver(env=env), transport=transport)
+    redfish = RedfishClient(CredentialResolver(env=credentials_env(sim)), transport=transport)
     seen: dict[tuple[str, int], list[str]] = {}
     try:
-        async with Worker(
+        async with cycle_worker(
             local_env.client,
-            task_queue=task_queue,
-            workflows=[CycleAsTheRebootDoes],
-            activities=power_activities(PowerActivities(redfish)),
-            workflow_runner=UnsandboxedWorkflowRunner(),
+            task_queue,
+            redfish,
             max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,  # as metalflow.runtime.worker builds it
         ):
             for generation in (1, 2):
@@ -114,12 +83,12 @@ async def test_first_and_second_cycle_requests_per_profile(
                     port = httpx.URL(sim.base(host_id)).port
                     before = len(transport.seen)
                     request = PowerCycleInput(
-                        bmc=access(sim, host_id), boot_generation=generation,
+                        bmc=env_access(sim, host_id), boot_generation=generation,
                         requested_at=datetime.now(UTC), power_down_wait_seconds=0.0, timeout_seconds=60,
                     )  # fmt: skip
                     result = await local_env.client.execute_workflow(
-                        CycleAsTheRebootDoes.run,
-                        request,
+                        CyclePower.run,
+                        args=[request, AS_THE_REBOOT_DOES],
                         id=f"requests-{uuid.uuid4()}",
                         task_queue=task_queue,
                     )

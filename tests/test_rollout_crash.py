@@ -8,13 +8,10 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-import pytest
 from host_operation_support import save_history
 from rollout_support import INFERENCE, gangs, grove_site, pod_hashes, start_rollout, wait_for
 from temporalio.client import Client
-from test_host_operation_crash import worker_process
-
-pytestmark = pytest.mark.slow
+from worker_support import worker_env, worker_process
 
 
 async def test_rollout_survives_worker_kills_mid_step(client: Client, tmp_path: Path) -> None:
@@ -23,18 +20,19 @@ async def test_rollout_survives_worker_kills_mid_step(client: Client, tmp_path: 
     with grove_site(tmp_path, INFERENCE) as sim:
         before = set(gangs(sim, "inference"))
         new = {"prefill": "registry.local/worker:2", "decode": "registry.local/worker:2"}
-        with worker_process(client, task_queue, sim, log):
+        env = worker_env(client, sim)
+        with worker_process(task_queue, env, log):
             handle = await start_rollout(client, task_queue, "inference", new)
             await wait_for(
                 handle, lambda s: s.steps_done == 1 and bool(s.in_flight), "the second step in flight"
             )
         # killed with the second step's pods deleted and their replacements not yet Ready
-        with worker_process(client, task_queue, sim, log):
+        with worker_process(task_queue, env, log):
             await wait_for(
                 handle, lambda s: s.steps_done == 4 and bool(s.in_flight), "the fifth step in flight"
             )
         # killed again, in the second replica
-        with worker_process(client, task_queue, sim, log):
+        with worker_process(task_queue, env, log):
             result = await handle.result()
             await save_history(handle, "rollout_worker_killed")
         assert result.outcome == "completed"

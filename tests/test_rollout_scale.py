@@ -22,7 +22,6 @@ from temporalio.client import Client
 from contracts import names
 from contracts.models.grove import RolloutPolicy
 
-pytestmark = pytest.mark.slow
 EVENTS_PER_GANG = 40
 REPLICAS = int(os.environ.get("METALFLOW_ROLLOUT_SCALE_REPLICAS", "20"))  # 3 PodGangs each
 

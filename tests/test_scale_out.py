@@ -8,66 +8,18 @@ protocol violation."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-import pytest
-from deploy_support import REPO
 from host_operation_support import power_cycles, start_operation, status_of
-from sim_support import RunningSim, running_sim
+from sim_support import running_sim
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
+from worker_support import worker_env, worker_processes
 
 from contracts import names
 from contracts.models.dpf import DPF_NAMESPACE
 from contracts.models.host import HostOperationKind
-
-pytestmark = pytest.mark.slow
-
-
-@asynccontextmanager
-async def workers(
-    client: Client, task_queue: str, sim: RunningSim, count: int
-) -> AsyncIterator[list[asyncio.subprocess.Process]]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
-    env |= {
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "METALFLOW_SITE_FILE": str(sim.site_file),
-        "KUBECONFIG": str(sim.kubeconfig),
-    }
-    logs = [sim.state_dir / f"worker-{i}.log" for i in range(count)]
-    started = []
-    try:
-        for log in logs:
-            with log.open("wb") as out:
-                started.append(
-                    await asyncio.create_subprocess_exec(
-                        sys.executable,
-                        "worker.py",
-                        "--task-queue",
-                        task_queue,
-                        cwd=REPO,
-                        env=env,
-                        stdout=out,
-                        stderr=asyncio.subprocess.STDOUT,
-                    )  # fmt: skip
-                )
-        yield started
-    finally:
-        for process in started:
-            if process.returncode is None:
-                process.terminate()
-        for process in started:
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
 
 
 async def watcher_holder(handle: WorkflowHandle[object, object]) -> str | None:
@@ -87,7 +39,7 @@ async def test_two_workers_one_killed_mid_operation_one_power_cycle_per_reboot_r
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     with running_sim(tmp_path / "sim", hosts=2, dpus_per_host=2, timings="zero", initialised=True) as sim:
-        async with workers(client, task_queue, sim, 2) as (first, second):
+        with worker_processes(task_queue, worker_env(client, sim), sim.state_dir, count=2) as (first, second):
             by_pid = {first.pid: first, second.pid: second}
             handles = [
                 await start_operation(
@@ -104,8 +56,7 @@ async def test_two_workers_one_killed_mid_operation_one_power_cycle_per_reboot_r
                 await asyncio.sleep(0.1)
             assert holder is not None, "the site's DPF watch never started"
             victim = by_pid[int(holder.split("@")[0])]
-            victim.send_signal(signal.SIGKILL)
-            assert await victim.wait() == -signal.SIGKILL
+            assert victim.kill() == -signal.SIGKILL
             still = await handles[0].describe()
             assert still.status == WorkflowExecutionStatus.RUNNING, "killed mid-operation, not after"
             results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 240)

@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from sim_support import running_sim
@@ -54,7 +53,6 @@ def _dpus_listed_by_the_official_client(kubeconfig: Path) -> list[str]:
         api.close()
 
 
-@pytest.mark.slow
 def test_a_fresh_clone_without_shared_serves_the_vendored_crds(tmp_path: Path) -> None:
     clone = _fresh_clone(tmp_path)
     assert VENDORED and all((clone / name).is_file() for name in VENDORED)  # committed, not just on disk
@@ -63,7 +61,6 @@ def test_a_fresh_clone_without_shared_serves_the_vendored_crds(tmp_path: Path) -
         assert len(_dpus_listed_by_the_official_client(sim.kubeconfig)) == 4  # 2 hosts x 2 DPUs
 
 
-@pytest.mark.slow
 def test_an_installed_wheel_carries_the_crds_and_serves_them(tmp_path: Path) -> None:
     clone = _fresh_clone(tmp_path)
     built = tmp_path / "dist"

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from sim_support import RunningSim, running_sim
@@ -142,7 +141,6 @@ def _metalflow(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.slow
 def test_provisioning_over_http_with_one_power_cycle_per_reboot(tmp_path: Path) -> None:
     with running_sim(tmp_path, hosts=2, dpus_per_host=2, timings="zero") as sim:
         api = _api(sim)
@@ -179,7 +177,6 @@ def test_provisioning_over_http_with_one_power_cycle_per_reboot(tmp_path: Path) 
         assert clean.returncode == 0 and json.loads(clean.stdout) == []
 
 
-@pytest.mark.slow
 def test_a_skipped_power_cycle_is_reported_by_metalflow_sim_violations(tmp_path: Path) -> None:
     with running_sim(tmp_path, hosts=1, dpus_per_host=1, timings="zero") as sim:
         api = _api(sim)
@@ -213,7 +210,6 @@ def test_sim_commands_explain_a_missing_simulator(tmp_path: Path) -> None:
     assert "no simulator runs" in shown.stderr and "metalflow sim up" in shown.stderr
 
 
-@pytest.mark.slow
 def test_unknown_host_power_log_is_a_clear_error(tmp_path: Path) -> None:
     with running_sim(tmp_path, hosts=1, dpus_per_host=1):
         shown = _metalflow("sim", "power-log", "host-999", "--state-dir", str(tmp_path))

@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from cli_support import run_in_few_processes
+from cli_support import METALFLOW, command_env, entity_exists, run_console_script, run_in_few_processes
 from temporalio.client import Client
-from test_cli_input_bounds import METALFLOW, _entity_exists, _env, _run
 
 from contracts.errors import InvalidInput
 from drivers.inventory import Inventory, bmc_from_site
@@ -290,7 +289,7 @@ async def test_the_cli_refuses_a_bad_site_file_and_touches_nothing(
             ([a.replace("{site}", str(path)) for a in args], {"METALFLOW_SITE_FILE": str(path)})
             for (_, args), path in zip(ENTRY_ROWS, paths, strict=True)
         ],
-        _env(client, tmp_path),
+        command_env(client, tmp_path),
         per_process=3,
     )
     problems = []
@@ -304,7 +303,7 @@ async def test_the_cli_refuses_a_bad_site_file_and_touches_nothing(
     assert problems == [], "\n".join(problems)
     assert bmc.connections == 0, "a command reached a BMC through a site file it should have refused"
     for host in ("host-001", "host-002"):
-        assert not await _entity_exists(client, host, since=began)
+        assert not await entity_exists(client, host, since=began)
 
 
 async def test_unknown_things_are_refused_before_any_workflow_starts(
@@ -312,7 +311,7 @@ async def test_unknown_things_are_refused_before_any_workflow_starts(
 ) -> None:
     began = datetime.now(UTC)
     site = _write(tmp_path / "site.yaml", good_site(bmc.endpoint))
-    env = _env(client, tmp_path) | {"METALFLOW_SITE_FILE": str(site)}
+    env = command_env(client, tmp_path) | {"METALFLOW_SITE_FILE": str(site)}
     rows: list[tuple[list[str], str]] = [
         (["host", "provision", "host-999"], f"unknown host 'host-999': not in the site file {site}"),
         (["host", "reprovision", "host-999", "--wait"], "unknown host 'host-999'"),
@@ -342,11 +341,11 @@ async def test_unknown_things_are_refused_before_any_workflow_starts(
             problems.append(f"{args}: exit {code}, stdout {out!r}, stderr {err!r}")
     assert problems == [], "\n".join(problems)
     for host in ("host-999", "host-001", "host-002"):
-        assert not await _entity_exists(client, host, since=began), f"a refused request created host/{host}"
+        assert not await entity_exists(client, host, since=began), f"a refused request created host/{host}"
     assert bmc.connections == 0
 
     # The same host and DPUs spelled right pass the check and reach Temporal (nobody polls there).
-    code, _, err = await _run(["host", "provision", "host-001", "--dpus", "host-001-dpu-1",
+    code, _, err = await run_console_script(["host", "provision", "host-001", "--dpus", "host-001-dpu-1",
                                "--task-queue", "nobody-polls-this"], env)  # fmt: skip
     assert code == 1 and "no worker polls task queue 'nobody-polls-this'" in err, err
 
@@ -381,6 +380,8 @@ async def test_the_worker_refuses_to_start_without_what_it_needs(
         "TEMPORAL_ADDRESS": "127.0.0.1:9",
     }
     env |= {key: value.replace("{tmp}", str(tmp_path)) for key, value in change.items()}
+    # Not worker_support.worker_process: the script's own exit status and stderr are under test,
+    # as a user who starts it with a missing file sees them.
     process = await asyncio.create_subprocess_exec(
         str(Path(METALFLOW).parent / "python"), "worker.py", cwd=Path(__file__).resolve().parent.parent,
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -7,12 +7,7 @@ workflow leaves no pending activity."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,12 +15,13 @@ from typing import Any
 import httpx
 import pytest
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import all_workflows, eventually, settings_for, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
-from test_firmware_support import all_workflows, eventually, settings_for, site_file_with_prefix, site_worker
+from worker_support import worker_env, worker_process
 
 from activities import build_activities
 from activities.handover import WORKER_STOPPING
@@ -35,7 +31,6 @@ from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPF_NAMESPACE, SiteWatchCheckpoint
 from contracts.models.host import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
 
-ROOT = Path(__file__).resolve().parent.parent
 STOP = OperatorRequest(requested_by="test", reason="test over")
 POLICY = MonitorPolicy(reprovision_after_seconds=3600)
 SITE_STREAMS = {
@@ -47,9 +42,7 @@ SITE_STREAMS = {
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("site-watch-sim")
-    site = site_file_with_prefix(state / "in", "sw", hosts=4)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("site-watch-sim"), "sw", hosts=4) as running:
         yield running
 
 
@@ -172,39 +165,13 @@ async def test_a_compacted_history_is_listed_again_and_a_restarted_api_still_rou
     assert sim.violations() == []
 
 
-@contextmanager
-def worker_process(
-    client: Client, task_queue: str, sim: RunningSim, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": client.service_client.config.target_host,
-        "TEMPORAL_NAMESPACE": client.namespace,
-        "METALFLOW_SITE_FILE": str(sim.site_file),
-        "KUBECONFIG": str(sim.kubeconfig),
-    }
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [sys.executable, "worker.py", "--task-queue", task_queue],
-            cwd=ROOT,
-            env=env,
-            stdout=out,
-            stderr=out,
-        )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGKILL)
-        process.wait(timeout=30)
-
-
 async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
     client: Client, task_queue: str, sim: RunningSim, tmp_path: Path
 ) -> None:
     changed, quiet = "sw-004", "sw-001"
     log = tmp_path / "worker.log"
-    with worker_process(client, task_queue, sim, log) as first_worker:
+    env = worker_env(client, sim)
+    with worker_process(task_queue, env, log) as first_worker:
         handle = await start_monitor(client, task_queue, changed)
         bystander = await start_monitor(client, task_queue, quiet)
         for h in (handle, bystander):
@@ -212,11 +179,10 @@ async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
         watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
         # The watch has heartbeated a checkpoint (its activity shows heartbeat details).
         await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
-        first_worker.send_signal(signal.SIGKILL)
-        first_worker.wait(timeout=30)
+        first_worker.kill()
     signals_before = await signals_received(bystander)
     sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/node-effect")  # while no worker runs
-    with worker_process(client, task_queue, sim, log):
+    with worker_process(task_queue, env, log):
         out = await eventually(
             lambda: status_once_polled(handle),
             lambda s: s is not None and s.pool_state == "out-of-pool",
@@ -306,8 +272,7 @@ async def test_twenty_monitored_hosts_under_ids_of_any_form_hold_three_watch_str
     and 20 here); 20 monitors share the site's 3 streams and hold no activity, whatever their ids
     (half under the monitor's own id form, half under ids of no operation's form)."""
     count = 20
-    site = site_file_with_prefix(tmp_path / "in", "tw", hosts=count)
-    with running_sim(tmp_path / "sim", site_file=site, timings="zero", initialised=True) as sim20:
+    with prefixed_sim(tmp_path, "tw", hosts=count) as sim20:
         baseline = open_watches(sim20)
         hosts = [f"tw-{i:03d}" for i in range(1, count + 1)]
         async with site_worker(client, task_queue, sim20):

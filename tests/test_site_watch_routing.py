@@ -24,11 +24,11 @@ from dpf_waiter_support import (
     site_watch,
     waiting_worker,
 )
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import all_workflows, eventually, settings_for
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
-from test_firmware_support import all_workflows, eventually, settings_for, site_file_with_prefix
 
 from activities.handover import WORKER_STOPPING
 from activities.site_watch import SiteWatchActivities
@@ -43,9 +43,7 @@ LEARN_DELAY = 3.0  # seconds the slowed watch takes to learn a registration
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("site-watch-routing-sim")
-    site = site_file_with_prefix(state / "in", "sr", hosts=8)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("site-watch-routing-sim"), "sr", hosts=8) as running:
         yield running
 
 

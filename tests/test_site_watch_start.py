@@ -15,9 +15,9 @@ from collections import Counter
 from pathlib import Path
 
 from dpf_waiter_support import record, waiting_worker
-from sim_support import running_sim
+from sim_support import prefixed_sim
+from site_worker_support import eventually, settings_for
 from temporalio.client import Client, Interceptor, OutboundInterceptor, SignalWorkflowInput
-from test_firmware_support import eventually, settings_for, site_file_with_prefix
 
 from activities.site_watch.start import ensure_site_watch
 from contracts import names, workflow_api
@@ -48,8 +48,7 @@ class CountSignals(Interceptor):
 async def test_a_new_watch_signals_its_waiters_and_no_other_host(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
-    site = site_file_with_prefix(tmp_path / "in", "ss", hosts=len(HOSTS), dpus_per_host=1)
-    with running_sim(tmp_path / "sim", site_file=site, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, "ss", hosts=len(HOSTS), dpus_per_host=1) as sim:
         counter = CountSignals()
         counting = Client(**{**client.config(), "interceptors": [counter]})
         watch_id = names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue)

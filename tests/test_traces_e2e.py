@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -19,16 +18,17 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
+from cli_support import METALFLOW
+from dev_support import worker_ready
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from test_prometheus_e2e import METALFLOW, _ready
+from sim_support import stop_process
 
 from contracts.names import campaign_workflow_id
 from metalflow.runtime.ports import free_port
 
-pytestmark = pytest.mark.slow
 HOSTS = ("host-001", "host-002")
 CAMPAIGNS = ("traced", "again")
 HOST_REQUEST = "RequestHostOperation"
@@ -102,7 +102,7 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while not _ready(metrics):
+        while not worker_ready(metrics):
             assert dev.poll() is None and time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
             await _sleep(0.5)
         # The operator's command traces too: its start of a campaign is the campaign trace's root.
@@ -127,8 +127,7 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
             )
             await _sleep(0.5)
     finally:
-        dev.send_signal(signal.SIGTERM)
-        dev.wait(timeout=60)
+        stop_process(dev, grace=60)
 
     spans = found.spans
     by_name: dict[str, list[Any]] = {}

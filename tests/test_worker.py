@@ -1,4 +1,5 @@
-"""worker.py and metalflow.client: envconfig connection, one registration list, clean exits, tracing."""
+"""worker.py and metalflow.client: one registration list, a connection from the environment, clean
+exits, tracing. (Their configuration without a server: tests/fast/test_worker_config.py.)"""
 
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ import activities
 import workflows
 from contracts import names
 from contracts.models.host import HostOperationInput, HostOperationKind
-from metalflow.client import TemporalConfigError, connect, load_connect_config
+from metalflow.client import connect
 from metalflow.devstack.temporal import has_poller
-from metalflow.runtime.telemetry import TelemetryConfigError, setup_tracing
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,73 +68,11 @@ async def test_every_activity_is_registered(client: Client) -> None:
     assert defined == registered
 
 
-def test_envconfig_from_environment_variables() -> None:
-    config = load_connect_config(
-        env={
-            "TEMPORAL_ADDRESS": "temporal.example:7233",
-            "TEMPORAL_NAMESPACE": "fleet",
-            "TEMPORAL_API_KEY": "k",
-        }
-    )
-    assert config["target_host"] == "temporal.example:7233"
-    assert config["namespace"] == "fleet"
-    assert config["api_key"] == "k"
-    assert config["tls"] is True  # an API key implies TLS, as the Temporal CLI does
-
-
-def test_envconfig_profiles_from_file(tmp_path: Path) -> None:
-    config_file = tmp_path / "temporal.toml"
-    config_file.write_text(
-        '[profile.default]\naddress = "a:1"\n\n[profile.prod]\naddress = "prod:7233"\nnamespace = "metal"\n'
-    )
-    assert load_connect_config(config_file=config_file, env={})["target_host"] == "a:1"
-    prod = load_connect_config(config_file=config_file, env={"TEMPORAL_PROFILE": "prod"})
-    assert (prod["target_host"], prod["namespace"]) == ("prod:7233", "metal")
-    # Environment variables win over the file.
-    overridden = load_connect_config(config_file=config_file, env={"TEMPORAL_ADDRESS": "env:9"})
-    assert overridden["target_host"] == "env:9"
-
-
-def test_envconfig_defaults_to_local_server(tmp_path: Path) -> None:
-    empty = tmp_path / "temporal.toml"
-    empty.write_text("")
-    config = load_connect_config(env={}, config_file=empty)
-    assert config["target_host"] == "127.0.0.1:7233" and config["namespace"] == "default"
-
-
-def test_a_named_config_file_missing_or_malformed_is_an_error_naming_it(tmp_path: Path) -> None:
-    """Never a silent fallback to 127.0.0.1:7233: a command would act on whatever listens there."""
-    missing = tmp_path / "absent.toml"
-    with pytest.raises(TemporalConfigError, match=f"cannot read the Temporal config file {missing}"):
-        load_connect_config(env={"TEMPORAL_CONFIG_FILE": str(missing)})
-    with pytest.raises(TemporalConfigError, match=f"cannot read the Temporal config file {missing}"):
-        load_connect_config(env={}, config_file=missing)
-    malformed = tmp_path / "bad.toml"
-    malformed.write_text('[profile.default\naddress = "secret-host:7233"\n')
-    with pytest.raises(TemporalConfigError, match=f"the Temporal config file {malformed} is not valid TOML"):
-        load_connect_config(env={"TEMPORAL_CONFIG_FILE": str(malformed)})
-
-
 async def test_connect_reaches_the_server_named_by_the_environment(local_env: WorkflowEnvironment) -> None:
     address = local_env.client.service_client.config.target_host
     client = await connect(env={"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": "default"})
     assert client.namespace == "default"
     assert await client.service_client.check_health()
-
-
-def test_unknown_or_missing_trace_exporter_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(TelemetryConfigError, match="OTEL_TRACES_EXPORTER 'zipkinish'"):
-        setup_tracing({"OTEL_TRACES_EXPORTER": "zipkinish"})
-    assert setup_tracing({}).interceptors == []
-    assert setup_tracing({"OTEL_TRACES_EXPORTER": "none"}).interceptors == []
-    # Whether or not this venv has the exporter, make it absent: a None entry makes import fail.
-    for exporter in (
-        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
-        "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    ):
-        monkeypatch.setitem(sys.modules, exporter, None)
-    with pytest.raises(TelemetryConfigError, match="opentelemetry-exporter-otlp"):
-        setup_tracing({"OTEL_TRACES_EXPORTER": "otlp"})
 
 
 async def _wait_for_poller(client: Client, task_queue: str, worker: asyncio.subprocess.Process) -> None:
@@ -147,7 +85,6 @@ async def _wait_for_poller(client: Client, task_queue: str, worker: asyncio.subp
     raise AssertionError("worker never polled its task queue")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
     local_env: WorkflowEnvironment, task_queue: str, stop_signal: signal.Signals, tmp_path: Path
@@ -173,6 +110,9 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
         "METALFLOW_SITE_FILE": str(site_file),
         "METALFLOW_INVENTORY": "site",
     }
+    # Started here, not with worker_support.worker_process: this test is about the script itself as
+    # a user runs it (no lifeline argument), its exit status on SIGTERM and SIGINT, and what it
+    # writes to stderr apart from stdout.
     worker = await asyncio.create_subprocess_exec(
         sys.executable,
         "worker.py",
@@ -214,19 +154,9 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
 
 def test_worker_reports_bad_configuration_with_status_2() -> None:
     env = dict(os.environ, OTEL_TRACES_EXPORTER="nonsense")
+    # The script's own exit status and stderr on a bad setting: run as a user runs it.
     completed = subprocess.run(
         [sys.executable, "worker.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
     )
     assert completed.returncode == 2
     assert "OTEL_TRACES_EXPORTER 'nonsense'" in completed.stderr
-
-
-def test_inventory_and_power_activities_share_one_site_file_cache(tmp_path: Path) -> None:
-    """One parse of the site file per worker: at 10,000 hosts a second cache's first parse kept
-    a power cycle from heartbeating until its attempt was timed out (bench/README.md)."""
-    from drivers.settings import Settings
-
-    built = activities.build_activities(settings=Settings(site_file=tmp_path / "site.yaml"))
-    owners = {getattr(fn, "__name__", ""): getattr(fn, "__self__", None) for fn in built}
-    resolve, power = owners["resolve_host_inventory"], owners["power_cycle_host"]
-    assert power._inventory.site_file is resolve.inventory.site_file  # noqa: SLF001

@@ -1,7 +1,9 @@
 """The fast tier (`make check`): state objects and pure decision code, tested with plain pytest.
 
 A test here starts no server, no subprocess and opens no socket: the guard below fails any
-test that tries, so the tier stays a few seconds however it grows. What needs Temporal, the
+test that tries, so the tier stays a few seconds however it grows. Temporal's servers and
+clients open their sockets and processes in the SDK's Rust core, out of the guard's sight: the
+suite's Temporal fixtures (tests/conftest.py) are refused here by name instead. What needs Temporal, the
 simulated site or a process belongs in `tests/` beside this folder (`make test` runs both).
 """
 
@@ -29,3 +31,17 @@ def _no_servers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setattr(socket.socket, "bind", _refuse("bound a socket"))
     monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("started a process"))
     yield
+
+
+def _no_temporal(name: str) -> Any:
+    @pytest.fixture(name=name, scope="session")
+    def refused() -> NoReturn:
+        raise AssertionError(
+            f"a fast test asked for `{name}` (a Temporal server): move it to tests/ (make test)"
+        )
+
+    return refused
+
+
+local_env = _no_temporal("local_env")
+time_skipping_env = _no_temporal("time_skipping_env")

@@ -1,4 +1,5 @@
-"""The fast tier's guard holds: a test here cannot reach a server or start a process."""
+"""The fast tier's guard holds: a test here cannot reach a server, start a process or ask for a
+Temporal server."""
 
 from __future__ import annotations
 
@@ -16,3 +17,9 @@ def test_a_fast_test_cannot_open_a_connection() -> None:
 def test_a_fast_test_cannot_start_a_process() -> None:
     with pytest.raises(AssertionError, match="started a process"):
         subprocess.run(["true"], check=False)
+
+
+@pytest.mark.parametrize("server", ["local_env", "time_skipping_env", "client"])
+def test_a_fast_test_cannot_have_a_temporal_server(request: pytest.FixtureRequest, server: str) -> None:
+    with pytest.raises(AssertionError, match="a Temporal server"):
+        request.getfixturevalue(server)

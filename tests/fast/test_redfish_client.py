@@ -1,20 +1,31 @@
-"""The Redfish client's edge cases, over `httpx.MockTransport`: what real BMCs of other vendors do
-that the simulated site does not (malformed bodies, odd reset types, redirects, Retry-After forms,
-task monitors), and what every BMC must never see (credentials sent to another host)."""
+"""The Redfish client's edge cases, over `httpx.MockTransport` (tests/fake_bmc_support.py): what real
+BMCs of other vendors do that the simulated site does not (malformed bodies, odd reset types,
+redirects, Retry-After forms, sessions), and what every BMC must never see (credentials sent to
+another host). The cases that wait for real seconds (task monitors, a session kept open) are in
+tests/test_redfish_client_waits.py."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import json
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from fake_bmc_support import (
+    ACCESS,
+    ENV,
+    RESET,
+    SECRET,
+    SYSTEM,
+    FakeBMC,
+    read,
+    system_body,
+    with_sessions,
+)
 
 from contracts.errors import (
     BMCAuthenticationFailed,
@@ -24,86 +35,11 @@ from contracts.errors import (
     InvalidInput,
     ResetTypeNotSupported,
 )
-from contracts.models.inventory import BMCAccess, CredentialRef, EnvCredentials
+from contracts.models.inventory import CredentialRef
 from contracts.models.redfish import SetPowerInput
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
 from drivers.redfish.power import read_power, set_power
-
-ORIGIN = "https://bmc.example"
-SECRET = "s3cret-pa55"
-ENV = {"BMC_USER": "admin", "BMC_PASS": SECRET}
-ACCESS = BMCAccess(
-    bmc_id="bmc-1",
-    endpoint=ORIGIN,
-    credentials=CredentialRef(env=EnvCredentials(username="BMC_USER", password="BMC_PASS")),
-)
-SYSTEM = "/redfish/v1/Systems/Node0"
-RESET = f"{SYSTEM}/Actions/ComputerSystem.Reset"
-
-
-def system_body(**changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "@odata.id": SYSTEM,
-        "PowerState": "On",
-        "Actions": {
-            "#ComputerSystem.Reset": {
-                "target": RESET,
-                "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulShutdown"],
-            }
-        },
-    }
-    body.update(changes)
-    return body
-
-
-class FakeBMC:
-    """A scripted BMC: a route table of (method, path) -> handler, and every request it saw."""
-
-    def __init__(self, system: dict[str, Any] | Callable[[], httpx.Response] | None = None) -> None:
-        self.seen: list[httpx.Request] = []
-        self.power = "On"
-        self.routes: dict[tuple[str, str], Callable[[httpx.Request], httpx.Response]] = {
-            ("GET", "/redfish/v1/"): lambda r: httpx.Response(
-                200,
-                json={
-                    "Systems": {"@odata.id": "/redfish/v1/Systems"},
-                    "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
-                },
-            ),  # fmt: skip
-            ("GET", "/redfish/v1/Systems"): lambda r: httpx.Response(
-                200, json={"Members": [{"@odata.id": SYSTEM}]}
-            ),
-            ("GET", SYSTEM): lambda r: httpx.Response(200, json=system_body(PowerState=self.power)),
-        }
-        if isinstance(system, dict):
-            self.routes[("GET", SYSTEM)] = lambda r: httpx.Response(200, json=system)
-        elif system is not None:
-            self.routes[("GET", SYSTEM)] = lambda r: system()
-
-    def handle(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append(request)
-        route = self.routes.get((request.method, request.url.path))
-        if route is None:
-            return httpx.Response(404, json={"error": {"message": "nope"}})
-        return route(request)
-
-    def client(self, auth: str = "basic", max_in_flight: int = 2) -> RedfishClient:
-        return RedfishClient(
-            CredentialResolver(env=ENV),
-            auth=auth,  # type: ignore[arg-type]
-            max_in_flight=max_in_flight,
-            transport=httpx.MockTransport(self.handle),
-        )
-
-
-async def read(bmc: FakeBMC, **kwargs: Any) -> Any:
-    client = bmc.client(**kwargs)
-    try:
-        async with client.connect(ACCESS) as connection:
-            return await read_power(connection)
-    finally:
-        await client.aclose()
 
 
 async def test_reads_power_through_links_with_basic_auth() -> None:
@@ -369,84 +305,6 @@ async def test_connection_refused_and_timeout_are_transient() -> None:
             await read_power(connection)
 
 
-async def test_reset_202_task_monitor_is_followed_until_done() -> None:
-    bmc = FakeBMC()
-    polls: list[int] = []
-
-    def reset(request: httpx.Request) -> httpx.Response:
-        assert json.loads(request.content) == {"ResetType": "ForceOff"}
-        bmc.power = "Off"
-        return httpx.Response(
-            202, headers={"Location": "/redfish/v1/TaskService/Tasks/9", "Retry-After": "0"}
-        )
-
-    def monitor(request: httpx.Request) -> httpx.Response:
-        polls.append(1)
-        if len(polls) < 3:
-            return httpx.Response(202, json={"TaskState": "Running"}, headers={"Retry-After": "0"})
-        return httpx.Response(200, json={"TaskState": "Completed"})
-
-    bmc.routes[("POST", RESET)] = reset
-    bmc.routes[("GET", "/redfish/v1/TaskService/Tasks/9")] = monitor
-    client = bmc.client()
-    async with client.connect(ACCESS) as connection:
-        result = await set_power(connection, SetPowerInput(bmc=ACCESS, reset_type="ForceOff"))
-    await client.aclose()
-    assert len(polls) == 3
-    assert (result.sent, result.power_state) == ("ForceOff", "Off")
-
-
-async def test_task_that_ends_in_exception_is_rejected_with_its_message() -> None:
-    bmc = FakeBMC()
-    bmc.routes[("POST", RESET)] = lambda r: httpx.Response(202, headers={"Location": "/redfish/v1/Tasks/1"})
-    bmc.routes[("GET", "/redfish/v1/Tasks/1")] = lambda r: httpx.Response(
-        200, json={"TaskState": "Exception", "Messages": [{"Message": "PSU fault"}]}
-    )
-    client = bmc.client()
-    async with client.connect(ACCESS) as connection:
-        with pytest.raises(BMCRequestRejected, match="ended Exception: PSU fault"):
-            await set_power(connection, SetPowerInput(bmc=ACCESS, reset_type="ForceOff"))
-    await client.aclose()
-
-
-def with_sessions(bmc: FakeBMC) -> list[str]:
-    """Add a session service to a fake BMC; returns the log of session events."""
-    events: list[str] = []
-    tokens: set[str] = set()
-
-    def login(request: httpx.Request) -> httpx.Response:
-        body = json.loads(request.content)
-        if body != {"UserName": "admin", "Password": SECRET}:
-            return httpx.Response(401)
-        token = f"t{len(events)}"
-        tokens.add(token)
-        events.append("create")
-        return httpx.Response(
-            201, headers={"X-Auth-Token": token, "Location": f"/redfish/v1/SessionService/Sessions/{token}"}
-        )
-
-    def delete(request: httpx.Request) -> httpx.Response:
-        events.append("delete")
-        tokens.discard(request.url.path.rsplit("/", 1)[-1])
-        return httpx.Response(204)
-
-    inner = bmc.handle
-
-    def authenticated(request: httpx.Request) -> httpx.Response:
-        path = request.url.path
-        if path.startswith("/redfish/v1/SessionService/Sessions/") and request.method == "DELETE":
-            return delete(request)
-        if path == "/redfish/v1/SessionService/Sessions" and request.method == "POST":
-            return login(request)
-        if path != "/redfish/v1/" and request.headers.get("X-Auth-Token") not in tokens:
-            return httpx.Response(401)
-        return inner(request)
-
-    bmc.handle = authenticated  # type: ignore[method-assign]
-    bmc.tokens = tokens  # type: ignore[attr-defined]
-    return events
-
-
 async def test_one_session_shared_by_concurrent_activities_and_deleted_after() -> None:
     bmc = FakeBMC()
     events = with_sessions(bmc)
@@ -512,33 +370,3 @@ async def test_credential_references_fail_without_revealing_values(tmp_path: Pat
     found = await resolver.resolve(CredentialRef(file=str(good)))
     assert (found.username, found.password) == ("admin", SECRET)
     assert SECRET not in repr(found)
-
-
-async def test_a_short_wait_does_not_read_the_session_timeout_and_a_longer_one_keeps_the_session() -> None:
-    """A wait as short as a PowerCycle's 1 s wait for a fresh LastResetTime costs no request; a
-    wait idle past the floor learns the SessionTimeout once, then touches the session at a third
-    of it (this BMC's 1.5 s is under Redfish's 30 s minimum: the floor still keeps it open)."""
-    bmc = FakeBMC()
-    with_sessions(bmc)
-    bmc.routes[("GET", "/redfish/v1/SessionService")] = lambda r: httpx.Response(
-        200, json={"SessionTimeout": 1.5}
-    )
-    bmc.routes[("GET", "/redfish/v1/SessionService/Sessions/t0")] = lambda r: httpx.Response(200, json={})
-    client = bmc.client(auth="session")
-
-    def count(path: str) -> int:
-        return sum(1 for r in bmc.seen if r.method == "GET" and r.url.path == path)
-
-    try:
-        async with client.connect(ACCESS) as connection:
-            await read_power(connection)
-            await connection.sleep(1.0)
-            assert count("/redfish/v1/SessionService") == 0
-            await connection.sleep(0.8)  # idle 1.8 s: past the 1.5 s floor, before the timeout
-            assert count("/redfish/v1/SessionService") == 1
-            touched = count("/redfish/v1/SessionService/Sessions/t0")
-            await connection.sleep(1.2)  # a third of 1.5 s: touched at least twice
-            assert count("/redfish/v1/SessionService/Sessions/t0") - touched >= 2
-            assert count("/redfish/v1/SessionService") == 1  # learnt once
-    finally:
-        await client.aclose()
