@@ -75,7 +75,6 @@ async def metalflow(
     return Result(*await run_in_command_server(list(args), env))
 
 
-@pytest.mark.slow
 async def test_provision_wait_follows_the_operation_and_power_cycles_once(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
@@ -105,7 +104,6 @@ async def test_provision_wait_follows_the_operation_and_power_cycles_once(
     assert "host clih-001 (site default): idle" in text.stdout and "boot generation  1" in text.stdout
 
 
-@pytest.mark.slow
 async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_rebooted(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
@@ -138,7 +136,6 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
     assert idle.status == 1 and "no operation in flight on clih-002" in idle.stderr
 
 
-@pytest.mark.slow
 async def test_an_assigned_host_waits_for_approve(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
@@ -176,7 +173,6 @@ async def test_clear_errors(local_env: WorkflowEnvironment) -> None:
     assert bad.status == 2 and "invalid host id" in bad.stderr
 
 
-@pytest.mark.slow
 async def test_reboot_wait_shows_its_phases_and_the_manual_reboot_it_waits_for(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:

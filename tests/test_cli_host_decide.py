@@ -78,7 +78,6 @@ async def until(own_env: WorkflowEnvironment, host: str, done: Any, what: str) -
     return shown
 
 
-@pytest.mark.slow
 async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal_command(
     own_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:

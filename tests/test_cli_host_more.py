@@ -89,7 +89,6 @@ def dpf(sim: RunningSim) -> Iterator[Callable[[str, str], Awaitable[dict[str, An
     api.close()
 
 
-@pytest.mark.slow
 async def test_firmware_wait_stages_both_dpus_and_power_cycles_once(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
@@ -129,7 +128,6 @@ async def test_firmware_wait_stages_both_dpus_and_power_cycles_once(
     assert "firmware" in status.stdout and "completed  by fw@test" in status.stdout
 
 
-@pytest.mark.slow
 async def test_remove_one_dpu_wait_deletes_its_objects_and_keeps_its_sibling(
     local_env: WorkflowEnvironment,
     sim: RunningSim,
@@ -161,7 +159,6 @@ async def test_remove_one_dpu_wait_deletes_its_objects_and_keeps_its_sibling(
     assert f"no-such-dpu is not a DPU of {host}; its DPUs: {host}-dpu-0, {host}-dpu-1" in unknown.stderr
 
 
-@pytest.mark.slow
 async def test_monitor_starts_once_shows_the_pool_state_and_stops(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
@@ -215,7 +212,6 @@ async def test_monitor_starts_once_shows_the_pool_state_and_stops(
     assert "monitor " not in (await metalflow(local_env, "host", "status", host)).stdout
 
 
-@pytest.mark.slow
 async def test_monitor_of_an_unknown_host_is_refused_and_stopped(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:

@@ -40,7 +40,6 @@ from drivers.settings import Settings
 from metalflow.hosts import HostRequestError, host_status, send_update
 from metalflow.runtime.worker import build_worker
 
-pytestmark = pytest.mark.slow
 R = TypeVar("R", bound=BaseModel)
 
 

@@ -45,7 +45,6 @@ from metalflow.hosts import send_update
 from metalflow.runtime.events import describe
 from workflows.monitor.workflow import reset_at_rest
 
-pytestmark = pytest.mark.slow
 PREFIX = "unp"
 
 
