@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 from cli_support import run_in_command_server
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, site_file_with_prefix
+from site_worker_support import eventually
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
-from test_firmware_support import eventually, site_file_with_prefix
 
 from contracts import names
 from drivers.settings import Settings

@@ -15,10 +15,10 @@ from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
+from site_worker_support import eventually
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_cli_host import SITE_FILE, metalflow
-from test_firmware_support import eventually
 
 from contracts import names
 from drivers.settings import Settings

@@ -16,9 +16,8 @@ from typing import TypeVar
 import pytest
 from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history
 from pydantic import BaseModel
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, site_file_with_prefix
 from temporalio.client import Client, WorkflowExecutionStatus
-from test_firmware_support import site_file_with_prefix
 
 from contracts import names
 from contracts.models.control import OperatorAnswer, OperatorRequest

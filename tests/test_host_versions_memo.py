@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from host_operation_support import FAST_POLICY, eventually
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, site_file_with_prefix
 from temporalio.client import Client, WorkflowExecutionStatus
-from test_firmware_support import site_file_with_prefix
 
 from activities.redfish import build_redfish_client
 from contracts import names

@@ -12,18 +12,11 @@ from typing import Any
 import httpx
 import pytest
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, site_file_with_prefix
+from site_worker_support import DPU, FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
-from test_firmware_support import (
-    DPU,
-    FAST_POLICY,
-    SiteView,
-    eventually,
-    site_file_with_prefix,
-    site_worker,
-)
 
 from contracts import names
 from contracts.models.control import OperatorRequest

@@ -22,10 +22,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, site_file_with_prefix
+from site_worker_support import FAST_POLICY, eventually, settings_for
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from test_firmware_support import FAST_POLICY, eventually, settings_for, site_file_with_prefix
 
 from contracts import names
 from contracts.models.host import (

@@ -8,19 +8,10 @@ from typing import Any
 
 import pytest
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, site_file_with_prefix
+from site_worker_support import DPU, DPUDEVICE, DPUNODE, FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
-from test_firmware_support import (
-    DPU,
-    DPUDEVICE,
-    DPUNODE,
-    FAST_POLICY,
-    SiteView,
-    eventually,
-    site_file_with_prefix,
-    site_worker,
-)
 
 from contracts import names
 from contracts.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
