@@ -17,14 +17,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from host_operation_support import save_history
+from events_support import NS, api, emitting_worker, events_v1
+from host_operation_support import cycle_by_hand, save_history
 from sim_support import RunningSim, running_sim, site_file_with_prefix
 from site_worker_support import FAST_POLICY, SiteView
 from site_worker_support import eventually as eventually_within
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from test_host_operation_e2e import cycle_by_hand
-from test_kube_events import NS, api, emitting_worker, events_v1
 from test_monitor import STOP, start_monitor, status_of
 
 from contracts import names
