@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from host_operation_support import save_history
+from monitor_support import STOP, start_monitor, status_of
 from sim_support import RunningSim, running_sim, site_file_with_prefix
 from site_worker_support import DPU, FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.api.enums.v1 import EventType
@@ -19,18 +20,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.exceptions import CancelledError
 
 from contracts import names
-from contracts.models.control import OperatorRequest
 from contracts.models.host import (
     POOL_LABEL,
-    HostMonitorInput,
-    HostMonitorResult,
-    HostMonitorStatus,
     HostStatus,
     HostWorkflowInput,
     MonitorPolicy,
 )
-
-STOP = OperatorRequest(requested_by="test", reason="test over")
 
 
 @pytest.fixture(scope="module")
@@ -46,23 +41,6 @@ def view(sim: RunningSim) -> Iterator[SiteView]:
     site = SiteView(sim)
     yield site
     site.close()
-
-
-async def start_monitor(
-    client: Client, task_queue: str, host: str, policy: MonitorPolicy
-) -> WorkflowHandle[Any, HostMonitorResult]:
-    return await client.start_workflow(
-        "HostMonitorWorkflow",
-        HostMonitorInput(host_id=host, site="mon-site", requested_by="test", policy=policy),
-        id=names.monitor_workflow_id(host),
-        task_queue=task_queue,
-        result_type=HostMonitorResult,
-    )
-
-
-async def status_of(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus:
-    status: HostMonitorStatus = await handle.query("status", result_type=HostMonitorStatus)
-    return status
 
 
 async def pool_attribute(handle: WorkflowHandle[Any, Any]) -> str | None:
