@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import metalflow
 from dpf_activities_support import REBOOT, Api, annotation
 from host_operation_support import save_history
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import metalflow
 
 from contracts import names
 from drivers.settings import Settings

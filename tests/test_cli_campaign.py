@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_support import Result, metalflow, use_site_file
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import (
     Client,
@@ -33,7 +34,6 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import SITE_FILE, Result, metalflow
 
 from contracts import names
 from contracts.models.campaign import CampaignInput, CampaignStatus, CampaignTarget, HostSelection, TargetKind
@@ -58,7 +58,7 @@ FAST = ["--power-down-wait", "0", "--dpu-error-reprovisions", "0"]
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(tmp_path_factory.mktemp("sim"), "cmpe", hosts=len(HOSTS)) as running:
-        SITE_FILE["path"] = running.site_file
+        use_site_file(running.site_file)
         yield running
 
 

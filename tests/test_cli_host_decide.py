@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import ended, metalflow, rebooting, until_shown
 from sim_support import RunningSim, running_sim, start_dev_server
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import ended, metalflow, rebooting, until_shown
 
 from contracts import names
 from drivers.settings import Settings

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from cli_support import run_metalflow
+from cli_support import metalflow, run_metalflow, use_site_file
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
@@ -18,7 +18,6 @@ from sim_support import RunningSim, running_sim
 from site_worker_support import eventually
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import SITE_FILE, metalflow
 
 from contracts import names
 from drivers.settings import Settings
@@ -53,7 +52,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     site_file.parent.mkdir()
     site_file.write_text(dump_site(site))
     with running_sim(state, site_file=site_file, timings="zero", initialised=True) as running:
-        SITE_FILE["path"] = running.site_file
+        use_site_file(running.site_file)
         yield running
 
 

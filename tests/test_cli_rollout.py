@@ -9,11 +9,11 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from cli_support import metalflow, use_site_file
 from rollout_support import INFERENCE, gangs, grove_site, pcs_object, pod_hashes
 from sim_support import RunningSim
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import SITE_FILE, metalflow
 
 from contracts.models.grove import RolloutResult
 from drivers.settings import Settings
@@ -25,7 +25,7 @@ ROLLING = {**INFERENCE, "name": "rolling", "update_strategy": "RollingRecreate"}
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with grove_site(tmp_path_factory.mktemp("grove"), INFERENCE, ROLLING) as running:
-        SITE_FILE["path"] = running.site_file  # `metalflow()` gives the CLI this site's kubeconfig
+        use_site_file(running.site_file)  # `metalflow()` gives the CLI this site's kubeconfig
         yield running
 
 
