@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from cli_support import ended, metalflow, rebooting, until_shown, use_site_file
-from sim_support import RunningSim, running_sim, site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from site_worker_support import eventually
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -29,9 +29,9 @@ from metalflow.runtime.worker import build_worker
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     # Host ids of this module's own (clih-001...): the session's dev server is shared with other
     # modules (in any order under xdist), and a host's entity and boot generations live there.
-    state = tmp_path_factory.mktemp("sim")
-    site = site_file_with_prefix(state / "in", "clih", hosts=4, serials=True)
-    with running_sim(state, site_file=site, timings="zero") as running:
+    with prefixed_sim(
+        tmp_path_factory.mktemp("sim"), "clih", hosts=4, serials=True, initialised=False
+    ) as running:
         use_site_file(running.site_file)
         yield running
 

@@ -16,7 +16,7 @@ from typing import TypeVar
 import pytest
 from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history
 from pydantic import BaseModel
-from sim_support import RunningSim, running_sim, site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from contracts import names
@@ -46,8 +46,7 @@ R = TypeVar("R", bound=BaseModel)
 def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
     """Two hosts with ids no other test's entity uses (entities outlive their tests' workers)."""
     prefix = f"ent{uuid.uuid4().hex[:6]}"
-    site_file = site_file_with_prefix(tmp_path / "in", prefix, hosts=2)
-    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, prefix, hosts=2) as sim:
         yield sim, prefix
 
 

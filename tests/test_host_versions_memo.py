@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from host_operation_support import FAST_POLICY, eventually
-from sim_support import RunningSim, running_sim, site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.redfish import build_redfish_client
@@ -46,8 +46,7 @@ OFF_TARGET_FIRMWARE = "99.99.9999"
 def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
     """Two hosts with ids no other test's entity uses (entities outlive their tests' workers)."""
     prefix = f"ver{uuid.uuid4().hex[:6]}"
-    site_file = site_file_with_prefix(tmp_path / "in", prefix, hosts=2)
-    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, prefix, hosts=2) as sim:
         yield sim, prefix
 
 

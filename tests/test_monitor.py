@@ -13,7 +13,7 @@ import httpx
 import pytest
 from host_operation_support import save_history
 from monitor_support import STOP, start_monitor, status_of
-from sim_support import RunningSim, running_sim, site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from site_worker_support import DPU, FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -30,9 +30,7 @@ from contracts.models.host import (
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("monitor-sim")
-    site = site_file_with_prefix(state / "in", "mon", hosts=8)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("monitor-sim"), "mon", hosts=8) as running:
         yield running
 
 

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sim_support import RunningSim, running_sim, site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from site_worker_support import FAST_POLICY, eventually, settings_for
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -51,9 +51,9 @@ AHEAD_AT_MOST = WORKFLOW_TASK_SLOTS + 20
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("monitor-priority-sim")
-    site = site_file_with_prefix(state / "in", PREFIX, hosts=MONITORS, dpus_per_host=1)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(
+        tmp_path_factory.mktemp("monitor-priority-sim"), PREFIX, hosts=MONITORS, dpus_per_host=1
+    ) as running:
         yield running
 
 

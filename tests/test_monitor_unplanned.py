@@ -20,7 +20,7 @@ import pytest
 from events_support import NS, api, emitting_worker, events_v1
 from host_operation_support import cycle_by_hand, save_history
 from monitor_support import STOP, start_monitor, status_of
-from sim_support import RunningSim, running_sim, site_file_with_prefix
+from sim_support import RunningSim, prefixed_sim
 from site_worker_support import FAST_POLICY, SiteView
 from site_worker_support import eventually as eventually_within
 from temporalio.api.enums.v1 import EventType
@@ -55,9 +55,7 @@ async def eventually(probe: Any, accept: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("unplanned-sim")
-    site = site_file_with_prefix(state / "in", PREFIX, hosts=3)
-    with running_sim(state, site_file=site, timings="zero", initialised=True, dpf_version="26") as running:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned-sim"), PREFIX, hosts=3, dpf_version="26") as running:
         yield running
 
 
