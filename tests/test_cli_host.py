@@ -12,17 +12,16 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from cli_support import ended, metalflow, rebooting, until_shown, use_site_file
+from host_operation_support import worker_for
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import eventually
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
-from drivers.settings import Settings
 from metalflow.cli.host_phases import ENDINGS, OPERATION_PHASES
 from metalflow.devstack.demo import power_cycles
 from metalflow.runtime.ports import free_port
-from metalflow.runtime.worker import build_worker
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +37,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 
 @pytest.fixture
 async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(local_env.client, task_queue, settings):
+    async with worker_for(local_env.client, task_queue, sim):
         yield task_queue
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from cli_support import metalflow, run_metalflow, use_site_file
+from host_operation_support import worker_for
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
@@ -20,10 +21,8 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
-from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles
 from metalflow.runtime.ports import free_port
-from metalflow.runtime.worker import build_worker
 from simulators.site import BMC, DPU, Host, Site, dump_site
 
 PREFIX = "clim"  # host ids no other test module's entities use (the dev server is shared)
@@ -58,8 +57,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 
 @pytest.fixture
 async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(local_env.client, task_queue, settings):
+    async with worker_for(local_env.client, task_queue, sim):
         yield task_queue
 
 

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from cli_support import metalflow, use_site_file
+from host_operation_support import worker_for
 from rollout_support import INFERENCE, gangs, grove_site, pcs_object, pod_hashes
 from sim_support import RunningSim
 from temporalio.service import RPCError, RPCStatusCode
@@ -31,9 +32,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 
 @pytest.fixture
 async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    async with build_worker(
-        local_env.client, task_queue, Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    ):
+    async with worker_for(local_env.client, task_queue, sim):
         yield task_queue
 
 

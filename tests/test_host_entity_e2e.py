@@ -8,13 +8,12 @@ manual) (with METALFLOW_RECORD_HISTORIES=1; see tests/history_tool.py)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history
+from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, worker_for
 from pydantic import BaseModel
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -35,9 +34,7 @@ from contracts.models.host import (
     OperationRequest,
     RebootMethod,
 )
-from drivers.settings import Settings
 from metalflow.hosts import HostRequestError, host_status, send_update
-from metalflow.runtime.worker import build_worker
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -48,12 +45,6 @@ def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
     prefix = f"ent{uuid.uuid4().hex[:6]}"
     with prefixed_sim(tmp_path, prefix, hosts=2) as sim:
         yield sim, prefix
-
-
-@asynccontextmanager
-async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
-    async with build_worker(client, task_queue, Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)):
-        yield
 
 
 async def settled(client: Client, host: str, predicate: Callable[[HostStatus], bool]) -> HostStatus:

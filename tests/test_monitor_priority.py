@@ -22,8 +22,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from host_operation_support import worker_for
 from sim_support import RunningSim, prefixed_sim
-from site_worker_support import FAST_POLICY, eventually, settings_for
+from site_worker_support import FAST_POLICY, eventually
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
@@ -37,7 +38,7 @@ from contracts.models.host import (
 )
 from metalflow.hosts import send_update
 from metalflow.monitors import start_monitor
-from metalflow.runtime.worker import WORKFLOW_TASK_SLOTS, build_worker
+from metalflow.runtime.worker import WORKFLOW_TASK_SLOTS
 
 MONITORS = 150  # FIFO would put all 150 ahead of the entity; AHEAD_AT_MOST is 40
 # Hosts of this module's own: the session's server is shared, and an entity `host/host-001` left
@@ -90,7 +91,7 @@ async def test_a_reboot_passes_the_start_up_backlog_of_hundreds_of_monitors(
             )
         )  # fmt: skip
         await eventually(lambda: _exists(entity), bool)  # its first task is queued behind the monitors'
-        async with build_worker(client, task_queue, settings_for(sim)):
+        async with worker_for(client, task_queue, sim):
             accepted = await asyncio.wait_for(asked, 300)
             operation = client.get_workflow_handle(accepted.workflow_id)
             await asyncio.wait_for(operation.result(), 300)
