@@ -32,6 +32,7 @@ from contracts.models.dpf import DPF_NAMESPACE, SiteWatchCheckpoint
 from contracts.models.host import HostMonitorResult, HostMonitorStatus, MonitorPolicy
 
 POLICY = MonitorPolicy(reprovision_after_seconds=3600)
+Monitor = WorkflowHandle[Any, HostMonitorResult]
 SITE_STREAMS = {
     "dpus.provisioning.dpu.nvidia.com": 1,
     "dpunodes.provisioning.dpu.nvidia.com": 1,
@@ -156,13 +157,7 @@ async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
     log = tmp_path / "worker.log"
     env = worker_env(client, sim)
     with worker_process(task_queue, env, log) as first_worker:
-        handle = await start_monitor(client, task_queue, changed, POLICY)
-        bystander = await start_monitor(client, task_queue, quiet, POLICY)
-        for h in (handle, bystander):
-            await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
-        watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
-        # The watch has heartbeated a checkpoint (its activity shows heartbeat details).
-        await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, changed, quiet)
         first_worker.kill()
     signals_before = await signals_received(bystander)
     sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/node-effect")  # while no worker runs
@@ -199,12 +194,7 @@ async def test_a_stopping_worker_hands_its_watch_over_at_once_and_the_next_resum
     )
     running = asyncio.create_task(first.run())
     try:
-        handle = await start_monitor(client, task_queue, changed, POLICY)
-        bystander = await start_monitor(client, task_queue, quiet, POLICY)
-        for h in (handle, bystander):
-            await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
-        watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
-        await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, changed, quiet)
     finally:
         async with asyncio.timeout(120):  # the watch would hold it for the hour
             await first.shutdown()
@@ -224,6 +214,20 @@ async def test_a_stopping_worker_hands_its_watch_over_at_once_and_the_next_resum
             assert (await stop(h)).pool_state == "in-pool"
         await watch.terminate("test over")
     assert sim.violations() == []
+
+
+async def monitored_and_checkpointed(
+    client: Client, task_queue: str, changed: str, quiet: str
+) -> tuple[Monitor, Monitor, WorkflowHandle[Any, Any]]:
+    """Monitors of the hosts `changed` and `quiet`, once each knows its DPUs, and the site's watch
+    on `task_queue`, once it has heartbeated a checkpoint (its activity shows heartbeat details)."""
+    handle = await start_monitor(client, task_queue, changed, POLICY)
+    bystander = await start_monitor(client, task_queue, quiet, POLICY)
+    for h in (handle, bystander):
+        await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
+    watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
+    await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+    return handle, bystander, watch
 
 
 async def status_once_polled(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus | None:
