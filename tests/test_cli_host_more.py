@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from cli_support import metalflow, run_metalflow, use_site_file
+from cli_support import Result, metalflow, run_metalflow, use_site_file
 from host_operation_support import worker_for
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
@@ -86,14 +86,19 @@ def dpf(sim: RunningSim) -> Iterator[Callable[[str, str], Awaitable[dict[str, An
     api.close()
 
 
+async def firmware_wait(local_env: WorkflowEnvironment, host: str, queue: str, *more: str) -> Result:
+    """`metalflow host firmware HOST --version TARGET --image IMAGE --wait [MORE] --task-queue QUEUE`."""
+    return await metalflow(
+        local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE, "--wait", *more,
+        "--task-queue", queue,
+    )  # fmt: skip
+
+
 async def test_firmware_wait_stages_both_dpus_and_power_cycles_once(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     host = f"{PREFIX}-001"
-    done = await metalflow(
-        local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE, "--wait",
-        "--by", "fw@test", "--task-queue", queue,
-    )  # fmt: skip
+    done = await firmware_wait(local_env, host, queue, "--by", "fw@test")
     assert done.status == 0, done.stdout + done.stderr
     assert f"{host}: started firmware as firmware/{host}" in done.stdout
     assert (
@@ -104,19 +109,7 @@ async def test_firmware_wait_stages_both_dpus_and_power_cycles_once(
     assert sim.violations() == []
 
     # Asked again: every DPU runs the target, nothing is staged or rebooted.
-    again = await metalflow(
-        local_env,
-        "host",
-        "firmware",
-        host,
-        "--version",
-        TARGET,
-        "--image",
-        IMAGE,
-        "--wait",
-        "--task-queue",
-        queue,
-    )
+    again = await firmware_wait(local_env, host, queue)
     assert again.status == 0, again.stdout + again.stderr
     assert f"already running on {host}-dpu-0, {host}-dpu-1" in again.stdout
     assert power_cycles(sim.power_log(host)) == 1
@@ -222,19 +215,7 @@ async def test_monitor_of_an_unknown_host_is_refused_and_stopped(
     never = await metalflow(local_env, "host", "status", host)
     assert never.status == 1 and f"unknown host {host}" in never.stderr  # no entity was created
 
-    firmware = await metalflow(
-        local_env,
-        "host",
-        "firmware",
-        host,
-        "--version",
-        TARGET,
-        "--image",
-        IMAGE,
-        "--wait",
-        "--task-queue",
-        queue,
-    )
+    firmware = await firmware_wait(local_env, host, queue)
     # The CLI refuses it against the inventory before anything is sent: no firmware workflow.
     assert firmware.status == 1 and firmware.stdout == ""
     assert f"unknown host '{host}': not in the site file" in firmware.stderr
