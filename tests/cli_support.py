@@ -17,6 +17,10 @@ about the process itself (signals, a killed parent, `python -m`) keep a real sub
   the console script itself; `clean_env` and `command_env` are the environments commands get.
 - `write_unreachable_site` and `entity_exists`: a site file whose BMCs no command may reach, and
   whether a (refused) command created a host's entity anyway.
+- `metalflow`: a command against a test's Temporal and a simulated site (its own, or the running
+  module's, recorded with `use_site_file`), in a command server; `Result` is what it returns.
+- `shown_state`, `until_shown`, `rebooting`, `ended`: what `metalflow host status --json` shows,
+  read in this process, and waits on it.
 """
 
 from __future__ import annotations
@@ -30,18 +34,23 @@ import shutil
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
 from metalflow.cli import main
+from metalflow.hosts import host_status, operation_status
 
 TIMEOUT_SECONDS = 120
 # The console script of this venv, as a user who activated it runs it.
 METALFLOW = shutil.which("metalflow", path=str(Path(sys.executable).parent)) or "metalflow"
+_SITE_FILE: dict[str, Path] = {}  # the running module's simulated site, for `metalflow()`
 
 
 def clean_env() -> dict[str, str]:
@@ -240,3 +249,67 @@ async def run_in_command_server(
         raise
     idle.append(server)
     return outcome
+
+
+@dataclass
+class Result:
+    status: int
+    stdout: str
+    stderr: str
+
+
+def use_site_file(path: Path) -> None:
+    """Make `path` the site file `metalflow()` gives commands that name none: a module's `sim`
+    fixture records its simulated site as it starts it (it stays until another module records its own)."""
+    _SITE_FILE["path"] = path
+
+
+async def metalflow(
+    local_env: WorkflowEnvironment, *args: str, address: str | None = None, site_file: Path | None = None
+) -> Result:
+    """`metalflow ARGS` against `local_env`'s Temporal (or `address`), checking hosts against
+    `site_file` or else the site `use_site_file` recorded, in a command server."""
+    env = clean_env()
+    # The CLI checks hosts against the inventory before it sends anything: the module's site.
+    env["METALFLOW_SITE_FILE"] = str(site_file or _SITE_FILE.get("path", Path("/nonexistent/site.yaml")))
+    # A reprovision also checks DPF's DPUs, in the cluster of the simulator that wrote the site file.
+    kubeconfig = Path(env["METALFLOW_SITE_FILE"]).parent / "kubeconfig"
+    if kubeconfig.is_file():
+        env["KUBECONFIG"] = str(kubeconfig)
+    env["METALFLOW_INVENTORY"] = "site"
+    env["TEMPORAL_ADDRESS"] = address or local_env.client.service_client.config.target_host
+    env["TEMPORAL_CONFIG_FILE"] = os.devnull
+    return Result(*await run_in_command_server(list(args), env))
+
+
+async def shown_state(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
+    """What `metalflow host status HOST --json` shows of the entity and its operation, read in
+    this process (the same `metalflow.hosts` calls): a poll through the command itself cost
+    ~1.7 s of CPU per look (the interpreter's imports), most of these tests' CPU. Each test still
+    runs the command once the state is reached and asserts what it prints."""
+    status = await host_status(env.client, host)
+    operation = None
+    if status.current is not None and status.current.outcome == "running":
+        operation = await operation_status(env.client, status.current.workflow_id)
+    return {"host": status.model_dump(mode="json"), "operation": operation}
+
+
+async def until_shown(env: WorkflowEnvironment, host: str, done: Any, what: str) -> dict[str, Any]:
+    """Poll `shown_state` until `done(shown)` (at most 60 s)."""
+    shown: dict[str, Any] = {}
+    for _ in range(300):
+        shown = await shown_state(env, host)
+        if done(shown):
+            return shown
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{host} never {what}: {shown}")
+
+
+def rebooting(shown: dict[str, Any]) -> bool:
+    """The host's operation is in `rebooting-host` (its BMC power cycles the host)."""
+    return bool((shown["operation"] or {}).get("phase") == "rebooting-host")
+
+
+def ended(shown: dict[str, Any]) -> bool:
+    """No operation is in flight on the host."""
+    return shown["host"]["current"] is None

@@ -18,16 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import metalflow
 from dpf_activities_support import REBOOT, Api, annotation
-from host_operation_support import save_history
+from host_operation_support import save_history, worker_for
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import metalflow
 
 from contracts import names
-from drivers.settings import Settings
-from metalflow.runtime.worker import build_worker
 
 PREFIX = f"abt{uuid.uuid4().hex[:5]}"
 # Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd and 7th are `no-powercycle`.
@@ -45,8 +43,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 
 @pytest.fixture
 async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(local_env.client, task_queue, settings):
+    async with worker_for(local_env.client, task_queue, sim):
         yield task_queue
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_support import Result, metalflow, use_site_file
+from host_operation_support import worker_for
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import (
     Client,
@@ -33,7 +35,6 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import SITE_FILE, Result, metalflow
 
 from contracts import names
 from contracts.models.campaign import CampaignInput, CampaignStatus, CampaignTarget, HostSelection, TargetKind
@@ -41,9 +42,7 @@ from contracts.models.control import STATUS_QUERY
 from contracts.models.control import STATUS_QUERY as CAMPAIGN_STATUS
 from contracts.models.grove import PCSRef, RolloutInput
 from contracts.models.host import HostOperationStatus, HostWorkflowInput
-from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles as count_cycles
-from metalflow.runtime.worker import build_worker
 
 
 def power_cycles(sim: RunningSim, host: str) -> int:
@@ -58,7 +57,7 @@ FAST = ["--power-down-wait", "0", "--dpu-error-reprovisions", "0"]
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(tmp_path_factory.mktemp("sim"), "cmpe", hosts=len(HOSTS)) as running:
-        SITE_FILE["path"] = running.site_file
+        use_site_file(running.site_file)
         yield running
 
 
@@ -67,8 +66,7 @@ async def queue(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterato
     # One queue and worker for the module: the hosts' entities, made by the first campaign,
     # live on it and must still be served when the next test's campaign asks them.
     task_queue = f"test-campaign-{uuid.uuid4()}"
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(local_env.client, task_queue, settings):
+    async with worker_for(local_env.client, task_queue, sim):
         yield task_queue
 
 

@@ -7,72 +7,38 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
-from cli_support import run_in_command_server
-from sim_support import RunningSim, running_sim
+from cli_support import ended, metalflow, rebooting, until_shown, use_site_file
+from host_operation_support import worker_for
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import eventually
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
-from test_firmware_support import eventually, site_file_with_prefix
 
 from contracts import names
-from drivers.settings import Settings
 from metalflow.cli.host_phases import ENDINGS, OPERATION_PHASES
 from metalflow.devstack.demo import power_cycles
-from metalflow.hosts import host_status, operation_status
 from metalflow.runtime.ports import free_port
-from metalflow.runtime.worker import build_worker
-
-SITE_FILE: dict[str, Path] = {}  # the running module's simulated site, for `metalflow()`
-
-
-@dataclass
-class Result:
-    status: int
-    stdout: str
-    stderr: str
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     # Host ids of this module's own (clih-001...): the session's dev server is shared with other
     # modules (in any order under xdist), and a host's entity and boot generations live there.
-    state = tmp_path_factory.mktemp("sim")
-    site = site_file_with_prefix(state / "in", "clih", hosts=4, serials=True)
-    with running_sim(state, site_file=site, timings="zero") as running:
-        SITE_FILE["path"] = running.site_file
+    with prefixed_sim(
+        tmp_path_factory.mktemp("sim"), "clih", hosts=4, serials=True, initialised=False
+    ) as running:
+        use_site_file(running.site_file)
         yield running
 
 
 @pytest.fixture
 async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(local_env.client, task_queue, settings):
+    async with worker_for(local_env.client, task_queue, sim):
         yield task_queue
-
-
-async def metalflow(
-    local_env: WorkflowEnvironment, *args: str, address: str | None = None, site_file: Path | None = None
-) -> Result:
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "OTEL_"))}
-    # The CLI checks hosts against the inventory before it sends anything: the module's site.
-    env["METALFLOW_SITE_FILE"] = str(site_file or SITE_FILE.get("path", Path("/nonexistent/site.yaml")))
-    # A reprovision also checks DPF's DPUs, in the cluster of the simulator that wrote the site file.
-    kubeconfig = Path(env["METALFLOW_SITE_FILE"]).parent / "kubeconfig"
-    if kubeconfig.is_file():
-        env["KUBECONFIG"] = str(kubeconfig)
-    env["METALFLOW_INVENTORY"] = "site"
-    env["TEMPORAL_ADDRESS"] = address or local_env.client.service_client.config.target_host
-    env["TEMPORAL_CONFIG_FILE"] = os.devnull
-    # In a command server (tests/cli_support.py): what the command does, without an interpreter's
-    # imports per command.
-    return Result(*await run_in_command_server(list(args), env))
 
 
 async def test_provision_wait_follows_the_operation_and_power_cycles_once(
@@ -219,34 +185,3 @@ async def test_reboot_wait_shows_its_phases_and_the_manual_reboot_it_waits_for(
     )
     assert "reboot/clih-003/generation-1 completed (boot_generation 1)" in done.stdout
     assert sim.power_log("clih-003") == []  # a manual reboot: metalflow never touched its power
-
-
-async def shown_state(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
-    """What `metalflow host status HOST --json` shows of the entity and its operation, read in
-    this process (the same `metalflow.hosts` calls): a poll through the command itself cost
-    ~1.7 s of CPU per look (the interpreter's imports), most of these tests' CPU. Each test still
-    runs the command once the state is reached and asserts what it prints."""
-    status = await host_status(env.client, host)
-    operation = None
-    if status.current is not None and status.current.outcome == "running":
-        operation = await operation_status(env.client, status.current.workflow_id)
-    return {"host": status.model_dump(mode="json"), "operation": operation}
-
-
-async def until_shown(env: WorkflowEnvironment, host: str, done: Any, what: str) -> dict[str, Any]:
-    """Poll `shown_state` until `done(shown)` (at most 60 s)."""
-    shown: dict[str, Any] = {}
-    for _ in range(300):
-        shown = await shown_state(env, host)
-        if done(shown):
-            return shown
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{host} never {what}: {shown}")
-
-
-def rebooting(shown: dict[str, Any]) -> bool:
-    return bool((shown["operation"] or {}).get("phase") == "rebooting-host")
-
-
-def ended(shown: dict[str, Any]) -> bool:
-    return shown["host"]["current"] is None

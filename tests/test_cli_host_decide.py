@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import ended, metalflow, rebooting, until_shown
+from host_operation_support import worker_for
 from sim_support import RunningSim, running_sim, start_dev_server
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import ended, metalflow, rebooting, until_shown
 
 from contracts import names
-from drivers.settings import Settings
 from metalflow.binaries import temporal_cli
-from metalflow.runtime.worker import build_worker
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SITE: dict[str, Path] = {}
@@ -51,8 +50,7 @@ async def own_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture(scope="module")
 async def queue(own_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[str]:
     # README's command names no task queue: the worker serves the default one, as `metalflow dev` does.
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(own_env.client, names.TASK_QUEUE, settings):
+    async with worker_for(own_env.client, names.TASK_QUEUE, sim):
         yield names.TASK_QUEUE
 
 

@@ -10,21 +10,19 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from cli_support import run_metalflow
+from cli_support import Result, metalflow, run_metalflow, use_site_file
+from host_operation_support import worker_for
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
+from site_worker_support import eventually
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import SITE_FILE, metalflow
-from test_firmware_support import eventually
 
 from contracts import names
-from drivers.settings import Settings
 from metalflow.devstack.demo import power_cycles
 from metalflow.runtime.ports import free_port
-from metalflow.runtime.worker import build_worker
 from simulators.site import BMC, DPU, Host, Site, dump_site
 
 PREFIX = "clim"  # host ids no other test module's entities use (the dev server is shared)
@@ -53,14 +51,13 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     site_file.parent.mkdir()
     site_file.write_text(dump_site(site))
     with running_sim(state, site_file=site_file, timings="zero", initialised=True) as running:
-        SITE_FILE["path"] = running.site_file
+        use_site_file(running.site_file)
         yield running
 
 
 @pytest.fixture
 async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    async with build_worker(local_env.client, task_queue, settings):
+    async with worker_for(local_env.client, task_queue, sim):
         yield task_queue
 
 
@@ -89,14 +86,19 @@ def dpf(sim: RunningSim) -> Iterator[Callable[[str, str], Awaitable[dict[str, An
     api.close()
 
 
+async def firmware_wait(local_env: WorkflowEnvironment, host: str, queue: str, *more: str) -> Result:
+    """`metalflow host firmware HOST --version TARGET --image IMAGE --wait [MORE] --task-queue QUEUE`."""
+    return await metalflow(
+        local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE, "--wait", *more,
+        "--task-queue", queue,
+    )  # fmt: skip
+
+
 async def test_firmware_wait_stages_both_dpus_and_power_cycles_once(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     host = f"{PREFIX}-001"
-    done = await metalflow(
-        local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE, "--wait",
-        "--by", "fw@test", "--task-queue", queue,
-    )  # fmt: skip
+    done = await firmware_wait(local_env, host, queue, "--by", "fw@test")
     assert done.status == 0, done.stdout + done.stderr
     assert f"{host}: started firmware as firmware/{host}" in done.stdout
     assert (
@@ -107,19 +109,7 @@ async def test_firmware_wait_stages_both_dpus_and_power_cycles_once(
     assert sim.violations() == []
 
     # Asked again: every DPU runs the target, nothing is staged or rebooted.
-    again = await metalflow(
-        local_env,
-        "host",
-        "firmware",
-        host,
-        "--version",
-        TARGET,
-        "--image",
-        IMAGE,
-        "--wait",
-        "--task-queue",
-        queue,
-    )
+    again = await firmware_wait(local_env, host, queue)
     assert again.status == 0, again.stdout + again.stderr
     assert f"already running on {host}-dpu-0, {host}-dpu-1" in again.stdout
     assert power_cycles(sim.power_log(host)) == 1
@@ -225,19 +215,7 @@ async def test_monitor_of_an_unknown_host_is_refused_and_stopped(
     never = await metalflow(local_env, "host", "status", host)
     assert never.status == 1 and f"unknown host {host}" in never.stderr  # no entity was created
 
-    firmware = await metalflow(
-        local_env,
-        "host",
-        "firmware",
-        host,
-        "--version",
-        TARGET,
-        "--image",
-        IMAGE,
-        "--wait",
-        "--task-queue",
-        queue,
-    )
+    firmware = await firmware_wait(local_env, host, queue)
     # The CLI refuses it against the inventory before anything is sent: no firmware workflow.
     assert firmware.status == 1 and firmware.stdout == ""
     assert f"unknown host '{host}': not in the site file" in firmware.stderr

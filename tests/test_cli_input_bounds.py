@@ -20,12 +20,12 @@ from cli_support import (
     run_in_few_processes,
     write_unreachable_site,
 )
+from host_entity_support import StandInOperation, StandInReboot
 from host_operation_support import eventually
 from sim_support import start_dev_server
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.worker import Worker
-from test_host_entity import StandInOperation, StandInReboot
 
 from contracts import names
 from contracts.models.host import HostWorkflowInput

@@ -9,11 +9,12 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from cli_support import metalflow, use_site_file
+from host_operation_support import worker_for
 from rollout_support import INFERENCE, gangs, grove_site, pcs_object, pod_hashes
 from sim_support import RunningSim
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from test_cli_host import SITE_FILE, metalflow
 
 from contracts.models.grove import RolloutResult
 from drivers.settings import Settings
@@ -25,15 +26,13 @@ ROLLING = {**INFERENCE, "name": "rolling", "update_strategy": "RollingRecreate"}
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with grove_site(tmp_path_factory.mktemp("grove"), INFERENCE, ROLLING) as running:
-        SITE_FILE["path"] = running.site_file  # `metalflow()` gives the CLI this site's kubeconfig
+        use_site_file(running.site_file)  # `metalflow()` gives the CLI this site's kubeconfig
         yield running
 
 
 @pytest.fixture
 async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    async with build_worker(
-        local_env.client, task_queue, Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
-    ):
+    async with worker_for(local_env.client, task_queue, sim):
         yield task_queue
 
 

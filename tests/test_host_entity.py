@@ -1,4 +1,5 @@
-"""HostWorkflow on a real Temporal, with stand-in operation workflows under the real type names.
+"""HostWorkflow on a real Temporal, with stand-in operation workflows under the real type names
+(tests/host_entity_support.py).
 
 The stand-ins wait until the test tells them to end (signal `finish`), so a test decides when an
 operation is in flight; everything the entity does (ids, refusals, approvals, records) is real.
@@ -12,89 +13,30 @@ import uuid
 from collections.abc import AsyncIterator
 
 import pytest
-from temporalio import activity, workflow
+from host_entity_support import StandInOperation, StandInReboot, stand_in_versions
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-with workflow.unsafe.imports_passed_through():
-    from contracts import names
-    from contracts.host_entity import HostEntityClient
-    from contracts.models.control import OperatorAnswer, OperatorRequest
-    from contracts.models.host import (
-        APPROVE_UPDATE,
-        ASSIGN_INSTANCE_UPDATE,
-        RELEASE_INSTANCE_UPDATE,
-        REQUEST_PROVISION_UPDATE,
-        REQUEST_REBOOT_UPDATE,
-        REQUEST_REPROVISION_UPDATE,
-        AssignInstanceRequest,
-        HostOperationInput,
-        HostOperationResult,
-        HostRebootInput,
-        HostRebootResult,
-        HostStatus,
-        HostWorkflowInput,
-        OperationAccepted,
-        OperationPolicy,
-        OperationRequest,
-    )
-    from contracts.models.inventory import HostVersions, HostVersionsBrief, ReadVersionsInput
-    from metalflow.hosts import HostRequestError, host_status, send_update
-    from workflows.host.workflow import HostWorkflow
-
-
-@workflow.defn(name="HostOperationWorkflow")
-class StandInOperation:
-    """Ends when told: `finish("ok")` completes with one more boot generation, else it fails."""
-
-    @workflow.init
-    def __init__(self, request: HostOperationInput) -> None:
-        self._how: str | None = None
-
-    @workflow.run
-    async def run(self, request: HostOperationInput) -> HostOperationResult:
-        await workflow.wait_condition(lambda: self._how is not None)
-        if self._how != "ok":
-            raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error: {self._how}", non_retryable=True)
-        return HostOperationResult(
-            host_id=request.host_id,
-            operation=request.kind.value,
-            dpu_ids=request.dpu_ids or (),
-            reboots=1,
-            boot_generation=request.boot_generation + 1,
-            started_at=workflow.now(),
-            finished_at=workflow.now(),
-        )
-
-    @workflow.signal(name="finish")
-    def finish(self, how: str) -> None:
-        self._how = how
-
-    @workflow.query(name="status")
-    def status(self) -> dict[str, object]:
-        return {"phase": "waiting-for-test", "waiting_for": "the test's finish signal"}
-
-
-@workflow.defn(name="HostRebootWorkflow")
-class StandInReboot:
-    @workflow.run
-    async def run(self, request: HostRebootInput) -> HostRebootResult:
-        return HostRebootResult(
-            host_id=request.host_id,
-            boot_generation=request.boot_generation,
-            method="stand-in",
-            finished_at=workflow.now(),
-        )
-
-
-@activity.defn(name="read_host_versions_brief")
-async def stand_in_versions(request: ReadVersionsInput) -> HostVersionsBrief:
-    """The entity's versions read after each operation: a host without DPUs. (Without it the read
-    is never answered and the entity, which continues-as-new only once no read is in flight,
-    waits for its 5-minute bound.)"""
-    return HostVersionsBrief(versions=HostVersions(host_id=request.host_id))
+from contracts import names
+from contracts.host_entity import HostEntityClient
+from contracts.models.control import OperatorAnswer, OperatorRequest
+from contracts.models.host import (
+    APPROVE_UPDATE,
+    ASSIGN_INSTANCE_UPDATE,
+    RELEASE_INSTANCE_UPDATE,
+    REQUEST_PROVISION_UPDATE,
+    REQUEST_REBOOT_UPDATE,
+    REQUEST_REPROVISION_UPDATE,
+    AssignInstanceRequest,
+    HostStatus,
+    HostWorkflowInput,
+    OperationAccepted,
+    OperationPolicy,
+    OperationRequest,
+)
+from metalflow.hosts import HostRequestError, host_status, send_update
+from workflows.host.workflow import HostWorkflow
 
 
 @pytest.fixture

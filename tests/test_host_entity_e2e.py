@@ -8,17 +8,15 @@ manual) (with METALFLOW_RECORD_HISTORIES=1; see tests/history_tool.py)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history
+from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, worker_for
 from pydantic import BaseModel
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client, WorkflowExecutionStatus
-from test_firmware_support import site_file_with_prefix
 
 from contracts import names
 from contracts.models.control import OperatorAnswer, OperatorRequest
@@ -36,9 +34,7 @@ from contracts.models.host import (
     OperationRequest,
     RebootMethod,
 )
-from drivers.settings import Settings
 from metalflow.hosts import HostRequestError, host_status, send_update
-from metalflow.runtime.worker import build_worker
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -47,15 +43,8 @@ R = TypeVar("R", bound=BaseModel)
 def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
     """Two hosts with ids no other test's entity uses (entities outlive their tests' workers)."""
     prefix = f"ent{uuid.uuid4().hex[:6]}"
-    site_file = site_file_with_prefix(tmp_path / "in", prefix, hosts=2)
-    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, prefix, hosts=2) as sim:
         yield sim, prefix
-
-
-@asynccontextmanager
-async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
-    async with build_worker(client, task_queue, Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)):
-        yield
 
 
 async def settled(client: Client, host: str, predicate: Callable[[HostStatus], bool]) -> HostStatus:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from bmc_lease_support import lease_of
-from host_operation_support import (  # cycle_by_hand: test_monitor_unplanned imports it from here
+from host_operation_support import (
     FAST_POLICY,
     cycle_by_hand,
     inject_error_when_recreated,

@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 import yaml
 from host_operation_support import FAST_POLICY, eventually
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client, WorkflowExecutionStatus
-from test_firmware_support import site_file_with_prefix
 
 from activities.redfish import build_redfish_client
 from contracts import names
@@ -47,8 +46,7 @@ OFF_TARGET_FIRMWARE = "99.99.9999"
 def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
     """Two hosts with ids no other test's entity uses (entities outlive their tests' workers)."""
     prefix = f"ver{uuid.uuid4().hex[:6]}"
-    site_file = site_file_with_prefix(tmp_path / "in", prefix, hosts=2)
-    with running_sim(tmp_path / "sim", site_file=site_file, timings="zero", initialised=True) as sim:
+    with prefixed_sim(tmp_path, prefix, hosts=2) as sim:
         yield sim, prefix
 
 

@@ -16,12 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from events_support import (
-    NS,
-    api,  # noqa: F401 - test_monitor_unplanned imports it from here
-    emitting_worker,
-    events_v1,
-)
+from events_support import NS, emitting_worker, events_v1
 from host_operation_support import FAST_POLICY, eventually
 from pydantic import BaseModel
 from sim_support import RunningSim, prefixed_sim

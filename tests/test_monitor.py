@@ -12,39 +12,25 @@ from typing import Any
 import httpx
 import pytest
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
+from monitor_support import STOP, start_monitor, status_of
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import DPU, FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
-from test_firmware_support import (
-    DPU,
-    FAST_POLICY,
-    SiteView,
-    eventually,
-    site_file_with_prefix,
-    site_worker,
-)
 
 from contracts import names
-from contracts.models.control import OperatorRequest
 from contracts.models.host import (
     POOL_LABEL,
-    HostMonitorInput,
-    HostMonitorResult,
-    HostMonitorStatus,
     HostStatus,
     HostWorkflowInput,
     MonitorPolicy,
 )
 
-STOP = OperatorRequest(requested_by="test", reason="test over")
-
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("monitor-sim")
-    site = site_file_with_prefix(state / "in", "mon", hosts=8)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("monitor-sim"), "mon", hosts=8) as running:
         yield running
 
 
@@ -53,23 +39,6 @@ def view(sim: RunningSim) -> Iterator[SiteView]:
     site = SiteView(sim)
     yield site
     site.close()
-
-
-async def start_monitor(
-    client: Client, task_queue: str, host: str, policy: MonitorPolicy
-) -> WorkflowHandle[Any, HostMonitorResult]:
-    return await client.start_workflow(
-        "HostMonitorWorkflow",
-        HostMonitorInput(host_id=host, site="mon-site", requested_by="test", policy=policy),
-        id=names.monitor_workflow_id(host),
-        task_queue=task_queue,
-        result_type=HostMonitorResult,
-    )
-
-
-async def status_of(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus:
-    status: HostMonitorStatus = await handle.query("status", result_type=HostMonitorStatus)
-    return status
 
 
 async def pool_attribute(handle: WorkflowHandle[Any, Any]) -> str | None:

@@ -22,10 +22,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sim_support import RunningSim, running_sim
+from host_operation_support import worker_for
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import FAST_POLICY, eventually
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from test_firmware_support import FAST_POLICY, eventually, settings_for, site_file_with_prefix
 
 from contracts import names
 from contracts.models.host import (
@@ -37,7 +38,7 @@ from contracts.models.host import (
 )
 from metalflow.hosts import send_update
 from metalflow.monitors import start_monitor
-from metalflow.runtime.worker import WORKFLOW_TASK_SLOTS, build_worker
+from metalflow.runtime.worker import WORKFLOW_TASK_SLOTS
 
 MONITORS = 150  # FIFO would put all 150 ahead of the entity; AHEAD_AT_MOST is 40
 # Hosts of this module's own: the session's server is shared, and an entity `host/host-001` left
@@ -51,9 +52,9 @@ AHEAD_AT_MOST = WORKFLOW_TASK_SLOTS + 20
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("monitor-priority-sim")
-    site = site_file_with_prefix(state / "in", PREFIX, hosts=MONITORS, dpus_per_host=1)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(
+        tmp_path_factory.mktemp("monitor-priority-sim"), PREFIX, hosts=MONITORS, dpus_per_host=1
+    ) as running:
         yield running
 
 
@@ -90,7 +91,7 @@ async def test_a_reboot_passes_the_start_up_backlog_of_hundreds_of_monitors(
             )
         )  # fmt: skip
         await eventually(lambda: _exists(entity), bool)  # its first task is queued behind the monitors'
-        async with build_worker(client, task_queue, settings_for(sim)):
+        async with worker_for(client, task_queue, sim):
             accepted = await asyncio.wait_for(asked, 300)
             operation = client.get_workflow_handle(accepted.workflow_id)
             await asyncio.wait_for(operation.result(), 300)

@@ -17,15 +17,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
+from events_support import NS, api, emitting_worker, events_v1
+from host_operation_support import cycle_by_hand, save_history
+from monitor_support import STOP, start_monitor, status_of
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import FAST_POLICY, SiteView
+from site_worker_support import eventually as eventually_within
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from test_firmware_support import FAST_POLICY, SiteView, site_file_with_prefix
-from test_firmware_support import eventually as eventually_within
-from test_host_operation_e2e import cycle_by_hand
-from test_kube_events import NS, api, emitting_worker, events_v1
-from test_monitor import STOP, start_monitor, status_of
 
 from contracts import names
 from contracts.converter import DATA_CONVERTER
@@ -56,9 +55,7 @@ async def eventually(probe: Any, accept: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("unplanned-sim")
-    site = site_file_with_prefix(state / "in", PREFIX, hosts=3)
-    with running_sim(state, site_file=site, timings="zero", initialised=True, dpf_version="26") as running:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned-sim"), PREFIX, hosts=3, dpf_version="26") as running:
         yield running
 
 
@@ -110,7 +107,7 @@ async def test_a_reset_at_rest_is_recorded_once_and_told_as_an_event(
     await cycle_by_hand(sim, host)
     await eventually(lambda: _async(started_times(sim, host)), lambda ts: all(ts))
     async with emitting_worker(client, task_queue, sim):
-        handle = await start_monitor(client, task_queue, host, policy)
+        handle = await start_monitor(client, task_queue, host, policy, site="mon-site")
         await eventually(lambda: status_of(handle), lambda s: [d.phase for d in s.dpus] == ["Ready"] * 2)
 
         # The agent's start time has one-second resolution: a cycle within the second of the
@@ -163,7 +160,9 @@ async def test_a_reprovision_under_the_monitor_records_no_unplanned_reset(
     await cycle_by_hand(sim, host)  # agent start times, as in the test above
     await eventually(lambda: _async(started_times(sim, host)), lambda ts: all(ts))
     async with emitting_worker(client, task_queue, sim):
-        monitor = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=3600))
+        monitor = await start_monitor(
+            client, task_queue, host, MonitorPolicy(reprovision_after_seconds=3600), site="mon-site"
+        )
         try:
             await eventually(lambda: status_of(monitor), lambda s: [d.phase for d in s.dpus] == ["Ready"] * 2)
             accepted = await send_update(

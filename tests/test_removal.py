@@ -8,19 +8,10 @@ from typing import Any
 
 import pytest
 from host_operation_support import save_history
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import DPU, DPUDEVICE, DPUNODE, FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
-from test_firmware_support import (
-    DPU,
-    DPUDEVICE,
-    DPUNODE,
-    FAST_POLICY,
-    SiteView,
-    eventually,
-    site_file_with_prefix,
-    site_worker,
-)
 
 from contracts import names
 from contracts.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
@@ -33,9 +24,7 @@ FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that i
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    state = tmp_path_factory.mktemp("removal-sim")
-    site = site_file_with_prefix(state / "in", "rm", hosts=6)
-    with running_sim(state, site_file=site, timings="zero", initialised=True) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("removal-sim"), "rm", hosts=6) as running:
         yield running
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from host_operation_support import save_history
+from monitor_support import STOP, start_monitor, status_of
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import all_workflows, eventually, settings_for, site_worker
 from temporalio.api.enums.v1 import EventType
@@ -27,12 +28,11 @@ from activities import build_activities
 from activities.handover import WORKER_STOPPING
 from contracts import names
 from contracts.converter import DATA_CONVERTER
-from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPF_NAMESPACE, SiteWatchCheckpoint
-from contracts.models.host import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
+from contracts.models.host import HostMonitorResult, HostMonitorStatus, MonitorPolicy
 
-STOP = OperatorRequest(requested_by="test", reason="test over")
 POLICY = MonitorPolicy(reprovision_after_seconds=3600)
+Monitor = WorkflowHandle[Any, HostMonitorResult]
 SITE_STREAMS = {
     "dpus.provisioning.dpu.nvidia.com": 1,
     "dpunodes.provisioning.dpu.nvidia.com": 1,
@@ -57,21 +57,6 @@ def open_watches(sim: RunningSim, baseline: dict[str, int] | None = None) -> dic
 
 def control(sim: RunningSim, path: str) -> None:
     httpx.post(f"{sim.url}/sim/faults/{path}", timeout=10).raise_for_status()
-
-
-async def start_monitor(client: Client, task_queue: str, host: str) -> WorkflowHandle[Any, HostMonitorResult]:
-    return await client.start_workflow(
-        "HostMonitorWorkflow",
-        HostMonitorInput(host_id=host, site="sw-site", requested_by="test", policy=POLICY),
-        id=names.monitor_workflow_id(host),
-        task_queue=task_queue,
-        result_type=HostMonitorResult,
-    )
-
-
-async def status_of(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus:
-    status: HostMonitorStatus = await handle.query("status", result_type=HostMonitorStatus)
-    return status
 
 
 def phases(status: HostMonitorStatus) -> dict[str, str]:
@@ -106,8 +91,8 @@ async def test_first_state_at_once_and_one_watch_routes_changes_of_two_hosts(
     a, b = "sw-001", "sw-002"
     baseline = open_watches(sim)
     async with site_worker(client, task_queue, sim):
-        first = await start_monitor(client, task_queue, a)
-        second = await start_monitor(client, task_queue, b)
+        first = await start_monitor(client, task_queue, a, POLICY)
+        second = await start_monitor(client, task_queue, b, POLICY)
         # Nothing changes on the site: each monitor still knows its DPUs at once (from its join).
         for handle, host in ((first, a), (second, b)):
             known = await eventually(lambda h=handle: status_of(h), lambda s: len(s.dpus) == 2)  # type: ignore[misc]
@@ -139,7 +124,7 @@ async def test_a_compacted_history_is_listed_again_and_a_restarted_api_still_rou
 ) -> None:
     host = "sw-003"
     async with site_worker(client, task_queue, sim):
-        handle = await start_monitor(client, task_queue, host)
+        handle = await start_monitor(client, task_queue, host, POLICY)
         await eventually(lambda: status_of(handle), lambda s: len(s.dpus) == 2)
 
         control(sim, "api/compact")  # every resumed watch gets 410 Gone
@@ -172,13 +157,7 @@ async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
     log = tmp_path / "worker.log"
     env = worker_env(client, sim)
     with worker_process(task_queue, env, log) as first_worker:
-        handle = await start_monitor(client, task_queue, changed)
-        bystander = await start_monitor(client, task_queue, quiet)
-        for h in (handle, bystander):
-            await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
-        watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
-        # The watch has heartbeated a checkpoint (its activity shows heartbeat details).
-        await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, changed, quiet)
         first_worker.kill()
     signals_before = await signals_received(bystander)
     sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/node-effect")  # while no worker runs
@@ -215,12 +194,7 @@ async def test_a_stopping_worker_hands_its_watch_over_at_once_and_the_next_resum
     )
     running = asyncio.create_task(first.run())
     try:
-        handle = await start_monitor(client, task_queue, changed)
-        bystander = await start_monitor(client, task_queue, quiet)
-        for h in (handle, bystander):
-            await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
-        watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
-        await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, changed, quiet)
     finally:
         async with asyncio.timeout(120):  # the watch would hold it for the hour
             await first.shutdown()
@@ -240,6 +214,20 @@ async def test_a_stopping_worker_hands_its_watch_over_at_once_and_the_next_resum
             assert (await stop(h)).pool_state == "in-pool"
         await watch.terminate("test over")
     assert sim.violations() == []
+
+
+async def monitored_and_checkpointed(
+    client: Client, task_queue: str, changed: str, quiet: str
+) -> tuple[Monitor, Monitor, WorkflowHandle[Any, Any]]:
+    """Monitors of the hosts `changed` and `quiet`, once each knows its DPUs, and the site's watch
+    on `task_queue`, once it has heartbeated a checkpoint (its activity shows heartbeat details)."""
+    handle = await start_monitor(client, task_queue, changed, POLICY)
+    bystander = await start_monitor(client, task_queue, quiet, POLICY)
+    for h in (handle, bystander):
+        await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
+    watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
+    await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+    return handle, bystander, watch
 
 
 async def status_once_polled(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus | None:
@@ -277,12 +265,12 @@ async def test_twenty_monitored_hosts_under_ids_of_any_form_hold_three_watch_str
         hosts = [f"tw-{i:03d}" for i in range(1, count + 1)]
         async with site_worker(client, task_queue, sim20):
             monitors = [
-                await client.start_workflow(
-                    "HostMonitorWorkflow",
-                    HostMonitorInput(host_id=h, site="tw-site", requested_by="test", policy=POLICY),
-                    id=names.monitor_workflow_id(h) if i % 2 else f"{h}-watched-by-{task_queue}",
-                    task_queue=task_queue,
-                    result_type=HostMonitorResult,
+                await start_monitor(
+                    client,
+                    task_queue,
+                    h,
+                    POLICY,
+                    workflow_id=None if i % 2 else f"{h}-watched-by-{task_queue}",
                 )
                 for i, h in enumerate(hosts)
             ]
