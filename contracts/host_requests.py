@@ -2,19 +2,27 @@
 
 A row says everything the callers of an operation request share: the entity's update and its
 payload model, the operation it starts (the `Operation` search attribute, the child's id prefix)
-and the child workflow that runs it, whether an assigned host waits for `approve`, and the words
-of its `metalflow host` command. Read by:
+and the child workflow that runs it, whether an assigned host waits for `approve`, the words
+of its `metalflow host` command, the phases the child shows and the action word of its
+Kubernetes Events. Read by:
 
 - the entity (`workflows/host/workflow.py`): one line per row, `request_x = requested(X)`, makes
   the update handler and its validator, both applying the entity's rules (`workflows/host/state.py`);
 - the typed reference (`contracts/workflow_api.py`): one line per row, `request_x = declared(X)`,
   so a caller's `execute_update` is checked against the row's model and answers `OperationAccepted`;
 - the client (`metalflow/hosts.py`), the CLI (`metalflow/cli/host_requests.py`) and the demo,
-  which loop over the rows.
+  which loop over the rows;
+- `metalflow host list --phase` (`metalflow/cli/host_phases.py`: the entity's `running
+  <operation>` and the child's phases) and the worker's Kubernetes Events
+  (`metalflow/runtime/events.py`: the operation's start and ending, and its host read from the
+  workflow id).
 
 Why the two one-line handlers are not generated from the table too: Temporal registers an update
 only as an attribute of the workflow class, and mypy types only the attributes a class body names.
-`tests/fast/test_host_requests.py` fails until both lines exist for every row.
+`tests/fast/test_host_requests.py` fails until both lines exist for every row;
+`tests/test_host_phases.py` until a row's `phases` are what its child's code enters (and its
+recorded histories show), and `tests/fast/test_entity_operations_everywhere.py` until the phase
+filter and the Events take the row.
 
 Adding a request (say a DPU-only reset): its payload model (contracts/models/host.py, into
 `EntityRequestBody`), the child workflow, a row here, the two lines above, the child's input in
@@ -46,6 +54,18 @@ from contracts.models.host import (
     ResetRequest,
 )
 
+HOST_OPERATION_PHASES: Final = (
+    "resolving-inventory",
+    "registering-dpus",  # provision
+    "deleting-dpus",  # reprovision
+    "waiting-for-hold",
+    "waiting-for-reboot-request",
+    "rebooting-host",
+    "waiting-for-dpf-after-reboot",
+    "manual-intervention-required",
+)
+"""The phases of `HostOperationWorkflow`, which runs both a provision and a reprovision."""
+
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)  # a new payload model joins that union
 FunctionT = TypeVar("FunctionT", bound=Callable[..., Any])
 
@@ -62,6 +82,9 @@ class EntityRequest(Generic[RequestT]):
     command: str  # `metalflow host <command>`
     help: str  # the command's line in `metalflow host --help`
     description: str  # `metalflow host <command> --help`
+    action: str  # the `action` of its Kubernetes Events (`OperationStarted`, `OperationFailed`, ...)
+    phases: tuple[str, ...]  # the phases the child shows while it runs (`host list --phase`)
+    ended: str = "completed"  # the child's planned final phase (the kernel's early ones are apart)
 
     def typed(self, function: FunctionT, returns: type | None) -> FunctionT:
         """`function` (self, request) as an update handler or validator of this row: named after
@@ -81,6 +104,8 @@ PROVISION: Final = EntityRequest(
     command="provision",
     help="register the host's DPUs with DPF and provision them",
     description="Register the host's DPUs with DPF and provision them.",
+    action="Provision",
+    phases=HOST_OPERATION_PHASES,
 )
 REPROVISION: Final = EntityRequest(
     update=REQUEST_REPROVISION_UPDATE,
@@ -91,6 +116,8 @@ REPROVISION: Final = EntityRequest(
     command="reprovision",
     help="reprovision the host's DPUs (delete, DPF recreates)",
     description="Reprovision the host's DPUs (delete, DPF recreates).",
+    action="Reprovision",
+    phases=HOST_OPERATION_PHASES,
 )
 REBOOT: Final = EntityRequest(
     update=REQUEST_REBOOT_UPDATE,
@@ -101,6 +128,9 @@ REBOOT: Final = EntityRequest(
     command="reboot",
     help="reboot the host once (its next boot generation)",
     description="Reboot the host once (its next boot generation).",
+    action="Reboot",
+    phases=("powering", "waiting-for-manual-reboot"),
+    ended="rebooted",
 )
 FIRMWARE: Final = EntityRequest(
     update=REQUEST_FIRMWARE_UPDATE,
@@ -116,6 +146,18 @@ FIRMWARE: Final = EntityRequest(
         "firmware/<id>). DPUs that already run or hold VERSION are not staged again; when every "
         "DPU runs it nothing is rebooted. A host with an instance waits for `metalflow approve`."
     ),
+    action="Firmware",
+    phases=(
+        "resolving-inventory",
+        "reading-versions",
+        "staging",
+        "waiting-for-dpf-idle",
+        "power-cycling",
+        "waiting-for-host",
+        "waiting-for-dpus",
+        "verifying",
+    ),
+    ended="done",
 )
 REMOVAL: Final = EntityRequest(
     update=REQUEST_REMOVAL_UPDATE,
@@ -132,6 +174,9 @@ REMOVAL: Final = EntityRequest(
         "others keep running. A delete cannot be taken back. A host with an instance waits for "
         "`metalflow approve`."
     ),
+    action="Remove",
+    phases=("resolving-inventory", "deleting", "force-deleting", "waiting-until-gone"),
+    ended="done",
 )
 RESET: Final = EntityRequest(
     update=REQUEST_RESET_UPDATE,
@@ -149,6 +194,16 @@ RESET: Final = EntityRequest(
         "back to its OS, then the host powered on. --host: one host power cycle. --both: --all-dpus "
         "--full. Refused while a DPU installs or another operation runs; a host with an instance "
         "waits for `metalflow approve`."
+    ),
+    action="Reset",
+    phases=(
+        "resolving-inventory",
+        "checking-dpf",
+        "powering-host-off",
+        "resetting-dpu",
+        "waiting-for-dpu-os",
+        "powering-host-on",
+        "rebooting-host",
     ),
 )
 

@@ -1,9 +1,11 @@
 """`host list --phase` takes the phases hosts can be in (metalflow/cli/host_phases.py), and only them.
 
-The list is held to the workflows that own the words: every phase their code enters (read from
-their source, the way a reviewer would) and every phase their recorded histories show must be in
-it, and every word in it must be entered somewhere; a refused phase is refused before anything
-connects. No server: under a second.
+The list is read from the requests' table (`contracts.host_requests`): each row names the phases
+its child workflow shows. Here the rows are held to the workflows that own the words, each
+child's package found from its row: every phase its code enters (read from its source, the way a
+reviewer would) and every phase its recorded histories show must be its row's, and every word of
+a row must be entered by its child; a refused phase is refused before anything connects. No
+server: under a second.
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_support import run_metalflow
+from temporalio import workflow
 
-from metalflow.cli.host_phases import ENDINGS, ENTITY_PHASES, KNOWN_PHASES, OPERATION_PHASES
+import workflows
+from contracts.host_requests import ENTITY_REQUESTS, EntityRequest
+from metalflow.cli.host_phases import EARLY_ENDINGS, ENDINGS, ENTITY_PHASES, KNOWN_PHASES, OPERATION_PHASES
 
 ROOT = Path(__file__).resolve().parent.parent
-# The workflows of an entity's operations, and how each shows a phase (the phase is the first
-# argument, or the second of `_read_versions`; `finish` is the kernel's planned end).
-OPERATION_MODULES = ("host_operation", "firmware", "removal", "host_reboot")
+# How each workflow shows a phase (the phase is the first argument, or the second of
+# `_read_versions`; `finish` is the kernel's planned end).
 PHASE_CALLS = {
     "enter": 0,
     "enter_phase": 0,
@@ -36,7 +41,20 @@ PHASE_CALLS = {
     "await_decision": 0,
     "_read_versions": 1,
 }
-OPERATION_TYPES = {"HostOperationWorkflow", "FirmwareWorkflow", "HostRemovalWorkflow", "HostRebootWorkflow"}
+
+
+def _package_of(workflow_type: str) -> str:
+    """The package under workflows/ of a registered workflow type (e.g. `host_reset`)."""
+    (cls,) = [c for c in workflows.ALL if workflow._Definition.must_from_class(c).name == workflow_type]
+    return cls.__module__.split(".")[1]
+
+
+# The workflows of an entity's operations, read from the requests' table: a new row is held here
+# without an edit. Each package, with the rows whose child it is.
+OPERATIONS: dict[str, list[EntityRequest[Any]]] = {}
+for _row in ENTITY_REQUESTS:
+    OPERATIONS.setdefault(_package_of(_row.child), []).append(_row)
+OPERATION_TYPES = {row.child for row in ENTITY_REQUESTS}
 
 
 def _sources(name: str) -> list[tuple[str, Path]]:
@@ -75,44 +93,51 @@ def _entered(name: str) -> tuple[set[str], set[str]]:
     return words, variables
 
 
-def test_every_phase_an_operation_enters_is_known() -> None:
-    entered: set[str] = set()
-    variables: dict[str, set[str]] = {}
-    for module_name in OPERATION_MODULES:
-        words, names_passed = _entered(module_name)
-        entered |= words
-        variables[module_name] = names_passed
-    # The variables: the wrappers' own parameter (`phase`), `kernel.ending`'s final phases, and
-    # removal's delete verb; anything new must be read here too.
-    assert variables == {
-        "host_operation": {"phase"},
-        "firmware": {"phase"},
-        "removal": {"verb"},
-        "host_reboot": set(),
-    }
-    removal = (ROOT / "workflows" / "removal" / "workflow.py").read_text()
-    assert 'verb = "force-deleting" if force else "deleting"' in removal
-    entered |= {"force-deleting", "deleting"}
-    kernel_words, _ = _entered("kernel")  # the kernel's own phases (none but its parameters)
-    entered |= kernel_words
+def _kernel_endings() -> set[str]:
+    """The final phases `kernel.ending` gives a run that ends early, read from its source."""
     ending = ast.parse((ROOT / "workflows" / "kernel.py").read_text())
     (function,) = [n for n in ast.walk(ending) if isinstance(n, ast.FunctionDef) and n.name == "ending"]
-    endings = {
+    return {
         n.value.elts[0].value
         for n in ast.walk(function)
         if isinstance(n, ast.Return)
         and isinstance(n.value, ast.Tuple)
         and isinstance(n.value.elts[0], ast.Constant)
     }
-    assert endings == {"cancelled", "aborted", "failed"}
-    entered |= endings
-    assert entered - OPERATION_PHASES == set(), "phases missing from metalflow/cli/host_phases.py"
-    assert OPERATION_PHASES - entered == set(), "phases no operation enters"
+
+
+def test_every_phase_an_operation_enters_is_its_rows() -> None:
+    variables: dict[str, set[str]] = {}
+    kernel_words, _ = _entered("kernel")  # the kernel's own phases (none but its parameters)
+    endings = _kernel_endings()
+    assert endings == set(EARLY_ENDINGS)
+    for package, rows in OPERATIONS.items():
+        entered, variables[package] = _entered(package)
+        if package == "removal":  # its delete verb, a variable
+            removal = (ROOT / "workflows" / "removal" / "workflow.py").read_text()
+            assert 'verb = "force-deleting" if force else "deleting"' in removal
+            entered |= {"force-deleting", "deleting"}
+        declared = {phase for row in rows for phase in (*row.phases, row.ended)}
+        assert entered - declared == set(), f"phases of workflows/{package} missing from its row"
+        assert declared - entered == set(), f"phases of the row no code of workflows/{package} enters"
+        assert {row.ended for row in rows} <= entered
+    # The variables: the wrappers' own parameter (`phase`) and removal's delete verb; anything new
+    # must be read here too.
+    assert {package: names for package, names in variables.items() if names} == {
+        "host_operation": {"phase"},
+        "firmware": {"phase"},
+        "removal": {"verb"},
+    }
+    every = (
+        kernel_words
+        | endings
+        | {p for rows in OPERATIONS.values() for r in rows for p in (*r.phases, r.ended)}
+    )
+    assert every == OPERATION_PHASES
     assert ENDINGS <= OPERATION_PHASES
 
 
 def test_the_entity_phases_are_the_entitys() -> None:
-    from contracts.host_requests import ENTITY_REQUESTS
     from workflows.host.state import AWAITING_APPROVAL, IDLE
 
     source = (ROOT / "workflows" / "host" / "state.py").read_text()
@@ -137,9 +162,12 @@ def test_every_phase_in_the_recorded_histories_is_known() -> None:
             if phase:
                 seen.setdefault(kind, set()).add(json.loads(base64.b64decode(phase["data"])))
     assert seen["HostWorkflow"] <= ENTITY_PHASES, seen["HostWorkflow"]
-    shown = set().union(*(seen[kind] for kind in OPERATION_TYPES))
-    assert shown - OPERATION_PHASES == set()
-    assert "rebooting-host" in shown and "waiting-until-gone" in shown  # the histories were read
+    for kind in OPERATION_TYPES:
+        rows = [row for row in ENTITY_REQUESTS if row.child == kind]
+        declared = EARLY_ENDINGS | {phase for row in rows for phase in (*row.phases, row.ended)}
+        assert seen.get(kind, set()) - declared == set(), f"{kind}'s histories show phases its row lacks"
+    shown = set().union(*(seen.get(kind, set()) for kind in OPERATION_TYPES))
+    assert {"rebooting-host", "waiting-until-gone", "powering-host-off"} <= shown  # the histories were read
 
 
 @pytest.fixture

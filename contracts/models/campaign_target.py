@@ -27,9 +27,11 @@ class TargetKind(StrEnum):
     FIRMWARE = "firmware"
 
 
-EntityRequest = Literal["reprovision", "firmware"]
-"""The host entity's request a campaign makes, also the operation's name (`names.REPROVISION`,
-`names.FIRMWARE`: its workflow id `<operation>/<host>`)."""
+RequestedOperation = Literal["reprovision", "firmware"]
+"""The host entity's operation a campaign kind asks each host for: the `operation` of a row of
+`contracts.host_requests.ENTITY_REQUESTS` (`names.REPROVISION`, `names.FIRMWARE`: its workflow id
+`<operation>/<host>`). Not `EntityRequest`: that is the row itself, a dataclass.
+tests/fast/test_campaign_targets_table.py holds the two together."""
 
 AtTarget = Literal["never", "dpf", "bmc"]
 """How a host reads at the target: never (a reprovision has no such state), from DPF's DPUs
@@ -43,7 +45,7 @@ class KindSpec:
     help: str  # the CLI's help for its option
     value: str = ""  # what `CampaignTarget.value` names, in words ("": the kind takes no value)
     metavar: str = ""  # the CLI's placeholder for the value
-    request: EntityRequest = "reprovision"
+    request: RequestedOperation = "reprovision"  # the entity operation it asks each host for
     at_target: AtTarget = "never"
     dpu_field: str = ""  # at_target "dpf": the DPU's `spec` field that names the value
     installed_file: str = ""  # at_target "dpf": the DPU `status` field naming the file DPF installed,

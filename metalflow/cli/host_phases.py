@@ -1,59 +1,38 @@
 """Every phase `metalflow host list --phase P` can match: a host entity's, and its operations'.
 
 The workflows own these words (the `Phase` search attribute they upsert through
-`workflows.kernel.enter_phase`): the entity (`workflows/host/state.py`), provision and reprovision
-(`workflows/host_operation/`), firmware (`firmware/`), removal (`removal/`) and `host reboot`
-(`host_reboot/`). They are listed here so that `--phase` refuses a word no host
-can be in before it connects, naming the words it takes, instead of listing nothing.
-`tests/test_host_phases.py` holds this list to the workflows: every phase their code enters and
-every phase their recorded histories show must be here, and every word here must be entered
-somewhere. Monitors (`monitor/host-<id>`) are not an entity's children, so `host list` never shows
-their phases. No cost at run time: a frozenset lookup while the arguments are parsed.
+`workflows.kernel.enter_phase`): the entity (`workflows/host/state.py`) and the child workflow of
+each operation request. Each request's row (`contracts.host_requests.ENTITY_REQUESTS`) names its
+operation and the phases its child shows, so every list here is read from the table: a new row is
+taken without an edit here. They are listed so that `--phase` refuses a word no host can be in
+before it connects, naming the words it takes, instead of listing nothing.
+`tests/test_host_phases.py` holds the rows to the workflows: every phase a child's code enters
+and every phase the recorded histories show must be its row's, and every word of a row must be
+entered by its child. Monitors (`monitor/host-<id>`) are not an entity's children, so `host list`
+never shows their phases. No cost at run time: a frozenset lookup while the arguments are parsed.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from contracts import names
+from contracts.host_requests import ENTITY_REQUESTS
 from contracts.validation import safe
 
-ENTITY_OPERATIONS: Final = (names.PROVISION, names.REPROVISION, names.FIRMWARE, names.REMOVE, names.REBOOT)
+ENTITY_OPERATIONS: Final = tuple(kind.operation for kind in ENTITY_REQUESTS)
 
 ENTITY_PHASES: Final = frozenset(
     {"idle", "awaiting-approval", *(f"running {operation}" for operation in ENTITY_OPERATIONS)}
 )
 """A host entity's phase: idle, holding a request for approval, or running one operation."""
 
-ENDINGS: Final = frozenset({"completed", "done", "rebooted", "failed", "aborted", "cancelled"})
+EARLY_ENDINGS: Final = frozenset({"failed", "aborted", "cancelled"})
+"""The kernel's final phases of a run that ends early (`workflows.kernel.ending`)."""
+
+ENDINGS: Final = EARLY_ENDINGS | {kind.ended for kind in ENTITY_REQUESTS}
 """Final phases: an operation shows one while its last handlers finish, just before it closes."""
 
-OPERATION_PHASES: Final = ENDINGS | {
-    # provision, reprovision
-    "resolving-inventory",
-    "registering-dpus",
-    "deleting-dpus",
-    "waiting-for-hold",
-    "waiting-for-reboot-request",
-    "rebooting-host",
-    "waiting-for-dpf-after-reboot",
-    "manual-intervention-required",
-    # firmware
-    "reading-versions",
-    "staging",
-    "waiting-for-dpf-idle",
-    "power-cycling",
-    "waiting-for-host",
-    "waiting-for-dpus",
-    "verifying",
-    # remove
-    "deleting",
-    "force-deleting",
-    "waiting-until-gone",
-    # host reboot
-    "powering",
-    "waiting-for-manual-reboot",
-}
+OPERATION_PHASES: Final = ENDINGS | {phase for kind in ENTITY_REQUESTS for phase in kind.phases}
 """The phases of an operation in flight on a host (its `Operation` is one of ENTITY_OPERATIONS)."""
 
 KNOWN_PHASES: Final = ENTITY_PHASES | OPERATION_PHASES

@@ -14,7 +14,7 @@ Events on or off.
 | host reboot: `powering` | `PowerCycleIssued` (Normal) |
 | host reboot: `waiting-for-manual-reboot` | `ManualRebootRequired` (Warning) |
 | host operation: `manual-intervention-required` | `ManualInterventionRequired` (Warning) |
-| host operation (or a `host reboot`): ended | `OperationSucceeded`, `OperationFailed`, `OperationAborted` |
+| any entity operation (a row's child): ended | `OperationSucceeded`, `OperationFailed`, `OperationAborted` |
 | monitor: `host-out-of-pool` (services down) | `DPUOutOfPool` (Warning) |
 | monitor: back to `watching` (services up) | `DPUBackInPool` (Normal) |
 | monitor: `unplanned-reset` (a Ready DPU reset that no operation explains) | `UnplannedReset` (Warning) |
@@ -27,12 +27,13 @@ its PodCliqueSet. Failed and aborted endings are Warnings, the rest Normal; a ma
 intervention's note is its reason.
 
 Every Event has `reportingController: metalflow`, `reportingInstance: metalflow-<hostname>`
-(client-go's `NewRecorder` convention), `action` the operation (`Reprovision`, `PowerCycle`,
-...), the phase's details as `note` (at most 1,024 characters, the API's limit), and the
-workflow id as the note's last words. A reboot run inside an operation reports its power cycle
-only (its ending is the operation's). A campaign is no Kubernetes object and its hosts' Events
-carry their own: the API accepts an Event regarding nothing only in `default` or `kube-system`
-(pkg/apis/core/validation/events.go), so campaign Events go to `default`.
+(client-go's `NewRecorder` convention), `action` the operation (its row's `action`:
+`Reprovision`, `Reset`, ...; `PowerCycle` for a reboot's cycle), the phase's details as `note`
+(at most 1,024 characters, the API's limit), and the workflow id as the note's last words. A
+reboot run inside an operation reports its power cycle only (its ending is the operation's). A
+campaign is no Kubernetes object and its hosts' Events carry their own: the API accepts an Event
+regarding nothing only in `default` or `kube-system` (pkg/apis/core/validation/events.go), so
+campaign Events go to `default`.
 
 Deduplication: like client-go's events broadcaster (tools/events/event_broadcaster.go), an Event
 isomorphic to one written in the last 6 minutes (same regarding, reason, type, action, reporting
@@ -68,6 +69,7 @@ from typing import Any
 
 from contracts import events, names
 from contracts.events import PhaseChange
+from contracts.host_requests import ENTITY_REQUESTS, REBOOT
 from contracts.models.dpf import DPF_VERSION, PROVISIONING_GROUP
 from contracts.models.grove import GROVE_GROUP, GROVE_VERSION
 from drivers.kube_events import EventWriter
@@ -87,25 +89,23 @@ WRITE_ATTEMPTS = 3
 NOTE_LIMIT = 1024
 CAMPAIGN_NAMESPACE = "default"
 
-OPERATION_WORKFLOWS = {"HostOperationWorkflow", "FirmwareWorkflow", "HostRemovalWorkflow"}
+# Every entity operation is a row of the requests' table: its child workflow, its planned final
+# phase and its action word are read from there, so a new row reports its start and its ending.
+OPERATION_WORKFLOWS = {kind.child for kind in ENTITY_REQUESTS} - {REBOOT.child}  # a reboot: below
 ENDINGS = {
-    "completed": ("OperationSucceeded", "Normal"),
-    "done": ("OperationSucceeded", "Normal"),
-    "rebooted": ("OperationSucceeded", "Normal"),
+    **{kind.ended: ("OperationSucceeded", "Normal") for kind in ENTITY_REQUESTS},
     "failed": ("OperationFailed", "Warning"),
     "aborted": ("OperationAborted", "Warning"),
     "cancelled": ("OperationAborted", "Warning"),
 }
 ACTIONS = {
-    names.PROVISION: "Provision",
-    names.REPROVISION: "Reprovision",
-    names.FIRMWARE: "Firmware",
-    names.REBOOT: "Reboot",
-    names.REMOVE: "Remove",
+    **{kind.operation: kind.action for kind in ENTITY_REQUESTS},
     names.MONITOR: "Monitor",
     names.ROLLOUT: "Rollout",
     names.CAMPAIGN_OPERATION: "Campaign",
 }
+HOST_KEYED = frozenset({names.HOST, *(kind.operation for kind in ENTITY_REQUESTS)})
+"""The first word of a workflow id followed by the host's id (`host/<id>`, `<operation>/<id>`)."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,8 @@ class EventSpec:
 
 def host_of(change: PhaseChange) -> str | None:
     """The host a workflow is about: its `HostId`, else read from its id (`host/<id>`,
-    `reprovision/<id>`, `reboot/<id>/generation-<n>`, `monitor/host-<id>`)."""
+    `<operation>/<id>` for every entity operation, `reboot/<id>/generation-<n>`,
+    `monitor/host-<id>`)."""
     if change.host_id:
         return change.host_id
     parts = change.workflow_id.split("/")
@@ -139,14 +140,7 @@ def host_of(change: PhaseChange) -> str | None:
         return None
     if parts[0] == names.MONITOR:
         return parts[1].removeprefix("host-")
-    if parts[0] in (
-        names.HOST,
-        names.PROVISION,
-        names.REPROVISION,
-        names.FIRMWARE,
-        names.REMOVE,
-        names.REBOOT,
-    ):
+    if parts[0] in HOST_KEYED:
         return parts[1]
     return None
 

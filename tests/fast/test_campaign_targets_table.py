@@ -5,12 +5,14 @@ the rest reads it: the target's checks and words, and the CLI's options and refu
 from __future__ import annotations
 
 import argparse
+import typing
 
 import pytest
 from pydantic import ValidationError
 
+from contracts.host_requests import ENTITY_REQUESTS
 from contracts.models.campaign import KINDS, CampaignTarget, TargetKind
-from contracts.models.campaign_target import kind_of_field, pointing_kinds
+from contracts.models.campaign_target import RequestedOperation, kind_of_field, pointing_kinds
 from metalflow.cli.campaign_options import add_options, campaign_input
 
 
@@ -55,6 +57,15 @@ def test_the_cli_takes_each_kind_by_its_row(kind: TargetKind) -> None:
             match=f"--canary-deployment goes with {' or '.join(f'--{k}' for k in pointing_kinds())}",
         ):
             campaign_input("fleet", _args(*argv, "--canary-deployment", "c"))
+
+
+def test_each_operation_a_kind_asks_for_is_a_row_of_the_entitys_requests() -> None:
+    # The models sit below the table (its rows name their payload models), so campaign_target.py
+    # cannot read it: the Literal is held to it here. A kind never asks for an operation the
+    # entity lacks.
+    operations = {row.operation for row in ENTITY_REQUESTS}
+    assert set(typing.get_args(RequestedOperation)) <= operations
+    assert {spec.request for spec in KINDS.values()} == set(typing.get_args(RequestedOperation))
 
 
 def test_a_missing_target_names_every_kind() -> None:
