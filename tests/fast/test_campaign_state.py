@@ -490,3 +490,50 @@ def test_the_hosts_page_names_each_outcome_its_reason_and_operation() -> None:
     assert (
         views.hosts_page(state, HostsQuery(outcome="failed"), firmware).hosts[0].workflow_id == "firmware/h2"
     )
+
+
+def test_a_deployment_due_with_no_host_left_to_run_waits_for_its_window_on_an_alarm() -> None:
+    """Found by the model (test_campaign_model.py): every host left out, the whole deployment
+    asked for, outside the window: the change is due and no host pends, so no alarm was set
+    and the campaign waited for nothing."""
+    state = _deployment_state(2, ())
+    state.canary_passed = True  # canary 0: both deployments are due at once
+    for host_id in ("h0", "h1"):
+        state.skip(host_id, "instance assigned")
+    night = (Window(days=(5,), start_minute=180, end_minute=240),)  # Saturday 03:00-04:00
+    step = state.next_step(NOW, _input(windows=night))
+    assert step.phase[0] == OUTSIDE_WINDOW and not step.over and state.due_points() == [0, 1]
+    assert state.wake(NOW, night) == (NOW + timedelta(hours=1), "the maintenance window opens")
+    assert state.liveness(NOW, night) == ("timer", "at 2026-11-28T03:00:00Z: the maintenance window opens")
+
+
+def test_a_canary_host_may_not_be_skipped_and_a_skipped_one_stops_a_second_canary() -> None:
+    """A failed canary host skipped would let the fleet's deployment be pointed after a failed
+    canary; one skipped by its entity (an instance assigned since) would turn Outdated again when
+    the canary's deployment, put back after a failure, is pointed again by `retry_failed`."""
+    state = _deployment_state(4, ("h0", "h1"))
+    state.changes[0] = state.changes[0].model_copy(update={"pointed_at": NOW})
+    _answer(state, {"h0": "started", "h1": "assigned"})
+    assert state.skip_refusal("h2") is not None, "a fleet host waits for its deployment to be pointed"
+    _end(state, "h0", "failed: DPU in Error")
+    assert state.skip_refusal("h0") is not None, "a failed canary host is retried or the campaign aborted"
+    state.end_batch_if_done(now=NOW, soak_seconds=0)
+    state.changes[0] = state.changes[0].model_copy(update={"restored_at": NOW})  # put back (canary_restore)
+    state.retry_failed()
+    step = state.next_step(NOW, _input())
+    assert step.over and state.outcome() == "stopped" and step.point == []
+    assert (
+        state.stopped_reason is not None
+        and "selects h1, skipped since it was first pointed" in state.stopped_reason
+    )
+
+
+def test_a_canary_host_whose_ask_is_refused_fails_the_canary() -> None:
+    """Found by the model: a refused canary host never started, so it did not count for the
+    canary, and one done host let the fleet's deployment be pointed after a failed canary."""
+    state = _deployment_state(4, ("h0", "h1"))
+    _answer(state, {"h0": "started", "h1": "refused"}, budget=FailureBudget(max_failures=5))
+    _end(state, "h0", "completed")
+    assert state.canary_verdict() == "failed"
+    assert state.end_batch_if_done(now=NOW, soak_seconds=0) == "the canary failed on h1"
+    assert not state.canary_passed and state.due_points() == [0], "the canary's only, never the fleet's"

@@ -81,7 +81,14 @@ class DeploymentLedger(HostLedger):
         return next((c for c in self.changes if c.role == role), None)
 
     def skip_blocked(self, host_id: str, whole_deployment: bool) -> str | None:
-        """Why an operator may not skip this host now: its deployment is not pointed yet."""
+        """Why an operator may not skip this host now: it is a host of the deployment canary
+        while it runs (its verdict counts it: a failed one skipped would let the fleet's
+        deployment be pointed after a failed canary), or its deployment is not pointed yet."""
+        if host_id in self.canary_pool and not self.canary_passed:
+            return (
+                f"host {host_id} is a canary host (DPUDeployment canary pool): the canary's verdict counts "
+                "it; `retry-failed` runs a failed one again, `abort` ends the campaign"
+            )
         change = self.covering(host_id)
         if whole_deployment or change is None or (change.pointed_at and not change.restored_at):
             return None
@@ -89,6 +96,23 @@ class DeploymentLedger(HostLedger):
             f"host {host_id} is selected by DPUDeployment {change.deployment}, which the campaign has "
             f"not pointed yet: skipped, it would turn Outdated once {change.deployment} is pointed "
             f"at {change.field} {change.value}; abort the campaign instead"
+        )
+
+    def repoint_blocked(self, index: int) -> str | None:
+        """Why a change put back may not be pointed again: its deployment selects a host skipped
+        since it was first pointed (its entity refused it: an instance assigned since), which
+        pointing it again would turn Outdated. Only the canary's is ever pointed again (after a
+        failed canary, `retry_failed`)."""
+        change = self.changes[index]
+        if change.role != "canary" or change.restored_at is None:
+            return None
+        skipped = [h for h in self.canary_pool if self.state(h) == "s"]
+        if not skipped:
+            return None
+        return (
+            f"the canary cannot run again: DPUDeployment {change.deployment} selects "
+            f"{', '.join(skipped[:10])}, skipped since it was first pointed; pointing it again would "
+            "turn them Outdated; abort, or start again without them"
         )
 
     def outdated_note(self, host_id: str) -> str:

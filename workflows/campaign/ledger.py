@@ -158,7 +158,7 @@ class HostLedger(CampaignProgress):
         self.failed += 1
         self.failures_total += 1
         self.attempts_total += 1
-        if host_id in self.canary_hosts and not self.canary_passed:
+        if self._in_canary(host_id):
             self.canary_failed += 1
         name_recent(self.recent_failed, host_id, reason)
 
@@ -166,8 +166,18 @@ class HostLedger(CampaignProgress):
         self._set(host_id, S.DONE)
         self.done += 1
         self.attempts_total += 1
-        if host_id in self.canary_hosts and not self.canary_passed:
+        if self._in_canary(host_id):
             self.canary_done += 1
+
+    def _in_canary(self, host_id: str) -> bool:
+        """Whether the host's end counts for the canary: the canary runs (batch 0, where only its
+        hosts start) and it is one of them; one whose ask was refused counts too (it never
+        started: a refused canary host is a failed canary, not one that proved nothing)."""
+        if self.canary_passed or self.batch != 0:
+            return False
+        if host_id not in self.canary_hosts:
+            self.canary_hosts.append(host_id)
+        return True
 
     def skip_unstarted(self, reason: str) -> int:
         """An ended campaign's hosts not started (aborted, stopped): skipped. Returns how many."""

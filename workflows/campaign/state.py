@@ -325,6 +325,9 @@ class CampaignState(OperatorControls):
         starts, the deployments due and the hosts to start."""
         self.requeue_due(now)
         halt = self.end_batch_if_done(now=now, soak_seconds=start.soak_seconds)
+        for index in self.due_points():
+            if (refusal := self.repoint_blocked(index)) is not None and self.stopped_reason is None:
+                self.stopped_reason = refusal
         restore = self.canary_restore()
         if restore and (start.policy.keep_changes or self.keep_changes):
             for index in restore:
