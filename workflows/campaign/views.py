@@ -38,6 +38,8 @@ def status(state: CampaignState, name: str, start: CampaignInput, now: datetime)
     waiting_on, waiting_for = state.liveness(now, windows) or ("", "")
     if state.phase in ENDED_PHASES:
         waiting_on, waiting_for = "ended", state.phase
+    elif not state.roster.ids:  # before its admission: nothing decided yet
+        waiting_on, waiting_for = "in-flight", "its selection, claims and deployments being read"
     return CampaignStatus(
         name=name,
         target=start.target.describe(),
