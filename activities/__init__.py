@@ -92,9 +92,10 @@ def build_activities(
             campaign.request_campaign_hosts,
             campaign.sweep_campaign_hosts,
             campaign.abort_campaign_hosts,
-            campaign.prepare_campaign_deployments,
+            campaign.read_campaign_deployments,
             campaign.point_campaign_deployment,
             campaign.claim_campaign_hosts,
+            campaign.record_campaign_changes,
             campaign.release_campaign_hosts,
         ]
     return found

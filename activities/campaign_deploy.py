@@ -1,10 +1,11 @@
 """What a BFB or flavor campaign changes outside its hosts: the DPUDeployments it points, mixed
 into `CampaignActivities` (activities/campaign.py).
 
-`prepare_campaign_deployments` checks each deployment before anything changes and reads its
-current value (`drivers.campaign.Fleet.prepare_deployments`, which `metalflow campaign plan`
-calls too). `point_campaign_deployment` points one (its strategy checked again: still OnDelete)
-or puts its previous value back.
+`read_campaign_deployments` reads each deployment before anything changes: its strategy, current
+value and the hosts it selects (`drivers.campaign.Fleet.read_deployments`, which `metalflow
+campaign plan` and `start` call too; the campaign's admission decides on it).
+`point_campaign_deployment` points one (its strategy checked again: still OnDelete) or puts its
+previous value back.
 
 Cost: per point or restore one get and one conditional edit (plus one get of the BFB or flavor).
 """
@@ -16,7 +17,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 
 from contracts.errors import InvalidInput
-from contracts.models.campaign import DeploymentChange, DeploymentsInput, DeploymentsResult, PointInput
+from contracts.models.campaign import DeploymentChange, DeploymentsInput, DeploymentsRead, PointInput
 from contracts.models.campaign_target import kind_of_field
 from drivers import campaign as fleet
 from drivers.inventory import Inventory
@@ -31,14 +32,10 @@ class CampaignDeployments:
     kube: Kube
     redfish: RedfishClient | None
 
-    @activity.defn(name="prepare_campaign_deployments")
-    async def prepare_campaign_deployments(self, request: DeploymentsInput) -> DeploymentsResult:
-        """The changes a BFB or flavor campaign will make; changes nothing.
-
-        Raises:
-            InvalidInput: What is wrong with a deployment (`Fleet.prepare_deployments`).
-        """
-        return await fleet.Fleet(self.inventory, self.kube).prepare_deployments(request)
+    @activity.defn(name="read_campaign_deployments")
+    async def read_campaign_deployments(self, request: DeploymentsInput) -> DeploymentsRead:
+        """The deployments a BFB or flavor campaign would point, as read; changes nothing."""
+        return await fleet.Fleet(self.inventory, self.kube).read_deployments(request)
 
     @activity.defn(name="point_campaign_deployment")
     async def point_campaign_deployment(self, request: PointInput) -> DeploymentChange:

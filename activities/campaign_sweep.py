@@ -29,18 +29,25 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.heartbeat import heartbeating
-from contracts.errors import OperationAborted, OperationStarted, matches
+from contracts.errors import OperationAborted, OperationInstalling, OperationStarted, matches
 from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.campaign import (
+    AbortAnswer,
     AbortHostsInput,
+    AbortHostsResult,
     Failure,
     HostFinished,
     InFlight,
     SweepInput,
     SweepResult,
 )
-from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorRequest
-from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, HostStatus, WithdrawRequest
+from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer
+from contracts.models.host import (
+    MANUAL_INTERVENTION_REQUIRED,
+    HostStatus,
+    OperationAbortRequest,
+    WithdrawRequest,
+)
 from contracts.wording import aborted_outcome
 from contracts.workflow_api import HostWorkflow
 
@@ -131,12 +138,13 @@ class CampaignSweep:
         return await _closed_outcome(handle, described.status)
 
     @activity.defn(name="abort_campaign_hosts")
-    async def abort_campaign_hosts(self, request: AbortHostsInput) -> None:
+    async def abort_campaign_hosts(self, request: AbortHostsInput) -> AbortHostsResult:
         """Withdraw each request awaiting approval from its host's entity (`withdraw`: it ends
         unstarted, and the entity tells the campaign), then send `abort` to each operation, and
-        to a withdrawn one that was approved and started meanwhile. One that already ended or
-        refuses is left as it is. Cost: one update per host (two for an approval raced)."""
-        body = OperatorRequest(requested_by=request.requested_by, reason=request.reason)
+        to a withdrawn one that was approved and started meanwhile, with `finish_installing`: one
+        whose DPUs already install refuses and finishes its reboot round. Answers how each took
+        it; one that already ended or refuses otherwise is left as it is (logged). Cost: one
+        update per host (two for an approval raced)."""
         started = []
         for flight in request.withdraw:
             withdraw = WithdrawRequest(
@@ -151,12 +159,32 @@ class CampaignSweep:
                     activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, refused)
             except (EntityMissing, RPCError) as err:
                 activity.logger.info("request %s not withdrawn: %s", flight.workflow_id, err)
-        for workflow_id in (*request.workflow_ids, *started):
-            handle = self.temporal.get_workflow_handle(workflow_id)
-            try:
-                await handle.execute_update(ABORT_UPDATE, body)
-            except (WorkflowUpdateFailedError, RPCError) as err:
-                activity.logger.info("abort of %s not sent: %s", workflow_id, err)
+        body = OperationAbortRequest(
+            requested_by=request.requested_by,
+            reason=request.reason,
+            finish_installing=request.finish_installing,
+        )
+        answers = [
+            await self._abort_one(workflow_id, body) for workflow_id in (*request.workflow_ids, *started)
+        ]
+        return AbortHostsResult(answers=tuple(a for a in answers if a is not None))
+
+    async def _abort_one(self, workflow_id: str, body: OperationAbortRequest) -> AbortAnswer | None:
+        """Send one operation the campaign's abort: how it took it (None: unknown, logged)."""
+        host_id = workflow_id.rsplit("/", 1)[-1]
+        handle = self.temporal.get_workflow_handle(workflow_id)
+        try:
+            answer = await handle.execute_update(ABORT_UPDATE, body, result_type=OperatorAnswer)
+        except WorkflowUpdateFailedError as err:
+            if matches(err.cause, OperationInstalling):  # the update's failure is its cause
+                words = str(err.cause.message if isinstance(err.cause, ApplicationError) else err.cause)
+                return AbortAnswer(host_id=host_id, workflow_id=workflow_id, answer="finishing", words=words)
+            activity.logger.info("abort of %s not taken: %s", workflow_id, err.cause)
+            return None
+        except RPCError as err:
+            activity.logger.info("abort of %s not sent: %s", workflow_id, err)
+            return AbortAnswer(host_id=host_id, workflow_id=workflow_id, answer="ended", words=str(err))
+        return AbortAnswer(host_id=host_id, workflow_id=workflow_id, answer="aborted", words=answer.message)
 
 
 def _recorded(status: HostStatus | None, flight: InFlight) -> str | None:

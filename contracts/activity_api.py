@@ -31,16 +31,18 @@ from contracts.models.bmc_lease import (
 )
 from contracts.models.campaign import (
     AbortHostsInput,
+    AbortHostsResult,
     CheckHostsInput,
     CheckHostsResult,
     ClaimInput,
     ClaimResult,
     DeploymentChange,
     DeploymentsInput,
-    DeploymentsResult,
+    DeploymentsRead,
     HostRequestsInput,
     HostRequestsResult,
     PointInput,
+    RecordInput,
     ReleaseInput,
     SelectHostsInput,
     SelectHostsResult,
@@ -255,7 +257,8 @@ async def find_host_operation(request: OwnerOperationInput) -> OwnerOperationRes
 # -- campaigns -------------------------------------------------------------------------------------------
 @activity.defn(name="select_campaign_hosts")
 async def select_campaign_hosts(request: SelectHostsInput) -> SelectHostsResult:
-    """The hosts of a campaign's selection, from the inventory (InvalidInput if none or unknown)."""
+    """The hosts of a campaign's selection, from the inventory (InvalidInput if none or unknown),
+    and what was read of them (unknown to DPF, assigned, the site's rules broken)."""
     _declared_only("select_campaign_hosts")
 
 
@@ -279,16 +282,17 @@ async def sweep_campaign_hosts(request: SweepInput) -> SweepResult:
 
 
 @activity.defn(name="abort_campaign_hosts")
-async def abort_campaign_hosts(request: AbortHostsInput) -> None:
-    """Send `abort` to each running host operation."""
+async def abort_campaign_hosts(request: AbortHostsInput) -> AbortHostsResult:
+    """Withdraw the requests awaiting approval and send `abort` to each running host operation;
+    how each took it (one whose DPUs install refuses and finishes its reboot round)."""
     _declared_only("abort_campaign_hosts")
 
 
-@activity.defn(name="prepare_campaign_deployments")
-async def prepare_campaign_deployments(request: DeploymentsInput) -> DeploymentsResult:
-    """Check the DPUDeployments a BFB or flavor campaign will point (strategy OnDelete, hosts
-    covered) and read their current values; changes nothing (InvalidInput naming what is wrong)."""
-    _declared_only("prepare_campaign_deployments")
+@activity.defn(name="read_campaign_deployments")
+async def read_campaign_deployments(request: DeploymentsInput) -> DeploymentsRead:
+    """The DPUDeployments a BFB or flavor campaign would point, as read (strategy, value, the
+    roster's hosts each selects, those outside it); decides nothing, changes nothing."""
+    _declared_only("read_campaign_deployments")
 
 
 @activity.defn(name="point_campaign_deployment")
@@ -299,8 +303,15 @@ async def point_campaign_deployment(request: PointInput) -> DeploymentChange:
 
 @activity.defn(name="claim_campaign_hosts")
 async def claim_campaign_hosts(request: ClaimInput) -> ClaimResult:
-    """Claim the hosts in the campaign registry; those another running campaign holds, by holder."""
+    """Claim the hosts and deployments in the campaign registry; those another running campaign
+    holds, by holder; the changes of campaigns that no longer run, taken over to be put back."""
     _declared_only("claim_campaign_hosts")
+
+
+@activity.defn(name="record_campaign_changes")
+async def record_campaign_changes(request: RecordInput) -> None:
+    """Record the deployment changes the campaign is about to make (what it found there)."""
+    _declared_only("record_campaign_changes")
 
 
 @activity.defn(name="release_campaign_hosts")

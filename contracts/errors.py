@@ -41,6 +41,8 @@ Workflow errors (`WorkflowError`: a run ends with one; never retried):
 - `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`: the host entity
   refused a request (another operation runs; the instance does not allow it; nothing to approve;
   `withdraw` came after the start).
+- `OperationInstalling`: a host operation refused a campaign's abort (`finish_installing`): its
+  DPUs install and will ask for a reboot only it gives; it finishes its reboot round.
 - `BMCRebootFailed`: the BMC could not reboot the host (the reboot's caller escalates);
   `RebootFailed`: the reboot child ended otherwise.
 - `WatcherFailed`: the DPF watch of a host could not be kept.
@@ -179,6 +181,10 @@ class NothingAwaitsApproval(WorkflowError):
 
 
 class OperationStarted(WorkflowError):
+    pass
+
+
+class OperationInstalling(WorkflowError):
     pass
 
 

@@ -42,6 +42,7 @@ from contracts.models.campaign import (
     CLAIM_UPDATE,
     HELD_QUERY,
     HOSTS_QUERY,
+    RECORD_UPDATE,
     RELEASE_UPDATE,
     RETRY_FAILED_UPDATE,
     SET_LIMITS_UPDATE,
@@ -57,6 +58,7 @@ from contracts.models.campaign import (
     HostsPage,
     HostsQuery,
     LimitsRequest,
+    RecordRequest,
     ReleaseAnswer,
     ReleaseRequest,
     SkipRequest,
@@ -303,6 +305,10 @@ class CampaignClaimsWorkflow:
     @workflow.update(name=CLAIM_UPDATE)
     def claim(self, request: ClaimRequest) -> ClaimAnswer:
         _declared_only("CampaignClaimsWorkflow.claim")
+
+    @workflow.update(name=RECORD_UPDATE)
+    def record(self, request: RecordRequest) -> int:
+        _declared_only("CampaignClaimsWorkflow.record")
 
     @workflow.update(name=RELEASE_UPDATE)
     def release(self, request: ReleaseRequest) -> ReleaseAnswer:

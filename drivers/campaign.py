@@ -2,31 +2,29 @@
 which hosts a selection names, a host's limits key (its BMC), which hosts a DPUDeployment covers
 and under which strategy, and whether a host's DPUs run a BFB or flavor target.
 
-The campaign activities (activities/campaign_select.py, activities/campaign_deploy.py) are thin
-adapters over `Fleet` here, and `metalflow campaign plan` (metalflow/cli/campaign_plan.py) calls
-the same `Fleet`, so the plan shows what the campaign will do.
+Reads only: what follows from them (which hosts run, which are left out and why, whether a
+deployment may be pointed, the canary) is the campaign's admission
+(workflows/campaign/admission.py), which the campaign and `metalflow campaign plan` and `start`
+call alike on what `Fleet` here read. The campaign activities (activities/campaign_select.py,
+activities/campaign_deploy.py) are thin adapters over `Fleet`, and the CLI calls the same
+`Fleet`, so the plan reads what the campaign will read.
 
-Selection leaves out, grouped by why (compact: ids only): hosts the inventory shows an instance
-on when the campaign skips assigned hosts (their entities are never asked), and, for a campaign
-that reprovisions (reprovision, BFB, flavor), hosts DPF does not know (no DPUNode): their
-operation would wait an hour for a hold that never comes, so they are refused at once, naming
-`metalflow host provision`. A selection whose every host DPF does not know is refused whole.
+Selection (`select`) names the hosts and reads, for the admission: the hosts DPF does not know
+(no DPUNode; a kind that reprovisions), the hosts the inventory shows an instance on (when the
+campaign skips assigned hosts), and the site's compatibility rules a DPU of the others breaks.
 
-The deployment check (`prepare_deployments`), before anything changes, for each deployment a BFB
-or flavor campaign will point (the fleet's, and the canary's own): it exists, its
-`dpuSetStrategy` is `OnDelete` (under `RollingUpdate` DPF reprovisions every outdated DPU itself,
-at its own pace: docs/DOMAIN.md section 2.7), the BFB or flavor exists, the deployment selects no
-host outside the campaign (they would turn Outdated, and any reprovision of one would install
-the new value) unless `whole_deployment`, and every campaign host is selected by one of them
-(else pointing never reaches it). It reads each one's current value, which the campaign puts back
-on abort, cancel or a failed canary.
+The deployments (`read_deployments`), for each deployment a BFB or flavor campaign would point
+(the fleet's, and the canary's own): found or not, its `dpuSetStrategy` (the CRD's default when
+the object omits it), its current value, the roster's hosts it selects and those outside it; and
+whether the BFB or flavor exists.
 
 Cost: selection reads the site file once (or lists the DPUNodes once), resolves each host from
 the inventory and lists the namespace's DPUNodes once (one call, not one per host); the
 at-target check lists each host's DPUs (PARALLEL_READS hosts at once) or reads each DPU's
-firmware from its BMC (one Redfish session per DPU, as many hosts at once); the deployment check
-one get per deployment and one list each of DPUNodes and DPUDevices. Payloads: ~30 bytes a
-selected host (the roster), ~15 a host left out.
+firmware from its BMC (one Redfish session per DPU, as many hosts at once); the deployment read
+one get per deployment (and of the BFB or flavor) and one list each of DPUNodes and DPUDevices.
+Payloads: ~30 bytes a selected host (the roster), ~15 a host read unknown to DPF or assigned, ~15
+a roster host a deployment selects.
 """
 
 from __future__ import annotations
@@ -43,10 +41,9 @@ from contracts.models.campaign import (
     CampaignHost,
     CheckHostsInput,
     CheckHostsResult,
-    DeploymentChange,
+    DeploymentFacts,
     DeploymentsInput,
-    DeploymentsResult,
-    HostGroup,
+    DeploymentsRead,
     HostSelection,
     Reading,
     Roster,
@@ -54,6 +51,7 @@ from contracts.models.campaign import (
     SelectHostsResult,
     TargetKind,
 )
+from contracts.models.campaign_facts import ON_DELETE, SHOWN, strategy_refusal
 from contracts.models.dpf import DPUNODE_NAME_LABEL, HOST_ID_LABEL
 from contracts.models.inventory import HostInventory
 from contracts.models.redfish import ReadFirmwareInput
@@ -66,9 +64,7 @@ Object = dict[str, Any]
 
 PARALLEL_READS = 50  # hosts read at once (DPF lists, BMC sessions; the per-BMC cap still holds)
 NIC_FIRMWARE = ReadFirmwareInput.model_fields["component"].default  # what the firmware workflow reads
-SHOWN = 10  # hosts named in a refusal
 
-ON_DELETE = "OnDelete"
 CRD_DEFAULT_STRATEGY = ON_DELETE
 """What the vendored DPUDeployment CRD defaults `spec.dpus.dpuSetStrategy.type` to (DPF nightly
 CRD vendored by NICo 7778162; v26.4 makes the field required: docs/DOMAIN.md section 2.7). An API
@@ -78,8 +74,6 @@ POINTED = {k.kind: k for k in (BFB, FLAVOR)}
 """The DPF objects a DPUDeployment's value names (`KindSpec.dpf_object` of the campaign's target
 kinds), written out so that the static RBAC check (tests/test_deploy_static.py) reads which kinds
 the campaign gets; tests/fast/test_campaign_targets_table.py holds it to the kinds table."""
-
-PROVISION_HINT = "provision it first (`metalflow host provision {host}`)"
 
 
 def matches(host: HostInventory, selection: HostSelection) -> bool:
@@ -103,14 +97,6 @@ def campaign_host(host: HostInventory) -> CampaignHost:
         site=host.site or "default",
         group=host.groups[0] if host.groups else "",
         bmc=bmc_key(host.bmc.endpoint),
-    )
-
-
-def no_dpf_objects(host_id: str) -> str:
-    """Why a host without a DPUNode is left out of a campaign that reprovisions."""
-    return (
-        f"no DPF objects (no DPUNode node-{host_id}): DPF does not know the host; "
-        + PROVISION_HINT.format(host=host_id)
     )
 
 
@@ -252,11 +238,6 @@ def host_reading(
 # -- the reads, for the activities and the plan ------------------------------------------------------
 
 
-def _names(hosts: list[str]) -> str:
-    more = f" and {len(hosts) - SHOWN} more" if len(hosts) > SHOWN else ""
-    return ", ".join(hosts[:SHOWN]) + more
-
-
 class Fleet:
     """The campaign's reads of one site: its inventory, its DPF, its BMCs.
 
@@ -302,12 +283,11 @@ class Fleet:
         return {host_of_node(node) for node in listed.get("items") or []}
 
     async def select(self, request: SelectHostsInput) -> SelectHostsResult:
-        """The selected hosts, in inventory order (a list: in its own order), and those left out
-        (see the module docstring).
+        """The selected hosts, in inventory order (a list: in its own order), and what the read
+        found about them (see the module docstring); whether each runs is not decided here.
 
         Raises:
-            InvalidInput: An unknown host is listed, the selection matches no host, or DPF knows
-                none of the hosts of a campaign that reprovisions.
+            InvalidInput: An unknown host is listed, or the selection matches no host.
         """
         selection = request.selection
         known = await self.all_hosts()
@@ -326,46 +306,37 @@ class Fleet:
                 groups = sorted({g for h in known for g in h.groups})
                 hint = f" (groups there: {', '.join(groups) or 'none'})"
             raise InvalidInput(f"{selection.describe()} matches no host in {source}{hint}")
-        left_out: dict[str, list[str]] = {}
         target = request.target
+        no_dpf: list[str] = []
         if target is not None and target.spec.needs_dpf:
             dpf = await self.known_to_dpf()
-            unknown_to_dpf = [h.host_id for h in chosen if h.host_id not in dpf]
-            if len(unknown_to_dpf) == len(chosen):
-                raise InvalidInput(
-                    f"DPF knows none of the {len(chosen)} selected hosts (no DPUNode for "
-                    f"{_names(unknown_to_dpf)}): a {target.kind} campaign needs provisioned hosts; "
-                    "provision them first (`metalflow host provision HOST`)"
-                )
-            for host_id in unknown_to_dpf:
-                left_out.setdefault(no_dpf_objects(host_id), []).append(host_id)
+            no_dpf = [h.host_id for h in chosen if h.host_id not in dpf]
+        assigned = [h.host_id for h in chosen if h.instance] if request.skip_assigned else []
+        breaks: list[str] = []
         if target is not None and target.spec.site_rules:
-            out = {h for ids in left_out.values() for h in ids}
-            await self._check_rules(target.value, [h for h in chosen if h.host_id not in out])
-        if request.skip_assigned:
-            out = {h for ids in left_out.values() for h in ids}
-            # One reason for them all, not the instance's id: a reason per host would make as many
-            # groups as hosts, the result ~100 bytes a host instead of ~15 (1.3 MB measured at
-            # 10,000 hosts with 9,000 assigned).
-            reason = "instance assigned in the inventory; the campaign skips assigned hosts"
-            for host in chosen:
-                if host.instance and host.host_id not in out:
-                    left_out.setdefault(reason, []).append(host.host_id)
+            # Only the hosts that may run: a host left out anyway is not read (its BMC may be away).
+            out = set(no_dpf) | set(assigned)
+            breaks = await self._rule_breaks(target.value, [h for h in chosen if h.host_id not in out])
         return SelectHostsResult(
             roster=Roster.of([campaign_host(h) for h in chosen]),
-            left_out=tuple(HostGroup(reason=r, host_ids=tuple(ids)) for r, ids in left_out.items()),
+            no_dpf=tuple(no_dpf),
+            assigned=tuple(assigned),
+            rule_breaks=tuple(breaks),
         )
 
-    async def _check_rules(self, bfb: str, hosts: list[HostInventory]) -> None:
-        """The site file's compatibility rules for this BFB (`versions.rules`): a selected host
-        whose DPU breaks one refuses the campaign, naming it, before anything changes (each DPU's
-        BMC read, PARALLEL_READS hosts at once)."""
+    async def _rule_breaks(self, bfb: str, hosts: list[HostInventory]) -> list[str]:
+        """The site file's compatibility rules for this BFB (`versions.rules`) that a selected
+        host's DPU breaks, in words (each DPU's BMC read, PARALLEL_READS hosts at once).
+
+        Raises:
+            InvalidInput: The rules need the DPUs' BMC firmware and there is no Redfish client.
+        """
         if self.inventory.settings.inventory != "site":
-            return
+            return []
         site = await asyncio.to_thread(self.inventory.site_file.site)
         rules = [r for r in site.versions.rules if r.bfb == bfb]
         if not rules or not hosts:
-            return
+            return []
         if self.redfish is None:
             raise InvalidInput("no Redfish client: the DPU BMC firmware the site's rules need cannot be read")
         from drivers.versions import VersionReader, rule_breaks
@@ -380,12 +351,7 @@ class Fleet:
                 f"{host.host_id} {why}" for r in rules for d in versions.dpus if (why := rule_breaks(r, d))
             ]
 
-        found = [b for host_breaks in await asyncio.gather(*(breaks(h) for h in hosts)) for b in host_breaks]
-        if found:
-            raise InvalidInput(
-                f"bfb {bfb} breaks the site's compatibility rule on {len(found)} DPUs: {_names(found)}; "
-                "upgrade their BMC firmware first, or leave those hosts out"
-            )
+        return [b for host_breaks in await asyncio.gather(*(breaks(h) for h in hosts)) for b in host_breaks]
 
     async def check(
         self, request: CheckHostsInput, on_wait: Callable[[], None] | None = None
@@ -457,73 +423,46 @@ class Fleet:
         assert found is not None
         return found
 
-    async def prepare_deployments(self, request: DeploymentsInput) -> DeploymentsResult:
-        """The changes a BFB or flavor campaign will make, each with its deployment's current
-        value; changes nothing (see the module docstring).
-
-        Raises:
-            InvalidInput: A deployment is missing or not OnDelete, the BFB or flavor is missing,
-                a deployment selects hosts outside the campaign (without `whole_deployment`), a
-                campaign host is selected by none of them, or by both.
-        """
+    async def read_deployments(self, request: DeploymentsInput) -> DeploymentsRead:
+        """The deployments a BFB or flavor campaign would point (the canary's and the fleet's),
+        each as read: found or not, its strategy and current value, the roster's hosts it
+        selects and how many outside it; and whether the BFB or flavor exists. Decides nothing,
+        changes nothing (the admission decides: workflows/campaign/admission.py)."""
         target = request.target
         ns = self.namespace
         field = target.spec.deployment_field
         kind = POINTED[target.spec.dpf_object]
-        if await self.kube.get(SITE_KEY, kind, ns, target.value, missing_ok=True) is None:
-            raise InvalidInput(f"no {kind.kind} {target.value} in namespace {ns}: create it first")
+        found = await self.kube.get(SITE_KEY, kind, ns, target.value, missing_ok=True) is not None
         nodes = list((await self.kube.list(SITE_KEY, DPUNODE, ns)).get("items") or [])
         devices = list((await self.kube.list(SITE_KEY, DPUDEVICE, ns)).get("items") or [])
-        mine = set(request.host_ids)
-        roles = [("canary", target.canary_deployment), ("fleet", target.deployment)]
-        changes, covered_by = [], {}
-        for role, name in roles:
+        roster = set(request.host_ids)
+        read = []
+        for role, name in (("canary", target.canary_deployment), ("fleet", target.deployment)):
             if not name:
                 continue
-            deployment = await self.deployment(name)
-            check_strategy(name, deployment)
+            deployment = await self.kube.get(SITE_KEY, DEPLOYMENT, ns, name, missing_ok=True)
+            if deployment is None:
+                read.append(DeploymentFacts(role=role, name=name, found=False))
+                continue
             covered = deployment_hosts(deployment, nodes, devices)
-            outside = sorted(covered - mine)
-            if outside and not target.whole_deployment:
-                raise InvalidInput(
-                    f"DPUDeployment {name} also selects {len(outside)} hosts outside the campaign "
-                    f"({_names(outside)}): pointing it would turn them Outdated, and any reprovision "
-                    f"of one would install the new {field}; select them too, or give --whole-deployment"
-                )
-            covered_by[role] = covered & mine
-            changes.append(
-                DeploymentChange(
-                    deployment=name,
-                    field=field,
-                    previous=field_of(deployment, field),
-                    value=target.value,
+            outside = sorted(covered - roster)
+            read.append(
+                DeploymentFacts(
                     role=role,
-                )  # fmt: skip
+                    name=name,
+                    strategy=strategy_of(deployment),
+                    value=field_of(deployment, field),
+                    covered=tuple(h for h in request.host_ids if h in covered),
+                    outside=len(outside),
+                    outside_named=tuple(outside[:SHOWN]),
+                )
             )
-        both = sorted(covered_by.get("canary", set()) & covered_by.get("fleet", set()))
-        if both:
-            raise InvalidInput(
-                f"hosts {_names(both)} are selected by both {target.canary_deployment} "
-                f"and {target.deployment}"
-            )
-        reached = covered_by.get("canary", set()) | covered_by.get("fleet", set())
-        missed = [h for h in request.host_ids if h not in reached]
-        if missed:
-            which = " or ".join(n for _, n in roles if n)
-            raise InvalidInput(
-                f"hosts {_names(missed)} are not selected by DPUDeployment {which}: pointing it never "
-                f"reaches them; leave them out of this {field} campaign"
-            )
-        canary = tuple(h for h in request.host_ids if h in covered_by.get("canary", set()))
-        return DeploymentsResult(changes=tuple(changes), canary_hosts=canary)
+        return DeploymentsRead(target_found=found, namespace=ns, deployments=tuple(read))
 
 
 def check_strategy(name: str, deployment: Object) -> None:
-    """InvalidInput unless the deployment's strategy is OnDelete, naming the one it has."""
-    strategy = strategy_of(deployment)
-    if strategy != ON_DELETE:
-        raise InvalidInput(
-            f"DPUDeployment {name} has dpuSetStrategy {strategy}: DPF would reprovision each of its "
-            "DPUs on its own, at its own pace, once pointed; a campaign paces them only under "
-            "OnDelete (set spec.dpus.dpuSetStrategy.type: OnDelete)"
-        )
+    """InvalidInput unless the deployment's strategy is OnDelete, naming the one it has (the
+    admission's words: `strategy_refusal`)."""
+    refusal = strategy_refusal(name, strategy_of(deployment))
+    if refusal is not None:
+        raise InvalidInput(refusal)

@@ -168,9 +168,10 @@ def campaign_activities(acts: CampaignActivities) -> list[Any]:
         acts.request_campaign_hosts,
         acts.sweep_campaign_hosts,
         acts.abort_campaign_hosts,
-        acts.prepare_campaign_deployments,
+        acts.read_campaign_deployments,
         acts.point_campaign_deployment,
         acts.claim_campaign_hosts,
+        acts.record_campaign_changes,
         acts.release_campaign_hosts,
     ]
 

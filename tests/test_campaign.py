@@ -362,7 +362,7 @@ async def test_hosts_dpf_does_not_know_are_refused_naming_provision(
         refused = await _start(client, task_queue, _input([unknown], canary=0))
         with pytest.raises(WorkflowFailureError) as failed:
             await refused.result()
-        assert "DPF knows none of the 1 selected hosts" in str(failed.value.cause.cause)
+        assert "DPF knows none of the 1 selected hosts" in str(failed.value.cause)  # the admission refuses
         assert (await _status(refused)).phase == "failed"
         with pytest.raises(RPCError):  # nothing asked: no entity
             await client.get_workflow_handle(names.host_workflow_id(unknown)).describe()

@@ -337,6 +337,7 @@ async def _refused(handle: WorkflowHandle[object, CampaignResult], update: str, 
 
 
 ABORT_PREFIX = f"cab{uuid.uuid4().hex[:4]}"
+POWER_DOWN_WAIT = 8.0  # the abort lands while the hosts are Off; their round then finishes
 
 
 @pytest.fixture(scope="module")
@@ -347,14 +348,17 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
         yield running
 
 
-async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them_whole(
+async def test_abort_with_cancel_running_lets_a_reboot_round_finish_and_withdraws_the_waiting(
     local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 ) -> None:
-    """End to end: two hosts held Off in their reprovision's power-down wait (an hour) and a third,
-    assigned to an instance, awaiting approval when the campaign is aborted with `cancel_running`.
-    The two come back On at once, cycled once, their entities idle, counted aborted (the
-    operator's decision), not failed; the third's request is withdrawn: nothing is left pending
-    for an approval to start later, and it is never touched; the fourth host is never asked."""
+    """End to end: two hosts Off in their reprovision's power-down wait (their DPUs installed and
+    asked for the reboot) and a third, assigned to an instance, awaiting approval when the
+    campaign is aborted with `cancel_running`. The two are past the point of no return (issue 35
+    item 5: cut now, their DPUs would wait for a reboot nobody gives): each refuses the
+    campaign's abort, finishes its reboot round (one Off, one On, never a second cycle, DPF told),
+    and counts as it ended, done; the status names them `finishing` meanwhile. The third's
+    request is withdrawn: nothing is left pending for an approval to start later, and it is never
+    touched; the fourth host is never asked."""
     client = local_env.client
     held = [f"{ABORT_PREFIX}-002", f"{ABORT_PREFIX}-007"]
     assigned, untouched = f"{ABORT_PREFIX}-003", f"{ABORT_PREFIX}-001"
@@ -363,7 +367,7 @@ async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them
         limits=Limits(batch_size=4, max_in_flight=3),
         budget=FailureBudget(max_failures=0),  # an abort counted as failures would halt it
         policy=CampaignPolicy(assigned="wait-for-approval"),
-        host_policy=OperationPolicy(power_down_wait_seconds=3600, max_dpu_error_reprovisions=0),
+        host_policy=OperationPolicy(power_down_wait_seconds=POWER_DOWN_WAIT, max_dpu_error_reprovisions=0),
     )
     settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
     async with build_worker(client, task_queue, settings):
@@ -381,40 +385,41 @@ async def test_abort_with_cancel_running_stops_the_running_hosts_and_leaves_them
             AbortRequest(requested_by="test", reason="bad BFB", cancel_running=True),
             result_type=OperatorAnswer,
         )
-        assert answer.message == "aborting: no new host starts; 3 in flight, aborting them"
+        assert answer.message.startswith("aborting: no new host starts; 3 in flight, aborting them")
+        for _ in range(300):  # the abort was sent: the two refused it, finishing their round
+            aborting = await _status(handle)
+            if aborting.finishing or aborting.phase == "aborted":
+                break
+            await asyncio.sleep(0.1)
         result = await handle.result()
         status = await _status(handle)
         shown = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata)  # the UI's details
         await save_history(handle, "campaign_abort_running_withdrawn")
         entities = {h: await _entity(client, h) for h in [*held, assigned]}
-        phases = {}
-        for host in held:
-            described = await client.get_workflow_handle(names.host_workflow_id(host)).describe()
-            phases[host] = described.typed_search_attributes.get(names.PHASE)
         late = await _refused_approval(client, assigned)
-    assert result.outcome == "aborted" and result.done == 0
-    assert result.failed == 0, "aborted by the operator, not failed"
-    assert sorted(a.host_id for a in result.aborted_hosts) == sorted(held)
-    assert all("aborted by test" in a.reason for a in result.aborted_hosts), result.aborted
+    assert sorted(f.host_id for f in aborting.finishing) == sorted(held), aborting
+    assert all("finishes its reboot round" in f.reason for f in aborting.finishing), aborting.finishing
+    assert result.outcome == "aborted" and (result.done, result.failed, result.aborted) == (2, 0, 0), result
     assert (status.phase, status.failed, status.skipped, status.aborted, status.remaining) == (
         "aborted",
         0,
         2,
-        2,
+        0,
         0,
     )
     assert status.budget == "0 failed; halts past 0"
-    assert shown.current_details.endswith("0 failed, 2 skipped, 2 aborted"), shown.current_details
+    assert shown.current_details.endswith("0 failed, 2 skipped"), shown.current_details
     assert [(s.host_id, s.reason) for s in result.skipped_hosts] == [
         (assigned, "campaign aborted while awaiting approval: withdrawn by test: campaign "
          f"{request.name} aborted"),
         (untouched, "not started: aborted"),
     ]  # fmt: skip
     assert not result.all_succeeded
-    for host in held:  # back On, cycled once: one Off, one On, never a second cycle
+    for host in held:  # cycled once: one Off, one On; DPF told, the DPUs Ready, nothing owed
         assert [e["to"] for e in sim.power_log(host)] == ["Off", "On"], sim.power_log(host)
-        assert entities[host].current is None and phases[host] == "idle"
-        assert [r.outcome.split(":")[0] for r in entities[host].recent] == ["aborted by test"]  # not failed
+        assert entities[host].current is None and [r.outcome for r in entities[host].recent] == ["completed"]
+        node = Api(sim).must("DPUNode", f"node-{host}")
+        assert annotation(node, REBOOT) is None, f"{host}'s DPUs still wait for a reboot"
     # Withdrawn: nothing pending at its entity, an approval now starts nothing, never touched.
     withdrawn = entities[assigned]
     assert withdrawn.current is None and withdrawn.phase == "idle", withdrawn

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +36,12 @@ with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
     from activities.redfish import build_redfish_client
     from contracts import names, workflow_api
-    from contracts.errors import InvalidInput
     from contracts.models.campaign import (
         AbortRequest,
         CampaignInput,
         CampaignResult,
         CampaignTarget,
+        ClaimResult,
         HostSelection,
         Limits,
         SelectHostsInput,
@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
     from metalflow.cli import campaign_plan, host_versions
     from simulators.dpf.objects import DEFAULT_BFB, DEFAULT_FLAVOR
     from simulators.site import DPU, Host, Site, dump_site
+    from workflows.campaign import admission
     from workflows.campaign.workflow import CampaignWorkflow
     from workflows.campaign_claims.workflow import CampaignClaimsWorkflow
     from workflows.host.workflow import HostWorkflow
@@ -325,7 +326,7 @@ async def test_a_deployment_campaign_refuses_what_it_does_not_own_and_changes_no
     before = {g: (await _deployment(sim, g))["spec"]["dpus"]["bfb"] for g in (FLEET_GROUP, ROLLING_GROUP)}
     cases = [
         (ROLLING_GROUP, ROLLING_HOSTS, "dpuSetStrategy RollingUpdate"),
-        (FLEET_GROUP, FLEET_HOSTS[:1], f"also selects 1 hosts outside the campaign ({FLEET_HOSTS[1]})"),
+        (FLEET_GROUP, FLEET_HOSTS[:1], f"also selects 1 hosts the campaign does not run ({FLEET_HOSTS[1]})"),
         (
             FLEET_GROUP,
             [*FLEET_HOSTS, CANARY_HOSTS[0]],
@@ -337,7 +338,7 @@ async def test_a_deployment_campaign_refuses_what_it_does_not_own_and_changes_no
         handle = await _start(local_env.client, queue, _request(target, hosts))
         with pytest.raises(WorkflowFailureError) as refused:
             await handle.result()
-        assert words in str(refused.value.cause.cause), refused.value.cause.cause
+        assert words in str(refused.value.cause), refused.value.cause  # the admission's refusal
         status = await handle.query(STATUS_QUERY)
         assert status["phase"] == "failed"
     after = {g: (await _deployment(sim, g))["spec"]["dpus"]["bfb"] for g in (FLEET_GROUP, ROLLING_GROUP)}
@@ -408,7 +409,7 @@ async def test_plan_shows_what_start_would_do_and_starts_nothing(
     text = campaign_plan.render(planned)
     assert f"would change: fleet DPUDeployment {FLEET_GROUP} bfb {DEFAULT_BFB} -> {NEW_BFB}: planned" in text
     refused = request.model_copy(update={"target": target.model_copy(update={"deployment": ROLLING_GROUP})})
-    with pytest.raises(InvalidInput, match="dpuSetStrategy RollingUpdate"):
+    with pytest.raises(campaign_plan.PlanRefused, match="dpuSetStrategy RollingUpdate"):
         await campaign_plan.build(local_env.client, fleet, refused, queue)
     with pytest.raises(RPCError) as never:
         await local_env.client.get_workflow_handle(names.campaign_workflow_id(request.name)).describe()
@@ -458,7 +459,10 @@ async def test_versions_side_by_side_and_a_compatibility_rule_refuses_before_any
     assert f"dpu_firmware: {OLD_FIRMWARE} on 1 hosts, {NEW_FIRMWARE} on 1 hosts" in text
     fleet = Fleet(inventory, kube, redfish)
     target = CampaignTarget(kind=TargetKind.BFB, value=NEW_BFB, deployment=FLEET_GROUP)
-    with pytest.raises(
-        InvalidInput, match=f"breaks the site's compatibility rule on 4 DPUs: {FLEET_HOSTS[0]} "
-    ):
-        await fleet.select(SelectHostsInput(selection=HostSelection(hosts=tuple(FLEET_HOSTS)), target=target))
+    selection = HostSelection(hosts=tuple(FLEET_HOSTS))
+    selected = await fleet.select(SelectHostsInput(selection=selection, target=target))
+    assert len(selected.rule_breaks) == 4 and selected.rule_breaks[0].startswith(f"{FLEET_HOSTS[0]} ")
+    start = CampaignInput(name="rules", target=target, selection=selection, canary=0, requested_by="test")
+    decided = admission.admit(start, selected, ClaimResult(), None, datetime.now(UTC))
+    assert decided.refusal is not None
+    assert f"breaks the site's compatibility rule on 4 DPUs: {FLEET_HOSTS[0]} " in decided.refusal

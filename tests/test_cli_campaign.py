@@ -274,14 +274,15 @@ async def test_pause_limits_resume_and_an_injected_failure_within_budget(
 ) -> None:
     client = local_env.client
     name = "cmpe-upgrade"
-    # The Kubernetes API is down until the pause is in: the canary's reprovision cannot finish
-    # first, so the pause lands while hosts remain (without it, a quick site let all five hosts
-    # finish before the pause, and a campaign with nothing left completes instead of pausing).
-    sim.inject("api/outage", {"down": True})
+    # The Kubernetes API holds every write until the pause is in: the canary's reprovision cannot
+    # finish first, so the pause lands while hosts remain (without it, a quick site let all five
+    # hosts finish before the pause, and a campaign with nothing left completes instead of
+    # pausing). Reads are served: `start` reads the site as `plan` does before it starts anything.
+    sim.inject("api/hold-writes", {"next": 100_000})
     try:
         started, again, paused = await _start_then_pause(local_env, name, queue)
     finally:
-        sim.inject("api/outage", {"down": False})
+        sim.inject("api/hold-writes", {"next": 0})
     assert started.status == 0, started.stderr
     assert again.status == 1 and "already running" in again.stderr
     assert paused.status == 0, paused.stderr

@@ -61,7 +61,7 @@ DATA_DRIVEN = {
     ("activities/campaign_deploy.py", "CampaignDeployments.point_campaign_deployment", "get"): {
         k.kind for k in POINTED.values()
     },
-    ("drivers/campaign.py", "Fleet.prepare_deployments", "get"): {k.kind for k in POINTED.values()},
+    ("drivers/campaign.py", "Fleet.read_deployments", "get"): {k.kind for k in POINTED.values()},
 }
 Permission = tuple[str, str, str]  # verb, API group, resource
 

@@ -5,7 +5,8 @@ A campaign drives many hosts to one target (a reprovision, a DPUDeployment's new
 DPU firmware) through each host's entity `host/<id>`, in a canary batch then batches, under
 limits, maintenance windows and a failure budget (workflows/campaign/workflow.py tells the runbook).
 Its target and the target kinds are in contracts/models/campaign_target.py; what it knows, carried
-over continue-as-new, in contracts/models/campaign_progress.py (both re-exported here, the
+over continue-as-new, in contracts/models/campaign_progress.py; what it reads before it decides
+(deployments, claims), in contracts/models/campaign_facts.py (all re-exported here, the
 contract's one front door for callers).
 """
 
@@ -17,6 +18,27 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contracts.models.campaign_facts import CLAIM_UPDATE as CLAIM_UPDATE
+from contracts.models.campaign_facts import HELD_QUERY as HELD_QUERY
+from contracts.models.campaign_facts import RECORD_UPDATE as RECORD_UPDATE
+from contracts.models.campaign_facts import RELEASE_UPDATE as RELEASE_UPDATE
+from contracts.models.campaign_facts import ClaimAnswer as ClaimAnswer
+from contracts.models.campaign_facts import ClaimInput as ClaimInput
+from contracts.models.campaign_facts import ClaimRequest as ClaimRequest
+from contracts.models.campaign_facts import ClaimResult as ClaimResult
+from contracts.models.campaign_facts import ClaimsInput as ClaimsInput
+from contracts.models.campaign_facts import ClaimsStatus as ClaimsStatus
+from contracts.models.campaign_facts import DeploymentFacts as DeploymentFacts
+from contracts.models.campaign_facts import DeploymentHeld as DeploymentHeld
+from contracts.models.campaign_facts import DeploymentRecord as DeploymentRecord
+from contracts.models.campaign_facts import DeploymentsInput as DeploymentsInput
+from contracts.models.campaign_facts import DeploymentsRead as DeploymentsRead
+from contracts.models.campaign_facts import HostGroup as HostGroup
+from contracts.models.campaign_facts import RecordInput as RecordInput
+from contracts.models.campaign_facts import RecordRequest as RecordRequest
+from contracts.models.campaign_facts import ReleaseAnswer as ReleaseAnswer
+from contracts.models.campaign_facts import ReleaseInput as ReleaseInput
+from contracts.models.campaign_facts import ReleaseRequest as ReleaseRequest
 from contracts.models.campaign_progress import REASON_CHARS as REASON_CHARS
 from contracts.models.campaign_progress import RECENT_HOSTS as RECENT_HOSTS
 from contracts.models.campaign_progress import CampaignHost as CampaignHost
@@ -218,13 +240,26 @@ class CampaignStatus(_Frozen):
     aborted_hosts: tuple[Failure, ...] = ()  # the newest RECENT_HOSTS of them
     verifying: int = 0
     changes: tuple[DeploymentChange, ...] = ()  # what it changed outside its hosts
+    # Put off (busy, or their entity silent): how many, and the first RECENT_HOSTS with when they
+    # are asked again and why.
+    deferred_count: int = 0
+    deferred_hosts: tuple[Deferred, ...] = ()
+    # What it waits for now (`CampaignState.liveness`): `in-flight`, `can-start`, `timer` (with its
+    # time and reason), `operator` (a pause, a halt, a host waiting for one), or `ended`.
+    waiting_on: str = ""
+    waiting_for: str = ""
+    stopped_reason: str | None = None  # it stops (or stopped) on its own: why (e.g. no canary host can run)
+    # Asked to abort, but their DPUs were installing: each finishes its reboot round (why).
+    finishing: tuple[Failure, ...] = ()
+    # Set by the CLI for a run that did not end by itself: "failed: ...", "cancelled", "terminated: ...".
+    ended: str = ""
 
 
 class CampaignResult(_Frozen):
     """How a campaign ended: counts, the newest RECENT_HOSTS named per outcome, its changes."""
 
     name: str
-    outcome: str  # completed, aborted
+    outcome: str  # completed, aborted, stopped (`stopped_reason` says why)
     total: int
     done: int
     already_at_target: int
@@ -237,6 +272,7 @@ class CampaignResult(_Frozen):
     skipped_hosts: tuple[Failure, ...] = ()
     aborted_hosts: tuple[Failure, ...] = ()
     changes: tuple[DeploymentChange, ...] = ()
+    stopped_reason: str | None = None
 
     @property
     def all_succeeded(self) -> bool:
@@ -245,6 +281,7 @@ class CampaignResult(_Frozen):
             and not self.skipped
             and not self.aborted
             and self.done + self.already_at_target == self.total
+            and self.outcome == "completed"
         )
 
 
@@ -294,18 +331,14 @@ class SelectHostsInput(_Frozen):
     skip_assigned: bool = False  # leave out the hosts the inventory shows an instance on
 
 
-class HostGroup(_Frozen):
-    """Hosts that share one reason (compact: ids only, ~15 bytes a host)."""
-
-    reason: str
-    host_ids: tuple[str, ...]
-
-
 class SelectHostsResult(_Frozen):
-    """The hosts to run (a roster), and those left out at selection, grouped by why."""
+    """The hosts a selection names (a roster), and what the read found about them; whether each
+    runs is the admission's decision (workflows/campaign/admission.py)."""
 
     roster: Roster
-    left_out: tuple[HostGroup, ...] = ()
+    no_dpf: tuple[str, ...] = ()  # hosts DPF does not know (no DPUNode); read for kinds that reprovision
+    assigned: tuple[str, ...] = ()  # hosts the inventory shows an instance on (read when skipping them)
+    rule_breaks: tuple[str, ...] = ()  # the site's compatibility rules a DPU breaks, in words
 
 
 class CheckHostsInput(_Frozen):
@@ -323,36 +356,9 @@ class CheckHostsResult(_Frozen):
     readings: tuple[Reading, ...] = ()  # of the hosts not at target
 
 
-class DeploymentsInput(_Frozen):
-    """What a BFB or flavor campaign will point, checked before anything changes."""
-
-    target: CampaignTarget
-    host_ids: tuple[str, ...]  # the campaign's hosts (the roster)
-
-
-class DeploymentsResult(_Frozen):
-    changes: tuple[DeploymentChange, ...]  # with `previous` read, nothing pointed yet
-    canary_hosts: tuple[str, ...] = ()  # the roster's hosts the canary deployment covers
-
-
 class PointInput(_Frozen):
     change: DeploymentChange
     restore: bool = False  # True: put `previous` back
-
-
-class ClaimInput(_Frozen):
-    campaign_workflow_id: str
-    host_ids: tuple[str, ...]
-
-
-class ClaimResult(_Frozen):
-    """Hosts another running campaign holds, grouped by it (`reason` names it)."""
-
-    held: tuple[HostGroup, ...] = ()
-
-
-class ReleaseInput(_Frozen):
-    campaign_workflow_id: str
 
 
 class HostRequestInput(_Frozen):
@@ -413,43 +419,20 @@ class AbortHostsInput(_Frozen):
     # Requests still awaiting approval: withdrawn from their hosts' entities (nothing left pending;
     # one approved meanwhile is aborted like the running ones).
     withdraw: tuple[InFlight, ...] = ()
+    # Sent with each abort (`OperationAbortRequest.finish_installing`): an operation whose DPUs
+    # already install refuses it and finishes its reboot round (no DPU left owed a reboot).
+    finish_installing: bool = True
 
 
-# -- the claims registry (workflows/campaign_claims/workflow.py) ----------------------------------------
-CLAIM_UPDATE: Final = "claim"
-RELEASE_UPDATE: Final = "release"
-HELD_QUERY: Final = "held"
+class AbortAnswer(_Frozen):
+    """How one operation took the campaign's abort: `aborted` (with what stopping leaves, in its
+    words), `finishing` (refused: its DPUs install; it finishes its reboot round), or `ended`."""
+
+    host_id: str
+    workflow_id: str
+    answer: Literal["aborted", "finishing", "ended"]
+    words: str = ""
 
 
-class ClaimRequest(_Frozen):
-    """Claim `host_ids` for `campaign` (a workflow id); `take_from`: holders known to have ended."""
-
-    campaign: str
-    host_ids: tuple[str, ...]
-    take_from: tuple[str, ...] = ()
-
-
-class ClaimAnswer(_Frozen):
-    """The hosts held by another campaign, by holder; every other host is now `campaign`'s."""
-
-    held: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-
-
-class ReleaseRequest(_Frozen):
-    campaign: str
-
-
-class ReleaseAnswer(_Frozen):
-    released: int
-
-
-class ClaimsInput(BaseModel):
-    """The registry's state, carried whole over continue-as-new: holder -> hosts (~15 bytes a
-    host). Mutable: the registry's state object (workflows/campaign_claims/state.py) derives from
-    it and changes it in place. Unknown fields are ignored (a newer worker may add one)."""
-
-    holders: dict[str, list[str]] = Field(default_factory=dict)
-
-
-class ClaimsStatus(_Frozen):
-    holders: dict[str, int]  # holder -> hosts held
+class AbortHostsResult(_Frozen):
+    answers: tuple[AbortAnswer, ...] = ()

@@ -131,7 +131,9 @@ class DeploymentChange(_Frozen):
     field: str  # the target kind's `deployment_field` (contracts/models/campaign_target.py)
     previous: str
     value: str
-    role: Literal["canary", "fleet"]  # the canary's own deployment, or the fleet's
+    # The canary's own deployment, the fleet's, or one a campaign that no longer runs left pointed
+    # (taken over from the claims registry: put back before any host starts).
+    role: Literal["canary", "fleet", "leftover"]
     pointed_at: datetime | None = None  # None: not pointed (yet, or again after a restore)
     restored_at: datetime | None = None  # put back to `previous`
     note: str = ""  # e.g. "kept: keep_changes"
@@ -143,6 +145,12 @@ class DeploymentChange(_Frozen):
         elif self.pointed_at is not None:
             state = f"pointed {self.pointed_at:%Y-%m-%d %H:%M:%S}"
         note = f" ({self.note})" if self.note else ""
+        if self.role == "leftover":  # put back to `previous`: restoring is the change
+            done = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}" if self.restored_at else "to restore"
+            return (
+                f"leftover DPUDeployment {self.deployment} {self.field} {self.value} -> "
+                f"{self.previous or '-'} (left by a campaign that no longer runs): {done}{note}"
+            )
         return (
             f"{self.role} DPUDeployment {self.deployment} {self.field} "
             f"{self.previous or '-'} -> {self.value}: {state}{note}"
@@ -217,6 +225,15 @@ class CampaignProgress(BaseModel):
     needs_operator: dict[str, Failure] = Field(default_factory=dict)
     operator_accepted: list[str] = Field(default_factory=list)
     changes: list[DeploymentChange] = Field(default_factory=list)
+    # A BFB or flavor campaign's canary: the hosts of its canary DPUDeployment it runs (in order).
+    canary_pool: list[str] = Field(default_factory=list)
+    # It stops on its own (e.g. no canary host can run): why; it ends once nothing is in flight.
+    stopped_reason: str | None = None
+    # Asked to abort (`cancel_running`) but past the point of no return (their DPUs install):
+    # host -> why; each finishes its reboot round and counts as it ends.
+    finishing: dict[str, str] = Field(default_factory=dict)
+    # What an aborted operation said stopping leaves its host in: host -> words (its `aborted` reason).
+    abort_left: dict[str, str] = Field(default_factory=dict)
     claimed: bool = False  # the hosts are claimed in the campaign registry
     runs: int = 1
     started_at: datetime | None = None

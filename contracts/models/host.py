@@ -157,6 +157,17 @@ class OperationPolicy(_Frozen):
     max_host_error_reprovisions: Retries = 4
 
 
+class OperationAbortRequest(OperatorRequest):
+    """The `abort` update of a host operation (provision, reprovision).
+
+    `finish_installing` (a campaign's `abort --cancel-running`): refused (`OperationInstalling`)
+    once the operation released the DPUs' hold: they install and will ask for a host reboot that
+    only this operation gives, so it finishes its reboot round instead of leaving them waiting
+    for one. An operator's own `host abort` stops it at any point."""
+
+    finish_installing: bool = False
+
+
 class WithdrawRequest(OperatorRequest):
     """The `withdraw` update of a host's entity: drop the request awaiting approval, unstarted."""
 

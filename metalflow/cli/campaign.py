@@ -1,8 +1,10 @@
 """`metalflow campaign ...`: fleet upgrade campaigns (workflow `CampaignWorkflow`, id `campaign/<name>`).
 
-`start` starts one (refused while a campaign of that name runs) and waits until its hosts are
-selected, so an unknown host or group, or a selector matching nothing, is an error that touched
-nothing; `--wait` follows it and exits 0 only when every targeted host succeeded. `plan` shows
+`start` first runs every check `plan` runs, through the same reads and the same rules
+(metalflow/cli/campaign_plan.py, `checked`): a refusal starts nothing, leaves no failed run
+behind and keeps the status of the last campaign of that name, with `plan`'s exit status. Then
+it starts the campaign (refused while one of that name runs) and waits until its hosts are
+selected; `--wait` follows it and exits 0 only when every targeted host succeeded. `plan` shows
 what `start` would do, starting nothing (metalflow/cli/campaign_plan.py). `status` shows the
 status query (a live progress bar on a terminal, `--json` for scripts); `hosts` every host's
 outcome, page by page; `pause`, `resume`, `abort`, `retry-failed`, `skip` and `limits` are
@@ -10,8 +12,11 @@ updates whose validators refuse what does not apply now, with the reason; `list`
 campaigns. Every command takes a campaign's name, or a scheduled run's
 (`NAME-2026-11-22T02:00:00Z`). Schedules: metalflow/cli/campaign_schedule.py.
 
-Exit statuses: 0 done (`--wait`: every host succeeded), 1 refused, failed or not every host
-succeeded, 2 usage, bad input that changed nothing, or Temporal unreachable.
+Exit statuses, one table for every command here and `plan`: 0 done (`--wait`: every host
+succeeded); 1 refused by the campaign's rules (as `plan` says), failed, stopped, or not every host
+succeeded, and `status` of a campaign that failed, was cancelled or terminated (it still shows
+its status and changes); 2 usage, a selection that names no host, bad input that changed
+nothing, a world that cannot be read, or Temporal unreachable.
 """
 
 from __future__ import annotations
@@ -55,9 +60,8 @@ from contracts.models.control import (
 from contracts.validation import Reason, Requester, arg_type
 from contracts.wording import iso_z, plural
 from metalflow.cli import campaign_plan, campaign_schedule, workflow_commands
-from metalflow.cli.campaign_check import check_selection
 from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
-from metalflow.cli.inventory_check import InventoryRefusal, InventoryUnavailable
+from metalflow.cli.campaign_plan import PlanRefused, checked
 from metalflow.cli.workflow_commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -188,12 +192,14 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         request = campaign_input(args.name, args)
     except ValueError as err:
         raise CampaignError(f"campaign refused, nothing started: {err}", EXIT_USAGE) from None
-    try:  # validated before starting: a refusal starts nothing and leaves no failed run behind
-        await check_selection(request.selection)
-    except InventoryRefusal as err:
-        raise CampaignError(f"campaign refused, nothing started: {err}", EXIT_USAGE) from None
-    except InventoryUnavailable as err:
-        raise CampaignError(str(err), EXIT_USAGE) from None
+    # Everything `plan` checks, through the same reads and rules, before anything starts: a refusal
+    # leaves no run behind, and the last campaign of this name keeps its status.
+    try:
+        await checked(client, request, args.task_queue)
+    except PlanRefused as refused:
+        raise CampaignError(f"campaign refused, nothing started: {refused.reason}", EXIT_FAILED) from None
+    except CommandError as err:
+        raise CampaignError(f"campaign refused, nothing started: {err}", err.status) from None
     workflow_id = names.campaign_workflow_id(args.name)
     try:
         handle = await client.start_workflow(
@@ -253,15 +259,30 @@ def render(status: CampaignStatus) -> str:
         _named(status.failed, "failed", [f.host_id for f in status.failures]),
         _named(status.skipped, "skipped", [f.host_id for f in status.skipped_hosts]),
         *([_named(status.aborted, "aborted", aborted)] if status.aborted else []),
+        *([_deferred(status)] if status.deferred_count else []),
     ]
     line = (
         f"{status.name} {status.phase} [{'#' * filled}{'.' * (BAR - filled)}] {finished}/{status.total}: "
         f"{', '.join(parts)}; batch {status.batch}"
     )
-    for why in (status.halted_reason, status.paused_by and f"paused by {status.paused_by}", status.aborting):
+    aborting = status.aborting and f"aborting (asked by {status.aborting})"
+    for why in (status.halted_reason, status.paused_by and f"paused by {status.paused_by}", aborting):
         if why:
             line += f"; {why}"
+    if status.stopped_reason:
+        line += f"; stopped: {status.stopped_reason}"
+    if status.ended:
+        line += f"; {status.ended}"
     return line
+
+
+def _deferred(status: CampaignStatus) -> str:
+    """`1 deferred (h-003 until 02:05:00Z)`: put off hosts, each with when it is asked again."""
+    shown = [f"{d.host_id} until {iso_z(d.retry_at)}" for d in status.deferred_hosts[:NAMED]]
+    if not shown:  # a status from a worker that did not say when
+        return _named(status.deferred_count, "deferred", status.deferred)
+    more = f", +{status.deferred_count - len(shown)} more" if status.deferred_count > len(shown) else ""
+    return f"{status.deferred_count} deferred ({', '.join(shown)}{more})"
 
 
 async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
@@ -279,8 +300,15 @@ async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
     try:
         result = await handle.result()
     except WorkflowFailureError as err:
+        try:  # what it changed and whether it was put back, before the failure
+            for line in details(await query(handle), handle.id):
+                print(line)
+        except (RPCError, CommandError):
+            pass
         raise CampaignError(f"campaign {handle.id} failed: {root_cause(err)}") from None
     print(summary(result))
+    if result.stopped_reason:
+        print(f"  stopped: {result.stopped_reason}")
     for word, count, named in (
         ("failed", result.failed, result.failures),
         ("aborted", result.aborted, result.aborted_hosts),
@@ -311,18 +339,27 @@ def summary(result: CampaignResult) -> str:
 
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
+    """The status query; a campaign that failed, was cancelled or terminated still shows its
+    status (counts, hosts, every change and whether it was put back) and says how it ended, exit 1."""
     handle = _handle(client, args.name)
-    await _raise_if_ended_badly(client, handle.id)
-    status = await query(handle)
+    ended = await workflow_commands.ended_badly(client, handle.id, "campaign")
+    try:
+        status = await query(handle)
+    except RPCError:
+        if ended is None:
+            raise
+        raise CampaignError(f"campaign {ended} (its status cannot be read: no worker?)") from None
+    if ended is not None:
+        status = status.model_copy(update={"ended": ended})
     if args.json:
         print(status.model_dump_json(indent=2))
-        return EXIT_OK
-    if not sys.stdout.isatty():
+        return EXIT_OK if ended is None else EXIT_FAILED
+    if ended is not None or not sys.stdout.isatty():
         print(render(status))
-        print_named("failed", status.failed, status.failures, handle.id)
-        print_named("aborted", status.aborted, status.aborted_hosts, handle.id)
-        for change in status.changes:
-            print(f"  changed {change.describe()}")
+        for line in details(status, handle.id):
+            print(line)
+        if ended is not None:
+            raise CampaignError(f"campaign {ended}")
         return EXIT_OK
     while True:  # a live bar until the campaign ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
@@ -334,9 +371,37 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         status = await query(handle)
 
 
+def details(status: CampaignStatus, workflow_id: str) -> list[str]:
+    """The lines under the status line: what it waits for, the hosts behind the counts (failed,
+    aborted with what each was left in, finishing a reboot round, put off until when), every
+    change outside its hosts."""
+    lines = [f"  waiting for: {status.waiting_on}: {status.waiting_for}"] if status.waiting_for else []
+    if status.stopped_reason:
+        lines.append(f"  stopped: {status.stopped_reason}")
+    lines += _named_lines("failed", status.failed, status.failures, workflow_id)
+    lines += _named_lines("aborted", status.aborted, status.aborted_hosts, workflow_id)
+    lines += [f"  finishing {f.host_id}: {f.reason}" for f in status.finishing]
+    for deferred in status.deferred_hosts:
+        lines.append(f"  deferred {deferred.host_id} until {iso_z(deferred.retry_at)}: {deferred.reason}")
+    if status.deferred_count > len(status.deferred_hosts):
+        more = status.deferred_count - len(status.deferred_hosts)
+        lines.append(f"  ... {more} more deferred: `metalflow campaign hosts NAME --outcome deferred`")
+    lines += [f"  changed {change.describe()}" for change in status.changes]
+    return lines
+
+
+def _named_lines(word: str, count: int, named: tuple[Failure, ...], workflow_id: str) -> list[str]:
+    lines = [f"  {word} {host.host_id}: {host.reason}" for host in named]
+    if count > len(named):
+        name = workflow_id.removeprefix("campaign/")
+        lines.append(
+            f"  ... {count - len(named)} more {word}: `metalflow campaign hosts {name} --outcome {word}`"
+        )
+    return lines
+
+
 async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
-    """Status is the truth: a campaign that failed, was terminated or timed out is said so, exit 1
-    (its last status would read as a campaign in progress: `selecting 0/0`)."""
+    """A campaign that failed, was terminated or timed out is said so, exit 1."""
     why = await workflow_commands.ended_badly(client, workflow_id, "campaign")
     if why is not None:
         raise CampaignError(f"campaign {why}")

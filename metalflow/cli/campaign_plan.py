@@ -1,20 +1,27 @@
 """`metalflow campaign plan NAME [the options of start] [--json]`: what `campaign start` would do,
-starting nothing and changing nothing.
+starting nothing and changing nothing; and the check `campaign start` runs before it starts
+anything (`build`), so the two never decide differently.
 
 It reads what the campaign will read, through the same code (`drivers.campaign.Fleet`, which the
-campaign's activities adapt): the selection and the hosts left out (with why: assigned in the
-inventory, unknown to DPF), the hosts another running campaign holds (the claims registry's
-`held` query), the hosts already at the target, the canary and the batches in order, the windows
-(each in its zone, with the next opening), and what the campaign would change outside its hosts
-(a BFB or flavor campaign's DPUDeployments: current value, new value; a deployment that is not
-OnDelete, or selects hosts outside the campaign, is refused with the same words as `start`).
+campaign's activities adapt, and the claims registry's client, `contracts.campaign_claims`), then
+decides through the campaign's own rules: its admission (`workflows/campaign/admission.py`:
+hosts left out and why, the deployment changes, the canary, or a refusal) and its state
+(`CampaignState`), driven round by round as the workflow drives it, each host found at the target
+as read now and every other one taken to succeed: the canary and each batch in the order it would
+run them, and a canary that could prove nothing refused as the campaign would stop. The windows
+(each in its zone, with the next opening) and what the campaign would change outside its hosts
+(current value -> new value; what a campaign that no longer runs left pointed, to be put back)
+are shown as it would see them.
 
-Exit statuses: 0 the plan (a campaign that `start` would run), 1 a campaign `start` would refuse
-(the reason printed), 2 usage, bad input, or a world that cannot be read.
+Exit statuses (one table for `plan` and `start`, metalflow/cli/campaign.py): 0 the plan (a
+campaign `start` would run), 1 a campaign `start` would refuse (the reason printed: the
+admission's or the canary's), 2 usage, a selection that names no host (an unknown host or group,
+a selector matching nothing), bad input, or a world that cannot be read.
 
 Cost: what the campaign's first steps cost (drivers/campaign.py): the inventory, one list of
-DPUNodes, the at-target reads of every selected host (one DPU list each, or each DPU's BMC), one
-query of the claims registry.
+DPUNodes, the at-target reads of every selected host (one DPU list each, or each DPU's BMC), the
+deployments' reads, one query of the claims registry and one describe per holder it names; the
+rounds are computed in memory (O(batches x hosts): about a second at 10,000 hosts).
 """
 
 from __future__ import annotations
@@ -26,18 +33,19 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import Client
-from temporalio.service import RPCError, RPCStatusCode
 
-from contracts import names, workflow_api
+from contracts import names
+from contracts.campaign_claims import ClaimsClient
 from contracts.errors import InvalidInput, MetalflowError
 from contracts.models.campaign import (
     CampaignInput,
+    CampaignPolicy,
     CheckHostsInput,
-    ClaimAnswer,
-    ClaimRequest,
     DeploymentChange,
     DeploymentsInput,
+    HostFinished,
     HostGroup,
+    HostRequestOutcome,
     SelectHostsInput,
     Window,
 )
@@ -51,7 +59,9 @@ from drivers.settings import Settings
 from metalflow.cli.campaign_options import add_options, campaign_input
 from metalflow.cli.workflow_commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
 from metalflow.hosts import default_operator
+from workflows.campaign import admission
 from workflows.campaign import plan as decide
+from workflows.campaign.state import CampaignState
 
 SHOWN = 20  # hosts named per line of the text plan
 
@@ -79,6 +89,15 @@ class CampaignPlan(BaseModel):
     refused: str | None = None  # why `start` would refuse it (nothing would change)
 
 
+class PlanRefused(Exception):
+    """The campaign's rules refuse it (exit 1): `plan` says so, `start` starts nothing."""
+
+    def __init__(self, reason: str, plan: CampaignPlan) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.plan = plan
+
+
 def register(commands: Any, runner: Callable[[Any], Callable[[argparse.Namespace], int]]) -> None:
     plan = commands.add_parser(
         "plan",
@@ -101,22 +120,16 @@ def register(commands: Any, runner: Callable[[Any], Callable[[argparse.Namespace
 async def _plan(client: Client, args: argparse.Namespace) -> int:
     try:
         request = campaign_input(args.name, args)
-        settings = Settings.from_env()
     except ValueError as err:
         raise CommandError(f"plan refused: {err}", EXIT_USAGE) from None
-    kube = Kube(settings)
-    redfish = None
-    if request.target.spec.at_target == "bmc":  # the DPUs' BMCs tell which hosts are at the target
-        redfish = RedfishClient(
-            CredentialResolver(settings.kubeconfig), max_in_flight=settings.bmc_max_in_flight
-        )
-    fleet = Fleet(Inventory(settings, kube), kube, redfish)
     try:
-        plan = await build(client, fleet, request, args.task_queue)
-    except InvalidInput as err:
-        raise CommandError(f"start would refuse it: {err.message}", EXIT_FAILED) from None
-    except MetalflowError as err:
-        raise CommandError(f"cannot read the site: {err.message}", EXIT_USAGE) from None
+        plan = await checked(client, request, args.task_queue)
+    except PlanRefused as refused:
+        if args.json:
+            print(refused.plan.model_dump_json(indent=2))
+        raise CommandError(f"start would refuse it: {refused.reason}", EXIT_FAILED) from None
+    except CommandError as err:
+        raise CommandError(f"plan refused: {err}", err.status) from None
     if args.json:
         print(plan.model_dump_json(indent=2))
     else:
@@ -124,74 +137,141 @@ async def _plan(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def checked(client: Client, request: CampaignInput, task_queue: str) -> CampaignPlan:
+    """The plan, read and decided as the campaign would (`plan`'s, and `start`'s check).
+
+    Raises:
+        PlanRefused: The campaign's rules refuse it (exit 1).
+        CommandError: The selection names no host, or the world cannot be read (exit 2).
+    """
+    try:
+        settings = Settings.from_env()
+    except ValueError as err:
+        raise CommandError(str(err), EXIT_USAGE) from None
+    kube = Kube(settings)
+    redfish = None
+    if request.target.spec.at_target == "bmc" or request.target.spec.site_rules:  # the DPUs' BMCs
+        redfish = RedfishClient(
+            CredentialResolver(settings.kubeconfig), max_in_flight=settings.bmc_max_in_flight
+        )
+    fleet = Fleet(Inventory(settings, kube), kube, redfish)
+    try:
+        return await build(client, fleet, request, task_queue)
+    except InvalidInput as err:
+        raise CommandError(err.message, EXIT_USAGE) from None
+    except MetalflowError as err:
+        raise CommandError(f"cannot read the site: {err.message}", EXIT_USAGE) from None
+    finally:
+        kube.close()
+
+
 async def build(
     client: Client, fleet: Fleet, request: CampaignInput, task_queue: str = names.TASK_QUEUE
 ) -> CampaignPlan:
-    """The plan, read as the campaign reads (raises what the campaign would fail with)."""
+    """The plan: the campaign's reads, its admission, then its rounds as its state runs them.
+
+    Raises:
+        InvalidInput: The selection names no host (an unknown host, nothing matches).
+        PlanRefused: The admission refuses it, or its canary could prove nothing.
+    """
     target = request.target
+    now = datetime.now(UTC)
     selected = await fleet.select(
         SelectHostsInput(
             selection=request.selection, target=target, skip_assigned=request.policy.assigned == "skip"
         )
     )
-    left_out = list(selected.left_out)
-    out = {h for g in left_out for h in g.host_ids}
-    ids = [h for h in selected.roster.ids if h not in out]
-    held = await _held(client, names.campaign_workflow_id(request.name), tuple(ids), task_queue)
-    for holder, hosts in held.held.items():
-        left_out.append(HostGroup(reason=f"claimed by running campaign {holder}", host_ids=hosts))
-        out |= set(hosts)
-    ids = [h for h in ids if h not in out]
-    changes: tuple[DeploymentChange, ...] = ()
-    canary_hosts: list[str] = []
-    if target.points_deployment:
-        prepared = await fleet.prepare_deployments(DeploymentsInput(target=target, host_ids=tuple(ids)))
-        changes, canary_hosts = prepared.changes, list(prepared.canary_hosts)
-    at_target: set[str] = set()
-    if target.spec.at_target != "never" and ids:
-        checked = await fleet.check(CheckHostsInput(target=target, host_ids=tuple(ids)))
-        at_target = set(checked.at_target)
-    # The campaign checks hosts as it reaches them: here they are read now, in the order it runs.
-    to_run = [h for h in ids if h not in at_target]
-    if target.points_deployment:
-        canary = [h for h in canary_hosts if h in to_run]
-    else:
-        canary = to_run[: request.canary]
-    rest = [h for h in to_run if h not in canary]
-    size = request.limits.batch_size
-    batches = tuple(tuple(rest[i : i + size]) for i in range(0, len(rest), size))
-    now = datetime.now(UTC)
-    windows = tuple(
-        PlannedWindow(
-            window=w, open_now=decide.window_open([w], now), next_open=decide.next_window_open([w], now)
-        )
-        for w in request.windows
+    registry = ClaimsClient(client, task_queue)
+    claims = await registry.preview(
+        names.campaign_workflow_id(request.name),
+        admission.to_claim(request, selected),
+        admission.deployments(request),
     )
-    return CampaignPlan(
+    read = None
+    if target.points_deployment:
+        read = await fleet.read_deployments(DeploymentsInput(target=target, host_ids=selected.roster.ids))
+    decided = admission.admit(request, selected, claims, read, now)
+    plan = CampaignPlan(
         name=request.name,
         target=target.describe(),
         selection=request.selection.describe(),
         selected=len(selected.roster),
-        left_out=tuple(left_out),
-        at_target=tuple(h for h in ids if h in at_target),
-        canary=tuple(canary),
-        batches=batches,
-        windows=windows,
-        changes=changes,
+        left_out=decided.left_out,
+        at_target=(),
+        canary=(),
+        batches=(),
+        windows=tuple(
+            PlannedWindow(
+                window=w, open_now=decide.window_open([w], now), next_open=decide.next_window_open([w], now)
+            )
+            for w in request.windows
+        ),
+        changes=decided.changes,
         budget=decide.describe_budget(request.budget, 0, len(selected.roster)),
     )
+    if decided.refusal is not None:
+        raise PlanRefused(decided.refusal, plan.model_copy(update={"refused": decided.refusal}))
+    at_target: set[str] = set()
+    if target.spec.at_target != "never" and decided.runs:
+        checked_hosts = await fleet.check(CheckHostsInput(target=target, host_ids=decided.runs))
+        at_target = set(checked_hosts.at_target)
+    state, rounds = rounds_of(request, decided, at_target, now)
+    plan = plan.model_copy(
+        update={
+            "at_target": tuple(h for h in decided.runs if h in at_target),
+            "canary": rounds[0] if rounds and not request.canary == 0 else (),
+            "batches": tuple(rounds[1:] if request.canary else rounds),
+        }
+    )
+    if state.stopped_reason is not None:
+        raise PlanRefused(state.stopped_reason, plan.model_copy(update={"refused": state.stopped_reason}))
+    return plan
 
 
-async def _held(client: Client, campaign: str, host_ids: tuple[str, ...], task_queue: str) -> ClaimAnswer:
-    handle = client.get_workflow_handle(names.campaign_claims_workflow_id(task_queue))
-    try:
-        return await handle.query(
-            workflow_api.CampaignClaimsWorkflow.held, ClaimRequest(campaign=campaign, host_ids=host_ids)
+def rounds_of(
+    request: CampaignInput, decided: admission.Admission, at_target: set[str], now: datetime
+) -> tuple[CampaignState, list[tuple[str, ...]]]:
+    """The campaign's state driven as its runbook drives it, every window open and no soak: each
+    host found at the target as read, every other one started and done. The hosts asked, by
+    batch (batch 0: the canary), and the state at the end (its changes, a stop)."""
+    quick = request.model_copy(
+        update={
+            "windows": (),
+            "soak_seconds": 0.0,
+            "policy": CampaignPolicy(assigned=request.policy.assigned),
+        }
+    )
+    state = CampaignState.first(asker="plan", limits=request.limits, now=now)
+    state.admitted(decided, request.canary)
+    for index in state.leftovers():
+        state.changes[index] = state.changes[index].model_copy(update={"restored_at": now})
+    batches: dict[int, list[str]] = {}
+    for _ in range(len(decided.roster) + 10):  # each round starts or ends at least one host
+        step = state.next_step(now, quick)
+        for index in step.point:
+            state.changes[index] = state.changes[index].model_copy(
+                update={"pointed_at": now, "restored_at": None}
+            )
+        if step.over or not step.start:
+            break
+        batch = state.batch
+        asked = [h for h in step.start if h.host_id not in at_target]
+        for host in step.start:
+            if host.host_id in at_target:
+                state.found_at_target(host.host_id)
+        outcomes = [
+            HostRequestOutcome(host_id=h.host_id, outcome="started", workflow_id=h.host_id) for h in asked
+        ]
+        state.answered(outcomes, asked, now=now, start=quick)
+        state.heard.extend(
+            HostFinished(host_id=h.host_id, workflow_id=h.host_id, outcome="completed") for h in asked
         )
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            return ClaimAnswer()  # no campaign ever claimed: nothing held
-        raise
+        state.absorb_heard(verify=False, budget=quick.budget)
+        batches.setdefault(batch, []).extend(h.host_id for h in asked)
+    ordered = [tuple(batches[b]) for b in sorted(batches)]
+    if request.canary and 0 not in batches:
+        ordered.insert(0, ())
+    return state, ordered
 
 
 def _hosts(hosts: tuple[str, ...] | list[str]) -> str:
@@ -223,6 +303,7 @@ def render(plan: CampaignPlan) -> str:
     if not plan.changes:
         lines.append("changes outside its hosts: none")
     for change in plan.changes:
-        lines.append(f"would change: {change.describe()}")
+        verb = "would restore" if change.role == "leftover" else "would change"
+        lines.append(f"{verb}: {change.describe()}")
     lines.append(f"failure budget: {plan.budget}")
     return "\n".join(lines)

@@ -31,6 +31,7 @@ from contracts.models.campaign import (
     TargetKind,
 )
 from workflows.campaign import plan
+from workflows.campaign.admission import Admission
 from workflows.campaign.state import CampaignState
 
 NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
@@ -46,7 +47,7 @@ def _host(i: int) -> CampaignHost:
 
 def _ledger(n: int, canary: int = 0) -> CampaignState:
     ledger = CampaignState.first(asker=f"campaign/bound@{'r' * 36}", limits=Limits(), now=NOW)
-    ledger.selected(Roster.of([_host(i) for i in range(n)]), (), canary=canary)
+    ledger.admitted(Admission(roster=Roster.of([_host(i) for i in range(n)])), canary)
     return ledger
 
 

@@ -1,6 +1,7 @@
 """The claims registry's decisions (workflows/campaign_claims/state.py, `ClaimsState`), without a
-server: one campaign per host, a claim answered by holder, a holder that ended taken over, a
-release, and the registry carried whole over continue-as-new. The end-to-end claims are
+server: one campaign per host and per deployment, a claim answered by holder, a holder that ended
+taken over with the changes it recorded, a release, and the registry carried whole over
+continue-as-new. The end-to-end claims are
 tests/test_campaign.py's."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import warnings
 
 from contracts.converter import DATA_CONVERTER
-from contracts.models.campaign import ClaimRequest, ClaimsInput
+from contracts.models.campaign import ClaimRequest, ClaimsInput, DeploymentRecord, RecordRequest
 from workflows.campaign_claims.state import ClaimsState
 
 
@@ -51,3 +52,38 @@ def test_the_registry_continues_as_new_whole() -> None:
     again = ClaimsState.carried(carried)
     assert again.holders == state.holders
     assert _claim(again, "campaign/c", "h1", "h3") == {"campaign/a": ("h1",), "campaign/b": ("h3",)}
+
+
+def test_a_deployment_is_held_by_one_campaign_and_its_change_outlives_a_campaign_that_ended() -> None:
+    state = ClaimsState()
+    first = state.claim(ClaimRequest(campaign="campaign/a", host_ids=("h1",), deployments=("fleet",)))
+    assert (first.held_deployments, first.inherited) == ({}, ())
+    other = state.claim(ClaimRequest(campaign="campaign/b", host_ids=("h2",), deployments=("fleet",)))
+    assert other.held_deployments == {"campaign/a": ("fleet",)}, "one campaign per deployment"
+    change = DeploymentRecord(deployment="fleet", field="bfb", previous="bf-orig", value="bf-new")
+    assert state.record(RecordRequest(campaign="campaign/a", changes=(change,))) == 1
+    assert state.record(RecordRequest(campaign="campaign/b", changes=(change,))) == 0, "not its deployment"
+    # campaign/a is terminated: its release never comes. A campaign that touches its host takes
+    # its recorded change over, to put it back.
+    asked = ClaimRequest(campaign="campaign/c", host_ids=("h1",))
+    assert [r.deployment for r in state.held(asked).records] == ["fleet"], "a preview names it"
+    taken = state.claim(asked.model_copy(update={"take_from": ("campaign/a",)}))
+    assert [(r.deployment, r.previous, r.holder) for r in taken.inherited] == [
+        ("fleet", "bf-orig", "campaign/c")
+    ]
+    assert state.deployment_holders() == {"fleet": "campaign/c"} and state.holders["campaign/c"] == ["h1"]
+    assert state.release("campaign/c").released == 1 and state.deployment_holders() == {}
+
+
+def test_a_later_campaign_of_the_same_name_inherits_what_the_earlier_run_left() -> None:
+    state = ClaimsState()
+    state.claim(ClaimRequest(campaign="campaign/fleet", host_ids=("h1",), deployments=("canary",)))
+    change = DeploymentRecord(deployment="canary", field="bfb", previous="bf-orig", value="bf-new")
+    state.record(RecordRequest(campaign="campaign/fleet", changes=(change,)))
+    again = state.claim(ClaimRequest(campaign="campaign/fleet", host_ids=("h1",), deployments=("canary",)))
+    assert [(r.deployment, r.previous) for r in again.inherited] == [("canary", "bf-orig")]
+    unchanged = ClaimsState()
+    unchanged.claim(ClaimRequest(campaign="campaign/x", host_ids=(), deployments=("d",)))
+    assert (
+        unchanged.claim(ClaimRequest(campaign="campaign/x", host_ids=(), deployments=("d",))).inherited == ()
+    )

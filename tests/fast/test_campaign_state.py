@@ -19,6 +19,7 @@ from contracts.models.campaign import (
     CampaignInput,
     CampaignPolicy,
     CampaignTarget,
+    ClaimResult,
     Deferred,
     DeploymentChange,
     Failure,
@@ -31,11 +32,13 @@ from contracts.models.campaign import (
     HostState,
     Limits,
     Roster,
+    SelectHostsResult,
     TargetKind,
     Window,
 )
 from contracts.models.control import OperatorRequest
-from workflows.campaign import views
+from workflows.campaign import admission, views
+from workflows.campaign.admission import Admission
 from workflows.campaign.state import (
     ABORTED_AWAITING_APPROVAL,
     ABORTING,
@@ -68,7 +71,7 @@ def _state(n: int = 5, *, canary: int = 0, batch: int = 2, in_flight: int = 10) 
     """`n` hosts h0.. (no group, no shared BMC limit), selected with a canary of `canary`."""
     limits = Limits(batch_size=batch, max_in_flight=in_flight, max_per_bmc=0)
     state = CampaignState.first(asker=ASKER, limits=limits, now=NOW)
-    state.selected(Roster.of([CampaignHost(host_id=f"h{i}") for i in range(n)]), (), canary=canary)
+    state.admitted(Admission(roster=Roster.of([CampaignHost(host_id=f"h{i}") for i in range(n)])), canary)
     return state
 
 
@@ -279,7 +282,8 @@ def test_an_abort_lets_the_running_hosts_finish_then_skips_the_rest() -> None:
     assert not state.abort_escalates(request), "a second plain abort adds nothing"
     _end(state, "h0", "completed")
     assert state.over()
-    assert state.abort_unstarted() == 3 and state.states == "dsss"
+    assert state.ending(keep=False) == [] and state.states == "dsss", "unstarted hosts skipped"
+    assert state.recent_skipped[-1].reason == "not started: aborted"
 
 
 def test_an_abort_that_cancels_the_running_hosts_sends_once_and_counts_them_aborted() -> None:
@@ -339,14 +343,21 @@ def test_new_limits_pace_the_next_starts() -> None:
 
 
 def test_hosts_left_out_or_held_are_skipped_and_a_canary_without_hosts_is_no_canary() -> None:
-    state = CampaignState.first(asker=ASKER, limits=Limits(batch_size=3), now=NOW)
+    start = _input(canary=5, limits=Limits(batch_size=3))
     roster = Roster.of([CampaignHost(host_id=f"h{i}") for i in range(3)])
-    state.selected(roster, (HostGroup(reason="instance assigned", host_ids=("h0",)),), canary=5)
-    assert (state.states, state.batch_left, state.canary_passed) == ("spp", 2, False), "a canary of 2 left"
-    assert state.to_claim() == ("h1", "h2")
-    state.held((HostGroup(reason="claimed by running campaign campaign/other", host_ids=("h1", "h2")),))
-    assert (state.canary_passed, state.batch, state.batch_left) == (True, 1, 3)
+    selected = SelectHostsResult(roster=roster, assigned=("h0",))
+    assert admission.to_claim(start, selected) == ("h1", "h2")
+    other = "claimed by running campaign campaign/other"
+    held = ClaimResult(held=(HostGroup(reason=other, host_ids=("h1",)),))
+    state = CampaignState.first(asker=ASKER, limits=start.limits, now=NOW)
+    state.admitted(admission.admit(start, selected, held, None, NOW), start.canary)
+    assert (state.states, state.batch_left, state.canary_passed) == ("ssp", 1, False), "a canary of 1 left"
     assert state.recent_skipped[-1].reason == "claimed by running campaign campaign/other"
+    everyone = ClaimResult(held=(HostGroup(reason="claimed by campaign/other", host_ids=("h1", "h2")),))
+    state = CampaignState.first(asker=ASKER, limits=start.limits, now=NOW)
+    state.admitted(admission.admit(start, selected, everyone, None, NOW), start.canary)
+    assert (state.canary_passed, state.batch, state.batch_left) == (True, 1, 3), "no host left: no canary"
+    assert state.next_step(NOW, start).over
 
 
 def _change(role: str, **changes: object) -> DeploymentChange:
@@ -361,28 +372,51 @@ def _change(role: str, **changes: object) -> DeploymentChange:
     return DeploymentChange.model_validate(values)
 
 
+def _deployment_state(n: int, pool: tuple[str, ...]) -> CampaignState:
+    """`n` hosts h0.. of a BFB campaign whose canary deployment selects `pool`."""
+    state = CampaignState.first(asker=ASKER, limits=Limits(batch_size=2, max_per_bmc=0), now=NOW)
+    roster = Roster.of([CampaignHost(host_id=f"h{i}") for i in range(n)])
+    changes = (_change("canary"), _change("fleet"))
+    state.admitted(Admission(roster=roster, changes=changes, canary_pool=pool), 1)
+    return state
+
+
 def test_while_a_deployment_canary_runs_only_the_canary_deployments_hosts_start() -> None:
-    state = _state(4, canary=1)
-    state.prepared([_change("canary"), _change("fleet")], canary_hosts=["h2"])
-    state.batch_left = 3  # room for more than the canary deployment's one host
+    state = _deployment_state(4, ("h2",))
     assert [h.host_id for h in state.to_start()] == ["h2"]
     _answer(state, {"h2": "started"})
     assert state.to_start() == [], "a fleet host waits for its deployment to be pointed"
 
 
 def test_a_deployment_campaign_points_the_canary_first_and_the_fleet_once_it_passed() -> None:
-    state = _state(4, canary=1)
-    state.prepared([_change("canary"), _change("fleet")], canary_hosts=["h2", "h3"])
+    state = _deployment_state(4, ("h2", "h3"))
     assert state.due_points() == [0], "only the canary's deployment while the canary runs"
     assert [h.host_id for h in state.to_start()] == ["h2", "h3"], "its hosts only, first"
     state.changes[0] = state.changes[0].model_copy(update={"pointed_at": NOW})
     _run(state, ("h2", "completed"), ("h3", "failed: bad"))
+    assert state.end_batch_if_done(now=NOW, soak_seconds=0) == "the canary failed on h3"
+    assert state.canary_restore() == [0], "a failed canary's deployment is put back"
+    assert state.keep(0) == "kept canary-dep bfb=bf-new" and state.canary_restore() == []
+    assert state.resume_refusal() is not None, "resuming would point the fleet without a passed canary"
+    state.retry_failed()
+    assert state.due_points() == [], "the canary's deployment is still pointed"
+    _run(state, ("h3", "completed"))
     state.end_batch_if_done(now=NOW, soak_seconds=0)
-    assert state.failed_canary_pointed(), "a failed canary's deployment is put back"
-    assert state.keep(0) == "kept canary-dep bfb=bf-new" and not state.failed_canary_pointed()
-    state.resume()
-    assert state.due_points() == [1], "the fleet's, once the canary is taken"
+    assert state.canary_passed and state.due_points() == [1], "the fleet's, once the canary passed"
     assert state.pointed(("canary", "fleet")) == [0]
+
+
+def test_a_deployment_canary_that_proves_nothing_stops_the_campaign_and_puts_back_its_deployment() -> None:
+    state = _deployment_state(3, ("h0",))
+    step = state.next_step(NOW, _input())
+    assert (step.point, [h.host_id for h in step.start]) == ([0], ["h0"])
+    state.changes[0] = state.changes[0].model_copy(update={"pointed_at": NOW})
+    state.found_at_target("h0")  # its read before the ask
+    step = state.next_step(NOW, _input())
+    assert step.over and state.outcome() == "stopped" and not state.canary_passed
+    assert state.stopped_reason is not None and "h0: already at the target" in state.stopped_reason
+    assert state.ending(keep=False) == [0], "the canary's deployment is put back; the fleet's never pointed"
+    assert state.states == "tss"
 
 
 # -- request ids and continue-as-new ----------------------------------------------------------------
@@ -456,3 +490,50 @@ def test_the_hosts_page_names_each_outcome_its_reason_and_operation() -> None:
     assert (
         views.hosts_page(state, HostsQuery(outcome="failed"), firmware).hosts[0].workflow_id == "firmware/h2"
     )
+
+
+def test_a_deployment_due_with_no_host_left_to_run_waits_for_its_window_on_an_alarm() -> None:
+    """Found by the model (test_campaign_model.py): every host left out, the whole deployment
+    asked for, outside the window: the change is due and no host pends, so no alarm was set
+    and the campaign waited for nothing."""
+    state = _deployment_state(2, ())
+    state.canary_passed = True  # canary 0: both deployments are due at once
+    for host_id in ("h0", "h1"):
+        state.skip(host_id, "instance assigned")
+    night = (Window(days=(5,), start_minute=180, end_minute=240),)  # Saturday 03:00-04:00
+    step = state.next_step(NOW, _input(windows=night))
+    assert step.phase[0] == OUTSIDE_WINDOW and not step.over and state.due_points() == [0, 1]
+    assert state.wake(NOW, night) == (NOW + timedelta(hours=1), "the maintenance window opens")
+    assert state.liveness(NOW, night) == ("timer", "at 2026-11-28T03:00:00Z: the maintenance window opens")
+
+
+def test_a_canary_host_may_not_be_skipped_and_a_skipped_one_stops_a_second_canary() -> None:
+    """A failed canary host skipped would let the fleet's deployment be pointed after a failed
+    canary; one skipped by its entity (an instance assigned since) would turn Outdated again when
+    the canary's deployment, put back after a failure, is pointed again by `retry_failed`."""
+    state = _deployment_state(4, ("h0", "h1"))
+    state.changes[0] = state.changes[0].model_copy(update={"pointed_at": NOW})
+    _answer(state, {"h0": "started", "h1": "assigned"})
+    assert state.skip_refusal("h2") is not None, "a fleet host waits for its deployment to be pointed"
+    _end(state, "h0", "failed: DPU in Error")
+    assert state.skip_refusal("h0") is not None, "a failed canary host is retried or the campaign aborted"
+    state.end_batch_if_done(now=NOW, soak_seconds=0)
+    state.changes[0] = state.changes[0].model_copy(update={"restored_at": NOW})  # put back (canary_restore)
+    state.retry_failed()
+    step = state.next_step(NOW, _input())
+    assert step.over and state.outcome() == "stopped" and step.point == []
+    assert (
+        state.stopped_reason is not None
+        and "selects h1, skipped since it was first pointed" in state.stopped_reason
+    )
+
+
+def test_a_canary_host_whose_ask_is_refused_fails_the_canary() -> None:
+    """Found by the model: a refused canary host never started, so it did not count for the
+    canary, and one done host let the fleet's deployment be pointed after a failed canary."""
+    state = _deployment_state(4, ("h0", "h1"))
+    _answer(state, {"h0": "started", "h1": "refused"}, budget=FailureBudget(max_failures=5))
+    _end(state, "h0", "completed")
+    assert state.canary_verdict() == "failed"
+    assert state.end_batch_if_done(now=NOW, soak_seconds=0) == "the canary failed on h1"
+    assert not state.canary_passed and state.due_points() == [0], "the canary's only, never the fleet's"

@@ -33,6 +33,21 @@ from contracts.models.campaign import (
 S = HostState
 WAITING: Final = (S.PENDING, S.REQUEUED)
 
+# The phases the runbook shows (the `Phase` search attribute).
+SELECTING: Final = "selecting"
+POINTING: Final = "pointing-deployment"
+CANARY: Final = "canary"
+RUNNING: Final = "running"
+SOAKING: Final = "soaking"
+OUTSIDE_WINDOW: Final = "outside-window"
+PAUSED: Final = "paused"
+HALTED: Final = "halted"
+ABORTING: Final = "aborting"
+STOPPING: Final = "stopping"
+COMPLETED: Final = "completed"
+ABORTED: Final = "aborted"
+STOPPED: Final = "stopped"
+
 
 def name_recent(items: list[Failure], host_id: str, reason: str) -> None:
     """Name a host (with its reason, cut short) among the newest RECENT_HOSTS of `items`."""
@@ -119,6 +134,14 @@ class HostLedger(CampaignProgress):
         self._set(host_id, S.AT_TARGET)
         self.already_at_target += 1
 
+    def found_at_target(self, host_id: str) -> None:
+        """A host read at the target before it is asked: already there, untouched (`reached`);
+        or, retried after a failure, brought there by this campaign's earlier operation: done."""
+        if self.retried.get(host_id):
+            self.succeed(host_id)
+        else:
+            self.reached(host_id)
+
     def skip(self, host_id: str, reason: str) -> None:
         """Left out (assigned, claimed by another campaign, skipped by an operator, ...). A failed
         host skipped leaves the failed count; the failure stays in the budget's counters."""
@@ -135,7 +158,7 @@ class HostLedger(CampaignProgress):
         self.failed += 1
         self.failures_total += 1
         self.attempts_total += 1
-        if host_id in self.canary_hosts and not self.canary_passed:
+        if self._in_canary(host_id):
             self.canary_failed += 1
         name_recent(self.recent_failed, host_id, reason)
 
@@ -143,16 +166,26 @@ class HostLedger(CampaignProgress):
         self._set(host_id, S.DONE)
         self.done += 1
         self.attempts_total += 1
-        if host_id in self.canary_hosts and not self.canary_passed:
+        if self._in_canary(host_id):
             self.canary_done += 1
 
-    def abort_unstarted(self) -> int:
-        """An aborted campaign's hosts not started: skipped. Returns how many."""
+    def _in_canary(self, host_id: str) -> bool:
+        """Whether the host's end counts for the canary: the canary runs (batch 0, where only its
+        hosts start) and it is one of them; one whose ask was refused counts too (it never
+        started: a refused canary host is a failed canary, not one that proved nothing)."""
+        if self.canary_passed or self.batch != 0:
+            return False
+        if host_id not in self.canary_hosts:
+            self.canary_hosts.append(host_id)
+        return True
+
+    def skip_unstarted(self, reason: str) -> int:
+        """An ended campaign's hosts not started (aborted, stopped): skipped. Returns how many."""
         unstarted = [
             self.roster.ids[i] for i, c in enumerate(self.states) if c in (S.PENDING, S.REQUEUED, S.DEFERRED)
         ]
         for host_id in unstarted:
-            self.skip(host_id, "not started: aborted")
+            self.skip(host_id, reason)
         return len(unstarted)
 
     def counts(self) -> str:

@@ -1,17 +1,36 @@
 """What a campaign knows and decides: `CampaignState`, the one state object of `CampaignWorkflow`.
 
 It holds every fact of the run (where each host is, the counts, the batch and the canary, the
-halt, pause and abort, pacing, the changes made outside its hosts) and decides what follows from
-them: which hosts start now, what a request's outcome or an operation's end does to a host, when
-a batch ends and whether the canary passed, when the failure budget is spent, why nothing may
-start now, when to wake, whether the campaign is over, and what each operator update does. The
-runbook (workflows/campaign/workflow.py) asks it, then acts: every phase, activity and timer is
-the runbook's. No clock (`now` is an argument), no I/O, nothing of Temporal.
+halt, pause, abort and stop, pacing, the changes made outside its hosts) and decides what follows
+from them: what the admission means for each host (`admitted`), what a request's outcome or an
+operation's end does to a host, what the runbook does at each step (`next_step`: a put-off host
+due again, a batch's end and the canary's verdict, a failed canary's deployment put back, why
+nothing may start, the deployments to point, the hosts to start), when the failure budget is
+spent, what it waits for (`liveness`) and when to wake, whether it is over and how it ends, and
+what each operator update does. The runbook (workflows/campaign/workflow.py) asks it, then acts:
+every phase, activity and timer is the runbook's. No clock (`now` is an argument), no I/O,
+nothing of Temporal.
 
 Its data shape is `CampaignProgress` (contracts/models/campaign_progress.py), so the run
-continues as new with this object as its input's `progress`, whole: counts stay exact. Where
-each host is and how it moves is its base, `HostLedger` (ledger.py); windows, budget and limits
-are plan.py's rules.
+continues as new with this object as its input's `progress`, whole: counts stay exact. It is
+built in layers, each a module: where each host is and how it moves (`HostLedger`, ledger.py);
+the DPUDeployment changes (`DeploymentLedger`, changes.py); the canary and the batches
+(`CanaryLedger`, canary.py); the operator's updates (`OperatorControls`, controls.py); windows,
+budget and limits are plan.py's rules, and the admission before the first host admission.py's.
+
+The rules a campaign stakes a fleet on, checked after every step of a model of it
+(tests/fast/test_campaign_model.py) and listed in README ("Fleet campaigns"):
+
+1. A deployment change only ever selects hosts the campaign holds and runs (or the whole
+   deployment, when asked for): the admission and `skip_blocked`.
+2. The fleet's deployment is never pointed before a canary host is done at the target and none
+   failed; when no canary host can run, the campaign stops and says why (canary.py).
+3. Liveness: after every step it has work in flight, a timer with a stated time and reason, an
+   operator's pause or decision to wait for, or it has ended (`liveness`); never a pending host it
+   could start but does not.
+4. Every ending puts back what it changed unless asked to keep it (`restores_at_end`), and no
+   abort leaves a DPU owed a reboot that no operation gives (`to_abort`: `finish_installing`).
+5. The failure budget only grows toward its limit between an operator's resets (ledger.py).
 
 A host's request id (`request_id`) is `<asker>/<host>#<n>`: `asker` is the campaign's workflow id
 and its first run's id (a later campaign of the same name is another asker), `n` how often
@@ -26,49 +45,77 @@ Cost: no history events; worker memory O(hosts) at ~31 bytes a host plus O(in fl
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
 from contracts.models.campaign import (
-    AbortRequest,
     CampaignHost,
     CampaignInput,
     CampaignProgress,
     Deferred,
-    DeploymentChange,
     Failure,
     FailureBudget,
     HostFinished,
-    HostGroup,
     HostRequestInput,
     HostRequestOutcome,
     InFlight,
     Limits,
-    Roster,
     Window,
 )
-from contracts.models.control import OperatorRequest
 from contracts.wording import iso_z, plural
 from workflows.campaign import plan
-from workflows.campaign.ledger import WAITING, HostLedger, S, name_recent
+from workflows.campaign.admission import Admission
+from workflows.campaign.controls import OperatorControls
+from workflows.campaign.ledger import (
+    ABORTED,
+    ABORTING,
+    CANARY,
+    COMPLETED,
+    HALTED,
+    OUTSIDE_WINDOW,
+    PAUSED,
+    POINTING,
+    RUNNING,
+    SELECTING,
+    SOAKING,
+    STOPPED,
+    STOPPING,
+    WAITING,
+    S,
+    name_recent,
+)
+
+__all__ = [
+    "ABORTED", "ABORTING", "CANARY", "COMPLETED", "HALTED", "OUTSIDE_WINDOW", "PAUSED", "POINTING",
+    "RUNNING", "SELECTING", "SOAKING", "STOPPED", "STOPPING", "CampaignState", "Step",
+]  # fmt: skip
 
 ABORTED_AWAITING_APPROVAL: Final = "campaign aborted while awaiting approval"
 
-# The phases the runbook shows (the `Phase` search attribute).
-SELECTING: Final = "selecting"
-POINTING: Final = "pointing-deployment"
-CANARY: Final = "canary"
-RUNNING: Final = "running"
-SOAKING: Final = "soaking"
-OUTSIDE_WINDOW: Final = "outside-window"
-PAUSED: Final = "paused"
-HALTED: Final = "halted"
-ABORTING: Final = "aborting"
-COMPLETED: Final = "completed"
-ABORTED: Final = "aborted"
+# What a campaign waits for after its step (`liveness`; the status's `waiting_on`).
+IN_FLIGHT: Final = "in-flight"
+CAN_START: Final = "can-start"
+TIMER: Final = "timer"
+OPERATOR: Final = "operator"
+ENDED: Final = "ended"
 
 
-class CampaignState(HostLedger):
+@dataclass
+class Step:
+    """What the runbook does now, as the state decided it (`next_step`), in this order: show a
+    halt it caused, put back `restore`, show `phase`, point `point`, then read `start` at the
+    target and ask the others' entities. `over`: nothing more to do; the campaign ends."""
+
+    phase: tuple[str, str]
+    halt: str | None = None
+    restore: list[int] = field(default_factory=list)
+    point: list[int] = field(default_factory=list)
+    start: list[CampaignHost] = field(default_factory=list)
+    over: bool = False
+
+
+class CampaignState(OperatorControls):
     """Every fact of one campaign and the decisions over them; see the module docstring."""
 
     @classmethod
@@ -81,69 +128,35 @@ class CampaignState(HostLedger):
         """What the last run knew (its `progress`), as this run's state."""
         return cls.model_validate(dict(progress))
 
-    # -- before the first host: selection, claims, deployments ---------------------------------
-    def selected(self, roster: Roster, left_out: Iterable[HostGroup], canary: int) -> None:
-        """The selected hosts, every one pending but those left out (skipped, with why); the
-        canary is the first `canary` of them (none: the first batch starts at once)."""
-        self.roster = roster
-        self.states = S.PENDING * len(roster)
+    # -- before the first host: the admission ------------------------------------------------------
+    def admitted(self, admission: Admission, canary: int) -> None:
+        """The admission's decision (admission.py): every host of the roster pending but those
+        left out (skipped, with why), its changes (nothing pointed yet but what a campaign that
+        no longer runs left), and the canary: the canary deployment's hosts, first, or the first
+        `canary` hosts (none: the first batch starts at once). Applied even when refused, so the
+        changes taken over are put back as the run ends."""
+        self.roster = admission.roster
+        self.states = S.PENDING * len(self.roster)
         self._reindex()
-        for group in left_out:
+        for group in admission.left_out:
             for host_id in group.host_ids:
                 self.skip(host_id, group.reason)
+        self.changes = list(admission.changes)
+        self.canary_pool = [h for h in admission.canary_pool if self.state(h) == S.PENDING]
+        if self.canary_pool:
+            for host_id in self.canary_pool:
+                self.put_first(host_id)
+            self.canary_passed, self.batch, self.batch_left = False, 0, len(self.canary_pool)
+            return
         canary = min(canary, self.not_started())
         self.canary_passed = canary == 0
         self.batch = 0 if canary else 1
         self.batch_left = canary if canary else self.limits.batch_size
 
-    def to_claim(self) -> tuple[str, ...]:
-        return tuple(h for h in self.roster.ids if self.state(h) == S.PENDING)
-
-    def held(self, groups: Iterable[HostGroup]) -> None:
-        """Hosts another running campaign holds: skipped, naming it; a canary left with no host
-        to run is no canary."""
-        for group in groups:
-            for host_id in group.host_ids:
-                self.skip(host_id, group.reason)
-        if not self.canary_passed:
-            self.batch_left = min(self.batch_left, self.not_started())
-            if self.batch_left == 0:
-                self._no_canary()
-
-    def prepared(self, changes: Sequence[DeploymentChange], canary_hosts: Iterable[str]) -> None:
-        """A deployment campaign's changes (nothing pointed yet); its canary is the hosts of the
-        canary deployment, which go first."""
-        self.changes = list(changes)
-        if self.canary_passed:
-            return
-        canary = [h for h in canary_hosts if self.state(h) == S.PENDING]
-        for host_id in canary:
-            self.put_first(host_id)
-        self.batch_left = len(canary)
-        if not canary:
-            self._no_canary()
-
-    def _no_canary(self) -> None:
-        self.canary_passed, self.batch, self.batch_left = True, 1, self.limits.batch_size
-
     # -- asking the hosts' entities ---------------------------------------------------------------
     def request_id(self, host_id: str) -> str:
         """This campaign's ask of `host_id` (the module docstring says what it must match)."""
         return f"{self.asker}/{host_id}#{self.retried.get(host_id, 0)}"
-
-    def to_start(self) -> list[CampaignHost]:
-        """The hosts to start now: the batch's room under the limits (while a deployment
-        campaign's canary runs, only the canary deployment's hosts)."""
-        only = self._canary_only()
-        pending = (h for h in self.pending() if only is None or h.host_id in only)
-        running = (f.host for f in self.in_flight.values())
-        return plan.pick_starts(pending, running, self.limits, self.batch_left)
-
-    def _canary_only(self) -> set[str] | None:
-        if self.canary_passed or not any(c.role == "canary" for c in self.changes):
-            return None
-        requeued = {h for h in self.roster.ids if self.state(h) == S.REQUEUED}
-        return requeued | set(self.canary_hosts)
 
     def asks(
         self, hosts: Iterable[CampaignHost], start: CampaignInput, *, name: str, workflow_id: str
@@ -198,7 +211,8 @@ class CampaignState(HostLedger):
                 reason = f"asked, but no answer before the abort ({outcome.message}): check {host.host_id}"
                 self.skip(host.host_id, reason)
             elif outcome.outcome == "assigned":
-                self.skip(host.host_id, f"instance assigned: {outcome.message}")
+                note = self.outdated_note(host.host_id)
+                self.skip(host.host_id, f"instance assigned: {outcome.message}{note}")
             else:
                 self.fail(host.host_id, f"refused: {outcome.message}")
                 halt = halt or self.check_budget(start.budget)
@@ -215,6 +229,8 @@ class CampaignState(HostLedger):
             return False  # a duplicate (signal and sweep), or another operation of that host
         del self.in_flight[event.host_id]
         self.needs_operator.pop(event.host_id, None)
+        self.finishing.pop(event.host_id, None)
+        left = self.abort_left.pop(event.host_id, "")
         if event.host_id in self.operator_accepted:
             self.operator_accepted.remove(event.host_id)
         host_id = event.host_id
@@ -233,7 +249,7 @@ class CampaignState(HostLedger):
             # The operator's abort cut it: not a failure of the host, nor of the budget's.
             self._set(host_id, S.ABORTED)
             self.aborted += 1
-            name_recent(self.recent_aborted, host_id, event.outcome)
+            name_recent(self.recent_aborted, host_id, event.outcome + (f"; left: {left}" if left else ""))
         else:
             self.fail(host_id, event.outcome)
             failed = True
@@ -283,7 +299,7 @@ class CampaignState(HostLedger):
                 halt = halt or self.check_budget(start.budget)
         return halt
 
-    # -- the failure budget, batches and the canary ----------------------------------------------
+    # -- the failure budget -----------------------------------------------------------------------
     def budget_failures(self) -> int:
         """Failures the budget counts: since the start or the last resume of a halt (or
         retry_failed), with hosts waiting for an operator (not accepted by that resume)."""
@@ -301,52 +317,46 @@ class CampaignState(HostLedger):
         self.halted_reason = reason
         return reason
 
-    def canary_verdict(self) -> str | None:
-        """Once every canary host has ended: "passed" (at least one done, none failed), "failed",
-        or "empty" (none done, none failed: skipped or at target only, proving nothing). None: not
-        ended yet."""
-        if self.in_flight or self.verifying or (self.batch_left > 0 and self.has_pending()):
-            return None
-        if self.canary_failed:
-            return "failed"
-        return "passed" if self.canary_done else "empty"
+    # -- a step of the runbook ---------------------------------------------------------------------
+    def next_step(self, now: datetime, start: CampaignInput) -> Step:
+        """What the runbook does now (`Step`): hosts put off due again wait first; a batch that
+        ended ends (the canary's verdict: a halt, a pass, a stop); a failed deployment canary's
+        deployment is put back (kept with `keep_changes`); then, unless something blocks new
+        starts, the deployments due and the hosts to start."""
+        self.requeue_due(now)
+        halt = self.end_batch_if_done(now=now, soak_seconds=start.soak_seconds)
+        for index in self.due_points():
+            if (refusal := self.repoint_blocked(index)) is not None and self.stopped_reason is None:
+                self.stopped_reason = refusal
+        restore = self.canary_restore()
+        if restore and (start.policy.keep_changes or self.keep_changes):
+            for index in restore:
+                self.keep(index)
+            restore = []
+        if self.over():
+            return Step(phase=self.running(), halt=halt, over=True)
+        blocked = self.blocked(now, start.windows)
+        if blocked is not None:
+            return Step(phase=blocked, halt=halt, restore=restore)
+        self.soak_until = None  # a soak that ended is over
+        return Step(
+            phase=self.running(),
+            halt=halt,
+            restore=restore,
+            point=self.due_points(),
+            start=self.to_start() if self.has_pending() else [],
+        )
 
-    def end_batch_if_done(self, *, now: datetime, soak_seconds: float) -> str | None:
-        """A batch ends when all its hosts started and finished (or nothing is left to start).
-        The canary passes only with at least one host done and none failed: a canary whose
-        hosts were all skipped or already at the target proved nothing, so the next pending host
-        joins it (one at a time) until one is done, or none is left. A failed canary halts
-        (returned); a new batch after the first soaks `soak_seconds` first."""
-        if self.in_flight or self.verifying:
-            return None
-        nothing_left = not self.has_pending() and not self.deferred
-        if self.batch_left > 0 and not nothing_left:
-            return None
-        if not self.canary_passed:
-            verdict = self.canary_verdict()
-            if verdict == "failed":
-                if self.halted_reason is not None:
-                    return None
-                failed = [f.host_id for f in self.recent_failed if f.host_id in self.canary_hosts]
-                return self.halt(f"the canary failed on {', '.join(failed) or 'its hosts'}")
-            if verdict == "empty" and not nothing_left:
-                self.batch_left = 1  # nothing proven yet: one more canary host
-                return None
-            self.canary_passed = True
-        if nothing_left:
-            return None
-        self.batch += 1
-        self.batch_left = self.limits.batch_size
-        if soak_seconds > 0 and self.batch > 1:
-            self.soak_until = now + timedelta(seconds=soak_seconds)
-        return None
-
-    # -- pacing -----------------------------------------------------------------------------------
     def blocked(self, now: datetime, windows: Sequence[Window]) -> tuple[str, str] | None:
         """Why no new host may start now, as (phase, details); None: they may."""
         in_flight = len(self.in_flight)
         if self.abort_request is not None:
-            return ABORTING, f"asked by {self.abort_request.requested_by}; {in_flight} in flight"
+            finishing = (
+                f" ({plural(len(self.finishing), 'host')} finishing a reboot round)" if self.finishing else ""
+            )
+            return ABORTING, f"asked by {self.abort_request.requested_by}; {in_flight} in flight{finishing}"
+        if self.stopped_reason is not None:
+            return STOPPING, f"{self.stopped_reason}; {in_flight} in flight"
         if self.halted_reason is not None:
             return HALTED, self.halted_details()
         if self.paused_by is not None:
@@ -361,25 +371,52 @@ class CampaignState(HostLedger):
     def halted_details(self) -> str:
         return f"{self.halted_reason}; waiting for resume, retry_failed or abort"
 
-    def running(self) -> tuple[str, str]:
-        """The phase while hosts may start: the canary's, or running, with the batch and counts."""
-        return (CANARY if not self.canary_passed else RUNNING), f"batch {self.batch}: {self.counts()}"
-
-    def next_wake(self, now: datetime, windows: Sequence[Window]) -> datetime | None:
-        """When to look again with nothing heard: the first of a put-off host's retry, the soak's
-        end, the window's next edge (while hosts wait), the sweep of in-flight hosts. A time
-        already past is acted on, not slept for."""
-        times = [d.retry_at for d in self.deferred.values()]
+    def wake(self, now: datetime, windows: Sequence[Window]) -> tuple[datetime, str] | None:
+        """When to look again with nothing heard, and why: the first of a put-off host's retry,
+        the soak's end, the window's next edge (while hosts or a deployment wait for it), the
+        sweep of in-flight hosts.
+        A time already past is acted on, not slept for."""
+        times = [
+            (d.retry_at, f"{d.host_id} is asked again (put off: {d.reason})") for d in self.deferred.values()
+        ]
         if self.soak_until is not None:
-            times.append(self.soak_until)
-        if windows and (self.has_pending() or self.deferred):
+            times.append((self.soak_until, f"the soak ends: batch {self.batch} starts"))
+        if windows and (self.has_pending() or self.deferred or self.due_points()):
             change = plan.next_window_change(windows, now)
             if change is not None:
-                times.append(change)
+                opens = "opens" if not plan.window_open(windows, now) else "closes"
+                times.append((change, f"the maintenance window {opens}"))
         if self.in_flight and self.next_sweep is not None:
-            times.append(self.next_sweep)
-        later = [t for t in times if t > now]
-        return min(later) if later else None
+            times.append((self.next_sweep, "the sweep of the hosts in flight"))
+        later = [t for t in times if t[0] > now]
+        return min(later, key=lambda t: t[0]) if later else None
+
+    def next_wake(self, now: datetime, windows: Sequence[Window]) -> datetime | None:
+        wake = self.wake(now, windows)
+        return wake[0] if wake else None
+
+    def liveness(self, now: datetime, windows: Sequence[Window]) -> tuple[str, str] | None:
+        """What the campaign waits for, in (kind, words): work in flight, a host it can start now,
+        a timer (its time and reason), an operator (a pause, a halt), or nothing: it has ended.
+        None: none of them, a campaign that would wait for ever (the model's invariant 3)."""
+        if self.over():
+            return ENDED, f"nothing left to do: it ends {self.outcome()}"
+        if self.in_flight or self.verifying:
+            named = ", ".join(sorted(self.in_flight)[:5])
+            words = f"{len(self.in_flight)} in flight ({named})" if self.in_flight else "the read-back"
+            if self.finishing:
+                words += f"; {', '.join(sorted(self.finishing))} finishing a reboot round"
+            return IN_FLIGHT, words
+        if self.halted_reason is not None:
+            return OPERATOR, self.halted_details()
+        if self.paused_by is not None:
+            return OPERATOR, f"paused by {self.paused_by.requested_by}: `resume` goes on"
+        if self.blocked(now, windows) is None and self.has_pending() and (ready := self.to_start()):
+            return CAN_START, f"{', '.join(h.host_id for h in ready[:5])} may start now"
+        wake = self.wake(now, windows)
+        if wake is not None:
+            return TIMER, f"at {iso_z(wake[0])}: {wake[1]}"
+        return None
 
     def sweep_due(self, now: datetime) -> bool:
         return self.next_sweep is not None and now >= self.next_sweep
@@ -389,132 +426,29 @@ class CampaignState(HostLedger):
         self.next_sweep = now + timedelta(seconds=sweep_seconds)
         return list(self.in_flight.values())
 
+    # -- the end ------------------------------------------------------------------------------------
     def over(self) -> bool:
-        """Aborting: once nothing is in flight or being read back. Else: once every host ended
-        and no halt waits for an operator."""
-        if self.abort_request is not None:
+        """Aborting or stopping: once nothing is in flight or being read back. Else: once every
+        host ended, no halt waits for an operator and no change is due to be pointed."""
+        if self.abort_request is not None or self.stopped_reason is not None:
             return not self.in_flight and not self.verifying
-        return not self.unfinished() and self.halted_reason is None
+        return not self.unfinished() and self.halted_reason is None and not self.due_points()
 
-    # -- what the campaign changed outside its hosts ---------------------------------------------
-    def due_points(self) -> list[int]:
-        """The changes to point now (inside a window, not halted or paused): the canary
-        deployment while the canary runs, the fleet's once it passed; each not pointed yet, or
-        restored since."""
-        return [
-            index
-            for index, change in enumerate(self.changes)
-            if (change.role == "canary" or self.canary_passed)
-            and (change.pointed_at is None or change.restored_at is not None)
-        ]
-
-    def pointed(self, roles: Sequence[str]) -> list[int]:
-        """The changes of `roles` pointed and not put back."""
-        return [
-            index
-            for index, change in enumerate(self.changes)
-            if change.role in roles and change.pointed_at is not None and change.restored_at is None
-        ]
-
-    def keep(self, index: int) -> str:
-        """A pointed change kept as it is (`keep_changes`); what was done, in words."""
-        change = self.changes[index]
-        self.changes[index] = change.model_copy(update={"note": "kept as pointed (keep_changes)"})
-        return f"kept {change.deployment} {change.field}={change.value}"
-
-    def failed_canary_pointed(self) -> bool:
-        """A halted canary's deployment still pointed (not kept): to be put back."""
-        return (
-            self.halted_reason is not None
-            and not self.canary_passed
-            and any(not self.changes[i].note for i in self.pointed(("canary",)))
-        )
-
-    # -- the operator's updates -------------------------------------------------------------------
-    def pause(self, request: OperatorRequest) -> str:
-        self.paused_by = request
-        flying = len(self.in_flight)
-        return f"paused: no new host starts; {plural(flying, 'host')} in flight " + (
-            "finishes" if flying == 1 else "finish"
-        )
-
-    def resume(self) -> str:
-        """Go on after a pause or a halt; a halt's resume counts the budget from now, accepts the
-        hosts waiting for an operator now, and takes a failed canary whose hosts ended as it is."""
-        message = "resumed"
-        if self.halted_reason is not None:
-            message = f"resumed after the halt ({self.halted_reason}); the failure budget counts from now"
-            self.halted_reason = None
-            self.budget_failures_base = self.failures_total
-            self.operator_accepted.extend(h for h in self.needs_operator if h not in self.operator_accepted)
-            if not self.canary_passed and self.canary_verdict() == "failed":
-                self.canary_passed = True
-        self.paused_by = None
-        return message
-
-    def abort_escalates(self, request: AbortRequest) -> bool:
-        """An abort after an abort is taken only to also abort the running hosts."""
-        return request.cancel_running and not self.cancel_running
-
-    def take_abort(self, request: AbortRequest) -> None:
-        """Start no new host; abort the running ones too (`cancel_running`); keep the changes
-        outside the hosts (`keep_changes`, never undone by a later abort)."""
-        self.keep_changes = self.keep_changes or request.keep_changes
-        self.cancel_running = request.cancel_running
-
-    def abort_promise(self, *, keep_changes: bool) -> str:
-        fate = "aborting them" if self.cancel_running else "letting them finish"
-        promise = f"aborting: no new host starts; {len(self.in_flight)} in flight, {fate}"
-        pointed = [self.changes[i] for i in self.pointed(("canary", "fleet"))]
-        if pointed:
-            verb = "keeping" if self.keep_changes or keep_changes else "then restoring"
-            promise += f"; {verb} " + ", ".join(f"{c.deployment} {c.field}={c.previous}" for c in pointed)
-        return promise
-
-    def to_abort(self) -> tuple[list[InFlight], list[InFlight]]:
-        """`abort` with `cancel_running`, once: the running operations to abort and the requests
-        awaiting approval to withdraw; each stays in flight until its entity says how it ended,
-        and counts as aborted (or skipped, withdrawn unstarted), never as a failure."""
-        self.cancel_running = False
-        running = [f for f in self.in_flight.values() if not f.awaiting_approval]
-        waiting = [f for f in self.in_flight.values() if f.awaiting_approval]
-        self.abort_sent.extend(
-            f.workflow_id for f in (*running, *waiting) if f.workflow_id not in self.abort_sent
-        )
-        return running, waiting
-
-    def retry_refusal(self) -> str | None:
+    def outcome(self) -> str:
+        """How it ends: aborted (an operator's abort), stopped (on its own: `stopped_reason`), or
+        completed."""
         if self.abort_request is not None:
-            return f"the campaign is aborting (asked by {self.abort_request.requested_by})"
-        return None if self.failed else "no host has failed"
+            return ABORTED
+        if self.stopped_reason is not None:
+            return STOPPED
+        return COMPLETED
 
-    def retry_failed(self) -> str:
-        """Put every failed host back at the front of the queue (a failed canary as the canary),
-        each with a new request id; the budget counts from now and a halt is cleared."""
-        hosts = [self.roster.ids[i] for i, state in enumerate(self.states) if state == S.FAILED]
-        for host_id in hosts:
-            self._set(host_id, S.REQUEUED)
-            self.retried[host_id] = self.retried.get(host_id, 0) + 1
-        self.failed = 0
-        self.budget_failures_base = self.failures_total
-        if not self.canary_passed:
-            self.batch_left += len(hosts)
-            self.canary_failed = 0
-        self.halted_reason = None
-        return f"retrying {len(hosts)} failed hosts"
-
-    def skip_refusal(self, host_id: str) -> str | None:
-        if (flight := self.in_flight.get(host_id)) is not None:
-            return f"host {host_id} is in flight ({flight.workflow_id}); abort that operation instead"
-        if not self.waiting(host_id):
-            return f"host {host_id} is not waiting in this campaign (done, skipped or unknown)"
-        return None
-
-    def skip_host(self, host_id: str, by: OperatorRequest) -> str:
-        reason = f"skipped by {by.requested_by}" + (f": {by.reason}" if by.reason else "")
-        self.skip(host_id, reason)
-        return f"{host_id} {reason}"
-
-    def set_limits(self, limits: Limits) -> str:
-        old, self.limits = self.limits, limits
-        return f"limits {plan.describe_limits(old)} -> {plan.describe_limits(limits)}"
+    def ending(self, *, keep: bool) -> list[int]:
+        """The end: hosts an abort or a stop left unstarted are skipped; the changes to put back
+        (`restores_at_end`; `keep`: the operator's `keep_changes`)."""
+        outcome = self.outcome()
+        if outcome == ABORTED:
+            self.skip_unstarted("not started: aborted")
+        elif outcome == STOPPED:
+            self.skip_unstarted("not started: the campaign stopped")
+        return self.restores_at_end(outcome, keep=keep or self.keep_changes)

@@ -16,6 +16,7 @@ from contracts.models.campaign import (
     CampaignInput,
     CampaignResult,
     CampaignStatus,
+    Failure,
     HostOutcome,
     HostsPage,
     HostsQuery,
@@ -23,6 +24,8 @@ from contracts.models.campaign import (
 )
 from workflows.campaign import plan
 from workflows.campaign.state import CampaignState
+
+ENDED_PHASES = ("completed", "aborted", "stopped", "failed", "cancelled")
 
 ASKED = (HostState.IN_FLIGHT, HostState.VERIFYING, HostState.DONE, HostState.FAILED, HostState.ABORTED)
 """The states of a host whose entity was asked (its operation's workflow id is known)."""
@@ -32,6 +35,11 @@ def status(state: CampaignState, name: str, start: CampaignInput, now: datetime)
     """Counts, the newest hosts of each outcome by name, batch, window, budget, changes."""
     windows = start.windows
     in_flight = state.in_flight.items()
+    waiting_on, waiting_for = state.liveness(now, windows) or ("", "")
+    if state.phase in ENDED_PHASES:
+        waiting_on, waiting_for = "ended", state.phase
+    elif not state.roster.ids:  # before its admission: nothing decided yet
+        waiting_on, waiting_for = "in-flight", "its selection, claims and deployments being read"
     return CampaignStatus(
         name=name,
         target=start.target.describe(),
@@ -63,6 +71,12 @@ def status(state: CampaignState, name: str, start: CampaignInput, now: datetime)
         aborted_hosts=tuple(state.recent_aborted),
         verifying=len(state.verifying),
         changes=tuple(state.changes),
+        deferred_count=len(state.deferred),
+        deferred_hosts=tuple(list(state.deferred.values())[:RECENT_HOSTS]),
+        waiting_on=waiting_on,
+        waiting_for=waiting_for,
+        stopped_reason=state.stopped_reason,
+        finishing=tuple(Failure(host_id=h, reason=r) for h, r in sorted(state.finishing.items())),
     )
 
 
@@ -112,4 +126,5 @@ def result(state: CampaignState, name: str, outcome: str, now: datetime) -> Camp
         runs=state.runs,
         finished_at=now,
         changes=tuple(state.changes),
+        stopped_reason=state.stopped_reason,
     )

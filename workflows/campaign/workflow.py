@@ -2,35 +2,40 @@
 
 The runbook, top to bottom in `run`:
 
-1. Select the hosts (all, a list, a label selector or an inventory group; an unknown host or an
-   empty selection fails the campaign before it touches anything). Left out at once, skipped with
-   why: hosts DPF does not know (a kind that reprovisions), and assigned ones it skips.
-2. Claim them (workflows/campaign_claims/workflow.py): one campaign per host; a host another
-   running campaign holds is skipped, naming it. Every ending releases the claims.
-3. A kind that points a DPUDeployment (BFB, flavor) checks its deployments before anything
-   changes and records their values. The canary runs on a deployment of its own, pointed when
-   it starts; the fleet's is pointed once the canary passed, inside a window. An abort, a
-   cancel, a failure or a failed canary puts them back unless `keep_changes`.
-4. The canary, then batches, a soak between batches; hosts start under the limits and only
+1. Read and admit (admission.py, the same decision `metalflow campaign plan` and `start` make):
+   select the hosts (an unknown host or an empty selection fails the campaign before it touches
+   anything); claim them and, for a BFB or flavor campaign, its DPUDeployments
+   (workflows/campaign_claims/workflow.py: one campaign per host and per deployment; what a
+   campaign that no longer runs left changed is taken over); read the deployments; then admit:
+   hosts left out are skipped with why (unknown to DPF, assigned, held by a running campaign),
+   or the campaign is refused, naming why. The changes it will make are recorded in the
+   registry before the first is made, and changes taken over are put back first. Every ending
+   releases the claims.
+2. The canary, then batches, a soak between batches; hosts start under the limits and only
    inside a maintenance window. Hosts already at the target are counted done untouched. The
-   canary passes only with a host done and none failed; failed, it halts for an operator.
-5. Each host is asked of its entity `host/<id>` (an update-with-start carrying the campaign's
+   canary runs on a deployment of its own, pointed when it starts; the fleet's is pointed once
+   the canary passed (a host done, none failed), inside a window; a canary that cannot prove
+   anything stops the campaign, saying why. An abort, a cancel, a failure, a stop or a failed
+   canary puts the deployments back unless `keep_changes`.
+3. Each host is asked of its entity `host/<id>` (an update-with-start carrying the campaign's
    request id for it), never around it: the one-owner rule and approvals hold. A busy host is
    asked again later; an assigned one is skipped or waits for its approval. The entity signals
    `host_finished`; a sweep reads the in-flight hosts' operations, so a lost signal strands
    nothing. A round of only skipped or at-target hosts looks again at once.
-6. A completed operation counts done only once the host reads at the target; else it fails with
+4. A completed operation counts done only once the host reads at the target; else it fails with
    what it read. The failure budget, spent, halts: nothing new starts until an operator decides
    (`resume`, `retry_failed`, `abort`); `pause`, `skip_host`, `set_limits` too, each with a
    validator that refuses what does not apply now. The campaign's `abort` takes `AbortRequest`
-   (`cancel_running`, `keep_changes`) over the kernel's validator and acceptance.
+   (`cancel_running`, `keep_changes`) over the kernel's validator and acceptance; the running
+   operations it aborts refuse when their DPUs already install, and finish their reboot round.
 
 What the campaign knows and decides is its state, `CampaignState` (state.py), carried whole over
-continue-as-new (past `policy.max_history_events`); what it shows, views.py; windows, budget and
-limits, plan.py. Handlers only change the state and wake the runbook, which acts at its next
-step. Every activity goes through the kernel's `call`, none abortable (an abort only stops new
-starts) but the round of asks, which an abort cancels and whose answers still count. Bounded at
-10,000 hosts: fan-out at most `max_in_flight`, one alarm at a time (never a timer per host),
+continue-as-new (past `policy.max_history_events`): each step of the loop is the state's
+`next_step`, which the runbook carries out; what it waits for, `liveness`, is in its status;
+what it shows, views.py. Handlers only change the state and wake the runbook, which acts at its
+next step. Every activity goes through the kernel's `call`, none abortable (an abort only stops
+new starts) but the round of asks, which an abort cancels and whose answers still count. Bounded
+at 10,000 hosts: fan-out at most `max_in_flight`, one alarm at a time (never a timer per host),
 every host's outcome read page by page (`hosts`); figures in bench/README.md.
 """
 
@@ -45,6 +50,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
+    from contracts.errors import InvalidInput
     from contracts.models.campaign import (
         HOST_FINISHED_SIGNAL,
         HOSTS_QUERY,
@@ -52,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         SET_LIMITS_UPDATE,
         SKIP_HOST_UPDATE,
         AbortHostsInput,
+        AbortHostsResult,
         AbortRequest,
         CampaignHost,
         CampaignInput,
@@ -59,7 +66,9 @@ with workflow.unsafe.imports_passed_through():
         CampaignStatus,
         CheckHostsInput,
         ClaimInput,
+        ClaimResult,
         DeploymentsInput,
+        DeploymentsRead,
         HostFinished,
         HostRequestsInput,
         HostRequestsResult,
@@ -68,8 +77,10 @@ with workflow.unsafe.imports_passed_through():
         HostsQuery,
         LimitsRequest,
         PointInput,
+        RecordInput,
         ReleaseInput,
         SelectHostsInput,
+        SelectHostsResult,
         SkipRequest,
         SweepInput,
     )
@@ -83,8 +94,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import iso_z, plural
     from workflows import kernel
-    from workflows.campaign import views
-    from workflows.campaign.state import ABORTED, COMPLETED, HALTED, POINTING, SELECTING, CampaignState
+    from workflows.campaign import admission, views
+    from workflows.campaign.state import HALTED, POINTING, SELECTING, STOPPED, CampaignState, Step
 
 REQUESTS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),
@@ -104,6 +115,8 @@ SWEEP: Final[workflow.ActivityConfig] = {
 @workflow.defn(name="CampaignWorkflow")
 class CampaignWorkflow(kernel.Runbook):
     """Drive a fleet to one target through the hosts' entities; see the module docstring."""
+
+    ENDED = (*kernel.Runbook.ENDED, STOPPED)
 
     @workflow.init
     def __init__(self, start: CampaignInput) -> None:
@@ -131,19 +144,18 @@ class CampaignWorkflow(kernel.Runbook):
 
     async def _runbook(self, *, first_run: bool) -> CampaignResult:
         if first_run:
-            await self._select()
-            await self._claim()
-            if self._input.target.points_deployment:
-                await self._prepare_deployments()
+            await self._admit()
         while True:
             self._absorb()
             await self._verify()
-            if self.state.over():
+            step = self.state.next_step(workflow.now(), self._input)
+            self._halted(step.halt)
+            if step.over:
                 break
             await self._continue_as_new_if_long()
             if self.aborting and self.state.cancel_running:
                 await self._abort_running()
-            if await self._start_hosts():
+            if await self._take(step):
                 continue  # at-target hosts left room: look again before sleeping
             await self._sleep_until_something_happens()
         return await self._finish()
@@ -196,6 +208,8 @@ class CampaignWorkflow(kernel.Runbook):
     @resume.validator
     def _validate_resume(self, request: OperatorRequest) -> None:
         self.validate_resume(also=self.state.halted_reason is not None)
+        if (refusal := self.state.resume_refusal()) is not None:
+            raise ValueError(refusal)
 
     @workflow.update(name=ABORT_UPDATE)
     def abort(self, request: AbortRequest) -> OperatorAnswer:
@@ -235,7 +249,8 @@ class CampaignWorkflow(kernel.Runbook):
     @skip_host.validator
     def _validate_skip(self, request: SkipRequest) -> None:
         self.validate_running("skip_host")
-        if (refusal := self.state.skip_refusal(request.host_id)) is not None:
+        whole = self._input.target.whole_deployment
+        if (refusal := self.state.skip_refusal(request.host_id, whole_deployment=whole)) is not None:
             raise ValueError(refusal)
 
     @workflow.update(name=SET_LIMITS_UPDATE)
@@ -263,11 +278,33 @@ class CampaignWorkflow(kernel.Runbook):
         """Every host's outcome, a page at a time: never the whole fleet in one payload."""
         return views.hosts_page(self.state, page, self._input)
 
-    # -- before the first host ---------------------------------------------------------------------
-    async def _select(self) -> None:
+    # -- before the first host: read, then admit -------------------------------------------------
+    async def _admit(self) -> None:
+        """Read what the admission decides on (the selection, the claims, the deployments), then
+        admit (admission.py): a refusal fails the campaign, naming why, before anything changed
+        (changes a campaign that no longer runs left are still put back as it ends)."""
+        start = self._input
+        selected = await self._select()
+        claims = await self._claim(admission.to_claim(start, selected), admission.deployments(start))
+        read = await self._read_deployments(selected) if start.target.points_deployment else None
+        decided = admission.admit(start, selected, claims, read, workflow.now())
+        self.state.admitted(decided, start.canary)
+        if decided.refusal is not None:
+            raise InvalidInput(decided.refusal)
+        if records := decided.records():
+            await self.call(
+                activity_api.record_campaign_changes,
+                RecordInput(campaign_workflow_id=workflow.info().workflow_id, changes=records),
+                kernel.options(kernel.KUBE_WRITE, f"record {plural(len(records), 'deployment change')}"),
+                abortable=False,
+            )
+        for index in self.state.leftovers():
+            await self._point(index, restore=True)
+
+    async def _select(self) -> SelectHostsResult:
         selection = self._input.selection
         self._show_phase(SELECTING, selection.describe())
-        selected = await self.call(
+        selected: SelectHostsResult = await self.call(
             activity_api.select_campaign_hosts,
             SelectHostsInput(
                 selection=selection,
@@ -279,63 +316,53 @@ class CampaignWorkflow(kernel.Runbook):
             kernel.options(kernel.bounded(kernel.KUBE_READ, 600), f"select {selection.describe()}"),
             abortable=False,
         )
-        self.state.selected(selected.roster, selected.left_out, self._input.canary)
+        return selected
 
-    async def _claim(self) -> None:
-        """One campaign per host: claim the hosts still to run; those another running campaign
-        holds are skipped, naming it."""
-        ids = self.state.to_claim()
-        if not ids:
-            return
-        self._show_phase(SELECTING, f"claiming {len(ids)} hosts")
+    async def _claim(self, ids: tuple[str, ...], deployments: tuple[str, ...]) -> ClaimResult:
+        """One campaign per host and per deployment: claim them; what another running campaign
+        holds is answered by holder, what a campaign that no longer runs left is taken over."""
+        if not ids and not deployments:
+            return ClaimResult()
+        self._show_phase(SELECTING, f"claiming {plural(len(ids), 'host')}")
         self.state.claimed = True  # before the call: a claim made by an attempt is released whatever follows
-        claimed = await self.call(
+        claimed: ClaimResult = await self.call(
             activity_api.claim_campaign_hosts,
-            ClaimInput(campaign_workflow_id=workflow.info().workflow_id, host_ids=ids),
+            ClaimInput(
+                campaign_workflow_id=workflow.info().workflow_id, host_ids=ids, deployments=deployments
+            ),
             kernel.options(kernel.KUBE_WRITE, f"claim {len(ids)} hosts"),
             abortable=False,
         )
-        self.state.held(claimed.held)
+        return claimed
 
-    async def _prepare_deployments(self) -> None:
-        """Check the DPUDeployments before anything changes (refused: InvalidInput), record their
-        values, and make the canary the hosts of the canary deployment."""
+    async def _read_deployments(self, selected: SelectHostsResult) -> DeploymentsRead:
         target = self._input.target
         self._show_phase(SELECTING, f"checking DPUDeployment {target.deployment}")
-        prepared = await self.call(
-            activity_api.prepare_campaign_deployments,
-            DeploymentsInput(target=target, host_ids=self.state.roster.ids),
-            kernel.options(kernel.KUBE_READ, f"check the DPUDeployments of {target.describe()}"),
+        read: DeploymentsRead = await self.call(
+            activity_api.read_campaign_deployments,
+            DeploymentsInput(target=target, host_ids=selected.roster.ids),
+            kernel.options(kernel.KUBE_READ, f"read the DPUDeployments of {target.describe()}"),
             abortable=False,
         )
-        self.state.prepared(prepared.changes, prepared.canary_hosts)
+        return read
 
     # -- a step of the loop --------------------------------------------------------------------------
-    async def _start_hosts(self) -> bool:
-        """Start what the batch, the limits and the window allow; True if any host left the queue."""
-        state = self.state
-        state.requeue_due(workflow.now())
-        self._halted(state.end_batch_if_done(now=workflow.now(), soak_seconds=self._input.soak_seconds))
-        if state.failed_canary_pointed():
-            await self._restore(("canary",), keep=self._input.policy.keep_changes)
-        blocked = state.blocked(workflow.now(), self._input.windows)
-        if blocked is not None:
-            self._show_phase(*blocked)
-            return False
-        state.soak_until = None  # a soak that ended is over
-        if not state.has_pending():
-            self._show_phase(*state.running())
-            return False
-        for index in state.due_points():
+    async def _take(self, step: Step) -> bool:
+        """Carry out the state's step: put back, show, point, then start (read at the target
+        first, ask the others' entities); True if any host left the queue."""
+        for index in step.restore:
+            await self._point(index, restore=True)
+        self._show_phase(*step.phase)
+        for index in step.point:
             await self._point(index, restore=False)
-        chosen = state.to_start()
-        self._show_phase(*state.running())
-        if not chosen:
+        if not step.start:
             return False
+        self._show_phase(*self.state.running())
+        chosen = step.start
         at_target, _ = await self._check([h.host_id for h in chosen])
         for host in chosen:
             if host.host_id in at_target:
-                state.reached(host.host_id)
+                self.state.found_at_target(host.host_id)
         to_ask = [h for h in chosen if h.host_id not in at_target]
         if to_ask:
             await self._request(to_ask)
@@ -396,7 +423,7 @@ class CampaignWorkflow(kernel.Runbook):
         if self.state.sweep_due(workflow.now()):
             await self._sweep()
             return
-        self._set_alarm(self.state.next_wake(workflow.now(), self._input.windows))
+        self._set_alarm(self.state.wake(workflow.now(), self._input.windows))
         alarm = self._alarm
         # Not abortable: an abort wakes it (`on_abort`), and the campaign ends once nothing runs.
         await self.wait(
@@ -405,18 +432,19 @@ class CampaignWorkflow(kernel.Runbook):
         )
         self._poked = False
 
-    def _set_alarm(self, when: datetime | None) -> None:
+    def _set_alarm(self, wake: tuple[datetime, str] | None) -> None:
+        when = wake[0] if wake is not None else None
         if when == self._alarm_at and self._alarm is not None and not self._alarm.done():
             return
         if self._alarm is not None and not self._alarm.done():
             self._alarm.cancel()
         self._alarm_at = when
         self._alarm = None
-        if when is not None:
-            delay = max((when - workflow.now()).total_seconds(), 1.0)
+        if wake is not None:
+            delay = max((wake[0] - workflow.now()).total_seconds(), 1.0)
             # Labelled in the UI's timeline (it read `1 (10m)`): what the campaign wakes for.
-            summary = f"campaign {self._name}: look again at {iso_z(when)} (soak, window, retry or sweep)"
-            self._alarm = asyncio.create_task(workflow.sleep(delay, summary=summary))
+            summary = f"campaign {self._name}: look again at {iso_z(wake[0])} ({wake[1]})"
+            self._alarm = asyncio.create_task(workflow.sleep(delay, summary=summary[:400]))
 
     async def _sweep(self) -> None:
         """Read the in-flight hosts' entities: an operation that ended without a signal is seen."""
@@ -438,7 +466,7 @@ class CampaignWorkflow(kernel.Runbook):
         summary = f"abort {len(running)} running host operations"
         if waiting:
             summary += f", withdraw {len(waiting)} awaiting approval"
-        await self.call(
+        answered: AbortHostsResult = await self.call(
             activity_api.abort_campaign_hosts,
             AbortHostsInput(
                 workflow_ids=tuple(f.workflow_id for f in running),
@@ -449,6 +477,7 @@ class CampaignWorkflow(kernel.Runbook):
             kernel.options(REQUESTS, summary),
             abortable=False,  # it is the abort
         )
+        self.state.abort_answered(answered.answers)
 
     def _absorb(self) -> None:
         """Count the operations that ended (signalled or swept); a failure may spend the budget."""
@@ -475,16 +504,15 @@ class CampaignWorkflow(kernel.Runbook):
             abortable=False,  # a change half made is put back or kept, whatever an abort says
         )
 
-    async def _restore(self, roles: tuple[str, ...], *, keep: bool) -> list[str]:
-        """Put back the deployments of `roles` the campaign pointed (unless `keep`); what it did."""
+    async def _restore(self, indexes: list[int]) -> list[str]:
+        """Put back these changes; what was done, in words (kept ones are said so)."""
         done = []
-        for index in self.state.pointed(roles):
-            if keep:
-                done.append(self.state.keep(index))
-                continue
+        for index in indexes:
             change = self.state.changes[index]
             await self._point(index, restore=True)
             done.append(f"restored {change.deployment} {change.field}={change.previous}")
+        kept = [c for c in self.state.changes if c.note.startswith("kept") and c.restored_at is None]
+        done += [f"kept {c.deployment} {c.field}={c.value}" for c in kept]
         return done
 
     async def _release(self) -> None:
@@ -500,21 +528,21 @@ class CampaignWorkflow(kernel.Runbook):
 
     # -- the end -------------------------------------------------------------------------------------
     async def _finish(self) -> CampaignResult:
+        """The planned end: hosts an abort or a stop left unstarted skipped, the changes put back
+        as the state says (`ending`), the claims released."""
         state = self.state
-        outcome = ABORTED if self.aborting else COMPLETED
-        if self.aborting:
-            # Hosts an abort left unstarted are skipped; its changes outside the hosts put back.
-            state.abort_unstarted()
-            keep = self._input.policy.keep_changes or state.keep_changes
-            await self._restore(("canary", "fleet"), keep=keep)
+        outcome = state.outcome()
+        await self._restore(state.ending(keep=self._input.policy.keep_changes))
         await self._release()
-        await self.finish(outcome, state.counts())
+        details = state.counts() + (f"; {state.stopped_reason}" if state.stopped_reason else "")
+        await self.finish(outcome, details)
         return views.result(state, self._name, outcome, workflow.now())
 
     async def _wind_down(self, err: BaseException) -> str:
         """A run that ends early (failed, cancelled): restore its changes, release its hosts; the
         words for the final phase."""
-        done = await self._restore(("canary", "fleet"), keep=self._input.policy.keep_changes)
+        keep = self._input.policy.keep_changes or self.state.keep_changes
+        done = await self._restore(self.state.restores_at_end("failed", keep=keep))
         await self._release()
         return "; ".join([*done, f"{len(self.state.in_flight)} host operations left running"])
 

@@ -1,4 +1,5 @@
-"""CampaignClaimsWorkflow (`campaign-claims`): which running campaign holds which host.
+"""CampaignClaimsWorkflow (`campaign-claims`): which running campaign holds which host and which
+DPUDeployment, and the changes it makes there.
 
 One campaign per host: a campaign claims its selected hosts here before it touches any (the
 update `claim`, answered at once, atomically: two campaigns that claim together get disjoint
@@ -11,10 +12,16 @@ A holder that ended without releasing (terminated, or its worker lost its releas
 the claiming activity (activities/campaign_claims.py), which reads each holder's execution and
 claims again with `take_from` naming the holders that no longer run.
 
+A BFB or flavor campaign claims its DPUDeployments the same way (one campaign per deployment), and
+records each change before it makes it (`record`: the deployment, the value it found, the value
+it points). A campaign terminated mid-way leaves its records behind; the campaign that takes its
+hosts or deployments over inherits them (the claim's `inherited`) and puts them back first.
+
 What it knows and decides is its state, `ClaimsState` (state.py): holder -> its hosts, at most
-one holder per host, so bounded by the fleet (~15 bytes a host: 150 KB for 10,000), carried whole
-over continue-as-new. Cost per campaign: two updates (~4 history events each, the claim's event
-carrying its host ids). Continues-as-new past MAX_EVENTS, or when Temporal suggests it, once no
+one holder per host, so bounded by the fleet (~15 bytes a host: 150 KB for 10,000), and one record
+per deployment, carried whole over continue-as-new. Cost per campaign: two updates (~4 history
+events each, the claim's event carrying its host ids), a third for a campaign that points
+deployments (`record`). Continues-as-new past MAX_EVENTS, or when Temporal suggests it, once no
 handler runs.
 """
 
@@ -29,11 +36,13 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.campaign import (
         CLAIM_UPDATE,
         HELD_QUERY,
+        RECORD_UPDATE,
         RELEASE_UPDATE,
         ClaimAnswer,
         ClaimRequest,
         ClaimsInput,
         ClaimsStatus,
+        RecordRequest,
         ReleaseAnswer,
         ReleaseRequest,
     )
@@ -74,9 +83,15 @@ class CampaignClaimsWorkflow:
         if not request.campaign:
             raise ValueError("a claim names its campaign")
 
+    @workflow.update(name=RECORD_UPDATE)
+    def record(self, request: RecordRequest) -> int:
+        """The changes a campaign is about to make on the DPUDeployments it holds (what it found
+        there), so a campaign terminated mid-way leaves them to be put back."""
+        return self.state.record(request)
+
     @workflow.update(name=RELEASE_UPDATE)
     def release(self, request: ReleaseRequest) -> ReleaseAnswer:
-        """Every host the campaign holds is free again."""
+        """Every host and deployment the campaign holds is free again."""
         return self.state.release(request.campaign)
 
     @workflow.query(name=HELD_QUERY)
@@ -86,4 +101,4 @@ class CampaignClaimsWorkflow:
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> ClaimsStatus:
-        return ClaimsStatus(holders=self.state.counts())
+        return ClaimsStatus(holders=self.state.counts(), deployments=self.state.deployment_holders())

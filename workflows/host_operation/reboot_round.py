@@ -19,7 +19,8 @@ A round starts once DPF asks for the host's reboot and the barrier holds (`workf
 
 Why a base class: the runbook (`workflow.py`) stays a few hundred lines that read top to bottom,
 and the round, the intricate part, reads on its own; both share one state object and one set of
-tools, as `kernel.Abortable` shares the abort.
+tools. The operation declares its own `abort` (its request may spare installing DPUs:
+`OperationAbortRequest`), over the kernel's validator and acceptance, as the campaign does.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
 OPERATOR_ANSWERS = ("retry", "mark_rebooted")
 
 
-class RebootRound(kernel.Abortable):
+class RebootRound(kernel.Runbook):
     """A host operation's reboot round and the tools its runbook shares (module docstring).
 
     The workflow sets `state`, `reboots` and `_watch` in its `__init__`.

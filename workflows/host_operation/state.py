@@ -444,6 +444,25 @@ class HostOperationState:
     def completed_words(self) -> str:
         return f"every DPU Ready after {plural(self.power_cycles, 'power cycle')}"
 
+    def installing_refusal(self) -> str | None:
+        """Why an abort that spares installing DPUs (`finish_installing`) is refused now: the hold
+        was released, so the DPUs install and will ask for a host reboot only this run gives."""
+        if not self.hold_released:
+            return None
+        return (
+            "its DPUs install (their hold was released): they will ask for a host reboot that only "
+            "this operation gives, so it finishes its reboot round"
+        )
+
+    def abort_leaves(self) -> str:
+        """What an abort accepted now leaves the host in (the hold not released yet)."""
+        if not self.replaced:
+            return "nothing changed on DPF: its DPUs as they were"
+        return (
+            f"{plural(len(self.replaced), 'DPU')} deleted ({', '.join(sorted(self.replaced))}) come back "
+            "held in Node Effect, not Ready, until the host is reprovisioned again; no reboot is owed"
+        )
+
     def left_behind(self) -> str:
         """What a run that ends early leaves: the generation reached and what it changed."""
         changed = "; ".join(self.changes) or "nothing"

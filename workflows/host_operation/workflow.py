@@ -80,8 +80,14 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, metrics, names
-    from contracts.errors import DPUFailed, InvalidInput, RebootLoop, WatcherFailed
-    from contracts.models.control import RETRY_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
+    from contracts.errors import DPUFailed, InvalidInput, OperationInstalling, RebootLoop, WatcherFailed
+    from contracts.models.control import (
+        ABORT_UPDATE,
+        RETRY_UPDATE,
+        STATUS_QUERY,
+        OperatorAnswer,
+        OperatorRequest,
+    )
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
         ChangeResult,
@@ -102,6 +108,7 @@ with workflow.unsafe.imports_passed_through():
         HostOperationKind,
         HostOperationResult,
         HostOperationStatus,
+        OperationAbortRequest,
         RebootMethod,
     )
     from contracts.models.inventory import HostInventory, HostLookup
@@ -198,6 +205,22 @@ class HostOperationWorkflow(RebootRound):
         return ApplicationError(err.message, *err.details, reached, type=err.type, non_retryable=True)
 
     # -- messages ----------------------------------------------------------------------------------
+    @workflow.update(name=ABORT_UPDATE)
+    def abort(self, request: OperationAbortRequest) -> OperatorAnswer:
+        """Stop at the next safe point (the kernel's abort); a campaign's (`finish_installing`) is
+        refused once the DPUs install: they would wait for a reboot nobody gives."""
+        return self.accept_abort(request)
+
+    @abort.validator
+    def _validate_abort(self, request: OperationAbortRequest) -> None:
+        self.validate_abort()
+        if request.finish_installing and (refusal := self.state.installing_refusal()) is not None:
+            raise OperationInstalling(f"{workflow.info().workflow_id}: {refusal}")
+
+    def abort_promise(self) -> str:
+        promise = super().abort_promise()
+        return promise if self.state.hold_released else f"{promise}; it leaves {self.state.abort_leaves()}"
+
     @workflow.signal(name=DPF_STATE_CHANGED_SIGNAL)
     def dpf_state_changed(self, state: HostDPFState) -> None:
         """The site watch saw a change of the host's DPF objects."""

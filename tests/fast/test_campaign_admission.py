@@ -1,0 +1,187 @@
+"""The campaign's admission (workflows/campaign/admission.py), without a server: who is left out and
+why, each refusal in its words, the changes and the canary, and what a campaign that no longer
+runs left behind, taken over; and `campaign plan`'s rounds (metalflow/cli/campaign_plan.py), the
+campaign's own state driven as its runbook drives it. `plan`, `start` and the workflow call the
+same `admit` on the same facts: these are the rules they share (issue 35 items 2, 3, 4, 7)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from contracts.models.campaign import (
+    CampaignHost,
+    CampaignInput,
+    CampaignTarget,
+    ClaimResult,
+    DeploymentFacts,
+    DeploymentHeld,
+    DeploymentRecord,
+    DeploymentsRead,
+    HostGroup,
+    HostSelection,
+    Limits,
+    Roster,
+    SelectHostsResult,
+    TargetKind,
+)
+from metalflow.cli.campaign_plan import rounds_of
+from workflows.campaign.admission import Admission, admit
+
+NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
+HOSTS = [f"host-00{i}" for i in range(1, 8)]  # the issue's site: 001 the canary, 002..006 the fleet
+CANARY, FLEET = HOSTS[:1], HOSTS[1:6]
+X = "campaign/x"  # another running campaign
+
+
+def _start(canary: int = 1, **target: Any) -> CampaignInput:
+    values: dict[str, Any] = {"kind": TargetKind.BFB, "value": "bf-new", "deployment": "gpu-compute"}
+    if canary:
+        values["canary_deployment"] = "canary"
+    values.update(target)
+    return CampaignInput(
+        name="fleet", target=CampaignTarget(**values), selection=HostSelection(all=True),
+        canary=canary, limits=Limits(batch_size=2, max_in_flight=2, max_per_bmc=0), requested_by="ops",
+    )  # fmt: skip
+
+
+def _selected(hosts: list[str] = HOSTS[:6], **facts: tuple[str, ...]) -> SelectHostsResult:
+    return SelectHostsResult(roster=Roster.of([CampaignHost(host_id=h) for h in hosts]), **facts)
+
+
+def _read(
+    canary: tuple[str, ...] = tuple(CANARY), fleet: tuple[str, ...] = tuple(FLEET), **fleet_facts: Any
+) -> DeploymentsRead:
+    facts = {
+        "role": "fleet",
+        "name": "gpu-compute",
+        "strategy": "OnDelete",
+        "value": "bf-old",
+        "covered": fleet,
+    }
+    facts.update(fleet_facts)
+    return DeploymentsRead(
+        namespace="dpf",
+        deployments=(
+            DeploymentFacts(
+                role="canary", name="canary", strategy="OnDelete", value="bf-old", covered=canary
+            ),
+            DeploymentFacts.model_validate(facts),
+        ),
+    )
+
+
+def _admit(start: CampaignInput | None = None, selected: SelectHostsResult | None = None,
+           claims: ClaimResult | None = None, read: DeploymentsRead | None = None) -> Admission:  # fmt: skip
+    return admit(start or _start(), selected or _selected(), claims or ClaimResult(), read or _read(), NOW)
+
+
+def test_a_host_dpf_does_not_know_is_left_out_and_refuses_nothing() -> None:
+    """Item 7: `plan` left it out, the workflow refused the deployment over it: one rule now."""
+    decided = _admit(selected=_selected(HOSTS[:7], no_dpf=(HOSTS[6],)))
+    assert decided.refusal is None and decided.runs == tuple(HOSTS[:6])
+    [group] = decided.left_out
+    assert group.host_ids == (HOSTS[6],) and f"metalflow host provision {HOSTS[6]}" in group.reason
+    assert [(c.role, c.deployment, c.previous) for c in decided.changes] == [
+        ("canary", "canary", "bf-old"), ("fleet", "gpu-compute", "bf-old"),
+    ]  # fmt: skip
+    assert decided.canary_pool == tuple(CANARY)
+
+
+@pytest.mark.parametrize(
+    ("facts", "claims", "words"),
+    [
+        ({"assigned": (HOSTS[2],)}, ClaimResult(), f"{HOSTS[2]} (left out: instance assigned in the"),
+        ({}, ClaimResult(held=(HostGroup(reason=f"claimed by running campaign {X}", host_ids=(HOSTS[3],)),)),
+         f"{HOSTS[3]} (left out: claimed by running campaign {X}"),
+    ],
+)  # fmt: skip
+def test_a_deployment_that_selects_a_host_the_campaign_leaves_out_is_refused(
+    facts: dict[str, tuple[str, ...]], claims: ClaimResult, words: str
+) -> None:
+    """Item 3: a skipped host selected by the deployment would turn Outdated and take the new BFB
+    at its next reprovision; unless the whole deployment is asked for by name."""
+    decided = _admit(selected=_selected(**facts), claims=claims)
+    assert decided.refusal is not None and "DPUDeployment gpu-compute also selects 1 hosts" in decided.refusal
+    assert words in decided.refusal and "--whole-deployment" in decided.refusal
+    whole = _admit(_start(whole_deployment=True), _selected(**facts), claims)
+    assert whole.refusal is None
+
+
+def test_a_canary_whose_hosts_are_all_left_out_is_refused_never_skipped() -> None:
+    """Item 2: the canary was taken as passed and the fleet pointed in the same second."""
+    held = ClaimResult(
+        held=(HostGroup(reason="claimed by running campaign campaign/x", host_ids=(CANARY[0],)),)
+    )
+    decided = _admit(_start(whole_deployment=True), claims=held)
+    assert decided.refusal is not None and decided.refusal.startswith(
+        "the canary cannot run: DPUDeployment canary"
+    )
+    assert f"{CANARY[0]} (claimed by running campaign campaign/x)" in decided.refusal
+    assert _admit(read=_read(canary=())).refusal is not None, "a canary deployment that selects none"
+
+
+@pytest.mark.parametrize(
+    ("read", "claims", "words"),
+    [
+        (_read(strategy="RollingUpdate"), ClaimResult(), "has dpuSetStrategy RollingUpdate"),
+        (_read(found=False), ClaimResult(), "no DPUDeployment gpu-compute in namespace dpf"),
+        (_read().model_copy(update={"target_found": False}), ClaimResult(), "no BFB bf-new in namespace dpf"),
+        (_read(outside=3, outside_named=("h-x", "h-y", "h-z")), ClaimResult(), "also selects 3 hosts"),
+        (_read(), ClaimResult(held_deployments=(DeploymentHeld(deployment="gpu-compute", holder=X),)),
+         f"is held by running campaign {X}"),
+        (_read(fleet=tuple(HOSTS[:6])), ClaimResult(), "are selected by both canary and gpu-compute"),
+        (_read(fleet=tuple(FLEET[1:])), ClaimResult(), f"hosts {FLEET[0]} are not selected by DPUDeployment"),
+    ],
+)  # fmt: skip
+def test_each_refusal_names_why(read: DeploymentsRead, claims: ClaimResult, words: str) -> None:
+    decided = _admit(read=read, claims=claims)
+    assert decided.refusal is not None and words in decided.refusal, decided.refusal
+
+
+def test_the_selection_refusals() -> None:
+    reprovision = _start(canary=0, kind=TargetKind.REPROVISION, value="", deployment="")
+    nobody = admit(reprovision, _selected(HOSTS[:2], no_dpf=tuple(HOSTS[:2])), ClaimResult(), None, NOW)
+    assert nobody.refusal is not None and nobody.refusal.startswith("DPF knows none of the 2 selected hosts")
+    broken = _admit(selected=_selected(rule_breaks=(f"{HOSTS[1]} dpu-0 BMC firmware BF-24 < BF-25",)))
+    assert broken.refusal is not None and "breaks the site's compatibility rule on 1 DPUs" in broken.refusal
+
+
+def test_what_a_terminated_campaign_left_pointed_is_put_back_first_and_its_value_kept() -> None:
+    """Terminated after pointing: the registry's record is taken over; the change is put back
+    before any host starts, and this campaign's own change restores to what was there before."""
+    left = DeploymentRecord(
+        deployment="gpu-compute", holder="campaign/fleet", field="bfb", previous="bf-orig", value="bf-new"
+    )
+    decided = _admit(claims=ClaimResult(inherited=(left,)), read=_read(value="bf-new"))
+    assert [(c.role, c.deployment, c.previous, c.value) for c in decided.changes] == [
+        ("leftover", "gpu-compute", "bf-orig", "bf-new"),
+        ("canary", "canary", "bf-old", "bf-new"),
+        ("fleet", "gpu-compute", "bf-orig", "bf-new"),
+    ]  # fmt: skip
+    assert decided.changes[0].pointed_at == NOW and decided.changes[0].restored_at is None
+    assert [(r.deployment, r.previous) for r in decided.records()] == [
+        ("canary", "bf-old"),
+        ("gpu-compute", "bf-orig"),
+    ]
+
+
+def test_plan_runs_the_campaigns_own_rounds_and_a_canary_at_the_target_stops_it() -> None:
+    """`plan` drives the campaign's state: the canary, then batches; a canary already at the
+    target proves nothing: the campaign would stop, so `plan` and `start` refuse it (item 1)."""
+    start = _start()
+    state, rounds = rounds_of(start, _admit(), set(), NOW)
+    assert rounds == [tuple(CANARY), tuple(FLEET[:2]), tuple(FLEET[2:4]), tuple(FLEET[4:])]
+    assert state.stopped_reason is None and state.outcome() == "completed"
+    state, rounds = rounds_of(start, _admit(), {CANARY[0], FLEET[0]}, NOW)
+    assert rounds[0] == () and state.stopped_reason is not None
+    assert (
+        f"{CANARY[0]}: already at the target" in state.stopped_reason and "--canary 0" in state.stopped_reason
+    )
+    assert state.pointed(("fleet",)) == [], "the fleet's deployment is never pointed"
+    reprovision = _start(canary=1, kind=TargetKind.REPROVISION, value="", deployment="", canary_deployment="")
+    plain = admit(reprovision, _selected(), ClaimResult(), None, NOW)
+    expected = [(HOSTS[0],), tuple(HOSTS[1:3]), tuple(HOSTS[3:5]), (HOSTS[5],)]
+    assert rounds_of(reprovision, plain, set(), NOW)[1] == expected
