@@ -36,13 +36,21 @@ class PausedGuard:
         runbook: The rollout, whose `call` and `show` the guard uses.
         state: The rollout's state: what to heal, and the repairs counted.
         deadline: How long a heal may take (a step's deadline).
+        allow_outage: Heal where it breaks a minAvailable (the policy's `allow_replica_outage`).
     """
 
     def __init__(
-        self, runbook: kernel.Runbook, state: RolloutState, pcs: PCSRef, deadline: Callable[[], float]
+        self,
+        runbook: kernel.Runbook,
+        state: RolloutState,
+        pcs: PCSRef,
+        deadline: Callable[[], float],
+        *,
+        allow_outage: bool = False,
     ) -> None:
         self.on = False
         self._runbook, self._state, self._pcs, self._deadline = runbook, state, pcs, deadline
+        self._allow_outage = allow_outage
         self._healing = False
         self._task: asyncio.Task[None] | None = None
 
@@ -61,10 +69,10 @@ class PausedGuard:
     async def _heal_while_on(self) -> None:
         state = self._state
         while True:
-            await workflow.wait_condition(lambda: self.on and bool(state.to_heal()))
+            await workflow.wait_condition(lambda: self.on and bool(state.to_heal(self._allow_outage)))
             seen = state.watched
             assert seen is not None
-            gangs, template = state.to_heal(), dict(seen.summary.clique_hashes)
+            gangs, template = state.to_heal(self._allow_outage), state.heal_targets()
             self._healing = True
             try:
                 self._runbook.show(f"paused; healing mixed PodGang {', '.join(g.name for g in gangs)}")

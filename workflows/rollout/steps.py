@@ -156,10 +156,6 @@ def progress(state: PCSState | None, targets: dict[str, str]) -> tuple[int, int]
     return sum(done(g, targets) for g in gangs), len(gangs)
 
 
-def changed_cliques(original: dict[str, str], targets: dict[str, str]) -> list[str]:
-    return sorted(c for c, h in targets.items() if original.get(c) != h)
-
-
 def pending_outages(state: PCSState, changed: set[str]) -> list[str]:
     """Before the template is written: for each PodGang holding pods of a changed clique, why
     replacing them all would break a minAvailable (the `--allow-replica-outage` question)."""
