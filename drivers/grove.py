@@ -310,6 +310,20 @@ def _with_befores(clique: Object, befores: dict[str, str]) -> Object:
     return {**clique, "spec": {**(clique.get("spec") or {}), "podSpec": pod_spec}}
 
 
+def _merged(base: Any, recorded: Any, new: Any) -> Any:
+    """`new`'s changes from `base`, on top of `recorded` (a three-way merge of JSON values; lists
+    are whole values): an edit made on the restored original keeps an edit recorded before."""
+    if not (isinstance(base, dict) and isinstance(recorded, dict) and isinstance(new, dict)):
+        return recorded if new == base else new
+    out = dict(recorded)
+    for key in set(base) | set(new):
+        if key not in new:
+            out.pop(key, None)
+        elif new[key] != base.get(key):
+            out[key] = _merged(base.get(key), recorded.get(key), new[key])
+    return out
+
+
 def restore_patch(
     pcs: Object, fields: tuple[FieldChange, ...], original: tuple[Object, ...]
 ) -> tuple[Object | None, list[FieldChange], list[str], dict[str, Object]]:
@@ -322,7 +336,8 @@ def restore_patch(
     cliques someone else edited (`dormant`): each as it is now with the rollout's fields at their
     recorded values, for `foreign_edits_patch` to put back once every pod runs the original. The
     same write records them in the annotation `metalflow.io/rollout-dormant`, so a retry (or a
-    later restore, after another edit) finds them: a clique edited again takes the newer edit.
+    later restore, after another edit) finds them: a clique edited again since the restore takes
+    the newer edit's changes on top of the recorded one.
     A clique the original does not have is left as it is. Without `original` (a state from before
     it was recorded) the original is the template with the rollout's fields put back."""
     template = pcs["spec"].get("template") or {}
@@ -342,7 +357,10 @@ def restore_patch(
     ours_back = {name: _with_befores(c, befores.get(name, {})) for name, c in now.items()}
     before = _cliques(original) if original else ours_back
     recorded = json.loads((pcs["metadata"].get("annotations") or {}).get(ROLLOUT_DORMANT_ANNOTATION) or "{}")
-    dormant = {**recorded, **{n: c for n, c in ours_back.items() if n in before and c != before[n]}}
+    dormant = dict(recorded)
+    for n, c in ours_back.items():
+        if n in before and c != before[n]:
+            dormant[n] = _merged(before[n], recorded.get(n, before[n]), c)
     cliques = [before.get(name, c) for name, c in now.items()]
     if cliques == list(now.values()) and dormant == recorded:
         return None, back, overwritten, dormant

@@ -24,7 +24,8 @@ Ready, the watcher reports) and an operator who answers `resume` (`abort` after 
 the run to its end within a bound: the liveness rule's teeth. Then the ending rule is checked.
 
 A PodCliqueSet of two replicas: per replica an anchor PodGang (the standalone `router` and the
-workers' scaling-group replica 0) and a tail (its replica 1), one pod per PodClique.
+workers' scaling-group replica 0) and a tail (its replica 1); one router pod, two per workers'
+PodClique (minAvailable 1), so a PodGang can hold two versions of one clique.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ T0 = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 DEADLINE = 600.0
 OPERATOR = OperatorRequest(requested_by="model", reason="")
 IMAGES = {"router": {"router": "reg/router:2"}, "worker": {"worker": "reg/worker:2"}}
+PODS = {"router": 1, "worker": 2}  # pods per PodClique: the workers' can hold two versions
 GROUPS: dict[str, tuple[tuple[str, str, str | None, int | None], ...]] = {
     f"p-{r}-{kind}": groups
     for r in (0, 1)
@@ -96,7 +98,7 @@ class Grove:
             {
                 "name": name,
                 "spec": {
-                    "replicas": 1,
+                    "replicas": PODS[name],
                     "minAvailable": 1,
                     "podSpec": {"containers": [{"name": name, "image": f"reg/{name}:1"}]},
                 },
@@ -107,9 +109,12 @@ class Grove:
         self.annotations: dict[str, str] = {}
         self.labels = {c["name"]: clique_hash(c) for c in self.cliques}
         self.pods = {
-            (g, pclq): [clique_hash(self.clique(c)), True] for g, gs in GROUPS.items() for c, pclq, _, _ in gs
+            (g, pclq, k): [clique_hash(self.clique(c)), True]
+            for g, gs in GROUPS.items()
+            for c, pclq, _, _ in gs
+            for k in range(PODS[c])
         }
-        self.missing: set[tuple[str, str]] = set()  # pods deleted, not yet recreated
+        self.missing: set[tuple[str, str, int]] = set()  # pods deleted, not yet recreated
 
     def clique(self, name: str) -> dict[str, Any]:
         return next(c for c in self.cliques if c["name"] == name)
@@ -150,27 +155,28 @@ class Grove:
 
     def recreate(self) -> None:
         """Each deleted pod comes back from its PodClique's current spec, not Ready yet [D1, D6]."""
-        for g, pclq in sorted(self.missing):
+        for g, pclq, k in sorted(self.missing):
             clique = next(c for c, p, _, _ in GROUPS[g] if p == pclq)
-            self.pods[(g, pclq)] = [self.labels[clique], False]
+            self.pods[(g, pclq, k)] = [self.labels[clique], False]
         self.missing.clear()
 
     def ready(self) -> None:
         for pod in self.pods.values():
             pod[1] = True
 
-    def delete(self, g: str, pclq: str) -> None:
-        self.pods.pop((g, pclq), None)
-        self.missing.add((g, pclq))
+    def delete(self, g: str, pclq: str, k: int) -> None:
+        self.pods.pop((g, pclq, k), None)
+        self.missing.add((g, pclq, k))
 
     def updated_replicas(self) -> int:
         """Grove's count: replicas whose every pod runs its PodClique's hash, Ready [S5]."""
         return sum(
             all(
-                (g, p) in self.pods and self.pods[(g, p)] == [self.labels[c], True]
+                self.pods.get((g, p, k)) == [self.labels[c], True]
                 for g, gs in GROUPS.items()
                 if g.startswith(f"p-{r}-")
                 for c, p, _, _ in gs
+                for k in range(PODS[c])
             )
             for r in (0, 1)
         )
@@ -180,18 +186,21 @@ class Grove:
         for name, gs in GROUPS.items():
             groups = []
             for clique, pclq, pcsg, j in gs:
-                pod = self.pods.get((name, pclq))
-                pods = {pod[0]: 1} if pod else {}
-                ready = {pod[0]: 1} if pod and pod[1] else {}
+                pods: dict[str, int] = {}
+                ready: dict[str, int] = {}
+                for k in range(PODS[clique]):
+                    if (pod := self.pods.get((name, pclq, k))) is not None:
+                        pods[pod[0]] = pods.get(pod[0], 0) + 1
+                        ready[pod[0]] = ready.get(pod[0], 0) + pod[1]
                 groups.append(
                     GroupState(
                         pclq=pclq,
                         clique=clique,
-                        expected=1,
+                        expected=PODS[clique],
                         pcsg=pcsg,
                         pcsg_replica=j,
                         pods=pods,
-                        ready=ready,
+                        ready={h: n for h, n in ready.items() if n},
                     )
                 )
             role = "Anchor" if name.endswith("-a") else "Tail"
@@ -264,10 +273,12 @@ class Runbook:
         self.model.theirs -= changed
         return answer
 
-    def made(self) -> None:
-        """The template as the rollout's write left it (or as its operator adopted it) is a
-        version it made: the model's own account, beside the state's."""
-        self.model.ours |= {(c["name"], clique_hash(c)) for c in self.model.grove.cliques}
+    def made(self, version: dict[str, str] | None = None) -> None:
+        """The template as the rollout's images write left it (or as its operator adopted it) is
+        a version it made: the model's own account, beside the state's (a restore makes none: it
+        writes the original back)."""
+        version = version or {c["name"]: clique_hash(c) for c in self.model.grove.cliques}
+        self.model.versions.append(version)
 
     def result(self, **kw: Any) -> TemplateResult:
         grove = self.model.grove
@@ -292,7 +303,6 @@ class Runbook:
             return patch, (back, over, dormant)
 
         back, over, dormant = self.write(change)
-        self.made()
         return self.result(changed=tuple(back), overwritten=tuple(over), dormant=dormant)
 
     def put_back(self) -> TemplateResult:
@@ -329,14 +339,14 @@ class Runbook:
         if blocked:
             return RollGangResult(blocked_by=blocked)
         doomed = [
-            pclq
+            (pclq, k)
             for clique, pclq, _, _ in GROUPS[gang]
+            for k in range(PODS[clique])
             if clique in targets
-            and (gang, pclq) in grove.pods
-            and grove.pods[(gang, pclq)][0] != targets[clique]
+            and (gang, pclq, k) in grove.pods
+            and grove.pods[(gang, pclq, k)][0] != targets[clique]
         ]
         if doomed:
-            ours = self.model.ours
             self.violations += invariants.roll(
                 self.state,
                 world,
@@ -344,11 +354,12 @@ class Runbook:
                 targets,
                 kind=kind,
                 policy=self.policy,
-                made=lambda c, h: (c, h) in ours,
+                made=self.model.made,
+                versions=self.model.known,
             )
-        for pclq in doomed:
-            grove.delete(gang, pclq)
-        return RollGangResult(deleted=tuple(doomed))
+        for pclq, k in doomed:
+            grove.delete(gang, pclq, k)
+        return RollGangResult(deleted=tuple(f"{pclq}-{k}" for pclq, k in doomed))
 
     # -- the runbook -------------------------------------------------------------------------------
     def wait(self, condition: Callable[[], bool], reason: str) -> Runs:
@@ -460,7 +471,7 @@ class Runbook:
             return True
         yield from self.wait(lambda: state.observed(change.generation), "the edit adopted")
         state.adopt_edit(change, T0)
-        self.model.ours |= set(state.targets.items())  # adopted by its operator
+        self.made(state.targets)  # adopted by its operator
         return True
 
     def foreign_while_rolling_back(self) -> Runs:
@@ -514,6 +525,8 @@ class Runbook:
         while True:
             ok = yield from self.wait(lambda: state.adopted(written, before) or state.overtaken(), "observed")
             if state.interrupting(self.aborting):
+                if state.adopted(written, before) and not state.overtaken():
+                    state.adopt_targets()
                 return
             if state.overtaken():
                 yield from self.wait(state.spec_observed, "a write by someone else observed")
@@ -523,6 +536,8 @@ class Runbook:
             if ok:
                 break
             yield from self.stuck("not observed")
+            if state.rolling_back:
+                return
         state.adopt_targets()
 
     def stuck(self, reason: str) -> Runs:
@@ -571,7 +586,12 @@ class RolloutModel(RuleBasedStateMachine):
         self.result: RolloutResult | None = None
         self.foreign_edits = 0
         self.theirs: set[str] = set()  # cliques someone else changed after the rollout last wrote them
-        self.ours = {(c["name"], clique_hash(c)) for c in self.grove.cliques}  # the original
+        self.foreign_labels: dict[str, str] = {}  # clique -> the last label someone else set
+        self.foreign_images: dict[str, str] = {}  # clique -> the last image someone else set
+        self.versions = [{c["name"]: clique_hash(c) for c in self.grove.cliques}]  # the original first
+        # The versions the rollout knows: the original, and every target it took (watched after
+        # each step, apart from how the state keeps them: `RolloutState.versions`).
+        self.known = list(self.versions)
 
     # -- the start ---------------------------------------------------------------------------------
     @initialize(
@@ -611,13 +631,36 @@ class RolloutModel(RuleBasedStateMachine):
         assert runbook is not None
         runbook.phase, self.outcome, self.waiting = outcome, outcome, None
         state = runbook.state
-        ours = self.ours
-        made = lambda c, h: (c, h) in ours  # noqa: E731
         runbook.violations += invariants.ended(
-            state, self.grove.state(), outcome, made=made, theirs=frozenset(self.theirs)
+            state,
+            self.grove.state(),
+            outcome,
+            made=self.made,
+            theirs=frozenset(self.theirs),
+            dormant=self.edits_kept(runbook),
         )
         if outcome in ("completed", "rolled-back"):
             self.result = state.result(PCS, outcome, T0)  # type: ignore[arg-type]
+
+    def made(self, clique: str, version: str) -> bool:
+        """The model's account: `version` of `clique` is one the rollout made."""
+        return any(v.get(clique) == version for v in self.versions)
+
+    def edits_kept(self, runbook: Runbook) -> dict[str, dict[str, Any]]:
+        """What a restore leaves of someone else's edits, from the edits themselves: each clique
+        at its original with their last label, and their last image where the rollout did not
+        set that clique's image (where it did, its recorded value wins)."""
+        ours = {path.partition("/")[0] for path in runbook.images}
+        kept = {}
+        for original in Grove().cliques:
+            name, entry = original["name"], copy.deepcopy(original)
+            if name in self.foreign_labels:
+                entry["labels"] = {"edit": self.foreign_labels[name]}
+            if name in self.foreign_images and name not in ours:
+                entry["spec"]["podSpec"]["containers"][0]["image"] = self.foreign_images[name]
+            if entry != original:
+                kept[name] = entry
+        return kept
 
     def continue_as_new(self) -> None:
         """The state as the next run's input, through the data converter (with the kernel's
@@ -682,12 +725,12 @@ class RolloutModel(RuleBasedStateMachine):
     def pods_turn_ready(self) -> None:
         self.grove.ready()
 
-    @rule(gang=st.sampled_from(sorted(GROUPS)), i=st.integers(0, 1))
-    def a_pod_is_evicted(self, gang: str, i: int) -> None:
+    @rule(gang=st.sampled_from(sorted(GROUPS)), i=st.integers(0, 1), k=st.integers(0, 1))
+    def a_pod_is_evicted(self, gang: str, i: int, k: int) -> None:
         """The pod-replacement fault: Grove replaces a pod at its PodClique's hash [D1]."""
         groups = GROUPS[gang]
-        _, pclq, _, _ = groups[i % len(groups)]
-        self.grove.delete(gang, pclq)
+        clique, pclq, _, _ = groups[i % len(groups)]
+        self.grove.delete(gang, pclq, k % PODS[clique])
         self.grove.recreate()
 
     @rule(clique=st.sampled_from(("router", "worker")), image=st.booleans())
@@ -697,8 +740,10 @@ class RolloutModel(RuleBasedStateMachine):
         entry = copy.deepcopy(self.grove.clique(clique))
         if image:
             entry["spec"]["podSpec"]["containers"][0]["image"] = f"reg/{clique}:x{self.foreign_edits}"
+            self.foreign_images[clique] = f"reg/{clique}:x{self.foreign_edits}"
         else:
             entry["labels"] = {"edit": str(self.foreign_edits)}
+            self.foreign_labels[clique] = str(self.foreign_edits)
         cliques = [entry if c["name"] == clique else c for c in self.grove.cliques]
         self.theirs.add(clique)
         self.grove.patch({"spec": {"template": {"cliques": cliques}}})
@@ -710,6 +755,7 @@ class RolloutModel(RuleBasedStateMachine):
         self.sequence += 1
         change = PCSChange(full=True, attempt=self.attempt, sequence=self.sequence, **self.listing())
         assert self.runbook.state.apply(change)
+
         self.runbook.heal()
 
     def listing(self) -> dict[str, Any]:
@@ -776,6 +822,8 @@ class RolloutModel(RuleBasedStateMachine):
         if runbook is None:
             return
         state = runbook.state
+        if state.targets and state.targets not in self.known:
+            self.known.append(dict(state.targets))
         status = state.status(PCS, runbook.phase)
         found = list(runbook.violations)
         found += invariants.liveness(state, runbook.phase, status)

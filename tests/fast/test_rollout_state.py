@@ -10,6 +10,7 @@ the workers (`w1` to `w2`), so the router's hash is the same in both versions.""
 
 from __future__ import annotations
 
+import json
 import warnings
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from contracts.errors import PodCliqueSetGone, RolloutAborted
 from contracts.models.control import OperatorRequest
 from contracts.models.grove import (
     ON_DELETE,
+    ROLLOUT_DORMANT_ANNOTATION,
     FieldChange,
     GangState,
     GroupState,
@@ -36,6 +38,7 @@ from contracts.models.grove import (
     TemplateChange,
     TemplateResult,
 )
+from drivers.grove import foreign_edits_patch, restore_patch
 from workflows.rollout import steps
 from workflows.rollout.state import RECENT_STEPS, Move, RolloutState
 
@@ -641,3 +644,58 @@ def test_the_rollouts_own_abort_ends_aborted_and_anything_else_failed() -> None:
     aborted = RolloutAborted("rollout of default/p aborted by pytest; every PodGang back at h1")
     assert kernel.ending(aborted, own) == ("aborted", aborted.message)
     assert kernel.ending(PodCliqueSetGone("PodCliqueSet default/p was deleted"), own)[0] == "failed"
+
+
+# -- the restore's template writes (drivers.grove, pure) ------------------------------------------------
+def _pcs(cliques: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "default", "name": "p", "generation": 3, "annotations": annotations or {}},
+        "spec": {"updateStrategy": {"type": ON_DELETE}, "template": {"cliques": cliques}},
+    }
+
+
+def _clique(name: str, image: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, **extra, "spec": {"podSpec": {"containers": [{"name": "main", "image": image}]}}}
+
+
+def test_the_restore_writes_the_original_and_keeps_someone_elses_edits_for_later() -> None:
+    original = (_clique("router", "r:1"), _clique("worker", "w:1"))
+    ours = (FieldChange(path="worker/main", before="w:1", after="w:2"),)
+    # someone labelled the router and set the worker's image over ours
+    now = _pcs([_clique("router", "r:1", labels={"team": "kv"}), _clique("worker", "w:3")])
+    patch, back, overwritten, dormant = restore_patch(now, ours, original)
+    assert patch is not None and patch["spec"]["template"]["cliques"] == list(original)
+    assert back == list(ours) and overwritten == [
+        "worker/main ('w:3', set by someone else, put back to 'w:1')"
+    ]
+    assert dormant == {"router": _clique("router", "r:1", labels={"team": "kv"})}  # ours wins on worker
+    recorded = json.loads(patch["metadata"]["annotations"][ROLLOUT_DORMANT_ANNOTATION])
+    assert recorded == dormant
+    # retried after it was written: the annotation still tells what was taken out
+    written = _pcs(list(original), {ROLLOUT_DORMANT_ANNOTATION: json.dumps(recorded)})
+    assert restore_patch(written, ours, original)[0] is None
+    assert restore_patch(written, ours, original)[3] == dormant
+    # edited again after the restore (an image of the router): both edits are kept
+    again = _pcs([_clique("router", "r:5"), original[1]], {ROLLOUT_DORMANT_ANNOTATION: json.dumps(recorded)})
+    assert restore_patch(again, ours, original)[3] == {
+        "router": _clique("router", "r:5", labels={"team": "kv"})
+    }
+
+
+def test_someone_elses_edits_go_back_only_where_the_original_still_is() -> None:
+    original = (_clique("router", "r:1"), _clique("worker", "w:1"))
+    dormant = {"router": _clique("router", "r:1", labels={"team": "kv"}), "worker": _clique("worker", "w:9")}
+    now = _pcs([original[0], _clique("worker", "w:4")], {ROLLOUT_DORMANT_ANNOTATION: "{}"})
+    patch, put, left = foreign_edits_patch(now, dormant, original)
+    assert patch is not None and patch["spec"]["template"]["cliques"] == [
+        dormant["router"],
+        _clique("worker", "w:4"),
+    ]
+    assert patch["metadata"]["annotations"] == {ROLLOUT_DORMANT_ANNOTATION: None}
+    assert (put, left) == (["router"], ["worker"])
+    assert (
+        foreign_edits_patch(_pcs([dormant["router"], original[1]]), {"router": dormant["router"]}, original)[
+            0
+        ]
+        is None
+    )

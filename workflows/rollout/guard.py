@@ -4,9 +4,11 @@ Why: while PodGangs of two versions coexist, a pod Grove replaces (an eviction, 
 back at the template's version, into whatever PodGang it belongs to, paused or not. So while
 the rollout waits for an operator, the guard heals each PodGang Grove mixed: it replaces the
 PodGang's other stale pods, so the PodGang is whole again at the template's version (the only
-version Grove's replacements come back at), one PodGang per replica at a time. Paused, the world
-is guarded, not frozen. A heal that deletes nothing (the template moved meanwhile) waits for the
-next change.
+version Grove's replacements come back at), one PodGang per replica at a time. Only where that
+version is one the rollout made (a clique holding someone else's edit is left as Grove made it:
+healing would roll the edit onto its pods), and only where it keeps every minAvailable unless an
+outage is allowed. Paused, the world is guarded, not frozen. A heal that deletes nothing (the
+template moved meanwhile) waits for the next change.
 
 What to heal, and when a heal is over, are the state's decisions (`RolloutState.to_heal`,
 `healed`); the guard acts. Its waits are not the runbook's: an abort does not cut them (it ends

@@ -11,9 +11,10 @@ fail on a deliberately broken core.
    original with the rollout's images), its recorded original, or, once every pod is back, the
    edit someone else made to it (put back dormant): never a third version of its own.
 3. **Rolls** (`roll`): the rollout deletes a pod only where the template's version of its clique
-   is one the rollout made (so the replacement runs it), never onto an edit it did not make; an
-   ordinary step (roll or rollback) keeps every minAvailable unless an outage is allowed and
-   requires its replica's serving peers; a repair touches only a PodGang Grove mixed.
+   is one the rollout made (so the replacement runs it), never onto an edit it did not make;
+   no deletion (a step, a repair, a heal) breaks a minAvailable that holds unless an outage is
+   allowed; an ordinary step (roll or rollback) only while the rest of its replica serves; a
+   repair only of a PodGang Grove mixed.
 4. **Endings** (`ended`): completed, every pod at the targets; rolled back or aborted, every pod at
    the recorded original, the template's cliques at the original except those someone else
    edited, which hold that edit, dormant (no pod runs it).
@@ -110,11 +111,13 @@ def roll(
     kind: str,
     policy: RolloutPolicy,
     made: Callable[[str, str], bool] | None = None,
+    versions: list[dict[str, str]] | None = None,
 ) -> list[str]:
     """Rule 3, for one `roll_podgang` call that deletes (`kind`: roll, rollback, repair, or heal
     by the paused guard), against the world as it is when the call deletes. `made`: whether a
     clique's version is one the rollout made (wrote, or its operator adopted on `resume`), as an
-    observer of its writes knows it; by default the state's own account (`RolloutState.made`)."""
+    observer of its writes knows it, and `versions` the whole versions it made (the original
+    first); by default the state's own account (`RolloutState.made`, `versions`)."""
     made = made or state.made
     g = world.gang(gang)
     if g is None:
@@ -129,14 +132,14 @@ def roll(
             out.append(f"{kind} of {gang} deletes {c} pods for {target}; they come back at {template.get(c)}")
         if not made(c, target):
             out.append(f"{kind} of {gang} rolls {c} onto {target}, an edit the rollout did not make")
+    if not policy.allow_replica_outage:
+        out += [f"{kind} of {gang}: {r}, no outage allowed" for r in steps.outage(world, g, targets)]
     if kind in ("roll", "rollback"):
-        if not policy.allow_replica_outage:
-            out += [f"{kind} of {gang}: {r}, no outage allowed" for r in steps.outage(world, g, targets)]
         peers = steps.by_replica(world).get(g.replica, [])
         down = sorted(p.name for p in peers if p.name != gang and not steps.serving(p))
         if down:
             out.append(f"{kind} of {gang} deletes while {', '.join(down)} of its replica do not serve")
-    if kind == "repair" and not steps.mixed(g, state.versions()):
+    if kind == "repair" and not steps.mixed(g, state.versions() if versions is None else versions):
         out.append(f"a repair of {gang}, which one of the rollout's versions explains (not mixed)")
     return out
 
@@ -148,12 +151,15 @@ def ended(
     *,
     made: Callable[[str, str], bool] | None = None,
     theirs: frozenset[str] = frozenset(),
+    dormant: dict[str, Clique] | None = None,
 ) -> list[str]:
     """Rule 4, as the run ends with `outcome` (completed, rolled-back, aborted; another ending,
     handed-to-grove or a failure, is not checked here), against the world then. A pod at a
     version the rollout did not make, and a clique in `theirs` (someone else changed it after
     the rollout last wrote it), are someone else's, not the rollout's to restore. `made` as for
-    `roll`."""
+    `roll`; `dormant`: each clique someone else edited, as the rollback must leave it (their
+    edit, with the rollout's fields at their recorded values), as an observer of the edits knows
+    it; by default the state's own record."""
     if outcome not in ("completed", "rolled-back", "aborted"):
         return []
     made = made or state.made
@@ -172,9 +178,12 @@ def ended(
     for name, entry in original.items():
         if name in state.dormant_left or name in theirs:
             continue  # someone else changed it again since: theirs
-        expected = state.dormant.get(name, entry) if state.dormant_back else entry
+        if dormant is not None:
+            expected = dormant.get(name, entry)
+        else:
+            expected = state.dormant.get(name, entry) if state.dormant_back else entry
         if now.get(name) != expected:
-            what = "the edit someone else made" if name in state.dormant else "its original"
+            what = "its original" if expected == entry else "the edit someone else made"
             out.append(f"{outcome}: clique {name} does not hold {what}: {now.get(name)}")
     return out
 

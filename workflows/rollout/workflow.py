@@ -29,16 +29,20 @@ bottom in `run`:
    eviction, a crash) comes back at the template's version, into whatever PodGang it belongs
    to. No client can stop that; the rollout (a) never mixes a PodGang itself (it replaces a
    PodGang's stale pods together), (b) heals a PodGang that Grove mixed at once, while rolling
-   and while paused (a repair: its stale pods replaced, to the template's version; paused, by
-   the guard, `guard.py`), and
+   and while paused (a repair: its stale pods replaced, to the template's version where the
+   rollout made it and where every minAvailable holds; paused, by the guard, `guard.py`), and
    (c) never ends with two versions: it completes (all new), rolls back, or, on `abort`, takes
    everything back to the previous version (the stuck step first, interrupted at once) and
-   fails with `RolloutAborted`. Paused, the world is guarded, not frozen.
+   fails with `RolloutAborted`. Paused, the world is guarded, not frozen. It deletes a pod only
+   once Grove patched the PodCliques to a version the rollout made (`settle`), never onto an
+   edit it did not make. The rules, as code: `invariants.py`.
 5. A step that misses its deadline, a PodGang that stops serving, or a template edit by
    someone else (named field by field, with who made it, from managedFields) pauses the
    rollout until an operator decides: `resume` (go on; after a foreign edit the template as it
-   now is becomes the target), `rollback` (put back only the fields the rollout set, where they
-   still hold its values, and roll every PodGang back under the same rules) or `abort`.
+   now is becomes the target), `rollback` (restore: every clique written back as it was before
+   the rollout, every PodGang rolled back to the recorded original under the same rules, then
+   the edits someone else made put back into the template, dormant) or `abort` (the same, then
+   the run fails). An edit during a rollback pauses it too; `resume` restores again.
    A PodCliqueSet switched to RollingRecreate mid-rollout is Grove's to roll: the rollout stops
    driving and ends `handed-to-grove`.
 6. However it ends (`to_the_end`), the watcher is cancelled and waited for, so the run has no
@@ -540,6 +544,8 @@ class RolloutWorkflow(kernel.Abortable):
                 f"Grove to observe generation {written.generation}",
             )
             if state.interrupting(self.aborting):
+                if state.adopted(written, before) and not state.overtaken():
+                    state.adopt_targets()  # shown already: a PodGang at it is the rollout's own
                 return
             if state.overtaken():
                 await self._wait(state.spec_observed, 30, "Grove to observe a write by someone else")
@@ -549,6 +555,8 @@ class RolloutWorkflow(kernel.Abortable):
             if ok:
                 break
             await self._stuck(f"Grove has not observed generation {written.generation} of {self.pcs}")
+            if state.rolling_back:
+                return  # the operator answered the pause with `rollback`: restored since
         state.adopt_targets()
 
     async def _wait(self, condition: Callable[[], bool], timeout: float, reason: str) -> bool:
