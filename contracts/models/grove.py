@@ -425,6 +425,28 @@ class RolloutStatus(_Model):
     overwritten: tuple[str, ...] = ()
 
 
+class PlannedStep(_Model):
+    """One step `rollout plan` shows: a PodGang, the pods it replaces, why it is an outage."""
+
+    replica: int
+    podgang: str
+    role: str
+    pods: int
+    outage: tuple[str, ...] = ()
+
+
+class RolloutPlan(_Model):
+    """What `rollout start` would do, starting nothing: the cliques it changes, its steps in
+    order (`concurrency` replicas at once), or why it would refuse (`refusal`)."""
+
+    pcs: PCSRef
+    images: dict[str, str]
+    changed: tuple[str, ...] = ()
+    concurrency: int = 1
+    steps: tuple[PlannedStep, ...] = ()
+    refusal: str | None = None
+
+
 class RolloutResult(_Model):
     """`handed-to-grove`: the PodCliqueSet left OnDelete mid-rollout; Grove rolls it itself."""
 
