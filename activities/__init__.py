@@ -72,7 +72,8 @@ def build_activities(
     found += [
         grove.read_pcs_state,
         grove.set_pcs_images,
-        grove.revert_pcs_images,
+        grove.restore_pcs_template,
+        grove.put_back_foreign_edits,
         grove.describe_template_change,
         grove.roll_podgang,
         grove.publish_rollout_progress,

@@ -67,10 +67,11 @@ from contracts.models.dpf import (
     SiteWatchInput,
 )
 from contracts.models.grove import (
+    ForeignEditsInput,
     PCSRef,
     PCSState,
     ProgressInput,
-    RevertInput,
+    RestoreInput,
     RollGangInput,
     RollGangResult,
     ScalePCSInput,
@@ -400,10 +401,16 @@ async def set_pcs_images(request: SetImagesInput) -> TemplateResult:
     _declared_only("set_pcs_images")
 
 
-@activity.defn(name="revert_pcs_images")
-async def revert_pcs_images(request: RevertInput) -> TemplateResult:
-    """Put back the fields a rollout set, where they still hold the values it set."""
-    _declared_only("revert_pcs_images")
+@activity.defn(name="restore_pcs_template")
+async def restore_pcs_template(request: RestoreInput) -> TemplateResult:
+    """Write every clique back as it was before the rollout; someone else's edits are recorded."""
+    _declared_only("restore_pcs_template")
+
+
+@activity.defn(name="put_back_foreign_edits")
+async def put_back_foreign_edits(request: ForeignEditsInput) -> TemplateResult:
+    """Put back, dormant, the cliques someone else edited, where they still hold the original."""
+    _declared_only("put_back_foreign_edits")
 
 
 @activity.defn(name="describe_template_change")

@@ -31,6 +31,7 @@ from contracts.models.grove import (
     PODGANG_ROLE_LABEL,
     REPLICA_INDEX_LABEL,
     ROLLING_RECREATE,
+    ROLLOUT_DORMANT_ANNOTATION,
     SCHEDULER_GROUP,
     FieldChange,
     GangState,
@@ -291,26 +292,110 @@ def images_patch(pcs: Object, images: dict[str, str]) -> tuple[Object | None, tu
     return {"spec": {"template": {"cliques": template["cliques"]}}}, changes
 
 
-def revert_patch(
-    pcs: Object, fields: tuple[FieldChange, ...]
-) -> tuple[Object | None, list[FieldChange], list[str]]:
-    """Put back each field the rollout set, only where it still holds the value the rollout set.
-    Returns the patch (None: nothing to put back), the fields put back, the fields left alone."""
+def _cliques(cliques: Any) -> dict[str, Object]:
+    return {str(c.get("name")): c for c in cliques or []}
+
+
+def _with_befores(clique: Object, befores: dict[str, str]) -> Object:
+    """`clique` with each named container's image set to its recorded value; nothing else moves."""
+    if not befores:
+        return clique
+    pod_spec = dict((clique.get("spec") or {}).get("podSpec") or {})
+    for field in ("initContainers", "containers"):
+        if field in pod_spec:
+            pod_spec[field] = [
+                {**x, "image": befores[x.get("name")]} if x.get("name") in befores else x
+                for x in pod_spec[field]
+            ]
+    return {**clique, "spec": {**(clique.get("spec") or {}), "podSpec": pod_spec}}
+
+
+def _merged(base: Any, recorded: Any, new: Any) -> Any:
+    """`new`'s changes from `base`, on top of `recorded` (a three-way merge of JSON values; lists
+    are whole values): an edit made on the restored original keeps an edit recorded before."""
+    if not (isinstance(base, dict) and isinstance(recorded, dict) and isinstance(new, dict)):
+        return recorded if new == base else new
+    out = dict(recorded)
+    for key in set(base) | set(new):
+        if key not in new:
+            out.pop(key, None)
+        elif new[key] != base.get(key):
+            out[key] = _merged(base.get(key), recorded.get(key), new[key])
+    return out
+
+
+def restore_patch(
+    pcs: Object, fields: tuple[FieldChange, ...], original: tuple[Object, ...]
+) -> tuple[Object | None, list[FieldChange], list[str], dict[str, Object]]:
+    """The rollback's restore: every clique written back as it was before the rollout
+    (`original`, the cliques of its first read), so the PodCliques carry the original hashes again
+    and a pod deleted comes back at the original.
+
+    Returns the patch (None: already so), the rollout's fields put back, those someone else had
+    set since (put back all the same, named: the operator's rollback answered that edit), and the
+    cliques someone else edited (`dormant`): each as it is now with the rollout's fields at their
+    recorded values, for `foreign_edits_patch` to put back once every pod runs the original. The
+    same write records them in the annotation `metalflow.io/rollout-dormant`, so a retry (or a
+    later restore, after another edit) finds them: a clique edited again since the restore takes
+    the newer edit's changes on top of the recorded one.
+    A clique the original does not have is left as it is. Without `original` (a state from before
+    it was recorded) the original is the template with the rollout's fields put back."""
+    template = pcs["spec"].get("template") or {}
+    now = _cliques(template.get("cliques"))
     current = containers_of(pcs)
-    back: dict[tuple[str, str], str] = {}
-    done, skipped = [], []
+    befores: dict[str, dict[str, str]] = {}
+    back, overwritten = [], []
     for f in fields:
         clique, _, container = f.path.partition("/")
-        now = current.get(clique, {}).get(container)
-        if now == f.after:
-            back[(clique, container)] = f.before
-            done.append(f)
-        elif now != f.before:
-            skipped.append(f"{f.path} (now {now!r}, set by someone else since)")
-    if not back:
-        return None, done, skipped
-    template = _with_images(pcs["spec"]["template"], back)
-    return {"spec": {"template": {"cliques": template["cliques"]}}}, done, skipped
+        value = current.get(clique, {}).get(container)
+        befores.setdefault(clique, {})[container] = f.before
+        if value == f.before:
+            continue
+        back.append(f)
+        if value != f.after:
+            overwritten.append(f"{f.path} ({value!r}, set by someone else, put back to {f.before!r})")
+    ours_back = {name: _with_befores(c, befores.get(name, {})) for name, c in now.items()}
+    before = _cliques(original) if original else ours_back
+    recorded = json.loads((pcs["metadata"].get("annotations") or {}).get(ROLLOUT_DORMANT_ANNOTATION) or "{}")
+    dormant = dict(recorded)
+    for n, c in ours_back.items():
+        if n in before and c != before[n]:
+            dormant[n] = _merged(before[n], recorded.get(n, before[n]), c)
+    cliques = [before.get(name, c) for name, c in now.items()]
+    if cliques == list(now.values()) and dormant == recorded:
+        return None, back, overwritten, dormant
+    annotations = {ROLLOUT_DORMANT_ANNOTATION: json.dumps(dormant, sort_keys=True) if dormant else None}
+    patch = {"metadata": {"annotations": annotations}, "spec": {"template": {"cliques": cliques}}}
+    return patch, back, overwritten, dormant
+
+
+def foreign_edits_patch(
+    pcs: Object, dormant: dict[str, Object], original: tuple[Object, ...]
+) -> tuple[Object | None, list[str], list[str]]:
+    """Put back the cliques someone else edited (`restore_patch`'s `dormant`), each only where it
+    still holds its original entry (what the restore wrote), and drop the annotation that
+    recorded them. The PodCliques are patched and no pod is deleted, so under OnDelete the edit
+    stays dormant, as it would have without the rollout. Returns the patch (None: nothing to
+    write), the cliques back (now or already), those left alone (changed again since)."""
+    before = _cliques(original)
+    cliques, put, left = [], [], []
+    for name, c in _cliques((pcs["spec"].get("template") or {}).get("cliques")).items():
+        if name in dormant and c == dormant[name]:
+            put.append(name)
+        elif name in dormant and c == before.get(name):
+            c = dormant[name]
+            put.append(name)
+        elif name in dormant:
+            left.append(name)
+        cliques.append(c)
+    recorded = ROLLOUT_DORMANT_ANNOTATION in (pcs["metadata"].get("annotations") or {})
+    if cliques == (pcs["spec"].get("template") or {}).get("cliques") and not recorded:
+        return None, put, left
+    patch = {
+        "metadata": {"annotations": {ROLLOUT_DORMANT_ANNOTATION: None}},
+        "spec": {"template": {"cliques": cliques}},
+    }
+    return patch, put, left
 
 
 def template_diff(old: Any, new: Any, path: str = "spec.template") -> list[str]:
@@ -360,16 +445,18 @@ def replacement(old: Any, new: Any) -> Any:
 
 # -- pod and patch calls the custom-object client does not make ------------------------------------
 async def read_state(kube: Kube, key: str, ns: str, name: str) -> PCSState:
-    """The PodCliqueSet, its PodGangs, PodCliques, scaling groups and pods (5 calls), as one
-    `PCSState`: what the rollout's `read_pcs_state` activity and `metalflow rollout start`'s
-    pre-check read."""
+    """The PodCliqueSet (with its template's cliques), its PodGangs, PodCliques, scaling groups
+    and pods (5 calls), as one `PCSState`: what the rollout's `read_pcs_state` activity and
+    `metalflow rollout start`'s pre-check read."""
     obj = await kube.get(key, kinds()[0], ns, name, missing_ok=True)
     selector = f"{PART_OF_LABEL}={name}"
     gangs = (await kube.list(key, kinds()[1], ns, label_selector=selector)).get("items") or []
     pclqs = (await kube.list(key, kinds()[2], ns, label_selector=selector)).get("items") or []
     pcsgs = (await kube.list(key, kinds()[3], ns, label_selector=selector)).get("items") or []
     pods = await list_pods(kube, key, ns, selector)
-    return pcs_state(ns, name, obj, gangs, pclqs, pcsgs, pods)
+    state = pcs_state(ns, name, obj, gangs, pclqs, pcsgs, pods)
+    cliques = ((obj or {}).get("spec", {}).get("template") or {}).get("cliques") or []
+    return state.model_copy(update={"cliques": tuple(cliques)})
 
 
 async def list_pods(kube: Kube, key: str, ns: str, label_selector: str) -> list[Object]:

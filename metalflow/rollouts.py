@@ -1,9 +1,15 @@
-"""Rollout helpers shared by the CLI and the demo: one status line, and the message that matters
-in a failure chain. No Temporal calls here."""
+"""Rollout helpers shared by the CLI and the demo: one status line, the message that matters in
+a failure chain, and the plan (what `rollout start` would do). No Temporal calls here."""
 
 from __future__ import annotations
 
-from contracts.models.grove import RolloutStatus
+from contracts.errors import InvalidInput
+from contracts.models.grove import PCSRef, PlannedStep, RolloutPlan, RolloutPolicy, RolloutStatus
+from drivers.grove import images_patch, read_state
+from drivers.grove import kinds as grove_kinds
+from drivers.kube import Kube
+from workflows.rollout import steps
+from workflows.rollout.state import RolloutState
 
 
 def render(status: RolloutStatus, width: int = 30) -> str:
@@ -23,3 +29,54 @@ def root_cause(err: BaseException) -> str:
     while getattr(err, "cause", None) is not None:
         err = err.cause  # type: ignore[attr-defined]
     return str(err)
+
+
+async def plan(kube: Kube, pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy) -> RolloutPlan:
+    """What `rollout start` would do, read and decided with the rollout's own code: its first
+    read (`read_state`) and that read's refusal (`RolloutState.refusal`: no such PodCliqueSet,
+    not OnDelete, an outage not allowed), its write's refusal (`images_patch`, as
+    `set_pcs_images`: an unknown clique or container, a bad image), and the PodGangs it would
+    replace in order with their outages (`steps.planned`). The order at run time is this one;
+    which replicas go together also depends on what serves then.
+
+    Raises:
+        Exception: The cluster cannot be read (the caller says so).
+    """
+    first = await read_state(kube, f"pcs:{pcs}", pcs.namespace, pcs.name)
+    refusal = RolloutState.refusal(first, pcs, images, policy)
+    if refusal is None:
+        obj = await kube.get(f"pcs:{pcs}", grove_kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
+        try:
+            if obj is None:  # deleted since the read
+                raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
+            images_patch(obj, images)
+        except InvalidInput as err:
+            refusal = err.message
+    changed = {key.partition("/")[0] for key in images} & set(first.summary.clique_hashes)
+    planned = steps.planned(first, changed)
+    return RolloutPlan(
+        pcs=pcs,
+        images=images,
+        changed=tuple(sorted(changed)),
+        concurrency=policy.replica_concurrency,
+        steps=tuple(
+            PlannedStep(replica=g.replica, podgang=g.name, role=g.role, pods=pods, outage=tuple(why))
+            for g, pods, why in planned
+        ),
+        refusal=refusal,
+    )
+
+
+def render_plan(plan: RolloutPlan) -> str:
+    """The plan in lines: what changes, each step in order, or why `start` would refuse."""
+    lines = [
+        f"rollout of {plan.pcs}: {', '.join(f'{k}={v}' for k, v in plan.images.items())}",
+        f"changes cliques {', '.join(plan.changed) or '-'}; {len(plan.steps)} PodGangs, "
+        f"{plan.concurrency} replica(s) at a time, each replica's anchor before its tails",
+    ]
+    for s in plan.steps:
+        outage = f"  OUTAGE: {'; '.join(s.outage)}" if s.outage else ""
+        lines.append(f"  replica {s.replica} {s.role:<8} {s.podgang}: replaces {s.pods} pods{outage}")
+    if plan.refusal:
+        lines.append(f"start would refuse it: {plan.refusal}")
+    return "\n".join(lines)

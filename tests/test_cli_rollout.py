@@ -175,3 +175,35 @@ async def test_second_start_is_refused_and_operator_commands_answer(
 def decode_image(sim: RunningSim) -> str:
     cliques = pcs_object(sim, "inference")["spec"]["template"]["cliques"]
     return str(next(c for c in cliques if c["name"] == "decode")["spec"]["podSpec"]["containers"][0]["image"])
+
+
+async def test_plan_shows_the_steps_in_order_and_what_start_would_refuse(
+    local_env: WorkflowEnvironment, sim: RunningSim
+) -> None:
+    """`rollout plan` reads and decides with `start`'s code (`metalflow.rollouts.plan`) and
+    changes nothing: the router is standalone, so each replica's anchor is an outage."""
+    generation = pcs_object(sim, "inference")["metadata"]["generation"]
+    refused = await metalflow(
+        local_env, "rollout", "plan", "default/inference", "--set", "router=registry.local/r:9"
+    )
+    assert refused.status == 1, refused
+    assert "OUTAGE: PodClique inference-0-router would keep 0 Ready pods" in refused.stdout
+    assert "start would refuse it: rolling router of default/inference coherently" in refused.stdout
+    shown = await metalflow(
+        local_env, "rollout", "plan", "default/inference", "--set", "router=registry.local/r:9",
+        "--allow-replica-outage", "--json",
+    )  # fmt: skip
+    assert shown.status == 0, shown.stderr
+    planned = json.loads(shown.stdout)
+    assert planned["refusal"] is None and planned["changed"] == ["router"]
+    # Grove puts a replica's router pods (two) in its anchor: a step replaces both
+    assert [(s["replica"], s["role"], s["pods"]) for s in planned["steps"]] == [
+        (0, "Anchor", 2),
+        (1, "Anchor", 2),
+    ]
+    assert all(s["outage"] for s in planned["steps"])
+    unknown = await metalflow(
+        local_env, "rollout", "plan", "default/inference", "--set", "gpu=registry.local/g:2"
+    )
+    assert unknown.status == 1 and "has no clique gpu" in unknown.stdout
+    assert pcs_object(sim, "inference")["metadata"]["generation"] == generation  # nothing written

@@ -198,3 +198,51 @@ async def test_switching_to_rolling_recreate_hands_the_pcs_to_grove(
             assert result.steps_done == (await status_of(handle)).steps_done  # it drove nothing after
         assert result.outcome == "handed-to-grove"
         assert pcs_object(sim, "inference")["spec"]["updateStrategy"]["type"] == "RollingRecreate"
+
+
+def clique_hashes(sim: RunningSim) -> dict[str, set[str]]:
+    """clique -> the pod-template hashes its pods run."""
+    return {c: pod_hashes(sim, "inference", c) for c in ("router", "prefill", "decode")}
+
+
+async def test_a_rollback_after_a_foreign_edit_puts_every_pod_back_and_leaves_the_edit_dormant(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 35, item 6. Mid-rollout someone labels prefill (a clique the rollout changes, a field
+    it did not set) and sets decode's image (a field it set); the operator answers `rollback`.
+    Under OnDelete that edit alone would roll nothing. After the rollback every pod runs what
+    ran before the rollout (its recorded original), the fields the rollout set hold their
+    recorded values, and the label stays in the template, dormant: no pod runs it. The status
+    announces the version the rollback ends at."""
+    with grove_site(tmp_path, INFERENCE) as sim:
+        before = clique_hashes(sim)
+        assert all(len(h) == 1 for h in before.values())
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
+            edit = (
+                '[{"op":"add","path":"/spec/template/cliques/1/labels","value":{"team":"kv"}},'
+                '{"op":"replace","path":"/spec/template/cliques/2/spec/podSpec/containers/0/image",'
+                '"value":"registry.local/worker:3.0"}]'
+            )
+            subprocess.run(
+                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
+                 "--type=json", "-p", edit],
+                check=True, capture_output=True, timeout=30,
+            )  # fmt: skip
+            paused = await wait_for(handle, lambda s: s.phase == "paused", "paused by the edit")
+            previous = paused.previous_hash
+            await answer(handle, ROLLBACK_UPDATE)
+            announced = await wait_for(handle, lambda s: s.rolling_back, "rolling back", timeout=30)
+            result = await asyncio.wait_for(handle.result(), 120)
+            final = await status_of(handle)
+        after = clique_hashes(sim)
+        template = {c["name"]: c for c in pcs_object(sim, "inference")["spec"]["template"]["cliques"]}
+        assert result.outcome == "rolled-back"
+        assert after == before, f"pods after the rollback {after}, before the rollout {before}"
+        assert images(sim)["decode"] == images(sim)["prefill"] == "registry.local/inference:1.0"
+        assert template["prefill"].get("labels") == {"team": "kv"}, "the foreign label was not left dormant"
+        assert announced.target_hash == final.target_hash == result.target_hash == previous, (
+            f"announced {announced.target_hash}, ended at {result.target_hash}, previous {previous}"
+        )
+        assert sim.violations() == [], "\n".join(str(v) for v in sim.violations())

@@ -30,10 +30,11 @@ from contracts.models.grove import (
     PODCLIQUE_LABEL,
     PODGANG_LABEL,
     ROLLOUT_ANNOTATION,
+    ForeignEditsInput,
     PCSRef,
     PCSState,
     ProgressInput,
-    RevertInput,
+    RestoreInput,
     RollGangInput,
     RollGangResult,
     ScalePCSInput,
@@ -44,12 +45,13 @@ from contracts.models.grove import (
 )
 from drivers.grove import (
     delete_pods,
+    foreign_edits_patch,
     images_patch,
     kinds,
     list_pods,
     pclq_clique,
     read_state,
-    revert_patch,
+    restore_patch,
     stale_selectors,
     template_diff,
     template_managers,
@@ -112,24 +114,46 @@ class GroveActivities:
             generation=obj["metadata"]["generation"], changed=tuple(changed), template=obj["spec"]["template"]
         )
 
-    @activity.defn(name="revert_pcs_images")
-    async def revert_pcs_images(self, request: RevertInput) -> TemplateResult:
-        """Put back each field the rollout set, where it still holds the value the rollout set;
-        a field someone changed since is left alone and named in `skipped`."""
+    @activity.defn(name="restore_pcs_template")
+    async def restore_pcs_template(self, request: RestoreInput) -> TemplateResult:
+        """Write every clique back as it was before the rollout (`drivers.grove.restore_patch`):
+        the rollout's fields put back, someone else's edits taken out and recorded (`dormant`,
+        and the PodCliqueSet's annotation `metalflow.io/rollout-dormant`), to be put back once
+        every pod runs the original (`put_back_foreign_edits`)."""
         done: list[Any] = []
-        skipped: list[str] = []
+        overwritten: list[str] = []
+        dormant: dict[str, Any] = {}
 
         def change(obj: Object) -> Object | None:
-            patch, back, left = revert_patch(obj, request.fields)
-            done[:], skipped[:] = back, left
+            patch, back, over, kept = restore_patch(obj, request.fields, request.original)
+            done[:], overwritten[:] = back, over
+            dormant.clear()
+            dormant.update(kept)
             return patch
 
         obj, _ = await self._edit(request.pcs, change)
         return TemplateResult(
             generation=obj["metadata"]["generation"],
             changed=tuple(done),
-            skipped=tuple(skipped),
+            overwritten=tuple(overwritten),
+            dormant=dormant,
             template=obj["spec"]["template"],
+        )
+
+    @activity.defn(name="put_back_foreign_edits")
+    async def put_back_foreign_edits(self, request: ForeignEditsInput) -> TemplateResult:
+        """Put back the cliques someone else edited, each where it still holds its original
+        (`drivers.grove.foreign_edits_patch`); no pod is deleted, so the edit stays dormant."""
+        left: list[str] = []
+
+        def change(obj: Object) -> Object | None:
+            patch, _, kept = foreign_edits_patch(obj, request.dormant, request.original)
+            left[:] = kept
+            return patch
+
+        obj, _ = await self._edit(request.pcs, change)
+        return TemplateResult(
+            generation=obj["metadata"]["generation"], skipped=tuple(left), template=obj["spec"]["template"]
         )
 
     @activity.defn(name="describe_template_change")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_serializer, field_validator
 
@@ -41,6 +41,9 @@ FIELD_MANAGER: Final = "metalflow-rollout"
 """The field manager of the rollout's writes (managedFields tell its edits from others')."""
 ROLLOUT_ANNOTATION: Final = "metalflow.io/rollout"
 """PodCliqueSet annotation metalflow writes: the rollout in flight (workflow id, step, in flight)."""
+ROLLOUT_DORMANT_ANNOTATION: Final = "metalflow.io/rollout-dormant"
+"""PodCliqueSet annotation a rollback writes with its restore: the cliques someone else edited,
+as they edited them (JSON), taken out while the pods go back and put back after, dormant."""
 
 PCS_STATE_CHANGED_SIGNAL: Final = "pcs_state_changed"
 ROLLBACK_UPDATE: Final = "rollback"
@@ -131,10 +134,12 @@ class PCSSummary(_Model):
 
 class PCSState(_Model):
     """A PodCliqueSet and its PodGangs: what `read_pcs_state` returns, and what the workflow
-    keeps up to date from the watcher's `PCSChange` signals."""
+    keeps up to date from the watcher's `PCSChange` signals. `cliques`: the template's cliques
+    as read (a read only; the watcher's changes do not carry them)."""
 
     summary: PCSSummary
     gangs: tuple[GangState, ...] = ()
+    cliques: tuple[dict[str, Any], ...] = ()
 
     @property
     def exists(self) -> bool:
@@ -174,19 +179,37 @@ class FieldChange(_Model):
 
 
 class TemplateResult(_Model):
-    """The template after a write: the generation that holds it, and the fields changed."""
+    """The template after a write: the generation that holds it, and the fields changed.
+
+    A restore (`restore_pcs_template`) also says which fields it put back over someone else's
+    value (`overwritten`), and which cliques someone else had edited (`dormant`: each as it was,
+    with the rollout's fields at their recorded values), to be put back once every pod runs the
+    original again (`put_back_foreign_edits`), where they stay dormant."""
 
     generation: int
     changed: tuple[FieldChange, ...] = ()
-    skipped: tuple[str, ...] = ()  # fields left alone (someone else changed them since)
+    skipped: tuple[str, ...] = ()  # what was left alone (someone else changed it since)
+    overwritten: tuple[str, ...] = ()
+    dormant: dict[str, dict[str, Any]] = Field(default_factory=dict)
     template: dict[str, object] = Field(default_factory=dict)
 
 
-class RevertInput(_Model):
-    """Put back `fields` (each only where it still holds the value the rollout set)."""
+class RestoreInput(_Model):
+    """Write every clique back as it was before the rollout (`original`, its first read of the
+    template's cliques); `fields` are the rollout's own (named, and told from someone else's)."""
 
     pcs: PCSRef
     fields: tuple[FieldChange, ...]
+    original: tuple[dict[str, Any], ...] = ()
+
+
+class ForeignEditsInput(_Model):
+    """Put back `dormant` (clique -> its entry as someone else edited it), each only where the
+    clique still holds its `original` entry (what the restore wrote)."""
+
+    pcs: PCSRef
+    dormant: dict[str, dict[str, Any]]
+    original: tuple[dict[str, Any], ...]
 
 
 class TemplateChangeInput(_Model):
@@ -277,6 +300,13 @@ class RolloutPolicy(_Model):
     history_limit: int = Field(default=10_000, ge=500)
 
 
+class Wake(_Model):
+    """A timer a run waits on: when it wakes, and why it waits."""
+
+    at: datetime
+    reason: str
+
+
 class SupersedeRequest(OperatorRequest):
     images: dict[str, str]
 
@@ -306,11 +336,21 @@ class RolloutStateData(BaseModel):
     target_hash: str = ""
     previous_hash: str = ""
     fields: tuple[FieldChange, ...] = ()  # the template fields the rollout set
+    original_cliques: tuple[dict[str, Any], ...] = ()  # the template's cliques at the first read
     written: dict[str, object] = Field(default_factory=dict)  # the template as last written or adopted
     written_at: datetime
     generation: int = 0  # the PodCliqueSet generation the rollout wrote or adopted last
     # -- direction and the operator's requests ---------------------------------------------------
     rolling_back: bool = False
+    # Every target the rollout rolled to before its current one (a superseding write, an edit
+    # adopted on `resume`, a rollback): a PodGang whole at one of them is the rollout's own.
+    earlier: list[dict[str, str]] = Field(default_factory=list)
+    # Cliques someone else edited, as they edited them: taken out by the rollback's restore, put
+    # back once every pod runs the original, where they stay dormant (`dormant_back`).
+    dormant: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    dormant_back: bool = False
+    dormant_left: tuple[str, ...] = ()  # cliques not put back: someone else changed them again
+    overwritten: tuple[str, ...] = ()  # the rollout's fields it put back over someone else's value
     reverting_for_abort: bool = False  # the abort is being acted on: everything goes back, then it ends
     aborting: OperatorRequest | None = None  # the kernel's `abort_request`, handed to the next run
     paused_by: OperatorRequest | None = None  # the kernel's `paused_by`, handed to the next run
@@ -327,6 +367,7 @@ class RolloutStateData(BaseModel):
     # -- this run only ---------------------------------------------------------------------------
     watched: PCSState | None = Field(default=None, exclude=True)
     watched_at: tuple[int, int] = Field(default=(-1, -1), exclude=True)  # (attempt, sequence) applied
+    timer: Wake | None = Field(default=None, exclude=True)  # the runbook's wait, while it waits
 
     @field_serializer("interrupted")
     def _sorted(self, interrupted: set[str]) -> list[str]:
@@ -374,6 +415,36 @@ class RolloutStatus(_Model):
     updated_replicas: int = 0
     fields: tuple[FieldChange, ...] = ()
     runs: int = 1
+    # Liveness: what the run does now, one of `in-flight` (a step, until its deadline), `timer`
+    # (a wait with `wake_at` and its reason), `next` (a move it makes at once), `paused` (an
+    # operator's decision), `ended`; `activity` says which and why.
+    doing: Literal["in-flight", "timer", "next", "paused", "ended"] = "next"
+    activity: str = ""
+    wake_at: datetime | None = None
+    dormant: tuple[str, ...] = ()  # cliques whose edit by someone else the rollback leaves dormant
+    overwritten: tuple[str, ...] = ()
+
+
+class PlannedStep(_Model):
+    """One step `rollout plan` shows: a PodGang, the pods it replaces, why it is an outage."""
+
+    replica: int
+    podgang: str
+    role: str
+    pods: int
+    outage: tuple[str, ...] = ()
+
+
+class RolloutPlan(_Model):
+    """What `rollout start` would do, starting nothing: the cliques it changes, its steps in
+    order (`concurrency` replicas at once), or why it would refuse (`refusal`)."""
+
+    pcs: PCSRef
+    images: dict[str, str]
+    changed: tuple[str, ...] = ()
+    concurrency: int = 1
+    steps: tuple[PlannedStep, ...] = ()
+    refusal: str | None = None
 
 
 class RolloutResult(_Model):
@@ -386,3 +457,4 @@ class RolloutResult(_Model):
     steps_done: int = 0
     started_at: datetime
     finished_at: datetime
+    dormant: tuple[str, ...] = ()  # rolled back: cliques whose edit by someone else stays dormant

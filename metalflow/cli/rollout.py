@@ -22,7 +22,6 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from contracts import names, workflow_api
-from contracts.errors import InvalidInput
 from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
@@ -37,6 +36,7 @@ from contracts.models.grove import (
     SUPERSEDE_UPDATE,
     PCSRef,
     RolloutInput,
+    RolloutPlan,
     RolloutPolicy,
     RolloutResult,
     RolloutStatus,
@@ -45,8 +45,6 @@ from contracts.models.grove import (
     image_problem,
 )
 from contracts.validation import Reason, Requester, arg_type
-from drivers.grove import images_patch, read_state
-from drivers.grove import kinds as grove_kinds
 from drivers.kube import Kube
 from drivers.settings import Settings
 from metalflow.cli import workflow_commands
@@ -62,15 +60,14 @@ from metalflow.cli.workflow_commands import (
 )
 from metalflow.hosts import default_operator
 from metalflow.progress import Progress
-from metalflow.rollouts import render, root_cause
-from workflows.rollout.steps import outage_refusal
+from metalflow.rollouts import plan, render, render_plan, root_cause
 
 MISSING = "no rollout {id} in flight"  # an update's refusal when the workflow does not run
 UPDATES = {
     "pause": (PAUSE_UPDATE, "stop after the current step"),
     "resume": (RESUME_UPDATE, "go on after a pause (after a foreign edit: to the template as it now is)"),
     "abort": (ABORT_UPDATE, "stop now: the step in flight is interrupted and every PodGang taken back"),
-    "rollback": (ROLLBACK_UPDATE, "put back the images the rollout set and roll back coherently"),
+    "rollback": (ROLLBACK_UPDATE, "restore what ran before the rollout and roll back coherently"),
 }
 
 
@@ -122,6 +119,33 @@ def register(subparsers: Any) -> None:
     )
     start.add_argument("--reason", type=arg_type(Reason), default="", help="why, recorded with the request")
     start.set_defaults(handler=runner(_start))
+
+    preview = commands.add_parser(
+        "plan",
+        help="show what `rollout start` would do, starting nothing",
+        description="Read the PodCliqueSet as `rollout start` does and print the cliques it changes, the "
+        "PodGangs it replaces in order (each replica's anchor, then its tails) with the pods each "
+        "replaces and any replica outage, or why `start` would refuse. Changes nothing. Exit 0: the "
+        "plan; 1: start would refuse; 2: bad input or the cluster cannot be read.",
+    )
+    preview.add_argument(
+        "pcs", metavar="NAMESPACE/PCS", type=_pcs_ref, help="the PodCliqueSet, e.g. default/inference"
+    )
+    preview.add_argument(
+        "--set",
+        dest="images",
+        action="append",
+        type=_image_setting,
+        required=True,
+        metavar="CLIQUE[/CONTAINER]=IMAGE",
+        help="new image of a container, as for start",
+    )
+    preview.add_argument("--concurrency", type=int, default=1, help="replicas rolled at once (default 1)")
+    preview.add_argument(
+        "--allow-replica-outage", action="store_true", help="as for start: steps may take a replica down"
+    )
+    preview.add_argument("--json", action="store_true", help="the plan as one JSON document")
+    preview.set_defaults(handler=_plan)
 
     status = commands.add_parser("status", help="show a rollout's progress", description="Show progress.")
     _target(status)
@@ -201,7 +225,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         ),
     )
     # before starting: a refusal leaves no failed run behind
-    await _check_images(pcs, images, allow_replica_outage=args.allow_replica_outage)
+    await _check_images(pcs, images, request.policy)
     workflow_id = names.rollout_workflow_id(pcs.namespace, pcs.name)
     summary = ", ".join(f"{c}={i}" for c, i in images.items())
     try:
@@ -234,16 +258,15 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     return await _follow(handle) if args.wait else EXIT_OK
 
 
-async def _check_images(pcs: PCSRef, images: dict[str, str], *, allow_replica_outage: bool) -> None:
-    """Refuse what the rollout's first step would refuse, before starting it: an unknown
-    PodCliqueSet or clique, a bad image, a PodCliqueSet not on OnDelete (`images_patch`, the same
-    rule `set_pcs_images` applies), and a replica outage not allowed (`outage_refusal`, the rule
-    the workflow applies). Without this, the refused run failed in Temporal (red in the UI) and
-    replaced the last real rollout of that PodCliqueSet in `rollout status`.
+async def _check_images(pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy) -> None:
+    """Refuse what the rollout would refuse, before starting it, with the same code: its first
+    read's refusal (`RolloutState.refusal`: no such PodCliqueSet, not OnDelete, a replica outage
+    not allowed), then its write's (`images_patch`, as `set_pcs_images`: an unknown clique or
+    container, a bad image). Without this, the refused run failed in Temporal (red in the UI)
+    and replaced the last real rollout of that PodCliqueSet in `rollout status`.
 
-    Cost: one GET of the PodCliqueSet from the cluster KUBECONFIG names (the dev stack's by
-    default); without `--allow-replica-outage` also its state (`drivers.grove.read_state`: one GET
-    and four lists).
+    Cost: the PodCliqueSet's state from the cluster KUBECONFIG names (the dev stack's by default;
+    `drivers.grove.read_state`: one GET and four lists) and one GET for the write's check.
 
     Raises:
         RolloutError: Refused (exit 2, nothing changed), or the cluster cannot be read (exit 2).
@@ -253,21 +276,38 @@ async def _check_images(pcs: PCSRef, images: dict[str, str], *, allow_replica_ou
     except ValueError as err:
         raise RolloutError(str(err), EXIT_USAGE) from None
     try:
-        obj = await kube.get(f"pcs:{pcs}", grove_kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
-        if obj is None:
-            raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
-        images_patch(obj, images)
-        if not allow_replica_outage:
-            state = await read_state(kube, f"pcs:{pcs}", pcs.namespace, pcs.name)
-            if refusal := outage_refusal(state, str(pcs), images):
-                raise InvalidInput(refusal)
-    except InvalidInput as err:
-        raise RolloutError(f"rollout refused, nothing changed: {err.message}", EXIT_USAGE) from None
+        refusal = (await plan(kube, pcs, images, policy)).refusal
     except Exception as err:  # the cluster unreachable, no kubeconfig: one line
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
         raise RolloutError(f"cannot read PodCliqueSet {pcs} from the cluster: {reason}", EXIT_USAGE) from None
     finally:
         kube.close()
+    if refusal is not None:
+        raise RolloutError(f"rollout refused, nothing changed: {refusal}", EXIT_USAGE)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    """`rollout plan`: what `start` would do, read and decided as `start` (`rollouts.plan`)."""
+    policy = RolloutPolicy(
+        replica_concurrency=args.concurrency, allow_replica_outage=args.allow_replica_outage
+    )
+
+    async def read() -> RolloutPlan:
+        kube = Kube(Settings.from_env())
+        try:
+            return await plan(kube, args.pcs, dict(args.images), policy)
+        finally:
+            kube.close()
+
+    try:
+        found = asyncio.run(read())
+    except ValueError as err:  # the settings
+        return fail(str(err), EXIT_USAGE)
+    except Exception as err:  # the cluster unreachable, no kubeconfig: one line
+        reason = f"{type(err).__name__}: {err}".splitlines()[0]
+        return fail(f"cannot read PodCliqueSet {args.pcs} from the cluster: {reason}", EXIT_USAGE)
+    print(found.model_dump_json(indent=2) if args.json else render_plan(found))
+    return EXIT_FAILED if found.refusal else EXIT_OK
 
 
 async def _query(handle: WorkflowHandle[Any, Any]) -> RolloutStatus:

@@ -10,6 +10,7 @@ the workers (`w1` to `w2`), so the router's hash is the same in both versions.""
 
 from __future__ import annotations
 
+import json
 import warnings
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +22,7 @@ from contracts.errors import PodCliqueSetGone, RolloutAborted
 from contracts.models.control import OperatorRequest
 from contracts.models.grove import (
     ON_DELETE,
+    ROLLOUT_DORMANT_ANNOTATION,
     FieldChange,
     GangState,
     GroupState,
@@ -36,6 +38,8 @@ from contracts.models.grove import (
     TemplateChange,
     TemplateResult,
 )
+from drivers.grove import foreign_edits_patch, restore_patch
+from workflows.rollout import steps
 from workflows.rollout.state import RECENT_STEPS, Move, RolloutState
 
 T0 = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
@@ -356,14 +360,15 @@ def test_an_interrupted_step_is_taken_up_first_in_its_replica_until_its_pods_set
     # A rollback cut replica 0's tail step short: its new pods are coming up, not Ready yet.
     coming = tail(0, {"w2": 1}, ready={})
     state = rolling(
-        world(anchor(0, {"w2": 1}), coming, anchor(1), tail(1)),
+        world(anchor(0, {"w2": 1}), coming, anchor(1), tail(1), hashes=ORIGINAL),
         rolling_back=True,
         targets=dict(ORIGINAL),
+        earlier=[dict(TARGETS)],
         in_flight={0: "p-0-t"},
         interrupted={"p-0-t"},
     )
     assert state.next_move(POLICY) == Move("rollback", (coming,))  # before its replica's anchor
-    state.watched = world(anchor(0, {"w2": 1}), tail(0, {"w2": 1}), anchor(1), tail(1))  # settled
+    state.watched = world(anchor(0, {"w2": 1}), tail(0, {"w2": 1}), anchor(1), tail(1), hashes=ORIGINAL)
     assert names(state.next_move(POLICY)) == ["p-0-a"] and state.interrupted == set()
 
 
@@ -377,26 +382,71 @@ def test_a_step_that_breaks_a_min_available_waits_unless_an_outage_is_allowed() 
     assert state.next_move(allowed) == Move("roll", (anchor(0),))
 
 
+def test_a_rollback_targets_the_recorded_original_and_announces_it_at_once() -> None:
+    # The template holds a foreign edit of the workers (w3): the rollback's targets are still
+    # the recorded originals, never the template's hashes, and the status says so at once.
+    state = rolling(old_world(hashes={"router": "r1", "worker": "w3"}, current="h3"))
+    state.begin_rollback()
+    assert state.targets == ORIGINAL and state.earlier == [TARGETS]
+    assert state.status(PCS, "rolling-back").target_hash == "h1" == state.previous_hash
+    state.begin_rollback()  # again (a restore made again): what it turned from stays
+    assert state.earlier == [TARGETS]
+
+
+def test_a_rollback_waits_until_every_clique_carries_its_original_hash() -> None:
+    state = rolling(old_world(hashes={"router": "r1", "worker": "w3"}, generation=3))
+    state.begin_rollback()
+    written = TemplateResult(generation=3, dormant={"worker": {"name": "worker", "labels": {"a": "b"}}})
+    state.restoring(written)
+    assert not state.restored(written)
+    assert "worker w3 (original w1)" in state.not_restored()
+    state.watched = old_world(hashes=dict(ORIGINAL), generation=3)
+    assert state.restored(written)
+    assert state.dormant_due()
+    state.dormant_back = True
+    assert not state.dormant_due()
+    assert state.result(PCS, "rolled-back", T0).dormant == ("worker",)
+
+
 def test_rolling_back_rolls_back_and_nothing_left_is_verified() -> None:
-    # put back over a foreign edit of the workers: the template's hash is a third one, w3
-    back = {"router": "r1", "worker": "w3"}
-    state = rolling(
-        world(anchor(0), tail(0), anchor(1), tail(1), hashes=back), rolling_back=True, targets=back
+    state = rolling(old_world(hashes=dict(ORIGINAL)), rolling_back=True, targets=dict(ORIGINAL))
+    state.watched = world(
+        anchor(0, {"w2": 1}), tail(0, {"w2": 1}), anchor(1, {"w2": 1}), tail(1, {"w2": 1}), hashes=ORIGINAL
     )
-    assert state.next_move(POLICY) == Move("rollback", (anchor(0),))
-    state.watched = world(anchor(0, {"w3": 1}), tail(0, {"w3": 1}), anchor(1, {"w3": 1}), tail(1, {"w3": 1}))
+    state.earlier = [dict(TARGETS)]
+    assert state.next_move(POLICY) == Move("rollback", (anchor(0, {"w2": 1}),))
+    state.watched = old_world(hashes=dict(ORIGINAL))
     assert state.next_move(POLICY) == Move("verify")
     assert state.outcome() == "rolled-back" and not state.agreed()
-    state.watched = world(*state.watched.gangs, updated=2)
+    state.watched = world(*state.watched.gangs, updated=2, hashes=ORIGINAL)
     assert state.agreed()
 
 
-def test_rolling_back_a_podgang_at_the_abandoned_version_is_a_repair() -> None:
-    # Today's rule: once the targets are the original hashes again, a PodGang whole at the
-    # abandoned target is explained by neither version, so it is mixed, and repaired first.
-    state = rolling(world(anchor(0, {"w2": 1}), tail(0), anchor(1), tail(1)), rolling_back=True)
-    state.targets = dict(ORIGINAL)
-    assert state.next_move(POLICY) == Move("repair", (anchor(0, {"w2": 1}),))
+def test_a_step_waits_until_grove_patched_the_podcliques_to_the_targets() -> None:
+    # The rollback's restore is written, Grove has not relabelled the PodCliques yet: a pod
+    # deleted now would come back at the version being left, so nothing is deleted.
+    state = rolling(world(anchor(0, {"w2": 1}), tail(0), anchor(1), tail(1)))
+    state.begin_rollback()
+    state.generation = 3
+    assert state.next_move(POLICY).kind == "settle" and not state.in_force()
+    state.watched = world(anchor(0, {"w2": 1}), tail(0), anchor(1), tail(1), hashes=ORIGINAL, generation=3)
+    assert state.in_force() and state.next_move(POLICY) == Move("rollback", (anchor(0, {"w2": 1}),))
+
+
+def test_rolling_back_a_podgang_at_the_abandoned_version_is_an_ordinary_step() -> None:
+    # A PodGang whole at the version the rollback turned from is the rollout's own: it goes back
+    # by an ordinary step (serving peers and the outage check), never as a repair, which would
+    # skip both and could take a replica below minAvailable without --allow-replica-outage.
+    state = rolling(world(anchor(0, {"w2": 1}), tail(0), anchor(1), tail(1), hashes=dict(ORIGINAL)))
+    state.begin_rollback()
+    assert state.next_move(POLICY) == Move("rollback", (anchor(0, {"w2": 1}),))
+    changed = {"router": "r2", "worker": "w1"}  # the router (standalone): going back is an outage
+    state = rolling(
+        world(anchor(0, router="r2"), tail(0), anchor(1), tail(1), hashes=dict(ORIGINAL)), targets=changed
+    )
+    state.begin_rollback()
+    move = state.next_move(POLICY)
+    assert move.kind == "wait" and "p-0-router would keep 0 Ready pods" in move.reason
 
 
 def test_a_step_waits_on_the_podgangs_that_do_not_serve_and_requires_its_peers() -> None:
@@ -473,11 +523,17 @@ def test_the_guard_waits_until_grove_observed_the_spec() -> None:
     assert state.to_heal() == []
 
 
-def test_a_podgang_whole_at_the_templates_own_version_is_not_mixed_while_paused() -> None:
-    # a foreign edit moved the template to w3: a PodGang whole at w3 is healed, not mixed
+def test_the_guard_never_heals_onto_an_edit_the_rollout_did_not_make() -> None:
+    # A foreign edit moved the workers' template to w3 (paused on it): a pod Grove replaced
+    # comes back at w3. Healing would roll w3 onto the PodGang's other pods, so the guard
+    # leaves it as Grove made it, until the operator decides; the router is still healed.
     edited = {"router": "r1", "worker": "w3"}
     state = rolling(world(anchor(0, {"w3": 1}), tail(0, {"w3": 1, "w1": 1}), hashes=edited, current="h3"))
-    assert [g.name for g in state.to_heal()] == ["p-0-t"]
+    assert state.heal_targets() == {"router": "r1"}
+    assert state.to_heal() == []
+    assert not steps.mixed(anchor(0, {"w3": 1}), state.guard_versions())  # whole at the template's
+    ours = rolling(world(anchor(0, {"w1": 1, "w2": 1}), tail(0)))  # the template at the target: ours
+    assert ours.heal_targets() == TARGETS and [g.name for g in ours.to_heal()] == ["p-0-a"]
 
 
 def test_a_heal_is_over_once_unmixed_or_when_it_deleted_nothing_and_the_view_moved() -> None:
@@ -531,7 +587,11 @@ def test_what_an_early_end_leaves_behind() -> None:
         steps_done=1,
     )
     assert state.left_behind() == "1 of 4 PodGangs at h2 after 1 step; worker/main set by the rollout"
-    assert state.left_mixed() == ["worker"]
+    state.dormant = {"router": {"name": "router", "labels": {"team": "kv"}}}
+    assert state.left_behind().endswith(
+        "; the edits of cliques router by someone else were taken out and not put back "
+        "(the PodCliqueSet's annotation metalflow.io/rollout-dormant records them)"
+    )
 
 
 # -- carried across continue-as-new ----------------------------------------------------------------------
@@ -584,3 +644,58 @@ def test_the_rollouts_own_abort_ends_aborted_and_anything_else_failed() -> None:
     aborted = RolloutAborted("rollout of default/p aborted by pytest; every PodGang back at h1")
     assert kernel.ending(aborted, own) == ("aborted", aborted.message)
     assert kernel.ending(PodCliqueSetGone("PodCliqueSet default/p was deleted"), own)[0] == "failed"
+
+
+# -- the restore's template writes (drivers.grove, pure) ------------------------------------------------
+def _pcs(cliques: list[dict[str, Any]], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "default", "name": "p", "generation": 3, "annotations": annotations or {}},
+        "spec": {"updateStrategy": {"type": ON_DELETE}, "template": {"cliques": cliques}},
+    }
+
+
+def _clique(name: str, image: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, **extra, "spec": {"podSpec": {"containers": [{"name": "main", "image": image}]}}}
+
+
+def test_the_restore_writes_the_original_and_keeps_someone_elses_edits_for_later() -> None:
+    original = (_clique("router", "r:1"), _clique("worker", "w:1"))
+    ours = (FieldChange(path="worker/main", before="w:1", after="w:2"),)
+    # someone labelled the router and set the worker's image over ours
+    now = _pcs([_clique("router", "r:1", labels={"team": "kv"}), _clique("worker", "w:3")])
+    patch, back, overwritten, dormant = restore_patch(now, ours, original)
+    assert patch is not None and patch["spec"]["template"]["cliques"] == list(original)
+    assert back == list(ours) and overwritten == [
+        "worker/main ('w:3', set by someone else, put back to 'w:1')"
+    ]
+    assert dormant == {"router": _clique("router", "r:1", labels={"team": "kv"})}  # ours wins on worker
+    recorded = json.loads(patch["metadata"]["annotations"][ROLLOUT_DORMANT_ANNOTATION])
+    assert recorded == dormant
+    # retried after it was written: the annotation still tells what was taken out
+    written = _pcs(list(original), {ROLLOUT_DORMANT_ANNOTATION: json.dumps(recorded)})
+    assert restore_patch(written, ours, original)[0] is None
+    assert restore_patch(written, ours, original)[3] == dormant
+    # edited again after the restore (an image of the router): both edits are kept
+    again = _pcs([_clique("router", "r:5"), original[1]], {ROLLOUT_DORMANT_ANNOTATION: json.dumps(recorded)})
+    assert restore_patch(again, ours, original)[3] == {
+        "router": _clique("router", "r:5", labels={"team": "kv"})
+    }
+
+
+def test_someone_elses_edits_go_back_only_where_the_original_still_is() -> None:
+    original = (_clique("router", "r:1"), _clique("worker", "w:1"))
+    dormant = {"router": _clique("router", "r:1", labels={"team": "kv"}), "worker": _clique("worker", "w:9")}
+    now = _pcs([original[0], _clique("worker", "w:4")], {ROLLOUT_DORMANT_ANNOTATION: "{}"})
+    patch, put, left = foreign_edits_patch(now, dormant, original)
+    assert patch is not None and patch["spec"]["template"]["cliques"] == [
+        dormant["router"],
+        _clique("worker", "w:4"),
+    ]
+    assert patch["metadata"]["annotations"] == {ROLLOUT_DORMANT_ANNOTATION: None}
+    assert (put, left) == (["router"], ["worker"])
+    assert (
+        foreign_edits_patch(_pcs([dormant["router"], original[1]]), {"router": dormant["router"]}, original)[
+            0
+        ]
+        is None
+    )

@@ -56,15 +56,19 @@ NO_DELAY: Final = 4 * 3600.0
 """Grove's default terminationDelay, while the PodCliqueSet is not known yet."""
 
 StepKind = Literal["roll", "repair", "rollback"]
+Doing = Literal["in-flight", "timer", "next", "paused", "ended"]
+ENDED: Final = (COMPLETED, ROLLED_BACK, ABORTED, HANDED, "failed", "cancelled")
+"""The phases a run ends in."""
 
 
 @dataclass(frozen=True)
 class Move:
     """What the runbook does after a safe point: `repair` a PodGang Grove mixed, `roll` (or
     `rollback`) the next PodGangs, `wait` for an operator (`reason`: the step would break a
-    minAvailable), or `verify` that Grove agrees every PodGang is at the target."""
+    minAvailable), `settle` (wait until Grove patched the PodCliques to the targets), or
+    `verify` that Grove agrees every PodGang is at the target."""
 
-    kind: Literal["repair", "roll", "rollback", "wait", "verify"]
+    kind: Literal["repair", "roll", "rollback", "wait", "verify", "settle"]
     gangs: tuple[GangState, ...] = ()
     reason: str = ""
 
@@ -127,9 +131,11 @@ class RolloutState(RolloutStateData):
         return None
 
     def prepare(self, first: PCSState) -> None:
-        """Before the first write: the template's hashes are the originals."""
+        """Before the first write: the template's hashes and cliques are the originals (what a
+        rollback and an abort restore)."""
         self.original = dict(first.summary.clique_hashes)
         self.previous_hash = first.summary.current_hash
+        self.original_cliques = first.cliques
 
     # -- the template ----------------------------------------------------------------------------
     def observed(self, generation: int) -> bool:
@@ -154,6 +160,11 @@ class RolloutState(RolloutStateData):
             and s.summary.observed_generation >= s.summary.generation
             and s.summary.current_hash != self.target_hash
         )
+
+    def overtaken(self) -> bool:
+        """The watcher shows a spec generation past the rollout's last write or adoption:
+        someone else wrote since (a template edit or a scale: `describe_template_change` tells)."""
+        return self.watched is not None and self.watched.summary.generation > self.generation
 
     def written_by_someone_else(self, seen: PCSState) -> bool:
         """`seen` holds a spec generation the rollout neither wrote nor adopted (a template edit
@@ -193,9 +204,10 @@ class RolloutState(RolloutStateData):
         )
 
     def adopt_targets(self) -> None:
-        """The PodCliques' hashes, as Grove labels them now, are the targets."""
+        """The PodCliques' hashes, as Grove labels them now, are the targets (the ones before
+        stay the rollout's own: `earlier`)."""
         assert self.watched is not None
-        self.targets = dict(self.watched.summary.clique_hashes)
+        self._retarget(self.watched.summary.clique_hashes)
         self.target_hash = self.watched.summary.current_hash
         if not self.original:
             self.original = dict(self.targets)
@@ -215,7 +227,55 @@ class RolloutState(RolloutStateData):
         self.fields = tuple(merged.values())
 
     def begin_rollback(self) -> None:
+        """The rollback (or an abort's take-back) begins: its targets are the recorded originals
+        at once, never the template's hashes (which may hold an edit the rollout did not make),
+        so the status announces where it ends; a PodGang at the targets it turns from is the
+        rollout's own version, rolled back by ordinary steps (never a repair)."""
+        self._retarget(self.original)
         self.rolling_back, self.rollback_request = True, None
+        self.target_hash = self.previous_hash
+
+    def _retarget(self, targets: dict[str, str]) -> None:
+        """The targets change: the ones before join the rollout's earlier versions."""
+        if self.targets and self.targets != targets and self.targets not in self.earlier:
+            self.earlier.append(dict(self.targets))
+        self.targets = dict(targets)
+
+    def restoring(self, written: TemplateResult) -> None:
+        """The restore write answered: the fields it put back over someone else's value, and the
+        cliques someone else edited (put back, dormant, before the run ends)."""
+        self.overwritten = tuple(dict.fromkeys((*self.overwritten, *written.overwritten)))
+        self.dormant = dict(written.dormant)
+
+    def restored(self, written: TemplateResult) -> bool:
+        """Grove observed the restore, and every clique's PodCliques carry its original hash:
+        a pod deleted now comes back at the original."""
+        s = self.watched
+        return (
+            self.observed(written.generation)
+            and s is not None
+            and all(s.summary.clique_hashes.get(c) == h for c, h in self.original.items())
+        )
+
+    def not_restored(self) -> str:
+        """Why the template's hashes are not the originals after the restore (for the pause)."""
+        s = self.watched
+        now = s.summary.clique_hashes if s else {}
+        off = [
+            f"{c} {now.get(c, '?')} (original {h})"
+            for c, h in sorted(self.original.items())
+            if now.get(c) != h
+        ]
+        return (
+            f"after the restore the PodCliques carry {', '.join(off) or 'no hash yet'}: the template differs "
+            "from the original outside its cliques, or Grove has not relabelled them; a pod deleted would "
+            "not come back at the original, so the rollback waits"
+        )
+
+    def dormant_due(self) -> bool:
+        """Every pod is back at the original and Grove agrees: the edits someone else made go back
+        into the template now (dormant: no pod is deleted for them)."""
+        return self.rolling_back and bool(self.dormant) and not self.dormant_back
 
     @staticmethod
     def foreign_edit_reason(change: TemplateChange) -> str:
@@ -257,14 +317,33 @@ class RolloutState(RolloutStateData):
 
     # -- what to roll next -----------------------------------------------------------------------
     def versions(self) -> list[dict[str, str]]:
-        """The versions a PodGang may hold without being mixed, while rolling."""
-        return [self.original, self.targets]
+        """The versions a PodGang may hold without being mixed: the rollout's own (the original,
+        the targets, and every target it rolled to before)."""
+        return [self.original, self.targets, *self.earlier]
+
+    def in_force(self) -> bool:
+        """Grove observed the rollout's last write and its PodCliques carry every target: a pod
+        deleted now comes back at its clique's target (else at what the PodClique still says)."""
+        s = self.watched
+        return (
+            s is not None
+            and s.summary.observed_generation >= self.generation
+            and all(s.summary.clique_hashes.get(c) == h for c, h in self.targets.items())
+        )
+
+    def made(self, clique: str, version: str) -> bool:
+        """`version` of `clique` is one the rollout made (or its operator adopted on `resume`):
+        the only versions it ever deletes pods for."""
+        return any(v.get(clique) == version for v in self.versions())
 
     def next_move(self, policy: RolloutPolicy) -> Move:
         """What to do after a safe point, in this order:
 
+        0. the targets not in force yet (Grove has not patched the PodCliques to them): settle,
+           a wait, so no pod is deleted to come back at another version;
         1. a PodGang Grove mixed (a pod it replaced at the template's version) whose replica has
-           no step in flight: repaired first, one at a time;
+           no step in flight: repaired first, one at a time, where that keeps every minAvailable
+           (or an outage is allowed; else it is an ordinary step, which waits for the operator);
         2. the next PodGang of each of the first `replica_concurrency` replicas with one to roll
            (`steps.next_steps`, GREP order), an interrupted step first in its replica, as long
            as it is still in flight (once its pods settled it is an ordinary PodGang again);
@@ -272,7 +351,14 @@ class RolloutState(RolloutStateData):
            policy allows an outage: wait for an operator."""
         state = self.watched
         assert state is not None
-        mixed = [g for g in steps.mixed_gangs(state, self.versions()) if g.replica not in self.in_flight]
+        if not self.in_force():
+            return Move("settle", reason="Grove to patch the PodCliques to the targets")
+        allowed = policy.allow_replica_outage
+        mixed = [
+            g
+            for g in steps.mixed_gangs(state, self.versions())
+            if g.replica not in self.in_flight and (allowed or not steps.outage(state, g, self.targets))
+        ]
         if mixed:
             return Move("repair", (mixed[0],))
         self.interrupted = {n for n in self.interrupted if not steps.settled(state.gang(n))}
@@ -307,10 +393,6 @@ class RolloutState(RolloutStateData):
 
     def outcome(self) -> Outcome:
         return ROLLED_BACK if self.rolling_back else COMPLETED
-
-    def left_mixed(self) -> list[str]:
-        """The cliques whose PodGangs may hold two versions if the run ends now."""
-        return steps.changed_cliques(self.original, self.targets)
 
     # -- step bookkeeping ------------------------------------------------------------------------
     def begin_steps(
@@ -375,18 +457,31 @@ class RolloutState(RolloutStateData):
     def guard_versions(self) -> list[dict[str, str]]:
         """While paused, the template's own version is one a PodGang may hold too."""
         current = dict(self.watched.summary.clique_hashes) if self.watched else {}
-        return [self.original, self.targets, current]
+        return [*self.versions(), current]
 
-    def to_heal(self) -> list[GangState]:
+    def heal_targets(self) -> dict[str, str]:
+        """What the guard heals to: the template's hash of each clique where it is a version the
+        rollout made. A clique whose template holds someone else's edit is not healed: deleting
+        its pods would roll that edit onto them (its pod Grove replaced stays as Grove made it,
+        as it would without the rollout, until the operator decides)."""
+        current = self.watched.summary.clique_hashes if self.watched else {}
+        return {c: h for c, h in current.items() if self.made(c, h)}
+
+    def to_heal(self, allow_outage: bool = False) -> list[GangState]:
         """The mixed PodGangs to heal now, the first of each replica; none while Grove has not
-        observed the spec (the template's version is not known yet)."""
+        observed the spec (the template's version is not known yet), none whose healing would
+        delete no pod (`heal_targets`), and none whose healing would break a minAvailable that
+        holds unless an outage is allowed (it stays mixed until the operator decides)."""
         s = self.watched
         if s is None or s.summary.observed_generation < s.summary.generation:
             return []
         seen: set[int] = set()
         out = []
+        heal = self.heal_targets()
         for g in steps.mixed_gangs(s, self.guard_versions()):
-            if g.replica not in seen:
+            if g.replica in seen or not steps.needs_roll(g, heal):
+                continue
+            if allow_outage or not steps.outage(s, g, heal):
                 seen.add(g.replica)
                 out.append(g)
         return out
@@ -401,9 +496,27 @@ class RolloutState(RolloutStateData):
         )
 
     # -- what it shows ---------------------------------------------------------------------------
+    def activity(self, phase: str) -> tuple[Doing, str, datetime | None]:
+        """What the run does now (liveness), in this order: `ended`, `paused` (the reason),
+        `in-flight` (a step, until its deadline), `timer` (a wait: until when and why), else
+        `next`: a move the runbook makes at once (a safe point between two waits)."""
+        if phase in ENDED:
+            return "ended", phase, None
+        if self.paused_reason is not None:
+            return "paused", self.paused_reason, None
+        wake = self.timer
+        if self.in_flight:
+            gangs = ", ".join(sorted(self.in_flight.values()))
+            return "in-flight", f"{gangs}: {wake.reason if wake else 'deleting'}", wake.at if wake else None
+        if wake is not None:
+            return "timer", wake.reason, wake.at
+        return "next", "at a safe point: acting on requests, then the next step", None
+
     def status(self, pcs: PCSRef, phase: str) -> RolloutStatus:
-        """The status query: replicas and PodGangs in flight, done/total, the latest steps."""
+        """The status query: replicas and PodGangs in flight, done/total, the latest steps, and
+        what the run does now (`activity`)."""
         done, total = steps.progress(self.watched, self.targets)
+        doing, activity, wake_at = self.activity(phase)
         return RolloutStatus(
             pcs=pcs,
             phase=phase,
@@ -422,6 +535,11 @@ class RolloutState(RolloutStateData):
             updated_replicas=self.watched.summary.updated_replicas if self.watched else 0,
             fields=self.fields,
             runs=self.runs,
+            doing=doing,
+            activity=activity,
+            wake_at=wake_at,
+            dormant=tuple(sorted(self.dormant)),
+            overwritten=self.overwritten,
         )
 
     def progress(self, pcs: PCSRef, workflow_id: str, phase: str, *, ended: bool) -> ProgressInput:
@@ -448,6 +566,7 @@ class RolloutState(RolloutStateData):
             steps_done=self.steps_done,
             started_at=self.started_at,
             finished_at=now,
+            dormant=tuple(sorted(self.dormant)) if self.dormant_back else (),
         )
 
     def left_behind(self) -> str:
@@ -459,4 +578,10 @@ class RolloutState(RolloutStateData):
         verb = "put back" if self.rolling_back else "set"
         taken = plural(self.steps_done, "step")
         at = f"{done} of {total} PodGangs at {self.target_hash or '?'}"
-        return f"{at} after {taken}; {fields} {verb} by the rollout"
+        kept = ""
+        if self.dormant and not self.dormant_back:
+            kept = (
+                f"; the edits of cliques {', '.join(sorted(self.dormant))} by someone else were taken out "
+                "and not put back (the PodCliqueSet's annotation metalflow.io/rollout-dormant records them)"
+            )
+        return f"{at} after {taken}; {fields} {verb} by the rollout{kept}"

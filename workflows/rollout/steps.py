@@ -156,20 +156,25 @@ def progress(state: PCSState | None, targets: dict[str, str]) -> tuple[int, int]
     return sum(done(g, targets) for g in gangs), len(gangs)
 
 
-def changed_cliques(original: dict[str, str], targets: dict[str, str]) -> list[str]:
-    return sorted(c for c, h in targets.items() if original.get(c) != h)
+def planned(state: PCSState, changed: set[str]) -> list[tuple[GangState, int, list[str]]]:
+    """Before the template is written: the PodGangs a rollout of the `changed` cliques replaces,
+    in its order (replicas ascending; in each its anchor, then its tails), each with the pods it
+    replaces and why replacing them would break a minAvailable (the `--allow-replica-outage`
+    question). What `rollout plan` shows and `outage_refusal` refuses."""
+    fake = {c: f"new:{c}" for c in changed}
+    out = []
+    for gangs in by_replica(state).values():
+        for g in gangs:
+            pods = sum(stale(x, fake) for x in g.groups)
+            if pods:
+                out.append((g, pods, outage(state, g, fake)))
+    return out
 
 
 def pending_outages(state: PCSState, changed: set[str]) -> list[str]:
-    """Before the template is written: for each PodGang holding pods of a changed clique, why
-    replacing them all would break a minAvailable (the `--allow-replica-outage` question)."""
-    fake = {c: f"new:{c}" for c in changed}
-    reasons = []
-    for gangs in by_replica(state).values():
-        for g in gangs:
-            for reason in outage(state, g, fake):
-                reasons.append(f"{g.name}: {reason}")
-    return reasons
+    """For each PodGang holding pods of a changed clique, why replacing them all would break a
+    minAvailable (`planned`)."""
+    return [f"{g.name}: {reason}" for g, _, reasons in planned(state, changed) for reason in reasons]
 
 
 def outage_refusal(state: PCSState, pcs: str, images: dict[str, str]) -> str | None:

@@ -29,16 +29,20 @@ bottom in `run`:
    eviction, a crash) comes back at the template's version, into whatever PodGang it belongs
    to. No client can stop that; the rollout (a) never mixes a PodGang itself (it replaces a
    PodGang's stale pods together), (b) heals a PodGang that Grove mixed at once, while rolling
-   and while paused (a repair: its stale pods replaced, to the template's version; paused, by
-   the guard, `guard.py`), and
+   and while paused (a repair: its stale pods replaced, to the template's version where the
+   rollout made it and where every minAvailable holds; paused, by the guard, `guard.py`), and
    (c) never ends with two versions: it completes (all new), rolls back, or, on `abort`, takes
    everything back to the previous version (the stuck step first, interrupted at once) and
-   fails with `RolloutAborted`. Paused, the world is guarded, not frozen.
+   fails with `RolloutAborted`. Paused, the world is guarded, not frozen. It deletes a pod only
+   once Grove patched the PodCliques to a version the rollout made (`settle`), never onto an
+   edit it did not make. The rules, as code: `invariants.py`.
 5. A step that misses its deadline, a PodGang that stops serving, or a template edit by
    someone else (named field by field, with who made it, from managedFields) pauses the
    rollout until an operator decides: `resume` (go on; after a foreign edit the template as it
-   now is becomes the target), `rollback` (put back only the fields the rollout set, where they
-   still hold its values, and roll every PodGang back under the same rules) or `abort`.
+   now is becomes the target), `rollback` (restore: every clique written back as it was before
+   the rollout, every PodGang rolled back to the recorded original under the same rules, then
+   the edits someone else made put back into the template, dormant) or `abort` (the same, then
+   the run fails). An edit during a rollback pauses it too; `resume` restores again.
    A PodCliqueSet switched to RollingRecreate mid-rollout is Grove's to roll: the rollout stops
    driving and ends `handed-to-grove`.
 6. However it ends (`to_the_end`), the watcher is cancelled and waited for, so the run has no
@@ -58,6 +62,7 @@ after run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
 from temporalio import workflow
@@ -77,10 +82,11 @@ with workflow.unsafe.imports_passed_through():
         ROLLBACK_UPDATE,
         SCALE_UPDATE,
         SUPERSEDE_UPDATE,
+        ForeignEditsInput,
         GangState,
         PCSChange,
         PCSState,
-        RevertInput,
+        RestoreInput,
         RollGangInput,
         RolloutInput,
         RolloutResult,
@@ -91,18 +97,17 @@ with workflow.unsafe.imports_passed_through():
         SupersedeRequest,
         TemplateChangeInput,
         TemplateResult,
+        Wake,
         WatchPCSInput,
     )
     from contracts.wording import plural
     from workflows import kernel
     from workflows.rollout.guard import PausedGuard
     from workflows.rollout.state import (
-        ABORTED,
-        COMPLETED,
+        ENDED,
         HANDED,
         PAUSED,
         PREPARING,
-        ROLLED_BACK,
         ROLLING,
         ROLLING_BACK,
         Outcome,
@@ -118,7 +123,7 @@ DECISIONS = (RESUME_UPDATE, ROLLBACK_UPDATE)
 class RolloutWorkflow(kernel.Abortable):
     """Roll one PodCliqueSet coherently; see the module docstring."""
 
-    ENDED: ClassVar = (COMPLETED, ROLLED_BACK, ABORTED, HANDED, "failed", "cancelled")
+    ENDED: ClassVar = ENDED
     ABORTED_ERROR: ClassVar = RolloutAborted
 
     @workflow.init
@@ -135,7 +140,9 @@ class RolloutWorkflow(kernel.Abortable):
         self.abort_request, self.paused_by = self.state.aborting, self.state.paused_by
         self._request = request
         self._watcher: workflow.ActivityHandle[None] | None = None
-        self._guard = PausedGuard(self, self.state, self.pcs, self._deadline)  # heals while paused
+        self._guard = PausedGuard(  # heals while paused
+            self, self.state, self.pcs, self._deadline, allow_outage=self.policy.allow_replica_outage
+        )
 
     @workflow.run
     async def run(self, request: RolloutInput) -> RolloutResult:
@@ -286,11 +293,18 @@ class RolloutWorkflow(kernel.Abortable):
             move = self.state.next_move(self.policy)
             if move.kind == "verify":
                 if await self._verified():
+                    if self.state.dormant_due():
+                        await self._put_back_foreign_edits()
                     if self.state.reverting_for_abort:
                         raise self.aborted(f"every PodGang back at {self.state.target_hash}")
                     return self.state.outcome()
             elif move.kind == "wait":
                 await self._stuck(move.reason)
+            elif move.kind == "settle":
+                state = self.state
+                if not await self._wait(state.in_force, self._deadline(), move.reason):
+                    if not state.cut_short(self.aborting):
+                        await self._stuck(f"waiting for {move.reason}: not done in {self._deadline():g} s")
             else:
                 await self._run_steps(move.gangs, kind=move.kind)
 
@@ -312,9 +326,9 @@ class RolloutWorkflow(kernel.Abortable):
         if state.written_by_someone_else(seen):
             # Wait until Grove observed it, then tell a template edit (foreign) from a scale (the
             # template holds; the generation is adopted below).
-            await self._wait(state.spec_observed, 30)
+            await self._wait(state.spec_observed, 30, "Grove to observe a write by someone else")
         if state.foreign():
-            await self._foreign_edit()
+            await (self._foreign_edit_while_rolling_back() if state.rolling_back else self._foreign_edit())
             return None
         if self.paused_by is not None and not state.reverting_for_abort:
             request = self.paused_by
@@ -343,7 +357,11 @@ class RolloutWorkflow(kernel.Abortable):
                 abortable=False,
             )
             state.generation = max(state.generation, generation)
-            await self._wait(lambda: state.observed(generation), self._deadline())
+            await self._wait(
+                lambda: state.observed(generation),
+                self._deadline(),
+                f"Grove to observe the scale to {scale.replicas}",
+            )
         state.adopt_scale_by_someone_else()
         info = workflow.info()
         if state.continue_as_new_due(
@@ -365,7 +383,10 @@ class RolloutWorkflow(kernel.Abortable):
         state = self.state
         names_ = {g.name for g in gangs}
         if kind != "repair" and state.sick(names_):
-            if not await self._wait(lambda: not state.sick(names_), self._deadline()):
+            sick = ", ".join(state.sick(names_))
+            if not await self._wait(
+                lambda: not state.sick(names_), self._deadline(), f"{sick} to serve again"
+            ):
                 await self._stuck(f"PodGang {', '.join(state.sick(names_))} not serving; the next step waits")
                 return
         self.enter(ROLLING_BACK if state.rolling_back else ROLLING, f"{kind}: {', '.join(sorted(names_))}")
@@ -386,7 +407,9 @@ class RolloutWorkflow(kernel.Abortable):
             )
             state.rolled(records, gang, rolled)
         state.deletions_done(records, kind)
-        ok = await self._wait(lambda: state.finished(records), self._deadline())
+        ok = await self._wait(
+            lambda: state.finished(records), self._deadline(), f"whole and Ready at {state.target_hash}"
+        )
         state.end_steps(records, ok=ok, now=workflow.now())
         await self._publish()
         if ok or state.cut_short(self.aborting):
@@ -396,9 +419,34 @@ class RolloutWorkflow(kernel.Abortable):
             f"within {self._deadline():g} s"
         )
 
-    async def _foreign_edit(self) -> None:
+    async def _foreign_edit(self) -> bool:
         """Someone else changed the template: pause, naming the fields and who; `resume` adopts
-        the template as it is now, `rollback` puts back only the rollout's fields."""
+        the template as it is now, `rollback` restores the original. False: the write was not a
+        template edit (a scale), its generation is adopted."""
+        state = self.state
+        change = await self.call(
+            activity_api.describe_template_change,
+            TemplateChangeInput(pcs=self.pcs, written=state.written, since=state.written_at),
+            kernel.options(kernel.KUBE_READ, f"what changed in the template of {self.pcs}"),
+            abortable=False,
+        )
+        if not change.fields:
+            state.generation = change.generation
+            return False
+        await self._pause(state.foreign_edit_reason(change))
+        if state.rolling_back or self.aborting:
+            return True  # the rollback (or the abort's take-back) restores the original over the edit
+        await self._wait(
+            lambda: state.observed(change.generation), self._deadline(), "Grove to observe the edit adopted"
+        )
+        state.adopt_edit(change, workflow.now())
+        return True
+
+    async def _foreign_edit_while_rolling_back(self) -> None:
+        """Someone else changed the template while the rollout rolls back: pause, naming the
+        fields and who (an abort's take-back does not wait: the abort is the answer); then the
+        restore is made again, the new edit taken out with the others and put back, dormant, at
+        the end. The rollback never rolls a pod onto it."""
         state = self.state
         change = await self.call(
             activity_api.describe_template_change,
@@ -409,11 +457,10 @@ class RolloutWorkflow(kernel.Abortable):
         if not change.fields:
             state.generation = change.generation
             return
-        await self._pause(state.foreign_edit_reason(change))
-        if state.rolling_back:
-            return
-        await self._wait(lambda: state.observed(change.generation), self._deadline())
-        state.adopt_edit(change, workflow.now())
+        await self._pause(
+            f"rolling back: {state.foreign_edit_reason(change)}; `resume` restores the original again"
+        )
+        await self._start_rollback()
 
     async def _pause(self, reason: str, *, by_operator: bool = False) -> None:
         """Wait for an operator's decision (`resume`, `rollback`, `abort`) and act on it; the guard
@@ -437,53 +484,113 @@ class RolloutWorkflow(kernel.Abortable):
             await self._start_rollback()
 
     async def _start_rollback(self) -> None:
-        """Put back the fields the rollout set (only where they still hold its values); the
-        targets become the original hashes, and the loop rolls every PodGang back."""
+        """Restore the template as it was before the rollout (every clique; someone else's edits
+        taken out and recorded); the targets are the original hashes from now on, and the loop
+        rolls every PodGang back. The edits taken out go back, dormant, once every pod runs the
+        original (`_put_back_foreign_edits`)."""
         state = self.state
         state.begin_rollback()
-        self.enter(ROLLING_BACK, f"putting back {', '.join(f.path for f in state.fields) or 'nothing'}")
+        self.enter(ROLLING_BACK, f"restoring {', '.join(f.path for f in state.fields) or 'the template'}")
         written = await self.call(
-            activity_api.revert_pcs_images,
-            RevertInput(pcs=self.pcs, fields=state.fields),
-            kernel.options(kernel.KUBE_WRITE, f"put back the fields the rollout set on {self.pcs}"),
+            activity_api.restore_pcs_template,
+            RestoreInput(pcs=self.pcs, fields=state.fields, original=state.original_cliques),
+            kernel.options(kernel.KUBE_WRITE, f"restore the template of {self.pcs} as it was before"),
             abortable=False,
         )
-        if written.skipped:
-            self.show(f"left alone (changed by someone else): {', '.join(written.skipped)}")
-        await self._adopt(written)
+        state.restoring(written)
+        if written.overwritten or written.dormant:
+            kept = ", ".join(sorted(written.dormant))
+            self.show(
+                f"restored; put back over someone else's value: {', '.join(written.overwritten) or '-'}; "
+                f"edits of cliques {kept or '-'} by someone else go back, dormant, once every pod is back"
+            )
+        state.wrote(written, workflow.now())
+        while not await self._wait(
+            lambda: state.restored(written),
+            self._deadline(),
+            f"Grove to observe the restore ({written.generation})",
+        ):
+            if state.interrupting(self.aborting) or state.foreign():
+                return  # the safe point acts on it (an edit since: paused on, then restored again)
+            await self._stuck(state.not_restored())
+
+    async def _put_back_foreign_edits(self) -> None:
+        """Every pod runs the original: the edits someone else made go back into the template,
+        each where its clique still holds the original. No pod is deleted for them: under
+        OnDelete they stay dormant, as they would have without the rollout."""
+        state = self.state
+        written = await self.call(
+            activity_api.put_back_foreign_edits,
+            ForeignEditsInput(pcs=self.pcs, dormant=state.dormant, original=state.original_cliques),
+            kernel.options(kernel.KUBE_WRITE, f"put back the edits of {', '.join(sorted(state.dormant))}"),
+            abortable=False,
+        )
+        state.wrote(written, workflow.now())
+        state.dormant_back, state.dormant_left = True, written.skipped
+        left = f"; left alone (changed again since): {', '.join(written.skipped)}" if written.skipped else ""
+        self.show(f"put back, dormant: the edits of {', '.join(sorted(state.dormant))} by someone else{left}")
 
     async def _adopt(self, written: TemplateResult) -> None:
-        """Wait until Grove observed the write; the PodCliques' hashes are the targets from then on."""
+        """Wait until Grove observed the write; the PodCliques' hashes are the targets from then on.
+        Someone else's write after the rollout's, before Grove showed it, is told first: a
+        template edit pauses (as at a safe point), so its hashes are never taken for the targets."""
         state = self.state
         before = state.rolled_to()
         state.wrote(written, workflow.now())
-        while not await self._wait(lambda: state.adopted(written, before), self._deadline()):
+        while True:
+            ok = await self._wait(
+                lambda: state.adopted(written, before) or state.overtaken(),
+                self._deadline(),
+                f"Grove to observe generation {written.generation}",
+            )
             if state.interrupting(self.aborting):
+                if state.adopted(written, before) and not state.overtaken():
+                    state.adopt_targets()  # shown already: a PodGang at it is the rollout's own
                 return
+            if state.overtaken():
+                await self._wait(state.spec_observed, 30, "Grove to observe a write by someone else")
+                if await self._foreign_edit():
+                    return  # decided: adopted as it is, restored, or aborted
+                continue
+            if ok:
+                break
             await self._stuck(f"Grove has not observed generation {written.generation} of {self.pcs}")
+            if state.rolling_back:
+                return  # the operator answered the pause with `rollback`: restored since
         state.adopt_targets()
 
-    async def _wait(self, condition: Callable[[], bool], timeout: float) -> bool:
+    async def _wait(self, condition: Callable[[], bool], timeout: float, reason: str) -> bool:
         """True once `condition` holds; False after `timeout`, or at once on an abort, a rollback
         request or a foreign template edit (they interrupt a stuck step; the rollout's abort
-        takes everything back, so it ends a wait instead of raising: `abortable=False`)."""
-        await self.wait(
-            lambda: condition() or self.state.cut_short(self.aborting), timeout=timeout, abortable=False
-        )
+        takes everything back, so it ends a wait instead of raising: `abortable=False`). While
+        it waits, the status shows its wake time and `reason`."""
+        wake = workflow.now() + timedelta(seconds=timeout)
+        self.state.timer = Wake(at=wake, reason=f"waiting for {reason}")
+        try:
+            await self.wait(
+                lambda: condition() or self.state.cut_short(self.aborting), timeout=timeout, abortable=False
+            )
+        finally:
+            self.state.timer = None
         return condition() and not self.state.interrupting(self.aborting)
 
     async def _stuck(self, reason: str) -> None:
-        """A step or wait that cannot progress: pause, unless the rollout is already undoing an
-        abort (then end, naming what is left)."""
-        if self.state.reverting_for_abort:
-            left = ", ".join(self.state.left_mixed()) or "-"
-            raise self.aborted(f"taking back stopped: {reason}; cliques {left} may be left mixed")
-        await self._pause(reason)
+        """A step or wait that cannot progress: pause for an operator; while an abort takes
+        everything back there is no one to ask (the abort was the answer), so the take-back waits
+        until the PodCliqueSet changes (at most a step's deadline) and tries again: an abort ends
+        only once everything is back (a terminate is the way to leave it as it is)."""
+        state = self.state
+        if not state.reverting_for_abort:
+            await self._pause(reason)
+            return
+        self.show(f"aborting, taking back: {reason}; trying again once the PodCliqueSet changes")
+        seen = state.watched
+        await self._wait(lambda: state.watched is not seen, self._deadline(), f"a change after: {reason}")
 
     async def _verified(self) -> bool:
         """Every PodGang is at the target: Grove must agree (`updatedReplicas`) before the run ends."""
         state = self.state
-        if await self._wait(state.agreed, self._deadline()):
+        if await self._wait(state.agreed, self._deadline(), "Grove to count every replica updated"):
             return True
         if state.interrupting(self.aborting):
             return False
