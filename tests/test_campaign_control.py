@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         operation_result,
         write_site,
     )
+    from dpf_activities_support import REBOOT, Api, annotation
     from host_operation_support import save_history
     from sim_support import RunningSim, prefixed_sim, time_skipping_server
     from temporalio.api.sdk.v1 import WorkflowMetadata

@@ -36,12 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import metalflow
+from dpf_activities_support import REBOOT, Api, annotation
 from sim_support import RunningSim, running_sim
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
-from cli_support import metalflow
-from dpf_activities_support import REBOOT, Api, annotation
 
 from contracts import names, workflow_api
 from contracts.models.campaign import CampaignInput, CampaignTarget, HostSelection, Limits, TargetKind
