@@ -52,8 +52,6 @@ from metalflow.runtime.worker import build_worker
 from simulators.dpf.objects import DEFAULT_BFB
 from simulators.site import DPU, Host, Site, dump_site
 
-pytestmark = pytest.mark.slow
-
 P = f"r35{uuid.uuid4().hex[:3]}"
 NEW_BFB = "bf-bundle-3-0-0"
 FAST = OperationPolicy(power_down_wait_seconds=0.0, phase_timeout_seconds=60.0, max_dpu_error_reprovisions=0)
