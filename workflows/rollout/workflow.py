@@ -102,6 +102,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import plural
     from workflows import kernel
+    from workflows.rollout import views
     from workflows.rollout.guard import PausedGuard
     from workflows.rollout.state import (
         ENDED,
@@ -181,7 +182,7 @@ class RolloutWorkflow(kernel.Abortable):
         await self._stop_watching()
         await self._publish(ended=True)
         await self.finish(outcome, f"{plural(state.steps_done, 'step')}; target {state.target_hash}")
-        return state.result(self.pcs, outcome, workflow.now())
+        return views.result(state, self.pcs, outcome, workflow.now())
 
     async def _clean_up(self, err: BaseException) -> str:
         """An early end (a failure, the end of an abort, a cancel): the progress annotation goes,
@@ -191,7 +192,7 @@ class RolloutWorkflow(kernel.Abortable):
         if self._watcher is not None:
             await self._publish(ended=True)
             await self._stop_watching()
-        return self.state.left_behind()
+        return views.left_behind(self.state)
 
     # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=PCS_STATE_CHANGED_SIGNAL)
@@ -203,7 +204,7 @@ class RolloutWorkflow(kernel.Abortable):
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> RolloutStatus:
         """Where the rollout is: replicas and PodGangs in flight, done/total, the latest steps."""
-        return self.state.status(self.pcs, self.phase)
+        return views.status(self.state, self.pcs, self.phase)
 
     @workflow.update(name=PAUSE_UPDATE)
     def pause(self, request: OperatorRequest) -> OperatorAnswer:
@@ -627,8 +628,8 @@ class RolloutWorkflow(kernel.Abortable):
 
     async def _publish(self, *, ended: bool = False, phase: str | None = None) -> None:
         """Where the rollout is, as the PodCliqueSet's annotation (`ended`: removed)."""
-        progress = self.state.progress(
-            self.pcs, workflow.info().workflow_id, phase or self.phase, ended=ended
+        progress = views.progress(
+            self.state, self.pcs, workflow.info().workflow_id, phase or self.phase, ended=ended
         )
         await self.call(
             activity_api.publish_rollout_progress,
