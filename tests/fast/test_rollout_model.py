@@ -60,7 +60,7 @@ from contracts.models.grove import (
     Wake,
 )
 from drivers.grove import foreign_edits_patch, images_patch, restore_patch, template_diff
-from workflows.rollout import invariants
+from workflows.rollout import invariants, views
 from workflows.rollout.state import RolloutState
 
 PCS = PCSRef(namespace="default", name="p")
@@ -640,7 +640,7 @@ class RolloutModel(RuleBasedStateMachine):
             dormant=self.edits_kept(runbook),
         )
         if outcome in ("completed", "rolled-back"):
-            self.result = state.result(PCS, outcome, T0)  # type: ignore[arg-type]
+            self.result = views.result(state, PCS, outcome, T0)  # type: ignore[arg-type]
 
     def made(self, clique: str, version: str) -> bool:
         """The model's account: `version` of `clique` is one the rollout made."""
@@ -824,7 +824,7 @@ class RolloutModel(RuleBasedStateMachine):
         state = runbook.state
         if state.targets and state.targets not in self.known:
             self.known.append(dict(state.targets))
-        status = state.status(PCS, runbook.phase)
+        status = views.status(state, PCS, runbook.phase)
         found = list(runbook.violations)
         found += invariants.liveness(state, runbook.phase, status)
         found += invariants.announced(state, status, self.result)

@@ -39,7 +39,7 @@ from contracts.models.grove import (
     TemplateResult,
 )
 from drivers.grove import foreign_edits_patch, restore_patch
-from workflows.rollout import steps
+from workflows.rollout import steps, views
 from workflows.rollout.state import RECENT_STEPS, Move, RolloutState
 
 T0 = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
@@ -388,7 +388,7 @@ def test_a_rollback_targets_the_recorded_original_and_announces_it_at_once() -> 
     state = rolling(old_world(hashes={"router": "r1", "worker": "w3"}, current="h3"))
     state.begin_rollback()
     assert state.targets == ORIGINAL and state.earlier == [TARGETS]
-    assert state.status(PCS, "rolling-back").target_hash == "h1" == state.previous_hash
+    assert views.status(state, PCS, "rolling-back").target_hash == "h1" == state.previous_hash
     state.begin_rollback()  # again (a restore made again): what it turned from stays
     assert state.earlier == [TARGETS]
 
@@ -405,7 +405,7 @@ def test_a_rollback_waits_until_every_clique_carries_its_original_hash() -> None
     assert state.dormant_due()
     state.dormant_back = True
     assert not state.dormant_due()
-    assert state.result(PCS, "rolled-back", T0).dormant == ("worker",)
+    assert views.result(state, PCS, "rolled-back", T0).dormant == ("worker",)
 
 
 def test_rolling_back_rolls_back_and_nothing_left_is_verified() -> None:
@@ -557,7 +557,7 @@ def test_the_status_shows_the_steps_in_flight_progress_and_requests() -> None:
         in_flight={1: "p-1-a", 0: "p-0-t"},
         runs=2,
     )
-    status = state.status(PCS, "paused")
+    status = views.status(state, PCS, "paused")
     assert (status.pcs, status.phase, status.paused_reason) == (PCS, "paused", "lunch")
     assert status.replicas == (0, 1) and status.in_flight == ("p-0-t", "p-1-a")
     assert (status.done, status.total) == (1, 4)
@@ -567,7 +567,7 @@ def test_the_status_shows_the_steps_in_flight_progress_and_requests() -> None:
 
 def test_the_annotation_shows_where_the_rollout_is() -> None:
     state = rolling(world(anchor(0, {"w2": 1}), tail(0), anchor(1), tail(1)), in_flight={0: "p-0-t"})
-    shown = state.progress(PCS, "rollout/default/p", "rolling", ended=False)
+    shown = views.progress(state, PCS, "rollout/default/p", "rolling", ended=False)
     assert (shown.pcs, shown.workflow_id, shown.phase, shown.ended) == (
         PCS,
         "rollout/default/p",
@@ -576,19 +576,19 @@ def test_the_annotation_shows_where_the_rollout_is() -> None:
     )
     assert (shown.replicas, shown.in_flight, shown.done, shown.total) == ((0,), ("p-0-t",), 1, 4)
     assert shown.started_at == T0
-    assert state.progress(PCS, "rollout/default/p", "aborted", ended=True).ended
+    assert views.progress(state, PCS, "rollout/default/p", "aborted", ended=True).ended
 
 
 def test_what_an_early_end_leaves_behind() -> None:
-    assert rolling(None, fields=()).left_behind() == "The template was not changed"
+    assert views.left_behind(rolling(None, fields=())) == "The template was not changed"
     state = rolling(
         world(anchor(0, {"w2": 1}), tail(0), anchor(1), tail(1)),
         fields=(FieldChange(path="worker/main", before="img:1", after="img:2"),),
         steps_done=1,
     )
-    assert state.left_behind() == "1 of 4 PodGangs at h2 after 1 step; worker/main set by the rollout"
+    assert views.left_behind(state) == "1 of 4 PodGangs at h2 after 1 step; worker/main set by the rollout"
     state.dormant = {"router": {"name": "router", "labels": {"team": "kv"}}}
-    assert state.left_behind().endswith(
+    assert views.left_behind(state).endswith(
         "; the edits of cliques router by someone else were taken out and not put back "
         "(the PodCliqueSet's annotation metalflow.io/rollout-dormant records them)"
     )

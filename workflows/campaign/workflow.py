@@ -32,11 +32,13 @@ The runbook, top to bottom in `run`:
 What the campaign knows and decides is its state, `CampaignState` (state.py), carried whole over
 continue-as-new (past `policy.max_history_events`): each step of the loop is the state's
 `next_step`, which the runbook carries out; what it waits for, `liveness`, is in its status;
-what it shows, views.py. Handlers only change the state and wake the runbook, which acts at its
-next step. Every activity goes through the kernel's `call`, none abortable (an abort only stops
-new starts) but the round of asks, which an abort cancels and whose answers still count. Bounded
-at 10,000 hosts: fan-out at most `max_in_flight`, one alarm at a time (never a timer per host),
-every host's outcome read page by page (`hosts`); figures in bench/README.md.
+what it shows, views.py; what it holds and changes outside its hosts (the reads and claims of
+step 1, the deployments it points and puts back, the release), the runbook's base, footprint.py.
+Handlers only change the state and wake the runbook, which acts at its next step. Every activity
+goes through the kernel's `call`, none abortable (an abort only stops new starts) but the round
+of asks, which an abort cancels and whose answers still count. Bounded at 10,000 hosts: fan-out
+at most `max_in_flight`, one alarm at a time (never a timer per host), every host's outcome read
+page by page (`hosts`); figures in bench/README.md.
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import InvalidInput
     from contracts.models.campaign import (
         HOST_FINISHED_SIGNAL,
         HOSTS_QUERY,
@@ -65,10 +66,6 @@ with workflow.unsafe.imports_passed_through():
         CampaignResult,
         CampaignStatus,
         CheckHostsInput,
-        ClaimInput,
-        ClaimResult,
-        DeploymentsInput,
-        DeploymentsRead,
         HostFinished,
         HostRequestsInput,
         HostRequestsResult,
@@ -76,11 +73,6 @@ with workflow.unsafe.imports_passed_through():
         HostsPage,
         HostsQuery,
         LimitsRequest,
-        PointInput,
-        RecordInput,
-        ReleaseInput,
-        SelectHostsInput,
-        SelectHostsResult,
         SkipRequest,
         SweepInput,
     )
@@ -94,8 +86,9 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import iso_z, plural
     from workflows import kernel
-    from workflows.campaign import admission, views
-    from workflows.campaign.state import HALTED, POINTING, SELECTING, STOPPED, CampaignState, Step
+    from workflows.campaign import views
+    from workflows.campaign.footprint import Footprint
+    from workflows.campaign.state import HALTED, STOPPED, CampaignState, Step
 
 REQUESTS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),
@@ -113,7 +106,7 @@ SWEEP: Final[workflow.ActivityConfig] = {
 
 
 @workflow.defn(name="CampaignWorkflow")
-class CampaignWorkflow(kernel.Runbook):
+class CampaignWorkflow(Footprint):
     """Drive a fleet to one target through the hosts' entities; see the module docstring."""
 
     ENDED = (*kernel.Runbook.ENDED, STOPPED)
@@ -278,74 +271,6 @@ class CampaignWorkflow(kernel.Runbook):
         """Every host's outcome, a page at a time: never the whole fleet in one payload."""
         return views.hosts_page(self.state, page, self._input)
 
-    # -- before the first host: read, then admit -------------------------------------------------
-    async def _admit(self) -> None:
-        """Read what the admission decides on (the selection, the claims, the deployments), then
-        admit (admission.py): a refusal fails the campaign, naming why, before anything changed
-        (changes a campaign that no longer runs left are still put back as it ends)."""
-        start = self._input
-        selected = await self._select()
-        claims = await self._claim(admission.to_claim(start, selected), admission.deployments(start))
-        read = await self._read_deployments(selected) if start.target.points_deployment else None
-        decided = admission.admit(start, selected, claims, read, workflow.now())
-        self.state.admitted(decided, start.canary)
-        if decided.refusal is not None:
-            raise InvalidInput(decided.refusal)
-        if records := decided.records():
-            await self.call(
-                activity_api.record_campaign_changes,
-                RecordInput(campaign_workflow_id=workflow.info().workflow_id, changes=records),
-                kernel.options(kernel.KUBE_WRITE, f"record {plural(len(records), 'deployment change')}"),
-                abortable=False,
-            )
-        for index in self.state.leftovers():
-            await self._point(index, restore=True)
-
-    async def _select(self) -> SelectHostsResult:
-        selection = self._input.selection
-        self._show_phase(SELECTING, selection.describe())
-        selected: SelectHostsResult = await self.call(
-            activity_api.select_campaign_hosts,
-            SelectHostsInput(
-                selection=selection,
-                target=self._input.target,
-                skip_assigned=self._input.policy.assigned == "skip",
-            ),
-            # The inventory and one DPUNode list: retried while the API server answers 5xx, 10
-            # minutes at most (a failure then changed nothing).
-            kernel.options(kernel.bounded(kernel.KUBE_READ, 600), f"select {selection.describe()}"),
-            abortable=False,
-        )
-        return selected
-
-    async def _claim(self, ids: tuple[str, ...], deployments: tuple[str, ...]) -> ClaimResult:
-        """One campaign per host and per deployment: claim them; what another running campaign
-        holds is answered by holder, what a campaign that no longer runs left is taken over."""
-        if not ids and not deployments:
-            return ClaimResult()
-        self._show_phase(SELECTING, f"claiming {plural(len(ids), 'host')}")
-        self.state.claimed = True  # before the call: a claim made by an attempt is released whatever follows
-        claimed: ClaimResult = await self.call(
-            activity_api.claim_campaign_hosts,
-            ClaimInput(
-                campaign_workflow_id=workflow.info().workflow_id, host_ids=ids, deployments=deployments
-            ),
-            kernel.options(kernel.KUBE_WRITE, f"claim {len(ids)} hosts"),
-            abortable=False,
-        )
-        return claimed
-
-    async def _read_deployments(self, selected: SelectHostsResult) -> DeploymentsRead:
-        target = self._input.target
-        self._show_phase(SELECTING, f"checking DPUDeployment {target.deployment}")
-        read: DeploymentsRead = await self.call(
-            activity_api.read_campaign_deployments,
-            DeploymentsInput(target=target, host_ids=selected.roster.ids),
-            kernel.options(kernel.KUBE_READ, f"read the DPUDeployments of {target.describe()}"),
-            abortable=False,
-        )
-        return read
-
     # -- a step of the loop --------------------------------------------------------------------------
     async def _take(self, step: Step) -> bool:
         """Carry out the state's step: put back, show, point, then start (read at the target
@@ -491,41 +416,6 @@ class CampaignWorkflow(kernel.Runbook):
         self._show_phase(HALTED, self.state.halted_details())
         workflow.logger.warning("campaign %s halted: %s", self._name, reason)
 
-    # -- what it changed outside its hosts ------------------------------------------------------------
-    async def _point(self, index: int, *, restore: bool) -> None:
-        change = self.state.changes[index]
-        verb = "restore" if restore else "point"
-        value = change.previous if restore else change.value
-        self._show_phase(POINTING, f"DPUDeployment {change.deployment}: {change.field} -> {value}")
-        self.state.changes[index] = await self.call(
-            activity_api.point_campaign_deployment,
-            PointInput(change=change, restore=restore),
-            kernel.options(kernel.KUBE_WRITE, f"{verb} {change.deployment} {change.field}={value}"),
-            abortable=False,  # a change half made is put back or kept, whatever an abort says
-        )
-
-    async def _restore(self, indexes: list[int]) -> list[str]:
-        """Put back these changes; what was done, in words (kept ones are said so)."""
-        done = []
-        for index in indexes:
-            change = self.state.changes[index]
-            await self._point(index, restore=True)
-            done.append(f"restored {change.deployment} {change.field}={change.previous}")
-        kept = [c for c in self.state.changes if c.note.startswith("kept") and c.restored_at is None]
-        done += [f"kept {c.deployment} {c.field}={c.value}" for c in kept]
-        return done
-
-    async def _release(self) -> None:
-        if not self.state.claimed:
-            return
-        await self.call(
-            activity_api.release_campaign_hosts,
-            ReleaseInput(campaign_workflow_id=workflow.info().workflow_id),
-            kernel.options(kernel.KUBE_WRITE, "release the campaign's hosts"),
-            abortable=False,
-        )
-        self.state.claimed = False
-
     # -- the end -------------------------------------------------------------------------------------
     async def _finish(self) -> CampaignResult:
         """The planned end: hosts an abort or a stop left unstarted skipped, the changes put back
@@ -546,15 +436,7 @@ class CampaignWorkflow(kernel.Runbook):
         await self._release()
         return "; ".join([*done, f"{len(self.state.in_flight)} host operations left running"])
 
-    # -- visibility ------------------------------------------------------------------------------------
-    def _show_phase(self, phase: str, details: str) -> None:
-        """The runbook shows its phase at every step: a new phase is entered (one `Phase` upsert
-        and one log line), the same one only gets new details."""
-        if phase != self.phase:
-            self.enter(phase, details)
-        else:
-            self.show(details)
-
+    # -- a long run -----------------------------------------------------------------------------------
     async def _continue_as_new_if_long(self) -> None:
         """Past `max_history_events` (or when Temporal suggests it), go on in a new run whose input
         carries the state whole (and a listed selection not twice: the roster has its hosts)."""

@@ -3,9 +3,10 @@ server (`tests/fast/test_rollout_state.py`).
 
 The runbook (`workflow.py`) asks, then acts: which change of the watcher to apply and how, whether
 someone else edited the template, what to roll next, whether a step is done, which PodGang to
-heal, what the status and the result say. The rules over one `PCSState` (stale, done, serving,
-mixed, GREP order, outages) are `steps.py`'s; this module adds what the run remembers between
-them: the targets, the steps in flight and interrupted, the operator's requests.
+heal, what the run does now (what the status, the progress annotation and the result show of the
+state is `views.py`'s). The rules over one `PCSState` (stale, done, serving, mixed, GREP order,
+outages) are `steps.py`'s; this module adds what the run remembers between them: the targets, the
+steps in flight and interrupted, the operator's requests.
 
 No Temporal, no clock (`now` is an argument), no I/O, no randomness: the same calls give the same
 answers on every replay. The data is `contracts.models.grove.RolloutStateData`, so the run
@@ -25,17 +26,13 @@ from contracts.models.grove import (
     PCSChange,
     PCSRef,
     PCSState,
-    ProgressInput,
     RollGangResult,
     RolloutPolicy,
-    RolloutResult,
     RolloutStateData,
-    RolloutStatus,
     StepRecord,
     TemplateChange,
     TemplateResult,
 )
-from contracts.wording import plural
 from workflows.rollout import steps
 
 PREPARING: Final = "preparing"
@@ -495,7 +492,7 @@ class RolloutState(RolloutStateData):
             or (not deleted and s is not seen)
         )
 
-    # -- what it shows ---------------------------------------------------------------------------
+    # -- what it does now (shown by views.py) ------------------------------------------------------
     def activity(self, phase: str) -> tuple[Doing, str, datetime | None]:
         """What the run does now (liveness), in this order: `ended`, `paused` (the reason),
         `in-flight` (a step, until its deadline), `timer` (a wait: until when and why), else
@@ -511,77 +508,3 @@ class RolloutState(RolloutStateData):
         if wake is not None:
             return "timer", wake.reason, wake.at
         return "next", "at a safe point: acting on requests, then the next step", None
-
-    def status(self, pcs: PCSRef, phase: str) -> RolloutStatus:
-        """The status query: replicas and PodGangs in flight, done/total, the latest steps, and
-        what the run does now (`activity`)."""
-        done, total = steps.progress(self.watched, self.targets)
-        doing, activity, wake_at = self.activity(phase)
-        return RolloutStatus(
-            pcs=pcs,
-            phase=phase,
-            target_hash=self.target_hash,
-            previous_hash=self.previous_hash,
-            rolling_back=self.rolling_back,
-            paused_reason=self.paused_reason,
-            replicas=tuple(sorted(self.in_flight)),
-            in_flight=tuple(sorted(self.in_flight.values())),
-            done=done,
-            total=total,
-            steps=tuple(self.steps),
-            steps_done=self.steps_done,
-            repairs=self.repairs,
-            pending_scale=self.scale.replicas if self.scale else None,
-            updated_replicas=self.watched.summary.updated_replicas if self.watched else 0,
-            fields=self.fields,
-            runs=self.runs,
-            doing=doing,
-            activity=activity,
-            wake_at=wake_at,
-            dormant=tuple(sorted(self.dormant)),
-            overwritten=self.overwritten,
-        )
-
-    def progress(self, pcs: PCSRef, workflow_id: str, phase: str, *, ended: bool) -> ProgressInput:
-        """What the PodCliqueSet's annotation shows (`ended`: the annotation goes)."""
-        now = self.status(pcs, phase)
-        return ProgressInput(
-            pcs=pcs,
-            workflow_id=workflow_id,
-            phase=phase,
-            replicas=now.replicas,
-            in_flight=now.in_flight,
-            done=now.done,
-            total=now.total,
-            started_at=self.started_at,
-            ended=ended,
-        )
-
-    def result(self, pcs: PCSRef, outcome: Outcome, now: datetime) -> RolloutResult:
-        return RolloutResult(
-            pcs=pcs,
-            outcome=outcome,
-            target_hash=self.target_hash,
-            steps=tuple(self.steps),
-            steps_done=self.steps_done,
-            started_at=self.started_at,
-            finished_at=now,
-            dormant=tuple(sorted(self.dormant)) if self.dormant_back else (),
-        )
-
-    def left_behind(self) -> str:
-        """What a run that ends early leaves, in words (the final phase's details)."""
-        if not self.fields:
-            return "The template was not changed"
-        done, total = steps.progress(self.watched, self.targets)
-        fields = ", ".join(f.path for f in self.fields)
-        verb = "put back" if self.rolling_back else "set"
-        taken = plural(self.steps_done, "step")
-        at = f"{done} of {total} PodGangs at {self.target_hash or '?'}"
-        kept = ""
-        if self.dormant and not self.dormant_back:
-            kept = (
-                f"; the edits of cliques {', '.join(sorted(self.dormant))} by someone else were taken out "
-                "and not put back (the PodCliqueSet's annotation metalflow.io/rollout-dormant records them)"
-            )
-        return f"{at} after {taken}; {fields} {verb} by the rollout{kept}"

@@ -3,8 +3,9 @@ section 3; Grove pinned at ai-dynamo/grove 6eaa77f0, v0.1.0-alpha.12's PodGangMa
 behaviour it relies on: `simulators/grove/BEHAVIOUR.md`).
 
 Id `rollout/<namespace>/<pcs>` (`contracts.names.rollout_workflow_id`): the id is the lock. What
-the run knows and decides is `state.py` (`RolloutState`); this module is the runbook, top to
-bottom in `run`:
+the run knows and decides is `state.py` (`RolloutState`); what it writes of the template between
+steps, someone else's edits and the pause they lead to are its base, `template_writes.py`; this
+module is the runbook, top to bottom in `run`:
 
 1. Read the PodCliqueSet, its PodGangs and their pods. Refused, changing nothing: no such
    PodCliqueSet; a strategy other than OnDelete (Grove rolls RollingRecreate itself;
@@ -61,8 +62,6 @@ after run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
 from temporalio import workflow
@@ -82,11 +81,9 @@ with workflow.unsafe.imports_passed_through():
         ROLLBACK_UPDATE,
         SCALE_UPDATE,
         SUPERSEDE_UPDATE,
-        ForeignEditsInput,
         GangState,
         PCSChange,
         PCSState,
-        RestoreInput,
         RollGangInput,
         RolloutInput,
         RolloutResult,
@@ -95,13 +92,11 @@ with workflow.unsafe.imports_passed_through():
         ScaleRequest,
         SetImagesInput,
         SupersedeRequest,
-        TemplateChangeInput,
-        TemplateResult,
-        Wake,
         WatchPCSInput,
     )
     from contracts.wording import plural
     from workflows import kernel
+    from workflows.rollout import views
     from workflows.rollout.guard import PausedGuard
     from workflows.rollout.state import (
         ENDED,
@@ -114,13 +109,11 @@ with workflow.unsafe.imports_passed_through():
         RolloutState,
         StepKind,
     )
-
-DECISIONS = (RESUME_UPDATE, ROLLBACK_UPDATE)
-"""What a paused rollout waits for (besides `abort`)."""
+    from workflows.rollout.template_writes import TemplateWrites
 
 
 @workflow.defn(name="RolloutWorkflow")
-class RolloutWorkflow(kernel.Abortable):
+class RolloutWorkflow(TemplateWrites):
     """Roll one PodCliqueSet coherently; see the module docstring."""
 
     ENDED: ClassVar = ENDED
@@ -181,7 +174,7 @@ class RolloutWorkflow(kernel.Abortable):
         await self._stop_watching()
         await self._publish(ended=True)
         await self.finish(outcome, f"{plural(state.steps_done, 'step')}; target {state.target_hash}")
-        return state.result(self.pcs, outcome, workflow.now())
+        return views.result(state, self.pcs, outcome, workflow.now())
 
     async def _clean_up(self, err: BaseException) -> str:
         """An early end (a failure, the end of an abort, a cancel): the progress annotation goes,
@@ -191,7 +184,7 @@ class RolloutWorkflow(kernel.Abortable):
         if self._watcher is not None:
             await self._publish(ended=True)
             await self._stop_watching()
-        return self.state.left_behind()
+        return views.left_behind(self.state)
 
     # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=PCS_STATE_CHANGED_SIGNAL)
@@ -203,7 +196,7 @@ class RolloutWorkflow(kernel.Abortable):
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> RolloutStatus:
         """Where the rollout is: replicas and PodGangs in flight, done/total, the latest steps."""
-        return self.state.status(self.pcs, self.phase)
+        return views.status(self.state, self.pcs, self.phase)
 
     @workflow.update(name=PAUSE_UPDATE)
     def pause(self, request: OperatorRequest) -> OperatorAnswer:
@@ -419,174 +412,6 @@ class RolloutWorkflow(kernel.Abortable):
             f"within {self._deadline():g} s"
         )
 
-    async def _foreign_edit(self) -> bool:
-        """Someone else changed the template: pause, naming the fields and who; `resume` adopts
-        the template as it is now, `rollback` restores the original. False: the write was not a
-        template edit (a scale), its generation is adopted."""
-        state = self.state
-        change = await self.call(
-            activity_api.describe_template_change,
-            TemplateChangeInput(pcs=self.pcs, written=state.written, since=state.written_at),
-            kernel.options(kernel.KUBE_READ, f"what changed in the template of {self.pcs}"),
-            abortable=False,
-        )
-        if not change.fields:
-            state.generation = change.generation
-            return False
-        await self._pause(state.foreign_edit_reason(change))
-        if state.rolling_back or self.aborting:
-            return True  # the rollback (or the abort's take-back) restores the original over the edit
-        await self._wait(
-            lambda: state.observed(change.generation), self._deadline(), "Grove to observe the edit adopted"
-        )
-        state.adopt_edit(change, workflow.now())
-        return True
-
-    async def _foreign_edit_while_rolling_back(self) -> None:
-        """Someone else changed the template while the rollout rolls back: pause, naming the
-        fields and who (an abort's take-back does not wait: the abort is the answer); then the
-        restore is made again, the new edit taken out with the others and put back, dormant, at
-        the end. The rollback never rolls a pod onto it."""
-        state = self.state
-        change = await self.call(
-            activity_api.describe_template_change,
-            TemplateChangeInput(pcs=self.pcs, written=state.written, since=state.written_at),
-            kernel.options(kernel.KUBE_READ, f"what changed in the template of {self.pcs}"),
-            abortable=False,
-        )
-        if not change.fields:
-            state.generation = change.generation
-            return
-        await self._pause(
-            f"rolling back: {state.foreign_edit_reason(change)}; `resume` restores the original again"
-        )
-        await self._start_rollback()
-
-    async def _pause(self, reason: str, *, by_operator: bool = False) -> None:
-        """Wait for an operator's decision (`resume`, `rollback`, `abort`) and act on it; the guard
-        heals a mixed PodGang meanwhile. A rollback or abort asked for already is that decision."""
-        state = self.state
-        if state.interrupting(self.aborting):
-            return
-        state.paused_reason = reason
-        await self._publish(phase=PAUSED)
-        self._guard.on = True
-        try:
-            decision, _ = await self.await_decision(PAUSED, reason, DECISIONS)
-        except RolloutAborted:
-            decision = "abort"  # the next safe point acts on it
-        finally:
-            self._guard.on, state.paused_reason = False, None
-        await self._guard.quiet()
-        if by_operator:
-            self.paused_by = None
-        if decision == ROLLBACK_UPDATE:
-            await self._start_rollback()
-
-    async def _start_rollback(self) -> None:
-        """Restore the template as it was before the rollout (every clique; someone else's edits
-        taken out and recorded); the targets are the original hashes from now on, and the loop
-        rolls every PodGang back. The edits taken out go back, dormant, once every pod runs the
-        original (`_put_back_foreign_edits`)."""
-        state = self.state
-        state.begin_rollback()
-        self.enter(ROLLING_BACK, f"restoring {', '.join(f.path for f in state.fields) or 'the template'}")
-        written = await self.call(
-            activity_api.restore_pcs_template,
-            RestoreInput(pcs=self.pcs, fields=state.fields, original=state.original_cliques),
-            kernel.options(kernel.KUBE_WRITE, f"restore the template of {self.pcs} as it was before"),
-            abortable=False,
-        )
-        state.restoring(written)
-        if written.overwritten or written.dormant:
-            kept = ", ".join(sorted(written.dormant))
-            self.show(
-                f"restored; put back over someone else's value: {', '.join(written.overwritten) or '-'}; "
-                f"edits of cliques {kept or '-'} by someone else go back, dormant, once every pod is back"
-            )
-        state.wrote(written, workflow.now())
-        while not await self._wait(
-            lambda: state.restored(written),
-            self._deadline(),
-            f"Grove to observe the restore ({written.generation})",
-        ):
-            if state.interrupting(self.aborting) or state.foreign():
-                return  # the safe point acts on it (an edit since: paused on, then restored again)
-            await self._stuck(state.not_restored())
-
-    async def _put_back_foreign_edits(self) -> None:
-        """Every pod runs the original: the edits someone else made go back into the template,
-        each where its clique still holds the original. No pod is deleted for them: under
-        OnDelete they stay dormant, as they would have without the rollout."""
-        state = self.state
-        written = await self.call(
-            activity_api.put_back_foreign_edits,
-            ForeignEditsInput(pcs=self.pcs, dormant=state.dormant, original=state.original_cliques),
-            kernel.options(kernel.KUBE_WRITE, f"put back the edits of {', '.join(sorted(state.dormant))}"),
-            abortable=False,
-        )
-        state.wrote(written, workflow.now())
-        state.dormant_back, state.dormant_left = True, written.skipped
-        left = f"; left alone (changed again since): {', '.join(written.skipped)}" if written.skipped else ""
-        self.show(f"put back, dormant: the edits of {', '.join(sorted(state.dormant))} by someone else{left}")
-
-    async def _adopt(self, written: TemplateResult) -> None:
-        """Wait until Grove observed the write; the PodCliques' hashes are the targets from then on.
-        Someone else's write after the rollout's, before Grove showed it, is told first: a
-        template edit pauses (as at a safe point), so its hashes are never taken for the targets."""
-        state = self.state
-        before = state.rolled_to()
-        state.wrote(written, workflow.now())
-        while True:
-            ok = await self._wait(
-                lambda: state.adopted(written, before) or state.overtaken(),
-                self._deadline(),
-                f"Grove to observe generation {written.generation}",
-            )
-            if state.interrupting(self.aborting):
-                if state.adopted(written, before) and not state.overtaken():
-                    state.adopt_targets()  # shown already: a PodGang at it is the rollout's own
-                return
-            if state.overtaken():
-                await self._wait(state.spec_observed, 30, "Grove to observe a write by someone else")
-                if await self._foreign_edit():
-                    return  # decided: adopted as it is, restored, or aborted
-                continue
-            if ok:
-                break
-            await self._stuck(f"Grove has not observed generation {written.generation} of {self.pcs}")
-            if state.rolling_back:
-                return  # the operator answered the pause with `rollback`: restored since
-        state.adopt_targets()
-
-    async def _wait(self, condition: Callable[[], bool], timeout: float, reason: str) -> bool:
-        """True once `condition` holds; False after `timeout`, or at once on an abort, a rollback
-        request or a foreign template edit (they interrupt a stuck step; the rollout's abort
-        takes everything back, so it ends a wait instead of raising: `abortable=False`). While
-        it waits, the status shows its wake time and `reason`."""
-        wake = workflow.now() + timedelta(seconds=timeout)
-        self.state.timer = Wake(at=wake, reason=f"waiting for {reason}")
-        try:
-            await self.wait(
-                lambda: condition() or self.state.cut_short(self.aborting), timeout=timeout, abortable=False
-            )
-        finally:
-            self.state.timer = None
-        return condition() and not self.state.interrupting(self.aborting)
-
-    async def _stuck(self, reason: str) -> None:
-        """A step or wait that cannot progress: pause for an operator; while an abort takes
-        everything back there is no one to ask (the abort was the answer), so the take-back waits
-        until the PodCliqueSet changes (at most a step's deadline) and tries again: an abort ends
-        only once everything is back (a terminate is the way to leave it as it is)."""
-        state = self.state
-        if not state.reverting_for_abort:
-            await self._pause(reason)
-            return
-        self.show(f"aborting, taking back: {reason}; trying again once the PodCliqueSet changes")
-        seen = state.watched
-        await self._wait(lambda: state.watched is not seen, self._deadline(), f"a change after: {reason}")
-
     async def _verified(self) -> bool:
         """Every PodGang is at the target: Grove must agree (`updatedReplicas`) before the run ends."""
         state = self.state
@@ -600,9 +425,6 @@ class RolloutWorkflow(kernel.Abortable):
             f"{s.summary.updated_replicas if s else '?'} replicas updated"
         )
         return False
-
-    def _deadline(self) -> float:
-        return self.state.deadline(self.policy)
 
     # -- plumbing ------------------------------------------------------------------------------------
     async def _read(self) -> PCSState:
@@ -624,15 +446,3 @@ class RolloutWorkflow(kernel.Abortable):
         if self._watcher is not None:
             await kernel.cancel_and_wait(self._watcher)
             self._watcher = None
-
-    async def _publish(self, *, ended: bool = False, phase: str | None = None) -> None:
-        """Where the rollout is, as the PodCliqueSet's annotation (`ended`: removed)."""
-        progress = self.state.progress(
-            self.pcs, workflow.info().workflow_id, phase or self.phase, ended=ended
-        )
-        await self.call(
-            activity_api.publish_rollout_progress,
-            progress,
-            kernel.options(kernel.KUBE_WRITE, "publish progress on the PodCliqueSet"),
-            abortable=False,
-        )
