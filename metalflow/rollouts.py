@@ -31,29 +31,34 @@ def root_cause(err: BaseException) -> str:
     return str(err)
 
 
-async def plan(kube: Kube, pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy) -> RolloutPlan:
-    """What `rollout start` would do, read and decided with the rollout's own code: its first
-    read (`read_state`) and that read's refusal (`RolloutState.refusal`: no such PodCliqueSet,
-    not OnDelete, an outage not allowed), its write's refusal (`images_patch`, as
-    `set_pcs_images`: an unknown clique or container, a bad image), and the PodGangs it would
-    replace in order with their outages (`steps.planned`). The order at run time is this one;
-    which replicas go together also depends on what serves then.
+async def plan(
+    kube: Kube, pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy, in_flight: str | None = None
+) -> RolloutPlan:
+    """What `rollout start` would do, read and decided with the rollout's own code: a rollout in
+    flight (`in_flight`: the refusal, from Temporal, that `start` without `--supersede` gives),
+    its write's refusal (`images_patch`, as `set_pcs_images`: an unknown clique or container, a
+    bad image), its first read (`read_state`) and that read's refusal (`RolloutState.refusal`:
+    no such PodCliqueSet, not OnDelete, a dormant edit, an outage not allowed), and the
+    PodGangs it would replace in order with their outages (`steps.planned`, judged from the
+    pods' versions as the run judges them: an image already running is no step). A refused plan
+    lists no step. The order at run time is this one; which replicas go together also depends
+    on what serves then.
 
     Raises:
         Exception: The cluster cannot be read (the caller says so).
     """
     first = await read_state(kube, f"pcs:{pcs}", pcs.namespace, pcs.name)
-    refusal = RolloutState.refusal(first, pcs, images, policy)
-    if refusal is None:
+    refusal = in_flight
+    if refusal is None and first.summary.exists:
         obj = await kube.get(f"pcs:{pcs}", grove_kinds()[0], pcs.namespace, pcs.name, missing_ok=True)
         try:
-            if obj is None:  # deleted since the read
-                raise InvalidInput(f"no PodCliqueSet {pcs} (check the namespace and the name)")
-            images_patch(obj, images)
+            if obj is not None:  # else deleted since the read: the first read's refusal says so
+                images_patch(obj, images)
         except InvalidInput as err:
             refusal = err.message
-    changed = {key.partition("/")[0] for key in images} & set(first.summary.clique_hashes)
-    planned = steps.planned(first, changed)
+    refusal = refusal or RolloutState.refusal(first, pcs, images, policy)
+    changed = steps.rewritten(first, images)
+    planned = [] if refusal else steps.planned(first, steps.plan_targets(first, images))
     return RolloutPlan(
         pcs=pcs,
         images=images,
@@ -68,7 +73,9 @@ async def plan(kube: Kube, pcs: PCSRef, images: dict[str, str], policy: RolloutP
 
 
 def render_plan(plan: RolloutPlan) -> str:
-    """The plan in lines: what changes, each step in order, or why `start` would refuse."""
+    """The plan in lines: what changes and each step in order; or only why `start` would refuse."""
+    if plan.refusal:
+        return f"start would refuse it: {plan.refusal}"
     lines = [
         f"rollout of {plan.pcs}: {', '.join(f'{k}={v}' for k, v in plan.images.items())}",
         f"changes cliques {', '.join(plan.changed) or '-'}; {len(plan.steps)} PodGangs, "
@@ -77,6 +84,4 @@ def render_plan(plan: RolloutPlan) -> str:
     for s in plan.steps:
         outage = f"  OUTAGE: {'; '.join(s.outage)}" if s.outage else ""
         lines.append(f"  replica {s.replica} {s.role:<8} {s.podgang}: replaces {s.pods} pods{outage}")
-    if plan.refusal:
-        lines.append(f"start would refuse it: {plan.refusal}")
     return "\n".join(lines)

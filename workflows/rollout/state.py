@@ -110,10 +110,14 @@ class RolloutState(RolloutStateData):
 
     # -- the first read --------------------------------------------------------------------------
     @staticmethod
-    def refusal(first: PCSState, pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy) -> str | None:
+    def refusal(
+        first: PCSState, pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy, superseding: bool = False
+    ) -> str | None:
         """Why the first read refuses the rollout (None: it goes on): no such PodCliqueSet; a
-        strategy other than OnDelete (Grove rolls it itself); a change that must take a replica
-        below a minAvailable when the policy does not allow an outage."""
+        strategy other than OnDelete (Grove rolls it itself); a template holding an edit its pods
+        do not run (`steps.dormant_refusal`: a rollout never rolls an edit it did not make; not
+        asked of a superseding start, whose rollout in flight holds the template); a change that
+        must take a replica below a minAvailable when the policy does not allow an outage."""
         s = first.summary
         if not s.exists:
             return f"no PodCliqueSet {pcs} (check the namespace and the name)"
@@ -123,6 +127,8 @@ class RolloutState(RolloutStateData):
                 "metalflow does not drive it (`metalflow rollout status` shows Grove's own progress); "
                 "a coherent rollout needs OnDelete"
             )
+        if not superseding and (dormant := steps.dormant_refusal(first, str(pcs), dict(images))):
+            return dormant
         if not policy.allow_replica_outage:
             return steps.outage_refusal(first, str(pcs), dict(images))
         return None

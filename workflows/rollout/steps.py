@@ -6,7 +6,9 @@ passed through its sandbox; the CLI's outage refusal uses it too); O(pods) per c
 Vocabulary (Grove at the pin, `simulators/grove/BEHAVIOUR.md`):
 
 - `targets`: clique -> the pod-template hash the rollout rolls to (every clique of the template;
-  an unchanged clique's hash is the same in every version, so its pods are never stale).
+  an unchanged clique's hash is the same in every version, so its pods are never stale: true
+  only because a rollout refuses to start over a template holding an edit its pods do not run,
+  `dormant_refusal`).
 - A pod is *stale* when its hash is not its clique's target. Rolling a PodGang deletes its stale
   pods at once; Grove recreates them from the PodCliques' current spec (OnDelete [D1]), into
   the same PodGang [D6]. Nothing else is touched, so a one-clique change replaces that clique's
@@ -156,34 +158,93 @@ def progress(state: PCSState | None, targets: dict[str, str]) -> tuple[int, int]
     return sum(done(g, targets) for g in gangs), len(gangs)
 
 
-def planned(state: PCSState, changed: set[str]) -> list[tuple[GangState, int, list[str]]]:
-    """Before the template is written: the PodGangs a rollout of the `changed` cliques replaces,
-    in its order (replicas ascending; in each its anchor, then its tails), each with the pods it
-    replaces and why replacing them would break a minAvailable (the `--allow-replica-outage`
-    question). What `rollout plan` shows and `outage_refusal` refuses."""
-    fake = {c: f"new:{c}" for c in changed}
-    out = []
-    for gangs in by_replica(state).values():
-        for g in gangs:
-            pods = sum(stale(x, fake) for x in g.groups)
-            if pods:
-                out.append((g, pods, outage(state, g, fake)))
+def rewritten(state: PCSState, images: dict[str, str]) -> set[str]:
+    """The cliques whose template the write of `images` (`clique[/container]` -> image) changes:
+    a container whose image already holds is no change ("clique" alone: its only container).
+    A key the summary cannot resolve counts as a change (the write itself refuses an unknown one)."""
+    known = state.summary.images
+    out = set()
+    for key, image in images.items():
+        clique, _, container = key.partition("/")
+        if clique not in state.summary.clique_hashes:
+            continue
+        mine = {k: v for k, v in known.items() if k.partition("/")[0] == clique}
+        at = f"{clique}/{container}" if container else (next(iter(mine)) if len(mine) == 1 else "")
+        if known.get(at) != image:
+            out.add(clique)
     return out
 
 
-def pending_outages(state: PCSState, changed: set[str]) -> list[str]:
-    """For each PodGang holding pods of a changed clique, why replacing them all would break a
-    minAvailable (`planned`)."""
-    return [f"{g.name}: {reason}" for g, _, reasons in planned(state, changed) for reason in reasons]
+def plan_targets(state: PCSState, images: dict[str, str]) -> dict[str, str]:
+    """Before the write: clique -> the hash the rollout will roll to, as far as it is known: the
+    template's for a clique the write leaves as it is, a placeholder for one it rewrites (Grove
+    names the hash once it sees the write). The same judgement the run makes from the pods'
+    versions: an image already running is no step, a rollout cut short is finished where it
+    stopped."""
+    targets = dict(state.summary.clique_hashes)
+    targets.update({c: f"new:{c}" for c in rewritten(state, images)})
+    return targets
+
+
+def dormant_edits(state: PCSState, images: dict[str, str]) -> list[str]:
+    """The cliques whose template holds an edit their pods do not run (Grove leaves an edit
+    dormant under OnDelete, a rollback puts someone else's edits back dormant), each with what
+    differs; the rollout refuses to start over them, as it never rolls an edit it did not make.
+    A clique the rollout does not name must have every pod at its template's hash (else its
+    targets would roll them); one it names must have a pod at it (its own write then replaces
+    the container's image only: a rollout cut short is finished, an edit no pod runs is not
+    taken along)."""
+    named = {key.partition("/")[0] for key in images}
+    pods: dict[str, dict[str, int]] = {}
+    for gangs in by_replica(state).values():
+        for gang in gangs:
+            for g in gang.groups:
+                held = pods.setdefault(g.clique, {})
+                for h, n in g.pods.items():
+                    held[h] = held.get(h, 0) + n
+    out = []
+    for clique, at in sorted(state.summary.clique_hashes.items()):
+        held = {h: n for h, n in pods.get(clique, {}).items() if n}
+        if not held or (held.get(at, 0) if clique in named else set(held) == {at}):
+            continue
+        runs = ", ".join(f"{n} at {h}" for h, n in sorted(held.items()))
+        out.append(f"clique {clique}: its template is at {at}, its pods run {runs}")
+    return out
+
+
+def dormant_refusal(state: PCSState, pcs: str, images: dict[str, str]) -> str | None:
+    """Why the rollout refuses a template that holds an edit no rollout of it made (None: none)."""
+    found = dormant_edits(state, images)
+    if not found:
+        return None
+    return (
+        f"the template of {pcs} holds an edit its pods do not run ({'; '.join(found)}): rolling would put "
+        "it on every pod it replaces, and a rollout never rolls an edit it did not make. Review it "
+        f"(`kubectl -n {state.summary.namespace} get pcs {state.summary.name} -o yaml --show-managed-fields`"
+        "), then put it back as the pods run it, or roll that clique yourself"
+    )
+
+
+def planned(state: PCSState, targets: dict[str, str]) -> list[tuple[GangState, int, list[str]]]:
+    """Before the template is written: the PodGangs a rollout to `targets` (`plan_targets`)
+    replaces, in its order (replicas ascending; in each its anchor, then its tails), each with
+    the pods it replaces and why replacing them would break a minAvailable (the
+    `--allow-replica-outage` question). What `rollout plan` shows and `outage_refusal` refuses."""
+    out = []
+    for gangs in by_replica(state).values():
+        for g in gangs:
+            pods = sum(stale(x, targets) for x in g.groups)
+            if pods:
+                out.append((g, pods, outage(state, g, targets)))
+    return out
 
 
 def outage_refusal(state: PCSState, pcs: str, images: dict[str, str]) -> str | None:
     """Why rolling `images` (`clique[/container]` -> image) coherently would take replicas below
     minAvailable, or None: the refusal the workflow's first step and `metalflow rollout start`'s
     pre-check both give when `--allow-replica-outage` is not set."""
-    changed = {key.partition("/")[0] for key in images}
-    changed = {c for c in changed if c in state.summary.clique_hashes}
-    reasons = pending_outages(state, changed)
+    changed = {key.partition("/")[0] for key in images} & set(state.summary.clique_hashes)
+    reasons = [f"{g.name}: {r}" for g, _, why in planned(state, plan_targets(state, images)) for r in why]
     if not reasons:
         return None
     shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")

@@ -1,0 +1,113 @@
+"""Findings of an independent reviewer's attack on the simulated site, each as the decision it
+broke (`workflows/rollout/`): a dormant edit rolled by a rollout of another clique (B1, and the
+rollback that stalled behind one, B2), a rollback that could not take back a broken PodGang in a
+later replica (B3), and a plan that listed other PodGangs than the run replaces (P1).
+
+The world is `test_rollout_state`'s: per replica an anchor (router, worker 0) and a tail
+(worker 1); the template's router is `r1`, its worker `w1`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contracts.models.grove import (
+    ON_DELETE,
+    GangState,
+    GroupState,
+    PCSRef,
+    PCSState,
+    PCSSummary,
+    RolloutPolicy,
+)
+from workflows.rollout import steps
+from workflows.rollout.state import RolloutState
+
+PCS = PCSRef(namespace="default", name="p")
+POLICY = RolloutPolicy(step_deadline_seconds=600)
+ORIGINAL = {"router": "r1", "worker": "w1"}
+IMAGES = {"router/router": "registry.local/r:1", "worker/worker": "registry.local/w:1"}
+
+
+def group(
+    clique: str, pclq: str, pods: dict[str, int], ready: dict[str, int] | None = None, **kw: Any
+) -> GroupState:
+    ready = dict(pods) if ready is None else ready
+    return GroupState(pclq=pclq, clique=clique, expected=sum(pods.values()), pods=pods, ready=ready, **kw)
+
+
+def anchor(r: int, worker: str = "w1", router: str = "r1", ready: bool = True) -> GangState:
+    workers = group(
+        "worker", f"p-{r}-w-0", {worker: 1}, None if ready else {}, pcsg=f"p-{r}-w", pcsg_replica=0
+    )
+    return GangState(
+        name=f"p-{r}-a",
+        replica=r,
+        role="Anchor",
+        epoch="e0",
+        groups=(group("router", f"p-{r}-router", {router: 1}), workers),
+    )
+
+
+def tail(r: int, worker: str = "w1", ready: bool = True) -> GangState:
+    workers = group(
+        "worker", f"p-{r}-w-1", {worker: 1}, None if ready else {}, pcsg=f"p-{r}-w", pcsg_replica=1
+    )
+    return GangState(name=f"p-{r}-t", replica=r, role="Tail", epoch="e1", groups=(workers,))
+
+
+def site(*gangs: GangState, hashes: dict[str, str] = ORIGINAL, **images: str) -> PCSState:
+    """Two replicas (at the original unless given), the template's hashes and images known."""
+    gangs = gangs or (anchor(0), tail(0), anchor(1), tail(1))
+    summary = PCSSummary(
+        namespace="default",
+        name="p",
+        generation=2,
+        observed_generation=2,
+        current_hash="h",
+        update_strategy=ON_DELETE,
+        replicas=2,
+        images={**IMAGES, **{f"{c}/{c}": i for c, i in images.items()}},
+        clique_hashes=hashes,
+        scaling_groups={"p-0-w": 1, "p-1-w": 1},
+    )
+    return PCSState(summary=summary, gangs=tuple(sorted(gangs, key=lambda g: g.name)))
+
+
+HALF = {"hashes": {"router": "r1", "worker": "w2"}, "worker": "registry.local/w:2"}
+"""A terminated rollout left replica 0's workers at w2, the template at w2."""
+
+
+def half() -> PCSState:
+    return site(anchor(0, "w2"), tail(0, "w2"), anchor(1), tail(1), **HALF)  # type: ignore[arg-type]
+
+
+# -- B1: a dormant edit is never rolled by a rollout of another clique ------------------------------
+def test_a_dormant_edit_on_a_clique_the_rollout_does_not_change_refuses_it() -> None:
+    # Someone added an env to the router's template: Grove relabels its PodCliques (r9), no pod
+    # runs it (OnDelete). A rollout of the worker would have had r9 as the router's target.
+    dormant = site(hashes={"router": "r9", "worker": "w1"})
+    refused = RolloutState.refusal(dormant, PCS, {"worker": "registry.local/w:5"}, POLICY)
+    assert refused is not None and "clique router: its template is at r9, its pods run 2 at r1" in refused
+    allowed = POLICY.model_copy(update={"allow_replica_outage": True})
+    assert RolloutState.refusal(dormant, PCS, {"worker": "registry.local/w:5"}, allowed) == refused
+    # Naming the edited clique does not take the edit along either: no pod runs its template.
+    assert RolloutState.refusal(dormant, PCS, {"router": "registry.local/r:5"}, allowed) is not None
+    # A rollout in flight holds the template: a superseding start is not refused for it.
+    assert RolloutState.refusal(dormant, PCS, {"worker": "w:5"}, allowed, superseding=True) is None
+
+
+def test_a_rollout_cut_short_is_no_dormant_edit_of_the_clique_it_names() -> None:
+    assert RolloutState.refusal(half(), PCS, {"worker": "registry.local/w:2"}, POLICY) is None
+    # ... but the worker, which a router rollout does not name, must run its template whole.
+    allowed = POLICY.model_copy(update={"allow_replica_outage": True})
+    assert RolloutState.refusal(half(), PCS, {"router": "registry.local/r:2"}, allowed) is not None
+
+
+# -- P1: the plan judges from the pods' versions, as the run does -----------------------------------
+def test_the_plan_lists_what_the_run_replaces() -> None:
+    same = {"worker": "registry.local/w:1"}  # already running: the write changes nothing
+    assert steps.planned(site(), steps.plan_targets(site(), same)) == []
+    again = steps.planned(half(), steps.plan_targets(half(), {"worker": "registry.local/w:2"}))
+    assert [g.name for g, _, _ in again] == ["p-1-a", "p-1-t"]
+    new = steps.planned(site(), steps.plan_targets(site(), {"worker/worker": "registry.local/w:9"}))
+    assert [g.name for g, _, _ in new] == ["p-0-a", "p-0-t", "p-1-a", "p-1-t"]
