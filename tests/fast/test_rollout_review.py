@@ -8,6 +8,7 @@ The world is `test_rollout_state`'s: per replica an anchor (router, worker 0) an
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from contracts.models.grove import (
@@ -22,6 +23,7 @@ from contracts.models.grove import (
 from workflows.rollout import steps
 from workflows.rollout.state import RolloutState
 
+T0 = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 PCS = PCSRef(namespace="default", name="p")
 POLICY = RolloutPolicy(step_deadline_seconds=600)
 ORIGINAL = {"router": "r1", "worker": "w1"}
@@ -111,3 +113,29 @@ def test_the_plan_lists_what_the_run_replaces() -> None:
     assert [g.name for g, _, _ in again] == ["p-1-a", "p-1-t"]
     new = steps.planned(site(), steps.plan_targets(site(), {"worker/worker": "registry.local/w:9"}))
     assert [g.name for g, _, _ in new] == ["p-0-a", "p-0-t", "p-1-a", "p-1-t"]
+
+
+# -- B3: a rollback takes back a PodGang whose peers wait for it ------------------------------------
+def taking_back(interrupted: set[str]) -> RolloutState:
+    """Rolling back to w1: replica 0 whole at w2; replica 1's tail at w2 and not serving (a
+    fault), its step interrupted or not; the PodCliques already back at the original."""
+    seen = site(anchor(0, "w2"), tail(0, "w2"), anchor(1, "w2"), tail(1, "w2", ready=False))
+    state = RolloutState(
+        started_at=T0,
+        written_at=T0,
+        original=dict(ORIGINAL),
+        targets=dict(ORIGINAL),
+        earlier=[{"router": "r1", "worker": "w2"}],
+        generation=2,
+        rolling_back=True,
+        watched=seen,
+        interrupted=interrupted,
+        in_flight={1: "p-1-t"} if interrupted else {},
+    )
+    return state
+
+
+def test_a_rollback_takes_back_the_podgang_that_does_not_serve_first() -> None:
+    for interrupted in ({"p-1-t"}, set()):
+        move = taking_back(interrupted).next_move(POLICY)
+        assert (move.kind, [g.name for g in move.gangs]) == ("rollback", ["p-1-t"]), interrupted

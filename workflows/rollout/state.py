@@ -365,9 +365,10 @@ class RolloutState(RolloutStateData):
         if mixed:
             return Move("repair", (mixed[0],))
         self.interrupted = {n for n in self.interrupted if not steps.settled(state.gang(n))}
-        chosen = steps.next_steps(
-            state, self.targets, policy.replica_concurrency, frozenset(self.interrupted)
-        )
+        first = set(self.interrupted)
+        if self.rolling_back:  # what does not serve is taken back first: no step waits for it
+            first |= {g.name for gs in steps.by_replica(state).values() for g in gs if not steps.serving(g)}
+        chosen = steps.next_steps(state, self.targets, policy.replica_concurrency, frozenset(first))
         if not chosen:
             return Move("verify")
         if not policy.allow_replica_outage:

@@ -91,10 +91,14 @@ def next_steps(
 ) -> list[GangState]:
     """The next PodGang of each of the first `concurrency` replicas that have one to roll: a
     PodGang in `first` (a step that was interrupted: it is taken back before anything else of
-    its replica, so a replica never has two in flight), else its first PodGang in GREP order
-    that is not at the target."""
+    its replica, so a replica never has two in flight; and its replica before the others, so a
+    rollback takes back a PodGang that does not serve before it steps a replica whose step
+    would wait for it to serve), else its first PodGang in GREP order that is not at the
+    target."""
     chosen = []
-    for gangs in by_replica(state).values():
+    replicas = by_replica(state)
+    order = sorted(replicas, key=lambda r: (not any(g.name in first for g in replicas[r]), r))
+    for gangs in (replicas[r] for r in order):
         pending = [g for g in gangs if needs_roll(g, targets)]
         pending.sort(key=lambda g: g.name not in first)
         if pending:
