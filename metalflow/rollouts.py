@@ -32,7 +32,12 @@ def root_cause(err: BaseException) -> str:
 
 
 async def plan(
-    kube: Kube, pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy, in_flight: str | None = None
+    kube: Kube,
+    pcs: PCSRef,
+    images: dict[str, str],
+    policy: RolloutPolicy,
+    in_flight: str | None = None,
+    superseding: bool = False,
 ) -> RolloutPlan:
     """What `rollout start` would do, read and decided with the rollout's own code: a rollout in
     flight (`in_flight`: the refusal, from Temporal, that `start` without `--supersede` gives),
@@ -41,8 +46,10 @@ async def plan(
     no such PodCliqueSet, not OnDelete, a dormant edit, an outage not allowed), and the
     PodGangs it would replace in order with their outages (`steps.planned`, judged from the
     pods' versions as the run judges them: an image already running is no step). A refused plan
-    lists no step. The order at run time is this one; which replicas go together also depends
-    on what serves then.
+    lists no step, but for an outage not allowed (the steps show it). `superseding`: a start with
+    `--supersede` over the rollout in flight, which holds the template (no dormant-edit refusal).
+    The order at run time is this one; which replicas go together also depends on what serves
+    then.
 
     Raises:
         Exception: The cluster cannot be read (the caller says so).
@@ -56,9 +63,12 @@ async def plan(
                 images_patch(obj, images)
         except InvalidInput as err:
             refusal = err.message
-    refusal = refusal or RolloutState.refusal(first, pcs, images, policy)
+    outage_allowed = policy.model_copy(update={"allow_replica_outage": True})
+    refusal = refusal or RolloutState.refusal(first, pcs, images, outage_allowed, superseding)
     changed = steps.rewritten(first, images)
     planned = [] if refusal else steps.planned(first, steps.plan_targets(first, images))
+    if refusal is None and not policy.allow_replica_outage:  # shown with the steps it is about
+        refusal = steps.outage_refusal(first, str(pcs), images)
     return RolloutPlan(
         pcs=pcs,
         images=images,
@@ -73,10 +83,12 @@ async def plan(
 
 
 def render_plan(plan: RolloutPlan) -> str:
-    """The plan in lines: what changes and each step in order; or only why `start` would refuse."""
-    if plan.refusal:
+    """The plan in lines: why `start` would refuse it first, if it would; then what changes and each
+    step in order (none after a refusal but an outage's, which the steps show)."""
+    if plan.refusal and not plan.steps:
         return f"start would refuse it: {plan.refusal}"
-    lines = [
+    lines = [f"start would refuse it: {plan.refusal}"] if plan.refusal else []
+    lines += [
         f"rollout of {plan.pcs}: {', '.join(f'{k}={v}' for k, v in plan.images.items())}",
         f"changes cliques {', '.join(plan.changed) or '-'}; {len(plan.steps)} PodGangs, "
         f"{plan.concurrency} replica(s) at a time, each replica's anchor before its tails",

@@ -152,7 +152,7 @@ async def test_second_start_is_refused_and_operator_commands_answer(
         "--task-queue",
         queue,
     )
-    assert again.status == 1
+    assert again.status == 2  # a refusal, as plan's
     assert "already in flight: workflow rollout/default/inference" in again.stderr
     paused = await metalflow(local_env, "rollout", "pause", "default/inference", "--reason", "lunch")
     assert paused.status == 0 and "pausing" in paused.stdout
@@ -186,7 +186,8 @@ async def test_plan_shows_the_steps_in_order_and_what_start_would_refuse(
     refused = await metalflow(
         local_env, "rollout", "plan", "default/inference", "--set", "router=registry.local/r:9"
     )
-    assert refused.status == 1, refused
+    assert refused.status == 2, refused  # start's refusal, start's exit status
+    assert refused.stdout.startswith("start would refuse it: rolling router of default/inference coherently")
     assert "OUTAGE: PodClique inference-0-router would keep 0 Ready pods" in refused.stdout
     assert "start would refuse it: rolling router of default/inference coherently" in refused.stdout
     shown = await metalflow(
@@ -205,5 +206,11 @@ async def test_plan_shows_the_steps_in_order_and_what_start_would_refuse(
     unknown = await metalflow(
         local_env, "rollout", "plan", "default/inference", "--set", "gpu=registry.local/g:2"
     )
-    assert unknown.status == 1 and "has no clique gpu" in unknown.stdout
+    assert unknown.status == 2 and "has no clique gpu" in unknown.stdout
+    sidecar = await metalflow(
+        local_env, "rollout", "plan", "default/inference", "--set", "prefill/sidecar=registry.local/s:1"
+    )
+    assert sidecar.status == 2  # the refusal alone, no plan before it
+    assert sidecar.stdout.startswith("start would refuse it:") and len(sidecar.stdout.splitlines()) == 1
+    assert "has no container 'sidecar'" in sidecar.stdout
     assert pcs_object(sim, "inference")["metadata"]["generation"] == generation  # nothing written

@@ -20,6 +20,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, workflow_api
 from contracts.models.control import (
@@ -36,7 +37,6 @@ from contracts.models.grove import (
     SUPERSEDE_UPDATE,
     PCSRef,
     RolloutInput,
-    RolloutPlan,
     RolloutPolicy,
     RolloutResult,
     RolloutStatus,
@@ -86,7 +86,12 @@ def register(subparsers: Any) -> None:
         "versions by the rollout's doing.",
     )
     commands = rollout.add_subparsers(title="rollout commands", metavar="COMMAND")
-    start = commands.add_parser("start", help="start a rollout", description="Start a rollout.")
+    start = commands.add_parser(
+        "start",
+        help="start a rollout",
+        description="Start a rollout. Exit 2: refused, nothing changed (the refusals of `rollout plan`, "
+        "checked with the same code).",
+    )
     _target(start)
     start.add_argument(
         "--set",
@@ -125,8 +130,11 @@ def register(subparsers: Any) -> None:
         help="show what `rollout start` would do, starting nothing",
         description="Read the PodCliqueSet as `rollout start` does and print the cliques it changes, the "
         "PodGangs it replaces in order (each replica's anchor, then its tails) with the pods each "
-        "replaces and any replica outage, or why `start` would refuse. Changes nothing. Exit 0: the "
-        "plan; 1: start would refuse; 2: bad input or the cluster cannot be read.",
+        "replaces and any replica outage, or why `start` would refuse (first, and alone but for an "
+        "outage, which the steps show). Changes nothing. Exit 0: the plan; 2: start would refuse "
+        "(exit 2 as start does: a rollout in flight, an unknown PodCliqueSet, clique or container, a "
+        "bad image, not OnDelete, a template holding an edit its pods do not run, an outage not "
+        "allowed), bad input or the cluster cannot be read.",
     )
     preview.add_argument(
         "pcs", metavar="NAMESPACE/PCS", type=_pcs_ref, help="the PodCliqueSet, e.g. default/inference"
@@ -145,7 +153,7 @@ def register(subparsers: Any) -> None:
         "--allow-replica-outage", action="store_true", help="as for start: steps may take a replica down"
     )
     preview.add_argument("--json", action="store_true", help="the plan as one JSON document")
-    preview.set_defaults(handler=_plan)
+    preview.set_defaults(handler=runner(_plan))
 
     status = commands.add_parser("status", help="show a rollout's progress", description="Show progress.")
     _target(status)
@@ -225,8 +233,12 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         ),
     )
     # before starting: a refusal leaves no failed run behind
-    await _check_images(pcs, images, request.policy)
+    running = await _in_flight(client, pcs)
+    superseding = args.supersede and running is not None
+    await _check_images(pcs, images, request.policy, None if args.supersede else running, superseding)
     workflow_id = names.rollout_workflow_id(pcs.namespace, pcs.name)
+    if superseding:
+        return await _supersede(client, args, pcs, images)
     summary = ", ".join(f"{c}={i}" for c, i in images.items())
     try:
         handle = await client.start_workflow(
@@ -239,16 +251,9 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             search_attributes=TypedSearchAttributes([SearchAttributePair(names.OPERATION, names.ROLLOUT)]),
         )
     except WorkflowAlreadyStartedError as err:
-        if not args.supersede:
-            raise RolloutError(
-                f"a rollout of {pcs} is already in flight: workflow {workflow_id} (run {err.run_id}); "
-                "wait for it, `metalflow rollout abort`, or start again with --supersede"
-            ) from None
-        answer = await _send(
-            _handle(client, pcs), SUPERSEDE_UPDATE, SupersedeRequest(requested_by=args.by, images=images)
-        )
-        print(f"{workflow_id}: {answer.message}")
-        return await _follow(_handle(client, pcs)) if args.wait else EXIT_OK
+        if not args.supersede:  # started between the check and the start
+            raise RolloutError(_in_flight_refusal(pcs, err.run_id), EXIT_USAGE) from None
+        return await _supersede(client, args, pcs, images)
     # The images are written (phase past `preparing`), or the run refused them.
     refused = "rollout refused, nothing changed"
     status = await until_past(handle, "preparing", _query, refused)
@@ -258,7 +263,42 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     return await _follow(handle) if args.wait else EXIT_OK
 
 
-async def _check_images(pcs: PCSRef, images: dict[str, str], policy: RolloutPolicy) -> None:
+async def _supersede(client: Client, args: argparse.Namespace, pcs: PCSRef, images: dict[str, str]) -> int:
+    handle = _handle(client, pcs)
+    answer = await _send(handle, SUPERSEDE_UPDATE, SupersedeRequest(requested_by=args.by, images=images))
+    print(f"{handle.id}: {answer.message}")
+    return await _follow(handle) if args.wait else EXIT_OK
+
+
+def _in_flight_refusal(pcs: PCSRef, run_id: str | None) -> str:
+    workflow_id = names.rollout_workflow_id(pcs.namespace, pcs.name)
+    return (
+        f"a rollout of {pcs} is already in flight: workflow {workflow_id} (run {run_id}); "
+        "wait for it, `metalflow rollout abort`, or start again with --supersede"
+    )
+
+
+async def _in_flight(client: Client, pcs: PCSRef) -> str | None:
+    """The refusal `start` without `--supersede` gives while a rollout of `pcs` runs (and
+    `plan` with it); None when none runs."""
+    try:
+        described = await _handle(client, pcs).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        return None
+    return _in_flight_refusal(pcs, described.run_id)
+
+
+async def _check_images(
+    pcs: PCSRef,
+    images: dict[str, str],
+    policy: RolloutPolicy,
+    in_flight: str | None = None,
+    superseding: bool = False,
+) -> None:
     """Refuse what the rollout would refuse, before starting it, with the same code: its first
     read's refusal (`RolloutState.refusal`: no such PodCliqueSet, not OnDelete, a replica outage
     not allowed), then its write's (`images_patch`, as `set_pcs_images`: an unknown clique or
@@ -276,7 +316,7 @@ async def _check_images(pcs: PCSRef, images: dict[str, str], policy: RolloutPoli
     except ValueError as err:
         raise RolloutError(str(err), EXIT_USAGE) from None
     try:
-        refusal = (await plan(kube, pcs, images, policy)).refusal
+        refusal = (await plan(kube, pcs, images, policy, in_flight, superseding)).refusal
     except Exception as err:  # the cluster unreachable, no kubeconfig: one line
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
         raise RolloutError(f"cannot read PodCliqueSet {pcs} from the cluster: {reason}", EXIT_USAGE) from None
@@ -286,28 +326,26 @@ async def _check_images(pcs: PCSRef, images: dict[str, str], policy: RolloutPoli
         raise RolloutError(f"rollout refused, nothing changed: {refusal}", EXIT_USAGE)
 
 
-def _plan(args: argparse.Namespace) -> int:
-    """`rollout plan`: what `start` would do, read and decided as `start` (`rollouts.plan`)."""
+async def _plan(client: Client, args: argparse.Namespace) -> int:
+    """`rollout plan`: what `start` would do, read and decided as `start` (`rollouts.plan`),
+    refused as `start` refuses (exit 2), a rollout in flight included."""
     policy = RolloutPolicy(
         replica_concurrency=args.concurrency, allow_replica_outage=args.allow_replica_outage
     )
-
-    async def read() -> RolloutPlan:
-        kube = Kube(Settings.from_env())
-        try:
-            return await plan(kube, args.pcs, dict(args.images), policy)
-        finally:
-            kube.close()
-
+    in_flight = await _in_flight(client, args.pcs)
     try:
-        found = asyncio.run(read())
+        kube = Kube(Settings.from_env())
     except ValueError as err:  # the settings
         return fail(str(err), EXIT_USAGE)
+    try:
+        found = await plan(kube, args.pcs, dict(args.images), policy, in_flight)
     except Exception as err:  # the cluster unreachable, no kubeconfig: one line
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
         return fail(f"cannot read PodCliqueSet {args.pcs} from the cluster: {reason}", EXIT_USAGE)
+    finally:
+        kube.close()
     print(found.model_dump_json(indent=2) if args.json else render_plan(found))
-    return EXIT_FAILED if found.refusal else EXIT_OK
+    return EXIT_USAGE if found.refusal else EXIT_OK
 
 
 async def _query(handle: WorkflowHandle[Any, Any]) -> RolloutStatus:
