@@ -181,6 +181,19 @@ class Grove:
             for r in (0, 1)
         )
 
+    def below_min_available(self) -> set[str]:
+        """The model's own count, apart from `steps.outage`: each standalone PodClique with fewer
+        Ready pods than its minAvailable (1), each scaling group with fewer available replicas
+        (a member PodClique with a Ready pod) than its minAvailable (1)."""
+        ready: dict[str, int] = {}
+        for (_, pclq, _), (_, is_ready) in self.pods.items():
+            ready[pclq] = ready.get(pclq, 0) + is_ready
+        below = {f"PodClique p-{r}-router" for r in (0, 1) if ready.get(f"p-{r}-router", 0) < 1}
+        for r in (0, 1):
+            if sum(ready.get(f"p-{r}-w-{j}-worker", 0) >= 1 for j in (0, 1)) < 1:
+                below.add(f"scaling group p-{r}-w")
+        return below
+
     def state(self) -> PCSState:
         gangs = []
         for name, gs in GROUPS.items():
@@ -357,8 +370,12 @@ class Runbook:
                 made=self.model.made,
                 versions=self.model.known,
             )
+        below = grove.below_min_available()
         for pclq, k in doomed:
             grove.delete(gang, pclq, k)
+        if not self.policy.allow_replica_outage:  # the model's own count of Ready pods
+            broken = sorted(grove.below_min_available() - below)
+            self.violations += [f"model: {kind} of {gang} takes {b} below its minAvailable" for b in broken]
         return RollGangResult(deleted=tuple(f"{pclq}-{k}" for pclq, k in doomed))
 
     # -- the runbook -------------------------------------------------------------------------------
@@ -472,6 +489,7 @@ class Runbook:
         yield from self.wait(lambda: state.observed(change.generation), "the edit adopted")
         state.adopt_edit(change, T0)
         self.made(state.targets)  # adopted by its operator
+        self.model.adopted = True
         return True
 
     def foreign_while_rolling_back(self) -> Runs:
@@ -585,6 +603,8 @@ class RolloutModel(RuleBasedStateMachine):
         self.outcome: str | None = None
         self.result: RolloutResult | None = None
         self.foreign_edits = 0
+        self.dormant: dict[str, str] = {}  # clique -> the hash of an edit left dormant before the start
+        self.adopted = False  # its operator adopted the template as it was (`resume`)
         self.theirs: set[str] = set()  # cliques someone else changed after the rollout last wrote them
         self.foreign_labels: dict[str, str] = {}  # clique -> the last label someone else set
         self.foreign_images: dict[str, str] = {}  # clique -> the last image someone else set
@@ -603,10 +623,21 @@ class RolloutModel(RuleBasedStateMachine):
                 (("router",), True),
                 (("router",), False),  # refused: a standalone clique without an outage allowed
             )
-        )
+        ),
+        dormant=st.sampled_from((None, None, "router", "worker")),
     )
-    def start(self, start: tuple[tuple[str, ...], bool]) -> None:
+    def start(self, start: tuple[tuple[str, ...], bool], dormant: str | None = None) -> None:
+        """`dormant`: someone else's edit of that clique's template, which Grove left dormant
+        (OnDelete: no pod runs it) before the rollout starts; the rollout refuses to start."""
         cliques, outage = start
+        if dormant is not None:
+            entry = copy.deepcopy(self.grove.clique(dormant))
+            entry["labels"] = {"edit": "dormant"}
+            self.grove.patch({"spec": {"template": {"cliques": [
+                entry if c["name"] == dormant else c for c in self.grove.cliques
+            ]}}})  # fmt: skip
+            self.grove.reconcile()
+            self.dormant = {dormant: self.grove.labels[dormant]}
         images = {f"{c}/{c}": IMAGES[c][c] for c in cliques}
         policy = RolloutPolicy(step_deadline_seconds=DEADLINE, allow_replica_outage=outage)
         self.runbook = Runbook(self, images, policy)
@@ -643,7 +674,10 @@ class RolloutModel(RuleBasedStateMachine):
             self.result = views.result(state, PCS, outcome, T0)  # type: ignore[arg-type]
 
     def made(self, clique: str, version: str) -> bool:
-        """The model's account: `version` of `clique` is one the rollout made."""
+        """The model's account: `version` of `clique` is one the rollout made (a dormant edit
+        found at the start never is, unless its operator adopted it on `resume`)."""
+        if self.dormant.get(clique) == version and not self.adopted:
+            return False
         return any(v.get(clique) == version for v in self.versions)
 
     def edits_kept(self, runbook: Runbook) -> dict[str, dict[str, Any]]:
