@@ -23,11 +23,10 @@ from contracts.models.grove import (
 from workflows.rollout import steps
 from workflows.rollout.state import RolloutState
 
-T0 = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
-PCS = PCSRef(namespace="default", name="p")
-POLICY = RolloutPolicy(step_deadline_seconds=600)
 ORIGINAL = {"router": "r1", "worker": "w1"}
 IMAGES = {"router/router": "registry.local/r:1", "worker/worker": "registry.local/w:1"}
+T0, PCS = datetime(2026, 11, 28, 12, 0, tzinfo=UTC), PCSRef(namespace="default", name="p")
+POLICY = RolloutPolicy(step_deadline_seconds=600)
 
 
 def group(
