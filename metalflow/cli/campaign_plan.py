@@ -86,6 +86,7 @@ class CampaignPlan(BaseModel):
     windows: tuple[PlannedWindow, ...]
     changes: tuple[DeploymentChange, ...]
     budget: str
+    whole_deployment: tuple[str, ...] = ()  # the deployments asked for whole, by name
     refused: str | None = None  # why `start` would refuse it (nothing would change)
 
 
@@ -208,6 +209,7 @@ async def build(
         ),
         changes=decided.changes,
         budget=decide.describe_budget(request.budget, 0, len(selected.roster)),
+        whole_deployment=target.whole_deployment,
     )
     if decided.refusal is not None:
         raise PlanRefused(decided.refusal, plan.model_copy(update={"refused": decided.refusal}))
@@ -304,6 +306,10 @@ def render(plan: CampaignPlan) -> str:
         lines.append("changes outside its hosts: none")
     for change in plan.changes:
         verb = "would restore" if change.role == "leftover" else "would change"
-        lines.append(f"{verb}: {change.describe()}")
+        whole = change.role != "leftover" and change.deployment in plan.whole_deployment
+        lines.append(
+            f"{verb}: {change.describe()}"
+            + (" (whole: hosts outside the campaign turn Outdated)" if whole else "")
+        )
     lines.append(f"failure budget: {plan.budget}")
     return "\n".join(lines)

@@ -105,21 +105,42 @@ def test_a_deployment_that_selects_a_host_the_campaign_leaves_out_is_refused(
     at its next reprovision; unless the whole deployment is asked for by name."""
     decided = _admit(selected=_selected(**facts), claims=claims)
     assert decided.refusal is not None and "DPUDeployment gpu-compute also selects 1 hosts" in decided.refusal
-    assert words in decided.refusal and "--whole-deployment" in decided.refusal
-    whole = _admit(_start(whole_deployment=True), _selected(**facts), claims)
-    assert whole.refusal is None
+    assert words in decided.refusal and "--whole-deployment gpu-compute" in decided.refusal
+    whole = _admit(_start(whole_deployment=("gpu-compute",)), _selected(**facts), claims)
+    if claims.held:  # never over a host another running campaign holds, whole or not
+        assert whole.refusal is not None and f"{HOSTS[3]} (claimed by running campaign {X})" in whole.refusal
+    else:
+        assert whole.refusal is None
+
+
+def test_whole_deployment_names_the_deployment_it_lifts_and_never_lifts_a_held_host() -> None:
+    """An independent reviewer's attack (item 4): `--whole-deployment` was a flag that lifted
+    rule 1 for the canary deployment too, and pointed `canary` over c1, held by running campaign
+    H3 (H3's reprovision would have installed the new BFB)."""
+    held = ClaimResult(held=(HostGroup(reason=f"claimed by running campaign {X}", host_ids=(CANARY[0],)),))
+    fleet_only = _admit(_start(whole_deployment=("gpu-compute",)), claims=held)
+    assert (
+        fleet_only.refusal is not None and "DPUDeployment canary also selects 1 hosts" in fleet_only.refusal
+    )
+    both = _admit(_start(whole_deployment=("gpu-compute", "canary")), claims=held)
+    assert both.refusal is not None and both.refusal.startswith(
+        f"DPUDeployment canary selects {CANARY[0]} (claimed by running campaign {X})"
+    )
+    with pytest.raises(ValueError, match="whole deployment other is neither"):
+        _start(whole_deployment=("other",))
+    earlier = CampaignTarget.model_validate(
+        {"kind": "bfb", "value": "b", "deployment": "d", "canary_deployment": "c", "whole_deployment": True}
+    )
+    assert earlier.whole_deployment == ("c", "d"), "an earlier worker's flag reads as both names"
 
 
 def test_a_canary_whose_hosts_are_all_left_out_is_refused_never_skipped() -> None:
     """Item 2: the canary was taken as passed and the fleet pointed in the same second."""
-    held = ClaimResult(
-        held=(HostGroup(reason="claimed by running campaign campaign/x", host_ids=(CANARY[0],)),)
-    )
-    decided = _admit(_start(whole_deployment=True), claims=held)
+    decided = _admit(_start(whole_deployment=("canary",)), _selected(assigned=(CANARY[0],)))
     assert decided.refusal is not None and decided.refusal.startswith(
         "the canary cannot run: DPUDeployment canary"
     )
-    assert f"{CANARY[0]} (claimed by running campaign campaign/x)" in decided.refusal
+    assert f"{CANARY[0]} (instance assigned in the inventory)" in decided.refusal
     assert _admit(read=_read(canary=())).refusal is not None, "a canary deployment that selects none"
 
 

@@ -130,7 +130,7 @@ class World:
     kind: str
     hosts: dict[str, Host]
     outside: int  # hosts outside the roster its fleet deployment selects
-    whole: bool
+    whole: tuple[str, ...]  # the deployments asked for whole, by name
     canary: int
     leftover: bool  # GONE left the fleet deployment pointed at NEW
     budget: int
@@ -162,7 +162,7 @@ def worlds(draw: Any) -> World:
         kind=kind,
         hosts=hosts,
         outside=draw(st.sampled_from([0] * 7 + [1])),
-        whole=draw(st.sampled_from([False, False, False, True])),
+        whole=draw(st.sampled_from([(), (), (), (FLEET,), (CANARY, FLEET)])),
         canary=1 if kind == "bfb-canary" else 0 if kind == "bfb" else draw(st.integers(0, 2)),
         leftover=kind.startswith("bfb") and draw(st.booleans()),
         budget=draw(st.integers(0, 2)),
@@ -186,7 +186,7 @@ def _target(world: World) -> CampaignTarget:
         value=NEW,
         deployment=FLEET,
         canary_deployment=canary,
-        whole_deployment=world.whole,
+        whole_deployment=tuple(n for n in world.whole if n in (canary, FLEET)),
     )
 
 
@@ -321,7 +321,11 @@ class CampaignModel(RuleBasedStateMachine):
         hosts = self.world.hosts
         known = [h for h, f in hosts.items() if not f.no_dpf]
         selects = [h for h in known if hosts[h].canary == (change.role == "canary")]
-        if not self.start.target.whole_deployment:
+        for host_id in selects:  # whole or not: never over a host another running campaign holds
+            assert self.registry._holder_of.get(host_id) in (ME, None), (
+                f"{change.deployment} pointed over {host_id}, held by {self.registry._holder_of.get(host_id)}"
+            )
+        if change.deployment not in self.start.target.whole_deployment:
             assert change.role != "fleet" or self.world.outside == 0, "the fleet's selects hosts outside"
             for host_id in selects:
                 held = self.registry.deployments.get(change.deployment)
