@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +51,7 @@ from contracts.models.campaign import (
     Window,
 )
 from contracts.validation import Requester, arg_type
-from drivers.campaign import Fleet
+from drivers.campaign import Fleet, field_of
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
 from drivers.kube import Kube
@@ -192,6 +193,7 @@ async def build(
     if target.points_deployment:
         read = await fleet.read_deployments(DeploymentsInput(target=target, host_ids=selected.roster.ids))
     decided = admission.admit(request, selected, claims, read, now)
+    decided = replace(decided, changes=tuple([await _as_restored(fleet, c, now) for c in decided.changes]))
     plan = CampaignPlan(
         name=request.name,
         target=target.describe(),
@@ -228,6 +230,18 @@ async def build(
     if state.stopped_reason is not None:
         raise PlanRefused(state.stopped_reason, plan.model_copy(update={"refused": state.stopped_reason}))
     return plan
+
+
+async def _as_restored(fleet: Fleet, change: DeploymentChange, now: datetime) -> DeploymentChange:
+    """A leftover as its restore would find it now (compare and set: `restore_write`): one the
+    deployment no longer holds is left as it is, and says why."""
+    if change.role != "leftover":
+        return change
+    try:
+        current = field_of(await fleet.deployment(change.deployment), change.field)
+    except InvalidInput:
+        current = ""  # deleted since
+    return change if change.restore_write(current) is not None else change.restored(current, now)
 
 
 def rounds_of(
@@ -306,6 +320,7 @@ def render(plan: CampaignPlan) -> str:
         lines.append("changes outside its hosts: none")
     for change in plan.changes:
         verb = "would restore" if change.role == "leftover" else "would change"
+        verb = "would leave as it is" if change.left_as_found else verb
         whole = change.role != "leftover" and change.deployment in plan.whole_deployment
         lines.append(
             f"{verb}: {change.describe()}"

@@ -15,6 +15,7 @@ from contracts.models.campaign import (
     CampaignHost,
     CampaignInput,
     CampaignTarget,
+    ClaimRequest,
     ClaimResult,
     DeploymentFacts,
     DeploymentHeld,
@@ -23,12 +24,14 @@ from contracts.models.campaign import (
     HostGroup,
     HostSelection,
     Limits,
+    RecordRequest,
     Roster,
     SelectHostsResult,
     TargetKind,
 )
 from metalflow.cli.campaign_plan import rounds_of
 from workflows.campaign.admission import Admission, admit
+from workflows.campaign_claims.state import ClaimsState
 
 NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
 HOSTS = [f"host-00{i}" for i in range(1, 8)]  # the issue's site: 001 the canary, 002..006 the fleet
@@ -206,3 +209,25 @@ def test_plan_runs_the_campaigns_own_rounds_and_a_canary_at_the_target_stops_it(
     plain = admit(reprovision, _selected(), ClaimResult(), None, NOW)
     expected = [(HOSTS[0],), tuple(HOSTS[1:3]), tuple(HOSTS[3:5]), (HOSTS[5],)]
     assert rounds_of(reprovision, plain, set(), NOW)[1] == expected
+
+
+def test_a_restore_is_compare_and_set_and_names_who_made_the_change() -> None:
+    """An independent reviewer's attack (item 2): TK3 was terminated before it pointed
+    gpu-compute, an operator patched gpu-compute to 3-1-0, and other1 "restored" TK3's recorded
+    change (2-9-0) over it, its status naming itself as the campaign taken over. A restore puts
+    `previous` back only where the deployment still holds the value the campaign set."""
+    registry = ClaimsState()
+    tk3 = "campaign/TK3"
+    registry.claim(ClaimRequest(campaign=tk3, host_ids=("c1",), deployments=("gpu-compute",)))
+    record = DeploymentRecord(deployment="gpu-compute", field="bfb", previous="2-9-0", value="3-0-0")
+    registry.record(RecordRequest(campaign=tk3, changes=(record,)))
+    answer = registry.claim(ClaimRequest(campaign="campaign/other1", host_ids=("c1",), take_from=(tk3,)))
+    [leftover] = _admit(claims=ClaimResult(inherited=answer.inherited)).changes[:1]
+    assert leftover.role == "leftover" and f"taken over from {tk3}," in leftover.note
+    assert leftover.restore_write("3-1-0") is None, "an operator's value is left as it is"
+    kept = leftover.restored("3-1-0", NOW)
+    assert kept.left_as_found and "not restored: changed since by someone else (now 3-1-0)" in kept.describe()
+    assert leftover.restore_write("2-9-0") is None, "a change recorded but never made is not restored"
+    assert leftover.restored("2-9-0", NOW).left_as_found
+    assert leftover.restore_write("3-0-0") == "2-9-0"
+    assert not leftover.restored("3-0-0", NOW).left_as_found

@@ -217,6 +217,7 @@ class CampaignModel(RuleBasedStateMachine):
         self.refused: str | None = None
         self.heard_budget = 0  # failures the budget counts, as the model counts them (invariant 5)
         self.canary_latest: dict[str, str] = {}  # canary host -> "done" or "failed", as the world ended it
+        self.patched: dict[str, str] = {}  # deployment -> the value an operator set by hand, last
 
     # -- the run's start: facts, claims, admission (the runbook's `_admit`) ------------------------
     @initialize(world=worlds())
@@ -308,12 +309,23 @@ class CampaignModel(RuleBasedStateMachine):
 
     # -- the world's side of a change -------------------------------------------------------------
     def _apply(self, state: CampaignState, index: int, *, restore: bool) -> None:
+        """The deployment activity over the world: a point writes the value; a restore writes
+        what `restore_write` says of the value read (compare and set)."""
         change = state.changes[index]
+        before = self.world.values[change.deployment]
         if not restore:
             self._check_point(state, index)
-        self.world.values[change.deployment] = change.previous if restore else change.value
-        update = {"restored_at": self.now} if restore else {"pointed_at": self.now, "restored_at": None}
-        state.changes[index] = change.model_copy(update=update)
+            self.world.values[change.deployment] = change.value
+            state.changes[index] = change.model_copy(update={"pointed_at": self.now, "restored_at": None})
+            return
+        write = change.restore_write(before)
+        if write is not None:
+            self.world.values[change.deployment] = write
+        state.changes[index] = change.restored(before, self.now)
+        if before == self.patched.get(change.deployment):  # invariant 4: never over someone's change
+            assert self.world.values[change.deployment] == before, (
+                f"{change.deployment}: the operator's {before} overwritten by a restore to {change.previous}"
+            )
 
     def _check_point(self, state: CampaignState, index: int) -> None:
         """Invariants 1 and 2, as a deployment is pointed."""
@@ -498,6 +510,15 @@ class CampaignModel(RuleBasedStateMachine):
             self._end(host_id, "failed: DPU in Error" if event == "fails" else "completed")
         self._settle()
 
+    @precondition(lambda self: self.ended is None and self.start.target.points_deployment)
+    @rule(data=st.data())
+    def an_operator_patches_a_deployment(self, data: st.DataObject) -> None:
+        """Someone else sets a deployment's value by hand (`kubectl patch`): no restore may put
+        the campaign's `previous` over it (README rule 4: compare and set)."""
+        name = data.draw(st.sampled_from([CANARY, FLEET]))
+        self.patched[name] = self.world.values[name] = f"bf-op{len(self.patched)}"
+        self._settle()
+
     @rule(minutes=st.sampled_from([5, 11, 40, 120]))
     def time_passes(self, minutes: int) -> None:
         self.now += timedelta(minutes=minutes)
@@ -554,10 +575,12 @@ class CampaignModel(RuleBasedStateMachine):
         successor = CampaignState.first(asker=f"{ME}@run-2", limits=self.world.limits, now=self.now)
         self._admit_as(successor, ME)
         own = [c for c in successor.changes if c.role != "leftover"]
-        assert all(c.previous == ORIGINAL for c in own), f"the value found is not the original: {own}"
-        assert self.world.values == {CANARY: ORIGINAL, FLEET: ORIGINAL}, (
-            f"what the terminated campaign changed is not put back: {self.world.values}"
-        )
+        found = [c for c in own if c.previous not in (ORIGINAL, self.patched.get(c.deployment))]
+        assert not found, f"the value found is neither the original nor the operator's: {found}"
+        for name, value in self.world.values.items():
+            assert value in (ORIGINAL, self.patched.get(name)), (
+                f"what the terminated campaign changed is not put back: {self.world.values}"
+            )
         self.registry.release(ME)
 
     # -- the invariants -----------------------------------------------------------------------------
@@ -591,7 +614,7 @@ class CampaignModel(RuleBasedStateMachine):
                 assert change.restored_at is not None, (
                     f"ended {self.ended}: {change.deployment} left as taken over"
                 )
-            elif not kept:
+            elif not kept and self.world.values[change.deployment] != self.patched.get(change.deployment):
                 assert self.world.values[change.deployment] == change.previous, (
                     f"ended {self.ended}: {change.deployment} left at {self.world.values[change.deployment]}"
                 )

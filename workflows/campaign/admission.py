@@ -235,12 +235,19 @@ def _changes(
     """Each deployment to point, with the value it holds when none of ours is pointed: a
     campaign that no longer runs may have left it pointed (its record has the value it found)."""
     field_name = start.target.spec.deployment_field
-    found = {(r.deployment, r.field): r.previous for r in inherited}
+    # the value that campaign found, while the deployment still holds the one it set (else it
+    # is not put back: what it holds now is the value to put back)
+    found = {(r.deployment, r.field): r for r in inherited}
+
+    def previous(facts: DeploymentFacts) -> str:
+        record = found.get((facts.name, field_name))
+        return record.previous if record is not None and record.value == facts.value else facts.value
+
     return [
         DeploymentChange(
             deployment=facts.name,
             field=field_name,
-            previous=found.get((facts.name, field_name), facts.value),
+            previous=previous(facts),
             value=start.target.value,
             role=facts.role,
         )
@@ -256,7 +263,7 @@ def _leftover(record: DeploymentRecord, now: datetime) -> DeploymentChange:
         value=record.value,
         role="leftover",
         pointed_at=now,
-        note=f"taken over from {record.holder or 'a campaign'}, which no longer runs",
+        note=f"taken over from {record.taken_from or record.holder or 'a campaign'}, which no longer runs",
     )
 
 
