@@ -27,14 +27,19 @@ The invariants (README, "Fleet campaigns"), each shown to fail on a deliberately
    abort leaves a DPU owed a reboot that no operation will give.
 5. The failure budget only grows toward its limit between an operator's resets, counted as README
    says (failures since the start, the last resume or retry; a skipped failure stays counted; a
-   host waiting for an operator counts while it waits), and halts once past it.
+   host waiting for an operator counts while it waits), and halts once past it: the limit computed
+   here from README's words (`N` hosts, or `X%` of those selected rounded down), never by the
+   code under test.
 
 Each check was seen to fail on a deliberately broken core (each break made, run, restored): the
 admission checking deployments against the whole roster, skipped hosts included (1); an empty
 deployment canary taken as passed (2); the canary's end counted by its batch, as before the fix
 (3: the hang); an ending that forgets its own changes, a takeover that does not put back what the
 terminated campaign left, an operation that takes a campaign's abort while its DPUs install (4);
-a skip that takes a failed host off the budget (5). It found, while it was written, three holes
+a skip that takes a failed host off the budget (5). After an independent reviewer's attack: a
+whole deployment pointed over a host another running campaign holds (1), a restore that puts the
+value found back over an operator's patch (the world's `an_operator_patches_a_deployment`: 4), a
+share of the budget rounded up (5). It found, while it was written, three holes
 in the canary and a campaign that waited for a window with no alarm set (tests of their own in
 test_campaign_state.py). Derandomized: the same fleets and orders every run, in a few seconds.
 """
@@ -79,7 +84,7 @@ from contracts.models.campaign import (
 )
 from contracts.models.control import OperatorRequest
 from contracts.models.host import HostOperationInput, HostOperationKind
-from workflows.campaign import admission, plan, views
+from workflows.campaign import admission, views
 from workflows.campaign.state import CampaignState
 from workflows.campaign_claims.state import ClaimsState
 from workflows.host_operation.state import HostOperationState
@@ -134,6 +139,7 @@ class World:
     canary: int
     leftover: bool  # GONE left the fleet deployment pointed at NEW
     budget: int
+    percent: int | None  # the budget as a share of the hosts selected, instead of `budget` hosts
     limits: Limits
     keep: bool
     windows: tuple[Window, ...]
@@ -166,6 +172,7 @@ def worlds(draw: Any) -> World:
         canary=1 if kind == "bfb-canary" else 0 if kind == "bfb" else draw(st.integers(0, 2)),
         leftover=kind.startswith("bfb") and draw(st.booleans()),
         budget=draw(st.integers(0, 2)),
+        percent=draw(st.sampled_from([None, None, 10, 25, 40])),
         limits=Limits(
             batch_size=draw(st.integers(1, 3)), max_in_flight=draw(st.integers(1, 3)), max_per_bmc=0
         ),
@@ -232,7 +239,9 @@ class CampaignModel(RuleBasedStateMachine):
             limits=world.limits,
             soak_seconds=world.soak,
             windows=world.windows,
-            budget=FailureBudget(max_failures=world.budget),
+            budget=FailureBudget(max_failures=world.budget)
+            if world.percent is None
+            else FailureBudget(max_percent=world.percent),
             policy=CampaignPolicy(busy_retry_seconds=300, sweep_seconds=600, keep_changes=world.keep),
             requested_by="ops",
         )
@@ -630,7 +639,11 @@ class CampaignModel(RuleBasedStateMachine):
         assert counted == self.heard_budget + waiting, (
             f"budget counts {counted}, README {self.heard_budget}+{waiting}"
         )
-        if plan.budget_exceeded(self.start.budget, counted, self.state.total):
+        # README's words, computed here (never by the code under test): `N` halts past N failures;
+        # `X%` is of the hosts selected, rounded down (10% of 100 hosts halts at the 11th).
+        percent, total = self.world.percent, self.state.total
+        limit = self.world.budget if percent is None else (percent * total) // 100
+        if counted > limit:
             assert (
                 self.state.halted_reason is not None
                 or self.state.abort_request is not None
