@@ -98,8 +98,8 @@ class CanaryLedger(DeploymentLedger):
 
     def _end_deployment_canary(self) -> str | None:
         verdict = self.canary_verdict()
-        if verdict is None:
-            return None
+        if verdict is None or self.abort_request is not None:
+            return None  # an abort ends it: no verdict (its hosts were aborted or never started)
         if verdict == "failed":
             return self._canary_failed()
         if verdict == "empty":
