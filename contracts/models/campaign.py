@@ -354,6 +354,9 @@ class SelectHostsResult(_Frozen):
 class CheckHostsInput(_Frozen):
     target: CampaignTarget
     host_ids: tuple[str, ...]
+    # judged as once the campaign's deployment is pointed at the target (`campaign plan` and
+    # `start`, which read before it is; drivers/campaign.py `dpu_reading`)
+    as_pointed: bool = False
 
 
 class Reading(_Frozen):

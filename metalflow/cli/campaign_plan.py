@@ -217,7 +217,9 @@ async def build(
         raise PlanRefused(decided.refusal, plan.model_copy(update={"refused": decided.refusal}))
     at_target: set[str] = set()
     if target.spec.at_target != "never" and decided.runs:
-        checked_hosts = await fleet.check(CheckHostsInput(target=target, host_ids=decided.runs))
+        # as the workflow reads them: after it points their deployment (the canary's, then the fleet's)
+        reads = CheckHostsInput(target=target, host_ids=decided.runs, as_pointed=target.points_deployment)
+        checked_hosts = await fleet.check(reads)
         at_target = set(checked_hosts.at_target)
     state, rounds = rounds_of(request, decided, at_target, now)
     plan = plan.model_copy(

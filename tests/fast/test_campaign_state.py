@@ -37,6 +37,7 @@ from contracts.models.campaign import (
     Window,
 )
 from contracts.models.control import OperatorRequest
+from drivers.campaign import host_reading
 from workflows.campaign import admission, views
 from workflows.campaign.admission import Admission
 from workflows.campaign.state import (
@@ -589,3 +590,36 @@ def test_a_terminated_campaigns_status_reads_ended_not_running() -> None:
         how,
         how,
     )
+
+
+def test_a_canary_at_the_target_after_a_terminated_run_names_what_it_takes_over_and_how_to_go_on() -> None:
+    """An independent reviewer's attack (item 3): a same-name rerun after K was terminated once
+    the fleet was pointed refused with "the canary cannot run ... gpu-compute is not pointed",
+    naming neither the leftovers it would put back nor how to go on."""
+    state = CampaignState.first(asker=ASKER, limits=Limits(batch_size=2, max_per_bmc=0), now=NOW)
+    roster = Roster.of([CampaignHost(host_id=f"h{i}") for i in range(3)])
+    left = _change("leftover", deployment="fleet-dep", previous="bf-old", value="bf-new")
+    changes = (left, _change("canary"), _change("fleet"))
+    state.admitted(Admission(roster=roster, changes=changes, canary_pool=("h0",)), 1)
+    state.found_at_target("h0")
+    state.next_step(NOW, _input())
+    assert state.stopped_reason is not None
+    assert "takes over what a campaign that no longer runs left (fleet-dep bfb bf-new -> bf-old)" in (
+        state.stopped_reason
+    )
+    assert "run without --canary-deployment (--canary 0)" in state.stopped_reason
+
+
+def test_a_dpu_on_the_target_outdated_only_until_its_deployment_is_pointed_is_judged_alike() -> None:
+    """An independent reviewer's attack (item 1): after a canary that passed and was aborted,
+    c1 ran the target BFB while `canary` was put back (Outdated). `plan` read it before pointing
+    (not at the target: the canary runs, exit 0), the workflow after (at the target: the canary
+    cannot run, stopped). `as_pointed` judges it as it will read once pointed, for plan and start."""
+    dpu = {
+        "metadata": {"name": "c1-dpu"},
+        "spec": {"bfb": "bf-3", "dpuNodeName": "node-c1"},
+        "status": {"phase": "Ready", "conditions": [{"type": "Outdated", "status": "True"}]},
+    }
+    assert host_reading([dpu], "c1", TargetKind.BFB, "bf-3", "ns")[0] is False
+    assert host_reading([dpu], "c1", TargetKind.BFB, "bf-3", "ns", as_pointed=True) == (True, "")
+    assert host_reading([dpu], "c1", TargetKind.BFB, "bf-4", "ns", as_pointed=True)[0] is False
