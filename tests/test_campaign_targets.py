@@ -400,10 +400,15 @@ async def test_plan_shows_what_start_would_do_and_starts_nothing(
         kind=TargetKind.BFB, value=NEW_BFB, deployment=FLEET_GROUP, canary_deployment=CANARY_GROUP
     )
     request = _request(target, [*FLEET_HOSTS, *CANARY_HOSTS], canary=1, limits=Limits(batch_size=1))
-    planned = await campaign_plan.build(local_env.client, fleet, request, queue)
-    # The previous test put the deployments back: the hosts it upgraded are Outdated, not at target.
-    assert planned.at_target == () and planned.canary == tuple(CANARY_HOSTS)
-    assert planned.batches == tuple((h,) for h in FLEET_HOSTS)
+    # The previous test put the deployments back: the hosts it upgraded read Outdated only until
+    # their deployment is pointed; plan judges them as the run will (at the target), so the canary
+    # cannot run and plan refuses as the run would stop (an independent reviewer's attack: plan
+    # said "canary (2)", the run stopped at once).
+    with pytest.raises(campaign_plan.PlanRefused, match="the canary cannot run") as stopped:
+        await campaign_plan.build(local_env.client, fleet, request, queue)
+    planned = stopped.value.plan
+    assert set(CANARY_HOSTS) <= set(planned.at_target) and planned.canary == planned.batches == ()
+    assert f"{CANARY_HOSTS[0]}: already at the target" in stopped.value.reason
     assert [(c.role, c.deployment, c.previous, c.value) for c in planned.changes] == [
         ("canary", CANARY_GROUP, DEFAULT_BFB, NEW_BFB),
         ("fleet", FLEET_GROUP, DEFAULT_BFB, NEW_BFB),
