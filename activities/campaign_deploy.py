@@ -5,7 +5,7 @@ into `CampaignActivities` (activities/campaign.py).
 value and the hosts it selects (`drivers.campaign.Fleet.read_deployments`, which `metalflow
 campaign plan` and `start` call too; the campaign's admission decides on it).
 `point_campaign_deployment` points one (its strategy checked again: still OnDelete) or puts its
-previous value back.
+previous value back, compare-and-set: only where it still holds the value the campaign set.
 
 Cost: per point or restore one get and one conditional edit (plus one get of the BFB or flavor).
 """
@@ -54,13 +54,20 @@ class CampaignDeployments:
                 f"no {kind.kind} {value} in namespace {ns}: DPUDeployment {change.deployment} left as it is"
             )
 
+        found: list[str] = []  # what the (last) conditional edit read
+
         def edit(obj: Object) -> Object | None:
-            if fleet.field_of(obj, change.field) == value:
+            current = fleet.field_of(obj, change.field)
+            found[:] = [current]
+            # A restore is compare-and-set (`DeploymentChange.restore_write`): never over a value
+            # someone else set since, nor a change recorded but never made.
+            write = change.restore_write(current) if request.restore else value
+            if write is None or current == write:
                 return None
-            return {"spec": {"dpus": {change.field: value}}}
+            return {"spec": {"dpus": {change.field: write}}}
 
         await self.kube.edit(SITE_KEY, DEPLOYMENT, ns, change.deployment, edit)
         now = datetime.now(UTC)
         if request.restore:
-            return change.model_copy(update={"restored_at": now})
+            return change.restored(found[0] if found else change.value, now)
         return change.model_copy(update={"pointed_at": now, "restored_at": None})

@@ -188,9 +188,14 @@ def outdated_reason(dpu: Object) -> str | None:
     return None
 
 
-def dpu_reading(dpu: Object, kind: TargetKind, value: str, namespace: str) -> tuple[bool, str]:
+def dpu_reading(
+    dpu: Object, kind: TargetKind, value: str, namespace: str, *, as_pointed: bool = False
+) -> tuple[bool, str]:
     """Whether one DPU runs the `value` of a kind read from DPF (a BFB, a flavor), and what it
-    runs, in words.
+    runs, in words. `as_pointed`: judged as it will read once the campaign's deployment is
+    pointed at `value` (a DPU on `value` reads Outdated only because its deployment is not
+    pointed yet: `campaign plan` and `start` read before the campaign points it, the workflow
+    after, and all three must judge alike).
 
     At the target: its spec names `value` (the kind's `dpu_field`), DPF does not report it
     outdated, it is not being deleted, it is `Ready`, and where the kind names the file DPF
@@ -218,19 +223,26 @@ def dpu_reading(dpu: Object, kind: TargetKind, value: str, namespace: str) -> tu
         notes.append(f"outdated {outdated}")
     if meta.get("deletionTimestamp"):
         notes.append("deleting")
-    ok = ok and outdated is None and not meta.get("deletionTimestamp") and phase == "Ready"
+    outdated_now = outdated is not None and not (as_pointed and named == value)
+    ok = ok and not outdated_now and not meta.get("deletionTimestamp") and phase == "Ready"
     return ok, f"{name}: {what}, {', '.join(notes)}"
 
 
 def host_reading(
-    dpus: list[Object], host_id: str, kind: TargetKind, value: str, namespace: str
+    dpus: list[Object],
+    host_id: str,
+    kind: TargetKind,
+    value: str,
+    namespace: str,
+    *,
+    as_pointed: bool = False,
 ) -> tuple[bool, str]:
     """Whether every DPU of the host runs the target (a host with none does not), and in words
     what the DPUs not at the target run."""
     mine = [d for d in dpus if (d.get("spec") or {}).get("dpuNodeName") == f"node-{host_id}"]
     if not mine:
         return False, "no DPU objects"
-    readings = [dpu_reading(d, kind, value, namespace) for d in mine]
+    readings = [dpu_reading(d, kind, value, namespace, as_pointed=as_pointed) for d in mine]
     off = [words for ok, words in readings if not ok]
     return not off, "; ".join(off)
 
@@ -368,7 +380,8 @@ class Fleet:
                 listed = await self.kube.list(
                     host_id, DPU, ns, label_selector=f"{DPUNODE_NAME_LABEL}=node-{host_id}"
                 )
-            return host_reading(list(listed.get("items") or []), host_id, target.kind, target.value, ns)
+            dpus = list(listed.get("items") or [])
+            return host_reading(dpus, host_id, target.kind, target.value, ns, as_pointed=request.as_pointed)
 
         async def bmc_read(host_id: str) -> tuple[bool, str]:
             async with gate:

@@ -271,7 +271,7 @@ async def test_bfb_hosts_already_on_the_bfb_are_not_touched(
     for host in BFB[1]:
         _drift(sim, host, {"bfb": "bf-bundle-2-8-0"})
     target = CampaignTarget(
-        kind=TargetKind.BFB, value=DEFAULT_BFB, deployment=DEPLOYMENT, whole_deployment=True
+        kind=TargetKind.BFB, value=DEFAULT_BFB, deployment=DEPLOYMENT, whole_deployment=(DEPLOYMENT,)
     )
     result = await _run(local_env.client, queue, target, [*BFB[0], *BFB[1]])
     await _assert_touched_only(local_env.client, result, *BFB)
@@ -283,7 +283,7 @@ async def test_flavor_hosts_already_on_the_flavor_are_not_touched(
     for host in FLAVOR[1]:
         _outdated(sim, host, "OutdatedDPUFlavor")
     target = CampaignTarget(
-        kind=TargetKind.FLAVOR, value=DEFAULT_FLAVOR, deployment=DEPLOYMENT, whole_deployment=True
+        kind=TargetKind.FLAVOR, value=DEFAULT_FLAVOR, deployment=DEPLOYMENT, whole_deployment=(DEPLOYMENT,)
     )
     result = await _run(local_env.client, queue, target, [*FLAVOR[0], *FLAVOR[1]])
     await _assert_touched_only(local_env.client, result, *FLAVOR)
@@ -306,7 +306,9 @@ async def test_a_host_whose_operation_completes_off_target_fails_with_what_it_re
     [failure] = result.failures
     assert f"not at firmware {NEW_FIRMWARE}" in failure.reason and f"DPU_NIC {OLD_FIRMWARE}" in failure.reason
     _drift(sim, STANDIN[1], {"bfb": "bf-bundle-2-8-0"})
-    bfb = CampaignTarget(kind=TargetKind.BFB, value=DEFAULT_BFB, deployment=DEPLOYMENT, whole_deployment=True)
+    bfb = CampaignTarget(
+        kind=TargetKind.BFB, value=DEFAULT_BFB, deployment=DEPLOYMENT, whole_deployment=(DEPLOYMENT,)
+    )
     result = await _run(local_env.client, standin, bfb, STANDIN[1:], budget={"max_failures": 5})
     assert (result.done, result.failed) == (0, 1), result
     assert "(spec bf-bundle-2-8-0)" in result.failures[0].reason, result.failures
@@ -398,10 +400,15 @@ async def test_plan_shows_what_start_would_do_and_starts_nothing(
         kind=TargetKind.BFB, value=NEW_BFB, deployment=FLEET_GROUP, canary_deployment=CANARY_GROUP
     )
     request = _request(target, [*FLEET_HOSTS, *CANARY_HOSTS], canary=1, limits=Limits(batch_size=1))
-    planned = await campaign_plan.build(local_env.client, fleet, request, queue)
-    # The previous test put the deployments back: the hosts it upgraded are Outdated, not at target.
-    assert planned.at_target == () and planned.canary == tuple(CANARY_HOSTS)
-    assert planned.batches == tuple((h,) for h in FLEET_HOSTS)
+    # The previous test put the deployments back: the hosts it upgraded read Outdated only until
+    # their deployment is pointed; plan judges them as the run will (at the target), so the canary
+    # cannot run and plan refuses as the run would stop (an independent reviewer's attack: plan
+    # said "canary (2)", the run stopped at once).
+    with pytest.raises(campaign_plan.PlanRefused, match="the canary cannot run") as stopped:
+        await campaign_plan.build(local_env.client, fleet, request, queue)
+    planned = stopped.value.plan
+    assert set(CANARY_HOSTS) <= set(planned.at_target) and planned.canary == planned.batches == ()
+    assert f"{CANARY_HOSTS[0]}: already at the target" in stopped.value.reason
     assert [(c.role, c.deployment, c.previous, c.value) for c in planned.changes] == [
         ("canary", CANARY_GROUP, DEFAULT_BFB, NEW_BFB),
         ("fleet", FLEET_GROUP, DEFAULT_BFB, NEW_BFB),

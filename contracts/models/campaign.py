@@ -254,6 +254,16 @@ class CampaignStatus(_Frozen):
     # Set by the CLI for a run that did not end by itself: "failed: ...", "cancelled", "terminated: ...".
     ended: str = ""
 
+    def as_ended(self, how: str) -> CampaignStatus:
+        """The last status of a run that did not end by itself (`how`: `<id> was terminated:
+        <reason>`, `<id> failed: <why>`, ...), as ended: its phase how it ended, waiting for
+        nothing (its last query still read its in-flight hosts, which it no longer follows)."""
+        words = how.split(":")[0]
+        phase = next((p for p in ("terminated", "cancelled", "timed out", "failed") if p in words), "ended")
+        return self.model_copy(
+            update={"ended": how, "phase": phase, "waiting_on": "ended", "waiting_for": how}
+        )
+
 
 class CampaignResult(_Frozen):
     """How a campaign ended: counts, the newest RECENT_HOSTS named per outcome, its changes."""
@@ -344,6 +354,9 @@ class SelectHostsResult(_Frozen):
 class CheckHostsInput(_Frozen):
     target: CampaignTarget
     host_ids: tuple[str, ...]
+    # judged as once the campaign's deployment is pointed at the target (`campaign plan` and
+    # `start`, which read before it is; drivers/campaign.py `dpu_reading`)
+    as_pointed: bool = False
 
 
 class Reading(_Frozen):

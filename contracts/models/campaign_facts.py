@@ -96,6 +96,7 @@ class DeploymentRecord(_Frozen):
     field: str = ""
     previous: str = ""
     value: str = ""
+    taken_from: str = ""  # the campaign that made the change, when another took it over
 
     @property
     def changed(self) -> bool:

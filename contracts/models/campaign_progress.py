@@ -124,6 +124,9 @@ class HostFinished(_Frozen):
     outcome: str  # "completed", "failed: ...", "aborted", "expired: ..."
 
 
+NOT_RESTORED: Final = "not restored"
+
+
 class DeploymentChange(_Frozen):
     """A change the campaign made outside its hosts: a DPUDeployment's `spec.dpus.<field>`."""
 
@@ -138,15 +141,40 @@ class DeploymentChange(_Frozen):
     restored_at: datetime | None = None  # put back to `previous`
     note: str = ""  # e.g. "kept: keep_changes"
 
+    def restore_write(self, current: str) -> str | None:
+        """What putting this change back writes, the deployment reading `current`: compare and
+        set, `previous` only where it still holds the value the campaign set. None: nothing is
+        written (never made, put back since, or changed since by someone else: left as it is)."""
+        return self.previous if current == self.value and current != self.previous else None
+
+    def restored(self, current: str, now: datetime) -> DeploymentChange:
+        """This change once put back, the deployment having read `current` (`restore_write`);
+        a value left as it is says why in its note."""
+        why = ""
+        if current not in (self.value, self.previous):
+            why = f"{NOT_RESTORED}: changed since by someone else (now {current or '-'})"
+        elif current == self.previous and self.previous != self.value:
+            why = f"{NOT_RESTORED}: reads {current or '-'} already (never made, or put back since)"
+        note = "; ".join(n for n in (why, self.note) if n) if why else self.note
+        return self.model_copy(update={"restored_at": now, "note": note})
+
+    @property
+    def left_as_found(self) -> bool:
+        """Put back by leaving it as it was (`restored`): not written."""
+        return self.note.startswith(NOT_RESTORED)
+
     def describe(self) -> str:
         state = "planned"
-        if self.restored_at is not None:
+        if self.restored_at is not None and self.left_as_found:
+            state = self.note
+        elif self.restored_at is not None:
             state = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}"
         elif self.pointed_at is not None:
             state = f"pointed {self.pointed_at:%Y-%m-%d %H:%M:%S}"
-        note = f" ({self.note})" if self.note else ""
+        note = f" ({self.note})" if self.note and not self.left_as_found else ""
         if self.role == "leftover":  # put back to `previous`: restoring is the change
             done = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}" if self.restored_at else "to restore"
+            done = self.note if self.left_as_found else done
             return (
                 f"leftover DPUDeployment {self.deployment} {self.field} {self.value} -> "
                 f"{self.previous or '-'} (left by a campaign that no longer runs): {done}{note}"

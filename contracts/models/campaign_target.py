@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -103,8 +103,9 @@ class CampaignTarget(BaseModel):
     deployment: str = ""  # a kind that points: the fleet's DPUDeployment, pointed at `value` after the canary
     # a kind that points: the canary's own DPUDeployment (its hosts are the canary), pointed first
     canary_deployment: str = ""
-    # a kind that points: the deployment may select hosts outside the campaign (they turn Outdated)
-    whole_deployment: bool = False
+    # a kind that points: the deployments, asked for by name, that may select hosts outside the
+    # campaign (they turn Outdated); never one another running campaign holds (admission.py)
+    whole_deployment: tuple[str, ...] = ()
 
     @property
     def spec(self) -> KindSpec:
@@ -114,6 +115,16 @@ class CampaignTarget(BaseModel):
     def points_deployment(self) -> bool:
         return self.spec.points_deployment
 
+    @model_validator(mode="before")
+    @classmethod
+    def _earlier_flag(cls, data: Any) -> Any:
+        """`whole_deployment` of an earlier worker, a flag (a recorded or running campaign's
+        input): True was both deployments, read as their names."""
+        if isinstance(data, dict) and isinstance(data.get("whole_deployment"), bool):
+            both = (data.get("canary_deployment"), data.get("deployment")) if data["whole_deployment"] else ()
+            data = {**data, "whole_deployment": tuple(n for n in both if n)}
+        return data
+
     @model_validator(mode="after")
     def _complete(self) -> CampaignTarget:
         spec = self.spec
@@ -122,6 +133,12 @@ class CampaignTarget(BaseModel):
             raise ValueError(f"a canary deployment goes with a {pointing} target")
         if self.canary_deployment and self.canary_deployment == self.deployment:
             raise ValueError(f"the canary deployment must not be the fleet's ({self.deployment})")
+        ours = {self.deployment, self.canary_deployment} - {""}
+        if unknown := [n for n in self.whole_deployment if n not in ours]:
+            raise ValueError(
+                f"whole deployment {', '.join(unknown)} is neither the campaign's deployment nor its canary "
+                f"deployment ({', '.join(sorted(ours)) or 'none'})"
+            )
         if spec.value and not self.value:
             raise ValueError(f"a {self.kind} target needs a value (the {self.kind} name or version)")
         if spec.image and not self.image_uri:

@@ -350,7 +350,7 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
             raise
         raise CampaignError(f"campaign {ended} (its status cannot be read: no worker?)") from None
     if ended is not None:
-        status = status.model_copy(update={"ended": ended})
+        status = status.as_ended(ended)
     if args.json:
         print(status.model_dump_json(indent=2))
         return EXIT_OK if ended is None else EXIT_FAILED

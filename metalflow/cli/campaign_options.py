@@ -13,7 +13,6 @@ from contracts.models.campaign import (
     KINDS,
     CampaignInput,
     CampaignPolicy,
-    CampaignTarget,
     FailureBudget,
     HostSelection,
     Limits,
@@ -108,7 +107,7 @@ def _window_text(text: str) -> str:
 
 
 def budget(text: str) -> FailureBudget:
-    """`N` failures, or `X%` of those attempted."""
+    """`N` failures, or `X%` of the hosts selected (rounded down)."""
     try:
         if text.endswith("%"):
             return FailureBudget(max_percent=float(text[:-1]))
@@ -160,8 +159,9 @@ def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
         help=f"{pointing}: the canary's own DPUDeployment, pointed first; its hosts are the canary",
     )  # fmt: skip
     parser.add_argument(
-        "--whole-deployment", action="store_true",
-        help=f"{pointing}: the DPUDeployment may select hosts outside the campaign (they turn Outdated)",
+        "--whole-deployment", action="append", metavar="NAME",
+        help=f"{pointing}: this DPUDeployment (--deployment's or --canary-deployment's; repeatable) may "
+        "select hosts outside the campaign (they turn Outdated), never one another running campaign holds",
     )  # fmt: skip
     parser.add_argument(
         "--keep-changes", action="store_true",
@@ -190,7 +190,8 @@ def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--failure-budget", type=budget, default=FailureBudget(max_failures=0), metavar="N|X%",
-        help="halt when more hosts (or this share of those attempted) failed (default 0)",
+        help="halt once more than N hosts failed, or more than X%% of the hosts selected (rounded "
+        "down: 10%% of 100 hosts halts at the 11th failure) (default 0)",
     )  # fmt: skip
     parser.add_argument(
         "--assigned", choices=("skip", "wait-for-approval"), default="skip",
@@ -232,14 +233,15 @@ def campaign_input(name: str, args: argparse.Namespace) -> CampaignInput:
         raise ValueError(str(err)) from None
     values: dict[str, Any] = {
         "name": name,
-        "target": CampaignTarget(
-            kind=kind,
-            value=value,
-            image_uri=args.image or "",
-            deployment=deployment,
-            canary_deployment=args.canary_deployment or "",
-            whole_deployment=args.whole_deployment,
-        ),
+        # a dict, validated with the rest: a bad target is a ValueError naming it, never pydantic's text
+        "target": {
+            "kind": kind,
+            "value": value,
+            "image_uri": args.image or "",
+            "deployment": deployment,
+            "canary_deployment": args.canary_deployment or "",
+            "whole_deployment": tuple(args.whole_deployment or ()),
+        },
         "selection": selection,
         "canary": args.canary,
         "limits": Limits(
@@ -259,7 +261,9 @@ def campaign_input(name: str, args: argparse.Namespace) -> CampaignInput:
     try:
         return CampaignInput.model_validate(values)
     except ValidationError as err:
-        raise ValueError("; ".join(str(e["msg"]) for e in err.errors())) from None
+        raise ValueError(
+            "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
+        ) from None
 
 
 def _host_policy(args: argparse.Namespace) -> OperationPolicy | None:

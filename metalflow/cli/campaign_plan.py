@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +51,7 @@ from contracts.models.campaign import (
     Window,
 )
 from contracts.validation import Requester, arg_type
-from drivers.campaign import Fleet
+from drivers.campaign import Fleet, field_of
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
 from drivers.kube import Kube
@@ -86,6 +87,7 @@ class CampaignPlan(BaseModel):
     windows: tuple[PlannedWindow, ...]
     changes: tuple[DeploymentChange, ...]
     budget: str
+    whole_deployment: tuple[str, ...] = ()  # the deployments asked for whole, by name
     refused: str | None = None  # why `start` would refuse it (nothing would change)
 
 
@@ -191,6 +193,7 @@ async def build(
     if target.points_deployment:
         read = await fleet.read_deployments(DeploymentsInput(target=target, host_ids=selected.roster.ids))
     decided = admission.admit(request, selected, claims, read, now)
+    decided = replace(decided, changes=tuple([await _as_restored(fleet, c, now) for c in decided.changes]))
     plan = CampaignPlan(
         name=request.name,
         target=target.describe(),
@@ -208,12 +211,15 @@ async def build(
         ),
         changes=decided.changes,
         budget=decide.describe_budget(request.budget, 0, len(selected.roster)),
+        whole_deployment=target.whole_deployment,
     )
     if decided.refusal is not None:
         raise PlanRefused(decided.refusal, plan.model_copy(update={"refused": decided.refusal}))
     at_target: set[str] = set()
     if target.spec.at_target != "never" and decided.runs:
-        checked_hosts = await fleet.check(CheckHostsInput(target=target, host_ids=decided.runs))
+        # as the workflow reads them: after it points their deployment (the canary's, then the fleet's)
+        reads = CheckHostsInput(target=target, host_ids=decided.runs, as_pointed=target.points_deployment)
+        checked_hosts = await fleet.check(reads)
         at_target = set(checked_hosts.at_target)
     state, rounds = rounds_of(request, decided, at_target, now)
     plan = plan.model_copy(
@@ -226,6 +232,18 @@ async def build(
     if state.stopped_reason is not None:
         raise PlanRefused(state.stopped_reason, plan.model_copy(update={"refused": state.stopped_reason}))
     return plan
+
+
+async def _as_restored(fleet: Fleet, change: DeploymentChange, now: datetime) -> DeploymentChange:
+    """A leftover as its restore would find it now (compare and set: `restore_write`): one the
+    deployment no longer holds is left as it is, and says why."""
+    if change.role != "leftover":
+        return change
+    try:
+        current = field_of(await fleet.deployment(change.deployment), change.field)
+    except InvalidInput:
+        current = ""  # deleted since
+    return change if change.restore_write(current) is not None else change.restored(current, now)
 
 
 def rounds_of(
@@ -304,6 +322,11 @@ def render(plan: CampaignPlan) -> str:
         lines.append("changes outside its hosts: none")
     for change in plan.changes:
         verb = "would restore" if change.role == "leftover" else "would change"
-        lines.append(f"{verb}: {change.describe()}")
+        verb = "would leave as it is" if change.left_as_found else verb
+        whole = change.role != "leftover" and change.deployment in plan.whole_deployment
+        lines.append(
+            f"{verb}: {change.describe()}"
+            + (" (whole: hosts outside the campaign turn Outdated)" if whole else "")
+        )
     lines.append(f"failure budget: {plan.budget}")
     return "\n".join(lines)

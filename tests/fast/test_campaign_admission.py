@@ -15,6 +15,7 @@ from contracts.models.campaign import (
     CampaignHost,
     CampaignInput,
     CampaignTarget,
+    ClaimRequest,
     ClaimResult,
     DeploymentFacts,
     DeploymentHeld,
@@ -23,12 +24,14 @@ from contracts.models.campaign import (
     HostGroup,
     HostSelection,
     Limits,
+    RecordRequest,
     Roster,
     SelectHostsResult,
     TargetKind,
 )
 from metalflow.cli.campaign_plan import rounds_of
 from workflows.campaign.admission import Admission, admit
+from workflows.campaign_claims.state import ClaimsState
 
 NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
 HOSTS = [f"host-00{i}" for i in range(1, 8)]  # the issue's site: 001 the canary, 002..006 the fleet
@@ -105,21 +108,42 @@ def test_a_deployment_that_selects_a_host_the_campaign_leaves_out_is_refused(
     at its next reprovision; unless the whole deployment is asked for by name."""
     decided = _admit(selected=_selected(**facts), claims=claims)
     assert decided.refusal is not None and "DPUDeployment gpu-compute also selects 1 hosts" in decided.refusal
-    assert words in decided.refusal and "--whole-deployment" in decided.refusal
-    whole = _admit(_start(whole_deployment=True), _selected(**facts), claims)
-    assert whole.refusal is None
+    assert words in decided.refusal and "--whole-deployment gpu-compute" in decided.refusal
+    whole = _admit(_start(whole_deployment=("gpu-compute",)), _selected(**facts), claims)
+    if claims.held:  # never over a host another running campaign holds, whole or not
+        assert whole.refusal is not None and f"{HOSTS[3]} (claimed by running campaign {X})" in whole.refusal
+    else:
+        assert whole.refusal is None
+
+
+def test_whole_deployment_names_the_deployment_it_lifts_and_never_lifts_a_held_host() -> None:
+    """An independent reviewer's attack (item 4): `--whole-deployment` was a flag that lifted
+    rule 1 for the canary deployment too, and pointed `canary` over c1, held by running campaign
+    H3 (H3's reprovision would have installed the new BFB)."""
+    held = ClaimResult(held=(HostGroup(reason=f"claimed by running campaign {X}", host_ids=(CANARY[0],)),))
+    fleet_only = _admit(_start(whole_deployment=("gpu-compute",)), claims=held)
+    assert (
+        fleet_only.refusal is not None and "DPUDeployment canary also selects 1 hosts" in fleet_only.refusal
+    )
+    both = _admit(_start(whole_deployment=("gpu-compute", "canary")), claims=held)
+    assert both.refusal is not None and both.refusal.startswith(
+        f"DPUDeployment canary selects {CANARY[0]} (claimed by running campaign {X})"
+    )
+    with pytest.raises(ValueError, match="whole deployment other is neither"):
+        _start(whole_deployment=("other",))
+    earlier = CampaignTarget.model_validate(
+        {"kind": "bfb", "value": "b", "deployment": "d", "canary_deployment": "c", "whole_deployment": True}
+    )
+    assert earlier.whole_deployment == ("c", "d"), "an earlier worker's flag reads as both names"
 
 
 def test_a_canary_whose_hosts_are_all_left_out_is_refused_never_skipped() -> None:
     """Item 2: the canary was taken as passed and the fleet pointed in the same second."""
-    held = ClaimResult(
-        held=(HostGroup(reason="claimed by running campaign campaign/x", host_ids=(CANARY[0],)),)
-    )
-    decided = _admit(_start(whole_deployment=True), claims=held)
+    decided = _admit(_start(whole_deployment=("canary",)), _selected(assigned=(CANARY[0],)))
     assert decided.refusal is not None and decided.refusal.startswith(
         "the canary cannot run: DPUDeployment canary"
     )
-    assert f"{CANARY[0]} (claimed by running campaign campaign/x)" in decided.refusal
+    assert f"{CANARY[0]} (instance assigned in the inventory)" in decided.refusal
     assert _admit(read=_read(canary=())).refusal is not None, "a canary deployment that selects none"
 
 
@@ -185,3 +209,25 @@ def test_plan_runs_the_campaigns_own_rounds_and_a_canary_at_the_target_stops_it(
     plain = admit(reprovision, _selected(), ClaimResult(), None, NOW)
     expected = [(HOSTS[0],), tuple(HOSTS[1:3]), tuple(HOSTS[3:5]), (HOSTS[5],)]
     assert rounds_of(reprovision, plain, set(), NOW)[1] == expected
+
+
+def test_a_restore_is_compare_and_set_and_names_who_made_the_change() -> None:
+    """An independent reviewer's attack (item 2): TK3 was terminated before it pointed
+    gpu-compute, an operator patched gpu-compute to 3-1-0, and other1 "restored" TK3's recorded
+    change (2-9-0) over it, its status naming itself as the campaign taken over. A restore puts
+    `previous` back only where the deployment still holds the value the campaign set."""
+    registry = ClaimsState()
+    tk3 = "campaign/TK3"
+    registry.claim(ClaimRequest(campaign=tk3, host_ids=("c1",), deployments=("gpu-compute",)))
+    record = DeploymentRecord(deployment="gpu-compute", field="bfb", previous="2-9-0", value="3-0-0")
+    registry.record(RecordRequest(campaign=tk3, changes=(record,)))
+    answer = registry.claim(ClaimRequest(campaign="campaign/other1", host_ids=("c1",), take_from=(tk3,)))
+    [leftover] = _admit(claims=ClaimResult(inherited=answer.inherited)).changes[:1]
+    assert leftover.role == "leftover" and f"taken over from {tk3}," in leftover.note
+    assert leftover.restore_write("3-1-0") is None, "an operator's value is left as it is"
+    kept = leftover.restored("3-1-0", NOW)
+    assert kept.left_as_found and "not restored: changed since by someone else (now 3-1-0)" in kept.describe()
+    assert leftover.restore_write("2-9-0") is None, "a change recorded but never made is not restored"
+    assert leftover.restored("2-9-0", NOW).left_as_found
+    assert leftover.restore_write("3-0-0") == "2-9-0"
+    assert not leftover.restored("3-0-0", NOW).left_as_found

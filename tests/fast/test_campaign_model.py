@@ -27,14 +27,19 @@ The invariants (README, "Fleet campaigns"), each shown to fail on a deliberately
    abort leaves a DPU owed a reboot that no operation will give.
 5. The failure budget only grows toward its limit between an operator's resets, counted as README
    says (failures since the start, the last resume or retry; a skipped failure stays counted; a
-   host waiting for an operator counts while it waits), and halts once past it.
+   host waiting for an operator counts while it waits), and halts once past it: the limit computed
+   here from README's words (`N` hosts, or `X%` of those selected rounded down), never by the
+   code under test.
 
 Each check was seen to fail on a deliberately broken core (each break made, run, restored): the
 admission checking deployments against the whole roster, skipped hosts included (1); an empty
 deployment canary taken as passed (2); the canary's end counted by its batch, as before the fix
 (3: the hang); an ending that forgets its own changes, a takeover that does not put back what the
 terminated campaign left, an operation that takes a campaign's abort while its DPUs install (4);
-a skip that takes a failed host off the budget (5). It found, while it was written, three holes
+a skip that takes a failed host off the budget (5). After an independent reviewer's attack: a
+whole deployment pointed over a host another running campaign holds (1), a restore that puts the
+value found back over an operator's patch (the world's `an_operator_patches_a_deployment`: 4), a
+share of the budget rounded up (5). It found, while it was written, three holes
 in the canary and a campaign that waited for a window with no alarm set (tests of their own in
 test_campaign_state.py). Derandomized: the same fleets and orders every run, in a few seconds.
 """
@@ -79,7 +84,7 @@ from contracts.models.campaign import (
 )
 from contracts.models.control import OperatorRequest
 from contracts.models.host import HostOperationInput, HostOperationKind
-from workflows.campaign import admission, plan, views
+from workflows.campaign import admission, views
 from workflows.campaign.state import CampaignState
 from workflows.campaign_claims.state import ClaimsState
 from workflows.host_operation.state import HostOperationState
@@ -130,10 +135,11 @@ class World:
     kind: str
     hosts: dict[str, Host]
     outside: int  # hosts outside the roster its fleet deployment selects
-    whole: bool
+    whole: tuple[str, ...]  # the deployments asked for whole, by name
     canary: int
     leftover: bool  # GONE left the fleet deployment pointed at NEW
     budget: int
+    percent: int | None  # the budget as a share of the hosts selected, instead of `budget` hosts
     limits: Limits
     keep: bool
     windows: tuple[Window, ...]
@@ -162,10 +168,11 @@ def worlds(draw: Any) -> World:
         kind=kind,
         hosts=hosts,
         outside=draw(st.sampled_from([0] * 7 + [1])),
-        whole=draw(st.sampled_from([False, False, False, True])),
+        whole=draw(st.sampled_from([(), (), (), (FLEET,), (CANARY, FLEET)])),
         canary=1 if kind == "bfb-canary" else 0 if kind == "bfb" else draw(st.integers(0, 2)),
         leftover=kind.startswith("bfb") and draw(st.booleans()),
         budget=draw(st.integers(0, 2)),
+        percent=draw(st.sampled_from([None, None, 10, 25, 40])),
         limits=Limits(
             batch_size=draw(st.integers(1, 3)), max_in_flight=draw(st.integers(1, 3)), max_per_bmc=0
         ),
@@ -186,7 +193,7 @@ def _target(world: World) -> CampaignTarget:
         value=NEW,
         deployment=FLEET,
         canary_deployment=canary,
-        whole_deployment=world.whole,
+        whole_deployment=tuple(n for n in world.whole if n in (canary, FLEET)),
     )
 
 
@@ -217,6 +224,7 @@ class CampaignModel(RuleBasedStateMachine):
         self.refused: str | None = None
         self.heard_budget = 0  # failures the budget counts, as the model counts them (invariant 5)
         self.canary_latest: dict[str, str] = {}  # canary host -> "done" or "failed", as the world ended it
+        self.patched: dict[str, str] = {}  # deployment -> the value an operator set by hand, last
 
     # -- the run's start: facts, claims, admission (the runbook's `_admit`) ------------------------
     @initialize(world=worlds())
@@ -231,7 +239,9 @@ class CampaignModel(RuleBasedStateMachine):
             limits=world.limits,
             soak_seconds=world.soak,
             windows=world.windows,
-            budget=FailureBudget(max_failures=world.budget),
+            budget=FailureBudget(max_failures=world.budget)
+            if world.percent is None
+            else FailureBudget(max_percent=world.percent),
             policy=CampaignPolicy(busy_retry_seconds=300, sweep_seconds=600, keep_changes=world.keep),
             requested_by="ops",
         )
@@ -308,12 +318,23 @@ class CampaignModel(RuleBasedStateMachine):
 
     # -- the world's side of a change -------------------------------------------------------------
     def _apply(self, state: CampaignState, index: int, *, restore: bool) -> None:
+        """The deployment activity over the world: a point writes the value; a restore writes
+        what `restore_write` says of the value read (compare and set)."""
         change = state.changes[index]
+        before = self.world.values[change.deployment]
         if not restore:
             self._check_point(state, index)
-        self.world.values[change.deployment] = change.previous if restore else change.value
-        update = {"restored_at": self.now} if restore else {"pointed_at": self.now, "restored_at": None}
-        state.changes[index] = change.model_copy(update=update)
+            self.world.values[change.deployment] = change.value
+            state.changes[index] = change.model_copy(update={"pointed_at": self.now, "restored_at": None})
+            return
+        write = change.restore_write(before)
+        if write is not None:
+            self.world.values[change.deployment] = write
+        state.changes[index] = change.restored(before, self.now)
+        if before == self.patched.get(change.deployment):  # invariant 4: never over someone's change
+            assert self.world.values[change.deployment] == before, (
+                f"{change.deployment}: the operator's {before} overwritten by a restore to {change.previous}"
+            )
 
     def _check_point(self, state: CampaignState, index: int) -> None:
         """Invariants 1 and 2, as a deployment is pointed."""
@@ -321,7 +342,11 @@ class CampaignModel(RuleBasedStateMachine):
         hosts = self.world.hosts
         known = [h for h, f in hosts.items() if not f.no_dpf]
         selects = [h for h in known if hosts[h].canary == (change.role == "canary")]
-        if not self.start.target.whole_deployment:
+        for host_id in selects:  # whole or not: never over a host another running campaign holds
+            assert self.registry._holder_of.get(host_id) in (ME, None), (
+                f"{change.deployment} pointed over {host_id}, held by {self.registry._holder_of.get(host_id)}"
+            )
+        if change.deployment not in self.start.target.whole_deployment:
             assert change.role != "fleet" or self.world.outside == 0, "the fleet's selects hosts outside"
             for host_id in selects:
                 held = self.registry.deployments.get(change.deployment)
@@ -494,6 +519,15 @@ class CampaignModel(RuleBasedStateMachine):
             self._end(host_id, "failed: DPU in Error" if event == "fails" else "completed")
         self._settle()
 
+    @precondition(lambda self: self.ended is None and self.start.target.points_deployment)
+    @rule(data=st.data())
+    def an_operator_patches_a_deployment(self, data: st.DataObject) -> None:
+        """Someone else sets a deployment's value by hand (`kubectl patch`): no restore may put
+        the campaign's `previous` over it (README rule 4: compare and set)."""
+        name = data.draw(st.sampled_from([CANARY, FLEET]))
+        self.patched[name] = self.world.values[name] = f"bf-op{len(self.patched)}"
+        self._settle()
+
     @rule(minutes=st.sampled_from([5, 11, 40, 120]))
     def time_passes(self, minutes: int) -> None:
         self.now += timedelta(minutes=minutes)
@@ -550,10 +584,12 @@ class CampaignModel(RuleBasedStateMachine):
         successor = CampaignState.first(asker=f"{ME}@run-2", limits=self.world.limits, now=self.now)
         self._admit_as(successor, ME)
         own = [c for c in successor.changes if c.role != "leftover"]
-        assert all(c.previous == ORIGINAL for c in own), f"the value found is not the original: {own}"
-        assert self.world.values == {CANARY: ORIGINAL, FLEET: ORIGINAL}, (
-            f"what the terminated campaign changed is not put back: {self.world.values}"
-        )
+        found = [c for c in own if c.previous not in (ORIGINAL, self.patched.get(c.deployment))]
+        assert not found, f"the value found is neither the original nor the operator's: {found}"
+        for name, value in self.world.values.items():
+            assert value in (ORIGINAL, self.patched.get(name)), (
+                f"what the terminated campaign changed is not put back: {self.world.values}"
+            )
         self.registry.release(ME)
 
     # -- the invariants -----------------------------------------------------------------------------
@@ -587,7 +623,7 @@ class CampaignModel(RuleBasedStateMachine):
                 assert change.restored_at is not None, (
                     f"ended {self.ended}: {change.deployment} left as taken over"
                 )
-            elif not kept:
+            elif not kept and self.world.values[change.deployment] != self.patched.get(change.deployment):
                 assert self.world.values[change.deployment] == change.previous, (
                     f"ended {self.ended}: {change.deployment} left at {self.world.values[change.deployment]}"
                 )
@@ -603,7 +639,11 @@ class CampaignModel(RuleBasedStateMachine):
         assert counted == self.heard_budget + waiting, (
             f"budget counts {counted}, README {self.heard_budget}+{waiting}"
         )
-        if plan.budget_exceeded(self.start.budget, counted, self.state.total):
+        # README's words, computed here (never by the code under test): `N` halts past N failures;
+        # `X%` is of the hosts selected, rounded down (10% of 100 hosts halts at the 11th).
+        percent, total = self.world.percent, self.state.total
+        limit = self.world.budget if percent is None else (percent * total) // 100
+        if counted > limit:
             assert (
                 self.state.halted_reason is not None
                 or self.state.abort_request is not None

@@ -37,6 +37,7 @@ from contracts.models.campaign import (
     Window,
 )
 from contracts.models.control import OperatorRequest
+from drivers.campaign import host_reading
 from workflows.campaign import admission, views
 from workflows.campaign.admission import Admission
 from workflows.campaign.state import (
@@ -537,3 +538,88 @@ def test_a_canary_host_whose_ask_is_refused_fails_the_canary() -> None:
     assert state.canary_verdict() == "failed"
     assert state.end_batch_if_done(now=NOW, soak_seconds=0) == "the canary failed on h1"
     assert not state.canary_passed and state.due_points() == [0], "the canary's only, never the fleet's"
+
+
+def test_a_halted_canary_says_its_failure_and_only_the_updates_it_accepts() -> None:
+    """An independent reviewer's attack (item 5): a failed deployment canary (budget 0) read
+    "failure budget spent" and "waiting for resume, retry_failed or abort" though resume is
+    refused there."""
+    state = _deployment_state(4, ("h2", "h3"))
+    state.changes[0] = state.changes[0].model_copy(update={"pointed_at": NOW})
+    _answer(state, {"h2": "started", "h3": "started"})
+    assert (
+        _end(state, "h2", "failed: DPU in Error", FailureBudget(max_failures=0)) == "the canary failed on h2"
+    )
+    _end(state, "h3", "completed")
+    state.end_batch_if_done(now=NOW, soak_seconds=0)
+    assert state.resume_refusal() is not None
+    assert state.halted_details() == "the canary failed on h2; waiting for retry_failed or abort"
+    plain = _state(3)
+    plain.halt("failure budget spent")
+    assert plain.halted_details().endswith("waiting for resume, retry_failed or abort")
+
+
+def test_an_aborted_deployment_canary_is_no_canary_verdict() -> None:
+    """An independent reviewer's attack (item 5): an abort during the canary read "stopped: the
+    canary cannot run ... (c1: skipped (); c2: skipped ())"."""
+    state = _deployment_state(3, ("h0", "h1"))
+    state.changes[0] = state.changes[0].model_copy(update={"pointed_at": NOW})
+    _answer(state, {"h0": "started", "h1": "started"})
+    state.take_abort(AbortRequest(requested_by="alice", cancel_running=True))
+    state.abort_request = OperatorRequest(requested_by="alice")
+    state.to_abort()
+    _end(state, "h0", "aborted by alice")
+    _end(state, "h1", "aborted by alice")
+    step = state.next_step(NOW, _input())
+    assert step.over and state.outcome() == "aborted" and state.stopped_reason is None
+    assert state.ending(keep=False) == [0]
+
+
+def test_a_terminated_campaigns_status_reads_ended_not_running() -> None:
+    """An independent reviewer's attack (item 5): `status K` of a terminated K read "K running ...
+    waiting for: in-flight: 3 in flight (g1, g2, g3); campaign/K was terminated"."""
+    state = _state(3)
+    _answer(state, {"h0": "started"})
+    shown = views.status(state, "K", _input(), NOW)
+    assert shown.waiting_on == "in-flight"
+    how = "campaign/K was terminated: by alice"
+    ended = shown.as_ended(how)
+    assert (ended.phase, ended.waiting_on, ended.waiting_for, ended.ended) == (
+        "terminated",
+        "ended",
+        how,
+        how,
+    )
+
+
+def test_a_canary_at_the_target_after_a_terminated_run_names_what_it_takes_over_and_how_to_go_on() -> None:
+    """An independent reviewer's attack (item 3): a same-name rerun after K was terminated once
+    the fleet was pointed refused with "the canary cannot run ... gpu-compute is not pointed",
+    naming neither the leftovers it would put back nor how to go on."""
+    state = CampaignState.first(asker=ASKER, limits=Limits(batch_size=2, max_per_bmc=0), now=NOW)
+    roster = Roster.of([CampaignHost(host_id=f"h{i}") for i in range(3)])
+    left = _change("leftover", deployment="fleet-dep", previous="bf-old", value="bf-new")
+    changes = (left, _change("canary"), _change("fleet"))
+    state.admitted(Admission(roster=roster, changes=changes, canary_pool=("h0",)), 1)
+    state.found_at_target("h0")
+    state.next_step(NOW, _input())
+    assert state.stopped_reason is not None
+    assert "takes over what a campaign that no longer runs left (fleet-dep bfb bf-new -> bf-old)" in (
+        state.stopped_reason
+    )
+    assert "run without --canary-deployment (--canary 0)" in state.stopped_reason
+
+
+def test_a_dpu_on_the_target_outdated_only_until_its_deployment_is_pointed_is_judged_alike() -> None:
+    """An independent reviewer's attack (item 1): after a canary that passed and was aborted,
+    c1 ran the target BFB while `canary` was put back (Outdated). `plan` read it before pointing
+    (not at the target: the canary runs, exit 0), the workflow after (at the target: the canary
+    cannot run, stopped). `as_pointed` judges it as it will read once pointed, for plan and start."""
+    dpu = {
+        "metadata": {"name": "c1-dpu"},
+        "spec": {"bfb": "bf-3", "dpuNodeName": "node-c1"},
+        "status": {"phase": "Ready", "conditions": [{"type": "Outdated", "status": "True"}]},
+    }
+    assert host_reading([dpu], "c1", TargetKind.BFB, "bf-3", "ns")[0] is False
+    assert host_reading([dpu], "c1", TargetKind.BFB, "bf-3", "ns", as_pointed=True) == (True, "")
+    assert host_reading([dpu], "c1", TargetKind.BFB, "bf-4", "ns", as_pointed=True)[0] is False

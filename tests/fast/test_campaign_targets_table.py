@@ -84,3 +84,28 @@ def test_the_deployment_activity_knows_every_object_a_kind_points_at() -> None:
 
     pointed = {spec.dpf_object for spec in KINDS.values() if spec.points_deployment}
     assert pointed <= set(POINTED), f"drivers/campaign.py POINTED lacks {pointed - set(POINTED)}"
+
+
+def test_bad_deployment_options_are_named_never_pydantics_text() -> None:
+    """An independent reviewer's attack (item 6): a canary deployment equal to the fleet's printed
+    pydantic's raw error (with its errors.pydantic.dev link) from `plan` and `start`; and a
+    `--whole-deployment` that names neither of the campaign's deployments is bad input (exit 2)."""
+    same = ("--bfb", "b", "--deployment", "gpu", "--canary-deployment", "gpu")
+    with pytest.raises(ValueError) as caught:
+        campaign_input("fleet", _args(*same))
+    assert str(caught.value) == "the canary deployment must not be the fleet's (gpu)"
+    other = ("--bfb", "b", "--deployment", "gpu", "--canary-deployment", "c", "--whole-deployment", "x")
+    with pytest.raises(ValueError, match=r"^whole deployment x is neither the campaign's deployment"):
+        campaign_input("fleet", _args(*other))
+    both = campaign_input("fleet", _args(*other[:-1], "c", "--whole-deployment", "gpu")).target
+    assert both.whole_deployment == ("c", "gpu")
+
+
+def test_the_failure_budgets_help_says_what_the_code_counts() -> None:
+    """An independent reviewer's attack (item 7): the help said "share of those attempted", the
+    code (`FailureBudget.allowed`) counts a share of the hosts selected, rounded down."""
+    parser = argparse.ArgumentParser()
+    add_options(parser, required=False)
+    [option] = [a for a in parser._actions if "--failure-budget" in a.option_strings]
+    assert option.help is not None and "attempted" not in option.help
+    assert "of the hosts selected" in option.help and "rounded down" in option.help

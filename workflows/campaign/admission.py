@@ -16,7 +16,8 @@ DPUDeployments as read, it decides:
   breaks the site's compatibility rule for the BFB; the BFB or flavor, or a deployment, does not
   exist; a deployment is not `OnDelete` or another running campaign holds it; a deployment
   selects a host the campaign does not run (outside its roster, or left out: it would turn
-  Outdated, and any reprovision of it would install the new value) unless `whole_deployment`; a
+  Outdated, and any reprovision of it would install the new value) unless `whole_deployment`
+  names it, and never when another running campaign holds a host it selects; a
   host the campaign runs is selected by both deployments, or by neither; the canary's deployment
   selects no host the campaign runs.
 - **Its changes**: the deployments to point (each with the value found, which it puts back), the
@@ -180,6 +181,7 @@ def _deployment_refusal(
     if not read.target_found:
         return f"no {target.spec.dpf_object} {target.value} in namespace {read.namespace}: create it first"
     holders = {h.deployment: h.holder for h in claims.held_deployments}
+    held = {h: g.reason.split(" (")[0] for g in claims.held for h in g.host_ids}
     running = set(runs)
     for facts in read.deployments:
         if not facts.found:
@@ -192,8 +194,14 @@ def _deployment_refusal(
                 "campaign per deployment): wait for it to end, or abort it"
             )
         left = [h for h in facts.covered if h not in running]
-        if (facts.outside or left) and not target.whole_deployment:
+        if (facts.outside or left) and facts.name not in target.whole_deployment:
             return _selects_others(facts, left, why, field_name)
+        if busy := [f"{h} ({held[h]})" for h in left if h in held]:
+            return (
+                f"DPUDeployment {facts.name} selects {named(busy)}: pointing it would turn them Outdated "
+                f"under that campaign, whose reprovision of one would "
+                f"install the new {field_name}, --whole-deployment or not; wait for it to end, or abort it"
+            )
     covered = {f.role: set(f.covered) & running for f in read.deployments}
     both = [h for h in runs if h in covered.get("canary", set()) and h in covered.get("fleet", set())]
     if both:
@@ -217,7 +225,7 @@ def _selects_others(facts: DeploymentFacts, left: list[str], why: dict[str, str]
     return (
         f"DPUDeployment {facts.name} also selects {count} hosts the campaign does not run "
         f"({named(others, count)}): pointing it would turn them Outdated, and any reprovision of one "
-        f"would install the new {field_name}; run them too, or give --whole-deployment"
+        f"would install the new {field_name}; run them too, or give --whole-deployment {facts.name}"
     )
 
 
@@ -227,12 +235,19 @@ def _changes(
     """Each deployment to point, with the value it holds when none of ours is pointed: a
     campaign that no longer runs may have left it pointed (its record has the value it found)."""
     field_name = start.target.spec.deployment_field
-    found = {(r.deployment, r.field): r.previous for r in inherited}
+    # the value that campaign found, while the deployment still holds the one it set (else it
+    # is not put back: what it holds now is the value to put back)
+    found = {(r.deployment, r.field): r for r in inherited}
+
+    def previous(facts: DeploymentFacts) -> str:
+        record = found.get((facts.name, field_name))
+        return record.previous if record is not None and record.value == facts.value else facts.value
+
     return [
         DeploymentChange(
             deployment=facts.name,
             field=field_name,
-            previous=found.get((facts.name, field_name), facts.value),
+            previous=previous(facts),
             value=start.target.value,
             role=facts.role,
         )
@@ -248,7 +263,7 @@ def _leftover(record: DeploymentRecord, now: datetime) -> DeploymentChange:
         value=record.value,
         role="leftover",
         pointed_at=now,
-        note=f"taken over from {record.holder or 'a campaign'}, which no longer runs",
+        note=f"taken over from {record.taken_from or record.holder or 'a campaign'}, which no longer runs",
     )
 
 

@@ -98,8 +98,8 @@ class CanaryLedger(DeploymentLedger):
 
     def _end_deployment_canary(self) -> str | None:
         verdict = self.canary_verdict()
-        if verdict is None:
-            return None
+        if verdict is None or self.abort_request is not None:
+            return None  # an abort ends it: no verdict (its hosts were aborted or never started)
         if verdict == "failed":
             return self._canary_failed()
         if verdict == "empty":
@@ -127,10 +127,18 @@ class CanaryLedger(DeploymentLedger):
         ]
         deployment = next((c.deployment for c in self.changes if c.role == "canary"), "its deployment")
         fleet = next((c.deployment for c in self.changes if c.role == "fleet"), "the fleet's")
+        left = [c for c in self.changes if c.role == "leftover"]
+        taken = ""
+        if left:  # a rerun after a terminated campaign: what it takes over is named, and how to go on
+            undo = ", ".join(f"{c.deployment} {c.field} {c.value} -> {c.previous or '-'}" for c in left)
+            taken = (
+                f"; it takes over what a campaign that no longer runs left ({undo}), put back first by "
+                "any campaign that runs"
+            )
         return (
             f"the canary cannot run: no host of DPUDeployment {deployment} is left to prove the "
-            f"target ({'; '.join(words)}); {fleet} is not pointed: give another canary deployment, "
-            "or --canary 0 to go without one"
+            f"target ({'; '.join(words)}); {fleet} is not pointed{taken}: give another canary "
+            "deployment, or run without --canary-deployment (--canary 0) to go without one"
         )
 
     def canary_failed_now(self) -> bool:

@@ -80,7 +80,7 @@ class DeploymentLedger(HostLedger):
         role = "canary" if host_id in self.canary_pool else "fleet"
         return next((c for c in self.changes if c.role == role), None)
 
-    def skip_blocked(self, host_id: str, whole_deployment: bool) -> str | None:
+    def skip_blocked(self, host_id: str, whole_deployment: Sequence[str]) -> str | None:
         """Why an operator may not skip this host now: it is a host of the deployment canary
         while it runs (its verdict counts it: a failed one skipped would let the fleet's
         deployment be pointed after a failed canary), or its deployment is not pointed yet."""
@@ -90,7 +90,11 @@ class DeploymentLedger(HostLedger):
                 "it; `retry-failed` runs a failed one again, `abort` ends the campaign"
             )
         change = self.covering(host_id)
-        if whole_deployment or change is None or (change.pointed_at and not change.restored_at):
+        if (
+            change is None
+            or change.deployment in whole_deployment
+            or (change.pointed_at and not change.restored_at)
+        ):
             return None
         return (
             f"host {host_id} is selected by DPUDeployment {change.deployment}, which the campaign has "

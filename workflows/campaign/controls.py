@@ -17,6 +17,8 @@ runbook's handlers only call these and wake the runbook, which acts at its next 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from contracts.models.campaign import AbortAnswer, AbortRequest, InFlight, Limits
 from contracts.models.control import OperatorRequest
 from contracts.wording import plural
@@ -133,7 +135,7 @@ class OperatorControls(CanaryLedger):
         self.halted_reason = None
         return f"retrying {len(hosts)} failed hosts"
 
-    def skip_refusal(self, host_id: str, *, whole_deployment: bool = False) -> str | None:
+    def skip_refusal(self, host_id: str, *, whole_deployment: Sequence[str] = ()) -> str | None:
         if (flight := self.in_flight.get(host_id)) is not None:
             return f"host {host_id} is in flight ({flight.workflow_id}); abort that operation instead"
         if not self.waiting(host_id):

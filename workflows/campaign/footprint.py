@@ -139,9 +139,12 @@ class Footprint(kernel.Runbook):
         """Put back these changes; what was done, in words (kept ones are said so)."""
         done = []
         for index in indexes:
-            change = self.state.changes[index]
             await self._point(index, restore=True)
-            done.append(f"restored {change.deployment} {change.field}={change.previous}")
+            change = self.state.changes[index]
+            if change.left_as_found:
+                done.append(f"{change.deployment} {change.field} {change.note}")
+            else:
+                done.append(f"restored {change.deployment} {change.field}={change.previous}")
         kept = [c for c in self.state.changes if c.note.startswith("kept") and c.restored_at is None]
         done += [f"kept {c.deployment} {c.field}={c.value}" for c in kept]
         return done

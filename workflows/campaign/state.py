@@ -310,6 +310,8 @@ class CampaignState(OperatorControls):
         """Halt when the budget is spent (and not halted already); returns the halt's reason."""
         failed, selected = self.budget_failures(), self.total
         if self.halted_reason is None and plan.budget_exceeded(budget, failed, selected):
+            if self.deployment_canary and self.canary_failed:
+                return self._canary_failed()  # the canary's verdict, in its words
             return self.halt(f"failure budget spent: {plan.describe_budget(budget, failed, selected)}")
         return None
 
@@ -369,7 +371,9 @@ class CampaignState(OperatorControls):
         return None
 
     def halted_details(self) -> str:
-        return f"{self.halted_reason}; waiting for resume, retry_failed or abort"
+        """The halt and the updates it accepts now (a failed deployment canary refuses resume)."""
+        accepted = "retry_failed or abort" if self.resume_refusal() else "resume, retry_failed or abort"
+        return f"{self.halted_reason}; waiting for {accepted}"
 
     def wake(self, now: datetime, windows: Sequence[Window]) -> tuple[datetime, str] | None:
         """When to look again with nothing heard, and why: the first of a put-off host's retry,

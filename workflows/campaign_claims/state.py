@@ -81,7 +81,10 @@ class ClaimsState(ClaimsInput):
                 if record.holder != holder:
                     continue
                 if record.changed:
-                    self.deployments[name] = record.model_copy(update={"holder": campaign})
+                    maker = record.taken_from or holder  # who made it, named to whoever takes it over
+                    self.deployments[name] = record.model_copy(
+                        update={"holder": campaign, "taken_from": maker}
+                    )
                     inherited.append(self.deployments[name])
                 else:
                     del self.deployments[name]
