@@ -3,13 +3,15 @@ every real workflow and activity, and the simulated site's Grove."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from cli_support import metalflow, use_site_file
+from cli_support import METALFLOW, metalflow, metalflow_env, use_site_file
 from host_operation_support import worker_for
 from rollout_support import INFERENCE, gangs, grove_site, pcs_object, pod_hashes
 from sim_support import RunningSim
@@ -214,3 +216,22 @@ async def test_plan_shows_the_steps_in_order_and_what_start_would_refuse(
     assert sidecar.stdout.startswith("start would refuse it:") and len(sidecar.stdout.splitlines()) == 1
     assert "has no container 'sidecar'" in sidecar.stdout
     assert pcs_object(sim, "inference")["metadata"]["generation"] == generation  # nothing written
+
+
+async def test_a_reader_gone_ends_the_command_quietly(
+    local_env: WorkflowEnvironment, sim: RunningSim
+) -> None:
+    """`metalflow rollout plan ... | head -1`: a reader gone before the command writes ends it
+    with no traceback, exit 141 (128 + SIGPIPE, as `cat` or `grep` in a pipe; found by an
+    independent reviewer). The console script itself: `runner` ends the process with `os._exit`."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone: every write to the pipe fails
+    try:
+        process = await asyncio.create_subprocess_exec(
+            METALFLOW, "rollout", "plan", "default/inference", "--set", "decode=registry.local/decode:9",
+            env=metalflow_env(local_env), stdout=write_end, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    _, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert (process.returncode, err.decode()) == (141, "")

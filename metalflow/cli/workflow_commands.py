@@ -2,7 +2,8 @@
 id, so each runs against Temporal the same way and sends the operator's updates the same way.
 
 - `runner`: connect, run the command, exit with its status; every error is one line on stderr
-  (a refusal 1, bad input 2, Temporal lost 2, naming the address), never a traceback.
+  (a refusal 1, bad input 2, Temporal lost 2, naming the address), never a traceback; a reader
+  of stdout gone (`| head -1`) ends it quietly, exit 141 (`metalflow.cli.reader_gone`).
 - `query`: the workflow's status query; a workflow that does not exist is a refusal naming it.
 - `until_past`: after a start, wait until the run is past its first phase, or report why it
   refused (bad input that touched nothing, exit 2).
@@ -34,7 +35,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow.cli import connection
+from metalflow.cli import connection, reader_gone
 from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
 
@@ -80,9 +81,12 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
     """The command's handler: connect, run `action`, exit with its status."""
 
     def handle(args: argparse.Namespace) -> int:
-        status = asyncio.run(_connected(action, args))
-        connection.flush_tracing()
-        sys.stdout.flush()
+        try:
+            status = asyncio.run(_connected(action, args))
+            connection.flush_tracing()
+            sys.stdout.flush()
+        except BrokenPipeError:  # `metalflow ... | head -1`
+            status = reader_gone()
         sys.stderr.flush()
         os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
 
@@ -113,6 +117,8 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
         return await action(client, args)
     except CommandError as err:
         return fail(str(err), err.status)
+    except BrokenPipeError:  # the reader of stdout went away: `handle` ends quietly
+        raise
     except RPCError as err:  # one line, never a traceback; Temporal gone is the environment's (2)
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
         if temporal_lost(err):
