@@ -13,7 +13,8 @@ from workflows.rollout.state import RolloutState
 
 
 def render(status: RolloutStatus, width: int = 30) -> str:
-    """One line: phase, a bar of PodGangs done, what is in flight or why it is paused."""
+    """One line: phase, a bar of PodGangs done, what is in flight or why it is paused, and how a
+    run that did not end by itself ended (`ended`: terminated, aborted, ...)."""
     filled = int(width * status.done / status.total) if status.total else 0
     bar = "#" * filled + "-" * (width - filled)
     what = f"paused: {status.paused_reason}" if status.paused_reason else ""
@@ -21,7 +22,8 @@ def render(status: RolloutStatus, width: int = 30) -> str:
         what = f"replica {','.join(map(str, status.replicas))}: {', '.join(status.in_flight)}"
     back = " (rolling back)" if status.rolling_back else ""
     healed = f" healed {status.repairs}" if status.repairs else ""
-    return f"{status.pcs} {status.phase}{back} [{bar}] {status.done}/{status.total}{healed} {what}".rstrip()
+    line = f"{status.pcs} {status.phase}{back} [{bar}] {status.done}/{status.total}{healed} {what}".rstrip()
+    return f"{line}; {status.ended}" if status.ended else line
 
 
 def root_cause(err: BaseException) -> str:

@@ -269,6 +269,13 @@ async def metalflow(
 ) -> Result:
     """`metalflow ARGS` against `local_env`'s Temporal (or `address`), checking hosts against
     `site_file` or else the site `use_site_file` recorded, in a command server."""
+    return Result(*await run_in_command_server(list(args), metalflow_env(local_env, address, site_file)))
+
+
+def metalflow_env(
+    local_env: WorkflowEnvironment, address: str | None = None, site_file: Path | None = None
+) -> dict[str, str]:
+    """The environment `metalflow()` gives a command (for a test that runs the console script)."""
     env = clean_env()
     # The CLI checks hosts against the inventory before it sends anything: the module's site.
     env["METALFLOW_SITE_FILE"] = str(site_file or _SITE_FILE.get("path", Path("/nonexistent/site.yaml")))
@@ -279,7 +286,7 @@ async def metalflow(
     env["METALFLOW_INVENTORY"] = "site"
     env["TEMPORAL_ADDRESS"] = address or local_env.client.service_client.config.target_host
     env["TEMPORAL_CONFIG_FILE"] = os.devnull
-    return Result(*await run_in_command_server(list(args), env))
+    return env
 
 
 async def shown_state(env: WorkflowEnvironment, host: str) -> dict[str, Any]:

@@ -423,6 +423,9 @@ class RolloutStatus(_Model):
     wake_at: datetime | None = None
     dormant: tuple[str, ...] = ()  # cliques whose edit by someone else the rollback leaves dormant
     overwritten: tuple[str, ...] = ()
+    # Set by the CLI for a run that did not end by itself (`doing` then `ended`): "<id> was
+    # terminated: ...", "was aborted: ...", "failed: ...", "timed out"; the rest is what it last showed.
+    ended: str = ""
 
 
 class PlannedStep(_Model):

@@ -3,13 +3,15 @@
 A subcommand module adds its parser and sets ``handler`` (a function taking the parsed
 arguments and returning the exit status) with ``parser.set_defaults(handler=...)``.
 
-Exit statuses: 0 success, 1 the operation failed, 2 usage or configuration error.
+Exit statuses: 0 success, 1 the operation failed, 2 usage or configuration error, 141 the
+reader of stdout went away (`metalflow ... | head -1`; `reader_gone`).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -30,6 +32,9 @@ COMMAND_MODULE = {
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+# 128 + SIGPIPE: what `cat` or `grep` report when their reader goes away, so `set -o pipefail`
+# scripts see the usual broken pipe, never one of the statuses above (1 would read as a failure).
+EXIT_BROKEN_PIPE = 141
 
 
 class Parser(argparse.ArgumentParser):
@@ -56,6 +61,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `metalflow` command; returns the exit status."""
+    try:
+        return _run(argv)
+    except BrokenPipeError:
+        return reader_gone()
+
+
+def reader_gone() -> int:
+    """The reader of stdout went away: end quietly, EXIT_BROKEN_PIPE. Python's idiom: stdout
+    points at devnull, so the flush at exit does not fail (and print a traceback) again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(words)

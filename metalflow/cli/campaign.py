@@ -342,13 +342,7 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
     """The status query; a campaign that failed, was cancelled or terminated still shows its
     status (counts, hosts, every change and whether it was put back) and says how it ended, exit 1."""
     handle = _handle(client, args.name)
-    ended = await workflow_commands.ended_badly(client, handle.id, "campaign")
-    try:
-        status = await query(handle)
-    except RPCError:
-        if ended is None:
-            raise
-        raise CampaignError(f"campaign {ended} (its status cannot be read: no worker?)") from None
+    status, ended = await workflow_commands.last_status(client, handle, query, "campaign")
     if ended is not None:
         status = status.as_ended(ended)
     if args.json:

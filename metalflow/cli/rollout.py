@@ -7,7 +7,8 @@ scripts); `pause`, `resume`, `abort`, `rollback` and `scale` are updates whose v
 what does not apply now, with the reason.
 
 Exit statuses: 0 done (`--wait`: completed), 1 refused, failed, rolled back or aborted, 2 usage,
-bad input that changed nothing, or Temporal unreachable.
+bad input that changed nothing, or Temporal unreachable. `status` of a run that did not complete
+(failed, aborted, terminated, timed out) shows what it last showed, says how it ended, exit 1.
 """
 
 from __future__ import annotations
@@ -397,13 +398,16 @@ async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
 
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
+    """The status query; a run that failed, was aborted, terminated or timed out shows what it
+    last showed (a terminated one: `rolling`, no code of it ran) and says how it ended, exit 1."""
     handle = _handle(client, args.pcs)
-    await _raise_if_ended_badly(client, handle.id)
-    status = await _query(handle)
+    status, ended = await workflow_commands.last_status(client, handle, _query, "rollout")
+    if ended is not None:
+        status = status.model_copy(update={"ended": ended, "doing": "ended", "wake_at": None})
     if args.json:
         print(status.model_dump_json(indent=2))
-        return EXIT_OK
-    if not sys.stdout.isatty():
+        return EXIT_OK if ended is None else EXIT_FAILED
+    if ended is not None or not sys.stdout.isatty():
         print(render(status))
         for step in status.steps:
             took = f"{step.seconds:.1f}s" if step.seconds is not None else "unfinished"
@@ -411,6 +415,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
                 f"  replica {step.replica} {step.role}: {', '.join(step.podgangs)} "
                 f"-> {step.target_hash} {took}"
             )
+        if ended is not None:
+            raise RolloutError(f"rollout {ended}")
         return EXIT_OK
     while True:  # a live bar until the rollout ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)

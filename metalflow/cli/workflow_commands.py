@@ -2,8 +2,14 @@
 id, so each runs against Temporal the same way and sends the operator's updates the same way.
 
 - `runner`: connect, run the command, exit with its status; every error is one line on stderr
-  (a refusal 1, bad input 2, Temporal lost 2, naming the address), never a traceback.
+  (a refusal 1, bad input 2, Temporal lost 2, naming the address), never a traceback; a reader
+  of stdout gone (`| head -1`) ends it quietly, exit 141 (`metalflow.cli.reader_gone`).
 - `query`: the workflow's status query; a workflow that does not exist is a refusal naming it.
+- `ended_badly`, `last_status`: how a run ended that did not complete (failed, aborted by an
+  operator, terminated, timed out, cancelled), and the status query with it: a status command
+  shows what such a run last showed, says how it ended, and exits 1 (README, "Status is the
+  truth"): Temporal runs no workflow code on terminate, so its Phase and what it published say
+  it still runs.
 - `until_past`: after a start, wait until the run is past its first phase, or report why it
   refused (bad input that touched nothing, exit 2).
 - `send` and `answer`: an operator update (pause, resume, abort, ...): the workflow's answer, or
@@ -32,9 +38,11 @@ from temporalio.client import (
     WorkflowHistoryEventFilterType,
     WorkflowUpdateFailedError,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from metalflow.cli import connection
+from contracts.errors import OperationAborted, RolloutAborted, matches
+from metalflow.cli import connection, reader_gone
 from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
 
@@ -80,9 +88,12 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
     """The command's handler: connect, run `action`, exit with its status."""
 
     def handle(args: argparse.Namespace) -> int:
-        status = asyncio.run(_connected(action, args))
-        connection.flush_tracing()
-        sys.stdout.flush()
+        try:
+            status = asyncio.run(_connected(action, args))
+            connection.flush_tracing()
+            sys.stdout.flush()
+        except BrokenPipeError:  # `metalflow ... | head -1`
+            status = reader_gone()
         sys.stderr.flush()
         os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
 
@@ -113,6 +124,8 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
         return await action(client, args)
     except CommandError as err:
         return fail(str(err), err.status)
+    except BrokenPipeError:  # the reader of stdout went away: `handle` ends quietly
+        raise
     except RPCError as err:  # one line, never a traceback; Temporal gone is the environment's (2)
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
         if temporal_lost(err):
@@ -144,9 +157,33 @@ _ENDED_BADLY = {
 }
 
 
+async def last_status(
+    client: Client,
+    handle: WorkflowHandle[Any, Any],
+    status: Callable[[WorkflowHandle[Any, Any]], Awaitable[StatusT]],
+    what: str,
+) -> tuple[StatusT, str | None]:
+    """The status query of the workflow's latest run, and how that run ended when it did not
+    complete (`ended_badly`; None while it runs or once it completed).
+
+    Raises:
+        CommandError: No such workflow, or a run that ended badly whose status cannot be read
+            (no worker to answer the query): how it ended, exit 1.
+        RPCError: The query failed for a run that did not end badly.
+    """
+    ended = await ended_badly(client, handle.id, what)
+    try:
+        return await status(handle), ended
+    except RPCError:
+        if ended is None:
+            raise
+        raise CommandError(f"{what} {ended} (its status cannot be read: no worker?)") from None
+
+
 async def ended_badly(client: Client, workflow_id: str, what: str) -> str | None:
     """How the workflow's latest run ended when it did not complete (`<id> failed: <why>`,
-    `<id> was terminated: <reason>`, `timed out`, `was cancelled`); None while it runs or once it
+    `<id> was aborted: <who, why>` for a failure that is the workflow's abort error, `<id> was
+    terminated: <reason>`, `timed out`, `was cancelled`); None while it runs or once it
     completed. A status command says this and exits 1 rather than show the last status as if
     the run were still in progress.
 
@@ -174,6 +211,8 @@ async def ended_badly(client: Client, workflow_id: str, what: str) -> str | None
         await run.result(follow_runs=False)
     except WorkflowFailureError as err:
         reason = root_cause(err) or "no reason given"
+        if isinstance(err.cause, ApplicationError) and matches(err.cause, OperationAborted, RolloutAborted):
+            word, reason = "was aborted", err.cause.message  # it names who aborted and why
     else:  # a race: it was reset and completed meanwhile
         return None
     return f"{workflow_id} {word}: {reason}"

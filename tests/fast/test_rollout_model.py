@@ -23,6 +23,23 @@ After the random steps, `teardown` drains: a cooperative world (Grove reconciles
 Ready, the watcher reports) and an operator who answers `resume` (`abort` after a few) must bring
 the run to its end within a bound: the liveness rule's teeth. Then the ending rule is checked.
 
+Not reached here: `next_move`'s first rule (settle until the targets are in force) never
+decides a move in this model; `if False and not self.in_force()` passes it (found by an
+independent reviewer). `in_force` is false at `next_move` only if the PodCliques' hashes differ
+from the targets, or Grove has not observed the rollout's generation, while no generation past
+the rollout's is seen; and here (1) every write of the rollout (images, supersede, restore) is
+followed by a wait until Grove observed it and the PodCliques moved (`adopted`, or `restored`:
+the originals), the targets then taken from the PodCliques' hashes (`adopt_targets`); (2) any
+other change of those hashes is Grove reconciling someone else's write, whose generation the
+same listing shows past the rollout's (`overtaken`), handled before `next_move` (pause, then
+`adopt_edit` or a restore, each waiting as in 1); (3) `Grove.reconcile` observes the
+generation and patches the PodCliques in one step, and a listing carries both. In Grove they
+come on separate streams (the PodCliqueSet's status, the PodCliques), so the rule guards the
+gap 3 closes: `adopt_edit` on `resume` takes the PodCliques' hashes once the generation is
+observed (`spec_observed`), before they may have moved. Reaching it needs a Grove here that
+observes a generation before it patches the PodCliques (two rules) and a watcher listing that
+shows one without the other; left for its own change.
+
 A PodCliqueSet of two replicas: per replica an anchor PodGang (the standalone `router` and the
 workers' scaling-group replica 0) and a tail (its replica 1); one router pod, two per workers'
 PodClique (minAvailable 1), so a PodGang can hold two versions of one clique.
