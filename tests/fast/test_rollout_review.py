@@ -1,7 +1,8 @@
 """Findings of an independent reviewer's attack on the simulated site, each as the decision it
 broke (`workflows/rollout/`): a dormant edit rolled by a rollout of another clique (B1, and the
 rollback that stalled behind one, B2), a rollback that could not take back a broken PodGang in a
-later replica (B3), and a plan that listed other PodGangs than the run replaces (P1).
+later replica (B3), a plan that listed other PodGangs than the run replaces (P1), and a run
+after a terminate that stepped past the step the terminated run left in flight (T1).
 
 The world is `test_rollout_state`'s: per replica an anchor (router, worker 0) and a tail
 (worker 1); the template's router is `r1`, its worker `w1`."""
@@ -138,3 +139,36 @@ def test_a_rollback_takes_back_the_podgang_that_does_not_serve_first() -> None:
     for interrupted in ({"p-1-t"}, set()):
         move = taking_back(interrupted).next_move(POLICY)
         assert (move.kind, [g.name for g in move.gangs]) == ("rollback", ["p-1-t"]), interrupted
+
+
+# -- T1: a step a terminated run left in flight is finished before anything else of its replica -----
+def new_run_after_terminate(seen: PCSState) -> RolloutState:
+    """The next rollout of the same images: the template already at w2, so its originals and
+    targets are w2, and it knows nothing of the terminated run's steps."""
+    state = RolloutState(started_at=T0, written_at=T0, generation=2, watched=seen)
+    state.prepare(seen)
+    state.adopt_targets()
+    return state
+
+
+def test_a_step_a_terminated_run_left_in_flight_is_finished_first() -> None:
+    # Replica 0's anchor was being replaced (its worker at w2, not Ready yet; or its old pod
+    # still going) when the run was terminated: its tail must wait (GREP-393: one in flight).
+    replaced = anchor(0, "w2", ready=False)
+    going = replaced.model_copy(
+        update={"groups": (replaced.groups[0], group("worker", "p-0-w-0", {}, terminating=1, pcsg="p-0-w"))}
+    )
+    for in_flight in (replaced, going):
+        seen = site(in_flight, tail(0), anchor(1), tail(1), **HALF)  # type: ignore[arg-type]
+        move = new_run_after_terminate(seen).next_move(POLICY)
+        assert (move.kind, [g.name for g in move.gangs]) == ("roll", ["p-0-a"]), in_flight
+        two = POLICY.model_copy(update={"replica_concurrency": 2})
+        assert [g.name for g in new_run_after_terminate(seen).next_move(two).gangs] == ["p-0-a", "p-1-a"]
+        # `rollout plan` says the same: the step in flight first (nothing left to replace in it).
+        planned = steps.planned(seen, steps.plan_targets(seen, {"worker": "registry.local/w:2"}))
+        assert [(g.name, pods) for g, pods, _ in planned] == [
+            ("p-0-a", 0),
+            ("p-0-t", 1),
+            ("p-1-a", 1),
+            ("p-1-t", 1),
+        ]

@@ -135,10 +135,16 @@ class RolloutState(RolloutStateData):
 
     def prepare(self, first: PCSState) -> None:
         """Before the first write: the template's hashes and cliques are the originals (what a
-        rollback and an abort restore)."""
+        rollback and an abort restore); the version the pods of a rollout cut short still run is
+        one of the rollout's own (a PodGang all at it is not mixed: it is rolled in GREP order)."""
         self.original = dict(first.summary.clique_hashes)
         self.previous_hash = first.summary.current_hash
         self.original_cliques = first.cliques
+        behind = dict(self.original)  # a rollout cut short: its pods' version is no mix
+        for g in (g for gang in first.gangs for g in gang.groups if g.clique in self.original):
+            behind.update((g.clique, h) for h, n in g.pods.items() if n and h != self.original[g.clique])
+        if behind != self.original:
+            self.earlier.append(behind)
 
     # -- the template ----------------------------------------------------------------------------
     def observed(self, generation: int) -> bool:
@@ -357,10 +363,11 @@ class RolloutState(RolloutStateData):
         if not self.in_force():
             return Move("settle", reason="Grove to patch the PodCliques to the targets")
         allowed = policy.allow_replica_outage
+        busy = {*self.in_flight, *(g.replica for g in state.gangs if steps.replacing(g, self.targets))}
         mixed = [
             g
             for g in steps.mixed_gangs(state, self.versions())
-            if g.replica not in self.in_flight and (allowed or not steps.outage(state, g, self.targets))
+            if g.replica not in busy and (allowed or not steps.outage(state, g, self.targets))
         ]
         if mixed:
             return Move("repair", (mixed[0],))

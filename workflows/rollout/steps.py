@@ -86,23 +86,53 @@ def by_replica(state: PCSState) -> dict[int, list[GangState]]:
     return {r: ordered(gs) for r, gs in sorted(out.items())}
 
 
+def replacing(gang: GangState, targets: dict[str, str]) -> bool:
+    """A step in flight as the world shows it, whoever began it (a run terminated mid-step leaves
+    one the next run does not remember): the PodGang is not settled and a podgroup of it is being
+    replaced, its pods going, or at the target beside stale ones, short or not Ready. Grove keeps
+    its replica's other PodGangs waiting until it is whole (GREP-393: one in flight per replica).
+    It over-counts a PodGang that lost a pod after its step: that one is waited for too."""
+    if settled(gang):
+        return False
+    for g in gang.groups:
+        target = targets.get(g.clique)
+        total, at = sum(g.pods.values()), g.pods.get(target or "", 0)
+        if target is not None and (
+            g.terminating or (at and (at < total or total < g.expected or sum(g.ready.values()) < total))
+        ):
+            return True
+    return False
+
+
+def to_take(
+    gangs: list[GangState], targets: dict[str, str], first: frozenset[str] = frozenset()
+) -> list[GangState]:
+    """A replica's PodGangs a rollout to `targets` steps, in the order it takes them: a step in
+    flight first (one in `first`, which the run remembers, or `replacing` in the world: finished,
+    or taken back, before anything else of its replica), then GREP order (`gangs` is `ordered`)."""
+    busy = [g for g in gangs if g.name in first or replacing(g, targets)]
+    return [*busy, *(g for g in gangs if g not in busy and needs_roll(g, targets))]
+
+
 def next_steps(
     state: PCSState, targets: dict[str, str], concurrency: int, first: frozenset[str] = frozenset()
 ) -> list[GangState]:
-    """The next PodGang of each of the first `concurrency` replicas that have one to roll: a
-    PodGang in `first` (a step that was interrupted: it is taken back before anything else of
-    its replica, so a replica never has two in flight; and its replica before the others, so a
-    rollback takes back a PodGang that does not serve before it steps a replica whose step
-    would wait for it to serve), else its first PodGang in GREP order that is not at the
-    target."""
+    """The next PodGang of each of the first `concurrency` replicas that have one to roll
+    (`to_take`: a step in flight first, so a replica never has two in flight, even one a run
+    before this one left; else its first PodGang in GREP order not at the target); replicas with
+    a step in flight before the others, so a rollback takes back a PodGang that does not serve
+    before it steps a replica whose step would wait for it to serve. A step in flight with no
+    pod left to replace is taken too: its step deletes nothing and waits until it is whole."""
     chosen = []
-    replicas = by_replica(state)
-    order = sorted(replicas, key=lambda r: (not any(g.name in first for g in replicas[r]), r))
-    for gangs in (replicas[r] for r in order):
-        pending = [g for g in gangs if needs_roll(g, targets)]
-        pending.sort(key=lambda g: g.name not in first)
-        if pending:
-            chosen.append(pending[0])
+    replicas = {r: to_take(gangs, targets, first) for r, gangs in by_replica(state).items()}
+    busy = {
+        r
+        for r, gangs in replicas.items()
+        if gangs and (gangs[0].name in first or replacing(gangs[0], targets))
+    }
+    for r in sorted(replicas, key=lambda r: (r not in busy, r)):
+        if replicas[r]:
+            chosen.append(replicas[r][0])
         if len(chosen) >= concurrency:
             break
     return chosen
@@ -236,10 +266,8 @@ def planned(state: PCSState, targets: dict[str, str]) -> list[tuple[GangState, i
     `--allow-replica-outage` question). What `rollout plan` shows and `outage_refusal` refuses."""
     out = []
     for gangs in by_replica(state).values():
-        for g in gangs:
-            pods = sum(stale(x, targets) for x in g.groups)
-            if pods:
-                out.append((g, pods, outage(state, g, targets)))
+        for g in to_take(gangs, targets):
+            out.append((g, sum(stale(x, targets) for x in g.groups), outage(state, g, targets)))
     return out
 
 
