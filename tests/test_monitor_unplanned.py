@@ -140,6 +140,8 @@ async def test_a_reset_at_rest_is_recorded_once_and_told_as_an_event(
             lambda: status_of(handle), lambda s: s.pool_state == "in-pool" and s.runs >= 2
         )
         assert later.unplanned_total == 2 and later.unplanned_resets == status.unplanned_resets
+        # The next run starts with the memo: the Temporal UI still shows the resets.
+        assert await (await handle.describe()).memo_value("unplanned_resets") == memo
         assert len(unplanned_events(sim, host)) == len(told)  # a Node Effect is no reset
 
         await handle.execute_update("abort", STOP)

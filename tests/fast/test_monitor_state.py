@@ -169,6 +169,8 @@ def test_resets_at_rest_are_found_since_the_state_before_and_recorded_bounded() 
     state.record_unplanned([*resets, *resets])  # two DPUs in one state
     assert len(state.unplanned) == UNPLANNED_KEPT and state.unplanned_total == UNPLANNED_KEPT + 3
     assert lines[-1] == f"2026-11-27T03:02:00Z: DPU d0 {restarted} (not by metalflow)"
+    # The next run starts with the same memo (the UI keeps the resets), a first run with none.
+    assert state.memo() == {"unplanned_resets": lines} and monitor().memo() == {}
 
 
 def test_the_status_says_what_the_monitor_waits_for() -> None:

@@ -149,7 +149,16 @@ class MonitorState(MonitorMemory):
         """Resets no operation explains, recorded; the memo's lines (the newest `UNPLANNED_KEPT`)."""
         self.unplanned = [*self.unplanned, *resets][-UNPLANNED_KEPT:]
         self.unplanned_total += len(resets)
+        return self.unplanned_lines()
+
+    def unplanned_lines(self) -> list[str]:
+        """The memo's `unplanned_resets` lines (the newest `UNPLANNED_KEPT`)."""
         return [r.line() for r in self.unplanned]
+
+    def memo(self) -> dict[str, list[str]]:
+        """The memo a next run starts with, so the UI keeps showing the resets recorded (empty:
+        none recorded, as a first run starts)."""
+        return {"unplanned_resets": self.unplanned_lines()} if self.unplanned else {}
 
     # -- the pool label --------------------------------------------------------------------------------
     def pool_label(self) -> tuple[str, str] | None:

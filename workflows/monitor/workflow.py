@@ -193,7 +193,10 @@ class HostMonitorWorkflow(kernel.Abortable):
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     # An abort accepted during these awaits travels in the memory (`stop`).
                     memory = self.state.handed_over(self.abort_request)
-                    workflow.continue_as_new(request.model_copy(update={"memory": memory}))
+                    # The memo is the run's: the next starts with it, or the UI loses the resets.
+                    workflow.continue_as_new(
+                        request.model_copy(update={"memory": memory}), memo=self.state.memo() or None
+                    )
         finally:
             await self._watch.stop()
 
