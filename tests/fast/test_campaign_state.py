@@ -623,3 +623,39 @@ def test_a_dpu_on_the_target_outdated_only_until_its_deployment_is_pointed_is_ju
     assert host_reading([dpu], "c1", TargetKind.BFB, "bf-3", "ns")[0] is False
     assert host_reading([dpu], "c1", TargetKind.BFB, "bf-3", "ns", as_pointed=True) == (True, "")
     assert host_reading([dpu], "c1", TargetKind.BFB, "bf-4", "ns", as_pointed=True)[0] is False
+
+
+def test_retry_failed_never_points_a_canary_deployment_over_someone_elses_value() -> None:
+    """Found by an independent reviewer's second attack (item 1): after a failed canary whose
+    deployment an operator had patched (its restore left it as found), `retry-failed` pointed it
+    over the operator's value, and `abort` then put back a value the status said it had not.
+    Pointing is compare-and-set: it halts, naming the deployment and what it holds."""
+    state = _deployment_state(4, ("h0",))
+    state.changes[0] = state.changes[0].pointed_over("bf-old", NOW)
+    _answer(state, {"h0": "started"})
+    _end(state, "h0", "failed: DPU in Error")
+    assert state.end_batch_if_done(now=NOW, soak_seconds=0) == "the canary failed on h0"
+    [index] = state.next_step(NOW, _input()).restore
+    state.changes[index] = state.changes[index].restored("bf-op", NOW)  # the operator's bf-op
+    state.retry_failed()
+    step = state.next_step(NOW, _input())
+    assert step.point == [0]
+    change = state.changes[0]
+    assert change.point_write("bf-op") is None and change.point_write("bf-old") == "bf-new"
+    state.changes[0] = change.pointed_over("bf-op", NOW)
+    halt = state.point_refusal(0)
+    assert (
+        halt is not None and "canary-dep bfb not pointed: changed since by someone else (now bf-op)" in halt
+    )
+    assert "set it back to bf-old and `resume`, or `abort`" in halt
+    assert state.next_step(NOW, _input()).start == [], "no host starts on someone else's value"
+    assert (
+        state.changes[0]
+        .describe()
+        .endswith("bf-old -> bf-new: not pointed: changed since by someone else (now bf-op)")
+    )
+    state.take_abort(AbortRequest(requested_by="alice"))
+    state.abort_request = OperatorRequest(requested_by="alice")
+    assert state.ending(keep=False) == [], "abort never writes over a value it did not write"
+    state.resume()  # the operator set it back: pointed again, and the note says so
+    assert state.changes[0].pointed_over("bf-old", NOW).note == ""
