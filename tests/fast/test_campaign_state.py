@@ -659,3 +659,34 @@ def test_retry_failed_never_points_a_canary_deployment_over_someone_elses_value(
     assert state.ending(keep=False) == [], "abort never writes over a value it did not write"
     state.resume()  # the operator set it back: pointed again, and the note says so
     assert state.changes[0].pointed_over("bf-old", NOW).note == ""
+
+
+def test_a_dpu_outdated_for_another_field_too_is_not_at_the_target_before_or_after_pointing() -> None:
+    """Found by an independent reviewer's second attack (item 2): b1 ran the target BFB while its
+    canary deployment held another and its flavor had changed too; `plan` and `start` (as pointed)
+    dropped the Outdated report and refused ("already at the target") while the run, reading after
+    pointing, found the flavor's drift and reprovisioned b1. Only the campaign's own field's drift
+    is dropped: one outdated for another field is not at the target, and the reading says why."""
+    message = "DPU template has changed (BFB: bf-9 -> bf-3, DPUFlavor: flavor-1 -> flavor-2)"
+    dpu = {
+        "metadata": {"name": "b1-dpu"},
+        "spec": {"bfb": "bf-9", "dpuFlavor": "flavor-1", "dpuNodeName": "node-b1"},
+        "status": {
+            "phase": "Ready",
+            "outdated": {"reason": "OutdatedBFB", "message": message},
+            "conditions": [
+                {"type": "Outdated", "status": "True", "reason": "OutdatedBFB", "message": message}
+            ],
+        },
+    }
+    ok, words = host_reading([dpu], "b1", TargetKind.BFB, "bf-9", "ns", as_pointed=True)
+    assert not ok and "DPUFlavor: flavor-1 -> flavor-2" in words and "reprovision" in words
+    after = {**dpu, "status": {"phase": "Ready", "outdated": {"reason": "OutdatedDPUFlavor"}}}
+    assert host_reading([after], "b1", TargetKind.BFB, "bf-9", "ns")[0] is False, "the run, after pointing"
+    only_bfb = {
+        **dpu,
+        "status": {"phase": "Ready", "outdated": {"reason": "OutdatedBFB", "message": "(BFB: a -> b)"}},
+    }
+    assert host_reading([only_bfb], "b1", TargetKind.BFB, "bf-9", "ns", as_pointed=True) == (True, "")
+    flavor = host_reading([dpu], "b1", TargetKind.FLAVOR, "flavor-1", "ns", as_pointed=True)
+    assert flavor[0] is False, "a flavor campaign: the BFB's drift is another field's"
