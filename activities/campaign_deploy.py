@@ -5,7 +5,8 @@ into `CampaignActivities` (activities/campaign.py).
 value and the hosts it selects (`drivers.campaign.Fleet.read_deployments`, which `metalflow
 campaign plan` and `start` call too; the campaign's admission decides on it).
 `point_campaign_deployment` points one (its strategy checked again: still OnDelete) or puts its
-previous value back, compare-and-set: only where it still holds the value the campaign set.
+previous value back, compare-and-set both ways: it points only where the deployment holds the
+value the change recorded as found, and restores only where it holds the value the campaign set.
 
 Cost: per point or restore one get and one conditional edit (plus one get of the BFB or flavor).
 """
@@ -59,9 +60,9 @@ class CampaignDeployments:
         def edit(obj: Object) -> Object | None:
             current = fleet.field_of(obj, change.field)
             found[:] = [current]
-            # A restore is compare-and-set (`DeploymentChange.restore_write`): never over a value
-            # someone else set since, nor a change recorded but never made.
-            write = change.restore_write(current) if request.restore else value
+            # Compare-and-set both ways (`DeploymentChange.restore_write`, `point_write`): never
+            # over a value someone else set since, nor (a restore) a change recorded but never made.
+            write = change.restore_write(current) if request.restore else change.point_write(current)
             if write is None or current == write:
                 return None
             return {"spec": {"dpus": {change.field: write}}}
@@ -70,4 +71,4 @@ class CampaignDeployments:
         now = datetime.now(UTC)
         if request.restore:
             return change.restored(found[0] if found else change.value, now)
-        return change.model_copy(update={"pointed_at": now, "restored_at": None})
+        return change.pointed_over(found[0] if found else change.value, now)

@@ -188,6 +188,26 @@ def outdated_reason(dpu: Object) -> str | None:
     return None
 
 
+DRIFT_NAMES = {"bfb": "BFB", "dpuFlavor": "DPUFlavor"}
+"""A DPU spec field a campaign points -> the name DPF's Outdated report gives its drift
+(`OutdatedBFB`, message `... (BFB: a -> b, DPUFlavor: c -> d)`)."""
+
+
+def other_drift(dpu: Object, field: str) -> str:
+    """The DPU's Outdated report's words when they name drift of another field than `field` (the
+    one the campaign points), "" when they name none (or only `field`'s)."""
+    status = dpu.get("status") or {}
+    reports = [status.get("outdated") or {}] + [
+        c for c in status.get("conditions") or [] if c.get("type") == "Outdated" and c.get("status") == "True"
+    ]
+    for report in reports:
+        reason, message = str(report.get("reason") or ""), str(report.get("message") or "")
+        for other, name in DRIFT_NAMES.items():
+            if other != field and (reason == f"Outdated{name}" or f"{name}:" in message):
+                return message or reason
+    return ""
+
+
 def dpu_reading(
     dpu: Object, kind: TargetKind, value: str, namespace: str, *, as_pointed: bool = False
 ) -> tuple[bool, str]:
@@ -195,7 +215,7 @@ def dpu_reading(
     runs, in words. `as_pointed`: judged as it will read once the campaign's deployment is
     pointed at `value` (a DPU on `value` reads Outdated only because its deployment is not
     pointed yet: `campaign plan` and `start` read before the campaign points it, the workflow
-    after, and all three must judge alike).
+    after, and all three must judge alike); only that field's drift is dropped (`other_drift`).
 
     At the target: its spec names `value` (the kind's `dpu_field`), DPF does not report it
     outdated, it is not being deleted, it is `Ready`, and where the kind names the file DPF
@@ -223,7 +243,12 @@ def dpu_reading(
         notes.append(f"outdated {outdated}")
     if meta.get("deletionTimestamp"):
         notes.append("deleting")
-    outdated_now = outdated is not None and not (as_pointed and named == value)
+    # As pointed, only the drift of the field the campaign points goes away: a DPU outdated for
+    # another field too (its flavor changed) is not at the target, and its reprovision takes both.
+    other = other_drift(dpu, reads.dpu_field) if outdated else ""
+    if other:
+        notes.append(f"also outdated: {other}: a reprovision takes it too")
+    outdated_now = outdated is not None and not (as_pointed and named == value and not other)
     ok = ok and not outdated_now and not meta.get("deletionTimestamp") and phase == "Ready"
     return ok, f"{name}: {what}, {', '.join(notes)}"
 

@@ -125,6 +125,7 @@ class HostFinished(_Frozen):
 
 
 NOT_RESTORED: Final = "not restored"
+NOT_POINTED: Final = "not pointed"
 
 
 class DeploymentChange(_Frozen):
@@ -147,6 +148,26 @@ class DeploymentChange(_Frozen):
         written (never made, put back since, or changed since by someone else: left as it is)."""
         return self.previous if current == self.value and current != self.previous else None
 
+    def point_write(self, current: str) -> str | None:
+        """What pointing this change writes, the deployment reading `current`: compare and set
+        too, `value` only where it still holds the `previous` the change recorded. None: nothing
+        is written (already at `value`, or changed since by someone else: left as it is)."""
+        return self.value if current == self.previous and current != self.value else None
+
+    def pointed_over(self, current: str, now: datetime) -> DeploymentChange:
+        """This change once pointed, the deployment having read `current` (`point_write`): pointed
+        where it read `previous` or `value`; else not pointed, its note saying what it holds."""
+        if current in (self.previous, self.value):
+            note = "" if self.note.startswith((NOT_RESTORED, NOT_POINTED)) else self.note
+            return self.model_copy(update={"pointed_at": now, "restored_at": None, "note": note})
+        why = f"{NOT_POINTED}: changed since by someone else (now {current or '-'})"
+        return self.model_copy(update={"pointed_at": None, "restored_at": None, "note": why})
+
+    @property
+    def point_refused(self) -> bool:
+        """Its last point found a value someone else set (`pointed_over`): not pointed."""
+        return self.note.startswith(NOT_POINTED)
+
     def restored(self, current: str, now: datetime) -> DeploymentChange:
         """This change once put back, the deployment having read `current` (`restore_write`);
         a value left as it is says why in its note."""
@@ -165,13 +186,13 @@ class DeploymentChange(_Frozen):
 
     def describe(self) -> str:
         state = "planned"
-        if self.restored_at is not None and self.left_as_found:
+        if (self.restored_at is not None and self.left_as_found) or self.point_refused:
             state = self.note
         elif self.restored_at is not None:
             state = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}"
         elif self.pointed_at is not None:
             state = f"pointed {self.pointed_at:%Y-%m-%d %H:%M:%S}"
-        note = f" ({self.note})" if self.note and not self.left_as_found else ""
+        note = f" ({self.note})" if self.note and not (self.left_as_found or self.point_refused) else ""
         if self.role == "leftover":  # put back to `previous`: restoring is the change
             done = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}" if self.restored_at else "to restore"
             done = self.note if self.left_as_found else done

@@ -108,7 +108,12 @@ def test_a_deployment_that_selects_a_host_the_campaign_leaves_out_is_refused(
     at its next reprovision; unless the whole deployment is asked for by name."""
     decided = _admit(selected=_selected(**facts), claims=claims)
     assert decided.refusal is not None and "DPUDeployment gpu-compute also selects 1 hosts" in decided.refusal
-    assert words in decided.refusal and "--whole-deployment gpu-compute" in decided.refusal
+    assert words in decided.refusal
+    # Found by an independent reviewer's second attack (item 3): a held host was advised
+    # `--whole-deployment`, which is refused too; only advice that would be accepted is given.
+    advice = "--whole-deployment gpu-compute" in decided.refusal
+    assert advice != bool(claims.held), decided.refusal
+    assert not claims.held or "held by another running campaign: wait for it to end" in decided.refusal
     whole = _admit(_start(whole_deployment=("gpu-compute",)), _selected(**facts), claims)
     if claims.held:  # never over a host another running campaign holds, whole or not
         assert whole.refusal is not None and f"{HOSTS[3]} (claimed by running campaign {X})" in whole.refusal
@@ -202,7 +207,8 @@ def test_plan_runs_the_campaigns_own_rounds_and_a_canary_at_the_target_stops_it(
     state, rounds = rounds_of(start, _admit(), {CANARY[0], FLEET[0]}, NOW)
     assert rounds[0] == () and state.stopped_reason is not None
     assert (
-        f"{CANARY[0]}: already at the target" in state.stopped_reason and "--canary 0" in state.stopped_reason
+        f"{CANARY[0]}: already at the target" in state.stopped_reason
+        and "--canary 0" not in state.stopped_reason
     )
     assert state.pointed(("fleet",)) == [], "the fleet's deployment is never pointed"
     reprovision = _start(canary=1, kind=TargetKind.REPROVISION, value="", deployment="", canary_deployment="")

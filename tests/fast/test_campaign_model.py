@@ -324,8 +324,13 @@ class CampaignModel(RuleBasedStateMachine):
         before = self.world.values[change.deployment]
         if not restore:
             self._check_point(state, index)
-            self.world.values[change.deployment] = change.value
-            state.changes[index] = change.model_copy(update={"pointed_at": self.now, "restored_at": None})
+            if (write := change.point_write(before)) is not None:  # compare and set, as the activity
+                self.world.values[change.deployment] = write
+            state.changes[index] = change.pointed_over(before, self.now)
+            if before == self.patched.get(change.deployment):  # invariant 4: never over someone's change
+                assert self.world.values[change.deployment] == before, (
+                    f"{change.deployment}: the operator's {before} overwritten by a point to {change.value}"
+                )
             return
         write = change.restore_write(before)
         if write is not None:
@@ -376,8 +381,13 @@ class CampaignModel(RuleBasedStateMachine):
                 self._abort_running()
             for index in step.restore:
                 self._apply(self.state, index, restore=True)
+            refused = False
             for index in step.point:
                 self._apply(self.state, index, restore=False)
+                if refused := self.state.point_refusal(index) is not None:
+                    break  # the runbook's `_take`: halted, no host starts
+            if refused:
+                continue
             if step.start:
                 self._start(step.start)
                 continue

@@ -602,12 +602,17 @@ def test_a_canary_at_the_target_after_a_terminated_run_names_what_it_takes_over_
     changes = (left, _change("canary"), _change("fleet"))
     state.admitted(Admission(roster=roster, changes=changes, canary_pool=("h0",)), 1)
     state.found_at_target("h0")
+    state.changes[0] = left.restored("bf-op", NOW)  # taken over: an operator's value, left as found
     state.next_step(NOW, _input())
     assert state.stopped_reason is not None
-    assert "takes over what a campaign that no longer runs left (fleet-dep bfb bf-new -> bf-old)" in (
-        state.stopped_reason
-    )
-    assert "run without --canary-deployment (--canary 0)" in state.stopped_reason
+    # Found by an independent reviewer's second attack (item 3): the words said the leftovers
+    # would be "put back first" while their records said neither was, and advised `--canary 0`,
+    # which the admission then refused: the words come from the records, and no advice is given.
+    assert state.stopped_reason.endswith(
+        "fleet-dep is not pointed by this campaign; left by a campaign that no longer runs: "
+        "fleet-dep bfb not restored: changed since by someone else (now bf-op)"
+    ), state.stopped_reason
+    assert "--canary 0" not in state.stopped_reason and "put back first" not in state.stopped_reason
 
 
 def test_a_dpu_on_the_target_outdated_only_until_its_deployment_is_pointed_is_judged_alike() -> None:
@@ -623,3 +628,70 @@ def test_a_dpu_on_the_target_outdated_only_until_its_deployment_is_pointed_is_ju
     assert host_reading([dpu], "c1", TargetKind.BFB, "bf-3", "ns")[0] is False
     assert host_reading([dpu], "c1", TargetKind.BFB, "bf-3", "ns", as_pointed=True) == (True, "")
     assert host_reading([dpu], "c1", TargetKind.BFB, "bf-4", "ns", as_pointed=True)[0] is False
+
+
+def test_retry_failed_never_points_a_canary_deployment_over_someone_elses_value() -> None:
+    """Found by an independent reviewer's second attack (item 1): after a failed canary whose
+    deployment an operator had patched (its restore left it as found), `retry-failed` pointed it
+    over the operator's value, and `abort` then put back a value the status said it had not.
+    Pointing is compare-and-set: it halts, naming the deployment and what it holds."""
+    state = _deployment_state(4, ("h0",))
+    state.changes[0] = state.changes[0].pointed_over("bf-old", NOW)
+    _answer(state, {"h0": "started"})
+    _end(state, "h0", "failed: DPU in Error")
+    assert state.end_batch_if_done(now=NOW, soak_seconds=0) == "the canary failed on h0"
+    [index] = state.next_step(NOW, _input()).restore
+    state.changes[index] = state.changes[index].restored("bf-op", NOW)  # the operator's bf-op
+    state.retry_failed()
+    step = state.next_step(NOW, _input())
+    assert step.point == [0]
+    change = state.changes[0]
+    assert change.point_write("bf-op") is None and change.point_write("bf-old") == "bf-new"
+    state.changes[0] = change.pointed_over("bf-op", NOW)
+    halt = state.point_refusal(0)
+    assert (
+        halt is not None and "canary-dep bfb not pointed: changed since by someone else (now bf-op)" in halt
+    )
+    assert "set it back to bf-old and `resume`, or `abort`" in halt
+    assert state.next_step(NOW, _input()).start == [], "no host starts on someone else's value"
+    assert (
+        state.changes[0]
+        .describe()
+        .endswith("bf-old -> bf-new: not pointed: changed since by someone else (now bf-op)")
+    )
+    state.take_abort(AbortRequest(requested_by="alice"))
+    state.abort_request = OperatorRequest(requested_by="alice")
+    assert state.ending(keep=False) == [], "abort never writes over a value it did not write"
+    state.resume()  # the operator set it back: pointed again, and the note says so
+    assert state.changes[0].pointed_over("bf-old", NOW).note == ""
+
+
+def test_a_dpu_outdated_for_another_field_too_is_not_at_the_target_before_or_after_pointing() -> None:
+    """Found by an independent reviewer's second attack (item 2): b1 ran the target BFB while its
+    canary deployment held another and its flavor had changed too; `plan` and `start` (as pointed)
+    dropped the Outdated report and refused ("already at the target") while the run, reading after
+    pointing, found the flavor's drift and reprovisioned b1. Only the campaign's own field's drift
+    is dropped: one outdated for another field is not at the target, and the reading says why."""
+    message = "DPU template has changed (BFB: bf-9 -> bf-3, DPUFlavor: flavor-1 -> flavor-2)"
+    dpu = {
+        "metadata": {"name": "b1-dpu"},
+        "spec": {"bfb": "bf-9", "dpuFlavor": "flavor-1", "dpuNodeName": "node-b1"},
+        "status": {
+            "phase": "Ready",
+            "outdated": {"reason": "OutdatedBFB", "message": message},
+            "conditions": [
+                {"type": "Outdated", "status": "True", "reason": "OutdatedBFB", "message": message}
+            ],
+        },
+    }
+    ok, words = host_reading([dpu], "b1", TargetKind.BFB, "bf-9", "ns", as_pointed=True)
+    assert not ok and "DPUFlavor: flavor-1 -> flavor-2" in words and "reprovision" in words
+    after = {**dpu, "status": {"phase": "Ready", "outdated": {"reason": "OutdatedDPUFlavor"}}}
+    assert host_reading([after], "b1", TargetKind.BFB, "bf-9", "ns")[0] is False, "the run, after pointing"
+    only_bfb = {
+        **dpu,
+        "status": {"phase": "Ready", "outdated": {"reason": "OutdatedBFB", "message": "(BFB: a -> b)"}},
+    }
+    assert host_reading([only_bfb], "b1", TargetKind.BFB, "bf-9", "ns", as_pointed=True) == (True, "")
+    flavor = host_reading([dpu], "b1", TargetKind.FLAVOR, "flavor-1", "ns", as_pointed=True)
+    assert flavor[0] is False, "a flavor campaign: the BFB's drift is another field's"

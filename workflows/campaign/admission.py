@@ -195,7 +195,7 @@ def _deployment_refusal(
             )
         left = [h for h in facts.covered if h not in running]
         if (facts.outside or left) and facts.name not in target.whole_deployment:
-            return _selects_others(facts, left, why, field_name)
+            return _selects_others(facts, left, why, field_name, [h for h in left if h in held])
         if busy := [f"{h} ({held[h]})" for h in left if h in held]:
             return (
                 f"DPUDeployment {facts.name} selects {named(busy)}: pointing it would turn them Outdated "
@@ -217,15 +217,24 @@ def _deployment_refusal(
     return None
 
 
-def _selects_others(facts: DeploymentFacts, left: list[str], why: dict[str, str], field_name: str) -> str:
-    """A deployment that selects hosts the campaign does not run, named with why."""
+def _selects_others(
+    facts: DeploymentFacts, left: list[str], why: dict[str, str], field_name: str, held: list[str]
+) -> str:
+    """A deployment that selects hosts the campaign does not run, named with why; the advice is
+    only what would be accepted (a host another running campaign holds is never pointed over,
+    --whole-deployment or not)."""
     others = [f"{h} (left out: {why[h].split(';')[0]})" for h in left[:SHOWN]]
     others += list(facts.outside_named[: max(SHOWN - len(others), 0)])
     count = facts.outside + len(left)
     return (
         f"DPUDeployment {facts.name} also selects {count} hosts the campaign does not run "
         f"({named(others, count)}): pointing it would turn them Outdated, and any reprovision of one "
-        f"would install the new {field_name}; run them too, or give --whole-deployment {facts.name}"
+        f"would install the new {field_name}; "
+        + (
+            f"{named(held)} held by another running campaign: wait for it to end, or abort it"
+            if held
+            else f"run them too, or give --whole-deployment {facts.name}"
+        )
     )
 
 

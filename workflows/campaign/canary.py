@@ -24,7 +24,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Literal
 
-from contracts.models.campaign import CampaignHost
+from contracts.models.campaign import CampaignHost, DeploymentChange
 from workflows.campaign import plan
 from workflows.campaign.changes import DeploymentLedger
 from workflows.campaign.ledger import CANARY, RUNNING, S
@@ -127,19 +127,24 @@ class CanaryLedger(DeploymentLedger):
         ]
         deployment = next((c.deployment for c in self.changes if c.role == "canary"), "its deployment")
         fleet = next((c.deployment for c in self.changes if c.role == "fleet"), "the fleet's")
-        left = [c for c in self.changes if c.role == "leftover"]
-        taken = ""
-        if left:  # a rerun after a terminated campaign: what it takes over is named, and how to go on
-            undo = ", ".join(f"{c.deployment} {c.field} {c.value} -> {c.previous or '-'}" for c in left)
-            taken = (
-                f"; it takes over what a campaign that no longer runs left ({undo}), put back first by "
-                "any campaign that runs"
-            )
+        taken = "; ".join(self._leftover_words(c) for c in self.changes if c.role == "leftover")
+        if taken:  # a rerun after a terminated campaign: what its records say was done with them
+            taken = f"; left by a campaign that no longer runs: {taken}"
+        # No advice: whether another canary, or none, would be admitted only the admission can say.
         return (
             f"the canary cannot run: no host of DPUDeployment {deployment} is left to prove the "
-            f"target ({'; '.join(words)}); {fleet} is not pointed{taken}: give another canary "
-            "deployment, or run without --canary-deployment (--canary 0) to go without one"
+            f"target ({'; '.join(words)}); {fleet} is not pointed by this campaign{taken}"
         )
+
+    @staticmethod
+    def _leftover_words(change: DeploymentChange) -> str:
+        """A leftover change as its record says: put back, left as found (what it holds), or not yet."""
+        name = f"{change.deployment} {change.field}"
+        if change.restored_at is None:
+            return f"{name} {change.value} -> {change.previous or '-'} to put back"
+        if change.left_as_found:
+            return f"{name} {change.note}"
+        return f"{name} put back to {change.previous or '-'}"
 
     def canary_failed_now(self) -> bool:
         """A deployment canary failed (halted): its deployment is put back at once."""

@@ -102,6 +102,21 @@ class DeploymentLedger(HostLedger):
             f"at {change.field} {change.value}; abort the campaign instead"
         )
 
+    def point_refusal(self, index: int) -> str | None:
+        """A point is compare-and-set too (`DeploymentChange.pointed_over`): one that found a value
+        someone else set since halts the campaign, naming the deployment, what it holds and what
+        the operator can do (no host starts on it meanwhile). None: it was pointed."""
+        change = self.changes[index]
+        if not change.point_refused:
+            return None
+        if self.halted_reason is None:
+            self.halted_reason = (
+                f"DPUDeployment {change.deployment} {change.field} {change.note}, not the "
+                f"{change.previous or '-'} the campaign found: it is not pointed over it; set it back to "
+                f"{change.previous or '-'} and `resume`, or `abort` (it is left as it is)"
+            )
+        return self.halted_reason
+
     def repoint_blocked(self, index: int) -> str | None:
         """Why a change put back may not be pointed again: its deployment selects a host skipped
         since it was first pointed (its entity refused it: an instance assigned since), which

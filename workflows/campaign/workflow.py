@@ -280,6 +280,8 @@ class CampaignWorkflow(Footprint):
         self._show_phase(*step.phase)
         for index in step.point:
             await self._point(index, restore=False)
+            if self.state.point_refusal(index) is not None:
+                return True  # someone else's value found: halted, no host starts on it
         if not step.start:
             return False
         self._show_phase(*self.state.running())
