@@ -136,9 +136,18 @@ def taking_back(interrupted: set[str]) -> RolloutState:
 
 
 def test_a_rollback_takes_back_the_podgang_that_does_not_serve_first() -> None:
-    for interrupted in ({"p-1-t"}, set()):
-        move = taking_back(interrupted).next_move(POLICY)
-        assert (move.kind, [g.name for g in move.gangs]) == ("rollback", ["p-1-t"]), interrupted
+    # Its step interrupted: that PodGang first.
+    move = taking_back({"p-1-t"}).next_move(POLICY)
+    assert (move.kind, [g.name for g in move.gangs]) == ("rollback", ["p-1-t"])
+    # Not interrupted: its replica first, in GREP order, so its anchor (at w2 too) before it: a
+    # tail is never taken back before its anchor (GREP-393; a full run's simulated Grove caught
+    # a tail that did not serve, while its anchor was replaced, taken first). Here the anchor's
+    # step would break the scaling group's minAvailable: the run says so and waits.
+    move = taking_back(set()).next_move(POLICY)
+    assert (move.kind, move.reason.split(":")[0]) == ("wait", "p-1-a"), move
+    allowed = POLICY.model_copy(update={"allow_replica_outage": True})
+    move = taking_back(set()).next_move(allowed)
+    assert (move.kind, [g.name for g in move.gangs]) == ("rollback", ["p-1-a"])
 
 
 # -- T1: a step a terminated run left in flight is finished before anything else of its replica -----

@@ -372,10 +372,17 @@ class RolloutState(RolloutStateData):
         if mixed:
             return Move("repair", (mixed[0],))
         self.interrupted = {n for n in self.interrupted if not steps.settled(state.gang(n))}
-        first = set(self.interrupted)
-        if self.rolling_back:  # what does not serve is taken back first: no step waits for it
-            first |= {g.name for gs in steps.by_replica(state).values() for g in gs if not steps.serving(g)}
-        chosen = steps.next_steps(state, self.targets, policy.replica_concurrency, frozenset(first))
+        # Rolling back, a replica with a PodGang that does not serve goes first (no step waits for
+        # it), its PodGangs in GREP order: a tail that does not serve because its anchor is being
+        # replaced is never taken before that anchor (GREP-393).
+        urgent = {g.replica for g in state.gangs if not steps.serving(g)} if self.rolling_back else set()
+        chosen = steps.next_steps(
+            state,
+            self.targets,
+            policy.replica_concurrency,
+            frozenset(self.interrupted),
+            replicas_first=frozenset(urgent),
+        )
         if not chosen:
             return Move("verify")
         if not policy.allow_replica_outage:

@@ -115,17 +115,23 @@ def to_take(
 
 
 def next_steps(
-    state: PCSState, targets: dict[str, str], concurrency: int, first: frozenset[str] = frozenset()
+    state: PCSState,
+    targets: dict[str, str],
+    concurrency: int,
+    first: frozenset[str] = frozenset(),
+    replicas_first: frozenset[int] = frozenset(),
 ) -> list[GangState]:
     """The next PodGang of each of the first `concurrency` replicas that have one to roll
     (`to_take`: a step in flight first, so a replica never has two in flight, even one a run
     before this one left; else its first PodGang in GREP order not at the target); replicas with
     a step in flight before the others, so a rollback takes back a PodGang that does not serve
-    before it steps a replica whose step would wait for it to serve. A step in flight with no
-    pod left to replace is taken too: its step deletes nothing and waits until it is whole."""
+    before it steps a replica whose step would wait for it to serve (`replicas_first`: the
+    replica goes first, its PodGangs still in GREP order, so a tail is never taken before its
+    anchor). A step in flight with no pod left to replace is taken too: its step deletes nothing
+    and waits until it is whole."""
     chosen = []
     replicas = {r: to_take(gangs, targets, first) for r, gangs in by_replica(state).items()}
-    busy = {
+    busy = set(replicas_first) | {
         r
         for r, gangs in replicas.items()
         if gangs and (gangs[0].name in first or replacing(gangs[0], targets))
