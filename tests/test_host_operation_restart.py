@@ -33,9 +33,11 @@ from worker_support import worker_env, worker_process
 from contracts import names
 from contracts.models.host import HostOperationKind, HostOperationResult, HostOperationStatus
 from metalflow.binaries import temporal_cli
+from metalflow.devstack.stack import start_failure_is_transient
 from metalflow.runtime.ports import free_port
 
 SERVER_START_TIMEOUT = 60.0
+SERVER_START_RETRIES = 2
 OPERATION_TIMEOUT = 180.0
 
 
@@ -83,10 +85,19 @@ class DevServer:
     async def connect(self) -> Client:
         """A client, once the (re)started server answers; fails if the server exits first."""
         deadline = time.monotonic() + SERVER_START_TIMEOUT
+        retries = 0
         while True:
             assert self.process is not None
             if self.process.poll() is not None:
                 log = (self.state_dir / f"temporal-{self.starts}.log").read_text()
+                # A port it picked itself taken under parallel tests: started again, as
+                # `metalflow dev` does (the restart count in `starts` is not a test's figure).
+                transient = start_failure_is_transient(self.process.returncode, log)
+                if transient and retries < SERVER_START_RETRIES:
+                    retries += 1
+                    self.start()
+                    await asyncio.sleep(0.2)
+                    continue
                 raise AssertionError(f"dev server exited with {self.process.returncode}:\n{log}")
             try:
                 client = await Client.connect(self.address, data_converter=pydantic_data_converter)

@@ -21,15 +21,12 @@ from pathlib import Path
 import httpx
 import pytest
 from host_operation_support import FAST_POLICY, power_cycles, start_reboot
-from sim_support import RunningSim, running_sim
+from sim_support import RunningSim, running_sim, start_dev_server
 from temporalio.api.enums.v1 import EventType
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_process
 
-from contracts import names
 from drivers.settings import Settings
-from metalflow.binaries import temporal_cli
 from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker
 
@@ -39,17 +36,10 @@ POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": WAIT})
 
 
 @pytest.fixture(scope="module")
-async def metered() -> AsyncIterator[tuple[WorkflowEnvironment, str]]:
+async def metered(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[WorkflowEnvironment, str]]:
     """A dev server of this module's own, with its Prometheus metrics on a known port."""
     port = free_port()
-    env = await WorkflowEnvironment.start_local(
-        ip="127.0.0.1",
-        dev_server_existing_path=str(temporal_cli()),
-        search_attributes=names.SEARCH_ATTRIBUTES,
-        dev_server_log_level="error",
-        data_converter=pydantic_data_converter,
-        dev_server_extra_args=["--metrics-port", str(port)],
-    )
+    env = await start_dev_server(tmp_path_factory.mktemp("server"), ["--metrics-port", str(port)])
     try:
         yield env, f"http://127.0.0.1:{port}/metrics"
     finally:

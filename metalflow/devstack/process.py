@@ -56,6 +56,7 @@ class ManagedProcess:
     lifeline: Literal["argument", "wrapper"] | None = "argument"
     _process: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
     _lifeline: Lifeline | None = field(default=None, init=False, repr=False)
+    _log_offset: int = field(default=0, init=False, repr=False)
 
     @property
     def pid(self) -> int:
@@ -72,6 +73,10 @@ class ManagedProcess:
     async def start(self) -> None:
         """Start the process in a new session, so stopping it reaches all its children too."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # the log is appended to: what this run wrote starts here
+            self._log_offset = self.log_path.stat().st_size
+        except FileNotFoundError:
+            self._log_offset = 0
         argv, pass_fds = list(self.argv), tuple[int, ...]()
         if self.lifeline is not None:
             self._lifeline = lifeline = Lifeline.new()
@@ -162,10 +167,23 @@ class ManagedProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
 
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """The last lines of the process's log, for error messages."""
+    def log_text(self) -> str:
+        """What this run of the process wrote to its log (an earlier run's lines excluded)."""
         try:
-            text = self.log_path.read_text(errors="replace")
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_offset)
+                return log.read().decode(errors="replace")
         except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+            return ""
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last lines of this run's log, for error messages; a Go panic's first line (its
+        cause, above a stack trace longer than the tail) is kept in front of them."""
+        text = self.log_text().splitlines()
+        if not text:
+            return "(no log)" if not self.log_path.exists() else "(empty log)"
+        tail = text[-lines:]
+        cause = next((line for line in text if line.startswith("panic: ")), None)
+        if cause is not None and cause not in tail:
+            tail = [cause, "..."] + tail
+        return "\n".join(tail)

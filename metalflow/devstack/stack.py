@@ -32,6 +32,7 @@ from metalflow.runtime.versioning import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV
 
 HOST = "127.0.0.1"
 SERVER_READY_TIMEOUT = 90.0
+GO_PANIC_STATUS = 2  # how a Go program that panicked exits
 SERVER_START_ATTEMPTS = 3  # a port the dev server picks itself, taken between its pick and bind
 WORKER_READY_TIMEOUT = 60.0
 WORKER_NAME = "metalflow worker"
@@ -81,6 +82,24 @@ def reset_state(state_dir: Path) -> list[str]:
             path.unlink()
             removed.append(name)
     return removed
+
+
+def start_failure_is_transient(returncode: int | None, log: str) -> bool:
+    """Whether a dev server that exited while starting may start on a second try: a port it
+    picked itself was taken (`address already in use`), or it panicked (a Go panic, exit status
+    2: its own port picking panics when a pick fails, and a panic is never how it refuses a
+    setting of ours: those are an `Error:` line and exit status 1, which a retry would not mend)."""
+    if returncode is None:  # still running: it was not ready in time, a retry would wait again
+        return False
+    return "address already in use" in log or (returncode == GO_PANIC_STATUS and "panic: " in log)
+
+
+def start_failure_cause(log: str) -> str:
+    """The line of a dev server's log that says why it died at start, for the retry's message."""
+    for line in log.splitlines():
+        if line.startswith("panic: ") or "address already in use" in line:
+            return line.strip()[:200]
+    return "no cause in its log"
 
 
 @dataclass(frozen=True)
@@ -146,11 +165,12 @@ class DevStack:
         await self._start(self._worker(), WORKER_READY_TIMEOUT)
 
     async def _start_server(self) -> None:
-        """Start the dev server; again (up to `SERVER_START_ATTEMPTS` times) when it exits at start
-        because a port was taken: besides the two ports we give it, it picks its HTTP, metrics
-        and internal service ports itself, and another process can take one between its pick
-        and its bind (seen under parallel tests). A port of ours that is taken was refused by
-        `check_ports` before; the retry names what happened."""
+        """Start the dev server; again (up to `SERVER_START_ATTEMPTS` times) when it dies at start
+        of something a second start does not meet (`start_failure_is_transient`): besides the
+        two ports we give it, it picks its HTTP, metrics and internal service ports itself, and
+        another process can take one between its pick and its bind (seen under parallel tests,
+        as `bind: address already in use` and as a Go panic in its own port picking). A port of
+        ours that is taken was refused by `check_ports` before; the retry names what happened."""
         for attempt in range(1, SERVER_START_ATTEMPTS + 1):
             server = ManagedProcess(
                 name="Temporal dev server",
@@ -163,14 +183,16 @@ class DevStack:
             try:
                 await self._start(server, SERVER_READY_TIMEOUT)
                 return
-            except ProcessFailedError as err:
-                if "address already in use" not in str(err) or attempt == SERVER_START_ATTEMPTS:
+            except ProcessFailedError:
+                if attempt == SERVER_START_ATTEMPTS or not start_failure_is_transient(
+                    server.returncode, server.log_text()
+                ):
                     raise
                 self.processes.remove(server)
                 await server.stop()
                 self.say(
-                    "the Temporal dev server found a port it picked for itself taken at start "
-                    f"(attempt {attempt} of {SERVER_START_ATTEMPTS}); starting it again"
+                    f"the Temporal dev server died while starting ({start_failure_cause(server.log_text())}; "
+                    f"attempt {attempt} of {SERVER_START_ATTEMPTS}); starting it again"
                 )
 
     def _worker(self) -> ManagedProcess:
