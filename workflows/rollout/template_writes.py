@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         PCSRef,
         RestoreInput,
         RolloutPolicy,
+        TemplateChange,
         TemplateChangeInput,
         TemplateResult,
         Wake,
@@ -65,10 +66,9 @@ class TemplateWrites(kernel.Abortable):
     _guard: PausedGuard
 
     # -- the template: someone else's edits, the rollback's restore, the rollout's own writes --------
-    async def _foreign_edit(self) -> bool:
-        """Someone else changed the template: pause, naming the fields and who; `resume` adopts
-        the template as it is now, `rollback` restores the original. False: the write was not a
-        template edit (a scale), its generation is adopted."""
+    async def _template_change(self) -> TemplateChange | None:
+        """What someone else changed in the template since our last write; None (its generation
+        adopted) when the write was not a template edit (a scale)."""
         state = self.state
         change = await self.call(
             activity_api.describe_template_change,
@@ -78,6 +78,16 @@ class TemplateWrites(kernel.Abortable):
         )
         if not change.fields:
             state.generation = change.generation
+            return None
+        return change
+
+    async def _foreign_edit(self) -> bool:
+        """Someone else changed the template: pause, naming the fields and who; `resume` adopts
+        the template as it is now, `rollback` restores the original. False: the write was not a
+        template edit (a scale), its generation is adopted."""
+        state = self.state
+        change = await self._template_change()
+        if change is None:
             return False
         await self._pause(state.foreign_edit_reason(change))
         if state.rolling_back or self.aborting:
@@ -94,14 +104,8 @@ class TemplateWrites(kernel.Abortable):
         restore is made again, the new edit taken out with the others and put back, dormant, at
         the end. The rollback never rolls a pod onto it."""
         state = self.state
-        change = await self.call(
-            activity_api.describe_template_change,
-            TemplateChangeInput(pcs=self.pcs, written=state.written, since=state.written_at),
-            kernel.options(kernel.KUBE_READ, f"what changed in the template of {self.pcs}"),
-            abortable=False,
-        )
-        if not change.fields:
-            state.generation = change.generation
+        change = await self._template_change()
+        if change is None:
             return
         await self._pause(
             f"rolling back: {state.foreign_edit_reason(change)}; `resume` restores the original again"
