@@ -94,27 +94,12 @@ def register(subparsers: Any) -> None:
         "checked with the same code).",
     )
     _target(start)
-    start.add_argument(
-        "--set",
-        dest="images",
-        action="append",
-        type=_image_setting,
-        required=True,
-        metavar="CLIQUE[/CONTAINER]=IMAGE",
-        help="new image of a container (CLIQUE alone: its only container; repeat for several)",
-    )
+    _change(start)
     start.add_argument("--wait", action="store_true", help="follow it; exit 0 only when it completed")
     start.add_argument(
         "--supersede",
         action="store_true",
         help="if a rollout of this PodCliqueSet is in flight, take over after its current step",
-    )
-    start.add_argument("--concurrency", type=int, default=1, help="replicas rolled at once (default 1)")
-    start.add_argument(
-        "--allow-replica-outage",
-        action="store_true",
-        help="roll steps that take a replica below a minAvailable (every change of a standalone "
-        "clique, and Grove's default shape); one replica at a time",
     )
     start.add_argument(
         "--step-deadline",
@@ -140,19 +125,7 @@ def register(subparsers: Any) -> None:
     preview.add_argument(
         "pcs", metavar="NAMESPACE/PCS", type=_pcs_ref, help="the PodCliqueSet, e.g. default/inference"
     )
-    preview.add_argument(
-        "--set",
-        dest="images",
-        action="append",
-        type=_image_setting,
-        required=True,
-        metavar="CLIQUE[/CONTAINER]=IMAGE",
-        help="new image of a container, as for start",
-    )
-    preview.add_argument("--concurrency", type=int, default=1, help="replicas rolled at once (default 1)")
-    preview.add_argument(
-        "--allow-replica-outage", action="store_true", help="as for start: steps may take a replica down"
-    )
+    _change(preview)
     preview.add_argument("--json", action="store_true", help="the plan as one JSON document")
     preview.set_defaults(handler=runner(_plan))
 
@@ -179,6 +152,26 @@ def register(subparsers: Any) -> None:
     scale.set_defaults(handler=runner(_scale))
 
 
+def _change(parser: argparse.ArgumentParser) -> None:
+    """The change `rollout plan` previews and `rollout start` makes: one definition for both."""
+    parser.add_argument(
+        "--set",
+        dest="images",
+        action="append",
+        type=_image_setting,
+        required=True,
+        metavar="CLIQUE[/CONTAINER]=IMAGE",
+        help="new image of a container (CLIQUE alone: its only container; repeat for several)",
+    )
+    parser.add_argument("--concurrency", type=int, default=1, help="replicas rolled at once (default 1)")
+    parser.add_argument(
+        "--allow-replica-outage",
+        action="store_true",
+        help="roll steps that take a replica below a minAvailable (every change of a standalone "
+        "clique, and Grove's default shape); one replica at a time",
+    )
+
+
 def _target(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "pcs", metavar="NAMESPACE/PCS", type=_pcs_ref, help="the PodCliqueSet, e.g. default/inference"
@@ -192,7 +185,11 @@ def _target(parser: argparse.ArgumentParser) -> None:
 
 
 def _pcs_ref(text: str) -> PCSRef:
-    namespace, _, name = text.partition("/")
+    namespace, slash, name = text.partition("/")
+    if not slash:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give NAMESPACE/PCS, e.g. default/{text or 'inference'} (the namespace is missing)"
+        )
     try:
         names.rollout_workflow_id(namespace, name)
     except ValueError as err:

@@ -9,6 +9,8 @@ import importlib
 import re
 from pathlib import Path
 
+import pytest
+
 from metalflow.cli import COMMAND_MODULE, SUBCOMMAND_MODULES, build_parser
 from metalflow.cli.commands import command_list, subcommands
 
@@ -58,3 +60,20 @@ def test_each_command_word_names_the_module_that_registers_it() -> None:
         alone, everything = (vars(p.parse_args(argv)) for p in (build_parser(argv[0]), build_parser()))
         handlers = alone.pop("handler"), everything.pop("handler")  # each parser makes its own
         assert alone == everything and handlers[0].__qualname__ == handlers[1].__qualname__, argv
+
+
+def test_rollout_plan_and_start_take_the_same_change_and_name_a_missing_namespace(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    parser = build_parser()
+    args = ["--set", "prefill=img:2", "--concurrency", "2", "--allow-replica-outage"]
+    plan = parser.parse_args(["rollout", "plan", "default/inference", *args])
+    start = parser.parse_args(["rollout", "start", "default/inference", *args])
+    for name in ("images", "concurrency", "allow_replica_outage"):
+        assert getattr(plan, name) == getattr(start, name), name
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["rollout", "plan", "inference", "--set", "prefill=img:2"])
+    assert exit_.value.code == 2
+    assert "'inference': give NAMESPACE/PCS, e.g. default/inference (the namespace is missing)" in (
+        capsys.readouterr().err
+    )
