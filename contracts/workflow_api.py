@@ -110,6 +110,7 @@ from contracts.models.host import (
     HostRemovalResult,
     HostResetInput,
     HostResetResult,
+    HostResetStatus,
     HostStatus,
     HostWorkflowInput,
     WithdrawRequest,
@@ -202,7 +203,7 @@ class HostResetWorkflow:
         _declared_only("HostResetWorkflow.run")
 
     @workflow.query(name=STATUS_QUERY)
-    def status(self) -> HostResetResult:
+    def status(self) -> HostResetStatus:
         _declared_only("HostResetWorkflow.status")
 
 

@@ -352,6 +352,20 @@ class HostResetResult(_Frozen):
     finished_at: datetime
 
 
+class HostResetStatus(_Frozen):
+    """The `status` query of a reset: where it is (its phase and what it waits for, as every
+    operation's status says) and what it did so far."""
+
+    host_id: str
+    operation: str = RESET_OPERATION
+    target: str
+    phase: str  # the workflow's own step, e.g. "waiting-for-dpu-os"; also the Phase attribute
+    waiting_for: str  # in words: its current details, e.g. "host-001-dpu-0 back to its OS"
+    resets: tuple[str, ...] = ()  # what was done so far, in order
+    boot_generation: int
+    started_at: datetime
+
+
 class FirmwareRequest(_Frozen):
     requested_by: Requester
     target_version: str = Field(min_length=1)

@@ -111,6 +111,8 @@ def render_status(
             phase = dpu.get("phase") or "-"
             since = _parsed(dpu.get("since"))
             lines.append(f"    {dpu.get('dpu_id', '?'):<22} {phase:<24} since {iso_z(since, none='?')}")
+        if operation.get("resets"):  # a reset: what it did so far
+            lines.append(f"    done           {'; '.join(str(r) for r in operation['resets'])}")
         for key in ("reboots_requested", "power_cycles_issued", "reboot_attempts"):
             if key in operation:
                 lines.append(f"    {key.replace('_', ' '):<22} {operation[key]}")

@@ -83,6 +83,7 @@ with workflow.unsafe.imports_passed_through():
         HostRebootInput,
         HostResetInput,
         HostResetResult,
+        HostResetStatus,
         ResetTarget,
     )
     from contracts.models.inventory import BMCAccess, HostInventory, HostLookup
@@ -161,14 +162,17 @@ class HostResetWorkflow(kernel.Abortable):
         )
 
     @workflow.query(name=STATUS_QUERY)
-    def status(self) -> HostResetResult:
-        """What the sequence did so far (its Phase and details say where it is)."""
-        return HostResetResult(
+    def status(self) -> HostResetStatus:
+        """Where the sequence is (its phase and what it waits for, as `host status` and `--wait`
+        show every operation) and what it did so far."""
+        return HostResetStatus(
             host_id=self._request.host_id,
             target=self._request.target.value,
+            phase=self.phase,
+            waiting_for=self.details,
             resets=tuple(self._resets),
             boot_generation=self._generation,
-            finished_at=workflow.now(),
+            started_at=workflow.info().start_time,
         )
 
     @workflow.signal(name=BMC_LEASE_GRANTED_SIGNAL)
@@ -182,7 +186,7 @@ class HostResetWorkflow(kernel.Abortable):
 
     # -- the steps -----------------------------------------------------------------------------
     async def _resolve(self) -> HostInventory:
-        self.enter(RESOLVING, f"looking up {self._request.host_id}")
+        self.enter(RESOLVING, f"the inventory's record of {self._request.host_id}")
         inventory: HostInventory = await self.call(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),
@@ -215,7 +219,9 @@ class HostResetWorkflow(kernel.Abortable):
         return [(d, bmc) for d in wanted if (bmc := known[d].bmc) is not None]
 
     async def _refuse_while_installing(self, inventory: HostInventory) -> None:
-        self.enter(CHECKING_DPF, f"no DPU of {inventory.host_id} may be installing")
+        self.enter(
+            CHECKING_DPF, f"DPF's state of the DPUs of {inventory.host_id} (no reset while one installs)"
+        )
         state: HostDPFState = await self.call(
             activity_api.read_host_dpf_state,
             HostRef.of(inventory),
@@ -248,7 +254,7 @@ class HostResetWorkflow(kernel.Abortable):
         """Host off, each DPU PowerCycle (taken at once: the host lets go), DPUs up, host on; the
         host's off and on inside one slot of its BMC's lease, as a reboot's cycle."""
         host = inventory.host_id
-        self.enter(HOST_OFF, f"ForceOff {host}: a BlueField takes a PowerCycle only with the host off")
+        self.enter(HOST_OFF, f"ForceOff of {host} (a BlueField takes a PowerCycle only with the host off)")
         leased, asked = await self._leases.ask_for_host(
             host,
             self._request.boot_generation + 1,  # as the host's next reboot: after the last one ended
@@ -269,7 +275,7 @@ class HostResetWorkflow(kernel.Abortable):
                 for dpu_id, bmc in dpus:
                     await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
                 await self._wait_for_os(dpus)
-                self.enter(HOST_ON, f"On {host}: its DPUs are up")
+                self.enter(HOST_ON, f"On of {host} (its DPUs are up)")
                 await self._set_host_power("On")
                 self._host_off = False
             except (FailureError, asyncio.CancelledError):  # aborted, cancelled, failed: not left off
