@@ -40,6 +40,7 @@ from contracts.models.bmc_lease import (
 )
 from contracts.models.campaign import (
     CLAIM_UPDATE,
+    DEFERRAL_QUERY,
     HELD_QUERY,
     HOSTS_QUERY,
     RECORD_UPDATE,
@@ -55,6 +56,7 @@ from contracts.models.campaign import (
     ClaimRequest,
     ClaimsInput,
     ClaimsStatus,
+    Deferred,
     HostsPage,
     HostsQuery,
     LimitsRequest,
@@ -293,6 +295,10 @@ class CampaignWorkflow:
     @workflow.query(name=HOSTS_QUERY)
     def hosts(self, page: HostsQuery) -> HostsPage:
         _declared_only("CampaignWorkflow.hosts")
+
+    @workflow.query(name=DEFERRAL_QUERY)
+    def deferral(self, host_id: str) -> tuple[Deferred, ...]:
+        _declared_only("CampaignWorkflow.deferral")
 
 
 @workflow.defn(name="CampaignClaimsWorkflow")

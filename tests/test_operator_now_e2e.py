@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -28,7 +29,8 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from contracts import names
+from contracts import names, workflow_api
+from contracts.models.campaign import AbortRequest
 from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
 
 ISO_Z = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
@@ -105,3 +107,61 @@ async def test_a_running_reset_shows_its_phase_in_wait_progress_and_host_status(
     assert "?" not in steps, followed.stdout
     assert "waiting-for-dpu-os" in steps, followed.stdout
     assert f"waiting for DPU {dpu} to boot its OS" in followed.stdout
+
+
+async def _until_deferred(client: Client, workflow_id: str, host: str) -> None:
+    """Until the campaign has put `host` off (its entity was busy when asked)."""
+    for _ in range(150):
+        with contextlib.suppress(RPCError):
+            status = await client.get_workflow_handle(workflow_id).query(workflow_api.CampaignWorkflow.status)
+            if status.deferred == (host,):
+                return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{workflow_id} never put {host} off")
+
+
+async def test_a_request_awaiting_approval_and_a_host_a_campaign_put_off_say_until_when_and_why(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host, dpu = "now-002", "now-002-dpu-0"
+    name = f"now38-{uuid.uuid4().hex[:6]}"
+    client = local_env.client
+    try:
+        assigned = await metalflow(local_env, "host", "assign", host, "vm-38", "--task-queue", queue)
+        assert assigned.status == 0, assigned.stderr
+        held = await metalflow(
+            local_env, "host", "reset", host, "--dpu", dpu, "--by", "bob@test", "--task-queue", queue
+        )
+        assert held.status == 0 and "awaits approval" in held.stdout, held.stdout + held.stderr
+        waiting = await metalflow(local_env, "host", "status", host)
+        assert re.search(
+            rf"^    waiting for    `metalflow approve {host}` until {ISO_Z}, then the request expires$",
+            waiting.stdout,
+            re.MULTILINE,
+        ), waiting.stdout
+
+        started = await metalflow(
+            local_env, "campaign", "start", name, "--hosts", host, "--reprovision", "--canary", "0",
+            "--assigned", "wait-for-approval", "--task-queue", queue,
+        )  # fmt: skip
+        assert started.status == 0, started.stdout + started.stderr
+        await _until_deferred(client, f"campaign/{name}", host)
+        campaign = await metalflow(local_env, "campaign", "status", name)
+        assert campaign.status == 0, campaign.stderr
+        assert re.search(rf"1 deferred \({host} until {ISO_Z}\)", campaign.stdout), campaign.stdout
+        put_off = re.search(rf"^  deferred {host} until ({ISO_Z}): (.+)$", campaign.stdout, re.MULTILINE)
+        assert put_off is not None and f"host {host} is busy" in put_off.group(2), campaign.stdout
+
+        shown = await metalflow(local_env, "host", "status", host)
+        assert shown.status == 0, shown.stderr
+        line = f"  deferred by      campaign/{name} until {put_off.group(1)}: {put_off.group(2)}"
+        assert line in shown.stdout.splitlines(), shown.stdout
+    finally:
+        with contextlib.suppress(RPCError):
+            await client.get_workflow_handle(f"campaign/{name}").execute_update(
+                ABORT_UPDATE,
+                AbortRequest(requested_by="pytest", reason="the test is over"),
+                result_type=OperatorAnswer,
+            )
+        with contextlib.suppress(RPCError):
+            await client.get_workflow_handle(names.host_workflow_id(host)).terminate("the test is over")

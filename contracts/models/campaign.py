@@ -67,6 +67,7 @@ SKIP_HOST_UPDATE: Final = "skip_host"
 SET_LIMITS_UPDATE: Final = "set_limits"
 
 HOSTS_QUERY: Final = "hosts"  # every host's outcome, page by page
+DEFERRAL_QUERY: Final = "deferral"  # a host the campaign put off: when it asks again and why (or none)
 HOSTS_PAGE_MAX: Final = 1000  # hosts per page of the `hosts` query
 
 

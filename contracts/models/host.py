@@ -409,6 +409,8 @@ class HostStatus(_Frozen):
     phase: str = "idle"  # the entity's `Phase`: idle, running <operation>, awaiting-approval
     site: str = "default"
     auto_approved_until: datetime | None = None  # disruptive requests start at once until then
+    # While `current` awaits approval: when it expires unless approved (None: nothing awaits it).
+    approval_expires_at: datetime | None = None
 
 
 class OperationEnd(_Frozen):

@@ -379,7 +379,8 @@ def details(status: CampaignStatus, workflow_id: str) -> list[str]:
         lines.append(f"  deferred {deferred.host_id} until {iso_z(deferred.retry_at)}: {deferred.reason}")
     if status.deferred_count > len(status.deferred_hosts):
         more = status.deferred_count - len(status.deferred_hosts)
-        lines.append(f"  ... {more} more deferred: `metalflow campaign hosts NAME --outcome deferred`")
+        name = workflow_id.removeprefix("campaign/")
+        lines.append(f"  ... {more} more deferred: `metalflow campaign hosts {name} --outcome deferred`")
     lines += [f"  changed {change.describe()}" for change in status.changes]
     return lines
 

@@ -4,18 +4,26 @@ A read: nothing is sent, nobody is recorded. The entity's `status` query, the op
 `status` query (a reboot has none: its Phase and current details), the monitor's status when one
 runs, and for an idle host what DPF shows of DPUs an ended operation left waiting. An entity that
 failed or was terminated is said so (exit 1), not shown as the idle host its last state describes.
+
+What the host waits for, and until when: a request awaiting approval and when it expires, and
+each running campaign that put the host off (its entity was busy) with when it asks again and
+why (`campaign_deferrals`: one visibility listing of the running campaigns, then each one's
+`deferral` query for this host, at most `CAMPAIGNS_ASKED` of them, at once).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from datetime import datetime
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
+from temporalio.service import RPCError
 
-from contracts import names
+from contracts import names, workflow_api
+from contracts.models.campaign import Deferred
 from contracts.models.host import HostStatus
 from contracts.models.monitor import HostMonitorStatus
 from contracts.validation import terminal_safe
@@ -24,6 +32,7 @@ from metalflow.cli import host_monitor
 from metalflow.cli.inventory_check import idle_dpu_warnings
 from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import (
+    QUERY_TIMEOUT,
     HostRequestError,
     Seen,
     describe_operation,
@@ -34,6 +43,8 @@ from metalflow.hosts import (
 from metalflow.monitors import running_monitor_status
 
 EXIT_OK = 0
+CAMPAIGNS_ASKED = 50  # running campaigns asked whether they put the host off (there are a few)
+RUNNING_CAMPAIGNS = f'{names.OPERATION.name} = "{names.CAMPAIGN_OPERATION}" AND ExecutionStatus = "Running"'
 
 
 def _say(message: str) -> None:
@@ -56,6 +67,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
         if operation is None:  # a reboot has no status query: its Phase and details say where it is
             seen = await operation_progress(client, status.current.workflow_id, args.host)
     monitor = await running_monitor_status(client, args.host)
+    deferrals = await campaign_deferrals(client, args.host)
     # An idle entity says nothing of DPUs an ended operation left waiting (an abort before the
     # power cycle leaves DPF waiting for a reboot): DPF is asked, and what needs a person is said.
     idle = status.current is None or status.current.outcome != "running"
@@ -68,10 +80,14 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             else {"phase": seen.phase, "waiting_for": seen.waiting_for, "details": seen.details},
             "monitor": None if monitor is None else monitor.model_dump(mode="json"),
             "warnings": warnings,
+            "deferred_by": [
+                {"campaign": campaign, "retry_at": iso_z(d.retry_at), "reason": d.reason}
+                for campaign, d in deferrals
+            ],
         }
         print(json.dumps(shown, indent=2))
         return EXIT_OK
-    _say(render_status(status, operation, monitor, seen))
+    _say(render_status(status, operation, monitor, seen, deferrals))
     for warning in warnings:
         _say(f"  WARNING          {warning}")
     return EXIT_OK
@@ -82,6 +98,7 @@ def render_status(
     operation: dict[str, Any] | None,
     monitor: HostMonitorStatus | None = None,
     seen: Seen | None = None,
+    deferrals: list[tuple[str, Deferred]] | None = None,
 ) -> str:
     """The host, its operation in flight and its monitor's pool state, for a person."""
     lines = [
@@ -101,6 +118,11 @@ def render_status(
         )
         if current.approved_by:
             lines.append(f"    approved by    {current.approved_by}")
+        if current.outcome == "awaiting-approval" and status.approval_expires_at is not None:
+            lines.append(
+                f"    waiting for    `metalflow approve {status.host_id}` until "
+                f"{iso_z(status.approval_expires_at)}, then the request expires"
+            )
     if seen is not None:
         lines.append(f"    now            {seen.text}")
         if seen.waiting_for:
@@ -116,12 +138,33 @@ def render_status(
         for key in ("reboots_requested", "power_cycles_issued", "reboot_attempts"):
             if key in operation:
                 lines.append(f"    {key.replace('_', ' '):<22} {operation[key]}")
+    for campaign, deferred in deferrals or []:
+        lines.append(f"  deferred by      {campaign} until {iso_z(deferred.retry_at)}: {deferred.reason}")
     if status.recent:
         lines.append("  recent")
         for record in status.recent[-5:]:
             when = iso_z(record.finished_at, none="")
             lines.append(f"    {when}  {record.operation:<12} {record.outcome}  by {record.requested_by}")
     return "\n".join(lines)
+
+
+async def campaign_deferrals(client: Client, host_id: str) -> list[tuple[str, Deferred]]:
+    """Each running campaign that put `host_id` off (its entity was busy when asked): the
+    campaign's workflow id, and when it asks again and why. A campaign that cannot answer (no
+    worker now, a run from before the `deferral` query) is passed over: this is a read."""
+    campaigns = [c.id async for c in client.list_workflows(RUNNING_CAMPAIGNS, limit=CAMPAIGNS_ASKED)]
+
+    async def ask(workflow_id: str) -> list[tuple[str, Deferred]]:
+        try:
+            found = await client.get_workflow_handle(workflow_id).query(
+                workflow_api.CampaignWorkflow.deferral, host_id, rpc_timeout=QUERY_TIMEOUT
+            )
+        except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+            return []
+        return [(workflow_id, deferred) for deferred in found]
+
+    asked = await asyncio.gather(*(ask(workflow_id) for workflow_id in campaigns))
+    return sorted((found for each in asked for found in each), key=lambda f: f[1].retry_at)
 
 
 def _parsed(value: Any) -> datetime | None:

@@ -203,6 +203,15 @@ def test_each_answer_of_an_entity_moves_its_host() -> None:
     assert state.next_sweep == NOW + timedelta(seconds=600), "hosts in flight are swept"
 
 
+def test_a_host_put_off_says_when_it_is_asked_again_and_why_and_no_other_host_does() -> None:
+    state = _state(3)
+    _answer(state, {"h0": "started", "h1": "busy"})
+    assert views.deferral(state, "h1") == (
+        Deferred(host_id="h1", retry_at=NOW + timedelta(seconds=300), reason="busy (h1)"),
+    )
+    assert views.deferral(state, "h0") == () and views.deferral(state, "h9") == ()
+
+
 def test_how_an_operation_ended_counts_and_a_stale_or_duplicate_end_is_ignored() -> None:
     state = _state(5)
     _answer(state, {h: "started" for h in ("h0", "h1", "h2", "h3")})

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from contracts.models.campaign import CampaignResult, CampaignStatus, Failure, Limits
-from metalflow.cli.campaign import print_named, render, summary
+from contracts.models.campaign import CampaignResult, CampaignStatus, Deferred, Failure, Limits
+from metalflow.cli.campaign import details, print_named, render, summary
 
 NOW = datetime(2026, 11, 23, 4, 0, tzinfo=UTC)
 CUT = Failure(host_id="h-002", reason="failed: aborted by alice: bad BFB")
@@ -91,3 +91,14 @@ def test_status_line_names_the_hosts_and_counts_those_awaiting_approval() -> Non
     many = tuple(f"h-1{i:02d}" for i in range(7))
     running = render(_status(phase="running", in_flight=many, failed=1, failures=(failed,), skipped=0))
     assert "7 in flight (h-100, h-101, h-102, h-103, h-104, +2 more), 1 failed (h-005), 0 skipped" in running
+
+
+def test_hosts_put_off_show_when_they_are_asked_again_and_why_and_the_rest_point_at_hosts() -> None:
+    later = Deferred(
+        host_id="h-003", retry_at=datetime(2026, 11, 23, 4, 5, tzinfo=UTC), reason="host h-003 is busy"
+    )
+    status = _status(phase="running", deferred=("h-003",), deferred_count=12, deferred_hosts=(later,))
+    assert "12 deferred (h-003 until 2026-11-23T04:05:00Z, +11 more)" in render(status)
+    lines = details(status, "campaign/fleet")
+    assert "  deferred h-003 until 2026-11-23T04:05:00Z: host h-003 is busy" in lines
+    assert "  ... 11 more deferred: `metalflow campaign hosts fleet --outcome deferred`" in lines

@@ -163,6 +163,15 @@ def test_a_request_expires_one_approval_timeout_after_it_was_made() -> None:
     assert state.approval_wait(current, T0 + timedelta(hours=2)) == timedelta(seconds=1)  # one timer still
 
 
+def test_the_status_says_when_a_request_awaiting_approval_expires_and_nothing_once_approved() -> None:
+    state = entity(instance="i-1", policy=OperationPolicy(approval_timeout_seconds=3600.0))
+    assert state.status().approval_expires_at is None  # nothing awaits approval
+    asked(state)
+    assert state.status().approval_expires_at == T0 + timedelta(hours=1)
+    state.approve("bob", T0 + timedelta(minutes=5))
+    assert state.status().approval_expires_at is None
+
+
 def test_withdraw_drops_only_the_named_request_still_awaiting_approval() -> None:
     state = entity(instance="i-1")
     held = asked(state)

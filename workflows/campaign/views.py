@@ -16,6 +16,7 @@ from contracts.models.campaign import (
     CampaignInput,
     CampaignResult,
     CampaignStatus,
+    Deferred,
     Failure,
     HostOutcome,
     HostsPage,
@@ -78,6 +79,13 @@ def status(state: CampaignState, name: str, start: CampaignInput, now: datetime)
         stopped_reason=state.stopped_reason,
         finishing=tuple(Failure(host_id=h, reason=r) for h, r in sorted(state.finishing.items())),
     )
+
+
+def deferral(state: CampaignState, host_id: str) -> tuple[Deferred, ...]:
+    """Whether the campaign put `host_id` off (its entity was busy): when it asks again and why,
+    as one item; none when it did not. For `host status` of one host: O(1), whatever the fleet."""
+    deferred = state.deferred.get(host_id)
+    return () if deferred is None else (deferred,)
 
 
 def hosts_page(state: CampaignState, page: HostsQuery, start: CampaignInput) -> HostsPage:

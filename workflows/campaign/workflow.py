@@ -53,6 +53,7 @@ from temporalio.exceptions import ActivityError, CancelledError
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
     from contracts.models.campaign import (
+        DEFERRAL_QUERY,
         HOST_FINISHED_SIGNAL,
         HOSTS_QUERY,
         RETRY_FAILED_UPDATE,
@@ -66,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
         CampaignResult,
         CampaignStatus,
         CheckHostsInput,
+        Deferred,
         HostFinished,
         HostRequestsInput,
         HostRequestsResult,
@@ -270,6 +272,11 @@ class CampaignWorkflow(Footprint):
     def hosts(self, page: HostsQuery) -> HostsPage:
         """Every host's outcome, a page at a time: never the whole fleet in one payload."""
         return views.hosts_page(self.state, page, self._input)
+
+    @workflow.query(name=DEFERRAL_QUERY)
+    def deferral(self, host_id: str) -> tuple[Deferred, ...]:
+        """Whether this campaign put `host_id` off: when it asks again and why (`host status`)."""
+        return views.deferral(self.state, host_id)
 
     # -- a step of the loop --------------------------------------------------------------------------
     async def _take(self, step: Step) -> bool:

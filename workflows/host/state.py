@@ -314,4 +314,12 @@ class HostEntityState(HostEntityMemory):
             phase=self.phase(),
             site=self._start.site,
             auto_approved_until=self.auto_approved_until,
+            approval_expires_at=self.approval_expires_at(),
         )
+
+    def approval_expires_at(self) -> datetime | None:
+        """When the operation awaiting approval expires unless approved (None: nothing awaits it)."""
+        current = self.current
+        if current is None or current.approved or current.record.requested_at is None:
+            return None
+        return current.record.requested_at + timedelta(seconds=self._start.policy.approval_timeout_seconds)

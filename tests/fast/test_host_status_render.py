@@ -1,0 +1,43 @@
+"""What `metalflow host status` prints of what the host waits for and until when (issue 38, item
+2): a request awaiting approval with when it expires, and each campaign that put the host off
+with when it asks again and why, every time ISO 8601 UTC with Z. End to end:
+tests/test_operator_now_e2e.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from contracts.models.campaign import Deferred
+from contracts.models.host import HostStatus, OperationRecord
+from metalflow.cli.host_status import render_status
+
+T0 = datetime(2026, 11, 29, 4, 0, tzinfo=UTC)
+HELD = OperationRecord(
+    operation="reset",
+    workflow_id="reset/host-002",
+    requested_by="bob",
+    outcome="awaiting-approval",
+    requested_at=T0,
+)
+
+
+def test_a_request_awaiting_approval_says_until_when() -> None:
+    status = HostStatus(
+        host_id="host-002", instance="vm-7", boot_generation=0, current=HELD,
+        phase="awaiting-approval", approval_expires_at=datetime(2026, 11, 30, 4, 0, tzinfo=UTC),
+    )  # fmt: skip
+    shown = render_status(status, None).splitlines()
+    assert (
+        "    waiting for    `metalflow approve host-002` until 2026-11-30T04:00:00Z, then the request expires"
+        in shown
+    )
+
+
+def test_a_host_a_campaign_put_off_names_the_campaign_when_and_why() -> None:
+    status = HostStatus(host_id="host-002", instance=None, boot_generation=3, current=None)
+    later = Deferred(
+        host_id="host-002", retry_at=datetime(2026, 11, 29, 4, 5, tzinfo=UTC), reason="host-002 is busy"
+    )
+    shown = render_status(status, None, deferrals=[("campaign/rack7", later)]).splitlines()
+    assert "  deferred by      campaign/rack7 until 2026-11-29T04:05:00Z: host-002 is busy" in shown
+    assert not any("deferred" in line for line in render_status(status, None).splitlines())
