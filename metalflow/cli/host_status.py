@@ -133,6 +133,9 @@ def render_status(
             phase = dpu.get("phase") or "-"
             since = _parsed(dpu.get("since"))
             lines.append(f"    {dpu.get('dpu_id', '?'):<22} {phase:<24} since {iso_z(since, none='?')}")
+        due = _parsed(operation.get("reboot_deadline_at"))  # None: no reboot asked for (or unknown)
+        if due is not None:  # DPF asked for a reboot: until when it waits for it
+            lines.append(f"    reboot due by  {iso_z(due)} (DPF's deadline for the reboot it asked for)")
         if operation.get("resets"):  # a reset: what it did so far
             lines.append(f"    done           {'; '.join(str(r) for r in operation['resets'])}")
         for key in ("reboots_requested", "power_cycles_issued", "reboot_attempts"):

@@ -41,3 +41,22 @@ def test_a_host_a_campaign_put_off_names_the_campaign_when_and_why() -> None:
     shown = render_status(status, None, deferrals=[("campaign/rack7", later)]).splitlines()
     assert "  deferred by      campaign/rack7 until 2026-11-29T04:05:00Z: host-002 is busy" in shown
     assert not any("deferred" in line for line in render_status(status, None).splitlines())
+
+
+def test_a_reboot_dpf_asked_for_says_until_when_it_is_due() -> None:
+    running = HELD.model_copy(
+        update={"operation": "reprovision", "workflow_id": "reprovision/host-002", "outcome": "running"}
+    )
+    status = HostStatus(
+        host_id="host-002", instance=None, boot_generation=0, current=running, phase="running reprovision"
+    )
+    operation = {
+        "phase": "rebooting-host", "waiting_for": "power cycle of host-002",
+        "reboot_deadline_at": "2026-11-29T04:30:00+00:00", "power_cycles_issued": 0,
+    }  # fmt: skip
+    shown = render_status(status, operation).splitlines()
+    assert "    reboot due by  2026-11-29T04:30:00Z (DPF's deadline for the reboot it asked for)" in shown
+    assert not any(
+        "due by" in line
+        for line in render_status(status, {**operation, "reboot_deadline_at": None}).splitlines()
+    )
