@@ -154,8 +154,12 @@ def render_status(
 async def campaign_deferrals(client: Client, host_id: str) -> list[tuple[str, Deferred]]:
     """Each running campaign that put `host_id` off (its entity was busy when asked): the
     campaign's workflow id, and when it asks again and why. A campaign that cannot answer (no
-    worker now, a run from before the `deferral` query) is passed over: this is a read."""
-    campaigns = [c.id async for c in client.list_workflows(RUNNING_CAMPAIGNS, limit=CAMPAIGNS_ASKED)]
+    worker now, a run from before the `deferral` query), or a listing that fails, is passed over:
+    this is a read, and the host's own status is the news."""
+    try:
+        campaigns = [c.id async for c in client.list_workflows(RUNNING_CAMPAIGNS, limit=CAMPAIGNS_ASKED)]
+    except RPCError:  # visibility cannot list now: the host's own status still shows
+        return []
 
     async def ask(workflow_id: str) -> list[tuple[str, Deferred]]:
         try:
