@@ -1,5 +1,6 @@
-"""What a campaign shows of its state: the `status` query, a page of the `hosts` query and the
-result, each a pure function of `CampaignState` (workflows/campaign/state.py) and the input.
+"""What a campaign shows of its state: the `status` query, a page of the `hosts` query, one host's
+`deferral` (for `host status`) and the result, each a pure function of `CampaignState`
+(workflows/campaign/state.py) and the input.
 
 Bounded whatever the fleet: `status` and the result name the newest RECENT_HOSTS hosts of each
 outcome; every host's outcome is read page by page (`hosts`, at most HOSTS_PAGE_MAX a page).
