@@ -251,7 +251,12 @@ def dpu_state(obj: Object) -> DPUState:
         ),
         agent_reboot_method=str(agent["rebootMethod"]) if agent.get("rebootMethod") else None,
         reboot_sequence_count=count if isinstance(count, int) else None,
-        agent_started_at=str(status.get("agentLastStartupTime") or ""),
+        # The agent's own start time (it writes it at each start: DPF agent `laststartuptime.go`
+        # `Execute`, c=0f647461 l.48-50), not `status.agentLastStartupTime`: the controller copies
+        # it there only in `DPU Config` (`dpu_config.go` c=62099c8b l.63), so that one never moves
+        # for a reset of a `Ready` DPU. DPF's own fresh-restart test reads this field
+        # (`dpu_config.go` l.56, redfish `rebooting.go` `hasFreshDPUAgentStartup`).
+        agent_started_at=str(agent.get("lastStartupTime") or ""),
         outdated_reason=str((status.get("outdated") or {}).get("reason") or "") or None,
     )  # fmt: skip
 
@@ -261,7 +266,6 @@ WATCHED_STATUS = (
     "phase",
     "previousPhase",
     "rebootStatus",
-    "agentLastStartupTime",
     "outdated",
     "rebootMethod",
 )
@@ -282,7 +286,7 @@ def watched(obj: Object) -> Object:
     agent = status.get("agentStatus") or {}
     if agent:
         kept_status["agentStatus"] = {
-            k: agent[k] for k in ("rebootMethod", "rebootSequenceCount") if k in agent
+            k: agent[k] for k in ("rebootMethod", "rebootSequenceCount", "lastStartupTime") if k in agent
         }
     kept_status["conditions"] = [
         {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}

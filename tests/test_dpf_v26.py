@@ -6,6 +6,9 @@ the vendored CRDs with metalflow's v26 overlay; every wait follows a store watch
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from dpf_support import (
     NS,
@@ -87,7 +90,8 @@ async def test_v26_overlay_serves_the_new_fields_and_v25_prunes_them() -> None:
 async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> None:
     """P1-P3, R1-R5, A1: the v26 phases; the annotation with the method in the condition message
     and DPUNode `status.rebootMethod`; rebootStatus Pending, stamped one reconcile later; the
-    removal completes it (Succeeded); the agent's NoAction resets the sequence count."""
+    removal completes it (Succeeded); the agent's NoAction resets the sequence count. A3: DPF copies
+    the agent's start time in DPU Config only; a reset of the Ready DPU moves the agent's own."""
     async with running(site_of(("host-001", "BF3", 2)), version=V26) as sim:
         k = sim.kube
         logs = [PhaseLog(sim.store, k.dpu, DPU0), PhaseLog(sim.store, k.dpu, DPU1)]
@@ -95,7 +99,9 @@ async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> N
         for name in (DPU0, DPU1):
             dpu = await wait_for(sim.store, k.dpu, name, stamped)
             status = dpu["status"]  # type: ignore[index]
-            assert status["agentStatus"] == {"rebootMethod": "PowerCycle", "rebootSequenceCount": 1}
+            agent = status["agentStatus"]
+            assert (agent["rebootMethod"], agent["rebootSequenceCount"]) == ("PowerCycle", 1)
+            assert status["agentLastStartupTime"] == agent["lastStartupTime"]  # A3: copied in DPU Config
             assert status["rebootStatus"]["method"] == "PowerCycle"
             assert status["previousPhase"] == "DPU Config"
         node = await wait_for(
@@ -119,6 +125,15 @@ async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> N
             assert cond(dpu, "Rebooted")["status"] == "True"  # type: ignore[index]
         node = sim.get(k.dpunode, NODE)
         assert node["status"]["rebootMethod"] == "PowerCycle"  # preserved once idle (dpunode.md)
+        # A3: a reset of a Ready DPU moves the agent's own start time, not DPF's copy.
+        ready = sim.get(k.dpu, DPU0)["status"]  # type: ignore[index]
+        copied = ready["agentLastStartupTime"]
+        assert copied == ready["agentStatus"]["lastStartupTime"]
+        await _next_second(copied)
+        sim.power_cycle("host-001")
+        restarted = await wait_for(sim.store, k.dpu, DPU0, lambda o: _started(o) not in ("", copied))
+        assert restarted["status"]["agentLastStartupTime"] == copied  # type: ignore[index]
+        assert restarted["status"]["phase"] == "Ready"  # type: ignore[index]
         for log in logs:
             log.close()
             assert log.phases[:9] == ["Initializing", "Pending", "Node Effect", "Initialize Interface",
@@ -208,6 +223,17 @@ async def test_reboot_loop_stops_at_the_agents_sequence_limit() -> None:
         )
         with pytest.raises(TypeError, match="methods"):
             dpf_faults.inject(sim.dpf.provisioner, (), DPU0, "agent", {"methods": ["Reboot"]})
+
+
+def _started(obj: dict | None) -> str:  # type: ignore[type-arg]
+    return str((((obj or {}).get("status") or {}).get("agentStatus") or {}).get("lastStartupTime", ""))
+
+
+async def _next_second(stamp: str) -> None:
+    """Wait past the second of an RFC 3339 `stamp` (the start times have one-second resolution)."""
+    later = datetime.fromisoformat(stamp.replace("Z", "+00:00")) + timedelta(seconds=1)
+    while datetime.now(UTC) < later:
+        await asyncio.sleep(0.05)
 
 
 def _count(obj: dict | None) -> int:  # type: ignore[type-arg]

@@ -1,7 +1,8 @@
 """The host monitor records a DPU reset it did not cause while the host is at rest (issue 25 item 5)
 and tells on-call with a Kubernetes Event `UnplannedReset` (issue 27), on the simulated DPF v26,
 whose DPUs show their agent's start time (simulators/dpf/BEHAVIOUR.md A3: a host power cycle
-restarts the agent of every DPU where it runs).
+restarts the agent of every DPU where it runs; the agent's own `agentStatus.lastStartupTime`
+moves, DPF's copy `agentLastStartupTime` does not outside `DPU Config`).
 
 What each test holds: a power cycle by hand of a host at rest is recorded once per DPU in the
 monitor's status and memo, carried across continue-as-new and not recorded again, and written as
@@ -71,13 +72,15 @@ def unplanned_events(sim: RunningSim, host: str) -> list[dict[str, Any]]:
 
 
 def started_times(sim: RunningSim, host: str) -> list[str]:
-    """Each DPU's `agentLastStartupTime` as the API serves it ("" when it has none)."""
+    """Each DPU's `agentStatus.lastStartupTime` (the agent's own) as the API serves it ("" when it
+    has none). Not `agentLastStartupTime`: DPF copies that only in `DPU Config` (BEHAVIOUR.md A3)."""
     found = []
     for index in (0, 1):
         name = f"node-{host}-device-{host}-dpu-{index}"
         response = api(sim, "GET", f"/apis/{PROVISIONING_GROUP}/{DPF_VERSION}/namespaces/{NS}/dpus/{name}")
         response.raise_for_status()
-        found.append(str(response.json().get("status", {}).get("agentLastStartupTime", "")))
+        agent = response.json().get("status", {}).get("agentStatus") or {}
+        found.append(str(agent.get("lastStartupTime", "")))
     return found
 
 
@@ -118,7 +121,7 @@ async def test_a_reset_at_rest_is_recorded_once_and_told_as_an_event(
         status = await eventually(lambda: status_of(handle), lambda s: s.unplanned_total == 2)
         assert sorted(r.dpu_id for r in status.unplanned_resets) == dpus, status.unplanned_resets
         for reset in status.unplanned_resets:
-            assert reset.change.startswith("restarted (agentLastStartupTime "), reset
+            assert reset.change.startswith("restarted (agentStatus.lastStartupTime "), reset
             assert reset.change.endswith(" in Ready") and reset.at <= datetime.now(UTC)
         memo = await (await handle.describe()).memo_value("unplanned_resets")
         assert memo == [r.line() for r in status.unplanned_resets] and all(
@@ -237,10 +240,11 @@ def test_only_a_ready_dpu_of_the_same_object_counts() -> None:
 
     ready = ("u0", "Ready", "t1")
     assert seen(None, "Ready") is None  # first sight
-    assert seen(ready, "Ready", "t2") == "restarted (agentLastStartupTime t1 -> t2) in Ready"
+    assert seen(ready, "Ready", "t2") == "restarted (agentStatus.lastStartupTime t1 -> t2) in Ready"
     assert seen(ready, "OS Installing", "t2") == "went back from Ready to OS Installing"
     assert seen(ready, "Node Effect", "t1") is None  # flow 5: the pool's, not a reset (DPF's own move)
-    assert seen(ready, "Node Effect", "t2") == "restarted (agentLastStartupTime t1 -> t2) in Node Effect"
+    restarted = "restarted (agentStatus.lastStartupTime t1 -> t2) in Node Effect"
+    assert seen(ready, "Node Effect", "t2") == restarted
     assert seen(ready, "Ready", "") is None  # a state without the start time says nothing
     assert seen(ready, "Ready", "t2", uid="u1") is None  # recreated (reprovisioned): a new object
     # Not at rest: a provision's or reprovision's DPU restarted by its power cycle, or sent back.

@@ -165,7 +165,7 @@ class DPUState(_Frozen):
     reboot_status: RebootStatus | None = None
     agent_reboot_method: str | None = None  # status.agentStatus.rebootMethod
     reboot_sequence_count: int | None = None  # status.agentStatus.rebootSequenceCount
-    agent_started_at: str = ""  # status.agentLastStartupTime: moves when the DPU (its agent) restarts
+    agent_started_at: str = ""  # status.agentStatus.lastStartupTime: moves when the DPU (its agent) restarts
     outdated_reason: str | None = None  # status.outdated.reason (v26.7+)
 
     def condition(self, ctype: str) -> Condition | None:

@@ -25,8 +25,9 @@ behaviour with its source): the v26 phases, the DPU agent's reported reboot meth
 `rebootSequenceCount` (`DPU Config -> Rebooting -> DPU Config` until it reports NoAction),
 `rebootStatus` (WaitForShutdown for a SystemLevelReset, Pending, then Pending /
 WaitingForManualPowerCycleOrReboot one reconcile after the annotation: only then does a removal
-count, an earlier one re-arms it), the aggregated method on the DPUNode, the 2-hour join deadline
-and `agentLastStartupTime`.
+count, an earlier one re-arms it), the aggregated method on the DPUNode, the 2-hour join deadline,
+the agent's `agentStatus.lastStartupTime` and the controller's copy of it, `agentLastStartupTime`
+(in `DPU Config` only).
 """
 
 from __future__ import annotations
@@ -114,6 +115,11 @@ SEQUENCE_LIMIT_MESSAGE = (
     "rebootSequenceCount limit exceeded ({count} >= {limit}) without an intervening NoAction "
     "RebootMethod; refusing further host reboot"
 )
+
+
+def agent_status(obj: Object) -> Object:
+    """The DPU's `status.agentStatus` as it is (the agent's own report), or {}."""
+    return dict((obj.get("status") or {}).get("agentStatus") or {})
 
 
 class Provisioner:
@@ -267,8 +273,8 @@ class Provisioner:
         extra: Object = {}
         if target == PREPARE_BFB:
             extra["bfbFile"] = f"/bfb/{self.client.namespace}-{obj['spec'].get('bfb', '')}.bfb"
-        if self.v26 and target == DPU_CONFIG:
-            extra["agentLastStartupTime"] = now_rfc3339()  # the installed OS boots its agent
+        if self.v26 and target == DPU_CONFIG:  # the installed OS boots its agent (BEHAVIOUR.md A3)
+            extra["agentStatus"] = {**agent_status(obj), "lastStartupTime": now_rfc3339()}
         detour = self.detours.pop(name, None)
         if detour is not None:
             # A fault: a phase this DPF build passes through that the client may not know.
@@ -491,21 +497,28 @@ class Provisioner:
         method = remaining.pop(0) if remaining else "NoAction"
         count = self.sequence_counts.get(uid, 0)
         now = now_rfc3339()
+        # The controller takes a fresh report and copies the agent's start time into
+        # `agentLastStartupTime`, here and nowhere else (DPF `dpu_config.go` l.63: BEHAVIOUR.md A3).
+        reported = agent_status(obj)
+        started = reported.get("lastStartupTime") or now
+        copied = {"agentLastStartupTime": started}
         if method in DPU_ONLY_METHODS:
             count = 0 if method == "NoAction" else count
             self.sequence_counts[uid] = count
-            agent = {"rebootMethod": method, "rebootSequenceCount": count, "lastStartupTime": now}
+            agent = {**reported, "rebootMethod": method, "rebootSequenceCount": count}
+            agent["lastStartupTime"] = started
             if method == "NoAction":
-                self.set_phase(name, uid, CLUSTER_CONFIG, extra={"agentStatus": agent})
+                self.set_phase(name, uid, CLUSTER_CONFIG, extra={"agentStatus": agent, **copied})
                 self.reconcile(name)
-            else:  # the DPU reboots itself and its agent reports again
-                self._write_status(name, uid, {"agentStatus": agent, "agentLastStartupTime": now})
+            else:  # the DPU reboots itself: its agent starts again and reports again
+                agent["lastStartupTime"] = now
+                self._write_status(name, uid, {"agentStatus": agent, **copied})
                 self.timers.start(
                     name, (uid, DPU_CONFIG, len(remaining)), self.timings.dpu_phase_seconds,
                     lambda: self._agent_report(name, uid),
                 )  # fmt: skip
             return
-        agent = {"rebootMethod": method, "rebootSequenceCount": count}
+        agent = {**reported, "rebootMethod": method, "rebootSequenceCount": count}
         if count >= MAX_REBOOT_SEQUENCE_COUNT:
             message = SEQUENCE_LIMIT_MESSAGE.format(count=count, limit=MAX_REBOOT_SEQUENCE_COUNT)
 
@@ -531,7 +544,7 @@ class Provisioner:
         }  # fmt: skip
         written = self.set_phase(
             name, uid, REBOOTING, extra={"agentStatus": {**agent, "rebootSequenceCount": count},
-                                        "rebootStatus": reboot},
+                                        "rebootStatus": reboot, **copied},
         )  # fmt: skip
         if written is None:
             return
@@ -585,7 +598,7 @@ class Provisioner:
         self.client.mutate(self.client.dpu, name, change, status=True)
 
     def on_dpu_reset(self, event: DPUReset) -> None:
-        """v26: a DPU reset restarts its agent (`agentLastStartupTime`), whoever reset it."""
+        """v26: a DPU reset restarts its agent (`agentStatus.lastStartupTime`), whoever reset it."""
         if not self.v26:
             return
         name = next((n for n, d in self.device_of.items() if d == f"device-{event.dpu_id}"), None)
@@ -593,10 +606,13 @@ class Provisioner:
             self._agent_restarted(name)
 
     def _agent_restarted(self, name: str) -> None:
+        """The agent starts again and writes its own `agentStatus.lastStartupTime` (BEHAVIOUR.md
+        A3); `agentLastStartupTime` stays: DPF copies it only in `DPU Config` (`_agent_report`)."""
         obj = self.client.get(self.client.dpu, name)
         if obj is None or deleting(obj) or phase(obj) not in AGENT_PHASES:
             return
-        self._write_status(name, obj["metadata"]["uid"], {"agentLastStartupTime": now_rfc3339()})
+        started = {**agent_status(obj), "lastStartupTime": now_rfc3339()}
+        self._write_status(name, obj["metadata"]["uid"], {"agentStatus": started})
 
     def _check_round(self, node: str) -> None:
         current = self.rounds.get(node)

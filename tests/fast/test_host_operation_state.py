@@ -260,8 +260,8 @@ def test_an_agent_restart_our_reboot_explains_is_not_unplanned_one_more_is() -> 
     found = state.observe(dpf(dpu(0, agent_started_at="t2"), dpu(1, agent_started_at="t2")), later)
     assert found == [] and state.restarts_owed == {"d0": 0, "d1": 0}
     found = state.observe(dpf(dpu(0, agent_started_at="t3"), dpu(1, agent_started_at="t2")), later)
-    assert found == ["DPU d0 restarted (agentLastStartupTime t3) in Rebooting"]
-    assert state.unplanned == ["2026-12-01T08:05:00+00:00: DPU d0 restarted (agentLastStartupTime t3) "
+    assert found == ["DPU d0 restarted (agentStatus.lastStartupTime t3) in Rebooting"]
+    assert state.unplanned == ["2026-12-01T08:05:00+00:00: DPU d0 restarted (agentStatus.lastStartupTime t3) "
                                "in Rebooting (not by metalflow)"]  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from contracts.models.monitor import (
     OwnerReprovisionResult,
     PoolStateResult,
 )
+from drivers import dpf as dpf_states
 from workflows.monitor.state import HISTORY_KEPT, UNPLANNED_KEPT, MonitorState
 
 T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
@@ -155,7 +156,7 @@ def test_resets_at_rest_are_found_since_the_state_before_and_recorded_bounded() 
     assert resets == [] and since == T0  # the first state: since the monitor started
     resets, since = state.observe(seen(("d0", "Ready"), started="t2"), T0 + timedelta(minutes=2))
     assert since == T0 + timedelta(minutes=1)
-    restarted = "restarted (agentLastStartupTime t1 -> t2) in Ready"
+    restarted = "restarted (agentStatus.lastStartupTime t1 -> t2) in Ready"
     assert [(r.dpu_id, r.change) for r in resets] == [("d0", restarted)]
     fell, _ = state.observe(seen(("d0", "Node Effect"), started="t2"), T0)  # flow 5: the pool's
     assert fell == []
@@ -202,3 +203,29 @@ def test_the_next_run_starts_from_this_ones_memory_with_an_abort_carried() -> No
     assert (second.runs, second.stop, second.started_at) == (2, stop, T0)  # the first run's start kept
     assert second.last_phases == {"d0": "Ready"} and second.events_seen == 1
     assert second.pool_label() is not None  # each run confirms the label once: not carried
+
+
+def test_a_ready_dpus_reset_is_seen_from_the_agents_own_start_time() -> None:
+    """Issue 36 point 3: on a real DPF a reset of a `Ready` DPU moves the agent's own
+    `agentStatus.lastStartupTime`; DPF's copy `agentLastStartupTime` moves only in `DPU Config`
+    (simulators/dpf/BEHAVIOUR.md A3). The monitor, reading DPU objects as DPF writes them, sees it."""
+
+    def dpu(agent_started: str) -> HostDPFState:
+        obj = {
+            "metadata": {"name": "n-d0", "uid": "u-d0"},
+            "spec": {"dpuDeviceName": "device-d0", "dpuNodeName": "node-h1"},
+            "status": {"phase": "Ready", "agentLastStartupTime": "2026-11-27T02:00:00Z",
+                       "agentStatus": {"rebootMethod": "NoAction", "rebootSequenceCount": 0,
+                                       "lastStartupTime": agent_started}},
+        }  # fmt: skip
+        return HostDPFState(host_id="h1", node=NODE, dpus=(dpf_states.dpu_state(obj),))
+
+    state = monitor()
+    assert state.observe(dpu("2026-11-27T02:00:00Z"), T0)[0] == []
+    resets, _ = state.observe(dpu("2026-11-27T03:01:00Z"), T0 + timedelta(minutes=1))
+    change = "restarted (agentStatus.lastStartupTime 2026-11-27T02:00:00Z -> 2026-11-27T03:01:00Z) in Ready"
+    assert [(r.dpu_id, r.change) for r in resets] == [("d0", change)]
+    # What a site watch keeps of the object carries the time too (`watched`).
+    obj = {"metadata": {"name": "n"}, "status": {"agentStatus": {"lastStartupTime": "t"}}}
+    watched = dpf_states.watched(obj)
+    assert watched["status"]["agentStatus"] == {"lastStartupTime": "t"}

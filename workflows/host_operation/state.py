@@ -28,7 +28,7 @@ of DPF's newest state, what the runbook does next:
   included; the generation moves once per reboot that happened; a power cycle is counted only
   when the BMC reset the host for us.
 - **Resets metalflow did not make** (`observe`, `unplanned_reset`): recorded in the status and
-  the memo (one history event each): a DPU whose agent restarted (`agentLastStartupTime`) beyond
+  the memo (one history event each): a DPU whose agent restarted (`agentStatus.lastStartupTime`) beyond
   the restarts our own reboots explain, a DPU moved back to an earlier phase by a move DPF does
   not make itself, a host the BMC shows reset after the barrier was reached (the reboot then
   takes that reset as done: `owed_since`, never a second reboot; a reset before the barrier may
@@ -385,8 +385,9 @@ class HostOperationState:
             if found == "restarted" and self.restarts_owed.get(dpu_id, 0) > 0:
                 self.restarts_owed[dpu_id] -= 1  # our reboot restarted it
             elif found == "restarted":
+                started_at = dpu.agent_started_at
                 found_now.append(
-                    f"DPU {dpu_id} restarted (agentLastStartupTime {dpu.agent_started_at}) in {dpu.phase}"
+                    f"DPU {dpu_id} restarted (agentStatus.lastStartupTime {started_at}) in {dpu.phase}"
                 )
             elif found is not None:
                 found_now.append(f"DPU {dpu_id} {found}")

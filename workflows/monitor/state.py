@@ -55,7 +55,7 @@ def reset_at_rest(before: tuple[str, str, str] | None, dpu: DPUState) -> str | N
         return None
     found = dpf_barrier.unplanned_change(before, dpu)
     if found == "restarted":
-        return f"restarted (agentLastStartupTime {before[2]} -> {dpu.agent_started_at}) in {dpu.phase}"
+        return f"restarted (agentStatus.lastStartupTime {before[2]} -> {dpu.agent_started_at}) in {dpu.phase}"
     return found
 
 

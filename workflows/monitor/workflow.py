@@ -21,7 +21,7 @@ calls the activities, sets the search attribute and the phase.
 
 Unplanned resets at rest (the operation's rule, `dpf_barrier.unplanned_change`, on consecutive
 states the watcher signals): a DPU that was `Ready` and whose agent restarted
-(`agentLastStartupTime` moved; DPF v26) or that went back to an earlier phase by a move DPF does
+(`agentStatus.lastStartupTime` moved; DPF v26) or that went back to an earlier phase by a move DPF does
 not make itself. The same reasoning as above: only a DPU at rest counts. A DPU that was not
 `Ready` is being moved (provisioned, reprovisioned, recovering) and a recreated DPU (new uid) is a
 new object; an operation records what happens to its own DPUs (`HostOperationWorkflow`,
