@@ -225,6 +225,29 @@ async def test_reboot_loop_stops_at_the_agents_sequence_limit() -> None:
             dpf_faults.inject(sim.dpf.provisioner, (), DPU0, "agent", {"methods": ["Reboot"]})
 
 
+async def test_the_dpus_own_reboots_count_in_the_sequence() -> None:
+    """A1: FirmwareReset and DPUWarmReboot add one to `rebootSequenceCount` (the DPU reboots
+    itself, staying in DPU Config); the host reboot asked next is the third of the count."""
+    async with running(site_of(("host-001", "BF3", 1)), version=V26) as sim:
+        k = sim.kube
+        sim.site_setup()
+        sim.discover("host-001")
+        await wait_for(sim.store, k.dpu, DPU0, phase_is("Node Effect"))
+        dpf_faults.inject(
+            sim.dpf.provisioner,
+            (),
+            DPU0,
+            "agent",
+            {"methods": ["DPUWarmReboot", "FirmwareReset", "PowerCycle"]},
+        )
+        log = PhaseLog(sim.store, k.dpu, DPU0)
+        sim.release_hold(NODE)
+        dpu = await wait_for(sim.store, k.dpu, DPU0, phase_is("Rebooting"))
+        log.close()
+        assert _count(dpu) == 3 and dpu["status"]["agentStatus"]["rebootMethod"] == "PowerCycle"  # type: ignore[index]
+        assert log.phases[-2:] == ["DPU Config", "Rebooting"]  # no Rebooting for the DPU's own
+
+
 def _started(obj: dict | None) -> str:  # type: ignore[type-arg]
     return str((((obj or {}).get("status") or {}).get("agentStatus") or {}).get("lastStartupTime", ""))
 

@@ -91,6 +91,25 @@ async def test_a_reboot_loop_stops_at_the_policy_bound(
         assert sim.violations() == []
 
 
+async def test_the_dpus_own_reboots_do_not_make_a_reboot_loop(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36 point 5: the agent counts the DPU's own reboots too (BEHAVIOUR.md A1). A DPU
+    that reboots itself three times (DPUWarmReboot, FirmwareReset, DPUWarmReboot), then asks for
+    two host reboots, reaches `rebootSequenceCount` 5 having asked for two reboots of ours: under
+    the default bound of 3 the run provisions it, after exactly two reboots."""
+    dpu = "node-host-001-device-host-001-dpu-0"
+    own = ["DPUWarmReboot", "FirmwareReset", "DPUWarmReboot"]
+    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=1, dpf_version="26", initialised=True) as sim:
+        sim.inject(f"dpus/{dpu}/agent", {"methods": [*own, "PowerCycle", "PowerCycle"]})
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-001", REPROVISION)
+            result = await handle.result()
+        assert FAST_POLICY.max_reboot_sequence_count == 3 and result.reboots == 2
+        assert len(reset_types(sim, "host-001")) == 2
+        assert sim.violations() == []
+
+
 async def test_deadline_escalated_while_a_dpu_is_in_an_unknown_phase(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

@@ -146,8 +146,9 @@ class OperationPolicy(_Frozen):
     # DPF v26 (docs/DOMAIN.md section 2.5): a reboot DPF asks for with a lesser method than
     # PowerCycle gets a warm reset where the BMC offers one (False: always a cold power cycle).
     warm_reset: bool = True
-    # A DPU that asks for more host reboots in one sequence (`rebootSequenceCount`) stops the
-    # operation (`RebootLoop`); DPF's own agent stops at 5, a BF4 needs 2.
+    # A DPU that asks for more host reboots of ours in one sequence stops the operation
+    # (`RebootLoop`); a BF4 needs 2. Not the agent's `rebootSequenceCount`: it also counts the
+    # DPU's own FirmwareReset/DPUWarmReboot, and stops at 5 by itself.
     max_reboot_sequence_count: Retries = 3
     # DPF's deadline for the host reboot it asked for (ZT-doc: 2 hours, or the DPU's
     # cluster-join secret expires), and how long before it the operation asks an operator.

@@ -482,9 +482,9 @@ class Provisioner:
     # -- v26: the DPU agent ----------------------------------------------------------------------
     def _agent_report(self, name: str, uid: str) -> None:
         """The DPU agent reports the reboot method it found (DPF `dpu_config.go`, agent
-        `checkRebootSequenceCount`): NoAction moves on, FirmwareReset/DPUWarmReboot reboot the DPU
-        alone, any other method asks for a host reboot, at most `MAX_REBOOT_SEQUENCE_COUNT` in one
-        sequence."""
+        `checkRebootSequenceCount`): NoAction moves on and resets the count, FirmwareReset/
+        DPUWarmReboot reboot the DPU alone, any other method asks for a host reboot; every method
+        but NoAction counts, at most `MAX_REBOOT_SEQUENCE_COUNT` in one sequence."""
         obj = self.client.get(self.client.dpu, name)
         if obj is None or obj["metadata"]["uid"] != uid or phase(obj) != DPU_CONFIG or deleting(obj):
             return
@@ -502,22 +502,14 @@ class Provisioner:
         reported = agent_status(obj)
         started = reported.get("lastStartupTime") or now
         copied = {"agentLastStartupTime": started}
-        if method in DPU_ONLY_METHODS:
-            count = 0 if method == "NoAction" else count
-            self.sequence_counts[uid] = count
-            agent = {**reported, "rebootMethod": method, "rebootSequenceCount": count}
-            agent["lastStartupTime"] = started
-            if method == "NoAction":
-                self.set_phase(name, uid, CLUSTER_CONFIG, extra={"agentStatus": agent, **copied})
-                self.reconcile(name)
-            else:  # the DPU reboots itself: its agent starts again and reports again
-                agent["lastStartupTime"] = now
-                self._write_status(name, uid, {"agentStatus": agent, **copied})
-                self.timers.start(
-                    name, (uid, DPU_CONFIG, len(remaining)), self.timings.dpu_phase_seconds,
-                    lambda: self._agent_report(name, uid),
-                )  # fmt: skip
+        if method == "NoAction":  # resets the count: the sequence ends (A1)
+            self.sequence_counts[uid] = 0
+            agent = {**reported, "rebootMethod": method, "rebootSequenceCount": 0, "lastStartupTime": started}
+            self.set_phase(name, uid, CLUSTER_CONFIG, extra={"agentStatus": agent, **copied})
+            self.reconcile(name)
             return
+        # Every other method counts, the DPU's own reboots too, and at the cap the agent refuses
+        # (DPF agent `reboot.go` c=75d3fab2 `checkRebootSequenceCount`: A1, A2).
         agent = {**reported, "rebootMethod": method, "rebootSequenceCount": count}
         if count >= MAX_REBOOT_SEQUENCE_COUNT:
             message = SEQUENCE_LIMIT_MESSAGE.format(count=count, limit=MAX_REBOOT_SEQUENCE_COUNT)
@@ -533,6 +525,15 @@ class Provisioner:
             return
         count += 1
         self.sequence_counts[uid] = count
+        if method in DPU_ONLY_METHODS:  # FirmwareReset/DPUWarmReboot: the DPU reboots itself,
+            # its agent starts again and reports again; the phase stays DPU Config
+            agent = {**agent, "rebootSequenceCount": count, "lastStartupTime": now}
+            self._write_status(name, uid, {"agentStatus": agent, **copied})
+            self.timers.start(
+                name, (uid, DPU_CONFIG, len(remaining)), self.timings.dpu_phase_seconds,
+                lambda: self._agent_report(name, uid),
+            )  # fmt: skip
+            return
         shutdown = method == "SystemLevelReset"
         reboot = {
             "phase": "WaitForShutdown" if shutdown else "Pending",

@@ -134,13 +134,42 @@ def test_failed_are_the_current_dpus_in_error_not_those_replaced() -> None:
 
 
 def test_a_reboot_loop_is_refused_past_the_policys_bound_only() -> None:
+    """The bound counts the host reboots of ours a DPU asked for in one sequence: the fourth
+    request passes the bound of 3, whatever the agent's count says."""
     state = run_state()
-    assert state.reboot_loop(dpf(dpu(0, reboot_sequence_count=3), dpu(1))) is None  # at the bound
+    for count in (1, 2, 3):  # three rounds of ours, DPU 1 asking each time
+        asking = dpf(dpu(0), dpu(1, reboot_sequence_count=count))
+        assert state.reboot_loop(asking) is None  # up to the bound
+        state.round_started(asking)
     looping = dpu(1, reboot_sequence_count=4, agent_reboot_method="PowerCycle")
     refused = state.reboot_loop(dpf(dpu(0), looping))
     assert refused is not None and refused.startswith("DPU node-h-device-d1 asks for host reboot 4")
-    assert "method PowerCycle" in refused and "allows 3 (max_reboot_sequence_count)" in refused
-    assert state.reboot_loop(dpf(dpu(0, "Ready", reboot_sequence_count=9))) is None  # not Rebooting
+    assert "rebootSequenceCount 4" in refused and "method PowerCycle" in refused
+    assert "allows 3 (max_reboot_sequence_count)" in refused
+    assert state.reboot_loop(dpf(dpu(1, "Ready", reboot_sequence_count=9))) is None  # not Rebooting
+    assert state.reboots_requested == 3
+    # A recreated DPU (reprovisioned) starts a new sequence; so does one whose count went down.
+    assert state.reboot_loop(dpf(dpu(1, uid="d1-u2", reboot_sequence_count=4))) is None
+    assert state.reboot_loop(dpf(dpu(1, reboot_sequence_count=1))) is None
+
+
+def test_the_dpus_own_reboots_are_not_counted_as_ours() -> None:
+    """Issue 36 point 5: the agent's `rebootSequenceCount` also grows on the DPU's own
+    FirmwareReset/DPUWarmReboot (DPF agent `checkRebootSequenceCount`; BEHAVIOUR.md A1): a DPU
+    that rebooted itself three times, then asks for a host reboot twice, is at count 5 but has
+    asked for two host reboots of ours: no reboot loop under a bound of 3."""
+    state = run_state()
+    first = dpf(dpu(0, reboot_sequence_count=4, agent_reboot_method="PowerCycle"), dpu(1, "DPU Config"))
+    assert state.reboot_loop(first) is None
+    state.round_started(first)
+    second = dpf(dpu(0, reboot_sequence_count=5, agent_reboot_method="PowerCycle"), dpu(1, "DPU Config"))
+    assert state.reboot_loop(second) is None
+    # v25.10 reports no count: no bound of ours (nothing to tell a sequence by).
+    assert state.reboot_loop(dpf(dpu(0), dpu(1))) is None
+    # NoAction (count 0) ends the sequence: the next one starts from none.
+    state.round_started(second)
+    state.observe(dpf(dpu(0, "DPU Cluster Config", reboot_sequence_count=0)), T0)
+    assert state.reboots_asked == {}
 
 
 def test_dpf_asks_for_a_reboot_by_its_annotation() -> None:

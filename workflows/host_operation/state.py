@@ -16,9 +16,13 @@ of DPF's newest state, what the runbook does next:
   `ForceRestart` where the BMC offers it and can prove it (`policy.warm_reset`), else a cold one.
   A re-issued reboot is always cold (`force_off`), and after `max_power_cycle_retries` re-issues
   an operator decides (`after_silence`).
-- **The reboot-loop bound** (`reboot_loop`): a DPU whose `rebootSequenceCount` passes
-  `policy.max_reboot_sequence_count` ends the run with `RebootLoop` naming it, before any reboot
-  for that round (DPF's agent stops at 5 by itself; a loop costs a host power cycle each round).
+- **The reboot-loop bound** (`reboot_loop`, `round_started`): a DPU that asks for more host
+  reboots of one sequence than `policy.max_reboot_sequence_count` ends the run with `RebootLoop`
+  naming it, before any reboot for that round (a loop costs a host power cycle each round). The
+  host reboots are this run's rounds the DPU asked for since its sequence began, not the agent's
+  `rebootSequenceCount`: that one also counts the DPU's own reboots (FirmwareReset,
+  DPUWarmReboot) and stops at 5 by itself (DPF agent `reboot.go` `checkRebootSequenceCount`,
+  simulators/dpf/BEHAVIOUR.md A1-A2).
 - **DPF's deadline** (`deadline_at`, `wait_bound`): the reboot must be done within
   `policy.dpf_reboot_deadline_seconds` (2 h) of DPF asking, or the DPU's cluster-join secret
   expires (it stays in `DPU Cluster Config`). A wait still pending
@@ -111,6 +115,8 @@ class HostOperationState:
     memo_shown: int = 0  # unplanned resets written to the memo
     seen: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # DPU -> (uid, phase, agent start)
     restarts_owed: dict[str, int] = field(default_factory=dict)  # DPU -> agent restarts our reboots explain
+    # DPU -> (uid, host reboots of ours it asked for in its reboot sequence, its count at the last)
+    reboots_asked: dict[str, tuple[str, int, int]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, request: HostOperationInput, now: datetime) -> HostOperationState:
@@ -228,21 +234,51 @@ class HostOperationState:
         self.host_error_reprovisions += 1
 
     # -- the reboot DPF asks for ----------------------------------------------------------------
-    def reboot_loop(self, dpf: HostDPFState) -> str | None:
-        """The refusal's words when a DPU asks for more host reboots of one sequence than the
-        policy allows (`max_reboot_sequence_count`); None: the reboot may go ahead."""
-        bound = self.policy.max_reboot_sequence_count
+    def _asking(self, dpf: HostDPFState) -> list[tuple[str, DPUState, int]]:
+        """The DPUs asking for a host reboot in their reboot sequence (v26: they report the
+        agent's count; `Rebooting`), each with the number of this request: one more than the
+        rounds of ours it asked for since the sequence began."""
+        asking = []
         for dpu_id in self.dpu_ids:
             dpu = self.current(dpf, dpu_id)
-            count = None if dpu is None else dpu.reboot_sequence_count
-            if dpu is not None and dpu.phase == "Rebooting" and count is not None and count > bound:
+            if dpu is None or dpu.phase != "Rebooting" or dpu.reboot_sequence_count is None:
+                continue
+            asking.append((dpu_id, dpu, self._reboots_asked(dpu_id, dpu) + 1))
+        return asking
+
+    def _reboots_asked(self, dpu_id: str, dpu: DPUState) -> int:
+        """Host reboots of ours this DPU asked for in its current sequence: none for another
+        object, or once its count went down (NoAction reset it: a new sequence)."""
+        uid, rounds, count = self.reboots_asked.get(dpu_id, ("", 0, 0))
+        current = dpu.reboot_sequence_count
+        if uid != dpu.uid or current is None or current < count:
+            return 0
+        return rounds
+
+    def reboot_loop(self, dpf: HostDPFState) -> str | None:
+        """The refusal's words when a DPU asks for more host reboots of one sequence than the
+        policy allows (`max_reboot_sequence_count`); None: the reboot may go ahead. The host
+        reboots are ours (`round_started`), not the agent's `rebootSequenceCount`, which also
+        counts the DPU's own FirmwareReset/DPUWarmReboot (DPF agent `reboot.go`
+        `checkRebootSequenceCount`: every method but NoAction adds one, at 5 it refuses)."""
+        bound = self.policy.max_reboot_sequence_count
+        for _, dpu, asked in self._asking(dpf):
+            if asked > bound:
                 return (
-                    f"DPU {dpu.name} asks for host reboot {count} of one reboot sequence "
-                    f"(rebootSequenceCount {count}, method {dpu.reboot_method or 'not named'}); the policy "
+                    f"DPU {dpu.name} asks for host reboot {asked} of one reboot sequence "
+                    f"(rebootSequenceCount {dpu.reboot_sequence_count}, which also counts the DPU's own "
+                    f"reboots; method {dpu.reboot_method or 'not named'}); the policy "
                     f"allows {bound} (max_reboot_sequence_count): a reboot loop, not rebooted again. "
                     "DPF's request stays on the DPUNode; reprovision the DPU once its cause is fixed"
                 )
         return None
+
+    def round_started(self, dpf: HostDPFState) -> None:
+        """A reboot round of ours starts for DPF's request: each DPU asking for it has asked
+        for one host reboot more in its sequence."""
+        self.reboots_requested += 1
+        for dpu_id, dpu, asked in self._asking(dpf):
+            self.reboots_asked[dpu_id] = (dpu.uid, asked, dpu.reboot_sequence_count or 0)
 
     def reboot_method(self, dpf: HostDPFState, *, force_off: bool) -> tuple[str | None, bool]:
         """The method DPF asks for (None: none named) and whether the reset is warm: the policy
@@ -377,6 +413,8 @@ class HostOperationState:
             dpu = dpf.dpu(dpu_id)
             if dpu is None or dpu.deleting:
                 continue
+            if dpu.reboot_sequence_count == 0:
+                self.reboots_asked.pop(dpu_id, None)  # NoAction ended its reboot sequence
             before = self.seen.get(dpu_id)
             found = barrier.unplanned_change(before, dpu)
             # A state without the agent's start time (a watch that does not carry it) keeps the last known.

@@ -414,7 +414,7 @@ class HostOperationWorkflow(RebootRound):
             loop = self.state.reboot_loop(self.dpf)
             if loop is not None:
                 raise RebootLoop(loop)
-            self.state.reboots_requested += 1
+            self.state.round_started(self.dpf)
             await self._reboot_and_confirm(self.state.marks(self.dpf))
 
     async def _confirmed_at_barrier(self) -> bool:
