@@ -8,7 +8,7 @@ they are (no pruning, no surprise).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from contracts.errors import InvalidInput
@@ -93,7 +93,14 @@ def site_setup_objects(setup: SiteSetupInput) -> list[Object]:
                     SVC_GROUP,
                     "DPUServiceTemplate",
                     name,
-                    {"deploymentServiceName": service.name, "helmChart": chart},
+                    {
+                        "deploymentServiceName": service.name,
+                        "helmChart": chart,
+                        # Explicit, never left to DPF's default (BEHAVIOUR.md O4): DPF copies
+                        # it to the DPUServices it generates, which must carry it (deployInCluster
+                        # false); an older DPF prunes the unknown field.
+                        "security": {"privileged": service.privileged},
+                    },
                 )
             )
             objects.append(
@@ -196,14 +203,25 @@ def dpudevice_bodies(inventory: HostInventory, group: str) -> list[Object]:
     return bodies
 
 
+# Fields metalflow writes that an older DPF does not serve (its API prunes them), at their path
+# in `differences`: absent from an object, they say nothing (a DPF before 26.x, or an object
+# created before metalflow wrote them, which DPF's rules let stay: BEHAVIOUR.md O4); present
+# with another value, they differ.
+PRUNED_BY_OLDER_DPF: Final = frozenset({".spec.security"})
+
+
 def differences(actual: Any, wanted: Any, path: str = "") -> list[str]:
-    """Where `actual` does not hold what `wanted` says (extra keys, e.g. defaults, are fine)."""
+    """Where `actual` does not hold what `wanted` says (extra keys, e.g. defaults, are fine;
+    a `PRUNED_BY_OLDER_DPF` field absent from `actual` too)."""
     if isinstance(wanted, dict):
         if not isinstance(actual, dict):
             return [path or "."]
         found: list[str] = []
         for key, value in wanted.items():
-            found += differences(actual.get(key), value, f"{path}.{key}")
+            where = f"{path}.{key}"
+            if where in PRUNED_BY_OLDER_DPF and key not in actual:
+                continue
+            found += differences(actual.get(key), value, where)
         return found
     return [] if actual == wanted else [path or "."]
 

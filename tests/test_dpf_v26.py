@@ -25,6 +25,8 @@ from dpf_support import (
     wait_for,
 )
 
+from contracts.models.dpf import GroupSpec, SiteSetupInput
+from drivers import dpf as driver
 from simulators import violations as kinds
 from simulators.dpf import faults as dpf_faults
 from simulators.dpf import versions
@@ -85,6 +87,43 @@ async def test_v26_overlay_serves_the_new_fields_and_v25_prunes_them() -> None:
                                                   "metadata": {"name": "no-strategy"},
                                                   "spec": {"dpuTemplate": {"spec": {"dpuFlavor": "f",
                                                            "nodeEffect": {"hold": True}}}}})  # fmt: skip
+
+
+async def test_a_dpuservice_for_the_dpucluster_must_say_whether_it_is_privileged() -> None:
+    """O4: under v26 a DPUService that targets the DPUCluster (deployInCluster unset or false)
+    is refused without `security.privileged`, one deployed in the host cluster with it; a
+    DPUServiceTemplate keeps the field (no rule of its own). v25.10 prunes the field."""
+    for version in (versions.V25, V26):
+        async with running(site_of(("host-001", "BF3", 1)), version=version) as sim:
+            services = sim.store.resource_type("svc.dpu.nvidia.com", "v1alpha1", "dpuservices")
+
+            # The product's own site set-up (drivers/dpf.py), as it writes each DPUServiceTemplate.
+            for body in driver.site_setup_objects(SiteSetupInput(groups=(GroupSpec(name="gpu"),))):
+                sim.create(body)
+            template = sim.get(sim.kube.service_template, "gpu-dts") or {}
+            if version == versions.V25:
+                sim.store.create(services, NS, service("unset"))  # no rule, the field pruned
+                made = sim.store.create(services, NS, service("set", security={"privileged": True}))
+                assert "security" not in made["spec"] and "security" not in template.get("spec", {})
+                continue
+            assert template["spec"]["security"] == {"privileged": False}  # kept, as metalflow wrote it
+            with pytest.raises(
+                Invalid, match="security.privileged must be set when deployInCluster is false"
+            ):
+                sim.store.create(services, NS, service("unset"))
+            with pytest.raises(
+                Invalid, match="security.privileged must be set when deployInCluster is false"
+            ):
+                sim.store.create(services, NS, service("off", deployInCluster=False))
+            with pytest.raises(Invalid, match="must not be set when deployInCluster is true"):
+                sim.store.create(
+                    services, NS, service("host", deployInCluster=True, security={"privileged": False})
+                )
+            sim.store.create(services, NS, service("host-ok", deployInCluster=True))
+            made = sim.store.create(services, NS, service("dpu", security={"privileged": False}))
+            assert made["spec"]["security"] == {"privileged": False}
+            with pytest.raises(Invalid, match="security.privileged must be set"):  # not dropped later
+                sim.store.patch(services, NS, "dpu", {"spec": {"security": None}}, "merge")
 
 
 async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> None:
@@ -246,6 +285,13 @@ async def test_the_dpus_own_reboots_count_in_the_sequence() -> None:
         log.close()
         assert _count(dpu) == 3 and dpu["status"]["agentStatus"]["rebootMethod"] == "PowerCycle"  # type: ignore[index]
         assert log.phases[-2:] == ["DPU Config", "Rebooting"]  # no Rebooting for the DPU's own
+
+
+def service(name: str, **spec: object) -> dict:  # type: ignore[type-arg]
+    """A DPUService of one chart, with `spec` added."""
+    chart = {"source": {"repoURL": "oci://nvcr.io/nvidia/doca", "chart": "c", "version": "1"}}
+    return {"apiVersion": "svc.dpu.nvidia.com/v1alpha1", "kind": "DPUService",
+            "metadata": {"name": name}, "spec": {"helmChart": chart, **spec}}  # fmt: skip
 
 
 def _started(obj: dict | None) -> str:  # type: ignore[type-arg]

@@ -311,6 +311,11 @@ class ServiceSpec(_Frozen):
     version: str = "1.0.0"
     values: dict[str, Any] = Field(default_factory=dict)
     apply_node_effect: bool = False  # a critical service: its updates apply the node effect
+    # `security.privileged` of its DPUServiceTemplate, always written: DPF (26.x, privileged pod
+    # enforcement) rejects a DPUCluster-targeted DPUService without it, and an unset value takes
+    # a default DPF says will change from allow to deny (simulators/dpf/BEHAVIOUR.md O4). True
+    # only for a chart whose containers need `securityContext.privileged: true`.
+    privileged: bool = False
 
 
 class GroupSpec(_Frozen):

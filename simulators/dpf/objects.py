@@ -146,6 +146,7 @@ def site_setup_objects(groups: list[str]) -> list[Object]:
                 "metadata": {"name": f"{group}-{SERVICE}"},
                 "spec": {
                     "deploymentServiceName": SERVICE,
+                    "security": {"privileged": False},  # as drivers/dpf.py writes it (BEHAVIOUR.md O4)
                     "helmChart": {
                         "source": {
                             "repoURL": "oci://nvcr.io/nvidia/doca",

@@ -6,7 +6,7 @@ default stays 25.10. The overlay is a schema delta written by metalflow after re
 upstream files its header names: no upstream file is copied. Behaviour that differs between
 the releases is in `simulators/dpf/BEHAVIOUR.md`, one row per behaviour with its source.
 
-Cost: the overlay is applied once at start (a deep copy of four CRD schemas).
+Cost: the overlay is applied once at start (a deep copy of the CRD schemas it changes).
 """
 
 from __future__ import annotations
@@ -110,9 +110,19 @@ def _drop_default(node: Object, operation: Object) -> None:
     node.pop("default", None)
 
 
+def _add_validation(node: Object, operation: Object) -> None:
+    """A CEL rule (`x-kubernetes-validations`) on the schema at `at`: `rule`, `message`, and
+    `optionalOldSelf` when it has one."""
+    rule: Object = {"rule": operation["rule"], "message": operation["message"]}
+    if operation.get("optionalOldSelf"):
+        rule["optionalOldSelf"] = True
+    node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), rule]
+
+
 _OPS = {
     "extend_enum": _extend_enum,
     "add_properties": _add_properties,
     "require": _require,
     "drop_default": _drop_default,
+    "add_validation": _add_validation,
 }

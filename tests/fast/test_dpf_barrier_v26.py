@@ -120,3 +120,27 @@ def test_what_a_watch_must_keep_is_what_the_state_is_read_from() -> None:
     full = states.host_state("h", node, [dpu], None)
     assert states.host_state("h", states.watched(node), [states.watched(dpu)], None) == full
     assert len(str(states.watched(dpu))) < len(str(dpu))
+
+
+def test_every_service_template_says_whether_it_is_privileged() -> None:
+    """Issue 36 point 2: DPF (privileged pod enforcement) needs `security.privileged` on the
+    DPUServices it generates for the DPUCluster; metalflow writes it on each DPUServiceTemplate,
+    explicit whatever its value (simulators/dpf/BEHAVIOUR.md O4)."""
+    from contracts.models.dpf import GroupSpec, ServiceSpec, SiteSetupInput
+
+    services = (ServiceSpec(), ServiceSpec(name="hbn", chart="doca-hbn", privileged=True))
+    setup = SiteSetupInput(groups=(GroupSpec(name="g", services=services),))
+    templates = [o for o in states.site_setup_objects(setup) if o["kind"] == "DPUServiceTemplate"]
+    assert [(t["metadata"]["name"], t["spec"]["security"]) for t in templates] == [
+        ("g-dts", {"privileged": False}),
+        ("g-hbn", {"privileged": True}),
+    ]
+
+
+def test_a_template_without_the_field_an_older_dpf_prunes_does_not_differ() -> None:
+    """A DPF before 26.x prunes `security` (and DPF lets an object created without it stay so):
+    not a difference; another value is."""
+    wanted = {"spec": {"deploymentServiceName": "dts", "security": {"privileged": False}}}
+    assert states.differences({"spec": {"deploymentServiceName": "dts"}}, wanted) == []
+    changed = {"spec": {"deploymentServiceName": "dts", "security": {"privileged": True}}}
+    assert states.differences(changed, wanted) == [".spec.security.privileged"]
