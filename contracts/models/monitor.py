@@ -139,7 +139,7 @@ class MonitorMemory(BaseModel):
     started_at: datetime | None = None
     # An `abort` accepted while the previous run was handing over: the next run stops at once.
     stop: OperatorRequest | None = None
-    last_started: dict[str, str] = Field(default_factory=dict)  # dpu_id -> agentLastStartupTime last seen
+    last_started: dict[str, str] = Field(default_factory=dict)  # dpu_id -> agent start time last seen
     unplanned: list[UnplannedReset] = Field(default_factory=list)  # newest last, bounded
     unplanned_total: int = 0  # over all runs
     looked_at: datetime | None = None  # when the last DPF state was handled
