@@ -16,9 +16,11 @@ import sys
 from pathlib import Path
 
 from simulators.app import ServeOptions, SimulatedSite
+from simulators.dpf.versions import MODE_ENV as DPF_MODE_ENV
 from simulators.dpf.versions import VERSION_ENV as DPF_VERSION_ENV
 from simulators.dpf.versions import VERSIONS as DPF_VERSIONS
 from simulators.dpf.versions import chosen as chosen_dpf_version
+from simulators.dpf.versions import chosen_mode as chosen_dpf_mode
 from simulators.faults import PROFILES as FAULT_PROFILES
 from simulators.kube.crds import CRDS_ENV, find_crd_dir
 from simulators.persist import SnapshotMismatch
@@ -61,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--dpf-version",
         help=f"the DPF release to play: {', '.join(DPF_VERSIONS)} (default: ${DPF_VERSION_ENV}, else 25.10)",
+    )
+    serve.add_argument(
+        "--dpf-deployment-mode",
+        help="DPF v26's deployment mode: zero-trust or host-trusted (host-trusted configures the host "
+        f"network before joining the cluster; default: ${DPF_MODE_ENV}, else zero-trust)",
     )
     serve.add_argument(
         "--initialised",
@@ -141,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             args.timings or ("slow" if args.faults == "slow" else "demo"), **parse_overrides(args.timing)
         )
         dpf_version = chosen_dpf_version(args.dpf_version)
+        dpf_mode = chosen_dpf_mode(args.dpf_deployment_mode, dpf_version)
     except ValueError as err:
         print(f"simulators: {err}", file=sys.stderr)
         return 2
@@ -159,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         initialised=args.initialised,
         persist=args.persist,
         dpf_version=dpf_version,
+        dpf_deployment_mode=dpf_mode,
     )
     try:
         asyncio.run(_serve(site, options, args.lifeline_fd))

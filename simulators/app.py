@@ -67,6 +67,7 @@ class ServeOptions:
     initialised: bool = False
     persist: bool = False  # keep the store in <state-dir>/sim-store.json (simulators.persist)
     dpf_version: str = dpf_versions.V25  # the DPF release played (simulators/dpf/versions.py)
+    dpf_deployment_mode: str = "zero-trust"  # DPF v26: zero-trust | host-trusted (BEHAVIOUR.md P1)
 
 
 class SimulatedSite:
@@ -85,8 +86,9 @@ class SimulatedSite:
         self.credentials = _resolve_credentials(site, options.state_dir)
         self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)
         self.dpf = DPFController(
-            self.store, self.hub, options.timings, self.violations, site, version=options.dpf_version
-        )
+            self.store, self.hub, options.timings, self.violations, site, version=options.dpf_version,
+            deployment_mode=options.dpf_deployment_mode,
+        )  # fmt: skip
         self.grove = GroveController(self.store, options.timings, self.violations)
         self.request_counts = RequestCounts()
         self.timeline = Timeline()

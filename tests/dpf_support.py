@@ -104,14 +104,22 @@ class Sim:
 
 @asynccontextmanager
 async def running(
-    site: Site, timings: Timings | None = None, *, initialised: bool = False, version: str = V25
+    site: Site,
+    timings: Timings | None = None,
+    *,
+    initialised: bool = False,
+    version: str = V25,
+    mode: str = "zero-trust",
 ) -> AsyncIterator[Sim]:
-    """The DPF controller of `site` on a real store serving the CRDs of DPF `version`."""
+    """The DPF controller of `site` on a real store serving the CRDs of DPF `version`, in
+    deployment `mode` (v26)."""
     types = versions.apply(load_resource_types(CRD_DIR), version)
     store = Store(types, validate=make_validator(types), validate_rules=RuleValidator())
     store.ensure_namespace(NS)
     hub, violations = Hub(), Violations()
-    dpf = DPFController(store, hub, timings or timings_for("zero"), violations, site, version=version)
+    dpf = DPFController(
+        store, hub, timings or timings_for("zero"), violations, site, version=version, deployment_mode=mode
+    )
     await dpf.start()
     if initialised:
         await dpf.initialise()

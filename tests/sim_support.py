@@ -201,11 +201,13 @@ def running_sim(
     env: dict[str, str] | None = None,
     dpf_version: str | None = None,
     timing: dict[str, float] | None = None,
+    dpf_deployment_mode: str | None = None,
 ) -> Iterator[RunningSim]:
     """Run the simulator for the duration of the block; see the module docstring.
 
     `cwd` and `env` run it from elsewhere (a fresh clone, an unpacked wheel); `dpf_version` picks
-    the DPF release played (`--dpf-version`), `timing` overrides single durations (`--timing`)."""
+    the DPF release played (`--dpf-version`) and `dpf_deployment_mode` its mode
+    (`--dpf-deployment-mode`), `timing` overrides single durations (`--timing`)."""
     lifeline = session_lifeline()
     args = [
         sys.executable, "-m", "simulators", "serve", "--port", "0", "--state-dir", str(state_dir),
@@ -221,6 +223,8 @@ def running_sim(
         args.append("--initialised")
     if dpf_version:
         args += ["--dpf-version", dpf_version]
+    if dpf_deployment_mode:
+        args += ["--dpf-deployment-mode", dpf_deployment_mode]
     for name, seconds in (timing or {}).items():
         args += ["--timing", f"{name}={seconds}"]
     log = state_dir / "sim.log"

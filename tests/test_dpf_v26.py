@@ -178,9 +178,32 @@ async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> N
             assert log.phases[:9] == ["Initializing", "Pending", "Node Effect", "Initialize Interface",
                                       "Config FW Parameters", "Prepare BFB", "OS Installing", "DPU Config",
                                       "Rebooting"]  # fmt: skip
-            assert log.phases[9:] == ["DPU Config", "DPU Cluster Config", "Host Network Configuration",
+            assert log.phases[9:] == ["DPU Config", "DPU Cluster Config",  # zero trust (the default)
                                       "Node Effect Removal", "Service Readiness", "Ready"]  # fmt: skip
         assert sim.violations.as_json() == []
+
+
+async def test_a_host_trusted_dpf_configures_the_host_network_before_the_cluster() -> None:
+    """P1 (issue 36 point 6): on a host-trusted DPF the DPU goes `Host Network Configuration ->
+    DPU Cluster Config` after the host reboot and after the agent's NoAction (a BF3 passes it
+    once: its reboot returns it to DPU Config, whose NoAction moves on); 25.10 refuses the mode."""
+    async with running(site_of(("host-001", "BF3", 1)), version=V26, mode="host-trusted") as sim:
+        k = sim.kube
+        log = PhaseLog(sim.store, k.dpu, DPU0)
+        await to_reboot_request(sim, "host-001", (DPU0,))
+        await wait_for(sim.store, k.dpu, DPU0, stamped)
+        sim.power_cycle("host-001")
+        sim.remove_reboot_annotation(NODE)
+        await wait_for(sim.store, k.dpu, DPU0, phase_is("Ready"))
+        log.close()
+        assert log.phases[8:] == ["Rebooting", "DPU Config", "Host Network Configuration",
+                                  "DPU Cluster Config", "Node Effect Removal", "Service Readiness",
+                                  "Ready"]  # fmt: skip
+        assert sim.violations.as_json() == []
+    with pytest.raises(ValueError, match="is DPF v26 behaviour: serve --dpf-version 26"):
+        versions.chosen_mode("host-trusted", versions.V25)
+    with pytest.raises(ValueError, match="unknown DPF deployment mode 'trusting'"):
+        versions.chosen_mode("trusting", V26)
 
 
 async def test_removal_before_dpf_stamped_the_reboot_re_arms_it() -> None:

@@ -66,6 +66,26 @@ async def test_reset_follows_the_method_and_waits_out_the_arm_shutdown(
         assert sim.violations() == []
 
 
+async def test_a_host_trusted_provisioning_records_no_unplanned_reset(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36 point 6: a host-trusted DPF moves the DPU `Host Network Configuration -> DPU
+    Cluster Config` (BEHAVIOUR.md P1); that is no move back, so the run records no unplanned
+    reset and provisions with one reboot. Each phase lasts 0.3 s, so the run sees each one."""
+    with running_sim(
+        tmp_path / "sim", hosts=1, dpus_per_host=1, dpf_version="26", dpf_deployment_mode="host-trusted",
+        timing={"dpu_phase_seconds": 0.3},
+    ) as sim:  # fmt: skip
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-001", PROVISION)
+            result = await handle.result()
+            status = await status_of(handle)
+        assert result.reboots == 1 and status.phase == "completed"
+        assert status.unplanned_resets == ()
+        assert reset_types(sim, "host-001") == ["PowerCycle"]
+        assert sim.violations() == []
+
+
 async def test_a_reboot_loop_stops_at_the_policy_bound(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

@@ -38,6 +38,7 @@ from simulators.dpf.model import (
     LABEL_DPUSET,
     LABEL_OWNED_BY_DEPLOYMENT,
     READY,
+    ZERO_TRUST,
     Object,
     condition,
     contains,
@@ -75,6 +76,7 @@ class DPFController:
         site: Site,
         *,
         version: str = "25.10",
+        deployment_mode: str = ZERO_TRUST,
     ) -> None:
         self.store = store
         self.hub = hub
@@ -83,7 +85,9 @@ class DPFController:
         self.client = Client(store, site.namespace)
         models = {dpu.id: dpu.model for host in site.hosts for dpu in host.dpus}
         self.version = version
-        self.provisioner = Provisioner(self.client, timings, violations, models, self._dpu_gone, version)
+        self.provisioner = Provisioner(
+            self.client, timings, violations, models, self._dpu_gone, version, deployment_mode
+        )
         self.provisioner.on_ready = self._dpu_ready
         self.timers = Timers()
         self.dpusets: dict[str, Object] = {}

@@ -88,8 +88,8 @@ NEXT_PHASE_V26 = {
     PREPARE_BFB: OS_INSTALLING,
     OS_INSTALLING: DPU_CONFIG,
     UPDATE_FIRMWARE: CONFIG_FW,
-    CLUSTER_CONFIG: HOST_NETWORK,
-    HOST_NETWORK: NODE_EFFECT_REMOVAL,
+    HOST_NETWORK: CLUSTER_CONFIG,  # host trusted only: zero trust never enters it (BEHAVIOUR.md P1)
+    CLUSTER_CONFIG: NODE_EFFECT_REMOVAL,
     NODE_EFFECT_REMOVAL: SERVICE_READINESS,
     SERVICE_READINESS: READY,
 }
@@ -123,9 +123,14 @@ HAPPY_PATH = (
 )
 HAPPY_PATH_V26 = (
     INITIALIZING, PENDING, NODE_EFFECT, INITIALIZE_INTERFACE, UPDATE_FIRMWARE, CONFIG_FW, PREPARE_BFB,
-    OS_INSTALLING, DPU_CONFIG, REBOOTING, CLUSTER_CONFIG, HOST_NETWORK, NODE_EFFECT_REMOVAL,
+    OS_INSTALLING, DPU_CONFIG, REBOOTING, HOST_NETWORK, CLUSTER_CONFIG, NODE_EFFECT_REMOVAL,
     SERVICE_READINESS, READY,
 )  # fmt: skip
+# DPF v26's deployment modes (`DPFOperatorConfig.spec.deploymentMode`): which phase follows the
+# agent's NoAction and a host reboot (BEHAVIOUR.md P1).
+ZERO_TRUST = "zero-trust"
+HOST_TRUSTED = "host-trusted"
+DEPLOYMENT_MODES = (ZERO_TRUST, HOST_TRUSTED)
 # (condition type, phase where it appears, phase from which it holds, reason before, reason after)
 DPU_CONDITIONS = (
     ("Initialized", INITIALIZING, PENDING, "Initializing", "Initialized"),

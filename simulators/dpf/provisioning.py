@@ -51,6 +51,7 @@ from simulators.dpf.model import (
     ERROR,
     HOLD_ANNOTATION,
     HOST_NETWORK,
+    HOST_TRUSTED,
     INITIALIZE_INTERFACE,
     INITIALIZING,
     INSTALL_PHASES,
@@ -71,6 +72,7 @@ from simulators.dpf.model import (
     UPDATE_FIRMWARE,
     UPDATE_PHASES,
     WAITING_FOR_MANUAL,
+    ZERO_TRUST,
     Object,
     annotations_of,
     condition,
@@ -133,6 +135,7 @@ class Provisioner:
         models: Mapping[str, str],
         on_gone: Callable[[Object], None],
         version: str = "25.10",
+        deployment_mode: str = ZERO_TRUST,
     ) -> None:
         self.client = client
         self.timings = timings
@@ -152,6 +155,9 @@ class Provisioner:
         # (host, DPUNode, when) for each reboot DPF asks for: the benchmarks' reaction times.
         self.on_reboot_asked: Callable[[str, str, datetime], None] | None = None
         self.v26 = version == "26"
+        # v26: after the agent's NoAction and after a host reboot a host-trusted DPF configures
+        # the host network first, a zero-trust one joins the cluster (BEHAVIOUR.md P1).
+        self.after_agent = HOST_NETWORK if deployment_mode == HOST_TRUSTED else CLUSTER_CONFIG
         self.on_ready: Callable[[Object], None] | None = None  # a DPU reached Ready (RollingUpdate)
         # v26: the agent's reports still to come (by DPU uid), faults replacing them (by name),
         # each DPU's rebootSequenceCount, and DPUs whose cluster-join secret expired.
@@ -505,7 +511,7 @@ class Provisioner:
         if method == "NoAction":  # resets the count: the sequence ends (A1)
             self.sequence_counts[uid] = 0
             agent = {**reported, "rebootMethod": method, "rebootSequenceCount": 0, "lastStartupTime": started}
-            self.set_phase(name, uid, CLUSTER_CONFIG, extra={"agentStatus": agent, **copied})
+            self.set_phase(name, uid, self.after_agent, extra={"agentStatus": agent, **copied})
             self.reconcile(name)
             return
         # Every other method counts, the DPU's own reboots too, and at the cap the agent refuses
@@ -706,7 +712,7 @@ class Provisioner:
             reboot.update({"phase": "Succeeded", "reason": "Rebooted", "message": "the host was rebooted",
                            "lastTransitionTime": now_rfc3339()})  # fmt: skip
             previous = (obj.get("status") or {}).get("previousPhase")
-            target = previous if previous in (DPU_CONFIG, INITIALIZE_INTERFACE) else CLUSTER_CONFIG
+            target = previous if previous in (DPU_CONFIG, INITIALIZE_INTERFACE) else self.after_agent
             written = self.set_phase(name, uid, target, extra={"rebootStatus": reboot})
             if written is not None:
 

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import yaml
 
+from simulators.dpf.model import DEPLOYMENT_MODES, ZERO_TRUST
 from simulators.kube.store import ResourceType
 
 V25: Final = "25.10"
@@ -40,6 +41,31 @@ def chosen(given: str | None = None) -> str:
     value = given or os.environ.get(VERSION_ENV) or V25
     if value not in VERSIONS:
         raise ValueError(f"unknown DPF version {value!r} ({source}); choose one of {', '.join(VERSIONS)}")
+    return value
+
+
+MODE_ENV: Final = "METALFLOW_DPF_DEPLOYMENT_MODE"
+
+
+def chosen_mode(given: str | None, version: str) -> str:
+    """The deployment mode DPF plays: `given`, else `$METALFLOW_DPF_DEPLOYMENT_MODE`, else
+    zero-trust. It decides which phase follows the agent's NoAction and a host reboot
+    (simulators/dpf/BEHAVIOUR.md P1), which the 25.10 simulation does not play.
+
+    Raises:
+        ValueError: Not one of `DEPLOYMENT_MODES`, or host-trusted asked of DPF 25.10 (the
+            message names the value and where it came from).
+    """
+    source = "--dpf-deployment-mode" if given else f"${MODE_ENV}"
+    value = given or os.environ.get(MODE_ENV) or ZERO_TRUST
+    if value not in DEPLOYMENT_MODES:
+        raise ValueError(
+            f"unknown DPF deployment mode {value!r} ({source}); choose one of {', '.join(DEPLOYMENT_MODES)}"
+        )
+    if value != ZERO_TRUST and version == V25:
+        raise ValueError(
+            f"DPF deployment mode {value!r} ({source}) is DPF v26 behaviour: serve --dpf-version 26"
+        )
     return value
 
 

@@ -73,6 +73,20 @@ def test_moves_dpf_does_not_make_are_unplanned() -> None:
     assert barrier.unplanned_change(("u0", "Rebooting", "2026-01-01T00:00:00Z"), unknown) is None
 
 
+def test_both_trust_modes_move_forward() -> None:
+    """Issue 36 point 6 (BEHAVIOUR.md P1): a host-trusted DPF configures the host network before
+    the cluster, a zero-trust one skips it; DPF's label refresh sends a Ready DPU back to
+    `DPU Cluster Config` by itself. None of it is a move back."""
+    host_trusted = ["DPU Config", "Rebooting", "Host Network Configuration", "DPU Cluster Config",
+                    "Node Effect Removal", "Service Readiness", "Ready", "DPU Cluster Config"]  # fmt: skip
+    zero_trust = ["DPU Config", "Rebooting", "DPU Cluster Config", "Node Effect Removal", "Ready"]
+    for path in (host_trusted, zero_trust, ["DPU Config", "Host Network Configuration"]):
+        for before, after in zip(path, path[1:], strict=False):
+            assert not barrier.went_back(before, after), (before, after)
+            assert barrier.unplanned_change(("u0", before, ""), _dpu(0, after)) is None
+    assert barrier.went_back("DPU Cluster Config", "Host Network Configuration")  # never DPF's
+
+
 def test_the_v26_fields_are_read_and_the_method_from_the_condition_message() -> None:
     dpu = states.dpu_state({
         "metadata": {"name": "node-h-device-d0", "uid": "u0"},

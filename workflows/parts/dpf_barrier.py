@@ -70,16 +70,26 @@ PHASE_ORDER: Final = (
     "Initializing", "Pending", "Node Effect", "Initialize Interface", "Update Firmware",
     "Config FW Parameters", "Prepare BFB", "OS Installing", "DPU Config", "Rebooting",
     "Checking Host Reboot Required",
-    "DPU Cluster Config", "Host Network Configuration", "Node Effect Removal", "Service Readiness", "Ready",
+    "Host Network Configuration", "DPU Cluster Config", "Node Effect Removal", "Service Readiness", "Ready",
 )  # fmt: skip
-"""The known phases in the order DPF moves a DPU (v25.10 and v26 together)."""
+"""The known phases in the order DPF moves a DPU (v25.10 and v26 together), one order both trust
+modes follow: a host-trusted DPF visits `Host Network Configuration` BEFORE `DPU Cluster Config`
+(after the agent's NoAction or the host reboot), a zero-trust one skips it (DPF
+`internal/provisioning/controllers/dpu/state/dpu_config.go` c=62099c8b l.66-71, `rebooting.go`
+c=c406f0c5 `reconcileHostRebootPhase` cases 3-4, `hostagent/hostnetworkconfig.go` c=0813ef24 and
+`gnoi/hostnetworkconfig.go` c=785d5190: `Host Network Configuration -> DPU Cluster Config`; the
+same order at the v24.10.0-rc.6 tag, `state/rebooting.go` -> `hostnetworkconfig.go`). So the
+product need not know the mode (simulators/dpf/BEHAVIOUR.md P1)."""
 
 DPF_LOOPS: Final = frozenset(
     {("Rebooting", "DPU Config"), ("Rebooting", "Initialize Interface"),
-     ("Checking Host Reboot Required", "Rebooting"), ("Ready", "Node Effect")}
+     ("Checking Host Reboot Required", "Rebooting"), ("Ready", "Node Effect"),
+     ("Ready", "DPU Cluster Config")}
 )  # fmt: skip
 """Backward moves DPF makes by itself: back to the agent after a reboot (v26), a BF4's second
-round (v25.10), a Ready DPU whose critical services went down (flow 5, the monitor's)."""
+round (v25.10), a Ready DPU whose critical services went down (flow 5, the monitor's), a Ready
+DPU whose cluster node labels changed (DPF `dpu/state/ready.go` c=d4ef3cdc: "needs to update
+label" -> `DPU Cluster Config`)."""
 
 BEFORE_HOLD: Final = frozenset({"", "Initializing", "Pending"})
 """Phases a (re)created DPU passes before DPF holds it in `Node Effect`."""
