@@ -34,6 +34,10 @@ class Timings:
     # DPF v26: the DPU's cluster-join secret expires this long after DPF asked for the host
     # reboot; a reboot acknowledged later leaves the DPU in `DPU Cluster Config` (ZT-doc: 2 hours).
     join_deadline_seconds: float = 7200.0
+    # DPF v26: DPF stamps a DPU that joins a reboot round already asked for (Step 2: rebootStatus,
+    # or on v26.4.0-rc.3 its `Rebooted` condition) this long after it joined (ours: a reconcile's
+    # latency, which upstream does not pin; BEHAVIOUR.md R3, R7).
+    reboot_stamp_seconds: float = 0.0
     # DPU BMC: the Arm boots (BootRom .. OsIsRunning) this long after a reset.
     dpu_boot_seconds: float = 2.0
 

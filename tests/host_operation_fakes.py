@@ -33,6 +33,10 @@ from drivers.settings import Settings
 HOST = "host-900"
 DPUS = ("host-900-dpu-0", "host-900-dpu-1")
 
+# DPF's stamp on a Rebooting DPU of a build without rebootStatus (BEHAVIOUR.md R7): the barrier
+# waits for it, so a fake DPU in Rebooting carries it, as DPF writes it with the annotation.
+STAMP = Condition(type="Rebooted", status="False", reason="WaitingForManualPowerCycleOrReboot")
+
 
 @dataclass
 class FakeSite:
@@ -52,7 +56,8 @@ class FakeSite:
         dpus = tuple(
             DPUState(
                 name=f"node-{HOST}-device-{d}", uid=f"{d}-uid-{self.uids[d]}", dpu_id=d, phase=p,
-                conditions=(Condition(type="Ready", status="True" if p == "Ready" else "False"),),
+                conditions=(Condition(type="Ready", status="True" if p == "Ready" else "False"),
+                            *((STAMP,) if p == "Rebooting" else ())),
             )
             for d, p in sorted(self.phases.items())
         )  # fmt: skip

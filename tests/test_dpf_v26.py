@@ -206,6 +206,66 @@ async def test_a_host_trusted_dpf_configures_the_host_network_before_the_cluster
         versions.chosen_mode("trusting", V26)
 
 
+def stamped_by_condition(obj: dict | None) -> bool:  # type: ignore[type-arg]
+    rebooted = cond(obj, "Rebooted") or {}
+    return (
+        rebooted.get("status") == "False" and rebooted.get("reason") == "WaitingForManualPowerCycleOrReboot"
+    )
+
+
+async def test_rc3_stamps_the_rebooted_condition_and_has_no_reboot_status() -> None:
+    """R7 (issue 36 point 8): v26.4.0-rc.3 serves no `rebootStatus`, `outdated` or DPUNode
+    `rebootMethod` and refuses the phases it lacks; DPF stamps each Rebooting DPU's `Rebooted`
+    condition with the annotation (a BF4's second round too: no WaitForShutdown), goes without
+    `Update Firmware` and `Service Readiness`, and the removal completes each round."""
+    async with running(site_of(("host-003", "BF4", 1)), version=versions.V26_RC3) as sim:
+        k = sim.kube
+        log = PhaseLog(sim.store, k.dpu, BF4)
+        await to_reboot_request(sim, "host-003", (BF4,))
+        with pytest.raises(Invalid, match="phase"):
+            sim.store.patch(k.dpu, NS, BF4, {"status": {"phase": "Service Readiness"}}, "merge",
+                            subresource="status")  # fmt: skip
+        for method in ("PowerCycle", "SystemLevelReset"):
+            await wait_for(sim.store, k.dpunode, "node-host-003", has_annotation(REBOOT))
+            dpu = await wait_for(sim.store, k.dpu, BF4, phase_is("Rebooting"))
+            assert stamped_by_condition(dpu) and "rebootStatus" not in dpu["status"]  # type: ignore[index]
+            assert dpu["status"]["agentStatus"]["rebootMethod"] == method  # type: ignore[index]
+            node = sim.get(k.dpunode, "node-host-003")
+            assert "rebootMethod" not in node["status"]  # type: ignore[index]
+            sim.power_cycle("host-003")
+            sim.remove_reboot_annotation("node-host-003")
+            await wait_for(sim.store, k.dpu, BF4, lambda o: phase_is("Rebooting")(o) is False)
+        await wait_for(sim.store, k.dpu, BF4, phase_is("Ready"))
+        log.close()
+        assert "Update Firmware" not in log.phases and log.phases[-2:] == ["Node Effect Removal", "Ready"]
+        assert sim.violations.as_json() == []
+
+
+async def test_rc3_a_dpu_that_joins_the_round_is_stamped_later_and_an_early_removal_re_arms() -> None:
+    """R7: DPU 1 reaches `Rebooting` after DPU 0 had DPF ask for the reboot; DPF stamps it
+    `reboot_stamp_seconds` later (1 s here); a removal before that is undone (the annotation is
+    set again, violation `reboot-annotation-removed-early`); after the stamp the next round
+    completes for both."""
+    timings = timings_for("zero", reboot_stamp_seconds=1.0)
+    async with running(site_of(("host-001", "BF3", 2)), timings, version=versions.V26_RC3) as sim:
+        k = sim.kube
+        sim.dpf.provisioner.detours[DPU1] = ("Perform ARM Force Restart", 0.3)  # it lags behind
+        await to_reboot_request(sim, "host-001", (DPU0,))
+        assert stamped_by_condition(sim.get(k.dpu, DPU0))
+        joined = await wait_for(sim.store, k.dpu, DPU1, phase_is("Rebooting"))
+        assert cond(joined, "Rebooted") is None
+        sim.power_cycle("host-001")
+        sim.remove_reboot_annotation(NODE)
+        await wait_for(sim.store, k.dpunode, NODE, has_annotation(REBOOT))
+        assert sim.kinds() == [kinds.REBOOT_ANNOTATION_REMOVED_EARLY]
+        await wait_for(sim.store, k.dpu, DPU1, stamped_by_condition)
+        sim.power_cycle("host-001")
+        sim.remove_reboot_annotation(NODE)
+        for name in (DPU0, DPU1):
+            await wait_for(sim.store, k.dpu, name, phase_is("Ready"))
+        assert sim.kinds() == [kinds.REBOOT_ANNOTATION_REMOVED_EARLY]
+
+
 async def test_removal_before_dpf_stamped_the_reboot_re_arms_it() -> None:
     """R3: a removal before Step 2 is undone (DPF sets the annotation again) and the reboot before
     it does not count; the next removal after a power cycle does."""

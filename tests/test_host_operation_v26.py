@@ -86,6 +86,28 @@ async def test_a_host_trusted_provisioning_records_no_unplanned_reset(
         assert sim.violations() == []
 
 
+async def test_on_rc3_the_reboot_waits_for_the_rebooted_condition_stamp(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36 point 8: DPF v26.4.0-rc.3 (NICo's pin) has no `rebootStatus`; its stamp is the
+    `Rebooted` condition (BEHAVIOUR.md R7). DPU 1 lags (a phase of 1 s), so it reaches `Rebooting`
+    after DPF asked for DPU 0's reboot, and DPF stamps it 4 s later (longer than a reboot here):
+    the run waits for that stamp and reboots once; a removal before it would be undone by DPF
+    (a violation, another reboot)."""
+    late = "node-host-001-device-host-001-dpu-1"
+    with running_sim(
+        tmp_path / "sim", hosts=1, dpus_per_host=2, dpf_version="26.4-rc.3", initialised=True,
+        timing={"reboot_stamp_seconds": 4.0},
+    ) as sim:  # fmt: skip
+        sim.inject(f"dpus/{late}/phase", {"phase": "Perform ARM Force Restart", "seconds": 1})
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-001", REPROVISION)
+            result = await handle.result()
+        assert result.reboots == 1
+        assert reset_types(sim, "host-001") == ["PowerCycle"]
+        assert sim.violations() == []
+
+
 async def test_a_reboot_loop_stops_at_the_policy_bound(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

@@ -172,6 +172,28 @@ class DPUState(_Frozen):
         return next((c for c in self.conditions if c.type == ctype), None)
 
     @property
+    def ready_for_host_reboot(self) -> bool:
+        """DPF counts a removal of the reboot annotation for this DPU (its Step 2, DOMAIN.md 2.5).
+
+        Read from what the object carries, not from a version: where DPF writes `rebootStatus`
+        (the newest v26 types) its stamp `Pending`/`WaitingForManualPowerCycleOrReboot`; where the
+        DPU has none (v26.4.0-rc.3, the build NICo pins, whose CRDs have no `rebootStatus`; and
+        v25.10) the condition `Rebooted=False` with that reason, which the DPUNode controller's
+        condition-based `proccessExternalReboot` writes on every `Rebooting` DPU with the
+        annotation, and again on one that lacks it, setting the annotation anew (DPF
+        `dpunode_controller.go`, stored version index id 57373909603; DPF's own guide waits for
+        "condition Rebooted is false with WaitingForManualPowerCycleOrReboot reason";
+        simulators/dpf/BEHAVIOUR.md R7)."""
+        if self.reboot_status is not None:
+            return self.reboot_status.ready_for_host_reboot
+        rebooted = self.condition("Rebooted")
+        return (
+            rebooted is not None
+            and rebooted.status == "False"
+            and rebooted.reason == WAITING_FOR_MANUAL_REBOOT
+        )
+
+    @property
     def reboot_method(self) -> str | None:
         """The reboot this DPU asks for: `rebootStatus.method`, else the agent's report."""
         if self.reboot_status is not None and self.reboot_status.method:

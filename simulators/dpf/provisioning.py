@@ -27,7 +27,8 @@ behaviour with its source): the v26 phases, the DPU agent's reported reboot meth
 WaitingForManualPowerCycleOrReboot one reconcile after the annotation: only then does a removal
 count, an earlier one re-arms it), the aggregated method on the DPUNode, the 2-hour join deadline,
 the agent's `agentStatus.lastStartupTime` and the controller's copy of it, `agentLastStartupTime`
-(in `DPU Config` only).
+(in `DPU Config` only). With `version="26.4-rc.3"` (NICo's pin) the same without `rebootStatus`:
+DPF's stamp is the `Rebooted` condition (BEHAVIOUR.md R7).
 """
 
 from __future__ import annotations
@@ -119,6 +120,14 @@ SEQUENCE_LIMIT_MESSAGE = (
 )
 
 
+def _stamp_condition(o: Object) -> bool:
+    """rc.3 Step 2 (BEHAVIOUR.md R7): a `Rebooting` DPU without a `Rebooted` condition gets
+    `Rebooted=False`/`WaitingForManualPowerCycleOrReboot`."""
+    if phase(o) != REBOOTING or condition(o, "Rebooted") is not None:
+        return False
+    return set_condition(o.setdefault("status", {}), "Rebooted", False, WAITING_FOR_MANUAL, "")
+
+
 def agent_status(obj: Object) -> Object:
     """The DPU's `status.agentStatus` as it is (the agent's own report), or {}."""
     return dict((obj.get("status") or {}).get("agentStatus") or {})
@@ -154,7 +163,11 @@ class Provisioner:
         self.last_power_cycle: dict[str, datetime] = {}
         # (host, DPUNode, when) for each reboot DPF asks for: the benchmarks' reaction times.
         self.on_reboot_asked: Callable[[str, str, datetime], None] | None = None
-        self.v26 = version == "26"
+        self.v26 = version in ("26", "26.4-rc.3")
+        # v26.4.0-rc.3 (NICo's pin): no rebootStatus; DPF's stamp is the `Rebooted` condition
+        # (BEHAVIOUR.md R7), no WaitForShutdown, no DPUNode status.rebootMethod, no Update
+        # Firmware or Service Readiness phase.
+        self.rc3 = version == "26.4-rc.3"
         # v26: after the agent's NoAction and after a host reboot a host-trusted DPF configures
         # the host network first, a zero-trust one joins the cluster (BEHAVIOUR.md P1).
         self.after_agent = HOST_NETWORK if deployment_mode == HOST_TRUSTED else CLUSTER_CONFIG
@@ -250,7 +263,8 @@ class Provisioner:
     def _reconcile_v26(self, obj: Object, name: str, uid: str, current: str) -> None:
         if current == INITIALIZE_INTERFACE:
             model = self.models.get(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")), "BF3")
-            self._after_delay(name, uid, current, UPDATE_FIRMWARE if model == "BF4" else CONFIG_FW)
+            bf4_firmware = model == "BF4" and not self.rc3  # rc.3 has no Update Firmware phase
+            self._after_delay(name, uid, current, UPDATE_FIRMWARE if bf4_firmware else CONFIG_FW)
         elif current == DPU_CONFIG:
             refused = condition(obj, "DPUConfig")
             if refused is None or refused.get("reason") != LIMIT_REASON:
@@ -258,6 +272,8 @@ class Provisioner:
                 self.timers.start(name, (uid, current), self.timings.dpu_phase_seconds, report)
         elif current == CLUSTER_CONFIG and uid in self.join_expired:
             return  # the join secret expired: DPF leaves it here (ZT-doc); no condition says so
+        elif current == NODE_EFFECT_REMOVAL and self.rc3:
+            self._after_delay(name, uid, current, READY)  # rc.3 has no Service Readiness phase
         elif current in NEXT_PHASE_V26:
             self._after_delay(name, uid, current, NEXT_PHASE_V26[current])
 
@@ -321,6 +337,10 @@ class Provisioner:
             status.setdefault("dpuInstallInterface", "redfish")
             status.setdefault("dpuMode", "dpu")
             status.update(extra or {})
+            if self.rc3 and target == REBOOTING:  # each host reboot cycle starts without it (R7)
+                status["conditions"] = [
+                    c for c in status.get("conditions") or [] if c.get("type") != "Rebooted"
+                ]
             set_dpu_conditions(status, target, generation, v26=self.v26)
             if target == ERROR:
                 set_condition(status, "Ready", False, reason or "Error", message, generation)
@@ -412,6 +432,9 @@ class Provisioner:
                 n["metadata"]["annotations"] = {**annotations_of(n), REBOOT_ANNOTATION: "true"}
                 return True
 
+            current.dpus.add(name)
+            if self.rc3:  # DPF stamps the Rebooting DPUs, then sets the annotation (R7)
+                self._stamp(node)
             self.client.mutate(self.client.dpunode, node, ask)
             log.info("DPU %s asks for an external reboot of %s", name, node)
             if self.on_reboot_asked is not None:
@@ -419,8 +442,12 @@ class Provisioner:
         current.dpus.add(name)
         self.refresh_node(node)
         if self.v26:
-            # Step 2 happens at a later reconcile, never in the one that set the annotation.
-            self.timers.start(("stamp", node), current.requested_at, 0.0, lambda: self._stamp(node))
+            # Step 2 happens at a later reconcile, never in the one that set the annotation (R3);
+            # rc.3 stamps a DPU that joins the round already asked for at a later reconcile (R7).
+            self.timers.start(
+                ("stamp", node, name), current.requested_at, self.timings.reboot_stamp_seconds,
+                lambda: self._stamp(node),
+            )  # fmt: skip
 
     def _sync_deferred(self, node: str, name: str) -> bool:
         """v26: on a multi-DPU node, a sibling in an install phase defers the annotation."""
@@ -451,6 +478,10 @@ class Provisioner:
         current = self.rounds.get(node)
         if current is None:
             return
+        if self.rc3:
+            for name in sorted(current.dpus):
+                self.client.mutate(self.client.dpu, name, _stamp_condition, status=True)
+            return
         for name in sorted(current.dpus):
 
             def change(o: Object) -> bool:
@@ -475,11 +506,13 @@ class Provisioner:
             self.client.mutate(self.client.dpu, name, change, status=True)
 
     def aggregated_method(self, names: set[str]) -> tuple[str, str]:
-        """The priority winner of the DPUs' `rebootStatus.method`, and the DPU that drives it."""
+        """The priority winner of the DPUs' `rebootStatus.method` (rc.3: the agent's method), and
+        the DPU that drives it."""
         best, driver = len(REBOOT_METHOD_PRIORITY) - 1, ""
         for name in sorted(names):
-            obj = self.client.get(self.client.dpu, name)
-            method = ((obj or {}).get("status") or {}).get("rebootStatus", {}).get("method", "Unknown")
+            status = ((self.client.get(self.client.dpu, name) or {}).get("status")) or {}
+            reported = (status.get("agentStatus") or {}).get("rebootMethod", "Unknown")
+            method = (status.get("rebootStatus") or {}).get("method", reported)
             rank = REBOOT_METHOD_PRIORITY.index(method) if method in REBOOT_METHOD_PRIORITY else best
             if rank < best or not driver:
                 best, driver = min(rank, best), name
@@ -540,7 +573,7 @@ class Provisioner:
                 lambda: self._agent_report(name, uid),
             )  # fmt: skip
             return
-        shutdown = method == "SystemLevelReset"
+        shutdown = method == "SystemLevelReset" and not self.rc3  # rc.3 has no WaitForShutdown
         reboot = {
             "phase": "WaitForShutdown" if shutdown else "Pending",
             "method": method,
@@ -677,7 +710,10 @@ class Provisioner:
             if obj is None or phase(obj) != REBOOTING or deleting(obj):
                 continue
             reboot = (obj.get("status") or {}).get("rebootStatus") or {}
-            if not (reboot.get("phase") == "Pending" and reboot.get("reason") == WAITING_FOR_MANUAL):
+            if self.rc3:  # rc.3: any `Rebooted` condition counts (DPF's `condExists`, R7)
+                if condition(obj, "Rebooted") is None:
+                    early.append(f"{name} (no Rebooted condition)")
+            elif not (reboot.get("phase") == "Pending" and reboot.get("reason") == WAITING_FOR_MANUAL):
                 early.append(f"{name} ({reboot.get('phase', 'no rebootStatus')})")
         if not early:
             return False
@@ -783,7 +819,7 @@ class Provisioner:
                 updating,
                 "DPUUpdateInProgress" if updating else "DPUUpdateNotInProgress",
             )
-            if rebooting and self.v26:
+            if rebooting and self.v26 and not self.rc3:  # rc.3: no method in it (R7)
                 method, driver = self.aggregated_method(self.rounds[node].dpus)
                 message = f"required reboot method: {method} (driven by DPU {driver})"
                 changed |= set_condition(

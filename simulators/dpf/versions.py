@@ -1,5 +1,6 @@
-"""Which DPF release the simulated site plays: `25.10` (the vendored CRDs as they are) or `26`
-(the same CRDs with metalflow's v26 overlay applied, `simulators/crds/dpf-v26/overlay.yaml`).
+"""Which DPF release the simulated site plays: `25.10` (the vendored CRDs as they are), `26`
+(the same CRDs with metalflow's v26 overlay applied, `simulators/crds/dpf-v26/overlay.yaml`) or
+`26.4-rc.3` (NICo's pin: the v26 overlay, then `rc3.yaml` takes away what that build lacks).
 
 Chosen with `python -m simulators serve --dpf-version 26` or `METALFLOW_DPF_VERSION=26`; the
 default stays 25.10. The overlay is a schema delta written by metalflow after reading the
@@ -24,9 +25,12 @@ from simulators.kube.store import ResourceType
 
 V25: Final = "25.10"
 V26: Final = "26"
-VERSIONS: Final = (V25, V26)
+V26_RC3: Final = "26.4-rc.3"  # the build NICo pins: v26 without rebootStatus (BEHAVIOUR.md R7)
+VERSIONS: Final = (V25, V26, V26_RC3)
+V26_BUILDS: Final = (V26, V26_RC3)
 VERSION_ENV: Final = "METALFLOW_DPF_VERSION"
 OVERLAY: Final = Path(__file__).resolve().parent.parent / "crds" / "dpf-v26" / "overlay.yaml"
+RC3_OVERLAY: Final = OVERLAY.with_name("rc3.yaml")  # applied after OVERLAY for 26.4-rc.3
 
 Object = dict[str, Any]
 
@@ -70,7 +74,7 @@ def chosen_mode(given: str | None, version: str) -> str:
 
 
 def load_overlay(path: Path = OVERLAY) -> list[Object]:
-    """The overlay's operations, checked: each names an op this module knows and a CRD."""
+    """An overlay's operations, checked: each names an op this module knows and a CRD."""
     document = yaml.safe_load(path.read_text())
     if not isinstance(document, dict) or document.get("kind") != "MetalflowCRDOverlay":
         raise ValueError(f"{path} is not a MetalflowCRDOverlay")
@@ -82,7 +86,8 @@ def load_overlay(path: Path = OVERLAY) -> list[Object]:
 
 
 def apply(types: list[ResourceType], version: str) -> list[ResourceType]:
-    """`types` as DPF `version` serves them: unchanged for 25.10, the overlay applied for 26.
+    """`types` as DPF `version` serves them: unchanged for 25.10, the overlay applied for 26, and
+    for 26.4-rc.3 then the rc.3 overlay (what that build's CRDs do not have, taken away).
 
     Raises:
         ValueError: An operation names a CRD or a path the served CRDs do not have (the overlay
@@ -91,7 +96,7 @@ def apply(types: list[ResourceType], version: str) -> list[ResourceType]:
     if version == V25:
         return types
     by_crd: dict[str, list[Object]] = {}
-    for operation in load_overlay():
+    for operation in load_overlay() + (load_overlay(RC3_OVERLAY) if version == V26_RC3 else []):
         by_crd.setdefault(operation["crd"], []).append(operation)
     out = []
     for rt in types:
@@ -136,6 +141,15 @@ def _drop_default(node: Object, operation: Object) -> None:
     node.pop("default", None)
 
 
+def _drop_properties(node: Object, operation: Object) -> None:
+    for name in operation["names"]:
+        node.get("properties", {}).pop(name, None)
+
+
+def _drop_enum(node: Object, operation: Object) -> None:
+    node["enum"] = [v for v in node.get("enum", []) if v not in operation["values"]]
+
+
 def _add_validation(node: Object, operation: Object) -> None:
     """A CEL rule (`x-kubernetes-validations`) on the schema at `at`: `rule`, `message`, and
     `optionalOldSelf` when it has one."""
@@ -150,5 +164,7 @@ _OPS = {
     "add_properties": _add_properties,
     "require": _require,
     "drop_default": _drop_default,
+    "drop_properties": _drop_properties,
+    "drop_enum": _drop_enum,
     "add_validation": _add_validation,
 }

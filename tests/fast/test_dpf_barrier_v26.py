@@ -13,6 +13,9 @@ STAMPED = RebootStatus(
 )
 
 
+WAITING = Condition(type="Rebooted", status="False", reason="WaitingForManualPowerCycleOrReboot")
+
+
 def _state(*dpus: DPUState, method: str | None = None) -> HostDPFState:
     node = DPUNodeState(name="node-h", uid="n", reboot_required="true", reboot_method=method)
     return HostDPFState(host_id="h", node=node, dpus=dpus)
@@ -26,7 +29,10 @@ def _dpu(i: int, phase: str = "Rebooting", reboot: RebootStatus | None = None, *
 
 def test_the_barrier_waits_for_the_arm_shutdown_and_dpfs_stamp_and_passes_unknown_phases_of_nobody() -> None:
     ids = ("d0", "d1")
-    assert barrier.reboot_barrier_reached(_state(_dpu(0), _dpu(1)), ids, {})  # v25.10: no rebootStatus
+    by_condition = (WAITING,)  # v25.10 and rc.3: no rebootStatus, the stamp is the condition
+    assert barrier.reboot_barrier_reached(
+        _state(_dpu(0, conditions=by_condition), _dpu(1, conditions=by_condition)), ids, {}
+    )
     assert barrier.reboot_barrier_reached(_state(_dpu(0, reboot=STAMPED), _dpu(1, reboot=STAMPED)), ids, {})
     shutting = STAMPED.model_copy(update={"phase": "WaitForShutdown", "reason": "WaitingForArmShutdown"})
     assert not barrier.reboot_barrier_reached(
@@ -44,6 +50,34 @@ def test_the_barrier_waits_for_the_arm_shutdown_and_dpfs_stamp_and_passes_unknow
     assert not barrier.reboot_barrier_reached(_state(_dpu(0), _dpu(1, "Host OS Init Release")), ids, {})
     assert barrier.installing(_state(_dpu(0), _dpu(1, "Host OS Init Release"))) == []
     assert barrier.installing(_state(_dpu(0), _dpu(1, "DPU Config"))) == ["node-h-device-d1"]
+
+
+def test_without_reboot_status_the_rebooted_condition_is_dpfs_stamp() -> None:
+    """Issue 36 point 8 (BEHAVIOUR.md R7): on v26.4.0-rc.3 (NICo's pin; no `rebootStatus`) a
+    `Rebooting` DPU is readied for the reboot by its condition `Rebooted=False`
+    /`WaitingForManualPowerCycleOrReboot`; one that joined the round after DPF asked has no
+    `Rebooted` condition yet (DPF removed it on entering `Rebooting`): the barrier waits for it."""
+    rc3 = {"agent_reboot_method": "PowerCycle", "reboot_sequence_count": 1, "previous_phase": "DPU Config"}
+    stamped = _dpu(0, conditions=(WAITING,), **rc3)
+    joined = _dpu(1, **rc3)  # in Rebooting, not stamped yet
+    assert stamped.ready_for_host_reboot and not joined.ready_for_host_reboot
+    assert barrier.not_stamped(_state(stamped, joined)) == ["node-h-device-d1"]
+    assert not barrier.reboot_barrier_reached(_state(stamped, joined), ("d0", "d1"), {})
+    other = Condition(type="Rebooted", status="False", reason="RebootRequested")
+    assert not _dpu(1, conditions=(other,), **rc3).ready_for_host_reboot
+    # rebootStatus, where the DPU has it, decides: the condition alone does not stamp it
+    assert not _dpu(
+        1, conditions=(WAITING,), reboot=STAMPED.model_copy(update={"reason": "X"})
+    ).ready_for_host_reboot
+    assert barrier.reboot_barrier_reached(
+        _state(stamped, _dpu(1, conditions=(WAITING,), **rc3)), ("d0", "d1"), {}
+    )
+    dpu = states.dpu_state({
+        "metadata": {"name": "node-h-device-d0", "uid": "u0"},
+        "status": {"phase": "Rebooting", "conditions": [
+            {"type": "Rebooted", "status": "False", "reason": "WaitingForManualPowerCycleOrReboot"}]},
+    })  # fmt: skip
+    assert dpu.reboot_status is None and dpu.ready_for_host_reboot
 
 
 def test_the_reset_follows_the_required_method() -> None:

@@ -51,7 +51,13 @@ def run_state(policy: OperationPolicy = POLICY, dpu_ids: tuple[str, ...] | None 
     return HostOperationState.start(request, T0)
 
 
+STAMP = Condition(type="Rebooted", status="False", reason="WaitingForManualPowerCycleOrReboot")
+
+
 def dpu(i: int | str, phase: str = "Rebooting", uid: str = "", **more: object) -> DPUState:
+    """A DPU; one in `Rebooting` carries DPF's stamp, the `Rebooted` condition, unless told."""
+    if phase == "Rebooting":
+        more.setdefault("conditions", (STAMP,))
     dpu_id = i if isinstance(i, str) else f"d{i}"
     return DPUState(name=f"node-h-device-{dpu_id}", uid=uid or f"{dpu_id}-u1", dpu_id=dpu_id, phase=phase,
                     **more)  # type: ignore[arg-type]  # fmt: skip

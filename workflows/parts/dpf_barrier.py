@@ -12,11 +12,12 @@ may still be writing its OS. Power-cycling then corrupts the sibling's install. 
 cycled only when the annotation is present, every DPU is in `Rebooting` (or already `Ready`: it
 needs no reboot), and no DPU of the host is in an install phase.
 
-DPF v26 (DOMAIN.md 2.5) adds two conditions, both read from `rebootStatus` where DPF writes it:
-no DPU of the host is in `WaitForShutdown` (its Arm OS is shutting down for a SystemLevelReset;
-a reset now cuts that short), and every `Rebooting` DPU of the host is stamped `Pending` /
-`WaitingForManualPowerCycleOrReboot` (DPF's Step 2: a removal before it is undone by DPF, which
-then waits for yet another reboot). Phases this module does not know are progress: only the
+Two more conditions (DOMAIN.md 2.5): no DPU of the host is in `WaitForShutdown` (v26
+`rebootStatus`: its Arm OS is shutting down for a SystemLevelReset; a reset now cuts that short),
+and every `Rebooting` DPU of the host is stamped `WaitingForManualPowerCycleOrReboot` (DPF's
+Step 2: a removal before it is undone by DPF, which then waits for yet another reboot): in
+`rebootStatus` where the DPU has one, else in its `Rebooted` condition (v26.4.0-rc.3, NICo's pin,
+and v25.10 have no `rebootStatus`). Phases this module does not know are progress: only the
 named sets below decide, and an unknown phase is in none of them.
 
 Also here, as pure functions: the host reset a reboot method needs (`host_reset_for`), the Error
@@ -142,14 +143,10 @@ def shutting_down(state: HostDPFState) -> list[str]:
 
 
 def not_stamped(state: HostDPFState) -> list[str]:
-    """Names of the host's `Rebooting` DPUs DPF has not yet readied for the reboot (v26 Step 2)."""
-    return [
-        d.name
-        for d in state.dpus
-        if d.phase == PHASE_REBOOTING
-        and d.reboot_status is not None
-        and not d.reboot_status.ready_for_host_reboot
-    ]
+    """Names of the host's `Rebooting` DPUs DPF has not yet readied for the reboot (Step 2): by
+    `rebootStatus` where the DPU has one, else by its `Rebooted` condition (v26.4.0-rc.3 and
+    v25.10, `DPUState.ready_for_host_reboot`)."""
+    return [d.name for d in state.dpus if d.phase == PHASE_REBOOTING and not d.ready_for_host_reboot]
 
 
 def reboot_barrier_reached(state: HostDPFState, dpu_ids: Iterable[str], replaced: Mapping[str, str]) -> bool:
