@@ -61,6 +61,7 @@ HOST_OPERATION_PHASES: Final = (
     "waiting-for-hold",
     "waiting-for-reboot-request",
     "rebooting-host",
+    "waiting-for-dpu-agents-after-reboot",  # v26: the reset must restart each DPU's agent
     "waiting-for-dpf-after-reboot",
     "manual-intervention-required",
 )

@@ -496,3 +496,27 @@ async def test_a_sibling_in_dpu_config_defers_the_reboot_request() -> None:
             assert REBOOT not in (sim.get(k.dpunode, NODE)["metadata"].get("annotations") or {})  # type: ignore[index]
         await wait_for(sim.store, k.dpunode, NODE, has_annotation(REBOOT))
         assert sim.get(k.dpu, DPU1)["status"]["phase"] == "Rebooting"  # type: ignore[index]
+
+
+async def test_dpf_waits_in_dpu_config_for_an_agent_a_warm_reset_did_not_restart() -> None:
+    """A4 (issue 36 point 4): the removal moves the DPU back to `DPU Config` at once, but with
+    the fault `warm-reset-ignored` the warm reset did not restart its agent: DPF finds the
+    agent's start time equal to its copy and waits (`DPUConfig=False`,
+    `WaitingForFreshRebootMethod`); a cold power cycle restarts the agent and the DPU goes on."""
+    async with running(site_of(("host-001", "BF3", 1)), version=V26) as sim:
+        k = sim.kube
+        sim.dpf.provisioner.agent_faults[DPU0] = ["SystemReboot"]  # a method a warm reset meets
+        sim.dpf.provisioner.warm_reset_ignored.add(DPU0)
+        await to_reboot_request(sim, "host-001", (DPU0,))
+        before = _started(await wait_for(sim.store, k.dpu, DPU0, stamped))
+        warm_reset(sim, "host-001")
+        sim.remove_reboot_annotation(NODE)
+        waiting = await wait_for(
+            sim.store, k.dpu, DPU0,
+            lambda o: (cond(o, "DPUConfig") or {}).get("reason") == "WaitingForFreshRebootMethod",
+        )  # fmt: skip
+        assert waiting["status"]["phase"] == "DPU Config" and _started(waiting) == before  # type: ignore[index]
+        sim.power_cycle("host-001")
+        restarted = await wait_for(sim.store, k.dpu, DPU0, phase_is("Ready"))
+        assert _started(restarted) > before
+        assert sim.violations.as_json() == []

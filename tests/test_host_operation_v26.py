@@ -108,6 +108,29 @@ async def test_on_rc3_the_reboot_waits_for_the_rebooted_condition_stamp(
         assert sim.violations() == []
 
 
+async def test_a_warm_reset_that_did_not_reach_the_dpu_is_reissued_within_the_agent_bound(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36 point 4: DPF asks for a SystemReboot (a warm ForceRestart here) but the warm reset
+    does not reach the DPU (fault `warm-reset-ignored`, BEHAVIOUR.md A4): DPF leaves `Rebooting`
+    at the removal and waits in `DPU Config` for a fresh agent start. The run sees the agent's
+    `lastStartupTime` unchanged after `agent_restart_wait_seconds` (1 s here, 900 s by default)
+    and reboots again, cold (a PowerCycle: a warm reset is not sent again); then the agent starts
+    and the DPU provisions. Before, the run waited until the phase timeout (an hour by default)."""
+    policy = FAST_POLICY.model_copy(update={"agent_restart_wait_seconds": 1.0, "force_off_from_retry": 2})
+    dpu = "node-host-003-device-host-003-dpu-0"
+    with running_sim(tmp_path / "sim", hosts=3, dpus_per_host=1, dpf_version="26", initialised=True) as sim:
+        sim.inject(f"dpus/{dpu}/agent", {"methods": ["SystemReboot"]})
+        sim.inject(f"dpus/{dpu}/warm-reset-ignored")
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-003", REPROVISION, policy=policy)
+            await asyncio.wait_for(handle.result(), timeout=60)
+            status = await status_of(handle)
+        assert reset_types(sim, "host-003") == ["ForceRestart", "PowerCycle"]
+        assert status.phase == "completed" and status.power_cycles_issued == 2
+        assert sim.violations() == []
+
+
 async def test_a_reboot_loop_stops_at_the_policy_bound(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

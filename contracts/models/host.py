@@ -153,6 +153,14 @@ class OperationPolicy(_Frozen):
     # DPF's deadline for the host reboot it asked for (ZT-doc: 2 hours, or the DPU's
     # cluster-join secret expires), and how long before it the operation asks an operator.
     dpf_reboot_deadline_seconds: StepTimeout = 7200.0
+    # After a reboot of ours, each DPU of the round whose agent ran must report a new
+    # `agentStatus.lastStartupTime` within this (v26; issue 36 point 4): DPF leaves `Rebooting`
+    # at the annotation's removal whether or not the host reset reached the DPU, then waits in
+    # `DPU Config` for a fresh agent start (`dpu_config.go` c=62099c8b l.56). 900 s: the Arm's
+    # boot (600 s, `HostResetInput.dpu_boot_timeout_seconds`, the bound metalflow's own DPU
+    # reset waits for `OsIsRunning`) and 300 s for the agent to start and write its time, the
+    # first operation of its run (agent `laststartuptime.go` c=0f647461; the margin is ours).
+    agent_restart_wait_seconds: StepTimeout = 900.0
     escalate_before_deadline_seconds: StepTimeout = 1800.0
     # DPUs of one host in Error reprovisioned automatically, in all (per DPU: above).
     max_host_error_reprovisions: Retries = 4

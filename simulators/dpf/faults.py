@@ -16,6 +16,10 @@
   - `phase` `{"phase": P, "seconds": S}`: the next time DPF moves the DPU on, it passes through
     phase P for S seconds first (a build whose phases the client may not know); P must be one
     the served DPU CRD allows.
+  - `warm-reset-ignored` `{}` (v26; ours, BEHAVIOUR.md A4): from now on a warm reset of the
+    host (ForceRestart, GracefulRestart) does not reach this DPU: its agent does not start
+    again, so DPF, back in `DPU Config` after the reboot, waits for a fresh report. A cold one
+    (a power cycle, ForceOff then On) does.
 - `outdated`: a DPU whose BFB or flavor differs from its DPUSet's template reports
   `status.outdated` {timeStamp, reason, message} (the field of newer DPF releases) and a
   condition `Outdated=True` with the same reason (`OutdatedBFB`, `OutdatedDPUFlavor`). The
@@ -80,8 +84,16 @@ def inject(
             raise TypeError(f"`seconds` must be a number >= 0; got {seconds!r}")
         _existing(p, name)
         p.detours[name] = (str(target), float(seconds))
+    elif fault == "warm-reset-ignored":
+        if not p.v26:
+            raise ValueError("the DPU agent's start time is DPF v26 behaviour: serve --dpf-version 26")
+        _existing(p, name)
+        p.warm_reset_ignored.add(name)
     else:
-        raise LookupError(f"unknown DPU fault {fault!r}; one of error, node-effect, recover, agent, phase")
+        raise LookupError(
+            f"unknown DPU fault {fault!r}; "
+            "one of error, node-effect, recover, agent, phase, warm-reset-ignored"
+        )
 
 
 def inject_error(p: Provisioner, name: str, message: str, *, reason: str | None = None) -> None:

@@ -37,7 +37,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from simulators import violations as kinds
 from simulators.dpf.client import Client
@@ -128,6 +128,40 @@ def _stamp_condition(o: Object) -> bool:
     return set_condition(o.setdefault("status", {}), "Rebooted", False, WAITING_FOR_MANUAL, "")
 
 
+def later_than(previous: str) -> str:
+    """Now (RFC 3339, seconds), or one second after `previous` where that is not earlier: a
+    restarted agent's time is always newer than its last one (a real restart follows a boot of
+    minutes; DPF compares the times for equality, `dpu_config.go` l.56). Ours: the simulator moves
+    in less than a second."""
+    now = now_rfc3339()
+    if not previous or now > previous:
+        return now
+    try:
+        then = datetime.strptime(previous, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return now
+    return (then + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _stale_report(obj: Object) -> bool:
+    """DPF's freshness test in `DPU Config` (`dpu_config.go` c=62099c8b l.56): the agent's start
+    time equals the copy DPF took with its last report, so the report is from before the reboot."""
+    status = obj.get("status") or {}
+    copied = status.get("agentLastStartupTime")
+    return bool(copied) and agent_status(obj).get("lastStartupTime") == copied
+
+
+def _waiting_for_fresh_report(o: Object) -> bool:
+    """The condition DPF sets while it waits for a fresh report (`dpu_config.go` l.57-59)."""
+    message = (
+        "the RebootMethod in AgentStatus is from the previous reboot, waiting for the DPU agent to "
+        "report the reboot method for the current reboot"
+    )
+    return set_condition(
+        o.setdefault("status", {}), "DPUConfig", False, "WaitingForFreshRebootMethod", message
+    )
+
+
 def agent_status(obj: Object) -> Object:
     """The DPU's `status.agentStatus` as it is (the agent's own report), or {}."""
     return dict((obj.get("status") or {}).get("agentStatus") or {})
@@ -179,6 +213,10 @@ class Provisioner:
         self.sequence_counts: dict[str, int] = {}
         self.join_expired: set[str] = set()
         self.detours: dict[str, tuple[str, float]] = {}  # DPU name -> (phase, seconds): a fault
+        # A fault (ours, BEHAVIOUR.md A4): DPUs a warm host reset does not reach; and the reset
+        # type of each host's last power-off.
+        self.warm_reset_ignored: set[str] = set()
+        self.last_off_reset: dict[str, str] = {}
         self._syncing = False
 
     # -- events ---------------------------------------------------------------------------------
@@ -220,10 +258,13 @@ class Provisioner:
         elif isinstance(event, PowerCycled):
             self.power_cycles[event.host_id] += 1
             self.last_power_cycle[event.host_id] = event.time
+            warm = self.last_off_reset.get(event.host_id, "") in WARM_RESETS
             if self.v26:
                 for name in sorted(self.dpus_by_node.get(f"node-{event.host_id}", ())):
-                    self._agent_restarted(name)
+                    if not (warm and name in self.warm_reset_ignored):  # the fault (BEHAVIOUR.md A4)
+                        self._agent_restarted(name)
         elif event.to_state.lower() == "off" and event.from_state.lower() != "off":
+            self.last_off_reset[event.host_id] = event.reset_type or ""
             current = self.rounds.get(f"node-{event.host_id}")
             if current is not None and (event.reset_type or "") not in WARM_RESETS:
                 current.cold = True
@@ -267,6 +308,9 @@ class Provisioner:
             self._after_delay(name, uid, current, UPDATE_FIRMWARE if bf4_firmware else CONFIG_FW)
         elif current == DPU_CONFIG:
             refused = condition(obj, "DPUConfig")
+            if _stale_report(obj):  # DPF waits for the agent to start again (A4)
+                self.client.mutate(self.client.dpu, name, _waiting_for_fresh_report, status=True)
+                return  # the agent's new start time reconciles it again
             if refused is None or refused.get("reason") != LIMIT_REASON:
                 report = lambda: self._agent_report(name, uid)  # noqa: E731
                 self.timers.start(name, (uid, current), self.timings.dpu_phase_seconds, report)
@@ -539,6 +583,13 @@ class Provisioner:
         # The controller takes a fresh report and copies the agent's start time into
         # `agentLastStartupTime`, here and nowhere else (DPF `dpu_config.go` l.63: BEHAVIOUR.md A3).
         reported = agent_status(obj)
+        if _stale_report(obj):  # the agent did not start since the last report DPF took (A4)
+            self.client.mutate(self.client.dpu, name, _waiting_for_fresh_report, status=True)
+            return
+        if (condition(obj, "DPUConfig") or {}).get("reason") == "WaitingForFreshRebootMethod":
+            # DPF takes the fresh report: its condition names the method (`dpu_config.go` l.73)
+            taken = lambda o: set_condition(o.setdefault("status", {}), "DPUConfig", True, method, "")  # noqa: E731
+            self.client.mutate(self.client.dpu, name, taken, status=True)
         started = reported.get("lastStartupTime") or now
         copied = {"agentLastStartupTime": started}
         if method == "NoAction":  # resets the count: the sequence ends (A1)
@@ -566,7 +617,7 @@ class Provisioner:
         self.sequence_counts[uid] = count
         if method in DPU_ONLY_METHODS:  # FirmwareReset/DPUWarmReboot: the DPU reboots itself,
             # its agent starts again and reports again; the phase stays DPU Config
-            agent = {**agent, "rebootSequenceCount": count, "lastStartupTime": now}
+            agent = {**agent, "rebootSequenceCount": count, "lastStartupTime": later_than(started)}
             self._write_status(name, uid, {"agentStatus": agent, **copied})
             self.timers.start(
                 name, (uid, DPU_CONFIG, len(remaining)), self.timings.dpu_phase_seconds,
@@ -651,7 +702,8 @@ class Provisioner:
         obj = self.client.get(self.client.dpu, name)
         if obj is None or deleting(obj) or phase(obj) not in AGENT_PHASES:
             return
-        started = {**agent_status(obj), "lastStartupTime": now_rfc3339()}
+        previous = agent_status(obj).get("lastStartupTime") or ""
+        started = {**agent_status(obj), "lastStartupTime": later_than(previous)}
         self._write_status(name, obj["metadata"]["uid"], {"agentStatus": started})
 
     def _check_round(self, node: str) -> None:

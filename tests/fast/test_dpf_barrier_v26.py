@@ -80,6 +80,27 @@ def test_without_reboot_status_the_rebooted_condition_is_dpfs_stamp() -> None:
     assert dpu.reboot_status is None and dpu.ready_for_host_reboot
 
 
+def test_a_reboot_that_did_not_restart_an_agent_did_not_reach_its_dpu() -> None:
+    """Issue 36 point 4: before a reboot each Rebooting DPU's agent start time is kept; after it,
+    a DPU (same object) still carrying that time was not reached. DPUs without an agent time
+    (v25.10, rc.3 before its OS) are not checked; a recreated DPU is a new object."""
+    t0, t1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
+    before = _state(_dpu(0, agent_started_at=t0), _dpu(1, agent_started_at=t0), _dpu(2),
+                    _dpu(3, "Ready", agent_started_at=t0))  # fmt: skip
+    starts = barrier.agent_starts(before, ("d0", "d1", "d2", "d3"))
+    assert starts == {"d0": ("u0", t0), "d1": ("u1", t0)}
+    after = _state(_dpu(0, "DPU Config", agent_started_at=t1), _dpu(1, "DPU Config", agent_started_at=t0))
+    assert barrier.not_restarted(after, starts) == ["d1"]
+    assert barrier.not_restarted(_state(_dpu(1, "DPU Config", agent_started_at="")), starts) == []
+    recreated = DPUState(name="node-h-device-d1", uid="new", dpu_id="d1", phase="Initializing")
+    assert barrier.not_restarted(_state(recreated), starts) == []
+    # waiting in DPU Config for its agent is no install; a sibling's OS install is, and so is a
+    # sibling's DPU Config with a fresh agent (about to report: DPF defers reboots for it)
+    assert not barrier.installing_besides(_state(_dpu(0, "DPU Cluster Config"), after.dpus[1]), ["d1"])
+    assert barrier.installing_besides(after, ["d1"])
+    assert barrier.installing_besides(_state(_dpu(1, "DPU Config"), _dpu(2, "OS Installing")), ["d1"])
+
+
 def test_the_reset_follows_the_required_method() -> None:
     assert barrier.host_reset_for(None) == "cold"  # DPF before v26 names none
     assert barrier.host_reset_for("PowerCycle") == "cold"

@@ -340,6 +340,17 @@ def test_the_status_shows_each_dpu_the_counts_and_the_deadline() -> None:
     assert state.left_behind() == "Generation reached 4. Changed by this run: nothing"
 
 
+def test_the_words_of_a_reboot_that_did_not_restart_an_agent() -> None:
+    state = run_state()
+    state.generation = 4
+    words = state.agents_silent_words(["d1"], {"d1": ("u", "2026-01-01T00:00:00Z")}, retries=1)
+    assert words == (
+        "the DPU agent of d1 (agentStatus.lastStartupTime still 2026-01-01T00:00:00Z) did not start "
+        "again within 900 s of each of 2 reboots (last: generation 4): the reset did not reach the "
+        "DPU, and DPF waits in DPU Config for a fresh agent start"
+    )
+
+
 def test_the_barriers_words_name_the_dpus_not_there_yet() -> None:
     state = run_state()
     words = state.barrier_words(dpf(dpu(0), dpu(1, "OS Installing")))

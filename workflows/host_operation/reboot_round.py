@@ -12,10 +12,15 @@ A round starts once DPF asks for the host's reboot and the barrier holds (`workf
    generation (it was not reached), `mark_rebooted` takes the host as rebooted by hand.
 2. DPF is told (`_acknowledge`: the reboot-required annotation removed, once per token), and the
    watch reads afresh, so DPF's next request is never mistaken for the old one.
-3. DPF must move a DPU on within `reboot_wait_seconds`; if not, the reboot is re-issued (ForceOff
-   then On from retry `force_off_from_retry`) up to `max_power_cycle_retries` times, then an
-   operator decides (`HostOperationState.after_silence`). A DPU that started installing
-   meanwhile sends the run back to the barrier.
+3. The agent of each DPU of the round whose agent ran (v26) must start again (a new
+   `agentStatus.lastStartupTime`) within `agent_restart_wait_seconds`: DPF leaves `Rebooting` at
+   the removal whether or not the reset reached the DPU, and then waits in `DPU Config` for a
+   fresh agent start, so without this a reset that did nothing showed only at the phase timeout
+   (issue 36 point 4). Then DPF must move a DPU on within `reboot_wait_seconds`. If either does
+   not happen, the reboot is re-issued (ForceOff then On from retry `force_off_from_retry`: a
+   cold one) up to `max_power_cycle_retries` times, then an operator decides
+   (`HostOperationState.after_silence`). A DPU that started installing meanwhile sends the run
+   back to the barrier (a DPU waiting in `DPU Config` for its agent does not count).
 
 Why a base class: the runbook (`workflow.py`) stays a few hundred lines that read top to bottom,
 and the round, the intricate part, reads on its own; both share one state object and one set of
@@ -51,6 +56,7 @@ ResultT = TypeVar("ResultT")
 
 REBOOTING_HOST = "rebooting-host"
 WAITING_FOR_DPF_AFTER_REBOOT = "waiting-for-dpf-after-reboot"
+WAITING_FOR_AGENTS = "waiting-for-dpu-agents-after-reboot"
 OPERATOR_ANSWERS = ("retry", "mark_rebooted")
 
 
@@ -66,53 +72,89 @@ class RebootRound(kernel.Runbook):
 
     # -- the round ---------------------------------------------------------------------------------
     async def _reboot_and_confirm(self, marks_at_barrier: object) -> None:
-        """One reboot for the round DPF asked for, re-issued while DPF does not move on."""
+        """One reboot for the round DPF asked for, re-issued while the DPUs' agents do not start
+        again or DPF does not move on."""
         retries = 0
+        # Each agent's start time before the reboot: v26 DPF leaves Rebooting at the removal
+        # whether or not the reset reached the DPU, so the agent's own start is the proof.
+        starts = barrier.agent_starts(self.dpf, self.state.dpu_ids)
         # Owed from now: every DPU is Rebooting and stamped, so a reset from here on (someone
         # else's, before ours) serves this round; one before it may have come before a DPU's install.
         await self._reboot_host(force_off=self.state.force_off(retries), owed_since=workflow.now())
         await self._acknowledge()
         while True:
-            self.enter(
-                WAITING_FOR_DPF_AFTER_REBOOT,
-                f"DPF to move the DPUs on after the reboot to generation {self.state.generation}",
+            stale = await self._agents_restarted(starts)
+            if stale:
+                why = self.state.agents_silent_words(stale, starts, retries)
+            else:
+                self.enter(
+                    WAITING_FOR_DPF_AFTER_REBOOT,
+                    f"DPF to move the DPUs on after the reboot to generation {self.state.generation}",
+                )
+                seconds = self.policy.reboot_wait_seconds
+                if await self.wait(
+                    self._moved_on_since(marks_at_barrier),
+                    timeout=seconds,
+                    timeout_summary=(
+                        f"{self.phase}: up to {duration(seconds)} for DPF to move on after a reboot"
+                    ),
+                ):
+                    return
+                why = (
+                    f"DPF did not move on within {seconds:g} s of each of "
+                    f"{plural(retries + 1, 'power cycle')} (last: generation {self.state.generation})"
+                )
+            silence = self.state.after_silence(
+                retries, installing=barrier.installing_besides(self.dpf, stale)
             )
-            seconds = self.policy.reboot_wait_seconds
-            if await self.wait(
-                self._moved_on_since(marks_at_barrier),
-                timeout=seconds,
-                timeout_summary=f"{self.phase}: up to {duration(seconds)} for DPF to move on after a reboot",
-            ):
-                return
-            silence = self.state.after_silence(retries, installing=bool(barrier.installing(self.dpf)))
             if silence == "barrier":
                 return  # a DPU started installing meanwhile: back to the barrier
             if silence == "reissue":
                 retries += 1
-                await self._reboot_host(force_off=self.state.force_off(retries))
+                # A warm reset that did not reach a DPU is not sent again: the next one is cold.
+                workflow.logger.warning("%s: %s; rebooting again", self.host.host_id, why)
+                await self._reboot_host(force_off=self.state.force_off(retries), cold=bool(stale))
                 await self._acknowledge()
                 continue
-            decision, _ = await self._intervene(
-                f"DPF did not move on within {seconds:g} s of each of "
-                f"{plural(retries + 1, 'power cycle')} (last: generation {self.state.generation})"
-            )
+            decision, _ = await self._intervene(why)
             if decision == "retry":
                 retries = 0
             elif decision == "mark_rebooted":
                 await self._acknowledge()
+
+    async def _agents_restarted(self, starts: dict[str, tuple[str, str]]) -> list[str]:
+        """Wait up to `agent_restart_wait_seconds` for the agent of each DPU in `starts` to start
+        again; the DPUs whose agent did not (issue 36 point 4: minutes, not the phase timeout)."""
+        if not starts or not barrier.not_restarted(self.dpf, starts):
+            return []
+        seconds = self.policy.agent_restart_wait_seconds
+        self.enter(
+            WAITING_FOR_AGENTS,
+            f"the DPU agents to start again after the reboot to generation {self.state.generation} "
+            f"({', '.join(barrier.not_restarted(self.dpf, starts))})",
+        )
+        await self.wait(
+            lambda: not barrier.not_restarted(self.dpf, starts),
+            timeout=seconds,
+            timeout_summary=f"{self.phase}: up to {duration(seconds)} for the DPU agents to start again",
+        )
+        return barrier.not_restarted(self.dpf, starts)
 
     def _moved_on_since(self, marks: object) -> Callable[[], bool]:
         """DPF moved a DPU on since `marks`, or asks again: the state after our removal of the
         annotation has none, so one that appears is a new request."""
         return lambda: self.state.marks(self.dpf) != marks or self.state.asks_for_reboot(self.dpf)
 
-    async def _reboot_host(self, *, force_off: bool, owed_since: datetime | None = None) -> None:
+    async def _reboot_host(
+        self, *, force_off: bool, owed_since: datetime | None = None, cold: bool = False
+    ) -> None:
         """One reboot that happens: the BMC's, or, where the BMC cannot, a person's, as an operator
-        decides (`retry` asks the BMC again for the generation it refused)."""
+        decides (`retry` asks the BMC again for the generation it refused). `cold`: never a warm
+        reset (the last one did not reach a DPU)."""
         refused: int | None = None  # the generation whose reboot the BMC refused: no reset happened
         first = True  # the round's first reboot: a reset since `owed_since` serves it
         while True:
-            method, warm = self.state.reboot_method(self.dpf, force_off=force_off)
+            method, warm = self.state.reboot_method(self.dpf, force_off=force_off or cold)
             self.state.reboot_started()
             generation = await self.reboots.start(
                 self.state.reboot_input(

@@ -291,6 +291,17 @@ class HostOperationState:
         """Whether reboot `retry` of a round (0: the first) is ForceOff then On."""
         return retry >= self.policy.force_off_from_retry
 
+    # -- the agents a reboot of ours must restart (v26; `dpf_barrier.not_restarted`) ------------
+    def agents_silent_words(self, stale: list[str], starts: dict[str, tuple[str, str]], retries: int) -> str:
+        """Why the run re-issues the reboot or asks an operator: the agents that did not restart."""
+        which = ", ".join(f"{d} (agentStatus.lastStartupTime still {starts[d][1]})" for d in stale)
+        return (
+            f"the DPU agent of {which} did not start again within "
+            f"{self.policy.agent_restart_wait_seconds:g} s of each of {plural(retries + 1, 'reboot')} "
+            f"(last: generation {self.generation}): the reset did not reach the DPU, and DPF waits in "
+            "DPU Config for a fresh agent start"
+        )
+
     def after_silence(self, retries: int, *, installing: bool) -> Silence:
         """DPF did not move on within `reboot_wait_seconds` of a reboot that was re-issued
         `retries` times: again (while re-issues are left), back to the barrier (a DPU started

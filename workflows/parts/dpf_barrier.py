@@ -21,8 +21,9 @@ and v25.10 have no `rebootStatus`). Phases this module does not know are progres
 named sets below decide, and an unknown phase is in none of them.
 
 Also here, as pure functions: the host reset a reboot method needs (`host_reset_for`), the Error
-reasons reprovisioning cannot fix (`PARK_REASONS`), and phase moves DPF does not make by itself
-(`went_back`).
+reasons reprovisioning cannot fix (`PARK_REASONS`), phase moves DPF does not make by itself
+(`went_back`), and the DPUs a reboot of ours did not reach (`not_restarted`: their agent did not
+start again).
 """
 
 from __future__ import annotations
@@ -224,6 +225,39 @@ def required_method(state: HostDPFState, dpu_ids: Iterable[str]) -> str | None:
 def host_reset_for(method: str | None) -> str:
     """`warm` or `cold`: the host reset that meets `method` (see `WARM_METHODS`)."""
     return "warm" if method in WARM_METHODS else "cold"
+
+
+def agent_starts(state: HostDPFState, dpu_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """Before a reboot: each `Rebooting` DPU of `dpu_ids` whose agent ran, with its object uid and
+    `agentStatus.lastStartupTime` (DPUs without one, before v26 or before their OS was installed,
+    are not checked)."""
+    starts: dict[str, tuple[str, str]] = {}
+    for dpu_id in dpu_ids:
+        dpu = state.dpu(dpu_id)
+        if dpu is not None and dpu.phase == PHASE_REBOOTING and dpu.agent_started_at and not dpu.deleting:
+            starts[dpu_id] = (dpu.uid, dpu.agent_started_at)
+    return starts
+
+
+def not_restarted(state: HostDPFState, starts: Mapping[str, tuple[str, str]]) -> list[str]:
+    """The DPUs of `starts` whose agent has not started since (the same object still carries the
+    same start time): the reboot did not reach them. DPF's own test of a reboot that took
+    (`hasFreshDPUAgentStartup`, `dpu/state/redfish/rebooting.go` c=42ea361e; `dpu_config.go`
+    c=62099c8b l.56 waits for it in `DPU Config`). A DPU recreated or deleted, or whose time is
+    not known, is not counted."""
+    stale = []
+    for dpu_id, (uid, started) in starts.items():
+        dpu = state.dpu(dpu_id)
+        if dpu is not None and dpu.uid == uid and not dpu.deleting and dpu.agent_started_at == started:
+            stale.append(dpu_id)
+    return stale
+
+
+def installing_besides(state: HostDPFState, stale: Iterable[str]) -> bool:
+    """A DPU of the host installs, other than those of `stale` (waiting in `DPU Config`, which
+    counts as installing, for their agent to restart): a reboot now would cut it short."""
+    waiting = {d.name for d in (state.dpu(i) for i in stale) if d is not None}
+    return any(name not in waiting for name in installing(state))
 
 
 def went_back(before: str, after: str) -> bool:
