@@ -12,7 +12,9 @@ its `request_reprovision` update. A workflow cannot send an update itself (the P
 external workflow handle offers only signal and cancel), so this activity sends it with the
 worker's Temporal client, by the entity's one client (`contracts.host_entity.HostEntityClient`);
 the entity's validator and approval gate decide, as for any operator. Only a running entity is
-asked: a host nobody has asked anything of yet has no owner to ask.
+asked: a host nobody has asked anything of yet has no owner to ask. `withdraw_host_request`
+withdraws the monitor's own request awaiting approval (the entity's `withdraw` update) once its
+reason no longer holds.
 
 `find_host_operation` reads the entity's `status` query (no history written in the entity): the
 operation it runs now, or the newest it ended since a given time. The monitor asks it before it
@@ -35,7 +37,9 @@ from contracts.models.host import (
     OwnerReprovisionResult,
     PoolStateResult,
     SetPoolStateInput,
+    WithdrawRequest,
 )
+from contracts.models.monitor import OwnerWithdrawInput
 from contracts.workflow_api import HostWorkflow
 from drivers.kube import DPUNODE, Kube, Object
 
@@ -114,6 +118,26 @@ class OwnerActivities:
             return OwnerReprovisionResult(outcome="refused", message=str(refused))
         outcome = "awaiting-approval" if answer.awaiting_approval else "accepted"
         return OwnerReprovisionResult(outcome=outcome, workflow_id=answer.workflow_id, message=answer.message)
+
+    @activity.defn(name="withdraw_host_request")
+    async def withdraw_host_request(self, request: OwnerWithdrawInput) -> OwnerReprovisionResult:
+        """Withdraw `workflow_id`, awaiting approval on `host/<id>` (the entity's `withdraw`):
+        "withdrawn", or "refused" (approved and started meanwhile, or no longer pending), or
+        "no-owner" when no entity runs."""
+        body = WithdrawRequest(
+            requested_by=request.requested_by, reason=request.reason, workflow_id=request.workflow_id
+        )
+        try:
+            answer = await HostEntityClient(self.temporal).update(
+                request.host_id, HostWorkflow.withdraw, body
+            )
+        except EntityMissing as missing:
+            return OwnerReprovisionResult(outcome="no-owner", message=str(missing))
+        except EntityRefused as refused:
+            return OwnerReprovisionResult(outcome="refused", message=str(refused))
+        return OwnerReprovisionResult(
+            outcome="withdrawn", workflow_id=request.workflow_id, message=answer.message
+        )
 
     @activity.defn(name="find_host_operation")
     async def find_host_operation(self, request: OwnerOperationInput) -> OwnerOperationResult:

@@ -96,6 +96,7 @@ from contracts.models.inventory import (
     HostVersionsBrief,
     ReadVersionsInput,
 )
+from contracts.models.monitor import OwnerWithdrawInput
 from contracts.models.redfish import (
     DPUResetInput,
     DPUResetResult,
@@ -246,6 +247,12 @@ async def read_host_pool_state(request: SetPoolStateInput) -> PoolStateResult:
 async def request_host_reprovision(request: OwnerReprovisionInput) -> OwnerReprovisionResult:
     """Ask the host's entity workflow for a reprovision."""
     _declared_only("request_host_reprovision")
+
+
+@activity.defn(name="withdraw_host_request")
+async def withdraw_host_request(request: OwnerWithdrawInput) -> OwnerReprovisionResult:
+    """Withdraw the monitor's own request awaiting approval on the host's entity (`withdraw`)."""
+    _declared_only("withdraw_host_request")
 
 
 @activity.defn(name="find_host_operation")

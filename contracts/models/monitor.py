@@ -65,6 +65,24 @@ class OwnerReprovisionResult(_Frozen):
     message: str = ""
 
 
+class OwnerWithdrawInput(_Frozen):
+    """The monitor withdraws its own request awaiting approval (the entity's `withdraw` update)
+    once its reason no longer holds: none of the DPUs it named is degraded any more."""
+
+    host_id: str = Field(min_length=1)
+    workflow_id: str = Field(min_length=1)  # the request's operation, as the entity answered it
+    requested_by: str = Field(min_length=1)
+    reason: str = ""
+
+
+class OwnRequest(_Frozen):
+    """The monitor's request the entity holds: awaiting approval, or started; until it ends."""
+
+    workflow_id: str
+    dpu_ids: tuple[str, ...]
+    awaiting_approval: bool
+
+
 class OwnerOperationInput(_Frozen):
     """What the monitor asks of the host's owner before it calls a reset unplanned."""
 
@@ -143,6 +161,7 @@ class MonitorMemory(BaseModel):
     unplanned: list[UnplannedReset] = Field(default_factory=list)  # newest last, bounded
     unplanned_total: int = 0  # over all runs
     looked_at: datetime | None = None  # when the last DPF state was handled
+    asked: OwnRequest | None = None  # the monitor's request the entity holds (None: none)
 
 
 class HostMonitorInput(_Frozen):

@@ -5,7 +5,9 @@ A manual-intervention message asks for `retry`, `mark_rebooted` or `abort`; thes
 exactly those updates (payload `OperatorRequest`: who and why) to the operation in flight on the
 host, found through the host's entity (`host/<id>`, its `status` query). The workflow's own
 validators decide whether the answer fits now (e.g. `retry` only in manual-intervention-required);
-a refusal is printed as the workflow words it, and exits 1.
+a refusal is printed as the workflow words it, and exits 1. `abort` of a request awaiting
+approval (nothing started yet) sends the entity's `withdraw` of that request instead
+(`what_abort_reaches`): every pending request can be withdrawn from here.
 
 `host-rebooted` sends the update `host_rebooted` (not the older signal, which cannot answer): the
 operation's validator refuses it, naming what the operation waits for, unless a reboot is awaited.
@@ -28,9 +30,16 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
-from contracts.models.host import HOST_REBOOTED_UPDATE, MARK_REBOOTED_UPDATE
+from contracts.models.host import (
+    HOST_REBOOTED_UPDATE,
+    MARK_REBOOTED_UPDATE,
+    WITHDRAW_UPDATE,
+    OperationRecord,
+    WithdrawRequest,
+)
 from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
 from metalflow.hosts import HostRequestError, host_status, operation_status, require_worker
+from workflows.host.state import WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 EXIT_OK, EXIT_FAILED = 0, 1
@@ -44,9 +53,12 @@ DECISIONS = {
     ),
     "abort": (
         ABORT_UPDATE,
-        "stop the operation in flight at its next safe point",
+        "stop the operation in flight, or withdraw the request awaiting approval",
         "Answer `abort` to the operation in flight on HOST: it stops at its next safe point, cleans "
-        "up (the DPF hold is released) and ends as aborted. Accepted at any time until it finishes.",
+        "up (the DPF hold is released) and ends as aborted. Accepted at any time until it finishes. "
+        "A request awaiting approval (nothing started yet, e.g. the monitor's reprovision of an "
+        "assigned host) is withdrawn instead: the entity drops it, records who withdrew it and "
+        "why, and the host is idle again.",
     ),
     "mark-rebooted": (
         MARK_REBOOTED_UPDATE,
@@ -78,6 +90,16 @@ def register(
 
 async def _decide(client: Client, args: argparse.Namespace) -> int:
     current = (await host_status(client, args.host)).current
+    if args.update == ABORT_UPDATE:
+        reaches = what_abort_reaches(current)
+        if reaches is None:
+            raise HostRequestError(
+                f"no operation in flight on {args.host} and no request awaits approval: nothing to abort"
+                + (f" ({current.workflow_id} is {current.outcome})" if current is not None else "")
+            )
+        if reaches == WITHDRAW_REQUEST:
+            assert current is not None
+            return await _withdraw(client, args, current)
     if current is None or current.outcome != "running":
         raise HostRequestError(f"no operation in flight on {args.host}: nothing to answer `{args.update}` to")
     await require_worker(client, args.task_queue)
@@ -93,6 +115,25 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
         ) from None
     print(terminal_safe(f"{args.host}: {current.workflow_id}: {answer.message}"), flush=True)
     return EXIT_OK if answer.accepted else EXIT_FAILED
+
+
+async def _withdraw(client: Client, args: argparse.Namespace, current: OperationRecord) -> int:
+    """`host abort` of a request awaiting approval: the entity's `withdraw` of exactly that one."""
+    await require_worker(client, args.task_queue)
+    handle = client.get_workflow_handle(names.host_workflow_id(args.host))
+    request = WithdrawRequest(requested_by=args.by, reason=args.reason, workflow_id=current.workflow_id)
+    try:
+        answer = await handle.execute_update(WITHDRAW_UPDATE, request, result_type=OperatorAnswer)
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        raise HostRequestError(f"{current.workflow_id} ({current.operation}) not withdrawn: {why}") from None
+    asked = f"requested by {current.requested_by}" + (f": {current.reason}" if current.reason else "")
+    print(
+        terminal_safe(f"{args.host}: {current.workflow_id} ({asked}) awaited approval: {answer.message}"),
+        flush=True,
+    )
+    return EXIT_OK
 
 
 async def host_rebooted(client: Client, args: argparse.Namespace) -> int:

@@ -44,7 +44,15 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from workflows.host.outcome import generation_reported, outcome_of
-from workflows.host.state import AWAITING_APPROVAL, IDLE, RECENT_LIMIT, HostEntityState
+from workflows.host.state import (
+    ABORT_OPERATION,
+    AWAITING_APPROVAL,
+    IDLE,
+    RECENT_LIMIT,
+    WITHDRAW_REQUEST,
+    HostEntityState,
+    what_abort_reaches,
+)
 
 T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
 HOST = "host-001"
@@ -181,6 +189,46 @@ def test_withdraw_drops_only_the_named_request_still_awaiting_approval() -> None
     state.approve("carol", T0)
     with pytest.raises(OperationStarted, match="abort it instead"):
         state.to_withdraw(WithdrawRequest(requested_by="c", workflow_id=held.record.workflow_id))
+
+
+def test_host_abort_withdraws_a_request_awaiting_approval_and_aborts_one_in_flight() -> None:
+    """Issue 40: `host abort` of a request awaiting approval said "no operation in flight" and
+    left the host refusing everything; every pending request can be withdrawn from the CLI."""
+    state = entity(instance="i-1")
+    assert what_abort_reaches(state.status().current) is None  # idle: nothing to abort
+    held = asked(state)
+    assert what_abort_reaches(state.status().current) == WITHDRAW_REQUEST
+    state.approve("carol", T0)
+    state.starting(held)
+    assert what_abort_reaches(state.status().current) is None  # its child is being started
+    state.started(held, T0)
+    assert what_abort_reaches(state.status().current) == ABORT_OPERATION
+
+
+def test_an_approval_of_a_withdrawn_request_is_refused_naming_who_withdrew_it_and_why() -> None:
+    """Issue 40: an approval never runs a request whose reason no longer holds without saying so:
+    the monitor withdraws its reprovision once the DPU is Ready again, and `approve` says that."""
+    state = entity(instance="i-1")
+    with pytest.raises(NothingAwaitsApproval) as plain:
+        state.awaiting_approval()
+    assert plain.value.message == "nothing awaits approval"
+    held = asked(state, request=OperationRequest(requested_by="monitor/host-001"))
+    why = "d1 is Ready again: the reprovision is no longer needed"
+    state.finish(held, f"withdrawn by monitor/host-001: {why}", T0)
+    with pytest.raises(NothingAwaitsApproval) as refused:
+        state.awaiting_approval()
+    assert refused.value.message == (
+        f"nothing awaits approval: the last request, reprovision (reprovision/{HOST}) requested by "
+        "monitor/host-001, was withdrawn by monitor/host-001: d1 is Ready again: the reprovision is "
+        "no longer needed"
+    )
+    ran = asked(state)
+    state.approve("carol", T0)
+    state.started(ran, T0)
+    state.finish(ran, "completed", T0)
+    with pytest.raises(NothingAwaitsApproval) as after_a_run:
+        state.awaiting_approval()
+    assert after_a_run.value.message == "nothing awaits approval"
 
 
 # -- the instance ---------------------------------------------------------------------------------

@@ -150,6 +150,40 @@ def test_past_the_deadline_the_owner_is_asked_and_asked_again_one_deadline_later
     assert off.next_deadline() is None and off.overdue(T0 + timedelta(days=1)) == []
 
 
+def test_its_request_awaiting_approval_is_withdrawn_once_its_dpus_are_no_longer_degraded() -> None:
+    """Issue 40: the monitor's reprovision waited for approval after the DPU recovered, and a
+    later `approve` reprovisioned a healthy tenant host."""
+    state = monitor()
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect"), ("d1", "Node Effect")), T0)
+    due = state.overdue(T0 + timedelta(hours=1))
+    held = OwnerReprovisionResult(outcome="awaiting-approval", workflow_id="reprovision/h1")
+    state.reprovision_answered(due, held, T0 + timedelta(hours=1))
+    assert state.stale_request() is None  # both still down: the reason holds
+    state.observe(seen(("d0", "Ready"), ("d1", "Node Effect")), T0 + timedelta(hours=1))
+    assert state.stale_request() is None  # d1 still down
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0 + timedelta(hours=1))
+    assert state.stale_request() == (
+        "reprovision/h1",
+        "d0 is Ready again, d1 is Ready again: the reprovision is no longer needed",
+    )
+    carried = monitor(memory=state)  # the next run knows what it asked
+    assert carried.stale_request() == state.stale_request()
+    answer = "reprovision withdrawn by monitor; nothing started"
+    words = state.withdrawal_answered(OwnerReprovisionResult(outcome="withdrawn", message=answer))
+    assert words == "withdrawn: reprovision withdrawn by monitor; nothing started"
+    assert state.stale_request() is None and state.asked is None
+    assert state.requests[-1] == "d0, d1: withdrawn: reprovision withdrawn by monitor; nothing started"
+    # A request the entity started at once is not withdrawn: it runs (an abort is the operator's).
+    started = monitor()
+    started.observe(seen(("d0", "Ready")), T0)
+    started.observe(seen(("d0", "Node Effect")), T0)
+    accepted = OwnerReprovisionResult(outcome="accepted", workflow_id="reprovision/h1")
+    started.reprovision_answered(started.overdue(T0 + timedelta(hours=1)), accepted, T0 + timedelta(hours=1))
+    started.observe(seen(("d0", "Ready")), T0 + timedelta(hours=1))
+    assert started.asked is not None and started.stale_request() is None
+
+
 def test_resets_at_rest_are_found_since_the_state_before_and_recorded_bounded() -> None:
     state = monitor()
     resets, since = state.observe(seen(("d0", "Ready"), started="t1"), T0 + timedelta(minutes=1))

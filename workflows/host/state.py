@@ -53,6 +53,24 @@ AWAITING_APPROVAL: Final = "awaiting-approval"
 MINIMUM_APPROVAL_WAIT: Final = timedelta(seconds=1)  # an expiry already past still gets one timer
 
 
+ABORT_OPERATION: Final = "abort"  # `host abort`: the operation in flight's own `abort` update
+WITHDRAW_REQUEST: Final = "withdraw"  # `host abort`: the entity's `withdraw` of a request not started
+
+
+def what_abort_reaches(current: OperationRecord | None) -> str | None:
+    """What `metalflow host abort` sends for the host's one operation (`HostStatus.current`):
+    `abort` to an operation in flight (it stops at its next safe point), `withdraw` to the entity
+    for a request awaiting approval (nothing started: the entity drops it and records who withdrew
+    it), None when there is neither (idle, or an approved request whose child is being started)."""
+    if current is None:
+        return None
+    if current.outcome == AWAITING_APPROVAL:
+        return WITHDRAW_REQUEST
+    if current.outcome == "running":
+        return ABORT_OPERATION
+    return None
+
+
 def _standing(current: PendingOperation) -> str:
     return "is in flight" if current.approved else "awaits approval"
 
@@ -120,8 +138,21 @@ class HostEntityState(HostEntityMemory):
     def awaiting_approval(self) -> PendingOperation:
         """What `approve` approves: the operation awaiting approval, or the refusal."""
         if self.current is None or self.current.approved:
-            raise NothingAwaitsApproval("nothing awaits approval")
+            raise NothingAwaitsApproval(self.nothing_awaits())
         return self.current
+
+    def nothing_awaits(self) -> str:
+        """The refusal of an `approve` with nothing to approve; it names the last request when it
+        ended unstarted (withdrawn, e.g. by the monitor once its DPUs were Ready again, or
+        expired), so an approval of it is never refused without saying why."""
+        last = self.recent[-1] if self.recent else None
+        unstarted = last is not None and last.started_at is None
+        if last is None or not unstarted or not last.outcome.startswith(("withdrawn", "expired")):
+            return "nothing awaits approval"
+        return (
+            f"nothing awaits approval: the last request, {last.operation} ({last.workflow_id}) "
+            f"requested by {last.requested_by}, was {last.outcome}"
+        )
 
     def to_withdraw(self, request: WithdrawRequest) -> PendingOperation:
         """The operation a `withdraw` names, still awaiting approval; or the refusal."""

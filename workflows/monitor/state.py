@@ -34,6 +34,7 @@ from contracts.models.monitor import (
     HostMonitorStatus,
     MonitorMemory,
     OwnerReprovisionResult,
+    OwnRequest,
     PoolChange,
     PoolStateResult,
     UnplannedReset,
@@ -215,8 +216,38 @@ class MonitorState(MonitorMemory):
             self.reprovisions_requested += 1
         ids = ", ".join(sorted(d.dpu_id for d in due))
         self.requests = [*self.requests, f"{ids}: {outcome}"][-HISTORY_KEPT:]
+        if answer.outcome in ("accepted", "awaiting-approval") and answer.workflow_id:
+            self.asked = OwnRequest(
+                workflow_id=answer.workflow_id,
+                dpu_ids=tuple(sorted(d.dpu_id for d in due)),
+                awaiting_approval=answer.outcome == "awaiting-approval",
+            )
         for dpu in due:
             self._keep(dpu.model_copy(update={"reprovision_asked_at": now, "reprovision_outcome": outcome}))
+        return outcome
+
+    def stale_request(self) -> tuple[str, str] | None:
+        """The monitor's own request awaiting approval whose reason no longer holds (none of the
+        DPUs it named is degraded now: Ready again, or gone), and why, for the entity's `withdraw`:
+        an approval given later would reprovision a healthy host. None: nothing to withdraw."""
+        asked = self.asked
+        if asked is None or not asked.awaiting_approval:
+            return None
+        if any(self._degraded(dpu_id) is not None for dpu_id in asked.dpu_ids):
+            return None
+        ready = {d for d in asked.dpu_ids if self.last_phases.get(d) == PHASE_READY}
+        why = ", ".join(
+            f"{d} {'is Ready again' if d in ready else 'is no longer degraded'}" for d in asked.dpu_ids
+        )
+        return asked.workflow_id, f"{why}: the reprovision is no longer needed"
+
+    def withdrawal_answered(self, answer: OwnerReprovisionResult) -> str:
+        """The entity's answer to the monitor's `withdraw`, recorded; its request is no longer
+        pending either way (withdrawn, or approved and started meanwhile: its end is told)."""
+        ids = ", ".join(self.asked.dpu_ids) if self.asked else "?"
+        self.asked = None
+        outcome = f"{answer.outcome}: {answer.message}"
+        self.requests = [*self.requests, f"{ids}: {outcome}"][-HISTORY_KEPT:]
         return outcome
 
     # -- what the monitor shows and hands over ---------------------------------------------------------

@@ -13,6 +13,9 @@ Runbook, on every change the DPF watcher signals:
    or no entity runs) is shown in the status and asked again one deadline later. The monitor
    never starts a reprovision itself: it would bypass those gates and does not know the host's
    boot generation, which only the entity keeps.
+4. The monitor's own request awaiting approval whose DPUs are no longer degraded (Ready again,
+   or gone) is withdrawn (`withdraw_host_request`, the entity's `withdraw`): an approval given
+   later would reprovision a healthy host; `metalflow approve` then says what was withdrawn.
 
 Only a fall from `Ready` counts: a DPU passing `Node Effect` while it is provisioned or
 reprovisioned is held by design. A recreated DPU (new uid) restarts its degraded clock. These
@@ -84,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
         HostMonitorStatus,
         OwnerOperationInput,
         OwnerReprovisionInput,
+        OwnerWithdrawInput,
         SetPoolStateInput,
         UnplannedReset,
     )
@@ -182,6 +186,7 @@ class HostMonitorWorkflow(kernel.Abortable):
                         uncounted -= 1
                     else:
                         events_this_run += 1
+                await self._withdraw_stale()
                 await self._reprovision_overdue()
                 if self.aborting:
                     break
@@ -309,6 +314,30 @@ class HostMonitorWorkflow(kernel.Abortable):
             return  # stopped meanwhile: nothing was asked, or the entity's answer is not waited for
         outcome = self.state.reprovision_answered(due, answer, now)
         self.enter(OUT_OF_POOL_PHASE, f"reprovision of {', '.join(ids)}: {outcome}")
+
+    async def _withdraw_stale(self) -> None:
+        """The monitor's own request awaiting approval whose DPUs are no longer degraded is
+        withdrawn (`MonitorState.stale_request`): an approval given later would reprovision a
+        healthy host, and `approve` then says what was withdrawn and why."""
+        stale = self.state.stale_request()
+        if stale is None:
+            return
+        workflow_id, why = stale
+        try:
+            answer = await self.call(
+                activity_api.withdraw_host_request,
+                OwnerWithdrawInput(
+                    host_id=self._request.host_id,
+                    workflow_id=workflow_id,
+                    requested_by=workflow.info().workflow_id,
+                    reason=why,
+                ),
+                options(OWNER_REQUEST, f"withdraw {workflow_id}: {why}"),
+                abortable=not self.aborting,
+            )
+        except OperationAborted:
+            return  # stopped meanwhile: the request stays as the entity holds it
+        self.enter(self.state.status().phase, f"{workflow_id}: {self.state.withdrawal_answered(answer)}")
 
     # -- helpers -----------------------------------------------------------------------------------
     def _pool_input(self, state: str, reason: str = "") -> SetPoolStateInput:

@@ -1,0 +1,130 @@
+"""The monitor and the operator end to end (issue 40), on the simulated site, with a worker of
+every real workflow and activity and `metalflow` commands as a user runs them:
+
+- every pending request can be withdrawn from the CLI (`host abort` of a request awaiting
+  approval), and an approval never runs a request whose reason no longer holds: the monitor
+  withdraws its own once the DPU is Ready again, and `approve` says so.
+
+The decisions themselves are tested one at a time in tests/fast (test_host_entity_state,
+test_monitor_state)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from cli_support import metalflow, use_site_file
+from monitor_support import STOP, start_monitor, status_of
+from sim_support import RunningSim, prefixed_sim
+from site_worker_support import FAST_POLICY, eventually, site_worker
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from contracts import names
+from contracts.models.host import HostStatus, HostWorkflowInput, MonitorPolicy
+from metalflow.devstack.demo import power_cycles
+
+SITE = "mop-site"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=4) as running:
+        use_site_file(running.site_file)
+        yield running
+
+
+async def entity_status(entity: WorkflowHandle[Any, Any]) -> HostStatus:
+    status: HostStatus = await entity.query("status", result_type=HostStatus)
+    return status
+
+
+@asynccontextmanager
+async def watched(
+    client: Client, task_queue: str, host: str, policy: MonitorPolicy, *, instance: str | None = None
+) -> AsyncIterator[tuple[WorkflowHandle[Any, Any], WorkflowHandle[Any, Any]]]:
+    """The host's entity (assigned to `instance`, if given) and its monitor, stopped at the end."""
+    entity = await client.start_workflow(
+        "HostWorkflow",
+        HostWorkflowInput(host_id=host, site=SITE, policy=FAST_POLICY, instance=instance),
+        id=names.host_workflow_id(host),
+        task_queue=task_queue,
+    )
+    monitor = await start_monitor(client, task_queue, host, policy)
+    try:
+        await eventually(lambda: status_of(monitor), lambda s: len(s.dpus) == 2)
+        yield entity, monitor
+    finally:
+        await monitor.execute_update("abort", STOP)
+        await monitor.result()
+        await entity.terminate("test over")
+
+
+def awaits_approval(status: HostStatus) -> bool:
+    return status.current is not None and status.current.outcome == "awaiting-approval"
+
+
+async def test_host_abort_withdraws_the_monitors_request_awaiting_approval(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """Issue 40 item 2: `host abort` said "no operation in flight" and the host refused everything."""
+    host, dpu = "mop-001", "mop-001-dpu-1"
+    async with site_worker(client, task_queue, sim):
+        policy = MonitorPolicy(reprovision_after_seconds=1.0)
+        async with watched(client, task_queue, host, policy, instance="i-tenant") as (entity, _):
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            held = await eventually(lambda: entity_status(entity), awaits_approval)
+            assert held.current is not None
+            assert held.current.requested_by == names.monitor_workflow_id(host)
+
+            aborted = await metalflow(
+                local_env, "host", "abort", host, "--by", "alice", "--reason", "debugging",
+                "--task-queue", task_queue,
+            )  # fmt: skip
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            assert (
+                f"{host}: reprovision/{host} (requested by monitor/host-{host}: critical DPU services "
+                "down for more than 1 s) awaited approval: reprovision withdrawn by alice: debugging; "
+                "nothing started"
+            ) in aborted.stdout
+            after = await entity_status(entity)
+            withdrawn = [r for r in after.recent if r.workflow_id == f"reprovision/{host}"]
+            assert [r.outcome for r in withdrawn] == ["withdrawn by alice: debugging"]
+            sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+        idle = await metalflow(local_env, "host", "abort", host, "--task-queue", task_queue)
+        assert idle.status == 1
+        nothing = f"no operation in flight on {host} and no request awaits approval: nothing to abort"
+        assert nothing in idle.stderr
+    assert power_cycles(sim.power_log(host)) == 0
+
+
+async def test_a_request_whose_dpu_is_ready_again_is_withdrawn_and_approve_says_so(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """Issue 40 item 2: the DPU recovered, and a later `approve` reprovisioned a healthy tenant host."""
+    host, dpu = "mop-002", "mop-002-dpu-1"
+    monitor_id = names.monitor_workflow_id(host)
+    async with site_worker(client, task_queue, sim):
+        policy = MonitorPolicy(reprovision_after_seconds=1.0)
+        async with watched(client, task_queue, host, policy, instance="i-tenant") as (entity, monitor):
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            await eventually(lambda: entity_status(entity), awaits_approval)
+            sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+            idle = await eventually(lambda: entity_status(entity), lambda s: s.current is None)
+            why = f"{dpu} is Ready again: the reprovision is no longer needed"
+            assert idle.recent[-1].outcome == f"withdrawn by {monitor_id}: {why}"
+            shown = await status_of(monitor)
+            assert shown.requests[-1] == (
+                f"{dpu}: withdrawn: reprovision withdrawn by {monitor_id}: {why}; nothing started"
+            )
+
+            approved = await metalflow(local_env, "approve", host, "--by", "c", "--task-queue", task_queue)
+            assert approved.status == 1, approved.stdout
+            assert (
+                f"nothing awaits approval: the last request, reprovision (reprovision/{host}) requested "
+                f"by {monitor_id}, was withdrawn by {monitor_id}: {why}"
+            ) in approved.stderr
+    assert power_cycles(sim.power_log(host)) == 0
+    assert sim.violations() == []
