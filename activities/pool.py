@@ -106,7 +106,11 @@ class OwnerActivities:
     async def request_host_reprovision(self, request: OwnerReprovisionInput) -> OwnerReprovisionResult:
         """Ask `host/<id>` for a reprovision of `dpu_ids`; "no-owner" when no entity runs."""
         body = OperationRequest(
-            requested_by=request.requested_by, reason=request.reason, dpu_ids=request.dpu_ids
+            requested_by=request.requested_by,
+            reason=request.reason,
+            dpu_ids=request.dpu_ids,
+            # The entity tells the monitor how its request ended (`host_finished`), as a campaign.
+            campaign_workflow_id=request.notify_workflow_id,
         )
         try:
             answer = await HostEntityClient(self.temporal).update(

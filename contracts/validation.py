@@ -66,6 +66,7 @@ StepTimeout = Annotated[float, Field(gt=0, le=7 * DAY, allow_inf_nan=False)]  # 
 ApprovalTimeout = Annotated[float, Field(gt=0, le=30 * DAY, allow_inf_nan=False)]
 ApprovalWindow = Annotated[float, Field(ge=0, le=30 * DAY, allow_inf_nan=False)]
 ReprovisionAfter = Annotated[float, Field(gt=0, le=30 * DAY, allow_inf_nan=False)]
+HoldBackAfterAbort = Annotated[float, Field(ge=0, le=30 * DAY, allow_inf_nan=False)]  # 0: none
 ForceAfter = Annotated[float, Field(gt=0, le=DAY, allow_inf_nan=False)]
 PowerTimeout = Annotated[float, Field(gt=0, le=HOUR, allow_inf_nan=False)]  # one BMC power transition
 PowerSettle = Annotated[float, Field(ge=0, le=5 * MINUTE, allow_inf_nan=False)]  # a lagging PowerState

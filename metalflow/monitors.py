@@ -44,7 +44,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts import names, priorities, workflow_api
 from contracts.host_entity import start_unless_running
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
-from contracts.models.monitor import HostMonitorInput, HostMonitorResult, HostMonitorStatus, MonitorPolicy
+from contracts.models.monitor import (
+    RESUME_UPDATE,
+    HostMonitorInput,
+    HostMonitorResult,
+    HostMonitorStatus,
+    MonitorPolicy,
+)
 from metalflow.hosts import QUERY_TIMEOUT, HostRequestError
 
 LOOK_POLL_SECONDS = 0.2
@@ -56,7 +62,10 @@ def describe_policy(policy: MonitorPolicy) -> str:
     """The policy in words: when the monitor asks for a reprovision, if ever."""
     if not policy.auto_reprovision:
         return "automatic reprovision off"
-    return f"reprovision after {policy.reprovision_after_seconds:g} s in Node Effect"
+    return (
+        f"reprovision after {policy.reprovision_after_seconds:g} s in Node Effect; after an "
+        f"operator's abort, none for {policy.hold_back_seconds:g} s"
+    )
 
 
 async def start_monitor(
@@ -169,6 +178,26 @@ async def stop_monitor(client: Client, host_id: str, request: OperatorRequest) -
         handle.id, result_type=HostMonitorResult
     )
     return await ended.result()
+
+
+async def resume_monitor(client: Client, host_id: str, request: OperatorRequest) -> OperatorAnswer:
+    """Send `resume`: the monitor ends its hold-back after an operator's abort.
+
+    Raises:
+        HostRequestError: No monitor runs for the host, or it is not holding back.
+    """
+    try:
+        answer: OperatorAnswer = await _handle(client, host_id).execute_update(
+            RESUME_UPDATE, request, result_type=OperatorAnswer
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise HostRequestError(_none_runs(host_id, "nothing to resume")) from None
+        raise
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        raise HostRequestError(cause.message if isinstance(cause, ApplicationError) else str(cause)) from None
+    return answer
 
 
 def _handle(client: Client, host_id: str) -> WorkflowHandle[Any, Any]:

@@ -157,7 +157,8 @@ async def test_monitor_starts_once_shows_the_pool_state_and_stops(
     started = await metalflow(local_env, "host", "monitor", host, "--by", "mon@test", "--task-queue", queue)
     assert started.status == 0, started.stdout + started.stderr
     assert (
-        f"{host}: started monitor {workflow_id} (reprovision after 1800 s in Node Effect)" in started.stdout
+        f"{host}: started monitor {workflow_id} (reprovision after 1800 s in Node Effect; after an "
+        "operator's abort, none for 3600 s)" in started.stdout
     )
     assert f"{host}: in-pool (2 DPUs watched: Ready)" in started.stdout
     assert f"started its entity host/{host}" in started.stdout

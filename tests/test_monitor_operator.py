@@ -3,17 +3,23 @@ every real workflow and activity and `metalflow` commands as a user runs them:
 
 - every pending request can be withdrawn from the CLI (`host abort` of a request awaiting
   approval), and an approval never runs a request whose reason no longer holds: the monitor
-  withdraws its own once the DPU is Ready again, and `approve` says so.
+  withdraws its own once the DPU is Ready again, and `approve` says so;
+- an operator's abort is sovereign: the monitor asks for no other reprovision of the host within
+  its hold-back, says so in `host monitor --status`, and asks again once resumed.
 
 The decisions themselves are tested one at a time in tests/fast (test_host_entity_state,
 test_monitor_state)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from cli_support import metalflow, use_site_file
 from monitor_support import STOP, start_monitor, status_of
@@ -23,7 +29,14 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
-from contracts.models.host import HostStatus, HostWorkflowInput, MonitorPolicy
+from contracts.models.host import (
+    HostMonitorStatus,
+    HostStatus,
+    HostWorkflowInput,
+    MonitorPolicy,
+    OperationPolicy,
+)
+from contracts.wording import iso_z
 from metalflow.devstack.demo import power_cycles
 
 SITE = "mop-site"
@@ -43,12 +56,19 @@ async def entity_status(entity: WorkflowHandle[Any, Any]) -> HostStatus:
 
 @asynccontextmanager
 async def watched(
-    client: Client, task_queue: str, host: str, policy: MonitorPolicy, *, instance: str | None = None
+    client: Client,
+    task_queue: str,
+    host: str,
+    policy: MonitorPolicy,
+    *,
+    instance: str | None = None,
+    operations: OperationPolicy = FAST_POLICY,
 ) -> AsyncIterator[tuple[WorkflowHandle[Any, Any], WorkflowHandle[Any, Any]]]:
-    """The host's entity (assigned to `instance`, if given) and its monitor, stopped at the end."""
+    """The host's entity (assigned to `instance`, if given; its operations' policy `operations`)
+    and its monitor, stopped at the end."""
     entity = await client.start_workflow(
         "HostWorkflow",
-        HostWorkflowInput(host_id=host, site=SITE, policy=FAST_POLICY, instance=instance),
+        HostWorkflowInput(host_id=host, site=SITE, policy=operations, instance=instance),
         id=names.host_workflow_id(host),
         task_queue=task_queue,
     )
@@ -128,3 +148,75 @@ async def test_a_request_whose_dpu_is_ready_again_is_withdrawn_and_approve_says_
             ) in approved.stderr
     assert power_cycles(sim.power_log(host)) == 0
     assert sim.violations() == []
+
+
+def dpu_ready(status: HostMonitorStatus, dpu: str) -> bool:
+    return any(d.dpu_id == dpu and d.phase == "Ready" for d in status.dpus)
+
+
+def running(status: HostStatus) -> bool:
+    return status.current is not None and status.current.outcome == "running"
+
+
+async def test_an_operators_abort_of_the_monitors_reprovision_holds_the_monitor_back(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """Issue 40 item 3: the operator aborted the monitor's reprovision ("do not reprovision,
+    debugging") and 12 s later the monitor started another, which power-cycled the host."""
+    host, dpu = "mop-003", "mop-003-dpu-1"
+    monitor_id, queue = names.monitor_workflow_id(host), ("--task-queue", task_queue)
+    async with site_worker(client, task_queue, sim):
+        policy = MonitorPolicy(reprovision_after_seconds=1.0)  # the hold-back: its default, an hour
+        # A power-down wait the abort cuts short: the reprovision cannot end before the abort.
+        slow = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 60.0})
+        async with watched(client, task_queue, host, policy, operations=slow) as (entity, monitor):
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            first = await eventually(lambda: entity_status(entity), running)
+            assert first.current is not None and first.current.requested_by == monitor_id
+            why = "do not reprovision, debugging"
+            aborted = await metalflow(
+                local_env, "host", "abort", host, "--by", "alice", "--reason", why, *queue
+            )
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            await eventually(lambda: entity_status(entity), lambda s: s.current is None)
+            # The DPU is still down; or, when the abort came after the reprovision recreated it,
+            # Ready: then it falls again. Either way the monitor asks nothing while it holds back.
+            settled = await eventually(
+                lambda: status_of(monitor),
+                lambda s: bool(s.degraded) or (dpu_ready(s, dpu) and not s.degraded),
+            )
+            if not settled.degraded:
+                sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+                await eventually(lambda: status_of(monitor), lambda s: bool(s.degraded))
+            await asyncio.sleep(3)  # three of the monitor's 1 s deadlines
+            after = await entity_status(entity)
+            assert after.current is None, after.current
+            assert [r.operation for r in after.recent] == ["reprovision"]
+            assert after.recent[0].outcome.startswith(f"aborted by alice: {why}")
+
+            held = await status_of(monitor)
+            assert held.hold_back is not None and held.hold_back.why.startswith(
+                f"reprovision/{host} aborted by alice: {why}"
+            )
+            assert held.hold_back.until - held.hold_back.since == timedelta(hours=1)
+            shown = await metalflow(local_env, "host", "monitor", host, "--status", *queue)
+            assert f"holding back     until {iso_z(held.hold_back.until)}: no reprovision asked after " in (
+                shown.stdout
+            ), shown.stdout
+            assert f"(resume: metalflow host monitor {host} --resume)" in shown.stdout
+
+            resumed = await metalflow(
+                local_env, "host", "monitor", host, "--resume", "--by", "alice", "--reason", "done", *queue
+            )
+            assert resumed.status == 0, resumed.stderr
+            assert f"{host}: monitor {monitor_id}: resumed by alice: done (held back after" in resumed.stdout
+            again = await eventually(lambda: entity_status(entity), running)
+            assert again.current is not None and again.current.requested_by == monitor_id
+            nothing = await metalflow(local_env, "host", "monitor", host, "--resume", *queue)
+            assert nothing.status == 1 and "is not holding back: nothing to resume" in nothing.stderr
+            # Clean up: the second is aborted unless it ended already (it may have recreated the
+            # DPU, which then has no injected failure to recover from).
+            await metalflow(local_env, "host", "abort", host, "--reason", "test over", *queue)
+            await eventually(lambda: entity_status(entity), lambda s: s.current is None)
+            with contextlib.suppress(httpx.HTTPStatusError):
+                sim.inject(f"dpus/node-{host}-device-{dpu}/recover")

@@ -307,7 +307,8 @@ class OperationRequest(_Frozen):
     policy: OperationPolicy | None = None  # None: the host's policy
     # Set by a campaign (workflows/campaign/workflow.py): the operation is tagged `Campaign=<campaign>`, the
     # entity signals `host_finished` to `campaign_workflow_id` when it ends, and refuses (instead
-    # of holding for approval) when the host is assigned and `refuse_if_assigned`.
+    # of holding for approval) when the host is assigned and `refuse_if_assigned`. The monitor
+    # sets `campaign_workflow_id` (its own id) too, to be told how its request ended.
     campaign: str | None = None
     campaign_workflow_id: str | None = None
     refuse_if_assigned: bool = False

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPUProgress
-from contracts.validation import HostId, ReprovisionAfter, StepTimeout
+from contracts.validation import HoldBackAfterAbort, HostId, ReprovisionAfter, StepTimeout
 from contracts.wording import iso_z
 
 
@@ -28,6 +28,7 @@ class _Frozen(BaseModel):
 
 # -- pool state (flow 5) ---------------------------------------------------------------------------
 
+RESUME_UPDATE: Final = "resume"  # the monitor's: an operator ends its hold-back after an abort
 POOL_LABEL: Final = "metalflow.io/pool"
 """Label on the host's DPUNode, `in-pool` or `out-of-pool`: `kubectl get dpunode -l metalflow.io/pool`."""
 POOL_REASON_ANNOTATION: Final = "metalflow.io/pool-reason"
@@ -57,6 +58,9 @@ class OwnerReprovisionInput(_Frozen):
     dpu_ids: tuple[str, ...]
     requested_by: str = Field(min_length=1)
     reason: str = ""
+    # Told how the request ends (the entity's `host_finished` signal, as a campaign is): the
+    # monitor's own id, so it learns of an operator's abort or withdrawal at once.
+    notify_workflow_id: str | None = None
 
 
 class OwnerReprovisionResult(_Frozen):
@@ -81,6 +85,15 @@ class OwnRequest(_Frozen):
     workflow_id: str
     dpu_ids: tuple[str, ...]
     awaiting_approval: bool
+
+
+class HoldBack(_Frozen):
+    """An operator said no to the monitor's request (aborted it, or withdrew it): the monitor asks
+    for no reprovision of the host until `until`, or until an operator resumes it."""
+
+    since: datetime
+    until: datetime
+    why: str  # e.g. "reprovision/host-001 aborted by alice: debugging"
 
 
 class OwnerOperationInput(_Frozen):
@@ -109,6 +122,9 @@ class MonitorPolicy(_Frozen):
     # The final look after an abort: how long its read and label write may retry (a Kubernetes
     # outage) before the monitor stops anyway, saying the label was left as last written.
     kube_call_timeout_seconds: StepTimeout = 900.0
+    # An operator's abort (or withdrawal) of the monitor's request is sovereign: no new request
+    # for the host this long after it (`metalflow host monitor HOST --resume` ends it sooner).
+    hold_back_seconds: HoldBackAfterAbort = 3600.0
 
 
 class DegradedDPU(_Frozen):
@@ -162,6 +178,7 @@ class MonitorMemory(BaseModel):
     unplanned_total: int = 0  # over all runs
     looked_at: datetime | None = None  # when the last DPF state was handled
     asked: OwnRequest | None = None  # the monitor's request the entity holds (None: none)
+    hold_back: HoldBack | None = None  # an operator said no: no request until it ends
 
 
 class HostMonitorInput(_Frozen):
@@ -190,6 +207,7 @@ class HostMonitorStatus(_Frozen):
     started_at: datetime
     unplanned_resets: tuple[UnplannedReset, ...] = ()  # newest last, bounded (the memo's too)
     unplanned_total: int = 0  # recorded over all runs
+    hold_back: HoldBack | None = None  # an operator said no: no reprovision asked until it ends
 
 
 class HostMonitorResult(_Frozen):

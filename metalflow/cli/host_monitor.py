@@ -25,7 +25,7 @@ from contracts.models.monitor import (
     HostMonitorStatus,
     MonitorPolicy,
 )
-from contracts.validation import Reason, ReprovisionAfter, arg_type
+from contracts.validation import HoldBackAfterAbort, Reason, ReprovisionAfter, arg_type
 from contracts.wording import iso_z, plural
 from metalflow.hosts import HostRequestError, ensure_entity, host_status
 from metalflow.monitors import (
@@ -33,6 +33,7 @@ from metalflow.monitors import (
     first_look,
     monitor_policy,
     monitor_status,
+    resume_monitor,
     start_monitor,
     stop_monitor,
 )
@@ -46,7 +47,9 @@ DESCRIPTION = (
     "DPUNode and search attribute PoolState. Past the deadline (--reprovision-after) the monitor "
     "asks the host's entity host/<id> for a reprovision of those DPUs, which the entity may refuse "
     "(busy) or hold for `metalflow approve` (assigned host); the start makes sure the entity runs. "
-    "--status shows it, --stop ends it (the label is left as DPF's state says)."
+    "An operator's abort (or withdrawal) of the monitor's reprovision is sovereign: the monitor asks "
+    "for none for --hold-back seconds (default an hour), shows why in --status, and --resume ends the "
+    "hold-back sooner. --status shows it, --stop ends it (the label is left as DPF's state says)."
 )
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 
@@ -79,7 +82,21 @@ def register(
         "--status", action="store_true", help="show the running monitor (pool state, degraded DPUs)"
     )
     mode.add_argument("--stop", action="store_true", help="stop the running monitor (update abort)")
-    parser.add_argument("--reason", type=arg_type(Reason), default="", help="recorded with --stop")
+    mode.add_argument(
+        "--resume",
+        action="store_true",
+        help="end the running monitor's hold-back after an operator's abort (update resume)",
+    )
+    parser.add_argument(
+        "--hold-back",
+        type=arg_type(HoldBackAfterAbort, number=float),
+        metavar="SECONDS",
+        help="after an operator aborts or withdraws the monitor's reprovision, ask for none this long "
+        f"(default: {MonitorPolicy().hold_back_seconds:g}; 0: no hold-back)",
+    )
+    parser.add_argument(
+        "--reason", type=arg_type(Reason), default="", help="recorded with --stop or --resume"
+    )
     parser.add_argument(
         "--dpf-namespace",
         default=DEFAULT_NAMESPACE,
@@ -93,6 +110,12 @@ async def monitor(client: Client, args: argparse.Namespace) -> int:
     if args.status:
         status = await monitor_status(client, args.host)
         _say(render_monitor(status, await monitor_policy(client, args.host)))
+        return 0
+    if args.resume:
+        answer = await resume_monitor(
+            client, args.host, OperatorRequest(requested_by=args.by, reason=args.reason)
+        )
+        _say(f"{args.host}: monitor {names.monitor_workflow_id(args.host)}: {answer.message}")
         return 0
     if args.stop:
         result = await stop_monitor(
@@ -111,6 +134,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     policy = MonitorPolicy(
         auto_reprovision=not args.no_auto_reprovision,
         **({} if args.reprovision_after is None else {"reprovision_after_seconds": args.reprovision_after}),
+        **({} if args.hold_back is None else {"hold_back_seconds": args.hold_back}),
     )
     site = await _site_of(client, host)
     request = HostMonitorInput(
@@ -122,7 +146,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             f"{host}: monitor {workflow_id} already running (since {_when(running.started_at)}); "
             "not started again"
         )
-        if args.reprovision_after is not None or args.no_auto_reprovision:
+        if args.reprovision_after is not None or args.no_auto_reprovision or args.hold_back is not None:
             shown = await monitor_policy(client, host)
             _say(
                 f"{host}: its policy stays {describe_policy(shown) if shown else 'as started'}: "
@@ -193,6 +217,11 @@ def render_monitor(status: HostMonitorStatus, policy: MonitorPolicy | None) -> s
         if dpu.reprovision_asked_at is not None:
             line += f"; asked {_when(dpu.reprovision_asked_at)}: {dpu.reprovision_outcome}"
         lines.append(line)
+    if status.hold_back is not None:
+        lines.append(
+            f"  holding back     until {_when(status.hold_back.until)}: no reprovision asked after "
+            f"{status.hold_back.why} (resume: metalflow host monitor {status.host_id} --resume)"
+        )
     lines.append(f"  reprovisions requested {status.reprovisions_requested}")
     for answer in status.requests[-5:]:
         lines.append(f"    {answer}")

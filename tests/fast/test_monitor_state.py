@@ -9,7 +9,10 @@ from __future__ import annotations
 import warnings
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from contracts.converter import DATA_CONVERTER
+from contracts.models.campaign import HostFinished
 from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPUNodeState, DPUState, HostDPFState
 from contracts.models.monitor import (
@@ -22,7 +25,7 @@ from contracts.models.monitor import (
     PoolStateResult,
 )
 from drivers import dpf as dpf_states
-from workflows.monitor.state import HISTORY_KEPT, UNPLANNED_KEPT, MonitorState
+from workflows.monitor.state import HISTORY_KEPT, UNPLANNED_KEPT, MonitorState, operator_said_no
 
 T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
 NODE = DPUNodeState(name="node-h1", uid="n")
@@ -170,7 +173,9 @@ def test_its_request_awaiting_approval_is_withdrawn_once_its_dpus_are_no_longer_
     carried = monitor(memory=state)  # the next run knows what it asked
     assert carried.stale_request() == state.stale_request()
     answer = "reprovision withdrawn by monitor; nothing started"
-    words = state.withdrawal_answered(OwnerReprovisionResult(outcome="withdrawn", message=answer))
+    words = state.withdrawal_answered(
+        ("d0", "d1"), OwnerReprovisionResult(outcome="withdrawn", message=answer)
+    )
     assert words == "withdrawn: reprovision withdrawn by monitor; nothing started"
     assert state.stale_request() is None and state.asked is None
     assert state.requests[-1] == "d0, d1: withdrawn: reprovision withdrawn by monitor; nothing started"
@@ -182,6 +187,68 @@ def test_its_request_awaiting_approval_is_withdrawn_once_its_dpus_are_no_longer_
     started.reprovision_answered(started.overdue(T0 + timedelta(hours=1)), accepted, T0 + timedelta(hours=1))
     started.observe(seen(("d0", "Ready")), T0 + timedelta(hours=1))
     assert started.asked is not None and started.stale_request() is None
+
+
+def test_an_operators_abort_holds_the_monitor_back_until_the_back_off_ends_or_it_is_resumed() -> None:
+    """Issue 40 item 3: an operator aborted the monitor's reprovision ("do not reprovision,
+    debugging") and 12 s later the monitor started another."""
+    me = "monitor/host-h1"
+    assert operator_said_no("aborted by alice: debugging; the DPF hold was released", me)
+    assert operator_said_no("aborted", me) and operator_said_no("terminated", me)
+    assert operator_said_no("withdrawn by alice: not now", me)
+    assert not operator_said_no(f"withdrawn by {me}: d0 is Ready again: ...", me)  # its own
+    for ended in ("completed", "failed: DPU d0 never Ready", "expired: not approved within 1:00:00"):
+        assert not operator_said_no(ended, me)
+
+    state = monitor(MonitorPolicy(reprovision_after_seconds=60.0))  # hold_back_seconds: the default
+    assert MonitorPolicy().hold_back_seconds == 3600.0
+    state.observe(seen(("d0", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)
+    asked_at = T0 + timedelta(minutes=1)
+    accepted = OwnerReprovisionResult(outcome="accepted", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(asked_at), accepted, asked_at)
+    aborted_at = asked_at + timedelta(seconds=10)
+    words = state.request_ended(
+        HostFinished(host_id="h1", workflow_id="reprovision/h1", outcome="aborted by alice: debugging"),
+        aborted_at,
+    )
+    until = aborted_at + timedelta(hours=1)
+    assert words == "reprovision/h1 aborted by alice: debugging; holding back until 2026-11-27T04:01:10Z"
+    assert state.asked is None and state.hold_back is not None and state.hold_back.until == until
+    assert state.next_deadline() == until
+    assert state.overdue(aborted_at + timedelta(minutes=59)) == []  # past its own deadline: held back
+    shown = state.status()
+    assert shown.hold_back == state.hold_back
+    assert (
+        "holding back until 2026-11-27T04:01:10Z after reprovision/h1 aborted by alice" in shown.waiting_for
+    )
+    assert "--resume" in shown.waiting_for
+    carried = monitor(MonitorPolicy(reprovision_after_seconds=60.0), memory=state)  # the next run
+    assert carried.overdue(aborted_at + timedelta(minutes=59)) == []
+    # The back-off ends: asked again, and the end recorded.
+    assert [d.dpu_id for d in state.overdue(until)] == ["d0"] and state.hold_back is None
+    assert (
+        state.requests[-1]
+        == "held back no more: the hold-back after reprovision/h1 aborted by alice: debugging ended"
+    )
+    # Or an operator resumes it sooner; resuming nothing is refused.
+    resumed = carried.resume(OperatorRequest(requested_by="alice", reason="done debugging"))
+    assert (
+        resumed
+        == "resumed by alice: done debugging (held back after reprovision/h1 aborted by alice: debugging)"
+    )
+    assert [d.dpu_id for d in carried.overdue(aborted_at + timedelta(minutes=5))] == ["d0"]
+    with pytest.raises(ValueError, match="not holding back: nothing to resume"):
+        carried.resume(OperatorRequest(requested_by="alice"))
+    # A request that completed or failed holds nothing back; a back-off of 0 holds none.
+    done = monitor()
+    assert (
+        done.request_ended(HostFinished(host_id="h1", workflow_id="r", outcome="completed"), T0)
+        == "r completed"
+    )
+    off = monitor(MonitorPolicy(hold_back_seconds=0))
+    off.request_ended(HostFinished(host_id="h1", workflow_id="r", outcome="aborted by a: b"), T0)
+    assert done.hold_back is None and off.hold_back is None
 
 
 def test_resets_at_rest_are_found_since_the_state_before_and_recorded_bounded() -> None:

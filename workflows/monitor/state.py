@@ -24,12 +24,15 @@ from typing import Final
 
 from pydantic import PrivateAttr
 
+from contracts import names
+from contracts.models.campaign import HostFinished
 from contracts.models.control import OperatorRequest
 from contracts.models.dpf import PHASE_NODE_EFFECT, PHASE_READY, DPUProgress, DPUState, HostDPFState
 from contracts.models.monitor import (
     IN_POOL,
     OUT_OF_POOL,
     DegradedDPU,
+    HoldBack,
     HostMonitorInput,
     HostMonitorStatus,
     MonitorMemory,
@@ -46,6 +49,16 @@ HISTORY_KEPT: Final = 20  # pool changes shown in the status and carried across 
 UNPLANNED_KEPT: Final = 20  # unplanned resets shown in the status and memo, carried across runs
 WATCHING: Final = "watching"
 OUT_OF_POOL_PHASE: Final = "host-out-of-pool"
+
+
+def operator_said_no(outcome: str, monitor_id: str) -> bool:
+    """Whether the end of the monitor's request (`HostFinished.outcome`, the entity's words) is
+    an operator's no: aborted (`aborted by WHO: WHY`, or cancelled), terminated, or withdrawn by
+    someone other than the monitor itself (the monitor withdraws its own once it is not needed).
+    Completed, failed and expired are not: the monitor asks again one deadline later."""
+    if outcome.startswith(("aborted", "terminated")):
+        return True
+    return outcome.startswith("withdrawn by ") and not outcome.startswith(f"withdrawn by {monitor_id}")
 
 
 def reset_at_rest(before: tuple[str, str, str] | None, dpu: DPUState) -> str | None:
@@ -195,16 +208,54 @@ class MonitorState(MonitorMemory):
         return max(dpu.since, dpu.reprovision_asked_at or dpu.since) + wait
 
     def next_deadline(self) -> datetime | None:
-        """When the next degraded DPU passes its deadline (None: none, or automatic reprovision off)."""
+        """When the next degraded DPU passes its deadline, not before a hold-back ends (None:
+        none, or automatic reprovision off)."""
         if not self._request.policy.auto_reprovision or not self.degraded:
             return None
-        return min(self.due_at(d) for d in self.degraded)
+        due = min(self.due_at(d) for d in self.degraded)
+        return due if self.hold_back is None else max(due, self.hold_back.until)
 
     def overdue(self, now: datetime) -> list[DegradedDPU]:
-        """The degraded DPUs whose reprovision the owner is to be asked for now."""
+        """The degraded DPUs whose reprovision the owner is to be asked for now: none while the
+        monitor holds back after an operator's no (a hold-back past its end is over)."""
         if not self._request.policy.auto_reprovision:
             return []
+        if self.hold_back is not None:
+            if now < self.hold_back.until:
+                return []
+            self._record(f"held back no more: the hold-back after {self.hold_back.why} ended")
+            self.hold_back = None
         return [d for d in self.degraded if self.due_at(d) <= now]
+
+    # -- how its request ended; an operator's no --------------------------------------------------------
+    def request_ended(self, finished: HostFinished, now: datetime) -> str:
+        """How the monitor's request ended, as the entity tells it (`host_finished`), recorded. An
+        operator's no (`operator_said_no`) holds the monitor back: no new request for the host for
+        `policy.hold_back_seconds`; the hold-back and why are in its status. Returns the words."""
+        if self.asked is not None and self.asked.workflow_id == finished.workflow_id:
+            self.asked = None
+        words = f"{finished.workflow_id} {finished.outcome}"
+        me = names.monitor_workflow_id(self._request.host_id)
+        if not finished.outcome.startswith(f"withdrawn by {me}"):  # its own: the answer records it
+            self._record(words)
+        wait = self._request.policy.hold_back_seconds
+        if operator_said_no(finished.outcome, me) and wait > 0:
+            self.hold_back = HoldBack(since=now, until=now + timedelta(seconds=wait), why=words)
+            return f"{words}; holding back until {iso_z(self.hold_back.until)}"
+        return words
+
+    def resume(self, request: OperatorRequest) -> str:
+        """An operator ends the hold-back (`resume`); refused (ValueError) when there is none."""
+        if self.hold_back is None:
+            raise ValueError(f"the monitor of {self._request.host_id} is not holding back: nothing to resume")
+        why = f": {request.reason}" if request.reason else ""
+        words = f"resumed by {request.requested_by}{why} (held back after {self.hold_back.why})"
+        self._record(words)
+        self.hold_back = None
+        return words
+
+    def _record(self, words: str) -> None:
+        self.requests = [*self.requests, words][-HISTORY_KEPT:]
 
     def reprovision_answered(
         self, due: list[DegradedDPU], answer: OwnerReprovisionResult, now: datetime
@@ -241,10 +292,11 @@ class MonitorState(MonitorMemory):
         )
         return asked.workflow_id, f"{why}: the reprovision is no longer needed"
 
-    def withdrawal_answered(self, answer: OwnerReprovisionResult) -> str:
-        """The entity's answer to the monitor's `withdraw`, recorded; its request is no longer
-        pending either way (withdrawn, or approved and started meanwhile: its end is told)."""
-        ids = ", ".join(self.asked.dpu_ids) if self.asked else "?"
+    def withdrawal_answered(self, dpu_ids: tuple[str, ...], answer: OwnerReprovisionResult) -> str:
+        """The entity's answer to the monitor's `withdraw` of its request for `dpu_ids`, recorded;
+        the request is no longer pending either way (withdrawn, or approved and started meanwhile:
+        its end is told)."""
+        ids = ", ".join(dpu_ids)
         self.asked = None
         outcome = f"{answer.outcome}: {answer.message}"
         self.requests = [*self.requests, f"{ids}: {outcome}"][-HISTORY_KEPT:]
@@ -259,7 +311,12 @@ class MonitorState(MonitorMemory):
         )
         deadline = self.next_deadline()
         down = ", ".join(sorted(d.dpu_id for d in self.degraded))
-        if deadline is not None:
+        if deadline is not None and self.hold_back is not None:
+            waiting = (
+                f"recovery of {down}; holding back until {iso_z(self.hold_back.until)} after "
+                f"{self.hold_back.why} (resume: metalflow host monitor {self._request.host_id} --resume)"
+            )
+        elif deadline is not None:
             waiting = f"recovery of {down}, or the reprovision deadline {iso_z(deadline)}"
         elif self.degraded:
             waiting = f"recovery of {down} (automatic reprovision is off)"
@@ -280,6 +337,7 @@ class MonitorState(MonitorMemory):
             started_at=self.began,
             unplanned_resets=tuple(self.unplanned),
             unplanned_total=self.unplanned_total,
+            hold_back=self.hold_back,
         )
 
     def handed_over(self, stop: OperatorRequest | None) -> MonitorState:

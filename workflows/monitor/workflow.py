@@ -16,6 +16,11 @@ Runbook, on every change the DPF watcher signals:
 4. The monitor's own request awaiting approval whose DPUs are no longer degraded (Ready again,
    or gone) is withdrawn (`withdraw_host_request`, the entity's `withdraw`): an approval given
    later would reprovision a healthy host; `metalflow approve` then says what was withdrawn.
+5. An operator's abort is sovereign: the entity tells the monitor how its request ended (signal
+   `host_finished`, as it tells a campaign); aborted, terminated or withdrawn by someone else,
+   the monitor asks for no reprovision of the host for `policy.hold_back_seconds` (default an
+   hour), shows the hold-back and why in its status, and resumes when it ends or an operator
+   sends `resume` (`metalflow host monitor HOST --resume`).
 
 Only a fall from `Ready` counts: a DPU passing `Node Effect` while it is provisioned or
 reprovisioned is held by design. A recreated DPU (new uid) restarts its degraded clock. These
@@ -77,11 +82,13 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
     from contracts.errors import OperationAborted
-    from contracts.models.control import STATUS_QUERY
+    from contracts.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
+    from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL, HostDPFState, HostRef
     from contracts.models.monitor import (
         IN_POOL,
         OUT_OF_POOL,
+        RESUME_UPDATE,
         HostMonitorInput,
         HostMonitorResult,
         HostMonitorStatus,
@@ -123,6 +130,7 @@ class HostMonitorWorkflow(kernel.Abortable):
         self._pending: list[HostDPFState] = []
         self._watch = DPFWatch(on_taken=self._pending.append)
         self._bound: float | None = None
+        self._woken = False  # an operator's answer changed the next deadline: the wait starts over
 
     @workflow.run
     async def run(self, request: HostMonitorInput) -> HostMonitorResult:
@@ -229,11 +237,12 @@ class HostMonitorWorkflow(kernel.Abortable):
         timeout = None if deadline is None else max(deadline - workflow.now(), timedelta(0))
         try:
             await self.wait(
-                lambda: bool(self._pending) or workflow.info().is_continue_as_new_suggested(),
+                lambda: bool(self._pending) or self._woken or workflow.info().is_continue_as_new_suggested(),
                 timeout=None if timeout is None else timeout.total_seconds(),
             )
         except OperationAborted:
             pass
+        self._woken = False
 
     async def _handle(self, dpf: HostDPFState) -> None:
         resets, since = self.state.observe(dpf, workflow.now())
@@ -306,6 +315,7 @@ class HostMonitorWorkflow(kernel.Abortable):
                     dpu_ids=ids,
                     requested_by=workflow.info().workflow_id,
                     reason=f"critical DPU services down for more than {after:g} s",
+                    notify_workflow_id=workflow.info().workflow_id,  # told how it ends: `host_finished`
                 ),
                 options(OWNER_REQUEST, f"ask host/{self._request.host_id} to reprovision"),
                 abortable=not self.aborting,
@@ -323,6 +333,7 @@ class HostMonitorWorkflow(kernel.Abortable):
         if stale is None:
             return
         workflow_id, why = stale
+        dpu_ids = self.state.asked.dpu_ids if self.state.asked is not None else ()
         try:
             answer = await self.call(
                 activity_api.withdraw_host_request,
@@ -337,7 +348,9 @@ class HostMonitorWorkflow(kernel.Abortable):
             )
         except OperationAborted:
             return  # stopped meanwhile: the request stays as the entity holds it
-        self.enter(self.state.status().phase, f"{workflow_id}: {self.state.withdrawal_answered(answer)}")
+        self.enter(
+            self.state.status().phase, f"{workflow_id}: {self.state.withdrawal_answered(dpu_ids, answer)}"
+        )
 
     # -- helpers -----------------------------------------------------------------------------------
     def _pool_input(self, state: str, reason: str = "") -> SetPoolStateInput:
@@ -363,6 +376,29 @@ class HostMonitorWorkflow(kernel.Abortable):
     def dpf_state_changed(self, state: HostDPFState) -> None:
         """From the watcher: the host's DPF state changed (a state taken is queued by `on_taken`)."""
         self._watch.accept(state)
+
+    @workflow.signal(name=HOST_FINISHED_SIGNAL)
+    def host_finished(self, finished: HostFinished) -> None:
+        """From the host's entity: how the monitor's request ended. An operator's abort or
+        withdrawal holds the monitor back (`MonitorState.request_ended`)."""
+        words = self.state.request_ended(finished, workflow.now())
+        self._woken = True
+        if self.state.hold_back is not None:
+            self.enter(self.state.status().phase, f"holding back: {words}")
+        workflow.logger.info("%s: %s", self._request.host_id, words)
+
+    @workflow.update(name=RESUME_UPDATE)
+    def resume(self, request: OperatorRequest) -> OperatorAnswer:
+        """An operator ends the hold-back after an abort: the monitor asks again as its deadlines say."""
+        words = self.state.resume(request)
+        self._woken = True
+        self.enter(self.state.status().phase, words)
+        return OperatorAnswer(accepted=True, message=words)
+
+    @resume.validator
+    def _validate_resume(self, request: OperatorRequest) -> None:
+        if self.state.hold_back is None:
+            self.state.resume(request)  # raises: nothing to resume (no history written)
 
     def abort_promise(self) -> str:
         """An abort stops monitoring; the pool label is left as the world says."""
