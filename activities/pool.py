@@ -26,6 +26,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.client import Client
 
+from contracts.errors import DPUsRemoved
 from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.host import (
     POOL_LABEL,
@@ -119,6 +120,13 @@ class OwnerActivities:
         except EntityMissing as missing:
             return OwnerReprovisionResult(outcome="no-owner", message=str(missing))
         except EntityRefused as refused:
+            # DPF no longer has the DPUs (the entity's removal took them out): "gone", asked no more.
+            if refused.kind == DPUsRemoved.__name__:
+                details = (
+                    refused.details[0] if refused.details and isinstance(refused.details[0], dict) else {}
+                )
+                gone = tuple(str(d) for d in details.get("dpu_ids") or ())
+                return OwnerReprovisionResult(outcome="gone", message=str(refused), gone=gone)
             return OwnerReprovisionResult(outcome="refused", message=str(refused))
         outcome = "awaiting-approval" if answer.awaiting_approval else "accepted"
         return OwnerReprovisionResult(outcome=outcome, workflow_id=answer.workflow_id, message=answer.message)

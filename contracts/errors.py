@@ -38,9 +38,9 @@ Workflow errors (`WorkflowError`: a run ends with one; never retried):
 
 - `OperationAborted`: an operator's `abort` ended the run; its details may carry
   `{"boot_generation": n}` when the host was power-cycled before it stopped.
-- `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`: the host entity
-  refused a request (another operation runs; the instance does not allow it; nothing to approve;
-  `withdraw` came after the start).
+- `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`, `DPUsRemoved`: the
+  host entity refused a request (another operation runs; the instance does not allow it; nothing
+  to approve; `withdraw` came after the start; a reprovision of DPUs DPF no longer has).
 - `OperationInstalling`: a host operation refused a campaign's abort (`finish_installing`): its
   DPUs install and will ask for a reboot only it gives; it finishes its reboot round.
 - `BMCRebootFailed`: the BMC could not reboot the host (the reboot's caller escalates);
@@ -178,6 +178,10 @@ class InstanceConflict(WorkflowError):
 
 class NothingAwaitsApproval(WorkflowError):
     pass
+
+
+class DPUsRemoved(WorkflowError):
+    """The host entity refused a reprovision of DPUs its removal took out of DPF."""
 
 
 class OperationStarted(WorkflowError):

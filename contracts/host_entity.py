@@ -51,11 +51,13 @@ the client answers the result itself (`ResultT`), as the SDK does at run time.""
 
 
 class EntityRefused(Exception):
-    """The entity refused an update; `kind` is its error type (`HostBusy`, ...), the message why."""
+    """The entity refused an update; `kind` is its error type (`HostBusy`, ...), the message why,
+    `details` what the error carried (e.g. `DPUsRemoved`'s `{"dpu_ids": [...]}`)."""
 
-    def __init__(self, message: str, kind: str | None = None) -> None:
+    def __init__(self, message: str, kind: str | None = None, details: tuple[Any, ...] = ()) -> None:
         super().__init__(message)
         self.kind = kind
+        self.details = details
 
 
 class EntityMissing(Exception):
@@ -197,5 +199,5 @@ async def start_unless_running(
 def _refused(err: WorkflowUpdateFailedError) -> EntityRefused:
     cause = err.cause
     if isinstance(cause, ApplicationError):
-        return EntityRefused(cause.message, cause.type)
+        return EntityRefused(cause.message, cause.type, tuple(cause.details))
     return EntityRefused(str(cause or err))

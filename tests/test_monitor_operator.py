@@ -5,7 +5,9 @@ every real workflow and activity and `metalflow` commands as a user runs them:
   approval), and an approval never runs a request whose reason no longer holds: the monitor
   withdraws its own once the DPU is Ready again, and `approve` says so;
 - an operator's abort is sovereign: the monitor asks for no other reprovision of the host within
-  its hold-back, says so in `host monitor --status`, and asks again once resumed.
+  its hold-back, says so in `host monitor --status`, and asks again once resumed;
+- no reprovision is accepted of a DPU DPF no longer has, whoever asks: after `host remove
+  --dpus`, the entity refuses the monitor's (and a script's), and the monitor stops asking.
 
 The decisions themselves are tested one at a time in tests/fast (test_host_entity_state,
 test_monitor_state)."""
@@ -28,13 +30,15 @@ from site_worker_support import FAST_POLICY, eventually, site_worker
 from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from contracts import names
+from contracts import names, workflow_api
+from contracts.host_entity import EntityRefused, HostEntityClient
 from contracts.models.host import (
     HostMonitorStatus,
     HostStatus,
     HostWorkflowInput,
     MonitorPolicy,
     OperationPolicy,
+    OperationRequest,
 )
 from contracts.wording import iso_z
 from metalflow.devstack.demo import power_cycles
@@ -220,3 +224,45 @@ async def test_an_operators_abort_of_the_monitors_reprovision_holds_the_monitor_
             await eventually(lambda: entity_status(entity), lambda s: s.current is None)
             with contextlib.suppress(httpx.HTTPStatusError):
                 sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+
+
+async def test_no_reprovision_of_a_removed_dpu_is_accepted_and_the_monitor_stops_asking(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """Issue 40 item 3: after `host remove --dpus` of the DPU the monitor wanted, its request was
+    accepted (the CLI refuses the same), waited for a hold that never came, and came back."""
+    host, dpu = "mop-004", "mop-004-dpu-1"
+    monitor_id = names.monitor_workflow_id(host)
+    async with site_worker(client, task_queue, sim):
+        policy = MonitorPolicy(reprovision_after_seconds=4.0)
+        async with watched(client, task_queue, host, policy) as (entity, monitor):
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            await eventually(lambda: status_of(monitor), lambda s: bool(s.degraded))
+            removed = await metalflow(
+                local_env, "host", "remove", host, "--dpus", dpu, "--wait", "--task-queue", task_queue
+            )
+            assert removed.status == 0, removed.stdout + removed.stderr
+
+            told = await eventually(
+                lambda: status_of(monitor), lambda s: any("gone" in r for r in s.requests)
+            )
+            refusal = (
+                f"host {host}: DPF no longer has {dpu} (removed by remove/{host}); reprovision refused "
+                f"(bring it back with: metalflow host provision {host} --dpus {dpu})"
+            )
+            assert f"{dpu}: gone: {refusal}; {dpu} not asked for again" in told.requests
+            assert told.degraded == () and told.reprovisions_requested == 0
+            assert [d.dpu_id for d in told.dpus] == [f"{host}-dpu-0"]
+            await eventually(lambda: status_of(monitor), lambda s: s.pool_state == "in-pool")
+            shown = await entity_status(entity)
+            assert shown.current is None and [r.operation for r in shown.recent] == ["remove"]
+            assert all(r.requested_by != monitor_id for r in shown.recent)
+
+            # Whoever asks: a script's update straight to the entity is refused the same.
+            script = OperationRequest(requested_by="script", dpu_ids=(dpu,))
+            with pytest.raises(EntityRefused) as refused:
+                await HostEntityClient(client, task_queue).update(
+                    host, workflow_api.HostWorkflow.request_reprovision, script
+                )
+            assert str(refused.value) == refusal and refused.value.kind == "DPUsRemoved"
+    assert sim.violations() == []

@@ -454,6 +454,9 @@ class HostEntityMemory(BaseModel):
     phase_since: datetime | None = None  # since when (search attribute PhaseSince)
     current: PendingOperation | None = None  # None while idle (the only time it continues as new)
     versions_due: str | None = None  # after what the host's versions are to be read next
+    # What this entity's completed removals took out of DPF, until a provision brings it back:
+    # DPU id -> the removal's workflow id ("" for the whole DPU node). A reprovision of it is refused.
+    removed_from_dpf: dict[str, str] = Field(default_factory=dict)
 
 
 class HostWorkflowInput(_Frozen):

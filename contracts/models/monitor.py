@@ -64,9 +64,11 @@ class OwnerReprovisionInput(_Frozen):
 
 
 class OwnerReprovisionResult(_Frozen):
-    outcome: str  # "accepted", "awaiting-approval", "refused", "no-owner"
+    # "accepted", "awaiting-approval", "refused", "gone" (DPF no longer has the DPUs), "no-owner"
+    outcome: str
     workflow_id: str | None = None
     message: str = ""
+    gone: tuple[str, ...] = ()  # "gone": the DPUs DPF no longer has (empty: every DPU asked for)
 
 
 class OwnerWithdrawInput(_Frozen):

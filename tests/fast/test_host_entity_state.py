@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflo
 
 from contracts.converter import DATA_CONVERTER
 from contracts.errors import (
+    DPUsRemoved,
     HostBusy,
     InstanceConflict,
     NothingAwaitsApproval,
@@ -229,6 +230,46 @@ def test_an_approval_of_a_withdrawn_request_is_refused_naming_who_withdrew_it_an
     with pytest.raises(NothingAwaitsApproval) as after_a_run:
         state.awaiting_approval()
     assert after_a_run.value.message == "nothing awaits approval"
+
+
+def ran(state: HostEntityState, kind: Any, request: Any, outcome: str = "completed") -> None:
+    """A request accepted, started and ended with `outcome`."""
+    current = asked(state, kind, request)
+    state.started(current, T0)
+    state.finish(current, outcome, T0)
+
+
+def test_no_reprovision_is_accepted_of_a_dpu_its_removal_took_out_of_dpf_whoever_asks() -> None:
+    """Issue 40 item 3: after `host remove --dpus` of a DPU, the monitor's reprovision of it was
+    accepted by the entity (the CLI refuses it) and waited for a hold that never came."""
+    state = entity()
+    d0, d1 = f"{HOST}-dpu-0", f"{HOST}-dpu-1"
+    ran(state, REMOVAL, OperationRequest(requested_by="a", dpu_ids=(d1,)), outcome="failed: DPF never let go")
+    state.refuse_request(REPROVISION, OperationRequest(requested_by="m", dpu_ids=(d1,)))  # not removed
+    ran(state, REMOVAL, OperationRequest(requested_by="alice", dpu_ids=(d1,)))
+    monitor = OperationRequest(requested_by="monitor/host-host-001", dpu_ids=(d1,))
+    with pytest.raises(DPUsRemoved) as refused:
+        state.refuse_request(REPROVISION, monitor)
+    assert refused.value.message == (
+        f"host {HOST}: DPF no longer has {d1} (removed by remove/{HOST}); reprovision refused "
+        f"(bring it back with: metalflow host provision {HOST} --dpus {d1})"
+    )
+    assert refused.value.details == ({"dpu_ids": [d1]},)
+    with pytest.raises(DPUsRemoved, match=f"no longer has {d1} "):  # every DPU: the removed one too
+        state.refuse_request(REPROVISION, OperationRequest(requested_by="script"))
+    state.refuse_request(REPROVISION, OperationRequest(requested_by="m", dpu_ids=(d0,)))  # still in DPF
+    for other in (REBOOT, PROVISION, REMOVAL):
+        state.refuse_request(other, monitor)
+    carried = HostEntityState.of(HostWorkflowInput(host_id=HOST, state=state))  # continue-as-new
+    with pytest.raises(DPUsRemoved):
+        carried.refuse_request(REPROVISION, monitor)
+    ran(state, PROVISION, OperationRequest(requested_by="alice", dpu_ids=(d1,)))  # back in DPF
+    state.refuse_request(REPROVISION, monitor)
+    ran(state, REMOVAL, OperationRequest(requested_by="alice"))  # the whole DPU node
+    with pytest.raises(DPUsRemoved, match=f"DPF no longer has the DPU node of {HOST} "):
+        state.refuse_request(REPROVISION, OperationRequest(requested_by="m", dpu_ids=(d0,)))
+    ran(state, PROVISION, OperationRequest(requested_by="alice"))
+    assert state.removed_from_dpf == {}
 
 
 # -- the instance ---------------------------------------------------------------------------------
@@ -448,10 +489,15 @@ class EntityRules(RuleBasedStateMachine):
         request = EXAMPLES[kind.request].model_copy(update={"refuse_if_assigned": skip_assigned})
         try:
             current = asked(self.state, kind, request, self.now)
-        except (HostBusy, InstanceConflict):
+        except (HostBusy, InstanceConflict, DPUsRemoved) as refused:
             assert self.state.current is before  # a refusal changes nothing
+            assert not isinstance(refused, DPUsRemoved) or kind is REPROVISION
             return
         assert before is None, "a second operation was accepted"
+        removed = self.state.removed_from_dpf
+        if kind is REPROVISION:  # never of a DPU a completed removal took out of DPF
+            named = request.dpu_ids or tuple(removed)
+            assert "" not in removed and not any(d in removed for d in named), (request, removed)
         assert not (skip_assigned and self.state.instance is not None), "an assigned host was not skipped"
         if kind.approval and current.approved and self.state.instance is not None:
             # A disruptive request started at once on an assigned host: only inside the window an

@@ -251,6 +251,26 @@ def test_an_operators_abort_holds_the_monitor_back_until_the_back_off_ends_or_it
     assert done.hold_back is None and off.hold_back is None
 
 
+def test_a_dpu_the_entity_says_dpf_no_longer_has_is_not_asked_for_again() -> None:
+    """Issue 40 item 3: the monitor's request for a DPU removed from DPF came back after every abort."""
+    state = monitor()
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect"), ("d1", "Node Effect")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)  # d1 removed: gone from DPF's state
+    due = state.overdue(T0 + timedelta(hours=1))
+    gone = OwnerReprovisionResult(outcome="gone", message="host h1: DPF no longer has d1", gone=("d1",))
+    words = state.reprovision_answered(due, gone, T0 + timedelta(hours=1))
+    assert words == "gone: host h1: DPF no longer has d1; d1 not asked for again"
+    assert [d.dpu_id for d in state.degraded] == ["d0"] and "d1" not in state.last_phases
+    assert [d.dpu_id for d in state.overdue(T0 + timedelta(hours=1))] == ["d0"]  # the rest at once
+    assert state.reprovisions_requested == 0 and state.asked is None
+    assert [d.dpu_id for d in state.status().dpus] == ["d0"]
+    node = OwnerReprovisionResult(outcome="gone", message="DPF no longer has the DPU node")  # every one
+    state.reprovision_answered(state.overdue(T0 + timedelta(hours=1)), node, T0 + timedelta(hours=1))
+    assert state.degraded == [] and state.next_deadline() is None
+    assert state.pool_label() == (IN_POOL, "every DPU's services are up")
+
+
 def test_resets_at_rest_are_found_since_the_state_before_and_recorded_bounded() -> None:
     state = monitor()
     resets, since = state.observe(seen(("d0", "Ready"), started="t1"), T0 + timedelta(minutes=1))

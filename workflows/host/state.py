@@ -25,7 +25,7 @@ from typing import Any, Final
 from pydantic import BaseModel, PrivateAttr
 
 from contracts import names
-from contracts.errors import HostBusy, InstanceConflict, NothingAwaitsApproval, OperationStarted
+from contracts.errors import DPUsRemoved, HostBusy, InstanceConflict, NothingAwaitsApproval, OperationStarted
 from contracts.host_requests import EntityRequest
 from contracts.models.host import (
     AssignInstanceRequest,
@@ -103,6 +103,31 @@ class HostEntityState(HostEntityMemory):
             raise InstanceConflict(
                 f"host {self.host_id} is assigned to instance {self.instance}; skipped (refuse_if_assigned)"
             )
+        self.refuse_if_removed(kind.operation, request)
+
+    def refuse_if_removed(self, operation: str, request: EntityRequestBody) -> None:
+        """No reprovision of a DPU DPF no longer has, whoever asks (the CLI, the monitor, a
+        campaign, a script): a reprovision deletes the DPU for DPF to recreate, and a DPU a removal
+        took off the DPUNode is never recreated, so the operation would wait for a hold that never
+        comes. Known here: what this entity's completed removals took out (`removed_from_dpf`),
+        until a provision brings it back. Every DPU when the request names none."""
+        if operation != names.REPROVISION or not self.removed_from_dpf:
+            return
+        node, gone = self.removed_from_dpf.get(""), []
+        if node is not None:
+            what, by, dpus = f"the DPU node of {self.host_id}", node, ""
+        else:
+            named = request.dpu_ids or sorted(self.removed_from_dpf)
+            gone = [d for d in named if d in self.removed_from_dpf]
+            if not gone:
+                return
+            what, dpus = ", ".join(gone), f" --dpus {','.join(gone)}"
+            by = ", ".join(sorted({self.removed_from_dpf[d] for d in gone}))
+        raise DPUsRemoved(
+            f"host {self.host_id}: DPF no longer has {what} (removed by {by}); {operation} refused "
+            f"(bring it back with: metalflow host provision {self.host_id}{dpus})",
+            {"dpu_ids": gone},  # empty: the whole node (every DPU named)
+        )
 
     def refuse_if_busy(self, operation: str) -> None:
         """Refused while another operation runs or awaits approval, naming it."""
@@ -303,10 +328,27 @@ class HostEntityState(HostEntityMemory):
             self.boot_generation = generation
 
     def finish(self, current: PendingOperation, outcome: str, now: datetime) -> None:
-        """The operation ended (or was withdrawn, or expired): recorded, and the host idle."""
+        """The operation ended (or was withdrawn, or expired): recorded, and the host idle. A
+        completed removal records what it took out of DPF, a completed provision what it brought
+        back (`refuse_if_removed`)."""
+        if outcome == "completed":
+            self._completed(current)
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None
+
+    def _completed(self, current: PendingOperation) -> None:
+        operation, dpu_ids = current.record.operation, getattr(current.request, "dpu_ids", None)
+        if operation == names.REMOVE:
+            for dpu_id in dpu_ids or ("",):  # none named: the whole DPU node
+                self.removed_from_dpf[dpu_id] = current.record.workflow_id
+        elif operation == names.PROVISION:
+            if dpu_ids:
+                for dpu_id in dpu_ids:
+                    self.removed_from_dpf.pop(dpu_id, None)
+                self.removed_from_dpf.pop("", None)  # a provision recreates the node with those
+            else:
+                self.removed_from_dpf.clear()
 
     # -- what the entity shows -----------------------------------------------------------------------
     def phase(self) -> str:

@@ -266,7 +266,13 @@ class MonitorState(MonitorMemory):
         if answer.outcome in ("accepted", "awaiting-approval"):
             self.reprovisions_requested += 1
         ids = ", ".join(sorted(d.dpu_id for d in due))
+        if answer.outcome == "gone":  # DPF no longer has them: nothing to reprovision, ever
+            gone = [d.dpu_id for d in due if not answer.gone or d.dpu_id in answer.gone]
+            self._forget(gone)
+            outcome += f"; {', '.join(gone)} not asked for again"
         self.requests = [*self.requests, f"{ids}: {outcome}"][-HISTORY_KEPT:]
+        if answer.outcome == "gone":
+            return outcome
         if answer.outcome in ("accepted", "awaiting-approval") and answer.workflow_id:
             self.asked = OwnRequest(
                 workflow_id=answer.workflow_id,
@@ -276,6 +282,14 @@ class MonitorState(MonitorMemory):
         for dpu in due:
             self._keep(dpu.model_copy(update={"reprovision_asked_at": now, "reprovision_outcome": outcome}))
         return outcome
+
+    def _forget(self, dpu_ids: list[str]) -> None:
+        """DPUs DPF no longer has (a removal took them out): no longer degraded, watched or shown;
+        a DPU of that id created again later is a new one (its first sight is not a fall)."""
+        self.degraded = [d for d in self.degraded if d.dpu_id not in dpu_ids]
+        for dpu_id in dpu_ids:
+            for seen in (self.last_phases, self.last_uids, self.since, self.last_started):
+                seen.pop(dpu_id, None)
 
     def stale_request(self) -> tuple[str, str] | None:
         """The monitor's own request awaiting approval whose reason no longer holds (none of the

@@ -16,7 +16,10 @@ Runbook, on every change the DPF watcher signals:
 4. The monitor's own request awaiting approval whose DPUs are no longer degraded (Ready again,
    or gone) is withdrawn (`withdraw_host_request`, the entity's `withdraw`): an approval given
    later would reprovision a healthy host; `metalflow approve` then says what was withdrawn.
-5. An operator's abort is sovereign: the entity tells the monitor how its request ended (signal
+5. A reprovision the entity refuses because DPF no longer has the DPUs (its removal took them
+   out: `DPUsRemoved`, outcome "gone") is not asked again: those DPUs are forgotten, and the
+   pool label follows the DPUs left.
+6. An operator's abort is sovereign: the entity tells the monitor how its request ended (signal
    `host_finished`, as it tells a campaign); aborted, terminated or withdrawn by someone else,
    the monitor asks for no reprovision of the host for `policy.hold_back_seconds` (default an
    hour), shows the hold-back and why in its status, and resumes when it ends or an operator
@@ -324,6 +327,8 @@ class HostMonitorWorkflow(kernel.Abortable):
             return  # stopped meanwhile: nothing was asked, or the entity's answer is not waited for
         outcome = self.state.reprovision_answered(due, answer, now)
         self.enter(OUT_OF_POOL_PHASE, f"reprovision of {', '.join(ids)}: {outcome}")
+        if answer.outcome == "gone":  # DPUs DPF no longer has are degraded no more: the label follows
+            await self._apply_pool_state()
 
     async def _withdraw_stale(self) -> None:
         """The monitor's own request awaiting approval whose DPUs are no longer degraded is
