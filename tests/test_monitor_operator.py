@@ -102,6 +102,11 @@ async def test_host_abort_withdraws_the_monitors_request_awaiting_approval(
             held = await eventually(lambda: entity_status(entity), awaits_approval)
             assert held.current is not None
             assert held.current.requested_by == names.monitor_workflow_id(host)
+            shown = await metalflow(local_env, "host", "status", host)
+            assert (
+                f"answer with    metalflow approve {host}, or metalflow host abort {host} to withdraw it"
+                in shown.stdout
+            ), shown.stdout
 
             aborted = await metalflow(
                 local_env, "host", "abort", host, "--by", "alice", "--reason", "debugging",
@@ -208,6 +213,8 @@ async def test_an_operators_abort_of_the_monitors_reprovision_holds_the_monitor_
                 shown.stdout
             ), shown.stdout
             assert f"(resume: metalflow host monitor {host} --resume)" in shown.stdout
+            host_shown = await metalflow(local_env, "host", "status", host)
+            assert f"monitor holds back until {iso_z(held.hold_back.until)}: " in host_shown.stdout
 
             resumed = await metalflow(
                 local_env, "host", "monitor", host, "--resume", "--by", "alice", "--reason", "done", *queue

@@ -194,6 +194,16 @@ def pool_line(status: HostMonitorStatus) -> str:
     return f"{status.pool_state}: critical DPU services down on {down}"
 
 
+def hold_back_line(status: HostMonitorStatus) -> str:
+    """Why the monitor asks for no reprovision now, until when, and how to resume it."""
+    hold = status.hold_back
+    assert hold is not None
+    return (
+        f"until {_when(hold.until)}: no reprovision asked after {hold.why} "
+        f"(resume: metalflow host monitor {status.host_id} --resume)"
+    )
+
+
 def render_monitor(status: HostMonitorStatus, policy: MonitorPolicy | None) -> str:
     """The monitor's status for a person: pool state, DPUs, degraded DPUs and their deadlines."""
     lines = [
@@ -218,10 +228,7 @@ def render_monitor(status: HostMonitorStatus, policy: MonitorPolicy | None) -> s
             line += f"; asked {_when(dpu.reprovision_asked_at)}: {dpu.reprovision_outcome}"
         lines.append(line)
     if status.hold_back is not None:
-        lines.append(
-            f"  holding back     until {_when(status.hold_back.until)}: no reprovision asked after "
-            f"{status.hold_back.why} (resume: metalflow host monitor {status.host_id} --resume)"
-        )
+        lines.append(f"  holding back     {hold_back_line(status)}")
     lines.append(f"  reprovisions requested {status.reprovisions_requested}")
     for answer in status.requests[-5:]:
         lines.append(f"    {answer}")

@@ -110,6 +110,8 @@ def render_status(
         lines.append(f"  auto-approved until {iso_z(status.auto_approved_until)}")
     if monitor is not None:
         lines.append(f"  monitor          {host_monitor.pool_line(monitor)}")
+        if monitor.hold_back is not None:
+            lines.append(f"  monitor holds back {host_monitor.hold_back_line(monitor)}")
     current = status.current
     if current is not None:
         lines.append(f"  operation        {current.operation} ({current.workflow_id}): {current.outcome}")
@@ -122,6 +124,11 @@ def render_status(
             lines.append(
                 f"    waiting for    `metalflow approve {status.host_id}` until "
                 f"{iso_z(status.approval_expires_at)}, then the request expires"
+            )
+        if current.outcome == "awaiting-approval":
+            lines.append(
+                f"    answer with    metalflow approve {status.host_id}, or metalflow host abort "
+                f"{status.host_id} to withdraw it"
             )
     if seen is not None:
         lines.append(f"    now            {seen.text}")
