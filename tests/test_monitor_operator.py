@@ -28,6 +28,7 @@ from monitor_support import STOP, start_monitor, status_of
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import FAST_POLICY, eventually, site_worker
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names, workflow_api
@@ -39,6 +40,7 @@ from contracts.models.host import (
     MonitorPolicy,
     OperationPolicy,
     OperationRequest,
+    RebootMethod,
 )
 from contracts.wording import iso_z
 from metalflow.devstack.demo import power_cycles
@@ -176,8 +178,9 @@ async def test_an_operators_abort_of_the_monitors_reprovision_holds_the_monitor_
     monitor_id, queue = names.monitor_workflow_id(host), ("--task-queue", task_queue)
     async with site_worker(client, task_queue, sim):
         policy = MonitorPolicy(reprovision_after_seconds=1.0)  # the hold-back: its default, an hour
-        # A power-down wait the abort cuts short: the reprovision cannot end before the abort.
-        slow = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 60.0})
+        # Reboots by hand (`host-rebooted`, never sent here): the reprovision cannot end before
+        # the abort (the simulated site's reprovision takes well under a second otherwise).
+        slow = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
         async with watched(client, task_queue, host, policy, operations=slow) as (entity, monitor):
             sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
             first = await eventually(lambda: entity_status(entity), running)
@@ -213,6 +216,10 @@ async def test_an_operators_abort_of_the_monitors_reprovision_holds_the_monitor_
                 shown.stdout
             ), shown.stdout
             assert f"(resume: metalflow host monitor {host} --resume)" in shown.stdout
+            mixed = await metalflow(
+                local_env, "host", "monitor", host, "--status", "--hold-back", "5", *queue
+            )
+            assert mixed.status == 1 and "--hold-back is a policy of a monitor being started" in mixed.stderr
             host_shown = await metalflow(local_env, "host", "status", host)
             assert f"monitor holds back until {iso_z(held.hold_back.until)}: " in host_shown.stdout
 
@@ -225,9 +232,10 @@ async def test_an_operators_abort_of_the_monitors_reprovision_holds_the_monitor_
             assert again.current is not None and again.current.requested_by == monitor_id
             nothing = await metalflow(local_env, "host", "monitor", host, "--resume", *queue)
             assert nothing.status == 1 and "is not holding back: nothing to resume" in nothing.stderr
-            # Clean up: the second is aborted unless it ended already (it may have recreated the
-            # DPU, which then has no injected failure to recover from).
-            await metalflow(local_env, "host", "abort", host, "--reason", "test over", *queue)
+            # Clean up: the second is ended (terminated: what this test shows is done), the DPU
+            # recovers unless the reprovision recreated it (then no injected failure is left).
+            with contextlib.suppress(RPCError):
+                await client.get_workflow_handle(f"reprovision/{host}").terminate("test over")
             await eventually(lambda: entity_status(entity), lambda s: s.current is None)
             with contextlib.suppress(httpx.HTTPStatusError):
                 sim.inject(f"dpus/node-{host}-device-{dpu}/recover")

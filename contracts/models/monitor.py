@@ -87,6 +87,8 @@ class OwnRequest(_Frozen):
     workflow_id: str
     dpu_ids: tuple[str, ...]
     awaiting_approval: bool
+    asked_at: datetime | None = None  # when the entity accepted it
+    checked_at: datetime | None = None  # when the entity's record last said it still runs
 
 
 class HoldBack(_Frozen):
@@ -181,6 +183,7 @@ class MonitorMemory(BaseModel):
     looked_at: datetime | None = None  # when the last DPF state was handled
     asked: OwnRequest | None = None  # the monitor's request the entity holds (None: none)
     hold_back: HoldBack | None = None  # an operator said no: no request until it ends
+    last_ended: str = ""  # how its last request ended, as recorded (told twice: recorded once)
 
 
 class HostMonitorInput(_Frozen):

@@ -107,6 +107,11 @@ def register(
 
 async def monitor(client: Client, args: argparse.Namespace) -> int:
     """Start, show or stop; failures raise `HostRequestError` (exit 1)."""
+    if args.hold_back is not None and (args.status or args.stop or args.resume):
+        raise HostRequestError(
+            "--hold-back is a policy of a monitor being started: it does not go with --status, --stop "
+            f"or --resume (stop the monitor and start it again with --hold-back {args.hold_back:g})"
+        )
     if args.status:
         status = await monitor_status(client, args.host)
         _say(render_monitor(status, await monitor_policy(client, args.host)))

@@ -21,6 +21,7 @@ from contracts.models.monitor import (
     HostMonitorInput,
     MonitorMemory,
     MonitorPolicy,
+    OwnerOperationResult,
     OwnerReprovisionResult,
     PoolStateResult,
 )
@@ -249,6 +250,45 @@ def test_an_operators_abort_holds_the_monitor_back_until_the_back_off_ends_or_it
     off = monitor(MonitorPolicy(hold_back_seconds=0))
     off.request_ended(HostFinished(host_id="h1", workflow_id="r", outcome="aborted by a: b"), T0)
     assert done.hold_back is None and off.hold_back is None
+
+
+def test_while_its_own_reprovision_runs_the_monitor_asks_nothing_and_reads_the_record_a_deadline_later() -> (
+    None
+):
+    """Asking while its own request ran raced an operator's abort: an ask that reached the entity
+    between the abort's end and the monitor learning of it started a second reprovision."""
+    state = monitor(MonitorPolicy(reprovision_after_seconds=60.0))
+    state.observe(seen(("d0", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)
+    asked_at = T0 + timedelta(minutes=1)
+    accepted = OwnerReprovisionResult(outcome="accepted", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(asked_at), accepted, asked_at)
+    later = asked_at + timedelta(minutes=5)
+    assert state.overdue(later) == []  # its own runs: nothing asked, however long
+    assert state.next_deadline() == asked_at + timedelta(minutes=1)
+    assert state.own_request_to_check(asked_at + timedelta(seconds=59)) is None
+    assert state.own_request_to_check(later) == state.asked
+    still = OwnerOperationResult(workflow_id="reprovision/h1", message="running")
+    assert state.own_request_seen(still, later) is None
+    assert state.next_deadline() == later + timedelta(minutes=1) and state.own_request_to_check(later) is None
+    # Its end read from the record before the signal came: applied once, the signal then ignored.
+    ended = OwnerOperationResult(workflow_id="reprovision/h1", message="ended aborted by alice: debugging")
+    words = state.own_request_seen(ended, later)
+    assert words is not None and words.startswith("reprovision/h1 aborted by alice: debugging; holding back")
+    recorded = list(state.requests)
+    told = HostFinished(host_id="h1", workflow_id="reprovision/h1", outcome="aborted by alice: debugging")
+    state.request_ended(told, later + timedelta(seconds=1))
+    assert state.requests == recorded and state.hold_back is not None and state.hold_back.since == later
+    # A request the entity no longer knows (ended by hand, unreported) is the monitor's no longer.
+    lost = monitor(MonitorPolicy(reprovision_after_seconds=60.0))
+    lost.observe(seen(("d0", "Ready")), T0)
+    lost.observe(seen(("d0", "Node Effect")), T0)
+    lost.reprovision_answered(lost.overdue(asked_at), accepted, asked_at)
+    gone = OwnerOperationResult(message="no operation since 2026-11-27T03:01:00+00:00")
+    assert lost.own_request_seen(gone, later) == (
+        "reprovision/h1 is no longer known to the entity (no operation since 2026-11-27T03:01:00+00:00)"
+    )
+    assert lost.asked is None and [d.dpu_id for d in lost.overdue(later)] == ["d0"]
 
 
 def test_a_dpu_the_entity_says_dpf_no_longer_has_is_not_asked_for_again() -> None:

@@ -36,6 +36,7 @@ from contracts.models.monitor import (
     HostMonitorInput,
     HostMonitorStatus,
     MonitorMemory,
+    OwnerOperationResult,
     OwnerReprovisionResult,
     OwnRequest,
     PoolChange,
@@ -212,8 +213,17 @@ class MonitorState(MonitorMemory):
         none, or automatic reprovision off)."""
         if not self._request.policy.auto_reprovision or not self.degraded:
             return None
+        if self.asked is not None:  # its own request: told when it ends; a running one looked at
+            if self.asked.awaiting_approval:
+                return None
+            return self._checked(self.asked) + timedelta(
+                seconds=self._request.policy.reprovision_after_seconds
+            )
         due = min(self.due_at(d) for d in self.degraded)
         return due if self.hold_back is None else max(due, self.hold_back.until)
+
+    def _checked(self, asked: OwnRequest) -> datetime:
+        return asked.checked_at or asked.asked_at or self.began
 
     def overdue(self, now: datetime) -> list[DegradedDPU]:
         """The degraded DPUs whose reprovision the owner is to be asked for now: none while the
@@ -225,16 +235,52 @@ class MonitorState(MonitorMemory):
                 return []
             self._record(f"held back no more: the hold-back after {self.hold_back.why} ended")
             self.hold_back = None
+        if self.asked is not None:  # its own request is held or runs: the entity tells its end
+            return []
         return [d for d in self.degraded if self.due_at(d) <= now]
+
+    def own_request_to_check(self, now: datetime) -> OwnRequest | None:
+        """The monitor's own running request, one deadline after it was last seen running: the
+        entity's record is read (`own_request_seen`) in case its end was not told (an entity
+        ended by hand). None: nothing to read now."""
+        asked, wait = self.asked, timedelta(seconds=self._request.policy.reprovision_after_seconds)
+        if asked is None or asked.awaiting_approval or not self.degraded:
+            return None
+        return asked if self._checked(asked) + wait <= now else None
+
+    def own_request_seen(self, found: OwnerOperationResult, now: datetime) -> str | None:
+        """What the entity's record says of the monitor's own running request (`find_host_operation`
+        since it was asked): still running (looked at again one deadline later; None), ended (as if
+        told: `request_ended`), or unknown to the entity (no longer the monitor's: asked anew)."""
+        asked = self.asked
+        if asked is None:
+            return None
+        if found.workflow_id == asked.workflow_id and found.message == "running":
+            self.asked = asked.model_copy(update={"checked_at": now})
+            return None
+        if found.workflow_id == asked.workflow_id and found.message.startswith("ended "):
+            ended = found.message.removeprefix("ended ")
+            finished = HostFinished(
+                host_id=self._request.host_id, workflow_id=asked.workflow_id, outcome=ended
+            )
+            return self.request_ended(finished, now)
+        self.asked = None
+        words = f"{asked.workflow_id} is no longer known to the entity ({found.message})"
+        self._record(words)
+        return words
 
     # -- how its request ended; an operator's no --------------------------------------------------------
     def request_ended(self, finished: HostFinished, now: datetime) -> str:
         """How the monitor's request ended, as the entity tells it (`host_finished`), recorded. An
         operator's no (`operator_said_no`) holds the monitor back: no new request for the host for
         `policy.hold_back_seconds`; the hold-back and why are in its status. Returns the words."""
-        if self.asked is not None and self.asked.workflow_id == finished.workflow_id:
-            self.asked = None
+        own = self.asked is not None and self.asked.workflow_id == finished.workflow_id
         words = f"{finished.workflow_id} {finished.outcome}"
+        if not own and words == self.last_ended:  # told twice (the record read, then the signal)
+            return words
+        if own:
+            self.asked = None
+        self.last_ended = words
         me = names.monitor_workflow_id(self._request.host_id)
         if not finished.outcome.startswith(f"withdrawn by {me}"):  # its own: the answer records it
             self._record(words)
@@ -278,6 +324,7 @@ class MonitorState(MonitorMemory):
                 workflow_id=answer.workflow_id,
                 dpu_ids=tuple(sorted(d.dpu_id for d in due)),
                 awaiting_approval=answer.outcome == "awaiting-approval",
+                asked_at=now,
             )
         for dpu in due:
             self._keep(dpu.model_copy(update={"reprovision_asked_at": now, "reprovision_outcome": outcome}))

@@ -16,10 +16,13 @@ Runbook, on every change the DPF watcher signals:
 4. The monitor's own request awaiting approval whose DPUs are no longer degraded (Ready again,
    or gone) is withdrawn (`withdraw_host_request`, the entity's `withdraw`): an approval given
    later would reprovision a healthy host; `metalflow approve` then says what was withdrawn.
-5. A reprovision the entity refuses because DPF no longer has the DPUs (its removal took them
+5. While its own reprovision runs the monitor asks for none (the entity tells it how it ends;
+   asking meanwhile raced an operator's abort); one deadline after it was last seen running it
+   reads the entity's record (`find_host_operation`), in case that end was never told.
+6. A reprovision the entity refuses because DPF no longer has the DPUs (its removal took them
    out: `DPUsRemoved`, outcome "gone") is not asked again: those DPUs are forgotten, and the
    pool label follows the DPUs left.
-6. An operator's abort is sovereign: the entity tells the monitor how its request ended (signal
+7. An operator's abort is sovereign: the entity tells the monitor how its request ended (signal
    `host_finished`, as it tells a campaign); aborted, terminated or withdrawn by someone else,
    the monitor asks for no reprovision of the host for `policy.hold_back_seconds` (default an
    hour), shows the hold-back and why in its status, and resumes when it ends or an operator
@@ -198,6 +201,7 @@ class HostMonitorWorkflow(kernel.Abortable):
                     else:
                         events_this_run += 1
                 await self._withdraw_stale()
+                await self._check_own_request()
                 await self._reprovision_overdue()
                 if self.aborting:
                     break
@@ -329,6 +333,30 @@ class HostMonitorWorkflow(kernel.Abortable):
         self.enter(OUT_OF_POOL_PHASE, f"reprovision of {', '.join(ids)}: {outcome}")
         if answer.outcome == "gone":  # DPUs DPF no longer has are degraded no more: the label follows
             await self._apply_pool_state()
+
+    async def _check_own_request(self) -> None:
+        """While its own reprovision runs the monitor asks nothing (the entity tells it how it ends:
+        asking meanwhile raced an operator's abort); one deadline after it was last seen running,
+        the entity's record is read, in case that end was never told (`own_request_seen`)."""
+        asked = self.state.own_request_to_check(workflow.now())
+        if asked is None:
+            return
+        try:
+            found = await self.call(
+                activity_api.find_host_operation,
+                OwnerOperationInput(
+                    host_id=self._request.host_id,
+                    since=asked.asked_at or self.state.began,
+                    dpu_ids=asked.dpu_ids,
+                ),
+                options(OWNER_REQUEST, f"does {asked.workflow_id} still run?"),
+                abortable=not self.aborting,
+            )
+        except OperationAborted:
+            return
+        words = self.state.own_request_seen(found, workflow.now())
+        if words is not None:
+            self.enter(self.state.status().phase, words)
 
     async def _withdraw_stale(self) -> None:
         """The monitor's own request awaiting approval whose DPUs are no longer degraded is
