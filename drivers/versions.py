@@ -39,6 +39,12 @@ from drivers.site_file import CompatibilityRule
 
 NIC_IDS = ("DPU_NIC", "BlueField_FW_NIC_0")
 BMC_IDS = ("BMC_Firmware", "BlueField_FW_BMC_0")
+# A host BMC's own firmware among its FirmwareInventory members: each vendor names it its own way
+# (sources in simulators/redfish/BEHAVIOUR.md H1-H7): Supermicro `BMC`, Lenovo XCC `BMC-Primary`,
+# NVIDIA DGX `HostBMC_0`, OpenBMC `bmc_active`, Dell iDRAC `Installed-<id>-<version>__iDRAC.<fqdd>`
+# (not `Previous-...`, the image it would roll back to), HPE iLO by its Name (`iLO 6`; Ids are numbers).
+HOST_BMC_ID = re.compile(r"BMC|BMC-Primary|HostBMC_0|bmc_active|Installed-\d+-[^_]*__iDRAC\..+")
+HOST_BMC_NAME = re.compile(r"iLO \d+")
 CHASSIS = ("/redfish/v1/Chassis/Card1", "/redfish/v1/Chassis/BlueField_0")
 DPU_SYSTEM = "/redfish/v1/Systems/Bluefield"
 
@@ -82,7 +88,7 @@ async def _firmware(bmc: BMCConnection) -> dict[str, str | None]:
             continue  # staged, not running
         if key in NIC_IDS:
             found["dpu_firmware"] = item.version
-        elif key in BMC_IDS:
+        elif key in BMC_IDS or HOST_BMC_ID.fullmatch(item.id) or HOST_BMC_NAME.fullmatch(item.name or ""):
             found["bmc_firmware"] = item.version
     return found
 

@@ -37,6 +37,7 @@ from drivers.versions import VersionReader
 from metalflow.hosts import host_status, send_update
 from metalflow.runtime.worker import build_worker
 from simulators.dpf.objects import DEFAULT_BFB
+from simulators.redfish.host import PROFILES
 from workflows.host import versions as host_versions
 
 OFF_TARGET_FIRMWARE = "99.99.9999"
@@ -119,9 +120,9 @@ async def test_after_a_reprovision_the_entity_memo_shows_the_versions_the_site_r
             "dpu_bmc_firmware": dpu.dpu_bmc_firmware,
         }
     assert memo["at_target"] == f"no: dpu_firmware on {host}-dpu-0, dpu_firmware on {host}-dpu-1"
-    # The simulated host BMCs serve no FirmwareInventory: shown as unknown, with the reason.
-    assert reported.host_bmc_firmware is None
-    assert memo["host_bmc_firmware"].startswith("unknown (host BMC firmware: ")
+    # The host's BMC (profile powercycle: Dell iDRAC) serves its FirmwareInventory: the UI shows it.
+    assert reported.host_bmc_firmware == PROFILES["powercycle"].firmware[0].version
+    assert memo["host_bmc_firmware"] == reported.host_bmc_firmware
     assert described.typed_search_attributes.get(names.BFB_VERSION) == [DEFAULT_BFB]
     listed = [
         w.id async for w in client.list_workflows(f'BfbVersion = "{DEFAULT_BFB}" AND HostId = "{host}"')

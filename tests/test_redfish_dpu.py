@@ -143,5 +143,7 @@ async def test_an_injected_update_failure_and_bad_requests(sim: RunningBMCs) -> 
         system = (await client.get("/redfish/v1/Systems/Bluefield")).json()
         assert system["PowerState"] == "On"
     async with httpx.AsyncClient(base_url=sim.base("host-001"), auth=sim.credentials["host-001"]) as host:
-        # A host BMC has no UpdateService.
-        assert (await host.get("/redfish/v1/UpdateService")).status_code == 404
+        # A host BMC's UpdateService (BEHAVIOUR.md H1) only reads: no SimpleUpdate on a host.
+        assert "Actions" not in (await host.get("/redfish/v1/UpdateService")).json()
+        action = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
+        assert (await host.post(action, json={"ImageURI": IMAGE})).status_code == 404

@@ -143,6 +143,7 @@ class FirmwareComponent(_Frozen):
     software_id: str | None = None
     version: str | None = None
     state: str | None = None  # Status.State: Enabled (running), StandbyOffline (staged)
+    name: str | None = None  # Name: how some vendors tell which member is which (HPE: "iLO 6")
 
 
 class ReadFirmwareInput(_Frozen):

@@ -56,6 +56,7 @@ async def read_versions(connection: BMCConnection, component: str) -> FirmwareVe
                 software_id=body.get("SoftwareId") if isinstance(body.get("SoftwareId"), str) else None,
                 version=body.get("Version") if isinstance(body.get("Version"), str) else None,
                 state=state if isinstance(state, str) else None,
+                name=body.get("Name") if isinstance(body.get("Name"), str) else None,
             )
         )
     running: str | None = None

@@ -16,6 +16,11 @@ A profile is how one vendor's BMC behaves; the site picks one per host (`HOST_BM
 | `self-signed-tls` | `System.Embedded.1` | 204 | yes / yes | yes | https, the simulator's own CA |
 
 Clients must find the System through the `Systems` collection, never assume its id.
+
+Firmware (`UpdateService/FirmwareInventory`, BEHAVIOUR.md H1-H7): each profile lists the inventory
+members its vendor's BMC serves for the BMC and the host firmware (ids and names as the vendor
+shows them; versions are examples). A profile with none serves no UpdateService and its service
+root links none: no source was found for that vendor's member ids.
 """
 
 from __future__ import annotations
@@ -53,6 +58,30 @@ READ_ONLY = frozenset(
 
 
 @dataclass(frozen=True)
+class FirmwareItem:
+    """One member of a host BMC's FirmwareInventory (a SoftwareInventory resource)."""
+
+    id: str
+    name: str
+    version: str
+    software_id: str | None = None
+
+
+# The members each vendor's BMC serves for itself and the host firmware (BEHAVIOUR.md H1-H7).
+DELL_IDRAC = (
+    FirmwareItem("Installed-25227-7.10.50.00__iDRAC.Embedded.1-1", "Integrated Dell Remote Access Controller",
+                 "7.10.50.00", "25227"),
+    FirmwareItem("Installed-159-2.3.5__BIOS.Setup.1-1", "BIOS", "2.3.5", "159"),
+)  # fmt: skip
+SUPERMICRO = (FirmwareItem("BMC", "BMC", "01.03.19"), FirmwareItem("BIOS", "BIOS", "2.1"))
+NVIDIA_DGX = (FirmwareItem("HostBMC_0", "Software Inventory", "24.09.17"),
+              FirmwareItem("HostBIOS_0", "Software Inventory", "01.05.03"))  # fmt: skip
+HPE_ILO = (FirmwareItem("1", "iLO 6", "1.58"), FirmwareItem("2", "System ROM", "U58 v2.22 (04/09/2024)"))
+LENOVO_XCC = (FirmwareItem("BMC-Primary", "XCC Primary Firmware", "4.10"),
+              FirmwareItem("UEFI", "UEFI Firmware", "5.30"))  # fmt: skip
+
+
+@dataclass(frozen=True)
 class HostProfile:
     """How one vendor's host BMC behaves."""
 
@@ -70,11 +99,13 @@ class HostProfile:
     not_implemented: tuple[str, ...] = ()  # advertised reset types answered 501
     multi_system: bool = False  # the System id is the host id; one service serves a group of hosts
     tls: bool = False  # served over https
+    firmware: tuple[FirmwareItem, ...] = ()  # its FirmwareInventory; () = no UpdateService
 
 
 PROFILES: dict[str, HostProfile] = {
     "powercycle": HostProfile(
-        "powercycle", "System.Embedded.1", "Dell Inc.", "PowerEdge XE9680", ALL_RESET_TYPES, True, "204"
+        "powercycle", "System.Embedded.1", "Dell Inc.", "PowerEdge XE9680", ALL_RESET_TYPES, True, "204",
+        firmware=DELL_IDRAC,
     ),
     "no-powercycle": HostProfile(
         "no-powercycle",
@@ -84,6 +115,7 @@ PROFILES: dict[str, HostProfile] = {
         ("On", "ForceOff", "GracefulShutdown", "ForceRestart", "Nmi", "ForceOn"),
         False,
         "200",
+        firmware=SUPERMICRO,
     ),
     "task-monitor": HostProfile(
         "task-monitor",
@@ -93,6 +125,7 @@ PROFILES: dict[str, HostProfile] = {
         ("On", "ForceOff", "GracefulShutdown", "GracefulRestart", "ForceRestart", "PowerCycle"),
         True,
         "202",
+        firmware=NVIDIA_DGX,
     ),
     "etag-required": HostProfile(
         "etag-required",
@@ -112,6 +145,7 @@ PROFILES: dict[str, HostProfile] = {
         True,
         "200",
         etag_required=True,
+        firmware=HPE_ILO,
     ),  # fmt: skip
     "reset-cooldown": HostProfile(
         "reset-cooldown",
@@ -122,6 +156,7 @@ PROFILES: dict[str, HostProfile] = {
         False,
         "204",
         cooldown_after_off=True,
+        firmware=LENOVO_XCC,
     ),
     "basic-only": HostProfile(
         "basic-only", "1", "Gigabyte", "G593-SD0",
@@ -141,7 +176,7 @@ PROFILES: dict[str, HostProfile] = {
     ),
     "self-signed-tls": HostProfile(
         "self-signed-tls", "System.Embedded.1", "Dell Inc.", "PowerEdge R760xa", ALL_RESET_TYPES, True,
-        "204", tls=True,
+        "204", tls=True, firmware=DELL_IDRAC,
     ),
 }  # fmt: skip
 
@@ -239,6 +274,40 @@ class HostBMC:
                 }
             ],
         }
+
+
+def host_update_service_body(prefix: str) -> dict[str, Any]:
+    """A host BMC's UpdateService: its inventory only. Real BMCs also offer updates (SimpleUpdate,
+    HttpPushUri); the simulator does not update host firmware, so it advertises no action."""
+    base = f"{prefix}/redfish/v1/UpdateService"
+    return {
+        "@odata.id": base,
+        "@odata.type": "#UpdateService.v1_11_0.UpdateService",
+        "Id": "UpdateService",
+        "Name": "Update Service",
+        "ServiceEnabled": True,
+        "Status": {"State": "Enabled", "Health": "OK"},
+        "FirmwareInventory": {"@odata.id": f"{base}/FirmwareInventory"},
+    }
+
+
+def host_inventory_item(profile: HostProfile, item_id: str, prefix: str) -> dict[str, Any] | None:
+    """One SoftwareInventory member of the profile's FirmwareInventory, or None."""
+    for item in profile.firmware:
+        if item.id == item_id:
+            body: dict[str, Any] = {
+                "@odata.id": f"{prefix}/redfish/v1/UpdateService/FirmwareInventory/{item.id}",
+                "@odata.type": "#SoftwareInventory.v1_10_0.SoftwareInventory",
+                "Id": item.id,
+                "Name": item.name,
+                "Version": item.version,
+                "Updateable": True,
+                "Status": {"State": "Enabled", "Health": "OK"},
+            }
+            if item.software_id is not None:
+                body["SoftwareId"] = item.software_id
+            return body
+    return None
 
 
 def etag_of(host: HostBMC) -> str:

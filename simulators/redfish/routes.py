@@ -26,7 +26,14 @@ from aiohttp import web
 from . import accounts, messages
 from . import dpu as dpu_resources
 from .dpu import DPUBMC
-from .host import HostBMC, apply_patch, check_if_match, etag_of
+from .host import (
+    HostBMC,
+    apply_patch,
+    check_if_match,
+    etag_of,
+    host_inventory_item,
+    host_update_service_body,
+)
 
 if TYPE_CHECKING:
     from . import BMCs, Service
@@ -186,7 +193,7 @@ class Redfish:
         if ctx.service.sessions:
             body["SessionService"] = {"@odata.id": f"{v1}/SessionService"}
             body["Links"] = {"Sessions": {"@odata.id": f"{v1}/SessionService/Sessions"}}
-        if ctx.dpu is not None:
+        if ctx.dpu is not None or (ctx.host is not None and ctx.host.profile.firmware):
             body["UpdateService"] = {"@odata.id": f"{v1}/UpdateService"}
         return messages.json_response(body)
 
@@ -392,10 +399,14 @@ class Redfish:
         body = accounts.role(ctx.params[0])
         return messages.not_found(ctx.request.path) if body is None else messages.json_response(body)
 
-    # -- DPU UpdateService --------------------------------------------------------------------
+    # -- UpdateService: a DPU BMC's (SimpleUpdate) and a host BMC's (inventory only) ----------
 
     async def update_service(self, ctx: Context) -> web.Response:
-        return messages.json_response(dpu_resources.update_service_body(ctx.prefix))
+        if ctx.dpu is not None:
+            return messages.json_response(dpu_resources.update_service_body(ctx.prefix))
+        if ctx.host is None or not ctx.host.profile.firmware:
+            return messages.not_found(ctx.request.path)
+        return messages.json_response(host_update_service_body(ctx.prefix))
 
     async def simple_update(self, ctx: Context) -> web.Response:
         assert ctx.dpu is not None
@@ -405,17 +416,25 @@ class Redfish:
         return self._bmcs.firmware.simple_update(ctx.dpu, body, ctx.prefix)
 
     async def firmware_inventory(self, ctx: Context) -> web.Response:
-        assert ctx.dpu is not None
         uri = f"{ctx.prefix}/redfish/v1/UpdateService/FirmwareInventory"
-        members = [f"{uri}/{item}" for item in dpu_resources.inventory_members(ctx.dpu)]
+        if ctx.dpu is not None:
+            items = dpu_resources.inventory_members(ctx.dpu)
+        elif ctx.host is not None and ctx.host.profile.firmware:
+            items = [item.id for item in ctx.host.profile.firmware]
+        else:
+            return messages.not_found(ctx.request.path)
         return messages.json_response(
             _collection(uri, "#SoftwareInventoryCollection.SoftwareInventoryCollection", "Firmware Inventory",
-                        members)
+                        [f"{uri}/{item}" for item in items])
         )  # fmt: skip
 
     async def firmware_item(self, ctx: Context) -> web.Response:
-        assert ctx.dpu is not None
-        item = dpu_resources.inventory_item(ctx.dpu, ctx.params[0], ctx.prefix)
+        if ctx.dpu is not None:
+            item = dpu_resources.inventory_item(ctx.dpu, ctx.params[0], ctx.prefix)
+        elif ctx.host is not None:
+            item = host_inventory_item(ctx.host.profile, ctx.params[0], ctx.prefix)
+        else:
+            item = None
         if item is None:
             return messages.not_found(ctx.request.path)
         return messages.json_response(item)
@@ -468,14 +487,14 @@ RESOURCES: tuple[Resource, ...] = (
         kinds=_DPU,
         reset_methods=frozenset({"POST"}),
     ),
-    Resource(("UpdateService",), {"GET": Redfish.update_service}, kinds=_DPU),
+    Resource(("UpdateService",), {"GET": Redfish.update_service}),
     Resource(
         ("UpdateService", "Actions", "UpdateService.SimpleUpdate"),
         {"POST": Redfish.simple_update},
         kinds=_DPU,
     ),
-    Resource(("UpdateService", "FirmwareInventory"), {"GET": Redfish.firmware_inventory}, kinds=_DPU),
-    Resource(("UpdateService", "FirmwareInventory", "*"), {"GET": Redfish.firmware_item}, kinds=_DPU),
+    Resource(("UpdateService", "FirmwareInventory"), {"GET": Redfish.firmware_inventory}),
+    Resource(("UpdateService", "FirmwareInventory", "*"), {"GET": Redfish.firmware_item}),
 )
 
 
