@@ -1,8 +1,9 @@
 """The simulator's own API under `/sim/`: health, violations, power logs, site, fault injection.
 
 Read by `metalflow sim violations|power-log` and by tests; the fault injection endpoints let an
-operator rehearse failures (a DPU in `Error`, a DPU service down, a PodGang that never comes up,
-a Kubernetes API outage).
+operator rehearse failures (a BMC that rejects the credentials or cannot be reached, a DPU in
+`Error` or whose install fails, a DPU service down, a PodGang that never comes up, a Kubernetes
+API outage).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/bmcs/{bmc_id}/load", _bmc_load)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/dpu-bmcs/{dpu}/{fault}", _dpu_bmc_fault)
+    app.router.add_post("/sim/faults/bmcs/{bmc_id}/{fault}", _bmc_fault)
+    app.router.add_get("/sim/bmcs/{bmc_id}/faults", _bmc_faults)
     app.router.add_get("/sim/dpu-bmcs/{dpu}", _dpu_bmc)
     app.router.add_post("/sim/faults/podgangs/{name}/{fault}", _podgang_fault)
     app.router.add_post("/sim/faults/api/outage", _api_outage)
@@ -145,6 +148,26 @@ async def _dpu_bmc_fault(request: web.Request) -> web.Response:
     except LookupError as err:
         return _problem(404, str(err))
     return web.json_response({"dpu": dpu, "fault": fault})
+
+
+async def _bmc_fault(request: web.Request) -> web.Response:
+    """A named fault of a host's or DPU's BMC (`BMCs.bmc_fault`): wrong-credentials,
+    rotate-after-forceoff, unreachable, or clear; answers the BMC's faults in force after it."""
+    site, bmc_id, fault = request.app[SITE_KEY], request.match_info["bmc_id"], request.match_info["fault"]
+    try:
+        return web.json_response(await site.bmcs.bmc_fault(bmc_id, fault))
+    except KeyError:
+        return _problem(404, f"no BMC {bmc_id!r} in site {site.site.name!r}")
+    except LookupError as err:
+        return _problem(404, str(err))
+
+
+async def _bmc_faults(request: web.Request) -> web.Response:
+    site, bmc_id = request.app[SITE_KEY], request.match_info["bmc_id"]
+    try:
+        return web.json_response(site.bmcs.bmc_faults(bmc_id))
+    except KeyError:
+        return _problem(404, f"no BMC {bmc_id!r} in site {site.site.name!r}")
 
 
 async def _dpu_bmc(request: web.Request) -> web.Response:

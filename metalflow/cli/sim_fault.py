@@ -1,8 +1,17 @@
-"""`metalflow sim fault dpu ID error|node-effect|recover` and `sim fault podgang NAME
-never-available|fall-back`: rehearse failures on the simulated site.
+"""`metalflow sim fault bmc|dpu|podgang ...`: rehearse failures on the simulated site, by name.
+
+    metalflow sim fault bmc ID wrong-credentials|rotate-after-forceoff|unreachable|clear
+    metalflow sim fault dpu ID error|node-effect|install-fails|recover
+    metalflow sim fault podgang NAME never-available|fall-back|clear
+
+Every fault can be undone: `clear` (a BMC, a PodGang), `recover` (a DPU's node-effect, or an
+install-fails not yet hit). A DPU in Error stays there until it is reprovisioned, as on DPF.
+Each fault's behaviour and the real-world report it rehearses: simulators/redfish/BEHAVIOUR.md
+(F1-F4) and simulators/dpf/BEHAVIOUR.md (E1, F5).
 
 They post to the simulator's control API (`/sim/faults/...`, simulators/control.py), which takes
-the short DPU id every other command takes (`host-001-dpu-0`) as well as the DPU object's name.
+the ids every other command takes: a host id for its BMC (`host-002`), a DPU id for its BMC or
+its DPU object (`host-001-dpu-0`), as well as the DPU object's name.
 Cost: one HTTP request to the simulator; nothing in Temporal.
 """
 
@@ -11,6 +20,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -22,30 +32,68 @@ from drivers.statedir import STATE_DIR_HELP, state_dir_for
 from metalflow.devstack.sim import read_sim_info
 
 EXIT_OK, EXIT_FAILED = 0, 1
+BMC_FAULTS = {
+    "wrong-credentials": "the BMC's password changes now and nobody stored the new one: every "
+    "login with the stored credentials is refused (401)",
+    "rotate-after-forceoff": "the same, right after the BMC next accepts a ForceOff (a secrets "
+    "store rotating the password while metalflow has the host off)",
+    "unreachable": "the BMC answers nothing: it stops listening and drops its open connections",
+    "clear": "undo the BMC's faults: the stored credentials work again, it answers again",
+}
 DPU_FAULTS = {
     "error": "the DPU goes to phase Error (Ready=False) until it is reprovisioned",
     "node-effect": "a Ready DPU goes back to Node Effect (a critical DPU service is down)",
-    "recover": "a DPU put in Node Effect recovers: back to Ready (an Error lasts until a reprovision)",
+    "install-fails": "the DPU's next install (now, or at its next reprovision) ends in Error "
+    "(FailToInstall) at the end of OS Installing; a reprovision installs it again",
+    "recover": "undo node-effect (back to Ready) or an install-fails not yet hit (an Error lasts "
+    "until a reprovision)",
 }
 PODGANG_FAULTS = {
     "never-available": "the PodGang (and every re-creation of it) never becomes Available",
     "fall-back": "the PodGang falls back to not Available (now, or as soon as it is Available)",
+    "clear": "forget the PodGang's faults: its next pods behave as usual",
 }
+# The words that undo a fault: what the command prints instead of "injected".
+UNDO = {"clear": "cleared", "recover": "recovered"}
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_BMC_ID = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,252}")
+
+
+def _listing() -> str:
+    lines = ["Inject a fault into the running simulated site by name, to rehearse what metalflow and its",
+             "operator do about it; each can be undone. The faults:", ""]  # fmt: skip
+    for kind, faults in (("bmc ID", BMC_FAULTS), ("dpu ID", DPU_FAULTS), ("podgang NAME", PODGANG_FAULTS)):
+        for name, text in faults.items():
+            lines.append(
+                textwrap.fill(f"{kind} {name}: {text}", 94, initial_indent="  ", subsequent_indent="      ")
+            )
+    return "\n".join(lines)
 
 
 def register(sim_sub: Any) -> None:
-    """Add `sim fault dpu` and `sim fault podgang`."""
+    """Add `sim fault bmc`, `sim fault dpu` and `sim fault podgang`."""
     fault = sim_sub.add_parser(
         "fault",
-        help="rehearse a failure: a DPU in Error or Node Effect, a PodGang that never comes up",
-        description="Inject a fault into the running simulated site, to rehearse what metalflow "
-        "and its operator do about it.",
+        help="rehearse a failure by name: wrong BMC credentials, an unreachable BMC, a DPU whose "
+        "install fails, ...",
+        description=_listing(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     kinds = fault.add_subparsers(title="fault commands", metavar="KIND")
+    bmc = kinds.add_parser(
+        "bmc",
+        help="wrong-credentials, rotate-after-forceoff, unreachable or clear one BMC",
+        description="; ".join(f"{name}: {text}" for name, text in BMC_FAULTS.items())
+        + ". ID is a host id (its BMC; on a multi-system BMC, every host it serves) or a DPU id "
+        "(the DPU's BMC).",
+    )
+    bmc.add_argument("bmc", metavar="ID", type=_bmc_id, help="host or DPU id, e.g. host-002")
+    bmc.add_argument("fault", choices=BMC_FAULTS, help="what happens to it")
+    bmc.add_argument("--state-dir", type=Path, default=None, help=STATE_DIR_HELP)
+    bmc.set_defaults(handler=_bmc)
     dpu = kinds.add_parser(
         "dpu",
-        help="error, node-effect or recover one DPU",
+        help="error, node-effect, install-fails or recover one DPU",
         description="; ".join(f"{name}: {text}" for name, text in DPU_FAULTS.items()) + ".",
     )
     dpu.add_argument("dpu", metavar="ID", type=arg_type(DPUId), help="DPU id, e.g. host-001-dpu-0")
@@ -57,7 +105,7 @@ def register(sim_sub: Any) -> None:
     dpu.set_defaults(handler=_dpu)
     podgang = kinds.add_parser(
         "podgang",
-        help="make a PodGang never available, or fall back",
+        help="make a PodGang never available, or fall back; or clear that",
         description="; ".join(f"{name}: {text}" for name, text in PODGANG_FAULTS.items()) + ".",
     )
     podgang.add_argument("podgang", metavar="NAME", type=_name, help="the PodGang's name")
@@ -78,6 +126,20 @@ def _name(text: str) -> str:
             f"invalid PodGang name {safe(text, 40)}: lower-case letters, digits, '-' and '.'"
         )
     return text
+
+
+def _bmc_id(text: str) -> str:
+    if not _BMC_ID.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"invalid host or DPU id {safe(text, 40)}: letters, digits, '-', '_' and '.'"
+        )
+    return text
+
+
+def _bmc(args: argparse.Namespace) -> int:
+    return _post(
+        args.state_dir, f"bmcs/{quote(args.bmc)}/{args.fault}", None, f"BMC of {args.bmc}", args.fault
+    )
 
 
 def _dpu(args: argparse.Namespace) -> int:
@@ -111,5 +173,5 @@ def _post(explicit: Path | None, path: str, body: dict[str, str] | None, subject
         error = response.json().get("error", response.text) if response.content else response.reason_phrase
         print(f"metalflow sim fault: {subject}: {error}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"{subject}: {fault} injected")
+    print(f"{subject}: {UNDO.get(fault, fault + ' injected')}")
     return EXIT_OK

@@ -13,6 +13,9 @@
     BFBTransferred/FailToInstall, OSInstalled/InstallationTerminated, Rebooted/RebootFailed, ...).
   - `agent` `{"methods": [...]}`: the reboot methods the DPU agent reports next (v26), e.g. a
     reboot loop `["SystemReboot"] * 7`; each must be one of `REBOOT_METHODS`.
+  - `install-fails`: the DPU's next install (now, or after its next reprovision) ends at the end
+    of `OS Installing` in `Error` with reason `FailToInstall` (condition `BFBTransferred`);
+    `recover` disarms it before it is hit. Once hit, the Error lasts until a reprovision.
   - `phase` `{"phase": P, "seconds": S}`: the next time DPF moves the DPU on, it passes through
     phase P for S seconds first (a build whose phases the client may not know); P must be one
     the served DPU CRD allows.
@@ -75,6 +78,9 @@ def inject(
             raise ValueError("the DPU agent's reboot methods are DPF v26 behaviour: serve --dpf-version 26")
         _existing(p, name)
         p.agent_faults[name] = [str(m) for m in methods]
+    elif fault == "install-fails":
+        _existing(p, name)
+        p.install_failures.add(name)
     elif fault == "phase":
         target, seconds = body.get("phase"), body.get("seconds", 1.0)
         if target not in served_phases:
@@ -92,7 +98,7 @@ def inject(
     else:
         raise LookupError(
             f"unknown DPU fault {fault!r}; "
-            "one of error, node-effect, recover, agent, phase, warm-reset-ignored"
+            "one of error, node-effect, recover, install-fails, agent, phase, warm-reset-ignored"
         )
 
 
@@ -117,6 +123,11 @@ def inject_error(p: Provisioner, name: str, message: str, *, reason: str | None 
         p.client.mutate(p.client.dpu, name, change, status=True)
 
 
+def fail_install(p: Provisioner, name: str) -> None:
+    """The install of an armed DPU (`install-fails`) ends in `Error`, reason `FailToInstall`."""
+    inject_error(p, name, "injected: the BFB installation failed", reason="FailToInstall")
+
+
 def inject_node_effect(p: Provisioner, name: str) -> None:
     obj = _existing(p, name)
     if phase(obj) != READY:
@@ -133,6 +144,9 @@ def inject_node_effect(p: Provisioner, name: str) -> None:
 
 def recover(p: Provisioner, name: str) -> None:
     obj = _existing(p, name)
+    if name in p.install_failures:  # an install failure not yet hit: disarmed
+        p.install_failures.discard(name)
+        return
     if name not in p.services_down or phase(obj) != NODE_EFFECT:
         raise ValueError(f"DPU {name} has no injected service failure to recover from")
     p.services_down.discard(name)

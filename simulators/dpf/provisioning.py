@@ -62,6 +62,7 @@ from simulators.dpf.model import (
     NEXT_PHASE_V26,
     NODE_EFFECT,
     NODE_EFFECT_REMOVAL,
+    OS_INSTALLING,
     PENDING,
     PREPARE_BFB,
     READY,
@@ -217,6 +218,7 @@ class Provisioner:
         # type of each host's last power-off.
         self.warm_reset_ignored: set[str] = set()
         self.last_off_reset: dict[str, str] = {}
+        self.install_failures: set[str] = set()  # DPU names whose next install fails (a fault)
         self._syncing = False
 
     # -- events ---------------------------------------------------------------------------------
@@ -341,6 +343,13 @@ class Provisioner:
             extra["bfbFile"] = f"/bfb/{self.client.namespace}-{obj['spec'].get('bfb', '')}.bfb"
         if self.v26 and target == DPU_CONFIG:  # the installed OS boots its agent (BEHAVIOUR.md A3)
             extra["agentStatus"] = {**agent_status(obj), "lastStartupTime": now_rfc3339()}
+        if current == OS_INSTALLING and name in self.install_failures:
+            # Fault `install-fails` (BEHAVIOUR.md E1): the BFB never made it onto the DPU.
+            from simulators.dpf.faults import fail_install
+
+            self.install_failures.discard(name)
+            fail_install(self, name)
+            return
         detour = self.detours.pop(name, None)
         if detour is not None:
             # A fault: a phase this DPF build passes through that the client may not know.

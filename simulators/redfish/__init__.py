@@ -50,7 +50,7 @@ from .routes import Redfish
 from .server import any_method_runner
 from .sessions import SESSION_CAP, Auth
 from .tasks import Tasks
-from .tls import make_bmc_tls
+from .tls import BMCTLS, make_bmc_tls
 
 __all__ = ["BMCs", "Service", "SESSION_CAP", "PROFILES", "service_groups"]
 
@@ -66,6 +66,10 @@ class Service:
     tls: bool = False
     port: int = 0  # bound by `BMCs.serve`
     next_reset_delay: float = 0.0  # hold the next reset request this long before acting on it
+    # Named faults (`BMCs.bmc_fault`): its password rotates at its next accepted ForceOff; it
+    # answers nothing (no listener, open connections closed).
+    rotate_after_forceoff: bool = False
+    unreachable: bool = False
     # The BMC's own load record (`BMCs.load`): requests being answered at once, and Systems
     # away from On (a power cycle or ForceOff under way) at once, each with its peak.
     requests_in_flight: int = 0
@@ -162,6 +166,8 @@ class BMCs:
         hub.subscribe(PowerTransition, self.dpu_resets.on_power)
         self._redfish = Redfish(self)
         self._by_port: dict[int, Service] = {}
+        self._sites: dict[str, web.TCPSite] = {}  # the listener of each service, by service id
+        self._tls: BMCTLS | None = None  # the https context, for listening again after `unreachable`
         self._runner: web.BaseRunner | None = None
         self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         self.ca_path: Path | None = None  # the CA of the https BMCs, once served
@@ -183,9 +189,10 @@ class BMCs:
                 tls_dir = Path(self._tls_dir.name)
             tls = make_bmc_tls(tls_dir)
             self.ca_path = tls.ca_path
+        self._tls = tls
         _check_descriptors(len(self.services))
         for service in self.services.values():
-            site = web.TCPSite(
+            site = self._sites[service.id] = web.TCPSite(
                 self._runner, "127.0.0.1", 0, ssl_context=tls.context if service.tls and tls else None
             )
             await site.start()
@@ -318,6 +325,62 @@ class BMCs:
         """Hold the BMC's next reset request `seconds` before acting on it and answering (a BMC
         that is slow to answer a reset, longer than a client's heartbeat timeout)."""
         self._service_of[bmc_id].next_reset_delay = seconds
+
+    BMC_FAULTS = ("wrong-credentials", "rotate-after-forceoff", "unreachable", "clear")
+
+    async def bmc_fault(self, bmc_id: str, fault: str) -> dict[str, object]:
+        """A named fault of the BMC serving `bmc_id` (a host or DPU id; a multi-system BMC's
+        fault is every host's it serves), BEHAVIOUR.md F1-F4; the BMC's faults after it.
+
+        - `wrong-credentials`: its password changes now (nobody stored the new one): 401.
+        - `rotate-after-forceoff`: the same, right after it next accepts a ForceOff.
+        - `unreachable`: it stops listening and closes its open connections: no answer at all.
+        - `clear`: all three undone (the stored password works again; it listens on its port).
+
+        Raises KeyError (no such BMC), LookupError (no such fault).
+        """
+        service = self._service_of[bmc_id]
+        if fault == "wrong-credentials":
+            self.auth.rotate(service.id)
+        elif fault == "rotate-after-forceoff":
+            service.rotate_after_forceoff = True
+        elif fault == "unreachable":
+            if not service.unreachable:
+                service.unreachable = True
+                await self._sites[service.id].stop()
+        elif fault == "clear":
+            self.auth.restore(service.id)
+            service.rotate_after_forceoff = False
+            if service.unreachable:
+                await self._listen_again(service)
+        else:
+            raise LookupError(f"unknown BMC fault {fault!r}; one of {', '.join(self.BMC_FAULTS)}")
+        return self.bmc_faults(bmc_id)
+
+    def bmc_faults(self, bmc_id: str) -> dict[str, object]:
+        """The named faults in force on the BMC serving `bmc_id`. Raises KeyError."""
+        service = self._service_of[bmc_id]
+        return {
+            "bmc": service.id,
+            "wrong_credentials": self.auth.rotated(service.id),
+            "rotate_after_forceoff": service.rotate_after_forceoff,
+            "unreachable": service.unreachable,
+        }
+
+    def forceoff_accepted(self, service: Service) -> None:
+        """A ForceOff was accepted: a rotation armed by `rotate-after-forceoff` happens now."""
+        if service.rotate_after_forceoff:
+            service.rotate_after_forceoff = False
+            self.auth.rotate(service.id)
+
+    async def _listen_again(self, service: Service) -> None:
+        assert self._runner is not None
+        context = self._tls.context if service.tls and self._tls is not None else None
+        site = self._sites[service.id] = web.TCPSite(
+            self._runner, "127.0.0.1", service.port, ssl_context=context
+        )
+        await site.start()
+        service.unreachable = False
 
     def inject_update_failure(
         self, dpu_id: str, message: str = "Firmware image verification failed."

@@ -86,6 +86,11 @@ class Redfish:
         service = self._bmcs.service_at(sockname[1]) if sockname else None
         if service is None:
             return messages.not_found(request.path)
+        if service.unreachable:
+            # Fault `unreachable`: a connection opened before it stopped listening gets no answer.
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=503)  # never written: the connection is gone
         if self._bmcs.request_counts is not None:
             self._bmcs.request_counts.count("redfish", request)
         # The BMC's own count of requests it answers at once (`BMCs.load`).
@@ -344,7 +349,10 @@ class Redfish:
         body = messages.read_json_object(await ctx.request.read())
         if body is None:
             return messages.malformed_json()
-        return self._bmcs.power.reset(host, body.get("ResetType"), ctx.prefix)
+        response = self._bmcs.power.reset(host, body.get("ResetType"), ctx.prefix)
+        if body.get("ResetType") == "ForceOff" and response.status < 300:
+            self._bmcs.forceoff_accepted(ctx.service)  # fault rotate-after-forceoff
+        return response
 
     async def _reset_dpu(self, ctx: Context, dpu: DPUBMC) -> web.Response:
         if ctx.params[0] != dpu_resources.SYSTEM_ID:

@@ -59,6 +59,9 @@ class Auth:
         violations: Violations,
     ) -> None:
         self._credentials = credentials
+        # Passwords the BMCs hold that differ from the stored ones (fault `wrong-credentials`, a
+        # rotation the secret store did not get): by BMC service id.
+        self._rotated: dict[str, str] = {}
         self._timeout = session_timeout_seconds
         self._violations = violations
         self._sessions: dict[str, _BMCSessions] = {}
@@ -67,10 +70,28 @@ class Auth:
         expected = self._credentials.get(bmc_id)
         if expected is None:
             return False
+        if bmc_id in self._rotated:
+            expected = (expected[0], self._rotated[bmc_id])
         # Compare both fields in constant time so a timing probe learns nothing.
         user_ok = hmac.compare_digest(username.encode(), expected[0].encode())
         password_ok = hmac.compare_digest(password.encode(), expected[1].encode())
         return user_ok and password_ok
+
+    def rotate(self, bmc_id: str) -> None:
+        """The BMC's password changes to one nobody stored (a rotation whose new password never
+        reached the secret store): every login with the stored password gets 401 from now on,
+        and the account's open sessions end, as a password change ends them on the BMC."""
+        self._rotated[bmc_id] = secrets.token_hex(16)
+        store = self._sessions.get(bmc_id)
+        for session in list(store.by_id.values()) if store is not None else ():
+            self._drop(bmc_id, session)
+
+    def restore(self, bmc_id: str) -> bool:
+        """The BMC's password is the stored one again; False when it already was."""
+        return self._rotated.pop(bmc_id, None) is not None
+
+    def rotated(self, bmc_id: str) -> bool:
+        return bmc_id in self._rotated
 
     def username(self, bmc_id: str) -> str | None:
         """The BMC's one account's user name (never its password)."""
