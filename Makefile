@@ -7,6 +7,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.metalflow-installed
 DEMO_ARGS ?=
+# The demo's worker serves /metrics, /livez, /readyz here (`metalflow dev --metrics-port`).
+METRICS_PORT ?= 9464
 PYTEST_ARGS ?=
 # pytest runs modules in parallel (pytest-xdist): most tests wait on servers, not on CPU. Whole
 # modules go to one worker (--dist loadfile), so a module's fixtures and order hold; each worker
@@ -22,7 +24,7 @@ PYTEST_WORKERS ?= 4
 .PHONY: demo test check lint typecheck pytest fast install clean bench chaos prometheus-tools
 
 demo: $(STAMP)
-	$(BIN)/metalflow dev $(DEMO_ARGS)
+	$(BIN)/metalflow dev --metrics-port $(METRICS_PORT) $(DEMO_ARGS)
 
 # lint and typecheck (~60 s) run alongside pytest, whose workers mostly wait on servers: three jobs
 # of one make, so a failure of any of them still fails `make test` (after the others finish).

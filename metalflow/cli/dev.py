@@ -16,6 +16,7 @@ from typing import Any
 from drivers.statedir import STATE_DIR_DEFAULT, state_dir_for
 from metalflow.binaries import MissingBinaryError
 from metalflow.cli.sim import add_site_options, describe_site, site_options
+from metalflow.devstack.banner import banner
 from metalflow.devstack.claim import StackInfo, StateDirInUseError, claim
 from metalflow.devstack.demo import DemoSite, run_demo
 from metalflow.devstack.process import ManagedProcess, ProcessFailedError
@@ -37,6 +38,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--port", type=_port, default=7233, help="Temporal gRPC port (default: %(default)s)")
     parser.add_argument("--ui-port", type=_port, default=8233, help="Temporal UI port (default: %(default)s)")
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=None,
+        help="serve the worker's /metrics, /livez and /readyz on this port (`make demo`: 9464; default: "
+        "off, unless METALFLOW_METRICS_ADDRESS is set)",
+    )
     parser.add_argument(
         "--state-dir",
         type=Path,
@@ -74,10 +82,14 @@ def handle(args: argparse.Namespace) -> int:
         state_dir=state_dir_for(args.state_dir, "dev"),
         port=args.port,
         ui_port=args.ui_port,
+        metrics_port=args.metrics_port,
         site=replace(site_options(args), persist=True),
     )
-    if len({config.port, config.ui_port, config.site.port}) < 3:
-        print("metalflow dev: --port, --ui-port and --sim-port must differ", file=sys.stderr)
+    chosen = [config.port, config.ui_port, config.site.port] + (
+        [config.metrics_port] if config.metrics_port else []
+    )
+    if len(set(chosen)) < len(chosen):
+        print("metalflow dev: --port, --ui-port, --sim-port and --metrics-port must differ", file=sys.stderr)
         return 2
     stack = DevStack(config, say=_say)
     # First: one stack per state dir. A second one would share temporal.db and overwrite the
@@ -145,9 +157,8 @@ async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int
     await stack.start()
     config = stack.config
     _say(f"metalflow dev: stack ready in {time.monotonic() - began:.1f} s")
-    _say(f"Temporal UI:      {config.ui_url}")
-    _say(f"Temporal address: {config.address} (namespace {config.namespace})")
-    _say(f"Client config:    TEMPORAL_CONFIG_FILE={stack.client_config_file.resolve()}")
+    for line in banner(config, stack.sim_info, stack.client_config_file, os.environ):
+        _say(line)
     _say(describe_site(config.state_dir, stack.sim_info))
     # A dead worker is restarted (the demo goes on); any other process's exit ends the session.
     supervisor = asyncio.create_task(stack.supervise())

@@ -31,6 +31,7 @@ from metalflow.runtime.ports import ensure_free
 from metalflow.runtime.versioning import BUILD_ID_ENV, DEPLOYMENT_NAME_ENV
 
 HOST = "127.0.0.1"
+METRICS_ADDRESS_ENV = "METALFLOW_METRICS_ADDRESS"  # metalflow.runtime.observability.ADDRESS_ENV
 SERVER_READY_TIMEOUT = 90.0
 GO_PANIC_STATUS = 2  # how a Go program that panicked exits
 SERVER_START_ATTEMPTS = 3  # a port the dev server picks itself, taken between its pick and bind
@@ -109,6 +110,7 @@ class DevStackConfig:
     state_dir: Path = Path(".metalflow")
     port: int = 7233
     ui_port: int = 8233
+    metrics_port: int | None = None  # the worker's /metrics, /livez, /readyz; None: see banner.py
     namespace: str = names.DEFAULT_NAMESPACE
     site: SiteOptions = field(default_factory=SiteOptions)
 
@@ -147,6 +149,8 @@ class DevStack:
         ensure_free(HOST, self.config.ui_port, "Temporal UI", "--ui-port")
         if self.config.site.port:
             ensure_free(HOST, self.config.site.port, "simulated site", "--sim-port")
+        if self.config.metrics_port:
+            ensure_free(HOST, self.config.metrics_port, "worker metrics", "--metrics-port")
 
     @property
     def sim_info(self) -> dict[str, Any]:
@@ -304,6 +308,8 @@ class DevStack:
         env["METALFLOW_SITE_FILE"] = str(Path(sim["site"]).resolve())
         env["KUBECONFIG"] = str(Path(sim["kubeconfig"]).resolve())
         env["PYTHONUNBUFFERED"] = "1"
+        if self.config.metrics_port:  # else the shell's METALFLOW_METRICS_ADDRESS, if any, as before
+            env[METRICS_ADDRESS_ENV] = f"{HOST}:{self.config.metrics_port}"
         # Unversioned, whatever the shell says: nobody makes a deployment version current on the
         # dev server, so a versioned worker there would never receive a task.
         for key in (DEPLOYMENT_NAME_ENV, BUILD_ID_ENV):
