@@ -68,7 +68,12 @@ def default_operator() -> str:
 
 
 class HostRequestError(Exception):
-    """The entity refused a request, or there is nothing to act on; the message says why."""
+    """The entity refused a request, or there is nothing to act on; the message says why.
+    `status`: the command's exit status (`metalflow.cli.exits`): 1 refused, 2 no such entity."""
+
+    def __init__(self, message: str, status: int = 1) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 ENTITY_UPDATES: dict[str, UpdateMethodMultiParam[Any, Any]] = {
@@ -173,7 +178,8 @@ async def host_status(client: Client, host_id: str) -> HostStatus:
     if status is None:
         raise HostRequestError(
             f"unknown host {host_id}: no entity workflow {names.host_workflow_id(host_id)} "
-            "(nothing was asked of this host yet)"
+            "(nothing was asked of this host yet)",
+            status=2,
         )
     return status
 

@@ -88,7 +88,7 @@ def test_unreachable_bmc_and_rejected_credentials_fail_clearly(sim: RunningSim, 
     edited = tmp_path / "site.yaml"
     edited.write_text(yaml.safe_dump(site))
     unreachable = metalflow("bmc", "check", "host-001", "--site", edited)
-    assert unreachable.returncode == 1
+    assert unreachable.returncode == 3  # cannot reach (README's exit-status table)
     assert (
         "BMCUnavailable" in unreachable.stderr
         and f"cannot reach http://127.0.0.1:{closed_port}" in unreachable.stderr

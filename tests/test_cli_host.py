@@ -128,10 +128,10 @@ async def test_an_assigned_host_waits_for_approve(
 
 async def test_clear_errors(local_env: WorkflowEnvironment) -> None:
     unknown = await metalflow(local_env, "host", "status", "host-never-seen")
-    assert unknown.status == 1 and "unknown host host-never-seen" in unknown.stderr
+    assert unknown.status == 2 and "unknown host 'host-never-seen': not in the site file" in unknown.stderr
     dead = f"127.0.0.1:{free_port()}"
     unreachable = await metalflow(local_env, "host", "status", "clih-001", address=dead)
-    assert unreachable.status == 2
+    assert unreachable.status == 3
     assert (
         f"cannot reach Temporal at {dead}" in unreachable.stderr and "TEMPORAL_ADDRESS" in unreachable.stderr
     )

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from sim_support import RunningSim, running_sim
 from site_worker_support import eventually
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
@@ -145,7 +146,7 @@ async def test_remove_one_dpu_wait_deletes_its_objects_and_keeps_its_sibling(
         local_env, "host", "remove", host, "--dpus", "no-such-dpu", "--wait", "--task-queue", queue
     )
     # Refused against the inventory before anything is sent (the workflow's own check stays behind it).
-    assert unknown.status == 1 and unknown.stdout == ""
+    assert unknown.status == 2 and unknown.stdout == ""
     assert f"no-such-dpu is not a DPU of {host}; its DPUs: {host}-dpu-0, {host}-dpu-1" in unknown.stderr
 
 
@@ -203,22 +204,25 @@ async def test_monitor_starts_once_shows_the_pool_state_and_stops(
     assert "monitor " not in (await metalflow(local_env, "host", "status", host)).stdout
 
 
-async def test_monitor_of_an_unknown_host_is_refused_and_stopped(
+async def test_monitor_of_an_unknown_host_is_refused_before_it_starts(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
+    """Checked against the inventory first, as every request is (README's exit-status table: an
+    unknown host is exit 2 in every command); before, a monitor was started and then stopped."""
     host = f"{PREFIX}-999"
     refused = await metalflow(local_env, "host", "monitor", host, "--task-queue", queue)
-    assert refused.status == 1
-    assert f"nothing to monitor on {host}: DPF has no DPU of this host" in refused.stderr
-    assert "the monitor was stopped" in refused.stderr
+    assert refused.status == 2 and refused.stdout == ""
+    assert f"unknown host '{host}': not in the site file" in refused.stderr
     shown = await metalflow(local_env, "host", "monitor", host, "--status")
-    assert shown.status == 1 and "the last one ended: completed" in shown.stderr
+    assert shown.status == 2 and f"unknown host '{host}'" in shown.stderr
+    with pytest.raises(RPCError):  # no monitor was started
+        await local_env.client.get_workflow_handle(names.monitor_workflow_id(host)).describe()
     never = await metalflow(local_env, "host", "status", host)
-    assert never.status == 1 and f"unknown host {host}" in never.stderr  # no entity was created
+    assert never.status == 2 and f"unknown host '{host}'" in never.stderr  # no entity was created
 
     firmware = await firmware_wait(local_env, host, queue)
     # The CLI refuses it against the inventory before anything is sent: no firmware workflow.
-    assert firmware.status == 1 and firmware.stdout == ""
+    assert firmware.status == 2 and firmware.stdout == ""
     assert f"unknown host '{host}': not in the site file" in firmware.stderr
 
 
@@ -253,20 +257,23 @@ def test_usage_errors_exit_2_before_anything_is_asked() -> None:
 
 
 async def test_no_monitor_and_temporal_unreachable(local_env: WorkflowEnvironment, sim: RunningSim) -> None:
-    none = await metalflow(local_env, "host", "monitor", "clim-never", "--status")
+    never = f"{PREFIX}-004"  # a host of the site no test monitors
+    none = await metalflow(local_env, "host", "monitor", never, "--status")
     assert none.status == 1
-    assert "no monitor runs for host clim-never (no monitor was ever started)" in none.stderr
-    assert "metalflow host monitor clim-never" in none.stderr
+    assert f"no monitor runs for host {never} (no monitor was ever started)" in none.stderr
+    assert f"metalflow host monitor {never}" in none.stderr
+    stranger = await metalflow(local_env, "host", "monitor", "clim-never", "--status")
+    assert stranger.status == 2 and "unknown host 'clim-never'" in stranger.stderr
     dead = f"127.0.0.1:{free_port()}"
     known = f"{PREFIX}-001"  # a host of the site: the inventory check passes, then Temporal is needed
     for args in (
         ("firmware", known, "--version", TARGET, "--image", IMAGE),
         ("remove", known),
-        ("monitor", "h1"),
-        ("monitor", "h1", "--status"),
+        ("monitor", known),
+        ("monitor", known, "--status"),
     ):
         unreachable = await metalflow(local_env, "host", *args, address=dead)
-        assert unreachable.status == 2, (args, unreachable)
+        assert unreachable.status == 3, (args, unreachable)
         assert f"cannot reach Temporal at {dead}" in unreachable.stderr
 
 

@@ -211,7 +211,7 @@ async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path, 
         await env.shutdown()  # Temporal goes away while the CLI follows the operation
     assert process is not None
     out, err = await asyncio.wait_for(process.communicate(), timeout=180)
-    assert process.returncode == 2, (out, err)
+    assert process.returncode == 3, (out, err)  # Temporal lost: README's exit-status table
     assert err.decode().splitlines()[0].startswith(f"metalflow: lost Temporal at {address} ("), err
     assert len(err.decode().splitlines()) == 1, err
     assert "Traceback" not in err.decode() + out.decode()

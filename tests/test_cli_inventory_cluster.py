@@ -42,27 +42,28 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
         "METALFLOW_INVENTORY": "cluster",
         "KUBECONFIG": str(sim.kubeconfig),
     }
-    rows: list[tuple[list[str], str]] = [
-        (["host", "provision", "host-002"],
+    # Exit statuses (README's table): 2 an unknown host or DPU, 1 what DPF has now refuses it.
+    rows: list[tuple[list[str], int, str]] = [
+        (["host", "provision", "host-002"], 2,
          "unknown host 'host-002': no DPUNode node-host-002 in namespace dpf-operator-system"),
-        (["host", "assign", "host-999", "inst-1"], "unknown host 'host-999': no DPUNode node-host-999"),
-        (["host", "reboot", "host-001", "--by", "t"], ""),  # known: passes the check
-        (["host", "provision", "host-001", "--dpus", "host-002-dpu-0"],
+        (["host", "assign", "host-999", "inst-1"], 2, "unknown host 'host-999': no DPUNode node-host-999"),
+        (["host", "reboot", "host-001", "--by", "t"], 1, ""),  # known: passes the check
+        (["host", "provision", "host-001", "--dpus", "host-002-dpu-0"], 2,
          "host-002-dpu-0 is not a DPU of host-001; its DPUs: host-001-dpu-0, host-001-dpu-1"),
-        (["host", "reprovision", "host-001"],
+        (["host", "reprovision", "host-001"], 1,
          "cannot reprovision host-001: DPF has no DPU node-host-001-device-host-001-dpu-0, "
          "node-host-001-device-host-001-dpu-1 in namespace dpf-operator-system "
          "(provision it first: metalflow host provision host-001)"),
-        (["host", "reprovision", "host-001", "--dpus", "host-001-dpu-1"],
+        (["host", "reprovision", "host-001", "--dpus", "host-001-dpu-1"], 1,
          "cannot reprovision host-001: DPF has no DPU node-host-001-device-host-001-dpu-1 "),
     ]  # fmt: skip
     queue = ["--task-queue", "nobody-polls-this"]
-    results = await asyncio.gather(*(run_console_script([*args, *queue], env) for args, _ in rows))
+    results = await asyncio.gather(*(run_console_script([*args, *queue], env) for args, _, _ in rows))
     problems = []
-    for (args, words), (code, out, err) in zip(rows, results, strict=True):
+    for (args, status, words), (code, out, err) in zip(rows, results, strict=True):
         lines = err.splitlines()
         expected = words or "no worker polls task queue 'nobody-polls-this'"
-        if code != 1 or out or len(lines) != 1 or not lines[0].startswith(f"metalflow: {expected}"):
+        if code != status or out or len(lines) != 1 or not lines[0].startswith(f"metalflow: {expected}"):
             problems.append(f"{args}: exit {code}, stdout {out!r}, stderr {err!r}")
     assert problems == [], "\n".join(problems)
     after = {(kind, o["metadata"]["name"]): o["metadata"]["resourceVersion"]

@@ -82,26 +82,34 @@ async def test_start_wait_completes_and_status_reports_it(
     assert sim.violations() == []
 
 
+# Exit statuses (README's table): 2 bad input or an unknown object, 1 what is set up now refuses it.
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "message", "status"),
     [
-        (["default/nope", "--set", "router=registry.local/r:2"], "no PodCliqueSet default/nope"),
-        (["default/inference", "--set", "gpu=registry.local/g:2"], "has no clique gpu"),
-        (["default/rolling", "--set", "router=registry.local/r:2"], "needs OnDelete"),
-        (["default/inference", "--set", "decode/side=registry.local/r:2"], "has no container 'side'"),
-        (["default/inference", "--set", "router=registry.local/r:2"], "--allow-replica-outage"),
-        (["default/inference", "--set", "router="], "the image is empty"),
-        (["default/inference", "--set", "router=Not An Image"], "is not a container image reference"),
-        (["inference", "--set", "router=registry.local/r:2"], "give NAMESPACE/PCS"),
+        (["default/nope", "--set", "router=registry.local/r:2"], "no PodCliqueSet default/nope", 2),
+        (["default/inference", "--set", "gpu=registry.local/g:2"], "has no clique gpu", 2),
+        (["default/rolling", "--set", "router=registry.local/r:2"], "needs OnDelete", 1),
+        (["default/inference", "--set", "decode/side=registry.local/r:2"], "has no container 'side'", 2),
+        (["default/inference", "--set", "router=registry.local/r:2"], "--allow-replica-outage", 1),
+        (["default/inference", "--set", "router="], "the image is empty", 2),
+        (["default/inference", "--set", "router=Not An Image"], "is not a container image reference", 2),
+        (["inference", "--set", "router=registry.local/r:2"], "give NAMESPACE/PCS", 2),
     ],
 )
 async def test_bad_requests_are_refused_and_change_nothing(
-    local_env: WorkflowEnvironment, sim: RunningSim, refusing_queue: str, args: list[str], message: str
+    local_env: WorkflowEnvironment,
+    sim: RunningSim,
+    refusing_queue: str,
+    args: list[str],
+    message: str,
+    status: int,
 ) -> None:
     before = {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")}
     runs = {n: await _latest_run(local_env, n) for n in ("inference", "rolling", "nope")}
     refused = await metalflow(local_env, "rollout", "start", *args, "--task-queue", refusing_queue)
-    assert refused.status == 2, refused
+    assert refused.status == status, refused
+    planned = await metalflow(local_env, "rollout", "plan", *args)
+    assert planned.status == status, planned  # plan refuses the same with the same status
     assert message in refused.stderr
     assert {n: pcs_object(sim, n)["metadata"]["generation"] for n in ("inference", "rolling")} == before
     # Refused before anything started (issue 29 item 3): no failed run is left behind, and the last
@@ -151,7 +159,7 @@ async def test_second_start_is_refused_and_operator_commands_answer(
         "--task-queue",
         queue,
     )
-    assert again.status == 2  # a refusal, as plan's
+    assert again.status == 1  # refused by the rollout in flight, as plan's
     assert "already in flight: workflow rollout/default/inference" in again.stderr
     paused = await metalflow(local_env, "rollout", "pause", "default/inference", "--reason", "lunch")
     assert paused.status == 0 and "pausing" in paused.stdout
@@ -219,6 +227,9 @@ async def test_status_of_a_terminated_then_an_aborted_rollout_says_how_each_ende
     assert shown.stdout.startswith("default/inference aborted")
     aborted = "rollout/default/inference was aborted: rollout of default/inference aborted by alice: lunch"
     assert aborted in shown.stderr and "failed" not in shown.stderr
+    as_json = await metalflow(local_env, "rollout", "status", "default/inference", "--json")
+    assert as_json.status == 1, as_json
+    assert json.loads(as_json.stdout)["ended"].startswith(aborted)  # one document, saying how it ended
     assert ROLLOUT_ANNOTATION not in (pcs_object(sim, "inference")["metadata"].get("annotations") or {})
     assert sim.violations() == []
 
@@ -237,7 +248,7 @@ async def test_plan_shows_the_steps_in_order_and_what_start_would_refuse(
     refused = await metalflow(
         local_env, "rollout", "plan", "default/inference", "--set", "router=registry.local/r:9"
     )
-    assert refused.status == 2, refused  # start's refusal, start's exit status
+    assert refused.status == 1, refused  # start's refusal (an outage not allowed), start's status
     assert refused.stdout.startswith("start would refuse it: rolling router of default/inference coherently")
     assert "OUTAGE: PodClique inference-0-router would keep 0 Ready pods" in refused.stdout
     assert "start would refuse it: rolling router of default/inference coherently" in refused.stdout

@@ -90,7 +90,7 @@ def test_dpu_faults_take_the_short_id_and_show_in_dpf(state: Path) -> None:
     _until(state, "host-001-dpu-1", "Ready")
 
     unknown = _fault("dpu", "host-009-dpu-0", "error", state=state)
-    assert unknown.returncode == 1 and "DPU host-009-dpu-0: no DPU" in unknown.stderr, unknown.stderr
+    assert unknown.returncode == 2 and "DPU host-009-dpu-0: no DPU" in unknown.stderr, unknown.stderr
     bad = _fault("dpu", "host-001-dpu-0", "explode", state=state)
     assert bad.returncode == 2 and "invalid choice: 'explode'" in bad.stderr
 
@@ -104,6 +104,6 @@ def test_podgang_faults(state: Path) -> None:
     fall = _fault("podgang", name, "fall-back", state=state)
     assert fall.returncode == 0, fall.stderr
     missing = _fault("podgang", "no-such-gang", "fall-back", state=state)
-    assert missing.returncode == 1 and "no PodGang 'no-such-gang'" in missing.stderr, missing.stderr
+    assert missing.returncode == 2 and "no PodGang 'no-such-gang'" in missing.stderr, missing.stderr
     bad = _fault("podgang", "Bad_Name", "fall-back", state=state)
     assert bad.returncode == 2 and "invalid PodGang name" in bad.stderr

@@ -1,5 +1,5 @@
 """Every `metalflow` command that talks to Temporal, with the server gone mid-command: one line on
-stderr, exit 2, no traceback (issue 9 item 5).
+stderr, exit 3 (README's exit-status table; issue 9 item 5 made it exit 2), no traceback.
 
 "Gone mid-command" is made exact with a TCP proxy in front of a real Temporal dev server: it
 forwards the command's connection (the client's `GetSystemInfo` at connect succeeds), and the
@@ -140,7 +140,7 @@ WITHOUT_QUEUE = {  # reads: no task queue to name
 }
 
 
-async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit_2(
+async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit_3(
     client: Client, tmp_path: Path
 ) -> None:
     write_unreachable_site(tmp_path / "site.yaml", HOST)  # the host is known: the inventory check passes
@@ -173,7 +173,7 @@ async def test_every_command_with_temporal_gone_mid_command_is_one_line_and_exit
         shown = json.dumps(args)
         if not cut:
             problems.append(f"{shown}: never made a second call (exit {code}, {err!r})")
-        elif code != 2 or len(lines) != 1 or "Traceback" in out + err:
+        elif code != 3 or len(lines) != 1 or "Traceback" in out + err:
             problems.append(f"{shown}: exit {code}, stdout {out[-300:]!r}, stderr {err[-600:]!r}")
         elif not lines[0].startswith("metalflow: lost Temporal at "):
             problems.append(f"{shown}: says {lines[0]!r}")

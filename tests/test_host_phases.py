@@ -232,4 +232,4 @@ def test_a_known_phase_does_connect_to_the_address(silent_temporal: socket.socke
         _, stderr = command.communicate(timeout=120)
     finally:
         command.kill()
-    assert command.returncode == 2 and "unknown phase" not in stderr, stderr
+    assert command.returncode == 3 and "unknown phase" not in stderr, stderr  # Temporal unreachable

@@ -335,9 +335,10 @@ async def test_unknown_things_are_refused_before_any_workflow_starts(
         [([*args, "--task-queue", "nobody-polls-this"], {}) for args, _ in rows], env
     )
     problems = []
+    # exit 2: an unknown host or DPU (README's exit-status table)
     for (args, words), (code, out, err) in zip(rows, results, strict=True):
         lines = err.splitlines()
-        if code != 1 or out or len(lines) != 1 or not lines[0].startswith(f"metalflow: {words}"):
+        if code != 2 or out or len(lines) != 1 or not lines[0].startswith(f"metalflow: {words}"):
             problems.append(f"{args}: exit {code}, stdout {out!r}, stderr {err!r}")
     assert problems == [], "\n".join(problems)
     for host in ("host-999", "host-001", "host-002"):

@@ -3,8 +3,10 @@
 A subcommand module adds its parser and sets ``handler`` (a function taking the parsed
 arguments and returning the exit status) with ``parser.set_defaults(handler=...)``.
 
-Exit statuses: 0 success, 1 the operation failed, 2 usage or configuration error, 141 the
-reader of stdout went away (`metalflow ... | head -1`; `reader_gone`).
+Exit statuses: `metalflow.cli.exits` (README's table): 0 done, 1 failed or refused by the world,
+2 bad input or an unknown object, 3 Temporal, the cluster, the simulator or a BMC unreachable, 130
+interrupted, 141 the reader of stdout went away (`metalflow ... | head -1`; `reader_gone`). A
+command given `--json` prints exactly one JSON document on stdout (`exits.JsonOutput`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from metalflow.cli import connection
+from metalflow.cli import connection, exits
+from metalflow.cli.commands import subcommands
 
 # The subcommand modules, in `--help`'s order, and the module of each top-level command word.
 # `main` imports only the module of the command it runs: importing all of them cost ~1.6 s of CPU
@@ -29,12 +32,10 @@ COMMAND_MODULE = {
     "approve": "host", "rollout": "rollout", "campaign": "campaign", "events": "events",
 }  # fmt: skip
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-# 128 + SIGPIPE: what `cat` or `grep` report when their reader goes away, so `set -o pipefail`
-# scripts see the usual broken pipe, never one of the statuses above (1 would read as a failure).
-EXIT_BROKEN_PIPE = 141
+EXIT_OK = exits.OK
+EXIT_FAILED = exits.FAILED
+EXIT_USAGE = exits.USAGE
+EXIT_BROKEN_PIPE = exits.BROKEN_PIPE
 
 
 class Parser(argparse.ArgumentParser):
@@ -56,6 +57,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name in names:
         importlib.import_module(f"metalflow.cli.{name}").register(subparsers)
     connection.add_to_temporal_commands(parser)  # --address, --namespace, like the Temporal CLI
+    for _, child, _ in subcommands(parser):  # the deepest command parsed names itself (`_run`)
+        child.set_defaults(command_parser=child)
     return parser
 
 
@@ -78,10 +81,24 @@ def reader_gone() -> int:
 def _run(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(words[0] if words else None)
-    args = parser.parse_args(words)
-    handler = getattr(args, "handler", None)
-    if handler is None:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    status: int = handler(args)
-    return status
+    if "--json" in words:  # one JSON document on stdout, a usage error's included
+        exits.JsonOutput()
+    status = EXIT_USAGE
+    try:
+        args, extra = parser.parse_known_args(words)
+        if extra:  # argparse would name `metalflow` only: name the command the words were for
+            getattr(args, "command_parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
+        if not getattr(args, "json", False):
+            exits.JsonOutput.finish(EXIT_OK)  # `--json` was some other option's value
+        handler = getattr(args, "handler", None)
+        if handler is None:
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        status = int(handler(args))
+        return status
+    except SystemExit as exit_:  # a usage error, or --help
+        code = exit_.code
+        status = code if isinstance(code, int) else EXIT_OK if code is None else EXIT_FAILED  # as Python
+        raise
+    finally:
+        exits.JsonOutput.finish(status)

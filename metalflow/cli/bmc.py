@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from contracts.errors import CredentialsUnavailable, InvalidInput, MetalflowError
+from contracts.errors import BMCUnavailable, CredentialsUnavailable, InvalidInput, MetalflowError
 from contracts.models.inventory import HostInventory
 from contracts.models.redfish import (
     DEFAULT_POWER_DOWN_WAIT_SECONDS,
@@ -46,8 +46,10 @@ from drivers.redfish.connection import BMCConnection
 from drivers.redfish.power import graceful_shutdown, read_power, set_power
 from drivers.redfish.powercycle import PowerCycle
 from drivers.settings import Settings
+from metalflow.cli import exits
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = exits.OK, exits.FAILED, exits.USAGE
+EXIT_UNREACHABLE, EXIT_INTERRUPTED = exits.UNREACHABLE, exits.INTERRUPTED
 DEFAULT_CLI_TIMEOUT_SECONDS = 60.0
 
 
@@ -173,16 +175,16 @@ def _run(args: argparse.Namespace, body: Any) -> int:
             + (f"; last error: {last}" if last else ""),
             file=sys.stderr,
         )
-        return EXIT_FAILED
+        return EXIT_UNREACHABLE
     except (InvalidInput, CredentialsUnavailable) as err:
         print(f"metalflow bmc: {err.message}", file=sys.stderr)
         return EXIT_USAGE
     except MetalflowError as err:
         print(f"metalflow bmc: {args.host}: {type(err).__name__}: {err.message}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_UNREACHABLE if isinstance(err, BMCUnavailable) else EXIT_FAILED
     except KeyboardInterrupt:
         print("metalflow bmc: interrupted", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_INTERRUPTED
 
 
 def _describe_cycle(power: SystemPower) -> str:

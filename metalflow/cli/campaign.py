@@ -39,6 +39,7 @@ from contracts.models.campaign import (
     SET_LIMITS_UPDATE,
     SKIP_HOST_UPDATE,
     AbortRequest,
+    CampaignInput,
     CampaignResult,
     CampaignStatus,
     Failure,
@@ -223,10 +224,28 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             "pick another name, or `metalflow campaign abort` it first"
         ) from None
     # The hosts are selected (phase past `selecting`), or the run refused them.
-    status = await until_past(handle, "selecting", query, "campaign refused, no host touched")
+    try:
+        status = await until_past(handle, "selecting", query, "campaign refused, no host touched")
+    except CommandError as err:  # the run refused what the check let by (the world moved)
+        raise CampaignError(
+            str(err), await _refusal_status(client, request, args.task_queue, err.status)
+        ) from None
     target = request.target.describe()
     print(f"campaign {workflow_id} started: {target} on {plural(status.total, 'host')} ({status.phase})")
     return await follow(handle) if args.wait else EXIT_OK
+
+
+async def _refusal_status(client: Client, request: CampaignInput, task_queue: str, status: int) -> int:
+    """The exit status of a refusal by the run itself: what `plan` decides now (1 the rules
+    refuse it, 2 bad input or a selection of no host, 3 the cluster unreachable), so `plan` and
+    `start` exit alike for the same refusal; `status` when `plan` finds nothing to refuse."""
+    try:
+        await checked(client, request, task_queue)
+    except PlanRefused:
+        return EXIT_FAILED
+    except CommandError as err:
+        return err.status
+    return status
 
 
 async def query(handle: WorkflowHandle[Any, Any]) -> CampaignStatus:
@@ -422,7 +441,7 @@ async def _hosts(client: Client, args: argparse.Namespace) -> int:
             )
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                raise CampaignError(f"no campaign {handle.id}") from None
+                raise CampaignError(f"no campaign {handle.id}", EXIT_USAGE) from None
             raise
         for host in page.hosts:
             if args.json:
@@ -463,7 +482,7 @@ async def _limits(client: Client, args: argparse.Namespace) -> int:
     }
     if not changes:
         raise CampaignError(
-            "give at least one of --batch-size, --max-in-flight, --max-per-group, --max-per-bmc", 2
+            "give at least one of --batch-size, --max-in-flight, --max-per-group, --max-per-bmc", EXIT_USAGE
         )
     try:
         limits = Limits.model_validate({**current.model_dump(), **changes})

@@ -37,7 +37,7 @@ from temporalio.client import Client
 
 from contracts import names
 from contracts.campaign_claims import ClaimsClient
-from contracts.errors import InvalidInput, MetalflowError
+from contracts.errors import InvalidInput, KubernetesUnavailable, MetalflowError
 from contracts.models.campaign import (
     CampaignInput,
     CampaignPolicy,
@@ -58,7 +58,7 @@ from drivers.kube import Kube
 from drivers.redfish.client import RedfishClient
 from drivers.settings import Settings
 from metalflow.cli.campaign_options import add_options, campaign_input
-from metalflow.cli.workflow_commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CommandError
+from metalflow.cli.workflow_commands import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError
 from metalflow.hosts import default_operator
 from workflows.campaign import admission
 from workflows.campaign import plan as decide
@@ -144,7 +144,8 @@ async def checked(client: Client, request: CampaignInput, task_queue: str) -> Ca
 
     Raises:
         PlanRefused: The campaign's rules refuse it (exit 1).
-        CommandError: The selection names no host, or the world cannot be read (exit 2).
+        CommandError: The selection names no host or bad input (exit 2), or the cluster cannot be
+            reached (exit 3).
     """
     try:
         settings = Settings.from_env()
@@ -161,6 +162,8 @@ async def checked(client: Client, request: CampaignInput, task_queue: str) -> Ca
         return await build(client, fleet, request, task_queue)
     except InvalidInput as err:
         raise CommandError(err.message, EXIT_USAGE) from None
+    except KubernetesUnavailable as err:
+        raise CommandError(f"cannot read the site: {err.message}", EXIT_UNREACHABLE) from None
     except MetalflowError as err:
         raise CommandError(f"cannot read the site: {err.message}", EXIT_USAGE) from None
     finally:

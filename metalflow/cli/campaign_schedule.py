@@ -48,11 +48,12 @@ from contracts import names, workflow_api
 from contracts.models.campaign import CampaignInput
 from contracts.validation import Requester, arg_type
 from contracts.wording import iso_z
+from metalflow.cli import exits
 from metalflow.cli.campaign_options import add_options, campaign_input, duration
 from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import default_operator
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = exits.OK, exits.FAILED, exits.USAGE
 LISTED_WITHIN = 15.0  # seconds a create or delete waits for the schedule list to agree
 LISTED_POLL = 0.2
 ACTIONS = ("pause", "unpause", "trigger", "delete")
@@ -215,7 +216,7 @@ async def _act(client: Client, action: str, name: str, by: str) -> int:
             await handle.delete()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise ScheduleError(f"no schedule {sid}") from None
+            raise ScheduleError(f"no schedule {sid}", EXIT_USAGE) from None
         raise
     print(f"schedule {sid}: {action}{'d' if action.endswith('e') else 'ed'}")
     if action == "delete" and not await _listed_as(client, sid, present=False):

@@ -15,6 +15,7 @@ from typing import Any
 
 from drivers.statedir import STATE_DIR_DEFAULT, state_dir_for
 from metalflow.binaries import MissingBinaryError
+from metalflow.cli import exits
 from metalflow.cli.sim import add_site_options, describe_site, site_options
 from metalflow.devstack.banner import banner
 from metalflow.devstack.claim import StackInfo, StateDirInUseError, claim
@@ -90,7 +91,7 @@ def handle(args: argparse.Namespace) -> int:
     )
     if len(set(chosen)) < len(chosen):
         print("metalflow dev: --port, --ui-port, --sim-port and --metrics-port must differ", file=sys.stderr)
-        return 2
+        return exits.USAGE
     stack = DevStack(config, say=_say)
     # First: one stack per state dir. A second one would share temporal.db and overwrite the
     # first's temporal.toml, site.yaml, kubeconfig and credentials (and a port in use is no
@@ -100,7 +101,7 @@ def handle(args: argparse.Namespace) -> int:
         held = claim(config.state_dir, info)
     except StateDirInUseError as error:
         print(f"metalflow dev: {error}", file=sys.stderr)
-        return 2
+        return exits.USAGE
     try:
         try:
             stack.check_ports()
@@ -110,7 +111,7 @@ def handle(args: argparse.Namespace) -> int:
             check_state(config.state_dir)
         except (PortInUseError, StateMismatchError) as error:
             print(f"metalflow dev: {error}", file=sys.stderr)
-            return 2
+            return exits.USAGE
         return asyncio.run(_run(stack, demo=not args.no_demo, exit_after_demo=args.exit))
     finally:
         held.release()
@@ -149,7 +150,7 @@ def _session_status(session: asyncio.Task[int]) -> int:
         print(f"metalflow dev: {error}", file=sys.stderr)
     else:
         print(f"metalflow dev: failed: {type(error).__name__}: {error}", file=sys.stderr)
-    return 1
+    return exits.FAILED
 
 
 async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int:
@@ -179,9 +180,9 @@ async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int
                 await asyncio.gather(job, return_exceptions=True)
                 return _exited(supervisor.result())
             if not job.result():
-                return 1
+                return exits.FAILED
         if exit_after_demo:
-            return 0
+            return exits.OK
         _say("metalflow dev: running; press Ctrl-C to stop")
         return _exited(await supervisor)
     finally:
@@ -195,4 +196,4 @@ def _exited(exited: ManagedProcess) -> int:
         f"last lines of {exited.log_path}:\n{exited.log_tail()}",
         file=sys.stderr,
     )
-    return 1
+    return exits.FAILED

@@ -6,7 +6,8 @@ site's DPF namespace, `METALFLOW_DPF_NAMESPACE`): events.k8s.io/v1, `reportingCo
 and, with HOST, `regarding.name=node-HOST`, oldest first, the last `--limit`. The operations come
 from the host's entity (`host/HOST`: the current one and the recent ones with their outcomes)
 and, for the one in flight, its own phase. When Temporal cannot be reached the Events are still
-printed, with a line saying so; when the cluster cannot be read, the operations are.
+printed, with a line saying so; when the cluster cannot be read, the operations are (exit 3).
+A HOST the inventory does not have is refused before anything is read (exit 2).
 
 Cost: one list of Events (one page of at most 500, the newest kept), and with HOST two queries
 (the entity's status, the current operation's status). Needs `list` on events.k8s.io events in
@@ -27,8 +28,9 @@ from typing import Any
 from contracts import names
 from contracts.validation import HostId, arg_type
 from drivers.settings import Settings
+from metalflow.cli import exits
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.USAGE, exits.UNREACHABLE
 REPORTING_CONTROLLER = "metalflow"
 
 
@@ -60,6 +62,7 @@ def register(subparsers: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     status = asyncio.run(_run(args))
+    exits.JsonOutput.finish(status)
     sys.stdout.flush()
     sys.stderr.flush()
     # The SDK's native runtime can abort at interpreter teardown (see metalflow/cli/host.py).
@@ -67,7 +70,20 @@ def handle(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    settings = Settings.from_env()
+    from metalflow.cli.inventory_check import InventoryUnreachable, UnknownToInventory, check_request
+
+    try:
+        settings = Settings.from_env()
+        if args.host is not None:  # a host nobody has: say so, not "none"
+            await check_request(args)
+    except InventoryUnreachable:
+        pass  # the Events' read says what cannot be reached
+    except (UnknownToInventory, ValueError) as err:
+        print(f"metalflow: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as err:  # the settings or the site file
+        print(f"metalflow: {_first_line(err)}", file=sys.stderr)
+        return EXIT_USAGE
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(1) as pool:
         try:
@@ -86,11 +102,11 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"Events about {where} (oldest first):")
         print(render(shown, with_object=args.host is None) if shown else "  none")
     if args.host is None:
-        return EXIT_OK if shown is not None else EXIT_FAILED
+        return EXIT_OK if shown is not None else EXIT_UNREACHABLE
     operations = await read_operations(args.host)
     print(f"Operations of {args.host} (Temporal):")
     print(operations)
-    return EXIT_OK if shown is not None else EXIT_FAILED
+    return EXIT_OK if shown is not None else EXIT_UNREACHABLE
 
 
 def read_events(settings: Settings, host: str | None, limit: int) -> list[Shown]:

@@ -9,8 +9,8 @@ of `contracts.host_requests`, `assign`, `release`, `approve`), `host status` (`h
 the operator's answers (`host_decide`), the monitor (`host_monitor`), `host list` and
 `host versions`.
 
-Exit statuses: 0 done (or accepted, without --wait), 1 refused or failed, 2 usage or Temporal
-unreachable.
+Exit statuses (`metalflow.cli.exits`): 0 done (or accepted, without --wait), 1 refused or
+failed, 2 bad input or an unknown host or DPU, 3 Temporal or the cluster unreachable.
 """
 
 from __future__ import annotations
@@ -27,14 +27,30 @@ from temporalio.service import RPCError
 
 from contracts import names
 from contracts.validation import REQUESTER_MAX, HostId, Requester, arg_type, terminal_safe
-from metalflow.cli import connection, host_decide, host_list, host_monitor, host_requests, host_versions
+from metalflow.cli import (
+    connection,
+    exits,
+    host_decide,
+    host_list,
+    host_monitor,
+    host_requests,
+    host_versions,
+)
 from metalflow.cli.connection import connect_to
 from metalflow.cli.host_status import show_status
-from metalflow.cli.inventory_check import DPUsNotInDPF, InventoryRefusal, InventoryUnavailable, check_request
+from metalflow.cli.inventory_check import (
+    DPUsNotInDPF,
+    InventoryRefusal,
+    InventoryUnavailable,
+    InventoryUnreachable,
+    UnknownToInventory,
+    check_request,
+)
 from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.hosts import HostRequestError, default_operator, host_status
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = exits.OK, exits.FAILED, exits.USAGE
+EXIT_UNREACHABLE, EXIT_INTERRUPTED = exits.UNREACHABLE, exits.INTERRUPTED
 
 
 def register(subparsers: Any) -> None:
@@ -108,6 +124,7 @@ def _runner(
         except KeyboardInterrupt:  # Ctrl-C while waiting: the operation goes on in Temporal
             status = _fail("interrupted; the workflows go on (metalflow host status HOST)", EXIT_INTERRUPTED)
         connection.flush_tracing()
+        exits.JsonOutput.finish(status)
         sys.stdout.flush()
         sys.stderr.flush()
         # The SDK's native runtime can abort during interpreter teardown (PyGILState_Release), as
@@ -132,8 +149,12 @@ async def _connected(
             await check_request(args)
         except DPUsNotInDPF as err:  # decided once connected: a provision in flight is not refused so
             not_in_dpf = err
+        except UnknownToInventory as err:  # an unknown host, a DPU not the host's
+            return _fail(str(err), EXIT_USAGE)
         except InventoryRefusal as err:
             return _fail(str(err), EXIT_FAILED)
+        except InventoryUnreachable as err:
+            return _fail(str(err), EXIT_UNREACHABLE)
         except InventoryUnavailable as err:
             return _fail(str(err), EXIT_USAGE)
     try:
@@ -153,21 +174,37 @@ async def _connected(
         return _fail(
             f"cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
             "or give --address (or set TEMPORAL_ADDRESS or TEMPORAL_CONFIG_FILE) for your cluster",
-            EXIT_USAGE,
+            EXIT_UNREACHABLE,
         )
     if not_in_dpf is not None and not await _operation_in_flight(client, args.host):
         return _fail(str(not_in_dpf), EXIT_FAILED)
     try:
         return await action(client, args)
     except HostRequestError as err:
-        return _fail(str(err), EXIT_FAILED)
+        if err.status == EXIT_USAGE and getattr(args, "host", None) is not None:
+            unknown = await _unknown_host(args)  # no entity: say whether the inventory knows it
+            if unknown is not None:
+                return _fail(unknown, EXIT_USAGE)
+        return _fail(str(err), err.status)
     except RPCError as err:
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
         if temporal_lost(err):  # Temporal went away: like "cannot reach Temporal", the environment's
-            return _fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
+            return _fail(f"lost Temporal at {address} ({reason})", EXIT_UNREACHABLE)
         return _fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:  # one line, never a traceback: the command's user cannot act on one
         return _fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)
+
+
+async def _unknown_host(args: argparse.Namespace) -> str | None:
+    """Why the inventory does not know `args.host`, or None (it does, or it cannot be read): asked
+    only on the way to a refusal, so a read of a known host costs no inventory read."""
+    try:
+        await check_request(argparse.Namespace(host=args.host))
+    except UnknownToInventory as err:
+        return str(err)
+    except Exception:  # noqa: BLE001 - an inventory that cannot be read: the refusal stands
+        return None
+    return None
 
 
 async def _operation_in_flight(client: Client, host_id: str) -> bool:

@@ -38,11 +38,12 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
+from metalflow.cli import exits
 from metalflow.hosts import HostRequestError, host_status, operation_status, require_worker
 from workflows.host.state import WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED = exits.OK, exits.FAILED
 DECISIONS = {
     "retry": (
         RETRY_UPDATE,

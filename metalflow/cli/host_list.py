@@ -39,6 +39,7 @@ from temporalio.client import Client
 from contracts import names
 from contracts.validation import terminal_safe
 from contracts.wording import iso_z, plural
+from metalflow.cli import exits
 from metalflow.cli.host_phases import KNOWN_PHASES, unknown_phase_message
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
@@ -292,7 +293,7 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
         f"({plural(requests, 'visibility request')})",
         file=sys.stderr,
     )
-    return 0
+    return exits.OK
 
 
 def render(rows: list[HostRow], now: datetime) -> str:

@@ -27,6 +27,7 @@ from contracts.models.monitor import (
 )
 from contracts.validation import HoldBackAfterAbort, Reason, ReprovisionAfter, arg_type
 from contracts.wording import iso_z, plural
+from metalflow.cli import exits
 from metalflow.hosts import HostRequestError, ensure_entity, host_status
 from metalflow.monitors import (
     describe_policy,
@@ -102,7 +103,7 @@ def register(
         default=DEFAULT_NAMESPACE,
         help="namespace of the DPF objects (default: %(default)s)",
     )
-    parser.set_defaults(handler=runner(monitor))
+    parser.set_defaults(handler=runner(monitor), check_inventory=True)  # no monitor of a stranger
 
 
 async def monitor(client: Client, args: argparse.Namespace) -> int:
@@ -115,13 +116,13 @@ async def monitor(client: Client, args: argparse.Namespace) -> int:
     if args.status:
         status = await monitor_status(client, args.host)
         _say(render_monitor(status, await monitor_policy(client, args.host)))
-        return 0
+        return exits.OK
     if args.resume:
         answer = await resume_monitor(
             client, args.host, OperatorRequest(requested_by=args.by, reason=args.reason)
         )
         _say(f"{args.host}: monitor {names.monitor_workflow_id(args.host)}: {answer.message}")
-        return 0
+        return exits.OK
     if args.stop:
         result = await stop_monitor(
             client, args.host, OperatorRequest(requested_by=args.by, reason=args.reason)
@@ -130,7 +131,7 @@ async def monitor(client: Client, args: argparse.Namespace) -> int:
             f"{args.host}: monitor {names.monitor_workflow_id(args.host)} stopped by {result.stopped_by}; "
             f"pool state {result.pool_state} ({result.events_seen} DPF changes seen, {_runs(result.runs)})"
         )
-        return 0
+        return exits.OK
     return await _start(client, args)
 
 
@@ -158,7 +159,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
                 f"stop it (metalflow host monitor {host} --stop) and start it again to change it"
             )
         _say(f"{host}: {pool_line(running)}")
-        return 0
+        return exits.OK
     _say(f"{host}: started monitor {workflow_id} ({describe_policy(policy)})")
     seen = await first_look(client, host, FIRST_LOOK_SECONDS)
     if seen is None:
@@ -179,7 +180,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             f"{host}: started its entity {names.host_workflow_id(host)}, "
             "which the monitor asks for reprovisions"
         )
-    return 0
+    return exits.OK
 
 
 async def _site_of(client: Client, host: str) -> str:

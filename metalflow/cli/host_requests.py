@@ -52,6 +52,7 @@ from contracts.validation import (
     safe,
     terminal_safe,
 )
+from metalflow.cli import exits
 from metalflow.hosts import (
     FOLLOW_POLL_SECONDS,
     HostRequestError,
@@ -66,7 +67,7 @@ from metalflow.progress import Progress
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 Common = Callable[[argparse.ArgumentParser], None]
 Runner = Callable[[Action], Callable[[argparse.Namespace], int]]
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED = exits.OK, exits.FAILED
 FORCE_AFTER_SECONDS = HostRemovalInput.model_fields["force_after_seconds"].default
 IMAGE_SCHEMES = ("http", "https", "scp")  # what a DPU BMC's SimpleUpdate fetches from
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,63}")
@@ -211,7 +212,9 @@ def _reset_request(args: argparse.Namespace) -> EntityRequestBody:
         else ResetTarget.ALL_DPUS if args.all_dpus else ResetTarget.DPU
     )  # fmt: skip
     if args.full and target in (ResetTarget.HOST, ResetTarget.BOTH):
-        raise HostRequestError("--full applies to --dpu and --all-dpus (--both always resets Arm and NIC)")
+        raise HostRequestError(
+            "--full applies to --dpu and --all-dpus (--both always resets Arm and NIC)", exits.USAGE
+        )
     return ResetRequest(
         requested_by=args.by, reason=args.reason, target=target, dpu_ids=args.dpus, full=args.full
     )

@@ -28,7 +28,7 @@ from contracts.models.host import HostStatus
 from contracts.models.monitor import HostMonitorStatus
 from contracts.validation import terminal_safe
 from contracts.wording import iso_z
-from metalflow.cli import host_monitor
+from metalflow.cli import exits, host_monitor
 from metalflow.cli.inventory_check import idle_dpu_warnings
 from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import (
@@ -42,7 +42,7 @@ from metalflow.hosts import (
 )
 from metalflow.monitors import running_monitor_status
 
-EXIT_OK = 0
+EXIT_OK = exits.OK
 CAMPAIGNS_ASKED = 50  # running campaigns asked whether they put the host off (there are a few)
 RUNNING_CAMPAIGNS = f'{names.OPERATION.name} = "{names.CAMPAIGN_OPERATION}" AND ExecutionStatus = "Running"'
 

@@ -5,8 +5,9 @@ firmware (its FirmwareInventory, when served); each marked `*` where it differs 
 declared target (site file `versions.targets`). Reads through the drivers (drivers/versions.py):
 no workflow, nothing changes. No HOST: every host of the inventory.
 
-Exit statuses: 0 read (a source that could not be read is named per host, `-` in the table), 1
-an unknown host, 2 the inventory or the settings cannot be read.
+Exit statuses (`metalflow.cli.exits`): 0 read (a source that could not be read is named per host,
+`-` in the table), 2 an unknown host, or settings or a site file that cannot be read, 3 the
+cluster cannot be reached. `--json`: one document, `{"hosts": [...], "summary": ..., "targets": ...}`.
 
 Cost: per host one DPU list; per DPU with a BMC one session and its FirmwareInventory; hosts read
 PARALLEL at a time.
@@ -21,8 +22,9 @@ import sys
 from collections import Counter
 from typing import Any
 
-from contracts.errors import InvalidInput, MetalflowError
+from contracts.errors import InvalidInput, KubernetesUnavailable, MetalflowError
 from contracts.models.inventory import VERSION_FIELDS, HostVersions
+from contracts.validation import HostId, arg_type
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
 from drivers.kube import Kube
@@ -30,9 +32,10 @@ from drivers.redfish.client import RedfishClient
 from drivers.settings import Settings
 from drivers.site_file import SiteVersionTargets
 from drivers.versions import VersionReader
+from metalflow.cli import exits
 
 PARALLEL = 20
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.USAGE, exits.UNREACHABLE
 
 
 def register(commands: Any) -> None:
@@ -43,8 +46,12 @@ def register(commands: Any) -> None:
         "and the host BMC firmware, read from DPF and the BMCs; `*` marks a version off the site's target. "
         "A fleet summary counts the hosts on each version.",
     )
-    versions.add_argument("hosts", nargs="*", metavar="HOST", help="hosts (default: every host)")
-    versions.add_argument("--json", action="store_true", help="one JSON object per host, then the summary")
+    versions.add_argument(
+        "hosts", nargs="*", metavar="HOST", type=arg_type(HostId), help="hosts (default: every host)"
+    )
+    versions.add_argument(
+        "--json", action="store_true", help="one JSON object: the hosts, the summary and the targets"
+    )
     versions.set_defaults(handler=run)
 
 
@@ -56,10 +63,13 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         return asyncio.run(_main(settings, args))
-    except InvalidInput as err:
+    except InvalidInput as err:  # an unknown host
         print(f"metalflow host versions: {err.message}", file=sys.stderr)
-        return EXIT_FAILED
-    except MetalflowError as err:
+        return EXIT_USAGE
+    except KubernetesUnavailable as err:
+        print(f"metalflow host versions: {err.message}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except MetalflowError as err:  # the site file
         print(f"metalflow host versions: {err.message}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -91,9 +101,8 @@ async def _main(settings: Settings, args: argparse.Namespace) -> int:
     found = await asyncio.gather(*(read(h) for h in hosts))
     summary = fleet_summary(found)
     if args.json:
-        for host in found:
-            print(host.model_dump_json())
-        print(json.dumps({"summary": summary, "targets": targets.model_dump()}))
+        shown = [host.model_dump(mode="json") for host in found]
+        print(json.dumps({"hosts": shown, "summary": summary, "targets": targets.model_dump(mode="json")}))
     else:
         print(render(found, targets, summary))
     kube.close()

@@ -32,7 +32,11 @@ from drivers.site_file import Site, SiteFileError, load_site
 
 
 class InventoryRefusal(Exception):
-    """The request names something the inventory does not have (exit 1)."""
+    """The world refuses the request as it is now (exit 1)."""
+
+
+class UnknownToInventory(InventoryRefusal):
+    """The request names something the inventory does not have: a host, a DPU (exit 2)."""
 
 
 class DPUsNotInDPF(InventoryRefusal):
@@ -40,7 +44,11 @@ class DPUsNotInDPF(InventoryRefusal):
 
 
 class InventoryUnavailable(Exception):
-    """The inventory itself cannot be read: a bad setting, site file or cluster (exit 2)."""
+    """The inventory itself cannot be read: a bad setting or site file (exit 2)."""
+
+
+class InventoryUnreachable(InventoryUnavailable):
+    """The cluster the inventory or DPF's objects are read from cannot be reached (exit 3)."""
 
 
 async def check_request(args: argparse.Namespace) -> None:
@@ -64,7 +72,7 @@ async def check_request(args: argparse.Namespace) -> None:
     except SiteFileError as err:
         raise InventoryUnavailable(err.message) from None
     except InvalidInput as err:
-        raise InventoryRefusal(err.message) from None
+        raise UnknownToInventory(err.message) from None
     _check_dpus(host, tuple(getattr(args, "dpus", None) or ()), site)
     if site is not None and getattr(args, "operation", None) == names.REPROVISION:
         kube = Kube(settings)
@@ -86,7 +94,7 @@ def _check_dpus(host: HostInventory, wanted: tuple[str, ...], site: Site | None)
         hosts = site.hosts if site else []
         owner = next((h.id for h in hosts if any(d.id == dpu_id for d in h.dpus)), None)
         where = f" (it is a DPU of {owner})" if owner else ""
-        raise InventoryRefusal(
+        raise UnknownToInventory(
             f"{dpu_id} is not a DPU of {host.host_id}{where}; its DPUs: {', '.join(owned) or 'none'}"
         )
 
@@ -124,8 +132,11 @@ async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, 
 
 
 def _unreadable(err: Exception, what: str) -> InventoryUnavailable:
+    """A bad Kubernetes configuration (no kubeconfig: `InvalidInput`) is the user's to fix (2);
+    anything else is a cluster that cannot be reached (3)."""
     reason = err.message if isinstance(err, MetalflowError) else f"{type(err).__name__}: {err}"
-    return InventoryUnavailable(f"{what}: {reason}".splitlines()[0])
+    kind = InventoryUnavailable if isinstance(err, InvalidInput) else InventoryUnreachable
+    return kind(f"{what}: {reason}".splitlines()[0])
 
 
 async def idle_dpu_warnings(host_id: str) -> list[str]:

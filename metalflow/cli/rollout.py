@@ -52,6 +52,7 @@ from metalflow.cli import workflow_commands
 from metalflow.cli.workflow_commands import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_UNREACHABLE,
     EXIT_USAGE,
     FOLLOW_SECONDS,
     CommandError,
@@ -250,13 +251,16 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         )
     except WorkflowAlreadyStartedError as err:
         if not args.supersede:  # started between the check and the start
-            raise RolloutError(_in_flight_refusal(pcs, err.run_id), EXIT_USAGE) from None
+            raise RolloutError(_in_flight_refusal(pcs, err.run_id), EXIT_FAILED) from None
         return await _supersede(client, args, pcs, images)
     # The images are written (phase past `preparing`), or the run refused them.
     refused = "rollout refused, nothing changed"
-    status = await until_past(handle, "preparing", _query, refused)
-    if status.phase == "failed":  # refused between the check of its status and the query
-        status = await until_past(handle, "failed", _query, refused)  # raises, naming why
+    try:
+        status = await until_past(handle, "preparing", _query, refused)
+        if status.phase == "failed":  # refused between the check of its status and the query
+            status = await until_past(handle, "failed", _query, refused)  # raises, naming why
+    except CommandError as err:  # the run's own refusal: the status `plan` gives the same one
+        raise RolloutError(str(err), refusal_status(str(err), None)) from None
     print(f"rollout {workflow_id} started: target {status.target_hash} (from {status.previous_hash})")
     return await _follow(handle) if args.wait else EXIT_OK
 
@@ -307,7 +311,8 @@ async def _check_images(
     `drivers.grove.read_state`: one GET and four lists) and one GET for the write's check.
 
     Raises:
-        RolloutError: Refused (exit 2, nothing changed), or the cluster cannot be read (exit 2).
+        RolloutError: Refused, nothing changed (`refusal_status`: 1 or 2), or the cluster cannot
+            be read (exit 3; a bad setting 2).
     """
     try:
         kube = Kube(Settings.from_env())
@@ -317,16 +322,34 @@ async def _check_images(
         refusal = (await plan(kube, pcs, images, policy, in_flight, superseding)).refusal
     except Exception as err:  # the cluster unreachable, no kubeconfig: one line
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
-        raise RolloutError(f"cannot read PodCliqueSet {pcs} from the cluster: {reason}", EXIT_USAGE) from None
+        raise RolloutError(
+            f"cannot read PodCliqueSet {pcs} from the cluster: {reason}", EXIT_UNREACHABLE
+        ) from None
     finally:
         kube.close()
     if refusal is not None:
-        raise RolloutError(f"rollout refused, nothing changed: {refusal}", EXIT_USAGE)
+        raise RolloutError(f"rollout refused, nothing changed: {refusal}", refusal_status(refusal, in_flight))
+
+
+_WORLD_REFUSALS = (
+    " has updateStrategy ",
+    " holds an edit its pods do not run ",
+    " takes replicas below minAvailable",
+)
+
+
+def refusal_status(refusal: str, in_flight: str | None) -> int:
+    """A refusal's exit status, the same from `plan` and `start`: 1 what runs or is set up now
+    refuses it (a rollout in flight, Grove's own strategy, an edit the pods do not run, an outage
+    not allowed); 2 bad input (no such PodCliqueSet, an unknown clique or container, a bad image)."""
+    if refusal == in_flight or any(marker in refusal for marker in _WORLD_REFUSALS):
+        return EXIT_FAILED
+    return EXIT_USAGE
 
 
 async def _plan(client: Client, args: argparse.Namespace) -> int:
     """`rollout plan`: what `start` would do, read and decided as `start` (`rollouts.plan`),
-    refused as `start` refuses (exit 2), a rollout in flight included."""
+    refused as `start` refuses (`refusal_status`), a rollout in flight included."""
     policy = RolloutPolicy(
         replica_concurrency=args.concurrency, allow_replica_outage=args.allow_replica_outage
     )
@@ -339,11 +362,11 @@ async def _plan(client: Client, args: argparse.Namespace) -> int:
         found = await plan(kube, args.pcs, dict(args.images), policy, in_flight)
     except Exception as err:  # the cluster unreachable, no kubeconfig: one line
         reason = f"{type(err).__name__}: {err}".splitlines()[0]
-        return fail(f"cannot read PodCliqueSet {args.pcs} from the cluster: {reason}", EXIT_USAGE)
+        return fail(f"cannot read PodCliqueSet {args.pcs} from the cluster: {reason}", EXIT_UNREACHABLE)
     finally:
         kube.close()
     print(found.model_dump_json(indent=2) if args.json else render_plan(found))
-    return EXIT_USAGE if found.refusal else EXIT_OK
+    return refusal_status(found.refusal, in_flight) if found.refusal else EXIT_OK
 
 
 async def _query(handle: WorkflowHandle[Any, Any]) -> RolloutStatus:

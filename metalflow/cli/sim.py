@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import yaml
@@ -25,7 +25,7 @@ import yaml
 from contracts.validation import DPUsPerHost, HostId, Hosts, Port, Seed, arg_type
 from contracts.wording import plural
 from drivers.statedir import STATE_DIR_HELP, state_dir_for
-from metalflow.cli import sim_fault
+from metalflow.cli import exits, sim_fault
 from metalflow.devstack.claim import running_stack
 from metalflow.devstack.process import ProcessFailedError
 from metalflow.devstack.sim import (
@@ -39,7 +39,7 @@ from metalflow.devstack.sim import (
 )
 from metalflow.runtime.ports import PortInUseError, ensure_free
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.FAILED, exits.USAGE, exits.UNREACHABLE
 
 
 def add_site_options(parser: argparse.ArgumentParser) -> None:
@@ -231,7 +231,7 @@ def _down(args: argparse.Namespace) -> int:
         pid = int(read_sim_info(args.state_dir)["pid"])
     except FileNotFoundError:
         print(f"metalflow sim down: no simulator runs with state dir {args.state_dir}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + 15
@@ -245,20 +245,30 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _get(state_dir: Path, path: str, command: str) -> Any:
+    """The simulator's answer to GET `path`; else one line on stderr and the command's exit:
+    2 no simulator runs there, or it knows no such object; 3 it cannot be reached; 1 any other
+    refusal."""
     try:
         url = read_sim_info(state_dir)["url"]
     except FileNotFoundError:
-        raise SystemExit(
+        _exit(
             f"metalflow sim {command}: no simulator runs with state dir {state_dir} "
-            "(start one: metalflow sim up)"
-        ) from None
+            "(start one: metalflow sim up)",
+            EXIT_USAGE,
+        )
     try:
         response = httpx.get(f"{url}{path}", timeout=10)
     except httpx.HTTPError as err:
-        raise SystemExit(f"metalflow sim {command}: cannot reach the simulator at {url}: {err}") from None
+        _exit(f"metalflow sim {command}: cannot reach the simulator at {url}: {err}", EXIT_UNREACHABLE)
     if response.status_code != 200:
-        raise SystemExit(f"metalflow sim {command}: {response.json().get('error', response.text)}")
+        error = response.json().get("error", response.text) if response.content else response.reason_phrase
+        _exit(f"metalflow sim {command}: {error}", sim_fault.refusal_status(response.status_code))
     return response.json()
+
+
+def _exit(message: str, status: int) -> NoReturn:
+    print(message, file=sys.stderr)
+    raise SystemExit(status)
 
 
 def _violations(args: argparse.Namespace) -> int:

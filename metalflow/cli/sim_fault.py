@@ -29,9 +29,10 @@ import httpx
 
 from contracts.validation import DPUId, arg_type, safe
 from drivers.statedir import STATE_DIR_HELP, state_dir_for
+from metalflow.cli import exits
 from metalflow.devstack.sim import read_sim_info
 
-EXIT_OK, EXIT_FAILED = 0, 1
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.FAILED, exits.USAGE, exits.UNREACHABLE
 BMC_FAULTS = {
     "wrong-credentials": "the BMC's password changes now and nobody stored the new one: every "
     "login with the stored credentials is refused (401)",
@@ -115,7 +116,7 @@ def register(sim_sub: Any) -> None:
 
     def usage(_args: argparse.Namespace) -> int:
         fault.print_help(sys.stderr)
-        return 2
+        return EXIT_USAGE
 
     fault.set_defaults(handler=usage)
 
@@ -163,15 +164,22 @@ def _post(explicit: Path | None, path: str, body: dict[str, str] | None, subject
         url = read_sim_info(state_dir)["url"]
     except FileNotFoundError:
         print(f"metalflow sim fault: no simulator runs with state dir {state_dir}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_USAGE
     try:
         response = httpx.post(f"{url}/sim/faults/{path}", json=body, timeout=10)
     except httpx.HTTPError as err:
         print(f"metalflow sim fault: cannot reach the simulator at {url}: {err}", file=sys.stderr)
-        return EXIT_FAILED
+        return EXIT_UNREACHABLE
     if response.status_code != 200:
         error = response.json().get("error", response.text) if response.content else response.reason_phrase
         print(f"metalflow sim fault: {subject}: {error}", file=sys.stderr)
-        return EXIT_FAILED
+        return refusal_status(response.status_code)
     print(f"{subject}: {UNDO.get(fault, fault + ' injected')}")
     return EXIT_OK
+
+
+def refusal_status(http_status: int) -> int:
+    """The exit status of the simulator's refusal: 2 it has no such object (404), else 1 (what
+    the object is in now refuses it, e.g. a recover of a DPU with no failure injected: 400, 409);
+    bad words are argparse's, before anything is asked."""
+    return EXIT_USAGE if http_status == 404 else EXIT_FAILED

@@ -1,17 +1,18 @@
 """What the `campaign` and `rollout` commands share: each drives one long-running workflow by its
 id, so each runs against Temporal the same way and sends the operator's updates the same way.
 
-- `runner`: connect, run the command, exit with its status; every error is one line on stderr
-  (a refusal 1, bad input 2, Temporal lost 2, naming the address), never a traceback; a reader
-  of stdout gone (`| head -1`) ends it quietly, exit 141 (`metalflow.cli.reader_gone`).
-- `query`: the workflow's status query; a workflow that does not exist is a refusal naming it.
+- `runner`: connect, run the command, exit with its status (`metalflow.cli.exits`); every error
+  is one line on stderr (a refusal 1, bad input or no such workflow 2, Temporal unreachable or
+  lost 3, naming the address), never a traceback; a reader of stdout gone (`| head -1`) ends it
+  quietly, exit 141 (`metalflow.cli.reader_gone`).
+- `query`: the workflow's status query; a workflow that does not exist is named, exit 2.
 - `ended_badly`, `last_status`: how a run ended that did not complete (failed, aborted by an
   operator, terminated, timed out, cancelled), and the status query with it: a status command
   shows what such a run last showed, says how it ended, and exits 1 (README, "Status is the
   truth"): Temporal runs no workflow code on terminate, so its Phase and what it published say
   it still runs.
 - `until_past`: after a start, wait until the run is past its first phase, or report why it
-  refused (bad input that touched nothing, exit 2).
+  refused (touching nothing: bad input 2, else 1).
 - `send` and `answer`: an operator update (pause, resume, abort, ...): the workflow's answer, or
   its validator's refusal, no such workflow, or Temporal's refusal, each one line; a lost
   Temporal goes up to `runner`, which names it.
@@ -41,12 +42,12 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts.errors import OperationAborted, RolloutAborted, matches
-from metalflow.cli import connection, reader_gone
+from contracts.errors import InvalidInput, ObjectNotFound, OperationAborted, RolloutAborted, matches
+from metalflow.cli import connection, exits, reader_gone
 from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.FAILED, exits.USAGE, exits.UNREACHABLE
 FOLLOW_SECONDS = 0.5
 START_CHECK_SECONDS = 60.0  # how long a start waits to see its run past the first phase or refused
 
@@ -94,6 +95,7 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
             sys.stdout.flush()
         except BrokenPipeError:  # `metalflow ... | head -1`
             status = reader_gone()
+        exits.JsonOutput.finish(status)
         sys.stderr.flush()
         os._exit(status)  # skip the SDK runtime's teardown, as `metalflow host` does
 
@@ -118,7 +120,7 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
         return fail(
             f"cannot reach Temporal at {target.address} ({type(err).__name__}); start it with "
             "`metalflow dev`, or give --address (or set TEMPORAL_ADDRESS)",
-            EXIT_USAGE,
+            EXIT_UNREACHABLE,
         )
     try:
         return await action(client, args)
@@ -126,11 +128,11 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
         return fail(str(err), err.status)
     except BrokenPipeError:  # the reader of stdout went away: `handle` ends quietly
         raise
-    except RPCError as err:  # one line, never a traceback; Temporal gone is the environment's (2)
+    except RPCError as err:  # one line, never a traceback; Temporal gone is the environment's (3)
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
         if temporal_lost(err):
             address = client.service_client.config.target_host
-            return fail(f"lost Temporal at {address} ({reason})", EXIT_USAGE)
+            return fail(f"lost Temporal at {address} ({reason})", EXIT_UNREACHABLE)
         return fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:
         return fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)
@@ -144,7 +146,7 @@ async def query(
         result: StatusT = await handle.query(name, result_type=result_type)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise CommandError(f"no {what} {handle.id}") from None
+            raise CommandError(f"no {what} {handle.id}", EXIT_USAGE) from None
         raise
     return result
 
@@ -194,7 +196,7 @@ async def ended_badly(client: Client, workflow_id: str, what: str) -> str | None
         described = await client.get_workflow_handle(workflow_id).describe()
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise CommandError(f"no {what} {workflow_id}") from None
+            raise CommandError(f"no {what} {workflow_id}", EXIT_USAGE) from None
         raise
     word = _ENDED_BADLY.get(described.status) if described.status is not None else None
     if word is None:
@@ -225,7 +227,8 @@ async def until_past(
     refused: str,
 ) -> StatusT:
     """Wait until the run's phase is past `phase` (or START_CHECK_SECONDS passed); a run that
-    failed meanwhile refused the request: CommandError `refused: <why>`, exit 2."""
+    failed meanwhile refused the request: CommandError `refused: <why>`, exit 2 for bad input
+    (`InvalidInput`, `ObjectNotFound`), else 1, as the same refusal from `plan`."""
     deadline = time.monotonic() + START_CHECK_SECONDS
     while True:
         described = await handle.describe()
@@ -233,11 +236,21 @@ async def until_past(
             try:
                 await handle.result()
             except WorkflowFailureError as err:
-                raise CommandError(f"{refused}: {root_cause(err)}", EXIT_USAGE) from None
+                raise CommandError(f"{refused}: {root_cause(err)}", refusal_status(err)) from None
         current = await status(handle)
         if current.phase != phase or time.monotonic() > deadline:
             return current
         await asyncio.sleep(FOLLOW_SECONDS)
+
+
+def refusal_status(err: BaseException) -> int:
+    """The exit status of a run's refusal: 2 when its root cause is bad input or an unknown object
+    (`InvalidInput`, `ObjectNotFound`), else 1 (the world refused it)."""
+    while isinstance(getattr(err, "cause", None), BaseException):
+        err = err.cause  # type: ignore[attr-defined]
+    if isinstance(err, ApplicationError) and matches(err, InvalidInput, ObjectNotFound):
+        return EXIT_USAGE
+    return EXIT_FAILED
 
 
 async def send(
@@ -256,7 +269,7 @@ async def send(
         raise CommandError(f"{update} refused: {root_cause(err)}") from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise CommandError(missing.format(id=handle.id)) from None
+            raise CommandError(missing.format(id=handle.id), EXIT_USAGE) from None
         if temporal_lost(err):
             raise
         raise CommandError(f"{update} refused: {err.message}") from None

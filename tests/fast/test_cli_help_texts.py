@@ -59,6 +59,7 @@ def test_each_command_word_names_the_module_that_registers_it() -> None:
     ):
         alone, everything = (vars(p.parse_args(argv)) for p in (build_parser(argv[0]), build_parser()))
         handlers = alone.pop("handler"), everything.pop("handler")  # each parser makes its own
+        assert alone.pop("command_parser").prog == everything.pop("command_parser").prog, argv
         assert alone == everything and handlers[0].__qualname__ == handlers[1].__qualname__, argv
 
 
