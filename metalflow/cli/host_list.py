@@ -100,13 +100,27 @@ def register(commands: Any, runner: Callable[[Action], Callable[[argparse.Namesp
     )
     parser.add_argument(
         "--phase",
-        type=_phase,
+        nargs="+",
+        action=_PhaseWords,
         metavar="P",
-        help="only hosts whose phase, or whose operation's phase, is P (e.g. idle, 'running reprovision', "
-        "rebooting-host; a phase no host can be in is refused with the list)",
+        help="only hosts whose phase, or whose operation's phase, is P (e.g. idle, running reprovision "
+        "(quoted or not, as the PHASE column prints it), rebooting-host; a phase no host can be in is "
+        "refused with the list)",
     )
     parser.add_argument("--json", action="store_true", help="print a JSON list of hosts")
     parser.set_defaults(handler=runner(_list))
+
+
+class _PhaseWords(argparse.Action):
+    """`--phase running reprovision` as `host list` prints it, unquoted: the words are one phase."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        try:
+            setattr(namespace, self.dest, _phase(" ".join(values)))
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentError(self, str(err)) from None
 
 
 def _phase(text: str) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 from metalflow.cli import build_parser, exits, main
 from metalflow.cli.commands import subcommands
+from metalflow.cli.host_phases import KNOWN_PHASES
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -104,3 +105,14 @@ def test_every_json_command_is_known() -> None:
         "sim violations", "sim power-log", "host list", "host versions", "host status",
         "rollout plan", "rollout status", "campaign plan", "campaign status", "campaign hosts",
     }  # fmt: skip
+
+
+def test_host_list_phase_takes_every_phase_as_its_phase_column_prints_it() -> None:
+    """`host list` prints `running reprovision`; `--phase running reprovision`, copied from it,
+    was refused (argparse: unrecognized arguments: reprovision)."""
+    parser = build_parser()
+    for phase in sorted(KNOWN_PHASES):
+        assert parser.parse_args(["host", "list", "--phase", *phase.split()]).phase == phase
+        assert parser.parse_args(["host", "list", "--phase", phase]).phase == phase
+    status, _, err = run("host", "list", "--phase", "running", "nonsense")
+    assert status == exits.USAGE and "unknown phase 'running nonsense'" in err
