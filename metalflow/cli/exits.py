@@ -73,6 +73,9 @@ class _Watched(io.TextIOBase):
     def isatty(self) -> bool:
         return self.inner.isatty()
 
+    def writable(self) -> bool:
+        return True
+
     def fileno(self) -> int:
         return self.inner.fileno()
 

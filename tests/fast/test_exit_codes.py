@@ -116,3 +116,25 @@ def test_host_list_phase_takes_every_phase_as_its_phase_column_prints_it() -> No
         assert parser.parse_args(["host", "list", "--phase", phase]).phase == phase
     status, _, err = run("host", "list", "--phase", "running", "nonsense")
     assert status == exits.USAGE and "unknown phase 'running nonsense'" in err
+
+
+def test_a_runs_own_refusal_exits_2_for_bad_input_else_1() -> None:
+    """`until_past` (a start whose run refused at once) exited 2 for every refusal, where `plan`
+    exits 1 for what the world refuses: now the refusal's type decides, as the table says."""
+    from temporalio.exceptions import ApplicationError, ChildWorkflowError, RetryState
+
+    from metalflow.cli.workflow_commands import refusal_status
+
+    def wrapped(kind: str) -> BaseException:
+        outer = ChildWorkflowError(
+            "child failed", namespace="n", workflow_id="w", run_id="r", workflow_type="T",
+            initiated_event_id=1, started_event_id=2, retry_state=RetryState.NON_RETRYABLE_FAILURE,
+        )  # fmt: skip
+        outer.__cause__ = ApplicationError("why", type=kind)
+        return outer
+
+    assert refusal_status(ApplicationError("no such group", type="InvalidInput")) == exits.USAGE
+    assert refusal_status(ApplicationError("gone", type="ObjectNotFound")) == exits.USAGE
+    assert refusal_status(ApplicationError("held by campaign/b", type="CampaignRefused")) == exits.FAILED
+    assert refusal_status(ValueError("anything else")) == exits.FAILED
+    assert refusal_status(wrapped("InvalidInput")) == exits.USAGE
