@@ -37,8 +37,9 @@ TABLE: Final[tuple[tuple[int, str], ...]] = (
      "the workflow refused, a name already running; a status command of a run that failed, was "
      "aborted, terminated or timed out"),
     (USAGE, "bad input or an unknown object: a usage error, a value out of range, a bad setting or "
-     "site file, or a name that does not exist (host, DPU, group, campaign, rollout, schedule, "
-     "PodCliqueSet); nothing was changed"),
+     "site file, a state dir or port already taken (`dev`, `sim up`), or a name that does not "
+     "exist (host, DPU, group, campaign, rollout, schedule, PodCliqueSet, simulator); nothing was "
+     "changed"),
     (UNREACHABLE, "cannot reach Temporal, the cluster, the simulator or a BMC (or lost it "
      "midway); try again once it is back"),
     (INTERRUPTED, "interrupted (Ctrl-C) while waiting; the workflows go on"),
