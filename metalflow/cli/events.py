@@ -70,20 +70,21 @@ def handle(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from metalflow.cli.inventory_check import InventoryUnreachable, UnknownToInventory, check_request
+    from metalflow.cli.inventory_check import InventoryUnavailable, UnknownToInventory, check_request
 
     try:
         settings = Settings.from_env()
-        if args.host is not None:  # a host nobody has: say so, not "none"
-            await check_request(args)
-    except InventoryUnreachable:
-        pass  # the Events' read says what cannot be reached
-    except (UnknownToInventory, ValueError) as err:
-        print(f"metalflow: {err}", file=sys.stderr)
-        return EXIT_USAGE
-    except Exception as err:  # the settings or the site file
+    except ValueError as err:
         print(f"metalflow: {_first_line(err)}", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        if args.host is not None:  # a host the inventory does not have: say so, not "none"
+            await check_request(args)
+    except UnknownToInventory as err:
+        print(f"metalflow: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except InventoryUnavailable:
+        pass  # no inventory to ask (a cluster away, no site file): the Events are still read
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(1) as pool:
         try:
