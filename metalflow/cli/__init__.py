@@ -94,8 +94,12 @@ def _run(argv: Sequence[str] | None) -> int:
         if handler is None:
             parser.print_help(sys.stderr)
             return EXIT_USAGE
+        status = EXIT_FAILED  # should the handler raise: Python exits 1
         status = int(handler(args))
         return status
+    except BrokenPipeError:  # `main` ends quietly
+        status = EXIT_BROKEN_PIPE
+        raise
     except SystemExit as exit_:  # a usage error, or --help
         code = exit_.code
         status = code if isinstance(code, int) else EXIT_OK if code is None else EXIT_FAILED  # as Python
