@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import metalflow_env, run_in_few_processes, use_site_file
+from cli_support import metalflow_env, run_in_command_server, run_in_few_processes, use_site_file
 from sim_support import RunningSim, prefixed_sim
 from temporalio.testing import WorkflowEnvironment
 
+from contracts.models.grove import PCSRef, RolloutInput
 from metalflow.cli import build_parser, exits
 from metalflow.cli.commands import subcommands
 
@@ -213,3 +215,29 @@ async def test_every_command_exits_by_the_table(
         elif what == "unknown or bad" and out.strip():  # refused before it did anything
             problems.append(f"{shown} (a refusal printed on stdout)")
     assert problems == [], "\n".join(problems)
+
+
+async def test_status_json_of_an_ended_run_nobody_can_read_is_one_document(
+    local_env: WorkflowEnvironment, sim: RunningSim
+) -> None:
+    """`rollout status --json` printed nothing on stdout when the run had ended and its status
+    could not be read (no worker replays a closed run's query): the reason went to stderr only.
+    Now the one document is the error, with the status the table gives it (1: it ended badly)."""
+    name = f"exc-gone-{uuid.uuid4().hex[:6]}"
+    nobody = f"exc-nobody-{uuid.uuid4().hex[:6]}"
+    rollout = await local_env.client.start_workflow(
+        "RolloutWorkflow",
+        RolloutInput(
+            pcs=PCSRef(namespace="default", name=name), images={"a": "r.local/a:1"}, requested_by="t"
+        ),
+        id=f"rollout/default/{name}", task_queue=nobody,
+    )  # fmt: skip
+    await rollout.terminate(reason="cut short by the exit-code test")
+    status, out, err = await run_in_command_server(
+        ["rollout", "status", f"default/{name}", "--json"], metalflow_env(local_env)
+    )
+    assert status == exits.FAILED, (status, out, err)
+    shown = json.loads(out)
+    assert shown["exit_status"] == exits.FAILED
+    assert f"rollout/default/{name} was terminated: cut short by the exit-code test" in shown["error"]
+    assert shown["error"] in err  # the same reason on stderr
