@@ -171,6 +171,9 @@ async def test_a_round_of_only_skipped_hosts_ends_and_status_names_the_hosts(
         assert f"skipped {host}: instance assigned" in skipped.stdout
         shown = await metalflow(local_env, "campaign", "status", "cmpe-skipped")
         assert shown.status == 0 and f"1 skipped ({host}); batch" in shown.stdout, shown
+        listed = await metalflow(local_env, "campaign", "hosts", "cmpe-skipped", "--json")
+        assert listed.status == 0, listed.stderr  # one JSON document (it printed one per host)
+        assert [(h["host_id"], h["outcome"]) for h in json.loads(listed.stdout)] == [(host, "skipped")]
         waits = await metalflow(
             local_env, "campaign", "start", "cmpe-approval", "--hosts", host, "--reprovision",
             "--assigned", "wait-for-approval", *FAST, "--task-queue", queue,

@@ -120,7 +120,7 @@ def register(subparsers: Any) -> None:
         choices=sorted(set(HOST_OUTCOMES)),
         help="only hosts with this outcome",
     )
-    hosts.add_argument("--json", action="store_true", help="one JSON object per host")
+    hosts.add_argument("--json", action="store_true", help="one JSON list, an object per host")
     hosts.set_defaults(handler=runner(_hosts))
 
     for command, (update, text) in UPDATES.items():
@@ -431,24 +431,34 @@ async def _update(client: Client, args: argparse.Namespace) -> int:
 
 
 async def _hosts(client: Client, args: argparse.Namespace) -> int:
-    """Every host's outcome, one page (HOSTS_PAGE_MAX hosts) per query."""
+    """Every host's outcome, one page (HOSTS_PAGE_MAX hosts) per query; `--json`: one JSON list,
+    printed as the pages arrive (10,000 hosts are never held at once), closed even when a later
+    page fails, so stdout stays one document."""
     handle = _handle(client, args.name)
     offset: int | None = 0
-    while offset is not None:
-        try:
-            page = await handle.query(
-                HOSTS_QUERY, HostsQuery(offset=offset, outcome=args.outcome), result_type=HostsPage
-            )
-        except RPCError as err:
-            if err.status == RPCStatusCode.NOT_FOUND:
-                raise CampaignError(f"no campaign {handle.id}", EXIT_USAGE) from None
-            raise
-        for host in page.hosts:
-            if args.json:
-                print(host.model_dump_json())
-            else:
-                print(f"{host.host_id}\t{host.outcome}\t{host.workflow_id or '-'}\t{host.reason}")
-        offset = page.next_offset
+    opened = False
+    try:
+        while offset is not None:
+            try:
+                page = await handle.query(
+                    HOSTS_QUERY, HostsQuery(offset=offset, outcome=args.outcome), result_type=HostsPage
+                )
+            except RPCError as err:
+                if err.status == RPCStatusCode.NOT_FOUND:
+                    raise CampaignError(f"no campaign {handle.id}", EXIT_USAGE) from None
+                raise
+            for host in page.hosts:
+                if args.json:
+                    print(("[" if not opened else ",") + "\n  " + host.model_dump_json(), end="")
+                    opened = True
+                else:
+                    print(f"{host.host_id}\t{host.outcome}\t{host.workflow_id or '-'}\t{host.reason}")
+            offset = page.next_offset
+    finally:
+        if args.json and opened:
+            print("\n]")
+    if args.json and not opened:
+        print("[]")
     return EXIT_OK
 
 
