@@ -123,7 +123,7 @@ def temporal_lost(err: RPCError) -> bool:
     """Whether an RPC failed because Temporal went away (or never answered), not because it refused.
 
     A call in flight when the connection drops fails UNKNOWN with a transport error; the calls
-    after it fail UNAVAILABLE. Both mean "lost Temporal" to a command's user (exit 2).
+    after it fail UNAVAILABLE. Both mean "lost Temporal" to a command's user (exit 3).
     """
     if err.status in _LOST:
         return True

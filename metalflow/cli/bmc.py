@@ -59,8 +59,8 @@ def register(subparsers: Any) -> None:
         "bmc",
         help="check a host's BMC or change its power directly (no Temporal needed)",
         description="Reach a host's BMC over Redfish with the credentials its inventory references. "
-        "Exit status: 0 done, 1 the BMC could not be reached or refused, 2 unknown host or bad "
-        "configuration.",
+        "Exit status: 0 done, 1 the BMC refused (credentials rejected, a reset it does not take), 2 "
+        "unknown host or bad configuration, 3 the BMC could not be reached (README's table).",
     )
     commands = parser.add_subparsers(title="bmc commands", metavar="COMMAND")
     check = commands.add_parser(

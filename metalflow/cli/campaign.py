@@ -12,11 +12,12 @@ updates whose validators refuse what does not apply now, with the reason; `list`
 campaigns. Every command takes a campaign's name, or a scheduled run's
 (`NAME-2026-11-22T02:00:00Z`). Schedules: metalflow/cli/campaign_schedule.py.
 
-Exit statuses, one table for every command here and `plan`: 0 done (`--wait`: every host
-succeeded); 1 refused by the campaign's rules (as `plan` says), failed, stopped, or not every host
-succeeded, and `status` of a campaign that failed, was cancelled or terminated (it still shows
-its status and changes); 2 usage, a selection that names no host, bad input that changed
-nothing, a world that cannot be read, or Temporal unreachable.
+Exit statuses (`metalflow.cli.exits`, README's table), the same from `start` and `plan`: 0 done
+(`--wait`: every host succeeded); 1 refused by the campaign's rules (as `plan` says), failed,
+stopped, or not every host succeeded, a name already running, an update the campaign refused,
+and `status` of a campaign that failed, was cancelled or terminated (it still shows its status
+and changes); 2 usage, a selection that names no host, no such campaign or schedule, bad input
+that changed nothing; 3 Temporal or the cluster unreachable.
 """
 
 from __future__ import annotations

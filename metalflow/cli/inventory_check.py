@@ -1,14 +1,16 @@
 """Refuse a request about something the inventory does not know, before anything is sent.
 
-`metalflow host provision|reprovision|reboot|firmware|remove|assign|release` first looks the host
-up in the same inventory the worker uses (`METALFLOW_INVENTORY`: the site file through the shared
-loader, validated as a whole, or the DPF objects in the cluster): an unknown host, or a `--dpus`
-entry that is not one of the host's DPUs, is refused (exit 1) and no entity workflow is created
+`metalflow host provision|reprovision|reboot|firmware|remove|reset|assign|release|monitor` first
+look the host up in the same inventory the worker uses (`METALFLOW_INVENTORY`: the
+site file through the shared loader, validated as a whole, or the DPF objects in the cluster): an
+unknown host, or a `--dpus` entry that is not one of the host's DPUs, is refused (exit 2, as an
+unknown object is in every command) and no entity or monitor workflow is created
 (without this, `host/host-999` would be created and run forever). A reprovision also needs DPF's
 DPU objects of the chosen DPUs, in either mode (the site file names the hosts; DPF's objects live
 in the cluster `KUBECONFIG` points at): reprovisioning deletes them for DPF to recreate, so a
 missing one is named at once instead of the operation waiting for it in `waiting-for-hold`, and
-a cluster that cannot be read is an error (exit 2) rather than a check skipped. A provision in
+a cluster that cannot be reached is an error (exit 3; no usable kubeconfig: 2) rather than a
+check skipped. A provision in
 flight has not created them yet: `metalflow host` then lets the entity say that a provision is in
 flight, rather than "provision it first" (`DPUsNotInDPF`).
 

@@ -6,9 +6,12 @@ current step). `status` shows the status query (a live progress bar on a termina
 scripts); `pause`, `resume`, `abort`, `rollback` and `scale` are updates whose validators refuse
 what does not apply now, with the reason.
 
-Exit statuses: 0 done (`--wait`: completed), 1 refused, failed, rolled back or aborted, 2 usage,
-bad input that changed nothing, or Temporal unreachable. `status` of a run that did not complete
-(failed, aborted, terminated, timed out) shows what it last showed, says how it ended, exit 1.
+Exit statuses (`metalflow.cli.exits`, README's table): 0 done (`--wait`: completed); 1 failed,
+rolled back or aborted, or refused by what runs or is set up now (`refusal_status`: a rollout in
+flight, not OnDelete, a dormant edit, an outage not allowed); 2 usage, or bad input or an unknown
+object (no such PodCliqueSet, clique, container or rollout, a bad image), nothing changed; 3
+Temporal or the cluster unreachable. `status` of a run that did not complete (failed, aborted,
+terminated, timed out) shows what it last showed, says how it ended, exit 1.
 """
 
 from __future__ import annotations
@@ -91,8 +94,10 @@ def register(subparsers: Any) -> None:
     start = commands.add_parser(
         "start",
         help="start a rollout",
-        description="Start a rollout. Exit 2: refused, nothing changed (the refusals of `rollout plan`, "
-        "checked with the same code).",
+        description="Start a rollout. A refusal changes nothing and exits as `rollout plan` does "
+        "(checked with the same code): 1 a rollout in flight, not OnDelete, a template holding an "
+        "edit its pods do not run, an outage not allowed; 2 an unknown PodCliqueSet, clique or "
+        "container, a bad image.",
     )
     _target(start)
     _change(start)
@@ -118,10 +123,10 @@ def register(subparsers: Any) -> None:
         description="Read the PodCliqueSet as `rollout start` does and print the cliques it changes, the "
         "PodGangs it replaces in order (each replica's anchor, then its tails) with the pods each "
         "replaces and any replica outage, or why `start` would refuse (first, and alone but for an "
-        "outage, which the steps show). Changes nothing. Exit 0: the plan; 2: start would refuse "
-        "(exit 2 as start does: a rollout in flight, an unknown PodCliqueSet, clique or container, a "
-        "bad image, not OnDelete, a template holding an edit its pods do not run, an outage not "
-        "allowed), bad input or the cluster cannot be read.",
+        "outage, which the steps show). Changes nothing. Exit 0: the plan; where start would refuse, "
+        "as start exits: 1 a rollout in flight, not OnDelete, a template holding an edit its pods do "
+        "not run, an outage not allowed; 2 an unknown PodCliqueSet, clique or container, a bad image, "
+        "bad input; 3 the cluster cannot be reached.",
     )
     preview.add_argument(
         "pcs", metavar="NAMESPACE/PCS", type=_pcs_ref, help="the PodCliqueSet, e.g. default/inference"
