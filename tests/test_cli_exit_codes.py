@@ -44,6 +44,7 @@ ROWS: dict[tuple[str, ...], list[str]] = {
     ("sim", "down"): ["--state-dir", "{E}"],
     ("sim", "violations"): ["--state-dir", "{E}", "--json"],
     ("sim", "power-log"): [UNKNOWN, "--state-dir", "{S}", "--json"],
+    ("sim", "fault", "bmc"): [UNKNOWN, "unreachable", "--state-dir", "{S}"],
     ("sim", "fault", "dpu"): [f"{UNKNOWN}-dpu-0", "error", "--state-dir", "{S}"],
     ("sim", "fault", "podgang"): ["exc-no-such-gang", "never-available", "--state-dir", "{S}"],
     ("bmc", "check"): [UNKNOWN],

@@ -100,11 +100,11 @@ def test_an_unreachable_bmc_answers_nothing_then_comes_back(sim: RunningSim) -> 
         with pytest.raises(httpx.TransportError):
             pooled.get("/redfish/v1/")
     gone = _product(sim, "bmc", "check", HOST, "--timeout", "3")
-    assert gone.returncode == 1 and "cannot reach" in gone.stderr, gone.stderr
+    assert gone.returncode == 3 and "cannot reach" in gone.stderr, gone.stderr  # README's exit table
     assert _fault(sim, "bmc", HOST, "clear").returncode == 0
     assert _product(sim, "bmc", "check", HOST).returncode == 0
     unknown = _fault(sim, "bmc", "host-999", "unreachable")
-    assert unknown.returncode == 1 and "no BMC 'host-999'" in unknown.stderr, unknown.stderr
+    assert unknown.returncode == 2 and "no BMC 'host-999'" in unknown.stderr, unknown.stderr
 
 
 def _dpu(sim: RunningSim, dpu_id: str) -> dict[str, Any]:
@@ -140,8 +140,8 @@ def _phase_shown(sim: RunningSim, host: str, dpu_id: str) -> str | None:
     """DPF's phase of the DPU as `metalflow host versions --json` shows it."""
     shown = _product(sim, "host", "versions", host, "--json")
     assert shown.returncode == 0, shown.stderr
-    for line in shown.stdout.splitlines():
-        for dpu in json.loads(line).get("dpus") or []:
+    for listed in json.loads(shown.stdout)["hosts"]:  # one JSON document (README's --json rule)
+        for dpu in listed.get("dpus") or []:
             if dpu["dpu_id"] == dpu_id:
                 return str(dpu["phase"])
     raise AssertionError(shown.stdout)
