@@ -261,3 +261,38 @@ def matches(err: BaseException | None, *types: type[MetalflowError]) -> bool:
             return current.type in wanted
         current = current.cause if isinstance(current, FailureError) else None
     return False
+
+
+def first_application_error(err: BaseException | None) -> ApplicationError | None:
+    """The first `ApplicationError` of a failure chain (`err` itself, or the cause of an
+    `ActivityError`, a `ChildWorkflowError`, a workflow's or an update's failure), or None: the
+    error the run's own code or its activity raised, as `matches` reads it."""
+    current: BaseException | None = err
+    while current is not None:
+        if isinstance(current, ApplicationError):
+            return current
+        current = _cause_of(current)
+    return None
+
+
+def cause_in_words(err: BaseException) -> str:
+    """What ended a failed call or run, in words: the type and message of the error its code
+    raised (the first `ApplicationError` of the chain, e.g. "BMCCredentialsRejected: the BMC of
+    host-002-dpu-0 rejected the credentials"), not Temporal's wrapping ("Activity task failed",
+    "Child Workflow execution failed"). A chain without one (a timeout, a termination) is said by
+    its innermost error: "<type>: <message>"."""
+    found = first_application_error(err)
+    if found is not None:
+        return f"{found.type}: {found.message}" if found.type else found.message
+    innermost = err
+    while (inner := _cause_of(innermost)) is not None:
+        innermost = inner
+    said = str(innermost)
+    return f"{type(innermost).__name__}: {said}" if said else type(innermost).__name__
+
+
+def _cause_of(err: BaseException) -> BaseException | None:
+    """What a Temporal failure wraps: a `FailureError`'s cause, or a client's
+    `WorkflowFailureError`'s (not a `FailureError`, but it has one)."""
+    cause = getattr(err, "cause", None)
+    return cause if isinstance(cause, BaseException) else None

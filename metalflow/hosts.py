@@ -31,11 +31,11 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
 )
-from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
 from contracts import host_entity, names, workflow_api
+from contracts.errors import cause_in_words
 from contracts.host_entity import EntityRefused, HostEntityClient
 from contracts.host_requests import ENTITY_REQUESTS
 from contracts.models.control import STATUS_QUERY
@@ -307,11 +307,9 @@ async def follow_operation(
 
 
 def failure_reason(err: BaseException) -> str:
-    """The innermost cause of a workflow failure: "Activity task failed" says nothing, its cause does."""
-    reason: BaseException = err
-    while isinstance(reason, WorkflowFailureError | FailureError) and reason.cause is not None:
-        reason = reason.cause
-    return str(reason)
+    """The cause of a workflow failure in words (`cause_in_words`): "Activity task failed" says
+    nothing, the type and message of the error raised do."""
+    return cause_in_words(err)
 
 
 async def recorded_status(

@@ -95,8 +95,10 @@ async def test_an_activity_failing_for_good_ends_failed_and_registers_nothing(
         api = Api(sim)
         assert api.get("DPUNode", f"node-{H1}") is None
         assert sim.power_log(H1) == [] and sim.violations() == []
-    cause = failed.value.cause
-    assert isinstance(cause, ActivityError) and cause.activity_type == "create_site_objects"
+    cause = failed.value.cause  # the activity's error, in words (issue 40), then the activity
+    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput", cause
+    assert "DPU group name" in cause.message and "Changed by this run: nothing" in cause.message
+    assert isinstance(cause.cause, ActivityError) and cause.cause.activity_type == "create_site_objects"
     assert final.phase == "failed"
     assert "activity create_site_objects failed: InvalidInput: DPU group name" in final.waiting_for
     assert "Changed by this run: nothing" in final.waiting_for

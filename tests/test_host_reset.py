@@ -154,6 +154,7 @@ async def test_an_abort_while_the_dpu_boots_powers_the_host_back_on(
                 await handle.result()
         cause = failure.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
+        assert cause.message.endswith(f"Done: {DPU0}: PowerCycle; the host is on"), cause.message  # issue 40
         log = [(e["to"], e["reset_type"]) for e in sim.power_log("host-001")]
         assert log == [("Off", "ForceOff"), ("On", "On")]  # never left off
 

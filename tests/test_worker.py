@@ -135,9 +135,9 @@ async def test_worker_script_runs_workflows_traces_them_and_exits_cleanly(
         )
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
-        assert isinstance(failed.value.cause, ActivityError)
-        cause = failed.value.cause.cause
+        cause = failed.value.cause  # the activity's error, in words (issue 40)
         assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput"
+        assert isinstance(cause.cause, ActivityError)
         assert "host-404" in cause.message and str(site_file) in cause.message
         worker.send_signal(stop_signal)
         stdout, stderr = await asyncio.wait_for(worker.communicate(), timeout=30)

@@ -51,7 +51,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from contracts import events, metrics, names
-    from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError
+    from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError, first_application_error
     from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
 
 ArgT = TypeVar("ArgT")
@@ -282,6 +282,7 @@ class Runbook:
         self._question: str | None = None  # what an operator is asked (`await_decision`)
         self._kinds: tuple[str, ...] = ()
         self._answer: tuple[str, OperatorRequest] | None = None
+        self.left_behind = ""  # what an early end left, in words (`to_the_end`'s `clean_up`)
 
     # -- phases ----------------------------------------------------------------------------------
     def enter(
@@ -317,7 +318,9 @@ class Runbook:
     ) -> ResultT:
         """Run `runbook`; every early end (a failure, an abort, a cancel of the workflow) runs
         `clean_up(err)`, which puts back what it can and says what the run leaves behind; then the
-        final phase (`end_early`) and the error raised (`ending_error` may add to it).
+        final phase (`end_early`) and the error raised: `ending_error`'s, by default the error
+        the activity or child raised, with what the run left (`said_in_words`), so a parent or a
+        reader of the result sees the cause in words, not "Activity task failed".
 
         The one ending skeleton of every workflow, so each way a run ends leaves the world and
         its Phase true. `clean_up` runs no abortable call: the run is ending already.
@@ -325,7 +328,7 @@ class Runbook:
         try:
             return await runbook()
         except (FailureError, asyncio.CancelledError) as err:
-            left_behind = await clean_up(err)
+            left_behind = self.left_behind = await clean_up(err)
             await self.end_early(err, left_behind)
             replacement = self.ending_error(err)
             if replacement is None:
@@ -333,9 +336,27 @@ class Runbook:
             raise replacement from err
 
     def ending_error(self, err: BaseException) -> BaseException | None:
-        """The error a run that ended early raises instead of `err` (None: `err` itself); a
-        workflow overrides it to add what its parent needs (e.g. the boot generation reached)."""
-        return None
+        """The error a run that ended early raises instead of `err` (None: `err` itself): by
+        default `said_in_words(err)`; a workflow overrides it to add what its parent needs (e.g.
+        the boot generation reached)."""
+        return self.said_in_words(err)
+
+    def said_in_words(self, err: BaseException) -> ApplicationError | None:
+        """For a failure that wraps the error an activity or a child raised (an `ActivityError`,
+        a `ChildWorkflowError`): that error, its type, message and details, with what the run left
+        (`left_behind`) after the message, so the run's failure reads e.g. "BMCCredentialsRejected:
+        the BMC of host-002-dpu-0 rejected the credentials. Done: nothing was reset; the host is
+        on". None for the run's own errors (an abort's included: they say it already), a cancel,
+        or a chain without an application error (a timeout: Temporal's words are the news)."""
+        if isinstance(err, ApplicationError | asyncio.CancelledError | CancelledError):
+            return None
+        found = first_application_error(err)
+        if found is None:
+            return None
+        message = f"{found.message}. {self.left_behind}" if self.left_behind else found.message
+        return ApplicationError(
+            message, *found.details, type=found.type, non_retryable=True, category=found.category
+        )
 
     @property
     def aborting(self) -> bool:

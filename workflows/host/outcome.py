@@ -12,7 +12,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError, TerminatedError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts.errors import OperationAborted
+    from contracts.errors import OperationAborted, cause_in_words
     from contracts.wording import aborted_outcome
 
 
@@ -25,7 +25,7 @@ def outcome_of(err: ChildWorkflowError) -> str:
         return "terminated"
     if isinstance(cause, ApplicationError) and cause.type == OperationAborted.__name__:
         return aborted_outcome(cause.message)  # an operator's abort is not a failure
-    return f"failed: {cause or err}"
+    return f"failed: {cause_in_words(err)}"  # the cause in words, not "Activity task failed"
 
 
 def generation_reported(err: ChildWorkflowError) -> int | None:

@@ -198,11 +198,13 @@ class HostOperationWorkflow(RebootRound):
         return self.state.left_behind()
 
     def ending_error(self, err: BaseException) -> BaseException | None:
-        """Our own errors (an abort's included) carry the generation reached: the entity counts it."""
-        if not isinstance(err, ApplicationError):
+        """The error ended with (ours, an abort's included, or an activity's or child's, in words:
+        `said_in_words`) carries the generation reached: the entity counts it."""
+        said = self.said_in_words(err) or err
+        if not isinstance(said, ApplicationError):
             return None
         reached = {"boot_generation": self.state.generation}
-        return ApplicationError(err.message, *err.details, reached, type=err.type, non_retryable=True)
+        return ApplicationError(said.message, *said.details, reached, type=said.type, non_retryable=True)
 
     # -- messages ----------------------------------------------------------------------------------
     @workflow.update(name=ABORT_UPDATE)

@@ -70,7 +70,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import FailureError
+from temporalio.exceptions import ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -366,3 +366,14 @@ class HostResetWorkflow(kernel.Abortable):
         left = "the host was left OFF: power it on" if self._host_off else "the host is on"
         done = "; ".join(self._resets) or "nothing was reset"
         return f"Done: {done}; {left}"
+
+    def ending_error(self, err: BaseException) -> BaseException | None:
+        """Every early end, its own errors and an abort's included, says what the reset had done
+        (`_clean_up`'s words) after its cause: the entity records it as the reset's outcome."""
+        said = self.said_in_words(err)
+        if said is not None or not isinstance(err, ApplicationError):
+            return said
+        message = f"{err.message}. {self.left_behind}"
+        return ApplicationError(
+            message, *err.details, type=err.type, non_retryable=True, category=err.category
+        )
