@@ -244,11 +244,14 @@ def not_restarted(state: HostDPFState, starts: Mapping[str, tuple[str, str]]) ->
     same start time): the reboot did not reach them. DPF's own test of a reboot that took
     (`hasFreshDPUAgentStartup`, `dpu/state/redfish/rebooting.go` c=42ea361e; `dpu_config.go`
     c=62099c8b l.56 waits for it in `DPU Config`). A DPU recreated or deleted, or whose time is
-    not known, is not counted."""
+    not known, is not counted; nor one DPF put in `Error` (the run's Error rules decide what
+    follows: waiting for its agent would hide the Error until this wait's bound)."""
     stale = []
     for dpu_id, (uid, started) in starts.items():
         dpu = state.dpu(dpu_id)
-        if dpu is not None and dpu.uid == uid and not dpu.deleting and dpu.agent_started_at == started:
+        if dpu is None or dpu.uid != uid or dpu.deleting or dpu.phase == PHASE_ERROR:
+            continue
+        if dpu.agent_started_at == started:
             stale.append(dpu_id)
     return stale
 
