@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import metalflow_env, run_in_command_server, run_in_few_processes, use_site_file
+from cli_support import metalflow, metalflow_env, run_in_command_server, run_in_few_processes, use_site_file
 from sim_support import RunningSim, prefixed_sim
 from temporalio.testing import WorkflowEnvironment
 
@@ -185,7 +185,7 @@ async def test_every_command_exits_by_the_table(
             rows.append(
                 ("Temporal unreachable", [*path, *fill(known), "--address", DEAD], {}, exits.UNREACHABLE)
             )
-        elif path[0] in ("sim", "bmc", "events") and path[:2] not in (("sim", "up"), ("sim", "down")):
+        if path[0] in ("sim", "bmc", "events") and path[:2] not in (("sim", "up"), ("sim", "down")):
             timeout = ["--timeout", "2"] if path[0] == "bmc" else []
             rows.append(("unreachable", [*path, *fill(known, gone), *timeout], gone_env, exits.UNREACHABLE))
     for words in SUCCEEDING_JSON:
@@ -242,3 +242,17 @@ async def test_status_json_of_an_ended_run_nobody_can_read_is_one_document(
     assert shown["exit_status"] == exits.FAILED
     assert f"rollout/default/{name} was terminated: cut short by the exit-code test" in shown["error"]
     assert shown["error"] in err  # the same reason on stderr
+
+
+async def test_events_finds_temporal_as_every_command_and_says_when_it_cannot(
+    local_env: WorkflowEnvironment, sim: RunningSim
+) -> None:
+    """`events HOST` once tried only 127.0.0.1:7233 and exited 0 saying it could not reach
+    Temporal: it takes --address/--namespace, finds Temporal as every command does, and exits 3."""
+    found = await metalflow(local_env, "events", KNOWN)
+    assert found.status == exits.OK, found
+    assert f"Operations of {KNOWN} (Temporal):" in found.stdout and "cannot reach" not in found.stdout, found
+    away = await metalflow(local_env, "events", KNOWN, "--address", DEAD)
+    assert away.status == exits.UNREACHABLE, away
+    assert "Events about" in away.stdout, away  # the cluster's Events are still shown
+    assert f"cannot reach Temporal at {DEAD}" in away.stdout, away

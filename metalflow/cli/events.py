@@ -5,8 +5,11 @@ The Events are read from the cluster of the kubeconfig (`KUBECONFIG`, as `kubect
 site's DPF namespace, `METALFLOW_DPF_NAMESPACE`): events.k8s.io/v1, `reportingController=metalflow`
 and, with HOST, `regarding.name=node-HOST`, oldest first, the last `--limit`. The operations come
 from the host's entity (`host/HOST`: the current one and the recent ones with their outcomes)
-and, for the one in flight, its own phase. When Temporal cannot be reached the Events are still
-printed, with a line saying so; when the cluster cannot be read, the operations are (exit 3).
+and, for the one in flight, its own phase. Temporal is found as by every command
+(`metalflow.cli.connection`: `--address`/`--namespace`, TEMPORAL_* settings, the running
+`metalflow dev` of the state dir, else 127.0.0.1:7233). When Temporal cannot be reached the Events
+are still printed, with a line saying so, and when the cluster cannot be read the operations are;
+either way the command exits 3.
 A HOST the inventory does not have is refused before anything is read (exit 2).
 
 Cost: one list of Events (one page of at most 500, the newest kept), and with HOST two queries
@@ -28,7 +31,7 @@ from typing import Any
 from contracts import names
 from contracts.validation import HostId, arg_type
 from drivers.settings import Settings
-from metalflow.cli import exits
+from metalflow.cli import connection, exits
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.USAGE, exits.UNREACHABLE
 REPORTING_CONTROLLER = "metalflow"
@@ -62,11 +65,15 @@ def register(subparsers: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     status = asyncio.run(_run(args))
+    connection.flush_tracing()
     exits.JsonOutput.finish(status)
     sys.stdout.flush()
     sys.stderr.flush()
     # The SDK's native runtime can abort at interpreter teardown (see metalflow/cli/host.py).
     os._exit(status)
+
+
+handle.talks_to_temporal = True  # type: ignore[attr-defined]  # gets --address, --namespace
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -104,10 +111,10 @@ async def _run(args: argparse.Namespace) -> int:
         print(render(shown, with_object=args.host is None) if shown else "  none")
     if args.host is None:
         return EXIT_OK if shown is not None else EXIT_UNREACHABLE
-    operations = await read_operations(args.host)
+    operations, reached = await read_operations(args)
     print(f"Operations of {args.host} (Temporal):")
     print(operations)
-    return EXIT_OK if shown is not None else EXIT_UNREACHABLE
+    return EXIT_OK if shown is not None and reached else EXIT_UNREACHABLE
 
 
 def read_events(settings: Settings, host: str | None, limit: int) -> list[Shown]:
@@ -163,18 +170,29 @@ def render(shown: list[Shown], *, with_object: bool) -> str:
     return "\n".join(lines)
 
 
-async def read_operations(host: str) -> str:
-    """The host's current and recent operations with their phases, in lines; or why not."""
-    from metalflow.client import connect
+async def read_operations(args: argparse.Namespace) -> tuple[str, bool]:
+    """The host's current and recent operations with their phases, in lines, or why not; and
+    whether Temporal was reached (found as every command finds it: `connection.resolve`)."""
+    from metalflow.client import TemporalConfigError
     from metalflow.hosts import HostRequestError, describe_operation, host_status, operation_status
 
+    host = args.host
+    address = "?"
     try:
-        client = await asyncio.wait_for(connect(), 10)
+        target = connection.resolve(args)
+        address = target.address
+        client = await asyncio.wait_for(connection.connect_to(target), 10)
         status = await host_status(client, host)
     except HostRequestError as err:
-        return f"  {err}"
+        return f"  {err}", True
+    except TemporalConfigError as err:
+        return f"  cannot reach Temporal: {_first_line(err)}", False
     except Exception as err:  # Temporal away: the Events above still stand
-        return f"  cannot reach Temporal ({type(err).__name__}); see `metalflow host status {host}` later"
+        return (
+            f"  cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
+            f"or give --address; see `metalflow host status {host}` later",
+            False,
+        )
     lines = [f"  entity {names.host_workflow_id(host)}: {status.phase}"]
     for record in status.recent:
         finished = f" at {record.finished_at:%Y-%m-%d %H:%M:%SZ}" if record.finished_at else ""
@@ -186,7 +204,7 @@ async def read_operations(host: str) -> str:
         live = await operation_status(client, current.workflow_id) if current.outcome == "running" else None
         phase = describe_operation(live) if live else current.outcome
         lines.append(f"  {current.workflow_id}: {phase} (now; requested by {current.requested_by})")
-    return "\n".join(lines)
+    return "\n".join(lines), True
 
 
 def _first_line(err: BaseException) -> str:
