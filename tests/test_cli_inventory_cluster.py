@@ -55,7 +55,9 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
          "node-host-001-device-host-001-dpu-1 in namespace dpf-operator-system "
          "(provision it first: metalflow host provision host-001)"),
         (["host", "reprovision", "host-001", "--dpus", "host-001-dpu-1"], 1,
-         "cannot reprovision host-001: DPF has no DPU node-host-001-device-host-001-dpu-1 "),
+         "cannot reprovision host-001: DPF has no DPU node-host-001-device-host-001-dpu-1 "
+         "in namespace dpf-operator-system (provision it first: metalflow host provision host-001 "
+         "--dpus host-001-dpu-1)"),
     ]  # fmt: skip
     queue = ["--task-queue", "nobody-polls-this"]
     results = await asyncio.gather(*(run_console_script([*args, *queue], env) for args, _, _ in rows))
@@ -91,7 +93,9 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
          "node-host-002-device-host-002-dpu-1 in namespace dpf-operator-system "
          "(provision it first: metalflow host provision host-002)"),
         (["host", "reprovision", "host-002", "--dpus", "host-002-dpu-1"], {"KUBECONFIG": str(sim.kubeconfig)},
-         1, "cannot reprovision host-002: DPF has no DPU node-host-002-device-host-002-dpu-1 in"),
+         1, "cannot reprovision host-002: DPF has no DPU node-host-002-device-host-002-dpu-1 in "
+         "namespace dpf-operator-system (provision it first: metalflow host provision host-002 "
+         "--dpus host-002-dpu-1)"),
         (["host", "reprovision", "host-002"], {"KUBECONFIG": str(tmp_path / "missing-kubeconfig")}, 2,
          "cannot check that DPF has the DPUs of host-002: no usable Kubernetes configuration "
          f"({tmp_path / 'missing-kubeconfig'})"),

@@ -120,16 +120,21 @@ async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, 
     """Refuse a reprovision of DPUs DPF does not have (or of a host with none), naming them."""
     wanted = chosen or tuple(d.id for d in host.dpus)
     _check_dpus(host, wanted, None)
-    missing = [
-        host.dpu_name(dpu_id)
+    missing_ids = [
+        dpu_id
         for dpu_id in wanted
         if await kube.get(host.host_id, DPU, host.namespace, host.dpu_name(dpu_id), missing_ok=True) is None
     ]
+    missing = [host.dpu_name(dpu_id) for dpu_id in missing_ids]
     if missing or not wanted:
+        # The hint names the DPUs unless every DPU of the host is missing: followed literally, a
+        # plain `host provision HOST` would provision the DPUs DPF still has too.
+        everyone = set(missing_ids) == {d.id for d in host.dpus}
+        dpus = "" if everyone or not missing_ids else f" --dpus {','.join(missing_ids)}"
         raise DPUsNotInDPF(
             f"cannot reprovision {host.host_id}: DPF has no DPU "
             f"{', '.join(missing) or 'of this host'} in namespace {host.namespace} "
-            f"(provision it first: metalflow host provision {host.host_id})"
+            f"(provision it first: metalflow host provision {host.host_id}{dpus})"
         )
 
 
