@@ -303,7 +303,18 @@ async def follow_operation(
         return False, failure_reason(err)
     finally:
         result.cancel()
-    return True, _summary(outcome)
+    summary = _summary(outcome)
+    # A DPU's Error the operation cured by reprovisioning it passes between two polls: the
+    # ended run's status still counts it, so the summary says it.
+    try:
+        ended = await operation_status(client, workflow_id)
+    except Exception:  # the summary stands without it
+        ended = None
+    for dpu in (ended or {}).get("dpus") or []:
+        if dpu.get("error_reprovisions"):
+            words = dpu.get("last_error") or f"DPU {dpu.get('dpu_id')} was in Error"
+            summary += f"; reprovisioned {dpu.get('dpu_id')} {dpu['error_reprovisions']}x for Error: {words}"
+    return True, summary
 
 
 def failure_reason(err: BaseException) -> str:

@@ -306,6 +306,9 @@ class DPUProgress(_Frozen):
     phase: str  # DPF's phase, as last seen ("" before DPF set one)
     since: datetime  # when it entered that phase, as the workflow saw it
     error_reprovisions: int = 0
+    # The last Error the operation reprovisioned it for, in words ("" when none): an Error a
+    # reprovision cured passes in a moment, and a follower polling the status would miss it.
+    last_error: str = ""
 
 
 # -- site set-up ----------------------------------------------------------------------------------

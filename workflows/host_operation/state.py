@@ -99,6 +99,7 @@ class HostOperationState:
     replaced: dict[str, str] = field(default_factory=dict)  # DPU id -> uid this run deleted
     error_reprovisions: dict[str, int] = field(default_factory=dict)  # DPU id -> reprovisions for Error
     host_error_reprovisions: int = 0
+    error_words: dict[str, str] = field(default_factory=dict)  # DPU id -> its last Error, in words
     hold_released: bool = False
     changes: list[str] = field(default_factory=list)  # what this run changed, in order
     reboots_requested: int = 0  # reboot rounds DPF asked for
@@ -228,9 +229,12 @@ class HostOperationState:
         words = f"DPU {dpu.name} is in Error ({why}{dpu.failure_message()}): reprovisioning it"
         return ErrorCall("reprovision", dpu_id, words)
 
-    def spend_reprovision(self, dpu_id: str) -> None:
-        """A reprovision for Error is spent from the DPU's budget and the host's."""
+    def spend_reprovision(self, dpu_id: str, words: str = "") -> None:
+        """A reprovision for Error is spent from the DPU's budget and the host's; the Error's
+        words are kept for the status (`DPUProgress.last_error`)."""
         self.error_reprovisions[dpu_id] = self.error_reprovisions.get(dpu_id, 0) + 1
+        if words:
+            self.error_words[dpu_id] = words
         self.host_error_reprovisions += 1
 
     # -- the reboot DPF asks for ----------------------------------------------------------------
@@ -473,7 +477,12 @@ class HostOperationState:
         for dpu_id in self.dpu_ids:
             dpu_phase, since = phases.get(dpu_id, ("", self.started_at))
             count = self.error_reprovisions.get(dpu_id, 0)
-            dpus.append(DPUProgress(dpu_id=dpu_id, phase=dpu_phase, since=since, error_reprovisions=count))
+            dpus.append(
+                DPUProgress(
+                    dpu_id=dpu_id, phase=dpu_phase, since=since, error_reprovisions=count,
+                    last_error=self.error_words.get(dpu_id, ""),
+                )
+            )  # fmt: skip
         return HostOperationStatus(
             host_id=self.request.host_id,
             operation=self.request.kind.value,

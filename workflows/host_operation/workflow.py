@@ -482,7 +482,7 @@ class HostOperationWorkflow(RebootRound):
                 continue
             if call.kind == "fail":
                 raise DPUFailed(call.words)
-            self.state.spend_reprovision(call.dpu_id)
+            self.state.spend_reprovision(call.dpu_id, call.words)
             self.show(call.words)
             await self._reprovision_one(call.dpu_id)
         if self.state.hold_released:
