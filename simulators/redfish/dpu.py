@@ -366,15 +366,10 @@ class DPUResets:
 
 
 def update_service_body(prefix: str) -> dict[str, Any]:
+    """The DPU BMC's UpdateService: the shared body and its SimpleUpdate action."""
     base = f"{prefix}/redfish/v1/UpdateService"
     return {
-        "@odata.id": base,
-        "@odata.type": "#UpdateService.v1_11_0.UpdateService",
-        "Id": "UpdateService",
-        "Name": "Update Service",
-        "ServiceEnabled": True,
-        "Status": {"State": "Enabled", "Health": "OK"},
-        "FirmwareInventory": {"@odata.id": f"{base}/FirmwareInventory"},
+        **messages.update_service(prefix),
         "Actions": {
             "#UpdateService.SimpleUpdate": {
                 "target": f"{base}/Actions/UpdateService.SimpleUpdate",

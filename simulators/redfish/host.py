@@ -279,16 +279,7 @@ class HostBMC:
 def host_update_service_body(prefix: str) -> dict[str, Any]:
     """A host BMC's UpdateService: its inventory only. Real BMCs also offer updates (SimpleUpdate,
     HttpPushUri); the simulator does not update host firmware, so it advertises no action."""
-    base = f"{prefix}/redfish/v1/UpdateService"
-    return {
-        "@odata.id": base,
-        "@odata.type": "#UpdateService.v1_11_0.UpdateService",
-        "Id": "UpdateService",
-        "Name": "Update Service",
-        "ServiceEnabled": True,
-        "Status": {"State": "Enabled", "Health": "OK"},
-        "FirmwareInventory": {"@odata.id": f"{base}/FirmwareInventory"},
-    }
+    return messages.update_service(prefix)
 
 
 def host_inventory_item(profile: HostProfile, item_id: str, prefix: str) -> dict[str, Any] | None:

@@ -1,4 +1,4 @@
-"""Redfish error bodies and small JSON helpers shared by every simulated BMC.
+"""Redfish error bodies, small JSON helpers and resource bodies shared by every simulated BMC.
 
 Error bodies follow the Redfish specification: a top-level `error` with `code` and `message`,
 and `@Message.ExtendedInfo` holding one message from the DMTF Base registry, so a client can
@@ -175,3 +175,18 @@ def odata_type_of(raw: bytes) -> str | None:
         return None
     value = data.get("@odata.type") if isinstance(data, dict) else None
     return value if isinstance(value, str) else None
+
+
+def update_service(prefix: str) -> dict[str, Any]:
+    """An UpdateService linking its FirmwareInventory, without actions: what host and DPU BMCs
+    share (the DPU's adds SimpleUpdate: `dpu.update_service_body`)."""
+    base = f"{prefix}/redfish/v1/UpdateService"
+    return {
+        "@odata.id": base,
+        "@odata.type": "#UpdateService.v1_11_0.UpdateService",
+        "Id": "UpdateService",
+        "Name": "Update Service",
+        "ServiceEnabled": True,
+        "Status": {"State": "Enabled", "Health": "OK"},
+        "FirmwareInventory": {"@odata.id": f"{base}/FirmwareInventory"},
+    }
