@@ -13,10 +13,17 @@ the inventory, and Temporal's own connection settings come from `temporalio.envc
 | `METALFLOW_BMC_MAX_IN_FLIGHT` | power cycles per BMC, fleet-wide; requests per BMC in a worker | `2` |
 | `METALFLOW_DPF_MAX_IN_FLIGHT_PER_HOST` | concurrent DPF API calls per host, across the worker | `4` |
 | `METALFLOW_BMC_LEASE_RECLAIM_SECONDS` | how often a contended BMC lease looks for closed holders | `30` |
+| `METALFLOW_WORKER_TAKEOVER_SECONDS` | how soon another worker takes a dead worker's workflows | `10` |
 
 The BMC limit is fleet-wide for power cycles (`workflows/bmc_lease/workflow.py`): a lease workflow per
 BMC endpoint gives at most that many reboot runs a slot at once, whichever worker runs them; the
 worker's own request cap stays as a second, local bound.
+
+The takeover time is Temporal's sticky schedule-to-start timeout: a worker keeps the workflows it
+ran in its cache and the server hands their next task to that worker first; when the worker died,
+the task waits this long before any worker may take it (replaying the history). Shorter means a
+faster takeover, and more replays on a worker too busy to take its own tasks in time (each costs
+the CPU of the whole history); 10 s is the SDK's default.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ class Settings(BaseModel):
     bmc_max_in_flight: int = Field(default=2, ge=1)
     dpf_max_in_flight_per_host: int = Field(default=4, ge=1)
     bmc_lease_reclaim_seconds: float = Field(default=30.0, gt=0, le=3600)
+    worker_takeover_seconds: float = Field(default=10.0, ge=1, le=600)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -74,14 +82,15 @@ class Settings(BaseModel):
                     values[field] = int(env[key])
                 except ValueError:
                     raise ValueError(f"{key} must be a whole number, not {env[key]!r}") from None
-        if "METALFLOW_BMC_LEASE_RECLAIM_SECONDS" in env:
-            raw = env["METALFLOW_BMC_LEASE_RECLAIM_SECONDS"]
-            try:
-                values["bmc_lease_reclaim_seconds"] = float(raw)
-            except ValueError:
-                raise ValueError(
-                    f"METALFLOW_BMC_LEASE_RECLAIM_SECONDS must be a number, not {raw!r}"
-                ) from None
+        for key, field in (
+            ("METALFLOW_BMC_LEASE_RECLAIM_SECONDS", "bmc_lease_reclaim_seconds"),
+            ("METALFLOW_WORKER_TAKEOVER_SECONDS", "worker_takeover_seconds"),
+        ):
+            if key in env:
+                try:
+                    values[field] = float(env[key])
+                except ValueError:
+                    raise ValueError(f"{key} must be a number, not {env[key]!r}") from None
         try:
             return cls.model_validate(values)
         except ValueError as err:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import signal
 import uuid
 from collections.abc import AsyncIterator
@@ -28,6 +29,12 @@ from contracts import names
 from contracts.models.inventory import DPF_NAMESPACE
 from metalflow.binaries import MissingBinaryError
 from metalflow.runtime import code_cache
+
+# The worker processes tests start and kill (worker.py, `metalflow dev`'s) inherit this: a killed
+# worker's workflows move to the next worker after 3 s instead of the default 10 s
+# (drivers/settings.py `METALFLOW_WORKER_TAKEOVER_SECONDS`). What the kill tests assert (one power
+# cycle, no step skipped or repeated) holds at any takeover time; only their wait is shorter.
+os.environ.setdefault("METALFLOW_WORKER_TAKEOVER_SECONDS", "3")
 
 # Temporal's sandbox imports a workflow's module afresh for every run, on the worker's threads.
 # For a workflow defined in a test module, that import goes through pytest's assertion rewriting

@@ -3,6 +3,8 @@ metrics address is a configuration error before anything connects: tests/fast/te
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import httpx
 from temporalio.client import Client
 
@@ -25,3 +27,12 @@ async def test_a_worker_that_is_not_running_is_neither_live_nor_ready(
         await observability.stop()
     assert (live.status_code, live.text) == (503, "worker stopped\n")
     assert (ready.status_code, ready.text) == (503, "not polling: the worker is not running\n")
+
+
+async def test_the_worker_hands_its_workflows_over_after_the_configured_takeover_time(
+    client: Client, task_queue: str
+) -> None:
+    """`METALFLOW_WORKER_TAKEOVER_SECONDS` is the sticky schedule-to-start timeout the worker
+    gives the server (drivers/settings.py)."""
+    worker = build_worker(client, task_queue, Settings(worker_takeover_seconds=4))  # built, never run
+    assert worker.config()["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=4)

@@ -13,6 +13,15 @@ from rollout_support import INFERENCE, gangs, grove_site, pod_hashes, start_roll
 from temporalio.client import Client
 from worker_support import worker_env, worker_process
 
+from contracts.models.grove import RolloutStatus
+
+
+def _deleted(status: RolloutStatus) -> bool:
+    """A step in flight has deleted its pods (its `roll_podgang` returned): a kill now lands in
+    the wait for the replacements, not in the deletion, whose retry waits out the write's
+    start-to-close timeout (60 s)."""
+    return status.doing == "in-flight" and status.wake_at is not None  # else "...: deleting"
+
 
 async def test_rollout_survives_worker_kills_mid_step(client: Client, tmp_path: Path) -> None:
     task_queue = f"rollout-crash-{uuid.uuid4()}"
@@ -24,12 +33,13 @@ async def test_rollout_survives_worker_kills_mid_step(client: Client, tmp_path: 
         with worker_process(task_queue, env, log):
             handle = await start_rollout(client, task_queue, "inference", new)
             await wait_for(
-                handle, lambda s: s.steps_done == 1 and bool(s.in_flight), "the second step in flight"
+                handle, lambda s: s.steps_done == 1 and _deleted(s), "the second step's pods deleted"
             )
-        # killed with the second step's pods deleted and their replacements not yet Ready
+        # killed with the second step's pods deleted and their replacements not yet Ready (a kill
+        # inside the deletion is a retried `roll_podgang`: tests/fast/test_rollout_model.py)
         with worker_process(task_queue, env, log):
             await wait_for(
-                handle, lambda s: s.steps_done == 4 and bool(s.in_flight), "the fifth step in flight"
+                handle, lambda s: s.steps_done == 4 and _deleted(s), "the fifth step's pods deleted"
             )
         # killed again, in the second replica
         with worker_process(task_queue, env, log):

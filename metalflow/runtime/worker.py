@@ -83,13 +83,12 @@ def build_worker(
     code_cache.install()
     # ... and the sandbox's own entry snippets, compiled per call by the SDK (code_cache.py).
     runner = code_cache.workflow_runner()
+    settings = settings or Settings.from_env()
     return Worker(
         client,
         task_queue=task_queue,
         workflows=workflows.ALL,
-        activities=activities.build_activities(
-            temporal_client=client, settings=settings or Settings.from_env()
-        ),
+        activities=activities.build_activities(temporal_client=client, settings=settings),
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN_TIMEOUT,
         # An input that does not validate (a workflow started by hand, `temporal workflow start`)
         # fails the workflow naming the field, instead of failing its first task again and again
@@ -99,6 +98,8 @@ def build_worker(
         max_concurrent_workflow_tasks=WORKFLOW_TASK_SLOTS,
         max_concurrent_activities=ACTIVITY_SLOTS,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        # How long a dead worker's workflows wait before another worker takes them (settings.py).
+        sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.worker_takeover_seconds),
         **({"workflow_runner": runner} | worker_versioning(deployment_config, runner=runner)),
     )
 
