@@ -7,6 +7,7 @@ token)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -104,7 +105,7 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
         deadline = time.monotonic() + 120
         while not worker_ready(metrics):
             assert dev.poll() is None and time.monotonic() < deadline, (tmp_path / "dev.log").read_text()
-            await _sleep(0.5)
+            await asyncio.sleep(0.5)
         # The operator's command traces too: its start of a campaign is the campaign trace's root.
         cli_env = {
             **worker_env,
@@ -112,22 +113,24 @@ async def test_a_campaign_is_traced_down_to_each_redfish_and_kubernetes_request(
             "METALFLOW_STATE_DIR": str(state),
         }
         for name in CAMPAIGNS:  # the second finds both entities running (their traces started)
-            started = subprocess.run(
-                [METALFLOW, "campaign", "start", name, "--hosts", ",".join(HOSTS), "--reprovision",
-                 "--canary", "0", "--batch-size", "2", "--max-in-flight", "2", "--power-down-wait", "0",
-                 "--wait"],
-                env=cli_env, capture_output=True, text=True, timeout=180,
+            # Started without blocking this loop: the receiver runs on it, and a command whose
+            # export finds no answer waits out the exporter's timeouts before it exits.
+            command = await asyncio.create_subprocess_exec(
+                METALFLOW, "campaign", "start", name, "--hosts", ",".join(HOSTS), "--reprovision",
+                "--canary", "0", "--batch-size", "2", "--max-in-flight", "2", "--power-down-wait", "0",
+                "--wait", env=cli_env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
             )  # fmt: skip
-            assert started.returncode == 0, started.stdout + started.stderr
+            output, _ = await asyncio.wait_for(command.communicate(), 180)
+            assert command.returncode == 0, output.decode()
         secrets = _secrets(state)  # while the stack runs (it removes sim.json on exit)
         deadline = time.monotonic() + 30
         while not _complete(found.spans):
             assert time.monotonic() < deadline, (
                 f"the operations' spans are not there: {sorted({s.name for s in found.spans.values()})}"
             )
-            await _sleep(0.5)
-    finally:
-        stop_process(dev, grace=60)
+            await asyncio.sleep(0.5)
+    finally:  # in a thread: the worker's last export, as it stops, is answered by this loop
+        await asyncio.to_thread(stop_process, dev, grace=60)
 
     spans = found.spans
     by_name: dict[str, list[Any]] = {}
@@ -215,9 +218,3 @@ def _secrets(state: Path) -> list[str]:
     for path in Path(sim["site"]).parent.glob("credentials/*.json"):
         found.append(json.loads(path.read_text())["password"])
     return [s for s in found if s]
-
-
-async def _sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
