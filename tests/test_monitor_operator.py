@@ -51,7 +51,7 @@ SITE = "mop-site"
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=5) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=6) as running:
         use_site_file(running.site_file)
         yield running
 
@@ -215,6 +215,38 @@ async def test_an_approval_racing_the_monitors_withdrawal_checks_dpf_and_starts_
             await entity.terminate("test over")
     assert power_cycles(sim.power_log(host)) == 0
     assert sim.violations() == []
+
+
+async def test_monitor_status_shows_only_what_is_true_now(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """Issue 40: `host monitor --status` kept a hold-back past its end once the DPU recovered (the
+    monitor never woke to end it) and never showed the request the entity held for it."""
+    host, dpu = "mop-006", "mop-006-dpu-1"
+    queue = ("--task-queue", task_queue)
+    async with site_worker(client, task_queue, sim):
+        policy = MonitorPolicy(reprovision_after_seconds=1.0, hold_back_seconds=3.0)
+        async with watched(client, task_queue, host, policy, instance="i-tenant") as (entity, monitor):
+            await eventually(lambda: status_of(monitor), lambda s: dpu_ready(s, dpu))
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            await eventually(lambda: entity_status(entity), awaits_approval)
+            pending = await eventually(lambda: status_of(monitor), lambda s: s.own_request is not None)
+            assert pending.own_request is not None and pending.own_request.awaiting_approval
+            shown = await metalflow(local_env, "host", "monitor", host, "--status", *queue)
+            assert f"  its request      reprovision/{host} of {dpu} awaits approval (asked " in shown.stdout
+            withdrawn = await metalflow(local_env, "host", "abort", host, "--by", "alice", *queue)
+            assert withdrawn.status == 0, withdrawn.stderr
+            held = await eventually(lambda: status_of(monitor), lambda s: s.hold_back is not None)
+            assert held.own_request is None
+            sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+            over = await eventually(
+                lambda: status_of(monitor), lambda s: s.hold_back is None and not s.degraded, timeout=15
+            )
+            assert over.requests[-1].startswith(f"held back no more: the hold-back after reprovision/{host}")
+            now = await metalflow(local_env, "host", "monitor", host, "--status", *queue)
+            assert "holding back" not in now.stdout and "its request" not in now.stdout, now.stdout
+            assert "  waiting for      a Ready DPU falling to Node Effect\n" in now.stdout
+    assert power_cycles(sim.power_log(host)) == 0
 
 
 def dpu_ready(status: HostMonitorStatus, dpu: str) -> bool:
