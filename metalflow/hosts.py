@@ -49,6 +49,7 @@ from contracts.models.host import (
 )
 from contracts.wording import plural
 from metalflow.progress import Progress
+from workflows.parts.bmc_lease_holder import queued_words
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
@@ -275,10 +276,7 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
     queued = details.partition(_QUEUED)[2].strip()  # `BMCLeaseHolder.hold`'s details while queued
     if queued:
-        waiting = (
-            f"a slot of the BMC's lease {queued} (queued: nothing sent to the BMC yet; "
-            f"`metalflow host abort {host_id}` withdraws it)"
-        )
+        waiting = queued_words(queued, host_id)
     text = shown + (f": {details}" if details and not waiting else "")
     return Seen(text, waiting, milestone=text, details=details, phase=shown)
 
