@@ -198,6 +198,8 @@ def test_an_operators_abort_holds_the_monitor_back_until_the_back_off_ends_or_it
     assert operator_said_no("aborted", me) and operator_said_no("terminated", me)
     assert operator_said_no("withdrawn by alice: not now", me)
     assert not operator_said_no(f"withdrawn by {me}: d0 is Ready again: ...", me)  # its own
+    # An approval that found the reason gone (the DPU Ready again) is not a no: it said yes.
+    assert not operator_said_no("withdrawn at its approval by carol: its reason (...) no longer holds", me)
     for ended in ("completed", "failed: DPU d0 never Ready", "expired: not approved within 1:00:00"):
         assert not operator_said_no(ended, me)
 
