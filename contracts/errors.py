@@ -38,9 +38,10 @@ Workflow errors (`WorkflowError`: a run ends with one; never retried):
 
 - `OperationAborted`: an operator's `abort` ended the run; its details may carry
   `{"boot_generation": n}` when the host was power-cycled before it stopped.
-- `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`, `DPUsRemoved`: the
-  host entity refused a request (another operation runs; the instance does not allow it; nothing
-  to approve; `withdraw` came after the start; a reprovision of DPUs DPF no longer has).
+- `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`, `DPUsRemoved`,
+  `ReasonNoLongerHolds`: the host entity refused a request (another operation runs; the
+  instance does not allow it; nothing to approve; `withdraw` came after the start; a reprovision
+  of DPUs DPF no longer has; an approval of the monitor's reprovision whose DPUs are Ready again).
 - `OperationInstalling`: a host operation refused a campaign's abort (`finish_installing`): its
   DPUs install and will ask for a reboot only it gives; it finishes its reboot round.
 - `BMCRebootFailed`: the BMC could not reboot the host (the reboot's caller escalates);
@@ -186,6 +187,11 @@ class DPUsRemoved(WorkflowError):
 
 class OperationStarted(WorkflowError):
     pass
+
+
+class ReasonNoLongerHolds(WorkflowError):
+    """The host entity refused an `approve`: the request's reason (the monitor's: its DPUs
+    degraded) no longer holds as DPF says now; the request was withdrawn, nothing started."""
 
 
 class OperationInstalling(WorkflowError):

@@ -49,6 +49,7 @@ from contracts.models.host import (
 )
 from contracts.wording import plural
 from metalflow.progress import Progress
+from workflows.parts.bmc_lease_holder import queued_words
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
@@ -240,6 +241,7 @@ class Seen:
 
 
 # Phases of a reboot (HostRebootWorkflow has no status query): what each waits for, in words.
+_QUEUED = "waiting for a slot of the BMC's lease "
 _REBOOT_WAITS = {
     "powering": "the BMC's power cycle of {host}",
     "waiting-for-manual-reboot": "`metalflow host-rebooted {host}` (someone reboots {host} by hand)",
@@ -272,6 +274,9 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         pass  # the phase alone still says where it is
     waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
+    queued = details.partition(_QUEUED)[2].strip()  # `BMCLeaseHolder.hold`'s details while queued
+    if queued:
+        waiting = queued_words(queued, host_id)
     text = shown + (f": {details}" if details and not waiting else "")
     return Seen(text, waiting, milestone=text, details=details, phase=shown)
 

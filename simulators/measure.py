@@ -2,9 +2,9 @@
 
 Served at `/sim/requests` and `/sim/timeline` for the benchmarks (`bench/bench_fleet.py`):
 
-- requests are counted per API (`kubernetes`, `redfish`) and per client (its `User-Agent`), as a
-  real API server's audit log would count them; a watch is one request however long it streams,
-  so it counts once. The simulator's own `/sim/` API is not counted.
+- requests are counted per API (`kubernetes`, `redfish`) and per client library (its
+  `User-Agent` without its comment), as a real API server's audit log would count them; a watch
+  is one request however long it streams, so it counts once. The simulator's own `/sim/` API is not counted.
 - the timeline records, with the simulator's own clock, when DPF set the reboot-required
   annotation on a host's DPUNode and when the host's BMC accepted a reset that starts a power
   transition, so a client's reaction time is measured where it matters, at the site.
@@ -29,8 +29,14 @@ KUBE_PREFIXES = ("/api", "/apis", "/version", "/openapi")
 
 
 def client_of(request: web.BaseRequest) -> str:
-    """The client a request came from: its User-Agent, shortened (one per client library)."""
-    return (request.headers.get("User-Agent") or "-")[:80]
+    """The client a request came from: its User-Agent, whole (one per client instance when it
+    names one, as metalflow's `metalflow-redfish (client <random>)` does), shortened."""
+    return (request.headers.get("User-Agent") or "-")[:120]
+
+
+def library_of(request: web.BaseRequest) -> str:
+    """The client library a request came from: its User-Agent without its comment, shortened."""
+    return client_of(request).split(" (", 1)[0][:80]
 
 
 class RequestCounts:
@@ -40,7 +46,7 @@ class RequestCounts:
         self.counts: Counter[tuple[str, str]] = Counter()
 
     def count(self, api: str, request: web.BaseRequest) -> None:
-        self.counts[(api, client_of(request))] += 1
+        self.counts[(api, library_of(request))] += 1
 
     def as_json(self) -> list[dict[str, Any]]:
         return [

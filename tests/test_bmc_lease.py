@@ -25,13 +25,15 @@ from bmc_lease_support import (
     shared_bmc_sim,
     stop_reboot,
 )
+from cli_support import metalflow
 from host_operation_support import eventually, power_cycles, save_history, start_reboot, wait_for_query
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_processes
 
 from contracts import names
-from contracts.models.host import HostRebootResult
+from contracts.models.host import HostRebootResult, HostStatus
 from drivers.settings import Settings
 
 
@@ -161,6 +163,53 @@ async def test_a_reboot_stopped_while_queued_for_the_lease_sends_nothing_and_giv
     assert isinstance(aborted, ApplicationError) and aborted.type == "OperationAborted", aborted
     assert "the host was not rebooted by metalflow" in str(aborted)
     assert isinstance(cancelled, CancelledError), cancelled
+    assert power_cycles(log) == 0 and not [e for e in log if e.get("to")], log  # nothing sent
+
+
+async def test_host_abort_withdraws_a_reboot_queued_for_the_bmc_lease(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 40: every pending request, queued for a lease included, can be withdrawn from the
+    CLI. A `host reboot` queued behind the BMC's one slot is the entity's operation in flight:
+    `host abort` reaches it as it reaches any, and the queued reboot ends sending nothing."""
+    host = HOSTS[0]
+    with shared_bmc_sim(tmp_path, HOSTS[:2], timings="zero") as sim:
+        async with one_slot_held(client, task_queue, sim) as held:
+            site = ("--task-queue", task_queue)
+            asked = await metalflow(local_env, "host", "reboot", host, *site, site_file=sim.site_file)
+            assert asked.status == 0, asked.stdout + asked.stderr
+            await wait_for_query(
+                lambda: lease_status(held.lease),
+                lambda s: s is not None and len(s.waiting) == 1,
+                "the reboot queued",
+                60,
+            )
+            shown = await metalflow(local_env, "host", "status", host, site_file=sim.site_file)
+            lease_id = held.lease.id
+            assert (
+                f"waiting for    a slot of the BMC's lease {lease_id} (queued: nothing sent to the BMC "
+                f"yet; `metalflow host abort {host}` withdraws it)"
+            ) in shown.stdout, shown.stdout
+            aborted = await metalflow(
+                local_env, "host", "abort", host, "--by", "alice", "--reason", "not now", *site,
+                site_file=sim.site_file,
+            )  # fmt: skip
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            entity = client.get_workflow_handle(names.host_workflow_id(host))
+            idle = await wait_for_query(
+                lambda: entity.query("status", result_type=HostStatus),
+                lambda s: s.current is None,
+                "the entity idle again",
+                60,
+            )
+            assert idle is not None and idle.recent[-1].outcome.startswith("aborted by alice: not now")
+            after = await wait_for_query(
+                lambda: lease_status(held.lease), lambda s: s is not None and not s.waiting, "no queue", 60
+            )
+            assert after is not None and len(after.holders) == 1
+            await held.holder.terminate("test done")
+            await entity.terminate("test done")
+        log = sim.power_log(host)
     assert power_cycles(log) == 0 and not [e for e in log if e.get("to")], log  # nothing sent
 
 

@@ -45,6 +45,7 @@ from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorReque
 from contracts.models.host import (
     AssignInstanceRequest,
     HostResetResult,
+    HostResetStatus,
     HostWorkflowInput,
     ResetRequest,
     ResetTarget,
@@ -333,6 +334,12 @@ async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_give
                 "the reset waiting for its grant",
                 60,
             )
+            # `host status` says so (the reset's `status` query): the lease, and the way out.
+            queued = await handle.query("status", result_type=HostResetStatus)
+            assert queued.waiting_for == (
+                f"a slot of the BMC's lease {held.lease.id} (queued: nothing sent to the BMC yet; "
+                f"`metalflow host abort {host}` withdraws it)"
+            ), queued
             answer = await handle.execute_update(
                 ABORT_UPDATE,
                 OperatorRequest(requested_by="alice", reason="not now"),

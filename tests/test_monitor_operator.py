@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from cli_support import metalflow, use_site_file
+from dpf_activities_support import Api
 from monitor_support import STOP, start_monitor, status_of
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import FAST_POLICY, eventually, site_worker
@@ -50,7 +51,7 @@ SITE = "mop-site"
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=4) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=6) as running:
         use_site_file(running.site_file)
         yield running
 
@@ -159,6 +160,93 @@ async def test_a_request_whose_dpu_is_ready_again_is_withdrawn_and_approve_says_
             ) in approved.stderr
     assert power_cycles(sim.power_log(host)) == 0
     assert sim.violations() == []
+
+
+async def test_an_approval_racing_the_monitors_withdrawal_checks_dpf_and_starts_nothing(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """Issue 40 (the approval race): the DPU recovered and `approve` came before the monitor
+    withdrew its request (here: the monitor stopped, so it never does); the reprovision ran on a
+    healthy tenant host. Now the approval reads DPF first, withdraws the request and says why."""
+    host, dpu = "mop-005", "mop-005-dpu-1"
+    monitor_id = names.monitor_workflow_id(host)
+    async with site_worker(client, task_queue, sim):
+        entity = await client.start_workflow(
+            "HostWorkflow",
+            HostWorkflowInput(host_id=host, site=SITE, policy=FAST_POLICY, instance="i-tenant"),
+            id=names.host_workflow_id(host),
+            task_queue=task_queue,
+        )
+        monitor = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=1.0))
+        try:
+            await eventually(lambda: status_of(monitor), lambda s: dpu_ready(s, dpu))
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            await eventually(lambda: entity_status(entity), awaits_approval)
+            await monitor.execute_update("abort", STOP)  # it withdraws nothing from now on
+            await monitor.result()
+            sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+            api = Api(sim)
+
+            async def phase() -> str:
+                found = await asyncio.to_thread(api.get, "DPU", f"node-{host}-device-{dpu}")
+                return str(((found or {}).get("status") or {}).get("phase"))
+
+            await eventually(phase, lambda p: p == "Ready")
+
+            approved = await metalflow(
+                local_env, "approve", host, "--by", "carol", "--task-queue", task_queue
+            )
+            why = (
+                "its reason (critical DPU services down for more than 1 s) no longer holds: "
+                f"DPF says {dpu} is Ready now"
+            )
+            assert approved.status == 1, approved.stdout + approved.stderr
+            assert (
+                f"reprovision of {host} (reprovision/{host}, requested by {monitor_id}) not approved: "
+                f"{why}; the request is withdrawn, nothing started"
+            ) in approved.stderr
+            after = await entity_status(entity)
+            assert after.current is None
+            assert after.recent[-1].outcome == f"withdrawn at its approval by carol: {why}"
+            again = await metalflow(local_env, "approve", host, "--by", "carol", "--task-queue", task_queue)
+            assert again.status == 1
+            assert f"was withdrawn at its approval by carol: {why}" in again.stderr
+        finally:
+            await entity.terminate("test over")
+    assert power_cycles(sim.power_log(host)) == 0
+    assert sim.violations() == []
+
+
+async def test_monitor_status_shows_only_what_is_true_now(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """Issue 40: `host monitor --status` kept a hold-back past its end once the DPU recovered (the
+    monitor never woke to end it) and never showed the request the entity held for it."""
+    host, dpu = "mop-006", "mop-006-dpu-1"
+    queue = ("--task-queue", task_queue)
+    async with site_worker(client, task_queue, sim):
+        policy = MonitorPolicy(reprovision_after_seconds=1.0, hold_back_seconds=3.0)
+        async with watched(client, task_queue, host, policy, instance="i-tenant") as (entity, monitor):
+            await eventually(lambda: status_of(monitor), lambda s: dpu_ready(s, dpu))
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            await eventually(lambda: entity_status(entity), awaits_approval)
+            pending = await eventually(lambda: status_of(monitor), lambda s: s.own_request is not None)
+            assert pending.own_request is not None and pending.own_request.awaiting_approval
+            shown = await metalflow(local_env, "host", "monitor", host, "--status", *queue)
+            assert f"  its request      reprovision/{host} of {dpu} awaits approval (asked " in shown.stdout
+            withdrawn = await metalflow(local_env, "host", "abort", host, "--by", "alice", *queue)
+            assert withdrawn.status == 0, withdrawn.stderr
+            held = await eventually(lambda: status_of(monitor), lambda s: s.hold_back is not None)
+            assert held.own_request is None
+            sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
+            over = await eventually(
+                lambda: status_of(monitor), lambda s: s.hold_back is None and not s.degraded, timeout=15
+            )
+            assert over.requests[-1].startswith(f"held back no more: the hold-back after reprovision/{host}")
+            now = await metalflow(local_env, "host", "monitor", host, "--status", *queue)
+            assert "holding back" not in now.stdout and "its request" not in now.stdout, now.stdout
+            assert "  waiting for      a Ready DPU falling to Node Effect\n" in now.stdout
+    assert power_cycles(sim.power_log(host)) == 0
 
 
 def dpu_ready(status: HostMonitorStatus, dpu: str) -> bool:

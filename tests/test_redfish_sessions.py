@@ -7,7 +7,11 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from redfish_support import credentials_env, env_access
 
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.power import read_power
 from simulators.redfish import SESSION_CAP
 from simulators.redfish.standalone import RunningBMCs, serve_bmcs
 from simulators.site import default_site
@@ -129,3 +133,33 @@ async def test_a_session_left_to_expire_is_a_violation(sim: RunningBMCs) -> None
     assert [(v["kind"], v["subject"]) for v in found] == [(BMC_SESSION_EXPIRED, "host-002")]
     assert "expired instead of being deleted" in found[0]["detail"]
     assert sim.credentials["host-002"][1] not in found[0]["detail"]
+
+
+async def test_a_killed_clients_session_expires_by_the_bmcs_timeout_without_a_violation(
+    sim: RunningBMCs,
+) -> None:
+    """Issue 40: a worker killed mid-operation left its session open and the simulator called its
+    expiry a violation. Nothing can delete a killed process's session; DSP8010's SessionTimeout
+    (seconds of inactivity before the service closes a session) is how a BMC reclaims it. Only a
+    client that kept using the BMC while its session expired leaked it (the test above)."""
+    resolver = CredentialResolver(env=credentials_env(sim))
+    access = env_access(sim, "host-001")
+    killed = RedfishClient(resolver)
+    opened = killed.connect(access)
+    connection = await opened.__aenter__()  # the operation in flight ...
+    await read_power(connection)
+    assert sim.bmcs.open_sessions("host-001") == 1
+    await killed._http.aclose()  # ... and the process gone: its session never deleted
+    restarted = RedfishClient(resolver)  # the new worker: another client, as its User-Agent says
+    assert restarted.user_agent != killed.user_agent
+    assert restarted.user_agent.startswith("metalflow-redfish (client ")
+    try:
+        for _ in range(6):  # it keeps working past the dead one's SessionTimeout
+            async with restarted.connect(access) as fresh:
+                await read_power(fresh)
+            await asyncio.sleep(SESSION_TIMEOUT / 3)
+    finally:
+        await restarted.aclose()
+    await asyncio.sleep(SESSION_TIMEOUT * 1.5)
+    assert sim.bmcs.open_sessions("host-001") == 0  # the BMC closed the killed client's
+    assert sim.violations.as_json() == []

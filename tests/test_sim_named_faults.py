@@ -82,6 +82,11 @@ def test_credentials_rotated_right_after_a_forceoff(sim: RunningSim) -> None:
     off = _product(sim, "bmc", "power", HOST, "off", "--timeout", "10")
     assert "sending ForceOff" in off.stdout, off.stdout + off.stderr
     assert off.returncode != 0 and "401" in off.stderr, off.stderr  # refused while it waits for Off
+    # In words: the credentials changed during the operation, not a missing privilege.
+    assert "BMCAuthenticationFailed" in off.stderr and "privilege" not in off.stderr, off.stderr
+    assert "the BMC rejected the credentials it had accepted earlier in this operation: they changed" in (
+        off.stderr
+    )
     assert _faults_of(sim, HOST)["wrong_credentials"] is True
     assert sim.power_log(HOST)[-1]["to"] == "Off"  # the host is off, and the BMC refuses metalflow
     assert _product(sim, "bmc", "power", HOST, "on", "--timeout", "10").returncode == 1

@@ -213,6 +213,7 @@ class HostMonitorStatus(_Frozen):
     unplanned_resets: tuple[UnplannedReset, ...] = ()  # newest last, bounded (the memo's too)
     unplanned_total: int = 0  # recorded over all runs
     hold_back: HoldBack | None = None  # an operator said no: no reprovision asked until it ends
+    own_request: OwnRequest | None = None  # the monitor's request the entity holds now (None: none)
 
 
 class HostMonitorResult(_Frozen):

@@ -5,8 +5,13 @@ By what the BMC answered (only errors of `contracts.errors`):
 - 401/403 before the credentials were ever accepted on this connection (session login, or the
   first authenticated request with basic auth), a TLS certificate that does not verify ->
   `BMCAuthenticationFailed` (permanent)
-- 401/403 on a resource after the credentials were accepted (the account lacks the privilege),
-  400, 404, 405, 501 and any other 4xx but 409/429; a redirect to another host; a body that is
+- 401 after the credentials were accepted on this connection -> `BMCAuthenticationFailed`
+  (permanent), worded as credentials that changed during the operation (a password rotated
+  meanwhile, its sessions ended): DSP0266's 401 is "the authentication credentials included
+  with this request are missing or invalid", never a missing privilege (that is its 403)
+- 403 on a resource after the credentials were accepted (DSP0266: "the service recognized the
+  credentials ... but those credentials do not possess authorization": the account lacks the
+  privilege), 400, 404, 405, 501 and any other 4xx but 409/429; a redirect to another host; a body that is
   not Redfish (malformed JSON, not an object) -> `BMCRequestRejected` (permanent); the
   exception carries `http_status` and `message_ids` so callers can tell a 501 or an
   `ActionNotSupported` apart (`is_not_supported`)
@@ -165,11 +170,17 @@ def raise_for_status(
         return
     what = f"BMC {connection.bmc_id}: {method} {url} answered {status} {redfish_error(response)}"
     err: BMCAuthenticationFailed | BMCRequestRejected | BMCUnavailable
-    if status in (401, 403) and (authentication or not connection.authenticated):
+    if status == 401 and connection.authenticated:
+        err = BMCAuthenticationFailed(
+            f"{what} (the BMC rejected the credentials it had accepted earlier in this operation: "
+            "they changed during the operation, e.g. a password rotation; put the BMC's current "
+            f"ones in {connection.access.credentials.describe()})"
+        )
+    elif status in (401, 403) and (authentication or not connection.authenticated):
         err = BMCAuthenticationFailed(
             f"{what} (check the credentials in {connection.access.credentials.describe()})"
         )
-    elif status in (401, 403):
+    elif status == 403:
         err = BMCRequestRejected(
             f"{what} (the credentials were accepted for other requests: the account lacks the "
             "privilege for this one, or the BMC protects it)"

@@ -25,7 +25,13 @@ root is read only when a standard path is not found, or for a link with no stand
 Sessions: the BMC's one session is deleted when the last activity using it finishes (`connect`
 is a context manager) and, for safety, at `aclose`. BMCs hold few sessions (often 4 to 16) and
 run out when clients leak them; a worker that is killed loses its session to the BMC's timeout,
-which is why no session outlives the activities using it.
+which is why no session outlives the activities using it. That timeout is the Redfish way out
+for a client that vanished (DSP8010 SessionService `SessionTimeout`: the seconds of inactivity
+after which the service closes a session, 30 to 86,400): nothing can delete a killed process's
+session, and a new worker cannot tell it from another worker's live one (they share the
+account), so it deletes none but its own. Every request names its client in its `User-Agent`
+(`metalflow-redfish (client <random>)`, one per `RedfishClient`), so a BMC's session list and the
+simulated BMC tell a killed client's session (never used again) from one a running client leaked.
 
 Load: at most `max_in_flight` requests per BMC are on the wire across the whole worker (sessions
 included); waits between polls hold no slot. Cost per BMC: a few small objects.
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -47,6 +54,8 @@ from drivers.redfish.connection import BMCConnection, OnWait
 from drivers.redfish.tls import TLSRouter, tls_key
 
 log = logging.getLogger("metalflow.redfish")
+
+USER_AGENT = "metalflow-redfish"
 
 
 class RedfishClient:
@@ -72,8 +81,14 @@ class RedfishClient:
         self._resolver = resolver
         self._max_in_flight = max_in_flight
         self.auth: AuthMode | None = auth
+        # Which client a BMC's sessions came from (`user_agent`): a BMC, or the simulated one,
+        # tells a session its client abandoned by being killed from one a running client leaked.
+        self.user_agent = f"{USER_AGENT} (client {secrets.token_hex(6)})"
         self._http = httpx.AsyncClient(
-            transport=TLSRouter(transport), timeout=timeout_seconds, follow_redirects=False
+            transport=TLSRouter(transport),
+            timeout=timeout_seconds,
+            follow_redirects=False,
+            headers={"User-Agent": self.user_agent},
         )
         self._bmcs: dict[str, BMCState] = {}
         self._open: dict[str, BMCConnection] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -200,6 +200,13 @@ def pool_line(status: HostMonitorStatus) -> str:
     return f"{status.pool_state}: critical DPU services down on {down}"
 
 
+def holding_back(status: HostMonitorStatus, now: datetime | None = None) -> bool:
+    """Whether the monitor holds back now: a hold-back past its end is over, even before the
+    monitor's own clock (its next workflow task) has cleared it."""
+    hold = status.hold_back
+    return hold is not None and hold.until > (now or datetime.now(UTC))
+
+
 def hold_back_line(status: HostMonitorStatus) -> str:
     """Why the monitor asks for no reprovision now, until when, and how to resume it."""
     hold = status.hold_back
@@ -210,8 +217,11 @@ def hold_back_line(status: HostMonitorStatus) -> str:
     )
 
 
-def render_monitor(status: HostMonitorStatus, policy: MonitorPolicy | None) -> str:
-    """The monitor's status for a person: pool state, DPUs, degraded DPUs and their deadlines."""
+def render_monitor(
+    status: HostMonitorStatus, policy: MonitorPolicy | None, now: datetime | None = None
+) -> str:
+    """The monitor's status for a person: pool state, DPUs, degraded DPUs and their deadlines, its
+    request pending now and the hold-back in force now (what is true now); then what it did."""
     lines = [
         f"monitor of {status.host_id} ({names.monitor_workflow_id(status.host_id)}): {status.pool_state}",
         f"  policy           {describe_policy(policy) if policy else 'unknown'}",
@@ -233,9 +243,16 @@ def render_monitor(status: HostMonitorStatus, policy: MonitorPolicy | None) -> s
         if dpu.reprovision_asked_at is not None:
             line += f"; asked {_when(dpu.reprovision_asked_at)}: {dpu.reprovision_outcome}"
         lines.append(line)
-    if status.hold_back is not None:
+    own = status.own_request
+    if own is not None:
+        standing = "awaits approval" if own.awaiting_approval else "runs"
+        asked = f" (asked {_when(own.asked_at)})" if own.asked_at else ""
+        lines.append(f"  its request      {own.workflow_id} of {', '.join(own.dpu_ids)} {standing}{asked}")
+    if holding_back(status, now):
         lines.append(f"  holding back     {hold_back_line(status)}")
     lines.append(f"  reprovisions requested {status.reprovisions_requested}")
+    if status.requests:
+        lines.append("  what it asked and was told (newest last)")
     for answer in status.requests[-5:]:
         lines.append(f"    {answer}")
     if status.history:

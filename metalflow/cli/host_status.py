@@ -110,7 +110,7 @@ def render_status(
         lines.append(f"  auto-approved until {iso_z(status.auto_approved_until)}")
     if monitor is not None:
         lines.append(f"  monitor          {host_monitor.pool_line(monitor)}")
-        if monitor.hold_back is not None:
+        if host_monitor.holding_back(monitor):
             lines.append(f"  monitor holds back {host_monitor.hold_back_line(monitor)}")
     current = status.current
     if current is not None:

@@ -236,7 +236,7 @@ class Redfish:
                     args=[name],
                     resolution="Ensure that the property is in the request body and has a valid value.",
                 )
-        created = self._bmcs.auth.create(ctx.bmc_id, body["UserName"], body["Password"])
+        created = self._bmcs.auth.create(ctx.bmc_id, body["UserName"], body["Password"], ctx.request)
         if isinstance(created, web.Response):
             return created
         uri = f"{ctx.prefix}/redfish/v1/SessionService/Sessions/{created.id}"

@@ -3,8 +3,13 @@
 Sessions are what real BMCs run out of: each BMC holds at most `SESSION_CAP` open sessions,
 and one more is refused with 503 `SessionLimitExceeded` (with `Retry-After` until the oldest
 idle session would expire), as OpenBMC's bmcweb does. A session idle for
-`session_timeout_seconds` expires; one that expires without having been deleted by its client
-is a leak and is recorded as a `bmc-session-expired` violation.
+`session_timeout_seconds` (served as `SessionService.SessionTimeout`) expires, as DSP8010 says
+of it: "the number of seconds of inactivity that a session can have before the session service
+closes the session due to inactivity" (30 to 86,400). That is how a BMC reclaims the session of
+a client that vanished: a process killed mid-operation cannot delete its session, so its
+expiry is the BMC doing its job, logged, not a violation. A session its client left idle to
+expire while that same client kept using the BMC (its `User-Agent` seen since the session's
+last use) is a leak, recorded as a `bmc-session-expired` violation (BEHAVIOUR.md S1).
 
 State is created lazily: a BMC nobody opened a session on holds nothing here, and each open
 session holds one timer handle (no task per BMC or per session).
@@ -16,15 +21,19 @@ import asyncio
 import base64
 import binascii
 import hmac
+import logging
 import math
 import secrets
 from dataclasses import dataclass
 
 from aiohttp import web
 
+from simulators.measure import client_of
 from simulators.violations import BMC_SESSION_EXPIRED, Violations
 
 from . import messages
+
+log = logging.getLogger(__name__)
 
 SESSION_CAP = 4
 
@@ -38,6 +47,7 @@ class Session:
     username: str
     last_used: float  # loop time
     timer: asyncio.TimerHandle | None = None
+    client: str = "-"  # the User-Agent that opened it ("-": none sent)
 
 
 class _BMCSessions:
@@ -65,6 +75,14 @@ class Auth:
         self._timeout = session_timeout_seconds
         self._violations = violations
         self._sessions: dict[str, _BMCSessions] = {}
+        # When each client (its User-Agent) last made an authenticated request, per BMC: a
+        # session that expires after its client's later requests was leaked by a running client.
+        self._seen: dict[tuple[str, str], float] = {}
+
+    def _saw(self, bmc_id: str, request: web.BaseRequest) -> float:
+        now = asyncio.get_running_loop().time()
+        self._seen[(bmc_id, client_of(request))] = now
+        return now
 
     def _valid(self, bmc_id: str, username: str, password: str) -> bool:
         expected = self._credentials.get(bmc_id)
@@ -108,7 +126,7 @@ class Auth:
             session = self._find_token(bmc_id, token)
             if session is None:
                 return messages.unauthorized("The session token is not valid or the session has expired.")
-            session.last_used = asyncio.get_running_loop().time()
+            session.last_used = self._saw(bmc_id, request)
             return None
         header = request.headers.get("Authorization")
         if header is None:
@@ -125,6 +143,7 @@ class Auth:
         username, _, password = decoded.partition(":")
         if not self._valid(bmc_id, username, password):
             return messages.unauthorized("The user name or password is not valid.")
+        self._saw(bmc_id, request)
         return None
 
     def session_of(self, bmc_id: str, request: web.BaseRequest) -> Session | None:
@@ -135,8 +154,11 @@ class Auth:
         store = self._sessions.get(bmc_id)
         return None if store is None else store.by_token.get(token)
 
-    def create(self, bmc_id: str, username: str, password: str) -> Session | web.Response:
-        """Open a session, or the 401/503 a real BMC answers instead."""
+    def create(
+        self, bmc_id: str, username: str, password: str, request: web.BaseRequest | None = None
+    ) -> Session | web.Response:
+        """Open a session (for the client that sent `request`), or the 401/503 a real BMC
+        answers instead."""
         if not self._valid(bmc_id, username, password):
             return messages.unauthorized("The user name or password is not valid.")
         store = self._sessions.get(bmc_id)
@@ -155,8 +177,15 @@ class Auth:
                 "session or increase the limit of simultaneous sessions (if supported).",
                 headers={"Retry-After": str(wait)},
             )
+        client = "-" if request is None else client_of(request)
+        if request is not None:
+            self._saw(bmc_id, request)
         session = Session(
-            id=str(store.next_id), token=secrets.token_hex(16), username=username, last_used=loop.time()
+            id=str(store.next_id),
+            token=secrets.token_hex(16),
+            username=username,
+            last_used=loop.time(),
+            client=client,
         )
         store.next_id += 1
         store.by_id[session.id] = session
@@ -172,11 +201,19 @@ class Auth:
             session.timer = loop.call_at(due, self._check_expiry, bmc_id, session)
             return
         self._drop(bmc_id, session)
+        if self._seen.get((bmc_id, session.client), -math.inf) <= session.last_used:
+            # Its client sent nothing since: gone (killed, stopped). The timeout reclaims it.
+            log.info(
+                "BMC %s: session %s of user %r expired after %gs idle; its client (%s) sent nothing "
+                "since (SessionTimeout)", bmc_id, session.id, session.username, self._timeout, session.client,
+            )  # fmt: skip
+            return
         self._violations.record(
             BMC_SESSION_EXPIRED,
             bmc_id,
             f"session {session.id} of user {session.username!r} was left idle for "
-            f"{self._timeout:g}s and expired instead of being deleted",
+            f"{self._timeout:g}s and expired instead of being deleted, while its client "
+            f"({session.client}) kept using this BMC",
         )
 
     def _drop(self, bmc_id: str, session: Session) -> None:

@@ -26,8 +26,10 @@ from contracts.errors import (
     NothingAwaitsApproval,
     OperationAborted,
     OperationStarted,
+    ReasonNoLongerHolds,
 )
 from contracts.host_requests import ENTITY_REQUESTS, FIRMWARE, PROVISION, REBOOT, REMOVAL, REPROVISION, RESET
+from contracts.models.dpf import DPUState, HostDPFState
 from contracts.models.host import (
     AssignInstanceRequest,
     FirmwareInput,
@@ -230,6 +232,78 @@ def test_an_approval_of_a_withdrawn_request_is_refused_naming_who_withdrew_it_an
     with pytest.raises(NothingAwaitsApproval) as after_a_run:
         state.awaiting_approval()
     assert after_a_run.value.message == "nothing awaits approval"
+
+
+MONITORS = OperationRequest(
+    requested_by="monitor/host-host-001",
+    reason="critical DPU services down for more than 60 s",
+    dpu_ids=("d1",),
+    campaign_workflow_id="monitor/host-host-001",  # the monitor is told how its request ends
+)
+
+
+def dpf(**phases: str) -> HostDPFState:
+    return HostDPFState(
+        host_id=HOST,
+        dpus=tuple(
+            DPUState(name=f"node-{HOST}-device-{d}", uid=d, dpu_id=d, phase=p) for d, p in phases.items()
+        ),
+    )
+
+
+def test_only_the_monitors_own_reprovision_is_checked_against_dpf_at_its_approval() -> None:
+    """Issue 40: an approval never runs a request whose reason no longer holds. The monitor's
+    reason is DPF's state, so an approval re-reads it; a person's reason is theirs."""
+    state = entity(instance="i-1")
+    assert state.reason_to_check(asked(state, request=MONITORS))
+    for person in (
+        ALICE,
+        OperationRequest(requested_by="monitor/host-host-001", reason="a person typing the monitor's name"),
+        OperationRequest(requested_by="bob", campaign="c1", campaign_workflow_id="campaign/c1"),
+        OperationRequest(requested_by="x", campaign_workflow_id="monitor/host-host-002"),  # another host's
+    ):
+        state.current = None
+        assert not state.reason_to_check(asked(state, request=person)), person
+    state.current = None
+    rebooted = asked(state, kind=REBOOT, request=MONITORS)
+    assert not state.reason_to_check(rebooted)  # only a reprovision is the monitor's
+
+
+def test_the_monitors_reason_holds_while_a_dpu_it_named_is_not_ready() -> None:
+    state = entity(instance="i-1")
+    held = asked(state, request=MONITORS.model_copy(update={"dpu_ids": ("d1", "d2")}))
+    for still in (
+        {"d1": "Node Effect", "d2": "Ready"},
+        {"d1": "Ready", "d2": "Error"},
+        {"d1": "Ready"} | {"d2": ""},
+    ):
+        assert state.reason_gone(held, dpf(**still)) is None, still
+    assert state.reason_gone(held, dpf(d1="Ready", d2="Ready", d3="Node Effect")) == (
+        "its reason (critical DPU services down for more than 60 s) no longer holds: "
+        "DPF says d1 is Ready, d2 is Ready now"
+    )
+    assert state.reason_gone(held, dpf(d1="Ready")) == (
+        "its reason (critical DPU services down for more than 60 s) no longer holds: "
+        "DPF says d1 is Ready, d2 is gone now"
+    )
+
+
+def test_an_approval_that_finds_the_reason_gone_withdraws_the_request_and_says_why() -> None:
+    state = entity(instance="i-1")
+    held = asked(state, request=MONITORS)
+    why = state.reason_gone(held, dpf(d1="Ready"))
+    assert why is not None
+    refusal = state.refuse_stale_approval(held, why)
+    state.finish(held, state.withdrawn_at_approval("carol", why), T0)
+    assert isinstance(refusal, ReasonNoLongerHolds)
+    assert refusal.message == (
+        f"reprovision of {HOST} (reprovision/{HOST}, requested by monitor/host-host-001) not approved: "
+        f"{why}; the request is withdrawn, nothing started"
+    )
+    assert state.current is None and state.phase() == IDLE
+    assert state.recent[-1].outcome == f"withdrawn at its approval by carol: {why}"
+    with pytest.raises(NothingAwaitsApproval, match="was withdrawn at its approval by carol: its reason"):
+        state.awaiting_approval()  # a second approve says what happened to it
 
 
 def ran(state: HostEntityState, kind: Any, request: Any, outcome: str = "completed") -> None:

@@ -198,6 +198,8 @@ def test_an_operators_abort_holds_the_monitor_back_until_the_back_off_ends_or_it
     assert operator_said_no("aborted", me) and operator_said_no("terminated", me)
     assert operator_said_no("withdrawn by alice: not now", me)
     assert not operator_said_no(f"withdrawn by {me}: d0 is Ready again: ...", me)  # its own
+    # An approval that found the reason gone (the DPU Ready again) is not a no: it said yes.
+    assert not operator_said_no("withdrawn at its approval by carol: its reason (...) no longer holds", me)
     for ended in ("completed", "failed: DPU d0 never Ready", "expired: not approved within 1:00:00"):
         assert not operator_said_no(ended, me)
 
@@ -390,3 +392,67 @@ def test_a_ready_dpus_reset_is_seen_from_the_agents_own_start_time() -> None:
     obj = {"metadata": {"name": "n"}, "status": {"agentStatus": {"lastStartupTime": "t"}}}
     watched = dpf_states.watched(obj)
     assert watched["status"]["agentStatus"] == {"lastStartupTime": "t"}
+
+
+def test_the_status_shows_only_the_request_and_hold_back_that_exist_now() -> None:
+    """Issue 40: `host monitor --status` showed a hold-back past its end (nothing degraded: the
+    monitor never woke to end it) and a degraded DPU's `asked: accepted: reprovision/h1` after
+    that request was aborted; its own pending request was not shown at all."""
+    state = monitor(MonitorPolicy(reprovision_after_seconds=60.0))
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect"), ("d1", "Node Effect")), T0)
+    asked_at = T0 + timedelta(minutes=1)
+    accepted = OwnerReprovisionResult(outcome="accepted", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(asked_at), accepted, asked_at)
+    assert state.status().own_request == state.asked and state.asked is not None
+    aborted_at = asked_at + timedelta(seconds=10)
+    told = HostFinished(host_id="h1", workflow_id="reprovision/h1", outcome="aborted by alice: debugging")
+    state.request_ended(told, aborted_at)
+    shown = state.status()
+    assert shown.own_request is None
+    assert [d.reprovision_outcome for d in shown.degraded] == [
+        "reprovision/h1 aborted by alice: debugging"
+    ] * 2
+    # Both DPUs recover while it holds back: the hold-back still ends on time, and says so.
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), aborted_at)
+    assert state.hold_back is not None and state.next_deadline() == state.hold_back.until
+    assert state.status().waiting_for.startswith("a Ready DPU falling to Node Effect; holding back until ")
+    assert state.overdue(state.hold_back.until) == [] and state.hold_back is None
+    assert state.next_deadline() is None and state.status().hold_back is None
+    assert state.status().waiting_for == "a Ready DPU falling to Node Effect"
+    # A withdrawal of its own: the DPU's line says so, not "awaiting-approval".
+    held = monitor(MonitorPolicy(reprovision_after_seconds=60.0))
+    held.observe(seen(("d0", "Ready")), T0)
+    held.observe(seen(("d0", "Node Effect")), T0)
+    awaiting = OwnerReprovisionResult(outcome="awaiting-approval", workflow_id="reprovision/h1")
+    held.reprovision_answered(held.overdue(asked_at), awaiting, asked_at)
+    assert held.status().own_request is not None and held.status().own_request.awaiting_approval
+    gone = OwnerReprovisionResult(
+        outcome="withdrawn", workflow_id="reprovision/h1", message="nothing started"
+    )
+    held.withdrawal_answered(("d0",), gone)
+    assert held.status().own_request is None
+    assert held.status().degraded[0].reprovision_outcome == "withdrawn: nothing started"
+
+
+def test_the_cli_shows_its_pending_request_and_no_hold_back_past_its_end() -> None:
+    from metalflow.cli.host_monitor import render_monitor
+
+    state = monitor(MonitorPolicy(reprovision_after_seconds=60.0))
+    state.observe(seen(("d0", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)
+    asked_at = T0 + timedelta(minutes=1)
+    awaiting = OwnerReprovisionResult(outcome="awaiting-approval", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(asked_at), awaiting, asked_at)
+    policy = MonitorPolicy(reprovision_after_seconds=60.0)
+    shown = render_monitor(state.status(), policy, now=asked_at)
+    assert "  its request      reprovision/h1 of d0 awaits approval (asked 2026-11-27T03:01:00Z)" in shown
+    state.request_ended(
+        HostFinished(host_id="h1", workflow_id="reprovision/h1", outcome="withdrawn by alice: no"), asked_at
+    )
+    hold = state.hold_back
+    assert hold is not None
+    during = render_monitor(state.status(), policy, now=hold.until - timedelta(seconds=1))
+    assert "its request" not in during and "  holding back     until 2026-11-27T04:01:00Z" in during
+    after = render_monitor(state.status(), policy, now=hold.until)  # the monitor has not woken yet
+    assert "holding back     " not in after

@@ -265,16 +265,29 @@ async def test_authentication_failure_names_the_reference_never_the_secret() -> 
     assert caught.value.non_retryable
 
 
-async def test_a_refusal_after_the_credentials_worked_is_not_called_bad_credentials() -> None:
-    # The Systems collection was served with these credentials: a 401/403 on the System itself
-    # is about that resource (privilege), and the BMC's own words and the URL are kept.
-    for status in (401, 403):
-        bmc = FakeBMC(lambda status=status: _refused(status, "insufficient privilege"))  # type: ignore[misc]
-        with pytest.raises(BMCRequestRejected) as caught:
-            await read(bmc)
-        message = str(caught.value)
-        assert f"{SYSTEM} answered {status}" in message and "insufficient privilege" in message
-        assert "check the credentials" not in message and caught.value.non_retryable
+async def test_a_forbidden_after_the_credentials_worked_is_not_called_bad_credentials() -> None:
+    # The Systems collection was served with these credentials: a 403 on the System itself is
+    # about that resource (privilege, DSP0266's 403), and the BMC's own words and the URL are kept.
+    bmc = FakeBMC(lambda: _refused(403, "insufficient privilege"))
+    with pytest.raises(BMCRequestRejected) as caught:
+        await read(bmc)
+    message = str(caught.value)
+    assert f"{SYSTEM} answered 403" in message and "insufficient privilege" in message
+    assert "check the credentials" not in message and caught.value.non_retryable
+
+
+async def test_a_401_after_the_credentials_worked_says_they_changed_during_the_operation() -> None:
+    """Issue 40: a BMC password rotated mid-operation read as a privilege error. DSP0266's 401 is
+    "credentials missing or invalid": credentials accepted a moment ago and now refused changed."""
+    bmc = FakeBMC(lambda: _refused(401, "The user name or password is not valid."))
+    with pytest.raises(BMCAuthenticationFailed) as caught:
+        await read(bmc)
+    message = str(caught.value)
+    assert f"{SYSTEM} answered 401" in message and "The user name or password is not valid." in message
+    changed = "the BMC rejected the credentials it had accepted earlier in this operation: they changed"
+    assert changed in message
+    assert "BMC_USER/BMC_PASS" in message and SECRET not in message
+    assert "privilege" not in message and caught.value.non_retryable
 
 
 async def test_statuses_map_to_the_taxonomy() -> None:

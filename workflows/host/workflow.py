@@ -7,6 +7,9 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
 2. A disruptive request on a host with an instance assigned waits for `approve` (or starts at
    once inside the auto-approval window that an earlier approval opened for that instance).
 3. `assign_instance` is refused while an operation runs or awaits approval, naming it.
+4. `approve` of the monitor's own reprovision first reads its DPUs from DPF: when none is degraded
+   any more, the request is withdrawn, nothing started, and the approval refused naming what DPF
+   says (`ReasonNoLongerHolds`); an approval never runs a request whose reason no longer holds.
 
 The rules are the entity's state's (`state.py`, `HostEntityState`): validators answer at once,
 without writing history; handlers ask again under one `asyncio.Lock`, because two updates
@@ -61,7 +64,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import HostBusy
+    from contracts.errors import HostBusy, KubernetesUnavailable
     from contracts.host_requests import (
         FIRMWARE,
         PROVISION,
@@ -74,6 +77,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
     from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
+    from contracts.models.dpf import HostRef
     from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
@@ -89,7 +93,7 @@ with workflow.unsafe.imports_passed_through():
         PendingOperation,
         WithdrawRequest,
     )
-    from contracts.models.inventory import HostVersionsBrief, ReadVersionsInput
+    from contracts.models.inventory import HostLookup, HostVersionsBrief, ReadVersionsInput
     from workflows import kernel
     from workflows.host import versions as host_versions
     from workflows.host.outcome import generation_reported, outcome_of
@@ -97,6 +101,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts.reboot_rounds import start_next_reboot
 
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)
+
+REASON_CHECK_SECONDS = 30.0
+"""An approval's check of the monitor's reason against DPF gives up after this (and refuses)."""
 
 VERSIONS_READ_SECONDS = 300.0
 """A versions read gives up after this (its retries included) and shows `unknown`."""
@@ -190,8 +197,18 @@ class HostWorkflow(kernel.Runbook):
 
     @workflow.update(name=APPROVE_UPDATE)
     async def approve(self, request: OperatorRequest) -> OperatorAnswer:
-        """Start the operation that awaits approval; opens the auto-approval window, if any."""
+        """Start the operation that awaits approval; opens the auto-approval window, if any. The
+        monitor's own reprovision is started only while its reason holds (`_reason_gone`): else
+        it is withdrawn, nothing started, and the approval refused naming what DPF says now."""
         async with self._lock:
+            waiting = self.state.awaiting_approval()
+            if self.state.reason_to_check(waiting):
+                why = await self._reason_gone(waiting)
+                if why is not None:
+                    outcome = self.state.withdrawn_at_approval(request.requested_by, why)
+                    self._finish(waiting, outcome)  # the approval wait sees it and ends
+                    await self._notify_campaign(waiting, outcome)
+                    raise self.state.refuse_stale_approval(waiting, why)
             current = self.state.approve(request.requested_by, workflow.now())
             await self._start(current)
             return OperatorAnswer(
@@ -202,6 +219,37 @@ class HostWorkflow(kernel.Runbook):
     @approve.validator
     def _validate_approve(self, request: OperatorRequest) -> None:
         self.state.awaiting_approval()
+
+    async def _reason_gone(self, current: PendingOperation) -> str | None:
+        """The monitor's reprovision awaiting approval: DPF read now (the host's namespace from its
+        inventory, as the reprovision would read it), and what DPF says when its reason no longer
+        holds (`HostEntityState.reason_gone`). A read that fails refuses the approval (the request
+        stays pending: approve again), so none starts unchecked. Cost: two activities (about 6
+        history events) per approval of a monitor's request; none for a person's."""
+        host = self.state.host_id
+        try:
+            inventory = await self.call(
+                activity_api.resolve_host_inventory,
+                HostLookup(host_id=host),
+                kernel.options(kernel.bounded(kernel.INVENTORY, REASON_CHECK_SECONDS), f"resolve {host}"),
+                abortable=False,
+            )
+            dpf = await self.call(
+                activity_api.read_host_dpf_state,
+                HostRef.of(inventory),
+                kernel.options(
+                    kernel.bounded(kernel.KUBE_READ, REASON_CHECK_SECONDS),
+                    f"does the reason of {current.record.workflow_id} still hold?",
+                ),
+                abortable=False,
+            )
+        except ActivityError as err:
+            raise KubernetesUnavailable(
+                f"{current.record.operation} of {host} ({current.record.workflow_id}) not approved: "
+                f"its reason ({current.record.reason}) could not be checked against DPF "
+                f"({kernel.describe_failure(err)}); it still awaits approval: approve again"
+            ) from None
+        return self.state.reason_gone(current, dpf)
 
     @workflow.update(name=WITHDRAW_UPDATE)
     async def withdraw(self, request: WithdrawRequest) -> OperatorAnswer:

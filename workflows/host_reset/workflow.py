@@ -99,7 +99,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import kernel
     from workflows.parts import dpf_barrier as barrier
-    from workflows.parts.bmc_lease_holder import BMCLeaseHolder
+    from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words
     from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
     from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds
 
@@ -169,7 +169,11 @@ class HostResetWorkflow(kernel.Abortable):
             host_id=self._request.host_id,
             target=self._request.target.value,
             phase=self.phase,
-            waiting_for=self.details,
+            waiting_for=(
+                self.details
+                if self._leases.queued_for is None
+                else queued_words(self._leases.queued_for, self._request.host_id)
+            ),
             resets=tuple(self._resets),
             boot_generation=self._generation,
             started_at=workflow.info().start_time,

@@ -211,8 +211,10 @@ class MonitorState(MonitorMemory):
     def next_deadline(self) -> datetime | None:
         """When the next degraded DPU passes its deadline, not before a hold-back ends (None:
         none, or automatic reprovision off)."""
-        if not self._request.policy.auto_reprovision or not self.degraded:
+        if not self._request.policy.auto_reprovision:
             return None
+        if not self.degraded:  # a hold-back still ends on time: the status says what is true now
+            return None if self.hold_back is None else self.hold_back.until
         if self.asked is not None:  # its own request: told when it ends; a running one looked at
             if self.asked.awaiting_approval:
                 return None
@@ -264,8 +266,8 @@ class MonitorState(MonitorMemory):
                 host_id=self._request.host_id, workflow_id=asked.workflow_id, outcome=ended
             )
             return self.request_ended(finished, now)
-        self.asked = None
         words = f"{asked.workflow_id} is no longer known to the entity ({found.message})"
+        self._request_over(words)
         self._record(words)
         return words
 
@@ -279,7 +281,7 @@ class MonitorState(MonitorMemory):
         if not own and words == self.last_ended:  # told twice (the record read, then the signal)
             return words
         if own:
-            self.asked = None
+            self._request_over(words)
         self.last_ended = words
         me = names.monitor_workflow_id(self._request.host_id)
         if not finished.outcome.startswith(f"withdrawn by {me}"):  # its own: the answer records it
@@ -299,6 +301,18 @@ class MonitorState(MonitorMemory):
         self._record(words)
         self.hold_back = None
         return words
+
+    def _request_over(self, words: str) -> None:
+        """The monitor's own request is pending no more (ended, withdrawn, or unknown to the
+        entity): no longer held as asked, and each DPU it named that is still degraded shows how
+        it ended instead of the answer it was asked with (`host monitor --status` shows what is
+        true now, never a request that no longer exists)."""
+        asked, self.asked = self.asked, None
+        if asked is None:
+            return
+        for dpu in self.degraded:
+            if dpu.dpu_id in asked.dpu_ids and dpu.reprovision_asked_at is not None:
+                self._keep(dpu.model_copy(update={"reprovision_outcome": words}))
 
     def _record(self, words: str) -> None:
         self.requests = [*self.requests, words][-HISTORY_KEPT:]
@@ -358,8 +372,8 @@ class MonitorState(MonitorMemory):
         the request is no longer pending either way (withdrawn, or approved and started meanwhile:
         its end is told)."""
         ids = ", ".join(dpu_ids)
-        self.asked = None
         outcome = f"{answer.outcome}: {answer.message}"
+        self._request_over(outcome)
         self.requests = [*self.requests, f"{ids}: {outcome}"][-HISTORY_KEPT:]
         return outcome
 
@@ -372,7 +386,13 @@ class MonitorState(MonitorMemory):
         )
         deadline = self.next_deadline()
         down = ", ".join(sorted(d.dpu_id for d in self.degraded))
-        if deadline is not None and self.hold_back is not None:
+        resume = f"(resume: metalflow host monitor {self._request.host_id} --resume)"
+        if self.hold_back is not None and not self.degraded:
+            waiting = (
+                f"a Ready DPU falling to Node Effect; holding back until {iso_z(self.hold_back.until)} "
+                f"after {self.hold_back.why} {resume}"
+            )
+        elif deadline is not None and self.hold_back is not None:
             waiting = (
                 f"recovery of {down}; holding back until {iso_z(self.hold_back.until)} after "
                 f"{self.hold_back.why} (resume: metalflow host monitor {self._request.host_id} --resume)"
@@ -399,6 +419,7 @@ class MonitorState(MonitorMemory):
             unplanned_resets=tuple(self.unplanned),
             unplanned_total=self.unplanned_total,
             hold_back=self.hold_back,
+            own_request=self.asked,
         )
 
     def handed_over(self, stop: OperatorRequest | None) -> MonitorState:

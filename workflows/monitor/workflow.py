@@ -308,7 +308,10 @@ class HostMonitorWorkflow(kernel.Abortable):
 
     async def _reprovision_overdue(self) -> None:
         now = workflow.now()
+        held = self.state.hold_back is not None
         due = self.state.overdue(now)
+        if held and self.state.hold_back is None and not due:  # the hold-back ended: say so
+            self.enter(self.state.status().phase, self.state.requests[-1])
         if not due:
             return
         ids = tuple(sorted(d.dpu_id for d in due))

@@ -45,6 +45,16 @@ with workflow.unsafe.imports_passed_through():
 
 REQUEST_REFRESH: Final = timedelta(minutes=5)
 
+
+def queued_words(lease_workflow_id: str, host_id: str) -> str:
+    """What a run queued for a BMC's lease waits for, in `host status` (the reset's `status`
+    query, a reboot's details read by the CLI): the lease, that nothing was sent, the way out."""
+    return (
+        f"a slot of the BMC's lease {lease_workflow_id} (queued: nothing sent to the BMC yet; "
+        f"`metalflow host abort {host_id}` withdraws it)"
+    )
+
+
 LEASE_CALL: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
     # Unlimited attempts: a lease that cannot be asked for yet (Temporal busy) is waited for,
@@ -69,6 +79,7 @@ class BMCLeaseHolder:
     def __init__(self) -> None:
         self._granted: set[str] = set()
         self.queued = False  # inside `hold`, waiting for the grant: nothing touched the BMC yet
+        self.queued_for: str | None = None  # the lease it waits in, while queued (for queries)
 
     @staticmethod
     def new_request() -> LeaseHolder:
@@ -148,6 +159,7 @@ class BMCLeaseHolder:
         self.queued = True
         try:
             while request_id not in self._granted:
+                self.queued_for = lease.lease_workflow_id
                 workflow.set_current_details(
                     f"{what}: waiting for a slot of the BMC's lease {lease.lease_workflow_id}"
                 )
@@ -169,7 +181,7 @@ class BMCLeaseHolder:
             await self._release(lease, request_id)
             raise
         finally:
-            self.queued = False
+            self.queued, self.queued_for = False, None
         try:
             yield lease
         finally:
