@@ -1,0 +1,96 @@
+"""`metalflow host maintenance` as an operator uses it, against a real Temporal, the product's
+worker and the simulated site: bad input changes nothing; in maintenance an operator's reboot is
+refused naming the maintenance and who set it, and runs with `--in-maintenance` (recorded with
+the operation); status shows it; off ends it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from cli_support import metalflow
+from host_operation_support import worker_for
+from sim_support import RunningSim, running_sim, start_dev_server
+from temporalio.testing import WorkflowEnvironment
+
+from contracts import names
+from metalflow.hosts import host_status
+
+HOST = "host-001"
+SITE: dict[str, Path] = {}
+QUEUE = "maintenance-e2e"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with running_sim(tmp_path_factory.mktemp("sim"), hosts=1, dpus_per_host=1, timings="zero") as running:
+        SITE["path"] = running.site_file
+        yield running
+
+
+@pytest.fixture(scope="module")
+async def own_env(lifeline_bin: Path) -> AsyncIterator[WorkflowEnvironment]:
+    """A Temporal of this module's own: host-001's entity is shared by other modules' hosts."""
+    env = await start_dev_server(lifeline_bin)
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+async def run(env: WorkflowEnvironment, *args: str) -> tuple[int, str, str]:
+    shown = await metalflow(env, *args, site_file=SITE["path"])
+    return shown.status, shown.stdout, shown.stderr
+
+
+async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_maintenance(
+    own_env: WorkflowEnvironment, sim: RunningSim
+) -> None:
+    async with worker_for(own_env.client, QUEUE, sim):
+        queue = ("--task-queue", QUEUE)
+        # Bad input: a clear error, nothing changes (no entity is created).
+        status, _, err = await run(own_env, "host", "maintenance", HOST, "on", "--by", "alice", *queue)
+        assert status == 2 and "maintenance on needs --reason" in err, err
+        status, _, err = await run(own_env, "host", "maintenance", "host-099", "on", "--reason", "x", *queue)
+        assert status == 2 and "host-099" in err, err
+        handle = own_env.client.get_workflow_handle(names.host_workflow_id(HOST))
+        with pytest.raises(Exception):  # noqa: B017 - no entity: nothing was created
+            await handle.describe()
+
+        status, out, err = await run(
+            own_env, "host", "maintenance", HOST, "on", "--reason", "replacing a fan", "--by", "alice",
+            "--json", *queue,
+        )  # fmt: skip
+        assert status == 0, err
+        shown = json.loads(out)
+        assert shown["maintenance"]["by"] == "alice" and shown["maintenance"]["reason"] == "replacing a fan"
+        assert shown["maintenance"]["since"].endswith("Z")
+
+        # An operator's reboot without the flag: refused, naming the maintenance and who set it.
+        status, out, err = await run(own_env, "host", "reboot", HOST, "--by", "carol", *queue)
+        assert status == 1, (out, err)
+        assert "in maintenance since" in err and "set by alice: replacing a fan" in err, err
+        assert f"metalflow host reboot {HOST} --in-maintenance" in err, err
+        assert (await host_status(own_env.client, HOST)).current is None  # nothing started
+
+        # With --in-maintenance it runs, and the operation records the maintenance it ran in.
+        status, out, err = await run(
+            own_env, "host", "reboot", HOST, "--by", "carol", "--in-maintenance", "--power-down-wait", "0",
+            "--wait", *queue,
+        )  # fmt: skip
+        assert status == 0, (out, err)
+        entity = await host_status(own_env.client, HOST)
+        assert entity.recent[-1].operation == "reboot" and entity.recent[-1].outcome == "completed"
+        assert "set by alice: replacing a fan" in entity.recent[-1].in_maintenance
+
+        status, out, err = await run(own_env, "host", "status", HOST)
+        assert status == 0, err
+        assert "maintenance      on since" in out and "set by alice: replacing a fan" in out, out
+
+        status, out, err = await run(own_env, "host", "maintenance", HOST, "off", "--by", "alice", *queue)
+        assert status == 0 and "maintenance ended by alice" in out, (out, err)
+        assert (await host_status(own_env.client, HOST)).maintenance is None
+        described = await handle.describe()
+        assert described.typed_search_attributes.get(names.MAINTENANCE) is None
