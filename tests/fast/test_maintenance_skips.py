@@ -51,7 +51,8 @@ def test_a_campaign_and_its_plan_leave_a_host_in_maintenance_out_naming_who_set_
     decided = admit(START, chosen, ClaimResult(), None, NOW)
     assert decided.runs == ("host-001", "host-003")
     assert decided.why_out["host-002"] == (
-        "in maintenance since 2026-11-29T06:00:00Z, set by alice; a campaign never takes a host in maintenance"
+        "in maintenance since 2026-11-29T06:00:00Z, set by alice; "
+        "a campaign never takes a host in maintenance"
     )
     assert "host-002" not in to_claim(START, chosen)  # not claimed either
     assert admit(START, selected(), ClaimResult(), None, NOW).runs == tuple(HOSTS)
