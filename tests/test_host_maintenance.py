@@ -17,6 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
 from metalflow.hosts import host_status
+from metalflow.runtime.observability import Observability
 
 HOST = "host-001"
 SITE: dict[str, Path] = {}
@@ -88,6 +89,14 @@ async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_ma
         status, out, err = await run(own_env, "host", "status", HOST)
         assert status == 0, err
         assert "maintenance      on since" in out and "set by alice: replacing a fan" in out, out
+        status, out, err = await run(own_env, "host", "list")
+        assert status == 0 and "MAINTENANCE" in out and "on (alice)" in out, (out, err)
+        # /metrics: the count and since when, from visibility (what the alert compares)
+        observed = Observability(None)
+        observed._client = own_env.client
+        page = await observed._maintenance()
+        assert "metalflow_hosts_in_maintenance 1\n" in page, page
+        assert 'metalflow_host_maintenance_since_seconds{host_id="host-001",by="alice"} ' in page, page
 
         status, out, err = await run(own_env, "host", "maintenance", HOST, "off", "--by", "alice", *queue)
         assert status == 0 and "maintenance ended by alice" in out, (out, err)
