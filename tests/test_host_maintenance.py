@@ -12,10 +12,21 @@ from pathlib import Path
 import pytest
 from cli_support import metalflow
 from host_operation_support import worker_for
-from sim_support import RunningSim, running_sim, start_dev_server
+from monitor_support import STOP, start_monitor, status_of
+from sim_support import RunningSim, prefixed_sim, running_sim, start_dev_server
+from site_worker_support import FAST_POLICY, eventually, site_worker
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
+from contracts.models.control import OperatorAnswer
+from contracts.models.host import (
+    MAINTENANCE_UPDATE,
+    HostStatus,
+    HostWorkflowInput,
+    MaintenanceRequest,
+    MonitorPolicy,
+)
 from metalflow.hosts import host_status
 from metalflow.runtime.observability import Observability
 
@@ -103,3 +114,50 @@ async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_ma
         assert (await host_status(own_env.client, HOST)).maintenance is None
         described = await handle.describe()
         assert described.typed_search_attributes.get(names.MAINTENANCE) is None
+
+
+@pytest.fixture(scope="module")
+def mnt_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with prefixed_sim(tmp_path_factory.mktemp("mnt-sim"), "mnt", hosts=2) as running:
+        yield running
+
+
+async def test_the_monitor_records_the_reprovision_it_would_have_asked_for_and_asks_none(
+    client: Client, task_queue: str, mnt_sim: RunningSim
+) -> None:
+    host, dpu = "mnt-001", "mnt-001-dpu-1"
+    async with site_worker(client, task_queue, mnt_sim):
+        entity = await client.start_workflow(
+            "HostWorkflow",
+            HostWorkflowInput(host_id=host, site="mnt-site", policy=FAST_POLICY),
+            id=names.host_workflow_id(host),
+            task_queue=task_queue,
+        )
+        on = MaintenanceRequest(on=True, requested_by="alice", reason="reseating a DPU")
+        answer = await entity.execute_update(MAINTENANCE_UPDATE, on, result_type=OperatorAnswer)
+        assert "in maintenance since" in answer.message
+        monitor = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=1.0))
+        try:
+            await eventually(lambda: status_of(monitor), lambda s: len(s.dpus) == 2)
+            mnt_sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            shown = await eventually(
+                lambda: status_of(monitor), lambda s: any("would have asked" in r for r in s.requests)
+            )
+            assert shown.reprovisions_requested == 0
+            assert (
+                f"{dpu}: would have asked for a reprovision; not asked: host {host} is in maintenance"
+                in (shown.requests[0])
+            )
+            assert "set by alice: reseating a DPU" in shown.requests[0]
+            status = await entity.query("status", result_type=HostStatus)
+            assert status.current is None and status.recent == ()  # nothing started
+
+            # Off replays nothing: the entity starts nothing of what it refused.
+            off = MaintenanceRequest(on=False, requested_by="alice")
+            ended = await entity.execute_update(MAINTENANCE_UPDATE, off, result_type=OperatorAnswer)
+            assert "nothing skipped is replayed" in ended.message
+            assert (await entity.query("status", result_type=HostStatus)).current is None
+        finally:
+            await monitor.execute_update("abort", STOP)
+            await monitor.result()
+            await entity.terminate("test over")
