@@ -37,7 +37,9 @@ QUEUE = "maintenance-e2e"
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with running_sim(tmp_path_factory.mktemp("sim"), hosts=1, dpus_per_host=1, timings="zero") as running:
+    with running_sim(
+        tmp_path_factory.mktemp("sim"), hosts=2, dpus_per_host=1, timings="zero", initialised=True
+    ) as running:
         SITE["path"] = running.site_file
         yield running
 
@@ -114,6 +116,34 @@ async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_ma
         assert (await host_status(own_env.client, HOST)).maintenance is None
         described = await handle.describe()
         assert described.typed_search_attributes.get(names.MAINTENANCE) is None
+
+
+async def test_a_campaign_and_its_plan_skip_a_host_in_maintenance_naming_who_set_it(
+    own_env: WorkflowEnvironment, sim: RunningSim
+) -> None:
+    async with worker_for(own_env.client, QUEUE, sim):
+        queue = ("--task-queue", QUEUE)
+        status, out, err = await run(
+            own_env, "host", "maintenance", "host-002", "on", "--reason", "BMC swap", "--by", "bob", *queue
+        )
+        assert status == 0, err
+        args = ["--hosts", "host-001,host-002", "--reprovision", "--power-down-wait", "0", *queue]
+        status, out, err = await run(own_env, "campaign", "plan", "mnt-c", *args, "--json")
+        assert status == 0, err
+        plan = json.loads(out)
+        assert [g["host_ids"] for g in plan["left_out"]] == [["host-002"]], plan
+        reason = plan["left_out"][0]["reason"]
+        assert reason.startswith("in maintenance since ") and "set by bob" in reason, reason
+        assert plan["canary"] + [h for batch in plan["batches"] for h in batch] == ["host-001"], plan
+        status, out, err = await run(own_env, "campaign", "start", "mnt-c", *args, "--wait")
+        # --wait exits 0 only when every host succeeded: a skipped host is not
+        assert status == 1 and "completed: 1 done, 0 already at target, 0 failed" in out, (out, err)
+        assert "1 skipped of 2" in out and "skipped host-002: in maintenance since" in out, out
+        assert "set by bob" in out, out
+        entity = await host_status(own_env.client, "host-002")
+        assert entity.current is None and entity.recent == ()  # the campaign never asked it
+        status, out, err = await run(own_env, "host", "maintenance", "host-002", "off", *queue)
+        assert status == 0, err
 
 
 @pytest.fixture(scope="module")
