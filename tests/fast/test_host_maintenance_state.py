@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from contracts.errors import HostBusy, InMaintenance, InvalidInput
+from contracts.events import PhaseChange
 from contracts.host_requests import ENTITY_REQUESTS, REBOOT, REPROVISION
 from contracts.models.host import (
     FirmwareRequest,
@@ -19,6 +20,7 @@ from contracts.models.host import (
     ResetRequest,
     ResetTarget,
 )
+from metalflow.runtime.events import describe
 from workflows.host.state import HostEntityState, maintenance_refusal, maintenance_words
 
 T0 = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
@@ -136,3 +138,26 @@ def test_maintenance_on_while_an_operation_runs_says_it_is_not_stopped_and_how_t
     assert running is not None
     assert "is not stopped by maintenance" in running
     assert f"metalflow host abort {HOST}" in running
+
+
+def test_maintenance_on_and_off_are_events_on_the_hosts_dpunode_and_an_in_maintenance_start_says_so() -> None:
+    def change(phase: str, details: str) -> PhaseChange:
+        return PhaseChange(
+            workflow_id=f"host/{HOST}", run_id="r1", workflow_type="HostWorkflow", phase=phase,
+            details=details, at=T0, history_length=9, host_id=HOST, operation="host",
+        )  # fmt: skip
+
+    state = entity()
+    words = state.set_maintenance(ON, T0) or ""
+    on = describe(change("maintenance-on", words), "dpf")
+    assert on is not None and (on.reason, on.type, on.action) == ("MaintenanceOn", "Normal", "Maintenance")
+    assert on.regarding is not None and on.regarding.name == f"node-{HOST}"
+    assert "set by alice: replacing a fan" in on.note
+    request = OperationRequest(requested_by="carol", in_maintenance=True)
+    current = state.record_request(REBOOT, request, T0)
+    state.approve_at_once(current)
+    started = describe(change(state.phase(), state.details()), "dpf")
+    assert started is not None and started.reason == "OperationStarted"
+    assert "asked with --in-maintenance while in maintenance since" in started.note
+    off = describe(change("maintenance-off", state.set_maintenance(OFF, T0) or ""), "dpf")
+    assert off is not None and off.reason == "MaintenanceOff" and "maintenance ended by bob" in off.note
