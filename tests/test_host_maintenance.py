@@ -102,6 +102,9 @@ async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_ma
         status, out, err = await run(own_env, "host", "status", HOST)
         assert status == 0, err
         assert "maintenance      on since" in out and "set by alice: replacing a fan" in out, out
+        status, out, err = await run(own_env, "host", "versions", HOST, "--json")
+        assert status == 0, err
+        assert json.loads(out)["hosts"][0]["maintenance"]["by"] == "alice", out
         status, out, err = await run(own_env, "host", "list")
         assert status == 0 and "MAINTENANCE" in out and "on (alice)" in out, (out, err)
         # /metrics: the count and since when, from visibility (what the alert compares)
