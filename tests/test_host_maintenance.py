@@ -120,6 +120,20 @@ async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_ma
         described = await handle.describe()
         assert described.typed_search_attributes.get(names.MAINTENANCE) is None
 
+        # On while an operation runs: it is not stopped, and the answer says how to stop it.
+        status, out, err = await run(own_env, "host", "reboot", HOST, "--manual-reboot", *queue)
+        assert status == 0, err
+        status, out, err = await run(own_env, "host", "maintenance", HOST, "on", "--reason", "cable", *queue)
+        assert status == 0, err
+        assert "reboot (reboot/host-001/generation-2) is in flight and is not stopped by maintenance" in out
+        assert f"(stop it with: metalflow host abort {HOST})" in out, out
+        running = await host_status(own_env.client, HOST)
+        assert running.current is not None and running.current.outcome == "running"
+        status, out, err = await run(own_env, "host", "abort", HOST, *queue)
+        assert status == 0, err
+        status, out, err = await run(own_env, "host", "maintenance", HOST, "off", *queue)
+        assert status == 0, err
+
 
 async def test_a_campaign_and_its_plan_skip_a_host_in_maintenance_naming_who_set_it(
     own_env: WorkflowEnvironment, sim: RunningSim

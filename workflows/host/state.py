@@ -4,8 +4,9 @@
 shape in contracts/models/host.py, which a continued run's input carries whole) and its rules as
 methods over that memory:
 
-- the refusals (one operation at a time, naming it; the instance rules; nothing to approve or
-  withdraw) raise the entity's error (`contracts.errors`, naming what stands in the way) or return.
+- the refusals (one operation at a time, naming it; none in maintenance unless asked
+  `in_maintenance`: `maintenance_refusal`; the instance rules; nothing to approve or withdraw)
+  raise the entity's error (`contracts.errors`, naming what stands in the way) or return.
   A handler asks twice, in its validator (no history written) and again under its lock, because
   two updates delivered in one workflow task are both validated before either handler runs;
 - what a request, an approval, an assignment and an ended operation change: the record of the

@@ -7,6 +7,10 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
 2. A disruptive request on a host with an instance assigned waits for `approve` (or starts at
    once inside the auto-approval window that an earlier approval opened for that instance).
 3. `assign_instance` is refused while an operation runs or awaits approval, naming it.
+4. In maintenance (`set_maintenance`, `metalflow host maintenance`: who, why, since when) every
+   `request_*` is refused (`InMaintenance`, naming the maintenance) unless it says
+   `in_maintenance` (an operator's `--in-maintenance`, recorded with the operation); the monitor
+   and campaigns never say it. Turning it on stops nothing that runs; off replays nothing.
 
 The rules are the entity's state's (`state.py`, `HostEntityState`): validators answer at once,
 without writing history; handlers ask again under one `asyncio.Lock`, because two updates
