@@ -72,6 +72,8 @@ async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_ma
         handle = own_env.client.get_workflow_handle(names.host_workflow_id(HOST))
         with pytest.raises(Exception):  # noqa: B017 - no entity: nothing was created
             await handle.describe()
+        status, out, err = await run(own_env, "host", "maintenance", HOST)  # read only: creates none
+        assert status == 0 and out.strip() == f"{HOST} is not in maintenance", (out, err)
 
         status, out, err = await run(
             own_env, "host", "maintenance", HOST, "on", "--reason", "replacing a fan", "--by", "alice",

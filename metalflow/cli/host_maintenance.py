@@ -77,8 +77,12 @@ async def _maintenance(client: Client, args: argparse.Namespace) -> int:
             args.task_queue,
         )  # fmt: skip
         message = answer.message
-    status = await host_status(client, args.host)
-    held = status.maintenance
+    try:
+        held = (await host_status(client, args.host)).maintenance
+    except HostRequestError as err:  # no entity yet (a known host nothing was asked of): not in it
+        if args.state is not None or err.status != exits.USAGE:
+            raise
+        held = None
     if args.json:
         shown = held.model_dump(mode="json") if held else None
         print(json.dumps({"host_id": args.host, "maintenance": shown, "message": message}, indent=2))
