@@ -5,12 +5,14 @@ the operation); status shows it; off ends it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from cli_support import metalflow
+from events_support import emitting_worker
 from host_operation_support import worker_for
 from monitor_support import STOP, start_monitor, status_of
 from sim_support import RunningSim, prefixed_sim, running_sim, start_dev_server
@@ -62,7 +64,7 @@ async def run(env: WorkflowEnvironment, *args: str) -> tuple[int, str, str]:
 async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_maintenance(
     own_env: WorkflowEnvironment, sim: RunningSim
 ) -> None:
-    async with worker_for(own_env.client, QUEUE, sim):
+    async with emitting_worker(own_env.client, QUEUE, sim):  # the worker with its Kubernetes Events
         queue = ("--task-queue", QUEUE)
         # Bad input: a clear error, nothing changes (no entity is created).
         status, _, err = await run(own_env, "host", "maintenance", HOST, "on", "--by", "alice", *queue)
@@ -118,6 +120,15 @@ async def test_an_operators_reboot_is_refused_in_maintenance_and_runs_with_in_ma
 
         status, out, err = await run(own_env, "host", "maintenance", HOST, "off", "--by", "alice", *queue)
         assert status == 0 and "maintenance ended by alice" in out, (out, err)
+        # The Events on the host's DPUNode say it: on, the --in-maintenance start, off.
+        for _ in range(50):
+            status, out, err = await run(own_env, "events", HOST)
+            if "MaintenanceOff" in out:
+                break
+            await asyncio.sleep(0.2)
+        assert "MaintenanceOn" in out and "set by alice: replacing a fan" in out, (out, err)
+        assert "asked with --in-maintenance while in maintenance since" in out, out
+        assert "MaintenanceOff" in out, out
         assert (await host_status(own_env.client, HOST)).maintenance is None
         described = await handle.describe()
         assert described.typed_search_attributes.get(names.MAINTENANCE) is None
