@@ -45,7 +45,7 @@ from activities.campaign_deploy import CampaignDeployments
 from activities.campaign_select import PARALLEL_REQUESTS, CampaignSelection
 from activities.campaign_sweep import CampaignSweep
 from activities.heartbeat import heartbeating
-from contracts.errors import HostBusy, InstanceConflict
+from contracts.errors import HostBusy, InMaintenance, InstanceConflict
 from contracts.host_entity import EntityRefused
 from contracts.models.campaign import (
     HostRequestInput,
@@ -62,7 +62,11 @@ from drivers.redfish.client import RedfishClient
 UPDATE_TIMEOUT = timedelta(seconds=60)
 STATUS_TIMEOUT = timedelta(seconds=10)  # the entity's status, read after an ask went unanswered
 ABORT_GRACE_SECONDS = 3.0  # after an abort, how long the asks under way may still answer
-REFUSALS = {HostBusy.__name__: "busy", InstanceConflict.__name__: "assigned"}  # else "refused"
+REFUSALS = {  # else "refused"
+    HostBusy.__name__: "busy",
+    InstanceConflict.__name__: "assigned",
+    InMaintenance.__name__: "maintenance",
+}
 HOST_REQUEST_SPAN = "RequestHostOperation"  # the root span of a host operation's trace
 _tracer = trace.get_tracer("metalflow.campaign")  # the global provider's, once tracing is set up
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from temporalio import activity
+from temporalio.client import Client
 
 from activities.heartbeat import heartbeating
+from contracts.host_entity import with_maintenance
 from contracts.models.campaign import CheckHostsInput, CheckHostsResult, SelectHostsInput, SelectHostsResult
 from drivers.campaign import Fleet
 from drivers.inventory import Inventory
@@ -31,6 +33,8 @@ class CampaignSelection:
     # The hosts DPF knows (a DPUNode); a test worker without DPF may give its own.
     dpf_hosts: Callable[[], Awaitable[set[str]]] | None = None
 
+    temporal: Client
+
     def fleet(self) -> Fleet:
         return Fleet(self.inventory, self.kube, self.redfish, self.dpf_hosts)
 
@@ -43,7 +47,7 @@ class CampaignSelection:
                 none of the hosts of a campaign that reprovisions.
         """
         async with heartbeating():
-            return await self.fleet().select(request)
+            return await with_maintenance(self.temporal, await self.fleet().select(request))
 
     @activity.defn(name="check_campaign_hosts")
     async def check_campaign_hosts(self, request: CheckHostsInput) -> CheckHostsResult:

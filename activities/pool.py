@@ -26,7 +26,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.client import Client
 
-from contracts.errors import DPUsRemoved
+from contracts.errors import DPUsRemoved, InMaintenance
 from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.host import (
     POOL_LABEL,
@@ -127,6 +127,8 @@ class OwnerActivities:
                 )
                 gone = tuple(str(d) for d in details.get("dpu_ids") or ())
                 return OwnerReprovisionResult(outcome="gone", message=str(refused), gone=gone)
+            if refused.kind == InMaintenance.__name__:  # the monitor records it and does not ask again
+                return OwnerReprovisionResult(outcome="maintenance", message=str(refused))
             return OwnerReprovisionResult(outcome="refused", message=str(refused))
         outcome = "awaiting-approval" if answer.awaiting_approval else "accepted"
         return OwnerReprovisionResult(outcome=outcome, workflow_id=answer.workflow_id, message=answer.message)

@@ -39,9 +39,10 @@ Workflow errors (`WorkflowError`: a run ends with one; never retried):
 - `OperationAborted`: an operator's `abort` ended the run; its details may carry
   `{"boot_generation": n}` when the host was power-cycled before it stopped.
 - `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`, `DPUsRemoved`,
-  `ReasonNoLongerHolds`: the host entity refused a request (another operation runs; the
-  instance does not allow it; nothing to approve; `withdraw` came after the start; a reprovision
-  of DPUs DPF no longer has; an approval of the monitor's reprovision whose DPUs are Ready again).
+  `ReasonNoLongerHolds`, `InMaintenance`: the host entity refused a request (another operation
+  runs; the instance does not allow it; nothing to approve; `withdraw` came after the start; a
+  reprovision of DPUs DPF no longer has; an approval of the monitor's reprovision whose DPUs are
+  Ready again; the host is in maintenance).
 - `OperationInstalling`: a host operation refused a campaign's abort (`finish_installing`): its
   DPUs install and will ask for a reboot only it gives; it finishes its reboot round.
 - `BMCRebootFailed`: the BMC could not reboot the host (the reboot's caller escalates);
@@ -183,6 +184,12 @@ class NothingAwaitsApproval(WorkflowError):
 
 class DPUsRemoved(WorkflowError):
     """The host entity refused a reprovision of DPUs its removal took out of DPF."""
+
+
+class InMaintenance(WorkflowError):
+    """The host entity refused a disruptive request: the host is in maintenance (`metalflow host
+    maintenance`), and the request did not say `in_maintenance` (the monitor's and a campaign's
+    never do)."""
 
 
 class OperationStarted(WorkflowError):

@@ -22,8 +22,8 @@ Cost per call: one RPC (an update-with-start, an update, a query or a describe).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
 from pydantic import BaseModel
@@ -40,6 +40,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
 from contracts import names, workflow_api
+from contracts.models.campaign import SelectHostsResult
 from contracts.models.host import HostStatus, HostWorkflowInput
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
@@ -175,6 +176,37 @@ class HostEntityClient:
                 return False
             raise
         return described.status == WorkflowExecutionStatus.RUNNING
+
+
+MAINTENANCE_QUERY = (
+    f'{names.OPERATION.name} = "{names.HOST}" AND ExecutionStatus = "Running" '
+    f"AND {names.MAINTENANCE.name} IS NOT NULL"
+)
+"""The host entities in maintenance (Temporal visibility: one listing, not one query per host)."""
+
+
+async def hosts_in_maintenance(
+    client: Client, host_ids: Iterable[str]
+) -> dict[str, tuple[str, datetime | None]]:
+    """Which of `host_ids` are in maintenance, as their entities show it in visibility: host ->
+    (who set it, since when). One listing of the entities in maintenance (few: people work on a
+    few hosts at a time), filtered here. Visibility trails the entity by a moment; the entity's
+    own refusal (`InMaintenance`) is what holds."""
+    wanted, found = set(host_ids), {}
+    async for execution in client.list_workflows(MAINTENANCE_QUERY):
+        attributes = execution.typed_search_attributes
+        host = attributes.get(names.HOST_ID) or execution.id.removeprefix(f"{names.HOST}/")
+        by = attributes.get(names.MAINTENANCE)
+        if host in wanted and by:
+            found[host] = (by, attributes.get(names.MAINTENANCE_SINCE))
+    return found
+
+
+async def with_maintenance(client: Client, selected: SelectHostsResult) -> SelectHostsResult:
+    """A campaign's selection with its hosts in maintenance (`SelectHostsResult.maintenance`):
+    read by `campaign plan` and the campaign's own selection alike, so they cannot disagree."""
+    found = await hosts_in_maintenance(client, selected.roster.ids)
+    return selected.model_copy(update={"maintenance": found}) if found else selected
 
 
 async def start_unless_running(

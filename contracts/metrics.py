@@ -22,6 +22,8 @@ Exported names (Prometheus, with the `metalflow_` prefix the helpers add):
 | `metalflow_bmc_request_seconds` | histogram | `bmc` |
 | `metalflow_dpf_watch_reconnects` | counter | none |
 | `metalflow_hosts_in_manual_intervention` | gauge | none (from Temporal visibility, per scrape) |
+| `metalflow_hosts_in_maintenance` | gauge | none (from Temporal visibility, per scrape) |
+| `metalflow_host_maintenance_since_seconds` | gauge | `host_id`, `by` (unix seconds; visibility) |
 
 Cost: one counter add per event, in process; the meter aggregates, nothing is sent per event.
 """

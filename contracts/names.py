@@ -36,6 +36,12 @@ DPU whose BFB could not be read): `BfbVersion = "bf-bundle-2.9.1"` lists the hos
 it. A list, not one keyword, because the DPUs of one host can run different BFBs. The rest of
 the versions are in the entity's memo (`workflows/host/versions.py`), not searchable."""
 
+MAINTENANCE: Final = SearchAttributeKey.for_keyword("Maintenance")
+"""Who put a host in maintenance (`metalflow host maintenance HOST on --by ...`), set by its entity
+while the host is in maintenance and unset after: `Maintenance IS NOT NULL` lists those hosts."""
+MAINTENANCE_SINCE: Final = SearchAttributeKey.for_datetime("MaintenanceSince")
+"""Since when a host is in maintenance (unset while it is not): the metric and its alert read it."""
+
 SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     HOST_ID,
     OPERATION,
@@ -46,6 +52,8 @@ SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     INSTANCE,
     PHASE_SINCE,
     BFB_VERSION,
+    MAINTENANCE,
+    MAINTENANCE_SINCE,
 )
 """Every custom search attribute metalflow sets; each must be registered on the namespace."""
 

@@ -97,6 +97,7 @@ from contracts.models.grove import (
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
+    MAINTENANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
     AssignInstanceRequest,
@@ -115,6 +116,7 @@ from contracts.models.host import (
     HostResetStatus,
     HostStatus,
     HostWorkflowInput,
+    MaintenanceRequest,
     WithdrawRequest,
 )
 
@@ -154,6 +156,10 @@ class HostWorkflow:
     @workflow.update(name=RELEASE_INSTANCE_UPDATE)
     async def release_instance(self, request: AssignInstanceRequest) -> OperatorAnswer:
         _declared_only("HostWorkflow.release_instance")
+
+    @workflow.update(name=MAINTENANCE_UPDATE)
+    async def set_maintenance(self, request: MaintenanceRequest) -> OperatorAnswer:
+        _declared_only("HostWorkflow.set_maintenance")
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostStatus:

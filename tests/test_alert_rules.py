@@ -48,7 +48,7 @@ def test_every_alert_asked_for_has_a_rule_and_a_test() -> None:
     assert sorted(ALERTS) == sorted([
         "MetalflowHostInManualIntervention", "MetalflowOperationStalled", "MetalflowCampaignHalted",
         "MetalflowRolloutPaused", "MetalflowBMCRequestsFailing", "MetalflowWorkerNotPolling",
-        "MetalflowRebootLoop",
+        "MetalflowRebootLoop", "MetalflowHostInMaintenanceLong",
     ])  # fmt: skip
     tests = yaml.safe_load(TESTS.read_text())["tests"]
     for alert in ALERTS:

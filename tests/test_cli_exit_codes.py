@@ -56,6 +56,7 @@ ROWS: dict[tuple[str, ...], list[str]] = {
     ("host", "remove"): [UNKNOWN, *QUEUE],
     ("host", "reset"): [UNKNOWN, "--host", *QUEUE],
     ("host", "monitor"): [UNKNOWN, "--status"],
+    ("host", "maintenance"): [UNKNOWN, "on", "--reason", "fan", "--json", *QUEUE],
     ("host", "retry"): [UNKNOWN],
     ("host", "abort"): [UNKNOWN],
     ("host", "mark-rebooted"): [UNKNOWN],

@@ -56,6 +56,7 @@ NOT_EXERCISED = {
     "metalflow_rollout_paused",
     "metalflow_operation_wait_fraction",
     "metalflow_dpf_watch_reconnects_total",
+    "metalflow_host_maintenance_since_seconds",  # tests/test_host_maintenance.py
 }
 
 

@@ -350,6 +350,9 @@ class SelectHostsResult(_Frozen):
     no_dpf: tuple[str, ...] = ()  # hosts DPF does not know (no DPUNode); read for kinds that reprovision
     assigned: tuple[str, ...] = ()  # hosts the inventory shows an instance on (read when skipping them)
     rule_breaks: tuple[str, ...] = ()  # the site's compatibility rules a DPU breaks, in words
+    # hosts in maintenance (`metalflow host maintenance`), as visibility shows their entities:
+    # host -> (who set it, since when); workflows/campaign/admission.py `in_maintenance` says it
+    maintenance: dict[str, tuple[str, datetime | None]] = {}
 
 
 class CheckHostsInput(_Frozen):
@@ -399,7 +402,17 @@ class HostRequestsInput(_Frozen):
 class HostRequestOutcome(_Frozen):
     host_id: str
     # not-asked / unanswered: the campaign aborted while the request was out (its abort cancels the ask)
-    outcome: Literal["started", "awaiting-approval", "busy", "assigned", "refused", "not-asked", "unanswered"]
+    # maintenance: the host is in maintenance (`metalflow host maintenance`): skipped, naming it
+    outcome: Literal[
+        "started",
+        "awaiting-approval",
+        "busy",
+        "assigned",
+        "maintenance",
+        "refused",
+        "not-asked",
+        "unanswered",
+    ]
     workflow_id: str = ""
     message: str = ""
 

@@ -102,6 +102,7 @@ APPROVE_UPDATE: Final = "approve"
 WITHDRAW_UPDATE: Final = "withdraw"
 ASSIGN_INSTANCE_UPDATE: Final = "assign_instance"
 RELEASE_INSTANCE_UPDATE: Final = "release_instance"
+MAINTENANCE_UPDATE: Final = "set_maintenance"
 REQUEST_PROVISION_UPDATE: Final = "request_provision"
 REQUEST_REPROVISION_UPDATE: Final = "request_reprovision"
 REQUEST_FIRMWARE_UPDATE: Final = "request_firmware_update"
@@ -315,6 +316,9 @@ class OperationRequest(_Frozen):
     # The asker's own id of this request, recorded with the operation (`OperationRecord.request_id`):
     # a campaign recognises its earlier ask by it (activities/campaign.py).
     request_id: str | None = None
+    # An operator's `--in-maintenance`: run it although the host is in maintenance (recorded with
+    # the operation). The monitor and campaigns never set it.
+    in_maintenance: bool = False
 
 
 class ResetTarget(StrEnum):
@@ -340,6 +344,7 @@ class ResetRequest(_Frozen):
     campaign_workflow_id: str | None = None
     refuse_if_assigned: bool = False
     request_id: str | None = None  # as in OperationRequest
+    in_maintenance: bool = False  # as in OperationRequest
 
 
 class HostResetInput(_Frozen):
@@ -385,6 +390,7 @@ class FirmwareRequest(_Frozen):
     campaign_workflow_id: str | None = None
     refuse_if_assigned: bool = False
     request_id: str | None = None  # as in OperationRequest
+    in_maintenance: bool = False  # as in OperationRequest
 
 
 class OperationAccepted(_Frozen):
@@ -406,6 +412,26 @@ class OperationRecord(_Frozen):
     reason: str = ""
     approved_by: str | None = None  # who approved it (or "auto-approval window ..."); None: not needed
     request_id: str | None = None  # the request's own id (`OperationRequest.request_id`), when it had one
+    # Started while the host was in maintenance, asked with `--in-maintenance`: that maintenance in
+    # words ("" when the host was not in maintenance).
+    in_maintenance: str = ""
+
+
+class Maintenance(_Frozen):
+    """A host in maintenance (`metalflow host maintenance HOST on`): who set it, why, since when.
+    While it lasts nothing disruptive starts by itself (workflows/host/state.py)."""
+
+    by: str
+    reason: str
+    since: datetime
+
+
+class MaintenanceRequest(_Frozen):
+    """The entity's `set_maintenance`: on (with a reason) or off."""
+
+    on: bool
+    requested_by: Requester
+    reason: Reason = ""
 
 
 class HostStatus(_Frozen):
@@ -421,6 +447,7 @@ class HostStatus(_Frozen):
     auto_approved_until: datetime | None = None  # disruptive requests start at once until then
     # While `current` awaits approval: when it expires unless approved (None: nothing awaits it).
     approval_expires_at: datetime | None = None
+    maintenance: Maintenance | None = None  # None: not in maintenance
 
 
 class OperationEnd(_Frozen):
@@ -457,6 +484,7 @@ class HostEntityMemory(BaseModel):
     # What this entity's completed removals took out of DPF, until a provision brings it back:
     # DPU id -> the removal's workflow id ("" for the whole DPU node). A reprovision of it is refused.
     removed_from_dpf: dict[str, str] = Field(default_factory=dict)
+    maintenance: Maintenance | None = None  # `metalflow host maintenance`: None while not in it
 
 
 class HostWorkflowInput(_Frozen):

@@ -64,7 +64,8 @@ class OwnerReprovisionInput(_Frozen):
 
 
 class OwnerReprovisionResult(_Frozen):
-    # "accepted", "awaiting-approval", "refused", "gone" (DPF no longer has the DPUs), "no-owner"
+    # "accepted", "awaiting-approval", "refused", "gone" (DPF no longer has the DPUs), "no-owner",
+    # "maintenance" (the host is in maintenance: nothing was asked)
     outcome: str
     workflow_id: str | None = None
     message: str = ""

@@ -38,6 +38,7 @@ from temporalio.client import Client
 from contracts import names
 from contracts.campaign_claims import ClaimsClient
 from contracts.errors import InvalidInput, KubernetesUnavailable, MetalflowError
+from contracts.host_entity import with_maintenance
 from contracts.models.campaign import (
     CampaignInput,
     CampaignPolicy,
@@ -181,10 +182,13 @@ async def build(
     """
     target = request.target
     now = datetime.now(UTC)
-    selected = await fleet.select(
-        SelectHostsInput(
-            selection=request.selection, target=target, skip_assigned=request.policy.assigned == "skip"
-        )
+    selected = await with_maintenance(
+        client,
+        await fleet.select(
+            SelectHostsInput(
+                selection=request.selection, target=target, skip_assigned=request.policy.assigned == "skip"
+            )
+        ),
     )
     registry = ClaimsClient(client, task_queue)
     claims = await registry.preview(

@@ -32,6 +32,7 @@ from metalflow.cli import (
     exits,
     host_decide,
     host_list,
+    host_maintenance,
     host_monitor,
     host_requests,
     host_versions,
@@ -65,6 +66,7 @@ def register(subparsers: Any) -> None:
     commands = host.add_subparsers(title="host commands", metavar="COMMAND")
     host_requests.register_operations(commands, _common, _runner)
     host_monitor.register(commands, _common, _runner)
+    host_maintenance.register(commands, _common, _runner)
     host_decide.register(commands, _common, _runner)
     host_list.register(commands, _runner)
     host_versions.register(commands)

@@ -15,8 +15,9 @@ counted on stderr while the pages arrive.
 (see `fleet`): the cost follows the hosts that match and the operations in flight. P must be one
 of `host_phases.KNOWN_PHASES`, checked while the arguments are parsed, before connecting.
 
-The entity keeps its instance and the time it entered its phase in search attributes
-(`Instance`, `PhaseSince`), so INSTANCE and FOR come from the same listing; an entity started
+The entity keeps its instance, the time it entered its phase and who put it in maintenance in
+search attributes (`Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`), so INSTANCE,
+FOR and MAINTENANCE come from the same listing; an entity started
 before those existed shows them once it continues-as-new (FOR falls back to its operation's
 start). Rows are read from the raw listing RPC, decoding only the attributes shown.
 """
@@ -64,6 +65,8 @@ class HostRow:
     operation: str | None = None
     operation_phase: str | None = None
     started_at: datetime | None = None
+    maintenance_by: str | None = None  # who put the host in maintenance (`Maintenance`); None: not in it
+    maintenance_since: datetime | None = None
 
     @property
     def since(self) -> datetime | None:
@@ -85,6 +88,11 @@ class HostRow:
             "phase": self.phase,
             "phase_since": _iso(self.since),
             "instance": self.instance,
+            "maintenance": (
+                None
+                if self.maintenance_by is None
+                else {"by": self.maintenance_by, "since": _iso(self.maintenance_since)}
+            ),
             "operation": operation,
         }
 
@@ -148,6 +156,8 @@ def _entity(execution: WorkflowExecutionInfo) -> tuple[str, HostRow]:
         site=_attribute(execution, names.SITE.name) or "-",
         phase=_attribute(execution, names.PHASE.name) or "-",
         instance=_attribute(execution, names.INSTANCE.name),
+        maintenance_by=_attribute(execution, names.MAINTENANCE.name),
+        maintenance_since=_time(_attribute(execution, names.MAINTENANCE_SINCE.name)),
         phase_since=_time(_attribute(execution, names.PHASE_SINCE.name)),
     )
 
@@ -312,7 +322,7 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
 
 def render(rows: list[HostRow], now: datetime) -> str:
     """A table for a person; `for` is how long the host has been in its phase (h:mm:ss)."""
-    table = [("HOST", "SITE", "PHASE", "FOR", "INSTANCE", "OPERATION", "OPERATION PHASE")]
+    table = [("HOST", "SITE", "PHASE", "FOR", "INSTANCE", "MAINTENANCE", "OPERATION", "OPERATION PHASE")]
     for row in rows:
         since = "-" if row.since is None else _duration(now - row.since)
         table.append(
@@ -322,6 +332,7 @@ def render(rows: list[HostRow], now: datetime) -> str:
                 row.phase,
                 since,
                 row.instance or "-",
+                f"on ({row.maintenance_by})" if row.maintenance_by else "-",
                 row.workflow_id or "-",
                 row.operation_phase or "-",
             )

@@ -81,6 +81,12 @@ def register_operations(commands: Any, common: Common, runner: Runner) -> None:
         parser = commands.add_parser(kind.command, help=kind.help, description=kind.description)
         common(parser)
         COMMANDS[kind.operation].options(parser)
+        parser.add_argument(
+            "--in-maintenance",
+            action="store_true",
+            help="run it although the host is in maintenance (`metalflow host maintenance`); "
+            "recorded with the operation and in its Event",
+        )
         parser.set_defaults(
             handler=runner(_request), update=kind.update, operation=kind.operation, check_inventory=True
         )
@@ -197,12 +203,17 @@ def _operation_request(args: argparse.Namespace) -> EntityRequestBody:
         dpu_ids=getattr(args, "dpus", None),
         force=getattr(args, "force", False),
         policy=OperationPolicy(**changes) if changes else None,
+        in_maintenance=args.in_maintenance,
     )
 
 
 def _firmware_request(args: argparse.Namespace) -> EntityRequestBody:
     return FirmwareRequest(
-        requested_by=args.by, target_version=args.version, image_uri=args.image, dpu_ids=args.dpus
+        requested_by=args.by,
+        target_version=args.version,
+        image_uri=args.image,
+        dpu_ids=args.dpus,
+        in_maintenance=args.in_maintenance,
     )
 
 
@@ -216,7 +227,12 @@ def _reset_request(args: argparse.Namespace) -> EntityRequestBody:
             "--full applies to --dpu and --all-dpus (--both always resets Arm and NIC)", exits.USAGE
         )
     return ResetRequest(
-        requested_by=args.by, reason=args.reason, target=target, dpu_ids=args.dpus, full=args.full
+        requested_by=args.by,
+        reason=args.reason,
+        target=target,
+        dpu_ids=args.dpus,
+        full=args.full,
+        in_maintenance=args.in_maintenance,
     )
 
 

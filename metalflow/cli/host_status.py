@@ -93,6 +93,14 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def maintenance_line(status: HostStatus) -> str:
+    """`off`, or who put the host in maintenance, why, since when (the words every refusal uses)."""
+    held = status.maintenance
+    if held is None:
+        return "off"
+    return f"on since {iso_z(held.since)}, set by {held.by}: {held.reason}"
+
+
 def render_status(
     status: HostStatus,
     operation: dict[str, Any] | None,
@@ -105,6 +113,7 @@ def render_status(
         f"host {status.host_id} (site {status.site}): {status.phase}",
         f"  instance         {status.instance or 'none'}",
         f"  boot generation  {status.boot_generation}",
+        f"  maintenance      {maintenance_line(status)}",
     ]
     if status.auto_approved_until is not None:
         lines.append(f"  auto-approved until {iso_z(status.auto_approved_until)}")
@@ -120,6 +129,8 @@ def render_status(
         )
         if current.approved_by:
             lines.append(f"    approved by    {current.approved_by}")
+        if current.in_maintenance:
+            lines.append(f"    --in-maintenance asked while {current.in_maintenance}")
         if current.outcome == "awaiting-approval" and status.approval_expires_at is not None:
             lines.append(
                 f"    waiting for    `metalflow approve {status.host_id}` until "

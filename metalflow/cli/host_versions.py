@@ -3,7 +3,10 @@ summary: per DPU its identity (model, serial, part number as its BMC reports the
 (DPF), DPU firmware and DPU BMC firmware (its BMC's FirmwareInventory), and the host BMC's
 firmware (its FirmwareInventory, when served); each marked `*` where it differs from the site's
 declared target (site file `versions.targets`). Reads through the drivers (drivers/versions.py):
-no workflow, nothing changes. No HOST: every host of the inventory.
+no workflow, nothing changes. No HOST: every host of the inventory. MAINTENANCE: `on (who set
+it)` for a host in maintenance (`metalflow host maintenance`), from Temporal visibility (one
+listing, at most MAINTENANCE_READ_SECONDS, found as every command finds Temporal but without
+--address: the command needs no Temporal; `?` and a line on stderr when it cannot be asked).
 
 Exit statuses (`metalflow.cli.exits`): 0 read (a source that could not be read is named per host,
 `-` in the table), 2 an unknown host, or settings or a site file that cannot be read, 3 the
@@ -20,11 +23,14 @@ import asyncio
 import json
 import sys
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from contracts.errors import InvalidInput, KubernetesUnavailable, MetalflowError
+from contracts.host_entity import hosts_in_maintenance
 from contracts.models.inventory import VERSION_FIELDS, HostVersions
 from contracts.validation import HostId, arg_type
+from contracts.wording import iso_z
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
 from drivers.kube import Kube
@@ -32,9 +38,10 @@ from drivers.redfish.client import RedfishClient
 from drivers.settings import Settings
 from drivers.site_file import SiteVersionTargets
 from drivers.versions import VersionReader
-from metalflow.cli import exits
+from metalflow.cli import connection, exits
 
 PARALLEL = 20
+MAINTENANCE_READ_SECONDS = 5.0  # Temporal's answer on who is in maintenance, at most
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.USAGE, exits.UNREACHABLE
 
 
@@ -74,6 +81,27 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
+async def hosts_in_maintenance_or_why(
+    args: argparse.Namespace, ids: list[str]
+) -> tuple[dict[str, tuple[str, datetime | None]] | None, str]:
+    """Which hosts are in maintenance (Temporal visibility, one listing), or None and why not:
+    the versions are read from DPF and the BMCs and shown without Temporal."""
+    try:
+        async with asyncio.timeout(MAINTENANCE_READ_SECONDS):
+            client = await connection.connect_to(connection.resolve(args))
+            return await hosts_in_maintenance(client, ids), ""
+    except Exception as err:  # noqa: BLE001 - the versions stand without it
+        return None, f"maintenance not read: Temporal could not be asked ({type(err).__name__})"
+
+
+def maintenance_cell(found: dict[str, tuple[str, datetime | None]] | None, host_id: str) -> str:
+    if found is None:
+        return "?"
+    if host_id not in found:
+        return "-"
+    return f"on ({found[host_id][0]})"
+
+
 async def _main(settings: Settings, args: argparse.Namespace) -> int:
     kube = Kube(settings)
     inventory = Inventory(settings, kube)
@@ -98,13 +126,20 @@ async def _main(settings: Settings, args: argparse.Namespace) -> int:
         async with gate:
             return await reader.host(host)
 
-    found = await asyncio.gather(*(read(h) for h in hosts))
+    found, (held, unread) = await asyncio.gather(
+        asyncio.gather(*(read(h) for h in hosts)), hosts_in_maintenance_or_why(args, ids)
+    )
     summary = fleet_summary(found)
     if args.json:
-        shown = [host.model_dump(mode="json") for host in found]
+        shown = [
+            {**host.model_dump(mode="json"), "maintenance": _maintenance_json(held, host.host_id)}
+            for host in found
+        ]
         print(json.dumps({"hosts": shown, "summary": summary, "targets": targets.model_dump(mode="json")}))
     else:
-        print(render(found, targets, summary))
+        print(render(found, targets, summary, held))
+        if unread:
+            print(unread, file=sys.stderr)
     kube.close()
     return EXIT_OK
 
@@ -127,10 +162,26 @@ def _cell(value: str | None, target: str) -> str:
     return f"{value}*" if target and value != target else value
 
 
-def render(hosts: list[HostVersions], targets: SiteVersionTargets, summary: dict[str, dict[str, int]]) -> str:
-    rows = [
-        ("HOST", "DPU", "MODEL", "SERIAL", "PART", "BFB", "FLAVOR", "DPU FW", "DPU BMC FW", "HOST BMC FW")
-    ]
+def _maintenance_json(found: dict[str, tuple[str, datetime | None]] | None, host_id: str) -> Any:
+    """`{"by", "since"}`, None when not in maintenance, "unknown" when Temporal was not read."""
+    if found is None:
+        return "unknown"
+    if host_id not in found:
+        return None
+    by, since = found[host_id]
+    return {"by": by, "since": iso_z(since, none="") or None}
+
+
+def render(
+    hosts: list[HostVersions],
+    targets: SiteVersionTargets,
+    summary: dict[str, dict[str, int]],
+    maintenance: dict[str, tuple[str, datetime | None]] | None = None,
+) -> str:
+    rows = [(
+        "HOST", "DPU", "MODEL", "SERIAL", "PART", "BFB", "FLAVOR", "DPU FW", "DPU BMC FW", "HOST BMC FW",
+        "MAINTENANCE",
+    )]  # fmt: skip
     notes = []
     for host in hosts:
         host_bmc = _cell(host.host_bmc_firmware, targets.host_bmc_firmware)
@@ -140,7 +191,7 @@ def render(hosts: list[HostVersions], targets: SiteVersionTargets, summary: dict
                 _cell(dpu.bfb, targets.bfb), _cell(dpu.flavor, targets.flavor),
                 _cell(dpu.dpu_firmware, targets.dpu_firmware),
                 _cell(dpu.dpu_bmc_firmware, targets.dpu_bmc_firmware),
-                host_bmc,
+                host_bmc, maintenance_cell(maintenance, host.host_id),
             ))  # fmt: skip
             notes += [f"{host.host_id} {dpu.dpu_id}: {e}" for e in dpu.errors]
         notes += [f"{host.host_id}: {e}" for e in host.errors]

@@ -11,6 +11,7 @@ Events on or off.
 | --- | --- |
 | host entity: `running <operation>` | `OperationStarted` (Normal) |
 | host entity: `awaiting-approval` | `NeedsApproval` (Normal) |
+| host entity: `maintenance-on`, `maintenance-off` | `MaintenanceOn`, `MaintenanceOff` (Normal) |
 | host reboot: `powering` | `PowerCycleIssued` (Normal) |
 | host reboot: `waiting-for-manual-reboot` | `ManualRebootRequired` (Warning) |
 | host operation: `manual-intervention-required` | `ManualInterventionRequired` (Warning) |
@@ -21,7 +22,8 @@ Events on or off.
 | campaign: `halted` | `CampaignHalted` (Warning) |
 | rollout: `paused` | `RolloutPaused` (Warning) |
 
-`unplanned-reset` is no phase: the monitor reports it (`workflows.kernel.report`) and stays in
+`unplanned-reset` is no phase: the monitor reports it (and the entity its `maintenance-on` and
+`maintenance-off`: who, why, since when) (`workflows.kernel.report`) and stays in
 its phase. A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
 its PodCliqueSet. Failed and aborted endings are Warnings, the rest Normal; a manual
 intervention's note is its reason.
@@ -104,6 +106,7 @@ ACTIONS = {
     names.ROLLOUT: "Rollout",
     names.CAMPAIGN_OPERATION: "Campaign",
 }
+MAINTENANCE_EVENTS = {"maintenance-on": "MaintenanceOn", "maintenance-off": "MaintenanceOff"}
 HOST_KEYED = frozenset({names.HOST, *(kind.operation for kind in ENTITY_REQUESTS)})
 """The first word of a workflow id followed by the host's id (`host/<id>`, `<operation>/<id>`)."""
 
@@ -162,6 +165,8 @@ def describe(change: PhaseChange, dpf_namespace: str, parent_is_operation: bool 
             )
         elif phase == "awaiting-approval":
             reason, action = ("NeedsApproval", "Normal"), "Approve"
+        elif phase in MAINTENANCE_EVENTS:
+            reason, action = (MAINTENANCE_EVENTS[phase], "Normal"), "Maintenance"
     elif kind == "HostRebootWorkflow":
         if phase == "powering":
             reason, action = ("PowerCycleIssued", "Normal"), "PowerCycle"

@@ -11,7 +11,9 @@ Off unless an address is given (`--metrics-address` or `METALFLOW_METRICS_ADDRES
   poll counts, sticky cache) and metalflow's own (`contracts.metrics`), both recorded by the
   SDK's meter and exported by its Prometheus exporter, which listens on a private 127.0.0.1 port
   and is served here, plus `metalflow_hosts_in_manual_intervention` read from Temporal
-  visibility at each scrape (one count query; the same number on every worker, so use `max`).
+  visibility at each scrape (one count query; the same number on every worker, so use `max`),
+  and `metalflow_hosts_in_maintenance` with `metalflow_host_maintenance_since_seconds{host_id, by}`
+  (one listing of the hosts in maintenance per scrape).
 
 Why the SDK's meter and not prometheus-client: workflow metrics must not count again when a
 history replays on another worker, which `workflow.metric_meter()` guarantees, and one runtime
@@ -37,6 +39,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 
 from contracts import events, names
+from contracts.host_entity import MAINTENANCE_QUERY
 from metalflow.runtime.ports import free_port
 
 if TYPE_CHECKING:
@@ -147,6 +150,7 @@ class Observability:
                 f"metalflow_hosts_in_manual_intervention {gauge}\n"
             )
         text += await self._attention()
+        text += await self._maintenance()
         text += self._waits(datetime.now(UTC))
         text += self._event_counts()
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
@@ -186,6 +190,34 @@ class Observability:
             out += f"# HELP {name} {help_text} (Temporal visibility)\n# TYPE {name} gauge\n"
             out += "".join(f"{name}{{{labels}}} 1\n" for labels in series)
         return out
+
+    async def _maintenance(self) -> str:
+        """Hosts in maintenance (visibility, one listing per scrape): their count, and per host
+        since when (unix seconds), which the alert `MetalflowHostInMaintenanceLong` compares."""
+        assert self._client is not None
+        series = []
+        try:
+            async with asyncio.timeout(5):
+                async for execution in self._client.list_workflows(MAINTENANCE_QUERY, limit=ATTENTION_LISTED):
+                    attributes = execution.typed_search_attributes
+                    since = attributes.get(names.MAINTENANCE_SINCE)
+                    host = attributes.get(names.HOST_ID) or execution.id
+                    if since is not None:
+                        labels = _labels(host_id=host, by=attributes.get(names.MAINTENANCE) or "")
+                        series.append(
+                            f"metalflow_host_maintenance_since_seconds{{{labels}}} {since.timestamp():.0f}\n"
+                        )
+        except Exception as err:  # the scrape still shows the other metrics
+            log.warning("cannot list the hosts in maintenance: %s", err)
+            return ""
+        return (
+            "# HELP metalflow_hosts_in_maintenance Hosts in maintenance (Temporal visibility)\n"
+            "# TYPE metalflow_hosts_in_maintenance gauge\n"
+            f"metalflow_hosts_in_maintenance {len(series)}\n"
+            "# HELP metalflow_host_maintenance_since_seconds Since when a host is in maintenance "
+            "(unix seconds; Temporal visibility)\n"
+            "# TYPE metalflow_host_maintenance_since_seconds gauge\n" + "".join(series)
+        )
 
     @staticmethod
     def _waits(now: datetime) -> str:

@@ -30,13 +30,16 @@ The invariants (README, "Fleet campaigns"), each shown to fail on a deliberately
    host waiting for an operator counts while it waits), and halts once past it: the limit computed
    here from README's words (`N` hosts, or `X%` of those selected rounded down), never by the
    code under test.
+6. No host in maintenance is ever taken: never asked when the admission saw it, and refused by
+   its entity (`maintenance_refusal`) when visibility had not shown it yet; skipped, never failed.
 
 Each check was seen to fail on a deliberately broken core (each break made, run, restored): the
 admission checking deployments against the whole roster, skipped hosts included (1); an empty
 deployment canary taken as passed (2); the canary's end counted by its batch, as before the fix
 (3: the hang); an ending that forgets its own changes, a takeover that does not put back what the
 terminated campaign left, an operation that takes a campaign's abort while its DPUs install (4);
-a skip that takes a failed host off the budget (5). After an independent reviewer's attack: a
+a skip that takes a failed host off the budget (5); an admission that takes hosts in maintenance,
+an entity's maintenance refusal counted as a failure (6). After an independent reviewer's attack: a
 whole deployment pointed over a host another running campaign holds (1), a restore that puts the
 value found back over an operator's patch (the world's `an_operator_patches_a_deployment`: 4), a
 share of the budget rounded up (5). It found, while it was written, three holes
@@ -57,6 +60,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from contracts.campaign_claims import as_result, merged
 from contracts.converter import DATA_CONVERTER
+from contracts.host_requests import of_operation
 from contracts.models.campaign import (
     AbortAnswer,
     AbortRequest,
@@ -83,10 +87,11 @@ from contracts.models.campaign import (
     Window,
 )
 from contracts.models.control import OperatorRequest
-from contracts.models.host import HostOperationInput, HostOperationKind
+from contracts.models.host import HostOperationInput, HostOperationKind, Maintenance
 from workflows.campaign import admission, views
 from workflows.campaign.state import CampaignState
 from workflows.campaign_claims.state import ClaimsState
+from workflows.host.state import maintenance_refusal
 from workflows.host_operation.state import HostOperationState
 
 NOW = datetime(2026, 11, 28, 0, 0, tzinfo=UTC)  # a Saturday, 00:00 UTC
@@ -117,6 +122,9 @@ class Host:
     answer: str = "started"  # what its entity answers (busy: once, then started)
     canary: bool = False  # its DPUs are the canary deployment's
     quick: bool = False  # its operation releases the hold at once: its DPUs install from the start
+    # In maintenance (`metalflow host maintenance`): "seen" by visibility at the admission, or
+    # "late" (set as the campaign read: only its entity's refusal, `InMaintenance`, tells).
+    maintenance: str | None = None
 
 
 @dataclass
@@ -163,6 +171,7 @@ def worlds(draw: Any) -> World:
             answer=draw(st.sampled_from(ANSWERS)),
             canary=kind == "bfb-canary" and (i == 0 or draw(st.sampled_from([False, False, True]))),
             quick=draw(st.sampled_from([False, True])),
+            maintenance=draw(st.sampled_from([None] * 8 + ["seen", "late"])),
         )
     return World(
         kind=kind,
@@ -225,6 +234,7 @@ class CampaignModel(RuleBasedStateMachine):
         self.heard_budget = 0  # failures the budget counts, as the model counts them (invariant 5)
         self.canary_latest: dict[str, str] = {}  # canary host -> "done" or "failed", as the world ended it
         self.patched: dict[str, str] = {}  # deployment -> the value an operator set by hand, last
+        self.asked_in_maintenance: list[str] = []  # hosts asked although visibility showed them (6)
 
     # -- the run's start: facts, claims, admission (the runbook's `_admit`) ------------------------
     @initialize(world=worlds())
@@ -264,6 +274,7 @@ class CampaignModel(RuleBasedStateMachine):
             roster=Roster.of([CampaignHost(host_id=h) for h in hosts]),
             no_dpf=tuple(h for h, f in hosts.items() if f.no_dpf and needs_dpf),
             assigned=tuple(h for h, f in hosts.items() if f.assigned),
+            maintenance={h: ("alice", NOW) for h, f in hosts.items() if f.maintenance == "seen"},
         )
 
     def _claim(self, campaign: str, hosts: tuple[str, ...], deployments: tuple[str, ...]) -> ClaimResult:
@@ -423,6 +434,16 @@ class CampaignModel(RuleBasedStateMachine):
         outcomes = []
         for host in asked:
             facts = self.world.hosts[host.host_id]
+            if facts.maintenance is not None:  # the entity's own rule, whatever else it would answer
+                if facts.maintenance == "seen":
+                    self.asked_in_maintenance.append(host.host_id)
+                held = Maintenance(by="alice", reason="fan", since=NOW)
+                refusal = maintenance_refusal(host.host_id, held, of_operation(self._operation()), False)
+                assert refusal is not None
+                outcomes.append(
+                    HostRequestOutcome(host_id=host.host_id, outcome="maintenance", message=refusal)
+                )
+                continue
             answer = facts.answer
             if answer == "busy":
                 facts.answer = "started"  # busy once
@@ -638,6 +659,22 @@ class CampaignModel(RuleBasedStateMachine):
                     f"ended {self.ended}: {change.deployment} left at {self.world.values[change.deployment]}"
                 )
         assert ME not in self.registry.holders and ME not in self.registry.deployment_holders().values()
+
+    def _operation(self) -> str:
+        return "firmware" if self.world.kind == "firmware" else "reprovision"
+
+    @invariant()
+    def no_host_in_maintenance_is_ever_taken(self) -> None:
+        """Invariant 6: a host in maintenance never runs an operation of the campaign, never fails
+        it or counts in its budget (skipped, naming the maintenance); one the admission saw is
+        never even asked."""
+        assert not self.asked_in_maintenance, f"asked hosts in maintenance: {self.asked_in_maintenance}"
+        for host_id, facts in self.world.hosts.items():
+            if facts.maintenance is None:
+                continue
+            assert host_id not in self.ops, f"{host_id} in maintenance runs an operation of the campaign"
+            assert host_id not in self.state.in_flight
+            assert self.state.state(host_id) != S.FAILED, f"{host_id} in maintenance counted as failed"
 
     @invariant()
     def the_budget_only_grows_toward_its_limit(self) -> None:

@@ -18,6 +18,7 @@ from contracts.host_requests import ENTITY_REQUESTS, EntityRequest, of_operation
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
+    MAINTENANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
     EntityRequestBody,
@@ -38,7 +39,9 @@ NOW = datetime(2026, 11, 27, tzinfo=UTC)
 ROWS = pytest.mark.parametrize("kind", ENTITY_REQUESTS, ids=lambda kind: kind.update)
 REQUIRED = {"firmware": ["--version", "1.2", "--image", "https://x/f.bfb"], "reset": ["--host"]}
 """The options a command requires (the others have defaults)."""
-OTHER_UPDATES = {APPROVE_UPDATE, WITHDRAW_UPDATE, ASSIGN_INSTANCE_UPDATE, RELEASE_INSTANCE_UPDATE}
+OTHER_UPDATES = {
+    APPROVE_UPDATE, WITHDRAW_UPDATE, ASSIGN_INSTANCE_UPDATE, RELEASE_INSTANCE_UPDATE, MAINTENANCE_UPDATE
+}  # fmt: skip
 EXAMPLES: dict[type, Any] = {  # a request of each payload model the rows name
     OperationRequest: OperationRequest(requested_by="a"),
     FirmwareRequest: FirmwareRequest(requested_by="a", target_version="1", image_uri="https://x/f"),

@@ -37,6 +37,8 @@ def test_search_attributes_are_metalflows_keywords_and_one_time() -> None:
         "Instance": "Keyword",
         "PhaseSince": "Datetime",
         "BfbVersion": "KeywordList",
+        "Maintenance": "Keyword",
+        "MaintenanceSince": "Datetime",
     }
     assert [key.name for key in names.SEARCH_ATTRIBUTES] == list(names.search_attribute_types())
 

@@ -9,7 +9,8 @@ instance on; the site's rules a DPU breaks), the claims (hosts and deployments r
 hold; changes left by campaigns that no longer run) and, for a BFB or flavor campaign, its
 DPUDeployments as read, it decides:
 
-- **Left out, with why**: hosts DPF does not know (a kind that reprovisions: their operation would
+- **Left out, with why**: hosts in maintenance (who set it, since when: `in_maintenance`), hosts
+  DPF does not know (a kind that reprovisions: their operation would
   wait an hour for a hold that never comes; `metalflow host provision` first), hosts with an
   instance when the campaign skips them, hosts another running campaign holds. The rest run.
 - **Refused** (nothing starts): DPF knows none of the hosts of a kind that reprovisions; a DPU
@@ -49,9 +50,18 @@ from contracts.models.campaign import (
     SelectHostsResult,
 )
 from contracts.models.campaign_facts import SHOWN, strategy_refusal
+from contracts.wording import iso_z
 
 ASSIGNED: Final = "instance assigned in the inventory; the campaign skips assigned hosts"
 PROVISION_HINT: Final = "provision it first (`metalflow host provision {host}`)"
+
+
+def in_maintenance(by: str, since: datetime | None) -> str:
+    """Why a host in maintenance is left out (`SelectHostsResult.maintenance`): a campaign never
+    takes one. The entity refuses a campaign's request too (`InMaintenance`), in case visibility
+    had not yet shown it: `CampaignState.answered` skips it then, naming it as well."""
+    when = f" since {iso_z(since)}" if since else ""
+    return f"in maintenance{when}, set by {by}; a campaign never takes a host in maintenance"
 
 
 def no_dpf_objects(host_id: str) -> str:
@@ -101,6 +111,7 @@ def to_claim(start: CampaignInput, selected: SelectHostsResult) -> tuple[str, ..
     out = set(selected.no_dpf) if start.target.spec.needs_dpf else set()
     if start.policy.assigned == "skip":
         out |= set(selected.assigned)
+    out |= set(selected.maintenance)
     return tuple(h for h in selected.roster.ids if h not in out)
 
 
@@ -125,6 +136,8 @@ def admit(
     if target.spec.needs_dpf:
         for host_id in selected.no_dpf:
             why.setdefault(host_id, no_dpf_objects(host_id))
+    for host_id, (by, since) in selected.maintenance.items():
+        why.setdefault(host_id, in_maintenance(by, since))
     if start.policy.assigned == "skip":
         for host_id in selected.assigned:
             why.setdefault(host_id, ASSIGNED)

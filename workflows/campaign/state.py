@@ -115,6 +115,15 @@ class Step:
     over: bool = False
 
 
+def maintenance_skip(refusal: str) -> str:
+    """Why a host the entity refused as in maintenance (`InMaintenance`) is skipped: the refusal's
+    first words (the maintenance: since when, who set it, why), and that a campaign never takes
+    such a host. Nothing is asked again once the maintenance ends: a later run decides anew."""
+    words = refusal.split(" refused (to run it anyway", 1)[0].rsplit("; ", 1)[0]
+    words = words.split(" is ", 1)[1] if words.startswith("host ") and " is " in words else words
+    return f"{words}; a campaign never takes a host in maintenance"
+
+
 class CampaignState(OperatorControls):
     """Every fact of one campaign and the decisions over them; see the module docstring."""
 
@@ -210,6 +219,8 @@ class CampaignState(OperatorControls):
             elif outcome.outcome == "unanswered":  # its entity may still take the request later
                 reason = f"asked, but no answer before the abort ({outcome.message}): check {host.host_id}"
                 self.skip(host.host_id, reason)
+            elif outcome.outcome == "maintenance":  # the entity's refusal names who set it
+                self.skip(host.host_id, maintenance_skip(outcome.message))
             elif outcome.outcome == "assigned":
                 note = self.outdated_note(host.host_id)
                 self.skip(host.host_id, f"instance assigned: {outcome.message}{note}")

@@ -4,8 +4,9 @@
 shape in contracts/models/host.py, which a continued run's input carries whole) and its rules as
 methods over that memory:
 
-- the refusals (one operation at a time, naming it; the instance rules; nothing to approve or
-  withdraw) raise the entity's error (`contracts.errors`, naming what stands in the way) or return.
+- the refusals (one operation at a time, naming it; none in maintenance unless asked
+  `in_maintenance`: `maintenance_refusal`; the instance rules; nothing to approve or withdraw)
+  raise the entity's error (`contracts.errors`, naming what stands in the way) or return.
   A handler asks twice, in its validator (no history written) and again under its lock, because
   two updates delivered in one workflow task are both validated before either handler runs;
 - what a request, an approval, an assignment and an ended operation change: the record of the
@@ -30,7 +31,9 @@ from contracts import names
 from contracts.errors import (
     DPUsRemoved,
     HostBusy,
+    InMaintenance,
     InstanceConflict,
+    InvalidInput,
     NothingAwaitsApproval,
     OperationStarted,
     ReasonNoLongerHolds,
@@ -50,6 +53,8 @@ from contracts.models.host import (
     HostResetInput,
     HostStatus,
     HostWorkflowInput,
+    Maintenance,
+    MaintenanceRequest,
     OperationRecord,
     PendingOperation,
     ResetRequest,
@@ -81,6 +86,29 @@ def what_abort_reaches(current: OperationRecord | None) -> str | None:
     return None
 
 
+def maintenance_words(maintenance: Maintenance) -> str:
+    """A host's maintenance in words, as every refusal, skip and view says it."""
+    return f"in maintenance since {iso_z(maintenance.since)}, set by {maintenance.by}: {maintenance.reason}"
+
+
+def maintenance_refusal(
+    host_id: str, maintenance: Maintenance | None, kind: EntityRequest[Any], in_maintenance: bool
+) -> str | None:
+    """May this request start on a host in maintenance? None: yes. Else the refusal in words.
+
+    Every operation request is disruptive (each waits for `approve` on an assigned host: it powers
+    the host, its DPUs or DPF's objects), so in maintenance each is refused unless the request
+    says `in_maintenance` (an operator's `--in-maintenance`; the monitor and campaigns never say
+    it). Read-only commands are no requests and never come here."""
+    if maintenance is None or in_maintenance or not kind.approval:
+        return None
+    return (
+        f"host {host_id} is {maintenance_words(maintenance)}; {kind.operation} refused "
+        f"(to run it anyway: metalflow host {kind.command} {host_id} --in-maintenance ...; "
+        f"to end the maintenance: metalflow host maintenance {host_id} off)"
+    )
+
+
 def _standing(current: PendingOperation) -> str:
     return "is in flight" if current.approved else "awaits approval"
 
@@ -107,8 +135,12 @@ class HostEntityState(HostEntityMemory):
 
     # -- the refusals: each raises the entity's error, or returns ----------------------------------
     def refuse_request(self, kind: EntityRequest[Any], request: EntityRequestBody) -> None:
-        """One operation at a time, and on an assigned host none for a campaign that skips those."""
+        """One operation at a time, none in maintenance unless asked `in_maintenance`, and on an
+        assigned host none for a campaign that skips those."""
         self.refuse_if_busy(kind.operation)
+        refusal = maintenance_refusal(self.host_id, self.maintenance, kind, request.in_maintenance)
+        if refusal is not None:
+            raise InMaintenance(refusal, {"by": self.maintenance.by if self.maintenance else ""})
         if request.refuse_if_assigned and self.instance is not None:  # the check and the start, atomic
             raise InstanceConflict(
                 f"host {self.host_id} is assigned to instance {self.instance}; skipped (refuse_if_assigned)"
@@ -170,6 +202,38 @@ class HostEntityState(HostEntityMemory):
                 f"host {self.host_id} holds {self.instance or 'no instance'}, not {request.instance}"
             )
 
+    def refuse_maintenance(self, request: MaintenanceRequest) -> None:
+        """Maintenance on needs a reason (it is what the refusals and skips name)."""
+        if request.on and not request.reason.strip():
+            raise InvalidInput(f"host {self.host_id}: maintenance on needs a reason (--reason)")
+
+    def set_maintenance(self, request: MaintenanceRequest, now: datetime) -> str | None:
+        """Maintenance on (who, why, since `now`) or off; the change in words, or None when
+        nothing changes (already on: the first who and why stand; already off). Turning it off
+        replays nothing: what was refused or skipped meanwhile is not asked again by the entity."""
+        if request.on:
+            if self.maintenance is not None:
+                return None
+            self.maintenance = Maintenance(by=request.requested_by, reason=request.reason, since=now)
+            return maintenance_words(self.maintenance)
+        if self.maintenance is None:
+            return None
+        words = f"maintenance ended by {request.requested_by} (it was {maintenance_words(self.maintenance)})"
+        self.maintenance = None
+        return words
+
+    def maintenance_leaves_running(self) -> str | None:
+        """What turning maintenance on does not stop (the operation in flight or awaiting
+        approval), in words with how to stop it; None when nothing runs."""
+        current = self.current
+        if current is None:
+            return None
+        record = current.record
+        return (
+            f"{record.operation} ({record.workflow_id}) {_standing(current)} and is not stopped by "
+            f"maintenance (stop it with: metalflow host abort {self.host_id})"
+        )
+
     def awaiting_approval(self) -> PendingOperation:
         """What `approve` approves: the operation awaiting approval, or the refusal."""
         if self.current is None or self.current.approved:
@@ -213,6 +277,9 @@ class HostEntityState(HostEntityMemory):
             requested_at=now,
             reason=getattr(request, "reason", ""),
             request_id=request.request_id,
+            in_maintenance=(
+                maintenance_words(self.maintenance) if request.in_maintenance and self.maintenance else ""
+            ),
         )
         self.current = PendingOperation(record=record, request=request)
         return self.current
@@ -415,13 +482,20 @@ class HostEntityState(HostEntityMemory):
     def details(self) -> str:
         """The entity's current details: the operation and requester, or the last outcome."""
         held = f"instance {self.instance}" if self.instance else "no instance"
+        maintenance = f"; {maintenance_words(self.maintenance)}" if self.maintenance else ""
         if self.current is None:
             details = f"{held}; boot generation {self.boot_generation}"
             if self.recent:
                 details += f"; last: {self.recent[-1].operation} {self.recent[-1].outcome}"
-            return details
+            return details + maintenance
         record = self.current.record
-        return f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {held}"
+        asked = (
+            f"; asked with --in-maintenance while {record.in_maintenance}" if record.in_maintenance else ""
+        )
+        return (
+            f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {held}"
+            f"{asked or maintenance}"
+        )
 
     def show(self, phase: str, now: datetime) -> datetime:
         """Since when the entity is in `phase`, as `PhaseSince` shows: moved by a new phase only."""
@@ -441,6 +515,7 @@ class HostEntityState(HostEntityMemory):
             site=self._start.site,
             auto_approved_until=self.auto_approved_until,
             approval_expires_at=self.approval_expires_at(),
+            maintenance=self.maintenance,
         )
 
     def approval_expires_at(self) -> datetime | None:

@@ -10,6 +10,10 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
 4. `approve` of the monitor's own reprovision first reads its DPUs from DPF: when none is degraded
    any more, the request is withdrawn, nothing started, and the approval refused naming what DPF
    says (`ReasonNoLongerHolds`); an approval never runs a request whose reason no longer holds.
+5. In maintenance (`set_maintenance`, `metalflow host maintenance`: who, why, since when) every
+   `request_*` is refused (`InMaintenance`, naming the maintenance) unless it says
+   `in_maintenance` (an operator's `--in-maintenance`, recorded with the operation); the monitor
+   and campaigns never say it. Turning it on stops nothing that runs; off replays nothing.
 
 The rules are the entity's state's (`state.py`, `HostEntityState`): validators answer at once,
 without writing history; handlers ask again under one `asyncio.Lock`, because two updates
@@ -81,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
+        MAINTENANCE_UPDATE,
         RELEASE_INSTANCE_UPDATE,
         WITHDRAW_UPDATE,
         AssignInstanceRequest,
@@ -88,6 +93,7 @@ with workflow.unsafe.imports_passed_through():
         HostRebootInput,
         HostStatus,
         HostWorkflowInput,
+        MaintenanceRequest,
         OperationAccepted,
         OperationEnd,
         PendingOperation,
@@ -297,6 +303,32 @@ class HostWorkflow(kernel.Runbook):
     def _validate_release(self, request: AssignInstanceRequest) -> None:
         self.state.refuse_release(request)
 
+    # -- maintenance ----------------------------------------------------------------------------
+
+    @workflow.update(name=MAINTENANCE_UPDATE)
+    async def set_maintenance(self, request: MaintenanceRequest) -> OperatorAnswer:
+        """Maintenance on (who, why, since now) or off. While on, every operation request is
+        refused unless it says `in_maintenance` (the monitor's and campaigns' never do); turning
+        it on stops nothing that runs (the answer says so, and how to abort it); turning it off
+        replays nothing. Shown in the details, `Maintenance`/`MaintenanceSince` and an Event."""
+        async with self._lock:
+            self.state.refuse_maintenance(request)
+            words = self.state.set_maintenance(request, workflow.now())
+            host = self.state.host_id
+            if words is None:
+                held = self.state.maintenance
+                now = f"already in maintenance ({held.by}: {held.reason})" if held else "not in maintenance"
+                return OperatorAnswer(accepted=True, message=f"{host} is {now}; nothing changed")
+            self._show_phase(log=False)
+            kernel.report("maintenance-on" if request.on else "maintenance-off", words)
+            message = f"{host} is {words}" if request.on else f"{host}: {words}; nothing skipped is replayed"
+            running = self.state.maintenance_leaves_running() if request.on else None
+            return OperatorAnswer(accepted=True, message=message + (f"; {running}" if running else ""))
+
+    @set_maintenance.validator
+    def _validate_maintenance(self, request: MaintenanceRequest) -> None:
+        self.state.refuse_maintenance(request)
+
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostStatus:
         """The host as the entity sees it."""
@@ -469,18 +501,26 @@ class HostWorkflow(kernel.Runbook):
         workflow.upsert_memo({host_versions.MEMO_KEY: memo})
         kernel.upsert_changed([host_versions.bfb_attribute(brief)])
 
-    def _show_phase(self) -> None:
-        """The Phase and details, and the `Instance` and `PhaseSince` search attributes that
-        `host list` reads from visibility."""
+    def _show_phase(self, *, log: bool = True) -> None:
+        """The Phase and details, and the `Instance`, `PhaseSince`, `Maintenance` and
+        `MaintenanceSince` search attributes that `host list` reads from visibility (`log=False`:
+        no log line or Event for it, e.g. when only the maintenance changed: its own Event says it)."""
         phase, details = self.state.phase(), self.state.details()
         # The run's first `_show_phase` can already see an operation that the same activation's
         # update accepted, then shows it again once started: the same line is logged once.
         since = self.state.show(phase, workflow.now())
         held = self.state.instance
         assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
-        # One upsert of what changed: Phase, Instance and PhaseSince together.
-        also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(since)]
-        self.enter(phase, details, log=(phase, details) != self._logged, also=also)
+        kept = self.state.maintenance
+        maintenance: list[SearchAttributeUpdate[Any]] = (
+            [names.MAINTENANCE.value_set(kept.by), names.MAINTENANCE_SINCE.value_set(kept.since)]
+            if kept
+            else [names.MAINTENANCE.value_unset(), names.MAINTENANCE_SINCE.value_unset()]
+        )
+        # One upsert of what changed: Phase, Instance, PhaseSince and the maintenance together
+        # (an entity never in maintenance writes none of those two: `upsert_changed`).
+        also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(since), *maintenance]
+        self.enter(phase, details, log=log and (phase, details) != self._logged, also=also)
         self._logged = (phase, details)
 
     def _history_is_long(self) -> bool:

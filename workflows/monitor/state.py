@@ -323,6 +323,9 @@ class MonitorState(MonitorMemory):
         """The owner's answer, recorded on each DPU asked for (their next deadline counts from now);
         the answer in words."""
         outcome = f"{answer.outcome}: {answer.workflow_id or answer.message}"
+        if answer.outcome == "maintenance":  # what it would have done, not done; not queued for later
+            held = answer.message.split(" refused (to run it anyway", 1)[0].rsplit("; ", 1)[0]
+            outcome = f"would have asked for a reprovision; not asked: {held}"
         if answer.outcome in ("accepted", "awaiting-approval"):
             self.reprovisions_requested += 1
         ids = ", ".join(sorted(d.dpu_id for d in due))
