@@ -215,15 +215,18 @@ def enter_phase(
         workflow.logger.info("%s: %s", phase, details)
 
 
-def report(occurrence: str, details: str) -> None:
-    """Tell the worker of something seen within the current phase (e.g. the monitor's
-    `unplanned-reset`): handed to its Kubernetes Events as a phase change would be
-    (`contracts.events`, not on replay; `metalflow.runtime.events` names the occurrences it
-    reports) and one WARNING line. No phase change, no search attribute, no history event. One
-    per workflow task: the emitter takes a second one with the same name in the same task for a
-    retried task's repeat."""
+def report(occurrence: str, details: str, *, warning: bool = True) -> None:
+    """Tell the worker of something seen or done within the current phase (e.g. the monitor's
+    `unplanned-reset`, a reboot's `power-cycled`): handed to its Kubernetes Events as a phase
+    change would be (`contracts.events`, not on replay; `metalflow.runtime.events` names the
+    occurrences it reports) and one WARNING line (`warning=False`: INFO). No phase change, no
+    search attribute, no history event. One per workflow task: the emitter takes a second one
+    with the same name in the same task for a retried task's repeat."""
     events.workflow_phase_entered(occurrence, details)
-    workflow.logger.warning("%s: %s", occurrence, details)
+    if warning:
+        workflow.logger.warning("%s: %s", occurrence, details)
+    else:
+        workflow.logger.info("%s: %s", occurrence, details)
 
 
 def set_details(phase: str, details: str) -> None:
