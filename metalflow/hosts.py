@@ -35,7 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
 from contracts import host_entity, names, workflow_api
-from contracts.errors import cause_in_words
+from contracts.errors import abort_in_words, cause_in_words
 from contracts.host_entity import EntityRefused, HostEntityClient
 from contracts.host_requests import ENTITY_REQUESTS
 from contracts.models.control import STATUS_QUERY
@@ -276,13 +276,19 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     return Seen(text, waiting, milestone=text, details=details, phase=shown)
 
 
+COMPLETED, ABORTED, FAILED = "completed", "aborted", "failed"
+"""How a followed operation ended (`follow_operation`)."""
+
+
 async def follow_operation(
     client: Client, workflow_id: str, progress: Progress, key: str, host_id: str
-) -> tuple[bool, str]:
+) -> tuple[str, str]:
     """Show the operation's phase changes, and what it waits for since when, until it ends.
 
     Returns:
-        ``(True, summary)`` when it completed, ``(False, reason)`` when it failed or was ended.
+        ``(COMPLETED, summary)`` when it completed, ``(ABORTED, "aborted by <who>: <reason>; ...")``
+        when an operator aborted it (asked for: not a failure), ``(FAILED, reason)`` when it
+        failed or was ended otherwise.
     """
     handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
     result = asyncio.ensure_future(handle.result())
@@ -300,7 +306,8 @@ async def follow_operation(
             await asyncio.wait({result}, timeout=FOLLOW_POLL_SECONDS)
         outcome = result.result()
     except WorkflowFailureError as err:
-        return False, failure_reason(err)
+        aborted = abort_in_words(err)
+        return (ABORTED, aborted) if aborted is not None else (FAILED, failure_reason(err))
     finally:
         result.cancel()
     summary = _summary(outcome)
@@ -314,7 +321,7 @@ async def follow_operation(
         if dpu.get("error_reprovisions"):
             words = dpu.get("last_error") or f"DPU {dpu.get('dpu_id')} was in Error"
             summary += f"; reprovisioned {dpu.get('dpu_id')} {dpu['error_reprovisions']}x for Error: {words}"
-    return True, summary
+    return COMPLETED, summary
 
 
 def failure_reason(err: BaseException) -> str:

@@ -21,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from contracts.models.grove import ROLLOUT_ANNOTATION, RolloutResult
 from drivers.settings import Settings
+from metalflow.cli import exits
 from metalflow.runtime.worker import build_worker
 
 ROLLING = {**INFERENCE, "name": "rolling", "update_strategy": "RollingRecreate"}
@@ -223,12 +224,12 @@ async def test_status_of_a_terminated_then_an_aborted_rollout_says_how_each_ende
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     shown = await metalflow(local_env, "rollout", "status", "default/inference")
-    assert shown.status == 1, shown
+    assert shown.status == exits.ABORTED, shown  # an abort is asked for: its own status, not 1
     assert shown.stdout.startswith("default/inference aborted")
-    aborted = "rollout/default/inference was aborted: rollout of default/inference aborted by alice: lunch"
-    assert aborted in shown.stderr and "failed" not in shown.stderr
+    aborted = "rollout/default/inference aborted by alice: lunch"
+    assert aborted in shown.stderr and "failed" not in shown.stderr and "was aborted" not in shown.stderr
     as_json = await metalflow(local_env, "rollout", "status", "default/inference", "--json")
-    assert as_json.status == 1, as_json
+    assert as_json.status == exits.ABORTED, as_json
     assert json.loads(as_json.stdout)["ended"].startswith(aborted)  # one document, saying how it ended
     assert ROLLOUT_ANNOTATION not in (pcs_object(sim, "inference")["metadata"].get("annotations") or {})
     assert sim.violations() == []
