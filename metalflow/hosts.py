@@ -207,11 +207,23 @@ async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] |
     return status
 
 
+def waiting_words(status: dict[str, Any]) -> str:
+    """What an operation's `status` says it waits for, with a manual intervention's reason said
+    once: the line's `MANUAL INTERVENTION: <reason>` says it, so the wait reads "an operator:
+    answer with ..." (it read the ~450-character reason twice on one line)."""
+    waiting = str(status.get("waiting_for") or "")
+    reason = str(status.get("manual_intervention_reason") or "")
+    if reason and waiting.startswith(reason):
+        rest = waiting[len(reason) :].lstrip(". ")
+        return f"an operator: {rest[:1].lower()}{rest[1:]}" if rest else "an operator"
+    return waiting
+
+
 def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
     """One line for a person: the phase, what it waits for, the DPUs' phases, power cycles."""
     parts = [str(status.get("phase", "?"))]
-    if waiting and status.get("waiting_for"):
-        parts.append(f"waiting for {status['waiting_for']}")
+    if waiting and (waits := waiting_words(status)):
+        parts.append(f"waiting for {waits}")
     dpus = status.get("dpus") or []
     phases = [d.get("phase") or "-" for d in dpus]
     if phases and len(set(phases)) == 1:
@@ -253,7 +265,7 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     Cost: one query, or a describe and a query when the workflow has no `status`."""
     status = await operation_status(client, workflow_id)
     if status:
-        waiting = str(status.get("waiting_for") or "")
+        waiting = waiting_words(status)
         phase = str(status.get("phase", ""))
         milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
         return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)

@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -510,8 +511,22 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
     if not rows:
         print("no campaigns")
         return EXIT_OK
+    listed = []
     for row in sorted(rows, key=lambda r: r.start_time, reverse=True):
         phase = (row.typed_search_attributes.get(names.PHASE) or "") if row.typed_search_attributes else ""
-        status = row.status.name.lower() if row.status else "?"
-        print(f"{row.id}\t{status}\t{phase}\tstarted {iso_z(row.start_time)}")
+        listed.append((row.id, row.status.name.lower() if row.status else "?", phase, row.start_time))
+    for line in list_lines(listed):
+        print(line)
     return EXIT_OK
+
+
+def list_lines(rows: list[tuple[str, str, str, datetime]]) -> list[str]:
+    """`campaign list`: a header, then one tab-separated line per campaign (its workflow id, its
+    run's status in Temporal, its own Phase, its start in ISO 8601 Z). The Phase is `-` when it
+    says no more than the run's status (a campaign that completed as planned read `completed
+    completed`)."""
+    lines = ["CAMPAIGN\tRUN\tPHASE\tSTARTED"]
+    for workflow_id, status, phase, started in rows:
+        shown = phase if phase and phase != status else "-"
+        lines.append(f"{workflow_id}\t{status}\t{shown}\t{iso_z(started)}")
+    return lines

@@ -25,6 +25,7 @@ from typing import Any
 from contracts.errors import InvalidInput, KubernetesUnavailable, MetalflowError
 from contracts.models.inventory import VERSION_FIELDS, HostVersions
 from contracts.validation import HostId, arg_type
+from contracts.wording import plural
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
 from drivers.kube import Kube
@@ -153,6 +154,6 @@ def render(hosts: list[HostVersions], targets: SiteVersionTargets, summary: dict
         + " (* off target)"
     )
     for field, counts in summary.items():
-        lines.append(f"{field}: " + ", ".join(f"{v} on {n} hosts" for v, n in counts.items()))
+        lines.append(f"{field}: " + ", ".join(f"{v} on {plural(n, 'host')}" for v, n in counts.items()))
     lines += [f"not read: {n}" for n in notes]
     return "\n".join(lines)
