@@ -20,15 +20,15 @@ from sim_support import RunningSim, prefixed_sim
 from temporalio.testing import WorkflowEnvironment
 
 PREFIX = f"exa{uuid.uuid4().hex[:5]}"
-# Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd is `no-powercycle`.
-H_ABORT, H_REFUSED = f"{PREFIX}-002", f"{PREFIX}-003"
+# Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd and 7th are `no-powercycle`.
+H_ABORT, H_REFUSED, H_RESTART = f"{PREFIX}-002", f"{PREFIX}-003", f"{PREFIX}-007"
 RESET_HOSTS = {"--all-dpus": f"{PREFIX}-001", "--host": f"{PREFIX}-004"}
 SITE: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=4, dpus_per_host=1) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=7, dpus_per_host=1) as running:
         SITE["path"] = running.site_file
         yield running
 
@@ -116,3 +116,27 @@ async def test_a_power_cycle_the_bmc_refused_is_not_issued(
     await until_idle(local_env, H_REFUSED)
     seen = await settled(sim, H_REFUSED, {"OperationAborted": 1})
     assert seen == Counter({"OperationStarted": 1, "ManualRebootRequired": 1, "OperationAborted": 1}), seen
+
+
+async def test_a_worker_restarted_midway_tells_each_fact_once(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """A reprovision whose worker stops during the power-down wait (the host Off, a durable timer
+    running) and a new worker finishes: one start, one power cycle, one success, as the histories
+    say (one operation, one reboot)."""
+    host = H_RESTART
+    async with emitting_worker(local_env.client, task_queue, sim):
+        started = await cli(
+            local_env, "host", "reprovision", host, "--power-down-wait", "4", "--task-queue", task_queue
+        )
+        assert started.status == 0, started.stderr
+        for _ in range(600):
+            if any(entry.get("to") == "Off" for entry in sim.power_log(host)):
+                break
+            await asyncio.sleep(0.1)
+    async with emitting_worker(local_env.client, task_queue, sim):  # a new worker: replays, then goes on
+        entity = await until_idle(local_env, host)
+        seen = await settled(sim, host, {"OperationSucceeded": 1})
+    assert entity["recent"][-1]["outcome"] == "completed", entity
+    assert [entry["to"] for entry in sim.power_log(host) if entry.get("to") in ("Off", "On")] == ["Off", "On"]
+    assert seen == Counter({"OperationStarted": 1, "PowerCycleIssued": 1, "OperationSucceeded": 1}), seen
