@@ -234,8 +234,8 @@ class Facts:
       length (a workflow task that failed or timed out after entering it runs again, with a
       longer history; without this, one abort read `OperationAborted (x2)` and a host's
       `OperationSucceeded` outnumbered its operations);
-    - an operation starts once: the host entity's `running <operation>` shown again without
-      leaving it (new details while it runs, an instance assigned; its next run after
+    - an operation starts once: the host entity's `running <operation>` shown again for the same
+      request without leaving it (an instance assigned while it runs; its next run after
       continue-as-new) is no new start.
 
     Bounded: the last `SEEN_KEPT` changes and the last phase of as many workflows."""
@@ -243,7 +243,7 @@ class Facts:
     def __init__(self, kept: int = SEEN_KEPT) -> None:
         self._kept = kept
         self._seen: OrderedDict[tuple[str, str, int], None] = OrderedDict()
-        self._phase: OrderedDict[str, str] = OrderedDict()  # workflow id -> its last phase seen
+        self._phase: OrderedDict[str, tuple[str, str]] = OrderedDict()  # workflow id -> last shown
 
     def new(self, change: PhaseChange) -> bool:
         """Whether `change` is a new fact (and remember it)."""
@@ -251,12 +251,15 @@ class Facts:
         if key in self._seen:
             return False
         self._remember(self._seen, key, None)
+        # The entity's details: "<operation> (<id>) requested by <who>; <instance>": the part
+        # before ";" names the operation, the rest may change while it runs.
+        shown = (change.phase, change.details.split(";", 1)[0])
         previous = self._phase.get(change.workflow_id)
-        self._remember(self._phase, change.workflow_id, change.phase)
+        self._remember(self._phase, change.workflow_id, shown)
         return not (
             change.workflow_type == "HostWorkflow"
             and change.phase.startswith("running ")
-            and previous == change.phase
+            and previous == shown
         )
 
     def _remember(self, kept: OrderedDict[Any, Any], key: Any, value: Any) -> None:

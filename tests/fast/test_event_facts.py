@@ -36,11 +36,23 @@ def test_an_operation_starts_once_while_the_entity_shows_it_again() -> None:
     """The entity shows `running reprovision` again with new details (an instance assigned) and in
     its next run after continue-as-new: one `OperationStarted`; the next operation starts anew."""
     facts = Facts()
-    assert facts.new(change("host/h1", "e1", "HostWorkflow", "running reprovision", 10, "no instance"))
-    assert not facts.new(change("host/h1", "e1", "HostWorkflow", "running reprovision", 14, "instance i-1"))
-    assert not facts.new(change("host/h1", "e2", "HostWorkflow", "running reprovision", 3, "instance i-1"))
+    by_alice = "reprovision (reprovision/h1) requested by alice"
+    assert facts.new(
+        change("host/h1", "e1", "HostWorkflow", "running reprovision", 10, f"{by_alice}; no instance")
+    )
+    assert not facts.new(
+        change("host/h1", "e1", "HostWorkflow", "running reprovision", 14, f"{by_alice}; instance i-1")
+    )
+    assert not facts.new(
+        change("host/h1", "e2", "HostWorkflow", "running reprovision", 3, f"{by_alice}; instance i-1")
+    )
     assert facts.new(change("host/h1", "e2", "HostWorkflow", "idle", 9))
-    assert facts.new(change("host/h1", "e2", "HostWorkflow", "running reprovision", 12))
+    assert facts.new(
+        change("host/h1", "e2", "HostWorkflow", "running reprovision", 12, f"{by_alice}; no instance")
+    )
+    # the next request, even with no idle shown between (one workflow task): a start of its own
+    by_bob = "reprovision (reprovision/h1) requested by bob; no instance"
+    assert facts.new(change("host/h1", "e2", "HostWorkflow", "running reprovision", 20, by_bob))
     # other phases shown again with new details stay Events of their own (two reasons, two Events)
     assert facts.new(
         change("reprovision/h1", "r1", "HostOperationWorkflow", "manual-intervention-required", 20)
