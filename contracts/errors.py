@@ -283,7 +283,12 @@ def abort_in_words(err: BaseException | None) -> str | None:
     found = first_application_error(err)
     if found is None or found.type not in (OperationAborted.__name__, RolloutAborted.__name__):
         return None
-    message = found.message  # a rollout's reads "rollout of ns/x aborted by ...": from "aborted by"
+    return abort_words(found.message)
+
+
+def abort_words(message: str) -> str:
+    """An abort's message from "aborted by" (a rollout's reads "rollout of ns/x aborted by ...":
+    its id says which already)."""
     return message[message.index("aborted by") :] if "aborted by" in message else f"aborted: {message}"
 
 

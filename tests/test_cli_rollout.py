@@ -15,7 +15,6 @@ from cli_support import METALFLOW, metalflow, metalflow_env, use_site_file
 from host_operation_support import worker_for
 from rollout_support import INFERENCE, gangs, grove_site, pcs_object, pod_hashes, wait_for
 from sim_support import RunningSim
-from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -221,8 +220,7 @@ async def test_status_of_a_terminated_then_an_aborted_rollout_says_how_each_ende
     by = ["--by", "alice", "--reason", "lunch"]
     assert (await metalflow(local_env, "rollout", "abort", "default/inference", *by)).status == 0
     sim.inject(f"podgangs/{anchor}/clear")  # the take-back can finish
-    with pytest.raises(WorkflowFailureError):
-        await handle.result()
+    assert (await handle.result()).outcome == "aborted"  # completed, not failed: an abort is asked for
     shown = await metalflow(local_env, "rollout", "status", "default/inference")
     assert shown.status == exits.ABORTED, shown  # an abort is asked for: its own status, not 1
     assert shown.stdout.startswith("default/inference aborted")

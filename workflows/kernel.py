@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeUpdate
@@ -326,17 +326,27 @@ class Runbook:
         reader of the result sees the cause in words, not "Activity task failed".
 
         The one ending skeleton of every workflow, so each way a run ends leaves the world and
-        its Phase true. `clean_up` runs no abortable call: the run is ending already.
+        its Phase true. `clean_up` runs no abortable call: the run is ending already. An abort
+        returns `aborted_result(err)` instead when the workflow gives one (the run completes).
         """
         try:
             return await runbook()
         except (FailureError, asyncio.CancelledError) as err:
             left_behind = self.left_behind = await clean_up(err)
             await self.end_early(err, left_behind)
+            if self.phase == "aborted" and (result := self.aborted_result(err)) is not None:
+                return cast(ResultT, result)  # an operator's abort, asked for: the run completes
             replacement = self.ending_error(err)
             if replacement is None:
                 raise
             raise replacement from err
+
+    def aborted_result(self, err: BaseException) -> Any:
+        """What a run an operator aborted returns (Temporal: Completed, its Phase `aborted`, the
+        result saying who aborted and why), so an intended abort is no Failed run in the UI nor
+        in an alert on failed workflows. None (the default): the run fails with its abort error,
+        as workflows whose callers read that error do (a host operation's entity and campaign)."""
+        return None
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """The error a run that ended early raises instead of `err` (None: `err` itself): by

@@ -28,7 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, workflow_api
-from contracts.errors import abort_in_words
+from contracts.errors import abort_in_words, abort_words
 from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
@@ -421,6 +421,9 @@ async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     steps = "; ".join(
         f"{'+'.join(s.podgangs)} {s.seconds:.1f}s" for s in result.steps if s.seconds is not None
     )
+    if result.outcome == "aborted":  # an operator's abort completes the run: said as such, exit 4
+        print(f"rollout {handle.id} {abort_words(result.aborted)}")
+        return exits.ABORTED
     if result.outcome == "handed-to-grove":
         print(f"rollout {handle.id} handed to Grove: the PodCliqueSet left OnDelete; Grove rolls it itself")
         return EXIT_FAILED
@@ -433,6 +436,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
     last showed (a terminated one: `rolling`, no code of it ran) and says how it ended, exit 1."""
     handle = _handle(client, args.pcs)
     status, ended = await workflow_commands.last_status(client, handle, _query, "rollout")
+    if ended is None and status.phase == "aborted":
+        ended = await _aborted(handle)
     if ended is not None:
         status = status.model_copy(update={"ended": ended, "doing": "ended", "wake_at": None})
     if args.json:
@@ -453,6 +458,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         print("\r\033[K" + render(status), end="", flush=True)
         if status.phase in ("completed", "rolled-back", "aborted", "handed-to-grove"):
             print()
+            if status.phase == "aborted" and (aborted := await _aborted(handle)) is not None:
+                raise RolloutError(f"rollout {aborted}", aborted.status)
             return EXIT_OK
         described = await handle.describe()
         if described.status != WorkflowExecutionStatus.RUNNING:
@@ -461,6 +468,17 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
             return EXIT_OK
         await asyncio.sleep(FOLLOW_SECONDS)
         status = await _query(handle)
+
+
+async def _aborted(handle: WorkflowHandle[Any, RolloutResult]) -> workflow_commands.Ended | None:
+    """How a rollout an operator aborted ended (it completes `aborted`, its result saying who
+    and why): `<id> aborted by <who>: <why>; ...`, exit 4; None for a run that has not ended so."""
+    if (await handle.describe()).status != WorkflowExecutionStatus.COMPLETED:
+        return None
+    result = await handle.result()
+    if result.outcome != "aborted":
+        return None
+    return workflow_commands.ended_as(f"{handle.id} {abort_words(result.aborted)}", exits.ABORTED)
 
 
 async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:

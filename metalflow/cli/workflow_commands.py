@@ -167,7 +167,8 @@ class Ended(str):
     status: int = EXIT_FAILED
 
 
-def _ended(words: str, status: int = EXIT_FAILED) -> Ended:
+def ended_as(words: str, status: int = EXIT_FAILED) -> Ended:
+    """`words` as an `Ended` with its exit status."""
     ended = Ended(words)
     ended.status = status
     return ended
@@ -222,18 +223,18 @@ async def ended_badly(client: Client, workflow_id: str, what: str) -> Ended | No
         ):
             if event.HasField("workflow_execution_terminated_event_attributes"):
                 reason = event.workflow_execution_terminated_event_attributes.reason
-                return _ended(f"{workflow_id} {word}: {reason or 'no reason given'}")
+                return ended_as(f"{workflow_id} {word}: {reason or 'no reason given'}")
     try:
         await run.result(follow_runs=False)
     except WorkflowFailureError as err:
         aborted = abort_in_words(err)  # it names who aborted and why: "aborted by alice: ..."
         if aborted is not None:
             # "rollout of ns/x aborted by bob: ..." is said from "aborted by": the id names it
-            return _ended(f"{workflow_id} {aborted}", exits.ABORTED)
+            return ended_as(f"{workflow_id} {aborted}", exits.ABORTED)
         reason = root_cause(err) or "no reason given"
     else:  # a race: it was reset and completed meanwhile
         return None
-    return _ended(f"{workflow_id} {word}: {reason}")
+    return ended_as(f"{workflow_id} {word}: {reason}")
 
 
 async def until_past(
