@@ -288,6 +288,23 @@ def first_application_error(err: BaseException | None) -> ApplicationError | Non
     return None
 
 
+def abort_in_words(err: BaseException | None) -> str | None:
+    """The operator's abort that ended a run, from "aborted by" ("aborted by alice: wrong host;
+    ..."), when the run's own error is its abort error (`OperationAborted`, `RolloutAborted`);
+    None for any other end.
+    An abort is asked for: callers say it as such, never as a failure."""
+    found = first_application_error(err)
+    if found is None or found.type not in (OperationAborted.__name__, RolloutAborted.__name__):
+        return None
+    return abort_words(found.message)
+
+
+def abort_words(message: str) -> str:
+    """An abort's message from "aborted by" (a rollout's reads "rollout of ns/x aborted by ...":
+    its id says which already)."""
+    return message[message.index("aborted by") :] if "aborted by" in message else f"aborted: {message}"
+
+
 def cause_in_words(err: BaseException) -> str:
     """What ended a failed call or run, in words: the type and message of the error its code
     raised (the first `ApplicationError` of the chain, e.g. "BMCCredentialsRejected: the BMC of

@@ -15,7 +15,7 @@ Exported names (Prometheus, with the `metalflow_` prefix the helpers add):
 | metric | kind | labels |
 | --- | --- | --- |
 | `metalflow_operations_started` | counter | `kind` (provision, reprovision, ...) |
-| `metalflow_operations_finished` | counter | `kind`, `outcome` (succeeded, failed, cancelled) |
+| `metalflow_operations_finished` | counter | `kind`, `outcome` (succeeded, failed, aborted, cancelled) |
 | `metalflow_phase_entered` | counter | `phase` (e.g. manual-intervention-required) |
 | `metalflow_power_cycles` | counter | `method` (PowerCycle, ForceOff+On, On), `already_done`, `bmc` |
 | `metalflow_bmc_requests` | counter | `bmc`, `status` (HTTP status class, or timeout/unreachable) |
@@ -36,6 +36,8 @@ from typing import Protocol, TypeVar
 
 from temporalio import activity, workflow
 from temporalio.common import MetricMeter
+
+from contracts.errors import abort_in_words
 
 PREFIX = "metalflow_"
 
@@ -67,7 +69,7 @@ def workflow_operation_started(kind: str) -> None:
 
 
 def workflow_operation_finished(kind: str, outcome: str) -> None:
-    """An operation ended: `succeeded`, `failed` or `cancelled`."""
+    """An operation ended: `succeeded`, `failed`, `aborted` or `cancelled`."""
     if (meter := _workflow_meter()) is not None:
         meter.create_counter(PREFIX + "operations_finished", "operations finished").add(
             1, {"kind": kind, "outcome": outcome}
@@ -75,8 +77,11 @@ def workflow_operation_finished(kind: str, outcome: str) -> None:
 
 
 def outcome_of(error: BaseException) -> str:
-    """The `outcome` label of an operation that ended with `error`."""
-    return "cancelled" if isinstance(error, asyncio.CancelledError) else "failed"
+    """The `outcome` label of an operation that ended with `error`: `aborted` for an operator's
+    abort (asked for: a rate of `failed` must not rise with it), `cancelled`, else `failed`."""
+    if isinstance(error, asyncio.CancelledError):
+        return "cancelled"
+    return "aborted" if abort_in_words(error) is not None else "failed"
 
 
 def workflow_phase_entered(phase: str) -> None:

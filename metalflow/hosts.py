@@ -35,7 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
 from contracts import host_entity, names, workflow_api
-from contracts.errors import cause_in_words
+from contracts.errors import abort_in_words, cause_in_words
 from contracts.host_entity import EntityRefused, HostEntityClient
 from contracts.host_requests import ENTITY_REQUESTS
 from contracts.models.control import STATUS_QUERY
@@ -210,11 +210,23 @@ async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] |
     return status
 
 
+def waiting_words(status: dict[str, Any]) -> str:
+    """What an operation's `status` says it waits for, with a manual intervention's reason said
+    once: the line's `MANUAL INTERVENTION: <reason>` says it, so the wait reads "an operator:
+    answer with ..." (it read the ~450-character reason twice on one line)."""
+    waiting = str(status.get("waiting_for") or "")
+    reason = str(status.get("manual_intervention_reason") or "")
+    if reason and waiting.startswith(reason):
+        rest = waiting[len(reason) :].lstrip(". ")
+        return f"an operator: {rest[:1].lower()}{rest[1:]}" if rest else "an operator"
+    return waiting
+
+
 def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
     """One line for a person: the phase, what it waits for, the DPUs' phases, power cycles."""
     parts = [str(status.get("phase", "?"))]
-    if waiting and status.get("waiting_for"):
-        parts.append(f"waiting for {status['waiting_for']}")
+    if waiting and (waits := waiting_words(status)):
+        parts.append(f"waiting for {waits}")
     dpus = status.get("dpus") or []
     phases = [d.get("phase") or "-" for d in dpus]
     if phases and len(set(phases)) == 1:
@@ -257,7 +269,7 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     Cost: one query, or a describe and a query when the workflow has no `status`."""
     status = await operation_status(client, workflow_id)
     if status:
-        waiting = str(status.get("waiting_for") or "")
+        waiting = waiting_words(status)
         phase = str(status.get("phase", ""))
         milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
         return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)
@@ -283,13 +295,19 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     return Seen(text, waiting, milestone=text, details=details, phase=shown)
 
 
+COMPLETED, ABORTED, FAILED = "completed", "aborted", "failed"
+"""How a followed operation ended (`follow_operation`)."""
+
+
 async def follow_operation(
     client: Client, workflow_id: str, progress: Progress, key: str, host_id: str
-) -> tuple[bool, str]:
+) -> tuple[str, str]:
     """Show the operation's phase changes, and what it waits for since when, until it ends.
 
     Returns:
-        ``(True, summary)`` when it completed, ``(False, reason)`` when it failed or was ended.
+        ``(COMPLETED, summary)`` when it completed, ``(ABORTED, "aborted by <who>: <reason>; ...")``
+        when an operator aborted it (asked for: not a failure), ``(FAILED, reason)`` when it
+        failed or was ended otherwise.
     """
     handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
     result = asyncio.ensure_future(handle.result())
@@ -307,7 +325,8 @@ async def follow_operation(
             await asyncio.wait({result}, timeout=FOLLOW_POLL_SECONDS)
         outcome = result.result()
     except WorkflowFailureError as err:
-        return False, failure_reason(err)
+        aborted = abort_in_words(err)
+        return (ABORTED, aborted) if aborted is not None else (FAILED, failure_reason(err))
     finally:
         result.cancel()
     summary = _summary(outcome)
@@ -321,7 +340,7 @@ async def follow_operation(
         if dpu.get("error_reprovisions"):
             words = dpu.get("last_error") or f"DPU {dpu.get('dpu_id')} was in Error"
             summary += f"; reprovisioned {dpu.get('dpu_id')} {dpu['error_reprovisions']}x for Error: {words}"
-    return True, summary
+    return COMPLETED, summary
 
 
 def failure_reason(err: BaseException) -> str:

@@ -327,7 +327,7 @@ async def test_a_canary_held_by_another_campaign_is_refused_and_nothing_is_point
         status = await _status(handle)
     finally:
         await _cli(local_env, sim, "campaign", "abort", f"{P}-holder")
-    assert "the canary cannot run" in str(refused.value.cause) or "also selects 1 hosts" in str(
+    assert "the canary cannot run" in str(refused.value.cause) or "also selects 1 host" in str(
         refused.value.cause
     )
     assert f"campaign/{P}-holder" in str(refused.value.cause)

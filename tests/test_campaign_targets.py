@@ -328,7 +328,7 @@ async def test_a_deployment_campaign_refuses_what_it_does_not_own_and_changes_no
     before = {g: (await _deployment(sim, g))["spec"]["dpus"]["bfb"] for g in (FLEET_GROUP, ROLLING_GROUP)}
     cases = [
         (ROLLING_GROUP, ROLLING_HOSTS, "dpuSetStrategy RollingUpdate"),
-        (FLEET_GROUP, FLEET_HOSTS[:1], f"also selects 1 hosts the campaign does not run ({FLEET_HOSTS[1]})"),
+        (FLEET_GROUP, FLEET_HOSTS[:1], f"also selects 1 host the campaign does not run ({FLEET_HOSTS[1]})"),
         (
             FLEET_GROUP,
             [*FLEET_HOSTS, CANARY_HOSTS[0]],
@@ -463,7 +463,7 @@ async def test_versions_side_by_side_and_a_compatibility_rule_refuses_before_any
         both, inventory.site_file.site().versions.targets, host_versions.fleet_summary(both)
     )
     assert f"{OLD_FIRMWARE}*" in text and f"{NEW_FIRMWARE}*" not in text
-    assert f"dpu_firmware: {OLD_FIRMWARE} on 1 hosts, {NEW_FIRMWARE} on 1 hosts" in text
+    assert f"dpu_firmware: {OLD_FIRMWARE} on 1 host, {NEW_FIRMWARE} on 1 host" in text
     fleet = Fleet(inventory, kube, redfish)
     target = CampaignTarget(kind=TargetKind.BFB, value=NEW_BFB, deployment=FLEET_GROUP)
     selection = HostSelection(hosts=tuple(FLEET_HOSTS))

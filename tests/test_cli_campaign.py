@@ -344,10 +344,11 @@ async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
     started = [e async for e in local_env.client.list_workflows(query)]
     assert len(started) == final["done"] and all(e.start_time <= abort_at for e in started)
     listed = await metalflow(local_env, "campaign", "list")
+    assert listed.stdout.startswith("CAMPAIGN\tRUN\tPHASE\tSTARTED\n")  # a header (issue 38 item 7)
     assert f"campaign/{name}\tcompleted\taborted" in listed.stdout  # workflow status, then Phase
     # ISO 8601 UTC with Z, as every time metalflow prints (issue 29 item 8)
     assert re.search(
-        rf"campaign/{name}\tcompleted\taborted\tstarted \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", listed.stdout
+        rf"campaign/{name}\tcompleted\taborted\t\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", listed.stdout
     )
 
 
@@ -374,7 +375,9 @@ async def test_a_scheduled_campaign_runs_when_triggered(
         assert power_cycles(sim, HOSTS[4]) == before + 1
         paused = await metalflow(local_env, "campaign", "schedule", "pause", "cmpe-nightly")
         assert paused.status == 0
-        assert "\tpaused" in (await metalflow(local_env, "campaign", "schedules")).stdout
+        shown = (await metalflow(local_env, "campaign", "schedules")).stdout
+        assert "\tpaused" in shown  # its description kept, the pause added (issue 38 item 7)
+        assert "created by alice@test" in shown and "; paused by " in shown, shown
     finally:
         deleted = await metalflow(local_env, "campaign", "schedule", "delete", "cmpe-nightly")
     assert deleted.status == 0, deleted.stderr

@@ -160,7 +160,7 @@ async def test_an_api_that_hangs_or_fails_never_slows_a_workflow(site: tuple[Run
                 f"reboot/{prefix}-001/generation-{i}",
                 f"run-{i}",
                 "HostRebootWorkflow",
-                "powering",
+                "power-cycled",
                 f"power cycle to generation {i}",
                 datetime.now(UTC),
                 10,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeUpdate
@@ -215,15 +215,18 @@ def enter_phase(
         workflow.logger.info("%s: %s", phase, details)
 
 
-def report(occurrence: str, details: str) -> None:
-    """Tell the worker of something seen within the current phase (e.g. the monitor's
-    `unplanned-reset`): handed to its Kubernetes Events as a phase change would be
-    (`contracts.events`, not on replay; `metalflow.runtime.events` names the occurrences it
-    reports) and one WARNING line. No phase change, no search attribute, no history event. One
-    per workflow task: the emitter takes a second one with the same name in the same task for a
-    retried task's repeat."""
+def report(occurrence: str, details: str, *, warning: bool = True) -> None:
+    """Tell the worker of something seen or done within the current phase (e.g. the monitor's
+    `unplanned-reset`, a reboot's `power-cycled`): handed to its Kubernetes Events as a phase
+    change would be (`contracts.events`, not on replay; `metalflow.runtime.events` names the
+    occurrences it reports) and one WARNING line (`warning=False`: INFO). No phase change, no
+    search attribute, no history event. One per workflow task: the emitter takes a second one
+    with the same name in the same task for a retried task's repeat."""
     events.workflow_phase_entered(occurrence, details)
-    workflow.logger.warning("%s: %s", occurrence, details)
+    if warning:
+        workflow.logger.warning("%s: %s", occurrence, details)
+    else:
+        workflow.logger.info("%s: %s", occurrence, details)
 
 
 def set_details(phase: str, details: str) -> None:
@@ -323,17 +326,27 @@ class Runbook:
         reader of the result sees the cause in words, not "Activity task failed".
 
         The one ending skeleton of every workflow, so each way a run ends leaves the world and
-        its Phase true. `clean_up` runs no abortable call: the run is ending already.
+        its Phase true. `clean_up` runs no abortable call: the run is ending already. An abort
+        returns `aborted_result(err)` instead when the workflow gives one (the run completes).
         """
         try:
             return await runbook()
         except (FailureError, asyncio.CancelledError) as err:
             left_behind = self.left_behind = await clean_up(err)
             await self.end_early(err, left_behind)
+            if self.phase == "aborted" and (result := self.aborted_result(err)) is not None:
+                return cast(ResultT, result)  # an operator's abort, asked for: the run completes
             replacement = self.ending_error(err)
             if replacement is None:
                 raise
             raise replacement from err
+
+    def aborted_result(self, err: BaseException) -> Any:
+        """What a run an operator aborted returns (Temporal: Completed, its Phase `aborted`, the
+        result saying who aborted and why), so an intended abort is no Failed run in the UI nor
+        in an alert on failed workflows. None (the default): the run fails with its abort error,
+        as workflows whose callers read that error do (a host operation's entity and campaign)."""
+        return None
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """The error a run that ended early raises instead of `err` (None: `err` itself): by

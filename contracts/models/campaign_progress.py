@@ -22,6 +22,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.models.control import OperatorRequest
+from contracts.wording import iso_z
 
 RECENT_HOSTS: Final = 100
 """Hosts named (with their reason) per outcome in the state, `status` and the result: the newest
@@ -189,12 +190,12 @@ class DeploymentChange(_Frozen):
         if (self.restored_at is not None and self.left_as_found) or self.point_refused:
             state = self.note
         elif self.restored_at is not None:
-            state = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}"
+            state = f"restored {iso_z(self.restored_at)}"
         elif self.pointed_at is not None:
-            state = f"pointed {self.pointed_at:%Y-%m-%d %H:%M:%S}"
+            state = f"pointed {iso_z(self.pointed_at)}"
         note = f" ({self.note})" if self.note and not (self.left_as_found or self.point_refused) else ""
         if self.role == "leftover":  # put back to `previous`: restoring is the change
-            done = f"restored {self.restored_at:%Y-%m-%d %H:%M:%S}" if self.restored_at else "to restore"
+            done = f"restored {iso_z(self.restored_at)}" if self.restored_at else "to restore"
             done = self.note if self.left_as_found else done
             return (
                 f"leftover DPUDeployment {self.deployment} {self.field} {self.value} -> "

@@ -451,10 +451,13 @@ class RolloutPlan(_Model):
 
 
 class RolloutResult(_Model):
-    """`handed-to-grove`: the PodCliqueSet left OnDelete mid-rollout; Grove rolls it itself."""
+    """`handed-to-grove`: the PodCliqueSet left OnDelete mid-rollout; Grove rolls it itself.
+    `aborted`: an operator's abort took every PodGang back (`aborted` says who, why, what is left);
+    the run completes, as an abort is asked for (a run of older code failed with `RolloutAborted`)."""
 
     pcs: PCSRef
-    outcome: Literal["completed", "rolled-back", "handed-to-grove"]
+    outcome: Literal["completed", "rolled-back", "handed-to-grove", "aborted"]
+    aborted: str = ""  # "rollout of ns/x aborted by <who>: <reason>; <what it left>"
     target_hash: str
     steps: tuple[StepRecord, ...]
     steps_done: int = 0

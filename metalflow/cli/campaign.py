@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
@@ -61,7 +62,7 @@ from contracts.models.control import (
 )
 from contracts.validation import Reason, Requester, arg_type
 from contracts.wording import iso_z, plural
-from metalflow.cli import campaign_plan, campaign_schedule, workflow_commands
+from metalflow.cli import campaign_plan, campaign_schedule, exits, workflow_commands
 from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
 from metalflow.cli.campaign_plan import PlanRefused, checked
 from metalflow.cli.workflow_commands import (
@@ -337,6 +338,8 @@ async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
         print_named(word, count, named, handle.id)
     for change in result.changes:
         print(f"  changed {change.describe()}")
+    if result.outcome == "aborted" and not result.failed:  # asked for by an operator: no failure
+        return exits.ABORTED
     return EXIT_OK if result.all_succeeded else EXIT_FAILED
 
 
@@ -367,13 +370,13 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         status = status.as_ended(ended)
     if args.json:
         print(status.model_dump_json(indent=2))
-        return EXIT_OK if ended is None else EXIT_FAILED
+        return EXIT_OK if ended is None else ended.status
     if ended is not None or not sys.stdout.isatty():
         print(render(status))
         for line in details(status, handle.id):
             print(line)
         if ended is not None:
-            raise CampaignError(f"campaign {ended}")
+            raise CampaignError(f"campaign {ended}", ended.status)
         return EXIT_OK
     while True:  # a live bar until the campaign ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
@@ -419,7 +422,7 @@ async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
     """A campaign that failed, was terminated or timed out is said so, exit 1."""
     why = await workflow_commands.ended_badly(client, workflow_id, "campaign")
     if why is not None:
-        raise CampaignError(f"campaign {why}")
+        raise CampaignError(f"campaign {why}", why.status)
 
 
 async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> int:
@@ -508,8 +511,22 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
     if not rows:
         print("no campaigns")
         return EXIT_OK
+    listed = []
     for row in sorted(rows, key=lambda r: r.start_time, reverse=True):
         phase = (row.typed_search_attributes.get(names.PHASE) or "") if row.typed_search_attributes else ""
-        status = row.status.name.lower() if row.status else "?"
-        print(f"{row.id}\t{status}\t{phase}\tstarted {iso_z(row.start_time)}")
+        listed.append((row.id, row.status.name.lower() if row.status else "?", phase, row.start_time))
+    for line in list_lines(listed):
+        print(line)
     return EXIT_OK
+
+
+def list_lines(rows: list[tuple[str, str, str, datetime]]) -> list[str]:
+    """`campaign list`: a header, then one tab-separated line per campaign (its workflow id, its
+    run's status in Temporal, its own Phase, its start in ISO 8601 Z). The Phase is `-` when it
+    says no more than the run's status (a campaign that completed as planned read `completed
+    completed`)."""
+    lines = ["CAMPAIGN\tRUN\tPHASE\tSTARTED"]
+    for workflow_id, status, phase, started in rows:
+        shown = phase if phase and phase != status else "-"
+        lines.append(f"{workflow_id}\t{status}\t{shown}\t{iso_z(started)}")
+    return lines

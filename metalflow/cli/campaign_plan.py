@@ -52,6 +52,7 @@ from contracts.models.campaign import (
     Window,
 )
 from contracts.validation import Requester, arg_type
+from contracts.wording import iso_z, plural
 from drivers.campaign import Fleet, field_of
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
@@ -307,7 +308,7 @@ def _hosts(hosts: tuple[str, ...] | list[str]) -> str:
 def render(plan: CampaignPlan) -> str:
     lines = [
         f"campaign {plan.name} (plan; nothing started): {plan.target} on {plan.selection}",
-        f"selected: {plan.selected} hosts",
+        f"selected: {plural(plan.selected, 'host')}",
     ]
     for group in plan.left_out:
         lines.append(f"left out ({len(group.host_ids)}): {group.reason}: {_hosts(group.host_ids)}")
@@ -318,9 +319,7 @@ def render(plan: CampaignPlan) -> str:
     if not plan.windows:
         lines.append("windows: none (hosts start at any time)")
     for w in plan.windows:
-        opens = (
-            "open now" if w.open_now else f"next opens {w.next_open.isoformat() if w.next_open else 'never'}"
-        )
+        opens = "open now" if w.open_now else f"next opens {iso_z(w.next_open, none='never')}"
         days = ",".join("mon tue wed thu fri sat sun".split()[d] for d in w.window.days)
         span = f"{w.window.start_minute // 60:02d}:{w.window.start_minute % 60:02d}-"
         span += f"{w.window.end_minute // 60:02d}:{w.window.end_minute % 60:02d}"

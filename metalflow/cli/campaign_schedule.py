@@ -201,15 +201,27 @@ async def _listed_as(client: Client, sid: str, *, present: bool) -> bool:
         await asyncio.sleep(LISTED_POLL)
 
 
+def noted(description: str, action: str, by: str) -> str:
+    """The Schedule's note after `pause` or `unpause`: Temporal replaces the note with the one
+    given, so the description the schedule was made with (who made it, what it runs) is kept and
+    the action added; an earlier pause or unpause note is replaced, not piled up."""
+    base = description
+    for earlier in ("; paused by ", "; unpaused by "):
+        base = base.split(earlier, 1)[0]
+    if base.startswith(("paused by ", "unpaused by ")):
+        base = ""
+    said = f"{action}d by {by}"
+    return f"{base}; {said}" if base else said
+
+
 async def _act(client: Client, action: str, name: str, by: str) -> int:
     sid = schedule_id(name)
     handle = client.get_schedule_handle(sid)
-    note = f"{action} by {by}"
     try:
-        if action == "pause":
-            await handle.pause(note=note)
-        elif action == "unpause":
-            await handle.unpause(note=note)
+        if action in ("pause", "unpause"):
+            described = await handle.describe()
+            note = noted(described.schedule.state.note or "", action, by)
+            await (handle.pause(note=note) if action == "pause" else handle.unpause(note=note))
         elif action == "trigger":
             await handle.trigger(overlap=ScheduleOverlapPolicy.SKIP)
         else:

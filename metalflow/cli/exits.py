@@ -6,7 +6,8 @@ up now refuses it: a busy host, a campaign's rules, a rollout in flight), so the
 succeed once the world changed; 2 the command itself is wrong (bad input, or it names something
 that does not exist: an unknown host, DPU, campaign or PodCliqueSet), so repeating it cannot help;
 3 metalflow could not ask (Temporal, the cluster, the simulator or a BMC cannot be reached), so
-repeating it later may help.
+repeating it later may help; 4 an operator's abort ended what the command followed or shows (an
+abort is asked for: neither a failure nor a refusal).
 
 `--json`: a command given `--json` prints exactly one JSON document on stdout whatever its status
 (`JsonOutput`): what it shows, or, when it ends with nothing shown, `{"error": ..., "exit_status":
@@ -24,6 +25,7 @@ OK: Final = 0
 FAILED: Final = 1
 USAGE: Final = 2
 UNREACHABLE: Final = 3
+ABORTED: Final = 4
 INTERRUPTED: Final = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 # 128 + SIGPIPE: what `cat` or `grep` report when their reader goes away, so `set -o pipefail`
 # scripts see the usual broken pipe, never one of the statuses above (1 would read as a failure).
@@ -35,13 +37,16 @@ TABLE: Final[tuple[tuple[int, str], ...]] = (
     (FAILED, "the operation failed, or the world refused it: a host busy or not awaiting what was "
      "asked, a campaign its rules refuse, a rollout in flight or an outage not allowed, an update "
      "the workflow refused, a name already running; a status command of a run that failed, was "
-     "aborted, terminated or timed out"),
+     "terminated or timed out"),
     (USAGE, "bad input or an unknown object: a usage error, a value out of range, a bad setting or "
      "site file, a state dir or port already taken (`dev`, `sim up`), or a name that does not "
      "exist (host, DPU, group, campaign, rollout, schedule, PodCliqueSet, simulator); nothing was "
      "changed"),
     (UNREACHABLE, "cannot reach Temporal, the cluster, the simulator or a BMC (or lost it "
      "midway); try again once it is back"),
+    (ABORTED, "aborted by an operator, as asked: the operation, campaign or rollout followed (`--wait`) "
+     "or shown (a status command) stopped at its safe point and says `aborted by <who>: <reason>`; "
+     "not a failure"),
     (INTERRUPTED, "interrupted (Ctrl-C) while waiting; the workflows go on"),
     (BROKEN_PIPE, "the reader of stdout went away (a `head -1` after the pipe), as `cat` reports it"),
 )  # fmt: skip

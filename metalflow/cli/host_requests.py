@@ -54,6 +54,8 @@ from contracts.validation import (
 )
 from metalflow.cli import exits
 from metalflow.hosts import (
+    COMPLETED,
+    FAILED,
     FOLLOW_POLL_SECONDS,
     HostRequestError,
     follow_operation,
@@ -354,31 +356,37 @@ async def _request(client: Client, args: argparse.Namespace) -> int:
             )
         if accepted.awaiting_approval:
             progress.step(args.host, "awaiting approval", waiting_for=f"`metalflow approve {args.host}`")
-            if not await _await_start(client, args.host, accepted.workflow_id, progress):
-                return EXIT_FAILED
+            never = await _await_start(client, args.host, accepted.workflow_id, progress)
+            if never is not None:  # an operator's abort or withdrawal is asked for: no failure
+                return exits.ABORTED if never.startswith(("aborted", "withdrawn")) else EXIT_FAILED
         return await _follow(client, args.host, accepted.workflow_id, progress)
 
 
-async def _await_start(client: Client, host: str, workflow_id: str, progress: Progress) -> bool:
+async def _await_start(client: Client, host: str, workflow_id: str, progress: Progress) -> str | None:
+    """Wait until the approved operation starts (None), or how it ended without starting."""
     while True:
         status = await host_status(client, host)
         current = status.current
         if current is not None and current.workflow_id == workflow_id and current.outcome == "running":
-            return True
+            return None
         if current is None or current.workflow_id != workflow_id:
             ended = [r for r in status.recent if r.workflow_id == workflow_id]
-            progress.finish(host, ended[-1].outcome if ended else "the request was dropped")
-            return False
+            outcome = ended[-1].outcome if ended else "the request was dropped"
+            progress.finish(host, outcome)
+            return outcome
         await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
 async def _follow(client: Client, host: str, workflow_id: str, progress: Progress) -> int:
-    ok, summary = await follow_operation(client, workflow_id, progress, host, host)
+    ending, summary = await follow_operation(client, workflow_id, progress, host, host)
     # The entity learns of the end a moment later; until then it refuses the next request as busy,
     # so a script's `... --wait && metalflow host ...` would race it.
     await recorded_status(client, host, workflow_id)
-    progress.finish(host, f"{workflow_id} {summary}" if ok else f"{workflow_id} failed: {summary}")
-    return EXIT_OK if ok else EXIT_FAILED
+    if ending == FAILED:
+        progress.finish(host, f"{workflow_id} failed: {summary}")
+        return EXIT_FAILED
+    progress.finish(host, f"{workflow_id} {summary}")  # an abort says "aborted by <who>: <reason>"
+    return EXIT_OK if ending == COMPLETED else exits.ABORTED
 
 
 async def _approve(client: Client, args: argparse.Namespace) -> int:

@@ -30,7 +30,7 @@ from contracts.errors import InvalidInput, KubernetesUnavailable, MetalflowError
 from contracts.host_entity import hosts_in_maintenance
 from contracts.models.inventory import VERSION_FIELDS, HostVersions
 from contracts.validation import HostId, arg_type
-from contracts.wording import iso_z
+from contracts.wording import iso_z, plural
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
 from drivers.kube import Kube
@@ -204,6 +204,6 @@ def render(
         + " (* off target)"
     )
     for field, counts in summary.items():
-        lines.append(f"{field}: " + ", ".join(f"{v} on {n} hosts" for v, n in counts.items()))
+        lines.append(f"{field}: " + ", ".join(f"{v} on {plural(n, 'host')}" for v, n in counts.items()))
     lines += [f"not read: {n}" for n in notes]
     return "\n".join(lines)

@@ -6,12 +6,13 @@ current step). `status` shows the status query (a live progress bar on a termina
 scripts); `pause`, `resume`, `abort`, `rollback` and `scale` are updates whose validators refuse
 what does not apply now, with the reason.
 
-Exit statuses (`metalflow.cli.exits`, README's table): 0 done (`--wait`: completed); 1 failed,
-rolled back or aborted, or refused by what runs or is set up now (`refusal_status`: a rollout in
-flight, not OnDelete, a dormant edit, an outage not allowed); 2 usage, or bad input or an unknown
-object (no such PodCliqueSet, clique, container or rollout, a bad image), nothing changed; 3
-Temporal or the cluster unreachable. `status` of a run that did not complete (failed, aborted,
-terminated, timed out) shows what it last showed, says how it ended, exit 1.
+Exit statuses (`metalflow.cli.exits`, README's table): 0 done (`--wait`: completed); 1 failed
+or rolled back, or refused by what runs or is set up now (`refusal_status`: a rollout in flight,
+not OnDelete, a dormant edit, an outage not allowed); 2 usage, or bad input or an unknown object
+(no such PodCliqueSet, clique, container or rollout, a bad image), nothing changed; 3 Temporal or
+the cluster unreachable; 4 aborted by an operator (`aborted by <who>: <reason>`). `status` of a
+run that did not complete (failed, aborted, terminated, timed out) shows what it last showed,
+says how it ended, exit 1 (4 for an abort).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, workflow_api
+from contracts.errors import abort_in_words, abort_words
 from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
@@ -51,7 +53,7 @@ from contracts.models.grove import (
 from contracts.validation import Reason, Requester, arg_type
 from drivers.kube import Kube
 from drivers.settings import Settings
-from metalflow.cli import workflow_commands
+from metalflow.cli import exits, workflow_commands
 from metalflow.cli.workflow_commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -411,10 +413,17 @@ async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     try:
         result = await handle.result()
     except WorkflowFailureError as err:
+        aborted = abort_in_words(err)  # an operator's abort is asked for: said as such, exit 4
+        if aborted is not None:
+            print(f"rollout {handle.id} {aborted}")
+            return exits.ABORTED
         raise RolloutError(f"rollout {handle.id} failed: {root_cause(err)}") from None
     steps = "; ".join(
         f"{'+'.join(s.podgangs)} {s.seconds:.1f}s" for s in result.steps if s.seconds is not None
     )
+    if result.outcome == "aborted":  # an operator's abort completes the run: said as such, exit 4
+        print(f"rollout {handle.id} {abort_words(result.aborted)}")
+        return exits.ABORTED
     if result.outcome == "handed-to-grove":
         print(f"rollout {handle.id} handed to Grove: the PodCliqueSet left OnDelete; Grove rolls it itself")
         return EXIT_FAILED
@@ -427,11 +436,13 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
     last showed (a terminated one: `rolling`, no code of it ran) and says how it ended, exit 1."""
     handle = _handle(client, args.pcs)
     status, ended = await workflow_commands.last_status(client, handle, _query, "rollout")
+    if ended is None and status.phase == "aborted":
+        ended = await _aborted(handle)
     if ended is not None:
         status = status.model_copy(update={"ended": ended, "doing": "ended", "wake_at": None})
     if args.json:
         print(status.model_dump_json(indent=2))
-        return EXIT_OK if ended is None else EXIT_FAILED
+        return EXIT_OK if ended is None else ended.status
     if ended is not None or not sys.stdout.isatty():
         print(render(status))
         for step in status.steps:
@@ -441,12 +452,14 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
                 f"-> {step.target_hash} {took}"
             )
         if ended is not None:
-            raise RolloutError(f"rollout {ended}")
+            raise RolloutError(f"rollout {ended}", ended.status)
         return EXIT_OK
     while True:  # a live bar until the rollout ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
         if status.phase in ("completed", "rolled-back", "aborted", "handed-to-grove"):
             print()
+            if status.phase == "aborted" and (aborted := await _aborted(handle)) is not None:
+                raise RolloutError(f"rollout {aborted}", aborted.status)
             return EXIT_OK
         described = await handle.describe()
         if described.status != WorkflowExecutionStatus.RUNNING:
@@ -457,11 +470,22 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         status = await _query(handle)
 
 
+async def _aborted(handle: WorkflowHandle[Any, RolloutResult]) -> workflow_commands.Ended | None:
+    """How a rollout an operator aborted ended (it completes `aborted`, its result saying who
+    and why): `<id> aborted by <who>: <why>; ...`, exit 4; None for a run that has not ended so."""
+    if (await handle.describe()).status != WorkflowExecutionStatus.COMPLETED:
+        return None
+    result = await handle.result()
+    if result.outcome != "aborted":
+        return None
+    return workflow_commands.ended_as(f"{handle.id} {abort_words(result.aborted)}", exits.ABORTED)
+
+
 async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
     """Status is the truth: a rollout that failed, was terminated or timed out is said so, exit 1."""
     why = await workflow_commands.ended_badly(client, workflow_id, "rollout")
     if why is not None:
-        raise RolloutError(f"rollout {why}")
+        raise RolloutError(f"rollout {why}", why.status)
 
 
 async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> OperatorAnswer:

@@ -42,7 +42,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from contracts.errors import InvalidInput, ObjectNotFound, OperationAborted, RolloutAborted, matches
+from contracts.errors import InvalidInput, ObjectNotFound, abort_in_words, matches
 from metalflow.cli import connection, exits, reader_gone
 from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
@@ -159,18 +159,33 @@ _ENDED_BADLY = {
 }
 
 
+class Ended(str):
+    """How a run ended that did not complete, in words (`ended_badly`), and the exit status a
+    command that shows it returns: `exits.ABORTED` for an operator's abort (asked for, not a
+    failure), else `EXIT_FAILED`."""
+
+    status: int = EXIT_FAILED
+
+
+def ended_as(words: str, status: int = EXIT_FAILED) -> Ended:
+    """`words` as an `Ended` with its exit status."""
+    ended = Ended(words)
+    ended.status = status
+    return ended
+
+
 async def last_status(
     client: Client,
     handle: WorkflowHandle[Any, Any],
     status: Callable[[WorkflowHandle[Any, Any]], Awaitable[StatusT]],
     what: str,
-) -> tuple[StatusT, str | None]:
+) -> tuple[StatusT, Ended | None]:
     """The status query of the workflow's latest run, and how that run ended when it did not
     complete (`ended_badly`; None while it runs or once it completed).
 
     Raises:
         CommandError: No such workflow, or a run that ended badly whose status cannot be read
-            (no worker to answer the query): how it ended, exit 1.
+            (no worker to answer the query): how it ended, exit 1 (4 for an abort).
         RPCError: The query failed for a run that did not end badly.
     """
     ended = await ended_badly(client, handle.id, what)
@@ -179,15 +194,15 @@ async def last_status(
     except RPCError:
         if ended is None:
             raise
-        raise CommandError(f"{what} {ended} (its status cannot be read: no worker?)") from None
+        raise CommandError(f"{what} {ended} (its status cannot be read: no worker?)", ended.status) from None
 
 
-async def ended_badly(client: Client, workflow_id: str, what: str) -> str | None:
+async def ended_badly(client: Client, workflow_id: str, what: str) -> Ended | None:
     """How the workflow's latest run ended when it did not complete (`<id> failed: <why>`,
-    `<id> was aborted: <who, why>` for a failure that is the workflow's abort error, `<id> was
+    `<id> aborted by <who>: <why>` for a failure that is the workflow's abort error, `<id> was
     terminated: <reason>`, `timed out`, `was cancelled`); None while it runs or once it
-    completed. A status command says this and exits 1 rather than show the last status as if
-    the run were still in progress.
+    completed. A status command says this and exits with its `status` (1; 4 for an abort)
+    rather than show the last status as if the run were still in progress.
 
     Raises:
         CommandError: No such workflow (`no <what> <id>`).
@@ -208,16 +223,18 @@ async def ended_badly(client: Client, workflow_id: str, what: str) -> str | None
         ):
             if event.HasField("workflow_execution_terminated_event_attributes"):
                 reason = event.workflow_execution_terminated_event_attributes.reason
-                return f"{workflow_id} {word}: {reason or 'no reason given'}"
+                return ended_as(f"{workflow_id} {word}: {reason or 'no reason given'}")
     try:
         await run.result(follow_runs=False)
     except WorkflowFailureError as err:
+        aborted = abort_in_words(err)  # it names who aborted and why: "aborted by alice: ..."
+        if aborted is not None:
+            # "rollout of ns/x aborted by bob: ..." is said from "aborted by": the id names it
+            return ended_as(f"{workflow_id} {aborted}", exits.ABORTED)
         reason = root_cause(err) or "no reason given"
-        if isinstance(err.cause, ApplicationError) and matches(err.cause, OperationAborted, RolloutAborted):
-            word, reason = "was aborted", err.cause.message  # it names who aborted and why
     else:  # a race: it was reset and completed meanwhile
         return None
-    return f"{workflow_id} {word}: {reason}"
+    return ended_as(f"{workflow_id} {word}: {reason}")
 
 
 async def until_past(

@@ -44,6 +44,8 @@ from metalflow.devstack.demo_campaign import run_campaign_demo, site_of
 from metalflow.devstack.demo_rollout import run_rollout_demo
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.hosts import (
+    COMPLETED,
+    FAILED,
     HostRequestError,
     default_operator,
     follow_operation,
@@ -224,14 +226,13 @@ class _Requests:
         except HostRequestError as err:
             self.say(f"{prefix}refused: {err}")
             return False
-        ok, summary = await follow_operation(
+        ending, summary = await follow_operation(
             self.client, accepted.workflow_id, self.progress, key, host.host_id
         )
         status = await recorded_status(self.client, host.host_id, accepted.workflow_id)
-        self.progress.finish(
-            key, f"{summary if ok else 'FAILED: ' + summary}; boot generation {status.boot_generation}"
-        )
-        return ok
+        said = "FAILED: " + summary if ending == FAILED else summary  # an abort says "aborted by ..."
+        self.progress.finish(key, f"{said}; boot generation {status.boot_generation}")
+        return ending == COMPLETED
 
     async def instance(self, host_id: str, update: str) -> str:
         request = AssignInstanceRequest(instance=DEMO_INSTANCE, requested_by=self.operator)

@@ -42,6 +42,7 @@ from contracts.models.campaign import (
 from contracts.models.control import STATUS_QUERY
 from contracts.models.control import STATUS_QUERY as OPERATION_STATUS_QUERY
 from contracts.models.host import HostOperationStatus, OperationPolicy
+from contracts.wording import plural
 from metalflow.devstack.stack import DevStackConfig
 from metalflow.progress import Progress
 from metalflow.rollouts import root_cause
@@ -163,7 +164,9 @@ async def _start(
             id=workflow_id,
             task_queue=task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            static_summary=f"demo: campaign {DEMO_CAMPAIGN}, {DEMO_TARGET.describe()} {len(ids)} hosts",
+            static_summary=(
+                f"demo: campaign {DEMO_CAMPAIGN}, {DEMO_TARGET.describe()} {plural(len(ids), 'host')}"
+            ),
             search_attributes=TypedSearchAttributes(
                 [
                     SearchAttributePair(names.OPERATION, names.CAMPAIGN_OPERATION),

@@ -12,7 +12,7 @@ Events on or off.
 | host entity: `running <operation>` | `OperationStarted` (Normal) |
 | host entity: `awaiting-approval` | `NeedsApproval` (Normal) |
 | host entity: `maintenance-on`, `maintenance-off` | `MaintenanceOn`, `MaintenanceOff` (Normal) |
-| host reboot: `powering` | `PowerCycleIssued` (Normal) |
+| host reboot: `power-cycled` (reported once the BMC took the cycle) | `PowerCycleIssued` (Normal) |
 | host reboot: `waiting-for-manual-reboot` | `ManualRebootRequired` (Warning) |
 | host operation: `manual-intervention-required` | `ManualInterventionRequired` (Warning) |
 | any entity operation (a row's child): ended | `OperationSucceeded`, `OperationFailed`, `OperationAborted` |
@@ -22,9 +22,13 @@ Events on or off.
 | campaign: `halted` | `CampaignHalted` (Warning) |
 | rollout: `paused` | `RolloutPaused` (Warning) |
 
-`unplanned-reset` is no phase: the monitor reports it (and the entity its `maintenance-on` and
-`maintenance-off`: who, why, since when) (`workflows.kernel.report`) and stays in
-its phase. A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
+`unplanned-reset` and `power-cycled` are no phases: the monitor and the reboot report them (and
+the entity its `maintenance-on` and `maintenance-off`: who, why, since when)
+(`workflows.kernel.report`) and stay in their phase. A reboot reports `power-cycled` after its
+cycle (or ForceOff and On) returned, not on entering `powering`: a cycle the BMC refused (wrong
+credentials, unreachable) is no `PowerCycleIssued`, only the `ManualRebootRequired` or
+`ManualInterventionRequired` that follows; a cycle someone else made (`already_done`) neither.
+A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
 its PodCliqueSet. Failed and aborted endings are Warnings, the rest Normal; a manual
 intervention's note is its reason.
 
@@ -44,12 +48,13 @@ Events) is not written again: its `series` (`count`, `lastObservedTime`) is patc
 per `SERIES_PATCH_SECONDS` per series (the counts in between are folded into the next patch). A
 wait that is stuck and re-entered every few seconds costs one patch per 30 s, not an Event each.
 
-Guarantees: at most once per phase change (not on replay; a retried workflow task is recognised
-by run, phase and history length), best effort: the queue holds `QUEUE_SIZE` changes (client-go's
-`maxQueuedEvents`) and drops beyond; a write that fails is tried `WRITE_ATTEMPTS` times with a
-short pause, then dropped and counted; a worker that dies loses what it had queued. Emitting
-never fails or slows an operation: the workflow's only cost is a thread-safe hand-off, and
-every write has a 5 s limit on a thread of its own.
+Guarantees: at most once per phase change, and one Event per fact (`Facts`: not on replay; a
+retried workflow task is recognised by run, phase and history length, a run's ending by run and
+phase alone; an operation's start is not told again while it runs), best effort: the queue holds
+`QUEUE_SIZE` changes (client-go's `maxQueuedEvents`) and drops beyond; a write that fails is
+tried `WRITE_ATTEMPTS` times with a short pause, then dropped and counted; a worker that dies
+loses what it had queued. Emitting never fails or slows an operation: the workflow's only cost
+is a thread-safe hand-off, and every write has a 5 s limit on a thread of its own.
 
 Cost per host operation (a reprovision with one power cycle): 3 Events (started, power cycle,
 ended), each one `create` RPC to the API server, plus one `get` of the DPUNode per host at most
@@ -168,7 +173,7 @@ def describe(change: PhaseChange, dpf_namespace: str, parent_is_operation: bool 
         elif phase in MAINTENANCE_EVENTS:
             reason, action = (MAINTENANCE_EVENTS[phase], "Normal"), "Maintenance"
     elif kind == "HostRebootWorkflow":
-        if phase == "powering":
+        if phase == "power-cycled":  # reported once the BMC took it: a refused cycle is none
             reason, action = ("PowerCycleIssued", "Normal"), "PowerCycle"
         elif phase == "waiting-for-manual-reboot":
             reason, action = ("ManualRebootRequired", "Warning"), "PowerCycle"
@@ -225,6 +230,50 @@ def event_name(spec: EventSpec, now_ns: int) -> str:
     return f"{base}.{now_ns:x}"
 
 
+class Facts:
+    """Which phase changes are new facts, so each fact is one Event (one observation of it):
+
+    - a change seen before is not (a retried workflow task that ran its code again: the same
+      run, phase and history length, `PhaseChange.key`);
+    - a run ends once: its final phase (`ENDINGS`) is a fact once per run, whatever the history
+      length (a workflow task that failed or timed out after entering it runs again, with a
+      longer history; without this, one abort read `OperationAborted (x2)` and a host's
+      `OperationSucceeded` outnumbered its operations);
+    - an operation starts once: the host entity's `running <operation>` shown again for the same
+      request without leaving it (an instance assigned while it runs; its next run after
+      continue-as-new) is no new start.
+
+    Bounded: the last `SEEN_KEPT` changes and the last phase of as many workflows."""
+
+    def __init__(self, kept: int = SEEN_KEPT) -> None:
+        self._kept = kept
+        self._seen: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+        self._phase: OrderedDict[str, tuple[str, str]] = OrderedDict()  # workflow id -> last shown
+
+    def new(self, change: PhaseChange) -> bool:
+        """Whether `change` is a new fact (and remember it)."""
+        key = (change.run_id, change.phase, -1) if change.phase in ENDINGS else change.key
+        if key in self._seen:
+            return False
+        self._remember(self._seen, key, None)
+        # The entity's details: "<operation> (<id>) requested by <who>; <instance>": the part
+        # before ";" names the operation, the rest may change while it runs.
+        shown = (change.phase, change.details.split(";", 1)[0])
+        previous = self._phase.get(change.workflow_id)
+        self._remember(self._phase, change.workflow_id, shown)
+        return not (
+            change.workflow_type == "HostWorkflow"
+            and change.phase.startswith("running ")
+            and previous == shown
+        )
+
+    def _remember(self, kept: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        kept[key] = value
+        kept.move_to_end(key)
+        while len(kept) > self._kept:
+            kept.popitem(last=False)
+
+
 @dataclass
 class _Series:
     namespace: str
@@ -266,7 +315,7 @@ class Emitter:
         self._queue: asyncio.Queue[PhaseChange] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._seen: OrderedDict[tuple[str, str, int], None] = OrderedDict()
+        self._facts = Facts()
         self._series: OrderedDict[tuple[Any, ...], _Series] = OrderedDict()
         self._uids: dict[tuple[str, str, str], tuple[str | None, float]] = {}
         self._pending = 0
@@ -333,11 +382,8 @@ class Emitter:
 
     async def record(self, change: PhaseChange) -> None:
         """Turn one phase change into an Event (or a series patch, or nothing)."""
-        if change.key in self._seen:
+        if not self._facts.new(change):
             return
-        self._seen[change.key] = None
-        while len(self._seen) > SEEN_KEPT:
-            self._seen.popitem(last=False)
         spec = describe(change, self.settings.dpf_namespace, _inside_operation(change))
         if spec is None:
             return

@@ -29,7 +29,7 @@ import activities
 import workflows
 from activities import heartbeat
 from contracts import names
-from contracts.errors import InvalidInput
+from contracts.errors import InvalidInput, PermanentError
 from drivers.settings import Settings
 from drivers.site_file import SiteFileCache, SiteFileError
 from metalflow.client import connect
@@ -233,11 +233,26 @@ class _WorkflowTag(logging.Filter):
         return True
 
 
+class _ExpectedFailureInOneLine(logging.Filter):
+    """An activity that ended with one of metalflow's permanent errors (wrong BMC credentials, a
+    missing secret, bad input: the world's answer, raised on purpose with its cause in words) is
+    one line, `Completing activity as failed: BMCAuthenticationFailed: <why>`, not the SDK's
+    30-line traceback of the driver's internals. Other errors keep their traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, PermanentError):
+            record.msg = f"{record.getMessage()}: {error.type}: {error.message}"
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
+
+
 def configure_logging(level: int = logging.INFO) -> None:
     """The worker's log at INFO reads as a story: one line per step of each operation."""
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s%(workflow_tag)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_WorkflowTag())
+        handler.addFilter(_ExpectedFailureInOneLine())
     temporalio.workflow.logger.workflow_info_on_message = False
     temporalio.activity.logger.activity_info_on_message = False
     # A line per HTTP request (BMCs, the Kubernetes API) drowns the story of the operations.

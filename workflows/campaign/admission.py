@@ -50,7 +50,7 @@ from contracts.models.campaign import (
     SelectHostsResult,
 )
 from contracts.models.campaign_facts import SHOWN, strategy_refusal
-from contracts.wording import iso_z
+from contracts.wording import iso_z, plural
 
 ASSIGNED: Final = "instance assigned in the inventory; the campaign skips assigned hosts"
 PROVISION_HINT: Final = "provision it first (`metalflow host provision {host}`)"
@@ -176,7 +176,7 @@ def _selection_refusal(start: CampaignInput, selected: SelectHostsResult) -> str
     if selected.rule_breaks:
         return (
             f"{target.kind} {target.value} breaks the site's compatibility rule on "
-            f"{len(selected.rule_breaks)} DPUs: {named(selected.rule_breaks)}; "
+            f"{plural(len(selected.rule_breaks), 'DPU')}: {named(selected.rule_breaks)}; "
             "upgrade their BMC firmware first, or leave those hosts out"
         )
     return None
@@ -240,7 +240,7 @@ def _selects_others(
     others += list(facts.outside_named[: max(SHOWN - len(others), 0)])
     count = facts.outside + len(left)
     return (
-        f"DPUDeployment {facts.name} also selects {count} hosts the campaign does not run "
+        f"DPUDeployment {facts.name} also selects {plural(count, 'host')} the campaign does not run "
         f"({named(others, count)}): pointing it would turn them Outdated, and any reprovision of one "
         f"would install the new {field_name}; "
         + (

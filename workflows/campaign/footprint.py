@@ -106,7 +106,7 @@ class Footprint(kernel.Runbook):
             ClaimInput(
                 campaign_workflow_id=workflow.info().workflow_id, host_ids=ids, deployments=deployments
             ),
-            kernel.options(kernel.KUBE_WRITE, f"claim {len(ids)} hosts"),
+            kernel.options(kernel.KUBE_WRITE, f"claim {plural(len(ids), 'host')}"),
             abortable=False,
         )
         return claimed

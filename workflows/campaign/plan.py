@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from contracts.models.campaign import CampaignHost, FailureBudget, Limits, Window, zone
+from contracts.wording import plural
 
 MINUTES_PER_DAY = 1440
 
@@ -154,7 +155,9 @@ def describe_budget(budget: FailureBudget, failed: int, selected: int) -> str:
     allowed = budget.allowed(selected)
     if allowed is None:
         return f"{failed} failed; no limit"
-    share = f" ({budget.max_percent:g}% of {selected} hosts)" if budget.max_percent is not None else ""
+    share = (
+        f" ({budget.max_percent:g}% of {plural(selected, 'host')})" if budget.max_percent is not None else ""
+    )
     return f"{failed} failed; halts past {allowed}{share}"
 
 

@@ -189,7 +189,7 @@ class FirmwareWorkflow(kernel.Abortable):
 
     # -- steps -------------------------------------------------------------------------------------
     async def _resolve_inventory(self) -> HostInventory:
-        self.enter("resolving-inventory", f"inventory of {self._request.host_id}")
+        self.enter("resolving-inventory", f"the inventory's record of {self._request.host_id}")
         inventory: HostInventory = await self.call(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),

@@ -303,7 +303,7 @@ class HostOperationWorkflow(RebootRound):
     # -- the runbook's steps -----------------------------------------------------------------------
     async def _resolve_inventory(self) -> HostInventory:
         host_id = self.state.request.host_id
-        self.enter(RESOLVING, f"looking up {host_id}")
+        self.enter(RESOLVING, f"the inventory's record of {host_id}")  # "waiting for ..."
         inventory: HostInventory = await self.call(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=host_id),

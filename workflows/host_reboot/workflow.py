@@ -95,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
 
 POWERING = "powering"
+POWER_CYCLED = "power-cycled"  # reported (no phase) once the BMC took the cycle, never before
 WAITING_FOR_MANUAL_REBOOT = "waiting-for-manual-reboot"
 REBOOTED = "rebooted"
 STOP_POLL_SECONDS = 2.0  # how often a stop reads the BMC while power_cycle_host has not turned it off
@@ -151,6 +152,12 @@ class HostRebootWorkflow(kernel.Abortable):
                 raise BMCRebootFailed(why) from err
             return await self._wait_for_manual_reboot(why)
         self._cycled = True
+        if not self._already_done:  # the BMC took the cycle: the worker's `PowerCycleIssued` Event
+            kernel.report(
+                POWER_CYCLED,
+                f"power cycle ({method}) for generation {request.boot_generation}",
+                warning=False,
+            )
         if self.aborting:
             raise self.aborted()
         await self.finish(REBOOTED, f"generation {request.boot_generation} by {method}")

@@ -131,7 +131,7 @@ class HostRemovalWorkflow(kernel.Abortable):
     # No call here is cut short by an abort (`abortable=False`): one taken while the host is
     # resolved is acted on after it, before any delete, and none is taken once a delete is sent.
     async def _resolve_host(self) -> HostRef:
-        self.enter("resolving-inventory", f"inventory of {self._request.host_id}")
+        self.enter("resolving-inventory", f"the inventory's record of {self._request.host_id}")
         inventory = await self.call(
             activity_api.resolve_host_inventory,
             HostLookup(host_id=self._request.host_id),

@@ -9,6 +9,7 @@ What the run does now (`RolloutState.activity`) stays a decision of the state: t
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from contracts.models.grove import PCSRef, ProgressInput, RolloutResult, RolloutStatus
 from contracts.wording import plural
@@ -63,10 +64,13 @@ def progress(state: RolloutState, pcs: PCSRef, workflow_id: str, phase: str, *, 
     )
 
 
-def result(state: RolloutState, pcs: PCSRef, outcome: Outcome, now: datetime) -> RolloutResult:
+def result(
+    state: RolloutState, pcs: PCSRef, outcome: Outcome | Literal["aborted"], now: datetime, aborted: str = ""
+) -> RolloutResult:
     return RolloutResult(
         pcs=pcs,
         outcome=outcome,
+        aborted=aborted,
         target_hash=state.target_hash,
         steps=tuple(state.steps),
         steps_done=state.steps_done,

@@ -34,16 +34,17 @@ module is the runbook, top to bottom in `run`:
    rollout made it and where every minAvailable holds; paused, by the guard, `guard.py`), and
    (c) never ends with two versions: it completes (all new), rolls back, or, on `abort`, takes
    everything back to the previous version (the stuck step first, interrupted at once) and
-   fails with `RolloutAborted`. Paused, the world is guarded, not frozen. It deletes a pod only
-   once Grove patched the PodCliques to a version the rollout made (`settle`), never onto an
-   edit it did not make. The rules, as code: `invariants.py`.
+   completes `aborted` (an abort is asked for: no Failed run; the result says who and why).
+   Paused, the world is guarded, not frozen. It deletes a pod only once Grove patched the
+   PodCliques to a version the rollout made (`settle`), never onto an edit it did not make.
+   The rules, as code: `invariants.py`.
 5. A step that misses its deadline, a PodGang that stops serving, or a template edit by
    someone else (named field by field, with who made it, from managedFields) pauses the
    rollout until an operator decides: `resume` (go on; after a foreign edit the template as it
    now is becomes the target), `rollback` (restore: every clique written back as it was before
    the rollout, every PodGang rolled back to the recorded original under the same rules, then
    the edits someone else made put back into the template, dormant) or `abort` (the same, then
-   the run fails). An edit during a rollback pauses it too; `resume` restores again.
+   the run completes `aborted`). An edit during a rollback pauses it too; `resume` restores again.
    A PodCliqueSet switched to RollingRecreate mid-rollout is Grove's to roll: the rollout stops
    driving and ends `handed-to-grove`.
 6. However it ends (`to_the_end`), the watcher is cancelled and waited for, so the run has no
@@ -65,6 +66,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, NoReturn
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -267,6 +269,12 @@ class RolloutWorkflow(TemplateWrites):
             f"aborting ({self.phase}): the step in flight is interrupted and every PodGang is taken back to "
             f"{self.state.previous_hash or 'the previous template'}"
         )
+
+    def aborted_result(self, err: BaseException) -> RolloutResult:
+        """An abort completes the run (`kernel.Runbook.to_the_end`): every PodGang was taken back;
+        the result says who aborted, why and what is left."""
+        said = err.message if isinstance(err, ApplicationError) else str(err)
+        return views.result(self.state, self.pcs, "aborted", workflow.now(), aborted=said)
 
     def aborted(self, outcome: str = "", *details: Any) -> RolloutAborted:
         """The rollout's abort error (`RolloutAborted`): who, why, and what it leaves."""

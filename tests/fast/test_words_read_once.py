@@ -1,0 +1,91 @@
+"""Words and times (issue 38 item 7): every message read once, as English; ISO 8601 Z for every
+time printed; an expected failure logged as one line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+
+from contracts.errors import BMCAuthenticationFailed
+from contracts.models.campaign import FailureBudget
+from contracts.models.campaign_progress import DeploymentChange
+from metalflow.cli.campaign import list_lines
+from metalflow.cli.campaign_schedule import noted
+from metalflow.hosts import describe_operation, waiting_words
+from metalflow.runtime.worker import _ExpectedFailureInOneLine
+from workflows.campaign import plan
+
+REASON = "the BMC of host-002 rejected the credentials (BMCAuthenticationFailed: ... 401 NoValidSession)"
+AT = datetime(2026, 11, 29, 6, 30, 5, tzinfo=UTC)
+
+
+def test_a_manual_interventions_reason_is_said_once() -> None:
+    status = {
+        "phase": "manual-intervention-required",
+        "waiting_for": f"{REASON}. Answer with the update `retry`, `mark_rebooted` or `abort` (CLI)",
+        "manual_intervention_reason": REASON,
+        "power_cycles_issued": 0,
+    }
+    line = describe_operation(status)
+    assert line.count("rejected the credentials") == 1, line
+    assert "MANUAL INTERVENTION: the BMC of host-002" in line
+    assert waiting_words(status).startswith("an operator: answer with the update `retry`")
+    assert waiting_words({"waiting_for": "the DPUs Ready"}) == "the DPUs Ready"  # other waits as they are
+
+
+def test_one_host_is_one_host() -> None:
+    assert plan.describe_budget(FailureBudget(max_percent=50), 0, 1).endswith("(50% of 1 host)")
+    assert plan.describe_budget(FailureBudget(max_percent=10), 3, 100).endswith("(10% of 100 hosts)")
+
+
+def test_campaign_list_has_a_header_and_says_completed_once() -> None:
+    lines = list_lines(
+        [("campaign/a", "completed", "completed", AT), ("campaign/b", "completed", "aborted", AT)]
+    )
+    assert lines == [
+        "CAMPAIGN\tRUN\tPHASE\tSTARTED",
+        "campaign/a\tcompleted\t-\t2026-11-29T06:30:05Z",
+        "campaign/b\tcompleted\taborted\t2026-11-29T06:30:05Z",
+    ]
+
+
+def test_pausing_a_schedule_keeps_its_description() -> None:
+    made = "created by alice with `metalflow campaign schedule`: bfb bf-2 on group rack7"
+    paused = noted(made, "pause", "bob")
+    assert paused == f"{made}; paused by bob"
+    assert noted(paused, "unpause", "carol") == f"{made}; unpaused by carol"  # not piled up
+    assert noted("", "pause", "bob") == "paused by bob"
+
+
+def test_a_deployment_change_tells_its_times_in_iso_8601_z() -> None:
+    change = DeploymentChange(
+        deployment="fleet", field="bfb", previous="bf-1", value="bf-2", role="fleet", pointed_at=AT
+    )
+    assert change.describe() == "fleet DPUDeployment fleet bfb bf-1 -> bf-2: pointed 2026-11-29T06:30:05Z"
+    restored = change.model_copy(update={"restored_at": AT})
+    assert "restored 2026-11-29T06:30:05Z" in restored.describe()
+
+
+def test_an_expected_activity_failure_is_one_line_in_the_worker_log() -> None:
+    try:
+        raise BMCAuthenticationFailed(REASON)
+    except BMCAuthenticationFailed:
+        exc_info = sys.exc_info()
+    record = logging.LogRecord(
+        "temporalio.activity", logging.WARNING, __file__, 1, "Completing activity as failed", None, exc_info
+    )
+    assert _ExpectedFailureInOneLine().filter(record)
+    said = logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record)
+    assert (
+        said
+        == f"WARNING temporalio.activity: Completing activity as failed: BMCAuthenticationFailed: {REASON}"
+    )
+    try:
+        raise RuntimeError("a bug")
+    except RuntimeError:
+        bug = logging.LogRecord(
+            "temporalio.activity", logging.WARNING, __file__, 1, "failed", None, sys.exc_info()
+        )
+    assert _ExpectedFailureInOneLine().filter(bug)
+    assert "Traceback" in logging.Formatter().format(bug)  # a bug keeps its traceback
