@@ -75,8 +75,9 @@ class PowerCustody(BaseModel):
         """A person answered `retry`: power-on attempts afresh."""
         self.refused, self.handed_over = 0, False
 
-    def hand_over_words(self, *, confirm: bool = False) -> str:
-        """The manual-intervention phase's details: the host is OFF, why, and every way on."""
+    def hand_over_words(self, *, then: str = "goes on", confirm: bool = False) -> str:
+        """The manual-intervention phase's details: the host is OFF, why, and every way on
+        (`then`: what the run does once a retry powered the host on)."""
         host = self.host_id
         confirmed = ""
         if confirm:
@@ -87,7 +88,7 @@ class PowerCustody(BaseModel):
         return (
             f"the host {host} {HOST_IS_OFF}: metalflow turned it off ({self.off_by}) and could not "
             f"power it back on after {self.refused} attempts: {self.cause}. Fix the BMC, then "
-            f"`metalflow host retry {host}` (powers it on and goes on){confirmed}, or "
+            f"`metalflow host retry {host}` (powers it on and {then}){confirmed}, or "
             f"`metalflow host abort {host}` (the run ends; the host stays OFF)"
         )
 
