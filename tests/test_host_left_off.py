@@ -11,7 +11,9 @@ whose status says "the host ... is OFF" and offers `metalflow host retry` and a 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,14 +23,18 @@ from host_operation_support import worker_for
 from sim_support import RunningSim, prefixed_sim
 from temporalio.testing import WorkflowEnvironment
 
+from metalflow.hosts import operation_progress
+
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
-REBOOT_HOST = "off-002"  # profile no-powercycle: a reboot is ForceOff, then On
+# Profile no-powercycle (the site's rotation gives it to hosts 2 and 7): a reboot is ForceOff,
+# then On. One host per reboot test: each test starts from an entity of its own.
+REBOOT_HOST, ABORTED_HOST = "off-002", "off-007"
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=2, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+        tmp_path_factory.mktemp("sim"), "off", hosts=7, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -46,22 +52,30 @@ def _power(sim: RunningSim, host: str) -> list[tuple[str, str]]:
 async def _until(
     env: WorkflowEnvironment, host: str, done: Any, what: str, seconds: float = 30
 ) -> dict[str, Any]:
+    """Poll what `host status --json` shows (the operation's phase and details under `words`,
+    a reboot's from its Phase and current details as the command reads them) until `done`."""
     shown: dict[str, Any] = {}
     for _ in range(int(seconds / 0.2)):
         shown = await shown_state(env, host)
+        operation, current = shown["operation"], shown["host"]["current"]
+        shown["words"] = ""
+        if operation:
+            shown["words"] = f"{operation.get('phase')}: {operation.get('waiting_for')}"
+        elif current is not None and current["outcome"] == "running":
+            seen = await operation_progress(env.client, current["workflow_id"], host)
+            shown["words"] = "" if seen is None else f"{seen.phase}: {seen.details}"
         if done(shown):
             return shown
         await asyncio.sleep(0.2)
     raise AssertionError(f"{host} never {what}: {shown}")
 
 
-def _waiting_words(shown: dict[str, Any]) -> str:
-    operation = shown["operation"] or {}
-    return f"{operation.get('phase')}: {operation.get('waiting_for')}"
-
-
 def _handed_over(shown: dict[str, Any]) -> bool:
-    return "is OFF" in _waiting_words(shown)
+    return "is OFF" in shown["words"]
+
+
+def _ended(shown: dict[str, Any]) -> bool:
+    return shown["host"]["current"] is None
 
 
 async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host_off_to_a_person(
@@ -79,8 +93,7 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
                 local_env, "host", "reset", host, "--both", "--by", "alice@test", "--task-queue", task_queue
             )
             assert started.status == 0, started.stdout + started.stderr
-            shown = await _until(local_env, host, _handed_over, "said the host is OFF")
-            words = _waiting_words(shown)
+            words = (await _until(local_env, host, _handed_over, "said the host is OFF"))["words"]
             assert words.startswith("manual-intervention-required: "), words
             assert f"the host {host} is OFF: metalflow turned it off (ForceOff of {host}" in words, words
             assert "BMCAuthenticationFailed" in words and "after 3 attempts" in words, words
@@ -94,10 +107,85 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
                 local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
             )
             assert retried.status == 0, retried.stdout + retried.stderr
-            shown = await _until(local_env, host, lambda s: s["host"]["current"] is None, "ended the reset")
+            shown = await _until(local_env, host, _ended, "ended the reset")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert outcome.startswith("failed: BMC") and " 401 " in outcome, outcome  # the cause, in words
         assert outcome.endswith("Done: nothing was reset; the host is on"), outcome
         assert _power(sim, host)[-1] == ("On", "On")
     finally:
         _fault(sim, host, "clear")
+
+
+async def test_a_reboot_with_the_host_off_takes_host_rebooted_only_once_it_is_on_and_retry_powers_it_on(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case c: before, the reboot waited for a manual reboot with the host off, `host retry` was
+    refused (the reboot had no retry) and `host-rebooted` completed it with the host still off.
+    Now `host-rebooted` is refused while the BMC shows Off, and `retry` powers it on."""
+    host = REBOOT_HOST
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            await _until(local_env, host, _handed_over, "said the host is OFF")
+            _fault(sim, host, "clear")  # the password is fixed; the host is still off
+            said = await metalflow(
+                local_env, "host-rebooted", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert said.status == 1, said.stdout + said.stderr
+            assert "is still OFF" in said.stderr and "PowerState Off" in said.stderr, said.stderr
+            retried = await metalflow(
+                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert retried.status == 0, retried.stdout + retried.stderr
+            shown = await _until(local_env, host, _ended, "ended the reboot")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome == "completed", outcome
+        assert _power(sim, host)[-1] == ("On", "On")
+    finally:
+        _fault(sim, host, "clear")
+
+
+async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case b: before, the abort said "the host was not rebooted by metalflow" although metalflow
+    had sent the ForceOff, and the host stayed off with no warning. Now the reboot's status says
+    the host is OFF and offers retry, and the abort ends it saying the host is OFF."""
+    host = ABORTED_HOST
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            words = (await _until(local_env, host, _handed_over, "said the host is OFF"))["words"]
+            assert words.startswith("manual-intervention-required: "), words
+            assert f"the host {host} is OFF: metalflow turned it off (" in words, words
+            assert f"`metalflow host retry {host}`" in words and f"`metalflow host-rebooted {host}`" in words
+            aborted = await metalflow(
+                local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            shown = await _until(local_env, host, _ended, "ended the reboot")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert "not rebooted by metalflow" not in outcome, outcome
+        assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
+
+
+async def _power_on_by_hand(sim: RunningSim, host_id: str) -> None:
+    """What the person the status spoke to does: On at the BMC (the next test starts with it On)."""
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
+        await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": "On"})

@@ -49,8 +49,9 @@ DECISIONS = {
         RETRY_UPDATE,
         "start the stuck wait over (in manual-intervention-required)",
         "Answer `retry` to the operation in flight on HOST: it starts the wait that escalated over, "
-        "with its retries counted afresh. Accepted only while the operation is in "
-        "manual-intervention-required.",
+        "with its retries counted afresh; a host the operation turned off and could not power on "
+        "(its status says the host is OFF) is powered on again. Accepted only while the operation "
+        "waits for a person (manual-intervention-required, or a reboot's manual wait).",
     ),
     "abort": (
         ABORT_UPDATE,
