@@ -26,15 +26,17 @@ from temporalio.testing import WorkflowEnvironment
 from metalflow.hosts import operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
-# Profile no-powercycle (the site's rotation gives it to hosts 2 and 7): a reboot is ForceOff,
+# Profile no-powercycle (the site's rotation gives it to hosts 2, 7 and 12): a reboot is ForceOff,
 # then On. One host per reboot test: each test starts from an entity of its own.
-REBOOT_HOST, ABORTED_HOST = "off-002", "off-007"
+REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST = "off-002", "off-007", "off-012"
+TARGET = "32.45.1020"
+IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=7, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+        tmp_path_factory.mktemp("sim"), "off", hosts=12, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -179,6 +181,47 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
     finally:
         _fault(sim, host, "clear")
         await _power_on_by_hand(sim, host)
+
+
+async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_takes_retry(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case d: before, the firmware run showed "power-cycling" with no cause, and `retry` (and
+    abort) were refused. Now `host status` shows what its reboot waits for (the host is OFF),
+    and `host retry` reaches that reboot: On, and the firmware run completes."""
+    host = FIRMWARE_HOST
+    reboot = f"reboot/{host}/generation-1"
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE,
+                "--by", "alice@test", "--task-queue", task_queue,
+            )  # fmt: skip
+            assert started.status == 0, started.stdout + started.stderr
+            for _ in range(150):
+                seen = await operation_progress(local_env.client, reboot, host)
+                if seen is not None and "is OFF" in seen.details:
+                    break
+                await asyncio.sleep(0.2)
+            status = await metalflow(local_env, "host", "status", host)
+            assert "power-cycling" in status.stdout, status.stdout
+            assert (
+                f"its reboot {reboot}: manual-intervention-required: the host {host} is OFF" in status.stdout
+            )
+            assert f"metalflow host retry {host}" in status.stdout, status.stdout
+
+            _fault(sim, host, "clear")
+            retried = await metalflow(
+                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert retried.status == 0, retried.stdout + retried.stderr
+            assert reboot in retried.stdout, retried.stdout
+            shown = await _until(local_env, host, _ended, "ended the firmware run")
+        assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
+        assert _power(sim, host)[-1] == ("On", "On")
+    finally:
+        _fault(sim, host, "clear")
 
 
 async def _power_on_by_hand(sim: RunningSim, host_id: str) -> None:

@@ -107,16 +107,43 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
     await require_worker(client, args.task_queue)
     handle = client.get_workflow_handle(current.workflow_id)
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    target = current.workflow_id
     try:
         answer = await handle.execute_update(args.update, request, result_type=OperatorAnswer)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-        raise HostRequestError(
-            f"{current.workflow_id} ({current.operation}) refused `{args.update}`: {why}"
-        ) from None
-    print(terminal_safe(f"{args.host}: {current.workflow_id}: {answer.message}"), flush=True)
+        reboot = None
+        if args.update == RETRY_UPDATE and "not found" in why and RETRY_UPDATE in why:
+            reboot = await _reboot_in_flight(client, args.host, current.workflow_id)
+        if reboot is None:
+            raise HostRequestError(
+                f"{current.workflow_id} ({current.operation}) refused `{args.update}`: {why}"
+            ) from None
+        # An operation without `retry` (firmware) waits on its reboot: that one waits for a person.
+        target = reboot
+        answer = await _answer(client, reboot, args.update, request)
+    print(terminal_safe(f"{args.host}: {target}: {answer.message}"), flush=True)
     return EXIT_OK if answer.accepted else EXIT_FAILED
+
+
+async def _reboot_in_flight(client: Client, host: str, workflow_id: str) -> str | None:
+    """The reboot an operation without the update waits on (its status' boot generation), if it runs."""
+    status = await operation_status(client, workflow_id) or {}
+    reboot = names.host_reboot_workflow_id(host, int(status.get("boot_generation") or 0) or 1)
+    return reboot if await _runs(client, reboot) else None
+
+
+async def _answer(client: Client, workflow_id: str, update: str, request: OperatorRequest) -> OperatorAnswer:
+    try:
+        answer: OperatorAnswer = await client.get_workflow_handle(workflow_id).execute_update(
+            update, request, result_type=OperatorAnswer
+        )
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        raise HostRequestError(f"{workflow_id} refused `{update}`: {why}") from None
+    return answer
 
 
 async def _withdraw(client: Client, args: argparse.Namespace, current: OperationRecord) -> int:
