@@ -26,9 +26,9 @@ from temporalio.testing import WorkflowEnvironment
 from metalflow.hosts import operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
-# Profile no-powercycle (the site's rotation gives it to hosts 2, 7 and 12): a reboot is ForceOff,
+# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12 and 17): a reboot is ForceOff,
 # then On. One host per reboot test: each test starts from an entity of its own.
-REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST = "off-002", "off-007", "off-012"
+REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
@@ -36,7 +36,7 @@ IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=12, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+        tmp_path_factory.mktemp("sim"), "off", hosts=17, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -116,6 +116,31 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
         assert _power(sim, host)[-1] == ("On", "On")
     finally:
         _fault(sim, host, "clear")
+
+
+async def test_a_host_reset_whose_reboot_left_the_host_off_ends_saying_so(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """`host reset --host`: its reboot (which escalates a BMC failure to its caller) tried On
+    after its backoff, then failed saying the host is OFF; the reset's end says the same, not
+    "the host is on" as before."""
+    host = HOST_ONLY
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reset", host, "--host", "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            shown = await _until(local_env, host, _ended, "ended the reset")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("failed: BMCRebootFailed: "), outcome
+        assert "the host is on" not in outcome, outcome
+        assert outcome.endswith(f"the host {host} is OFF: its reboot could not power it back on"), outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
 
 
 async def test_a_reboot_with_the_host_off_takes_host_rebooted_only_once_it_is_on_and_retry_powers_it_on(

@@ -101,7 +101,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
-    from workflows.parts.host_power import PowerCustody
+    from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
     from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
     from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds
 
@@ -387,11 +387,14 @@ class HostResetWorkflow(kernel.Abortable):
     async def _clean_up(self, err: BaseException) -> str:
         """What an early end leaves: a host this run turned off was powered on in its lease slot
         already (`_full_reset`), one it could not power on is named; a reboot stopped midway
-        powered the host back on first (it is named with what was done)."""
+        powered the host back on first (it is named with what was done); a `--host` reboot that
+        failed with the host off (`BMCRebootFailed`, "is OFF") is not called on."""
         stopped = await self._reboots.stop()
         if stopped is not None:
             self._resets.append(f"{self._rebooted(stopped)}, stopped (the host is on again)")
         left = self._power.left()
+        if not self._power.is_off and HOST_IS_OFF in cause_in_words(err):
+            left = f"the host {self._request.host_id} {HOST_IS_OFF}: its reboot could not power it back on"
         done = "; ".join(self._resets) or "nothing was reset"
         return f"Done: {done}; {left}"
 
