@@ -26,9 +26,10 @@ from temporalio.testing import WorkflowEnvironment
 from metalflow.hosts import operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
-# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12 and 17): a reboot is ForceOff,
+# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, 17 and 22): a reboot is ForceOff,
 # then On. One host per reboot test: each test starts from an entity of its own.
 REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
+FIRMWARE_ABORTED = "off-022"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
@@ -36,7 +37,7 @@ IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=17, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+        tmp_path_factory.mktemp("sim"), "off", hosts=22, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -247,6 +248,43 @@ async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_ta
         assert _power(sim, host)[-1] == ("On", "On")
     finally:
         _fault(sim, host, "clear")
+
+
+async def test_a_firmware_run_whose_reboot_waits_with_the_host_off_can_be_aborted(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case d, the way out: before, `host abort` was refused once the power cycle had started,
+    with the host off. Now it reaches the reboot that waits for a person: the reboot ends saying
+    the host is OFF, and so does the firmware run's end."""
+    host = FIRMWARE_ABORTED
+    reboot = f"reboot/{host}/generation-1"
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE,
+                "--by", "alice@test", "--task-queue", task_queue,
+            )  # fmt: skip
+            assert started.status == 0, started.stdout + started.stderr
+            for _ in range(150):
+                seen = await operation_progress(local_env.client, reboot, host)
+                if seen is not None and "is OFF" in seen.details:
+                    break
+                await asyncio.sleep(0.2)
+            aborted = await metalflow(
+                local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            assert reboot in aborted.stdout, aborted.stdout
+            shown = await _until(local_env, host, _ended, "ended the firmware run")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("aborted by bob@test: "), outcome
+        assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert "ended with the host OFF" in outcome and "completes on its own" not in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
 
 
 async def _power_on_by_hand(sim: RunningSim, host_id: str) -> None:

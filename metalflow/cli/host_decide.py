@@ -8,6 +8,9 @@ validators decide whether the answer fits now (e.g. `retry` only in manual-inter
 a refusal is printed as the workflow words it, and exits 1. `abort` of a request awaiting
 approval (nothing started yet) sends the entity's `withdraw` of that request instead
 (`what_abort_reaches`): every pending request can be withdrawn from here.
+An operation that waits on its reboot (firmware) and has no `retry`, or refuses `abort` once its
+power cycle started, passes them to that reboot (`reboot/<host>/generation-<n>`, its status'
+generation) when it runs (an abort: while it waits for a person, e.g. with the host OFF).
 
 `host-rebooted` sends the update `host_rebooted` (not the older signal, which cannot answer): the
 operation's validator refuses it, naming what the operation waits for, unless a reboot is awaited.
@@ -32,6 +35,7 @@ from contracts import names
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     HOST_REBOOTED_UPDATE,
+    MANUAL_INTERVENTION_REQUIRED,
     MARK_REBOOTED_UPDATE,
     WITHDRAW_UPDATE,
     OperationRecord,
@@ -39,10 +43,17 @@ from contracts.models.host import (
 )
 from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
 from metalflow.cli import exits
-from metalflow.hosts import HostRequestError, host_status, operation_status, require_worker
+from metalflow.hosts import (
+    HostRequestError,
+    host_status,
+    operation_progress,
+    operation_status,
+    require_worker,
+)
 from workflows.host.state import WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
+PERSON_PHASES = (MANUAL_INTERVENTION_REQUIRED, "waiting-for-manual-reboot")  # a reboot waiting for a person
 EXIT_OK, EXIT_FAILED = exits.OK, exits.FAILED
 DECISIONS = {
     "retry": (
@@ -116,6 +127,10 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
         reboot = None
         if args.update == RETRY_UPDATE and "not found" in why and RETRY_UPDATE in why:
             reboot = await _reboot_in_flight(client, args.host, current.workflow_id)
+        elif args.update == ABORT_UPDATE and current.operation != names.REBOOT:
+            # An operation that refuses abort once its power cycle started (firmware) while that
+            # reboot waits for a person: the reboot is what can be stopped (it says the host is OFF).
+            reboot = await _reboot_in_flight(client, args.host, current.workflow_id, person=True)
         if reboot is None:
             raise HostRequestError(
                 f"{current.workflow_id} ({current.operation}) refused `{args.update}`: {why}"
@@ -127,11 +142,20 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK if answer.accepted else EXIT_FAILED
 
 
-async def _reboot_in_flight(client: Client, host: str, workflow_id: str) -> str | None:
-    """The reboot an operation without the update waits on (its status' boot generation), if it runs."""
+async def _reboot_in_flight(
+    client: Client, host: str, workflow_id: str, *, person: bool = False
+) -> str | None:
+    """The reboot an operation without the update waits on (its status' boot generation), if it
+    runs (`person`: and waits for a person)."""
     status = await operation_status(client, workflow_id) or {}
     reboot = names.host_reboot_workflow_id(host, int(status.get("boot_generation") or 0) or 1)
-    return reboot if await _runs(client, reboot) else None
+    if not await _runs(client, reboot):
+        return None
+    if person:
+        seen = await operation_progress(client, reboot, host)
+        if seen is None or seen.phase not in PERSON_PHASES:
+            return None
+    return reboot
 
 
 async def _answer(client: Client, workflow_id: str, update: str, request: OperatorRequest) -> OperatorAnswer:
