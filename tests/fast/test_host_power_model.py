@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from activities.redfish.power import with_step
 from contracts.converter import DATA_CONVERTER
+from contracts.errors import BMCAuthenticationFailed
+from workflows.host_reboot.failure import off_step
 from workflows.parts.host_power import (
     HOST_IS_OFF,
     POWER_ON_RETRY_DELAYS,
@@ -178,3 +182,19 @@ def test_the_words_a_person_gets() -> None:
     assert custody.confirmation_refusal("On") is None
     custody.seen_on()
     assert custody.left() == "the host is on" and custody.confirmation_refusal("Off") is None
+
+
+@pytest.mark.parametrize(
+    ("step", "off"),
+    [("started", False), ("off_requested", True), ("off_reached", True), ("on_requested", True),
+     ("cycle_requested", False), ("done", False)],
+)  # fmt: skip
+def test_a_failed_power_cycle_says_whether_it_may_have_left_the_host_off(step: str, off: bool) -> None:
+    """The reboot knows the host is off by its hand from the step the failed cycle had reached
+    (`activities/redfish/power.py` `with_step`, read by `off_step`): after its ForceOff, not
+    before it, nor a PowerCycle the BMC completes itself."""
+    refused = BMCAuthenticationFailed("BMC host-002: ... answered 401")
+    carried = with_step(refused, step)
+    assert (carried.type, carried.message, carried.non_retryable) == (refused.type, refused.message, True)
+    assert off_step(carried) == (step if off else None)
+    assert off_step(refused) is None
