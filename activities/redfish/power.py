@@ -13,11 +13,13 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import HeartbeatGate, heartbeating, wait_until_recorded
 from activities.redfish.access import BMCSource, current_access
 from contracts.models.inventory import BMCAccess
 from contracts.models.redfish import (
+    POWER_CYCLE_STEP,
     GracefulShutdownInput,
     GracefulShutdownResult,
     PowerCycleInput,
@@ -57,6 +59,19 @@ def _read_back(
     except RuntimeError:
         return None
     return lambda progress, within: wait_until_recorded(progress, within_seconds=within, what=what, beat=beat)
+
+
+def with_step(err: ApplicationError, step: str) -> ApplicationError:
+    """`err` (same type, message, retry flags) with the power cycle's step in its details."""
+    return ApplicationError(
+        err.message,
+        *err.details,
+        {POWER_CYCLE_STEP: step},
+        type=err.type,
+        non_retryable=err.non_retryable,
+        next_retry_delay=err.next_retry_delay,
+        category=err.category,
+    )
 
 
 def resumed_progress(details: Any) -> PowerCycleProgress | None:
@@ -130,4 +145,7 @@ class PowerActivities:
             # timeout: beat from the background with the latest progress meanwhile. Not at once:
             # the first step recorded then goes out unthrottled (see `heartbeating`).
             async with heartbeating(lambda: (cycle.progress,), first_beat_at_once=False):
-                return await cycle.run()
+                try:
+                    return await cycle.run()
+                except ApplicationError as err:
+                    raise with_step(err, cycle.progress.step) from err

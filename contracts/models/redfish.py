@@ -4,7 +4,7 @@ named by `BMCAccess`, whose credentials are a reference the activity resolves.""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -71,6 +71,13 @@ class SetPowerResult(_Frozen):
     finished_at: datetime
     # Seconds from the reset being accepted to PowerState showing its target (the BMC's lag).
     lag_seconds: float | None = None
+
+
+POWER_CYCLE_STEP: Final = "power_cycle_step"
+"""The key of the detail a failed `power_cycle_host` adds to its error: the step it had reached
+(`off_requested`, `off_reached`, `on_requested`: the host may be off by its hand), so the reboot
+knows to power the host on or say it is OFF (`workflows/parts/host_power.py`)."""
+STEPS_HOST_MAY_BE_OFF: Final = frozenset({"off_requested", "off_reached", "on_requested"})
 
 
 class PowerCycleProgress(_Frozen):

@@ -8,6 +8,9 @@ validators decide whether the answer fits now (e.g. `retry` only in manual-inter
 a refusal is printed as the workflow words it, and exits 1. `abort` of a request awaiting
 approval (nothing started yet) sends the entity's `withdraw` of that request instead
 (`what_abort_reaches`): every pending request can be withdrawn from here.
+An operation that waits on its reboot (firmware) and has no `retry`, or refuses `abort` once its
+power cycle started, passes them to that reboot (`reboot/<host>/generation-<n>`, its status'
+generation) when it runs (an abort: while it waits for a person, e.g. with the host OFF).
 
 `host-rebooted` sends the update `host_rebooted` (not the older signal, which cannot answer): the
 operation's validator refuses it, naming what the operation waits for, unless a reboot is awaited.
@@ -32,6 +35,7 @@ from contracts import names
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     HOST_REBOOTED_UPDATE,
+    MANUAL_INTERVENTION_REQUIRED,
     MARK_REBOOTED_UPDATE,
     WITHDRAW_UPDATE,
     OperationRecord,
@@ -39,18 +43,26 @@ from contracts.models.host import (
 )
 from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
 from metalflow.cli import exits
-from metalflow.hosts import HostRequestError, host_status, operation_status, require_worker
+from metalflow.hosts import (
+    HostRequestError,
+    host_status,
+    operation_progress,
+    operation_status,
+    require_worker,
+)
 from workflows.host.state import WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
+PERSON_PHASES = (MANUAL_INTERVENTION_REQUIRED, "waiting-for-manual-reboot")  # a reboot waiting for a person
 EXIT_OK, EXIT_FAILED = exits.OK, exits.FAILED
 DECISIONS = {
     "retry": (
         RETRY_UPDATE,
         "start the stuck wait over (in manual-intervention-required)",
         "Answer `retry` to the operation in flight on HOST: it starts the wait that escalated over, "
-        "with its retries counted afresh. Accepted only while the operation is in "
-        "manual-intervention-required.",
+        "with its retries counted afresh; a host the operation turned off and could not power on "
+        "(its status says the host is OFF) is powered on again. Accepted only while the operation "
+        "waits for a person (manual-intervention-required, or a reboot's manual wait).",
     ),
     "abort": (
         ABORT_UPDATE,
@@ -106,16 +118,56 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
     await require_worker(client, args.task_queue)
     handle = client.get_workflow_handle(current.workflow_id)
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    target = current.workflow_id
     try:
         answer = await handle.execute_update(args.update, request, result_type=OperatorAnswer)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-        raise HostRequestError(
-            f"{current.workflow_id} ({current.operation}) refused `{args.update}`: {why}"
-        ) from None
-    print(terminal_safe(f"{args.host}: {current.workflow_id}: {answer.message}"), flush=True)
+        reboot = None
+        if args.update == RETRY_UPDATE and "not found" in why and RETRY_UPDATE in why:
+            reboot = await _reboot_in_flight(client, args.host, current.workflow_id)
+        elif args.update == ABORT_UPDATE and current.operation != names.REBOOT:
+            # An operation that refuses abort once its power cycle started (firmware) while that
+            # reboot waits for a person: the reboot is what can be stopped (it says the host is OFF).
+            reboot = await _reboot_in_flight(client, args.host, current.workflow_id, person=True)
+        if reboot is None:
+            raise HostRequestError(
+                f"{current.workflow_id} ({current.operation}) refused `{args.update}`: {why}"
+            ) from None
+        # An operation without `retry` (firmware) waits on its reboot: that one waits for a person.
+        target = reboot
+        answer = await _answer(client, reboot, args.update, request)
+    print(terminal_safe(f"{args.host}: {target}: {answer.message}"), flush=True)
     return EXIT_OK if answer.accepted else EXIT_FAILED
+
+
+async def _reboot_in_flight(
+    client: Client, host: str, workflow_id: str, *, person: bool = False
+) -> str | None:
+    """The reboot an operation without the update waits on (its status' boot generation), if it
+    runs (`person`: and waits for a person)."""
+    status = await operation_status(client, workflow_id) or {}
+    reboot = names.host_reboot_workflow_id(host, int(status.get("boot_generation") or 0) or 1)
+    if not await _runs(client, reboot):
+        return None
+    if person:
+        seen = await operation_progress(client, reboot, host)
+        if seen is None or seen.phase not in PERSON_PHASES:
+            return None
+    return reboot
+
+
+async def _answer(client: Client, workflow_id: str, update: str, request: OperatorRequest) -> OperatorAnswer:
+    try:
+        answer: OperatorAnswer = await client.get_workflow_handle(workflow_id).execute_update(
+            update, request, result_type=OperatorAnswer
+        )
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        raise HostRequestError(f"{workflow_id} refused `{update}`: {why}") from None
+    return answer
 
 
 async def _withdraw(client: Client, args: argparse.Namespace, current: OperationRecord) -> int:

@@ -17,7 +17,9 @@ Abort (update `abort`) is accepted until the power cycle starts: the run ends wi
 the version asked for and become running at the host's next power cycle, whoever causes it (a
 later firmware run finds them `already_staged` and does not stage again). After the power cycle
 has started abort is refused: the cycle completes on its own (the child is abandoned, never
-cancelled halfway, so a host is never left Off). Stages in flight at an abort or a cancel are cancelled and
+cancelled halfway, so a host is never left Off; a reboot that could not power the host back on
+waits for a person, and `metalflow host retry|abort HOST` reach it: an abort's end says the host
+is OFF). Stages in flight at an abort or a cancel are cancelled and
 waited for (until their next heartbeat: at most a third of their 60 s heartbeat timeout), so
 the ended run shows no pending activity.
 
@@ -57,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         OperationAborted,
         PhaseTimeout,
         WorkflowError,
+        cause_in_words,
     )
     from contracts.models.control import STATUS_QUERY
     from contracts.models.dpf import (
@@ -86,6 +89,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
     from workflows.parts.dpf_watch import DPFWatch
+    from workflows.parts.host_power import HOST_IS_OFF
     from workflows.parts.reboot_rounds import ABANDON, RebootRounds
 
 
@@ -156,7 +160,9 @@ class FirmwareWorkflow(kernel.Abortable):
         await asyncio.gather(*self._stage_tasks, return_exceptions=True)
         staged = sorted(d for d, p in self._dpus.items() if p.outcome in ("staged", "already_staged"))
         left = f"staged on {', '.join(staged)}" if staged else "nothing staged"
-        if self._power_cycle_started:
+        if self._power_cycle_started and HOST_IS_OFF in cause_in_words(err):
+            left += f"; its power cycle to generation {self._generation} ended with the host OFF"
+        elif self._power_cycle_started:
             left += f"; the power cycle to generation {self._generation} completes on its own"
         return f"Left behind: {left}"
 

@@ -11,7 +11,13 @@ Cost: none beyond the string (pure function, no I/O).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutError
+
+from contracts.errors import first_application_error
+from contracts.models.host import HostRebootInput
+from contracts.models.redfish import POWER_CYCLE_STEP, STEPS_HOST_MAY_BE_OFF
 
 _UNREACHABLE_MARKS = ("cannot reach", "timed out")
 
@@ -41,3 +47,22 @@ def bmc_failure_reason(host_id: str, err: FailureError) -> str:
     else:
         what = "could not reboot it"
     return f"the BMC of {host_id} {what} ({kind}: {message})"
+
+
+def off_step(err: FailureError) -> str | None:
+    """The step a failed power cycle had reached when it may have left the host off
+    (`off_requested`, `off_reached`, `on_requested`: the activity's detail `POWER_CYCLE_STEP`),
+    else None (it failed before any ForceOff, or it was a PowerCycle the BMC completes itself)."""
+    found = first_application_error(err)
+    for detail in found.details if found is not None else ():
+        if isinstance(detail, dict) and detail.get(POWER_CYCLE_STEP) in STEPS_HOST_MAY_BE_OFF:
+            return str(detail[POWER_CYCLE_STEP])
+    return None
+
+
+def owed_since(request: HostRebootInput, started: datetime) -> datetime:
+    """Since when the reboot is owed: the caller's `owed_since` (when DPF asked) if earlier than
+    this run's start. A first attempt that finds the host reset after it takes that reset as
+    this reboot (`powercycle`, `already_done`): an unplanned reset is never followed by a second."""
+    owed = request.owed_since
+    return owed if owed is not None and owed < started else started

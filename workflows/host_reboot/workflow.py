@@ -10,10 +10,13 @@ Runbook:
    else made since then count as this reboot (`already_done`: nothing sent).
 2. Method `manual`, or the BMC path failed for good (unreachable after the activity's retries,
    bad credentials, a rejected reset): wait for the update `host_rebooted` (or `mark_rebooted`,
-   or the older signal `host_rebooted`) from whoever rebooted the host; the Phase says so, with
-   what the BMC answered ("rejected the credentials", "unreachable"). A caller that escalates on
-   its own (`escalate_bmc_failure`, a host operation) gets the failure `BMCRebootFailed` instead,
-   naming the same reason.
+   or the older signal) from whoever rebooted the host, or `retry` (the cycle again); the Phase
+   names what the BMC answered. A caller that escalates on its own (`escalate_bmc_failure`, a
+   host operation) gets the failure `BMCRebootFailed` instead, naming the same reason.
+3. A cycle that failed after its ForceOff (the error's `power_cycle_step`) left the host off:
+   never in silence (`workflows/parts/host_power.py`). On again after a backoff, then Phase
+   `manual-intervention-required` says the host is OFF: `retry` sends On (the reboot completes),
+   `host-rebooted` is taken only once the BMC shows it On, `abort` ends saying it is OFF.
 
 The id is the idempotency key: starters use `WorkflowIDReusePolicy.REJECT_DUPLICATE`, so asking
 twice for one generation reboots once.
@@ -23,27 +26,18 @@ update `abort`): never leaves the host off, never waits out `power_down_wait_sec
 During the power-down wait of ForceOff / wait / On the wait is cut and On sent at once; during
 `power_cycle_host` the BMC is read (every `STOP_POLL_SECONDS`) until the host is seen Off, then
 the activity is cancelled (and awaited) and On sent; a cycle that ends first simply ends. A
-manual wait just ends. Still queued for the BMC's lease (nothing sent to the BMC), the queued
-place is given back and nothing is sent at all. Cancelled, the
-workflow completes with its result when the host was cycled (the canceller must know a reboot
-happened); aborted, it fails with `OperationAborted` whose details carry the generation reached
-when the host was cycled; a cancel that stopped it before the BMC was touched ends it cancelled.
+manual wait just ends. Still queued for the BMC's lease, the place is given back and nothing is
+sent. Cancelled, it completes with its result when the host was cycled (the canceller must know);
+aborted, it fails with `OperationAborted` whose details carry the generation reached when the
+host was cycled; a cancel that stopped it before the BMC was touched ends it cancelled.
 
-The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease/workflow.py`,
-`METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers) around the cycle or ForceOff/On: queued
-for it, the workflow waits on a signal, holding no activity slot.
-
-One step before the cycle: the inventory and the lease request are one activity, `lease_host_bmc`
-(`BMCLeaseHolder.ask_for_host` in `workflows/parts/bmc_lease_holder.py`, the same step a reset
-takes), whose result carries the grant when the BMC has a free slot (an update-with-start of the
-lease, `activities/bmc_lease.py`). Why one step: on a busy worker each workflow task waits its
-turn, and the tasks between the reboot's start and `power_cycle_host` are most of DPF's
-ask-to-reset time. A BMC at its limit answers "queued" and the run waits for the grant signal. A
-cancel while the step runs waits for it (it is short) and gives back what it got; an abort
-likewise.
-
-Every early end (an abort, a BMC failure escalated, a cancel before the cycle) goes through the
-kernel's `to_the_end`: the final phase names what ended it and whether the generation was reached.
+The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease/workflow.py`) around
+the cycle. One activity, `lease_host_bmc` (`BMCLeaseHolder.ask_for_host`, as a reset), reads the
+inventory and asks for the slot (on a busy worker the tasks before the cycle are most of DPF's
+ask-to-reset time); a BMC at its limit answers "queued" and the run waits for the grant signal,
+holding no activity slot. A cancel or abort during the step waits for it and gives back the slot.
+Every early end goes through the kernel's `to_the_end`: the final phase names what ended it,
+whether the generation was reached, and a host left OFF.
 
 Cost: one activity slot during the cycle, none while queued or waiting for a person. The history
 is small and bounded: the step, the cycle (one activity; a power-down wait past
@@ -56,25 +50,25 @@ power read + one timer), then a cancellation and an On. Measured figures: bench/
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import BMCRebootFailed, OperationAborted, WorkflowError
+    from contracts.errors import BMCRebootFailed, OperationAborted, WorkflowError, cause_in_words
     from contracts.models.bmc_lease import (
         BMC_LEASE_GRANTED_SIGNAL,
         LeaseGrant,
         LeaseHolder,
         RequestLeaseResult,
     )
-    from contracts.models.control import OperatorAnswer, OperatorRequest
+    from contracts.models.control import RETRY_UPDATE, OperatorAnswer, OperatorRequest
     from contracts.models.host import (
         HOST_REBOOTED_SIGNAL,
         HOST_REBOOTED_UPDATE,
+        MANUAL_INTERVENTION_REQUIRED,
         MARK_REBOOTED_UPDATE,
         HostRebootInput,
         HostRebootResult,
@@ -90,8 +84,9 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
     )
     from workflows import kernel
-    from workflows.host_reboot.failure import bmc_failure_reason
+    from workflows.host_reboot.failure import bmc_failure_reason, off_step, owed_since
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
+    from workflows.parts.host_power import PowerCustody
     from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
 
 POWERING = "powering"
@@ -123,6 +118,12 @@ class HostRebootWorkflow(kernel.Abortable):
         self._stop_sent_on = False  # `_stop_cycle` took over: the cycle must not send On too
         self._handed_back = False  # the cycle's activity returned at Off: the cycle sends On itself
         self._cycled = False  # the host was power-cycled for this generation
+        # The host is off by this run's hand (a cycle that failed after ForceOff): powered on, or
+        # handed to a person told it is OFF, before the run ends (`workflows/parts/host_power.py`).
+        self._power = PowerCustody(host_id=request.host_id)
+        self._inventory: HostInventory | None = None  # the BMC path's host: what `retry` powers
+        self._retry: OperatorRequest | None = None
+        self._why = ""  # what the BMC did on the last retry that failed
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -144,13 +145,21 @@ class HostRebootWorkflow(kernel.Abortable):
         if self.aborting:
             await self._leases.give_back(asked[1], asked[0])
             raise self.aborted()
+        self._inventory = inventory
         try:
             method, resets = await self._power_cycle(inventory, asked)
         except ActivityError as err:
             why = bmc_failure_reason(request.host_id, err)
+            if await self._powered_on_after(err):
+                return await self._rebooted("ForceOff+On (On sent again after the cycle failed)", ())
             if request.escalate_bmc_failure:
-                raise BMCRebootFailed(why) from err
+                off = f"; {self._power.left()}" if self._power.is_off else ""
+                raise BMCRebootFailed(f"{why}{off}") from err
             return await self._wait_for_manual_reboot(why)
+        return await self._rebooted(method, resets)
+
+    async def _rebooted(self, method: str, resets: tuple[str, ...]) -> HostRebootResult:
+        request = self._request
         self._cycled = True
         if not self._already_done:  # the BMC took the cycle: the worker's `PowerCycleIssued` Event
             kernel.report(
@@ -176,14 +185,61 @@ class HostRebootWorkflow(kernel.Abortable):
         generation = self._request.boot_generation
         if self._cycled:
             return f"The host was power-cycled: generation {generation} reached"
+        if self._power.is_off:
+            return f"Generation {generation} not reached; {self._power.left()}"
         return f"Generation {generation} not reached"
 
     # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=HOST_REBOOTED_SIGNAL)
     def host_rebooted(self, confirmation: OperatorRequest) -> None:
-        """Someone rebooted the host (the first confirmation counts)."""
+        """Someone rebooted the host (the first counts); not taken while it is off by our hand."""
+        if self._power.is_off:
+            workflow.logger.warning("signal %s ignored: %s", HOST_REBOOTED_SIGNAL, self._power.left())
+            return
+        self._confirm(confirmation)
+
+    def _confirm(self, confirmation: OperatorRequest) -> None:
         if self._confirmation is None:
             self._confirmation = confirmation
+
+    async def _confirmed(self, confirmation: OperatorRequest) -> OperatorAnswer:
+        """A person's "rebooted": with the host off by our hand, only once the BMC shows it On."""
+        if self._power.is_off:
+            refusal = await self._still_off()
+            if refusal is not None:
+                raise ApplicationError(refusal, type="HostStillOff", non_retryable=True)
+            self._power.seen_on()
+        self._confirm(confirmation)
+        return OperatorAnswer(accepted=True, message=f"reboot of {self._request.host_id} confirmed")
+
+    async def _still_off(self) -> str | None:
+        inventory = self._inventory
+        assert inventory is not None  # off by our hand: the BMC path resolved it
+        try:
+            power: SystemPower = await workflow.execute_activity(
+                activity_api.read_power_state,
+                ReadPowerStateInput(bmc=inventory.bmc),
+                **kernel.options(kernel.BMC_READ, f"is {self._request.host_id} On? (host-rebooted)"),
+            )
+        except ActivityError as err:
+            return self._power.confirmation_refusal(None, cause_in_words(err))
+        return self._power.confirmation_refusal(power.power_state)
+
+    @workflow.update(name=RETRY_UPDATE)
+    def retry(self, request: OperatorRequest) -> OperatorAnswer:
+        """Try the BMC again while a person is awaited (`_retried`)."""
+        self._retry = request
+        what = "powering it on" if self._power.is_off else "power cycling it"
+        return OperatorAnswer(accepted=True, message=f"retry accepted from {request.requested_by}: {what}")
+
+    @retry.validator
+    def _validate_retry(self, request: OperatorRequest) -> None:
+        if not self._waiting_for_person or self._retry is not None:
+            raise ValueError(
+                f"`retry` is only accepted while a person is awaited (now: {self.phase}: {self.details})"
+            )
+        if self._inventory is None:
+            raise ValueError("the reboot method is manual: reboot the host and `metalflow host-rebooted`")
 
     @workflow.signal(name=BMC_LEASE_GRANTED_SIGNAL)
     def bmc_lease_granted(self, grant: LeaseGrant) -> None:
@@ -191,10 +247,9 @@ class HostRebootWorkflow(kernel.Abortable):
         self._leases.granted(grant)
 
     @workflow.update(name=MARK_REBOOTED_UPDATE)
-    def mark_rebooted(self, confirmation: OperatorRequest) -> OperatorAnswer:
+    async def mark_rebooted(self, confirmation: OperatorRequest) -> OperatorAnswer:
         """Like `host_rebooted`, with an answer; only while waiting for a person."""
-        self.host_rebooted(confirmation)
-        return OperatorAnswer(accepted=True, message=f"reboot of {self._request.host_id} confirmed")
+        return await self._confirmed(confirmation)
 
     @mark_rebooted.validator
     def _validate_mark_rebooted(self, confirmation: OperatorRequest) -> None:
@@ -202,10 +257,9 @@ class HostRebootWorkflow(kernel.Abortable):
             raise ValueError("this reboot is not waiting for a person: the BMC is rebooting the host")
 
     @workflow.update(name=HOST_REBOOTED_UPDATE)
-    def host_rebooted_update(self, confirmation: OperatorRequest) -> OperatorAnswer:
+    async def host_rebooted_update(self, confirmation: OperatorRequest) -> OperatorAnswer:
         """`host_rebooted` with an answer: refused, naming the phase, unless a person is awaited."""
-        self.host_rebooted(confirmation)
-        return OperatorAnswer(accepted=True, message=f"reboot of {self._request.host_id} confirmed")
+        return await self._confirmed(confirmation)
 
     @host_rebooted_update.validator
     def _validate_host_rebooted(self, confirmation: OperatorRequest) -> None:
@@ -219,7 +273,9 @@ class HostRebootWorkflow(kernel.Abortable):
         self._stopping = True
 
     def abort_promise(self) -> str:
-        if self._waiting_for_person:
+        if self._waiting_for_person and self._power.is_off:
+            what = f"the wait ends; {self._power.left()}"
+        elif self._waiting_for_person:
             what = "the manual reboot wait ends; nothing was rebooted by metalflow"
         else:
             what = "a power cycle in flight is cut short and the host powered back on if we turned it off"
@@ -232,6 +288,8 @@ class HostRebootWorkflow(kernel.Abortable):
         if self._cycled:
             done = f"the host was power-cycled (generation {generation} reached)"
             return super().aborted(outcome or done, {"boot_generation": generation}, *details)
+        if self._power.is_off:
+            return super().aborted(outcome or self._power.left(), *details)
         return super().aborted(outcome or "the host was not rebooted by metalflow", *details)
 
     # -- the steps -------------------------------------------------------------------------------
@@ -320,6 +378,7 @@ class HostRebootWorkflow(kernel.Abortable):
             return await work(inventory)
 
     async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
+        self._power.turned_off(f"ForceOff of its reboot to generation {self._request.boot_generation}")
         off = await self._set_power(inventory, "ForceOff")
         seconds = self._request.policy.power_down_wait_seconds
         if seconds > 0 and not self._stopping:  # a durable timer, cut short by a stop
@@ -330,6 +389,7 @@ class HostRebootWorkflow(kernel.Abortable):
                 abortable=False,  # a stop cuts it (`_stopping`), and On follows: never left off
             )
         on = await self._set_power(inventory, "On")
+        self._power.seen_on()
         return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
 
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
@@ -341,7 +401,7 @@ class HostRebootWorkflow(kernel.Abortable):
         cycle_input = PowerCycleInput(
             bmc=inventory.bmc,
             boot_generation=request.boot_generation,
-            requested_at=_owed_since(request, workflow.info().start_time),
+            requested_at=owed_since(request, workflow.info().start_time),
             power_down_wait_seconds=wait,
             hand_back_wait_over_seconds=POWER_DOWN_HAND_BACK_SECONDS,
             warm=request.warm,
@@ -391,21 +451,60 @@ class HostRebootWorkflow(kernel.Abortable):
             abortable=False,
         )
 
+    async def _powered_on_after(self, err: ActivityError | None) -> bool:
+        """A cycle that failed after its ForceOff left the host off: On again, after the custody's
+        backoff. False: not off by this run's hand, or the attempts are spent (a person next)."""
+        step = None if err is None else off_step(err)
+        if step is not None:
+            generation = self._request.boot_generation
+            self._power.turned_off(f"ForceOff of its power cycle to generation {generation}, step {step}")
+        inventory = self._inventory
+        while self._power.is_off and inventory is not None:
+            try:
+                await self._set_power(inventory, "On")
+            except ActivityError as refused:
+                delay = self._power.on_refused(cause_in_words(refused))
+                if delay is None:
+                    return False
+                backoff = f"backoff before powering {self._request.host_id} on again"
+                await self.wait(lambda: False, timeout=delay, abortable=False, timeout_summary=backoff)
+                continue
+            self._power.seen_on()
+            return True
+        return False
+
     async def _wait_for_manual_reboot(self, why: str) -> HostRebootResult:
-        self._waiting_for_person = True
-        self.enter(
-            WAITING_FOR_MANUAL_REBOOT,
-            f"{why}; reboot {self._request.host_id} and send the signal `{HOST_REBOOTED_SIGNAL}` "
-            f"(`metalflow host-rebooted {self._request.host_id}`)",
-        )
-        try:
-            await self.wait(lambda: self._confirmation is not None)
-        except OperationAborted:
-            if self._confirmation is None:
-                raise
-            # A confirmation that came with the abort still counts: the host was rebooted.
-        finally:
-            self._waiting_for_person = False
+        """Wait for a person: `host-rebooted` (with the host On, when off by us), `retry`, `abort`."""
+        host = self._request.host_id
+        while True:
+            self._waiting_for_person, self._retry = True, None
+            if self._power.is_off:
+                words = self._power.hand_over_words(then="the reboot completes", confirm=True)
+                kernel.report("host-left-off", words)
+                self.enter(MANUAL_INTERVENTION_REQUIRED, words)
+            else:
+                retry = (
+                    "" if self._inventory is None else f", or fix the BMC and `metalflow host retry {host}`"
+                )
+                self.enter(
+                    WAITING_FOR_MANUAL_REBOOT,
+                    f"{why}; reboot {host} and send the signal `{HOST_REBOOTED_SIGNAL}` "
+                    f"(`metalflow host-rebooted {host}`){retry}",
+                )
+            try:
+                await self.wait(lambda: self._confirmation is not None or self._retry is not None)
+            except OperationAborted:
+                if self._confirmation is None:
+                    raise
+                # A confirmation that came with the abort still counts: the host was rebooted.
+            finally:
+                self._waiting_for_person = False
+            if self._confirmation is not None:
+                break
+            result = await self._retried()
+            if result is not None:
+                return result
+            why = self._why or why
         confirmation = self._confirmation
         assert confirmation is not None
         await self.finish(REBOOTED, f"confirmed by {confirmation.requested_by}")
@@ -417,13 +516,32 @@ class HostRebootWorkflow(kernel.Abortable):
             finished_at=workflow.now(),
         )
 
-
-def _owed_since(request: HostRebootInput, started: datetime) -> datetime:
-    """Since when the reboot is owed: the caller's `owed_since` (when DPF asked) if earlier than
-    this run's start. A first attempt that finds the host reset after it takes that reset as
-    this reboot (`powercycle`, `already_done`): an unplanned reset is never followed by a second."""
-    owed = request.owed_since
-    return owed if owed is not None and owed < started else started
+    async def _retried(self) -> HostRebootResult | None:
+        """A person's `retry`: On for a host off by this run's hand, else the cycle again (its
+        lease asked afresh); the reboot's result, or None (the BMC failed again: wait again)."""
+        inventory = self._inventory
+        assert inventory is not None  # `retry` is refused on the manual method
+        if self._power.is_off:
+            self._power.retried()
+            self.enter(POWERING, f"On of {self._request.host_id} (retry)")
+            if await self._powered_on_after(None):
+                return await self._rebooted("ForceOff+On (On sent again on retry)", ())
+            return None
+        self.enter(POWERING, f"power cycle of {self._request.host_id} again (retry)")
+        inventory, asked = await self._leases.ask_for_host(
+            self._request.host_id,
+            self._request.boot_generation,
+            f"ask the lease of {self._request.host_id} again",
+        )
+        self._inventory = inventory
+        try:
+            method, resets = await self._power_cycle(inventory, asked)
+        except ActivityError as err:
+            if await self._powered_on_after(err):
+                return await self._rebooted("ForceOff+On (On sent again after the cycle failed)", ())
+            self._why = bmc_failure_reason(self._request.host_id, err)
+            return None
+        return await self._rebooted(method, resets)
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

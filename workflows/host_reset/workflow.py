@@ -70,15 +70,16 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import DPUResetNotEffective, HostBusy, InvalidInput
+    from contracts.errors import DPUResetNotEffective, HostBusy, InvalidInput, cause_in_words
     from contracts.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
-    from contracts.models.control import STATUS_QUERY
+    from contracts.models.control import RETRY_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.dpf import HostDPFState, HostRef
     from contracts.models.host import (
+        MANUAL_INTERVENTION_REQUIRED,
         RESET_OPERATION,
         HostRebootInput,
         HostResetInput,
@@ -100,6 +101,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words
+    from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
     from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
     from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds
 
@@ -127,7 +129,8 @@ class HostResetWorkflow(kernel.Abortable):
         super().__init__()
         self._request = request
         self._resets: list[str] = []
-        self._host_off = False  # this run turned the host off: it is powered on before the end
+        # This run turned the host off: it is powered on, or handed to a person, before the end.
+        self._power = PowerCustody(host_id=request.host_id)
         self._inventory: HostInventory | None = None
         self._generation = request.boot_generation
         self._leases = BMCLeaseHolder()
@@ -185,7 +188,7 @@ class HostResetWorkflow(kernel.Abortable):
         self._leases.granted(grant)
 
     def abort_promise(self) -> str:
-        on = "; the host is powered on again first" if self._host_off else ""
+        on = "; the host is powered on again first" if self._power.is_off else ""
         return f"aborting at the next safe point ({self.phase}: {self.details}){on}"
 
     # -- the steps -----------------------------------------------------------------------------
@@ -274,16 +277,19 @@ class HostResetWorkflow(kernel.Abortable):
             try:
                 # Off from the moment ForceOff may have been sent: a stop powers it on again (On of
                 # a host that is On is skipped), inside this slot.
-                self._host_off = True
+                self._power.turned_off(f"ForceOff of {host} around the DPU resets")
                 await self._set_host_power("ForceOff")
                 for dpu_id, bmc in dpus:
                     await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
                 await self._wait_for_os(dpus)
                 self.enter(HOST_ON, f"On of {host} (its DPUs are up)")
-                await self._set_host_power("On")
-                self._host_off = False
-            except (FailureError, asyncio.CancelledError):  # aborted, cancelled, failed: not left off
-                await self._power_back_on()
+                await self._power_on(then="the reset completes")
+            except (FailureError, asyncio.CancelledError) as err:  # aborted, cancelled, failed
+                # Never left off in silence: powered on, or handed to a person who is told so.
+                await self._power_on(
+                    then="the reset ends failed, naming what it did",
+                    person=not isinstance(err, asyncio.CancelledError),
+                )
                 raise
         self._resets.append(f"host {host}: ForceOff, On around the DPU resets")
 
@@ -350,24 +356,49 @@ class HostResetWorkflow(kernel.Abortable):
         result = reboot.result
         return f"host {self._request.host_id}: generation {result.boot_generation} by {result.method}"
 
-    async def _power_back_on(self) -> None:
-        """A host this run turned off is powered on again (not abortable), still in its lease slot."""
-        if not self._host_off:
-            return
-        try:
-            await self._set_host_power("On", abortable=False)
-            self._host_off = False
-        except Exception as on_err:  # noqa: BLE001 - the run's own failure is the news; said in the end
-            workflow.logger.error("could not power %s back on: %s", self._request.host_id, on_err)
+    async def _power_on(self, *, then: str, person: bool = True) -> None:
+        """A host this run turned off is powered on (not abortable), still in its lease slot: an
+        On refused is tried again after the custody's backoff (`workflows/parts/host_power.py`),
+        then the host is handed to a person (`person`): manual-intervention-required says the
+        host is OFF and waits for `retry` (On again, then `then`) or `abort` (the run ends saying
+        the host is OFF). A cancelled run asks nobody: its final status says the host is OFF."""
+        while self._power.is_off:
+            try:
+                await self._set_host_power("On", abortable=False)
+                self._power.seen_on()
+            except ActivityError as on_err:
+                delay = self._power.on_refused(cause_in_words(on_err))
+                if delay is not None:
+                    backoff = f"backoff before powering {self._request.host_id} on again"
+                    await self.wait(lambda: False, timeout=delay, abortable=False, timeout_summary=backoff)
+                elif not person:
+                    return
+                else:
+                    words = self._power.hand_over_words(then=then)
+                    kernel.report("host-left-off", words)
+                    await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
+                    self._power.retried()
+
+    @workflow.update(name=RETRY_UPDATE)
+    def retry(self, request: OperatorRequest) -> OperatorAnswer:
+        """Power the host on again (only in manual-intervention-required: the host is OFF)."""
+        return self.decide("retry", request)
+
+    @retry.validator
+    def _validate_retry(self, request: OperatorRequest) -> None:
+        self.validate_decision("retry", asked_in=MANUAL_INTERVENTION_REQUIRED)
 
     async def _clean_up(self, err: BaseException) -> str:
         """What an early end leaves: a host this run turned off was powered on in its lease slot
         already (`_full_reset`), one it could not power on is named; a reboot stopped midway
-        powered the host back on first (it is named with what was done)."""
+        powered the host back on first (it is named with what was done); a `--host` reboot that
+        failed with the host off (`BMCRebootFailed`, "is OFF") is not called on."""
         stopped = await self._reboots.stop()
         if stopped is not None:
             self._resets.append(f"{self._rebooted(stopped)}, stopped (the host is on again)")
-        left = "the host was left OFF: power it on" if self._host_off else "the host is on"
+        left = self._power.left()
+        if not self._power.is_off and HOST_IS_OFF in cause_in_words(err):
+            left = f"the host {self._request.host_id} {HOST_IS_OFF}: its reboot could not power it back on"
         done = "; ".join(self._resets) or "nothing was reset"
         return f"Done: {done}; {left}"
 

@@ -1,0 +1,200 @@
+"""The host-power invariant of every host operation (`workflows/parts/host_power.py`, README
+"A host metalflow turned off"), model-checked: a Hypothesis state machine drives one run's
+`PowerCustody` as the reboot and the reset runbooks drive it, with the events in any order:
+ForceOff sent, power-on accepted or refused (the BMC rotated its password: 401), the backoff's
+timer, an operator's abort or retry, a cancel of the workflow, the credentials fixed or rotated
+again, a worker restart (the state rebuilt through the data converter, as a replay has it).
+
+At every step: a host off by the run's hand is being powered on with attempts left (never more
+than `POWER_ON_RETRY_DELAYS` + 1 blind attempts, none of them ms apart), or a person was told
+"the host ... is OFF" and offered `metalflow host retry` and `abort`; a run that ended left the
+host on or says in its final words that it is OFF; `host-rebooted` is taken only with the host On.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from activities.redfish.power import with_step
+from contracts.converter import DATA_CONVERTER
+from contracts.errors import BMCAuthenticationFailed
+from workflows.host_reboot.failure import off_step
+from workflows.parts.host_power import (
+    HOST_IS_OFF,
+    POWER_ON_RETRY_DELAYS,
+    PowerCustody,
+    may_end,
+    waits_rightly,
+)
+
+HOST = "host-002"
+REFUSED = "BMCAuthenticationFailed: 401"
+
+
+def _restarted(custody: PowerCustody) -> PowerCustody:
+    """The custody as a restarted worker rebuilds it: through the run's data converter."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        [payload] = DATA_CONVERTER.payload_converter.to_payloads([custody])
+    [decoded] = DATA_CONVERTER.payload_converter.from_payloads([payload], [PowerCustody])
+    assert isinstance(decoded, PowerCustody)
+    return decoded
+
+
+class HostPowerModel(RuleBasedStateMachine):
+    """One run's power custody, driven as the runbooks drive it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.custody = PowerCustody(host_id=HOST)
+        self.bmc_accepts = True  # the credentials the worker holds are the BMC's
+        self.host_on = True  # the world: the BMC's PowerState
+        self.phase_words = "working"
+        self.ended: str | None = None  # the final status's words, once the run ended
+        self.backoff: float | None = None  # a power-on attempt is due after this many seconds
+        self.delays: list[float] = []
+
+    # -- the world -----------------------------------------------------------------------------
+    @rule()
+    def credentials_fixed(self) -> None:
+        self.bmc_accepts = True
+
+    @rule()
+    def password_rotated(self) -> None:
+        self.bmc_accepts = False
+
+    @rule()
+    def worker_restart(self) -> None:
+        self.custody = _restarted(self.custody)
+
+    # -- the runbook -----------------------------------------------------------------------------
+    @precondition(lambda self: self.ended is None and not self.custody.is_off)
+    @rule()
+    def force_off_sent(self) -> None:
+        """ForceOff (a reset's, a reboot's cycle): a rotation right after it is the named fault."""
+        self.custody.turned_off("ForceOff of the reset")
+        self.host_on = False
+        self.phase_words = "the DPUs reset with the host off"
+
+    @precondition(lambda self: self.ended is None and self.custody.is_off and not self.custody.handed_over)
+    @rule()
+    def power_on_attempt(self) -> None:
+        """On sent (first, or after the backoff's timer): accepted, or refused (401)."""
+        self._power_on()
+
+    @precondition(lambda self: self.ended is None)
+    @rule(how=st.sampled_from(["failed", "aborted", "cancelled"]))
+    def run_ends_early(self, how: str) -> None:
+        """A failure, an abort or a cancel: the runbooks' early end powers a host off by their
+        hand on first (not abortable), with the backoff; an abort or a cancel while a person is
+        asked ends the run at once, its words from `left()`."""
+        if how == "failed" or not self.custody.handed_over:
+            while self.custody.is_off and not self.custody.handed_over:
+                self._power_on()
+        if how == "failed" and self.custody.handed_over:
+            return  # a failure with the host off waits for a person instead of ending
+        self.ended = f"{how}. Done: ...; {self.custody.left()}"
+
+    @precondition(lambda self: self.ended is None and self.custody.handed_over)
+    @rule()
+    def operator_retry(self) -> None:
+        self.custody.retried()
+        self._power_on()
+
+    @precondition(lambda self: self.ended is None)
+    @rule()
+    def operator_says_rebooted(self) -> None:
+        """`host-rebooted`: taken only with the BMC showing On (or nothing owed)."""
+        power = ("On" if self.host_on else "Off") if self.bmc_accepts else None
+        refusal = self.custody.confirmation_refusal(power, "401")
+        if refusal is None:
+            if self.custody.is_off:
+                self.custody.seen_on()
+            assert self.host_on or not self.custody.is_off
+        else:
+            assert "still OFF" in refusal and "metalflow host retry" in refusal
+
+    @precondition(lambda self: self.ended is None and not self.custody.is_off)
+    @rule()
+    def run_completes(self) -> None:
+        self.ended = f"completed; {self.custody.left()}"
+
+    def _power_on(self) -> None:
+        if self.bmc_accepts:
+            self.host_on = True
+            self.custody.seen_on()
+            self.phase_words = "working"
+            return
+        delay = self.custody.on_refused(REFUSED)
+        if delay is None:
+            self.phase_words = self.custody.hand_over_words(confirm=True)
+        else:
+            self.delays.append(delay)
+
+    # -- the invariant ---------------------------------------------------------------------------
+    @invariant()
+    def never_off_in_silence(self) -> None:
+        assert self.custody.is_off == (not self.host_on), "the custody lost track of the host's power"
+        if self.ended is not None:
+            assert may_end(self.custody, self.ended), f"ended with the host off, saying: {self.ended}"
+            if not self.host_on:
+                assert HOST_IS_OFF in self.ended
+            return
+        assert waits_rightly(self.custody, self.phase_words), (
+            f"host off, refused {self.custody.refused}, showing: {self.phase_words}"
+        )
+        if self.custody.handed_over:
+            assert not self.host_on and HOST_IS_OFF in self.phase_words
+
+    @invariant()
+    def never_blind_attempts_ms_apart(self) -> None:
+        assert all(d >= 1.0 for d in self.delays), self.delays
+        assert self.custody.refused <= len(POWER_ON_RETRY_DELAYS) + 1
+
+
+HostPowerModel.TestCase.settings = settings(
+    max_examples=300,
+    stateful_step_count=30,
+    deadline=None,
+    database=None,
+    derandomize=True,  # the same event orders every run: each deliberate break is caught
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestHostPowerModel = HostPowerModel.TestCase
+
+
+def test_the_words_a_person_gets() -> None:
+    custody = PowerCustody(host_id=HOST)
+    custody.turned_off("ForceOff around the DPU resets")
+    assert [custody.on_refused(REFUSED) for _ in range(3)] == [*POWER_ON_RETRY_DELAYS, None]
+    words = custody.hand_over_words(confirm=True)
+    assert f"the host {HOST} is OFF" in words and "ForceOff around the DPU resets" in words
+    assert f"`metalflow host retry {HOST}`" in words and f"`metalflow host abort {HOST}`" in words
+    assert f"`metalflow host-rebooted {HOST}` (accepted once the BMC shows it On)" in words
+    assert "the host stays OFF" in words and REFUSED in words
+    assert custody.left().startswith(f"the host {HOST} is OFF: metalflow turned it off")
+    assert custody.confirmation_refusal("Off") is not None
+    assert custody.confirmation_refusal("On") is None
+    custody.seen_on()
+    assert custody.left() == "the host is on" and custody.confirmation_refusal("Off") is None
+
+
+@pytest.mark.parametrize(
+    ("step", "off"),
+    [("started", False), ("off_requested", True), ("off_reached", True), ("on_requested", True),
+     ("cycle_requested", False), ("done", False)],
+)  # fmt: skip
+def test_a_failed_power_cycle_says_whether_it_may_have_left_the_host_off(step: str, off: bool) -> None:
+    """The reboot knows the host is off by its hand from the step the failed cycle had reached
+    (`activities/redfish/power.py` `with_step`, read by `off_step`): after its ForceOff, not
+    before it, nor a PowerCycle the BMC completes itself."""
+    refused = BMCAuthenticationFailed("BMC host-002: ... answered 401")
+    carried = with_step(refused, step)
+    assert (carried.type, carried.message, carried.non_retryable) == (refused.type, refused.message, True)
+    assert off_step(carried) == (step if off else None)
+    assert off_step(refused) is None

@@ -1,0 +1,297 @@
+"""Issue 40, "What broke" 1: a host metalflow powered off is never left off in silence.
+
+The named fault `rotate-after-forceoff` (simulators/redfish/BEHAVIOUR.md F2: the host's BMC
+rotates its password right after it accepts metalflow's ForceOff, as a secrets store rotating
+credentials does) against each host operation that turns a host off, as a user runs the CLI:
+a real Temporal, the product's worker, the simulated site. README, "A host metalflow turned off":
+the host is powered back on, or the run hands it to a person in manual-intervention-required
+whose status says "the host ... is OFF" and offers `metalflow host retry` and a way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from cli_support import metalflow, shown_state, use_site_file
+from host_operation_support import worker_for
+from sim_support import RunningSim, prefixed_sim
+from temporalio.testing import WorkflowEnvironment
+
+from metalflow.hosts import operation_progress
+
+RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
+# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, 17 and 22): a reboot is ForceOff,
+# then On. One host per reboot test: each test starts from an entity of its own.
+REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
+FIRMWARE_ABORTED = "off-022"
+TARGET = "32.45.1020"
+IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with prefixed_sim(
+        tmp_path_factory.mktemp("sim"), "off", hosts=22, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+    ) as running:
+        use_site_file(running.site_file)
+        yield running
+
+
+def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
+    """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
+    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+
+
+def _power(sim: RunningSim, host: str) -> list[tuple[str, str]]:
+    return [(e["to"], e["reset_type"]) for e in sim.power_log(host)]
+
+
+async def _until(
+    env: WorkflowEnvironment, host: str, done: Any, what: str, seconds: float = 30
+) -> dict[str, Any]:
+    """Poll what `host status --json` shows (the operation's phase and details under `words`,
+    a reboot's from its Phase and current details as the command reads them) until `done`."""
+    shown: dict[str, Any] = {}
+    for _ in range(int(seconds / 0.2)):
+        shown = await shown_state(env, host)
+        operation, current = shown["operation"], shown["host"]["current"]
+        shown["words"] = ""
+        if operation:
+            shown["words"] = f"{operation.get('phase')}: {operation.get('waiting_for')}"
+        elif current is not None and current["outcome"] == "running":
+            seen = await operation_progress(env.client, current["workflow_id"], host)
+            shown["words"] = "" if seen is None else f"{seen.phase}: {seen.details}"
+        if done(shown):
+            return shown
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{host} never {what}: {shown}")
+
+
+def _handed_over(shown: dict[str, Any]) -> bool:
+    return "is OFF" in shown["words"]
+
+
+def _ended(shown: dict[str, Any]) -> bool:
+    return shown["host"]["current"] is None
+
+
+async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host_off_to_a_person(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case a: before, two power-on attempts ms apart, the run failed, the host idle and off with
+    no warning and nothing to retry. Now: the On is tried again after a backoff, then the reset
+    waits in manual-intervention-required saying the host is OFF; `host retry` once the password
+    is fixed powers it on, and the reset ends saying what it did and that the host is on."""
+    host = RESET_HOST
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reset", host, "--both", "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            words = (await _until(local_env, host, _handed_over, "said the host is OFF"))["words"]
+            assert words.startswith("manual-intervention-required: "), words
+            assert f"the host {host} is OFF: metalflow turned it off (ForceOff of {host}" in words, words
+            assert "BMCAuthenticationFailed" in words and "after 3 attempts" in words, words
+            assert f"`metalflow host retry {host}`" in words and f"`metalflow host abort {host}`" in words
+            assert _power(sim, host)[-1][0] == "Off"  # as the status says
+            status = await metalflow(local_env, "host", "status", host)
+            assert "is OFF" in status.stdout and "metalflow host retry" in status.stdout, status.stdout
+
+            _fault(sim, host, "clear")  # the secrets store caught up
+            retried = await metalflow(
+                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert retried.status == 0, retried.stdout + retried.stderr
+            shown = await _until(local_env, host, _ended, "ended the reset")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("failed: BMC") and " 401 " in outcome, outcome  # the cause, in words
+        assert outcome.endswith("Done: nothing was reset; the host is on"), outcome
+        assert _power(sim, host)[-1] == ("On", "On")
+    finally:
+        _fault(sim, host, "clear")
+
+
+async def test_a_host_reset_whose_reboot_left_the_host_off_ends_saying_so(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """`host reset --host`: its reboot (which escalates a BMC failure to its caller) tried On
+    after its backoff, then failed saying the host is OFF; the reset's end says the same, not
+    "the host is on" as before."""
+    host = HOST_ONLY
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reset", host, "--host", "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            shown = await _until(local_env, host, _ended, "ended the reset")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("failed: BMCRebootFailed: "), outcome
+        assert "the host is on" not in outcome, outcome
+        assert outcome.endswith(f"the host {host} is OFF: its reboot could not power it back on"), outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
+
+
+async def test_a_reboot_with_the_host_off_takes_host_rebooted_only_once_it_is_on_and_retry_powers_it_on(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case c: before, the reboot waited for a manual reboot with the host off, `host retry` was
+    refused (the reboot had no retry) and `host-rebooted` completed it with the host still off.
+    Now `host-rebooted` is refused while the BMC shows Off, and `retry` powers it on."""
+    host = REBOOT_HOST
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            await _until(local_env, host, _handed_over, "said the host is OFF")
+            _fault(sim, host, "clear")  # the password is fixed; the host is still off
+            said = await metalflow(
+                local_env, "host-rebooted", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert said.status == 1, said.stdout + said.stderr
+            assert "is still OFF" in said.stderr and "PowerState Off" in said.stderr, said.stderr
+            retried = await metalflow(
+                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert retried.status == 0, retried.stdout + retried.stderr
+            shown = await _until(local_env, host, _ended, "ended the reboot")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome == "completed", outcome
+        assert _power(sim, host)[-1] == ("On", "On")
+    finally:
+        _fault(sim, host, "clear")
+
+
+async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case b: before, the abort said "the host was not rebooted by metalflow" although metalflow
+    had sent the ForceOff, and the host stayed off with no warning. Now the reboot's status says
+    the host is OFF and offers retry, and the abort ends it saying the host is OFF."""
+    host = ABORTED_HOST
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            words = (await _until(local_env, host, _handed_over, "said the host is OFF"))["words"]
+            assert words.startswith("manual-intervention-required: "), words
+            assert f"the host {host} is OFF: metalflow turned it off (" in words, words
+            assert f"`metalflow host retry {host}`" in words and f"`metalflow host-rebooted {host}`" in words
+            aborted = await metalflow(
+                local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            shown = await _until(local_env, host, _ended, "ended the reboot")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert "not rebooted by metalflow" not in outcome, outcome
+        assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
+
+
+async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_takes_retry(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case d: before, the firmware run showed "power-cycling" with no cause, and `retry` (and
+    abort) were refused. Now `host status` shows what its reboot waits for (the host is OFF),
+    and `host retry` reaches that reboot: On, and the firmware run completes."""
+    host = FIRMWARE_HOST
+    reboot = f"reboot/{host}/generation-1"
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE,
+                "--by", "alice@test", "--task-queue", task_queue,
+            )  # fmt: skip
+            assert started.status == 0, started.stdout + started.stderr
+            for _ in range(150):
+                seen = await operation_progress(local_env.client, reboot, host)
+                if seen is not None and "is OFF" in seen.details:
+                    break
+                await asyncio.sleep(0.2)
+            status = await metalflow(local_env, "host", "status", host)
+            assert "power-cycling" in status.stdout, status.stdout
+            assert (
+                f"its reboot {reboot}: manual-intervention-required: the host {host} is OFF" in status.stdout
+            )
+            assert f"metalflow host retry {host}" in status.stdout, status.stdout
+
+            _fault(sim, host, "clear")
+            retried = await metalflow(
+                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert retried.status == 0, retried.stdout + retried.stderr
+            assert reboot in retried.stdout, retried.stdout
+            shown = await _until(local_env, host, _ended, "ended the firmware run")
+        assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
+        assert _power(sim, host)[-1] == ("On", "On")
+    finally:
+        _fault(sim, host, "clear")
+
+
+async def test_a_firmware_run_whose_reboot_waits_with_the_host_off_can_be_aborted(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Case d, the way out: before, `host abort` was refused once the power cycle had started,
+    with the host off. Now it reaches the reboot that waits for a person: the reboot ends saying
+    the host is OFF, and so does the firmware run's end."""
+    host = FIRMWARE_ABORTED
+    reboot = f"reboot/{host}/generation-1"
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE,
+                "--by", "alice@test", "--task-queue", task_queue,
+            )  # fmt: skip
+            assert started.status == 0, started.stdout + started.stderr
+            for _ in range(150):
+                seen = await operation_progress(local_env.client, reboot, host)
+                if seen is not None and "is OFF" in seen.details:
+                    break
+                await asyncio.sleep(0.2)
+            aborted = await metalflow(
+                local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            assert reboot in aborted.stdout, aborted.stdout
+            shown = await _until(local_env, host, _ended, "ended the firmware run")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("aborted by bob@test: "), outcome
+        assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert "ended with the host OFF" in outcome and "completes on its own" not in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
+
+
+async def _power_on_by_hand(sim: RunningSim, host_id: str) -> None:
+    """What the person the status spoke to does: On at the BMC (the next test starts with it On)."""
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
+        await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": "On"})

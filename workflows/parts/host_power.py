@@ -1,0 +1,133 @@
+"""A host metalflow powered off is never left off in silence: the invariant, as pure decisions.
+
+The rule (README, "Operating hosts", "A host metalflow turned off"): a host a run of metalflow
+powered off is powered back on, or handed to a person in a manual-intervention phase whose
+status says in words "the host ... is OFF" and offers `metalflow host retry` and a way out,
+before the run ends, whatever ends it (a failure, an abort, a cancel, credentials rejected
+mid-run). A run that ends with the host off says so in its final status.
+
+`PowerCustody` is what one run knows of the host's power it answers for, and its decisions:
+
+- `turned_off(how)` once a ForceOff may have been sent, `seen_on()` once an On succeeded (or the
+  BMC showed On): between the two, the host is off by this run's hand (`is_off`).
+- `on_refused(cause)`: a power-on that failed. Not two blind attempts milliseconds apart: the
+  next attempt waits `POWER_ON_RETRY_DELAYS` (a backoff on a durable timer, for a secrets store
+  that is about to serve the new password), and once they are spent the answer is None: hand
+  the host to a person (`handed_over`, the words in `hand_over_words`).
+- `retried()`: a person's `retry` (the BMC fixed): the attempts start afresh.
+- `left()`: the words every early end's status carries about the host's power.
+- `confirmation_refusal(power_state)`: a person's "I rebooted it" is taken only with the host seen On.
+
+`may_end` and `waits_rightly` are the invariant itself, asserted by the model test
+(tests/fast/test_host_power_model.py) at every step of random event orders.
+
+Pure: no Temporal, no clock, no I/O; the state is pydantic, so a replayed or restarted worker
+rebuilds the same custody from the run's history.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from pydantic import BaseModel
+
+POWER_ON_RETRY_DELAYS: Final = (2.0, 4.0)
+"""Seconds before the second and the third power-on attempt after the first is refused; after
+the third a person is asked. Short enough for a run that holds a BMC lease slot, long enough
+for a credential rotation the secrets store catches up with."""
+
+HOST_IS_OFF: Final = "is OFF"  # the words every status of a host left off carries
+
+
+class PowerCustody(BaseModel):
+    """The host power one run answers for (see the module docstring)."""
+
+    host_id: str
+    off_by: str = ""  # what of this run turned the host off; "" when it is not off by our hand
+    refused: int = 0  # power-on attempts refused since the host went off (or since a retry)
+    cause: str = ""  # the last refusal, in words
+    handed_over: bool = False  # a person was asked: the attempts stopped
+
+    @property
+    def is_off(self) -> bool:
+        """The host is off by this run's hand, and no On has succeeded since."""
+        return bool(self.off_by)
+
+    def turned_off(self, how: str) -> None:
+        """A ForceOff (or a cycle that turns the host off) may have been sent."""
+        self.off_by = how
+
+    def seen_on(self) -> None:
+        """An On succeeded (or the BMC showed the host On): nothing is owed any more."""
+        self.off_by, self.refused, self.cause, self.handed_over = "", 0, "", False
+
+    def on_refused(self, cause: str) -> float | None:
+        """A power-on failed with `cause`: the seconds to wait before the next attempt, or None:
+        the attempts are spent, hand the host to a person (`hand_over_words`)."""
+        self.refused += 1
+        self.cause = cause
+        if self.refused <= len(POWER_ON_RETRY_DELAYS):
+            return POWER_ON_RETRY_DELAYS[self.refused - 1]
+        self.handed_over = True
+        return None
+
+    def retried(self) -> None:
+        """A person answered `retry`: power-on attempts afresh."""
+        self.refused, self.handed_over = 0, False
+
+    def hand_over_words(self, *, then: str = "goes on", confirm: bool = False) -> str:
+        """The manual-intervention phase's details: the host is OFF, why, and every way on
+        (`then`: what the run does once a retry powered the host on)."""
+        host = self.host_id
+        confirmed = ""
+        if confirm:
+            confirmed = (
+                f", or power it on by hand and `metalflow host-rebooted {host}` "
+                "(accepted once the BMC shows it On)"
+            )
+        return (
+            f"the host {host} {HOST_IS_OFF}: metalflow turned it off ({self.off_by}) and could not "
+            f"power it back on after {self.refused} attempts: {self.cause}. Fix the BMC, then "
+            f"`metalflow host retry {host}` (powers it on and {then}){confirmed}, or "
+            f"`metalflow host abort {host}` (the run ends; the host stays OFF)"
+        )
+
+    def left(self) -> str:
+        """What the host's power is as the run ends, in words."""
+        if not self.is_off:
+            return "the host is on"
+        why = f" ({self.cause})" if self.cause else ""
+        return (
+            f"the host {self.host_id} {HOST_IS_OFF}: metalflow turned it off ({self.off_by}) and did not "
+            f"power it back on{why}: power it on"
+        )
+
+    def confirmation_refusal(self, power_state: str | None, unread: str = "") -> str | None:
+        """Why a person's "the host was rebooted" is refused (None: taken): while this run owes
+        an On, only with the BMC showing the host On."""
+        if not self.is_off or power_state == "On":
+            return None
+        seen = f"its power cannot be read ({unread})"
+        if power_state:
+            seen = f"the BMC says PowerState {power_state}"
+        return (
+            f"the host {self.host_id} is still OFF as far as metalflow can tell ({seen}): power it on "
+            f"first, or fix the BMC and `metalflow host retry {self.host_id}`"
+        )
+
+
+def may_end(custody: PowerCustody, final_words: str) -> bool:
+    """The invariant at a run's end: the host is on, or the final status says it is OFF."""
+    if custody.is_off:
+        return HOST_IS_OFF in final_words
+    return True
+
+
+def waits_rightly(custody: PowerCustody, phase_words: str) -> bool:
+    """The invariant while a run goes on: a host off by our hand is being powered on (attempts
+    left), or a person was told it is OFF and offered `retry` and a way out."""
+    if not custody.is_off:
+        return True
+    if not custody.handed_over:
+        return custody.refused <= len(POWER_ON_RETRY_DELAYS)
+    return HOST_IS_OFF in phase_words and "metalflow host retry" in phase_words and "abort" in phase_words
