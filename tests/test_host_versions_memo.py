@@ -159,6 +159,103 @@ async def test_a_dpu_bmc_that_cannot_be_read_shows_unknown_and_the_entity_goes_o
     assert memo["at_target"].startswith(f"no: dpu_firmware on {host}-dpu-0, dpu_firmware on {dead} unknown")
 
 
+# -- what a versions read asks of the BMCs: only what can have changed (issue 37 item 1) -------------
+
+FIRMWARE_INVENTORY = "/redfish/v1/UpdateService"  # where every FirmwareInventory read goes
+
+
+def _since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+
+
+def _inventory_reads(requests: dict[str, int]) -> int:
+    return sum(n for k, n in requests.items() if k.split(" ", 1)[1].startswith(FIRMWARE_INVENTORY))
+
+
+async def _versions_reads(client: Client, host: str) -> int:
+    """The `read_host_versions_brief` activities the host's entity scheduled so far."""
+    handle = client.get_workflow_handle(names.host_workflow_id(host))
+    found = 0
+    async for event in handle.fetch_history_events():
+        scheduled = event.activity_task_scheduled_event_attributes
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            found += scheduled.activity_type.name == "read_host_versions_brief"
+    return found
+
+
+async def _operation_ended(client: Client, host: str, operations: int) -> None:
+    """Until the entity recorded `operations` ended operations and runs no activity (a versions
+    read it started after the last one has ended too)."""
+    handle = client.get_workflow_handle(names.host_workflow_id(host))
+
+    async def idle() -> bool:
+        status = await host_status(client, host)
+        described = await handle.describe()
+        return len(status.recent) == operations and not described.raw_description.pending_activities
+
+    await eventually(idle, timeout=60, what=f"{operations} operations of {host} to end")
+
+
+def _bmcs(sim: RunningSim, host: str) -> dict[str, dict[str, int]]:
+    """Every request each BMC of the host answered so far: its own and its DPUs'."""
+    return {bmc: sim.bmc_requests(bmc) for bmc in (host, f"{host}-dpu-0", f"{host}-dpu-1")}
+
+
+async def test_a_reboot_reads_no_versions_the_entity_already_knows(
+    client: Client, task_queue: str, site: tuple[RunningSim, str], tmp_path: Path
+) -> None:
+    sim, prefix = site
+    host = f"{prefix}-001"
+    settings = Settings(site_file=_worker_site(sim, tmp_path / "worker-site.yaml"), kubeconfig=sim.kubeconfig)
+    entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
+    reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
+    async with build_worker(client, task_queue, settings):
+        first = await send_update(
+            client, entity, REQUEST_REBOOT_UPDATE, reboot, OperationAccepted, task_queue
+        )
+        known = await _memo_after(client, host, f"{first.workflow_id} completed")  # a new entity: all once
+        await _operation_ended(client, host, 1)
+        before, reads = _bmcs(sim, host), await _versions_reads(client, host)
+        await send_update(client, entity, REQUEST_REBOOT_UPDATE, reboot, OperationAccepted, task_queue)
+        await _operation_ended(client, host, 2)
+        spent = {bmc: _since(before[bmc], now) for bmc, now in _bmcs(sim, host).items()}
+        assert await _versions_reads(client, host) == reads  # no versions read after a reboot
+        memo = await _memo_after(client, host, f"{first.workflow_id} completed")
+    # The DPUs' BMCs saw nothing; the host's BMC only the power cycle's own requests.
+    assert spent[f"{host}-dpu-0"] == spent[f"{host}-dpu-1"] == {}
+    assert _inventory_reads(spent[host]) == 0 and spent[host], spent[host]
+    assert memo == known  # what the entity knew stays shown
+
+
+async def test_a_reprovision_reads_the_dpus_firmware_and_never_the_host_bmcs(
+    client: Client, task_queue: str, site: tuple[RunningSim, str], tmp_path: Path
+) -> None:
+    sim, prefix = site
+    host = f"{prefix}-002"
+    settings = Settings(site_file=_worker_site(sim, tmp_path / "worker-site.yaml"), kubeconfig=sim.kubeconfig)
+    entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
+    reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
+    async with build_worker(client, task_queue, settings):
+        first = await send_update(
+            client, entity, REQUEST_REBOOT_UPDATE, reboot, OperationAccepted, task_queue
+        )
+        known = await _memo_after(client, host, f"{first.workflow_id} completed")
+        await _operation_ended(client, host, 1)
+        before = _bmcs(sim, host)
+        accepted = await send_update(
+            client, entity, REQUEST_REPROVISION_UPDATE, OperationRequest(requested_by="bob"),
+            OperationAccepted, task_queue,
+        )  # fmt: skip
+        memo = await _memo_after(client, host, f"{accepted.workflow_id} completed")
+        await _operation_ended(client, host, 2)
+        spent = {bmc: _since(before[bmc], now) for bmc, now in _bmcs(sim, host).items()}
+    for dpu in (f"{host}-dpu-0", f"{host}-dpu-1"):
+        assert _inventory_reads(spent[dpu]) > 0, spent[dpu]  # a BF-Bundle BFB carries its firmware
+        assert memo["dpus"][dpu] == known["dpus"][dpu]  # the same versions, read again
+    assert _inventory_reads(spent[host]) == 0, spent[host]  # no BFB carries the host BMC's
+    assert memo["host_bmc_firmware"] == known["host_bmc_firmware"] != "unknown"  # still known
+
+
 # -- the memo's shape and bounds, without a server --------------------------------------------------
 
 NOW = datetime(2026, 11, 27, 3, 1, 53, tzinfo=UTC)
