@@ -7,6 +7,8 @@ memo's shape and bounds without a server (`workflows/host/versions.py` is pure).
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
 import uuid
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_support import METALFLOW
 from host_operation_support import FAST_POLICY, eventually
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -254,6 +257,53 @@ async def test_a_reprovision_reads_the_dpus_firmware_and_never_the_host_bmcs(
         assert memo["dpus"][dpu] == known["dpus"][dpu]  # the same versions, read again
     assert _inventory_reads(spent[host]) == 0, spent[host]  # no BFB carries the host BMC's
     assert memo["host_bmc_firmware"] == known["host_bmc_firmware"] != "unknown"  # still known
+
+
+async def _metalflow(client: Client, sim: RunningSim, site_file: Path, *args: str) -> tuple[int, str, str]:
+    """`metalflow ARGS` as a process, against `client`'s Temporal and the simulated site."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "OTEL_"))}
+    env |= {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+            "TEMPORAL_NAMESPACE": client.namespace, "TEMPORAL_CONFIG_FILE": os.devnull,
+            "METALFLOW_SITE_FILE": str(site_file), "KUBECONFIG": str(sim.kubeconfig),
+            "METALFLOW_INVENTORY": "site"}  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        METALFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_host_versions_refresh_gives_the_entity_what_it_read_and_no_bmc_is_asked_twice(
+    client: Client, task_queue: str, site: tuple[RunningSim, str], tmp_path: Path
+) -> None:
+    sim, prefix = site
+    host, stranger = f"{prefix}-001", f"{prefix}-002"
+    worker_site = _worker_site(sim, tmp_path / "worker-site.yaml")
+    settings = Settings(site_file=worker_site, kubeconfig=sim.kubeconfig)
+    entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
+    reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
+    at_start = _bmcs(sim, host)
+    async with build_worker(client, task_queue, settings):
+        first = await send_update(
+            client, entity, REQUEST_REBOOT_UPDATE, reboot, OperationAccepted, task_queue
+        )
+        known = await _memo_after(client, host, f"{first.workflow_id} completed")
+        await _operation_ended(client, host, 1)
+        one_read = {
+            bmc: _inventory_reads(_since(at_start[bmc], now)) for bmc, now in _bmcs(sim, host).items()
+        }
+        before, reads = _bmcs(sim, host), await _versions_reads(client, host)
+        status, out, err = await _metalflow(
+            client, sim, worker_site, "host", "versions", host, stranger, "--refresh", "--by", "carol"
+        )
+        assert status == 0, out + err
+        memo = await _memo_after(client, host, "host versions --refresh by carol")
+        assert await _versions_reads(client, host) == reads  # the entity asked no BMC itself
+        spent = {bmc: _inventory_reads(_since(before[bmc], now)) for bmc, now in _bmcs(sim, host).items()}
+    assert f"{stranger}: no entity yet" in err  # a host never asked anything: said, not an error
+    assert spent == one_read and all(one_read.values()), (spent, one_read)  # the command's read only
+    assert memo["dpus"] == known["dpus"] and memo["host_bmc_firmware"] == known["host_bmc_firmware"]
+    assert memo["at_target"] == known["at_target"]
 
 
 # -- the memo's shape and bounds, without a server --------------------------------------------------

@@ -158,3 +158,12 @@ def test_a_scope_round_trips_as_json_and_an_input_without_one_reads_everything(
         ).scope
         == scope
     )
+
+
+def test_a_refresh_is_everything_known_and_no_read_is_due_after_it() -> None:
+    state = entity()
+    state.versions = known()
+    ended(state, REPROVISION, ALICE)  # a read due...
+    fresh = known(bfb="bfb-9", firmware="fw-9", host_bmc="bmc-9")
+    assert state.refreshed(fresh) == fresh  # ...made moot by `host versions --refresh`
+    assert state.versions_due is None and state.versions_scope is None

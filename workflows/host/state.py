@@ -123,8 +123,8 @@ def versions_scope_after(operation: str, dpu_ids: tuple[str, ...] | None) -> Ver
       the host BMC's firmware: no BFB carries it.
     - firmware: the firmware of the DPUs it targeted (their BMCs); not DPF, not the host BMC.
     - removal: DPF only (the DPU objects it took away); no BMC.
-    - reboot, reset: nothing. A firmware someone else staged and a reboot activated is not seen
-      until the versions are read again (`metalflow host versions HOST` reads it now).
+    - reboot, reset: nothing. A firmware someone else staged and a reboot activated shows after
+      `metalflow host versions HOST --refresh` (`refreshed`).
     """
     if operation in (names.PROVISION, names.REPROVISION):
         return VersionsScope(dpf=True, dpu_bmcs=dpu_ids or None, host_bmc=False)
@@ -562,6 +562,12 @@ class HostEntityState(HostEntityMemory):
         after, scope = self.versions_due or "", self.versions_scope or EVERYTHING
         self.versions_due, self.versions_scope = None, None
         return after, (scope if self.versions is not None else EVERYTHING)
+
+    def refreshed(self, read: HostVersions) -> HostVersions:
+        """Everything read anew by someone else (`host versions --refresh`): what the entity knows
+        now; a read due is no longer needed (one running merges what it read when it ends)."""
+        self.versions_due, self.versions_scope = None, None
+        return self.learned(read, EVERYTHING)
 
     def learned(self, read: HostVersions, scope: VersionsScope) -> HostVersions:
         """What a read of `scope` told, merged into what the entity knew (`merge_versions`)."""

@@ -37,7 +37,9 @@ requests are served and an operation followed meanwhile; one read at a time, rea
 are one). The rule (`state.versions_scope_after`):
 
 - everything once when the entity starts (a new entity whose first request started an
-  operation: after it), and whenever it knows nothing (a read that failed as a whole);
+  operation: after it), whenever it knows nothing (a read that failed as a whole), and on
+  `metalflow host versions HOST --refresh`, whose read the command gives the entity (signal
+  `versions_read`): shown at once, no BMC asked again;
 - after a provision or reprovision: BFB and flavor (DPF: one DPU list, no BMC request) and the
   firmware of the DPUs it installed (their BMCs), since a BF-Bundle BFB carries the BlueField
   firmware (NVIDIA BlueField BSP, "Deploying BlueField Software from Host"; BlueField BMC v24.10,
@@ -45,7 +47,7 @@ are one). The rule (`state.versions_scope_after`):
   BMC's firmware;
 - after a firmware operation: the firmware of the DPUs it targeted; after a removal: DPF only;
 - after a reboot or a reset: nothing (a firmware someone else staged and a reboot activated
-  is not seen until the versions are read again; `metalflow host versions HOST` reads it now).
+  shows after `host versions --refresh`).
 
 What it knows (`HostEntityMemory.versions`, carried over continue-as-new) is shown with the
 site's targets: BFB, flavor, DPU firmware, DPU BMC firmware per DPU and the host BMC's firmware,
@@ -101,6 +103,7 @@ with workflow.unsafe.imports_passed_through():
         ASSIGN_INSTANCE_UPDATE,
         MAINTENANCE_UPDATE,
         RELEASE_INSTANCE_UPDATE,
+        VERSIONS_READ_SIGNAL,
         WITHDRAW_UPDATE,
         AssignInstanceRequest,
         EntityRequestBody,
@@ -111,6 +114,7 @@ with workflow.unsafe.imports_passed_through():
         OperationAccepted,
         OperationEnd,
         PendingOperation,
+        VersionsRead,
         WithdrawRequest,
     )
     from contracts.models.inventory import (
@@ -348,6 +352,17 @@ class HostWorkflow(kernel.Runbook):
     @set_maintenance.validator
     def _validate_maintenance(self, request: MaintenanceRequest) -> None:
         self.state.refuse_maintenance(request)
+
+    # -- versions -------------------------------------------------------------------------------
+
+    @workflow.signal(name=VERSIONS_READ_SIGNAL)
+    def versions_read(self, read: VersionsRead) -> None:
+        """`metalflow host versions HOST --refresh`: everything, read by the command; shown as the
+        entity's own read would be, and no BMC asked again for it."""
+        brief = read.brief.model_copy(update={"versions": self.state.refreshed(read.brief.versions)})
+        after = f"host versions --refresh by {read.requested_by}"
+        workflow.upsert_memo({host_versions.MEMO_KEY: host_versions.memo_of(brief, after, workflow.now())})
+        kernel.upsert_changed([host_versions.bfb_attribute(brief)])
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostStatus:
