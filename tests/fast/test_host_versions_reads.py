@@ -167,3 +167,11 @@ def test_a_refresh_is_everything_known_and_no_read_is_due_after_it() -> None:
     fresh = known(bfb="bfb-9", firmware="fw-9", host_bmc="bmc-9")
     assert state.refreshed(fresh) == fresh  # ...made moot by `host versions --refresh`
     assert state.versions_due is None and state.versions_scope is None
+
+
+def test_after_a_read_that_failed_as_a_whole_the_next_operation_reads_everything() -> None:
+    state = entity()
+    state.versions = known()
+    state.read_failed()  # the memo shows every version unknown
+    ended(state, REBOOT, ALICE)  # even a reboot: the entity knows nothing to keep
+    assert state.take_versions_due()[1] == EVERYTHING

@@ -563,6 +563,11 @@ class HostEntityState(HostEntityMemory):
         self.versions_due, self.versions_scope = None, None
         return after, (scope if self.versions is not None else EVERYTHING)
 
+    def read_failed(self) -> None:
+        """A read failed as a whole: the memo shows every version `unknown`, so the entity knows
+        none, and its next read (after any operation, a reboot too) reads everything."""
+        self.versions = None
+
     def refreshed(self, read: HostVersions) -> HostVersions:
         """Everything read anew by someone else (`host versions --refresh`): what the entity knows
         now; a read due is no longer needed (one running merges what it read when it ends)."""

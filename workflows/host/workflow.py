@@ -534,6 +534,7 @@ class HostWorkflow(kernel.Runbook):
         except ActivityError as err:
             workflow.logger.warning("versions of %s not read: %s", host, kernel.describe_failure(err))
             memo = host_versions.unknown_memo(kernel.describe_failure(err), after, workflow.now())
+            self.state.read_failed()
         workflow.upsert_memo({host_versions.MEMO_KEY: memo})
         kernel.upsert_changed([host_versions.bfb_attribute(brief)])
 
