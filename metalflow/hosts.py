@@ -44,12 +44,11 @@ from contracts.models.host import (
     ASSIGN_INSTANCE_UPDATE,
     MAINTENANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
-    VERSIONS_READ_SIGNAL,
     WITHDRAW_UPDATE,
     HostStatus,
     HostWorkflowInput,
-    VersionsRead,
 )
+from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
 from contracts.wording import plural
 from metalflow.progress import Progress
 from workflows.parts.bmc_lease_holder import queued_words

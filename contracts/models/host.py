@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPUProgress
-from contracts.models.inventory import HostVersions, HostVersionsBrief, VersionsScope
+from contracts.models.inventory import HostVersions, VersionsScope
 from contracts.models.monitor import (
     IN_POOL,
     OUT_OF_POOL,
@@ -95,7 +95,6 @@ __all__ = [
 
 # -- message names (the Temporal UI and CLI show and send these) -----------------------------------
 HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
-VERSIONS_READ_SIGNAL: Final = "versions_read"  # to the host entity: `host versions --refresh`
 # The same name as an update: refused, naming what the operation waits for, when nothing awaits a
 # reboot (the signal cannot answer; it stays handled for senders and workflows from before).
 HOST_REBOOTED_UPDATE: Final = "host_rebooted"
@@ -469,15 +468,6 @@ class PendingOperation(BaseModel):
     record: OperationRecord
     request: EntityRequestBody
     approved: bool = False  # no approval needed, or given: starting or started
-
-
-class VersionsRead(_Frozen):
-    """Signal `versions_read` to a host's entity: everything `metalflow host versions HOST
-    --refresh` read of the host, with the site's targets, for the entity to show as its own read
-    (no BMC is asked again for it)."""
-
-    requested_by: Requester
-    brief: HostVersionsBrief
 
 
 class HostEntityMemory(BaseModel):

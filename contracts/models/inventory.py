@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from contracts.validation import Requester
+
 DPF_NAMESPACE = "dpf-operator-system"
 
 
@@ -209,3 +211,15 @@ class HostVersionsBrief(_Frozen):
 
 
 VERSION_FIELDS: tuple[str, ...] = ("bfb", "flavor", "dpu_firmware", "dpu_bmc_firmware")
+
+
+VERSIONS_READ_SIGNAL = "versions_read"  # to the host entity (HostWorkflow): `host versions --refresh`
+
+
+class VersionsRead(_Frozen):
+    """Signal `versions_read` to a host's entity: everything `metalflow host versions HOST
+    --refresh` read of the host, with the site's targets, for the entity to show as its own read
+    (no BMC is asked again for it)."""
+
+    requested_by: Requester
+    brief: HostVersionsBrief

@@ -36,8 +36,13 @@ from temporalio.service import RPCError
 
 from contracts.errors import InvalidInput, KubernetesUnavailable, MetalflowError
 from contracts.host_entity import hosts_in_maintenance
-from contracts.models.host import VersionsRead
-from contracts.models.inventory import VERSION_FIELDS, HostVersions, HostVersionsBrief, VersionTargets
+from contracts.models.inventory import (
+    VERSION_FIELDS,
+    HostVersions,
+    HostVersionsBrief,
+    VersionsRead,
+    VersionTargets,
+)
 from contracts.validation import HostId, Requester, arg_type
 from contracts.wording import iso_z, plural
 from drivers.credentials import CredentialResolver

@@ -1,5 +1,5 @@
 """What the host entity reads of a host's versions, and when (issue 37 item 1;
-`workflows/host/state.py`: `versions_scope_after`, `merge_versions`, the `versions_*` methods),
+`workflows/host/versions_known.py`: `versions_scope_after`, `merge_versions`, `KnownVersions`),
 without a server. End to end, with the requests each BMC saw: tests/test_host_versions_memo.py."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from contracts.models.inventory import (
     ReadVersionsInput,
     VersionsScope,
 )
-from workflows.host.state import HostEntityState, merge_versions, versions_scope_after
+from workflows.host.state import HostEntityState
+from workflows.host.versions_known import merge_versions, versions_scope_after
 
 HOST = "host-001"
 DPUS = (f"{HOST}-dpu-0", f"{HOST}-dpu-1")

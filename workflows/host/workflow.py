@@ -31,32 +31,15 @@ host back on at once instead of waiting out its power-down wait, so a terminated
 leaves a reboot behind holding the host's BMC. A campaign that asked for an operation is told
 how it ended (`host_finished`).
 
-The host's versions: the entity reads them only when they can have changed, and never asks a
-BMC for a value it knows (`read_host_versions_brief` of a `VersionsScope`, in the background:
-requests are served and an operation followed meanwhile; one read at a time, reads due together
-are one). The rule (`state.versions_scope_after`):
-
-- everything once when the entity starts (a new entity whose first request started an
-  operation: after it), whenever it knows nothing (a read that failed as a whole), and on
-  `metalflow host versions HOST --refresh`, whose read the command gives the entity (signal
-  `versions_read`): shown at once, no BMC asked again;
-- after a provision or reprovision: BFB and flavor (DPF: one DPU list, no BMC request) and the
-  firmware of the DPUs it installed (their BMCs), since a BF-Bundle BFB carries the BlueField
-  firmware (NVIDIA BlueField BSP, "Deploying BlueField Software from Host"; BlueField BMC v24.10,
-  "Deploying BlueField Software Using BFB from BMC": ATF, UEFI, NIC firmware); never the host
-  BMC's firmware;
-- after a firmware operation: the firmware of the DPUs it targeted; after a removal: DPF only;
-- after a reboot or a reset: nothing (a firmware someone else staged and a reboot activated
-  shows after `host versions --refresh`).
-
-What it knows (`HostEntityMemory.versions`, carried over continue-as-new) is shown with the
-site's targets: BFB, flavor, DPU firmware, DPU BMC firmware per DPU and the host BMC's firmware,
-in its memo entry `versions` (the entity's page in the Temporal UI), and every BFB its DPUs run
-in the `BfbVersion` search attribute (`versions.py`). A read that fails shows `unknown (why)`;
-it never fails the entity or the operation (knowing nothing, the next read reads everything).
-Its cost per read: the sources its scope names (`activities/versions.py`); 3 activity events, a
-workflow task (3), the memo upsert and, when the BFBs changed, the search-attribute upsert:
-about 8 events. None after a reboot or reset.
+The host's versions (memo entry `versions`, search attribute `BfbVersion`: `versions.py`) are
+read only when they can have changed, never a BMC for a value the entity knows
+(`versions_known.py` states the rule and its sources): everything once at start, after a
+(re)provision DPF and the installed DPUs' firmware (a BF-Bundle BFB carries it) but never the
+host BMC's, after a firmware operation the targeted DPUs' firmware, after a removal DPF, after a
+reboot or reset nothing; `host versions --refresh` hands the entity the command's own read
+(signal `versions_read`). One read at a time, in the background (`read_host_versions_brief` of a
+`VersionsScope`); one that fails shows `unknown (why)` and never fails the entity. Cost per
+read: the sources its scope names, about 8 events.
 
 Worst-case history: about 26 events per operation (the update, the child's start and end, one
 `Instance`/`PhaseSince` upsert per phase change, the versions read after it, if any) plus 5 per other
@@ -103,7 +86,6 @@ with workflow.unsafe.imports_passed_through():
         ASSIGN_INSTANCE_UPDATE,
         MAINTENANCE_UPDATE,
         RELEASE_INSTANCE_UPDATE,
-        VERSIONS_READ_SIGNAL,
         WITHDRAW_UPDATE,
         AssignInstanceRequest,
         EntityRequestBody,
@@ -114,14 +96,15 @@ with workflow.unsafe.imports_passed_through():
         OperationAccepted,
         OperationEnd,
         PendingOperation,
-        VersionsRead,
         WithdrawRequest,
     )
     from contracts.models.inventory import (
         EVERYTHING,
+        VERSIONS_READ_SIGNAL,
         HostLookup,
         HostVersionsBrief,
         ReadVersionsInput,
+        VersionsRead,
         VersionsScope,
     )
     from workflows import kernel
