@@ -3,16 +3,18 @@ firmware), from DPF and the BMCs (drivers/versions.py):
 
 - `read_host_versions`: everything `metalflow host versions` shows, each DPU's identity too.
 - `read_host_versions_brief`: what the host entity shows in its memo (`workflows/host/workflow.py`,
-  `workflows/host/versions.py`) after each operation ends: the same without identity, with the
-  site's targets (site file `versions.targets`; none for the cluster inventory).
+  `workflows/host/versions.py`): the same without identity, only the sources its `scope` names
+  (the entity asks only what can have changed, see `VersionsScope`), with the site's targets
+  (site file `versions.targets`; none for the cluster inventory).
 
-Cost per call, per host: one DPU list of the host's DPUNode (Kubernetes, label selector); per DPU
-with a BMC one BMC session (login and logout where the BMC has sessions) and its
-FirmwareInventory: the service root, the UpdateService, the collection, one GET per member
-(2 on the simulated site, 6 to 8 on a BlueField); the host BMC the same (a BMC that serves no
-FirmwareInventory answers one 404). `read_host_versions` adds one or two identity GETs per DPU,
-in a second session. A source that cannot be read is named in `errors`, never raised: only an
-unknown host (InvalidInput) fails the call. Heartbeating.
+Cost per call, per host, for each source its scope names (`VersionsScope`; a source not named
+costs nothing): DPF, one DPU list of the host's DPUNode (Kubernetes, label selector); per DPU
+BMC read one BMC session (login and logout where the BMC has sessions) and its
+FirmwareInventory: the service root, the UpdateService, the collection, one GET per member (2 on
+the simulated site, 6 to 8 on a BlueField); the host BMC the same (a BMC that serves no
+FirmwareInventory answers one 404). `read_host_versions` reads everything and adds one or two
+identity GETs per DPU, in a second session. A source that cannot be read is named in `errors`,
+never raised: only an unknown host (InvalidInput) fails the call. Heartbeating.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ class VersionActivities:
         """The host's versions without the DPUs' identity, and the site's targets."""
         async with heartbeating():
             host = await self.inventory.resolve(request.host_id)
-            versions = await self.reader.host(host, identity=False)
+            versions = await self.reader.host(host, identity=False, scope=request.scope)
             return HostVersionsBrief(versions=versions, targets=await self._targets())
 
     async def _targets(self) -> VersionTargets:

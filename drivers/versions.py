@@ -29,7 +29,14 @@ from typing import Any
 
 from contracts.errors import MetalflowError
 from contracts.models.dpf import DPUNODE_NAME_LABEL
-from contracts.models.inventory import BMCAccess, DPUVersions, HostInventory, HostVersions
+from contracts.models.inventory import (
+    EVERYTHING,
+    BMCAccess,
+    DPUVersions,
+    HostInventory,
+    HostVersions,
+    VersionsScope,
+)
 from drivers import campaign as fleet
 from drivers.kube import DPU, Kube
 from drivers.redfish.client import RedfishClient
@@ -105,23 +112,29 @@ class VersionReader:
         async with self.redfish.connect(access, on_wait=self.on_wait) as bmc:
             return await read(bmc)
 
-    async def host(self, host: HostInventory, *, identity: bool = True) -> HostVersions:
+    async def host(
+        self, host: HostInventory, *, identity: bool = True, scope: VersionsScope = EVERYTHING
+    ) -> HostVersions:
         """The host's versions; `identity=False` skips each DPU's identity GETs (and their BMC
-        session): model and part number stay None, the serial is the inventory's."""
+        session): model and part number stay None, the serial is the inventory's. `scope` names
+        the sources read (`VersionsScope`): a source not named is not asked, its fields stay None
+        and no error is said of it."""
         errors: list[str] = []
-        try:
-            listed = await self.kube.list(
-                host.host_id,
-                DPU,
-                host.namespace,
-                label_selector=f"{DPUNODE_NAME_LABEL}={host.dpu_node_name()}",
-            )
-            objects = {
-                str((d.get("spec") or {}).get("dpuDeviceName") or ""): d for d in listed.get("items") or []
-            }
-        except MetalflowError as err:
-            objects = {}
-            errors.append(f"DPF: {err}")
+        objects: dict[str, dict[str, Any]] = {}
+        if scope.dpf:
+            try:
+                listed = await self.kube.list(
+                    host.host_id,
+                    DPU,
+                    host.namespace,
+                    label_selector=f"{DPUNODE_NAME_LABEL}={host.dpu_node_name()}",
+                )
+                objects = {
+                    str((d.get("spec") or {}).get("dpuDeviceName") or ""): d
+                    for d in listed.get("items") or []
+                }
+            except MetalflowError as err:
+                errors.append(f"DPF: {err}")
         dpus = []
         for dpu in host.dpus:
             values: dict[str, Any] = {"dpu_id": dpu.id, "model": None, "serial": dpu.serial}
@@ -129,9 +142,11 @@ class VersionReader:
             obj = objects.get(dpu.dpu_device_name())
             if obj is not None:
                 values.update(dpf_versions(obj, host.namespace))
-            elif not errors:
+            elif scope.dpf and not errors:
                 dpu_errors.append("DPF has no DPU object")
-            if dpu.bmc is None:
+            if not scope.reads_dpu_bmc(dpu.id):
+                pass
+            elif dpu.bmc is None:
                 dpu_errors.append("no BMC in the inventory")
             else:
                 try:
@@ -144,10 +159,11 @@ class VersionReader:
                     dpu_errors.append(f"BMC: {err}")
             dpus.append(DPUVersions(**values, errors=tuple(dpu_errors)))
         host_bmc = None
-        try:
-            host_bmc = (await self._bmc(host.bmc, _firmware)).get("bmc_firmware")
-        except MetalflowError as err:
-            errors.append(f"host BMC firmware: {err}")
+        if scope.host_bmc:
+            try:
+                host_bmc = (await self._bmc(host.bmc, _firmware)).get("bmc_firmware")
+            except MetalflowError as err:
+                errors.append(f"host BMC firmware: {err}")
         return HostVersions(
             host_id=host.host_id, host_bmc_firmware=host_bmc, dpus=tuple(dpus), errors=tuple(errors)
         )

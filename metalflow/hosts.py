@@ -48,6 +48,7 @@ from contracts.models.host import (
     HostStatus,
     HostWorkflowInput,
 )
+from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
 from contracts.wording import plural
 from metalflow.progress import Progress
 from workflows.parts.bmc_lease_holder import queued_words
@@ -163,6 +164,24 @@ async def send_update(
             f"the entity answered {update} with {type(result).__name__}, not {result_type.__name__}"
         )
     return result
+
+
+async def tell_versions_read(client: Client, host_id: str, read: VersionsRead) -> bool:
+    """Give the host's entity what `host versions --refresh` read (signal `versions_read`): it
+    shows it as its own read, asking no BMC again. False: the host has no running entity (it
+    reads everything once when it starts).
+
+    Raises:
+        RPCError: Temporal refused or could not be reached.
+    """
+    handle = client.get_workflow_handle(names.host_workflow_id(host_id))
+    try:
+        await handle.signal(VERSIONS_READ_SIGNAL, read)
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
 
 
 async def host_status(client: Client, host_id: str) -> HostStatus:

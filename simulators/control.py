@@ -30,6 +30,7 @@ def add_control_routes(app: web.Application, site: SimulatedSite) -> None:
     app.router.add_get("/sim/requests", _requests)
     app.router.add_get("/sim/timeline", _timeline)
     app.router.add_get("/sim/bmcs/{bmc_id}/load", _bmc_load)
+    app.router.add_get("/sim/bmcs/{bmc_id}/requests", _bmc_requests)
     app.router.add_post("/sim/faults/dpus/{name}/{fault}", _dpu_fault)
     app.router.add_post("/sim/faults/dpu-bmcs/{dpu}/{fault}", _dpu_bmc_fault)
     app.router.add_post("/sim/faults/bmcs/{bmc_id}/{fault}", _bmc_fault)
@@ -100,6 +101,15 @@ async def _bmc_load(request: web.Request) -> web.Response:
     if bmc_id not in site.bmcs.bmc_ids():
         return _problem(404, f"no BMC {bmc_id!r} in site {site.site.name!r}")
     return web.json_response(site.bmcs.load(bmc_id))
+
+
+async def _bmc_requests(request: web.Request) -> web.Response:
+    """Every request the BMC answered, per `METHOD path` (see `BMCs.requests`)."""
+    site = request.app[SITE_KEY]
+    bmc_id = request.match_info["bmc_id"]
+    if bmc_id not in site.bmcs.bmc_ids():
+        return _problem(404, f"no BMC {bmc_id!r} in site {site.site.name!r}")
+    return web.json_response(site.bmcs.requests(bmc_id))
 
 
 async def _body(request: web.Request) -> dict[str, Any]:

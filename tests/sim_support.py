@@ -174,6 +174,13 @@ class RunningSim:
         found: dict[str, int] = response.json()
         return found
 
+    def bmc_requests(self, bmc_id: str) -> dict[str, int]:
+        """Every request the BMC answered since start, per `METHOD path`."""
+        response = httpx.get(f"{self.url}/sim/bmcs/{bmc_id}/requests", timeout=10)
+        response.raise_for_status()
+        found: dict[str, int] = response.json()
+        return found
+
     def violations(self) -> list[dict[str, Any]]:
         response = httpx.get(f"{self.url}/sim/violations", timeout=10)
         response.raise_for_status()

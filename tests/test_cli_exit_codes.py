@@ -96,6 +96,7 @@ ROWS: dict[tuple[str, ...], list[str]] = {
 REACHABLE_WORDS = {
     ("sim", "violations"): ["--state-dir", "{S}", "--json"],
     ("host", "list"): ["--json"],
+    ("host", "versions"): [KNOWN, "--json", "--refresh"],  # only `--refresh` talks to Temporal
     ("campaign", "list"): [],
     ("campaign", "schedules"): [],
     ("campaign", "start"): ["exc-c", "--hosts", KNOWN, "--reprovision", *QUEUE],

@@ -7,6 +7,8 @@ memo's shape and bounds without a server (`workflows/host/versions.py` is pure).
 
 from __future__ import annotations
 
+import asyncio
+import os
 import socket
 import uuid
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cli_support import METALFLOW
 from host_operation_support import FAST_POLICY, eventually
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -157,6 +160,150 @@ async def test_a_dpu_bmc_that_cannot_be_read_shows_unknown_and_the_entity_goes_o
         assert "cannot reach" in unread[field], unread
     assert unread["bfb"] == f"{DEFAULT_BFB} (at target)"  # DPF still answers for it
     assert memo["at_target"].startswith(f"no: dpu_firmware on {host}-dpu-0, dpu_firmware on {dead} unknown")
+
+
+# -- what a versions read asks of the BMCs: only what can have changed (issue 37 item 1) -------------
+
+FIRMWARE_INVENTORY = "/redfish/v1/UpdateService"  # where every FirmwareInventory read goes
+
+
+def _since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: n - before.get(k, 0) for k, n in after.items() if n != before.get(k, 0)}
+
+
+def _inventory_reads(requests: dict[str, int]) -> int:
+    return sum(n for k, n in requests.items() if k.split(" ", 1)[1].startswith(FIRMWARE_INVENTORY))
+
+
+async def _versions_reads(client: Client, host: str) -> int:
+    """The `read_host_versions_brief` activities the host's entity scheduled so far."""
+    handle = client.get_workflow_handle(names.host_workflow_id(host))
+    found = 0
+    async for event in handle.fetch_history_events():
+        scheduled = event.activity_task_scheduled_event_attributes
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            found += scheduled.activity_type.name == "read_host_versions_brief"
+    return found
+
+
+async def _operation_ended(client: Client, host: str, operations: int) -> None:
+    """Until the entity recorded `operations` ended operations and runs no activity (a versions
+    read it started after the last one has ended too)."""
+    handle = client.get_workflow_handle(names.host_workflow_id(host))
+
+    async def idle() -> bool:
+        status = await host_status(client, host)
+        described = await handle.describe()
+        return len(status.recent) == operations and not described.raw_description.pending_activities
+
+    await eventually(idle, timeout=60, what=f"{operations} operations of {host} to end")
+
+
+def _bmcs(sim: RunningSim, host: str) -> dict[str, dict[str, int]]:
+    """Every request each BMC of the host answered so far: its own and its DPUs'."""
+    return {bmc: sim.bmc_requests(bmc) for bmc in (host, f"{host}-dpu-0", f"{host}-dpu-1")}
+
+
+async def test_a_reboot_reads_no_versions_the_entity_already_knows(
+    client: Client, task_queue: str, site: tuple[RunningSim, str], tmp_path: Path
+) -> None:
+    sim, prefix = site
+    host = f"{prefix}-001"
+    settings = Settings(site_file=_worker_site(sim, tmp_path / "worker-site.yaml"), kubeconfig=sim.kubeconfig)
+    entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
+    reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
+    async with build_worker(client, task_queue, settings):
+        first = await send_update(
+            client, entity, REQUEST_REBOOT_UPDATE, reboot, OperationAccepted, task_queue
+        )
+        known = await _memo_after(client, host, f"{first.workflow_id} completed")  # a new entity: all once
+        await _operation_ended(client, host, 1)
+        before, reads = _bmcs(sim, host), await _versions_reads(client, host)
+        await send_update(client, entity, REQUEST_REBOOT_UPDATE, reboot, OperationAccepted, task_queue)
+        await _operation_ended(client, host, 2)
+        spent = {bmc: _since(before[bmc], now) for bmc, now in _bmcs(sim, host).items()}
+        assert await _versions_reads(client, host) == reads  # no versions read after a reboot
+        memo = await _memo_after(client, host, f"{first.workflow_id} completed")
+    # The DPUs' BMCs saw nothing; the host's BMC only the power cycle's own requests.
+    assert spent[f"{host}-dpu-0"] == spent[f"{host}-dpu-1"] == {}
+    assert _inventory_reads(spent[host]) == 0 and spent[host], spent[host]
+    assert memo == known  # what the entity knew stays shown
+
+
+async def test_a_reprovision_reads_the_dpus_firmware_and_never_the_host_bmcs(
+    client: Client, task_queue: str, site: tuple[RunningSim, str], tmp_path: Path
+) -> None:
+    sim, prefix = site
+    host = f"{prefix}-002"
+    settings = Settings(site_file=_worker_site(sim, tmp_path / "worker-site.yaml"), kubeconfig=sim.kubeconfig)
+    entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
+    reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
+    async with build_worker(client, task_queue, settings):
+        first = await send_update(
+            client, entity, REQUEST_REBOOT_UPDATE, reboot, OperationAccepted, task_queue
+        )
+        known = await _memo_after(client, host, f"{first.workflow_id} completed")
+        await _operation_ended(client, host, 1)
+        before = _bmcs(sim, host)
+        accepted = await send_update(
+            client, entity, REQUEST_REPROVISION_UPDATE, OperationRequest(requested_by="bob"),
+            OperationAccepted, task_queue,
+        )  # fmt: skip
+        memo = await _memo_after(client, host, f"{accepted.workflow_id} completed")
+        await _operation_ended(client, host, 2)
+        spent = {bmc: _since(before[bmc], now) for bmc, now in _bmcs(sim, host).items()}
+    for dpu in (f"{host}-dpu-0", f"{host}-dpu-1"):
+        assert _inventory_reads(spent[dpu]) > 0, spent[dpu]  # a BF-Bundle BFB carries its firmware
+        assert memo["dpus"][dpu] == known["dpus"][dpu]  # the same versions, read again
+    assert _inventory_reads(spent[host]) == 0, spent[host]  # no BFB carries the host BMC's
+    assert memo["host_bmc_firmware"] == known["host_bmc_firmware"] != "unknown"  # still known
+
+
+async def _metalflow(client: Client, sim: RunningSim, site_file: Path, *args: str) -> tuple[int, str, str]:
+    """`metalflow ARGS` as a process, against `client`'s Temporal and the simulated site."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "OTEL_"))}
+    env |= {"TEMPORAL_ADDRESS": client.service_client.config.target_host,
+            "TEMPORAL_NAMESPACE": client.namespace, "TEMPORAL_CONFIG_FILE": os.devnull,
+            "METALFLOW_SITE_FILE": str(site_file), "KUBECONFIG": str(sim.kubeconfig),
+            "METALFLOW_INVENTORY": "site"}  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        METALFLOW, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_host_versions_refresh_gives_the_entity_what_it_read_and_no_bmc_is_asked_twice(
+    client: Client, task_queue: str, site: tuple[RunningSim, str], tmp_path: Path
+) -> None:
+    sim, prefix = site
+    host, stranger = f"{prefix}-001", f"{prefix}-002"
+    worker_site = _worker_site(sim, tmp_path / "worker-site.yaml")
+    settings = Settings(site_file=worker_site, kubeconfig=sim.kubeconfig)
+    entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
+    reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
+    at_start = _bmcs(sim, host)
+    async with build_worker(client, task_queue, settings):
+        first = await send_update(
+            client, entity, REQUEST_REBOOT_UPDATE, reboot, OperationAccepted, task_queue
+        )
+        known = await _memo_after(client, host, f"{first.workflow_id} completed")
+        await _operation_ended(client, host, 1)
+        one_read = {
+            bmc: _inventory_reads(_since(at_start[bmc], now)) for bmc, now in _bmcs(sim, host).items()
+        }
+        before, reads = _bmcs(sim, host), await _versions_reads(client, host)
+        status, out, err = await _metalflow(
+            client, sim, worker_site, "host", "versions", host, stranger, "--refresh", "--by", "carol"
+        )
+        assert status == 0, out + err
+        memo = await _memo_after(client, host, "host versions --refresh by carol")
+        assert await _versions_reads(client, host) == reads  # the entity asked no BMC itself
+        spent = {bmc: _inventory_reads(_since(before[bmc], now)) for bmc, now in _bmcs(sim, host).items()}
+    assert f"{stranger}: no entity yet" in err  # a host never asked anything: said, not an error
+    assert spent == one_read and all(one_read.values()), (spent, one_read)  # the command's read only
+    assert memo["dpus"] == known["dpus"] and memo["host_bmc_firmware"] == known["host_bmc_firmware"]
+    assert memo["at_target"] == known["at_target"]
 
 
 # -- the memo's shape and bounds, without a server --------------------------------------------------

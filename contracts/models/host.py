@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPUProgress
+from contracts.models.inventory import HostVersions, VersionsScope
 from contracts.models.monitor import (
     IN_POOL,
     OUT_OF_POOL,
@@ -481,6 +482,8 @@ class HostEntityMemory(BaseModel):
     phase_since: datetime | None = None  # since when (search attribute PhaseSince)
     current: PendingOperation | None = None  # None while idle (the only time it continues as new)
     versions_due: str | None = None  # after what the host's versions are to be read next
+    versions_scope: VersionsScope | None = None  # what that read reads (None: everything)
+    versions: HostVersions | None = None  # what the entity knows the host runs (None: not read yet)
     # What this entity's completed removals took out of DPF, until a provision brings it back:
     # DPU id -> the removal's workflow id ("" for the whole DPU node). A reprovision of it is refused.
     removed_from_dpf: dict[str, str] = Field(default_factory=dict)

@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from contracts.validation import Requester
+
 DPF_NAMESPACE = "dpf-operator-system"
 
 
@@ -161,8 +163,42 @@ class VersionTargets(_Frozen):
     host_bmc_firmware: str = ""
 
 
+class VersionsScope(_Frozen):
+    """What one versions read asks (`read_host_versions_brief`), each source only when named:
+    `dpf`, each DPU's BFB and flavor (one DPU list from the Kubernetes API, no BMC request);
+    `dpu_bmcs`, the DPUs whose BMCs are read (one session and FirmwareInventory each: DPU
+    firmware and DPU BMC firmware); `host_bmc`, the host BMC's firmware (one session and its
+    FirmwareInventory). The default reads everything. The host entity decides what a read needs
+    (workflows/host/state.py, `versions_scope_after`)."""
+
+    dpf: bool = True
+    dpu_bmcs: tuple[str, ...] | None = None  # None: every DPU's BMC; (): none
+    host_bmc: bool = True
+
+    def reads_dpu_bmc(self, dpu_id: str) -> bool:
+        return self.dpu_bmcs is None or dpu_id in self.dpu_bmcs
+
+    def reads_nothing(self) -> bool:
+        return not self.dpf and self.dpu_bmcs == () and not self.host_bmc
+
+    def union(self, other: VersionsScope) -> VersionsScope:
+        """Both reads in one: each source either names (every DPU's BMC when either says every)."""
+        if self.dpu_bmcs is None or other.dpu_bmcs is None:
+            dpu_bmcs: tuple[str, ...] | None = None
+        else:
+            dpu_bmcs = tuple(sorted({*self.dpu_bmcs, *other.dpu_bmcs}))
+        return VersionsScope(
+            dpf=self.dpf or other.dpf, dpu_bmcs=dpu_bmcs, host_bmc=self.host_bmc or other.host_bmc
+        )
+
+
+EVERYTHING = VersionsScope()
+NOTHING = VersionsScope(dpf=False, dpu_bmcs=(), host_bmc=False)
+
+
 class ReadVersionsInput(_Frozen):
     host_id: str
+    scope: VersionsScope = EVERYTHING  # the sources to read; the fields of the others stay None
 
 
 class HostVersionsBrief(_Frozen):
@@ -175,3 +211,15 @@ class HostVersionsBrief(_Frozen):
 
 
 VERSION_FIELDS: tuple[str, ...] = ("bfb", "flavor", "dpu_firmware", "dpu_bmc_firmware")
+
+
+VERSIONS_READ_SIGNAL = "versions_read"  # to the host entity (HostWorkflow): `host versions --refresh`
+
+
+class VersionsRead(_Frozen):
+    """Signal `versions_read` to a host's entity: everything `metalflow host versions HOST
+    --refresh` read of the host, with the site's targets, for the entity to show as its own read
+    (no BMC is asked again for it)."""
+
+    requested_by: Requester
+    brief: HostVersionsBrief

@@ -5,12 +5,18 @@ firmware (its FirmwareInventory, when served); each marked `*` where it differs 
 declared target (site file `versions.targets`). Reads through the drivers (drivers/versions.py):
 no workflow, nothing changes. No HOST: every host of the inventory. MAINTENANCE: `on (who set
 it)` for a host in maintenance (`metalflow host maintenance`), from Temporal visibility (one
-listing, at most MAINTENANCE_READ_SECONDS, found as every command finds Temporal but without
---address: the command needs no Temporal; `?` and a line on stderr when it cannot be asked).
+listing, at most MAINTENANCE_READ_SECONDS, found as every command finds Temporal: the read
+needs no Temporal; `?` and a line on stderr when it cannot be asked).
+
+`--refresh` then gives what was read to each host's entity (signal `versions_read`): its memo
+shows it at once, and no BMC is asked again for it. The entity reads nothing after a reboot, so
+this is how a firmware someone else staged and a reboot activated reaches the memo.
 
 Exit statuses (`metalflow.cli.exits`): 0 read (a source that could not be read is named per host,
-`-` in the table), 2 an unknown host, or settings or a site file that cannot be read, 3 the
-cluster cannot be reached. `--json`: one document, `{"hosts": [...], "summary": ..., "targets": ...}`.
+`-` in the table; with `--refresh`, a host without an entity is named on stderr), 1 Temporal
+refused a refresh, 2 an unknown host, or settings or a site file that cannot be read, 3 the
+cluster (or, with `--refresh`, Temporal) cannot be reached. `--json`: one document,
+`{"hosts": [...], "summary": ..., "targets": ...}`.
 
 Cost: per host one DPU list; per DPU with a BMC one session and its FirmwareInventory; hosts read
 PARALLEL at a time.
@@ -26,10 +32,18 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
+from temporalio.service import RPCError
+
 from contracts.errors import InvalidInput, KubernetesUnavailable, MetalflowError
 from contracts.host_entity import hosts_in_maintenance
-from contracts.models.inventory import VERSION_FIELDS, HostVersions
-from contracts.validation import HostId, arg_type
+from contracts.models.inventory import (
+    VERSION_FIELDS,
+    HostVersions,
+    HostVersionsBrief,
+    VersionsRead,
+    VersionTargets,
+)
+from contracts.validation import HostId, Requester, arg_type
 from contracts.wording import iso_z, plural
 from drivers.credentials import CredentialResolver
 from drivers.inventory import Inventory
@@ -39,6 +53,8 @@ from drivers.settings import Settings
 from drivers.site_file import SiteVersionTargets
 from drivers.versions import VersionReader
 from metalflow.cli import connection, exits
+from metalflow.client import TemporalConfigError, temporal_lost
+from metalflow.hosts import default_operator, tell_versions_read
 
 PARALLEL = 20
 MAINTENANCE_READ_SECONDS = 5.0  # Temporal's answer on who is in maintenance, at most
@@ -58,6 +74,19 @@ def register(commands: Any) -> None:
     )
     versions.add_argument(
         "--json", action="store_true", help="one JSON object: the hosts, the summary and the targets"
+    )
+    versions.add_argument(
+        "--refresh",
+        action="store_true",
+        help="also give what was read to each host's entity (host/<id>), which shows it in its memo "
+        "at once instead of reading the BMCs again: e.g. a firmware someone else staged and a reboot "
+        "activated (the entity reads nothing after a reboot)",
+    )
+    versions.add_argument(
+        "--by",
+        type=arg_type(Requester),
+        default=default_operator(),
+        help="who refreshes (default: %(default)s)",
     )
     versions.set_defaults(handler=run)
 
@@ -102,6 +131,9 @@ def maintenance_cell(found: dict[str, tuple[str, datetime | None]] | None, host_
     return f"on ({found[host_id][0]})"
 
 
+run.talks_to_temporal = True  # type: ignore[attr-defined]  # `--refresh`: gets --address, --namespace
+
+
 async def _main(settings: Settings, args: argparse.Namespace) -> int:
     kube = Kube(settings)
     inventory = Inventory(settings, kube)
@@ -141,6 +173,37 @@ async def _main(settings: Settings, args: argparse.Namespace) -> int:
         if unread:
             print(unread, file=sys.stderr)
     kube.close()
+    if args.refresh:
+        return await refresh(args, found, VersionTargets(**targets.model_dump()))
+    return EXIT_OK
+
+
+async def refresh(args: argparse.Namespace, found: list[HostVersions], targets: VersionTargets) -> int:
+    """`--refresh`: give each host's entity what was read (`metalflow.hosts.tell_versions_read`),
+    saying on stderr which had none; the exit status (a failure said why, on stderr)."""
+    try:
+        target = connection.resolve(args)
+    except TemporalConfigError as err:  # names the file; a TOML error quotes no value
+        print(f"metalflow host versions: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        client = await connection.connect_to(target)
+    except Exception as err:  # a config file that cannot be read, or no Temporal: said, never a traceback
+        why = f"{type(err).__name__}: {err}".splitlines()[0]
+        print(
+            f"metalflow host versions: cannot reach Temporal to refresh the entities ({why})", file=sys.stderr
+        )
+        return EXIT_UNREACHABLE
+    for host in found:
+        read = VersionsRead(requested_by=args.by, brief=HostVersionsBrief(versions=host, targets=targets))
+        try:
+            told = await tell_versions_read(client, host.host_id, read)
+        except RPCError as err:
+            print(f"metalflow host versions: Temporal refused the refresh of {host.host_id} ({err.message})"
+                  .splitlines()[0], file=sys.stderr)  # fmt: skip
+            return EXIT_UNREACHABLE if temporal_lost(err) else exits.FAILED
+        if not told:
+            print(f"{host.host_id}: no entity yet (it reads its versions when it starts)", file=sys.stderr)
     return EXIT_OK
 
 

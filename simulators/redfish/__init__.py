@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import resource
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +76,8 @@ class Service:
     requests_in_flight: int = 0
     requests_in_flight_peak: int = 0
     systems_off_peak: int = 0
+    # Every request it answered since start, per `METHOD path` (`BMCs.requests`).
+    requests_served: Counter[str] = field(default_factory=Counter)
 
     @property
     def first_host(self) -> HostBMC | None:
@@ -306,6 +309,11 @@ class BMCs:
             "requests_in_flight_peak": service.requests_in_flight_peak,
             "systems_off_peak": service.systems_off_peak,
         }
+
+    def requests(self, bmc_id: str) -> dict[str, int]:
+        """Every request the BMC's service answered since start, per `METHOD path` (a host's id
+        names its BMC, shared on a multi-system BMC), as a BMC's access log would count them."""
+        return dict(sorted(self._service_of[bmc_id].requests_served.items()))
 
     def _note_power(self, host: HostBMC) -> None:
         service = self.services[host.service_id]

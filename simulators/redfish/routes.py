@@ -93,6 +93,7 @@ class Redfish:
             return web.Response(status=503)  # never written: the connection is gone
         if self._bmcs.request_counts is not None:
             self._bmcs.request_counts.count("redfish", request)
+        service.requests_served[f"{request.method} {request.path}"] += 1  # `BMCs.requests`
         # The BMC's own count of requests it answers at once (`BMCs.load`).
         service.requests_in_flight += 1
         service.requests_in_flight_peak = max(service.requests_in_flight_peak, service.requests_in_flight)

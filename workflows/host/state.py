@@ -16,6 +16,8 @@ methods over that memory:
   reason no longer holds (`reason_to_check`, `reason_gone`);
 - the child's id and input; the Phase and details the entity shows, and its `status`.
 
+What it knows of the host's versions and what it reads again: `versions_known.py` (`KnownVersions`).
+
 Pure: no Temporal (not even `workflow.unsafe`), no clock (`now` is an argument), no I/O. The
 runtime handles (the child's handle, the lock, the versions task) are the workflow's.
 """
@@ -61,6 +63,7 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from contracts.wording import iso_z
+from workflows.host.versions_known import KnownVersions
 
 RECENT_LIMIT: Final = 20
 IDLE: Final = "idle"
@@ -113,7 +116,7 @@ def _standing(current: PendingOperation) -> str:
     return "is in flight" if current.approved else "awaits approval"
 
 
-class HostEntityState(HostEntityMemory):
+class HostEntityState(HostEntityMemory, KnownVersions):
     """The entity of one host: its memory, and its rules over it (see the module docstring)."""
 
     _start: HostWorkflowInput = PrivateAttr()  # the run's input: the host, its policy, the window

@@ -1,5 +1,6 @@
 """What the host entity shows of a host's versions (`workflows/host/workflow.py`): its memo entry `versions`
-and its `BfbVersion` search attribute, from one `read_host_versions_brief` (pure functions: no
+and its `BfbVersion` search attribute, from what the entity knows: its `read_host_versions_brief`
+reads merged (`versions_known.merge_versions`), or a `host versions --refresh` read (pure functions: no
 I/O, deterministic).
 
 The memo entry, shown on the entity's page in the Temporal UI (`describe().memo` for a client):

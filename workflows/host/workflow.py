@@ -31,19 +31,18 @@ host back on at once instead of waiting out its power-down wait, so a terminated
 leaves a reboot behind holding the host's BMC. A campaign that asked for an operation is told
 how it ended (`host_finished`).
 
-After each operation ends (and when a new entity starts with no operation), the entity reads
-the host's versions once (`read_host_versions_brief`, in the background: requests are served and
-an operation followed meanwhile; one read at a time) and shows them: BFB, flavor, DPU firmware,
-DPU BMC firmware per DPU and the host BMC's firmware, each against the site's target, in its
-memo entry `versions` (the entity's page in the Temporal UI), and every BFB its DPUs run in the
-`BfbVersion` search attribute (`versions.py`). A read that fails shows `unknown (why)`; it never
-fails the entity or the operation. Its cost per read: one DPU list, and per DPU BMC and the host
-BMC one session and its FirmwareInventory (`activities/versions.py`); 3 activity events, a
-workflow task (3), the memo upsert and, when the BFBs changed, the search-attribute upsert:
-about 8 events.
+The host's versions (memo entry `versions`, search attribute `BfbVersion`: `versions.py`) are
+read only when they can have changed, never a BMC for a value the entity knows
+(`versions_known.py` states the rule and its sources): everything once at start, after a
+(re)provision DPF and the installed DPUs' firmware (a BF-Bundle BFB carries it) but never the
+host BMC's, after a firmware operation the targeted DPUs' firmware, after a removal DPF, after a
+reboot or reset nothing; `host versions --refresh` hands the entity the command's own read
+(signal `versions_read`). One read at a time, in the background (`read_host_versions_brief` of a
+`VersionsScope`); one that fails shows `unknown (why)` and never fails the entity. Cost per
+read: the sources its scope names, about 8 events.
 
 Worst-case history: about 26 events per operation (the update, the child's start and end, one
-`Instance`/`PhaseSince` upsert per phase change, the versions read after it) plus 5 per other
+`Instance`/`PhaseSince` upsert per phase change, the versions read after it, if any) plus 5 per other
 update; the entity continues-as-new when idle past `max_history_events` (default 10,000) or when
 Temporal suggests it (after its versions read, if one runs; the memo and search attributes carry
 over), carrying its state whole (`HostWorkflowInput.state`), so a run never nears the limit. No
@@ -99,7 +98,15 @@ with workflow.unsafe.imports_passed_through():
         PendingOperation,
         WithdrawRequest,
     )
-    from contracts.models.inventory import HostLookup, HostVersionsBrief, ReadVersionsInput
+    from contracts.models.inventory import (
+        EVERYTHING,
+        VERSIONS_READ_SIGNAL,
+        HostLookup,
+        HostVersionsBrief,
+        ReadVersionsInput,
+        VersionsRead,
+        VersionsScope,
+    )
     from workflows import kernel
     from workflows.host import versions as host_versions
     from workflows.host.outcome import generation_reported, outcome_of
@@ -172,7 +179,7 @@ class HostWorkflow(kernel.Runbook):
         )
         self._show_phase()
         if start.state is None and self.state.current is None:  # a new entity, no operation asked yet
-            self.state.versions_due = "the entity started"
+            self.state.versions_wanted("the entity started", EVERYTHING)
         self._versions_task = asyncio.create_task(self._show_versions())  # for the whole run
         while True:
             await workflow.wait_condition(lambda: self.state.current is not None or self._history_is_long())
@@ -329,6 +336,17 @@ class HostWorkflow(kernel.Runbook):
     def _validate_maintenance(self, request: MaintenanceRequest) -> None:
         self.state.refuse_maintenance(request)
 
+    # -- versions -------------------------------------------------------------------------------
+
+    @workflow.signal(name=VERSIONS_READ_SIGNAL)
+    def versions_read(self, read: VersionsRead) -> None:
+        """`metalflow host versions HOST --refresh`: everything, read by the command; shown as the
+        entity's own read would be, and no BMC asked again for it."""
+        brief = read.brief.model_copy(update={"versions": self.state.refreshed(read.brief.versions)})
+        after = f"host versions --refresh by {read.requested_by}"
+        workflow.upsert_memo({host_versions.MEMO_KEY: host_versions.memo_of(brief, after, workflow.now())})
+        kernel.upsert_changed([host_versions.bfb_attribute(brief)])
+
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostStatus:
         """The host as the entity sees it."""
@@ -435,12 +453,12 @@ class HostWorkflow(kernel.Runbook):
             self.state.reached(generation_reported(err))  # a failed operation's reboots count too
             self._finish(current, outcome_of(err))
             # A failed operation may have changed versions too: read them as after any other.
-            self.state.versions_due = f"{current.record.workflow_id} {outcome_of(err)}"
+            self.state.versions_after(current, outcome_of(err))
             await self._notify_campaign(current, outcome_of(err))
             return
         self.state.reached(result.boot_generation)
         self._finish(current, "completed")
-        self.state.versions_due = f"{current.record.workflow_id} completed"
+        self.state.versions_after(current, "completed")
         await self._notify_campaign(current, "completed")
 
     async def _notify_campaign(self, current: PendingOperation, outcome: str) -> None:
@@ -470,10 +488,10 @@ class HostWorkflow(kernel.Runbook):
         (one read at a time; one due meanwhile is read after it)."""
         while True:
             await workflow.wait_condition(lambda: self.state.versions_due is not None)
-            after, self.state.versions_due = self.state.versions_due or "", None
+            after, scope = self.state.take_versions_due()
             self._reading_versions = True
             try:
-                await self._read_versions(after)
+                await self._read_versions(after, scope)
             finally:
                 self._reading_versions = False
 
@@ -482,22 +500,24 @@ class HostWorkflow(kernel.Runbook):
         idle = self.state.versions_due is None and not self._reading_versions
         return idle and workflow.all_handlers_finished()
 
-    async def _read_versions(self, after: str) -> None:
-        """One `read_host_versions_brief`, shown in the memo and `BfbVersion`; a failed read shows
-        `unknown (why)` and is not raised."""
+    async def _read_versions(self, after: str, scope: VersionsScope) -> None:
+        """One `read_host_versions_brief` of `scope`, merged into what the entity knows and shown
+        in the memo and `BfbVersion`; a failed read shows `unknown (why)` and is not raised."""
         host = self.state.host_id
         brief: HostVersionsBrief | None = None
         try:
-            brief = await self.call(
+            read = await self.call(
                 activity_api.read_host_versions_brief,
-                ReadVersionsInput(host_id=host),
+                ReadVersionsInput(host_id=host, scope=scope),
                 kernel.options(VERSIONS_READ, f"read the versions of {host} (after {after})"),
                 abortable=False,  # the entity has no abort; a read for show is never cut short
             )
+            brief = read.model_copy(update={"versions": self.state.learned(read.versions, scope)})
             memo = host_versions.memo_of(brief, after, workflow.now())
         except ActivityError as err:
             workflow.logger.warning("versions of %s not read: %s", host, kernel.describe_failure(err))
             memo = host_versions.unknown_memo(kernel.describe_failure(err), after, workflow.now())
+            self.state.read_failed()
         workflow.upsert_memo({host_versions.MEMO_KEY: memo})
         kernel.upsert_changed([host_versions.bfb_attribute(brief)])
 
