@@ -262,6 +262,20 @@ _REBOOT_WAITS = {
 }
 
 
+_POWER_DOWN_WAIT = "power-down wait: "  # the reboot's details during its durable Off-to-On timer
+_REBOOTING_HOST = "rebooting-host"  # a reset's `--host` (and a host operation's) reboot child runs
+
+
+async def _reboot_child(client: Client, status: dict[str, Any], host_id: str) -> Seen | None:
+    """The reboot child of an operation in `rebooting-host`, by the generation its status names:
+    a reset's `--host` waits the reboot's power-down wait (120 s by default) on a BMC without
+    PowerCycle, which the reset's own status did not say. None otherwise."""
+    generation = status.get("boot_generation")
+    if status.get("phase") != _REBOOTING_HOST or not isinstance(generation, int) or generation < 1:
+        return None
+    return await operation_progress(client, names.host_reboot_workflow_id(host_id, generation), host_id)
+
+
 async def operation_progress(client: Client, workflow_id: str, host_id: str) -> Seen | None:
     """Where an operation is: its `status` query, or for one without (a reboot) its Phase and
     current details; None while it cannot say yet.
@@ -272,6 +286,9 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
         waiting = waiting_words(status)
         phase = str(status.get("phase", ""))
         milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
+        reboot = await _reboot_child(client, status, host_id)
+        if reboot is not None and reboot.waiting_for:  # what the reboot it runs waits for, said
+            waiting, milestone = reboot.waiting_for, f"{milestone} {reboot.phase}"
         return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)
     handle = client.get_workflow_handle(workflow_id)
     try:
@@ -288,6 +305,8 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         pass  # the phase alone still says where it is
     waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
+    if details.startswith(_POWER_DOWN_WAIT):  # a BMC without PowerCycle: Off, the wait, On
+        waiting = details
     queued = details.partition(_QUEUED)[2].strip()  # `BMCLeaseHolder.hold`'s details while queued
     if queued:
         waiting = queued_words(queued, host_id)

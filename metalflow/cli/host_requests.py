@@ -189,6 +189,13 @@ def _reset_options(parser: argparse.ArgumentParser) -> None:
         help="with --dpu/--all-dpus: reset Arm and NIC (PowerCycle, the host off around it), "
         "not the Arm only",
     )
+    parser.add_argument(
+        "--power-down-wait",
+        type=arg_type(PowerDownWait, number=float),
+        metavar="SECONDS",
+        help="with --host: seconds between power Off and On, 0 to 3600, on a BMC without PowerCycle "
+        "(default: the host's policy, 120)",
+    )
     reason_option(parser, "why, recorded with the request")
     parser.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
@@ -228,6 +235,11 @@ def _reset_request(args: argparse.Namespace) -> EntityRequestBody:
         raise HostRequestError(
             "--full applies to --dpu and --all-dpus (--both always resets Arm and NIC)", exits.USAGE
         )
+    if args.power_down_wait is not None and target != ResetTarget.HOST:
+        raise HostRequestError(
+            "--power-down-wait applies to --host (the DPU resets keep the host off until its DPUs are up)",
+            exits.USAGE,
+        )
     return ResetRequest(
         requested_by=args.by,
         reason=args.reason,
@@ -235,6 +247,11 @@ def _reset_request(args: argparse.Namespace) -> EntityRequestBody:
         dpu_ids=args.dpus,
         full=args.full,
         in_maintenance=args.in_maintenance,
+        policy=(
+            None
+            if args.power_down_wait is None
+            else OperationPolicy(power_down_wait_seconds=args.power_down_wait)
+        ),
     )
 
 

@@ -388,7 +388,7 @@ class HostEntityState(HostEntityMemory):
                 requested_by=requested_by,
                 reason=request.reason,
                 boot_generation=generation,
-                policy=self._start.policy,
+                policy=request.policy or self._start.policy,
             )
         if isinstance(request, FirmwareRequest):
             return FirmwareInput(
