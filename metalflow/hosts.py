@@ -314,6 +314,48 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     return Seen(text, waiting, milestone=text, details=details, phase=shown)
 
 
+async def native_power_cycles(client: Client, workflow_id: str, host_id: str) -> list[str]:
+    """The BMC's own methods (`PowerCycle`, `ForceRestart`) of the reboots an ended operation ran:
+    a power-down wait applies only to a BMC cycled by ForceOff, the wait, On; one that cycles
+    itself keeps its own off time (drivers/redfish/powercycle.py). Empty when it cannot tell (a
+    failed run, a manual reboot).
+
+    Cost: one result read of the operation, and one per reboot it ran (a reboot's own: none)."""
+
+    async def outcome_of(workflow: str) -> dict[str, Any]:
+        try:
+            ended = await client.get_workflow_handle(workflow).result(rpc_timeout=QUERY_TIMEOUT)
+        except Exception:  # failed, gone, unreachable: nothing to tell
+            return {}
+        return ended if isinstance(ended, dict) else {}
+
+    outcome = await outcome_of(workflow_id)
+    if "method" in outcome:  # a reboot
+        methods = [str(outcome["method"])]
+    else:  # an operation that ran reboots (its result's count, or a reset's `--host`: one)
+        generation = outcome.get("boot_generation")
+        count = outcome.get("reboots", 1 if outcome.get("target") == "host" else 0)
+        if not isinstance(generation, int) or not isinstance(count, int):
+            return []
+        reboots = [
+            names.host_reboot_workflow_id(host_id, g) for g in range(generation - count + 1, generation + 1)
+        ]
+        methods = [str((await outcome_of(reboot)).get("method", "")) for reboot in reboots]
+    native = [m.removeprefix("bmc:").split(",")[0] for m in methods if m.startswith("bmc:")]
+    return [m for m in native if m in ("PowerCycle", "ForceRestart")]
+
+
+def power_down_wait_not_applied(host_id: str, seconds: float, native: list[str]) -> str:
+    """The warning line when a `--power-down-wait` was not applied (`native_power_cycles`)."""
+    methods = " and ".join(dict.fromkeys(native))
+    return (
+        f"{host_id}: warning: --power-down-wait {seconds:g} was not applied to "
+        f"{plural(len(native), 'power cycle')}: the BMC cycled the host itself ({methods}), with its "
+        f"own off time; the wait applies to a BMC without PowerCycle (ForceOff, the wait, On; "
+        f"`metalflow bmc check {host_id}` says how it cycles)"
+    )
+
+
 COMPLETED, ABORTED, FAILED = "completed", "aborted", "failed"
 """How a followed operation ended (`follow_operation`)."""
 

@@ -1,5 +1,6 @@
-"""`metalflow host reset HOST --host` as a user runs it, on a host whose BMC has no PowerCycle
-(the simulated site's `no-powercycle` profile: ForceOff, the power-down wait, On).
+"""`--power-down-wait` as a user gives it, on the two kinds of BMC: one without PowerCycle (the
+simulated site's `no-powercycle` profile: ForceOff, the power-down wait, On) and one that cycles
+the host itself (`powercycle`: its own off time, the wait not applied).
 
 Found: `host reset --host` right after `host reset --all-dpus` ran out a 120 s test timeout. The
 reset before it had nothing to do with it: `--host` is a reboot, and on such a BMC the reboot
@@ -7,6 +8,9 @@ waits the host policy's power-down wait (120 s) between Off and On. `host reset`
 `--power-down-wait` to shorten it, and `--wait` said only "waiting for power cycle of HOST to
 generation N" the whole time. Now `--power-down-wait` applies to `--host`, and `--wait` shows
 the reboot's power-down wait while it runs.
+
+Found too (issue 38 item 8): a BMC with a native PowerCycle ignored `--power-down-wait` silently;
+`--wait` now ends with a warning line saying it was not applied, and why.
 """
 
 from __future__ import annotations
@@ -20,7 +24,10 @@ from host_operation_support import worker_for
 from sim_support import RunningSim, prefixed_sim
 from temporalio.testing import WorkflowEnvironment
 
+from metalflow.devstack.demo import power_cycles
+
 HOST = "clir-002"  # DEFAULT_ROTATION's second profile: no-powercycle
+NATIVE = "clir-001"  # its first: powercycle (a native PowerCycle, LastResetTime exposed)
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +58,25 @@ async def test_a_host_reset_after_a_dpu_reset_waits_the_power_down_wait_asked_an
     # The reboot's durable Off-to-On timer, as the reset's progress (it said "power cycle" only).
     assert f"waiting for power-down wait: {HOST} is Off, On in 4 s" in done.stdout, done.stdout
     assert 4 <= took < 60, took  # the 4 s asked, not the policy's 120 s
+    assert "warning" not in done.stdout  # applied: nothing to warn of
     log = [(e["to"], e["reset_type"]) for e in sim.power_log(HOST)]
     assert log == [("Off", "ForceOff"), ("On", "On")]
     assert sim.violations() == []
+
+
+async def test_a_power_down_wait_a_native_powercycle_does_not_apply_is_warned_of(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    began = time.monotonic()
+    done = await metalflow(
+        local_env, "host", "reboot", NATIVE, "--power-down-wait", "300", "--wait", "--task-queue", queue
+    )
+    assert done.status == 0, done.stdout + done.stderr
+    assert time.monotonic() - began < 60  # the BMC's own cycle, not 300 s
+    assert f"reboot/{NATIVE}/generation-1 completed" in done.stdout
+    assert (
+        f"{NATIVE}: warning: --power-down-wait 300 was not applied to 1 power cycle: the BMC cycled "
+        "the host itself (PowerCycle), with its own off time" in done.stdout
+    ), done.stdout
+    log = sim.power_log(NATIVE)
+    assert power_cycles(log) == 1 and {e["reset_type"] for e in log} == {"PowerCycle"}
