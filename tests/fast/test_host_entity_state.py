@@ -23,6 +23,7 @@ from contracts.errors import (
     DPUsRemoved,
     HostBusy,
     InstanceConflict,
+    InvalidInput,
     NothingAwaitsApproval,
     OperationAborted,
     OperationStarted,
@@ -415,6 +416,10 @@ def test_each_request_gives_its_child_the_input_it_takes() -> None:
     assert named.policy == HOST_POLICY  # a reset that names no policy: the host's
     host = child_of(RESET, ResetRequest(requested_by="a", target=ResetTarget.HOST, policy=own))
     assert type(host) is HostResetInput and host.policy == own  # `--host --power-down-wait`
+    state = entity()
+    with pytest.raises(InvalidInput, match="applies to the host target only"):  # changing nothing
+        asked(state, RESET, ResetRequest(requested_by="a", target=ResetTarget.ALL_DPUS, policy=own))
+    assert state.current is None
 
 
 def test_the_boot_generation_only_moves_forward() -> None:
