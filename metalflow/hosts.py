@@ -281,6 +281,20 @@ _REBOOT_WAITS = {
 }
 
 
+_POWER_DOWN_WAIT = "power-down wait: "  # the reboot's details during its durable Off-to-On timer
+_REBOOTING_HOST = "rebooting-host"  # a reset's `--host` (and a host operation's) reboot child runs
+
+
+async def _reboot_child(client: Client, status: dict[str, Any], host_id: str) -> Seen | None:
+    """The reboot child of an operation in `rebooting-host`, by the generation its status names:
+    a reset's `--host` waits the reboot's power-down wait (120 s by default) on a BMC without
+    PowerCycle, which the reset's own status did not say. None otherwise."""
+    generation = status.get("boot_generation")
+    if status.get("phase") != _REBOOTING_HOST or not isinstance(generation, int) or generation < 1:
+        return None
+    return await operation_progress(client, names.host_reboot_workflow_id(host_id, generation), host_id)
+
+
 async def operation_progress(client: Client, workflow_id: str, host_id: str) -> Seen | None:
     """Where an operation is: its `status` query, or for one without (a reboot) its Phase and
     current details; None while it cannot say yet.
@@ -291,6 +305,9 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
         waiting = waiting_words(status)
         phase = str(status.get("phase", ""))
         milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
+        reboot = await _reboot_child(client, status, host_id)
+        if reboot is not None and reboot.waiting_for:  # what the reboot it runs waits for, said
+            waiting, milestone = reboot.waiting_for, f"{milestone} {reboot.phase}"
         return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)
     handle = client.get_workflow_handle(workflow_id)
     try:
@@ -307,11 +324,55 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         pass  # the phase alone still says where it is
     waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
+    if details.startswith(_POWER_DOWN_WAIT):  # a BMC without PowerCycle: Off, the wait, On
+        waiting = details
     queued = details.partition(_QUEUED)[2].strip()  # `BMCLeaseHolder.hold`'s details while queued
     if queued:
         waiting = queued_words(queued, host_id)
     text = shown + (f": {details}" if details and not waiting else "")
     return Seen(text, waiting, milestone=text, details=details, phase=shown)
+
+
+async def native_power_cycles(client: Client, workflow_id: str, host_id: str) -> list[str]:
+    """The BMC's own methods (`PowerCycle`, `ForceRestart`) of the reboots an ended operation ran:
+    a power-down wait applies only to a BMC cycled by ForceOff, the wait, On; one that cycles
+    itself keeps its own off time (drivers/redfish/powercycle.py). Empty when it cannot tell (a
+    failed run, a manual reboot).
+
+    Cost: one result read of the operation, and one per reboot it ran (a reboot's own: none)."""
+
+    async def outcome_of(workflow: str) -> dict[str, Any]:
+        try:
+            ended = await client.get_workflow_handle(workflow).result(rpc_timeout=QUERY_TIMEOUT)
+        except Exception:  # failed, gone, unreachable: nothing to tell
+            return {}
+        return ended if isinstance(ended, dict) else {}
+
+    outcome = await outcome_of(workflow_id)
+    if "method" in outcome:  # a reboot
+        methods = [str(outcome["method"])]
+    else:  # an operation that ran reboots (its result's count, or a reset's `--host`: one)
+        generation = outcome.get("boot_generation")
+        count = outcome.get("reboots", 1 if outcome.get("target") == "host" else 0)
+        if not isinstance(generation, int) or not isinstance(count, int):
+            return []
+        reboots = [
+            names.host_reboot_workflow_id(host_id, g) for g in range(generation - count + 1, generation + 1)
+        ]
+        methods = [str((await outcome_of(reboot)).get("method", "")) for reboot in reboots]
+    native = [m.removeprefix("bmc:").split(",")[0] for m in methods if m.startswith("bmc:")]
+    return [m for m in native if m in ("PowerCycle", "ForceRestart")]
+
+
+def power_down_wait_not_applied(host_id: str, seconds: float, native: list[str]) -> str:
+    """The warning line when a `--power-down-wait` was not applied (`native_power_cycles`)."""
+    methods = " and ".join(dict.fromkeys(native))
+    return (
+        f"{host_id}: warning: --power-down-wait {seconds:g} was not applied to "
+        f"{plural(len(native), 'power cycle')}: the BMC cycled the host itself ({methods}), with its "
+        f"own off time; the wait applies to a BMC without PowerCycle (ForceOff, the wait, On; "
+        f"`metalflow bmc check {host_id}` says how it cycles)"
+    )
 
 
 COMPLETED, ABORTED, FAILED = "completed", "aborted", "failed"

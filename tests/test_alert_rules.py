@@ -83,3 +83,11 @@ def test_an_alerts_test_fails_on_a_broken_rule(alert: str, how: str, tmp_path: P
     tested = run_promtool("test", "rules", tmp_path / "tests" / TESTS.name)
     assert tested.returncode != 0, f"{alert} ({how}): promtool still passes:\n{tested.stdout}"
     assert f"alertname: {alert}" in tested.stdout + tested.stderr
+
+
+def test_the_local_prometheus_config_readme_gives_is_valid_and_loads_the_rules() -> None:
+    """README's `:9090` alerts example had no Prometheus to ask: it now starts one with this file."""
+    config = MONITORING / "prometheus-local.yml"
+    checked = run_promtool("check", "config", config)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 1 rule files found" in checked.stdout

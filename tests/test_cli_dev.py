@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cli_support import METALFLOW, clean_env, run_metalflow
 from dev_support import alive, listening, power_cycles, read_until, ready, three_ports
+from readme_sample import demo_sample, matches
 from temporalio.client import Client
 
 from metalflow.devstack.stack import reset_state
@@ -133,6 +134,8 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     assert f"Temporal UI:      http://127.0.0.1:{ui_port}" in first.stdout
     assert "query=Operation%3D%22host%22" in first.stdout  # where to look in the UI
     _assert_demo_output(first.stdout)
+    # README's sample of the demo's output is in the format this run printed, line by line.
+    assert [line for line in demo_sample() if not matches(line, first.stdout)] == [], first.stdout
     assert (state_dir / "temporal.db").exists() and (state_dir / "worker.log").exists()
     assert_private(state_dir)
     # Normal is quiet: a successful demo leaves no WARNING, traceback or per-request line.

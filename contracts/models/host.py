@@ -346,6 +346,9 @@ class ResetRequest(_Frozen):
     refuse_if_assigned: bool = False
     request_id: str | None = None  # as in OperationRequest
     in_maintenance: bool = False  # as in OperationRequest
+    # Target `host`: its reboot's policy (`--power-down-wait`); None: the host's (120 s between
+    # Off and On on a BMC without PowerCycle).
+    policy: OperationPolicy | None = None
 
 
 class HostResetInput(_Frozen):

@@ -65,6 +65,11 @@ def _day(text: str) -> int:
     return DAYS.index(key)
 
 
+FAILURE_BUDGET_WORDS = (
+    "N halts the campaign once more than N hosts failed, X% once more than X% of the hosts selected "
+    "(rounded down: 10% of 100 hosts halts at the 11th failure); default 0: the first failure halts"
+)
+"""`--failure-budget`'s help, and README's words for it (tests/fast/test_readme_failure_budget.py)."""
 _SPAN = re.compile(r"\d{1,2}:\d\d-\d{1,2}:\d\d")
 
 
@@ -190,8 +195,7 @@ def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--failure-budget", type=budget, default=FailureBudget(max_failures=0), metavar="N|X%",
-        help="halt once more than N hosts failed, or more than X%% of the hosts selected (rounded "
-        "down: 10%% of 100 hosts halts at the 11th failure) (default 0)",
+        help=FAILURE_BUDGET_WORDS.replace("%", "%%"),
     )  # fmt: skip
     parser.add_argument(
         "--assigned", choices=("skip", "wait-for-approval"), default="skip",

@@ -60,6 +60,8 @@ from metalflow.hosts import (
     HostRequestError,
     follow_operation,
     host_status,
+    native_power_cycles,
+    power_down_wait_not_applied,
     recorded_status,
     require_worker,
     send_update,
@@ -75,6 +77,10 @@ IMAGE_SCHEMES = ("http", "https", "scp")  # what a DPU BMC's SimpleUpdate fetche
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z._+-]{0,63}")
 MAX_DPUS = 16
 WAIT_HELP = "follow the operation; exit 0 only on success"
+POWER_DOWN_WAIT_HELP = (
+    "seconds between power Off and On, 0 to 3600 (default: the host's policy, 120), on a BMC "
+    "without PowerCycle; a BMC with a native PowerCycle keeps its own off time (--wait warns)"
+)
 
 
 def register_operations(commands: Any, common: Common, runner: Runner) -> None:
@@ -126,7 +132,7 @@ def _power_options(parser: argparse.ArgumentParser) -> None:
         "--power-down-wait",
         type=arg_type(PowerDownWait, number=float),
         metavar="SECONDS",
-        help="seconds between power Off and On, 0 to 3600 (default: the host's policy, 120)",
+        help=POWER_DOWN_WAIT_HELP,
     )
     parser.add_argument(
         "--manual-reboot",
@@ -189,6 +195,12 @@ def _reset_options(parser: argparse.ArgumentParser) -> None:
         help="with --dpu/--all-dpus: reset Arm and NIC (PowerCycle, the host off around it), "
         "not the Arm only",
     )
+    parser.add_argument(
+        "--power-down-wait",
+        type=arg_type(PowerDownWait, number=float),
+        metavar="SECONDS",
+        help=f"with --host: {POWER_DOWN_WAIT_HELP}",
+    )
     reason_option(parser, "why, recorded with the request")
     parser.add_argument("--wait", action="store_true", help=WAIT_HELP)
 
@@ -228,6 +240,11 @@ def _reset_request(args: argparse.Namespace) -> EntityRequestBody:
         raise HostRequestError(
             "--full applies to --dpu and --all-dpus (--both always resets Arm and NIC)", exits.USAGE
         )
+    if args.power_down_wait is not None and target != ResetTarget.HOST:
+        raise HostRequestError(
+            "--power-down-wait applies to --host (the DPU resets keep the host off until its DPUs are up)",
+            exits.USAGE,
+        )
     return ResetRequest(
         requested_by=args.by,
         reason=args.reason,
@@ -235,6 +252,11 @@ def _reset_request(args: argparse.Namespace) -> EntityRequestBody:
         dpu_ids=args.dpus,
         full=args.full,
         in_maintenance=args.in_maintenance,
+        policy=(
+            None
+            if args.power_down_wait is None
+            else OperationPolicy(power_down_wait_seconds=args.power_down_wait)
+        ),
     )
 
 
@@ -359,7 +381,13 @@ async def _request(client: Client, args: argparse.Namespace) -> int:
             never = await _await_start(client, args.host, accepted.workflow_id, progress)
             if never is not None:  # an operator's abort or withdrawal is asked for: no failure
                 return exits.ABORTED if never.startswith(("aborted", "withdrawn")) else EXIT_FAILED
-        return await _follow(client, args.host, accepted.workflow_id, progress)
+        ended = await _follow(client, args.host, accepted.workflow_id, progress)
+        wait = getattr(args, "power_down_wait", None)
+        if wait:  # a wait the BMC's own PowerCycle did not apply is said, not silently skipped
+            native = await native_power_cycles(client, accepted.workflow_id, args.host)
+            if native:
+                progress.note(power_down_wait_not_applied(args.host, wait, native))
+        return ended
 
 
 async def _await_start(client: Client, host: str, workflow_id: str, progress: Progress) -> str | None:

@@ -23,6 +23,7 @@ from contracts.errors import (
     DPUsRemoved,
     HostBusy,
     InstanceConflict,
+    InvalidInput,
     NothingAwaitsApproval,
     OperationAborted,
     OperationStarted,
@@ -412,6 +413,13 @@ def test_each_request_gives_its_child_the_input_it_takes() -> None:
     assert type(reset) is HostResetInput and reset.dpu_ids == () and reset.full and reset.boot_generation == 2
     named = child_of(RESET, ResetRequest(requested_by="a", target=ResetTarget.DPU, dpu_ids=("d1",)))
     assert named.dpu_ids == ("d1",) and named.target == ResetTarget.DPU and not named.full
+    assert named.policy == HOST_POLICY  # a reset that names no policy: the host's
+    host = child_of(RESET, ResetRequest(requested_by="a", target=ResetTarget.HOST, policy=own))
+    assert type(host) is HostResetInput and host.policy == own  # `--host --power-down-wait`
+    state = entity()
+    with pytest.raises(InvalidInput, match="applies to the host target only"):  # changing nothing
+        asked(state, RESET, ResetRequest(requested_by="a", target=ResetTarget.ALL_DPUS, policy=own))
+    assert state.current is None
 
 
 def test_the_boot_generation_only_moves_forward() -> None:

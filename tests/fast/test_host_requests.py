@@ -31,7 +31,7 @@ from contracts.models.host import (
 )
 from metalflow.cli import build_parser
 from metalflow.cli.host_requests import COMMANDS
-from metalflow.hosts import ENTITY_UPDATES
+from metalflow.hosts import ENTITY_UPDATES, HostRequestError
 from workflows.host.state import HostEntityState
 from workflows.host.workflow import HostWorkflow
 
@@ -104,3 +104,16 @@ def test_the_command_sends_the_rows_update(kind: EntityRequest[Any]) -> None:
     args = build_parser("host").parse_args(["host", kind.command, "h1", *REQUIRED.get(kind.command, [])])
     assert (args.update, args.operation, args.check_inventory) == (kind.update, kind.operation, True)
     assert isinstance(COMMANDS[kind.operation].request(args), kind.request)
+
+
+def test_a_host_reset_takes_the_reboots_power_down_wait_and_only_the_host_target() -> None:
+    """`host reset --host` is a reboot: on a BMC without PowerCycle it waited the host policy's
+    120 s between Off and On with no way to say otherwise (a `--host` reset after `--all-dpus`
+    ran out a 120 s test timeout). The DPU targets keep the host off until their DPUs are up."""
+    parse = build_parser("host").parse_args
+    asked = COMMANDS["reset"].request(parse(["host", "reset", "h1", "--host", "--power-down-wait", "0"]))
+    assert isinstance(asked, ResetRequest) and asked.policy is not None
+    assert asked.policy.power_down_wait_seconds == 0
+    assert COMMANDS["reset"].request(parse(["host", "reset", "h1", "--host"])).policy is None
+    with pytest.raises(HostRequestError, match="--power-down-wait applies to --host"):
+        COMMANDS["reset"].request(parse(["host", "reset", "h1", "--all-dpus", "--power-down-wait", "5"]))

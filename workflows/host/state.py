@@ -149,6 +149,11 @@ class HostEntityState(HostEntityMemory, KnownVersions):
                 f"host {self.host_id} is assigned to instance {self.instance}; skipped (refuse_if_assigned)"
             )
         self.refuse_if_removed(kind.operation, request)
+        if isinstance(request, ResetRequest) and request.policy is not None and request.target != "host":
+            raise InvalidInput(
+                f"reset of {self.host_id}: a policy (--power-down-wait) applies to the host target only "
+                f"(--host); the {request.target} target keeps the host off until its DPUs are up"
+            )
 
     def refuse_if_removed(self, operation: str, request: EntityRequestBody) -> None:
         """No reprovision of a DPU DPF no longer has, whoever asks (the CLI, the monitor, a
@@ -391,7 +396,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
                 requested_by=requested_by,
                 reason=request.reason,
                 boot_generation=generation,
-                policy=self._start.policy,
+                policy=request.policy or self._start.policy,
             )
         if isinstance(request, FirmwareRequest):
             return FirmwareInput(

@@ -1,0 +1,82 @@
+"""`--power-down-wait` as a user gives it, on the two kinds of BMC: one without PowerCycle (the
+simulated site's `no-powercycle` profile: ForceOff, the power-down wait, On) and one that cycles
+the host itself (`powercycle`: its own off time, the wait not applied).
+
+Found: `host reset --host` right after `host reset --all-dpus` ran out a 120 s test timeout. The
+reset before it had nothing to do with it: `--host` is a reboot, and on such a BMC the reboot
+waits the host policy's power-down wait (120 s) between Off and On. `host reset` had no
+`--power-down-wait` to shorten it, and `--wait` said only "waiting for power cycle of HOST to
+generation N" the whole time. Now `--power-down-wait` applies to `--host`, and `--wait` shows
+the reboot's power-down wait while it runs.
+
+Found too (issue 38 item 8): a BMC with a native PowerCycle ignored `--power-down-wait` silently;
+`--wait` now ends with a warning line saying it was not applied, and why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from cli_support import metalflow, use_site_file
+from host_operation_support import worker_for
+from sim_support import RunningSim, prefixed_sim
+from temporalio.testing import WorkflowEnvironment
+
+from metalflow.devstack.demo import power_cycles
+
+HOST = "clir-002"  # DEFAULT_ROTATION's second profile: no-powercycle
+NATIVE = "clir-001"  # its first: powercycle (a native PowerCycle, LastResetTime exposed)
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), "clir", hosts=2, dpus_per_host=1) as running:
+        use_site_file(running.site_file)
+        yield running
+
+
+@pytest.fixture
+async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
+    async with worker_for(local_env.client, task_queue, sim):
+        yield task_queue
+
+
+async def test_a_host_reset_after_a_dpu_reset_waits_the_power_down_wait_asked_and_says_so(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    dpus = await metalflow(local_env, "host", "reset", HOST, "--all-dpus", "--wait", "--task-queue", queue)
+    assert dpus.status == 0, dpus.stdout + dpus.stderr
+    began = time.monotonic()
+    done = await metalflow(
+        local_env, "host", "reset", HOST, "--host", "--power-down-wait", "4", "--wait", "--task-queue", queue
+    )
+    took = time.monotonic() - began
+    assert done.status == 0, done.stdout + done.stderr
+    assert f"reset/{HOST} completed (boot_generation 1)" in done.stdout
+    # The reboot's durable Off-to-On timer, as the reset's progress (it said "power cycle" only).
+    assert f"waiting for power-down wait: {HOST} is Off, On in 4 s" in done.stdout, done.stdout
+    assert 4 <= took < 60, took  # the 4 s asked, not the policy's 120 s
+    assert "warning" not in done.stdout  # applied: nothing to warn of
+    log = [(e["to"], e["reset_type"]) for e in sim.power_log(HOST)]
+    assert log == [("Off", "ForceOff"), ("On", "On")]
+    assert sim.violations() == []
+
+
+async def test_a_power_down_wait_a_native_powercycle_does_not_apply_is_warned_of(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    began = time.monotonic()
+    done = await metalflow(
+        local_env, "host", "reboot", NATIVE, "--power-down-wait", "300", "--wait", "--task-queue", queue
+    )
+    assert done.status == 0, done.stdout + done.stderr
+    assert time.monotonic() - began < 60  # the BMC's own cycle, not 300 s
+    assert f"reboot/{NATIVE}/generation-1 completed" in done.stdout
+    assert (
+        f"{NATIVE}: warning: --power-down-wait 300 was not applied to 1 power cycle: the BMC cycled "
+        "the host itself (PowerCycle), with its own off time" in done.stdout
+    ), done.stdout
+    log = sim.power_log(NATIVE)
+    assert power_cycles(log) == 1 and {e["reset_type"] for e in log} == {"PowerCycle"}
