@@ -109,8 +109,6 @@ from contracts.models.host import (
     HostOperationResult,
     HostRebootInput,
     HostRebootResult,
-    HostRemovalInput,
-    HostRemovalResult,
     HostResetInput,
     HostResetResult,
     HostResetStatus,
@@ -119,6 +117,7 @@ from contracts.models.host import (
     MaintenanceRequest,
     WithdrawRequest,
 )
+from contracts.models.removal import HostRemovalInput, HostRemovalResult
 
 
 def _declared_only(name: str) -> NoReturn:

@@ -27,7 +27,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from contracts import names
-from contracts.models.host import HostOperationKind, HostRemovalInput, HostRemovalResult
+from contracts.models.host import HostOperationKind
+from contracts.models.removal import HostRemovalInput, HostRemovalResult
 from drivers.settings import Settings
 from metalflow.client import connect
 from metalflow.runtime.observability import Observability

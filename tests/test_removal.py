@@ -14,8 +14,9 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
 
 from contracts import names
-from contracts.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
+from contracts.models.host import HostOperationStatus
 from contracts.models.inventory import DPF_NAMESPACE
+from contracts.models.removal import HostRemovalInput, HostRemovalResult
 from drivers.kube import Kind
 from workflows.removal.workflow import WORST_CASE_EVENTS
 

@@ -18,7 +18,7 @@ Workflows on one host (docs/DOMAIN.md sections 1-2; workflow ids in `contracts.n
   cycle, verify every DPU runs the target.
 - `HostMonitorWorkflow` (`monitor/host-<id>`): flow 5, takes the host out of the pool when a
   Ready DPU falls to `Node Effect`; continues-as-new.
-- `HostRemovalWorkflow` (`remove/<id>`): flows 7-10.
+- `HostRemovalWorkflow` (`remove/<id>`): flows 7-10 (its models: `contracts/models/removal.py`).
 
 Operators answer a stuck operation with updates `retry`, `mark_rebooted`, `abort` (on the
 operation workflow), and report a manual reboot with the signal `host_rebooted`.
@@ -59,7 +59,6 @@ from contracts.validation import (
     ApprovalTimeout,
     ApprovalWindow,
     DPUId,
-    ForceAfter,
     HostId,
     InstanceId,
     PowerDownWait,
@@ -522,31 +521,3 @@ class FirmwareStatus(_Frozen):
     phase: str
     dpus: tuple[DPUFirmwareProgress, ...] = ()
     power_cycle_started: bool = False
-
-
-# -- removal (flows 7-10) --------------------------------------------------------------------------
-
-
-class HostRemovalInput(_Frozen):
-    host_id: HostId  # the same rule as the CLI's: a workflow started by hand is checked too
-    dpu_ids: tuple[str, ...] | None = None  # None: the whole DPUNode (flow 8/10); else these DPUs (7/9)
-    force: bool = False  # remove finalizers when DPF does not finish within `force_after_seconds`
-    force_after_seconds: ForceAfter = 300.0
-    requested_by: str = Field(min_length=1)
-    reason: str = ""
-    policy: OperationPolicy = OperationPolicy()  # phase_timeout_seconds bounds the wait for "gone"
-
-
-class RemovedObject(_Frozen):
-    kind: str
-    name: str
-    outcome: str  # deleted, finalizers removed, gone, deleting
-
-
-class HostRemovalResult(_Frozen):
-    host_id: str
-    removed: tuple[str, ...]  # "DPUNode/node-h1", "DPUDevice/device-d1", "DPU/...": gone at the end
-    actions: tuple[RemovedObject, ...]  # every change this run made, in order
-    forced: bool  # finalizers had to be removed
-    started_at: datetime
-    finished_at: datetime

@@ -32,7 +32,6 @@ from contracts.models.host import (
     AssignInstanceRequest,
     EntityRequestBody,
     FirmwareRequest,
-    HostRemovalInput,
     HostWorkflowInput,
     OperationAccepted,
     OperationPolicy,
@@ -41,6 +40,7 @@ from contracts.models.host import (
     ResetRequest,
     ResetTarget,
 )
+from contracts.models.removal import HostRemovalInput
 from contracts.validation import (
     REASON_MAX,
     DPUId,

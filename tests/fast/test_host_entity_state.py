@@ -38,7 +38,6 @@ from contracts.models.host import (
     HostEntityMemory,
     HostOperationInput,
     HostRebootInput,
-    HostRemovalInput,
     HostResetInput,
     HostWorkflowInput,
     OperationPolicy,
@@ -47,6 +46,7 @@ from contracts.models.host import (
     ResetTarget,
     WithdrawRequest,
 )
+from contracts.models.removal import HostRemovalInput
 from workflows.host.outcome import generation_reported, outcome_of
 from workflows.host.state import (
     ABORT_OPERATION,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from contracts.models.dpf import DPUNodeState, DPUState, HostDPFState, HostRef, ObjectOutcome, ObjectsResult
-from contracts.models.host import HostRemovalInput
+from contracts.models.removal import HostRemovalInput
 from workflows.removal.state import RemovalState
 
 T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)

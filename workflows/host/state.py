@@ -51,7 +51,6 @@ from contracts.models.host import (
     HostOperationInput,
     HostOperationKind,
     HostRebootInput,
-    HostRemovalInput,
     HostResetInput,
     HostStatus,
     HostWorkflowInput,
@@ -62,6 +61,7 @@ from contracts.models.host import (
     ResetRequest,
     WithdrawRequest,
 )
+from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
 from workflows.host.versions_known import KnownVersions
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Final
 
 from contracts.models.dpf import DPURef, HostDPFState, HostRef, ObjectsResult
-from contracts.models.host import HostRemovalInput, RemovedObject
+from contracts.models.removal import HostRemovalInput, RemovedObject
 
 CHANGES: Final = frozenset({"deleted", "updated", "finalizers removed"})
 """The outcomes of a delete that changed something (the others: already gone, still deleting)."""

@@ -47,8 +47,9 @@ with workflow.unsafe.imports_passed_through():
         HostDPFState,
         HostRef,
     )
-    from contracts.models.host import HostOperationStatus, HostRemovalInput, HostRemovalResult
+    from contracts.models.host import HostOperationStatus
     from contracts.models.inventory import HostLookup
+    from contracts.models.removal import HostRemovalInput, HostRemovalResult
     from workflows import kernel
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.removal.state import RemovalState
