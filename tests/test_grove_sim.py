@@ -3,6 +3,8 @@ test names' docstrings), through the store the simulated API serves."""
 
 from __future__ import annotations
 
+import asyncio
+
 from grove_support import NS, POD_HASH, inference, ready, running
 
 from simulators.grove.model import generation_hash, pod_template_hash
@@ -166,6 +168,40 @@ async def test_rolling_recreate_rolls_one_replica_at_a_time_by_itself() -> None:
         # Grove's own RollingRecreate replaces router pods one by one inside the anchor PodGang:
         # versions mix inside a gang (what GREP-393 sets out to fix); no other check fires.
         assert set(g.kinds()) == {"podgang-mixed-template-hashes"}
+
+
+async def test_a_switch_from_on_delete_to_rolling_recreate_rolls_nothing() -> None:
+    """[U6]: after a template change under OnDelete, Grove's update has ended; a switch to
+    RollingRecreate does not move the hash, so no update starts and no pod is replaced: the
+    PodCliqueSet stays on two versions (a pod deleted still comes back at the new one [D1])."""
+    async with running() as g:
+        g.store.create(g.pcs_rt, NS, inference())
+        await g.all_ready(count=16)
+        g.set_image("img:2", "router")
+        g.set_image("img:2", "decode")
+        cliques = g.pcs()["spec"]["template"]["cliques"]
+        router, new = (pod_template_hash(g.pcs(), cliques[i]) for i in (0, 2))
+        await g.until(
+            lambda: (
+                g.store.get(g.pclq_rt, NS, "inference-1-workers-2-decode")["metadata"]["labels"][POD_HASH]
+                == new
+                and g.store.get(g.pclq_rt, NS, "inference-1-router")["metadata"]["labels"][POD_HASH] == router
+            )
+        )
+        before = {n: p["metadata"]["uid"] for n, p in g.pods().items()}
+        ended = g.pcs()["status"]["updateProgress"]
+        obj = g.pcs()
+        obj["spec"]["updateStrategy"] = {"type": "RollingRecreate"}
+        g.store.update(g.pcs_rt, NS, "inference", obj)
+        for _ in range(3):  # several reconciles: the switch, and what would follow it
+            g.controller.reconcile(NS, "inference")
+            await asyncio.sleep(0.2)
+        assert {n: p["metadata"]["uid"] for n, p in g.pods().items()} == before  # no pod replaced
+        status = g.pcs()["status"]
+        assert status["updateProgress"]["updateEndedAt"] == ended["updateEndedAt"]
+        assert "currentlyUpdating" not in status["updateProgress"]
+        assert status["updatedReplicas"] == 0  # both replicas still hold old pods
+        assert router not in {p["metadata"]["labels"][POD_HASH] for p in g.pods().values()}
 
 
 async def test_managed_fields_name_the_writer_and_delete_preconditions_hold() -> None:

@@ -51,6 +51,7 @@ from simulators.grove.model import (
     TAIL,
     GangLayout,
     Object,
+    auto_update_in_progress,
     base_labels,
     bootstrap_entries,
     clique_min,
@@ -394,7 +395,7 @@ class GroveController:
         for gang_name, (g, mins) in expected_gangs.items():
             gangs[gang_name] = self._sync_gang(pcs, hash_, g, mins, gangs.get(gang_name), pods)
         self._ungate_and_schedule(pcs, gangs, pclqs, pods)
-        if strategy(pcs) == "RollingRecreate":
+        if auto_update_in_progress(pcs, hash_):
             self._roll(pcs, hash_, replicas, pclqs, pcsgs, pods)
         pods = [p for p in self._children(self.pod_rt, namespace, name).values() if not terminating(p)]
         pclqs = self._children(self.pclq_rt, namespace, name)

@@ -140,6 +140,24 @@ def strategy(pcs: Object) -> str:
     return str((pcs["spec"].get("updateStrategy") or {}).get("type") or "RollingRecreate")
 
 
+def auto_update_in_progress(pcs: Object, hash_: str) -> bool:
+    """Grove rolls by itself only under RollingRecreate and only while an update is open [U3, U6]:
+    one starts when the template hash moves (under OnDelete it ends at once [U5]), and it stays
+    open until Grove ends it. A switch from OnDelete does not move the hash [H1], so the update
+    that OnDelete ended stays ended and nothing rolls (`isAutoUpdateInProgress`, rollingupdate.go
+    L293-296 @P). `hash_` is the hash this reconcile computed, written to the status after it."""
+    if strategy(pcs) == "OnDelete":
+        return False
+    status = pcs.get("status") or {}
+    previous = status.get("currentGenerationHash")
+    if previous is None:
+        return False  # the first reconcile sets the hash: no update [H3]
+    if previous != hash_:
+        return True  # a new update starts in this reconcile, under RollingRecreate [H3]
+    progress = status.get("updateProgress") or {}
+    return bool(progress) and "updateEndedAt" not in progress
+
+
 # -- names [N1-N5] ----------------------------------------------------------------------------------
 def pclq_name(pcs: str, replica: int, clique: str) -> str:
     return f"{pcs}-{replica}-{clique}"
