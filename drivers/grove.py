@@ -432,6 +432,18 @@ def template_managers(pcs: Object, since: str) -> list[str]:
     return out
 
 
+def strategy_managers(pcs: Object) -> list[str]:
+    """Managers (managedFields) that own `spec.updateStrategy`: who set the strategy (a manager
+    loses a field another one changes later, so this is who set it last)."""
+    out = []
+    for e in pcs["metadata"].get("managedFields") or []:
+        if e.get("subresource"):
+            continue
+        if "f:updateStrategy" in ((e.get("fieldsV1") or {}).get("f:spec") or {}):
+            out.append(f"{e.get('manager')} ({e.get('operation', 'Update')} at {e.get('time')})")
+    return out
+
+
 def replacement(old: Any, new: Any) -> Any:
     """A merge patch turning `old` into exactly `new` (keys only in `old` are set to null)."""
     if not isinstance(old, dict) or not isinstance(new, dict):

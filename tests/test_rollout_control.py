@@ -1,7 +1,7 @@
 """End to end: the operator's answers and the faults a rollout must survive, against the simulated
 site's Grove (pinned 6eaa77f0): a pod Grove replaces while the rollout is paused and after an
 abort (the pod-replacement fault), a template edit by someone else, a stuck step interrupted by
-a rollback, a PodCliqueSet switched to RollingRecreate."""
+a rollback, a PodCliqueSet switched off OnDelete."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ from rollout_support import (
     worker_for,
 )
 from sim_support import RunningSim
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 
+from contracts import names
 from contracts.errors import RolloutAborted, matches
 from contracts.models.control import (
     ABORT_UPDATE,
@@ -182,22 +183,58 @@ async def test_rollback_interrupts_a_stuck_step_at_once(
         assert sim.violations() == []
 
 
-async def test_switching_to_rolling_recreate_hands_the_pcs_to_grove(
+def set_strategy(sim: RunningSim, strategy: str) -> None:
+    patch = '{"spec":{"updateStrategy":{"type":"' + strategy + '"}}}'
+    subprocess.run(
+        [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
+         "--type=merge", "-p", patch],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+
+
+async def test_a_switch_off_on_delete_pauses_saying_two_versions_who_and_what_to_do(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
+    """Issue 36, item 9. Switched to RollingRecreate mid-rollout, Grove rolls none of the rest
+    (BEHAVIOUR.md U6): the rollout never claims a hand-over. It stops driving and pauses, saying
+    the PodCliqueSet is on two versions (how many PodGangs at each), who switched it and what to
+    do; `resume` is refused until it is OnDelete again, and then the rollout completes."""
     with grove_site(tmp_path, INFERENCE) as sim:
         async with worker_for(client, task_queue, sim):
             handle = await start_rollout(client, task_queue, "inference", NEW)
             await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
-            subprocess.run(
-                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
-                 "--type=merge", "-p", '{"spec":{"updateStrategy":{"type":"RollingRecreate"}}}'],
-                check=True, capture_output=True, timeout=30,
-            )  # fmt: skip
+            set_strategy(sim, "RollingRecreate")
+            paused = await wait_for(
+                handle,
+                lambda s: s.phase == "paused" and "left OnDelete" in (s.paused_reason or ""),
+                "paused off OnDelete",
+            )
+            reason = paused.paused_reason or ""
+            assert paused.phase == "paused" and paused.doing == "paused", paused
+            assert "updateStrategy RollingRecreate, set by kubectl-patch (Update at" in reason, reason
+            assert "stays on two versions: " in reason and " at the version before" in reason, reason
+            assert "`metalflow rollout resume default/inference`" in reason, reason
+            assert (await handle.describe()).typed_search_attributes.get(names.PHASE) == "paused"
+            await asyncio.sleep(1)  # nobody rolls the rest: neither Grove nor the rollout
+            assert len(pod_hashes(sim, "inference", "decode")) == 2
+            assert (await status_of(handle)).steps_done == paused.steps_done
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await answer(handle, RESUME_UPDATE)
+            assert "switch it back to OnDelete first" in str(refused.value.cause)
+            set_strategy(sim, "OnDelete")
+            for _ in range(50):  # accepted once the watcher has shown the switch back
+                try:
+                    await answer(handle, RESUME_UPDATE)
+                    break
+                except WorkflowUpdateFailedError as refused_again:
+                    assert "switch it back to OnDelete first" in str(refused_again.cause)
+                    await asyncio.sleep(0.2)
+            else:
+                pytest.fail("`resume` still refused 10 s after the switch back to OnDelete")
             result = await handle.result()
-            assert result.steps_done == (await status_of(handle)).steps_done  # it drove nothing after
-        assert result.outcome == "handed-to-grove"
-        assert pcs_object(sim, "inference")["spec"]["updateStrategy"]["type"] == "RollingRecreate"
+        assert result.outcome == "completed"
+        assert len(pod_hashes(sim, "inference", "decode")) == 1
+        assert sim.violations() == []
 
 
 def clique_hashes(sim: RunningSim) -> dict[str, set[str]]:

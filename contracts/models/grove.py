@@ -219,12 +219,15 @@ class TemplateChangeInput(_Model):
 
 
 class TemplateChange(_Model):
-    """A template edit the rollout did not make: the fields and who changed them (managedFields)."""
+    """A template edit the rollout did not make: the fields and who changed them (managedFields);
+    and the update strategy, with who set it (a switch away from OnDelete pauses the rollout)."""
 
     generation: int
     fields: tuple[str, ...]
     managers: tuple[str, ...]
     template: dict[str, object] = Field(default_factory=dict)
+    strategy: str = ""
+    strategy_set_by: tuple[str, ...] = ()
 
 
 class ScalePCSInput(_Model):
@@ -451,10 +454,11 @@ class RolloutPlan(_Model):
 
 
 class RolloutResult(_Model):
-    """`handed-to-grove`: the PodCliqueSet left OnDelete mid-rollout; Grove rolls it itself."""
+    """How a rollout that ended as planned ended: every PodGang at the target (`completed`) or
+    back at the original (`rolled-back`)."""
 
     pcs: PCSRef
-    outcome: Literal["completed", "rolled-back", "handed-to-grove"]
+    outcome: Literal["completed", "rolled-back"]
     target_hash: str
     steps: tuple[StepRecord, ...]
     steps_done: int = 0

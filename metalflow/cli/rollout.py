@@ -415,9 +415,6 @@ async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     steps = "; ".join(
         f"{'+'.join(s.podgangs)} {s.seconds:.1f}s" for s in result.steps if s.seconds is not None
     )
-    if result.outcome == "handed-to-grove":
-        print(f"rollout {handle.id} handed to Grove: the PodCliqueSet left OnDelete; Grove rolls it itself")
-        return EXIT_FAILED
     print(f"rollout {handle.id} {result.outcome}: every PodGang at {result.target_hash} ({steps})")
     return EXIT_OK if result.outcome == "completed" else EXIT_FAILED
 
@@ -445,7 +442,7 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         return EXIT_OK
     while True:  # a live bar until the rollout ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
-        if status.phase in ("completed", "rolled-back", "aborted", "handed-to-grove"):
+        if status.phase in ("completed", "rolled-back", "aborted"):
             print()
             return EXIT_OK
         described = await handle.describe()

@@ -35,6 +35,7 @@ from contracts.models.grove import (
     RolloutPolicy,
     ScaleRequest,
     StepRecord,
+    SupersedeRequest,
     TemplateChange,
     TemplateResult,
 )
@@ -311,15 +312,94 @@ def test_a_foreign_edit_cuts_a_wait_short_too() -> None:
     assert rolling(old_world(generation=3, current="h3")).cut_short(aborting=False)
 
 
-def test_gone_and_handed_to_grove() -> None:
+def test_gone() -> None:
     assert rolling(None).gone()
     gone = old_world()
     assert rolling(
         gone.model_copy(update={"summary": gone.summary.model_copy(update={"exists": False})})
     ).gone()
     assert not rolling(old_world()).gone()
-    assert rolling(old_world(strategy="RollingRecreate")).handed_to_grove()
-    assert not rolling(old_world()).handed_to_grove()
+
+
+# -- a switch away from OnDelete (BEHAVIOUR.md U6: Grove rolls none of the rest) ------------------------
+SWITCHED = TemplateChange(
+    generation=3,
+    fields=(),
+    managers=(),
+    strategy="RollingRecreate",
+    strategy_set_by=("kubectl-patch (Update at 2026-11-28T12:05:00Z)",),
+)
+
+
+def half_rolled(**kw: Any) -> PCSState:
+    """Replica 0 at the target, replica 1 at the original."""
+    return world(anchor(0, {"w2": 1}), tail(0, {"w2": 1}), anchor(1), tail(1), **kw)
+
+
+def test_off_on_delete_with_podgangs_behind_the_rollout_stops_and_never_claims_a_hand_over() -> None:
+    state = rolling(half_rolled(strategy="RollingRecreate", generation=3))
+    assert state.left_on_delete() and state.stops_off_on_delete(aborting=False)
+    assert not rolling(half_rolled()).stops_off_on_delete(aborting=False)  # OnDelete: it drives on
+    reason = views.off_on_delete_reason(state, SWITCHED, PCS)
+    assert "left OnDelete: updateStrategy RollingRecreate, set by kubectl-patch (Update at" in reason
+    assert "stays on two versions: 2 of 4 PodGangs at h2, 2 at the version before" in reason
+    assert "Grove does not roll the rest" in reason
+    assert (
+        "`metalflow rollout resume default/p`" in reason and "`metalflow rollout abort default/p`" in reason
+    )
+    assert """patch pcs p --type=merge -p '{"spec":{"updateStrategy":{"type":"OnDelete"}}}'""" in reason
+    unknown = views.off_on_delete_reason(state, SWITCHED.model_copy(update={"strategy_set_by": ()}), PCS)
+    assert "set by an unknown writer (no managedFields entry)" in unknown
+    left = views.left_as_is(state, SWITCHED)
+    assert "nothing was taken back" in left and "2 of 4 PodGangs at h2, 2 at the version before" in left
+    state.reverting_for_abort = True
+    assert "nothing more is taken back" in views.left_as_is(state, SWITCHED)
+
+
+def test_off_on_delete_resume_rollback_and_supersede_are_refused_until_it_is_on_delete_again() -> None:
+    state = rolling(half_rolled(strategy="RollingRecreate"))
+    for kind in ("resume", "rollback", "supersede"):
+        refusal = views.off_on_delete_refusal(state, kind)
+        assert refusal is not None and refusal.startswith(f"`{kind}`: the PodCliqueSet is on updateStrategy")
+        assert "switch it back to OnDelete first" in refusal
+    assert views.off_on_delete_refusal(rolling(half_rolled()), "resume") is None
+
+
+def test_off_on_delete_the_guard_heals_nothing() -> None:
+    mixed = world(anchor(0, {"w1": 1, "w2": 1}), tail(0), anchor(1), tail(1), strategy="RollingRecreate")
+    assert rolling(mixed).to_heal() == []
+    assert rolling(mixed).stops_off_on_delete(aborting=False)  # a mixed PodGang is work left too
+    on_delete = mixed.model_copy(
+        update={"summary": mixed.summary.model_copy(update={"update_strategy": ON_DELETE})}
+    )
+    assert [g.name for g in rolling(on_delete).to_heal()] == ["p-0-a"]
+
+
+def test_off_on_delete_with_every_podgang_at_the_target_the_run_ends_unless_it_would_write() -> None:
+    done = world(
+        anchor(0, {"w2": 1}),
+        tail(0, {"w2": 1}),
+        anchor(1, {"w2": 1}),
+        tail(1, {"w2": 1}),
+        strategy="RollingRecreate",
+    )
+    state = rolling(done)
+    assert not state.stops_off_on_delete(aborting=False)  # nothing left to roll: it completes
+    assert state.stops_off_on_delete(aborting=True)  # an abort's take-back would write the template
+    state.rollback_request = OPERATOR
+    assert state.stops_off_on_delete(aborting=False)  # so would a rollback's restore
+    superseding = rolling(done)
+    superseding.supersede = SupersedeRequest(requested_by="pytest", images={"worker": "w:3"})
+    assert superseding.stops_off_on_delete(aborting=False)
+    unpatched = rolling(
+        done.model_copy(update={"summary": done.summary.model_copy(update={"clique_hashes": ORIGINAL})})
+    )
+    assert unpatched.stops_off_on_delete(aborting=False)  # a pod deleted would come back at w1
+
+
+def test_versions_held_counts_podgangs_at_the_targets_at_a_version_before_and_neither() -> None:
+    state = world(anchor(0, {"w2": 1}), tail(0, {"w1": 1, "w2": 1}), anchor(1), tail(1))
+    assert steps.versions_held(state, TARGETS, [ORIGINAL]) == (1, 2, 1)
 
 
 def test_continue_as_new_waits_for_the_steps_in_flight() -> None:
