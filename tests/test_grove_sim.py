@@ -4,6 +4,7 @@ test names' docstrings), through the store the simulated API serves."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from grove_support import NS, POD_HASH, inference, ready, running
 
@@ -202,6 +203,35 @@ async def test_a_switch_from_on_delete_to_rolling_recreate_rolls_nothing() -> No
         assert "currentlyUpdating" not in status["updateProgress"]
         assert status["updatedReplicas"] == 0  # both replicas still hold old pods
         assert router not in {p["metadata"]["labels"][POD_HASH] for p in g.pods().values()}
+
+
+async def test_after_an_on_delete_template_change_a_scale_out_stays_gated() -> None:
+    """[G5]: `ensureScaleOutEntry` finds no anchor at the new hash (entries do not advance under
+    OnDelete [G4]), so the replica's new ScaleOut entry depends on "" and a scaling-group
+    scale-out joining it is never ungated."""
+    async with running() as g:
+        g.store.create(g.pcs_rt, NS, inference(replicas=1))
+        await g.all_ready(count=8)
+        g.set_image("img:2", "decode")
+
+        def scale_out() -> dict[str, Any] | None:
+            (pgm,) = g.store.list(g.pgm_rt, NS)[0]
+            found = [e for e in pgm["spec"]["entries"] if e["role"] == "ScaleOut"]
+            return found[0] if len(found) == 1 and found[0]["dependsOn"] == [""] else None
+
+        entry = await g.until(scale_out)
+        assert entry["podCliqueSetGenerationHash"] == generation_hash(g.pcs())
+        pcsg = g.store.get(g.pcsg_rt, NS, "inference-0-workers")
+        pcsg["spec"]["replicas"] = 4
+        g.store.update(g.pcsg_rt, NS, "inference-0-workers", pcsg)
+        new = await g.until(lambda: g.pods("grove.io/podclique=inference-0-workers-3-decode"))
+        await asyncio.sleep(1)
+        for _ in range(3):
+            g.controller.reconcile(NS, "inference")
+        (pod,) = g.pods("grove.io/podclique=inference-0-workers-3-decode").values()
+        assert pod["metadata"]["name"] in new
+        assert [x["name"] for x in pod["spec"]["schedulingGates"]] == ["grove.io/podgang-pending-creation"]
+        assert not ready(pod)
 
 
 async def test_managed_fields_name_the_writer_and_delete_preconditions_hold() -> None:

@@ -58,6 +58,7 @@ from simulators.grove.model import (
     clique_replicas,
     cliques_of,
     condition,
+    ensure_scale_out,
     generation_hash,
     group_min,
     group_replicas,
@@ -79,6 +80,7 @@ from simulators.grove.model import (
     strategy,
     terminating,
     termination_delay,
+    without_empty,
 )
 from simulators.grove.status import StatusWriter
 from simulators.kube.store import AlreadyExists, Gone, NotFound, ResourceType, Store, StoreError, WatchEvent
@@ -456,6 +458,10 @@ class GroveController:
             for e in entries:  # a RollingRecreate advances the replica's entries only [G4]
                 if e.get("podCliqueSetGenerationHash") != hash_:
                     e["podCliqueSetGenerationHash"], changed = hash_, True
+        changed = ensure_scale_out(pcs, entries, hash_, str(self.next_epoch())) or changed  # [G5]
+        kept = without_empty(entries, hash_)
+        if len(kept) != len(entries):
+            entries, changed = kept, True
         if changed:
             pgm = pgms[pgm_name] = self._store.patch(
                 self.pgm_rt, ns, pgm_name, {"spec": {"entries": entries}}, "merge"

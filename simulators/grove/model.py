@@ -222,6 +222,47 @@ def bootstrap_entries(pcs: Object, epoch: int, hash_: str, pcsg_replicas: dict[s
     return entries
 
 
+def ensure_scale_out(pcs: Object, entries: list[Object], hash_: str, epoch: str) -> bool:
+    """Grove's `ensureScaleOutEntry` [G5]: with scaling groups and no ScaleOut entry at the
+    current hash, add an empty one that depends on the AnchorIndex-0 anchor at the current hash,
+    or on "" when there is none: after a template change under OnDelete the entries never
+    advance [G4], so its dependency is never found and a scale-out joining it stays gated."""
+    if not groups_of(pcs) or any(
+        e["role"] == SCALE_OUT and e.get("podCliqueSetGenerationHash") == hash_ for e in entries
+    ):
+        return False
+    anchor = next(
+        (
+            e["epoch"]
+            for e in entries
+            if e["role"] == ANCHOR
+            and e.get("podCliqueSetGenerationHash") == hash_
+            and e.get("anchorIndex") == 0
+        ),
+        "",
+    )
+    entries.append(
+        {"epoch": epoch, "podCliqueSetGenerationHash": hash_, "role": SCALE_OUT, "dependsOn": [anchor]}
+    )
+    return True
+
+
+def without_empty(entries: list[Object], hash_: str) -> list[Object]:
+    """Grove's `removeEmptyEntries` [G5]: entries with no pods and no scaling-group replicas go,
+    but for the ScaleOut entry at the current hash."""
+
+    def empty(e: Object) -> bool:
+        return not any((e.get("podCliques") or {}).values()) and not any(
+            (e.get("pcsgReplicaIndices") or {}).values()
+        )
+
+    return [
+        e
+        for e in entries
+        if (e["role"] == SCALE_OUT and e.get("podCliqueSetGenerationHash") == hash_) or not empty(e)
+    ]
+
+
 @dataclass(frozen=True)
 class GangLayout:
     """One PodGang of a replica, from its PodGangMap entry."""
