@@ -235,6 +235,10 @@ async def test_a_switch_off_on_delete_pauses_saying_two_versions_who_and_what_to
         assert result.outcome == "completed"
         assert len(pod_hashes(sim, "inference", "decode")) == 1
         assert sim.violations() == []
+        (gated,) = result.warnings  # issue 36, item 10 (BEHAVIOUR.md G5)
+        assert (
+            "a scale-out of the scaling groups of default/inference stays gated in replica(s) 0, 1" in gated
+        )
 
 
 def clique_hashes(sim: RunningSim) -> dict[str, set[str]]:

@@ -130,6 +130,9 @@ class PCSSummary(_Model):
     update_started_at: str | None = None  # Grove's `status.updateProgress`
     update_ended_at: str | None = None
     currently_updating: tuple[int, ...] = ()
+    # replica -> the hash its PodGangMap's AnchorIndex-0 anchor entry carries (BEHAVIOUR.md G5):
+    # read by `read_pcs_state` only (the watcher does not watch PodGangMaps)
+    anchor_hashes: dict[int, str] = Field(default_factory=dict)
 
 
 class PCSState(_Model):
@@ -343,6 +346,7 @@ class RolloutStateData(BaseModel):
     written: dict[str, object] = Field(default_factory=dict)  # the template as last written or adopted
     written_at: datetime
     generation: int = 0  # the PodCliqueSet generation the rollout wrote or adopted last
+    anchor_hashes: dict[int, str] = Field(default_factory=dict)  # PCSSummary's, at the first read
     # -- direction and the operator's requests ---------------------------------------------------
     rolling_back: bool = False
     # Every target the rollout rolled to before its current one (a superseding write, an edit
@@ -426,6 +430,7 @@ class RolloutStatus(_Model):
     wake_at: datetime | None = None
     dormant: tuple[str, ...] = ()  # cliques whose edit by someone else the rollback leaves dormant
     overwritten: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # what the PodCliqueSet is left with: a gated scale-out (G5)
     # Set by the CLI for a run that did not end by itself (`doing` then `ended`): "<id> was
     # terminated: ...", "was aborted: ...", "failed: ...", "timed out"; the rest is what it last showed.
     ended: str = ""
@@ -465,3 +470,4 @@ class RolloutResult(_Model):
     started_at: datetime
     finished_at: datetime
     dormant: tuple[str, ...] = ()  # rolled back: cliques whose edit by someone else stays dormant
+    warnings: tuple[str, ...] = ()  # what the PodCliqueSet is left with: a gated scale-out (G5)

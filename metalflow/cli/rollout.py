@@ -416,6 +416,8 @@ async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
         f"{'+'.join(s.podgangs)} {s.seconds:.1f}s" for s in result.steps if s.seconds is not None
     )
     print(f"rollout {handle.id} {result.outcome}: every PodGang at {result.target_hash} ({steps})")
+    for warning in result.warnings:
+        print(f"warning: {warning}")
     return EXIT_OK if result.outcome == "completed" else EXIT_FAILED
 
 
@@ -431,6 +433,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         return EXIT_OK if ended is None else EXIT_FAILED
     if ended is not None or not sys.stdout.isatty():
         print(render(status))
+        for warning in status.warnings:
+            print(f"warning: {warning}")
         for step in status.steps:
             took = f"{step.seconds:.1f}s" if step.seconds is not None else "unfinished"
             print(

@@ -39,7 +39,7 @@ from contracts.models.grove import (
     TemplateChange,
     TemplateResult,
 )
-from drivers.grove import foreign_edits_patch, restore_patch
+from drivers.grove import anchor_hashes, foreign_edits_patch, restore_patch
 from workflows.rollout import steps, views
 from workflows.rollout.state import RECENT_STEPS, Move, RolloutState
 
@@ -779,3 +779,42 @@ def test_someone_elses_edits_go_back_only_where_the_original_still_is() -> None:
         ]
         is None
     )
+
+
+# -- a gated scale-out (BEHAVIOUR.md G5) ----------------------------------------------------------------
+def test_a_template_off_the_podgangmaps_anchor_hash_warns_that_a_scale_out_stays_gated() -> None:
+    state = rolling(old_world(), anchor_hashes={0: "h1", 1: "h1"})
+    (warning,) = views.gated_scale_out(state, PCS, "h2")
+    assert "a scale-out of the scaling groups of default/p stays gated in replica(s) 0, 1" in warning
+    assert 'dependsOn [""]' in warning and "`kubectl -n default edit podgangmap p-0, p-1`" in warning
+    assert views.gated_scale_out(state, PCS, "h1") == ()  # back at the anchor's hash: not gated
+    assert views.status(state, PCS, "rolling").warnings == (warning,)  # the template is at h2
+    assert views.result(state, PCS, "completed", T0).warnings == (warning,)
+    no_groups = old_world()
+    no_groups = no_groups.model_copy(
+        update={"summary": no_groups.summary.model_copy(update={"scaling_groups": {}})}
+    )
+    assert views.gated_scale_out(rolling(no_groups, anchor_hashes={0: "h1"}), PCS, "h2") == ()
+
+
+def test_the_first_read_keeps_each_replicas_anchor_hash() -> None:
+    maps = [
+        {
+            "spec": {
+                "podCliqueSetReplicaIndex": r,
+                "entries": [
+                    {"epoch": "1", "role": "Anchor", "anchorIndex": 0, "podCliqueSetGenerationHash": "h1"},
+                    {"epoch": "3", "role": "ScaleOut", "podCliqueSetGenerationHash": "h2", "dependsOn": [""]},
+                ],
+            }
+        }
+        for r in (1, 0)
+    ]
+    assert anchor_hashes(maps) == {0: "h1", 1: "h1"}
+    first = old_world(hashes=ORIGINAL)
+    first = first.model_copy(
+        update={"summary": first.summary.model_copy(update={"anchor_hashes": {0: "h1"}})}
+    )
+    state = RolloutState(started_at=T0, written_at=T0)
+    state.prepare(first)
+    assert state.anchor_hashes == {0: "h1"}

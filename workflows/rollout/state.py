@@ -138,6 +138,7 @@ class RolloutState(RolloutStateData):
         one of the rollout's own (a PodGang all at it is not mixed: it is rolled in GREP order)."""
         self.original = dict(first.summary.clique_hashes)
         self.previous_hash = first.summary.current_hash
+        self.anchor_hashes = dict(first.summary.anchor_hashes)
         self.original_cliques = first.cliques
         behind = dict(self.original)  # a rollout cut short: its pods' version is no mix
         for g in (g for gang in first.gangs for g in gang.groups if g.clique in self.original):

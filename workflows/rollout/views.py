@@ -44,6 +44,7 @@ def status(state: RolloutState, pcs: PCSRef, phase: str) -> RolloutStatus:
         wake_at=wake_at,
         dormant=tuple(sorted(state.dormant)),
         overwritten=state.overwritten,
+        warnings=gated_scale_out(state, pcs, state.watched.summary.current_hash if state.watched else ""),
     )
 
 
@@ -73,6 +74,7 @@ def result(state: RolloutState, pcs: PCSRef, outcome: Outcome, now: datetime) ->
         started_at=state.started_at,
         finished_at=now,
         dormant=tuple(sorted(state.dormant)) if state.dormant_back else (),
+        warnings=gated_scale_out(state, pcs, state.target_hash),
     )
 
 
@@ -151,4 +153,24 @@ def left_as_is(state: RolloutState, change: TemplateChange) -> str:
         f"{versions_now(state)}; Grove rolls none of them. To put one version on every pod, switch "
         "it back to OnDelete and `metalflow rollout start` it with the images you want (a rollout "
         "cut short is finished where it stopped)"
+    )
+
+
+def gated_scale_out(state: RolloutState, pcs: PCSRef, template_hash: str) -> tuple[str, ...]:
+    """The warning a PodCliqueSet whose scaling-group scale-out stays gated with the template at
+    `template_hash` gets, with what to do (BEHAVIOUR.md G5: a replica whose PodGangMap's anchor
+    carries another hash, as read at the rollout's first read); none where it is not."""
+    groups = state.watched is not None and bool(state.watched.summary.scaling_groups)
+    replicas = [r for r, h in state.anchor_hashes.items() if groups and template_hash and h != template_hash]
+    if not replicas:
+        return ()
+    maps = ", ".join(f"{pcs.name}-{r}" for r in replicas)
+    return (
+        f"a scale-out of the scaling groups of {pcs} stays gated in replica(s) "
+        f"{', '.join(map(str, replicas))}: "
+        "at Grove 6eaa77f0, after a template change under OnDelete, the ScaleOut entry of each replica's "
+        'PodGangMap depends on no anchor (dependsOn [""]), so new scaling-group replicas are never '
+        "scheduled. Do not scale its scaling groups out; or first set that entry's dependsOn to the epoch "
+        f"of the map's Anchor entry (`kubectl -n {pcs.namespace} edit podgangmap {maps}`; Grove keeps an "
+        "entry's dependsOn once written)",
     )
