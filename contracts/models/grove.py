@@ -456,6 +456,7 @@ class RolloutPlan(_Model):
     concurrency: int = 1
     steps: tuple[PlannedStep, ...] = ()
     refusal: str | None = None
+    warnings: tuple[str, ...] = ()  # what the rollout would leave: a gated scale-out (G5)
 
 
 class RolloutResult(_Model):

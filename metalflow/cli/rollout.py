@@ -267,6 +267,9 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     except CommandError as err:  # the run's own refusal: the status `plan` gives the same one
         raise RolloutError(str(err), refusal_status(str(err), None)) from None
     print(f"rollout {workflow_id} started: target {status.target_hash} (from {status.previous_hash})")
+    if not args.wait:  # else said once it ends
+        for warning in status.warnings:
+            print(f"warning: {warning}")
     return await _follow(handle) if args.wait else EXIT_OK
 
 

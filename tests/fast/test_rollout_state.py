@@ -786,7 +786,7 @@ def test_a_template_off_the_podgangmaps_anchor_hash_warns_that_a_scale_out_stays
     state = rolling(old_world(), anchor_hashes={0: "h1", 1: "h1"})
     (warning,) = views.gated_scale_out(state, PCS, "h2")
     assert "a scale-out of the scaling groups of default/p stays gated in replica(s) 0, 1" in warning
-    assert 'dependsOn [""]' in warning and "`kubectl -n default edit podgangmap p-0, p-1`" in warning
+    assert 'dependsOn [""]' in warning and "`kubectl -n default edit podgangmap p-0 p-1`" in warning
     assert views.gated_scale_out(state, PCS, "h1") == ()  # back at the anchor's hash: not gated
     assert views.status(state, PCS, "rolling").warnings == (warning,)  # the template is at h2
     assert views.result(state, PCS, "completed", T0).warnings == (warning,)
@@ -818,3 +818,17 @@ def test_the_first_read_keeps_each_replicas_anchor_hash() -> None:
     state = RolloutState(started_at=T0, written_at=T0)
     state.prepare(first)
     assert state.anchor_hashes == {0: "h1"}
+
+
+def test_the_plan_warns_before_a_rollout_leaves_a_gated_scale_out() -> None:
+    from metalflow.rollouts import _gated_after
+
+    first = old_world(hashes=ORIGINAL)
+    first = first.model_copy(
+        update={"summary": first.summary.model_copy(update={"anchor_hashes": {0: "h1", 1: "h1"}})}
+    )
+    (warning,) = _gated_after(first, PCS, {"worker"})
+    assert warning.startswith(
+        "after this rollout, a scale-out of the scaling groups of default/p stays gated"
+    )
+    assert _gated_after(first, PCS, set()) == ()  # nothing changes: nothing to warn of

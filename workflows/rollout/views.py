@@ -162,9 +162,14 @@ def gated_scale_out(state: RolloutState, pcs: PCSRef, template_hash: str) -> tup
     carries another hash, as read at the rollout's first read); none where it is not."""
     groups = state.watched is not None and bool(state.watched.summary.scaling_groups)
     replicas = [r for r, h in state.anchor_hashes.items() if groups and template_hash and h != template_hash]
+    return scale_out_warning(pcs, replicas)
+
+
+def scale_out_warning(pcs: PCSRef, replicas: list[int]) -> tuple[str, ...]:
+    """The words of a gated scale-out in `replicas` (none: no warning)."""
     if not replicas:
         return ()
-    maps = ", ".join(f"{pcs.name}-{r}" for r in replicas)
+    maps = " ".join(f"{pcs.name}-{r}" for r in replicas)
     return (
         f"a scale-out of the scaling groups of {pcs} stays gated in replica(s) "
         f"{', '.join(map(str, replicas))}: "
