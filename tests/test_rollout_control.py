@@ -241,6 +241,31 @@ async def test_a_switch_off_on_delete_pauses_saying_two_versions_who_and_what_to
         )
 
 
+async def test_an_abort_off_on_delete_ends_taking_nothing_back_and_says_where_the_podgangs_are(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36, item 9: off OnDelete a take-back would be a template write Grove rolls itself,
+    so an abort ends the rollout at once, writing nothing, and says what it leaves."""
+    with grove_site(tmp_path, INFERENCE) as sim:
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
+            set_strategy(sim, "RollingRecreate")
+            await wait_for(
+                handle, lambda s: "left OnDelete" in (s.paused_reason or ""), "paused off OnDelete"
+            )
+            accepted = await answer(handle, ABORT_UPDATE)
+            assert "so the rollout ends taking nothing back" in accepted.message, accepted.message
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+            assert matches(failed.value.cause, RolloutAborted)
+            said = str(failed.value.cause)
+            assert "nothing was taken back" in said and " at the version before" in said, said
+            assert (await status_of(handle)).phase == "aborted"
+        assert images(sim)["decode"] == NEW["decode"]  # no restore was written
+        assert len(pod_hashes(sim, "inference", "decode")) == 2  # left on two versions, as it says
+
+
 def clique_hashes(sim: RunningSim) -> dict[str, set[str]]:
     """clique -> the pod-template hashes its pods run."""
     return {c: pod_hashes(sim, "inference", c) for c in ("router", "prefill", "decode")}
