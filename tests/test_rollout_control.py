@@ -266,6 +266,31 @@ async def test_an_abort_off_on_delete_ends_taking_nothing_back_and_says_where_th
         assert len(pod_hashes(sim, "inference", "decode")) == 2  # left on two versions, as it says
 
 
+async def test_rollout_status_reports_the_pods_a_gated_scale_out_holds(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36, item 10: scaled out after the rollout wrote the template, a scaling group's new
+    replica stays gated (BEHAVIOUR.md G5); the status's warning counts its pods."""
+    with grove_site(tmp_path, INFERENCE) as sim:
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await answer(handle, PAUSE_UPDATE)  # paused once the template is written
+            await wait_for(handle, lambda s: s.phase == "paused", "paused")
+            subprocess.run(
+                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcsg",
+                 "inference-0-workers", "--type=merge", "-p", '{"spec":{"replicas":4}}'],
+                check=True, capture_output=True, timeout=30,
+            )  # fmt: skip
+            status = await wait_for(
+                handle, lambda s: any("gated by it now" in w for w in s.warnings), "the gated pods counted"
+            )
+            (warning,) = status.warnings
+            assert (
+                "stays gated in replica(s) 0, 1 (2 pods of ScaleOut PodGangs are gated by it now)" in warning
+            )
+            await handle.terminate("test over")
+
+
 def clique_hashes(sim: RunningSim) -> dict[str, set[str]]:
     """clique -> the pod-template hashes its pods run."""
     return {c: pod_hashes(sim, "inference", c) for c in ("router", "prefill", "decode")}

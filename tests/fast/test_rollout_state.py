@@ -788,6 +788,17 @@ def test_a_template_off_the_podgangmaps_anchor_hash_warns_that_a_scale_out_stays
     assert "a scale-out of the scaling groups of default/p stays gated in replica(s) 0, 1" in warning
     assert 'dependsOn [""]' in warning and "`kubectl -n default edit podgangmap p-0 p-1`" in warning
     assert views.gated_scale_out(state, PCS, "h1") == ()  # back at the anchor's hash: not gated
+    out = GangState(
+        name="p-0-so-w-2",
+        replica=0,
+        role="ScaleOut",
+        groups=(
+            group("worker", "p-0-w-2-worker", {"w2": 2}, pcsg="p-0-w", j=2).model_copy(update={"gated": 2}),
+        ),
+    )
+    scaled = rolling(world(*old_world().gangs, out), anchor_hashes={0: "h1", 1: "h1"})
+    (now,) = views.gated_scale_out(scaled, PCS, "h2")
+    assert "stays gated in replica(s) 0, 1 (2 pods of ScaleOut PodGangs are gated by it now):" in now
     assert views.status(state, PCS, "rolling").warnings == (warning,)  # the template is at h2
     assert views.result(state, PCS, "completed", T0).warnings == (warning,)
     no_groups = old_world()

@@ -162,17 +162,21 @@ def gated_scale_out(state: RolloutState, pcs: PCSRef, template_hash: str) -> tup
     carries another hash, as read at the rollout's first read); none where it is not."""
     groups = state.watched is not None and bool(state.watched.summary.scaling_groups)
     replicas = [r for r, h in state.anchor_hashes.items() if groups and template_hash and h != template_hash]
-    return scale_out_warning(pcs, replicas)
+    gangs = state.watched.gangs if state.watched else ()
+    held = sum(g.gated for x in gangs if x.role == "ScaleOut" and x.replica in replicas for g in x.groups)
+    return scale_out_warning(pcs, replicas, held)
 
 
-def scale_out_warning(pcs: PCSRef, replicas: list[int]) -> tuple[str, ...]:
-    """The words of a gated scale-out in `replicas` (none: no warning)."""
+def scale_out_warning(pcs: PCSRef, replicas: list[int], held: int = 0) -> tuple[str, ...]:
+    """The words of a gated scale-out in `replicas` (none: no warning); `held`: the pods of
+    ScaleOut PodGangs gated now."""
     if not replicas:
         return ()
     maps = " ".join(f"{pcs.name}-{r}" for r in replicas)
+    now = f" ({held} pods of ScaleOut PodGangs are gated by it now)" if held else ""
     return (
         f"a scale-out of the scaling groups of {pcs} stays gated in replica(s) "
-        f"{', '.join(map(str, replicas))}: "
+        f"{', '.join(map(str, replicas))}{now}: "
         "at Grove 6eaa77f0, after a template change under OnDelete, the ScaleOut entry of each replica's "
         'PodGangMap depends on no anchor (dependsOn [""]), so new scaling-group replicas are never '
         "scheduled. Do not scale its scaling groups out; or first set that entry's dependsOn to the epoch "
