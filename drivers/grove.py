@@ -62,6 +62,29 @@ def kinds() -> tuple[Kind, Kind, Kind, Kind, Kind]:
     )
 
 
+def podgangmap_kind() -> Kind:
+    """PodGangMap (grove.io, Grove v0.1.0-alpha.12): one per PodCliqueSet replica."""
+    from drivers.kube import Kind
+
+    return Kind("PodGangMap", GROVE_GROUP, "podgangmaps", GROVE_VERSION)
+
+
+def anchor_hashes(maps: list[Object]) -> dict[int, str]:
+    """Replica -> the hash its PodGangMap's AnchorIndex-0 anchor carries. Grove's ScaleOut entry
+    depends on the anchor at the template's current hash; under OnDelete the entries keep the
+    hash they were made at, so a template at another hash leaves a scale-out gated
+    (simulators/grove/BEHAVIOUR.md G5)."""
+    out = {}
+    for m in maps:
+        spec = m.get("spec") or {}
+        for e in spec.get("entries") or []:
+            if e.get("role") == "Anchor" and e.get("anchorIndex") == 0:
+                out[int(spec.get("podCliqueSetReplicaIndex", 0))] = str(
+                    e.get("podCliqueSetGenerationHash", "")
+                )
+    return dict(sorted(out.items()))
+
+
 # -- reading --------------------------------------------------------------------------------------
 def _ready(pod: Object) -> bool:
     conds = (pod.get("status") or {}).get("conditions") or []
@@ -432,6 +455,18 @@ def template_managers(pcs: Object, since: str) -> list[str]:
     return out
 
 
+def strategy_managers(pcs: Object) -> list[str]:
+    """Managers (managedFields) that own `spec.updateStrategy`: who set the strategy (a manager
+    loses a field another one changes later, so this is who set it last)."""
+    out = []
+    for e in pcs["metadata"].get("managedFields") or []:
+        if e.get("subresource"):
+            continue
+        if "f:updateStrategy" in ((e.get("fieldsV1") or {}).get("f:spec") or {}):
+            out.append(f"{e.get('manager')} ({e.get('operation', 'Update')} at {e.get('time')})")
+    return out
+
+
 def replacement(old: Any, new: Any) -> Any:
     """A merge patch turning `old` into exactly `new` (keys only in `old` are set to null)."""
     if not isinstance(old, dict) or not isinstance(new, dict):
@@ -445,8 +480,8 @@ def replacement(old: Any, new: Any) -> Any:
 
 # -- pod and patch calls the custom-object client does not make ------------------------------------
 async def read_state(kube: Kube, key: str, ns: str, name: str) -> PCSState:
-    """The PodCliqueSet (with its template's cliques), its PodGangs, PodCliques, scaling groups
-    and pods (5 calls), as one `PCSState`: what the rollout's `read_pcs_state` activity and
+    """The PodCliqueSet (with its template's cliques), its PodGangs, PodCliques, scaling groups,
+    pods and PodGangMaps (6 calls), as one `PCSState`: what the rollout's `read_pcs_state` activity and
     `metalflow rollout start`'s pre-check read."""
     obj = await kube.get(key, kinds()[0], ns, name, missing_ok=True)
     selector = f"{PART_OF_LABEL}={name}"
@@ -454,9 +489,11 @@ async def read_state(kube: Kube, key: str, ns: str, name: str) -> PCSState:
     pclqs = (await kube.list(key, kinds()[2], ns, label_selector=selector)).get("items") or []
     pcsgs = (await kube.list(key, kinds()[3], ns, label_selector=selector)).get("items") or []
     pods = await list_pods(kube, key, ns, selector)
+    maps = (await kube.list(key, podgangmap_kind(), ns, label_selector=selector)).get("items") or []
     state = pcs_state(ns, name, obj, gangs, pclqs, pcsgs, pods)
     cliques = ((obj or {}).get("spec", {}).get("template") or {}).get("cliques") or []
-    return state.model_copy(update={"cliques": tuple(cliques)})
+    summary = state.summary.model_copy(update={"anchor_hashes": anchor_hashes(maps)})
+    return state.model_copy(update={"cliques": tuple(cliques), "summary": summary})
 
 
 async def list_pods(kube: Kube, key: str, ns: str, label_selector: str) -> list[Object]:

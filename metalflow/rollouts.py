@@ -4,11 +4,11 @@ a failure chain, and the plan (what `rollout start` would do). No Temporal calls
 from __future__ import annotations
 
 from contracts.errors import InvalidInput
-from contracts.models.grove import PCSRef, PlannedStep, RolloutPlan, RolloutPolicy, RolloutStatus
+from contracts.models.grove import PCSRef, PCSState, PlannedStep, RolloutPlan, RolloutPolicy, RolloutStatus
 from drivers.grove import images_patch, read_state
 from drivers.grove import kinds as grove_kinds
 from drivers.kube import Kube
-from workflows.rollout import steps
+from workflows.rollout import steps, views
 from workflows.rollout.state import RolloutState
 
 
@@ -81,6 +81,18 @@ async def plan(
             for g, pods, why in planned
         ),
         refusal=refusal,
+        warnings=_gated_after(first, pcs, changed),
+    )
+
+
+def _gated_after(first: PCSState, pcs: PCSRef, changed: set[str]) -> tuple[str, ...]:
+    """After the write the template is at a new hash, which no replica's PodGangMap anchor
+    carries (BEHAVIOUR.md G5; but for a change back to the version a map was built at, which
+    the plan cannot tell before Grove hashes it): a scale-out stays gated in each."""
+    if not changed or not first.summary.scaling_groups:
+        return ()
+    return tuple(
+        f"after this rollout, {w}" for w in views.scale_out_warning(pcs, list(first.summary.anchor_hashes))
     )
 
 
@@ -98,4 +110,5 @@ def render_plan(plan: RolloutPlan) -> str:
     for s in plan.steps:
         outage = f"  OUTAGE: {'; '.join(s.outage)}" if s.outage else ""
         lines.append(f"  replica {s.replica} {s.role:<8} {s.podgang}: replaces {s.pods} pods{outage}")
+    lines += [f"warning: {w}" for w in plan.warnings]
     return "\n".join(lines)

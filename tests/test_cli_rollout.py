@@ -66,6 +66,9 @@ async def test_start_wait_completes_and_status_reports_it(
     )
     assert done.status == 0, done.stderr
     assert "rollout rollout/default/inference completed" in done.stdout
+    # Issue 36, item 10: the scaling group's scale-out stays gated after it (BEHAVIOUR.md G5).
+    gated = "warning: a scale-out of the scaling groups of default/inference stays gated in replica(s) 0, 1"
+    assert gated in done.stdout, done.stdout
     assert "[" in done.stdout and "/6" in done.stdout  # progress lines
     # Not a terminal: stamped lines (UTC, elapsed), and what each step waits for since when.
     assert re.search(r"Z \+\d+:\d\d rollout/default/inference: default/inference rolling \[", done.stdout)
@@ -79,6 +82,7 @@ async def test_start_wait_completes_and_status_reports_it(
     assert len(pod_hashes(sim, "inference", "decode")) == 1
     plain = await metalflow(local_env, "rollout", "status", "default/inference")
     assert "completed [##############################] 6/6" in plain.stdout
+    assert gated in plain.stdout, plain.stdout
     assert sim.violations() == []
 
 

@@ -276,8 +276,10 @@ def required_permissions(
                 kind_arg: ast.expr | None = None
                 if (
                     isinstance(func, ast.Attribute)
-                    and isinstance(func.value, ast.Attribute)
-                    and func.value.attr == "kube"
+                    and (
+                        (isinstance(func.value, ast.Attribute) and func.value.attr == "kube")
+                        or (isinstance(func.value, ast.Name) and func.value.id == "kube")  # a driver's
+                    )
                     and func.attr in kube_verbs
                 ):
                     verbs, kind_arg, method = kube_verbs[func.attr], node.args[1], func.attr

@@ -3,6 +3,9 @@ test names' docstrings), through the store the simulated API serves."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 from grove_support import NS, POD_HASH, inference, ready, running
 
 from simulators.grove.model import generation_hash, pod_template_hash
@@ -166,6 +169,69 @@ async def test_rolling_recreate_rolls_one_replica_at_a_time_by_itself() -> None:
         # Grove's own RollingRecreate replaces router pods one by one inside the anchor PodGang:
         # versions mix inside a gang (what GREP-393 sets out to fix); no other check fires.
         assert set(g.kinds()) == {"podgang-mixed-template-hashes"}
+
+
+async def test_a_switch_from_on_delete_to_rolling_recreate_rolls_nothing() -> None:
+    """[U6]: after a template change under OnDelete, Grove's update has ended; a switch to
+    RollingRecreate does not move the hash, so no update starts and no pod is replaced: the
+    PodCliqueSet stays on two versions (a pod deleted still comes back at the new one [D1])."""
+    async with running() as g:
+        g.store.create(g.pcs_rt, NS, inference())
+        await g.all_ready(count=16)
+        g.set_image("img:2", "router")
+        g.set_image("img:2", "decode")
+        cliques = g.pcs()["spec"]["template"]["cliques"]
+        router, new = (pod_template_hash(g.pcs(), cliques[i]) for i in (0, 2))
+        await g.until(
+            lambda: (
+                g.store.get(g.pclq_rt, NS, "inference-1-workers-2-decode")["metadata"]["labels"][POD_HASH]
+                == new
+                and g.store.get(g.pclq_rt, NS, "inference-1-router")["metadata"]["labels"][POD_HASH] == router
+            )
+        )
+        before = {n: p["metadata"]["uid"] for n, p in g.pods().items()}
+        ended = g.pcs()["status"]["updateProgress"]
+        obj = g.pcs()
+        obj["spec"]["updateStrategy"] = {"type": "RollingRecreate"}
+        g.store.update(g.pcs_rt, NS, "inference", obj)
+        for _ in range(3):  # several reconciles: the switch, and what would follow it
+            g.controller.reconcile(NS, "inference")
+            await asyncio.sleep(0.2)
+        assert {n: p["metadata"]["uid"] for n, p in g.pods().items()} == before  # no pod replaced
+        status = g.pcs()["status"]
+        assert status["updateProgress"]["updateEndedAt"] == ended["updateEndedAt"]
+        assert "currentlyUpdating" not in status["updateProgress"]
+        assert status["updatedReplicas"] == 0  # both replicas still hold old pods
+        assert router not in {p["metadata"]["labels"][POD_HASH] for p in g.pods().values()}
+
+
+async def test_after_an_on_delete_template_change_a_scale_out_stays_gated() -> None:
+    """[G5]: `ensureScaleOutEntry` finds no anchor at the new hash (entries do not advance under
+    OnDelete [G4]), so the replica's new ScaleOut entry depends on "" and a scaling-group
+    scale-out joining it is never ungated."""
+    async with running() as g:
+        g.store.create(g.pcs_rt, NS, inference(replicas=1))
+        await g.all_ready(count=8)
+        g.set_image("img:2", "decode")
+
+        def scale_out() -> dict[str, Any] | None:
+            (pgm,) = g.store.list(g.pgm_rt, NS)[0]
+            found = [e for e in pgm["spec"]["entries"] if e["role"] == "ScaleOut"]
+            return found[0] if len(found) == 1 and found[0]["dependsOn"] == [""] else None
+
+        entry = await g.until(scale_out)
+        assert entry["podCliqueSetGenerationHash"] == generation_hash(g.pcs())
+        pcsg = g.store.get(g.pcsg_rt, NS, "inference-0-workers")
+        pcsg["spec"]["replicas"] = 4
+        g.store.update(g.pcsg_rt, NS, "inference-0-workers", pcsg)
+        new = await g.until(lambda: g.pods("grove.io/podclique=inference-0-workers-3-decode"))
+        await asyncio.sleep(1)
+        for _ in range(3):
+            g.controller.reconcile(NS, "inference")
+        (pod,) = g.pods("grove.io/podclique=inference-0-workers-3-decode").values()
+        assert pod["metadata"]["name"] in new
+        assert [x["name"] for x in pod["spec"]["schedulingGates"]] == ["grove.io/podgang-pending-creation"]
+        assert not ready(pod)
 
 
 async def test_managed_fields_name_the_writer_and_delete_preconditions_hold() -> None:

@@ -1,7 +1,7 @@
 """End to end: the operator's answers and the faults a rollout must survive, against the simulated
 site's Grove (pinned 6eaa77f0): a pod Grove replaces while the rollout is paused and after an
 abort (the pod-replacement fault), a template edit by someone else, a stuck step interrupted by
-a rollback, a PodCliqueSet switched to RollingRecreate."""
+a rollback, a PodCliqueSet switched off OnDelete."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from host_operation_support import save_history
 from rollout_support import (
     INFERENCE,
@@ -27,8 +28,9 @@ from rollout_support import (
     worker_for,
 )
 from sim_support import RunningSim
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
+from contracts import names
 from contracts.models.control import (
     ABORT_UPDATE,
     PAUSE_UPDATE,
@@ -181,22 +183,111 @@ async def test_rollback_interrupts_a_stuck_step_at_once(
         assert sim.violations() == []
 
 
-async def test_switching_to_rolling_recreate_hands_the_pcs_to_grove(
+def set_strategy(sim: RunningSim, strategy: str) -> None:
+    patch = '{"spec":{"updateStrategy":{"type":"' + strategy + '"}}}'
+    subprocess.run(
+        [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
+         "--type=merge", "-p", patch],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+
+
+async def test_a_switch_off_on_delete_pauses_saying_two_versions_who_and_what_to_do(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
+    """Issue 36, item 9. Switched to RollingRecreate mid-rollout, Grove rolls none of the rest
+    (BEHAVIOUR.md U6): the rollout never claims a hand-over. It stops driving and pauses, saying
+    the PodCliqueSet is on two versions (how many PodGangs at each), who switched it and what to
+    do; `resume` is refused until it is OnDelete again, and then the rollout completes."""
     with grove_site(tmp_path, INFERENCE) as sim:
         async with worker_for(client, task_queue, sim):
             handle = await start_rollout(client, task_queue, "inference", NEW)
             await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
+            set_strategy(sim, "RollingRecreate")
+            paused = await wait_for(
+                handle,
+                lambda s: s.phase == "paused" and "left OnDelete" in (s.paused_reason or ""),
+                "paused off OnDelete",
+            )
+            reason = paused.paused_reason or ""
+            assert paused.phase == "paused" and paused.doing == "paused", paused
+            assert "updateStrategy RollingRecreate, set by kubectl-patch (Update at" in reason, reason
+            assert "stays on two versions: " in reason and " at the version before" in reason, reason
+            assert "`metalflow rollout resume default/inference`" in reason, reason
+            assert (await handle.describe()).typed_search_attributes.get(names.PHASE) == "paused"
+            await asyncio.sleep(1)  # nobody rolls the rest: neither Grove nor the rollout
+            assert len(pod_hashes(sim, "inference", "decode")) == 2
+            assert (await status_of(handle)).steps_done == paused.steps_done
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await answer(handle, RESUME_UPDATE)
+            assert "switch it back to OnDelete first" in str(refused.value.cause)
+            set_strategy(sim, "OnDelete")
+            for _ in range(50):  # accepted once the watcher has shown the switch back
+                try:
+                    await answer(handle, RESUME_UPDATE)
+                    break
+                except WorkflowUpdateFailedError as refused_again:
+                    assert "switch it back to OnDelete first" in str(refused_again.cause)
+                    await asyncio.sleep(0.2)
+            else:
+                pytest.fail("`resume` still refused 10 s after the switch back to OnDelete")
+            result = await handle.result()
+        assert result.outcome == "completed"
+        assert len(pod_hashes(sim, "inference", "decode")) == 1
+        assert sim.violations() == []
+        (gated,) = result.warnings  # issue 36, item 10 (BEHAVIOUR.md G5)
+        assert (
+            "a scale-out of the scaling groups of default/inference stays gated in replica(s) 0, 1" in gated
+        )
+
+
+async def test_an_abort_off_on_delete_ends_taking_nothing_back_and_says_where_the_podgangs_are(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36, item 9: off OnDelete a take-back would be a template write Grove rolls itself,
+    so an abort ends the rollout at once, writing nothing, and says what it leaves."""
+    with grove_site(tmp_path, INFERENCE) as sim:
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await wait_for(handle, lambda s: s.steps_done >= 1, "a step done")
+            set_strategy(sim, "RollingRecreate")
+            await wait_for(
+                handle, lambda s: "left OnDelete" in (s.paused_reason or ""), "paused off OnDelete"
+            )
+            accepted = await answer(handle, ABORT_UPDATE)
+            assert "so the rollout ends taking nothing back" in accepted.message, accepted.message
+            result = await handle.result()  # an abort is asked for: the run completes `aborted`
+            assert result.outcome == "aborted", result
+            said = result.aborted
+            assert "nothing was taken back" in said and " at the version before" in said, said
+            assert (await status_of(handle)).phase == "aborted"
+        assert images(sim)["decode"] == NEW["decode"]  # no restore was written
+        assert len(pod_hashes(sim, "inference", "decode")) == 2  # left on two versions, as it says
+
+
+async def test_rollout_status_reports_the_pods_a_gated_scale_out_holds(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36, item 10: scaled out after the rollout wrote the template, a scaling group's new
+    replica stays gated (BEHAVIOUR.md G5); the status's warning counts its pods."""
+    with grove_site(tmp_path, INFERENCE) as sim:
+        async with worker_for(client, task_queue, sim):
+            handle = await start_rollout(client, task_queue, "inference", NEW)
+            await answer(handle, PAUSE_UPDATE)  # paused once the template is written
+            await wait_for(handle, lambda s: s.phase == "paused", "paused")
             subprocess.run(
-                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcs", "inference",
-                 "--type=merge", "-p", '{"spec":{"updateStrategy":{"type":"RollingRecreate"}}}'],
+                [KUBECTL, "--kubeconfig", str(sim.kubeconfig), "-n", "default", "patch", "pcsg",
+                 "inference-0-workers", "--type=merge", "-p", '{"spec":{"replicas":4}}'],
                 check=True, capture_output=True, timeout=30,
             )  # fmt: skip
-            result = await handle.result()
-            assert result.steps_done == (await status_of(handle)).steps_done  # it drove nothing after
-        assert result.outcome == "handed-to-grove"
-        assert pcs_object(sim, "inference")["spec"]["updateStrategy"]["type"] == "RollingRecreate"
+            status = await wait_for(
+                handle, lambda s: any("gated by it now" in w for w in s.warnings), "the gated pods counted"
+            )
+            (warning,) = status.warnings
+            assert (
+                "stays gated in replica(s) 0, 1 (2 pods of ScaleOut PodGangs are gated by it now)" in warning
+            )
+            await handle.terminate("test over")
 
 
 def clique_hashes(sim: RunningSim) -> dict[str, set[str]]:

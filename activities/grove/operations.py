@@ -29,6 +29,7 @@ from contracts.models.grove import (
     POD_TEMPLATE_HASH_LABEL,
     PODCLIQUE_LABEL,
     PODGANG_LABEL,
+    ROLLING_RECREATE,
     ROLLOUT_ANNOTATION,
     ForeignEditsInput,
     PCSRef,
@@ -53,6 +54,7 @@ from drivers.grove import (
     read_state,
     restore_patch,
     stale_selectors,
+    strategy_managers,
     template_diff,
     template_managers,
 )
@@ -159,7 +161,7 @@ class GroveActivities:
     @activity.defn(name="describe_template_change")
     async def describe_template_change(self, request: TemplateChangeInput) -> TemplateChange:
         """The template fields that differ from what the rollout wrote, and the managers
-        (managedFields) that wrote template fields since."""
+        (managedFields) that wrote template fields since; the update strategy and who set it."""
         obj = await self.kube.get(_key(request.pcs), kinds()[0], request.pcs.namespace, request.pcs.name)
         assert obj is not None
         template = obj["spec"].get("template") or {}
@@ -169,6 +171,8 @@ class GroveActivities:
             fields=tuple(template_diff(request.written, template)),
             managers=tuple(template_managers(obj, since)),
             template=template,
+            strategy=str((obj["spec"].get("updateStrategy") or {}).get("type", ROLLING_RECREATE)),
+            strategy_set_by=tuple(strategy_managers(obj)),
         )
 
     @activity.defn(name="roll_podgang")

@@ -130,6 +130,9 @@ class PCSSummary(_Model):
     update_started_at: str | None = None  # Grove's `status.updateProgress`
     update_ended_at: str | None = None
     currently_updating: tuple[int, ...] = ()
+    # replica -> the hash its PodGangMap's AnchorIndex-0 anchor entry carries (BEHAVIOUR.md G5):
+    # read by `read_pcs_state` only (the watcher does not watch PodGangMaps)
+    anchor_hashes: dict[int, str] = Field(default_factory=dict)
 
 
 class PCSState(_Model):
@@ -219,12 +222,15 @@ class TemplateChangeInput(_Model):
 
 
 class TemplateChange(_Model):
-    """A template edit the rollout did not make: the fields and who changed them (managedFields)."""
+    """A template edit the rollout did not make: the fields and who changed them (managedFields);
+    and the update strategy, with who set it (a switch away from OnDelete pauses the rollout)."""
 
     generation: int
     fields: tuple[str, ...]
     managers: tuple[str, ...]
     template: dict[str, object] = Field(default_factory=dict)
+    strategy: str = ""
+    strategy_set_by: tuple[str, ...] = ()
 
 
 class ScalePCSInput(_Model):
@@ -340,6 +346,7 @@ class RolloutStateData(BaseModel):
     written: dict[str, object] = Field(default_factory=dict)  # the template as last written or adopted
     written_at: datetime
     generation: int = 0  # the PodCliqueSet generation the rollout wrote or adopted last
+    anchor_hashes: dict[int, str] = Field(default_factory=dict)  # PCSSummary's, at the first read
     # -- direction and the operator's requests ---------------------------------------------------
     rolling_back: bool = False
     # Every target the rollout rolled to before its current one (a superseding write, an edit
@@ -423,6 +430,7 @@ class RolloutStatus(_Model):
     wake_at: datetime | None = None
     dormant: tuple[str, ...] = ()  # cliques whose edit by someone else the rollback leaves dormant
     overwritten: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # what the PodCliqueSet is left with: a gated scale-out (G5)
     # Set by the CLI for a run that did not end by itself (`doing` then `ended`): "<id> was
     # terminated: ...", "was aborted: ...", "failed: ...", "timed out"; the rest is what it last showed.
     ended: str = ""
@@ -448,15 +456,17 @@ class RolloutPlan(_Model):
     concurrency: int = 1
     steps: tuple[PlannedStep, ...] = ()
     refusal: str | None = None
+    warnings: tuple[str, ...] = ()  # what the rollout would leave: a gated scale-out (G5)
 
 
 class RolloutResult(_Model):
-    """`handed-to-grove`: the PodCliqueSet left OnDelete mid-rollout; Grove rolls it itself.
-    `aborted`: an operator's abort took every PodGang back (`aborted` says who, why, what is left);
-    the run completes, as an abort is asked for (a run of older code failed with `RolloutAborted`)."""
+    """How a rollout ended: every PodGang at the target (`completed`), back at the original
+    (`rolled-back`), or `aborted`: an operator's abort took every PodGang back, or (off OnDelete)
+    ended the run taking nothing back (`aborted` says who, why, what is left); the run completes,
+    as an abort is asked for (a run of older code failed with `RolloutAborted`)."""
 
     pcs: PCSRef
-    outcome: Literal["completed", "rolled-back", "handed-to-grove", "aborted"]
+    outcome: Literal["completed", "rolled-back", "aborted"]
     aborted: str = ""  # "rollout of ns/x aborted by <who>: <reason>; <what it left>"
     target_hash: str
     steps: tuple[StepRecord, ...]
@@ -464,3 +474,4 @@ class RolloutResult(_Model):
     started_at: datetime
     finished_at: datetime
     dormant: tuple[str, ...] = ()  # rolled back: cliques whose edit by someone else stays dormant
+    warnings: tuple[str, ...] = ()  # what the PodCliqueSet is left with: a gated scale-out (G5)

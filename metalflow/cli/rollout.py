@@ -269,6 +269,9 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     except CommandError as err:  # the run's own refusal: the status `plan` gives the same one
         raise RolloutError(str(err), refusal_status(str(err), None)) from None
     print(f"rollout {workflow_id} started: target {status.target_hash} (from {status.previous_hash})")
+    if not args.wait:  # else said once it ends
+        for warning in status.warnings:
+            print(f"warning: {warning}")
     return await _follow(handle) if args.wait else EXIT_OK
 
 
@@ -424,10 +427,9 @@ async def _outcome(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     if result.outcome == "aborted":  # an operator's abort completes the run: said as such, exit 4
         print(f"rollout {handle.id} {abort_words(result.aborted)}")
         return exits.ABORTED
-    if result.outcome == "handed-to-grove":
-        print(f"rollout {handle.id} handed to Grove: the PodCliqueSet left OnDelete; Grove rolls it itself")
-        return EXIT_FAILED
     print(f"rollout {handle.id} {result.outcome}: every PodGang at {result.target_hash} ({steps})")
+    for warning in result.warnings:
+        print(f"warning: {warning}")
     return EXIT_OK if result.outcome == "completed" else EXIT_FAILED
 
 
@@ -445,6 +447,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         return EXIT_OK if ended is None else ended.status
     if ended is not None or not sys.stdout.isatty():
         print(render(status))
+        for warning in status.warnings:
+            print(f"warning: {warning}")
         for step in status.steps:
             took = f"{step.seconds:.1f}s" if step.seconds is not None else "unfinished"
             print(
@@ -456,7 +460,7 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         return EXIT_OK
     while True:  # a live bar until the rollout ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
-        if status.phase in ("completed", "rolled-back", "aborted", "handed-to-grove"):
+        if status.phase in ("completed", "rolled-back", "aborted"):
             print()
             if status.phase == "aborted" and (aborted := await _aborted(handle)) is not None:
                 raise RolloutError(f"rollout {aborted}", aborted.status)

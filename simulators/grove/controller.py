@@ -51,12 +51,14 @@ from simulators.grove.model import (
     TAIL,
     GangLayout,
     Object,
+    auto_update_in_progress,
     base_labels,
     bootstrap_entries,
     clique_min,
     clique_replicas,
     cliques_of,
     condition,
+    ensure_scale_out,
     generation_hash,
     group_min,
     group_replicas,
@@ -78,6 +80,7 @@ from simulators.grove.model import (
     strategy,
     terminating,
     termination_delay,
+    without_empty,
 )
 from simulators.grove.status import StatusWriter
 from simulators.kube.store import AlreadyExists, Gone, NotFound, ResourceType, Store, StoreError, WatchEvent
@@ -394,7 +397,7 @@ class GroveController:
         for gang_name, (g, mins) in expected_gangs.items():
             gangs[gang_name] = self._sync_gang(pcs, hash_, g, mins, gangs.get(gang_name), pods)
         self._ungate_and_schedule(pcs, gangs, pclqs, pods)
-        if strategy(pcs) == "RollingRecreate":
+        if auto_update_in_progress(pcs, hash_):
             self._roll(pcs, hash_, replicas, pclqs, pcsgs, pods)
         pods = [p for p in self._children(self.pod_rt, namespace, name).values() if not terminating(p)]
         pclqs = self._children(self.pclq_rt, namespace, name)
@@ -455,6 +458,10 @@ class GroveController:
             for e in entries:  # a RollingRecreate advances the replica's entries only [G4]
                 if e.get("podCliqueSetGenerationHash") != hash_:
                     e["podCliqueSetGenerationHash"], changed = hash_, True
+        changed = ensure_scale_out(pcs, entries, hash_, str(self.next_epoch())) or changed  # [G5]
+        kept = without_empty(entries, hash_)
+        if len(kept) != len(entries):
+            entries, changed = kept, True
         if changed:
             pgm = pgms[pgm_name] = self._store.patch(
                 self.pgm_rt, ns, pgm_name, {"spec": {"entries": entries}}, "merge"

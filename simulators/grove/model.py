@@ -140,6 +140,24 @@ def strategy(pcs: Object) -> str:
     return str((pcs["spec"].get("updateStrategy") or {}).get("type") or "RollingRecreate")
 
 
+def auto_update_in_progress(pcs: Object, hash_: str) -> bool:
+    """Grove rolls by itself only under RollingRecreate and only while an update is open [U3, U6]:
+    one starts when the template hash moves (under OnDelete it ends at once [U5]), and it stays
+    open until Grove ends it. A switch from OnDelete does not move the hash [H1], so the update
+    that OnDelete ended stays ended and nothing rolls (`isAutoUpdateInProgress`, rollingupdate.go
+    L293-296 @P). `hash_` is the hash this reconcile computed, written to the status after it."""
+    if strategy(pcs) == "OnDelete":
+        return False
+    status = pcs.get("status") or {}
+    previous = status.get("currentGenerationHash")
+    if previous is None:
+        return False  # the first reconcile sets the hash: no update [H3]
+    if previous != hash_:
+        return True  # a new update starts in this reconcile, under RollingRecreate [H3]
+    progress = status.get("updateProgress") or {}
+    return bool(progress) and "updateEndedAt" not in progress
+
+
 # -- names [N1-N5] ----------------------------------------------------------------------------------
 def pclq_name(pcs: str, replica: int, clique: str) -> str:
     return f"{pcs}-{replica}-{clique}"
@@ -202,6 +220,47 @@ def bootstrap_entries(pcs: Object, epoch: int, hash_: str, pcsg_replicas: dict[s
             }
         )
     return entries
+
+
+def ensure_scale_out(pcs: Object, entries: list[Object], hash_: str, epoch: str) -> bool:
+    """Grove's `ensureScaleOutEntry` [G5]: with scaling groups and no ScaleOut entry at the
+    current hash, add an empty one that depends on the AnchorIndex-0 anchor at the current hash,
+    or on "" when there is none: after a template change under OnDelete the entries never
+    advance [G4], so its dependency is never found and a scale-out joining it stays gated."""
+    if not groups_of(pcs) or any(
+        e["role"] == SCALE_OUT and e.get("podCliqueSetGenerationHash") == hash_ for e in entries
+    ):
+        return False
+    anchor = next(
+        (
+            e["epoch"]
+            for e in entries
+            if e["role"] == ANCHOR
+            and e.get("podCliqueSetGenerationHash") == hash_
+            and e.get("anchorIndex") == 0
+        ),
+        "",
+    )
+    entries.append(
+        {"epoch": epoch, "podCliqueSetGenerationHash": hash_, "role": SCALE_OUT, "dependsOn": [anchor]}
+    )
+    return True
+
+
+def without_empty(entries: list[Object], hash_: str) -> list[Object]:
+    """Grove's `removeEmptyEntries` [G5]: entries with no pods and no scaling-group replicas go,
+    but for the ScaleOut entry at the current hash."""
+
+    def empty(e: Object) -> bool:
+        return not any((e.get("podCliques") or {}).values()) and not any(
+            (e.get("pcsgReplicaIndices") or {}).values()
+        )
+
+    return [
+        e
+        for e in entries
+        if (e["role"] == SCALE_OUT and e.get("podCliqueSetGenerationHash") == hash_) or not empty(e)
+    ]
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,11 @@ from contracts.models.grove import (
     RolloutPolicy,
     ScaleRequest,
     StepRecord,
+    SupersedeRequest,
     TemplateChange,
     TemplateResult,
 )
-from drivers.grove import foreign_edits_patch, restore_patch
+from drivers.grove import anchor_hashes, foreign_edits_patch, restore_patch
 from workflows.rollout import steps, views
 from workflows.rollout.state import RECENT_STEPS, Move, RolloutState
 
@@ -311,15 +312,94 @@ def test_a_foreign_edit_cuts_a_wait_short_too() -> None:
     assert rolling(old_world(generation=3, current="h3")).cut_short(aborting=False)
 
 
-def test_gone_and_handed_to_grove() -> None:
+def test_gone() -> None:
     assert rolling(None).gone()
     gone = old_world()
     assert rolling(
         gone.model_copy(update={"summary": gone.summary.model_copy(update={"exists": False})})
     ).gone()
     assert not rolling(old_world()).gone()
-    assert rolling(old_world(strategy="RollingRecreate")).handed_to_grove()
-    assert not rolling(old_world()).handed_to_grove()
+
+
+# -- a switch away from OnDelete (BEHAVIOUR.md U6: Grove rolls none of the rest) ------------------------
+SWITCHED = TemplateChange(
+    generation=3,
+    fields=(),
+    managers=(),
+    strategy="RollingRecreate",
+    strategy_set_by=("kubectl-patch (Update at 2026-11-28T12:05:00Z)",),
+)
+
+
+def half_rolled(**kw: Any) -> PCSState:
+    """Replica 0 at the target, replica 1 at the original."""
+    return world(anchor(0, {"w2": 1}), tail(0, {"w2": 1}), anchor(1), tail(1), **kw)
+
+
+def test_off_on_delete_with_podgangs_behind_the_rollout_stops_and_never_claims_a_hand_over() -> None:
+    state = rolling(half_rolled(strategy="RollingRecreate", generation=3))
+    assert state.left_on_delete() and state.stops_off_on_delete(aborting=False)
+    assert not rolling(half_rolled()).stops_off_on_delete(aborting=False)  # OnDelete: it drives on
+    reason = views.off_on_delete_reason(state, SWITCHED, PCS)
+    assert "left OnDelete: updateStrategy RollingRecreate, set by kubectl-patch (Update at" in reason
+    assert "stays on two versions: 2 of 4 PodGangs at h2, 2 at the version before" in reason
+    assert "Grove does not roll the rest" in reason
+    assert (
+        "`metalflow rollout resume default/p`" in reason and "`metalflow rollout abort default/p`" in reason
+    )
+    assert """patch pcs p --type=merge -p '{"spec":{"updateStrategy":{"type":"OnDelete"}}}'""" in reason
+    unknown = views.off_on_delete_reason(state, SWITCHED.model_copy(update={"strategy_set_by": ()}), PCS)
+    assert "set by an unknown writer (no managedFields entry)" in unknown
+    left = views.left_as_is(state, SWITCHED)
+    assert "nothing was taken back" in left and "2 of 4 PodGangs at h2, 2 at the version before" in left
+    state.reverting_for_abort = True
+    assert "nothing more is taken back" in views.left_as_is(state, SWITCHED)
+
+
+def test_off_on_delete_resume_rollback_and_supersede_are_refused_until_it_is_on_delete_again() -> None:
+    state = rolling(half_rolled(strategy="RollingRecreate"))
+    for kind in ("resume", "rollback", "supersede"):
+        refusal = views.off_on_delete_refusal(state, kind)
+        assert refusal is not None and refusal.startswith(f"`{kind}`: the PodCliqueSet is on updateStrategy")
+        assert "switch it back to OnDelete first" in refusal
+    assert views.off_on_delete_refusal(rolling(half_rolled()), "resume") is None
+
+
+def test_off_on_delete_the_guard_heals_nothing() -> None:
+    mixed = world(anchor(0, {"w1": 1, "w2": 1}), tail(0), anchor(1), tail(1), strategy="RollingRecreate")
+    assert rolling(mixed).to_heal() == []
+    assert rolling(mixed).stops_off_on_delete(aborting=False)  # a mixed PodGang is work left too
+    on_delete = mixed.model_copy(
+        update={"summary": mixed.summary.model_copy(update={"update_strategy": ON_DELETE})}
+    )
+    assert [g.name for g in rolling(on_delete).to_heal()] == ["p-0-a"]
+
+
+def test_off_on_delete_with_every_podgang_at_the_target_the_run_ends_unless_it_would_write() -> None:
+    done = world(
+        anchor(0, {"w2": 1}),
+        tail(0, {"w2": 1}),
+        anchor(1, {"w2": 1}),
+        tail(1, {"w2": 1}),
+        strategy="RollingRecreate",
+    )
+    state = rolling(done)
+    assert not state.stops_off_on_delete(aborting=False)  # nothing left to roll: it completes
+    assert state.stops_off_on_delete(aborting=True)  # an abort's take-back would write the template
+    state.rollback_request = OPERATOR
+    assert state.stops_off_on_delete(aborting=False)  # so would a rollback's restore
+    superseding = rolling(done)
+    superseding.supersede = SupersedeRequest(requested_by="pytest", images={"worker": "w:3"})
+    assert superseding.stops_off_on_delete(aborting=False)
+    unpatched = rolling(
+        done.model_copy(update={"summary": done.summary.model_copy(update={"clique_hashes": ORIGINAL})})
+    )
+    assert unpatched.stops_off_on_delete(aborting=False)  # a pod deleted would come back at w1
+
+
+def test_versions_held_counts_podgangs_at_the_targets_at_a_version_before_and_neither() -> None:
+    state = world(anchor(0, {"w2": 1}), tail(0, {"w1": 1, "w2": 1}), anchor(1), tail(1))
+    assert steps.versions_held(state, TARGETS, [ORIGINAL]) == (1, 2, 1)
 
 
 def test_continue_as_new_waits_for_the_steps_in_flight() -> None:
@@ -699,3 +779,67 @@ def test_someone_elses_edits_go_back_only_where_the_original_still_is() -> None:
         ]
         is None
     )
+
+
+# -- a gated scale-out (BEHAVIOUR.md G5) ----------------------------------------------------------------
+def test_a_template_off_the_podgangmaps_anchor_hash_warns_that_a_scale_out_stays_gated() -> None:
+    state = rolling(old_world(), anchor_hashes={0: "h1", 1: "h1"})
+    (warning,) = views.gated_scale_out(state, PCS, "h2")
+    assert "a scale-out of the scaling groups of default/p stays gated in replica(s) 0, 1" in warning
+    assert 'dependsOn [""]' in warning and "`kubectl -n default edit podgangmap p-0 p-1`" in warning
+    assert views.gated_scale_out(state, PCS, "h1") == ()  # back at the anchor's hash: not gated
+    out = GangState(
+        name="p-0-so-w-2",
+        replica=0,
+        role="ScaleOut",
+        groups=(
+            group("worker", "p-0-w-2-worker", {"w2": 2}, pcsg="p-0-w", j=2).model_copy(update={"gated": 2}),
+        ),
+    )
+    scaled = rolling(world(*old_world().gangs, out), anchor_hashes={0: "h1", 1: "h1"})
+    (now,) = views.gated_scale_out(scaled, PCS, "h2")
+    assert "stays gated in replica(s) 0, 1 (2 pods of ScaleOut PodGangs are gated by it now):" in now
+    assert views.status(state, PCS, "rolling").warnings == (warning,)  # the template is at h2
+    assert views.result(state, PCS, "completed", T0).warnings == (warning,)
+    no_groups = old_world()
+    no_groups = no_groups.model_copy(
+        update={"summary": no_groups.summary.model_copy(update={"scaling_groups": {}})}
+    )
+    assert views.gated_scale_out(rolling(no_groups, anchor_hashes={0: "h1"}), PCS, "h2") == ()
+
+
+def test_the_first_read_keeps_each_replicas_anchor_hash() -> None:
+    maps = [
+        {
+            "spec": {
+                "podCliqueSetReplicaIndex": r,
+                "entries": [
+                    {"epoch": "1", "role": "Anchor", "anchorIndex": 0, "podCliqueSetGenerationHash": "h1"},
+                    {"epoch": "3", "role": "ScaleOut", "podCliqueSetGenerationHash": "h2", "dependsOn": [""]},
+                ],
+            }
+        }
+        for r in (1, 0)
+    ]
+    assert anchor_hashes(maps) == {0: "h1", 1: "h1"}
+    first = old_world(hashes=ORIGINAL)
+    first = first.model_copy(
+        update={"summary": first.summary.model_copy(update={"anchor_hashes": {0: "h1"}})}
+    )
+    state = RolloutState(started_at=T0, written_at=T0)
+    state.prepare(first)
+    assert state.anchor_hashes == {0: "h1"}
+
+
+def test_the_plan_warns_before_a_rollout_leaves_a_gated_scale_out() -> None:
+    from metalflow.rollouts import _gated_after
+
+    first = old_world(hashes=ORIGINAL)
+    first = first.model_copy(
+        update={"summary": first.summary.model_copy(update={"anchor_hashes": {0: "h1", 1: "h1"}})}
+    )
+    (warning,) = _gated_after(first, PCS, {"worker"})
+    assert warning.startswith(
+        "after this rollout, a scale-out of the scaling groups of default/p stays gated"
+    )
+    assert _gated_after(first, PCS, set()) == ()  # nothing changes: nothing to warn of

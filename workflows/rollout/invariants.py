@@ -15,9 +15,10 @@ fail on a deliberately broken core.
    no deletion (a step, a repair, a heal) breaks a minAvailable that holds unless an outage is
    allowed; an ordinary step (roll or rollback) only while the rest of its replica serves; a
    repair only of a PodGang Grove mixed.
-4. **Endings** (`ended`): completed, every pod at the targets; rolled back or aborted, every pod at
-   the recorded original, the template's cliques at the original except those someone else
-   edited, which hold that edit, dormant (no pod runs it).
+4. **Endings** (`ended`): completed, every pod at the targets; rolled back or aborted (but off
+   OnDelete, where an abort takes nothing back), every pod at the recorded original, the
+   template's cliques at the original except those someone else edited, which hold that edit,
+   dormant (no pod runs it).
 5. **Announced** (`announced`): a rollback says from its start where it ends: the version before
    the rollout.
 
@@ -153,8 +154,9 @@ def ended(
     theirs: frozenset[str] = frozenset(),
     dormant: dict[str, Clique] | None = None,
 ) -> list[str]:
-    """Rule 4, as the run ends with `outcome` (completed, rolled-back, aborted; another ending,
-    handed-to-grove or a failure, is not checked here), against the world then. A pod at a
+    """Rule 4, as the run ends with `outcome` (completed, rolled-back, aborted; a failure, and an
+    abort off OnDelete, which takes nothing back and says so, are not checked here), against the
+    world then. A pod at a
     version the rollout did not make, and a clique in `theirs` (someone else changed it after
     the rollout last wrote it), are someone else's, not the rollout's to restore. `made` as for
     `roll`; `dormant`: each clique someone else edited, as the rollback must leave it (their

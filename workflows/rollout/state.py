@@ -42,8 +42,7 @@ PAUSED: Final = "paused"
 COMPLETED: Final = "completed"
 ROLLED_BACK: Final = "rolled-back"
 ABORTED: Final = "aborted"
-HANDED: Final = "handed-to-grove"
-Outcome = Literal["completed", "rolled-back", "handed-to-grove"]
+Outcome = Literal["completed", "rolled-back"]
 """How a run that ends as planned ends (its final phase, `RolloutResult.outcome`)."""
 
 RECENT_STEPS: Final = 20
@@ -54,7 +53,7 @@ NO_DELAY: Final = 4 * 3600.0
 
 StepKind = Literal["roll", "repair", "rollback"]
 Doing = Literal["in-flight", "timer", "next", "paused", "ended"]
-ENDED: Final = (COMPLETED, ROLLED_BACK, ABORTED, HANDED, "failed", "cancelled")
+ENDED: Final = (COMPLETED, ROLLED_BACK, ABORTED, "failed", "cancelled")
 """The phases a run ends in."""
 
 
@@ -139,6 +138,7 @@ class RolloutState(RolloutStateData):
         one of the rollout's own (a PodGang all at it is not mixed: it is rolled in GREP order)."""
         self.original = dict(first.summary.clique_hashes)
         self.previous_hash = first.summary.current_hash
+        self.anchor_hashes = dict(first.summary.anchor_hashes)
         self.original_cliques = first.cliques
         behind = dict(self.original)  # a rollout cut short: its pods' version is no mix
         for g in (g for gang in first.gangs for g in gang.groups if g.clique in self.original):
@@ -299,9 +299,27 @@ class RolloutState(RolloutStateData):
     def gone(self) -> bool:
         return self.watched is None or not self.watched.exists
 
-    def handed_to_grove(self) -> bool:
-        """Switched off OnDelete: Grove rolls it itself, the rollout stops driving."""
+    # -- a switch away from OnDelete (BEHAVIOUR.md U6) ---------------------------------------------
+    def left_on_delete(self) -> bool:
+        """Someone switched the PodCliqueSet off OnDelete. Grove then rolls nothing of it [U6]
+        (its update ended under OnDelete; the strategy is not in the hash, so none starts)."""
         return self.watched is not None and self.watched.summary.update_strategy != ON_DELETE
+
+    def stops_off_on_delete(self, aborting: bool) -> bool:
+        """Off OnDelete, the rollout stops where it would drive: a PodGang (or a PodClique) not at
+        the targets, or a template write it would make (someone else's edits put back, a restore,
+        a superseding write), which Grove would roll itself. With nothing of that left, the run
+        ends as it is (it completes, or ends its rollback)."""
+        if not self.left_on_delete() or self.watched is None:
+            return False
+        at, before, neither = steps.versions_held(self.watched, self.targets, self.versions())
+        return (
+            bool(before or neither)
+            or not self.in_force()
+            or self.dormant_due()
+            or self.interrupting(aborting)
+            or self.supersede is not None
+        )
 
     def interrupting(self, aborting: bool) -> bool:
         """An abort (`aborting`: the kernel's request) or a rollback asked for and not yet acted
@@ -489,9 +507,10 @@ class RolloutState(RolloutStateData):
         """The mixed PodGangs to heal now, the first of each replica; none while Grove has not
         observed the spec (the template's version is not known yet), none whose healing would
         delete no pod (`heal_targets`), and none whose healing would break a minAvailable that
-        holds unless an outage is allowed (it stays mixed until the operator decides)."""
+        holds unless an outage is allowed (it stays mixed until the operator decides); none off
+        OnDelete (the rollout drives nothing then)."""
         s = self.watched
-        if s is None or s.summary.observed_generation < s.summary.generation:
+        if s is None or s.summary.observed_generation < s.summary.generation or self.left_on_delete():
             return []
         seen: set[int] = set()
         out = []

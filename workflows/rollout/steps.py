@@ -190,6 +190,20 @@ def mixed_gangs(state: PCSState, versions: Versions) -> list[GangState]:
     return [g for gs in by_replica(state).values() for g in gs if mixed(g, versions)]
 
 
+def versions_held(state: PCSState, targets: dict[str, str], others: Versions) -> tuple[int, int, int]:
+    """The PodGangs of live replicas whose pods are all at `targets`, all at one of `others`
+    (and not at the targets), or neither (mixed, or a step's replacements not there yet)."""
+    at = before = neither = 0
+    for g in (g for gs in by_replica(state).values() for g in gs):
+        if not needs_roll(g, targets):
+            at += 1
+        elif any(not needs_roll(g, v) for v in others):
+            before += 1
+        else:
+            neither += 1
+    return at, before, neither
+
+
 def progress(state: PCSState | None, targets: dict[str, str]) -> tuple[int, int]:
     """(PodGangs done at the targets, PodGangs of live replicas)."""
     if state is None or not targets:

@@ -45,8 +45,13 @@ module is the runbook, top to bottom in `run`:
    the rollout, every PodGang rolled back to the recorded original under the same rules, then
    the edits someone else made put back into the template, dormant) or `abort` (the same, then
    the run completes `aborted`). An edit during a rollback pauses it too; `resume` restores again.
-   A PodCliqueSet switched to RollingRecreate mid-rollout is Grove's to roll: the rollout stops
-   driving and ends `handed-to-grove`.
+   A PodCliqueSet switched off OnDelete mid-rollout is rolled by nobody: Grove's update ended
+   under OnDelete and the strategy is no part of the template hash, so Grove rolls none of it
+   (BEHAVIOUR.md U6). The rollout stops driving (no step, no heal, no write) and pauses, saying
+   how many PodGangs are at each version, who switched it (managedFields) and what to do:
+   switch it back to OnDelete and `resume` (refused until then, as `rollback` is), or `abort`,
+   which then ends the run taking nothing back. With every PodGang at the target already, it
+   completes.
 6. However it ends (`to_the_end`), the watcher is cancelled and waited for, so the run has no
    pending activity, and the progress annotation is removed.
 
@@ -94,6 +99,7 @@ with workflow.unsafe.imports_passed_through():
         ScaleRequest,
         SetImagesInput,
         SupersedeRequest,
+        TemplateChangeInput,
         WatchPCSInput,
     )
     from contracts.wording import plural
@@ -102,7 +108,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.rollout.guard import PausedGuard
     from workflows.rollout.state import (
         ENDED,
-        HANDED,
         PAUSED,
         PREPARING,
         ROLLING,
@@ -111,7 +116,7 @@ with workflow.unsafe.imports_passed_through():
         RolloutState,
         StepKind,
     )
-    from workflows.rollout.template_writes import TemplateWrites
+    from workflows.rollout.template_writes import DECISIONS, TemplateWrites
 
 
 @workflow.defn(name="RolloutWorkflow")
@@ -224,6 +229,8 @@ class RolloutWorkflow(TemplateWrites):
     @resume.validator
     def _validate_resume(self, request: OperatorRequest) -> None:
         self.validate_resume(also=self.awaits(RESUME_UPDATE))
+        if self.awaits(RESUME_UPDATE) and (refusal := views.off_on_delete_refusal(self.state, "resume")):
+            raise ValueError(refusal)
 
     @workflow.update(name=ROLLBACK_UPDATE)
     def rollback(self, request: OperatorRequest) -> OperatorAnswer:
@@ -239,6 +246,8 @@ class RolloutWorkflow(TemplateWrites):
         self.validate_running(ROLLBACK_UPDATE)
         if self.state.rolling_back or self.state.rollback_request is not None:
             raise ValueError("the rollout is already rolling back")
+        if refusal := views.off_on_delete_refusal(self.state, "rollback"):
+            raise ValueError(refusal)
 
     @workflow.update(name=SUPERSEDE_UPDATE)
     def supersede(self, request: SupersedeRequest) -> OperatorAnswer:
@@ -251,6 +260,8 @@ class RolloutWorkflow(TemplateWrites):
         self.validate_running(SUPERSEDE_UPDATE)
         if self.state.rolling_back:
             raise ValueError("the rollout is rolling back; start the new rollout once it finished")
+        if refusal := views.off_on_delete_refusal(self.state, "supersede"):
+            raise ValueError(refusal)
 
     @workflow.update(name=SCALE_UPDATE)
     def scale(self, request: ScaleRequest) -> OperatorAnswer:
@@ -265,6 +276,11 @@ class RolloutWorkflow(TemplateWrites):
         self.validate_running(SCALE_UPDATE)
 
     def abort_promise(self) -> str:
+        if self.state.left_on_delete():
+            return (
+                f"aborting ({self.phase}): the PodCliqueSet is on updateStrategy "
+                f"{views.strategy_now(self.state)}, not OnDelete, so the rollout ends taking nothing back"
+            )
         return (
             f"aborting ({self.phase}): the step in flight is interrupted and every PodGang is taken back to "
             f"{self.state.previous_hash or 'the previous template'}"
@@ -303,7 +319,11 @@ class RolloutWorkflow(TemplateWrites):
                 await self._stuck(move.reason)
             elif move.kind == "settle":
                 state = self.state
-                if not await self._wait(state.in_force, self._deadline(), move.reason):
+                if not await self._wait(  # off OnDelete, the safe point pauses instead
+                    lambda: self.state.in_force() or self.state.left_on_delete(),
+                    self._deadline(),
+                    move.reason,
+                ):
                     if not state.cut_short(self.aborting):
                         await self._stuck(f"waiting for {move.reason}: not done in {self._deadline():g} s")
             else:
@@ -315,8 +335,9 @@ class RolloutWorkflow(TemplateWrites):
         state, seen = self.state, self.state.watched
         if seen is None or state.gone():
             raise PodCliqueSetGone(f"PodCliqueSet {self.pcs} was deleted during the rollout")
-        if state.handed_to_grove():
-            return HANDED
+        if state.stops_off_on_delete(self.aborting):
+            await self._off_on_delete()
+            return None
         if self.abort_request is not None and not state.reverting_for_abort:
             state.reverting_for_abort = True
             self.paused_by = None
@@ -370,6 +391,33 @@ class RolloutWorkflow(TemplateWrites):
         ):
             await self._continue_as_new()
         return None
+
+    async def _off_on_delete(self) -> None:
+        """Someone switched the PodCliqueSet off OnDelete with work left (`stops_off_on_delete`): nobody
+        rolls the rest [U6]. An abort ends the run here, taking nothing back (a restore would be
+        rolled by Grove itself). Else pause, naming the strategy, who set it, where the PodGangs
+        are and what to do, with the guard idle (`to_heal`: nothing off OnDelete); `resume` and
+        `rollback` are refused until it is OnDelete again. The next safe point acts on the answer."""
+        state = self.state
+        change = await self.call(
+            activity_api.describe_template_change,
+            TemplateChangeInput(pcs=self.pcs, written=state.written, since=state.written_at),
+            kernel.options(kernel.KUBE_READ, f"who switched the strategy of {self.pcs}"),
+            abortable=False,
+        )
+        if self.aborting:
+            raise self.aborted(views.left_as_is(state, change))
+        state.paused_reason = views.off_on_delete_reason(state, change, self.pcs)
+        self.enter(PAUSED, state.paused_reason)  # the status and the Phase say it at once
+        await self._publish()
+        try:
+            decision, _ = await self.await_decision(PAUSED, state.paused_reason, DECISIONS)
+        except RolloutAborted:
+            decision = "abort"  # the next safe point acts on it
+        finally:
+            state.paused_reason = None
+        if decision == ROLLBACK_UPDATE:
+            await self._start_rollback()
 
     async def _continue_as_new(self) -> NoReturn:
         """The next run starts from this run's state; the watcher starts afresh there."""
