@@ -5,8 +5,10 @@ file has one row per behaviour with its source): `ForceRestart`/`GracefulRestart
 cores only; `PowerCycle` (Arm and NIC) is accepted and takes effect only once the host is Off
 (PERST/All_STANDBY); `Oem/Nvidia/SOC.ForceReset` resets Arm and NIC at once; `GracefulShutdown`
 leaves the Arm in low-power standby (`Paused`); a DPU stuck in its UEFI shell (fault `paused`)
-reports `Paused`, `On` changes nothing and `ForceRestart` recovers it. Every reset that takes
-effect restarts the Arm's boot (`BootProgress` BootRom -> UEFI -> OsIsRunning over
+reports `Paused`, `On` changes nothing and `ForceRestart` recovers it. The Arm has power only
+while its host is On (no separate power control: B10, B12): it shows `Off` while the host is off
+and boots with the host at its On. Every reset that takes effect restarts the Arm's boot (once
+the host is On) (`BootProgress` BootRom -> UEFI -> OsIsRunning over
 `dpu_boot_seconds`), moves `LastResetTime` and is published as `DPUReset`.
 
 `SimpleUpdate` stages an image: 202 with a task monitor; staging takes
