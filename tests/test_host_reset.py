@@ -2,7 +2,9 @@
 simulated site (a separate process) with a real worker; and the DPU reset's exactly-once guard
 (drivers/redfish/dpu_reset.py) against served BMCs.
 
-What is held: the DPU-only full reset runs host off, DPU PowerCycle, DPU up, host on (once each);
+What is held: the DPU-only full reset runs host off, DPU PowerCycle, host on, DPU up (once each;
+the DPU's Arm boots with its host, simulators/redfish/BEHAVIOUR.md B10); a reset a DPU's BMC
+cannot do (it does not advertise PowerCycle) is refused before the host is touched;
 a Paused DPU is recovered by ForceRestart; an abort while a DPU boots powers the host back on;
 a reset is refused while a DPU installs and held for approval on an assigned host; a retried
 DPU reset whose first attempt was taken sends nothing again. The host's off and on take the
@@ -41,7 +43,7 @@ from temporalio.service import RPCError
 
 from contracts import names, workflow_api
 from contracts.host_entity import EntityRefused, HostEntityClient
-from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     AssignInstanceRequest,
     HostResetResult,
@@ -93,9 +95,16 @@ def reset_of(client: Client, host_id: str) -> Any:
     )
 
 
-async def test_dpu_only_full_reset_runs_host_off_dpu_reset_dpu_up_host_on(
+def _second(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).replace(microsecond=0)
+
+
+async def test_dpu_only_full_reset_runs_host_off_dpu_reset_host_on_dpu_up(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
+    """The DPU's Arm has no power while its host is off (BEHAVIOUR.md B10, B12): its OS is
+    awaited after the host's On. On main the reset waited for it with the host off and ended in
+    DPUResetNotEffective after the whole boot timeout."""
     with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, initialised=True,
                      timing={"dpu_boot_seconds": 0.5}) as sim:  # fmt: skip
         async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-001") as entities:
@@ -106,13 +115,38 @@ async def test_dpu_only_full_reset_runs_host_off_dpu_reset_dpu_up_host_on(
             assert accepted.workflow_id == "reset/host-001"
             result = await reset_of(client, "host-001").result()
             await save_history(reset_of(client, "host-001"), "host_reset_dpu_full")
-        log = [(e["to"], e["reset_type"]) for e in sim.power_log("host-001")]
+        power = sim.power_log("host-001")
+        log = [(e["to"], e["reset_type"]) for e in power]
         assert log == [("Off", "ForceOff"), ("On", "On")]
         state = dpu_bmc(sim, DPU0)
         assert (state["resets"], state["nic_resets"], state["arm"]) == ({"PowerCycle": 1}, 1, "OsIsRunning")
+        assert _second(state["arm_since"]) >= _second(power[1]["time"])  # up after the host's On
         assert dpu_bmc(sim, "host-001-dpu-1")["resets"] == {}  # the sibling is not touched
         assert result.resets == (f"{DPU0}: PowerCycle", "host host-001: ForceOff, On around the DPU resets")
         assert sim.violations() == []
+
+
+async def test_a_full_reset_a_dpu_bmc_cannot_do_is_refused_before_the_host_is_touched(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """A DPU BMC that does not advertise PowerCycle (BEHAVIOUR.md B13): refused naming it and
+    what it takes, nothing sent. On main the host was turned off first and the send refused."""
+    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, initialised=True) as sim:
+        sim.inject("dpu-bmcs/host-001-dpu-1/no-powercycle")
+        async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-001") as entities:
+            await ask_reset(
+                entities, "host-001", ResetRequest(requested_by="pytest", target=ResetTarget.BOTH)
+            )
+            with pytest.raises(WorkflowFailureError) as failure:
+                await reset_of(client, "host-001").result()
+        cause = failure.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "ResetTypeNotSupported"
+        assert cause.message.startswith("reset of host-001 refused before anything was sent"), cause.message
+        takes = "host-001-dpu-1's BMC takes GracefulRestart, ForceRestart, GracefulShutdown, On"
+        assert takes in cause.message
+        assert DPU0 not in cause.message.split(". Done:")[0]
+        assert sim.power_log("host-001") == []  # the host was never turned off
+        assert dpu_bmc(sim, DPU0)["resets"] == dpu_bmc(sim, "host-001-dpu-1")["resets"] == {}
 
 
 async def test_a_paused_dpu_is_recovered_by_its_arm_reset(
@@ -131,7 +165,7 @@ async def test_a_paused_dpu_is_recovered_by_its_arm_reset(
         assert sim.power_log("host-001") == []  # the host kept running
 
 
-async def test_an_abort_while_the_dpu_boots_powers_the_host_back_on(
+async def test_an_abort_while_the_dpu_boots_ends_with_the_host_on(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
     with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=1, initialised=True,
@@ -142,10 +176,14 @@ async def test_an_abort_while_the_dpu_boots_powers_the_host_back_on(
             )
             handle = reset_of(client, "host-001")
 
-            async def booting() -> bool:
-                return dpu_bmc(sim, DPU0)["nic_resets"] == 1
-
-            await eventually(booting, what="the DPU reset while the host is off")
+            # The DPU boots once the host is on again (BEHAVIOUR.md B10): the run waits for its OS.
+            await wait_for_query(
+                lambda: handle.query(STATUS_QUERY, result_type=HostResetStatus),
+                lambda s: s.phase == "waiting-for-dpu-os",
+                "the reset waiting for the DPU's OS",
+                60,
+            )
+            assert dpu_bmc(sim, DPU0)["nic_resets"] == 1
             await handle.execute_update(
                 ABORT_UPDATE,
                 OperatorRequest(requested_by="alice", reason="enough"),
@@ -155,7 +193,9 @@ async def test_an_abort_while_the_dpu_boots_powers_the_host_back_on(
                 await handle.result()
         cause = failure.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
-        assert cause.message.endswith(f"Done: {DPU0}: PowerCycle; the host is on"), cause.message  # issue 40
+        assert cause.message.endswith(
+            f"Done: {DPU0}: PowerCycle; host host-001: ForceOff, On around the DPU resets; the host is on"
+        ), cause.message  # issue 40; the DPU boots with the host on (BEHAVIOUR.md B10)
         log = [(e["to"], e["reset_type"]) for e in sim.power_log("host-001")]
         assert log == [("Off", "ForceOff"), ("On", "On")]  # never left off
 

@@ -67,8 +67,9 @@ async def test_power_cycle_is_accepted_and_held_until_the_host_is_off(sim: Runni
         await reset_the_host(sim, ("ForceOff",))
         state = sim.bmcs.dpu_state(DPU)
         assert not state["latched"] and state["nic_resets"] == 1
-        await booted(client)  # the DPU comes up while the host is still off
-        assert sim.bmcs.power_state("host-001") == "Off"
+        assert (await system(client))["PowerState"] == "Off"  # no Arm while the host is off (B10)
+        await reset_the_host(sim, ("On",))
+        await booted(client)  # the Arm boots with its host (B12)
 
 
 async def test_soc_force_reset_resets_arm_and_nic_at_once(sim: RunningBMCs) -> None:

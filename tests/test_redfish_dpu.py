@@ -147,3 +147,41 @@ async def test_an_injected_update_failure_and_bad_requests(sim: RunningBMCs) -> 
         assert "Actions" not in (await host.get("/redfish/v1/UpdateService")).json()
         action = "/redfish/v1/UpdateService/Actions/UpdateService.SimpleUpdate"
         assert (await host.post(action, json={"ImageURI": IMAGE})).status_code == 404
+
+
+async def _system(client: httpx.AsyncClient) -> dict[str, Any]:
+    return dict((await client.get("/redfish/v1/Systems/Bluefield")).json())
+
+
+async def test_the_arm_has_no_power_while_its_host_is_off_and_boots_with_it(sim: RunningBMCs) -> None:
+    """BEHAVIOUR.md B10, B12: no running Arm while the host is off (PowerState Off, BootProgress
+    None; a ForceRestart is accepted and does nothing; a PowerCycle takes effect, the NIC reset);
+    at the host's On the Arm boots from BootRom."""
+    await reset_the_host(sim, ("ForceOff",))
+    async with basic_client(sim, DPU) as client:
+        off = await _system(client)
+        assert (off["PowerState"], off["BootProgress"]["LastState"]) == ("Off", "None")
+        assert "OemLastState" not in off["BootProgress"]
+        target = off["Actions"]["#ComputerSystem.Reset"]["target"]
+        assert (await client.post(target, json={"ResetType": "ForceRestart"})).status_code == 200
+        assert (await client.post(target, json={"ResetType": "PowerCycle"})).status_code == 200
+        state = sim.bmcs.dpu_state(DPU)
+        assert (state["powered"], state["nic_resets"], state["arm"]) == (False, 1, "None")
+        assert (await _system(client))["PowerState"] == "Off"  # reset, yet no Arm to boot
+        await reset_the_host(sim, ("On",))
+        booting = await _system(client)
+        assert booting["PowerState"] == "On"
+        assert booting["BootProgress"]["OemLastState"] in ("BootRom", "UEFI", "OsIsRunning")
+
+
+async def test_a_bmc_without_power_cycle_neither_advertises_nor_takes_it(sim: RunningBMCs) -> None:
+    """BEHAVIOUR.md B13 (fault `no-powercycle`)."""
+    sim.bmcs.dpu_fault(DPU, "no-powercycle")
+    async with basic_client(sim, DPU) as client:
+        action = (await _system(client))["Actions"]["#ComputerSystem.Reset"]
+        assert "PowerCycle" not in action["ResetType@Redfish.AllowableValues"]
+        info = (await client.get(action["@Redfish.ActionInfo"])).json()
+        assert "PowerCycle" not in info["Parameters"][0]["AllowableValues"]
+        refused = await client.post(action["target"], json={"ResetType": "PowerCycle"})
+        assert refused.status_code == 400
+    assert sim.bmcs.dpu_state(DPU)["resets"] == {}

@@ -327,7 +327,7 @@ class ResetTarget(StrEnum):
     DPU = "dpu"  # the named DPUs (`dpu_ids`)
     ALL_DPUS = "all-dpus"  # every DPU of the host
     HOST = "host"  # the host only (a power cycle, the next boot generation)
-    BOTH = "both"  # the host and every DPU (Arm and NIC): host off, DPUs reset, DPUs up, host on
+    BOTH = "both"  # the host and every DPU (Arm and NIC): host off, DPUs reset, host on, DPUs up
 
 
 class ResetRequest(_Frozen):

@@ -203,6 +203,9 @@ class DPUSystemState(_Frozen):
     arm: str | None = None  # BootProgress.OemLastState (OsIsRunning: booted in DPU mode)
     last_reset_time: str | None = None  # LastResetTime as the BMC writes it, None when absent
     arm_since: str | None = None  # BootProgress.LastStateTime
+    # The reset types its System takes (AllowableValues / ResetActionInfo, else the assumed set,
+    # `drivers.redfish.system.ASSUMED_RESET_TYPES`); None: not read.
+    reset_types: tuple[str, ...] | None = None
     observed_at: datetime
 
     @property

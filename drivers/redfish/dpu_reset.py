@@ -1,7 +1,9 @@
 """A DPU's own reset through its BMC (BlueField: `Systems/Bluefield`, docs/DOMAIN.md section 4.3).
 
 - `read_dpu(connection)`: PowerState, `BootProgress.OemLastState` (the Arm's stage: `OsIsRunning`
-  once booted) and the reset marks (`LastResetTime`, else `BootProgress.LastStateTime`).
+  once booted), the reset marks (`LastResetTime`, else `BootProgress.LastStateTime`) and the
+  reset types the System takes (as `find_system` reads them: AllowableValues, else its
+  ResetActionInfo, else the assumed set, minus any refused before).
 - `DPUReset`: one reset exactly once across retried attempts, as the host power cycle
   (`drivers.redfish.powercycle`): before sending, the step `reset_requested` with the mark read
   just before is recorded and read back from Temporal (`confirm`); a retry that finds the mark
@@ -56,6 +58,7 @@ async def read_dpu(connection: BMCConnection) -> DPUSystemState:
         arm=str(progress.get("OemLastState")) if progress.get("OemLastState") else None,
         last_reset_time=str(body["LastResetTime"]) if body.get("LastResetTime") else None,
         arm_since=str(progress.get("LastStateTime")) if progress.get("LastStateTime") else None,
+        reset_types=system.allowed,
         observed_at=_now(),
     )
 

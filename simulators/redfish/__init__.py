@@ -263,19 +263,24 @@ class BMCs:
         dpu = self._dpus[dpu_id]
         return {
             "arm": dpu.arm, "paused": dpu.paused, "latched": dpu.latched, "resets": dict(dpu.resets),
-            "nic_resets": dpu.nic_resets, "last_reset_time": dpu.last_reset_time,
+            "nic_resets": dpu.nic_resets, "last_reset_time": dpu.last_reset_time, "powered": dpu.powered,
+            "arm_since": dpu.arm_since,
         }  # fmt: skip
 
     def dpu_fault(self, dpu_id: str, fault: str) -> None:
-        """`paused` (stuck in its UEFI shell) or `reset` (someone reset its Arm: an uncontrolled
-        reset, e.g. a crash). Raises KeyError (no such DPU BMC), LookupError (no such fault)."""
+        """`paused` (stuck in its UEFI shell), `reset` (someone reset its Arm: an uncontrolled
+        reset, e.g. a crash) or `no-powercycle` (the System no longer advertises or takes
+        `PowerCycle`: BEHAVIOUR.md B13). Raises KeyError (no such DPU BMC), LookupError (no such
+        fault)."""
         dpu = self._dpus[dpu_id]
         if fault == "paused":
             self.dpu_resets.pause(dpu)
         elif fault == "reset":
             self.dpu_resets.take_effect(dpu, "ForceRestart", nic=False)
+        elif fault == "no-powercycle":
+            dpu.reset_types = tuple(t for t in dpu.reset_types if t != "PowerCycle")
         else:
-            raise LookupError(f"unknown DPU BMC fault {fault!r}; one of paused, reset")
+            raise LookupError(f"unknown DPU BMC fault {fault!r}; one of paused, reset, no-powercycle")
 
     def bmc_ids(self) -> list[str]:
         return [*self._hosts, *self._dpus]

@@ -5,8 +5,10 @@ file has one row per behaviour with its source): `ForceRestart`/`GracefulRestart
 cores only; `PowerCycle` (Arm and NIC) is accepted and takes effect only once the host is Off
 (PERST/All_STANDBY); `Oem/Nvidia/SOC.ForceReset` resets Arm and NIC at once; `GracefulShutdown`
 leaves the Arm in low-power standby (`Paused`); a DPU stuck in its UEFI shell (fault `paused`)
-reports `Paused`, `On` changes nothing and `ForceRestart` recovers it. Every reset that takes
-effect restarts the Arm's boot (`BootProgress` BootRom -> UEFI -> OsIsRunning over
+reports `Paused`, `On` changes nothing and `ForceRestart` recovers it. The Arm has power only
+while its host is On (no separate power control: B10, B12): it shows `Off` while the host is off
+and boots with the host at its On. Every reset that takes effect restarts the Arm's boot (once
+the host is On) (`BootProgress` BootRom -> UEFI -> OsIsRunning over
 `dpu_boot_seconds`), moves `LastResetTime` and is published as `DPUReset`.
 
 `SimpleUpdate` stages an image: 202 with a task monitor; staging takes
@@ -53,7 +55,8 @@ class DPUBMC:
 
     __slots__ = (
         "dpu_id", "host_id", "model", "running", "staged", "update_task", "fail_next", "timer", "resets",
-        "arm", "arm_since", "paused", "latched", "last_reset_time", "boot_timer", "nic_resets",
+        "arm", "arm_since", "paused", "latched", "last_reset_time", "boot_timer", "nic_resets", "powered",
+        "reset_types",
     )  # fmt: skip
 
     def __init__(self, dpu_id: str, host_id: str, model: str, firmware: str) -> None:
@@ -73,6 +76,9 @@ class DPUBMC:
         self.last_reset_time = ""
         self.boot_timer: asyncio.TimerHandle | None = None
         self.nic_resets = 0  # resets that took the NIC too (PowerCycle, SOC.ForceReset)
+        # The Arm has power only while its host is On (BEHAVIOUR.md B10): no separate power control.
+        self.powered = True
+        self.reset_types: tuple[str, ...] = DPU_RESET_TYPES  # what the System takes (fault no-powercycle)
 
 
 def version_from_uri(image_uri: str) -> str | None:
@@ -214,9 +220,10 @@ def inventory_item(dpu: DPUBMC, item_id: str, prefix: str) -> dict[str, Any] | N
 
 
 def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
-    """The DPU's Arm system. It runs whether the host is on or off (the DPU-only PowerCycle
-    sequence boots it with the host off); `Paused` in its UEFI shell or after an Arm shutdown."""
-    state = "Paused" if dpu.paused else "On"
+    """The DPU's Arm system: it has power only while its host is On (BEHAVIOUR.md B10: `Off`,
+    BootProgress `None`, while the host is off); `Paused` in its UEFI shell or after an Arm
+    shutdown."""
+    state = "Off" if not dpu.powered else "Paused" if dpu.paused else "On"
     body: dict[str, Any] = {
         "@odata.id": f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}",
         "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
@@ -227,15 +234,16 @@ def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
         "Model": f"BlueField-{dpu.model[-1]} DPU",
         "SerialNumber": f"SN-{dpu.dpu_id}",
         "PowerState": state,
-        "Status": {"State": "StandbyOffline" if dpu.paused else "Enabled", "Health": "OK"},
-        "BootProgress": {
-            "LastState": "OsRunning" if dpu.arm == "OsIsRunning" else "OEM",
-            "OemLastState": dpu.arm,
-        },
+        "Status": {"State": "Enabled" if state == "On" else "StandbyOffline", "Health": "OK"},
+        "BootProgress": (
+            {"LastState": "OsRunning" if dpu.arm == "OsIsRunning" else "OEM", "OemLastState": dpu.arm}
+            if dpu.powered
+            else {"LastState": "None"}
+        ),
         "Actions": {
             "#ComputerSystem.Reset": {
                 "target": f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}/Actions/ComputerSystem.Reset",
-                "ResetType@Redfish.AllowableValues": list(DPU_RESET_TYPES),
+                "ResetType@Redfish.AllowableValues": list(dpu.reset_types),
                 "@Redfish.ActionInfo": f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}/ResetActionInfo",
             }
         },
@@ -259,7 +267,7 @@ def oem_nvidia_body(prefix: str) -> dict[str, Any]:
     }
 
 
-def reset_action_info() -> dict[str, Any]:
+def reset_action_info(dpu: DPUBMC) -> dict[str, Any]:
     return {
         "@odata.id": f"/redfish/v1/Systems/{SYSTEM_ID}/ResetActionInfo",
         "@odata.type": "#ActionInfo.v1_4_2.ActionInfo",
@@ -270,7 +278,7 @@ def reset_action_info() -> dict[str, Any]:
                 "Name": "ResetType",
                 "Required": True,
                 "DataType": "String",
-                "AllowableValues": list(DPU_RESET_TYPES),
+                "AllowableValues": list(dpu.reset_types),
             }
         ],
     }
@@ -296,18 +304,20 @@ class DPUResets:
         action = "ComputerSystem.Reset"
         if reset_type is None:
             return messages.action_parameter_missing(action, "ResetType")
-        if not isinstance(reset_type, str) or reset_type not in DPU_RESET_TYPES:
+        if not isinstance(reset_type, str) or reset_type not in dpu.reset_types:
             return messages.error_response(
                 400,
                 "ActionParameterNotSupported",
                 f"The parameter ResetType for the action {action} is not supported on the target resource: "
-                f"{reset_type!r} is not one of {', '.join(DPU_RESET_TYPES)}.",
+                f"{reset_type!r} is not one of {', '.join(dpu.reset_types)}.",
                 args=["ResetType", action],
                 resolution="Remove the parameter supplied and resubmit the request if the operation failed.",
             )
         dpu.resets[reset_type] = dpu.resets.get(reset_type, 0) + 1
         if reset_type == "On":
             pass  # accepted; changes nothing, also while Paused (dsx#6281, dsx#6350)
+        elif not dpu.powered and reset_type != "PowerCycle":
+            pass  # the Arm has no power while its host is off (B10): accepted, nothing happens
         elif reset_type == "GracefulShutdown":
             if not dpu.paused and dpu.arm == "OsIsRunning":
                 self._cancel_boot(dpu)
@@ -328,26 +338,39 @@ class DPUResets:
         return _success()
 
     def on_power(self, event: Event) -> None:
-        """Hub handler: a host going Off lets a latched PowerCycle of its DPUs take effect."""
-        if not isinstance(event, PowerTransition) or event.to_state != "Off":
+        """Hub handler: the DPUs' Arm follows its host's power (B10). Off: the Arm loses power and
+        a latched PowerCycle takes effect (PERST/All_STANDBY asserted, B5). On: the Arm boots
+        from BootRom together with the host (the BSP's "Serialized DPU and Host Boot Sequence")."""
+        if not isinstance(event, PowerTransition) or event.to_state not in ("Off", "On"):
             return
         for dpu in self._dpus_by_host.get(event.host_id, ()):
-            if dpu.latched:
-                self.take_effect(dpu, "PowerCycle", nic=True)
+            if event.to_state == "Off":
+                self._cancel_boot(dpu)
+                dpu.powered, dpu.paused = False, False
+                dpu.arm, dpu.arm_since = "None", messages.now_rfc3339()  # shown as LastState None
+                if dpu.latched:
+                    self.take_effect(dpu, "PowerCycle", nic=True)
+            elif not dpu.powered:
+                dpu.powered = True
+                self._boot(dpu, 0)
 
     def take_effect(self, dpu: DPUBMC, reset_type: str, *, nic: bool) -> None:
-        """The reset happens: LastResetTime moves, the Arm boots again, the DPU is no longer Paused."""
+        """The reset happens: LastResetTime moves, the DPU is no longer Paused, and its Arm boots
+        again, at once when its host is On, else when the host is powered on (B10)."""
         dpu.latched = False
         dpu.paused = False
         dpu.nic_resets += int(nic)
         now = messages.now_rfc3339()
         dpu.last_reset_time = now
         self._cancel_boot(dpu)
-        self._boot(dpu, 0)
+        if dpu.powered:
+            self._boot(dpu, 0)
         self._hub.publish(DPUReset(dpu.host_id, dpu.dpu_id, datetime.now(UTC), reset_type))
 
     def pause(self, dpu: DPUBMC) -> None:
         """A fault: the DPU is stuck in its UEFI shell (no OS to boot)."""
+        if not dpu.powered:
+            return  # no Arm running to get stuck: its host is off
         self._cancel_boot(dpu)
         dpu.paused, dpu.arm, dpu.arm_since = True, "UEFI", messages.now_rfc3339()
 

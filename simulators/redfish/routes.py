@@ -377,7 +377,7 @@ class Redfish:
         if ctx.dpu is not None:
             if ctx.params[0] != dpu_resources.SYSTEM_ID:
                 return messages.not_found(ctx.request.path)
-            return messages.json_response(dpu_resources.reset_action_info())
+            return messages.json_response(dpu_resources.reset_action_info(ctx.dpu))
         host = self._host_system(ctx)
         if host is None:
             return messages.not_found(ctx.request.path)

@@ -8,28 +8,44 @@ Every reset goes through a BMC (docs/DOMAIN.md section 4.3); the order is what t
   cores and nothing else (BF-BMC "Reset Control"); then wait for its OS (`OsIsRunning`). The host
   keeps running. A DPU that is `Paused` (stuck in its UEFI shell, or its Arm shut down) gets the
   same `ForceRestart`: that, not `On`, recovers it (dsx#6350; `On` is accepted and does nothing).
-- **DPU, Arm and NIC** (`--full`, and `--both` for every DPU): host off, DPU `PowerCycle`, DPU up,
-  host on. Why this order: a BlueField takes a `PowerCycle` only while the host lets go of it
-  (PERST on BF2, All_STANDBY on BF3); sent with the host on, it is accepted and held, and would go
-  off at some later host power-off nobody planned for. Turning the host off first makes the reset
-  happen now, under this workflow's eye. The DPU is brought back to its OS before the host is
-  powered on, so the host's firmware enumerates a DPU that is up (its PCIe functions present),
-  not one still booting. `SOC.ForceReset` would not need the host off, but the vendor warns the
-  server must be "ready for the reset": with the host running it is a surprise reset under its OS.
+- **DPU, Arm and NIC** (`--full`, and `--both` for every DPU): host off, DPU `PowerCycle`, host
+  on, DPU up (`state.FULL_SEQUENCE`). Why this order (simulators/redfish/BEHAVIOUR.md B5, B10,
+  B12): a BlueField takes a `PowerCycle` only while the host lets go of it (PERST on BF2,
+  All_STANDBY on BF3; BF-BMC "Reset Control"); sent with the host on, it is accepted and held,
+  and would go off at some later host power-off nobody planned for. Turning the host off first
+  makes the reset happen now, under this workflow's eye. A BlueField without separate power
+  control has no running Arm while its host is off: "Following a server power cycle, both the
+  DPU and Host OSes begin boot at the same moment" (BlueField BSP 4.11, "Serialized DPU and Host
+  Boot Sequence",
+  https://docs.nvidia.com/networking/display/bluefieldbsp4110/Serialized+DPU+and+Host+Boot+Sequence;
+  BSP 4.12+ "BlueField Boot Flow Configuration"), and DOCA's system-level reset is an Arm
+  shutdown followed by a reboot of the server, hosts with separate power control being a special
+  case (DOCA "NVIDIA BlueField Reset and Reboot Procedures",
+  https://docs.nvidia.com/doca/sdk/NVIDIA+BlueField+Reset+and+Reboot+Procedures). So the DPU's
+  OS (`OsIsRunning`) is awaited after the host is powered on, not before: a wait with the host
+  off would end in `DPUResetNotEffective` on such a host. The host's firmware may then enumerate
+  a DPU still booting; a site that needs the host held until the Arm OS is up sets the BSP's
+  serialized boot (`mlxconfig ... s DELAY_HOST_OS_INIT=1`), which the DPU enforces itself.
+  `SOC.ForceReset` would not need the host off, but the vendor warns the server must be "ready
+  for the reset": with the host running it is a surprise reset under its OS.
 - **Host only** (`--host`): the host's reboot for the next boot generation, a child
   `HostRebootWorkflow` (the same exactly-once cycle as every reboot), started and awaited through
   the reboot-rounds part the operations share (`workflows/parts/reboot_rounds.py`).
 
 Refused at once (`HostBusy`, nothing changed) while a DPU of the host is in an install phase
-(`dpf_barrier.INSTALL_PHASES`): a reset then corrupts the install.
+(`dpf_barrier.INSTALL_PHASES`): a reset then corrupts the install. Refused as well, before the
+host is touched or anything is sent (`ResetTypeNotSupported`, naming each DPU's BMC and the types
+it takes), when a chosen DPU's BMC does not take the reset type the sequence needs (`PowerCycle`
+for Arm and NIC, `ForceRestart` for the Arm), as its `ResetType@Redfish.AllowableValues` or
+`ResetActionInfo` lists them (`state.refusal`): one read of each DPU's System.
 
 The host's BMC: every power action on it goes through the same lease rule as a host reboot
 (`workflows/bmc_lease/workflow.py`; issue 25). A `--host` target is a reboot child, which takes it
 itself. Around the DPU resets the host's ForceOff ... On is one slot of the BMC's fleet-wide
 lease (`METALFLOW_BMC_MAX_IN_FLIGHT` per BMC across all workers), asked by the reboot's own step
-(`BMCLeaseHolder.ask_for_host`: `lease_host_bmc`) and held from before ForceOff until after On,
-the DPU boot wait included (the host is off all that time: the BMC's limit counts hosts away
-from On). A BMC that serves this host only takes no lease, as for a reboot: the step returns
+(`BMCLeaseHolder.ask_for_host`: `lease_host_bmc`) and held from before ForceOff until after On
+(the BMC's limit counts hosts away from On); the DPUs' boot is awaited after the slot is given
+back, the host being on. A BMC that serves this host only takes no lease, as for a reboot: the step returns
 once the host's last reboot (the entity's generation) has ended (`PreviousRebootRunning` is
 retried), and the entity runs one operation at a time. Queued for a shared BMC's full lease, the
 run waits for the grant signal, holding no activity slot.
@@ -56,7 +72,8 @@ reset). A `--host` reboot in flight is stopped, which powers the host back on fi
 end goes through the kernel's `to_the_end`: the final phase says what was done and whether the
 host is on.
 
-Cost per run: one activity per DPU reset and one per wait for its OS; the host's off and on
+Cost per run: one activity per DPU to read its System (the reset types it takes), one per DPU
+reset and one per wait for its OS; the host's off and on
 are two activities plus the lease step (one activity; on a shared BMC the release signal too,
 and while queued the grant signal and a refresh timer). One activity slot for the lease step for
 a few milliseconds, none while queued. A `--host` target costs the reboot child's (its lease its
@@ -74,7 +91,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import DPUResetNotEffective, HostBusy, InvalidInput, cause_in_words
+    from contracts.errors import (
+        DPUResetNotEffective,
+        HostBusy,
+        InvalidInput,
+        ResetTypeNotSupported,
+        cause_in_words,
+    )
     from contracts.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
     from contracts.models.control import RETRY_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
     from contracts.models.dpf import HostDPFState, HostRef
@@ -99,6 +122,7 @@ with workflow.unsafe.imports_passed_through():
         WaitDPUOSInput,
     )
     from workflows import kernel
+    from workflows.host_reset import state as sequence
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words
     from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
@@ -107,6 +131,7 @@ with workflow.unsafe.imports_passed_through():
 
 RESOLVING = "resolving-inventory"
 CHECKING_DPF = "checking-dpf"
+CHECKING_DPU_BMCS = "checking-dpu-bmcs"
 HOST_OFF = "powering-host-off"
 RESETTING_DPU = "resetting-dpu"
 WAITING_FOR_DPU_OS = "waiting-for-dpu-os"
@@ -151,10 +176,13 @@ class HostResetWorkflow(kernel.Abortable):
         await self._refuse_while_installing(inventory)
         if request.target == ResetTarget.HOST:
             await self._reboot_host()
-        elif request.full or request.target == ResetTarget.BOTH:
-            await self._full_reset(inventory, dpus)
         else:
-            await self._arm_resets(dpus)
+            reset_type = sequence.dpu_reset_type(request.target, request.full)
+            states = await self._refuse_what_a_bmc_cannot_do(inventory, dpus, reset_type)
+            if reset_type == "PowerCycle":
+                await self._full_reset(inventory, dpus)
+            else:
+                await self._arm_resets(dpus, states)
         await self.finish(COMPLETED, "; ".join(self._resets) or "nothing to reset")
         return HostResetResult(
             host_id=request.host_id,
@@ -241,25 +269,41 @@ class HostResetWorkflow(kernel.Abortable):
                 f"reset of {inventory.host_id} refused: {phases}; a reset now would corrupt the install"
             )
 
-    async def _arm_resets(self, dpus: list[tuple[str, BMCAccess]]) -> None:
-        """ForceRestart each DPU's Arm (a Paused DPU too: it recovers it), then wait for its OS."""
+    async def _refuse_what_a_bmc_cannot_do(
+        self, inventory: HostInventory, dpus: list[tuple[str, BMCAccess]], reset_type: DPUResetType
+    ) -> dict[str, DPUSystemState]:
+        """Read each DPU's System; refuse (`ResetTypeNotSupported`, nothing sent) when a DPU's BMC
+        does not take the reset type the sequence needs (`state.refusal`)."""
+        self.enter(CHECKING_DPU_BMCS, f"the reset types the BMCs of the DPUs of {inventory.host_id} take")
+        states: dict[str, DPUSystemState] = {}
         for dpu_id, bmc in dpus:
-            before: DPUSystemState = await self.call(
+            states[dpu_id] = await self.call(
                 activity_api.read_dpu_system,
                 ReadDPUInput(bmc=bmc),
                 kernel.options(kernel.BMC_READ, f"read DPU {dpu_id}"),
             )
+        why = sequence.refusal(
+            inventory.host_id, reset_type, {dpu_id: s.reset_types for dpu_id, s in states.items()}
+        )
+        if why is not None:
+            raise ResetTypeNotSupported(why)
+        return states
+
+    async def _arm_resets(self, dpus: list[tuple[str, BMCAccess]], states: dict[str, DPUSystemState]) -> None:
+        """ForceRestart each DPU's Arm (a Paused DPU too: it recovers it), then wait for its OS."""
+        for dpu_id, bmc in dpus:
             why = (
                 " (Paused: ForceRestart recovers it; On would do nothing)"
-                if before.power_state == "Paused"
+                if states[dpu_id].power_state == "Paused"
                 else ""
             )
             await self._reset_dpu(dpu_id, bmc, "ForceRestart", why)
         await self._wait_for_os(dpus)
 
     async def _full_reset(self, inventory: HostInventory, dpus: list[tuple[str, BMCAccess]]) -> None:
-        """Host off, each DPU PowerCycle (taken at once: the host lets go), DPUs up, host on; the
-        host's off and on inside one slot of its BMC's lease, as a reboot's cycle."""
+        """Host off, each DPU PowerCycle (taken at once: the host lets go), host on, DPUs up
+        (`state.FULL_SEQUENCE`): the host's off and on inside one slot of its BMC's lease, as a
+        reboot's cycle; the DPUs' OS awaited after, with the host on (their Arm boots with it)."""
         host = inventory.host_id
         self.enter(HOST_OFF, f"ForceOff of {host} (a BlueField takes a PowerCycle only with the host off)")
         leased, asked = await self._leases.ask_for_host(
@@ -281,8 +325,7 @@ class HostResetWorkflow(kernel.Abortable):
                 await self._set_host_power("ForceOff")
                 for dpu_id, bmc in dpus:
                     await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
-                await self._wait_for_os(dpus)
-                self.enter(HOST_ON, f"On of {host} (its DPUs are up)")
+                self.enter(HOST_ON, f"On of {host} (its DPUs boot with it)")
                 await self._power_on(then="the reset completes")
             except (FailureError, asyncio.CancelledError) as err:  # aborted, cancelled, failed
                 # Never left off in silence: powered on, or handed to a person who is told so.
@@ -292,6 +335,7 @@ class HostResetWorkflow(kernel.Abortable):
                 )
                 raise
         self._resets.append(f"host {host}: ForceOff, On around the DPU resets")
+        await self._wait_for_os(dpus)  # the host is on: the DPUs' Arm boots with it
 
     async def _reset_dpu(self, dpu_id: str, bmc: BMCAccess, reset_type: DPUResetType, why: str) -> None:
         self.enter(RESETTING_DPU, f"{reset_type} of DPU {dpu_id}{why}")

@@ -1,0 +1,61 @@
+"""The reset sequences' pure decisions (workflows/host_reset/state.py): which reset each target
+sends, the Arm-and-NIC order (the DPU's OS awaited with the host on: its Arm boots with the host,
+simulators/redfish/BEHAVIOUR.md B10, B12) and the refusal of a sequence a DPU's BMC cannot do."""
+
+from __future__ import annotations
+
+import pytest
+
+from contracts.models.host import ResetTarget
+from workflows.host_reset import state
+
+
+@pytest.mark.parametrize(
+    ("target", "full", "expected"),
+    [
+        (ResetTarget.DPU, False, "ForceRestart"),
+        (ResetTarget.ALL_DPUS, False, "ForceRestart"),
+        (ResetTarget.DPU, True, "PowerCycle"),
+        (ResetTarget.ALL_DPUS, True, "PowerCycle"),
+        (ResetTarget.BOTH, False, "PowerCycle"),
+        (ResetTarget.BOTH, True, "PowerCycle"),
+    ],
+)
+def test_each_target_sends_its_reset_type(target: ResetTarget, full: bool, expected: str) -> None:
+    assert state.dpu_reset_type(target, full) == expected
+    assert state.full_reset(target, full) == (expected == "PowerCycle")
+
+
+def test_the_host_target_resets_no_dpu() -> None:
+    assert not state.full_reset(ResetTarget.HOST, True)
+
+
+def test_the_dpus_os_is_awaited_after_the_host_is_on() -> None:
+    steps = state.FULL_SEQUENCE
+    off, cycle, on, wait = (next(i for i, s in enumerate(steps) if s.startswith(p)) for p in (
+        "host ForceOff", "DPU PowerCycle", "host On", "wait for each DPU's OS"))  # fmt: skip
+    assert off < cycle < on < wait  # never a wait for the Arm while the host is off
+
+
+def test_a_bmc_that_takes_the_type_is_not_refused() -> None:
+    takes = {"d0": ("ForceRestart", "PowerCycle"), "d1": ("PowerCycle",)}
+    assert state.refusal("h1", "PowerCycle", takes) is None
+
+
+def test_unread_reset_types_are_no_reason_to_refuse() -> None:
+    assert state.refusal("h1", "PowerCycle", {"d0": None}) is None
+
+
+def test_a_bmc_without_the_type_refuses_the_sequence_naming_why() -> None:
+    takes = {"d1": ("On", "ForceRestart"), "d0": ("PowerCycle",), "d2": ()}
+    why = state.refusal("h1", "PowerCycle", takes)
+    assert why is not None
+    assert why.startswith("reset of h1 refused before anything was sent: the Arm-and-NIC reset")
+    assert "d1's BMC takes On, ForceRestart; d2's BMC takes no reset type" in why
+    assert "d0" not in why
+    assert "AllowableValues" in why and why.endswith("nothing was changed")
+
+
+def test_an_arm_reset_needs_force_restart() -> None:
+    why = state.refusal("h1", "ForceRestart", {"d0": ("PowerCycle", "On")})
+    assert why is not None and "the Arm reset (--dpu, --all-dpus) is a ForceRestart" in why

@@ -1,0 +1,70 @@
+"""The reset sequences' pure decisions: which reset type each target sends to a DPU's BMC, the
+order of the Arm-and-NIC sequence, and the refusal of a sequence a DPU's BMC cannot do.
+
+The order follows the hardware as NVIDIA documents it (simulators/redfish/BEHAVIOUR.md B5, B10,
+B12, B13; docs/DOMAIN.md section 4.5):
+
+- A BlueField without separate power control is powered with its server: "Following a server
+  power cycle, both the DPU and Host OSes begin boot at the same moment" (BlueField BSP,
+  "Serialized DPU and Host Boot Sequence"), and DOCA's system-level reset is an Arm shutdown then
+  a reboot of the server, with hosts that have separate power control as a special case (DOCA,
+  "NVIDIA BlueField Reset and Reboot Procedures"). So the Arm does not boot while the host is
+  off, and a wait for its OS with the host off waits for nothing: the DPU's OS is awaited after
+  the host is powered on again.
+- `PowerCycle` (Arm and NIC) takes effect only while the host asserts PERST (BF2) /
+  All_STANDBY (BF3), i.e. with the host off (BF-BMC "Reset Control"): the host goes off first.
+
+A BMC that does not take the reset type a sequence needs (its `ResetType@Redfish.AllowableValues`
+or `ResetActionInfo`, as `drivers.redfish.system.find_system` reads them) is refused before
+anything is sent: a sequence that would turn the host off and then find the DPU's BMC unable to
+reset it is never started.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from contracts.models.host import ResetTarget
+from contracts.models.redfish import DPUResetType
+
+# The Arm-and-NIC sequence (`--full`, `--both`), step by step, in the order the workflow runs it.
+FULL_SEQUENCE: tuple[str, ...] = (
+    "host ForceOff (PERST/All_STANDBY asserted: a PowerCycle takes effect now)",
+    "DPU PowerCycle, each DPU",
+    "host On (the DPU's Arm and the host boot together)",
+    "wait for each DPU's OS (OsIsRunning) with the host on",
+)
+
+_WHY: Mapping[DPUResetType, str] = {
+    "PowerCycle": "the Arm-and-NIC reset (--full, --both) is a PowerCycle of the DPU",
+    "ForceRestart": "the Arm reset (--dpu, --all-dpus) is a ForceRestart of the DPU",
+}
+
+
+def full_reset(target: ResetTarget, full: bool) -> bool:
+    """Whether the target resets the DPUs' Arm and NIC (host off and on around) rather than their
+    Arm only; `--host` resets no DPU."""
+    return target == ResetTarget.BOTH or (full and target != ResetTarget.HOST)
+
+
+def dpu_reset_type(target: ResetTarget, full: bool) -> DPUResetType:
+    """The reset each chosen DPU's BMC is sent."""
+    return "PowerCycle" if full_reset(target, full) else "ForceRestart"
+
+
+def refusal(
+    host_id: str, reset_type: DPUResetType, takes: Mapping[str, tuple[str, ...] | None]
+) -> str | None:
+    """Why the sequence cannot run, or None: every DPU's BMC must take `reset_type` (`takes`: each
+    DPU's reset types as its BMC lists them; None when they could not be read, which is no
+    reason to refuse: the send then says what the BMC answers)."""
+    missing = {dpu: types for dpu, types in takes.items() if types is not None and reset_type not in types}
+    if not missing:
+        return None
+    named = "; ".join(
+        f"{dpu}'s BMC takes {', '.join(types) or 'no reset type'}" for dpu, types in sorted(missing.items())
+    )
+    return (
+        f"reset of {host_id} refused before anything was sent: {_WHY[reset_type]}, and {named} "
+        f"(ResetType@Redfish.AllowableValues / ResetActionInfo of Systems/Bluefield); nothing was changed"
+    )
