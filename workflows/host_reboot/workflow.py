@@ -84,7 +84,13 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
     )
     from workflows import kernel
-    from workflows.host_reboot.failure import bmc_failure_reason, off_step, owed_since
+    from workflows.host_reboot.failure import (
+        UNPLANNED_POWER,
+        bmc_failure_reason,
+        decide_on_power_taken_over,
+        off_step,
+        owed_since,
+    )
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
     from workflows.parts.host_power import PowerCustody
     from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
@@ -124,6 +130,7 @@ class HostRebootWorkflow(kernel.Abortable):
         self._inventory: HostInventory | None = None  # the BMC path's host: what `retry` powers
         self._retry: OperatorRequest | None = None
         self._why = ""  # what the BMC did on the last retry that failed
+        self._unplanned = ""  # another actor turned the host On during our power-down: in words
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -177,6 +184,7 @@ class HostRebootWorkflow(kernel.Abortable):
             reset_types=resets,
             finished_at=workflow.now(),
             already_done=self._already_done,
+            unplanned_power=self._unplanned,
         )
 
     async def _clean_up(self, err: BaseException) -> str:
@@ -379,7 +387,11 @@ class HostRebootWorkflow(kernel.Abortable):
 
     async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
         self._power.turned_off(f"ForceOff of its reboot to generation {self._request.boot_generation}")
-        off = await self._set_power(inventory, "ForceOff")
+        off = await self._set_power(inventory, "ForceOff", report_reversal=True)
+        if off.reversed_to is not None:  # Off, then On again within the settle: not by us
+            self._power.seen_on()
+            self._turned_on_by_other(f"{off.reversed_to} again seconds after our ForceOff took it Off")
+            return "ForceOff, On by another actor", (() if off.sent is None else (off.sent,))
         seconds = self._request.policy.power_down_wait_seconds
         if seconds > 0 and not self._stopping:  # a durable timer, cut short by a stop
             await self.wait(
@@ -390,6 +402,9 @@ class HostRebootWorkflow(kernel.Abortable):
             )
         on = await self._set_power(inventory, "On")
         self._power.seen_on()
+        if on.sent is None and not self._stopping:  # it held On already: someone else's On
+            self._turned_on_by_other("On before our On, during the power-down wait")
+            return "ForceOff, On by another actor", (() if off.sent is None else (off.sent,))
         return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
 
     async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
@@ -420,6 +435,9 @@ class HostRebootWorkflow(kernel.Abortable):
             self._cycle_activity = None
             if cycle.wait_left_seconds <= 0 or cycle.progress is None:
                 self._already_done = cycle.already_done
+                if cycle.turned_on_by_other:
+                    self._turned_on_by_other("On before our On, during the power-down wait")
+                    return f"{cycle.method}, On by another actor", cycle.reset_types
                 return f"{cycle.method}{cut}", cycle.reset_types
             if self._stop_sent_on:  # a stop saw the host Off and sent On itself
                 raise asyncio.CancelledError
@@ -442,11 +460,22 @@ class HostRebootWorkflow(kernel.Abortable):
             )  # fmt: skip
             summary = f"power {request.host_id} back on (generation {request.boot_generation})"
 
-    async def _set_power(self, inventory: HostInventory, reset_type: str) -> SetPowerResult:
+    def _turned_on_by_other(self, seen: str) -> None:
+        """The one decision when another actor turned the host On after our ForceOff took it Off
+        (`decide_on_power_taken_over`): said in the details, the result and an `UnplannedPower`
+        Event; the reboot then ends as done, nothing more sent."""
+        request = self._request
+        self._unplanned = decide_on_power_taken_over(request.host_id, request.boot_generation, seen)
+        self.show(self._unplanned)
+        kernel.report(UNPLANNED_POWER, self._unplanned)
+
+    async def _set_power(
+        self, inventory: HostInventory, reset_type: str, *, report_reversal: bool = False
+    ) -> SetPowerResult:
         # Not abortable: a stop never leaves a ForceOff without its On.
         return await self.call(
             activity_api.set_power_state,
-            SetPowerInput(bmc=inventory.bmc, reset_type=reset_type),
+            SetPowerInput(bmc=inventory.bmc, reset_type=reset_type, report_reversal=report_reversal),
             kernel.options(kernel.BMC_READ, f"{reset_type} {self._request.host_id}"),
             abortable=False,
         )
