@@ -266,9 +266,7 @@ class HostRebootResult(_Frozen):
     # The BMC showed a reset after the reboot became owed: nothing was sent (an unplanned reset,
     # e.g. someone else power-cycled the host, served as this reboot).
     already_done: bool = False
-    # Another actor turned the host On after our ForceOff took it Off, before our On (during the
-    # power-down wait): what happened, in words; the Off-On served as this reboot. "" when not.
-    unplanned_power: str = ""
+    unplanned_power: str = ""  # another actor's On after our ForceOff's Off (the cycle), in words
 
 
 # -- firmware --------------------------------------------------------------------------------------

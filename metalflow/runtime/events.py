@@ -26,9 +26,10 @@ Events on or off.
 `unplanned-reset` and `power-cycled` are no phases: the monitor and the reboot report them (and
 the entity its `maintenance-on` and `maintenance-off`: who, why, since when; a reboot and the
 entity `unplanned-power`) (`workflows.kernel.report`) and stay in their phase. A reboot reports
-`power-cycled` after its cycle (or ForceOff and On) returned, not on entering `powering`: a cycle the BMC refused (wrong
-credentials, unreachable) is no `PowerCycleIssued`, only the `ManualRebootRequired` or
-`ManualInterventionRequired` that follows; a cycle someone else made (`already_done`) neither.
+`power-cycled` after its cycle (or ForceOff and On) returned, not on entering `powering`: a
+cycle the BMC refused (wrong credentials, unreachable) is no `PowerCycleIssued`, only the
+`ManualRebootRequired` or `ManualInterventionRequired` that follows; a cycle someone else made
+(`already_done`) neither.
 A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
 its PodCliqueSet. Failed and aborted endings are Warnings, the rest Normal; a manual
 intervention's note is its reason.
