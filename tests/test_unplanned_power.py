@@ -8,32 +8,38 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
   Warning Event on the host's DPUNode: both in `set_power`'s settle (a re-issued reboot's
   ForceOff then On) and in `power_cycle_host`'s durable power-down wait. Before, the re-issued
   reboot sent ForceOff again on every retry, and went to the manual wait.
+- `power-off-at-rest` (F7): the host turned Off while no operation runs. The entity's power watch
+  (workflows/host/power_watch.py, its interval shortened to 1 s here) records it in its status, its
+  memo and an `UnplannedPower` Event. Before, nothing read the host's power at rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from events_support import emitting_worker, events_v1
 from host_operation_support import FAST_POLICY
-from sim_support import RunningSim, running_sim
-from temporalio.client import Client
+from sim_support import RunningSim, prefixed_sim
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
 
 from contracts import names
-from contracts.models.host import HostRebootInput, HostRebootResult
+from contracts.host_entity import HostEntityClient
+from contracts.models.host import HostRebootInput, HostRebootResult, HostWorkflowInput
 
-HOST = "host-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
+# Host ids of this module's own (the session's server is shared: entities, generations, leases).
+HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
+AT_REST = "upw-001"
 POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 5.0})  # > the 3 s hand-back
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with running_sim(
-        tmp_path_factory.mktemp("unplanned"), hosts=2, dpus_per_host=1, timings="zero", initialised=True
-    ) as sim:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=2, dpus_per_host=1) as sim:
         yield sim
 
 
@@ -73,9 +79,9 @@ async def reboot_fought(
     return result, [(e["from"], e["to"]) for e in sim.power_log(HOST)[since:]]
 
 
-def unplanned_events(sim: RunningSim) -> list[str]:
-    """The notes of HOST's `UnplannedPower` Events."""
-    return [e["note"] for e in events_v1(sim, f"regarding.name=node-{HOST},reason=UnplannedPower")]
+def unplanned_events(sim: RunningSim, host: str = HOST) -> list[str]:
+    """The notes of the host's `UnplannedPower` Events."""
+    return [e["note"] for e in events_v1(sim, f"regarding.name=node-{host},reason=UnplannedPower")]
 
 
 async def test_an_on_within_the_forceoffs_settle_is_the_cycle_not_a_retry(
@@ -99,3 +105,44 @@ async def test_an_on_during_the_durable_power_down_wait_is_the_cycle(
     assert result.reset_types == ("ForceOff",) and result.method.endswith("On by another actor"), result
     assert "during the power-down wait" in result.unplanned_power, result
     assert len(unplanned_events(site)) > before
+
+
+async def readings(handle: WorkflowHandle[Any, Any]) -> int:
+    """`read_power_state` activities the entity scheduled (one at a time)."""
+    return sum(
+        1
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    )
+
+
+async def test_a_power_off_at_rest_is_recorded_as_unplanned_power(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    entities = HostEntityClient(client, task_queue)
+    async with emitting_worker(client, task_queue, site):
+        await entities.ensure(HostWorkflowInput(host_id=AT_REST, power_watch_seconds=1.0))
+        handle = entities.handle(AT_REST)
+        for _ in range(200):  # a second reading scheduled: the first (the baseline) is done
+            if await readings(handle) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        status = await entities.status(AT_REST)
+        assert status is not None and status.unplanned_power == "", status  # nothing changed yet
+        bmc_fault(site, AT_REST, "power-off-at-rest").raise_for_status()
+        for _ in range(200):
+            status = await entities.status(AT_REST)
+            if status is not None and status.unplanned_power:
+                break
+            await asyncio.sleep(0.1)
+        assert status is not None and f"{AT_REST} went On -> Off" in status.unplanned_power, status
+        assert "no metalflow operation running" in status.unplanned_power
+        memo = await (await handle.describe()).memo()
+        assert memo.get("unplanned_power") == status.unplanned_power
+        for _ in range(100):
+            if unplanned_events(site, AT_REST):
+                break
+            await asyncio.sleep(0.1)
+        assert any("went On -> Off" in note for note in unplanned_events(site, AT_REST))
+        await handle.terminate("test done")
