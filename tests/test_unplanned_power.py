@@ -8,6 +8,8 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
   Warning Event on the host's DPUNode: both in `set_power`'s settle (a re-issued reboot's
   ForceOff then On) and in `power_cycle_host`'s durable power-down wait. Before, the re-issued
   reboot sent ForceOff again on every retry, and went to the manual wait.
+- A ForceOff the BMC accepted twice, the host never seen Off and On again: `power_cycle_host`
+  stops for a person (`PowerContested`) instead of a third ForceOff (the activity, in-process).
 - `power-off-at-rest` (F7): the host turned Off while no operation runs. The entity's power watch
   (workflows/host/power_watch.py, its interval shortened to 1 s here) records it in its status, its
   memo and an `UnplannedPower` Event. Before, nothing read the host's power at rest.
@@ -16,7 +18,9 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -26,10 +30,18 @@ from host_operation_support import FAST_POLICY
 from sim_support import RunningSim, prefixed_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
+from activities.redfish.power import PowerActivities
 from contracts import names
+from contracts.errors import PowerContested
 from contracts.host_entity import HostEntityClient
 from contracts.models.host import HostRebootInput, HostRebootResult, HostWorkflowInput
+from contracts.models.inventory import BMCAccess, CredentialRef
+from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
 
 # Host ids of this module's own (the session's server is shared: entities, generations, leases).
 HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
@@ -146,3 +158,30 @@ async def test_a_power_off_at_rest_is_recorded_as_unplanned_power(
             await asyncio.sleep(0.1)
         assert any("went On -> Off" in note for note in unplanned_events(site, AT_REST))
         await handle.terminate("test done")
+
+
+async def test_two_forceoffs_never_seen_off_stop_for_a_person_not_a_third(site: RunningSim) -> None:
+    host = site.host(HOST)["bmc"]
+    bmc = BMCAccess(bmc_id=HOST, endpoint=host["endpoint"], credentials=CredentialRef(**host["credentials"]))
+    # Where a previous attempt left the cycle: two ForceOffs accepted, Off never read; the host On.
+    fought = PowerCycleProgress(
+        step="off_requested", method="ForceOff+On", reset_types=("ForceOff", "ForceOff"),
+        steps=("off_requested", "off_requested"), started_at=datetime.now(UTC),
+    )  # fmt: skip
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, heartbeat_timeout=timedelta(seconds=1), heartbeat_details=[fought.model_dump(mode="json")]
+    )
+    since = len(site.power_log(HOST))
+    request = PowerCycleInput(
+        bmc=bmc, boot_generation=9, requested_at=datetime.now(UTC), power_down_wait_seconds=0
+    )
+    redfish = RedfishClient(CredentialResolver())
+    try:
+        with pytest.raises(ApplicationError) as caught:
+            await env.run(PowerActivities(redfish).power_cycle_host, request)
+    finally:
+        await redfish.aclose()
+    assert caught.value.type == PowerContested.__name__ and caught.value.non_retryable  # a person decides
+    assert "On again after 2 ForceOffs the BMC accepted, never seen Off" in caught.value.message
+    assert site.power_log(HOST)[since:] == []  # nothing sent
