@@ -115,6 +115,11 @@ class BMCRequestRejected(PermanentError):
     pass
 
 
+class PowerContested(PermanentError):
+    """Another actor keeps undoing our power action (the host found On again after each ForceOff
+    the BMC accepted): not sent again; a person decides."""
+
+
 class ResetTypeNotSupported(PermanentError):
     pass
 

@@ -22,7 +22,8 @@ Cost per call: one RPC (an update-with-start, an update, a query or a describe).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, cast
 
@@ -65,6 +66,26 @@ class EntityMissing(Exception):
     """No entity runs for the host (nothing was ever asked of it, or it was ended by hand)."""
 
 
+POWER_WATCH_ENV = "METALFLOW_POWER_WATCH_SECONDS"
+DEFAULT_POWER_WATCH_SECONDS = 900.0  # 96 readings of its power per host per day (power_watch.py)
+
+
+def with_power_watch(entity: HostWorkflowInput, env: Mapping[str, str] | None = None) -> HostWorkflowInput:
+    """The entity's input with its power watch's interval (`workflows/host/power_watch.py`):
+    the caller's, else `METALFLOW_POWER_WATCH_SECONDS` (0: no watch), else 900 s. A bad value
+    raises ValueError naming the variable, and nothing is started."""
+    if "power_watch_seconds" in entity.model_fields_set:
+        return entity
+    text = (os.environ if env is None else env).get(POWER_WATCH_ENV)
+    try:
+        seconds = DEFAULT_POWER_WATCH_SECONDS if text is None else float(text)
+    except ValueError:
+        raise ValueError(f"{POWER_WATCH_ENV} must be a number of seconds, not {text!r}") from None
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"{POWER_WATCH_ENV} must be 0 (no watch) or more seconds, not {text!r}")
+    return entity.model_copy(update={"power_watch_seconds": seconds})
+
+
 def entity_options(entity: HostWorkflowInput, task_queue: str) -> dict[str, Any]:
     """The start options of a host's entity: its id, queue, search attributes and summary."""
     return {
@@ -87,7 +108,7 @@ def entity_options(entity: HostWorkflowInput, task_queue: str) -> dict[str, Any]
 def entity_start(entity: HostWorkflowInput, task_queue: str) -> WithStartWorkflowOperation[Any, None]:
     """The start half of an update-with-start: the host's entity, created only when missing."""
     return WithStartWorkflowOperation(
-        workflow_api.HostWorkflow.run, entity, **entity_options(entity, task_queue)
+        workflow_api.HostWorkflow.run, with_power_watch(entity), **entity_options(entity, task_queue)
     )
 
 
@@ -114,8 +135,9 @@ class HostEntityClient:
     async def ensure(self, entity: HostWorkflowInput) -> bool:
         """Start the host's entity unless it runs; True when this call started it."""
         return await start_unless_running(
-            self.client, workflow_api.HostWorkflow.run, entity, **entity_options(entity, self.task_queue)
-        )
+            self.client, workflow_api.HostWorkflow.run, with_power_watch(entity),
+            **entity_options(entity, self.task_queue),
+        )  # fmt: skip
 
     async def ask(
         self,

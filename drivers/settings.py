@@ -14,6 +14,10 @@ the inventory, and Temporal's own connection settings come from `temporalio.envc
 | `METALFLOW_DPF_MAX_IN_FLIGHT_PER_HOST` | concurrent DPF API calls per host, across the worker | `4` |
 | `METALFLOW_BMC_LEASE_RECLAIM_SECONDS` | how often a contended BMC lease looks for closed holders | `30` |
 | `METALFLOW_WORKER_TAKEOVER_SECONDS` | how soon another worker takes a dead worker's workflows | `10` |
+| `METALFLOW_POWER_WATCH_SECONDS` | an entity's power reading at rest, every N s (0: none) | `900` |
+
+`METALFLOW_POWER_WATCH_SECONDS` is read by the client that starts a host's entity
+(`contracts/host_entity.py`), not by these settings: it goes into the entity's input.
 
 The BMC limit is fleet-wide for power cycles (`workflows/bmc_lease/workflow.py`): a lease workflow per
 BMC endpoint gives at most that many reboot runs a slot at once, whichever worker runs them; the

@@ -162,7 +162,8 @@ async def _dpu_bmc_fault(request: web.Request) -> web.Response:
 
 async def _bmc_fault(request: web.Request) -> web.Response:
     """A named fault of a host's or DPU's BMC (`BMCs.bmc_fault`): wrong-credentials,
-    rotate-after-forceoff, unreachable, or clear; answers the BMC's faults in force after it."""
+    rotate-after-forceoff, unreachable, power-on-during-power-down, power-off-at-rest, or clear;
+    answers the BMC's faults in force after it."""
     site, bmc_id, fault = request.app[SITE_KEY], request.match_info["bmc_id"], request.match_info["fault"]
     try:
         return web.json_response(await site.bmcs.bmc_fault(bmc_id, fault))
@@ -170,6 +171,8 @@ async def _bmc_fault(request: web.Request) -> web.Response:
         return _problem(404, f"no BMC {bmc_id!r} in site {site.site.name!r}")
     except LookupError as err:
         return _problem(404, str(err))
+    except ValueError as err:  # power-off-at-rest of a host not On at rest: nothing changed
+        return _problem(409, str(err))
 
 
 async def _bmc_faults(request: web.Request) -> web.Response:

@@ -58,7 +58,7 @@ def _faults_of(sim: RunningSim, bmc: str) -> dict[str, Any]:
 def test_help_lists_every_named_fault() -> None:
     shown = run_metalflow("sim", "fault", "--help").stdout
     for name in ("wrong-credentials", "rotate-after-forceoff", "unreachable", "install-fails", "clear",
-                 "recover"):  # fmt: skip
+                 "recover", "power-on-during-power-down", "power-off-at-rest"):  # fmt: skip
         assert name in shown, shown
 
 
@@ -94,7 +94,32 @@ def test_credentials_rotated_right_after_a_forceoff(sim: RunningSim) -> None:
     on = _product(sim, "bmc", "power", HOST, "on", "--timeout", "30")
     assert on.returncode == 0, on.stdout + on.stderr
     assert _faults_of(sim, HOST) == {"bmc": HOST, "wrong_credentials": False, "rotate_after_forceoff": False,
-                                     "unreachable": False}  # fmt: skip
+                                     "unreachable": False, "power_on_during_power_down": False}  # fmt: skip
+
+
+def test_another_actor_turns_the_host_off_at_rest_and_on_after_each_forceoff(sim: RunningSim) -> None:
+    """Issue 39 item 4 (BEHAVIOUR.md F6, F7): the other actor metalflow must notice, not fight."""
+    since = len(sim.power_log(HOST))
+    off = _fault(sim, "bmc", HOST, "power-off-at-rest")
+    assert (off.returncode, off.stdout.strip()) == (0, f"BMC of {HOST}: power-off-at-rest injected")
+    assert [(e["to"], e["reset_type"]) for e in sim.power_log(HOST)[since:]] == [("Off", "ForceOff")]
+    again = _fault(sim, "bmc", HOST, "power-off-at-rest")  # Off already: refused, nothing changed
+    assert again.returncode == 1 and f"host {HOST} is Off, not On at rest" in again.stderr, again.stderr
+    assert _product(sim, "bmc", "power", HOST, "on", "--timeout", "30").returncode == 0
+    assert _fault(sim, "bmc", HOST, "power-on-during-power-down").returncode == 0
+    assert _faults_of(sim, HOST)["power_on_during_power_down"] is True
+    since = len(sim.power_log(HOST))
+    assert _product(sim, "bmc", "power", HOST, "off", "--timeout", "30", "--settle", "0").returncode == 0
+    for _ in range(100):  # 1 s after Off, someone else's On
+        if len(sim.power_log(HOST)) - since >= 2:
+            break
+        time.sleep(0.1)
+    assert [(e["to"], e["reset_type"]) for e in sim.power_log(HOST)[since:]] == [
+        ("Off", "ForceOff"),
+        ("On", "On"),
+    ]
+    assert _fault(sim, "bmc", HOST, "clear").returncode == 0
+    assert _faults_of(sim, HOST)["power_on_during_power_down"] is False
 
 
 def test_an_unreachable_bmc_answers_nothing_then_comes_back(sim: RunningSim) -> None:

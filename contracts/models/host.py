@@ -55,6 +55,7 @@ from contracts.models.monitor import (
     SetPoolStateInput,
     UnplannedReset,
 )
+from contracts.models.power_watch import PowerAtRest
 from contracts.validation import (
     ApprovalTimeout,
     ApprovalWindow,
@@ -117,8 +118,7 @@ MANUAL_INTERVENTION_REQUIRED: Final = "manual-intervention-required"
 
 
 class _Frozen(BaseModel):
-    # Unknown fields are ignored, never refused: a newer worker may add one to a payload that an
-    # older worker (a mixed fleet, a rollback) reads back from history (metalflow/runtime/versioning.py).
+    # Unknown fields are ignored, never refused: older workers read what newer ones wrote (versioning.py).
     model_config = ConfigDict(frozen=True)
 
 
@@ -242,16 +242,14 @@ class HostRebootInput(_Frozen):
     requested_by: str = Field(min_length=1)
     reason: str = ""
     force_off: bool = False  # ForceOff then On even where a gentler cycle exists (re-issues)
-    # A warm reset (ForceRestart) where the BMC can prove it happened (LastResetTime); else,
-    # and by default, a cold power cycle. A host operation asks for it when DPF's reboot method
-    # is lesser than PowerCycle (docs/DOMAIN.md section 2.5).
+    # A warm reset (ForceRestart) where the BMC can prove it (LastResetTime), else a cold power cycle;
+    # a host operation asks for it when DPF's reboot method is lesser than PowerCycle (DOMAIN.md 2.5).
     warm: bool = False
     # When the reboot became owed, if earlier than this workflow's start (when DPF asked): a host
     # reset since then (its LastResetTime) is taken as this reboot, never a second one.
     owed_since: datetime | None = None
     policy: OperationPolicy = OperationPolicy()
-    # True: a BMC that cannot reboot the host fails the reboot (`BMCRebootFailed`, the reason in
-    # words) for the caller to escalate; False: the reboot waits for a person itself.
+    # True: a BMC that cannot reboot the host fails it (`BMCRebootFailed`) for the caller to escalate.
     escalate_bmc_failure: bool = False
 
 
@@ -262,9 +260,9 @@ class HostRebootResult(_Frozen):
     reset_types: tuple[str, ...] = ()
     confirmed_by: str | None = None  # who sent host_rebooted / mark_rebooted, for manual reboots
     finished_at: datetime
-    # The BMC showed a reset after the reboot became owed: nothing was sent (an unplanned reset,
-    # e.g. someone else power-cycled the host, served as this reboot).
+    # The BMC showed a reset after the reboot became owed (e.g. someone else's): it served; nothing sent.
     already_done: bool = False
+    unplanned_power: str = ""  # another actor's On after our ForceOff's Off (the cycle), in words
 
 
 # -- firmware --------------------------------------------------------------------------------------
@@ -451,6 +449,7 @@ class HostStatus(_Frozen):
     # While `current` awaits approval: when it expires unless approved (None: nothing awaits it).
     approval_expires_at: datetime | None = None
     maintenance: Maintenance | None = None  # None: not in maintenance
+    unplanned_power: str = ""  # the last power change at rest metalflow did not cause ("" none)
 
 
 class OperationEnd(_Frozen):
@@ -490,6 +489,7 @@ class HostEntityMemory(BaseModel):
     # DPU id -> the removal's workflow id ("" for the whole DPU node). A reprovision of it is refused.
     removed_from_dpf: dict[str, str] = Field(default_factory=dict)
     maintenance: Maintenance | None = None  # `metalflow host maintenance`: None while not in it
+    power: PowerAtRest | None = None  # read at rest every `power_watch_seconds` (None: never read)
 
 
 class HostWorkflowInput(_Frozen):
@@ -500,6 +500,7 @@ class HostWorkflowInput(_Frozen):
     auto_approval_window_seconds: ApprovalWindow = 0.0  # 0: every approval is explicit
     policy: OperationPolicy = OperationPolicy()
     max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
+    power_watch_seconds: float = Field(default=0.0, ge=0)  # read its power at rest this often (0: never)
     state: HostEntityMemory | None = None  # None: a new entity; else the previous run's, carried over
 
 

@@ -60,6 +60,10 @@ class SetPowerInput(_Frozen):
     reset_type: str  # a Redfish ResetType: On, ForceOff, GracefulShutdown, ForceRestart, ...
     timeout_seconds: float = Field(default=DEFAULT_POWER_TIMEOUT_SECONDS, gt=0)
     settle_seconds: float = Field(default=DEFAULT_POWER_SETTLE_SECONDS, ge=0, le=600)
+    # The target reached, then left within the settle (another actor's reset, e.g. a power
+    # manager turning the host back On right after our ForceOff): answer it (`reversed_to`)
+    # instead of failing retryably, so the caller decides once and never sends the reset again.
+    report_reversal: bool = False
 
 
 class SetPowerResult(_Frozen):
@@ -71,6 +75,9 @@ class SetPowerResult(_Frozen):
     finished_at: datetime
     # Seconds from the reset being accepted to PowerState showing its target (the BMC's lag).
     lag_seconds: float | None = None
+    # `report_reversal`: the target was reached, then PowerState showed this within the settle
+    # (a reset nobody here sent); None: the target held.
+    reversed_to: str | None = None
 
 
 POWER_CYCLE_STEP: Final = "power_cycle_step"
@@ -118,6 +125,9 @@ class PowerCycleResult(_Frozen):
     steps: tuple[str, ...]  # e.g. ("off_requested", "off_reached", "on_requested", "done")
     reset_types: tuple[str, ...]  # every reset this cycle sent, in order
     already_done: bool = False  # LastResetTime showed the cycle happened after `requested_at`
+    # Off was reached (read from the BMC), then the host was found On before this cycle sent On:
+    # another actor turned it on during the power-down wait; the Off-On counts as the cycle.
+    turned_on_by_other: bool = False
     off_reached_at: datetime | None = None
     started_at: datetime
     finished_at: datetime

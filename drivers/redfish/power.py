@@ -71,7 +71,10 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
     docs/DOMAIN.md section 4.1).
     Real BMCs report the old PowerState for seconds after a reset (by us or anyone), with no
     Powering* state: a state is trusted only once it held for `settle_seconds` (re-deciding if
-    it moved), and the final state is verified the same way before success is reported.
+    it moved), and the final state is verified the same way before success is reported. A final
+    state that moves away within the settle fails retryably (`PowerStateTimeout`), unless
+    `report_reversal` asks for it as the result (`reversed_to`): another actor's reset, which a
+    retry would fight.
     """
     started = _now()
     system = await find_system(connection)
@@ -113,6 +116,14 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
         lag = round(time.monotonic() - accepted, 3)
         say(f"PowerState {system.power_state} after {lag:g} s")
         held = await _settled(connection, uri, system, request.settle_seconds, say)
+        if held.power_state != system.power_state and request.report_reversal:
+            # Someone else's reset: answered, not retried (a retry would send ours again, and
+            # fight them: docs of `SetPowerInput.report_reversal`).
+            say(f"{held.power_state} again within the settle: a reset nobody here sent")
+            return SetPowerResult(
+                bmc_id=connection.bmc_id, requested=wanted, sent=sent, power_state=held.power_state,
+                started_at=started, finished_at=_now(), lag_seconds=lag, reversed_to=held.power_state,
+            )  # fmt: skip
         if held.power_state != system.power_state:
             raise PowerStateTimeout(
                 f"BMC {connection.bmc_id}: PowerState reached {system.power_state} after {sent} but then "

@@ -37,7 +37,16 @@ Two ways to cycle, chosen from what the BMC offers (`System.power_cycle_method`)
    - crash after `off_reached` (recorded and flushed), before or after sending On: the next
      attempt finds the host Off -> sends On (On to a host already coming on is harmless), or
      PoweringOn/On -> waits for On and is done. Finding it On with step >= `off_reached` means
-     our On was sent: never ForceOff again.
+     the host was Off, then On: never ForceOff again. At `on_requested` the On was ours; at
+     `off_reached` it was not sent yet, so another actor turned the host on during the
+     power-down wait (`turned_on_by_other` in the result: the Off-On is the cycle; the reboot
+     says so). One ambiguity: a worker killed between sending On and the SDK sending the
+     `on_requested` step reads the same, so our own On may rarely be reported as another's.
+   - another actor that turns the host On before a ForceOff is ever seen Off: the next attempt
+     sends ForceOff once more (as for a ForceOff not taken); after two accepted ForceOffs the
+     cycle stops with `PowerContested` (permanent: a person decides) instead of looping
+     against the other actor. A power-down wait of `hand_back_wait_over_seconds` or less is
+     spent in the activity and not watched (no request is added to look): On is sent after it.
    A host that is already Off when the cycle starts just gets On. Between Off and On it waits
    `power_down_wait_seconds` (docs/DOMAIN.md section 1), counted from when Off was reached.
    With `hand_back_wait_over_seconds` (the reboot workflow sets it) a longer wait is not spent
@@ -90,7 +99,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from contracts import metrics
-from contracts.errors import BMCUnavailable, PowerStateTimeout, ResetTypeNotSupported
+from contracts.errors import BMCUnavailable, PowerContested, PowerStateTimeout, ResetTypeNotSupported
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress, PowerCycleResult, PowerCycleStep
 from drivers.redfish.connection import BMCConnection
 from drivers.redfish.system import (
@@ -111,6 +120,7 @@ _SETTLE_SECONDS = 5.0  # watch for a PowerCycle that was taken before sending it
 # always shows a different value when it ends.
 _LAST_RESET_RESOLUTION_SECONDS = 1.0
 _EITHER = frozenset({"On", "Off"})
+_FORCE_OFFS_BEFORE_A_PERSON = 2  # accepted ForceOffs never seen Off before a person decides
 
 
 def _now() -> datetime:
@@ -240,7 +250,13 @@ class PowerCycle:
                 seen = await wait_for_power(connection, uri, _EITHER, self._deadline())
                 continue
             if state == "On":
-                if step in ("off_reached", "on_requested"):
+                if step == "off_reached":
+                    # Off was read and our On not sent (`on_requested` is recorded before On is):
+                    # another actor turned the host on during the power-down wait. The host was
+                    # Off, then On: that is the cycle; never ForceOff again to fight them.
+                    self._say("On before this cycle sent On: turned on by someone else", logging.INFO)
+                    return self._finish(turned_on_by_other=True)
+                if step == "on_requested":
                     return self._finish()  # our On was sent (only ever after off_reached was durable)
                 if step == "cycle_requested":
                     if system.last_reset_time != self.progress.last_reset_before:
@@ -260,11 +276,26 @@ class PowerCycle:
                     if await self._send_power_cycle(system) and await self._cycle_seen(uri, settle=False):
                         return self._finish()
                 else:
+                    self._refuse_to_fight()
                     self._record("off_requested")
                     await self._send(system, "ForceOff")
                     seen = await wait_for_power(connection, uri, frozenset({"Off"}), self._deadline())
                 continue
             seen = await self._power_on(system, uri, step)
+
+    def _refuse_to_fight(self) -> None:
+        """About to send ForceOff to a host found On: the first one, or one more after a ForceOff
+        the BMC accepted but that was never seen Off (not taken, or a crash: harmless to repeat
+        once). After two accepted and the host On again, another actor is turning it back on:
+        sending a third would loop against them (the bare-metal manager's 14-hour loop,
+        simulators/redfish/BEHAVIOUR.md F6), so a person decides (`PowerContested`)."""
+        accepted = self.progress.reset_types.count("ForceOff")
+        if accepted >= _FORCE_OFFS_BEFORE_A_PERSON:
+            raise PowerContested(
+                f"BMC {self._connection.bmc_id}: the host is On again after {accepted} ForceOffs the BMC "
+                "accepted, never seen Off: another actor keeps turning it on; no ForceOff sent again "
+                "(stop the other actor, then reboot the host and confirm it)"
+            )
 
     async def _send_power_cycle(self, system: System) -> bool:
         """Send PowerCycle (or the warm ForceRestart); False when the BMC refused it as not
@@ -383,9 +414,12 @@ class PowerCycle:
     def _deadline(self) -> float:
         return time.monotonic() + self._request.timeout_seconds
 
-    def _finish(self, *, already_done: bool = False) -> PowerCycleResult:
+    def _finish(self, *, already_done: bool = False, turned_on_by_other: bool = False) -> PowerCycleResult:
         self._record("done")
-        return metrics.activity_power_cycle(self._result(already_done=already_done))
+        result = self._result(already_done=already_done)
+        if turned_on_by_other:
+            result = result.model_copy(update={"turned_on_by_other": True})
+        return metrics.activity_power_cycle(result)
 
     def _result(self, *, already_done: bool = False) -> PowerCycleResult:
         progress = self.progress

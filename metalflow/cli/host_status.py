@@ -131,6 +131,8 @@ def render_status(
         f"  boot generation  {status.boot_generation}",
         f"  maintenance      {maintenance_line(status)}",
     ]
+    if status.unplanned_power:  # the entity's power watch saw a change nobody here made
+        lines.append(f"  unplanned power  {status.unplanned_power.removeprefix('unplanned power: ')}")
     if status.auto_approved_until is not None:
         lines.append(f"  auto-approved until {iso_z(status.auto_approved_until)}")
     if monitor is not None:

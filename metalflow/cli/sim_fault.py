@@ -1,13 +1,14 @@
 """`metalflow sim fault bmc|dpu|podgang ...`: rehearse failures on the simulated site, by name.
 
     metalflow sim fault bmc ID wrong-credentials|rotate-after-forceoff|unreachable|clear
+    metalflow sim fault bmc ID power-on-during-power-down|power-off-at-rest
     metalflow sim fault dpu ID error|node-effect|install-fails|recover
     metalflow sim fault podgang NAME never-available|fall-back|clear
 
 Every fault can be undone: `clear` (a BMC, a PodGang), `recover` (a DPU's node-effect, or an
 install-fails not yet hit). A DPU in Error stays there until it is reprovisioned, as on DPF.
 Each fault's behaviour and the real-world report it rehearses: simulators/redfish/BEHAVIOUR.md
-(F1-F4) and simulators/dpf/BEHAVIOUR.md (E1, F5).
+(F1-F4, F6, F7) and simulators/dpf/BEHAVIOUR.md (E1, F5).
 
 They post to the simulator's control API (`/sim/faults/...`, simulators/control.py), which takes
 the ids every other command takes: a host id for its BMC (`host-002`), a DPU id for its BMC or
@@ -39,7 +40,12 @@ BMC_FAULTS = {
     "rotate-after-forceoff": "the same, right after the BMC next accepts a ForceOff (a secrets "
     "store rotating the password while metalflow has the host off)",
     "unreachable": "the BMC answers nothing: it stops listening and drops its open connections",
-    "clear": "undo the BMC's faults: the stored credentials work again, it answers again",
+    "power-on-during-power-down": "another actor (a power manager that wants the host On) turns "
+    "the host On 1 s after each ForceOff took it Off, until cleared",
+    "power-off-at-rest": "another actor turns the host Off once, now (a ForceOff nobody here "
+    "sent); only a host that is On and in no transition",
+    "clear": "undo the BMC's faults: the stored credentials work again, it answers again, no "
+    "other actor turns the host On",
 }
 DPU_FAULTS = {
     "error": "the DPU goes to phase Error (Ready=False) until it is reprovisioned",
@@ -83,7 +89,8 @@ def register(sim_sub: Any) -> None:
     kinds = fault.add_subparsers(title="fault commands", metavar="KIND")
     bmc = kinds.add_parser(
         "bmc",
-        help="wrong-credentials, rotate-after-forceoff, unreachable or clear one BMC",
+        help="wrong-credentials, rotate-after-forceoff, unreachable, power-on-during-power-down, "
+        "power-off-at-rest or clear one BMC",
         description="; ".join(f"{name}: {text}" for name, text in BMC_FAULTS.items())
         + ". ID is a host id (its BMC; on a multi-system BMC, every host it serves) or a DPU id "
         "(the DPU's BMC).",

@@ -13,6 +13,7 @@ Events on or off.
 | host entity: `awaiting-approval` | `NeedsApproval` (Normal) |
 | host entity: `maintenance-on`, `maintenance-off` | `MaintenanceOn`, `MaintenanceOff` (Normal) |
 | host reboot: `power-cycled` (reported once the BMC took the cycle) | `PowerCycleIssued` (Normal) |
+| reboot, entity: `unplanned-power` (a power change metalflow did not cause) | `UnplannedPower` (Warning) |
 | host reboot: `waiting-for-manual-reboot` | `ManualRebootRequired` (Warning) |
 | host operation: `manual-intervention-required` | `ManualInterventionRequired` (Warning) |
 | any entity operation (a row's child): ended | `OperationSucceeded`, `OperationFailed`, `OperationAborted` |
@@ -23,11 +24,12 @@ Events on or off.
 | rollout: `paused` | `RolloutPaused` (Warning) |
 
 `unplanned-reset` and `power-cycled` are no phases: the monitor and the reboot report them (and
-the entity its `maintenance-on` and `maintenance-off`: who, why, since when)
-(`workflows.kernel.report`) and stay in their phase. A reboot reports `power-cycled` after its
-cycle (or ForceOff and On) returned, not on entering `powering`: a cycle the BMC refused (wrong
-credentials, unreachable) is no `PowerCycleIssued`, only the `ManualRebootRequired` or
-`ManualInterventionRequired` that follows; a cycle someone else made (`already_done`) neither.
+the entity its `maintenance-on` and `maintenance-off`: who, why, since when; a reboot and the
+entity `unplanned-power`) (`workflows.kernel.report`) and stay in their phase. A reboot reports
+`power-cycled` after its cycle (or ForceOff and On) returned, not on entering `powering`: a
+cycle the BMC refused (wrong credentials, unreachable) is no `PowerCycleIssued`, only the
+`ManualRebootRequired` or `ManualInterventionRequired` that follows; a cycle someone else made
+(`already_done`) neither.
 A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
 its PodCliqueSet. Failed and aborted endings are Warnings, the rest Normal; a manual
 intervention's note is its reason.
@@ -111,6 +113,7 @@ ACTIONS = {
     names.ROLLOUT: "Rollout",
     names.CAMPAIGN_OPERATION: "Campaign",
 }
+UNPLANNED_POWER = "unplanned-power"  # workflows/host_reboot/failure.py, workflows/host/state.py
 MAINTENANCE_EVENTS = {"maintenance-on": "MaintenanceOn", "maintenance-off": "MaintenanceOff"}
 HOST_KEYED = frozenset({names.HOST, *(kind.operation for kind in ENTITY_REQUESTS)})
 """The first word of a workflow id followed by the host's id (`host/<id>`, `<operation>/<id>`)."""
@@ -172,8 +175,12 @@ def describe(change: PhaseChange, dpf_namespace: str, parent_is_operation: bool 
             reason, action = ("NeedsApproval", "Normal"), "Approve"
         elif phase in MAINTENANCE_EVENTS:
             reason, action = (MAINTENANCE_EVENTS[phase], "Normal"), "Maintenance"
+        elif phase == UNPLANNED_POWER:
+            reason, action = ("UnplannedPower", "Warning"), "Power"
     elif kind == "HostRebootWorkflow":
-        if phase == "power-cycled":  # reported once the BMC took it: a refused cycle is none
+        if phase == UNPLANNED_POWER:
+            reason, action = ("UnplannedPower", "Warning"), "PowerCycle"
+        elif phase == "power-cycled":  # reported once the BMC took it: a refused cycle is none
             reason, action = ("PowerCycleIssued", "Normal"), "PowerCycle"
         elif phase == "waiting-for-manual-reboot":
             reason, action = ("ManualRebootRequired", "Warning"), "PowerCycle"

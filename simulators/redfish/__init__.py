@@ -27,6 +27,7 @@ sessions, so idle BMCs cost little.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import resource
 import tempfile
@@ -55,6 +56,11 @@ from .tls import BMCTLS, make_bmc_tls
 
 __all__ = ["BMCs", "Service", "SESSION_CAP", "PROFILES", "service_groups"]
 
+FOREIGN_ON_DELAY_SECONDS = 1.0
+"""How long after a ForceOff took the host Off the `power-on-during-power-down` actor turns it On:
+inside metalflow's power-down wait (and inside `set_power`'s 3 s settle), as the bare-metal
+manager's power manager did (BEHAVIOUR.md F6)."""
+
 
 @dataclass
 class Service:
@@ -71,6 +77,9 @@ class Service:
     # answers nothing (no listener, open connections closed).
     rotate_after_forceoff: bool = False
     unreachable: bool = False
+    # Another actor (`power-on-during-power-down`, F6): every ForceOff it accepts is followed,
+    # `FOREIGN_ON_DELAY_SECONDS` after the host reaches Off, by an On nobody here sent.
+    power_on_after_forceoff: bool = False
     # The BMC's own load record (`BMCs.load`): requests being answered at once, and Systems
     # away from On (a power cycle or ForceOff under way) at once, each with its peak.
     requests_in_flight: int = 0
@@ -175,6 +184,7 @@ class BMCs:
         self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         self.ca_path: Path | None = None  # the CA of the https BMCs, once served
         self.request_counts: RequestCounts | None = None  # set by the site: requests per client
+        self._foreign: set[asyncio.Task[None]] = set()  # F6's pending Ons (another actor's)
 
     async def serve(self, tls_dir: Path | None = None) -> None:
         """Listen for every BMC service on a free port of 127.0.0.1 (https where asked).
@@ -227,6 +237,8 @@ class BMCs:
 
     async def stop(self) -> None:
         """Cancel every pending timer (transitions, firmware staging, session expiry); stop serving."""
+        for task in list(self._foreign):
+            task.cancel()
         for host in self._hosts.values():
             self.power.cancel(host)
         for dpu in self._dpus.values():
@@ -339,18 +351,27 @@ class BMCs:
         that is slow to answer a reset, longer than a client's heartbeat timeout)."""
         self._service_of[bmc_id].next_reset_delay = seconds
 
-    BMC_FAULTS = ("wrong-credentials", "rotate-after-forceoff", "unreachable", "clear")
+    BMC_FAULTS = (
+        "wrong-credentials", "rotate-after-forceoff", "unreachable",
+        "power-on-during-power-down", "power-off-at-rest", "clear",
+    )  # fmt: skip
 
     async def bmc_fault(self, bmc_id: str, fault: str) -> dict[str, object]:
         """A named fault of the BMC serving `bmc_id` (a host or DPU id; a multi-system BMC's
-        fault is every host's it serves), BEHAVIOUR.md F1-F4; the BMC's faults after it.
+        fault is every host's it serves), BEHAVIOUR.md F1-F4, F6, F7; the BMC's faults after it.
 
         - `wrong-credentials`: its password changes now (nobody stored the new one): 401.
         - `rotate-after-forceoff`: the same, right after it next accepts a ForceOff.
         - `unreachable`: it stops listening and closes its open connections: no answer at all.
-        - `clear`: all three undone (the stored password works again; it listens on its port).
+        - `power-on-during-power-down`: another actor (a power manager whose desired state is On)
+          turns the host On `FOREIGN_ON_DELAY_SECONDS` after each ForceOff took it Off, until
+          cleared.
+        - `power-off-at-rest`: another actor turns the host Off once, now (a ForceOff nobody here
+          sent); refused (ValueError) unless the host is On and in no transition.
+        - `clear`: all undone (the stored password works again; it listens on its port; no
+          other actor turns the host On). A host turned Off stays Off.
 
-        Raises KeyError (no such BMC), LookupError (no such fault).
+        Raises KeyError (no such BMC), LookupError (no such fault), ValueError (not now).
         """
         service = self._service_of[bmc_id]
         if fault == "wrong-credentials":
@@ -361,9 +382,14 @@ class BMCs:
             if not service.unreachable:
                 service.unreachable = True
                 await self._sites[service.id].stop()
+        elif fault == "power-on-during-power-down":
+            service.power_on_after_forceoff = True
+        elif fault == "power-off-at-rest":
+            self._power_off_by_someone(bmc_id, service)
         elif fault == "clear":
             self.auth.restore(service.id)
             service.rotate_after_forceoff = False
+            service.power_on_after_forceoff = False
             if service.unreachable:
                 await self._listen_again(service)
         else:
@@ -378,13 +404,41 @@ class BMCs:
             "wrong_credentials": self.auth.rotated(service.id),
             "rotate_after_forceoff": service.rotate_after_forceoff,
             "unreachable": service.unreachable,
+            "power_on_during_power_down": service.power_on_after_forceoff,
         }
 
-    def forceoff_accepted(self, service: Service) -> None:
-        """A ForceOff was accepted: a rotation armed by `rotate-after-forceoff` happens now."""
+    def forceoff_accepted(self, service: Service, host: HostBMC, prefix: str) -> None:
+        """A ForceOff was accepted: a rotation armed by `rotate-after-forceoff` happens now; with
+        `power-on-during-power-down`, another actor turns the host back On shortly after Off."""
         if service.rotate_after_forceoff:
             service.rotate_after_forceoff = False
             self.auth.rotate(service.id)
+        if service.power_on_after_forceoff:
+            task = asyncio.get_running_loop().create_task(self._power_on_by_someone(host, prefix))
+            self._foreign.add(task)
+            task.add_done_callback(self._foreign.discard)
+
+    async def _power_on_by_someone(self, host: HostBMC, prefix: str) -> None:
+        """F6: once the host settled Off, wait `FOREIGN_ON_DELAY_SECONDS`, then On (not metalflow's)."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + 60.0
+        while host.power != "Off" or host.pending:
+            if loop.time() > give_up:
+                return  # it never settled Off (someone turned it On already): nothing to do
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(FOREIGN_ON_DELAY_SECONDS)
+        if host.power == "Off" and not host.pending:
+            self.power.reset(host, "On", prefix)
+
+    def _power_off_by_someone(self, bmc_id: str, service: Service) -> None:
+        """F7: another actor's ForceOff of the host `bmc_id` names, now (on a multi-system BMC,
+        that host only)."""
+        host = self._hosts.get(bmc_id)
+        if host is None:
+            raise LookupError(f"{bmc_id} is no host: power-off-at-rest turns a host off")
+        if host.power != "On" or host.pending:
+            raise ValueError(f"host {bmc_id} is {host.power}, not On at rest: nothing turned off")
+        self.power.reset(host, "ForceOff", "")
 
     async def _listen_again(self, service: Service) -> None:
         assert self._runner is not None

@@ -352,7 +352,7 @@ class Redfish:
             return messages.malformed_json()
         response = self._bmcs.power.reset(host, body.get("ResetType"), ctx.prefix)
         if body.get("ResetType") == "ForceOff" and response.status < 300:
-            self._bmcs.forceoff_accepted(ctx.service)  # fault rotate-after-forceoff
+            self._bmcs.forceoff_accepted(ctx.service, host, ctx.prefix)  # faults F2, F6
         return response
 
     async def _reset_dpu(self, ctx: Context, dpu: DPUBMC) -> web.Response:

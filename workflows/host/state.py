@@ -63,6 +63,7 @@ from contracts.models.host import (
 )
 from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
+from workflows.host.power_rest import forget_baseline
 from workflows.host.versions_known import KnownVersions
 
 RECENT_LIMIT: Final = 20
@@ -464,6 +465,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None
+        self.power = forget_baseline(self.power)  # its own Off and On are no one else's (power_rest.py)
 
     def _completed(self, current: PendingOperation) -> None:
         operation, dpu_ids = current.record.operation, getattr(current.request, "dpu_ids", None)
@@ -524,6 +526,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
             auto_approved_until=self.auto_approved_until,
             approval_expires_at=self.approval_expires_at(),
             maintenance=self.maintenance,
+            unplanned_power=self.power.unplanned if self.power else "",
         )
 
     def approval_expires_at(self) -> datetime | None:

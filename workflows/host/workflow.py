@@ -15,11 +15,11 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
    `in_maintenance` (an operator's `--in-maintenance`, recorded with the operation); the monitor
    and campaigns never say it. Turning it on stops nothing that runs; off replays nothing.
 
-The rules are the entity's state's (`state.py`, `HostEntityState`): validators answer at once,
-without writing history; handlers ask again under one `asyncio.Lock`, because two updates
-delivered in the same workflow task are both validated before either handler runs. The
-operation requests are declared once, in `contracts.host_requests`: each row's handler here is
-one line (`requested`).
+The rules are the entity's state's (`state.py`): validators answer at once, without writing
+history; handlers ask again under one `asyncio.Lock` (two updates delivered in one workflow task
+are both validated before either handler runs). The operation requests are declared once, in
+`contracts.host_requests`: each row's handler here is one line (`requested`). At rest, the power
+watch (`power_watch.py`, the base class) tells a power change nobody here made (`UnplannedPower`).
 
 Each operation runs as a child workflow of the row's type, with the business-key id
 (`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...). Children are ABANDONed on parent close:
@@ -28,8 +28,7 @@ entity is terminated or reset by hand, a power cycle half done keeps going, and 
 still locks the host (a new entity's request for it is refused). A reboot (`host reboot`) is the
 exception: it is cancelled with the entity (REQUEST_CANCEL), and a cancelled reboot powers the
 host back on at once instead of waiting out its power-down wait, so a terminated entity never
-leaves a reboot behind holding the host's BMC. A campaign that asked for an operation is told
-how it ended (`host_finished`).
+leaves a reboot behind holding the host's BMC. A campaign that asked is told the end (`host_finished`).
 
 The host's versions (memo entry `versions`, search attribute `BfbVersion`: `versions.py`) are
 read only when they can have changed, never a BMC for a value the entity knows
@@ -42,11 +41,10 @@ reboot or reset nothing; `host versions --refresh` hands the entity the command'
 read: the sources its scope names, about 8 events.
 
 Worst-case history: about 26 events per operation (the update, the child's start and end, one
-`Instance`/`PhaseSince` upsert per phase change, the versions read after it, if any) plus 5 per other
-update; the entity continues-as-new when idle past `max_history_events` (default 10,000) or when
-Temporal suggests it (after its versions read, if one runs; the memo and search attributes carry
-over), carrying its state whole (`HostWorkflowInput.state`), so a run never nears the limit. No
-watches; at most `RECENT_LIMIT` records.
+`Instance`/`PhaseSince` upsert per phase change, the versions read after it) plus 5 per other
+update; it continues-as-new when idle past `max_history_events` (default 10,000) or when Temporal
+suggests it (no versions read or power reading running; memo and search attributes carry over),
+carrying its state whole (`HostWorkflowInput.state`). At most `RECENT_LIMIT` records.
 """
 
 from __future__ import annotations
@@ -110,6 +108,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.host import versions as host_versions
     from workflows.host.outcome import generation_reported, outcome_of
+    from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
     from workflows.parts.reboot_rounds import start_next_reboot
 
@@ -152,7 +151,7 @@ def requested(
 
 
 @workflow.defn(name="HostWorkflow")
-class HostWorkflow(kernel.Runbook):
+class HostWorkflow(PowerWatch):
     """The entity of one host: instance, boot generation, the one operation, recent outcomes."""
 
     @workflow.init
@@ -164,7 +163,7 @@ class HostWorkflow(kernel.Runbook):
         # operation's child, whether the versions task is reading, and what this run logged.
         self._lock = asyncio.Lock()
         self._child: workflow.ChildWorkflowHandle[Any, Any] | None = None
-        self._reading_versions = False
+        self._reading_versions = self._reading_power = False
         self._logged: tuple[str, str] | None = None  # not a command: replay-safe
 
     @workflow.run
@@ -181,6 +180,7 @@ class HostWorkflow(kernel.Runbook):
         if start.state is None and self.state.current is None:  # a new entity, no operation asked yet
             self.state.versions_wanted("the entity started", EVERYTHING)
         self._versions_task = asyncio.create_task(self._show_versions())  # for the whole run
+        self._power_task = asyncio.create_task(self._watch_power())  # power_watch.py
         while True:
             await workflow.wait_condition(lambda: self.state.current is not None or self._history_is_long())
             current = self.state.current
@@ -493,11 +493,11 @@ class HostWorkflow(kernel.Runbook):
             try:
                 await self._read_versions(after, scope)
             finally:
-                self._reading_versions = False
+                self._reading_versions = self._reading_power = False
 
     def _may_continue_as_new(self) -> bool:
         """No handler midway, no versions read due or running."""
-        idle = self.state.versions_due is None and not self._reading_versions
+        idle = self.state.versions_due is None and not (self._reading_versions or self._reading_power)
         return idle and workflow.all_handlers_finished()
 
     async def _read_versions(self, after: str, scope: VersionsScope) -> None:

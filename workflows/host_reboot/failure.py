@@ -6,6 +6,26 @@ manual-intervention reason. The activity's error type decides the words: a BMC t
 credentials is named as such (it will not pass by waiting), an unreachable one as unreachable
 (the network or the BMC is down), and only a BMC that answered "busy" (409, 429, 5xx) as busy.
 
+It also holds the one decision a reboot takes when another actor has the host's power
+(`decide_on_power_taken_over`), the bare-metal manager's loop (dsx-ai-factory/infra-controller#1958:
+its power manager turned the host back On during a DPU reprovision's power-down, the reprovision
+turned it Off again, for 14 hours) never repeated:
+
+- Off was read from the BMC after our ForceOff, then the host was found On before our On: the
+  host was power-cycled, by our Off and their On. That is the reboot DPF asks for: its
+  `PowerCycle` reboot method needs the host Off once, so the BlueField's PERST / All_STANDBY is
+  asserted and its own PowerCycle takes effect (NVIDIA BlueField BMC docs v24.04-v25.10, "allowed
+  only when the host asserts", /work/shared/design/UPSTREAM.md section 3 and simulators/redfish/
+  BEHAVIOUR.md B5), and DPF's `processExternalReboot` only waits for the external actor to remove
+  `dpunode-external-reboot-required` (UPSTREAM.md section 2.3), trusting that it cycled the host.
+  The power-down wait cut short by them is a BMC courtesy (bare-metal manager PR #708: BMCs
+  that get ForceOff and On 2 s apart fail to power on), not part of the reboot: theirs
+  succeeded, the host is On. So the reboot goes on as done: no On sent, no ForceOff again,
+  said in the details, the result (`unplanned_power`) and an `UnplannedPower` Warning Event.
+- Off never seen (the host found On again after two ForceOffs the BMC accepted): no proof the
+  host was ever off, so a person decides (`PowerContested`, the manual reboot wait or the
+  operation's escalation): never a third ForceOff.
+
 Cost: none beyond the string (pure function, no I/O).
 """
 
@@ -20,6 +40,17 @@ from contracts.models.host import HostRebootInput
 from contracts.models.redfish import POWER_CYCLE_STEP, STEPS_HOST_MAY_BE_OFF
 
 _UNREACHABLE_MARKS = ("cannot reach", "timed out")
+UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
+
+
+def decide_on_power_taken_over(host_id: str, generation: int, seen: str) -> str:
+    """The decision when the host, read Off after our ForceOff, was found On before our On
+    (`seen`: when and how): the Off-On is this reboot; nothing more is sent. In words."""
+    return (
+        f"unplanned power: {host_id} was turned On by someone else ({seen}); metalflow did not send "
+        f"that On. The host was Off, then On: counted as the power cycle of generation {generation}, "
+        "no ForceOff sent again (find who powers this host: a power manager, a person at its BMC)"
+    )
 
 
 def bmc_failure_reason(host_id: str, err: FailureError) -> str:
@@ -42,6 +73,8 @@ def bmc_failure_reason(host_id: str, err: FailureError) -> str:
         what = "does not offer the reset needed"
     elif kind == "BMCRequestRejected":
         what = "rejected the request"
+    elif kind == "PowerContested":
+        what = "keeps being turned back On by another actor"
     elif kind == "PowerStateTimeout":
         what = "did not reach the power state in time"
     else:

@@ -76,18 +76,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.models.inventory import HostInventory
     from contracts.models.redfish import (
-        PowerCycleInput,
         PowerCycleResult,
         ReadPowerStateInput,
-        SetPowerInput,
-        SetPowerResult,
         SystemPower,
     )
     from workflows import kernel
-    from workflows.host_reboot.failure import bmc_failure_reason, off_step, owed_since
+    from workflows.host_reboot.failure import bmc_failure_reason, off_step
+    from workflows.host_reboot.power_steps import PowerSteps
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
     from workflows.parts.host_power import PowerCustody
-    from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
 
 POWERING = "powering"
 POWER_CYCLED = "power-cycled"  # reported (no phase) once the BMC took the cycle, never before
@@ -100,7 +97,7 @@ Cycle = asyncio.Future[tuple[str, tuple[str, ...]]]  # the cycle under the lease
 
 
 @workflow.defn(name="HostRebootWorkflow")
-class HostRebootWorkflow(kernel.Abortable):
+class HostRebootWorkflow(PowerSteps):
     """Reboot a host once for one boot generation."""
 
     ENDED: ClassVar = (REBOOTED, "failed", "aborted", "cancelled")
@@ -124,6 +121,7 @@ class HostRebootWorkflow(kernel.Abortable):
         self._inventory: HostInventory | None = None  # the BMC path's host: what `retry` powers
         self._retry: OperatorRequest | None = None
         self._why = ""  # what the BMC did on the last retry that failed
+        self._unplanned = ""  # another actor turned the host On during our power-down: in words
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
@@ -177,6 +175,7 @@ class HostRebootWorkflow(kernel.Abortable):
             reset_types=resets,
             finished_at=workflow.now(),
             already_done=self._already_done,
+            unplanned_power=self._unplanned,
         )
 
     async def _clean_up(self, err: BaseException) -> str:
@@ -376,80 +375,6 @@ class HostRebootWorkflow(kernel.Abortable):
         work = self._force_off_then_on if self._request.force_off else self._cycle_once
         async with self._leases.hold(inventory.bmc, f"{how} of {self._request.host_id}", asked):
             return await work(inventory)
-
-    async def _force_off_then_on(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
-        self._power.turned_off(f"ForceOff of its reboot to generation {self._request.boot_generation}")
-        off = await self._set_power(inventory, "ForceOff")
-        seconds = self._request.policy.power_down_wait_seconds
-        if seconds > 0 and not self._stopping:  # a durable timer, cut short by a stop
-            await self.wait(
-                lambda: self._stopping,
-                timeout=seconds,
-                timeout_summary=f"power-down wait: {self._request.host_id} stays off before On",
-                abortable=False,  # a stop cuts it (`_stopping`), and On follows: never left off
-            )
-        on = await self._set_power(inventory, "On")
-        self._power.seen_on()
-        return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
-
-    async def _cycle_once(self, inventory: HostInventory) -> tuple[str, tuple[str, ...]]:
-        """`power_cycle_host`; a power-down wait longer than `POWER_DOWN_HAND_BACK_SECONDS`
-        is handed back at Off and waited here on a durable timer (a stop cuts it), then the
-        activity is called again from where it left off to send On."""
-        request = self._request
-        wait = request.policy.power_down_wait_seconds
-        cycle_input = PowerCycleInput(
-            bmc=inventory.bmc,
-            boot_generation=request.boot_generation,
-            requested_at=owed_since(request, workflow.info().start_time),
-            power_down_wait_seconds=wait,
-            hand_back_wait_over_seconds=POWER_DOWN_HAND_BACK_SECONDS,
-            warm=request.warm,
-        )
-        summary = f"power cycle {request.host_id} to generation {request.boot_generation}"
-        cut = ""  # what the result's method says of a wait a stop cut short
-        while True:
-            # Its own handle, not `self.call`: a stop cancels it only once the host is Off
-            # (`_stop_cycle`), and must know it stopped before On.
-            self._cycle_activity = kernel.start_cancellable(
-                activity_api.power_cycle_host,
-                cycle_input,
-                kernel.options(power_cycle_options(wait), summary),
-            )
-            cycle: PowerCycleResult = await self._cycle_activity
-            self._cycle_activity = None
-            if cycle.wait_left_seconds <= 0 or cycle.progress is None:
-                self._already_done = cycle.already_done
-                return f"{cycle.method}{cut}", cycle.reset_types
-            if self._stop_sent_on:  # a stop saw the host Off and sent On itself
-                raise asyncio.CancelledError
-            self._handed_back = True
-            left = cycle.wait_left_seconds
-            self.show(f"power-down wait: {request.host_id} is Off, On in {left:.0f} s (a durable timer)")
-            if not self._stopping:  # cut short by a stop
-                await self.wait(
-                    lambda: self._stopping,
-                    timeout=left,
-                    timeout_summary=f"power-down wait: {request.host_id} stays off before On",
-                    abortable=False,
-                )
-            if self._stopping:
-                cut = ", cut short: On sent at once"
-            # On now: the timer (or a stop) covered the wait; `off_reached` is in the history.
-            cycle_input = cycle_input.model_copy(
-                update={"resume": cycle.progress, "power_down_wait_seconds": 0.0,
-                        "hand_back_wait_over_seconds": None}
-            )  # fmt: skip
-            summary = f"power {request.host_id} back on (generation {request.boot_generation})"
-
-    async def _set_power(self, inventory: HostInventory, reset_type: str) -> SetPowerResult:
-        # Not abortable: a stop never leaves a ForceOff without its On.
-        return await self.call(
-            activity_api.set_power_state,
-            SetPowerInput(bmc=inventory.bmc, reset_type=reset_type),
-            kernel.options(kernel.BMC_READ, f"{reset_type} {self._request.host_id}"),
-            abortable=False,
-        )
 
     async def _powered_on_after(self, err: ActivityError | None) -> bool:
         """A cycle that failed after its ForceOff left the host off: On again, after the custody's

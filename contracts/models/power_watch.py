@@ -1,0 +1,16 @@
+"""What a host's entity knows of its power at rest (`workflows/host/power_rest.py` decides on it)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel
+
+
+class PowerAtRest(BaseModel):
+    """The host's power as last read while no operation ran, and the last change nobody here made."""
+
+    power_state: str = ""  # "": not read since metalflow last powered the host (no baseline)
+    last_reset_time: datetime | None = None
+    read_at: datetime | None = None
+    unplanned: str = ""  # the last power change metalflow did not cause, in words ("" none seen)

@@ -1,0 +1,102 @@
+"""The pure decisions of issue 39 item 3 (power actions nobody here took): a change of the host's
+power at rest (workflows/host/power_rest.py), the reboot's one decision when another actor turned
+the host On during its power-down (workflows/host_reboot/failure.py), the power watch's setting
+(contracts/host_entity.py) and the Event it is told by (metalflow/runtime/events.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from contracts.errors import PowerContested
+from contracts.events import PhaseChange
+from contracts.host_entity import DEFAULT_POWER_WATCH_SECONDS, with_power_watch
+from contracts.models.host import HostWorkflowInput
+from contracts.models.power_watch import PowerAtRest
+from metalflow.runtime.events import describe
+from workflows.host.power_rest import after_reading, forget_baseline, unplanned_at_rest
+from workflows.host_reboot.failure import bmc_failure_reason, decide_on_power_taken_over
+
+T0 = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=15)
+RESET = T0 - timedelta(days=1)
+
+
+def seen(state: str, reset: datetime | None = RESET) -> PowerAtRest:
+    return PowerAtRest(power_state=state, last_reset_time=reset, read_at=T0)
+
+
+def test_the_first_reading_is_a_baseline_not_a_change() -> None:
+    assert unplanned_at_rest("h1", None, "Off", RESET, T1) is None
+    power, words = after_reading("h1", None, "On", RESET, T1)
+    assert words is None and power.power_state == "On" and power.read_at == T1
+
+
+def test_off_at_rest_is_a_change_nobody_here_made() -> None:
+    words = unplanned_at_rest("h1", seen("On"), "Off", RESET, T1)
+    assert words is not None and "h1 went On -> Off" in words and "no metalflow operation running" in words
+    assert unplanned_at_rest("h1", seen("Off"), "On", RESET, T1) is not None  # on at rest too
+
+
+def test_a_reset_at_rest_is_told_by_its_last_reset_time() -> None:
+    words = unplanned_at_rest("h1", seen("On"), "On", T0 + timedelta(minutes=3), T1)
+    assert words is not None and "was reset (LastResetTime 2026-11-29T07:03:00Z)" in words
+    assert unplanned_at_rest("h1", seen("On"), "On", RESET, T1) is None  # nothing moved
+    assert unplanned_at_rest("h1", seen("On", None), "On", T0, T1) is None  # no mark to compare
+
+
+def test_an_operation_of_ours_forgets_the_baseline_but_not_what_was_told() -> None:
+    power, words = after_reading("h1", seen("On"), "Off", RESET, T1)
+    assert words and power.unplanned == words
+    after = forget_baseline(power)
+    assert after is not None and after.power_state == "" and after.unplanned == words
+    # our operation turned it On again: the next reading is a new baseline, no change told
+    again, told = after_reading("h1", after, "On", T0, T1 + timedelta(minutes=15))
+    assert told is None and again.unplanned == words and again.power_state == "On"
+    assert forget_baseline(None) is None
+
+
+def test_the_reboot_counts_their_on_as_the_cycle_and_never_forces_off_again() -> None:
+    words = decide_on_power_taken_over("h1", 4, "On before our On, during the power-down wait")
+    assert "h1 was turned On by someone else" in words
+    assert "counted as the power cycle of generation 4" in words and "no ForceOff sent again" in words
+
+
+def test_a_contested_power_is_named_for_a_person() -> None:
+    reason = bmc_failure_reason("h1", PowerContested("BMC h1: the host is On again after 2 ForceOffs"))
+    assert reason.startswith("the BMC of h1 keeps being turned back On by another actor (PowerContested:")
+    assert isinstance(PowerContested("x"), ApplicationError) and PowerContested("x").non_retryable
+
+
+def test_the_watch_interval_is_a_setting_with_a_stated_default() -> None:
+    bare = HostWorkflowInput(host_id="host-001")
+    assert bare.power_watch_seconds == 0  # a history from before the watch replays without one
+    assert with_power_watch(bare, {}).power_watch_seconds == DEFAULT_POWER_WATCH_SECONDS == 900
+    assert with_power_watch(bare, {"METALFLOW_POWER_WATCH_SECONDS": "60"}).power_watch_seconds == 60
+    assert with_power_watch(bare, {"METALFLOW_POWER_WATCH_SECONDS": "0"}).power_watch_seconds == 0
+    given = HostWorkflowInput(host_id="host-001", power_watch_seconds=5)
+    assert with_power_watch(given, {"METALFLOW_POWER_WATCH_SECONDS": "60"}).power_watch_seconds == 5
+
+
+@pytest.mark.parametrize("bad", ["soon", "-1", "inf", "nan"])
+def test_a_bad_watch_interval_is_refused_naming_the_variable(bad: str) -> None:
+    with pytest.raises(ValueError, match="METALFLOW_POWER_WATCH_SECONDS"):
+        with_power_watch(HostWorkflowInput(host_id="host-001"), {"METALFLOW_POWER_WATCH_SECONDS": bad})
+
+
+@pytest.mark.parametrize(
+    ("workflow_type", "workflow_id", "action"),
+    [("HostWorkflow", "host/h1", "Power"), ("HostRebootWorkflow", "reboot/h1/generation-2", "PowerCycle")],
+)
+def test_unplanned_power_is_a_warning_event_on_the_host(
+    workflow_type: str, workflow_id: str, action: str
+) -> None:
+    change = PhaseChange(
+        workflow_type=workflow_type, workflow_id=workflow_id, run_id="r", phase="unplanned-power",
+        details="unplanned power: h1 went On -> Off", at=T1, history_length=5,
+    )  # fmt: skip
+    spec = describe(change, "dpf")
+    assert spec is not None and (spec.reason, spec.type, spec.action) == ("UnplannedPower", "Warning", action)
+    assert spec.regarding is not None and spec.regarding.name == "node-h1"

@@ -1,0 +1,187 @@
+"""Power actions nobody here took (issue 39 items 3-4): another actor with the host's power,
+played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed and never fought.
+
+- `power-on-during-power-down` (F6, the bare-metal manager's power manager of
+  dsx-ai-factory/infra-controller#1958): the host turned On 1 s after each ForceOff took it Off.
+  A reboot's ForceOff -> power-down wait -> On sends one ForceOff, says what happened and ends as
+  done (the Off-On was the cycle; workflows/host_reboot/failure.py), with an `UnplannedPower`
+  Warning Event on the host's DPUNode: both in `set_power`'s settle (a re-issued reboot's
+  ForceOff then On) and in `power_cycle_host`'s durable power-down wait. Before, the re-issued
+  reboot sent ForceOff again on every retry, and went to the manual wait.
+- A ForceOff the BMC accepted twice, the host never seen Off and On again: `power_cycle_host`
+  stops for a person (`PowerContested`) instead of a third ForceOff (the activity, in-process).
+- `power-off-at-rest` (F7): the host turned Off while no operation runs. The entity's power watch
+  (workflows/host/power_watch.py, its interval shortened to 1 s here) records it in its status, its
+  memo and an `UnplannedPower` Event. Before, nothing read the host's power at rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from events_support import emitting_worker, events_v1
+from host_operation_support import FAST_POLICY
+from sim_support import RunningSim, prefixed_sim
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.redfish.power import PowerActivities
+from contracts import names
+from contracts.errors import PowerContested
+from contracts.host_entity import HostEntityClient
+from contracts.models.host import HostRebootInput, HostRebootResult, HostWorkflowInput
+from contracts.models.inventory import BMCAccess, CredentialRef
+from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
+
+# Host ids of this module's own (the session's server is shared: entities, generations, leases).
+HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
+AT_REST = "upw-001"
+POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 5.0})  # > the 3 s hand-back
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=2, dpus_per_host=1) as sim:
+        yield sim
+
+
+def bmc_fault(sim: RunningSim, host: str, fault: str) -> httpx.Response:
+    return httpx.post(f"{sim.url}/sim/faults/bmcs/{host}/{fault}", timeout=10)
+
+
+async def reboot_fought(
+    client: Client, task_queue: str, sim: RunningSim, generation: int, *, force_off: bool
+) -> tuple[HostRebootResult, list[tuple[str, str]]]:
+    """Reboot HOST while F6's actor turns it On after each ForceOff: its result and power log."""
+    since, events_before = len(sim.power_log(HOST)), len(unplanned_events(sim))
+    bmc_fault(sim, HOST, "power-on-during-power-down").raise_for_status()
+    try:
+        async with emitting_worker(client, task_queue, sim):
+            reboot = await client.start_workflow(
+                "HostRebootWorkflow",
+                HostRebootInput(
+                    host_id=HOST,
+                    boot_generation=generation,
+                    requested_by="test",
+                    policy=POLICY,
+                    force_off=force_off,
+                ),
+                id=f"{names.host_reboot_workflow_id(HOST, generation)}-{task_queue}",
+                task_queue=task_queue,
+                result_type=HostRebootResult,
+            )
+            # Fought, it would send ForceOff on each of 5 attempts, then wait for a person.
+            result = await asyncio.wait_for(reboot.result(), 30)
+            for _ in range(100):  # the Event is written in the background
+                if len(unplanned_events(sim)) > events_before:
+                    break
+                await asyncio.sleep(0.1)
+    finally:
+        bmc_fault(sim, HOST, "clear").raise_for_status()
+    return result, [(e["from"], e["to"]) for e in sim.power_log(HOST)[since:]]
+
+
+def unplanned_events(sim: RunningSim, host: str = HOST) -> list[str]:
+    """The notes of the host's `UnplannedPower` Events."""
+    return [e["note"] for e in events_v1(sim, f"regarding.name=node-{host},reason=UnplannedPower")]
+
+
+async def test_an_on_within_the_forceoffs_settle_is_the_cycle_not_a_retry(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    result, log = await reboot_fought(client, task_queue, site, 1, force_off=True)
+    assert log == [("On", "Off"), ("Off", "On")], log  # one ForceOff, their On, no fight
+    assert result.method == "bmc:ForceOff, On by another actor" and result.reset_types == ("ForceOff",)
+    assert "turned On by someone else" in result.unplanned_power, result
+    assert "counted as the power cycle of generation 1" in result.unplanned_power
+    notes = unplanned_events(site)
+    assert any("turned On by someone else" in note for note in notes), notes
+
+
+async def test_an_on_during_the_durable_power_down_wait_is_the_cycle(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    before = len(unplanned_events(site))
+    result, log = await reboot_fought(client, task_queue, site, 2, force_off=False)
+    assert log == [("On", "Off"), ("Off", "On")], log
+    assert result.reset_types == ("ForceOff",) and result.method.endswith("On by another actor"), result
+    assert "during the power-down wait" in result.unplanned_power, result
+    assert len(unplanned_events(site)) > before
+
+
+async def readings(handle: WorkflowHandle[Any, Any]) -> int:
+    """`read_power_state` activities the entity scheduled (one at a time)."""
+    return sum(
+        1
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    )
+
+
+async def test_a_power_off_at_rest_is_recorded_as_unplanned_power(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    entities = HostEntityClient(client, task_queue)
+    async with emitting_worker(client, task_queue, site):
+        await entities.ensure(HostWorkflowInput(host_id=AT_REST, power_watch_seconds=1.0))
+        handle = entities.handle(AT_REST)
+        for _ in range(200):  # a second reading scheduled: the first (the baseline) is done
+            if await readings(handle) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        status = await entities.status(AT_REST)
+        assert status is not None and status.unplanned_power == "", status  # nothing changed yet
+        bmc_fault(site, AT_REST, "power-off-at-rest").raise_for_status()
+        for _ in range(200):
+            status = await entities.status(AT_REST)
+            if status is not None and status.unplanned_power:
+                break
+            await asyncio.sleep(0.1)
+        assert status is not None and f"{AT_REST} went On -> Off" in status.unplanned_power, status
+        assert "no metalflow operation running" in status.unplanned_power
+        memo = await (await handle.describe()).memo()
+        assert memo.get("unplanned_power") == status.unplanned_power
+        for _ in range(100):
+            if unplanned_events(site, AT_REST):
+                break
+            await asyncio.sleep(0.1)
+        assert any("went On -> Off" in note for note in unplanned_events(site, AT_REST))
+        await handle.terminate("test done")
+
+
+async def test_two_forceoffs_never_seen_off_stop_for_a_person_not_a_third(site: RunningSim) -> None:
+    host = site.host(HOST)["bmc"]
+    bmc = BMCAccess(bmc_id=HOST, endpoint=host["endpoint"], credentials=CredentialRef(**host["credentials"]))
+    # Where a previous attempt left the cycle: two ForceOffs accepted, Off never read; the host On.
+    fought = PowerCycleProgress(
+        step="off_requested", method="ForceOff+On", reset_types=("ForceOff", "ForceOff"),
+        steps=("off_requested", "off_requested"), started_at=datetime.now(UTC),
+    )  # fmt: skip
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(
+        env.info, heartbeat_timeout=timedelta(seconds=1), heartbeat_details=[fought.model_dump(mode="json")]
+    )
+    since = len(site.power_log(HOST))
+    request = PowerCycleInput(
+        bmc=bmc, boot_generation=9, requested_at=datetime.now(UTC), power_down_wait_seconds=0
+    )
+    redfish = RedfishClient(CredentialResolver())
+    try:
+        with pytest.raises(ApplicationError) as caught:
+            await env.run(PowerActivities(redfish).power_cycle_host, request)
+    finally:
+        await redfish.aclose()
+    assert caught.value.type == PowerContested.__name__ and caught.value.non_retryable  # a person decides
+    assert "On again after 2 ForceOffs the BMC accepted, never seen Off" in caught.value.message
+    assert site.power_log(HOST)[since:] == []  # nothing sent

@@ -1,0 +1,54 @@
+"""The host's power at rest: is a change metalflow did not cause? Pure decisions for the entity's
+power watch (`power_watch.py`).
+
+The entity reads the host's power every `HostWorkflowInput.power_watch_seconds` while no
+operation runs and the host is not in maintenance (a person's work there is expected to power it).
+Each reading is compared with the one before (`unplanned_at_rest`): `PowerState` changed (On to
+Off, Off to On), or `LastResetTime` moved while it stayed On (a reset), is a power change nobody
+here made, since no operation of ours ran in between: an operation's end forgets the baseline
+(`forget_baseline`), so its own Off and On are never taken for someone else's.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from contracts.models.power_watch import PowerAtRest
+from contracts.wording import iso_z
+
+
+def unplanned_at_rest(
+    host_id: str, before: PowerAtRest | None, power_state: str, last_reset: datetime | None, now: datetime
+) -> str | None:
+    """The change since the last reading at rest, in words; None when there is none to tell (no
+    baseline yet, or nothing changed)."""
+    if before is None or not before.power_state or before.read_at is None:
+        return None
+    since = f"between {iso_z(before.read_at)} and {iso_z(now)}, no metalflow operation running"
+    if power_state != before.power_state:
+        return (
+            f"unplanned power: {host_id} went {before.power_state} -> {power_state} {since}; "
+            "metalflow did not cause it (find who powers this host: a power manager, a person at its BMC)"
+        )
+    if power_state == "On" and last_reset is not None and before.last_reset_time not in (None, last_reset):
+        return (
+            f"unplanned power: {host_id} was reset (LastResetTime {iso_z(last_reset)}) {since}; "
+            "metalflow did not cause it"
+        )
+    return None
+
+
+def after_reading(
+    host_id: str, before: PowerAtRest | None, power_state: str, last_reset: datetime | None, now: datetime
+) -> tuple[PowerAtRest, str | None]:
+    """The new memory of the host's power after a reading at rest, and the change to tell (if any)."""
+    words = unplanned_at_rest(host_id, before, power_state, last_reset, now)
+    kept = before.unplanned if before is not None else ""
+    now_known = PowerAtRest(power_state=power_state, last_reset_time=last_reset, read_at=now)
+    return now_known.model_copy(update={"unplanned": words or kept}), words
+
+
+def forget_baseline(power: PowerAtRest | None) -> PowerAtRest | None:
+    """After an operation of ours: the next reading is a new baseline (the last unplanned change
+    is still shown)."""
+    return None if power is None else power.model_copy(update={"power_state": "", "read_at": None})

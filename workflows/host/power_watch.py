@@ -1,0 +1,88 @@
+"""The entity's power watch: a bounded read of the host's power at rest, the base of `HostWorkflow`
+(`workflow.py`), split from its runbook by role; the decisions are `power_rest.py`'s.
+
+Every `HostWorkflowInput.power_watch_seconds` (0: no watch; `METALFLOW_POWER_WATCH_SECONDS` for
+the entities metalflow's clients start, `contracts/host_entity.py`), while no operation runs and
+the host is not in maintenance, the entity resolves the host's BMC and reads its power
+(`read_power_state`). A change since the last reading that no operation of ours explains (Off at
+rest, On at rest, a reset) is recorded in the entity's state (`status().unplanned_power`), the
+memo entry `unplanned_power` and an `UnplannedPower` Warning Event on the host's DPUNode. A
+read that fails is logged and skipped; it never fails the entity.
+
+Cost per host per day, at the default 900 s: 96 readings, each one BMC read (a session, the
+Systems collection and the System: 4-5 HTTP requests, `drivers/redfish/power.py` `read_power`)
+and one inventory lookup (the site file, no BMC request); in history about 11 events each (a
+timer, two activities, their workflow tasks), ~1,000 a day, so the entity continues-as-new about
+every 10 days at the default `max_history_events`. During an operation: nothing (the operation's
+own reads notice another actor: `workflows/host_reboot/power_steps.py`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from contracts import activity_api
+    from contracts.models.host import HostWorkflowInput
+    from contracts.models.inventory import HostInventory, HostLookup
+    from contracts.models.redfish import ReadPowerStateInput, SystemPower
+    from workflows import kernel
+    from workflows.host.power_rest import after_reading
+    from workflows.host.state import HostEntityState
+
+UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
+MEMO_KEY = "unplanned_power"
+
+
+class PowerWatch(kernel.Runbook):
+    """The power watch of a host's entity (module docstring). The workflow sets `state`, `_input`
+    and `_reading_power` in its `__init__`."""
+
+    state: HostEntityState
+    _input: HostWorkflowInput
+    _reading_power: bool
+
+    async def _watch_power(self) -> None:
+        """For the whole run: a reading every `power_watch_seconds` while at rest."""
+        every = self._input.power_watch_seconds
+        if every <= 0:
+            return
+        while True:
+            await workflow.sleep(timedelta(seconds=every), summary="power watch: next reading at rest")
+            if self.state.current is not None or self.state.maintenance is not None:
+                continue
+            self._reading_power = True
+            try:
+                await self._read_power_at_rest()
+            finally:
+                self._reading_power = False
+
+    async def _read_power_at_rest(self) -> None:
+        host = self.state.host_id
+        try:
+            inventory: HostInventory = await self.call(
+                activity_api.resolve_host_inventory,
+                HostLookup(host_id=host),
+                kernel.options(kernel.INVENTORY, f"resolve {host} (power watch)"),
+                abortable=False,
+            )
+            power: SystemPower = await self.call(
+                activity_api.read_power_state,
+                ReadPowerStateInput(bmc=inventory.bmc),
+                kernel.options(kernel.BMC_READ, f"read the power of {host} at rest"),
+                abortable=False,
+            )
+        except ActivityError as err:
+            workflow.logger.warning("power of %s not read at rest: %s", host, kernel.describe_failure(err))
+            return
+        if self.state.current is not None:
+            return  # an operation started meanwhile: the power is its own now
+        self.state.power, words = after_reading(
+            host, self.state.power, power.power_state, power.last_reset_time, workflow.now()
+        )
+        if words:
+            workflow.upsert_memo({MEMO_KEY: words})
+            kernel.report(UNPLANNED_POWER, words)

@@ -1,0 +1,143 @@
+"""How a reboot drives the host's power under its BMC lease: the base of `HostRebootWorkflow`
+(`workflow.py`), split from its runbook by role.
+
+- `_force_off_then_on` (a re-issued reboot, `force_off`): ForceOff, the power-down wait on a
+  durable timer (a stop cuts it), On.
+- `_cycle_once`: `power_cycle_host`, a long power-down wait handed back at Off and waited on a
+  durable timer, then the activity again to send On.
+- `_taken_over`: another actor turned the host On after our ForceOff took it Off (within
+  `set_power`'s settle, during the wait, or found by the resumed cycle): the one decision of
+  `failure.decide_on_power_taken_over` (the Off-On is the cycle; nothing more sent, never a
+  ForceOff again), said in the details, the result (`unplanned_power`) and an `UnplannedPower`
+  Warning Event (`kernel.report`). Cost: no BMC request beyond the steps' own (the settle's
+  reads, the On's read that found the host On, the resumed cycle's first read).
+
+The workflow sets every attribute declared here in its `__init__`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from contracts import activity_api
+    from contracts.models.host import HostRebootInput
+    from contracts.models.inventory import HostInventory
+    from contracts.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+    from workflows import kernel
+    from workflows.host_reboot.failure import UNPLANNED_POWER, decide_on_power_taken_over, owed_since
+    from workflows.parts.host_power import PowerCustody
+    from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
+
+Power = tuple[str, tuple[str, ...]]  # how the host was cycled, and the resets sent
+
+
+class PowerSteps(kernel.Abortable):
+    """The power steps of a reboot (module docstring)."""
+
+    _request: HostRebootInput
+    _power: PowerCustody
+    _stopping: bool
+    _cycle_activity: asyncio.Future[PowerCycleResult] | None
+    _already_done: bool
+    _stop_sent_on: bool
+    _handed_back: bool
+    _unplanned: str
+
+    async def _force_off_then_on(self, inventory: HostInventory) -> Power:
+        self._power.turned_off(f"ForceOff of its reboot to generation {self._request.boot_generation}")
+        off = await self._set_power(inventory, "ForceOff", report_reversal=True)
+        sent = () if off.sent is None else (off.sent,)
+        if off.reversed_to is not None:  # Off, then On again within the settle: not by us
+            return self._taken_over(
+                f"{off.reversed_to} seconds after our ForceOff took it Off", "ForceOff", sent
+            )
+        seconds = self._request.policy.power_down_wait_seconds
+        if seconds > 0 and not self._stopping:  # a durable timer, cut short by a stop
+            await self.wait(
+                lambda: self._stopping,
+                timeout=seconds,
+                timeout_summary=f"power-down wait: {self._request.host_id} stays off before On",
+                abortable=False,  # a stop cuts it (`_stopping`), and On follows: never left off
+            )
+        on = await self._set_power(inventory, "On")
+        self._power.seen_on()
+        if on.sent is None and not self._stopping:  # it held On already: someone else's On
+            return self._taken_over("On before our On, during the power-down wait", "ForceOff", sent)
+        return "ForceOff+On", tuple(r.sent for r in (off, on) if r.sent is not None)
+
+    async def _cycle_once(self, inventory: HostInventory) -> Power:
+        """`power_cycle_host`; a power-down wait longer than `POWER_DOWN_HAND_BACK_SECONDS`
+        is handed back at Off and waited here on a durable timer (a stop cuts it), then the
+        activity is called again from where it left off to send On."""
+        request = self._request
+        wait = request.policy.power_down_wait_seconds
+        cycle_input = PowerCycleInput(
+            bmc=inventory.bmc,
+            boot_generation=request.boot_generation,
+            requested_at=owed_since(request, workflow.info().start_time),
+            power_down_wait_seconds=wait,
+            hand_back_wait_over_seconds=POWER_DOWN_HAND_BACK_SECONDS,
+            warm=request.warm,
+        )
+        summary = f"power cycle {request.host_id} to generation {request.boot_generation}"
+        cut = ""  # what the result's method says of a wait a stop cut short
+        while True:
+            # Its own handle, not `self.call`: a stop cancels it only once the host is Off
+            # (`_stop_cycle`), and must know it stopped before On.
+            self._cycle_activity = kernel.start_cancellable(
+                activity_api.power_cycle_host,
+                cycle_input,
+                kernel.options(power_cycle_options(wait), summary),
+            )
+            cycle: PowerCycleResult = await self._cycle_activity
+            self._cycle_activity = None
+            if cycle.wait_left_seconds <= 0 or cycle.progress is None:
+                self._already_done = cycle.already_done
+                if cycle.turned_on_by_other:
+                    seen = "On before our On, during the power-down wait"
+                    return self._taken_over(seen, cycle.method, cycle.reset_types)
+                return f"{cycle.method}{cut}", cycle.reset_types
+            if self._stop_sent_on:  # a stop saw the host Off and sent On itself
+                raise asyncio.CancelledError
+            self._handed_back = True
+            left = cycle.wait_left_seconds
+            self.show(f"power-down wait: {request.host_id} is Off, On in {left:.0f} s (a durable timer)")
+            if not self._stopping:  # cut short by a stop
+                await self.wait(
+                    lambda: self._stopping,
+                    timeout=left,
+                    timeout_summary=f"power-down wait: {request.host_id} stays off before On",
+                    abortable=False,
+                )
+            if self._stopping:
+                cut = ", cut short: On sent at once"
+            # On now: the timer (or a stop) covered the wait; `off_reached` is in the history.
+            cycle_input = cycle_input.model_copy(
+                update={"resume": cycle.progress, "power_down_wait_seconds": 0.0,
+                        "hand_back_wait_over_seconds": None}
+            )  # fmt: skip
+            summary = f"power {request.host_id} back on (generation {request.boot_generation})"
+
+    def _taken_over(self, seen: str, method: str, sent: tuple[str, ...]) -> Power:
+        """Another actor turned the host On after our ForceOff took it Off (`seen`: when): the one
+        decision (module docstring); the reboot then ends as done, nothing more sent."""
+        self._power.seen_on()
+        request = self._request
+        self._unplanned = decide_on_power_taken_over(request.host_id, request.boot_generation, seen)
+        self.show(self._unplanned)
+        kernel.report(UNPLANNED_POWER, self._unplanned)
+        return f"{method}, On by another actor", sent
+
+    async def _set_power(
+        self, inventory: HostInventory, reset_type: str, *, report_reversal: bool = False
+    ) -> SetPowerResult:
+        """One `set_power_state`, not abortable: a stop never leaves a ForceOff without its On."""
+        return await self.call(
+            activity_api.set_power_state,
+            SetPowerInput(bmc=inventory.bmc, reset_type=reset_type, report_reversal=report_reversal),
+            kernel.options(kernel.BMC_READ, f"{reset_type} {self._request.host_id}"),
+            abortable=False,
+        )
