@@ -26,10 +26,10 @@ from temporalio.testing import WorkflowEnvironment
 from metalflow.hosts import operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
-# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, 17 and 22): a reboot is ForceOff,
+# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, 17, 22 and 27): a reboot is ForceOff,
 # then On. One host per reboot test: each test starts from an entity of its own.
 REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
-FIRMWARE_ABORTED = "off-022"
+FIRMWARE_ABORTED, REPROVISION_HOST = "off-022", "off-027"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
@@ -37,7 +37,7 @@ IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=22, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+        tmp_path_factory.mktemp("sim"), "off", hosts=27, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -295,3 +295,37 @@ async def _power_on_by_hand(sim: RunningSim, host_id: str) -> None:
     async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
         system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
         await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": "On"})
+
+
+async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_rebooted_only_retry(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """An attack found it: the reprovision's reboot left the host OFF (the password rotated after
+    its ForceOff) and the reprovision, waiting for a person, took `host-rebooted`, told DPF the
+    host was rebooted and completed with the host off. Now it offers `retry` only (the reboot
+    again, which powers it on), refuses `host-rebooted`, and ends with the host on."""
+    host = REPROVISION_HOST
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reprovision", host, "--power-down-wait", "1", "--by", "alice@test",
+                "--task-queue", task_queue,
+            )  # fmt: skip
+            assert started.status == 0, started.stdout + started.stderr
+            words = (await _until(local_env, host, _handed_over, "said the host is OFF", seconds=60))["words"]
+            assert words.startswith("manual-intervention-required: "), words
+            assert f"`metalflow host retry {host}`" in words and "mark_rebooted" not in words, words
+            said = await metalflow(local_env, "host-rebooted", host, "--by", "carol@test")
+            assert said.status != 0, said.stdout + said.stderr  # the host is off: no reboot to confirm
+            assert _power(sim, host)[-1][0] == "Off"
+            _fault(sim, host, "clear")
+            retried = await metalflow(
+                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert retried.status == 0, retried.stdout + retried.stderr
+            shown = await _until(local_env, host, _ended, "ended the reprovision", seconds=60)
+        assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
+        assert _power(sim, host)[-1][0] == "On"
+    finally:
+        _fault(sim, host, "clear")

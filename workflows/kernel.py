@@ -466,7 +466,7 @@ class Runbook:
         phase it is asked in, for the refusal's words)."""
         if self.awaits(kind):
             return
-        if asked_in is not None:
+        if asked_in is not None and self.phase != asked_in:
             raise ValueError(f"`{kind}` is only accepted in {asked_in} (now: {self.phase})")
         waiting = f"; it waits for: {self.details}" if self.details else ""
         raise ValueError(f"`{kind}` is not awaited now (phase {self.phase}{waiting})")

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host_operation.state import HostOperationState
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.dpf_watch import DPFWatch
+    from workflows.parts.host_power import HOST_IS_OFF
     from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds, bmc_refusal
 
 ArgT = TypeVar("ArgT")
@@ -191,6 +192,16 @@ class RebootRound(kernel.Runbook):
                 return
             refused = generation
             # The BMC could not reboot it: a person decides, told why (no reboot happened by us).
+            # A host the reboot left OFF is no rebooted host: `retry` (the reboot again, which
+            # powers it on) is the only answer, so a `mark_rebooted` cannot end the run with the
+            # host off (issue 40: never a host found off after the run says it is done).
+            if HOST_IS_OFF in why:
+                decision, _ = await self._intervene(
+                    f"{why}; `metalflow host retry {self.host.host_id}` once the BMC is fixed reboots "
+                    "it (powers it on), or `abort`",
+                    ("retry",),
+                )
+                continue
             decision, _ = await self._intervene(
                 f"{why}; `retry` once the BMC is fixed, `mark_rebooted` once {self.host.host_id} "
                 "was rebooted by hand"
@@ -225,9 +236,11 @@ class RebootRound(kernel.Runbook):
         self._watch.restart(self.state.after_acknowledgement(self.dpf))  # DPF's next word, read afresh
 
     # -- the tools the runbook shares --------------------------------------------------------------
-    async def _intervene(self, reason: str) -> tuple[str, OperatorRequest]:
+    async def _intervene(
+        self, reason: str, answers: tuple[str, ...] = OPERATOR_ANSWERS
+    ) -> tuple[str, OperatorRequest]:
         """Manual intervention: wait for `retry` or `mark_rebooted` (or `abort`, which raises)."""
-        return await self.await_decision(MANUAL_INTERVENTION_REQUIRED, reason, OPERATOR_ANSWERS)
+        return await self.await_decision(MANUAL_INTERVENTION_REQUIRED, reason, answers)
 
     async def _call_kube(
         self,
