@@ -26,6 +26,7 @@ import yaml
 from bmc_lease_support import HOSTS, lease_of, lease_status, one_slot_held
 from host_operation_support import (
     FAST_POLICY,
+    aborted_run,
     eventually,
     power_cycles,
     save_history,
@@ -142,8 +143,9 @@ async def test_an_abort_while_the_dpu_boots_powers_the_host_back_on(
             )
             handle = reset_of(client, "host-001")
 
-            async def booting() -> bool:
-                return dpu_bmc(sim, DPU0)["nic_resets"] == 1
+            async def booting() -> bool:  # the reset taken (not only sent: then it is not done yet)
+                status = await handle.query("status", result_type=HostResetStatus)
+                return dpu_bmc(sim, DPU0)["nic_resets"] == 1 and status.phase == "waiting-for-dpu-os"
 
             await eventually(booting, what="the DPU reset while the host is off")
             await handle.execute_update(
@@ -151,11 +153,8 @@ async def test_an_abort_while_the_dpu_boots_powers_the_host_back_on(
                 OperatorRequest(requested_by="alice", reason="enough"),
                 result_type=OperatorAnswer,
             )
-            with pytest.raises(WorkflowFailureError) as failure:
-                await handle.result()
-        cause = failure.value.cause
-        assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted"
-        assert cause.message.endswith(f"Done: {DPU0}: PowerCycle; the host is on"), cause.message  # issue 40
+            aborted = await aborted_run(handle)
+        assert aborted.endswith(f"Done: {DPU0}: PowerCycle; the host is on"), aborted  # issue 40
         log = [(e["to"], e["reset_type"]) for e in sim.power_log("host-001")]
         assert log == [("Off", "ForceOff"), ("On", "On")]  # never left off
 
@@ -346,8 +345,7 @@ async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_give
                 result_type=OperatorAnswer,
             )
             assert answer.accepted, answer
-            with pytest.raises(WorkflowFailureError) as failure:
-                await asyncio.wait_for(handle.result(), 60)
+            aborted = await aborted_run(handle)
             await save_history(handle, "host_reset_lease_queue_abort")
             after = await wait_for_query(
                 lambda: lease_status(held.lease),
@@ -360,7 +358,5 @@ async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_give
         log = sim.power_log(host)
         dpu = dpu_bmc(sim, f"{host}-dpu-0")
 
-    cause = failure.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "OperationAborted", cause
-    assert "nothing was sent to the BMC" in cause.message
+    assert "nothing was sent to the BMC" in aborted, aborted
     assert log == [] and dpu["resets"] == {}  # nothing sent, to the host's BMC or the DPU's
