@@ -201,7 +201,11 @@ def _recorded(status: HostStatus | None, flight: InFlight) -> str | None:
 async def _closed_outcome(handle: WorkflowHandle[Any, Any], status: WorkflowExecutionStatus | None) -> str:
     """An operation's outcome from its closed workflow, in the entity's words."""
     if status == WorkflowExecutionStatus.COMPLETED:
-        return "completed"
+        # An operator's abort completes the operation, its result saying who and why (as the
+        # entity records it: `workflows/host/outcome.py`).
+        result = await handle.result(follow_runs=False)
+        aborted = result.get("aborted") if isinstance(result, dict) else None
+        return aborted_outcome(aborted) if aborted else "completed"
     if status == WorkflowExecutionStatus.CANCELED:
         return "aborted"
     if status == WorkflowExecutionStatus.TERMINATED:
@@ -209,7 +213,7 @@ async def _closed_outcome(handle: WorkflowHandle[Any, Any], status: WorkflowExec
     try:
         await handle.result(follow_runs=False)
     except WorkflowFailureError as err:
-        # An operation an operator aborted: as the entity records it.
+        # An operation an operator aborted (a run of older code failed so): as the entity records it.
         if isinstance(err.cause, ApplicationError) and matches(err.cause, OperationAborted):
             return aborted_outcome(err.cause.message)
         cause: BaseException = err

@@ -36,8 +36,10 @@ watch hands over at a graceful worker shutdown), `WatcherStopped` (its workflow 
 
 Workflow errors (`WorkflowError`: a run ends with one; never retried):
 
-- `OperationAborted`: an operator's `abort` ended the run; its details may carry
-  `{"boot_generation": n}` when the host was power-cycled before it stopped.
+- `OperationAborted`: an operator's `abort` stops the run. It is raised inside the run (its waits
+  and calls, `workflows/kernel.py`); a host operation's run then completes, its result's
+  `aborted` saying who and why (`kernel.Runbook.aborted_result`); a run of older code failed
+  with it, its details carrying `{"boot_generation": n}` when the host had been power-cycled.
 - `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`, `DPUsRemoved`,
   `ReasonNoLongerHolds`, `InMaintenance`: the host entity refused a request (another operation
   runs; the instance does not allow it; nothing to approve; `withdraw` came after the start; a

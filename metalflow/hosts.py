@@ -35,7 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
 from contracts import host_entity, names, workflow_api
-from contracts.errors import abort_in_words, cause_in_words
+from contracts.errors import abort_in_words, abort_words, cause_in_words
 from contracts.host_entity import EntityRefused, HostEntityClient
 from contracts.host_requests import ENTITY_REQUESTS
 from contracts.models.control import STATUS_QUERY
@@ -409,6 +409,8 @@ async def follow_operation(
         return (ABORTED, aborted) if aborted is not None else (FAILED, failure_reason(err))
     finally:
         result.cancel()
+    if isinstance(outcome, dict) and outcome.get("aborted"):  # an abort completes the run
+        return ABORTED, abort_words(str(outcome["aborted"]))
     summary = _summary(outcome)
     # A DPU's Error the operation cured by reprovisioning it passes between two polls: the
     # ended run's status still counts it, so the summary says it.

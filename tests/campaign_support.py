@@ -125,10 +125,9 @@ class GatedOperation:
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
         await workflow.wait_condition(lambda: self._finish)
-        if self._aborted_by:
-            raise ApplicationError(
-                f"aborted by {self._aborted_by}", type="OperationAborted", non_retryable=True
-            )
+        if self._aborted_by:  # as the product's: an abort completes the run, its result says so
+            aborted = operation_result(request, request.boot_generation)
+            return aborted.model_copy(update={"aborted": f"aborted by {self._aborted_by}"})
         return operation_result(request, request.boot_generation + 1)
 
     @workflow.signal

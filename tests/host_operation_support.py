@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 from sim_support import RunningSim
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from contracts import names
 from contracts.models.control import STATUS_QUERY
@@ -135,6 +135,18 @@ async def wait_for_phase(
 ) -> HostOperationStatus:
     """Wait until the operation's status reports `phase`."""
     return await wait_for_status(handle, lambda s: s.phase == phase, f"phase {phase}", timeout)
+
+
+async def aborted_run(handle: WorkflowHandle[Any, Any], timeout: float = 60) -> str:
+    """The words of a host operation an operator aborted (its result's `aborted`), after checking
+    that it ended as asked for, not as a failure: Temporal's status COMPLETED, its Phase `aborted`."""
+    result = await asyncio.wait_for(handle.result(), timeout)
+    described = await handle.describe()
+    assert described.status == WorkflowExecutionStatus.COMPLETED, described.status
+    assert described.typed_search_attributes.get(names.PHASE) == "aborted"
+    words = str(result["aborted"] if isinstance(result, dict) else result.aborted)
+    assert "aborted" in words, words
+    return words
 
 
 def power_cycles(log: list[dict[str, Any]]) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from cli_support import metalflow
 from dpf_activities_support import REBOOT, Api, annotation
-from host_operation_support import save_history, worker_for
+from host_operation_support import aborted_run, save_history, worker_for
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
@@ -97,6 +97,7 @@ async def test_abort_during_the_power_down_wait_of_a_reprovision_powers_the_host
     assert "aborting at the next safe point (rebooting-host)" in aborted.stdout, aborted.stdout
     entity = await until_idle(local_env, host)
     operation = local_env.client.get_workflow_handle(operation_id)
+    assert "aborted by" in await aborted_run(operation)  # Completed, Phase aborted: not Failed
     await save_history(operation, "host_operation_aborted_in_power_down_wait")
     reboot = names.host_reboot_workflow_id(host, entity["boot_generation"])
     await save_history(local_env.client.get_workflow_handle(reboot), "host_reboot_stopped_in_power_down_wait")
@@ -127,7 +128,9 @@ async def test_abort_during_the_power_down_wait_of_a_host_reboot_powers_the_host
 
     last = entity["recent"][-1]
     assert last["operation"] == "reboot", last
-    await save_history(local_env.client.get_workflow_handle(last["workflow_id"]), "host_reboot_aborted")
+    reboot = local_env.client.get_workflow_handle(last["workflow_id"])
+    assert "generation 1 reached" in await aborted_run(reboot)  # Completed, Phase aborted
+    await save_history(reboot, "host_reboot_aborted")
     assert "aborted by" in last["outcome"] and "generation 1 reached" in last["outcome"], last
     assert entity["boot_generation"] == 1  # the host was cycled: the entity counts it
     assert transitions(sim, host) == ["Off", "On"]

@@ -343,10 +343,15 @@ class Runbook:
 
     def aborted_result(self, err: BaseException) -> Any:
         """What a run an operator aborted returns (Temporal: Completed, its Phase `aborted`, the
-        result saying who aborted and why), so an intended abort is no Failed run in the UI nor
-        in an alert on failed workflows. None (the default): the run fails with its abort error,
-        as workflows whose callers read that error do (a host operation's entity and campaign)."""
+        result saying who aborted and why: `aborted_words`), so an intended abort is no Failed run
+        in the UI nor in an alert on failed workflows. None (the default): the run fails with its
+        abort error."""
         return None
+
+    def aborted_words(self) -> str:
+        """An aborted run's words for its result: who aborted, why, what it did and what it left,
+        as its final Phase says them (`end_early`: the abort's message, then `clean_up`'s words)."""
+        return self.details.strip()
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """The error a run that ended early raises instead of `err` (None: `err` itself): by

@@ -155,12 +155,11 @@ class OperationPolicy(_Frozen):
     # cluster-join secret expires), and how long before it the operation asks an operator.
     dpf_reboot_deadline_seconds: StepTimeout = 7200.0
     # After a reboot of ours, each DPU of the round whose agent ran must report a new
-    # `agentStatus.lastStartupTime` within this (v26; issue 36 point 4): DPF leaves `Rebooting`
-    # at the annotation's removal whether or not the host reset reached the DPU, then waits in
-    # `DPU Config` for a fresh agent start (`dpu_config.go` c=62099c8b l.56). 900 s: the Arm's
-    # boot (600 s, `HostResetInput.dpu_boot_timeout_seconds`, the bound metalflow's own DPU
-    # reset waits for `OsIsRunning`) and 300 s for the agent to start and write its time, the
-    # first operation of its run (agent `laststartuptime.go` c=0f647461; the margin is ours).
+    # `agentStatus.lastStartupTime` within this (v26; issue 36 point 4): DPF leaves `Rebooting` at
+    # the annotation's removal whether or not the host reset reached the DPU, then waits in `DPU
+    # Config` for a fresh agent start (`dpu_config.go` c=62099c8b l.56). 900 s: the Arm's boot
+    # (600 s, `HostResetInput.dpu_boot_timeout_seconds`, the bound of metalflow's DPU reset) and
+    # 300 s for the agent to start and write its time (`laststartuptime.go` c=0f647461; margin ours).
     agent_restart_wait_seconds: StepTimeout = 900.0
     escalate_before_deadline_seconds: StepTimeout = 1800.0
     # DPUs of one host in Error reprovisioned automatically, in all (per DPU: above).
@@ -223,7 +222,17 @@ class HostOperationStatus(_Frozen):
     unplanned_resets: tuple[str, ...] = ()
 
 
-class HostOperationResult(_Frozen):
+class OperationEnd(_Frozen):
+    """What the entity reads of an operation's result, whichever its workflow (each result is
+    one): the boot generation it reached (None: none, e.g. a removal's), and `aborted`, "aborted by
+    <who>: <why>..." with what it did and left when an operator aborted the run, which then
+    completed (Phase `aborted`); "" for a run that ended as planned."""
+
+    boot_generation: int | None = None
+    aborted: str = ""
+
+
+class HostOperationResult(OperationEnd):
     host_id: str
     operation: str
     dpu_ids: tuple[str, ...]
@@ -253,10 +262,10 @@ class HostRebootInput(_Frozen):
     escalate_bmc_failure: bool = False
 
 
-class HostRebootResult(_Frozen):
+class HostRebootResult(OperationEnd):
     host_id: str
-    boot_generation: int
-    method: str  # "bmc:<power cycle method>" or "manual"
+    boot_generation: int  # reached: its own, or the one before when aborted before the cycle
+    method: str  # "bmc:<power cycle method>" or "manual" ("" when aborted before any reboot)
     reset_types: tuple[str, ...] = ()
     confirmed_by: str | None = None  # who sent host_rebooted / mark_rebooted, for manual reboots
     finished_at: datetime
@@ -278,7 +287,7 @@ class FirmwareInput(_Frozen):
     policy: OperationPolicy = OperationPolicy()
 
 
-class FirmwareResult(_Frozen):
+class FirmwareResult(OperationEnd):
     host_id: str
     target_version: str
     staged: tuple[str, ...]  # DPUs this run staged the image on
@@ -360,7 +369,7 @@ class HostResetInput(_Frozen):
     dpu_boot_timeout_seconds: float = Field(default=600.0, gt=0, le=7200)  # DPU Arm back to its OS
 
 
-class HostResetResult(_Frozen):
+class HostResetResult(OperationEnd):
     host_id: str
     target: str
     resets: tuple[str, ...]  # what was done, in order, e.g. "host-001-dpu-0: PowerCycle"
@@ -450,13 +459,6 @@ class HostStatus(_Frozen):
     approval_expires_at: datetime | None = None
     maintenance: Maintenance | None = None  # None: not in maintenance
     unplanned_power: str = ""  # the last power change at rest metalflow did not cause ("" none)
-
-
-class OperationEnd(_Frozen):
-    """What the entity reads of an operation's result, whichever its workflow: the boot generation
-    it reached (None: a result without one, e.g. a removal's)."""
-
-    boot_generation: int | None = None
 
 
 EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contracts.models.host import OperationPolicy
+from contracts.models.host import OperationEnd, OperationPolicy
 from contracts.validation import ForceAfter, HostId
 
 
@@ -32,7 +32,7 @@ class RemovedObject(_Frozen):
     outcome: str  # deleted, finalizers removed, gone, deleting
 
 
-class HostRemovalResult(_Frozen):
+class HostRemovalResult(OperationEnd):
     host_id: str
     removed: tuple[str, ...]  # "DPUNode/node-h1", "DPUDevice/device-d1", "DPU/...": gone at the end
     actions: tuple[RemovedObject, ...]  # every change this run made, in order

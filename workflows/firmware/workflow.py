@@ -12,16 +12,17 @@ Runbook:
 5. One host power cycle: the child `HostRebootWorkflow` of the next boot generation.
 6. Wait for the host `On` and every DPU `Ready`; verify each DPU runs the target.
 
-Abort (update `abort`) is accepted until the power cycle starts: the run ends with
-`OperationAborted` and reboots nothing. Images already staged stay staged: harmless, they are
+Abort (update `abort`) is accepted until the power cycle starts: the run reboots nothing and
+completes (Phase `aborted`, an abort is asked for: no Failed run) with a result whose `aborted`
+says who, why and what is staged. Images already staged stay staged: harmless, they are
 the version asked for and become running at the host's next power cycle, whoever causes it (a
 later firmware run finds them `already_staged` and does not stage again). After the power cycle
 has started abort is refused: the cycle completes on its own (the child is abandoned, never
 cancelled halfway, so a host is never left Off; a reboot that could not power the host back on
 waits for a person, and `metalflow host retry|abort HOST` reach it: an abort's end says the host
-is OFF). Stages in flight at an abort or a cancel are cancelled and
-waited for (until their next heartbeat: at most a third of their 60 s heartbeat timeout), so
-the ended run shows no pending activity.
+is OFF, and this run completes `aborted` too). Stages in flight at an abort or a cancel are
+cancelled and waited for (until their next heartbeat: at most a third of their 60 s heartbeat
+timeout), so the ended run shows no pending activity.
 
 The power cycle is a `HostRebootWorkflow` child started through the reboot-rounds part the
 operations share (`workflows/parts/reboot_rounds.py`), abandoned rather than cancelled with this
@@ -90,7 +91,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_power import HOST_IS_OFF
-    from workflows.parts.reboot_rounds import ABANDON, RebootRounds
+    from workflows.parts.reboot_rounds import ABANDON, RebootRounds, reached_by_abort
 
 
 def worst_case_events(*, dpus: int, dpf_changes: int) -> int:
@@ -399,6 +400,21 @@ class FirmwareWorkflow(kernel.Abortable):
         if self._power_cycle_started:
             return "the power cycle has started: the firmware activates with it; abort is refused"
         return None
+
+    def aborted_result(self, err: BaseException) -> FirmwareResult:
+        """An operator's abort completes the run (Phase `aborted`): the result says who aborted,
+        why and what was staged; a reboot an operator aborted after it cycled the host counts."""
+        reached = reached_by_abort(err)
+        staged = tuple(sorted(d for d, p in self._dpus.items() if p.outcome == "staged"))
+        target = self._request.target_version
+        running = tuple(sorted(d for d, p in self._dpus.items() if p.running == target))
+        result = self._result(staged=staged, already_running=running, reboots=0 if reached is None else 1)
+        return result.model_copy(
+            update={
+                "boot_generation": self._request.boot_generation if reached is None else reached,
+                "aborted": self.aborted_words(),
+            }
+        )
 
     def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
         """The firmware's words: whose firmware update, who aborted it and why, in which phase;

@@ -1,8 +1,10 @@
 """How an operation's child ended, in the host entity's words (`workflows/host/workflow.py`).
 
 Temporal's errors are read here, so that the entity's state (`state.py`) stays free of Temporal:
-an operator's abort is not a failure, a terminated or cancelled child says so, and a failed
-operation's reboots still count (its failure's details carry the boot generation it reached).
+an operator's abort is not a failure (the child completes, its result's `aborted` saying who and
+why; a run of older code failed with `OperationAborted`), a terminated or cancelled child says
+so, and a failed operation's reboots still count (its failure's details carry the boot
+generation it reached).
 Pure functions; no Temporal commands.
 """
 
@@ -13,7 +15,14 @@ from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflo
 
 with workflow.unsafe.imports_passed_through():
     from contracts.errors import OperationAborted, cause_in_words
+    from contracts.models.host import OperationEnd
     from contracts.wording import aborted_outcome
+
+
+def ended_as(result: OperationEnd) -> str:
+    """How a child that completed ended, in the entity's words: `completed`, or, aborted by an
+    operator, `aborted by <who>: <why>...`."""
+    return aborted_outcome(result.aborted) if result.aborted else "completed"
 
 
 def outcome_of(err: ChildWorkflowError) -> str:

@@ -28,7 +28,8 @@ entity is terminated or reset by hand, a power cycle half done keeps going, and 
 still locks the host (a new entity's request for it is refused). A reboot (`host reboot`) is the
 exception: it is cancelled with the entity (REQUEST_CANCEL), and a cancelled reboot powers the
 host back on at once instead of waiting out its power-down wait, so a terminated entity never
-leaves a reboot behind holding the host's BMC. A campaign that asked is told the end (`host_finished`).
+leaves a reboot behind holding the host's BMC. A campaign that asked is told the end
+(`host_finished`); an operator's abort completes the child, recorded `aborted by ...` (`outcome.py`).
 
 The host's versions (memo entry `versions`, search attribute `BfbVersion`: `versions.py`) are
 read only when they can have changed, never a BMC for a value the entity knows
@@ -107,7 +108,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import kernel
     from workflows.host import versions as host_versions
-    from workflows.host.outcome import generation_reported, outcome_of
+    from workflows.host.outcome import ended_as, generation_reported, outcome_of
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
     from workflows.parts.reboot_rounds import start_next_reboot
@@ -451,15 +452,14 @@ class HostWorkflow(PowerWatch):
             result = await child
         except ChildWorkflowError as err:
             self.state.reached(generation_reported(err))  # a failed operation's reboots count too
-            self._finish(current, outcome_of(err))
-            # A failed operation may have changed versions too: read them as after any other.
-            self.state.versions_after(current, outcome_of(err))
-            await self._notify_campaign(current, outcome_of(err))
-            return
-        self.state.reached(result.boot_generation)
-        self._finish(current, "completed")
-        self.state.versions_after(current, "completed")
-        await self._notify_campaign(current, "completed")
+            outcome = outcome_of(err)
+        else:
+            self.state.reached(result.boot_generation)
+            outcome = ended_as(result)  # `completed`, or an operator's abort: `aborted by ...`
+        self._finish(current, outcome)
+        # A failed or aborted operation may have changed versions too: read them as after any other.
+        self.state.versions_after(current, outcome)
+        await self._notify_campaign(current, outcome)
 
     async def _notify_campaign(self, current: PendingOperation, outcome: str) -> None:
         """Tell the campaign that asked for this operation how it ended (`host_finished`); a

@@ -25,8 +25,9 @@ The rules, all from `OperationPolicy`:
 - Manual intervention: Phase `manual-intervention-required`, the reason in the current details
   and the status query, and a wait (no time limit) for an update: `retry` (start the wait over,
   with the retries counted afresh), `mark_rebooted` (the host was rebooted: remove the
-  annotation), `abort` (clean up, fail with `OperationAborted`). `abort` is accepted at any time
-  and acted on at the next wait.
+  annotation), `abort` (clean up, then complete with Phase `aborted` and a result whose
+  `aborted` says who, why and what was left: an abort is asked for, no Failed run). `abort` is
+  accepted at any time and acted on at the next wait.
 - A Kubernetes call (`_call_kube`, `kube_calls.py`) that has not succeeded within
   `kube_call_timeout_seconds` (its retries included) -> manual intervention naming the call and
   its last error; `retry` (or `mark_rebooted`) calls it again. An `abort` while the call is
@@ -55,8 +56,8 @@ run knows and what it decides from it (the Error budgets, the reboot-loop refusa
 deadline, the reboot's method and counts, resets nobody of ours made, the status) is
 `HostOperationState` in `state.py`; the reboots go through the reboot-rounds part the operations
 share (`workflows/parts/reboot_rounds.py`). Every early end goes through the kernel's
-`to_the_end`: what a failure or abort leaves behind is `_clean_up`'s, and the error raised
-carries the generation reached (`ending_error`), which the entity counts.
+`to_the_end`: what a failure or abort leaves behind is `_clean_up`'s; a failure's error carries
+the generation reached (`ending_error`), an abort's result has it, and the entity counts it.
 
 Cost per host and worst-case history: no activity slot while waiting (the site watch signals
 each change; one short read joins it, again after each acknowledged reboot), no timers while
@@ -196,6 +197,11 @@ class HostOperationWorkflow(RebootRound):
             except Exception as ack_err:  # noqa: BLE001 - best effort: the failure below is the news
                 workflow.logger.warning("could not acknowledge the reboot during cleanup: %s", ack_err)
         return self.state.left_behind()
+
+    def aborted_result(self, err: BaseException) -> HostOperationResult:
+        """An operator's abort completes the run (Phase `aborted`): the result says who aborted,
+        why and what the run left, and the generation reached, which the entity counts."""
+        return self.state.result(workflow.now()).model_copy(update={"aborted": self.aborted_words()})
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """The error ended with (ours, an abort's included, or an activity's or child's, in words:

@@ -4,8 +4,7 @@ Runbook:
 1. Method `bmc`: power-cycle through the host's BMC. `power_cycle_host` cycles exactly once per
    generation across retries (PowerCycle where the BMC can prove it, else ForceOff then On);
    `force_off` (a re-issued reboot) sends ForceOff, waits `power_down_wait_seconds` on a durable
-   timer, then On.
-   `warm` (DPF asked for a method lesser than PowerCycle) asks `power_cycle_host` for a warm
+   timer, then On. `warm` (DPF asked for a method lesser than PowerCycle) asks for a warm
    ForceRestart where the BMC can prove it; `owed_since` (when DPF asked) makes a reset someone
    else made since then count as this reboot (`already_done`: nothing sent).
 2. Method `manual`, or the BMC path failed for good (unreachable after the activity's retries,
@@ -23,13 +22,13 @@ twice for one generation reboots once.
 
 Stopping (a cancel, e.g. the operation's abort or its parent closing; or this workflow's own
 update `abort`): never leaves the host off, never waits out `power_down_wait_seconds` either.
-During the power-down wait of ForceOff / wait / On the wait is cut and On sent at once; during
-`power_cycle_host` the BMC is read (every `STOP_POLL_SECONDS`) until the host is seen Off, then
-the activity is cancelled (and awaited) and On sent; a cycle that ends first simply ends. A
-manual wait just ends. Still queued for the BMC's lease, the place is given back and nothing is
-sent. Cancelled, it completes with its result when the host was cycled (the canceller must know);
-aborted, it fails with `OperationAborted` whose details carry the generation reached when the
-host was cycled; a cancel that stopped it before the BMC was touched ends it cancelled.
+The power-down wait is cut and On sent at once; during `power_cycle_host` the BMC is read (every
+`STOP_POLL_SECONDS`) until the host is seen Off, then the activity is cancelled (and awaited) and
+On sent; a cycle that ends first simply ends. A manual wait just ends. Queued for the BMC's
+lease, the place is given back and nothing is sent. Cancelled, it completes with its result when
+the host was cycled (the canceller must know), else ends cancelled. Aborted, it completes (Phase
+`aborted`: asked for, no Failed run), its result's `aborted` saying who, why and whether the
+host was cycled, `boot_generation` the generation reached.
 
 The BMC path holds a slot of the BMC's fleet-wide lease (`workflows/bmc_lease/workflow.py`) around
 the cycle. One activity, `lease_host_bmc` (`BMCLeaseHolder.ask_for_host`, as a reset), reads the
@@ -41,10 +40,9 @@ whether the generation was reached, and a host left OFF.
 
 Cost: one activity slot during the cycle, none while queued or waiting for a person. The history
 is small and bounded: the step, the cycle (one activity; a power-down wait past
-`POWER_DOWN_HAND_BACK_SECONDS`, `options.py`, adds its durable timer and a second
-`power_cycle_host`), the lease's release on a shared BMC; a stop adds at most `STOP_POLLS` x (one
-power read + one timer), then a cancellation and an On. Measured figures: bench/README.md,
-"workflows/host_reboot/workflow.py".
+`POWER_DOWN_HAND_BACK_SECONDS` adds its durable timer and a second `power_cycle_host`), the
+lease's release on a shared BMC; a stop adds at most `STOP_POLLS` x (one power read + one timer),
+then a cancellation and an On. Measured: bench/README.md, "workflows/host_reboot/workflow.py".
 """
 
 from __future__ import annotations
@@ -114,7 +112,7 @@ class HostRebootWorkflow(PowerSteps):
         self._already_done = False  # the BMC showed a reset since the reboot became owed
         self._stop_sent_on = False  # `_stop_cycle` took over: the cycle must not send On too
         self._handed_back = False  # the cycle's activity returned at Off: the cycle sends On itself
-        self._cycled = False  # the host was power-cycled for this generation
+        self._cycled: HostRebootResult | None = None  # the host was power-cycled for this generation
         # The host is off by this run's hand (a cycle that failed after ForceOff): powered on, or
         # handed to a person told it is OFF, before the run ends (`workflows/parts/host_power.py`).
         self._power = PowerCustody(host_id=request.host_id)
@@ -158,7 +156,15 @@ class HostRebootWorkflow(PowerSteps):
 
     async def _rebooted(self, method: str, resets: tuple[str, ...]) -> HostRebootResult:
         request = self._request
-        self._cycled = True
+        self._cycled = HostRebootResult(
+            host_id=request.host_id,
+            boot_generation=request.boot_generation,
+            method=f"bmc:{method}",
+            reset_types=resets,
+            finished_at=workflow.now(),
+            already_done=self._already_done,
+            unplanned_power=self._unplanned,
+        )
         if not self._already_done:  # the BMC took the cycle: the worker's `PowerCycleIssued` Event
             kernel.report(
                 POWER_CYCLED,
@@ -168,15 +174,7 @@ class HostRebootWorkflow(PowerSteps):
         if self.aborting:
             raise self.aborted()
         await self.finish(REBOOTED, f"generation {request.boot_generation} by {method}")
-        return HostRebootResult(
-            host_id=request.host_id,
-            boot_generation=request.boot_generation,
-            method=f"bmc:{method}",
-            reset_types=resets,
-            finished_at=workflow.now(),
-            already_done=self._already_done,
-            unplanned_power=self._unplanned,
-        )
+        return self._cycled.model_copy(update={"finished_at": workflow.now()})
 
     async def _clean_up(self, err: BaseException) -> str:
         """What an early end leaves: the cycle was stopped already (never left off, never cut
@@ -280,13 +278,24 @@ class HostRebootWorkflow(PowerSteps):
             what = "a power cycle in flight is cut short and the host powered back on if we turned it off"
         return f"aborting ({self.phase}: {self.details}): {what}"
 
+    def aborted_result(self, err: BaseException) -> HostRebootResult:
+        """An abort completes the run (Phase `aborted`): who, why, whether the host was cycled;
+        `boot_generation` is the one reached (this one when cycled, else the one before)."""
+        request = self._request
+        reached = self._cycled or HostRebootResult(
+            host_id=request.host_id,
+            boot_generation=request.boot_generation - 1,
+            method="",
+            finished_at=workflow.now(),
+        )
+        return reached.model_copy(update={"finished_at": workflow.now(), "aborted": self.aborted_words()})
+
     def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
-        """The abort's error says whether the host was cycled; when it was, its details carry the
-        generation reached (the caller counts that reboot)."""
+        """The abort's words say whether the host was cycled (the result has the generation)."""
         generation = self._request.boot_generation
         if self._cycled:
             done = f"the host was power-cycled (generation {generation} reached)"
-            return super().aborted(outcome or done, {"boot_generation": generation}, *details)
+            return super().aborted(outcome or done, *details)
         if self._power.is_off:
             return super().aborted(outcome or self._power.left(), *details)
         return super().aborted(outcome or "the host was not rebooted by metalflow", *details)
@@ -308,7 +317,7 @@ class HostRebootWorkflow(PowerSteps):
             # The reboot happens anyway (the cancel came too late to stop it): report it done, so
             # the operation that cancelled it still tells DPF the host was rebooted. A cycle that
             # fails now goes to the manual reboot wait, as it would uncancelled: the host may be off.
-            if await self._withdrew_from_lease_queue(cycle):
+            if await self._leases.withdraw(cycle):
                 raise  # queued for the BMC's lease: nothing was sent, not rebooted
             return await self._stop_cycle(inventory, cycle)
         except OperationAborted:
@@ -316,22 +325,10 @@ class HostRebootWorkflow(PowerSteps):
             # whether the host was cycled.
             if cycle.done():
                 return await cycle  # it ended as the abort came
-            if await self._withdrew_from_lease_queue(cycle):
+            if await self._leases.withdraw(cycle):
                 raise  # queued for the BMC's lease: nothing was sent
             return await self._stop_cycle(inventory, cycle)
         return await cycle
-
-    async def _withdrew_from_lease_queue(self, cycle: Cycle) -> bool:
-        """A stop while the cycle still waits for its BMC lease: nothing was sent to the BMC, so
-        the reboot is not done at all."""
-        if not self._leases.queued:
-            return False
-        cycle.cancel()  # `BMCLeaseHolder.hold` gives the queued place back, then ends cancelled
-        try:
-            await cycle
-        except asyncio.CancelledError:
-            return True
-        return False  # unreachable: a queued cycle can only end by the cancel
 
     async def _stop_cycle(self, inventory: HostInventory, cycle: Cycle) -> tuple[str, tuple[str, ...]]:
         """Bring a cycle in flight to its end now: the host ends On, having been cycled once."""

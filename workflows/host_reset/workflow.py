@@ -70,7 +70,8 @@ that may have turned the host off powers it on again before it gives its slot ba
 ends (an On of a host that is On is skipped); a DPU reset already sent is not undone (it is a
 reset). A `--host` reboot in flight is stopped, which powers the host back on first. Every early
 end goes through the kernel's `to_the_end`: the final phase says what was done and whether the
-host is on.
+host is on. An abort completes the run (Phase `aborted`: it was asked for, no Failed run) with a
+result whose `aborted` says who, why and what was done.
 
 Cost per run: one activity per DPU to read its System (the reset types it takes), one per DPU
 reset and one per wait for its OS; the host's off and on
@@ -158,6 +159,7 @@ class HostResetWorkflow(kernel.Abortable):
         self._power = PowerCustody(host_id=request.host_id)
         self._inventory: HostInventory | None = None
         self._generation = request.boot_generation
+        self._reached = request.boot_generation  # the generation a reboot of this run reached
         self._leases = BMCLeaseHolder()
         self._reboots = RebootRounds(self)
 
@@ -398,6 +400,7 @@ class HostResetWorkflow(kernel.Abortable):
 
     def _rebooted(self, reboot: RebootOutcome) -> str:
         result = reboot.result
+        self._reached = max(self._reached, reboot.generation)
         return f"host {self._request.host_id}: generation {result.boot_generation} by {result.method}"
 
     async def _power_on(self, *, then: str, person: bool = True) -> None:
@@ -445,6 +448,18 @@ class HostResetWorkflow(kernel.Abortable):
             left = f"the host {self._request.host_id} {HOST_IS_OFF}: its reboot could not power it back on"
         done = "; ".join(self._resets) or "nothing was reset"
         return f"Done: {done}; {left}"
+
+    def aborted_result(self, err: BaseException) -> HostResetResult:
+        """An operator's abort completes the run (Phase `aborted`): the result says who aborted,
+        why and what the reset had done (`_clean_up`'s words), and the generation reached."""
+        return HostResetResult(
+            host_id=self._request.host_id,
+            target=self._request.target.value,
+            resets=tuple(self._resets),
+            boot_generation=self._reached,
+            finished_at=workflow.now(),
+            aborted=self.aborted_words(),
+        )
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """Every early end, its own errors and an abort's included, says what the reset had done

@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -186,6 +186,19 @@ class BMCLeaseHolder:
             yield lease
         finally:
             await self._release(lease, request_id)
+
+    async def withdraw(self, task: asyncio.Future[Any]) -> bool:
+        """A stop while `task` (a run's work under `hold`) still waits for its slot: it is
+        cancelled (`hold` gives the queued place back) and True, nothing was sent to the BMC;
+        False when not queued (the work is under way: the caller stops it its own way)."""
+        if not self.queued:
+            return False
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return True
+        return False  # unreachable: a queued task can only end by the cancel
 
     async def give_back(self, lease: RequestLeaseResult, holder: LeaseHolder) -> None:
         """Release a request sent but not used (the run stopped before `hold`): slot or place."""

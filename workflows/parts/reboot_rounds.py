@@ -18,10 +18,13 @@ host the same way, through `RebootRounds`; the host entity starts a `host reboot
   and waited for (a reboot cut short powers the host back on, then completes with its result),
   and the abort or cancel is raised; `stop` then returns what that reboot did. A reboot started
   `ABANDON` (firmware's: never stopped halfway) is left to finish on its own.
-- **Read** (`RebootOutcome`, `bmc_refusal`): the generation reached, whether it was a power
-  cycle of ours (the BMC's, not a person's, not a reset someone else made that the reboot took
-  as done), and a BMC that could not reboot the host: its words, for the caller's decision (a
-  host operation asks an operator; others fail with it).
+- **Read** (`RebootOutcome`, `bmc_refusal`, `reached_by_abort`): the generation reached, whether
+  it was a power cycle of ours (the BMC's, not a person's, not a reset someone else made that the
+  reboot took as done), and a BMC that could not reboot the host: its words, for the caller's
+  decision (a host operation asks an operator; others fail with it). A reboot an operator
+  aborted itself completes `aborted` (its result says who and why): `wait` raises
+  `OperationAborted` with its words, so the caller ends aborted too, counting the generation if
+  the host was cycled.
 - **Stop** (`RebootRounds.stop`, a cleanup's): the reboot in flight cancelled and waited for, and
   what it did, so a reboot that happened is counted and acknowledged.
 - **Confirm** (`RebootRounds.confirm`): a person's word that the host was rebooted, passed to
@@ -46,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
     from contracts import names, priorities, workflow_api
-    from contracts.errors import BMCRebootFailed, InvalidInput
+    from contracts.errors import BMCRebootFailed, InvalidInput, OperationAborted
     from contracts.models.control import OperatorRequest
     from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
     from workflows import kernel
@@ -162,7 +165,21 @@ class RebootRounds:
             self._stopped = await self._halt()
             raise
         self._child = None
-        return RebootOutcome(self._generation, await child)
+        result = await child
+        if result.aborted:  # an operator aborted the reboot itself: it completed `aborted`
+            raise self._aborted_reboot(child.id, result)
+        return RebootOutcome(self._generation, result)
+
+    def _aborted_reboot(self, reboot_id: str, result: HostRebootResult) -> OperationAborted:
+        """A reboot an operator aborted (it completes, `aborted` saying who and why) ends the
+        caller as aborted too: a reboot it reached is kept for `stop` (the cleanup counts it), and
+        the error's details carry the generation reached (`reached_by_abort`)."""
+        reached = result.boot_generation >= self._generation
+        if reached:
+            self._stopped = RebootOutcome(self._generation, result)
+        details = [{"boot_generation": self._generation}] if reached else []
+        workflow.logger.info("reboot %s %s", reboot_id, result.aborted)
+        return OperationAborted(result.aborted, *details)  # its words: "aborted by <who>: ..."
 
     async def stop(self) -> RebootOutcome | None:
         """A cleanup's: stop the reboot in flight (cancelled and waited for; an abandoned one is
@@ -184,7 +201,21 @@ class RebootRounds:
         except (ChildWorkflowError, asyncio.CancelledError) as err:  # stopped before it rebooted
             workflow.logger.info("reboot %s ended as it was stopped: %s", child.id, err)
             return None
+        if result.aborted and result.boot_generation < self._generation:  # aborted before a reset
+            workflow.logger.info("reboot %s ended as it was stopped: %s", child.id, result.aborted)
+            return None
         return RebootOutcome(self._generation, result)
+
+
+def reached_by_abort(err: BaseException) -> int | None:
+    """The generation a reboot an operator aborted had reached (`RebootRounds.wait`'s error's
+    details), None when it reached none or `err` is no such error."""
+    if not isinstance(err, ApplicationError):
+        return None
+    for detail in err.details:
+        if isinstance(detail, dict) and isinstance(detail.get("boot_generation"), int):
+            return int(detail["boot_generation"])
+    return None
 
 
 async def start_next_reboot(

@@ -14,7 +14,9 @@ Without `force` the wait is bounded by `policy.phase_timeout_seconds`, then the 
 naming what is left.
 
 Abort (update `abort`) is accepted only before the first delete: a delete cannot be taken back,
-and everything after it is waiting. The result lists every change the run made.
+and everything after it is waiting; an aborted run completes (Phase `aborted`: asked for, no
+Failed run), its result's `aborted` saying who and why. The result lists every change the run
+made.
 
 What the run changed and what is left are its state's to say (`state.py`); the runbook here
 calls the activities, waits and shows the phases.
@@ -35,7 +37,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import InvalidInput, OperationAborted, RemovalTimedOut
+    from contracts.errors import InvalidInput, RemovalTimedOut
     from contracts.models.control import STATUS_QUERY
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
@@ -95,10 +97,8 @@ class HostRemovalWorkflow(kernel.Abortable):
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REMOVE)]
         )
         host = await self._resolve_host()
-        if self.abort_request is not None:
-            raise OperationAborted(
-                f"removal of {request.host_id} aborted by {self.abort_request.requested_by} before any delete"
-            )
+        if self.abort_request is not None:  # "aborted by <who>: <why>; nothing deleted"
+            raise self.aborted("nothing deleted")
         self._watch.start(host, self._request.dpu_ids or ())
         try:
             await self._delete(host, force=False)
@@ -215,6 +215,19 @@ class HostRemovalWorkflow(kernel.Abortable):
     def dpf_state_changed(self, state: HostDPFState) -> None:
         """From the watcher: the host's DPF state changed."""
         self._watch.accept(state)
+
+    def aborted_result(self, err: BaseException) -> HostRemovalResult:
+        """An operator's abort completes the run (Phase `aborted`): the result says who aborted,
+        why and what this run changed (nothing is deleted after an abort: `abort_refusal`)."""
+        return HostRemovalResult(
+            host_id=self._request.host_id,
+            removed=(),
+            actions=self.state.changes(),
+            forced=self.state.forced,
+            started_at=self.state.started_at,
+            finished_at=workflow.now(),
+            aborted=self.aborted_words(),
+        )
 
     def abort_promise(self) -> str:
         """An abort stops before anything is deleted."""
