@@ -26,10 +26,10 @@ from temporalio.testing import WorkflowEnvironment
 from metalflow.hosts import operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
-# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, 17, 22 and 27): a reboot is ForceOff,
+# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, ..., 32): a reboot is ForceOff,
 # then On. One host per reboot test: each test starts from an entity of its own.
 REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
-FIRMWARE_ABORTED, REPROVISION_HOST = "off-022", "off-027"
+FIRMWARE_ABORTED, REPROVISION_HOST, CANCELLED_HOST = "off-022", "off-027", "off-032"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
@@ -37,7 +37,7 @@ IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=27, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+        tmp_path_factory.mktemp("sim"), "off", hosts=32, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -329,3 +329,28 @@ async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_reboot
         assert _power(sim, host)[-1][0] == "On"
     finally:
         _fault(sim, host, "clear")
+
+
+async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_takes_it(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """An attack found it: a reboot waiting for a person with the host OFF, its BMC fixed, then
+    cancelled (`temporal workflow cancel`, or its operation's abort, or its entity gone), ended with
+    the host off and sent no On. A cancel asks nobody: the On is tried afresh before it ends."""
+    host = CANCELLED_HOST
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            shown = await _until(local_env, host, _handed_over, "said the host is OFF")
+            _fault(sim, host, "clear")  # the BMC takes the credentials again; nobody says retry
+            reboot = local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"])
+            await reboot.cancel()
+            shown = await _until(local_env, host, _ended, "ended the reboot")
+        assert _power(sim, host)[-1] == ("On", "On"), _power(sim, host)
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)

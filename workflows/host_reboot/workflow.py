@@ -51,7 +51,7 @@ import asyncio
 from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -178,10 +178,16 @@ class HostRebootWorkflow(PowerSteps):
 
     async def _clean_up(self, err: BaseException) -> str:
         """What an early end leaves: the cycle was stopped already (never left off, never cut
-        between Off and On), a queued place given back; so only whether the generation was reached."""
+        between Off and On), a queued place given back; so only whether the generation was reached.
+        A cancel (the operation's abort, the entity gone, `temporal workflow cancel`) of a run that
+        left the host OFF, a person asked or not, tries On afresh: nobody is left to ask."""
         generation = self._request.boot_generation
         if self._cycled:
             return f"The host was power-cycled: generation {generation} reached"
+        if self._power.is_off and isinstance(err, asyncio.CancelledError | CancelledError):
+            self._power.retried()
+            if await self._powered_on_after(None):
+                return f"Generation {generation} not reached; the host was powered on again"
         if self._power.is_off:
             return f"Generation {generation} not reached; {self._power.left()}"
         return f"Generation {generation} not reached"
