@@ -200,10 +200,14 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
             )
             assert aborted.status == 0, aborted.stdout + aborted.stderr
             shown = await _until(local_env, host, _ended, "ended the reboot")
+            status = await metalflow(local_env, "host", "status", host)
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert "not rebooted by metalflow" not in outcome, outcome
         assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+        # ... and said where an idle host is looked at first: a WARNING line of `host status`.
+        assert f"WARNING          the host is OFF as far as reboot/{host}/" in status.stdout, status.stdout
+        assert f"`metalflow bmc power {host} on`" in status.stdout, status.stdout
     finally:
         _fault(sim, host, "clear")
         await _power_on_by_hand(sim, host)
