@@ -30,6 +30,7 @@ from typing import Any
 
 from contracts import names
 from contracts.validation import HostId, arg_type
+from contracts.wording import iso_z
 from drivers.settings import Settings
 from metalflow.cli import connection, exits
 
@@ -146,7 +147,7 @@ def _shown(event: dict[str, Any]) -> Shown:
     regarding = event.get("regarding") or {}
     target = f"{str(regarding.get('kind', '')).lower()}/{regarding.get('name', '')}" if regarding else "-"
     return Shown(
-        last_seen=str(last)[:19].replace("T", " ") + ("Z" if last else ""),
+        last_seen=str(last)[:19] + ("Z" if last else ""),  # ISO 8601 Z, as every time printed
         type=str(event.get("type", "")),
         reason=str(event.get("reason", "")),
         count=int(series.get("count") or event.get("deprecatedCount") or 1),
@@ -195,7 +196,7 @@ async def read_operations(args: argparse.Namespace) -> tuple[str, bool]:
         )
     lines = [f"  entity {names.host_workflow_id(host)}: {status.phase}"]
     for record in status.recent:
-        finished = f" at {record.finished_at:%Y-%m-%d %H:%M:%SZ}" if record.finished_at else ""
+        finished = f" at {iso_z(record.finished_at)}" if record.finished_at else ""
         lines.append(
             f"  {record.workflow_id}: {record.outcome}{finished} (requested by {record.requested_by})"
         )
