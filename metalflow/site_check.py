@@ -8,7 +8,9 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
 - DPF: the served OpenAPI v3 schema of `provisioning.dpu.nvidia.com/v1alpha1` (does the DPU
   kind have `status.agentStatus`, `status.rebootStatus`) and of `svc.dpu.nvidia.com/v1alpha1`
   (DPUServiceTemplate `spec.security.privileged`);
-- Grove: the resource list of `grove.io/v1alpha1` (PodCliqueSet, PodGangMap served).
+- Grove: the resource list of `grove.io/v1alpha1` (PodCliqueSet, PodGangMap served), then every
+  PodCliqueSet and PodGangMap (two cluster-wide lists): the PodCliqueSets whose scaling-group
+  scale-out stays gated after an OnDelete template change (`gated_podcliquesets`).
 
 The findings are kept in the state dir (`site-check.json`, with the time of the check) and read
 by `metalflow host ...` at an operation's start (`load_findings`): one small file, never the site.
@@ -24,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import BMCAuthenticationFailed, MetalflowError
+from contracts.models.grove import GROVE_GROUP, GROVE_VERSION, PART_OF_LABEL
 from contracts.models.inventory import BMCAccess
 from contracts.wording import iso_z
 from drivers.credentials import CredentialResolver
+from drivers.grove import anchor_hashes
 from drivers.redfish.client import RedfishClient
 from drivers.redfish.system import find_system
 from drivers.settings import Settings
@@ -180,15 +184,53 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     return DPFFinding(version=version, template_privileged=privileged)
 
 
+def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, Any]]) -> tuple[str, ...]:
+    """`namespace/name (replicas r, ...)` of each PodCliqueSet with scaling groups some of whose
+    replicas' PodGangMap anchors carry another hash than its current one: a scaling-group
+    scale-out there stays gated (simulators/grove/BEHAVIOUR.md G5; the rollout's own warning,
+    workflows/rollout/views.py `gated_scale_out`, reads the same)."""
+    by_pcs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for m in maps:
+        meta = m.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(PART_OF_LABEL)
+        if owner:
+            by_pcs.setdefault((str(meta.get("namespace", "")), str(owner)), []).append(m)
+    out = []
+    for pcs in pcs_items:
+        meta = pcs.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        groups = ((pcs.get("spec") or {}).get("template") or {}).get("podCliqueScalingGroups") or []
+        current = str((pcs.get("status") or {}).get("currentGenerationHash") or "")
+        if not groups or not current:
+            continue
+        anchors = anchor_hashes(by_pcs.get((ns, name), []))
+        replicas = [r for r, h in anchors.items() if h and h != current]
+        if replicas:
+            out.append(f"{ns}/{name} (replica(s) {', '.join(map(str, replicas))})")
+    return tuple(sorted(out))
+
+
 async def read_grove(settings: Settings) -> GroveFinding:
+    base = f"/apis/{GROVE_GROUP}/{GROVE_VERSION}"
     try:
-        listed = await asyncio.to_thread(_get, settings, "/apis/grove.io/v1alpha1")
+        listed = await asyncio.to_thread(_get, settings, base)
     except Exception as err:  # noqa: BLE001 - a finding
         if _status_of(err) == 404:
             return GroveFinding(pcs_served=False, podgangmap_served=False)
         return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
     served = {r.get("name") for r in listed.get("resources") or [] if isinstance(r, dict)}
-    return GroveFinding(pcs_served="podcliquesets" in served, podgangmap_served="podgangmaps" in served)
+    found = GroveFinding(pcs_served="podcliquesets" in served, podgangmap_served="podgangmaps" in served)
+    if not (found.pcs_served and found.podgangmap_served):
+        return found
+    try:  # two cluster-wide lists (reads): every PodCliqueSet and every PodGangMap
+        pcs_items, maps = await asyncio.gather(
+            asyncio.to_thread(_get, settings, f"{base}/podcliquesets"),
+            asyncio.to_thread(_get, settings, f"{base}/podgangmaps"),
+        )
+    except Exception as err:  # noqa: BLE001 - a finding
+        return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+    gated = gated_podcliquesets(pcs_items.get("items") or [], maps.get("items") or [])
+    return GroveFinding(gated=gated)
 
 
 async def check_site(settings: Settings, site: Site, *, concurrency: int, timeout: float) -> SiteFindings:

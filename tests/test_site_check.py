@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,10 +50,18 @@ WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
 
 def site_file(directory: Path, hosts: dict[str, tuple[str, str, str]]) -> Path:
-    from simulators.site import BMC, DPU, Host, Site, dump_site
+    from simulators.site import BMC, DPU, Host, ScalingGroup, Site, Workload, dump_site
 
+    workload = Workload(
+        name="inference",
+        replicas=1,
+        cliques=["router"],
+        scaling_groups=[ScalingGroup(name="workers", cliques=["decode"], replicas=1, min_available=1)],
+        update_strategy="OnDelete",
+    )
     site = Site(
         name="site-check",
+        workloads=[workload],
         hosts=[
             Host(id=host, bmc=BMC(profile=profile), dpus=[DPU(id=f"{host}-dpu-0", model=model)])
             for host, (_, profile, model) in hosts.items()
@@ -187,3 +196,36 @@ def test_the_dpf_version_is_read_from_the_served_schema(tmp_path: Path, version:
         assert findings is not None
         seen = row(f"DPF {version}", {v.capability: v.status for v in verdicts(findings)})
         assert seen in readme_rows(), f"README's table lacks:\n{seen}"
+
+
+def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: RunningSim) -> None:
+    """Grove at the pin: after a template change under OnDelete, a scaling-group scale-out stays
+    gated (simulators/grove/BEHAVIOUR.md G5); the check names the PodCliqueSet."""
+    from kubernetes import client as k8s
+    from kubernetes import config
+
+    api = k8s.CustomObjectsApi(config.new_client_from_config(str(sim.kubeconfig)))
+    where = ("grove.io", "v1alpha1", "default", "podcliquesets", "inference")
+    pcs = api.get_namespaced_custom_object(*where)
+    before = pcs["status"]["currentGenerationHash"]
+    assert check(sim, "site", "check", "--json").returncode in (0, 1)
+    assert load_findings(sim.state_dir / "site-check.json").grove.gated == ()  # type: ignore[union-attr]
+    for clique in pcs["spec"]["template"]["cliques"]:  # the test's write, as an operator's edit
+        clique["spec"]["podSpec"]["containers"][0]["image"] = "registry.local/inference:2.0"
+    api.replace_namespaced_custom_object(*where, pcs)
+    deadline = time.monotonic() + 10
+    while api.get_namespaced_custom_object(*where)["status"]["currentGenerationHash"] == before:
+        assert time.monotonic() < deadline, "Grove did not take the template change"
+        time.sleep(0.1)
+    audit_before = sim.audit()
+    result = check(sim, "site", "check", "--json")
+    document = json.loads(result.stdout)
+    assert document["findings"]["grove"]["gated"] == ["default/inference (replica(s) 0)"]
+    no_writes(sim, audit_before)
+    findings = load_findings(sim.state_dir / "site-check.json")
+    assert findings is not None
+    site_only = row(
+        "Grove: a PodCliqueSet changed under OnDelete (G5)",
+        {c: host_verdict(findings, "no-such-host", c).status for c in CAPABILITIES},
+    )
+    assert site_only in readme_rows(), f"README's table lacks:\n{site_only}"

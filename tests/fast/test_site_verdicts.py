@@ -200,3 +200,22 @@ def test_an_operations_start_refuses_blocked_says_degraded_and_is_silent_without
     assert not refuse and "reboot is degraded on h1" in lines[0]
     path.write_text("{not json")
     assert consult_words("h1", "reboot", path) == (False, [])  # an unreadable file: as none
+
+
+def test_a_gated_podcliqueset_is_one_with_scaling_groups_and_an_anchor_at_another_hash() -> None:
+    from metalflow.site_check import gated_podcliquesets
+
+    def pcs(name: str, groups: bool, current: str = "h2") -> dict[str, object]:
+        template = {"cliques": [], **({"podCliqueScalingGroups": [{"name": "g"}]} if groups else {})}
+        return {"metadata": {"namespace": "ns", "name": name}, "spec": {"template": template},
+                "status": {"currentGenerationHash": current}}  # fmt: skip
+
+    def gang_map(owner: str, replica: int, anchor_hash: str) -> dict[str, object]:
+        entry = {"role": "Anchor", "anchorIndex": 0, "podCliqueSetGenerationHash": anchor_hash}
+        return {"metadata": {"namespace": "ns", "name": f"{owner}-{replica}",
+                             "labels": {"app.kubernetes.io/part-of": owner}},
+                "spec": {"podCliqueSetReplicaIndex": replica, "entries": [entry]}}  # fmt: skip
+
+    items = [pcs("a", True), pcs("b", False), pcs("c", True)]
+    maps = [gang_map("a", 0, "h1"), gang_map("a", 1, "h2"), gang_map("b", 0, "h1"), gang_map("c", 0, "h2")]
+    assert gated_podcliquesets(items, maps) == ("ns/a (replica(s) 0)",)
