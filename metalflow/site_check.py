@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ from contracts.wording import iso_z
 from drivers.credentials import CredentialResolver
 from drivers.grove import anchor_hashes
 from drivers.redfish.client import RedfishClient
-from drivers.redfish.system import find_system
+from drivers.redfish.system import find_system, parse_time
 from drivers.settings import Settings
 from drivers.site_file import Site
 from drivers.statedir import find_state_dir
@@ -46,6 +46,7 @@ from metalflow.site_verdicts import (
 )
 
 FINDINGS_FILE = "site-check.json"
+STALE_AFTER = timedelta(hours=24)  # an operation says that a check older than this is old
 
 
 def findings_path() -> Path:
@@ -254,14 +255,26 @@ def consult(host_id: str, capability: str | None, path: Path | None = None) -> t
     return host_verdict(findings, host_id, capability), findings.checked_at
 
 
-def consult_words(host_id: str, capability: str | None, path: Path | None = None) -> tuple[bool, list[str]]:
-    """(refuse?, lines to say) for an operation on `host_id` needing `capability`."""
+def consult_words(
+    host_id: str, capability: str | None, path: Path | None = None, now: datetime | None = None
+) -> tuple[bool, list[str]]:
+    """(refuse?, lines to say) for an operation on `host_id` needing `capability`. A check older
+    than `STALE_AFTER` is still obeyed, and said to be old (run it again: the site may have moved)."""
     found = consult(host_id, capability, path)
-    if found is None or found[0].status == "ready":
+    if found is None:
         return False, []
     verdict, checked_at = found
+    age = (now or datetime.now(UTC)) - (parse_time(checked_at) or datetime.now(UTC))
+    hours = f"{age.total_seconds() / 3600:.0f} h old"
+    stale = (
+        [f"the site check of {checked_at} is {hours}: run `metalflow site check`"]
+        if age > STALE_AFTER
+        else []
+    )
+    if verdict.status == "ready":
+        return False, stale
     lines = [f"{r.text} [{', '.join(r.rows)}]" for r in verdict.reasons if r.status == verdict.status]
     head = f"{verdict.capability} is {verdict.status} on {host_id} by the site check of {checked_at}" + (
         " (run `metalflow site check` again once fixed)" if verdict.status == "blocked" else ""
     )
-    return verdict.status == "blocked", [head, *lines]
+    return verdict.status == "blocked", [head, *lines, *stale]

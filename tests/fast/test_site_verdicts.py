@@ -219,3 +219,36 @@ def test_a_gated_podcliqueset_is_one_with_scaling_groups_and_an_anchor_at_anothe
     items = [pcs("a", True), pcs("b", False), pcs("c", True)]
     maps = [gang_map("a", 0, "h1"), gang_map("a", 1, "h2"), gang_map("b", 0, "h1"), gang_map("c", 0, "h2")]
     assert gated_podcliquesets(items, maps) == ("ns/a (replica(s) 0)",)
+
+
+def test_an_old_check_is_obeyed_and_said_to_be_old(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    path = tmp_path / "site-check.json"
+    save_findings(path, site())  # checked 2026-11-29T07:00:00Z, everything ready
+    assert consult_words("h1", "reboot", path, now=datetime(2026, 11, 29, 8, tzinfo=UTC)) == (False, [])
+    later = datetime(2026, 12, 1, 7, tzinfo=UTC)
+    assert consult_words("h1", "reboot", path, now=later) == (
+        False,
+        ["the site check of 2026-11-29T07:00:00Z is 48 h old: run `metalflow site check`"],
+    )
+    save_findings(path, site(host_bmc(reachable=False), dpu_bmc()))
+    refuse, lines = consult_words("h1", "reboot", path, now=later)
+    assert refuse and lines[-1].endswith("is 48 h old: run `metalflow site check`")
+
+
+def test_bad_input_is_refused_naming_it_and_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from metalflow.cli import main
+
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("METALFLOW_INVENTORY", "site")
+    assert main(["site", "check", "--site", str(tmp_path / "none.yaml")]) == 2
+    for bad in (["--concurrency", "0"], ["--timeout", "-1"]):
+        with pytest.raises(SystemExit) as usage:  # argparse's usage error: the `metalflow` script's 2
+            main(["site", "check", *bad])
+        assert usage.value.code == 2
+    assert not (tmp_path / "site-check.json").exists()
+    monkeypatch.setenv("METALFLOW_INVENTORY", "cluster")
+    assert main(["site", "check"]) == 2
