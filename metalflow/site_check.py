@@ -244,9 +244,12 @@ async def check_site(settings: Settings, site: Site, *, concurrency: int, timeou
     return SiteFindings(site=site.name, checked_at=iso_z(datetime.now(UTC)), bmcs=bmcs, dpf=dpf, grove=grove)
 
 
-def consult(host_id: str, capability: str | None, path: Path | None = None) -> tuple[Verdict, str] | None:
-    """The kept verdict of `capability` for `host_id` and when it was checked, or None: no
-    capability, or no check kept (an operation then runs as before). One small file read."""
+def consult(
+    host_id: str | None, capability: str | None, path: Path | None = None
+) -> tuple[Verdict, str] | None:
+    """The kept verdict of `capability` for `host_id` (None: the site's own rules only, for a
+    rollout or a campaign) and when it was checked, or None: no capability, or no check kept (an
+    operation then runs as before). One small file read."""
     if capability is None:
         return None
     findings = load_findings(path or findings_path())
@@ -256,7 +259,7 @@ def consult(host_id: str, capability: str | None, path: Path | None = None) -> t
 
 
 def consult_words(
-    host_id: str, capability: str | None, path: Path | None = None, now: datetime | None = None
+    host_id: str | None, capability: str | None, path: Path | None = None, now: datetime | None = None
 ) -> tuple[bool, list[str]]:
     """(refuse?, lines to say) for an operation on `host_id` needing `capability`. A check older
     than `STALE_AFTER` is still obeyed, and said to be old (run it again: the site may have moved)."""
@@ -274,7 +277,8 @@ def consult_words(
     if verdict.status == "ready":
         return False, stale
     lines = [f"{r.text} [{', '.join(r.rows)}]" for r in verdict.reasons if r.status == verdict.status]
-    head = f"{verdict.capability} is {verdict.status} on {host_id} by the site check of {checked_at}" + (
+    where = host_id or "the site"
+    head = f"{verdict.capability} is {verdict.status} on {where} by the site check of {checked_at}" + (
         " (run `metalflow site check` again once fixed)" if verdict.status == "blocked" else ""
     )
     return verdict.status == "blocked", [head, *lines, *stale]

@@ -249,11 +249,13 @@ def _site_rules(findings: SiteFindings) -> dict[str, list[Reason]]:
     return out
 
 
-def host_verdict(findings: SiteFindings, host_id: str, capability: str) -> Verdict:
-    """The verdict of `capability` for one host: the site's rules and that host's."""
+def host_verdict(findings: SiteFindings, host_id: str | None, capability: str) -> Verdict:
+    """The verdict of `capability` for one host: the site's rules and that host's (None: the
+    site's rules only)."""
     if capability not in CAPABILITIES:
         raise ValueError(f"unknown capability {capability!r}; one of {', '.join(CAPABILITIES)}")
-    reasons = _site_rules(findings)[capability] + _host_rules(findings, host_id)[capability]
+    own = _host_rules(findings, host_id)[capability] if host_id is not None else []
+    reasons = _site_rules(findings)[capability] + own
     return Verdict(capability, _worst(reasons), tuple(reasons))
 
 
@@ -296,3 +298,12 @@ def capability_of(
     return {PROVISION: PROVISION, REPROVISION: REPROVISION, REBOOT: REBOOT, FIRMWARE: FIRMWARE}.get(
         operation or ""
     )
+
+
+CAMPAIGN_CAPABILITY: Final = {
+    "reprovision": REPROVISION,
+    "bfb": BFB_CAMPAIGN,
+    "flavor": FLAVOR_CAMPAIGN,
+    "firmware": FIRMWARE,
+}
+"""A campaign kind (contracts/models/campaign_target.py `TargetKind`) -> the capability it needs."""

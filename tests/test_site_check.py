@@ -9,9 +9,11 @@ Each test checks its rows of README's "variant x capability" table (`row`): the 
 these tests see. The check reads only: every BMC's request log holds GETs and its session's
 login and logout, and the cluster's audit no write. An operation whose capability the kept
 findings block is refused before anything is sent (no Temporal is reached: `--address` points
-at nothing), naming the finding and `metalflow site check`.
+at nothing), naming the finding and `metalflow site check`; so are `rollout start` and a BFB
+campaign's `campaign start` on the site's own blocked findings, and no workflow is started.
 
-Cost: three simulators (one of five hosts, two of one), five `metalflow` processes; ~10 s.
+Cost: three simulators (one of five hosts, two of one), ten `metalflow` processes, the session's
+Temporal dev server; ~30 s in all, each test under 10 s.
 """
 
 from __future__ import annotations
@@ -28,9 +30,19 @@ from typing import Any
 import httpx
 import pytest
 from sim_support import RunningSim, running_sim
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
 
-from metalflow.site_check import load_findings
-from metalflow.site_verdicts import CAPABILITIES, host_verdict, verdicts
+from contracts import names
+from metalflow.site_check import load_findings, save_findings
+from metalflow.site_verdicts import (
+    CAPABILITIES,
+    DPFFinding,
+    GroveFinding,
+    SiteFindings,
+    host_verdict,
+    verdicts,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # host id -> (variant as README's table names it, host BMC profile, DPU model)
@@ -229,3 +241,44 @@ def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: Runnin
         {c: host_verdict(findings, "no-such-host", c).status for c in CAPABILITIES},
     )
     assert site_only in readme_rows(), f"README's table lacks:\n{site_only}"
+
+
+async def test_a_rollout_or_campaign_on_a_blocked_capability_is_refused_and_nothing_starts(
+    local_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The kept findings (here written as a check of a site without PodGangMaps and with DPF
+    unreadable would keep them) refuse `rollout start` and a BFB campaign before anything starts."""
+    save_findings(
+        tmp_path / "site-check.json",
+        SiteFindings(
+            site="s",
+            checked_at="2026-11-29T07:00:00Z",
+            dpf=DPFFinding(readable=False, error="refused"),
+            grove=GroveFinding(podgangmap_served=False),
+        ),
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "KUBECONFIG"))}
+    env |= {
+        "METALFLOW_STATE_DIR": str(tmp_path),
+        "TEMPORAL_ADDRESS": local_env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": os.devnull,
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "metalflow", *args, "--task-queue", "sc-nobody-polls"]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+
+    rollout = run("rollout", "start", "default/sc-inference", "--set", "decode=registry.local/decode:2")
+    assert rollout.returncode == 1, rollout.stderr
+    assert "refused, nothing started: rollout is blocked on the site" in rollout.stderr
+    assert "[grove G1]" in rollout.stderr and "metalflow site check" in rollout.stderr
+    bfb = ["--bfb", "bf-bundle-2", "--deployment", "sc-dep", "--canary", "0"]
+    campaign = run("campaign", "start", "sc-bfb", "--hosts", "sc-001", *bfb)
+    assert campaign.returncode == 1, campaign.stderr
+    assert "campaign refused, nothing started: bfb-campaign is blocked on the site" in campaign.stderr
+    for workflow_id in (
+        names.rollout_workflow_id("default", "sc-inference"),
+        names.campaign_workflow_id("sc-bfb"),
+    ):
+        with pytest.raises(RPCError):  # nothing was started
+            await local_env.client.get_workflow_handle(workflow_id).describe()

@@ -252,3 +252,19 @@ def test_bad_input_is_refused_naming_it_and_keeps_nothing(
     assert not (tmp_path / "site-check.json").exists()
     monkeypatch.setenv("METALFLOW_INVENTORY", "cluster")
     assert main(["site", "check"]) == 2
+
+
+def test_a_rollout_or_campaign_reads_the_sites_own_rules(tmp_path: Path) -> None:
+    from contracts.models.campaign_target import TargetKind
+    from metalflow.site_verdicts import CAMPAIGN_CAPABILITY
+
+    assert set(CAMPAIGN_CAPABILITY) == {str(kind) for kind in TargetKind}  # every kind judged
+    path = tmp_path / "site-check.json"
+    save_findings(
+        path, site(host_bmc(reachable=False), dpu_bmc(), grove=GroveFinding(podgangmap_served=False))
+    )
+    refuse, lines = consult_words(None, "rollout", path)
+    assert refuse and lines[0].startswith("rollout is blocked on the site by the site check of")
+    assert consult_words(None, "reprovision", path) == (False, [])  # a host's BMC is the host's
+    save_findings(path, site(dpf=DPFFinding(readable=False, error="refused")))
+    assert consult_words(None, CAMPAIGN_CAPABILITY["bfb"], path)[0]
