@@ -148,6 +148,9 @@ def test_a_clean_site_is_ready_or_degraded_per_variant_read_only(sim: RunningSim
     reboot = next(v for v in document["verdicts"] if v["capability"] == "reboot")
     assert reboot["status"] == "degraded" and reboot["reasons"][0]["rows"] == ["redfish H2", "DOMAIN 4.1"]
     no_writes(sim, audit_before)
+    for bmc_id in bmcs:  # the module's first check: one session (at most one login) per BMC
+        logins = sim.bmc_requests(bmc_id).get("POST /redfish/v1/SessionService/Sessions", 0)
+        assert logins <= 1, (bmc_id, logins)
     missing = [
         r for r in (host_row(sim, h, v) for h, (v, _, _) in HOSTS.items() if v) if r not in readme_rows()
     ]
