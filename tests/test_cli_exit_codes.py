@@ -49,6 +49,7 @@ ROWS: dict[tuple[str, ...], list[str]] = {
     ("sim", "fault", "podgang"): ["exc-no-such-gang", "never-available", "--state-dir", "{S}"],
     ("bmc", "check"): [UNKNOWN],
     ("bmc", "power"): [UNKNOWN, "status"],
+    ("site", "check"): ["--site", "{E}/no-such-site.yaml", "--json"],
     ("host", "provision"): [UNKNOWN, *QUEUE],
     ("host", "reprovision"): [UNKNOWN, *QUEUE],
     ("host", "reboot"): [UNKNOWN, *QUEUE],

@@ -26,9 +26,9 @@ from metalflow.cli.commands import subcommands
 # before any command did anything (the Redfish client, the Kubernetes client and the campaign
 # models are each imported by one topic only). `--help`, no command and an unknown word import
 # them all. tests/test_cli_help.py checks this map against what the modules register.
-SUBCOMMAND_MODULES = ("dev", "sim", "bmc", "host", "rollout", "campaign", "events")
+SUBCOMMAND_MODULES = ("dev", "sim", "bmc", "site", "host", "rollout", "campaign", "events")
 COMMAND_MODULE = {
-    "dev": "dev", "sim": "sim", "bmc": "bmc", "host": "host", "host-rebooted": "host",
+    "dev": "dev", "sim": "sim", "bmc": "bmc", "site": "site", "host": "host", "host-rebooted": "host",
     "approve": "host", "rollout": "rollout", "campaign": "campaign", "events": "events",
 }  # fmt: skip
 

@@ -195,6 +195,15 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         request = campaign_input(args.name, args)
     except ValueError as err:
         raise CampaignError(f"campaign refused, nothing started: {err}", EXIT_USAGE) from None
+    from metalflow.site_check import consult_words
+    from metalflow.site_verdicts import CAMPAIGN_CAPABILITY
+
+    # The kept `metalflow site check` (one file read): the site's own rules for this kind.
+    refuse, said = consult_words(None, CAMPAIGN_CAPABILITY.get(str(request.target.kind)))
+    if refuse:
+        raise CampaignError("campaign refused, nothing started: " + "; ".join(said), EXIT_FAILED)
+    for line in said:
+        print(f"metalflow campaign: {line}", file=sys.stderr)
     # Everything `plan` checks, through the same reads and rules, before anything starts: a refusal
     # leaves no run behind, and the last campaign of this name keeps its status.
     try:

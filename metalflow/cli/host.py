@@ -137,6 +137,26 @@ def _runner(
     return handle
 
 
+def _site_check_says(args: argparse.Namespace) -> int | None:
+    """The kept `metalflow site check` findings for this operation (one small file, never the
+    site): a blocked capability refuses it (exit 1), a degraded one is said and it runs."""
+    from metalflow.site_check import consult_words
+    from metalflow.site_verdicts import capability_of
+
+    capability = capability_of(
+        getattr(args, "operation", None),
+        host_only=bool(getattr(args, "host_only", False)),
+        both=bool(getattr(args, "both", False)),
+        full=bool(getattr(args, "full", False)),
+    )
+    refuse, lines = consult_words(args.host, capability)
+    if refuse:
+        return _fail(f"{args.host}: refused: " + "; ".join(lines), EXIT_FAILED)
+    for line in lines:
+        print(f"metalflow host: {line}", file=sys.stderr)
+    return None
+
+
 async def _connected(
     action: Callable[[Client, argparse.Namespace], Awaitable[int]], args: argparse.Namespace
 ) -> int:
@@ -159,6 +179,9 @@ async def _connected(
             return _fail(str(err), EXIT_UNREACHABLE)
         except InventoryUnavailable as err:
             return _fail(str(err), EXIT_USAGE)
+        refused = _site_check_says(args)
+        if refused is not None:
+            return refused
     try:
         target = connection.resolve(args)
     except TemporalConfigError as err:  # names the file; a TOML error quotes no value

@@ -225,6 +225,14 @@ def _handle(client: Client, pcs: PCSRef) -> WorkflowHandle[Any, RolloutResult]:
 
 
 async def _start(client: Client, args: argparse.Namespace) -> int:
+    from metalflow.site_check import consult_words
+    from metalflow.site_verdicts import ROLLOUT
+
+    refuse, said = consult_words(None, ROLLOUT)  # the kept `metalflow site check`, one file read
+    if refuse:
+        raise RolloutError("refused, nothing started: " + "; ".join(said), EXIT_FAILED)
+    for line in said:
+        print(f"metalflow rollout: {line}", file=sys.stderr)
     pcs: PCSRef = args.pcs
     images = dict(args.images)
     request = RolloutInput(

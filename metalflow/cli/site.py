@@ -1,0 +1,121 @@
+"""`metalflow site check [--json]`: read the site once, before the first operation, and say per
+capability whether it is ready, degraded or blocked, with the reason and the behaviour row.
+
+No Temporal needed. Reads only (metalflow/site_check.py); the findings are kept in the state dir
+(`site-check.json`) and consulted at an operation's start by `metalflow host ...`. Exit status:
+0 nothing blocked, 1 something blocked, 2 bad settings or site file (README's table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from metalflow.cli import exits
+
+
+def register(subparsers: Any) -> None:
+    """Add `site check`."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "site",
+        help="check the site before operations (no Temporal needed)",
+        description="Check what the site offers before the first operation.",
+    )
+    commands = parser.add_subparsers(title="site commands", metavar="COMMAND")
+    check = commands.add_parser(
+        "check",
+        help="read every BMC, DPF and Grove (read only) and say per capability ready, degraded or "
+        "blocked; exit 1 when something is blocked",
+        description="Read every BMC of the site file (reachable, credentials, reset types, "
+        "LastResetTime, BootProgress, UpdateService), DPF's served schema (its version, "
+        "security.privileged) and Grove's served kinds (PodGangMap), changing nothing; print per "
+        "capability ready / degraded / blocked with the reason and the behaviour row behind it, and "
+        "keep the findings in the state dir, where `metalflow host ...` consults them. Exit status: "
+        "0 nothing blocked, 1 something blocked, 2 bad settings or site file.",
+    )
+    check.add_argument("--site", type=Path, default=None, metavar="FILE",
+                       help="site file (default: METALFLOW_SITE_FILE, "
+                       "else the state dir's site.yaml)")  # fmt: skip
+    check.add_argument("--json", action="store_true", help="print one JSON document")
+    check.add_argument("--concurrency", type=_positive_int, default=8, metavar="N",
+                       help="BMCs read at once (default: %(default)s)")  # fmt: skip
+    check.add_argument("--timeout", type=_positive_float, default=20.0, metavar="SECONDS",
+                       help="give one BMC up after this long (default: %(default)s)")  # fmt: skip
+    check.set_defaults(handler=handle_check)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 64")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0, at most 600")
+    return value
+
+
+def _fail(text: str, status: int) -> int:
+    print(f"metalflow site check: {text}", file=sys.stderr)
+    return status
+
+
+def handle_check(args: argparse.Namespace) -> int:
+    """Run `metalflow site check`."""
+    from drivers.settings import Settings
+    from drivers.site_file import SiteFileError, load_site
+    from metalflow.site_check import check_site, findings_path, save_findings
+    from metalflow.site_verdicts import info, verdicts
+
+    try:
+        settings = Settings.from_env()
+    except ValueError as err:
+        return _fail(str(err), exits.USAGE)
+    if args.site is not None:
+        settings = settings.model_copy(update={"site_file": args.site, "inventory": "site"})
+    if settings.inventory != "site":
+        return _fail(
+            "reads the hosts from a site file: set METALFLOW_INVENTORY=site or give --site", exits.USAGE
+        )
+    try:
+        site = load_site(settings.site_file)
+    except SiteFileError as err:
+        return _fail(err.message, exits.USAGE)
+    findings = asyncio.run(check_site(settings, site, concurrency=args.concurrency, timeout=args.timeout))
+    path = findings_path()
+    save_findings(path, findings)
+    judged = verdicts(findings)
+    blocked = any(v.status == "blocked" for v in judged)
+    if args.json:
+        document = {
+            "site": findings.site,
+            "checked_at": findings.checked_at,
+            "kept_in": str(path),
+            "verdicts": [v.to_json() for v in judged],
+            "info": info(findings),
+            "findings": findings.to_json(),
+        }
+        print(json.dumps(document, indent=2))
+        return exits.FAILED if blocked else exits.OK
+    print(f"site {findings.site}, checked {findings.checked_at} (kept in {path})")
+    for line in info(findings):
+        print(f"  {line}")
+    width = max(len(v.capability) for v in judged) + 2
+    for verdict in judged:
+        print(f"{verdict.capability.ljust(width)}{verdict.status}")
+        for reason in verdict.reasons:
+            print(f"  {reason.status}: {reason.text} [{', '.join(reason.rows)}]")
+    return exits.FAILED if blocked else exits.OK

@@ -1,0 +1,284 @@
+"""`metalflow site check`'s reading of the site, and the findings file operations consult.
+
+Reads only (tests/test_site_check.py proves it from the simulated site's request logs):
+- every BMC of the site file (host BMCs and DPU BMCs), at most `concurrency` at once, one
+  connection (one session) each, given up after `timeout` seconds: the System (GETs: its reset
+  types as `find_system` reads them, AllowableValues or ResetActionInfo; `LastResetTime`;
+  `BootProgress` on a DPU) and whether the service root links an `UpdateService`;
+- DPF: the served OpenAPI v3 schema of `provisioning.dpu.nvidia.com/v1alpha1` (does the DPU
+  kind have `status.agentStatus`, `status.rebootStatus`) and of `svc.dpu.nvidia.com/v1alpha1`
+  (DPUServiceTemplate `spec.security.privileged`);
+- Grove: the resource list of `grove.io/v1alpha1` (PodCliqueSet, PodGangMap served), then every
+  PodCliqueSet and PodGangMap (two cluster-wide lists): the PodCliqueSets whose scaling-group
+  scale-out stays gated after an OnDelete template change (`gated_podcliquesets`).
+
+The findings are kept in the state dir (`site-check.json`, with the time of the check) and read
+by `metalflow host ...` at an operation's start (`load_findings`): one small file, never the site.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from contracts.errors import BMCAuthenticationFailed, MetalflowError
+from contracts.models.grove import GROVE_GROUP, GROVE_VERSION, PART_OF_LABEL
+from contracts.models.inventory import BMCAccess
+from contracts.wording import iso_z
+from drivers.credentials import CredentialResolver
+from drivers.grove import anchor_hashes
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.system import find_system, parse_time
+from drivers.settings import Settings
+from drivers.site_file import Site
+from drivers.statedir import find_state_dir
+from metalflow.site_verdicts import (
+    BMCFinding,
+    DPFFinding,
+    GroveFinding,
+    SiteFindings,
+    Verdict,
+    host_verdict,
+)
+
+FINDINGS_FILE = "site-check.json"
+STALE_AFTER = timedelta(hours=24)  # an operation says that a check older than this is old
+
+
+def findings_path() -> Path:
+    """The findings file, in the state dir (`find_state_dir`: where the settings' site file is by default)."""
+    return find_state_dir()[0] / FINDINGS_FILE
+
+
+def save_findings(path: Path, findings: SiteFindings) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(findings.to_json(), indent=2) + "\n")
+    os.replace(temporary, path)
+
+
+def load_findings(path: Path) -> SiteFindings | None:
+    """The last check's findings, or None when no check was kept (or the file is unreadable)."""
+    try:
+        return SiteFindings.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+async def _read_bmc(client: RedfishClient, access: BMCAccess, host_id: str, dpu: str | None,
+                    timeout: float) -> BMCFinding:  # fmt: skip
+    base: dict[str, Any] = {"bmc_id": access.bmc_id, "host_id": host_id, "dpu": dpu}
+    try:
+        async with asyncio.timeout(timeout), client.connect(access) as connection:
+            system = await find_system(connection)
+            # BootProgress is not in `System`: read the DPU's System once more (a host's: no).
+            body = await connection.get(system.uri) if dpu is not None else {}
+            root = await connection.service_root()
+            return BMCFinding(
+                **base,
+                reset_types=system.allowed,
+                last_reset_time=bool(system.last_reset_time),
+                boot_progress=isinstance(body.get("BootProgress"), dict),
+                update_service=isinstance(root.get("UpdateService"), dict),
+            )
+    except BMCAuthenticationFailed as err:
+        return BMCFinding(**base, credentials_ok=False, error=err.message.splitlines()[0][:200])
+    except TimeoutError:
+        return BMCFinding(**base, reachable=False, error=f"no answer within {timeout:g} s")
+    except MetalflowError as err:
+        return BMCFinding(
+            **base, reachable=False, error=f"{type(err).__name__}: {err.message}".splitlines()[0][:200]
+        )
+    except Exception as err:  # noqa: BLE001 - one BMC's failure is a finding, never the check's end
+        return BMCFinding(**base, reachable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+
+
+async def read_bmcs(
+    settings: Settings, site: Site, *, concurrency: int, timeout: float
+) -> tuple[BMCFinding, ...]:
+    """Every host and DPU BMC of `site`, `concurrency` at a time."""
+    from drivers.inventory import host_from_site
+
+    client = RedfishClient(
+        CredentialResolver(settings.kubeconfig), max_in_flight=1, timeout_seconds=min(timeout, 10.0)
+    )
+    gate = asyncio.Semaphore(concurrency)
+    jobs: list[tuple[BMCAccess, str, str | None]] = []
+    for site_host in site.hosts:
+        host = host_from_site(site, settings.site_file, site_host.id, settings.dpf_namespace)
+        jobs.append((host.bmc, host.host_id, None))
+        jobs += [(d.bmc, host.host_id, d.id) for d in host.dpus if d.bmc is not None]
+
+    async def one(access: BMCAccess, host_id: str, dpu: str | None) -> BMCFinding:
+        async with gate:
+            return await _read_bmc(client, access, host_id, dpu, timeout)
+
+    try:
+        return tuple(await asyncio.gather(*(one(*job) for job in jobs)))
+    finally:
+        await client.aclose()
+
+
+def _get(settings: Settings, path: str) -> Any:
+    """One GET of the cluster's API at `path` (the caller's thread), the JSON answer."""
+    from kubernetes import client as k8s
+
+    from drivers.kube import load_configuration
+
+    api: Any = k8s.ApiClient(load_configuration(settings))
+    try:
+        method, url, headers, body, _ = api.param_serialize(
+            "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+        )
+        response: Any = api.call_api(
+            method, url, header_params=headers, body=body, _request_timeout=(5.0, 30.0)
+        )
+        response.read()
+        if not 200 <= response.status < 300:
+            raise k8s.ApiException(http_resp=response)
+        return json.loads(response.data)
+    finally:
+        api.close()
+
+
+def _schema(doc: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for name, schema in ((doc.get("components") or {}).get("schemas") or {}).items():
+        if name.endswith(f".{kind}") and isinstance(schema, dict):
+            return schema
+    return None
+
+
+def _props(schema: dict[str, Any] | None, *path: str) -> dict[str, Any]:
+    node: Any = schema or {}
+    for part in path:
+        node = ((node or {}).get("properties") or {}).get(part) if isinstance(node, dict) else None
+    return (node or {}).get("properties") or {} if isinstance(node, dict) else {}
+
+
+def _status_of(err: Exception) -> int | None:
+    status = getattr(err, "status", None)
+    return status if isinstance(status, int) else None
+
+
+async def read_dpf(settings: Settings) -> DPFFinding:
+    try:
+        doc = await asyncio.to_thread(_get, settings, "/openapi/v3/apis/provisioning.dpu.nvidia.com/v1alpha1")
+    except Exception as err:  # noqa: BLE001 - a finding
+        if _status_of(err) == 404:
+            return DPFFinding(dpu_served=False)
+        return DPFFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+    dpu = _schema(doc, "DPU")
+    if dpu is None:
+        return DPFFinding(dpu_served=False)
+    status = _props(dpu, "status")
+    version = "26" if "rebootStatus" in status else "26.4-rc.3" if "agentStatus" in status else "25.10"
+    privileged = False
+    try:
+        svc = await asyncio.to_thread(_get, settings, "/openapi/v3/apis/svc.dpu.nvidia.com/v1alpha1")
+        privileged = "privileged" in _props(_schema(svc, "DPUServiceTemplate"), "spec", "security")
+    except Exception:  # noqa: BLE001, S110 - no svc group: nothing to say about templates
+        pass
+    return DPFFinding(version=version, template_privileged=privileged)
+
+
+def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, Any]]) -> tuple[str, ...]:
+    """`namespace/name (replicas r, ...)` of each PodCliqueSet with scaling groups some of whose
+    replicas' PodGangMap anchors carry another hash than its current one: a scaling-group
+    scale-out there stays gated (simulators/grove/BEHAVIOUR.md G5; the rollout's own warning,
+    workflows/rollout/views.py `gated_scale_out`, reads the same)."""
+    by_pcs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for m in maps:
+        meta = m.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(PART_OF_LABEL)
+        if owner:
+            by_pcs.setdefault((str(meta.get("namespace", "")), str(owner)), []).append(m)
+    out = []
+    for pcs in pcs_items:
+        meta = pcs.get("metadata") or {}
+        ns, name = str(meta.get("namespace", "")), str(meta.get("name", ""))
+        groups = ((pcs.get("spec") or {}).get("template") or {}).get("podCliqueScalingGroups") or []
+        current = str((pcs.get("status") or {}).get("currentGenerationHash") or "")
+        if not groups or not current:
+            continue
+        anchors = anchor_hashes(by_pcs.get((ns, name), []))
+        replicas = [r for r, h in anchors.items() if h and h != current]
+        if replicas:
+            out.append(f"{ns}/{name} (replica(s) {', '.join(map(str, replicas))})")
+    return tuple(sorted(out))
+
+
+async def read_grove(settings: Settings) -> GroveFinding:
+    base = f"/apis/{GROVE_GROUP}/{GROVE_VERSION}"
+    try:
+        listed = await asyncio.to_thread(_get, settings, base)
+    except Exception as err:  # noqa: BLE001 - a finding
+        if _status_of(err) == 404:
+            return GroveFinding(pcs_served=False, podgangmap_served=False)
+        return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+    served = {r.get("name") for r in listed.get("resources") or [] if isinstance(r, dict)}
+    found = GroveFinding(pcs_served="podcliquesets" in served, podgangmap_served="podgangmaps" in served)
+    if not (found.pcs_served and found.podgangmap_served):
+        return found
+    try:  # two cluster-wide lists (reads): every PodCliqueSet and every PodGangMap
+        pcs_items, maps = await asyncio.gather(
+            asyncio.to_thread(_get, settings, f"{base}/podcliquesets"),
+            asyncio.to_thread(_get, settings, f"{base}/podgangmaps"),
+        )
+    except Exception as err:  # noqa: BLE001 - a finding
+        return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+    gated = gated_podcliquesets(pcs_items.get("items") or [], maps.get("items") or [])
+    return GroveFinding(gated=gated)
+
+
+async def check_site(settings: Settings, site: Site, *, concurrency: int, timeout: float) -> SiteFindings:
+    """Read the whole site once: BMCs, DPF and Grove at the same time."""
+    bmcs, dpf, grove = await asyncio.gather(
+        read_bmcs(settings, site, concurrency=concurrency, timeout=timeout),
+        read_dpf(settings),
+        read_grove(settings),
+    )
+    return SiteFindings(site=site.name, checked_at=iso_z(datetime.now(UTC)), bmcs=bmcs, dpf=dpf, grove=grove)
+
+
+def consult(
+    host_id: str | None, capability: str | None, path: Path | None = None
+) -> tuple[Verdict, str] | None:
+    """The kept verdict of `capability` for `host_id` (None: the site's own rules only, for a
+    rollout or a campaign) and when it was checked, or None: no capability, or no check kept (an
+    operation then runs as before). One small file read."""
+    if capability is None:
+        return None
+    findings = load_findings(path or findings_path())
+    if findings is None:
+        return None
+    return host_verdict(findings, host_id, capability), findings.checked_at
+
+
+def consult_words(
+    host_id: str | None, capability: str | None, path: Path | None = None, now: datetime | None = None
+) -> tuple[bool, list[str]]:
+    """(refuse?, lines to say) for an operation on `host_id` needing `capability`. A check older
+    than `STALE_AFTER` is still obeyed, and said to be old (run it again: the site may have moved)."""
+    found = consult(host_id, capability, path)
+    if found is None:
+        return False, []
+    verdict, checked_at = found
+    age = (now or datetime.now(UTC)) - (parse_time(checked_at) or datetime.now(UTC))
+    hours = f"{age.total_seconds() / 3600:.0f} h old"
+    stale = (
+        [f"the site check of {checked_at} is {hours}: run `metalflow site check`"]
+        if age > STALE_AFTER
+        else []
+    )
+    if verdict.status == "ready":
+        return False, stale
+    lines = [f"{r.text} [{', '.join(r.rows)}]" for r in verdict.reasons if r.status == verdict.status]
+    where = host_id or "the site"
+    head = f"{verdict.capability} is {verdict.status} on {where} by the site check of {checked_at}" + (
+        " (run `metalflow site check` again once fixed)" if verdict.status == "blocked" else ""
+    )
+    return verdict.status == "blocked", [head, *lines, *stale]

@@ -1,0 +1,309 @@
+"""What `metalflow site check` found, and the verdict it gives each capability: pure, no I/O.
+
+`SiteFindings` is what the check read (metalflow/site_check.py gathers it, read-only); `verdicts`
+turns it into one `Verdict` per capability of `CAPABILITIES` for the whole site, and `host_verdict`
+the same for one host (what an operation's start consults: `metalflow host ...` refuses an
+operation whose capability is blocked for its host). Each verdict names its reasons and the
+behaviour rows behind them (simulators/*/BEHAVIOUR.md ids, docs/DOMAIN.md sections).
+
+Rules, per host (`_rules`):
+- host BMC unreachable or its credentials refused: provision, reprovision, reboot, every reset
+  sequence blocked (each powers the host: DOMAIN.md 4.1; redfish F1/F3).
+- host BMC without both PowerCycle and LastResetTime: reboot, reset host, reset both, provision
+  and reprovision degraded (power cycle by ForceOff, wait, On: slower; a retried cycle cannot
+  prove it happened; redfish H2, B13).
+- a DPU BMC unreachable or refusing its credentials: every DPU reset sequence and firmware blocked;
+  provision and reprovision degraded (unplanned resets of that DPU are not seen; redfish B11).
+- a DPU BMC without ForceRestart: `reset --dpu/--all-dpus` blocked (redfish B4); without
+  PowerCycle: `--full` and `--both` blocked (redfish B5, B13).
+- a DPU BMC without `BootProgress`: every DPU reset sequence blocked (the sequences wait for
+  `OsIsRunning`, redfish B8); without `LastResetTime` nothing (no BlueField shows it, redfish B9).
+- a DPU BMC without UpdateService: firmware blocked.
+Per site:
+- DPF unreadable or no DPU kind served: provision, reprovision, BFB and flavor campaigns blocked.
+- DPF `26.4-rc.3` (no `rebootStatus`; the condition stamp): ready, said (dpf R7).
+- DPF serving `security.privileged` on DPUServiceTemplates: said on provision (dpf O4).
+- Grove without PodCliqueSets: rollout blocked; without PodGangMaps: blocked (the rollout reads
+  them, grove G1); PodCliqueSets whose scale-out is gated: degraded (grove G5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from contracts.models.host import RESET_OPERATION
+
+Status = Literal["ready", "degraded", "blocked"]
+STATUSES: Final[tuple[Status, ...]] = ("ready", "degraded", "blocked")
+
+PROVISION: Final = "provision"
+REPROVISION: Final = "reprovision"
+REBOOT: Final = "reboot"
+RESET_ARM: Final = "reset-dpu"  # `host reset --dpu|--all-dpus`: ForceRestart (Arm only)
+RESET_FULL: Final = "reset-dpu-full"  # `--full`: PowerCycle (Arm and NIC), host off around it
+RESET_HOST: Final = "reset-host"
+RESET_BOTH: Final = "reset-both"
+FIRMWARE: Final = "firmware"
+BFB_CAMPAIGN: Final = "bfb-campaign"
+FLAVOR_CAMPAIGN: Final = "flavor-campaign"
+ROLLOUT: Final = "rollout"
+CAPABILITIES: Final = (
+    PROVISION, REPROVISION, REBOOT, RESET_ARM, RESET_FULL, RESET_HOST, RESET_BOTH, FIRMWARE,
+    BFB_CAMPAIGN, FLAVOR_CAMPAIGN, ROLLOUT,
+)  # fmt: skip
+DPU_RESETS: Final = (RESET_ARM, RESET_FULL, RESET_BOTH)
+SITE_ONLY: Final = (BFB_CAMPAIGN, FLAVOR_CAMPAIGN, ROLLOUT)
+
+
+@dataclass(frozen=True)
+class BMCFinding:
+    """One BMC as the check read it (host BMC: `dpu` None)."""
+
+    bmc_id: str
+    host_id: str
+    dpu: str | None = None
+    reachable: bool = True
+    credentials_ok: bool = True
+    error: str = ""
+    reset_types: tuple[str, ...] = ()
+    last_reset_time: bool = False
+    boot_progress: bool = False
+    update_service: bool = False
+
+    @property
+    def usable(self) -> bool:
+        return self.reachable and self.credentials_ok
+
+    def trouble(self) -> str:
+        what = "unreachable" if not self.reachable else "refuses the stored credentials"
+        return f"BMC {self.bmc_id} {what}" + (f" ({self.error})" if self.error else "")
+
+
+@dataclass(frozen=True)
+class DPFFinding:
+    readable: bool = True
+    error: str = ""
+    dpu_served: bool = True
+    version: str = ""  # "25.10", "26.4-rc.3", "26" (rebootStatus), "" unknown
+    template_privileged: bool = False  # DPUServiceTemplate spec.security.privileged served
+
+
+@dataclass(frozen=True)
+class GroveFinding:
+    readable: bool = True
+    error: str = ""
+    pcs_served: bool = True
+    podgangmap_served: bool = True
+    gated: tuple[str, ...] = ()  # PodCliqueSets (ns/name) whose scale-out is gated
+
+
+@dataclass(frozen=True)
+class SiteFindings:
+    site: str
+    checked_at: str
+    bmcs: tuple[BMCFinding, ...] = ()
+    dpf: DPFFinding = field(default_factory=DPFFinding)
+    grove: GroveFinding = field(default_factory=GroveFinding)
+
+    def hosts(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(b.host_id for b in self.bmcs))
+
+    def to_json(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SiteFindings:
+        bmcs = tuple(
+            BMCFinding(**{**b, "reset_types": tuple(b.get("reset_types") or ())})
+            for b in data.get("bmcs") or ()
+        )
+        grove = dict(data.get("grove") or {})
+        grove["gated"] = tuple(grove.get("gated") or ())
+        return cls(
+            site=str(data["site"]),
+            checked_at=str(data["checked_at"]),
+            bmcs=bmcs,
+            dpf=DPFFinding(**(data.get("dpf") or {})),
+            grove=GroveFinding(**grove),
+        )
+
+
+@dataclass(frozen=True)
+class Reason:
+    status: Status
+    text: str
+    rows: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    capability: str
+    status: Status
+    reasons: tuple[Reason, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "capability": self.capability,
+            "status": self.status,
+            "reasons": [{"status": r.status, "text": r.text, "rows": list(r.rows)} for r in self.reasons],
+        }
+
+
+def _worst(reasons: list[Reason]) -> Status:
+    return max((r.status for r in reasons), key=STATUSES.index, default="ready")
+
+
+def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]:
+    out: dict[str, list[Reason]] = {c: [] for c in CAPABILITIES}
+
+    def add(caps: tuple[str, ...], status: Status, text: str, *rows: str) -> None:
+        for cap in caps:
+            out[cap].append(Reason(status, text, rows))
+
+    host_bmcs = [b for b in findings.bmcs if b.host_id == host_id and b.dpu is None]
+    dpu_bmcs = [b for b in findings.bmcs if b.host_id == host_id and b.dpu is not None]
+    powered = (PROVISION, REPROVISION, REBOOT, RESET_FULL, RESET_HOST, RESET_BOTH)  # not the Arm's own
+    for bmc in host_bmcs:
+        if not bmc.usable:
+            add(
+                powered,
+                "blocked",
+                f"{host_id}: host {bmc.trouble()}",
+                "redfish F1" if bmc.reachable else "redfish F3",
+            )
+            continue
+        if not ("PowerCycle" in bmc.reset_types and bmc.last_reset_time):
+            missing = "PowerCycle" if "PowerCycle" not in bmc.reset_types else "LastResetTime"
+            add(
+                (PROVISION, REPROVISION, REBOOT, RESET_HOST, RESET_BOTH),
+                "degraded",
+                f"{host_id}: host BMC {bmc.bmc_id} has no {missing}: power cycles by ForceOff, wait, On "
+                "(slower; a retried cycle cannot prove the first happened)",
+                "redfish H2",
+                "DOMAIN 4.1",
+            )
+    for bmc in dpu_bmcs:
+        if not bmc.usable:
+            add((RESET_ARM, RESET_FULL, RESET_BOTH, FIRMWARE), "blocked", f"{host_id}: DPU {bmc.trouble()}",
+                "redfish F1" if bmc.reachable else "redfish F3")  # fmt: skip
+            unseen = f"{host_id}: DPU {bmc.trouble()}: its unplanned resets are not seen"
+            add((PROVISION, REPROVISION), "degraded", unseen, "redfish B11")
+            continue
+        if "ForceRestart" not in bmc.reset_types:
+            add(
+                (RESET_ARM,),
+                "blocked",
+                f"{host_id}: DPU BMC {bmc.bmc_id} does not offer ForceRestart",
+                "redfish B4",
+            )
+        if "PowerCycle" not in bmc.reset_types:
+            no_cycle = f"{host_id}: DPU BMC {bmc.bmc_id} does not offer PowerCycle"
+            add((RESET_FULL, RESET_BOTH), "blocked", no_cycle, "redfish B5", "redfish B13")
+        if not bmc.boot_progress:
+            add(DPU_RESETS, "blocked",
+                f"{host_id}: DPU BMC {bmc.bmc_id} shows no BootProgress (a reset waits for OsIsRunning)",
+                "redfish B8")  # fmt: skip
+        if not bmc.update_service:
+            add(
+                (FIRMWARE,),
+                "blocked",
+                f"{host_id}: DPU BMC {bmc.bmc_id} serves no UpdateService",
+                "redfish H6",
+            )
+    return out
+
+
+def _site_rules(findings: SiteFindings) -> dict[str, list[Reason]]:
+    out: dict[str, list[Reason]] = {c: [] for c in CAPABILITIES}
+    dpf, grove = findings.dpf, findings.grove
+    dpf_caps = (PROVISION, REPROVISION, BFB_CAMPAIGN, FLAVOR_CAMPAIGN)
+    if not dpf.readable:
+        for cap in dpf_caps:
+            out[cap].append(Reason("blocked", f"DPF's API cannot be read: {dpf.error}", ("DOMAIN 2",)))
+    elif not dpf.dpu_served:
+        for cap in dpf_caps:
+            out[cap].append(Reason("blocked", "the cluster serves no DPF DPU kind", ("dpf O1",)))
+    if not grove.readable:
+        out[ROLLOUT].append(Reason("blocked", f"Grove's API cannot be read: {grove.error}", ("grove N1",)))
+    elif not grove.pcs_served:
+        out[ROLLOUT].append(Reason("blocked", "the cluster serves no PodCliqueSet kind", ("grove N1",)))
+    elif not grove.podgangmap_served:
+        out[ROLLOUT].append(
+            Reason(
+                "blocked",
+                "Grove serves no PodGangMap (older than the pin): the rollout reads them",
+                ("grove G1",),
+            )
+        )
+    if grove.gated:
+        out[ROLLOUT].append(
+            Reason(
+                "degraded",
+                f"scale-out gated after an OnDelete template change: {', '.join(grove.gated)}",
+                ("grove G5",),
+            )
+        )
+    return out
+
+
+def host_verdict(findings: SiteFindings, host_id: str | None, capability: str) -> Verdict:
+    """The verdict of `capability` for one host: the site's rules and that host's (None: the
+    site's rules only)."""
+    if capability not in CAPABILITIES:
+        raise ValueError(f"unknown capability {capability!r}; one of {', '.join(CAPABILITIES)}")
+    own = _host_rules(findings, host_id)[capability] if host_id is not None else []
+    reasons = _site_rules(findings)[capability] + own
+    return Verdict(capability, _worst(reasons), tuple(reasons))
+
+
+def verdicts(findings: SiteFindings) -> tuple[Verdict, ...]:
+    """One verdict per capability for the whole site: every host's reasons, the worst counts."""
+    site = _site_rules(findings)
+    per_host = [_host_rules(findings, h) for h in findings.hosts()]
+    out = []
+    for cap in CAPABILITIES:
+        reasons = list(site[cap])
+        for rules in per_host:
+            reasons += rules[cap]
+        out.append(Verdict(cap, _worst(reasons), tuple(reasons)))
+    return tuple(out)
+
+
+def info(findings: SiteFindings) -> list[str]:
+    """What the check read that decides nothing but an operator should know."""
+    lines = []
+    dpf = findings.dpf
+    if dpf.readable and dpf.version:
+        stamp = {
+            "26.4-rc.3": "no rebootStatus: the host reboot is read from the Rebooted condition (dpf R7)",
+            "26": "rebootStatus served (dpf O2, R3)",
+            "25.10": "no agentStatus, no rebootStatus (dpf O2)",
+        }.get(dpf.version, "")
+        lines.append(f"DPF {dpf.version}" + (f": {stamp}" if stamp else ""))
+    if dpf.readable and dpf.template_privileged:
+        lines.append("DPF serves security.privileged on DPUServiceTemplates (26.8+ rule, dpf O4)")
+    return lines
+
+
+def capability_of(
+    operation: str | None, *, host_only: bool = False, both: bool = False, full: bool = False
+) -> str | None:
+    """The capability a `metalflow host` operation needs (None: one the check does not judge,
+    e.g. `remove`). `operation` is the request's operation name (contracts/names.py; `reset`)."""
+    if operation == RESET_OPERATION:
+        return RESET_HOST if host_only else RESET_BOTH if both else RESET_FULL if full else RESET_ARM
+    return {PROVISION: PROVISION, REPROVISION: REPROVISION, REBOOT: REBOOT, FIRMWARE: FIRMWARE}.get(
+        operation or ""
+    )
+
+
+CAMPAIGN_CAPABILITY: Final = {
+    "reprovision": REPROVISION,
+    "bfb": BFB_CAMPAIGN,
+    "flavor": FLAVOR_CAMPAIGN,
+    "firmware": FIRMWARE,
+}
+"""A campaign kind (contracts/models/campaign_target.py `TargetKind`) -> the capability it needs."""

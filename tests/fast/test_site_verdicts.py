@@ -1,0 +1,270 @@
+"""`metalflow site check`'s pure verdicts (metalflow/site_verdicts.py): capability x findings ->
+ready / degraded / blocked, each reason with its behaviour row; and what an operation's start
+reads from the kept findings (metalflow/site_check.py `consult_words`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from metalflow.site_check import consult_words, save_findings
+from metalflow.site_verdicts import (
+    CAPABILITIES,
+    BMCFinding,
+    DPFFinding,
+    GroveFinding,
+    SiteFindings,
+    capability_of,
+    host_verdict,
+    verdicts,
+)
+
+HOST_TYPES = ("On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle")
+DPU_TYPES = ("GracefulRestart", "ForceRestart", "GracefulShutdown", "PowerCycle", "On")
+
+
+def host_bmc(host: str = "h1", **changes: object) -> BMCFinding:
+    bmc = BMCFinding(
+        bmc_id=host, host_id=host, reset_types=HOST_TYPES, last_reset_time=True, update_service=True
+    )
+    return dataclasses.replace(bmc, **changes)  # type: ignore[arg-type]
+
+
+def dpu_bmc(host: str = "h1", **changes: object) -> BMCFinding:
+    bmc = BMCFinding(bmc_id=f"{host}-dpu-0", host_id=host, dpu=f"{host}-dpu-0", reset_types=DPU_TYPES,
+                     boot_progress=True, update_service=True)  # fmt: skip
+    return dataclasses.replace(bmc, **changes)  # type: ignore[arg-type]
+
+
+def site(*bmcs: BMCFinding, dpf: DPFFinding | None = None, grove: GroveFinding | None = None) -> SiteFindings:
+    return SiteFindings(
+        site="s",
+        checked_at="2026-11-29T07:00:00Z",
+        bmcs=bmcs or (host_bmc(), dpu_bmc()),
+        dpf=dpf or DPFFinding(version="26"),
+        grove=grove or GroveFinding(),
+    )
+
+
+def statuses(findings: SiteFindings) -> dict[str, str]:
+    return {v.capability: v.status for v in verdicts(findings)}
+
+
+def changed(findings: SiteFindings) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The capabilities not ready: their status and every row named."""
+    return {
+        v.capability: (v.status, tuple(row for r in v.reasons for row in r.rows))
+        for v in verdicts(findings)
+        if v.status != "ready"
+    }
+
+
+def test_a_site_with_everything_is_ready_for_everything() -> None:
+    assert set(statuses(site()).values()) == {"ready"}
+    assert tuple(statuses(site())) == CAPABILITIES
+
+
+def test_a_host_bmc_refusing_its_credentials_blocks_what_powers_the_host_not_the_arms_reset() -> None:
+    found = changed(site(host_bmc(credentials_ok=False, error="401"), dpu_bmc()))
+    powered = ("provision", "reprovision", "reboot", "reset-dpu-full", "reset-host", "reset-both")
+    assert found == {cap: ("blocked", ("redfish F1",)) for cap in powered}
+
+
+def test_an_unreachable_host_bmc_names_the_unreachable_row() -> None:
+    assert changed(site(host_bmc(reachable=False), dpu_bmc()))["reboot"] == ("blocked", ("redfish F3",))
+
+
+@pytest.mark.parametrize("missing", ["PowerCycle", "LastResetTime"])
+def test_a_host_bmc_without_a_provable_power_cycle_degrades_the_power_cycles(missing: str) -> None:
+    bmc = (
+        host_bmc(reset_types=tuple(t for t in HOST_TYPES if t != "PowerCycle"))
+        if missing == "PowerCycle"
+        else host_bmc(last_reset_time=False)
+    )
+    found = changed(site(bmc, dpu_bmc()))
+    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "reset-both"}
+    assert {status for status, _ in found.values()} == {"degraded"}
+    assert all("redfish H2" in rows for _, rows in found.values())
+    assert missing in verdicts(site(bmc, dpu_bmc()))[2].reasons[0].text
+
+
+def test_a_dpu_bmc_without_powercycle_blocks_the_full_sequences_only() -> None:
+    found = changed(site(host_bmc(), dpu_bmc(reset_types=("ForceRestart", "On"))))
+    assert found == {
+        "reset-dpu-full": ("blocked", ("redfish B5", "redfish B13")),
+        "reset-both": ("blocked", ("redfish B5", "redfish B13")),
+    }
+
+
+def test_a_dpu_bmc_without_forcerestart_blocks_the_arm_reset() -> None:
+    assert changed(site(host_bmc(), dpu_bmc(reset_types=("PowerCycle",)))) == {
+        "reset-dpu": ("blocked", ("redfish B4",))
+    }
+
+
+def test_an_unreachable_dpu_bmc_blocks_its_resets_and_firmware_and_degrades_provisioning() -> None:
+    found = changed(site(host_bmc(), dpu_bmc(reachable=False)))
+    assert found == {
+        "reset-dpu": ("blocked", ("redfish F3",)),
+        "reset-dpu-full": ("blocked", ("redfish F3",)),
+        "reset-both": ("blocked", ("redfish F3",)),
+        "firmware": ("blocked", ("redfish F3",)),
+        "provision": ("degraded", ("redfish B11",)),
+        "reprovision": ("degraded", ("redfish B11",)),
+    }
+
+
+def test_a_dpu_bmc_without_bootprogress_blocks_the_dpu_resets() -> None:
+    found = changed(site(host_bmc(), dpu_bmc(boot_progress=False)))
+    assert found == {
+        cap: ("blocked", ("redfish B8",)) for cap in ("reset-dpu", "reset-dpu-full", "reset-both")
+    }
+
+
+def test_a_dpu_bmc_without_updateservice_blocks_firmware() -> None:
+    assert changed(site(host_bmc(), dpu_bmc(update_service=False))) == {
+        "firmware": ("blocked", ("redfish H6",))
+    }
+
+
+def test_a_host_bmc_without_updateservice_blocks_nothing() -> None:
+    assert changed(site(host_bmc(update_service=False), dpu_bmc())) == {}
+
+
+def test_dpf_unreadable_or_not_served_blocks_provisioning_and_the_campaigns() -> None:
+    dpf_caps = {"provision", "reprovision", "bfb-campaign", "flavor-campaign"}
+    assert set(changed(site(dpf=DPFFinding(readable=False, error="refused")))) == dpf_caps
+    assert set(changed(site(dpf=DPFFinding(dpu_served=False)))) == dpf_caps
+
+
+def test_grove_without_podgangmap_blocks_the_rollout_and_a_gated_scale_out_degrades_it() -> None:
+    assert changed(site(grove=GroveFinding(podgangmap_served=False))) == {
+        "rollout": ("blocked", ("grove G1",))
+    }
+    assert changed(site(grove=GroveFinding(pcs_served=False)))["rollout"][0] == "blocked"
+    assert changed(site(grove=GroveFinding(gated=("ns/pcs",)))) == {"rollout": ("degraded", ("grove G5",))}
+
+
+def test_blocked_outranks_degraded() -> None:
+    bmc = host_bmc(reset_types=("On", "ForceOff"))  # degraded
+    both = {v.capability: v for v in verdicts(site(bmc, dpu_bmc(reachable=False)))}
+    assert both["reset-both"].status == "blocked"
+    assert {r.status for r in both["reset-both"].reasons} == {"blocked", "degraded"}
+
+
+def test_a_hosts_verdict_has_only_its_own_bmcs_and_the_sites_reasons() -> None:
+    findings = site(host_bmc("h1"), dpu_bmc("h1"), host_bmc("h2", reachable=False), dpu_bmc("h2"),
+                    grove=GroveFinding(podgangmap_served=False))  # fmt: skip
+    assert host_verdict(findings, "h1", "reboot").status == "ready"
+    assert host_verdict(findings, "h2", "reboot").status == "blocked"
+    assert host_verdict(findings, "h1", "rollout").status == "blocked"
+    with pytest.raises(ValueError, match="unknown capability 'nope'"):
+        host_verdict(findings, "h1", "nope")
+
+
+def test_every_operation_maps_to_its_capability() -> None:
+    assert capability_of("provision") == "provision"
+    assert capability_of("reprovision") == "reprovision"
+    assert capability_of("reboot") == "reboot"
+    assert capability_of("firmware") == "firmware"
+    assert capability_of("remove") is None
+    assert capability_of("reset") == "reset-dpu"
+    assert capability_of("reset", full=True) == "reset-dpu-full"
+    assert capability_of("reset", host_only=True) == "reset-host"
+    assert capability_of("reset", both=True) == "reset-both"
+
+
+def test_findings_survive_their_file(tmp_path: Path) -> None:
+    findings = site(host_bmc(), dpu_bmc(), grove=GroveFinding(gated=("a/b",)))
+    save_findings(tmp_path / "site-check.json", findings)
+    loaded = SiteFindings.from_json(json.loads((tmp_path / "site-check.json").read_text()))
+    assert loaded == findings
+
+
+def test_an_operations_start_refuses_blocked_says_degraded_and_is_silent_without_a_check(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "site-check.json"
+    assert consult_words("h1", "reboot", path) == (False, [])  # no check kept: runs as before
+    save_findings(path, site(host_bmc(reachable=False), dpu_bmc()))
+    refuse, lines = consult_words("h1", "reboot", path)
+    assert refuse and "reboot is blocked on h1" in lines[0] and "metalflow site check" in lines[0]
+    assert "[redfish F3]" in lines[1]
+    assert consult_words("h1", "reset-dpu", path) == (False, [])  # the Arm's reset needs no host BMC
+    assert consult_words("h1", None, path) == (False, [])  # remove: not judged
+    save_findings(path, site(host_bmc(last_reset_time=False), dpu_bmc()))
+    refuse, lines = consult_words("h1", "reboot", path)
+    assert not refuse and "reboot is degraded on h1" in lines[0]
+    path.write_text("{not json")
+    assert consult_words("h1", "reboot", path) == (False, [])  # an unreadable file: as none
+
+
+def test_a_gated_podcliqueset_is_one_with_scaling_groups_and_an_anchor_at_another_hash() -> None:
+    from metalflow.site_check import gated_podcliquesets
+
+    def pcs(name: str, groups: bool, current: str = "h2") -> dict[str, object]:
+        template = {"cliques": [], **({"podCliqueScalingGroups": [{"name": "g"}]} if groups else {})}
+        return {"metadata": {"namespace": "ns", "name": name}, "spec": {"template": template},
+                "status": {"currentGenerationHash": current}}  # fmt: skip
+
+    def gang_map(owner: str, replica: int, anchor_hash: str) -> dict[str, object]:
+        entry = {"role": "Anchor", "anchorIndex": 0, "podCliqueSetGenerationHash": anchor_hash}
+        return {"metadata": {"namespace": "ns", "name": f"{owner}-{replica}",
+                             "labels": {"app.kubernetes.io/part-of": owner}},
+                "spec": {"podCliqueSetReplicaIndex": replica, "entries": [entry]}}  # fmt: skip
+
+    items = [pcs("a", True), pcs("b", False), pcs("c", True)]
+    maps = [gang_map("a", 0, "h1"), gang_map("a", 1, "h2"), gang_map("b", 0, "h1"), gang_map("c", 0, "h2")]
+    assert gated_podcliquesets(items, maps) == ("ns/a (replica(s) 0)",)
+
+
+def test_an_old_check_is_obeyed_and_said_to_be_old(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    path = tmp_path / "site-check.json"
+    save_findings(path, site())  # checked 2026-11-29T07:00:00Z, everything ready
+    assert consult_words("h1", "reboot", path, now=datetime(2026, 11, 29, 8, tzinfo=UTC)) == (False, [])
+    later = datetime(2026, 12, 1, 7, tzinfo=UTC)
+    assert consult_words("h1", "reboot", path, now=later) == (
+        False,
+        ["the site check of 2026-11-29T07:00:00Z is 48 h old: run `metalflow site check`"],
+    )
+    save_findings(path, site(host_bmc(reachable=False), dpu_bmc()))
+    refuse, lines = consult_words("h1", "reboot", path, now=later)
+    assert refuse and lines[-1].endswith("is 48 h old: run `metalflow site check`")
+
+
+def test_bad_input_is_refused_naming_it_and_keeps_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from metalflow.cli import main
+
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("METALFLOW_INVENTORY", "site")
+    assert main(["site", "check", "--site", str(tmp_path / "none.yaml")]) == 2
+    for bad in (["--concurrency", "0"], ["--timeout", "-1"]):
+        with pytest.raises(SystemExit) as usage:  # argparse's usage error: the `metalflow` script's 2
+            main(["site", "check", *bad])
+        assert usage.value.code == 2
+    assert not (tmp_path / "site-check.json").exists()
+    monkeypatch.setenv("METALFLOW_INVENTORY", "cluster")
+    assert main(["site", "check"]) == 2
+
+
+def test_a_rollout_or_campaign_reads_the_sites_own_rules(tmp_path: Path) -> None:
+    from contracts.models.campaign_target import TargetKind
+    from metalflow.site_verdicts import CAMPAIGN_CAPABILITY
+
+    assert set(CAMPAIGN_CAPABILITY) == {str(kind) for kind in TargetKind}  # every kind judged
+    path = tmp_path / "site-check.json"
+    save_findings(
+        path, site(host_bmc(reachable=False), dpu_bmc(), grove=GroveFinding(podgangmap_served=False))
+    )
+    refuse, lines = consult_words(None, "rollout", path)
+    assert refuse and lines[0].startswith("rollout is blocked on the site by the site check of")
+    assert consult_words(None, "reprovision", path) == (False, [])  # a host's BMC is the host's
+    save_findings(path, site(dpf=DPFFinding(readable=False, error="refused")))
+    assert consult_words(None, CAMPAIGN_CAPABILITY["bfb"], path)[0]

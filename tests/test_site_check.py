@@ -1,0 +1,287 @@
+"""`metalflow site check` against the simulated site's variants (issue 36, deliver 3 and 4).
+
+One simulated site (DPF 25.10) whose hosts each play one variant: host BMC profiles with and
+without PowerCycle and without UpdateService (`basic-only`, simulators/redfish/BEHAVIOUR.md H6),
+a BF4 DPU, and, for the second check, the faults `wrong-credentials` (F1), `unreachable` (F3) and
+the DPU BMC's `no-powercycle` (B13). Two small sites more play DPF 26 and 26.4-rc.3.
+
+Each test checks its rows of README's "variant x capability" table (`row`): the table is what
+these tests see. The check reads only: every BMC's request log holds GETs and its session's
+login and logout, and the cluster's audit no write. An operation whose capability the kept
+findings block is refused before anything is sent (no Temporal is reached: `--address` points
+at nothing), naming the finding and `metalflow site check`; so are `rollout start` and a BFB
+campaign's `campaign start` on the site's own blocked findings, and no workflow is started.
+
+Cost: three simulators (one of five hosts, two of one), ten `metalflow` processes, the session's
+Temporal dev server; ~30 s in all, each test under 10 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sim_support import RunningSim, running_sim
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from contracts import names
+from metalflow.site_check import load_findings, save_findings
+from metalflow.site_verdicts import (
+    CAPABILITIES,
+    DPFFinding,
+    GroveFinding,
+    SiteFindings,
+    host_verdict,
+    verdicts,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+# host id -> (variant as README's table names it, host BMC profile, DPU model)
+HOSTS = {
+    "sc-001": ("DPF 25.10, host BMC `powercycle`, BF3", "powercycle", "BF3"),
+    "sc-002": ("host BMC `no-powercycle` (H2)", "no-powercycle", "BF3"),
+    "sc-003": ("host BMC `basic-only`: no UpdateService (H6)", "basic-only", "BF3"),
+    "sc-004": ("BF4 DPU", "powercycle", "BF4"),
+    "sc-005": ("", "powercycle", "BF3"),  # as sc-001: a DPU BMC fault of its own in the second check
+}
+FAULTED = {
+    "sc-001": "host BMC `wrong-credentials` (F1)",
+    "sc-005": "DPU BMC `unreachable` (F3)",
+    "sc-004": "DPU BMC `no-powercycle` (B13)",
+}
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def site_file(directory: Path, hosts: dict[str, tuple[str, str, str]]) -> Path:
+    from simulators.site import BMC, DPU, Host, ScalingGroup, Site, Workload, dump_site
+
+    workload = Workload(
+        name="inference",
+        replicas=1,
+        cliques=["router"],
+        scaling_groups=[ScalingGroup(name="workers", cliques=["decode"], replicas=1, min_available=1)],
+        update_strategy="OnDelete",
+    )
+    site = Site(
+        name="site-check",
+        workloads=[workload],
+        hosts=[
+            Host(id=host, bmc=BMC(profile=profile), dpus=[DPU(id=f"{host}-dpu-0", model=model)])
+            for host, (_, profile, model) in hosts.items()
+        ],
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "site-in.yaml"
+    path.write_text(dump_site(site))
+    return path
+
+
+def check(sim: RunningSim, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "KUBECONFIG"))}
+    env["METALFLOW_STATE_DIR"] = str(sim.state_dir)  # the site file and kubeconfig the simulator wrote
+    return subprocess.run(
+        [sys.executable, "-m", "metalflow", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+def row(variant: str, statuses: dict[str, str]) -> str:
+    """One line of README's table."""
+    return "| " + " | ".join([variant, *(statuses[c] for c in CAPABILITIES)]) + " |"
+
+
+def readme_rows() -> set[str]:
+    return {line.strip() for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| ")}
+
+
+def host_row(sim: RunningSim, host: str, variant: str) -> str:
+    findings = load_findings(sim.state_dir / "site-check.json")
+    assert findings is not None
+    return row(variant, {c: host_verdict(findings, host, c).status for c in CAPABILITIES})
+
+
+def no_writes(sim: RunningSim, audit_before: list[dict[str, Any]]) -> None:
+    """Every BMC answered only GETs and its session's login/logout; the API recorded no write."""
+    for host in sim.site["hosts"]:
+        for bmc_id in (host["id"], *(d["id"] for d in host["dpus"])):
+            for request in sim.bmc_requests(bmc_id):
+                method, path = request.split(" ", 1)
+                assert method == "GET" or path.startswith("/redfish/v1/SessionService/Sessions"), (
+                    bmc_id,
+                    request,
+                )
+    new = [a for a in sim.audit() if a not in audit_before]
+    assert not [a for a in new if a["verb"] in WRITES], new
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    directory = tmp_path_factory.mktemp("site-check")
+    with running_sim(directory / "sim", site_file=site_file(directory / "in", HOSTS)) as running:
+        yield running
+
+
+def test_a_clean_site_is_ready_or_degraded_per_variant_read_only(sim: RunningSim) -> None:
+    audit_before = sim.audit()
+    result = check(sim, "site", "check", "--json")
+    assert result.returncode == 0, result.stderr  # nothing blocked
+    document = json.loads(result.stdout)
+    assert document["site"] == "site-check" and document["checked_at"].endswith("Z")
+    assert "DPF 25.10: no agentStatus, no rebootStatus (dpf O2)" in document["info"]
+    bmcs = {b["bmc_id"]: b for b in document["findings"]["bmcs"]}
+    assert not bmcs["sc-003"]["update_service"] and bmcs["sc-001"]["update_service"]
+    assert "PowerCycle" not in bmcs["sc-002"]["reset_types"] and bmcs["sc-001"]["last_reset_time"]
+    assert bmcs["sc-004-dpu-0"]["boot_progress"] and "PowerCycle" in bmcs["sc-004-dpu-0"]["reset_types"]
+    reboot = next(v for v in document["verdicts"] if v["capability"] == "reboot")
+    assert reboot["status"] == "degraded" and reboot["reasons"][0]["rows"] == ["redfish H2", "DOMAIN 4.1"]
+    no_writes(sim, audit_before)
+    for bmc_id in bmcs:  # the module's first check: one session (at most one login) per BMC
+        logins = sim.bmc_requests(bmc_id).get("POST /redfish/v1/SessionService/Sessions", 0)
+        assert logins <= 1, (bmc_id, logins)
+    missing = [
+        r for r in (host_row(sim, h, v) for h, (v, _, _) in HOSTS.items() if v) if r not in readme_rows()
+    ]
+    assert not missing, "README's table lacks:\n" + "\n".join(missing)
+    # Degraded: said at the operation's start, which goes on (to Temporal, here unreachable: 3).
+    reboot_002 = check(sim, "host", "reboot", "sc-002", "--address", "127.0.0.1:1")
+    assert reboot_002.returncode == 3, reboot_002.stderr
+    assert "reboot is degraded on sc-002 by the site check of" in reboot_002.stderr
+
+
+def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capability_is_refused(
+    sim: RunningSim,
+) -> None:
+    for bmc_id, fault in (("sc-001", "wrong-credentials"), ("sc-005-dpu-0", "unreachable")):
+        httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/{fault}", timeout=10).raise_for_status()
+    httpx.post(f"{sim.url}/sim/faults/dpu-bmcs/sc-004-dpu-0/no-powercycle", timeout=10).raise_for_status()
+    audit_before = sim.audit()
+    try:
+        result = check(sim, "site", "check", "--timeout", "5")
+        assert result.returncode == 1, result.stdout + result.stderr  # something blocked
+        assert "refuses the stored credentials" in result.stdout and "[redfish F1]" in result.stdout
+        no_writes(sim, audit_before)
+        missing = [r for r in (host_row(sim, h, v) for h, v in FAULTED.items()) if r not in readme_rows()]
+        assert not missing, "README's table lacks:\n" + "\n".join(missing)
+        refused = check(sim, "host", "reboot", "sc-001", "--address", "127.0.0.1:1")
+        assert refused.returncode == 1, refused.stderr  # refused before Temporal is asked
+        assert "sc-001: refused: reboot is blocked on sc-001" in refused.stderr
+        assert "metalflow site check" in refused.stderr and "[redfish F1]" in refused.stderr
+        full = check(sim, "host", "reset", "sc-004", "--all-dpus", "--full", "--address", "127.0.0.1:1")
+        assert full.returncode == 1 and "does not offer PowerCycle [redfish B5, redfish B13]" in full.stderr
+    finally:
+        for bmc_id in ("sc-001", "sc-005-dpu-0"):
+            httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/clear", timeout=10).raise_for_status()
+
+
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ("26", "DPF 26: rebootStatus served (dpf O2, R3)"),
+        (
+            "26.4-rc.3",
+            "DPF 26.4-rc.3: no rebootStatus: the host reboot is read from the Rebooted condition (dpf R7)",
+        ),
+    ],
+)
+def test_the_dpf_version_is_read_from_the_served_schema(tmp_path: Path, version: str, said: str) -> None:
+    one = {"sc-101": ("", "powercycle", "BF3")}
+    with running_sim(
+        tmp_path / "sim", site_file=site_file(tmp_path / "in", one), dpf_version=version
+    ) as small:
+        result = check(small, "site", "check", "--json")
+        assert result.returncode == 0, result.stderr
+        document = json.loads(result.stdout)
+        assert said in document["info"]
+        assert document["findings"]["dpf"]["version"] == version
+        assert document["findings"]["grove"]["podgangmap_served"] is True
+        findings = load_findings(small.state_dir / "site-check.json")
+        assert findings is not None
+        seen = row(f"DPF {version}", {v.capability: v.status for v in verdicts(findings)})
+        assert seen in readme_rows(), f"README's table lacks:\n{seen}"
+
+
+def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: RunningSim) -> None:
+    """Grove at the pin: after a template change under OnDelete, a scaling-group scale-out stays
+    gated (simulators/grove/BEHAVIOUR.md G5); the check names the PodCliqueSet."""
+    from kubernetes import client as k8s
+    from kubernetes import config
+
+    api = k8s.CustomObjectsApi(config.new_client_from_config(str(sim.kubeconfig)))
+    where = ("grove.io", "v1alpha1", "default", "podcliquesets", "inference")
+    pcs = api.get_namespaced_custom_object(*where)
+    before = pcs["status"]["currentGenerationHash"]
+    assert check(sim, "site", "check", "--json").returncode in (0, 1)
+    assert load_findings(sim.state_dir / "site-check.json").grove.gated == ()  # type: ignore[union-attr]
+    for clique in pcs["spec"]["template"]["cliques"]:  # the test's write, as an operator's edit
+        clique["spec"]["podSpec"]["containers"][0]["image"] = "registry.local/inference:2.0"
+    api.replace_namespaced_custom_object(*where, pcs)
+    deadline = time.monotonic() + 10
+    while api.get_namespaced_custom_object(*where)["status"]["currentGenerationHash"] == before:
+        assert time.monotonic() < deadline, "Grove did not take the template change"
+        time.sleep(0.1)
+    audit_before = sim.audit()
+    result = check(sim, "site", "check", "--json")
+    document = json.loads(result.stdout)
+    assert document["findings"]["grove"]["gated"] == ["default/inference (replica(s) 0)"]
+    no_writes(sim, audit_before)
+    findings = load_findings(sim.state_dir / "site-check.json")
+    assert findings is not None
+    site_only = row(
+        "Grove: a PodCliqueSet changed under OnDelete (G5)",
+        {c: host_verdict(findings, "no-such-host", c).status for c in CAPABILITIES},
+    )
+    assert site_only in readme_rows(), f"README's table lacks:\n{site_only}"
+
+
+async def test_a_rollout_or_campaign_on_a_blocked_capability_is_refused_and_nothing_starts(
+    local_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The kept findings (here written as a check of a site without PodGangMaps and with DPF
+    unreadable would keep them) refuse `rollout start` and a BFB campaign before anything starts."""
+    save_findings(
+        tmp_path / "site-check.json",
+        SiteFindings(
+            site="s",
+            checked_at="2026-11-29T07:00:00Z",
+            dpf=DPFFinding(readable=False, error="refused"),
+            grove=GroveFinding(podgangmap_served=False),
+        ),
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "KUBECONFIG"))}
+    env |= {
+        "METALFLOW_STATE_DIR": str(tmp_path),
+        "TEMPORAL_ADDRESS": local_env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": os.devnull,
+    }
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "metalflow", *args, "--task-queue", "sc-nobody-polls"]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+
+    rollout = run("rollout", "start", "default/sc-inference", "--set", "decode=registry.local/decode:2")
+    assert rollout.returncode == 1, rollout.stderr
+    assert "refused, nothing started: rollout is blocked on the site" in rollout.stderr
+    assert "[grove G1]" in rollout.stderr and "metalflow site check" in rollout.stderr
+    bfb = ["--bfb", "bf-bundle-2", "--deployment", "sc-dep", "--canary", "0"]
+    campaign = run("campaign", "start", "sc-bfb", "--hosts", "sc-001", *bfb)
+    assert campaign.returncode == 1, campaign.stderr
+    assert "campaign refused, nothing started: bfb-campaign is blocked on the site" in campaign.stderr
+    for workflow_id in (
+        names.rollout_workflow_id("default", "sc-inference"),
+        names.campaign_workflow_id("sc-bfb"),
+    ):
+        with pytest.raises(RPCError):  # nothing was started
+            await local_env.client.get_workflow_handle(workflow_id).describe()
