@@ -130,7 +130,7 @@ REBOOT: Final = EntityRequest(
     help="reboot the host once (its next boot generation)",
     description="Reboot the host once (its next boot generation).",
     action="Reboot",
-    phases=("powering", "waiting-for-manual-reboot"),
+    phases=("powering", "waiting-for-manual-reboot", "manual-intervention-required"),
     ended="rebooted",
 )
 FIRMWARE: Final = EntityRequest(
@@ -200,11 +200,13 @@ RESET: Final = EntityRequest(
     phases=(
         "resolving-inventory",
         "checking-dpf",
+        "checking-dpu-bmcs",
         "powering-host-off",
         "resetting-dpu",
         "waiting-for-dpu-os",
         "powering-host-on",
         "rebooting-host",
+        "manual-intervention-required",
     ),
 )
 

@@ -35,6 +35,10 @@ from metalflow.runtime import code_cache
 # (drivers/settings.py `METALFLOW_WORKER_TAKEOVER_SECONDS`). What the kill tests assert (one power
 # cycle, no step skipped or repeated) holds at any takeover time; only their wait is shorter.
 os.environ.setdefault("METALFLOW_WORKER_TAKEOVER_SECONDS", "3")
+# ... and no host entity reads its host's power at rest unless a test asks (tests/test_unplanned_power.py
+# gives its entity an interval): on the time-skipping server hours of skipped time made every
+# entity's watch read unreachable test BMCs again and again, and the campaign tests timed out.
+os.environ.setdefault("METALFLOW_POWER_WATCH_SECONDS", "0")
 
 # Temporal's sandbox imports a workflow's module afresh for every run, on the worker's threads.
 # For a workflow defined in a test module, that import goes through pytest's assertion rewriting
