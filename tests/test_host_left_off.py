@@ -73,6 +73,22 @@ async def _until(
     raise AssertionError(f"{host} never {what}: {shown}")
 
 
+async def _firmware_until_its_reboot_says_off(
+    env: WorkflowEnvironment, host: str, reboot: str, task_queue: str
+) -> None:
+    """`host firmware HOST` (the fault set), then until its reboot says the host is OFF."""
+    started = await metalflow(
+        env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE,
+        "--by", "alice@test", "--task-queue", task_queue,
+    )  # fmt: skip
+    assert started.status == 0, started.stdout + started.stderr
+    for _ in range(150):
+        seen = await operation_progress(env.client, reboot, host)
+        if seen is not None and "is OFF" in seen.details:
+            return
+        await asyncio.sleep(0.2)
+
+
 def _handed_over(shown: dict[str, Any]) -> bool:
     return "is OFF" in shown["words"]
 
@@ -224,16 +240,7 @@ async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_ta
     _fault(sim, host, "rotate-after-forceoff")
     try:
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE,
-                "--by", "alice@test", "--task-queue", task_queue,
-            )  # fmt: skip
-            assert started.status == 0, started.stdout + started.stderr
-            for _ in range(150):
-                seen = await operation_progress(local_env.client, reboot, host)
-                if seen is not None and "is OFF" in seen.details:
-                    break
-                await asyncio.sleep(0.2)
+            await _firmware_until_its_reboot_says_off(local_env, host, reboot, task_queue)
             status = await metalflow(local_env, "host", "status", host)
             assert "power-cycling" in status.stdout, status.stdout
             assert (
@@ -265,16 +272,7 @@ async def test_a_firmware_run_whose_reboot_waits_with_the_host_off_can_be_aborte
     _fault(sim, host, "rotate-after-forceoff")
     try:
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE,
-                "--by", "alice@test", "--task-queue", task_queue,
-            )  # fmt: skip
-            assert started.status == 0, started.stdout + started.stderr
-            for _ in range(150):
-                seen = await operation_progress(local_env.client, reboot, host)
-                if seen is not None and "is OFF" in seen.details:
-                    break
-                await asyncio.sleep(0.2)
+            await _firmware_until_its_reboot_says_off(local_env, host, reboot, task_queue)
             aborted = await metalflow(
                 local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue
             )
