@@ -62,6 +62,7 @@ from contracts.models.bmc_lease import (
 )
 from contracts.models.inventory import BMCAccess, HostInventory, Source
 from contracts.priorities import REBOOT_PRIORITY
+from contracts.with_start import execute_update_with_start
 from drivers.settings import Settings
 
 
@@ -112,12 +113,13 @@ class BMCLeaseActivities:
         limit = self.settings.bmc_max_in_flight
         reclaim = self.settings.bmc_lease_reclaim_seconds
         task_queue = activity.info().task_queue
-        answer = await activity.client().execute_update_with_start_workflow(
+        answer = await execute_update_with_start(
+            activity.client(),
             workflow_api.BMCLeaseWorkflow.acquire_now,
             LeaseRequest(holder=request.holder, limit=limit, reclaim_check_seconds=reclaim),
             # The request id as the update id: a retried attempt is the same update to Temporal.
             id=f"acquire-{request.holder.request_id}",
-            start_workflow_operation=WithStartWorkflowOperation(
+            start=WithStartWorkflowOperation(
                 workflow_api.BMCLeaseWorkflow.run,
                 BMCLeaseState(limit=limit, reclaim_check_seconds=reclaim),
                 id=lease_id,

@@ -36,6 +36,7 @@ from contracts.models.campaign_facts import (
     RecordRequest,
     ReleaseRequest,
 )
+from contracts.with_start import execute_update_with_start
 
 
 def held_reason(holder: str) -> str:
@@ -69,8 +70,8 @@ class ClaimsClient:
         )
 
     async def _claim(self, request: ClaimRequest) -> ClaimAnswer:
-        answer: ClaimAnswer = await self.client.execute_update_with_start_workflow(
-            workflow_api.CampaignClaimsWorkflow.claim, request, start_workflow_operation=self._start()
+        answer: ClaimAnswer = await execute_update_with_start(
+            self.client, workflow_api.CampaignClaimsWorkflow.claim, request, start=self._start()
         )
         return answer
 

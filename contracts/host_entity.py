@@ -43,6 +43,7 @@ from temporalio.workflow import UpdateMethodMultiParam
 from contracts import names, workflow_api
 from contracts.models.campaign import SelectHostsResult
 from contracts.models.host import HostStatus, HostWorkflowInput
+from contracts.with_start import execute_update_with_start
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
@@ -153,11 +154,8 @@ class HostEntityClient:
             EntityRefused: The entity refused, with its reason.
         """
         try:
-            answer = await self.client.execute_update_with_start_workflow(
-                update,
-                request,
-                start_workflow_operation=self.start_operation(entity),
-                rpc_timeout=rpc_timeout,
+            answer = await execute_update_with_start(
+                self.client, update, request, start=self.start_operation(entity), rpc_timeout=rpc_timeout
             )
         except WorkflowUpdateFailedError as err:
             raise _refused(err) from None
