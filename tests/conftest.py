@@ -51,9 +51,13 @@ os.environ.setdefault("METALFLOW_POWER_WATCH_SECONDS", "0")
 # module parses the failing line with `ast.parse` to place its carets): hypothesis's pytest plugin
 # imports (and so rewrites) `hypothesis` at the session's end unless it is imported here, first.
 SandboxRestrictions.passthrough_modules_default.update(p.stem for p in Path(__file__).parent.glob("*.py"))
-# Tracebacks formatted on many threads at once (failed activities, workflow tasks, the test's own)
-# race the same way through their carets: the worker's fix, for the whole test process.
-code_cache.no_caret_parsing()
+# The worker's code cache, for the whole test process (metalflow/runtime/code_cache.py): the
+# sandbox runs every workflow module again for each workflow run of the tests' in-process workers,
+# and with PYTHONDONTWRITEBYTECODE (this machine's and CI's environment) each of those imports
+# compiled `workflows/*` from source again. It also takes the worker's fix for tracebacks
+# formatted on many threads at once (failed activities, workflow tasks, the test's own), which
+# race the same way through their carets.
+code_cache.install()
 importlib.import_module("hypothesis.internal.observability")
 
 
