@@ -50,3 +50,15 @@ async def test_requests_sent_together_count_together_and_one_at_a_time_counts_on
         "requests_in_flight_peak": 1, "requests_per_minute_peak": 2, "systems_off_peak": 0,
     }  # fmt: skip
     assert sim.bmcs.load("host-001")["requests_in_flight_peak"] == 4
+
+
+async def test_requests_that_reach_a_bmc_together_count_together_though_answered_at_once() -> None:
+    """Zero-time answers: 4 requests written at once on kept-alive connections reach the BMC in one
+    turn of its event loop; each is answered at once, yet they were at the BMC together (a
+    request ends a turn after its answer, `Redfish.handle`). Counted as each answer ended, the
+    peak read 1."""
+    async with serve_bmcs(default_site(1, 0)) as running:
+        async with basic_client(running, "host-001") as client:
+            for _ in range(2):  # the first opens the connections, the second reuses them
+                await asyncio.gather(*(get_root(client) for _ in range(4)))
+        assert running.bmcs.load("host-001")["requests_in_flight_peak"] >= 2
