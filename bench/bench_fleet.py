@@ -13,6 +13,10 @@ activities in the same order and leaves out every guarantee). Then, on free port
 and a state dir of its own:
 
 1. the raw engine, for context: `--engine-runs` workflows of three no-op activities (`engine.py`);
+   then the warm-up (unless `--no-warm-up`): 2 and 3 once each, their hosts' first operation,
+   measured apart (`first_operation`): a host entity reads every version once on its first
+   operation, by design (`workflows/host/versions_known.py`), so the figures below are a
+   host's second operation, its steady state, and `*_first` the first;
 2. metalflow: `--hosts` hosts x `--dpus-per-host` DPUs reprovisioned at once through their
    entities (exactly as `metalflow host reprovision` does);
 3. the ideal: as many other hosts reprovisioned at once by `IdealReprovisionWorkflow`;
@@ -41,7 +45,13 @@ Headline figures (each one run, both sides measured the same way, bench/README.m
   over the one-round hosts; heartbeats apportioned by power cycle.
 - For context: hosts/s of both, the engine's rate and `throughput_ratio` (metalflow's hosts/s
   over the engine's workflows/s), Kubernetes requests per DPU and Redfish requests per power
-  cycle of both, the reaction (DPF's ask to the BMC's reset) and its stages.
+  cycle of both (`redfish_requests_per_cycle_first`, `k8s_requests_per_dpu_first`,
+  `events_per_host_first`: the same on the warm-up, a host's first operation), the reaction
+  (DPF's ask to the BMC's reset) and its stages.
+- Per-BMC politeness (`politeness.py`): `bmc_max_in_flight`, `bmc_max_per_minute` (the most
+  requests one BMC of metalflow's hosts saw at once, and within any 60 s, over every phase) and
+  `bmc_max_power_cycling` (the most Systems of one BMC away from On at once) against
+  `bmc_power_cycling_limit` (the workers' `METALFLOW_BMC_MAX_IN_FLIGHT`).
 
 Cost of the benchmark itself: one history read per workflow of each measured host. Prints
 progress on stderr and one JSON object on stdout. Bounded: every wait has a limit (`--limit`).
@@ -74,6 +84,7 @@ from chaos import request_reprovisions  # noqa: E402
 from cpu import CPUMeter  # noqa: E402
 from engine import engine_rate  # noqa: E402
 from ideal_workflow import IDEAL_TASK_QUEUE, IDEAL_WORKFLOW, ideal_workflow_id  # noqa: E402
+from politeness import politeness  # noqa: E402
 from reaction import median_p99, paced, reaction_seconds, reboot_stages  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
 from temporalio.client import Client  # noqa: E402
@@ -88,6 +99,7 @@ from contracts.models.host import (  # noqa: E402
     OperationPolicy,  # noqa: E402
     OperationRequest,
 )
+from drivers.settings import Settings  # noqa: E402
 from metalflow.devstack.process import ManagedProcess  # noqa: E402
 from metalflow.devstack.sim import SiteOptions  # noqa: E402
 from metalflow.devstack.stack import DevStack, DevStackConfig  # noqa: E402
@@ -268,13 +280,19 @@ async def measured(
     return Window(since, until, outcome, cpu, max(0, beats), requests, round(idle_rate, 2))
 
 
-def power_cycles(url: str, hosts: list[str], since: datetime | None = None) -> int:
-    """Power cycles the BMCs of `hosts` logged (at or after `since`): their transitions to On."""
+def power_cycles(
+    url: str, hosts: list[str], since: datetime | None = None, until: datetime | None = None
+) -> int:
+    """Power cycles the BMCs of `hosts` logged (at or after `since`, at or before `until`): their
+    transitions to On. A window read after a later phase on the same hosts (the warm-up, a
+    round of `--rounds`) counts its own cycles only."""
     count = 0
     for host in hosts:
         for entry in sim_get(url, f"/sim/hosts/{host}/power-log"):
             at = datetime.fromisoformat(entry["time"]) if entry.get("time") else None
-            if entry["to"] == "On" and (since is None or at is None or at >= since):
+            if entry["to"] != "On":
+                continue
+            if at is None or ((since is None or at >= since) and (until is None or at <= until)):
                 count += 1
     return count
 
@@ -401,7 +419,7 @@ def side_figures(window: Window, dpus_per_host: int, url: str, hosts: list[str])
     outcome = window.outcome
     done = len(outcome["completed"])
     rate = None if outcome["stalled"] or not done else round(len(hosts) / outcome["seconds"], 3)
-    cycles = power_cycles(url, hosts, window.since)
+    cycles = power_cycles(url, hosts, window.since, window.until)
     return {
         "hosts": len(hosts),
         "completed": done,
@@ -488,6 +506,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         engine_cpu = meter.stop()
         say(f"raw engine: {engine['engine_per_s']} workflows/s")
 
+        warm: dict[str, Window] = {}
+        if args.warm_up:
+            say(f"warm-up: metalflow reprovisions {len(ours)} hosts at once (their first operation)")
+            warm["metalflow"] = await measured(
+                stack, meter, url, lambda: reprovision_all(client, ours, args.limit)
+            )
+            say(f"warm-up: the ideal reprovisions {len(ideals)} hosts at once")
+            warm["ideal"] = await measured(stack, meter, url, lambda: ideal_all(client, ideals, args.limit))
+
         sides: dict[str, list[Window]] = {"metalflow": [], "ideal": []}
         reaction_since = datetime.now().astimezone()
         for n in range(rounds):
@@ -549,9 +576,25 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             waited["ideal"] = {**side_figures(window, args.dpus_per_host, url, wait_ideal),
                                **summarise(costs, window.heartbeats)}  # fmt: skip
 
+        first_operation: dict[str, Any] = {}
+        if warm:
+            say("history costs of the warm-up (every host's first operation)")
+            warm_ours = warm["metalflow"]
+            warm_costs = [
+                await metalflow_cost(client, h, leases[h], lease_hosts[leases[h]], warm_ours)
+                for h in ours
+                if h in warm_ours.outcome["completed"]
+            ]
+            first_operation = {
+                "metalflow": {**side_figures(warm_ours, args.dpus_per_host, url, ours),
+                              **summarise(warm_costs, warm_ours.heartbeats)},
+                "ideal": side_figures(warm["ideal"], args.dpus_per_host, url, ideals),
+            }  # fmt: skip
+
         paced_figures = await paced_run(client, url, paced_hosts, args) if paced_hosts else {}
         reboot_figures = await reboot_burst(client, url, burst_hosts, args.limit) if burst_hosts else {}
         violations = sim_get(url, "/sim/violations")
+        polite = bmc_politeness(url, site_file, {*ours, *wait_ours, *paced_hosts, *burst_hosts})
 
         report: dict[str, Any] = {
             "hosts": args.hosts,
@@ -570,6 +613,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         m_cpu, i_cpu = m["rounds"][0]["cpu_s_per_host"], i["rounds"][0]["cpu_s_per_host"]
         m_rate, i_rate = m["rounds"][0]["hosts_per_s"], i["rounds"][0]["hosts_per_s"]
         headline_actions = waited.get("metalflow", {}).get("actions_per_host")
+        first_op = first_operation.get("metalflow", {})
         report |= {
             "cpu_vs_ideal": ratio(m_cpu["total"], i_cpu["total"]),
             "server_cpu_vs_ideal": ratio(m_cpu.get("server"), i_cpu.get("server")),
@@ -588,6 +632,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "history_events_per_host": m["events_per_host_all"],
             "k8s_requests_per_dpu": m["rounds"][0]["k8s_requests_per_dpu"],
             "redfish_requests_per_cycle": m["rounds"][0]["redfish_requests_per_cycle"],
+            "redfish_requests_per_cycle_first": first_op.get("redfish_requests_per_cycle"),
+            "k8s_requests_per_dpu_first": first_op.get("k8s_requests_per_dpu"),
+            "events_per_host_first": first_op.get("events_per_host"),
+            **polite,
             "violations": len(violations),
             "reboots_measured": len(reactions),
             "reaction_median_s": round(statistics.median(reactions), 3) if reactions else None,
@@ -598,6 +646,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "metalflow": m,
             "ideal": i,
             "default_wait": waited,
+            "first_operation": first_operation,
             **engine,
             "cpu_s_per_engine_run": {
                 k: round(v / max(1, args.engine_runs), 4) for k, v in engine_cpu.items()
@@ -608,6 +657,24 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         await stack.stop()
         if not args.keep:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def bmc_politeness(url: str, site: dict[str, Any], hosts: set[str]) -> dict[str, Any]:
+    """The load record of the BMC of each of `hosts` and of their DPUs' BMCs (one GET each), summed
+    up by `politeness.politeness` against the limit the workers run with (they inherit this
+    process's environment: `DevStack._worker_env`)."""
+    loads: dict[str, dict[str, int]] = {}
+    host_bmcs: set[str] = set()
+    with httpx.Client(base_url=url, timeout=60) as http:
+        for host in site["hosts"]:
+            if host["id"] not in hosts:
+                continue
+            host_bmcs.add(host["id"])
+            for bmc_id in [host["id"], *(d["id"] for d in host.get("dpus", []) if d.get("bmc"))]:
+                response = http.get(f"/sim/bmcs/{bmc_id}/load")
+                response.raise_for_status()
+                loads[bmc_id] = response.json()
+    return politeness(loads, host_bmcs, Settings.from_env().bmc_max_in_flight)
 
 
 async def dump_histories(client: Client, into: Path, hosts: list[str], leases: dict[str, str]) -> None:
@@ -722,6 +789,12 @@ def main() -> None:
         help="hosts reprovisioned with the default power-down wait (0: none)",
     )
     parser.add_argument("--wait-ideal", action="store_true", help="the default-wait phase for the ideal too")
+    parser.add_argument(
+        "--warm-up",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="one operation per host of both sides first, measured apart: the figures are the second",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the state dir (logs, history)")
     parser.add_argument(
         "--dump", default=None, help="write the histories of 2 hosts of each side to this dir"

@@ -168,7 +168,8 @@ class RunningSim:
         return entries
 
     def bmc_load(self, bmc_id: str) -> dict[str, int]:
-        """The BMC's own peaks: `requests_in_flight_peak`, `systems_off_peak`."""
+        """The BMC's own peaks: `requests_in_flight_peak`, `requests_per_minute_peak`,
+        `systems_off_peak` (`simulators/redfish/load.py`)."""
         response = httpx.get(f"{self.url}/sim/bmcs/{bmc_id}/load", timeout=10)
         response.raise_for_status()
         found: dict[str, int] = response.json()

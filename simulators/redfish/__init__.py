@@ -46,6 +46,7 @@ from simulators.violations import Violations
 
 from .dpu import DPUBMC, DPUResets, Firmware
 from .host import PROFILES, HostBMC
+from .load import LoadRecord
 from .messages import now_rfc3339
 from .power import PowerControl
 from .routes import Redfish
@@ -80,10 +81,10 @@ class Service:
     # Another actor (`power-on-during-power-down`, F6): every ForceOff it accepts is followed,
     # `FOREIGN_ON_DELAY_SECONDS` after the host reaches Off, by an On nobody here sent.
     power_on_after_forceoff: bool = False
-    # The BMC's own load record (`BMCs.load`): requests being answered at once, and Systems
-    # away from On (a power cycle or ForceOff under way) at once, each with its peak.
-    requests_in_flight: int = 0
-    requests_in_flight_peak: int = 0
+    # The BMC's own load record (`BMCs.load`, a test instrument: `load.py`): requests answered
+    # at once and per minute, and Systems away from On (a power cycle or ForceOff under way) at
+    # once, each its peak.
+    load: LoadRecord = field(default_factory=LoadRecord)
     systems_off_peak: int = 0
     # Every request it answered since start, per `METHOD path` (`BMCs.requests`).
     requests_served: Counter[str] = field(default_factory=Counter)
@@ -318,12 +319,15 @@ class BMCs:
         return self._hosts[host_id].system_uri()
 
     def load(self, bmc_id: str) -> dict[str, int]:
-        """The peaks of the BMC's service (shared by the hosts of a multi-system BMC):
-        `requests_in_flight_peak` (requests answered at once) and `systems_off_peak` (its
-        Systems away from On at once, i.e. power cycles or ForceOffs under way together)."""
+        """The peaks of the BMC's service since start (shared by the hosts of a multi-system
+        BMC): `requests_in_flight_peak` (requests answered at once), `requests_per_minute_peak`
+        (the most that arrived within any `WINDOW_SECONDS`) and `systems_off_peak` (its Systems
+        away from On at once, i.e. power cycles or ForceOffs under way together). A test
+        instrument (`load.py`), not a Redfish behaviour."""
         service = self._service_of[bmc_id]
         return {
-            "requests_in_flight_peak": service.requests_in_flight_peak,
+            "requests_in_flight_peak": service.load.in_flight_peak,
+            "requests_per_minute_peak": service.load.per_minute_peak,
             "systems_off_peak": service.systems_off_peak,
         }
 

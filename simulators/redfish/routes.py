@@ -94,13 +94,15 @@ class Redfish:
         if self._bmcs.request_counts is not None:
             self._bmcs.request_counts.count("redfish", request)
         service.requests_served[f"{request.method} {request.path}"] += 1  # `BMCs.requests`
-        # The BMC's own count of requests it answers at once (`BMCs.load`).
-        service.requests_in_flight += 1
-        service.requests_in_flight_peak = max(service.requests_in_flight_peak, service.requests_in_flight)
+        # The BMC's own record of requests answered at once and per minute (`BMCs.load`, a test
+        # instrument: `load.py`). A request ends at the next turn of the event loop, so requests
+        # that reached the BMC in the same turn count together, though each is answered at once.
+        loop = asyncio.get_running_loop()
+        service.load.began(loop.time())
         try:
             return await self._handle(request, service)
         finally:
-            service.requests_in_flight -= 1
+            loop.call_soon(service.load.ended)
 
     async def _handle(self, request: web.BaseRequest, service: Service) -> web.Response:
         bmcs = self._bmcs
