@@ -13,6 +13,10 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
 - `power-off-at-rest` (F7): the host turned Off while no operation runs. The entity's power watch
   (workflows/host/power_watch.py, its interval shortened to 1 s here) records it in its status, its
   memo and an `UnplannedPower` Event. Before, nothing read the host's power at rest.
+- The same Off just before a reboot the entity starts (after the watch read the host On, before
+  its next reading): the reboot's first read finds it Off and sends only On. Before, nobody
+  compared that read with the entity's reading, and the reboot's end became the new baseline:
+  never told. Now the entity's status, its memo and an `UnplannedPower` Event say it.
 """
 
 from __future__ import annotations
@@ -37,21 +41,28 @@ from activities.redfish.power import PowerActivities
 from contracts import names
 from contracts.errors import PowerContested
 from contracts.host_entity import HostEntityClient
-from contracts.models.host import HostRebootInput, HostRebootResult, HostWorkflowInput
+from contracts.models.host import (
+    HostRebootInput,
+    HostRebootResult,
+    HostWorkflowInput,
+    OperationRequest,
+)
 from contracts.models.inventory import BMCAccess, CredentialRef
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
+from contracts.workflow_api import HostWorkflow
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
 
 # Host ids of this module's own (the session's server is shared: entities, generations, leases).
 HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
 AT_REST = "upw-001"
+FOUND = "upw-003"  # DEFAULT_ROTATION[2]: `task-monitor`; rebooted through its entity
 POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 5.0})  # > the 3 s hand-back
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=2, dpus_per_host=1) as sim:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=3, dpus_per_host=1) as sim:
         yield sim
 
 
@@ -120,12 +131,29 @@ async def test_an_on_during_the_durable_power_down_wait_is_the_cycle(
 
 
 async def readings(handle: WorkflowHandle[Any, Any]) -> int:
-    """`read_power_state` activities the entity scheduled (one at a time)."""
+    """`read_power_state` activities the workflow scheduled (one at a time)."""
     return sum(
         1
         for e in (await handle.fetch_history()).events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    )
+
+
+async def readings_done(handle: WorkflowHandle[Any, Any]) -> int:
+    """`read_power_state` activities the workflow's history shows completed."""
+    events = (await handle.fetch_history()).events
+    reads = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    }
+    return sum(
+        1
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id in reads
     )
 
 
@@ -185,3 +213,38 @@ async def test_two_forceoffs_never_seen_off_stop_for_a_person_not_a_third(site: 
     assert caught.value.type == PowerContested.__name__ and caught.value.non_retryable  # a person decides
     assert "On again after 2 ForceOffs the BMC accepted, never seen Off" in caught.value.message
     assert site.power_log(HOST)[since:] == []  # nothing sent
+
+
+async def test_a_host_found_off_just_before_a_reboot_is_told_as_someone_elses_off(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    entities = HostEntityClient(client, task_queue)
+    async with emitting_worker(client, task_queue, site):
+        # A reading every 4 s: the Off and the request both land between two readings.
+        await entities.ensure(HostWorkflowInput(host_id=FOUND, power_watch_seconds=4.0, policy=POLICY))
+        handle = entities.handle(FOUND)
+        for _ in range(150):  # the first reading (the baseline: On) is done
+            if await readings_done(handle) >= 1:
+                break
+            await asyncio.sleep(0.05)
+        since = len(site.power_log(FOUND))
+        bmc_fault(site, FOUND, "power-off-at-rest").raise_for_status()  # someone else's Off, now
+        await entities.update(FOUND, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
+        for _ in range(300):
+            status = await entities.status(FOUND)
+            if status is not None and status.current is None and status.recent:
+                break
+            await asyncio.sleep(0.05)
+        assert status is not None and status.recent[-1].outcome == "completed", status
+        # Their Off, then our On only: the reboot's first read found the host Off.
+        assert [(e["from"], e["to"]) for e in site.power_log(FOUND)[since:]] == [("On", "Off"), ("Off", "On")]
+        told = status.unplanned_power
+        assert f"{FOUND} was found Off by someone else before reboot generation 1 began" in told, status
+        assert "its entity read it On at" in told and "metalflow did not send that Off" in told
+        assert (await (await handle.describe()).memo()).get("unplanned_power") == told
+        for _ in range(100):  # the Event is written in the background
+            if any("found Off by someone else" in note for note in unplanned_events(site, FOUND)):
+                break
+            await asyncio.sleep(0.1)
+        assert any("found Off by someone else" in note for note in unplanned_events(site, FOUND))
+        await handle.terminate("test done")

@@ -11,6 +11,9 @@
   ForceOff again), said in the details, the result (`unplanned_power`) and an `UnplannedPower`
   Warning Event (`kernel.report`). Cost: no BMC request beyond the steps' own (the settle's
   reads, the On's read that found the host On, the resumed cycle's first read).
+- `_found_before`: the cycle's first read differs from the entity's last reading at rest
+  (`failure.decide_on_power_found`: someone else powered the host just before the reboot): said
+  the same three ways; the reboot goes on. Cost: nothing (the cycle's own first read).
 
 The workflow sets every attribute declared here in its `__init__`.
 """
@@ -27,7 +30,12 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import HostInventory
     from contracts.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
     from workflows import kernel
-    from workflows.host_reboot.failure import UNPLANNED_POWER, decide_on_power_taken_over, owed_since
+    from workflows.host_reboot.failure import (
+        UNPLANNED_POWER,
+        decide_on_power_found,
+        decide_on_power_taken_over,
+        owed_since,
+    )
     from workflows.parts.host_power import PowerCustody
     from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
 
@@ -94,6 +102,7 @@ class PowerSteps(kernel.Abortable):
             )
             cycle: PowerCycleResult = await self._cycle_activity
             self._cycle_activity = None
+            self._found_before(cycle.first_power_state)  # the first activity's first read only
             if cycle.wait_left_seconds <= 0 or cycle.progress is None:
                 self._already_done = cycle.already_done
                 if cycle.turned_on_by_other:
@@ -121,14 +130,26 @@ class PowerSteps(kernel.Abortable):
             )  # fmt: skip
             summary = f"power {request.host_id} back on (generation {request.boot_generation})"
 
+    def _found_before(self, found: str) -> None:
+        """The cycle's first read against the entity's last reading at rest: a difference nobody
+        here made (`decide_on_power_found`) is said in the details, the result and an Event."""
+        request = self._request
+        words = decide_on_power_found(request.host_id, request.boot_generation, request.power_before, found)
+        if words is None:
+            return
+        self._said_unplanned(words)
+
+    def _said_unplanned(self, words: str) -> None:
+        self._unplanned = f"{self._unplanned}; {words}" if self._unplanned else words
+        self.show(words)
+        kernel.report(UNPLANNED_POWER, words)
+
     def _taken_over(self, seen: str, method: str, sent: tuple[str, ...]) -> Power:
         """Another actor turned the host On after our ForceOff took it Off (`seen`: when): the one
         decision (module docstring); the reboot then ends as done, nothing more sent."""
         self._power.seen_on()
         request = self._request
-        self._unplanned = decide_on_power_taken_over(request.host_id, request.boot_generation, seen)
-        self.show(self._unplanned)
-        kernel.report(UNPLANNED_POWER, self._unplanned)
+        self._said_unplanned(decide_on_power_taken_over(request.host_id, request.boot_generation, seen))
         return f"{method}, On by another actor", sent
 
     async def _set_power(
