@@ -17,6 +17,9 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
   its next reading): the reboot's first read finds it Off and sends only On. Before, nobody
   compared that read with the entity's reading, and the reboot's end became the new baseline:
   never told. Now the entity's status, its memo and an `UnplannedPower` Event say it.
+- F6's On during a long power-down wait (300 s) that the reboot spends on its own timer: read
+  every `power_down_read_seconds` (2 s here), the On ends the wait at once, decided as above.
+  Before, the reboot said "Off, On in N s" until the single timer ended, 300 s later.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from contracts.models.host import (
     HostRebootInput,
     HostRebootResult,
     HostWorkflowInput,
+    OperationPolicy,
     OperationRequest,
 )
 from contracts.models.inventory import BMCAccess, CredentialRef
@@ -71,9 +75,17 @@ def bmc_fault(sim: RunningSim, host: str, fault: str) -> httpx.Response:
 
 
 async def reboot_fought(
-    client: Client, task_queue: str, sim: RunningSim, generation: int, *, force_off: bool
+    client: Client,
+    task_queue: str,
+    sim: RunningSim,
+    generation: int,
+    *,
+    force_off: bool,
+    policy: OperationPolicy = POLICY,
+    within: float = 30,
 ) -> tuple[HostRebootResult, list[tuple[str, str]]]:
-    """Reboot HOST while F6's actor turns it On after each ForceOff: its result and power log."""
+    """Reboot HOST while F6's actor turns it On after each ForceOff: its result and power log
+    (the reboot is terminated when it does not end `within` seconds)."""
     since, events_before = len(sim.power_log(HOST)), len(unplanned_events(sim))
     bmc_fault(sim, HOST, "power-on-during-power-down").raise_for_status()
     try:
@@ -84,7 +96,7 @@ async def reboot_fought(
                     host_id=HOST,
                     boot_generation=generation,
                     requested_by="test",
-                    policy=POLICY,
+                    policy=policy,
                     force_off=force_off,
                 ),
                 id=f"{names.host_reboot_workflow_id(HOST, generation)}-{task_queue}",
@@ -92,7 +104,11 @@ async def reboot_fought(
                 result_type=HostRebootResult,
             )
             # Fought, it would send ForceOff on each of 5 attempts, then wait for a person.
-            result = await asyncio.wait_for(reboot.result(), 30)
+            try:
+                result = await asyncio.wait_for(reboot.result(), within)
+            except TimeoutError:
+                await reboot.terminate("test: the reboot did not end in time")
+                raise
             for _ in range(100):  # the Event is written in the background
                 if len(unplanned_events(sim)) > events_before:
                     break
@@ -248,3 +264,18 @@ async def test_a_host_found_off_just_before_a_reboot_is_told_as_someone_elses_of
             await asyncio.sleep(0.1)
         assert any("found Off by someone else" in note for note in unplanned_events(site, FOUND))
         await handle.terminate("test done")
+
+
+async def test_an_on_early_in_a_long_power_down_wait_ends_it_at_its_next_read(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    before = len(unplanned_events(site))
+    policy = POLICY.model_copy(update={"power_down_wait_seconds": 300.0, "power_down_read_seconds": 2.0})
+    result, log = await reboot_fought(client, task_queue, site, 3, force_off=False, policy=policy, within=20)
+    assert log == [("On", "Off"), ("Off", "On")], log  # one ForceOff, their On; no On of ours
+    assert result.reset_types == ("ForceOff",) and result.method.endswith("On by another actor"), result
+    assert "s into our power-down wait of 300 s, before our On" in result.unplanned_power, result
+    assert "counted as the power cycle of generation 3" in result.unplanned_power
+    assert len(unplanned_events(site)) > before
+    reboot = client.get_workflow_handle(f"{names.host_reboot_workflow_id(HOST, 3)}-{task_queue}")
+    assert await readings(reboot) == 1  # the cost: one read per interval, the first saw their On

@@ -62,6 +62,7 @@ from contracts.validation import (
     DPUId,
     HostId,
     InstanceId,
+    PowerDownRead,
     PowerDownWait,
     Reason,
     Requester,
@@ -135,6 +136,10 @@ class OperationPolicy(_Frozen):
 
     reboot_method: RebootMethod = RebootMethod.BMC
     power_down_wait_seconds: PowerDownWait = 120.0  # between Off and On
+    # A power-down wait the reboot spends on its own timer (a BMC without PowerCycle) reads the
+    # host's power this often, so an On by another actor ends it then, not at the wait's end
+    # (one BMC read per this many seconds of wait; workflows/host_reboot/power_steps.py).
+    power_down_read_seconds: PowerDownRead = 30.0
     reboot_wait_seconds: StepTimeout = 1800.0  # DPF asked, nothing moved: re-issue
     max_power_cycle_retries: Retries = 3  # re-issues before manual intervention
     force_off_from_retry: Retries = 1  # retries from this one use ForceOff then On

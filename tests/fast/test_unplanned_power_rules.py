@@ -3,7 +3,7 @@ power at rest (workflows/host/power_rest.py), the reboot's one decision when ano
 the host On during its power-down (workflows/host_reboot/failure.py), the power watch's setting
 (contracts/host_entity.py) and the Event it is told by (metalflow/runtime/events.py); a host
 found powered by someone else just before a reboot (its first read against the entity's last
-reading: workflows/host_reboot/failure.py)."""
+reading), and the reads of a long power-down wait (workflows/host_reboot/failure.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from contracts.models.host import (
     HostRebootInput,
     HostWorkflowInput,
     MaintenanceRequest,
+    OperationPolicy,
     OperationRequest,
 )
 from contracts.models.power_watch import PowerAtRest
@@ -30,6 +31,7 @@ from workflows.host_reboot.failure import (
     bmc_failure_reason,
     decide_on_power_found,
     decide_on_power_taken_over,
+    power_down_reads,
 )
 
 T0 = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
@@ -169,3 +171,20 @@ def test_maintenance_forgets_the_baseline_a_persons_power_actions_are_expected()
     assert baseline(state.power) is not None
     state.set_maintenance(MaintenanceRequest(on=True, reason="fan", requested_by="bob"), T1)
     assert baseline(state.power) is None  # no Off of theirs taken for someone else's later
+
+
+# -- during the power-down wait: a bounded read interval ------------------------------------------
+
+
+def test_the_power_down_wait_is_read_every_interval_never_at_its_end() -> None:
+    assert power_down_reads(300, 30) == [30.0 * i for i in range(1, 10)]  # 9 reads
+    assert len(power_down_reads(120, 30)) == 3  # the default wait
+    assert power_down_reads(30, 30) == [] and power_down_reads(5, 30) == []  # no read within
+    assert power_down_reads(7, 2) == [2, 4, 6]
+    assert OperationPolicy().power_down_read_seconds == 30
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, -1, 3601, float("inf"), float("nan")])
+def test_a_bad_power_down_read_interval_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="power_down_read_seconds"):
+        OperationPolicy(power_down_read_seconds=bad)

@@ -29,6 +29,9 @@ turned it Off again, for 14 hours) never repeated:
   the entity's last reading at rest (no operation of ours since, `HostRebootInput.power_before`):
   someone else powered the host Off (or On) just before. Said once; the reboot goes on as it
   would (a host found Off gets On only: that Off and our On are the cycle). No request added.
+- The power-down wait the reboot spends on its own timer reads the host's power every
+  `OperationPolicy.power_down_read_seconds` (`power_down_reads`), so an On by another actor is
+  seen then, not when the timer ends; the decision is the first one above, once.
 
 Cost: none beyond the strings (pure functions, no I/O).
 """
@@ -84,6 +87,20 @@ def decide_on_power_found(
         f"{generation} began ({read}; this reboot's first read: {found}); {then} "
         "(find who powers this host: a power manager, a person at its BMC)"
     )
+
+
+def power_down_reads(wait_seconds: float, every_seconds: float) -> list[float]:
+    """When (seconds into a power-down wait the reboot spends on its own timer) it reads the
+    host's power: every `every_seconds`, never at or after the wait's end (the On step reads the
+    host then anyway). `ceil(wait / every) - 1` reads: 9 for 300 s at 30 s, 3 for the 120 s default."""
+    if every_seconds <= 0:
+        return []
+    reads: list[float] = []
+    at = every_seconds
+    while at < wait_seconds:
+        reads.append(at)
+        at += every_seconds
+    return reads
 
 
 def bmc_failure_reason(host_id: str, err: FailureError) -> str:
