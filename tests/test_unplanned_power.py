@@ -19,7 +19,8 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
   never told. Now the entity's status, its memo and an `UnplannedPower` Event say it.
 - F6's On during a long power-down wait (300 s) that the reboot spends on its own timer: read
   every `power_down_read_seconds` (2 s here), the On ends the wait at once, decided as above.
-  Before, the reboot said "Off, On in N s" until the single timer ended, 300 s later.
+  Before, the reboot said "Off, On in N s" until the single timer ended, 300 s later. Without
+  another actor the reads say when they saw Off (`host status`), and a stop still cuts the wait.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from typing import Any
 import httpx
 import pytest
 from events_support import emitting_worker, events_v1
-from host_operation_support import FAST_POLICY
+from host_operation_support import FAST_POLICY, start_reboot
 from sim_support import RunningSim, prefixed_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -56,6 +57,7 @@ from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
 from contracts.workflow_api import HostWorkflow
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
+from metalflow.hosts import operation_progress
 
 # Host ids of this module's own (the session's server is shared: entities, generations, leases).
 HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
@@ -279,3 +281,27 @@ async def test_an_on_early_in_a_long_power_down_wait_ends_it_at_its_next_read(
     assert len(unplanned_events(site)) > before
     reboot = client.get_workflow_handle(f"{names.host_reboot_workflow_id(HOST, 3)}-{task_queue}")
     assert await readings(reboot) == 1  # the cost: one read per interval, the first saw their On
+
+
+async def test_a_watched_power_down_wait_says_when_it_read_off_and_a_stop_still_cuts_it(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    """No other actor: the reads see Off, the details say when (what `host status` shows), and a
+    stop (a cancel) between reads cuts the 300 s wait: On at once, one cycle."""
+    since = len(site.power_log(HOST))
+    policy = POLICY.model_copy(update={"power_down_wait_seconds": 300.0, "power_down_read_seconds": 1.0})
+    async with emitting_worker(client, task_queue, site):
+        reboot = await start_reboot(client, task_queue, HOST, 4, policy)
+        for _ in range(150):
+            if await readings(reboot) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        seen = await operation_progress(client, reboot.id, HOST)
+        assert seen is not None and seen.waiting_for.startswith(f"power-down wait: {HOST} is Off (read "), (
+            seen
+        )
+        assert "; its power read every 1 s)" in seen.waiting_for
+        await reboot.cancel()
+        result = await asyncio.wait_for(reboot.result(), 15)
+    assert result.method.endswith("cut short: On sent at once") and result.unplanned_power == "", result
+    assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]
