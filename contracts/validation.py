@@ -62,6 +62,7 @@ def _identifier(kind: str) -> Callable[[str], str]:
 # NaN and infinity are refused by `allow_inf_nan=False`; each upper bound is far beyond any real
 # need and far below harm (a power-down wait of 1e12 s left a host off, beyond abort).
 PowerDownWait = Annotated[float, Field(ge=0, le=HOUR, allow_inf_nan=False)]  # between Off and On
+PowerDownRead = Annotated[float, Field(ge=1, le=HOUR, allow_inf_nan=False)]  # a power read during that wait
 StepTimeout = Annotated[float, Field(gt=0, le=7 * DAY, allow_inf_nan=False)]  # a stalled reboot or phase
 ApprovalTimeout = Annotated[float, Field(gt=0, le=30 * DAY, allow_inf_nan=False)]
 ApprovalWindow = Annotated[float, Field(ge=0, le=30 * DAY, allow_inf_nan=False)]

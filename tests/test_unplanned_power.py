@@ -13,6 +13,14 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
 - `power-off-at-rest` (F7): the host turned Off while no operation runs. The entity's power watch
   (workflows/host/power_watch.py, its interval shortened to 1 s here) records it in its status, its
   memo and an `UnplannedPower` Event. Before, nothing read the host's power at rest.
+- The same Off just before a reboot the entity starts (after the watch read the host On, before
+  its next reading): the reboot's first read finds it Off and sends only On. Before, nobody
+  compared that read with the entity's reading, and the reboot's end became the new baseline:
+  never told. Now the entity's status, its memo and an `UnplannedPower` Event say it.
+- F6's On during a long power-down wait (300 s) that the reboot spends on its own timer: read
+  every `power_down_read_seconds` (2 s here), the On ends the wait at once, decided as above.
+  Before, the reboot said "Off, On in N s" until the single timer ended, 300 s later. Without
+  another actor the reads say when they saw Off (`host status`), and a stop still cuts the wait.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from typing import Any
 import httpx
 import pytest
 from events_support import emitting_worker, events_v1
-from host_operation_support import FAST_POLICY
+from host_operation_support import FAST_POLICY, start_reboot
 from sim_support import RunningSim, prefixed_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -37,21 +45,30 @@ from activities.redfish.power import PowerActivities
 from contracts import names
 from contracts.errors import PowerContested
 from contracts.host_entity import HostEntityClient
-from contracts.models.host import HostRebootInput, HostRebootResult, HostWorkflowInput
+from contracts.models.host import (
+    HostRebootInput,
+    HostRebootResult,
+    HostWorkflowInput,
+    OperationPolicy,
+    OperationRequest,
+)
 from contracts.models.inventory import BMCAccess, CredentialRef
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
+from contracts.workflow_api import HostWorkflow
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
+from metalflow.hosts import operation_progress
 
 # Host ids of this module's own (the session's server is shared: entities, generations, leases).
 HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
 AT_REST = "upw-001"
+FOUND = "upw-003"  # DEFAULT_ROTATION[2]: `task-monitor`; rebooted through its entity
 POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 5.0})  # > the 3 s hand-back
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=2, dpus_per_host=1) as sim:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=3, dpus_per_host=1) as sim:
         yield sim
 
 
@@ -60,9 +77,17 @@ def bmc_fault(sim: RunningSim, host: str, fault: str) -> httpx.Response:
 
 
 async def reboot_fought(
-    client: Client, task_queue: str, sim: RunningSim, generation: int, *, force_off: bool
+    client: Client,
+    task_queue: str,
+    sim: RunningSim,
+    generation: int,
+    *,
+    force_off: bool,
+    policy: OperationPolicy = POLICY,
+    within: float = 30,
 ) -> tuple[HostRebootResult, list[tuple[str, str]]]:
-    """Reboot HOST while F6's actor turns it On after each ForceOff: its result and power log."""
+    """Reboot HOST while F6's actor turns it On after each ForceOff: its result and power log
+    (the reboot is terminated when it does not end `within` seconds)."""
     since, events_before = len(sim.power_log(HOST)), len(unplanned_events(sim))
     bmc_fault(sim, HOST, "power-on-during-power-down").raise_for_status()
     try:
@@ -73,7 +98,7 @@ async def reboot_fought(
                     host_id=HOST,
                     boot_generation=generation,
                     requested_by="test",
-                    policy=POLICY,
+                    policy=policy,
                     force_off=force_off,
                 ),
                 id=f"{names.host_reboot_workflow_id(HOST, generation)}-{task_queue}",
@@ -81,7 +106,11 @@ async def reboot_fought(
                 result_type=HostRebootResult,
             )
             # Fought, it would send ForceOff on each of 5 attempts, then wait for a person.
-            result = await asyncio.wait_for(reboot.result(), 30)
+            try:
+                result = await asyncio.wait_for(reboot.result(), within)
+            except TimeoutError:
+                await reboot.terminate("test: the reboot did not end in time")
+                raise
             for _ in range(100):  # the Event is written in the background
                 if len(unplanned_events(sim)) > events_before:
                     break
@@ -120,12 +149,29 @@ async def test_an_on_during_the_durable_power_down_wait_is_the_cycle(
 
 
 async def readings(handle: WorkflowHandle[Any, Any]) -> int:
-    """`read_power_state` activities the entity scheduled (one at a time)."""
+    """`read_power_state` activities the workflow scheduled (one at a time)."""
     return sum(
         1
         for e in (await handle.fetch_history()).events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    )
+
+
+async def readings_done(handle: WorkflowHandle[Any, Any]) -> int:
+    """`read_power_state` activities the workflow's history shows completed."""
+    events = (await handle.fetch_history()).events
+    reads = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    }
+    return sum(
+        1
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id in reads
     )
 
 
@@ -185,3 +231,77 @@ async def test_two_forceoffs_never_seen_off_stop_for_a_person_not_a_third(site: 
     assert caught.value.type == PowerContested.__name__ and caught.value.non_retryable  # a person decides
     assert "On again after 2 ForceOffs the BMC accepted, never seen Off" in caught.value.message
     assert site.power_log(HOST)[since:] == []  # nothing sent
+
+
+async def test_a_host_found_off_just_before_a_reboot_is_told_as_someone_elses_off(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    entities = HostEntityClient(client, task_queue)
+    async with emitting_worker(client, task_queue, site):
+        # A reading every 4 s: the Off and the request both land between two readings.
+        await entities.ensure(HostWorkflowInput(host_id=FOUND, power_watch_seconds=4.0, policy=POLICY))
+        handle = entities.handle(FOUND)
+        for _ in range(150):  # the first reading (the baseline: On) is done
+            if await readings_done(handle) >= 1:
+                break
+            await asyncio.sleep(0.05)
+        since = len(site.power_log(FOUND))
+        bmc_fault(site, FOUND, "power-off-at-rest").raise_for_status()  # someone else's Off, now
+        await entities.update(FOUND, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
+        for _ in range(300):
+            status = await entities.status(FOUND)
+            if status is not None and status.current is None and status.recent:
+                break
+            await asyncio.sleep(0.05)
+        assert status is not None and status.recent[-1].outcome == "completed", status
+        # Their Off, then our On only: the reboot's first read found the host Off.
+        assert [(e["from"], e["to"]) for e in site.power_log(FOUND)[since:]] == [("On", "Off"), ("Off", "On")]
+        told = status.unplanned_power
+        assert f"{FOUND} was found Off by someone else before reboot generation 1 began" in told, status
+        assert "its entity read it On at" in told and "metalflow did not send that Off" in told
+        assert (await (await handle.describe()).memo()).get("unplanned_power") == told
+        for _ in range(100):  # the Event is written in the background
+            if any("found Off by someone else" in note for note in unplanned_events(site, FOUND)):
+                break
+            await asyncio.sleep(0.1)
+        assert any("found Off by someone else" in note for note in unplanned_events(site, FOUND))
+        await handle.terminate("test done")
+
+
+async def test_an_on_early_in_a_long_power_down_wait_ends_it_at_its_next_read(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    before = len(unplanned_events(site))
+    policy = POLICY.model_copy(update={"power_down_wait_seconds": 300.0, "power_down_read_seconds": 2.0})
+    result, log = await reboot_fought(client, task_queue, site, 3, force_off=False, policy=policy, within=20)
+    assert log == [("On", "Off"), ("Off", "On")], log  # one ForceOff, their On; no On of ours
+    assert result.reset_types == ("ForceOff",) and result.method.endswith("On by another actor"), result
+    assert "s into our power-down wait of 300 s, before our On" in result.unplanned_power, result
+    assert "counted as the power cycle of generation 3" in result.unplanned_power
+    assert len(unplanned_events(site)) > before
+    reboot = client.get_workflow_handle(f"{names.host_reboot_workflow_id(HOST, 3)}-{task_queue}")
+    assert await readings(reboot) == 1  # the cost: one read per interval, the first saw their On
+
+
+async def test_a_watched_power_down_wait_says_when_it_read_off_and_a_stop_still_cuts_it(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    """No other actor: the reads see Off, the details say when (what `host status` shows), and a
+    stop (a cancel) between reads cuts the 300 s wait: On at once, one cycle."""
+    since = len(site.power_log(HOST))
+    policy = POLICY.model_copy(update={"power_down_wait_seconds": 300.0, "power_down_read_seconds": 1.0})
+    async with emitting_worker(client, task_queue, site):
+        reboot = await start_reboot(client, task_queue, HOST, 4, policy)
+        for _ in range(150):
+            if await readings(reboot) >= 2:
+                break
+            await asyncio.sleep(0.1)
+        seen = await operation_progress(client, reboot.id, HOST)
+        assert seen is not None and seen.waiting_for.startswith(f"power-down wait: {HOST} is Off (read "), (
+            seen
+        )
+        assert "; its power read every 1 s)" in seen.waiting_for
+        await reboot.cancel()
+        result = await asyncio.wait_for(reboot.result(), 15)
+    assert result.method.endswith("cut short: On sent at once") and result.unplanned_power == "", result
+    assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]

@@ -62,6 +62,7 @@ from contracts.validation import (
     DPUId,
     HostId,
     InstanceId,
+    PowerDownRead,
     PowerDownWait,
     Reason,
     Requester,
@@ -135,6 +136,10 @@ class OperationPolicy(_Frozen):
 
     reboot_method: RebootMethod = RebootMethod.BMC
     power_down_wait_seconds: PowerDownWait = 120.0  # between Off and On
+    # A power-down wait the reboot spends on its own timer (a BMC without PowerCycle) reads the
+    # host's power this often, so an On by another actor ends it then, not at the wait's end
+    # (one BMC read per this many seconds of wait; workflows/host_reboot/power_steps.py).
+    power_down_read_seconds: PowerDownRead = 30.0
     reboot_wait_seconds: StepTimeout = 1800.0  # DPF asked, nothing moved: re-issue
     max_power_cycle_retries: Retries = 3  # re-issues before manual intervention
     force_off_from_retry: Retries = 1  # retries from this one use ForceOff then On
@@ -230,6 +235,10 @@ class OperationEnd(_Frozen):
 
     boot_generation: int | None = None
     aborted: str = ""
+    # A power change nobody here made that the operation's own reads found (a reboot's: the host
+    # Off before it began, or On by another actor during its power-down), in words; "" none.
+    # The entity shows it (`HostStatus.unplanned_power`, its memo).
+    unplanned_power: str = ""
 
 
 class HostOperationResult(OperationEnd):
@@ -260,6 +269,9 @@ class HostRebootInput(_Frozen):
     policy: OperationPolicy = OperationPolicy()
     # True: a BMC that cannot reboot the host fails it (`BMCRebootFailed`) for the caller to escalate.
     escalate_bmc_failure: bool = False
+    # The host's power as its entity last read it at rest, no operation of ours since (None: no
+    # such reading): the reboot's first read that differs was someone else's doing, said once.
+    power_before: PowerAtRest | None = None
 
 
 class HostRebootResult(OperationEnd):
@@ -271,7 +283,6 @@ class HostRebootResult(OperationEnd):
     finished_at: datetime
     # The BMC showed a reset after the reboot became owed (e.g. someone else's): it served; nothing sent.
     already_done: bool = False
-    unplanned_power: str = ""  # another actor's On after our ForceOff's Off (the cycle), in words
 
 
 # -- firmware --------------------------------------------------------------------------------------
@@ -458,7 +469,9 @@ class HostStatus(_Frozen):
     # While `current` awaits approval: when it expires unless approved (None: nothing awaits it).
     approval_expires_at: datetime | None = None
     maintenance: Maintenance | None = None  # None: not in maintenance
-    unplanned_power: str = ""  # the last power change at rest metalflow did not cause ("" none)
+    # The last power change metalflow did not cause ("" none): seen at rest by the power watch, or
+    # by an operation's own reads (a reboot that found the host Off, or turned On by another actor).
+    unplanned_power: str = ""
 
 
 EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest

@@ -128,6 +128,9 @@ class PowerCycleResult(_Frozen):
     # Off was reached (read from the BMC), then the host was found On before this cycle sent On:
     # another actor turned it on during the power-down wait; the Off-On counts as the cycle.
     turned_on_by_other: bool = False
+    # PowerState at the cycle's first read (a first attempt resuming nothing; "" otherwise): a
+    # reboot compares it with its entity's last reading, no request added to find it.
+    first_power_state: str = ""
     off_reached_at: datetime | None = None
     started_at: datetime
     finished_at: datetime

@@ -165,6 +165,10 @@ class PowerCycle:
         self._connection = connection
         self._request = request
         self._resumed = resume is not None
+        # A first attempt that resumes nothing: its first read is the host as we found it (a later
+        # attempt's may follow a ForceOff whose step was never recorded: not said to be theirs).
+        self._fresh = resume is None and attempt == 1
+        self._first_power_state: str | None = None
         self.progress = resume or PowerCycleProgress(started_at=_now())
         self._persist = persist
         self._flush_seconds = flush_seconds
@@ -237,6 +241,8 @@ class PowerCycle:
         connection = self._connection
         first = await find_system(connection)
         uri = first.uri
+        if self._first_power_state is None and self.progress.step == "started" and self._fresh:
+            self._first_power_state = first.power_state  # before anything of ours was sent
         seen: System | None = first  # the reading a wait ended on: not read again
         while True:
             system = seen or await read_system(connection, uri)
@@ -441,4 +447,5 @@ class PowerCycle:
             finished_at=_now(),
             attempts=self._attempt,
             requests=self._connection.requests,
+            first_power_state=self._first_power_state or "",
         )

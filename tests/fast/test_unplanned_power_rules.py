@@ -1,7 +1,9 @@
 """The pure decisions of issue 39 item 3 (power actions nobody here took): a change of the host's
 power at rest (workflows/host/power_rest.py), the reboot's one decision when another actor turned
 the host On during its power-down (workflows/host_reboot/failure.py), the power watch's setting
-(contracts/host_entity.py) and the Event it is told by (metalflow/runtime/events.py)."""
+(contracts/host_entity.py) and the Event it is told by (metalflow/runtime/events.py); a host
+found powered by someone else just before a reboot (its first read against the entity's last
+reading), and the reads of a long power-down wait (workflows/host_reboot/failure.py)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,24 @@ from temporalio.exceptions import ApplicationError
 from contracts.errors import PowerContested
 from contracts.events import PhaseChange
 from contracts.host_entity import DEFAULT_POWER_WATCH_SECONDS, with_power_watch
-from contracts.models.host import HostWorkflowInput
+from contracts.host_requests import REBOOT
+from contracts.models.host import (
+    HostRebootInput,
+    HostWorkflowInput,
+    MaintenanceRequest,
+    OperationPolicy,
+    OperationRequest,
+)
 from contracts.models.power_watch import PowerAtRest
 from metalflow.runtime.events import describe
-from workflows.host.power_rest import after_reading, forget_baseline, unplanned_at_rest
-from workflows.host_reboot.failure import bmc_failure_reason, decide_on_power_taken_over
+from workflows.host.power_rest import after_reading, baseline, forget_baseline, unplanned_at_rest
+from workflows.host.state import HostEntityState
+from workflows.host_reboot.failure import (
+    bmc_failure_reason,
+    decide_on_power_found,
+    decide_on_power_taken_over,
+    power_down_reads,
+)
 
 T0 = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=15)
@@ -100,3 +115,76 @@ def test_unplanned_power_is_a_warning_event_on_the_host(
     spec = describe(change, "dpf")
     assert spec is not None and (spec.reason, spec.type, spec.action) == ("UnplannedPower", "Warning", action)
     assert spec.regarding is not None and spec.regarding.name == "node-h1"
+
+
+# -- before an operation: the reboot's first read against the entity's last reading ---------------
+
+
+def test_a_host_found_off_by_the_reboot_after_the_entity_read_it_on_is_someone_elses_off() -> None:
+    words = decide_on_power_found("h1", 5, seen("On"), "Off")
+    assert words is not None and words.startswith("unplanned power: h1 was found Off by someone else")
+    assert "before reboot generation 5 began" in words
+    assert "its entity read it On at 2026-11-29T07:00:00Z, no metalflow operation since" in words
+    assert "metalflow did not send that Off. Only On was sent" in words
+    assert "counted as the power cycle of generation 5" in words
+    on = decide_on_power_found("h1", 5, seen("Off"), "On")  # turned On by someone too
+    assert on is not None and "h1 was found On by someone else" in on and "did not send that On" in on
+
+
+@pytest.mark.parametrize(
+    ("before", "found"),
+    [
+        (None, "Off"),  # no reading since our last operation (or the watch is off)
+        (PowerAtRest(), "Off"),  # a baseline forgotten by an operation's end
+        (seen("On"), "On"),  # as read
+        (seen("Off"), "Off"),
+        (seen("On"), ""),  # not the first attempt's first read: not said to be theirs
+        (seen("On"), "PoweringOff"),  # a transition: no decision on it
+    ],
+)
+def test_nothing_is_told_without_a_reading_to_compare_or_a_difference(
+    before: PowerAtRest | None, found: str
+) -> None:
+    assert decide_on_power_found("h1", 5, before, found) is None
+
+
+def test_the_entity_hands_its_baseline_to_a_reboot_and_shows_what_the_reboot_found() -> None:
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=900))
+    reboot = state.record_request(REBOOT, OperationRequest(requested_by="alice"), T1)
+    state.approve_at_once(reboot)
+    never_read = state.child_input(reboot)
+    assert isinstance(never_read, HostRebootInput) and never_read.power_before is None
+    state.power, _ = after_reading("h1", None, "On", RESET, T0)
+    read = state.child_input(reboot)
+    assert isinstance(read, HostRebootInput) and read.power_before is not None
+    assert read.power_before.power_state == "On" and read.power_before.read_at == T0
+    state.finish(reboot, "completed", T1)
+    assert state.found_unplanned("") is False and state.status().unplanned_power == ""
+    assert state.found_unplanned("unplanned power: h1 was found Off by someone else ...") is True
+    assert state.status().unplanned_power == "unplanned power: h1 was found Off by someone else ..."
+    assert baseline(state.power) is None  # the reboot's own On: no baseline until read again
+
+
+def test_maintenance_forgets_the_baseline_a_persons_power_actions_are_expected() -> None:
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=900))
+    state.power, _ = after_reading("h1", None, "On", RESET, T0)
+    assert baseline(state.power) is not None
+    state.set_maintenance(MaintenanceRequest(on=True, reason="fan", requested_by="bob"), T1)
+    assert baseline(state.power) is None  # no Off of theirs taken for someone else's later
+
+
+# -- during the power-down wait: a bounded read interval ------------------------------------------
+
+
+def test_the_power_down_wait_is_read_every_interval_never_at_its_end() -> None:
+    assert power_down_reads(300, 30) == [30.0 * i for i in range(1, 10)]  # 9 reads
+    assert len(power_down_reads(120, 30)) == 3  # the default wait
+    assert power_down_reads(30, 30) == [] and power_down_reads(5, 30) == []  # no read within
+    assert power_down_reads(7, 2) == [2, 4, 6]
+    assert OperationPolicy().power_down_read_seconds == 30
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, -1, 3601, float("inf"), float("nan")])
+def test_a_bad_power_down_read_interval_is_refused(bad: float) -> None:
+    with pytest.raises(ValueError, match="power_down_read_seconds"):
+        OperationPolicy(power_down_read_seconds=bad)

@@ -6,7 +6,12 @@ operation runs and the host is not in maintenance (a person's work there is expe
 Each reading is compared with the one before (`unplanned_at_rest`): `PowerState` changed (On to
 Off, Off to On), or `LastResetTime` moved while it stayed On (a reset), is a power change nobody
 here made, since no operation of ours ran in between: an operation's end forgets the baseline
-(`forget_baseline`), so its own Off and On are never taken for someone else's.
+(`forget_baseline`), so its own Off and On are never taken for someone else's; so does the start
+of a maintenance (a person's power actions there are expected, and not read).
+
+A reboot the entity starts is handed the baseline (`baseline`): its first BMC read that differs
+is someone else's power action just before it began (`workflows/host_reboot/failure.py`); what an
+operation's reads found is shown as the last unplanned change (`found_by_operation`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,20 @@ def after_reading(
     kept = before.unplanned if before is not None else ""
     now_known = PowerAtRest(power_state=power_state, last_reset_time=last_reset, read_at=now)
     return now_known.model_copy(update={"unplanned": words or kept}), words
+
+
+def baseline(power: PowerAtRest | None) -> PowerAtRest | None:
+    """The last reading at rest a reboot compares its first read with (`HostRebootInput.power_before`):
+    None when there is none since our last operation (or since maintenance began)."""
+    if power is None or not power.power_state or power.read_at is None:
+        return None
+    return power.model_copy(update={"unplanned": ""})
+
+
+def found_by_operation(power: PowerAtRest | None, words: str) -> PowerAtRest:
+    """An operation's own reads found a power change nobody here made (its result's
+    `unplanned_power`): it is the last one told, as the power watch's are (no new baseline)."""
+    return (power or PowerAtRest()).model_copy(update={"unplanned": words})
 
 
 def forget_baseline(power: PowerAtRest | None) -> PowerAtRest | None:

@@ -14,7 +14,11 @@ Systems collection and the System: 4-5 HTTP requests, `drivers/redfish/power.py`
 and one inventory lookup (the site file, no BMC request); in history about 11 events each (a
 timer, two activities, their workflow tasks), ~1,000 a day, so the entity continues-as-new about
 every 10 days at the default `max_history_events`. During an operation: nothing (the operation's
-own reads notice another actor: `workflows/host_reboot/power_steps.py`).
+own reads notice another actor: `workflows/host_reboot/power_steps.py`). A reboot the entity
+starts is handed the last reading (`power_rest.baseline`): its first read that differs says the
+host was powered by someone else just before it began. What an ended operation's reads found
+(its result's `unplanned_power`) is shown as the last unplanned change (`_operation_found`: the
+status, the memo; the operation told its own Event). Cost: no BMC request, one memo upsert.
 """
 
 from __future__ import annotations
@@ -60,6 +64,11 @@ class PowerWatch(kernel.Runbook):
             finally:
                 self._reading_power = False
 
+    def _operation_found(self, words: str) -> None:
+        """An ended operation's reads found a power change nobody here made: status and memo."""
+        if self.state.found_unplanned(words):
+            workflow.upsert_memo({MEMO_KEY: words})
+
     async def _read_power_at_rest(self) -> None:
         host = self.state.host_id
         try:
@@ -78,8 +87,8 @@ class PowerWatch(kernel.Runbook):
         except ActivityError as err:
             workflow.logger.warning("power of %s not read at rest: %s", host, kernel.describe_failure(err))
             return
-        if self.state.current is not None:
-            return  # an operation started meanwhile: the power is its own now
+        if self.state.current is not None or self.state.maintenance is not None:
+            return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
         self.state.power, words = after_reading(
             host, self.state.power, power.power_state, power.last_reset_time, workflow.now()
         )

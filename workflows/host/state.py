@@ -63,7 +63,7 @@ from contracts.models.host import (
 )
 from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
-from workflows.host.power_rest import forget_baseline
+from workflows.host.power_rest import baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
 
 RECENT_LIMIT: Final = 20
@@ -224,6 +224,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
             if self.maintenance is not None:
                 return None
             self.maintenance = Maintenance(by=request.requested_by, reason=request.reason, since=now)
+            self.power = forget_baseline(self.power)  # a person's power actions are expected (power_rest.py)
             return maintenance_words(self.maintenance)
         if self.maintenance is None:
             return None
@@ -417,6 +418,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
                 requested_by=requested_by,
                 reason=request.reason,
                 policy=policy,
+                power_before=baseline(self.power),  # its first read compared (power_rest.py)
             )
         if operation == names.REMOVE:
             return HostRemovalInput(
@@ -466,6 +468,14 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         del self.recent[:-RECENT_LIMIT]
         self.current = None
         self.power = forget_baseline(self.power)  # its own Off and On are no one else's (power_rest.py)
+
+    def found_unplanned(self, words: str) -> bool:
+        """An ended operation's result said a power change nobody here made (`unplanned_power`):
+        shown as the last one (`status().unplanned_power`); True when there was one to show."""
+        if not words:
+            return False
+        self.power = found_by_operation(self.power, words)
+        return True
 
     def _completed(self, current: PendingOperation) -> None:
         operation, dpu_ids = current.record.operation, getattr(current.request, "dpu_ids", None)

@@ -18,8 +18,8 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
 The rules are the entity's state's (`state.py`): validators answer at once, without writing
 history; handlers ask again under one `asyncio.Lock` (two updates delivered in one workflow task
 are both validated before either handler runs). The operation requests are declared once, in
-`contracts.host_requests`: each row's handler here is one line (`requested`). At rest, the power
-watch (`power_watch.py`, the base class) tells a power change nobody here made (`UnplannedPower`).
+`contracts.host_requests`: each row's handler here is one line (`requested`). The power watch
+(`power_watch.py`, the base class) tells a power change nobody here made (`UnplannedPower`).
 
 Each operation runs as a child workflow of the row's type, with the business-key id
 (`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...). Children are ABANDONed on parent close:
@@ -357,9 +357,8 @@ class HostWorkflow(PowerWatch):
 
     async def _request(self, kind: EntityRequest[Any], request: EntityRequestBody) -> OperationAccepted:
         async with self._lock:
-            self.state.refuse_request(
-                kind, request
-            )  # again: the validator may have run before another handler
+            # again: the validator may have run before another handler
+            self.state.refuse_request(kind, request)
             current = self.state.record_request(kind, request, workflow.now())
             if self.state.needs_approval(kind, workflow.now()):
                 self._show_phase()
@@ -452,11 +451,12 @@ class HostWorkflow(PowerWatch):
             result = await child
         except ChildWorkflowError as err:
             self.state.reached(generation_reported(err))  # a failed operation's reboots count too
-            outcome = outcome_of(err)
+            outcome, unplanned = outcome_of(err), ""
         else:
             self.state.reached(result.boot_generation)
-            outcome = ended_as(result)  # `completed`, or an operator's abort: `aborted by ...`
+            outcome, unplanned = ended_as(result), result.unplanned_power  # `completed`, or `aborted by`
         self._finish(current, outcome)
+        self._operation_found(unplanned)  # power_watch.py: the status and memo (its Event was its own)
         # A failed or aborted operation may have changed versions too: read them as after any other.
         self.state.versions_after(current, outcome)
         await self._notify_campaign(current, outcome)

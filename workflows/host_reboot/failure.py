@@ -25,8 +25,15 @@ turned it Off again, for 14 hours) never repeated:
 - Off never seen (the host found On again after two ForceOffs the BMC accepted): no proof the
   host was ever off, so a person decides (`PowerContested`, the manual reboot wait or the
   operation's escalation): never a third ForceOff.
+- Found changed before it began (`decide_on_power_found`): the cycle's first read differs from
+  the entity's last reading at rest (no operation of ours since, `HostRebootInput.power_before`):
+  someone else powered the host Off (or On) just before. Said once; the reboot goes on as it
+  would (a host found Off gets On only: that Off and our On are the cycle). No request added.
+- The power-down wait the reboot spends on its own timer reads the host's power every
+  `OperationPolicy.power_down_read_seconds` (`power_down_reads`), so an On by another actor is
+  seen then, not when the timer ends; the decision is the first one above, once.
 
-Cost: none beyond the string (pure function, no I/O).
+Cost: none beyond the strings (pure functions, no I/O).
 """
 
 from __future__ import annotations
@@ -37,9 +44,12 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError,
 
 from contracts.errors import first_application_error
 from contracts.models.host import HostRebootInput
+from contracts.models.power_watch import PowerAtRest
 from contracts.models.redfish import POWER_CYCLE_STEP, STEPS_HOST_MAY_BE_OFF
+from contracts.wording import iso_z
 
 _UNREACHABLE_MARKS = ("cannot reach", "timed out")
+_EITHER = ("On", "Off")  # PowerStates that are no transition
 UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
 
 
@@ -51,6 +61,46 @@ def decide_on_power_taken_over(host_id: str, generation: int, seen: str) -> str:
         f"that On. The host was Off, then On: counted as the power cycle of generation {generation}, "
         "no ForceOff sent again (find who powers this host: a power manager, a person at its BMC)"
     )
+
+
+def decide_on_power_found(
+    host_id: str, generation: int, before: PowerAtRest | None, found: str
+) -> str | None:
+    """The reboot's first read (`found`: PowerState) against the entity's last reading at rest
+    (`before`; no operation of ours ran since, the entity forgets it at each end): a different
+    On/Off is someone else's doing, just before this reboot began. In words; None: nothing to tell
+    (no reading to compare, nothing read, a transition, or the same)."""
+    if before is None or before.read_at is None or before.power_state not in _EITHER or found not in _EITHER:
+        return None
+    if found == before.power_state:
+        return None
+    read = f"its entity read it {before.power_state} at {iso_z(before.read_at)}, no metalflow operation since"
+    if found == "Off":
+        then = (
+            "metalflow did not send that Off. Only On was sent: that Off and our On counted as the "
+            f"power cycle of generation {generation}"
+        )
+    else:
+        then = f"metalflow did not send that On. The reboot cycles it as asked (generation {generation})"
+    return (
+        f"unplanned power: {host_id} was found {found} by someone else before reboot generation "
+        f"{generation} began ({read}; this reboot's first read: {found}); {then} "
+        "(find who powers this host: a power manager, a person at its BMC)"
+    )
+
+
+def power_down_reads(wait_seconds: float, every_seconds: float) -> list[float]:
+    """When (seconds into a power-down wait the reboot spends on its own timer) it reads the
+    host's power: every `every_seconds`, never at or after the wait's end (the On step reads the
+    host then anyway). `ceil(wait / every) - 1` reads: 9 for 300 s at 30 s, 3 for the 120 s default."""
+    if every_seconds <= 0:
+        return []
+    reads: list[float] = []
+    at = every_seconds
+    while at < wait_seconds:
+        reads.append(at)
+        at += every_seconds
+    return reads
 
 
 def bmc_failure_reason(host_id: str, err: FailureError) -> str:

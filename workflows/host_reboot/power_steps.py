@@ -5,12 +5,23 @@
   durable timer (a stop cuts it), On.
 - `_cycle_once`: `power_cycle_host`, a long power-down wait handed back at Off and waited on a
   durable timer, then the activity again to send On.
+- `_power_down_wait`: the handed-back wait, watched: a durable timer up to each read point of
+  `failure.power_down_reads` (every `OperationPolicy.power_down_read_seconds`, 30 s by default;
+  none at the wait's end, where the On step reads anyway), then one `read_power_state`, bounded;
+  an On found ends the wait at once (`_taken_over`), an Off updates the details (`host status`:
+  `power-down wait: HOST is Off (read ...), On in N s`), a read that fails is logged and the
+  wait goes on. Cost: `ceil(wait / 30 s) - 1` BMC reads per reboot (3 at the 120 s default,
+  9 for `--power-down-wait 300`), each 4-5 HTTP requests, and about 11 history events (its
+  timer, the activity, their workflow tasks), only on a BMC without PowerCycle.
 - `_taken_over`: another actor turned the host On after our ForceOff took it Off (within
   `set_power`'s settle, during the wait, or found by the resumed cycle): the one decision of
   `failure.decide_on_power_taken_over` (the Off-On is the cycle; nothing more sent, never a
   ForceOff again), said in the details, the result (`unplanned_power`) and an `UnplannedPower`
   Warning Event (`kernel.report`). Cost: no BMC request beyond the steps' own (the settle's
-  reads, the On's read that found the host On, the resumed cycle's first read).
+  reads, the wait's reads, the On's read that found the host On, the resumed cycle's first read).
+- `_found_before`: the cycle's first read differs from the entity's last reading at rest
+  (`failure.decide_on_power_found`: someone else powered the host just before the reboot): said
+  the same three ways; the reboot goes on. Cost: nothing (the cycle's own first read).
 
 The workflow sets every attribute declared here in its `__init__`.
 """
@@ -20,14 +31,29 @@ from __future__ import annotations
 import asyncio
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
     from contracts.models.host import HostRebootInput
     from contracts.models.inventory import HostInventory
-    from contracts.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+    from contracts.models.redfish import (
+        PowerCycleInput,
+        PowerCycleResult,
+        ReadPowerStateInput,
+        SetPowerInput,
+        SetPowerResult,
+        SystemPower,
+    )
+    from contracts.wording import iso_z
     from workflows import kernel
-    from workflows.host_reboot.failure import UNPLANNED_POWER, decide_on_power_taken_over, owed_since
+    from workflows.host_reboot.failure import (
+        UNPLANNED_POWER,
+        decide_on_power_found,
+        decide_on_power_taken_over,
+        owed_since,
+        power_down_reads,
+    )
     from workflows.parts.host_power import PowerCustody
     from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
 
@@ -94,6 +120,7 @@ class PowerSteps(kernel.Abortable):
             )
             cycle: PowerCycleResult = await self._cycle_activity
             self._cycle_activity = None
+            self._found_before(cycle.first_power_state)  # the first activity's first read only
             if cycle.wait_left_seconds <= 0 or cycle.progress is None:
                 self._already_done = cycle.already_done
                 if cycle.turned_on_by_other:
@@ -103,15 +130,9 @@ class PowerSteps(kernel.Abortable):
             if self._stop_sent_on:  # a stop saw the host Off and sent On itself
                 raise asyncio.CancelledError
             self._handed_back = True
-            left = cycle.wait_left_seconds
-            self.show(f"power-down wait: {request.host_id} is Off, On in {left:.0f} s (a durable timer)")
-            if not self._stopping:  # cut short by a stop
-                await self.wait(
-                    lambda: self._stopping,
-                    timeout=left,
-                    timeout_summary=f"power-down wait: {request.host_id} stays off before On",
-                    abortable=False,
-                )
+            seen_on = await self._power_down_wait(inventory, cycle.wait_left_seconds)
+            if seen_on is not None:  # another actor's On: the cycle, decided once; no On sent
+                return self._taken_over(seen_on, cycle.method, cycle.reset_types)
             if self._stopping:
                 cut = ", cut short: On sent at once"
             # On now: the timer (or a stop) covered the wait; `off_reached` is in the history.
@@ -121,14 +142,75 @@ class PowerSteps(kernel.Abortable):
             )  # fmt: skip
             summary = f"power {request.host_id} back on (generation {request.boot_generation})"
 
+    async def _power_down_wait(self, inventory: HostInventory, seconds: float) -> str | None:
+        """The handed-back power-down wait of `seconds`, watched (module docstring): when an On
+        by someone else was read, in words; None once the wait is over or a stop cut it."""
+        host, every = self._request.host_id, self._request.policy.power_down_read_seconds
+        reads = power_down_reads(seconds, every)
+        watched = f"; its power read every {every:g} s" if reads else ""
+        self.show(f"power-down wait: {host} is Off, On in {seconds:.0f} s (a durable timer{watched})")
+        began = workflow.now()
+        for at in (*reads, seconds):
+            timeout = at - (workflow.now() - began).total_seconds()
+            if not self._stopping and timeout > 0:  # cut short by a stop
+                await self.wait(
+                    lambda: self._stopping,
+                    timeout=timeout,
+                    timeout_summary=f"power-down wait: {host} stays off before On",
+                    abortable=False,
+                )
+            if self._stopping or at >= seconds:
+                return None
+            found = await self._read_during_wait(inventory, bound=max(5.0, min(every, seconds - at)))
+            now = workflow.now()
+            into = (now - began).total_seconds()
+            if found == "On":
+                span = f"our power-down wait of {seconds:.0f} s"
+                return f"On at {iso_z(now)}, {into:.0f} s into {span}, before our On"
+            read = f"read {iso_z(now)}" if found else "not read"
+            self.show(
+                f"power-down wait: {host} is Off ({read}), On in {max(seconds - into, 0):.0f} s "
+                f"(a durable timer{watched})"
+            )
+        return None
+
+    async def _read_during_wait(self, inventory: HostInventory, *, bound: float) -> str:
+        """One bounded `read_power_state` during the power-down wait: its PowerState, or "" when it
+        failed (logged; the wait goes on, the On step reads the host anyway)."""
+        host = self._request.host_id
+        try:
+            power: SystemPower = await self.call(
+                activity_api.read_power_state,
+                ReadPowerStateInput(bmc=inventory.bmc),
+                kernel.options(kernel.bounded(kernel.BMC_READ, bound), f"is {host} still Off? (power-down)"),
+                abortable=False,  # a stop cuts the wait after it, at most `bound` later
+            )
+        except ActivityError as err:
+            why = kernel.describe_failure(err)
+            workflow.logger.warning("power of %s not read in its power-down wait: %s", host, why)
+            return ""
+        return power.power_state
+
+    def _found_before(self, found: str) -> None:
+        """The cycle's first read against the entity's last reading at rest: a difference nobody
+        here made (`decide_on_power_found`) is said in the details, the result and an Event."""
+        request = self._request
+        words = decide_on_power_found(request.host_id, request.boot_generation, request.power_before, found)
+        if words is None:
+            return
+        self._said_unplanned(words)
+
+    def _said_unplanned(self, words: str) -> None:
+        self._unplanned = f"{self._unplanned}; {words}" if self._unplanned else words
+        self.show(words)
+        kernel.report(UNPLANNED_POWER, words)
+
     def _taken_over(self, seen: str, method: str, sent: tuple[str, ...]) -> Power:
         """Another actor turned the host On after our ForceOff took it Off (`seen`: when): the one
         decision (module docstring); the reboot then ends as done, nothing more sent."""
         self._power.seen_on()
         request = self._request
-        self._unplanned = decide_on_power_taken_over(request.host_id, request.boot_generation, seen)
-        self.show(self._unplanned)
-        kernel.report(UNPLANNED_POWER, self._unplanned)
+        self._said_unplanned(decide_on_power_taken_over(request.host_id, request.boot_generation, seen))
         return f"{method}, On by another actor", sent
 
     async def _set_power(

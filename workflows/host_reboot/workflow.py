@@ -40,7 +40,8 @@ whether the generation was reached, and a host left OFF.
 
 Cost: one activity slot during the cycle, none while queued or waiting for a person. The history
 is small and bounded: the step, the cycle (one activity; a power-down wait past
-`POWER_DOWN_HAND_BACK_SECONDS` adds its durable timer and a second `power_cycle_host`), the
+`POWER_DOWN_HAND_BACK_SECONDS` adds its durable timer and a second `power_cycle_host`, and a
+timer and a `read_power_state` per `power_down_read_seconds` of it: `power_steps.py`), the
 lease's release on a shared BMC; a stop adds at most `STOP_POLLS` x (one power read + one timer),
 then a cancellation and an On. Measured: bench/README.md, "workflows/host_reboot/workflow.py".
 """
