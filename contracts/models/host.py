@@ -230,6 +230,9 @@ class OperationEnd(_Frozen):
 
     boot_generation: int | None = None
     aborted: str = ""
+    # A removal aborted after its first delete: DPF finishes the deletes sent, so the entity
+    # records the DPUs as removed, as after a completed removal (workflows/removal/workflow.py).
+    deletes_sent: bool = False
 
 
 class HostOperationResult(OperationEnd):

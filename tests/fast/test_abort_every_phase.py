@@ -3,10 +3,11 @@
 The firmware run enters its phases by name (`self.enter("...")` in its runbook); each is listed
 in `workflows/firmware/state.py`'s `PHASES` with who takes an abort there: the run itself, or,
 while its power cycle runs, that reboot, to which the CLI passes the abort in any of the reboot's
-phases (`abort_passes_to_reboot`). The reboot, the provision/reprovision operation and the reset
-take an abort in every phase until they end (they refuse none: the kernel's `abort_refusal`).
-Before this rule a firmware run refused every abort from its power cycle on, and waited in
-`waiting-for-dpus` for an hour with no way to stop it.
+phases (`abort_passes_to_reboot`). The reboot, the provision/reprovision operation, the reset and
+the removal take an abort in every phase until they end (they refuse none: the kernel's
+`abort_refusal`). Before this rule a firmware run refused every abort from its power cycle on,
+and waited in `waiting-for-dpus` for an hour with no way to stop it; a removal refused it from its
+first delete on, and waited up to an hour for DPF to let go.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from workflows.firmware import state as firmware
 from workflows.host_operation.workflow import HostOperationWorkflow
 from workflows.host_reboot.workflow import POWERING, HostRebootWorkflow
 from workflows.host_reset.workflow import HostResetWorkflow
+from workflows.removal.workflow import HostRemovalWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]
 REBOOT = "reboot/h-001/generation-3"
@@ -73,7 +75,9 @@ def test_another_operation_passes_an_abort_to_its_reboot_only_while_it_waits_for
     assert not abort_passes_to_reboot(names.REBOOT, "waiting-for-manual-reboot")
 
 
-@pytest.mark.parametrize("workflow", [HostRebootWorkflow, HostOperationWorkflow, HostResetWorkflow])
+@pytest.mark.parametrize(
+    "workflow", [HostRebootWorkflow, HostOperationWorkflow, HostResetWorkflow, HostRemovalWorkflow]
+)
 def test_the_other_host_operations_refuse_no_abort_until_they_end(workflow: type) -> None:
     assert workflow.abort_refusal is kernel.Runbook.abort_refusal, workflow.__name__
 

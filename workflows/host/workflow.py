@@ -452,11 +452,11 @@ class HostWorkflow(PowerWatch):
             result = await child
         except ChildWorkflowError as err:
             self.state.reached(generation_reported(err))  # a failed operation's reboots count too
-            outcome = outcome_of(err)
-        else:
+            outcome, deletes_sent = outcome_of(err), False
+        else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
             self.state.reached(result.boot_generation)
-            outcome = ended_as(result)  # `completed`, or an operator's abort: `aborted by ...`
-        self._finish(current, outcome)
+            outcome, deletes_sent = ended_as(result), result.deletes_sent
+        self._finish(current, outcome, deletes_sent=deletes_sent)
         # A failed or aborted operation may have changed versions too: read them as after any other.
         self.state.versions_after(current, outcome)
         await self._notify_campaign(current, outcome)
@@ -475,8 +475,8 @@ class HostWorkflow(PowerWatch):
         except ApplicationError as err:  # the campaign no longer runs
             workflow.logger.info("campaign %s not told of %s: %s", target, current.record.workflow_id, err)
 
-    def _finish(self, current: PendingOperation, outcome: str) -> None:
-        self.state.finish(current, outcome, workflow.now())
+    def _finish(self, current: PendingOperation, outcome: str, *, deletes_sent: bool = False) -> None:
+        self.state.finish(current, outcome, workflow.now(), deletes_sent=deletes_sent)
         self._child = None
         self._show_phase()
         workflow.logger.info("%s of %s: %s", current.record.operation, self.state.host_id, outcome)
