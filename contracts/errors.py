@@ -52,7 +52,8 @@ Workflow errors (`WorkflowError`: a run ends with one; never retried):
 - `WatcherFailed`: the DPF watch of a host could not be kept.
 - `PhaseTimeout`, `RemovalTimedOut`: a wait on the world passed its deadline.
 - `FirmwareStageFailed`, `FirmwareNotActivated`: a firmware run could not stage, or the power
-  cycle did not activate the image.
+  cycle did not activate the image; `DPUsNotInDPF`: a firmware run's DPUs DPF has no object of
+  (never provisioned, or removed) would never be Ready after its power cycle: ended unrebooted.
 - `RolloutAborted`, `PodCliqueSetGone`: a rollout was aborted, or its PodCliqueSet deleted.
 - `RebootLoop`: DPF asks for more host reboots in one sequence than the policy allows
   (`rebootSequenceCount`, docs/DOMAIN.md section 2.5); the message names the DPU and the count.
@@ -238,6 +239,11 @@ class FirmwareStageFailed(WorkflowError):
 
 class FirmwareNotActivated(WorkflowError):
     pass
+
+
+class DPUsNotInDPF(WorkflowError):
+    """A firmware run's DPUs DPF has no object of: after the power cycle they would never be
+    Ready, so it ends before rebooting (workflows/firmware/state.py)."""
 
 
 class RolloutAborted(WorkflowError):

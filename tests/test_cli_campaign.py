@@ -10,6 +10,7 @@ a scheduled campaign triggered by its Schedule.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -412,3 +413,40 @@ async def _inject_error_when_installing(client: Client, sim: RunningSim, host: s
                     raise
         await asyncio.sleep(0.05)
     raise AssertionError(f"the reprovision of {host} never got past deleting its DPUs")
+
+
+async def test_wait_ends_when_the_campaign_halts_saying_so_and_what_it_accepts(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Issue 40's standard, a wait that cannot progress says so early: `start --wait` of a campaign
+    whose failure budget is spent followed it in silence for ever (it halts, still running, until
+    an operator answers). Now `--wait` ends once it waits for nothing but an operator, exit 1."""
+    name, hosts = "cmpe-halt", HOSTS[3:5]
+    for host in hosts:  # whichever goes first fails its install; the other is left pending
+        sim.inject(f"dpus/{host}-dpu-0/install-fails")
+    try:
+        waited = await asyncio.wait_for(
+            metalflow(
+                local_env, "campaign", "start", name, "--hosts", ",".join(hosts), "--reprovision",
+                "--canary", "0", "--batch-size", "2", "--max-in-flight", "1", "--failure-budget", "0",
+                *FAST, "--wait", "--task-queue", queue,
+            ),
+            timeout=60,
+        )  # fmt: skip
+    finally:
+        for host in hosts:
+            with contextlib.suppress(httpx.HTTPStatusError):  # the one hit stays in Error
+                sim.inject(f"dpus/{host}-dpu-0/recover")
+    assert waited.status == 1, waited.stdout + waited.stderr  # README's table: not every host succeeded
+    lines = waited.stdout.splitlines()
+    assert f"{name} halted [" in waited.stdout and "1 failed" in waited.stdout, waited.stdout
+    assert lines[-1] == (
+        f"campaign/{name} halted: it still runs and starts no host until an operator answers with "
+        f"`metalflow campaign retry-failed {name}` or `metalflow campaign resume {name}` or "
+        f"`metalflow campaign abort {name}`"
+    ), waited.stdout
+    status = await _campaign(local_env.client, name)
+    assert status["phase"] == "halted" and status["failed"] == 1 and status["remaining"] == 1, status
+    aborted = await metalflow(local_env, "campaign", "abort", name, "--reason", "test")
+    assert aborted.status == 0, aborted.stderr
+    assert (await _until_done(local_env.client, name))["phase"] == "aborted"

@@ -6,6 +6,7 @@ and no entity workflow created."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,11 +14,17 @@ from pathlib import Path
 import pytest
 from cli_support import command_env, entity_exists, run_console_script
 from dpf_activities_support import Api, dpf_activities, run, settings_for
+from host_operation_support import worker_for
 from sim_support import RunningSim, running_sim
-from temporalio.client import Client
+from site_worker_support import FAST_POLICY
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from contracts.models.dpf import RegisterHostInput
+from contracts.models.host import FirmwareInput, FirmwareResult
 from drivers.inventory import Inventory
+
+FIRMWARE = ("--version", "32.45.1020", "--image", "https://f.example/bf-fw-32.45.1020.bfb")
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +103,12 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
          1, "cannot reprovision host-002: DPF has no DPU node-host-002-device-host-002-dpu-1 in "
          "namespace dpf-operator-system (provision it first: metalflow host provision host-002 "
          "--dpus host-002-dpu-1)"),
+        # A firmware update's power cycle ends once every DPU is Ready again: DPUs DPF has no
+        # object of never are (issue 40: it waited an hour in waiting-for-dpus).
+        (["host", "firmware", "host-002", *FIRMWARE], {"KUBECONFIG": str(sim.kubeconfig)}, 1,
+         "cannot update the DPU firmware of host-002: DPF has no DPU node-host-002-device-host-002-dpu-0, "
+         "node-host-002-device-host-002-dpu-1 in namespace dpf-operator-system "
+         "(provision it first: metalflow host provision host-002)"),
         (["host", "reprovision", "host-002"], {"KUBECONFIG": str(tmp_path / "missing-kubeconfig")}, 2,
          "cannot check that DPF has the DPUs of host-002: no usable Kubernetes configuration "
          f"({tmp_path / 'missing-kubeconfig'})"),
@@ -118,3 +131,29 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
     assert after == before, "a refused request wrote to the DPF API"
     assert not await entity_exists(client, "host-002", since=began)
     api.close()
+
+
+async def test_a_firmware_run_on_dpus_dpf_has_not_ends_before_its_power_cycle_naming_them(
+    client: Client, sim: RunningSim, task_queue: str
+) -> None:
+    """Whoever asks (a script, a campaign): the run itself ends before it reboots anything, naming
+    the DPUs, instead of power-cycling the host and waiting for DPUs that never come (before: an
+    hour in `waiting-for-dpus`, here the policy's 60 s, then PhaseTimeout)."""
+    request = FirmwareInput(
+        host_id="host-002", target_version="32.45.1020", image_uri=FIRMWARE[3], requested_by="test",
+        policy=FAST_POLICY,
+    )  # fmt: skip
+    workflow_id = f"firmware/host-002-{uuid.uuid4().hex[:6]}"
+    async with worker_for(client, task_queue, sim):
+        handle = await client.start_workflow(
+            "FirmwareWorkflow", request, id=workflow_id, task_queue=task_queue, result_type=FirmwareResult
+        )
+        with pytest.raises(WorkflowFailureError) as failure:
+            await asyncio.wait_for(handle.result(), timeout=30)
+    cause = failure.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "DPUsNotInDPF", cause
+    assert cause.message.startswith(
+        "DPF has no DPU object of host-002-dpu-0, host-002-dpu-1 of host host-002 (no DPUNode; DPUs: none)"
+    ), cause.message
+    assert "the host was not rebooted" in cause.message, cause.message
+    assert sim.power_log("host-002") == [], "the host was power-cycled"

@@ -94,12 +94,14 @@ HOST = f"gone-{uuid.uuid4().hex[:8]}"
 PCS = "default/inference"
 CAMPAIGN = f"gone-{uuid.uuid4().hex[:8]}"
 # Every command that talks to Temporal (`dev`, `sim` and `bmc` do not); a queue nobody polls, so
-# a command that got through would not act on anything.
+# a command that got through would not act on anything. `host reprovision` and `host firmware`
+# first need DPF's objects of the host's DPUs, which this site's host has not: they are refused
+# before Temporal is asked (tests/test_cli_inventory_cluster.py); past that check they send their
+# request as `provision` and `reboot` do, through the same code.
 COMMANDS: list[list[str]] = [
     ["host", "provision", HOST],
     ["host", "provision", HOST, "--wait"],
     ["host", "reboot", HOST, "--wait"],
-    ["host", "firmware", HOST, "--version", "32.45.1020", "--image", "https://fw.example.com/fw.bfb"],
     ["host", "remove", HOST],
     ["host", "monitor", HOST],
     ["host", "monitor", HOST, "--status"],

@@ -7,11 +7,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from host_operation_support import save_history
+from cli_support import ended, metalflow, until_shown, use_site_file
+from host_operation_support import save_history, worker_for
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import DPU, DPUDEVICE, DPUNODE, FAST_POLICY, SiteView, eventually, site_worker
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError
+from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
 from contracts.models.host import HostOperationStatus
@@ -25,7 +27,7 @@ FOREIGN_FINALIZER = "example.test/keep"  # another controller's finalizer that i
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("removal-sim"), "rm", hosts=6) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("removal-sim"), "rm", hosts=7) as running:
         yield running
 
 
@@ -195,3 +197,37 @@ async def test_a_cancel_while_waiting_until_gone_ends_cancelled_naming_what_was_
     assert final.phase == "cancelled"
     assert f"DPUDevice device-{host}-dpu-1 deleted" in final.waiting_for
     assert await view.get(DPU, dpu_name) is not None  # held by the finalizer; nothing undone
+
+
+async def test_host_abort_while_waiting_until_gone_stops_the_wait_and_no_reprovision_is_taken_after(
+    local_env: WorkflowEnvironment, task_queue: str, sim: RunningSim, view: SiteView
+) -> None:
+    """Issue 40: `host abort` works in every phase where a host operation waits. A removal refused
+    it from its first delete on, and waited (an hour by default) for a finalizer nobody releases.
+    Now the abort ends the wait, saying the delete sent goes on in DPF, and the entity counts the
+    DPU as removed: a reprovision of it is refused, as after a completed removal."""
+    host = "rm-007"
+    dpu = f"{host}-dpu-1"
+    await hold_with_foreign_finalizer(view, DPU, f"node-{host}-device-{dpu}")
+    use_site_file(sim.site_file)
+    async with worker_for(local_env.client, task_queue, sim):
+        queue = ("--task-queue", task_queue)
+        started = await metalflow(
+            local_env, "host", "remove", host, "--dpus", dpu, "--by", "alice@test", *queue
+        )
+        assert started.status == 0, started.stdout + started.stderr
+        await until_shown(
+            local_env, host, lambda s: (s["operation"] or {}).get("phase") == "waiting-until-gone", "waited"
+        )
+        aborted = await metalflow(
+            local_env, "host", "abort", host, "--by", "bob@test", "--reason", "debugging", *queue
+        )
+        assert aborted.status == 0, aborted.stdout + aborted.stderr
+        assert "the deletes sent cannot be taken back: DPF finishes them" in aborted.stdout, aborted.stdout
+        shown = await until_shown(local_env, host, ended, "ended the removal")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("aborted by bob@test: debugging; the deletes sent cannot"), outcome
+        assert f"DPUDevice device-{dpu} deleted" in outcome, outcome
+        again = await metalflow(local_env, "host", "reprovision", host, "--dpus", dpu, *queue)
+    assert again.status == 1, again.stdout + again.stderr
+    assert f"DPF no longer has {dpu} (removed by remove/{host})" in again.stderr, again.stderr

@@ -239,6 +239,9 @@ class OperationEnd(_Frozen):
     # Off before it began, or On by another actor during its power-down), in words; "" none.
     # The entity shows it (`HostStatus.unplanned_power`, its memo).
     unplanned_power: str = ""
+    # A removal aborted after its first delete: DPF finishes the deletes sent, so the entity
+    # records the DPUs as removed, as after a completed removal (workflows/removal/workflow.py).
+    deletes_sent: bool = False
 
 
 class HostOperationResult(OperationEnd):

@@ -1,23 +1,27 @@
-"""`metalflow campaign ...`: fleet upgrade campaigns (workflow `CampaignWorkflow`, id `campaign/<name>`).
+"""`metalflow campaign ...`: fleet upgrade campaigns (workflow `CampaignWorkflow`, id
+`campaign/<name>`).
 
 `start` first runs every check `plan` runs, through the same reads and the same rules
 (metalflow/cli/campaign_plan.py, `checked`): a refusal starts nothing, leaves no failed run
 behind and keeps the status of the last campaign of that name, with `plan`'s exit status. Then
 it starts the campaign (refused while one of that name runs) and waits until its hosts are
-selected; `--wait` follows it and exits 0 only when every targeted host succeeded. `plan` shows
-what `start` would do, starting nothing (metalflow/cli/campaign_plan.py). `status` shows the
-status query (a live progress bar on a terminal, `--json` for scripts); `hosts` every host's
-outcome, page by page; `pause`, `resume`, `abort`, `retry-failed`, `skip` and `limits` are
-updates whose validators refuse what does not apply now, with the reason; `list` lists
-campaigns. Every command takes a campaign's name, or a scheduled run's
-(`NAME-2026-11-22T02:00:00Z`). Schedules: metalflow/cli/campaign_schedule.py.
+selected; `--wait` follows it and exits 0 only when every targeted host succeeded, and ends as
+soon as the campaign waits for nothing but an operator (halted: its failure budget spent, or a
+failed canary; or paused), saying so and what it accepts, exit 1: it still runs
+(`waits_for_operator`). `plan` shows what `start` would do, starting nothing
+(metalflow/cli/campaign_plan.py). `status` shows the status query (a live progress bar on a
+terminal, `--json` for scripts); `hosts` every host's outcome, page by page; `pause`, `resume`,
+`abort`, `retry-failed`, `skip` and `limits` are updates whose validators refuse what does not
+apply now, with the reason; `list` lists campaigns. Every command takes a campaign's name, or a
+scheduled run's (`NAME-2026-11-22T02:00:00Z`). Schedules: metalflow/cli/campaign_schedule.py.
 
 Exit statuses (`metalflow.cli.exits`, README's table), the same from `start` and `plan`: 0 done
 (`--wait`: every host succeeded); 1 refused by the campaign's rules (as `plan` says), failed,
-stopped, or not every host succeeded, a name already running, an update the campaign refused,
-and `status` of a campaign that failed, was cancelled or terminated (it still shows its status
-and changes); 2 usage, a selection that names no host, no such campaign or schedule, bad input
-that changed nothing; 3 Temporal or the cluster unreachable.
+stopped, or not every host succeeded (`--wait` of a campaign halted or paused: it waits for an
+operator), a name already running, an update the campaign refused, and `status` of a campaign
+that failed, was cancelled or terminated (it still shows its status and changes); 2 usage, a
+selection that names no host, no such campaign or schedule, bad input that changed nothing; 3
+Temporal or the cluster unreachable.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -44,7 +47,6 @@ from contracts.models.campaign import (
     CampaignInput,
     CampaignResult,
     CampaignStatus,
-    Failure,
     HostsPage,
     HostsQuery,
     HostState,
@@ -65,6 +67,7 @@ from contracts.wording import iso_z, plural
 from metalflow.cli import campaign_plan, campaign_schedule, exits, workflow_commands
 from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
 from metalflow.cli.campaign_plan import PlanRefused, checked
+from metalflow.cli.campaign_render import details, print_named, render, summary, waits_for_operator
 from metalflow.cli.workflow_commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -77,7 +80,6 @@ from metalflow.cli.workflow_commands import (
 from metalflow.hosts import default_operator
 from metalflow.rollouts import root_cause
 
-BAR = 30
 HOST_OUTCOMES = HostState.WORDS.values()
 MISSING = "no campaign {id} running"  # an update's refusal when the workflow does not run
 UPDATES = {
@@ -103,7 +105,11 @@ def register(subparsers: Any) -> None:
     start = commands.add_parser("start", help="start a campaign", description="Start a campaign.")
     _name(start)
     add_options(start, required=True)
-    start.add_argument("--wait", action="store_true", help="follow it; exit 0 only if every host succeeded")
+    start.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow it; exit 0 only if every host succeeded; ends (exit 1) once it halts or is paused",
+    )
     start.set_defaults(handler=runner(_start))
 
     campaign_plan.register(commands, runner)
@@ -263,69 +269,25 @@ async def query(handle: WorkflowHandle[Any, Any]) -> CampaignStatus:
     return await workflow_commands.query(handle, STATUS_QUERY, CampaignStatus, "campaign")
 
 
-NAMED = 5  # hosts named after a count; more are counted (`+7 more`)
-
-
-def _named(count: int, word: str, hosts: Sequence[str]) -> str:
-    """`2 in flight (h-001, h-002)`: a count, and which hosts while there are any to name."""
-    if not count or not hosts:
-        return f"{count} {word}"
-    shown = list(dict.fromkeys(hosts))[:NAMED]
-    more = f", +{count - len(shown)} more" if count > len(shown) else ""
-    return f"{count} {word} ({', '.join(shown)}{more})"
-
-
-def render(status: CampaignStatus) -> str:
-    """One line: phase, a bar, the counts with the hosts they are, what holds it."""
-    finished = status.done + status.already_at_target + status.failed + status.skipped + status.aborted
-    filled = BAR * finished // status.total if status.total else BAR
-    waiting = status.awaiting_approval  # asked and held by their entity: in flight, not running yet
-    aborted = [f.host_id for f in status.aborted_hosts]  # by the operator: not failures
-    parts = [
-        f"{status.done} done",
-        f"{status.already_at_target} already at target",
-        _named(len(status.in_flight), "in flight", status.in_flight),
-        *([_named(len(waiting), "awaiting approval", waiting)] if waiting else []),
-        _named(status.failed, "failed", [f.host_id for f in status.failures]),
-        _named(status.skipped, "skipped", [f.host_id for f in status.skipped_hosts]),
-        *([_named(status.aborted, "aborted", aborted)] if status.aborted else []),
-        *([_deferred(status)] if status.deferred_count else []),
-    ]
-    line = (
-        f"{status.name} {status.phase} [{'#' * filled}{'.' * (BAR - filled)}] {finished}/{status.total}: "
-        f"{', '.join(parts)}; batch {status.batch}"
-    )
-    aborting = status.aborting and f"aborting (asked by {status.aborting})"
-    for why in (status.halted_reason, status.paused_by and f"paused by {status.paused_by}", aborting):
-        if why:
-            line += f"; {why}"
-    if status.stopped_reason:
-        line += f"; stopped: {status.stopped_reason}"
-    if status.ended:
-        line += f"; {status.ended}"
-    return line
-
-
-def _deferred(status: CampaignStatus) -> str:
-    """`1 deferred (h-003 until 02:05:00Z)`: put off hosts, each with when it is asked again."""
-    shown = [f"{d.host_id} until {iso_z(d.retry_at)}" for d in status.deferred_hosts[:NAMED]]
-    if not shown:  # a status from a worker that did not say when
-        return _named(status.deferred_count, "deferred", status.deferred)
-    more = f", +{status.deferred_count - len(shown)} more" if status.deferred_count > len(shown) else ""
-    return f"{status.deferred_count} deferred ({', '.join(shown)}{more})"
-
-
 async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
-    """Print progress until the campaign ends; EXIT_OK only when every host succeeded."""
+    """Print progress until the campaign ends, or waits for an operator (`waits_for_operator`:
+    said, EXIT_FAILED); EXIT_OK only when every host succeeded."""
     last = ""
     while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
         try:
-            line = render(await query(handle))
+            status = await query(handle)
         except RPCError:  # between runs (continue-as-new) or a worker restarting: ask again
-            line = last
+            status = None
+        line = last if status is None else render(status)
         if line != last:
             print(line, flush=True)
             last = line
+        stuck = None if status is None else waits_for_operator(status)
+        if status is not None and stuck is not None:
+            for detail in details(status, handle.id):
+                print(detail)
+            print(stuck, flush=True)
+            return EXIT_FAILED
         await asyncio.sleep(FOLLOW_SECONDS)
     try:
         result = await handle.result()
@@ -350,24 +312,6 @@ async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
     if result.outcome == "aborted" and not result.failed:  # asked for by an operator: no failure
         return exits.ABORTED
     return EXIT_OK if result.all_succeeded else EXIT_FAILED
-
-
-def print_named(word: str, count: int, named: tuple[Failure, ...], workflow_id: str) -> None:
-    """The hosts named with their reason, and how many more the count holds."""
-    for host in named:
-        print(f"  {word} {host.host_id}: {host.reason}")
-    if count > len(named):
-        name = workflow_id.removeprefix("campaign/")
-        print(f"  ... {count - len(named)} more {word}: `metalflow campaign hosts {name} --outcome {word}`")
-
-
-def summary(result: CampaignResult) -> str:
-    """The campaign's end in one line (hosts aborted by the operator are not counted failed)."""
-    aborted = f", {result.aborted} aborted" if result.aborted else ""
-    return (
-        f"campaign/{result.name} {result.outcome}: {result.done} done, {result.already_at_target} already "
-        f"at target, {result.failed} failed, {result.skipped} skipped{aborted} of {result.total}"
-    )
 
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
@@ -395,36 +339,6 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
             return EXIT_OK
         await asyncio.sleep(FOLLOW_SECONDS)
         status = await query(handle)
-
-
-def details(status: CampaignStatus, workflow_id: str) -> list[str]:
-    """The lines under the status line: what it waits for, the hosts behind the counts (failed,
-    aborted with what each was left in, finishing a reboot round, put off until when), every
-    change outside its hosts."""
-    lines = [f"  waiting for: {status.waiting_on}: {status.waiting_for}"] if status.waiting_for else []
-    if status.stopped_reason:
-        lines.append(f"  stopped: {status.stopped_reason}")
-    lines += _named_lines("failed", status.failed, status.failures, workflow_id)
-    lines += _named_lines("aborted", status.aborted, status.aborted_hosts, workflow_id)
-    lines += [f"  finishing {f.host_id}: {f.reason}" for f in status.finishing]
-    for deferred in status.deferred_hosts:
-        lines.append(f"  deferred {deferred.host_id} until {iso_z(deferred.retry_at)}: {deferred.reason}")
-    if status.deferred_count > len(status.deferred_hosts):
-        more = status.deferred_count - len(status.deferred_hosts)
-        name = workflow_id.removeprefix("campaign/")
-        lines.append(f"  ... {more} more deferred: `metalflow campaign hosts {name} --outcome deferred`")
-    lines += [f"  changed {change.describe()}" for change in status.changes]
-    return lines
-
-
-def _named_lines(word: str, count: int, named: tuple[Failure, ...], workflow_id: str) -> list[str]:
-    lines = [f"  {word} {host.host_id}: {host.reason}" for host in named]
-    if count > len(named):
-        name = workflow_id.removeprefix("campaign/")
-        lines.append(
-            f"  ... {count - len(named)} more {word}: `metalflow campaign hosts {name} --outcome {word}`"
-        )
-    return lines
 
 
 async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:

@@ -8,9 +8,12 @@ validators decide whether the answer fits now (e.g. `retry` only in manual-inter
 a refusal is printed as the workflow words it, and exits 1. `abort` of a request awaiting
 approval (nothing started yet) sends the entity's `withdraw` of that request instead
 (`what_abort_reaches`): every pending request can be withdrawn from here.
-An operation that waits on its reboot (firmware) and has no `retry`, or refuses `abort` once its
-power cycle started, passes them to that reboot (`reboot/<host>/generation-<n>`, its status'
-generation) when it runs (an abort: while it waits for a person, e.g. with the host OFF).
+An operation that waits on its reboot (firmware) and has no `retry`, or refuses `abort` while its
+power cycle runs, passes them to that reboot (`reboot/<host>/generation-<n>`, its status'
+generation) when it runs (`abort_passes_to_reboot`: a firmware run's in any phase of the reboot,
+which stops safely and ends the firmware run aborted too; another operation's while the reboot
+waits for a person, e.g. with the host OFF). So `host abort` is taken in every phase where a
+host operation waits (tests/fast/test_abort_every_phase.py).
 
 `host-rebooted` sends the update `host_rebooted` (not the older signal, which cannot answer): the
 operation's validator refuses it, naming what the operation waits for, unless a reboot is awaited.
@@ -54,6 +57,18 @@ from workflows.host.state import WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 PERSON_PHASES = (MANUAL_INTERVENTION_REQUIRED, "waiting-for-manual-reboot")  # a reboot waiting for a person
+
+
+def abort_passes_to_reboot(operation: str, reboot_phase: str) -> bool:
+    """Whether `host abort`, refused by the operation in flight, goes to the reboot it waits on
+    (running, in `reboot_phase`): a firmware run's always (it refuses only while its power cycle
+    runs, and says that reboot takes the abort); another's only while that reboot waits for a
+    person (the operation's own abort stops its reboot otherwise)."""
+    if operation == names.REBOOT:
+        return False
+    return operation == names.FIRMWARE or reboot_phase in PERSON_PHASES
+
+
 EXIT_OK, EXIT_FAILED = exits.OK, exits.FAILED
 DECISIONS = {
     "retry": (
@@ -128,9 +143,11 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
         if args.update == RETRY_UPDATE and "not found" in why and RETRY_UPDATE in why:
             reboot = await _reboot_in_flight(client, args.host, current.workflow_id)
         elif args.update == ABORT_UPDATE and current.operation != names.REBOOT:
-            # An operation that refuses abort once its power cycle started (firmware) while that
-            # reboot waits for a person: the reboot is what can be stopped (it says the host is OFF).
-            reboot = await _reboot_in_flight(client, args.host, current.workflow_id, person=True)
+            # An operation that refuses abort while its power cycle runs (firmware): the reboot is
+            # what can be stopped (safely: it powers the host back on, or says the host is OFF).
+            reboot = await _reboot_in_flight(
+                client, args.host, current.workflow_id, operation=current.operation
+            )
         if reboot is None:
             raise HostRequestError(
                 f"{current.workflow_id} ({current.operation}) refused `{args.update}`: {why}"
@@ -143,17 +160,17 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
 
 
 async def _reboot_in_flight(
-    client: Client, host: str, workflow_id: str, *, person: bool = False
+    client: Client, host: str, workflow_id: str, *, operation: str | None = None
 ) -> str | None:
     """The reboot an operation without the update waits on (its status' boot generation), if it
-    runs (`person`: and waits for a person)."""
+    runs (`operation`: an abort of that operation, and the reboot takes it: `abort_passes_to_reboot`)."""
     status = await operation_status(client, workflow_id) or {}
     reboot = names.host_reboot_workflow_id(host, int(status.get("boot_generation") or 0) or 1)
     if not await _runs(client, reboot):
         return None
-    if person:
+    if operation is not None:
         seen = await operation_progress(client, reboot, host)
-        if seen is None or seen.phase not in PERSON_PHASES:
+        if seen is None or not abort_passes_to_reboot(operation, seen.phase):
             return None
     return reboot
 

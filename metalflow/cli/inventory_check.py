@@ -10,7 +10,10 @@ DPU objects of the chosen DPUs, in either mode (the site file names the hosts; D
 in the cluster `KUBECONFIG` points at): reprovisioning deletes them for DPF to recreate, so a
 missing one is named at once instead of the operation waiting for it in `waiting-for-hold`, and
 a cluster that cannot be reached is an error (exit 3; no usable kubeconfig: 2) rather than a
-check skipped. A provision in
+check skipped. A firmware update needs them too: its power cycle ends only once every DPU is
+Ready again, which a DPU DPF has no object of never is (the run would otherwise stage the image,
+power-cycle the host and wait an hour in `waiting-for-dpus`; workflows/firmware/state.py ends
+such a run before its power cycle, whoever asked for it). A provision in
 flight has not created them yet: `metalflow host` then lets the entity say that a provision is in
 flight, rather than "provision it first" (`DPUsNotInDPF`).
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from typing import Final
 
 from contracts import names
 from contracts.errors import InvalidInput, MetalflowError
@@ -31,6 +35,12 @@ from drivers.inventory import Inventory, host_from_site
 from drivers.kube import DPU, Kube
 from drivers.settings import Settings
 from drivers.site_file import Site, SiteFileError, load_site
+
+NEEDS_DPF_DPUS: Final = {
+    # The operations that need DPF's DPU objects of the DPUs they name, and their verb.
+    names.REPROVISION: "reprovision",
+    names.FIRMWARE: "update the DPU firmware of",
+}
 
 
 class InventoryRefusal(Exception):
@@ -76,10 +86,10 @@ async def check_request(args: argparse.Namespace) -> None:
     except InvalidInput as err:
         raise UnknownToInventory(err.message) from None
     _check_dpus(host, tuple(getattr(args, "dpus", None) or ()), site)
-    if site is not None and getattr(args, "operation", None) == names.REPROVISION:
+    if site is not None and getattr(args, "operation", None) in NEEDS_DPF_DPUS:
         kube = Kube(settings)
         try:
-            await _require_dpf_dpus(kube, host, tuple(getattr(args, "dpus", None) or ()))
+            await _require_dpf_dpus(kube, host, tuple(getattr(args, "dpus", None) or ()), args.operation)
         except InventoryRefusal:
             raise
         except Exception as err:
@@ -105,8 +115,8 @@ async def _from_cluster(settings: Settings, args: argparse.Namespace) -> HostInv
     kube = Kube(settings)
     try:
         host = await Inventory(settings, kube).resolve(args.host, "cluster")
-        if getattr(args, "operation", None) == names.REPROVISION:
-            await _require_dpf_dpus(kube, host, tuple(getattr(args, "dpus", None) or ()))
+        if getattr(args, "operation", None) in NEEDS_DPF_DPUS:
+            await _require_dpf_dpus(kube, host, tuple(getattr(args, "dpus", None) or ()), args.operation)
         return host
     except (InvalidInput, InventoryRefusal):
         raise
@@ -116,8 +126,9 @@ async def _from_cluster(settings: Settings, args: argparse.Namespace) -> HostInv
         kube.close()
 
 
-async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, ...]) -> None:
-    """Refuse a reprovision of DPUs DPF does not have (or of a host with none), naming them."""
+async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, ...], operation: str) -> None:
+    """Refuse a reprovision or firmware update of DPUs DPF does not have (or of a host with
+    none), naming them."""
     wanted = chosen or tuple(d.id for d in host.dpus)
     _check_dpus(host, wanted, None)
     missing_ids = [
@@ -132,7 +143,7 @@ async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, 
         everyone = set(missing_ids) == {d.id for d in host.dpus}
         dpus = "" if everyone or not missing_ids else f" --dpus {','.join(missing_ids)}"
         raise DPUsNotInDPF(
-            f"cannot reprovision {host.host_id}: DPF has no DPU "
+            f"cannot {NEEDS_DPF_DPUS[operation]} {host.host_id}: DPF has no DPU "
             f"{', '.join(missing) or 'of this host'} in namespace {host.namespace} "
             f"(provision it first: metalflow host provision {host.host_id}{dpus})"
         )

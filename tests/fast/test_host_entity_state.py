@@ -347,6 +347,26 @@ def test_no_reprovision_is_accepted_of_a_dpu_its_removal_took_out_of_dpf_whoever
     assert state.removed_from_dpf == {}
 
 
+def test_a_removal_aborted_after_its_first_delete_counts_its_dpus_as_removed() -> None:
+    """A removal takes `host abort` in every phase (issue 40); aborted once a delete was sent, DPF
+    finishes the delete, so the DPU is as removed as after a completed removal. Aborted before
+    any delete, nothing is removed."""
+    state = entity()
+    d1 = f"{HOST}-dpu-1"
+    removal = OperationRequest(requested_by="alice", dpu_ids=(d1,))
+    current = asked(state, REMOVAL, removal)
+    state.started(current, T0)
+    state.finish(current, "aborted by bob: debugging; nothing deleted", T0)
+    state.refuse_request(REPROVISION, OperationRequest(requested_by="m", dpu_ids=(d1,)))
+    current = asked(state, REMOVAL, removal)
+    state.started(current, T0)
+    state.finish(
+        current, "aborted by bob: debugging; the deletes sent cannot be taken back", T0, deletes_sent=True
+    )
+    with pytest.raises(DPUsRemoved, match=f"DPF no longer has {d1} "):
+        state.refuse_request(REPROVISION, OperationRequest(requested_by="m", dpu_ids=(d1,)))
+
+
 # -- the instance ---------------------------------------------------------------------------------
 
 

@@ -64,8 +64,13 @@ def test_the_result_lists_the_changes_and_what_is_gone() -> None:
     assert removal(("d0",)).removed(HOST) == ("DPUDevice/device-d0", "DPU/node-h1-device-d0")
 
 
-def test_an_abort_is_taken_only_before_the_first_delete() -> None:
-    state = removal()
-    assert state.abort_refusal() is None
+def test_an_abort_says_what_it_leaves_before_and_after_the_first_delete() -> None:
+    # Taken in every phase (issue 40; tests/fast/test_abort_every_phase.py): after a delete the run
+    # stops waiting, and says the deletes sent go on.
+    state = removal(("d0",))
+    assert state.abort_leaves() == "nothing deleted"
     state.deleting = True
-    assert state.abort_refusal() == "the delete has been sent and cannot be taken back; abort is refused"
+    assert state.abort_leaves() == (
+        "the deletes sent cannot be taken back: DPF finishes them; the run stopped waiting for DPUs "
+        "d0 to be gone"
+    )

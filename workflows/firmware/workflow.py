@@ -8,21 +8,27 @@ Runbook:
    `MAX_PARALLEL_STAGES`; each stage follows the BMC's task to its end). Barrier: every DPU
    staged. A stage that fails ends the run with the DPU and the BMC's words; nothing rebooted.
 4. Never cut an install short: wait until no DPU of the host is in `Config FW Parameters`,
-   `Prepare BFB` or `OS Installing` (the watcher's signals).
+   `Prepare BFB` or `OS Installing` (the watcher's signals). A DPU DPF has no object of (never
+   provisioned, or removed) would never be Ready after the power cycle: the run ends here,
+   `DPUsNotInDPF` naming it, nothing rebooted (state.py; the CLI refuses such a request before
+   sending it), rather than wait an hour in `waiting-for-dpus`.
 5. One host power cycle: the child `HostRebootWorkflow` of the next boot generation.
 6. Wait for the host `On` and every DPU `Ready`; verify each DPU runs the target.
 
-Abort (update `abort`) is accepted until the power cycle starts: the run reboots nothing and
-completes (Phase `aborted`, an abort is asked for: no Failed run) with a result whose `aborted`
-says who, why and what is staged. Images already staged stay staged: harmless, they are
-the version asked for and become running at the host's next power cycle, whoever causes it (a
-later firmware run finds them `already_staged` and does not stage again). After the power cycle
-has started abort is refused: the cycle completes on its own (the child is abandoned, never
-cancelled halfway, so a host is never left Off; a reboot that could not power the host back on
-waits for a person, and `metalflow host retry|abort HOST` reach it: an abort's end says the host
-is OFF, and this run completes `aborted` too). Stages in flight at an abort or a cancel are
-cancelled and waited for (until their next heartbeat: at most a third of their 60 s heartbeat
-timeout), so the ended run shows no pending activity.
+Abort (update `abort`) is accepted in every phase where the run waits but one (state.py,
+`PHASES`): the run completes (Phase `aborted`, an abort is asked for: no Failed run) with a
+result whose `aborted` says who, why, what is staged and whether the host was power-cycled.
+Before the power cycle nothing is rebooted. Images already staged stay staged: harmless, they
+are the version asked for and become running at the host's next power cycle, whoever causes it
+(a later firmware run finds them `already_staged` and does not stage again). While the power
+cycle runs (`power-cycling`) this run refuses the abort: its reboot takes it (the child is
+abandoned, never cancelled halfway by this run, so a host is never left Off; `metalflow host
+abort HOST` passes the abort to that reboot, which stops safely, the host powered back on or,
+when it cannot be, its end saying the host is OFF; `host retry` reaches it too), and this run
+completes `aborted` too. After the power cycle (`waiting-for-host`, `waiting-for-dpus`,
+`verifying`) an abort stops the wait: the cycle has activated the images, unverified. Stages in
+flight at an abort or a cancel are cancelled and waited for (until their next heartbeat: at most
+a third of their 60 s heartbeat timeout), so the ended run shows no pending activity.
 
 The power cycle is a `HostRebootWorkflow` child started through the reboot-rounds part the
 operations share (`workflows/parts/reboot_rounds.py`), abandoned rather than cancelled with this
@@ -54,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
     from contracts.errors import (
         DPUFailed,
+        DPUsNotInDPF,
         FirmwareNotActivated,
         FirmwareStageFailed,
         InvalidInput,
@@ -88,6 +95,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.wording import plural
     from workflows import kernel
+    from workflows.firmware import state as rules
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_power import HOST_IS_OFF
@@ -143,6 +151,7 @@ class FirmwareWorkflow(kernel.Abortable):
         self._watch = DPFWatch()
         self._dpu_failure: str | None = None
         self._power_cycle_started = False
+        self._cycled_to: int | None = None  # the generation the power cycle reached, once it ended
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
         self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
@@ -163,6 +172,15 @@ class FirmwareWorkflow(kernel.Abortable):
         left = f"staged on {', '.join(staged)}" if staged else "nothing staged"
         if self._power_cycle_started and HOST_IS_OFF in cause_in_words(err):
             left += f"; its power cycle to generation {self._generation} ended with the host OFF"
+        elif self._cycled_to is not None:
+            left += f"; {rules.abort_outcome(self._cycled_to)}"
+        elif self._power_cycle_started and isinstance(err, OperationAborted):  # its reboot was aborted
+            reached = reached_by_abort(err)
+            left += (
+                f"; its power cycle to generation {self._generation} was aborted before it reset the host"
+                if reached is None
+                else f"; the host was power-cycled to generation {reached} before its reboot was aborted"
+            )
         elif self._power_cycle_started:
             left += f"; the power cycle to generation {self._generation} completes on its own"
         return f"Left behind: {left}"
@@ -296,6 +314,10 @@ class FirmwareWorkflow(kernel.Abortable):
     async def _wait_until_no_dpu_installs(self) -> None:
         self.enter("waiting-for-dpf-idle", "no DPU installing (a power cycle would cut it short)")
         await self._await_dpf(lambda s: not any(d.phase in INSTALL_PHASES for d in s.dpus), abortable=True)
+        assert self._watch.state is not None  # the wait above holds only with a state
+        missing = rules.not_in_dpf(self._watch.state, self._dpus)
+        if missing:  # nothing rebooted yet: a wait for Ready after the cycle could never end
+            raise DPUsNotInDPF(rules.not_in_dpf_words(self._request.host_id, missing, self._watch.state))
 
     async def _power_cycle_host(self) -> None:
         if self.aborting:
@@ -322,7 +344,8 @@ class FirmwareWorkflow(kernel.Abortable):
             cancellation_type=ABANDON,
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
         )
-        await self._reboots.wait(abortable=False)  # abort is refused from here on
+        await self._reboots.wait(abortable=False)  # the reboot takes an abort while it runs
+        self._cycled_to = self._generation
 
     async def _wait_for_host_on(self, inventory: HostInventory) -> None:
         self.enter("waiting-for-host", "the host's PowerState On")
@@ -359,12 +382,14 @@ class FirmwareWorkflow(kernel.Abortable):
                 return True
             return all((s := state.dpu(i)) is not None and s.ready for i in wanted)
 
-        await self._await_dpf(ready, abortable=False)
+        await self._await_dpf(ready, abortable=True)
         if self._dpu_failure is not None:
             raise DPUFailed(f"after the firmware power cycle of {self._request.host_id}: {self._dpu_failure}")
 
     async def _verify(self, dpus: list[DPUInventory]) -> None:
         versions = await self._read_versions(dpus, "verifying")
+        if self.aborting:  # taken while the reads ran (they are short, and not cut short)
+            raise self.aborted()
         target = self._request.target_version
         wrong = [f"{d.id} runs {versions[d.id].running}" for d in dpus if versions[d.id].running != target]
         for dpu in dpus:
@@ -393,13 +418,16 @@ class FirmwareWorkflow(kernel.Abortable):
 
     # -- operator messages and visibility ------------------------------------------------------------
     def abort_promise(self) -> str:
-        """An abort stops before the power cycle; nothing is rebooted (staged images stay, harmless)."""
-        return f"firmware update of {self._request.host_id} aborted in phase {self.phase}; no reboot was done"
+        """An abort stops the run's wait; before the power cycle nothing is rebooted (staged images
+        stay, harmless), after it the images are activated, unverified."""
+        return (
+            f"firmware update of {self._request.host_id} aborted in phase {self.phase}; "
+            + rules.abort_outcome(self._cycled_to)
+        )
 
     def abort_refusal(self) -> str | None:
-        if self._power_cycle_started:
-            return "the power cycle has started: the firmware activates with it; abort is refused"
-        return None
+        child = self._reboots.child
+        return rules.abort_refusal(self._request.host_id, self.phase, None if child is None else child.id)
 
     def aborted_result(self, err: BaseException) -> FirmwareResult:
         """An operator's abort completes the run (Phase `aborted`): the result says who aborted,
@@ -408,6 +436,8 @@ class FirmwareWorkflow(kernel.Abortable):
         staged = tuple(sorted(d for d, p in self._dpus.items() if p.outcome == "staged"))
         target = self._request.target_version
         running = tuple(sorted(d for d, p in self._dpus.items() if p.running == target))
+        if reached is None:
+            reached = self._cycled_to
         result = self._result(staged=staged, already_running=running, reboots=0 if reached is None else 1)
         return result.model_copy(
             update={
@@ -418,13 +448,13 @@ class FirmwareWorkflow(kernel.Abortable):
 
     def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
         """The firmware's words: whose firmware update, who aborted it and why, in which phase;
-        nothing was rebooted (abort is refused once the power cycle has started)."""
+        that no reboot was done before the power cycle (after it, the cleanup's words say it)."""
         abort = self.abort_request
         assert abort is not None, "aborted() before an abort"
         why = f": {abort.reason}" if abort.reason else ""
         return OperationAborted(
             f"firmware update of {self._request.host_id} aborted by {abort.requested_by}{why} "
-            f"in phase {self.phase}; no reboot was done",
+            f"in phase {self.phase}" + ("; no reboot was done" if self._cycled_to is None else ""),
             *details,
         )
 

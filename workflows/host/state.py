@@ -458,11 +458,14 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         if generation is not None and generation > self.boot_generation:
             self.boot_generation = generation
 
-    def finish(self, current: PendingOperation, outcome: str, now: datetime) -> None:
+    def finish(
+        self, current: PendingOperation, outcome: str, now: datetime, *, deletes_sent: bool = False
+    ) -> None:
         """The operation ended (or was withdrawn, or expired): recorded, and the host idle. A
         completed removal records what it took out of DPF, a completed provision what it brought
-        back (`refuse_if_removed`)."""
-        if outcome == "completed":
+        back (`refuse_if_removed`); so does a removal aborted after its first delete
+        (`deletes_sent`: DPF finishes the deletes sent)."""
+        if outcome == "completed" or (deletes_sent and current.record.operation == names.REMOVE):
             self._completed(current)
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]

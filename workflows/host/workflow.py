@@ -451,11 +451,11 @@ class HostWorkflow(PowerWatch):
             result = await child
         except ChildWorkflowError as err:
             self.state.reached(generation_reported(err))  # a failed operation's reboots count too
-            outcome, unplanned = outcome_of(err), ""
-        else:
+            outcome, unplanned, deletes_sent = outcome_of(err), "", False
+        else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
             self.state.reached(result.boot_generation)
-            outcome, unplanned = ended_as(result), result.unplanned_power  # `completed`, or `aborted by`
-        self._finish(current, outcome)
+            outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent
+        self._finish(current, outcome, deletes_sent=deletes_sent)
         self._operation_found(unplanned)  # power_watch.py: the status and memo (its Event was its own)
         # A failed or aborted operation may have changed versions too: read them as after any other.
         self.state.versions_after(current, outcome)
@@ -475,8 +475,8 @@ class HostWorkflow(PowerWatch):
         except ApplicationError as err:  # the campaign no longer runs
             workflow.logger.info("campaign %s not told of %s: %s", target, current.record.workflow_id, err)
 
-    def _finish(self, current: PendingOperation, outcome: str) -> None:
-        self.state.finish(current, outcome, workflow.now())
+    def _finish(self, current: PendingOperation, outcome: str, *, deletes_sent: bool = False) -> None:
+        self.state.finish(current, outcome, workflow.now(), deletes_sent=deletes_sent)
         self._child = None
         self._show_phase()
         workflow.logger.info("%s of %s: %s", current.record.operation, self.state.host_id, outcome)

@@ -2,9 +2,10 @@
 
 `RemovalState` holds what the run asked for and what it changed so far, and decides: whether DPF
 has let go of what is removed, what is left (named in a timeout's words), what the result lists,
-and whether an abort can still be taken (only before the first delete: a delete cannot be taken
-back). Pure: no Temporal, no clock, no I/O. A removal never continues as new, so its state has no
-data shape in `contracts`.
+and what an abort leaves (taken in every phase: before the first delete nothing is deleted;
+after it the deletes sent cannot be taken back, DPF finishes them, and the run stops waiting).
+Pure: no Temporal, no clock, no I/O. A removal never continues as new, so its state has no data
+shape in `contracts`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class RemovalState:
     request: HostRemovalInput
     started_at: datetime
     actions: list[RemovedObject] = field(default_factory=list)  # every object a delete touched, in order
-    deleting: bool = False  # the first delete was sent: no abort from now on
+    deleting: bool = False  # the first delete was sent: it cannot be taken back
     forced: bool = False  # finalizers had to be removed
 
     def what(self) -> str:
@@ -76,7 +77,12 @@ class RemovalState:
             removed += [f"DPUDevice/{ref.device_name()}", f"DPU/{ref.dpu_name()}"]
         return tuple(removed)
 
-    def abort_refusal(self) -> str | None:
-        if self.deleting:
-            return "the delete has been sent and cannot be taken back; abort is refused"
-        return None
+    def abort_leaves(self) -> str:
+        """What an abort taken now leaves: nothing deleted yet, or deletes DPF finishes by itself
+        (a delete cannot be taken back), the run no longer waiting for them."""
+        if not self.deleting:
+            return "nothing deleted"
+        return (
+            "the deletes sent cannot be taken back: DPF finishes them; the run stopped waiting for "
+            f"{self.what()} to be gone"
+        )

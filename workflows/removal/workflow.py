@@ -13,10 +13,13 @@ Runbook:
 Without `force` the wait is bounded by `policy.phase_timeout_seconds`, then the run fails
 naming what is left.
 
-Abort (update `abort`) is accepted only before the first delete: a delete cannot be taken back,
-and everything after it is waiting; an aborted run completes (Phase `aborted`: asked for, no
-Failed run), its result's `aborted` saying who and why. The result lists every change the run
-made.
+Abort (update `abort`) is accepted in every phase (issue 40: every wait can be stopped). Before
+the first delete nothing is deleted; after it no further DPU is deleted, and the run stops
+waiting: a delete sent cannot be taken back, DPF finishes it, and the result says so
+(`deletes_sent`: the host's entity then records those DPUs as removed, as after a completed
+removal, so no reprovision is accepted for them). An aborted run completes (Phase `aborted`:
+asked for, no Failed run), its result's `aborted` saying who, why and what was deleted. The
+result lists every change the run made.
 
 What the run changed and what is left are its state's to say (`state.py`); the runbook here
 calls the activities, waits and shows the phases.
@@ -31,13 +34,13 @@ activity, not one poll per workflow task (bench/README.md). `WORST_CASE_EVENTS` 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import InvalidInput, RemovalTimedOut
+    from contracts.errors import InvalidInput, RemovalTimedOut, WorkflowError
     from contracts.models.control import STATUS_QUERY
     from contracts.models.dpf import (
         DPF_STATE_CHANGED_SIGNAL,
@@ -159,6 +162,8 @@ class HostRemovalWorkflow(kernel.Abortable):
             self.state.record(result)
             return
         for dpu_id in self._request.dpu_ids:
+            if self.aborting:  # taken during a delete: no further one (the wait below ends the run)
+                break
             await self._delete_dpu(host, dpu_id, force=force)
 
     async def _delete_dpu(self, host: HostRef, dpu_id: str, *, force: bool) -> None:
@@ -179,7 +184,6 @@ class HostRemovalWorkflow(kernel.Abortable):
             lambda: self._watch.state is not None and self.state.gone(self._watch.state),
             timeout=seconds,
             timeout_summary=f"deadline: {self.state.what()} gone from DPF",
-            abortable=False,
         )
 
     async def _confirm_devices_gone(self, host: HostRef) -> None:
@@ -198,7 +202,6 @@ class HostRemovalWorkflow(kernel.Abortable):
             kernel.options(
                 devices_wait_options(seconds), f"wait until the DPUDevices of {host.host_id} are gone"
             ),
-            abortable=False,
         )
         left = [o.name for o in result.objects if o.outcome != "gone"]
         if left:
@@ -227,14 +230,16 @@ class HostRemovalWorkflow(kernel.Abortable):
             started_at=self.state.started_at,
             finished_at=workflow.now(),
             aborted=self.aborted_words(),
+            deletes_sent=self.state.deleting,
         )
 
     def abort_promise(self) -> str:
-        """An abort stops before anything is deleted."""
-        return f"removal on {self._request.host_id} aborted; nothing deleted"
+        """What an abort taken now leaves (`RemovalState.abort_leaves`)."""
+        return f"removal on {self._request.host_id} aborting: {self.state.abort_leaves()}"
 
-    def abort_refusal(self) -> str | None:
-        return self.state.abort_refusal()
+    def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
+        """Who aborted and why, and what the abort leaves (nothing deleted, or deletes DPF finishes)."""
+        return super().aborted(outcome or self.state.abort_leaves(), *details)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostOperationStatus:

@@ -1,0 +1,76 @@
+"""What a firmware run decides from what it knows, as pure functions (no temporalio, no I/O).
+
+- **A wait that cannot progress is refused before the power cycle** (`not_in_dpf`,
+  `not_in_dpf_words`): a DPU DPF has no object of (never provisioned, or removed) never reaches
+  `Ready` after the power cycle, so the run would wait in `waiting-for-dpus` until its phase
+  timeout (an hour by default) and say nothing. The run fails before it reboots anything,
+  naming the DPUs and what DPF has; the CLI refuses the same request before sending it
+  (metalflow/cli/inventory_check.py).
+- **Abort in every phase where the run waits** (`PHASES`, `abort_refusal`): the run takes an
+  abort in each of its phases but one: while its power cycle runs (`power-cycling`) the abort
+  belongs to that reboot (`reboot/<host>/generation-<n>`), which stops it safely (a host it
+  turned off is powered back on, never left off, never cycled twice); `metalflow host abort`
+  passes it there, and this run then ends `aborted` too. Before the power cycle nothing is
+  rebooted; after it, the run stops waiting for the host and its DPUs (the staged images are
+  activated by that cycle, unverified).
+
+tests/fast/test_firmware_state.py asks these questions of hand-written states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Final, Literal
+
+from contracts.models.dpf import HostDPFState
+
+PHASES: Final[dict[str, Literal["the run", "its reboot"]]] = {
+    # Every phase the runbook enters (`self.enter`) before it ends, and who takes an abort there.
+    "resolving-inventory": "the run",
+    "reading-versions": "the run",
+    "staging": "the run",
+    "waiting-for-dpf-idle": "the run",
+    "power-cycling": "its reboot",
+    "waiting-for-host": "the run",
+    "waiting-for-dpus": "the run",
+    "verifying": "the run",
+}
+
+
+def abort_refusal(host_id: str, phase: str, reboot_in_flight: str | None) -> str | None:
+    """Why the run refuses an abort in `phase` (None: it takes it): only while its power cycle
+    runs, whose reboot takes the abort instead (`metalflow host abort` passes it on)."""
+    if PHASES.get(phase) != "its reboot" or reboot_in_flight is None:
+        return None
+    return (
+        f"its power cycle {reboot_in_flight} runs: that reboot takes the abort (`metalflow host "
+        f"abort {host_id}` passes it on; the host is powered back on, never left off), and this run "
+        "then ends aborted"
+    )
+
+
+def abort_outcome(cycled_to: int | None) -> str:
+    """What an abort accepted now leaves, in words (before or after the power cycle)."""
+    if cycled_to is None:
+        return "no reboot was done"
+    return (
+        f"the host was power-cycled to generation {cycled_to}, which activates the staged images; "
+        "their versions were not verified"
+    )
+
+
+def not_in_dpf(state: HostDPFState, dpu_ids: Iterable[str]) -> list[str]:
+    """The DPUs under the operation DPF has no object of (or only one being deleted)."""
+    return [d for d in dpu_ids if (s := state.dpu(d)) is None or s.deleting]
+
+
+def not_in_dpf_words(host_id: str, missing: list[str], state: HostDPFState) -> str:
+    """The failure's words: which DPUs, what DPF has instead, why the run stops, what to do."""
+    present = [d for d in state.dpus if not d.deleting]
+    has = ", ".join(f"{d.dpu_id or d.name} ({d.phase or 'no phase yet'})" for d in present)
+    node = "no DPUNode" if state.node is None else "its DPUNode"
+    return (
+        f"DPF has no DPU object of {', '.join(missing)} of host {host_id} ({node}; DPUs: {has or 'none'}): "
+        "never provisioned, or removed, they would never reach Ready after the power cycle, so the "
+        f"host was not rebooted (provision it first: metalflow host provision {host_id})"
+    )
