@@ -179,7 +179,7 @@ async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> N
                                       "Config FW Parameters", "Prepare BFB", "OS Installing", "DPU Config",
                                       "Rebooting"]  # fmt: skip
             assert log.phases[9:] == ["DPU Config", "DPU Cluster Config",  # zero trust (the default)
-                                      "Node Effect Removal", "Service Readiness", "Ready"]  # fmt: skip
+                                      "Service Readiness", "Node Effect Removal", "Ready"]  # fmt: skip
         assert sim.violations.as_json() == []
 
 
@@ -197,7 +197,7 @@ async def test_a_host_trusted_dpf_configures_the_host_network_before_the_cluster
         await wait_for(sim.store, k.dpu, DPU0, phase_is("Ready"))
         log.close()
         assert log.phases[8:] == ["Rebooting", "DPU Config", "Host Network Configuration",
-                                  "DPU Cluster Config", "Node Effect Removal", "Service Readiness",
+                                  "DPU Cluster Config", "Service Readiness", "Node Effect Removal",
                                   "Ready"]  # fmt: skip
         assert sim.violations.as_json() == []
     with pytest.raises(ValueError, match="is DPF v26 behaviour: serve --dpf-version 26"):
@@ -281,6 +281,9 @@ async def test_removal_before_dpf_stamped_the_reboot_re_arms_it() -> None:
             sim.store, k.dpu, BF4, lambda o: reboot_status(o).get("phase") == "WaitForShutdown"
         )
         assert reboot_status(dpu)["method"] == "SystemLevelReset"
+        assert reboot_status(dpu)["reason"] == "WaitingForDPUArmShutdown"  # DPF redfish rebooting.go
+        shutting = "WaitingForDPUArmShutdown"  # the condition mirrors it (`reconcileWaitForArmShutdown`)
+        await wait_for(sim.store, k.dpu, BF4, lambda o: (cond(o, "Rebooted") or {}).get("reason") == shutting)
         assert dpu["status"]["agentStatus"]["rebootSequenceCount"] == 2  # type: ignore[index]
         await wait_for(sim.store, k.dpunode, "node-host-003", has_annotation(REBOOT))
         sim.power_cycle("host-003")  # while the Arm shuts down: a violation
@@ -292,9 +295,11 @@ async def test_removal_before_dpf_stamped_the_reboot_re_arms_it() -> None:
 
 async def test_bf4_system_level_reset_waits_for_shutdown_and_accepts_a_warm_reset() -> None:
     """R2, R6, M1: WaitForShutdown, then Pending; a warm reset meets SystemLevelReset, while
-    the first round's PowerCycle needs a cold one."""
+    the first round's PowerCycle needs a cold one. P1: a BF4 flashes its firmware after
+    `Config FW Parameters` and passes `Service Readiness` before `Node Effect Removal`."""
     async with running(site_of(("host-003", "BF4", 1)), version=V26) as sim:
         k = sim.kube
+        log = PhaseLog(sim.store, k.dpu, BF4)
         await to_reboot_request(sim, "host-003", (BF4,))
         await wait_for(sim.store, k.dpu, BF4, stamped)
         warm_reset(sim, "host-003")  # PowerCycle asked: a warm reset does not meet it
@@ -307,6 +312,10 @@ async def test_bf4_system_level_reset_waits_for_shutdown_and_accepts_a_warm_rese
         sim.remove_reboot_annotation("node-host-003")
         await wait_for(sim.store, k.dpu, BF4, phase_is("Ready"))
         assert sim.kinds() == [kinds.REBOOT_METHOD_NOT_MET]
+        log.close()
+        assert log.phases[3:7] == ["Initialize Interface", "Config FW Parameters", "Update Firmware",
+                                   "Prepare BFB"]  # fmt: skip
+        assert log.phases[-4:] == ["DPU Cluster Config", "Service Readiness", "Node Effect Removal", "Ready"]
 
 
 def warm_reset(sim: Sim, host: str) -> None:

@@ -153,6 +153,16 @@ async def _system(client: httpx.AsyncClient) -> dict[str, Any]:
     return dict((await client.get("/redfish/v1/Systems/Bluefield")).json())
 
 
+async def test_a_running_arm_reports_the_dmtf_boot_progress_value(sim: RunningBMCs) -> None:
+    """BEHAVIOUR.md B8 (issue 36 re-audit): `BootProgress.LastState` takes DMTF's
+    `BootProgressTypes` value `OSRunning` (DSP8010 ComputerSystem), next to NVIDIA's
+    `OemLastState` `OsIsRunning`; the simulator served the misspelt `OsRunning` before."""
+    async with basic_client(sim, DPU) as client:
+        running = await _system(client)
+        assert running["BootProgress"]["OemLastState"] == "OsIsRunning"
+        assert running["BootProgress"]["LastState"] == "OSRunning"
+
+
 async def test_the_arm_has_no_power_while_its_host_is_off_and_boots_with_it(sim: RunningBMCs) -> None:
     """BEHAVIOUR.md B10, B12: no running Arm while the host is off (PowerState Off, BootProgress
     None; a ForceRestart is accepted and does nothing; a PowerCycle takes effect, the NIC reset);

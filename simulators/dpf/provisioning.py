@@ -305,9 +305,11 @@ class Provisioner:
 
     def _reconcile_v26(self, obj: Object, name: str, uid: str, current: str) -> None:
         if current == INITIALIZE_INTERFACE:
+            self._after_delay(name, uid, current, CONFIG_FW)
+        elif current == CONFIG_FW:  # DPF flashes a BF4's firmware after it (BEHAVIOUR.md P1)
             model = self.models.get(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")), "BF3")
             bf4_firmware = model == "BF4" and not self.rc3  # rc.3 has no Update Firmware phase
-            self._after_delay(name, uid, current, UPDATE_FIRMWARE if bf4_firmware else CONFIG_FW)
+            self._after_delay(name, uid, current, UPDATE_FIRMWARE if bf4_firmware else PREPARE_BFB)
         elif current == DPU_CONFIG:
             refused = condition(obj, "DPUConfig")
             if _stale_report(obj):  # DPF waits for the agent to start again (A4)
@@ -318,8 +320,8 @@ class Provisioner:
                 self.timers.start(name, (uid, current), self.timings.dpu_phase_seconds, report)
         elif current == CLUSTER_CONFIG and uid in self.join_expired:
             return  # the join secret expired: DPF leaves it here (ZT-doc); no condition says so
-        elif current == NODE_EFFECT_REMOVAL and self.rc3:
-            self._after_delay(name, uid, current, READY)  # rc.3 has no Service Readiness phase
+        elif current == CLUSTER_CONFIG and self.rc3:
+            self._after_delay(name, uid, current, NODE_EFFECT_REMOVAL)  # rc.3 has no Service Readiness
         elif current in NEXT_PHASE_V26:
             self._after_delay(name, uid, current, NEXT_PHASE_V26[current])
 
@@ -637,8 +639,9 @@ class Provisioner:
         reboot = {
             "phase": "WaitForShutdown" if shutdown else "Pending",
             "method": method,
-            "reason": "WaitingForArmShutdown" if shutdown else "RebootRequested",
-            "message": "waiting for the DPU's Arm OS to shut down" if shutdown
+            # DPF redfish `rebooting.go` `reconcileWaitForArmShutdown` (BEHAVIOUR.md R2)
+            "reason": "WaitingForDPUArmShutdown" if shutdown else "RebootRequested",
+            "message": "waiting for DPU Arm to power off after System Level Reset shutdown" if shutdown
             else "reboot requested and pending execution",
             "lastTransitionTime": now,
         }  # fmt: skip
@@ -662,9 +665,10 @@ class Provisioner:
             reboot = dict((o.get("status") or {}).get("rebootStatus") or {})
             if o["metadata"]["uid"] != uid or reboot.get("phase") != "WaitForShutdown":
                 return False
-            o["status"]["rebootStatus"] = {
-                **reboot, "phase": "Pending", "reason": "RebootRequested",
-                "message": "reboot requested and pending execution", "lastTransitionTime": now_rfc3339(),
+            o["status"]["rebootStatus"] = {  # DPF releases its gate so (BEHAVIOUR.md R2)
+                **reboot, "phase": "Pending", "reason": "DPUArmPoweredOff",
+                "message": "DPU Arm reported powered off; releasing host reboot",
+                "lastTransitionTime": now_rfc3339(),
             }  # fmt: skip
             return True
 

@@ -236,7 +236,7 @@ def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
         "PowerState": state,
         "Status": {"State": "Enabled" if state == "On" else "StandbyOffline", "Health": "OK"},
         "BootProgress": (
-            {"LastState": "OsRunning" if dpu.arm == "OsIsRunning" else "OEM", "OemLastState": dpu.arm}
+            {"LastState": "OSRunning" if dpu.arm == "OsIsRunning" else "OEM", "OemLastState": dpu.arm}
             if dpu.powered
             else {"LastState": "None"}
         ),

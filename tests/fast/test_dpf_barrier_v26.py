@@ -34,7 +34,7 @@ def test_the_barrier_waits_for_the_arm_shutdown_and_dpfs_stamp_and_passes_unknow
         _state(_dpu(0, conditions=by_condition), _dpu(1, conditions=by_condition)), ids, {}
     )
     assert barrier.reboot_barrier_reached(_state(_dpu(0, reboot=STAMPED), _dpu(1, reboot=STAMPED)), ids, {})
-    shutting = STAMPED.model_copy(update={"phase": "WaitForShutdown", "reason": "WaitingForArmShutdown"})
+    shutting = STAMPED.model_copy(update={"phase": "WaitForShutdown", "reason": "WaitingForDPUArmShutdown"})
     assert not barrier.reboot_barrier_reached(
         _state(_dpu(0, reboot=STAMPED), _dpu(1, reboot=shutting)), ids, {}
     )
@@ -136,13 +136,31 @@ def test_both_trust_modes_move_forward() -> None:
     the cluster, a zero-trust one skips it; DPF's label refresh sends a Ready DPU back to
     `DPU Cluster Config` by itself. None of it is a move back."""
     host_trusted = ["DPU Config", "Rebooting", "Host Network Configuration", "DPU Cluster Config",
-                    "Node Effect Removal", "Service Readiness", "Ready", "DPU Cluster Config"]  # fmt: skip
+                    "Service Readiness", "Node Effect Removal", "Ready", "DPU Cluster Config"]  # fmt: skip
     zero_trust = ["DPU Config", "Rebooting", "DPU Cluster Config", "Node Effect Removal", "Ready"]
     for path in (host_trusted, zero_trust, ["DPU Config", "Host Network Configuration"]):
         for before, after in zip(path, path[1:], strict=False):
             assert not barrier.went_back(before, after), (before, after)
             assert barrier.unplanned_change(("u0", before, ""), _dpu(0, after)) is None
     assert barrier.went_back("DPU Cluster Config", "Host Network Configuration")  # never DPF's
+
+
+def test_the_newest_dpf_order_of_update_firmware_and_service_readiness_moves_forward() -> None:
+    """Issue 36 re-audit (BEHAVIOUR.md P1): the newest DPF moves a BF4 `Config FW Parameters ->
+    Update Firmware -> Prepare BFB` (redfish `config_fw_params.go`, `firmware_update.go`
+    c=e3a3c89b), through `Rebooting` back to `Update Firmware` when the flash needs a power
+    cycle (a stored `rebooting.go`: `previousPhase == Update Firmware`), and every DPU
+    `DPU Cluster Config -> Service Readiness -> Node Effect Removal -> Ready`
+    (`service_readiness.go` c=ce4bd987). None of it is a move back."""
+    bf4 = ["Initialize Interface", "Config FW Parameters", "Update Firmware", "Rebooting", "Update Firmware",
+           "Prepare BFB", "OS Installing", "DPU Config"]  # fmt: skip
+    tail = ["DPU Config", "DPU Cluster Config", "Service Readiness", "Node Effect Removal", "Ready"]
+    for path in (bf4, tail):
+        for before, after in zip(path, path[1:], strict=False):
+            assert not barrier.went_back(before, after), (before, after)
+            assert barrier.unplanned_change(("u0", before, ""), _dpu(0, after)) is None
+    assert barrier.went_back("Prepare BFB", "Update Firmware")  # a reset, not DPF's own move
+    assert barrier.went_back("Node Effect Removal", "Service Readiness")
 
 
 def test_the_v26_fields_are_read_and_the_method_from_the_condition_message() -> None:

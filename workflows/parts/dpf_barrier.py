@@ -69,10 +69,10 @@ PARK_REASONS: Final = frozenset(
 the DPU recreates it into the same Error, so the operation parks for an operator instead."""
 
 PHASE_ORDER: Final = (
-    "Initializing", "Pending", "Node Effect", "Initialize Interface", "Update Firmware",
-    "Config FW Parameters", "Prepare BFB", "OS Installing", "DPU Config", "Rebooting",
+    "Initializing", "Pending", "Node Effect", "Initialize Interface",
+    "Config FW Parameters", "Update Firmware", "Prepare BFB", "OS Installing", "DPU Config", "Rebooting",
     "Checking Host Reboot Required",
-    "Host Network Configuration", "DPU Cluster Config", "Node Effect Removal", "Service Readiness", "Ready",
+    "Host Network Configuration", "DPU Cluster Config", "Service Readiness", "Node Effect Removal", "Ready",
 )  # fmt: skip
 """The known phases in the order DPF moves a DPU (v25.10 and v26 together), one order both trust
 modes follow: a host-trusted DPF visits `Host Network Configuration` BEFORE `DPU Cluster Config`
@@ -81,14 +81,20 @@ modes follow: a host-trusted DPF visits `Host Network Configuration` BEFORE `DPU
 c=c406f0c5 `reconcileHostRebootPhase` cases 3-4, `hostagent/hostnetworkconfig.go` c=0813ef24 and
 `gnoi/hostnetworkconfig.go` c=785d5190: `Host Network Configuration -> DPU Cluster Config`; the
 same order at the v24.10.0-rc.6 tag, `state/rebooting.go` -> `hostnetworkconfig.go`). So the
-product need not know the mode (simulators/dpf/BEHAVIOUR.md P1)."""
+product need not know the mode (simulators/dpf/BEHAVIOUR.md P1). A BF4 flashes its firmware
+after `Config FW Parameters` (redfish `config_fw_params.go`: BF4 -> `Update Firmware`;
+`firmware_update.go` c=e3a3c89b -> `Prepare BFB`), and `Service Readiness` comes between
+`DPU Cluster Config` and `Node Effect Removal` (`dpu_cluster_config.go` index id 57500249449,
+`service_readiness.go` c=ce4bd987); until the issue 36 re-audit this order had both the other
+way round, and a real v26 DPU's `Service Readiness -> Node Effect Removal` read as a move back."""
 
 DPF_LOOPS: Final = frozenset(
-    {("Rebooting", "DPU Config"), ("Rebooting", "Initialize Interface"),
+    {("Rebooting", "DPU Config"), ("Rebooting", "Initialize Interface"), ("Rebooting", "Update Firmware"),
      ("Checking Host Reboot Required", "Rebooting"), ("Ready", "Node Effect"),
      ("Ready", "DPU Cluster Config")}
 )  # fmt: skip
-"""Backward moves DPF makes by itself: back to the agent after a reboot (v26), a BF4's second
+"""Backward moves DPF makes by itself: back to the agent after a reboot (v26), back to a BF4's
+firmware flash after its power cycle (v26 `rebooting.go`), a BF4's second
 round (v25.10), a Ready DPU whose critical services went down (flow 5, the monitor's), a Ready
 DPU whose cluster node labels changed (DPF `dpu/state/ready.go` c=d4ef3cdc: "needs to update
 label" -> `DPU Cluster Config`)."""
