@@ -184,7 +184,7 @@ async def test_a_full_reset_cancelled_in_its_power_on_backoff_tries_on_afresh_an
     rotated after its ForceOff), cancelled (`temporal workflow cancel`) in its backoff before
     the next On, made one of its three On attempts and ended with the host OFF. Now the cancel
     makes the three On attempts afresh (with the backoff), and, all refused, the reset's end
-    says the host is OFF, which the entity records."""
+    says the host is OFF, which the entity records: `host list` marks the host."""
     host = CANCELLED_RESET
     _fault(sim, host, "rotate-after-forceoff")
     try:
@@ -200,6 +200,7 @@ async def test_a_full_reset_cancelled_in_its_power_on_backoff_tries_on_afresh_an
             await reset.cancel()
             shown = await _until(local_env, host, _ended, "ended the reset")
             events = [event async for event in reset.fetch_history_events()]
+            listed = await metalflow(local_env, "host", "list")
         cancel = next(
             i for i, e in enumerate(events)
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
@@ -209,6 +210,9 @@ async def test_a_full_reset_cancelled_in_its_power_on_backoff_tries_on_afresh_an
         assert outcome.startswith("failed: "), outcome  # the failure the On backoff followed
         assert f"the host {host} is OFF: metalflow turned it off (ForceOff of {host}" in outcome, outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed.stdout
+        assert "(host OFF) left OFF by the last run" in listed.stderr, listed.stderr
     finally:
         _fault(sim, host, "clear")
         await _power_on_by_hand(sim, host)
@@ -316,6 +320,7 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
             assert aborted.status == 0, aborted.stdout + aborted.stderr
             shown = await _until(local_env, host, _ended, "ended the reboot")
             status = await metalflow(local_env, "host", "status", host)
+            listed = await metalflow(local_env, "host", "list")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert "not rebooted by metalflow" not in outcome, outcome
         assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
@@ -323,6 +328,9 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
         # ... and said where an idle host is looked at first: a WARNING line of `host status`.
         assert f"WARNING          the host is OFF as far as reboot/{host}/" in status.stdout, status.stdout
         assert f"`metalflow bmc power {host} on`" in status.stdout, status.stdout
+        # ... and in `host list`, from the same words (the entity's memo; no BMC read).
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed.stdout
     finally:
         _fault(sim, host, "clear")
         await _power_on_by_hand(sim, host)
