@@ -30,11 +30,11 @@ from metalflow.hosts import operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
 CANCELLED_RESET = "off-003"
-# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, ..., 37): a reboot is ForceOff,
+# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, ..., 42): a reboot is ForceOff,
 # then On. One host per reboot test: each test starts from an entity of its own.
 REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
 FIRMWARE_ABORTED, REPROVISION_HOST, CANCELLED_HOST = "off-022", "off-027", "off-032"
-CANCELLED_HOST_RESET = "off-037"
+CANCELLED_HOST_RESET, CANCELLED_STILL_OFF = "off-037", "off-042"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
@@ -42,7 +42,7 @@ IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=37, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+        tmp_path_factory.mktemp("sim"), "off", hosts=42, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -460,6 +460,33 @@ async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_ta
             await reboot.cancel()
             shown = await _until(local_env, host, _ended, "ended the reboot")
         assert _power(sim, host)[-1] == ("On", "On"), _power(sim, host)
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
+
+
+async def test_a_reboot_cancelled_with_the_host_off_and_the_bmc_still_refusing_says_the_host_is_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """The same cancel with the BMC still refusing: the reboot's fresh On attempts are refused,
+    and before, it ended cancelled, its entity recording only "aborted" (a cancel carries no
+    words) with the host OFF. Now it ends failed `HostLeftOff`, so the entity's outcome, `host
+    status` and `host list` say the host is OFF."""
+    host = CANCELLED_STILL_OFF
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            shown = await _until(local_env, host, _handed_over, "said the host is OFF")
+            await local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"]).cancel()
+            shown = await _until(local_env, host, _ended, "ended the reboot")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
+        assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
     finally:
         _fault(sim, host, "clear")
         await _power_on_by_hand(sim, host)
