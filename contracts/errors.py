@@ -59,6 +59,10 @@ Workflow errors (`WorkflowError`: a run ends with one; never retried):
   (`rebootSequenceCount`, docs/DOMAIN.md section 2.5); the message names the DPU and the count.
 - `DPUResetNotEffective`: a DPU reset was accepted but the DPU did not restart or come back to
   its OS in time (the message says what its BMC showed).
+- `HostLeftOff`: a run was cancelled and could not power back on the host it had turned off
+  (a cancel asks nobody): it ends failed with these words, not cancelled, because Temporal's
+  cancellation carries none and whoever follows the run (the host's entity: `host status`,
+  `host list`) must read that the host is OFF.
 """
 
 from __future__ import annotations
@@ -218,6 +222,10 @@ class BMCRebootFailed(WorkflowError):
 
 
 class RebootFailed(WorkflowError):
+    pass
+
+
+class HostLeftOff(WorkflowError):
     pass
 
 

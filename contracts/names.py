@@ -42,6 +42,11 @@ while the host is in maintenance and unset after: `Maintenance IS NOT NULL` list
 MAINTENANCE_SINCE: Final = SearchAttributeKey.for_datetime("MaintenanceSince")
 """Since when a host is in maintenance (unset while it is not): the metric and its alert read it."""
 
+LEFT_OFF_MEMO: Final = "left_off"
+"""Memo entry of a host's entity: the run whose outcome says it left the host OFF, while the host
+is idle after it (absent otherwise). In the memo, not a search attribute: `host list` reads it
+from the same visibility listing, and nothing needs registering on the namespace."""
+
 SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     HOST_ID,
     OPERATION,

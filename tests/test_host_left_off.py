@@ -21,15 +21,20 @@ import pytest
 from cli_support import metalflow, shown_state, use_site_file
 from host_operation_support import worker_for
 from sim_support import RunningSim, prefixed_sim
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from metalflow.hosts import operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
-# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, ..., 32): a reboot is ForceOff,
+CANCELLED_RESET = "off-003"
+# Profile no-powercycle (the site's rotation gives it to hosts 2, 7, 12, ..., 42): a reboot is ForceOff,
 # then On. One host per reboot test: each test starts from an entity of its own.
 REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
 FIRMWARE_ABORTED, REPROVISION_HOST, CANCELLED_HOST = "off-022", "off-027", "off-032"
+CANCELLED_HOST_RESET, CANCELLED_STILL_OFF = "off-037", "off-042"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
@@ -37,7 +42,7 @@ IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=32, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
+        tmp_path_factory.mktemp("sim"), "off", hosts=42, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -135,12 +140,15 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
         _fault(sim, host, "clear")
 
 
-async def test_a_host_reset_whose_reboot_left_the_host_off_ends_saying_so(
+async def test_a_host_reset_whose_reboot_left_the_host_off_waits_for_a_person_and_retry_powers_it_on(
     local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 ) -> None:
     """`host reset --host`: its reboot (which escalates a BMC failure to its caller) tried On
-    after its backoff, then failed saying the host is OFF; the reset's end says the same, not
-    "the host is on" as before."""
+    after its backoff and failed with the host OFF. Before, the reset then ended failed (its
+    status said OFF, nothing to retry). Now it waits, as `host reboot` does, in
+    manual-intervention-required saying the host is OFF with `retry` and `abort`; `retry` once
+    the BMC is fixed reboots it again for the generation it did not reach, and the reset
+    completes with the host on."""
     host = HOST_ONLY
     _fault(sim, host, "rotate-after-forceoff")
     try:
@@ -149,15 +157,110 @@ async def test_a_host_reset_whose_reboot_left_the_host_off_ends_saying_so(
                 local_env, "host", "reset", host, "--host", "--by", "alice@test", "--task-queue", task_queue
             )
             assert started.status == 0, started.stdout + started.stderr
+            words = (await _until(local_env, host, _handed_over, "said the host is OFF"))["words"]
+            assert words.startswith("manual-intervention-required: "), words
+            assert f"the host {host} is OFF: metalflow turned it off (the ForceOff of its reboot" in words
+            assert "rejected the credentials" in words, words
+            assert f"`metalflow host retry {host}`" in words and f"`metalflow host abort {host}`" in words
+            assert _power(sim, host)[-1][0] == "Off"  # as the status says
+
+            _fault(sim, host, "clear")
+            retried = await metalflow(
+                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            assert retried.status == 0, retried.stdout + retried.stderr
             shown = await _until(local_env, host, _ended, "ended the reset")
+        assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
+        assert _power(sim, host)[-1] == ("On", "On")
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
+
+
+async def test_a_full_reset_cancelled_in_its_power_on_backoff_tries_on_afresh_and_says_the_host_is_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """An attack found it: a reset (`--all-dpus --full`) whose On was refused (the password
+    rotated after its ForceOff), cancelled (`temporal workflow cancel`) in its backoff before
+    the next On, made one of its three On attempts and ended with the host OFF. Now the cancel
+    makes the three On attempts afresh (with the backoff), and, all refused, the reset's end
+    says the host is OFF, which the entity records: `host list` marks the host."""
+    host = CANCELLED_RESET
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reset", host, "--all-dpus", "--full", "--by", "alice@test",
+                "--task-queue", task_queue,
+            )  # fmt: skip
+            assert started.status == 0, started.stdout + started.stderr
+            shown = await _until(local_env, host, lambda s: s["host"]["current"] is not None, "started")
+            reset = local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"])
+            await _until_in_history(reset, EventType.EVENT_TYPE_TIMER_STARTED, "began its backoff")
+            await reset.cancel()
+            shown = await _until(local_env, host, _ended, "ended the reset")
+            events = [event async for event in reset.fetch_history_events()]
+            listed = await metalflow(local_env, "host", "list")
+        cancel = next(
+            i for i, e in enumerate(events)
+            if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED
+        )  # fmt: skip
+        assert len([e for e in events[cancel:] if _power_on_scheduled(e, host)]) == 3, "On afresh"
         outcome = shown["host"]["recent"][-1]["outcome"]
-        assert outcome.startswith("failed: BMCRebootFailed: "), outcome
-        assert "the host is on" not in outcome, outcome
-        assert outcome.endswith(f"the host {host} is OFF: its reboot could not power it back on"), outcome
+        assert outcome.startswith("failed: "), outcome  # the failure the On backoff followed
+        assert f"the host {host} is OFF: metalflow turned it off (ForceOff of {host}" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed.stdout
+        assert "(host OFF) left OFF by the last run" in listed.stderr, listed.stderr
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
+
+
+async def test_a_host_reset_cancelled_while_its_host_is_off_reboots_it_again_and_says_it_is_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """`host reset --host` waiting for a person with the host OFF, then cancelled (`temporal
+    workflow cancel`): nobody is left to ask, so its reboot runs again once for the generation
+    it did not reach; refused again, the reset ends failed `HostLeftOff` (a cancel carries no
+    words), so its entity's outcome says the host is OFF, not "aborted"."""
+    host = CANCELLED_HOST_RESET
+    reboot = f"reboot/{host}/generation-1"
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reset", host, "--host", "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            shown = await _until(local_env, host, _handed_over, "said the host is OFF")
+            await local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"]).cancel()
+            shown = await _until(local_env, host, _ended, "ended the reset")
+        runs = [run async for run in local_env.client.list_workflows(f'WorkflowId = "{reboot}"')]
+        assert len(runs) == 2, runs  # the reboot, and again after the cancel
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
+        assert f"the host {host} is OFF: metalflow turned it off (the ForceOff of its reboot" in outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
     finally:
         _fault(sim, host, "clear")
         await _power_on_by_hand(sim, host)
+
+
+async def _until_in_history(handle: WorkflowHandle[Any, Any], kind: EventType.ValueType, what: str) -> None:
+    for _ in range(150):
+        if kind in [event.event_type async for event in handle.fetch_history_events()]:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{handle.id} never {what}")
+
+
+def _power_on_scheduled(event: HistoryEvent, host: str) -> bool:
+    """An On of the host's BMC scheduled (the activity's summary, as the UI shows it)."""
+    if event.event_type != EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        return False
+    return event.user_metadata.summary.data == json.dumps(f"On {host}").encode()
 
 
 async def test_a_reboot_with_the_host_off_takes_host_rebooted_only_once_it_is_on_and_retry_powers_it_on(
@@ -217,6 +320,7 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
             assert aborted.status == 0, aborted.stdout + aborted.stderr
             shown = await _until(local_env, host, _ended, "ended the reboot")
             status = await metalflow(local_env, "host", "status", host)
+            listed = await metalflow(local_env, "host", "list")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert "not rebooted by metalflow" not in outcome, outcome
         assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
@@ -224,6 +328,9 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
         # ... and said where an idle host is looked at first: a WARNING line of `host status`.
         assert f"WARNING          the host is OFF as far as reboot/{host}/" in status.stdout, status.stdout
         assert f"`metalflow bmc power {host} on`" in status.stdout, status.stdout
+        # ... and in `host list`, from the same words (the entity's memo; no BMC read).
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed.stdout
     finally:
         _fault(sim, host, "clear")
         await _power_on_by_hand(sim, host)
@@ -353,6 +460,33 @@ async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_ta
             await reboot.cancel()
             shown = await _until(local_env, host, _ended, "ended the reboot")
         assert _power(sim, host)[-1] == ("On", "On"), _power(sim, host)
+    finally:
+        _fault(sim, host, "clear")
+        await _power_on_by_hand(sim, host)
+
+
+async def test_a_reboot_cancelled_with_the_host_off_and_the_bmc_still_refusing_says_the_host_is_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """The same cancel with the BMC still refusing: the reboot's fresh On attempts are refused,
+    and before, it ended cancelled, its entity recording only "aborted" (a cancel carries no
+    words) with the host OFF. Now it ends failed `HostLeftOff`, so the entity's outcome, `host
+    status` and `host list` say the host is OFF."""
+    host = CANCELLED_STILL_OFF
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            started = await metalflow(
+                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
+            )
+            assert started.status == 0, started.stdout + started.stderr
+            shown = await _until(local_env, host, _handed_over, "said the host is OFF")
+            await local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"]).cancel()
+            shown = await _until(local_env, host, _ended, "ended the reboot")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
+        assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
     finally:
         _fault(sim, host, "clear")
         await _power_on_by_hand(sim, host)

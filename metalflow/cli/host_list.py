@@ -20,6 +20,10 @@ search attributes (`Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`),
 FOR and MAINTENANCE come from the same listing; an entity started
 before those existed shows them once it continues-as-new (FOR falls back to its operation's
 start). Rows are read from the raw listing RPC, decoding only the attributes shown.
+
+A host whose last run left it OFF (its outcome says "is OFF": `workflows/parts/host_power.py`)
+shows `idle (host OFF)` in PHASE and `left_off_by` (that run) in `--json`, from the entity's memo
+entry `left_off` in the same listing: no BMC read, no query per host (`host status` says more).
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ class HostRow:
     started_at: datetime | None = None
     maintenance_by: str | None = None  # who put the host in maintenance (`Maintenance`); None: not in it
     maintenance_since: datetime | None = None
+    left_off: str | None = None  # the run whose outcome says it left the host OFF (memo `left_off`)
 
     @property
     def since(self) -> datetime | None:
@@ -94,7 +99,13 @@ class HostRow:
                 else {"by": self.maintenance_by, "since": _iso(self.maintenance_since)}
             ),
             "operation": operation,
+            "left_off_by": self.left_off,
         }
+
+    @property
+    def shown_phase(self) -> str:
+        """The PHASE cell: an idle host its last run left OFF says so (the run's words, no BMC read)."""
+        return f"{self.phase} (host OFF)" if self.left_off else self.phase
 
 
 def register(commands: Any, runner: Callable[[Action], Callable[[argparse.Namespace], int]]) -> None:
@@ -159,6 +170,7 @@ def _entity(execution: WorkflowExecutionInfo) -> tuple[str, HostRow]:
         maintenance_by=_attribute(execution, names.MAINTENANCE.name),
         maintenance_since=_time(_attribute(execution, names.MAINTENANCE_SINCE.name)),
         phase_since=_time(_attribute(execution, names.PHASE_SINCE.name)),
+        left_off=_memo(execution, names.LEFT_OFF_MEMO),
     )
 
 
@@ -230,6 +242,18 @@ def _attribute(execution: WorkflowExecutionInfo, name: str) -> Any:
         return json.loads(data)
     except ValueError:
         return None
+
+
+def _memo(execution: WorkflowExecutionInfo, key: str) -> str | None:
+    """One string entry of a listed workflow's memo (JSON in its payload), None when absent."""
+    payload = execution.memo.fields.get(key)
+    if payload is None or not payload.data:
+        return None
+    try:
+        value = json.loads(payload.data)
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _time(value: Any) -> datetime | None:
@@ -312,11 +336,18 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
     else:
         print(terminal_safe(render(rows, datetime.now(UTC))))
     busy = sum(1 for row in rows if row.workflow_id)
+    left_off = sum(1 for row in rows if row.left_off)
     print(
         f"{plural(len(rows), 'host')}, {busy} with an operation in flight "
         f"({plural(requests, 'visibility request')})",
         file=sys.stderr,
     )
+    if left_off:
+        print(
+            f"{plural(left_off, 'host')} (host OFF) left OFF by the last run, as far as its outcome "
+            "says (no BMC read): `metalflow host status HOST` names the run and how to power it on",
+            file=sys.stderr,
+        )
     return exits.OK
 
 
@@ -329,7 +360,7 @@ def render(rows: list[HostRow], now: datetime) -> str:
             (
                 row.host,
                 row.site,
-                row.phase,
+                row.shown_phase,
                 since,
                 row.instance or "-",
                 f"on ({row.maintenance_by})" if row.maintenance_by else "-",

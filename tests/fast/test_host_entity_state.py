@@ -679,3 +679,23 @@ EntityRules.TestCase.settings = settings(
     max_examples=40, stateful_step_count=60, deadline=None, database=None
 )
 test_the_entitys_safety_rules_hold_over_any_sequence = EntityRules.TestCase
+
+
+# -- a host its last run left OFF (`host list`'s mark, `host status`'s warning) -------------------
+
+
+def test_an_idle_host_its_last_run_left_off_is_marked_until_the_next_run_ends() -> None:
+    """`left_off()` (the memo `host list` reads) names the run whose outcome says the host is
+    OFF while the host is idle after it; not while another runs, and not once a later run ended."""
+    state = entity()
+    assert state.left_off() is None
+    request = ResetRequest(requested_by="alice", target=ResetTarget.HOST)
+    first = asked(state, RESET, request)
+    state.started(first, T0)
+    state.finish(first, f"aborted by bob: ...; the host {HOST} is OFF: metalflow turned it off", T0)
+    assert state.left_off() == f"reset/{HOST}"
+    second = asked(state, RESET, request, T0 + timedelta(minutes=1))
+    assert state.left_off() is None  # an operation runs: its own status speaks
+    state.started(second, T0 + timedelta(minutes=1))
+    state.finish(second, "completed", T0 + timedelta(minutes=2))
+    assert state.left_off() is None

@@ -2,8 +2,9 @@
 "A host metalflow turned off"), model-checked: a Hypothesis state machine drives one run's
 `PowerCustody` as the reboot and the reset runbooks drive it, with the events in any order:
 ForceOff sent, power-on accepted or refused (the BMC rotated its password: 401), the backoff's
-timer, an operator's abort or retry, a cancel of the workflow, the credentials fixed or rotated
-again, a worker restart (the state rebuilt through the data converter, as a replay has it).
+timer, an operator's abort or retry, a cancel of the workflow (which tries On afresh, once), a
+reset's reboot child that left the host off, the credentials fixed or rotated again, a worker
+restart (the state rebuilt through the data converter, as a replay has it).
 
 At every step: a host off by the run's hand is being powered on with attempts left (never more
 than `POWER_ON_RETRY_DELAYS` + 1 blind attempts, none of them ms apart), or a person was told
@@ -58,6 +59,8 @@ class HostPowerModel(RuleBasedStateMachine):
         self.ended: str | None = None  # the final status's words, once the run ended
         self.backoff: float | None = None  # a power-on attempt is due after this many seconds
         self.delays: list[float] = []
+        self.accepted_at_cancel: bool | None = None  # the BMC took the credentials when cancelled
+        self.attempts_since_cancel = 0
 
     # -- the world -----------------------------------------------------------------------------
     @rule()
@@ -88,17 +91,42 @@ class HostPowerModel(RuleBasedStateMachine):
         self._power_on()
 
     @precondition(lambda self: self.ended is None)
-    @rule(how=st.sampled_from(["failed", "aborted", "cancelled"]))
+    @rule(how=st.sampled_from(["failed", "aborted"]))
     def run_ends_early(self, how: str) -> None:
-        """A failure, an abort or a cancel: the runbooks' early end powers a host off by their
-        hand on first (not abortable), with the backoff; an abort or a cancel while a person is
-        asked ends the run at once, its words from `left()`."""
+        """A failure or an abort: the runbooks' early end powers a host off by their hand on
+        first (not abortable), with the backoff; an abort while a person is asked ends the run at
+        once, its words from `left()`."""
         if how == "failed" or not self.custody.handed_over:
             while self.custody.is_off and not self.custody.handed_over:
                 self._power_on()
         if how == "failed" and self.custody.handed_over:
             return  # a failure with the host off waits for a person instead of ending
         self.ended = f"{how}. Done: ...; {self.custody.left()}"
+
+    @precondition(lambda self: self.ended is None)
+    @rule(outer_step=st.booleans())
+    def cancelled(self, outer_step: bool) -> None:
+        """A cancel (`temporal workflow cancel`, a parent's): whatever it cut (a backoff, a
+        person's wait, an attempt), nobody is left to ask, so the attempts start afresh (a reset's
+        cancel in its On backoff made one and ended with the host OFF); an outer step the cancel
+        reaches next (`outer_step`: the reset's own `except`) asks the custody again and gets
+        no second round."""
+        self.accepted_at_cancel = self.bmc_accepts
+        self.attempts_since_cancel = 0
+        for _ in range(2 if outer_step else 1):
+            if self.custody.cancelled():
+                while self.custody.is_off and not self.custody.handed_over:
+                    self._power_on()
+        self.ended = f"cancelled. Done: ...; {self.custody.left()}"
+
+    @precondition(lambda self: self.ended is None and not self.custody.is_off)
+    @rule()
+    def reboot_child_left_off(self) -> None:
+        """`host reset --host`: its reboot child turned the host off and spent its own attempts
+        (it escalates `BMCRebootFailed` "is OFF"): the reset hands the host to a person."""
+        self.custody.left_off_by("the ForceOff of its reboot to generation 2", REFUSED)
+        self.host_on = False
+        self.phase_words = self.custody.hand_over_words(then="the reset completes")
 
     @precondition(lambda self: self.ended is None and self.custody.handed_over)
     @rule()
@@ -125,6 +153,7 @@ class HostPowerModel(RuleBasedStateMachine):
         self.ended = f"completed; {self.custody.left()}"
 
     def _power_on(self) -> None:
+        self.attempts_since_cancel += 1
         if self.bmc_accepts:
             self.host_on = True
             self.custody.seen_on()
@@ -150,6 +179,17 @@ class HostPowerModel(RuleBasedStateMachine):
         )
         if self.custody.handed_over:
             assert not self.host_on and HOST_IS_OFF in self.phase_words
+
+    @invariant()
+    def a_cancel_tries_on_afresh(self) -> None:
+        """A cancelled run whose BMC took the credentials left the host on; one whose BMC refused
+        made its full set of attempts after the cancel (never a second set)."""
+        if self.accepted_at_cancel is None or not self.ended:
+            return
+        if self.accepted_at_cancel:
+            assert self.host_on, f"cancelled with the BMC fixed, the host left off: {self.ended}"
+        elif self.custody.is_off:
+            assert self.attempts_since_cancel == len(POWER_ON_RETRY_DELAYS) + 1, self.attempts_since_cancel
 
     @invariant()
     def never_blind_attempts_ms_apart(self) -> None:

@@ -65,6 +65,7 @@ from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
 from workflows.host.power_rest import baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
+from workflows.parts.host_power import HOST_IS_OFF
 
 RECENT_LIMIT: Final = 20
 IDLE: Final = "idle"
@@ -519,6 +520,15 @@ class HostEntityState(HostEntityMemory, KnownVersions):
             f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {held}"
             f"{asked or maintenance}"
         )
+
+    def left_off(self) -> str | None:
+        """The run whose final words say it left the host OFF (`workflows/parts/host_power.py`),
+        while the host is idle after it: `host status` warns of it and `host list` marks it (the
+        memo entry `names.LEFT_OFF_MEMO`), from those words alone, no BMC read. The next run's
+        end is the next word on the host's power."""
+        if self.current is None and self.recent and HOST_IS_OFF in self.recent[-1].outcome:
+            return self.recent[-1].workflow_id
+        return None
 
     def show(self, phase: str, now: datetime) -> datetime:
         """Since when the entity is in `phase`, as `PhaseSince` shows: moved by a new phase only."""

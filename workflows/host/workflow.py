@@ -522,26 +522,26 @@ class HostWorkflow(PowerWatch):
         kernel.upsert_changed([host_versions.bfb_attribute(brief)])
 
     def _show_phase(self, *, log: bool = True) -> None:
-        """The Phase and details, and the `Instance`, `PhaseSince`, `Maintenance` and
-        `MaintenanceSince` search attributes that `host list` reads from visibility (`log=False`:
-        no log line or Event for it, e.g. when only the maintenance changed: its own Event says it)."""
+        """The Phase and details, the `Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`
+        search attributes and the memo `left_off` (written when it changes) that `host list` reads
+        (`log=False`: no log line or Event, e.g. when only the maintenance changed: its own says it)."""
         phase, details = self.state.phase(), self.state.details()
         # The run's first `_show_phase` can already see an operation that the same activation's
         # update accepted, then shows it again once started: the same line is logged once.
         since = self.state.show(phase, workflow.now())
-        held = self.state.instance
+        held, kept = self.state.instance, self.state.maintenance
         assigned = names.INSTANCE.value_set(held) if held else names.INSTANCE.value_unset()
-        kept = self.state.maintenance
         maintenance: list[SearchAttributeUpdate[Any]] = (
             [names.MAINTENANCE.value_set(kept.by), names.MAINTENANCE_SINCE.value_set(kept.since)]
             if kept
             else [names.MAINTENANCE.value_unset(), names.MAINTENANCE_SINCE.value_unset()]
         )
-        # One upsert of what changed: Phase, Instance, PhaseSince and the maintenance together
-        # (an entity never in maintenance writes none of those two: `upsert_changed`).
+        # One upsert of what changed (`upsert_changed`: never in maintenance, none of those two).
         also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(since), *maintenance]
         self.enter(phase, details, log=log and (phase, details) != self._logged, also=also)
         self._logged = (phase, details)
+        if workflow.memo_value(names.LEFT_OFF_MEMO, None) != (left_off := self.state.left_off()):
+            workflow.upsert_memo({names.LEFT_OFF_MEMO: left_off})  # an idle host its last run left OFF
 
     def _history_is_long(self) -> bool:
         info = workflow.info()

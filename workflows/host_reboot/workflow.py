@@ -26,7 +26,8 @@ The power-down wait is cut and On sent at once; during `power_cycle_host` the BM
 `STOP_POLL_SECONDS`) until the host is seen Off, then the activity is cancelled (and awaited) and
 On sent; a cycle that ends first simply ends. A manual wait just ends. Queued for the BMC's
 lease, the place is given back and nothing is sent. Cancelled, it completes with its result when
-the host was cycled (the canceller must know), else ends cancelled. Aborted, it completes (Phase
+the host was cycled (the canceller must know), else ends cancelled (failed `HostLeftOff`, saying
+so, when the host is still OFF by its hand: a cancel carries no words). Aborted, it completes (Phase
 `aborted`: asked for, no Failed run), its result's `aborted` saying who, why and whether the
 host was cycled, `boot_generation` the generation reached.
 
@@ -56,7 +57,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import BMCRebootFailed, OperationAborted, WorkflowError, cause_in_words
+    from contracts.errors import BMCRebootFailed, HostLeftOff, OperationAborted, WorkflowError, cause_in_words
     from contracts.models.bmc_lease import (
         BMC_LEASE_GRANTED_SIGNAL,
         LeaseGrant,
@@ -185,8 +186,7 @@ class HostRebootWorkflow(PowerSteps):
         generation = self._request.boot_generation
         if self._cycled:
             return f"The host was power-cycled: generation {generation} reached"
-        if self._power.is_off and isinstance(err, asyncio.CancelledError | CancelledError):
-            self._power.retried()
+        if isinstance(err, asyncio.CancelledError | CancelledError) and self._power.cancelled():
             if await self._powered_on_after(None):
                 return f"Generation {generation} not reached; the host was powered on again"
         if self._power.is_off:
@@ -284,6 +284,13 @@ class HostRebootWorkflow(PowerSteps):
         else:
             what = "a power cycle in flight is cut short and the host powered back on if we turned it off"
         return f"aborting ({self.phase}: {self.details}): {what}"
+
+    def ending_error(self, err: BaseException) -> BaseException | None:
+        """A cancel that could not power the host on again ends failed `HostLeftOff` with the
+        final words (a cancel carries none: the entity would record only "aborted")."""
+        if isinstance(err, asyncio.CancelledError | CancelledError) and self._power.is_off:
+            return HostLeftOff(f"cancelled (the workflow was cancelled). {self.left_behind}")
+        return super().ending_error(err)
 
     def aborted_result(self, err: BaseException) -> HostRebootResult:
         """An abort completes the run (Phase `aborted`): who, why, whether the host was cycled;

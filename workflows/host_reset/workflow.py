@@ -30,7 +30,11 @@ Every reset goes through a BMC (docs/DOMAIN.md section 4.3); the order is what t
   for the reset": with the host running it is a surprise reset under its OS.
 - **Host only** (`--host`): the host's reboot for the next boot generation, a child
   `HostRebootWorkflow` (the same exactly-once cycle as every reboot), started and awaited through
-  the reboot-rounds part the operations share (`workflows/parts/reboot_rounds.py`).
+  the reboot-rounds part the operations share (`workflows/parts/reboot_rounds.py`). A reboot
+  that ended with the host OFF (its own On attempts refused: `BMCRebootFailed` "is OFF") hands
+  the host to a person, as `host reboot` does: manual-intervention-required says the host is OFF;
+  `retry` runs the reboot again for the generation it did not reach, `abort` ends the reset
+  saying the host is OFF.
 
 Refused at once (`HostBusy`, nothing changed) while a DPU of the host is in an install phase
 (`dpf_barrier.INSTALL_PHASES`): a reset then corrupts the install. Refused as well, before the
@@ -68,7 +72,10 @@ flight is cancelled and awaited). Queued for the lease (or granted as the abort 
 is sent: the place is given back and the run ends aborted; a cancel there does the same. A run
 that may have turned the host off powers it on again before it gives its slot back, however it
 ends (an On of a host that is On is skipped); a DPU reset already sent is not undone (it is a
-reset). A `--host` reboot in flight is stopped, which powers the host back on first. Every early
+reset). A cancel asks nobody: whatever it cut (an On backoff, a person's wait) the On attempts
+start afresh, once (`PowerCustody.cancelled`; `--host`: its reboot again); a cancelled run still
+leaving the host OFF ends failed `HostLeftOff` (a cancel carries no words; the entity must read
+them). A `--host` reboot in flight is stopped, which powers the host back on first. Every early
 end goes through the kernel's `to_the_end`: the final phase says what was done and whether the
 host is on. An abort completes the run (Phase `aborted`: it was asked for, no Failed run) with a
 result whose `aborted` says who, why and what was done.
@@ -88,13 +95,20 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
     from contracts.errors import (
         DPUResetNotEffective,
         HostBusy,
+        HostLeftOff,
         InvalidInput,
         ResetTypeNotSupported,
         cause_in_words,
@@ -128,7 +142,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words
     from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
     from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
-    from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds
+    from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds, bmc_refusal
 
 RESOLVING = "resolving-inventory"
 CHECKING_DPF = "checking-dpf"
@@ -162,6 +176,7 @@ class HostResetWorkflow(kernel.Abortable):
         self._reached = request.boot_generation  # the generation a reboot of this run reached
         self._leases = BMCLeaseHolder()
         self._reboots = RebootRounds(self)
+        self._off_generation: int | None = None  # a `--host` reboot left the host OFF: not reached
 
     @workflow.run
     async def run(self, request: HostResetInput) -> HostResetResult:
@@ -328,13 +343,15 @@ class HostResetWorkflow(kernel.Abortable):
                 for dpu_id, bmc in dpus:
                     await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
                 self.enter(HOST_ON, f"On of {host} (its DPUs boot with it)")
-                await self._power_on(then="the reset completes")
-            except (FailureError, asyncio.CancelledError) as err:  # aborted, cancelled, failed
+                cancel = await self._power_on(then="the reset completes")
+                if cancel is not None:
+                    raise cancel
+            except asyncio.CancelledError as err:  # nobody to ask: On afresh, once; else words
+                await self._power_on(then="the reset ends cancelled", cancel=err)
+                raise
+            except FailureError:  # aborted, failed
                 # Never left off in silence: powered on, or handed to a person who is told so.
-                await self._power_on(
-                    then="the reset ends failed, naming what it did",
-                    person=not isinstance(err, asyncio.CancelledError),
-                )
+                await self._power_on(then="the reset ends failed, naming what it did")
                 raise
         self._resets.append(f"host {host}: ForceOff, On around the DPU resets")
         await self._wait_for_os(dpus)  # the host is on: the DPUs' Arm boots with it
@@ -380,51 +397,101 @@ class HostResetWorkflow(kernel.Abortable):
         )
 
     async def _reboot_host(self) -> None:
+        """The host's reboot, a child of the next generation. One that ended with the host OFF
+        (its own On attempts spent: `BMCRebootFailed` saying "is OFF") hands the host to a person,
+        as `host reboot` does: `retry` runs it again for the generation it did not reach (which
+        powers the host on), `abort` ends the reset saying the host is OFF; a cancel runs it
+        again once, asking nobody (`_clean_up`). A BMC that could not reboot the host and left it
+        on fails the reset with the reboot's failure."""
+        while not await self._reboot_once():
+            words = self._power.hand_over_words(then="the reset completes")
+            kernel.report("host-left-off", words)
+            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
+            self._power.retried()
+
+    async def _reboot_once(self, *, abortable: bool = True) -> bool:
+        """One reboot child (again for the generation one left OFF did not reach); True once it
+        rebooted the host, False when it ended with the host OFF (the custody says how)."""
         request = self._request
+        host = request.host_id
+        refused = self._off_generation
         self._generation = await self._reboots.start(
             HostRebootInput(
-                host_id=request.host_id,
-                boot_generation=request.boot_generation + 1,
+                host_id=host,
+                boot_generation=refused or request.boot_generation + 1,
                 requested_by=request.requested_by,
                 reason=request.reason or "host reset",
                 policy=request.policy,
                 escalate_bmc_failure=True,
             ),
-            summary=f"reboot {request.host_id} to generation {{generation}}",
+            summary=f"reboot {host} to generation {{generation}}",
             parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            retry_refused=refused is not None,  # the generation it did not reach, again
         )
-        self.enter(REBOOTING_HOST, f"power cycle of {request.host_id} to generation {self._generation}")
-        # An abort (or a cancel) stops the reboot first: it never leaves the host off. A BMC that
-        # could not reboot the host fails the reset with the reboot's failure.
-        self._resets.append(self._rebooted(await self._reboots.wait()))
+        self.enter(REBOOTING_HOST, f"power cycle of {host} to generation {self._generation}")
+        # An abort (or a cancel) stops the reboot first: it never leaves the host off.
+        try:
+            outcome = await self._reboots.wait(abortable=abortable)
+        except ChildWorkflowError as err:
+            why = bmc_refusal(err)
+            if why is None or HOST_IS_OFF not in why:
+                raise
+            self._off_generation = self._generation
+            cause = why.split(f"; the host {host} {HOST_IS_OFF}")[0]
+            self._power.left_off_by(f"the ForceOff of its reboot to generation {self._generation}", cause)
+            return False
+        self._power.seen_on()
+        self._off_generation = None
+        self._resets.append(self._rebooted(outcome))
+        return True
 
     def _rebooted(self, reboot: RebootOutcome) -> str:
         result = reboot.result
         self._reached = max(self._reached, reboot.generation)
         return f"host {self._request.host_id}: generation {result.boot_generation} by {result.method}"
 
-    async def _power_on(self, *, then: str, person: bool = True) -> None:
+    async def _power_on(
+        self, *, then: str, cancel: asyncio.CancelledError | None = None
+    ) -> asyncio.CancelledError | None:
         """A host this run turned off is powered on (not abortable), still in its lease slot: an
         On refused is tried again after the custody's backoff (`workflows/parts/host_power.py`),
-        then the host is handed to a person (`person`): manual-intervention-required says the
-        host is OFF and waits for `retry` (On again, then `then`) or `abort` (the run ends saying
-        the host is OFF). A cancelled run asks nobody: its final status says the host is OFF."""
+        then the host is handed to a person: manual-intervention-required says the host is OFF
+        and waits for `retry` (On again, then `then`) or `abort` (the run ends saying the host is
+        OFF). A cancel (`cancel`: it came before; or it comes during a backoff, an attempt or the
+        person's wait) asks nobody: the attempts start afresh, once, and the run's final status
+        says the host is OFF if they are refused. Returns the cancel, for the caller to raise."""
+        if cancel is not None and not self._power.cancelled():
+            return cancel
         while self._power.is_off:
             try:
-                await self._set_host_power("On", abortable=False)
-                self._power.seen_on()
-            except ActivityError as on_err:
-                delay = self._power.on_refused(cause_in_words(on_err))
-                if delay is not None:
-                    backoff = f"backoff before powering {self._request.host_id} on again"
-                    await self.wait(lambda: False, timeout=delay, abortable=False, timeout_summary=backoff)
-                elif not person:
-                    return
-                else:
-                    words = self._power.hand_over_words(then=then)
-                    kernel.report("host-left-off", words)
-                    await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
-                    self._power.retried()
+                if not await self._try_on(then, person=cancel is None):
+                    break
+            except asyncio.CancelledError as err:
+                cancel = err
+                if not self._power.cancelled():
+                    break
+        return cancel
+
+    async def _try_on(self, then: str, *, person: bool) -> bool:
+        """One On; refused, the backoff before the next, or (attempts spent) a person's `retry`
+        (`person`); False: the attempts are spent and nobody is asked."""
+        try:
+            await self._set_host_power("On", abortable=False)
+        except ActivityError as on_err:
+            delay = self._power.on_refused(cause_in_words(on_err))
+            if delay is not None:
+                backoff = f"backoff before powering {self._request.host_id} on again"
+                await self.wait(lambda: False, timeout=delay, abortable=False, timeout_summary=backoff)
+                return True
+            if not person:
+                return False
+            words = self._power.hand_over_words(then=then)
+            kernel.report("host-left-off", words)
+            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
+            self._power.retried()
+            return True
+        self._power.seen_on()
+        return True
 
     @workflow.update(name=RETRY_UPDATE)
     def retry(self, request: OperatorRequest) -> OperatorAnswer:
@@ -438,16 +505,20 @@ class HostResetWorkflow(kernel.Abortable):
     async def _clean_up(self, err: BaseException) -> str:
         """What an early end leaves: a host this run turned off was powered on in its lease slot
         already (`_full_reset`), one it could not power on is named; a reboot stopped midway
-        powered the host back on first (it is named with what was done); a `--host` reboot that
-        failed with the host off (`BMCRebootFailed`, "is OFF") is not called on."""
+        powered the host back on first (it is named with what was done). A `--host` reboot that
+        left the host OFF: a cancel (nobody to ask) runs it again once, not abortable; whatever
+        the end, the words say if the host is still OFF."""
         stopped = await self._reboots.stop()
         if stopped is not None:
             self._resets.append(f"{self._rebooted(stopped)}, stopped (the host is on again)")
-        left = self._power.left()
-        if not self._power.is_off and HOST_IS_OFF in cause_in_words(err):
-            left = f"the host {self._request.host_id} {HOST_IS_OFF}: its reboot could not power it back on"
+        cancelled = isinstance(err, asyncio.CancelledError | CancelledError)
+        if cancelled and self._off_generation is not None and self._power.cancelled():
+            try:
+                await self._reboot_once(abortable=False)
+            except ChildWorkflowError as failed:
+                workflow.logger.warning("the reboot after the cancel failed: %s", failed.cause)
         done = "; ".join(self._resets) or "nothing was reset"
-        return f"Done: {done}; {left}"
+        return f"Done: {done}; {self._power.left()}"
 
     def aborted_result(self, err: BaseException) -> HostResetResult:
         """An operator's abort completes the run (Phase `aborted`): the result says who aborted,
@@ -463,7 +534,12 @@ class HostResetWorkflow(kernel.Abortable):
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """Every early end, its own errors and an abort's included, says what the reset had done
-        (`_clean_up`'s words) after its cause: the entity records it as the reset's outcome."""
+        (`_clean_up`'s words) after its cause: the entity records it as the reset's outcome. A
+        cancel that left the host OFF ends failed `HostLeftOff` with those words (a cancelled
+        child reads only "aborted" to the entity)."""
+        if isinstance(err, asyncio.CancelledError | CancelledError) and self._power.is_off:
+            # A cancel carries no words in Temporal: the entity must read the host is OFF.
+            return HostLeftOff(f"cancelled (the workflow was cancelled). {self.left_behind}")
         said = self.said_in_words(err)
         if said is not None or not isinstance(err, ApplicationError):
             return said

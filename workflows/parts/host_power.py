@@ -15,6 +15,11 @@ mid-run). A run that ends with the host off says so in its final status.
   that is about to serve the new password), and once they are spent the answer is None: hand
   the host to a person (`handed_over`, the words in `hand_over_words`).
 - `retried()`: a person's `retry` (the BMC fixed): the attempts start afresh.
+- `cancelled()`: a cancel of the run (`temporal workflow cancel`, a parent's, the entity's) asks
+  nobody, so whatever it interrupted (a backoff, a person's wait) the attempts start afresh
+  before the run ends: True while an On is owed.
+- `left_off_by(how, cause)`: a step of this run that powers the host itself (a reset's reboot
+  child) ended with the host off, its own attempts spent: handed to a person at once.
 - `left()`: the words every early end's status carries about the host's power.
 - `confirmation_refusal(power_state)`: a person's "I rebooted it" is taken only with the host seen On.
 
@@ -47,6 +52,7 @@ class PowerCustody(BaseModel):
     refused: int = 0  # power-on attempts refused since the host went off (or since a retry)
     cause: str = ""  # the last refusal, in words
     handed_over: bool = False  # a person was asked: the attempts stopped
+    cancel_seen: bool = False  # a cancel gave the attempts afresh once (`cancelled`)
 
     @property
     def is_off(self) -> bool:
@@ -74,6 +80,23 @@ class PowerCustody(BaseModel):
     def retried(self) -> None:
         """A person answered `retry`: power-on attempts afresh."""
         self.refused, self.handed_over = 0, False
+
+    def cancelled(self) -> bool:
+        """A cancel: nobody is left to ask, so a host off by this run's hand gets its power-on
+        attempts afresh, once (the backoff or the person's wait it cut counts for nothing). True
+        while an On is owed with attempts left: attempt, `on_refused`, until seen On or the
+        attempts are spent; then the run ends with `left()` (asked again, e.g. by an outer step
+        the cancel reaches next, no second round: False once they are spent)."""
+        if self.is_off and not self.cancel_seen:
+            self.retried()
+        self.cancel_seen = True
+        return self.is_off and not self.handed_over
+
+    def left_off_by(self, how: str, cause: str) -> None:
+        """A step of this run that tries On itself (a reboot child, with its own backoff) ended
+        with the host off: its attempts are spent, a person is asked (`hand_over_words`)."""
+        self.off_by, self.cause = how, cause
+        self.refused, self.handed_over = len(POWER_ON_RETRY_DELAYS) + 1, True
 
     def hand_over_words(self, *, then: str = "goes on", confirm: bool = False) -> str:
         """The manual-intervention phase's details: the host is OFF, why, and every way on

@@ -1,0 +1,41 @@
+"""`host list` marks an idle host its last run left OFF, from the entity's memo entry `left_off`
+in the same visibility listing (no BMC read, no query per host): the row, its JSON, the decoding."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from temporalio.api.common.v1 import Payload
+from temporalio.api.workflow.v1 import WorkflowExecutionInfo
+
+from contracts import names
+from metalflow.cli.host_list import HostRow, _entity, render
+
+NOW = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
+
+
+def _listed(memo: dict[str, bytes]) -> WorkflowExecutionInfo:
+    info = WorkflowExecutionInfo()
+    info.execution.workflow_id = "host/h-1"
+    for key, data in memo.items():
+        info.memo.fields[key].CopyFrom(Payload(metadata={"encoding": b"json/plain"}, data=data))
+    return info
+
+
+def test_the_memo_entry_names_the_run_that_left_the_host_off() -> None:
+    _, row = _entity(_listed({names.LEFT_OFF_MEMO: json.dumps("reboot/h-1/generation-2").encode()}))
+    assert row.left_off == "reboot/h-1/generation-2"
+    assert row.as_json()["left_off_by"] == "reboot/h-1/generation-2"
+    assert _entity(_listed({}))[1].left_off is None
+    assert _entity(_listed({names.LEFT_OFF_MEMO: b"not json"}))[1].left_off is None
+
+
+def test_the_phase_cell_of_a_host_left_off_says_so() -> None:
+    rows = [
+        HostRow(host="h-1", site="s", phase="idle", left_off="reboot/h-1/generation-2"),
+        HostRow(host="h-2", site="s", phase="idle"),
+    ]
+    lines = render(rows, NOW).splitlines()
+    assert lines[1].startswith("h-1") and "  idle (host OFF)  " in lines[1], lines
+    assert "OFF" not in lines[2]
