@@ -63,6 +63,7 @@ from contracts.models.host import (
 )
 from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
+from workflows.host.maintenance_rules import maintenance_refusal, maintenance_words
 from workflows.host.power_rest import baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.host_power import HOST_IS_OFF
@@ -89,29 +90,6 @@ def what_abort_reaches(current: OperationRecord | None) -> str | None:
     if current.outcome == "running":
         return ABORT_OPERATION
     return None
-
-
-def maintenance_words(maintenance: Maintenance) -> str:
-    """A host's maintenance in words, as every refusal, skip and view says it."""
-    return f"in maintenance since {iso_z(maintenance.since)}, set by {maintenance.by}: {maintenance.reason}"
-
-
-def maintenance_refusal(
-    host_id: str, maintenance: Maintenance | None, kind: EntityRequest[Any], in_maintenance: bool
-) -> str | None:
-    """May this request start on a host in maintenance? None: yes. Else the refusal in words.
-
-    Every operation request is disruptive (each waits for `approve` on an assigned host: it powers
-    the host, its DPUs or DPF's objects), so in maintenance each is refused unless the request
-    says `in_maintenance` (an operator's `--in-maintenance`; the monitor and campaigns never say
-    it). Read-only commands are no requests and never come here."""
-    if maintenance is None or in_maintenance or not kind.approval:
-        return None
-    return (
-        f"host {host_id} is {maintenance_words(maintenance)}; {kind.operation} refused "
-        f"(to run it anyway: metalflow host {kind.command} {host_id} --in-maintenance ...; "
-        f"to end the maintenance: metalflow host maintenance {host_id} off)"
-    )
 
 
 def _standing(current: PendingOperation) -> str:
