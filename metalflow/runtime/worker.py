@@ -30,6 +30,7 @@ import workflows
 from activities import heartbeat
 from contracts import names
 from contracts.errors import InvalidInput, PermanentError
+from contracts.wording import LogFormatterZ
 from drivers.settings import Settings
 from drivers.site_file import SiteFileCache, SiteFileError
 from metalflow.client import connect
@@ -249,8 +250,10 @@ class _ExpectedFailureInOneLine(logging.Filter):
 
 def configure_logging(level: int = logging.INFO) -> None:
     """The worker's log at INFO reads as a story: one line per step of each operation."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s%(workflow_tag)s")
+    logging.basicConfig(level=level)
+    line = LogFormatterZ("%(asctime)s %(levelname)s %(name)s: %(message)s%(workflow_tag)s")
     for handler in logging.getLogger().handlers:
+        handler.setFormatter(line)  # times in ISO 8601 UTC with Z, as every time printed
         handler.addFilter(_WorkflowTag())
         handler.addFilter(_ExpectedFailureInOneLine())
     temporalio.workflow.logger.workflow_info_on_message = False
