@@ -3,21 +3,28 @@ read as an operator reads them: `python worker.py` as deploy/ runs it, its log f
 Prometheus `/metrics`, against the session's Temporal and a simulated site, driven by the CLI.
 
 - Every line of the worker's log starts with its time in ISO 8601 UTC with `Z`.
+- An expected failure (a BMC refusing the credentials) is one line with its reason, no
+  traceback, and no line says the BMC's 401 twice.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import use_site_file
+from cli_support import metalflow, use_site_file
 from sim_support import RunningSim, prefixed_sim
+from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from worker_support import WorkerProcess, worker_env, worker_process
 
+from contracts import names
 from metalflow.runtime.ports import free_port
 
 PREFIX = f"tell{uuid.uuid4().hex[:4]}"
@@ -62,3 +69,44 @@ async def test_every_line_of_the_worker_log_starts_with_its_time_in_iso_8601_z(
     lines = log_lines(process)
     assert lines, "the worker logged nothing"
     assert [line for line in lines if not LOG_TIME.match(line)] == [], Path(process.log).read_text()
+
+
+async def until_phase(client: Client, workflow_id: str, phases: tuple[str, ...]) -> str:
+    """Until the workflow shows one of `phases` (its `Phase` search attribute); which."""
+    for _ in range(300):
+        with contextlib.suppress(RPCError):
+            described = await client.get_workflow_handle(workflow_id).describe()
+            if (phase := described.typed_search_attributes.get(names.PHASE)) in phases:
+                return phase
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{workflow_id} never reached {phases}")
+
+
+async def test_wrong_bmc_credentials_are_one_line_of_the_worker_log_said_once(
+    local_env: WorkflowEnvironment, sim: RunningSim, worker: tuple[WorkerProcess, int], queue: str
+) -> None:
+    """The BMC's password changes once it took the host Off (`rotate-after-forceoff`): the power
+    cycle's On is refused (401) and the host waits for a person. The SDK logged that activity's
+    failure with a ~38-line traceback of the driver's internals; now one line, each line saying
+    the 401 once."""
+    process, _ = worker
+    host = f"{PREFIX}-002"  # a BMC without a native PowerCycle: ForceOff, then On
+    sim.inject(f"bmcs/{host}/rotate-after-forceoff")
+    asked = await metalflow(local_env, "host", "reboot", host, "--by", "dave@test", "--task-queue", queue)
+    assert asked.status == 0, asked.stdout + asked.stderr
+    reboot = names.host_reboot_workflow_id(host, 1)
+    await until_phase(local_env.client, reboot, ("manual-intervention-required", "waiting-for-manual-reboot"))
+    log = process.output()
+    assert "Traceback" not in log, log
+    said = [line for line in log_lines(process) if "401" in line]
+    assert [line for line in said if line.count("401") > 1] == [], said  # each line says it once
+    # Each failed activity (the cycle's On, then each attempt to power the host back on): one
+    # line with its reason, nothing after it.
+    failed = [line for line in said if "Completing activity as failed: BMCAuthenticationFailed: " in line]
+    assert failed and all(LOG_TIME.match(line) for line in failed), log
+    assert "they changed during the operation" in failed[0], failed  # the cycle's own failure
+    aborted = await metalflow(
+        local_env, "host", "abort", host, "--by", "dave@test", "--reason", "done", "--task-queue", queue
+    )
+    assert aborted.status == 0, aborted.stdout + aborted.stderr
+    sim.inject(f"bmcs/{host}/clear")

@@ -23,13 +23,14 @@ import temporalio.activity
 import temporalio.workflow
 from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
 from activities import heartbeat
 from contracts import names
-from contracts.errors import InvalidInput, PermanentError
+from contracts.errors import PERMANENT_TYPES, InvalidInput, PermanentError
 from contracts.wording import LogFormatterZ
 from drivers.settings import Settings
 from drivers.site_file import SiteFileCache, SiteFileError
@@ -238,11 +239,15 @@ class _ExpectedFailureInOneLine(logging.Filter):
     """An activity that ended with one of metalflow's permanent errors (wrong BMC credentials, a
     missing secret, bad input: the world's answer, raised on purpose with its cause in words) is
     one line, `Completing activity as failed: BMCAuthenticationFailed: <why>`, not the SDK's
-    30-line traceback of the driver's internals. Other errors keep their traceback."""
+    30-line traceback of the driver's internals; so is one an activity passes on as a plain
+    `ApplicationError` of the same type, not retryable (the power cycle adds the step it reached:
+    `activities/redfish/power.py`, `with_step`). Other errors keep their traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, PermanentError):
+        if isinstance(error, PermanentError) or (
+            isinstance(error, ApplicationError) and error.non_retryable and error.type in PERMANENT_TYPES
+        ):
             record.msg = f"{record.getMessage()}: {error.type}: {error.message}"
             record.args, record.exc_info, record.exc_text = None, None, None
         return True
