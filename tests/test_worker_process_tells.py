@@ -3,8 +3,6 @@ read as an operator reads them: `python worker.py` as deploy/ runs it, its log f
 Prometheus `/metrics`, against the session's Temporal and a simulated site, driven by the CLI.
 
 - Every line of the worker's log starts with its time in ISO 8601 UTC with `Z`.
-- An expected failure (a BMC refusing the credentials) is one line with its reason, no
-  traceback, and no line says the BMC's 401 twice.
 """
 
 from __future__ import annotations
@@ -16,8 +14,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from cli_support import metalflow, use_site_file
+from cli_support import ended, metalflow, until_shown, use_site_file
+from deploy_support import metric_sum
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -82,6 +82,11 @@ async def until_phase(client: Client, workflow_id: str, phases: tuple[str, ...])
     raise AssertionError(f"{workflow_id} never reached {phases}")
 
 
+async def scrape(port: int) -> str:
+    async with httpx.AsyncClient() as http:
+        return (await http.get(f"http://127.0.0.1:{port}/metrics", timeout=10)).text
+
+
 async def test_wrong_bmc_credentials_are_one_line_of_the_worker_log_said_once(
     local_env: WorkflowEnvironment, sim: RunningSim, worker: tuple[WorkerProcess, int], queue: str
 ) -> None:
@@ -110,3 +115,39 @@ async def test_wrong_bmc_credentials_are_one_line_of_the_worker_log_said_once(
     )
     assert aborted.status == 0, aborted.stdout + aborted.stderr
     sim.inject(f"bmcs/{host}/clear")
+
+
+async def test_every_operation_kind_counts_its_end_with_its_outcome(
+    local_env: WorkflowEnvironment, sim: RunningSim, worker: tuple[WorkerProcess, int], queue: str
+) -> None:
+    """`metalflow_operations_finished_total` counted only `kind="reprovision"`: a firmware update,
+    a reset and a reboot ended uncounted, and an abort was no `outcome="aborted"`."""
+    _, port = worker
+    firmware_host, reset_host, reboot_host = (f"{PREFIX}-{n:03d}" for n in (1, 3, 4))
+    before = await scrape(port)
+    firmware = await metalflow(
+        local_env, "host", "firmware", firmware_host, "--version", "32.45.1020",
+        "--image", "http://firmware.example.test/bf-fw-32.45.1020.bfb", "--wait", "--task-queue", queue,
+    )  # fmt: skip
+    assert firmware.status == 0, firmware.stdout + firmware.stderr
+    reset = await metalflow(local_env, "host", "reset", reset_host, "--host", "--wait", "--task-queue", queue)
+    assert reset.status == 0, reset.stdout + reset.stderr
+    manual = ["host", "reboot", reboot_host, "--manual-reboot", "--task-queue", queue]
+    assert (waiting := await metalflow(local_env, *manual)).status == 0, waiting.stdout + waiting.stderr
+    reboot = names.host_reboot_workflow_id(reboot_host, 1)
+    await until_phase(local_env.client, reboot, ("waiting-for-manual-reboot",))
+    by = ["--by", "erin@test", "--reason", "not now", "--task-queue", queue]
+    assert (aborted := await metalflow(local_env, "host", "abort", reboot_host, *by)).status == 0, aborted
+    await until_shown(local_env, reboot_host, ended, "ended")
+
+    after = await scrape(port)
+    finished, started = "metalflow_operations_finished_total", "metalflow_operations_started_total"
+
+    def counted(name: str, **labels: str) -> float:
+        return metric_sum(after, name, **labels) - metric_sum(before, name, **labels)
+
+    for kind, outcome in (("firmware", "succeeded"), ("reset", "succeeded"), ("reboot", "aborted")):
+        assert counted(finished, kind=kind, outcome=outcome) == 1, (kind, outcome, after)
+        assert counted(started, kind=kind) == 1, (kind, after)
+    # The firmware update's and the reset's power cycles are their steps, not reboots of their own.
+    assert counted(finished, kind="reboot") == 1, after

@@ -162,6 +162,7 @@ class HostResetWorkflow(kernel.Abortable):
         self._reached = request.boot_generation  # the generation a reboot of this run reached
         self._leases = BMCLeaseHolder()
         self._reboots = RebootRounds(self)
+        self.operation_kind = RESET_OPERATION
 
     @workflow.run
     async def run(self, request: HostResetInput) -> HostResetResult:
