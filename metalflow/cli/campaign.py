@@ -16,7 +16,8 @@ Exit statuses (`metalflow.cli.exits`, README's table), the same from `start` and
 (`--wait`: every host succeeded); 1 refused by the campaign's rules (as `plan` says), failed,
 stopped, or not every host succeeded, a name already running, an update the campaign refused,
 and `status` of a campaign that failed, was cancelled or terminated (it still shows its status
-and changes); 2 usage, a selection that names no host, no such campaign or schedule, bad input
+and changes); 4 `status` (and `--wait`) of a campaign an operator aborted (`aborted by <who>:
+<reason>`); 2 usage, a selection that names no host, no such campaign or schedule, bad input
 that changed nothing; 3 Temporal or the cluster unreachable.
 """
 
@@ -295,7 +296,7 @@ def render(status: CampaignStatus) -> str:
         f"{status.name} {status.phase} [{'#' * filled}{'.' * (BAR - filled)}] {finished}/{status.total}: "
         f"{', '.join(parts)}; batch {status.batch}"
     )
-    aborting = status.aborting and f"aborting (asked by {status.aborting})"
+    aborting = status.aborting and status.phase != "aborted" and f"aborting (asked by {status.aborting})"
     for why in (status.halted_reason, status.paused_by and f"paused by {status.paused_by}", aborting):
         if why:
             line += f"; {why}"
@@ -364,6 +365,7 @@ def print_named(word: str, count: int, named: tuple[Failure, ...], workflow_id: 
 def summary(result: CampaignResult) -> str:
     """The campaign's end in one line (hosts aborted by the operator are not counted failed)."""
     aborted = f", {result.aborted} aborted" if result.aborted else ""
+    aborted += f", {result.deferred} deferred" if result.deferred else ""
     return (
         f"campaign/{result.name} {result.outcome}: {result.done} done, {result.already_at_target} already "
         f"at target, {result.failed} failed, {result.skipped} skipped{aborted} of {result.total}"
@@ -372,9 +374,11 @@ def summary(result: CampaignResult) -> str:
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
     """The status query; a campaign that failed, was cancelled or terminated still shows its
-    status (counts, hosts, every change and whether it was put back) and says how it ended, exit 1."""
+    status (counts, hosts, every change and whether it was put back) and says how it ended, exit 1
+    (4 for an operator's abort)."""
     handle = _handle(client, args.name)
     status, ended = await workflow_commands.last_status(client, handle, query, "campaign")
+    ended = ended or workflow_commands.aborted_as(handle.id, status)
     if ended is not None:
         status = status.as_ended(ended)
     if args.json:
@@ -392,6 +396,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             print()
             await _raise_if_ended_badly(client, handle.id)
+            if (aborted := workflow_commands.aborted_as(handle.id, await query(handle))) is not None:
+                raise CampaignError(f"campaign {aborted}", aborted.status)
             return EXIT_OK
         await asyncio.sleep(FOLLOW_SECONDS)
         status = await query(handle)
@@ -401,7 +407,8 @@ def details(status: CampaignStatus, workflow_id: str) -> list[str]:
     """The lines under the status line: what it waits for, the hosts behind the counts (failed,
     aborted with what each was left in, finishing a reboot round, put off until when), every
     change outside its hosts."""
-    lines = [f"  waiting for: {status.waiting_on}: {status.waiting_for}"] if status.waiting_for else []
+    waiting = status.waiting_for and status.waiting_for != status.ended  # an end is said on the line above
+    lines = [f"  waiting for: {status.waiting_on}: {status.waiting_for}"] if waiting else []
     if status.stopped_reason:
         lines.append(f"  stopped: {status.stopped_reason}")
     lines += _named_lines("failed", status.failed, status.failures, workflow_id)
