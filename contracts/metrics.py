@@ -14,8 +14,12 @@ Exported names (Prometheus, with the `metalflow_` prefix the helpers add):
 
 | metric | kind | labels |
 | --- | --- | --- |
-| `metalflow_operations_started` | counter | `kind` (provision, reprovision, ...) |
+| `metalflow_operations_started` | counter | `kind` (provision, reprovision, reboot, firmware, ...) |
 | `metalflow_operations_finished` | counter | `kind`, `outcome` (succeeded, failed, aborted, cancelled) |
+
+Every operation kind counts its start and its end in one place, the kernel's `to_the_end`
+(`workflows/kernel.py`: a run that sets `operation_kind`); a reboot round inside another
+operation is that operation's step, not a `reboot` of its own.
 | `metalflow_phase_entered` | counter | `phase` (e.g. manual-intervention-required) |
 | `metalflow_power_cycles` | counter | `method` (PowerCycle, ForceOff+On, On), `already_done`, `bmc` |
 | `metalflow_bmc_requests` | counter | `bmc`, `status` (HTTP status class, or timeout/unreachable) |
@@ -62,9 +66,9 @@ def _activity_meter() -> MetricMeter | None:
     return activity.metric_meter() if activity.in_activity() else None
 
 
-def workflow_operation_started(kind: str) -> None:
-    """An operation (a host workflow's run) began."""
-    if (meter := _workflow_meter()) is not None:
+def workflow_operation_started(kind: str | None) -> None:
+    """An operation (a host workflow's run) began; nothing for no `kind` (no operation)."""
+    if kind and (meter := _workflow_meter()) is not None:
         meter.create_counter(PREFIX + "operations_started", "operations started").add(1, {"kind": kind})
 
 
@@ -74,6 +78,14 @@ def workflow_operation_finished(kind: str, outcome: str) -> None:
         meter.create_counter(PREFIX + "operations_finished", "operations finished").add(
             1, {"kind": kind, "outcome": outcome}
         )
+
+
+def workflow_operation_ended(kind: str | None, phase: str, error: BaseException | None = None) -> None:
+    """An operation ended: `succeeded` without `error`, `aborted` when its final `phase` says so,
+    else as `error` says (`outcome_of`); nothing for no `kind` (no operation)."""
+    if kind:
+        outcome = "succeeded" if error is None else "aborted" if phase == "aborted" else outcome_of(error)
+        workflow_operation_finished(kind, outcome)
 
 
 def outcome_of(error: BaseException) -> str:

@@ -7,6 +7,7 @@ the offset a datetime carries; counts take the right plural ("1 DPU", "2 DPUs");
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 
 _IRREGULAR = {"is": "are", "was": "were", "has": "have"}
@@ -19,6 +20,15 @@ def iso_z(when: datetime | None, *, none: str = "-") -> str:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class LogFormatterZ(logging.Formatter):
+    """A log line's time in ISO 8601 UTC with milliseconds and `Z` (`2026-11-29T09:21:05.123Z`),
+    as every time metalflow prints (the logging default is local time with a comma and no zone)."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - logging's name
+        when = datetime.fromtimestamp(record.created, UTC)
+        return f"{when.strftime('%Y-%m-%dT%H:%M:%S')}.{int(record.msecs):03d}Z"
 
 
 def clock_z(when: datetime) -> str:

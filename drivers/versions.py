@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from contracts.errors import MetalflowError
+from contracts.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, MetalflowError
 from contracts.models.dpf import DPUNODE_NAME_LABEL
 from contracts.models.inventory import (
     EVERYTHING,
@@ -107,10 +107,23 @@ class VersionReader:
         self.kube = kube
         self.redfish = redfish
         self.on_wait = on_wait
+        # Every BMC this reader asked: those that answered, those it could not reach (down, timed
+        # out, 5xx: `BMCUnavailable`), by BMC id. `host versions` exits 3 when it reached none.
+        self.answered: set[str] = set()
+        self.unreached: set[str] = set()
 
     async def _bmc(self, access: BMCAccess, read: Any) -> Any:
-        async with self.redfish.connect(access, on_wait=self.on_wait) as bmc:
-            return await read(bmc)
+        try:
+            async with self.redfish.connect(access, on_wait=self.on_wait) as bmc:
+                found = await read(bmc)
+        except BMCUnavailable:
+            self.unreached.add(access.bmc_id)
+            raise
+        except (BMCAuthenticationFailed, BMCRequestRejected):  # it answered, and refused
+            self.answered.add(access.bmc_id)
+            raise
+        self.answered.add(access.bmc_id)
+        return found
 
     async def host(
         self, host: HostInventory, *, identity: bool = True, scope: VersionsScope = EVERYTHING

@@ -3,6 +3,7 @@ DPU id works, the fault shows in the site's Kubernetes API, bad input is refused
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -107,3 +108,31 @@ def test_podgang_faults(state: Path) -> None:
     assert missing.returncode == 2 and "no PodGang 'no-such-gang'" in missing.stderr, missing.stderr
     bad = _fault("podgang", "Bad_Name", "fall-back", state=state)
     assert bad.returncode == 2 and "invalid PodGang name" in bad.stderr
+
+
+def test_host_versions_exits_3_when_no_bmc_can_be_reached_and_names_the_ones_it_could_not(
+    state: Path,
+) -> None:
+    """README's exit-status table: 3 when the site cannot be reached. `host versions` of a host
+    whose every BMC is down exited 0; now 3, naming them. While some BMC answered it exits 0 and
+    names the ones that did not (their versions show `-`)."""
+    bmcs = ["host-001", "host-001-dpu-0", "host-001-dpu-1"]
+    try:
+        for bmc in bmcs:
+            assert _fault("bmc", bmc, "unreachable", state=state).returncode == 0
+        nothing = _metalflow("host", "versions", "host-001", state=state)
+        assert nothing.returncode == 3, nothing.stdout + nothing.stderr
+        said = "no BMC could be reached (3 BMCs asked: host-001, host-001-dpu-0, host-001-dpu-1)"
+        assert said in nothing.stderr, nothing.stderr
+        as_json = _metalflow("host", "versions", "host-001", "--json", state=state)
+        assert as_json.returncode == 3, as_json.stdout + as_json.stderr
+        assert json.loads(as_json.stdout)["unreached_bmcs"] == bmcs  # one document, saying which
+
+        for bmc in bmcs[1:]:
+            assert _fault("bmc", bmc, "clear", state=state).returncode == 0
+        some = _metalflow("host", "versions", "host-001", state=state)
+        assert some.returncode == 0, some.stdout + some.stderr
+        assert "1 of 3 BMCs could not be reached (host-001): their versions show `-`" in some.stderr
+    finally:
+        for bmc in bmcs:
+            _fault("bmc", bmc, "clear", state=state)

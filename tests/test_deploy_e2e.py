@@ -186,8 +186,11 @@ async def test_least_privilege_worker_provisions_and_reprovisions_with_metrics(
     # A workflow's increments are skipped while it replays, but a workflow task that failed or
     # timed out (a loaded machine: the deadlock detector, the 10 s task timeout) runs its code again
     # for real on its next attempt: each such task may count once more, never otherwise.
+    # Two provisions, a reprovision and two removals: every operation kind counts its end.
     finished = metric_sum(after, "metalflow_operations_finished_total", outcome="succeeded")
-    assert 3 <= finished <= 3 + retried, (finished, retried)
+    assert 5 <= finished <= 5 + retried, (finished, retried)
+    removals = metric_sum(after, "metalflow_operations_finished_total", kind="remove")
+    assert 2 <= removals <= 2 + retried, (removals, retried)
     reprovisions = metric_sum(after, "metalflow_operations_finished_total", kind="reprovision")
     assert 1 <= reprovisions <= 1 + retried, (reprovisions, retried)
     assert metric_sum(after, "metalflow_power_cycles_total") == 3

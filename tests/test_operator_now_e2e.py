@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,6 +33,7 @@ from temporalio.testing import WorkflowEnvironment
 from contracts import names, workflow_api
 from contracts.models.campaign import AbortRequest
 from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+from metalflow.cli import exits
 
 ISO_Z = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 
@@ -39,7 +41,7 @@ ISO_Z = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "now", hosts=2, dpus_per_host=1, timing={"dpu_boot_seconds": 8}
+        tmp_path_factory.mktemp("sim"), "now", hosts=3, dpus_per_host=1, timing={"dpu_boot_seconds": 8}
     ) as running:
         use_site_file(running.site_file)
         yield running
@@ -163,5 +165,55 @@ async def test_a_request_awaiting_approval_and_a_host_a_campaign_put_off_say_unt
                 AbortRequest(requested_by="pytest", reason="the test is over"),
                 result_type=OperatorAnswer,
             )
+        with contextlib.suppress(RPCError):
+            await client.get_workflow_handle(names.host_workflow_id(host)).terminate("the test is over")
+
+
+async def test_an_aborted_campaign_says_who_aborted_and_why_and_exits_4(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Issue 38 item 4 for `campaign status`: a campaign an operator aborted exited 0 and its
+    reason appeared nowhere, `--json` included; now it says `aborted by <who>: <reason>`, exit 4
+    (README's table), as `rollout status` and `--wait` do. The host it was waiting for (busy)
+    read as skipped; it stays deferred, with its time."""
+    host, dpu = "now-003", "now-003-dpu-0"
+    name = f"stop38-{uuid.uuid4().hex[:6]}"
+    client = local_env.client
+    try:
+        assigned = await metalflow(local_env, "host", "assign", host, "vm-39", "--task-queue", queue)
+        assert assigned.status == 0, assigned.stderr
+        held = await metalflow(local_env, "host", "reset", host, "--dpu", dpu, "--task-queue", queue)
+        assert held.status == 0 and "awaits approval" in held.stdout, held.stdout + held.stderr
+        started = await metalflow(
+            local_env, "campaign", "start", name, "--hosts", host, "--reprovision", "--canary", "0",
+            "--task-queue", queue,
+        )  # fmt: skip
+        assert started.status == 0, started.stdout + started.stderr
+        await _until_deferred(client, f"campaign/{name}", host)
+        running = await metalflow(local_env, "campaign", "status", name)
+        assert running.status == 0 and "0 skipped" in running.stdout, running.stdout
+        assert re.search(rf"1 deferred \({host} until {ISO_Z}\)", running.stdout), running.stdout
+
+        by = ["--by", "carol@test", "--reason", "stop it"]
+        aborted = await metalflow(local_env, "campaign", "abort", name, *by)
+        assert aborted.status == 0, aborted.stdout + aborted.stderr
+        assert (await client.get_workflow_handle(f"campaign/{name}").result())["outcome"] == "aborted"
+
+        said = f"campaign/{name} aborted by carol@test: stop it"
+        shown = await metalflow(local_env, "campaign", "status", name)
+        assert shown.status == exits.ABORTED, shown
+        assert said in shown.stdout and said in shown.stderr, shown
+        assert shown.stdout.count("stop it") == 1, shown.stdout  # said once
+        assert "failed" not in shown.stderr and "aborting" not in shown.stdout, shown
+        # The host it waited for was never left out: deferred, with its time, not skipped.
+        assert "0 skipped" in shown.stdout, shown.stdout
+        assert re.search(rf"1 deferred \({host} until {ISO_Z}\)", shown.stdout), shown.stdout
+        as_json = await metalflow(local_env, "campaign", "status", name, "--json")
+        assert as_json.status == exits.ABORTED, as_json
+        document = json.loads(as_json.stdout)
+        assert (document["phase"], document["ended"]) == ("aborted", said), document
+        assert (document["aborting"], document["abort_reason"]) == ("carol@test", "stop it"), document
+        assert (document["skipped"], document["deferred"]) == (0, [host]), document
+    finally:
         with contextlib.suppress(RPCError):
             await client.get_workflow_handle(names.host_workflow_id(host)).terminate("the test is over")

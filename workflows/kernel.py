@@ -286,6 +286,7 @@ class Runbook:
         self._kinds: tuple[str, ...] = ()
         self._answer: tuple[str, OperatorRequest] | None = None
         self.left_behind = ""  # what an early end left, in words (`to_the_end`'s `clean_up`)
+        self.operation_kind: str | None = None  # an operation's `kind` label, counted by `to_the_end`
 
     # -- phases ----------------------------------------------------------------------------------
     def enter(
@@ -329,17 +330,21 @@ class Runbook:
         its Phase true. `clean_up` runs no abortable call: the run is ending already. An abort
         returns `aborted_result(err)` instead when the workflow gives one (the run completes).
         """
+        metrics.workflow_operation_started(self.operation_kind)
         try:
-            return await runbook()
+            done = await runbook()
         except (FailureError, asyncio.CancelledError) as err:
             left_behind = self.left_behind = await clean_up(err)
             await self.end_early(err, left_behind)
+            metrics.workflow_operation_ended(self.operation_kind, self.phase, err)
             if self.phase == "aborted" and (result := self.aborted_result(err)) is not None:
                 return cast(ResultT, result)  # an operator's abort, asked for: the run completes
             replacement = self.ending_error(err)
             if replacement is None:
                 raise
             raise replacement from err
+        metrics.workflow_operation_ended(self.operation_kind, self.phase)
+        return done
 
     def aborted_result(self, err: BaseException) -> Any:
         """What a run an operator aborted returns (Temporal: Completed, its Phase `aborted`, the

@@ -233,7 +233,7 @@ class CampaignStatus(_Frozen):
     budget: str  # in words, e.g. "1 failed since the start; halts past 2 (of 40 hosts)"
     halted_reason: str | None
     paused_by: str | None
-    aborting: str | None
+    aborting: str | None  # who asked the abort (while aborting and once aborted)
     limits: Limits
     runs: int
     needs_operator: tuple[Failure, ...] = ()  # in flight, their operation waits for an operator
@@ -252,6 +252,7 @@ class CampaignStatus(_Frozen):
     stopped_reason: str | None = None  # it stops (or stopped) on its own: why (e.g. no canary host can run)
     # Asked to abort, but their DPUs were installing: each finishes its reboot round (why).
     finishing: tuple[Failure, ...] = ()
+    abort_reason: str = ""  # the abort's reason, as its operator gave it (with `aborting`)
     # Set by the CLI for a run that did not end by itself: "failed: ...", "cancelled", "terminated: ...".
     ended: str = ""
 
@@ -260,7 +261,8 @@ class CampaignStatus(_Frozen):
         <reason>`, `<id> failed: <why>`, ...), as ended: its phase how it ended, waiting for
         nothing (its last query still read its in-flight hosts, which it no longer follows)."""
         words = how.split(":")[0]
-        phase = next((p for p in ("terminated", "cancelled", "timed out", "failed") if p in words), "ended")
+        ends = ("aborted by", "terminated", "cancelled", "timed out", "failed")
+        phase = next((p.split()[0] for p in ends if p in words), "ended")
         return self.model_copy(
             update={"ended": how, "phase": phase, "waiting_on": "ended", "waiting_for": how}
         )
@@ -279,6 +281,7 @@ class CampaignResult(_Frozen):
     runs: int
     finished_at: datetime
     aborted: int = 0  # operations cut by `abort` with `cancel_running`
+    deferred: int = 0  # put off (their entity busy) when it was aborted or stopped: never asked again
     failures: tuple[Failure, ...] = ()
     skipped_hosts: tuple[Failure, ...] = ()
     aborted_hosts: tuple[Failure, ...] = ()

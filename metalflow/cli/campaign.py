@@ -19,7 +19,8 @@ Exit statuses (`metalflow.cli.exits`, README's table), the same from `start` and
 (`--wait`: every host succeeded); 1 refused by the campaign's rules (as `plan` says), failed,
 stopped, or not every host succeeded (`--wait` of a campaign halted or paused: it waits for an
 operator), a name already running, an update the campaign refused, and `status` of a campaign
-that failed, was cancelled or terminated (it still shows its status and changes); 2 usage, a
+that failed, was cancelled or terminated (it still shows its status and changes); 4 `status`
+(and `--wait`) of a campaign an operator aborted (`aborted by <who>: <reason>`); 2 usage, a
 selection that names no host, no such campaign or schedule, bad input that changed nothing; 3
 Temporal or the cluster unreachable.
 """
@@ -316,9 +317,11 @@ async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
 
 async def _status(client: Client, args: argparse.Namespace) -> int:
     """The status query; a campaign that failed, was cancelled or terminated still shows its
-    status (counts, hosts, every change and whether it was put back) and says how it ended, exit 1."""
+    status (counts, hosts, every change and whether it was put back) and says how it ended, exit 1
+    (4 for an operator's abort)."""
     handle = _handle(client, args.name)
     status, ended = await workflow_commands.last_status(client, handle, query, "campaign")
+    ended = ended or workflow_commands.aborted_as(handle.id, status)
     if ended is not None:
         status = status.as_ended(ended)
     if args.json:
@@ -336,6 +339,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             print()
             await _raise_if_ended_badly(client, handle.id)
+            if (aborted := workflow_commands.aborted_as(handle.id, await query(handle))) is not None:
+                raise CampaignError(f"campaign {aborted}", aborted.status)
             return EXIT_OK
         await asyncio.sleep(FOLLOW_SECONDS)
         status = await query(handle)

@@ -45,7 +45,7 @@ def render(status: CampaignStatus) -> str:
         f"{status.name} {status.phase} [{'#' * filled}{'.' * (BAR - filled)}] {finished}/{status.total}: "
         f"{', '.join(parts)}; batch {status.batch}"
     )
-    aborting = status.aborting and f"aborting (asked by {status.aborting})"
+    aborting = status.aborting and status.phase != "aborted" and f"aborting (asked by {status.aborting})"
     for why in (status.halted_reason, status.paused_by and f"paused by {status.paused_by}", aborting):
         if why:
             line += f"; {why}"
@@ -94,6 +94,7 @@ def print_named(word: str, count: int, named: tuple[Failure, ...], workflow_id: 
 def summary(result: CampaignResult) -> str:
     """The campaign's end in one line (hosts aborted by the operator are not counted failed)."""
     aborted = f", {result.aborted} aborted" if result.aborted else ""
+    aborted += f", {result.deferred} deferred" if result.deferred else ""
     return (
         f"campaign/{result.name} {result.outcome}: {result.done} done, {result.already_at_target} already "
         f"at target, {result.failed} failed, {result.skipped} skipped{aborted} of {result.total}"
@@ -104,7 +105,8 @@ def details(status: CampaignStatus, workflow_id: str) -> list[str]:
     """The lines under the status line: what it waits for, the hosts behind the counts (failed,
     aborted with what each was left in, finishing a reboot round, put off until when), every
     change outside its hosts."""
-    lines = [f"  waiting for: {status.waiting_on}: {status.waiting_for}"] if status.waiting_for else []
+    waiting = status.waiting_for and status.waiting_for != status.ended  # an end is said on the line above
+    lines = [f"  waiting for: {status.waiting_on}: {status.waiting_for}"] if waiting else []
     if status.stopped_reason:
         lines.append(f"  stopped: {status.stopped_reason}")
     lines += _named_lines("failed", status.failed, status.failures, workflow_id)

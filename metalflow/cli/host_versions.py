@@ -13,10 +13,12 @@ shows it at once, and no BMC is asked again for it. The entity reads nothing aft
 this is how a firmware someone else staged and a reboot activated reaches the memo.
 
 Exit statuses (`metalflow.cli.exits`): 0 read (a source that could not be read is named per host,
-`-` in the table; with `--refresh`, a host without an entity is named on stderr), 1 Temporal
-refused a refresh, 2 an unknown host, or settings or a site file that cannot be read, 3 the
-cluster (or, with `--refresh`, Temporal) cannot be reached. `--json`: one document,
-`{"hosts": [...], "summary": ..., "targets": ...}`.
+`-` in the table; BMCs that could not be reached while others answered are named on stderr; with
+`--refresh`, a host without an entity is named on stderr), 1 Temporal refused a refresh, 2 an
+unknown host, or settings or a site file that cannot be read, 3 no BMC asked could be reached
+(every one down, timed out or answering 5xx: named on stderr; no refresh), or the cluster (or,
+with `--refresh`, Temporal) cannot be reached. `--json`: one document, `{"hosts": [...],
+"summary": ..., "targets": ..., "unreached_bmcs": [...]}`.
 
 Cost: per host one DPU list; per DPU with a BMC one session and its FirmwareInventory; hosts read
 PARALLEL at a time.
@@ -57,6 +59,7 @@ from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.hosts import default_operator, tell_versions_read
 
 PARALLEL = 20
+NAMED = 10  # BMCs named on the line that says which could not be reached; more are counted
 MAINTENANCE_READ_SECONDS = 5.0  # Temporal's answer on who is in maintenance, at most
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.USAGE, exits.UNREACHABLE
 
@@ -162,17 +165,24 @@ async def _main(settings: Settings, args: argparse.Namespace) -> int:
         asyncio.gather(*(read(h) for h in hosts)), hosts_in_maintenance_or_why(args, ids)
     )
     summary = fleet_summary(found)
+    unreached = sorted(reader.unreached - reader.answered)
     if args.json:
         shown = [
             {**host.model_dump(mode="json"), "maintenance": _maintenance_json(held, host.host_id)}
             for host in found
         ]
-        print(json.dumps({"hosts": shown, "summary": summary, "targets": targets.model_dump(mode="json")}))
+        print(json.dumps({"hosts": shown, "summary": summary, "targets": targets.model_dump(mode="json"),
+                          "unreached_bmcs": unreached}))  # fmt: skip
     else:
         print(render(found, targets, summary, held))
         if unread:
             print(unread, file=sys.stderr)
     kube.close()
+    if unreached:
+        said = reached_in_words(unreached, len(reader.answered))
+        print(f"metalflow host versions: {said}", file=sys.stderr)
+        if not reader.answered:
+            return EXIT_UNREACHABLE  # nothing read from any BMC: nothing to give an entity either
     if args.refresh:
         return await refresh(args, found, VersionTargets(**targets.model_dump()))
     return EXIT_OK
@@ -205,6 +215,17 @@ async def refresh(args: argparse.Namespace, found: list[HostVersions], targets: 
         if not told:
             print(f"{host.host_id}: no entity yet (it reads its versions when it starts)", file=sys.stderr)
     return EXIT_OK
+
+
+def reached_in_words(unreached: list[str], answered: int) -> str:
+    """Which BMCs could not be reached (down, timed out, answering 5xx), and whether any was."""
+    more = f", +{len(unreached) - NAMED} more" if len(unreached) > NAMED else ""
+    named = ", ".join(unreached[:NAMED]) + more
+    if not answered:
+        asked = plural(len(unreached), "BMC")
+        return f"no BMC could be reached ({asked} asked: {named}); try again once they are back"
+    total = plural(len(unreached) + answered, "BMC")
+    return f"{len(unreached)} of {total} could not be reached ({named}): their versions show `-`"
 
 
 def fleet_summary(hosts: list[HostVersions]) -> dict[str, dict[str, int]]:

@@ -43,6 +43,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.errors import InvalidInput, ObjectNotFound, abort_in_words, matches
+from contracts.models.campaign import CampaignStatus
 from metalflow.cli import connection, exits, reader_gone
 from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
@@ -172,6 +173,15 @@ def ended_as(words: str, status: int = EXIT_FAILED) -> Ended:
     ended = Ended(words)
     ended.status = status
     return ended
+
+
+def aborted_as(workflow_id: str, status: CampaignStatus) -> Ended | None:
+    """A campaign whose last status shows it `aborted` (it completed so: an operator's abort is
+    no failure): `<id> aborted by <who>: <reason>`, exit 4 (`exits.ABORTED`); else None."""
+    if status.phase != "aborted":
+        return None
+    by, why = status.aborting or "an operator", status.abort_reason or "no reason given"
+    return ended_as(f"{workflow_id} aborted by {by}: {why}", exits.ABORTED)
 
 
 async def last_status(

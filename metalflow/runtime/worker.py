@@ -23,13 +23,15 @@ import temporalio.activity
 import temporalio.workflow
 from pydantic import ValidationError
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
 import activities
 import workflows
 from activities import heartbeat
 from contracts import names
-from contracts.errors import InvalidInput, PermanentError
+from contracts.errors import PERMANENT_TYPES, InvalidInput, PermanentError
+from contracts.wording import LogFormatterZ
 from drivers.settings import Settings
 from drivers.site_file import SiteFileCache, SiteFileError
 from metalflow.client import connect
@@ -237,11 +239,15 @@ class _ExpectedFailureInOneLine(logging.Filter):
     """An activity that ended with one of metalflow's permanent errors (wrong BMC credentials, a
     missing secret, bad input: the world's answer, raised on purpose with its cause in words) is
     one line, `Completing activity as failed: BMCAuthenticationFailed: <why>`, not the SDK's
-    30-line traceback of the driver's internals. Other errors keep their traceback."""
+    30-line traceback of the driver's internals; so is one an activity passes on as a plain
+    `ApplicationError` of the same type, not retryable (the power cycle adds the step it reached:
+    `activities/redfish/power.py`, `with_step`). Other errors keep their traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, PermanentError):
+        if isinstance(error, PermanentError) or (
+            isinstance(error, ApplicationError) and error.non_retryable and error.type in PERMANENT_TYPES
+        ):
             record.msg = f"{record.getMessage()}: {error.type}: {error.message}"
             record.args, record.exc_info, record.exc_text = None, None, None
         return True
@@ -249,8 +255,10 @@ class _ExpectedFailureInOneLine(logging.Filter):
 
 def configure_logging(level: int = logging.INFO) -> None:
     """The worker's log at INFO reads as a story: one line per step of each operation."""
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s%(workflow_tag)s")
+    logging.basicConfig(level=level)
+    line = LogFormatterZ("%(asctime)s %(levelname)s %(name)s: %(message)s%(workflow_tag)s")
     for handler in logging.getLogger().handlers:
+        handler.setFormatter(line)  # times in ISO 8601 UTC with Z, as every time printed
         handler.addFilter(_WorkflowTag())
         handler.addFilter(_ExpectedFailureInOneLine())
     temporalio.workflow.logger.workflow_info_on_message = False

@@ -7,6 +7,9 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from temporalio.exceptions import ApplicationError
+
+from activities.redfish.power import with_step
 from contracts.errors import BMCAuthenticationFailed
 from contracts.models.campaign import FailureBudget
 from contracts.models.campaign_progress import DeploymentChange
@@ -89,3 +92,26 @@ def test_an_expected_activity_failure_is_one_line_in_the_worker_log() -> None:
         )
     assert _ExpectedFailureInOneLine().filter(bug)
     assert "Traceback" in logging.Formatter().format(bug)  # a bug keeps its traceback
+
+
+def test_an_expected_failure_passed_on_as_a_plain_application_error_is_one_line_too() -> None:
+    """The power cycle passes a BMC's refusal on as a plain `ApplicationError` of the same type
+    with the step it reached (`with_step`): still expected, still one line (it was the SDK's
+    traceback of the driver's internals, ~38 lines, in the worker log)."""
+    try:
+        try:
+            raise BMCAuthenticationFailed(REASON)
+        except BMCAuthenticationFailed as err:
+            raise with_step(err, "off-sent") from err
+    except ApplicationError:
+        exc_info = sys.exc_info()
+    record = logging.LogRecord(
+        "temporalio.activity", logging.WARNING, __file__, 1, "Completing activity as failed", None, exc_info
+    )
+    assert _ExpectedFailureInOneLine().filter(record)
+    said = logging.Formatter("%(message)s").format(record)
+    assert said == f"Completing activity as failed: BMCAuthenticationFailed: {REASON}"
+    retried = ApplicationError("the BMC answered 503", type="BMCUnavailable")  # retried: not said so
+    kept = logging.LogRecord("temporalio.activity", logging.WARNING, __file__, 1, "failed", None, (
+        ApplicationError, retried, None))  # fmt: skip
+    assert _ExpectedFailureInOneLine().filter(kept) and kept.exc_info is not None

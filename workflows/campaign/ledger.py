@@ -180,10 +180,10 @@ class HostLedger(CampaignProgress):
         return True
 
     def skip_unstarted(self, reason: str) -> int:
-        """An ended campaign's hosts not started (aborted, stopped): skipped. Returns how many."""
-        unstarted = [
-            self.roster.ids[i] for i, c in enumerate(self.states) if c in (S.PENDING, S.REQUEUED, S.DEFERRED)
-        ]
+        """An ended campaign's hosts not started (aborted, stopped): skipped. Returns how many. A
+        host it had put off (its entity busy) stays deferred, with when it would have been asked
+        again and why: it waited for the host, it was never left out."""
+        unstarted = [self.roster.ids[i] for i, c in enumerate(self.states) if c in (S.PENDING, S.REQUEUED)]
         for host_id in unstarted:
             self.skip(host_id, reason)
         return len(unstarted)

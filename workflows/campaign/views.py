@@ -79,6 +79,7 @@ def status(state: CampaignState, name: str, start: CampaignInput, now: datetime)
         waiting_for=waiting_for,
         stopped_reason=state.stopped_reason,
         finishing=tuple(Failure(host_id=h, reason=r) for h, r in sorted(state.finishing.items())),
+        abort_reason=state.abort_request.reason if state.abort_request else "",
     )
 
 
@@ -129,6 +130,7 @@ def result(state: CampaignState, name: str, outcome: str, now: datetime) -> Camp
         failed=state.failed,
         skipped=state.skipped,
         aborted=state.aborted,
+        deferred=len(state.deferred),
         failures=tuple(state.recent_failed),
         skipped_hosts=tuple(state.recent_skipped),
         aborted_hosts=tuple(state.recent_aborted),

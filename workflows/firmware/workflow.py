@@ -156,6 +156,7 @@ class FirmwareWorkflow(kernel.Abortable):
         self._generation = request.boot_generation  # the host's, after this run's power cycle
         self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
         self._reboots = RebootRounds(self)
+        self.operation_kind = names.FIRMWARE
 
     @workflow.run
     async def run(self, request: FirmwareInput) -> FirmwareResult:

@@ -80,7 +80,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import activity_api, metrics, names
+    from contracts import activity_api, names
     from contracts.errors import DPUFailed, InvalidInput, OperationInstalling, RebootLoop, WatcherFailed
     from contracts.models.control import (
         ABORT_UPDATE,
@@ -146,11 +146,11 @@ class HostOperationWorkflow(RebootRound):
         self.state = HostOperationState.start(request, workflow.now())
         self.reboots = RebootRounds(self)
         self._watch = DPFWatch(on_taken=self._observe)
+        self.operation_kind = request.kind.value
 
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
         """Run the operation to completion; see the module docstring."""
-        metrics.workflow_operation_started(request.kind.value)
         try:
             return await self.to_the_end(self._operate, self._clean_up)
         finally:
@@ -171,7 +171,6 @@ class HostOperationWorkflow(RebootRound):
         await self._reboot_rounds()
         await self._watch.stop()
         await self.finish(COMPLETED, self.state.completed_words())
-        metrics.workflow_operation_finished(self.state.request.kind.value, "succeeded")
         return self.state.result(workflow.now())
 
     async def _clean_up(self, err: BaseException) -> str:
@@ -186,7 +185,6 @@ class HostOperationWorkflow(RebootRound):
         - A power cycle done but not yet acknowledged (annotation still there) is acknowledged:
           the reboot DPF asked for happened, and DPF would otherwise wait for it forever.
         """
-        metrics.workflow_operation_finished(self.state.request.kind.value, metrics.outcome_of(err))
         self.state.cleaning_up = True
         stopped = await self.reboots.stop()
         if stopped is not None:

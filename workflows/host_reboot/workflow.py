@@ -122,6 +122,12 @@ class HostRebootWorkflow(PowerSteps):
         self._retry: OperatorRequest | None = None
         self._why = ""  # what the BMC did on the last retry that failed
         self._unplanned = ""  # another actor turned the host On during our power-down: in words
+        # A reboot the host's entity started (`host reboot`), or one started alone, is an
+        # operation; a reboot round of another (its parent a reprovision, a firmware update or a
+        # reset) is that operation's step, not counted apart.
+        parent = workflow.info().parent
+        if parent is None or parent.workflow_id == names.host_workflow_id(request.host_id):
+            self.operation_kind = names.REBOOT
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:

@@ -177,6 +177,7 @@ class HostResetWorkflow(kernel.Abortable):
         self._leases = BMCLeaseHolder()
         self._reboots = RebootRounds(self)
         self._off_generation: int | None = None  # a `--host` reboot left the host OFF: not reached
+        self.operation_kind = RESET_OPERATION
 
     @workflow.run
     async def run(self, request: HostResetInput) -> HostResetResult:

@@ -85,6 +85,7 @@ class HostRemovalWorkflow(kernel.Abortable):
         self.state = RemovalState(request=request, started_at=workflow.now())
         self.details = "the host's inventory"
         self._watch = DPFWatch()
+        self.operation_kind = names.REMOVE
 
     @workflow.run
     async def run(self, request: HostRemovalInput) -> HostRemovalResult:
