@@ -65,6 +65,7 @@ from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
 from workflows.host.power_rest import forget_baseline
 from workflows.host.versions_known import KnownVersions
+from workflows.parts.boot_generation import generation_after
 
 RECENT_LIMIT: Final = 20
 IDLE: Final = "idle"
@@ -452,9 +453,9 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         self.current = None
 
     def reached(self, generation: int | None) -> None:
-        """The boot generation an operation reported (a failed one's reboots count too)."""
-        if generation is not None and generation > self.boot_generation:
-            self.boot_generation = generation
+        """The boot generation an operation reported, however it ended (a failed or aborted
+        one's power cycles count too): `boot_generation.generation_after`, the one rule."""
+        self.boot_generation = generation_after(self.boot_generation, generation)
 
     def finish(self, current: PendingOperation, outcome: str, now: datetime) -> None:
         """The operation ended (or was withdrawn, or expired): recorded, and the host idle. A
