@@ -124,6 +124,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import kernel
     from workflows.host_reset import state as sequence
+    from workflows.parts import boot_generation
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words
     from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
@@ -138,6 +139,7 @@ RESETTING_DPU = "resetting-dpu"
 WAITING_FOR_DPU_OS = "waiting-for-dpu-os"
 HOST_ON = "powering-host-on"
 REBOOTING_HOST = "rebooting-host"
+POWER_CYCLED = "power-cycled"  # reported (no phase) once the host is On after the BMC took our ForceOff
 COMPLETED = "completed"
 
 DPU_RESET_CALL: workflow.ActivityConfig = {
@@ -159,7 +161,10 @@ class HostResetWorkflow(kernel.Abortable):
         self._power = PowerCustody(host_id=request.host_id)
         self._inventory: HostInventory | None = None
         self._generation = request.boot_generation
-        self._reached = request.boot_generation  # the generation a reboot of this run reached
+        # The generation this run's power cycle reached (a `--host` reboot's, or the host's own
+        # ForceOff ... On around the DPU resets): `boot_generation.reached`, once the BMC took it.
+        self._reached = request.boot_generation
+        self._off_taken = False  # the BMC took this run's host ForceOff: On again is one power cycle
         self._leases = BMCLeaseHolder()
         self._reboots = RebootRounds(self)
 
@@ -325,6 +330,7 @@ class HostResetWorkflow(kernel.Abortable):
                 # a host that is On is skipped), inside this slot.
                 self._power.turned_off(f"ForceOff of {host} around the DPU resets")
                 await self._set_host_power("ForceOff")
+                self._off_taken = True
                 for dpu_id, bmc in dpus:
                     await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
                 self.enter(HOST_ON, f"On of {host} (its DPUs boot with it)")
@@ -411,8 +417,9 @@ class HostResetWorkflow(kernel.Abortable):
         the host is OFF). A cancelled run asks nobody: its final status says the host is OFF."""
         while self._power.is_off:
             try:
-                await self._set_host_power("On", abortable=False)
+                on = await self._set_host_power("On", abortable=False)
                 self._power.seen_on()
+                self._power_cycled(on)
             except ActivityError as on_err:
                 delay = self._power.on_refused(cause_in_words(on_err))
                 if delay is not None:
@@ -425,6 +432,23 @@ class HostResetWorkflow(kernel.Abortable):
                     kernel.report("host-left-off", words)
                     await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
                     self._power.retried()
+
+    def _power_cycled(self, on: SetPowerResult) -> None:
+        """The host is On again after this run's ForceOff (the BMC took it, or this On found the
+        host Off and turned it on): one power cycle, the host's next generation, counted once
+        (`boot_generation.reached`) and told (`power-cycled`: `PowerCycleIssued`), however the
+        reset then ends."""
+        accepted = self._off_taken or on.sent is not None
+        if not accepted or self._reached > self._request.boot_generation:
+            return
+        self._generation = self._reached = boot_generation.reached(
+            self._request.boot_generation + 1, accepted
+        )
+        kernel.report(
+            POWER_CYCLED,
+            f"power cycle (ForceOff+On around the DPU resets) for generation {self._reached}",
+            warning=False,
+        )
 
     @workflow.update(name=RETRY_UPDATE)
     def retry(self, request: OperatorRequest) -> OperatorAnswer:
@@ -465,9 +489,17 @@ class HostResetWorkflow(kernel.Abortable):
         """Every early end, its own errors and an abort's included, says what the reset had done
         (`_clean_up`'s words) after its cause: the entity records it as the reset's outcome."""
         said = self.said_in_words(err)
-        if said is not None or not isinstance(err, ApplicationError):
+        if said is None and isinstance(err, ApplicationError):
+            said = ApplicationError(
+                f"{err.message}. {self.left_behind}",
+                *err.details,
+                type=err.type,
+                non_retryable=True,
+                category=err.category,
+            )
+        if said is None or self._reached == self._request.boot_generation:
             return said
-        message = f"{err.message}. {self.left_behind}"
-        return ApplicationError(
-            message, *err.details, type=err.type, non_retryable=True, category=err.category
-        )
+        # The host was power-cycled: the generation reached, for the entity (`generation_reported`).
+        reached = {"boot_generation": self._reached}
+        return ApplicationError(said.message, *said.details, reached, type=said.type, non_retryable=True,
+                                category=said.category)  # fmt: skip
