@@ -11,7 +11,10 @@ the worker's Event emitter (a worker process where it is killed).
 - a reprovision whose power cycle the BMC refused (wrong credentials), aborted: no generation
   used up; the next reboot takes the very next one;
 - a `host reset --both`: its ForceOff ... On around the DPU resets is a power cycle: one
-  generation, one Event.
+  generation, one Event;
+- a `host reset --host` cancelled (`temporal workflow cancel`) in its power-down wait: its reboot
+  is cut short and completes, the reset ends cancelled with no result, and the entity reads the
+  reboot to count its generation.
 """
 
 from __future__ import annotations
@@ -35,13 +38,13 @@ from contracts import names
 PREFIX = f"gen{uuid.uuid4().hex[:5]}"
 # Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd is `no-powercycle` (ForceOff,
 # the power-down wait on a durable timer, On).
-H_KILLED, H_REFUSED, H_BOTH = f"{PREFIX}-002", f"{PREFIX}-001", f"{PREFIX}-003"
+H_KILLED, H_REFUSED, H_BOTH, H_CANCELLED = f"{PREFIX}-002", f"{PREFIX}-001", f"{PREFIX}-003", f"{PREFIX}-007"
 SITE: dict[str, Path] = {}
 
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=3, dpus_per_host=1) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=7, dpus_per_host=1) as running:
         SITE["path"] = running.site_file
         yield running
 
@@ -186,5 +189,23 @@ async def test_a_reset_of_the_host_and_its_dpus_moves_the_generation_once(
     reset = await result_of(local_env, names.host_operation_workflow_id("reset", host))
     assert cycles(sim, host) == 1, sim.power_log(host)
     assert (entity["boot_generation"], reset["boot_generation"]) == (1, 1), (entity, reset)
+    notes = await issued(sim, host, 1)
+    assert len(notes) == 1 and "generation 1" in notes[0], notes
+
+
+async def test_a_host_reset_cancelled_in_its_wait_counts_its_one_cycle(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host = H_CANCELLED
+    started = await cli(
+        local_env, "host", "reset", host, "--host", "--power-down-wait", "3600", "--task-queue", queue
+    )
+    assert started.status == 0, started.stdout + started.stderr
+    await until_off(sim, host)
+    await local_env.client.get_workflow_handle(names.host_operation_workflow_id("reset", host)).cancel()
+    entity = await until_idle(local_env, host)
+    assert entity["recent"][-1]["outcome"] == "aborted", entity["recent"]  # cancelled: no result kept
+    assert cycles(sim, host) == 1, sim.power_log(host)
+    assert entity["boot_generation"] == 1, entity
     notes = await issued(sim, host, 1)
     assert len(notes) == 1 and "generation 1" in notes[0], notes

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
@@ -31,10 +31,11 @@ class Rules:
     reached: Callable[[int, bool], int] = boot_generation.reached
     spent: Callable[[int, RunEnd, int | None], bool] = boot_generation.spent
     after: Callable[[int, int | None], int] = boot_generation.generation_after
+    by_runs: Callable[[int, list[tuple[RunEnd, int | None]]], int] = boot_generation.reached_by_runs
 
 
 WHO = ("host reboot", "reprovision", "firmware", "reset --host")  # each runs its cycle as a reboot
-ENDINGS = ("completed", "failed", "aborted", "cancelled", "worker killed, then aborted")
+ENDINGS = ("completed", "failed", "aborted", "cancelled", "worker killed, then aborted")  # of a reboot
 ATTEMPTS = ("accepted", "refused", "not sent")
 
 
@@ -88,6 +89,29 @@ def machine(rules: Rules) -> type[RuleBasedStateMachine]:
                 self.runs[generation] = (RunEnd.COMPLETED, rules.reached(generation, False))
             self._ended(rules.reached(generation, accepted) if accepted else self.known)
 
+        @rule(
+            who=st.sampled_from(WHO),
+            attempt=st.sampled_from(ATTEMPTS),
+            how=st.sampled_from(("cancelled", "terminated")),
+        )
+        def an_operation_cancelled_or_terminated(self, who: str, attempt: str, how: str) -> None:
+            """Its reboot ends (cancelled with it: a cycle the BMC took completes the reboot with
+            its result); the operation itself reports nothing (Temporal keeps no result of a
+            cancelled or terminated run): the entity reads the reboot runs past its count."""
+            generation = self._start_reboot(self.known + 1)
+            if attempt == "accepted":
+                self.cycles.append(generation)
+                self.events.append(rules.reached(generation, True))
+                self.runs[generation] = (RunEnd.COMPLETED, rules.reached(generation, True))
+            else:
+                self.runs[generation] = (RunEnd.CANCELLED, None)
+            read = []
+            for g in range(self.known + 1, self.known + 11):
+                if g not in self.runs or self.runs[g][0] != RunEnd.COMPLETED:
+                    break
+                read.append(self.runs[g])
+            self.known = rules.after(self.known, rules.by_runs(self.known, read))
+
         @rule(attempt=st.sampled_from(ATTEMPTS), ending=st.sampled_from(ENDINGS))
         def a_reset_of_the_host_and_its_dpus(self, attempt: str, ending: str) -> None:
             """`host reset --both`: ForceOff, the DPU resets, On: one cycle, no reboot id."""
@@ -120,13 +144,16 @@ def machine(rules: Rules) -> type[RuleBasedStateMachine]:
 
 
 SETTINGS = settings(
-    max_examples=60,
-    stateful_step_count=12,
+    max_examples=100,
+    stateful_step_count=10,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+BROKEN = settings(SETTINGS, phases=[Phase.generate])  # found is enough: no shrinking
 
 
 def test_the_generation_moves_once_per_accepted_cycle() -> None:
@@ -142,11 +169,33 @@ def test_the_generation_moves_once_per_accepted_cycle() -> None:
             Rules(spent=lambda g, run, result: run != RunEnd.FAILED), id="an-aborted-unsent-cycle-skipped"
         ),
         pytest.param(Rules(after=lambda known, reported: known), id="an-ending-not-counted"),
+        pytest.param(Rules(by_runs=lambda known, runs: known), id="a-cancelled-operation-not-counted"),
+        pytest.param(
+            Rules(by_runs=lambda known, runs: known + len(runs) + 1), id="a-cancelled-operation-over-counted"
+        ),
     ],
 )
 def test_a_broken_rule_is_caught(broken: Rules) -> None:
-    with pytest.raises(AssertionError):
-        run_state_machine_as_test(machine(broken), settings=SETTINGS)
+    with pytest.raises((AssertionError, ExceptionGroup)) as caught:  # a group: several distinct failures
+        run_state_machine_as_test(machine(broken), settings=BROKEN)
+    if isinstance(caught.value, ExceptionGroup):
+        assert caught.value.subgroup(AssertionError) is not None, caught.value
+
+
+@pytest.mark.parametrize(
+    ("runs", "reached"),
+    [
+        ([], 4),
+        ([(RunEnd.COMPLETED, 5)], 5),
+        ([(RunEnd.COMPLETED, 5), (RunEnd.COMPLETED, 6)], 6),
+        ([(RunEnd.COMPLETED, 4)], 4),  # aborted before its cycle
+        ([(RunEnd.COMPLETED, 5), (RunEnd.RUNNING, None), (RunEnd.COMPLETED, 7)], 5),
+    ],
+)
+def test_what_a_cancelled_operations_reboots_reached(
+    runs: list[tuple[RunEnd, int | None]], reached: int
+) -> None:
+    assert boot_generation.reached_by_runs(4, runs) == reached
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,10 @@ The functions, each used where that decision is taken:
 - `generation_after(known, reported)`: what the host's entity counts once an operation ended,
   from the generation its ending reported (its result, or its failure's details): it only moves
   up, and an ending that reports none (a removal; a run killed before any cycle) leaves it.
+- `reached_by_runs(known, runs)`: an operation that ended cancelled or terminated reports
+  nothing (Temporal keeps no result): the entity reads the reboot runs from `known + 1` on and
+  counts each one that completed having reached its generation, up to the first that did not.
+  (A `--both` reset's own cycle has no reboot run: cancelled after it, it is not counted.)
 """
 
 from __future__ import annotations
@@ -70,3 +74,14 @@ def spent(asked: int, run: RunEnd, result_generation: int | None = None) -> bool
 def generation_after(known: int, reported: int | None) -> int:
     """The host's generation once an operation ended that reported `reported` (None: nothing)."""
     return known if reported is None else max(known, reported)
+
+
+def reached_by_runs(known: int, runs: list[tuple[RunEnd, int | None]]) -> int:
+    """The generation the reboot runs of generations `known + 1`, `known + 2`, ... (`runs`, in
+    that order, as far as read) reached: each completed run that reached its own generation moves
+    it on; the first that did not (or still runs, or ended unknown) ends the count."""
+    for generation, (run, result) in enumerate(runs, start=known + 1):
+        if run != RunEnd.COMPLETED or result is None or result < generation:
+            break
+        known = generation
+    return known

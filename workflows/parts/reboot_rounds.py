@@ -42,9 +42,12 @@ from typing import Any, Final
 
 from temporalio import workflow
 from temporalio.exceptions import (
+    ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
     FailureError,
+    TerminatedError,
     WorkflowAlreadyStartedError,
 )
 
@@ -53,7 +56,7 @@ with workflow.unsafe.imports_passed_through():
 
     from contracts import activity_api, names, priorities, workflow_api
     from contracts.errors import BMCRebootFailed, InvalidInput, OperationAborted
-    from contracts.models.bmc_lease import RebootRunInput
+    from contracts.models.bmc_lease import RebootRunInput, RebootRunSeen
     from contracts.models.control import OperatorRequest
     from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
     from workflows import kernel
@@ -296,17 +299,46 @@ async def start_next_reboot(
     )
 
 
+async def _describe(host_id: str, generation: int, summary: str) -> RebootRunSeen:
+    return await workflow.execute_activity(
+        activity_api.describe_reboot_run,
+        RebootRunInput(host_id=host_id, boot_generation=generation),
+        **kernel.options(kernel.bounded(kernel.KUBE_READ, DESCRIBE_SECONDS), summary),
+    )
+
+
 async def _spent(host_id: str, generation: int) -> bool:
     """Whether the run holding generation `generation`'s reboot id used it up (one Temporal read:
     `describe_reboot_run`; `boot_generation.spent` decides)."""
-    seen = await workflow.execute_activity(
-        activity_api.describe_reboot_run,
-        RebootRunInput(host_id=host_id, boot_generation=generation),
-        **kernel.options(
-            kernel.bounded(kernel.KUBE_READ, DESCRIBE_SECONDS),
-            f"is generation {generation} of {host_id} used up?",
-        ),
-    )
+    seen = await _describe(host_id, generation, f"is generation {generation} of {host_id} used up?")
     if seen.end == "absent":
         return False
     return boot_generation.spent(generation, boot_generation.RunEnd(seen.end), seen.boot_generation)
+
+
+REBOOTS_READ_AFTER_CANCEL: Final = 10  # a cancelled operation's reboots read past the count
+
+
+async def reached_when_ended(
+    err: ChildWorkflowError, reported: int | None, host_id: str, known: int
+) -> int | None:
+    """The generation an operation that did not complete reached: `reported` (its failure's
+    details), or, for one cancelled or terminated (Temporal keeps no result, no details), what the
+    host's reboot runs from `known + 1` on reached (`describe_reboot_run` one at a time, at most
+    `REBOOTS_READ_AFTER_CANCEL`; `boot_generation.reached_by_runs` counts). None when a read fails
+    (logged: the count stays; the next reboot's start still skips a used-up id)."""
+    if reported is not None or not isinstance(err.cause, CancelledError | TerminatedError):
+        return reported
+    runs: list[tuple[boot_generation.RunEnd, int | None]] = []
+    for generation in range(known + 1, known + 1 + REBOOTS_READ_AFTER_CANCEL):
+        try:
+            seen = await _describe(
+                host_id, generation, f"did reboot generation {generation} of {host_id} happen?"
+            )
+        except ActivityError as failed:
+            workflow.logger.warning("reboots of %s not read: %s", host_id, kernel.describe_failure(failed))
+            return None
+        if seen.end != boot_generation.RunEnd.COMPLETED:
+            break
+        runs.append((boot_generation.RunEnd.COMPLETED, seen.boot_generation))
+    return boot_generation.reached_by_runs(known, runs)
