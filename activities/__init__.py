@@ -67,7 +67,12 @@ def build_activities(
     lease = BMCLeaseActivities(
         settings, hosts
     )  # the fleet-wide per-BMC limit (workflows/bmc_lease/workflow.py)
-    found += [lease.request_bmc_lease, lease.lease_host_bmc, lease.find_closed_workflow_runs]
+    found += [
+        lease.request_bmc_lease,
+        lease.lease_host_bmc,
+        lease.find_closed_workflow_runs,
+        lease.describe_reboot_run,  # is a reboot id's generation used up? (`start_next_reboot`)
+    ]
     grove = GroveActivities(kube)
     found += [
         grove.read_pcs_state,

@@ -56,10 +56,13 @@ from contracts.models.bmc_lease import (
     LeaseHostBMCInput,
     LeaseHostBMCResult,
     LeaseRequest,
+    RebootRunInput,
+    RebootRunSeen,
     RequestLeaseInput,
     RequestLeaseResult,
     WorkflowRunRefs,
 )
+from contracts.models.host import HostRebootResult
 from contracts.models.inventory import BMCAccess, HostInventory, Source
 from contracts.priorities import REBOOT_PRIORITY
 from contracts.with_start import execute_update_with_start
@@ -199,3 +202,29 @@ class BMCLeaseActivities:
             if described.status != WorkflowExecutionStatus.RUNNING:
                 closed.append(run)
         return WorkflowRunRefs(runs=tuple(closed))
+
+    @activity.defn(name="describe_reboot_run")
+    async def describe_reboot_run(self, request: RebootRunInput) -> RebootRunSeen:
+        """How the run holding the reboot id of `request`'s generation stands, and the generation
+        a completed one reached (its result's): what `start_next_reboot` needs to know whether
+        the generation is used up (`workflows.parts.boot_generation.spent`)."""
+        workflow_id = names.host_reboot_workflow_id(request.host_id, request.boot_generation)
+        handle = activity.client().get_workflow_handle(workflow_id, result_type=HostRebootResult)
+        try:
+            described = await handle.describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return RebootRunSeen(end="absent")
+        status = described.status
+        if status == WorkflowExecutionStatus.COMPLETED:
+            result = await handle.result(follow_runs=False)
+            return RebootRunSeen(end="completed", boot_generation=result.boot_generation)
+        ends = {
+            WorkflowExecutionStatus.RUNNING: "running",
+            WorkflowExecutionStatus.FAILED: "failed",
+            WorkflowExecutionStatus.CANCELED: "cancelled",
+            WorkflowExecutionStatus.TERMINATED: "terminated",
+        }
+        # TIMED_OUT, and what Temporal may add: unknown, as timed out (`spent`: used up).
+        return RebootRunSeen(end="timed-out" if status is None else ends.get(status, "timed-out"))

@@ -25,6 +25,8 @@ from temporalio import activity
 from contracts.models.bmc_lease import (
     LeaseHostBMCInput,
     LeaseHostBMCResult,
+    RebootRunInput,
+    RebootRunSeen,
     RequestLeaseInput,
     RequestLeaseResult,
     WorkflowRunRefs,
@@ -147,6 +149,12 @@ async def lease_host_bmc(request: LeaseHostBMCInput) -> LeaseHostBMCResult:
 async def find_closed_workflow_runs(runs: WorkflowRunRefs) -> WorkflowRunRefs:
     """The given runs that are no longer running."""
     _declared_only("find_closed_workflow_runs")
+
+
+@activity.defn(name="describe_reboot_run")
+async def describe_reboot_run(request: RebootRunInput) -> RebootRunSeen:
+    """How the run holding a reboot id stands, and the generation a completed one reached."""
+    _declared_only("describe_reboot_run")
 
 
 # -- DPF -----------------------------------------------------------------------------------------------

@@ -165,4 +165,5 @@ class FakeSite:
             # The real lease activities are registered under their own (method) names.
             "request_bmc_lease": lease.request_bmc_lease, "lease_host_bmc": lease.lease_host_bmc,
             "find_closed_workflow_runs": lease.find_closed_workflow_runs,
+            "describe_reboot_run": lease.describe_reboot_run,
         }  # fmt: skip

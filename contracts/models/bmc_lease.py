@@ -127,3 +127,18 @@ class WorkflowRunRefs(_Frozen):
     """Activity `find_closed_workflow_runs`: its input (runs to look at) and result (the closed ones)."""
 
     runs: tuple[WorkflowRunRef, ...] = ()
+
+
+class RebootRunInput(_Frozen):
+    """Activity `describe_reboot_run`: the reboot id of one generation of a host."""
+
+    host_id: str
+    boot_generation: int = Field(ge=1)
+
+
+class RebootRunSeen(_Frozen):
+    """How the run holding a reboot id stands (`workflows.parts.boot_generation.RunEnd`'s
+    values; `absent`: no run holds it any more), and the generation a completed one reached."""
+
+    end: str
+    boot_generation: int | None = None

@@ -12,7 +12,7 @@ Events on or off.
 | host entity: `running <operation>` | `OperationStarted` (Normal) |
 | host entity: `awaiting-approval` | `NeedsApproval` (Normal) |
 | host entity: `maintenance-on`, `maintenance-off` | `MaintenanceOn`, `MaintenanceOff` (Normal) |
-| host reboot: `power-cycled` (reported once the BMC took the cycle) | `PowerCycleIssued` (Normal) |
+| reboot, reset `--both`/`--full`: `power-cycled` (the BMC took the cycle) | `PowerCycleIssued` (Normal) |
 | reboot, entity: `unplanned-power` (a power change metalflow did not cause) | `UnplannedPower` (Warning) |
 | host reboot: `waiting-for-manual-reboot` | `ManualRebootRequired` (Warning) |
 | host operation: `manual-intervention-required` | `ManualInterventionRequired` (Warning) |
@@ -26,7 +26,9 @@ Events on or off.
 `unplanned-reset` and `power-cycled` are no phases: the monitor and the reboot report them (and
 the entity its `maintenance-on` and `maintenance-off`: who, why, since when; a reboot and the
 entity `unplanned-power`) (`workflows.kernel.report`) and stay in their phase. A reboot reports
-`power-cycled` after its cycle (or ForceOff and On) returned, not on entering `powering`: a
+`power-cycled` after its cycle (or ForceOff and On) returned, not on entering `powering` (a reset
+its ForceOff ... On around the DPU resets once the host is On again), the generation it reached
+in its words (`workflows/parts/boot_generation.py`): a
 cycle the BMC refused (wrong credentials, unreachable) is no `PowerCycleIssued`, only the
 `ManualRebootRequired` or `ManualInterventionRequired` that follows; a cycle someone else made
 (`already_done`) neither.
@@ -187,7 +189,9 @@ def describe(change: PhaseChange, dpf_namespace: str, parent_is_operation: bool 
         elif phase in ENDINGS and not parent_is_operation:
             reason = ENDINGS[phase]
     elif kind in OPERATION_WORKFLOWS:
-        if phase == "manual-intervention-required":
+        if phase == "power-cycled":  # a reset's own host ForceOff ... On (`--both`, `--full`)
+            reason, action = ("PowerCycleIssued", "Normal"), "PowerCycle"
+        elif phase == "manual-intervention-required":
             reason = ("ManualInterventionRequired", "Warning")
         elif phase in ENDINGS:
             reason = ENDINGS[phase]

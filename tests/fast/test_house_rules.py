@@ -28,7 +28,11 @@ IMPURE_MODULES = (
     "time", "random", "secrets", "uuid", "socket", "os", "subprocess", "asyncio", "threading", "importlib",
     "httpx", "kubernetes", "aiohttp",
 )  # fmt: skip
-ALLOWED_PARTS = ("workflows.parts.dpf_barrier", "workflows.parts.host_power")  # pure themselves
+ALLOWED_PARTS = (
+    "workflows.parts.dpf_barrier",
+    "workflows.parts.host_power",
+    "workflows.parts.boot_generation",
+)  # pure themselves
 IMPURE_CALLS = {"now", "utcnow", "today", "monotonic", "perf_counter", "uuid4", "__import__", "urandom"}
 
 

@@ -66,6 +66,7 @@ from contracts.wording import iso_z
 from workflows.host.maintenance_rules import maintenance_refusal, maintenance_words
 from workflows.host.power_rest import baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
+from workflows.parts.boot_generation import generation_after
 from workflows.parts.host_power import HOST_IS_OFF
 
 RECENT_LIMIT: Final = 20
@@ -433,9 +434,9 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         self.current = None
 
     def reached(self, generation: int | None) -> None:
-        """The boot generation an operation reported (a failed one's reboots count too)."""
-        if generation is not None and generation > self.boot_generation:
-            self.boot_generation = generation
+        """The boot generation an operation reported, however it ended (a failed or aborted
+        one's power cycles count too): `boot_generation.generation_after`, the one rule."""
+        self.boot_generation = generation_after(self.boot_generation, generation)
 
     def finish(
         self, current: PendingOperation, outcome: str, now: datetime, *, deletes_sent: bool = False

@@ -41,11 +41,10 @@ reboot or reset nothing; `host versions --refresh` hands the entity the command'
 `VersionsScope`); one that fails shows `unknown (why)` and never fails the entity. Cost per
 read: the sources its scope names, about 8 events.
 
-Worst-case history: about 26 events per operation (the update, the child's start and end, one
-`Instance`/`PhaseSince` upsert per phase change, the versions read after it) plus 5 per other
-update; it continues-as-new when idle past `max_history_events` (default 10,000) or when Temporal
-suggests it (no versions read or power reading running; memo and search attributes carry over),
-carrying its state whole (`HostWorkflowInput.state`). At most `RECENT_LIMIT` records.
+Worst-case history: about 26 events per operation (update, child start and end, an upsert per
+phase change, the versions read after it; 3 more per reboot run a cancelled or terminated one has
+read, `reached_when_ended`) plus 5 per other update; it continues-as-new when idle past
+`max_history_events` (10,000) or when Temporal suggests it, no read running, its state carried whole.
 """
 
 from __future__ import annotations
@@ -111,7 +110,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host.outcome import ended_as, generation_reported, outcome_of
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
-    from workflows.parts.reboot_rounds import start_next_reboot
+    from workflows.parts.reboot_rounds import reached_when_ended, start_next_reboot
 
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)
 
@@ -450,7 +449,8 @@ class HostWorkflow(PowerWatch):
         try:
             result = await child
         except ChildWorkflowError as err:
-            self.state.reached(generation_reported(err))  # a failed operation's reboots count too
+            state, reported = self.state, generation_reported(err)  # its reboots count too
+            state.reached(await reached_when_ended(err, reported, state.host_id, state.boot_generation))
             outcome, unplanned, deletes_sent = outcome_of(err), "", False
         else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
             self.state.reached(result.boot_generation)

@@ -83,6 +83,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.host_reboot.failure import bmc_failure_reason, off_step
     from workflows.host_reboot.power_steps import PowerSteps
+    from workflows.parts import boot_generation
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
     from workflows.parts.host_power import PowerCustody
 
@@ -131,8 +132,15 @@ class HostRebootWorkflow(PowerSteps):
 
     @workflow.run
     async def run(self, request: HostRebootInput) -> HostRebootResult:
-        """Reboot the host; see the module docstring."""
-        return await self.to_the_end(self._reboot, self._clean_up)
+        """Reboot the host; see the module docstring. A run whose cycle the BMC took completes
+        with its result however it ends (a cancel too): its generation is reached, and a run that
+        ends otherwise leaves its generation free for the next cycle (`boot_generation.spent`)."""
+        try:
+            return await self.to_the_end(self._reboot, self._clean_up)
+        except (asyncio.CancelledError, CancelledError):
+            if self._cycled is None:
+                raise
+            return self._cycled.model_copy(update={"finished_at": workflow.now()})
 
     async def _reboot(self) -> HostRebootResult:
         request = self._request
@@ -304,7 +312,7 @@ class HostRebootWorkflow(PowerSteps):
         request = self._request
         reached = self._cycled or HostRebootResult(
             host_id=request.host_id,
-            boot_generation=request.boot_generation - 1,
+            boot_generation=boot_generation.reached(request.boot_generation, accepted=False),
             method="",
             finished_at=workflow.now(),
         )

@@ -96,7 +96,6 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import (
-    ActivityError,
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
@@ -111,7 +110,6 @@ with workflow.unsafe.imports_passed_through():
         HostLeftOff,
         InvalidInput,
         ResetTypeNotSupported,
-        cause_in_words,
     )
     from contracts.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
     from contracts.models.control import RETRY_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
@@ -138,6 +136,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import kernel
     from workflows.host_reset import state as sequence
+    from workflows.host_reset.power_on import HostPowerOn
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words
     from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
@@ -161,7 +160,7 @@ DPU_RESET_CALL: workflow.ActivityConfig = {
 
 
 @workflow.defn(name="HostResetWorkflow")
-class HostResetWorkflow(kernel.Abortable):
+class HostResetWorkflow(HostPowerOn):
     """One reset sequence of a host and its DPUs; see the module docstring."""
 
     @workflow.init
@@ -173,7 +172,10 @@ class HostResetWorkflow(kernel.Abortable):
         self._power = PowerCustody(host_id=request.host_id)
         self._inventory: HostInventory | None = None
         self._generation = request.boot_generation
-        self._reached = request.boot_generation  # the generation a reboot of this run reached
+        # The generation this run's power cycle reached (a `--host` reboot's, or the host's own
+        # ForceOff ... On around the DPU resets): `boot_generation.reached`, once the BMC took it.
+        self._reached = request.boot_generation
+        self._off_taken = False  # the BMC took this run's host ForceOff: On again is one power cycle
         self._leases = BMCLeaseHolder()
         self._reboots = RebootRounds(self)
         self._off_generation: int | None = None  # a `--host` reboot left the host OFF: not reached
@@ -341,6 +343,7 @@ class HostResetWorkflow(kernel.Abortable):
                 # a host that is On is skipped), inside this slot.
                 self._power.turned_off(f"ForceOff of {host} around the DPU resets")
                 await self._set_host_power("ForceOff")
+                self._off_taken = True
                 for dpu_id, bmc in dpus:
                     await self._reset_dpu(dpu_id, bmc, "PowerCycle", "")
                 self.enter(HOST_ON, f"On of {host} (its DPUs boot with it)")
@@ -451,49 +454,6 @@ class HostResetWorkflow(kernel.Abortable):
         self._reached = max(self._reached, reboot.generation)
         return f"host {self._request.host_id}: generation {result.boot_generation} by {result.method}"
 
-    async def _power_on(
-        self, *, then: str, cancel: asyncio.CancelledError | None = None
-    ) -> asyncio.CancelledError | None:
-        """A host this run turned off is powered on (not abortable), still in its lease slot: an
-        On refused is tried again after the custody's backoff (`workflows/parts/host_power.py`),
-        then the host is handed to a person: manual-intervention-required says the host is OFF
-        and waits for `retry` (On again, then `then`) or `abort` (the run ends saying the host is
-        OFF). A cancel (`cancel`: it came before; or it comes during a backoff, an attempt or the
-        person's wait) asks nobody: the attempts start afresh, once, and the run's final status
-        says the host is OFF if they are refused. Returns the cancel, for the caller to raise."""
-        if cancel is not None and not self._power.cancelled():
-            return cancel
-        while self._power.is_off:
-            try:
-                if not await self._try_on(then, person=cancel is None):
-                    break
-            except asyncio.CancelledError as err:
-                cancel = err
-                if not self._power.cancelled():
-                    break
-        return cancel
-
-    async def _try_on(self, then: str, *, person: bool) -> bool:
-        """One On; refused, the backoff before the next, or (attempts spent) a person's `retry`
-        (`person`); False: the attempts are spent and nobody is asked."""
-        try:
-            await self._set_host_power("On", abortable=False)
-        except ActivityError as on_err:
-            delay = self._power.on_refused(cause_in_words(on_err))
-            if delay is not None:
-                backoff = f"backoff before powering {self._request.host_id} on again"
-                await self.wait(lambda: False, timeout=delay, abortable=False, timeout_summary=backoff)
-                return True
-            if not person:
-                return False
-            words = self._power.hand_over_words(then=then)
-            kernel.report("host-left-off", words)
-            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
-            self._power.retried()
-            return True
-        self._power.seen_on()
-        return True
-
     @workflow.update(name=RETRY_UPDATE)
     def retry(self, request: OperatorRequest) -> OperatorAnswer:
         """Power the host on again (only in manual-intervention-required: the host is OFF)."""
@@ -542,9 +502,17 @@ class HostResetWorkflow(kernel.Abortable):
             # A cancel carries no words in Temporal: the entity must read the host is OFF.
             return HostLeftOff(f"cancelled (the workflow was cancelled). {self.left_behind}")
         said = self.said_in_words(err)
-        if said is not None or not isinstance(err, ApplicationError):
+        if said is None and isinstance(err, ApplicationError):
+            said = ApplicationError(
+                f"{err.message}. {self.left_behind}",
+                *err.details,
+                type=err.type,
+                non_retryable=True,
+                category=err.category,
+            )
+        if said is None or self._reached == self._request.boot_generation:
             return said
-        message = f"{err.message}. {self.left_behind}"
-        return ApplicationError(
-            message, *err.details, type=err.type, non_retryable=True, category=err.category
-        )
+        # The host was power-cycled: the generation reached, for the entity (`generation_reported`).
+        reached = {"boot_generation": self._reached}
+        return ApplicationError(said.message, *said.details, reached, type=said.type, non_retryable=True,
+                                category=said.category)  # fmt: skip

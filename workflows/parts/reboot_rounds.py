@@ -7,12 +7,15 @@ host the same way, through `RebootRounds`; the host entity starts a `host reboot
 `start_next_reboot` and follows it as it follows any operation.
 
 - **Start** (`start_next_reboot`): the generation asked for, or the first after it that no
-  reboot used. A used generation means the caller's count is behind the host's (an earlier run,
-  or another operation, rebooted it since); the caller still needs its reboot, so it takes the
-  next generation, never an old reboot's result: a restarted operation never repeats an old
-  reboot and never skips the one it needs. The id is the lock (`REJECT_DUPLICATE`); a reboot the
-  BMC refused (`BMCRebootFailed`: no reset happened) is run again under its own id
-  (`retry_refused`), so the generation moves once per reset that happened.
+  reboot used up (`boot_generation.spent`). A used-up generation means the caller's count is
+  behind the host's (an earlier run, or another operation, rebooted it since); the caller still
+  needs its reboot, so it takes the next generation, never an old reboot's result: a restarted
+  operation never repeats an old reboot and never skips the one it needs. The id is the lock
+  (`REJECT_DUPLICATE`); a generation whose run ended without its cycle (the BMC refused it:
+  `BMCRebootFailed`; aborted or cancelled before anything was sent) is free and run again under
+  its own id (the caller's own refused reboot: `retry_refused`; anyone's: one Temporal read,
+  `describe_reboot_run`, on the conflict only), so the generation moves once per reset that
+  happened and no number is skipped.
 - **Wait** (`RebootRounds.wait`): the runbook's wait (`kernel.Runbook.wait`, abortable unless
   told not to). An abort, or a cancel of the workflow, stops the reboot first: it is cancelled
   and waited for (a reboot cut short powers the host back on, then completes with its result),
@@ -39,24 +42,30 @@ from typing import Any, Final
 
 from temporalio import workflow
 from temporalio.exceptions import (
+    ActivityError,
     ApplicationError,
+    CancelledError,
     ChildWorkflowError,
     FailureError,
+    TerminatedError,
     WorkflowAlreadyStartedError,
 )
 
 with workflow.unsafe.imports_passed_through():
     from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
-    from contracts import names, priorities, workflow_api
+    from contracts import activity_api, names, priorities, workflow_api
     from contracts.errors import BMCRebootFailed, InvalidInput, OperationAborted
+    from contracts.models.bmc_lease import RebootRunInput, RebootRunSeen
     from contracts.models.control import OperatorRequest
     from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
     from workflows import kernel
+    from workflows.parts import boot_generation
 
 WAIT_FOR_CANCELLATION: Final = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
 ABANDON: Final = workflow.ChildWorkflowCancellationType.ABANDON
 MAX_SPENT_GENERATIONS: Final = 50  # generations an earlier run used; each costs one refused start
+DESCRIBE_SECONDS: Final = 60.0  # `describe_reboot_run` gives up after this (the start then fails)
 
 RebootChild = workflow.ChildWorkflowHandle[Any, HostRebootResult]
 
@@ -253,12 +262,12 @@ async def start_next_reboot(
                 SearchAttributePair(names.OPERATION, names.REBOOT),
             ]
         )
-    for attempt in range(MAX_SPENT_GENERATIONS):
-        reuse = (
-            WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY
-            if retry_refused and attempt == 0
-            else WorkflowIDReusePolicy.REJECT_DUPLICATE
-        )
+    reuse = (
+        WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY
+        if retry_refused
+        else WorkflowIDReusePolicy.REJECT_DUPLICATE
+    )
+    for _ in range(MAX_SPENT_GENERATIONS):
         try:
             handle = await workflow.start_child_workflow(
                 workflow_api.HostRebootWorkflow.run,
@@ -273,10 +282,63 @@ async def start_next_reboot(
             )
             return handle, generation
         except WorkflowAlreadyStartedError:
+            if reuse != WorkflowIDReusePolicy.ALLOW_DUPLICATE and not await _spent(
+                request.host_id, generation
+            ):
+                # Its run ended without reaching it (the BMC refused, aborted or cancelled before
+                # the cycle): the generation is free, this reboot takes it (`boot_generation.spent`).
+                reuse = WorkflowIDReusePolicy.ALLOW_DUPLICATE
+                continue
             workflow.logger.info(
                 "generation %d of %s already used: taking the next", generation, request.host_id
             )
             generation += 1
+            reuse = WorkflowIDReusePolicy.REJECT_DUPLICATE
     raise InvalidInput(
         f"boot generations {request.boot_generation}..{generation - 1} of {request.host_id} are all spent"
     )
+
+
+async def _describe(host_id: str, generation: int, summary: str) -> RebootRunSeen:
+    return await workflow.execute_activity(
+        activity_api.describe_reboot_run,
+        RebootRunInput(host_id=host_id, boot_generation=generation),
+        **kernel.options(kernel.bounded(kernel.KUBE_READ, DESCRIBE_SECONDS), summary),
+    )
+
+
+async def _spent(host_id: str, generation: int) -> bool:
+    """Whether the run holding generation `generation`'s reboot id used it up (one Temporal read:
+    `describe_reboot_run`; `boot_generation.spent` decides)."""
+    seen = await _describe(host_id, generation, f"is generation {generation} of {host_id} used up?")
+    if seen.end == "absent":
+        return False
+    return boot_generation.spent(generation, boot_generation.RunEnd(seen.end), seen.boot_generation)
+
+
+REBOOTS_READ_AFTER_CANCEL: Final = 10  # a cancelled operation's reboots read past the count
+
+
+async def reached_when_ended(
+    err: ChildWorkflowError, reported: int | None, host_id: str, known: int
+) -> int | None:
+    """The generation an operation that did not complete reached: `reported` (its failure's
+    details), or, for one cancelled or terminated (Temporal keeps no result, no details), what the
+    host's reboot runs from `known + 1` on reached (`describe_reboot_run` one at a time, at most
+    `REBOOTS_READ_AFTER_CANCEL`; `boot_generation.reached_by_runs` counts). None when a read fails
+    (logged: the count stays; the next reboot's start still skips a used-up id)."""
+    if reported is not None or not isinstance(err.cause, CancelledError | TerminatedError):
+        return reported
+    runs: list[tuple[boot_generation.RunEnd, int | None]] = []
+    for generation in range(known + 1, known + 1 + REBOOTS_READ_AFTER_CANCEL):
+        try:
+            seen = await _describe(
+                host_id, generation, f"did reboot generation {generation} of {host_id} happen?"
+            )
+        except ActivityError as failed:
+            workflow.logger.warning("reboots of %s not read: %s", host_id, kernel.describe_failure(failed))
+            return None
+        if seen.end != boot_generation.RunEnd.COMPLETED:
+            break
+        runs.append((boot_generation.RunEnd.COMPLETED, seen.boot_generation))
+    return boot_generation.reached_by_runs(known, runs)
