@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -51,6 +51,8 @@ from contracts.models.host import (
     HostWorkflowInput,
     OperationPolicy,
     OperationRequest,
+    ResetRequest,
+    ResetTarget,
 )
 from contracts.models.inventory import BMCAccess, CredentialRef
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
@@ -63,12 +65,13 @@ from metalflow.hosts import operation_progress
 HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
 AT_REST = "upw-001"
 FOUND = "upw-003"  # DEFAULT_ROTATION[2]: `task-monitor`; rebooted through its entity
+FOUND_BY_RESET = "upw-004"  # DEFAULT_ROTATION[3]: `etag-required`; reset (`--host`) through its entity
 POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 5.0})  # > the 3 s hand-back
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=3, dpus_per_host=1) as sim:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=4, dpus_per_host=1) as sim:
         yield sim
 
 
@@ -233,39 +236,71 @@ async def test_two_forceoffs_never_seen_off_stop_for_a_person_not_a_third(site: 
     assert site.power_log(HOST)[since:] == []  # nothing sent
 
 
-async def test_a_host_found_off_just_before_a_reboot_is_told_as_someone_elses_off(
-    client: Client, task_queue: str, site: RunningSim
-) -> None:
+async def found_off_before(
+    client: Client,
+    task_queue: str,
+    site: RunningSim,
+    host: str,
+    ask: Callable[[HostEntityClient], Awaitable[Any]],
+) -> str:
+    """Someone else turns `host` Off after its entity's power watch read it On, then `ask` has the
+    entity start an operation that reboots it: what the entity shows once it ended (its status,
+    the same in its memo), after checking our part of the power log (On only) and the Event."""
     entities = HostEntityClient(client, task_queue)
     async with emitting_worker(client, task_queue, site):
         # A reading every 4 s: the Off and the request both land between two readings.
-        await entities.ensure(HostWorkflowInput(host_id=FOUND, power_watch_seconds=4.0, policy=POLICY))
-        handle = entities.handle(FOUND)
+        await entities.ensure(HostWorkflowInput(host_id=host, power_watch_seconds=4.0, policy=POLICY))
+        handle = entities.handle(host)
         for _ in range(150):  # the first reading (the baseline: On) is done
             if await readings_done(handle) >= 1:
                 break
             await asyncio.sleep(0.05)
-        since = len(site.power_log(FOUND))
-        bmc_fault(site, FOUND, "power-off-at-rest").raise_for_status()  # someone else's Off, now
-        await entities.update(FOUND, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
+        since = len(site.power_log(host))
+        bmc_fault(site, host, "power-off-at-rest").raise_for_status()  # someone else's Off, now
+        await ask(entities)
         for _ in range(300):
-            status = await entities.status(FOUND)
+            status = await entities.status(host)
             if status is not None and status.current is None and status.recent:
                 break
             await asyncio.sleep(0.05)
         assert status is not None and status.recent[-1].outcome == "completed", status
         # Their Off, then our On only: the reboot's first read found the host Off.
-        assert [(e["from"], e["to"]) for e in site.power_log(FOUND)[since:]] == [("On", "Off"), ("Off", "On")]
+        assert [(e["from"], e["to"]) for e in site.power_log(host)[since:]] == [("On", "Off"), ("Off", "On")]
         told = status.unplanned_power
-        assert f"{FOUND} was found Off by someone else before reboot generation 1 began" in told, status
+        assert f"{host} was found Off by someone else before reboot generation 1 began" in told, status
         assert "its entity read it On at" in told and "metalflow did not send that Off" in told
         assert (await (await handle.describe()).memo()).get("unplanned_power") == told
         for _ in range(100):  # the Event is written in the background
-            if any("found Off by someone else" in note for note in unplanned_events(site, FOUND)):
+            if any("found Off by someone else" in note for note in unplanned_events(site, host)):
                 break
             await asyncio.sleep(0.1)
-        assert any("found Off by someone else" in note for note in unplanned_events(site, FOUND))
+        assert any("found Off by someone else" in note for note in unplanned_events(site, host))
         await handle.terminate("test done")
+    return told
+
+
+async def test_a_host_found_off_just_before_a_reboot_is_told_as_someone_elses_off(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    async def reboot(entities: HostEntityClient) -> None:
+        await entities.update(FOUND, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
+
+    await found_off_before(client, task_queue, site, FOUND, reboot)
+
+
+async def test_a_host_found_off_just_before_an_operations_reboot_is_told_too(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    """The same Off before `host reset --host`: the entity hands its reading to the reset, which
+    hands it to its reboot (as a reprovision, provision and firmware run do to their first one).
+    Before, only `host reboot` was handed it: the reset's reboot sent On, and nobody was told."""
+
+    async def reset(entities: HostEntityClient) -> None:
+        request = ResetRequest(requested_by="test", target=ResetTarget.HOST, policy=POLICY)
+        await entities.update(FOUND_BY_RESET, HostWorkflow.request_reset, request)
+
+    told = await found_off_before(client, task_queue, site, FOUND_BY_RESET, reset)
+    assert "no power action of metalflow since" in told, told
 
 
 async def test_an_on_early_in_a_long_power_down_wait_ends_it_at_its_next_read(

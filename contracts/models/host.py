@@ -204,6 +204,9 @@ class HostOperationInput(_Frozen):
     reason: str = ""
     boot_generation: int = Field(default=0, ge=0)  # reboots of this host so far (the entity's count)
     policy: OperationPolicy = OperationPolicy()
+    # The host's power as its entity last read it at rest, no operation of ours since (None: none):
+    # handed to this run's first reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
+    power_before: PowerAtRest | None = None
 
 
 class HostOperationStatus(_Frozen):
@@ -296,6 +299,9 @@ class FirmwareInput(_Frozen):
     requested_by: str = Field(min_length=1)
     boot_generation: int = Field(default=0, ge=0)
     policy: OperationPolicy = OperationPolicy()
+    # The host's power as its entity last read it at rest, no operation of ours since (None: none):
+    # handed to this run's first reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
+    power_before: PowerAtRest | None = None
 
 
 class FirmwareResult(OperationEnd):
@@ -378,6 +384,9 @@ class HostResetInput(_Frozen):
     boot_generation: int = Field(default=0, ge=0)  # the host's reboots so far (a `host` target)
     policy: OperationPolicy = OperationPolicy()
     dpu_boot_timeout_seconds: float = Field(default=600.0, gt=0, le=7200)  # DPU Arm back to its OS
+    # The host's power as its entity last read it at rest, no operation of ours since (None: none):
+    # handed to its `--host` reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
+    power_before: PowerAtRest | None = None
 
 
 class HostResetResult(OperationEnd):

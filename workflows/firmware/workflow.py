@@ -146,7 +146,7 @@ class FirmwareWorkflow(kernel.Abortable):
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
         self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
-        self._reboots = RebootRounds(self)
+        self._reboots = RebootRounds(self, request.power_before)  # its reboot compares it
 
     @workflow.run
     async def run(self, request: FirmwareInput) -> FirmwareResult:
@@ -475,4 +475,5 @@ class FirmwareWorkflow(kernel.Abortable):
             reboots=reboots,
             boot_generation=self._generation,
             finished_at=workflow.now(),
+            unplanned_power=self._reboots.unplanned_power,
         )

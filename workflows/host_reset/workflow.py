@@ -161,7 +161,7 @@ class HostResetWorkflow(kernel.Abortable):
         self._generation = request.boot_generation
         self._reached = request.boot_generation  # the generation a reboot of this run reached
         self._leases = BMCLeaseHolder()
-        self._reboots = RebootRounds(self)
+        self._reboots = RebootRounds(self, request.power_before)  # a `--host` reboot compares it
 
     @workflow.run
     async def run(self, request: HostResetInput) -> HostResetResult:
@@ -192,6 +192,7 @@ class HostResetWorkflow(kernel.Abortable):
             resets=tuple(self._resets),
             boot_generation=self._generation,
             finished_at=workflow.now(),
+            unplanned_power=self._reboots.unplanned_power,
         )
 
     @workflow.query(name=STATUS_QUERY)
@@ -459,6 +460,7 @@ class HostResetWorkflow(kernel.Abortable):
             boot_generation=self._reached,
             finished_at=workflow.now(),
             aborted=self.aborted_words(),
+            unplanned_power=self._reboots.unplanned_power,
         )
 
     def ending_error(self, err: BaseException) -> BaseException | None:
