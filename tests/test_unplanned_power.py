@@ -16,19 +16,25 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
 - The same Off just before a reboot the entity starts (after the watch read the host On, before
   its next reading): the reboot's first read finds it Off and sends only On. Before, nobody
   compared that read with the entity's reading, and the reboot's end became the new baseline:
-  never told. Now the entity's status, its memo and an `UnplannedPower` Event say it.
+  never told. Now the entity's status, its memo and an `UnplannedPower` Event say it; and the
+  same for an operation's reboot (`host reset --host`; a reprovision, provision and firmware run
+  hand the reading the same way), which before was never handed the entity's reading.
 - F6's On during a long power-down wait (300 s) that the reboot spends on its own timer: read
   every `power_down_read_seconds` (2 s here), the On ends the wait at once, decided as above.
   Before, the reboot said "Off, On in N s" until the single timer ended, 300 s later. Without
   another actor the reads say when they saw Off (`host status`), and a stop still cuts the wait.
+  A re-issued reboot's ForceOff then On waits the same watched way (an On by hand after the
+  ForceOff's settle); before, its wait was one timer with no read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -340,3 +346,57 @@ async def test_a_watched_power_down_wait_says_when_it_read_off_and_a_stop_still_
         result = await asyncio.wait_for(reboot.result(), 15)
     assert result.method.endswith("cut short: On sent at once") and result.unplanned_power == "", result
     assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]
+
+
+async def power_on_by_hand(sim: RunningSim, host_id: str) -> None:
+    """Another actor: On at the host's BMC (Redfish), as a person or a power manager would."""
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
+        reset = await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": "On"})
+        reset.raise_for_status()
+
+
+async def test_an_on_during_a_reissued_reboots_power_down_wait_ends_it_at_its_next_read(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    """A re-issued reboot (`force_off`: ForceOff, the wait, On) waits as the handed-back wait does:
+    read every `power_down_read_seconds`, an On by someone else well after the ForceOff's settle
+    ends it at the next read, decided once (the Off-On is the cycle; no On of ours). Before, its
+    wait was one timer with no read: the 300 s went by, "Off" all along."""
+    before, since = len(unplanned_events(site)), len(site.power_log(HOST))
+    policy = POLICY.model_copy(update={"power_down_wait_seconds": 300.0, "power_down_read_seconds": 2.0})
+    async with emitting_worker(client, task_queue, site):
+        reboot = await client.start_workflow(
+            "HostRebootWorkflow",
+            HostRebootInput(
+                host_id=HOST, boot_generation=5, requested_by="test", policy=policy, force_off=True
+            ),
+            id=f"{names.host_reboot_workflow_id(HOST, 5)}-{task_queue}",
+            task_queue=task_queue,
+            result_type=HostRebootResult,
+        )
+        for _ in range(150):  # our ForceOff took it Off
+            if [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off")]:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(4)  # past the ForceOff's settle (3 s): into the power-down wait
+        await power_on_by_hand(site, HOST)
+        try:
+            result = await asyncio.wait_for(reboot.result(), 15)
+        except TimeoutError:
+            await reboot.terminate("test: the reboot did not end in time")
+            raise
+        for _ in range(100):  # the Event is written in the background
+            if len(unplanned_events(site)) > before:
+                break
+            await asyncio.sleep(0.1)
+    assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]
+    assert result.method == "bmc:ForceOff, On by another actor" and result.reset_types == ("ForceOff",), (
+        result
+    )
+    assert "s into our power-down wait of 300 s, before our On" in result.unplanned_power, result
+    assert "counted as the power cycle of generation 5" in result.unplanned_power
+    assert len(unplanned_events(site)) > before
