@@ -72,12 +72,13 @@ HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, th
 AT_REST = "upw-001"
 FOUND = "upw-003"  # DEFAULT_ROTATION[2]: `task-monitor`; rebooted through its entity
 FOUND_BY_RESET = "upw-004"  # DEFAULT_ROTATION[3]: `etag-required`; reset (`--host`) through its entity
+FOUND_BY_REPROVISION = "upw-006"  # DEFAULT_ROTATION[0]: `powercycle`; reprovisioned through its entity
 POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 5.0})  # > the 3 s hand-back
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=4, dpus_per_host=1) as sim:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=6, dpus_per_host=1) as sim:
         yield sim
 
 
@@ -264,7 +265,7 @@ async def found_off_before(
         since = len(site.power_log(host))
         bmc_fault(site, host, "power-off-at-rest").raise_for_status()  # someone else's Off, now
         await ask(entities)
-        for _ in range(300):
+        for _ in range(600):
             status = await entities.status(host)
             if status is not None and status.current is None and status.recent:
                 break
@@ -307,6 +308,19 @@ async def test_a_host_found_off_just_before_an_operations_reboot_is_told_too(
 
     told = await found_off_before(client, task_queue, site, FOUND_BY_RESET, reset)
     assert "no power action of metalflow since" in told, told
+
+
+async def test_a_host_found_off_just_before_a_reprovisions_reboot_is_told(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    """The issue's own case: someone turned the host Off while the reprovision was about to
+    reboot it. Before, the reprovision's reboot sent On, and nobody was told."""
+
+    async def reprovision(entities: HostEntityClient) -> None:
+        request = OperationRequest(requested_by="test", policy=POLICY)
+        await entities.update(FOUND_BY_REPROVISION, HostWorkflow.request_reprovision, request)
+
+    await found_off_before(client, task_queue, site, FOUND_BY_REPROVISION, reprovision)
 
 
 async def test_an_on_early_in_a_long_power_down_wait_ends_it_at_its_next_read(
