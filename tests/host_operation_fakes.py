@@ -27,7 +27,14 @@ from contracts.models.dpf import (
     ReprovisionInput,
 )
 from contracts.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory, HostLookup
-from contracts.models.redfish import PowerCycleInput, PowerCycleResult, SetPowerInput, SetPowerResult
+from contracts.models.redfish import (
+    PowerCycleInput,
+    PowerCycleResult,
+    ReadPowerStateInput,
+    SetPowerInput,
+    SetPowerResult,
+    SystemPower,
+)
 from drivers.settings import Settings
 
 HOST = "host-900"
@@ -156,12 +163,23 @@ class FakeSite:
                 started_at=activity.info().started_time, finished_at=activity.info().started_time,
             )  # fmt: skip
 
+        @activity.defn(name="read_power_state")
+        async def read_power(request: ReadPowerStateInput) -> SystemPower:
+            # A reboot's power-down wait reads the host: Off after our ForceOff, else On.
+            off = [p for p in site.power if p in ("ForceOff", "On")][-1:] == ["ForceOff"]
+            return SystemPower(
+                bmc_id=HOST, system="/redfish/v1/Systems/1", power_state="Off" if off else "On",
+                allowed_reset_types=("On", "ForceOff"), power_cycle_method="ForceOff+On",
+                observed_at=activity.info().started_time,
+            )  # fmt: skip
+
         # The fleet-wide BMC lease is real: its workflow runs on the test's worker too.
         lease = BMCLeaseActivities(Settings(site_file=Path("unused.yaml")), FakeInventory())
         return {
             "resolve_host_inventory": resolve, "read_host_dpf_state": read, "join_site_dpf_watch": join,
             "reprovision_dpu": reprovision, "release_node_effect_hold": release,
             "mark_dpu_node_rebooted": mark, "power_cycle_host": cycle, "set_power_state": set_power,
+            "read_power_state": read_power,
             # The real lease activities are registered under their own (method) names.
             "request_bmc_lease": lease.request_bmc_lease, "lease_host_bmc": lease.lease_host_bmc,
             "find_closed_workflow_runs": lease.find_closed_workflow_runs,

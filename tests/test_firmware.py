@@ -18,7 +18,8 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from contracts import names
 from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL
-from contracts.models.host import FirmwareInput, FirmwareResult, FirmwareStatus, HostOperationStatus
+from contracts.models.firmware import FirmwareStatus
+from contracts.models.host import FirmwareInput, FirmwareResult, HostOperationStatus
 from workflows.firmware.workflow import worst_case_events
 
 TARGET = "32.45.1020"

@@ -16,19 +16,25 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
 - The same Off just before a reboot the entity starts (after the watch read the host On, before
   its next reading): the reboot's first read finds it Off and sends only On. Before, nobody
   compared that read with the entity's reading, and the reboot's end became the new baseline:
-  never told. Now the entity's status, its memo and an `UnplannedPower` Event say it.
+  never told. Now the entity's status, its memo and an `UnplannedPower` Event say it; and the
+  same for an operation's reboot (`host reset --host`; a reprovision, provision and firmware run
+  hand the reading the same way), which before was never handed the entity's reading.
 - F6's On during a long power-down wait (300 s) that the reboot spends on its own timer: read
   every `power_down_read_seconds` (2 s here), the On ends the wait at once, decided as above.
   Before, the reboot said "Off, On in N s" until the single timer ended, 300 s later. Without
   another actor the reads say when they saw Off (`host status`), and a stop still cuts the wait.
+  A re-issued reboot's ForceOff then On waits the same watched way (an On by hand after the
+  ForceOff's settle); before, its wait was one timer with no read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterator
+import json
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -51,6 +57,8 @@ from contracts.models.host import (
     HostWorkflowInput,
     OperationPolicy,
     OperationRequest,
+    ResetRequest,
+    ResetTarget,
 )
 from contracts.models.inventory import BMCAccess, CredentialRef
 from contracts.models.redfish import PowerCycleInput, PowerCycleProgress
@@ -63,12 +71,14 @@ from metalflow.hosts import operation_progress
 HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, the wait, On
 AT_REST = "upw-001"
 FOUND = "upw-003"  # DEFAULT_ROTATION[2]: `task-monitor`; rebooted through its entity
+FOUND_BY_RESET = "upw-004"  # DEFAULT_ROTATION[3]: `etag-required`; reset (`--host`) through its entity
+FOUND_BY_REPROVISION = "upw-006"  # DEFAULT_ROTATION[0]: `powercycle`; reprovisioned through its entity
 POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 5.0})  # > the 3 s hand-back
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=3, dpus_per_host=1) as sim:
+    with prefixed_sim(tmp_path_factory.mktemp("unplanned"), "upw", hosts=6, dpus_per_host=1) as sim:
         yield sim
 
 
@@ -233,39 +243,84 @@ async def test_two_forceoffs_never_seen_off_stop_for_a_person_not_a_third(site: 
     assert site.power_log(HOST)[since:] == []  # nothing sent
 
 
-async def test_a_host_found_off_just_before_a_reboot_is_told_as_someone_elses_off(
-    client: Client, task_queue: str, site: RunningSim
-) -> None:
+async def found_off_before(
+    client: Client,
+    task_queue: str,
+    site: RunningSim,
+    host: str,
+    ask: Callable[[HostEntityClient], Awaitable[Any]],
+) -> str:
+    """Someone else turns `host` Off after its entity's power watch read it On, then `ask` has the
+    entity start an operation that reboots it: what the entity shows once it ended (its status,
+    the same in its memo), after checking our part of the power log (On only) and the Event."""
     entities = HostEntityClient(client, task_queue)
     async with emitting_worker(client, task_queue, site):
         # A reading every 4 s: the Off and the request both land between two readings.
-        await entities.ensure(HostWorkflowInput(host_id=FOUND, power_watch_seconds=4.0, policy=POLICY))
-        handle = entities.handle(FOUND)
+        await entities.ensure(HostWorkflowInput(host_id=host, power_watch_seconds=4.0, policy=POLICY))
+        handle = entities.handle(host)
         for _ in range(150):  # the first reading (the baseline: On) is done
             if await readings_done(handle) >= 1:
                 break
             await asyncio.sleep(0.05)
-        since = len(site.power_log(FOUND))
-        bmc_fault(site, FOUND, "power-off-at-rest").raise_for_status()  # someone else's Off, now
-        await entities.update(FOUND, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
-        for _ in range(300):
-            status = await entities.status(FOUND)
+        since = len(site.power_log(host))
+        bmc_fault(site, host, "power-off-at-rest").raise_for_status()  # someone else's Off, now
+        await ask(entities)
+        for _ in range(600):
+            status = await entities.status(host)
             if status is not None and status.current is None and status.recent:
                 break
             await asyncio.sleep(0.05)
         assert status is not None and status.recent[-1].outcome == "completed", status
         # Their Off, then our On only: the reboot's first read found the host Off.
-        assert [(e["from"], e["to"]) for e in site.power_log(FOUND)[since:]] == [("On", "Off"), ("Off", "On")]
+        assert [(e["from"], e["to"]) for e in site.power_log(host)[since:]] == [("On", "Off"), ("Off", "On")]
         told = status.unplanned_power
-        assert f"{FOUND} was found Off by someone else before reboot generation 1 began" in told, status
+        assert f"{host} was found Off by someone else before reboot generation 1 began" in told, status
         assert "its entity read it On at" in told and "metalflow did not send that Off" in told
         assert (await (await handle.describe()).memo()).get("unplanned_power") == told
         for _ in range(100):  # the Event is written in the background
-            if any("found Off by someone else" in note for note in unplanned_events(site, FOUND)):
+            if any("found Off by someone else" in note for note in unplanned_events(site, host)):
                 break
             await asyncio.sleep(0.1)
-        assert any("found Off by someone else" in note for note in unplanned_events(site, FOUND))
+        assert any("found Off by someone else" in note for note in unplanned_events(site, host))
         await handle.terminate("test done")
+    return told
+
+
+async def test_a_host_found_off_just_before_a_reboot_is_told_as_someone_elses_off(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    async def reboot(entities: HostEntityClient) -> None:
+        await entities.update(FOUND, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
+
+    await found_off_before(client, task_queue, site, FOUND, reboot)
+
+
+async def test_a_host_found_off_just_before_an_operations_reboot_is_told_too(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    """The same Off before `host reset --host`: the entity hands its reading to the reset, which
+    hands it to its reboot (as a reprovision, provision and firmware run do to their first one).
+    Before, only `host reboot` was handed it: the reset's reboot sent On, and nobody was told."""
+
+    async def reset(entities: HostEntityClient) -> None:
+        request = ResetRequest(requested_by="test", target=ResetTarget.HOST, policy=POLICY)
+        await entities.update(FOUND_BY_RESET, HostWorkflow.request_reset, request)
+
+    told = await found_off_before(client, task_queue, site, FOUND_BY_RESET, reset)
+    assert "no power action of metalflow since" in told, told
+
+
+async def test_a_host_found_off_just_before_a_reprovisions_reboot_is_told(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    """The issue's own case: someone turned the host Off while the reprovision was about to
+    reboot it. Before, the reprovision's reboot sent On, and nobody was told."""
+
+    async def reprovision(entities: HostEntityClient) -> None:
+        request = OperationRequest(requested_by="test", policy=POLICY)
+        await entities.update(FOUND_BY_REPROVISION, HostWorkflow.request_reprovision, request)
+
+    await found_off_before(client, task_queue, site, FOUND_BY_REPROVISION, reprovision)
 
 
 async def test_an_on_early_in_a_long_power_down_wait_ends_it_at_its_next_read(
@@ -305,3 +360,57 @@ async def test_a_watched_power_down_wait_says_when_it_read_off_and_a_stop_still_
         result = await asyncio.wait_for(reboot.result(), 15)
     assert result.method.endswith("cut short: On sent at once") and result.unplanned_power == "", result
     assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]
+
+
+async def power_on_by_hand(sim: RunningSim, host_id: str) -> None:
+    """Another actor: On at the host's BMC (Redfish), as a person or a power manager would."""
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
+        reset = await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": "On"})
+        reset.raise_for_status()
+
+
+async def test_an_on_during_a_reissued_reboots_power_down_wait_ends_it_at_its_next_read(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    """A re-issued reboot (`force_off`: ForceOff, the wait, On) waits as the handed-back wait does:
+    read every `power_down_read_seconds`, an On by someone else well after the ForceOff's settle
+    ends it at the next read, decided once (the Off-On is the cycle; no On of ours). Before, its
+    wait was one timer with no read: the 300 s went by, "Off" all along."""
+    before, since = len(unplanned_events(site)), len(site.power_log(HOST))
+    policy = POLICY.model_copy(update={"power_down_wait_seconds": 300.0, "power_down_read_seconds": 2.0})
+    async with emitting_worker(client, task_queue, site):
+        reboot = await client.start_workflow(
+            "HostRebootWorkflow",
+            HostRebootInput(
+                host_id=HOST, boot_generation=5, requested_by="test", policy=policy, force_off=True
+            ),
+            id=f"{names.host_reboot_workflow_id(HOST, 5)}-{task_queue}",
+            task_queue=task_queue,
+            result_type=HostRebootResult,
+        )
+        for _ in range(150):  # our ForceOff took it Off
+            if [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off")]:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(4)  # past the ForceOff's settle (3 s): into the power-down wait
+        await power_on_by_hand(site, HOST)
+        try:
+            result = await asyncio.wait_for(reboot.result(), 15)
+        except TimeoutError:
+            await reboot.terminate("test: the reboot did not end in time")
+            raise
+        for _ in range(100):  # the Event is written in the background
+            if len(unplanned_events(site)) > before:
+                break
+            await asyncio.sleep(0.1)
+    assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]
+    assert result.method == "bmc:ForceOff, On by another actor" and result.reset_types == ("ForceOff",), (
+        result
+    )
+    assert "s into our power-down wait of 300 s, before our On" in result.unplanned_power, result
+    assert "counted as the power cycle of generation 5" in result.unplanned_power
+    assert len(unplanned_events(site)) > before

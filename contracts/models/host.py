@@ -204,6 +204,9 @@ class HostOperationInput(_Frozen):
     reason: str = ""
     boot_generation: int = Field(default=0, ge=0)  # reboots of this host so far (the entity's count)
     policy: OperationPolicy = OperationPolicy()
+    # The host's power as its entity last read it at rest, no operation of ours since (None: none):
+    # handed to this run's first reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
+    power_before: PowerAtRest | None = None
 
 
 class HostOperationStatus(_Frozen):
@@ -299,6 +302,9 @@ class FirmwareInput(_Frozen):
     requested_by: str = Field(min_length=1)
     boot_generation: int = Field(default=0, ge=0)
     policy: OperationPolicy = OperationPolicy()
+    # The host's power as its entity last read it at rest, no operation of ours since (None: none):
+    # handed to this run's first reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
+    power_before: PowerAtRest | None = None
 
 
 class FirmwareResult(OperationEnd):
@@ -381,6 +387,9 @@ class HostResetInput(_Frozen):
     boot_generation: int = Field(default=0, ge=0)  # the host's reboots so far (a `host` target)
     policy: OperationPolicy = OperationPolicy()
     dpu_boot_timeout_seconds: float = Field(default=600.0, gt=0, le=7200)  # DPU Arm back to its OS
+    # The host's power as its entity last read it at rest, no operation of ours since (None: none):
+    # handed to its `--host` reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
+    power_before: PowerAtRest | None = None
 
 
 class HostResetResult(OperationEnd):
@@ -523,20 +532,3 @@ class HostWorkflowInput(_Frozen):
 
 
 # -- firmware: the per-DPU view (query `firmware_status`) -------------------------------------------
-
-
-class DPUFirmwareProgress(_Frozen):
-    dpu_id: str
-    running: str | None = None  # as last read from the DPU's BMC
-    staged: str | None = None
-    outcome: str = "pending"  # pending, staged, already_staged, already_running, failed: ..., verified
-
-
-class FirmwareStatus(_Frozen):
-    """The `firmware_status` query of a `FirmwareWorkflow` (its `status` is a `HostOperationStatus`)."""
-
-    host_id: str
-    target_version: str
-    phase: str
-    dpus: tuple[DPUFirmwareProgress, ...] = ()
-    power_cycle_started: bool = False

@@ -3,11 +3,14 @@ power at rest (workflows/host/power_rest.py), the reboot's one decision when ano
 the host On during its power-down (workflows/host_reboot/failure.py), the power watch's setting
 (contracts/host_entity.py) and the Event it is told by (metalflow/runtime/events.py); a host
 found powered by someone else just before a reboot (its first read against the entity's last
-reading), and the reads of a long power-down wait (workflows/host_reboot/failure.py)."""
+reading), and the reads of a long power-down wait (workflows/host_reboot/failure.py); the
+reading handed to every operation's first reboot (workflows/host/state.py,
+workflows/parts/reboot_rounds.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -15,13 +18,22 @@ from temporalio.exceptions import ApplicationError
 from contracts.errors import PowerContested
 from contracts.events import PhaseChange
 from contracts.host_entity import DEFAULT_POWER_WATCH_SECONDS, with_power_watch
-from contracts.host_requests import REBOOT
+from contracts.host_requests import FIRMWARE, PROVISION, REBOOT, REPROVISION, EntityRequest
+from contracts.host_requests import RESET as RESET_REQUEST
 from contracts.models.host import (
+    EntityRequestBody,
+    FirmwareInput,
+    FirmwareRequest,
+    HostOperationInput,
     HostRebootInput,
+    HostRebootResult,
+    HostResetInput,
     HostWorkflowInput,
     MaintenanceRequest,
     OperationPolicy,
     OperationRequest,
+    ResetRequest,
+    ResetTarget,
 )
 from contracts.models.power_watch import PowerAtRest
 from metalflow.runtime.events import describe
@@ -33,6 +45,7 @@ from workflows.host_reboot.failure import (
     decide_on_power_taken_over,
     power_down_reads,
 )
+from workflows.parts.reboot_rounds import joined_unplanned, with_reading
 
 T0 = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=15)
@@ -124,7 +137,7 @@ def test_a_host_found_off_by_the_reboot_after_the_entity_read_it_on_is_someone_e
     words = decide_on_power_found("h1", 5, seen("On"), "Off")
     assert words is not None and words.startswith("unplanned power: h1 was found Off by someone else")
     assert "before reboot generation 5 began" in words
-    assert "its entity read it On at 2026-11-29T07:00:00Z, no metalflow operation since" in words
+    assert "its entity read it On at 2026-11-29T07:00:00Z, no power action of metalflow since" in words
     assert "metalflow did not send that Off. Only On was sent" in words
     assert "counted as the power cycle of generation 5" in words
     on = decide_on_power_found("h1", 5, seen("Off"), "On")  # turned On by someone too
@@ -163,6 +176,45 @@ def test_the_entity_hands_its_baseline_to_a_reboot_and_shows_what_the_reboot_fou
     assert state.found_unplanned("unplanned power: h1 was found Off by someone else ...") is True
     assert state.status().unplanned_power == "unplanned power: h1 was found Off by someone else ..."
     assert baseline(state.power) is None  # the reboot's own On: no baseline until read again
+
+
+@pytest.mark.parametrize(
+    ("kind", "request_body"),
+    [
+        (REPROVISION, OperationRequest(requested_by="alice")),
+        (PROVISION, OperationRequest(requested_by="alice")),
+        (RESET_REQUEST, ResetRequest(requested_by="alice", target=ResetTarget.HOST)),
+        (FIRMWARE, FirmwareRequest(requested_by="alice", target_version="1.2", image_uri="http://i/b.bfb")),
+    ],
+)
+def test_the_entity_hands_its_baseline_to_every_operation_that_reboots(
+    kind: EntityRequest[Any], request_body: EntityRequestBody
+) -> None:
+    """Each operation's input carries the reading (to its first reboot: `with_reading`)."""
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=900))
+    state.power, _ = after_reading("h1", None, "On", RESET, T0)
+    current = state.record_request(kind, request_body, T1)
+    state.approve_at_once(current)
+    child = state.child_input(current)
+    assert isinstance(child, HostOperationInput | HostResetInput | FirmwareInput)
+    assert child.power_before is not None and child.power_before.power_state == "On", child
+    assert child.power_before.read_at == T0
+
+
+def test_only_an_operations_first_reboot_is_handed_the_reading_and_its_findings_are_kept() -> None:
+    reboot = HostRebootInput(host_id="h1", boot_generation=3, requested_by="op")
+    assert with_reading(reboot, seen("On")).power_before == seen("On")
+    assert with_reading(reboot, None) is reboot  # a later reboot: ours came since, none handed
+    own = reboot.model_copy(update={"power_before": seen("Off")})
+    assert with_reading(own, seen("On")).power_before == seen("Off")  # a caller's own is kept
+    found: list[str] = []
+    result = HostRebootResult(host_id="h1", boot_generation=3, method="bmc:PowerCycle", finished_at=T1)
+    joined_unplanned(found, result)
+    assert found == []
+    said = result.model_copy(update={"unplanned_power": "unplanned power: h1 was found Off ..."})
+    joined_unplanned(found, said)
+    joined_unplanned(found, said)  # the same reboot read twice (a stop, then its end): once
+    assert found == ["unplanned power: h1 was found Off ..."]
 
 
 def test_maintenance_forgets_the_baseline_a_persons_power_actions_are_expected() -> None:

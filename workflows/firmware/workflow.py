@@ -75,12 +75,11 @@ with workflow.unsafe.imports_passed_through():
         HostDPFState,
         HostRef,
     )
+    from contracts.models.firmware import DPUFirmwareProgress, FirmwareStatus
     from contracts.models.host import (
-        DPUFirmwareProgress,
         DPUProgress,
         FirmwareInput,
         FirmwareResult,
-        FirmwareStatus,
         HostOperationStatus,
         HostRebootInput,
     )
@@ -155,7 +154,7 @@ class FirmwareWorkflow(kernel.Abortable):
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
         self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
-        self._reboots = RebootRounds(self)
+        self._reboots = RebootRounds(self, request.power_before)  # its reboot compares it
         self.operation_kind = names.FIRMWARE
 
     @workflow.run
@@ -506,4 +505,5 @@ class FirmwareWorkflow(kernel.Abortable):
             reboots=reboots,
             boot_generation=self._generation,
             finished_at=workflow.now(),
+            unplanned_power=self._reboots.unplanned_power,
         )

@@ -379,6 +379,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
                 reason=request.reason,
                 boot_generation=generation,
                 policy=request.policy or self._start.policy,
+                power_before=baseline(self.power),
             )
         if isinstance(request, FirmwareRequest):
             return FirmwareInput(
@@ -389,16 +390,17 @@ class HostEntityState(HostEntityMemory, KnownVersions):
                 requested_by=requested_by,
                 boot_generation=generation,
                 policy=self._start.policy,
+                power_before=baseline(self.power),
             )
         policy = request.policy or self._start.policy
-        if operation == names.REBOOT:
+        if operation == names.REBOOT:  # `power_before`: its first read compared (power_rest.py)
             return HostRebootInput(
                 host_id=host,
                 boot_generation=generation + 1,
                 requested_by=requested_by,
                 reason=request.reason,
                 policy=policy,
-                power_before=baseline(self.power),  # its first read compared (power_rest.py)
+                power_before=baseline(self.power),
             )
         if operation == names.REMOVE:
             return HostRemovalInput(
@@ -417,6 +419,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
             reason=request.reason,
             boot_generation=generation,
             policy=policy,
+            power_before=baseline(self.power),
         )
 
     def starting(self, current: PendingOperation) -> None:

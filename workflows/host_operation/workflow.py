@@ -144,7 +144,7 @@ class HostOperationWorkflow(RebootRound):
     def __init__(self, request: HostOperationInput) -> None:
         super().__init__()
         self.state = HostOperationState.start(request, workflow.now())
-        self.reboots = RebootRounds(self)
+        self.reboots = RebootRounds(self, request.power_before)  # its first reboot compares it
         self._watch = DPFWatch(on_taken=self._observe)
         self.operation_kind = request.kind.value
 
@@ -171,7 +171,7 @@ class HostOperationWorkflow(RebootRound):
         await self._reboot_rounds()
         await self._watch.stop()
         await self.finish(COMPLETED, self.state.completed_words())
-        return self.state.result(workflow.now())
+        return self._result()
 
     async def _clean_up(self, err: BaseException) -> str:
         """Leave the site consistent; undo only what this run changed and is safe to undo.
@@ -199,7 +199,12 @@ class HostOperationWorkflow(RebootRound):
     def aborted_result(self, err: BaseException) -> HostOperationResult:
         """An operator's abort completes the run (Phase `aborted`): the result says who aborted,
         why and what the run left, and the generation reached, which the entity counts."""
-        return self.state.result(workflow.now()).model_copy(update={"aborted": self.aborted_words()})
+        return self._result().model_copy(update={"aborted": self.aborted_words()})
+
+    def _result(self) -> HostOperationResult:
+        """The state's result, with what its reboots' reads found nobody here did (the entity shows it)."""
+        unplanned = self.reboots.unplanned_power
+        return self.state.result(workflow.now()).model_copy(update={"unplanned_power": unplanned})
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """The error ended with (ours, an abort's included, or an activity's or child's, in words:

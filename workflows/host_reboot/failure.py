@@ -74,7 +74,8 @@ def decide_on_power_found(
         return None
     if found == before.power_state:
         return None
-    read = f"its entity read it {before.power_state} at {iso_z(before.read_at)}, no metalflow operation since"
+    at = iso_z(before.read_at)
+    read = f"its entity read it {before.power_state} at {at}, no power action of metalflow since"
     if found == "Off":
         then = (
             "metalflow did not send that Off. Only On was sent: that Off and our On counted as the "

@@ -1,18 +1,20 @@
 """How a reboot drives the host's power under its BMC lease: the base of `HostRebootWorkflow`
 (`workflow.py`), split from its runbook by role.
 
-- `_force_off_then_on` (a re-issued reboot, `force_off`): ForceOff, the power-down wait on a
-  durable timer (a stop cuts it), On.
+- `_force_off_then_on` (a re-issued reboot, `force_off`): ForceOff, the power-down wait watched
+  as below (`_power_down_wait`; a stop cuts it), On.
 - `_cycle_once`: `power_cycle_host`, a long power-down wait handed back at Off and waited on a
   durable timer, then the activity again to send On.
-- `_power_down_wait`: the handed-back wait, watched: a durable timer up to each read point of
-  `failure.power_down_reads` (every `OperationPolicy.power_down_read_seconds`, 30 s by default;
-  none at the wait's end, where the On step reads anyway), then one `read_power_state`, bounded;
+- `_power_down_wait`: the handed-back wait (and the ForceOff path's), watched: a durable timer
+  up to each read point of `failure.power_down_reads` (every `OperationPolicy.
+  power_down_read_seconds`, 30 s by default; none at the wait's end, where the On step reads
+  anyway), then one `read_power_state`, bounded;
   an On found ends the wait at once (`_taken_over`), an Off updates the details (`host status`:
   `power-down wait: HOST is Off (read ...), On in N s`), a read that fails is logged and the
   wait goes on. Cost: `ceil(wait / 30 s) - 1` BMC reads per reboot (3 at the 120 s default,
   9 for `--power-down-wait 300`), each 4-5 HTTP requests, and about 11 history events (its
-  timer, the activity, their workflow tasks), only on a BMC without PowerCycle.
+  timer, the activity, their workflow tasks), only on a BMC without PowerCycle or in a
+  re-issued reboot's ForceOff then On.
 - `_taken_over`: another actor turned the host On after our ForceOff took it Off (within
   `set_power`'s settle, during the wait, or found by the resumed cycle): the one decision of
   `failure.decide_on_power_taken_over` (the Off-On is the cycle; nothing more sent, never a
@@ -81,13 +83,10 @@ class PowerSteps(kernel.Abortable):
                 f"{off.reversed_to} seconds after our ForceOff took it Off", "ForceOff", sent
             )
         seconds = self._request.policy.power_down_wait_seconds
-        if seconds > 0 and not self._stopping:  # a durable timer, cut short by a stop
-            await self.wait(
-                lambda: self._stopping,
-                timeout=seconds,
-                timeout_summary=f"power-down wait: {self._request.host_id} stays off before On",
-                abortable=False,  # a stop cuts it (`_stopping`), and On follows: never left off
-            )
+        if seconds > 0 and not self._stopping:  # watched durable timers, cut short by a stop
+            seen_on = await self._power_down_wait(inventory, seconds)
+            if seen_on is not None:  # another actor's On: the cycle, decided once; no On sent
+                return self._taken_over(seen_on, "ForceOff", sent)
         on = await self._set_power(inventory, "On")
         self._power.seen_on()
         if on.sent is None and not self._stopping:  # it held On already: someone else's On

@@ -3,9 +3,10 @@
 Runbook:
 1. Method `bmc`: power-cycle through the host's BMC. `power_cycle_host` cycles exactly once per
    generation across retries (PowerCycle where the BMC can prove it, else ForceOff then On);
-   `force_off` (a re-issued reboot) sends ForceOff, waits `power_down_wait_seconds` on a durable
-   timer, then On. `warm` (DPF asked for a method lesser than PowerCycle) asks for a warm
-   ForceRestart where the BMC can prove it; `owed_since` (when DPF asked) makes a reset someone
+   `force_off` (a re-issued reboot) sends ForceOff, waits `power_down_wait_seconds` on durable
+   timers reading the power between them (an On by another actor is the cycle), then On.
+   `warm` (DPF asked for a method lesser than PowerCycle) asks for a warm ForceRestart where the
+   BMC can prove it; `owed_since` (when DPF asked) makes a reset someone
    else made since then count as this reboot (`already_done`: nothing sent).
 2. Method `manual`, or the BMC path failed for good (unreachable after the activity's retries,
    bad credentials, a rejected reset): wait for the update `host_rebooted` (or `mark_rebooted`,
@@ -42,7 +43,8 @@ whether the generation was reached, and a host left OFF.
 Cost: one activity slot during the cycle, none while queued or waiting for a person. The history
 is small and bounded: the step, the cycle (one activity; a power-down wait past
 `POWER_DOWN_HAND_BACK_SECONDS` adds its durable timer and a second `power_cycle_host`, and a
-timer and a `read_power_state` per `power_down_read_seconds` of it: `power_steps.py`), the
+timer and a `read_power_state` per `power_down_read_seconds` of it, as does the `force_off`
+path's wait: `power_steps.py`), the
 lease's release on a shared BMC; a stop adds at most `STOP_POLLS` x (one power read + one timer),
 then a cancellation and an On. Measured: bench/README.md, "workflows/host_reboot/workflow.py".
 """

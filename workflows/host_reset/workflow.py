@@ -177,7 +177,7 @@ class HostResetWorkflow(HostPowerOn):
         self._reached = request.boot_generation
         self._off_taken = False  # the BMC took this run's host ForceOff: On again is one power cycle
         self._leases = BMCLeaseHolder()
-        self._reboots = RebootRounds(self)
+        self._reboots = RebootRounds(self, request.power_before)  # a `--host` reboot compares it
         self._off_generation: int | None = None  # a `--host` reboot left the host OFF: not reached
         self.operation_kind = RESET_OPERATION
 
@@ -210,6 +210,7 @@ class HostResetWorkflow(HostPowerOn):
             resets=tuple(self._resets),
             boot_generation=self._generation,
             finished_at=workflow.now(),
+            unplanned_power=self._reboots.unplanned_power,
         )
 
     @workflow.query(name=STATUS_QUERY)
@@ -491,6 +492,7 @@ class HostResetWorkflow(HostPowerOn):
             boot_generation=self._reached,
             finished_at=workflow.now(),
             aborted=self.aborted_words(),
+            unplanned_power=self._reboots.unplanned_power,
         )
 
     def ending_error(self, err: BaseException) -> BaseException | None:

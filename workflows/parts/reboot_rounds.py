@@ -32,6 +32,12 @@ host the same way, through `RebootRounds`; the host entity starts a `host reboot
   what it did, so a reboot that happened is counted and acknowledged.
 - **Confirm** (`RebootRounds.confirm`): a person's word that the host was rebooted, passed to
   the reboot in flight (a manual reboot, or one whose BMC could not be reached).
+- **Power nobody here took** (issue 39 item 3): the run's first reboot is handed the entity's last
+  reading at rest (`power_before` of the operation's input, `with_reading`), so its cycle's first
+  read, made anyway, tells a host powered Off (or On) by someone else just before it began; later
+  reboots get none (ours came since). What the reboots' reads found (their `unplanned_power`) is
+  kept (`unplanned_power`) for the run's result, which the entity shows (`host status`, memo).
+  Cost: no BMC request, no history event.
 """
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.bmc_lease import RebootRunInput, RebootRunSeen
     from contracts.models.control import OperatorRequest
     from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
+    from contracts.models.power_watch import PowerAtRest
     from workflows import kernel
     from workflows.parts import boot_generation
 
@@ -88,6 +95,20 @@ class RebootOutcome:
         return self.result.method.startswith("bmc") and not self.result.already_done
 
 
+def with_reading(request: HostRebootInput, before: PowerAtRest | None) -> HostRebootInput:
+    """The reboot with the entity's last reading at rest (`before`: the run's, for its first
+    reboot only; None for later ones); a reading the caller gave already is kept."""
+    if before is None or request.power_before is not None:
+        return request
+    return request.model_copy(update={"power_before": before})
+
+
+def joined_unplanned(found: list[str], result: HostRebootResult) -> None:
+    """Keep what a reboot's reads found (its `unplanned_power`), once each, in order."""
+    if result.unplanned_power and result.unplanned_power not in found:
+        found.append(result.unplanned_power)
+
+
 def bmc_refusal(err: ChildWorkflowError) -> str | None:
     """The BMC's words when the reboot failed because the BMC could not reboot the host
     (`BMCRebootFailed`: no reset happened); None for any other failure."""
@@ -102,10 +123,13 @@ class RebootRounds:
 
     Args:
         runbook: The workflow whose abort stops a reboot it waits for.
+        power_before: The entity's last reading at rest (the run's input), for the first reboot.
     """
 
-    def __init__(self, runbook: kernel.Runbook) -> None:
+    def __init__(self, runbook: kernel.Runbook, power_before: PowerAtRest | None = None) -> None:
         self._runbook = runbook
+        self._power_before = power_before  # handed to the first reboot started, then None
+        self._unplanned: list[str] = []  # what the reboots' reads found nobody here did
         self._child: RebootChild | None = None
         self._generation = 0
         self._abandoned = False
@@ -115,6 +139,11 @@ class RebootRounds:
     def child(self) -> RebootChild | None:
         """The reboot in flight (None: none), e.g. to pass it a person's confirmation."""
         return self._child
+
+    @property
+    def unplanned_power(self) -> str:
+        """The power changes nobody here made that this run's reboots found, in words ("" none)."""
+        return "; ".join(self._unplanned)
 
     @property
     def rebooting_to(self) -> int | None:
@@ -152,6 +181,7 @@ class RebootRounds:
     ) -> int:
         """Start the next reboot (`start_next_reboot`, same arguments); returns its generation."""
         assert self._child is None, "a reboot is in flight already"
+        request, self._power_before = with_reading(request, self._power_before), None
         self._child, self._generation = await start_next_reboot(
             request,
             summary=summary,
@@ -175,6 +205,7 @@ class RebootRounds:
             raise
         self._child = None
         result = await child
+        joined_unplanned(self._unplanned, result)
         if result.aborted:  # an operator aborted the reboot itself: it completed `aborted`
             raise self._aborted_reboot(child.id, result)
         return RebootOutcome(self._generation, result)
@@ -210,6 +241,7 @@ class RebootRounds:
         except (ChildWorkflowError, asyncio.CancelledError) as err:  # stopped before it rebooted
             workflow.logger.info("reboot %s ended as it was stopped: %s", child.id, err)
             return None
+        joined_unplanned(self._unplanned, result)
         if result.aborted and result.boot_generation < self._generation:  # aborted before a reset
             workflow.logger.info("reboot %s ended as it was stopped: %s", child.id, result.aborted)
             return None
