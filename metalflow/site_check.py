@@ -10,7 +10,12 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
   (DPUServiceTemplate `spec.security.privileged`);
 - Grove: the resource list of `grove.io/v1alpha1` (PodCliqueSet, PodGangMap served), then every
   PodCliqueSet and PodGangMap (two cluster-wide lists): the PodCliqueSets whose scaling-group
-  scale-out stays gated after an OnDelete template change (`gated_podcliquesets`).
+  scale-out stays gated after an OnDelete template change (`gated_podcliquesets`); Grove's
+  operator ConfigMap (one list by the chart's labels: its default scheduler profile,
+  `grove_default_backend`) and so each PodCliqueSet's backend; where one runs under KAI, KAI's
+  SchedulingShards (one list: stale-gang eviction, `kai_eviction`); where one runs under KAI or
+  Volcano, Grove's pods (one list by label: those still naming a legacy PodGroup, `pcs_findings`).
+  Grove BEHAVIOUR.md K1-K5.
 
 The findings are kept in the state dir (`site-check.json`, with the time of the check) and read
 by `metalflow host ...` at an operation's start (`load_findings`): one small file, never the site.
@@ -37,9 +42,13 @@ from drivers.settings import Settings
 from drivers.site_file import Site
 from drivers.statedir import find_state_dir
 from metalflow.site_verdicts import (
+    KAI_BACKEND,
+    KUBE_BACKEND,
+    VOLCANO_BACKEND,
     BMCFinding,
     DPFFinding,
     GroveFinding,
+    PCSFinding,
     SiteFindings,
     Verdict,
     host_verdict,
@@ -211,6 +220,147 @@ def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, An
     return tuple(sorted(out))
 
 
+GROVE_CONFIG_SELECTOR = "app.kubernetes.io/name=grove-operator,app.kubernetes.io/component=operator-configmap"
+STALENESS_ARG = "default-staleness-grace-period"
+# The pod annotations naming a pod's scheduler PodGroup, per backend (`PreparePod`, grove K3, K5).
+GROUP_ANNOTATIONS = {
+    KAI_BACKEND: ("pod-group-name",),
+    VOLCANO_BACKEND: ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name"),
+}
+SHOWN_PODS = 3
+
+
+def grove_default_backend(configmaps: list[dict[str, Any]]) -> tuple[str, str]:
+    """(Grove's default scheduler profile, where read) from the operator ConfigMaps the chart
+    writes (`grove-operator-cm-<hash>`, `config.yaml`): `scheduler.defaultProfileName`, defaulted
+    to default-scheduler when unset (`SetDefaults_SchedulerConfiguration`, grove K1); ("", why)
+    when none or several disagree or the YAML is unreadable."""
+    import yaml
+
+    found: dict[str, str] = {}
+    for cm in configmaps:
+        meta = cm.get("metadata") or {}
+        where = f"ConfigMap {meta.get('namespace', '')}/{meta.get('name', '')}"
+        try:
+            config = yaml.safe_load(((cm.get("data") or {}).get("config.yaml")) or "") or {}
+        except yaml.YAMLError:
+            return "", f"{where}: config.yaml is not YAML"
+        scheduler = (config.get("scheduler") or {}) if isinstance(config, dict) else {}
+        name = str(scheduler.get("defaultProfileName") or KUBE_BACKEND)
+        found[where] = name + ("" if scheduler.get("defaultProfileName") else " (unset: Grove's default)")
+    if not found:
+        return "", f"no ConfigMap labelled {GROVE_CONFIG_SELECTOR}"
+    if len({v.split(" ")[0] for v in found.values()}) > 1:
+        return "", "operator ConfigMaps disagree: " + "; ".join(f"{k}: {v}" for k, v in sorted(found.items()))
+    where, value = sorted(found.items())[0]
+    return value.split(" ")[0], f"{where}, scheduler.defaultProfileName {value}"
+
+
+def kai_eviction(shards: list[dict[str, Any]]) -> tuple[str, str]:
+    """("on" | "off" | "unknown", why) from KAI's SchedulingShards (grove K4): a shard's
+    stale-gang eviction is off when its `spec.args.default-staleness-grace-period` is negative (a
+    Go duration; negative means never) or its `spec.actions.stalegangeviction.enabled` is false,
+    else on (unset: KAI's default, 60 s). On when any shard has it on."""
+    if not shards:
+        return "unknown", "no KAI SchedulingShard found"
+    on = []
+    for shard in shards:
+        name = str((shard.get("metadata") or {}).get("name", ""))
+        spec = shard.get("spec") or {}
+        value = str((spec.get("args") or {}).get(STALENESS_ARG, "")).strip()
+        action = ((spec.get("actions") or {}).get("stalegangeviction") or {}).get("enabled")
+        if action is False or value.startswith("-"):
+            continue
+        on.append(f"SchedulingShard {name}: {STALENESS_ARG} " + (value or "unset, KAI's default 60s"))
+    if on:
+        return "on", "; ".join(on)
+    names = ", ".join(sorted(str((s.get("metadata") or {}).get("name", "")) for s in shards))
+    return "off", f"SchedulingShard {names}: off"
+
+
+def pcs_backend(pcs: dict[str, Any], default: str) -> str:
+    """A PodCliqueSet's backend as Grove resolves it: the first clique's `podSpec.schedulerName`
+    set, else Grove's default profile (`getSchedulerNameForPCS`, grove K1)."""
+    for clique in ((pcs.get("spec") or {}).get("template") or {}).get("cliques") or []:
+        name = (((clique or {}).get("spec") or {}).get("podSpec") or {}).get("schedulerName")
+        if name:
+            return str(name)
+    return default
+
+
+def pcs_findings(
+    pcs_items: list[dict[str, Any]], default: str, pods: list[dict[str, Any]]
+) -> tuple[PCSFinding, ...]:
+    """Each PodCliqueSet's backend, migration condition and the pods still naming a legacy
+    PodGroup: a scheduler annotation of the backend that is not the pod's `grove.io/podgang`
+    label, or the pre-PodGangMap `grove.io/base-podgang` label (grove K5, grove#837)."""
+    legacy: dict[tuple[str, str], list[str]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        gang = labels.get("grove.io/podgang", "")
+        keys = GROUP_ANNOTATIONS.get(str((pod.get("spec") or {}).get("schedulerName") or ""), ())
+        stale = any(k in notes and notes[k] != gang for k in keys) or "grove.io/base-podgang" in labels
+        if stale and (owner := labels.get("app.kubernetes.io/part-of")):
+            legacy.setdefault((str(meta.get("namespace", "")), str(owner)), []).append(
+                str(meta.get("name", ""))
+            )
+    out = []
+    for pcs in pcs_items:
+        meta = pcs.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        names = sorted(legacy.get(key, []))
+        conditions = (pcs.get("status") or {}).get("conditions") or []
+        migrating = any(
+            c.get("type") == "PodGangMigrationInProgress" and c.get("status") == "True" for c in conditions
+        )
+        out.append(PCSFinding(name=f"{key[0]}/{key[1]}", backend=pcs_backend(pcs, default),
+                              legacy_count=len(names), legacy_pods=tuple(names[:SHOWN_PODS]),
+                              migrating=migrating))  # fmt: skip
+    return tuple(sorted(out, key=lambda p: p.name))
+
+
+async def _read_scheduling(settings: Settings, pcs_items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The scheduling half of the Grove finding (grove K1-K5): a read that fails is a finding
+    (the backend or the eviction unknown, and why), never the check's end."""
+    from urllib.parse import quote
+
+    def why(err: Exception) -> str:
+        return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+
+    try:
+        cms = await asyncio.to_thread(
+            _get, settings, f"/api/v1/configmaps?labelSelector={quote(GROVE_CONFIG_SELECTOR, safe='=,')}"
+        )
+        default, backend_detail = grove_default_backend(cms.get("items") or [])
+    except Exception as err:  # noqa: BLE001 - a finding
+        default, backend_detail = "", f"cannot list Grove's operator ConfigMaps: {why(err)}"
+    backends = {pcs_backend(p, default) for p in pcs_items} | {default}
+    eviction, eviction_detail = "", ""
+    if KAI_BACKEND in backends:
+        try:
+            shards = await asyncio.to_thread(_get, settings, "/apis/kai.scheduler/v1/schedulingshards")
+            eviction, eviction_detail = kai_eviction(shards.get("items") or [])
+        except Exception as err:  # noqa: BLE001 - a finding
+            eviction, eviction_detail = "unknown", f"cannot list KAI SchedulingShards: {why(err)}"
+    pods: list[dict[str, Any]] = []
+    if backends & set(GROUP_ANNOTATIONS):
+        selector = quote("app.kubernetes.io/managed-by=grove-operator", safe="=")
+        try:
+            pods = (await asyncio.to_thread(_get, settings, f"/api/v1/pods?labelSelector={selector}")).get(
+                "items"
+            ) or []
+        except Exception as err:  # noqa: BLE001 - a finding
+            backend_detail += f"; Grove's pods not read ({why(err)}): legacy PodGroups not checked"
+    return {
+        "default_backend": default,
+        "backend_detail": backend_detail,
+        "kai_eviction": eviction,
+        "kai_detail": eviction_detail,
+        "podcliquesets": pcs_findings(pcs_items, default, pods),
+    }
+
+
 async def read_grove(settings: Settings) -> GroveFinding:
     base = f"/apis/{GROVE_GROUP}/{GROVE_VERSION}"
     try:
@@ -231,7 +381,7 @@ async def read_grove(settings: Settings) -> GroveFinding:
     except Exception as err:  # noqa: BLE001 - a finding
         return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
     gated = gated_podcliquesets(pcs_items.get("items") or [], maps.get("items") or [])
-    return GroveFinding(gated=gated)
+    return GroveFinding(gated=gated, **await _read_scheduling(settings, pcs_items.get("items") or []))
 
 
 async def check_site(settings: Settings, site: Site, *, concurrency: int, timeout: float) -> SiteFindings:
@@ -245,25 +395,31 @@ async def check_site(settings: Settings, site: Site, *, concurrency: int, timeou
 
 
 def consult(
-    host_id: str | None, capability: str | None, path: Path | None = None
+    host_id: str | None, capability: str | None, path: Path | None = None, *, pcs: str | None = None
 ) -> tuple[Verdict, str] | None:
     """The kept verdict of `capability` for `host_id` (None: the site's own rules only, for a
-    rollout or a campaign) and when it was checked, or None: no capability, or no check kept (an
-    operation then runs as before). One small file read."""
+    rollout or a campaign; a rollout's for PodCliqueSet `pcs`, `namespace/name`) and when it was
+    checked, or None: no capability, or no check kept (an operation then runs as before). One
+    small file read."""
     if capability is None:
         return None
     findings = load_findings(path or findings_path())
     if findings is None:
         return None
-    return host_verdict(findings, host_id, capability), findings.checked_at
+    return host_verdict(findings, host_id, capability, pcs=pcs), findings.checked_at
 
 
 def consult_words(
-    host_id: str | None, capability: str | None, path: Path | None = None, now: datetime | None = None
+    host_id: str | None,
+    capability: str | None,
+    path: Path | None = None,
+    now: datetime | None = None,
+    *,
+    pcs: str | None = None,
 ) -> tuple[bool, list[str]]:
     """(refuse?, lines to say) for an operation on `host_id` needing `capability`. A check older
     than `STALE_AFTER` is still obeyed, and said to be old (run it again: the site may have moved)."""
-    found = consult(host_id, capability, path)
+    found = consult(host_id, capability, path, pcs=pcs)
     if found is None:
         return False, []
     verdict, checked_at = found
@@ -277,7 +433,7 @@ def consult_words(
     if verdict.status == "ready":
         return False, stale
     lines = [f"{r.text} [{', '.join(r.rows)}]" for r in verdict.reasons if r.status == verdict.status]
-    where = host_id or "the site"
+    where = host_id or pcs or "the site"
     head = f"{verdict.capability} is {verdict.status} on {where} by the site check of {checked_at}" + (
         " (run `metalflow site check` again once fixed)" if verdict.status == "blocked" else ""
     )
