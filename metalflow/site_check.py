@@ -7,7 +7,9 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
   `BootProgress` on a DPU) and whether the service root links an `UpdateService`;
 - DPF: the served OpenAPI v3 schema of `provisioning.dpu.nvidia.com/v1alpha1` (does the DPU
   kind have `status.agentStatus`, `status.rebootStatus`) and of `svc.dpu.nvidia.com/v1alpha1`
-  (DPUServiceTemplate `spec.security.privileged`);
+  (DPUServiceTemplate `spec.security.privileged`); then every DPU, DPUDevice and DPUDeployment
+  (three cluster-wide lists): the trust mode (`trust_mode`), the DPUDeployments' DPUSet
+  strategies, and per DPU BMC whether DPF manages its credentials (`dpf_credentials`; dpf Z1);
 - Grove: the resource list of `grove.io/v1alpha1` (PodCliqueSet, PodGangMap served), then every
   PodCliqueSet and PodGangMap (two cluster-wide lists): the PodCliqueSets whose scaling-group
   scale-out stays gated after an OnDelete template change (`gated_podcliquesets`); Grove's
@@ -15,7 +17,7 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
   `grove_default_backend`) and so each PodCliqueSet's backend; where one runs under KAI, KAI's
   SchedulingShards (one list: stale-gang eviction, `kai_eviction`); where one runs under KAI or
   Volcano, Grove's pods (one list by label: those still naming a legacy PodGroup, `pcs_findings`).
-  Grove BEHAVIOUR.md K1-K5.
+  Grove BEHAVIOUR.md K1-K5. What the answers mean: metalflow/site_readings.py (pure).
 
 The findings are kept in the state dir (`site-check.json`, with the time of the check) and read
 by `metalflow host ...` at an operation's start (`load_findings`): one small file, never the site.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,14 +44,23 @@ from drivers.redfish.system import find_system, parse_time
 from drivers.settings import Settings
 from drivers.site_file import Site
 from drivers.statedir import find_state_dir
+from metalflow.site_readings import (
+    GROUP_ANNOTATIONS,
+    GROVE_CONFIG_SELECTOR,
+    PROVISIONING,
+    dpf_credentials,
+    dpuset_strategies,
+    grove_default_backend,
+    kai_eviction,
+    pcs_backend,
+    pcs_findings,
+    trust_mode,
+)
 from metalflow.site_verdicts import (
     KAI_BACKEND,
-    KUBE_BACKEND,
-    VOLCANO_BACKEND,
     BMCFinding,
     DPFFinding,
     GroveFinding,
-    PCSFinding,
     SiteFindings,
     Verdict,
     host_verdict,
@@ -194,6 +206,26 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     return DPFFinding(version=version, template_privileged=privileged)
 
 
+async def read_dpf_objects(settings: Settings) -> tuple[str, str, tuple[str, ...], list[dict[str, Any]]]:
+    """(trust mode, why, DPUDeployment strategies, DPUDevices): three lists; one that fails
+    leaves its part unknown (a finding, never the check's end)."""
+
+    async def items(path: str) -> list[dict[str, Any]] | str:
+        try:
+            return list((await asyncio.to_thread(_get, settings, path)).get("items") or [])
+        except Exception as err:  # noqa: BLE001 - a finding
+            return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+
+    dpus, devices, deployments = await asyncio.gather(
+        items(f"{PROVISIONING}/dpus"),
+        items(f"{PROVISIONING}/dpudevices"),
+        items("/apis/svc.dpu.nvidia.com/v1alpha1/dpudeployments"),
+    )
+    mode, detail = trust_mode(dpus) if isinstance(dpus, list) else ("", f"DPUs not read: {dpus}")
+    strategies = dpuset_strategies(deployments) if isinstance(deployments, list) else ()
+    return mode, detail, strategies, devices if isinstance(devices, list) else []
+
+
 def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, Any]]) -> tuple[str, ...]:
     """`namespace/name (replicas r, ...)` of each PodCliqueSet with scaling groups some of whose
     replicas' PodGangMap anchors carry another hash than its current one: a scaling-group
@@ -218,106 +250,6 @@ def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, An
         if replicas:
             out.append(f"{ns}/{name} (replica(s) {', '.join(map(str, replicas))})")
     return tuple(sorted(out))
-
-
-GROVE_CONFIG_SELECTOR = "app.kubernetes.io/name=grove-operator,app.kubernetes.io/component=operator-configmap"
-STALENESS_ARG = "default-staleness-grace-period"
-# The pod annotations naming a pod's scheduler PodGroup, per backend (`PreparePod`, grove K3, K5).
-GROUP_ANNOTATIONS = {
-    KAI_BACKEND: ("pod-group-name",),
-    VOLCANO_BACKEND: ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name"),
-}
-SHOWN_PODS = 3
-
-
-def grove_default_backend(configmaps: list[dict[str, Any]]) -> tuple[str, str]:
-    """(Grove's default scheduler profile, where read) from the operator ConfigMaps the chart
-    writes (`grove-operator-cm-<hash>`, `config.yaml`): `scheduler.defaultProfileName`, defaulted
-    to default-scheduler when unset (`SetDefaults_SchedulerConfiguration`, grove K1); ("", why)
-    when none or several disagree or the YAML is unreadable."""
-    import yaml
-
-    found: dict[str, str] = {}
-    for cm in configmaps:
-        meta = cm.get("metadata") or {}
-        where = f"ConfigMap {meta.get('namespace', '')}/{meta.get('name', '')}"
-        try:
-            config = yaml.safe_load(((cm.get("data") or {}).get("config.yaml")) or "") or {}
-        except yaml.YAMLError:
-            return "", f"{where}: config.yaml is not YAML"
-        scheduler = (config.get("scheduler") or {}) if isinstance(config, dict) else {}
-        name = str(scheduler.get("defaultProfileName") or KUBE_BACKEND)
-        found[where] = name + ("" if scheduler.get("defaultProfileName") else " (unset: Grove's default)")
-    if not found:
-        return "", f"no ConfigMap labelled {GROVE_CONFIG_SELECTOR}"
-    if len({v.split(" ")[0] for v in found.values()}) > 1:
-        return "", "operator ConfigMaps disagree: " + "; ".join(f"{k}: {v}" for k, v in sorted(found.items()))
-    where, value = sorted(found.items())[0]
-    return value.split(" ")[0], f"{where}, scheduler.defaultProfileName {value}"
-
-
-def kai_eviction(shards: list[dict[str, Any]]) -> tuple[str, str]:
-    """("on" | "off" | "unknown", why) from KAI's SchedulingShards (grove K4): a shard's
-    stale-gang eviction is off when its `spec.args.default-staleness-grace-period` is negative (a
-    Go duration; negative means never) or its `spec.actions.stalegangeviction.enabled` is false,
-    else on (unset: KAI's default, 60 s). On when any shard has it on."""
-    if not shards:
-        return "unknown", "no KAI SchedulingShard found"
-    on = []
-    for shard in shards:
-        name = str((shard.get("metadata") or {}).get("name", ""))
-        spec = shard.get("spec") or {}
-        value = str((spec.get("args") or {}).get(STALENESS_ARG, "")).strip()
-        action = ((spec.get("actions") or {}).get("stalegangeviction") or {}).get("enabled")
-        if action is False or value.startswith("-"):
-            continue
-        on.append(f"SchedulingShard {name}: {STALENESS_ARG} " + (value or "unset, KAI's default 60s"))
-    if on:
-        return "on", "; ".join(on)
-    names = ", ".join(sorted(str((s.get("metadata") or {}).get("name", "")) for s in shards))
-    return "off", f"SchedulingShard {names}: off"
-
-
-def pcs_backend(pcs: dict[str, Any], default: str) -> str:
-    """A PodCliqueSet's backend as Grove resolves it: the first clique's `podSpec.schedulerName`
-    set, else Grove's default profile (`getSchedulerNameForPCS`, grove K1)."""
-    for clique in ((pcs.get("spec") or {}).get("template") or {}).get("cliques") or []:
-        name = (((clique or {}).get("spec") or {}).get("podSpec") or {}).get("schedulerName")
-        if name:
-            return str(name)
-    return default
-
-
-def pcs_findings(
-    pcs_items: list[dict[str, Any]], default: str, pods: list[dict[str, Any]]
-) -> tuple[PCSFinding, ...]:
-    """Each PodCliqueSet's backend, migration condition and the pods still naming a legacy
-    PodGroup: a scheduler annotation of the backend that is not the pod's `grove.io/podgang`
-    label, or the pre-PodGangMap `grove.io/base-podgang` label (grove K5, grove#837)."""
-    legacy: dict[tuple[str, str], list[str]] = {}
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-        gang = labels.get("grove.io/podgang", "")
-        keys = GROUP_ANNOTATIONS.get(str((pod.get("spec") or {}).get("schedulerName") or ""), ())
-        stale = any(k in notes and notes[k] != gang for k in keys) or "grove.io/base-podgang" in labels
-        if stale and (owner := labels.get("app.kubernetes.io/part-of")):
-            legacy.setdefault((str(meta.get("namespace", "")), str(owner)), []).append(
-                str(meta.get("name", ""))
-            )
-    out = []
-    for pcs in pcs_items:
-        meta = pcs.get("metadata") or {}
-        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
-        names = sorted(legacy.get(key, []))
-        conditions = (pcs.get("status") or {}).get("conditions") or []
-        migrating = any(
-            c.get("type") == "PodGangMigrationInProgress" and c.get("status") == "True" for c in conditions
-        )
-        out.append(PCSFinding(name=f"{key[0]}/{key[1]}", backend=pcs_backend(pcs, default),
-                              legacy_count=len(names), legacy_pods=tuple(names[:SHOWN_PODS]),
-                              migrating=migrating))  # fmt: skip
-    return tuple(sorted(out, key=lambda p: p.name))
 
 
 async def _read_scheduling(settings: Settings, pcs_items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -386,12 +318,42 @@ async def read_grove(settings: Settings) -> GroveFinding:
 
 async def check_site(settings: Settings, site: Site, *, concurrency: int, timeout: float) -> SiteFindings:
     """Read the whole site once: BMCs, DPF and Grove at the same time."""
-    bmcs, dpf, grove = await asyncio.gather(
+    bmcs, dpf, grove, (mode, detail, strategies, devices) = await asyncio.gather(
         read_bmcs(settings, site, concurrency=concurrency, timeout=timeout),
         read_dpf(settings),
         read_grove(settings),
+        read_dpf_objects(settings),
     )
+    if dpf.readable and dpf.dpu_served:
+        dpf = replace(dpf, trust_mode=mode, trust_detail=detail, strategies=strategies)
+        bmcs = _with_dpf_credentials(settings, site, bmcs, mode, devices)
     return SiteFindings(site=site.name, checked_at=iso_z(datetime.now(UTC)), bmcs=bmcs, dpf=dpf, grove=grove)
+
+
+def _with_dpf_credentials(
+    settings: Settings, site: Site, bmcs: tuple[BMCFinding, ...], mode: str, devices: list[dict[str, Any]]
+) -> tuple[BMCFinding, ...]:
+    """Each DPU BMC finding with who holds its credentials (dpf Z1)."""
+    from urllib.parse import urlsplit
+
+    from drivers.inventory import host_from_site
+
+    dpus = {}
+    for site_host in site.hosts:
+        host = host_from_site(site, settings.site_file, site_host.id, settings.dpf_namespace)
+        dpus.update({d.id: d for d in host.dpus})
+    out = []
+    for bmc in bmcs:
+        dpu = dpus.get(bmc.dpu or "")
+        if dpu is None:
+            out.append(bmc)
+            continue
+        by, how = dpf_credentials(
+            devices, mode, device_name=dpu.dpu_device_name(), serial=dpu.serial,
+            bmc_host=urlsplit(dpu.bmc.endpoint).hostname or "" if dpu.bmc else "",
+        )  # fmt: skip
+        out.append(replace(bmc, credentials_by=by, dpf_credentials=how))
+    return tuple(out)
 
 
 def consult(

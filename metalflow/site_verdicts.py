@@ -77,6 +77,10 @@ class BMCFinding:
     last_reset_time: bool = False
     boot_progress: bool = False
     update_service: bool = False
+    # A DPU BMC's credentials: "dpf" (DPF in zero trust manages them: `dpf_credentials` says how),
+    # "ours" (the site file's, DPF does not touch them), "" not known (DPF not read).
+    credentials_by: str = ""
+    dpf_credentials: str = ""
 
     @property
     def usable(self) -> bool:
@@ -94,6 +98,9 @@ class DPFFinding:
     dpu_served: bool = True
     version: str = ""  # "25.10", "26.4-rc.3", "26" (rebootStatus), "" unknown
     template_privileged: bool = False  # DPUServiceTemplate spec.security.privileged served
+    trust_mode: str = ""  # "zero-trust", "host-trusted", "" unknown (dpf Z1)
+    trust_detail: str = ""  # what decided it, or why unknown
+    strategies: tuple[str, ...] = ()  # "ns/name: OnDelete" per DPUDeployment (spec.dpus.dpuSetStrategy)
 
 
 KAI_BACKEND: Final = "kai-scheduler"
@@ -158,7 +165,12 @@ class SiteFindings:
             site=str(data["site"]),
             checked_at=str(data["checked_at"]),
             bmcs=bmcs,
-            dpf=DPFFinding(**(data.get("dpf") or {})),
+            dpf=DPFFinding(
+                **{
+                    **(data.get("dpf") or {}),
+                    "strategies": tuple((data.get("dpf") or {}).get("strategies") or ()),
+                }
+            ),
             grove=GroveFinding(**grove),
         )
 
@@ -218,9 +230,13 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
                 "DOMAIN 4.1",
             )
     for bmc in dpu_bmcs:
-        if not bmc.usable:
+        if bmc.reachable and not bmc.credentials_ok and bmc.credentials_by == "dpf":
+            add((RESET_ARM, RESET_FULL, RESET_BOTH, FIRMWARE), "blocked", _dpf_managed(host_id, bmc),
+                "dpf Z1", "redfish F1")  # fmt: skip
+        elif not bmc.usable:
             add((RESET_ARM, RESET_FULL, RESET_BOTH, FIRMWARE), "blocked", f"{host_id}: DPU {bmc.trouble()}",
                 "redfish F1" if bmc.reachable else "redfish F3")  # fmt: skip
+        if not bmc.usable:
             unseen = f"{host_id}: DPU {bmc.trouble()}: its unplanned resets are not seen"
             add((PROVISION, REPROVISION), "degraded", unseen, "redfish B11")
             continue
@@ -246,6 +262,21 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
                 "redfish H6",
             )
     return out
+
+
+def _dpf_managed(host_id: str, bmc: BMCFinding) -> str:
+    """Why a DPU BMC refuses our credentials when DPF manages them, and what to do (dpf Z1)."""
+    return (
+        f"{host_id}: DPU BMC {bmc.bmc_id} refuses the site file's credentials, and DPF manages this BMC's "
+        f"credentials ({bmc.dpf_credentials}): in zero trust DPF 26.8 resets a DPU's BMC to factory "
+        "defaults once at onboarding and sets its Redfish account (root on BlueField-3, admin on "
+        "BlueField-4) to the password of its credential Secret (key `password`; the shared "
+        "bmc-shared-password, or the DPUDevice's spec.bmcCredentialSecretName). Give the site file that "
+        "account and password for this BMC (a credential Secret with username and that password; DPF's "
+        "rotations move to a new Secret name, so update it with them), or opt the device out "
+        "(DPUDevice spec.bmcFactoryResetPolicy: Never) before it is onboarded; then run "
+        "`metalflow site check` again"
+    )
 
 
 def _site_rules(findings: SiteFindings, pcs: str | None = None) -> dict[str, list[Reason]]:
@@ -393,6 +424,14 @@ def info(findings: SiteFindings) -> list[str]:
         lines.append(f"DPF {dpf.version}" + (f": {stamp}" if stamp else ""))
     if dpf.readable and dpf.template_privileged:
         lines.append("DPF serves security.privileged on DPUServiceTemplates (26.8+ rule, dpf O4)")
+    if dpf.readable and dpf.dpu_served:
+        detail = f" ({dpf.trust_detail})" if dpf.trust_detail else ""
+        lines.append(f"DPF trust mode: {dpf.trust_mode or 'unknown'}{detail} (dpf Z1)")
+        if dpf.strategies:
+            lines.append(f"DPUDeployment strategies: {', '.join(dpf.strategies)}")
+    by_dpf = [b.bmc_id for b in findings.bmcs if b.dpu is not None and b.credentials_by == "dpf"]
+    if by_dpf:
+        lines.append(f"DPU BMC credentials managed by DPF: {', '.join(by_dpf)} (dpf Z1)")
     grove = findings.grove
     if grove.readable and grove.pcs_served:
         detail = f" ({grove.backend_detail})" if grove.backend_detail else ""

@@ -71,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"network before joining the cluster; default: ${DPF_MODE_ENV}, else zero-trust)",
     )
     serve.add_argument(
+        "--dpf-bmc-credentials",
+        choices=("ours", "per-dpu"),
+        default="ours",
+        help="who holds the DPU BMCs' passwords: ours (the site file's), or per-dpu: DPF 26.8 zero trust "
+        "onboarded the DPUs, factory-reset their BMCs and set per-DPU passwords the site file does not "
+        "hold (needs --dpf-version 26 and --initialised; dpf BEHAVIOUR.md Z1)",
+    )
+    serve.add_argument(
         "--grove-scheduler",
         choices=SCHEDULERS,
         default=SCHEDULERS[0],
@@ -170,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         dpf_version = chosen_dpf_version(args.dpf_version)
         dpf_mode = chosen_dpf_mode(args.dpf_deployment_mode, dpf_version)
+        if args.dpf_bmc_credentials == "per-dpu" and not (
+            dpf_version == "26" and dpf_mode == "zero-trust" and args.initialised
+        ):
+            raise ValueError("--dpf-bmc-credentials per-dpu is DPF 26.8 zero trust: with --dpf-version 26, "
+                             "zero-trust and --initialised")  # fmt: skip
     except ValueError as err:
         print(f"simulators: {err}", file=sys.stderr)
         return 2
@@ -190,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         dpf_version=dpf_version,
         dpf_deployment_mode=dpf_mode,
         grove=GroveSetup(args.grove_scheduler, args.kai_stale_eviction, args.grove_migrated),
+        dpf_bmc_credentials=args.dpf_bmc_credentials,
     )
     try:
         asyncio.run(_serve(site, options, args.lifeline_fd))

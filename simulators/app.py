@@ -71,6 +71,7 @@ class ServeOptions:
     dpf_version: str = dpf_versions.V25  # the DPF release played (simulators/dpf/versions.py)
     dpf_deployment_mode: str = "zero-trust"  # DPF v26: zero-trust | host-trusted (BEHAVIOUR.md P1)
     grove: grove_backends.GroveSetup = grove_backends.GroveSetup()  # Grove's scheduler set-up (K1-K5)
+    dpf_bmc_credentials: str = "ours"  # "per-dpu": DPF 26.8 onboarded the DPU BMCs (dpf BEHAVIOUR.md Z1)
 
 
 class SimulatedSite:
@@ -90,7 +91,7 @@ class SimulatedSite:
         self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)
         self.dpf = DPFController(
             self.store, self.hub, options.timings, self.violations, site, version=options.dpf_version,
-            deployment_mode=options.dpf_deployment_mode,
+            deployment_mode=options.dpf_deployment_mode, bmc_credentials=options.dpf_bmc_credentials,
         )  # fmt: skip
         self.grove = GroveController(self.store, options.timings, self.violations, options.grove)
         self.request_counts = RequestCounts()
@@ -138,6 +139,11 @@ class SimulatedSite:
         await self.grove.start()
         if self.options.initialised:
             await self.dpf.initialise()
+            if self.options.dpf_bmc_credentials == "per-dpu":  # DPF set passwords nobody stored (Z1)
+                for host in self.site.hosts:
+                    for dpu in host.dpus:
+                        if dpu.bmc is not None:
+                            await self.bmcs.bmc_fault(dpu.id, "wrong-credentials")
         # The site's Grove workloads run whether or not the hosts' DPUs are provisioned yet (they
         # are not placed on the simulated hosts), so the demo can roll one after provisioning.
         await self.grove.initialise(self.site.workloads)

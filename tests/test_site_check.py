@@ -319,7 +319,7 @@ async def test_kai_stale_gang_eviction_and_a_migrated_cluster_block_the_rollout_
     send the cluster nothing (its audit log shows no request)."""
     one = {"sc-201": ("", "powercycle", "BF3")}
     grove = ("--kai-stale-eviction", "on", "--grove-migrated")
-    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), grove=grove) as small:
+    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), extra=grove) as small:
         audit_before = small.audit()
         result = check(small, "site", "check", "--json")
         assert result.returncode == 1, result.stdout + result.stderr
@@ -363,7 +363,7 @@ async def test_groves_default_scheduler_degrades_the_rollout_and_plan_says_so(
     gang scheduling (K1, K2): degraded; `rollout plan` says it on stderr and plans."""
     one = {"sc-301": ("", "powercycle", "BF3")}
     grove = ("--grove-scheduler", "default-scheduler")
-    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), grove=grove) as small:
+    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), extra=grove) as small:
         result = check(small, "site", "check", "--json")
         assert result.returncode == 0, result.stdout + result.stderr
         document = json.loads(result.stdout)
@@ -379,3 +379,41 @@ async def test_groves_default_scheduler_degrades_the_rollout_and_plan_says_so(
         assert planned.returncode == 0, planned.stdout + planned.stderr
         assert "rollout is degraded on default/inference by the site check of" in planned.stderr
         assert "does no gang scheduling" in planned.stderr and "[grove K1, grove K2]" in planned.stderr
+
+
+def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_and_refuses_the_reset(
+    tmp_path: Path,
+) -> None:
+    """DPF 26.8 in zero trust onboarded the DPUs (`--dpf-bmc-credentials per-dpu`, dpf Z1): it
+    factory-reset each DPU BMC and set a per-DPU password the site file does not hold. The check
+    reads the trust mode, the DPUDeployment strategies and, per DPU BMC, that DPF holds its
+    credentials; the DPU resets and firmware are blocked naming DPF's Secret and what to do, not a
+    bare 401; `host reset --all-dpus` is refused with those words."""
+    one = {"sc-401": ("", "powercycle", "BF3")}
+    with running_sim(
+        tmp_path / "sim", site_file=site_file(tmp_path / "in", one), dpf_version="26", initialised=True,
+        extra=("--dpf-bmc-credentials", "per-dpu"),
+    ) as small:  # fmt: skip
+        audit_before = small.audit()
+        result = check(small, "site", "check", "--json", "--timeout", "5")
+        assert result.returncode == 1, result.stdout + result.stderr
+        document = json.loads(result.stdout)
+        assert "DPF trust mode: zero-trust (1 DPU(s), status.deploymentMode) (dpf Z1)" in document["info"]
+        assert "DPUDeployment strategies: dpf-operator-system/gpu-compute: OnDelete" in document["info"]
+        bmc = next(b for b in document["findings"]["bmcs"] if b["bmc_id"] == "sc-401-dpu-0")
+        assert bmc["credentials_by"] == "dpf" and not bmc["credentials_ok"]
+        assert (
+            "Secret device-sc-401-dpu-0-bmc-v1; BMCFactoryResetReady True FactoryResetCompleted"
+            in (bmc["dpf_credentials"])
+        )
+        reset = next(v for v in document["verdicts"] if v["capability"] == "reset-dpu")
+        assert reset["status"] == "blocked" and reset["reasons"][0]["rows"] == ["dpf Z1", "redfish F1"]
+        no_writes(small, audit_before)
+        seen = host_row(small, "sc-401", "DPF 26.8 zero trust: DPU BMC credentials set by DPF (Z1)")
+        assert seen in readme_rows(), f"README's table lacks:\n{seen}"
+        refused = check(small, "host", "reset", "sc-401", "--all-dpus", "--address", "127.0.0.1:1")
+        assert refused.returncode == 1, refused.stderr
+        assert (
+            "DPF manages this BMC's credentials" in refused.stderr
+            and "[dpf Z1, redfish F1]" in refused.stderr
+        )

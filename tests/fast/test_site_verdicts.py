@@ -1,6 +1,7 @@
 """`metalflow site check`'s pure verdicts (metalflow/site_verdicts.py): capability x findings ->
 ready / degraded / blocked, each reason with its behaviour row; and what an operation's start
-reads from the kept findings (metalflow/site_check.py `consult_words`)."""
+reads from the kept findings (metalflow/site_check.py `consult_words`); what the check makes of
+the cluster's answers (metalflow/site_readings.py)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from metalflow.site_check import (
+from metalflow.site_check import consult_words, load_findings, save_findings
+from metalflow.site_readings import (
     GROVE_CONFIG_SELECTOR,
-    consult_words,
+    dpf_credentials,
+    dpuset_strategies,
     grove_default_backend,
     kai_eviction,
-    load_findings,
     pcs_findings,
-    save_findings,
+    trust_mode,
 )
 from metalflow.site_verdicts import (
     CAPABILITIES,
@@ -409,5 +411,75 @@ def test_each_podcliqueset_gets_its_backend_and_the_pods_left_on_a_legacy_podgro
 
 def test_the_scheduling_findings_survive_their_file(tmp_path: Path) -> None:
     findings = site(grove=grove(PCSFinding("ns/a", "kai-scheduler", legacy_count=4, legacy_pods=("p", "q"))))
+    save_findings(tmp_path / "f.json", findings)
+    assert load_findings(tmp_path / "f.json") == findings
+
+
+# -- zero trust: who holds a DPU BMC's credentials (issue 36 point 7; dpf BEHAVIOUR.md Z1) ---------
+def test_a_dpu_bmc_refusing_our_credentials_while_dpf_manages_them_says_so_and_what_to_do() -> None:
+    managed = "DPUDevice ns/device-h1-dpu-0, Secret device-h1-dpu-0-bmc-v1; BMCFactoryResetReady True"
+    bmc = dpu_bmc(credentials_ok=False, error="401", credentials_by="dpf", dpf_credentials=managed)
+    found = changed(site(host_bmc(), bmc))
+    for cap in ("reset-dpu", "reset-dpu-full", "reset-both", "firmware"):
+        assert found[cap] == ("blocked", ("dpf Z1", "redfish F1")), cap
+    text = host_verdict(site(host_bmc(), bmc), "h1", "firmware").reasons[0].text
+    assert f"DPF manages this BMC's credentials ({managed})" in text
+    assert "factory defaults once at onboarding" in text and "bmcFactoryResetPolicy: Never" in text
+    assert "refuses the stored credentials" not in text  # not the generic 401
+    # ours refused: the generic reason, as before; DPF's accepted: nothing to say
+    assert changed(site(host_bmc(), dpu_bmc(credentials_ok=False, credentials_by="ours")))["firmware"] == (
+        "blocked", ("redfish F1",),
+    )  # fmt: skip
+    assert changed(site(host_bmc(), dpu_bmc(credentials_by="dpf", dpf_credentials=managed))) == {}
+
+
+def test_the_trust_mode_is_read_from_the_dpus() -> None:
+    def dpu(**status: str) -> dict[str, object]:
+        return {"status": status}
+
+    assert trust_mode([dpu(deploymentMode="host-trusted", dpuInstallInterface="redfish")]) == (
+        "host-trusted", "1 DPU(s), status.deploymentMode",
+    )  # fmt: skip
+    assert trust_mode([dpu(dpuInstallInterface="redfish")] * 2) == (
+        "zero-trust",
+        "2 DPU(s), status.dpuInstallInterface",
+    )
+    assert trust_mode([]) == ("", "no DPU shows a deploymentMode or an install interface")
+    assert trust_mode([dpu(deploymentMode="zero-trust"), dpu(deploymentMode="host-trusted")])[0] == ""
+    on_delete = {"dpus": {"dpuSetStrategy": {"type": "OnDelete"}}}
+    deployments = [{"metadata": {"namespace": "ns", "name": "d"}, "spec": on_delete},
+                   {"metadata": {"namespace": "ns", "name": "e"}, "spec": {"dpus": {}}}]  # fmt: skip
+    assert dpuset_strategies(deployments) == ("ns/d: OnDelete", "ns/e: unset")
+
+
+def test_a_dpu_bmcs_credentials_are_dpfs_in_zero_trust_when_a_dpudevice_names_it() -> None:
+    def device(name: str, serial: str, **spec: str) -> dict[str, object]:
+        return {"metadata": {"namespace": "dpf", "name": name}, "spec": {"serialNumber": serial, **spec}}
+
+    devices = [device("device-h1-dpu-0", "S0"), device("MT123", "S1", bmcCredentialSecretName="mt123-bmc-v1")]
+    kw = {"device_name": "device-h1-dpu-0", "serial": None, "bmc_host": "10.0.0.1"}
+    assert dpf_credentials(devices, "zero-trust", **kw) == (
+        "dpf",
+        "DPUDevice dpf/device-h1-dpu-0, Secret bmc-shared-password",
+    )
+    by_serial = dpf_credentials(devices, "zero-trust", device_name="device-x", serial="S1", bmc_host="")
+    assert by_serial == ("dpf", "DPUDevice dpf/MT123, Secret mt123-bmc-v1")
+    assert dpf_credentials(devices, "host-trusted", **kw) == (
+        "ours",
+        "",
+    )  # host trusted: DPF never uses the BMC
+    assert dpf_credentials([], "zero-trust", **kw) == ("ours", "no DPUDevice of DPF names it")
+    ip = [device("a", "A", bmcIp="10.0.0.1"), device("b", "B", bmcIp="10.0.0.2")]
+    assert dpf_credentials(ip, "zero-trust", device_name="x", serial=None, bmc_host="10.0.0.1")[0] == "dpf"
+    assert (
+        dpf_credentials(ip + ip, "zero-trust", device_name="x", serial=None, bmc_host="10.0.0.1")[0] == "ours"
+    )
+
+
+def test_the_trust_findings_survive_their_file(tmp_path: Path) -> None:
+    dpf = DPFFinding(
+        version="26", trust_mode="zero-trust", trust_detail="1 DPU(s)", strategies=("ns/d: OnDelete",)
+    )
+    findings = site(host_bmc(), dpu_bmc(credentials_by="dpf", dpf_credentials="DPUDevice x"), dpf=dpf)
     save_findings(tmp_path / "f.json", findings)
     assert load_findings(tmp_path / "f.json") == findings
