@@ -17,8 +17,11 @@ with stale-gang eviction on in a cluster migrated to PodGangMap, and Grove's def
 backend; `rollout start` and `rollout plan` say the kept verdict for their PodCliqueSet without a
 request to the cluster.
 
-Cost: five simulators (one of five hosts, four of one), sixteen `metalflow` processes, the
-session's Temporal dev server; ~55 s in all, each test under 15 s.
+DPF's trust (issue 36 point 7, dpf BEHAVIOUR.md Z1): two initialised DPF 26 sites more, one whose
+zero-trust onboarding left DPF holding the DPU BMC credentials, one host trusted.
+
+Cost: seven simulators (one of five hosts, six of one), nineteen `metalflow` processes, the
+session's Temporal dev server; ~65 s in all, each test under 15 s.
 """
 
 from __future__ import annotations
@@ -417,3 +420,22 @@ def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_and_re
             "DPF manages this BMC's credentials" in refused.stderr
             and "[dpf Z1, redfish F1]" in refused.stderr
         )
+
+
+def test_a_host_trusted_dpf_leaves_the_dpu_bmc_credentials_ours(tmp_path: Path) -> None:
+    """DPF 26 host trusted (`--dpf-deployment-mode host-trusted`, dpf P1, Z1): the DPUs say so in
+    `status.deploymentMode`; DPF installs through the host agent and never uses the DPU BMC, so
+    its credentials are the site file's."""
+    one = {"sc-501": ("", "powercycle", "BF3")}
+    with running_sim(
+        tmp_path / "sim", site_file=site_file(tmp_path / "in", one), dpf_version="26", initialised=True,
+        dpf_deployment_mode="host-trusted",
+    ) as small:  # fmt: skip
+        result = check(small, "site", "check", "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        document = json.loads(result.stdout)
+        assert "DPF trust mode: host-trusted (1 DPU(s), status.deploymentMode) (dpf Z1)" in document["info"]
+        bmc = next(b for b in document["findings"]["bmcs"] if b["bmc_id"] == "sc-501-dpu-0")
+        assert bmc["credentials_by"] == "ours" and bmc["credentials_ok"]
+        seen = host_row(small, "sc-501", "DPF 26 host trusted (P1, Z1)")
+        assert seen in readme_rows(), f"README's table lacks:\n{seen}"
