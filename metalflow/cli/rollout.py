@@ -240,6 +240,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     request = RolloutInput(
         pcs=pcs,
         images=images,
+        site_check=tuple(said),  # degraded (or an old check): the status and the UI say it too
         requested_by=args.by,
         reason=args.reason,
         policy=RolloutPolicy(
@@ -264,6 +265,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             task_queue=args.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"roll {pcs} to {summary} for {args.by}",
+            static_details="\n".join(said) or None,  # the Temporal UI's details: the site check's words
             search_attributes=TypedSearchAttributes([SearchAttributePair(names.OPERATION, names.ROLLOUT)]),
         )
     except WorkflowAlreadyStartedError as err:
