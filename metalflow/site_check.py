@@ -7,10 +7,17 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
   `BootProgress` on a DPU) and whether the service root links an `UpdateService`;
 - DPF: the served OpenAPI v3 schema of `provisioning.dpu.nvidia.com/v1alpha1` (does the DPU
   kind have `status.agentStatus`, `status.rebootStatus`) and of `svc.dpu.nvidia.com/v1alpha1`
-  (DPUServiceTemplate `spec.security.privileged`);
+  (DPUServiceTemplate `spec.security.privileged`); then every DPU, DPUDevice and DPUDeployment
+  (three cluster-wide lists): the trust mode (`trust_mode`), the DPUDeployments' DPUSet
+  strategies, and per DPU BMC whether DPF manages its credentials (`dpf_credentials`; dpf Z1);
 - Grove: the resource list of `grove.io/v1alpha1` (PodCliqueSet, PodGangMap served), then every
   PodCliqueSet and PodGangMap (two cluster-wide lists): the PodCliqueSets whose scaling-group
-  scale-out stays gated after an OnDelete template change (`gated_podcliquesets`).
+  scale-out stays gated after an OnDelete template change (`gated_podcliquesets`); Grove's
+  operator ConfigMap (one list by the chart's labels: its default scheduler profile,
+  `grove_default_backend`) and so each PodCliqueSet's backend; where one runs under KAI, KAI's
+  SchedulingShards (one list: stale-gang eviction, `kai_eviction`); where one runs under KAI or
+  Volcano, Grove's pods (one list by label: those still naming a legacy PodGroup, `pcs_findings`).
+  Grove BEHAVIOUR.md K1-K5. What the answers mean: metalflow/site_readings.py (pure).
 
 The findings are kept in the state dir (`site-check.json`, with the time of the check) and read
 by `metalflow host ...` at an operation's start (`load_findings`): one small file, never the site.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -36,7 +44,20 @@ from drivers.redfish.system import find_system, parse_time
 from drivers.settings import Settings
 from drivers.site_file import Site
 from drivers.statedir import find_state_dir
+from metalflow.site_readings import (
+    GROUP_ANNOTATIONS,
+    GROVE_CONFIG_SELECTOR,
+    PROVISIONING,
+    dpf_credentials,
+    dpuset_strategies,
+    grove_default_backend,
+    kai_eviction,
+    pcs_backend,
+    pcs_findings,
+    trust_mode,
+)
 from metalflow.site_verdicts import (
+    KAI_BACKEND,
     BMCFinding,
     DPFFinding,
     GroveFinding,
@@ -185,6 +206,26 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     return DPFFinding(version=version, template_privileged=privileged)
 
 
+async def read_dpf_objects(settings: Settings) -> tuple[str, str, tuple[str, ...], list[dict[str, Any]]]:
+    """(trust mode, why, DPUDeployment strategies, DPUDevices): three lists; one that fails
+    leaves its part unknown (a finding, never the check's end)."""
+
+    async def items(path: str) -> list[dict[str, Any]] | str:
+        try:
+            return list((await asyncio.to_thread(_get, settings, path)).get("items") or [])
+        except Exception as err:  # noqa: BLE001 - a finding
+            return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+
+    dpus, devices, deployments = await asyncio.gather(
+        items(f"{PROVISIONING}/dpus"),
+        items(f"{PROVISIONING}/dpudevices"),
+        items("/apis/svc.dpu.nvidia.com/v1alpha1/dpudeployments"),
+    )
+    mode, detail = trust_mode(dpus) if isinstance(dpus, list) else ("", f"DPUs not read: {dpus}")
+    strategies = dpuset_strategies(deployments) if isinstance(deployments, list) else ()
+    return mode, detail, strategies, devices if isinstance(devices, list) else []
+
+
 def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, Any]]) -> tuple[str, ...]:
     """`namespace/name (replicas r, ...)` of each PodCliqueSet with scaling groups some of whose
     replicas' PodGangMap anchors carry another hash than its current one: a scaling-group
@@ -211,6 +252,47 @@ def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, An
     return tuple(sorted(out))
 
 
+async def _read_scheduling(settings: Settings, pcs_items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The scheduling half of the Grove finding (grove K1-K5): a read that fails is a finding
+    (the backend or the eviction unknown, and why), never the check's end."""
+    from urllib.parse import quote
+
+    def why(err: Exception) -> str:
+        return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+
+    try:
+        cms = await asyncio.to_thread(
+            _get, settings, f"/api/v1/configmaps?labelSelector={quote(GROVE_CONFIG_SELECTOR, safe='=,')}"
+        )
+        default, backend_detail = grove_default_backend(cms.get("items") or [])
+    except Exception as err:  # noqa: BLE001 - a finding
+        default, backend_detail = "", f"cannot list Grove's operator ConfigMaps: {why(err)}"
+    backends = {pcs_backend(p, default) for p in pcs_items} | {default}
+    eviction, eviction_detail = "", ""
+    if KAI_BACKEND in backends:
+        try:
+            shards = await asyncio.to_thread(_get, settings, "/apis/kai.scheduler/v1/schedulingshards")
+            eviction, eviction_detail = kai_eviction(shards.get("items") or [])
+        except Exception as err:  # noqa: BLE001 - a finding
+            eviction, eviction_detail = "unknown", f"cannot list KAI SchedulingShards: {why(err)}"
+    pods: list[dict[str, Any]] = []
+    if backends & set(GROUP_ANNOTATIONS):
+        selector = quote("app.kubernetes.io/managed-by=grove-operator", safe="=")
+        try:
+            pods = (await asyncio.to_thread(_get, settings, f"/api/v1/pods?labelSelector={selector}")).get(
+                "items"
+            ) or []
+        except Exception as err:  # noqa: BLE001 - a finding
+            backend_detail += f"; Grove's pods not read ({why(err)}): legacy PodGroups not checked"
+    return {
+        "default_backend": default,
+        "backend_detail": backend_detail,
+        "kai_eviction": eviction,
+        "kai_detail": eviction_detail,
+        "podcliquesets": pcs_findings(pcs_items, default, pods),
+    }
+
+
 async def read_grove(settings: Settings) -> GroveFinding:
     base = f"/apis/{GROVE_GROUP}/{GROVE_VERSION}"
     try:
@@ -231,39 +313,75 @@ async def read_grove(settings: Settings) -> GroveFinding:
     except Exception as err:  # noqa: BLE001 - a finding
         return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
     gated = gated_podcliquesets(pcs_items.get("items") or [], maps.get("items") or [])
-    return GroveFinding(gated=gated)
+    return GroveFinding(gated=gated, **await _read_scheduling(settings, pcs_items.get("items") or []))
 
 
 async def check_site(settings: Settings, site: Site, *, concurrency: int, timeout: float) -> SiteFindings:
     """Read the whole site once: BMCs, DPF and Grove at the same time."""
-    bmcs, dpf, grove = await asyncio.gather(
+    bmcs, dpf, grove, (mode, detail, strategies, devices) = await asyncio.gather(
         read_bmcs(settings, site, concurrency=concurrency, timeout=timeout),
         read_dpf(settings),
         read_grove(settings),
+        read_dpf_objects(settings),
     )
+    if dpf.readable and dpf.dpu_served:
+        dpf = replace(dpf, trust_mode=mode, trust_detail=detail, strategies=strategies)
+        bmcs = _with_dpf_credentials(settings, site, bmcs, mode, devices)
     return SiteFindings(site=site.name, checked_at=iso_z(datetime.now(UTC)), bmcs=bmcs, dpf=dpf, grove=grove)
 
 
+def _with_dpf_credentials(
+    settings: Settings, site: Site, bmcs: tuple[BMCFinding, ...], mode: str, devices: list[dict[str, Any]]
+) -> tuple[BMCFinding, ...]:
+    """Each DPU BMC finding with who holds its credentials (dpf Z1)."""
+    from urllib.parse import urlsplit
+
+    from drivers.inventory import host_from_site
+
+    dpus = {}
+    for site_host in site.hosts:
+        host = host_from_site(site, settings.site_file, site_host.id, settings.dpf_namespace)
+        dpus.update({d.id: d for d in host.dpus})
+    out = []
+    for bmc in bmcs:
+        dpu = dpus.get(bmc.dpu or "")
+        if dpu is None:
+            out.append(bmc)
+            continue
+        by, how = dpf_credentials(
+            devices, mode, device_name=dpu.dpu_device_name(), serial=dpu.serial,
+            bmc_host=urlsplit(dpu.bmc.endpoint).hostname or "" if dpu.bmc else "",
+        )  # fmt: skip
+        out.append(replace(bmc, credentials_by=by, dpf_credentials=how))
+    return tuple(out)
+
+
 def consult(
-    host_id: str | None, capability: str | None, path: Path | None = None
+    host_id: str | None, capability: str | None, path: Path | None = None, *, pcs: str | None = None
 ) -> tuple[Verdict, str] | None:
     """The kept verdict of `capability` for `host_id` (None: the site's own rules only, for a
-    rollout or a campaign) and when it was checked, or None: no capability, or no check kept (an
-    operation then runs as before). One small file read."""
+    rollout or a campaign; a rollout's for PodCliqueSet `pcs`, `namespace/name`) and when it was
+    checked, or None: no capability, or no check kept (an operation then runs as before). One
+    small file read."""
     if capability is None:
         return None
     findings = load_findings(path or findings_path())
     if findings is None:
         return None
-    return host_verdict(findings, host_id, capability), findings.checked_at
+    return host_verdict(findings, host_id, capability, pcs=pcs), findings.checked_at
 
 
 def consult_words(
-    host_id: str | None, capability: str | None, path: Path | None = None, now: datetime | None = None
+    host_id: str | None,
+    capability: str | None,
+    path: Path | None = None,
+    now: datetime | None = None,
+    *,
+    pcs: str | None = None,
 ) -> tuple[bool, list[str]]:
     """(refuse?, lines to say) for an operation on `host_id` needing `capability`. A check older
     than `STALE_AFTER` is still obeyed, and said to be old (run it again: the site may have moved)."""
-    found = consult(host_id, capability, path)
+    found = consult(host_id, capability, path, pcs=pcs)
     if found is None:
         return False, []
     verdict, checked_at = found
@@ -277,7 +395,7 @@ def consult_words(
     if verdict.status == "ready":
         return False, stale
     lines = [f"{r.text} [{', '.join(r.rows)}]" for r in verdict.reasons if r.status == verdict.status]
-    where = host_id or "the site"
+    where = host_id or pcs or "the site"
     head = f"{verdict.capability} is {verdict.status} on {where} by the site check of {checked_at}" + (
         " (run `metalflow site check` again once fixed)" if verdict.status == "blocked" else ""
     )

@@ -25,6 +25,13 @@ Per site:
 - DPF serving `security.privileged` on DPUServiceTemplates: said on provision (dpf O4).
 - Grove without PodCliqueSets: rollout blocked; without PodGangMaps: blocked (the rollout reads
   them, grove G1); PodCliqueSets whose scale-out is gated: degraded (grove G5).
+Per PodCliqueSet, for its rollout (`host_verdict(..., pcs=...)`; the site's verdict: every one's):
+- scheduled by Grove's `default-scheduler` backend: degraded (no gang scheduling at all, grove K2);
+- by `kai-scheduler` while KAI's stale-gang eviction is on: blocked (replacing one clique's pods
+  gets the rest of the gang evicted, grove K4); eviction not readable: degraded, naming what to check;
+- pods still naming their legacy PodGroup after the migration to PodGangMap, or the migration
+  still running: blocked (replacements stay Pending, grove#837, grove K5);
+- backend unknown or one the check does not judge: degraded.
 """
 
 from __future__ import annotations
@@ -70,6 +77,10 @@ class BMCFinding:
     last_reset_time: bool = False
     boot_progress: bool = False
     update_service: bool = False
+    # A DPU BMC's credentials: "dpf" (DPF in zero trust manages them: `dpf_credentials` says how),
+    # "ours" (the site file's, DPF does not touch them), "" not known (DPF not read).
+    credentials_by: str = ""
+    dpf_credentials: str = ""
 
     @property
     def usable(self) -> bool:
@@ -87,6 +98,25 @@ class DPFFinding:
     dpu_served: bool = True
     version: str = ""  # "25.10", "26.4-rc.3", "26" (rebootStatus), "" unknown
     template_privileged: bool = False  # DPUServiceTemplate spec.security.privileged served
+    trust_mode: str = ""  # "zero-trust", "host-trusted", "" unknown (dpf Z1)
+    trust_detail: str = ""  # what decided it, or why unknown
+    strategies: tuple[str, ...] = ()  # "ns/name: OnDelete" per DPUDeployment (spec.dpus.dpuSetStrategy)
+
+
+KAI_BACKEND: Final = "kai-scheduler"
+KUBE_BACKEND: Final = "default-scheduler"
+VOLCANO_BACKEND: Final = "volcano"
+
+
+@dataclass(frozen=True)
+class PCSFinding:
+    """One PodCliqueSet's scheduling, as the check read it (grove BEHAVIOUR.md K1, K5)."""
+
+    name: str  # namespace/name
+    backend: str = ""  # its scheduler backend; "" unknown
+    legacy_count: int = 0  # pods whose scheduler PodGroup annotation is not their PodGang
+    legacy_pods: tuple[str, ...] = ()  # the first few of them
+    migrating: bool = False  # condition PodGangMigrationInProgress True
 
 
 @dataclass(frozen=True)
@@ -96,6 +126,11 @@ class GroveFinding:
     pcs_served: bool = True
     podgangmap_served: bool = True
     gated: tuple[str, ...] = ()  # PodCliqueSets (ns/name) whose scale-out is gated
+    default_backend: str = ""  # Grove's default scheduler profile; "" unknown
+    backend_detail: str = ""  # where it was read, or why it could not be
+    kai_eviction: str = ""  # KAI's stale-gang eviction: "off", "on", "unknown"; "" not read (no KAI use)
+    kai_detail: str = ""  # what decided it (the SchedulingShard and its setting), or why unknown
+    podcliquesets: tuple[PCSFinding, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,11 +157,20 @@ class SiteFindings:
         )
         grove = dict(data.get("grove") or {})
         grove["gated"] = tuple(grove.get("gated") or ())
+        grove["podcliquesets"] = tuple(
+            PCSFinding(**{**p, "legacy_pods": tuple(p.get("legacy_pods") or ())})
+            for p in grove.get("podcliquesets") or ()
+        )
         return cls(
             site=str(data["site"]),
             checked_at=str(data["checked_at"]),
             bmcs=bmcs,
-            dpf=DPFFinding(**(data.get("dpf") or {})),
+            dpf=DPFFinding(
+                **{
+                    **(data.get("dpf") or {}),
+                    "strategies": tuple((data.get("dpf") or {}).get("strategies") or ()),
+                }
+            ),
             grove=GroveFinding(**grove),
         )
 
@@ -186,9 +230,13 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
                 "DOMAIN 4.1",
             )
     for bmc in dpu_bmcs:
-        if not bmc.usable:
+        if bmc.reachable and not bmc.credentials_ok and bmc.credentials_by == "dpf":
+            add((RESET_ARM, RESET_FULL, RESET_BOTH, FIRMWARE), "blocked", _dpf_managed(host_id, bmc),
+                "dpf Z1", "redfish F1")  # fmt: skip
+        elif not bmc.usable:
             add((RESET_ARM, RESET_FULL, RESET_BOTH, FIRMWARE), "blocked", f"{host_id}: DPU {bmc.trouble()}",
                 "redfish F1" if bmc.reachable else "redfish F3")  # fmt: skip
+        if not bmc.usable:
             unseen = f"{host_id}: DPU {bmc.trouble()}: its unplanned resets are not seen"
             add((PROVISION, REPROVISION), "degraded", unseen, "redfish B11")
             continue
@@ -216,7 +264,24 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
     return out
 
 
-def _site_rules(findings: SiteFindings) -> dict[str, list[Reason]]:
+def _dpf_managed(host_id: str, bmc: BMCFinding) -> str:
+    """Why a DPU BMC refuses our credentials when DPF manages them, and what to do (dpf Z1)."""
+    return (
+        f"{host_id}: DPU BMC {bmc.bmc_id} refuses the site file's credentials, and DPF manages this BMC's "
+        f"credentials ({bmc.dpf_credentials}): in zero trust DPF 26.8 resets a DPU's BMC to factory "
+        "defaults once at onboarding and sets its Redfish account (root on BlueField-3, admin on "
+        "BlueField-4) to the password of its credential Secret (key `password`; the shared "
+        "bmc-shared-password, or the DPUDevice's spec.bmcCredentialSecretName). Give the site file that "
+        "account and password for this BMC (a credential Secret with username and that password; DPF's "
+        "rotations move to a new Secret name, so update it with them), or opt the device out "
+        "(DPUDevice spec.bmcFactoryResetPolicy: Never) before it is onboarded; then run "
+        "`metalflow site check` again"
+    )
+
+
+def _site_rules(findings: SiteFindings, pcs: str | None = None) -> dict[str, list[Reason]]:
+    """The site's reasons; the rollout's for PodCliqueSet `pcs` (`namespace/name`) only, or for
+    every PodCliqueSet read (None)."""
     out: dict[str, list[Reason]] = {c: [] for c in CAPABILITIES}
     dpf, grove = findings.dpf, findings.grove
     dpf_caps = (PROVISION, REPROVISION, BFB_CAMPAIGN, FLAVOR_CAMPAIGN)
@@ -238,24 +303,98 @@ def _site_rules(findings: SiteFindings) -> dict[str, list[Reason]]:
                 ("grove G1",),
             )
         )
-    if grove.gated:
+    gated = [g for g in grove.gated if pcs is None or g.split(" ", 1)[0] == pcs]
+    if gated:
         out[ROLLOUT].append(
             Reason(
                 "degraded",
-                f"scale-out gated after an OnDelete template change: {', '.join(grove.gated)}",
+                f"scale-out gated after an OnDelete template change: {', '.join(gated)}",
                 ("grove G5",),
             )
         )
+    if grove.readable and grove.pcs_served and grove.podgangmap_served:
+        out[ROLLOUT] += _rollout_rules(grove, pcs)
     return out
 
 
-def host_verdict(findings: SiteFindings, host_id: str | None, capability: str) -> Verdict:
+def _rollout_rules(grove: GroveFinding, pcs: str | None) -> list[Reason]:
+    """The coherent rollout's reasons per PodCliqueSet (issue 36 point 11): its scheduler backend,
+    KAI's stale-gang eviction, the pods a migration to PodGangMap left naming their legacy
+    PodGroup. A PodCliqueSet made after the check is judged by Grove's default backend."""
+    targets = [p for p in grove.podcliquesets if pcs is None or p.name == pcs]
+    if pcs is not None and not targets:
+        targets = [PCSFinding(name=pcs, backend=grove.default_backend)]
+    out: list[Reason] = []
+    for found in targets:
+        out += _pcs_reasons(grove, found)
+    return out
+
+
+def _pcs_reasons(grove: GroveFinding, found: PCSFinding) -> list[Reason]:
+    name, out = found.name, []
+    if found.migrating:
+        text = (
+            f"{name}: Grove is still migrating it to PodGangMap (condition PodGangMigrationInProgress): "
+            "its PodCliques are not reconciled until that ends; wait, then run `metalflow site check` again"
+        )
+        out.append(Reason("blocked", text, ("grove K5",)))
+    if found.legacy_count:
+        more = ", ..." if found.legacy_count > len(found.legacy_pods) else ""
+        text = (
+            f"{name}: {found.legacy_count} pod(s) ({', '.join(found.legacy_pods)}{more}) still name their "
+            "legacy PodGroup (a scheduler annotation other than their grove.io/podgang label), left by the "
+            "migration to PodGangMap: replacements join a gang that counts too few members and stay Pending "
+            "(grove#837). Set each pod's annotation to its grove.io/podgang label (metadata only, as "
+            "grove#839 does) or upgrade Grove to a release with grove#839, then run `metalflow site check`"
+        )
+        out.append(Reason("blocked", text, ("grove K5",)))
+    if found.backend == KUBE_BACKEND:
+        text = (
+            f"{name}: scheduled by Grove's default-scheduler backend, which does no gang scheduling: a "
+            "replaced gang's pods are placed one by one, so part of a gang can run while the rest waits "
+            "for room; for coherent steps schedule it with kai-scheduler (the cliques' "
+            "podSpec.schedulerName, or Grove's scheduler.defaultProfileName)"
+        )
+        out.append(Reason("degraded", text, ("grove K1", "grove K2")))
+    elif found.backend == KAI_BACKEND and grove.kai_eviction == "on":
+        text = (
+            f"{name}: scheduled by KAI, whose stale-gang eviction is on ({grove.kai_detail}): replacing "
+            "one clique's pods leaves its gang short and KAI evicts the rest of the gang when the grace "
+            "period ends. Turn it off: SchedulingShard spec.args.default-staleness-grace-period negative "
+            "(Helm: --set-string scheduler.args.default-staleness-grace-period=-1, Grove's installation docs)"
+        )
+        out.append(Reason("blocked", text, ("grove K4",)))
+    elif found.backend == KAI_BACKEND and grove.kai_eviction != "off":
+        text = (
+            f"{name}: scheduled by KAI; whether its stale-gang eviction is off is unknown "
+            f"({grove.kai_detail or 'not read'}): check "
+            "`kubectl get schedulingshards.kai.scheduler -o yaml`: "
+            "spec.args.default-staleness-grace-period must be negative (or "
+            "spec.actions.stalegangeviction.enabled false)"
+        )
+        out.append(Reason("degraded", text, ("grove K4",)))
+    elif found.backend == "":
+        text = (
+            f"{name}: its scheduler backend is unknown ({grove.backend_detail or 'not read'}): check "
+            "Grove's operator ConfigMap (config.yaml scheduler.defaultProfileName) and the cliques' "
+            "podSpec.schedulerName"
+        )
+        out.append(Reason("degraded", text, ("grove K1",)))
+    elif found.backend not in (KAI_BACKEND, VOLCANO_BACKEND):
+        text = f"{name}: scheduled by {found.backend}, whose gang behaviour the check does not judge"
+        out.append(Reason("degraded", text, ("grove K1",)))
+    return out
+
+
+def host_verdict(
+    findings: SiteFindings, host_id: str | None, capability: str, *, pcs: str | None = None
+) -> Verdict:
     """The verdict of `capability` for one host: the site's rules and that host's (None: the
-    site's rules only)."""
+    site's rules only); a rollout's for PodCliqueSet `pcs` (`namespace/name`; None: every one)."""
     if capability not in CAPABILITIES:
         raise ValueError(f"unknown capability {capability!r}; one of {', '.join(CAPABILITIES)}")
     own = _host_rules(findings, host_id)[capability] if host_id is not None else []
-    reasons = _site_rules(findings)[capability] + own
+    reasons = _site_rules(findings, pcs)[capability] + own
     return Verdict(capability, _worst(reasons), tuple(reasons))
 
 
@@ -285,6 +424,22 @@ def info(findings: SiteFindings) -> list[str]:
         lines.append(f"DPF {dpf.version}" + (f": {stamp}" if stamp else ""))
     if dpf.readable and dpf.template_privileged:
         lines.append("DPF serves security.privileged on DPUServiceTemplates (26.8+ rule, dpf O4)")
+    if dpf.readable and dpf.dpu_served:
+        detail = f" ({dpf.trust_detail})" if dpf.trust_detail else ""
+        lines.append(f"DPF trust mode: {dpf.trust_mode or 'unknown'}{detail} (dpf Z1)")
+        if dpf.strategies:
+            lines.append(f"DPUDeployment strategies: {', '.join(dpf.strategies)}")
+    by_dpf = [b.bmc_id for b in findings.bmcs if b.dpu is not None and b.credentials_by == "dpf"]
+    if by_dpf:
+        lines.append(f"DPU BMC credentials managed by DPF: {', '.join(by_dpf)} (dpf Z1)")
+    grove = findings.grove
+    if grove.readable and grove.pcs_served:
+        detail = f" ({grove.backend_detail})" if grove.backend_detail else ""
+        lines.append(
+            f"Grove's default scheduler backend: {grove.default_backend or 'unknown'}{detail} (grove K1)"
+        )
+        if grove.kai_eviction:
+            lines.append(f"KAI stale-gang eviction: {grove.kai_eviction} ({grove.kai_detail}) (grove K4)")
     return lines
 
 

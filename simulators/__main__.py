@@ -22,6 +22,7 @@ from simulators.dpf.versions import VERSIONS as DPF_VERSIONS
 from simulators.dpf.versions import chosen as chosen_dpf_version
 from simulators.dpf.versions import chosen_mode as chosen_dpf_mode
 from simulators.faults import PROFILES as FAULT_PROFILES
+from simulators.grove.backends import EVICTIONS, SCHEDULERS, GroveSetup
 from simulators.kube.crds import CRDS_ENV, find_crd_dir
 from simulators.persist import SnapshotMismatch
 from simulators.site import Site, default_site, load_site
@@ -68,6 +69,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--dpf-deployment-mode",
         help="DPF v26's deployment mode: zero-trust or host-trusted (host-trusted configures the host "
         f"network before joining the cluster; default: ${DPF_MODE_ENV}, else zero-trust)",
+    )
+    serve.add_argument(
+        "--dpf-bmc-credentials",
+        choices=("ours", "per-dpu"),
+        default="ours",
+        help="who holds the DPU BMCs' passwords: ours (the site file's), or per-dpu: DPF 26.8 zero trust "
+        "onboarded the DPUs, factory-reset their BMCs and set per-DPU passwords the site file does not "
+        "hold (needs --dpf-version 26 and --initialised; dpf BEHAVIOUR.md Z1)",
+    )
+    serve.add_argument(
+        "--grove-scheduler",
+        choices=SCHEDULERS,
+        default=SCHEDULERS[0],
+        help="Grove's default scheduler profile (its operator ConfigMap; grove BEHAVIOUR.md K1; "
+        "default: %(default)s)",
+    )
+    serve.add_argument(
+        "--kai-stale-eviction",
+        choices=EVICTIONS,
+        default=EVICTIONS[0],
+        help="KAI's stale-gang eviction in its default SchedulingShard: off (Grove's advice), on (KAI's "
+        "default, 60 s), none (no SchedulingShard) (grove BEHAVIOUR.md K4; default: %(default)s)",
+    )
+    serve.add_argument(
+        "--grove-migrated",
+        action="store_true",
+        help="a cluster migrated to PodGangMap under KAI: the workloads' first pods keep their legacy "
+        "PodGroup annotation (grove#837; grove BEHAVIOUR.md K5)",
     )
     serve.add_argument(
         "--initialised",
@@ -149,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         dpf_version = chosen_dpf_version(args.dpf_version)
         dpf_mode = chosen_dpf_mode(args.dpf_deployment_mode, dpf_version)
+        if args.dpf_bmc_credentials == "per-dpu" and not (
+            dpf_version == "26" and dpf_mode == "zero-trust" and args.initialised
+        ):
+            raise ValueError("--dpf-bmc-credentials per-dpu is DPF 26.8 zero trust: with --dpf-version 26, "
+                             "zero-trust and --initialised")  # fmt: skip
     except ValueError as err:
         print(f"simulators: {err}", file=sys.stderr)
         return 2
@@ -168,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         persist=args.persist,
         dpf_version=dpf_version,
         dpf_deployment_mode=dpf_mode,
+        grove=GroveSetup(args.grove_scheduler, args.kai_stale_eviction, args.grove_migrated),
+        dpf_bmc_credentials=args.dpf_bmc_credentials,
     )
     try:
         asyncio.run(_serve(site, options, args.lifeline_fd))

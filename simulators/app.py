@@ -18,6 +18,7 @@ writes what the product needs to reach the site into the state dir:
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from simulators.dpf import versions as dpf_versions
 from simulators.events import Hub
 from simulators.faults import Faults
 from simulators.grove import GroveController
+from simulators.grove import backends as grove_backends
 from simulators.kube.cel import RuleValidator
 from simulators.kube.crds import load_resource_types, make_validator
 from simulators.kube.events import RESOURCE_TYPES as EVENT_TYPES
@@ -68,6 +70,8 @@ class ServeOptions:
     persist: bool = False  # keep the store in <state-dir>/sim-store.json (simulators.persist)
     dpf_version: str = dpf_versions.V25  # the DPF release played (simulators/dpf/versions.py)
     dpf_deployment_mode: str = "zero-trust"  # DPF v26: zero-trust | host-trusted (BEHAVIOUR.md P1)
+    grove: grove_backends.GroveSetup = grove_backends.GroveSetup()  # Grove's scheduler set-up (K1-K5)
+    dpf_bmc_credentials: str = "ours"  # "per-dpu": DPF 26.8 onboarded the DPU BMCs (dpf BEHAVIOUR.md Z1)
 
 
 class SimulatedSite:
@@ -87,9 +91,9 @@ class SimulatedSite:
         self.bmcs = BMCs(site, self.hub, self.faults, options.timings, self.violations, self.credentials)
         self.dpf = DPFController(
             self.store, self.hub, options.timings, self.violations, site, version=options.dpf_version,
-            deployment_mode=options.dpf_deployment_mode,
+            deployment_mode=options.dpf_deployment_mode, bmc_credentials=options.dpf_bmc_credentials,
         )  # fmt: skip
-        self.grove = GroveController(self.store, options.timings, self.violations)
+        self.grove = GroveController(self.store, options.timings, self.violations, options.grove)
         self.request_counts = RequestCounts()
         self.timeline = Timeline()
         self.bmcs.request_counts = self.request_counts
@@ -119,6 +123,7 @@ class SimulatedSite:
             self.restored = self.snapshots.load()
         self._create_namespaces()
         self._create_credential_secrets()
+        self._create_scheduler_setup()
         # The port asked for first: the BMCs then take thousands of free ports (10,000 at 10,000
         # hosts), and one of them was the port a caller had picked free for the API moments before.
         # Nothing knows the site is up until sim.json is written, last.
@@ -134,6 +139,11 @@ class SimulatedSite:
         await self.grove.start()
         if self.options.initialised:
             await self.dpf.initialise()
+            if self.options.dpf_bmc_credentials == "per-dpu":  # DPF set passwords nobody stored (Z1)
+                for host in self.site.hosts:
+                    for dpu in host.dpus:
+                        if dpu.bmc is not None:
+                            await self.bmcs.bmc_fault(dpu.id, "wrong-credentials")
         # The site's Grove workloads run whether or not the hosts' DPUs are provisioned yet (they
         # are not placed on the simulated hosts), so the demo can roll one after provisioning.
         await self.grove.initialise(self.site.workloads)
@@ -162,6 +172,22 @@ class SimulatedSite:
     def _create_namespaces(self) -> None:
         for name in sorted({*NAMESPACES, self.site.namespace, *(w.namespace for w in self.site.workloads)}):
             self._ensure_namespace(name)
+
+    def _create_scheduler_setup(self) -> None:
+        """Grove's operator ConfigMap and KAI's default SchedulingShard, as the site was set up
+        (`serve --grove-scheduler`, `--kai-stale-eviction`; grove BEHAVIOUR.md K1, K4)."""
+        self._ensure_namespace(grove_backends.GROVE_NAMESPACE)
+        bodies = [
+            (
+                self.store.resource_type("", "v1", "configmaps"),
+                grove_backends.operator_config(self.options.grove),
+            )
+        ]
+        if (shard := grove_backends.scheduling_shard(self.options.grove)) is not None:
+            bodies.append((self.store.resource_type("kai.scheduler", "v1", "schedulingshards"), shard))
+        for rt, body in bodies:
+            with contextlib.suppress(AlreadyExists):
+                self.store.create(rt, body["metadata"].get("namespace"), body)
 
     def _ensure_namespace(self, name: str) -> None:
         namespace_type = self.store.resource_type("", "v1", "namespaces")

@@ -210,12 +210,15 @@ def running_sim(
     dpf_version: str | None = None,
     timing: dict[str, float] | None = None,
     dpf_deployment_mode: str | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[RunningSim]:
     """Run the simulator for the duration of the block; see the module docstring.
 
     `cwd` and `env` run it from elsewhere (a fresh clone, an unpacked wheel); `dpf_version` picks
     the DPF release played (`--dpf-version`) and `dpf_deployment_mode` its mode
-    (`--dpf-deployment-mode`), `timing` overrides single durations (`--timing`)."""
+    (`--dpf-deployment-mode`), `timing` overrides single durations (`--timing`); `extra` adds
+    `serve` options more (Grove's set-up: `--grove-scheduler default-scheduler`,
+    `--kai-stale-eviction on`, `--grove-migrated`; DPF's `--dpf-bmc-credentials per-dpu`)."""
     lifeline = session_lifeline()
     args = [
         sys.executable, "-m", "simulators", "serve", "--port", "0", "--state-dir", str(state_dir),
@@ -233,6 +236,7 @@ def running_sim(
         args += ["--dpf-version", dpf_version]
     if dpf_deployment_mode:
         args += ["--dpf-deployment-mode", dpf_deployment_mode]
+    args += list(extra)
     for name, seconds in (timing or {}).items():
         args += ["--timing", f"{name}={seconds}"]
     log = state_dir / "sim.log"

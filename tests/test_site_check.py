@@ -12,28 +12,40 @@ findings block is refused before anything is sent (no Temporal is reached: `--ad
 at nothing), naming the finding and `metalflow site check`; so are `rollout start` and a BFB
 campaign's `campaign start` on the site's own blocked findings, and no workflow is started.
 
-Cost: three simulators (one of five hosts, two of one), ten `metalflow` processes, the session's
-Temporal dev server; ~30 s in all, each test under 10 s.
+Grove's scheduling (issue 36 point 11, grove BEHAVIOUR.md K1-K5): two small sites more play KAI
+with stale-gang eviction on in a cluster migrated to PodGangMap, and Grove's default-scheduler
+backend; `rollout start` and `rollout plan` say the kept verdict for their PodCliqueSet without a
+request to the cluster.
+
+DPF's trust (issue 36 point 7, dpf BEHAVIOUR.md Z1): two initialised DPF 26 sites more, one whose
+zero-trust onboarding left DPF holding the DPU BMC credentials, one host trusted.
+
+Cost: seven simulators (one of five hosts, six of one), nineteen `metalflow` processes, the
+session's Temporal dev server; ~65 s in all, each test under 15 s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from host_operation_support import worker_for
 from sim_support import RunningSim, running_sim
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
+from contracts.models.grove import RolloutResult
 from metalflow.site_check import load_findings, save_findings
 from metalflow.site_verdicts import (
     CAPABILITIES,
@@ -273,7 +285,7 @@ async def test_a_rollout_or_campaign_on_a_blocked_capability_is_refused_and_noth
 
     rollout = run("rollout", "start", "default/sc-inference", "--set", "decode=registry.local/decode:2")
     assert rollout.returncode == 1, rollout.stderr
-    assert "refused, nothing started: rollout is blocked on the site" in rollout.stderr
+    assert "refused, nothing started: rollout is blocked on default/sc-inference" in rollout.stderr
     assert "[grove G1]" in rollout.stderr and "metalflow site check" in rollout.stderr
     bfb = ["--bfb", "bf-bundle-2", "--deployment", "sc-dep", "--canary", "0"]
     campaign = run("campaign", "start", "sc-bfb", "--hosts", "sc-001", *bfb)
@@ -285,3 +297,175 @@ async def test_a_rollout_or_campaign_on_a_blocked_capability_is_refused_and_noth
     ):
         with pytest.raises(RPCError):  # nothing was started
             await local_env.client.get_workflow_handle(workflow_id).describe()
+
+
+def rollout_env(sim: RunningSim, env: WorkflowEnvironment) -> dict[str, str]:
+    base = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "KUBECONFIG"))
+    }
+    return base | {
+        "METALFLOW_STATE_DIR": str(sim.state_dir),
+        "TEMPORAL_ADDRESS": env.client.service_client.config.target_host,
+        "TEMPORAL_CONFIG_FILE": os.devnull,
+    }
+
+
+def rollout_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    queue = ["--task-queue", "sc-nobody-polls"] if args[0] == "start" else []
+    command = [sys.executable, "-m", "metalflow", "rollout", *args, "default/inference", "--set",
+               "decode=registry.local/decode:2", *queue]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+
+
+async def test_kai_stale_gang_eviction_and_a_migrated_cluster_block_the_rollout_start_and_plan_say_it(
+    local_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """KAI's default SchedulingShard without the staleness argument (eviction on, K4) and pods left
+    naming their legacy PodGroup by the migration to PodGangMap (K5, grove#837): the rollout is
+    blocked with both reasons; `rollout start` and `rollout plan` refuse from the kept findings and
+    send the cluster nothing (its audit log shows no request)."""
+    began = datetime.now(UTC)
+    one = {"sc-201": ("", "powercycle", "BF3")}
+    grove = ("--kai-stale-eviction", "on", "--grove-migrated")
+    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), extra=grove) as small:
+        audit_before = small.audit()
+        result = check(small, "site", "check", "--json")
+        assert result.returncode == 1, result.stdout + result.stderr
+        document = json.loads(result.stdout)
+        verdict = next(v for v in document["verdicts"] if v["capability"] == "rollout")
+        assert verdict["status"] == "blocked"
+        assert [r["rows"] for r in verdict["reasons"]] == [["grove K5"], ["grove K4"]]
+        assert "stale-gang eviction is on (SchedulingShard default:" in verdict["reasons"][1]["text"]
+        legacy = document["findings"]["grove"]["podcliquesets"][0]
+        assert legacy["name"] == "default/inference" and legacy["legacy_count"] == 3
+        said = "KAI stale-gang eviction: on (SchedulingShard default: default-staleness-grace-period unset, "
+        assert said + "KAI's default 60s) (grove K4)" in document["info"]
+        no_writes(small, audit_before)
+        findings = load_findings(small.state_dir / "site-check.json")
+        assert findings is not None
+        seen = row(
+            "Grove: KAI stale-gang eviction on (K4), cluster migrated to PodGangMap (K5)",
+            {v.capability: v.status for v in verdicts(findings)},
+        )
+        assert seen in readme_rows(), f"README's table lacks:\n{seen}"
+        env = rollout_env(small, local_env)
+        audit_before = small.audit()
+        started = rollout_cli(env, "start")
+        assert started.returncode == 1, started.stderr
+        assert "refused, nothing started: rollout is blocked on default/inference" in started.stderr
+        assert "[grove K4]" in started.stderr and "grove#837" in started.stderr
+        planned = rollout_cli(env, "plan")
+        assert planned.returncode == 1, planned.stdout + planned.stderr
+        assert planned.stdout.startswith("start would refuse it: rollout is blocked on default/inference")
+        assert small.audit() == audit_before  # the kept findings: no read of the site per operation
+    try:  # nothing was started (another module's rollout of default/inference may have run before)
+        described = await local_env.client.get_workflow_handle(
+            names.rollout_workflow_id("default", "inference")
+        ).describe()
+    except RPCError:
+        pass
+    else:
+        assert described.start_time < began, described
+
+
+async def test_groves_default_scheduler_degrades_the_rollout_which_plan_start_and_status_say(
+    local_env: WorkflowEnvironment, tmp_path: Path, task_queue: str
+) -> None:
+    """Grove's chart without `defaultProfileName`: its pods go to default-scheduler, which does no
+    gang scheduling (K1, K2): degraded; `rollout plan` says it on stderr and plans; the rollout
+    runs and says it in its status's warnings and its workflow's details in the UI (deliver 4)."""
+    one = {"sc-301": ("", "powercycle", "BF3")}
+    grove = ("--grove-scheduler", "default-scheduler")
+    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), extra=grove) as small:
+        result = check(small, "site", "check", "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        document = json.loads(result.stdout)
+        assert document["findings"]["grove"]["default_backend"] == "default-scheduler"
+        assert document["findings"]["grove"]["kai_eviction"] == ""  # no PodCliqueSet under KAI: not read
+        findings = load_findings(small.state_dir / "site-check.json")
+        assert findings is not None
+        seen = row(
+            "Grove: default-scheduler backend (K2)", {v.capability: v.status for v in verdicts(findings)}
+        )
+        assert seen in readme_rows(), f"README's table lacks:\n{seen}"
+        planned = rollout_cli(rollout_env(small, local_env), "plan", "--allow-replica-outage")
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        assert "rollout is degraded on default/inference by the site check of" in planned.stderr
+        assert "does no gang scheduling" in planned.stderr and "[grove K1, grove K2]" in planned.stderr
+        env = rollout_env(small, local_env)
+        async with worker_for(local_env.client, task_queue, small):
+            command = [sys.executable, "-m", "metalflow", "rollout", "start", "--allow-replica-outage",
+                       "default/inference", "--set", "decode=registry.local/decode:2", "--wait",
+                       "--task-queue", task_queue]  # fmt: skip
+            started = await asyncio.to_thread(
+                subprocess.run, command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
+            )
+            assert started.returncode == 0, started.stdout + started.stderr
+        assert "warning: rollout is degraded on default/inference by the site check of" in started.stdout
+        handle = local_env.client.get_workflow_handle(
+            names.rollout_workflow_id("default", "inference"), result_type=RolloutResult
+        )
+        status = (await handle.result()).warnings
+        assert (
+            status[0].startswith("rollout is degraded on default/inference")
+            and "[grove K1, grove K2]" in status[1]
+        )
+        details = await (await handle.describe()).static_details()
+        assert details is not None and "does no gang scheduling" in details
+
+
+def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_and_refuses_the_reset(
+    tmp_path: Path,
+) -> None:
+    """DPF 26.8 in zero trust onboarded the DPUs (`--dpf-bmc-credentials per-dpu`, dpf Z1): it
+    factory-reset each DPU BMC and set a per-DPU password the site file does not hold. The check
+    reads the trust mode, the DPUDeployment strategies and, per DPU BMC, that DPF holds its
+    credentials; the DPU resets and firmware are blocked naming DPF's Secret and what to do, not a
+    bare 401; `host reset --all-dpus` is refused with those words."""
+    one = {"sc-401": ("", "powercycle", "BF3")}
+    with running_sim(
+        tmp_path / "sim", site_file=site_file(tmp_path / "in", one), dpf_version="26", initialised=True,
+        extra=("--dpf-bmc-credentials", "per-dpu"),
+    ) as small:  # fmt: skip
+        audit_before = small.audit()
+        result = check(small, "site", "check", "--json", "--timeout", "5")
+        assert result.returncode == 1, result.stdout + result.stderr
+        document = json.loads(result.stdout)
+        assert "DPF trust mode: zero-trust (1 DPU(s), status.deploymentMode) (dpf Z1)" in document["info"]
+        assert "DPUDeployment strategies: dpf-operator-system/gpu-compute: OnDelete" in document["info"]
+        bmc = next(b for b in document["findings"]["bmcs"] if b["bmc_id"] == "sc-401-dpu-0")
+        assert bmc["credentials_by"] == "dpf" and not bmc["credentials_ok"]
+        assert (
+            "Secret device-sc-401-dpu-0-bmc-v1; BMCFactoryResetReady True FactoryResetCompleted"
+            in (bmc["dpf_credentials"])
+        )
+        reset = next(v for v in document["verdicts"] if v["capability"] == "reset-dpu")
+        assert reset["status"] == "blocked" and reset["reasons"][0]["rows"] == ["dpf Z1", "redfish F1"]
+        no_writes(small, audit_before)
+        seen = host_row(small, "sc-401", "DPF 26.8 zero trust: DPU BMC credentials set by DPF (Z1)")
+        assert seen in readme_rows(), f"README's table lacks:\n{seen}"
+        refused = check(small, "host", "reset", "sc-401", "--all-dpus", "--address", "127.0.0.1:1")
+        assert refused.returncode == 1, refused.stderr
+        assert (
+            "DPF manages this BMC's credentials" in refused.stderr
+            and "[dpf Z1, redfish F1]" in refused.stderr
+        )
+
+
+def test_a_host_trusted_dpf_leaves_the_dpu_bmc_credentials_ours(tmp_path: Path) -> None:
+    """DPF 26 host trusted (`--dpf-deployment-mode host-trusted`, dpf P1, Z1): the DPUs say so in
+    `status.deploymentMode`; DPF installs through the host agent and never uses the DPU BMC, so
+    its credentials are the site file's."""
+    one = {"sc-501": ("", "powercycle", "BF3")}
+    with running_sim(
+        tmp_path / "sim", site_file=site_file(tmp_path / "in", one), dpf_version="26", initialised=True,
+        dpf_deployment_mode="host-trusted",
+    ) as small:  # fmt: skip
+        result = check(small, "site", "check", "--json")
+        assert result.returncode == 0, result.stdout + result.stderr
+        document = json.loads(result.stdout)
+        assert "DPF trust mode: host-trusted (1 DPU(s), status.deploymentMode) (dpf Z1)" in document["info"]
+        bmc = next(b for b in document["findings"]["bmcs"] if b["bmc_id"] == "sc-501-dpu-0")
+        assert bmc["credentials_by"] == "ours" and bmc["credentials_ok"]
+        seen = host_row(small, "sc-501", "DPF 26 host trusted (P1, Z1)")
+        assert seen in readme_rows(), f"README's table lacks:\n{seen}"

@@ -336,6 +336,7 @@ class RolloutStateData(BaseModel):
 
     started_at: datetime
     runs: int = 1
+    site_check: tuple[str, ...] = ()  # RolloutInput.site_check, kept across continue-as-new
     # -- the template: what it was, what the rollout wrote, what it rolls to ----------------------
     original: dict[str, str] = Field(default_factory=dict)  # clique -> pod-template hash before
     targets: dict[str, str] = Field(default_factory=dict)  # clique -> pod-template hash rolled to
@@ -390,6 +391,9 @@ class RolloutInput(_Model):
     reason: Reason = ""
     policy: RolloutPolicy = RolloutPolicy()
     state: RolloutStateData | None = None  # set by continue-as-new only: the run's state
+    # What the kept `metalflow site check` said of this rollout at its start when it was degraded
+    # (the CLI's words); the status's and result's warnings carry it (issue 36 deliver 4).
+    site_check: tuple[str, ...] = ()
 
     @field_validator("images")
     @classmethod

@@ -228,16 +228,19 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
     from metalflow.site_check import consult_words
     from metalflow.site_verdicts import ROLLOUT
 
-    refuse, said = consult_words(None, ROLLOUT)  # the kept `metalflow site check`, one file read
+    pcs: PCSRef = args.pcs
+    refuse, said = consult_words(
+        None, ROLLOUT, pcs=str(pcs)
+    )  # the kept `metalflow site check`, one file read
     if refuse:
         raise RolloutError("refused, nothing started: " + "; ".join(said), EXIT_FAILED)
     for line in said:
         print(f"metalflow rollout: {line}", file=sys.stderr)
-    pcs: PCSRef = args.pcs
     images = dict(args.images)
     request = RolloutInput(
         pcs=pcs,
         images=images,
+        site_check=tuple(said),  # degraded (or an old check): the status and the UI say it too
         requested_by=args.by,
         reason=args.reason,
         policy=RolloutPolicy(
@@ -262,6 +265,7 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             task_queue=args.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             static_summary=f"roll {pcs} to {summary} for {args.by}",
+            static_details="\n".join(said) or None,  # the Temporal UI's details: the site check's words
             search_attributes=TypedSearchAttributes([SearchAttributePair(names.OPERATION, names.ROLLOUT)]),
         )
     except WorkflowAlreadyStartedError as err:
@@ -368,6 +372,15 @@ def refusal_status(refusal: str, in_flight: str | None) -> int:
 async def _plan(client: Client, args: argparse.Namespace) -> int:
     """`rollout plan`: what `start` would do, read and decided as `start` (`rollouts.plan`),
     refused as `start` refuses (`refusal_status`), a rollout in flight included."""
+    from metalflow.site_check import consult_words
+    from metalflow.site_verdicts import ROLLOUT
+
+    refuse, said = consult_words(None, ROLLOUT, pcs=str(args.pcs))  # as `start`: the kept site check
+    if refuse:
+        print(f"start would refuse it: {'; '.join(said)}")
+        return EXIT_FAILED
+    for line in said:
+        print(f"metalflow rollout: {line}", file=sys.stderr)
     policy = RolloutPolicy(
         replica_concurrency=args.concurrency, allow_replica_outage=args.allow_replica_outage
     )

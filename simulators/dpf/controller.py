@@ -77,8 +77,10 @@ class DPFController:
         *,
         version: str = "25.10",
         deployment_mode: str = ZERO_TRUST,
+        bmc_credentials: str = "ours",
     ) -> None:
         self.store = store
+        self.bmc_credentials = bmc_credentials  # "per-dpu": DPF 26.8 onboarded the DPUs' BMCs (Z1)
         self.hub = hub
         self.timings = timings
         self.site = site

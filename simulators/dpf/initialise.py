@@ -39,11 +39,14 @@ def initialise_site(ctl: DPFController) -> None:
         node = c.get(c.dpunode, node["metadata"]["name"])
         assert node is not None
         for dpu in host.dpus:
-            device = c.create(c.dpudevice, objects.dpudevice_for(host, dpu))
+            per_dpu = ctl.bmc_credentials == objects.PER_DPU_CREDENTIALS
+            device = c.create(c.dpudevice, objects.dpudevice_for(host, dpu, per_dpu_credentials=per_dpu))
             if device is None:
                 continue
             ctl.node_of_device[device["metadata"]["name"]] = node["metadata"]["name"]
             ctl.register_device(device["metadata"]["name"], device["metadata"]["uid"])
+            if per_dpu:
+                objects.onboard_bmc(c, device["metadata"]["name"])  # BEHAVIOUR.md Z1
             device = c.get(c.dpudevice, device["metadata"]["name"])
             assert device is not None
             for dpuset in ctl.sets_for(node):
@@ -70,6 +73,8 @@ def _create_ready_dpu(ctl: DPFController, dpuset: Object, node: Object, device: 
                 "bfbFile": f"/bfb/{ctl.client.namespace}-{bfb}.bfb",
             }
         )
+        if ctl.provisioner.deployment_mode:  # v26 (BEHAVIOUR.md Z1)
+            status["deploymentMode"] = ctl.provisioner.deployment_mode
         set_dpu_conditions(status, READY, generation)
         return True
 

@@ -211,10 +211,23 @@ def dpunode_for(host: Host) -> Object:
     }
 
 
-def dpudevice_for(host: Host, dpu: DPU) -> Object:
-    """Flow 2: the DPUDevice of one DPU of a host."""
+PER_DPU_CREDENTIALS = "per-dpu"
+CREDENTIAL_MODES = ("ours", PER_DPU_CREDENTIALS)
+
+
+def credential_secret(device: str) -> str:
+    """The per-DPU BMC credential Secret DPF 26.8 uses for `device` (a name of ours; upstream's
+    example is `<dpu>-bmc-v1`, per-dpu-bmc-credentials.md)."""
+    return f"{device}-bmc-v1"
+
+
+def dpudevice_for(host: Host, dpu: DPU, *, per_dpu_credentials: bool = False) -> Object:
+    """Flow 2: the DPUDevice of one DPU of a host; with `per_dpu_credentials` it names its own
+    BMC credential Secret (`spec.bmcCredentialSecretName`, DPF 26.8; BEHAVIOUR.md Z1)."""
     group = host.groups[0] if host.groups else "default"
     spec: dict[str, Any] = {"serialNumber": dpu.serial or dpu.id}
+    if per_dpu_credentials:
+        spec["bmcCredentialSecretName"] = credential_secret(f"device-{dpu.id}")
     address = _bmc_address(dpu.bmc.endpoint) if dpu.bmc is not None else ""
     if address:
         spec["bmcIp"] = address
@@ -230,3 +243,33 @@ def _bmc_address(endpoint: str) -> str:
     """The host part of a BMC endpoint (DPUDevice `bmcIp`), or "" before the site is served."""
     rest = endpoint.split("://", 1)[-1]
     return rest.split("/", 1)[0].rsplit(":", 1)[0] if rest else ""
+
+
+def onboard_bmc(client: Any, device: str) -> None:
+    """What DPF 26.8's zero-trust onboarding leaves on a DPUDevice whose BMC it reset (BEHAVIOUR.md
+    Z1): `BMCFactoryResetReady` True `FactoryResetCompleted`, `status.bmcFactoryResetRequestTime`,
+    the credential in use (`status.bmcCredentialSecretName`) and `BMCCredentialsReady` True
+    `CredentialsValid` (bmc-factory-reset.md, per-dpu-bmc-credentials.md). The BMC's own password
+    is changed by the site (simulators/app.py), as DPF sets it from its Secret."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def change(obj: Object) -> bool:
+        status = obj.setdefault("status", {})
+        status["bmcFactoryResetRequestTime"] = now
+        status["bmcCredentialSecretName"] = obj["spec"].get("bmcCredentialSecretName", "bmc-shared-password")
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") not in _ONBOARDING]
+        for kind, reason in (
+            ("BMCFactoryResetReady", "FactoryResetCompleted"),
+            ("BMCCredentialsReady", "CredentialsValid"),
+        ):
+            conditions.append({"type": kind, "status": "True", "reason": reason, "message": "",
+                               "lastTransitionTime": now})  # fmt: skip
+        status["conditions"] = conditions
+        return True
+
+    client.mutate(client.dpudevice, device, change, status=True)
+
+
+_ONBOARDING = ("BMCFactoryResetReady", "BMCCredentialsReady")

@@ -206,6 +206,8 @@ class Provisioner:
         # v26: after the agent's NoAction and after a host reboot a host-trusted DPF configures
         # the host network first, a zero-trust one joins the cluster (BEHAVIOUR.md P1).
         self.after_agent = HOST_NETWORK if deployment_mode == HOST_TRUSTED else CLUSTER_CONFIG
+        # v26 (not rc.3): the DPU's `status.deploymentMode` (BEHAVIOUR.md Z1); 25.10 has none.
+        self.deployment_mode = deployment_mode if version == "26" else ""
         self.on_ready: Callable[[Object], None] | None = None  # a DPU reached Ready (RollingUpdate)
         # v26: the agent's reports still to come (by DPU uid), faults replacing them (by name),
         # each DPU's rebootSequenceCount, and DPUs whose cluster-join secret expired.
@@ -391,6 +393,8 @@ class Provisioner:
             status["observedGeneration"] = generation
             status.setdefault("dpuInstallInterface", "redfish")
             status.setdefault("dpuMode", "dpu")
+            if self.deployment_mode:
+                status.setdefault("deploymentMode", self.deployment_mode)
             status.update(extra or {})
             if self.rc3 and target == REBOOTING:  # each host reboot cycle starts without it (R7)
                 status["conditions"] = [

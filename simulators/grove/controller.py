@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from simulators.grove import checks
+from simulators.grove.backends import KAI_POD_GROUP, GroveSetup, legacy_gang, prepare_pod
 from simulators.grove.model import (
     ANCHOR,
     COMPONENT,
@@ -45,7 +46,6 @@ from simulators.grove.model import (
     PODGANG_ROLE,
     REPLICA_INDEX,
     SCALE_OUT,
-    SCHEDULER,
     SCHEDULER_API,
     SCHEDULER_NAME,
     TAIL,
@@ -103,8 +103,12 @@ def now() -> str:
 class GroveController:
     """Grove's behaviour at the pin over the simulated API's store; see the module docstring."""
 
-    def __init__(self, store: Store, timings: Timings, violations: Violations) -> None:
+    def __init__(
+        self, store: Store, timings: Timings, violations: Violations, setup: GroveSetup | None = None
+    ) -> None:
         self._store = store
+        self.setup = setup or GroveSetup()
+        self._legacy: set[Key] = set()  # migrated PodCliqueSets whose pods are not yet replaced [K5]
         self._timings = timings
         self.pcs_rt = store.resource_type_for_kind(GROVE_API, "PodCliqueSet")
         self.pclq_rt = store.resource_type_for_kind(GROVE_API, "PodClique")
@@ -166,6 +170,8 @@ class GroveController:
             )
             with contextlib.suppress(AlreadyExists):
                 self._store.create(self.pcs_rt, w.namespace, pcs)
+            if self.setup.migrated:
+                self._legacy.add((w.namespace, w.name))
 
     # -- injectable failures (act on the gang's pods, as a crash-looping image would) -----------
     def _find(self, podgang_name: str, namespace: str | None) -> list[Object]:
@@ -261,6 +267,8 @@ class GroveController:
         if event.type == "DELETED":
             if (t := self._timers.pop(meta["uid"], None)) is not None:
                 t.cancel()
+            # A migrated cluster: pods made from now on carry their own PodGang's group [K5].
+            self._legacy.discard((meta["namespace"], (meta.get("labels") or {}).get(PART_OF, "")))
             owners = {r.get("uid") for r in meta.get("ownerReferences") or []}
             if meta["uid"] not in self._own and not owners & self._own:
                 self.checks.client_removed_pod(self, obj, event.resource_version)
@@ -632,8 +640,24 @@ class GroveController:
             used = {int(p["metadata"]["labels"].get(POD_INDEX, -1)) for p in mine}
             free = (i for i in range(want * 2 + 1) if i not in used)
             for _ in range(want - len(mine)):
-                out.append(self._store.create(self.pod_rt, ns, pod(pcs, pclq, next(free))))
+                body = prepare_pod(pod(pcs, pclq, next(free)), self._backend(pcs))  # [K1, K3]
+                if (ns, pcs["metadata"]["name"]) in self._legacy and KAI_POD_GROUP in body["metadata"].get(
+                    "annotations", {}
+                ):  # created before the migration: the legacy PodGroup stays named [K5]
+                    body["metadata"]["annotations"][KAI_POD_GROUP] = legacy_gang(
+                        body, pcs["metadata"]["name"]
+                    )
+                out.append(self._store.create(self.pod_rt, ns, body))
         return out
+
+    def _backend(self, pcs: Object) -> str:
+        """The PodCliqueSet's scheduler backend: a clique's `podSpec.schedulerName`, else Grove's
+        default profile (`getSchedulerNameForPCS`, …/components/podgang/podgang.go L250-261 @P) [K1]."""
+        for clique in (pcs.get("spec") or {}).get("template", {}).get("cliques") or []:
+            name = ((clique.get("spec") or {}).get("podSpec") or {}).get("schedulerName")
+            if name:
+                return str(name)
+        return self.setup.scheduler
 
     # -- PodGangs [D6, S1, S2] -----------------------------------------------------------------------
     def _sync_gang(
@@ -655,7 +679,7 @@ class GroveController:
         labels = {
             **base_labels(pcs),
             COMPONENT: "podgang",
-            SCHEDULER_NAME: SCHEDULER,
+            SCHEDULER_NAME: self._backend(pcs),
             REPLICA_INDEX: str(g.replica),
             EPOCH: g.epoch,
             PODGANG_ROLE: g.role,

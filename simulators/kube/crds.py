@@ -111,7 +111,21 @@ POD = ResourceType(
     categories=("all",), printer_columns=(PrinterColumn("Status", "string", ".status.phase"),),
     schema=POD_SCHEMA,
 )  # fmt: skip
-BUILTINS = (NAMESPACE, SECRET, POD)
+CONFIGMAP_SCHEMA: Object = {
+    "description": "ConfigMap holds configuration data for pods to consume (served so Grove's operator "
+    "configuration can be read: simulators/grove/BEHAVIOUR.md K1).",
+    "type": "object",
+    "properties": {
+        **_COMMON,
+        "data": {"type": "object", "additionalProperties": {"type": "string"}},
+        "immutable": {"type": "boolean"},
+    },
+}
+CONFIGMAP = ResourceType(
+    "", "v1", "configmaps", "configmap", "ConfigMap", "ConfigMapList", True, short_names=("cm",),
+    schema=CONFIGMAP_SCHEMA,
+)  # fmt: skip
+BUILTINS = (NAMESPACE, SECRET, POD, CONFIGMAP)
 
 
 def _resource_types_of(crd: Object) -> list[ResourceType]:
@@ -177,7 +191,8 @@ def find_crd_dir(given: str | Path | None = None) -> Path:
 
 
 def load_resource_types(crd_dir: Path) -> list[ResourceType]:
-    """Every served version of every CRD under `crd_dir` (recursively), plus Namespace, Secret, Pod."""
+    """Every served version of every CRD under `crd_dir` (recursively), plus Namespace, Secret, Pod,
+    ConfigMap."""
     types: list[ResourceType] = list(BUILTINS)
     for path in sorted(crd_dir.rglob("*.yaml")) + sorted(crd_dir.rglob("*.yml")):
         with path.open() as f:

@@ -843,3 +843,17 @@ def test_the_plan_warns_before_a_rollout_leaves_a_gated_scale_out() -> None:
         "after this rollout, a scale-out of the scaling groups of default/p stays gated"
     )
     assert _gated_after(first, PCS, set()) == ()  # nothing changes: nothing to warn of
+
+
+def test_the_site_checks_degraded_words_lead_the_warnings_of_the_status_and_the_result() -> None:
+    """Issue 36 deliver 4: a rollout the kept site check marks degraded runs and says so in its
+    status (and so `rollout status` and the UI), across continue-as-new."""
+    said = (
+        "rollout is degraded on default/p by the site check of 2026-11-29T07:00:00Z",
+        "no gang [grove K2]",
+    )
+    state = rolling(old_world(), site_check=said)
+    assert views.status(state, PCS, "rolling").warnings[:2] == said
+    assert views.result(state, PCS, "completed", T0).warnings[:2] == said
+    assert RolloutState.resumed(state).site_check == said
+    assert views.status(rolling(old_world()), PCS, "rolling").warnings == ()  # no check: nothing said

@@ -1,6 +1,7 @@
 """`metalflow site check`'s pure verdicts (metalflow/site_verdicts.py): capability x findings ->
 ready / degraded / blocked, each reason with its behaviour row; and what an operation's start
-reads from the kept findings (metalflow/site_check.py `consult_words`)."""
+reads from the kept findings (metalflow/site_check.py `consult_words`); what the check makes of
+the cluster's answers (metalflow/site_readings.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from metalflow.site_check import consult_words, save_findings
+from metalflow.site_check import consult_words, load_findings, save_findings
+from metalflow.site_readings import (
+    GROVE_CONFIG_SELECTOR,
+    dpf_credentials,
+    dpuset_strategies,
+    grove_default_backend,
+    kai_eviction,
+    pcs_findings,
+    trust_mode,
+)
 from metalflow.site_verdicts import (
     CAPABILITIES,
     BMCFinding,
     DPFFinding,
     GroveFinding,
+    PCSFinding,
     SiteFindings,
     capability_of,
     host_verdict,
@@ -268,3 +279,207 @@ def test_a_rollout_or_campaign_reads_the_sites_own_rules(tmp_path: Path) -> None
     assert consult_words(None, "reprovision", path) == (False, [])  # a host's BMC is the host's
     save_findings(path, site(dpf=DPFFinding(readable=False, error="refused")))
     assert consult_words(None, CAMPAIGN_CAPABILITY["bfb"], path)[0]
+
+
+# -- the coherent rollout's scheduling (issue 36 point 11; grove BEHAVIOUR.md K1-K5) ---------------
+def grove(*pcs: PCSFinding, **changes: object) -> GroveFinding:
+    found = GroveFinding(default_backend="kai-scheduler", kai_eviction="off", kai_detail="shard default: off",
+                         podcliquesets=pcs or (PCSFinding("ns/a", "kai-scheduler"),))  # fmt: skip
+    return dataclasses.replace(found, **changes)  # type: ignore[arg-type]
+
+
+def rollout(found: GroveFinding, pcs: str | None = None) -> tuple[str, tuple[str, ...], str]:
+    verdict = host_verdict(site(grove=found), None, "rollout", pcs=pcs)
+    return (
+        verdict.status,
+        tuple(row for r in verdict.reasons for row in r.rows),
+        " ".join(r.text for r in verdict.reasons),
+    )
+
+
+def test_kai_with_stale_gang_eviction_off_is_ready_on_blocked_unknown_degraded() -> None:
+    assert rollout(grove())[:2] == ("ready", ())
+    status, rows, text = rollout(grove(kai_eviction="on", kai_detail="SchedulingShard default: unset"))
+    assert (status, rows) == ("blocked", ("grove K4",))
+    assert "evicts the rest of the gang" in text and "default-staleness-grace-period=-1" in text
+    status, rows, text = rollout(grove(kai_eviction="unknown", kai_detail="cannot list: 403"))
+    assert (status, rows) == ("degraded", ("grove K4",))
+    assert "unknown (cannot list: 403): check `kubectl get schedulingshards.kai.scheduler" in text
+
+
+def test_grove_default_scheduler_does_no_gang_scheduling_and_degrades_the_rollout() -> None:
+    status, rows, text = rollout(grove(PCSFinding("ns/a", "default-scheduler"), kai_eviction=""))
+    assert (status, rows) == ("degraded", ("grove K1", "grove K2"))
+    assert "does no gang scheduling" in text
+    # eviction on matters only to a PodCliqueSet under KAI
+    assert rollout(grove(PCSFinding("ns/a", "default-scheduler"), kai_eviction="on"))[0] == "degraded"
+    assert rollout(grove(PCSFinding("ns/a", "volcano")))[:2] == ("ready", ())
+    assert rollout(grove(PCSFinding("ns/a", "")))[:2] == ("degraded", ("grove K1",))
+
+
+def test_pods_left_on_a_legacy_podgroup_or_a_running_migration_block_the_rollout() -> None:
+    legacy = PCSFinding("ns/a", "kai-scheduler", legacy_count=5, legacy_pods=("p1", "p2", "p3"))
+    status, rows, text = rollout(grove(legacy))
+    assert (status, rows) == ("blocked", ("grove K5",))
+    assert "5 pod(s) (p1, p2, p3, ...)" in text and "grove#837" in text
+    assert rollout(grove(PCSFinding("ns/a", "kai-scheduler", migrating=True)))[:2] == (
+        "blocked",
+        ("grove K5",),
+    )
+
+
+def test_a_rollout_is_judged_by_its_own_podcliqueset_and_a_new_one_by_the_default_backend() -> None:
+    found = grove(
+        PCSFinding("ns/bad", "kai-scheduler", legacy_count=1, legacy_pods=("p",)),
+        PCSFinding("ns/kube", "default-scheduler"),
+        PCSFinding("ns/good", "kai-scheduler"),
+    )
+    assert rollout(found)[0] == "blocked"  # the site's verdict: every PodCliqueSet's reasons
+    assert rollout(found, "ns/good")[:2] == ("ready", ())
+    assert rollout(found, "ns/kube")[0] == "degraded"
+    assert rollout(found, "ns/bad")[0] == "blocked"
+    assert rollout(found, "ns/new")[:2] == ("ready", ())  # made after the check: Grove's default, KAI
+    assert rollout(dataclasses.replace(found, default_backend=""), "ns/new")[0] == "degraded"
+    gated = dataclasses.replace(found, gated=("ns/bad (replica(s) 0)",))
+    assert rollout(gated, "ns/good")[:2] == ("ready", ())  # G5 is the gated PodCliqueSet's only
+
+
+def test_kai_stale_gang_eviction_is_read_from_the_scheduling_shards() -> None:
+    def shard(name: str, **spec: object) -> dict[str, object]:
+        return {"metadata": {"name": name}, "spec": spec}
+
+    assert kai_eviction([]) == ("unknown", "no KAI SchedulingShard found")
+    assert kai_eviction([shard("default", args={"default-staleness-grace-period": "-1"})])[0] == "off"
+    assert kai_eviction([shard("default", actions={"stalegangeviction": {"enabled": False}})])[0] == "off"
+    state, detail = kai_eviction([shard("default")])
+    assert state == "on" and "unset, KAI's default 60s" in detail
+    state, detail = kai_eviction(
+        [
+            shard("a", args={"default-staleness-grace-period": "-1s"}),
+            shard("b", args={"default-staleness-grace-period": "5m"}),
+        ]
+    )
+    assert state == "on" and detail == "SchedulingShard b: default-staleness-grace-period 5m"
+
+
+def test_groves_default_backend_is_read_from_its_operator_configmap() -> None:
+    def cm(name: str, config: str) -> dict[str, object]:
+        return {"metadata": {"namespace": "grove-system", "name": name}, "data": {"config.yaml": config}}
+
+    unset = cm(
+        "grove-operator-cm-1", "scheduler:\n  profiles: [{name: default-scheduler}, {name: kai-scheduler}]\n"
+    )
+    kai = cm("grove-operator-cm-2", "scheduler:\n  defaultProfileName: kai-scheduler\n")
+    assert grove_default_backend([unset])[0] == "default-scheduler"  # SetDefaults_SchedulerConfiguration
+    assert grove_default_backend([kai]) == (
+        "kai-scheduler",
+        "ConfigMap grove-system/grove-operator-cm-2, scheduler.defaultProfileName kai-scheduler",
+    )
+    assert grove_default_backend([]) == ("", "no ConfigMap labelled " + GROVE_CONFIG_SELECTOR)
+    assert grove_default_backend([unset, kai])[0] == ""  # disagreeing: unknown, both named
+    assert grove_default_backend([cm("x", "scheduler: [")])[0] == ""
+
+
+def test_each_podcliqueset_gets_its_backend_and_the_pods_left_on_a_legacy_podgroup() -> None:
+    def pcs(name: str, scheduler: str = "", migrating: bool = False) -> dict[str, object]:
+        pod_spec = {"schedulerName": scheduler} if scheduler else {}
+        conditions = [{"type": "PodGangMigrationInProgress", "status": "True"}] if migrating else []
+        cliques = [{"spec": {"podSpec": {}}}, {"spec": {"podSpec": pod_spec}}]
+        return {"metadata": {"namespace": "ns", "name": name}, "spec": {"template": {"cliques": cliques}},
+                "status": {"conditions": conditions}}  # fmt: skip
+
+    def pod(name: str, owner: str, scheduler: str, gang: str, notes: dict[str, str]) -> dict[str, object]:
+        labels = {"app.kubernetes.io/part-of": owner, "grove.io/podgang": gang}
+        return {"metadata": {"namespace": "ns", "name": name, "labels": labels, "annotations": notes},
+                "spec": {"schedulerName": scheduler}}  # fmt: skip
+
+    pods = [
+        pod("a-ok", "a", "kai-scheduler", "a-0-1", {"pod-group-name": "a-0-1"}),
+        pod("a-old", "a", "kai-scheduler", "a-0-1", {"pod-group-name": "a-0"}),
+        pod("b-old", "b", "volcano", "b-0-1", {"scheduling.k8s.io/group-name": "b-0"}),
+        pod("c-none", "c", "default-scheduler", "c-0-1", {}),
+    ]
+    found = pcs_findings(
+        [pcs("a"), pcs("b", "volcano", migrating=True), pcs("c", "default-scheduler")], "kai-scheduler", pods
+    )
+    assert found == (
+        PCSFinding("ns/a", "kai-scheduler", legacy_count=1, legacy_pods=("a-old",)),
+        PCSFinding("ns/b", "volcano", legacy_count=1, legacy_pods=("b-old",), migrating=True),
+        PCSFinding("ns/c", "default-scheduler"),
+    )
+
+
+def test_the_scheduling_findings_survive_their_file(tmp_path: Path) -> None:
+    findings = site(grove=grove(PCSFinding("ns/a", "kai-scheduler", legacy_count=4, legacy_pods=("p", "q"))))
+    save_findings(tmp_path / "f.json", findings)
+    assert load_findings(tmp_path / "f.json") == findings
+
+
+# -- zero trust: who holds a DPU BMC's credentials (issue 36 point 7; dpf BEHAVIOUR.md Z1) ---------
+def test_a_dpu_bmc_refusing_our_credentials_while_dpf_manages_them_says_so_and_what_to_do() -> None:
+    managed = "DPUDevice ns/device-h1-dpu-0, Secret device-h1-dpu-0-bmc-v1; BMCFactoryResetReady True"
+    bmc = dpu_bmc(credentials_ok=False, error="401", credentials_by="dpf", dpf_credentials=managed)
+    found = changed(site(host_bmc(), bmc))
+    for cap in ("reset-dpu", "reset-dpu-full", "reset-both", "firmware"):
+        assert found[cap] == ("blocked", ("dpf Z1", "redfish F1")), cap
+    text = host_verdict(site(host_bmc(), bmc), "h1", "firmware").reasons[0].text
+    assert f"DPF manages this BMC's credentials ({managed})" in text
+    assert "factory defaults once at onboarding" in text and "bmcFactoryResetPolicy: Never" in text
+    assert "refuses the stored credentials" not in text  # not the generic 401
+    # ours refused: the generic reason, as before; DPF's accepted: nothing to say
+    assert changed(site(host_bmc(), dpu_bmc(credentials_ok=False, credentials_by="ours")))["firmware"] == (
+        "blocked", ("redfish F1",),
+    )  # fmt: skip
+    assert changed(site(host_bmc(), dpu_bmc(credentials_by="dpf", dpf_credentials=managed))) == {}
+
+
+def test_the_trust_mode_is_read_from_the_dpus() -> None:
+    def dpu(**status: str) -> dict[str, object]:
+        return {"status": status}
+
+    assert trust_mode([dpu(deploymentMode="host-trusted", dpuInstallInterface="redfish")]) == (
+        "host-trusted", "1 DPU(s), status.deploymentMode",
+    )  # fmt: skip
+    assert trust_mode([dpu(dpuInstallInterface="redfish")] * 2) == (
+        "zero-trust",
+        "2 DPU(s), status.dpuInstallInterface",
+    )
+    assert trust_mode([]) == ("", "no DPU shows a deploymentMode or an install interface")
+    assert trust_mode([dpu(deploymentMode="zero-trust"), dpu(deploymentMode="host-trusted")])[0] == ""
+    on_delete = {"dpus": {"dpuSetStrategy": {"type": "OnDelete"}}}
+    deployments = [{"metadata": {"namespace": "ns", "name": "d"}, "spec": on_delete},
+                   {"metadata": {"namespace": "ns", "name": "e"}, "spec": {"dpus": {}}}]  # fmt: skip
+    assert dpuset_strategies(deployments) == ("ns/d: OnDelete", "ns/e: unset")
+
+
+def test_a_dpu_bmcs_credentials_are_dpfs_in_zero_trust_when_a_dpudevice_names_it() -> None:
+    def device(name: str, serial: str, **spec: str) -> dict[str, object]:
+        return {"metadata": {"namespace": "dpf", "name": name}, "spec": {"serialNumber": serial, **spec}}
+
+    devices = [device("device-h1-dpu-0", "S0"), device("MT123", "S1", bmcCredentialSecretName="mt123-bmc-v1")]
+    kw = {"device_name": "device-h1-dpu-0", "serial": None, "bmc_host": "10.0.0.1"}
+    assert dpf_credentials(devices, "zero-trust", **kw) == (
+        "dpf",
+        "DPUDevice dpf/device-h1-dpu-0, Secret bmc-shared-password",
+    )
+    by_serial = dpf_credentials(devices, "zero-trust", device_name="device-x", serial="S1", bmc_host="")
+    assert by_serial == ("dpf", "DPUDevice dpf/MT123, Secret mt123-bmc-v1")
+    assert dpf_credentials(devices, "host-trusted", **kw) == (
+        "ours",
+        "",
+    )  # host trusted: DPF never uses the BMC
+    assert dpf_credentials([], "zero-trust", **kw) == ("ours", "no DPUDevice of DPF names it")
+    ip = [device("a", "A", bmcIp="10.0.0.1"), device("b", "B", bmcIp="10.0.0.2")]
+    assert dpf_credentials(ip, "zero-trust", device_name="x", serial=None, bmc_host="10.0.0.1")[0] == "dpf"
+    assert (
+        dpf_credentials(ip + ip, "zero-trust", device_name="x", serial=None, bmc_host="10.0.0.1")[0] == "ours"
+    )
+
+
+def test_the_trust_findings_survive_their_file(tmp_path: Path) -> None:
+    dpf = DPFFinding(
+        version="26", trust_mode="zero-trust", trust_detail="1 DPU(s)", strategies=("ns/d: OnDelete",)
+    )
+    findings = site(host_bmc(), dpu_bmc(credentials_by="dpf", dpf_credentials="DPUDevice x"), dpf=dpf)
+    save_findings(tmp_path / "f.json", findings)
+    assert load_findings(tmp_path / "f.json") == findings

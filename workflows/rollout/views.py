@@ -45,7 +45,8 @@ def status(state: RolloutState, pcs: PCSRef, phase: str) -> RolloutStatus:
         wake_at=wake_at,
         dormant=tuple(sorted(state.dormant)),
         overwritten=state.overwritten,
-        warnings=gated_scale_out(state, pcs, state.watched.summary.current_hash if state.watched else ""),
+        warnings=state.site_check
+        + gated_scale_out(state, pcs, state.watched.summary.current_hash if state.watched else ""),
     )
 
 
@@ -78,7 +79,7 @@ def result(
         started_at=state.started_at,
         finished_at=now,
         dormant=tuple(sorted(state.dormant)) if state.dormant_back else (),
-        warnings=gated_scale_out(state, pcs, state.target_hash),
+        warnings=state.site_check + gated_scale_out(state, pcs, state.target_hash),
     )
 
 

@@ -134,7 +134,9 @@ class RolloutWorkflow(TemplateWrites):
         now = workflow.now()
         carried = request.state
         self.state = (
-            RolloutState.resumed(carried) if carried else RolloutState(started_at=now, written_at=now)
+            RolloutState.resumed(carried)
+            if carried
+            else RolloutState(started_at=now, written_at=now, site_check=request.site_check)
         )
         # The operator's abort and pause are the kernel's; a continued run takes them over.
         self.abort_request, self.paused_by = self.state.aborting, self.state.paused_by

@@ -1,0 +1,184 @@
+"""What `metalflow site check` makes of the cluster's answers: pure, no I/O (the reads are
+metalflow/site_check.py's).
+
+- DPF (simulators/dpf/BEHAVIOUR.md Z1): the trust mode from the DPUs (`trust_mode`), each
+  DPUDeployment's DPUSet strategy (`dpuset_strategies`), and whether DPF holds a DPU BMC's
+  credentials (`dpf_credentials`);
+- Grove (simulators/grove/BEHAVIOUR.md K1-K5): Grove's default scheduler profile from its operator
+  ConfigMap (`grove_default_backend`), KAI's stale-gang eviction from its SchedulingShards
+  (`kai_eviction`), each PodCliqueSet's backend and the pods a migration to PodGangMap left on
+  their legacy PodGroup (`pcs_findings`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metalflow.site_verdicts import KAI_BACKEND, KUBE_BACKEND, VOLCANO_BACKEND, PCSFinding
+
+PROVISIONING = "/apis/provisioning.dpu.nvidia.com/v1alpha1"
+SHARED_SECRET = "bmc-shared-password"
+
+
+def trust_mode(dpus: list[dict[str, Any]]) -> tuple[str, str]:
+    """(DPF's trust mode, what decided it) from its DPUs: `status.deploymentMode` (v26), else the
+    install interface (`status.dpuInstallInterface` redfish: zero trust, as DPF's
+    `ZeroTrustProvisioningFlow` decides without a mode); ("", why) with no DPU or a mixed answer."""
+    modes: dict[str, int] = {}
+    for dpu in dpus:
+        status = dpu.get("status") or {}
+        mode = str(status.get("deploymentMode") or "")
+        if not mode and status.get("dpuInstallInterface"):
+            mode = "zero-trust" if status["dpuInstallInterface"] == "redfish" else "host-trusted"
+        if mode:
+            modes[mode] = modes.get(mode, 0) + 1
+    if not modes:
+        return "", "no DPU shows a deploymentMode or an install interface"
+    if len(modes) > 1:
+        return "", "DPUs disagree: " + ", ".join(f"{n} {m}" for m, n in sorted(modes.items()))
+    mode = next(iter(modes))
+    field = (
+        "status.deploymentMode"
+        if any((d.get("status") or {}).get("deploymentMode") for d in dpus)
+        else ("status.dpuInstallInterface")
+    )
+    return mode, f"{modes[mode]} DPU(s), {field}"
+
+
+def dpuset_strategies(deployments: list[dict[str, Any]]) -> tuple[str, ...]:
+    """`namespace/name: <type>` of each DPUDeployment's `spec.dpus.dpuSetStrategy` (unset: "unset")."""
+    out = []
+    for d in deployments:
+        meta = d.get("metadata") or {}
+        kind = (((d.get("spec") or {}).get("dpus") or {}).get("dpuSetStrategy") or {}).get("type") or "unset"
+        out.append(f"{meta.get('namespace', '')}/{meta.get('name', '')}: {kind}")
+    return tuple(sorted(out))
+
+
+def dpf_credentials(
+    devices: list[dict[str, Any]], mode: str, *, device_name: str, serial: str | None, bmc_host: str
+) -> tuple[str, str]:
+    """("dpf" | "ours", how) for one DPU BMC (dpf Z1): in zero trust DPF authenticates to the BMC
+    of every DPUDevice it has (its `bmcCredentialSecretName`, else the shared bmc-shared-password)
+    and, from 26.8, factory-resets it once at onboarding; host-trusted DPF never uses the BMC. The
+    DPUDevice is ours by name (`device-<dpu>`), else by serial number, else by a BMC address no
+    other device has."""
+    if mode != "zero-trust":
+        return "ours", ""
+    by_name = [d for d in devices if (d.get("metadata") or {}).get("name") == device_name]
+    by_serial = [d for d in devices if serial and (d.get("spec") or {}).get("serialNumber") == serial]
+    by_ip = [
+        d for d in devices
+        if bmc_host and bmc_host in ((d.get("spec") or {}).get("bmcIp"), (d.get("status") or {}).get("bmcIp"))
+    ]  # fmt: skip
+    found = by_name or by_serial or (by_ip if len(by_ip) == 1 else [])
+    if not found:
+        return "ours", "no DPUDevice of DPF names it"
+    device = found[0]
+    meta, spec, status = device.get("metadata") or {}, device.get("spec") or {}, device.get("status") or {}
+    secret = status.get("bmcCredentialSecretName") or spec.get("bmcCredentialSecretName") or SHARED_SECRET
+    said = [f"DPUDevice {meta.get('namespace', '')}/{meta.get('name', '')}, Secret {secret}"]
+    for c in status.get("conditions") or []:
+        if c.get("type") in ("BMCFactoryResetReady", "BMCCredentialsReady"):
+            said.append(f"{c['type']} {c.get('status')} {c.get('reason', '')}".rstrip())
+    return "dpf", "; ".join(said)
+
+
+GROVE_CONFIG_SELECTOR = "app.kubernetes.io/name=grove-operator,app.kubernetes.io/component=operator-configmap"
+STALENESS_ARG = "default-staleness-grace-period"
+# The pod annotations naming a pod's scheduler PodGroup, per backend (`PreparePod`, grove K3, K5).
+GROUP_ANNOTATIONS = {
+    KAI_BACKEND: ("pod-group-name",),
+    VOLCANO_BACKEND: ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name"),
+}
+SHOWN_PODS = 3
+
+
+def grove_default_backend(configmaps: list[dict[str, Any]]) -> tuple[str, str]:
+    """(Grove's default scheduler profile, where read) from the operator ConfigMaps the chart
+    writes (`grove-operator-cm-<hash>`, `config.yaml`): `scheduler.defaultProfileName`, defaulted
+    to default-scheduler when unset (`SetDefaults_SchedulerConfiguration`, grove K1); ("", why)
+    when none or several disagree or the YAML is unreadable."""
+    import yaml
+
+    found: dict[str, str] = {}
+    for cm in configmaps:
+        meta = cm.get("metadata") or {}
+        where = f"ConfigMap {meta.get('namespace', '')}/{meta.get('name', '')}"
+        try:
+            config = yaml.safe_load(((cm.get("data") or {}).get("config.yaml")) or "") or {}
+        except yaml.YAMLError:
+            return "", f"{where}: config.yaml is not YAML"
+        scheduler = (config.get("scheduler") or {}) if isinstance(config, dict) else {}
+        name = str(scheduler.get("defaultProfileName") or KUBE_BACKEND)
+        found[where] = name + ("" if scheduler.get("defaultProfileName") else " (unset: Grove's default)")
+    if not found:
+        return "", f"no ConfigMap labelled {GROVE_CONFIG_SELECTOR}"
+    if len({v.split(" ")[0] for v in found.values()}) > 1:
+        return "", "operator ConfigMaps disagree: " + "; ".join(f"{k}: {v}" for k, v in sorted(found.items()))
+    where, value = sorted(found.items())[0]
+    return value.split(" ")[0], f"{where}, scheduler.defaultProfileName {value}"
+
+
+def kai_eviction(shards: list[dict[str, Any]]) -> tuple[str, str]:
+    """("on" | "off" | "unknown", why) from KAI's SchedulingShards (grove K4): a shard's
+    stale-gang eviction is off when its `spec.args.default-staleness-grace-period` is negative (a
+    Go duration; negative means never) or its `spec.actions.stalegangeviction.enabled` is false,
+    else on (unset: KAI's default, 60 s). On when any shard has it on."""
+    if not shards:
+        return "unknown", "no KAI SchedulingShard found"
+    on = []
+    for shard in shards:
+        name = str((shard.get("metadata") or {}).get("name", ""))
+        spec = shard.get("spec") or {}
+        value = str((spec.get("args") or {}).get(STALENESS_ARG, "")).strip()
+        action = ((spec.get("actions") or {}).get("stalegangeviction") or {}).get("enabled")
+        if action is False or value.startswith("-"):
+            continue
+        on.append(f"SchedulingShard {name}: {STALENESS_ARG} " + (value or "unset, KAI's default 60s"))
+    if on:
+        return "on", "; ".join(on)
+    names = ", ".join(sorted(str((s.get("metadata") or {}).get("name", "")) for s in shards))
+    return "off", f"SchedulingShard {names}: off"
+
+
+def pcs_backend(pcs: dict[str, Any], default: str) -> str:
+    """A PodCliqueSet's backend as Grove resolves it: the first clique's `podSpec.schedulerName`
+    set, else Grove's default profile (`getSchedulerNameForPCS`, grove K1)."""
+    for clique in ((pcs.get("spec") or {}).get("template") or {}).get("cliques") or []:
+        name = (((clique or {}).get("spec") or {}).get("podSpec") or {}).get("schedulerName")
+        if name:
+            return str(name)
+    return default
+
+
+def pcs_findings(
+    pcs_items: list[dict[str, Any]], default: str, pods: list[dict[str, Any]]
+) -> tuple[PCSFinding, ...]:
+    """Each PodCliqueSet's backend, migration condition and the pods still naming a legacy
+    PodGroup: a scheduler annotation of the backend that is not the pod's `grove.io/podgang`
+    label, or the pre-PodGangMap `grove.io/base-podgang` label (grove K5, grove#837)."""
+    legacy: dict[tuple[str, str], list[str]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+        gang = labels.get("grove.io/podgang", "")
+        keys = GROUP_ANNOTATIONS.get(str((pod.get("spec") or {}).get("schedulerName") or ""), ())
+        stale = any(k in notes and notes[k] != gang for k in keys) or "grove.io/base-podgang" in labels
+        if stale and (owner := labels.get("app.kubernetes.io/part-of")):
+            legacy.setdefault((str(meta.get("namespace", "")), str(owner)), []).append(
+                str(meta.get("name", ""))
+            )
+    out = []
+    for pcs in pcs_items:
+        meta = pcs.get("metadata") or {}
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        names = sorted(legacy.get(key, []))
+        conditions = (pcs.get("status") or {}).get("conditions") or []
+        migrating = any(
+            c.get("type") == "PodGangMigrationInProgress" and c.get("status") == "True" for c in conditions
+        )
+        out.append(PCSFinding(name=f"{key[0]}/{key[1]}", backend=pcs_backend(pcs, default),
+                              legacy_count=len(names), legacy_pods=tuple(names[:SHOWN_PODS]),
+                              migrating=migrating))  # fmt: skip
+    return tuple(sorted(out, key=lambda p: p.name))
