@@ -48,6 +48,7 @@ from contracts.models.host import (
     OperationAbortRequest,
     WithdrawRequest,
 )
+from contracts.with_start import execute_update
 from contracts.wording import aborted_outcome
 from contracts.workflow_api import HostWorkflow
 
@@ -174,7 +175,7 @@ class CampaignSweep:
         host_id = workflow_id.rsplit("/", 1)[-1]
         handle = self.temporal.get_workflow_handle(workflow_id)
         try:
-            answer = await handle.execute_update(ABORT_UPDATE, body, result_type=OperatorAnswer)
+            answer = await execute_update(handle, ABORT_UPDATE, body, result_type=OperatorAnswer)
         except WorkflowUpdateFailedError as err:
             if matches(err.cause, OperationInstalling):  # the update's failure is its cause
                 words = str(err.cause.message if isinstance(err.cause, ApplicationError) else err.cause)

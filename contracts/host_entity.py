@@ -43,7 +43,7 @@ from temporalio.workflow import UpdateMethodMultiParam
 from contracts import names, workflow_api
 from contracts.models.campaign import SelectHostsResult
 from contracts.models.host import HostStatus, HostWorkflowInput
-from contracts.with_start import execute_update_with_start
+from contracts.with_start import execute_update, execute_update_with_start
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
 ResultT = TypeVar("ResultT")
@@ -169,7 +169,7 @@ class HostEntityClient:
             EntityMissing: No entity runs for the host.
         """
         try:
-            answer = await self.handle(host_id).execute_update(update, request)
+            answer = await execute_update(self.handle(host_id), update, request)
         except WorkflowUpdateFailedError as err:
             raise _refused(err) from None
         except RPCError as err:

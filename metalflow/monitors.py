@@ -51,6 +51,7 @@ from contracts.models.monitor import (
     HostMonitorStatus,
     MonitorPolicy,
 )
+from contracts.with_start import execute_update
 from metalflow.hosts import QUERY_TIMEOUT, HostRequestError
 
 LOOK_POLL_SECONDS = 0.2
@@ -166,7 +167,7 @@ async def stop_monitor(client: Client, host_id: str, request: OperatorRequest) -
     """
     handle = _handle(client, host_id)
     try:
-        await handle.execute_update(ABORT_UPDATE, request, result_type=OperatorAnswer)
+        await execute_update(handle, ABORT_UPDATE, request, result_type=OperatorAnswer)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise HostRequestError(_none_runs(host_id, "nothing to stop")) from None
@@ -187,8 +188,8 @@ async def resume_monitor(client: Client, host_id: str, request: OperatorRequest)
         HostRequestError: No monitor runs for the host, or it is not holding back.
     """
     try:
-        answer: OperatorAnswer = await _handle(client, host_id).execute_update(
-            RESUME_UPDATE, request, result_type=OperatorAnswer
+        answer: OperatorAnswer = await execute_update(
+            _handle(client, host_id), RESUME_UPDATE, request, result_type=OperatorAnswer
         )
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:

@@ -45,6 +45,7 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
+from contracts.with_start import execute_update
 from metalflow.cli import exits
 from metalflow.hosts import (
     HostRequestError,
@@ -135,7 +136,7 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
     target = current.workflow_id
     try:
-        answer = await handle.execute_update(args.update, request, result_type=OperatorAnswer)
+        answer = await execute_update(handle, args.update, request, result_type=OperatorAnswer)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -177,8 +178,8 @@ async def _reboot_in_flight(
 
 async def _answer(client: Client, workflow_id: str, update: str, request: OperatorRequest) -> OperatorAnswer:
     try:
-        answer: OperatorAnswer = await client.get_workflow_handle(workflow_id).execute_update(
-            update, request, result_type=OperatorAnswer
+        answer: OperatorAnswer = await execute_update(
+            client.get_workflow_handle(workflow_id), update, request, result_type=OperatorAnswer
         )
     except WorkflowUpdateFailedError as err:
         cause = err.cause
@@ -193,7 +194,7 @@ async def _withdraw(client: Client, args: argparse.Namespace, current: Operation
     handle = client.get_workflow_handle(names.host_workflow_id(args.host))
     request = WithdrawRequest(requested_by=args.by, reason=args.reason, workflow_id=current.workflow_id)
     try:
-        answer = await handle.execute_update(WITHDRAW_UPDATE, request, result_type=OperatorAnswer)
+        answer = await execute_update(handle, WITHDRAW_UPDATE, request, result_type=OperatorAnswer)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -238,8 +239,8 @@ class _NoSuchUpdate(Exception):
 async def _confirm_reboot(client: Client, workflow_id: str, request: OperatorRequest) -> OperatorAnswer:
     handle = client.get_workflow_handle(workflow_id)
     try:
-        answer: OperatorAnswer = await handle.execute_update(
-            HOST_REBOOTED_UPDATE, request, result_type=OperatorAnswer
+        answer: OperatorAnswer = await execute_update(
+            handle, HOST_REBOOTED_UPDATE, request, result_type=OperatorAnswer
         )
     except WorkflowUpdateFailedError as err:
         cause = err.cause

@@ -44,6 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.errors import InvalidInput, ObjectNotFound, abort_in_words, matches
 from contracts.models.campaign import CampaignStatus
+from contracts.with_start import execute_update
 from metalflow.cli import connection, exits, reader_gone
 from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
@@ -291,7 +292,7 @@ async def send(
         RPCError: Temporal was lost (`runner` names it).
     """
     try:
-        answer: AnswerT = await handle.execute_update(update, request, result_type=answer_type)
+        answer: AnswerT = await execute_update(handle, update, request, result_type=answer_type)
     except WorkflowUpdateFailedError as err:
         raise CommandError(f"{update} refused: {root_cause(err)}") from None
     except RPCError as err:
