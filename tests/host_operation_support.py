@@ -154,6 +154,15 @@ def power_cycles(log: list[dict[str, Any]]) -> int:
     return sum(1 for entry in log if entry.get("to") == "Off")
 
 
+async def until_powered_off(sim: RunningSim, host: str) -> None:
+    """Until the host's simulated BMC has turned it Off (60 s at most)."""
+    for _ in range(600):
+        if any(entry.get("to") == "Off" for entry in sim.power_log(host)):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{host} was never powered off: {sim.power_log(host)}")
+
+
 async def save_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
     """Record the workflow's history for tests/test_replay.py when METALFLOW_RECORD_HISTORIES=1."""
     if os.environ.get(RECORD_ENV) != "1":
