@@ -181,6 +181,17 @@ async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncI
         yield
 
 
+async def reset_by_hand(sim: RunningSim, host_id: str, reset_type: str) -> httpx.Response:
+    """One Redfish `ComputerSystem.Reset` of the host's system, sent at its BMC as a person or
+    another actor would (not metalflow): the BMC's answer, unchecked."""
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
+        return await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": reset_type})
+
+
 async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:
     """Power cycle the host as someone at its BMC would (Redfish ForceOff, then On), not metalflow."""
     host = sim.host(host_id)
