@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from temporalio import activity
 from temporalio.client import Client
@@ -58,6 +58,9 @@ class FakeSite:
     sequence: int = 0
     power: list[str] = field(default_factory=list)  # "cycle:<generation>", "ForceOff", "On"
     annotation_removals: int = 0
+    # What `read_power_state` says the BMC allows: a ForceOff+On BMC (a subclass may say otherwise).
+    allowed_reset_types: ClassVar[tuple[str, ...]] = ("On", "ForceOff")
+    power_cycle_method: ClassVar[str] = "ForceOff+On"
 
     def state(self) -> HostDPFState:
         dpus = tuple(
@@ -77,6 +80,19 @@ class FakeSite:
     async def changed(self) -> None:
         self.sequence += 1
         await self.client.get_workflow_handle(self.workflow_id).signal(DPF_STATE_CHANGED_SIGNAL, self.state())
+
+    async def cycled(self, request: PowerCycleInput) -> None:
+        """What the BMC does for `power_cycle_host`: recorded at once as `cycle:<generation>` (a
+        subclass may record it otherwise, or hold it between Off and On)."""
+        self.power.append(f"cycle:{request.boot_generation}")
+
+    async def power_set(self, reset_type: str) -> None:
+        """What the BMC does for `set_power_state`: the reset type, recorded at once."""
+        self.power.append(reset_type)
+
+    def reads_off(self) -> bool:
+        """What `read_power_state` reads: Off after our ForceOff (the last ForceOff or On), else On."""
+        return [p for p in self.power if p in ("ForceOff", "On")][-1:] == ["ForceOff"]
 
     def activities(self) -> list[Callable[..., Any]]:
         """The fakes a worker registers (`activity_table`'s)."""
@@ -147,7 +163,7 @@ class FakeSite:
                 from contracts.errors import BMCAuthenticationFailed
 
                 raise BMCAuthenticationFailed("401 from the BMC")
-            site.power.append(f"cycle:{request.boot_generation}")
+            await site.cycled(request)
             now = request.requested_at
             return PowerCycleResult(
                 bmc_id=HOST, boot_generation=request.boot_generation, method="PowerCycle", steps=("done",),
@@ -156,20 +172,20 @@ class FakeSite:
 
         @activity.defn(name="set_power_state")
         async def set_power(request: SetPowerInput) -> SetPowerResult:
-            site.power.append(request.reset_type)
+            await site.power_set(request.reset_type)
+            started = activity.info().started_time
             return SetPowerResult(
                 bmc_id=HOST, requested=request.reset_type, sent=request.reset_type,
                 power_state="Off" if request.reset_type == "ForceOff" else "On",
-                started_at=activity.info().started_time, finished_at=activity.info().started_time,
+                started_at=started, finished_at=started,
             )  # fmt: skip
 
         @activity.defn(name="read_power_state")
         async def read_power(request: ReadPowerStateInput) -> SystemPower:
-            # A reboot's power-down wait reads the host: Off after our ForceOff, else On.
-            off = [p for p in site.power if p in ("ForceOff", "On")][-1:] == ["ForceOff"]
+            # A reboot's power-down wait (and an abort's stop) reads the host.
             return SystemPower(
-                bmc_id=HOST, system="/redfish/v1/Systems/1", power_state="Off" if off else "On",
-                allowed_reset_types=("On", "ForceOff"), power_cycle_method="ForceOff+On",
+                bmc_id=HOST, system="/redfish/v1/Systems/1", power_state="Off" if site.reads_off() else "On",
+                allowed_reset_types=site.allowed_reset_types, power_cycle_method=site.power_cycle_method,
                 observed_at=activity.info().started_time,
             )  # fmt: skip
 

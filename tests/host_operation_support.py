@@ -154,6 +154,15 @@ def power_cycles(log: list[dict[str, Any]]) -> int:
     return sum(1 for entry in log if entry.get("to") == "Off")
 
 
+async def until_powered_off(sim: RunningSim, host: str) -> None:
+    """Until the host's simulated BMC has turned it Off (60 s at most)."""
+    for _ in range(600):
+        if any(entry.get("to") == "Off" for entry in sim.power_log(host)):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{host} was never powered off: {sim.power_log(host)}")
+
+
 async def save_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
     """Record the workflow's history for tests/test_replay.py when METALFLOW_RECORD_HISTORIES=1."""
     if os.environ.get(RECORD_ENV) != "1":
@@ -170,6 +179,17 @@ async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncI
     settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
     async with build_worker(client, task_queue, settings):
         yield
+
+
+async def reset_by_hand(sim: RunningSim, host_id: str, reset_type: str) -> httpx.Response:
+    """One Redfish `ComputerSystem.Reset` of the host's system, sent at its BMC as a person or
+    another actor would (not metalflow): the BMC's answer, unchecked."""
+    host = sim.host(host_id)
+    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
+    base = host["bmc"]["endpoint"]
+    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
+        system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
+        return await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": reset_type})
 
 
 async def cycle_by_hand(sim: RunningSim, host_id: str) -> None:

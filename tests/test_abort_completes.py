@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from cli_support import metalflow
 from host_operation_support import aborted_run
 from lease_step_worker import activity_name
-from sim_support import RunningSim, prefixed_sim
+from module_site_support import ModuleSite
+from sim_support import RunningSim
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -35,7 +34,6 @@ from drivers.settings import Settings
 from metalflow.hosts import host_status
 
 PREFIX = f"abc{uuid.uuid4().hex[:5]}"
-SITE: dict[str, Path] = {}
 KINDS: dict[str, tuple[str, ...]] = {  # the command after `host`, then the host (its index)
     "provision": ("provision",),
     "reprovision": ("reprovision",),
@@ -45,6 +43,9 @@ KINDS: dict[str, tuple[str, ...]] = {  # the command after `host`, then the host
     "removal": ("remove",),
 }
 HOSTS = {kind: f"{PREFIX}-{index:03d}" for index, kind in enumerate(KINDS, start=1)}
+SITE = ModuleSite(PREFIX, hosts=len(HOSTS))
+sim = SITE.fixtures()[0]  # the queue (below) is a worker whose first steps the test holds
+cli = SITE.cli
 
 
 class Holds:
@@ -81,13 +82,6 @@ class Holds:
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=len(HOSTS), dpus_per_host=1) as running:
-        SITE["path"] = running.site_file
-        yield running
-
-
-@pytest.fixture(scope="module")
 def holds() -> Holds:
     return Holds()
 
@@ -100,10 +94,6 @@ async def queue(
     every = holds.steps(build_activities(temporal_client=local_env.client, settings=settings))
     async with Worker(local_env.client, task_queue=task_queue, workflows=workflows.ALL, activities=every):
         yield task_queue
-
-
-async def cli(env: WorkflowEnvironment, *args: str) -> Any:
-    return await metalflow(env, *args, site_file=SITE["path"])
 
 
 @pytest.mark.parametrize("kind", list(KINDS))

@@ -11,17 +11,12 @@ that the simulator saw no protocol violation.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
-import pytest
-from cli_support import metalflow
 from dpf_activities_support import REBOOT, Api, annotation
-from host_operation_support import aborted_run, save_history, worker_for
-from sim_support import RunningSim, prefixed_sim
+from host_operation_support import aborted_run, save_history, until_powered_off
+from module_site_support import ModuleSite
+from sim_support import RunningSim
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
@@ -31,44 +26,9 @@ PREFIX = f"abt{uuid.uuid4().hex[:5]}"
 # Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd and 7th are `no-powercycle`.
 H_REPROVISION, H_REBOOT, H_TERMINATE = f"{PREFIX}-002", f"{PREFIX}-007", f"{PREFIX}-012"
 LONG_WAIT = "3600"  # the largest power-down wait the CLI takes
-SITE: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=12, dpus_per_host=1) as running:
-        SITE["path"] = running.site_file
-        yield running
-
-
-@pytest.fixture
-async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    async with worker_for(local_env.client, task_queue, sim):
-        yield task_queue
-
-
-async def cli(env: WorkflowEnvironment, *args: str) -> Any:
-    return await metalflow(env, *args, site_file=SITE["path"])
-
-
-async def until_powered_off(sim: RunningSim, host: str) -> None:
-    for _ in range(600):
-        if any(entry.get("to") == "Off" for entry in sim.power_log(host)):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{host} was never powered off: {sim.power_log(host)}")
-
-
-async def until_idle(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
-    """The entity's status once no operation is in flight (generous: the machine is shared)."""
-    for _ in range(600):
-        shown = await cli(env, "host", "status", host, "--json")
-        assert shown.status == 0, shown.stderr
-        entity: dict[str, Any] = json.loads(shown.stdout)["host"]
-        if entity["current"] is None:
-            return entity
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{host} never finished its operation: {entity}")
+SITE = ModuleSite(PREFIX, hosts=12)
+sim, queue = SITE.fixtures()
+cli, until_idle = SITE.cli, SITE.until_idle
 
 
 def transitions(sim: RunningSim, host: str) -> list[str]:

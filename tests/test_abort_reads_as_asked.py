@@ -8,14 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
-import pytest
-from cli_support import metalflow
-from host_operation_support import worker_for
-from sim_support import RunningSim, prefixed_sim
+from module_site_support import ModuleSite
+from sim_support import RunningSim
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
@@ -23,24 +18,9 @@ from metalflow.cli import exits
 
 PREFIX = f"ask{uuid.uuid4().hex[:5]}"
 HOST = f"{PREFIX}-002"  # the 2nd host of a generated site is `no-powercycle`: ForceOff, wait, On
-SITE: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=2, dpus_per_host=1) as running:
-        SITE["path"] = running.site_file
-        yield running
-
-
-@pytest.fixture
-async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    async with worker_for(local_env.client, task_queue, sim):
-        yield task_queue
-
-
-async def cli(env: WorkflowEnvironment, *args: str) -> Any:
-    return await metalflow(env, *args, site_file=SITE["path"])
+SITE = ModuleSite(PREFIX, hosts=2)
+sim, queue = SITE.fixtures()
+cli = SITE.cli
 
 
 async def test_a_followed_operation_an_operator_aborts_says_who_and_exits_4(

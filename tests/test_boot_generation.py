@@ -22,14 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-from cli_support import metalflow
 from events_support import emitting_worker, events_v1
-from sim_support import RunningSim, prefixed_sim
+from host_operation_support import until_powered_off
+from module_site_support import ModuleSite
+from sim_support import RunningSim
 from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_process
 
@@ -39,48 +38,9 @@ PREFIX = f"gen{uuid.uuid4().hex[:5]}"
 # Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd is `no-powercycle` (ForceOff,
 # the power-down wait on a durable timer, On).
 H_KILLED, H_REFUSED, H_BOTH, H_CANCELLED = f"{PREFIX}-002", f"{PREFIX}-001", f"{PREFIX}-003", f"{PREFIX}-007"
-SITE: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=7, dpus_per_host=1) as running:
-        SITE["path"] = running.site_file
-        yield running
-
-
-@pytest.fixture
-async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    async with emitting_worker(local_env.client, task_queue, sim):
-        yield task_queue
-
-
-async def cli(env: WorkflowEnvironment, *args: str) -> Any:
-    return await metalflow(env, *args, site_file=SITE["path"])
-
-
-async def status(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
-    shown = await cli(env, "host", "status", host, "--json")
-    assert shown.status == 0, shown.stderr
-    entity: dict[str, Any] = json.loads(shown.stdout)["host"]
-    return entity
-
-
-async def until_idle(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
-    for _ in range(600):
-        entity = await status(env, host)
-        if entity["current"] is None:
-            return entity
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{host} never finished its operation: {entity}")
-
-
-async def until_off(sim: RunningSim, host: str) -> None:
-    for _ in range(600):
-        if any(entry.get("to") == "Off" for entry in sim.power_log(host)):
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{host} never turned Off: {sim.power_log(host)}")
+SITE = ModuleSite(PREFIX, hosts=7, worker=emitting_worker)
+sim, queue = SITE.fixtures()
+cli, until_idle = SITE.cli, SITE.until_idle
 
 
 def cycles(sim: RunningSim, host: str) -> int:
@@ -96,6 +56,13 @@ async def issued(sim: RunningSim, host: str, expected: int) -> list[str]:
         await asyncio.sleep(0.1)
     await asyncio.sleep(0.5)
     return _issued(sim, host)
+
+
+async def one_cycle_told_once(sim: RunningSim, host: str) -> None:
+    """The BMC saw one power cycle of the host; one `PowerCycleIssued` Event tells it, for generation 1."""
+    assert cycles(sim, host) == 1, sim.power_log(host)
+    notes = await issued(sim, host, 1)
+    assert len(notes) == 1 and "generation 1" in notes[0], notes
 
 
 def _issued(sim: RunningSim, host: str) -> list[str]:
@@ -133,7 +100,7 @@ async def test_a_host_reset_aborted_in_its_wait_after_a_worker_kill_counts_its_o
             task_queue,
         )
         assert started.status == 0, started.stdout + started.stderr
-        await until_off(sim, host)  # the reboot waits out its power-down wait on a durable timer
+        await until_powered_off(sim, host)  # the reboot waits out its power-down wait on a durable timer
         await asyncio.sleep(0.5)
         worker.kill()
     with worker_process(task_queue, env, log) as worker:
@@ -174,9 +141,7 @@ async def test_a_refused_power_cycle_of_an_aborted_reprovision_uses_no_generatio
     entity = await until_idle(local_env, host)
     assert entity["recent"][-1]["workflow_id"] == names.host_reboot_workflow_id(host, 1), entity["recent"]
     assert entity["boot_generation"] == 1, entity
-    assert cycles(sim, host) == 1, sim.power_log(host)
-    notes = await issued(sim, host, 1)
-    assert len(notes) == 1 and "generation 1" in notes[0], notes
+    await one_cycle_told_once(sim, host)
 
 
 async def test_a_reset_of_the_host_and_its_dpus_moves_the_generation_once(
@@ -187,10 +152,8 @@ async def test_a_reset_of_the_host_and_its_dpus_moves_the_generation_once(
     assert done.status == 0, done.stdout + done.stderr
     entity = await until_idle(local_env, host)
     reset = await result_of(local_env, names.host_operation_workflow_id("reset", host))
-    assert cycles(sim, host) == 1, sim.power_log(host)
     assert (entity["boot_generation"], reset["boot_generation"]) == (1, 1), (entity, reset)
-    notes = await issued(sim, host, 1)
-    assert len(notes) == 1 and "generation 1" in notes[0], notes
+    await one_cycle_told_once(sim, host)
 
 
 async def test_a_host_reset_cancelled_in_its_wait_counts_its_one_cycle(
@@ -201,11 +164,9 @@ async def test_a_host_reset_cancelled_in_its_wait_counts_its_one_cycle(
         local_env, "host", "reset", host, "--host", "--power-down-wait", "3600", "--task-queue", queue
     )
     assert started.status == 0, started.stdout + started.stderr
-    await until_off(sim, host)
+    await until_powered_off(sim, host)
     await local_env.client.get_workflow_handle(names.host_operation_workflow_id("reset", host)).cancel()
     entity = await until_idle(local_env, host)
     assert entity["recent"][-1]["outcome"] == "aborted", entity["recent"]  # cancelled: no result kept
-    assert cycles(sim, host) == 1, sim.power_log(host)
     assert entity["boot_generation"] == 1, entity
-    notes = await issued(sim, host, 1)
-    assert len(notes) == 1 and "generation 1" in notes[0], notes
+    await one_cycle_told_once(sim, host)

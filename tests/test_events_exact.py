@@ -6,52 +6,22 @@ Events the simulated site's API keeps (what `kubectl describe dpunode` shows).""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from cli_support import metalflow
 from events_support import emitting_worker, events_v1
-from sim_support import RunningSim, prefixed_sim
+from module_site_support import ModuleSite
+from sim_support import RunningSim
 from temporalio.testing import WorkflowEnvironment
 
 PREFIX = f"exa{uuid.uuid4().hex[:5]}"
 # Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd and 7th are `no-powercycle`.
 H_ABORT, H_REFUSED, H_RESTART = f"{PREFIX}-002", f"{PREFIX}-003", f"{PREFIX}-007"
 RESET_HOSTS = {"--all-dpus": f"{PREFIX}-001", "--host": f"{PREFIX}-004"}
-SITE: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("sim"), PREFIX, hosts=7, dpus_per_host=1) as running:
-        SITE["path"] = running.site_file
-        yield running
-
-
-@pytest.fixture
-async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    async with emitting_worker(local_env.client, task_queue, sim):
-        yield task_queue
-
-
-async def cli(env: WorkflowEnvironment, *args: str) -> Any:
-    return await metalflow(env, *args, site_file=SITE["path"])
-
-
-async def until_idle(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
-    for _ in range(600):
-        shown = await cli(env, "host", "status", host, "--json")
-        assert shown.status == 0, shown.stderr
-        entity: dict[str, Any] = json.loads(shown.stdout)["host"]
-        if entity["current"] is None:
-            return entity
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{host} never finished its operation: {entity}")
+SITE = ModuleSite(PREFIX, hosts=7, worker=emitting_worker)
+sim, queue = SITE.fixtures()
+cli, until_idle = SITE.cli, SITE.until_idle
 
 
 def reasons(sim: RunningSim, host: str) -> Counter[str]:

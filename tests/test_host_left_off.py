@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
-import pytest
-from cli_support import metalflow, shown_state, use_site_file
-from host_operation_support import worker_for
-from sim_support import RunningSim, prefixed_sim
+from cli_support import Result, metalflow, shown_state
+from host_operation_support import reset_by_hand, worker_for
+from module_site_support import ModuleSite
+from sim_support import RunningSim
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
@@ -39,18 +39,35 @@ TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
 
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "off", hosts=42, dpus_per_host=1, timing={"dpu_boot_seconds": 0.2}
-    ) as running:
-        use_site_file(running.site_file)
-        yield running
+SITE = ModuleSite("off", hosts=42, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
 
 
 def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
     """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
     httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+
+
+@asynccontextmanager
+async def _password_rotates_after_forceoff(
+    sim: RunningSim, host: str, power_on_after: bool = False
+) -> AsyncIterator[None]:
+    """The fault `rotate-after-forceoff` on the host's BMC for the block, cleared at its end, and
+    then (`power_on_after`: a test that may leave the host Off) the host powered On by hand."""
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        yield
+    finally:
+        _fault(sim, host, "clear")
+        if power_on_after:
+            await _power_on_by_hand(sim, host)
+
+
+async def _asked(env: WorkflowEnvironment, task_queue: str, by: str, *args: str) -> Result:
+    """`metalflow ARGS --by BY --task-queue TASK_QUEUE`, which must succeed."""
+    done = await metalflow(env, *args, "--by", by, "--task-queue", task_queue)
+    assert done.status == 0, done.stdout + done.stderr
+    return done
 
 
 def _power(sim: RunningSim, host: str) -> list[tuple[str, str]]:
@@ -82,11 +99,8 @@ async def _firmware_until_its_reboot_says_off(
     env: WorkflowEnvironment, host: str, reboot: str, task_queue: str
 ) -> None:
     """`host firmware HOST` (the fault set), then until its reboot says the host is OFF."""
-    started = await metalflow(
-        env, "host", "firmware", host, "--version", TARGET, "--image", IMAGE,
-        "--by", "alice@test", "--task-queue", task_queue,
-    )  # fmt: skip
-    assert started.status == 0, started.stdout + started.stderr
+    firmware = ("--version", TARGET, "--image", IMAGE)
+    await _asked(env, task_queue, "alice@test", "host", "firmware", host, *firmware)
     for _ in range(150):
         seen = await operation_progress(env.client, reboot, host)
         if seen is not None and "is OFF" in seen.details:
@@ -110,13 +124,9 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
     waits in manual-intervention-required saying the host is OFF; `host retry` once the password
     is fixed powers it on, and the reset ends saying what it did and that the host is on."""
     host = RESET_HOST
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reset", host, "--both", "--by", "alice@test", "--task-queue", task_queue
-            )
-            assert started.status == 0, started.stdout + started.stderr
+            await _asked(local_env, task_queue, "alice@test", "host", "reset", host, "--both")
             words = (await _until(local_env, host, _handed_over, "said the host is OFF"))["words"]
             assert words.startswith("manual-intervention-required: "), words
             assert f"the host {host} is OFF: metalflow turned it off (ForceOff of {host}" in words, words
@@ -127,17 +137,12 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
             assert "is OFF" in status.stdout and "metalflow host retry" in status.stdout, status.stdout
 
             _fault(sim, host, "clear")  # the secrets store caught up
-            retried = await metalflow(
-                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
-            )
-            assert retried.status == 0, retried.stdout + retried.stderr
+            await _asked(local_env, task_queue, "bob@test", "host", "retry", host)
             shown = await _until(local_env, host, _ended, "ended the reset")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert outcome.startswith("failed: BMC") and " 401 " in outcome, outcome  # the cause, in words
         assert outcome.endswith("Done: nothing was reset; the host is on"), outcome
         assert _power(sim, host)[-1] == ("On", "On")
-    finally:
-        _fault(sim, host, "clear")
 
 
 async def test_a_host_reset_whose_reboot_left_the_host_off_waits_for_a_person_and_retry_powers_it_on(
@@ -150,13 +155,9 @@ async def test_a_host_reset_whose_reboot_left_the_host_off_waits_for_a_person_an
     the BMC is fixed reboots it again for the generation it did not reach, and the reset
     completes with the host on."""
     host = HOST_ONLY
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reset", host, "--host", "--by", "alice@test", "--task-queue", task_queue
-            )
-            assert started.status == 0, started.stdout + started.stderr
+            await _asked(local_env, task_queue, "alice@test", "host", "reset", host, "--host")
             words = (await _until(local_env, host, _handed_over, "said the host is OFF"))["words"]
             assert words.startswith("manual-intervention-required: "), words
             assert f"the host {host} is OFF: metalflow turned it off (the ForceOff of its reboot" in words
@@ -165,16 +166,10 @@ async def test_a_host_reset_whose_reboot_left_the_host_off_waits_for_a_person_an
             assert _power(sim, host)[-1][0] == "Off"  # as the status says
 
             _fault(sim, host, "clear")
-            retried = await metalflow(
-                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
-            )
-            assert retried.status == 0, retried.stdout + retried.stderr
+            await _asked(local_env, task_queue, "bob@test", "host", "retry", host)
             shown = await _until(local_env, host, _ended, "ended the reset")
         assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
         assert _power(sim, host)[-1] == ("On", "On")
-    finally:
-        _fault(sim, host, "clear")
-        await _power_on_by_hand(sim, host)
 
 
 async def test_a_full_reset_cancelled_in_its_power_on_backoff_tries_on_afresh_and_says_the_host_is_off(
@@ -186,14 +181,9 @@ async def test_a_full_reset_cancelled_in_its_power_on_backoff_tries_on_afresh_an
     makes the three On attempts afresh (with the backoff), and, all refused, the reset's end
     says the host is OFF, which the entity records: `host list` marks the host."""
     host = CANCELLED_RESET
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reset", host, "--all-dpus", "--full", "--by", "alice@test",
-                "--task-queue", task_queue,
-            )  # fmt: skip
-            assert started.status == 0, started.stdout + started.stderr
+            await _asked(local_env, task_queue, "alice@test", "host", "reset", host, "--all-dpus", "--full")
             shown = await _until(local_env, host, lambda s: s["host"]["current"] is not None, "started")
             reset = local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"])
             await _until_in_history(reset, EventType.EVENT_TYPE_TIMER_STARTED, "began its backoff")
@@ -213,9 +203,6 @@ async def test_a_full_reset_cancelled_in_its_power_on_backoff_tries_on_afresh_an
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout
         assert "(host OFF) left OFF by the last run" in listed.stderr, listed.stderr
-    finally:
-        _fault(sim, host, "clear")
-        await _power_on_by_hand(sim, host)
 
 
 async def test_a_host_reset_cancelled_while_its_host_is_off_reboots_it_again_and_says_it_is_off(
@@ -227,13 +214,9 @@ async def test_a_host_reset_cancelled_while_its_host_is_off_reboots_it_again_and
     words), so its entity's outcome says the host is OFF, not "aborted"."""
     host = CANCELLED_HOST_RESET
     reboot = f"reboot/{host}/generation-1"
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reset", host, "--host", "--by", "alice@test", "--task-queue", task_queue
-            )
-            assert started.status == 0, started.stdout + started.stderr
+            await _asked(local_env, task_queue, "alice@test", "host", "reset", host, "--host")
             shown = await _until(local_env, host, _handed_over, "said the host is OFF")
             await local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"]).cancel()
             shown = await _until(local_env, host, _ended, "ended the reset")
@@ -243,9 +226,6 @@ async def test_a_host_reset_cancelled_while_its_host_is_off_reboots_it_again_and
         assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
         assert f"the host {host} is OFF: metalflow turned it off (the ForceOff of its reboot" in outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
-    finally:
-        _fault(sim, host, "clear")
-        await _power_on_by_hand(sim, host)
 
 
 async def _until_in_history(handle: WorkflowHandle[Any, Any], kind: EventType.ValueType, what: str) -> None:
@@ -270,13 +250,9 @@ async def test_a_reboot_with_the_host_off_takes_host_rebooted_only_once_it_is_on
     refused (the reboot had no retry) and `host-rebooted` completed it with the host still off.
     Now `host-rebooted` is refused while the BMC shows Off, and `retry` powers it on."""
     host = REBOOT_HOST
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
-            )
-            assert started.status == 0, started.stdout + started.stderr
+            await _asked(local_env, task_queue, "alice@test", "host", "reboot", host)
             await _until(local_env, host, _handed_over, "said the host is OFF")
             _fault(sim, host, "clear")  # the password is fixed; the host is still off
             said = await metalflow(
@@ -284,16 +260,11 @@ async def test_a_reboot_with_the_host_off_takes_host_rebooted_only_once_it_is_on
             )
             assert said.status == 1, said.stdout + said.stderr
             assert "is still OFF" in said.stderr and "PowerState Off" in said.stderr, said.stderr
-            retried = await metalflow(
-                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
-            )
-            assert retried.status == 0, retried.stdout + retried.stderr
+            await _asked(local_env, task_queue, "bob@test", "host", "retry", host)
             shown = await _until(local_env, host, _ended, "ended the reboot")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert outcome == "completed", outcome
         assert _power(sim, host)[-1] == ("On", "On")
-    finally:
-        _fault(sim, host, "clear")
 
 
 async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
@@ -303,21 +274,14 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
     had sent the ForceOff, and the host stayed off with no warning. Now the reboot's status says
     the host is OFF and offers retry, and the abort ends it saying the host is OFF."""
     host = ABORTED_HOST
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
-            )
-            assert started.status == 0, started.stdout + started.stderr
+            await _asked(local_env, task_queue, "alice@test", "host", "reboot", host)
             words = (await _until(local_env, host, _handed_over, "said the host is OFF"))["words"]
             assert words.startswith("manual-intervention-required: "), words
             assert f"the host {host} is OFF: metalflow turned it off (" in words, words
             assert f"`metalflow host retry {host}`" in words and f"`metalflow host-rebooted {host}`" in words
-            aborted = await metalflow(
-                local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue
-            )
-            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            await _asked(local_env, task_queue, "bob@test", "host", "abort", host)
             shown = await _until(local_env, host, _ended, "ended the reboot")
             status = await metalflow(local_env, "host", "status", host)
             listed = await metalflow(local_env, "host", "list")
@@ -331,9 +295,6 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
         # ... and in `host list`, from the same words (the entity's memo; no BMC read).
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout
-    finally:
-        _fault(sim, host, "clear")
-        await _power_on_by_hand(sim, host)
 
 
 async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_takes_retry(
@@ -344,8 +305,7 @@ async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_ta
     and `host retry` reaches that reboot: On, and the firmware run completes."""
     host = FIRMWARE_HOST
     reboot = f"reboot/{host}/generation-1"
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host):
         async with worker_for(local_env.client, task_queue, sim):
             await _firmware_until_its_reboot_says_off(local_env, host, reboot, task_queue)
             status = await metalflow(local_env, "host", "status", host)
@@ -356,16 +316,11 @@ async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_ta
             assert f"metalflow host retry {host}" in status.stdout, status.stdout
 
             _fault(sim, host, "clear")
-            retried = await metalflow(
-                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
-            )
-            assert retried.status == 0, retried.stdout + retried.stderr
+            retried = await _asked(local_env, task_queue, "bob@test", "host", "retry", host)
             assert reboot in retried.stdout, retried.stdout
             shown = await _until(local_env, host, _ended, "ended the firmware run")
         assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
         assert _power(sim, host)[-1] == ("On", "On")
-    finally:
-        _fault(sim, host, "clear")
 
 
 async def test_a_firmware_run_whose_reboot_waits_with_the_host_off_can_be_aborted(
@@ -376,14 +331,10 @@ async def test_a_firmware_run_whose_reboot_waits_with_the_host_off_can_be_aborte
     the host is OFF, and so does the firmware run's end."""
     host = FIRMWARE_ABORTED
     reboot = f"reboot/{host}/generation-1"
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
         async with worker_for(local_env.client, task_queue, sim):
             await _firmware_until_its_reboot_says_off(local_env, host, reboot, task_queue)
-            aborted = await metalflow(
-                local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue
-            )
-            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            aborted = await _asked(local_env, task_queue, "bob@test", "host", "abort", host)
             assert reboot in aborted.stdout, aborted.stdout
             shown = await _until(local_env, host, _ended, "ended the firmware run")
         outcome = shown["host"]["recent"][-1]["outcome"]
@@ -391,19 +342,11 @@ async def test_a_firmware_run_whose_reboot_waits_with_the_host_off_can_be_aborte
         assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
         assert "ended with the host OFF" in outcome and "completes on its own" not in outcome, outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
-    finally:
-        _fault(sim, host, "clear")
-        await _power_on_by_hand(sim, host)
 
 
 async def _power_on_by_hand(sim: RunningSim, host_id: str) -> None:
     """What the person the status spoke to does: On at the BMC (the next test starts with it On)."""
-    host = sim.host(host_id)
-    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
-    base = host["bmc"]["endpoint"]
-    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
-        system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
-        await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": "On"})
+    await reset_by_hand(sim, host_id, "On")
 
 
 async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_rebooted_only_retry(
@@ -414,14 +357,10 @@ async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_reboot
     host was rebooted and completed with the host off. Now it offers `retry` only (the reboot
     again, which powers it on), refuses `host-rebooted`, and ends with the host on."""
     host = REPROVISION_HOST
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reprovision", host, "--power-down-wait", "1", "--by", "alice@test",
-                "--task-queue", task_queue,
-            )  # fmt: skip
-            assert started.status == 0, started.stdout + started.stderr
+            wait = ("--power-down-wait", "1")
+            await _asked(local_env, task_queue, "alice@test", "host", "reprovision", host, *wait)
             words = (await _until(local_env, host, _handed_over, "said the host is OFF", seconds=60))["words"]
             assert words.startswith("manual-intervention-required: "), words
             assert f"`metalflow host retry {host}`" in words and "mark_rebooted" not in words, words
@@ -429,15 +368,10 @@ async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_reboot
             assert said.status != 0, said.stdout + said.stderr  # the host is off: no reboot to confirm
             assert _power(sim, host)[-1][0] == "Off"
             _fault(sim, host, "clear")
-            retried = await metalflow(
-                local_env, "host", "retry", host, "--by", "bob@test", "--task-queue", task_queue
-            )
-            assert retried.status == 0, retried.stdout + retried.stderr
+            await _asked(local_env, task_queue, "bob@test", "host", "retry", host)
             shown = await _until(local_env, host, _ended, "ended the reprovision", seconds=60)
         assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
         assert _power(sim, host)[-1][0] == "On"
-    finally:
-        _fault(sim, host, "clear")
 
 
 async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_takes_it(
@@ -447,22 +381,15 @@ async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_ta
     cancelled (`temporal workflow cancel`, or its operation's abort, or its entity gone), ended with
     the host off and sent no On. A cancel asks nobody: the On is tried afresh before it ends."""
     host = CANCELLED_HOST
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
-            )
-            assert started.status == 0, started.stdout + started.stderr
+            await _asked(local_env, task_queue, "alice@test", "host", "reboot", host)
             shown = await _until(local_env, host, _handed_over, "said the host is OFF")
             _fault(sim, host, "clear")  # the BMC takes the credentials again; nobody says retry
             reboot = local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"])
             await reboot.cancel()
             shown = await _until(local_env, host, _ended, "ended the reboot")
         assert _power(sim, host)[-1] == ("On", "On"), _power(sim, host)
-    finally:
-        _fault(sim, host, "clear")
-        await _power_on_by_hand(sim, host)
 
 
 async def test_a_reboot_cancelled_with_the_host_off_and_the_bmc_still_refusing_says_the_host_is_off(
@@ -473,13 +400,9 @@ async def test_a_reboot_cancelled_with_the_host_off_and_the_bmc_still_refusing_s
     words) with the host OFF. Now it ends failed `HostLeftOff`, so the entity's outcome, `host
     status` and `host list` say the host is OFF."""
     host = CANCELLED_STILL_OFF
-    _fault(sim, host, "rotate-after-forceoff")
-    try:
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
         async with worker_for(local_env.client, task_queue, sim):
-            started = await metalflow(
-                local_env, "host", "reboot", host, "--by", "alice@test", "--task-queue", task_queue
-            )
-            assert started.status == 0, started.stdout + started.stderr
+            await _asked(local_env, task_queue, "alice@test", "host", "reboot", host)
             shown = await _until(local_env, host, _handed_over, "said the host is OFF")
             await local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"]).cancel()
             shown = await _until(local_env, host, _ended, "ended the reboot")
@@ -487,6 +410,3 @@ async def test_a_reboot_cancelled_with_the_host_off_and_the_bmc_still_refusing_s
         assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
         assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
-    finally:
-        _fault(sim, host, "clear")
-        await _power_on_by_hand(sim, host)

@@ -1,8 +1,9 @@
 """The stuck reboot barrier and an abort during a power cycle, on the time-skipping test server.
 
-The scripted DPF and BMC of `tests/host_operation_fakes.py` stand in for the site; two of its
-activities are replaced here: the hold release leaves one DPU installing (DPF never brings it to
-`Rebooting`), and the power cycle can be held between Off and On until the test lets it go on.
+The scripted DPF and BMC of `tests/host_operation_fakes.py` stand in for the site, changed here:
+its hold release activity is replaced (it leaves one DPU installing: DPF never brings it to
+`Rebooting`), and its BMC power cycles (`cycled`, `power_set`: the cycle, or a ForceOff, can be
+held between Off and On until the test lets it go on).
 """
 
 from __future__ import annotations
@@ -34,14 +35,7 @@ from contracts.models.host import (
     HostOperationStatus,
     OperationPolicy,
 )
-from contracts.models.redfish import (
-    PowerCycleInput,
-    PowerCycleResult,
-    ReadPowerStateInput,
-    SetPowerInput,
-    SetPowerResult,
-    SystemPower,
-)
+from contracts.models.redfish import PowerCycleInput
 
 PHASE_TIMEOUT = 900.0
 POLICY = OperationPolicy(
@@ -58,6 +52,9 @@ class StuckSite(FakeSite):
 
     stuck_in: dict[str, str]
     cycle_may_finish: asyncio.Event
+    # A BMC that power cycles: an abort's stop reads it while the cycle is held.
+    allowed_reset_types = ("PowerCycle", "ForceOff", "On")
+    power_cycle_method = "PowerCycle"
 
     def activity_table(self) -> dict[str, Callable[..., Any]]:
         return {**super().activity_table(), **self._replacements()}
@@ -75,49 +72,27 @@ class StuckSite(FakeSite):
             await site.changed()
             return ChangeResult(name="hold", changed=True)
 
-        async def held() -> None:
-            # Held until the test says so; heartbeats keep the attempt alive meanwhile.
-            while not site.cycle_may_finish.is_set():
-                activity.heartbeat()
-                await asyncio.sleep(0.05)
+        return {"release_node_effect_hold": release}
 
-        @activity.defn(name="power_cycle_host")
-        async def cycle(request: PowerCycleInput) -> PowerCycleResult:
-            site.power.append("Off")
-            await held()
-            site.power.append("On")
-            now = request.requested_at
-            return PowerCycleResult(
-                bmc_id=HOST, boot_generation=request.boot_generation, method="PowerCycle", steps=("done",),
-                reset_types=("PowerCycle",), started_at=now, finished_at=now, attempts=1,
-            )  # fmt: skip
+    async def held(self) -> None:
+        """Until the test says so; heartbeats keep the (power) activity's attempt alive meanwhile."""
+        while not self.cycle_may_finish.is_set():
+            activity.heartbeat()
+            await asyncio.sleep(0.05)
 
-        @activity.defn(name="set_power_state")
-        async def set_power(request: SetPowerInput) -> SetPowerResult:
-            site.power.append(request.reset_type)
-            if request.reset_type == "ForceOff":
-                await held()
-            started = activity.info().started_time
-            return SetPowerResult(
-                bmc_id=HOST, requested=request.reset_type, sent=request.reset_type,
-                power_state="Off" if request.reset_type == "ForceOff" else "On",
-                started_at=started, finished_at=started,
-            )  # fmt: skip
+    async def cycled(self, request: PowerCycleInput) -> None:
+        self.power.append("Off")
+        await self.held()
+        self.power.append("On")
 
-        @activity.defn(name="read_power_state")
-        async def read_power(request: ReadPowerStateInput) -> SystemPower:
-            # What an abort's stop reads while the cycle is held: Off once the cycle turned it off.
-            off = bool(site.power) and site.power[-1] in ("Off", "ForceOff")
-            return SystemPower(
-                bmc_id=HOST, system="/redfish/v1/Systems/1", power_state="Off" if off else "On",
-                allowed_reset_types=("PowerCycle", "ForceOff", "On"), power_cycle_method="PowerCycle",
-                observed_at=activity.info().started_time,
-            )  # fmt: skip
+    async def power_set(self, reset_type: str) -> None:
+        self.power.append(reset_type)
+        if reset_type == "ForceOff":
+            await self.held()
 
-        return {
-            "release_node_effect_hold": release, "power_cycle_host": cycle, "set_power_state": set_power,
-            "read_power_state": read_power,
-        }  # fmt: skip
+    def reads_off(self) -> bool:
+        # What an abort's stop reads while the cycle is held: Off once the cycle turned it off.
+        return bool(self.power) and self.power[-1] in ("Off", "ForceOff")
 
 
 Start = Callable[[OperationPolicy], Awaitable[WorkflowHandle[Any, HostOperationResult]]]

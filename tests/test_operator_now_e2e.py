@@ -20,12 +20,10 @@ import contextlib
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator, Iterator
 
-import pytest
-from cli_support import metalflow, use_site_file
-from host_operation_support import worker_for
-from sim_support import RunningSim, prefixed_sim
+from cli_support import metalflow
+from module_site_support import ModuleSite
+from sim_support import RunningSim
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -36,21 +34,9 @@ from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorReque
 from metalflow.cli import exits
 
 ISO_Z = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
-
-
-@pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(
-        tmp_path_factory.mktemp("sim"), "now", hosts=3, dpus_per_host=1, timing={"dpu_boot_seconds": 8}
-    ) as running:
-        use_site_file(running.site_file)
-        yield running
-
-
-@pytest.fixture
-async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str) -> AsyncIterator[str]:
-    async with worker_for(local_env.client, task_queue, sim):
-        yield task_queue
+# The DPUs boot for 8 s after a reset (the module docstring).
+SITE = ModuleSite("now", hosts=3, for_metalflow=True, timing={"dpu_boot_seconds": 8})
+sim, queue = SITE.fixtures()
 
 
 async def _abort(client: Client, workflow_id: str) -> None:
@@ -122,6 +108,30 @@ async def _until_deferred(client: Client, workflow_id: str, host: str) -> None:
     raise AssertionError(f"{workflow_id} never put {host} off")
 
 
+async def _busy_with_a_held_reset(
+    env: WorkflowEnvironment, queue: str, host: str, dpu: str, vm: str, *by: str
+) -> None:
+    """The host assigned to `vm`, then a reset of its DPU `dpu` (`by`: who asks) that awaits
+    approval, as the command says: the host's entity is busy."""
+    assigned = await metalflow(env, "host", "assign", host, vm, "--task-queue", queue)
+    assert assigned.status == 0, assigned.stderr
+    held = await metalflow(env, "host", "reset", host, "--dpu", dpu, *by, "--task-queue", queue)
+    assert held.status == 0 and "awaits approval" in held.stdout, held.stdout + held.stderr
+
+
+async def _campaign_put_off(
+    env: WorkflowEnvironment, queue: str, name: str, host: str, *options: str
+) -> None:
+    """`campaign start NAME --hosts HOST --reprovision --canary 0 OPTIONS`, until it puts the (busy)
+    host off."""
+    started = await metalflow(
+        env, "campaign", "start", name, "--hosts", host, "--reprovision", "--canary", "0", *options,
+        "--task-queue", queue,
+    )  # fmt: skip
+    assert started.status == 0, started.stdout + started.stderr
+    await _until_deferred(env.client, f"campaign/{name}", host)
+
+
 async def test_a_request_awaiting_approval_and_a_host_a_campaign_put_off_say_until_when_and_why(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
@@ -129,12 +139,7 @@ async def test_a_request_awaiting_approval_and_a_host_a_campaign_put_off_say_unt
     name = f"now38-{uuid.uuid4().hex[:6]}"
     client = local_env.client
     try:
-        assigned = await metalflow(local_env, "host", "assign", host, "vm-38", "--task-queue", queue)
-        assert assigned.status == 0, assigned.stderr
-        held = await metalflow(
-            local_env, "host", "reset", host, "--dpu", dpu, "--by", "bob@test", "--task-queue", queue
-        )
-        assert held.status == 0 and "awaits approval" in held.stdout, held.stdout + held.stderr
+        await _busy_with_a_held_reset(local_env, queue, host, dpu, "vm-38", "--by", "bob@test")
         waiting = await metalflow(local_env, "host", "status", host)
         assert re.search(
             rf"^    waiting for    `metalflow approve {host}` until {ISO_Z}, then the request expires$",
@@ -142,12 +147,7 @@ async def test_a_request_awaiting_approval_and_a_host_a_campaign_put_off_say_unt
             re.MULTILINE,
         ), waiting.stdout
 
-        started = await metalflow(
-            local_env, "campaign", "start", name, "--hosts", host, "--reprovision", "--canary", "0",
-            "--assigned", "wait-for-approval", "--task-queue", queue,
-        )  # fmt: skip
-        assert started.status == 0, started.stdout + started.stderr
-        await _until_deferred(client, f"campaign/{name}", host)
+        await _campaign_put_off(local_env, queue, name, host, "--assigned", "wait-for-approval")
         campaign = await metalflow(local_env, "campaign", "status", name)
         assert campaign.status == 0, campaign.stderr
         assert re.search(rf"1 deferred \({host} until {ISO_Z}\)", campaign.stdout), campaign.stdout
@@ -180,16 +180,8 @@ async def test_an_aborted_campaign_says_who_aborted_and_why_and_exits_4(
     name = f"stop38-{uuid.uuid4().hex[:6]}"
     client = local_env.client
     try:
-        assigned = await metalflow(local_env, "host", "assign", host, "vm-39", "--task-queue", queue)
-        assert assigned.status == 0, assigned.stderr
-        held = await metalflow(local_env, "host", "reset", host, "--dpu", dpu, "--task-queue", queue)
-        assert held.status == 0 and "awaits approval" in held.stdout, held.stdout + held.stderr
-        started = await metalflow(
-            local_env, "campaign", "start", name, "--hosts", host, "--reprovision", "--canary", "0",
-            "--task-queue", queue,
-        )  # fmt: skip
-        assert started.status == 0, started.stdout + started.stderr
-        await _until_deferred(client, f"campaign/{name}", host)
+        await _busy_with_a_held_reset(local_env, queue, host, dpu, "vm-39")
+        await _campaign_put_off(local_env, queue, name, host)
         running = await metalflow(local_env, "campaign", "status", name)
         assert running.status == 0 and "0 skipped" in running.stdout, running.stdout
         assert re.search(rf"1 deferred \({host} until {ISO_Z}\)", running.stdout), running.stdout

@@ -31,16 +31,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from events_support import emitting_worker, events_v1
-from host_operation_support import FAST_POLICY, start_reboot
+from host_operation_support import FAST_POLICY, reset_by_hand, start_reboot
 from sim_support import RunningSim, prefixed_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -116,18 +114,28 @@ async def reboot_fought(
                 result_type=HostRebootResult,
             )
             # Fought, it would send ForceOff on each of 5 attempts, then wait for a person.
-            try:
-                result = await asyncio.wait_for(reboot.result(), within)
-            except TimeoutError:
-                await reboot.terminate("test: the reboot did not end in time")
-                raise
-            for _ in range(100):  # the Event is written in the background
-                if len(unplanned_events(sim)) > events_before:
-                    break
-                await asyncio.sleep(0.1)
+            result = await ended_and_told(reboot, within, sim, events_before)
     finally:
         bmc_fault(sim, HOST, "clear").raise_for_status()
     return result, [(e["from"], e["to"]) for e in sim.power_log(HOST)[since:]]
+
+
+async def ended_and_told(
+    reboot: WorkflowHandle[Any, HostRebootResult], within: float, sim: RunningSim, events_before: int
+) -> HostRebootResult:
+    """The reboot's result (terminated when it does not end `within` seconds), once the host has
+    more than `events_before` `UnplannedPower` Events or 10 s went by (the Event is written in the
+    background; a test that expects none asserts so)."""
+    try:
+        result = await asyncio.wait_for(reboot.result(), within)
+    except TimeoutError:
+        await reboot.terminate("test: the reboot did not end in time")
+        raise
+    for _ in range(100):  # the Event is written in the background
+        if len(unplanned_events(sim)) > events_before:
+            break
+        await asyncio.sleep(0.1)
+    return result
 
 
 def unplanned_events(sim: RunningSim, host: str = HOST) -> list[str]:
@@ -364,13 +372,7 @@ async def test_a_watched_power_down_wait_says_when_it_read_off_and_a_stop_still_
 
 async def power_on_by_hand(sim: RunningSim, host_id: str) -> None:
     """Another actor: On at the host's BMC (Redfish), as a person or a power manager would."""
-    host = sim.host(host_id)
-    user = json.loads(Path(host["bmc"]["credentials"]["file"]).read_text())
-    base = host["bmc"]["endpoint"]
-    async with httpx.AsyncClient(auth=(user["username"], user["password"]), timeout=10) as http:
-        system = (await http.get(f"{base}/redfish/v1/Systems")).json()["Members"][0]["@odata.id"]
-        reset = await http.post(f"{base}{system}/Actions/ComputerSystem.Reset", json={"ResetType": "On"})
-        reset.raise_for_status()
+    (await reset_by_hand(sim, host_id, "On")).raise_for_status()
 
 
 async def test_an_on_during_a_reissued_reboots_power_down_wait_ends_it_at_its_next_read(
@@ -398,15 +400,7 @@ async def test_an_on_during_a_reissued_reboots_power_down_wait_ends_it_at_its_ne
             await asyncio.sleep(0.1)
         await asyncio.sleep(4)  # past the ForceOff's settle (3 s): into the power-down wait
         await power_on_by_hand(site, HOST)
-        try:
-            result = await asyncio.wait_for(reboot.result(), 15)
-        except TimeoutError:
-            await reboot.terminate("test: the reboot did not end in time")
-            raise
-        for _ in range(100):  # the Event is written in the background
-            if len(unplanned_events(site)) > before:
-                break
-            await asyncio.sleep(0.1)
+        result = await ended_and_told(reboot, 15, site, before)
     assert [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]] == [("On", "Off"), ("Off", "On")]
     assert result.method == "bmc:ForceOff, On by another actor" and result.reset_types == ("ForceOff",), (
         result
