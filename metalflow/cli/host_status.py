@@ -91,7 +91,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             "monitor": None if monitor is None else monitor.model_dump(mode="json"),
             "warnings": warnings,
             "deferred_by": [
-                {"campaign": campaign, "retry_at": iso_z(d.retry_at), "reason": d.reason}
+                {"campaign": campaign, "retry_at": d.retry_at and iso_z(d.retry_at), "reason": d.reason}
                 for campaign, d in deferrals
             ],
         }
@@ -186,7 +186,7 @@ def render_status(
             if key in operation:
                 lines.append(f"    {key.replace('_', ' '):<22} {operation[key]}")
     for campaign, deferred in deferrals or []:
-        lines.append(f"  deferred by      {campaign} until {iso_z(deferred.retry_at)}: {deferred.reason}")
+        lines.append(f"  deferred by      {campaign} {deferred.when()}: {deferred.reason}")
     if status.recent:
         lines.append("  recent")
         for record in status.recent[-5:]:
@@ -215,7 +215,7 @@ async def campaign_deferrals(client: Client, host_id: str) -> list[tuple[str, De
         return [(workflow_id, deferred) for deferred in found]
 
     asked = await asyncio.gather(*(ask(workflow_id) for workflow_id in campaigns))
-    return sorted((found for each in asked for found in each), key=lambda f: f[1].retry_at)
+    return sorted((found for each in asked for found in each), key=lambda f: iso_z(f[1].retry_at))
 
 
 def _parsed(value: Any) -> datetime | None:
