@@ -229,6 +229,32 @@ async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] |
     return status
 
 
+ENDED_PHASES = ("completed", "failed", "aborted", "cancelled", "stopped")  # `kernel.Runbook.ENDED`
+FINISHING = "finishing"
+
+
+def as_running(status: dict[str, Any]) -> dict[str, Any]:
+    """The `status` of an operation its host still records as running, for a "now": a runbook
+    that reached its final phase (`completed` and what it did) has not closed its run, or its
+    host has not recorded the end (a query answered while the worker was down or catching up
+    replays the run's pending task too); "now completed" said of a running operation misled,
+    so it reads `finishing`, waiting for its run to close, with what its runbook said.
+    Cost: none (the same status)."""
+    phase = str(status.get("phase") or "")
+    if phase not in ENDED_PHASES:
+        return status
+    said = str(status.get("waiting_for") or "")
+    words = said if phase == "completed" else f"{phase}: {said}".rstrip(": ")
+    waiting = "its run to close and its host to record the end" + (f" ({words})" if words else "")
+    return {**status, "phase": FINISHING, "waiting_for": waiting}
+
+
+async def running_status(client: Client, workflow_id: str) -> dict[str, Any] | None:
+    """`operation_status` of an operation its host records as running (`as_running`)."""
+    status = await operation_status(client, workflow_id)
+    return None if status is None else as_running(status)
+
+
 def waiting_words(status: dict[str, Any]) -> str:
     """What an operation's `status` says it waits for, with a manual intervention's reason said
     once: the line's `MANUAL INTERVENTION: <reason>` says it, so the wait reads "an operator:
@@ -300,7 +326,7 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     current details; None while it cannot say yet.
 
     Cost: one query, or a describe and a query when the workflow has no `status`."""
-    status = await operation_status(client, workflow_id)
+    status = await running_status(client, workflow_id)
     if status:
         waiting = waiting_words(status)
         phase = str(status.get("phase", ""))

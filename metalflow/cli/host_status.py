@@ -38,7 +38,7 @@ from metalflow.hosts import (
     describe_operation,
     host_status,
     operation_progress,
-    operation_status,
+    running_status,
 )
 from metalflow.monitors import running_monitor_status
 from workflows.parts.host_power import HOST_IS_OFF
@@ -64,7 +64,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     status = await host_status(client, args.host)
     operation, seen = None, None
     if status.current is not None and status.current.outcome == "running":
-        operation = await operation_status(client, status.current.workflow_id)
+        operation = await running_status(client, status.current.workflow_id)
         if operation is not None and operation.get("phase") == POWER_CYCLING:
             operation = await _with_its_reboot(client, args.host, operation)
         if operation is None:  # a reboot has no status query: its Phase and details say where it is
