@@ -39,6 +39,7 @@ from metalflow.hosts import (
     host_status,
     operation_progress,
     running_status,
+    with_its_reboot,
 )
 from metalflow.monitors import running_monitor_status
 from workflows.parts.host_power import HOST_IS_OFF
@@ -65,8 +66,8 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     operation, seen = None, None
     if status.current is not None and status.current.outcome == "running":
         operation = await running_status(client, status.current.workflow_id)
-        if operation is not None and operation.get("phase") == POWER_CYCLING:
-            operation = await _with_its_reboot(client, args.host, operation)
+        if operation is not None:  # one waiting on its reboot says what that one waits for
+            operation, _ = await with_its_reboot(client, operation, args.host)
         if operation is None:  # a reboot has no status query: its Phase and details say where it is
             seen = await operation_progress(client, status.current.workflow_id, args.host)
     monitor = await running_monitor_status(client, args.host)
@@ -109,20 +110,6 @@ def maintenance_line(status: HostStatus) -> str:
     if held is None:
         return "off"
     return f"on since {iso_z(held.since)}, set by {held.by}: {held.reason}"
-
-
-POWER_CYCLING = "power-cycling"  # a firmware run waits on its reboot child: what that one waits for
-
-
-async def _with_its_reboot(client: Client, host: str, operation: dict[str, Any]) -> dict[str, Any]:
-    """An operation that waits on its reboot (a firmware run's `power-cycling`) says what the
-    reboot waits for, e.g. a person told the host is OFF, after its own words."""
-    reboot = names.host_reboot_workflow_id(host, int(operation.get("boot_generation") or 0) or 1)
-    seen = await operation_progress(client, reboot, host)
-    if seen is None or not seen.details:
-        return operation
-    waiting = f"{operation.get('waiting_for') or ''}; its reboot {reboot}: {seen.phase}: {seen.details}"
-    return {**operation, "waiting_for": waiting.lstrip("; ")}
 
 
 def render_status(
