@@ -229,6 +229,32 @@ async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] |
     return status
 
 
+ENDED_PHASES = ("completed", "failed", "aborted", "cancelled", "stopped")  # `kernel.Runbook.ENDED`
+FINISHING = "finishing"
+
+
+def as_running(status: dict[str, Any]) -> dict[str, Any]:
+    """The `status` of an operation its host still records as running, for a "now": a runbook
+    that reached its final phase (`completed` and what it did) has not closed its run, or its
+    host has not recorded the end (a query answered while the worker was down or catching up
+    replays the run's pending task too); "now completed" said of a running operation misled,
+    so it reads `finishing`, waiting for its run to close, with what its runbook said.
+    Cost: none (the same status)."""
+    phase = str(status.get("phase") or "")
+    if phase not in ENDED_PHASES:
+        return status
+    said = str(status.get("waiting_for") or "")
+    words = said if phase == "completed" else f"{phase}: {said}".rstrip(": ")
+    waiting = "its run to close and its host to record the end" + (f" ({words})" if words else "")
+    return {**status, "phase": FINISHING, "waiting_for": waiting}
+
+
+async def running_status(client: Client, workflow_id: str) -> dict[str, Any] | None:
+    """`operation_status` of an operation its host records as running (`as_running`)."""
+    status = await operation_status(client, workflow_id)
+    return None if status is None else as_running(status)
+
+
 def waiting_words(status: dict[str, Any]) -> str:
     """What an operation's `status` says it waits for, with a manual intervention's reason said
     once: the line's `MANUAL INTERVENTION: <reason>` says it, so the wait reads "an operator:
@@ -282,17 +308,44 @@ _REBOOT_WAITS = {
 
 
 _POWER_DOWN_WAIT = "power-down wait: "  # the reboot's details during its durable Off-to-On timer
-_REBOOTING_HOST = "rebooting-host"  # a reset's `--host` (and a host operation's) reboot child runs
+WAITS_ON_ITS_REBOOT = ("rebooting-host", "power-cycling")
+"""The phases in which an operation waits on its reboot child: a reset's `--host` and a
+provision's or reprovision's reboot round (`rebooting-host`), a firmware run (`power-cycling`)."""
 
 
-async def _reboot_child(client: Client, status: dict[str, Any], host_id: str) -> Seen | None:
-    """The reboot child of an operation in `rebooting-host`, by the generation its status names:
-    a reset's `--host` waits the reboot's power-down wait (120 s by default) on a BMC without
-    PowerCycle, which the reset's own status did not say. None otherwise."""
-    generation = status.get("boot_generation")
-    if status.get("phase") != _REBOOTING_HOST or not isinstance(generation, int) or generation < 1:
+def reboot_child_of(status: dict[str, Any], host_id: str) -> str | None:
+    """The reboot child an operation's status waits on: by `rebooting_to` (a host operation's
+    round) or its `boot_generation` (a reset's, a firmware run's: the child's once started).
+    None outside `WAITS_ON_ITS_REBOOT`."""
+    if status.get("phase") not in WAITS_ON_ITS_REBOOT:
         return None
-    return await operation_progress(client, names.host_reboot_workflow_id(host_id, generation), host_id)
+    generation = status.get("rebooting_to") or status.get("boot_generation")
+    if not isinstance(generation, int) or generation < 1:
+        return None
+    return names.host_reboot_workflow_id(host_id, generation)
+
+
+async def with_its_reboot(
+    client: Client, status: dict[str, Any], host_id: str
+) -> tuple[dict[str, Any], Seen | None]:
+    """An operation that waits on its reboot child says, after its own words, what that reboot
+    waits for: `...; its reboot reboot/HOST/generation-N: PHASE: DETAILS`, e.g. its power-down
+    wait with when the host went Off and when it is turned On (a reset's own status said only
+    "power cycle of HOST to generation N"). The same words in `host status`'s "now" and
+    `--wait` (both read the status through here). Returns the status and the reboot as seen.
+
+    Cost: per status read in `WAITS_ON_ITS_REBOOT` only, what `operation_progress` asks of the
+    reboot (its `status` query, which it has not, a describe and a metadata query); no BMC
+    request, no write."""
+    reboot = reboot_child_of(status, host_id)
+    if reboot is None:
+        return status, None
+    seen = await operation_progress(client, reboot, host_id)
+    said = seen.waiting_for or seen.details if seen is not None else ""
+    if seen is None or not said:
+        return status, seen
+    waiting = f"{status.get('waiting_for') or ''}; its reboot {reboot}: {seen.phase}: {said}"
+    return {**status, "waiting_for": waiting.lstrip("; ")}, seen
 
 
 async def operation_progress(client: Client, workflow_id: str, host_id: str) -> Seen | None:
@@ -300,14 +353,14 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     current details; None while it cannot say yet.
 
     Cost: one query, or a describe and a query when the workflow has no `status`."""
-    status = await operation_status(client, workflow_id)
+    status = await running_status(client, workflow_id)
     if status:
+        status, reboot = await with_its_reboot(client, status, host_id)
         waiting = waiting_words(status)
         phase = str(status.get("phase", ""))
         milestone = f"{phase} {status.get('power_cycles_issued')} {status.get('manual_intervention_reason')}"
-        reboot = await _reboot_child(client, status, host_id)
-        if reboot is not None and reboot.waiting_for:  # what the reboot it runs waits for, said
-            waiting, milestone = reboot.waiting_for, f"{milestone} {reboot.phase}"
+        if reboot is not None:  # the reboot's phase, and its power-down wait beginning, are steps
+            milestone += f" {reboot.phase} {reboot.details.startswith(_POWER_DOWN_WAIT)}"
         return Seen(describe_operation(status, waiting=False), waiting, phase=phase, milestone=milestone)
     handle = client.get_workflow_handle(workflow_id)
     try:

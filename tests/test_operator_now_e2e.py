@@ -175,7 +175,7 @@ async def test_an_aborted_campaign_says_who_aborted_and_why_and_exits_4(
     """Issue 38 item 4 for `campaign status`: a campaign an operator aborted exited 0 and its
     reason appeared nowhere, `--json` included; now it says `aborted by <who>: <reason>`, exit 4
     (README's table), as `rollout status` and `--wait` do. The host it was waiting for (busy)
-    read as skipped; it stays deferred, with its time."""
+    read as skipped; it stays deferred, with no retry time (it is never asked again)."""
     host, dpu = "now-003", "now-003-dpu-0"
     name = f"stop38-{uuid.uuid4().hex[:6]}"
     client = local_env.client
@@ -197,15 +197,18 @@ async def test_an_aborted_campaign_says_who_aborted_and_why_and_exits_4(
         assert said in shown.stdout and said in shown.stderr, shown
         assert shown.stdout.count("stop it") == 1, shown.stdout  # said once
         assert "failed" not in shown.stderr and "aborting" not in shown.stdout, shown
-        # The host it waited for was never left out: deferred, with its time, not skipped.
+        # The host it waited for was never left out: deferred, not skipped; with no retry time
+        # (issue 38 deliver 2: `until <time>` promised a retry an ended campaign never makes).
         assert "0 skipped" in shown.stdout, shown.stdout
-        assert re.search(rf"1 deferred \({host} until {ISO_Z}\)", shown.stdout), shown.stdout
+        assert f"1 deferred ({host} left with no retry)" in shown.stdout, shown.stdout
+        assert f"  deferred {host} left with no retry: " in shown.stdout, shown.stdout
         as_json = await metalflow(local_env, "campaign", "status", name, "--json")
         assert as_json.status == exits.ABORTED, as_json
         document = json.loads(as_json.stdout)
         assert (document["phase"], document["ended"]) == ("aborted", said), document
         assert (document["aborting"], document["abort_reason"]) == ("carol@test", "stop it"), document
         assert (document["skipped"], document["deferred"]) == (0, [host]), document
+        assert [(d["host_id"], d["retry_at"]) for d in document["deferred_hosts"]] == [(host, None)], document
     finally:
         with contextlib.suppress(RPCError):
             await client.get_workflow_handle(names.host_workflow_id(host)).terminate("the test is over")

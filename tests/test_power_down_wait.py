@@ -27,6 +27,7 @@ from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_process
 
 from drivers.settings import Settings
+from metalflow.hosts import operation_progress
 from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker
 
@@ -60,6 +61,18 @@ def heartbeats(metrics_url: str) -> int:
             if re.search(r'operation="RecordActivityTaskHeartbeat(ById)?"', line):
                 found += float(line.rsplit(" ", 1)[1])
     return int(found)
+
+
+async def power_down_said(env: WorkflowEnvironment, reboot_id: str) -> tuple[str, str]:
+    """The reboot's power-down wait as its details say it (`host status`, `--wait`, the UI):
+    since when the host is Off and when it is turned On, ISO 8601 Z."""
+    for _ in range(600):
+        seen = await operation_progress(env.client, reboot_id, HOST)
+        found = re.search(r"is Off since (\S+Z).*, On at (\S+Z) ", seen.details if seen else "")
+        if found:
+            return found.group(1), found.group(2)
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no power-down wait said: {seen}")
 
 
 def off_seconds(sim: RunningSim, since: int) -> float:
@@ -115,9 +128,17 @@ async def test_a_worker_killed_while_the_host_is_off_still_cycles_once(
         assert any(e["to"] == "Off" for e in site.power_log(HOST)[since:]), "never powered off"
         first.kill()  # SIGKILL: no cleanup, no last heartbeat
     with worker_process(queue, environ, worker_log):
+        said = await power_down_said(env, reboot.id)
         result = await asyncio.wait_for(reboot.result(), 180)
     log = [(e["from"], e["to"]) for e in site.power_log(HOST)[since:]]
     assert log == [("On", "Off"), ("Off", "On")], log
     assert result.method == "bmc:ForceOff+On"
     assert off_seconds(site, since) >= WAIT - 1
+    # Issue 38: after a restart `--wait` read "On in 20 s", as if the wait began anew. It did
+    # not (a durable timer from the Off), and the words now say so: since when Off, when On.
+    off, on = (datetime.fromisoformat(t.replace("Z", "+00:00")) for t in said)
+    logged = {e["to"]: datetime.fromisoformat(e["time"]) for e in site.power_log(HOST)[since:]}
+    assert abs((off - logged["Off"]).total_seconds()) <= 2, (said, logged)
+    assert abs((on - off).total_seconds() - WAIT) <= 2, said
+    assert (logged["On"] - on).total_seconds() <= 5, (said, logged)  # On when it said: not later
     assert site.violations() == []

@@ -360,7 +360,7 @@ async def test_a_watched_power_down_wait_says_when_it_read_off_and_a_stop_still_
                 break
             await asyncio.sleep(0.1)
         seen = await operation_progress(client, reboot.id, HOST)
-        assert seen is not None and seen.waiting_for.startswith(f"power-down wait: {HOST} is Off (read "), (
+        assert seen is not None and seen.waiting_for.startswith(f"power-down wait: {HOST} is Off since "), (
             seen
         )
         assert "; its power read every 1 s)" in seen.waiting_for

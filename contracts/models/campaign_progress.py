@@ -106,8 +106,13 @@ class InFlight(_Frozen):
 
 class Deferred(_Frozen):
     host_id: str
-    retry_at: datetime
+    # When the campaign asks again; None once it ended (aborted, stopped): left deferred, no retry.
+    retry_at: datetime | None
     reason: str
+
+    def when(self) -> str:
+        """`until <ISO 8601 Z>`, or `left with no retry` once its campaign ended."""
+        return "left with no retry" if self.retry_at is None else f"until {iso_z(self.retry_at)}"
 
 
 class Failure(_Frozen):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contracts.models.campaign import CampaignResult, CampaignStatus, Failure
-from contracts.wording import iso_z
 from workflows.campaign.state import OPERATOR
 
 BAR = 30
@@ -58,7 +57,7 @@ def render(status: CampaignStatus) -> str:
 
 def _deferred(status: CampaignStatus) -> str:
     """`1 deferred (h-003 until 02:05:00Z)`: put off hosts, each with when it is asked again."""
-    shown = [f"{d.host_id} until {iso_z(d.retry_at)}" for d in status.deferred_hosts[:NAMED]]
+    shown = [f"{d.host_id} {d.when()}" for d in status.deferred_hosts[:NAMED]]
     if not shown:  # a status from a worker that did not say when
         return _named(status.deferred_count, "deferred", status.deferred)
     more = f", +{status.deferred_count - len(shown)} more" if status.deferred_count > len(shown) else ""
@@ -113,7 +112,7 @@ def details(status: CampaignStatus, workflow_id: str) -> list[str]:
     lines += _named_lines("aborted", status.aborted, status.aborted_hosts, workflow_id)
     lines += [f"  finishing {f.host_id}: {f.reason}" for f in status.finishing]
     for deferred in status.deferred_hosts:
-        lines.append(f"  deferred {deferred.host_id} until {iso_z(deferred.retry_at)}: {deferred.reason}")
+        lines.append(f"  deferred {deferred.host_id} {deferred.when()}: {deferred.reason}")
     if status.deferred_count > len(status.deferred_hosts):
         more = status.deferred_count - len(status.deferred_hosts)
         name = workflow_id.removeprefix("campaign/")

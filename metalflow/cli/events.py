@@ -175,7 +175,7 @@ async def read_operations(args: argparse.Namespace) -> tuple[str, bool]:
     """The host's current and recent operations with their phases, in lines, or why not; and
     whether Temporal was reached (found as every command finds it: `connection.resolve`)."""
     from metalflow.client import TemporalConfigError
-    from metalflow.hosts import HostRequestError, describe_operation, host_status, operation_status
+    from metalflow.hosts import HostRequestError, describe_operation, host_status, running_status
 
     host = args.host
     address = "?"
@@ -202,7 +202,7 @@ async def read_operations(args: argparse.Namespace) -> tuple[str, bool]:
         )
     current = status.current
     if current is not None:
-        live = await operation_status(client, current.workflow_id) if current.outcome == "running" else None
+        live = await running_status(client, current.workflow_id) if current.outcome == "running" else None
         phase = describe_operation(live) if live else current.outcome
         lines.append(f"  {current.workflow_id}: {phase} (now; requested by {current.requested_by})")
     return "\n".join(lines), True

@@ -38,7 +38,8 @@ from metalflow.hosts import (
     describe_operation,
     host_status,
     operation_progress,
-    operation_status,
+    running_status,
+    with_its_reboot,
 )
 from metalflow.monitors import running_monitor_status
 from workflows.parts.host_power import HOST_IS_OFF
@@ -64,9 +65,9 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     status = await host_status(client, args.host)
     operation, seen = None, None
     if status.current is not None and status.current.outcome == "running":
-        operation = await operation_status(client, status.current.workflow_id)
-        if operation is not None and operation.get("phase") == POWER_CYCLING:
-            operation = await _with_its_reboot(client, args.host, operation)
+        operation = await running_status(client, status.current.workflow_id)
+        if operation is not None:  # one waiting on its reboot says what that one waits for
+            operation, _ = await with_its_reboot(client, operation, args.host)
         if operation is None:  # a reboot has no status query: its Phase and details say where it is
             seen = await operation_progress(client, status.current.workflow_id, args.host)
     monitor = await running_monitor_status(client, args.host)
@@ -91,7 +92,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             "monitor": None if monitor is None else monitor.model_dump(mode="json"),
             "warnings": warnings,
             "deferred_by": [
-                {"campaign": campaign, "retry_at": iso_z(d.retry_at), "reason": d.reason}
+                {"campaign": campaign, "retry_at": d.retry_at and iso_z(d.retry_at), "reason": d.reason}
                 for campaign, d in deferrals
             ],
         }
@@ -109,20 +110,6 @@ def maintenance_line(status: HostStatus) -> str:
     if held is None:
         return "off"
     return f"on since {iso_z(held.since)}, set by {held.by}: {held.reason}"
-
-
-POWER_CYCLING = "power-cycling"  # a firmware run waits on its reboot child: what that one waits for
-
-
-async def _with_its_reboot(client: Client, host: str, operation: dict[str, Any]) -> dict[str, Any]:
-    """An operation that waits on its reboot (a firmware run's `power-cycling`) says what the
-    reboot waits for, e.g. a person told the host is OFF, after its own words."""
-    reboot = names.host_reboot_workflow_id(host, int(operation.get("boot_generation") or 0) or 1)
-    seen = await operation_progress(client, reboot, host)
-    if seen is None or not seen.details:
-        return operation
-    waiting = f"{operation.get('waiting_for') or ''}; its reboot {reboot}: {seen.phase}: {seen.details}"
-    return {**operation, "waiting_for": waiting.lstrip("; ")}
 
 
 def render_status(
@@ -186,7 +173,7 @@ def render_status(
             if key in operation:
                 lines.append(f"    {key.replace('_', ' '):<22} {operation[key]}")
     for campaign, deferred in deferrals or []:
-        lines.append(f"  deferred by      {campaign} until {iso_z(deferred.retry_at)}: {deferred.reason}")
+        lines.append(f"  deferred by      {campaign} {deferred.when()}: {deferred.reason}")
     if status.recent:
         lines.append("  recent")
         for record in status.recent[-5:]:
@@ -215,7 +202,7 @@ async def campaign_deferrals(client: Client, host_id: str) -> list[tuple[str, De
         return [(workflow_id, deferred) for deferred in found]
 
     asked = await asyncio.gather(*(ask(workflow_id) for workflow_id in campaigns))
-    return sorted((found for each in asked for found in each), key=lambda f: f[1].retry_at)
+    return sorted((found for each in asked for found in each), key=lambda f: iso_z(f[1].retry_at))
 
 
 def _parsed(value: Any) -> datetime | None:

@@ -706,10 +706,11 @@ def test_a_dpu_outdated_for_another_field_too_is_not_at_the_target_before_or_aft
     assert flavor[0] is False, "a flavor campaign: the BFB's drift is another field's"
 
 
-def test_a_host_put_off_when_the_campaign_is_aborted_stays_deferred_with_its_time_not_skipped() -> None:
+def test_a_host_put_off_when_the_campaign_is_aborted_stays_deferred_with_no_retry_not_skipped() -> None:
     """Issue 38 item 2: a host the campaign waited for (its entity busy) read as `skipped` in
     `campaign status` once the campaign was aborted; it was never left out, so it stays counted
-    deferred, with when it would have been asked again and why."""
+    deferred, with why. Its retry time went too (issue 38 deliver 2): an ended campaign asks
+    nobody again, so a time would promise a retry that never happens."""
     state = _state(3, batch=3)
     _answer(state, {"h0": "busy", "h1": "started"})
     request = AbortRequest(requested_by="carol", reason="stop it")
@@ -721,7 +722,13 @@ def test_a_host_put_off_when_the_campaign_is_aborted_stays_deferred_with_its_tim
     assert state.states == "wds", "h0 put off, h1 done, h2 never asked: skipped"
     shown = views.status(state, "c", _input(), NOW)
     assert (shown.skipped, shown.deferred_count, shown.deferred) == (1, 1, ("h0",))
-    assert shown.deferred_hosts[0].retry_at == NOW + timedelta(seconds=300)
+    running = views.status(state.model_copy(update={"phase": "running"}), "c", _input(), NOW)
+    assert running.deferred_hosts[0].retry_at == NOW + timedelta(seconds=300), "running: its time"
+    state.phase = "aborted"
+    shown = views.status(state, "c", _input(), NOW)
+    assert shown.deferred_hosts[0].retry_at is None, "aborted: never asked again"
+    assert shown.deferred_hosts[0].when() == "left with no retry"
+    assert '"retry_at":null' in shown.model_dump_json()
     assert shown.deferred_hosts[0].reason == "busy (h0)"
     assert (shown.abort_reason, shown.aborting) == ("stop it", "carol")
     assert views.result(state, "c", "aborted", NOW).deferred == 1

@@ -102,3 +102,12 @@ def test_hosts_put_off_show_when_they_are_asked_again_and_why_and_the_rest_point
     lines = details(status, "campaign/fleet")
     assert "  deferred h-003 until 2026-11-23T04:05:00Z: host h-003 is busy" in lines
     assert "  ... 11 more deferred: `metalflow campaign hosts fleet --outcome deferred`" in lines
+
+
+def test_hosts_left_deferred_by_an_ended_campaign_show_no_retry_time() -> None:
+    """Issue 38 deliver 2: an aborted campaign still printed `1 deferred (h-003 until ...Z)`, a
+    retry that never happens; its status carries no time then, and the words say so."""
+    left = Deferred(host_id="h-003", retry_at=None, reason="host h-003 is busy")
+    status = _status(phase="aborted", deferred=("h-003",), deferred_count=1, deferred_hosts=(left,))
+    assert "1 deferred (h-003 left with no retry)" in render(status)
+    assert "  deferred h-003 left with no retry: host h-003 is busy" in details(status, "campaign/fleet")

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from contracts.models.campaign import Deferred
 from contracts.models.host import HostStatus, OperationRecord
 from metalflow.cli.host_status import render_status
+from metalflow.hosts import as_running
 
 T0 = datetime(2026, 11, 29, 4, 0, tzinfo=UTC)
 HELD = OperationRecord(
@@ -60,3 +61,25 @@ def test_a_reboot_dpf_asked_for_says_until_when_it_is_due() -> None:
         "due by" in line
         for line in render_status(status, {**operation, "reboot_deadline_at": None}).splitlines()
     )
+
+
+def test_a_running_operation_whose_runbook_reached_completed_reads_finishing_not_completed() -> None:
+    """Issue 38 deliver 1: while the worker was down, `host status` said `now completed; waiting
+    for every DPU Ready ...` for an operation its host records as running (the query replays the
+    run's pending task: its final phase, not closed yet). A "now" never says completed then."""
+    running = HELD.model_copy(
+        update={"operation": "reprovision", "workflow_id": "reprovision/host-002", "outcome": "running"}
+    )
+    status = HostStatus(
+        host_id="host-002", instance=None, boot_generation=1, current=running, phase="running reprovision"
+    )
+    said = {"phase": "completed", "waiting_for": "every DPU Ready after 1 power cycle"}
+    said["power_cycles_issued"] = 1
+    now = [line for line in render_status(status, as_running(said)).splitlines() if "now" in line]
+    assert now == [
+        "    now            finishing; waiting for its run to close and its host to record the end "
+        "(every DPU Ready after 1 power cycle); 1 power cycle"
+    ]
+    failed = as_running({"phase": "failed", "waiting_for": "activity x failed"})
+    assert failed["waiting_for"].endswith("(failed: activity x failed)")
+    assert as_running({"phase": "rebooting-host"}) == {"phase": "rebooting-host"}, "a running phase as said"

@@ -125,7 +125,7 @@ class HostLedger(CampaignProgress):
 
     def requeue_due(self, now: datetime) -> None:
         """Hosts put off whose retry time has come wait again, before the others."""
-        for host_id in [h for h, d in self.deferred.items() if d.retry_at <= now]:
+        for host_id in [h for h, d in self.deferred.items() if d.retry_at is not None and d.retry_at <= now]:
             del self.deferred[host_id]
             self._set(host_id, S.REQUEUED)
 

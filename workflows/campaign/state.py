@@ -392,7 +392,9 @@ class CampaignState(OperatorControls):
         sweep of in-flight hosts.
         A time already past is acted on, not slept for."""
         times = [
-            (d.retry_at, f"{d.host_id} is asked again (put off: {d.reason})") for d in self.deferred.values()
+            (d.retry_at, f"{d.host_id} is asked again (put off: {d.reason})")
+            for d in self.deferred.values()
+            if d.retry_at is not None
         ]
         if self.soak_until is not None:
             times.append((self.soak_until, f"the soak ends: batch {self.batch} starts"))

@@ -74,13 +74,22 @@ def status(state: CampaignState, name: str, start: CampaignInput, now: datetime)
         verifying=len(state.verifying),
         changes=tuple(state.changes),
         deferred_count=len(state.deferred),
-        deferred_hosts=tuple(list(state.deferred.values())[:RECENT_HOSTS]),
+        deferred_hosts=deferred_hosts(state),
         waiting_on=waiting_on,
         waiting_for=waiting_for,
         stopped_reason=state.stopped_reason,
         finishing=tuple(Failure(host_id=h, reason=r) for h, r in sorted(state.finishing.items())),
         abort_reason=state.abort_request.reason if state.abort_request else "",
     )
+
+
+def deferred_hosts(state: CampaignState) -> tuple[Deferred, ...]:
+    """The newest hosts put off, each with when it is asked again; once the campaign ended
+    (aborted, stopped) none is asked again: each is left deferred with no retry time."""
+    shown = list(state.deferred.values())[:RECENT_HOSTS]
+    if state.phase in ENDED_PHASES:
+        return tuple(d.model_copy(update={"retry_at": None}) for d in shown)
+    return tuple(shown)
 
 
 def deferral(state: CampaignState, host_id: str) -> tuple[Deferred, ...]:

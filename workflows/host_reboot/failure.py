@@ -104,6 +104,15 @@ def power_down_reads(wait_seconds: float, every_seconds: float) -> list[float]:
     return reads
 
 
+def power_down_words(host_id: str, off_since: datetime, on_at: datetime, read: str, watched: str) -> str:
+    """The reboot's details during its power-down wait (what `host status`, `--wait` and the UI
+    show): since when the host is Off and when it is turned On, in ISO 8601 Z, so the line stays
+    true however late it is read (a relative "On in N s" replayed after a worker restart read as
+    a wait begun anew); `read`: the last read's words ("" before the first)."""
+    off = f"Off since {iso_z(off_since)}" + (f" ({read})" if read else "")
+    return f"power-down wait: {host_id} is {off}, On at {iso_z(on_at)} (a durable timer{watched})"
+
+
 def bmc_failure_reason(host_id: str, err: FailureError) -> str:
     """One line: what the BMC of `host_id` did, then the activity's own message."""
     cause = err.cause if isinstance(err, ActivityError) else err

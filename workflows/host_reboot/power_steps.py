@@ -10,8 +10,9 @@
   power_down_read_seconds`, 30 s by default; none at the wait's end, where the On step reads
   anyway), then one `read_power_state`, bounded;
   an On found ends the wait at once (`_taken_over`), an Off updates the details (`host status`:
-  `power-down wait: HOST is Off (read ...), On in N s`), a read that fails is logged and the
-  wait goes on. Cost: `ceil(wait / 30 s) - 1` BMC reads per reboot (3 at the 120 s default,
+  `power-down wait: HOST is Off since T1Z (read T3Z), On at T2Z`, `failure.power_down_words`:
+  times, not "On in N s", which a worker restarted midway replayed as new), a read that fails
+  is logged and the wait goes on. Cost: `ceil(wait / 30 s) - 1` BMC reads per reboot (3 at the 120 s default,
   9 for `--power-down-wait 300`), each 4-5 HTTP requests, and about 11 history events (its
   timer, the activity, their workflow tasks), only on a BMC without PowerCycle or in a
   re-issued reboot's ForceOff then On.
@@ -31,6 +32,7 @@ The workflow sets every attribute declared here in its `__init__`.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -55,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         decide_on_power_taken_over,
         owed_since,
         power_down_reads,
+        power_down_words,
     )
     from workflows.parts.host_power import PowerCustody
     from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
@@ -84,7 +87,7 @@ class PowerSteps(kernel.Abortable):
             )
         seconds = self._request.policy.power_down_wait_seconds
         if seconds > 0 and not self._stopping:  # watched durable timers, cut short by a stop
-            seen_on = await self._power_down_wait(inventory, seconds)
+            seen_on = await self._power_down_wait(inventory, seconds, workflow.now())
             if seen_on is not None:  # another actor's On: the cycle, decided once; no On sent
                 return self._taken_over(seen_on, "ForceOff", sent)
         on = await self._set_power(inventory, "On")
@@ -129,7 +132,8 @@ class PowerSteps(kernel.Abortable):
             if self._stop_sent_on:  # a stop saw the host Off and sent On itself
                 raise asyncio.CancelledError
             self._handed_back = True
-            seen_on = await self._power_down_wait(inventory, cycle.wait_left_seconds)
+            off_since = cycle.off_reached_at or workflow.now()  # the activity's read of Off
+            seen_on = await self._power_down_wait(inventory, cycle.wait_left_seconds, off_since)
             if seen_on is not None:  # another actor's On: the cycle, decided once; no On sent
                 return self._taken_over(seen_on, cycle.method, cycle.reset_types)
             if self._stopping:
@@ -141,14 +145,19 @@ class PowerSteps(kernel.Abortable):
             )  # fmt: skip
             summary = f"power {request.host_id} back on (generation {request.boot_generation})"
 
-    async def _power_down_wait(self, inventory: HostInventory, seconds: float) -> str | None:
-        """The handed-back power-down wait of `seconds`, watched (module docstring): when an On
-        by someone else was read, in words; None once the wait is over or a stop cut it."""
+    async def _power_down_wait(
+        self, inventory: HostInventory, seconds: float, off_since: datetime
+    ) -> str | None:
+        """The handed-back power-down wait of `seconds` (what is left of it since the host was
+        Off at `off_since`), watched (module docstring): when an On by someone else was read, in
+        words; None once the wait is over or a stop cut it. Its timer is durable: a worker
+        restarted midway waits out the rest, from the same Off."""
         host, every = self._request.host_id, self._request.policy.power_down_read_seconds
         reads = power_down_reads(seconds, every)
         watched = f"; its power read every {every:g} s" if reads else ""
-        self.show(f"power-down wait: {host} is Off, On in {seconds:.0f} s (a durable timer{watched})")
         began = workflow.now()
+        on_at = began + timedelta(seconds=seconds)
+        self.show(power_down_words(host, off_since, on_at, "", watched))
         for at in (*reads, seconds):
             timeout = at - (workflow.now() - began).total_seconds()
             if not self._stopping and timeout > 0:  # cut short by a stop
@@ -167,10 +176,7 @@ class PowerSteps(kernel.Abortable):
                 span = f"our power-down wait of {seconds:.0f} s"
                 return f"On at {iso_z(now)}, {into:.0f} s into {span}, before our On"
             read = f"read {iso_z(now)}" if found else "not read"
-            self.show(
-                f"power-down wait: {host} is Off ({read}), On in {max(seconds - into, 0):.0f} s "
-                f"(a durable timer{watched})"
-            )
+            self.show(power_down_words(host, off_since, on_at, read, watched))
         return None
 
     async def _read_during_wait(self, inventory: HostInventory, *, bound: float) -> str:
