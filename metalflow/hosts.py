@@ -449,7 +449,9 @@ async def recorded_status(
 def _summary(outcome: Any) -> str:
     if not isinstance(outcome, dict):
         return "completed"
-    facts = [f"{key} {outcome[key]}" for key in ("reboots", "boot_generation") if key in outcome]
+    facts = [
+        f"{key} {outcome[key]}" for key in ("reboots", "boot_generation") if outcome.get(key) is not None
+    ]
     # Firmware and removal results name what they changed; say it, a person checks it.
     for key, words in (
         ("staged", "staged on"),
