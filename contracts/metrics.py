@@ -6,8 +6,11 @@ exported by the same runtime, on the same Prometheus endpoint, as the SDK's own 
 (`metalflow.runtime.observability`), and a workflow's increments are skipped while it replays (a worker
 that picks up a history after a crash does not count an operation twice). A workflow task that
 failed or timed out before its completion was recorded (the deadlock detector, the task timeout
-on an overloaded worker) runs again for real on its next attempt, so its increments can count
-once more: the counters are at least once, and exact unless a workflow task was retried. Outside a workflow or
+on an overloaded worker, a completion the server refused because a signal arrived meanwhile:
+`UNHANDLED_COMMAND`) runs again for real on its next attempt. An operation's start and end are
+therefore counted once per run id per worker process (`contracts.counted_runs`): exact unless the
+retried task went to another worker process, where they count again (at least once). The other
+counters are at least once, and exact unless a workflow task was retried. Outside a workflow or
 activity (the `metalflow bmc` CLI drives the Redfish client directly) they do nothing.
 
 Exported names (Prometheus, with the `metalflow_` prefix the helpers add):
@@ -43,6 +46,9 @@ from temporalio.common import MetricMeter
 
 from contracts.errors import abort_in_words
 
+with workflow.unsafe.imports_passed_through():  # one record per process, shared by every sandbox
+    from contracts import counted_runs
+
 PREFIX = "metalflow_"
 
 
@@ -66,15 +72,21 @@ def _activity_meter() -> MetricMeter | None:
     return activity.metric_meter() if activity.in_activity() else None
 
 
+def _first_time(what: str) -> bool:
+    """True the first time this process counts `what` for the current workflow run."""
+    return counted_runs.first_time(workflow.info().run_id, what)
+
+
 def workflow_operation_started(kind: str | None) -> None:
     """An operation (a host workflow's run) began; nothing for no `kind` (no operation)."""
-    if kind and (meter := _workflow_meter()) is not None:
+    if kind and (meter := _workflow_meter()) is not None and _first_time("started"):
         meter.create_counter(PREFIX + "operations_started", "operations started").add(1, {"kind": kind})
 
 
 def workflow_operation_finished(kind: str, outcome: str) -> None:
-    """An operation ended: `succeeded`, `failed`, `aborted` or `cancelled`."""
-    if (meter := _workflow_meter()) is not None:
+    """An operation ended: `succeeded`, `failed`, `aborted` or `cancelled`; once per run id in
+    this process (a retried workflow task runs the end path again: `contracts.counted_runs`)."""
+    if (meter := _workflow_meter()) is not None and _first_time("finished"):
         meter.create_counter(PREFIX + "operations_finished", "operations finished").add(
             1, {"kind": kind, "outcome": outcome}
         )

@@ -133,8 +133,21 @@ def translate(err: Exception, what: str) -> Exception:
 class Kube:
     """Custom-object calls on the DPF kinds, off the event loop and per-host bounded."""
 
-    def __init__(self, settings: Settings, *, threads: int = 8) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        threads: int = 8,
+        request_timeout: tuple[float, float] = REQUEST_TIMEOUT,
+        retries: int | None = None,
+    ) -> None:
+        """`request_timeout`: (connect, read) seconds of one request; `retries`: urllib3's retries
+        of a request (None: the client's default). A command that must answer within seconds
+        (`host versions`) gives short ones: a frozen API server accepts the connection and never
+        answers, and each retry waits the read timeout again."""
         self.settings = settings
+        self.request_timeout = request_timeout
+        self._retries = retries
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
         self._api: k8s.CustomObjectsApi | None = None
@@ -156,6 +169,8 @@ class Kube:
         if self._api is None:
             configuration = self.configuration
             configuration.connection_pool_maxsize = self._threads
+            if self._retries is not None:
+                configuration.retries = self._retries
             self._api = k8s.CustomObjectsApi(k8s.ApiClient(configuration))
         return self._api
 
@@ -203,7 +218,7 @@ class Kube:
                 key,
                 f"{kind.kind} {ns}/{name}",
                 lambda api: api.get_namespaced_custom_object(
-                    kind.group, kind.version, ns, kind.plural, name, _request_timeout=REQUEST_TIMEOUT
+                    kind.group, kind.version, ns, kind.plural, name, _request_timeout=self.request_timeout
                 ),
             )
         except ObjectNotFound:
@@ -225,7 +240,7 @@ class Kube:
                 kind.plural,
                 label_selector=label_selector,
                 field_selector=field_selector,
-                _request_timeout=REQUEST_TIMEOUT,
+                _request_timeout=self.request_timeout,
             ),  # fmt: skip
         )
         return listed
@@ -238,7 +253,7 @@ class Kube:
                 key,
                 f"{kind.kind} {ns}/{name}",
                 lambda api: api.create_namespaced_custom_object(
-                    kind.group, kind.version, ns, kind.plural, body, _request_timeout=REQUEST_TIMEOUT
+                    kind.group, kind.version, ns, kind.plural, body, _request_timeout=self.request_timeout
                 ),
             )
         except ConflictRetriesExhausted:  # 409 on create: AlreadyExists
@@ -262,7 +277,7 @@ class Kube:
                 patch,
                 _content_type=MERGE_PATCH,
                 field_manager=field_manager,
-                _request_timeout=REQUEST_TIMEOUT,
+                _request_timeout=self.request_timeout,
             ),  # fmt: skip
         )
         return patched
@@ -283,7 +298,7 @@ class Kube:
                     kind.plural,
                     name,
                     body=options,
-                    _request_timeout=REQUEST_TIMEOUT,
+                    _request_timeout=self.request_timeout,
                 ),  # fmt: skip
             )
         except ObjectNotFound:

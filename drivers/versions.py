@@ -22,12 +22,19 @@ or two identity GETs; per host BMC the same inventory when served.
 
 from __future__ import annotations
 
+import asyncio
 import posixpath
 import re
 from collections.abc import Callable
 from typing import Any
 
-from contracts.errors import BMCAuthenticationFailed, BMCRequestRejected, BMCUnavailable, MetalflowError
+from contracts.errors import (
+    BMCAuthenticationFailed,
+    BMCRequestRejected,
+    BMCUnavailable,
+    KubernetesUnavailable,
+    MetalflowError,
+)
 from contracts.models.dpf import DPUNODE_NAME_LABEL
 from contracts.models.inventory import (
     EVERYTHING,
@@ -103,10 +110,26 @@ async def _firmware(bmc: BMCConnection) -> dict[str, str | None]:
 class VersionReader:
     """Reads hosts' versions through the given clients (no Temporal)."""
 
-    def __init__(self, kube: Kube, redfish: RedfishClient, on_wait: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        redfish: RedfishClient,
+        on_wait: Callable[[], None] | None = None,
+        *,
+        bmc_seconds: float | None = None,
+        dpf_seconds: float | None = None,
+    ) -> None:
+        """`bmc_seconds`: one BMC read (its session and every GET) at most, else that BMC is
+        unreached; `dpf_seconds`: one host's DPU list at most, else DPF is unreached for the
+        host. None: no bound beyond the clients' own (the activities: Temporal bounds them)."""
         self.kube = kube
         self.redfish = redfish
         self.on_wait = on_wait
+        self.bmc_seconds = bmc_seconds
+        self.dpf_seconds = dpf_seconds
+        # Hosts whose DPU list DPF did not give (down, timed out): `host versions` says so.
+        self.dpf_unreached: set[str] = set()
+        self.dpf_answered: set[str] = set()
         # Every BMC this reader asked: those that answered, those it could not reach (down, timed
         # out, 5xx: `BMCUnavailable`), by BMC id. `host versions` exits 3 when it reached none.
         self.answered: set[str] = set()
@@ -114,8 +137,12 @@ class VersionReader:
 
     async def _bmc(self, access: BMCAccess, read: Any) -> Any:
         try:
-            async with self.redfish.connect(access, on_wait=self.on_wait) as bmc:
-                found = await read(bmc)
+            async with asyncio.timeout(self.bmc_seconds):
+                async with self.redfish.connect(access, on_wait=self.on_wait) as bmc:
+                    found = await read(bmc)
+        except TimeoutError:
+            self.unreached.add(access.bmc_id)
+            raise BMCUnavailable(f"BMC {access.bmc_id}: no answer within {self.bmc_seconds:g} s") from None
         except BMCUnavailable:
             self.unreached.add(access.bmc_id)
             raise
@@ -136,16 +163,24 @@ class VersionReader:
         objects: dict[str, dict[str, Any]] = {}
         if scope.dpf:
             try:
-                listed = await self.kube.list(
-                    host.host_id,
-                    DPU,
-                    host.namespace,
-                    label_selector=f"{DPUNODE_NAME_LABEL}={host.dpu_node_name()}",
-                )
+                async with asyncio.timeout(self.dpf_seconds):
+                    listed = await self.kube.list(
+                        host.host_id,
+                        DPU,
+                        host.namespace,
+                        label_selector=f"{DPUNODE_NAME_LABEL}={host.dpu_node_name()}",
+                    )
                 objects = {
                     str((d.get("spec") or {}).get("dpuDeviceName") or ""): d
                     for d in listed.get("items") or []
                 }
+                self.dpf_answered.add(host.host_id)
+            except TimeoutError:
+                self.dpf_unreached.add(host.host_id)
+                errors.append(f"DPF: the API server did not answer within {self.dpf_seconds:g} s")
+            except KubernetesUnavailable as err:
+                self.dpf_unreached.add(host.host_id)
+                errors.append(f"DPF: {err}")
             except MetalflowError as err:
                 errors.append(f"DPF: {err}")
         dpus = []

@@ -56,6 +56,10 @@ from workflows.parts.bmc_lease_holder import queued_words
 METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
 WORKER_GRACE_SECONDS = 5.0
+# The exit status of a request metalflow could not ask (`metalflow.cli.exits.UNREACHABLE`), and
+# what it tells the operator: nothing was asked, so nothing changed.
+COULD_NOT_ASK = 3
+NOTHING_SENT = "Nothing was changed: send the command again once a worker runs"
 QUERY_TIMEOUT = timedelta(seconds=10)  # a query nobody answers (no worker) must not hang the CLI
 _TIMED_OUT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)  # how an expired rpc_timeout shows
 R = TypeVar("R", bound=BaseModel)
@@ -72,7 +76,8 @@ def default_operator() -> str:
 
 class HostRequestError(Exception):
     """The entity refused a request, or there is nothing to act on; the message says why.
-    `status`: the command's exit status (`metalflow.cli.exits`): 1 refused, 2 no such entity."""
+    `status`: the command's exit status (`metalflow.cli.exits`): 1 refused, 2 no such entity, 3
+    could not ask (no worker serves the task queue, or the workflow did not answer in time)."""
 
     def __init__(self, message: str, status: int = 1) -> None:
         super().__init__(message)
@@ -137,7 +142,8 @@ async def require_worker(client: Client, task_queue: str, grace: float = WORKER_
         if asyncio.get_running_loop().time() > deadline:
             raise HostRequestError(
                 f"no worker polls task queue {task_queue!r}, so nothing would act on the request: start "
-                f"one (python worker.py --task-queue {task_queue}) and try again"
+                f"one (python worker.py --task-queue {task_queue}) and try again",
+                status=COULD_NOT_ASK,
             )
         await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
@@ -207,14 +213,19 @@ async def host_status(client: Client, host_id: str) -> HostStatus:
 
 
 async def _unanswered(client: Client, handle: WorkflowHandle[Any, Any]) -> HostRequestError:
+    """A workflow that did not answer in time: metalflow could not ask (exit 3), nothing was sent
+    on (a command that reads the status first, e.g. `host abort`, stops there)."""
     task_queue = (await handle.describe()).task_queue
     if not await worker_polls(client, task_queue):
         return HostRequestError(
-            f"{handle.id} does not answer: no worker serves its task queue {task_queue!r}"
+            f"{handle.id} does not answer: no worker serves its task queue {task_queue!r}. {NOTHING_SENT}",
+            status=COULD_NOT_ASK,
         )
     return HostRequestError(
         f"{handle.id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s: the workers of task queue "
-        f"{task_queue!r} are busy or stuck"
+        f"{task_queue!r} are busy, stuck or gone (a worker killed moments ago still counts as polling for "
+        f"a few minutes). {NOTHING_SENT}",
+        status=COULD_NOT_ASK,
     )
 
 
@@ -502,7 +513,9 @@ async def recorded_status(
 def _summary(outcome: Any) -> str:
     if not isinstance(outcome, dict):
         return "completed"
-    facts = [f"{key} {outcome[key]}" for key in ("reboots", "boot_generation") if key in outcome]
+    facts = [
+        f"{key} {outcome[key]}" for key in ("reboots", "boot_generation") if outcome.get(key) is not None
+    ]
     # Firmware and removal results name what they changed; say it, a person checks it.
     for key, words in (
         ("staged", "staged on"),

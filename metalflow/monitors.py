@@ -52,7 +52,7 @@ from contracts.models.monitor import (
     MonitorPolicy,
 )
 from contracts.with_start import execute_update
-from metalflow.hosts import QUERY_TIMEOUT, HostRequestError
+from metalflow.hosts import COULD_NOT_ASK, NOTHING_SENT, QUERY_TIMEOUT, HostRequestError
 
 LOOK_POLL_SECONDS = 0.2
 # Below the default (3) that operations run at: see the module docstring and `contracts.priorities`.
@@ -116,7 +116,8 @@ async def monitor_status(client: Client, host_id: str) -> HostMonitorStatus:
         if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
             raise HostRequestError(
                 f"the monitor of {host_id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s "
-                "(no worker serves it, or its worker is stuck)"
+                f"(no worker serves it, or its worker is stuck). {NOTHING_SENT}",
+                status=COULD_NOT_ASK,
             ) from None
         raise
     except WorkflowQueryRejectedError as err:

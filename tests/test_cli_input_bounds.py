@@ -148,7 +148,7 @@ async def test_no_worker_on_the_task_queue_is_reported_and_starts_nothing(
     code, out, err = await run_console_script(
         ["host", "reboot", host, "--task-queue", queue], command_env(client, tmp_path)
     )
-    assert (code, out) == (1, "")
+    assert (code, out) == (3, "")  # metalflow could not ask (README's exit statuses)
     assert err.splitlines() == [
         f"metalflow: no worker polls task queue {queue!r}, so nothing would act on the request: start one "
         f"(python worker.py --task-queue {queue}) and try again"
@@ -162,11 +162,40 @@ async def test_status_of_an_entity_nobody_serves_says_so(client: Client, tmp_pat
         "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
     )
     code, out, err = await run_console_script(["host", "status", host], command_env(client, tmp_path))
-    assert (code, out) == (1, "")
+    assert (code, out) == (3, "")  # metalflow could not ask (README's exit statuses)
     assert err.splitlines() == [
-        f"metalflow: host/{host} does not answer: no worker serves its task queue {queue!r}"
+        f"metalflow: host/{host} does not answer: no worker serves its task queue {queue!r}. "
+        "Nothing was changed: send the command again once a worker runs"
     ]
     await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test done")
+
+
+async def test_a_host_whose_worker_just_died_is_could_not_ask_not_refused(
+    client: Client, tmp_path: Path
+) -> None:
+    """`host abort HOST` right after a `kill -9` of the worker printed "host/HOST did not answer
+    within 10 s: ... busy or stuck" and exited 1, which README's table keeps for the world's
+    refusals: metalflow could not ask (3), and the words say nothing was changed."""
+    host, queue = f"gone-{uuid.uuid4().hex[:8]}", f"gone-{uuid.uuid4()}"
+    write_unreachable_site(tmp_path / "site.yaml", host)
+    async with Worker(client, task_queue=queue, workflows=[HostWorkflow], max_cached_workflows=0):
+        entity = await client.start_workflow(
+            "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
+        )
+        await entity.query("status")  # served once: the server has seen this queue's poller
+    # The worker is gone; the server still lists its poller for minutes, as after a `kill -9`.
+    env = command_env(client, tmp_path)
+    abort = ["host", "abort", host, "--by", "t", "--reason", "test", "--task-queue", queue]
+    results = await asyncio.gather(
+        run_console_script(["host", "status", host], env), run_console_script(abort, env)
+    )
+    for code, out, err in results:
+        assert (code, out) == (3, ""), (code, out, err)
+        lines = err.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"metalflow: host/{host} d"), err
+        assert "answer" in lines[0], err
+        assert lines[0].endswith("Nothing was changed: send the command again once a worker runs"), err
+    await entity.terminate("test done")
 
 
 @pytest.mark.parametrize("text", ["1e12", "nan", "-1", "inf"])

@@ -49,12 +49,13 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
         "METALFLOW_INVENTORY": "cluster",
         "KUBECONFIG": str(sim.kubeconfig),
     }
-    # Exit statuses (README's table): 2 an unknown host or DPU, 1 what DPF has now refuses it.
+    # Exit statuses (README's table): 2 an unknown host or DPU, 1 what DPF has now refuses it, 3
+    # no worker polls the queue (metalflow could not ask).
     rows: list[tuple[list[str], int, str]] = [
         (["host", "provision", "host-002"], 2,
          "unknown host 'host-002': no DPUNode node-host-002 in namespace dpf-operator-system"),
         (["host", "assign", "host-999", "inst-1"], 2, "unknown host 'host-999': no DPUNode node-host-999"),
-        (["host", "reboot", "host-001", "--by", "t"], 1, ""),  # known: passes the check
+        (["host", "reboot", "host-001", "--by", "t"], 3, ""),  # known: passes the check, no worker
         (["host", "provision", "host-001", "--dpus", "host-002-dpu-0"], 2,
          "host-002-dpu-0 is not a DPU of host-001; its DPUs: host-001-dpu-0, host-001-dpu-1"),
         (["host", "reprovision", "host-001"], 1,
@@ -113,7 +114,7 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
          "cannot check that DPF has the DPUs of host-002: no usable Kubernetes configuration "
          f"({tmp_path / 'missing-kubeconfig'})"),
         # Only a reprovision needs DPF's DPUs: a provision is checked against the site file alone.
-        (["host", "provision", "host-002"], {"KUBECONFIG": str(tmp_path / "missing-kubeconfig")}, 1,
+        (["host", "provision", "host-002"], {"KUBECONFIG": str(tmp_path / "missing-kubeconfig")}, 3,
          "no worker polls task queue 'nobody-polls-this'"),
     ]  # fmt: skip
     queue = ["--task-queue", "nobody-polls-this"]

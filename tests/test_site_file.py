@@ -348,7 +348,7 @@ async def test_unknown_things_are_refused_before_any_workflow_starts(
     # The same host and DPUs spelled right pass the check and reach Temporal (nobody polls there).
     code, _, err = await run_console_script(["host", "provision", "host-001", "--dpus", "host-001-dpu-1",
                                "--task-queue", "nobody-polls-this"], env)  # fmt: skip
-    assert code == 1 and "no worker polls task queue 'nobody-polls-this'" in err, err
+    assert code == 3 and "no worker polls task queue 'nobody-polls-this'" in err, err
 
 
 @pytest.mark.parametrize(

@@ -59,6 +59,7 @@ from contracts.models.campaign_target import TargetKind as TargetKind
 from contracts.models.control import OperatorRequest
 from contracts.models.host import OperationPolicy
 from contracts.validation import Reason, Requester
+from contracts.wording import plural
 
 # -- message names -----------------------------------------------------------------------------------
 HOST_FINISHED_SIGNAL: Final = "host_finished"
@@ -107,7 +108,7 @@ class HostSelection(_Frozen):
         if self.all:
             return "all hosts"
         if self.hosts:
-            return f"{len(self.hosts)} listed hosts"
+            return f"{plural(len(self.hosts), 'listed host')}"
         if self.group:
             return f"group {self.group}"
         return "selector " + ",".join(f"{k}={v}" for k, v in sorted(self.selector.items()))

@@ -234,7 +234,7 @@ class PowerCycle:
                 if time.monotonic() >= attempt_deadline:
                     raise
                 delay = err.next_retry_delay.total_seconds() if err.next_retry_delay else 1.0
-                self._say(f"BMC busy ({err.message}); again in {delay:g} s", logging.INFO)
+                self._say(f"BMC unavailable ({err.message}); again in {delay:g} s", logging.INFO)
                 await self._connection.sleep(min(delay, max(0.0, attempt_deadline - time.monotonic())))
 
     async def _drive(self) -> PowerCycleResult:

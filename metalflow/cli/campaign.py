@@ -450,11 +450,11 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
 
 def list_lines(rows: list[tuple[str, str, str, datetime]]) -> list[str]:
     """`campaign list`: a header, then one tab-separated line per campaign (its workflow id, its
-    run's status in Temporal, its own Phase, its start in ISO 8601 Z). The Phase is `-` when it
-    says no more than the run's status (a campaign that completed as planned read `completed
-    completed`)."""
+    run's status in Temporal, its own Phase, its start in ISO 8601 Z). The Phase is `-` only when
+    the campaign has none yet; a campaign that completed as planned reads `completed` in both
+    columns (the header tells them apart; a `-` read as if it had no phase)."""
     lines = ["CAMPAIGN\tRUN\tPHASE\tSTARTED"]
     for workflow_id, status, phase, started in rows:
-        shown = phase if phase and phase != status else "-"
+        shown = phase or "-"
         lines.append(f"{workflow_id}\t{status}\t{shown}\t{iso_z(started)}")
     return lines

@@ -5,7 +5,8 @@ The rule that places a case: 1 the world said no (the operation failed, or what 
 up now refuses it: a busy host, a campaign's rules, a rollout in flight), so the same command may
 succeed once the world changed; 2 the command itself is wrong (bad input, or it names something
 that does not exist: an unknown host, DPU, campaign or PodCliqueSet), so repeating it cannot help;
-3 metalflow could not ask (Temporal, the cluster, the simulator or a BMC cannot be reached), so
+3 metalflow could not ask (Temporal, the cluster, the simulator or a BMC cannot be reached, or
+no worker serves the workflow asked or it did not answer in time: nothing was changed), so
 repeating it later may help; 4 an operator's abort ended what the command followed or shows (an
 abort is asked for: neither a failure nor a refusal).
 
@@ -43,7 +44,8 @@ TABLE: Final[tuple[tuple[int, str], ...]] = (
      "exist (host, DPU, group, campaign, rollout, schedule, PodCliqueSet, simulator); nothing was "
      "changed"),
     (UNREACHABLE, "cannot reach Temporal, the cluster, the simulator or a BMC (or lost it "
-     "midway); try again once it is back"),
+     "midway), or no worker serves the workflow asked or it did not answer in time (nothing was "
+     "changed); try again once it is back"),
     (ABORTED, "aborted by an operator, as asked: the operation, campaign or rollout followed (`--wait`) "
      "or shown (a status command) stopped at its safe point and says `aborted by <who>: <reason>`; "
      "not a failure"),

@@ -16,9 +16,11 @@ Exit statuses (`metalflow.cli.exits`): 0 read (a source that could not be read i
 `-` in the table; BMCs that could not be reached while others answered are named on stderr; with
 `--refresh`, a host without an entity is named on stderr), 1 Temporal refused a refresh, 2 an
 unknown host, or settings or a site file that cannot be read, 3 no BMC asked could be reached
-(every one down, timed out or answering 5xx: named on stderr; no refresh), or the cluster (or,
-with `--refresh`, Temporal) cannot be reached. `--json`: one document, `{"hosts": [...],
-"summary": ..., "targets": ..., "unreached_bmcs": [...]}`.
+(every one down, timed out or answering 5xx: named on stderr; no refresh), or neither DPF nor
+any BMC answered, or the cluster (or, with `--refresh`, Temporal) cannot be reached. Bounded: one
+BMC request BMC_REQUEST_SECONDS, one BMC's read BMC_READ_SECONDS, one host's DPU list from DPF
+DPF_READ_SECONDS (one request, not retried); hosts DPF did not answer for are named on stderr.
+`--json`: one document, `{"hosts": [...], "summary": ..., "targets": ..., "unreached_bmcs": [...]}`.
 
 Cost: per host one DPU list; per DPU with a BMC one session and its FirmwareInventory; hosts read
 PARALLEL at a time.
@@ -61,6 +63,13 @@ from metalflow.hosts import default_operator, tell_versions_read
 PARALLEL = 20
 NAMED = 10  # BMCs named on the line that says which could not be reached; more are counted
 MAINTENANCE_READ_SECONDS = 5.0  # Temporal's answer on who is in maintenance, at most
+# Bounds, so a site that does not answer (a frozen API server or BMC accepts the connection and
+# never answers) is said within seconds, not after every client's own timeouts and retries (it
+# took 238 s): one BMC request, one BMC's whole read (session and every GET), one host's DPU list
+# from DPF (one request, not retried). Hosts are read PARALLEL at a time, each host's BMCs in turn.
+BMC_REQUEST_SECONDS = 5.0
+BMC_READ_SECONDS = 10.0
+DPF_READ_SECONDS = 5.0
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.USAGE, exits.UNREACHABLE
 
 
@@ -70,7 +79,9 @@ def register(commands: Any) -> None:
         help="what each host runs: BFB, flavor, DPU and BMC firmware, against the site's targets",
         description="Each host's DPUs with their identity and BFB, flavor, DPU firmware, DPU BMC firmware "
         "and the host BMC firmware, read from DPF and the BMCs; `*` marks a version off the site's target. "
-        "A fleet summary counts the hosts on each version.",
+        "A fleet summary counts the hosts on each version. Bounded: a BMC request waits "
+        f"{BMC_REQUEST_SECONDS:g} s, a BMC's whole read {BMC_READ_SECONDS:g} s, DPF's DPU list of a host "
+        f"{DPF_READ_SECONDS:g} s; what did not answer is named on stderr.",
     )
     versions.add_argument(
         "hosts", nargs="*", metavar="HOST", type=arg_type(HostId), help="hosts (default: every host)"
@@ -138,7 +149,7 @@ run.talks_to_temporal = True  # type: ignore[attr-defined]  # `--refresh`: gets 
 
 
 async def _main(settings: Settings, args: argparse.Namespace) -> int:
-    kube = Kube(settings)
+    kube = Kube(settings, request_timeout=(DPF_READ_SECONDS, DPF_READ_SECONDS), retries=0)
     inventory = Inventory(settings, kube)
     targets = SiteVersionTargets()
     if settings.inventory == "site":
@@ -153,8 +164,12 @@ async def _main(settings: Settings, args: argparse.Namespace) -> int:
         else:
             ids = list(args.hosts)
     hosts = [await inventory.resolve(h) for h in ids]
-    reader = VersionReader(kube, RedfishClient(CredentialResolver(settings.kubeconfig),
-                                               max_in_flight=settings.bmc_max_in_flight))  # fmt: skip
+    redfish = RedfishClient(
+        CredentialResolver(settings.kubeconfig),
+        max_in_flight=settings.bmc_max_in_flight,
+        timeout_seconds=BMC_REQUEST_SECONDS,
+    )
+    reader = VersionReader(kube, redfish, bmc_seconds=BMC_READ_SECONDS, dpf_seconds=DPF_READ_SECONDS)
     gate = asyncio.Semaphore(PARALLEL)
 
     async def read(host: Any) -> HostVersions:
@@ -178,11 +193,17 @@ async def _main(settings: Settings, args: argparse.Namespace) -> int:
         if unread:
             print(unread, file=sys.stderr)
     kube.close()
+    dpf_unreached = sorted(reader.dpf_unreached - reader.dpf_answered)
+    if dpf_unreached:
+        said = dpf_in_words(dpf_unreached, len(reader.dpf_answered))
+        print(f"metalflow host versions: {said}", file=sys.stderr)
     if unreached:
         said = reached_in_words(unreached, len(reader.answered))
         print(f"metalflow host versions: {said}", file=sys.stderr)
         if not reader.answered:
             return EXIT_UNREACHABLE  # nothing read from any BMC: nothing to give an entity either
+    if dpf_unreached and not reader.dpf_answered and not reader.answered:
+        return EXIT_UNREACHABLE  # neither DPF nor any BMC answered
     if args.refresh:
         return await refresh(args, found, VersionTargets(**targets.model_dump()))
     return EXIT_OK
@@ -226,6 +247,18 @@ def reached_in_words(unreached: list[str], answered: int) -> str:
         return f"no BMC could be reached ({asked} asked: {named}); try again once they are back"
     total = plural(len(unreached) + answered, "BMC")
     return f"{len(unreached)} of {total} could not be reached ({named}): their versions show `-`"
+
+
+def dpf_in_words(unreached: list[str], answered: int) -> str:
+    """For which hosts DPF could not be read (down, or no answer within DPF_READ_SECONDS)."""
+    more = f", +{len(unreached) - NAMED} more" if len(unreached) > NAMED else ""
+    named = ", ".join(unreached[:NAMED]) + more
+    if not answered:
+        asked = plural(len(unreached), "host")
+        return f"DPF could not be reached (asked for {asked}: {named}): BFB and flavor show `-`"
+    total = plural(len(unreached) + answered, "host")
+    which = f"{len(unreached)} of {total} ({named})"
+    return f"DPF could not be read for {which}: their BFB and flavor show `-`"
 
 
 def fleet_summary(hosts: list[HostVersions]) -> dict[str, dict[str, int]]:

@@ -133,7 +133,7 @@ def test_failed_are_the_current_dpus_in_error_not_those_replaced() -> None:
     state = run_state()
     state.deleted("d0", "d0-u1", "node-h-device-d0", "deleted")
     assert state.failed(dpf(in_error(0), in_error(1))) == [in_error(1)]
-    assert state.changes == ["deleted DPU node-h-device-d0 (uid d0-u1): deleted"]
+    assert state.changes == ["deleted DPU node-h-device-d0 (uid d0-u1)"]
 
 
 # -- the reboot DPF asks for ---------------------------------------------------------------------

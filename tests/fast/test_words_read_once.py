@@ -7,17 +7,26 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+import httpx
+import pytest
+from fake_bmc_support import ACCESS, ENV
 from temporalio.exceptions import ApplicationError
 
 from activities.redfish.power import with_step
-from contracts.errors import BMCAuthenticationFailed
-from contracts.models.campaign import FailureBudget
+from contracts.errors import BMCAuthenticationFailed, BMCUnavailable
+from contracts.models.campaign import FailureBudget, HostSelection
 from contracts.models.campaign_progress import DeploymentChange
+from contracts.models.host import HostOperationInput, HostOperationKind
+from contracts.models.redfish import PowerCycleInput
+from drivers.credentials import CredentialResolver
+from drivers.redfish.client import RedfishClient
+from drivers.redfish.powercycle import PowerCycle
 from metalflow.cli.campaign import list_lines
 from metalflow.cli.campaign_schedule import noted
-from metalflow.hosts import describe_operation, waiting_words
+from metalflow.hosts import _summary, describe_operation, waiting_words
 from metalflow.runtime.worker import _ExpectedFailureInOneLine
 from workflows.campaign import plan
+from workflows.host_operation.state import HostOperationState
 
 REASON = "the BMC of host-002 rejected the credentials (BMCAuthenticationFailed: ... 401 NoValidSession)"
 AT = datetime(2026, 11, 29, 6, 30, 5, tzinfo=UTC)
@@ -42,13 +51,13 @@ def test_one_host_is_one_host() -> None:
     assert plan.describe_budget(FailureBudget(max_percent=10), 3, 100).endswith("(10% of 100 hosts)")
 
 
-def test_campaign_list_has_a_header_and_says_completed_once() -> None:
+def test_campaign_list_has_a_header_and_shows_every_phase() -> None:
     lines = list_lines(
         [("campaign/a", "completed", "completed", AT), ("campaign/b", "completed", "aborted", AT)]
     )
     assert lines == [
         "CAMPAIGN\tRUN\tPHASE\tSTARTED",
-        "campaign/a\tcompleted\t-\t2026-11-29T06:30:05Z",
+        "campaign/a\tcompleted\tcompleted\t2026-11-29T06:30:05Z",  # a phase, not `-` (attack on main)
         "campaign/b\tcompleted\taborted\t2026-11-29T06:30:05Z",
     ]
 
@@ -115,3 +124,50 @@ def test_an_expected_failure_passed_on_as_a_plain_application_error_is_one_line_
     kept = logging.LogRecord("temporalio.activity", logging.WARNING, __file__, 1, "failed", None, (
         ApplicationError, retried, None))  # fmt: skip
     assert _ExpectedFailureInOneLine().filter(kept) and kept.exc_info is not None
+
+
+def test_a_removal_without_a_reboot_says_no_none() -> None:
+    """`remove/host-001 completed (boot_generation None, ...)` leaked Python's None."""
+    said = _summary({"reboots": 0, "boot_generation": None, "removed": ["host-001-dpu-0"]})
+    assert said == "completed (reboots 0, removed host-001-dpu-0)", said
+    assert _summary({"boot_generation": 3}) == "completed (boot_generation 3)"
+
+
+def test_a_deleted_dpu_is_said_deleted_once() -> None:
+    """`deleted DPU ... (uid ...): deleted` said it twice."""
+    request = HostOperationInput.model_construct(host_id="host-001", kind=HostOperationKind.REPROVISION)
+    state = HostOperationState.start(request, AT)
+    state.deleted("dpu-0", "u-1", "host-001-dpu-0", "deleted")
+    state.deleted("dpu-1", "u-2", "host-001-dpu-1", "already deleting")
+    assert state.changes == [
+        "deleted DPU host-001-dpu-0 (uid u-1)",
+        "deleted DPU host-001-dpu-1 (uid u-2): already deleting",
+    ]
+
+
+def test_one_listed_host_is_one_listed_host() -> None:
+    """`campaign plan` said `reprovision on 1 listed hosts`."""
+    assert HostSelection(hosts=["host-001"]).describe() == "1 listed host"
+    assert HostSelection(hosts=["host-001", "host-002"]).describe() == "2 listed hosts"
+
+
+async def test_an_unreachable_bmc_is_not_called_busy() -> None:
+    """The worker log called a BMC it could not reach "BMC busy (... cannot reach ...)"."""
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    said: list[str] = []
+    client = RedfishClient(CredentialResolver(env=ENV), transport=httpx.MockTransport(refuse))
+    request = PowerCycleInput(
+        bmc=ACCESS, boot_generation=1, requested_at=AT, timeout_seconds=0.01, power_down_wait_seconds=0
+    )
+    with pytest.raises(BMCUnavailable):
+        async with client.connect(ACCESS) as connection:
+            cycle = PowerCycle(
+                connection, request, None, persist=lambda _: None, flush_seconds=0, on_step=said.append
+            )
+            await cycle.run()
+    await client.aclose()
+    retried = [line for line in said if "cannot reach" in line]
+    assert retried and all(line.startswith("BMC unavailable (") for line in retried), said

@@ -147,7 +147,8 @@ class HostOperationState:
     def deleted(self, dpu_id: str, uid: str, name: str, detail: str) -> None:
         """This run deleted DPU `dpu_id` (object `uid`) so DPF recreates it."""
         self.replaced[dpu_id] = uid
-        self.changes.append(f"deleted DPU {name} (uid {uid}): {detail}")
+        more = "" if detail == "deleted" else f": {detail}"  # the delete's own word, said once
+        self.changes.append(f"deleted DPU {name} (uid {uid}){more}")
 
     # -- DPF's state, as the operation means it -------------------------------------------------
     def current(self, dpf: HostDPFState, dpu_id: str) -> DPUState | None:
