@@ -5,7 +5,8 @@ the host On during its power-down (workflows/host_reboot/failure.py), the power 
 found powered by someone else just before a reboot (its first read against the entity's last
 reading), and the reads of a long power-down wait (workflows/host_reboot/failure.py); the
 reading handed to every operation's first reboot (workflows/host/state.py,
-workflows/parts/reboot_rounds.py)."""
+workflows/parts/reboot_rounds.py); the baseline an operation's end leaves, the power it left the
+host in as of its end (workflows/host/power_rest.py `after_operation`)."""
 
 from __future__ import annotations
 
