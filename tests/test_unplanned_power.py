@@ -19,6 +19,9 @@ played by the simulated BMC (simulators/redfish/BEHAVIOUR.md F6, F7), is noticed
   never told. Now the entity's status, its memo and an `UnplannedPower` Event say it; and the
   same for an operation's reboot (`host reset --host`; a reprovision, provision and firmware run
   hand the reading the same way), which before was never handed the entity's reading.
+- The same Off a moment after a reboot of ours ended: the reboot left the host On, as of its end,
+  and that is the watch's baseline, so its next reading (Off) is told. Before, the first reading
+  after the reboot became the baseline: an Off in between was never told.
 - F6's On during a long power-down wait (300 s) that the reboot spends on its own timer: read
   every `power_down_read_seconds` (2 s here), the On ends the wait at once, decided as above.
   Before, the reboot said "Off, On in N s" until the single timer ended, 300 s later. Without
@@ -70,6 +73,7 @@ HOST = "upw-002"  # DEFAULT_ROTATION[1]: `no-powercycle`, cycled by ForceOff, th
 AT_REST = "upw-001"
 FOUND = "upw-003"  # DEFAULT_ROTATION[2]: `task-monitor`; rebooted through its entity
 FOUND_BY_RESET = "upw-004"  # DEFAULT_ROTATION[3]: `etag-required`; reset (`--host`) through its entity
+AFTER_OURS = "upw-005"  # DEFAULT_ROTATION[4]: `reset-cooldown`; rebooted, then Off by hand at once
 FOUND_BY_REPROVISION = "upw-006"  # DEFAULT_ROTATION[0]: `powercycle`; reprovisioned through its entity
 POLICY = FAST_POLICY.model_copy(update={"power_down_wait_seconds": 5.0})  # > the 3 s hand-back
 
@@ -316,6 +320,42 @@ async def test_a_host_found_off_just_before_an_operations_reboot_is_told_too(
 
     told = await found_off_before(client, task_queue, site, FOUND_BY_RESET, reset)
     assert "no power action of metalflow since" in told, told
+
+
+async def test_an_off_just_after_our_reboot_ended_is_told_not_taken_as_the_baseline(
+    client: Client, task_queue: str, site: RunningSim
+) -> None:
+    entities = HostEntityClient(client, task_queue)
+    async with emitting_worker(client, task_queue, site):
+        # Readings 6 s apart: the Off lands after the reboot's end, before the next reading.
+        await entities.ensure(
+            HostWorkflowInput(host_id=AFTER_OURS, power_watch_seconds=6.0, policy=FAST_POLICY)
+        )
+        handle = entities.handle(AFTER_OURS)
+        await entities.update(AFTER_OURS, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
+        for _ in range(600):
+            status = await entities.status(AFTER_OURS)
+            if status is not None and status.current is None and status.recent:
+                break
+            await asyncio.sleep(0.05)
+        assert status is not None and status.recent[-1].outcome == "completed", status
+        for _ in range(100):  # a ForceOff by hand, now (once the host is out of its transition)
+            if bmc_fault(site, AFTER_OURS, "power-off-at-rest").is_success:
+                break
+            await asyncio.sleep(0.05)
+        for _ in range(150):
+            status = await entities.status(AFTER_OURS)
+            if status is not None and status.unplanned_power:
+                break
+            await asyncio.sleep(0.1)
+        assert status is not None and f"{AFTER_OURS} went On -> Off" in status.unplanned_power, status
+        assert (await (await handle.describe()).memo()).get("unplanned_power") == status.unplanned_power
+        for _ in range(100):  # the Event is written in the background
+            if any("went On -> Off" in note for note in unplanned_events(site, AFTER_OURS)):
+                break
+            await asyncio.sleep(0.1)
+        assert any("went On -> Off" in note for note in unplanned_events(site, AFTER_OURS))
+        await handle.terminate("test done")
 
 
 async def test_a_host_found_off_just_before_a_reprovisions_reboot_is_told(

@@ -5,7 +5,8 @@ the host On during its power-down (workflows/host_reboot/failure.py), the power 
 found powered by someone else just before a reboot (its first read against the entity's last
 reading), and the reads of a long power-down wait (workflows/host_reboot/failure.py); the
 reading handed to every operation's first reboot (workflows/host/state.py,
-workflows/parts/reboot_rounds.py)."""
+workflows/parts/reboot_rounds.py); the baseline an operation's end leaves, the power it left the
+host in as of its end (workflows/host/power_rest.py `after_operation`)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,14 @@ from contracts.models.host import (
 )
 from contracts.models.power_watch import PowerAtRest
 from metalflow.runtime.events import describe
-from workflows.host.power_rest import after_reading, baseline, forget_baseline, unplanned_at_rest
+from workflows.host.power_rest import (
+    after_operation,
+    after_reading,
+    baseline,
+    forget_baseline,
+    left_by_operation,
+    unplanned_at_rest,
+)
 from workflows.host.state import HostEntityState
 from workflows.host_reboot.failure import (
     bmc_failure_reason,
@@ -49,6 +57,7 @@ from workflows.parts.reboot_rounds import joined_unplanned, with_reading
 
 T0 = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=15)
+T2 = T1 + timedelta(minutes=5)
 RESET = T0 - timedelta(days=1)
 
 
@@ -171,11 +180,14 @@ def test_the_entity_hands_its_baseline_to_a_reboot_and_shows_what_the_reboot_fou
     read = state.child_input(reboot)
     assert isinstance(read, HostRebootInput) and read.power_before is not None
     assert read.power_before.power_state == "On" and read.power_before.read_at == T0
-    state.finish(reboot, "completed", T1)
+    state.started(reboot, T1)
+    state.reached(1)
+    state.finish(reboot, "completed", T2)
     assert state.found_unplanned("") is False and state.status().unplanned_power == ""
     assert state.found_unplanned("unplanned power: h1 was found Off by someone else ...") is True
     assert state.status().unplanned_power == "unplanned power: h1 was found Off by someone else ..."
-    assert baseline(state.power) is None  # the reboot's own On: no baseline until read again
+    after = baseline(state.power)  # the reboot's own On, as of its end: the next reading's baseline
+    assert after is not None and (after.power_state, after.read_at) == ("On", T2)
 
 
 @pytest.mark.parametrize(
@@ -223,6 +235,73 @@ def test_maintenance_forgets_the_baseline_a_persons_power_actions_are_expected()
     assert baseline(state.power) is not None
     state.set_maintenance(MaintenanceRequest(on=True, reason="fan", requested_by="bob"), T1)
     assert baseline(state.power) is None  # no Off of theirs taken for someone else's later
+
+
+# -- an operation's end: the power it left the host in is the baseline ----------------------------
+
+LEFT_OFF = "failed: power-on refused; the host h1 is OFF: power it on and `metalflow host retry h1`"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "cycled", "left"),
+    [
+        ("completed", True, "On"),  # its cycle ended On (a power-on that succeeded, or a read of On)
+        (LEFT_OFF, True, "Off"),
+        (LEFT_OFF, False, "Off"),
+        ("aborted by bob: stop; " + LEFT_OFF[8:], False, "Off"),
+        ("completed", False, ""),  # never powered the host (a removal): as before it
+        ("failed: BMC unreachable", False, None),  # unknown: the next reading is the baseline
+        ("failed: DPF timed out", True, None),
+        ("aborted by bob: stop", True, None),
+        ("terminated", False, None),
+    ],
+)
+def test_what_an_ended_operation_left_the_host_in_is_read_from_its_end_alone(
+    outcome: str, cycled: bool, left: str | None
+) -> None:
+    assert left_by_operation(outcome, cycled) == left
+
+
+def test_an_off_just_after_our_reboot_ended_is_someone_elses_not_the_new_baseline() -> None:
+    """The attack: `host reboot --wait` completed, a ForceOff by hand a second later; the watch's
+    next reading (Off) was taken as the baseline and never told."""
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=30))
+    reboot = state.record_request(REBOOT, OperationRequest(requested_by="alice"), T0)
+    state.approve_at_once(reboot)
+    state.started(reboot, T0)
+    state.reached(1)
+    state.finish(reboot, "completed", T1)
+    state.power, words = after_reading("h1", state.power, "Off", None, T1 + timedelta(seconds=30))
+    assert words is not None and "went On -> Off" in words and f"between {T1:%Y-%m-%dT%H:%M:%S}" in words
+
+
+def test_a_host_our_run_left_off_turned_on_by_someone_else_is_told() -> None:
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=30))
+    state.power, _ = after_reading("h1", None, "On", RESET, T0)
+    reset = state.record_request(RESET_REQUEST, ResetRequest(requested_by="a", target=ResetTarget.HOST), T0)
+    state.approve_at_once(reset)
+    state.started(reset, T0)
+    state.finish(reset, LEFT_OFF, T1)
+    assert state.power is not None and (state.power.power_state, state.power.read_at) == ("Off", T1)
+    _, words = after_reading("h1", state.power, "On", RESET, T2)
+    assert words is not None and "went Off -> On" in words
+
+
+def test_a_run_that_never_powered_the_host_keeps_the_baseline_before_it() -> None:
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=30))
+    state.power, _ = after_reading("h1", None, "On", RESET, T0)
+    before = state.power
+    withdrawn = state.record_request(REBOOT, OperationRequest(requested_by="alice"), T0)
+    state.finish(withdrawn, "withdrawn by alice", T1)  # never started
+    assert state.power == before
+    assert after_operation(before, "completed", True, False, T2) == before  # no cycle (a removal)
+    assert after_operation(None, "completed", True, False, T2) is None  # none before: none after
+    told = before.model_copy(update={"unplanned": "unplanned power: h1 went On -> Off ..."})
+    unknown = after_operation(told, "failed: BMC unreachable", True, True, T2)
+    assert unknown == forget_baseline(told)  # the next reading is the baseline
+    on = after_operation(told, "completed", True, True, T2)
+    assert on is not None and on.unplanned == told.unplanned  # what was told stays shown
+    assert (on.power_state, on.last_reset_time, on.read_at) == ("On", None, T2)
 
 
 # -- during the power-down wait: a bounded read interval ------------------------------------------

@@ -5,9 +5,16 @@ The entity reads the host's power every `HostWorkflowInput.power_watch_seconds` 
 operation runs and the host is not in maintenance (a person's work there is expected to power it).
 Each reading is compared with the one before (`unplanned_at_rest`): `PowerState` changed (On to
 Off, Off to On), or `LastResetTime` moved while it stayed On (a reset), is a power change nobody
-here made, since no operation of ours ran in between: an operation's end forgets the baseline
-(`forget_baseline`), so its own Off and On are never taken for someone else's; so does the start
-of a maintenance (a person's power actions there are expected, and not read).
+here made, since no operation of ours ran in between. At an operation's end the baseline is the
+power the operation left the host in, as of its end (`after_operation`), never the next reading
+(an Off by someone else just after our cycle would become the baseline, unseen): a run whose
+outcome says the host is OFF (`HOST_IS_OFF`, workflows/parts/host_power.py) leaves it Off; one
+that completed having cycled the host (a boot generation reached: its power-on succeeded or its
+read showed On, `PowerCustody.seen_on`) leaves it On; one that completed without powering the
+host keeps the baseline before it (None stays None); any other end (failed, aborted, terminated
+without saying OFF) is unknown: the baseline is forgotten (`forget_baseline`) and the next reading
+is one. The start of a maintenance forgets it too (a person's power actions there are expected,
+and not read). No BMC request: the operation's own end says it.
 
 A reboot the entity starts is handed the baseline (`baseline`): its first BMC read that differs
 is someone else's power action just before it began (`workflows/host_reboot/failure.py`); what an
@@ -20,6 +27,9 @@ from datetime import datetime
 
 from contracts.models.power_watch import PowerAtRest
 from contracts.wording import iso_z
+from workflows.parts.host_power import HOST_IS_OFF
+
+COMPLETED = "completed"  # the entity's outcome of an operation that ended as planned
 
 
 def unplanned_at_rest(
@@ -71,3 +81,30 @@ def forget_baseline(power: PowerAtRest | None) -> PowerAtRest | None:
     """After an operation of ours: the next reading is a new baseline (the last unplanned change
     is still shown)."""
     return None if power is None else power.model_copy(update={"power_state": "", "read_at": None})
+
+
+def left_by_operation(outcome: str, cycled: bool) -> str | None:
+    """The host's power an ended operation left, from its end alone: "Off" (its outcome says the
+    host is OFF), "On" (it completed having reached a new boot generation: its cycle ended On), ""
+    (it completed without powering the host: the power is as before it), None (unknown)."""
+    if HOST_IS_OFF in outcome:
+        return "Off"
+    if outcome != COMPLETED:
+        return None
+    return "On" if cycled else ""
+
+
+def after_operation(
+    power: PowerAtRest | None, outcome: str, ran: bool, cycled: bool, now: datetime
+) -> PowerAtRest | None:
+    """The baseline after an operation of ours ended at `now` with `outcome` (`ran`: it started;
+    `cycled`: it reached a new boot generation): the power it left the host in as of its end
+    (`left_by_operation`), the baseline before it (it never started, or never powered the host),
+    or none (unknown: the next reading is one). The last unplanned change told is kept always."""
+    left = left_by_operation(outcome, cycled) if ran else ""
+    if left == "":
+        return power
+    if left is None:
+        return forget_baseline(power)
+    told = power.unplanned if power is not None else ""
+    return PowerAtRest(power_state=left, read_at=now, unplanned=told)

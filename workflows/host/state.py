@@ -64,7 +64,7 @@ from contracts.models.host import (
 from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
 from workflows.host.maintenance_rules import maintenance_refusal, maintenance_words
-from workflows.host.power_rest import baseline, forget_baseline, found_by_operation
+from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
 from workflows.parts.host_power import HOST_IS_OFF
@@ -101,6 +101,8 @@ class HostEntityState(HostEntityMemory, KnownVersions):
     """The entity of one host: its memory, and its rules over it (see the module docstring)."""
 
     _start: HostWorkflowInput = PrivateAttr()  # the run's input: the host, its policy, the window
+    # The ending operation reached a new boot generation (`reached`, then `finish`, in one step)
+    _cycled: bool = PrivateAttr(default=False)
 
     @classmethod
     def of(cls, start: HostWorkflowInput) -> HostEntityState:
@@ -439,7 +441,9 @@ class HostEntityState(HostEntityMemory, KnownVersions):
     def reached(self, generation: int | None) -> None:
         """The boot generation an operation reported, however it ended (a failed or aborted
         one's power cycles count too): `boot_generation.generation_after`, the one rule."""
-        self.boot_generation = generation_after(self.boot_generation, generation)
+        before = self.boot_generation
+        self.boot_generation = generation_after(before, generation)
+        self._cycled = self.boot_generation > before
 
     def finish(
         self, current: PendingOperation, outcome: str, now: datetime, *, deletes_sent: bool = False
@@ -453,7 +457,8 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None
-        self.power = forget_baseline(self.power)  # its own Off and On are no one else's (power_rest.py)
+        ran = current.record.started_at is not None  # the power it left, as of its end (power_rest.py)
+        self.power, self._cycled = after_operation(self.power, outcome, ran, self._cycled, now), False
 
     def found_unplanned(self, words: str) -> bool:
         """An ended operation's result said a power change nobody here made (`unplanned_power`):
