@@ -147,10 +147,11 @@ async def test_a_request_whose_dpu_is_ready_again_is_withdrawn_and_approve_says_
             idle = await eventually(lambda: entity_status(entity), lambda s: s.current is None)
             why = f"{dpu} is Ready again: the reprovision is no longer needed"
             assert idle.recent[-1].outcome == f"withdrawn by {monitor_id}: {why}"
-            shown = await status_of(monitor)
-            assert shown.requests[-1] == (
-                f"{dpu}: withdrawn: reprovision withdrawn by {monitor_id}: {why}; nothing started"
-            )
+            # The monitor records its withdrawal when the entity's answer reaches it: after the
+            # entity went idle, not with it (a full run under load read it in between).
+            withdrawn = f"{dpu}: withdrawn: reprovision withdrawn by {monitor_id}: {why}; nothing started"
+            shown = await eventually(lambda: status_of(monitor), lambda s: s.requests[-1] == withdrawn)
+            assert shown.requests[-1] == withdrawn
 
             approved = await metalflow(local_env, "approve", host, "--by", "c", "--task-queue", task_queue)
             assert approved.status == 1, approved.stdout
