@@ -285,6 +285,14 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
             shown = await _until(local_env, host, _ended, "ended the reboot")
             status = await metalflow(local_env, "host", "status", host)
             listed = await metalflow(local_env, "host", "list")
+            # A later run that never touches the host's power (a reset of one DPU's Arm), aborted
+            # at once or completed first: before, it said "the host is on" (aborted) or simply
+            # ended (completed), and the host's mark and WARNING were gone, the BMC still Off.
+            await _asked(local_env, task_queue, "alice@test", "host", "reset", host, "--dpu", f"{host}-dpu-0")
+            await metalflow(local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue)
+            later = await _until(local_env, host, _ended, "ended the DPU reset")
+            status_after = await metalflow(local_env, "host", "status", host)
+            listed_after = await metalflow(local_env, "host", "list")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert "not rebooted by metalflow" not in outcome, outcome
         assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
@@ -295,6 +303,16 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
         # ... and in `host list`, from the same words (the entity's memo; no BMC read).
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout
+        # ... and no later run's end wipes it unless that run powered the host on or saw it On.
+        dpu_reset = later["host"]["recent"][-1]
+        assert dpu_reset["workflow_id"].startswith("reset/"), dpu_reset
+        assert "the host is on" not in dpu_reset["outcome"], dpu_reset
+        if dpu_reset["outcome"] != "completed":
+            assert "host power not touched by this run" in dpu_reset["outcome"], dpu_reset
+        warned = f"WARNING          the host is OFF as far as reboot/{host}/"
+        assert warned in status_after.stdout, status_after.stdout
+        row = next(line for line in listed_after.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed_after.stdout
 
 
 async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_takes_retry(

@@ -67,7 +67,7 @@ from workflows.host.maintenance_rules import maintenance_refusal, maintenance_wo
 from workflows.host.power_rest import baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
-from workflows.parts.host_power import HOST_IS_OFF
+from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
 
 RECENT_LIMIT: Final = 20
 IDLE: Final = "idle"
@@ -439,7 +439,10 @@ class HostEntityState(HostEntityMemory, KnownVersions):
     def reached(self, generation: int | None) -> None:
         """The boot generation an operation reported, however it ended (a failed or aborted
         one's power cycles count too): `boot_generation.generation_after`, the one rule."""
-        self.boot_generation = generation_after(self.boot_generation, generation)
+        before = self.boot_generation
+        self.boot_generation = generation_after(before, generation)
+        if self.boot_generation > before:  # it booted: it was On (`finish`, next, reads the words)
+            self.left_off_by = ""
 
     def finish(
         self, current: PendingOperation, outcome: str, now: datetime, *, deletes_sent: bool = False
@@ -453,6 +456,10 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None
+        if HOST_IS_OFF in outcome:
+            self.left_off_by = current.record.workflow_id
+        elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
+            self.left_off_by = ""
         self.power = forget_baseline(self.power)  # its own Off and On are no one else's (power_rest.py)
 
     def found_unplanned(self, words: str) -> bool:
@@ -504,12 +511,12 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         )
 
     def left_off(self) -> str | None:
-        """The run whose final words say it left the host OFF (`workflows/parts/host_power.py`),
-        while the host is idle after it: `host status` warns of it and `host list` marks it (the
-        memo entry `names.LEFT_OFF_MEMO`), from those words alone, no BMC read. The next run's
-        end is the next word on the host's power."""
-        if self.current is None and self.recent and HOST_IS_OFF in self.recent[-1].outcome:
-            return self.recent[-1].workflow_id
+        """The run whose final words said it left the host OFF (`workflows/parts/host_power.py`),
+        while the host is idle: `host status` warns of it and `host list` marks it (the memo entry
+        `names.LEFT_OFF_MEMO`), from runs' words alone, no BMC read. Cleared by a run that says
+        the host is on or reached a boot generation, not by any run's end (`finish`, `reached`)."""
+        if self.current is None and self.left_off_by:
+            return self.left_off_by
         return None
 
     def show(self, phase: str, now: datetime) -> datetime:
@@ -532,6 +539,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
             approval_expires_at=self.approval_expires_at(),
             maintenance=self.maintenance,
             unplanned_power=self.power.unplanned if self.power else "",
+            left_off_by=self.left_off_by,
         )
 
     def approval_expires_at(self) -> datetime | None:
