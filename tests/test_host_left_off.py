@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 from cli_support import Result, metalflow, shown_state
 from host_operation_support import reset_by_hand, worker_for
 from module_site_support import ModuleSite
@@ -35,11 +36,12 @@ CANCELLED_RESET = "off-003"
 REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
 FIRMWARE_ABORTED, REPROVISION_HOST, CANCELLED_HOST = "off-022", "off-027", "off-032"
 CANCELLED_HOST_RESET, CANCELLED_STILL_OFF = "off-037", "off-042"
+REPROVISION_ABORTED, REPROVISION_CANCELLED = "off-047", "off-052"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
 
-SITE = ModuleSite("off", hosts=42, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite("off", hosts=52, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
 
 
@@ -390,6 +392,36 @@ async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_reboot
             shown = await _until(local_env, host, _ended, "ended the reprovision", seconds=60)
         assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
         assert _power(sim, host)[-1][0] == "On"
+
+
+@pytest.mark.parametrize("how", ["abort", "cancel"])
+async def test_a_reprovision_ended_while_its_reboot_left_the_host_off_says_the_host_is_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str, how: str
+) -> None:
+    """An attack found it: a reprovision waiting for a person with the host OFF, then aborted
+    (`host abort`) or cancelled (`temporal workflow cancel`), ended saying `Generation reached N.
+    Changed by this run: ...` and nothing about power: `host list` showed plain `idle`. Now its
+    end says the host is OFF (a cancel ends failed `HostLeftOff`), and the entity marks it."""
+    host = REPROVISION_ABORTED if how == "abort" else REPROVISION_CANCELLED
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
+        async with worker_for(local_env.client, task_queue, sim):
+            wait = ("--power-down-wait", "1")
+            await _asked(local_env, task_queue, "alice@test", "host", "reprovision", host, *wait)
+            shown = await _until(local_env, host, _handed_over, "said the host is OFF", seconds=60)
+            if how == "abort":
+                await _asked(local_env, task_queue, "bob@test", "host", "abort", host)
+            else:
+                await local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"]).cancel()
+            shown = await _until(local_env, host, _ended, "ended the reprovision")
+            listed = await metalflow(local_env, "host", "list")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        begins = "aborted by bob@test: " if how == "abort" else "failed: HostLeftOff: cancelled "
+        assert outcome.startswith(begins), outcome
+        assert "Changed by this run: " in outcome, outcome
+        assert f"its reboot ended with the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed.stdout
 
 
 async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_takes_it(
