@@ -36,12 +36,12 @@ CANCELLED_RESET = "off-003"
 REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
 FIRMWARE_ABORTED, REPROVISION_HOST, CANCELLED_HOST = "off-022", "off-027", "off-032"
 CANCELLED_HOST_RESET, CANCELLED_STILL_OFF = "off-037", "off-042"
-REPROVISION_ABORTED, REPROVISION_CANCELLED = "off-047", "off-052"
+REPROVISION_ABORTED, REPROVISION_CANCELLED, FIRMWARE_CANCELLED = "off-047", "off-052", "off-057"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
 
-SITE = ModuleSite("off", hosts=52, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite("off", hosts=57, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
 
 
@@ -367,6 +367,32 @@ async def test_a_firmware_run_whose_reboot_waits_with_the_host_off_can_be_aborte
 async def _power_on_by_hand(sim: RunningSim, host_id: str) -> None:
     """What the person the status spoke to does: On at the BMC (the next test starts with it On)."""
     await reset_by_hand(sim, host_id, "On")
+
+
+async def test_a_firmware_run_cancelled_while_its_reboot_waits_with_the_host_off_cancels_that_reboot(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """An attack found it: `temporal workflow cancel` of a firmware run whose reboot waited in
+    manual-intervention-required with the host OFF left that reboot running, unreachable by
+    `host retry`/`abort` ("no operation in flight"), the entity saying `aborted`, no warning.
+    Now the cancel reaches the reboot (it tries On afresh, refused) and waits for it; the
+    firmware run ends failed `HostLeftOff` saying the host is OFF, and the entity marks it."""
+    host = FIRMWARE_CANCELLED
+    reboot = f"reboot/{host}/generation-1"
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
+        async with worker_for(local_env.client, task_queue, sim):
+            await _firmware_until_its_reboot_says_off(local_env, host, reboot, task_queue)
+            await local_env.client.get_workflow_handle(f"firmware/{host}").cancel()
+            shown = await _until(local_env, host, _ended, "ended the firmware run")
+            described = await local_env.client.get_workflow_handle(reboot).describe()
+            listed = await metalflow(local_env, "host", "list")
+        assert described.status is not None and described.status.name != "RUNNING", described.status
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
+        assert f"ended with the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed.stdout
 
 
 async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_rebooted_only_retry(
