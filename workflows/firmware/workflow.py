@@ -35,8 +35,8 @@ operations share (`workflows/parts/reboot_rounds.py`), abandoned rather than can
 run's close; a cancel of this run asks the reboot to cancel (the reboot's own cancel path powers
 a host it turned off on afresh, or says it is OFF) and waits for it (`_cancel_the_reboot`), so
 no reboot is left waiting for a person nobody can reach; a host left OFF ends this run failed
-`HostLeftOff`, saying so. Every early end goes through the kernel's `to_the_end`: the cleanup stops the stages and
-says what is left (`Left behind: ...`).
+`HostLeftOff`, saying so. Every early end goes through the kernel's `to_the_end`: the cleanup
+stops the stages and says what is left (`Left behind: ...`).
 
 Cost per host and worst-case history: up to `MAX_PARALLEL_STAGES` activity slots while
 staging, none while waiting for DPF (the site watch signals each change); about 80 events in
