@@ -41,7 +41,7 @@ async def test_a_reset_ended_by_rejected_credentials_says_so_and_what_it_had_don
     cause = "BMCAuthenticationFailed: "
     # The reset reads every chosen DPU's BMC before it sends anything (issue 36 point 1): the
     # second DPU's rejected credentials end it there, nothing reset, the host never turned off.
-    done = "Done: nothing was reset; the host is on"
+    done = "Done: nothing was reset; host power not touched by this run"
     async with worker_for(local_env.client, task_queue, sim):
         followed = await metalflow(
             local_env, "host", "reset", HOST, "--all-dpus", "--full", "--wait", "--by", "alice@test",

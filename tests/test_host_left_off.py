@@ -17,6 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 from cli_support import Result, metalflow, shown_state
 from host_operation_support import reset_by_hand, worker_for
 from module_site_support import ModuleSite
@@ -35,11 +36,12 @@ CANCELLED_RESET = "off-003"
 REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off-012", "off-017"
 FIRMWARE_ABORTED, REPROVISION_HOST, CANCELLED_HOST = "off-022", "off-027", "off-032"
 CANCELLED_HOST_RESET, CANCELLED_STILL_OFF = "off-037", "off-042"
+REPROVISION_ABORTED, REPROVISION_CANCELLED, FIRMWARE_CANCELLED = "off-047", "off-052", "off-057"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
 
-SITE = ModuleSite("off", hosts=42, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite("off", hosts=57, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
 
 
@@ -285,6 +287,14 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
             shown = await _until(local_env, host, _ended, "ended the reboot")
             status = await metalflow(local_env, "host", "status", host)
             listed = await metalflow(local_env, "host", "list")
+            # A later run that never touches the host's power (a reset of one DPU's Arm), aborted
+            # at once or completed first: before, it said "the host is on" (aborted) or simply
+            # ended (completed), and the host's mark and WARNING were gone, the BMC still Off.
+            await _asked(local_env, task_queue, "alice@test", "host", "reset", host, "--dpu", f"{host}-dpu-0")
+            await metalflow(local_env, "host", "abort", host, "--by", "bob@test", "--task-queue", task_queue)
+            later = await _until(local_env, host, _ended, "ended the DPU reset")
+            status_after = await metalflow(local_env, "host", "status", host)
+            listed_after = await metalflow(local_env, "host", "list")
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert "not rebooted by metalflow" not in outcome, outcome
         assert f"the host {host} is OFF: metalflow turned it off" in outcome, outcome
@@ -295,6 +305,16 @@ async def test_a_reboot_aborted_with_the_host_off_says_the_host_is_off(
         # ... and in `host list`, from the same words (the entity's memo; no BMC read).
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout
+        # ... and no later run's end wipes it unless that run powered the host on or saw it On.
+        dpu_reset = later["host"]["recent"][-1]
+        assert dpu_reset["workflow_id"].startswith("reset/"), dpu_reset
+        assert "the host is on" not in dpu_reset["outcome"], dpu_reset
+        if dpu_reset["outcome"] != "completed":
+            assert "host power not touched by this run" in dpu_reset["outcome"], dpu_reset
+        warned = f"WARNING          the host is OFF as far as reboot/{host}/"
+        assert warned in status_after.stdout, status_after.stdout
+        row = next(line for line in listed_after.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed_after.stdout
 
 
 async def test_a_firmware_run_whose_power_cycle_left_the_host_off_says_so_and_takes_retry(
@@ -349,6 +369,32 @@ async def _power_on_by_hand(sim: RunningSim, host_id: str) -> None:
     await reset_by_hand(sim, host_id, "On")
 
 
+async def test_a_firmware_run_cancelled_while_its_reboot_waits_with_the_host_off_cancels_that_reboot(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """An attack found it: `temporal workflow cancel` of a firmware run whose reboot waited in
+    manual-intervention-required with the host OFF left that reboot running, unreachable by
+    `host retry`/`abort` ("no operation in flight"), the entity saying `aborted`, no warning.
+    Now the cancel reaches the reboot (it tries On afresh, refused) and waits for it; the
+    firmware run ends failed `HostLeftOff` saying the host is OFF, and the entity marks it."""
+    host = FIRMWARE_CANCELLED
+    reboot = f"reboot/{host}/generation-1"
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
+        async with worker_for(local_env.client, task_queue, sim):
+            await _firmware_until_its_reboot_says_off(local_env, host, reboot, task_queue)
+            await local_env.client.get_workflow_handle(f"firmware/{host}").cancel()
+            shown = await _until(local_env, host, _ended, "ended the firmware run")
+            described = await local_env.client.get_workflow_handle(reboot).describe()
+            listed = await metalflow(local_env, "host", "list")
+        assert described.status is not None and described.status.name != "RUNNING", described.status
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert outcome.startswith("failed: HostLeftOff: cancelled (the workflow was cancelled). "), outcome
+        assert f"ended with the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed.stdout
+
+
 async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_rebooted_only_retry(
     local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 ) -> None:
@@ -372,6 +418,36 @@ async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_reboot
             shown = await _until(local_env, host, _ended, "ended the reprovision", seconds=60)
         assert shown["host"]["recent"][-1]["outcome"] == "completed", shown["host"]["recent"][-1]
         assert _power(sim, host)[-1][0] == "On"
+
+
+@pytest.mark.parametrize("how", ["abort", "cancel"])
+async def test_a_reprovision_ended_while_its_reboot_left_the_host_off_says_the_host_is_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str, how: str
+) -> None:
+    """An attack found it: a reprovision waiting for a person with the host OFF, then aborted
+    (`host abort`) or cancelled (`temporal workflow cancel`), ended saying `Generation reached N.
+    Changed by this run: ...` and nothing about power: `host list` showed plain `idle`. Now its
+    end says the host is OFF (a cancel ends failed `HostLeftOff`), and the entity marks it."""
+    host = REPROVISION_ABORTED if how == "abort" else REPROVISION_CANCELLED
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
+        async with worker_for(local_env.client, task_queue, sim):
+            wait = ("--power-down-wait", "1")
+            await _asked(local_env, task_queue, "alice@test", "host", "reprovision", host, *wait)
+            shown = await _until(local_env, host, _handed_over, "said the host is OFF", seconds=60)
+            if how == "abort":
+                await _asked(local_env, task_queue, "bob@test", "host", "abort", host)
+            else:
+                await local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"]).cancel()
+            shown = await _until(local_env, host, _ended, "ended the reprovision")
+            listed = await metalflow(local_env, "host", "list")
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        begins = "aborted by bob@test: " if how == "abort" else "failed: HostLeftOff: cancelled "
+        assert outcome.startswith(begins), outcome
+        assert "Changed by this run: " in outcome, outcome
+        assert f"its reboot ended with the host {host} is OFF: metalflow turned it off" in outcome, outcome
+        assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
+        row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " idle (host OFF) " in row, listed.stdout
 
 
 async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_takes_it(

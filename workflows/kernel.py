@@ -368,9 +368,10 @@ class Runbook:
         """For a failure that wraps the error an activity or a child raised (an `ActivityError`,
         a `ChildWorkflowError`): that error, its type, message and details, with what the run left
         (`left_behind`) after the message, so the run's failure reads e.g. "BMCCredentialsRejected:
-        the BMC of host-002-dpu-0 rejected the credentials. Done: nothing was reset; the host is
-        on". None for the run's own errors (an abort's included: they say it already), a cancel,
-        or a chain without an application error (a timeout: Temporal's words are the news)."""
+        the BMC of host-002-dpu-0 rejected the credentials. Done: nothing was reset; host power
+        not touched by this run". None for the run's own errors (an abort's included: they say it
+        already), a cancel, or a chain without an application error (a timeout: Temporal's words
+        are the news)."""
         if isinstance(err, ApplicationError | asyncio.CancelledError | CancelledError):
             return None
         found = first_application_error(err)

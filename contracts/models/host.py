@@ -484,6 +484,8 @@ class HostStatus(_Frozen):
     # The last power change metalflow did not cause ("" none): seen at rest by the power watch, or
     # by an operation's own reads (a reboot that found the host Off, or turned On by another actor).
     unplanned_power: str = ""
+    # The run whose outcome said it left the host OFF, no run having powered it on since ("" none).
+    left_off_by: str = ""
 
 
 EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest
@@ -517,6 +519,9 @@ class HostEntityMemory(BaseModel):
     removed_from_dpf: dict[str, str] = Field(default_factory=dict)
     maintenance: Maintenance | None = None  # `metalflow host maintenance`: None while not in it
     power: PowerAtRest | None = None  # read at rest every `power_watch_seconds` (None: never read)
+    # The run whose outcome said it left the host OFF, until a run's outcome says the host is on or a
+    # run reached a boot generation ("" none): a run that never touched the host's power clears nothing.
+    left_off_by: str = ""
 
 
 class HostWorkflowInput(_Frozen):

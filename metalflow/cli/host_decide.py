@@ -54,7 +54,7 @@ from metalflow.hosts import (
     operation_status,
     require_worker,
 )
-from workflows.host.state import WITHDRAW_REQUEST, what_abort_reaches
+from workflows.host.abort_rule import WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 PERSON_PHASES = (MANUAL_INTERVENTION_REQUIRED, "waiting-for-manual-reboot")  # a reboot waiting for a person

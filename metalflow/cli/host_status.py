@@ -76,11 +76,10 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     # power cycle leaves DPF waiting for a reboot): DPF is asked, and what needs a person is said.
     idle = status.current is None or status.current.outcome != "running"
     warnings = await idle_dpu_warnings(args.host) if idle else []
-    if idle and status.recent and HOST_IS_OFF in status.recent[-1].outcome:
-        last = status.recent[-1]  # the run's own words (workflows/parts/host_power.py): no BMC read here
+    if idle and status.left_off_by:  # a run's own words (workflows/parts/host_power.py): no BMC read here
         warnings.insert(
             0,
-            f"the host {HOST_IS_OFF} as far as {last.workflow_id} knows (its outcome says so): power it on "
+            f"the host {HOST_IS_OFF} as far as {status.left_off_by} knows (its outcome says so): power it on "
             f"(`metalflow bmc power {args.host} on`) or run an operation that does",
         )
     if args.json:

@@ -47,16 +47,9 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from contracts.models.removal import HostRemovalInput
+from workflows.host.abort_rule import ABORT_OPERATION, AWAITING_APPROVAL, WITHDRAW_REQUEST, what_abort_reaches
 from workflows.host.outcome import generation_reported, outcome_of
-from workflows.host.state import (
-    ABORT_OPERATION,
-    AWAITING_APPROVAL,
-    IDLE,
-    RECENT_LIMIT,
-    WITHDRAW_REQUEST,
-    HostEntityState,
-    what_abort_reaches,
-)
+from workflows.host.state import IDLE, RECENT_LIMIT, HostEntityState
 
 T0 = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
 HOST = "host-001"
@@ -684,18 +677,48 @@ test_the_entitys_safety_rules_hold_over_any_sequence = EntityRules.TestCase
 # -- a host its last run left OFF (`host list`'s mark, `host status`'s warning) -------------------
 
 
-def test_an_idle_host_its_last_run_left_off_is_marked_until_the_next_run_ends() -> None:
-    """`left_off()` (the memo `host list` reads) names the run whose outcome says the host is
-    OFF while the host is idle after it; not while another runs, and not once a later run ended."""
-    state = entity()
-    assert state.left_off() is None
-    request = ResetRequest(requested_by="alice", target=ResetTarget.HOST)
-    first = asked(state, RESET, request)
+def _left_off_by_a_reset(state: HostEntityState) -> None:
+    first = asked(state, RESET, ResetRequest(requested_by="alice", target=ResetTarget.HOST))
     state.started(first, T0)
     state.finish(first, f"aborted by bob: ...; the host {HOST} is OFF: metalflow turned it off", T0)
-    assert state.left_off() == f"reset/{HOST}"
+
+
+def test_an_idle_host_its_last_run_left_off_is_marked_until_a_run_powers_it_on() -> None:
+    """`left_off()` (the memo `host list` reads, the `status` query's `left_off_by`) names the
+    run whose outcome says the host is OFF while the host is idle; not while another runs, and
+    no longer once a later run reached a boot generation (the host booted: it was On)."""
+    state = entity()
+    assert state.left_off() is None and state.status().left_off_by == ""
+    _left_off_by_a_reset(state)
+    assert state.left_off() == f"reset/{HOST}" and state.status().left_off_by == f"reset/{HOST}"
+    request = ResetRequest(requested_by="alice", target=ResetTarget.HOST)
     second = asked(state, RESET, request, T0 + timedelta(minutes=1))
     assert state.left_off() is None  # an operation runs: its own status speaks
     state.started(second, T0 + timedelta(minutes=1))
+    state.reached(state.boot_generation + 1)
     state.finish(second, "completed", T0 + timedelta(minutes=2))
-    assert state.left_off() is None
+    assert state.left_off() is None and state.status().left_off_by == ""
+
+
+@pytest.mark.parametrize(
+    ("outcome", "cleared"),
+    [
+        ("aborted by alice: ... Done: nothing was reset; host power not touched by this run", False),
+        ("completed", False),  # a reset of DPUs only: no boot generation, no word on the host
+        ("failed: BMC h-dpu-0: 401. Done: nothing was reset; host power not touched by this run", False),
+        ("aborted by alice: ... Done: host host-001: generation 1 by ForceOff+On; the host is on", True),
+    ],
+)
+def test_only_a_run_that_says_the_host_is_on_clears_the_mark(outcome: str, cleared: bool) -> None:
+    """issue 40: an aborted `host reset --dpu` (it never touches the host's power) wiped the
+    mark of a host an earlier run left OFF: the BMC still said Off, `host list` said `idle`."""
+    state = entity()
+    _left_off_by_a_reset(state)
+    dpu_only = ResetRequest(requested_by="alice", target=ResetTarget.DPU, dpu_ids=(f"{HOST}-dpu-0",))
+    later = asked(state, RESET, dpu_only)
+    state.started(later, T0 + timedelta(minutes=1))
+    state.reached(state.boot_generation)  # no new generation
+    state.finish(later, outcome, T0 + timedelta(minutes=2))
+    assert state.left_off() == (None if cleared else f"reset/{HOST}")
+    revived = HostEntityState.model_validate(state.model_dump())  # continue-as-new carries it
+    assert revived.left_off_by == ("" if cleared else f"reset/{HOST}")

@@ -9,7 +9,9 @@ restart (the state rebuilt through the data converter, as a replay has it).
 At every step: a host off by the run's hand is being powered on with attempts left (never more
 than `POWER_ON_RETRY_DELAYS` + 1 blind attempts, none of them ms apart), or a person was told
 "the host ... is OFF" and offered `metalflow host retry` and `abort`; a run that ended left the
-host on or says in its final words that it is OFF; `host-rebooted` is taken only with the host On.
+host on or says in its final words that it is OFF, and says "the host is on" only if it touched
+the host's power or saw it On (a run that never did may follow one that left the host OFF);
+`host-rebooted` is taken only with the host On.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from contracts.errors import BMCAuthenticationFailed
 from workflows.host_reboot.failure import off_step
 from workflows.parts.host_power import (
     HOST_IS_OFF,
+    HOST_IS_ON,
+    POWER_NOT_TOUCHED,
     POWER_ON_RETRY_DELAYS,
     PowerCustody,
     may_end,
@@ -61,6 +65,7 @@ class HostPowerModel(RuleBasedStateMachine):
         self.delays: list[float] = []
         self.accepted_at_cancel: bool | None = None  # the BMC took the credentials when cancelled
         self.attempts_since_cancel = 0
+        self.powered = False  # the run sent the host a power action (or saw it On)
 
     # -- the world -----------------------------------------------------------------------------
     @rule()
@@ -81,7 +86,7 @@ class HostPowerModel(RuleBasedStateMachine):
     def force_off_sent(self) -> None:
         """ForceOff (a reset's, a reboot's cycle): a rotation right after it is the named fault."""
         self.custody.turned_off("ForceOff of the reset")
-        self.host_on = False
+        self.host_on, self.powered = False, True
         self.phase_words = "the DPUs reset with the host off"
 
     @precondition(lambda self: self.ended is None and self.custody.is_off and not self.custody.handed_over)
@@ -125,7 +130,7 @@ class HostPowerModel(RuleBasedStateMachine):
         """`host reset --host`: its reboot child turned the host off and spent its own attempts
         (it escalates `BMCRebootFailed` "is OFF"): the reset hands the host to a person."""
         self.custody.left_off_by("the ForceOff of its reboot to generation 2", REFUSED)
-        self.host_on = False
+        self.host_on, self.powered = False, True
         self.phase_words = self.custody.hand_over_words(then="the reset completes")
 
     @precondition(lambda self: self.ended is None and self.custody.handed_over)
@@ -154,6 +159,7 @@ class HostPowerModel(RuleBasedStateMachine):
 
     def _power_on(self) -> None:
         self.attempts_since_cancel += 1
+        self.powered = True
         if self.bmc_accepts:
             self.host_on = True
             self.custody.seen_on()
@@ -173,6 +179,8 @@ class HostPowerModel(RuleBasedStateMachine):
             assert may_end(self.custody, self.ended), f"ended with the host off, saying: {self.ended}"
             if not self.host_on:
                 assert HOST_IS_OFF in self.ended
+            if not self.powered:  # it knows nothing of the host's power: it claims nothing
+                assert HOST_IS_ON not in self.ended and POWER_NOT_TOUCHED in self.ended, self.ended
             return
         assert waits_rightly(self.custody, self.phase_words), (
             f"host off, refused {self.custody.refused}, showing: {self.phase_words}"
@@ -238,3 +246,15 @@ def test_a_failed_power_cycle_says_whether_it_may_have_left_the_host_off(step: s
     assert (carried.type, carried.message, carried.non_retryable) == (refused.type, refused.message, True)
     assert off_step(carried) == (step if off else None)
     assert off_step(refused) is None
+
+
+def test_a_run_that_never_touched_the_hosts_power_claims_nothing_of_it() -> None:
+    """An aborted `host reset --dpu` (issue 40) said `the host is on` of a host an earlier run
+    had left OFF, and the entity took it: a run that never powered the host on nor saw it On
+    says so, not that the host is on; `may_end` refuses the claim."""
+    custody = _restarted(PowerCustody(host_id=HOST))
+    assert custody.left() == POWER_NOT_TOUCHED and HOST_IS_ON not in custody.left()
+    assert not may_end(custody, f"aborted. Done: nothing was reset; {HOST_IS_ON}")
+    assert may_end(custody, f"aborted. Done: nothing was reset; {custody.left()}")
+    custody.seen_on()  # the BMC showed it On: now it may say so
+    assert custody.left() == HOST_IS_ON and may_end(custody, f"completed; {HOST_IS_ON}")

@@ -32,8 +32,11 @@ a third of their 60 s heartbeat timeout), so the ended run shows no pending acti
 
 The power cycle is a `HostRebootWorkflow` child started through the reboot-rounds part the
 operations share (`workflows/parts/reboot_rounds.py`), abandoned rather than cancelled with this
-run. Every early end goes through the kernel's `to_the_end`: the cleanup stops the stages and
-says what is left (`Left behind: ...`).
+run's close; a cancel of this run asks the reboot to cancel (the reboot's own cancel path powers
+a host it turned off on afresh, or says it is OFF) and waits for it (`_cancel_the_reboot`), so
+no reboot is left waiting for a person nobody can reach; a host left OFF ends this run failed
+`HostLeftOff`, saying so. Every early end goes through the kernel's `to_the_end`: the cleanup
+stops the stages and says what is left (`Left behind: ...`).
 
 Cost per host and worst-case history: up to `MAX_PARALLEL_STAGES` activity slots while
 staging, none while waiting for DPF (the site watch signals each change); about 80 events in
@@ -54,7 +57,7 @@ from typing import Any, ClassVar, Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -63,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         DPUsNotInDPF,
         FirmwareNotActivated,
         FirmwareStageFailed,
+        HostLeftOff,
         InvalidInput,
         OperationAborted,
         PhaseTimeout,
@@ -98,7 +102,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_power import HOST_IS_OFF
-    from workflows.parts.reboot_rounds import ABANDON, RebootRounds, reached_by_abort
+    from workflows.parts.reboot_rounds import ABANDON, RebootChild, RebootRounds, reached_by_abort
 
 
 def worst_case_events(*, dpus: int, dpf_changes: int) -> int:
@@ -151,6 +155,8 @@ class FirmwareWorkflow(kernel.Abortable):
         self._dpu_failure: str | None = None
         self._power_cycle_started = False
         self._cycled_to: int | None = None  # the generation the power cycle reached, once it ended
+        self._reboot: RebootChild | None = None  # the power cycle's reboot, while it runs
+        self._left_off = ""  # a cancel's: the words of the reboot it stopped that left the host OFF
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
         self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
@@ -170,7 +176,11 @@ class FirmwareWorkflow(kernel.Abortable):
         await asyncio.gather(*self._stage_tasks, return_exceptions=True)
         staged = sorted(d for d, p in self._dpus.items() if p.outcome in ("staged", "already_staged"))
         left = f"staged on {', '.join(staged)}" if staged else "nothing staged"
-        if self._power_cycle_started and HOST_IS_OFF in cause_in_words(err):
+        if isinstance(err, asyncio.CancelledError | CancelledError):
+            await self._cancel_the_reboot()
+        if self._left_off:
+            left += f"; its power cycle to generation {self._generation} ended with {self._left_off}"
+        elif self._power_cycle_started and HOST_IS_OFF in cause_in_words(err):
             left += f"; its power cycle to generation {self._generation} ended with the host OFF"
         elif self._cycled_to is not None:
             left += f"; {rules.abort_outcome(self._cycled_to)}"
@@ -184,6 +194,32 @@ class FirmwareWorkflow(kernel.Abortable):
         elif self._power_cycle_started:
             left += f"; the power cycle to generation {self._generation} completes on its own"
         return f"Left behind: {left}"
+
+    async def _cancel_the_reboot(self) -> None:
+        """A cancel of this run reaches its power cycle's reboot (abandoned on purpose: a reboot is
+        never stopped halfway by its parent's end) only if it still runs: asked to cancel, it
+        powers a host it left OFF on afresh (or says it is OFF), and is waited for, so it is never
+        left waiting for a person nobody can reach (`host retry`/`abort` go through this run)."""
+        reboot, self._reboot = self._reboot, None
+        if reboot is None or reboot.done():
+            return
+        await workflow.get_external_workflow_handle(reboot.id).cancel()
+        try:
+            result = await reboot
+        except ChildWorkflowError as failed:  # cancelled: HostLeftOff when the host stayed OFF
+            words, off = cause_in_words(failed), f"the host {self._request.host_id} {HOST_IS_OFF}"
+            if off in words:
+                self._left_off = words[words.index(off) :]
+            return
+        if result.boot_generation >= self._generation:
+            self._cycled_to = self._generation
+
+    def ending_error(self, err: BaseException) -> BaseException | None:
+        """A cancel whose reboot left the host OFF ends failed `HostLeftOff` with those words: a
+        cancelled child reads only "aborted" to the entity, which must read the host is OFF."""
+        if isinstance(err, asyncio.CancelledError | CancelledError) and self._left_off:
+            return HostLeftOff(f"cancelled (the workflow was cancelled). {self.left_behind}")
+        return super().ending_error(err)
 
     async def _runbook(self) -> FirmwareResult:
         request = self._request
@@ -344,8 +380,9 @@ class FirmwareWorkflow(kernel.Abortable):
             cancellation_type=ABANDON,
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
         )
+        self._reboot = self._reboots.child
         await self._reboots.wait(abortable=False)  # the reboot takes an abort while it runs
-        self._cycled_to = self._generation
+        self._reboot, self._cycled_to = None, self._generation
 
     async def _wait_for_host_on(self, inventory: HostInventory) -> None:
         self.enter("waiting-for-host", "the host's PowerState On")

@@ -63,34 +63,16 @@ from contracts.models.host import (
 )
 from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
+from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.maintenance_rules import maintenance_refusal, maintenance_words
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
-from workflows.parts.host_power import HOST_IS_OFF
+from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
 
 RECENT_LIMIT: Final = 20
 IDLE: Final = "idle"
-AWAITING_APPROVAL: Final = "awaiting-approval"
 MINIMUM_APPROVAL_WAIT: Final = timedelta(seconds=1)  # an expiry already past still gets one timer
-
-
-ABORT_OPERATION: Final = "abort"  # `host abort`: the operation in flight's own `abort` update
-WITHDRAW_REQUEST: Final = "withdraw"  # `host abort`: the entity's `withdraw` of a request not started
-
-
-def what_abort_reaches(current: OperationRecord | None) -> str | None:
-    """What `metalflow host abort` sends for the host's one operation (`HostStatus.current`):
-    `abort` to an operation in flight (it stops at its next safe point), `withdraw` to the entity
-    for a request awaiting approval (nothing started: the entity drops it and records who withdrew
-    it), None when there is neither (idle, or an approved request whose child is being started)."""
-    if current is None:
-        return None
-    if current.outcome == AWAITING_APPROVAL:
-        return WITHDRAW_REQUEST
-    if current.outcome == "running":
-        return ABORT_OPERATION
-    return None
 
 
 def _standing(current: PendingOperation) -> str:
@@ -444,6 +426,8 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         before = self.boot_generation
         self.boot_generation = generation_after(before, generation)
         self._cycled = self.boot_generation > before
+        if self._cycled:  # it booted: it was On (`finish`, next, reads the words)
+            self.left_off_by = ""
 
     def finish(
         self, current: PendingOperation, outcome: str, now: datetime, *, deletes_sent: bool = False
@@ -457,6 +441,10 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None
+        if HOST_IS_OFF in outcome:
+            self.left_off_by = current.record.workflow_id
+        elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
+            self.left_off_by = ""
         ran = current.record.started_at is not None  # the power it left, as of its end (power_rest.py)
         self.power, self._cycled = after_operation(self.power, outcome, ran, self._cycled, now), False
 
@@ -509,12 +497,12 @@ class HostEntityState(HostEntityMemory, KnownVersions):
         )
 
     def left_off(self) -> str | None:
-        """The run whose final words say it left the host OFF (`workflows/parts/host_power.py`),
-        while the host is idle after it: `host status` warns of it and `host list` marks it (the
-        memo entry `names.LEFT_OFF_MEMO`), from those words alone, no BMC read. The next run's
-        end is the next word on the host's power."""
-        if self.current is None and self.recent and HOST_IS_OFF in self.recent[-1].outcome:
-            return self.recent[-1].workflow_id
+        """The run whose final words said it left the host OFF (`workflows/parts/host_power.py`),
+        while the host is idle: `host status` warns of it and `host list` marks it (the memo entry
+        `names.LEFT_OFF_MEMO`), from runs' words alone, no BMC read. Cleared by a run that says
+        the host is on or reached a boot generation, not by any run's end (`finish`, `reached`)."""
+        if self.current is None and self.left_off_by:
+            return self.left_off_by
         return None
 
     def show(self, phase: str, now: datetime) -> datetime:
@@ -537,6 +525,7 @@ class HostEntityState(HostEntityMemory, KnownVersions):
             approval_expires_at=self.approval_expires_at(),
             maintenance=self.maintenance,
             unplanned_power=self.power.unplanned if self.power else "",
+            left_off_by=self.left_off_by,
         )
 
     def approval_expires_at(self) -> datetime | None:

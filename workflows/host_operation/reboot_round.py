@@ -70,6 +70,9 @@ class RebootRound(kernel.Runbook):
     state: HostOperationState
     reboots: RebootRounds
     _watch: DPFWatch
+    # The words of a reboot that ended with the host OFF, until a reboot of this run completes:
+    # every early end says them (`HostOperationWorkflow._clean_up`), so the entity marks the host.
+    left_off: str = ""
 
     # -- the round ---------------------------------------------------------------------------------
     async def _reboot_and_confirm(self, marks_at_barrier: object) -> None:
@@ -196,6 +199,8 @@ class RebootRound(kernel.Runbook):
             # powers it on) is the only answer, so a `mark_rebooted` cannot end the run with the
             # host off (issue 40: never a host found off after the run says it is done).
             if HOST_IS_OFF in why:
+                off = f"the host {self.host.host_id} {HOST_IS_OFF}"
+                self.left_off = why[why.index(off) :] if off in why else why
                 decision, _ = await self._intervene(
                     f"{why}; `metalflow host retry {self.host.host_id}` once the BMC is fixed reboots "
                     "it (powers it on), or `abort`",
@@ -212,6 +217,7 @@ class RebootRound(kernel.Runbook):
 
     def _took_reboot(self, outcome: RebootOutcome) -> None:
         """A reboot that happened is counted (a reset someone else made is noted, not ours)."""
+        self.left_off = ""  # the host booted: it is on
         self.state.rebooted(outcome.generation, power_cycle=outcome.power_cycle)
         if outcome.already_done:
             what = f"host {outcome.result.host_id} was reset after DPF asked; taken as the reboot, none sent"

@@ -36,7 +36,9 @@ The rules, all from `OperationPolicy`:
   activity's retries, a reset refused) fails with `BMCRebootFailed` naming why, and the
   operation enters manual intervention with that reason at once: `retry` starts a new reboot
   (the next generation; the BMC and its credentials are read afresh), `mark_rebooted` takes the
-  host as rebooted by hand, `abort` ends the run.
+  host as rebooted by hand, `abort` ends the run. One that left the host OFF takes `retry` only,
+  and every early end while the host is OFF says so (`... its reboot ended with the host HOST is
+  OFF: ...`; a cancel ends failed `HostLeftOff`), so the entity marks the host.
 - `host_rebooted` (signal) and `mark_rebooted` (update) go to the reboot child while one is in
   flight (a manual reboot, or a BMC that could not be reached); otherwise `host_rebooted` in
   manual intervention counts as `mark_rebooted`, and is ignored (logged) elsewhere: a stale
@@ -74,14 +76,22 @@ operator answers to it. Measured figures: bench/README.md, "workflows/host_opera
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import DPUFailed, InvalidInput, OperationInstalling, RebootLoop, WatcherFailed
+    from contracts.errors import (
+        DPUFailed,
+        HostLeftOff,
+        InvalidInput,
+        OperationInstalling,
+        RebootLoop,
+        WatcherFailed,
+    )
     from contracts.models.control import (
         ABORT_UPDATE,
         RETRY_UPDATE,
@@ -184,6 +194,7 @@ class HostOperationWorkflow(RebootRound):
         - Registered DPUNode/DPUDevices stay: removing them is `HostRemovalWorkflow`'s job.
         - A power cycle done but not yet acknowledged (annotation still there) is acknowledged:
           the reboot DPF asked for happened, and DPF would otherwise wait for it forever.
+        - A reboot that ended with the host OFF (`left_off`) is said: the host is OFF.
         """
         self.state.cleaning_up = True
         stopped = await self.reboots.stop()
@@ -194,7 +205,8 @@ class HostOperationWorkflow(RebootRound):
                 await self._mark_node_rebooted()
             except Exception as ack_err:  # noqa: BLE001 - best effort: the failure below is the news
                 workflow.logger.warning("could not acknowledge the reboot during cleanup: %s", ack_err)
-        return self.state.left_behind()
+        off = f"; its reboot ended with {self.left_off}" if self.left_off else ""
+        return f"{self.state.left_behind()}{off}"
 
     def aborted_result(self, err: BaseException) -> HostOperationResult:
         """An operator's abort completes the run (Phase `aborted`): the result says who aborted,
@@ -208,8 +220,12 @@ class HostOperationWorkflow(RebootRound):
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """The error ended with (ours, an abort's included, or an activity's or child's, in words:
-        `said_in_words`) carries the generation reached: the entity counts it."""
+        `said_in_words`) carries the generation reached: the entity counts it. A cancel with the
+        host OFF (`left_off`) ends failed `HostLeftOff` with those words: a cancelled child reads
+        only "aborted" to the entity, which must read that the host is OFF."""
         said = self.said_in_words(err) or err
+        if isinstance(err, asyncio.CancelledError | CancelledError) and self.left_off:
+            said = HostLeftOff(f"cancelled (the workflow was cancelled). {self.left_behind}")
         if not isinstance(said, ApplicationError):
             return None
         reached = {"boot_generation": self.state.generation}

@@ -472,6 +472,7 @@ class HostResetWorkflow(HostPowerOn):
         the end, the words say if the host is still OFF."""
         stopped = await self._reboots.stop()
         if stopped is not None:
+            self._power.seen_on()  # the reboot stopped midway powered the host back on first
             self._resets.append(f"{self._rebooted(stopped)}, stopped (the host is on again)")
         cancelled = isinstance(err, asyncio.CancelledError | CancelledError)
         if cancelled and self._off_generation is not None and self._power.cancelled():

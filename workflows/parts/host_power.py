@@ -20,7 +20,10 @@ mid-run). A run that ends with the host off says so in its final status.
   before the run ends: True while an On is owed.
 - `left_off_by(how, cause)`: a step of this run that powers the host itself (a reset's reboot
   child) ended with the host off, its own attempts spent: handed to a person at once.
-- `left()`: the words every early end's status carries about the host's power.
+- `left()`: the words every early end's status carries about the host's power: OFF (`HOST_IS_OFF`),
+  on (`HOST_IS_ON`, only from a run that touched the host's power or saw it On), or, from a run
+  that never did (a reset of DPUs only), `POWER_NOT_TOUCHED`: it knows nothing of the host's power,
+  so it claims nothing (the entity keeps a host an earlier run left OFF marked: workflows/host/).
 - `confirmation_refusal(power_state)`: a person's "I rebooted it" is taken only with the host seen On.
 
 `may_end` and `waits_rightly` are the invariant itself, asserted by the model test
@@ -42,6 +45,8 @@ the third a person is asked. Short enough for a run that holds a BMC lease slot,
 for a credential rotation the secrets store catches up with."""
 
 HOST_IS_OFF: Final = "is OFF"  # the words every status of a host left off carries
+HOST_IS_ON: Final = "the host is on"  # said only by a run that powered the host on or saw it On
+POWER_NOT_TOUCHED: Final = "host power not touched by this run"  # a run that never did either
 
 
 class PowerCustody(BaseModel):
@@ -53,6 +58,7 @@ class PowerCustody(BaseModel):
     cause: str = ""  # the last refusal, in words
     handed_over: bool = False  # a person was asked: the attempts stopped
     cancel_seen: bool = False  # a cancel gave the attempts afresh once (`cancelled`)
+    touched: bool = False  # this run turned the host off, or powered it on, or saw it On
 
     @property
     def is_off(self) -> bool:
@@ -61,11 +67,12 @@ class PowerCustody(BaseModel):
 
     def turned_off(self, how: str) -> None:
         """A ForceOff (or a cycle that turns the host off) may have been sent."""
-        self.off_by = how
+        self.off_by, self.touched = how, True
 
     def seen_on(self) -> None:
         """An On succeeded (or the BMC showed the host On): nothing is owed any more."""
         self.off_by, self.refused, self.cause, self.handed_over = "", 0, "", False
+        self.touched = True
 
     def on_refused(self, cause: str) -> float | None:
         """A power-on failed with `cause`: the seconds to wait before the next attempt, or None:
@@ -95,7 +102,7 @@ class PowerCustody(BaseModel):
     def left_off_by(self, how: str, cause: str) -> None:
         """A step of this run that tries On itself (a reboot child, with its own backoff) ended
         with the host off: its attempts are spent, a person is asked (`hand_over_words`)."""
-        self.off_by, self.cause = how, cause
+        self.off_by, self.cause, self.touched = how, cause, True
         self.refused, self.handed_over = len(POWER_ON_RETRY_DELAYS) + 1, True
 
     def hand_over_words(self, *, then: str = "goes on", confirm: bool = False) -> str:
@@ -116,9 +123,10 @@ class PowerCustody(BaseModel):
         )
 
     def left(self) -> str:
-        """What the host's power is as the run ends, in words."""
+        """What the host's power is as the run ends, in words: a run that never touched it (nor
+        saw it On) claims nothing: an earlier run may have left it OFF."""
         if not self.is_off:
-            return "the host is on"
+            return HOST_IS_ON if self.touched else POWER_NOT_TOUCHED
         why = f" ({self.cause})" if self.cause else ""
         return (
             f"the host {self.host_id} {HOST_IS_OFF}: metalflow turned it off ({self.off_by}) and did not "
@@ -140,10 +148,11 @@ class PowerCustody(BaseModel):
 
 
 def may_end(custody: PowerCustody, final_words: str) -> bool:
-    """The invariant at a run's end: the host is on, or the final status says it is OFF."""
+    """The invariant at a run's end: the host is on, or the final status says it is OFF; and it
+    says the host is on only if this run powered it on or saw it On."""
     if custody.is_off:
         return HOST_IS_OFF in final_words
-    return True
+    return custody.touched or HOST_IS_ON not in final_words
 
 
 def waits_rightly(custody: PowerCustody, phase_words: str) -> bool:
