@@ -111,7 +111,10 @@ async def _firmware_until_its_reboot_says_off(
 
 
 def _handed_over(shown: dict[str, Any]) -> bool:
-    return "is OFF" in shown["words"]
+    """The run (or the reboot it waits on) says the host is OFF, and a reboot has left `powering`:
+    a poll once read a reboot's hand-over words while its phase still said `powering`."""
+    words = shown["words"]
+    return "is OFF" in words and not words.startswith("powering: ")
 
 
 def _ended(shown: dict[str, Any]) -> bool:
