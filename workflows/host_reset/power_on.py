@@ -11,6 +11,7 @@ this run's accepted ForceOff is one power cycle, counted once and told (`power-c
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -35,8 +36,8 @@ class HostPowerOn(kernel.Abortable):
     _reached: int
     _generation: int
 
-    async def _set_host_power(self, reset_type: str, *, abortable: bool = True) -> SetPowerResult:
-        raise NotImplementedError  # the runbook's
+    # The runbook's own method: one power action on the host's BMC, in its lease slot.
+    _set_host_power: Callable[..., Awaitable[SetPowerResult]]
 
     async def _power_on(
         self, *, then: str, cancel: asyncio.CancelledError | None = None
