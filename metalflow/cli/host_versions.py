@@ -238,10 +238,15 @@ async def refresh(args: argparse.Namespace, found: list[HostVersions], targets: 
     return EXIT_OK
 
 
+def _first_named(names: list[str]) -> str:
+    """The first NAMED of `names`, and how many more."""
+    more = f", +{len(names) - NAMED} more" if len(names) > NAMED else ""
+    return ", ".join(names[:NAMED]) + more
+
+
 def reached_in_words(unreached: list[str], answered: int) -> str:
     """Which BMCs could not be reached (down, timed out, answering 5xx), and whether any was."""
-    more = f", +{len(unreached) - NAMED} more" if len(unreached) > NAMED else ""
-    named = ", ".join(unreached[:NAMED]) + more
+    named = _first_named(unreached)
     if not answered:
         asked = plural(len(unreached), "BMC")
         return f"no BMC could be reached ({asked} asked: {named}); try again once they are back"
@@ -251,8 +256,7 @@ def reached_in_words(unreached: list[str], answered: int) -> str:
 
 def dpf_in_words(unreached: list[str], answered: int) -> str:
     """For which hosts DPF could not be read (down, or no answer within DPF_READ_SECONDS)."""
-    more = f", +{len(unreached) - NAMED} more" if len(unreached) > NAMED else ""
-    named = ", ".join(unreached[:NAMED]) + more
+    named = _first_named(unreached)
     if not answered:
         asked = plural(len(unreached), "host")
         return f"DPF could not be reached (asked for {asked}: {named}): BFB and flavor show `-`"
