@@ -13,7 +13,7 @@ methods over that memory:
   one operation (`current`), the recent records, the instance, the auto-approval window, the
   boot generation;
 - whether an approval re-reads DPF (the monitor's own reprovision) and what DPF says when its
-  reason no longer holds (`reason_to_check`, `reason_gone`);
+  reason no longer holds: `approval_reason.py` (`ApprovalReason`, inherited);
 - the child's id and input; the Phase and details the entity shows, and its `status`.
 
 What it knows of the host's versions and what it reads again: `versions_known.py` (`KnownVersions`).
@@ -38,10 +38,8 @@ from contracts.errors import (
     InvalidInput,
     NothingAwaitsApproval,
     OperationStarted,
-    ReasonNoLongerHolds,
 )
 from contracts.host_requests import EntityRequest
-from contracts.models.dpf import PHASE_READY, HostDPFState
 from contracts.models.host import (
     AssignInstanceRequest,
     EntityRequestBody,
@@ -64,6 +62,7 @@ from contracts.models.host import (
 from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
 from workflows.host.abort_rule import AWAITING_APPROVAL
+from workflows.host.approval_reason import ApprovalReason
 from workflows.host.maintenance_rules import maintenance_refusal, maintenance_words
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
@@ -79,7 +78,7 @@ def _standing(current: PendingOperation) -> str:
     return "is in flight" if current.approved else "awaits approval"
 
 
-class HostEntityState(HostEntityMemory, KnownVersions):
+class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
     """The entity of one host: its memory, and its rules over it (see the module docstring)."""
 
     _start: HostWorkflowInput = PrivateAttr()  # the run's input: the host, its policy, the window
@@ -281,49 +280,6 @@ class HostEntityState(HostEntityMemory, KnownVersions):
             self.auto_approved_until = now + timedelta(seconds=self._start.auto_approval_window_seconds)
         current.record = current.record.model_copy(update={"approved_by": by})
         return current
-
-    def reason_to_check(self, current: PendingOperation) -> bool:
-        """Whether an approval re-reads DPF before it starts `current`: the monitor's own
-        (automatic) reprovision, whose reason is a DPU's state (its critical services down). The
-        request's origin is who is told how it ends (`campaign_workflow_id`): the monitor names
-        itself there (`activities/pool.py`), a person's request (CLI, script) names nobody and a
-        campaign names itself. A person's reason is theirs: it is not checked against DPF."""
-        return current.record.operation == names.REPROVISION and (
-            current.request.campaign_workflow_id == names.monitor_workflow_id(self.host_id)
-        )
-
-    def reason_gone(self, current: PendingOperation, dpf: HostDPFState) -> str | None:
-        """What DPF says now of the DPUs the monitor's request named, when its reason no longer
-        holds: none of them is degraded any more (each `Ready`, or gone from DPF), as the monitor
-        itself withdraws a stale request (`MonitorState.stale_request`). None: a DPU it named is
-        still not Ready (Node Effect, Error, being recreated): the reason holds."""
-        named = current.request.dpu_ids or tuple(d.dpu_id for d in dpf.dpus if d.dpu_id)
-        now: list[str] = []
-        for dpu_id in named:
-            dpu = dpf.dpu(dpu_id)
-            if dpu is not None and dpu.phase != PHASE_READY:
-                return None
-            now.append(f"{dpu_id} is {'Ready' if dpu is not None else 'gone'}")
-        reason = current.record.reason or "its DPUs degraded"
-        return (
-            f"its reason ({reason}) no longer holds: DPF says {', '.join(now) or 'the host has no DPU'} now"
-        )
-
-    @staticmethod
-    def withdrawn_at_approval(by: str, why: str) -> str:
-        """The outcome of a request an approval found stale (`reason_gone`): withdrawn, unstarted,
-        the approval refused (`refuse_stale_approval`). It reads `withdrawn at its approval by
-        WHO: ...`: not an operator's no (the monitor does not hold back), and a later `approve`
-        names it (`nothing_awaits`)."""
-        return f"withdrawn at its approval by {by}: {why}"
-
-    def refuse_stale_approval(self, current: PendingOperation, why: str) -> ReasonNoLongerHolds:
-        """The refusal `approve` answers once it withdrew `current` (`withdrawn_at_approval`)."""
-        record = current.record
-        return ReasonNoLongerHolds(
-            f"{record.operation} of {self.host_id} ({record.workflow_id}, requested by "
-            f"{record.requested_by}) not approved: {why}; the request is withdrawn, nothing started"
-        )
 
     def approval_wait(self, current: PendingOperation, now: datetime) -> timedelta:
         """How long `current` still waits for its approval before it expires."""

@@ -65,7 +65,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.errors import HostBusy, KubernetesUnavailable
+    from contracts.errors import HostBusy
     from contracts.host_requests import (
         FIRMWARE,
         PROVISION,
@@ -78,7 +78,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from contracts.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
     from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
-    from contracts.models.dpf import HostRef
     from contracts.models.host import (
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
@@ -99,7 +98,6 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import (
         EVERYTHING,
         VERSIONS_READ_SIGNAL,
-        HostLookup,
         HostVersionsBrief,
         ReadVersionsInput,
         VersionsRead,
@@ -107,15 +105,13 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows import kernel
     from workflows.host import versions as host_versions
+    from workflows.host.approval_check import ApprovalCheck
     from workflows.host.outcome import ended_as, generation_reported, outcome_of
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
     from workflows.parts.reboot_rounds import reached_when_ended, start_next_reboot
 
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)
-
-REASON_CHECK_SECONDS = 30.0
-"""An approval's check of the monitor's reason against DPF gives up after this (and refuses)."""
 
 VERSIONS_READ_SECONDS = 300.0
 """A versions read gives up after this (its retries included) and shows `unknown`."""
@@ -151,7 +147,7 @@ def requested(
 
 
 @workflow.defn(name="HostWorkflow")
-class HostWorkflow(PowerWatch):
+class HostWorkflow(PowerWatch, ApprovalCheck):
     """The entity of one host: instance, boot generation, the one operation, recent outcomes."""
 
     @workflow.init
@@ -232,37 +228,6 @@ class HostWorkflow(PowerWatch):
     @approve.validator
     def _validate_approve(self, request: OperatorRequest) -> None:
         self.state.awaiting_approval()
-
-    async def _reason_gone(self, current: PendingOperation) -> str | None:
-        """The monitor's reprovision awaiting approval: DPF read now (the host's namespace from its
-        inventory, as the reprovision would read it), and what DPF says when its reason no longer
-        holds (`HostEntityState.reason_gone`). A read that fails refuses the approval (the request
-        stays pending: approve again), so none starts unchecked. Cost: two activities (about 6
-        history events) per approval of a monitor's request; none for a person's."""
-        host = self.state.host_id
-        try:
-            inventory = await self.call(
-                activity_api.resolve_host_inventory,
-                HostLookup(host_id=host),
-                kernel.options(kernel.bounded(kernel.INVENTORY, REASON_CHECK_SECONDS), f"resolve {host}"),
-                abortable=False,
-            )
-            dpf = await self.call(
-                activity_api.read_host_dpf_state,
-                HostRef.of(inventory),
-                kernel.options(
-                    kernel.bounded(kernel.KUBE_READ, REASON_CHECK_SECONDS),
-                    f"does the reason of {current.record.workflow_id} still hold?",
-                ),
-                abortable=False,
-            )
-        except ActivityError as err:
-            raise KubernetesUnavailable(
-                f"{current.record.operation} of {host} ({current.record.workflow_id}) not approved: "
-                f"its reason ({current.record.reason}) could not be checked against DPF "
-                f"({kernel.describe_failure(err)}); it still awaits approval: approve again"
-            ) from None
-        return self.state.reason_gone(current, dpf)
 
     @workflow.update(name=WITHDRAW_UPDATE)
     async def withdraw(self, request: WithdrawRequest) -> OperatorAnswer:
