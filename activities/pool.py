@@ -26,11 +26,13 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.client import Client
 
+from contracts import names
 from contracts.errors import DPUsRemoved, InMaintenance
 from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.host import (
     POOL_LABEL,
     POOL_REASON_ANNOTATION,
+    EntityPredecessor,
     OperationRequest,
     OwnerOperationInput,
     OwnerOperationResult,
@@ -40,6 +42,7 @@ from contracts.models.host import (
     SetPoolStateInput,
     WithdrawRequest,
 )
+from contracts.models.inventory import HostLookup
 from contracts.models.monitor import OwnerWithdrawInput
 from contracts.workflow_api import HostWorkflow
 from drivers.kube import DPUNODE, Kube, Object
@@ -97,6 +100,9 @@ class PoolActivities:
         return PoolStateResult(node=node, exists=True, previous=state, state=state)
 
 
+PREDECESSORS_READ = 20  # closed runs of an entity listed to find the newest closed one
+
+
 class OwnerActivities:
     """Requests to a host's entity workflow; holds the worker's Temporal client."""
 
@@ -151,6 +157,26 @@ class OwnerActivities:
             return OwnerReprovisionResult(outcome="refused", message=str(refused))
         return OwnerReprovisionResult(
             outcome="withdrawn", workflow_id=request.workflow_id, message=answer.message
+        )
+
+    @activity.defn(name="read_entity_predecessor")
+    async def read_entity_predecessor(self, request: HostLookup) -> EntityPredecessor:
+        """The last closed run of `host/<id>` (terminated, reset by hand, failed): how it closed
+        and its memo's carried entry; empty when none closed. Read by a new entity once at its
+        start (workflows/host/takeover_rules.py). Cost: one visibility list call of at most
+        `PREDECESSORS_READ` rows (the newest closed first), one memo decode."""
+        query = f"WorkflowId = '{names.host_workflow_id(request.host_id)}' AND ExecutionStatus != 'Running'"
+        closed = [e async for e in self.temporal.list_workflows(query, limit=PREDECESSORS_READ)]
+        ended = [e for e in closed if e.close_time is not None]
+        if not ended:
+            return EntityPredecessor()
+        last = max(ended, key=lambda e: e.close_time or e.start_time)
+        entry = (await last.memo()).get(names.CARRIED_MEMO)
+        return EntityPredecessor(
+            run_id=last.run_id or "",
+            status=last.status.name if last.status else "",
+            closed_at=last.close_time,
+            carried=entry if isinstance(entry, dict) else None,
         )
 
     @activity.defn(name="find_host_operation")

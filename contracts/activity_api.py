@@ -84,6 +84,7 @@ from contracts.models.grove import (
     WatchPCSInput,
 )
 from contracts.models.host import (
+    EntityPredecessor,
     OwnerOperationInput,
     OwnerOperationResult,
     OwnerReprovisionInput,
@@ -261,6 +262,12 @@ async def request_host_reprovision(request: OwnerReprovisionInput) -> OwnerRepro
 async def withdraw_host_request(request: OwnerWithdrawInput) -> OwnerReprovisionResult:
     """Withdraw the monitor's own request awaiting approval on the host's entity (`withdraw`)."""
     _declared_only("withdraw_host_request")
+
+
+@activity.defn(name="read_entity_predecessor")
+async def read_entity_predecessor(request: HostLookup) -> EntityPredecessor:
+    """The last closed run of the host's entity and what its memo carried (a new entity's start)."""
+    _declared_only("read_entity_predecessor")
 
 
 @activity.defn(name="find_host_operation")

@@ -41,10 +41,11 @@ Workflow errors (`WorkflowError`: a run ends with one; never retried):
   `aborted` saying who and why (`kernel.Runbook.aborted_result`); a run of older code failed
   with it, its details carrying `{"boot_generation": n}` when the host had been power-cycled.
 - `HostBusy`, `InstanceConflict`, `NothingAwaitsApproval`, `OperationStarted`, `DPUsRemoved`,
-  `ReasonNoLongerHolds`, `InMaintenance`: the host entity refused a request (another operation
-  runs; the instance does not allow it; nothing to approve; `withdraw` came after the start; a
-  reprovision of DPUs DPF no longer has; an approval of the monitor's reprovision whose DPUs are
-  Ready again; the host is in maintenance).
+  `ReasonNoLongerHolds`, `InMaintenance`, `AutomationHeldBack`: the host entity refused a request
+  (another operation runs; the instance does not allow it; nothing to approve; `withdraw` came
+  after the start; a reprovision of DPUs DPF no longer has; an approval of the monitor's
+  reprovision whose DPUs are Ready again; the host is in maintenance; an operator aborted an
+  automation's request).
 - `OperationInstalling`: a host operation refused a campaign's abort (`finish_installing`): its
   DPUs install and will ask for a reboot only it gives; it finishes its reboot round.
 - `BMCRebootFailed`: the BMC could not reboot the host (the reboot's caller escalates);
@@ -202,6 +203,12 @@ class InMaintenance(WorkflowError):
     """The host entity refused a disruptive request: the host is in maintenance (`metalflow host
     maintenance`), and the request did not say `in_maintenance` (the monitor's and a campaign's
     never do)."""
+
+
+class AutomationHeldBack(WorkflowError):
+    """The host entity refused an automatic request (the monitor's, a campaign's): an operator
+    aborted an automation's request for this host, and automation is held back until an operator
+    says otherwise (`metalflow host retry HOST`, or an operator's own request)."""
 
 
 class OperationStarted(WorkflowError):

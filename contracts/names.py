@@ -47,6 +47,12 @@ LEFT_OFF_MEMO: Final = "left_off"
 is idle after it (absent otherwise). In the memo, not a search attribute: `host list` reads it
 from the same visibility listing, and nothing needs registering on the namespace."""
 
+CARRIED_MEMO: Final = "carried"
+"""Memo entry of a host's entity: what must outlive its run (the boot generation, the run that left
+the host OFF, maintenance, an operator's hold on automation), written when it changes. A
+terminated entity leaves its last memo: the next entity of the host reads it once at its start
+(`read_entity_predecessor`, workflows/host/takeover_rules.py) and carries it on."""
+
 SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     HOST_ID,
     OPERATION,

@@ -98,6 +98,7 @@ from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     MAINTENANCE_UPDATE,
+    RELEASE_AUTOMATION_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
     AssignInstanceRequest,
@@ -159,6 +160,10 @@ class HostWorkflow:
     @workflow.update(name=MAINTENANCE_UPDATE)
     async def set_maintenance(self, request: MaintenanceRequest) -> OperatorAnswer:
         _declared_only("HostWorkflow.set_maintenance")
+
+    @workflow.update(name=RELEASE_AUTOMATION_UPDATE)
+    async def release_automation(self, request: OperatorRequest) -> OperatorAnswer:
+        _declared_only("HostWorkflow.release_automation")
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostStatus:

@@ -43,6 +43,7 @@ from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     MAINTENANCE_UPDATE,
+    RELEASE_AUTOMATION_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
     HostStatus,
@@ -91,6 +92,7 @@ ENTITY_UPDATES: dict[str, UpdateMethodMultiParam[Any, Any]] = {
     ASSIGN_INSTANCE_UPDATE: workflow_api.HostWorkflow.assign_instance,
     RELEASE_INSTANCE_UPDATE: workflow_api.HostWorkflow.release_instance,
     MAINTENANCE_UPDATE: workflow_api.HostWorkflow.set_maintenance,
+    RELEASE_AUTOMATION_UPDATE: workflow_api.HostWorkflow.release_automation,
 }
 """The entity's updates by name (what the CLI's subcommands send): every operation request of
 `contracts.host_requests` (declared on `workflow_api.HostWorkflow` under its update's name), and

@@ -42,8 +42,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names, priorities, workflow_api
-from contracts.host_entity import start_unless_running
+from contracts.host_entity import HostEntityClient, start_unless_running
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
+from contracts.models.host import RELEASE_AUTOMATION_UPDATE
 from contracts.models.monitor import (
     RESUME_UPDATE,
     HostMonitorInput,
@@ -183,23 +184,47 @@ async def stop_monitor(client: Client, host_id: str, request: OperatorRequest) -
 
 
 async def resume_monitor(client: Client, host_id: str, request: OperatorRequest) -> OperatorAnswer:
-    """Send `resume`: the monitor ends its hold-back after an operator's abort.
+    """Send `resume`: the monitor ends its hold-back after an operator's abort; and the host's
+    entity ends its hold on automation (`release_automation`, the same as `host retry` of the
+    idle host), which a monitor restarted since the abort still meets.
 
     Raises:
-        HostRequestError: No monitor runs for the host, or it is not holding back.
+        HostRequestError: Neither the monitor nor the entity holds back (or no monitor runs and
+            the entity does not hold back).
     """
+    released = await _release_entity_hold(client, host_id, request)
     try:
         answer: OperatorAnswer = await execute_update(
             _handle(client, host_id), RESUME_UPDATE, request, result_type=OperatorAnswer
         )
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
+            if released:
+                return OperatorAnswer(accepted=True, message=f"no monitor runs; {released}")
             raise HostRequestError(_none_runs(host_id, "nothing to resume")) from None
         raise
     except WorkflowUpdateFailedError as err:
         cause = err.cause
-        raise HostRequestError(cause.message if isinstance(cause, ApplicationError) else str(cause)) from None
-    return answer
+        why = cause.message if isinstance(cause, ApplicationError) else str(cause)
+        if released:
+            return OperatorAnswer(accepted=True, message=f"{why}; {released}")
+        raise HostRequestError(why) from None
+    return answer if not released else OperatorAnswer(accepted=True, message=f"{answer.message}; {released}")
+
+
+async def _release_entity_hold(client: Client, host_id: str, request: OperatorRequest) -> str:
+    """The entity's hold on automation ended (its words), or "" when it holds none (or runs an
+    operation: `host abort`/`retry` are that operation's)."""
+    status = await HostEntityClient(client).status(host_id)
+    if status is None or status.automation_held_back is None or status.current is not None:
+        return ""
+    answer: OperatorAnswer = await execute_update(
+        client.get_workflow_handle(names.host_workflow_id(host_id)),
+        RELEASE_AUTOMATION_UPDATE,
+        request,
+        result_type=OperatorAnswer,
+    )
+    return answer.message
 
 
 def _handle(client: Client, host_id: str) -> WorkflowHandle[Any, Any]:

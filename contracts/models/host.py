@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPUProgress
+from contracts.models.host_records import AutomationHold, EntityPredecessor
 from contracts.models.inventory import HostVersions, VersionsScope
 from contracts.models.monitor import (
     IN_POOL,
@@ -73,7 +74,9 @@ from contracts.validation import (
 # The pool's and the monitor's models live in contracts/models/monitor.py, `DPUProgress` in
 # contracts/models/dpf.py; callers that name them from here still may (only these are listed).
 __all__ = [
+    "AutomationHold",
     "DPUProgress",
+    "EntityPredecessor",
     "IN_POOL",
     "OUT_OF_POOL",
     "POOL_LABEL",
@@ -101,6 +104,7 @@ HOST_REBOOTED_SIGNAL: Final = "host_rebooted"
 HOST_REBOOTED_UPDATE: Final = "host_rebooted"
 MARK_REBOOTED_UPDATE: Final = "mark_rebooted"
 APPROVE_UPDATE: Final = "approve"
+RELEASE_AUTOMATION_UPDATE: Final = "release_automation"  # `host retry` of an idle host held back
 WITHDRAW_UPDATE: Final = "withdraw"
 ASSIGN_INSTANCE_UPDATE: Final = "assign_instance"
 RELEASE_INSTANCE_UPDATE: Final = "release_instance"
@@ -486,6 +490,8 @@ class HostStatus(_Frozen):
     unplanned_power: str = ""
     # The run whose outcome said it left the host OFF, no run having powered it on since ("" none).
     left_off_by: str = ""
+    automation_held_back: AutomationHold | None = None  # an operator said no to an automation
+    taken_over: str = ""  # what this entity took over from a run that ended by hand ("" nothing)
 
 
 EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest
@@ -522,6 +528,8 @@ class HostEntityMemory(BaseModel):
     # The run whose outcome said it left the host OFF, until a run's outcome says the host is on or a
     # run reached a boot generation ("" none): a run that never touched the host's power clears nothing.
     left_off_by: str = ""
+    automation_held_back: AutomationHold | None = None  # an operator said no to an automation
+    taken_over: str = ""  # what this entity took over from its predecessor ended by hand ("" none)
 
 
 class HostWorkflowInput(_Frozen):

@@ -40,6 +40,7 @@ from contracts.models.host import (
     HOST_REBOOTED_UPDATE,
     MANUAL_INTERVENTION_REQUIRED,
     MARK_REBOOTED_UPDATE,
+    RELEASE_AUTOMATION_UPDATE,
     WITHDRAW_UPDATE,
     OperationRecord,
     WithdrawRequest,
@@ -78,7 +79,9 @@ DECISIONS = {
         "Answer `retry` to the operation in flight on HOST: it starts the wait that escalated over, "
         "with its retries counted afresh; a host the operation turned off and could not power on "
         "(its status says the host is OFF) is powered on again. Accepted only while the operation "
-        "waits for a person (manual-intervention-required, or a reboot's manual wait).",
+        "waits for a person (manual-intervention-required, or a reboot's manual wait). On an idle host "
+        "whose automation an operator held back (an abort of the monitor's request), it ends that hold: "
+        "the monitor and campaigns may ask again.",
     ),
     "abort": (
         ABORT_UPDATE,
@@ -129,6 +132,8 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
         if reaches == WITHDRAW_REQUEST:
             assert current is not None
             return await _withdraw(client, args, current)
+    if args.update == RETRY_UPDATE and current is None:  # an idle host: automation held back?
+        return await _release_automation(client, args)
     if current is None or current.outcome != "running":
         raise HostRequestError(f"no operation in flight on {args.host}: nothing to answer `{args.update}` to")
     await require_worker(client, args.task_queue)
@@ -186,6 +191,23 @@ async def _answer(client: Client, workflow_id: str, update: str, request: Operat
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
         raise HostRequestError(f"{workflow_id} refused `{update}`: {why}") from None
     return answer
+
+
+async def _release_automation(client: Client, args: argparse.Namespace) -> int:
+    """`host retry` of an idle host: the entity's `release_automation`, which ends an operator's
+    hold on automation (the monitor and campaigns may ask again); refused, naming why, when
+    automation is not held back (nothing to retry)."""
+    await require_worker(client, args.task_queue)
+    request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    handle = client.get_workflow_handle(names.host_workflow_id(args.host))
+    try:
+        answer = await execute_update(handle, RELEASE_AUTOMATION_UPDATE, request, result_type=OperatorAnswer)
+    except WorkflowUpdateFailedError as err:
+        cause = err.cause
+        why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
+        raise HostRequestError(why) from None
+    print(terminal_safe(f"{args.host}: {answer.message}"), flush=True)
+    return EXIT_OK
 
 
 async def _withdraw(client: Client, args: argparse.Namespace, current: OperationRecord) -> int:

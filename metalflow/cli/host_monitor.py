@@ -86,7 +86,8 @@ def register(
     mode.add_argument(
         "--resume",
         action="store_true",
-        help="end the running monitor's hold-back after an operator's abort (update resume)",
+        help="end the hold-back after an operator's abort: the monitor's (update resume) and the "
+        "entity's hold on automation (as host retry of the idle host)",
     )
     parser.add_argument(
         "--hold-back",

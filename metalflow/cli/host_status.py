@@ -42,6 +42,7 @@ from metalflow.hosts import (
     with_its_reboot,
 )
 from metalflow.monitors import running_monitor_status
+from workflows.host.automation_hold import hold_words
 from workflows.parts.host_power import HOST_IS_OFF
 
 EXIT_OK = exits.OK
@@ -127,6 +128,10 @@ def render_status(
     ]
     if status.unplanned_power:  # the entity's power watch saw a change nobody here made
         lines.append(f"  unplanned power  {status.unplanned_power.removeprefix('unplanned power: ')}")
+    if status.automation_held_back is not None:  # an operator's no to the monitor, kept by the entity
+        lines.append(f"  automation       {hold_words(status.host_id, status.automation_held_back)}")
+    if status.taken_over:
+        lines.append(f"  taken over       {status.taken_over}")
     if status.auto_approved_until is not None:
         lines.append(f"  auto-approved until {iso_z(status.auto_approved_until)}")
     if monitor is not None:

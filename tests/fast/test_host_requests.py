@@ -19,6 +19,7 @@ from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     MAINTENANCE_UPDATE,
+    RELEASE_AUTOMATION_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
     EntityRequestBody,
@@ -40,7 +41,8 @@ ROWS = pytest.mark.parametrize("kind", ENTITY_REQUESTS, ids=lambda kind: kind.up
 REQUIRED = {"firmware": ["--version", "1.2", "--image", "https://x/f.bfb"], "reset": ["--host"]}
 """The options a command requires (the others have defaults)."""
 OTHER_UPDATES = {
-    APPROVE_UPDATE, WITHDRAW_UPDATE, ASSIGN_INSTANCE_UPDATE, RELEASE_INSTANCE_UPDATE, MAINTENANCE_UPDATE
+    APPROVE_UPDATE, WITHDRAW_UPDATE, ASSIGN_INSTANCE_UPDATE, RELEASE_INSTANCE_UPDATE, MAINTENANCE_UPDATE,
+    RELEASE_AUTOMATION_UPDATE,
 }  # fmt: skip
 EXAMPLES: dict[type, Any] = {  # a request of each payload model the rows name
     OperationRequest: OperationRequest(requested_by="a"),

@@ -5,7 +5,8 @@ shape in contracts/models/host.py, which a continued run's input carries whole) 
 methods over that memory:
 
 - the refusals (one operation at a time, naming it; none in maintenance unless asked
-  `in_maintenance`: `maintenance_refusal`; the instance rules; nothing to approve or withdraw)
+  `in_maintenance`: `maintenance_refusal`; no automatic one while an operator holds automation
+  back: `automation_hold.py`; the instance rules; nothing to approve or withdraw)
   raise the entity's error (`contracts.errors`, naming what stands in the way) or return.
   A handler asks twice, in its validator (no history written) and again under its lock, because
   two updates delivered in one workflow task are both validated before either handler runs;
@@ -63,6 +64,7 @@ from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
 from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.approval_reason import ApprovalReason
+from workflows.host.automation_hold import automatic, hold_after, refuse_automatic, released
 from workflows.host.maintenance_rules import maintenance_refusal, maintenance_words
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
@@ -105,6 +107,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         """One operation at a time, none in maintenance unless asked `in_maintenance`, and on an
         assigned host none for a campaign that skips those."""
         self.refuse_if_busy(kind.operation)
+        refuse_automatic(self.host_id, self.automation_held_back, kind.operation, request)
         refusal = maintenance_refusal(self.host_id, self.maintenance, kind, request.in_maintenance)
         if refusal is not None:
             raise InMaintenance(refusal, {"by": self.maintenance.by if self.maintenance else ""})
@@ -207,6 +210,24 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             f"maintenance (stop it with: metalflow host abort {self.host_id})"
         )
 
+    def release_automation(self, by: str, *, dry: bool = False) -> str:
+        """An operator ends the hold on automation (`host retry` of the idle host): the words; the
+        refusal when there is none (or an operation is in flight: `retry` is that operation's)."""
+        hold, current = self.automation_held_back, self.current
+        if current is not None:
+            raise InvalidInput(
+                f"host {self.host_id}: {current.record.workflow_id} {_standing(current)}: nothing to retry "
+                "here (a hold on automation ends with host retry once the host is idle)"
+            )
+        if hold is None:
+            raise InvalidInput(
+                f"host {self.host_id}: no operation in flight and automation is not held back; "
+                "nothing to retry"
+            )
+        if not dry:
+            self.automation_held_back = None
+        return released(self.host_id, hold, by, "host retry")
+
     def awaiting_approval(self) -> PendingOperation:
         """What `approve` approves: the operation awaiting approval, or the refusal."""
         if self.current is None or self.current.approved:
@@ -255,6 +276,8 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             ),
         )
         self.current = PendingOperation(record=record, request=request)
+        if self.automation_held_back is not None and not automatic(request):  # an operator's own request
+            self.automation_held_back = None  # ends the hold (`automation_hold.py`)
         return self.current
 
     def needs_approval(self, kind: EntityRequest[Any], now: datetime) -> bool:
@@ -397,6 +420,9 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None
+        self.automation_held_back = (
+            hold_after(self.host_id, current, outcome, now) or self.automation_held_back
+        )
         if HOST_IS_OFF in outcome:
             self.left_off_by = current.record.workflow_id
         elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
@@ -482,6 +508,8 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             maintenance=self.maintenance,
             unplanned_power=self.power.unplanned if self.power else "",
             left_off_by=self.left_off_by,
+            automation_held_back=self.automation_held_back,
+            taken_over=self.taken_over,
         )
 
     def approval_expires_at(self) -> datetime | None:

@@ -14,6 +14,12 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
    `request_*` is refused (`InMaintenance`, naming the maintenance) unless it says
    `in_maintenance` (an operator's `--in-maintenance`, recorded with the operation); the monitor
    and campaigns never say it. Turning it on stops nothing that runs; off replays nothing.
+6. An operator's abort (or withdrawal) of the monitor's request holds automation back: every
+   automatic request (the monitor's, a campaign's) is refused naming who and why, until
+   `host retry` of the idle host (`release_automation`) or an operator's own request
+   (`automation_hold.py`). It lives here, so a restarted monitor finds it.
+7. A new entity (after a terminate) takes over what its predecessor's memo carried: boot
+   generation, the host left OFF, maintenance, the hold (`takeover.py`); handlers wait until then.
 
 The rules are the entity's state's (`state.py`): validators answer at once, without writing
 history; handlers ask again under one `asyncio.Lock` (two updates delivered in one workflow task
@@ -82,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
         APPROVE_UPDATE,
         ASSIGN_INSTANCE_UPDATE,
         MAINTENANCE_UPDATE,
+        RELEASE_AUTOMATION_UPDATE,
         RELEASE_INSTANCE_UPDATE,
         WITHDRAW_UPDATE,
         AssignInstanceRequest,
@@ -109,6 +116,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host.outcome import ended_as, generation_reported, outcome_of
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
+    from workflows.host.takeover import Gate, TakeOver
     from workflows.parts.reboot_rounds import reached_when_ended, start_next_reboot
 
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)
@@ -147,7 +155,7 @@ def requested(
 
 
 @workflow.defn(name="HostWorkflow")
-class HostWorkflow(PowerWatch, ApprovalCheck):
+class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
     """The entity of one host: instance, boot generation, the one operation, recent outcomes."""
 
     @workflow.init
@@ -157,7 +165,7 @@ class HostWorkflow(PowerWatch, ApprovalCheck):
         self.state = HostEntityState.of(start)
         # This run's own (runtime, not carried): the one lock of the handlers, the current
         # operation's child, whether the versions task is reading, and what this run logged.
-        self._lock = asyncio.Lock()
+        self._lock = Gate()  # opens once a new entity took over its predecessor's record (takeover.py)
         self._child: workflow.ChildWorkflowHandle[Any, Any] | None = None
         self._reading_versions = self._reading_power = False
         self._logged: tuple[str, str] | None = None  # not a command: replay-safe
@@ -172,8 +180,10 @@ class HostWorkflow(PowerWatch, ApprovalCheck):
                 names.SITE.value_set(start.site),
             ]
         )
+        asked = not workflow.all_handlers_finished()  # a request came with the start: its end reads
+        await self._take_over(start.state is None)  # takeover.py: a new entity reads its predecessor
         self._show_phase()
-        if start.state is None and self.state.current is None:  # a new entity, no operation asked yet
+        if start.state is None and self.state.current is None and not asked:  # a new entity, nothing asked
             self.state.versions_wanted("the entity started", EVERYTHING)
         self._versions_task = asyncio.create_task(self._show_versions())  # for the whole run
         self._power_task = asyncio.create_task(self._watch_power())  # power_watch.py
@@ -228,6 +238,19 @@ class HostWorkflow(PowerWatch, ApprovalCheck):
     @approve.validator
     def _validate_approve(self, request: OperatorRequest) -> None:
         self.state.awaiting_approval()
+
+    @workflow.update(name=RELEASE_AUTOMATION_UPDATE)
+    async def release_automation(self, request: OperatorRequest) -> OperatorAnswer:
+        """`metalflow host retry HOST` on an idle host an operator held automation back on: the
+        monitor and campaigns may ask again (`automation_hold.py`)."""
+        async with self._lock:
+            words = self.state.release_automation(request.requested_by)
+            self._show_phase()
+        return OperatorAnswer(accepted=True, message=words)
+
+    @release_automation.validator
+    def _validate_release_automation(self, request: OperatorRequest) -> None:
+        self.state.release_automation(request.requested_by, dry=True)
 
     @workflow.update(name=WITHDRAW_UPDATE)
     async def withdraw(self, request: WithdrawRequest) -> OperatorAnswer:
@@ -505,6 +528,7 @@ class HostWorkflow(PowerWatch, ApprovalCheck):
         also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(since), *maintenance]
         self.enter(phase, details, log=log and (phase, details) != self._logged, also=also)
         self._logged = (phase, details)
+        self._carry()  # takeover.py: what outlives the run, for a successor after a terminate
         if workflow.memo_value(names.LEFT_OFF_MEMO, None) != (left_off := self.state.left_off()):
             workflow.upsert_memo({names.LEFT_OFF_MEMO: left_off})  # an idle host its last run left OFF
 

@@ -1,0 +1,191 @@
+"""Issue 40, what must outlive the process holding it, one pure rule at a time (the end-to-end
+cases: tests/test_outlives_its_process.py):
+
+- an operator's abort of the monitor's request holds automation back in the entity
+  (`workflows/host/automation_hold.py`): every automatic request refused naming it, until `host
+  retry` of the idle host or an operator's own request;
+- a new entity takes over what its terminated predecessor's memo carried
+  (`workflows/host/takeover_rules.py`), the boot generation never going back.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from contracts import names
+from contracts.errors import AutomationHeldBack, InvalidInput
+from contracts.host_requests import PROVISION, REBOOT, REPROVISION
+from contracts.models.host import (
+    EntityPredecessor,
+    HostEntityMemory,
+    HostWorkflowInput,
+    Maintenance,
+    OperationRequest,
+)
+from workflows.host.automation_hold import hold_after
+from workflows.host.state import HostEntityState
+from workflows.host.takeover_rules import carried, take_over
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+HOST = "host-001"
+MONITOR = names.monitor_workflow_id(HOST)
+MONITORS = OperationRequest(requested_by=MONITOR, campaign_workflow_id=MONITOR, reason="DPU down")
+CAMPAIGNS = OperationRequest(requested_by="campaign/fw", campaign_workflow_id="campaign/fw")
+ALICE = OperationRequest(requested_by="alice")
+
+
+def entity(**start: Any) -> HostEntityState:
+    return HostEntityState.of(HostWorkflowInput(host_id=HOST, **start))
+
+
+def ended(state: HostEntityState, request: OperationRequest, outcome: str, kind: Any = REPROVISION) -> None:
+    """A request recorded, started and ended with `outcome`, as the entity's handlers do."""
+    state.refuse_request(kind, request)
+    current = state.record_request(kind, request, T0)
+    state.approve_at_once(current)
+    state.started(current, T0)
+    state.finish(current, outcome, T0 + timedelta(seconds=5))
+
+
+# -- an operator's abort of the monitor's request -------------------------------------------------
+
+
+def test_an_operators_abort_of_the_monitors_request_holds_automation_back_naming_who_and_why() -> None:
+    state = entity()
+    ended(state, MONITORS, "aborted by alice: debugging. Generation reached 0. Changed by this run: nothing")
+    hold = state.automation_held_back
+    assert hold is not None
+    assert (hold.by, hold.reason, hold.after, hold.asked_by) == (
+        "alice",
+        "debugging",
+        "reprovision/host-001",
+        MONITOR,
+    )
+    for automatic, kind in ((MONITORS, REPROVISION), (CAMPAIGNS, REBOOT)):  # the monitor's, a campaign's
+        with pytest.raises(AutomationHeldBack) as refused:
+            state.refuse_request(kind, automatic)
+        words = str(refused.value)
+        assert "automation held back by alice: debugging (since 2026-11-29T12:00:05Z" in words, words
+        assert f"until metalflow host retry {HOST}, or an operator's own request" in words, words
+    assert state.status().automation_held_back == hold
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        "aborted by alice: debugging; the host is on",
+        "withdrawn by alice: not now",
+        "aborted",  # cancelled by hand
+        "terminated",
+    ],
+)
+def test_every_operators_no_to_the_monitor_holds_it_back(outcome: str) -> None:
+    state = entity()
+    ended(state, MONITORS, outcome)
+    assert state.automation_held_back is not None, outcome
+    assert ";" not in state.automation_held_back.reason
+
+
+@pytest.mark.parametrize(
+    ("request_", "outcome"),
+    [
+        (MONITORS, "completed"),
+        (MONITORS, "failed: the DPU BMC rejected the credentials"),
+        (MONITORS, "expired: not approved within 1:00:00"),
+        (MONITORS, f"withdrawn by {MONITOR}: its DPUs are Ready again"),  # the monitor's own
+        (MONITORS, f"withdrawn at its approval by bob: its reason ({MONITOR}) no longer holds"),
+        (ALICE, "aborted by bob: wrong host"),  # a person's request: nothing automatic to hold
+        (CAMPAIGNS, "aborted by bob: campaign aborted"),  # a campaign aborts its own in the operator's name
+    ],
+)
+def test_no_hold_after_anything_but_an_operators_no_to_the_monitor(request_: Any, outcome: str) -> None:
+    state = entity()
+    ended(state, request_, outcome)
+    assert state.automation_held_back is None
+    assert hold_after(HOST, state_current(request_), outcome, T0) is None
+
+
+def state_current(request: OperationRequest) -> Any:
+    state = entity()
+    return state.record_request(REPROVISION, request, T0)
+
+
+def test_an_operators_own_request_ends_the_hold() -> None:
+    state = entity()
+    ended(state, MONITORS, "aborted by alice: debugging")
+    state.refuse_request(PROVISION, ALICE)  # a person's request is never refused by the hold
+    state.record_request(PROVISION, ALICE, T0)
+    assert state.automation_held_back is None
+
+
+def test_host_retry_of_the_idle_host_ends_the_hold_and_is_refused_without_one() -> None:
+    state = entity()
+    with pytest.raises(
+        InvalidInput, match="no operation in flight and automation is not held back; nothing to retry"
+    ):
+        state.release_automation("alice")
+    ended(state, MONITORS, "aborted by alice: debugging")
+    assert state.release_automation("alice", dry=True).startswith("automation no longer held back")
+    assert state.automation_held_back is not None  # the validator's dry run changes nothing
+    words = state.release_automation("alice")
+    assert words.startswith(
+        "automation no longer held back: host retry by alice (it was automation held back by"
+    )
+    assert state.automation_held_back is None
+    state.refuse_request(REPROVISION, MONITORS)  # asked again: accepted
+
+
+def test_host_retry_is_refused_while_an_operation_is_in_flight() -> None:
+    state = entity()
+    ended(state, MONITORS, "aborted by alice: debugging")
+    state.record_request(PROVISION, ALICE, T0)  # (ends the hold too; put one back to see the refusal)
+    state.automation_held_back = hold_after(HOST, state_current(MONITORS), "aborted by alice: x", T0)
+    with pytest.raises(InvalidInput, match=r"provision/host-001 awaits approval: nothing to retry here"):
+        state.release_automation("alice")
+
+
+# -- a new entity takes over its predecessor's record ---------------------------------------------
+
+
+def _left(**memory: Any) -> EntityPredecessor:
+    return EntityPredecessor(
+        run_id="r1", status="TERMINATED", closed_at=T0, carried=carried(HostEntityMemory(**memory))
+    )
+
+
+def test_a_new_entity_takes_over_the_host_off_generation_maintenance_and_hold() -> None:
+    old = entity()
+    ended(old, MONITORS, "aborted by alice: debugging")
+    old.boot_generation, old.left_off_by = 4, "reboot/host-001/generation-4"
+    old.maintenance = Maintenance(by="carol", reason="cabling", since=T0)
+    before = EntityPredecessor(run_id="r1", status="TERMINATED", closed_at=T0, carried=carried(old))
+
+    new = entity()
+    words = take_over(new, before)
+    assert (new.boot_generation, new.left_off_by) == (4, "reboot/host-001/generation-4")
+    assert new.maintenance == old.maintenance and new.automation_held_back == old.automation_held_back
+    assert words == (
+        "took over from run r1 (terminated at 2026-11-29T12:00:00Z): boot generation 4; the host is "
+        "OFF as reboot/host-001/generation-4 left it; maintenance by carol: cabling; automation held "
+        "back by alice"
+    )
+    assert new.status().taken_over == words and new.left_off() == "reboot/host-001/generation-4"
+
+
+def test_a_boot_generation_never_goes_back_and_what_the_new_entity_holds_stands() -> None:
+    new = entity(boot_generation=7)
+    new.maintenance = Maintenance(by="dave", reason="mine", since=T0)
+    take_over(new, _left(boot_generation=3, maintenance=Maintenance(by="carol", reason="old", since=T0)))
+    assert new.boot_generation == 7 and new.maintenance is not None and new.maintenance.by == "dave"
+
+
+@pytest.mark.parametrize(
+    "before",
+    [EntityPredecessor(), EntityPredecessor(run_id="r0", status="TERMINATED", carried=None), _left()],
+)
+def test_nothing_to_take_over_says_nothing(before: EntityPredecessor) -> None:
+    new = entity()
+    assert take_over(new, before) == "" and new.taken_over == "" and new.boot_generation == 0

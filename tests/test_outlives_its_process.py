@@ -1,0 +1,163 @@
+"""Issue 40: what a host's entity knows outlives the process holding it (a run terminated by
+hand, a monitor stopped and started again), as an operator runs the CLI against a real Temporal,
+the product's worker and the simulated site (one site and worker for the module).
+
+- `temporal workflow terminate` of `host/<id>`: the next entity takes over what its predecessor's
+  memo carried (the host left OFF, the boot generation, maintenance) and says so; before, it
+  started idle, generation 0, no warning, no maintenance.
+- An operator's abort of the monitor's reprovision holds automation back in the entity: a monitor
+  stopped and started again meets the hold, asks nothing that starts, until `host retry`; before,
+  the new monitor reprovisioned the host seconds later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import httpx
+from cli_support import shown_state
+from host_operation_support import reset_by_hand
+from module_site_support import ModuleSite
+from monitor_support import status_of
+from sim_support import RunningSim
+from site_worker_support import FAST_POLICY, eventually
+from temporalio.client import WorkflowHandle
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+
+from contracts import names
+from contracts.models.host import HostStatus, HostWorkflowInput, RebootMethod
+from metalflow.hosts import operation_progress
+
+# Profile no-powercycle (the site gives it to hosts 2, 7, ...): a reboot is ForceOff, then On.
+LEFT_OFF_HOST, MONITORED_HOST = "out-002", "out-003"
+SITE = ModuleSite("out", hosts=3, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+sim, queue = SITE.fixtures()
+cli = SITE.cli
+
+
+async def _ok(env: WorkflowEnvironment, task_queue: str, by: str, *args: str) -> str:
+    done = await cli(env, *args, "--by", by, "--task-queue", task_queue)
+    assert done.status == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
+    """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
+    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+
+
+async def _idle(env: WorkflowEnvironment, host: str) -> dict[str, Any]:
+    """What `host status HOST --json` shows of the entity once no operation is in flight (read in
+    this process: `cli_support.shown_state`)."""
+    shown = await eventually(lambda: shown_state(env, host), lambda s: s["host"]["current"] is None)
+    entity: dict[str, Any] = shown["host"]
+    return entity
+
+
+async def _status(entity: WorkflowHandle[Any, Any]) -> HostStatus:
+    status: HostStatus = await entity.query("status", result_type=HostStatus)
+    return status
+
+
+async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation_and_maintenance(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Before: the new entity started idle, generation 0, no warning, and took a reboot of a
+    host in maintenance. Now it reads its predecessor's memo once and carries all three."""
+    host, env = LEFT_OFF_HOST, local_env
+    fast = ("--power-down-wait", "0")
+    await _ok(env, queue, "alice", "host", "reboot", host, *fast)  # generation 1
+    assert (await _idle(env, host))["boot_generation"] == 1
+    _fault(sim, host, "rotate-after-forceoff")  # the On after its ForceOff is refused
+    try:
+        await _ok(env, queue, "alice", "host", "reboot", host, *fast)
+        reboot = names.host_reboot_workflow_id(host, 2)
+        await eventually(
+            lambda: operation_progress(env.client, reboot, host),
+            lambda seen: seen is not None and "is OFF" in seen.details and seen.phase != "powering",
+        )
+        await _ok(env, queue, "bob", "host", "abort", host)
+        before = await _idle(env, host)
+    finally:
+        _fault(sim, host, "clear")
+    assert before["left_off_by"] == reboot, before
+    await _ok(env, queue, "carol", "host", "maintenance", host, "on", "--reason", "cabling")
+
+    await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate("as an operator might")
+    # The next request starts a new entity: it is decided on what the terminated one left.
+    refused = await cli(env, "host", "reboot", host, *fast, "--by", "alice", "--task-queue", queue)
+    assert refused.status != 0, refused.stdout
+    assert "maintenance" in refused.stderr and "carol" in refused.stderr, refused.stderr
+    entity = (await shown_state(env, host))["host"]  # what `host status --json` shows of it
+    assert entity["boot_generation"] == 1, entity  # never back (boot_generation.py)
+    assert entity["left_off_by"] == reboot, entity
+    assert entity["maintenance"]["by"] == "carol" and entity["maintenance"]["reason"] == "cabling", entity
+    assert entity["taken_over"].startswith("took over from run "), entity
+    assert "(terminated at " in entity["taken_over"], entity
+    text = await cli(env, "host", "status", host)
+    assert "taken over       took over from run " in text.stdout, text.stdout
+    assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
+    listed = await cli(env, "host", "list")
+    row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
+    assert " idle (host OFF) " in row, listed.stdout
+    await _ok(env, queue, "carol", "host", "maintenance", host, "off")
+    await reset_by_hand(sim, host, "On")
+
+
+async def test_an_operators_abort_of_the_monitors_reprovision_outlives_the_monitor(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Before: `host monitor --stop`, then start, dropped the hold-back, and the new monitor
+    reprovisioned the host seconds later. Now the entity keeps the hold and refuses the new
+    monitor's request naming it, until `host retry`."""
+    host, env = MONITORED_HOST, local_env
+    dpu, monitor_id = f"{host}-dpu-0", names.monitor_workflow_id(host)
+    device = f"dpus/node-{host}-device-{dpu}"
+    # Reboots by hand (never sent here): the reprovision cannot end before the abort.
+    slow = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
+    entity = await env.client.start_workflow(
+        "HostWorkflow",
+        HostWorkflowInput(host_id=host, policy=slow),
+        id=names.host_workflow_id(host),
+        task_queue=queue,
+    )
+    watch = ("--reprovision-after", "1")
+    await _ok(env, queue, "ops", "host", "monitor", host, *watch)
+    try:
+        await asyncio.sleep(1)  # the monitor's first look: the DPU Ready
+        sim.inject(f"{device}/node-effect")
+        first = await eventually(lambda: _status(entity), lambda s: s.current is not None, timeout=20)
+        assert first.current is not None and first.current.requested_by == monitor_id
+        why = "do not reprovision, debugging"
+        await _ok(env, queue, "alice", "host", "abort", host, "--reason", why)
+        await eventually(lambda: _status(entity), lambda s: s.current is None)
+        with contextlib.suppress(httpx.HTTPStatusError):  # recreated by then: it falls again
+            sim.inject(f"{device}/node-effect")
+        await _ok(env, queue, "ops", "host", "monitor", host, "--stop")
+        await _ok(env, queue, "ops", "host", "monitor", host, *watch)
+        await asyncio.sleep(3)  # three of the new monitor's 1 s deadlines
+        held = await _status(entity)
+        assert held.current is None, held.current
+        assert [r.operation for r in held.recent] == ["reprovision"], held.recent
+        assert held.automation_held_back is not None and held.automation_held_back.by == "alice", held
+        shown = await cli(env, "host", "status", host)
+        words = f"automation       automation held back by alice: {why} (since "
+        assert words in shown.stdout, shown.stdout
+        assert f"until metalflow host retry {host}, or an operator's own request" in shown.stdout
+        monitor = await status_of(env.client.get_workflow_handle(monitor_id))
+        assert "automation held back by alice" in monitor.requests[-1], monitor.requests  # its refusal
+
+        resumed = await _ok(env, queue, "alice", "host", "retry", host, "--reason", "done")
+        assert f"{host}: automation no longer held back: host retry by alice" in resumed, resumed
+        again = await eventually(lambda: _status(entity), lambda s: s.current is not None, timeout=20)
+        assert again.current is not None and again.current.requested_by == monitor_id
+    finally:
+        with contextlib.suppress(RPCError):
+            await env.client.get_workflow_handle(f"reprovision/{host}").terminate("test over")
+        await cli(env, "host", "monitor", host, "--stop", "--task-queue", queue)
+        with contextlib.suppress(httpx.HTTPStatusError):
+            sim.inject(f"{device}/recover")
+        await entity.terminate("test over")
