@@ -45,7 +45,7 @@ from activities.campaign_deploy import CampaignDeployments
 from activities.campaign_select import PARALLEL_REQUESTS, CampaignSelection
 from activities.campaign_sweep import CampaignSweep
 from activities.heartbeat import heartbeating
-from contracts.errors import HostBusy, InMaintenance, InstanceConflict
+from contracts.errors import AutomationHeldBack, HostBusy, InMaintenance, InstanceConflict
 from contracts.host_entity import EntityRefused
 from contracts.models.campaign import (
     HostRequestInput,
@@ -66,6 +66,7 @@ REFUSALS = {  # else "refused"
     HostBusy.__name__: "busy",
     InstanceConflict.__name__: "assigned",
     InMaintenance.__name__: "maintenance",
+    AutomationHeldBack.__name__: "held-back",  # an operator said no to automation on the host: skipped
 }
 HOST_REQUEST_SPAN = "RequestHostOperation"  # the root span of a host operation's trace
 _tracer = trace.get_tracer("metalflow.campaign")  # the global provider's, once tracing is set up

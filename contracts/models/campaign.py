@@ -407,12 +407,14 @@ class HostRequestOutcome(_Frozen):
     host_id: str
     # not-asked / unanswered: the campaign aborted while the request was out (its abort cancels the ask)
     # maintenance: the host is in maintenance (`metalflow host maintenance`): skipped, naming it
+    # held-back: an operator said no to automation on the host (`AutomationHeldBack`): skipped, naming it
     outcome: Literal[
         "started",
         "awaiting-approval",
         "busy",
         "assigned",
         "maintenance",
+        "held-back",
         "refused",
         "not-asked",
         "unanswered",

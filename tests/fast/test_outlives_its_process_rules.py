@@ -15,9 +15,22 @@ from typing import Any
 
 import pytest
 
+from activities.campaign import REFUSALS
 from contracts import names
 from contracts.errors import AutomationHeldBack, InvalidInput
 from contracts.host_requests import PROVISION, REBOOT, REPROVISION
+from contracts.models.campaign import (
+    CampaignHost,
+    CampaignInput,
+    CampaignTarget,
+    ClaimResult,
+    HostRequestOutcome,
+    HostSelection,
+    Limits,
+    Roster,
+    SelectHostsResult,
+    TargetKind,
+)
 from contracts.models.host import (
     EntityPredecessor,
     HostEntityMemory,
@@ -25,6 +38,9 @@ from contracts.models.host import (
     Maintenance,
     OperationRequest,
 )
+from workflows.campaign.admission import admit
+from workflows.campaign.ledger import S
+from workflows.campaign.state import CampaignState
 from workflows.host.automation_hold import hold_after
 from workflows.host.state import HostEntityState
 from workflows.host.takeover_rules import carried, take_over
@@ -119,6 +135,27 @@ def test_an_operators_own_request_ends_the_hold() -> None:
     state.refuse_request(PROVISION, ALICE)  # a person's request is never refused by the hold
     state.record_request(PROVISION, ALICE, T0)
     assert state.automation_held_back is None
+
+
+def test_a_campaigns_ask_refused_by_the_hold_skips_the_host_never_fails_it() -> None:
+    """The hold is an operator's no, not a failure: it counts against no campaign's budget."""
+    state = entity()
+    ended(state, MONITORS, "aborted by alice: debugging")
+    with pytest.raises(AutomationHeldBack) as refused:
+        state.refuse_request(REPROVISION, CAMPAIGNS)
+    start = CampaignInput(
+        name="fleet", target=CampaignTarget(kind=TargetKind.REPROVISION), selection=HostSelection(all=True),
+        limits=Limits(batch_size=1, max_in_flight=1, max_per_bmc=0), requested_by="ops",
+    )  # fmt: skip
+    campaign = CampaignState.first(asker="campaign/fleet", limits=start.limits, now=T0)
+    hosts = [CampaignHost(host_id=HOST)]
+    campaign.admitted(
+        admit(start, SelectHostsResult(roster=Roster.of(hosts)), ClaimResult(), None, T0), canary=0
+    )
+    kind = REFUSALS[type(refused.value).__name__]
+    told = HostRequestOutcome(host_id=HOST, outcome=kind, message=str(refused.value))
+    assert campaign.answered([told], hosts, now=T0, start=start) is None
+    assert campaign.state(HOST) == S.SKIPPED and campaign.failed == 0
 
 
 def test_host_retry_of_the_idle_host_ends_the_hold_and_is_refused_without_one() -> None:

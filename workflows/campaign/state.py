@@ -197,7 +197,8 @@ class CampaignState(OperatorControls):
         start: CampaignInput,
     ) -> str | None:
         """What each entity's answer does to its host: started (or awaiting approval) in flight,
-        busy put off for `busy_retry_seconds`, assigned or unanswered skipped, refused failed; a
+        busy put off for `busy_retry_seconds`, assigned, unanswered, in maintenance or held back
+        (an operator's no to automation, `AutomationHeldBack`) skipped, refused failed; a
         host an operator skipped meanwhile stays skipped. Returns a halt it caused (the budget)."""
         by_id = {h.host_id: h for h in hosts}
         halt = None
@@ -221,6 +222,8 @@ class CampaignState(OperatorControls):
                 self.skip(host.host_id, reason)
             elif outcome.outcome == "maintenance":  # the entity's refusal names who set it
                 self.skip(host.host_id, maintenance_skip(outcome.message))
+            elif outcome.outcome == "held-back":  # an operator said no to automation on it: no failure
+                self.skip(host.host_id, outcome.message)
             elif outcome.outcome == "assigned":
                 note = self.outdated_note(host.host_id)
                 self.skip(host.host_id, f"instance assigned: {outcome.message}{note}")
