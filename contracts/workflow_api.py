@@ -100,6 +100,7 @@ from contracts.models.host import (
     MAINTENANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
+    ApproveRequest,
     AssignInstanceRequest,
     FirmwareInput,
     FirmwareResult,
@@ -141,7 +142,7 @@ class HostWorkflow:
     request_reset = declared(RESET)
 
     @workflow.update(name=APPROVE_UPDATE)
-    async def approve(self, request: OperatorRequest) -> OperatorAnswer:
+    async def approve(self, request: ApproveRequest) -> OperatorAnswer:
         _declared_only("HostWorkflow.approve")
 
     @workflow.update(name=WITHDRAW_UPDATE)

@@ -8,6 +8,9 @@
   DPF's phase did not change: never told.
 - A DPU reset of ours (`host reset --dpu`, through the entity): never told (the operation forgets
   the marks; its next reading is the new baseline).
+- `metalflow approve` of a request that awaited approval since before `host maintenance on`:
+  refused naming the maintenance, unless `approve --in-maintenance` (recorded with the operation
+  and in its `OperationStarted` Event), as any disruptive request. Before, it started.
 
 One site and one worker (with the Event emitter) for the module (tests/module_site_support.py).
 """
@@ -24,15 +27,16 @@ from module_site_support import ModuleSite
 from sim_support import RunningSim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
 
 from contracts.host_entity import HostEntityClient
 from contracts.models.host import HostStatus, HostWorkflowInput, ResetRequest, ResetTarget
 from contracts.workflow_api import HostWorkflow
 
 PREFIX = f"uar{uuid.uuid4().hex[:5]}"
-SITE = ModuleSite(PREFIX, hosts=2, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite(PREFIX, hosts=3, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
 sim, queue = SITE.fixtures()
-DPU_BY_HAND, DPU_OURS = f"{PREFIX}-001", f"{PREFIX}-002"
+DPU_BY_HAND, DPU_OURS, APPROVED = f"{PREFIX}-001", f"{PREFIX}-002", f"{PREFIX}-003"
 
 
 def _dpu(host: str) -> str:
@@ -123,3 +127,51 @@ async def test_a_dpu_reset_of_ours_is_never_told(client: Client, queue: str, sim
     assert (await _status(entities, DPU_OURS)).unplanned_power == ""
     assert _unplanned_events(sim, DPU_OURS) == []
     await handle.terminate("test done")
+
+
+async def test_an_approval_in_maintenance_of_a_request_made_before_it_needs_in_maintenance(
+    local_env: WorkflowEnvironment, queue: str, sim: RunningSim
+) -> None:
+    on_queue = ("--task-queue", queue)
+    assigned = await SITE.cli(local_env, "host", "assign", APPROVED, "inst-1", "--by", "x", *on_queue)
+    assert assigned.status == 0, assigned.stderr
+    asked = await SITE.cli(
+        local_env, "host", "reboot", APPROVED, "--by", "carol", "--power-down-wait", "0", *on_queue
+    )
+    assert asked.status == 0 and "awaits approval" in asked.stdout, (asked.stdout, asked.stderr)
+    held = await SITE.cli(
+        local_env,
+        "host",
+        "maintenance",
+        APPROVED,
+        "on",
+        "--reason",
+        "replacing a fan",
+        "--by",
+        "alice",
+        *on_queue,
+    )
+    assert held.status == 0, held.stderr
+    assert "awaits approval and is not stopped by maintenance" in held.stdout, held.stdout
+    assert f"its approval needs: metalflow approve {APPROVED} --in-maintenance" in held.stdout
+    refused = await SITE.cli(local_env, "approve", APPROVED, "--by", "dave", *on_queue)
+    assert refused.status != 0, refused.stdout
+    assert "approval of reboot" in refused.stderr and "set by alice: replacing a fan" in refused.stderr
+    assert f"metalflow approve {APPROVED} --in-maintenance" in refused.stderr, refused.stderr
+    entity = HostEntityClient(local_env.client, queue)
+    status = await _status(entity, APPROVED)
+    assert status.current is not None and status.current.started_at is None  # still awaiting, unstarted
+    started = await SITE.cli(
+        local_env, "approve", APPROVED, "--by", "dave", "--in-maintenance", "--wait", *on_queue
+    )
+    assert started.status == 0, (started.stdout, started.stderr)
+    shown = await SITE.until_idle(local_env, APPROVED)
+    last = shown["recent"][-1]
+    assert last["outcome"] == "completed" and "set by alice: replacing a fan" in last["in_maintenance"], last
+    for _ in range(100):  # the Event is written in the background
+        notes = [e["note"] for e in events_v1(sim, f"regarding.name=node-{APPROVED},reason=OperationStarted")]
+        if notes:
+            break
+        await asyncio.sleep(0.1)
+    assert any("asked with --in-maintenance while in maintenance since" in n for n in notes), notes
+    await entity.handle(APPROVED).terminate("test done")

@@ -182,6 +182,15 @@ class OperationAbortRequest(OperatorRequest):
     finish_installing: bool = False
 
 
+class ApproveRequest(OperatorRequest):
+    """The `approve` update of a host's entity. On a host in maintenance the request awaiting
+    approval starts only when it, or this approval, says `in_maintenance` (`metalflow approve
+    --in-maintenance`: recorded with the operation and in its Event), as any request
+    (workflows/host/maintenance_rules.py)."""
+
+    in_maintenance: bool = False
+
+
 class WithdrawRequest(OperatorRequest):
     """The `withdraw` update of a host's entity: drop the request awaiting approval, unstarted."""
 

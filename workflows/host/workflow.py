@@ -10,10 +10,10 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
 4. `approve` of the monitor's own reprovision first reads its DPUs from DPF: when none is degraded
    any more, the request is withdrawn, nothing started, and the approval refused naming what DPF
    says (`ReasonNoLongerHolds`); an approval never runs a request whose reason no longer holds.
-5. In maintenance (`set_maintenance`, `metalflow host maintenance`: who, why, since when) every
-   `request_*` is refused (`InMaintenance`, naming the maintenance) unless it says
-   `in_maintenance` (an operator's `--in-maintenance`, recorded with the operation); the monitor
-   and campaigns never say it. Turning it on stops nothing that runs; off replays nothing.
+5. In maintenance (`set_maintenance`: who, why, since when) every `request_*`, and an `approve`,
+   is refused (`InMaintenance`, naming it) unless the request or approval says `in_maintenance`
+   (`--in-maintenance`, recorded with the operation); the monitor and campaigns never say it.
+   Turning it on stops nothing that runs; off replays nothing.
 
 The rules are the entity's state's (`state.py`): validators answer at once, without writing
 history; handlers ask again under one `asyncio.Lock` (two updates delivered in one workflow task
@@ -41,10 +41,10 @@ reboot or reset nothing; `host versions --refresh` hands the entity the command'
 `VersionsScope`); one that fails shows `unknown (why)` and never fails the entity. Cost per
 read: the sources its scope names, about 8 events.
 
-Worst-case history: about 26 events per operation (update, child start and end, an upsert per
-phase change, the versions read after it; 3 more per reboot run a cancelled or terminated one has
-read, `reached_when_ended`) plus 5 per other update; it continues-as-new when idle past
-`max_history_events` (10,000) or when Temporal suggests it, no read running, its state carried whole.
+Worst-case history: about 26 events per operation (update, child start and end, an upsert per phase
+change, the versions read after it; 3 more per reboot run a cancelled or terminated one has read)
+plus 5 per other update and 11 (+6 per DPU) per power watch reading; it continues-as-new when idle
+past `max_history_events` (10,000) or when Temporal suggests it, its state carried whole.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ with workflow.unsafe.imports_passed_through():
         of_operation,
     )
     from contracts.models.campaign import HOST_FINISHED_SIGNAL, HostFinished
-    from contracts.models.control import STATUS_QUERY, OperatorAnswer, OperatorRequest
+    from contracts.models.control import STATUS_QUERY, OperatorAnswer
     from contracts.models.dpf import HostRef
     from contracts.models.host import (
         APPROVE_UPDATE,
@@ -85,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
         MAINTENANCE_UPDATE,
         RELEASE_INSTANCE_UPDATE,
         WITHDRAW_UPDATE,
+        ApproveRequest,
         AssignInstanceRequest,
         EntityRequestBody,
         HostRebootInput,
@@ -209,12 +210,12 @@ class HostWorkflow(PowerWatch):
     request_reset = requested(RESET)
 
     @workflow.update(name=APPROVE_UPDATE)
-    async def approve(self, request: OperatorRequest) -> OperatorAnswer:
-        """Start the operation that awaits approval; opens the auto-approval window, if any. The
-        monitor's own reprovision is started only while its reason holds (`_reason_gone`): else
-        it is withdrawn, nothing started, and the approval refused naming what DPF says now."""
+    async def approve(self, request: ApproveRequest) -> OperatorAnswer:
+        """Start the operation awaiting approval (in maintenance: rule 5); opens the auto-approval
+        window, if any. The monitor's reprovision starts only while its reason holds (else it is
+        withdrawn and the approval refused naming what DPF says now: `_reason_gone`)."""
         async with self._lock:
-            waiting = self.state.awaiting_approval()
+            waiting = self.state.awaiting_approval(request)  # in maintenance: `--in-maintenance`?
             if self.state.reason_to_check(waiting):
                 why = await self._reason_gone(waiting)
                 if why is not None:
@@ -222,16 +223,14 @@ class HostWorkflow(PowerWatch):
                     self._finish(waiting, outcome)  # the approval wait sees it and ends
                     await self._notify_campaign(waiting, outcome)
                     raise self.state.refuse_stale_approval(waiting, why)
-            current = self.state.approve(request.requested_by, workflow.now())
+            current = self.state.approve(request.requested_by, workflow.now(), request.in_maintenance)
             await self._start(current)
-            return OperatorAnswer(
-                accepted=True,
-                message=f"approved {current.record.operation}; started {current.record.workflow_id}",
-            )
+            started = f"approved {current.record.operation}; started {current.record.workflow_id}"
+            return OperatorAnswer(accepted=True, message=started)
 
     @approve.validator
-    def _validate_approve(self, request: OperatorRequest) -> None:
-        self.state.awaiting_approval()
+    def _validate_approve(self, request: ApproveRequest) -> None:
+        self.state.awaiting_approval(request)
 
     async def _reason_gone(self, current: PendingOperation) -> str | None:
         """The monitor's reprovision awaiting approval: DPF read now (the host's namespace from its
