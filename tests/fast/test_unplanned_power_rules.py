@@ -52,6 +52,7 @@ from workflows.host_reboot.failure import (
     decide_on_power_found,
     decide_on_power_taken_over,
     power_down_reads,
+    seen_on_words,
 )
 from workflows.parts.reboot_rounds import joined_unplanned, with_reading
 
@@ -319,3 +320,12 @@ def test_the_power_down_wait_is_read_every_interval_never_at_its_end() -> None:
 def test_a_bad_power_down_read_interval_is_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="power_down_read_seconds"):
         OperationPolicy(power_down_read_seconds=bad)
+
+
+def test_an_on_found_during_the_wait_is_said_as_seen_by_our_read_never_on_at_the_reads_time() -> None:
+    words = seen_on_words(T1, T0, 60, 300)
+    assert words == (
+        "On (seen by our read at 2026-11-29T07:15:00Z; Off at our read at 2026-11-29T07:00:00Z), "
+        "60 s into our power-down wait of 300 s, before our On"
+    )
+    assert "On at" not in decide_on_power_taken_over("h1", 4, words)
