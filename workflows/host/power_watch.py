@@ -104,8 +104,9 @@ class PowerWatch(kernel.Runbook):
 
     async def _read_dpu_marks(self, inventory: HostInventory) -> dict[str, str]:
         """Each DPU BMC's reset mark, by DPU id, one read each (`read_dpu_system`), one after the
-        other ("": its BMC shows none); a DPU without a BMC in the inventory, or whose read fails
-        (logged), is left out (its mark before is kept: `power_rest.after_reading`)."""
+        other ("": its BMC shows none); a DPU without a BMC in the inventory, whose read fails
+        (logged) or whose Arm OS is not running (booting, Paused, its host Off: its boot stage time
+        moves as it boots) is left out (its mark before is kept: `power_rest.after_reading`)."""
         marks: dict[str, str] = {}
         for dpu in inventory.dpus:
             if dpu.bmc is None or self.state.current is not None or self.state.maintenance is not None:
@@ -120,5 +121,6 @@ class PowerWatch(kernel.Runbook):
             except ActivityError as err:
                 workflow.logger.warning("DPU %s not read at rest: %s", dpu.id, kernel.describe_failure(err))
                 continue
-            marks[dpu.id] = read.reset_mark or ""  # a mark that appears later is a reset too (B9)
+            if read.os_running:  # a booting Arm moves its stage time: compared once it runs
+                marks[dpu.id] = read.reset_mark or ""  # a mark that appears later is a reset too (B9)
         return marks
