@@ -101,6 +101,7 @@ from contracts.models.host import (
     RELEASE_AUTOMATION_UPDATE,
     RELEASE_INSTANCE_UPDATE,
     WITHDRAW_UPDATE,
+    ApproveRequest,
     AssignInstanceRequest,
     FirmwareInput,
     FirmwareResult,
@@ -142,7 +143,7 @@ class HostWorkflow:
     request_reset = declared(RESET)
 
     @workflow.update(name=APPROVE_UPDATE)
-    async def approve(self, request: OperatorRequest) -> OperatorAnswer:
+    async def approve(self, request: ApproveRequest) -> OperatorAnswer:
         _declared_only("HostWorkflow.approve")
 
     @workflow.update(name=WITHDRAW_UPDATE)

@@ -380,6 +380,7 @@ async def test_an_on_early_in_a_long_power_down_wait_ends_it_at_its_next_read(
     assert log == [("On", "Off"), ("Off", "On")], log  # one ForceOff, their On; no On of ours
     assert result.reset_types == ("ForceOff",) and result.method.endswith("On by another actor"), result
     assert "s into our power-down wait of 300 s, before our On" in result.unplanned_power, result
+    assert "(On (seen by our read at 20" in result.unplanned_power and "On at" not in result.unplanned_power
     assert "counted as the power cycle of generation 3" in result.unplanned_power
     assert len(unplanned_events(site)) > before
     reboot = client.get_workflow_handle(f"{names.host_reboot_workflow_id(HOST, 3)}-{task_queue}")

@@ -14,3 +14,10 @@ class PowerAtRest(BaseModel):
     last_reset_time: datetime | None = None
     read_at: datetime | None = None
     unplanned: str = ""  # the last power change metalflow did not cause, in words ("" none seen)
+    # Each DPU's reset mark (its BMC's LastResetTime, else BootProgress.LastStateTime:
+    # `DPUSystemState.reset_mark`) as last read at rest, by DPU id; {}: none read since metalflow
+    # last ran an operation on the host (which may reset its DPUs: no baseline).
+    dpu_marks: dict[str, str] = {}
+    # An operation of ours ended: the watch reads at once (not a period later), so the baseline
+    # carries the host's LastResetTime and the DPUs' marks as of its end (`power_rest.py`).
+    read_due: bool = False

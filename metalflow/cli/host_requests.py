@@ -24,11 +24,12 @@ from temporalio.client import Client
 
 from contracts import names
 from contracts.host_requests import ENTITY_REQUESTS, RESET
-from contracts.models.control import OperatorAnswer, OperatorRequest
+from contracts.models.control import OperatorAnswer
 from contracts.models.host import (
     APPROVE_UPDATE,
     ASSIGN_INSTANCE_UPDATE,
     RELEASE_INSTANCE_UPDATE,
+    ApproveRequest,
     AssignInstanceRequest,
     EntityRequestBody,
     FirmwareRequest,
@@ -120,6 +121,12 @@ def register_approve(subparsers: Any, common: Common, runner: Runner) -> None:
     )
     common(approve)
     reason_option(approve, "recorded with the approval")
+    approve.add_argument(
+        "--in-maintenance",
+        action="store_true",
+        help="start it although the host went into maintenance (`metalflow host maintenance`) after "
+        "it was requested; recorded with the operation and in its Event",
+    )
     approve.add_argument("--wait", action="store_true", help=WAIT_HELP)
     approve.set_defaults(handler=runner(_approve))
 
@@ -419,7 +426,7 @@ async def _follow(client: Client, host: str, workflow_id: str, progress: Progres
 
 async def _approve(client: Client, args: argparse.Namespace) -> int:
     await host_status(client, args.host)  # an unknown host is a clear error, not a new entity
-    request = OperatorRequest(requested_by=args.by, reason=args.reason)
+    request = ApproveRequest(requested_by=args.by, reason=args.reason, in_maintenance=args.in_maintenance)
     await require_worker(client, args.task_queue)
     answer = await send_update(
         client, _entity(args), APPROVE_UPDATE, request, OperatorAnswer, args.task_queue

@@ -52,6 +52,7 @@ from workflows.host_reboot.failure import (
     decide_on_power_found,
     decide_on_power_taken_over,
     power_down_reads,
+    seen_on_words,
 )
 from workflows.parts.reboot_rounds import joined_unplanned, with_reading
 
@@ -294,11 +295,13 @@ def test_a_run_that_never_powered_the_host_keeps_the_baseline_before_it() -> Non
     withdrawn = state.record_request(REBOOT, OperationRequest(requested_by="alice"), T0)
     state.finish(withdrawn, "withdrawn by alice", T1)  # never started
     assert state.power == before
-    assert after_operation(before, "completed", True, False, T2) == before  # no cycle (a removal)
-    assert after_operation(None, "completed", True, False, T2) is None  # none before: none after
+    due = {"read_due": True}  # every run that ran: a reading at once (its marks as of its end)
+    assert after_operation(before, "completed", True, False, T2) == before.model_copy(update=due)  # a removal
+    none_after = after_operation(None, "completed", True, False, T2)  # none before: no baseline after
+    assert none_after is not None and baseline(none_after) is None and none_after.read_due
     told = before.model_copy(update={"unplanned": "unplanned power: h1 went On -> Off ..."})
     unknown = after_operation(told, "failed: BMC unreachable", True, True, T2)
-    assert unknown == forget_baseline(told)  # the next reading is the baseline
+    assert unknown == forget_baseline(told).model_copy(update=due)  # type: ignore[union-attr]
     on = after_operation(told, "completed", True, True, T2)
     assert on is not None and on.unplanned == told.unplanned  # what was told stays shown
     assert (on.power_state, on.last_reset_time, on.read_at) == ("On", None, T2)
@@ -319,3 +322,12 @@ def test_the_power_down_wait_is_read_every_interval_never_at_its_end() -> None:
 def test_a_bad_power_down_read_interval_is_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="power_down_read_seconds"):
         OperationPolicy(power_down_read_seconds=bad)
+
+
+def test_an_on_found_during_the_wait_is_said_as_seen_by_our_read_never_on_at_the_reads_time() -> None:
+    words = seen_on_words(T1, T0, 60, 300)
+    assert words == (
+        "On (seen by our read at 2026-11-29T07:15:00Z; Off at our read at 2026-11-29T07:00:00Z), "
+        "60 s into our power-down wait of 300 s, before our On"
+    )
+    assert "On at" not in decide_on_power_taken_over("h1", 4, words)

@@ -13,8 +13,20 @@ that completed having cycled the host (a boot generation reached: its power-on s
 read showed On, `PowerCustody.seen_on`) leaves it On; one that completed without powering the
 host keeps the baseline before it (None stays None); any other end (failed, aborted, terminated
 without saying OFF) is unknown: the baseline is forgotten (`forget_baseline`) and the next reading
-is one. The start of a maintenance forgets it too (a person's power actions there are expected,
-and not read). No BMC request: the operation's own end says it.
+is one. Whichever end, the watch reads at once (`reading_due`), so the baseline carries the
+host's `LastResetTime` and the DPUs' marks as of our end (a reset by hand right after our cycle,
+the host still On, moves a mark already read). The start of a maintenance forgets it too (a
+person's power actions there are expected, and not read). No BMC request: the operation's own end says it.
+
+Each DPU's reset at rest (issue 39): the same watch reads each DPU BMC's reset mark (`LastResetTime`,
+else `BootProgress.LastStateTime`: `DPUSystemState.reset_mark`) and compares it with the mark of the
+reading before (`dpu_resets_at_rest`): a mark that moved while no operation of ours ran is a reset
+nobody here made (a person's `ForceRestart` at the DPU's BMC, a crash of its Arm). metalflow's own
+DPU resets all happen inside an operation (a reset, a (re)provision, a firmware run), so an
+operation that ran forgets every DPU mark (`after_operation`, `forget_baseline`) and the next
+reading is the new one (a blind window of one watch period after each operation, as for a failed
+run's host power). A reading whose host power itself changed tells that change only: a host's
+power cycle moves its DPUs' boot stage times too (simulators/redfish/BEHAVIOUR.md B12).
 
 A reboot the entity starts is handed the baseline (`baseline`): its first BMC read that differs
 is someone else's power action just before it began (`workflows/host_reboot/failure.py`); what an
@@ -53,13 +65,47 @@ def unplanned_at_rest(
     return None
 
 
+def dpu_resets_at_rest(
+    host_id: str, before: PowerAtRest | None, marks: dict[str, str], now: datetime
+) -> str | None:
+    """The DPUs whose reset mark moved since the last reading at rest (`marks`: this reading's, by
+    DPU id, "" for a BMC that shows none; a DPU not read now, or not read before, is not compared;
+    a mark that appears counts, one that vanishes does not), in words; None: none."""
+    if before is None or before.read_at is None or not before.dpu_marks:
+        return None
+    moved = [
+        f"DPU {dpu_id} of {host_id} was reset "
+        f"(its BMC's reset mark {before.dpu_marks[dpu_id] or 'none'} -> {mark})"
+        for dpu_id, mark in sorted(marks.items())
+        if mark and before.dpu_marks.get(dpu_id) not in (None, mark)
+    ]
+    if not moved:
+        return None
+    return (
+        f"unplanned power: {', '.join(moved)} between {iso_z(before.read_at)} and {iso_z(now)}, "
+        "no metalflow operation running; metalflow did not cause it (find who resets it: a person at "
+        "its BMC, a crash of its Arm)"
+    )
+
+
 def after_reading(
-    host_id: str, before: PowerAtRest | None, power_state: str, last_reset: datetime | None, now: datetime
+    host_id: str,
+    before: PowerAtRest | None,
+    power_state: str,
+    last_reset: datetime | None,
+    now: datetime,
+    dpu_marks: dict[str, str] | None = None,
 ) -> tuple[PowerAtRest, str | None]:
-    """The new memory of the host's power after a reading at rest, and the change to tell (if any)."""
-    words = unplanned_at_rest(host_id, before, power_state, last_reset, now)
+    """The new memory of the host's power (and its DPUs' reset marks, `dpu_marks`: by DPU id, those
+    read now) after a reading at rest, and the change to tell (if any): the host's own change, else
+    its DPUs' resets. A DPU not read now keeps the mark read before."""
+    read = dpu_marks or {}
+    words = unplanned_at_rest(host_id, before, power_state, last_reset, now) or dpu_resets_at_rest(
+        host_id, before, read, now
+    )
     kept = before.unplanned if before is not None else ""
-    now_known = PowerAtRest(power_state=power_state, last_reset_time=last_reset, read_at=now)
+    marks = {**(before.dpu_marks if before is not None and before.read_at is not None else {}), **read}
+    now_known = PowerAtRest(power_state=power_state, last_reset_time=last_reset, read_at=now, dpu_marks=marks)
     return now_known.model_copy(update={"unplanned": words or kept}), words
 
 
@@ -68,7 +114,7 @@ def baseline(power: PowerAtRest | None) -> PowerAtRest | None:
     None when there is none since our last operation (or since maintenance began)."""
     if power is None or not power.power_state or power.read_at is None:
         return None
-    return power.model_copy(update={"unplanned": ""})
+    return power.model_copy(update={"unplanned": "", "dpu_marks": {}})
 
 
 def found_by_operation(power: PowerAtRest | None, words: str) -> PowerAtRest:
@@ -78,9 +124,11 @@ def found_by_operation(power: PowerAtRest | None, words: str) -> PowerAtRest:
 
 
 def forget_baseline(power: PowerAtRest | None) -> PowerAtRest | None:
-    """After an operation of ours: the next reading is a new baseline (the last unplanned change
-    is still shown)."""
-    return None if power is None else power.model_copy(update={"power_state": "", "read_at": None})
+    """After an operation of ours: the next reading is a new baseline, of the host and its DPUs
+    (the last unplanned change is still shown)."""
+    if power is None:
+        return None
+    return power.model_copy(update={"power_state": "", "read_at": None, "dpu_marks": {}})
 
 
 def left_by_operation(outcome: str, cycled: bool) -> str | None:
@@ -100,11 +148,24 @@ def after_operation(
     """The baseline after an operation of ours ended at `now` with `outcome` (`ran`: it started;
     `cycled`: it reached a new boot generation): the power it left the host in as of its end
     (`left_by_operation`), the baseline before it (it never started, or never powered the host),
-    or none (unknown: the next reading is one). The last unplanned change told is kept always."""
-    left = left_by_operation(outcome, cycled) if ran else ""
-    if left == "":
+    or none (unknown: the next reading is one). The DPUs' marks are forgotten whenever it ran (it
+    may have reset them), and a reading is due at once (`reading_due`). The last unplanned change
+    told is kept always."""
+    if not ran:
         return power
-    if left is None:
-        return forget_baseline(power)
-    told = power.unplanned if power is not None else ""
-    return PowerAtRest(power_state=left, read_at=now, unplanned=told)
+    left = left_by_operation(outcome, cycled)
+    if left == "":
+        after = (power or PowerAtRest()).model_copy(update={"dpu_marks": {}})
+    elif left is None:
+        after = forget_baseline(power) or PowerAtRest()
+    else:
+        after = PowerAtRest(power_state=left, read_at=now, unplanned=power.unplanned if power else "")
+    return after.model_copy(update={"read_due": True})
+
+
+def reading_due(power: PowerAtRest | None) -> bool:
+    """Is a reading due at once (an operation of ours just ended)? Its end leaves no
+    `LastResetTime` and no DPU marks (`after_operation`): the watch reads them as of its end
+    instead of one period later, so a reset by hand right after our cycle, the host still On,
+    moves a mark already read and is told (one BMC read per BMC per operation)."""
+    return power is not None and power.read_due

@@ -1,24 +1,30 @@
 """The entity's power watch: a bounded read of the host's power at rest, the base of `HostWorkflow`
 (`workflow.py`), split from its runbook by role; the decisions are `power_rest.py`'s.
 
-Every `HostWorkflowInput.power_watch_seconds` (0: no watch; `METALFLOW_POWER_WATCH_SECONDS` for
-the entities metalflow's clients start, `contracts/host_entity.py`), while no operation runs and
-the host is not in maintenance, the entity resolves the host's BMC and reads its power
-(`read_power_state`). A change since the last reading that no operation of ours explains (Off at
-rest, On at rest, a reset) is recorded in the entity's state (`status().unplanned_power`), the
-memo entry `unplanned_power` and an `UnplannedPower` Warning Event on the host's DPUNode. A
-read that fails is logged and skipped; it never fails the entity.
+Every `HostWorkflowInput.power_watch_seconds` (0: no watch; `METALFLOW_POWER_WATCH_SECONDS` for the
+entities metalflow's clients start, `contracts/host_entity.py`), while no operation runs and the
+host is not in maintenance, the entity resolves the host's BMC and reads its power
+(`read_power_state`), after each DPU's BMC (`read_dpu_system`: its reset mark, `LastResetTime`, else
+`BootProgress.LastStateTime`). A change since the last reading that no operation of ours explains
+(Off at rest, On at rest, a reset of the host or of a DPU: `power_rest.py`) is recorded in the
+entity's state (`status().unplanned_power`), the memo entry `unplanned_power` and one
+`UnplannedPower` Warning Event on the host's DPUNode (naming the DPU). A read that fails is logged
+and skipped; it never fails the entity.
 
-Cost per host per day, at the default 900 s: 96 readings, each one BMC read (a session, the
-Systems collection and the System: 4-5 HTTP requests, `drivers/redfish/power.py` `read_power`)
-and one inventory lookup (the site file, no BMC request); in history about 11 events each (a
-timer, two activities, their workflow tasks), ~1,000 a day, so the entity continues-as-new about
-every 10 days at the default `max_history_events`. During an operation: nothing (the operation's
-own reads notice another actor: `workflows/host_reboot/power_steps.py`). A reboot the entity
-starts is handed the last reading (`power_rest.baseline`): its first read that differs says the
-host was powered by someone else just before it began. What an ended operation's reads found
-(its result's `unplanned_power`) is shown as the last unplanned change (`_operation_found`: the
-status, the memo; the operation told its own Event). Cost: no BMC request, one memo upsert.
+Cost per host per day, at the default 900 s: 96 readings, each one read of the host's BMC (a
+session, the Systems collection and the System: 4-5 HTTP requests, `drivers/redfish/power.py`
+`read_power`), one read of each DPU's BMC (the same: up to 5 HTTP requests each,
+`drivers/redfish/dpu_reset.py` `read_dpu`) and one inventory lookup (the site file, no BMC request);
+in history about 11 events each plus 6 per DPU (a timer, the activities, their workflow tasks):
+~2,200 a day for a host with two DPUs, so the entity continues-as-new about every 4 days at the
+default `max_history_events`. One request at a time per BMC, one BMC after the other. Plus one
+reading at each operation's end (`power_rest.reading_due`: the baseline's marks as of our end). During an
+operation: nothing (the operation's own reads notice another actor:
+`workflows/host_reboot/power_steps.py`). A reboot the entity starts is handed the last reading
+(`power_rest.baseline`): its first read that differs says the host was powered by someone else just
+before it began. What an ended operation's reads found (its result's `unplanned_power`) is shown as
+the last unplanned change (`_operation_found`: the status, the memo; the operation told its own
+Event). Cost: no BMC request, one memo upsert.
 """
 
 from __future__ import annotations
@@ -32,9 +38,9 @@ with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
     from contracts.models.host import HostWorkflowInput
     from contracts.models.inventory import HostInventory, HostLookup
-    from contracts.models.redfish import ReadPowerStateInput, SystemPower
+    from contracts.models.redfish import DPUSystemState, ReadDPUInput, ReadPowerStateInput, SystemPower
     from workflows import kernel
-    from workflows.host.power_rest import after_reading
+    from workflows.host.power_rest import after_reading, reading_due
     from workflows.host.state import HostEntityState
 
 UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
@@ -55,7 +61,15 @@ class PowerWatch(kernel.Runbook):
         if every <= 0:
             return
         while True:
-            await workflow.sleep(timedelta(seconds=every), summary="power watch: next reading at rest")
+            if not self._reading_due():
+                try:  # a period, or less when an operation of ours ended (`power_rest.reading_due`)
+                    await workflow.wait_condition(
+                        self._reading_due,
+                        timeout=timedelta(seconds=every),
+                        timeout_summary="power watch: next reading at rest",
+                    )
+                except TimeoutError:
+                    pass
             if self.state.current is not None or self.state.maintenance is not None:
                 continue
             self._reading_power = True
@@ -63,6 +77,10 @@ class PowerWatch(kernel.Runbook):
                 await self._read_power_at_rest()
             finally:
                 self._reading_power = False
+
+    def _reading_due(self) -> bool:
+        at_rest = self.state.current is None and self.state.maintenance is None
+        return at_rest and reading_due(self.state.power)
 
     def _operation_found(self, words: str) -> None:
         """An ended operation's reads found a power change nobody here made: status and memo."""
@@ -78,6 +96,9 @@ class PowerWatch(kernel.Runbook):
                 kernel.options(kernel.INVENTORY, f"resolve {host} (power watch)"),
                 abortable=False,
             )
+            # The DPUs first, the host last: the host's reading is the one an operation starting
+            # right after is handed (`power_rest.baseline`), and it is kept once read at rest.
+            marks = await self._read_dpu_marks(inventory)
             power: SystemPower = await self.call(
                 activity_api.read_power_state,
                 ReadPowerStateInput(bmc=inventory.bmc),
@@ -86,12 +107,37 @@ class PowerWatch(kernel.Runbook):
             )
         except ActivityError as err:
             workflow.logger.warning("power of %s not read at rest: %s", host, kernel.describe_failure(err))
+            if self.state.power is not None:  # the next reading is a period later
+                self.state.power = self.state.power.model_copy(update={"read_due": False})
             return
         if self.state.current is not None or self.state.maintenance is not None:
             return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
         self.state.power, words = after_reading(
-            host, self.state.power, power.power_state, power.last_reset_time, workflow.now()
+            host, self.state.power, power.power_state, power.last_reset_time, workflow.now(), marks
         )
         if words:
             workflow.upsert_memo({MEMO_KEY: words})
             kernel.report(UNPLANNED_POWER, words)
+
+    async def _read_dpu_marks(self, inventory: HostInventory) -> dict[str, str]:
+        """Each DPU BMC's reset mark, by DPU id, one read each (`read_dpu_system`), one after the
+        other ("": its BMC shows none); a DPU without a BMC in the inventory, whose read fails
+        (logged) or whose Arm OS is not running (booting, Paused, its host Off: its boot stage time
+        moves as it boots) is left out (its mark before is kept: `power_rest.after_reading`)."""
+        marks: dict[str, str] = {}
+        for dpu in inventory.dpus:
+            if dpu.bmc is None or self.state.current is not None or self.state.maintenance is not None:
+                continue
+            try:
+                read: DPUSystemState = await self.call(
+                    activity_api.read_dpu_system,
+                    ReadDPUInput(bmc=dpu.bmc),
+                    kernel.options(kernel.BMC_READ, f"read the reset mark of DPU {dpu.id} at rest"),
+                    abortable=False,
+                )
+            except ActivityError as err:
+                workflow.logger.warning("DPU %s not read at rest: %s", dpu.id, kernel.describe_failure(err))
+                continue
+            if read.os_running:  # a booting Arm moves its stage time: compared once it runs
+                marks[dpu.id] = read.reset_mark or ""  # a mark that appears later is a reset too (B9)
+        return marks

@@ -42,6 +42,7 @@ from contracts.errors import (
 )
 from contracts.host_requests import EntityRequest
 from contracts.models.host import (
+    ApproveRequest,
     AssignInstanceRequest,
     EntityRequestBody,
     FirmwareInput,
@@ -65,7 +66,7 @@ from contracts.wording import iso_z
 from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.approval_reason import ApprovalReason
 from workflows.host.automation_hold import automatic, hold_after, refuse_automatic, released
-from workflows.host.maintenance_rules import maintenance_refusal, maintenance_words
+from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
@@ -204,10 +205,11 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         current = self.current
         if current is None:
             return None
-        record = current.record
+        record, held = current.record, current.approved or current.request.in_maintenance
+        approve = "" if held else f"; its approval needs: metalflow approve {self.host_id} --in-maintenance"
         return (
             f"{record.operation} ({record.workflow_id}) {_standing(current)} and is not stopped by "
-            f"maintenance (stop it with: metalflow host abort {self.host_id})"
+            f"maintenance (stop it with: metalflow host abort {self.host_id}){approve}"
         )
 
     def release_automation(self, by: str, *, dry: bool = False) -> str:
@@ -228,10 +230,13 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             self.automation_held_back = None
         return released(self.host_id, hold, by, "host retry")
 
-    def awaiting_approval(self) -> PendingOperation:
-        """What `approve` approves: the operation awaiting approval, or the refusal."""
+    def awaiting_approval(self, request: ApproveRequest | None = None) -> PendingOperation:
+        """What `approve` approves: the operation awaiting approval, or the refusal (with the
+        approval `request`: its maintenance rule too, `approved_in_maintenance`)."""
         if self.current is None or self.current.approved:
             raise NothingAwaitsApproval(self.nothing_awaits())
+        if request is not None:
+            approved_in_maintenance(self.host_id, self.maintenance, self.current, request.in_maintenance)
         return self.current
 
     def nothing_awaits(self) -> str:
@@ -294,10 +299,12 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             window = f"auto-approval window until {iso_z(self.auto_approved_until)}"
             current.record = current.record.model_copy(update={"approved_by": window})
 
-    def approve(self, by: str, now: datetime) -> PendingOperation:
-        """`approve`: the operation awaiting approval, approved by `by`; it opens the instance's
-        auto-approval window, if the entity has one."""
+    def approve(self, by: str, now: datetime, in_maintenance: bool = False) -> PendingOperation:
+        """`approve`: the operation awaiting approval, approved by `by` (`in_maintenance`: its
+        `--in-maintenance`) unless the maintenance rule refuses (`approved_in_maintenance`); it
+        opens the instance's auto-approval window, if the entity has one."""
         current = self.awaiting_approval()
+        current.record = approved_in_maintenance(self.host_id, self.maintenance, current, in_maintenance)
         current.approved = True
         if self._start.auto_approval_window_seconds > 0:
             self.auto_approved_until = now + timedelta(seconds=self._start.auto_approval_window_seconds)

@@ -11,9 +11,10 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
    any more, the request is withdrawn, nothing started, and the approval refused naming what DPF
    says (`ReasonNoLongerHolds`); an approval never runs a request whose reason no longer holds.
 5. In maintenance (`set_maintenance`, `metalflow host maintenance`: who, why, since when) every
-   `request_*` is refused (`InMaintenance`, naming the maintenance) unless it says
-   `in_maintenance` (an operator's `--in-maintenance`, recorded with the operation); the monitor
-   and campaigns never say it. Turning it on stops nothing that runs; off replays nothing.
+   `request_*`, and an `approve`, is refused (`InMaintenance`, naming the maintenance) unless the
+   request or approval says `in_maintenance` (an operator's `--in-maintenance`, recorded with the
+   operation); the monitor and campaigns never say it. Turning it on stops nothing that runs; off
+   replays nothing.
 6. An operator's abort (or withdrawal) of the monitor's request holds automation back: every
    automatic request (the monitor's, a campaign's) is refused naming who and why, until
    `host retry` of the idle host (`release_automation`) or an operator's own request
@@ -49,10 +50,10 @@ read: the sources its scope names, about 8 events.
 
 Worst-case history: about 26 events per operation (update, child start and end, an upsert per
 phase change, the versions read after it; 3 more per reboot run a cancelled or terminated one has
-read, `reached_when_ended`) plus 5 per other update, about 6 once per new entity (its
-predecessor read, `takeover.py`) and one memo upsert per change of the carried entry; it
-continues-as-new when idle past `max_history_events` (10,000) or when Temporal suggests it, no
-read running, its state carried whole.
+read, `reached_when_ended`) plus 5 per other update, 11 (+6 per DPU) per power watch reading,
+about 6 once per new entity (its predecessor read, `takeover.py`) and one memo upsert per change
+of the carried entry; it continues-as-new when idle past `max_history_events` (10,000) or when
+Temporal suggests it, no read running, its state carried whole.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ with workflow.unsafe.imports_passed_through():
         RELEASE_AUTOMATION_UPDATE,
         RELEASE_INSTANCE_UPDATE,
         WITHDRAW_UPDATE,
+        ApproveRequest,
         AssignInstanceRequest,
         EntityRequestBody,
         HostRebootInput,
@@ -217,12 +219,12 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
     request_reset = requested(RESET)
 
     @workflow.update(name=APPROVE_UPDATE)
-    async def approve(self, request: OperatorRequest) -> OperatorAnswer:
-        """Start the operation that awaits approval; opens the auto-approval window, if any. The
-        monitor's own reprovision is started only while its reason holds (`_reason_gone`): else
-        it is withdrawn, nothing started, and the approval refused naming what DPF says now."""
+    async def approve(self, request: ApproveRequest) -> OperatorAnswer:
+        """Start the operation awaiting approval (in maintenance: rule 5); opens the auto-approval
+        window, if any. The monitor's reprovision starts only while its reason holds (else it is
+        withdrawn and the approval refused naming what DPF says now: `_reason_gone`)."""
         async with self._lock:
-            waiting = self.state.awaiting_approval()
+            waiting = self.state.awaiting_approval(request)  # in maintenance: `--in-maintenance`?
             if self.state.reason_to_check(waiting):
                 why = await self._reason_gone(waiting)
                 if why is not None:
@@ -230,16 +232,14 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
                     self._finish(waiting, outcome)  # the approval wait sees it and ends
                     await self._notify_campaign(waiting, outcome)
                     raise self.state.refuse_stale_approval(waiting, why)
-            current = self.state.approve(request.requested_by, workflow.now())
+            current = self.state.approve(request.requested_by, workflow.now(), request.in_maintenance)
             await self._start(current)
-            return OperatorAnswer(
-                accepted=True,
-                message=f"approved {current.record.operation}; started {current.record.workflow_id}",
-            )
+            started = f"approved {current.record.operation}; started {current.record.workflow_id}"
+            return OperatorAnswer(accepted=True, message=started)
 
     @approve.validator
-    def _validate_approve(self, request: OperatorRequest) -> None:
-        self.state.awaiting_approval()
+    def _validate_approve(self, request: ApproveRequest) -> None:
+        self.state.awaiting_approval(request)
 
     @workflow.update(name=RELEASE_AUTOMATION_UPDATE)
     async def release_automation(self, request: OperatorRequest) -> OperatorAnswer:

@@ -104,6 +104,16 @@ def power_down_reads(wait_seconds: float, every_seconds: float) -> list[float]:
     return reads
 
 
+def seen_on_words(seen_at: datetime, off_read_at: datetime, into: float, wait_seconds: float) -> str:
+    """Another actor's On found by a read during our power-down wait, in honest words: when our
+    read saw it (`seen_at`: the On itself was earlier, after our read that still saw Off at
+    `off_read_at`; a read every `power_down_read_seconds`), never "On at" that read's time."""
+    return (
+        f"On (seen by our read at {iso_z(seen_at)}; Off at our read at {iso_z(off_read_at)}), "
+        f"{into:.0f} s into our power-down wait of {wait_seconds:.0f} s, before our On"
+    )
+
+
 def power_down_words(host_id: str, off_since: datetime, on_at: datetime, read: str, watched: str) -> str:
     """The reboot's details during its power-down wait (what `host status`, `--wait` and the UI
     show): since when the host is Off and when it is turned On, in ISO 8601 Z, so the line stays

@@ -9,13 +9,15 @@
   up to each read point of `failure.power_down_reads` (every `OperationPolicy.
   power_down_read_seconds`, 30 s by default; none at the wait's end, where the On step reads
   anyway), then one `read_power_state`, bounded;
-  an On found ends the wait at once (`_taken_over`), an Off updates the details (`host status`:
-  `power-down wait: HOST is Off since T1Z (read T3Z), On at T2Z`, `failure.power_down_words`:
-  times, not "On in N s", which a worker restarted midway replayed as new), a read that fails
-  is logged and the wait goes on. Cost: `ceil(wait / 30 s) - 1` BMC reads per reboot (3 at the 120 s default,
-  9 for `--power-down-wait 300`), each 4-5 HTTP requests, and about 11 history events (its
-  timer, the activity, their workflow tasks), only on a BMC without PowerCycle or in a
-  re-issued reboot's ForceOff then On.
+  an On found ends the wait at once (`_taken_over`; `failure.seen_on_words` says when our read
+  saw it and the read before that still saw Off, never "On at" the read's time), an Off updates
+  the details (`host status`: `power-down wait: HOST is Off since T1Z (read T3Z), On at T2Z`,
+  `failure.power_down_words`: times, not "On in N s", which a worker restarted midway replayed
+  as new; T2Z is when our On is due), a read that fails is logged and the wait goes on. Cost:
+  `ceil(wait / 30 s) - 1` BMC reads per reboot (3 at the 120 s default, 9 for
+  `--power-down-wait 300`), each 4-5 HTTP requests, and about 11 history events (its timer, the
+  activity, their workflow tasks), only on a BMC without PowerCycle or in a re-issued reboot's
+  ForceOff then On.
 - `_taken_over`: another actor turned the host On after our ForceOff took it Off (within
   `set_power`'s settle, during the wait, or found by the resumed cycle): the one decision of
   `failure.decide_on_power_taken_over` (the Off-On is the cycle; nothing more sent, never a
@@ -58,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
         owed_since,
         power_down_reads,
         power_down_words,
+        seen_on_words,
     )
     from workflows.parts.host_power import PowerCustody
     from workflows.parts.power_cycle_options import POWER_DOWN_HAND_BACK_SECONDS, power_cycle_options
@@ -156,7 +159,7 @@ class PowerSteps(kernel.Abortable):
         reads = power_down_reads(seconds, every)
         watched = f"; its power read every {every:g} s" if reads else ""
         began = workflow.now()
-        on_at = began + timedelta(seconds=seconds)
+        on_at, off_read = began + timedelta(seconds=seconds), off_since
         self.show(power_down_words(host, off_since, on_at, "", watched))
         for at in (*reads, seconds):
             timeout = at - (workflow.now() - began).total_seconds()
@@ -173,8 +176,8 @@ class PowerSteps(kernel.Abortable):
             now = workflow.now()
             into = (now - began).total_seconds()
             if found == "On":
-                span = f"our power-down wait of {seconds:.0f} s"
-                return f"On at {iso_z(now)}, {into:.0f} s into {span}, before our On"
+                return seen_on_words(now, off_read, into, seconds)
+            off_read = now if found == "Off" else off_read
             read = f"read {iso_z(now)}" if found else "not read"
             self.show(power_down_words(host, off_since, on_at, read, watched))
         return None

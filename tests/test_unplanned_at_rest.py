@@ -1,0 +1,234 @@
+"""Power actions nobody here took, noticed at rest (issue 39): what the entity's power watch
+(workflows/host/power_watch.py, its period 1 s here) reads besides the host's own power.
+
+- A DPU reset by hand (the simulated DPU BMC's `reset` fault: someone's `ForceRestart` at its
+  BMC, `LastResetTime` moves; simulators/redfish/BEHAVIOUR.md B9) while no operation runs: the
+  watch reads each DPU BMC's reset mark and tells the reset in the entity's status, its memo and
+  one `UnplannedPower` Warning Event naming the DPU. Before, nothing read a DPU BMC at rest and
+  DPF's phase did not change: never told.
+- A DPU reset of ours (`host reset --dpu`, through the entity): never told (the operation forgets
+  the marks; its next reading is the new baseline).
+- A reset by hand right after our reboot ended, the host still On (`LastResetTime` moves, the
+  power does not): the entity reads at once when an operation of ours ends, so its baseline
+  carries the LastResetTime as of our end, and the reset is told at the next reading. Before, the
+  end's On baseline had no LastResetTime and the next reading took the new one as the baseline.
+- `metalflow approve` of a request that awaited approval since before `host maintenance on`:
+  refused naming the maintenance, unless `approve --in-maintenance` (recorded with the operation
+  and in its `OperationStarted` Event), as any disruptive request. Before, it started.
+
+One site and one worker (with the Event emitter) for the module (tests/module_site_support.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+from events_support import emitting_worker, events_v1
+from host_operation_support import FAST_POLICY, reset_by_hand
+from module_site_support import ModuleSite
+from sim_support import RunningSim
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+from temporalio.testing import WorkflowEnvironment
+
+from contracts.host_entity import HostEntityClient
+from contracts.models.host import HostStatus, HostWorkflowInput, OperationRequest, ResetRequest, ResetTarget
+from contracts.workflow_api import HostWorkflow
+
+PREFIX = f"uar{uuid.uuid4().hex[:5]}"
+SITE = ModuleSite(PREFIX, hosts=4, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
+sim, queue = SITE.fixtures()
+DPU_BY_HAND, DPU_OURS, APPROVED = f"{PREFIX}-001", f"{PREFIX}-002", f"{PREFIX}-003"
+RESET_AFTER_OURS = f"{PREFIX}-004"  # profile etag-required: it shows LastResetTime
+
+
+def _dpu(host: str) -> str:
+    return f"{host}-dpu-0"
+
+
+def _unplanned_events(sim: RunningSim, host: str) -> list[str]:
+    return [e["note"] for e in events_v1(sim, f"regarding.name=node-{host},reason=UnplannedPower")]
+
+
+async def _dpu_reads_done(handle: WorkflowHandle[Any, Any]) -> int:
+    """`read_dpu_system` activities the entity's history shows completed."""
+    events = (await handle.fetch_history()).events
+    reads = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_dpu_system"
+    }
+    return sum(
+        1
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id in reads
+    )
+
+
+async def _reads_after(handle: WorkflowHandle[Any, Any], more: int) -> None:
+    """Until `more` DPU reads completed beyond those done now."""
+    target = await _dpu_reads_done(handle) + more
+    for _ in range(200):
+        if await _dpu_reads_done(handle) >= target:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the power watch did not read the DPU BMC {more} more times")
+
+
+async def _host_reads_done(handle: WorkflowHandle[Any, Any]) -> int:
+    """`read_power_state` activities the entity's history shows completed."""
+    events = (await handle.fetch_history()).events
+    reads = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    }
+    return sum(
+        1
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and e.activity_task_completed_event_attributes.scheduled_event_id in reads
+    )
+
+
+async def _status(entities: HostEntityClient, host: str) -> HostStatus:
+    status = await entities.status(host)
+    assert status is not None
+    return status
+
+
+async def test_a_dpu_reset_by_hand_at_rest_is_told_once_naming_the_dpu(
+    client: Client, queue: str, sim: RunningSim
+) -> None:
+    entities = HostEntityClient(client, queue)
+    await entities.ensure(HostWorkflowInput(host_id=DPU_BY_HAND, power_watch_seconds=1.0))
+    handle = entities.handle(DPU_BY_HAND)
+    await _reads_after(handle, 2)  # a baseline, and a reading compared with it
+    assert (await _status(entities, DPU_BY_HAND)).unplanned_power == ""
+    await asyncio.sleep(1.1)  # the marks are written to the second: the reset's is a new one
+    httpx.post(f"{sim.url}/sim/faults/dpu-bmcs/{_dpu(DPU_BY_HAND)}/reset", timeout=10).raise_for_status()
+    for _ in range(150):
+        status = await _status(entities, DPU_BY_HAND)
+        if status.unplanned_power:
+            break
+        await asyncio.sleep(0.1)
+    told = status.unplanned_power
+    assert f"DPU {_dpu(DPU_BY_HAND)} of {DPU_BY_HAND} was reset" in told, status
+    assert "no metalflow operation running" in told and "metalflow did not cause it" in told
+    assert (await (await handle.describe()).memo()).get("unplanned_power") == told
+    for _ in range(100):  # the Event is written in the background
+        if _unplanned_events(sim, DPU_BY_HAND):
+            break
+        await asyncio.sleep(0.1)
+    await _reads_after(handle, 2)  # once: later readings take the new mark as the baseline
+    events = _unplanned_events(sim, DPU_BY_HAND)
+    assert len(events) == 1 and _dpu(DPU_BY_HAND) in events[0], events
+    await handle.terminate("test done")
+
+
+async def test_a_dpu_reset_of_ours_is_never_told(client: Client, queue: str, sim: RunningSim) -> None:
+    entities = HostEntityClient(client, queue)
+    await entities.ensure(HostWorkflowInput(host_id=DPU_OURS, power_watch_seconds=1.0))
+    handle = entities.handle(DPU_OURS)
+    await _reads_after(handle, 1)  # a baseline before our reset
+    await asyncio.sleep(1.1)  # the marks are written to the second
+    reset = ResetRequest(requested_by="test", target=ResetTarget.DPU, dpu_ids=(_dpu(DPU_OURS),))
+    await entities.update(DPU_OURS, HostWorkflow.request_reset, reset)
+    for _ in range(300):
+        status = await _status(entities, DPU_OURS)
+        if status.current is None and status.recent:
+            break
+        await asyncio.sleep(0.1)
+    assert status.recent[-1].outcome == "completed", status
+    await _reads_after(handle, 2)
+    assert (await _status(entities, DPU_OURS)).unplanned_power == ""
+    assert _unplanned_events(sim, DPU_OURS) == []
+    await handle.terminate("test done")
+
+
+async def test_an_approval_in_maintenance_of_a_request_made_before_it_needs_in_maintenance(
+    local_env: WorkflowEnvironment, queue: str, sim: RunningSim
+) -> None:
+    on_queue = ("--task-queue", queue)
+    assigned = await SITE.cli(local_env, "host", "assign", APPROVED, "inst-1", "--by", "x", *on_queue)
+    assert assigned.status == 0, assigned.stderr
+    asked = await SITE.cli(
+        local_env, "host", "reboot", APPROVED, "--by", "carol", "--power-down-wait", "0", *on_queue
+    )
+    assert asked.status == 0 and "awaits approval" in asked.stdout, (asked.stdout, asked.stderr)
+    held = await SITE.cli(
+        local_env,
+        "host",
+        "maintenance",
+        APPROVED,
+        "on",
+        "--reason",
+        "replacing a fan",
+        "--by",
+        "alice",
+        *on_queue,
+    )
+    assert held.status == 0, held.stderr
+    assert "awaits approval and is not stopped by maintenance" in held.stdout, held.stdout
+    assert f"its approval needs: metalflow approve {APPROVED} --in-maintenance" in held.stdout
+    refused = await SITE.cli(local_env, "approve", APPROVED, "--by", "dave", *on_queue)
+    assert refused.status != 0, refused.stdout
+    assert "approval of reboot" in refused.stderr and "set by alice: replacing a fan" in refused.stderr
+    assert f"metalflow approve {APPROVED} --in-maintenance" in refused.stderr, refused.stderr
+    entity = HostEntityClient(local_env.client, queue)
+    status = await _status(entity, APPROVED)
+    assert status.current is not None and status.current.started_at is None  # still awaiting, unstarted
+    started = await SITE.cli(
+        local_env, "approve", APPROVED, "--by", "dave", "--in-maintenance", "--wait", *on_queue
+    )
+    assert started.status == 0, (started.stdout, started.stderr)
+    shown = await SITE.until_idle(local_env, APPROVED)
+    last = shown["recent"][-1]
+    assert last["outcome"] == "completed" and "set by alice: replacing a fan" in last["in_maintenance"], last
+    for _ in range(100):  # the Event is written in the background
+        notes = [e["note"] for e in events_v1(sim, f"regarding.name=node-{APPROVED},reason=OperationStarted")]
+        if notes:
+            break
+        await asyncio.sleep(0.1)
+    assert any("asked with --in-maintenance while in maintenance since" in n for n in notes), notes
+    await entity.handle(APPROVED).terminate("test done")
+
+
+async def test_a_reset_by_hand_right_after_our_reboot_the_host_still_on_is_told(
+    client: Client, queue: str, sim: RunningSim
+) -> None:
+    entities = HostEntityClient(client, queue)
+    # A period (8 s) longer than the test's steps: the reading that carries our LastResetTime is
+    # the one at our end, not a periodic one.
+    host = RESET_AFTER_OURS
+    await entities.ensure(HostWorkflowInput(host_id=host, power_watch_seconds=8.0, policy=FAST_POLICY))
+    handle = entities.handle(host)
+    await entities.update(host, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
+    for _ in range(300):
+        status = await _status(entities, host)
+        if status.current is None and status.recent:
+            break
+        await asyncio.sleep(0.1)
+    assert status.recent[-1].outcome == "completed", status
+    ended_with = await _host_reads_done(handle)
+    for _ in range(30):  # the reading at our end, within 3 s (well before the 8 s period)
+        if await _host_reads_done(handle) > ended_with:
+            break
+        await asyncio.sleep(0.1)
+    assert await _host_reads_done(handle) > ended_with, "no reading at our operation's end"
+    await asyncio.sleep(1.1)  # LastResetTime is written to the second: the reset's is a new one
+    assert (await reset_by_hand(sim, host, "ForceRestart")).is_success  # the host stays On
+    for _ in range(150):  # the next periodic reading, at most 8 s later
+        status = await _status(entities, host)
+        if status.unplanned_power:
+            break
+        await asyncio.sleep(0.1)
+    assert f"{host} was reset (LastResetTime" in status.unplanned_power, status
+    assert "no metalflow operation running" in status.unplanned_power
+    await handle.terminate("test done")
