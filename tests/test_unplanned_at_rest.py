@@ -8,10 +8,6 @@
   DPF's phase did not change: never told.
 - A DPU reset of ours (`host reset --dpu`, through the entity): never told (the operation forgets
   the marks; its next reading is the new baseline).
-- A reset by hand right after our reboot ended, the host still On (`LastResetTime` moves, the
-  power does not): the entity reads at once when an operation of ours ends, so its baseline
-  carries the LastResetTime as of our end, and the reset is told at the next reading. Before, the
-  end's On baseline had no LastResetTime and the next reading took the new one as the baseline.
 - `metalflow approve` of a request that awaited approval since before `host maintenance on`:
   refused naming the maintenance, unless `approve --in-maintenance` (recorded with the operation
   and in its `OperationStarted` Event), as any disruptive request. Before, it started.
@@ -27,7 +23,6 @@ from typing import Any
 
 import httpx
 from events_support import emitting_worker, events_v1
-from host_operation_support import FAST_POLICY, reset_by_hand
 from module_site_support import ModuleSite
 from sim_support import RunningSim
 from temporalio.api.enums.v1 import EventType
@@ -35,14 +30,13 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from contracts.host_entity import HostEntityClient
-from contracts.models.host import HostStatus, HostWorkflowInput, OperationRequest, ResetRequest, ResetTarget
+from contracts.models.host import HostStatus, HostWorkflowInput, ResetRequest, ResetTarget
 from contracts.workflow_api import HostWorkflow
 
 PREFIX = f"uar{uuid.uuid4().hex[:5]}"
-SITE = ModuleSite(PREFIX, hosts=4, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite(PREFIX, hosts=3, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
 sim, queue = SITE.fixtures()
 DPU_BY_HAND, DPU_OURS, APPROVED = f"{PREFIX}-001", f"{PREFIX}-002", f"{PREFIX}-003"
-RESET_AFTER_OURS = f"{PREFIX}-004"  # profile etag-required: it shows LastResetTime
 
 
 def _dpu(host: str) -> str:
@@ -78,23 +72,6 @@ async def _reads_after(handle: WorkflowHandle[Any, Any], more: int) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"the power watch did not read the DPU BMC {more} more times")
-
-
-async def _host_reads_done(handle: WorkflowHandle[Any, Any]) -> int:
-    """`read_power_state` activities the entity's history shows completed."""
-    events = (await handle.fetch_history()).events
-    reads = {
-        e.event_id
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
-    }
-    return sum(
-        1
-        for e in events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-        and e.activity_task_completed_event_attributes.scheduled_event_id in reads
-    )
 
 
 async def _status(entities: HostEntityClient, host: str) -> HostStatus:
@@ -198,37 +175,3 @@ async def test_an_approval_in_maintenance_of_a_request_made_before_it_needs_in_m
         await asyncio.sleep(0.1)
     assert any("asked with --in-maintenance while in maintenance since" in n for n in notes), notes
     await entity.handle(APPROVED).terminate("test done")
-
-
-async def test_a_reset_by_hand_right_after_our_reboot_the_host_still_on_is_told(
-    client: Client, queue: str, sim: RunningSim
-) -> None:
-    entities = HostEntityClient(client, queue)
-    # A period (8 s) longer than the test's steps: the reading that carries our LastResetTime is
-    # the one at our end, not a periodic one.
-    host = RESET_AFTER_OURS
-    await entities.ensure(HostWorkflowInput(host_id=host, power_watch_seconds=8.0, policy=FAST_POLICY))
-    handle = entities.handle(host)
-    await entities.update(host, HostWorkflow.request_reboot, OperationRequest(requested_by="test"))
-    for _ in range(300):
-        status = await _status(entities, host)
-        if status.current is None and status.recent:
-            break
-        await asyncio.sleep(0.1)
-    assert status.recent[-1].outcome == "completed", status
-    ended_with = await _host_reads_done(handle)
-    for _ in range(30):  # the reading at our end, within 3 s (well before the 8 s period)
-        if await _host_reads_done(handle) > ended_with:
-            break
-        await asyncio.sleep(0.1)
-    assert await _host_reads_done(handle) > ended_with, "no reading at our operation's end"
-    await asyncio.sleep(1.1)  # LastResetTime is written to the second: the reset's is a new one
-    assert (await reset_by_hand(sim, host, "ForceRestart")).is_success  # the host stays On
-    for _ in range(150):  # the next periodic reading, at most 8 s later
-        status = await _status(entities, host)
-        if status.unplanned_power:
-            break
-        await asyncio.sleep(0.1)
-    assert f"{host} was reset (LastResetTime" in status.unplanned_power, status
-    assert "no metalflow operation running" in status.unplanned_power
-    await handle.terminate("test done")

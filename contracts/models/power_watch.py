@@ -18,6 +18,3 @@ class PowerAtRest(BaseModel):
     # `DPUSystemState.reset_mark`) as last read at rest, by DPU id; {}: none read since metalflow
     # last ran an operation on the host (which may reset its DPUs: no baseline).
     dpu_marks: dict[str, str] = {}
-    # An operation of ours ended: the watch reads at once (not a period later), so the baseline
-    # carries the host's LastResetTime and the DPUs' marks as of its end (`power_rest.py`).
-    read_due: bool = False

@@ -8,13 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from contracts.models.power_watch import PowerAtRest
-from workflows.host.power_rest import (
-    after_operation,
-    after_reading,
-    baseline,
-    dpu_resets_at_rest,
-    reading_due,
-)
+from workflows.host.power_rest import after_operation, after_reading, baseline, dpu_resets_at_rest
 
 T0 = datetime(2026, 11, 29, 7, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=15)
@@ -76,15 +70,3 @@ def test_a_mark_that_appears_is_a_reset_one_that_vanishes_is_not() -> None:
     assert told is not None and f"reset mark none -> {LATER}" in told, told
     _, told = _read(second, T2, {"d1": ""})
     assert told is None
-
-
-def test_an_operations_end_asks_a_reading_at_once_which_then_carries_the_marks() -> None:
-    first, _ = after_reading("h1", None, "On", T0, T0, {"d1": MARK})
-    assert not reading_due(first)
-    ended = after_operation(first, "completed", True, True, T1)  # our reboot left it On
-    assert reading_due(ended) and ended is not None and ended.last_reset_time is None
-    read, told = after_reading("h1", ended, "On", T1, T1 + timedelta(seconds=2), {"d1": LATER})
-    assert told is None and not reading_due(read)  # the baseline as of our end: LastResetTime T1
-    _, told = after_reading("h1", read, "On", T2, T2, {"d1": LATER})  # a reset by hand, still On
-    assert told is not None and "was reset (LastResetTime" in told, told
-    assert not reading_due(after_operation(first, "withdrawn by x", False, False, T1))

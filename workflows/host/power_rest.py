@@ -13,10 +13,8 @@ that completed having cycled the host (a boot generation reached: its power-on s
 read showed On, `PowerCustody.seen_on`) leaves it On; one that completed without powering the
 host keeps the baseline before it (None stays None); any other end (failed, aborted, terminated
 without saying OFF) is unknown: the baseline is forgotten (`forget_baseline`) and the next reading
-is one. Whichever end, the watch reads at once (`reading_due`), so the baseline carries the
-host's `LastResetTime` and the DPUs' marks as of our end (a reset by hand right after our cycle,
-the host still On, moves a mark already read). The start of a maintenance forgets it too (a
-person's power actions there are expected, and not read). No BMC request: the operation's own end says it.
+is one. The start of a maintenance forgets it too (a person's power actions there are expected,
+and not read). No BMC request: the operation's own end says it.
 
 Each DPU's reset at rest (issue 39): the same watch reads each DPU BMC's reset mark (`LastResetTime`,
 else `BootProgress.LastStateTime`: `DPUSystemState.reset_mark`) and compares it with the mark of the
@@ -149,23 +147,11 @@ def after_operation(
     `cycled`: it reached a new boot generation): the power it left the host in as of its end
     (`left_by_operation`), the baseline before it (it never started, or never powered the host),
     or none (unknown: the next reading is one). The DPUs' marks are forgotten whenever it ran (it
-    may have reset them), and a reading is due at once (`reading_due`). The last unplanned change
-    told is kept always."""
-    if not ran:
-        return power
-    left = left_by_operation(outcome, cycled)
+    may have reset them). The last unplanned change told is kept always."""
+    left = left_by_operation(outcome, cycled) if ran else ""
     if left == "":
-        after = (power or PowerAtRest()).model_copy(update={"dpu_marks": {}})
-    elif left is None:
-        after = forget_baseline(power) or PowerAtRest()
-    else:
-        after = PowerAtRest(power_state=left, read_at=now, unplanned=power.unplanned if power else "")
-    return after.model_copy(update={"read_due": True})
-
-
-def reading_due(power: PowerAtRest | None) -> bool:
-    """Is a reading due at once (an operation of ours just ended)? Its end leaves no
-    `LastResetTime` and no DPU marks (`after_operation`): the watch reads them as of its end
-    instead of one period later, so a reset by hand right after our cycle, the host still On,
-    moves a mark already read and is told (one BMC read per BMC per operation)."""
-    return power is not None and power.read_due
+        return power if power is None or not ran else power.model_copy(update={"dpu_marks": {}})
+    if left is None:
+        return forget_baseline(power)
+    told = power.unplanned if power is not None else ""
+    return PowerAtRest(power_state=left, read_at=now, unplanned=told)

@@ -17,8 +17,7 @@ session, the Systems collection and the System: 4-5 HTTP requests, `drivers/redf
 `drivers/redfish/dpu_reset.py` `read_dpu`) and one inventory lookup (the site file, no BMC request);
 in history about 11 events each plus 6 per DPU (a timer, the activities, their workflow tasks):
 ~2,200 a day for a host with two DPUs, so the entity continues-as-new about every 4 days at the
-default `max_history_events`. One request at a time per BMC, one BMC after the other. Plus one
-reading at each operation's end (`power_rest.reading_due`: the baseline's marks as of our end). During an
+default `max_history_events`. One request at a time per BMC, one BMC after the other. During an
 operation: nothing (the operation's own reads notice another actor:
 `workflows/host_reboot/power_steps.py`). A reboot the entity starts is handed the last reading
 (`power_rest.baseline`): its first read that differs says the host was powered by someone else just
@@ -40,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.models.redfish import DPUSystemState, ReadDPUInput, ReadPowerStateInput, SystemPower
     from workflows import kernel
-    from workflows.host.power_rest import after_reading, reading_due
+    from workflows.host.power_rest import after_reading
     from workflows.host.state import HostEntityState
 
 UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
@@ -61,15 +60,7 @@ class PowerWatch(kernel.Runbook):
         if every <= 0:
             return
         while True:
-            if not self._reading_due():
-                try:  # a period, or less when an operation of ours ended (`power_rest.reading_due`)
-                    await workflow.wait_condition(
-                        self._reading_due,
-                        timeout=timedelta(seconds=every),
-                        timeout_summary="power watch: next reading at rest",
-                    )
-                except TimeoutError:
-                    pass
+            await workflow.sleep(timedelta(seconds=every), summary="power watch: next reading at rest")
             if self.state.current is not None or self.state.maintenance is not None:
                 continue
             self._reading_power = True
@@ -77,10 +68,6 @@ class PowerWatch(kernel.Runbook):
                 await self._read_power_at_rest()
             finally:
                 self._reading_power = False
-
-    def _reading_due(self) -> bool:
-        at_rest = self.state.current is None and self.state.maintenance is None
-        return at_rest and reading_due(self.state.power)
 
     def _operation_found(self, words: str) -> None:
         """An ended operation's reads found a power change nobody here made: status and memo."""
@@ -107,8 +94,6 @@ class PowerWatch(kernel.Runbook):
             )
         except ActivityError as err:
             workflow.logger.warning("power of %s not read at rest: %s", host, kernel.describe_failure(err))
-            if self.state.power is not None:  # the next reading is a period later
-                self.state.power = self.state.power.model_copy(update={"read_due": False})
             return
         if self.state.current is not None or self.state.maintenance is not None:
             return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
