@@ -1,0 +1,97 @@
+"""Issue 40, Deliver 2 ("the status of every early end names what was done and what was left: each
+DPU and the host"), as a user runs the CLI against a real Temporal, the product's worker and the
+simulated site (one site for the module: `module_site_support`).
+
+- A DPU BMC's credentials rotated during `host reset --all-dpus --full` (the named fault
+  `wrong-credentials`, simulators/redfish/BEHAVIOUR.md F1, set once the reset read every DPU's BMC
+  and while its host's ForceOff settles): before, the end said "Done: HOST-dpu-0: PowerCycle; the
+  host is on" and nothing of the second DPU. Now the status, the result and the ending Event name
+  it as not reset, and why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from cli_support import metalflow, shown_state
+from events_support import emitting_worker, events_v1
+from module_site_support import ModuleSite
+from sim_support import RunningSim
+from temporalio.testing import WorkflowEnvironment
+
+FULL_RESET = "left-001"  # profile powercycle: the reset's ForceOff is its own
+
+# A power transition takes long enough for a test to set a fault inside it (the reset's ForceOff
+# settles in that time, its DPU resets after).
+SITE = ModuleSite(
+    "left", hosts=2, dpus_per_host=2, for_metalflow=True,
+    timing={"dpu_boot_seconds": 0.2, "power_transition_seconds": 1.0},
+)  # fmt: skip
+sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
+
+
+def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
+    """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
+    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+
+
+async def _until_phase(env: WorkflowEnvironment, host: str, phase: str, seconds: float = 20) -> None:
+    shown: dict[str, Any] = {}
+    for _ in range(int(seconds / 0.05)):
+        shown = await shown_state(env, host)
+        if (shown["operation"] or {}).get("phase") == phase:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{host} never reached {phase}: {shown}")
+
+
+async def _until_idle(env: WorkflowEnvironment, host: str, seconds: float = 30) -> dict[str, Any]:
+    """The entity as `host status --json` shows it once its operation ended (read in this process)."""
+    for _ in range(int(seconds / 0.1)):
+        entity: dict[str, Any] = (await shown_state(env, host))["host"]
+        if entity["current"] is None:
+            return entity
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{host} never ended its operation: {entity}")
+
+
+async def _events(sim: RunningSim, host: str, reason: str) -> list[dict[str, Any]]:
+    """The host's Events of `reason`, once one is written (the emitter writes in the background)."""
+    for _ in range(100):
+        found = [e for e in events_v1(sim, f"regarding.name=node-{host}") if e["reason"] == reason]
+        if found:
+            return found
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"no {reason} Event of {host}: {events_v1(sim, f'regarding.name=node-{host}')}")
+
+
+async def test_a_full_reset_whose_second_dpu_bmc_rotated_names_that_dpu_as_not_reset(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    host = FULL_RESET
+    first, second = f"{host}-dpu-0", f"{host}-dpu-1"
+    try:
+        async with emitting_worker(local_env.client, task_queue, sim):
+            asked = await metalflow(
+                local_env, "host", "reset", host, "--all-dpus", "--full", "--by", "alice@test",
+                "--task-queue", task_queue,
+            )  # fmt: skip
+            assert asked.status == 0, asked.stdout + asked.stderr
+            # Every DPU's BMC was read (the reset's check); its host's ForceOff settles now.
+            await _until_phase(local_env, host, "powering-host-off")
+            _fault(sim, second, "wrong-credentials")
+            entity = await _until_idle(local_env, host)
+            shown = await SITE.cli(local_env, "host", "status", host)
+            ended = await _events(sim, host, "OperationFailed")
+    finally:
+        _fault(sim, second, "clear")
+    outcome = entity["recent"][-1]["outcome"]
+    said = f"Done: {first}: PowerCycle; not reset: {second} (its PowerCycle failed: BMCAuthenticationFailed)"
+    assert outcome.startswith("failed: BMCAuthenticationFailed: "), outcome
+    assert said in outcome and outcome.endswith("; the host is on"), outcome
+    assert said in shown.stdout, shown.stdout
+    assert said in ended[-1]["note"], ended
+    power = [(e["to"], e["reset_type"]) for e in sim.power_log(host)]
+    assert power == [("Off", "ForceOff"), ("On", "On")], power  # as the status says: the host is on
