@@ -7,6 +7,10 @@ simulated site (one site for the module: `module_site_support`).
   and while its host's ForceOff settles): before, the end said "Done: HOST-dpu-0: PowerCycle; the
   host is on" and nothing of the second DPU. Now the status, the result and the ending Event name
   it as not reset, and why.
+- A reprovision cancelled (`temporal workflow cancel`) while its reboot had left the host OFF (the
+  named fault `rotate-after-forceoff`, F2) and waited for a person, its BMC fixed meanwhile:
+  before, it ended saying the host is OFF and sent no On. Now a cancel asks nobody, as the
+  reset's (`PowerCustody.cancelled`): the reboot runs again once, which powers the host on.
 """
 
 from __future__ import annotations
@@ -17,18 +21,15 @@ from typing import Any
 import httpx
 from cli_support import metalflow, shown_state
 from events_support import emitting_worker, events_v1
+from host_operation_support import worker_for
 from module_site_support import ModuleSite
 from sim_support import RunningSim
 from temporalio.testing import WorkflowEnvironment
 
 FULL_RESET = "left-001"  # profile powercycle: the reset's ForceOff is its own
+CANCELLED_REPROVISION = "left-002"  # profile no-powercycle: a reboot is ForceOff, then On
 
-# A power transition takes long enough for a test to set a fault inside it (the reset's ForceOff
-# settles in that time, its DPU resets after).
-SITE = ModuleSite(
-    "left", hosts=2, dpus_per_host=2, for_metalflow=True,
-    timing={"dpu_boot_seconds": 0.2, "power_transition_seconds": 1.0},
-)  # fmt: skip
+SITE = ModuleSite("left", hosts=2, dpus_per_host=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
 
 
@@ -55,6 +56,18 @@ async def _until_idle(env: WorkflowEnvironment, host: str, seconds: float = 30) 
             return entity
         await asyncio.sleep(0.1)
     raise AssertionError(f"{host} never ended its operation: {entity}")
+
+
+async def _until_handed_over(env: WorkflowEnvironment, host: str, seconds: float = 60) -> dict[str, Any]:
+    """Until the operation waits for a person saying the host is OFF."""
+    shown: dict[str, Any] = {}
+    for _ in range(int(seconds / 0.2)):
+        shown = await shown_state(env, host)
+        operation = shown["operation"] or {}
+        if operation.get("phase") == "manual-intervention-required" and "is OFF" in str(operation):
+            return shown
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{host} never waited for a person saying the host is OFF: {shown}")
 
 
 async def _events(sim: RunningSim, host: str, reason: str) -> list[dict[str, Any]]:
@@ -95,3 +108,28 @@ async def test_a_full_reset_whose_second_dpu_bmc_rotated_names_that_dpu_as_not_r
     assert said in ended[-1]["note"], ended
     power = [(e["to"], e["reset_type"]) for e in sim.power_log(host)]
     assert power == [("Off", "ForceOff"), ("On", "On")], power  # as the status says: the host is on
+
+
+async def test_a_reprovision_cancelled_while_its_reboot_left_the_host_off_powers_it_on_afresh(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    host = CANCELLED_REPROVISION
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(local_env.client, task_queue, sim):
+            asked = await metalflow(
+                local_env, "host", "reprovision", host, "--power-down-wait", "1", "--by", "alice@test",
+                "--task-queue", task_queue,
+            )  # fmt: skip
+            assert asked.status == 0, asked.stdout + asked.stderr
+            shown = await _until_handed_over(local_env, host)
+            _fault(sim, host, "clear")  # the BMC takes the credentials again; nobody says retry
+            await local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"]).cancel()
+            entity = await _until_idle(local_env, host, seconds=60)
+    finally:
+        _fault(sim, host, "clear")
+    outcome = entity["recent"][-1]["outcome"]
+    assert "is OFF" not in outcome and "HostLeftOff" not in outcome, outcome
+    assert entity.get("left_off_by", "") == "", entity  # `host list` shows it plain idle, not "(host OFF)"
+    power = [(e["to"], e["reset_type"]) for e in sim.power_log(host)]
+    assert power[-2:] == [("Off", "ForceOff"), ("On", "On")] and power.count(("On", "On")) == 1, power
