@@ -11,6 +11,10 @@ simulated site (one site for the module: `module_site_support`).
   named fault `rotate-after-forceoff`, F2) and waited for a person, its BMC fixed meanwhile:
   before, it ended saying the host is OFF and sent no On. Now a cancel asks nobody, as the
   reset's (`PowerCustody.cancelled`): the reboot runs again once, which powers the host on.
+- A firmware run asked (as a campaign asks, not through the CLI, which refuses it) for a host one
+  of whose DPUs was removed from DPF (`host remove --dpus`): it stages, then ends `DPUsNotInDPF`
+  before its power cycle. Before, its failure said nothing of the images staged; now it names
+  each DPU whose BMC holds the image, and that it activates at the host's next power cycle.
 """
 
 from __future__ import annotations
@@ -24,12 +28,19 @@ from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
 from module_site_support import ModuleSite
 from sim_support import RunningSim
+from site_worker_support import FAST_POLICY
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
+
+from contracts.models.host import FirmwareInput, FirmwareResult
 
 FULL_RESET = "left-001"  # profile powercycle: the reset's ForceOff is its own
 CANCELLED_REPROVISION = "left-002"  # profile no-powercycle: a reboot is ForceOff, then On
+FIRMWARE_HOST = "left-003"
+TARGET = "32.45.1020"
 
-SITE = ModuleSite("left", hosts=2, dpus_per_host=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite("left", hosts=3, dpus_per_host=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
 
 
@@ -133,3 +144,39 @@ async def test_a_reprovision_cancelled_while_its_reboot_left_the_host_off_powers
     assert entity.get("left_off_by", "") == "", entity  # `host list` shows it plain idle, not "(host OFF)"
     power = [(e["to"], e["reset_type"]) for e in sim.power_log(host)]
     assert power[-2:] == [("Off", "ForceOff"), ("On", "On")] and power.count(("On", "On")) == 1, power
+
+
+async def test_a_firmware_run_on_a_host_with_a_removed_dpu_names_the_images_it_left_staged(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    host, removed = FIRMWARE_HOST, f"{FIRMWARE_HOST}-dpu-1"
+    request = FirmwareInput(
+        host_id=host, target_version=TARGET, image_uri=f"http://firmware.example.test/bf-fw-{TARGET}.bfb",
+        requested_by="campaign/test", policy=FAST_POLICY,
+    )  # fmt: skip
+    async with worker_for(local_env.client, task_queue, sim):
+        gone = await metalflow(
+            local_env, "host", "remove", host, "--dpus", removed, "--wait", "--by", "alice@test",
+            "--task-queue", task_queue,
+        )  # fmt: skip
+        assert gone.status == 0, gone.stdout + gone.stderr
+        handle = await local_env.client.start_workflow(
+            "FirmwareWorkflow",
+            request,
+            id=f"firmware/{host}",
+            task_queue=task_queue,
+            result_type=FirmwareResult,
+        )
+        try:
+            await asyncio.wait_for(handle.result(), timeout=30)
+        except WorkflowFailureError as failed:
+            cause = failed.cause
+        else:
+            raise AssertionError("the firmware run on a removed DPU completed")
+    assert isinstance(cause, ApplicationError) and cause.type == "DPUsNotInDPF", cause
+    assert f"DPF has no DPU object of {removed} of host {host}" in cause.message, cause.message
+    assert cause.message.endswith(
+        f"Left behind: staged on {host}-dpu-0, {removed} ({TARGET} held by each DPU's BMC, not running: "
+        "it activates at the host's next power cycle, whoever causes it)"
+    ), cause.message
+    assert sim.power_log(host) == []  # nothing rebooted, as it says
