@@ -11,10 +11,12 @@ simulated site (one site for the module: `module_site_support`).
   named fault `rotate-after-forceoff`, F2) and waited for a person, its BMC fixed meanwhile:
   before, it ended saying the host is OFF and sent no On. Now a cancel asks nobody, as the
   reset's (`PowerCustody.cancelled`): the reboot runs again once, which powers the host on.
-- A firmware run asked (as a campaign asks, not through the CLI, which refuses it) for a host one
+- A firmware run asked (as a script asks, not through the CLI, which refuses it) for a host one
   of whose DPUs was removed from DPF (`host remove --dpus`): it stages, then ends `DPUsNotInDPF`
   before its power cycle. Before, its failure said nothing of the images staged; now it names
-  each DPU whose BMC holds the image, and that it activates at the host's next power cycle.
+  each DPU whose BMC holds the image, and that it activates at the host's next power cycle. A
+  firmware campaign's plan (its admission, the same decision `host firmware` refuses by:
+  `contracts/dpf_presence.py`) leaves that host out up front, naming the DPU; before, it ran it.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from contracts.models.host import FirmwareInput, FirmwareResult
 FULL_RESET = "left-001"  # profile powercycle: the reset's ForceOff is its own
 CANCELLED_REPROVISION = "left-002"  # profile no-powercycle: a reboot is ForceOff, then On
 FIRMWARE_HOST = "left-003"
+FIRST_HOST = "left-001"
 TARGET = "32.45.1020"
 
 SITE = ModuleSite("left", hosts=3, dpus_per_host=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
@@ -173,6 +176,11 @@ async def test_a_firmware_run_on_a_host_with_a_removed_dpu_names_the_images_it_l
             cause = failed.cause
         else:
             raise AssertionError("the firmware run on a removed DPU completed")
+        # A firmware campaign's admission decides as `host firmware` refuses: left out up front.
+        planned = await metalflow(
+            local_env, "campaign", "plan", "fw-left", "--hosts", f"{FIRST_HOST},{host}", "--firmware", TARGET,
+            "--image", request.image_uri, "--task-queue", task_queue,
+        )  # fmt: skip
     assert isinstance(cause, ApplicationError) and cause.type == "DPUsNotInDPF", cause
     assert f"DPF has no DPU object of {removed} of host {host}" in cause.message, cause.message
     assert cause.message.endswith(
@@ -180,3 +188,9 @@ async def test_a_firmware_run_on_a_host_with_a_removed_dpu_names_the_images_it_l
         "it activates at the host's next power cycle, whoever causes it)"
     ), cause.message
     assert sim.power_log(host) == []  # nothing rebooted, as it says
+    assert planned.status == 0, planned.stdout + planned.stderr
+    said = f"left out (1): DPF has no DPU {removed} (removed, or never provisioned): "
+    assert said in planned.stdout and f"`metalflow host provision {host}`): {host}\n" in planned.stdout, (
+        planned.stdout
+    )
+    assert f"canary (1): {FIRST_HOST}\n" in planned.stdout, planned.stdout
