@@ -35,6 +35,7 @@ import posixpath
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
+from contracts.dpf_presence import not_in_dpf
 from contracts.errors import InvalidInput, MetalflowError, ObjectNotFound
 from contracts.models.campaign import (
     KINDS,
@@ -283,7 +284,8 @@ class Fleet:
         kube: Its Kubernetes client.
         redfish: The Redfish client (firmware targets only).
         dpf_hosts: The hosts DPF knows (a DPUNode); default: one list of the DPUNodes. A test
-            worker without DPF gives its own.
+            worker without DPF gives its own (DPF then has every DPU of those hosts: no DPU
+            objects are read).
     """
 
     def __init__(
@@ -319,6 +321,14 @@ class Fleet:
         listed = await self.kube.list("campaign", DPUNODE, self.namespace)
         return {host_of_node(node) for node in listed.get("items") or []}
 
+    async def dpus_in_dpf(self) -> set[str] | None:
+        """The names of the DPU objects in the DPF namespace (one list call); None: not read
+        (`dpf_hosts` given: a test worker without DPF)."""
+        if self.dpf_hosts is not None:
+            return None
+        listed = await self.kube.list("campaign", DPU, self.namespace)
+        return {item["metadata"]["name"] for item in listed.get("items") or []}
+
     async def select(self, request: SelectHostsInput) -> SelectHostsResult:
         """The selected hosts, in inventory order (a list: in its own order), and what the read
         found about them (see the module docstring); whether each runs is not decided here.
@@ -349,14 +359,25 @@ class Fleet:
             dpf = await self.known_to_dpf()
             no_dpf = [h.host_id for h in chosen if h.host_id not in dpf]
         assigned = [h.host_id for h in chosen if h.instance] if request.skip_assigned else []
+        lacking: dict[str, tuple[str, ...]] = {}
+        # Every kind reprovisions or updates firmware: DPF must have each DPU (`dpf_presence`).
+        present = None if target is None else await self.dpus_in_dpf()
+        if present is not None:
+            for host in (h for h in chosen if h.host_id not in no_dpf):
+                missing = not_in_dpf(
+                    [d.id for d in host.dpus], {d.id for d in host.dpus if host.dpu_name(d.id) in present}
+                )
+                if missing:
+                    lacking[host.host_id] = tuple(missing)
         breaks: list[str] = []
         if target is not None and target.spec.site_rules:
             # Only the hosts that may run: a host left out anyway is not read (its BMC may be away).
-            out = set(no_dpf) | set(assigned)
+            out = set(no_dpf) | set(assigned) | set(lacking)
             breaks = await self._rule_breaks(target.value, [h for h in chosen if h.host_id not in out])
         return SelectHostsResult(
             roster=Roster.of([campaign_host(h) for h in chosen]),
             no_dpf=tuple(no_dpf),
+            not_in_dpf=lacking,
             assigned=tuple(assigned),
             rule_breaks=tuple(breaks),
         )

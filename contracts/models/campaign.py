@@ -352,6 +352,8 @@ class SelectHostsResult(_Frozen):
 
     roster: Roster
     no_dpf: tuple[str, ...] = ()  # hosts DPF does not know (no DPUNode); read for kinds that reprovision
+    # hosts DPF knows but lacks DPUs of (removed, never provisioned), each with them: `dpf_presence`
+    not_in_dpf: dict[str, tuple[str, ...]] = {}
     assigned: tuple[str, ...] = ()  # hosts the inventory shows an instance on (read when skipping them)
     rule_breaks: tuple[str, ...] = ()  # the site's compatibility rules a DPU breaks, in words
     # hosts in maintenance (`metalflow host maintenance`), as visibility shows their entities:

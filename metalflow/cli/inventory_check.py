@@ -28,6 +28,7 @@ import asyncio
 from typing import Final
 
 from contracts import names
+from contracts.dpf_presence import not_in_dpf
 from contracts.errors import InvalidInput, MetalflowError
 from contracts.models.dpf import DPUNODE_NAME_LABEL
 from contracts.models.inventory import HostInventory
@@ -131,11 +132,14 @@ async def _require_dpf_dpus(kube: Kube, host: HostInventory, chosen: tuple[str, 
     none), naming them."""
     wanted = chosen or tuple(d.id for d in host.dpus)
     _check_dpus(host, wanted, None)
-    missing_ids = [
-        dpu_id
-        for dpu_id in wanted
-        if await kube.get(host.host_id, DPU, host.namespace, host.dpu_name(dpu_id), missing_ok=True) is None
-    ]
+    present = set()
+    for dpu_id in wanted:
+        if (
+            await kube.get(host.host_id, DPU, host.namespace, host.dpu_name(dpu_id), missing_ok=True)
+            is not None
+        ):
+            present.add(dpu_id)
+    missing_ids = not_in_dpf(wanted, present)  # the campaign's admission decides the same
     missing = [host.dpu_name(dpu_id) for dpu_id in missing_ids]
     if missing or not wanted:
         # The hint names the DPUs unless every DPU of the host is missing: followed literally, a

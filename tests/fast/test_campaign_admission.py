@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from contracts.dpf_presence import not_in_dpf
 from contracts.models.campaign import (
     CampaignHost,
     CampaignInput,
@@ -30,7 +31,7 @@ from contracts.models.campaign import (
     TargetKind,
 )
 from metalflow.cli.campaign_plan import rounds_of
-from workflows.campaign.admission import Admission, admit
+from workflows.campaign.admission import Admission, admit, to_claim
 from workflows.campaign_claims.state import ClaimsState
 
 NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
@@ -237,3 +238,25 @@ def test_a_restore_is_compare_and_set_and_names_who_made_the_change() -> None:
     assert leftover.restored("2-9-0", NOW).left_as_found
     assert leftover.restore_write("3-0-0") == "2-9-0"
     assert not leftover.restored("3-0-0", NOW).left_as_found
+
+
+def test_a_firmware_campaign_leaves_out_a_host_dpf_lacks_a_dpu_of_naming_it() -> None:
+    """Issue 40: a firmware campaign on a host whose DPU was removed from DPF (`host remove
+    --dpus`) staged the image, then ended `DPUsNotInDPF`. The admission now decides as `host
+    firmware` refuses (`contracts.dpf_presence`): the host is left out up front, the DPU named."""
+    start = _start(canary=0, kind=TargetKind.FIRMWARE, value="32.45.1020", deployment="",
+                   image_uri="http://firmware.example.test/bf-fw-32.45.1020.bfb")  # fmt: skip
+    gone = f"{HOSTS[1]}-dpu-1"
+    selected = _selected(HOSTS[:3], not_in_dpf={HOSTS[1]: (gone,)})  # type: ignore[arg-type]
+    decided = admit(start, selected, ClaimResult(), None, NOW)
+    assert decided.refusal is None and decided.runs == (HOSTS[0], HOSTS[2])
+    [group] = decided.left_out
+    assert group.host_ids == (HOSTS[1],), group
+    assert group.reason.startswith(f"DPF has no DPU {gone} (removed, or never provisioned)"), group.reason
+    assert f"metalflow host provision {HOSTS[1]}" in group.reason, group.reason
+    assert to_claim(start, selected) == (HOSTS[0], HOSTS[2])
+
+
+def test_the_dpus_dpf_lacks_are_decided_once_for_the_cli_and_the_campaign() -> None:
+    assert not_in_dpf(["h-dpu-0", "h-dpu-1", "h-dpu-2"], {"h-dpu-1"}) == ["h-dpu-0", "h-dpu-2"]
+    assert not_in_dpf(["h-dpu-0"], {"h-dpu-0"}) == []

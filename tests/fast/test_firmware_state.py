@@ -39,3 +39,14 @@ def test_a_dpu_removed_or_being_deleted_is_missing_and_the_others_are_named_with
 def test_dpus_dpf_has_in_any_phase_are_not_missing() -> None:
     state = HostDPFState(host_id="h-001", dpus=(_dpu("h-001-dpu-0", "Error"), _dpu("h-001-dpu-1", "")))
     assert firmware.not_in_dpf(state, ["h-001-dpu-0", "h-001-dpu-1"]) == []
+
+
+def test_an_early_end_before_its_power_cycle_says_what_each_dpu_bmc_holds_and_when_it_activates() -> None:
+    """Issue 40: a run that staged, then ended `DPUsNotInDPF`, said nothing of the images staged."""
+    words = firmware.staged_words(["h-dpu-0", "h-dpu-1"], "32.45.1020", cycled=False)
+    assert words == (
+        "staged on h-dpu-0, h-dpu-1 (32.45.1020 held by each DPU's BMC, not running: it activates at "
+        "the host's next power cycle, whoever causes it)"
+    )
+    assert firmware.staged_words(["h-dpu-0"], "32.45.1020", cycled=True) == "staged on h-dpu-0"
+    assert firmware.staged_words([], "32.45.1020", cycled=False) == "nothing staged"

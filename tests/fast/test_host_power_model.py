@@ -1,10 +1,11 @@
 """The host-power invariant of every host operation (`workflows/parts/host_power.py`, README
 "A host metalflow turned off"), model-checked: a Hypothesis state machine drives one run's
-`PowerCustody` as the reboot and the reset runbooks drive it, with the events in any order:
-ForceOff sent, power-on accepted or refused (the BMC rotated its password: 401), the backoff's
-timer, an operator's abort or retry, a cancel of the workflow (which tries On afresh, once), a
-reset's reboot child that left the host off, the credentials fixed or rotated again, a worker
-restart (the state rebuilt through the data converter, as a replay has it).
+`PowerCustody` as the reboot, the reset and the host operations' runbooks drive it, with the
+events in any order: ForceOff sent, power-on accepted or refused (the BMC rotated its password:
+401), the backoff's timer, an operator's abort or retry, a cancel of the workflow (which tries On
+afresh, once), a reboot child that left the host off (a reset's, a reprovision's, a
+provision's), the credentials fixed or rotated again, a worker restart (the state rebuilt
+through the data converter, as a replay has it).
 
 At every step: a host off by the run's hand is being powered on with attempts left (never more
 than `POWER_ON_RETRY_DELAYS` + 1 blind attempts, none of them ms apart), or a person was told
@@ -125,13 +126,16 @@ class HostPowerModel(RuleBasedStateMachine):
         self.ended = f"cancelled. Done: ...; {self.custody.left()}"
 
     @precondition(lambda self: self.ended is None and not self.custody.is_off)
-    @rule()
-    def reboot_child_left_off(self) -> None:
-        """`host reset --host`: its reboot child turned the host off and spent its own attempts
-        (it escalates `BMCRebootFailed` "is OFF"): the reset hands the host to a person."""
+    @rule(runbook=st.sampled_from(["reset --host", "reprovision", "provision"]))
+    def reboot_child_left_off(self, runbook: str) -> None:
+        """`host reset --host`, a reprovision or a provision (workflows/host_operation/
+        reboot_round.py): its reboot child turned the host off and spent its own attempts (it
+        escalates `BMCRebootFailed` "is OFF"): the run hands the host to a person; a cancel then
+        runs the reboot again once (`cancelled`, the same rule: issue 40, a cancelled reprovision
+        said the host is OFF and sent no On)."""
         self.custody.left_off_by("the ForceOff of its reboot to generation 2", REFUSED)
         self.host_on, self.powered = False, True
-        self.phase_words = self.custody.hand_over_words(then="the reset completes")
+        self.phase_words = self.custody.hand_over_words(then=f"the {runbook} goes on")
 
     @precondition(lambda self: self.ended is None and self.custody.handed_over)
     @rule()

@@ -59,3 +59,23 @@ def test_a_bmc_without_the_type_refuses_the_sequence_naming_why() -> None:
 def test_an_arm_reset_needs_force_restart() -> None:
     why = state.refusal("h1", "ForceRestart", {"d0": ("PowerCycle", "On")})
     assert why is not None and "the Arm reset (--dpu, --all-dpus) is a ForceRestart" in why
+
+
+def test_every_chosen_dpu_not_reset_is_named_with_why() -> None:
+    """Issue 40: a reset that cycled one DPU and not the other names the other, and why."""
+    chosen = ("h-dpu-0", "h-dpu-1", "h-dpu-2")
+    failed = {"h-dpu-1": state.reset_failed("PowerCycle", "BMCAuthenticationFailed")}
+    assert state.not_reset(chosen, {"h-dpu-0"}, failed) == (
+        "not reset: h-dpu-1 (its PowerCycle failed: BMCAuthenticationFailed), "
+        "h-dpu-2 (not reached: the reset ended first)"
+    )
+    stopped = {"h-dpu-0": state.reset_failed("ForceRestart", None)}
+    assert state.not_reset(chosen[:1], set(), stopped) == (
+        "not reset: h-dpu-0 (its ForceRestart was stopped in flight: it may have been sent)"
+    )
+
+
+def test_nothing_more_is_said_when_every_dpu_or_none_was_tried() -> None:
+    chosen = ("h-dpu-0", "h-dpu-1")
+    assert state.not_reset(chosen, set(chosen), {}) == ""
+    assert state.not_reset(chosen, set(), {}) == ""  # the run's words say "nothing was reset"

@@ -11,7 +11,9 @@ DPUDeployments as read, it decides:
 
 - **Left out, with why**: hosts in maintenance (who set it, since when: `in_maintenance`), hosts
   DPF does not know (a kind that reprovisions: their operation would
-  wait an hour for a hold that never comes; `metalflow host provision` first), hosts with an
+  wait an hour for a hold that never comes; `metalflow host provision` first), hosts DPF lacks
+  a DPU of (removed by `host remove --dpus`, or never provisioned: `contracts/dpf_presence.py`,
+  the decision `host firmware` and `host reprovision` refuse by), hosts with an
   instance when the campaign skips them, hosts another running campaign holds. The rest run.
 - **Refused** (nothing starts): DPF knows none of the hosts of a kind that reprovisions; a DPU
   breaks the site's compatibility rule for the BFB; the BFB or flavor, or a deployment, does not
@@ -38,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
 
+from contracts import dpf_presence
 from contracts.models.campaign import (
     CampaignInput,
     ClaimResult,
@@ -111,7 +114,7 @@ def to_claim(start: CampaignInput, selected: SelectHostsResult) -> tuple[str, ..
     out = set(selected.no_dpf) if start.target.spec.needs_dpf else set()
     if start.policy.assigned == "skip":
         out |= set(selected.assigned)
-    out |= set(selected.maintenance)
+    out |= set(selected.maintenance) | set(selected.not_in_dpf)
     return tuple(h for h in selected.roster.ids if h not in out)
 
 
@@ -136,6 +139,8 @@ def admit(
     if target.spec.needs_dpf:
         for host_id in selected.no_dpf:
             why.setdefault(host_id, no_dpf_objects(host_id))
+    for host_id, missing in selected.not_in_dpf.items():  # what `host firmware`/`reprovision` refuse
+        why.setdefault(host_id, dpf_presence.left_out_words(host_id, missing))
     for host_id, (by, since) in selected.maintenance.items():
         why.setdefault(host_id, in_maintenance(by, since))
     if start.policy.assigned == "skip":

@@ -74,3 +74,18 @@ def not_in_dpf_words(host_id: str, missing: list[str], state: HostDPFState) -> s
         "never provisioned, or removed, they would never reach Ready after the power cycle, so the "
         f"host was not rebooted (provision it first: metalflow host provision {host_id})"
     )
+
+
+def staged_words(staged: list[str], version: str, *, cycled: bool) -> str:
+    """What an early end leaves staged, per DPU BMC, and what that means: before any power cycle
+    of this run the image waits on each BMC and becomes running at the host's next power cycle,
+    whoever causes it (`cycled`: this run's cycle started, its own words say what it activated)."""
+    if not staged:
+        return "nothing staged"
+    left = f"staged on {', '.join(staged)}"
+    if cycled:
+        return left
+    return (
+        f"{left} ({version} held by each DPU's BMC, not running: it activates at the host's next "
+        "power cycle, whoever causes it)"
+    )

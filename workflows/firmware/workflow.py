@@ -10,8 +10,7 @@ Runbook:
 4. Never cut an install short: wait until no DPU of the host is in `Config FW Parameters`,
    `Prepare BFB` or `OS Installing` (the watcher's signals). A DPU DPF has no object of (never
    provisioned, or removed) would never be Ready after the power cycle: the run ends here,
-   `DPUsNotInDPF` naming it, nothing rebooted (state.py; the CLI refuses such a request before
-   sending it), rather than wait an hour in `waiting-for-dpus`.
+   `DPUsNotInDPF` naming it and what it left staged, nothing rebooted (state.py).
 5. One host power cycle: the child `HostRebootWorkflow` of the next boot generation.
 6. Wait for the host `On` and every DPU `Ready`; verify each DPU runs the target.
 
@@ -44,8 +43,7 @@ the run plus 9 per DPU (two version reads and a stage) plus 4 per DPF change sig
 reboot child's, whatever the BMC's pace: the stage follows the BMC's task and the wait for the
 host's `On` polls inside one heartbeating activity (`wait_for_power_state`), not an activity and
 a timer per poll. `worst_case_events` is that bound; tests/test_firmware.py holds a run to it and
-checks that the power wait is one activity, however long the BMC takes (measured figures:
-bench/README.md, "workflows/firmware/workflow.py").
+checks the power wait is one activity (measured: bench/README.md, "workflows/firmware/workflow.py").
 """
 
 from __future__ import annotations
@@ -57,7 +55,7 @@ from typing import Any, ClassVar, Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError, ChildWorkflowError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -175,7 +173,7 @@ class FirmwareWorkflow(kernel.Abortable):
             task.cancel()
         await asyncio.gather(*self._stage_tasks, return_exceptions=True)
         staged = sorted(d for d, p in self._dpus.items() if p.outcome in ("staged", "already_staged"))
-        left = f"staged on {', '.join(staged)}" if staged else "nothing staged"
+        left = rules.staged_words(staged, self._request.target_version, cycled=self._power_cycle_started)
         if isinstance(err, asyncio.CancelledError | CancelledError):
             await self._cancel_the_reboot()
         if self._left_off:
@@ -216,9 +214,15 @@ class FirmwareWorkflow(kernel.Abortable):
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """A cancel whose reboot left the host OFF ends failed `HostLeftOff` with those words: a
-        cancelled child reads only "aborted" to the entity, which must read the host is OFF."""
+        cancelled child reads only "aborted" to the entity, which must read the host is OFF. The
+        run's own early end (`DPUsNotInDPF` after staging) says what it left, as the outcome."""
         if isinstance(err, asyncio.CancelledError | CancelledError) and self._left_off:
             return HostLeftOff(f"cancelled (the workflow was cancelled). {self.left_behind}")
+        if isinstance(err, ApplicationError) and self.left_behind not in err.message:  # its own, in words
+            said = f"{err.message}. {self.left_behind}"
+            return ApplicationError(
+                said, *err.details, type=err.type, non_retryable=True, category=err.category
+            )
         return super().ending_error(err)
 
     async def _runbook(self) -> FirmwareResult:

@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host_operation.state import HostOperationState
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.dpf_watch import DPFWatch
-    from workflows.parts.host_power import HOST_IS_OFF
+    from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
     from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds, bmc_refusal
 
 ArgT = TypeVar("ArgT")
@@ -73,6 +73,12 @@ class RebootRound(kernel.Runbook):
     # The words of a reboot that ended with the host OFF, until a reboot of this run completes:
     # every early end says them (`HostOperationWorkflow._clean_up`), so the entity marks the host.
     left_off: str = ""
+    # The custody rule every host operation shares (workflows/parts/host_power.py): a reboot of
+    # this run that left the host OFF (`off_generation`, the generation it did not reach, sent
+    # ForceOff first or not: `off_force_off`) is run again, once, on a cancel (`_on_again_after_cancel`).
+    power: PowerCustody
+    off_generation: int | None = None
+    off_force_off: bool = False
 
     # -- the round ---------------------------------------------------------------------------------
     async def _reboot_and_confirm(self, marks_at_barrier: object) -> None:
@@ -201,6 +207,9 @@ class RebootRound(kernel.Runbook):
             if HOST_IS_OFF in why:
                 off = f"the host {self.host.host_id} {HOST_IS_OFF}"
                 self.left_off = why[why.index(off) :] if off in why else why
+                self.off_generation, self.off_force_off = generation, force_off or cold
+                cause = why.split(f"; {off}")[0]
+                self.power.left_off_by(f"the ForceOff of its reboot to generation {generation}", cause)
                 decision, _ = await self._intervene(
                     f"{why}; `metalflow host retry {self.host.host_id}` once the BMC is fixed reboots "
                     "it (powers it on), or `abort`",
@@ -218,11 +227,38 @@ class RebootRound(kernel.Runbook):
     def _took_reboot(self, outcome: RebootOutcome) -> None:
         """A reboot that happened is counted (a reset someone else made is noted, not ours)."""
         self.left_off = ""  # the host booted: it is on
+        self.off_generation = None
+        self.power.seen_on()
         self.state.rebooted(outcome.generation, power_cycle=outcome.power_cycle)
         if outcome.already_done:
             what = f"host {outcome.result.host_id} was reset after DPF asked; taken as the reboot, none sent"
             self.state.unplanned_reset(what, workflow.now())
             workflow.logger.warning("unplanned reset on %s: %s", self.state.request.host_id, what)
+
+    async def _on_again_after_cancel(self) -> None:
+        """A cancel asks nobody (`PowerCustody.cancelled`, the reset's rule): a reboot of this run
+        that left the host OFF is run again, once, not abortable, for the generation it did not
+        reach; it powers the host on (and counts), or the run's end still says the host is OFF."""
+        generation = self.off_generation
+        if generation is None or not self.power.cancelled():
+            return
+        _, warm = self.state.reboot_method(self.dpf, force_off=self.off_force_off)
+        self.state.reboot_started()
+        await self.reboots.start(
+            self.state.reboot_input(
+                generation, force_off=self.off_force_off, warm=warm, owed_since=None,
+                operation_id=workflow.info().workflow_id,
+            ),
+            summary=f"reboot {self.host.host_id} to generation {{generation}} (after a cancel, the host OFF)",
+            parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+            retry_refused=True,
+        )  # fmt: skip
+        try:
+            outcome = await self.reboots.wait(abortable=False)
+        except ChildWorkflowError as err:
+            workflow.logger.warning("the reboot after the cancel failed: %s", err.cause)
+            return
+        self._took_reboot(outcome)
 
     async def _acknowledge(self) -> None:
         await self._mark_node_rebooted()

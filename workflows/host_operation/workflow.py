@@ -38,7 +38,9 @@ The rules, all from `OperationPolicy`:
   (the next generation; the BMC and its credentials are read afresh), `mark_rebooted` takes the
   host as rebooted by hand, `abort` ends the run. One that left the host OFF takes `retry` only,
   and every early end while the host is OFF says so (`... its reboot ended with the host HOST is
-  OFF: ...`; a cancel ends failed `HostLeftOff`), so the entity marks the host.
+  OFF: ...`), so the entity marks the host. A cancel asks nobody: that reboot runs again, once,
+  not abortable (`PowerCustody.cancelled`, the reset's rule), and only a host still OFF after it
+  ends the run failed `HostLeftOff`.
 - `host_rebooted` (signal) and `mark_rebooted` (update) go to the reboot child while one is in
   flight (a manual reboot, or a BMC that could not be reached); otherwise `host_rebooted` in
   manual intervention counts as `mark_rebooted`, and is ignored (logged) elsewhere: a stale
@@ -129,6 +131,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host_operation.reboot_round import RebootRound
     from workflows.host_operation.state import HostOperationState
     from workflows.parts.dpf_watch import DPFWatch
+    from workflows.parts.host_power import PowerCustody
     from workflows.parts.reboot_rounds import RebootRounds
 
 
@@ -155,6 +158,7 @@ class HostOperationWorkflow(RebootRound):
         super().__init__()
         self.state = HostOperationState.start(request, workflow.now())
         self.reboots = RebootRounds(self, request.power_before)  # its first reboot compares it
+        self.power = PowerCustody(host_id=request.host_id)
         self._watch = DPFWatch(on_taken=self._observe)
         self.operation_kind = request.kind.value
 
@@ -194,12 +198,16 @@ class HostOperationWorkflow(RebootRound):
         - Registered DPUNode/DPUDevices stay: removing them is `HostRemovalWorkflow`'s job.
         - A power cycle done but not yet acknowledged (annotation still there) is acknowledged:
           the reboot DPF asked for happened, and DPF would otherwise wait for it forever.
-        - A reboot that ended with the host OFF (`left_off`) is said: the host is OFF.
+        - A reboot that ended with the host OFF (`left_off`): a cancel (nobody to ask) runs it
+          again once, not abortable (`_on_again_after_cancel`, the reset's custody rule); still
+          OFF, whatever the end, it is said: the host is OFF.
         """
         self.state.cleaning_up = True
         stopped = await self.reboots.stop()
         if stopped is not None:
             self._took_reboot(stopped)
+        if isinstance(err, asyncio.CancelledError | CancelledError):
+            await self._on_again_after_cancel()
         if self.state.cycled_without_ack:
             try:
                 await self._mark_node_rebooted()

@@ -22,7 +22,7 @@ reset it is never started.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 
 from contracts.models.host import ResetTarget
 from contracts.models.redfish import DPUResetType
@@ -68,3 +68,26 @@ def refusal(
         f"reset of {host_id} refused before anything was sent: {_WHY[reset_type]}, and {named} "
         f"(ResetType@Redfish.AllowableValues / ResetActionInfo of Systems/Bluefield); nothing was changed"
     )
+
+
+def not_reset(chosen: Sequence[str], reset: Collection[str], failed: Mapping[str, str]) -> str:
+    """The chosen DPUs this run did not reset, each with why, in words ("" when every chosen DPU
+    was reset, or when no reset was tried at all: the run's words say "nothing was reset").
+
+    `reset`: the DPUs whose reset was sent (or found done); `failed`: the DPUs whose reset call
+    ended without an answer, each with what happened (`reset_failed`). A DPU neither reset nor
+    failed was not reached: the run ended before its turn."""
+    if not reset and not failed:
+        return ""
+    unreached = "not reached: the reset ended first"
+    left = [f"{dpu} ({failed.get(dpu, unreached)})" for dpu in chosen if dpu not in reset]
+    return f"not reset: {', '.join(left)}" if left else ""
+
+
+def reset_failed(reset_type: DPUResetType, error_type: str | None) -> str:
+    """Why a DPU's reset call gave no answer: its BMC's error (`error_type`, e.g.
+    BMCAuthenticationFailed: the run's cause says its message), or None: the call was stopped
+    (an abort, a cancel) while in flight, so the reset may have been sent."""
+    if error_type is None:
+        return f"its {reset_type} was stopped in flight: it may have been sent"
+    return f"its {reset_type} failed: {error_type}"

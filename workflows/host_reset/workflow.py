@@ -96,6 +96,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import (
+    ActivityError,
     ApplicationError,
     CancelledError,
     ChildWorkflowError,
@@ -110,6 +111,7 @@ with workflow.unsafe.imports_passed_through():
         HostLeftOff,
         InvalidInput,
         ResetTypeNotSupported,
+        first_application_error,
     )
     from contracts.models.bmc_lease import BMC_LEASE_GRANTED_SIGNAL, LeaseGrant
     from contracts.models.control import RETRY_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
@@ -168,6 +170,11 @@ class HostResetWorkflow(HostPowerOn):
         super().__init__()
         self._request = request
         self._resets: list[str] = []
+        # Each chosen DPU's fate, for every end's words (`sequence.not_reset`): the DPUs chosen,
+        # those reset, and those whose reset call ended without an answer (and why).
+        self._chosen: tuple[str, ...] = ()
+        self._dpus_reset: set[str] = set()
+        self._dpus_failed: dict[str, str] = {}
         # This run turned the host off: it is powered on, or handed to a person, before the end.
         self._power = PowerCustody(host_id=request.host_id)
         self._inventory: HostInventory | None = None
@@ -193,6 +200,7 @@ class HostResetWorkflow(HostPowerOn):
         )
         inventory = await self._resolve()
         dpus = self._chosen_dpus(inventory)
+        self._chosen = tuple(dpu_id for dpu_id, _ in dpus)
         await self._refuse_while_installing(inventory)
         if request.target == ResetTarget.HOST:
             await self._reboot_host()
@@ -363,11 +371,18 @@ class HostResetWorkflow(HostPowerOn):
 
     async def _reset_dpu(self, dpu_id: str, bmc: BMCAccess, reset_type: DPUResetType, why: str) -> None:
         self.enter(RESETTING_DPU, f"{reset_type} of DPU {dpu_id}{why}")
-        result: DPUResetResult = await self.call(
-            activity_api.reset_dpu,
-            DPUResetInput(bmc=bmc, reset_type=reset_type, owed_since=workflow.now()),
-            kernel.options(DPU_RESET_CALL, f"{reset_type} of DPU {dpu_id}"),
-        )
+        try:
+            result: DPUResetResult = await self.call(
+                activity_api.reset_dpu,
+                DPUResetInput(bmc=bmc, reset_type=reset_type, owed_since=workflow.now()),
+                kernel.options(DPU_RESET_CALL, f"{reset_type} of DPU {dpu_id}"),
+            )
+        except BaseException as err:  # re-raised: only named, so every end says this DPU's fate
+            failed = first_application_error(err) if isinstance(err, ActivityError) else None
+            in_words = (failed.type or "error") if failed is not None else None
+            self._dpus_failed[dpu_id] = sequence.reset_failed(reset_type, in_words)
+            raise
+        self._dpus_reset.add(dpu_id)
         done = "" if result.sent else " (the DPU was already reset since it was asked: none sent)"
         self._resets.append(f"{dpu_id}: {reset_type}{done}")
 
@@ -481,6 +496,9 @@ class HostResetWorkflow(HostPowerOn):
             except ChildWorkflowError as failed:
                 workflow.logger.warning("the reboot after the cancel failed: %s", failed.cause)
         done = "; ".join(self._resets) or "nothing was reset"
+        undone = sequence.not_reset(self._chosen, self._dpus_reset, self._dpus_failed)
+        if undone:
+            done = f"{done}; {undone}"
         return f"Done: {done}; {self._power.left()}"
 
     def aborted_result(self, err: BaseException) -> HostResetResult:
