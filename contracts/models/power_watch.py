@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from pydantic import BaseModel
 
@@ -14,3 +15,16 @@ class PowerAtRest(BaseModel):
     last_reset_time: datetime | None = None
     read_at: datetime | None = None
     unplanned: str = ""  # the last power change metalflow did not cause, in words ("" none seen)
+
+
+ITS_REBOOT_NOW_SIGNAL: Final = "its_reboot_now"
+"""A reboot child's signal to the operation that started it (`HostRebootInput.tell_parent`): what
+it waits for now, for that operation's own current details in the UI (`parts/reboot_rounds.py`)."""
+
+
+class RebootNow(BaseModel):
+    """What a reboot waits for now, in the words `host status` prints after `its reboot ID: `."""
+
+    reboot_id: str  # the reboot's workflow id: its caller takes the words of the reboot in flight only
+    phase: str
+    details: str
