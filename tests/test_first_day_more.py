@@ -6,6 +6,9 @@ every real workflow and activity, and the simulated site, as a user runs the CLI
    of HOST to generation N"; `host status` said the wait. Now the reboot tells its caller as the
    wait begins (one signal), and the caller's details say the same words as `host status`. Cost,
    measured here: the reboot's signal (one Action), its history +5 events, the caller's +4.
+2. An operator's update to a campaign or rollout that has ended (`campaign abort`, `pause`,
+   `resume`, ...) exited 2 "no campaign campaign/NAME running", the status of a name that never
+   existed. It exists; it ended: the world said no, exit 1, saying how it ended.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import asyncio
 import time
 from typing import Any
 
+from cli_support import metalflow
 from module_site_support import ModuleSite
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
@@ -74,3 +78,20 @@ async def test_a_resets_own_page_says_its_reboots_power_down_wait_as_host_status
     heard = parent_events.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
     print(f"history: reset {len(parent_events)} events, its reboot {len(child_events)} events")
     assert (sent, heard) == (1, 1), (sent, heard)
+
+
+async def test_an_update_to_an_ended_campaign_says_it_ended_and_exits_1_an_unknown_one_2(
+    local_env: WorkflowEnvironment,
+) -> None:
+    client = local_env.client
+    ended = await client.start_workflow("CampaignWorkflow", id="campaign/fdm-ended", task_queue="fdm-none")
+    await ended.terminate("the test ends it")
+    paused = await metalflow(local_env, "campaign", "pause", "fdm-ended")
+    said = "campaign/fdm-ended has ended (terminated): nothing to pause; nothing was changed"
+    assert (paused.status, said in paused.stderr) == (1, True), (
+        paused.stderr
+    )  # before: 2, "no campaign ... running"
+    unknown = await metalflow(local_env, "campaign", "abort", "fdm-never", "--reason", "typo")
+    assert (unknown.status, "no campaign campaign/fdm-never running" in unknown.stderr) == (2, True), (
+        unknown.stderr
+    )
