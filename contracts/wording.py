@@ -55,3 +55,10 @@ def aborted_outcome(message: str) -> str:
     """An operation an operator aborted, in the entity's record (`host status`, campaigns): it
     reads `aborted ...`, never `failed: ...`. `message` is the operation's abort error."""
     return message if message.startswith("aborted") else f"aborted: {message}"
+
+
+def with_its_reboot(own: str, reboot_id: str, phase: str, words: str) -> str:
+    """An operation's words with what its reboot child waits for now: one wording for `host
+    status`, `--wait` (`metalflow.hosts.with_its_reboot`) and the operation's own current details
+    in the Temporal UI (`workflows/parts/reboot_rounds.py`)."""
+    return f"{own}; its reboot {reboot_id}: {phase}: {words}".lstrip("; ")

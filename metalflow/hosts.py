@@ -51,6 +51,7 @@ from contracts.models.host import (
 )
 from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
 from contracts.wording import plural
+from contracts.wording import with_its_reboot as its_reboot_words
 from metalflow.progress import Progress
 from workflows.parts.bmc_lease_holder import queued_words
 
@@ -357,8 +358,8 @@ async def with_its_reboot(
     said = seen.waiting_for or seen.details if seen is not None else ""
     if seen is None or not said:
         return status, seen
-    waiting = f"{status.get('waiting_for') or ''}; its reboot {reboot}: {seen.phase}: {said}"
-    return {**status, "waiting_for": waiting.lstrip("; ")}, seen
+    waiting = its_reboot_words(str(status.get("waiting_for") or ""), reboot, seen.phase, said)
+    return {**status, "waiting_for": waiting}, seen
 
 
 async def operation_progress(client: Client, workflow_id: str, host_id: str) -> Seen | None:

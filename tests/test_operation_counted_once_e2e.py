@@ -14,10 +14,12 @@ read from a `MetricBuffer` of the worker's runtime.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import uuid
 from datetime import timedelta
 
+import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.client import Client
@@ -44,6 +46,7 @@ class CountedOnceWorkflow(kernel.Runbook):
 
     async def _runbook(self) -> str:
         await workflow.wait_condition(lambda: self.told)
+        self.enter("finishing", "told to finish")  # its INFO line, in the task the server refuses
         if not workflow.unsafe.is_replaying():
             ENTERED.set()
             GO.wait(1.5)  # hold the completing task until the test's second signal arrived (below
@@ -62,7 +65,12 @@ class CountedOnceWorkflow(kernel.Runbook):
         pass
 
 
-async def test_a_signal_while_the_run_completes_counts_its_end_once(local_env: WorkflowEnvironment) -> None:
+async def test_a_signal_while_the_run_completes_counts_its_end_once(
+    local_env: WorkflowEnvironment, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its end counted once, and its final phase's INFO line printed once (it was printed twice:
+    the refused task's lines were no replay, so the SDK's replay-safe logger printed them again)."""
+    caplog.set_level(logging.INFO, logger=workflow.logger.name)
     buffer = MetricBuffer(10_000)
     runtime = Runtime(telemetry=TelemetryConfig(metrics=buffer))
     client = await Client.connect(
@@ -94,6 +102,8 @@ async def test_a_signal_while_the_run_completes_counts_its_end_once(local_env: W
         if u.metric.name == "metalflow_operations_finished" and u.attributes.get("kind") == "reprovision"
     ]  # fmt: skip
     assert sum(int(u.value) for u in finished) == 1, [(u.value, u.attributes) for u in finished]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("finishing: told to finish")]
+    assert len(said) == 1, said
 
 
 async def _wait(event: threading.Event) -> bool:

@@ -11,15 +11,14 @@ A workflow module reads as a runbook; what is not the runbook is here:
   the workflow cancels. The power cycle's own presets live with the reboot
   (`workflows/parts/power_cycle_options.py`).
 - **Phases**: `Runbook.enter` shows a phase (the `Phase` search attribute, the current details
-  and one INFO line in the worker's log, together, so the UI list and a workflow's page never
-  disagree); `Runbook.show` new details within it; `Runbook.end_early` the final phase of a run
-  that ends early, naming what ended it and what it leaves behind.
+  and one INFO line in the worker's log, once, together, so the UI list and a workflow's page
+  never disagree); `Runbook.show` new details within it; `Runbook.end_early` the final phase of
+  a run that ends early, naming what ended it and what it leaves behind.
 - **Operator control**: `abort` (an update every steerable workflow answers, with one validator:
-  refused once ended, while aborting, or for the workflow's own reason), `pause` and `resume`
-  (a flag the runbook honours at its safe points), and decisions (`await_decision`: wait in a
-  phase until an operator answers one of the named updates, e.g. `retry`, `mark_rebooted`,
-  `rollback`). Handlers only record; the runbook acts at its next wait, so no handler races a
-  step.
+  refused once ended, while aborting, or for the workflow's own reason), `pause` and `resume` (a
+  flag the runbook honours at its safe points), decisions (`await_decision`: wait in a phase
+  until an operator answers a named update, e.g. `retry`, `mark_rebooted`, `rollback`). Handlers
+  only record; the runbook acts at its next wait, so no handler races a step.
 - **Waits and calls an abort interrupts**: `Runbook.wait` (a `wait_condition` that raises
   `OperationAborted` once aborted), `Runbook.call` (an activity that an abort, or a cancel of the
   workflow, cancels and then waits for: the server retries nothing after a cancel, so that is at
@@ -50,7 +49,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import events, metrics, names
+    from contracts import counted_runs, events, metrics, names
     from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError, first_application_error
     from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
 
@@ -204,9 +203,8 @@ def enter_phase(
     phase: str, details: str, *, log: bool = True, also: Sequence[SearchAttributeUpdate[Any]] = ()
 ) -> None:
     """Show a new phase: the `Phase` search attribute (with `also`, in the same upsert, and only
-    what changed: `upsert_changed`), the current details and one INFO line in the worker's log
-    (not on replay: the SDK's workflow logger skips replays); `log=False` re-shows a phase
-    already logged."""
+    what changed: `upsert_changed`), the current details and one INFO line in the worker's log, its
+    metric and Event (not on replay); `log=False`: none (logged already: `Runbook.enter`)."""
     upsert_changed([names.PHASE.value_set(phase), *also])
     workflow.set_current_details(f"**{phase}**: {details}")
     if log:
@@ -287,15 +285,18 @@ class Runbook:
         self._answer: tuple[str, OperatorRequest] | None = None
         self.left_behind = ""  # what an early end left, in words (`to_the_end`'s `clean_up`)
         self.operation_kind: str | None = None  # an operation's `kind` label, counted by `to_the_end`
+        self._phases_entered = 0  # replays included (`enter`)
 
     # -- phases ----------------------------------------------------------------------------------
     def enter(
         self, phase: str, details: str, *, log: bool = True, also: Sequence[SearchAttributeUpdate[Any]] = ()
     ) -> None:
-        """A new phase: the `Phase` search attribute (and `also`, in one upsert of what changed),
-        the current details, one log line."""
-        self.phase, self.details = phase, details
-        enter_phase(phase, details, log=log, also=also)
+        """A new phase (`enter_phase`), its log line once per run id and count of phases entered
+        (replays included) in this process (`contracts.counted_runs`): a refused task run again."""
+        self.phase, self.details, self._phases_entered = phase, details, self._phases_entered + 1
+        nth = f"phase {self._phases_entered}"
+        once = workflow.unsafe.is_replaying() or counted_runs.first_time(workflow.info().run_id, nth)
+        enter_phase(phase, details, log=log and once, also=also)
 
     def show(self, details: str) -> None:
         """New details within the phase."""

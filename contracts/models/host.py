@@ -242,6 +242,8 @@ class HostRebootInput(_Frozen):
     # The host's power as its entity last read it at rest, no operation of ours since (None: no
     # such reading): the reboot's first read that differs was someone else's doing, said once.
     power_before: PowerAtRest | None = None
+    # True: the caller (`parts/reboot_rounds.py`) takes the signal `its_reboot_now` (its power-down wait).
+    tell_parent: bool = False
 
 
 class HostRebootResult(OperationEnd):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 from pydantic import BaseModel
 
@@ -18,3 +19,16 @@ class PowerAtRest(BaseModel):
     # `DPUSystemState.reset_mark`) as last read at rest, by DPU id; {}: none read since metalflow
     # last ran an operation on the host (which may reset its DPUs: no baseline).
     dpu_marks: dict[str, str] = {}
+
+
+ITS_REBOOT_NOW_SIGNAL: Final = "its_reboot_now"
+"""A reboot child's signal to the operation that started it (`HostRebootInput.tell_parent`): what
+it waits for now, for that operation's own current details in the UI (`parts/reboot_rounds.py`)."""
+
+
+class RebootNow(BaseModel):
+    """What a reboot waits for now, in the words `host status` prints after `its reboot ID: `."""
+
+    reboot_id: str  # the reboot's workflow id: its caller takes the words of the reboot in flight only
+    phase: str
+    details: str

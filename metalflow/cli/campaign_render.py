@@ -104,7 +104,7 @@ def details(status: CampaignStatus, workflow_id: str) -> list[str]:
     """The lines under the status line: what it waits for, the hosts behind the counts (failed,
     aborted with what each was left in, finishing a reboot round, put off until when), every
     change outside its hosts."""
-    waiting = status.waiting_for and status.waiting_for != status.ended  # an end is said on the line above
+    waiting = status.waiting_for and status.waiting_on != "ended"  # an end is said on the line above
     lines = [f"  waiting for: {status.waiting_on}: {status.waiting_for}"] if waiting else []
     if status.stopped_reason:
         lines.append(f"  stopped: {status.stopped_reason}")

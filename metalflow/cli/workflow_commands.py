@@ -297,11 +297,24 @@ async def send(
         raise CommandError(f"{update} refused: {root_cause(err)}") from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise CommandError(missing.format(id=handle.id), EXIT_USAGE) from None
+            raise await _not_running(handle, update, missing) from None
         if temporal_lost(err):
             raise
         raise CommandError(f"{update} refused: {err.message}") from None
     return answer
+
+
+async def _not_running(handle: WorkflowHandle[Any, Any], update: str, missing: str) -> CommandError:
+    """Why an update found no running workflow: it ended (the world: exit 1, saying how), or it
+    never was (`missing`: exit 2). Cost: one describe, on this refusal only."""
+    try:
+        described = await handle.describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return CommandError(missing.format(id=handle.id), EXIT_USAGE)
+        raise
+    how = described.status.name.lower().replace("_", " ") if described.status is not None else "ended"
+    return CommandError(f"{handle.id} has ended ({how}): nothing to {update}; nothing was changed")
 
 
 async def answer(

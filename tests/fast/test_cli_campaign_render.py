@@ -111,3 +111,12 @@ def test_hosts_left_deferred_by_an_ended_campaign_show_no_retry_time() -> None:
     status = _status(phase="aborted", deferred=("h-003",), deferred_count=1, deferred_hosts=(left,))
     assert "1 deferred (h-003 left with no retry)" in render(status)
     assert "  deferred h-003 left with no retry: host h-003 is busy" in details(status, "campaign/fleet")
+
+
+def test_an_ended_campaign_says_no_waiting_for_line() -> None:
+    """`campaign status` of a completed campaign printed `waiting for: ended: completed` under
+    `demo-fleet completed [...]` (issue 38, first-day words): an end is said on the line above."""
+    ended = _status(phase="completed", aborting=None, waiting_on="ended", waiting_for="completed")
+    assert not any(line.startswith("  waiting for:") for line in details(ended, "campaign/fleet"))
+    running = _status(phase="running", aborting=None, waiting_on="timer", waiting_for="at T: it opens")
+    assert "  waiting for: timer: at T: it opens" in details(running, "campaign/fleet")

@@ -31,6 +31,8 @@ from temporalio.exceptions import (
 from contracts.errors import BMCRebootFailed, BMCUnavailable, OperationAborted
 from contracts.models.control import OperatorRequest
 from contracts.models.host import HostRebootInput, HostRebootResult
+from contracts.models.power_watch import RebootNow
+from contracts.wording import with_its_reboot
 from workflows.host_operation import kube_calls
 from workflows.parts import reboot_rounds
 from workflows.parts.reboot_rounds import ABANDON, RebootRounds, bmc_refusal
@@ -215,7 +217,49 @@ async def test_a_confirmation_goes_to_the_reboot_in_flight_and_a_late_one_is_ans
 
 async def test_a_refused_generation_is_asked_again_under_its_own_id(started: Any) -> None:
     await rounds_with(started, Child(), retry_refused=True)
-    assert started[0][1]["retry_refused"] is True and started[0][1]["request"] == REBOOT
+    told = REBOOT.model_copy(update={"tell_parent": True})  # its wait's words come back (`heard`)
+    assert started[0][1]["retry_refused"] is True and started[0][1]["request"] == told
+
+
+# -- its reboot's wait in the caller's own details (issue 38) ----------------------------------
+
+
+WAIT_WORDS = (
+    "power-down wait: h is Off since 2026-12-01T08:00:00Z, On at 2026-12-01T08:02:00Z (a durable timer)"
+)
+
+
+async def test_the_callers_details_say_what_its_reboot_in_flight_waits_for_in_the_clis_words(
+    started: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its Temporal UI details said only "power cycle of h to generation 5" while the reboot
+    waited out its power-down wait; `host status` said the wait. Now both say it, in one wording."""
+    shown: list[tuple[str, str]] = []
+    monkeypatch.setattr(reboot_rounds.kernel, "set_details", lambda phase, said: shown.append((phase, said)))
+    rounds, runbook = await rounds_with(started, Child())
+    runbook.phase, runbook.details = "rebooting-host", "power cycle of h to generation 5"  # type: ignore[attr-defined]
+    rounds.heard(RebootNow(reboot_id="reboot/h/generation-4", phase="powering", details=WAIT_WORDS))
+    assert shown == []  # a reboot no longer in flight: its words are dropped
+    rounds.heard(RebootNow(reboot_id="reboot/h/generation-5", phase="powering", details=WAIT_WORDS))
+    said = f"power cycle of h to generation 5; its reboot reboot/h/generation-5: powering: {WAIT_WORDS}"
+    assert shown == [("rebooting-host", said)]
+    assert runbook.details == "power cycle of h to generation 5"  # its status (the CLI adds the live line)
+    status = {"waiting_for": runbook.details}  # what `host status` prints after "now "
+    cli = with_its_reboot(status["waiting_for"], "reboot/h/generation-5", "powering", WAIT_WORDS)
+    assert cli == said
+
+
+async def test_the_caller_hears_nothing_once_no_reboot_is_in_flight(
+    started: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shown: list[str] = []
+    monkeypatch.setattr(reboot_rounds.kernel, "set_details", lambda phase, details: shown.append(details))
+    child = Child()
+    rounds, _ = await rounds_with(started, child)
+    child.set_result(result())
+    await rounds.wait()
+    rounds.heard(RebootNow(reboot_id=child.id, phase="powering", details=WAIT_WORDS))
+    assert shown == []
 
 
 # -- bounded Kubernetes calls --------------------------------------------------------------------

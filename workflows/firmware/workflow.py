@@ -42,8 +42,7 @@ staging, none while waiting for DPF (the site watch signals each change); about 
 the run plus 9 per DPU (two version reads and a stage) plus 4 per DPF change signalled, and the
 reboot child's, whatever the BMC's pace: the stage follows the BMC's task and the wait for the
 host's `On` polls inside one heartbeating activity (`wait_for_power_state`), not an activity and
-a timer per poll. `worst_case_events` is that bound; tests/test_firmware.py holds a run to it and
-checks the power wait is one activity (measured: bench/README.md, "workflows/firmware/workflow.py").
+a timer per poll. `worst_case_events` is that bound (tests/test_firmware.py; bench/README.md).
 """
 
 from __future__ import annotations
@@ -98,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.firmware import state as rules
     from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
+    from workflows.parts import reboot_rounds
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_power import HOST_IS_OFF
     from workflows.parts.reboot_rounds import ABANDON, RebootChild, RebootRounds, reached_by_abort
@@ -137,7 +137,7 @@ INSTALL_PHASES: Final = frozenset({"Config FW Parameters", "Prepare BFB", "OS In
 
 
 @workflow.defn(name="FirmwareWorkflow")
-class FirmwareWorkflow(kernel.Abortable):
+class FirmwareWorkflow(reboot_rounds.HearsItsReboot, kernel.Abortable):
     """Stage a DPU firmware image on a host's DPUs, activate it with one power cycle, verify."""
 
     ENDED: ClassVar = ("done", "failed", "aborted", "cancelled")
@@ -158,7 +158,7 @@ class FirmwareWorkflow(kernel.Abortable):
         self._power_cycles = 0
         self._generation = request.boot_generation  # the host's, after this run's power cycle
         self._stage_tasks: list[asyncio.Task[StageFirmwareResult]] = []
-        self._reboots = RebootRounds(self, request.power_before)  # its reboot compares it
+        self.reboots = RebootRounds(self, request.power_before)  # its reboot compares it
         self.operation_kind = names.FIRMWARE
 
     @workflow.run
@@ -377,15 +377,15 @@ class FirmwareWorkflow(kernel.Abortable):
         )
         # A generation already used means the request's count is behind the host's; the staged
         # images still need their power cycle, so the next unused generation is taken.
-        self._generation = await self._reboots.start(
+        self._generation = await self.reboots.start(
             reboot,
             summary=f"power cycle {self._request.host_id}: firmware",
             # A reboot is never stopped halfway: it finishes even if this run is cancelled.
             cancellation_type=ABANDON,
             parent_close_policy=workflow.ParentClosePolicy.ABANDON,
         )
-        self._reboot = self._reboots.child
-        await self._reboots.wait(abortable=False)  # the reboot takes an abort while it runs
+        self._reboot = self.reboots.child
+        await self.reboots.wait(abortable=False)  # the reboot takes an abort while it runs
         self._reboot, self._cycled_to = None, self._generation
 
     async def _wait_for_host_on(self, inventory: HostInventory) -> None:
@@ -467,7 +467,7 @@ class FirmwareWorkflow(kernel.Abortable):
         )
 
     def abort_refusal(self) -> str | None:
-        child = self._reboots.child
+        child = self.reboots.child
         return rules.abort_refusal(self._request.host_id, self.phase, None if child is None else child.id)
 
     def aborted_result(self, err: BaseException) -> FirmwareResult:
@@ -546,5 +546,5 @@ class FirmwareWorkflow(kernel.Abortable):
             reboots=reboots,
             boot_generation=self._generation,
             finished_at=workflow.now(),
-            unplanned_power=self._reboots.unplanned_power,
+            unplanned_power=self.reboots.unplanned_power,
         )

@@ -50,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts import dpf_barrier as barrier
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
-    from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds, bmc_refusal
+    from workflows.parts.reboot_rounds import HearsItsReboot, RebootOutcome, RebootRounds, bmc_refusal
 
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
@@ -61,7 +61,7 @@ WAITING_FOR_AGENTS = "waiting-for-dpu-agents-after-reboot"
 OPERATOR_ANSWERS = ("retry", "mark_rebooted")
 
 
-class RebootRound(kernel.Runbook):
+class RebootRound(HearsItsReboot, kernel.Runbook):
     """A host operation's reboot round and the tools its runbook shares (module docstring).
 
     The workflow sets `state`, `reboots` and `_watch` in its `__init__`.

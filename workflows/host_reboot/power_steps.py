@@ -13,11 +13,13 @@
   saw it and the read before that still saw Off, never "On at" the read's time), an Off updates
   the details (`host status`: `power-down wait: HOST is Off since T1Z (read T3Z), On at T2Z`,
   `failure.power_down_words`: times, not "On in N s", which a worker restarted midway replayed
-  as new; T2Z is when our On is due), a read that fails is logged and the wait goes on. Cost:
+  as new; T2Z is when our On is due), a read that fails is logged and the wait goes on. A caller
+  that listens (`tell_parent`: a host operation, a firmware run, a reset) is signalled once as
+  the wait begins, with the same words (`_tell_parent`), for its own current details. Cost:
   `ceil(wait / 30 s) - 1` BMC reads per reboot (3 at the 120 s default, 9 for
   `--power-down-wait 300`), each 4-5 HTTP requests, and about 11 history events (its timer, the
   activity, their workflow tasks), only on a BMC without PowerCycle or in a re-issued reboot's
-  ForceOff then On.
+  ForceOff then On; the signal: +5 events here, +4 there.
 - `_taken_over`: another actor turned the host On after our ForceOff took it Off (within
   `set_power`'s settle, during the wait, or found by the resumed cycle): the one decision of
   `failure.decide_on_power_taken_over` (the Off-On is the cycle; nothing more sent, never a
@@ -43,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
     from contracts.models.host import HostRebootInput
     from contracts.models.inventory import HostInventory
+    from contracts.models.power_watch import ITS_REBOOT_NOW_SIGNAL, RebootNow
     from contracts.models.redfish import (
         PowerCycleInput,
         PowerCycleResult,
@@ -160,7 +163,9 @@ class PowerSteps(kernel.Abortable):
         watched = f"; its power read every {every:g} s" if reads else ""
         began = workflow.now()
         on_at, off_read = began + timedelta(seconds=seconds), off_since
-        self.show(power_down_words(host, off_since, on_at, "", watched))
+        words = power_down_words(host, off_since, on_at, "", watched)
+        self.show(words)
+        await self._tell_parent(words)
         for at in (*reads, seconds):
             timeout = at - (workflow.now() - began).total_seconds()
             if not self._stopping and timeout > 0:  # cut short by a stop
@@ -181,6 +186,20 @@ class PowerSteps(kernel.Abortable):
             read = f"read {iso_z(now)}" if found else "not read"
             self.show(power_down_words(host, off_since, on_at, read, watched))
         return None
+
+    async def _tell_parent(self, details: str) -> None:
+        """A caller that listens (`tell_parent`) hears what this reboot waits for now, for its own
+        current details (`parts/reboot_rounds.py`: one signal per wait, its cost). Only words: a
+        caller that cannot be told (gone, ended) changes nothing here (logged)."""
+        parent = workflow.info().parent
+        if not self._request.tell_parent or parent is None:
+            return
+        now = RebootNow(reboot_id=workflow.info().workflow_id, phase=self.phase, details=details)
+        try:
+            caller = workflow.get_external_workflow_handle(parent.workflow_id, run_id=parent.run_id)
+            await caller.signal(ITS_REBOOT_NOW_SIGNAL, now)
+        except Exception as err:  # noqa: BLE001 - words for the caller's page, never this reboot's end
+            workflow.logger.info("%s not told of the power-down wait: %s", parent.workflow_id, err)
 
     async def _read_during_wait(self, inventory: HostInventory, *, bound: float) -> str:
         """One bounded `read_power_state` during the power-down wait: its PowerState, or "" when it

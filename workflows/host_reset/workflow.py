@@ -143,7 +143,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder, queued_words
     from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
     from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
-    from workflows.parts.reboot_rounds import RebootOutcome, RebootRounds, bmc_refusal
+    from workflows.parts.reboot_rounds import HearsItsReboot, RebootOutcome, RebootRounds, bmc_refusal
 
 RESOLVING = "resolving-inventory"
 CHECKING_DPF = "checking-dpf"
@@ -162,7 +162,7 @@ DPU_RESET_CALL: workflow.ActivityConfig = {
 
 
 @workflow.defn(name="HostResetWorkflow")
-class HostResetWorkflow(HostPowerOn):
+class HostResetWorkflow(HearsItsReboot, HostPowerOn):
     """One reset sequence of a host and its DPUs; see the module docstring."""
 
     @workflow.init
@@ -184,7 +184,7 @@ class HostResetWorkflow(HostPowerOn):
         self._reached = request.boot_generation
         self._off_taken = False  # the BMC took this run's host ForceOff: On again is one power cycle
         self._leases = BMCLeaseHolder()
-        self._reboots = RebootRounds(self, request.power_before)  # a `--host` reboot compares it
+        self.reboots = RebootRounds(self, request.power_before)  # a `--host` reboot compares it
         self._off_generation: int | None = None  # a `--host` reboot left the host OFF: not reached
         self.operation_kind = RESET_OPERATION
 
@@ -218,7 +218,7 @@ class HostResetWorkflow(HostPowerOn):
             resets=tuple(self._resets),
             boot_generation=self._generation,
             finished_at=workflow.now(),
-            unplanned_power=self._reboots.unplanned_power,
+            unplanned_power=self.reboots.unplanned_power,
         )
 
     @workflow.query(name=STATUS_QUERY)
@@ -435,7 +435,7 @@ class HostResetWorkflow(HostPowerOn):
         request = self._request
         host = request.host_id
         refused = self._off_generation
-        self._generation = await self._reboots.start(
+        self._generation = await self.reboots.start(
             HostRebootInput(
                 host_id=host,
                 boot_generation=refused or request.boot_generation + 1,
@@ -451,7 +451,7 @@ class HostResetWorkflow(HostPowerOn):
         self.enter(REBOOTING_HOST, f"power cycle of {host} to generation {self._generation}")
         # An abort (or a cancel) stops the reboot first: it never leaves the host off.
         try:
-            outcome = await self._reboots.wait(abortable=abortable)
+            outcome = await self.reboots.wait(abortable=abortable)
         except ChildWorkflowError as err:
             why = bmc_refusal(err)
             if why is None or HOST_IS_OFF not in why:
@@ -485,7 +485,7 @@ class HostResetWorkflow(HostPowerOn):
         powered the host back on first (it is named with what was done). A `--host` reboot that
         left the host OFF: a cancel (nobody to ask) runs it again once, not abortable; whatever
         the end, the words say if the host is still OFF."""
-        stopped = await self._reboots.stop()
+        stopped = await self.reboots.stop()
         if stopped is not None:
             self._power.seen_on()  # the reboot stopped midway powered the host back on first
             self._resets.append(f"{self._rebooted(stopped)}, stopped (the host is on again)")
@@ -511,7 +511,7 @@ class HostResetWorkflow(HostPowerOn):
             boot_generation=self._reached,
             finished_at=workflow.now(),
             aborted=self.aborted_words(),
-            unplanned_power=self._reboots.unplanned_power,
+            unplanned_power=self.reboots.unplanned_power,
         )
 
     def ending_error(self, err: BaseException) -> BaseException | None:

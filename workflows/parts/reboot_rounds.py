@@ -38,6 +38,14 @@ host the same way, through `RebootRounds`; the host entity starts a `host reboot
   reboots get none (ours came since). What the reboots' reads found (their `unplanned_power`) is
   kept (`unplanned_power`) for the run's result, which the entity shows (`host status`, memo).
   Cost: no BMC request, no history event.
+- **Its wait in the caller's details** (issue 38): a reboot started here is told its caller
+  listens (`tell_parent`); entering its power-down wait it signals `its_reboot_now` with the words
+  `host status` prints, and the caller's current details (the Temporal UI's) add
+  `; its reboot ID: PHASE: WORDS` to its own until its next phase (`HearsItsReboot`). Only the wait
+  (the one long step): its later reads and its On are not signalled. Cost per reboot with such a
+  wait (a BMC without PowerCycle): one signal (a billable Action), 5 history events in the reboot
+  (the signal sent, done, and the workflow task it wakes), 4 in the caller (the signal and its
+  workflow task); none for a BMC that cycles the host itself. No timer, no poll, no BMC request.
 """
 
 from __future__ import annotations
@@ -65,7 +73,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.bmc_lease import RebootRunInput, RebootRunSeen
     from contracts.models.control import OperatorRequest
     from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
-    from contracts.models.power_watch import PowerAtRest
+    from contracts.models.power_watch import ITS_REBOOT_NOW_SIGNAL, PowerAtRest, RebootNow
+    from contracts.wording import with_its_reboot
     from workflows import kernel
     from workflows.parts import boot_generation
 
@@ -93,6 +102,17 @@ class RebootOutcome:
     def power_cycle(self) -> bool:
         """A reset of ours: the BMC's (a person's is not), not one someone else made."""
         return self.result.method.startswith("bmc") and not self.result.already_done
+
+
+class HearsItsReboot:
+    """The signal `its_reboot_now` of a workflow whose reboots are `reboots` (module docstring)."""
+
+    reboots: RebootRounds
+
+    @workflow.signal(name=ITS_REBOOT_NOW_SIGNAL)
+    def its_reboot_now(self, now: RebootNow) -> None:
+        """What its reboot in flight waits for now, for this run's current details."""
+        self.reboots.heard(now)
 
 
 def with_reading(request: HostRebootInput, before: PowerAtRest | None) -> HostRebootInput:
@@ -182,6 +202,7 @@ class RebootRounds:
         """Start the next reboot (`start_next_reboot`, same arguments); returns its generation."""
         assert self._child is None, "a reboot is in flight already"
         request, self._power_before = with_reading(request, self._power_before), None
+        request = request.model_copy(update={"tell_parent": True})  # `heard` takes its wait's words
         self._child, self._generation = await start_next_reboot(
             request,
             summary=summary,
@@ -191,6 +212,15 @@ class RebootRounds:
         )
         self._abandoned = cancellation_type == ABANDON
         return self._generation
+
+    def heard(self, now: RebootNow) -> None:
+        """The reboot in flight says what it waits for now: the caller's current details say it
+        after its own, as `host status` does (`metalflow.hosts.with_its_reboot`), until its next
+        phase or details replace them. Words of a reboot no longer in flight are dropped."""
+        if self._child is None or now.reboot_id != self._child.id:
+            return
+        own = self._runbook
+        kernel.set_details(own.phase, with_its_reboot(own.details, now.reboot_id, now.phase, now.details))
 
     async def wait(self, *, abortable: bool = True) -> RebootOutcome:
         """Wait until the reboot in flight ends: its outcome, or its failure raised as the
