@@ -143,6 +143,10 @@ async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> N
             assert status["agentLastStartupTime"] == agent["lastStartupTime"]  # A3: copied in DPU Config
             assert status["rebootStatus"]["method"] == "PowerCycle"
             assert status["previousPhase"] == "DPU Config"
+            # R4: device-query discovery (the default) says so; DPF comes back to DPU Config for it
+            assert [(c["type"], c["status"], c["reason"]) for c in agent["conditions"]] == [
+                ("RebootMethodDiscovery", "True", "PowerCycle")
+            ]
         node = await wait_for(
             sim.store,
             k.dpunode,
@@ -204,6 +208,39 @@ async def test_a_host_trusted_dpf_configures_the_host_network_before_the_cluster
         versions.chosen_mode("host-trusted", versions.V25)
     with pytest.raises(ValueError, match="unknown DPF deployment mode 'trusting'"):
         versions.chosen_mode("trusting", V26)
+
+
+@pytest.mark.parametrize(
+    ("mode", "after"),
+    [
+        ("zero-trust", ["DPU Cluster Config"]),
+        ("host-trusted", ["Host Network Configuration", "DPU Cluster Config"]),
+    ],
+)
+async def test_with_boot_id_discovery_dpf_goes_on_after_the_host_reboot(mode: str, after: list[str]) -> None:
+    """R4 (issue 36): an agent without device query (MFT < 4.36.0-95) finds the method by boot ID:
+    SystemLevelReset before the first boot, for every model, and no `RebootMethodDiscovery`
+    condition; after the host reboot DPF goes on to `DPU Cluster Config` (zero trust) or `Host
+    Network Configuration` (host trusted), never back to `DPU Config` (`rebooting.go` c=c406f0c5
+    cases 2-4). One host reboot, and the sequence count stays 1 (no NoAction is asked for)."""
+    async with running(site_of(("host-003", "BF4", 1)), version=V26, mode=mode, discovery="boot-id") as sim:
+        k = sim.kube
+        log = PhaseLog(sim.store, k.dpu, BF4)
+        await to_reboot_request(sim, "host-003", (BF4,))
+        dpu = await wait_for(sim.store, k.dpu, BF4, stamped)
+        agent = dpu["status"]["agentStatus"]  # type: ignore[index]
+        assert (agent["rebootMethod"], agent["rebootSequenceCount"]) == ("SystemLevelReset", 1)
+        assert "conditions" not in agent
+        warm_reset(sim, "host-003")
+        sim.remove_reboot_annotation("node-host-003")
+        ready = await wait_for(sim.store, k.dpu, BF4, phase_is("Ready"))
+        assert ready["status"]["agentStatus"]["rebootSequenceCount"] == 1  # type: ignore[index]
+        log.close()
+        rebooting = log.phases.index("Rebooting")
+        assert log.phases[rebooting - 1 :] == ["DPU Config", "Rebooting", *after, "Service Readiness",
+                                               "Node Effect Removal", "Ready"]  # fmt: skip
+        assert log.phases.count("Rebooting") == 1
+        assert sim.violations.as_json() == []
 
 
 def stamped_by_condition(obj: dict | None) -> bool:  # type: ignore[type-arg]

@@ -78,6 +78,7 @@ class DPFController:
         version: str = "25.10",
         deployment_mode: str = ZERO_TRUST,
         bmc_credentials: str = "ours",
+        reboot_discovery: str = "device-query",
     ) -> None:
         self.store = store
         self.bmc_credentials = bmc_credentials  # "per-dpu": DPF 26.8 onboarded the DPUs' BMCs (Z1)
@@ -88,8 +89,9 @@ class DPFController:
         models = {dpu.id: dpu.model for host in site.hosts for dpu in host.dpus}
         self.version = version
         self.provisioner = Provisioner(
-            self.client, timings, violations, models, self._dpu_gone, version, deployment_mode
-        )
+            self.client, timings, violations, models, self._dpu_gone, version, deployment_mode,
+            reboot_discovery,
+        )  # fmt: skip
         self.provisioner.on_ready = self._dpu_ready
         self.timers = Timers()
         self.dpusets: dict[str, Object] = {}

@@ -110,6 +110,15 @@ WARM_RESETS = frozenset({"ForceRestart", "GracefulRestart"})
 # The DPU agent's reboot method reports after each `DPU Config` (v26), by model, then NoAction:
 # one host reboot for a BF3, two for a BF4 (as the v25.10 simulation's BF4 second round).
 AGENT_METHODS = {"BF3": ("PowerCycle",), "BF4": ("PowerCycle", "SystemLevelReset")}
+# The agent's two ways of finding the reboot method (DPF agent `reboot.go` c=75d3fab2, BEHAVIOUR.md
+# R4): `device-query` (MFT >= 4.36.0-95: mlxfwreset per device; the agent sets its condition
+# `RebootMethodDiscovery=True`, so DPF comes back to `DPU Config` after the host reboot) or
+# `boot-id` (older MFT: the first report is SystemLevelReset, no condition, and DPF goes on
+# after the reboot without asking the agent again).
+DEVICE_QUERY, BOOT_ID = "device-query", "boot-id"
+REBOOT_DISCOVERIES = (DEVICE_QUERY, BOOT_ID)
+BOOT_ID_METHODS = ("SystemLevelReset",)  # `getRebootMethodBootID`: not booted yet -> SystemLevelReset
+DISCOVERY_CONDITION = "RebootMethodDiscovery"  # cutil.AgentCondRebootMethodDiscovery
 # Phases in which the DPU agent runs (v26): a reset of the DPU restarts it.
 AGENT_PHASES = frozenset(
     {DPU_CONFIG, REBOOTING, CLUSTER_CONFIG, HOST_NETWORK, NODE_EFFECT_REMOVAL, SERVICE_READINESS, READY}
@@ -163,6 +172,26 @@ def _waiting_for_fresh_report(o: Object) -> bool:
     )
 
 
+def after_host_reboot(previous: str, discovery_true: bool, after_agent: str) -> str:
+    """The phase a v26 DPU goes to once its host reboot is done (DPF `rebooting.go` c=c406f0c5
+    `reconcileHostRebootPhase`, first match wins): back to `Initialize Interface` when the reboot
+    came from there; back to `DPU Config` when it came from there AND the agent's
+    `RebootMethodDiscovery` condition is True (device-query discovery); else on, to
+    `after_agent` (`DPU Cluster Config` zero trust, `Host Network Configuration` host trusted),
+    which is where a boot-ID discovery's reboot from `DPU Config` goes (BEHAVIOUR.md R4)."""
+    if previous == INITIALIZE_INTERFACE:
+        return INITIALIZE_INTERFACE
+    if previous == DPU_CONFIG and discovery_true:
+        return DPU_CONFIG
+    return after_agent
+
+
+def discovery_true(obj: Object) -> bool:
+    """The agent's `RebootMethodDiscovery` condition is True (`agentStatus.conditions`)."""
+    conds = agent_status(obj).get("conditions") or []
+    return any(c.get("type") == DISCOVERY_CONDITION and c.get("status") == "True" for c in conds)
+
+
 def agent_status(obj: Object) -> Object:
     """The DPU's `status.agentStatus` as it is (the agent's own report), or {}."""
     return dict((obj.get("status") or {}).get("agentStatus") or {})
@@ -180,6 +209,7 @@ class Provisioner:
         on_gone: Callable[[Object], None],
         version: str = "25.10",
         deployment_mode: str = ZERO_TRUST,
+        reboot_discovery: str = DEVICE_QUERY,
     ) -> None:
         self.client = client
         self.timings = timings
@@ -208,6 +238,8 @@ class Provisioner:
         self.after_agent = HOST_NETWORK if deployment_mode == HOST_TRUSTED else CLUSTER_CONFIG
         # v26 (not rc.3): the DPU's `status.deploymentMode` (BEHAVIOUR.md Z1); 25.10 has none.
         self.deployment_mode = deployment_mode if version == "26" else ""
+        # v26: how the agent finds the reboot method (BEHAVIOUR.md R4): device-query or boot-id.
+        self.boot_id = reboot_discovery == BOOT_ID
         self.on_ready: Callable[[Object], None] | None = None  # a DPU reached Ready (RollingUpdate)
         # v26: the agent's reports still to come (by DPU uid), faults replacing them (by name),
         # each DPU's rebootSequenceCount, and DPUs whose cluster-join secret expired.
@@ -588,7 +620,8 @@ class Provisioner:
             return
         model = self.models.get(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")), "BF3")
         if uid not in self.agent_methods:
-            self.agent_methods[uid] = list(AGENT_METHODS.get(model, AGENT_METHODS["BF3"]))
+            first = BOOT_ID_METHODS if self.boot_id else AGENT_METHODS.get(model, AGENT_METHODS["BF3"])
+            self.agent_methods[uid] = list(first)
         if name in self.agent_faults:
             self.agent_methods[uid] = self.agent_faults.pop(name)
         remaining = self.agent_methods[uid]
@@ -607,6 +640,10 @@ class Provisioner:
             self.client.mutate(self.client.dpu, name, taken, status=True)
         started = reported.get("lastStartupTime") or now
         copied = {"agentLastStartupTime": started}
+        if not self.boot_id:  # device-query: the agent says so on every report (`reboot.go`
+            # `setRebootMethodDiscoveryCondition`, reason the method); boot-ID sets no condition
+            reported = {**reported}
+            set_condition(reported, DISCOVERY_CONDITION, True, method, "")
         if method == "NoAction":  # resets the count: the sequence ends (A1)
             self.sequence_counts[uid] = 0
             agent = {**reported, "rebootMethod": method, "rebootSequenceCount": 0, "lastStartupTime": started}
@@ -816,8 +853,8 @@ class Provisioner:
             reboot = dict((obj.get("status") or {}).get("rebootStatus") or {})
             reboot.update({"phase": "Succeeded", "reason": "Rebooted", "message": "the host was rebooted",
                            "lastTransitionTime": now_rfc3339()})  # fmt: skip
-            previous = (obj.get("status") or {}).get("previousPhase")
-            target = previous if previous in (DPU_CONFIG, INITIALIZE_INTERFACE) else self.after_agent
+            previous = (obj.get("status") or {}).get("previousPhase") or ""
+            target = after_host_reboot(previous, discovery_true(obj), self.after_agent)
             written = self.set_phase(name, uid, target, extra={"rebootStatus": reboot})
             if written is not None:
 
