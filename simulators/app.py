@@ -95,6 +95,7 @@ class SimulatedSite:
             deployment_mode=options.dpf_deployment_mode, bmc_credentials=options.dpf_bmc_credentials,
             reboot_discovery=options.dpf_reboot_discovery,
         )  # fmt: skip
+        self.dpf.provisioner.arm_state = self.bmcs.dpu_system_state  # DPF reads the DPU BMCs (R2)
         self.grove = GroveController(self.store, options.timings, self.violations, options.grove)
         self.request_counts = RequestCounts()
         self.timeline = Timeline()

@@ -31,7 +31,9 @@ from simulators import violations as kinds
 from simulators.dpf import faults as dpf_faults
 from simulators.dpf import versions
 from simulators.events import PowerTransition
+from simulators.faults import Faults
 from simulators.kube.store import Invalid
+from simulators.redfish import BMCs
 from simulators.timings import timings_for
 
 V26 = versions.V26
@@ -353,6 +355,49 @@ async def test_bf4_system_level_reset_waits_for_shutdown_and_accepts_a_warm_rese
         assert log.phases[3:7] == ["Initialize Interface", "Config FW Parameters", "Update Firmware",
                                    "Prepare BFB"]  # fmt: skip
         assert log.phases[-4:] == ["DPU Cluster Config", "Service Readiness", "Node Effect Removal", "Ready"]
+
+
+async def test_wait_for_shutdown_ends_when_the_dpu_bmc_shows_the_arm_off_or_at_the_timeout() -> None:
+    """R2 (issue 36): DPF holds the host reboot in WaitForShutdown until the DPU BMC's System shows
+    the Arm off (`PowerState` `Paused`: the agent's shutdown left it in standby), then `Pending`,
+    reason `DPUArmPoweredOff`; an Arm that never goes down (fault `arm-shutdown-hangs`) is released
+    after `arm_shutdown_timeout_seconds` with reason `DPUArmShutdownWaitTimeout`, naming the state
+    read (DPF redfish `rebooting.go` `reconcileWaitForArmShutdown`). The DPU BMCs are the site's."""
+    timings = timings_for(
+        "zero", arm_shutdown_seconds=0.2, arm_shutdown_timeout_seconds=1.0, arm_poll_seconds=0.05
+    )
+    site = site_of(("host-001", "BF3", 1), ("host-002", "BF3", 1))
+    async with running(site, timings, version=V26, discovery="boot-id") as sim:
+        bmcs = BMCs(site, sim.hub, Faults(), timings, sim.violations, {})
+        sim.dpf.provisioner.arm_state = bmcs.dpu_system_state
+        hangs = "node-host-002-device-host-002-dpu-0"
+        sim.site_setup()
+        for host in ("host-001", "host-002"):
+            sim.discover(host)
+        await wait_for(sim.store, sim.kube.dpu, hangs, lambda o: o is not None)
+        dpf_faults.inject(sim.dpf.provisioner, (), hangs, "arm-shutdown-hangs", {})
+        for host, name in (("host-001", DPU0), ("host-002", hangs)):
+            await wait_for(sim.store, sim.kube.dpu, name, phase_is("Node Effect"))
+            sim.release_hold(f"node-{host}")
+        held = await wait_for(sim.store, sim.kube.dpu, hangs, lambda o: bool(reboot_status(o).get("phase")))
+        assert (reboot_status(held)["phase"], reboot_status(held)["reason"]) == (
+            "WaitForShutdown",
+            "WaitingForDPUArmShutdown",
+        )
+        released = await wait_for(
+            sim.store, sim.kube.dpu, DPU0, lambda o: reboot_status(o).get("phase") == "Pending"
+        )
+        assert reboot_status(released)["reason"] == "DPUArmPoweredOff"
+        assert bmcs.dpu_system_state("host-001-dpu-0") == ("Paused", "StandbyOffline")
+        assert reboot_status(sim.get(sim.kube.dpu, hangs))["phase"] == "WaitForShutdown"  # its Arm is On
+        timed_out = await wait_for(
+            sim.store, sim.kube.dpu, hangs, lambda o: reboot_status(o).get("phase") == "Pending"
+        )
+        assert reboot_status(timed_out)["reason"] == "DPUArmShutdownWaitTimeout"
+        assert reboot_status(timed_out)["message"] == (
+            'timed out after 1s waiting for DPU Arm to power off (last PowerState "On", Status.State '
+            '"Enabled"); proceeding with host reboot'
+        )
 
 
 def warm_reset(sim: Sim, host: str) -> None:

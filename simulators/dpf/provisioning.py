@@ -34,6 +34,7 @@ DPF's stamp is the `Rebooted` condition (BEHAVIOUR.md R7).
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -123,6 +124,7 @@ DISCOVERY_CONDITION = "RebootMethodDiscovery"  # cutil.AgentCondRebootMethodDisc
 AGENT_PHASES = frozenset(
     {DPU_CONFIG, REBOOTING, CLUSTER_CONFIG, HOST_NETWORK, NODE_EFFECT_REMOVAL, SERVICE_READINESS, READY}
 )
+ARM_OFF_MESSAGE = "DPU Arm reported powered off; releasing host reboot"  # redfish `rebooting.go` (R2)
 LIMIT_REASON = "RebootSequenceLimitExceeded"  # our name: where DPF surfaces the agent's error is not pinned
 SEQUENCE_LIMIT_MESSAGE = (
     "rebootSequenceCount limit exceeded ({count} >= {limit}) without an intervening NoAction "
@@ -186,6 +188,22 @@ def after_host_reboot(previous: str, discovery_true: bool, after_agent: str) -> 
     return after_agent
 
 
+def arm_powered_off(power_state: str, status_state: str) -> bool:
+    """DPF's test of a DPU BMC's System in WaitForShutdown (redfish `rebooting.go`
+    `isDPUArmPoweredOff`): `PowerState` `Paused` or `Off`, or `Status.State` `StandbyOffline`."""
+    return power_state in ("Paused", "Off") or status_state == "StandbyOffline"
+
+
+def go_duration(seconds: float) -> str:
+    """`seconds` as Go's `time.Duration.String` writes whole seconds: 300 -> "5m0s", 2 -> "2s"."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
 def discovery_true(obj: Object) -> bool:
     """The agent's `RebootMethodDiscovery` condition is True (`agentStatus.conditions`)."""
     conds = agent_status(obj).get("conditions") or []
@@ -240,6 +258,14 @@ class Provisioner:
         self.deployment_mode = deployment_mode if version == "26" else ""
         # v26: how the agent finds the reboot method (BEHAVIOUR.md R4): device-query or boot-id.
         self.boot_id = reboot_discovery == BOOT_ID
+        # v26 WaitForShutdown (BEHAVIOUR.md R2): the DPU BMC's System (PowerState, Status.State)
+        # by DPU id, None without one (set by the site); the agent's shutdown, published to the
+        # DPU BMCs (by DPU id); when each DPU's wait began (by uid); DPUs whose Arm does not
+        # go down (the fault `arm-shutdown-hangs`).
+        self.arm_state: Callable[[str], tuple[str, str] | None] | None = None
+        self.on_arm_shutdown: Callable[[str], None] | None = None
+        self.shutdown_since: dict[str, float] = {}
+        self.arm_shutdown_hangs: set[str] = set()
         self.on_ready: Callable[[Object], None] | None = None  # a DPU reached Ready (RollingUpdate)
         # v26: the agent's reports still to come (by DPU uid), faults replacing them (by name),
         # each DPU's rebootSequenceCount, and DPUs whose cluster-join secret expired.
@@ -299,7 +325,11 @@ class Provisioner:
                 for name in sorted(self.dpus_by_node.get(f"node-{event.host_id}", ())):
                     if not (warm and name in self.warm_reset_ignored):  # the fault (BEHAVIOUR.md A4)
                         self._agent_restarted(name)
-        elif event.to_state.lower() == "off" and event.from_state.lower() != "off":
+        elif (
+            isinstance(event, PowerTransition)
+            and event.to_state.lower() == "off"
+            and event.from_state.lower() != "off"
+        ):
             self.last_off_reset[event.host_id] = event.reset_type or ""
             current = self.rounds.get(f"node-{event.host_id}")
             if current is not None and (event.reset_type or "") not in WARM_RESETS:
@@ -694,21 +724,61 @@ class Provisioner:
             return
         self._mirror_reboot_status(name, uid)
         if shutdown:
+            self.shutdown_since[uid] = time.monotonic()
             self.timers.start(
-                ("shutdown", name), uid, self.timings.arm_shutdown_seconds, lambda: self._arm_down(name, uid)
-            )
+                ("shutdown", name), uid, self.timings.arm_shutdown_seconds,
+                lambda: self._agent_shut_down(name, uid, obj),
+            )  # fmt: skip
         self.reconcile(name)
 
-    def _arm_down(self, name: str, uid: str) -> None:
-        """The Arm OS finished its shutdown: the host reboot may go ahead (WaitForShutdown -> Pending)."""
+    def _agent_shut_down(self, name: str, uid: str, obj: Object) -> None:
+        """The agent's `shutdown -h now` took the Arm down (its BMC shows it: `ArmShutdown`),
+        unless the fault `arm-shutdown-hangs` holds it; then DPF reads the DPU BMC (R2)."""
+        if name not in self.arm_shutdown_hangs and self.on_arm_shutdown is not None:
+            self.on_arm_shutdown(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")))
+        self._read_arm(name, uid)
+
+    def _read_arm(self, name: str, uid: str) -> None:
+        """DPF in WaitForShutdown reads the DPU BMC's System (DPF redfish `rebooting.go`
+        `reconcileWaitForArmShutdown`): the Arm off (`isDPUArmPoweredOff`) releases the gate;
+        after `arm_shutdown_timeout_seconds` it is released anyway; else it reads again. Without
+        a DPU BMC to read (a site without one, or the controller alone) the agent's own
+        shutdown is the signal (ours)."""
+        obj = self.client.get(self.client.dpu, name)
+        reboot = ((obj or {}).get("status") or {}).get("rebootStatus") or {}
+        if obj is None or obj["metadata"]["uid"] != uid or reboot.get("phase") != "WaitForShutdown":
+            self.shutdown_since.pop(uid, None)
+            return
+        dpu_id = dpu_id_of_device(obj["spec"].get("dpuDeviceName", ""))
+        read = self.arm_state(dpu_id) if self.arm_state is not None else None
+        if read is None:
+            read = ("On", "Enabled") if name in self.arm_shutdown_hangs else ("Off", "StandbyOffline")
+        power, state = read
+        if arm_powered_off(power, state):
+            self._arm_down(name, uid, "DPUArmPoweredOff", ARM_OFF_MESSAGE)
+            return
+        waited = time.monotonic() - self.shutdown_since.get(uid, time.monotonic())
+        limit = self.timings.arm_shutdown_timeout_seconds
+        if waited > limit:
+            self._arm_down(
+                name, uid, "DPUArmShutdownWaitTimeout",
+                f"timed out after {go_duration(limit)} waiting for DPU Arm to power off (last PowerState "
+                f"{power!r}, Status.State {state!r}); proceeding with host reboot".replace("'", '"'),
+            )  # fmt: skip
+            return
+        poll = self.timings.arm_poll_seconds
+        self.timers.start(("shutdown", name), (uid, waited), poll, lambda: self._read_arm(name, uid))
+
+    def _arm_down(self, name: str, uid: str, reason: str, message: str) -> None:
+        """DPF releases its gate (WaitForShutdown -> Pending): the host reboot may go ahead."""
+        self.shutdown_since.pop(uid, None)
 
         def change(o: Object) -> bool:
             reboot = dict((o.get("status") or {}).get("rebootStatus") or {})
             if o["metadata"]["uid"] != uid or reboot.get("phase") != "WaitForShutdown":
                 return False
             o["status"]["rebootStatus"] = {  # DPF releases its gate so (BEHAVIOUR.md R2)
-                **reboot, "phase": "Pending", "reason": "DPUArmPoweredOff",
-                "message": "DPU Arm reported powered off; releasing host reboot",
+                **reboot, "phase": "Pending", "reason": reason, "message": message,
                 "lastTransitionTime": now_rfc3339(),
             }  # fmt: skip
             return True
