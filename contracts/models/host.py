@@ -207,6 +207,7 @@ class HostOperationInput(_Frozen):
     # The host's power as its entity last read it at rest, no operation of ours since (None: none):
     # handed to this run's first reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
     power_before: PowerAtRest | None = None
+    site_check: tuple[str, ...] = ()  # the request's `site_check` (its status and start Event say it)
 
 
 class HostOperationStatus(_Frozen):
@@ -228,6 +229,7 @@ class HostOperationStatus(_Frozen):
     reboot_deadline_at: datetime | None = None
     # Resets metalflow did not make, seen while the operation ran (newest last, bounded).
     unplanned_resets: tuple[str, ...] = ()
+    site_check: tuple[str, ...] = ()  # the kept site check's words it started under (degraded)
 
 
 class OperationEnd(_Frozen):
@@ -278,6 +280,7 @@ class HostRebootInput(_Frozen):
     # The host's power as its entity last read it at rest, no operation of ours since (None: no
     # such reading): the reboot's first read that differs was someone else's doing, said once.
     power_before: PowerAtRest | None = None
+    site_check: tuple[str, ...] = ()  # the request's `site_check` (its status and start Event say it)
 
 
 class HostRebootResult(OperationEnd):
@@ -305,6 +308,7 @@ class FirmwareInput(_Frozen):
     # The host's power as its entity last read it at rest, no operation of ours since (None: none):
     # handed to this run's first reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
     power_before: PowerAtRest | None = None
+    site_check: tuple[str, ...] = ()  # the request's `site_check` (its status and start Event say it)
 
 
 class FirmwareResult(OperationEnd):
@@ -346,6 +350,9 @@ class OperationRequest(_Frozen):
     # An operator's `--in-maintenance`: run it although the host is in maintenance (recorded with
     # the operation). The monitor and campaigns never set it.
     in_maintenance: bool = False
+    # The kept `metalflow site check`'s words for this operation (degraded, or a check grown old):
+    # the operation says them in its status, its start Event and the UI (issue 36 deliver 4).
+    site_check: tuple[str, ...] = ()
 
 
 class ResetTarget(StrEnum):
@@ -375,6 +382,7 @@ class ResetRequest(_Frozen):
     # Target `host`: its reboot's policy (`--power-down-wait`); None: the host's (120 s between
     # Off and On on a BMC without PowerCycle).
     policy: OperationPolicy | None = None
+    site_check: tuple[str, ...] = ()  # as in OperationRequest
 
 
 class HostResetInput(_Frozen):
@@ -390,6 +398,7 @@ class HostResetInput(_Frozen):
     # The host's power as its entity last read it at rest, no operation of ours since (None: none):
     # handed to its `--host` reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
     power_before: PowerAtRest | None = None
+    site_check: tuple[str, ...] = ()  # the request's `site_check` (its status and start Event say it)
 
 
 class HostResetResult(OperationEnd):
@@ -412,6 +421,7 @@ class HostResetStatus(_Frozen):
     resets: tuple[str, ...] = ()  # what was done so far, in order
     boot_generation: int
     started_at: datetime
+    site_check: tuple[str, ...] = ()  # the kept site check's words it started under (degraded)
 
 
 class FirmwareRequest(_Frozen):
@@ -424,6 +434,7 @@ class FirmwareRequest(_Frozen):
     refuse_if_assigned: bool = False
     request_id: str | None = None  # as in OperationRequest
     in_maintenance: bool = False  # as in OperationRequest
+    site_check: tuple[str, ...] = ()  # as in OperationRequest
 
 
 class OperationAccepted(_Frozen):

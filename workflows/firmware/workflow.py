@@ -103,6 +103,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_power import HOST_IS_OFF
     from workflows.parts.reboot_rounds import ABANDON, RebootChild, RebootRounds, reached_by_abort
+    from workflows.parts.site_check_said import SiteCheckSaid
 
 
 def worst_case_events(*, dpus: int, dpf_changes: int) -> int:
@@ -139,7 +140,7 @@ INSTALL_PHASES: Final = frozenset({"Config FW Parameters", "Prepare BFB", "OS In
 
 
 @workflow.defn(name="FirmwareWorkflow")
-class FirmwareWorkflow(kernel.Abortable):
+class FirmwareWorkflow(SiteCheckSaid, kernel.Abortable):
     """Stage a DPU firmware image on a host's DPUs, activate it with one power cycle, verify."""
 
     ENDED: ClassVar = ("done", "failed", "aborted", "cancelled")
@@ -148,6 +149,7 @@ class FirmwareWorkflow(kernel.Abortable):
     def __init__(self, request: FirmwareInput) -> None:
         super().__init__()
         self._request = request
+        self.site_check = request.site_check  # said by its phases (`SiteCheckSaid`)
         self._started_at = workflow.now()
         self.details = "the host's inventory"
         self._dpus: dict[str, DPUFirmwareProgress] = {}
@@ -512,6 +514,7 @@ class FirmwareWorkflow(kernel.Abortable):
             power_cycles_issued=self._power_cycles,
             boot_generation=self._generation,
             started_at=self._started_at,
+            site_check=self._request.site_check,
         )
 
     @workflow.query(name="firmware_status")
