@@ -299,6 +299,8 @@ def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
         parts.append(shown + (f" ({plural(attempts, 'reboot attempt')})" if attempts > cycles else ""))
     if status.get("manual_intervention_reason"):
         parts.append(f"MANUAL INTERVENTION: {status['manual_intervention_reason']}")
+    if status.get("site_check"):  # started under a degraded verdict of the kept site check
+        parts.append("site check: " + "; ".join(status["site_check"]))
     return "; ".join(parts)
 
 

@@ -71,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"network before joining the cluster; default: ${DPF_MODE_ENV}, else zero-trust)",
     )
     serve.add_argument(
+        "--dpf-reboot-discovery",
+        choices=("device-query", "boot-id"),
+        default="device-query",
+        help="how DPF v26's DPU agent finds the reboot method: device-query (MFT >= 4.36.0-95; DPF comes "
+        "back to DPU Config after the host reboot) or boot-id (older MFT: one SystemLevelReset, then "
+        "DPF goes on to DPU Cluster Config, or Host Network Configuration when host trusted; "
+        "dpf BEHAVIOUR.md R4)",
+    )
+    serve.add_argument(
         "--dpf-bmc-credentials",
         choices=("ours", "per-dpu"),
         default="ours",
@@ -183,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
         ):
             raise ValueError("--dpf-bmc-credentials per-dpu is DPF 26.8 zero trust: with --dpf-version 26, "
                              "zero-trust and --initialised")  # fmt: skip
+        if args.dpf_reboot_discovery != "device-query" and dpf_version == "25.10":
+            raise ValueError(f"--dpf-reboot-discovery {args.dpf_reboot_discovery} is DPF v26's agent: "
+                             "serve --dpf-version 26 or 26.4-rc.3")  # fmt: skip
     except ValueError as err:
         print(f"simulators: {err}", file=sys.stderr)
         return 2
@@ -204,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         dpf_deployment_mode=dpf_mode,
         grove=GroveSetup(args.grove_scheduler, args.kai_stale_eviction, args.grove_migrated),
         dpf_bmc_credentials=args.dpf_bmc_credentials,
+        dpf_reboot_discovery=args.dpf_reboot_discovery,
     )
     try:
         asyncio.run(_serve(site, options, args.lifeline_fd))

@@ -72,6 +72,7 @@ class ServeOptions:
     dpf_deployment_mode: str = "zero-trust"  # DPF v26: zero-trust | host-trusted (BEHAVIOUR.md P1)
     grove: grove_backends.GroveSetup = grove_backends.GroveSetup()  # Grove's scheduler set-up (K1-K5)
     dpf_bmc_credentials: str = "ours"  # "per-dpu": DPF 26.8 onboarded the DPU BMCs (dpf BEHAVIOUR.md Z1)
+    dpf_reboot_discovery: str = "device-query"  # DPF v26 agent: device-query | boot-id (dpf BEHAVIOUR.md R4)
 
 
 class SimulatedSite:
@@ -92,7 +93,9 @@ class SimulatedSite:
         self.dpf = DPFController(
             self.store, self.hub, options.timings, self.violations, site, version=options.dpf_version,
             deployment_mode=options.dpf_deployment_mode, bmc_credentials=options.dpf_bmc_credentials,
+            reboot_discovery=options.dpf_reboot_discovery,
         )  # fmt: skip
+        self.dpf.provisioner.arm_state = self.bmcs.dpu_system_state  # DPF reads the DPU BMCs (R2)
         self.grove = GroveController(self.store, options.timings, self.violations, options.grove)
         self.request_counts = RequestCounts()
         self.timeline = Timeline()

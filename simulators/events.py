@@ -42,7 +42,17 @@ class DPUReset:
     reset_type: str  # ForceRestart (Arm only), PowerCycle, SOC.ForceReset (Arm and NIC)
 
 
-Event = PowerTransition | PowerCycled | DPUReset
+@dataclass(frozen=True)
+class ArmShutdown:
+    """A DPU's agent shut its Arm OS down for a SystemLevelReset (`shutdown -h now`, DPF agent
+    `reboot.go` `execSystemLevelReset`): its BMC shows the Arm in low-power standby (`Paused`)."""
+
+    host_id: str
+    dpu_id: str
+    time: datetime
+
+
+Event = PowerTransition | PowerCycled | DPUReset | ArmShutdown
 Handler = Callable[[Event], None]
 
 

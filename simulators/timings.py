@@ -31,6 +31,13 @@ class Timings:
     # DPF v26: a DPU asked for a SystemLevelReset holds the host reboot (`rebootStatus`
     # WaitForShutdown) this long while its Arm OS shuts down.
     arm_shutdown_seconds: float = 2.0
+    # DPF v26: DPF releases WaitForShutdown anyway (reason DPUArmShutdownWaitTimeout) when the
+    # DPU BMC has not shown the Arm off this long after it began (DPF redfish `rebooting.go`
+    # `armShutdownWaitTimeout = 5 * time.Minute`; BEHAVIOUR.md R2).
+    arm_shutdown_timeout_seconds: float = 300.0
+    # DPF v26: how often DPF reads the DPU BMC while it waits for the Arm to power off (ours:
+    # a reconcile's requeue, which upstream does not pin).
+    arm_poll_seconds: float = 0.5
     # DPF v26: the DPU's cluster-join secret expires this long after DPF asked for the host
     # reboot; a reboot acknowledged later leaves the DPU in `DPU Cluster Config` (ZT-doc: 2 hours).
     join_deadline_seconds: float = 7200.0
@@ -54,6 +61,7 @@ PROFILES: dict[str, Timings] = {
         power_lag_min_seconds=0.0,
         power_lag_max_seconds=0.0,
         arm_shutdown_seconds=0.0,
+        arm_poll_seconds=0.05,
         dpu_boot_seconds=0.0,
     ),
     "slow": Timings(

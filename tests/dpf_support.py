@@ -110,16 +110,18 @@ async def running(
     initialised: bool = False,
     version: str = V25,
     mode: str = "zero-trust",
+    discovery: str = "device-query",
 ) -> AsyncIterator[Sim]:
     """The DPF controller of `site` on a real store serving the CRDs of DPF `version`, in
-    deployment `mode` (v26)."""
+    deployment `mode` (v26), its agent finding reboot methods by `discovery` (v26, R4)."""
     types = versions.apply(load_resource_types(CRD_DIR), version)
     store = Store(types, validate=make_validator(types), validate_rules=RuleValidator())
     store.ensure_namespace(NS)
     hub, violations = Hub(), Violations()
     dpf = DPFController(
-        store, hub, timings or timings_for("zero"), violations, site, version=version, deployment_mode=mode
-    )
+        store, hub, timings or timings_for("zero"), violations, site,
+        version=version, deployment_mode=mode, reboot_discovery=discovery,
+    )  # fmt: skip
     await dpf.start()
     if initialised:
         await dpf.initialise()

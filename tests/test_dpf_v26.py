@@ -31,7 +31,9 @@ from simulators import violations as kinds
 from simulators.dpf import faults as dpf_faults
 from simulators.dpf import versions
 from simulators.events import PowerTransition
+from simulators.faults import Faults
 from simulators.kube.store import Invalid
+from simulators.redfish import BMCs
 from simulators.timings import timings_for
 
 V26 = versions.V26
@@ -143,6 +145,10 @@ async def test_v26_provisioning_reports_reboot_status_method_and_sequence() -> N
             assert status["agentLastStartupTime"] == agent["lastStartupTime"]  # A3: copied in DPU Config
             assert status["rebootStatus"]["method"] == "PowerCycle"
             assert status["previousPhase"] == "DPU Config"
+            # R4: device-query discovery (the default) says so; DPF comes back to DPU Config for it
+            assert [(c["type"], c["status"], c["reason"]) for c in agent["conditions"]] == [
+                ("RebootMethodDiscovery", "True", "PowerCycle")
+            ]
         node = await wait_for(
             sim.store,
             k.dpunode,
@@ -204,6 +210,39 @@ async def test_a_host_trusted_dpf_configures_the_host_network_before_the_cluster
         versions.chosen_mode("host-trusted", versions.V25)
     with pytest.raises(ValueError, match="unknown DPF deployment mode 'trusting'"):
         versions.chosen_mode("trusting", V26)
+
+
+@pytest.mark.parametrize(
+    ("mode", "after"),
+    [
+        ("zero-trust", ["DPU Cluster Config"]),
+        ("host-trusted", ["Host Network Configuration", "DPU Cluster Config"]),
+    ],
+)
+async def test_with_boot_id_discovery_dpf_goes_on_after_the_host_reboot(mode: str, after: list[str]) -> None:
+    """R4 (issue 36): an agent without device query (MFT < 4.36.0-95) finds the method by boot ID:
+    SystemLevelReset before the first boot, for every model, and no `RebootMethodDiscovery`
+    condition; after the host reboot DPF goes on to `DPU Cluster Config` (zero trust) or `Host
+    Network Configuration` (host trusted), never back to `DPU Config` (`rebooting.go` c=c406f0c5
+    cases 2-4). One host reboot, and the sequence count stays 1 (no NoAction is asked for)."""
+    async with running(site_of(("host-003", "BF4", 1)), version=V26, mode=mode, discovery="boot-id") as sim:
+        k = sim.kube
+        log = PhaseLog(sim.store, k.dpu, BF4)
+        await to_reboot_request(sim, "host-003", (BF4,))
+        dpu = await wait_for(sim.store, k.dpu, BF4, stamped)
+        agent = dpu["status"]["agentStatus"]  # type: ignore[index]
+        assert (agent["rebootMethod"], agent["rebootSequenceCount"]) == ("SystemLevelReset", 1)
+        assert "conditions" not in agent
+        warm_reset(sim, "host-003")
+        sim.remove_reboot_annotation("node-host-003")
+        ready = await wait_for(sim.store, k.dpu, BF4, phase_is("Ready"))
+        assert ready["status"]["agentStatus"]["rebootSequenceCount"] == 1  # type: ignore[index]
+        log.close()
+        rebooting = log.phases.index("Rebooting")
+        assert log.phases[rebooting - 1 :] == ["DPU Config", "Rebooting", *after, "Service Readiness",
+                                               "Node Effect Removal", "Ready"]  # fmt: skip
+        assert log.phases.count("Rebooting") == 1
+        assert sim.violations.as_json() == []
 
 
 def stamped_by_condition(obj: dict | None) -> bool:  # type: ignore[type-arg]
@@ -316,6 +355,49 @@ async def test_bf4_system_level_reset_waits_for_shutdown_and_accepts_a_warm_rese
         assert log.phases[3:7] == ["Initialize Interface", "Config FW Parameters", "Update Firmware",
                                    "Prepare BFB"]  # fmt: skip
         assert log.phases[-4:] == ["DPU Cluster Config", "Service Readiness", "Node Effect Removal", "Ready"]
+
+
+async def test_wait_for_shutdown_ends_when_the_dpu_bmc_shows_the_arm_off_or_at_the_timeout() -> None:
+    """R2 (issue 36): DPF holds the host reboot in WaitForShutdown until the DPU BMC's System shows
+    the Arm off (`PowerState` `Paused`: the agent's shutdown left it in standby), then `Pending`,
+    reason `DPUArmPoweredOff`; an Arm that never goes down (fault `arm-shutdown-hangs`) is released
+    after `arm_shutdown_timeout_seconds` with reason `DPUArmShutdownWaitTimeout`, naming the state
+    read (DPF redfish `rebooting.go` `reconcileWaitForArmShutdown`). The DPU BMCs are the site's."""
+    timings = timings_for(
+        "zero", arm_shutdown_seconds=0.2, arm_shutdown_timeout_seconds=1.0, arm_poll_seconds=0.05
+    )
+    site = site_of(("host-001", "BF3", 1), ("host-002", "BF3", 1))
+    async with running(site, timings, version=V26, discovery="boot-id") as sim:
+        bmcs = BMCs(site, sim.hub, Faults(), timings, sim.violations, {})
+        sim.dpf.provisioner.arm_state = bmcs.dpu_system_state
+        hangs = "node-host-002-device-host-002-dpu-0"
+        sim.site_setup()
+        for host in ("host-001", "host-002"):
+            sim.discover(host)
+        await wait_for(sim.store, sim.kube.dpu, hangs, lambda o: o is not None)
+        dpf_faults.inject(sim.dpf.provisioner, (), hangs, "arm-shutdown-hangs", {})
+        for host, name in (("host-001", DPU0), ("host-002", hangs)):
+            await wait_for(sim.store, sim.kube.dpu, name, phase_is("Node Effect"))
+            sim.release_hold(f"node-{host}")
+        held = await wait_for(sim.store, sim.kube.dpu, hangs, lambda o: bool(reboot_status(o).get("phase")))
+        assert (reboot_status(held)["phase"], reboot_status(held)["reason"]) == (
+            "WaitForShutdown",
+            "WaitingForDPUArmShutdown",
+        )
+        released = await wait_for(
+            sim.store, sim.kube.dpu, DPU0, lambda o: reboot_status(o).get("phase") == "Pending"
+        )
+        assert reboot_status(released)["reason"] == "DPUArmPoweredOff"
+        assert bmcs.dpu_system_state("host-001-dpu-0") == ("Paused", "StandbyOffline")
+        assert reboot_status(sim.get(sim.kube.dpu, hangs))["phase"] == "WaitForShutdown"  # its Arm is On
+        timed_out = await wait_for(
+            sim.store, sim.kube.dpu, hangs, lambda o: reboot_status(o).get("phase") == "Pending"
+        )
+        assert reboot_status(timed_out)["reason"] == "DPUArmShutdownWaitTimeout"
+        assert reboot_status(timed_out)["message"] == (
+            'timed out after 1s waiting for DPU Arm to power off (last PowerState "On", Status.State '
+            '"Enabled"); proceeding with host reboot'
+        )
 
 
 def warm_reset(sim: Sim, host: str) -> None:

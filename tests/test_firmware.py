@@ -20,7 +20,7 @@ from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL
 from contracts.models.firmware import FirmwareStatus
 from contracts.models.host import FirmwareInput, FirmwareResult, HostOperationStatus
-from workflows.firmware.workflow import worst_case_events
+from workflows.firmware.options import worst_case_events
 
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"

@@ -87,6 +87,28 @@ async def test_a_host_trusted_provisioning_records_no_unplanned_reset(
         assert sim.violations() == []
 
 
+async def test_with_boot_id_discovery_a_provisioning_goes_on_after_one_reboot(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36, DPF R4: an agent finding the method by boot ID asks for one SystemLevelReset and
+    DPF goes from `Rebooting` on to `DPU Cluster Config`, not back to `DPU Config` (its agent
+    starts again there). The run waits for no phase that does not come, reads no move back and no
+    unplanned reset (the agent's restart is the one its reboot owed), and resets warm once."""
+    with running_sim(
+        tmp_path / "sim", hosts=3, dpus_per_host=1, dpf_version="26",
+        timing={"arm_shutdown_seconds": 0.5, "dpu_phase_seconds": 0.3},
+        extra=("--dpf-reboot-discovery", "boot-id"),
+    ) as sim:  # fmt: skip
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-003", PROVISION)
+            result = await handle.result()
+            status = await status_of(handle)
+        assert result.reboots == 1 and status.phase == "completed"
+        assert status.unplanned_resets == ()
+        assert reset_types(sim, "host-003") == ["ForceRestart"]
+        assert sim.violations() == []
+
+
 async def test_on_rc3_the_reboot_waits_for_the_rebooted_condition_stamp(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 import pytest
+from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
 from sim_support import RunningSim, running_sim
 from temporalio.service import RPCError
@@ -171,6 +172,36 @@ def test_a_clean_site_is_ready_or_degraded_per_variant_read_only(sim: RunningSim
     reboot_002 = check(sim, "host", "reboot", "sc-002", "--address", "127.0.0.1:1")
     assert reboot_002.returncode == 3, reboot_002.stderr
     assert "reboot is degraded on sc-002 by the site check of" in reboot_002.stderr
+
+
+async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_event(
+    local_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36 deliver 4 for host operations: `host reboot` of a host whose BMC has no PowerCycle
+    (degraded, redfish H2) runs, and the words the CLI printed on stderr reach the run: the
+    entity's `OperationStarted` Event (the operation's start Event) ends with them. Before, they
+    were only the CLI's stderr lines. Its own site: the module's must see no write."""
+    one = {"sc-601": ("", "no-powercycle", "BF3")}
+    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one)) as small:
+        assert check(small, "site", "check").returncode == 0  # the kept findings: reboot degraded
+        env = rollout_env(small, local_env)
+        async with emitting_worker(local_env.client, task_queue, small):
+            command = [sys.executable, "-m", "metalflow", "host", "reboot", "sc-601", "--power-down-wait",
+                       "1", "--wait", "--task-queue", task_queue]  # fmt: skip
+            rebooted = await asyncio.to_thread(
+                subprocess.run, command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
+            )
+            assert rebooted.returncode == 0, rebooted.stdout + rebooted.stderr
+            assert "reboot is degraded on sc-601 by the site check of" in rebooted.stderr
+            said = "site check: reboot is degraded on sc-601 by the site check of"
+            deadline = time.monotonic() + 10
+            while not (started := [e for e in events_v1(small) if said in e.get("note", "")]):
+                assert time.monotonic() < deadline, [
+                    (e.get("reason"), e.get("note")) for e in events_v1(small)
+                ]
+                await asyncio.sleep(0.2)
+    assert [e["reason"] for e in started] == ["OperationStarted"], started
+    assert started[0]["note"].startswith("reboot (reboot/sc-601/generation-1) requested by ")
 
 
 def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capability_is_refused(

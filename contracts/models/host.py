@@ -171,6 +171,7 @@ class HostOperationInput(_Frozen):
     # The host's power as its entity last read it at rest, no operation of ours since (None: none):
     # handed to this run's first reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
     power_before: PowerAtRest | None = None
+    site_check: tuple[str, ...] = ()  # the request's `site_check` (its status and start Event say it)
 
 
 class HostOperationStatus(_Frozen):
@@ -192,6 +193,7 @@ class HostOperationStatus(_Frozen):
     reboot_deadline_at: datetime | None = None
     # Resets metalflow did not make, seen while the operation ran (newest last, bounded).
     unplanned_resets: tuple[str, ...] = ()
+    site_check: tuple[str, ...] = ()  # the kept site check's words it started under (degraded)
 
 
 class OperationEnd(_Frozen):
@@ -244,6 +246,7 @@ class HostRebootInput(_Frozen):
     power_before: PowerAtRest | None = None
     # True: the caller (`parts/reboot_rounds.py`) takes the signal `its_reboot_now` (its power-down wait).
     tell_parent: bool = False
+    site_check: tuple[str, ...] = ()  # the request's `site_check` (its status and start Event say it)
 
 
 class HostRebootResult(OperationEnd):
@@ -271,6 +274,7 @@ class FirmwareInput(_Frozen):
     # The host's power as its entity last read it at rest, no operation of ours since (None: none):
     # handed to this run's first reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
     power_before: PowerAtRest | None = None
+    site_check: tuple[str, ...] = ()  # the request's `site_check` (its status and start Event say it)
 
 
 class FirmwareResult(OperationEnd):
@@ -312,6 +316,9 @@ class OperationRequest(_Frozen):
     # An operator's `--in-maintenance`: run it although the host is in maintenance (recorded with
     # the operation). The monitor and campaigns never set it.
     in_maintenance: bool = False
+    # The kept `metalflow site check`'s words for this operation (degraded, or a check grown old):
+    # the operation says them in its status, its start Event and the UI (issue 36 deliver 4).
+    site_check: tuple[str, ...] = ()
 
 
 class ResetTarget(StrEnum):
@@ -341,6 +348,7 @@ class ResetRequest(_Frozen):
     # Target `host`: its reboot's policy (`--power-down-wait`); None: the host's (120 s between
     # Off and On on a BMC without PowerCycle).
     policy: OperationPolicy | None = None
+    site_check: tuple[str, ...] = ()  # as in OperationRequest
 
 
 class HostResetInput(_Frozen):
@@ -356,6 +364,7 @@ class HostResetInput(_Frozen):
     # The host's power as its entity last read it at rest, no operation of ours since (None: none):
     # handed to its `--host` reboot (`HostRebootInput.power_before`, `parts/reboot_rounds.py`).
     power_before: PowerAtRest | None = None
+    site_check: tuple[str, ...] = ()  # the request's `site_check` (its status and start Event say it)
 
 
 class HostResetResult(OperationEnd):
@@ -378,6 +387,7 @@ class HostResetStatus(_Frozen):
     resets: tuple[str, ...] = ()  # what was done so far, in order
     boot_generation: int
     started_at: datetime
+    site_check: tuple[str, ...] = ()  # the kept site check's words it started under (degraded)
 
 
 class FirmwareRequest(_Frozen):
@@ -390,6 +400,7 @@ class FirmwareRequest(_Frozen):
     refuse_if_assigned: bool = False
     request_id: str | None = None  # as in OperationRequest
     in_maintenance: bool = False  # as in OperationRequest
+    site_check: tuple[str, ...] = ()  # as in OperationRequest
 
 
 class OperationAccepted(_Frozen):

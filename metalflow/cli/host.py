@@ -154,6 +154,7 @@ def _site_check_says(args: argparse.Namespace) -> int | None:
         return _fail(f"{args.host}: refused: " + "; ".join(lines), EXIT_FAILED)
     for line in lines:
         print(f"metalflow host: {line}", file=sys.stderr)
+    args.site_check = tuple(lines)  # the request carries them: its status and start Event say them
     return None
 
 

@@ -225,6 +225,7 @@ def _operation_request(args: argparse.Namespace) -> EntityRequestBody:
         force=getattr(args, "force", False),
         policy=OperationPolicy(**changes) if changes else None,
         in_maintenance=args.in_maintenance,
+        site_check=tuple(getattr(args, "site_check", ())),
     )
 
 
@@ -235,6 +236,7 @@ def _firmware_request(args: argparse.Namespace) -> EntityRequestBody:
         image_uri=args.image,
         dpu_ids=args.dpus,
         in_maintenance=args.in_maintenance,
+        site_check=tuple(getattr(args, "site_check", ())),
     )
 
 
@@ -264,6 +266,7 @@ def _reset_request(args: argparse.Namespace) -> EntityRequestBody:
             if args.power_down_wait is None
             else OperationPolicy(power_down_wait_seconds=args.power_down_wait)
         ),
+        site_check=tuple(getattr(args, "site_check", ())),
     )
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from simulators.dpf import faults as dpu_faults
 from simulators.dpf import objects
@@ -53,7 +54,7 @@ from simulators.dpf.model import (
 )
 from simulators.dpf.provisioning import Provisioner
 from simulators.dpf.timers import Timers
-from simulators.events import DPUReset, Hub, PowerCycled, PowerTransition
+from simulators.events import ArmShutdown, DPUReset, Event, Hub, PowerCycled, PowerTransition
 from simulators.kube.store import Gone, ResourceType, Store
 from simulators.site import Site
 from simulators.timings import Timings
@@ -78,6 +79,7 @@ class DPFController:
         version: str = "25.10",
         deployment_mode: str = ZERO_TRUST,
         bmc_credentials: str = "ours",
+        reboot_discovery: str = "device-query",
     ) -> None:
         self.store = store
         self.bmc_credentials = bmc_credentials  # "per-dpu": DPF 26.8 onboarded the DPUs' BMCs (Z1)
@@ -88,15 +90,24 @@ class DPFController:
         models = {dpu.id: dpu.model for host in site.hosts for dpu in host.dpus}
         self.version = version
         self.provisioner = Provisioner(
-            self.client, timings, violations, models, self._dpu_gone, version, deployment_mode
-        )
+            self.client, timings, violations, models, self._dpu_gone, version, deployment_mode,
+            reboot_discovery,
+        )  # fmt: skip
         self.provisioner.on_ready = self._dpu_ready
+        self.provisioner.on_arm_shutdown = self._arm_shut_down
+        self._host_of_dpu = {dpu.id: host.id for host in site.hosts for dpu in host.dpus}
         self.timers = Timers()
         self.dpusets: dict[str, Object] = {}
         self.node_of_device: dict[str, str] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._running = False
         self._subscribed = False
+
+    def _arm_shut_down(self, dpu_id: str) -> None:
+        """A DPU's agent shut its Arm down (SystemLevelReset): its BMC shows it (R2)."""
+        host = self._host_of_dpu.get(dpu_id)
+        if host is not None:
+            self.hub.publish(ArmShutdown(host, dpu_id, datetime.now(UTC)))
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -178,7 +189,7 @@ class DPFController:
         except Exception:
             log.exception("DPF failed to handle %s of %s", event, obj.get("metadata", {}).get("name"))
 
-    def _on_power(self, event: PowerTransition | PowerCycled | DPUReset) -> None:
+    def _on_power(self, event: Event) -> None:
         if self._running:
             self.provisioner.on_power_event(event)
 

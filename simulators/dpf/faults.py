@@ -23,6 +23,10 @@
     host (ForceRestart, GracefulRestart) does not reach this DPU: its agent does not start
     again, so DPF, back in `DPU Config` after the reboot, waits for a fresh report. A cold one
     (a power cycle, ForceOff then On) does.
+  - `arm-shutdown-hangs` `{}` (v26; ours, BEHAVIOUR.md R2): from now on the agent's shutdown
+    for a SystemLevelReset does not take this DPU's Arm down: its BMC keeps showing it `On`, so
+    DPF holds WaitForShutdown until `arm_shutdown_timeout_seconds` and then releases it with
+    reason `DPUArmShutdownWaitTimeout`.
 - `outdated`: a DPU whose BFB or flavor differs from its DPUSet's template reports
   `status.outdated` {timeStamp, reason, message} (the field of newer DPF releases) and a
   condition `Outdated=True` with the same reason (`OutdatedBFB`, `OutdatedDPUFlavor`). The
@@ -95,10 +99,16 @@ def inject(
             raise ValueError("the DPU agent's start time is DPF v26 behaviour: serve --dpf-version 26")
         _existing(p, name)
         p.warm_reset_ignored.add(name)
+    elif fault == "arm-shutdown-hangs":
+        if not p.v26:
+            raise ValueError("WaitForShutdown is DPF v26 behaviour: serve --dpf-version 26")
+        _existing(p, name)
+        p.arm_shutdown_hangs.add(name)
     else:
         raise LookupError(
             f"unknown DPU fault {fault!r}; "
-            "one of error, node-effect, recover, install-fails, agent, phase, warm-reset-ignored"
+            "one of error, node-effect, recover, install-fails, agent, phase, warm-reset-ignored, "
+            "arm-shutdown-hangs"
         )
 
 

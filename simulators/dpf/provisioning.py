@@ -34,6 +34,7 @@ DPF's stamp is the `Rebooted` condition (BEHAVIOUR.md R7).
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -110,10 +111,20 @@ WARM_RESETS = frozenset({"ForceRestart", "GracefulRestart"})
 # The DPU agent's reboot method reports after each `DPU Config` (v26), by model, then NoAction:
 # one host reboot for a BF3, two for a BF4 (as the v25.10 simulation's BF4 second round).
 AGENT_METHODS = {"BF3": ("PowerCycle",), "BF4": ("PowerCycle", "SystemLevelReset")}
+# The agent's two ways of finding the reboot method (DPF agent `reboot.go` c=75d3fab2, BEHAVIOUR.md
+# R4): `device-query` (MFT >= 4.36.0-95: mlxfwreset per device; the agent sets its condition
+# `RebootMethodDiscovery=True`, so DPF comes back to `DPU Config` after the host reboot) or
+# `boot-id` (older MFT: the first report is SystemLevelReset, no condition, and DPF goes on
+# after the reboot without asking the agent again).
+DEVICE_QUERY, BOOT_ID = "device-query", "boot-id"
+REBOOT_DISCOVERIES = (DEVICE_QUERY, BOOT_ID)
+BOOT_ID_METHODS = ("SystemLevelReset",)  # `getRebootMethodBootID`: not booted yet -> SystemLevelReset
+DISCOVERY_CONDITION = "RebootMethodDiscovery"  # cutil.AgentCondRebootMethodDiscovery
 # Phases in which the DPU agent runs (v26): a reset of the DPU restarts it.
 AGENT_PHASES = frozenset(
     {DPU_CONFIG, REBOOTING, CLUSTER_CONFIG, HOST_NETWORK, NODE_EFFECT_REMOVAL, SERVICE_READINESS, READY}
 )
+ARM_OFF_MESSAGE = "DPU Arm reported powered off; releasing host reboot"  # redfish `rebooting.go` (R2)
 LIMIT_REASON = "RebootSequenceLimitExceeded"  # our name: where DPF surfaces the agent's error is not pinned
 SEQUENCE_LIMIT_MESSAGE = (
     "rebootSequenceCount limit exceeded ({count} >= {limit}) without an intervening NoAction "
@@ -163,6 +174,42 @@ def _waiting_for_fresh_report(o: Object) -> bool:
     )
 
 
+def after_host_reboot(previous: str, discovery_true: bool, after_agent: str) -> str:
+    """The phase a v26 DPU goes to once its host reboot is done (DPF `rebooting.go` c=c406f0c5
+    `reconcileHostRebootPhase`, first match wins): back to `Initialize Interface` when the reboot
+    came from there; back to `DPU Config` when it came from there AND the agent's
+    `RebootMethodDiscovery` condition is True (device-query discovery); else on, to
+    `after_agent` (`DPU Cluster Config` zero trust, `Host Network Configuration` host trusted),
+    which is where a boot-ID discovery's reboot from `DPU Config` goes (BEHAVIOUR.md R4)."""
+    if previous == INITIALIZE_INTERFACE:
+        return INITIALIZE_INTERFACE
+    if previous == DPU_CONFIG and discovery_true:
+        return DPU_CONFIG
+    return after_agent
+
+
+def arm_powered_off(power_state: str, status_state: str) -> bool:
+    """DPF's test of a DPU BMC's System in WaitForShutdown (redfish `rebooting.go`
+    `isDPUArmPoweredOff`): `PowerState` `Paused` or `Off`, or `Status.State` `StandbyOffline`."""
+    return power_state in ("Paused", "Off") or status_state == "StandbyOffline"
+
+
+def go_duration(seconds: float) -> str:
+    """`seconds` as Go's `time.Duration.String` writes whole seconds: 300 -> "5m0s", 2 -> "2s"."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    return f"{minutes}m{secs}s" if minutes else f"{secs}s"
+
+
+def discovery_true(obj: Object) -> bool:
+    """The agent's `RebootMethodDiscovery` condition is True (`agentStatus.conditions`)."""
+    conds = agent_status(obj).get("conditions") or []
+    return any(c.get("type") == DISCOVERY_CONDITION and c.get("status") == "True" for c in conds)
+
+
 def agent_status(obj: Object) -> Object:
     """The DPU's `status.agentStatus` as it is (the agent's own report), or {}."""
     return dict((obj.get("status") or {}).get("agentStatus") or {})
@@ -180,6 +227,7 @@ class Provisioner:
         on_gone: Callable[[Object], None],
         version: str = "25.10",
         deployment_mode: str = ZERO_TRUST,
+        reboot_discovery: str = DEVICE_QUERY,
     ) -> None:
         self.client = client
         self.timings = timings
@@ -208,6 +256,16 @@ class Provisioner:
         self.after_agent = HOST_NETWORK if deployment_mode == HOST_TRUSTED else CLUSTER_CONFIG
         # v26 (not rc.3): the DPU's `status.deploymentMode` (BEHAVIOUR.md Z1); 25.10 has none.
         self.deployment_mode = deployment_mode if version == "26" else ""
+        # v26: how the agent finds the reboot method (BEHAVIOUR.md R4): device-query or boot-id.
+        self.boot_id = reboot_discovery == BOOT_ID
+        # v26 WaitForShutdown (BEHAVIOUR.md R2): the DPU BMC's System (PowerState, Status.State)
+        # by DPU id, None without one (set by the site); the agent's shutdown, published to the
+        # DPU BMCs (by DPU id); when each DPU's wait began (by uid); DPUs whose Arm does not
+        # go down (the fault `arm-shutdown-hangs`).
+        self.arm_state: Callable[[str], tuple[str, str] | None] | None = None
+        self.on_arm_shutdown: Callable[[str], None] | None = None
+        self.shutdown_since: dict[str, float] = {}
+        self.arm_shutdown_hangs: set[str] = set()
         self.on_ready: Callable[[Object], None] | None = None  # a DPU reached Ready (RollingUpdate)
         # v26: the agent's reports still to come (by DPU uid), faults replacing them (by name),
         # each DPU's rebootSequenceCount, and DPUs whose cluster-join secret expired.
@@ -267,7 +325,11 @@ class Provisioner:
                 for name in sorted(self.dpus_by_node.get(f"node-{event.host_id}", ())):
                     if not (warm and name in self.warm_reset_ignored):  # the fault (BEHAVIOUR.md A4)
                         self._agent_restarted(name)
-        elif event.to_state.lower() == "off" and event.from_state.lower() != "off":
+        elif (
+            isinstance(event, PowerTransition)
+            and event.to_state.lower() == "off"
+            and event.from_state.lower() != "off"
+        ):
             self.last_off_reset[event.host_id] = event.reset_type or ""
             current = self.rounds.get(f"node-{event.host_id}")
             if current is not None and (event.reset_type or "") not in WARM_RESETS:
@@ -588,7 +650,8 @@ class Provisioner:
             return
         model = self.models.get(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")), "BF3")
         if uid not in self.agent_methods:
-            self.agent_methods[uid] = list(AGENT_METHODS.get(model, AGENT_METHODS["BF3"]))
+            first = BOOT_ID_METHODS if self.boot_id else AGENT_METHODS.get(model, AGENT_METHODS["BF3"])
+            self.agent_methods[uid] = list(first)
         if name in self.agent_faults:
             self.agent_methods[uid] = self.agent_faults.pop(name)
         remaining = self.agent_methods[uid]
@@ -607,6 +670,10 @@ class Provisioner:
             self.client.mutate(self.client.dpu, name, taken, status=True)
         started = reported.get("lastStartupTime") or now
         copied = {"agentLastStartupTime": started}
+        if not self.boot_id:  # device-query: the agent says so on every report (`reboot.go`
+            # `setRebootMethodDiscoveryCondition`, reason the method); boot-ID sets no condition
+            reported = {**reported}
+            set_condition(reported, DISCOVERY_CONDITION, True, method, "")
         if method == "NoAction":  # resets the count: the sequence ends (A1)
             self.sequence_counts[uid] = 0
             agent = {**reported, "rebootMethod": method, "rebootSequenceCount": 0, "lastStartupTime": started}
@@ -657,21 +724,61 @@ class Provisioner:
             return
         self._mirror_reboot_status(name, uid)
         if shutdown:
+            self.shutdown_since[uid] = time.monotonic()
             self.timers.start(
-                ("shutdown", name), uid, self.timings.arm_shutdown_seconds, lambda: self._arm_down(name, uid)
-            )
+                ("shutdown", name), uid, self.timings.arm_shutdown_seconds,
+                lambda: self._agent_shut_down(name, uid, obj),
+            )  # fmt: skip
         self.reconcile(name)
 
-    def _arm_down(self, name: str, uid: str) -> None:
-        """The Arm OS finished its shutdown: the host reboot may go ahead (WaitForShutdown -> Pending)."""
+    def _agent_shut_down(self, name: str, uid: str, obj: Object) -> None:
+        """The agent's `shutdown -h now` took the Arm down (its BMC shows it: `ArmShutdown`),
+        unless the fault `arm-shutdown-hangs` holds it; then DPF reads the DPU BMC (R2)."""
+        if name not in self.arm_shutdown_hangs and self.on_arm_shutdown is not None:
+            self.on_arm_shutdown(dpu_id_of_device(obj["spec"].get("dpuDeviceName", "")))
+        self._read_arm(name, uid)
+
+    def _read_arm(self, name: str, uid: str) -> None:
+        """DPF in WaitForShutdown reads the DPU BMC's System (DPF redfish `rebooting.go`
+        `reconcileWaitForArmShutdown`): the Arm off (`isDPUArmPoweredOff`) releases the gate;
+        after `arm_shutdown_timeout_seconds` it is released anyway; else it reads again. Without
+        a DPU BMC to read (a site without one, or the controller alone) the agent's own
+        shutdown is the signal (ours)."""
+        obj = self.client.get(self.client.dpu, name)
+        reboot = ((obj or {}).get("status") or {}).get("rebootStatus") or {}
+        if obj is None or obj["metadata"]["uid"] != uid or reboot.get("phase") != "WaitForShutdown":
+            self.shutdown_since.pop(uid, None)
+            return
+        dpu_id = dpu_id_of_device(obj["spec"].get("dpuDeviceName", ""))
+        read = self.arm_state(dpu_id) if self.arm_state is not None else None
+        if read is None:
+            read = ("On", "Enabled") if name in self.arm_shutdown_hangs else ("Off", "StandbyOffline")
+        power, state = read
+        if arm_powered_off(power, state):
+            self._arm_down(name, uid, "DPUArmPoweredOff", ARM_OFF_MESSAGE)
+            return
+        waited = time.monotonic() - self.shutdown_since.get(uid, time.monotonic())
+        limit = self.timings.arm_shutdown_timeout_seconds
+        if waited > limit:
+            self._arm_down(
+                name, uid, "DPUArmShutdownWaitTimeout",
+                f"timed out after {go_duration(limit)} waiting for DPU Arm to power off (last PowerState "
+                f"{power!r}, Status.State {state!r}); proceeding with host reboot".replace("'", '"'),
+            )  # fmt: skip
+            return
+        poll = self.timings.arm_poll_seconds
+        self.timers.start(("shutdown", name), (uid, waited), poll, lambda: self._read_arm(name, uid))
+
+    def _arm_down(self, name: str, uid: str, reason: str, message: str) -> None:
+        """DPF releases its gate (WaitForShutdown -> Pending): the host reboot may go ahead."""
+        self.shutdown_since.pop(uid, None)
 
         def change(o: Object) -> bool:
             reboot = dict((o.get("status") or {}).get("rebootStatus") or {})
             if o["metadata"]["uid"] != uid or reboot.get("phase") != "WaitForShutdown":
                 return False
             o["status"]["rebootStatus"] = {  # DPF releases its gate so (BEHAVIOUR.md R2)
-                **reboot, "phase": "Pending", "reason": "DPUArmPoweredOff",
-                "message": "DPU Arm reported powered off; releasing host reboot",
+                **reboot, "phase": "Pending", "reason": reason, "message": message,
                 "lastTransitionTime": now_rfc3339(),
             }  # fmt: skip
             return True
@@ -816,8 +923,8 @@ class Provisioner:
             reboot = dict((obj.get("status") or {}).get("rebootStatus") or {})
             reboot.update({"phase": "Succeeded", "reason": "Rebooted", "message": "the host was rebooted",
                            "lastTransitionTime": now_rfc3339()})  # fmt: skip
-            previous = (obj.get("status") or {}).get("previousPhase")
-            target = previous if previous in (DPU_CONFIG, INITIALIZE_INTERFACE) else self.after_agent
+            previous = (obj.get("status") or {}).get("previousPhase") or ""
+            target = after_host_reboot(previous, discovery_true(obj), self.after_agent)
             written = self.set_phase(name, uid, target, extra={"rebootStatus": reboot})
             if written is not None:
 

@@ -37,14 +37,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from simulators.events import Hub, PowerCycled, PowerTransition
+from simulators.events import ArmShutdown, Event, Hub, PowerCycled, PowerTransition
 from simulators.faults import Faults
 from simulators.measure import RequestCounts
 from simulators.site import Site
 from simulators.timings import Timings
 from simulators.violations import Violations
 
-from .dpu import DPUBMC, DPUResets, Firmware
+from .dpu import DPUBMC, DPUResets, Firmware, system_power_state, system_status_state
 from .host import PROFILES, HostBMC
 from .load import LoadRecord
 from .messages import now_rfc3339
@@ -177,6 +177,7 @@ class BMCs:
         hub.subscribe(PowerCycled, self.firmware.on_power_cycled)
         self.dpu_resets = DPUResets(hub, timings, dpus_by_host)
         hub.subscribe(PowerTransition, self.dpu_resets.on_power)
+        hub.subscribe(ArmShutdown, self._arm_shut_down)
         self._redfish = Redfish(self)
         self._by_port: dict[int, Service] = {}
         self._sites: dict[str, web.TCPSite] = {}  # the listener of each service, by service id
@@ -261,6 +262,21 @@ class BMCs:
 
     def dpu_bmc(self, bmc_id: str) -> DPUBMC | None:
         return self._dpus.get(bmc_id)
+
+    def _arm_shut_down(self, event: Event) -> None:
+        """Hub handler: a DPU's agent shut its Arm OS down (SystemLevelReset): the BMC shows it."""
+        dpu = self._dpus.get(event.dpu_id) if isinstance(event, ArmShutdown) else None
+        if dpu is not None:
+            self.dpu_resets.arm_shut_down(dpu)
+
+    def dpu_system_state(self, dpu_id: str) -> tuple[str, str] | None:
+        """The DPU System's `PowerState` and `Status.State`, as its BMC serves them (what DPF
+        reads in WaitForShutdown, dpf BEHAVIOUR.md R2); None when the DPU has no BMC here."""
+        dpu = self._dpus.get(dpu_id)
+        if dpu is None:
+            return None
+        power = system_power_state(dpu)
+        return power, system_status_state(power)
 
     def reset_counts(self, dpu_id: str) -> dict[str, int]:
         """The resets the DPU's own System (its Arm cores) took, by reset type."""

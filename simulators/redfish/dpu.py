@@ -4,11 +4,12 @@ The `Bluefield` System follows the BlueField BMC as NVIDIA documents it (BEHAVIO
 file has one row per behaviour with its source): `ForceRestart`/`GracefulRestart` restart the Arm
 cores only; `PowerCycle` (Arm and NIC) is accepted and takes effect only once the host is Off
 (PERST/All_STANDBY); `Oem/Nvidia/SOC.ForceReset` resets Arm and NIC at once; `GracefulShutdown`
-leaves the Arm in low-power standby (`Paused`); a DPU stuck in its UEFI shell (fault `paused`)
-reports `Paused`, `On` changes nothing and `ForceRestart` recovers it. The Arm has power only
-while its host is On (no separate power control: B10, B12): it shows `Off` while the host is off
-and boots with the host at its On. Every reset that takes effect restarts the Arm's boot (once
-the host is On) (`BootProgress` BootRom -> UEFI -> OsIsRunning over
+leaves the Arm in low-power standby (`Paused`), as does the DPU agent's own shutdown for a
+SystemLevelReset (`ArmShutdown`, published by the simulated DPF v26: dpf BEHAVIOUR.md R2); a DPU
+stuck in its UEFI shell (fault `paused`) reports `Paused`, `On` changes nothing and `ForceRestart`
+recovers it. The Arm has power only while its host is On (no separate power control: B10, B12): it
+shows `Off` while the host is off and boots with the host at its On. Every reset that takes effect
+restarts the Arm's boot (once the host is On) (`BootProgress` BootRom -> UEFI -> OsIsRunning over
 `dpu_boot_seconds`), moves `LastResetTime` and is published as `DPUReset`.
 
 `SimpleUpdate` stages an image: 202 with a task monitor; staging takes
@@ -219,11 +220,22 @@ def inventory_item(dpu: DPUBMC, item_id: str, prefix: str) -> dict[str, Any] | N
     }
 
 
+def system_power_state(dpu: DPUBMC) -> str:
+    """The System's `PowerState`: `Off` without host power (B10), `Paused` in its UEFI shell or
+    after an Arm shutdown, else `On`."""
+    return "Off" if not dpu.powered else "Paused" if dpu.paused else "On"
+
+
+def system_status_state(power_state: str) -> str:
+    """The System's `Status.State` for its `PowerState`."""
+    return "Enabled" if power_state == "On" else "StandbyOffline"
+
+
 def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
     """The DPU's Arm system: it has power only while its host is On (BEHAVIOUR.md B10: `Off`,
     BootProgress `None`, while the host is off); `Paused` in its UEFI shell or after an Arm
     shutdown."""
-    state = "Off" if not dpu.powered else "Paused" if dpu.paused else "On"
+    state = system_power_state(dpu)
     body: dict[str, Any] = {
         "@odata.id": f"{prefix}/redfish/v1/Systems/{SYSTEM_ID}",
         "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem",
@@ -234,7 +246,7 @@ def system_body(dpu: DPUBMC, prefix: str, host_power: str) -> dict[str, Any]:
         "Model": f"BlueField-{dpu.model[-1]} DPU",
         "SerialNumber": f"SN-{dpu.dpu_id}",
         "PowerState": state,
-        "Status": {"State": "Enabled" if state == "On" else "StandbyOffline", "Health": "OK"},
+        "Status": {"State": system_status_state(state), "Health": "OK"},
         "BootProgress": (
             {"LastState": "OSRunning" if dpu.arm == "OsIsRunning" else "OEM", "OemLastState": dpu.arm}
             if dpu.powered
@@ -366,6 +378,13 @@ class DPUResets:
         if dpu.powered:
             self._boot(dpu, 0)
         self._hub.publish(DPUReset(dpu.host_id, dpu.dpu_id, datetime.now(UTC), reset_type))
+
+    def arm_shut_down(self, dpu: DPUBMC) -> None:
+        """The Arm OS shut itself down (its agent's SystemLevelReset): low-power standby, shown
+        `Paused` as after a `GracefulShutdown`, until the next reset or host power-off."""
+        if dpu.powered and not dpu.paused:
+            self._cancel_boot(dpu)
+            dpu.paused, dpu.arm, dpu.arm_since = True, "LowPowerStandby", messages.now_rfc3339()
 
     def pause(self, dpu: DPUBMC) -> None:
         """A fault: the DPU is stuck in its UEFI shell (no OS to boot)."""

@@ -435,6 +435,30 @@ def test_each_request_gives_its_child_the_input_it_takes() -> None:
     assert state.current is None
 
 
+def test_the_site_checks_words_reach_every_checked_operations_child_and_the_start_event() -> None:
+    """Issue 36 deliver 4: a request started under the kept site check's degraded verdict hands the
+    words to its child's input (its status and phases say them) and the entity's running details
+    (its `OperationStarted` Event) end with them; a removal, which the check does not judge, takes none."""
+    words = ("reboot is degraded on host-001 by the site check of 2026-11-29T10:00:00Z: slower",)
+    requests = {
+        PROVISION: OperationRequest(requested_by="a", site_check=words),
+        REBOOT: OperationRequest(requested_by="a", site_check=words),
+        FIRMWARE: FirmwareRequest(
+            requested_by="a", target_version="1", image_uri="https://x/f", site_check=words
+        ),
+        RESET: ResetRequest(requested_by="a", target=ResetTarget.HOST, site_check=words),
+    }
+    for kind, request in requests.items():
+        assert child_of(kind, request).site_check == words, kind
+        state = entity()
+        asked(state, kind, request)
+        assert state.details().endswith(f"; site check: {words[0]}"), kind
+    assert not hasattr(child_of(REMOVAL, OperationRequest(requested_by="a")), "site_check")
+    plain = entity()
+    asked(plain, PROVISION, ALICE)
+    assert "site check" not in plain.details() and child_of(PROVISION, ALICE).site_check == ()
+
+
 def test_the_boot_generation_only_moves_forward() -> None:
     state = entity(boot_generation=3)
     state.reached(None)

@@ -50,10 +50,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -96,48 +95,23 @@ with workflow.unsafe.imports_passed_through():
     from contracts.wording import plural
     from workflows import kernel
     from workflows.firmware import state as rules
-    from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, NON_RETRYABLE, bounded, options
+    from workflows.firmware.options import (
+        INSTALL_PHASES,
+        MAX_PARALLEL_STAGES,
+        STAGE_OPTIONS,
+        STAGE_TIMEOUT_SECONDS,
+        power_wait_options,
+    )
+    from workflows.kernel import BMC_READ, INVENTORY, KUBE_READ, bounded, options
     from workflows.parts import reboot_rounds
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_power import HOST_IS_OFF
     from workflows.parts.reboot_rounds import ABANDON, RebootChild, RebootRounds, reached_by_abort
-
-
-def worst_case_events(*, dpus: int, dpf_changes: int) -> int:
-    """The most history events a run may cost (see the module docstring), given what it did."""
-    return 80 + 9 * dpus + 4 * dpf_changes
-
-
-MAX_PARALLEL_STAGES: Final = 4  # SimpleUpdates in flight per host: a bounded load on its DPU BMCs
-STAGE_TIMEOUT_SECONDS: Final = 1800.0  # one BMC update task, as the BMC reports it
-STAGE_OPTIONS: Final[workflow.ActivityConfig] = {
-    "start_to_close_timeout": timedelta(seconds=STAGE_TIMEOUT_SECONDS + 120),
-    "heartbeat_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(seconds=2),
-        maximum_interval=timedelta(seconds=60),
-        maximum_attempts=5,
-        non_retryable_error_types=NON_RETRYABLE,
-    ),
-}
-
-
-def power_wait_options(seconds: float) -> workflow.ActivityConfig:
-    """`wait_for_power_state`: an attempt lasts up to the wait, heartbeating each poll; retries
-    keep the input's deadline, and all attempts end within a margin of it."""
-    return {
-        **BMC_READ,
-        "start_to_close_timeout": timedelta(seconds=seconds + 60),
-        "schedule_to_close_timeout": timedelta(seconds=seconds + 300),
-        "heartbeat_timeout": timedelta(seconds=60),
-    }
-
-
-INSTALL_PHASES: Final = frozenset({"Config FW Parameters", "Prepare BFB", "OS Installing"})
+    from workflows.parts.site_check_said import SiteCheckSaid
 
 
 @workflow.defn(name="FirmwareWorkflow")
-class FirmwareWorkflow(reboot_rounds.HearsItsReboot, kernel.Abortable):
+class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abortable):
     """Stage a DPU firmware image on a host's DPUs, activate it with one power cycle, verify."""
 
     ENDED: ClassVar = ("done", "failed", "aborted", "cancelled")
@@ -146,6 +120,7 @@ class FirmwareWorkflow(reboot_rounds.HearsItsReboot, kernel.Abortable):
     def __init__(self, request: FirmwareInput) -> None:
         super().__init__()
         self._request = request
+        self.site_check = request.site_check  # said by its phases (`SiteCheckSaid`)
         self._started_at = workflow.now()
         self.details = "the host's inventory"
         self._dpus: dict[str, DPUFirmwareProgress] = {}
@@ -516,6 +491,7 @@ class FirmwareWorkflow(reboot_rounds.HearsItsReboot, kernel.Abortable):
             power_cycles_issued=self._power_cycles,
             boot_generation=self._generation,
             started_at=self._started_at,
+            site_check=self._request.site_check,
         )
 
     @workflow.query(name="firmware_status")

@@ -350,6 +350,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
                 boot_generation=generation,
                 policy=request.policy or self._start.policy,
                 power_before=baseline(self.power),
+                site_check=request.site_check,
             )
         if isinstance(request, FirmwareRequest):
             return FirmwareInput(
@@ -361,6 +362,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
                 boot_generation=generation,
                 policy=self._start.policy,
                 power_before=baseline(self.power),
+                site_check=request.site_check,
             )
         policy = request.policy or self._start.policy
         if operation == names.REBOOT:  # `power_before`: its first read compared (power_rest.py)
@@ -371,6 +373,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
                 reason=request.reason,
                 policy=policy,
                 power_before=baseline(self.power),
+                site_check=request.site_check,
             )
         if operation == names.REMOVE:
             return HostRemovalInput(
@@ -390,6 +393,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             boot_generation=generation,
             policy=policy,
             power_before=baseline(self.power),
+            site_check=request.site_check,
         )
 
     def starting(self, current: PendingOperation) -> None:
@@ -480,9 +484,10 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         asked = (
             f"; asked with --in-maintenance while {record.in_maintenance}" if record.in_maintenance else ""
         )
+        said = "; ".join(self.current.request.site_check)  # degraded: its start Event says it too
         return (
             f"{record.operation} ({record.workflow_id}) requested by {record.requested_by}; {held}"
-            f"{asked or maintenance}"
+            f"{asked or maintenance}" + (f"; site check: {said}" if said else "")
         )
 
     def left_off(self) -> str | None:

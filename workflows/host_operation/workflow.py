@@ -133,6 +133,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts.dpf_watch import DPFWatch
     from workflows.parts.host_power import PowerCustody
     from workflows.parts.reboot_rounds import RebootRounds
+    from workflows.parts.site_check_said import SiteCheckSaid
 
 
 def worst_case_events(*, power_cycles: int, dpf_changes: int, answers: int = 0, stalls: int = 0) -> int:
@@ -149,7 +150,7 @@ COMPLETED = "completed"
 
 
 @workflow.defn(name="HostOperationWorkflow")
-class HostOperationWorkflow(RebootRound):
+class HostOperationWorkflow(SiteCheckSaid, RebootRound):
     """Provision or reprovision all or some DPUs of one host; see the module docstring. Its reboot
     round, and the tools the runbook shares with it, are its base (`reboot_round.py`)."""
 
@@ -161,6 +162,7 @@ class HostOperationWorkflow(RebootRound):
         self.power = PowerCustody(host_id=request.host_id)
         self._watch = DPFWatch(on_taken=self._observe)
         self.operation_kind = request.kind.value
+        self.site_check = request.site_check  # said by its phases (`SiteCheckSaid`)
 
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
@@ -271,7 +273,7 @@ class HostOperationWorkflow(RebootRound):
             phases=self._watch.clock.phases,
             rebooting_to=self.reboots.rebooting_to,
             intervention=self.question,
-        )
+        ).model_copy(update={"site_check": self.site_check})
 
     @workflow.signal(name=HOST_REBOOTED_SIGNAL)
     async def host_rebooted(self, confirmation: OperatorRequest) -> None:

@@ -88,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts import boot_generation
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
     from workflows.parts.host_power import PowerCustody
+    from workflows.parts.site_check_said import SiteCheckSaid
 
 POWERING = "powering"
 POWER_CYCLED = "power-cycled"  # reported (no phase) once the BMC took the cycle, never before
@@ -100,7 +101,7 @@ Cycle = asyncio.Future[tuple[str, tuple[str, ...]]]  # the cycle under the lease
 
 
 @workflow.defn(name="HostRebootWorkflow")
-class HostRebootWorkflow(PowerSteps):
+class HostRebootWorkflow(SiteCheckSaid, PowerSteps):
     """Reboot a host once for one boot generation."""
 
     ENDED: ClassVar = (REBOOTED, "failed", "aborted", "cancelled")
@@ -109,6 +110,7 @@ class HostRebootWorkflow(PowerSteps):
     def __init__(self, request: HostRebootInput) -> None:
         super().__init__()
         self._request = request
+        self.site_check = request.site_check  # said by its phases (`SiteCheckSaid`)
         self._confirmation: OperatorRequest | None = None
         self._waiting_for_person = False
         self._leases = BMCLeaseHolder()

@@ -144,6 +144,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts.host_power import HOST_IS_OFF, PowerCustody
     from workflows.parts.power_cycle_options import POWER_CYCLE_HEARTBEAT
     from workflows.parts.reboot_rounds import HearsItsReboot, RebootOutcome, RebootRounds, bmc_refusal
+    from workflows.parts.site_check_said import SiteCheckSaid
 
 RESOLVING = "resolving-inventory"
 CHECKING_DPF = "checking-dpf"
@@ -162,13 +163,14 @@ DPU_RESET_CALL: workflow.ActivityConfig = {
 
 
 @workflow.defn(name="HostResetWorkflow")
-class HostResetWorkflow(HearsItsReboot, HostPowerOn):
+class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
     """One reset sequence of a host and its DPUs; see the module docstring."""
 
     @workflow.init
     def __init__(self, request: HostResetInput) -> None:
         super().__init__()
         self._request = request
+        self.site_check = request.site_check  # said by its phases (`SiteCheckSaid`)
         self._resets: list[str] = []
         # Each chosen DPU's fate, for every end's words (`sequence.not_reset`): the DPUs chosen,
         # those reset, and those whose reset call ended without an answer (and why).
@@ -237,6 +239,7 @@ class HostResetWorkflow(HearsItsReboot, HostPowerOn):
             resets=tuple(self._resets),
             boot_generation=self._generation,
             started_at=workflow.info().start_time,
+            site_check=self._request.site_check,
         )
 
     @workflow.signal(name=BMC_LEASE_GRANTED_SIGNAL)
