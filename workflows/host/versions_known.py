@@ -25,7 +25,9 @@ def versions_scope_after(operation: str, dpu_ids: tuple[str, ...] | None) -> Ver
       BlueField BSP, "Deploying BlueField Software from Host": "BF-Bundle: Includes the BlueField
       firmware, BlueField Arm OS, and DOCA"; BlueField BMC v24.10, "Deploying BlueField Software
       Using BFB from BMC": a BFB "includes ATF, UEFI, Arm OS, NIC firmware, and initramfs"). Never
-      the host BMC's firmware: no BFB carries it.
+      the host BMC's firmware: no BFB carries it. Not from DPF: its DPU object declares
+      `status.firmware{bmc,nic,uefi}`, but no DPF controller, host agent or DPU agent writes it
+      (simulators/dpf/BEHAVIOUR.md O5), so only the DPU BMCs know these after a BFB install.
     - firmware: the firmware of the DPUs it targeted (their BMCs); not DPF, not the host BMC.
     - removal: DPF only (the DPU objects it took away); no BMC.
     - reboot, reset: nothing. A firmware someone else staged and a reboot activated shows after
