@@ -269,7 +269,7 @@ async def measured(
     stack: BenchStack, meter: CPUMeter, url: str, run: Callable[[], Awaitable[dict[str, Any]]]
 ) -> Window:
     # What the previous phase left (signals, removals) settles, and the heartbeats of the idle
-    # stack are counted meanwhile: the site watches' (one per second each while idle), a
+    # stack are counted meanwhile: the site watches' (one per 50 s each while idle), a
     # per-site cost that is not a host's. They are taken off the phase's count.
     idle_from, idle_beats = time.monotonic(), heartbeats_reached(stack.metrics_url)
     await asyncio.sleep(IDLE_SECONDS)
