@@ -85,7 +85,7 @@ def build_activities(
         grove.scale_pcs,
     ]
     if temporal_client is not None:
-        site_watch = SiteWatchActivities(kube, temporal_client)
+        site_watch = SiteWatchActivities(kube, temporal_client, settings.site_watch_heartbeat_timeout_seconds)
         found += [site_watch.watch_site_dpf, site_watch.join_site_dpf_watch]
         owner = OwnerActivities(temporal_client)
         found += [owner.request_host_reprovision, owner.withdraw_host_request, owner.find_host_operation]

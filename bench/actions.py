@@ -114,3 +114,20 @@ def heartbeats_reached(metrics_url: str) -> int:
         if any(f'operation="{op}"' in found["labels"] for op in _HEARTBEAT_OPERATIONS):
             total += float(found["value"])
     return int(total)
+
+
+DAY_SECONDS = 86_400
+
+
+def idle_watch_actions_per_day(
+    heartbeats: int, watches: int, history_actions: float, seconds: float
+) -> float | None:
+    """Billable Actions a day of one site's idle DPF watch (issue 37 Deliver 3's figure, goal <=
+    2,000), from `seconds` of a stack doing nothing else: the heartbeats that reached the server
+    in that time, shared evenly among the `watches` running (the benchmark runs one per task
+    queue, metalflow's and the ideal's, the same code), plus the Actions of one watch's own
+    history in that time (`history_actions`: its timers, activity attempts, continue-as-new).
+    None when nothing was measured (no time, no watch)."""
+    if seconds <= 0 or watches <= 0:
+        return None
+    return round((heartbeats / watches + history_actions) * DAY_SECONDS / seconds)

@@ -28,6 +28,8 @@ and a state dir of its own:
    reaction as latency (`reaction.py`);
 6. with `--reboot-burst N`: N more hosts, each asked for one `host reboot` at once: seconds from
    the first request until every BMC accepted its reset (`reboot_burst_all_reset_s`).
+7. the idle stack for `--idle-watch-seconds` (default 60; 0: none): what one site's DPF watch
+   costs while nothing happens, `site_watch_idle_actions_per_day` (`idle_site_watch`).
 
 Headline figures (each one run, both sides measured the same way, bench/README.md):
 - `cpu_vs_ideal`: whole-stack CPU seconds per host (server, workers, site, this process:
@@ -48,6 +50,9 @@ Headline figures (each one run, both sides measured the same way, bench/README.m
   cycle of both (`redfish_requests_per_cycle_first`, `k8s_requests_per_dpu_first`,
   `events_per_host_first`: the same on the warm-up, a host's first operation), the reaction
   (DPF's ask to the BMC's reset) and its stages.
+- `site_watch_idle_actions_per_day`: the Actions a day one site's DPF watch costs while nothing
+  happens (phase 7: heartbeats that reached the server shared among the watches, plus the
+  watch's own history Actions), `site_watch_idle` its parts.
 - Per-BMC politeness (`politeness.py`): `bmc_max_in_flight`, `bmc_max_per_minute` (the most
   requests one BMC of metalflow's hosts saw at once, and within any 60 s, over every phase) and
   `bmc_max_power_cycling` (the most Systems of one BMC away from On at once) against
@@ -79,7 +84,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from actions import actions_of, heartbeats_reached, merge  # noqa: E402
+from actions import actions_of, heartbeats_reached, idle_watch_actions_per_day, merge  # noqa: E402
 from chaos import request_reprovisions  # noqa: E402
 from cpu import CPUMeter  # noqa: E402
 from engine import engine_rate  # noqa: E402
@@ -87,8 +92,9 @@ from ideal_workflow import IDEAL_TASK_QUEUE, IDEAL_WORKFLOW, ideal_workflow_id  
 from politeness import politeness  # noqa: E402
 from reaction import median_p99, paced, reaction_seconds, reboot_stages  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
-from temporalio.client import Client  # noqa: E402
+from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
 from temporalio.common import WorkflowIDReusePolicy  # noqa: E402
+from temporalio.service import RPCError  # noqa: E402
 
 from contracts import names  # noqa: E402
 from contracts.models.dpf import DPF_NAMESPACE  # noqa: E402
@@ -263,7 +269,7 @@ async def measured(
     stack: BenchStack, meter: CPUMeter, url: str, run: Callable[[], Awaitable[dict[str, Any]]]
 ) -> Window:
     # What the previous phase left (signals, removals) settles, and the heartbeats of the idle
-    # stack are counted meanwhile: the site watches' (one per second each while idle), a
+    # stack are counted meanwhile: the site watches' (one per 50 s each while idle), a
     # per-site cost that is not a host's. They are taken off the phase's count.
     idle_from, idle_beats = time.monotonic(), heartbeats_reached(stack.metrics_url)
     await asyncio.sleep(IDLE_SECONDS)
@@ -372,6 +378,36 @@ async def site_watch_share(client: Client, task_queue: str, window: Window, host
         "events": round(sum(len(h) for _, _, h in runs) / max(1, hosts), 1),
         "actions": round(sum(actions.values()) / max(1, hosts), 1),
     }
+
+
+async def idle_site_watch(stack: BenchStack, client: Client, seconds: float) -> dict[str, Any]:
+    """`seconds` of the stack doing nothing but its site watches, last of all: the Actions a day
+    one idle watch costs (`site_watch_idle_actions_per_day`, `actions.idle_watch_actions_per_day`):
+    the heartbeats that reached the server, shared among the watches running, plus metalflow's
+    watch's own history Actions in that time. In a real site one worker task queue keeps one
+    watch, so this is the per-site figure."""
+    ids = [names.dpf_watch_workflow_id(DPF_NAMESPACE, q) for q in (names.TASK_QUEUE, IDEAL_TASK_QUEUE)]
+    watches = 0
+    for watch_id in ids:
+        try:
+            described = await client.get_workflow_handle(watch_id).describe()
+        except RPCError:
+            continue
+        watches += described.status == WorkflowExecutionStatus.RUNNING
+    say(f"idle: {seconds:g} s of nothing but the {watches} site watches")
+    since, began, beats = datetime.now().astimezone(), time.monotonic(), heartbeats_reached(stack.metrics_url)
+    await asyncio.sleep(seconds)
+    beats = heartbeats_reached(stack.metrics_url) - beats
+    elapsed, until = time.monotonic() - began, datetime.now().astimezone()
+    history = await site_watch_share(client, names.TASK_QUEUE, Window(since, until, {}, {}, 0, {}), hosts=1)
+    per_day = idle_watch_actions_per_day(beats, watches, history["actions"], elapsed)
+    return {
+        "site_watch_idle_actions_per_day": per_day,
+        "site_watch_idle": {
+            "seconds": round(elapsed, 1), "watches": watches, "heartbeats_reached": beats,
+            "history_actions": history["actions"], "history_events": history["events"],
+        },
+    }  # fmt: skip
 
 
 def summarise(costs: list[HostCost], heartbeats: int, one_round: int = 1) -> dict[str, Any]:
@@ -593,6 +629,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
         paced_figures = await paced_run(client, url, paced_hosts, args) if paced_hosts else {}
         reboot_figures = await reboot_burst(client, url, burst_hosts, args.limit) if burst_hosts else {}
+        idle_figures = (
+            await idle_site_watch(stack, client, args.idle_watch_seconds) if args.idle_watch_seconds else {}
+        )
         violations = sim_get(url, "/sim/violations")
         polite = bmc_politeness(url, site_file, {*ours, *wait_ours, *paced_hosts, *burst_hosts})
 
@@ -643,6 +682,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "burst_stages": burst_stages,
             **paced_figures,
             **reboot_figures,
+            **idle_figures,
             "metalflow": m,
             "ideal": i,
             "default_wait": waited,
@@ -794,6 +834,12 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="one operation per host of both sides first, measured apart: the figures are the second",
+    )
+    parser.add_argument(
+        "--idle-watch-seconds",
+        type=float,
+        default=60.0,
+        help="seconds of the idle stack, last, for the idle site watch's Actions a day (0: none)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the state dir (logs, history)")
     parser.add_argument(

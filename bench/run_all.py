@@ -31,9 +31,15 @@ Figures (bench/README.md says what each means and records the last run):
   max_history_events_10k, worker_peak_mb_10k (bench_campaign.py: a campaign over 10,000
   hosts; null at another size).
 
-`goals` says, per goal of the issue "what our guarantees cost" and of issue 37 (one request at a
-time per BMC, the fleet-wide per-BMC limit honoured), the figure, the goal and whether this run
-met it.
+- the idle site watch (the fleet benchmark's last phase: `--idle-watch-seconds` of nothing):
+  site_watch_idle_actions_per_day, the Actions a day one site's DPF watch costs while idle.
+
+`goals` says, per goal of issue 37 ("Only the requests we need": Deliver 4, and Deliver 5's one
+request at a time per BMC and fleet-wide per-BMC limit), the figure, the goal and whether this
+run met it: Redfish requests per power cycle <= 6.5, Kubernetes requests per DPU <= 8, events
+per host <= 100, Actions per host <= 40 at the 120 s wait, the idle site watch <= 2,000 Actions a
+day, whole-stack CPU vs ideal <= 1.5 and server CPU <= 1.7, the 200-reboot burst all reset within
+30 s, paced reaction median <= 0.5 s and p99 <= 2 s.
 """
 
 from __future__ import annotations
@@ -57,7 +63,7 @@ FLEET = (
     "redfish_requests_per_cycle", "reaction_median_s", "reaction_p99_s", "reaction_paced_median_s",
     "reaction_paced_p99_s", "reboot_burst_all_reset_s", "redfish_requests_per_cycle_first",
     "k8s_requests_per_dpu_first", "events_per_host_first", "bmc_max_in_flight", "bmc_max_per_minute",
-    "bmc_max_power_cycling", "bmc_power_cycling_limit",
+    "bmc_max_power_cycling", "bmc_power_cycling_limit", "site_watch_idle_actions_per_day",
 )  # fmt: skip
 SCALE_OUT = {
     "hosts_per_s_2_workers": "hosts_per_s", "ideal_hosts_per_s_2_workers": "ideal_hosts_per_s",
@@ -68,17 +74,22 @@ HEADLINE = (
     *FLEET, *SCALE_OUT,
     "sim_peak_mb_1k", "sim_requests_per_s", "monitors_10k_ok", "max_history_events_10k", "worker_peak_mb_10k",
 )  # fmt: skip
-# The goals `make bench` checks: figure -> the most it may be, a number or the name of the figure
-# that holds it (a limit the run was configured with).
+# The goals `make bench` checks (issue 37, "Only the requests we need", Deliver 4 and 5): figure ->
+# the most it may be, a number or the name of the figure that holds it (a limit the run was
+# configured with). The CPU ratios are bounds that keep the priced guarantees (entity, reboot
+# child, search attributes) from creeping, not targets to cut them for.
 GOALS: dict[str, float | str] = {
-    "cpu_vs_ideal": 1.3,
-    "server_cpu_vs_ideal": 1.4,
-    "events_per_host": 115,
-    "actions_per_host": 40,
+    "redfish_requests_per_cycle": 6.5,
+    "k8s_requests_per_dpu": 8,
+    "events_per_host": 100,
+    "actions_per_host": 40,  # at the default 120 s power-down wait
+    "site_watch_idle_actions_per_day": 2000,
+    "cpu_vs_ideal": 1.5,
+    "server_cpu_vs_ideal": 1.7,
     "reboot_burst_all_reset_s": 30,
     "reaction_paced_median_s": 0.5,
     "reaction_paced_p99_s": 2.0,
-    # Issue 37 item 5: one request at a time per BMC; the fleet-wide per-BMC limit honoured.
+    # Deliver 5: one request at a time per BMC; the fleet-wide per-BMC limit honoured.
     "bmc_max_in_flight": 1,
     "bmc_max_power_cycling": "bmc_power_cycling_limit",
 }
@@ -147,7 +158,7 @@ def main() -> None:
                   "--limit", inner, "--paced", str(args.paced), "--pace", str(args.pace),
                   "--reboot-burst", str(args.reboot_burst), "--wait-hosts", str(args.wait_hosts)],
         "fleet2": ["bench/bench_fleet.py", "--hosts", str(args.hosts), "--engine-runs", str(args.hosts),
-                   "--limit", inner, "--workers", "2", "--wait-hosts", "0"],
+                   "--limit", inner, "--workers", "2", "--wait-hosts", "0", "--idle-watch-seconds", "0"],
         "sim": ["bench/bench_sim.py", "--hosts", "1000", "--dpus-per-host", "2"],
         "monitors": ["bench/bench_monitors.py", "--monitors", str(args.monitors), "--limit", inner],
         "campaign": ["bench/bench_campaign.py", "--hosts", str(args.campaign_hosts), "--limit", inner],

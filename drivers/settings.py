@@ -14,6 +14,7 @@ the inventory, and Temporal's own connection settings come from `temporalio.envc
 | `METALFLOW_DPF_MAX_IN_FLIGHT_PER_HOST` | concurrent DPF API calls per host, across the worker | `4` |
 | `METALFLOW_BMC_LEASE_RECLAIM_SECONDS` | how often a contended BMC lease looks for closed holders | `30` |
 | `METALFLOW_WORKER_TAKEOVER_SECONDS` | how soon another worker takes a dead worker's workflows | `10` |
+| `METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS` | the site watch's idle cost and takeover | `150` |
 | `METALFLOW_POWER_WATCH_SECONDS` | an entity's power reading at rest, every N s (0: none) | `900` |
 
 `METALFLOW_POWER_WATCH_SECONDS` is read by the client that starts a host's entity
@@ -28,6 +29,11 @@ ran in its cache and the server hands their next task to that worker first; when
 the task waits this long before any worker may take it (replaying the history). Shorter means a
 faster takeover, and more replays on a worker too busy to take its own tasks in time (each costs
 the CPU of the whole history); 10 s is the SDK's default.
+
+The site watch's heartbeat timeout sets what the idle watch costs and how long a dead worker
+holds it (`contracts.models.dpf.SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS`): it beats every third of
+it (150 s: 1,728 Actions a day) and is taken over within it plus 10 s. It applies to a watch
+started by this worker; a running watch keeps its own until it is started again.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contracts.models.dpf import SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS
 from contracts.models.inventory import DPF_NAMESPACE
 from drivers.statedir import find_state_dir
 
@@ -61,6 +68,9 @@ class Settings(BaseModel):
     dpf_max_in_flight_per_host: int = Field(default=4, ge=1)
     bmc_lease_reclaim_seconds: float = Field(default=30.0, gt=0, le=3600)
     worker_takeover_seconds: float = Field(default=10.0, ge=1, le=600)
+    site_watch_heartbeat_timeout_seconds: float = Field(
+        default=SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS, ge=3, le=3600
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -89,6 +99,7 @@ class Settings(BaseModel):
         for key, field in (
             ("METALFLOW_BMC_LEASE_RECLAIM_SECONDS", "bmc_lease_reclaim_seconds"),
             ("METALFLOW_WORKER_TAKEOVER_SECONDS", "worker_takeover_seconds"),
+            ("METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS", "site_watch_heartbeat_timeout_seconds"),
         ):
             if key in env:
                 try:

@@ -39,6 +39,10 @@ os.environ.setdefault("METALFLOW_WORKER_TAKEOVER_SECONDS", "3")
 # gives its entity an interval): on the time-skipping server hours of skipped time made every
 # entity's watch read unreachable test BMCs again and again, and the campaign tests timed out.
 os.environ.setdefault("METALFLOW_POWER_WATCH_SECONDS", "0")
+# ... and the site's DPF watch of a killed worker moves within 10 s + backoff, not the product's
+# 150 s heartbeat timeout (`contracts.models.dpf.SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS`, chosen for
+# its idle cost): an operation waiting on DPF across a SIGKILL waits for that takeover.
+os.environ.setdefault("METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS", "10")
 
 # Temporal's sandbox imports a workflow's module afresh for every run, on the worker's threads.
 # For a workflow defined in a test module, that import goes through pytest's assertion rewriting

@@ -6,6 +6,7 @@ firmware read from the BMCs)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ from temporalio.worker import Worker
 import workflows
 from activities import build_activities
 from activities.redfish import build_redfish_client
+from contracts.models.dpf import SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS
 from contracts.models.host import OperationPolicy
 from contracts.models.inventory import DPF_NAMESPACE
 from drivers.kube import DPU, DPUDEVICE, DPUNODE, Kind, Kube
@@ -33,7 +35,13 @@ __all__ = ["DPU", "DPUDEVICE", "DPUNODE"]
 
 
 def settings_for(sim: RunningSim) -> Settings:
-    return Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    # The site watch's heartbeat timeout as the test environment's (tests/conftest.py).
+    takeover = float(
+        os.environ.get("METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS", SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS)
+    )
+    return Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, site_watch_heartbeat_timeout_seconds=takeover
+    )
 
 
 def all_workflows() -> list[type]:

@@ -230,7 +230,7 @@ async def test_a_reboot_reads_no_versions_the_entity_already_knows(
     assert memo == known  # what the entity knew stays shown
 
 
-async def test_a_reprovision_reads_the_dpus_firmware_and_never_the_host_bmcs(
+async def test_a_reprovision_reads_dpf_only_and_shows_the_firmware_as_read_before_it(
     client: Client, task_queue: str, site: tuple[RunningSim, str], tmp_path: Path
 ) -> None:
     sim, prefix = site
@@ -253,8 +253,16 @@ async def test_a_reprovision_reads_the_dpus_firmware_and_never_the_host_bmcs(
         await _operation_ended(client, host, 2)
         spent = {bmc: _since(before[bmc], now) for bmc, now in _bmcs(sim, host).items()}
     for dpu in (f"{host}-dpu-0", f"{host}-dpu-1"):
-        assert _inventory_reads(spent[dpu]) > 0, spent[dpu]  # a BF-Bundle BFB carries its firmware
-        assert memo["dpus"][dpu] == known["dpus"][dpu]  # the same versions, read again
+        # DPF only: no session, no FirmwareInventory on the DPU BMCs (issue 37 Deliver 1).
+        assert _inventory_reads(spent[dpu]) == 0 and spent[dpu] == {}, spent[dpu]
+        shown, was = memo["dpus"][dpu], known["dpus"][dpu]
+        assert (shown["bfb"], shown["flavor"]) == (was["bfb"], was["flavor"])  # DPF's, read now
+        for field in ("dpu_firmware", "dpu_bmc_firmware"):  # what was read before, never as current
+            value = was[field].split(" (")[0]
+            assert shown[field].startswith(f"{value} (read "), shown[field]
+            assert shown[field].endswith(
+                f", before {accepted.workflow_id}; a BFB can carry NIC firmware: --refresh reads it)"
+            ), shown[field]
     assert _inventory_reads(spent[host]) == 0, spent[host]  # no BFB carries the host BMC's
     assert memo["host_bmc_firmware"] == known["host_bmc_firmware"] != "unknown"  # still known
 

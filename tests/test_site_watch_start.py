@@ -11,17 +11,32 @@ counted as the watch's Temporal client sends them (a client interceptor).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from dpf_waiter_support import record, waiting_worker
 from sim_support import prefixed_sim
 from site_worker_support import eventually, settings_for
-from temporalio.client import Client, Interceptor, OutboundInterceptor, SignalWorkflowInput
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import (
+    Client,
+    Interceptor,
+    OutboundInterceptor,
+    SignalWorkflowInput,
+    WorkflowFailureError,
+)
 
 from activities.site_watch.start import ensure_site_watch
 from contracts import names, workflow_api
-from contracts.models.dpf import DPF_NAMESPACE, DPF_STATE_CHANGED_SIGNAL, SiteWatchInput
+from contracts.models.dpf import (
+    DPF_NAMESPACE,
+    DPF_STATE_CHANGED_SIGNAL,
+    SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+    SiteWatchInput,
+)
 from drivers.kube import load_configuration
 
 HOSTS = [f"ss-{i:03d}" for i in range(1, 13)]
@@ -95,4 +110,43 @@ async def test_a_new_watch_signals_its_waiters_and_no_other_host(
             assert await ensure_site_watch(counting, configuration, DPF_NAMESPACE, task_queue) == 0
             assert (await counting.get_workflow_handle(watch_id).describe()).run_id == run
             await counting.get_workflow_handle(watch_id).terminate("test over")
+        assert sim.violations() == []
+
+
+async def test_a_cancelled_watch_with_the_product_heartbeat_timeout_ends_within_seconds(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """An idle watch heartbeats once per 50 s (a third of its 150 s heartbeat timeout), and a
+    cancel reaches an activity only in a heartbeat's answer: the workflow's cancel answers the
+    pending registry poll with `handover`, so the activity beats at once and ends, not up to an
+    idle beat later."""
+    with prefixed_sim(tmp_path, "sc", hosts=2, dpus_per_host=1) as sim:
+        configuration = load_configuration(settings_for(sim))
+        async with waiting_worker(client, task_queue, sim):
+            await ensure_site_watch(
+                client, configuration, DPF_NAMESPACE, task_queue, SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS
+            )
+            handle = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
+
+            async def running() -> bool:
+                pending = (await handle.describe()).raw_description.pending_activities
+                return any(p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for p in pending)
+
+            await eventually(running, lambda started: started)
+            await asyncio.sleep(2.0)  # its first beat is out: it waits for the next idle beat
+            began = time.monotonic()
+            await handle.cancel()
+            with pytest.raises(WorkflowFailureError):
+                async with asyncio.timeout(20):
+                    await handle.result()
+            assert time.monotonic() - began < 20
+            assert (await handle.describe()).raw_description.pending_activities == []
+            scheduled = [
+                e.activity_task_scheduled_event_attributes
+                async for e in handle.fetch_history_events()
+                if e.HasField("activity_task_scheduled_event_attributes")
+            ]
+            assert [s.heartbeat_timeout.ToTimedelta() for s in scheduled] == [
+                timedelta(seconds=SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS)
+            ]
         assert sim.violations() == []

@@ -18,7 +18,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.site_watch.mirror import resource_version
 from contracts import names, workflow_api
-from contracts.models.dpf import DPF_WAITER_SIGNAL, EPOCH_MEMO, DPFWaiter, SiteWatchInput
+from contracts.models.dpf import (
+    DPF_WAITER_SIGNAL,
+    EPOCH_MEMO,
+    SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+    DPFWaiter,
+    SiteWatchInput,
+)
 from drivers.kube import DPU, DPUNODE, MAINTENANCE
 from drivers.kube_streams import http_client, list_objects
 
@@ -58,7 +64,12 @@ def _site_watch(temporal: Client, namespace: str, task_queue: str) -> SiteWatchH
 
 
 async def _start_site_watch(
-    temporal: Client, configuration: Any, namespace: str, task_queue: str, waiter: DPFWaiter | None
+    temporal: Client,
+    configuration: Any,
+    namespace: str,
+    task_queue: str,
+    waiter: DPFWaiter | None,
+    heartbeat_timeout_seconds: float,
 ) -> SiteWatchHandle:
     """Start the watch (USE_EXISTING: one however many race), with `waiter` as its start signal.
 
@@ -70,7 +81,9 @@ async def _start_site_watch(
         signal = {"start_signal": DPF_WAITER_SIGNAL, "start_signal_args": [waiter]}
     return await temporal.start_workflow(
         workflow_api.SiteDPFWatchWorkflow.run,
-        SiteWatchInput(namespace=namespace, start_from=start_from),
+        SiteWatchInput(
+            namespace=namespace, start_from=start_from, heartbeat_timeout_seconds=heartbeat_timeout_seconds
+        ),
         id=names.dpf_watch_workflow_id(namespace, task_queue),
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -81,8 +94,15 @@ async def _start_site_watch(
     )
 
 
-async def ensure_site_watch(temporal: Client, configuration: Any, namespace: str, task_queue: str) -> int:
-    """Make sure the site watch of `namespace` runs (the worker at start); its epoch.
+async def ensure_site_watch(
+    temporal: Client,
+    configuration: Any,
+    namespace: str,
+    task_queue: str,
+    heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+) -> int:
+    """Make sure the site watch of `namespace` runs (the worker at start); its epoch. A watch
+    started here gets `heartbeat_timeout_seconds` (`SiteWatchInput`); a running one keeps its own.
 
     A running watch is only described (1 RPC); otherwise 3 lists and 1 start (`_start_site_watch`).
 
@@ -97,12 +117,19 @@ async def ensure_site_watch(temporal: Client, configuration: Any, namespace: str
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
-    handle = await _start_site_watch(temporal, configuration, namespace, task_queue, None)
+    handle = await _start_site_watch(
+        temporal, configuration, namespace, task_queue, None, heartbeat_timeout_seconds
+    )
     return await watch_epoch(handle)  # another caller's watch may have won the start
 
 
 async def register_waiter(
-    temporal: Client, configuration: Any, namespace: str, task_queue: str, waiter: DPFWaiter
+    temporal: Client,
+    configuration: Any,
+    namespace: str,
+    task_queue: str,
+    waiter: DPFWaiter,
+    heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
 ) -> SiteWatchHandle:
     """Register `waiter` with the site watch of `namespace`, starting the watch if none runs.
 
@@ -120,4 +147,6 @@ async def register_waiter(
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
-    return await _start_site_watch(temporal, configuration, namespace, task_queue, waiter)
+    return await _start_site_watch(
+        temporal, configuration, namespace, task_queue, waiter, heartbeat_timeout_seconds
+    )

@@ -27,7 +27,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.handover import handing_over_at_shutdown
-from activities.heartbeat import stop_quietly_if_workflow_ended
+from activities.heartbeat import HeartbeatGate, beat_interval, stop_quietly_if_workflow_ended
 from activities.site_watch.mirror import Restarted, SiteCache, follow_stream, resource_version
 from activities.site_watch.start import SiteWatchHandle, register_waiter, watch_epoch
 from activities.site_watch.waiters import Waiters, signal_waiters
@@ -35,6 +35,7 @@ from contracts import workflow_api
 from contracts.errors import InvalidInput, KubernetesUnavailable
 from contracts.models.dpf import (
     DPUNODE_NAME_LABEL,
+    SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
     DPFVersion,
     DPFWaiter,
     HostDPFState,
@@ -51,6 +52,8 @@ from drivers.kube_streams import WatchExpired, WatchFailed, WatchRejected, http_
 log = logging.getLogger("activities.site_watch")
 
 POLL_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between failed polls for the registry
+HANDOVER_BEAT_SECONDS = 1.0
+"""How often the watch heartbeats once its registry poll has ended (a cancel is on its way)."""
 
 
 @dataclass
@@ -67,9 +70,15 @@ class _Attempt:
 class SiteWatchActivities:
     """The site watch and the join; hold the Temporal client they use and the Kubernetes settings."""
 
-    def __init__(self, kube: Kube, temporal: Client) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        temporal: Client,
+        heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+    ) -> None:
         self.kube = kube
         self.temporal = temporal
+        self.heartbeat_timeout_seconds = heartbeat_timeout_seconds  # of a watch a join starts
 
     @activity.defn(name="join_site_dpf_watch")
     async def join_site_dpf_watch(self, request: JoinSiteWatchInput) -> HostDPFState:
@@ -95,8 +104,9 @@ class SiteWatchActivities:
         async with http_client(configuration) as http:
             try:
                 watch = await register_waiter(
-                    self.temporal, configuration, host.namespace, info.task_queue, waiter
-                )
+                    self.temporal, configuration, host.namespace, info.task_queue, waiter,
+                    self.heartbeat_timeout_seconds,
+                )  # fmt: skip
                 # The epoch before the read: a restart between the two makes the read newer than
                 # its epoch says, and the watch's first signal of the new epoch is taken whole anyway.
                 epoch = await watch_epoch(watch)
@@ -200,13 +210,25 @@ class SiteWatchActivities:
             await asyncio.gather(poll, return_exceptions=True)
 
     async def _route(self, request: SiteWatchInput, run: _Attempt, tasks: list[asyncio.Task[None]]) -> None:
-        """Flush dirty hosts and heartbeat until a stream fails (its error is raised)."""
+        """Flush dirty hosts and heartbeat until a stream fails (its error is raised).
+
+        Heartbeats: a new checkpoint at once (the worker's throttle lets it out within 0.2 s);
+        the same one only every idle beat (a third of the heartbeat timeout: each beat that
+        reaches the server is a billable Action, `SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS`). Once the
+        registry's poll has ended (its run hands over, or was cancelled or closed) the cancel is
+        near, and it reaches an activity only in a heartbeat's answer: beat every
+        `HANDOVER_BEAT_SECONDS` until it comes."""
         cache = run.cache
+        timeout = activity.info().heartbeat_timeout
+        idle_beat = beat_interval(timeout.total_seconds() if timeout else request.heartbeat_timeout_seconds)
+        beat, handing_over = HeartbeatGate(idle_beat), False
+        poll = tasks[-1]
         while True:
+            wait = HANDOVER_BEAT_SECONDS if poll.done() else idle_beat
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
             # lands as the event fires, and a watch that misses its cancel never lets its worker stop.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(request.heartbeat_seconds):
+                async with asyncio.timeout(wait):
                     await run.changed.wait()
             run.changed.clear()
             for task in tasks:
@@ -230,10 +252,12 @@ class SiteWatchActivities:
                 run.saved = run.saved.model_copy(
                     update={"resource_versions": positions, "epoch": cache.epoch, "waiters_seq": waiters_seq}
                 )
+            if poll.done() and not handing_over:
+                handing_over, beat = True, HeartbeatGate(HANDOVER_BEAT_SECONDS)
             if run.saved.resource_versions:
-                activity.heartbeat(run.saved)
+                beat(run.saved)
             else:  # nothing durable yet: a retry before the first flush lists afresh
-                activity.heartbeat()
+                beat()
 
     async def _poll(self, run: _Attempt) -> None:
         """Learn the registry: all of it first, then each new entry (the `next_waiters` update of

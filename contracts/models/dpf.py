@@ -13,6 +13,7 @@ later change with one code path.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Any, Final
 
@@ -484,11 +485,48 @@ class WaiterNews(_Frozen):
     handover: bool = False
 
 
+SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS: Final = 150.0
+"""The site watch's default heartbeat timeout. Idle, the watch heartbeats every third of it (two
+beats may be lost before it fires): 50 s, 1,728 Actions a day per site (issue 37: at most 2,000).
+A worker that dies running it loses it for at most this plus the retry backoff
+(`SITE_WATCH_RETRY_MAX_SECONDS`): 160 s, during which DPF changes wait (none is lost: the next
+attempt resumes from the checkpoint). README, deployment section, states both figures."""
+SITE_WATCH_RETRY_MAX_SECONDS: Final = 10.0
+"""The longest wait between two attempts of the watch (its retry policy's maximum interval)."""
+
+
+def site_watch_idle_beat_seconds(
+    heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+) -> float:
+    """How often an idle site watch heartbeats: a third of its heartbeat timeout."""
+    return heartbeat_timeout_seconds / 3
+
+
+def site_watch_idle_actions_per_day(
+    heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+) -> int:
+    """Billable Actions a day of an idle site watch: its heartbeats (nothing else reaches the server)."""
+    return math.ceil(86_400 / site_watch_idle_beat_seconds(heartbeat_timeout_seconds))
+
+
+def site_watch_takeover_seconds(
+    heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+) -> float:
+    """Worst case from a worker's death to the watch's next attempt starting elsewhere: the
+    heartbeat timeout counted from the last beat (the worker may die just after one), plus the
+    longest retry backoff."""
+    return heartbeat_timeout_seconds + SITE_WATCH_RETRY_MAX_SECONDS
+
+
 class SiteWatchInput(_Frozen):
     """The site watch of one DPF namespace (workflow `dpf-watch/...` and its activity)."""
 
     namespace: str = DPF_NAMESPACE
-    heartbeat_seconds: float = 2.0  # how often the watch heartbeats while nothing changes
+    heartbeat_timeout_seconds: float = Field(default=SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS, ge=3, le=3600)
+    """The watch activity's heartbeat timeout: the server gives a dead worker's watch to another
+    this long after its last heartbeat; an idle watch heartbeats every third of it
+    (`site_watch_idle_actions_per_day`, `site_watch_takeover_seconds`). Tests shorten it
+    (`METALFLOW_SITE_WATCH_TAKEOVER_SECONDS`)."""
     # Per stream, resourceVersions read before the watch workflow was created: every workflow's
     # own read is at least as new, so the watch signals only what changed since (empty: every
     # registered host).

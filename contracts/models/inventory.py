@@ -7,6 +7,7 @@ a BMC is reached through a `CredentialRef` that only the activity resolves.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -144,6 +145,11 @@ class DPUVersions(_Frozen):
     dpu_firmware: str | None = None  # its BMC's FirmwareInventory `DPU_NIC` (BF4 `BlueField_FW_NIC_0`)
     dpu_bmc_firmware: str | None = None  # `BMC_Firmware` (BF4 `BlueField_FW_BMC_0`)
     errors: tuple[str, ...] = ()
+    # What the host entity knows of the two firmware fields above (None from a direct read):
+    firmware_read_at: datetime | None = None  # when its BMC was last read
+    firmware_read_before: str | None = None
+    """An operation since that can have changed them without the entity reading them again (e.g.
+    `reprovision/host-001`: a BFB can carry NIC firmware): they are shown as read before it."""
 
 
 class HostVersions(_Frozen):
@@ -174,6 +180,16 @@ class VersionsScope(_Frozen):
     dpf: bool = True
     dpu_bmcs: tuple[str, ...] | None = None  # None: every DPU's BMC; (): none
     host_bmc: bool = True
+    # Not read, marked: the DPUs whose firmware an operation can have changed and this read does
+    # not ask (None: every DPU), and that operation (`firmware_unread_by`, its workflow id): what
+    # the entity knew of them stays, shown as read before it (`DPUVersions.firmware_read_before`).
+    firmware_unread: tuple[str, ...] | None = ()
+    firmware_unread_by: str = ""
+
+    def marks_firmware_unread(self, dpu_id: str) -> bool:
+        return bool(self.firmware_unread_by) and (
+            self.firmware_unread is None or dpu_id in self.firmware_unread
+        )
 
     def reads_dpu_bmc(self, dpu_id: str) -> bool:
         return self.dpu_bmcs is None or dpu_id in self.dpu_bmcs
@@ -187,8 +203,17 @@ class VersionsScope(_Frozen):
             dpu_bmcs: tuple[str, ...] | None = None
         else:
             dpu_bmcs = tuple(sorted({*self.dpu_bmcs, *other.dpu_bmcs}))
+        if self.firmware_unread is None or other.firmware_unread is None:
+            unread: tuple[str, ...] | None = None
+        else:
+            unread = tuple(sorted({*self.firmware_unread, *other.firmware_unread}))
         return VersionsScope(
-            dpf=self.dpf or other.dpf, dpu_bmcs=dpu_bmcs, host_bmc=self.host_bmc or other.host_bmc
+            dpf=self.dpf or other.dpf,
+            dpu_bmcs=dpu_bmcs,
+            host_bmc=self.host_bmc or other.host_bmc,
+            firmware_unread=unread,
+            # The earlier operation: what was read before it was read before the later one too.
+            firmware_unread_by=self.firmware_unread_by or other.firmware_unread_by,
         )
 
 

@@ -177,7 +177,13 @@ async def start_site_watch(client: Client, settings: Settings, task_queue: str) 
     from drivers.kube import load_configuration
 
     try:
-        await ensure_site_watch(client, load_configuration(settings), settings.dpf_namespace, task_queue)
+        await ensure_site_watch(
+            client,
+            load_configuration(settings),
+            settings.dpf_namespace,
+            task_queue,
+            settings.site_watch_heartbeat_timeout_seconds,
+        )
     except Exception as err:  # not fatal: the first operation's join starts it
         log.warning("could not start the site's DPF watch yet (%s); the first operation will", err)
 

@@ -13,8 +13,12 @@ The memo entry, shown on the entity's page in the Temporal UI (`describe().memo`
                                  "dpu_bmc_firmware": "BF-24.10-24"}, ...}}
 
 Each version reads `V` (no target declared), `V (at target)`, `V (target T)` or
-`unknown (why)`; `at_target` sums them up: `yes`, `no: FIELD on DPU, ...`, `unknown: ...` or
-`no targets declared`. A read that failed as a whole shows `unknown (why)` for every field.
+`unknown (why)`; a DPU's firmware the entity did not read again after an operation that can have
+changed it (a provision or reprovision: `versions_known.versions_scope_after`) reads `V (read
+2026-11-29T10:00:00Z, before reprovision/host-001; a BFB can carry NIC firmware: --refresh reads
+it)`, never as current, and counts as unknown against a target (`STALE_NOTE`); `at_target` sums
+them up: `yes`, `no: FIELD on DPU, ...`, `unknown: ...` or `no targets declared`. A read that
+failed as a whole shows `unknown (why)` for every field.
 
 Bounded: at most `DPU_LIMIT` DPUs (the rest counted in `dpus_not_shown`; `metalflow host
 versions HOST` lists them all), each text cut to `TEXT_LIMIT` characters, at most `DPU_LIMIT`
@@ -40,6 +44,8 @@ TEXT_LIMIT: Final = 120
 UNKNOWN: Final = "unknown"
 DPF_FIELDS: Final = ("bfb", "flavor")  # the rest from the DPU's BMC
 DPU_FIELDS: Final = (*DPF_FIELDS, "dpu_firmware", "dpu_bmc_firmware")
+STALE_NOTE: Final = "a BFB can carry NIC firmware: --refresh reads it"
+"""Why a DPU's firmware read before a provision or reprovision is not shown as current."""
 
 
 def _cut(text: str) -> str:
@@ -55,6 +61,12 @@ def _shown(value: str | None, target: str, why: str) -> tuple[str, str | None]:
     if value == target:
         return _cut(f"{value} (at target)"), "at"
     return _cut(f"{value} (target {target})"), "off"
+
+
+def _read_before(value: str, read_at: datetime | None, before: str) -> str:
+    """A firmware known from a read before `before`, which can have changed it: never current."""
+    when = f"read {iso_z(read_at)}, " if read_at is not None else ""
+    return f"{value[:40]} ({when}before {before[:60]}; {STALE_NOTE})"
 
 
 def _summary(verdicts: list[tuple[str, str, str | None]]) -> str:
@@ -82,7 +94,12 @@ def memo_of(brief: HostVersionsBrief, after: str, now: datetime) -> dict[str, An
         shown: dict[str, str] = {}
         for field in DPU_FIELDS:
             source = why["dpf" if field in DPF_FIELDS else "bmc"]
-            text, verdict = _shown(getattr(dpu, field), getattr(targets, field), source)
+            value = getattr(dpu, field)
+            if field not in DPF_FIELDS and dpu.firmware_read_before and value is not None:
+                text = _read_before(value, dpu.firmware_read_at, dpu.firmware_read_before)
+                verdict = UNKNOWN if getattr(targets, field) else None
+            else:
+                text, verdict = _shown(value, getattr(targets, field), source)
             shown[field] = text
             verdicts.append((field, dpu.dpu_id, verdict))
         dpus[_cut(dpu.dpu_id)] = shown

@@ -332,7 +332,7 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
     def versions_read(self, read: VersionsRead) -> None:
         """`metalflow host versions HOST --refresh`: everything, read by the command; shown as the
         entity's own read would be, and no BMC asked again for it."""
-        brief = read.brief.model_copy(update={"versions": self.state.refreshed(read.brief.versions)})
+        brief = self.state.brief_known(read.brief, EVERYTHING, workflow.now(), refresh=True)
         after = f"host versions --refresh by {read.requested_by}"
         workflow.upsert_memo({host_versions.MEMO_KEY: host_versions.memo_of(brief, after, workflow.now())})
         kernel.upsert_changed([host_versions.bfb_attribute(brief)])
@@ -502,7 +502,7 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
                 kernel.options(VERSIONS_READ, f"read the versions of {host} (after {after})"),
                 abortable=False,  # the entity has no abort; a read for show is never cut short
             )
-            brief = read.model_copy(update={"versions": self.state.learned(read.versions, scope)})
+            brief = self.state.brief_known(read, scope, workflow.now())
             memo = host_versions.memo_of(brief, after, workflow.now())
         except ActivityError as err:
             workflow.logger.warning("versions of %s not read: %s", host, kernel.describe_failure(err))

@@ -41,7 +41,10 @@ Limitation: the registry lives in this workflow only. Terminating it loses every
 a waiting workflow registers again only at its next join (`DPFWatch.restart`), so until then it
 learns of changes only from its own reads. Leave it running (it never ends on its own).
 
-Cost per site: one activity slot. History: about 20 events per run; per registration that comes
+Cost per site: one activity slot; idle, one heartbeat a third of the heartbeat timeout (150 s by
+default, `SiteWatchInput.heartbeat_timeout_seconds`): 1,728 Actions a day, and a dead worker's
+watch resumes elsewhere within 160 s (`contracts.models.dpf.site_watch_takeover_seconds`).
+History: about 20 events per run; per registration that comes
 alone 9 (its signal, the poll's completion and the next poll's acceptance, each in a workflow
 task of 3 events), per removal 4 (its signal and workflow task); in a burst (100 registrations
 at once, measured) about 2 each, and as much for their removals. With the default bound that
@@ -69,6 +72,8 @@ with workflow.unsafe.imports_passed_through():
         EPOCH_QUERY,
         EPOCH_SIGNAL,
         NEXT_WAITERS_UPDATE,
+        SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+        SITE_WATCH_RETRY_MAX_SECONDS,
         WAITERS_QUERY,
         DPFWaiter,
         SiteWatchCheckpoint,
@@ -80,14 +85,22 @@ with workflow.unsafe.imports_passed_through():
 
 SITE_WATCH: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(days=30),
-    # A dead worker's watch resumes elsewhere within this.
-    "heartbeat_timeout": timedelta(seconds=10),
+    # A dead worker's watch resumes elsewhere within this plus the retry backoff; the input's
+    # `heartbeat_timeout_seconds` replaces it (`site_watch_options`).
+    "heartbeat_timeout": timedelta(seconds=SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS),
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(milliseconds=200),
-        maximum_interval=timedelta(seconds=10),
+        maximum_interval=timedelta(seconds=SITE_WATCH_RETRY_MAX_SECONDS),
         non_retryable_error_types=[],  # a refused watch (RBAC) is retried too: it may be granted
     ),
 }
+
+
+def site_watch_options(request: SiteWatchInput) -> workflow.ActivityConfig:
+    """`SITE_WATCH` with the input's heartbeat timeout (its idle beat and takeover time)."""
+    return {**SITE_WATCH, "heartbeat_timeout": timedelta(seconds=request.heartbeat_timeout_seconds)}
+
+
 HANDOVER_WAIT: Final = timedelta(seconds=30)
 """How long a handover waits for the activity's last checkpoint (a dead worker's activity never
 sends it: the run then carries the last one it reported)."""
@@ -123,7 +136,7 @@ class SiteDPFWatchWorkflow:
         watch = kernel.start_cancellable(
             activity_api.watch_site_dpf,
             request.model_copy(update={"waiters": ()}),
-            kernel.options(SITE_WATCH, f"watch DPF objects of {request.namespace}"),
+            kernel.options(site_watch_options(request), f"watch DPF objects of {request.namespace}"),
         )
         try:
             # The activity never ends on its own: a timeout is retried with its heartbeat details.
@@ -141,6 +154,9 @@ class SiteDPFWatchWorkflow:
             except TimeoutError:
                 pass  # carry the last checkpoint reported
         except asyncio.CancelledError:
+            # Pending polls answer `handover`: the activity then beats at once and learns of the
+            # cancel (it reaches an activity only in a heartbeat's answer), not an idle beat later.
+            self._handing_over = True
             await kernel.cancel_and_wait(watch)
             raise
         await kernel.cancel_and_wait(watch)
