@@ -169,7 +169,9 @@ class HostResetWorkflow(HostPowerOn):
         self._request = request
         self._resets: list[str] = []
         # This run turned the host off: it is powered on, or handed to a person, before the end.
-        self._power = PowerCustody(host_id=request.host_id)
+        self._power = PowerCustody(
+            host_id=request.host_id, retry_delays=request.policy.power_on_retry_seconds
+        )
         self._inventory: HostInventory | None = None
         self._generation = request.boot_generation
         # The generation this run's power cycle reached (a `--host` reboot's, or the host's own
