@@ -63,6 +63,10 @@ def _identifier(kind: str) -> Callable[[str], str]:
 # need and far below harm (a power-down wait of 1e12 s left a host off, beyond abort).
 PowerDownWait = Annotated[float, Field(ge=0, le=HOUR, allow_inf_nan=False)]  # between Off and On
 PowerDownRead = Annotated[float, Field(ge=1, le=HOUR, allow_inf_nan=False)]  # a power read during that wait
+# Seconds before each power-on attempt after a refused one (then a person is asked): never two
+# attempts milliseconds apart, never more than five blind ones.
+PowerOnRetryDelay = Annotated[float, Field(ge=0.5, le=600, allow_inf_nan=False)]
+PowerOnRetries = Annotated[tuple[PowerOnRetryDelay, ...], Field(min_length=1, max_length=5)]
 StepTimeout = Annotated[float, Field(gt=0, le=7 * DAY, allow_inf_nan=False)]  # a stalled reboot or phase
 ApprovalTimeout = Annotated[float, Field(gt=0, le=30 * DAY, allow_inf_nan=False)]
 ApprovalWindow = Annotated[float, Field(ge=0, le=30 * DAY, allow_inf_nan=False)]

@@ -27,7 +27,8 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
-from metalflow.hosts import operation_progress
+from contracts.models.host import HostWorkflowInput, OperationPolicy
+from metalflow.hosts import ensure_entity, operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
 CANCELLED_RESET = "off-003"
@@ -65,8 +66,19 @@ async def _password_rotates_after_forceoff(
             await _power_on_by_hand(sim, host)
 
 
+# The hosts' entities wait 1 s between Off and On and try a refused On again after 0.5 s and 1 s
+# (the policy's `power_on_retry_seconds`; 2 s and 4 s by default): these tests are about what
+# the runs do once the attempts are spent, not about the backoff's length
+# (tests/fast/test_host_power_model.py holds the attempts and their waits).
+POLICY = OperationPolicy(power_down_wait_seconds=1.0, power_on_retry_seconds=(0.5, 1.0))
+_STARTS = ("reboot", "reset", "reprovision", "firmware", "provision")
+
+
 async def _asked(env: WorkflowEnvironment, task_queue: str, by: str, *args: str) -> Result:
-    """`metalflow ARGS --by BY --task-queue TASK_QUEUE`, which must succeed."""
+    """`metalflow ARGS --by BY --task-queue TASK_QUEUE`, which must succeed; an operation asked
+    of a host whose entity is not running yet starts it first with `POLICY`."""
+    if args[0] == "host" and args[1] in _STARTS:
+        await ensure_entity(env.client, HostWorkflowInput(host_id=args[2], policy=POLICY), task_queue)
     done = await metalflow(env, *args, "--by", by, "--task-queue", task_queue)
     assert done.status == 0, done.stdout + done.stderr
     return done
@@ -408,8 +420,7 @@ async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_reboot
     host = REPROVISION_HOST
     async with _password_rotates_after_forceoff(sim, host):
         async with worker_for(local_env.client, task_queue, sim):
-            wait = ("--power-down-wait", "1")
-            await _asked(local_env, task_queue, "alice@test", "host", "reprovision", host, *wait)
+            await _asked(local_env, task_queue, "alice@test", "host", "reprovision", host)
             words = (await _until(local_env, host, _handed_over, "said the host is OFF", seconds=60))["words"]
             assert words.startswith("manual-intervention-required: "), words
             assert f"`metalflow host retry {host}`" in words and "mark_rebooted" not in words, words
@@ -434,8 +445,7 @@ async def test_a_reprovision_ended_while_its_reboot_left_the_host_off_says_the_h
     host = REPROVISION_ABORTED if how == "abort" else REPROVISION_CANCELLED
     async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
         async with worker_for(local_env.client, task_queue, sim):
-            wait = ("--power-down-wait", "1")
-            await _asked(local_env, task_queue, "alice@test", "host", "reprovision", host, *wait)
+            await _asked(local_env, task_queue, "alice@test", "host", "reprovision", host)
             shown = await _until(local_env, host, _handed_over, "said the host is OFF", seconds=60)
             if how == "abort":
                 await _asked(local_env, task_queue, "bob@test", "host", "abort", host)

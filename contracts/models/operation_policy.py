@@ -12,6 +12,7 @@ from contracts.validation import (
     ApprovalTimeout,
     PowerDownRead,
     PowerDownWait,
+    PowerOnRetries,
     Retries,
     StepTimeout,
 )
@@ -39,6 +40,9 @@ class OperationPolicy(_Frozen):
     # host's power this often, so an On by another actor ends it then, not at the wait's end
     # (one BMC read per this many seconds of wait; workflows/host_reboot/power_steps.py).
     power_down_read_seconds: PowerDownRead = 30.0
+    # A power-on the BMC refused after our ForceOff (a secrets store rotating the password) is
+    # tried again after each of these seconds, then a person is asked (workflows/parts/host_power.py).
+    power_on_retry_seconds: PowerOnRetries = (2.0, 4.0)
     reboot_wait_seconds: StepTimeout = 1800.0  # DPF asked, nothing moved: re-issue
     max_power_cycle_retries: Retries = 3  # re-issues before manual intervention
     force_off_from_retry: Retries = 1  # retries from this one use ForceOff then On

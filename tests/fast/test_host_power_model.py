@@ -23,10 +23,12 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from pydantic import ValidationError
 
 from activities.redfish.power import with_step
 from contracts.converter import DATA_CONVERTER
 from contracts.errors import BMCAuthenticationFailed
+from contracts.models.host import OperationPolicy
 from workflows.host_reboot.failure import off_step
 from workflows.parts.host_power import (
     HOST_IS_OFF,
@@ -262,3 +264,18 @@ def test_a_run_that_never_touched_the_hosts_power_claims_nothing_of_it() -> None
     assert may_end(custody, f"aborted. Done: nothing was reset; {custody.left()}")
     custody.seen_on()  # the BMC showed it On: now it may say so
     assert custody.left() == HOST_IS_ON and may_end(custody, f"completed; {HOST_IS_ON}")
+
+
+def test_the_policy_sets_the_waits_between_power_on_attempts_within_bounds() -> None:
+    """`power_on_retry_seconds`: 2 s and 4 s by default; a policy's own waits are the custody's,
+    their count the attempts before a person is asked; no wait under 0.5 s (no two attempts
+    milliseconds apart), none over 600 s, one to five of them."""
+    assert OperationPolicy().power_on_retry_seconds == POWER_ON_RETRY_DELAYS == (2.0, 4.0)
+    policy = OperationPolicy(power_on_retry_seconds=(0.5, 1.0, 8.0))
+    custody = PowerCustody(host_id=HOST, retry_delays=policy.power_on_retry_seconds)
+    custody.turned_off("ForceOff of its reboot")
+    assert [custody.on_refused(REFUSED) for _ in range(4)] == [0.5, 1.0, 8.0, None]
+    assert "after 4 attempts" in custody.hand_over_words()
+    for wrong in ((), (0.0,), (0.1, 1.0), (601.0,), (1.0,) * 6, (float("inf"),)):
+        with pytest.raises(ValidationError, match="power_on_retry_seconds"):
+            OperationPolicy(power_on_retry_seconds=wrong)

@@ -122,7 +122,9 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps):
         self._cycled: HostRebootResult | None = None  # the host was power-cycled for this generation
         # The host is off by this run's hand (a cycle that failed after ForceOff): powered on, or
         # handed to a person told it is OFF, before the run ends (`workflows/parts/host_power.py`).
-        self._power = PowerCustody(host_id=request.host_id)
+        self._power = PowerCustody(
+            host_id=request.host_id, retry_delays=request.policy.power_on_retry_seconds
+        )
         self._inventory: HostInventory | None = None  # the BMC path's host: what `retry` powers
         self._retry: OperatorRequest | None = None
         self._why = ""  # what the BMC did on the last retry that failed

@@ -178,7 +178,9 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
         self._dpus_reset: set[str] = set()
         self._dpus_failed: dict[str, str] = {}
         # This run turned the host off: it is powered on, or handed to a person, before the end.
-        self._power = PowerCustody(host_id=request.host_id)
+        self._power = PowerCustody(
+            host_id=request.host_id, retry_delays=request.policy.power_on_retry_seconds
+        )
         self._inventory: HostInventory | None = None
         self._generation = request.boot_generation
         # The generation this run's power cycle reached (a `--host` reboot's, or the host's own

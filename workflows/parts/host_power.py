@@ -11,8 +11,9 @@ mid-run). A run that ends with the host off says so in its final status.
 - `turned_off(how)` once a ForceOff may have been sent, `seen_on()` once an On succeeded (or the
   BMC showed On): between the two, the host is off by this run's hand (`is_off`).
 - `on_refused(cause)`: a power-on that failed. Not two blind attempts milliseconds apart: the
-  next attempt waits `POWER_ON_RETRY_DELAYS` (a backoff on a durable timer, for a secrets store
-  that is about to serve the new password), and once they are spent the answer is None: hand
+  next attempt waits `retry_delays` (the policy's `power_on_retry_seconds`, by default
+  `POWER_ON_RETRY_DELAYS`: a backoff on a durable timer, for a secrets store that is about to
+  serve the new password), and once they are spent the answer is None: hand
   the host to a person (`handed_over`, the words in `hand_over_words`).
 - `retried()`: a person's `retry` (the BMC fixed): the attempts start afresh.
 - `cancelled()`: a cancel of the run (`temporal workflow cancel`, a parent's, the entity's) asks
@@ -39,10 +40,12 @@ from typing import Final
 
 from pydantic import BaseModel
 
-POWER_ON_RETRY_DELAYS: Final = (2.0, 4.0)
-"""Seconds before the second and the third power-on attempt after the first is refused; after
-the third a person is asked. Short enough for a run that holds a BMC lease slot, long enough
-for a credential rotation the secrets store catches up with."""
+from contracts.models.host import OperationPolicy
+
+POWER_ON_RETRY_DELAYS: Final = OperationPolicy().power_on_retry_seconds
+"""The default seconds before the second and the third power-on attempt after the first is
+refused; after the third a person is asked. Short enough for a run that holds a BMC lease slot,
+long enough for a credential rotation the secrets store catches up with."""
 
 HOST_IS_OFF: Final = "is OFF"  # the words every status of a host left off carries
 HOST_IS_ON: Final = "the host is on"  # said only by a run that powered the host on or saw it On
@@ -53,6 +56,7 @@ class PowerCustody(BaseModel):
     """The host power one run answers for (see the module docstring)."""
 
     host_id: str
+    retry_delays: tuple[float, ...] = POWER_ON_RETRY_DELAYS  # the policy's `power_on_retry_seconds`
     off_by: str = ""  # what of this run turned the host off; "" when it is not off by our hand
     refused: int = 0  # power-on attempts refused since the host went off (or since a retry)
     cause: str = ""  # the last refusal, in words
@@ -79,8 +83,8 @@ class PowerCustody(BaseModel):
         the attempts are spent, hand the host to a person (`hand_over_words`)."""
         self.refused += 1
         self.cause = cause
-        if self.refused <= len(POWER_ON_RETRY_DELAYS):
-            return POWER_ON_RETRY_DELAYS[self.refused - 1]
+        if self.refused <= len(self.retry_delays):
+            return self.retry_delays[self.refused - 1]
         self.handed_over = True
         return None
 
@@ -103,7 +107,7 @@ class PowerCustody(BaseModel):
         """A step of this run that tries On itself (a reboot child, with its own backoff) ended
         with the host off: its attempts are spent, a person is asked (`hand_over_words`)."""
         self.off_by, self.cause, self.touched = how, cause, True
-        self.refused, self.handed_over = len(POWER_ON_RETRY_DELAYS) + 1, True
+        self.refused, self.handed_over = len(self.retry_delays) + 1, True
 
     def hand_over_words(self, *, then: str = "goes on", confirm: bool = False) -> str:
         """The manual-intervention phase's details: the host is OFF, why, and every way on
@@ -161,5 +165,5 @@ def waits_rightly(custody: PowerCustody, phase_words: str) -> bool:
     if not custody.is_off:
         return True
     if not custody.handed_over:
-        return custody.refused <= len(POWER_ON_RETRY_DELAYS)
+        return custody.refused <= len(custody.retry_delays)
     return HOST_IS_OFF in phase_words and "metalflow host retry" in phase_words and "abort" in phase_words
