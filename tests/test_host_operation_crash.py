@@ -28,10 +28,7 @@ async def test_reprovision_survives_worker_kills_at_every_step(client: Client, t
     task_queue = f"crash-{uuid.uuid4()}"
     log = tmp_path / "worker.log"
     with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, timings="demo", initialised=True) as sim:
-        # Each kill leaves the run's next workflow task on the dead worker's sticky queue until the
-        # takeover timeout moves it to the next worker: 2 s, not the default 10 s, through the
-        # product's knob (the kills and what survives them are the subject, not that default).
-        env = worker_env(client, sim, METALFLOW_WORKER_TAKEOVER_SECONDS="2")
+        env = worker_env(client, sim)
         with worker_process(task_queue, env, log):
             handle = await start_operation(client, task_queue, "host-001", HostOperationKind.REPROVISION,
                                            policy=FAST_POLICY)  # fmt: skip
