@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cli_support import (
@@ -25,6 +27,7 @@ from host_operation_support import eventually
 from sim_support import start_dev_server
 from temporalio.client import Client
 from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from contracts import names
@@ -138,16 +141,59 @@ async def test_bad_input_is_a_one_line_usage_error_and_changes_nothing(
     assert not state.exists(), "a rejected `sim up`/`dev` wrote its state directory"
 
 
-async def test_no_worker_on_the_task_queue_is_reported_and_starts_nothing(
-    client: Client, tmp_path: Path
-) -> None:
+Outcome = tuple[int, str, str]
+
+
+async def _no_worker(client: Client, directory: Path) -> tuple[str, str, Outcome]:
+    """`host reboot` on a task queue no worker polls (the CLI's 5 s grace for a starting worker)."""
     host, queue = f"noworker-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
-    write_unreachable_site(
-        tmp_path / "site.yaml", host
-    )  # the CLI checks the host against the inventory first
-    code, out, err = await run_console_script(
-        ["host", "reboot", host, "--task-queue", queue], command_env(client, tmp_path)
+    # The CLI checks the host against the inventory first.
+    write_unreachable_site(directory / "site.yaml", host)
+    outcome = await run_console_script(
+        ["host", "reboot", host, "--task-queue", queue], command_env(client, directory)
     )
+    return host, queue, outcome
+
+
+async def _nobody_serves(client: Client, directory: Path) -> tuple[str, str, Outcome]:
+    """`host status` of an entity whose task queue no worker ever polled (the 10 s query timeout)."""
+    host, queue = f"orphan-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
+    entity = await client.start_workflow(
+        "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
+    )
+    try:
+        outcome = await run_console_script(["host", "status", host], command_env(client, directory))
+    finally:
+        await entity.terminate("test done")
+    return host, queue, outcome
+
+
+@pytest.fixture(scope="module", autouse=True)
+async def waiting(
+    local_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[dict[str, asyncio.Task[Any]]]:
+    """Two scenarios below whose commands wait out a real timeout of the CLI (its 5 s grace for a
+    worker, its 10 s query timeout), started together when the module starts: the waits overlap
+    each other and the table's rows, and each test awaits and checks its own. (A worker that just
+    died stays in its test: started beside these, the server said no poller was seen lately.)"""
+    client = local_env.client
+    tasks: dict[str, asyncio.Task[Any]] = {
+        name: asyncio.create_task(scenario(client, tmp_path_factory.mktemp(name)))
+        for name, scenario in (
+            ("no_worker", _no_worker),
+            ("nobody_serves", _nobody_serves),
+        )
+    }
+    yield tasks
+    for task in tasks.values():
+        task.cancel()
+    await asyncio.gather(*tasks.values(), return_exceptions=True)
+
+
+async def test_no_worker_on_the_task_queue_is_reported_and_starts_nothing(
+    client: Client, waiting: dict[str, asyncio.Task[Any]]
+) -> None:
+    host, queue, (code, out, err) = await waiting["no_worker"]
     assert (code, out) == (3, "")  # metalflow could not ask (README's exit statuses)
     assert err.splitlines() == [
         f"metalflow: no worker polls task queue {queue!r}, so nothing would act on the request: start one "
@@ -156,18 +202,13 @@ async def test_no_worker_on_the_task_queue_is_reported_and_starts_nothing(
     assert not await entity_exists(client, host)
 
 
-async def test_status_of_an_entity_nobody_serves_says_so(client: Client, tmp_path: Path) -> None:
-    host, queue = f"orphan-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
-    await client.start_workflow(
-        "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
-    )
-    code, out, err = await run_console_script(["host", "status", host], command_env(client, tmp_path))
+async def test_status_of_an_entity_nobody_serves_says_so(waiting: dict[str, asyncio.Task[Any]]) -> None:
+    host, queue, (code, out, err) = await waiting["nobody_serves"]
     assert (code, out) == (3, "")  # metalflow could not ask (README's exit statuses)
     assert err.splitlines() == [
         f"metalflow: host/{host} does not answer: no worker serves its task queue {queue!r}. "
         "Nothing was changed: send the command again once a worker runs"
     ]
-    await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test done")
 
 
 async def test_a_host_whose_worker_just_died_is_could_not_ask_not_refused(

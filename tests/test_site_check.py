@@ -20,8 +20,8 @@ request to the cluster.
 DPF's trust (issue 36 point 7, dpf BEHAVIOUR.md Z1): two initialised DPF 26 sites more, one whose
 zero-trust onboarding left DPF holding the DPU BMC credentials, one host trusted.
 
-Cost: seven simulators (one of five hosts, six of one), nineteen `metalflow` processes, the
-session's Temporal dev server; ~65 s in all, each test under 15 s.
+Cost: seven simulators (one of five hosts, six of one), nineteen `metalflow` commands (in the
+tests' command servers: no interpreter start each), the session's Temporal dev server.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 
 import httpx
 import pytest
+from cli_support import run_in_command_server
 from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
 from sim_support import RunningSim, running_sim
@@ -98,17 +99,18 @@ def site_file(directory: Path, hosts: dict[str, tuple[str, str, str]]) -> Path:
     return path
 
 
-def check(sim: RunningSim, *args: str) -> subprocess.CompletedProcess[str]:
+async def metalflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`metalflow ARGS` with exactly `env`, in a command server (tests/cli_support.py): what the
+    command does and says, without an interpreter's start per command (the subject here is the
+    check and the refusals, not the console script, which tests/test_cli_exit_codes.py runs)."""
+    code, out, err = await run_in_command_server(list(args), env)
+    return subprocess.CompletedProcess(["metalflow", *args], code, out, err)
+
+
+async def check(sim: RunningSim, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "KUBECONFIG"))}
     env["METALFLOW_STATE_DIR"] = str(sim.state_dir)  # the site file and kubeconfig the simulator wrote
-    return subprocess.run(
-        [sys.executable, "-m", "metalflow", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        cwd=ROOT,
-    )
+    return await metalflow(env, *args)
 
 
 def row(variant: str, statuses: dict[str, str]) -> str:
@@ -147,9 +149,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
         yield running
 
 
-def test_a_clean_site_is_ready_or_degraded_per_variant_read_only(sim: RunningSim) -> None:
+async def test_a_clean_site_is_ready_or_degraded_per_variant_read_only(sim: RunningSim) -> None:
     audit_before = sim.audit()
-    result = check(sim, "site", "check", "--json")
+    result = await check(sim, "site", "check", "--json")
     assert result.returncode == 0, result.stderr  # nothing blocked
     document = json.loads(result.stdout)
     assert document["site"] == "site-check" and document["checked_at"].endswith("Z")
@@ -169,7 +171,7 @@ def test_a_clean_site_is_ready_or_degraded_per_variant_read_only(sim: RunningSim
     ]
     assert not missing, "README's table lacks:\n" + "\n".join(missing)
     # Degraded: said at the operation's start, which goes on (to Temporal, here unreachable: 3).
-    reboot_002 = check(sim, "host", "reboot", "sc-002", "--address", "127.0.0.1:1")
+    reboot_002 = await check(sim, "host", "reboot", "sc-002", "--address", "127.0.0.1:1")
     assert reboot_002.returncode == 3, reboot_002.stderr
     assert "reboot is degraded on sc-002 by the site check of" in reboot_002.stderr
 
@@ -183,7 +185,7 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
     were only the CLI's stderr lines. Its own site: the module's must see no write."""
     one = {"sc-601": ("", "no-powercycle", "BF3")}
     with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one)) as small:
-        assert check(small, "site", "check").returncode == 0  # the kept findings: reboot degraded
+        assert (await check(small, "site", "check")).returncode == 0  # the kept findings: reboot degraded
         env = rollout_env(small, local_env)
         async with emitting_worker(local_env.client, task_queue, small):
             command = [sys.executable, "-m", "metalflow", "host", "reboot", "sc-601", "--power-down-wait",
@@ -204,7 +206,7 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
     assert started[0]["note"].startswith("reboot (reboot/sc-601/generation-1) requested by ")
 
 
-def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capability_is_refused(
+async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capability_is_refused(
     sim: RunningSim,
 ) -> None:
     for bmc_id, fault in (("sc-001", "wrong-credentials"), ("sc-005-dpu-0", "unreachable")):
@@ -212,17 +214,17 @@ def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capability_is
     httpx.post(f"{sim.url}/sim/faults/dpu-bmcs/sc-004-dpu-0/no-powercycle", timeout=10).raise_for_status()
     audit_before = sim.audit()
     try:
-        result = check(sim, "site", "check", "--timeout", "5")
+        result = await check(sim, "site", "check", "--timeout", "5")
         assert result.returncode == 1, result.stdout + result.stderr  # something blocked
         assert "refuses the stored credentials" in result.stdout and "[redfish F1]" in result.stdout
         no_writes(sim, audit_before)
         missing = [r for r in (host_row(sim, h, v) for h, v in FAULTED.items()) if r not in readme_rows()]
         assert not missing, "README's table lacks:\n" + "\n".join(missing)
-        refused = check(sim, "host", "reboot", "sc-001", "--address", "127.0.0.1:1")
+        refused = await check(sim, "host", "reboot", "sc-001", "--address", "127.0.0.1:1")
         assert refused.returncode == 1, refused.stderr  # refused before Temporal is asked
         assert "sc-001: refused: reboot is blocked on sc-001" in refused.stderr
         assert "metalflow site check" in refused.stderr and "[redfish F1]" in refused.stderr
-        full = check(sim, "host", "reset", "sc-004", "--all-dpus", "--full", "--address", "127.0.0.1:1")
+        full = await check(sim, "host", "reset", "sc-004", "--all-dpus", "--full", "--address", "127.0.0.1:1")
         assert full.returncode == 1 and "does not offer PowerCycle [redfish B5, redfish B13]" in full.stderr
     finally:
         for bmc_id in ("sc-001", "sc-005-dpu-0"):
@@ -239,12 +241,14 @@ def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capability_is
         ),
     ],
 )
-def test_the_dpf_version_is_read_from_the_served_schema(tmp_path: Path, version: str, said: str) -> None:
+async def test_the_dpf_version_is_read_from_the_served_schema(
+    tmp_path: Path, version: str, said: str
+) -> None:
     one = {"sc-101": ("", "powercycle", "BF3")}
     with running_sim(
         tmp_path / "sim", site_file=site_file(tmp_path / "in", one), dpf_version=version
     ) as small:
-        result = check(small, "site", "check", "--json")
+        result = await check(small, "site", "check", "--json")
         assert result.returncode == 0, result.stderr
         document = json.loads(result.stdout)
         assert said in document["info"]
@@ -256,7 +260,7 @@ def test_the_dpf_version_is_read_from_the_served_schema(tmp_path: Path, version:
         assert seen in readme_rows(), f"README's table lacks:\n{seen}"
 
 
-def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: RunningSim) -> None:
+async def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: RunningSim) -> None:
     """Grove at the pin: after a template change under OnDelete, a scaling-group scale-out stays
     gated (simulators/grove/BEHAVIOUR.md G5); the check names the PodCliqueSet."""
     from kubernetes import client as k8s
@@ -266,7 +270,7 @@ def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: Runnin
     where = ("grove.io", "v1alpha1", "default", "podcliquesets", "inference")
     pcs = api.get_namespaced_custom_object(*where)
     before = pcs["status"]["currentGenerationHash"]
-    assert check(sim, "site", "check", "--json").returncode in (0, 1)
+    assert (await check(sim, "site", "check", "--json")).returncode in (0, 1)
     assert load_findings(sim.state_dir / "site-check.json").grove.gated == ()  # type: ignore[union-attr]
     for clique in pcs["spec"]["template"]["cliques"]:  # the test's write, as an operator's edit
         clique["spec"]["podSpec"]["containers"][0]["image"] = "registry.local/inference:2.0"
@@ -276,7 +280,7 @@ def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: Runnin
         assert time.monotonic() < deadline, "Grove did not take the template change"
         time.sleep(0.1)
     audit_before = sim.audit()
-    result = check(sim, "site", "check", "--json")
+    result = await check(sim, "site", "check", "--json")
     document = json.loads(result.stdout)
     assert document["findings"]["grove"]["gated"] == ["default/inference (replica(s) 0)"]
     no_writes(sim, audit_before)
@@ -310,16 +314,15 @@ async def test_a_rollout_or_campaign_on_a_blocked_capability_is_refused_and_noth
         "TEMPORAL_CONFIG_FILE": os.devnull,
     }
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "metalflow", *args, "--task-queue", "sc-nobody-polls"]
-        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    async def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return await metalflow(env, *args, "--task-queue", "sc-nobody-polls")
 
-    rollout = run("rollout", "start", "default/sc-inference", "--set", "decode=registry.local/decode:2")
+    rollout = await run("rollout", "start", "default/sc-inference", "--set", "decode=registry.local/decode:2")
     assert rollout.returncode == 1, rollout.stderr
     assert "refused, nothing started: rollout is blocked on default/sc-inference" in rollout.stderr
     assert "[grove G1]" in rollout.stderr and "metalflow site check" in rollout.stderr
     bfb = ["--bfb", "bf-bundle-2", "--deployment", "sc-dep", "--canary", "0"]
-    campaign = run("campaign", "start", "sc-bfb", "--hosts", "sc-001", *bfb)
+    campaign = await run("campaign", "start", "sc-bfb", "--hosts", "sc-001", *bfb)
     assert campaign.returncode == 1, campaign.stderr
     assert "campaign refused, nothing started: bfb-campaign is blocked on the site" in campaign.stderr
     for workflow_id in (
@@ -341,11 +344,10 @@ def rollout_env(sim: RunningSim, env: WorkflowEnvironment) -> dict[str, str]:
     }
 
 
-def rollout_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+async def rollout_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     queue = ["--task-queue", "sc-nobody-polls"] if args[0] == "start" else []
-    command = [sys.executable, "-m", "metalflow", "rollout", *args, "default/inference", "--set",
-               "decode=registry.local/decode:2", *queue]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    decode = ["--set", "decode=registry.local/decode:2"]
+    return await metalflow(env, "rollout", *args, "default/inference", *decode, *queue)
 
 
 async def test_kai_stale_gang_eviction_and_a_migrated_cluster_block_the_rollout_start_and_plan_say_it(
@@ -360,7 +362,7 @@ async def test_kai_stale_gang_eviction_and_a_migrated_cluster_block_the_rollout_
     grove = ("--kai-stale-eviction", "on", "--grove-migrated")
     with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), extra=grove) as small:
         audit_before = small.audit()
-        result = check(small, "site", "check", "--json")
+        result = await check(small, "site", "check", "--json")
         assert result.returncode == 1, result.stdout + result.stderr
         document = json.loads(result.stdout)
         verdict = next(v for v in document["verdicts"] if v["capability"] == "rollout")
@@ -381,11 +383,11 @@ async def test_kai_stale_gang_eviction_and_a_migrated_cluster_block_the_rollout_
         assert seen in readme_rows(), f"README's table lacks:\n{seen}"
         env = rollout_env(small, local_env)
         audit_before = small.audit()
-        started = rollout_cli(env, "start")
+        started = await rollout_cli(env, "start")
         assert started.returncode == 1, started.stderr
         assert "refused, nothing started: rollout is blocked on default/inference" in started.stderr
         assert "[grove K4]" in started.stderr and "grove#837" in started.stderr
-        planned = rollout_cli(env, "plan")
+        planned = await rollout_cli(env, "plan")
         assert planned.returncode == 1, planned.stdout + planned.stderr
         assert planned.stdout.startswith("start would refuse it: rollout is blocked on default/inference")
         assert small.audit() == audit_before  # the kept findings: no read of the site per operation
@@ -408,7 +410,7 @@ async def test_groves_default_scheduler_degrades_the_rollout_which_plan_start_an
     one = {"sc-301": ("", "powercycle", "BF3")}
     grove = ("--grove-scheduler", "default-scheduler")
     with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), extra=grove) as small:
-        result = check(small, "site", "check", "--json")
+        result = await check(small, "site", "check", "--json")
         assert result.returncode == 0, result.stdout + result.stderr
         document = json.loads(result.stdout)
         assert document["findings"]["grove"]["default_backend"] == "default-scheduler"
@@ -419,18 +421,16 @@ async def test_groves_default_scheduler_degrades_the_rollout_which_plan_start_an
             "Grove: default-scheduler backend (K2)", {v.capability: v.status for v in verdicts(findings)}
         )
         assert seen in readme_rows(), f"README's table lacks:\n{seen}"
-        planned = rollout_cli(rollout_env(small, local_env), "plan", "--allow-replica-outage")
+        planned = await rollout_cli(rollout_env(small, local_env), "plan", "--allow-replica-outage")
         assert planned.returncode == 0, planned.stdout + planned.stderr
         assert "rollout is degraded on default/inference by the site check of" in planned.stderr
         assert "does no gang scheduling" in planned.stderr and "[grove K1, grove K2]" in planned.stderr
         env = rollout_env(small, local_env)
         async with worker_for(local_env.client, task_queue, small):
-            command = [sys.executable, "-m", "metalflow", "rollout", "start", "--allow-replica-outage",
-                       "default/inference", "--set", "decode=registry.local/decode:2", "--wait",
-                       "--task-queue", task_queue]  # fmt: skip
-            started = await asyncio.to_thread(
-                subprocess.run, command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
-            )
+            started = await metalflow(
+                env, "rollout", "start", "--allow-replica-outage", "default/inference",
+                "--set", "decode=registry.local/decode:2", "--wait", "--task-queue", task_queue,
+            )  # fmt: skip
             assert started.returncode == 0, started.stdout + started.stderr
         assert "warning: rollout is degraded on default/inference by the site check of" in started.stdout
         handle = local_env.client.get_workflow_handle(
@@ -445,7 +445,7 @@ async def test_groves_default_scheduler_degrades_the_rollout_which_plan_start_an
         assert details is not None and "does no gang scheduling" in details
 
 
-def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_and_refuses_the_reset(
+async def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_and_refuses_the_reset(
     tmp_path: Path,
 ) -> None:
     """DPF 26.8 in zero trust onboarded the DPUs (`--dpf-bmc-credentials per-dpu`, dpf Z1): it
@@ -459,7 +459,7 @@ def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_and_re
         extra=("--dpf-bmc-credentials", "per-dpu"),
     ) as small:  # fmt: skip
         audit_before = small.audit()
-        result = check(small, "site", "check", "--json", "--timeout", "5")
+        result = await check(small, "site", "check", "--json", "--timeout", "5")
         assert result.returncode == 1, result.stdout + result.stderr
         document = json.loads(result.stdout)
         assert "DPF trust mode: zero-trust (1 DPU(s), status.deploymentMode) (dpf Z1)" in document["info"]
@@ -475,7 +475,7 @@ def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_and_re
         no_writes(small, audit_before)
         seen = host_row(small, "sc-401", "DPF 26.8 zero trust: DPU BMC credentials set by DPF (Z1)")
         assert seen in readme_rows(), f"README's table lacks:\n{seen}"
-        refused = check(small, "host", "reset", "sc-401", "--all-dpus", "--address", "127.0.0.1:1")
+        refused = await check(small, "host", "reset", "sc-401", "--all-dpus", "--address", "127.0.0.1:1")
         assert refused.returncode == 1, refused.stderr
         assert (
             "DPF manages this BMC's credentials" in refused.stderr
@@ -483,7 +483,7 @@ def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_and_re
         )
 
 
-def test_a_host_trusted_dpf_leaves_the_dpu_bmc_credentials_ours(tmp_path: Path) -> None:
+async def test_a_host_trusted_dpf_leaves_the_dpu_bmc_credentials_ours(tmp_path: Path) -> None:
     """DPF 26 host trusted (`--dpf-deployment-mode host-trusted`, dpf P1, Z1): the DPUs say so in
     `status.deploymentMode`; DPF installs through the host agent and never uses the DPU BMC, so
     its credentials are the site file's."""
@@ -492,7 +492,7 @@ def test_a_host_trusted_dpf_leaves_the_dpu_bmc_credentials_ours(tmp_path: Path) 
         tmp_path / "sim", site_file=site_file(tmp_path / "in", one), dpf_version="26", initialised=True,
         dpf_deployment_mode="host-trusted",
     ) as small:  # fmt: skip
-        result = check(small, "site", "check", "--json")
+        result = await check(small, "site", "check", "--json")
         assert result.returncode == 0, result.stdout + result.stderr
         document = json.loads(result.stdout)
         assert "DPF trust mode: host-trusted (1 DPU(s), status.deploymentMode) (dpf Z1)" in document["info"]
