@@ -19,6 +19,16 @@ from simulators.timings import timings_for
 from simulators.violations import BMC_SESSION_EXPIRED
 
 SESSION_TIMEOUT = 0.4
+# DMTF Base registry 1.16.0 (DMTF/Redfish-Publications registries/Base.1.16.0.json), whose
+# MessageIds the simulated BMCs answer with.
+SESSION_LIMIT_MESSAGE = (
+    "The session establishment failed due to the number of simultaneous sessions exceeding the "
+    "limit of the implementation."
+)
+SESSION_LIMIT_RESOLUTION = (
+    "Reduce the number of other sessions before trying to establish the session or increase the "
+    "limit of simultaneous sessions, if supported."
+)
 
 
 @pytest.fixture
@@ -101,6 +111,10 @@ async def test_session_cap_refuses_one_more_until_one_is_deleted(sim: RunningBMC
         refused = await login(client, sim, bmc_id)
         assert refused.status_code == 503
         assert message_id(refused) == "SessionLimitExceeded"
+        # The message as DMTF's Base registry 1.16.0 words it (BEHAVIOUR.md S2).
+        info = refused.json()["error"]["@Message.ExtendedInfo"][0]
+        assert info["Message"] == SESSION_LIMIT_MESSAGE
+        assert info["Resolution"] == SESSION_LIMIT_RESOLUTION
         assert int(refused.headers["Retry-After"]) >= 1
         assert sim.bmcs.open_sessions(bmc_id) == SESSION_CAP
         location, token = locations.pop()

@@ -2,7 +2,8 @@
 
 Sessions are what real BMCs run out of: each BMC holds at most `SESSION_CAP` open sessions,
 and one more is refused with 503 `SessionLimitExceeded` (with `Retry-After` until the oldest
-idle session would expire), as OpenBMC's bmcweb does. A session idle for
+idle session would expire): the status bmcweb gives that message and Dell iDRAC's answer to one
+login too many (BEHAVIOUR.md S2; the cap and `Retry-After` are ours). A session idle for
 `session_timeout_seconds` (served as `SessionService.SessionTimeout`) expires, as DSP8010 says
 of it: "the number of seconds of inactivity that a session can have before the session service
 closes the session due to inactivity" (30 to 86,400). That is how a BMC reclaims the session of
@@ -174,7 +175,7 @@ class Auth:
                 "The session establishment failed due to the number of simultaneous sessions "
                 "exceeding the limit of the implementation.",
                 resolution="Reduce the number of other sessions before trying to establish the "
-                "session or increase the limit of simultaneous sessions (if supported).",
+                "session or increase the limit of simultaneous sessions, if supported.",
                 headers={"Retry-After": str(wait)},
             )
         client = "-" if request is None else client_of(request)
