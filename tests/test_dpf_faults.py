@@ -204,20 +204,38 @@ async def test_concurrent_client_edits_do_not_stop_provisioning() -> None:
         assert dpu["metadata"]["labels"]["edited"] == "19"  # type: ignore[index]
 
 
-async def test_hold_released_by_removing_the_annotation_and_reboot_needs_removal_not_false() -> None:
+async def test_removing_the_hold_annotation_re_arms_it_and_reboot_needs_removal_not_false() -> None:
+    """The hold as DPF's `reconcileHold` reads it (DOMAIN.md 2.4): removal re-arms it, a value that
+    is no boolean is an error, any Go false spelling releases. The reboot annotation is the other
+    way round: only its removal completes the reboot."""
+    hold = "provisioning.dpu.nvidia.com/wait-for-external-nodeeffect"
     async with running(site_of(("host-001", "BF3", 1))) as sim:
         k = sim.kube
         sim.site_setup()
         sim.discover("host-001")
-        await wait_for(sim.store, k.maintenance, "node-host-001-hold", lambda o: o is not None)
-        # The Carbide SDK releases the hold by removing the annotation: that releases it too.
-        sim.store.patch(
+        await wait_for(sim.store, k.dpu, DPU0, phase_is("Node Effect"))
+
+        def annotate(value: str | None) -> None:
+            patch = {"metadata": {"annotations": {hold: value}}}
+            sim.store.patch(k.maintenance, NS, "node-host-001-hold", patch, "merge")
+
+        annotate(None)  # removed: DPF writes it back "true" and keeps holding
+        await wait_for(
+            sim.store,
             k.maintenance,
-            NS,
             "node-host-001-hold",
-            {"metadata": {"annotations": {"provisioning.dpu.nvidia.com/wait-for-external-nodeeffect": None}}},
-            "merge",
+            lambda o: o is not None and (o["metadata"].get("annotations") or {}).get(hold) == "true",
         )
+        annotate("maybe")  # no boolean: an error, not a release
+        await wait_for(
+            sim.store,
+            k.maintenance,
+            "node-host-001-hold",
+            lambda o: (cond(o, "NodeEffectApplied") or {}).get("reason") == "Error",
+        )
+        await settle()
+        assert sim.get(k.dpu, DPU0)["status"]["phase"] == "Node Effect"  # type: ignore[index]
+        annotate("False")  # Go's ParseBool: a false value releases
         await wait_for(sim.store, k.dpunode, "node-host-001", has_annotation(REBOOT))
         sim.power_cycle("host-001")
         sim.store.patch(

@@ -9,8 +9,10 @@ Choices where DPF's behaviour is not pinned down by the sources (documented for 
   first DPU of the node reaches `Node Effect`; each DPU adds itself to `spec.requestor`. A DPU
   leaves the requestors in `Node Effect Removal` (or when deleted); the last one out deletes the
   maintenance. So a reprovisioned DPU finds no maintenance and a new one is created "true":
-  reprovisioning is held again. The hold counts as released when the annotation is anything
-  but "true" (set to "false", as the DPF docs say, or removed, as the Carbide SDK does).
+  reprovisioning is held again. The annotation is read as DPF's `reconcileHold` reads it
+  (`hold_verdict`, DOMAIN.md 2.4): a Go `ParseBool` false value releases, a true value holds, a
+  missing one is set back to "true" (the hold re-armed), anything else holds with
+  `NodeEffectApplied=False`, reason `Error`; once the hold is applied nothing re-arms it.
 - External reboot: the annotation is set when the first DPU of the node reaches `Rebooting`;
   every DPU of the node in `Rebooting` until the annotation is removed is served by that one
   reboot. Only removal completes it (a value of "false" does not: DPF checks presence). A DPU
@@ -83,6 +85,7 @@ from simulators.dpf.model import (
     dpu_id_of_device,
     hold_name,
     host_of_node,
+    is_true,
     now_rfc3339,
     phase,
     set_condition,
@@ -172,6 +175,36 @@ def _waiting_for_fresh_report(o: Object) -> bool:
     return set_condition(
         o.setdefault("status", {}), "DPUConfig", False, "WaitingForFreshRebootMethod", message
     )
+
+
+def _arm_hold(m: Object) -> bool:
+    """DPF writes the missing hold annotation back as "true" (`reconcileHold`)."""
+    annotations = m["metadata"].setdefault("annotations", {})
+    if annotations.get(HOLD_ANNOTATION) is not None:
+        return False
+    annotations[HOLD_ANNOTATION] = "true"
+    return True
+
+
+# Go's strconv.ParseBool, which DPF's `reconcileHold` applies to the hold annotation.
+_GO_TRUE, _GO_FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")
+
+
+def hold_verdict(value: str | None) -> str:
+    """What DPF does with a not yet applied hold whose annotation reads `value` (None: absent).
+
+    DPF `internal/provisioning/controllers/dpunodemaintenance/dpunodemaintenance_controller.go`
+    `reconcileHold` (@1f7af1ed, index id 57664575831; DOMAIN.md 2.4): "arm" (absent: DPF writes
+    "true" and waits), "hold" (a true value), "release" (a false value: "false", "0", "f", ...),
+    "error" (no boolean: `NodeEffectApplied=False`, reason `Error`, and no release).
+    """
+    if value is None:
+        return "arm"
+    if value in _GO_TRUE:
+        return "hold"
+    if value in _GO_FALSE:
+        return "release"
+    return "error"
 
 
 def after_host_reboot(previous: str, discovery_true: bool, after_agent: str) -> str:
@@ -505,7 +538,22 @@ class Provisioner:
             return True
 
         self.client.mutate(self.client.maintenance, hold_name(node), add_requestor)
-        return annotations_of(maintenance).get(HOLD_ANNOTATION) != "true"
+        if is_true(maintenance, "NodeEffectApplied"):
+            return True  # "If node effect is already applied, return": the annotation no longer counts
+        value = annotations_of(maintenance).get(HOLD_ANNOTATION)
+        verdict = hold_verdict(value)
+        if verdict == "arm":
+            self.client.mutate(self.client.maintenance, hold_name(node), _arm_hold)
+        elif verdict == "error":
+            self._maintenance_error(node, f'strconv.ParseBool: parsing "{value}": invalid syntax')
+        return verdict == "release"
+
+    def _maintenance_error(self, node: str, error: str) -> None:
+        def change(m: Object) -> bool:
+            status = m.setdefault("status", {})
+            return set_condition(status, "NodeEffectApplied", False, "Error", f"Error occurred: {error}")
+
+        self.client.mutate(self.client.maintenance, hold_name(node), change, status=True)
 
     def _maintenance_status(self, node: str, *, applied: bool) -> None:
         def change(m: Object) -> bool:
