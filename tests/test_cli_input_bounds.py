@@ -22,7 +22,7 @@ from cli_support import (
     run_in_few_processes,
     write_unreachable_site,
 )
-from host_entity_support import StandInOperation, StandInReboot
+from host_entity_support import StandInOperation, StandInReboot, no_predecessor
 from host_operation_support import eventually
 from sim_support import start_dev_server
 from temporalio.client import Client
@@ -260,7 +260,10 @@ async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path, 
     process = None
     try:
         async with Worker(
-            client, task_queue=queue, workflows=[HostWorkflow, StandInOperation, StandInReboot]
+            client,
+            task_queue=queue,
+            workflows=[HostWorkflow, StandInOperation, StandInReboot],
+            activities=[no_predecessor],
         ):
             process = await asyncio.create_subprocess_exec(
                 METALFLOW, "host", "provision", host, "--wait", "--task-queue", queue,

@@ -32,6 +32,9 @@ with workflow.unsafe.imports_passed_through():
 
 PREDECESSOR_READ: workflow.ActivityConfig = {
     "start_to_close_timeout": timedelta(seconds=30),
+    # No worker serves the read (activities on another queue): the entity opens without it after
+    # this, saying so in its log, rather than holding every request behind it for ever.
+    "schedule_to_close_timeout": timedelta(seconds=120),
     "retry_policy": RetryPolicy(
         maximum_attempts=3, non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"]
     ),
