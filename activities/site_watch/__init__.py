@@ -16,7 +16,9 @@ new entry as it is added. Any workflow id can register: the routing knows no id 
 
 How it routes. A change that matters (the `HostDPFState` of the host differs after the event:
 phases, uids, conditions, the reboot-required and hold annotations, objects appearing or going)
-marks its host dirty. A flush signals each dirty host's state (`DPF_STATE_CHANGED_SIGNAL`,
+marks its host dirty. A flush waits until changes have paused (`FLUSH_QUIET_SECONDS`, at most
+`FLUSH_GATHER_SECONDS` after the first: a host's DPUs that move together, written apart, are one
+signal), then signals each dirty host's state (`DPF_STATE_CHANGED_SIGNAL`,
 `as_of` set, `sequence` 0) to the workflow ids registered for it, by id (the run now current);
 a dirty host nobody waits on is dropped, its objects stay cached. A host whose content changes
 and changes back between two flushes is still signalled, so a workflow that read the state in

@@ -54,6 +54,29 @@ log = logging.getLogger("activities.site_watch")
 POLL_BACKOFF_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)  # between failed polls for the registry
 HANDOVER_BEAT_SECONDS = 1.0
 """How often the watch heartbeats once its registry poll has ended (a cancel is on its way)."""
+FLUSH_QUIET_SECONDS = 0.02
+"""A flush waits until no change has come for this long (a host's DPUs move together: DPF writes
+each DPU's phase apart, milliseconds apart), so a host's changes are one signal per flush."""
+FLUSH_GATHER_SECONDS = 0.1
+"""...but never longer than this after the first change: the most a flush adds to a reaction."""
+
+
+async def gather_changes(changed: asyncio.Event, quiet: float, most: float) -> None:
+    """Return once `changed` has stayed clear for `quiet` seconds, or `most` seconds after the
+    call, whichever comes first; `changed` is clear on return. Each change that comes meanwhile
+    joins the flush that follows instead of costing a signal of its own."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + most
+    while True:
+        changed.clear()
+        left = deadline - loop.time()
+        if left <= 0:
+            return
+        try:
+            async with asyncio.timeout(min(quiet, left)):
+                await changed.wait()
+        except TimeoutError:
+            return
 
 
 @dataclass
@@ -234,6 +257,11 @@ class SiteWatchActivities:
             for task in tasks:
                 if task.done():
                     task.result()  # raises the stream's (or the poll's) error, or Restarted
+            if cache.dirty and not poll.done():
+                await gather_changes(run.changed, FLUSH_QUIET_SECONDS, FLUSH_GATHER_SECONDS)
+                for task in tasks:
+                    if task.done():
+                        task.result()
             if all(s.listed for s in cache.streams.values()) and run.waiters.synced:
                 cache.fresh = False
                 # Taken together, with no await between: every host dirtied by a change up to
