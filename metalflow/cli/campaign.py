@@ -33,7 +33,14 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -138,7 +145,7 @@ def register(subparsers: Any) -> None:
         parser.add_argument(
             "--reason", type=arg_type(Reason), default="", help="why, recorded with the request"
         )
-        parser.set_defaults(handler=runner(_update), update=update)
+        parser.set_defaults(handler=runner(_update), update=update, command=command)
 
     abort = commands.add_parser(
         "abort", help="start no new host; let running ones finish", description="Abort the campaign."
@@ -353,13 +360,25 @@ async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
         raise CampaignError(f"campaign {why}", why.status)
 
 
-async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> int:
-    return await workflow_commands.answer(handle, update, request, OperatorAnswer, MISSING)
+async def _ended(handle: WorkflowHandle[Any, Any]) -> str | None:
+    """How a completed campaign ended (`aborted by <who>: <why>`), for a command it refused; None
+    when its status cannot be read (no worker to answer): Temporal's `completed` stays."""
+    try:
+        return workflow_commands.campaign_ended(await query(handle))
+    except (CommandError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        return None
+
+
+async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any, command: str) -> int:
+    """Send the update; `command`: the CLI's words for it, in a refusal (`retry-failed`)."""
+    return await workflow_commands.answer(
+        handle, update, request, OperatorAnswer, MISSING, command=command, ended=_ended
+    )
 
 
 async def _update(client: Client, args: argparse.Namespace) -> int:
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
-    return await _answer(_handle(client, args.name), args.update, request)
+    return await _answer(_handle(client, args.name), args.update, request, args.command)
 
 
 async def _hosts(client: Client, args: argparse.Namespace) -> int:
@@ -401,12 +420,12 @@ async def _abort(client: Client, args: argparse.Namespace) -> int:
         cancel_running=args.cancel_running,
         keep_changes=args.keep_changes,
     )
-    return await _answer(_handle(client, args.name), ABORT_UPDATE, request)
+    return await _answer(_handle(client, args.name), ABORT_UPDATE, request, "abort")
 
 
 async def _skip(client: Client, args: argparse.Namespace) -> int:
     request = SkipRequest(requested_by=args.by, reason=args.reason, host_id=args.host)
-    return await _answer(_handle(client, args.name), SKIP_HOST_UPDATE, request)
+    return await _answer(_handle(client, args.name), SKIP_HOST_UPDATE, request, "skip")
 
 
 async def _limits(client: Client, args: argparse.Namespace) -> int:
@@ -430,7 +449,8 @@ async def _limits(client: Client, args: argparse.Namespace) -> int:
         limits = Limits.model_validate({**current.model_dump(), **changes})
     except ValueError as err:
         raise CampaignError(f"limits refused, nothing changed: {err}", EXIT_USAGE) from None
-    return await _answer(handle, SET_LIMITS_UPDATE, LimitsRequest(requested_by=args.by, limits=limits))
+    request = LimitsRequest(requested_by=args.by, limits=limits)
+    return await _answer(handle, SET_LIMITS_UPDATE, request, "limits")
 
 
 async def _list(client: Client, args: argparse.Namespace) -> int:
