@@ -31,11 +31,6 @@ class LogFormatterZ(logging.Formatter):
         return f"{when.strftime('%Y-%m-%dT%H:%M:%S')}.{int(record.msecs):03d}Z"
 
 
-def clock_z(when: datetime) -> str:
-    """The time of day of `when` in UTC with `Z` (`21:45:02Z`), for lines that already carry the date."""
-    return iso_z(when)[11:]
-
-
 def plural(count: int, word: str, words: str | None = None) -> str:
     """`1 DPU`, `2 DPUs`, `0 hosts`; `words` for an irregular plural (`plural(n, "entry", "entries")`)."""
     if count == 1:
