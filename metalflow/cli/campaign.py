@@ -470,11 +470,13 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
 
 def list_lines(rows: list[tuple[str, str, str, datetime]]) -> list[str]:
     """`campaign list`: a header, then one tab-separated line per campaign (its workflow id, its
-    run's status in Temporal, its own Phase, its start in ISO 8601 Z). The Phase is `-` only when
-    the campaign has none yet; a campaign that completed as planned reads `completed` in both
-    columns (the header tells them apart; a `-` read as if it had no phase)."""
+    run in Temporal, its own Phase, its start in ISO 8601 Z). One meaning per column: RUN says
+    whether the run is `running` or `closed` (or how Temporal ended it otherwise: `failed`,
+    `terminated`, `timed out`, `cancelled`, `continued as new`), PHASE how far the campaign got
+    (`completed`, `aborted`, `halted`, ...; `-` only while it has none yet): a campaign that
+    completed read `completed completed`."""
     lines = ["CAMPAIGN\tRUN\tPHASE\tSTARTED"]
     for workflow_id, status, phase, started in rows:
-        shown = phase or "-"
-        lines.append(f"{workflow_id}\t{status}\t{shown}\t{iso_z(started)}")
+        run = "closed" if status == "completed" else status.replace("_", " ")
+        lines.append(f"{workflow_id}\t{run}\t{phase or '-'}\t{iso_z(started)}")
     return lines

@@ -53,13 +53,40 @@ def test_one_host_is_one_host() -> None:
 
 def test_campaign_list_has_a_header_and_shows_every_phase() -> None:
     lines = list_lines(
-        [("campaign/a", "completed", "completed", AT), ("campaign/b", "completed", "aborted", AT)]
+        [
+            ("campaign/a", "completed", "completed", AT),
+            ("campaign/b", "completed", "aborted", AT),
+            ("campaign/c", "running", "", AT),
+            ("campaign/d", "timed_out", "rolling", AT),
+        ]
     )
     assert lines == [
         "CAMPAIGN\tRUN\tPHASE\tSTARTED",
-        "campaign/a\tcompleted\tcompleted\t2026-11-29T06:30:05Z",  # a phase, not `-` (attack on main)
-        "campaign/b\tcompleted\taborted\t2026-11-29T06:30:05Z",
+        # a phase, not `-` (attack on main); RUN says the run closed, not `completed` again (issue 38)
+        "campaign/a\tclosed\tcompleted\t2026-11-29T06:30:05Z",
+        "campaign/b\tclosed\taborted\t2026-11-29T06:30:05Z",
+        "campaign/c\trunning\t-\t2026-11-29T06:30:05Z",
+        "campaign/d\ttimed out\trolling\t2026-11-29T06:30:05Z",
     ]
+
+
+def test_campaign_schedules_say_their_times_as_a_person_writes_them() -> None:
+    """Issue 38 item 5: `--every 30d` read "every 2.592e+06 s"; the listing had no header."""
+    from datetime import timedelta
+
+    from temporalio.client import ScheduleIntervalSpec, ScheduleSpec
+
+    from metalflow.cli.campaign_options import duration, duration_words
+    from metalflow.cli.campaign_schedule import SCHEDULES_HEADER, schedule_when
+
+    for text in ("30d", "24h", "12h", "90m", "45s", "2h"):
+        assert duration_words(duration(text)) == text
+    assert duration_words(86400 * 7) == "7d" and duration_words(1.5) == "1.5s"
+    every = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=30))])
+    assert schedule_when(every) == "every 30d"
+    cron = ScheduleSpec(cron_expressions=["0 2 * * *"], time_zone_name="UTC")
+    assert schedule_when(cron) == "cron '0 2 * * *' in UTC"
+    assert SCHEDULES_HEADER.split("\t") == ["SCHEDULE", "STATE", "WHEN", "NEXT", "LAST", "NOTE"]
 
 
 def test_pausing_a_schedule_keeps_its_description() -> None:
