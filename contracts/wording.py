@@ -57,3 +57,29 @@ def with_its_reboot(own: str, reboot_id: str, phase: str, words: str) -> str:
     status`, `--wait` (`metalflow.hosts.with_its_reboot`) and the operation's own current details
     in the Temporal UI (`workflows/parts/reboot_rounds.py`)."""
     return f"{own}; its reboot {reboot_id}: {phase}: {words}".lstrip("; ")
+
+
+HOST_ANSWER_COMMANDS = {
+    "retry": "metalflow host retry {host}",
+    "mark_rebooted": "metalflow host mark-rebooted {host}",
+    "abort": "metalflow host abort {host}",
+}
+"""The CLI's command for each answer to a host operation's manual intervention (its update name:
+`retry`, `mark_rebooted`, `abort`); scripts and the Temporal CLI send the updates (README)."""
+
+
+def answers_in_words(kinds: tuple[str, ...], when: dict[str, str], host_id: str | None = None) -> str:
+    """The one sentence that says how to answer an operator's question: each answer (`abort`
+    last) with when to give it (`when`, e.g. "once the BMC is fixed"). For a host (`host_id`): the
+    CLI's commands (`metalflow host mark-rebooted HOST`); else the updates by name."""
+
+    def one(kind: str) -> str:
+        command = HOST_ANSWER_COMMANDS.get(kind) if host_id else None
+        named = f"`{command.format(host=host_id)}`" if command else f"`{kind}`"
+        return named + (f" {when[kind]}" if when.get(kind) else "")
+
+    named = [one(kind) for kind in (*kinds, "abort")]
+    listed = f"{', '.join(named[:-1])} or {named[-1]}" if len(named) > 1 else named[0]
+    if host_id:
+        return f"Answer with {listed}"
+    return f"Answer with the update {listed} (`metalflow` CLI, Temporal CLI or UI)"

@@ -101,7 +101,7 @@ def test_an_error_reprovisioning_cannot_fix_parks_the_run_and_spends_nothing() -
     state = run_state()
     call = state.error_call(in_error(0, reason="UnsupportedNodeRebootMethod"))
     assert call.kind == "park" and call.dpu_id == "d0"
-    assert "UnsupportedNodeRebootMethod" in call.words and "`retry`" in call.words
+    assert "UnsupportedNodeRebootMethod" in call.words and "before a retry" in call.words
     assert state.error_reprovisions == {} and state.host_error_reprovisions == 0
 
 

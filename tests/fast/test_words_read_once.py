@@ -198,3 +198,22 @@ async def test_an_unreachable_bmc_is_not_called_busy() -> None:
     await client.aclose()
     retried = [line for line in said if "cannot reach" in line]
     assert retried and all(line.startswith("BMC unavailable (") for line in retried), said
+
+
+def test_a_host_operations_question_says_once_how_to_answer_with_the_clis_commands() -> None:
+    """Issue 38 item 6: the line said how to answer twice ("; `retry` once the BMC is fixed,
+    `mark_rebooted` once ... . Answer with the update `retry`, `mark_rebooted` or `abort`") and
+    named the update `mark_rebooted` where the CLI's command is `host mark-rebooted`."""
+    from contracts.wording import answers_in_words
+
+    when = {"retry": "once the BMC is fixed", "mark_rebooted": "once h-1 was rebooted by hand"}
+    said = answers_in_words(("retry", "mark_rebooted"), when, "h-1")
+    assert said == (
+        "Answer with `metalflow host retry h-1` once the BMC is fixed, `metalflow host mark-rebooted h-1` "
+        "once h-1 was rebooted by hand or `metalflow host abort h-1`"
+    )
+    assert "mark_rebooted" not in said and said.count("Answer") == 1
+    # Campaigns and rollouts keep the updates by name (their CLI commands are named after them).
+    assert answers_in_words(("resume",), {}, None) == (
+        "Answer with the update `resume` or `abort` (`metalflow` CLI, Temporal CLI or UI)"
+    )

@@ -209,8 +209,8 @@ class HostOperationState:
                 "park",
                 dpu_id,
                 f"DPU {dpu.name} is in Error ({found[0]}: {found[1]}: {dpu.failure_message()}): a DPF "
-                "configuration problem that reprovisioning cannot fix, and DPF never retries. Fix it, "
-                "then `retry` (DPF is read again) or `abort`",
+                "configuration problem that reprovisioning cannot fix, and DPF never retries: fix it "
+                "before a retry (DPF is read again)",
             )
         done = self.error_reprovisions.get(dpu_id, 0)
         why = f"{found[0]}: {found[1]}: " if found is not None else ""

@@ -431,7 +431,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
         while not await self._reboot_once():
             words = self._power.hand_over_words(then="the reset completes")
             kernel.report("host-left-off", words)
-            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
+            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",), "")
             self._power.retried()
 
     async def _reboot_once(self, *, abortable: bool = True) -> bool:
