@@ -83,3 +83,9 @@ def answers_in_words(kinds: tuple[str, ...], when: dict[str, str], host_id: str 
     if host_id:
         return f"Answer with {listed}"
     return f"Answer with the update {listed} (`metalflow` CLI, Temporal CLI or UI)"
+
+
+def method_words(method: str) -> str:
+    """How a host was rebooted, one spelling everywhere: a reboot's result says `bmc:ForceOff+On`
+    (the BMC's, apart from `manual`); its own final details and a reset's line say `ForceOff+On`."""
+    return method.removeprefix("bmc:")

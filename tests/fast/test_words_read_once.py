@@ -217,3 +217,16 @@ def test_a_host_operations_question_says_once_how_to_answer_with_the_clis_comman
     assert answers_in_words(("resume",), {}, None) == (
         "Answer with the update `resume` or `abort` (`metalflow` CLI, Temporal CLI or UI)"
     )
+
+
+def test_a_firmware_run_that_is_done_waits_for_nothing_but_its_close() -> None:
+    """Issue 38 item 7: "done; waiting for every DPU runs 32.45.1020" (a finished run's words read
+    as a wait); and one spelling of a reboot's method ("by bmc:ForceOff+On" vs "by ForceOff+On")."""
+    from contracts.wording import method_words
+    from metalflow.hosts import as_running
+
+    status = as_running({"phase": "done", "waiting_for": "every DPU runs 32.45.1020"})
+    line = describe_operation(status)
+    assert line.startswith("finishing; waiting for its run to close"), line
+    assert "(every DPU runs 32.45.1020)" in line and "done:" not in line, line
+    assert method_words("bmc:ForceOff+On") == method_words("ForceOff+On") == "ForceOff+On"
