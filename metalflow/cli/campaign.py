@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.client import (
@@ -89,6 +89,7 @@ from metalflow.hosts import default_operator
 from metalflow.rollouts import root_cause
 
 HOST_OUTCOMES = HostState.WORDS.values()
+ENDED_READ = timedelta(seconds=5)  # how long a refusal waits to read how an ended campaign ended
 MISSING = "no campaign {id} running"  # an update's refusal when the workflow does not run
 UPDATES = {
     "pause": (PAUSE_UPDATE, "start no new host; running ones finish"),
@@ -362,11 +363,13 @@ async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
 
 async def _ended(handle: WorkflowHandle[Any, Any]) -> str | None:
     """How a completed campaign ended (`aborted by <who>: <why>`), for a command it refused; None
-    when its status cannot be read (no worker to answer): Temporal's `completed` stays."""
+    when its status cannot be read within ENDED_READ (no worker to answer): Temporal's
+    `completed` stays. Cost: one query, on this refusal only."""
     try:
-        return workflow_commands.campaign_ended(await query(handle))
-    except (CommandError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        status = await handle.query(STATUS_QUERY, result_type=CampaignStatus, rpc_timeout=ENDED_READ)
+    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         return None
+    return workflow_commands.campaign_ended(status)
 
 
 async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any, command: str) -> int:
