@@ -31,11 +31,6 @@ class LogFormatterZ(logging.Formatter):
         return f"{when.strftime('%Y-%m-%dT%H:%M:%S')}.{int(record.msecs):03d}Z"
 
 
-def clock_z(when: datetime) -> str:
-    """The time of day of `when` in UTC with `Z` (`21:45:02Z`), for lines that already carry the date."""
-    return iso_z(when)[11:]
-
-
 def plural(count: int, word: str, words: str | None = None) -> str:
     """`1 DPU`, `2 DPUs`, `0 hosts`; `words` for an irregular plural (`plural(n, "entry", "entries")`)."""
     if count == 1:
@@ -62,3 +57,35 @@ def with_its_reboot(own: str, reboot_id: str, phase: str, words: str) -> str:
     status`, `--wait` (`metalflow.hosts.with_its_reboot`) and the operation's own current details
     in the Temporal UI (`workflows/parts/reboot_rounds.py`)."""
     return f"{own}; its reboot {reboot_id}: {phase}: {words}".lstrip("; ")
+
+
+HOST_ANSWER_COMMANDS = {
+    "retry": "metalflow host retry {host}",
+    "mark_rebooted": "metalflow host mark-rebooted {host}",
+    "abort": "metalflow host abort {host}",
+}
+"""The CLI's command for each answer to a host operation's manual intervention (its update name:
+`retry`, `mark_rebooted`, `abort`); scripts and the Temporal CLI send the updates (README)."""
+
+
+def answers_in_words(kinds: tuple[str, ...], when: dict[str, str], host_id: str | None = None) -> str:
+    """The one sentence that says how to answer an operator's question: each answer (`abort`
+    last) with when to give it (`when`, e.g. "once the BMC is fixed"). For a host (`host_id`): the
+    CLI's commands (`metalflow host mark-rebooted HOST`); else the updates by name."""
+
+    def one(kind: str) -> str:
+        command = HOST_ANSWER_COMMANDS.get(kind) if host_id else None
+        named = f"`{command.format(host=host_id)}`" if command else f"`{kind}`"
+        return named + (f" {when[kind]}" if when.get(kind) else "")
+
+    named = [one(kind) for kind in (*kinds, "abort")]
+    listed = f"{', '.join(named[:-1])} or {named[-1]}" if len(named) > 1 else named[0]
+    if host_id:
+        return f"Answer with {listed}"
+    return f"Answer with the update {listed} (`metalflow` CLI, Temporal CLI or UI)"
+
+
+def method_words(method: str) -> str:
+    """How a host was rebooted, one spelling everywhere: a reboot's result says `bmc:ForceOff+On`
+    (the BMC's, apart from `manual`); its own final details and a reset's line say `ForceOff+On`."""
+    return method.removeprefix("bmc:")

@@ -243,7 +243,9 @@ async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] |
     return status
 
 
-ENDED_PHASES = ("completed", "failed", "aborted", "cancelled", "stopped")  # `kernel.Runbook.ENDED`
+DONE_PHASES = tuple(dict.fromkeys(("completed", *(kind.ended for kind in ENTITY_REQUESTS))))
+"""Final phases of a run that did what it was asked (`completed`; a firmware run's `done`)."""
+ENDED_PHASES = (*DONE_PHASES, "failed", "aborted", "cancelled", "stopped")  # `kernel.Runbook.ENDED`
 FINISHING = "finishing"
 
 
@@ -258,7 +260,7 @@ def as_running(status: dict[str, Any]) -> dict[str, Any]:
     if phase not in ENDED_PHASES:
         return status
     said = str(status.get("waiting_for") or "")
-    words = said if phase == "completed" else f"{phase}: {said}".rstrip(": ")
+    words = said if phase in DONE_PHASES else f"{phase}: {said}".rstrip(": ")
     waiting = "its run to close and its host to record the end" + (f" ({words})" if words else "")
     return {**status, "phase": FINISHING, "waiting_for": waiting}
 

@@ -10,10 +10,11 @@ the demo; rollouts and campaigns can use it the same way):
         progress.finish("host-001", "completed (reboots 1)")
 
 On a terminal (rich's `Live`): lasting lines scroll above a live region holding one line per
-key that is still waiting: `host-001  waiting for power cycle of host-001  since 21:45:02Z
-(0:12)`, refreshed twice a second, cropped to the terminal's width; the region is gone when the
-display closes. Elsewhere (a pipe, a log file, CI): plain lines, each stamped with the UTC time
-and the elapsed time since the display began (`2026-11-22T21:45:02Z +0:12 host-001: ...`), and
+key that is still waiting: `host-001  waiting for power cycle of host-001  since
+2026-11-22T21:45:02Z (0:12)` (ISO 8601 with its date, as every time metalflow prints), refreshed
+twice a second, cropped to the terminal's width; the region is gone when the display closes.
+Elsewhere (a pipe, a log file, CI): plain lines, each stamped with the UTC time and the elapsed
+time since the display began (`2026-11-22T21:45:02Z +0:12 host-001: ...`), and
 a waiting line only when what a key waits for changes, so a log reads as a story.
 
 Cost: nothing per host beyond a dict entry; a live refresh re-renders one line per waiting key.
@@ -35,7 +36,7 @@ from rich.live import Live
 from rich.text import Text
 
 from contracts.validation import terminal_safe
-from contracts.wording import clock_z, duration, iso_z
+from contracts.wording import duration, iso_z
 
 LIVE_REFRESH_PER_SECOND = 2
 
@@ -158,7 +159,7 @@ class Progress:
         began = since or (known.since if known is not None and not announce else self._clock())
         self._waits[key] = _Wait(what, began)
         if self._live is None and announce:
-            self.note(f"{key}:   waiting for {what} (since {clock_z(began)})")
+            self.note(f"{key}:   waiting for {what} (since {iso_z(began)})")
 
     def finish(self, key: str, text: str) -> None:
         """`key` is done: its live line goes, `text` stays."""
@@ -184,4 +185,4 @@ class Progress:
 
 
 def _since(when: datetime, now: datetime) -> str:
-    return f"{clock_z(when)} ({duration(now - when)})"
+    return f"{iso_z(when)} ({duration(now - when)})"

@@ -252,9 +252,10 @@ async def test_status_of_a_failed_or_terminated_workflow_says_so_and_exits_1(
     finally:
         await schedule.delete()
     assert listed.status == 1, listed
-    assert f"last campaign/{run} failed: InvalidInput: group rack7 matches no host" in listed.stdout
+    assert f"\tcampaign/{run} failed: InvalidInput: group rack7 matches no host" in listed.stdout
     iso = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"  # one time format (item 8)
-    line = rf"campaign-cmpe-broken\tpaused\tnext {iso}\tlast campaign/"
+    assert listed.stdout.startswith("SCHEDULE\tSTATE\tWHEN\tNEXT\tLAST\tNOTE\n")  # a header (issue 38)
+    line = rf"campaign-cmpe-broken\tpaused\t(every|cron|calendar)[^\t]*\t{iso}\tcampaign/"
     assert re.search(line, listed.stdout), listed.stdout
 
 
@@ -346,11 +347,18 @@ async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
     assert len(started) == final["done"] and all(e.start_time <= abort_at for e in started)
     listed = await metalflow(local_env, "campaign", "list")
     assert listed.stdout.startswith("CAMPAIGN\tRUN\tPHASE\tSTARTED\n")  # a header (issue 38 item 7)
-    assert f"campaign/{name}\tcompleted\taborted" in listed.stdout  # workflow status, then Phase
+    # RUN: the run closed; PHASE: how the campaign ended (before: "completed\taborted", issue 38)
+    assert f"campaign/{name}\tclosed\taborted" in listed.stdout
+    await local_env.client.get_workflow_handle(f"campaign/{name}").result()  # its run closed
+    paused = await metalflow(local_env, "campaign", "pause", name)
+    said = f"campaign/{name} has ended (aborted by "  # before: "has ended (completed)" (issue 38)
+    assert (paused.status, said in paused.stderr, ": test): nothing to pause" in paused.stderr) == (
+        1,
+        True,
+        True,
+    ), paused.stderr
     # ISO 8601 UTC with Z, as every time metalflow prints (issue 29 item 8)
-    assert re.search(
-        rf"campaign/{name}\tcompleted\taborted\t\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", listed.stdout
-    )
+    assert re.search(rf"campaign/{name}\tclosed\taborted\t\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", listed.stdout)
 
 
 async def test_a_scheduled_campaign_runs_when_triggered(

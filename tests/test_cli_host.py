@@ -181,7 +181,9 @@ async def test_reboot_wait_shows_its_phases_and_the_manual_reboot_it_waits_for(
     assert "run `metalflow host-rebooted clih-003`" in done.stdout  # said before anything waits
     assert "clih-003: waiting-for-manual-reboot" in done.stdout
     assert re.search(
-        r"clih-003:   waiting for `metalflow host-rebooted clih-003`.* \(since \d\d:\d\d:\d\dZ\)", done.stdout
+        r"clih-003:   waiting for `metalflow host-rebooted clih-003`.*"
+        r" \(since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)",
+        done.stdout,
     )
     assert "reboot/clih-003/generation-1 completed (boot_generation 1)" in done.stdout
     assert sim.power_log("clih-003") == []  # a manual reboot: metalflow never touched its power

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts import counted_runs, events, metrics, names
     from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError, first_application_error
     from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+    from contracts.wording import answers_in_words
 
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
@@ -445,16 +446,14 @@ class Runbook:
 
     # -- decisions -------------------------------------------------------------------------------
     async def await_decision(
-        self, phase: str, question: str, kinds: tuple[str, ...]
+        self, phase: str, question: str, kinds: tuple[str, ...], how: str | None = None
     ) -> tuple[str, OperatorRequest]:
-        """Enter `phase`, ask an operator `question`, and wait for one of the updates `kinds`
-        (an abort raises). Returns the kind answered and who answered."""
+        """Enter `phase`, ask an operator `question`, and wait for one of the updates `kinds` (an
+        abort raises). Returns the kind answered and who. `how`: the one sentence on how to answer
+        (`answers_in_words`; default: the updates by name; "": the question says it)."""
         self._question, self._kinds, self._answer = question, kinds, None
-        named = [f"`{k}`" for k in (*kinds, "abort")]
-        answers = f"{', '.join(named[:-1])} or {named[-1]}"
-        self.enter(
-            phase, f"{question}. Answer with the update {answers} (`metalflow` CLI, Temporal CLI or UI)"
-        )
+        how = answers_in_words(kinds, {}) if how is None else how
+        self.enter(phase, f"{question}. {how}" if how else question)
         try:
             await self.wait(lambda: self._answer is not None)
         finally:

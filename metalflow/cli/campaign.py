@@ -30,10 +30,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -82,6 +89,7 @@ from metalflow.hosts import default_operator
 from metalflow.rollouts import root_cause
 
 HOST_OUTCOMES = HostState.WORDS.values()
+ENDED_READ = timedelta(seconds=5)  # how long a refusal waits to read how an ended campaign ended
 MISSING = "no campaign {id} running"  # an update's refusal when the workflow does not run
 UPDATES = {
     "pause": (PAUSE_UPDATE, "start no new host; running ones finish"),
@@ -138,7 +146,7 @@ def register(subparsers: Any) -> None:
         parser.add_argument(
             "--reason", type=arg_type(Reason), default="", help="why, recorded with the request"
         )
-        parser.set_defaults(handler=runner(_update), update=update)
+        parser.set_defaults(handler=runner(_update), update=update, command=command)
 
     abort = commands.add_parser(
         "abort", help="start no new host; let running ones finish", description="Abort the campaign."
@@ -353,13 +361,27 @@ async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
         raise CampaignError(f"campaign {why}", why.status)
 
 
-async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> int:
-    return await workflow_commands.answer(handle, update, request, OperatorAnswer, MISSING)
+async def _ended(handle: WorkflowHandle[Any, Any]) -> str | None:
+    """How a completed campaign ended (`aborted by <who>: <why>`), for a command it refused; None
+    when its status cannot be read within ENDED_READ (no worker to answer): Temporal's
+    `completed` stays. Cost: one query, on this refusal only."""
+    try:
+        status = await handle.query(STATUS_QUERY, result_type=CampaignStatus, rpc_timeout=ENDED_READ)
+    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        return None
+    return workflow_commands.campaign_ended(status)
+
+
+async def _answer(handle: WorkflowHandle[Any, Any], update: str, request: Any, command: str) -> int:
+    """Send the update; `command`: the CLI's words for it, in a refusal (`retry-failed`)."""
+    return await workflow_commands.answer(
+        handle, update, request, OperatorAnswer, MISSING, command=command, ended=_ended
+    )
 
 
 async def _update(client: Client, args: argparse.Namespace) -> int:
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
-    return await _answer(_handle(client, args.name), args.update, request)
+    return await _answer(_handle(client, args.name), args.update, request, args.command)
 
 
 async def _hosts(client: Client, args: argparse.Namespace) -> int:
@@ -401,12 +423,12 @@ async def _abort(client: Client, args: argparse.Namespace) -> int:
         cancel_running=args.cancel_running,
         keep_changes=args.keep_changes,
     )
-    return await _answer(_handle(client, args.name), ABORT_UPDATE, request)
+    return await _answer(_handle(client, args.name), ABORT_UPDATE, request, "abort")
 
 
 async def _skip(client: Client, args: argparse.Namespace) -> int:
     request = SkipRequest(requested_by=args.by, reason=args.reason, host_id=args.host)
-    return await _answer(_handle(client, args.name), SKIP_HOST_UPDATE, request)
+    return await _answer(_handle(client, args.name), SKIP_HOST_UPDATE, request, "skip")
 
 
 async def _limits(client: Client, args: argparse.Namespace) -> int:
@@ -430,7 +452,8 @@ async def _limits(client: Client, args: argparse.Namespace) -> int:
         limits = Limits.model_validate({**current.model_dump(), **changes})
     except ValueError as err:
         raise CampaignError(f"limits refused, nothing changed: {err}", EXIT_USAGE) from None
-    return await _answer(handle, SET_LIMITS_UPDATE, LimitsRequest(requested_by=args.by, limits=limits))
+    request = LimitsRequest(requested_by=args.by, limits=limits)
+    return await _answer(handle, SET_LIMITS_UPDATE, request, "limits")
 
 
 async def _list(client: Client, args: argparse.Namespace) -> int:
@@ -450,11 +473,13 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
 
 def list_lines(rows: list[tuple[str, str, str, datetime]]) -> list[str]:
     """`campaign list`: a header, then one tab-separated line per campaign (its workflow id, its
-    run's status in Temporal, its own Phase, its start in ISO 8601 Z). The Phase is `-` only when
-    the campaign has none yet; a campaign that completed as planned reads `completed` in both
-    columns (the header tells them apart; a `-` read as if it had no phase)."""
+    run in Temporal, its own Phase, its start in ISO 8601 Z). One meaning per column: RUN says
+    whether the run is `running` or `closed` (or how Temporal ended it otherwise: `failed`,
+    `terminated`, `timed out`, `cancelled`, `continued as new`), PHASE how far the campaign got
+    (`completed`, `aborted`, `halted`, ...; `-` only while it has none yet): a campaign that
+    completed read `completed completed`."""
     lines = ["CAMPAIGN\tRUN\tPHASE\tSTARTED"]
     for workflow_id, status, phase, started in rows:
-        shown = phase or "-"
-        lines.append(f"{workflow_id}\t{status}\t{shown}\t{iso_z(started)}")
+        run = "closed" if status == "completed" else status.replace("_", " ")
+        lines.append(f"{workflow_id}\t{run}\t{phase or '-'}\t{iso_z(started)}")
     return lines

@@ -58,6 +58,20 @@ def duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2)]
 
 
+def duration_words(seconds: float) -> str:
+    """A span as `--every` takes it, in the largest unit it is a whole number of: `30d`, `24h`
+    (a day is said in hours, as one writes it), `90m`, `45s`; the inverse of `duration`."""
+    whole = round(seconds)
+    if whole != seconds or whole <= 0:
+        return f"{seconds:g}s"
+    if whole % 86400 == 0 and whole > 86400:
+        return f"{whole // 86400}d"
+    for unit, size in (("h", 3600), ("m", 60)):
+        if whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
 def _day(text: str) -> int:
     key = text.strip().lower()[:3]
     if key not in DAYS:

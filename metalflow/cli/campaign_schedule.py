@@ -49,7 +49,7 @@ from contracts.models.campaign import CampaignInput
 from contracts.validation import Requester, arg_type
 from contracts.wording import iso_z
 from metalflow.cli import exits
-from metalflow.cli.campaign_options import add_options, campaign_input, duration
+from metalflow.cli.campaign_options import add_options, campaign_input, duration, duration_words
 from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import default_operator
 
@@ -177,9 +177,9 @@ async def _create(client: Client, args: argparse.Namespace) -> int:
         if err.status == RPCStatusCode.INVALID_ARGUMENT:
             raise ScheduleError(f"schedule refused, nothing created: {err.message}", EXIT_USAGE) from None
         raise
-    when = f"cron {args.cron!r} in {args.tz}" if args.cron else f"every {args.every:g} s"
+    when = f"cron {args.cron!r} in {args.tz}" if args.cron else f"every {duration_words(args.every)}"
     print(
-        f"schedule {sid} created ({when}, catch-up {catch_up.total_seconds():g} s); "
+        f"schedule {sid} created ({when}, catch-up {duration_words(catch_up.total_seconds())}); "
         f"its runs are campaign/{args.name}-<time>"
     )
     if not await _listed_as(client, sid, present=True):
@@ -236,6 +236,21 @@ async def _act(client: Client, action: str, name: str, by: str) -> int:
     return EXIT_OK
 
 
+SCHEDULES_HEADER = "SCHEDULE\tSTATE\tWHEN\tNEXT\tLAST\tNOTE"
+"""`campaign schedules`' header row: LAST is the last run, or how it ended when not completed."""
+
+
+def schedule_when(spec: Any) -> str:
+    """A schedule's times in words, as `campaign schedule` took them: `every 30d`, `cron '0 2 * *
+    *' in Europe/Paris` (a Temporal `ScheduleSpec`)."""
+    words = [f"every {duration_words(i.every.total_seconds())}" for i in spec.intervals]
+    zone = f" in {spec.time_zone_name}" if spec.time_zone_name else ""
+    words += [f"cron {cron!r}{zone}" for cron in spec.cron_expressions]
+    if not words and spec.calendars:  # a server that kept the cron as its calendar only
+        words.append(f"calendar{zone}")
+    return "; ".join(words) or "-"
+
+
 async def _schedules(client: Client, args: argparse.Namespace) -> int:
     """One line per campaign schedule; a schedule whose last run failed, was terminated or timed
     out says so with the reason, and the command exits 1 (status is the truth)."""
@@ -266,10 +281,12 @@ async def _schedules(client: Client, args: argparse.Namespace) -> int:
             if ended is not None:
                 bad += 1
                 last = ended
-        print(
-            f"{listed.id}\t{'paused' if state.paused else 'active'}\t"
-            f"next {iso_z(upcoming[0]) if upcoming else '-'}\tlast {last}\t{state.note or ''}"
-        )
+        if found == 1:
+            print(SCHEDULES_HEADER)
+        next_at = iso_z(upcoming[0]) if upcoming else "-"
+        when = schedule_when(described.schedule.spec)
+        shown = "paused" if state.paused else "active"
+        print(f"{listed.id}\t{shown}\t{when}\t{next_at}\t{last}\t{state.note or ''}")
     if not found:
         print("no campaign schedules")
     return EXIT_FAILED if bad else EXIT_OK

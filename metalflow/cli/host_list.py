@@ -11,7 +11,8 @@ row listed (`bench/bench_host_list.py`; figures in bench/README.md); a Temporal 
 visibility answers without the dev server's floor. On a terminal, the rows read so far are
 counted on stderr while the pages arrive.
 `--phase` keeps hosts whose entity phase (`idle`, `running reprovision`,
-`awaiting-approval`, ...) or operation phase (`rebooting-host`, ...) is P, filtered by the server
+`awaiting-approval`, ...) or operation phase (`rebooting-host`, `finishing`: in its final phase,
+its run not closed yet, as `host status` and `--wait` print it, ...) is P, filtered by the server
 (see `fleet`): the cost follows the hosts that match and the operations in flight. P must be one
 of `host_phases.KNOWN_PHASES`, checked while the arguments are parsed, before connecting.
 
@@ -45,7 +46,7 @@ from contracts import names
 from contracts.validation import terminal_safe
 from contracts.wording import iso_z, plural
 from metalflow.cli import exits
-from metalflow.cli.host_phases import KNOWN_PHASES, unknown_phase_message
+from metalflow.cli.host_phases import KNOWN_PHASES, shown, shown_as, unknown_phase_message
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 T = TypeVar("T")
@@ -84,7 +85,7 @@ class HostRow:
             operation = {
                 "workflow_id": self.workflow_id,
                 "operation": self.operation,
-                "phase": self.operation_phase,
+                "phase": self.shown_operation_phase,
                 "started_at": _iso(self.started_at),
             }
         return {
@@ -101,6 +102,12 @@ class HostRow:
             "operation": operation,
             "left_off_by": self.left_off,
         }
+
+    @property
+    def shown_operation_phase(self) -> str | None:
+        """The operation's phase as `host status` and `--wait` print it (`finishing` for a run in
+        its final phase that has not closed: `host_phases.shown`)."""
+        return None if self.operation_phase is None else shown(self.operation_phase)
 
     @property
     def shown_phase(self) -> str:
@@ -287,7 +294,8 @@ async def fleet(
             listing.pages(ENTITIES_QUERY, _entity), listing.pages(OPERATIONS_QUERY, _operation)
         )
         return _join(entities, operations), listing.requests
-    wanted = f'{names.PHASE.name} = "{phase}"'  # `phase` is one of KNOWN_PHASES (`_phase`): no quotes
+    raw = ", ".join(f'"{word}"' for word in sorted(shown_as(phase)))  # KNOWN_PHASES (`_phase`): no quotes
+    wanted = f"{names.PHASE.name} IN ({raw})"
     entities, matched, operations = await asyncio.gather(
         listing.pages(f"{ENTITIES_QUERY} AND {wanted}", _entity),
         listing.pages(f"{OPERATIONS_QUERY} AND {wanted}", _operation),
@@ -299,7 +307,9 @@ async def fleet(
         ids = ", ".join(f'"{parent}"' for parent in parents[chunk : chunk + ID_CHUNK])
         entities.extend(await listing.pages(f"{ENTITIES_QUERY} AND WorkflowId IN ({ids})", _entity))
     rows = _join(entities, operations)
-    return [row for row in rows if phase in (row.phase, row.operation_phase)], listing.requests
+    return [row for row in rows if phase in (row.phase, row.operation_phase, row.shown_operation_phase)], (
+        listing.requests
+    )
 
 
 def _join(entities: list[tuple[str, HostRow]], operations: list[_Operation]) -> list[HostRow]:
@@ -365,7 +375,7 @@ def render(rows: list[HostRow], now: datetime) -> str:
                 row.instance or "-",
                 f"on ({row.maintenance_by})" if row.maintenance_by else "-",
                 row.workflow_id or "-",
-                row.operation_phase or "-",
+                row.shown_operation_phase or "-",
             )
         )
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]

@@ -18,6 +18,7 @@ from typing import Final
 
 from contracts.host_requests import ENTITY_REQUESTS
 from contracts.validation import safe
+from metalflow.hosts import as_running
 
 ENTITY_OPERATIONS: Final = tuple(kind.operation for kind in ENTITY_REQUESTS)
 
@@ -35,13 +36,30 @@ ENDINGS: Final = EARLY_ENDINGS | {kind.ended for kind in ENTITY_REQUESTS}
 OPERATION_PHASES: Final = ENDINGS | {phase for kind in ENTITY_REQUESTS for phase in kind.phases}
 """The phases of an operation in flight on a host (its `Operation` is one of ENTITY_OPERATIONS)."""
 
-KNOWN_PHASES: Final = ENTITY_PHASES | OPERATION_PHASES
+
+def shown(phase: str) -> str:
+    """An operation's phase as every status prints it: `metalflow.hosts.as_running`'s (a run in
+    its final phase that has not closed reads `finishing`), so `host list`, `host status` and
+    `--wait` say one word for one state."""
+    return str(as_running({"phase": phase})["phase"])
+
+
+SHOWN_PHASES: Final = frozenset(shown(phase) for phase in OPERATION_PHASES)
+"""The operation phases a status prints (`finishing` among them): derived, never listed."""
+
+KNOWN_PHASES: Final = ENTITY_PHASES | OPERATION_PHASES | SHOWN_PHASES
+
+
+def shown_as(phase: str) -> frozenset[str]:
+    """The phases a workflow upserts that a status prints as `phase` (`finishing`: the endings),
+    for a visibility query: `--phase finishing` finds what `--wait` called finishing."""
+    return frozenset({phase} | {raw for raw in OPERATION_PHASES if shown(raw) == phase})
 
 
 def unknown_phase_message(text: str) -> str:
     """Why `text` is refused, with every phase that is taken (sorted, entity phases first)."""
     entity = ", ".join(sorted(ENTITY_PHASES))
-    operation = ", ".join(sorted(OPERATION_PHASES))
+    operation = ", ".join(sorted(OPERATION_PHASES | SHOWN_PHASES))
     return (
         f"unknown phase {safe(text, 40)}: a host's phase is one of {entity}; "
         f"an operation's one of {operation}"

@@ -181,8 +181,16 @@ def aborted_as(workflow_id: str, status: CampaignStatus) -> Ended | None:
     no failure): `<id> aborted by <who>: <reason>`, exit 4 (`exits.ABORTED`); else None."""
     if status.phase != "aborted":
         return None
+    return ended_as(f"{workflow_id} {campaign_ended(status)}", exits.ABORTED)
+
+
+def campaign_ended(status: CampaignStatus) -> str:
+    """How a completed campaign ended, by its last status: `aborted by <who>: <why>` (it
+    completes so: an abort is no failure), else its final phase (`completed`, `stopped`)."""
+    if status.phase != "aborted":
+        return status.phase
     by, why = status.aborting or "an operator", status.abort_reason or "no reason given"
-    return ended_as(f"{workflow_id} aborted by {by}: {why}", exits.ABORTED)
+    return f"aborted by {by}: {why}"
 
 
 async def last_status(
@@ -282,31 +290,54 @@ def refusal_status(err: BaseException) -> int:
 
 
 async def send(
-    handle: WorkflowHandle[Any, Any], update: str, request: Any, answer_type: type[AnswerT], missing: str
+    handle: WorkflowHandle[Any, Any],
+    update: str,
+    request: Any,
+    answer_type: type[AnswerT],
+    missing: str,
+    *,
+    command: str = "",
+    ended: EndedWords | None = None,
 ) -> AnswerT:
-    """Send the operator's update and return the workflow's answer.
+    """Send the operator's update and return the workflow's answer. `command`: the CLI's words
+    for it (`retry-failed`, `skip`, `limits`; the update's name when not given), never the
+    update's internal name; `ended`: how a completed run ended, in words (`campaign` says
+    `aborted by <who>: <why>` where the run's status says aborted).
 
     Raises:
         CommandError: The workflow refused it (its validator's reason), it does not run
             (`missing`, where `{id}` stands for the workflow id), or Temporal refused the call.
         RPCError: Temporal was lost (`runner` names it).
     """
+    said = command or update
     try:
         answer: AnswerT = await execute_update(handle, update, request, result_type=answer_type)
     except WorkflowUpdateFailedError as err:
-        raise CommandError(f"{update} refused: {root_cause(err)}") from None
+        raise CommandError(f"{said} refused: {root_cause(err)}") from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
-            raise await _not_running(handle, update, missing) from None
+            raise await _not_running(handle, said, missing, ended) from None
         if temporal_lost(err):
             raise
-        raise CommandError(f"{update} refused: {err.message}") from None
+        raise CommandError(f"{said} refused: {err.message}") from None
     return answer
 
 
-async def _not_running(handle: WorkflowHandle[Any, Any], update: str, missing: str) -> CommandError:
+EndedWords = Callable[[WorkflowHandle[Any, Any]], Awaitable[str | None]]
+"""How a completed run ended, in words (e.g. `aborted by alice: why`), or None to say `completed`."""
+
+
+def ended_refusal(workflow_id: str, how: str, command: str) -> str:
+    """An operator's command to a run that has ended: how it ended and the command's own words."""
+    return f"{workflow_id} has ended ({how}): nothing to {command}; nothing was changed"
+
+
+async def _not_running(
+    handle: WorkflowHandle[Any, Any], command: str, missing: str, ended: EndedWords | None
+) -> CommandError:
     """Why an update found no running workflow: it ended (the world: exit 1, saying how), or it
-    never was (`missing`: exit 2). Cost: one describe, on this refusal only."""
+    never was (`missing`: exit 2). Cost: one describe, on this refusal only (and `ended`'s read
+    of a completed run)."""
     try:
         described = await handle.describe()
     except RPCError as err:
@@ -314,12 +345,24 @@ async def _not_running(handle: WorkflowHandle[Any, Any], update: str, missing: s
             return CommandError(missing.format(id=handle.id), EXIT_USAGE)
         raise
     how = described.status.name.lower().replace("_", " ") if described.status is not None else "ended"
-    return CommandError(f"{handle.id} has ended ({how}): nothing to {update}; nothing was changed")
+    if described.status == WorkflowExecutionStatus.COMPLETED and ended is not None:
+        try:
+            how = await ended(handle) or how
+        except RPCError:
+            pass  # its status cannot be read (no worker): Temporal's word stays
+    return CommandError(ended_refusal(handle.id, how, command))
 
 
 async def answer(
-    handle: WorkflowHandle[Any, Any], update: str, request: Any, answer_type: type[AnswerT], missing: str
+    handle: WorkflowHandle[Any, Any],
+    update: str,
+    request: Any,
+    answer_type: type[AnswerT],
+    missing: str,
+    *,
+    command: str = "",
+    ended: EndedWords | None = None,
 ) -> int:
     """`send`, then print the workflow's answer: the command's output and EXIT_OK."""
-    print((await send(handle, update, request, answer_type, missing)).message)
+    print((await send(handle, update, request, answer_type, missing, command=command, ended=ended)).message)
     return EXIT_OK

@@ -120,3 +120,16 @@ def test_an_ended_campaign_says_no_waiting_for_line() -> None:
     assert not any(line.startswith("  waiting for:") for line in details(ended, "campaign/fleet"))
     running = _status(phase="running", aborting=None, waiting_on="timer", waiting_for="at T: it opens")
     assert "  waiting for: timer: at T: it opens" in details(running, "campaign/fleet")
+
+
+def test_a_command_to_an_ended_campaign_says_how_it_ended_in_the_commands_words() -> None:
+    """Issue 38 item 3-4: a campaign aborted by alice was "has ended (completed)" to `pause`, and
+    `retry-failed` read "nothing to retry_failed" (the update's name)."""
+    from metalflow.cli.workflow_commands import campaign_ended, ended_refusal
+
+    aborted = campaign_ended(_status(abort_reason="bad BFB"))
+    said = ended_refusal("campaign/fleet", aborted, "retry-failed")
+    assert said == (
+        "campaign/fleet has ended (aborted by alice: bad BFB): nothing to retry-failed; nothing was changed"
+    )
+    assert campaign_ended(_status(phase="completed", aborting=None)) == "completed"

@@ -39,3 +39,24 @@ def test_the_phase_cell_of_a_host_left_off_says_so() -> None:
     lines = render(rows, NOW).splitlines()
     assert lines[1].startswith("h-1") and "  idle (host OFF)  " in lines[1], lines
     assert "OFF" not in lines[2]
+
+
+def test_phase_takes_finishing_as_wait_prints_it_and_the_column_says_it_too() -> None:
+    """Issue 38 item 2: `--wait` printed `finishing` for a reset whose run had not closed, and
+    `host list --phase finishing` exited 2; every phase a status prints is taken (derived from
+    `metalflow.hosts.as_running`, the status's own rule), and the column prints the same word."""
+    from metalflow.cli.host_list import _phase
+    from metalflow.cli.host_phases import OPERATION_PHASES, shown_as
+    from metalflow.hosts import as_running
+
+    printed = {as_running({"phase": phase})["phase"] for phase in OPERATION_PHASES}
+    assert "finishing" in printed
+    for phase in printed:
+        assert _phase(phase) == phase
+    assert {"completed", "failed", "aborted"} <= shown_as("finishing")
+    assert "finishing" not in shown_as("rebooting-host")
+    row = HostRow(
+        host="h-1", site="s", phase="running reset", workflow_id="reset/h-1", operation_phase="completed"
+    )
+    assert render([row], NOW).splitlines()[1].endswith("reset/h-1  finishing"), render([row], NOW)
+    assert row.as_json()["operation"]["phase"] == "finishing"

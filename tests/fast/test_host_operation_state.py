@@ -101,7 +101,7 @@ def test_an_error_reprovisioning_cannot_fix_parks_the_run_and_spends_nothing() -
     state = run_state()
     call = state.error_call(in_error(0, reason="UnsupportedNodeRebootMethod"))
     assert call.kind == "park" and call.dpu_id == "d0"
-    assert "UnsupportedNodeRebootMethod" in call.words and "`retry`" in call.words
+    assert "UnsupportedNodeRebootMethod" in call.words and "before a retry" in call.words
     assert state.error_reprovisions == {} and state.host_error_reprovisions == 0
 
 
@@ -429,3 +429,14 @@ class UnplannedMemory(RuleBasedStateMachine):
 
 TestUnplannedMemory = UnplannedMemory.TestCase
 TestUnplannedMemory.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+
+
+def test_a_reprovisioned_errors_words_are_kept_in_the_past_tense() -> None:
+    """Issue 38 item 7: a completed reprovision's last line ended "...: reprovisioning it"."""
+    state = run_state()
+    call = state.error_call(in_error(0))
+    state.spend_reprovision(call.dpu_id, call.words)
+    kept = state.error_words[call.dpu_id]
+    assert kept.startswith("DPU node-h-device-d0 was in Error (") and kept.endswith(": reprovisioned it"), (
+        kept
+    )

@@ -35,9 +35,11 @@ def test_plain_lines_are_stamped_and_say_what_is_awaited_once_per_change() -> No
     assert out.getvalue().splitlines() == [
         "2026-11-22T21:45:00Z +0:00 3 hosts",
         "2026-11-22T21:45:12Z +0:12 host-001: rebooting-host; 2 DPUs Rebooting",
-        "2026-11-22T21:45:12Z +0:12 host-001:   waiting for power cycle of host-001 (since 21:45:12Z)",
+        "2026-11-22T21:45:12Z +0:12 host-001:   waiting for power cycle of host-001"
+        " (since 2026-11-22T21:45:12Z)",
         "2026-11-22T21:46:15Z +1:15 host-001: waiting-for-ready",
-        "2026-11-22T21:46:15Z +1:15 host-001:   waiting for every DPU Ready (1 of 2) (since 21:46:15Z)",
+        "2026-11-22T21:46:15Z +1:15 host-001:   waiting for every DPU Ready (1 of 2)"
+        " (since 2026-11-22T21:46:15Z)",
         "2026-11-22T21:46:15Z +1:15 host-001: completed",
     ]
     assert progress.waits() == {}  # finished keys wait for nothing
@@ -63,8 +65,8 @@ def test_live_region_shows_each_wait_since_when_and_lasting_lines_stay() -> None
             "host-002": ("the hold (0 of 2)", START),
         }
         region = "\n".join(line.plain for line in progress._region().renderables)  # type: ignore[union-attr]
-        assert "host-001  waiting for power cycle of host-001  since 21:45:00Z (1:15)" in region
-        assert "host-002  waiting for the hold (0 of 2)  since 21:45:00Z (1:15)" in region
+        assert "host-001  waiting for power cycle of host-001  since 2026-11-22T21:45:00Z (1:15)" in region
+        assert "host-002  waiting for the hold (0 of 2)  since 2026-11-22T21:45:00Z (1:15)" in region
         assert "elapsed 1:15" in region
         progress.finish("host-001", "completed")
         assert list(progress.waits()) == ["host-002"]

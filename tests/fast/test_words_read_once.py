@@ -53,13 +53,40 @@ def test_one_host_is_one_host() -> None:
 
 def test_campaign_list_has_a_header_and_shows_every_phase() -> None:
     lines = list_lines(
-        [("campaign/a", "completed", "completed", AT), ("campaign/b", "completed", "aborted", AT)]
+        [
+            ("campaign/a", "completed", "completed", AT),
+            ("campaign/b", "completed", "aborted", AT),
+            ("campaign/c", "running", "", AT),
+            ("campaign/d", "timed_out", "rolling", AT),
+        ]
     )
     assert lines == [
         "CAMPAIGN\tRUN\tPHASE\tSTARTED",
-        "campaign/a\tcompleted\tcompleted\t2026-11-29T06:30:05Z",  # a phase, not `-` (attack on main)
-        "campaign/b\tcompleted\taborted\t2026-11-29T06:30:05Z",
+        # a phase, not `-` (attack on main); RUN says the run closed, not `completed` again (issue 38)
+        "campaign/a\tclosed\tcompleted\t2026-11-29T06:30:05Z",
+        "campaign/b\tclosed\taborted\t2026-11-29T06:30:05Z",
+        "campaign/c\trunning\t-\t2026-11-29T06:30:05Z",
+        "campaign/d\ttimed out\trolling\t2026-11-29T06:30:05Z",
     ]
+
+
+def test_campaign_schedules_say_their_times_as_a_person_writes_them() -> None:
+    """Issue 38 item 5: `--every 30d` read "every 2.592e+06 s"; the listing had no header."""
+    from datetime import timedelta
+
+    from temporalio.client import ScheduleIntervalSpec, ScheduleSpec
+
+    from metalflow.cli.campaign_options import duration, duration_words
+    from metalflow.cli.campaign_schedule import SCHEDULES_HEADER, schedule_when
+
+    for text in ("30d", "24h", "12h", "90m", "45s", "2h"):
+        assert duration_words(duration(text)) == text
+    assert duration_words(86400 * 7) == "7d" and duration_words(1.5) == "1.5s"
+    every = ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(days=30))])
+    assert schedule_when(every) == "every 30d"
+    cron = ScheduleSpec(cron_expressions=["0 2 * * *"], time_zone_name="UTC")
+    assert schedule_when(cron) == "cron '0 2 * * *' in UTC"
+    assert SCHEDULES_HEADER.split("\t") == ["SCHEDULE", "STATE", "WHEN", "NEXT", "LAST", "NOTE"]
 
 
 def test_pausing_a_schedule_keeps_its_description() -> None:
@@ -171,3 +198,35 @@ async def test_an_unreachable_bmc_is_not_called_busy() -> None:
     await client.aclose()
     retried = [line for line in said if "cannot reach" in line]
     assert retried and all(line.startswith("BMC unavailable (") for line in retried), said
+
+
+def test_a_host_operations_question_says_once_how_to_answer_with_the_clis_commands() -> None:
+    """Issue 38 item 6: the line said how to answer twice ("; `retry` once the BMC is fixed,
+    `mark_rebooted` once ... . Answer with the update `retry`, `mark_rebooted` or `abort`") and
+    named the update `mark_rebooted` where the CLI's command is `host mark-rebooted`."""
+    from contracts.wording import answers_in_words
+
+    when = {"retry": "once the BMC is fixed", "mark_rebooted": "once h-1 was rebooted by hand"}
+    said = answers_in_words(("retry", "mark_rebooted"), when, "h-1")
+    assert said == (
+        "Answer with `metalflow host retry h-1` once the BMC is fixed, `metalflow host mark-rebooted h-1` "
+        "once h-1 was rebooted by hand or `metalflow host abort h-1`"
+    )
+    assert "mark_rebooted" not in said and said.count("Answer") == 1
+    # Campaigns and rollouts keep the updates by name (their CLI commands are named after them).
+    assert answers_in_words(("resume",), {}, None) == (
+        "Answer with the update `resume` or `abort` (`metalflow` CLI, Temporal CLI or UI)"
+    )
+
+
+def test_a_firmware_run_that_is_done_waits_for_nothing_but_its_close() -> None:
+    """Issue 38 item 7: "done; waiting for every DPU runs 32.45.1020" (a finished run's words read
+    as a wait); and one spelling of a reboot's method ("by bmc:ForceOff+On" vs "by ForceOff+On")."""
+    from contracts.wording import method_words
+    from metalflow.hosts import as_running
+
+    status = as_running({"phase": "done", "waiting_for": "every DPU runs 32.45.1020"})
+    line = describe_operation(status)
+    assert line.startswith("finishing; waiting for its run to close"), line
+    assert "(every DPU runs 32.45.1020)" in line and "done:" not in line, line
+    assert method_words("bmc:ForceOff+On") == method_words("ForceOff+On") == "ForceOff+On"

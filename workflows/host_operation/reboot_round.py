@@ -43,7 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.control import OperatorRequest
     from contracts.models.dpf import ChangeResult, HostDPFState, HostRef, MarkRebootedInput
     from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, OperationPolicy
-    from contracts.wording import duration, plural
+    from contracts.wording import answers_in_words, duration, plural
     from workflows import kernel
     from workflows.host_operation.kube_calls import bounded_call
     from workflows.host_operation.state import HostOperationState
@@ -211,14 +211,15 @@ class RebootRound(HearsItsReboot, kernel.Runbook):
                 cause = why.split(f"; {off}")[0]
                 self.power.left_off_by(f"the ForceOff of its reboot to generation {generation}", cause)
                 decision, _ = await self._intervene(
-                    f"{why}; `metalflow host retry {self.host.host_id}` once the BMC is fixed reboots "
-                    "it (powers it on), or `abort`",
-                    ("retry",),
+                    why, ("retry",), when={"retry": "once the BMC is fixed (reboots it: powers it on)"}
                 )
                 continue
             decision, _ = await self._intervene(
-                f"{why}; `retry` once the BMC is fixed, `mark_rebooted` once {self.host.host_id} "
-                "was rebooted by hand"
+                why,
+                when={
+                    "retry": "once the BMC is fixed",
+                    "mark_rebooted": f"once {self.host.host_id} was rebooted by hand",
+                },
             )
             if decision == "mark_rebooted":  # rebooted by hand: the generation the BMC refused
                 self.state.rebooted(generation, power_cycle=False)
@@ -279,10 +280,12 @@ class RebootRound(HearsItsReboot, kernel.Runbook):
 
     # -- the tools the runbook shares --------------------------------------------------------------
     async def _intervene(
-        self, reason: str, answers: tuple[str, ...] = OPERATOR_ANSWERS
+        self, reason: str, answers: tuple[str, ...] = OPERATOR_ANSWERS, *, when: dict[str, str] | None = None
     ) -> tuple[str, OperatorRequest]:
-        """Manual intervention: wait for `retry` or `mark_rebooted` (or `abort`, which raises)."""
-        return await self.await_decision(MANUAL_INTERVENTION_REQUIRED, reason, answers)
+        """Manual intervention: wait for `retry` or `mark_rebooted` (or `abort`, which raises);
+        the details say once how, with the CLI's commands (`metalflow host retry HOST`)."""
+        how = answers_in_words(answers, when or {}, self.state.request.host_id)
+        return await self.await_decision(MANUAL_INTERVENTION_REQUIRED, reason, answers, how)
 
     async def _call_kube(
         self,

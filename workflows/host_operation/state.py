@@ -209,8 +209,8 @@ class HostOperationState:
                 "park",
                 dpu_id,
                 f"DPU {dpu.name} is in Error ({found[0]}: {found[1]}: {dpu.failure_message()}): a DPF "
-                "configuration problem that reprovisioning cannot fix, and DPF never retries. Fix it, "
-                "then `retry` (DPF is read again) or `abort`",
+                "configuration problem that reprovisioning cannot fix, and DPF never retries: fix it "
+                "before a retry (DPF is read again)",
             )
         done = self.error_reprovisions.get(dpu_id, 0)
         why = f"{found[0]}: {found[1]}: " if found is not None else ""
@@ -231,11 +231,10 @@ class HostOperationState:
         return ErrorCall("reprovision", dpu_id, words)
 
     def spend_reprovision(self, dpu_id: str, words: str = "") -> None:
-        """A reprovision for Error is spent from the DPU's budget and the host's; the Error's
-        words are kept for the status (`DPUProgress.last_error`)."""
+        """A reprovision for Error is spent from the budgets; its words kept (`last_error`)."""
         self.error_reprovisions[dpu_id] = self.error_reprovisions.get(dpu_id, 0) + 1
-        if words:
-            self.error_words[dpu_id] = words
+        if words:  # kept past its reprovision (done once the run goes on): said in the past
+            self.error_words[dpu_id] = words.replace(" is in", " was in", 1).replace("oning it", "oned it")
         self.host_error_reprovisions += 1
 
     # -- the reboot DPF asks for ----------------------------------------------------------------

@@ -76,7 +76,7 @@ class HostPowerOn(kernel.Abortable):
                 return False
             words = self._power.hand_over_words(then=then)
             kernel.report("host-left-off", words)
-            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
+            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",), "")
             self._power.retried()
             return True
         self._power.seen_on()

@@ -136,6 +136,7 @@ with workflow.unsafe.imports_passed_through():
         SetPowerResult,
         WaitDPUOSInput,
     )
+    from contracts.wording import method_words
     from workflows import kernel
     from workflows.host_reset import state as sequence
     from workflows.host_reset.power_on import HostPowerOn
@@ -431,7 +432,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
         while not await self._reboot_once():
             words = self._power.hand_over_words(then="the reset completes")
             kernel.report("host-left-off", words)
-            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",))
+            await self.await_decision(MANUAL_INTERVENTION_REQUIRED, words, ("retry",), "")
             self._power.retried()
 
     async def _reboot_once(self, *, abortable: bool = True) -> bool:
@@ -473,7 +474,8 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
     def _rebooted(self, reboot: RebootOutcome) -> str:
         result = reboot.result
         self._reached = max(self._reached, reboot.generation)
-        return f"host {self._request.host_id}: generation {result.boot_generation} by {result.method}"
+        by = method_words(result.method)
+        return f"host {self._request.host_id}: generation {result.boot_generation} by {by}"
 
     @workflow.update(name=RETRY_UPDATE)
     def retry(self, request: OperatorRequest) -> OperatorAnswer:
@@ -493,7 +495,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
         stopped = await self.reboots.stop()
         if stopped is not None:
             self._power.seen_on()  # the reboot stopped midway powered the host back on first
-            self._resets.append(f"{self._rebooted(stopped)}, stopped (the host is on again)")
+            self._resets.append(f"{self._rebooted(stopped)}, stopped")  # the end says the host is on
         cancelled = isinstance(err, asyncio.CancelledError | CancelledError)
         if cancelled and self._off_generation is not None and self._power.cancelled():
             try:
