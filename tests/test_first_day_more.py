@@ -22,13 +22,8 @@ from module_site_support import ModuleSite
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import WorkflowHandle
-from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from contracts import workflow_api
-from contracts.host_entity import HostEntityClient
-from contracts.models.host import HostWorkflowInput, ResetRequest, ResetTarget
-from contracts.models.operation_policy import OperationPolicy
 from metalflow.hosts import METADATA_QUERY
 
 HOST = "fdm-002"  # the rotation's second profile: no-powercycle (ForceOff, the wait, On)
@@ -83,36 +78,6 @@ async def test_a_resets_own_page_says_its_reboots_power_down_wait_as_host_status
     heard = parent_events.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
     print(f"history: reset {len(parent_events)} events, its reboot {len(child_events)} events")
     assert (sent, heard) == (1, 1), (sent, heard)
-
-
-async def test_the_resets_page_says_each_read_of_the_wait_as_host_status_does(
-    local_env: WorkflowEnvironment, queue: str
-) -> None:
-    """Issue 38 item 1: after the wait's first read `host status` said `(read T)`, the operation's
-    own page never did (the reboot told it only as the wait began). Now each read is told too:
-    the page and `host status` say the same words, from `contracts.wording.with_its_reboot`."""
-    client = local_env.client
-    policy = OperationPolicy(power_down_wait_seconds=5, power_down_read_seconds=2)
-    try:  # the entity the first test made serves that test's task queue (its worker is gone)
-        await client.get_workflow_handle(f"host/{HOST}").terminate("the next test")
-    except RPCError:
-        pass  # none: this test runs alone
-    request = ResetRequest(requested_by="pytest", target=ResetTarget.HOST, policy=policy)
-    entities = HostEntityClient(client, queue)
-    await entities.ask(HostWorkflowInput(host_id=HOST), workflow_api.HostWorkflow.request_reset, request)
-    parent = client.get_workflow_handle(f"reset/{HOST}")
-    details, now = "", ""
-    for _ in range(100):
-        await asyncio.sleep(0.1)
-        details = await _details(parent)
-        if "power-down wait:" in details and " (read " in details:
-            status = await SITE.cli(local_env, "host", "status", HOST)
-            now = next((line for line in status.stdout.splitlines() if line.startswith("    now ")), "")
-            break
-    assert " (read " in details, details  # before: the reset's page never said a read
-    shown = details.removeprefix("**rebooting-host**: ")
-    assert now and shown.split(" (read ")[0] in now and " (read " in now, (now, shown)
-    await parent.result()
 
 
 async def test_an_update_to_an_ended_campaign_says_it_ended_and_exits_1_an_unknown_one_2(

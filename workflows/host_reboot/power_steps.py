@@ -14,13 +14,12 @@
   the details (`host status`: `power-down wait: HOST is Off since T1Z (read T3Z), On at T2Z`,
   `failure.power_down_words`: times, not "On in N s", which a worker restarted midway replayed
   as new; T2Z is when our On is due), a read that fails is logged and the wait goes on. A caller
-  that listens (`tell_parent`: a host operation, a firmware run, a reset) is signalled as the
-  wait begins and after each read, with the same words (`_tell_parent`), for its own current
-  details: the operation's page says what `host status` says, `(read T3Z)` too. Cost:
+  that listens (`tell_parent`: a host operation, a firmware run, a reset) is signalled once as
+  the wait begins, with the same words (`_tell_parent`), for its own current details. Cost:
   `ceil(wait / 30 s) - 1` BMC reads per reboot (3 at the 120 s default, 9 for
   `--power-down-wait 300`), each 4-5 HTTP requests, and about 11 history events (its timer, the
   activity, their workflow tasks), only on a BMC without PowerCycle or in a re-issued reboot's
-  ForceOff then On; each signal (1 + the reads): +5 events here, +4 there.
+  ForceOff then On; the signal: +5 events here, +4 there.
 - `_taken_over`: another actor turned the host On after our ForceOff took it Off (within
   `set_power`'s settle, during the wait, or found by the resumed cycle): the one decision of
   `failure.decide_on_power_taken_over` (the Off-On is the cycle; nothing more sent, never a
@@ -185,9 +184,7 @@ class PowerSteps(kernel.Abortable):
                 return seen_on_words(now, off_read, into, seconds)
             off_read = now if found == "Off" else off_read
             read = f"read {iso_z(now)}" if found else "not read"
-            words = power_down_words(host, off_since, on_at, read, watched)
-            self.show(words)
-            await self._tell_parent(words)  # the caller's page says the read too, as `host status`
+            self.show(power_down_words(host, off_since, on_at, read, watched))
         return None
 
     async def _tell_parent(self, details: str) -> None:

@@ -42,12 +42,10 @@ host the same way, through `RebootRounds`; the host entity starts a `host reboot
   listens (`tell_parent`); entering its power-down wait it signals `its_reboot_now` with the words
   `host status` prints, and the caller's current details (the Temporal UI's) add
   `; its reboot ID: PHASE: WORDS` to its own until its next phase (`HearsItsReboot`). Only the wait
-  (the one long step), as it begins and after each of its reads (`(read T)`: the words `host
-  status` shows; its On is not signalled). Cost per signal (1 + the wait's reads: 4 at the 120 s
-  default) with such a wait (a BMC without PowerCycle): a billable Action, 5 history events in
-  the reboot (the signal sent, done, and the workflow task it wakes), 4 in the caller (the signal
-  and its workflow task); none for a BMC that cycles the host itself. No timer, no poll, no BMC
-  request.
+  (the one long step): its later reads and its On are not signalled. Cost per reboot with such a
+  wait (a BMC without PowerCycle): one signal (a billable Action), 5 history events in the reboot
+  (the signal sent, done, and the workflow task it wakes), 4 in the caller (the signal and its
+  workflow task); none for a BMC that cycles the host itself. No timer, no poll, no BMC request.
 """
 
 from __future__ import annotations
