@@ -14,7 +14,8 @@ read showed On, `PowerCustody.seen_on`) leaves it On; one that completed without
 host keeps the baseline before it (None stays None); any other end (failed, aborted, terminated
 without saying OFF) is unknown: the baseline is forgotten (`forget_baseline`) and the next reading
 is one. The start of a maintenance forgets it too (a person's power actions there are expected,
-and not read). No BMC request: the operation's own end says it.
+and not read), and an operation that ends inside a maintenance sets none (the first reading after
+maintenance off is the baseline). No BMC request: the operation's own end says it.
 
 Each DPU's reset at rest (issue 39): the same watch reads each DPU BMC's reset mark (`LastResetTime`,
 else `BootProgress.LastStateTime`: `DPUSystemState.reset_mark`) and compares it with the mark of the
@@ -141,13 +142,23 @@ def left_by_operation(outcome: str, cycled: bool) -> str | None:
 
 
 def after_operation(
-    power: PowerAtRest | None, outcome: str, ran: bool, cycled: bool, now: datetime
+    power: PowerAtRest | None,
+    outcome: str,
+    ran: bool,
+    cycled: bool,
+    now: datetime,
+    *,
+    in_maintenance: bool = False,
 ) -> PowerAtRest | None:
     """The baseline after an operation of ours ended at `now` with `outcome` (`ran`: it started;
     `cycled`: it reached a new boot generation): the power it left the host in as of its end
     (`left_by_operation`), the baseline before it (it never started, or never powered the host),
     or none (unknown: the next reading is one). The DPUs' marks are forgotten whenever it ran (it
-    may have reset them). The last unplanned change told is kept always."""
+    may have reset them). The last unplanned change told is kept always. One that ends while the
+    host is in maintenance (`in_maintenance`) sets none: a person's power actions there are
+    expected and not read, so the first reading after maintenance off is the baseline."""
+    if in_maintenance:
+        return forget_baseline(power)
     left = left_by_operation(outcome, cycled) if ran else ""
     if left == "":
         return power if power is None or not ran else power.model_copy(update={"dpu_marks": {}})

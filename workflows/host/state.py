@@ -439,7 +439,9 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
             self.left_off_by = ""
         ran = current.record.started_at is not None  # the power it left, as of its end (power_rest.py)
-        self.power, self._cycled = after_operation(self.power, outcome, ran, self._cycled, now), False
+        kept = self.maintenance is not None  # a person's power actions are expected: no baseline
+        self.power = after_operation(self.power, outcome, ran, self._cycled, now, in_maintenance=kept)
+        self._cycled = False
 
     def found_unplanned(self, words: str) -> bool:
         """An ended operation's result said a power change nobody here made (`unplanned_power`):
