@@ -225,3 +225,49 @@ async def test_a_persons_power_action_in_maintenance_is_never_told_after_it(
     assert (await _status(entities, host)).unplanned_power == ""
     assert _unplanned_events(sim, host) == []
     await handle.terminate("test done")
+
+
+async def _host_reads_done(handle: WorkflowHandle[Any, Any]) -> int:
+    """`read_power_state` activities the entity's history shows scheduled (the watch's own)."""
+    return sum(
+        1
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    )
+
+
+async def test_a_reset_by_hand_right_after_our_reboot_is_told_once(
+    client: Client, queue: str, sim: RunningSim
+) -> None:
+    """The attack: `host reboot` on a BMC with PowerCycle completed, then a ForceRestart by hand
+    (the host stays On): the baseline the reboot left had no LastResetTime, so the next reading
+    compared PowerState only and never told it. The reboot's result carries the mark its last
+    read showed, and the first reading after it (6 s after the entity's start: the reboot and the
+    reset come before it) tells the reset, once."""
+    entities = HostEntityClient(client, queue)
+    host = RESET_AFTER_OURS
+    await entities.ensure(HostWorkflowInput(host_id=host, power_watch_seconds=6.0))
+    handle = entities.handle(host)
+    reboot = OperationRequest(requested_by="alice", policy=OperationPolicy(power_down_wait_seconds=0))
+    await entities.update(host, HostWorkflow.request_reboot, reboot)
+    ended = await _until_ended(entities, host, 1)
+    assert ended.recent[-1].outcome == "completed", ended
+    await asyncio.sleep(1.1)  # LastResetTime is written to the second: the reset's is a new one
+    (await reset_by_hand(sim, host, "ForceRestart")).raise_for_status()
+    assert await _host_reads_done(handle) == 0, "the watch read before the reset by hand: too slow a set-up"
+    for _ in range(150):
+        status = await _status(entities, host)
+        if status.unplanned_power:
+            break
+        await asyncio.sleep(0.1)
+    told = status.unplanned_power
+    assert f"{host} was reset (LastResetTime" in told and "no metalflow operation running" in told, status
+    await _reads_after(handle, 1)  # once: the next reading takes the new mark as the baseline
+    for _ in range(50):  # the Event is written in the background
+        if _unplanned_events(sim, host):
+            break
+        await asyncio.sleep(0.1)
+    events = _unplanned_events(sim, host)
+    assert len(events) == 1 and "was reset" in events[0], events
+    await handle.terminate("test done")

@@ -10,7 +10,10 @@ power the operation left the host in, as of its end (`after_operation`), never t
 (an Off by someone else just after our cycle would become the baseline, unseen): a run whose
 outcome says the host is OFF (`HOST_IS_OFF`, workflows/parts/host_power.py) leaves it Off; one
 that completed having cycled the host (a boot generation reached: its power-on succeeded or its
-read showed On, `PowerCustody.seen_on`) leaves it On; one that completed without powering the
+read showed On, `PowerCustody.seen_on`) leaves it On, with the LastResetTime its last reboot's
+final read showed when that reboot moved it (the result's `last_reset_time`: a reset by hand
+right after our run is then told too; None when not known, and then only PowerState is
+compared); one that completed without powering the
 host keeps the baseline before it (None stays None); any other end (failed, aborted, terminated
 without saying OFF) is unknown: the baseline is forgotten (`forget_baseline`) and the next reading
 is one. The start of a maintenance forgets it too (a person's power actions there are expected,
@@ -149,12 +152,16 @@ def after_operation(
     now: datetime,
     *,
     in_maintenance: bool = False,
+    last_reset: datetime | None = None,
 ) -> PowerAtRest | None:
     """The baseline after an operation of ours ended at `now` with `outcome` (`ran`: it started;
     `cycled`: it reached a new boot generation): the power it left the host in as of its end
     (`left_by_operation`), the baseline before it (it never started, or never powered the host),
     or none (unknown: the next reading is one). The DPUs' marks are forgotten whenever it ran (it
-    may have reset them). The last unplanned change told is kept always. One that ends while the
+    may have reset them). The last unplanned change told is kept always. A run that left the host
+    On keeps `last_reset`, the host's LastResetTime as its last reboot read it at its end (its
+    result's; None: not known), so a reset by hand right after it is told at the next reading
+    (`unplanned_at_rest` compares it). One that ends while the
     host is in maintenance (`in_maintenance`) sets none: a person's power actions there are
     expected and not read, so the first reading after maintenance off is the baseline."""
     if in_maintenance:
@@ -165,4 +172,5 @@ def after_operation(
     if left is None:
         return forget_baseline(power)
     told = power.unplanned if power is not None else ""
-    return PowerAtRest(power_state=left, read_at=now, unplanned=told)
+    mark = last_reset if left == "On" else None
+    return PowerAtRest(power_state=left, last_reset_time=mark, read_at=now, unplanned=told)
