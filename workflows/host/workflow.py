@@ -50,7 +50,7 @@ read: the sources its scope names, about 8 events.
 
 Worst-case history: about 26 events per operation (update, child start and end, an upsert per
 phase change, the versions read after it; 3 more per reboot run a cancelled or terminated one has
-read, `reached_when_ended`) plus 5 per other update, 11 (+6 per DPU) per power watch reading,
+read, `reached_when_ended`) plus 5 per other update, 17 (+6 per DPU) per power watch reading,
 about 6 once per new entity (its predecessor read, `takeover.py`) and one memo upsert per change
 of the carried entry; it continues-as-new when idle past `max_history_events` (10,000) or when
 Temporal suggests it, no read running, its state carried whole.
