@@ -23,6 +23,7 @@ from typing import Any
 
 import httpx
 from events_support import emitting_worker, events_v1
+from host_operation_support import reset_by_hand
 from module_site_support import ModuleSite
 from sim_support import RunningSim
 from temporalio.api.enums.v1 import EventType
@@ -30,13 +31,23 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from contracts.host_entity import HostEntityClient
-from contracts.models.host import HostStatus, HostWorkflowInput, ResetRequest, ResetTarget
+from contracts.models.host import (
+    HostStatus,
+    HostWorkflowInput,
+    MaintenanceRequest,
+    OperationPolicy,
+    OperationRequest,
+    ResetRequest,
+    ResetTarget,
+)
 from contracts.workflow_api import HostWorkflow
 
 PREFIX = f"uar{uuid.uuid4().hex[:5]}"
-SITE = ModuleSite(PREFIX, hosts=3, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite(PREFIX, hosts=6, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
 sim, queue = SITE.fixtures()
 DPU_BY_HAND, DPU_OURS, APPROVED = f"{PREFIX}-001", f"{PREFIX}-002", f"{PREFIX}-003"
+RESET_AFTER_OURS = f"{PREFIX}-004"  # etag-required: PowerCycle and LastResetTime
+IN_MAINTENANCE = f"{PREFIX}-006"  # powercycle
 
 
 def _dpu(host: str) -> str:
@@ -175,3 +186,88 @@ async def test_an_approval_in_maintenance_of_a_request_made_before_it_needs_in_m
         await asyncio.sleep(0.1)
     assert any("asked with --in-maintenance while in maintenance since" in n for n in notes), notes
     await entity.handle(APPROVED).terminate("test done")
+
+
+async def _until_ended(entities: HostEntityClient, host: str, runs: int) -> HostStatus:
+    for _ in range(300):
+        status = await _status(entities, host)
+        if status.current is None and len(status.recent) >= runs:
+            return status
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{host}: its operation did not end: {status}")
+
+
+async def test_a_persons_power_action_in_maintenance_is_never_told_after_it(
+    client: Client, queue: str, sim: RunningSim
+) -> None:
+    """The attack: maintenance on, `host reboot --in-maintenance` completed, a ForceOff by hand,
+    maintenance off: the first reading after it told the person's Off as unplanned (the reboot's
+    end had set its On as the baseline). An operation that ends in maintenance sets none."""
+    entities = HostEntityClient(client, queue)
+    host = IN_MAINTENANCE
+    await entities.ensure(HostWorkflowInput(host_id=host, power_watch_seconds=1.0))
+    handle = entities.handle(host)
+    await _reads_after(handle, 1)
+    on = MaintenanceRequest(on=True, reason="fan", requested_by="bob")
+    await entities.update(host, HostWorkflow.set_maintenance, on)
+    fast = OperationPolicy(power_down_wait_seconds=0)
+    reboot = OperationRequest(requested_by="bob", in_maintenance=True, policy=fast)
+    await entities.update(host, HostWorkflow.request_reboot, reboot)
+    assert (await _until_ended(entities, host, 1)).recent[-1].outcome == "completed"
+    (await reset_by_hand(sim, host, "ForceOff")).raise_for_status()
+    for _ in range(100):
+        if sim.power_log(host)[-1]["to"] == "Off":
+            break
+        await asyncio.sleep(0.1)
+    off = MaintenanceRequest(on=False, requested_by="bob")
+    await entities.update(host, HostWorkflow.set_maintenance, off)
+    await _reads_after(handle, 2)  # the first after maintenance: the baseline; one compared with it
+    assert (await _status(entities, host)).unplanned_power == ""
+    assert _unplanned_events(sim, host) == []
+    await handle.terminate("test done")
+
+
+async def _host_reads_done(handle: WorkflowHandle[Any, Any]) -> int:
+    """`read_power_state` activities the entity's history shows scheduled (the watch's own)."""
+    return sum(
+        1
+        for e in (await handle.fetch_history()).events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "read_power_state"
+    )
+
+
+async def test_a_reset_by_hand_right_after_our_reboot_is_told_once(
+    client: Client, queue: str, sim: RunningSim
+) -> None:
+    """The attack: `host reboot` on a BMC with PowerCycle completed, then a ForceRestart by hand
+    (the host stays On): the baseline the reboot left had no LastResetTime, so the next reading
+    compared PowerState only and never told it. The reboot's result carries the mark its last
+    read showed, and the first reading after it (6 s after the entity's start: the reboot and the
+    reset come before it) tells the reset, once."""
+    entities = HostEntityClient(client, queue)
+    host = RESET_AFTER_OURS
+    await entities.ensure(HostWorkflowInput(host_id=host, power_watch_seconds=6.0))
+    handle = entities.handle(host)
+    reboot = OperationRequest(requested_by="alice", policy=OperationPolicy(power_down_wait_seconds=0))
+    await entities.update(host, HostWorkflow.request_reboot, reboot)
+    ended = await _until_ended(entities, host, 1)
+    assert ended.recent[-1].outcome == "completed", ended
+    await asyncio.sleep(1.1)  # LastResetTime is written to the second: the reset's is a new one
+    (await reset_by_hand(sim, host, "ForceRestart")).raise_for_status()
+    assert await _host_reads_done(handle) == 0, "the watch read before the reset by hand: too slow a set-up"
+    for _ in range(150):
+        status = await _status(entities, host)
+        if status.unplanned_power:
+            break
+        await asyncio.sleep(0.1)
+    told = status.unplanned_power
+    assert f"{host} was reset (LastResetTime" in told and "no metalflow operation running" in told, status
+    await _reads_after(handle, 1)  # once: the next reading takes the new mark as the baseline
+    for _ in range(50):  # the Event is written in the background
+        if _unplanned_events(sim, host):
+            break
+        await asyncio.sleep(0.1)
+    events = _unplanned_events(sim, host)
+    assert len(events) == 1 and "was reset" in events[0], events
+    await handle.terminate("test done")

@@ -75,6 +75,10 @@ class SetPowerResult(_Frozen):
     finished_at: datetime
     # Seconds from the reset being accepted to PowerState showing its target (the BMC's lag).
     lag_seconds: float | None = None
+    # The host's LastResetTime at the final read, when a reset was sent and it moved since this
+    # call's first read (the reset's own mark); None otherwise (none shown, nothing sent, or not
+    # moved yet: a BMC that updates it late would make it look like a later reset).
+    last_reset_time: datetime | None = None
     # `report_reversal`: the target was reached, then PowerState showed this within the settle
     # (a reset nobody here sent); None: the target held.
     reversed_to: str | None = None
@@ -141,6 +145,9 @@ class PowerCycleResult(_Frozen):
     # then call again with `resume=progress` to send On.
     wait_left_seconds: float = 0.0
     progress: PowerCycleProgress | None = None
+    # The host's LastResetTime at this attempt's final read, when it moved since the attempt's
+    # first read (the cycle's own mark); None otherwise (as `SetPowerResult.last_reset_time`).
+    last_reset_time: datetime | None = None
 
 
 class GracefulShutdownInput(_Frozen):

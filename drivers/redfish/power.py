@@ -80,6 +80,7 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
     system = await find_system(connection)
     uri = system.uri
     wanted = request.reset_type
+    mark_before = system.last_reset_time  # `SetPowerResult.last_reset_time`: only a mark that moved
     for _ in range(_MAX_DECISIONS):
         if system.power_state.startswith("Powering"):
             say(f"{system.power_state}: waiting for the running transition to settle")
@@ -129,11 +130,13 @@ async def set_power(connection: BMCConnection, request: SetPowerInput, say: Say 
                 f"BMC {connection.bmc_id}: PowerState reached {system.power_state} after {sent} but then "
                 f"showed {held.power_state} within {request.settle_seconds:g} s"
             )
+        system = held  # the final read
     else:
         system = await read_system(connection, uri)
+    mark = system.last_reset_time if system.last_reset_time != mark_before else None
     return SetPowerResult(
         bmc_id=connection.bmc_id, requested=wanted, sent=sent, power_state=system.power_state,
-        started_at=started, finished_at=_now(), lag_seconds=lag,
+        started_at=started, finished_at=_now(), lag_seconds=lag, last_reset_time=parse_time(mark),
     )  # fmt: skip
 
 

@@ -176,6 +176,10 @@ class PowerCycle:
         self._attempt = attempt
         self._on_step = on_step
         self._unflushed_since: float | None = None
+        # LastResetTime at this attempt's first read and at its latest (the result's
+        # `last_reset_time`: the latest, when it moved since the first).
+        self._mark_at_start: str | None = None
+        self._mark_now: str | None = None
         connection.on_wait = lambda: self._persist(self.progress)
 
     def _say(self, text: str, level: int = logging.DEBUG) -> None:
@@ -241,12 +245,15 @@ class PowerCycle:
         connection = self._connection
         first = await find_system(connection)
         uri = first.uri
+        if self._mark_at_start is None:
+            self._mark_at_start = first.last_reset_time or ""
         if self._first_power_state is None and self.progress.step == "started" and self._fresh:
             self._first_power_state = first.power_state  # before anything of ours was sent
         seen: System | None = first  # the reading a wait ended on: not read again
         while True:
             system = seen or await read_system(connection, uri)
             seen = None
+            self._mark_now = system.last_reset_time
             if self.progress.method is None:
                 self._choose_method(system)
             step, state = self.progress.step, system.power_state
@@ -371,6 +378,7 @@ class PowerCycle:
                 self._connection.note_problem(err)
             else:
                 state = system.power_state
+                self._mark_now = system.last_reset_time
                 went_down = went_down or state != "On"
                 if state == "On" and (went_down or system.last_reset_time != self.progress.last_reset_before):
                     return True
@@ -448,4 +456,5 @@ class PowerCycle:
             attempts=self._attempt,
             requests=self._connection.requests,
             first_power_state=self._first_power_state or "",
+            last_reset_time=parse_time(self._mark_now) if self._mark_now != self._mark_at_start else None,
         )

@@ -329,3 +329,52 @@ def test_an_on_found_during_the_wait_is_said_as_seen_by_our_read_never_on_at_the
         "60 s into our power-down wait of 300 s, before our On"
     )
     assert "On at" not in decide_on_power_taken_over("h1", 4, words)
+
+
+def test_an_operation_that_ends_in_maintenance_sets_no_baseline() -> None:
+    """The attack: maintenance on, `host reboot --in-maintenance` completed, a ForceOff by hand,
+    maintenance off: the reboot's On (as of its end) was the baseline, so the first reading after
+    maintenance told the person's Off as unplanned. An operation that ends inside a maintenance
+    sets none; the first reading after maintenance off is the baseline."""
+    for approved_before in (False, True):  # asked in maintenance, or in flight as it began
+        state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=30))
+        state.power, _ = after_reading("h1", None, "On", RESET, T0)
+        on = MaintenanceRequest(on=True, reason="fan", requested_by="bob")
+        if not approved_before:
+            state.set_maintenance(on, T0)
+        body = OperationRequest(requested_by="bob", in_maintenance=not approved_before)
+        reboot = state.record_request(REBOOT, body, T0)
+        state.approve_at_once(reboot)
+        state.started(reboot, T0)
+        if approved_before:
+            state.set_maintenance(on, T0)
+        state.reached(1)
+        state.finish(reboot, "completed", T1)
+        assert baseline(state.power) is None, approved_before
+        state.set_maintenance(MaintenanceRequest(on=False, requested_by="bob"), T2)
+        state.power, words = after_reading("h1", state.power, "Off", RESET, T2 + timedelta(seconds=30))
+        assert words is None and state.power.power_state == "Off"  # the person's Off: the new baseline
+    assert after_operation(seen("On"), "completed", True, True, T2, in_maintenance=True) == forget_baseline(
+        seen("On")
+    )
+
+
+def test_a_reset_by_hand_right_after_our_reboot_is_told_by_the_mark_the_reboot_read() -> None:
+    """The attack: `host reboot --wait` on a BMC with PowerCycle, a ForceRestart by hand half a
+    second later (the host stays On): the baseline the reboot left had no LastResetTime, so the
+    next reading compared PowerState only and never told it. The reboot's result carries the
+    mark its last read showed; the baseline keeps it."""
+    ours, theirs = T1 - timedelta(seconds=2), T1 + timedelta(seconds=1)
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=30))
+    reboot = state.record_request(REBOOT, OperationRequest(requested_by="alice"), T0)
+    state.approve_at_once(reboot)
+    state.started(reboot, T0)
+    state.reached(1)
+    state.finish(reboot, "completed", T1, last_reset=ours)
+    assert state.power is not None and state.power.last_reset_time == ours
+    _, words = after_reading("h1", state.power, "On", theirs, T2)
+    assert words is not None and "h1 was reset (LastResetTime" in words
+    _, none = after_reading("h1", state.power, "On", ours, T2)
+    assert none is None  # the mark our reboot read: nothing since
+    left_off = after_operation(None, LEFT_OFF, True, True, T2, last_reset=ours)
+    assert left_off is not None and left_off.last_reset_time is None  # only a run that left it On

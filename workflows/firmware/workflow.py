@@ -523,4 +523,5 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
             boot_generation=self._generation,
             finished_at=workflow.now(),
             unplanned_power=self.reboots.unplanned_power,
+            last_reset_time=self.reboots.last_reset_time,
         )

@@ -10,11 +10,15 @@ power the operation left the host in, as of its end (`after_operation`), never t
 (an Off by someone else just after our cycle would become the baseline, unseen): a run whose
 outcome says the host is OFF (`HOST_IS_OFF`, workflows/parts/host_power.py) leaves it Off; one
 that completed having cycled the host (a boot generation reached: its power-on succeeded or its
-read showed On, `PowerCustody.seen_on`) leaves it On; one that completed without powering the
+read showed On, `PowerCustody.seen_on`) leaves it On, with the LastResetTime its last reboot's
+final read showed when that reboot moved it (the result's `last_reset_time`: a reset by hand
+right after our run is then told too; None when not known, and then only PowerState is
+compared); one that completed without powering the
 host keeps the baseline before it (None stays None); any other end (failed, aborted, terminated
 without saying OFF) is unknown: the baseline is forgotten (`forget_baseline`) and the next reading
 is one. The start of a maintenance forgets it too (a person's power actions there are expected,
-and not read). No BMC request: the operation's own end says it.
+and not read), and an operation that ends inside a maintenance sets none (the first reading after
+maintenance off is the baseline). No BMC request: the operation's own end says it.
 
 Each DPU's reset at rest (issue 39): the same watch reads each DPU BMC's reset mark (`LastResetTime`,
 else `BootProgress.LastStateTime`: `DPUSystemState.reset_mark`) and compares it with the mark of the
@@ -141,17 +145,32 @@ def left_by_operation(outcome: str, cycled: bool) -> str | None:
 
 
 def after_operation(
-    power: PowerAtRest | None, outcome: str, ran: bool, cycled: bool, now: datetime
+    power: PowerAtRest | None,
+    outcome: str,
+    ran: bool,
+    cycled: bool,
+    now: datetime,
+    *,
+    in_maintenance: bool = False,
+    last_reset: datetime | None = None,
 ) -> PowerAtRest | None:
     """The baseline after an operation of ours ended at `now` with `outcome` (`ran`: it started;
     `cycled`: it reached a new boot generation): the power it left the host in as of its end
     (`left_by_operation`), the baseline before it (it never started, or never powered the host),
     or none (unknown: the next reading is one). The DPUs' marks are forgotten whenever it ran (it
-    may have reset them). The last unplanned change told is kept always."""
+    may have reset them). The last unplanned change told is kept always. A run that left the host
+    On keeps `last_reset`, the host's LastResetTime as its last reboot read it at its end (its
+    result's; None: not known), so a reset by hand right after it is told at the next reading
+    (`unplanned_at_rest` compares it). One that ends while the
+    host is in maintenance (`in_maintenance`) sets none: a person's power actions there are
+    expected and not read, so the first reading after maintenance off is the baseline."""
+    if in_maintenance:
+        return forget_baseline(power)
     left = left_by_operation(outcome, cycled) if ran else ""
     if left == "":
         return power if power is None or not ran else power.model_copy(update={"dpu_marks": {}})
     if left is None:
         return forget_baseline(power)
     told = power.unplanned if power is not None else ""
-    return PowerAtRest(power_state=left, read_at=now, unplanned=told)
+    mark = last_reset if left == "On" else None
+    return PowerAtRest(power_state=left, last_reset_time=mark, read_at=now, unplanned=told)

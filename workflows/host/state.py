@@ -420,12 +420,19 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             self.left_off_by = ""
 
     def finish(
-        self, current: PendingOperation, outcome: str, now: datetime, *, deletes_sent: bool = False
+        self,
+        current: PendingOperation,
+        outcome: str,
+        now: datetime,
+        *,
+        deletes_sent: bool = False,
+        last_reset: datetime | None = None,
     ) -> None:
         """The operation ended (or was withdrawn, or expired): recorded, and the host idle. A
         completed removal records what it took out of DPF, a completed provision what it brought
         back (`refuse_if_removed`); so does a removal aborted after its first delete
-        (`deletes_sent`: DPF finishes the deletes sent)."""
+        (`deletes_sent`: DPF finishes the deletes sent). `last_reset`: the host's LastResetTime as
+        its last reboot read it at its end (its result's), kept by the baseline it leaves On."""
         if outcome == "completed" or (deletes_sent and current.record.operation == names.REMOVE):
             self._completed(current)
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
@@ -439,7 +446,11 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
             self.left_off_by = ""
         ran = current.record.started_at is not None  # the power it left, as of its end (power_rest.py)
-        self.power, self._cycled = after_operation(self.power, outcome, ran, self._cycled, now), False
+        kept = self.maintenance is not None  # a person's power actions are expected: no baseline
+        self.power = after_operation(
+            self.power, outcome, ran, self._cycled, now, in_maintenance=kept, last_reset=last_reset
+        )
+        self._cycled = False
 
     def found_unplanned(self, words: str) -> bool:
         """An ended operation's result said a power change nobody here made (`unplanned_power`):

@@ -50,7 +50,7 @@ read: the sources its scope names, about 8 events.
 
 Worst-case history: about 26 events per operation (update, child start and end, an upsert per
 phase change, the versions read after it; 3 more per reboot run a cancelled or terminated one has
-read, `reached_when_ended`) plus 5 per other update, 11 (+6 per DPU) per power watch reading,
+read, `reached_when_ended`) plus 5 per other update, 17 (+6 per DPU) per power watch reading,
 about 6 once per new entity (its predecessor read, `takeover.py`) and one memo upsert per change
 of the carried entry; it continues-as-new when idle past `max_history_events` (10,000) or when
 Temporal suggests it, no read running, its state carried whole.
@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -441,11 +441,12 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
         except ChildWorkflowError as err:
             state, reported = self.state, generation_reported(err)  # its reboots count too
             state.reached(await reached_when_ended(err, reported, state.host_id, state.boot_generation))
-            outcome, unplanned, deletes_sent = outcome_of(err), "", False
+            outcome, unplanned, deletes_sent, last_reset = outcome_of(err), "", False, None
         else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
             self.state.reached(result.boot_generation)
             outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent
-        self._finish(current, outcome, deletes_sent=deletes_sent)
+            last_reset = result.last_reset_time  # its last reboot's mark: the baseline keeps it
+        self._finish(current, outcome, deletes_sent=deletes_sent, last_reset=last_reset)
         self._operation_found(unplanned)  # power_watch.py: the status and memo (its Event was its own)
         # A failed or aborted operation may have changed versions too: read them as after any other.
         self.state.versions_after(current, outcome)
@@ -465,8 +466,15 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
         except ApplicationError as err:  # the campaign no longer runs
             workflow.logger.info("campaign %s not told of %s: %s", target, current.record.workflow_id, err)
 
-    def _finish(self, current: PendingOperation, outcome: str, *, deletes_sent: bool = False) -> None:
-        self.state.finish(current, outcome, workflow.now(), deletes_sent=deletes_sent)
+    def _finish(
+        self,
+        current: PendingOperation,
+        outcome: str,
+        *,
+        deletes_sent: bool = False,
+        last_reset: datetime | None = None,
+    ) -> None:
+        self.state.finish(current, outcome, workflow.now(), deletes_sent=deletes_sent, last_reset=last_reset)
         self._child = None
         self._show_phase()
         workflow.logger.info("%s of %s: %s", current.record.operation, self.state.host_id, outcome)

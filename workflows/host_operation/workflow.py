@@ -225,8 +225,10 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
 
     def _result(self) -> HostOperationResult:
         """The state's result, with what its reboots' reads found nobody here did (the entity shows it)."""
-        unplanned = self.reboots.unplanned_power
-        return self.state.result(workflow.now()).model_copy(update={"unplanned_power": unplanned})
+        unplanned, last_reset = self.reboots.unplanned_power, self.reboots.last_reset_time
+        return self.state.result(workflow.now()).model_copy(
+            update={"unplanned_power": unplanned, "last_reset_time": last_reset}
+        )
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """The error ended with (ours, an abort's included, or an activity's or child's, in words:

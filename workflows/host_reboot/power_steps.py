@@ -82,6 +82,9 @@ class PowerSteps(kernel.Abortable):
     _stop_sent_on: bool
     _handed_back: bool
     _unplanned: str
+    # The host's LastResetTime as the last power step read it, moved by that step (the result's
+    # `last_reset_time`, the entity's baseline at rest); None: unknown, or an On by another actor.
+    _last_reset: datetime | None
 
     async def _force_off_then_on(self, inventory: HostInventory) -> Power:
         self._power.turned_off(f"ForceOff of its reboot to generation {self._request.boot_generation}")
@@ -128,6 +131,7 @@ class PowerSteps(kernel.Abortable):
             )
             cycle: PowerCycleResult = await self._cycle_activity
             self._cycle_activity = None
+            self._last_reset = cycle.last_reset_time
             self._found_before(cycle.first_power_state)  # the first activity's first read only
             if cycle.wait_left_seconds <= 0 or cycle.progress is None:
                 self._already_done = cycle.already_done
@@ -236,6 +240,7 @@ class PowerSteps(kernel.Abortable):
         """Another actor turned the host On after our ForceOff took it Off (`seen`: when): the one
         decision (module docstring); the reboot then ends as done, nothing more sent."""
         self._power.seen_on()
+        self._last_reset = None  # their On: its mark may still move, not a baseline of ours
         request = self._request
         self._said_unplanned(decide_on_power_taken_over(request.host_id, request.boot_generation, seen))
         return f"{method}, On by another actor", sent
@@ -244,9 +249,11 @@ class PowerSteps(kernel.Abortable):
         self, inventory: HostInventory, reset_type: str, *, report_reversal: bool = False
     ) -> SetPowerResult:
         """One `set_power_state`, not abortable: a stop never leaves a ForceOff without its On."""
-        return await self.call(
+        result: SetPowerResult = await self.call(
             activity_api.set_power_state,
             SetPowerInput(bmc=inventory.bmc, reset_type=reset_type, report_reversal=report_reversal),
             kernel.options(kernel.BMC_READ, f"{reset_type} {self._request.host_id}"),
             abortable=False,
         )
+        self._last_reset = result.last_reset_time
+        return result

@@ -129,6 +129,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps):
         self._retry: OperatorRequest | None = None
         self._why = ""  # what the BMC did on the last retry that failed
         self._unplanned = ""  # another actor turned the host On during our power-down: in words
+        self._last_reset = None  # LastResetTime as the last power step read it (`PowerSteps`)
         # A reboot the host's entity started (`host reboot`), or one started alone, is an
         # operation; a reboot round of another (its parent a reprovision, a firmware update or a
         # reset) is that operation's step, not counted apart.
@@ -186,6 +187,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps):
             finished_at=workflow.now(),
             already_done=self._already_done,
             unplanned_power=self._unplanned,
+            last_reset_time=self._last_reset,
         )
         if not self._already_done:  # the BMC took the cycle: the worker's `PowerCycleIssued` Event
             kernel.report(

@@ -224,6 +224,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
             boot_generation=self._generation,
             finished_at=workflow.now(),
             unplanned_power=self.reboots.unplanned_power,
+            last_reset_time=self.reboots.last_reset_time,
         )
 
     @workflow.query(name=STATUS_QUERY)
@@ -519,6 +520,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
             finished_at=workflow.now(),
             aborted=self.aborted_words(),
             unplanned_power=self.reboots.unplanned_power,
+            last_reset_time=self.reboots.last_reset_time,
         )
 
     def ending_error(self, err: BaseException) -> BaseException | None:

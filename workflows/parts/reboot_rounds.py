@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 from temporalio import workflow
@@ -150,6 +151,7 @@ class RebootRounds:
         self._runbook = runbook
         self._power_before = power_before  # handed to the first reboot started, then None
         self._unplanned: list[str] = []  # what the reboots' reads found nobody here did
+        self._last_reset: datetime | None = None  # the last reboot's (`last_reset_time`)
         self._child: RebootChild | None = None
         self._generation = 0
         self._abandoned = False
@@ -164,6 +166,12 @@ class RebootRounds:
     def unplanned_power(self) -> str:
         """The power changes nobody here made that this run's reboots found, in words ("" none)."""
         return "; ".join(self._unplanned)
+
+    @property
+    def last_reset_time(self) -> datetime | None:
+        """The host's LastResetTime as this run's last reboot read it at its end (its result's);
+        None: not known, or a reboot started since ended without a result (failed, cut short)."""
+        return self._last_reset
 
     @property
     def rebooting_to(self) -> int | None:
@@ -202,6 +210,7 @@ class RebootRounds:
         """Start the next reboot (`start_next_reboot`, same arguments); returns its generation."""
         assert self._child is None, "a reboot is in flight already"
         request, self._power_before = with_reading(request, self._power_before), None
+        self._last_reset = None  # until this reboot ends with its result
         request = request.model_copy(update={"tell_parent": True})  # `heard` takes its wait's words
         self._child, self._generation = await start_next_reboot(
             request,
@@ -236,6 +245,7 @@ class RebootRounds:
         self._child = None
         result = await child
         joined_unplanned(self._unplanned, result)
+        self._last_reset = result.last_reset_time
         if result.aborted:  # an operator aborted the reboot itself: it completed `aborted`
             raise self._aborted_reboot(child.id, result)
         return RebootOutcome(self._generation, result)
@@ -272,6 +282,7 @@ class RebootRounds:
             workflow.logger.info("reboot %s ended as it was stopped: %s", child.id, err)
             return None
         joined_unplanned(self._unplanned, result)
+        self._last_reset = result.last_reset_time
         if result.aborted and result.boot_generation < self._generation:  # aborted before a reset
             workflow.logger.info("reboot %s ended as it was stopped: %s", child.id, result.aborted)
             return None
