@@ -537,4 +537,6 @@ def _summary(outcome: Any) -> str:
             facts.append(f"{words} {', '.join(str(item) for item in outcome[key])}")
     if outcome.get("forced"):
         facts.append("finalizers removed (force)")
+    if outcome.get("dpf_told"):  # a reboot DPF waited for (`HostRebootResult.dpf_told`)
+        facts.append(str(outcome["dpf_told"]))
     return "completed" + (f" ({', '.join(facts)})" if facts else "")

@@ -1,6 +1,9 @@
 """Issue 38, from an independent attack, through the real CLI against a real Temporal, a worker
 and the simulated site:
 
+- `host reboot` of a host whose DPUs an aborted reprovision left waiting in DPF's `Rebooting` for
+  an external reboot tells DPF the host was rebooted, as the reprovision would have, so the DPUs
+  move on and `host status`'s warning (which names this very command) goes.
 - A `--wait` whose worker is killed after the entity accepted the request says the request stands
   (named), that only the following stopped, and how to see it again, exit 3: never "Nothing was
   changed: send the command again" (the request was recorded; sending it again is refused busy).
@@ -9,9 +12,11 @@ and the simulated site:
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 
+from cli_support import rebooting, until_shown
 from module_site_support import ModuleSite
 from sim_support import RunningSim
 from temporalio.testing import WorkflowEnvironment
@@ -20,10 +25,44 @@ from worker_support import worker_env, worker_process
 from metalflow.hosts import host_status
 
 PREFIX = f"rtd{uuid.uuid4().hex[:5]}"
-H_FOLLOWED = f"{PREFIX}-001"
-SITE = ModuleSite(PREFIX, hosts=2)
+H_LEFT = f"{PREFIX}-001"  # a BMC with PowerCycle: the reboot is one quick cycle
+H_FOLLOWED = f"{PREFIX}-003"
+SITE = ModuleSite(PREFIX, hosts=3)
 sim, queue = SITE.fixtures()
-cli = SITE.cli
+cli, until_idle = SITE.cli, SITE.until_idle
+WAITS = "is Rebooting: DPF waits for a reboot of"
+
+
+async def test_host_reboot_is_the_reboot_dpf_waits_for_after_an_aborted_reprovision(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    host = H_LEFT
+    started = await cli(local_env, "host", "reprovision", host, "--manual-reboot", "--task-queue", queue)
+    assert started.status == 0, started.stderr
+    await until_shown(local_env, host, rebooting, "waited for its manual reboot")  # DPF asked
+    aborted = await cli(local_env, "host", "abort", host, "--reason", "attack", "--task-queue", queue)
+    assert aborted.status == 0, aborted.stderr
+    await until_idle(local_env, host)
+    status = await cli(local_env, "host", "status", host)
+    warning = (
+        f"(`metalflow host reboot {host}` reboots it and tells DPF, or `metalflow host reprovision {host}`)"
+    )
+    assert WAITS in status.stdout and warning in status.stdout, status.stdout
+
+    rebooted = await cli(local_env, "host", "reboot", host, "--wait", "--task-queue", queue)
+    assert rebooted.status == 0, rebooted.stdout + rebooted.stderr
+    warnings: list[str] = []
+    for _ in range(100):  # DPF moves the DPU on once told, to Ready (the simulated site at zero timings)
+        shown = await cli(local_env, "host", "status", host, "--json")
+        warnings = json.loads(shown.stdout)["warnings"]
+        if not warnings:
+            break
+        await asyncio.sleep(0.2)
+    assert warnings == [], warnings
+    said = rebooted.stdout + rebooted.stderr
+    assert f"DPF told node-{host} was rebooted (removed)" in said, said
+    status = await cli(local_env, "host", "status", host)
+    assert WAITS not in status.stdout, status.stdout
 
 
 async def test_a_wait_whose_worker_dies_after_acceptance_says_the_request_stands(
