@@ -17,6 +17,10 @@ Runbook:
    never in silence (`workflows/parts/host_power.py`). On again after a backoff, then Phase
    `manual-intervention-required` says the host is OFF: `retry` sends On (the reboot completes),
    `host-rebooted` is taken only once the BMC shows it On, `abort` ends saying it is OFF.
+4. An operator's reboot (not a round of another operation) on the BMC path reads DPF before its
+   cycle; when the host's DPUs waited in `Rebooting` for an external reboot (an aborted
+   reprovision left them so), it removes DPF's reboot-required annotation after the cycle, as
+   the reprovision would have (`dpf_told.py`, DOMAIN.md 2.5); the result's `dpf_told` says so.
 
 The id is the idempotency key: starters use `WorkflowIDReusePolicy.REJECT_DUPLICATE`, so asking
 twice for one generation reboots once.
