@@ -86,6 +86,16 @@ class HostRequestError(Exception):
         self.status = status
 
 
+class Unanswered(HostRequestError):
+    """A workflow did not answer a query: exit 3. `why` is the reason alone, without the words
+    "Nothing was changed": true of a command that only asked so far, not of a `--wait` following
+    a request the entity already accepted (`metalflow/cli/host_requests.py`, `_following`)."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"{why}. {NOTHING_SENT}", status=COULD_NOT_ASK)
+        self.why = why
+
+
 ENTITY_UPDATES: dict[str, UpdateMethodMultiParam[Any, Any]] = {
     **{kind.update: getattr(workflow_api.HostWorkflow, kind.update) for kind in ENTITY_REQUESTS},
     APPROVE_UPDATE: workflow_api.HostWorkflow.approve,
@@ -215,20 +225,16 @@ async def host_status(client: Client, host_id: str) -> HostStatus:
     return status
 
 
-async def _unanswered(client: Client, handle: WorkflowHandle[Any, Any]) -> HostRequestError:
+async def _unanswered(client: Client, handle: WorkflowHandle[Any, Any]) -> Unanswered:
     """A workflow that did not answer in time: metalflow could not ask (exit 3), nothing was sent
     on (a command that reads the status first, e.g. `host abort`, stops there)."""
     task_queue = (await handle.describe()).task_queue
     if not await worker_polls(client, task_queue):
-        return HostRequestError(
-            f"{handle.id} does not answer: no worker serves its task queue {task_queue!r}. {NOTHING_SENT}",
-            status=COULD_NOT_ASK,
-        )
-    return HostRequestError(
+        return Unanswered(f"{handle.id} does not answer: no worker serves its task queue {task_queue!r}")
+    return Unanswered(
         f"{handle.id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s: the workers of task queue "
         f"{task_queue!r} are busy, stuck or gone (a worker killed moments ago still counts as polling for "
-        f"a few minutes). {NOTHING_SENT}",
-        status=COULD_NOT_ASK,
+        f"a few minutes)"
     )
 
 
@@ -533,4 +539,6 @@ def _summary(outcome: Any) -> str:
             facts.append(f"{words} {', '.join(str(item) for item in outcome[key])}")
     if outcome.get("forced"):
         facts.append("finalizers removed (force)")
+    if outcome.get("dpf_told"):  # a reboot DPF waited for (`HostRebootResult.dpf_told`)
+        facts.append(str(outcome["dpf_told"]))
     return "completed" + (f" ({', '.join(facts)})" if facts else "")

@@ -262,6 +262,9 @@ class HostRebootResult(OperationEnd):
     finished_at: datetime
     # The BMC showed a reset after the reboot became owed (e.g. someone else's): it served; nothing sent.
     already_done: bool = False
+    # An operator's reboot of a host whose DPUs waited in DPF's Rebooting for it: what telling DPF
+    # did ("DPF told node-HOST was rebooted (removed)", or why not); "" when DPF waited for nothing.
+    dpf_told: str = ""
 
 
 # -- firmware --------------------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -59,6 +60,7 @@ from metalflow.hosts import (
     FAILED,
     FOLLOW_POLL_SECONDS,
     HostRequestError,
+    Unanswered,
     follow_operation,
     host_status,
     native_power_cycles,
@@ -388,16 +390,39 @@ async def _request(client: Client, args: argparse.Namespace) -> int:
             )
         if accepted.awaiting_approval:
             progress.step(args.host, "awaiting approval", waiting_for=f"`metalflow approve {args.host}`")
-            never = await _await_start(client, args.host, accepted.workflow_id, progress)
+            with _following(args.host, accepted.workflow_id, awaiting_approval=True):
+                never = await _await_start(client, args.host, accepted.workflow_id, progress)
             if never is not None:  # an operator's abort or withdrawal is asked for: no failure
                 return exits.ABORTED if never.startswith(("aborted", "withdrawn")) else EXIT_FAILED
-        ended = await _follow(client, args.host, accepted.workflow_id, progress)
+        with _following(args.host, accepted.workflow_id):
+            ended = await _follow(client, args.host, accepted.workflow_id, progress)
         wait = getattr(args, "power_down_wait", None)
         if wait:  # a wait the BMC's own PowerCycle did not apply is said, not silently skipped
             native = await native_power_cycles(client, accepted.workflow_id, args.host)
             if native:
                 progress.note(power_down_wait_not_applied(args.host, wait, native))
         return ended
+
+
+@contextmanager
+def _following(host: str, workflow_id: str, *, awaiting_approval: bool = False) -> Iterator[None]:
+    """A `--wait` whose entity stops answering (its worker gone) after the request was accepted:
+    exit 3 as for any workflow that does not answer, but never "Nothing was changed": the request
+    stands, recorded by the entity, and sending it again is refused as busy (issue 38). The words
+    name it, say that only the following stopped, and how to see it again."""
+    try:
+        yield
+    except Unanswered as err:
+        then = (
+            f"it awaits approval: `metalflow approve {host} --wait` approves it and follows it"
+            if awaiting_approval
+            else f"`metalflow host status {host}` shows how it goes"
+        )
+        raise HostRequestError(
+            f"{host}: the request was accepted ({workflow_id}) and stands; following it stopped: "
+            f"{err.why}. Do not send it again: once a worker runs, {then}",
+            status=exits.UNREACHABLE,
+        ) from None
 
 
 async def _await_start(client: Client, host: str, workflow_id: str, progress: Progress) -> str | None:
@@ -440,7 +465,7 @@ async def _approve(client: Client, args: argparse.Namespace) -> int:
     current = (await host_status(client, args.host)).current
     if current is None:
         return EXIT_FAILED
-    with Progress() as progress:
+    with Progress() as progress, _following(args.host, current.workflow_id):
         return await _follow(client, args.host, current.workflow_id, progress)
 
 

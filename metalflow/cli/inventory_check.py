@@ -190,8 +190,8 @@ async def idle_dpu_warnings(host_id: str) -> list[str]:
         if phase == "Rebooting":
             warnings.append(
                 f"DPU {name} is Rebooting: DPF waits for a reboot of {host_id} and no operation runs "
-                f"to do it (`metalflow host reprovision {host_id}`, or reboot it and "
-                f"`metalflow host reboot {host_id}`)"
+                f"to do it (`metalflow host reboot {host_id}` reboots it and tells DPF, or "
+                f"`metalflow host reprovision {host_id}`)"
             )
         elif phase != "Ready":
             warnings.append(f"DPU {name} is {phase}, not Ready, and no operation runs on {host_id}")

@@ -234,3 +234,20 @@ def test_a_template_without_the_field_an_older_dpf_prunes_does_not_differ() -> N
     assert states.differences({"spec": {"deploymentServiceName": "dts"}}, wanted) == []
     changed = {"spec": {"deploymentServiceName": "dts", "security": {"privileged": True}}}
     assert states.differences(changed, wanted) == [".spec.security.privileged"]
+
+
+def test_a_host_reboot_tells_dpf_only_of_a_reboot_dpf_waits_for_and_has_stamped() -> None:
+    """What an aborted reprovision leaves (annotation, Rebooting, stamped) is the reboot DPF waits
+    for (DOMAIN.md 2.5); anything short of it (no annotation, no Rebooting DPU, a DPU not stamped
+    yet or still shutting its Arm down: a removal then is undone) is not told."""
+    assert barrier.awaits_external_reboot(_state(_dpu(0, reboot=STAMPED), _dpu(1, phase="Ready")))
+    assert barrier.awaits_external_reboot(_state(_dpu(0, conditions=(WAITING,))))
+    bare = HostDPFState(
+        host_id="h", node=DPUNodeState(name="node-h", uid="n"), dpus=(_dpu(0, reboot=STAMPED),)
+    )
+    assert not barrier.awaits_external_reboot(bare)  # no annotation: DPF asks nothing
+    assert not barrier.awaits_external_reboot(HostDPFState(host_id="h", dpus=(_dpu(0, reboot=STAMPED),)))
+    assert not barrier.awaits_external_reboot(_state(_dpu(0, phase="Ready")))
+    assert not barrier.awaits_external_reboot(_state(_dpu(0, reboot=STAMPED), _dpu(1)))  # d1 not stamped
+    shutting = STAMPED.model_copy(update={"phase": "WaitForShutdown", "reason": "WaitingForDPUArmShutdown"})
+    assert not barrier.awaits_external_reboot(_state(_dpu(0, reboot=shutting)))

@@ -17,6 +17,10 @@ Runbook:
    never in silence (`workflows/parts/host_power.py`). On again after a backoff, then Phase
    `manual-intervention-required` says the host is OFF: `retry` sends On (the reboot completes),
    `host-rebooted` is taken only once the BMC shows it On, `abort` ends saying it is OFF.
+4. An operator's reboot (not a round of another operation) on the BMC path reads DPF before its
+   cycle; when the host's DPUs waited in `Rebooting` for an external reboot (an aborted
+   reprovision left them so), it removes DPF's reboot-required annotation after the cycle, as
+   the reprovision would have (`dpf_told.py`, DOMAIN.md 2.5); the result's `dpf_told` says so.
 
 The id is the idempotency key: starters use `WorkflowIDReusePolicy.REJECT_DUPLICATE`, so asking
 twice for one generation reboots once.
@@ -83,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
         SystemPower,
     )
     from workflows import kernel
+    from workflows.host_reboot.dpf_told import TellsDPF
     from workflows.host_reboot.failure import bmc_failure_reason, off_step
     from workflows.host_reboot.power_steps import PowerSteps
     from workflows.parts import boot_generation
@@ -101,7 +106,7 @@ Cycle = asyncio.Future[tuple[str, tuple[str, ...]]]  # the cycle under the lease
 
 
 @workflow.defn(name="HostRebootWorkflow")
-class HostRebootWorkflow(SiteCheckSaid, PowerSteps):
+class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
     """Reboot a host once for one boot generation."""
 
     ENDED: ClassVar = (REBOOTED, "failed", "aborted", "cancelled")
@@ -126,6 +131,8 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps):
             host_id=request.host_id, retry_delays=request.policy.power_on_retry_seconds
         )
         self._inventory: HostInventory | None = None  # the BMC path's host: what `retry` powers
+        self._dpf_waiting = None  # DPF waited for a reboot before the cycle (`dpf_told.py`)
+        self._dpf_told = ""  # what telling DPF did, in the final words and the result
         self._retry: OperatorRequest | None = None
         self._why = ""  # what the BMC did on the last retry that failed
         self._unplanned = ""  # another actor turned the host On during our power-down: in words
@@ -161,6 +168,7 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps):
             request.boot_generation,  # a one-host BMC: no lease
             f"resolve the BMC of {request.host_id} and ask its lease for a slot",
         )
+        await self._dpf_waits(inventory)
         if self.aborting:
             await self._leases.give_back(asked[1], asked[0])
             raise self.aborted()
@@ -195,9 +203,13 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps):
                 f"power cycle ({method}) for generation {request.boot_generation}",
                 warning=False,
             )
+        await self._tell_dpf()
+        if self._dpf_told:
+            self._cycled = self._cycled.model_copy(update={"dpf_told": self._dpf_told})
         if self.aborting:
             raise self.aborted()
-        await self.finish(REBOOTED, f"generation {request.boot_generation} by {method}")
+        told = f"; {self._dpf_told}" if self._dpf_told else ""
+        await self.finish(REBOOTED, f"generation {request.boot_generation} by {method}{told}")
         return self._cycled.model_copy(update={"finished_at": workflow.now()})
 
     async def _clean_up(self, err: BaseException) -> str:

@@ -156,6 +156,19 @@ def not_stamped(state: HostDPFState) -> list[str]:
     return [d.name for d in state.dpus if d.phase == PHASE_REBOOTING and not d.ready_for_host_reboot]
 
 
+def awaits_external_reboot(state: HostDPFState) -> bool:
+    """DPF waits for an external reboot of the host that only a reboot and the annotation's removal
+    end (DOMAIN.md 2.5): the reboot-required annotation is there, a DPU is `Rebooting`, and every
+    `Rebooting` DPU is stamped (Step 2; a removal before it is undone) with no Arm shutting down.
+    What an aborted provision or reprovision leaves: a `host reboot` then is the reboot DPF waits
+    for, and tells DPF once its cycle is done (`workflows/host_reboot/workflow.py`)."""
+    if state.node is None or not state.node.waiting_for_reboot:
+        return False
+    if not any(d.phase == PHASE_REBOOTING for d in state.dpus):
+        return False
+    return not not_stamped(state) and not shutting_down(state)
+
+
 def reboot_barrier_reached(state: HostDPFState, dpu_ids: Iterable[str], replaced: Mapping[str, str]) -> bool:
     """DPF asks for the reboot, every DPU is in `Rebooting` or `Ready`, none of the host installs,
     shuts its Arm down, or waits for DPF's stamp (the module docstring)."""
