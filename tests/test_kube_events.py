@@ -142,6 +142,32 @@ async def test_a_repeated_event_is_one_series_not_a_flood(site: tuple[RunningSim
     assert sorted(line.split()[-2] for line in wide.splitlines()[1:]) == ["1", "50"]
 
 
+async def test_two_runs_of_one_operation_ending_alike_are_two_events(site: tuple[RunningSim, str]) -> None:
+    """An attack saw two reprovisions of one host (one by hand, one by a campaign, a minute apart)
+    end as one `OperationSucceeded` with `COUNT 2`: the same words, counted into one series. An
+    operation's end (and start) is one Event per run."""
+    sim, prefix = site
+    emitter = Emitter(Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig))
+    await emitter.start()
+    host, at = f"{prefix}-003", datetime.now(UTC)
+    for i, run in enumerate(("run-by-hand", "run-by-campaign")):
+        await emitter.record(
+            PhaseChange(
+                f"reprovision/{host}",
+                run,
+                "HostOperationWorkflow",
+                "completed",
+                "completed: every DPU Ready",
+                at + timedelta(seconds=60 * i),
+                40,
+                host,
+            )  # fmt: skip
+        )
+    await emitter.stop()
+    ended = events_v1(sim, f"regarding.name=node-{host},reason=OperationSucceeded")
+    assert len(ended) == 2 and emitter.stats.deduplicated == 0, ended
+
+
 def _other(spec: EventSpec) -> EventSpec:
     return EventSpec(spec.namespace, spec.reason, spec.type, spec.action, "the BMC refused the credentials",
                      spec.regarding, spec.host_id)  # fmt: skip

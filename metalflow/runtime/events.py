@@ -115,6 +115,8 @@ ACTIONS = {
     names.ROLLOUT: "Rollout",
     names.CAMPAIGN_OPERATION: "Campaign",
 }
+ONE_EVENT_EACH = frozenset({"OperationStarted", *(reason for reason, _ in ENDINGS.values())})
+"""An operation's start and end: one Event per run, never counted into an isomorphic one's series."""
 UNPLANNED_POWER = "unplanned-power"  # workflows/host_reboot/failure.py, workflows/host/state.py
 MAINTENANCE_EVENTS = {"maintenance-on": "MaintenanceOn", "maintenance-off": "MaintenanceOff"}
 HOST_KEYED = frozenset({names.HOST, *(kind.operation for kind in ENTITY_REQUESTS)})
@@ -398,11 +400,15 @@ class Emitter:
         spec = describe(change, self.settings.dpf_namespace, _inside_operation(change))
         if spec is None:
             return
-        await self.emit(spec, change.at)
+        # An operation's start and its end are one Event each, never a series: two runs of the same
+        # operation of a host (the same words, minutes apart) read `COUNT 2` on one Event otherwise.
+        own = change.key if spec.reason in ONE_EVENT_EACH else None
+        await self.emit(spec, change.at, own)
 
-    async def emit(self, spec: EventSpec, at: datetime) -> None:
-        """Write `spec` as a new Event, or count it into the series of an isomorphic one."""
-        key = (spec.namespace, spec.regarding, spec.reason, spec.type, spec.action, spec.note)
+    async def emit(self, spec: EventSpec, at: datetime, own: object = None) -> None:
+        """Write `spec` as a new Event, or count it into the series of an isomorphic one (`own`:
+        a fact of its own, never counted into another's series)."""
+        key = (spec.namespace, spec.regarding, spec.reason, spec.type, spec.action, spec.note, own)
         now = time.monotonic()
         series = self._series.get(key)
         if series is not None and (at - series.last_observed).total_seconds() < SERIES_FINISH_SECONDS:
