@@ -82,12 +82,24 @@ def save_findings(path: Path, findings: SiteFindings) -> None:
     os.replace(temporary, path)
 
 
+class FindingsUnreadable(Exception):
+    """The kept findings exist but cannot be read (truncated, corrupt, unreadable): an operation
+    is refused rather than run as if no check was kept (a gate that fails open protects nothing)."""
+
+
 def load_findings(path: Path) -> SiteFindings | None:
-    """The last check's findings, or None when no check was kept (or the file is unreadable)."""
+    """The last check's findings, or None when no check was kept; `FindingsUnreadable` when the
+    file is there but cannot be read."""
     try:
-        return SiteFindings.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
+        text = path.read_text()
+    except FileNotFoundError:
         return None
+    except OSError as err:
+        raise FindingsUnreadable(f"{path}: {err.strerror or err}") from None
+    try:
+        return SiteFindings.from_json(json.loads(text))
+    except (ValueError, KeyError, TypeError) as err:
+        raise FindingsUnreadable(f"{path}: {type(err).__name__}: {err}"[:300]) from None
 
 
 async def _read_bmc(client: RedfishClient, access: BMCAccess, host_id: str, dpu: str | None,
@@ -381,7 +393,13 @@ def consult_words(
 ) -> tuple[bool, list[str]]:
     """(refuse?, lines to say) for an operation on `host_id` needing `capability`. A check older
     than `STALE_AFTER` is still obeyed, and said to be old (run it again: the site may have moved)."""
-    found = consult(host_id, capability, path, pcs=pcs)
+    try:
+        found = consult(host_id, capability, path, pcs=pcs)
+    except FindingsUnreadable as err:
+        return True, [
+            f"the kept site check cannot be read ({err}): nothing was started; run `metalflow site "
+            "check` again to keep new findings"
+        ]
     if found is None:
         return False, []
     verdict, checked_at = found

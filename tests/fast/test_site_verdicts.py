@@ -209,8 +209,14 @@ def test_an_operations_start_refuses_blocked_says_degraded_and_is_silent_without
     save_findings(path, site(host_bmc(last_reset_time=False), dpu_bmc()))
     refuse, lines = consult_words("h1", "reboot", path)
     assert not refuse and "reboot is degraded on h1" in lines[0]
-    path.write_text("{not json")
-    assert consult_words("h1", "reboot", path) == (False, [])  # an unreadable file: as none
+    # A kept check that cannot be read refuses (an attack truncated it and operations ran as if
+    # none was kept: a gate that fails open); `None` capabilities (remove) are still not judged.
+    for broken in ("{not json", '{"site": "attack", "checked_at": ', '{"site": "a"}'):
+        path.write_text(broken)
+        refuse, lines = consult_words("h1", "reboot", path)
+        assert refuse and lines[0].startswith("the kept site check cannot be read ("), lines
+        assert str(path) in lines[0] and "metalflow site check" in lines[0], lines
+    assert consult_words("h1", None, path) == (False, [])
 
 
 def test_a_gated_podcliqueset_is_one_with_scaling_groups_and_an_anchor_at_another_hash() -> None:
