@@ -84,6 +84,7 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     finally:
         _fault(sim, host, "clear")
     assert before["left_off_by"] == reboot, before
+    await _ok(env, queue, "carol", "host", "assign", host, "tenant-3")
     await _ok(env, queue, "carol", "host", "maintenance", host, "on", "--reason", "cabling")
 
     await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate("as an operator might")
@@ -95,6 +96,7 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     assert entity["boot_generation"] == 1, entity  # never back (boot_generation.py)
     assert entity["left_off_by"] == reboot, entity
     assert entity["maintenance"]["by"] == "carol" and entity["maintenance"]["reason"] == "cabling", entity
+    assert entity["instance"] == "tenant-3", entity  # before: none
     assert entity["taken_over"].startswith("took over from run "), entity
     assert "(terminated at " in entity["taken_over"], entity
     text = await cli(env, "host", "status", host)
@@ -104,6 +106,7 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
     assert " idle (host OFF) " in row, listed.stdout
     await _ok(env, queue, "carol", "host", "maintenance", host, "off")
+    await _ok(env, queue, "carol", "host", "release", host, "tenant-3")
     await reset_by_hand(sim, host, "On")
 
 

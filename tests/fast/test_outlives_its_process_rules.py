@@ -226,3 +226,27 @@ def test_a_boot_generation_never_goes_back_and_what_the_new_entity_holds_stands(
 def test_nothing_to_take_over_says_nothing(before: EntityPredecessor) -> None:
     new = entity()
     assert take_over(new, before) == "" and new.taken_over == "" and new.boot_generation == 0
+
+
+def test_a_new_entity_takes_over_the_instance_and_the_dpus_removed_from_dpf() -> None:
+    """Before: the successor started with no instance (a campaign's `--assigned skip` then
+    reprovisioned the tenant's host unasked) and forgot the removal (a reprovision of the
+    removed DPU was accepted and hung)."""
+    old = entity()
+    old.assign("tenant-3")
+    old.removed_from_dpf["host-001-dpu-1"] = "remove/host-001"
+    new = entity()
+    before = EntityPredecessor(run_id="r1", status="TERMINATED", closed_at=T0, carried=carried(old))
+    words = take_over(new, before)
+    assert new.instance == "tenant-3" and new.removed_from_dpf == {"host-001-dpu-1": "remove/host-001"}
+    assert "instance tenant-3; removed from DPF: host-001-dpu-1" in words, words
+    with pytest.raises(Exception, match="assigned to instance tenant-3"):
+        new.refuse_request(REPROVISION, OperationRequest(requested_by="campaign/fw", refuse_if_assigned=True))
+    with pytest.raises(Exception, match="DPF no longer has"):
+        new.refuse_request(REPROVISION, OperationRequest(requested_by="alice"))
+
+
+def test_what_the_new_entity_was_started_with_stands_over_the_carried_instance() -> None:
+    new = entity(instance="tenant-9")
+    take_over(new, _left(instance="tenant-3"))
+    assert new.instance == "tenant-9"
