@@ -164,3 +164,32 @@ async def test_an_operators_abort_of_the_monitors_reprovision_outlives_the_monit
         with contextlib.suppress(httpx.HTTPStatusError):
             sim.inject(f"{device}/recover")
         await entity.terminate("test over")
+
+
+async def test_a_reboot_terminated_while_the_host_is_off_leaves_it_marked_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Before: `temporal workflow terminate` of a reboot in manual-intervention-required (the
+    host OFF by its hand) left the entity idle, `left_off_by` empty, no WARNING. Now its last
+    Phase is read and the host is marked OFF as a run that ended saying so."""
+    host, env = LEFT_OFF_HOST, local_env
+    fast = ("--power-down-wait", "0")
+    await _ok(env, queue, "alice", "host", "reboot", host, *fast)  # reaches its generation: not OFF
+    assert (await _idle(env, host))["left_off_by"] == ""
+    _fault(sim, host, "rotate-after-forceoff")  # the On after its ForceOff is refused
+    try:
+        await _ok(env, queue, "alice", "host", "reboot", host, *fast)
+        reboot = (await shown_state(env, host))["host"]["current"]["workflow_id"]
+        await eventually(
+            lambda: operation_progress(env.client, reboot, host),
+            lambda seen: seen is not None and seen.phase == "manual-intervention-required",
+        )
+        await env.client.get_workflow_handle(reboot).terminate("as an operator might")
+        after = await _idle(env, host)
+    finally:
+        _fault(sim, host, "clear")
+    assert after["left_off_by"] == reboot, after
+    assert after["recent"][-1]["outcome"].startswith("terminated while the host was OFF"), after["recent"]
+    text = await cli(env, "host", "status", host)
+    assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
+    await reset_by_hand(sim, host, "On")

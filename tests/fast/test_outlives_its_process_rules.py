@@ -42,6 +42,7 @@ from workflows.campaign.admission import admit
 from workflows.campaign.ledger import S
 from workflows.campaign.state import CampaignState
 from workflows.host.automation_hold import hold_after
+from workflows.host.outcome import off_when_cut
 from workflows.host.state import HostEntityState
 from workflows.host.takeover_rules import carried, take_over
 
@@ -250,3 +251,29 @@ def test_what_the_new_entity_was_started_with_stands_over_the_carried_instance()
     new = entity(instance="tenant-9")
     take_over(new, _left(instance="tenant-3"))
     assert new.instance == "tenant-9"
+
+
+# -- an operation terminated by hand while the host was OFF by its hand ---------------------------
+
+
+@pytest.mark.parametrize("operation", ["reboot", "reset"])
+def test_a_reboot_or_reset_terminated_in_manual_intervention_leaves_the_host_marked_off(
+    operation: str,
+) -> None:
+    words = off_when_cut("terminated", operation, "manual-intervention-required", HOST)
+    assert words.startswith("terminated while the host was OFF (manual-intervention-required)"), words
+    state = entity()
+    ended(state, ALICE, words, kind=REBOOT)
+    assert state.left_off_by == "reboot/host-001/generation-1" and state.left_off() == state.left_off_by
+
+
+@pytest.mark.parametrize(
+    ("outcome", "operation", "phase"),
+    [
+        ("terminated", "reboot", "powering"),  # its last status claimed nothing of the power
+        ("aborted", "reboot", "manual-intervention-required"),  # a cancelled run powers it on itself
+        ("terminated", "reprovision", "manual-intervention-required"),  # not OFF-only for it
+    ],
+)
+def test_no_off_mark_from_anything_else(outcome: str, operation: str, phase: str) -> None:
+    assert off_when_cut(outcome, operation, phase, HOST) == outcome

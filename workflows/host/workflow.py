@@ -117,11 +117,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.host import versions as host_versions
     from workflows.host.approval_check import ApprovalCheck
-    from workflows.host.outcome import ended_as, generation_reported, outcome_of
+    from workflows.host.outcome import POWER_HOLDERS, ended_as, generation_reported, off_when_cut, outcome_of
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
     from workflows.host.takeover import Gate, TakeOver
-    from workflows.parts.reboot_rounds import reached_when_ended, start_next_reboot
+    from workflows.parts.reboot_rounds import last_phase, reached_when_ended, start_next_reboot
 
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)
 
@@ -442,6 +442,10 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
             state, reported = self.state, generation_reported(err)  # its reboots count too
             state.reached(await reached_when_ended(err, reported, state.host_id, state.boot_generation))
             outcome, unplanned, deletes_sent = outcome_of(err), "", False
+            operation, cut = current.record.operation, current.record.workflow_id
+            if outcome == "terminated" and operation in POWER_HOLDERS:  # did it leave the host OFF?
+                phase = await last_phase(state.host_id, cut)
+                outcome = off_when_cut(outcome, operation, phase, state.host_id)
         else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
             self.state.reached(result.boot_generation)
             outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent
