@@ -277,3 +277,19 @@ def test_a_reboot_or_reset_terminated_in_manual_intervention_leaves_the_host_mar
 )
 def test_no_off_mark_from_anything_else(outcome: str, operation: str, phase: str) -> None:
     assert off_when_cut(outcome, operation, phase, HOST) == outcome
+
+
+# -- the OFF mark and the world -------------------------------------------------------------------
+
+
+def test_a_power_watch_reading_on_at_rest_clears_the_off_mark() -> None:
+    """Before: `metalflow bmc power H on` (the WARNING's advice) left the host `idle (host OFF)`
+    for ever: only a run's words cleared the mark. A reading is the world."""
+    state = entity()
+    state.left_off_by = "reboot/host-001/generation-2"
+    assert state.read_at_rest("Off") == "" and state.left_off() == "reboot/host-001/generation-2"
+    assert state.read_at_rest(None) == ""  # no power state read: nothing known
+    words = state.read_at_rest("On")
+    assert words == "the host is On at rest: no longer OFF as reboot/host-001/generation-2 left it"
+    assert state.left_off() is None and carried(state)["left_off_by"] == ""
+    assert state.read_at_rest("On") == ""  # nothing left to clear

@@ -490,11 +490,21 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             f"{asked or maintenance}" + (f"; site check: {said}" if said else "")
         )
 
+    def read_at_rest(self, power_state: str | None) -> str:
+        """A power watch reading at rest (`power_watch.py`): the host read On clears the mark of
+        a run that left it OFF (a reading is the world, e.g. after `metalflow bmc power HOST on`,
+        the WARNING's advice). The words of what it cleared ("" nothing)."""
+        if power_state != "On" or not self.left_off_by:
+            return ""
+        words, self.left_off_by = f"the host is On at rest: no longer OFF as {self.left_off_by} left it", ""
+        return words
+
     def left_off(self) -> str | None:
         """The run whose final words said it left the host OFF (`workflows/parts/host_power.py`),
         while the host is idle: `host status` warns of it and `host list` marks it (the memo entry
         `names.LEFT_OFF_MEMO`), from runs' words alone, no BMC read. Cleared by a run that says
-        the host is on or reached a boot generation, not by any run's end (`finish`, `reached`)."""
+        the host is on or reached a boot generation, not by any run's end (`finish`, `reached`),
+        and by a power watch reading the host On at rest (`read_at_rest`)."""
         if self.current is None and self.left_off_by:
             return self.left_off_by
         return None
