@@ -32,8 +32,8 @@ from contracts.models.host import HostStatus, HostWorkflowInput, RebootMethod
 from metalflow.hosts import operation_progress
 
 # Profile no-powercycle (the site gives it to hosts 2, 7, ...): a reboot is ForceOff, then On.
-LEFT_OFF_HOST, MONITORED_HOST = "out-002", "out-003"
-SITE = ModuleSite("out", hosts=3, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+LEFT_OFF_HOST, MONITORED_HOST, CUT_HOST = "out-002", "out-003", "out-007"
+SITE = ModuleSite("out", hosts=7, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim, queue = SITE.fixtures()
 cli = SITE.cli
 
@@ -153,6 +153,10 @@ async def test_an_operators_abort_of_the_monitors_reprovision_outlives_the_monit
         monitor = await status_of(env.client.get_workflow_handle(monitor_id))
         assert "automation held back by alice" in monitor.requests[-1], monitor.requests  # its refusal
 
+        # No running entity (terminated by hand): `host retry` starts one, as every request does,
+        # which takes the hold over and ends it. Before: Temporal's raw NOT_FOUND, exit 1.
+        await entity.terminate("as an operator might")
+        entity = env.client.get_workflow_handle(names.host_workflow_id(host))
         resumed = await _ok(env, queue, "alice", "host", "retry", host, "--reason", "done")
         assert f"{host}: automation no longer held back: host retry by alice" in resumed, resumed
         again = await eventually(lambda: _status(entity), lambda s: s.current is not None, timeout=20)
@@ -172,7 +176,7 @@ async def test_a_reboot_terminated_while_the_host_is_off_leaves_it_marked_off(
     """Before: `temporal workflow terminate` of a reboot in manual-intervention-required (the
     host OFF by its hand) left the entity idle, `left_off_by` empty, no WARNING. Now its last
     Phase is read and the host is marked OFF as a run that ended saying so."""
-    host, env = LEFT_OFF_HOST, local_env
+    host, env = CUT_HOST, local_env
     fast = ("--power-down-wait", "0")
     await _ok(env, queue, "alice", "host", "reboot", host, *fast)  # reaches its generation: not OFF
     assert (await _idle(env, host))["left_off_by"] == ""

@@ -252,7 +252,8 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
 
     @release_automation.validator
     def _validate_release_automation(self, request: OperatorRequest) -> None:
-        self.state.release_automation(request.requested_by, dry=True)
+        if self._lock.open:  # a new entity's hold is its predecessor's: the handler, after takeover
+            self.state.release_automation(request.requested_by, dry=True)
 
     @workflow.update(name=WITHDRAW_UPDATE)
     async def withdraw(self, request: WithdrawRequest) -> OperatorAnswer:
