@@ -208,7 +208,9 @@ class BMCLeaseActivities:
         """How the run holding the reboot id of `request`'s generation stands, and the generation
         a completed one reached (its result's): what `start_next_reboot` needs to know whether
         the generation is used up (`workflows.parts.boot_generation.spent`)."""
-        workflow_id = names.host_reboot_workflow_id(request.host_id, request.boot_generation)
+        workflow_id = request.workflow_id or names.host_reboot_workflow_id(
+            request.host_id, request.boot_generation
+        )
         handle = activity.client().get_workflow_handle(workflow_id, result_type=HostRebootResult)
         try:
             described = await handle.describe()
@@ -216,10 +218,12 @@ class BMCLeaseActivities:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
             return RebootRunSeen(end="absent")
-        status = described.status
+        status, phase = described.status, described.typed_search_attributes.get(names.PHASE) or ""
         if status == WorkflowExecutionStatus.COMPLETED:
+            if request.workflow_id:  # an operation's own run: not a reboot's result
+                return RebootRunSeen(end="completed", phase=phase)
             result = await handle.result(follow_runs=False)
-            return RebootRunSeen(end="completed", boot_generation=result.boot_generation)
+            return RebootRunSeen(end="completed", boot_generation=result.boot_generation, phase=phase)
         ends = {
             WorkflowExecutionStatus.RUNNING: "running",
             WorkflowExecutionStatus.FAILED: "failed",
@@ -227,4 +231,5 @@ class BMCLeaseActivities:
             WorkflowExecutionStatus.TERMINATED: "terminated",
         }
         # TIMED_OUT, and what Temporal may add: unknown, as timed out (`spent`: used up).
-        return RebootRunSeen(end="timed-out" if status is None else ends.get(status, "timed-out"))
+        end = "timed-out" if status is None else ends.get(status, "timed-out")
+        return RebootRunSeen(end=end, phase=phase)

@@ -44,7 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts import names, priorities, workflow_api
 from contracts.host_entity import HostEntityClient, start_unless_running
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
-from contracts.models.host import RELEASE_AUTOMATION_UPDATE
+from contracts.models.host import RELEASE_AUTOMATION_UPDATE, HostWorkflowInput
 from contracts.models.monitor import (
     RESUME_UPDATE,
     HostMonitorInput,
@@ -53,7 +53,7 @@ from contracts.models.monitor import (
     MonitorPolicy,
 )
 from contracts.with_start import execute_update
-from metalflow.hosts import COULD_NOT_ASK, NOTHING_SENT, QUERY_TIMEOUT, HostRequestError
+from metalflow.hosts import COULD_NOT_ASK, NOTHING_SENT, QUERY_TIMEOUT, HostRequestError, send_update
 
 LOOK_POLL_SECONDS = 0.2
 # Below the default (3) that operations run at: see the module docstring and `contracts.priorities`.
@@ -183,7 +183,9 @@ async def stop_monitor(client: Client, host_id: str, request: OperatorRequest) -
     return await ended.result()
 
 
-async def resume_monitor(client: Client, host_id: str, request: OperatorRequest) -> OperatorAnswer:
+async def resume_monitor(
+    client: Client, host_id: str, request: OperatorRequest, task_queue: str = names.TASK_QUEUE
+) -> OperatorAnswer:
     """Send `resume`: the monitor ends its hold-back after an operator's abort; and the host's
     entity ends its hold on automation (`release_automation`, the same as `host retry` of the
     idle host), which a monitor restarted since the abort still meets.
@@ -192,7 +194,7 @@ async def resume_monitor(client: Client, host_id: str, request: OperatorRequest)
         HostRequestError: Neither the monitor nor the entity holds back (or no monitor runs and
             the entity does not hold back).
     """
-    released = await _release_entity_hold(client, host_id, request)
+    released = await _release_entity_hold(client, host_id, request, task_queue)
     try:
         answer: OperatorAnswer = await execute_update(
             _handle(client, host_id), RESUME_UPDATE, request, result_type=OperatorAnswer
@@ -212,18 +214,18 @@ async def resume_monitor(client: Client, host_id: str, request: OperatorRequest)
     return answer if not released else OperatorAnswer(accepted=True, message=f"{answer.message}; {released}")
 
 
-async def _release_entity_hold(client: Client, host_id: str, request: OperatorRequest) -> str:
+async def _release_entity_hold(
+    client: Client, host_id: str, request: OperatorRequest, task_queue: str = names.TASK_QUEUE
+) -> str:
     """The entity's hold on automation ended (its words), or "" when it holds none (or runs an
-    operation: `host abort`/`retry` are that operation's)."""
+    operation: `host abort`/`retry` are that operation's). An entity ended by hand (its last run
+    still says the hold) is started again, as every request does (update-with-start): the new one
+    takes over the hold from its predecessor, then ends it."""
     status = await HostEntityClient(client).status(host_id)
     if status is None or status.automation_held_back is None or status.current is not None:
         return ""
-    answer: OperatorAnswer = await execute_update(
-        client.get_workflow_handle(names.host_workflow_id(host_id)),
-        RELEASE_AUTOMATION_UPDATE,
-        request,
-        result_type=OperatorAnswer,
-    )
+    entity = HostWorkflowInput(host_id=host_id)
+    answer = await send_update(client, entity, RELEASE_AUTOMATION_UPDATE, request, OperatorAnswer, task_queue)
     return answer.message
 
 

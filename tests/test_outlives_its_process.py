@@ -32,8 +32,8 @@ from contracts.models.host import HostStatus, HostWorkflowInput, RebootMethod
 from metalflow.hosts import operation_progress
 
 # Profile no-powercycle (the site gives it to hosts 2, 7, ...): a reboot is ForceOff, then On.
-LEFT_OFF_HOST, MONITORED_HOST = "out-002", "out-003"
-SITE = ModuleSite("out", hosts=3, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+LEFT_OFF_HOST, MONITORED_HOST, CUT_HOST = "out-002", "out-003", "out-007"
+SITE = ModuleSite("out", hosts=7, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim, queue = SITE.fixtures()
 cli = SITE.cli
 
@@ -84,6 +84,7 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     finally:
         _fault(sim, host, "clear")
     assert before["left_off_by"] == reboot, before
+    await _ok(env, queue, "carol", "host", "assign", host, "tenant-3")
     await _ok(env, queue, "carol", "host", "maintenance", host, "on", "--reason", "cabling")
 
     await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate("as an operator might")
@@ -95,6 +96,7 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     assert entity["boot_generation"] == 1, entity  # never back (boot_generation.py)
     assert entity["left_off_by"] == reboot, entity
     assert entity["maintenance"]["by"] == "carol" and entity["maintenance"]["reason"] == "cabling", entity
+    assert entity["instance"] == "tenant-3", entity  # before: none
     assert entity["taken_over"].startswith("took over from run "), entity
     assert "(terminated at " in entity["taken_over"], entity
     text = await cli(env, "host", "status", host)
@@ -104,6 +106,7 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
     assert " idle (host OFF) " in row, listed.stdout
     await _ok(env, queue, "carol", "host", "maintenance", host, "off")
+    await _ok(env, queue, "carol", "host", "release", host, "tenant-3")
     await reset_by_hand(sim, host, "On")
 
 
@@ -150,6 +153,10 @@ async def test_an_operators_abort_of_the_monitors_reprovision_outlives_the_monit
         monitor = await status_of(env.client.get_workflow_handle(monitor_id))
         assert "automation held back by alice" in monitor.requests[-1], monitor.requests  # its refusal
 
+        # No running entity (terminated by hand): `host retry` starts one, as every request does,
+        # which takes the hold over and ends it. Before: Temporal's raw NOT_FOUND, exit 1.
+        await entity.terminate("as an operator might")
+        entity = env.client.get_workflow_handle(names.host_workflow_id(host))
         resumed = await _ok(env, queue, "alice", "host", "retry", host, "--reason", "done")
         assert f"{host}: automation no longer held back: host retry by alice" in resumed, resumed
         again = await eventually(lambda: _status(entity), lambda s: s.current is not None, timeout=20)
@@ -161,3 +168,32 @@ async def test_an_operators_abort_of_the_monitors_reprovision_outlives_the_monit
         with contextlib.suppress(httpx.HTTPStatusError):
             sim.inject(f"{device}/recover")
         await entity.terminate("test over")
+
+
+async def test_a_reboot_terminated_while_the_host_is_off_leaves_it_marked_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Before: `temporal workflow terminate` of a reboot in manual-intervention-required (the
+    host OFF by its hand) left the entity idle, `left_off_by` empty, no WARNING. Now its last
+    Phase is read and the host is marked OFF as a run that ended saying so."""
+    host, env = CUT_HOST, local_env
+    fast = ("--power-down-wait", "0")
+    await _ok(env, queue, "alice", "host", "reboot", host, *fast)  # reaches its generation: not OFF
+    assert (await _idle(env, host))["left_off_by"] == ""
+    _fault(sim, host, "rotate-after-forceoff")  # the On after its ForceOff is refused
+    try:
+        await _ok(env, queue, "alice", "host", "reboot", host, *fast)
+        reboot = (await shown_state(env, host))["host"]["current"]["workflow_id"]
+        await eventually(
+            lambda: operation_progress(env.client, reboot, host),
+            lambda seen: seen is not None and seen.phase == "manual-intervention-required",
+        )
+        await env.client.get_workflow_handle(reboot).terminate("as an operator might")
+        after = await _idle(env, host)
+    finally:
+        _fault(sim, host, "clear")
+    assert after["left_off_by"] == reboot, after
+    assert after["recent"][-1]["outcome"].startswith("terminated while the host was OFF"), after["recent"]
+    text = await cli(env, "host", "status", host)
+    assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
+    await reset_by_hand(sim, host, "On")

@@ -134,11 +134,16 @@ class RebootRunInput(_Frozen):
 
     host_id: str
     boot_generation: int = Field(ge=1)
+    # An operation's own run to describe instead (its last Phase: an entity reading a reboot or
+    # reset cut by hand); "" the reboot id of `boot_generation`.
+    workflow_id: str = ""
 
 
 class RebootRunSeen(_Frozen):
     """How the run holding a reboot id stands (`workflows.parts.boot_generation.RunEnd`'s
-    values; `absent`: no run holds it any more), and the generation a completed one reached."""
+    values; `absent`: no run holds it any more), the generation a completed one reached, and its
+    last Phase (its `Phase` search attribute; "" none)."""
 
     end: str
     boot_generation: int | None = None
+    phase: str = ""

@@ -42,6 +42,7 @@ from contracts.models.host import (
     MARK_REBOOTED_UPDATE,
     RELEASE_AUTOMATION_UPDATE,
     WITHDRAW_UPDATE,
+    HostWorkflowInput,
     OperationRecord,
     WithdrawRequest,
 )
@@ -54,6 +55,7 @@ from metalflow.hosts import (
     operation_progress,
     operation_status,
     require_worker,
+    send_update,
 )
 from workflows.host.abort_rule import WITHDRAW_REQUEST, what_abort_reaches
 
@@ -196,16 +198,14 @@ async def _answer(client: Client, workflow_id: str, update: str, request: Operat
 async def _release_automation(client: Client, args: argparse.Namespace) -> int:
     """`host retry` of an idle host: the entity's `release_automation`, which ends an operator's
     hold on automation (the monitor and campaigns may ask again); refused, naming why, when
-    automation is not held back (nothing to retry)."""
+    automation is not held back (nothing to retry). An entity ended by hand is started again, as
+    every request does (update-with-start): the new one takes over its predecessor's record first."""
     await require_worker(client, args.task_queue)
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
-    handle = client.get_workflow_handle(names.host_workflow_id(args.host))
-    try:
-        answer = await execute_update(handle, RELEASE_AUTOMATION_UPDATE, request, result_type=OperatorAnswer)
-    except WorkflowUpdateFailedError as err:
-        cause = err.cause
-        why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
-        raise HostRequestError(why) from None
+    entity = HostWorkflowInput(host_id=args.host)
+    answer = await send_update(
+        client, entity, RELEASE_AUTOMATION_UPDATE, request, OperatorAnswer, args.task_queue
+    )
     print(terminal_safe(f"{args.host}: {answer.message}"), flush=True)
     return EXIT_OK
 

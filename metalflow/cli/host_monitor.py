@@ -120,7 +120,7 @@ async def monitor(client: Client, args: argparse.Namespace) -> int:
         return exits.OK
     if args.resume:
         answer = await resume_monitor(
-            client, args.host, OperatorRequest(requested_by=args.by, reason=args.reason)
+            client, args.host, OperatorRequest(requested_by=args.by, reason=args.reason), args.task_queue
         )
         _say(f"{args.host}: monitor {names.monitor_workflow_id(args.host)}: {answer.message}")
         return exits.OK

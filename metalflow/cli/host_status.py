@@ -81,7 +81,8 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
         warnings.insert(
             0,
             f"the host {HOST_IS_OFF} as far as {status.left_off_by} knows (its outcome says so): power it on "
-            f"(`metalflow bmc power {args.host} on`) or run an operation that does",
+            f"(`metalflow bmc power {args.host} on`) or run an operation that does; the mark clears at "
+            "the entity's next power watch reading of the host On, or a run that says the host is on",
         )
     if args.json:
         shown = {

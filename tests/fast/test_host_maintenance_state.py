@@ -21,6 +21,7 @@ from contracts.models.host import (
     ResetTarget,
 )
 from metalflow.runtime.events import describe
+from workflows.host.maintenance_rules import leaves_running
 from workflows.host.state import HostEntityState, maintenance_refusal, maintenance_words
 
 T0 = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
@@ -131,10 +132,10 @@ def test_maintenance_on_needs_a_reason_and_changes_nothing_without_one() -> None
 
 def test_maintenance_on_while_an_operation_runs_says_it_is_not_stopped_and_how_to_abort() -> None:
     state = entity()
-    assert state.maintenance_leaves_running() is None
+    assert leaves_running(state.host_id, state.current) is None
     state.record_request(REBOOT, OperationRequest(requested_by="carol"), T0)
     state.set_maintenance(ON, T0)
-    running = state.maintenance_leaves_running()
+    running = leaves_running(state.host_id, state.current)
     assert running is not None
     assert "is not stopped by maintenance" in running
     assert f"metalflow host abort {HOST}" in running

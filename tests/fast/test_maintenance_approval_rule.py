@@ -13,6 +13,7 @@ import pytest
 from contracts.errors import InMaintenance
 from contracts.host_requests import REBOOT, REPROVISION
 from contracts.models.host import ApproveRequest, HostWorkflowInput, MaintenanceRequest, OperationRequest
+from workflows.host.maintenance_rules import leaves_running
 from workflows.host.state import HostEntityState, maintenance_words
 
 T0 = datetime(2026, 11, 29, 6, 0, tzinfo=UTC)
@@ -33,7 +34,7 @@ def awaiting(in_maintenance: bool = False, maintenance_first: bool = False) -> H
     if not maintenance_first:
         state.set_maintenance(ON, T0 + timedelta(minutes=2))
         assert f"its approval needs: metalflow approve {HOST} --in-maintenance" in str(
-            state.maintenance_leaves_running()
+            leaves_running(state.host_id, state.current)
         )
     return state
 

@@ -42,6 +42,7 @@ from workflows.campaign.admission import admit
 from workflows.campaign.ledger import S
 from workflows.campaign.state import CampaignState
 from workflows.host.automation_hold import hold_after
+from workflows.host.outcome import off_when_cut
 from workflows.host.state import HostEntityState
 from workflows.host.takeover_rules import carried, take_over
 
@@ -226,3 +227,69 @@ def test_a_boot_generation_never_goes_back_and_what_the_new_entity_holds_stands(
 def test_nothing_to_take_over_says_nothing(before: EntityPredecessor) -> None:
     new = entity()
     assert take_over(new, before) == "" and new.taken_over == "" and new.boot_generation == 0
+
+
+def test_a_new_entity_takes_over_the_instance_and_the_dpus_removed_from_dpf() -> None:
+    """Before: the successor started with no instance (a campaign's `--assigned skip` then
+    reprovisioned the tenant's host unasked) and forgot the removal (a reprovision of the
+    removed DPU was accepted and hung)."""
+    old = entity()
+    old.assign("tenant-3")
+    old.removed_from_dpf["host-001-dpu-1"] = "remove/host-001"
+    new = entity()
+    before = EntityPredecessor(run_id="r1", status="TERMINATED", closed_at=T0, carried=carried(old))
+    words = take_over(new, before)
+    assert new.instance == "tenant-3" and new.removed_from_dpf == {"host-001-dpu-1": "remove/host-001"}
+    assert "instance tenant-3; removed from DPF: host-001-dpu-1" in words, words
+    with pytest.raises(Exception, match="assigned to instance tenant-3"):
+        new.refuse_request(REPROVISION, OperationRequest(requested_by="campaign/fw", refuse_if_assigned=True))
+    with pytest.raises(Exception, match="DPF no longer has"):
+        new.refuse_request(REPROVISION, OperationRequest(requested_by="alice"))
+
+
+def test_what_the_new_entity_was_started_with_stands_over_the_carried_instance() -> None:
+    new = entity(instance="tenant-9")
+    take_over(new, _left(instance="tenant-3"))
+    assert new.instance == "tenant-9"
+
+
+# -- an operation terminated by hand while the host was OFF by its hand ---------------------------
+
+
+@pytest.mark.parametrize("operation", ["reboot", "reset"])
+def test_a_reboot_or_reset_terminated_in_manual_intervention_leaves_the_host_marked_off(
+    operation: str,
+) -> None:
+    words = off_when_cut("terminated", operation, "manual-intervention-required", HOST)
+    assert words.startswith("terminated while the host was OFF (manual-intervention-required)"), words
+    state = entity()
+    ended(state, ALICE, words, kind=REBOOT)
+    assert state.left_off_by == "reboot/host-001/generation-1" and state.left_off() == state.left_off_by
+
+
+@pytest.mark.parametrize(
+    ("outcome", "operation", "phase"),
+    [
+        ("terminated", "reboot", "powering"),  # its last status claimed nothing of the power
+        ("aborted", "reboot", "manual-intervention-required"),  # a cancelled run powers it on itself
+        ("terminated", "reprovision", "manual-intervention-required"),  # not OFF-only for it
+    ],
+)
+def test_no_off_mark_from_anything_else(outcome: str, operation: str, phase: str) -> None:
+    assert off_when_cut(outcome, operation, phase, HOST) == outcome
+
+
+# -- the OFF mark and the world -------------------------------------------------------------------
+
+
+def test_a_power_watch_reading_on_at_rest_clears_the_off_mark() -> None:
+    """Before: `metalflow bmc power H on` (the WARNING's advice) left the host `idle (host OFF)`
+    for ever: only a run's words cleared the mark. A reading is the world."""
+    state = entity()
+    state.left_off_by = "reboot/host-001/generation-2"
+    assert state.read_at_rest("Off") == "" and state.left_off() == "reboot/host-001/generation-2"
+    assert state.read_at_rest(None) == ""  # no power state read: nothing known
+    words = state.read_at_rest("On")
+    assert words == "the host is On at rest: no longer OFF as reboot/host-001/generation-2 left it"
+    assert state.left_off() is None and carried(state)["left_off_by"] == ""
+    assert state.read_at_rest("On") == ""  # nothing left to clear

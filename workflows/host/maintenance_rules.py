@@ -14,7 +14,13 @@ from contracts.host_requests import EntityRequest, of_operation
 from contracts.models.host import Maintenance, OperationRecord, PendingOperation
 from contracts.wording import iso_z
 
-__all__ = ["approved_in_maintenance", "maintenance_refusal", "maintenance_words"]
+__all__ = [
+    "approved_in_maintenance",
+    "leaves_running",
+    "maintenance_refusal",
+    "maintenance_words",
+    "standing",
+]
 
 
 def maintenance_words(maintenance: Maintenance) -> str:
@@ -72,3 +78,21 @@ def approved_in_maintenance(
     if maintenance is None or not in_maintenance or record.in_maintenance:
         return record
     return record.model_copy(update={"in_maintenance": maintenance_words(maintenance)})
+
+
+def standing(current: PendingOperation) -> str:
+    """Where a pending operation stands, in words."""
+    return "is in flight" if current.approved else "awaits approval"
+
+
+def leaves_running(host_id: str, current: PendingOperation | None) -> str | None:
+    """What turning maintenance on does not stop (the operation in flight or awaiting approval),
+    in words with how to stop it; None when nothing runs."""
+    if current is None:
+        return None
+    record, held = current.record, current.approved or current.request.in_maintenance
+    approve = "" if held else f"; its approval needs: metalflow approve {host_id} --in-maintenance"
+    return (
+        f"{record.operation} ({record.workflow_id}) {standing(current)} and is not stopped by "
+        f"maintenance (stop it with: metalflow host abort {host_id}){approve}"
+    )

@@ -35,13 +35,14 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import activity_api
+    from contracts import activity_api, names
     from contracts.models.host import HostWorkflowInput
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.models.redfish import DPUSystemState, ReadDPUInput, ReadPowerStateInput, SystemPower
     from workflows import kernel
     from workflows.host.power_rest import after_reading
     from workflows.host.state import HostEntityState
+    from workflows.host.takeover_rules import carried
 
 UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
 MEMO_KEY = "unplanned_power"
@@ -98,6 +99,10 @@ class PowerWatch(kernel.Runbook):
             return
         if self.state.current is not None or self.state.maintenance is not None:
             return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
+        cleared = self.state.read_at_rest(power.power_state)
+        if cleared:  # the memo entries `host list` and a successor read, at once
+            workflow.logger.info("%s: %s", host, cleared)
+            workflow.upsert_memo({names.LEFT_OFF_MEMO: None, names.CARRIED_MEMO: carried(self.state)})
         self.state.power, words = after_reading(
             host, self.state.power, power.power_state, power.last_reset_time, workflow.now(), marks
         )

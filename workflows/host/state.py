@@ -67,6 +67,7 @@ from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.approval_reason import ApprovalReason
 from workflows.host.automation_hold import automatic, hold_after, refuse_automatic, released
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
+from workflows.host.maintenance_rules import standing as _standing
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
@@ -75,10 +76,6 @@ from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
 RECENT_LIMIT: Final = 20
 IDLE: Final = "idle"
 MINIMUM_APPROVAL_WAIT: Final = timedelta(seconds=1)  # an expiry already past still gets one timer
-
-
-def _standing(current: PendingOperation) -> str:
-    return "is in flight" if current.approved else "awaits approval"
 
 
 class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
@@ -198,19 +195,6 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         words = f"maintenance ended by {request.requested_by} (it was {maintenance_words(self.maintenance)})"
         self.maintenance = None
         return words
-
-    def maintenance_leaves_running(self) -> str | None:
-        """What turning maintenance on does not stop (the operation in flight or awaiting
-        approval), in words with how to stop it; None when nothing runs."""
-        current = self.current
-        if current is None:
-            return None
-        record, held = current.record, current.approved or current.request.in_maintenance
-        approve = "" if held else f"; its approval needs: metalflow approve {self.host_id} --in-maintenance"
-        return (
-            f"{record.operation} ({record.workflow_id}) {_standing(current)} and is not stopped by "
-            f"maintenance (stop it with: metalflow host abort {self.host_id}){approve}"
-        )
 
     def release_automation(self, by: str, *, dry: bool = False) -> str:
         """An operator ends the hold on automation (`host retry` of the idle host): the words; the
@@ -501,11 +485,21 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             f"{asked or maintenance}" + (f"; site check: {said}" if said else "")
         )
 
+    def read_at_rest(self, power_state: str | None) -> str:
+        """A power watch reading at rest (`power_watch.py`): the host read On clears the mark of
+        a run that left it OFF (a reading is the world, e.g. after `metalflow bmc power HOST on`,
+        the WARNING's advice). The words of what it cleared ("" nothing)."""
+        if power_state != "On" or not self.left_off_by:
+            return ""
+        words, self.left_off_by = f"the host is On at rest: no longer OFF as {self.left_off_by} left it", ""
+        return words
+
     def left_off(self) -> str | None:
         """The run whose final words said it left the host OFF (`workflows/parts/host_power.py`),
         while the host is idle: `host status` warns of it and `host list` marks it (the memo entry
         `names.LEFT_OFF_MEMO`), from runs' words alone, no BMC read. Cleared by a run that says
-        the host is on or reached a boot generation, not by any run's end (`finish`, `reached`)."""
+        the host is on or reached a boot generation, not by any run's end (`finish`, `reached`),
+        and by a power watch reading the host On at rest (`read_at_rest`)."""
         if self.current is None and self.left_off_by:
             return self.left_off_by
         return None

@@ -3,12 +3,14 @@
 Continue-as-new carries the whole state; a run ended by hand (`temporal workflow terminate`, a
 reset) carries nothing but its last memo. So the entity keeps in its memo (`names.CARRIED_MEMO`,
 written when it changes) what must outlive the process holding it: the boot generation, the run
-that left the host OFF (`left_off_by`), maintenance, and an operator's hold on automation
-(`automation_hold.py`). A new entity (no state handed to it) reads the last closed run of its
-workflow id once at its start (`read_entity_predecessor`) and takes that entry over
-(`take_over`), saying so in its status, memo and log. The boot generation follows its one rule
-(`boot_generation.generation_after`: never back); what the new entity already knows (a start's
-own generation, a request handled meanwhile) is kept. Pure: no Temporal, no clock, no I/O.
+that left the host OFF (`left_off_by`), maintenance, an operator's hold on automation
+(`automation_hold.py`), the instance the host is assigned to, and the DPUs its removals took out of
+DPF (`removed_from_dpf`: a reprovision of them is refused). A new entity (no state handed to
+it) reads the last closed run of its workflow id once at its start (`read_entity_predecessor`)
+and takes that entry over (`take_over`), saying so in its status, memo and log. The boot
+generation follows its one rule (`boot_generation.generation_after`: never back); what the new
+entity already knows (a start's own generation, a request handled meanwhile) is kept.
+Pure: no Temporal, no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ def carried(memory: HostEntityMemory) -> dict[str, Any]:
     """The memo entry that outlives the run: JSON-ready, compared to write it only when it changed."""
     return {
         "boot_generation": memory.boot_generation,
+        "instance": memory.instance,
+        "removed_from_dpf": dict(memory.removed_from_dpf),
         "left_off_by": memory.left_off_by,
         "maintenance": memory.maintenance.model_dump(mode="json") if memory.maintenance else None,
         "automation_held_back": (
@@ -44,6 +48,17 @@ def take_over(memory: HostEntityMemory, before: EntityPredecessor) -> str:
     if generation > memory.boot_generation:
         memory.boot_generation = generation_after(memory.boot_generation, generation)
         taken.append(f"boot generation {memory.boot_generation}")
+    if entry.get("instance") and memory.instance is None:
+        memory.instance = str(entry["instance"])
+        taken.append(f"instance {memory.instance}")
+    removed = {
+        str(dpu): str(by)
+        for dpu, by in dict(entry.get("removed_from_dpf") or {}).items()
+        if dpu not in memory.removed_from_dpf
+    }
+    if removed:
+        memory.removed_from_dpf.update(removed)
+        taken.append(f"removed from DPF: {', '.join(sorted(d or 'the DPU node' for d in removed))}")
     if entry.get("left_off_by") and not memory.left_off_by:
         memory.left_off_by = str(entry["left_off_by"])
         taken.append(f"the host is OFF as {memory.left_off_by} left it")

@@ -19,8 +19,7 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
    automatic request (the monitor's, a campaign's) is refused naming who and why, until
    `host retry` of the idle host (`release_automation`) or an operator's own request
    (`automation_hold.py`). It lives here, so a restarted monitor finds it.
-7. A new entity (after a terminate) takes over what its predecessor's memo carried: boot
-   generation, the host left OFF, maintenance, the hold (`takeover.py`); handlers wait until then.
+7. A new entity (after a terminate) takes over what its predecessor's memo carried (`takeover.py`).
 
 The rules are the entity's state's (`state.py`): validators answer at once, without writing
 history; handlers ask again under one `asyncio.Lock` (two updates delivered in one workflow task
@@ -40,13 +39,9 @@ leaves a reboot behind holding the host's BMC. A campaign that asked is told the
 
 The host's versions (memo entry `versions`, search attribute `BfbVersion`: `versions.py`) are
 read only when they can have changed, never a BMC for a value the entity knows
-(`versions_known.py` states the rule and its sources): everything once at start, after a
-(re)provision DPF and the installed DPUs' firmware (a BF-Bundle BFB carries it) but never the
-host BMC's, after a firmware operation the targeted DPUs' firmware, after a removal DPF, after a
-reboot or reset nothing; `host versions --refresh` hands the entity the command's own read
-(signal `versions_read`). One read at a time, in the background (`read_host_versions_brief` of a
-`VersionsScope`); one that fails shows `unknown (why)` and never fails the entity. Cost per
-read: the sources its scope names, about 8 events.
+(`versions_known.py` states the rule and its sources); `host versions --refresh` hands the entity
+the command's own read (signal `versions_read`). One read at a time, in the background; one that
+fails shows `unknown (why)` and never fails the entity. Cost per read: about 8 events.
 
 Worst-case history: about 26 events per operation (update, child start and end, an upsert per
 phase change, the versions read after it; 3 more per reboot run a cancelled or terminated one has
@@ -117,11 +112,12 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.host import versions as host_versions
     from workflows.host.approval_check import ApprovalCheck
-    from workflows.host.outcome import ended_as, generation_reported, outcome_of
+    from workflows.host.maintenance_rules import leaves_running
+    from workflows.host.outcome import POWER_HOLDERS, ended_as, generation_reported, off_when_cut, outcome_of
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
     from workflows.host.takeover import Gate, TakeOver
-    from workflows.parts.reboot_rounds import reached_when_ended, start_next_reboot
+    from workflows.parts.reboot_rounds import last_phase, reached_when_ended, start_next_reboot
 
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)
 
@@ -252,7 +248,8 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
 
     @release_automation.validator
     def _validate_release_automation(self, request: OperatorRequest) -> None:
-        self.state.release_automation(request.requested_by, dry=True)
+        if self._lock.open:  # a new entity's hold is its predecessor's: the handler, after takeover
+            self.state.release_automation(request.requested_by, dry=True)
 
     @workflow.update(name=WITHDRAW_UPDATE)
     async def withdraw(self, request: WithdrawRequest) -> OperatorAnswer:
@@ -319,7 +316,7 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
             self._show_phase(log=False)
             kernel.report("maintenance-on" if request.on else "maintenance-off", words)
             message = f"{host} is {words}" if request.on else f"{host}: {words}; nothing skipped is replayed"
-            running = self.state.maintenance_leaves_running() if request.on else None
+            running = leaves_running(self.state.host_id, self.state.current) if request.on else None
             return OperatorAnswer(accepted=True, message=message + (f"; {running}" if running else ""))
 
     @set_maintenance.validator
@@ -442,6 +439,9 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
             state, reported = self.state, generation_reported(err)  # its reboots count too
             state.reached(await reached_when_ended(err, reported, state.host_id, state.boot_generation))
             outcome, unplanned, deletes_sent, last_reset = outcome_of(err), "", False, None
+            kind, cut = current.record.operation, current.record.workflow_id
+            if outcome == "terminated" and kind in POWER_HOLDERS:  # did it leave the host OFF?
+                outcome = off_when_cut(outcome, kind, await last_phase(state.host_id, cut), state.host_id)
         else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
             self.state.reached(result.boot_generation)
             outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent

@@ -389,6 +389,23 @@ async def _spent(host_id: str, generation: int) -> bool:
     return boot_generation.spent(generation, boot_generation.RunEnd(seen.end), seen.boot_generation)
 
 
+async def last_phase(host_id: str, workflow_id: str) -> str:
+    """The last Phase of the run `workflow_id` (a reboot or reset ended by hand), "" when it
+    cannot be read (logged: nothing is claimed of the host's power)."""
+    try:
+        seen = await workflow.execute_activity(
+            activity_api.describe_reboot_run,
+            RebootRunInput(host_id=host_id, boot_generation=1, workflow_id=workflow_id),
+            **kernel.options(
+                kernel.bounded(kernel.KUBE_READ, DESCRIBE_SECONDS), f"where did {workflow_id} end?"
+            ),
+        )
+    except ActivityError as failed:
+        workflow.logger.warning("%s not read: %s", workflow_id, kernel.describe_failure(failed))
+        return ""
+    return seen.phase
+
+
 REBOOTS_READ_AFTER_CANCEL: Final = 10  # a cancelled operation's reboots read past the count
 
 
