@@ -148,7 +148,7 @@ async def test_a_bmc_rejecting_the_credentials_asks_an_operator_at_once_and_host
         status = await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
         reason = status.manual_intervention_reason or ""
         assert f"the BMC of {HOST} rejected the credentials (BMCAuthenticationFailed: 401" in reason
-        assert "mark_rebooted" in status.waiting_for  # what the operator can answer
+        assert f"metalflow host mark-rebooted {HOST}" in status.waiting_for  # what the operator can answer
         answer = await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
         # Generations earlier tests on this server used are spent: the operation took the next.

@@ -36,7 +36,7 @@ async def test_a_reprovision_meets_the_failed_install_and_says_it_reprovisioned_
         )
     said = followed.stdout + followed.stderr
     assert followed.status == 0, said
-    assert f"reprovisioned {DPU} 1x for Error: DPU node-{HOST}-device-{DPU} is in Error" in said, said
+    assert f"reprovisioned {DPU} 1x for Error: DPU node-{HOST}-device-{DPU} was in Error" in said, said
     assert "injected: the BFB installation failed" in said, said
     # Used up by the install it failed: nothing is left to disarm.
     left = run_metalflow("sim", "fault", "dpu", DPU, "recover", "--state-dir", sim.state_dir)
