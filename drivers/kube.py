@@ -22,13 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
-
-import urllib3
-from kubernetes import client as k8s
-from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
+from typing import TYPE_CHECKING, Any
 
 from contracts.errors import (
     ConflictRetriesExhausted,
@@ -39,6 +33,13 @@ from contracts.errors import (
 )
 from contracts.models.dpf import DPF_VERSION, PROVISIONING_GROUP, SVC_GROUP
 from drivers.settings import Settings
+
+if TYPE_CHECKING:
+    from kubernetes import client as k8s
+
+# The `kubernetes` client (~0.3 s of CPU to import) is imported by the first call that needs it,
+# not with this module: every `metalflow` command that can reach the cluster imports this module,
+# most of them (and `metalflow --help`) never call it.
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,10 @@ def load_configuration(settings: Settings) -> k8s.Configuration:
     Raises:
         InvalidInput: No usable configuration (the message says what was tried).
     """
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+    from kubernetes.config.config_exception import ConfigException
+
     configuration = k8s.Configuration()
     try:
         if settings.kubeconfig is not None:
@@ -109,6 +114,9 @@ def _causes(body: str | None) -> str:
 
 def translate(err: Exception, what: str) -> Exception:
     """The metalflow error for a failed API call on `what` (e.g. "DPUNode node-h1")."""
+    import urllib3
+    from kubernetes.client.exceptions import ApiException
+
     if isinstance(err, ApiException):
         status = err.status or 0
         if status == 404:
@@ -171,6 +179,8 @@ class Kube:
             configuration.connection_pool_maxsize = self._threads
             if self._retries is not None:
                 configuration.retries = self._retries
+            from kubernetes import client as k8s
+
             self._api = k8s.CustomObjectsApi(k8s.ApiClient(configuration))
         return self._api
 
@@ -286,6 +296,8 @@ class Kube:
         self, key: str, kind: Kind, ns: str, name: str, *, uid: str | None = None
     ) -> Object | None:
         """Delete (with a uid precondition when given); None when it was already gone."""
+        from kubernetes import client as k8s
+
         options = k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(uid=uid) if uid else None)
         try:
             result: Object = await self._call(

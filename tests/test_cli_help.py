@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 from cli_support import METALFLOW
 
@@ -30,3 +31,34 @@ def test_host_status_takes_no_requester() -> None:
         [METALFLOW, "host", "status", "host-001", "--by", "x"], capture_output=True, text=True, timeout=60
     )
     assert status.returncode == 2 and "unrecognized arguments: --by" in status.stderr
+
+
+# Building the parser (what `metalflow --help` and every command do first) imports none of these:
+# the SDK's worker (via OpenTelemetry's interceptor), the Kubernetes client, the dev stack and the
+# demo cost ~0.5 s of CPU per command together, and the suite runs hundreds of commands. The
+# modules a command runs import what it needs when it runs (metalflow.cli.connection, drivers.kube,
+# metalflow.cli.dev). (The dev stack's light modules, its state-dir claim and the simulator's
+# option values, are imported: `sim` and `dev` register their options from them.)
+HEAVY = (
+    "temporalio.worker",
+    "kubernetes",
+    "metalflow.devstack.stack",
+    "metalflow.devstack.demo",
+    "metalflow.devstack.banner",
+)
+
+
+def test_building_the_parser_imports_no_heavy_module() -> None:
+    """A fresh interpreter builds the whole parser, then each command's, then `main(['--help'])`;
+    none of it imports a module of HEAVY."""
+    code = (
+        "import sys, contextlib, io\n"
+        "from metalflow.cli import COMMAND_MODULE, build_parser, main\n"
+        "build_parser()\n"
+        "for command in COMMAND_MODULE: build_parser(command)\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit): main(['--help'])\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r} or m in {HEAVY!r}))\n"
+    )
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "[]", shown.stdout

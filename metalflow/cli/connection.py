@@ -15,6 +15,10 @@ Temporal CLI does. Where the rest comes from, first match wins:
 says so on stderr, once.
 
 Cost: one `flock` probe of the state dir's lock when no TEMPORAL_* variable names a server.
+Building the parser imports none of the client: Temporal's SDK, the converter's models, the
+tracing (OpenTelemetry, which imports the SDK's worker) and the dev stack's claim are imported by
+`resolve` and `connect_to`, which only a command that talks to Temporal calls
+(tests/fast/test_cli_imports.py).
 """
 
 from __future__ import annotations
@@ -25,14 +29,12 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client
+if TYPE_CHECKING:
+    from temporalio.client import Client
 
-from drivers.statedir import find_state_dir
-from metalflow.client import TemporalConfigError, connect_with, load_connect_config
-from metalflow.devstack.claim import running_stack
-from metalflow.runtime.telemetry import TelemetryConfigError, Tracing, setup_tracing
+    from metalflow.runtime.telemetry import Tracing
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _HOST = re.compile(r"[A-Za-z0-9.\-\[\]:]+")
@@ -100,6 +102,10 @@ def resolve(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> T
     Raises:
         metalflow.client.TemporalConfigError: A named config file is missing or not TOML.
     """
+    from drivers.statedir import find_state_dir
+    from metalflow.client import load_connect_config
+    from metalflow.devstack.claim import running_stack
+
     env = dict(os.environ if env is None else env)
     source = "TEMPORAL_* settings"
     if env.get("TEMPORAL_ADDRESS") or env.get("TEMPORAL_CONFIG_FILE"):
@@ -135,6 +141,9 @@ async def connect_to(target: Target) -> Client:
     Raises:
         TemporalConfigError: The OTEL_* settings ask for an exporter metalflow cannot provide.
     """
+    from metalflow.client import TemporalConfigError, connect_with
+    from metalflow.runtime.telemetry import TelemetryConfigError, setup_tracing
+
     try:
         tracing = setup_tracing()
     except TelemetryConfigError as err:

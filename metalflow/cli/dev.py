@@ -11,19 +11,21 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from drivers.statedir import STATE_DIR_DEFAULT, state_dir_for
 from metalflow.binaries import MissingBinaryError
 from metalflow.cli import exits
 from metalflow.cli.sim import add_site_options, describe_site, site_options
-from metalflow.devstack.banner import banner
 from metalflow.devstack.claim import StackInfo, StateDirInUseError, claim
-from metalflow.devstack.demo import DemoSite, run_demo
 from metalflow.devstack.process import ManagedProcess, ProcessFailedError
-from metalflow.devstack.stack import DevStack, DevStackConfig, StateMismatchError, check_state, reset_state
-from metalflow.progress import Progress
 from metalflow.runtime.ports import PortInUseError
+
+if TYPE_CHECKING:
+    from metalflow.devstack.stack import DevStack
+
+# The stack and the demo (Temporal's SDK and worker, the campaign models, the Kubernetes client:
+# ~1 s of CPU) are imported by `handle`, not with this module: `metalflow --help` imports it.
 
 
 def register(subparsers: Any) -> None:
@@ -78,6 +80,14 @@ def _say(message: str) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Run `metalflow dev`; returns the exit status."""
+    from metalflow.devstack.stack import (
+        DevStack,
+        DevStackConfig,
+        StateMismatchError,
+        check_state,
+        reset_state,
+    )
+
     # The site keeps its objects across restarts, as Temporal keeps its history (simulators.persist).
     config = DevStackConfig(
         state_dir=state_dir_for(args.state_dir, "dev"),
@@ -154,6 +164,10 @@ def _session_status(session: asyncio.Task[int]) -> int:
 
 
 async def _session(stack: DevStack, *, demo: bool, exit_after_demo: bool) -> int:
+    from metalflow.devstack.banner import banner
+    from metalflow.devstack.demo import DemoSite, run_demo
+    from metalflow.progress import Progress
+
     began = time.monotonic()
     await stack.start()
     config = stack.config

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-import httpx
 import yaml
 
 from contracts.validation import DPUsPerHost, HostId, Hosts, Port, Seed, arg_type
@@ -256,6 +255,8 @@ def _get(state_dir: Path, path: str, command: str) -> Any:
             "(start one: metalflow sim up)",
             EXIT_USAGE,
         )
+    import httpx  # here, not at the top: building the parser needs none of it
+
     try:
         response = httpx.get(f"{url}{path}", timeout=10)
     except httpx.HTTPError as err:

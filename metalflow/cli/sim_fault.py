@@ -26,8 +26,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from contracts.validation import DPUId, arg_type, safe
 from drivers.statedir import STATE_DIR_HELP, state_dir_for
 from metalflow.cli import exits
@@ -172,6 +170,8 @@ def _post(explicit: Path | None, path: str, body: dict[str, str] | None, subject
     except FileNotFoundError:
         print(f"metalflow sim fault: no simulator runs with state dir {state_dir}", file=sys.stderr)
         return EXIT_USAGE
+    import httpx  # here, not at the top: building the parser needs none of it
+
     try:
         response = httpx.post(f"{url}/sim/faults/{path}", json=body, timeout=10)
     except httpx.HTTPError as err:

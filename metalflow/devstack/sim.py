@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from metalflow.devstack.private import private_state_dir
 from metalflow.devstack.process import ManagedProcess
 
@@ -76,6 +74,8 @@ def simulator_process(state_dir: Path, options: SiteOptions, *, detached: bool =
         info = read_sim_info(state_dir)
         if info.get("pid") != process.pid:
             return False
+        import httpx  # here, not at the top: `metalflow --help` imports this module
+
         async with httpx.AsyncClient(timeout=2.0) as client:
             response = await client.get(f"{info['url']}/sim/health")
         return response.status_code == 200
