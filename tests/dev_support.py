@@ -15,8 +15,7 @@ from pathlib import Path
 
 import httpx
 from cli_support import run_metalflow
-
-from metalflow.runtime.ports import free_port
+from ports_support import free_port
 
 
 def three_ports() -> tuple[int, int, int]:

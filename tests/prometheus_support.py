@@ -15,9 +15,8 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from ports_support import free_port
 from sim_support import stop_process
-
-from metalflow.runtime.ports import free_port
 
 READY_SECONDS = 30
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cli_support import run_metalflow
+from ports_support import free_port
 from sim_support import RunningSim, running_sim
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,9 +78,7 @@ def test_unknown_host_names_the_site_file(sim: RunningSim) -> None:
 
 def test_unreachable_bmc_and_rejected_credentials_fail_clearly(sim: RunningSim, tmp_path: Path) -> None:
     site = yaml.safe_load(sim.site_file.read_text())
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        closed_port = free.getsockname()[1]
+    closed_port = free_port()  # of the test's own block: no server of the suite binds it
     wrong = tmp_path / "wrong.json"
     wrong.write_text('{"username": "admin", "password": "hunter2-wrong"}')
     site["hosts"][0]["bmc"]["endpoint"] = f"http://127.0.0.1:{closed_port}"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from cli_support import METALFLOW, clean_env, run_metalflow
 from dev_support import alive, listening, power_cycles, read_until, ready, three_ports
+from ports_support import free_port
 from readme_sample import demo_sample, matches
 from temporalio.client import Client
 
 from metalflow.devstack.stack import reset_state
-from metalflow.runtime.ports import free_port
 
 
 def _run(

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from cli_support import ended, metalflow, rebooting, until_shown, use_site_file
 from host_operation_support import worker_for
+from ports_support import free_port
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import eventually
 from temporalio.service import RPCError
@@ -21,7 +22,6 @@ from temporalio.testing import WorkflowEnvironment
 from contracts import names
 from metalflow.cli.host_phases import ENDINGS, OPERATION_PHASES
 from metalflow.devstack.demo import power_cycles
-from metalflow.runtime.ports import free_port
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from host_operation_support import worker_for
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
+from ports_support import free_port
 from sim_support import RunningSim, running_sim
 from site_worker_support import eventually
 from temporalio.client import WorkflowExecutionStatus
@@ -23,7 +24,6 @@ from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
 from metalflow.devstack.demo import power_cycles
-from metalflow.runtime.ports import free_port
 from simulators.site import BMC, DPU, Host, Site, dump_site
 
 PREFIX = "clim"  # host ids no other test module's entities use (the dev server is shared)

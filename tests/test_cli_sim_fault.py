@@ -14,9 +14,9 @@ import httpx
 import pytest
 import yaml
 from cli_support import METALFLOW, clean_env, run_metalflow
+from ports_support import free_port
 
 from metalflow.devstack.sim import read_sim_info
-from metalflow.runtime.ports import free_port
 
 DPUS = "/apis/provisioning.dpu.nvidia.com/v1alpha1/namespaces/dpf-operator-system/dpus"
 PODGANGS = "/apis/scheduler.grove.io/v1alpha1/podgangs"

@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 from cli_support import METALFLOW, clean_env
+from ports_support import free_port
 
 from drivers.statedir import find_state_dir
-from metalflow.runtime.ports import free_port
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 

@@ -22,6 +22,7 @@ import httpx
 import yaml
 from deploy_support import DEPLOY, WORKER_SA, granted_by_base, metric_sum, restricted_kubeconfig, run_kubectl
 from host_operation_support import power_cycles, start_operation
+from ports_support import free_port
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -32,7 +33,6 @@ from contracts.models.removal import HostRemovalInput, HostRemovalResult
 from drivers.settings import Settings
 from metalflow.client import connect
 from metalflow.runtime.observability import Observability
-from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker, start_events
 
 # Granted by deploy/base for what the flows here do not run: a host registered again with other

@@ -12,10 +12,10 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from ports_support import free_port
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 from metalflow.devstack.stack import DevStack, DevStackConfig
-from metalflow.runtime.ports import free_port
 
 
 async def test_a_port_taken_under_the_dev_server_at_start_is_retried(tmp_path: Path) -> None:

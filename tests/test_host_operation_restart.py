@@ -23,6 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from host_operation_support import FAST_POLICY, power_cycles, start_operation, status_of, wait_for_status
+from ports_support import free_port
 from sim_support import RunningSim, running_sim
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
@@ -34,7 +35,6 @@ from contracts import names
 from contracts.models.host import HostOperationKind, HostOperationResult, HostOperationStatus
 from metalflow.binaries import temporal_cli
 from metalflow.devstack.stack import start_failure_is_transient
-from metalflow.runtime.ports import free_port
 
 SERVER_START_TIMEOUT = 60.0
 SERVER_START_RETRIES = 2

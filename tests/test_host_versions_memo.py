@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ import pytest
 import yaml
 from cli_support import METALFLOW
 from host_operation_support import FAST_POLICY, eventually
+from ports_support import free_port
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -60,9 +60,7 @@ def _worker_site(sim: RunningSim, path: Path, *, dead_dpu_bmc: str | None = None
     site: dict[str, Any] = yaml.safe_load(sim.site_file.read_text())
     site["versions"] = {"targets": {"bfb": DEFAULT_BFB, "dpu_firmware": OFF_TARGET_FIRMWARE}}
     if dead_dpu_bmc is not None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()  # of the test's own block: no server of the suite binds it
         for host in site["hosts"]:
             for dpu in host["dpus"]:
                 if dpu["id"] == dead_dpu_bmc:

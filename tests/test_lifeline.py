@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 from cli_support import METALFLOW, clean_env
+from ports_support import free_port
 from site_worker_support import eventually
-
-from metalflow.runtime.ports import free_port
 
 TESTS = Path(__file__).parent
 GONE_WITHIN = 45.0  # generous: the machine is shared; children stop in about a second (xdist: ~15 s)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import httpx
+from ports_support import free_port
 from temporalio.client import Client
 
 from drivers.settings import Settings
 from metalflow.runtime.observability import Observability
-from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker
 
 

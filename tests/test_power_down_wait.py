@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 from host_operation_support import FAST_POLICY, power_cycles, start_reboot
+from ports_support import free_port
 from sim_support import RunningSim, running_sim, start_dev_server
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
@@ -28,7 +29,6 @@ from worker_support import worker_env, worker_process
 
 from drivers.settings import Settings
 from metalflow.hosts import operation_progress
-from metalflow.runtime.ports import free_port
 from metalflow.runtime.worker import build_worker
 
 WAIT = 20.0

@@ -25,6 +25,7 @@ import pytest
 import yaml
 from cli_support import METALFLOW
 from dev_support import worker_ready
+from ports_support import free_port
 from prometheus_support import RunningPrometheus, running_prometheus
 from sim_support import stop_process
 
@@ -38,7 +39,6 @@ from contracts.models.host import (
 )
 from metalflow.client import connect
 from metalflow.hosts import host_status, send_update
-from metalflow.runtime.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "deploy" / "monitoring" / "metalflow-rules.yaml"

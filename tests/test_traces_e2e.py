@@ -25,10 +25,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from ports_support import free_port
 from sim_support import stop_process
 
 from contracts.names import campaign_workflow_id
-from metalflow.runtime.ports import free_port
 
 HOSTS = ("host-001", "host-002")
 CAMPAIGNS = ("traced", "again")

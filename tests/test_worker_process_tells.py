@@ -18,6 +18,7 @@ import httpx
 import pytest
 from cli_support import ended, metalflow, until_shown, use_site_file
 from deploy_support import metric_sum
+from ports_support import free_port
 from sim_support import RunningSim, prefixed_sim
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -25,7 +26,6 @@ from temporalio.testing import WorkflowEnvironment
 from worker_support import WorkerProcess, worker_env, worker_process
 
 from contracts import names
-from metalflow.runtime.ports import free_port
 
 PREFIX = f"tell{uuid.uuid4().hex[:4]}"
 LOG_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z [A-Z]+ ")
