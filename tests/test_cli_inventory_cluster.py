@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from cli_support import command_env, entity_exists, run_console_script
+from cli_support import command_env, entity_exists, run_in_few_processes
 from dpf_activities_support import Api, dpf_activities, run, settings_for
 from host_operation_support import worker_for
 from sim_support import RunningSim, running_sim
@@ -68,7 +68,8 @@ async def test_cluster_mode_refuses_unknown_hosts_dpus_and_a_reprovision_dpf_can
          "--dpus host-001-dpu-1)"),
     ]  # fmt: skip
     queue = ["--task-queue", "nobody-polls-this"]
-    results = await asyncio.gather(*(run_console_script([*args, *queue], env) for args, _, _ in rows))
+    # In command servers (tests/cli_support.py): the check's answers are the subject, not the process.
+    results = await run_in_few_processes([([*args, *queue], {}) for args, _, _ in rows], env)
     problems = []
     for (args, status, words), (code, out, err) in zip(rows, results, strict=True):
         lines = err.splitlines()
@@ -118,9 +119,7 @@ async def test_site_mode_refuses_a_reprovision_dpf_cannot_do_and_an_unreadable_c
          "no worker polls task queue 'nobody-polls-this'"),
     ]  # fmt: skip
     queue = ["--task-queue", "nobody-polls-this"]
-    results = await asyncio.gather(
-        *(run_console_script([*args, *queue], site_mode | extra) for args, extra, _, _ in rows)
-    )
+    results = await run_in_few_processes([([*args, *queue], extra) for args, extra, _, _ in rows], site_mode)
     problems = []
     for (args, _, status, words), (code, out, err) in zip(rows, results, strict=True):
         lines = err.splitlines()

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+from cli_support import run_metalflow
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from sim_support import RunningSim, running_sim
@@ -136,9 +136,10 @@ def _power_cycle(sim: RunningSim, host: dict[str, Any]) -> None:
 
 
 def _metalflow(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "metalflow", *args], capture_output=True, text=True, timeout=60, check=False
-    )
+    """`metalflow ARGS` in this process (tests/cli_support.py): what the `sim` commands read is the
+    subject here, not their process (`python -m metalflow` is tests/test_cli_help.py's and
+    test_self_contained's), and each interpreter cost ~1 s of CPU."""
+    return run_metalflow(*args)
 
 
 def test_provisioning_over_http_with_one_power_cycle_per_reboot(tmp_path: Path) -> None:
