@@ -27,7 +27,8 @@ A workflow module reads as a runbook; what is not the runbook is here:
 
 Cost: none of its own beyond what a workflow calls: an `enter` is at most one search-attribute
 upsert (one history event, one billable Action; none when the phase and the attributes it
-carries already hold: `upsert_changed`), a cancelled call one RequestCancel and one
+carries already hold, `upsert_changed`, or when a later `enter` of the same activation supersedes
+it, `workflows.phase_upserts`), a cancelled call one RequestCancel and one
 ActivityTaskCanceled event.
 """
 
