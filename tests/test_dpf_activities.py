@@ -4,6 +4,7 @@ protocol checks (no violations)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,6 +50,15 @@ def api(sim: RunningSim) -> Iterator[Api]:
     client = Api(sim)
     yield client
     client.close()
+
+
+def dpu_requests(sim: RunningSim) -> Counter[str]:
+    """The requests on DPU objects the API has answered so far, per verb (its audit)."""
+    counts: Counter[str] = Counter()
+    for row in sim.audit():
+        if row["resource"] == "dpus":
+            counts[row["verb"]] += row["count"]
+    return counts
 
 
 async def register(sim: RunningSim, acts: DPFActivities, host_id: str) -> None:
@@ -183,15 +193,25 @@ async def test_reprovision_deletes_once_and_dpf_recreates_held(tmp_path: Path) -
         ref = DPURef(host_id="host-001", dpu_id="host-001-dpu-0")
         name = ref.dpu_name()
         old = api.must("DPU", name)
+        before = dpu_requests(sim)
         result = await run(acts.reprovision_dpu, ReprovisionInput(dpu=ref, uid=old["metadata"]["uid"]))
         assert result.changed
+        # One request: the DELETE with the uid precondition, no read before it (issue 37).
+        assert dpu_requests(sim) - before == Counter({"delete": 1})
         new = api.wait(
             "DPU", name, lambda o: o is not None and o["metadata"]["uid"] != old["metadata"]["uid"]
         )
         assert new is not None
         api.wait("DPU", name, phase_is("Node Effect"))
+        before = dpu_requests(sim)
         again = await run(acts.reprovision_dpu, ReprovisionInput(dpu=ref, uid=old["metadata"]["uid"]))
         assert not again.changed and "another uid" in again.detail
+        assert dpu_requests(sim) - before == Counter({"delete": 1})  # its 409 says so
+        before = dpu_requests(sim)
+        missing = DPURef(host_id="host-001", dpu_id="host-001-dpu-9")
+        gone = await run(acts.reprovision_dpu, ReprovisionInput(dpu=missing, uid="no-such-uid"))
+        assert not gone.changed and gone.detail.startswith("gone")
+        assert dpu_requests(sim) - before == Counter({"delete": 1})  # its 404 says so
         assert api.must("DPU", name)["metadata"]["uid"] == new["metadata"]["uid"]  # not deleted twice
         assert api.must("DPU", "node-host-001-device-host-001-dpu-1")["status"]["phase"] == "Ready"
 

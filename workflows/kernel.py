@@ -27,7 +27,8 @@ A workflow module reads as a runbook; what is not the runbook is here:
 
 Cost: none of its own beyond what a workflow calls: an `enter` is at most one search-attribute
 upsert (one history event, one billable Action; none when the phase and the attributes it
-carries already hold: `upsert_changed`), a cancelled call one RequestCancel and one
+carries already hold, `upsert_changed`, or when a later `enter` of the same activation supersedes
+it, `workflows.phase_upserts`), a cancelled call one RequestCancel and one
 ActivityTaskCanceled event.
 """
 
@@ -53,6 +54,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError, first_application_error
     from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
     from contracts.wording import answers_in_words
+    from workflows.phase_upserts import DeferredUpserts
+    from workflows.phase_upserts import upsert_changed as upsert_changed
 
 ArgT = TypeVar("ArgT")
 ResultT = TypeVar("ResultT")
@@ -184,29 +187,10 @@ async def await_unless(call: asyncio.Future[Any], stop: Callable[[], bool]) -> b
 # -- visibility ----------------------------------------------------------------------------------
 
 
-def upsert_changed(updates: Sequence[SearchAttributeUpdate[Any]]) -> bool:
-    """Upsert, in one command, the search attributes of `updates` whose value differs from the
-    run's own (`workflow.info().typed_search_attributes`: set at start, then by every upsert);
-    none when nothing differs. True when it wrote.
-
-    Why: an upsert is one history event, one billable Action on Temporal Cloud and 3-6 ms of
-    server CPU whether it carries one attribute or six, and rewriting a value the run already
-    has (given at the child's start, or shown by the previous phase) changes nothing anyone
-    sees. Deterministic: it reads only the run's own state."""
-    current = workflow.info().typed_search_attributes
-    changed = [u for u in updates if current.get(u.key) != u.value]
-    if changed:
-        workflow.upsert_search_attributes(changed)
-    return bool(changed)
-
-
-def enter_phase(
-    phase: str, details: str, *, log: bool = True, also: Sequence[SearchAttributeUpdate[Any]] = ()
-) -> None:
-    """Show a new phase: the `Phase` search attribute (with `also`, in the same upsert, and only
-    what changed: `upsert_changed`), the current details and one INFO line in the worker's log, its
-    metric and Event (not on replay); `log=False`: none (logged already: `Runbook.enter`)."""
-    upsert_changed([names.PHASE.value_set(phase), *also])
+def enter_phase(phase: str, details: str, *, log: bool = True) -> None:
+    """Show a new phase: the current details and one INFO line in the worker's log, its metric and
+    Event (not on replay); `log=False`: none (logged already). Its search attributes are
+    `Runbook.enter`'s, written at the activation's end (`workflows.phase_upserts`)."""
     workflow.set_current_details(f"**{phase}**: {details}")
     if log:
         metrics.workflow_phase_entered(phase)
@@ -287,17 +271,26 @@ class Runbook:
         self.left_behind = ""  # what an early end left, in words (`to_the_end`'s `clean_up`)
         self.operation_kind: str | None = None  # an operation's `kind` label, counted by `to_the_end`
         self._phases_entered = 0  # replays included (`enter`)
+        self._upserts = DeferredUpserts()  # `enter`'s search attributes, written at the activation's end
 
     # -- phases ----------------------------------------------------------------------------------
     def enter(
         self, phase: str, details: str, *, log: bool = True, also: Sequence[SearchAttributeUpdate[Any]] = ()
     ) -> None:
         """A new phase (`enter_phase`), its log line once per run id and count of phases entered
-        (replays included) in this process (`contracts.counted_runs`): a refused task run again."""
+        (replays included) in this process (`contracts.counted_runs`): a refused task run again.
+
+        Its search attributes are written at the activation's end (`workflows.phase_upserts`), a
+        final phase's (`ENDED`) at once: a phase entered and left in one activation costs none."""
         self.phase, self.details, self._phases_entered = phase, details, self._phases_entered + 1
         nth = f"phase {self._phases_entered}"
         once = workflow.unsafe.is_replaying() or counted_runs.first_time(workflow.info().run_id, nth)
-        enter_phase(phase, details, log=log and once, also=also)
+        enter_phase(phase, details, log=log and once)
+        self._upserts.defer([names.PHASE.value_set(phase), *also], now=phase in self.ENDED)
+
+    def settle_upserts(self) -> None:
+        """Write what `enter` deferred, now: before a continue-as-new (`to_the_end` settles too)."""
+        self._upserts.settle()
 
     def show(self, details: str) -> None:
         """New details within the phase."""
@@ -335,6 +328,7 @@ class Runbook:
         metrics.workflow_operation_started(self.operation_kind)
         try:
             done = await runbook()
+            self.settle_upserts()
         except (FailureError, asyncio.CancelledError) as err:
             left_behind = self.left_behind = await clean_up(err)
             await self.end_early(err, left_behind)

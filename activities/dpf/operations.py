@@ -183,24 +183,28 @@ class DPFActivities:
     async def reprovision_dpu(self, request: ReprovisionInput) -> ChangeResult:
         """Delete the DPU object with `request.uid`; DPF recreates it (held in Node Effect).
 
-        A DPU that is gone, already deleting, or has another uid (the recreated one) is left alone,
-        so a retried or replayed call never reprovisions twice.
+        One request, the DELETE with the uid precondition, no read before it (issue 37): its
+        answer says what a read would have. 404: gone, DPF is recreating it; 409 (the precondition
+        failed): already recreated under another uid, left alone; 200: deleted, or already
+        deleting with this uid, which the API server leaves as it is (k8s.io/apiserver
+        pkg/registry/rest/delete.go `BeforeDelete`: a uid precondition that differs is a
+        Conflict, "the object might have been deleted and then recreated"; an object that
+        already has a deletionTimestamp may only have its grace period shortened, and a custom
+        resource has none).
+        So a retried or replayed call never reprovisions twice: the uid precondition, not a
+        read, is what keeps the recreated DPU from a second delete (a read and then a delete
+        would race DPF's recreation anyway). The caller asks only for a DPU its watch shows
+        with that uid and not deleting (`HostOperationState.current`).
         """
         ref = request.dpu
         name = ref.dpu_name()
-        obj = await self.kube.get(ref.host_id, DPU, ref.namespace, name, missing_ok=True)
-        if obj is None:
-            return ChangeResult(name=name, changed=False, detail="gone: DPF is recreating it")
-        meta = obj["metadata"]
-        if meta.get("uid") != request.uid:
-            return ChangeResult(name=name, changed=False, detail="already recreated (another uid)")
-        if meta.get("deletionTimestamp"):
-            return ChangeResult(name=name, changed=False, detail="already deleting")
         try:
             deleted = await self.kube.delete(ref.host_id, DPU, ref.namespace, name, uid=request.uid)
         except ConflictRetriesExhausted:  # the uid precondition failed: recreated meanwhile
             return ChangeResult(name=name, changed=False, detail="already recreated (another uid)")
-        return ChangeResult(name=name, changed=deleted is not None, detail="deleted")
+        if deleted is None:
+            return ChangeResult(name=name, changed=False, detail="gone: DPF is recreating it")
+        return ChangeResult(name=name, changed=True, detail="deleted")
 
     # -- flow 6: the deployment -----------------------------------------------------------------
     async def _update_deployment(

@@ -440,3 +440,16 @@ def test_a_reprovisioned_errors_words_are_kept_in_the_past_tense() -> None:
     assert kept.startswith("DPU node-h-device-d0 was in Error (") and kept.endswith(": reprovisioned it"), (
         kept
     )
+
+
+def test_a_hold_is_released_again_only_in_a_state_taken_since_the_last_release_began() -> None:
+    """Issue 37: the state a release answered still shows its hold on (DPF's "false" comes with
+    the watch's next change); releasing on it again costs an activity and a GET that find it
+    released. A hold on in a newer state (DPF set it again) is released."""
+    state = run_state()
+    holding = HostDPFState(host_id="h", dpus=(dpu(0, "Node Effect"), dpu(1, "Node Effect")),
+                           hold=HoldState(name="node-h-hold", hold="true"))  # fmt: skip
+    assert state.release_owed(holding, seen_since_release=True)
+    assert not state.release_owed(holding, seen_since_release=False)
+    released = holding.model_copy(update={"hold": HoldState(name="node-h-hold", hold="false")})
+    assert not state.release_owed(released, seen_since_release=True)

@@ -119,6 +119,7 @@ class BMCLeaseWorkflow(kernel.Runbook):
             await self._grant_free_slots()
             if book.granted >= GRANTS_PER_RUN or workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                self.settle_upserts()  # the phase entered in this activation goes with the run
                 workflow.continue_as_new(book)
             if book.idle:
                 # Idle: end now. An `acquire` that races the end makes Temporal refuse the

@@ -457,6 +457,7 @@ class CampaignWorkflow(Footprint):
         self._absorb()
         self.state.runs += 1
         selection = HostSelection.made(self._input.selection)
+        self.settle_upserts()  # the phase entered in this activation goes with the run
         workflow.continue_as_new(
             self._input.model_copy(update={"progress": self.state, "selection": selection})
         )

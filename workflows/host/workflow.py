@@ -204,6 +204,7 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
             await workflow.wait_condition(self._may_continue_as_new)
             if self.state.current is None:
                 break
+        self.settle_upserts()  # the phase entered in this activation goes with the run
         workflow.continue_as_new(start.model_copy(update={"state": self.state}))
 
     # -- requests: one line per row of `contracts.host_requests` ----------------------------------

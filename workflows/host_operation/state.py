@@ -158,8 +158,8 @@ class HostOperationState:
     def held(self, dpf: HostDPFState) -> bool:
         return barrier.held_or_beyond(dpf, self.dpu_ids, self.replaced)
 
-    def any_held(self, dpf: HostDPFState) -> bool:
-        return barrier.any_held(dpf, self.dpu_ids, self.replaced)
+    def release_owed(self, dpf: HostDPFState, seen_since_release: bool) -> bool:
+        return barrier.release_owed(dpf, self.dpu_ids, self.replaced, seen_since_release=seen_since_release)
 
     def at_reboot_barrier(self, dpf: HostDPFState) -> bool:
         return barrier.reboot_barrier_reached(dpf, self.dpu_ids, self.replaced)

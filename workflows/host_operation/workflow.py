@@ -161,6 +161,7 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
         self.reboots = RebootRounds(self, request.power_before)  # its first reboot compares it
         self.power = PowerCustody(host_id=request.host_id)
         self._watch = DPFWatch(on_taken=self._observe)
+        self._released_at: int | None = None  # the watch's changes when the last hold release began
         self.operation_kind = request.kind.value
         self.site_check = request.site_check  # said by its phases (`SiteCheckSaid`)
 
@@ -430,14 +431,17 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
         await self._release_if_held()
 
     async def _release_if_held(self) -> None:
-        if not self.state.any_held(self.dpf):
+        seen = self._released_at != self._watch.changes  # a state taken since the last release began
+        if not self.state.release_owed(self.dpf, seen):
             return
+        began = self._watch.changes
         result: ChangeResult = await self._call_kube(
             activity_api.release_node_effect_hold,
             self.host,
             kernel.KUBE_WRITE,
             f"release the Node Effect hold of {self.host.node_name()}",
         )
+        self._released_at = began  # states taken while it ran may show a hold set after it: released next
         if result.changed:
             self.state.changes.append("released the Node Effect hold")
 

@@ -214,6 +214,7 @@ class HostMonitorWorkflow(kernel.Abortable):
                     # An abort accepted during these awaits travels in the memory (`stop`).
                     memory = self.state.handed_over(self.abort_request)
                     # The memo is the run's: the next starts with it, or the UI loses the resets.
+                    self.settle_upserts()  # the phase entered in this activation goes with the run
                     workflow.continue_as_new(
                         request.model_copy(update={"memory": memory}), memo=self.state.memo() or None
                     )

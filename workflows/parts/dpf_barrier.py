@@ -135,6 +135,18 @@ def any_held(state: HostDPFState, dpu_ids: Iterable[str], replaced: Mapping[str,
     return holding and any(d is not None and d.phase == PHASE_NODE_EFFECT for _, d in current)
 
 
+def release_owed(
+    state: HostDPFState, dpu_ids: Iterable[str], replaced: Mapping[str, str], *, seen_since_release: bool
+) -> bool:
+    """A hold to release: `any_held`, in a state the last release did not answer already.
+
+    `seen_since_release`: a state was taken since the last release began (True when none was
+    made). The state a release answered still shows the hold on: DPF's "false" comes with the
+    watch's next change, so releasing again on it only reads the hold to find it released (one
+    activity, one GET, issue 37). A hold DPF sets again comes in a newer state, and is released."""
+    return seen_since_release and any_held(state, dpu_ids, replaced)
+
+
 def installing(state: HostDPFState) -> list[str]:
     """Names of the host's DPUs (any, not only the operation's) a power cycle would corrupt."""
     return [d.name for d in state.dpus if d.phase in INSTALL_PHASES]

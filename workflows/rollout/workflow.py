@@ -427,6 +427,7 @@ class RolloutWorkflow(TemplateWrites):
         await workflow.wait_condition(workflow.all_handlers_finished)
         # The kernel's operator requests travel with the state.
         self.state.aborting, self.state.paused_by = self.abort_request, self.paused_by
+        self.settle_upserts()  # the phase entered in this activation goes with the run
         workflow.continue_as_new(self._request.model_copy(update={"state": self.state}))
 
     async def _run_steps(self, gangs: tuple[GangState, ...], *, kind: StepKind) -> None:
