@@ -33,6 +33,8 @@ from contracts.models.host import HostMonitorResult, HostMonitorStatus, MonitorP
 
 POLICY = MonitorPolicy(reprovision_after_seconds=3600)
 Monitor = WorkflowHandle[Any, HostMonitorResult]
+# The heartbeat timeout of the watch the SIGKILLed worker starts: its takeover time.
+KILL_TAKEOVER_SECONDS = 4
 SITE_STREAMS = {
     "dpus.provisioning.dpu.nvidia.com": 1,
     "dpunodes.provisioning.dpu.nvidia.com": 1,
@@ -69,6 +71,17 @@ async def activities_scheduled(handle: WorkflowHandle[Any, Any]) -> list[str]:
         e.activity_task_scheduled_event_attributes.activity_type.name
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+
+
+async def watch_heartbeat_timeouts(watch: WorkflowHandle[Any, Any]) -> list[timedelta]:
+    """The heartbeat timeout of each `watch_site_dpf` the site's watch scheduled."""
+    history = await watch.fetch_history()
+    return [
+        e.activity_task_scheduled_event_attributes.heartbeat_timeout.ToTimedelta()
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "watch_site_dpf"
     ]
 
 
@@ -153,15 +166,29 @@ async def test_a_compacted_history_is_listed_again_and_a_restarted_api_still_rou
 async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
     client: Client, task_queue: str, sim: RunningSim, tmp_path: Path
 ) -> None:
+    """The worker process running the site's watch is SIGKILLed (no last heartbeat): the watch's
+    attempt times out on its heartbeat and the next worker's attempt resumes from the checkpoint.
+
+    The killed worker starts the watch with a heartbeat timeout of 4 s and takes over its
+    workflows' tasks after 1 s (settings a site may choose: `METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS`,
+    `METALFLOW_WORKER_TAKEOVER_SECONDS`), not the tests' 10 s and 3 s: the takeovers this test
+    waits out one after the other (the watch's attempt, then the watch's and each monitor's next
+    workflow task on the dead worker's sticky queue). The next worker is one in this process: the
+    resume is what is proved, not a second interpreter's start (9 s on a loaded machine)."""
     changed, quiet = "sw-004", "sw-001"
-    log = tmp_path / "worker.log"
-    env = worker_env(client, sim)
-    with worker_process(task_queue, env, log) as first_worker:
+    env = worker_env(
+        client,
+        sim,
+        METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS=str(KILL_TAKEOVER_SECONDS),
+        METALFLOW_WORKER_TAKEOVER_SECONDS="1",
+    )
+    with worker_process(task_queue, env, tmp_path / "worker.log") as first_worker:
         handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, changed, quiet)
         first_worker.kill()
+    assert await watch_heartbeat_timeouts(watch) == [timedelta(seconds=KILL_TAKEOVER_SECONDS)]
     signals_before = await signals_received(bystander)
     sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/node-effect")  # while no worker runs
-    with worker_process(task_queue, env, log):
+    async with site_worker(client, task_queue, sim):
         out = await eventually(
             lambda: status_once_polled(handle),
             lambda s: s is not None and s.pool_state == "out-of-pool",
@@ -231,8 +258,8 @@ async def monitored_and_checkpointed(
 
 
 async def status_once_polled(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus | None:
-    """`status_of`, or None while the restarted worker process has not polled yet: the server
-    refuses a query of a queue nobody polled lately (seen on a loaded machine)."""
+    """`status_of`, or None while the next worker has not polled yet: the server refuses a query
+    of a queue nobody polled lately (seen on a loaded machine)."""
     try:
         return await status_of(handle)
     except RPCError as error:
