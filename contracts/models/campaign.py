@@ -359,6 +359,10 @@ class SelectHostsResult(_Frozen):
     # hosts in maintenance (`metalflow host maintenance`), as visibility shows their entities:
     # host -> (who set it, since when); workflows/campaign/admission.py `in_maintenance` says it
     maintenance: dict[str, tuple[str, datetime | None]] = {}
+    # hosts an operator held automation back on (`AutomationHeldBack`: an abort of the monitor's
+    # request), as their entities' memos carry it: host -> (who, why, since when);
+    # workflows/campaign/admission.py `held_back` says it
+    held_back: dict[str, tuple[str, str, datetime | None]] = {}
 
 
 class CheckHostsInput(_Frozen):
