@@ -169,8 +169,9 @@ async def test_a_campaign_and_its_plan_skip_a_host_in_maintenance_naming_who_set
         assert reason.startswith("in maintenance since ") and "set by bob" in reason, reason
         assert plan["canary"] + [h for batch in plan["batches"] for h in batch] == ["host-001"], plan
         status, out, err = await run(own_env, "campaign", "start", "mnt-c", *args, "--wait")
-        # --wait exits 0 only when every host succeeded: a skipped host is not
-        assert status == 1 and "completed: 1 done, 0 already at target, 0 failed" in out, (out, err)
+        # a host skipped by the campaign's rules is no failure (issue 40): --wait exits 0, saying so
+        assert status == 0 and "completed: 1 done, 0 already at target, 0 failed" in out, (out, err)
+        assert "1 host skipped (named above, each with why" in out, out
         assert "1 skipped of 2" in out and "skipped host-002: in maintenance since" in out, out
         assert "set by bob" in out, out
         entity = await host_status(own_env.client, "host-002")
@@ -211,8 +212,14 @@ async def test_a_campaigns_plan_leaves_out_a_host_held_back_as_its_start_does_an
         assert reason.startswith("automation held back by carol since ") and ": debugging;" in reason, reason
         assert plan["canary"] == ["host-002"] and plan["batches"] == [], plan
         status, out, err = await run(own_env, "campaign", "start", "held-c", *args, "--wait")
-        assert "skipped host-001: automation held back by carol" in out, (out, err)
+        assert status == 0 and "skipped host-001: automation held back by carol" in out, (out, err)
         assert "completed: 1 done" in out, out
+        # its only host held back: the campaign did nothing, rightly; no failure of the command
+        only = ["--hosts", host, "--reprovision", "--power-down-wait", "0", *queue]
+        status, out, err = await run(own_env, "campaign", "start", "held-only", *only, "--wait")
+        assert status == 0, (out, err)
+        assert "completed: 0 done, 0 already at target, 0 failed, 1 skipped of 1" in out, out
+        assert "nothing to do: every host was skipped" in out and "not a failure (exit 0)" in out, out
         held = await host_status(own_env.client, host)
         assert held.recent[-1].outcome.startswith("withdrawn by carol"), held.recent  # never asked again
         status, out, err = await run(own_env, "host", "retry", host, "--by", "carol", *queue)

@@ -299,6 +299,20 @@ class CampaignResult(_Frozen):
             and self.outcome == "completed"
         )
 
+    @property
+    def nothing_failed(self) -> bool:
+        """Completed with no host failed or aborted: each host succeeded, was at the target, or was
+        skipped by the campaign's rules or a person's word (left out: in maintenance, automation
+        held back, an instance assigned, claimed by another campaign; `campaign skip`). A skip is
+        the rule working, not a failure: `campaign start --wait` exits 0 (a campaign every host of
+        which was skipped did nothing, and says so: `campaign_render.skipped_words`)."""
+        return (
+            not self.failed
+            and not self.aborted
+            and self.done + self.already_at_target + self.skipped == self.total
+            and self.outcome == "completed"
+        )
+
 
 class HostsQuery(_Frozen):
     """A page of the `hosts` query: `limit` hosts from `offset`, optionally of one outcome."""
