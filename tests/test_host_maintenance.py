@@ -222,8 +222,15 @@ async def test_a_campaigns_plan_leaves_out_a_host_held_back_as_its_start_does_an
         assert "nothing to do: every host was skipped" in out and "not a failure (exit 0)" in out, out
         held = await host_status(own_env.client, host)
         assert held.recent[-1].outcome.startswith("withdrawn by carol"), held.recent  # never asked again
-        status, out, err = await run(own_env, "host", "retry", host, "--by", "carol", *queue)
-        assert status == 0, err
+        status, out, err = await run(own_env, "host", "retry", host, "--by", "carol", "--json", *queue)
+        assert status == 0, err  # `host retry --json` (issue 40): one document, as its neighbours'
+        answer = json.loads(out)
+        assert (answer["host_id"], answer["workflow_id"], answer["accepted"]) == (
+            host,
+            names.host_workflow_id(host),
+            True,
+        ), answer
+        assert answer["message"].startswith("automation no longer held back: host retry by carol"), answer
 
 
 @pytest.fixture(scope="module")
