@@ -347,3 +347,23 @@ def test_a_terminated_operation_whose_reboot_did_not_leave_the_host_off_is_not_m
     assert off_when_cut("terminated", "reprovision", "", HOST, RebootLeft(_REBOOT_ID, seen)) == "terminated"
     # a cancel, not a terminate: the run's own end says what it left
     assert off_when_cut("aborted", "reprovision", "", HOST, RebootLeft(_REBOOT_ID, seen)) == "aborted"
+
+
+def test_the_taken_over_line_says_when_and_goes_once_a_later_operation_completes() -> None:
+    """An attack found it (issue 40): `host status` kept `taken over ... boot generation 4; the
+    host is OFF as ... left it` after later operations had powered the host and moved the
+    generation, with no time: a reader took it for now. It says when it happened, and goes once
+    a later operation completes (a failed one leaves it: what it said may still hold)."""
+    old = entity()
+    old.boot_generation, old.left_off_by = 4, "reboot/host-001/generation-4"
+    before = EntityPredecessor(run_id="r1", status="TERMINATED", closed_at=T0, carried=carried(old))
+    new = entity()
+    words = take_over(new, before, T0 + timedelta(minutes=3))
+    assert words.startswith(
+        "took over from run r1 (terminated at 2026-11-29T12:00:00Z) at 2026-11-29T12:03:00Z: "
+        "boot generation 4"
+    ), words
+    ended(new, ALICE, "failed: BMCUnreachable: no answer", kind=REBOOT)
+    assert new.status().taken_over == words
+    ended(new, ALICE, "completed", kind=REBOOT)
+    assert new.status().taken_over == ""
