@@ -348,6 +348,14 @@ def test_the_status_says_what_the_monitor_waits_for() -> None:
     assert status.waiting_for == "recovery of d0, or the reprovision deadline 2026-11-27T04:00:00Z"
     off = monitor(MonitorPolicy(auto_reprovision=False), memory=state)
     assert off.status().waiting_for == "recovery of d0 (automatic reprovision is off)"
+    # An attack found it (issue 40): with --reprovision-after set and its request awaiting
+    # approval, the status said "automatic reprovision is off". It says what the monitor does.
+    held = OwnerReprovisionResult(outcome="awaiting-approval", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(T0 + timedelta(hours=1)), held, T0 + timedelta(hours=1))
+    assert state.status().waiting_for == (
+        "recovery of d0 (its reprovision/h1 is withdrawn then), or the approval of it "
+        "(metalflow approve h1); nothing more is asked meanwhile"
+    )
 
 
 def test_the_next_run_starts_from_this_ones_memory_with_an_abort_carried() -> None:
