@@ -44,7 +44,7 @@ import time
 from typing import Protocol
 
 from temporalio import activity
-from temporalio.client import WithStartWorkflowOperation, WorkflowExecutionStatus
+from temporalio.client import WithStartWorkflowOperation, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -232,4 +232,10 @@ class BMCLeaseActivities:
         }
         # TIMED_OUT, and what Temporal may add: unknown, as timed out (`spent`: used up).
         end = "timed-out" if status is None else ends.get(status, "timed-out")
-        return RebootRunSeen(end=end, phase=phase)
+        said = ""
+        if status == WorkflowExecutionStatus.FAILED:  # its words: did it leave the host OFF?
+            try:
+                await handle.result(follow_runs=False)
+            except WorkflowFailureError as failed:
+                said = str(getattr(failed.cause, "message", None) or failed.cause or failed)
+        return RebootRunSeen(end=end, phase=phase, said=said)

@@ -1,7 +1,8 @@
 """The campaign's reads of the inventory and the fleet, mixed into `CampaignActivities`
 (activities/campaign.py): adapters over `drivers.campaign.Fleet` (which `metalflow campaign
 plan` calls too). `select_campaign_hosts`: which hosts a selection names, and which of them are
-left out before anything is asked (assigned in the inventory, unknown to DPF);
+left out before anything is asked (assigned in the inventory, unknown to DPF, in maintenance or
+held back by an operator as their entities show: `contracts.host_entity.with_maintenance`);
 `check_campaign_hosts`: which run the target (DPF's DPUs, or each DPU's BMC for firmware), also
 used to read a host back after its operation completed. Costs: drivers/campaign.py.
 """

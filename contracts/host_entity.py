@@ -43,6 +43,7 @@ from temporalio.workflow import UpdateMethodMultiParam
 from contracts import names, workflow_api
 from contracts.models.campaign import SelectHostsResult
 from contracts.models.host import HostStatus, HostWorkflowInput
+from contracts.models.host_records import AutomationHold
 from contracts.with_start import execute_update, execute_update_with_start
 
 ArgT = TypeVar("ArgT", bound=BaseModel)
@@ -222,20 +223,51 @@ async def hosts_in_maintenance(
     return found
 
 
+ENTITIES_QUERY = f'{names.OPERATION.name} = "{names.HOST}" AND ExecutionStatus = "Running"'
+"""The running host entities (their memos: the `carried` entry holds an operator's hold)."""
+
+
+async def hosts_held_back(
+    client: Client, host_ids: Iterable[str]
+) -> dict[str, tuple[str, str, datetime | None]]:
+    """Which of `host_ids` an operator held automation back on (`AutomationHeldBack`), as their
+    entities' memos carry it (`names.CARRIED_MEMO`'s `automation_held_back`): host -> (who, why,
+    since when). One listing of the running entities (a page per 1,000), filtered here; the
+    entity's own refusal is what holds."""
+    wanted, found = set(host_ids), dict[str, tuple[str, str, datetime | None]]()
+    async for execution in client.list_workflows(ENTITIES_QUERY):
+        host = execution.typed_search_attributes.get(names.HOST_ID) or execution.id.removeprefix(
+            f"{names.HOST}/"
+        )
+        if host not in wanted:
+            continue
+        carried = await execution.memo_value(names.CARRIED_MEMO, None)
+        entry = carried.get("automation_held_back") if isinstance(carried, dict) else None
+        if entry:
+            hold = AutomationHold.model_validate(entry)
+            found[host] = (hold.by, hold.reason, hold.since)
+    return found
+
+
 async def with_maintenance(client: Client, selected: SelectHostsResult) -> SelectHostsResult:
-    """A campaign's selection with its hosts in maintenance (`SelectHostsResult.maintenance`):
-    read by `campaign plan` and the campaign's own selection alike, so they cannot disagree.
+    """A campaign's selection with its hosts in maintenance (`SelectHostsResult.maintenance`) and
+    those an operator held automation back on (`held_back`): read by `campaign plan` and the
+    campaign's own selection alike, so they cannot disagree (the plan's canary is the start's).
 
     A server that cannot list workflows at all (UNIMPLEMENTED: Temporal's time-skipping test
     server) gives the selection as it is: each entity still refuses a request while its host is in
-    maintenance, and the campaign skips a host so refused. Any other error is raised (retried)."""
+    maintenance or held back, and the campaign skips a host so refused. Any other error is raised
+    (retried)."""
     try:
         found = await hosts_in_maintenance(client, selected.roster.ids)
+        held = await hosts_held_back(client, selected.roster.ids)
     except RPCError as err:
         if err.status != RPCStatusCode.UNIMPLEMENTED:
             raise
         return selected
-    return selected.model_copy(update={"maintenance": found}) if found else selected
+    if not found and not held:
+        return selected
+    return selected.model_copy(update={"maintenance": found, "held_back": held})
 
 
 async def start_unless_running(

@@ -167,7 +167,9 @@ async def test_a_round_of_only_skipped_hosts_ends_and_status_names_the_hosts(
             local_env, "campaign", "start", "cmpe-skipped", "--hosts", host, "--reprovision", *FAST,
             "--wait", "--task-queue", queue,
         )  # fmt: skip
-        assert skipped.status == 1, skipped.stdout + skipped.stderr  # not every host succeeded
+        # its only host skipped by the campaign's rules: nothing to do, no failure (issue 40)
+        assert skipped.status == 0, skipped.stdout + skipped.stderr
+        assert "nothing to do: every host was skipped" in skipped.stdout, skipped.stdout
         assert "completed: 0 done, 0 already at target, 0 failed, 1 skipped of 1" in skipped.stdout
         assert f"skipped {host}: instance assigned" in skipped.stdout
         shown = await metalflow(local_env, "campaign", "status", "cmpe-skipped")

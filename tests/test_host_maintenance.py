@@ -20,14 +20,17 @@ from site_worker_support import FAST_POLICY, eventually, site_worker
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from contracts import names
+from contracts import names, workflow_api
+from contracts.host_entity import HostEntityClient
 from contracts.models.control import OperatorAnswer
 from contracts.models.host import (
     MAINTENANCE_UPDATE,
+    AssignInstanceRequest,
     HostStatus,
     HostWorkflowInput,
     MaintenanceRequest,
     MonitorPolicy,
+    OperationRequest,
 )
 from metalflow.hosts import host_status
 from metalflow.runtime.observability import Observability
@@ -166,14 +169,68 @@ async def test_a_campaign_and_its_plan_skip_a_host_in_maintenance_naming_who_set
         assert reason.startswith("in maintenance since ") and "set by bob" in reason, reason
         assert plan["canary"] + [h for batch in plan["batches"] for h in batch] == ["host-001"], plan
         status, out, err = await run(own_env, "campaign", "start", "mnt-c", *args, "--wait")
-        # --wait exits 0 only when every host succeeded: a skipped host is not
-        assert status == 1 and "completed: 1 done, 0 already at target, 0 failed" in out, (out, err)
+        # a host skipped by the campaign's rules is no failure (issue 40): --wait exits 0, saying so
+        assert status == 0 and "completed: 1 done, 0 already at target, 0 failed" in out, (out, err)
+        assert "1 host skipped (named above, each with why" in out, out
         assert "1 skipped of 2" in out and "skipped host-002: in maintenance since" in out, out
         assert "set by bob" in out, out
         entity = await host_status(own_env.client, "host-002")
         assert entity.current is None and entity.recent == ()  # the campaign never asked it
         status, out, err = await run(own_env, "host", "maintenance", "host-002", "off", *queue)
         assert status == 0, err
+
+
+async def test_a_campaigns_plan_leaves_out_a_host_held_back_as_its_start_does_and_picks_the_same_canary(
+    own_env: WorkflowEnvironment, sim: RunningSim
+) -> None:
+    """An attack found it (issue 40): `campaign plan` named host-001, whose automation an operator
+    held back (a `host abort` of the monitor's request), as the canary; `campaign start` then asked
+    it, was refused and skipped it. Both read the hold with the selection now and leave it out
+    alike, naming who and why; the canary is host-002 in both."""
+    host, monitor = HOST, names.monitor_workflow_id(HOST)
+    entities = HostEntityClient(own_env.client, QUEUE)
+    async with worker_for(own_env.client, QUEUE, sim):
+        queue = ("--task-queue", QUEUE)
+        entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
+        await entities.ask(entity, workflow_api.HostWorkflow.assign_instance,
+                           AssignInstanceRequest(instance="tenant-7", requested_by="ops"))  # fmt: skip
+        asked = OperationRequest(requested_by=monitor, campaign_workflow_id=monitor, reason="DPU down")
+        waits = await entities.ask(entity, workflow_api.HostWorkflow.request_reprovision, asked)
+        assert waits.awaiting_approval, waits  # assigned: it waits, nothing starts
+        status, out, err = await run(
+            own_env, "host", "abort", host, "--by", "carol", "--reason", "debugging", *queue
+        )
+        assert status == 0, err  # withdrawn by carol: automation held back
+        await entities.update(host, workflow_api.HostWorkflow.release_instance,
+                              AssignInstanceRequest(instance="tenant-7", requested_by="ops"))  # fmt: skip
+        args = ["--hosts", "host-001,host-002", "--reprovision", "--power-down-wait", "0", *queue]
+        status, out, err = await run(own_env, "campaign", "plan", "held-c", *args, "--json")
+        assert status == 0, err
+        plan = json.loads(out)
+        assert [g["host_ids"] for g in plan["left_out"]] == [[host]], plan
+        reason = plan["left_out"][0]["reason"]
+        assert reason.startswith("automation held back by carol since ") and ": debugging;" in reason, reason
+        assert plan["canary"] == ["host-002"] and plan["batches"] == [], plan
+        status, out, err = await run(own_env, "campaign", "start", "held-c", *args, "--wait")
+        assert status == 0 and "skipped host-001: automation held back by carol" in out, (out, err)
+        assert "completed: 1 done" in out, out
+        # its only host held back: the campaign did nothing, rightly; no failure of the command
+        only = ["--hosts", host, "--reprovision", "--power-down-wait", "0", *queue]
+        status, out, err = await run(own_env, "campaign", "start", "held-only", *only, "--wait")
+        assert status == 0, (out, err)
+        assert "completed: 0 done, 0 already at target, 0 failed, 1 skipped of 1" in out, out
+        assert "nothing to do: every host was skipped" in out and "not a failure (exit 0)" in out, out
+        held = await host_status(own_env.client, host)
+        assert held.recent[-1].outcome.startswith("withdrawn by carol"), held.recent  # never asked again
+        status, out, err = await run(own_env, "host", "retry", host, "--by", "carol", "--json", *queue)
+        assert status == 0, err  # `host retry --json` (issue 40): one document, as its neighbours'
+        answer = json.loads(out)
+        assert (answer["host_id"], answer["workflow_id"], answer["accepted"]) == (
+            host,
+            names.host_workflow_id(host),
+            True,
+        ), answer
+        assert answer["message"].startswith("automation no longer held back: host retry by carol"), answer
 
 
 @pytest.fixture(scope="module")

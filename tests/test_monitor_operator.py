@@ -235,6 +235,9 @@ async def test_monitor_status_shows_only_what_is_true_now(
             assert pending.own_request is not None and pending.own_request.awaiting_approval
             shown = await metalflow(local_env, "host", "monitor", host, "--status", *queue)
             assert f"  its request      reprovision/{host} of {dpu} awaits approval (asked " in shown.stdout
+            # what the monitor does now, not "automatic reprovision is off" (issue 40 item 5)
+            assert "automatic reprovision is off" not in shown.stdout, shown.stdout
+            assert f"or the approval of it (metalflow approve {host})" in shown.stdout, shown.stdout
             withdrawn = await metalflow(local_env, "host", "abort", host, "--by", "alice", *queue)
             assert withdrawn.status == 0, withdrawn.stderr
             held = await eventually(lambda: status_of(monitor), lambda s: s.hold_back is not None)

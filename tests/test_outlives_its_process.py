@@ -23,17 +23,17 @@ from module_site_support import ModuleSite
 from monitor_support import status_of
 from sim_support import RunningSim
 from site_worker_support import FAST_POLICY, eventually
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from contracts import names
-from contracts.models.host import HostStatus, HostWorkflowInput, RebootMethod
-from metalflow.hosts import operation_progress
+from contracts.models.host import HostStatus, HostWorkflowInput, OperationPolicy, RebootMethod
+from metalflow.hosts import ensure_entity, operation_progress
 
 # Profile no-powercycle (the site gives it to hosts 2, 7, ...): a reboot is ForceOff, then On.
-LEFT_OFF_HOST, MONITORED_HOST, CUT_HOST = "out-002", "out-003", "out-007"
-SITE = ModuleSite("out", hosts=7, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+LEFT_OFF_HOST, MONITORED_HOST, CUT_HOST, CUT_REPROVISION = "out-002", "out-003", "out-007", "out-012"
+SITE = ModuleSite("out", hosts=12, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim, queue = SITE.fixtures()
 cli = SITE.cli
 
@@ -98,7 +98,7 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     assert entity["maintenance"]["by"] == "carol" and entity["maintenance"]["reason"] == "cabling", entity
     assert entity["instance"] == "tenant-3", entity  # before: none
     assert entity["taken_over"].startswith("took over from run "), entity
-    assert "(terminated at " in entity["taken_over"], entity
+    assert "(terminated at " in entity["taken_over"] and ") at " in entity["taken_over"], entity  # when
     text = await cli(env, "host", "status", host)
     assert "taken over       took over from run " in text.stdout, text.stdout
     assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
@@ -108,6 +108,12 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     await _ok(env, queue, "carol", "host", "maintenance", host, "off")
     await _ok(env, queue, "carol", "host", "release", host, "tenant-3")
     await reset_by_hand(sim, host, "On")
+    # A later operation completes: what the takeover reported is past, and the line goes (issue 40)
+    await _ok(env, queue, "alice", "host", "reboot", host, *fast)
+    after = await _idle(env, host)
+    assert after["recent"][-1]["outcome"] == "completed" and after["taken_over"] == "", after
+    text = await cli(env, "host", "status", host)
+    assert "taken over" not in text.stdout, text.stdout
 
 
 async def test_an_operators_abort_of_the_monitors_reprovision_outlives_the_monitor(
@@ -196,4 +202,38 @@ async def test_a_reboot_terminated_while_the_host_is_off_leaves_it_marked_off(
     assert after["recent"][-1]["outcome"].startswith("terminated while the host was OFF"), after["recent"]
     text = await cli(env, "host", "status", host)
     assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
+    await reset_by_hand(sim, host, "On")
+
+
+async def test_a_reprovision_terminated_while_its_reboot_left_the_host_off_leaves_it_marked_off(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """Before: `temporal workflow terminate` of a reprovision waiting for a person because its
+    reboot left the host OFF (the password rotated after the ForceOff) left the entity idle,
+    `left_off_by` empty, no WARNING: only a reboot's or reset's own Phase was read. Its reboot
+    child had already ended (it escalates: failed `BMCRebootFailed`, saying the host is OFF), so
+    the terminate's parent-close policy reaches nothing; the entity reads that child's end."""
+    host, env = CUT_REPROVISION, local_env
+    policy = OperationPolicy(power_down_wait_seconds=0.0, power_on_retry_seconds=(0.5,))
+    await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=policy), queue)
+    _fault(sim, host, "rotate-after-forceoff")  # the On after its ForceOff is refused
+    try:
+        await _ok(env, queue, "alice", "host", "reprovision", host)
+        cut = (await shown_state(env, host))["host"]["current"]["workflow_id"]
+        await eventually(
+            lambda: operation_progress(env.client, cut, host),
+            lambda seen: seen is not None and seen.phase == "manual-intervention-required",
+            timeout=45,
+        )
+        reboot = env.client.get_workflow_handle(names.host_reboot_workflow_id(host, 1))
+        assert (await reboot.describe()).status == WorkflowExecutionStatus.FAILED  # it escalated
+        await env.client.get_workflow_handle(cut).terminate("as an operator might")
+        after = await _idle(env, host)
+    finally:
+        _fault(sim, host, "clear")
+    assert after["left_off_by"] == cut, after
+    outcome = after["recent"][-1]["outcome"]
+    assert outcome.startswith(f"terminated after its reboot {reboot.id} failed leaving the host OFF"), outcome
+    text = await cli(env, "host", "status", host)
+    assert f"WARNING          the host is OFF as far as {cut} knows" in text.stdout, text.stdout
     await reset_by_hand(sim, host, "On")

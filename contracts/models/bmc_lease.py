@@ -141,9 +141,11 @@ class RebootRunInput(_Frozen):
 
 class RebootRunSeen(_Frozen):
     """How the run holding a reboot id stands (`workflows.parts.boot_generation.RunEnd`'s
-    values; `absent`: no run holds it any more), the generation a completed one reached, and its
-    last Phase (its `Phase` search attribute; "" none)."""
+    values; `absent`: no run holds it any more), the generation a completed one reached, its
+    last Phase (its `Phase` search attribute; "" none) and, for a failed one, its failure's
+    message (`said`: e.g. `BMCRebootFailed`'s, which says when the host is OFF by its hand)."""
 
     end: str
     boot_generation: int | None = None
     phase: str = ""
+    said: str = ""

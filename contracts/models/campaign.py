@@ -299,6 +299,20 @@ class CampaignResult(_Frozen):
             and self.outcome == "completed"
         )
 
+    @property
+    def nothing_failed(self) -> bool:
+        """Completed with no host failed or aborted: each host succeeded, was at the target, or was
+        skipped by the campaign's rules or a person's word (left out: in maintenance, automation
+        held back, an instance assigned, claimed by another campaign; `campaign skip`). A skip is
+        the rule working, not a failure: `campaign start --wait` exits 0 (a campaign every host of
+        which was skipped did nothing, and says so: `campaign_render.skipped_words`)."""
+        return (
+            not self.failed
+            and not self.aborted
+            and self.done + self.already_at_target + self.skipped == self.total
+            and self.outcome == "completed"
+        )
+
 
 class HostsQuery(_Frozen):
     """A page of the `hosts` query: `limit` hosts from `offset`, optionally of one outcome."""
@@ -359,6 +373,10 @@ class SelectHostsResult(_Frozen):
     # hosts in maintenance (`metalflow host maintenance`), as visibility shows their entities:
     # host -> (who set it, since when); workflows/campaign/admission.py `in_maintenance` says it
     maintenance: dict[str, tuple[str, datetime | None]] = {}
+    # hosts an operator held automation back on (`AutomationHeldBack`: an abort of the monitor's
+    # request), as their entities' memos carry it: host -> (who, why, since when);
+    # workflows/campaign/admission.py `held_back` says it
+    held_back: dict[str, tuple[str, str, datetime | None]] = {}
 
 
 class CheckHostsInput(_Frozen):

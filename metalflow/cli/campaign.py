@@ -5,7 +5,8 @@
 (metalflow/cli/campaign_plan.py, `checked`): a refusal starts nothing, leaves no failed run
 behind and keeps the status of the last campaign of that name, with `plan`'s exit status. Then
 it starts the campaign (refused while one of that name runs) and waits until its hosts are
-selected; `--wait` follows it and exits 0 only when every targeted host succeeded, and ends as
+selected; `--wait` follows it and exits 0 when no host failed (each succeeded, was at the target
+or was skipped by the campaign's rules or a person's word: `CampaignResult.nothing_failed`), and ends as
 soon as the campaign waits for nothing but an operator (halted: its failure budget spent, or a
 failed canary; or paused), saying so and what it accepts, exit 1: it still runs
 (`waits_for_operator`). `plan` shows what `start` would do, starting nothing
@@ -16,8 +17,8 @@ apply now, with the reason; `list` lists campaigns. Every command takes a campai
 scheduled run's (`NAME-2026-11-22T02:00:00Z`). Schedules: metalflow/cli/campaign_schedule.py.
 
 Exit statuses (`metalflow.cli.exits`, README's table), the same from `start` and `plan`: 0 done
-(`--wait`: every host succeeded); 1 refused by the campaign's rules (as `plan` says), failed,
-stopped, or not every host succeeded (`--wait` of a campaign halted or paused: it waits for an
+(`--wait`: no host failed; a skipped host is no failure); 1 refused by the campaign's rules (as
+`plan` says), failed, stopped, or a host failed (`--wait` of a campaign halted or paused: it waits for an
 operator), a name already running, an update the campaign refused, and `status` of a campaign
 that failed, was cancelled or terminated (it still shows its status and changes); 4 `status`
 (and `--wait`) of a campaign an operator aborted (`aborted by <who>: <reason>`); 2 usage, a
@@ -75,7 +76,14 @@ from contracts.wording import iso_z, plural
 from metalflow.cli import campaign_plan, campaign_schedule, exits, workflow_commands
 from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
 from metalflow.cli.campaign_plan import PlanRefused, checked
-from metalflow.cli.campaign_render import details, print_named, render, summary, waits_for_operator
+from metalflow.cli.campaign_render import (
+    details,
+    print_named,
+    render,
+    skipped_words,
+    summary,
+    waits_for_operator,
+)
 from metalflow.cli.workflow_commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -117,7 +125,8 @@ def register(subparsers: Any) -> None:
     start.add_argument(
         "--wait",
         action="store_true",
-        help="follow it; exit 0 only if every host succeeded; ends (exit 1) once it halts or is paused",
+        help="follow it; exit 0 if no host failed (a skipped one is no failure); "
+        "ends (exit 1) once it halts or is paused",
     )
     start.set_defaults(handler=runner(_start))
 
@@ -280,7 +289,7 @@ async def query(handle: WorkflowHandle[Any, Any]) -> CampaignStatus:
 
 async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
     """Print progress until the campaign ends, or waits for an operator (`waits_for_operator`:
-    said, EXIT_FAILED); EXIT_OK only when every host succeeded."""
+    said, EXIT_FAILED); EXIT_OK when no host failed (`CampaignResult.nothing_failed`)."""
     last = ""
     while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
         try:
@@ -316,11 +325,13 @@ async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
         ("skipped", result.skipped, result.skipped_hosts),
     ):
         print_named(word, count, named, handle.id)
+    if (skipped := skipped_words(result)) is not None:
+        print(skipped)
     for change in result.changes:
         print(f"  changed {change.describe()}")
     if result.outcome == "aborted" and not result.failed:  # asked for by an operator: no failure
         return exits.ABORTED
-    return EXIT_OK if result.all_succeeded else EXIT_FAILED
+    return EXIT_OK if result.nothing_failed else EXIT_FAILED
 
 
 async def _status(client: Client, args: argparse.Namespace) -> int:

@@ -20,8 +20,9 @@ a selector matching nothing), bad input, or a world that cannot be read.
 
 Cost: what the campaign's first steps cost (drivers/campaign.py): the inventory, one list of
 DPUNodes, the at-target reads of every selected host (one DPU list each, or each DPU's BMC), the
-deployments' reads, one query of the claims registry and one describe per holder it names; the
-rounds are computed in memory (O(batches x hosts): about a second at 10,000 hosts).
+listings of the host entities in maintenance and of the running entities (their memos: a hold on
+automation), the deployments' reads, one query of the claims registry and one describe per holder
+it names; the rounds are computed in memory (O(batches x hosts): about a second at 10,000 hosts).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from contracts.models.campaign import CampaignResult, CampaignStatus, Failure
+from contracts.wording import plural
 from workflows.campaign.state import OPERATOR
 
 BAR = 30
@@ -97,6 +98,22 @@ def summary(result: CampaignResult) -> str:
     return (
         f"campaign/{result.name} {result.outcome}: {result.done} done, {result.already_at_target} already "
         f"at target, {result.failed} failed, {result.skipped} skipped{aborted} of {result.total}"
+    )
+
+
+def skipped_words(result: CampaignResult) -> str | None:
+    """Why `--wait` of a campaign that skipped hosts and failed none exits 0 (`nothing_failed`),
+    in words under the skipped hosts named; None when it skipped none, or something failed."""
+    if not result.skipped or not result.nothing_failed:
+        return None
+    if result.done + result.already_at_target == 0:
+        return (
+            "  nothing to do: every host was skipped (named above, each with why: the campaign's rules "
+            "or a person's word): no host's operation ran; not a failure (exit 0)"
+        )
+    return (
+        f"  {plural(result.skipped, 'host')} skipped (named above, each with why: the campaign's rules "
+        "or a person's word), every other one succeeded; not a failure (exit 0)"
     )
 
 

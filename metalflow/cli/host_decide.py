@@ -1,4 +1,4 @@
-"""`metalflow host retry|abort|mark-rebooted HOST [--reason R]` and `metalflow host-rebooted HOST`:
+"""`metalflow host retry|abort|mark-rebooted HOST [--reason R] [--json]` and `metalflow host-rebooted HOST`:
 the operator's answers.
 
 A manual-intervention message asks for `retry`, `mark_rebooted` or `abort`; these commands send
@@ -27,6 +27,7 @@ its reboot in flight.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -119,7 +120,28 @@ def register(
             default="",
             help=f"why, recorded with the answer (at most {REASON_MAX} characters)",
         )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="the answer as JSON: host_id, workflow_id (who answered), accepted, message",
+        )
         parser.set_defaults(handler=runner(_decide), update=update)
+
+
+def _said(args: argparse.Namespace, workflow_id: str, answer: OperatorAnswer, text: str) -> int:
+    """The answer, in words (`text`), or with `--json` one document of the shape `host
+    maintenance --json` prints: the host, the workflow that answered, whether it accepted, its words."""
+    if getattr(args, "json", False):
+        shown = {
+            "host_id": args.host,
+            "workflow_id": workflow_id,
+            "accepted": answer.accepted,
+            "message": answer.message,
+        }
+        print(json.dumps(shown, indent=2), flush=True)
+    else:
+        print(terminal_safe(text), flush=True)
+    return EXIT_OK if answer.accepted else EXIT_FAILED
 
 
 async def _decide(client: Client, args: argparse.Namespace) -> int:
@@ -163,8 +185,7 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
         # An operation without `retry` (firmware) waits on its reboot: that one waits for a person.
         target = reboot
         answer = await _answer(client, reboot, args.update, request)
-    print(terminal_safe(f"{args.host}: {target}: {answer.message}"), flush=True)
-    return EXIT_OK if answer.accepted else EXIT_FAILED
+    return _said(args, target, answer, f"{args.host}: {target}: {answer.message}")
 
 
 async def _reboot_in_flight(
@@ -206,8 +227,7 @@ async def _release_automation(client: Client, args: argparse.Namespace) -> int:
     answer = await send_update(
         client, entity, RELEASE_AUTOMATION_UPDATE, request, OperatorAnswer, args.task_queue
     )
-    print(terminal_safe(f"{args.host}: {answer.message}"), flush=True)
-    return EXIT_OK
+    return _said(args, names.host_workflow_id(args.host), answer, f"{args.host}: {answer.message}")
 
 
 async def _withdraw(client: Client, args: argparse.Namespace, current: OperationRecord) -> int:
@@ -222,11 +242,8 @@ async def _withdraw(client: Client, args: argparse.Namespace, current: Operation
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
         raise HostRequestError(f"{current.workflow_id} ({current.operation}) not withdrawn: {why}") from None
     asked = f"requested by {current.requested_by}" + (f": {current.reason}" if current.reason else "")
-    print(
-        terminal_safe(f"{args.host}: {current.workflow_id} ({asked}) awaited approval: {answer.message}"),
-        flush=True,
-    )
-    return EXIT_OK
+    text = f"{args.host}: {current.workflow_id} ({asked}) awaited approval: {answer.message}"
+    return _said(args, current.workflow_id, answer, text)
 
 
 async def host_rebooted(client: Client, args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from contracts.models.control import OperatorRequest
 from contracts.models.host import HostWorkflowInput
 from contracts.models.monitor import (
     OUT_OF_POOL,
+    DegradedDPU,
     HostMonitorInput,
     HostMonitorStatus,
     MonitorPolicy,
@@ -218,6 +219,29 @@ def hold_back_line(status: HostMonitorStatus) -> str:
     )
 
 
+def degraded_words(
+    dpu: DegradedDPU, status: HostMonitorStatus, policy: MonitorPolicy | None, now: datetime | None = None
+) -> str:
+    """A degraded DPU in words, in the order things happen: down since, what was asked and how it
+    ended, then what the monitor does next, as it will (`MonitorState.next_deadline`): nothing
+    more while its own request for the DPU awaits approval or runs; else it asks (again) at the
+    DPU's deadline, not before a hold-back in force ends. Automatic reprovision off: no next."""
+    words = f"since {_when(dpu.since)}"
+    asked = dpu.reprovision_asked_at
+    if asked is not None:
+        words += f"; asked {_when(asked)}: {dpu.reprovision_outcome}"
+    if policy is None or not policy.auto_reprovision:
+        return words
+    own = status.own_request
+    if own is not None and dpu.dpu_id in own.dpu_ids:
+        standing = "awaits approval" if own.awaiting_approval else "runs"
+        return words + f"; nothing more asked while {own.workflow_id} {standing}"
+    due = max(dpu.since, asked or dpu.since) + timedelta(seconds=policy.reprovision_after_seconds)
+    if holding_back(status, now) and status.hold_back is not None:
+        due = max(due, status.hold_back.until)
+    return words + f"; {'asks again' if asked else 'reprovision due'} {_when(due)}"
+
+
 def render_monitor(
     status: HostMonitorStatus, policy: MonitorPolicy | None, now: datetime | None = None
 ) -> str:
@@ -236,14 +260,7 @@ def render_monitor(
         lines += [f"    {d.dpu_id:<22} {d.phase or '-':<16} since {_when(d.since)}" for d in status.dpus]
     if status.degraded:
         lines.append("  degraded (Node Effect)")
-    for dpu in status.degraded:
-        line = f"    {dpu.dpu_id:<22} since {_when(dpu.since)}"
-        if policy is not None and policy.auto_reprovision:
-            wait = timedelta(seconds=policy.reprovision_after_seconds)
-            line += f"; reprovision due {_when(max(dpu.since, dpu.reprovision_asked_at or dpu.since) + wait)}"
-        if dpu.reprovision_asked_at is not None:
-            line += f"; asked {_when(dpu.reprovision_asked_at)}: {dpu.reprovision_outcome}"
-        lines.append(line)
+    lines += [f"    {dpu.dpu_id:<22} {degraded_words(dpu, status, policy, now)}" for dpu in status.degraded]
     own = status.own_request
     if own is not None:
         standing = "awaits approval" if own.awaiting_approval else "runs"

@@ -260,3 +260,23 @@ def test_a_firmware_campaign_leaves_out_a_host_dpf_lacks_a_dpu_of_naming_it() ->
 def test_the_dpus_dpf_lacks_are_decided_once_for_the_cli_and_the_campaign() -> None:
     assert not_in_dpf(["h-dpu-0", "h-dpu-1", "h-dpu-2"], {"h-dpu-1"}) == ["h-dpu-0", "h-dpu-2"]
     assert not_in_dpf(["h-dpu-0"], {"h-dpu-0"}) == []
+
+
+def test_a_host_held_back_is_left_out_naming_who_and_why_and_the_canary_is_the_next() -> None:
+    """An attack found it (issue 40): `campaign plan` named a host an operator held automation
+    back on (`AutomationHeldBack`: an abort of the monitor's reprovision) as the canary, while
+    `campaign start` asked it, was refused and skipped it. The hold is read with the selection
+    (`contracts.host_entity.with_maintenance`, both commands' read) and the one admission leaves it
+    out, saying who and why: the canary is the next host, in the plan as in the run."""
+    since = datetime(2026, 11, 28, 1, 0, tzinfo=UTC)
+    reprovision = _start(canary=1, kind=TargetKind.REPROVISION, value="", deployment="", canary_deployment="")
+    held = _selected(held_back={HOSTS[0]: ("alice", "debugging its DPU", since)})
+    decided = admit(reprovision, held, ClaimResult(), None, NOW)
+    assert decided.runs == tuple(HOSTS[1:6]) and HOSTS[0] not in to_claim(reprovision, held)
+    [group] = decided.left_out
+    assert group.host_ids == (HOSTS[0],), group
+    assert group.reason.startswith(
+        "automation held back by alice since 2026-11-28T01:00:00Z: debugging its DPU; "
+        "a campaign never asks such a host"
+    ), group.reason
+    assert rounds_of(reprovision, decided, set(), NOW)[1][0] == (HOSTS[1],)

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from contracts.models.campaign import CampaignResult, CampaignStatus, Deferred, Failure, Limits
 from metalflow.cli.campaign import details, print_named, render, summary
+from metalflow.cli.campaign_render import skipped_words
 
 NOW = datetime(2026, 11, 23, 4, 0, tzinfo=UTC)
 CUT = Failure(host_id="h-002", reason="failed: aborted by alice: bad BFB")
@@ -133,3 +134,37 @@ def test_a_command_to_an_ended_campaign_says_how_it_ended_in_the_commands_words(
         "campaign/fleet has ended (aborted by alice: bad BFB): nothing to retry-failed; nothing was changed"
     )
     assert campaign_ended(_status(phase="completed", aborting=None)) == "completed"
+
+
+HELD = Failure(host_id="h-001", reason="automation held back by alice since 2026-11-23T03:00:00Z: debugging")
+
+
+def _ended(**counts: int) -> CampaignResult:
+    values = {"total": 1, "done": 0, "already_at_target": 0, "failed": 0, "skipped": 0, **counts}
+    return CampaignResult(name="fleet", outcome="completed", runs=1, finished_at=NOW, **values)
+
+
+def test_a_campaign_whose_every_host_was_rightly_skipped_did_nothing_and_is_not_a_failure() -> None:
+    """An attack found it (issue 40): a campaign whose only host was skipped (held back by an
+    operator, left out by its rules) ended `--wait` with exit 1, as if the command had failed. A
+    skip is the rule working: no host failed, so exit 0 (`nothing_failed`), and it says so."""
+    only = _ended(skipped=1).model_copy(update={"skipped_hosts": (HELD,)})
+    assert only.nothing_failed and not only.all_succeeded
+    assert skipped_words(only) == (
+        "  nothing to do: every host was skipped (named above, each with why: the campaign's rules or a "
+        "person's word): no host's operation ran; not a failure (exit 0)"
+    )
+    # doing more never ends worse: one done, one skipped is no failure either
+    some = _ended(total=2, done=1, skipped=1)
+    assert some.nothing_failed and skipped_words(some) == (
+        "  1 host skipped (named above, each with why: the campaign's rules or a person's word), every "
+        "other one succeeded; not a failure (exit 0)"
+    )
+    # a failed host, an aborted one, or a campaign that did not complete: exit 1 (4), no such words
+    for worse in (
+        _ended(total=2, failed=1, skipped=1),
+        _ended(total=2, skipped=1, aborted=1),
+        _ended(skipped=1).model_copy(update={"outcome": "stopped"}),
+    ):
+        assert not worse.nothing_failed and skipped_words(worse) is None, worse
+    assert _ended(done=1).nothing_failed and skipped_words(_ended(done=1)) is None

@@ -348,6 +348,14 @@ def test_the_status_says_what_the_monitor_waits_for() -> None:
     assert status.waiting_for == "recovery of d0, or the reprovision deadline 2026-11-27T04:00:00Z"
     off = monitor(MonitorPolicy(auto_reprovision=False), memory=state)
     assert off.status().waiting_for == "recovery of d0 (automatic reprovision is off)"
+    # An attack found it (issue 40): with --reprovision-after set and its request awaiting
+    # approval, the status said "automatic reprovision is off". It says what the monitor does.
+    held = OwnerReprovisionResult(outcome="awaiting-approval", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(T0 + timedelta(hours=1)), held, T0 + timedelta(hours=1))
+    assert state.status().waiting_for == (
+        "recovery of d0 (its reprovision/h1 is withdrawn then), or the approval of it "
+        "(metalflow approve h1); nothing more is asked meanwhile"
+    )
 
 
 def test_the_next_run_starts_from_this_ones_memory_with_an_abort_carried() -> None:
@@ -447,6 +455,14 @@ def test_the_cli_shows_its_pending_request_and_no_hold_back_past_its_end() -> No
     policy = MonitorPolicy(reprovision_after_seconds=60.0)
     shown = render_monitor(state.status(), policy, now=asked_at)
     assert "  its request      reprovision/h1 of d0 awaits approval (asked 2026-11-27T03:01:00Z)" in shown
+    # An attack found it (issue 40): the DPU's line read "reprovision due 03:02; asked 03:01", asked
+    # before due. In the order things happen, and what the monitor does next, as it will:
+    [line] = [x for x in shown.splitlines() if x.startswith("    d0 ") and "asked" in x]
+    assert line.split(maxsplit=1)[1].startswith("since 2026-11-27T03:00:00Z; asked 2026-11-27T03:01:00Z: "), (
+        line
+    )
+    assert line.endswith("; nothing more asked while reprovision/h1 awaits approval"), line
+    assert "due" not in line, line
     state.request_ended(
         HostFinished(host_id="h1", workflow_id="reprovision/h1", outcome="withdrawn by alice: no"), asked_at
     )
@@ -454,5 +470,7 @@ def test_the_cli_shows_its_pending_request_and_no_hold_back_past_its_end() -> No
     assert hold is not None
     during = render_monitor(state.status(), policy, now=hold.until - timedelta(seconds=1))
     assert "its request" not in during and "  holding back     until 2026-11-27T04:01:00Z" in during
+    [line] = [x for x in during.splitlines() if x.startswith("    d0 ") and "asked" in x]
+    assert line.endswith("; asks again 2026-11-27T04:01:00Z"), line  # not before the hold-back ends
     after = render_monitor(state.status(), policy, now=hold.until)  # the monitor has not woken yet
     assert "holding back     " not in after

@@ -19,6 +19,7 @@ from activities.campaign import REFUSALS
 from contracts import names
 from contracts.errors import AutomationHeldBack, InvalidInput
 from contracts.host_requests import PROVISION, REBOOT, REPROVISION
+from contracts.models.bmc_lease import RebootRunSeen
 from contracts.models.campaign import (
     CampaignHost,
     CampaignInput,
@@ -45,6 +46,7 @@ from workflows.host.automation_hold import hold_after
 from workflows.host.outcome import off_when_cut
 from workflows.host.state import HostEntityState
 from workflows.host.takeover_rules import carried, take_over
+from workflows.parts.reboot_rounds import RebootLeft
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 HOST = "host-001"
@@ -293,3 +295,75 @@ def test_a_power_watch_reading_on_at_rest_clears_the_off_mark() -> None:
     assert words == "the host is On at rest: no longer OFF as reboot/host-001/generation-2 left it"
     assert state.left_off() is None and carried(state)["left_off_by"] == ""
     assert state.read_at_rest("On") == ""  # nothing left to clear
+
+
+# -- an operation terminated while its reboot had the host OFF (reprovision, provision, firmware) ---
+
+_REBOOT_ID = names.host_reboot_workflow_id(HOST, 2)
+_OFF_SAID = f"BMCRebootFailed: the BMC of {HOST} rejected the credentials; the host {HOST} is OFF: ..."
+
+
+@pytest.mark.parametrize(
+    ("operation", "seen"),
+    [
+        # a reprovision's (or provision's) reboot escalated, failing with the host OFF, and the
+        # operation waited for a person: the reboot's failure says it
+        ("reprovision", RebootRunSeen(end="failed", phase="failed", said=_OFF_SAID)),
+        ("provision", RebootRunSeen(end="failed", phase="failed", said=_OFF_SAID)),
+        # a firmware run's reboot is abandoned with it: it still waits for a person, the host OFF
+        ("firmware", RebootRunSeen(end="running", phase="manual-intervention-required")),
+        # a reboot cut by hand itself in that wait
+        ("firmware", RebootRunSeen(end="terminated", phase="manual-intervention-required")),
+    ],
+)
+def test_an_operation_terminated_while_its_reboot_had_the_host_off_leaves_it_marked_off(
+    operation: str, seen: RebootRunSeen
+) -> None:
+    """Before: a reprovision (provision, firmware) terminated by hand while it, or its reboot,
+    waited for a person with the host OFF left the host idle, no OFF mark: only a reboot's or a
+    reset's own last Phase was read. Now its last reboot run's end says it."""
+    words = off_when_cut("terminated", operation, "", HOST, RebootLeft(_REBOOT_ID, seen))
+    assert words.startswith("terminated ") and _REBOOT_ID in words, words
+    assert f"the host {HOST} is OFF: power it on (`metalflow bmc power {HOST} on`)" in words, words
+    still = f"{_REBOOT_ID} still waits for a person: `temporal workflow cancel --workflow-id {_REBOOT_ID}`"
+    assert (still in words) == (seen.end == "running"), words
+    state = entity()
+    ended(state, ALICE, words, kind=REPROVISION)
+    assert state.left_off() == names.reprovision_workflow_id(HOST), state.left_off_by
+
+
+@pytest.mark.parametrize(
+    "seen",
+    [
+        RebootRunSeen(end="running", phase="powering"),  # its parent's close cancels it: it powers on
+        RebootRunSeen(end="failed", phase="failed", said="BMCRebootFailed: unreachable; power not touched"),
+        RebootRunSeen(end="cancelled", phase="cancelled"),  # a cancel powered the host on again
+        RebootRunSeen(end="running", phase="waiting-for-manual-reboot"),  # never turned off by us
+    ],
+)
+def test_a_terminated_operation_whose_reboot_did_not_leave_the_host_off_is_not_marked(
+    seen: RebootRunSeen,
+) -> None:
+    assert off_when_cut("terminated", "reprovision", "", HOST, RebootLeft(_REBOOT_ID, seen)) == "terminated"
+    # a cancel, not a terminate: the run's own end says what it left
+    assert off_when_cut("aborted", "reprovision", "", HOST, RebootLeft(_REBOOT_ID, seen)) == "aborted"
+
+
+def test_the_taken_over_line_says_when_and_goes_once_a_later_operation_completes() -> None:
+    """An attack found it (issue 40): `host status` kept `taken over ... boot generation 4; the
+    host is OFF as ... left it` after later operations had powered the host and moved the
+    generation, with no time: a reader took it for now. It says when it happened, and goes once
+    a later operation completes (a failed one leaves it: what it said may still hold)."""
+    old = entity()
+    old.boot_generation, old.left_off_by = 4, "reboot/host-001/generation-4"
+    before = EntityPredecessor(run_id="r1", status="TERMINATED", closed_at=T0, carried=carried(old))
+    new = entity()
+    words = take_over(new, before, T0 + timedelta(minutes=3))
+    assert words.startswith(
+        "took over from run r1 (terminated at 2026-11-29T12:00:00Z) at 2026-11-29T12:03:00Z: "
+        "boot generation 4"
+    ), words
+    ended(new, ALICE, "failed: BMCUnreachable: no answer", kind=REBOOT)
+    assert new.status().taken_over == words
+    ended(new, ALICE, "completed", kind=REBOOT)
+    assert new.status().taken_over == ""

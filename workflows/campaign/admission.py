@@ -9,7 +9,8 @@ instance on; the site's rules a DPU breaks), the claims (hosts and deployments r
 hold; changes left by campaigns that no longer run) and, for a BFB or flavor campaign, its
 DPUDeployments as read, it decides:
 
-- **Left out, with why**: hosts in maintenance (who set it, since when: `in_maintenance`), hosts
+- **Left out, with why**: hosts in maintenance (who set it, since when: `in_maintenance`), hosts an
+  operator held automation back on (who, why, since when: `held_back`), hosts
   DPF does not know (a kind that reprovisions: their operation would
   wait an hour for a hold that never comes; `metalflow host provision` first), hosts DPF lacks
   a DPU of (removed by `host remove --dpus`, or never provisioned: `contracts/dpf_presence.py`,
@@ -67,6 +68,18 @@ def in_maintenance(by: str, since: datetime | None) -> str:
     return f"in maintenance{when}, set by {by}; a campaign never takes a host in maintenance"
 
 
+def held_back(by: str, reason: str, since: datetime | None) -> str:
+    """Why a host an operator held automation back on is left out (`SelectHostsResult.held_back`:
+    an abort of the monitor's request; `workflows/host/automation_hold.py`). The entity refuses a
+    campaign's request too (`AutomationHeldBack`), in case the read had not yet seen it."""
+    when = f" since {iso_z(since)}" if since else ""
+    why = f": {reason}" if reason else ""
+    return (
+        f"automation held back by {by}{when}{why}; a campaign never asks such a host "
+        "(`metalflow host retry HOST` ends the hold)"
+    )
+
+
 def no_dpf_objects(host_id: str) -> str:
     """Why a host without a DPUNode is left out of a campaign that reprovisions."""
     return (
@@ -114,7 +127,7 @@ def to_claim(start: CampaignInput, selected: SelectHostsResult) -> tuple[str, ..
     out = set(selected.no_dpf) if start.target.spec.needs_dpf else set()
     if start.policy.assigned == "skip":
         out |= set(selected.assigned)
-    out |= set(selected.maintenance) | set(selected.not_in_dpf)
+    out |= set(selected.maintenance) | set(selected.not_in_dpf) | set(selected.held_back)
     return tuple(h for h in selected.roster.ids if h not in out)
 
 
@@ -143,6 +156,8 @@ def admit(
         why.setdefault(host_id, dpf_presence.left_out_words(host_id, missing))
     for host_id, (by, since) in selected.maintenance.items():
         why.setdefault(host_id, in_maintenance(by, since))
+    for host_id, (by, reason, since) in selected.held_back.items():
+        why.setdefault(host_id, held_back(by, reason, since))
     if start.policy.assigned == "skip":
         for host_id in selected.assigned:
             why.setdefault(host_id, ASSIGNED)

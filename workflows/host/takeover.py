@@ -84,7 +84,7 @@ class TakeOver(kernel.Runbook):
                     host, kernel.describe_failure(err),
                 )  # fmt: skip
             else:
-                words = take_over(self.state, before)
+                words = take_over(self.state, before, workflow.now())
                 if words:
                     workflow.logger.warning("%s: %s", host, words)
                     workflow.upsert_memo({TAKEN_OVER_MEMO: words})

@@ -15,6 +15,7 @@ Pure: no Temporal, no clock, no I/O.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from contracts.models.host import AutomationHold, EntityPredecessor, HostEntityMemory, Maintenance
@@ -36,10 +37,11 @@ def carried(memory: HostEntityMemory) -> dict[str, Any]:
     }
 
 
-def take_over(memory: HostEntityMemory, before: EntityPredecessor) -> str:
+def take_over(memory: HostEntityMemory, before: EntityPredecessor, now: datetime | None = None) -> str:
     """Take over what the predecessor's memo carried, in words ("" nothing to take: no closed
-    run, or one that carried nothing, e.g. older code). Never moves the boot generation back and
-    never replaces what this entity already holds."""
+    run, or one that carried nothing, e.g. older code), saying when (`now`). Never moves the boot
+    generation back and never replaces what this entity already holds. The words are shown until
+    a later operation completes (`HostEntityState.finish`): what they reported is past by then."""
     entry = before.carried
     if not entry:
         return ""
@@ -72,5 +74,6 @@ def take_over(memory: HostEntityMemory, before: EntityPredecessor) -> str:
         return ""
     closed = f" at {iso_z(before.closed_at)}" if before.closed_at else ""
     how = f"{before.status.lower() or 'closed'}{closed}"
-    memory.taken_over = f"took over from run {before.run_id} ({how}): {'; '.join(taken)}"
+    at = f" at {iso_z(now)}" if now else ""
+    memory.taken_over = f"took over from run {before.run_id} ({how}){at}: {'; '.join(taken)}"
     return memory.taken_over

@@ -43,12 +43,11 @@ read only when they can have changed, never a BMC for a value the entity knows
 the command's own read (signal `versions_read`). One read at a time, in the background; one that
 fails shows `unknown (why)` and never fails the entity. Cost per read: about 8 events.
 
-Worst-case history: about 26 events per operation (update, child start and end, an upsert per
-phase change, the versions read after it; 3 more per reboot run a cancelled or terminated one has
-read, `reached_when_ended`) plus 5 per other update, 17 (+6 per DPU) per power watch reading,
-about 6 once per new entity (its predecessor read, `takeover.py`) and one memo upsert per change
-of the carried entry; it continues-as-new when idle past `max_history_events` (10,000) or when
-Temporal suggests it, no read running, its state carried whole.
+Worst-case history: about 26 events per operation (update, child start and end, an upsert per phase
+change, the versions read after it; 3 more per reboot run a cancelled or terminated one has read,
+`reached_when_ended`, the last saying if a terminated one left the host OFF) plus 5 per other update,
+17 (+6 per DPU) per power watch reading, about 6 per new entity (`takeover.py`), a memo upsert per
+carried change; it continues-as-new idle (no read running) past `max_history_events` (10,000) or when asked.
 """
 
 from __future__ import annotations
@@ -438,11 +437,13 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
             result = await child
         except ChildWorkflowError as err:
             state, reported = self.state, generation_reported(err)  # its reboots count too
-            state.reached(await reached_when_ended(err, reported, state.host_id, state.boot_generation))
+            generation, reboot = await reached_when_ended(err, reported, state.host_id, state.boot_generation)
+            state.reached(generation)
             outcome, unplanned, deletes_sent, last_reset = outcome_of(err), "", False, None
-            kind, cut = current.record.operation, current.record.workflow_id
-            if outcome == "terminated" and kind in POWER_HOLDERS:  # did it leave the host OFF?
-                outcome = off_when_cut(outcome, kind, await last_phase(state.host_id, cut), state.host_id)
+            if outcome == "terminated":  # did it, or its last reboot, leave the host OFF?
+                kind, cut = current.record.operation, current.record.workflow_id
+                phase = await last_phase(state.host_id, cut) if kind in POWER_HOLDERS else ""
+                outcome = off_when_cut(outcome, kind, phase, state.host_id, reboot)
         else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
             self.state.reached(result.boot_generation)
             outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent

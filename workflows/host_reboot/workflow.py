@@ -339,13 +339,11 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         return reached.model_copy(update={"finished_at": workflow.now(), "aborted": self.aborted_words()})
 
     def aborted(self, outcome: str = "", *details: Any) -> WorkflowError:
-        """The abort's words say whether the host was cycled (the result has the generation)."""
-        generation = self._request.boot_generation
-        if self._cycled:
-            done = f"the host was power-cycled (generation {generation} reached)"
-            return super().aborted(outcome or done, *details)
-        if self._power.is_off:
-            return super().aborted(outcome or self._power.left(), *details)
+        """The abort's words say whether the host was cycled (the result has the generation).
+        Cycled, or left OFF, the end's own words say it (`_clean_up`, after these in the final
+        details and the entity's record): said once, not twice."""
+        if self._cycled or self._power.is_off:
+            return super().aborted(outcome, *details)
         return super().aborted(outcome or "the host was not rebooted by metalflow", *details)
 
     # -- the steps -------------------------------------------------------------------------------

@@ -402,6 +402,11 @@ class MonitorState(MonitorMemory):
             )
         elif deadline is not None:
             waiting = f"recovery of {down}, or the reprovision deadline {iso_z(deadline)}"
+        elif self.degraded and self.asked is not None and self.asked.awaiting_approval:
+            waiting = (  # its request waits: nothing more is asked (`next_deadline`)
+                f"recovery of {down} (its {self.asked.workflow_id} is withdrawn then), or the approval "
+                f"of it (metalflow approve {self._request.host_id}); nothing more is asked meanwhile"
+            )
         elif self.degraded:
             waiting = f"recovery of {down} (automatic reprovision is off)"
         else:

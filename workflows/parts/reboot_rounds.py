@@ -53,7 +53,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -409,17 +409,30 @@ async def last_phase(host_id: str, workflow_id: str) -> str:
 REBOOTS_READ_AFTER_CANCEL: Final = 10  # a cancelled operation's reboots read past the count
 
 
+class RebootLeft(NamedTuple):
+    """A reboot run of an operation that ended by hand: its id and how it stands."""
+
+    workflow_id: str
+    seen: RebootRunSeen
+
+
 async def reached_when_ended(
     err: ChildWorkflowError, reported: int | None, host_id: str, known: int
-) -> int | None:
+) -> tuple[int | None, RebootLeft | None]:
     """The generation an operation that did not complete reached: `reported` (its failure's
     details), or, for one cancelled or terminated (Temporal keeps no result, no details), what the
     host's reboot runs from `known + 1` on reached (`describe_reboot_run` one at a time, at most
     `REBOOTS_READ_AFTER_CANCEL`; `boot_generation.reached_by_runs` counts). None when a read fails
-    (logged: the count stays; the next reboot's start still skips a used-up id)."""
+    (logged: the count stays; the next reboot's start still skips a used-up id).
+
+    With it, the first of those runs that did not complete (its id and how it stands: its last
+    reboot, still running, failed, cancelled or cut; None: every one read completed, or none
+    read): what a terminated operation's reboot left of the host's power (`outcome.off_when_cut`),
+    read by the same describes, none more."""
     if reported is not None or not isinstance(err.cause, CancelledError | TerminatedError):
-        return reported
+        return reported, None
     runs: list[tuple[boot_generation.RunEnd, int | None]] = []
+    last: RebootLeft | None = None
     for generation in range(known + 1, known + 1 + REBOOTS_READ_AFTER_CANCEL):
         try:
             seen = await _describe(
@@ -427,8 +440,10 @@ async def reached_when_ended(
             )
         except ActivityError as failed:
             workflow.logger.warning("reboots of %s not read: %s", host_id, kernel.describe_failure(failed))
-            return None
+            return None, None
         if seen.end != boot_generation.RunEnd.COMPLETED:
+            if seen.end != "absent":
+                last = RebootLeft(names.host_reboot_workflow_id(host_id, generation), seen)
             break
         runs.append((boot_generation.RunEnd.COMPLETED, seen.boot_generation))
-    return boot_generation.reached_by_runs(known, runs)
+    return boot_generation.reached_by_runs(known, runs), last
