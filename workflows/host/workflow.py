@@ -58,16 +58,15 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
+from temporalio.common import SearchAttributePair, SearchAttributeUpdate, TypedSearchAttributes
 from temporalio.exceptions import (
-    ActivityError,
     ApplicationError,
     ChildWorkflowError,
     WorkflowAlreadyStartedError,
 )
 
 with workflow.unsafe.imports_passed_through():
-    from contracts import activity_api, names
+    from contracts import names
     from contracts.errors import HostBusy
     from contracts.host_requests import (
         FIRMWARE,
@@ -103,10 +102,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import (
         EVERYTHING,
         VERSIONS_READ_SIGNAL,
-        HostVersionsBrief,
-        ReadVersionsInput,
         VersionsRead,
-        VersionsScope,
     )
     from workflows import kernel
     from workflows.host import versions as host_versions
@@ -116,23 +112,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
     from workflows.host.takeover import Gate, TakeOver
+    from workflows.host.versions_shown import VersionsShown
     from workflows.parts.reboot_rounds import last_phase, reached_when_ended, start_next_reboot
 
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)
-
-VERSIONS_READ_SECONDS = 300.0
-"""A versions read gives up after this (its retries included) and shows `unknown`."""
-VERSIONS_READ: workflow.ActivityConfig = {
-    **kernel.bounded(kernel.BMC_READ, VERSIONS_READ_SECONDS),
-    # A worker without the activity (a stand-in, an older build) answers NotFoundError: the read
-    # is for show, so it ends at once as `unknown` instead of holding continue-as-new 300 s.
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        maximum_interval=timedelta(seconds=30),
-        maximum_attempts=kernel.BMC_ATTEMPTS,
-        non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"],
-    ),
-}
 
 
 def requested(
@@ -154,7 +137,7 @@ def requested(
 
 
 @workflow.defn(name="HostWorkflow")
-class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
+class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
     """The entity of one host: instance, boot generation, the one operation, recent outcomes."""
 
     @workflow.init
@@ -483,43 +466,10 @@ class HostWorkflow(PowerWatch, ApprovalCheck, TakeOver):
 
     # -- what the entity knows and shows --------------------------------------------------------
 
-    async def _show_versions(self) -> None:
-        """For the whole run: whenever a read is due, read the host's versions once and show them
-        (one read at a time; one due meanwhile is read after it)."""
-        while True:
-            await workflow.wait_condition(lambda: self.state.versions_due is not None)
-            after, scope = self.state.take_versions_due()
-            self._reading_versions = True
-            try:
-                await self._read_versions(after, scope)
-            finally:
-                self._reading_versions = self._reading_power = False
-
     def _may_continue_as_new(self) -> bool:
         """No handler midway, no versions read due or running."""
         idle = self.state.versions_due is None and not (self._reading_versions or self._reading_power)
         return idle and workflow.all_handlers_finished()
-
-    async def _read_versions(self, after: str, scope: VersionsScope) -> None:
-        """One `read_host_versions_brief` of `scope`, merged into what the entity knows and shown
-        in the memo and `BfbVersion`; a failed read shows `unknown (why)` and is not raised."""
-        host = self.state.host_id
-        brief: HostVersionsBrief | None = None
-        try:
-            read = await self.call(
-                activity_api.read_host_versions_brief,
-                ReadVersionsInput(host_id=host, scope=scope),
-                kernel.options(VERSIONS_READ, f"read the versions of {host} (after {after})"),
-                abortable=False,  # the entity has no abort; a read for show is never cut short
-            )
-            brief = self.state.brief_known(read, scope, workflow.now())
-            memo = host_versions.memo_of(brief, after, workflow.now())
-        except ActivityError as err:
-            workflow.logger.warning("versions of %s not read: %s", host, kernel.describe_failure(err))
-            memo = host_versions.unknown_memo(kernel.describe_failure(err), after, workflow.now())
-            self.state.read_failed()
-        workflow.upsert_memo({host_versions.MEMO_KEY: memo})
-        kernel.upsert_changed([host_versions.bfb_attribute(brief)])
 
     def _show_phase(self, *, log: bool = True) -> None:
         """The Phase and details, the `Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`
