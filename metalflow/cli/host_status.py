@@ -37,7 +37,6 @@ from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import (
     QUERY_TIMEOUT,
     HostRequestError,
-    Seen,
     describe_operation,
     host_status,
     operation_progress,
@@ -45,6 +44,7 @@ from metalflow.hosts import (
     with_its_reboot,
 )
 from metalflow.monitors import running_monitor_status
+from metalflow.seen import Seen
 from metalflow.site_watch_health import WatchLapse, lapse_of_operation
 from workflows.host.automation_hold import hold_words
 from workflows.parts.host_power import HOST_IS_OFF
