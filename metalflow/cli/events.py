@@ -189,11 +189,7 @@ async def read_operations(args: argparse.Namespace) -> tuple[str, bool]:
     except TemporalConfigError as err:
         return f"  cannot reach Temporal: {_first_line(err)}", False
     except Exception as err:  # Temporal away: the Events above still stand
-        return (
-            f"  cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
-            f"or give --address; see `metalflow host status {host}` later",
-            False,
-        )
+        return f"  {connection.unreachable(address, err)}; see `metalflow host status {host}` later", False
     lines = [f"  entity {names.host_workflow_id(host)}: {status.phase}"]
     for record in status.recent:
         finished = f" at {iso_z(record.finished_at)}" if record.finished_at else ""
