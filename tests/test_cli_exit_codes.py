@@ -87,10 +87,10 @@ ROWS: dict[tuple[str, ...], list[str]] = {
     ("campaign", "abort"): ["exc-nope"],
     ("campaign", "skip"): ["exc-nope", KNOWN],
     ("campaign", "limits"): ["exc-nope", "--batch-size", "2"],
-    ("campaign", "list"): [BAD],
+    ("campaign", "list"): [BAD, "--json"],
     ("campaign", "schedule"): ["delete", "exc-nope"],
     ("campaign", "schedules"): [BAD],
-    ("events",): [UNKNOWN],
+    ("events",): [UNKNOWN, "--json"],
 }
 
 # The same words with everything known, for the Temporal that cannot be reached (where the
@@ -99,7 +99,7 @@ REACHABLE_WORDS = {
     ("sim", "violations"): ["--state-dir", "{S}", "--json"],
     ("host", "list"): ["--json"],
     ("host", "versions"): [KNOWN, "--json", "--refresh"],  # only `--refresh` talks to Temporal
-    ("campaign", "list"): [],
+    ("campaign", "list"): ["--json"],
     ("campaign", "schedules"): [],
     ("campaign", "start"): ["exc-c", "--hosts", KNOWN, "--reprovision", *QUEUE],
     ("campaign", "plan"): ["exc-c", "--hosts", KNOWN, "--reprovision", *QUEUE, "--json"],
@@ -111,6 +111,8 @@ SUCCEEDING_JSON = [
     ["host", "list", "--json"],
     ["sim", "violations", "--state-dir", "{S}", "--json"],
     ["sim", "power-log", KNOWN, "--state-dir", "{S}", "--json"],
+    ["campaign", "list", "--json"],  # issue 38: `campaign list` and `events` had no --json
+    ["events", KNOWN, "--json"],
 ]
 
 
