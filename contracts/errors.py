@@ -290,6 +290,12 @@ PERMANENT_TYPES: frozenset[str] = frozenset(
 workflow errors and the BENIGN ends are non-retryable by their own flag)."""
 
 
+def taxonomy_types() -> frozenset[str]:
+    """The `type` name of every error here (every `MetalflowError` subclass): a failure of one
+    of them was raised on purpose, with its cause in words."""
+    return frozenset(c.__name__ for c in _subclasses(MetalflowError))
+
+
 def matches(err: BaseException | None, *types: type[MetalflowError]) -> bool:
     """Whether `err` is one of `types`, by class or, once it crossed Temporal, by type name.
 

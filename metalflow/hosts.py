@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import getpass
 import socket
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -53,7 +52,12 @@ from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
 from contracts.wording import plural
 from contracts.wording import with_its_reboot as its_reboot_words
 from metalflow.progress import Progress
-from workflows.parts.bmc_lease_holder import queued_words
+from metalflow.seen import (
+    _POWER_DOWN_WAIT,
+    Seen,
+    as_running,
+    seen_without_status,
+)
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
@@ -249,28 +253,6 @@ async def operation_status(client: Client, workflow_id: str) -> dict[str, Any] |
     return status
 
 
-DONE_PHASES = tuple(dict.fromkeys(("completed", *(kind.ended for kind in ENTITY_REQUESTS))))
-"""Final phases of a run that did what it was asked (`completed`; a firmware run's `done`)."""
-ENDED_PHASES = (*DONE_PHASES, "failed", "aborted", "cancelled", "stopped")  # `kernel.Runbook.ENDED`
-FINISHING = "finishing"
-
-
-def as_running(status: dict[str, Any]) -> dict[str, Any]:
-    """The `status` of an operation its host still records as running, for a "now": a runbook
-    that reached its final phase (`completed` and what it did) has not closed its run, or its
-    host has not recorded the end (a query answered while the worker was down or catching up
-    replays the run's pending task too); "now completed" said of a running operation misled,
-    so it reads `finishing`, waiting for its run to close, with what its runbook said.
-    Cost: none (the same status)."""
-    phase = str(status.get("phase") or "")
-    if phase not in ENDED_PHASES:
-        return status
-    said = str(status.get("waiting_for") or "")
-    words = said if phase in DONE_PHASES else f"{phase}: {said}".rstrip(": ")
-    waiting = "its run to close and its host to record the end" + (f" ({words})" if words else "")
-    return {**status, "phase": FINISHING, "waiting_for": waiting}
-
-
 async def running_status(client: Client, workflow_id: str) -> dict[str, Any] | None:
     """`operation_status` of an operation its host records as running (`as_running`)."""
     status = await operation_status(client, workflow_id)
@@ -312,26 +294,6 @@ def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
     return "; ".join(parts)
 
 
-@dataclass(frozen=True)
-class Seen:
-    """Where an operation is, for a person: its phase line and what it waits for."""
-
-    text: str  # the phase, the DPUs' phases, power cycles
-    waiting_for: str = ""
-    milestone: str = ""  # what makes a step: the phase and the power cycles (not DPU phases)
-    details: str = ""  # the workflow's current details (what the UI shows), when it has no status
-    phase: str = ""
-
-
-# Phases of a reboot (HostRebootWorkflow has no status query): what each waits for, in words.
-_QUEUED = "waiting for a slot of the BMC's lease "
-_REBOOT_WAITS = {
-    "powering": "the BMC's power cycle of {host}",
-    "waiting-for-manual-reboot": "`metalflow host-rebooted {host}` (someone reboots {host} by hand)",
-}
-
-
-_POWER_DOWN_WAIT = "power-down wait: "  # the reboot's details during its durable Off-to-On timer
 WAITS_ON_ITS_REBOOT = ("rebooting-host", "power-cycling")
 """The phases in which an operation waits on its reboot child: a reset's `--host` and a
 provision's or reprovision's reboot round (`rebooting-host`), a firmware run (`power-cycling`)."""
@@ -394,20 +356,13 @@ async def operation_progress(client: Client, workflow_id: str, host_id: str) -> 
     shown = described.typed_search_attributes.get(names.PHASE)
     if not shown:
         return None
-    details = ""
+    details: str | None = None  # None: not read (no worker answered: the phase alone)
     try:
         metadata = await handle.query(METADATA_QUERY, result_type=WorkflowMetadata, rpc_timeout=QUERY_TIMEOUT)
-        details = metadata.current_details.removeprefix(f"**{shown}**: ")
+        details = metadata.current_details
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError):
         pass  # the phase alone still says where it is
-    waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
-    if details.startswith(_POWER_DOWN_WAIT):  # a BMC without PowerCycle: Off, the wait, On
-        waiting = details
-    queued = details.partition(_QUEUED)[2].strip()  # `BMCLeaseHolder.hold`'s details while queued
-    if queued:
-        waiting = queued_words(queued, host_id)
-    text = shown + (f": {details}" if details and not waiting else "")
-    return Seen(text, waiting, milestone=text, details=details, phase=shown)
+    return seen_without_status(shown, details, host_id)
 
 
 async def native_power_cycles(client: Client, workflow_id: str, host_id: str) -> list[str]:
@@ -472,12 +427,16 @@ async def follow_operation(
     try:
         while not result.done():
             seen = await operation_progress(client, workflow_id, host_id)
+            if seen is not None and seen.partial and last:
+                seen = None  # no worker answered (killed, restarting): what was shown stands
             # A new phase or power cycle is a step (a lasting line); a DPU's phase is a detail.
             if seen is not None and seen.milestone != last:
-                progress.step(key, seen.text, waiting_for=seen.waiting_for)
+                progress.step(key, seen.text, waiting_for=seen.waiting_for, since=seen.since)
                 last, last_text = seen.milestone, seen.text
             elif seen is not None:
-                progress.detail(key, seen.text if seen.text != last_text else "", seen.waiting_for)
+                progress.detail(
+                    key, seen.text if seen.text != last_text else "", seen.waiting_for, seen.since
+                )
                 last_text = seen.text
             await asyncio.wait({result}, timeout=FOLLOW_POLL_SECONDS)
         outcome = result.result()

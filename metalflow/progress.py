@@ -127,11 +127,12 @@ class Progress:
         else:
             print(line, file=self._out, flush=True)
 
-    def detail(self, key: str, text: str, waiting_for: str = "") -> None:
-        """A change within a step (a DPU's phase, a count): the live region shows it, a log does not."""
+    def detail(self, key: str, text: str, waiting_for: str = "", since: datetime | None = None) -> None:
+        """A change within a step (a DPU's phase, a count): the live region shows it, a log does not.
+        `since`: when the wait began, when the caller knows (else the wait's, as first seen)."""
         if self._live is not None and text:
             self._live.console.print(Text(f"{duration(self._clock() - self.began):>7} {key}: {text}"))
-        self.waiting(key, waiting_for, announce=False)
+        self.waiting(key, waiting_for, since, announce=False)
 
     def step(self, key: str, text: str, *, waiting_for: str = "", since: datetime | None = None) -> None:
         """A change of `key` worth a lasting line, and what it now waits for.

@@ -30,6 +30,7 @@ from temporalio.testing import WorkflowEnvironment
 from contracts.models.grove import PCSRef, RolloutInput
 from metalflow.cli import build_parser, exits
 from metalflow.cli.commands import subcommands
+from metalflow.cli.connection import unreachable
 
 KNOWN, UNKNOWN = "exc-001", "exc-999"
 QUEUE = ["--task-queue", "exc-nobody-polls"]
@@ -86,10 +87,10 @@ ROWS: dict[tuple[str, ...], list[str]] = {
     ("campaign", "abort"): ["exc-nope"],
     ("campaign", "skip"): ["exc-nope", KNOWN],
     ("campaign", "limits"): ["exc-nope", "--batch-size", "2"],
-    ("campaign", "list"): [BAD],
+    ("campaign", "list"): [BAD, "--json"],
     ("campaign", "schedule"): ["delete", "exc-nope"],
     ("campaign", "schedules"): [BAD],
-    ("events",): [UNKNOWN],
+    ("events",): [UNKNOWN, "--json"],
 }
 
 # The same words with everything known, for the Temporal that cannot be reached (where the
@@ -98,7 +99,7 @@ REACHABLE_WORDS = {
     ("sim", "violations"): ["--state-dir", "{S}", "--json"],
     ("host", "list"): ["--json"],
     ("host", "versions"): [KNOWN, "--json", "--refresh"],  # only `--refresh` talks to Temporal
-    ("campaign", "list"): [],
+    ("campaign", "list"): ["--json"],
     ("campaign", "schedules"): [],
     ("campaign", "start"): ["exc-c", "--hosts", KNOWN, "--reprovision", *QUEUE],
     ("campaign", "plan"): ["exc-c", "--hosts", KNOWN, "--reprovision", *QUEUE, "--json"],
@@ -110,6 +111,8 @@ SUCCEEDING_JSON = [
     ["host", "list", "--json"],
     ["sim", "violations", "--state-dir", "{S}", "--json"],
     ["sim", "power-log", KNOWN, "--state-dir", "{S}", "--json"],
+    ["campaign", "list", "--json"],  # issue 38: `campaign list` and `events` had no --json
+    ["events", KNOWN, "--json"],
 ]
 
 
@@ -207,6 +210,8 @@ async def test_every_command_exits_by_the_table(
             continue
         if wanted != exits.OK and not (err.strip() or out.strip()):
             problems.append(f"{shown} (no reason given)")
+        if what == "Temporal unreachable" and not _said_as_everywhere(out + err):
+            problems.append(f"{shown} (not the one wording of an unreachable Temporal)")
         if "--json" in argv:
             try:
                 document = json.loads(out)  # exactly one document: a second is "Extra data"
@@ -219,6 +224,13 @@ async def test_every_command_exits_by_the_table(
         elif what == "unknown or bad" and out.strip():  # refused before it did anything
             problems.append(f"{shown} (a refusal printed on stdout)")
     assert problems == [], "\n".join(problems)
+
+
+def _said_as_everywhere(text: str) -> bool:
+    """Issue 38: `host status` and `campaign list` said an unreachable Temporal two ways; every
+    command says it with `connection.unreachable` (the error's type name apart)."""
+    before, _, after = unreachable(DEAD, RuntimeError()).partition("(RuntimeError)")
+    return before in text and after in text
 
 
 async def test_status_json_of_an_ended_run_nobody_can_read_is_one_document(

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from datetime import datetime, timedelta
 from typing import Any
@@ -186,6 +187,9 @@ def register(subparsers: Any) -> None:
 
     listing = commands.add_parser("list", help="list campaigns", description="List campaigns.")
     listing.add_argument("--by", type=arg_type(Requester), default=default_operator(), help=argparse.SUPPRESS)
+    listing.add_argument(
+        "--json", action="store_true", help="one JSON list, an object per campaign (the columns' words)"
+    )
     listing.set_defaults(handler=runner(_list))
     campaign_schedule.register(commands, runner)
 
@@ -470,16 +474,32 @@ async def _limits(client: Client, args: argparse.Namespace) -> int:
 async def _list(client: Client, args: argparse.Namespace) -> int:
     query_text = f'{names.OPERATION.name} = "{names.CAMPAIGN_OPERATION}"'
     rows = [execution async for execution in client.list_workflows(query_text)]
-    if not rows:
-        print("no campaigns")
-        return EXIT_OK
     listed = []
     for row in sorted(rows, key=lambda r: r.start_time, reverse=True):
         phase = (row.typed_search_attributes.get(names.PHASE) or "") if row.typed_search_attributes else ""
         listed.append((row.id, row.status.name.lower() if row.status else "?", phase, row.start_time))
+    if args.json:  # the table's rows, its words: `[]` when there is none
+        print(json.dumps(list_json(listed), indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no campaigns")
+        return EXIT_OK
     for line in list_lines(listed):
         print(line)
     return EXIT_OK
+
+
+def list_json(rows: list[tuple[str, str, str, datetime]]) -> list[dict[str, str | None]]:
+    """`campaign list --json`: an object per campaign, the table's columns (`list_lines`) by name,
+    `phase` null while the campaign has none yet."""
+    return [
+        {"campaign": workflow_id, "run": _run_word(status), "phase": phase or None, "started": iso_z(started)}
+        for workflow_id, status, phase, started in rows
+    ]
+
+
+def _run_word(status: str) -> str:
+    return "closed" if status == "completed" else status.replace("_", " ")
 
 
 def list_lines(rows: list[tuple[str, str, str, datetime]]) -> list[str]:
@@ -491,6 +511,5 @@ def list_lines(rows: list[tuple[str, str, str, datetime]]) -> list[str]:
     completed read `completed completed`."""
     lines = ["CAMPAIGN\tRUN\tPHASE\tSTARTED"]
     for workflow_id, status, phase, started in rows:
-        run = "closed" if status == "completed" else status.replace("_", " ")
-        lines.append(f"{workflow_id}\t{run}\t{phase or '-'}\t{iso_z(started)}")
+        lines.append(f"{workflow_id}\t{_run_word(status)}\t{phase or '-'}\t{iso_z(started)}")
     return lines

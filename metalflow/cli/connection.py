@@ -40,6 +40,15 @@ _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _HOST = re.compile(r"[A-Za-z0-9.\-\[\]:]+")
 
 
+def unreachable(address: str, err: BaseException) -> str:
+    """Why a command could not connect to Temporal, and what to do: the one wording every command
+    prints (`host status` and `campaign list` said it two ways)."""
+    return (
+        f"cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
+        "or give --address (or set TEMPORAL_ADDRESS or TEMPORAL_CONFIG_FILE) for your cluster"
+    )
+
+
 def address(text: str) -> str:
     """`--address`: HOST:PORT, the port 1-65535."""
     host, sep, port = text.rpartition(":")

@@ -9,7 +9,9 @@ and, for the one in flight, its own phase. Temporal is found as by every command
 (`metalflow.cli.connection`: `--address`/`--namespace`, TEMPORAL_* settings, the running
 `metalflow dev` of the state dir, else 127.0.0.1:7233). When Temporal cannot be reached the Events
 are still printed, with a line saying so, and when the cluster cannot be read the operations are;
-either way the command exits 3.
+either way the command exits 3. `--json`: one document, `{"host", "events", "operations"}`
+(`events` null when the cluster could not be read; `operations` null without HOST, `{"error":
+...}` when Temporal could not say), the exit status the same.
 A HOST the inventory does not have is refused before anything is read (exit 2).
 
 Cost: one list of Events (one page of at most 500, the newest kept), and with HOST two queries
@@ -25,7 +27,7 @@ import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from contracts import names
@@ -61,6 +63,9 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("host", nargs="?", type=arg_type(HostId), help="host id, e.g. host-001")
     parser.add_argument("--limit", type=int, default=20, help="the last N Events (default %(default)s)")
+    parser.add_argument(
+        "--json", action="store_true", help='one JSON document: {"host", "events", "operations"}'
+    )
     parser.set_defaults(handler=handle)
 
 
@@ -107,6 +112,8 @@ async def _run(args: argparse.Namespace) -> int:
         if args.host
         else f"namespace {settings.dpf_namespace}"
     )
+    if args.json:
+        return await _as_json(args, shown)
     if shown is not None:
         print(f"Events about {where} (oldest first):")
         print(render(shown, with_object=args.host is None) if shown else "  none")
@@ -115,6 +122,25 @@ async def _run(args: argparse.Namespace) -> int:
     operations, reached = await read_operations(args)
     print(f"Operations of {args.host} (Temporal):")
     print(operations)
+    return EXIT_OK if shown is not None and reached else EXIT_UNREACHABLE
+
+
+async def _as_json(args: argparse.Namespace, shown: list[Shown] | None) -> int:
+    """`--json`: one document, `{"host", "events", "operations"}`: `events` the Events (null: the
+    cluster could not be read, said on stderr), `operations` the host's (null without a host;
+    `{"error": ...}` when Temporal could not say); the exit status as without `--json`."""
+    document: dict[str, Any] = {
+        "host": args.host,
+        "events": None if shown is None else [asdict(event) for event in shown],
+        "operations": None,
+    }
+    reached = True
+    if args.host is not None:
+        found, why, reached = await operations_of(args)
+        if found is None:
+            print(f"metalflow: {why}", file=sys.stderr)
+        document["operations"] = found if found is not None else {"error": why}
+    print(json.dumps(document, indent=2))
     return EXIT_OK if shown is not None and reached else EXIT_UNREACHABLE
 
 
@@ -174,6 +200,25 @@ def render(shown: list[Shown], *, with_object: bool) -> str:
 async def read_operations(args: argparse.Namespace) -> tuple[str, bool]:
     """The host's current and recent operations with their phases, in lines, or why not; and
     whether Temporal was reached (found as every command finds it: `connection.resolve`)."""
+    found, why, reached = await operations_of(args)
+    if found is None:
+        return f"  {why}", reached
+    lines = [f"  entity {found['entity']}: {found['phase']}"]
+    for record in found["recent"]:
+        finished = f" at {record['finished_at']}" if record["finished_at"] else ""
+        by = record["requested_by"]
+        lines.append(f"  {record['workflow_id']}: {record['outcome']}{finished} (requested by {by})")
+    current = found["current"]
+    if current is not None:
+        lines.append(
+            f"  {current['workflow_id']}: {current['now']} (now; requested by {current['requested_by']})"
+        )
+    return "\n".join(lines), True
+
+
+async def operations_of(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str, bool]:
+    """The host's entity, its recent operations and the one now (`--json`'s `operations`), or
+    None and why not; and whether Temporal was reached."""
     from metalflow.client import TemporalConfigError
     from metalflow.hosts import HostRequestError, describe_operation, host_status, running_status
 
@@ -185,27 +230,31 @@ async def read_operations(args: argparse.Namespace) -> tuple[str, bool]:
         client = await asyncio.wait_for(connection.connect_to(target), 10)
         status = await host_status(client, host)
     except HostRequestError as err:
-        return f"  {err}", True
+        return None, str(err), True
     except TemporalConfigError as err:
-        return f"  cannot reach Temporal: {_first_line(err)}", False
+        return None, f"cannot reach Temporal: {_first_line(err)}", False
     except Exception as err:  # Temporal away: the Events above still stand
         return (
-            f"  cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
-            f"or give --address; see `metalflow host status {host}` later",
+            None,
+            f"{connection.unreachable(address, err)}; see `metalflow host status {host}` later",
             False,
         )
-    lines = [f"  entity {names.host_workflow_id(host)}: {status.phase}"]
-    for record in status.recent:
-        finished = f" at {iso_z(record.finished_at)}" if record.finished_at else ""
-        lines.append(
-            f"  {record.workflow_id}: {record.outcome}{finished} (requested by {record.requested_by})"
-        )
-    current = status.current
+    recent = [
+        {
+            "workflow_id": record.workflow_id,
+            "outcome": record.outcome,
+            "finished_at": iso_z(record.finished_at) if record.finished_at else None,
+            "requested_by": record.requested_by,
+        }
+        for record in status.recent
+    ]
+    current, now = status.current, None
     if current is not None:
         live = await running_status(client, current.workflow_id) if current.outcome == "running" else None
         phase = describe_operation(live) if live else current.outcome
-        lines.append(f"  {current.workflow_id}: {phase} (now; requested by {current.requested_by})")
-    return "\n".join(lines), True
+        now = {"workflow_id": current.workflow_id, "now": phase, "requested_by": current.requested_by}
+    found = {"entity": names.host_workflow_id(host), "phase": status.phase, "recent": recent, "current": now}
+    return found, "", True
 
 
 def _first_line(err: BaseException) -> str:

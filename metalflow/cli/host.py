@@ -37,7 +37,7 @@ from metalflow.cli import (
     host_requests,
     host_versions,
 )
-from metalflow.cli.connection import connect_to
+from metalflow.cli.connection import connect_to, unreachable
 from metalflow.cli.host_status import show_status
 from metalflow.cli.inventory_check import (
     DPUsNotInDPF,
@@ -197,11 +197,7 @@ async def _connected(
     except Exception as err:
         if not_in_dpf is not None:  # the refusal needs no Temporal
             return _fail(str(not_in_dpf), EXIT_FAILED)
-        return _fail(
-            f"cannot reach Temporal at {address} ({type(err).__name__}); start it with `metalflow dev`, "
-            "or give --address (or set TEMPORAL_ADDRESS or TEMPORAL_CONFIG_FILE) for your cluster",
-            EXIT_UNREACHABLE,
-        )
+        return _fail(unreachable(address, err), EXIT_UNREACHABLE)
     if not_in_dpf is not None and not await _operation_in_flight(client, args.host):
         return _fail(str(not_in_dpf), EXIT_FAILED)
     try:

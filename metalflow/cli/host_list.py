@@ -25,6 +25,11 @@ start). Rows are read from the raw listing RPC, decoding only the attributes sho
 A host whose last run left it OFF (its outcome says "is OFF": `workflows/parts/host_power.py`)
 shows `idle (host OFF)` in PHASE and `left_off_by` (that run) in `--json`, from the entity's memo
 entry `left_off` in the same listing: no BMC read, no query per host (`host status` says more).
+
+While operations are in flight, the site watch of their task queue is described (one describe
+per task queue, usually one): when it is not beating (its worker died and another has not taken
+it over yet), a WARNING on stderr says the DPU phases are from its last beat and by when the
+takeover is expected (`metalflow.site_watch_health`).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from contracts.validation import terminal_safe
 from contracts.wording import iso_z, plural
 from metalflow.cli import exits
 from metalflow.cli.host_phases import KNOWN_PHASES, shown, shown_as, unknown_phase_message
+from metalflow.site_watch_health import dpf_namespace, watch_lapse
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 T = TypeVar("T")
@@ -73,6 +79,7 @@ class HostRow:
     maintenance_by: str | None = None  # who put the host in maintenance (`Maintenance`); None: not in it
     maintenance_since: datetime | None = None
     left_off: str | None = None  # the run whose outcome says it left the host OFF (memo `left_off`)
+    task_queue: str | None = None  # its operation's (the site watch it hears DPU phases from)
 
     @property
     def since(self) -> datetime | None:
@@ -165,6 +172,7 @@ class _Operation:
     operation: str | None
     phase: str | None
     started_at: datetime | None
+    task_queue: str | None = None
 
 
 def _entity(execution: WorkflowExecutionInfo) -> tuple[str, HostRow]:
@@ -188,6 +196,7 @@ def _operation(execution: WorkflowExecutionInfo) -> _Operation:
         operation=_attribute(execution, names.OPERATION.name),
         phase=_attribute(execution, names.PHASE.name),
         started_at=execution.start_time.ToDatetime(tzinfo=UTC) if execution.HasField("start_time") else None,
+        task_queue=execution.task_queue or None,
     )
 
 
@@ -325,6 +334,7 @@ def _join(entities: list[tuple[str, HostRow]], operations: list[_Operation]) -> 
                 operation=op.operation,
                 operation_phase=op.phase,
                 started_at=op.started_at,
+                task_queue=op.task_queue,
             )
         rows.append(row)
     return sorted(rows, key=lambda r: r.host)
@@ -358,6 +368,11 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
             "says (no BMC read): `metalflow host status HOST` names the run and how to power it on",
             file=sys.stderr,
         )
+    queues = sorted({row.task_queue or names.TASK_QUEUE for row in rows if row.workflow_id})
+    namespace = dpf_namespace() if queues else ""
+    for lapse in await asyncio.gather(*(watch_lapse(client, namespace, queue) for queue in queues)):
+        if lapse is not None:  # the phases of operations waiting on DPUs may be that old
+            print(f"WARNING: {lapse.words()}", file=sys.stderr)
     return exits.OK
 
 

@@ -18,7 +18,7 @@ from typing import Final
 
 from contracts.host_requests import ENTITY_REQUESTS
 from contracts.validation import safe
-from metalflow.hosts import as_running
+from metalflow.seen import as_running
 
 ENTITY_OPERATIONS: Final = tuple(kind.operation for kind in ENTITY_REQUESTS)
 

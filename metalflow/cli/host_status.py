@@ -2,7 +2,10 @@
 
 A read: nothing is sent, nobody is recorded. The entity's `status` query, the operation's own
 `status` query (a reboot has none: its Phase and current details), the monitor's status when one
-runs, and for an idle host what DPF shows of DPUs an ended operation left waiting. An entity that
+runs, and for an idle host what DPF shows of DPUs an ended operation left waiting. While
+the site watch is not beating (its worker died and another has not taken it over yet), the DPU
+phases shown are said to be from its last beat (`metalflow.site_watch_health`: two describes,
+only when the operation shows DPUs). An entity that
 failed or was terminated is said so (exit 1), not shown as the idle host its last state describes.
 
 What the host waits for, and until when: a request awaiting approval and when it expires, and
@@ -34,7 +37,6 @@ from metalflow.cli.workflow_commands import CommandError, ended_badly
 from metalflow.hosts import (
     QUERY_TIMEOUT,
     HostRequestError,
-    Seen,
     describe_operation,
     host_status,
     operation_progress,
@@ -42,6 +44,8 @@ from metalflow.hosts import (
     with_its_reboot,
 )
 from metalflow.monitors import running_monitor_status
+from metalflow.seen import Seen
+from metalflow.site_watch_health import WatchLapse, lapse_of_operation
 from workflows.host.automation_hold import hold_words
 from workflows.parts.host_power import HOST_IS_OFF
 
@@ -71,6 +75,9 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             operation, _ = await with_its_reboot(client, operation, args.host)
         if operation is None:  # a reboot has no status query: its Phase and details say where it is
             seen = await operation_progress(client, status.current.workflow_id, args.host)
+    lapse = None  # DPU phases shown while the site watch is not beating are as old as its last beat
+    if operation is not None and operation.get("dpus"):
+        lapse = await lapse_of_operation(client, status.current.workflow_id)  # type: ignore[union-attr]
     monitor = await running_monitor_status(client, args.host)
     deferrals = await campaign_deferrals(client, args.host)
     # An idle entity says nothing of DPUs an ended operation left waiting (an abort before the
@@ -92,6 +99,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             else {"phase": seen.phase, "waiting_for": seen.waiting_for, "details": seen.details},
             "monitor": None if monitor is None else monitor.model_dump(mode="json"),
             "warnings": warnings,
+            "site_watch_lapse": None if lapse is None else lapse.as_json(),
             "deferred_by": [
                 {"campaign": campaign, "retry_at": d.retry_at and iso_z(d.retry_at), "reason": d.reason}
                 for campaign, d in deferrals
@@ -99,7 +107,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
         }
         print(json.dumps(shown, indent=2))
         return EXIT_OK
-    _say(render_status(status, operation, monitor, seen, deferrals))
+    _say(render_status(status, operation, monitor, seen, deferrals, lapse))
     for warning in warnings:
         _say(f"  WARNING          {warning}")
     return EXIT_OK
@@ -119,6 +127,7 @@ def render_status(
     monitor: HostMonitorStatus | None = None,
     seen: Seen | None = None,
     deferrals: list[tuple[str, Deferred]] | None = None,
+    lapse: WatchLapse | None = None,
 ) -> str:
     """The host, its operation in flight and its monitor's pool state, for a person."""
     lines = [
@@ -169,6 +178,8 @@ def render_status(
             phase = dpu.get("phase") or "-"
             since = _parsed(dpu.get("since"))
             lines.append(f"    {dpu.get('dpu_id', '?'):<22} {phase:<24} since {iso_z(since, none='?')}")
+        if lapse is not None:
+            lines.append(f"    site watch     {lapse.words()}")
         due = _parsed(operation.get("reboot_deadline_at"))  # None: no reboot asked for (or unknown)
         if due is not None:  # DPF asked for a reboot: until when it waits for it
             lines.append(f"    reboot due by  {iso_z(due)} (DPF's deadline for the reboot it asked for)")

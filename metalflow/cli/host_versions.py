@@ -219,11 +219,8 @@ async def refresh(args: argparse.Namespace, found: list[HostVersions], targets: 
         return EXIT_USAGE
     try:
         client = await connection.connect_to(target)
-    except Exception as err:  # a config file that cannot be read, or no Temporal: said, never a traceback
-        why = f"{type(err).__name__}: {err}".splitlines()[0]
-        print(
-            f"metalflow host versions: cannot reach Temporal to refresh the entities ({why})", file=sys.stderr
-        )
+    except Exception as err:  # no Temporal: said as every command says it, never a traceback
+        print(f"metalflow host versions: {connection.unreachable(target.address, err)}", file=sys.stderr)
         return EXIT_UNREACHABLE
     for host in found:
         read = VersionsRead(requested_by=args.by, brief=HostVersionsBrief(versions=host, targets=targets))

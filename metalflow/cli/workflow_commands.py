@@ -119,11 +119,7 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
     except TemporalConfigError as err:  # the tracing settings
         return fail(str(err), EXIT_USAGE)
     except Exception as err:
-        return fail(
-            f"cannot reach Temporal at {target.address} ({type(err).__name__}); start it with "
-            "`metalflow dev`, or give --address (or set TEMPORAL_ADDRESS)",
-            EXIT_UNREACHABLE,
-        )
+        return fail(connection.unreachable(target.address, err), EXIT_UNREACHABLE)
     try:
         return await action(client, args)
     except CommandError as err:

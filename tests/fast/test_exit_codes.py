@@ -105,6 +105,7 @@ def test_every_json_command_is_known() -> None:
         "sim violations", "sim power-log", "host list", "host versions", "host status", "host maintenance",
         "host retry", "host abort", "host mark-rebooted",
         "rollout plan", "rollout status", "campaign plan", "campaign status", "campaign hosts", "site check",
+        "campaign list", "events",  # issue 38: the two listings without --json
     }  # fmt: skip
 
 

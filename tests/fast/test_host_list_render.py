@@ -47,7 +47,7 @@ def test_phase_takes_finishing_as_wait_prints_it_and_the_column_says_it_too() ->
     `metalflow.hosts.as_running`, the status's own rule), and the column prints the same word."""
     from metalflow.cli.host_list import _phase
     from metalflow.cli.host_phases import OPERATION_PHASES, shown_as
-    from metalflow.hosts import as_running
+    from metalflow.seen import as_running
 
     printed = {as_running({"phase": phase})["phase"] for phase in OPERATION_PHASES}
     assert "finishing" in printed

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from contracts.models.campaign import Deferred
 from contracts.models.host import HostStatus, OperationRecord
 from metalflow.cli.host_status import render_status
-from metalflow.hosts import as_running
+from metalflow.seen import as_running
 
 T0 = datetime(2026, 11, 29, 4, 0, tzinfo=UTC)
 HELD = OperationRecord(

@@ -223,7 +223,7 @@ def test_a_firmware_run_that_is_done_waits_for_nothing_but_its_close() -> None:
     """Issue 38 item 7: "done; waiting for every DPU runs 32.45.1020" (a finished run's words read
     as a wait); and one spelling of a reboot's method ("by bmc:ForceOff+On" vs "by ForceOff+On")."""
     from contracts.wording import method_words
-    from metalflow.hosts import as_running
+    from metalflow.seen import as_running
 
     status = as_running({"phase": "done", "waiting_for": "every DPU runs 32.45.1020"})
     line = describe_operation(status)

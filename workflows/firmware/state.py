@@ -89,3 +89,12 @@ def staged_words(staged: list[str], version: str, *, cycled: bool) -> str:
         f"{left} ({version} held by each DPU's BMC, not running: it activates at the host's next "
         "power cycle, whoever causes it)"
     )
+
+
+def power_cycle_counts(started: bool, cycled_to: int | None) -> tuple[int, int]:
+    """What the status counts of the run's one power cycle: `(reboot_attempts,
+    power_cycles_issued)`. An attempt from the moment its reboot starts; a power cycle only once
+    that reboot has ended (the BMC cycled the host): "1 power cycle" said while the reboot was
+    still waiting its turn or powering read as done before it happened (issue 38), so until then
+    the line reads `0 power cycles (1 reboot attempt)`, as a host operation's does."""
+    return int(started), int(started and cycled_to is not None)

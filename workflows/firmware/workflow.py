@@ -477,6 +477,7 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostOperationStatus:
         """Where the run is (the same shape as every host operation's status)."""
+        attempts, cycled = rules.power_cycle_counts(self._power_cycle_started, self._cycled_to)
         progress = []
         for dpu_id in self._dpus:
             phase, since = self._watch.clock.phases.get(dpu_id, ("", self._started_at))
@@ -488,7 +489,8 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
             waiting_for=self.details,
             dpus=tuple(progress),
             reboots_requested=self._power_cycles,
-            power_cycles_issued=self._power_cycles,
+            reboot_attempts=attempts,
+            power_cycles_issued=cycled,
             boot_generation=self._generation,
             started_at=self._started_at,
             site_check=self._request.site_check,

@@ -38,7 +38,7 @@ Cost: none beyond the strings (pure functions, no I/O).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutError
 
@@ -169,3 +169,16 @@ def owed_since(request: HostRebootInput, started: datetime) -> datetime:
     this reboot (`powercycle`, `already_done`): an unplanned reset is never followed by a second."""
     owed = request.owed_since
     return owed if owed is not None and owed < started else started
+
+
+_OFF_SINCE = "is Off since "
+
+
+def power_down_off_since(words: str) -> datetime | None:
+    """When the host went Off, read back from `power_down_words` (the CLI's `--wait` dates the
+    wait from it, not from when it first saw the words); None for other words."""
+    stamp = words.partition(_OFF_SINCE)[2][:20]  # `iso_z`: 2026-11-29T10:12:33Z
+    try:
+        return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None

@@ -1,0 +1,93 @@
+"""Where an operation is, in the CLI's words (`Seen`): an operation's status read as running
+(`as_running`), and a workflow without a status query (a reboot) read from its Phase and current
+details (`seen_without_status`). Pure: `metalflow.hosts` asks Temporal and calls these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from contracts.host_requests import ENTITY_REQUESTS
+from workflows.host_reboot.failure import power_down_off_since
+from workflows.parts.bmc_lease_holder import queued_words
+
+DONE_PHASES = tuple(dict.fromkeys(("completed", *(kind.ended for kind in ENTITY_REQUESTS))))
+"""Final phases of a run that did what it was asked (`completed`; a firmware run's `done`)."""
+ENDED_PHASES = (*DONE_PHASES, "failed", "aborted", "cancelled", "stopped")  # `kernel.Runbook.ENDED`
+FINISHING = "finishing"
+
+
+def as_running(status: dict[str, Any]) -> dict[str, Any]:
+    """The `status` of an operation its host still records as running, for a "now": a runbook
+    that reached its final phase (`completed` and what it did) has not closed its run, or its
+    host has not recorded the end (a query answered while the worker was down or catching up
+    replays the run's pending task too); "now completed" said of a running operation misled,
+    so it reads `finishing`, waiting for its run to close, with what its runbook said.
+    Cost: none (the same status)."""
+    phase = str(status.get("phase") or "")
+    if phase not in ENDED_PHASES:
+        return status
+    said = str(status.get("waiting_for") or "")
+    words = said if phase in DONE_PHASES else f"{phase}: {said}".rstrip(": ")
+    waiting = "its run to close and its host to record the end" + (f" ({words})" if words else "")
+    return {**status, "phase": FINISHING, "waiting_for": waiting}
+
+
+@dataclass(frozen=True)
+class Seen:
+    """Where an operation is, for a person: its phase line and what it waits for."""
+
+    text: str  # the phase, the DPUs' phases, power cycles
+    waiting_for: str = ""
+    milestone: str = ""  # what makes a step: the phase and the power cycles (not DPU phases)
+    details: str = ""  # the workflow's current details (what the UI shows), when it has no status
+    phase: str = ""
+    since: datetime | None = None  # when its wait began, when the workflow says (a power-down wait)
+    partial: bool = False  # its details could not be read (no worker answered): the phase alone
+
+
+# Phases of a reboot (HostRebootWorkflow has no status query): what each waits for, in words.
+_QUEUED = "waiting for a slot of the BMC's lease "
+_REBOOT_WAITS = {
+    "powering": "the BMC's power cycle of {host}",
+    "waiting-for-manual-reboot": "`metalflow host-rebooted {host}` (someone reboots {host} by hand)",
+}
+
+
+_POWER_DOWN_WAIT = "power-down wait: "  # the reboot's details during its durable Off-to-On timer
+
+
+def seen_without_status(shown: str, current_details: str | None, host_id: str) -> Seen:
+    """Where a workflow without a `status` query (a reboot) is, from its Phase and its current
+    details as the UI shows them (`**PHASE**: DETAILS`; None: not read), in the CLI's words:
+    - the details' `**PHASE**: ` prefix is dropped, whichever phase it names (a details line set
+      within another phase, or read across a worker restart, never reaches the CLI in the UI's
+      format);
+    - a final phase (`rebooted`, `failed`, ...) reads `finishing` as `as_running` says it for an
+      operation with a status (a query answered by a worker catching up after a restart replays
+      the run's last task: its final phase showed before the run closed, as a stray UI line);
+    - its power-down wait says since when: the Off time in its words (`since`), not when the
+      CLI first saw it (a `--wait` that saw it after a worker restart re-anchored it there);
+    - details not read (`partial`): the phase alone, which a follower does not take over a full
+      reading it already has (a killed worker's query timing out changed the wait's words)."""
+    details = current_details or ""
+    if details.startswith("**") and "**: " in details:
+        details = details.split("**: ", 1)[1]
+    if shown in ENDED_PHASES:
+        ended = as_running({"phase": shown, "waiting_for": details})
+        waiting = str(ended["waiting_for"])
+        partial = current_details is None
+        return Seen(
+            FINISHING, waiting, milestone=FINISHING, details=details, phase=FINISHING, partial=partial
+        )
+    waiting = _REBOOT_WAITS.get(shown, "").format(host=host_id)
+    since = None
+    if details.startswith(_POWER_DOWN_WAIT):  # a BMC without PowerCycle: Off, the wait, On
+        waiting, since = details, power_down_off_since(details)
+    queued = details.partition(_QUEUED)[2].strip()  # `BMCLeaseHolder.hold`'s details while queued
+    if queued:
+        waiting = queued_words(queued, host_id)
+    text = shown + (f": {details}" if details and not waiting else "")
+    return Seen(text, waiting, milestone=text, details=details, phase=shown, since=since,
+                partial=current_details is None)  # fmt: skip
