@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Collection
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -369,18 +370,26 @@ def _with_dpf_credentials(
 
 
 def consult(
-    host_id: str | None, capability: str | None, path: Path | None = None, *, pcs: str | None = None
+    host_id: str | None,
+    capability: str | None,
+    path: Path | None = None,
+    *,
+    pcs: str | None = None,
+    dpus: Collection[str] | None = None,
+    manual_reboot: bool = False,
 ) -> tuple[Verdict, str] | None:
     """The kept verdict of `capability` for `host_id` (None: the site's own rules only, for a
-    rollout or a campaign; a rollout's for PodCliqueSet `pcs`, `namespace/name`) and when it was
-    checked, or None: no capability, or no check kept (an operation then runs as before). One
-    small file read."""
+    rollout or a campaign; a rollout's for PodCliqueSet `pcs`, `namespace/name`; on the host, the
+    components the operation touches: `dpus` and `manual_reboot` as `host_verdict` takes them) and
+    when it was checked, or None: no capability, or no check kept (an operation then runs as
+    before). One small file read."""
     if capability is None:
         return None
     findings = load_findings(path or findings_path())
     if findings is None:
         return None
-    return host_verdict(findings, host_id, capability, pcs=pcs), findings.checked_at
+    verdict = host_verdict(findings, host_id, capability, pcs=pcs, dpus=dpus, manual_reboot=manual_reboot)
+    return verdict, findings.checked_at
 
 
 def consult_words(
@@ -390,11 +399,13 @@ def consult_words(
     now: datetime | None = None,
     *,
     pcs: str | None = None,
+    dpus: Collection[str] | None = None,
+    manual_reboot: bool = False,
 ) -> tuple[bool, list[str]]:
     """(refuse?, lines to say) for an operation on `host_id` needing `capability`. A check older
     than `STALE_AFTER` is still obeyed, and said to be old (run it again: the site may have moved)."""
     try:
-        found = consult(host_id, capability, path, pcs=pcs)
+        found = consult(host_id, capability, path, pcs=pcs, dpus=dpus, manual_reboot=manual_reboot)
     except FindingsUnreadable as err:
         return True, [
             f"the kept site check cannot be read ({err}): nothing was started; run `metalflow site "

@@ -6,14 +6,19 @@ the same for one host (what an operation's start consults: `metalflow host ...` 
 operation whose capability is blocked for its host). Each verdict names its reasons and the
 behaviour rows behind them (simulators/*/BEHAVIOUR.md ids, docs/DOMAIN.md sections).
 
-Rules, per host (`_rules`):
-- host BMC unreachable or its credentials refused: provision, reprovision, reboot, every reset
-  sequence blocked (each powers the host: DOMAIN.md 4.1; redfish F1/F3).
-- host BMC without both PowerCycle and LastResetTime: reboot, reset host, reset both, provision
-  and reprovision degraded (power cycle by ForceOff, wait, On: slower; a retried cycle cannot
-  prove it happened; redfish H2, B13).
-- a DPU BMC unreachable or refusing its credentials: every DPU reset sequence and firmware blocked;
-  provision and reprovision degraded (unplanned resets of that DPU are not seen; redfish B11).
+Rules, per host (`_host_rules`), each on the components an operation touches only: a DPU reset
+touches the BMCs of the DPUs it resets (`dpus`), a host reset the host BMC, provision, reprovision
+and firmware the host BMC and the DPUs they act on; another DPU's finding does not judge it:
+- host BMC unreachable or its credentials refused: provision, reprovision, reboot, firmware (its
+  activating power cycle), reset host, `--full` and `--both` blocked (each powers the host:
+  DOMAIN.md 4.1; redfish F1/F3); not the Arm's own reset. With `--manual-reboot` (provision,
+  reprovision, reboot) a person reboots: degraded, saying so, not blocked.
+- host BMC without both PowerCycle and LastResetTime: reboot, reset host, reset both, provision,
+  reprovision and firmware degraded (power cycle by ForceOff, wait, On: slower; a retried cycle
+  cannot prove it happened; redfish H2, B13).
+- a DPU BMC unreachable or refusing its credentials: that DPU's reset sequences and firmware
+  blocked; provision and reprovision degraded (unplanned resets of that DPU are not seen;
+  redfish B11).
 - a DPU BMC without ForceRestart: `reset --dpu/--all-dpus` blocked (redfish B4); without
   PowerCycle: `--full` and `--both` blocked (redfish B5, B13).
 - a DPU BMC without `BootProgress`: every DPU reset sequence blocked (the sequences wait for
@@ -36,6 +41,7 @@ Per PodCliqueSet, for its rollout (`host_verdict(..., pcs=...)`; the site's verd
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -60,6 +66,10 @@ CAPABILITIES: Final = (
     BFB_CAMPAIGN, FLAVOR_CAMPAIGN, ROLLOUT,
 )  # fmt: skip
 DPU_RESETS: Final = (RESET_ARM, RESET_FULL, RESET_BOTH)
+# What powers the host through its BMC (every reboot, the host off around a full DPU reset, the
+# firmware's activating power cycle); the Arm's own reset does not touch the host BMC.
+HOST_POWERED: Final = (PROVISION, REPROVISION, REBOOT, RESET_FULL, RESET_HOST, RESET_BOTH, FIRMWARE)
+MANUAL_REBOOT: Final = (PROVISION, REPROVISION, REBOOT)  # the operations `--manual-reboot` takes
 SITE_ONLY: Final = (BFB_CAMPAIGN, FLAVOR_CAMPAIGN, ROLLOUT)
 
 
@@ -200,7 +210,15 @@ def _worst(reasons: list[Reason]) -> Status:
     return max((r.status for r in reasons), key=STATUSES.index, default="ready")
 
 
-def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]:
+def _host_rules(
+    findings: SiteFindings,
+    host_id: str,
+    dpus: Collection[str] | None = None,
+    manual_reboot: bool = False,
+) -> dict[str, list[Reason]]:
+    """Each capability's reasons on `host_id`'s components: its host BMC, and the BMCs of `dpus`
+    (None: every DPU of the host); with `manual_reboot` the host BMC's findings do not stop what a
+    person reboots (`MANUAL_REBOOT`)."""
     out: dict[str, list[Reason]] = {c: [] for c in CAPABILITIES}
 
     def add(caps: tuple[str, ...], status: Status, text: str, *rows: str) -> None:
@@ -208,8 +226,16 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
             out[cap].append(Reason(status, text, rows))
 
     host_bmcs = [b for b in findings.bmcs if b.host_id == host_id and b.dpu is None]
-    dpu_bmcs = [b for b in findings.bmcs if b.host_id == host_id and b.dpu is not None]
-    powered = (PROVISION, REPROVISION, REBOOT, RESET_FULL, RESET_HOST, RESET_BOTH)  # not the Arm's own
+    dpu_bmcs = [
+        b for b in findings.bmcs
+        if b.host_id == host_id and b.dpu is not None and (dpus is None or b.dpu in dpus)
+    ]  # fmt: skip
+    powered: tuple[str, ...] = HOST_POWERED
+    if manual_reboot:  # a person reboots: the host BMC is not used for these
+        powered = tuple(c for c in HOST_POWERED if c not in MANUAL_REBOOT)
+        for bmc in host_bmcs:
+            if not bmc.usable:
+                add(MANUAL_REBOOT, "degraded", _manual(host_id, bmc), "DOMAIN 4.1")
     for bmc in host_bmcs:
         if not bmc.usable:
             add(
@@ -222,7 +248,7 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
         if not ("PowerCycle" in bmc.reset_types and bmc.last_reset_time):
             missing = "PowerCycle" if "PowerCycle" not in bmc.reset_types else "LastResetTime"
             add(
-                (PROVISION, REPROVISION, REBOOT, RESET_HOST, RESET_BOTH),
+                tuple(c for c in powered if c != RESET_FULL),  # --full: the host off, then On
                 "degraded",
                 f"{host_id}: host BMC {bmc.bmc_id} has no {missing}: power cycles by ForceOff, wait, On "
                 "(slower; a retried cycle cannot prove the first happened)",
@@ -262,6 +288,15 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
                 "redfish H6",
             )
     return out
+
+
+def _manual(host_id: str, bmc: BMCFinding) -> str:
+    """What a `--manual-reboot` operation says when the host BMC cannot be used."""
+    return (
+        f"{host_id}: host {bmc.trouble()}; with --manual-reboot metalflow does not use it: a person "
+        f"reboots the host and then runs `metalflow host-rebooted {host_id}` at each reboot the "
+        "operation waits for"
+    )
 
 
 def _dpf_managed(host_id: str, bmc: BMCFinding) -> str:
@@ -387,13 +422,22 @@ def _pcs_reasons(grove: GroveFinding, found: PCSFinding) -> list[Reason]:
 
 
 def host_verdict(
-    findings: SiteFindings, host_id: str | None, capability: str, *, pcs: str | None = None
+    findings: SiteFindings,
+    host_id: str | None,
+    capability: str,
+    *,
+    pcs: str | None = None,
+    dpus: Collection[str] | None = None,
+    manual_reboot: bool = False,
 ) -> Verdict:
-    """The verdict of `capability` for one host: the site's rules and that host's (None: the
-    site's rules only); a rollout's for PodCliqueSet `pcs` (`namespace/name`; None: every one)."""
+    """The verdict of `capability` for one host: the site's rules and those of the host's
+    components the operation touches (None: the site's rules only): its host BMC where it powers
+    the host (not with `manual_reboot`: a person reboots), and the BMCs of the DPUs it acts on
+    (`dpus`; None: every DPU of the host). A rollout's for PodCliqueSet `pcs` (`namespace/name`;
+    None: every one)."""
     if capability not in CAPABILITIES:
         raise ValueError(f"unknown capability {capability!r}; one of {', '.join(CAPABILITIES)}")
-    own = _host_rules(findings, host_id)[capability] if host_id is not None else []
+    own = _host_rules(findings, host_id, dpus, manual_reboot)[capability] if host_id is not None else []
     reasons = _site_rules(findings, pcs)[capability] + own
     return Verdict(capability, _worst(reasons), tuple(reasons))
 

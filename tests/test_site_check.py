@@ -224,6 +224,11 @@ async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capabil
         assert refused.returncode == 1, refused.stderr  # refused before Temporal is asked
         assert "sc-001: refused: reboot is blocked on sc-001" in refused.stderr
         assert "metalflow site check" in refused.stderr and "[redfish F1]" in refused.stderr
+        # With --manual-reboot a person reboots: the dead host BMC does not refuse it; it goes on
+        # (to Temporal, unreachable here: 3), saying so.
+        manual = await check(sim, "host", "reboot", "sc-001", "--manual-reboot", "--address", "127.0.0.1:1")
+        assert manual.returncode == 3, manual.stderr
+        assert "reboot is degraded on sc-001" in manual.stderr and "a person reboots" in manual.stderr
         full = await check(sim, "host", "reset", "sc-004", "--all-dpus", "--full", "--address", "127.0.0.1:1")
         assert full.returncode == 1 and "does not offer PowerCycle [redfish B5, redfish B13]" in full.stderr
     finally:

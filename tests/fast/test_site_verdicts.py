@@ -80,8 +80,8 @@ def test_a_site_with_everything_is_ready_for_everything() -> None:
 
 def test_a_host_bmc_refusing_its_credentials_blocks_what_powers_the_host_not_the_arms_reset() -> None:
     found = changed(site(host_bmc(credentials_ok=False, error="401"), dpu_bmc()))
-    powered = ("provision", "reprovision", "reboot", "reset-dpu-full", "reset-host", "reset-both")
-    assert found == {cap: ("blocked", ("redfish F1",)) for cap in powered}
+    powered = ("provision", "reprovision", "reboot", "reset-dpu-full", "reset-host", "reset-both", "firmware")
+    assert found == {cap: ("blocked", ("redfish F1",)) for cap in powered}  # firmware: its power cycle
 
 
 def test_an_unreachable_host_bmc_names_the_unreachable_row() -> None:
@@ -96,7 +96,7 @@ def test_a_host_bmc_without_a_provable_power_cycle_degrades_the_power_cycles(mis
         else host_bmc(last_reset_time=False)
     )
     found = changed(site(bmc, dpu_bmc()))
-    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "reset-both"}
+    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "reset-both", "firmware"}
     assert {status for status, _ in found.values()} == {"degraded"}
     assert all("redfish H2" in rows for _, rows in found.values())
     assert missing in verdicts(site(bmc, dpu_bmc()))[2].reasons[0].text
@@ -174,6 +174,52 @@ def test_a_hosts_verdict_has_only_its_own_bmcs_and_the_sites_reasons() -> None:
     assert host_verdict(findings, "h1", "rollout").status == "blocked"
     with pytest.raises(ValueError, match="unknown capability 'nope'"):
         host_verdict(findings, "h1", "nope")
+
+
+def two_dpus(*, dead: str = "h1-dpu-0", host: BMCFinding | None = None) -> SiteFindings:
+    """h1 with two DPUs, the BMC of `dead` unreachable."""
+    return site(
+        host or host_bmc(),
+        dpu_bmc(reachable=dead != "h1-dpu-0"),
+        dpu_bmc(bmc_id="h1-dpu-1", dpu="h1-dpu-1", reachable=dead != "h1-dpu-1"),
+    )
+
+
+def test_an_operation_is_judged_by_the_components_it_touches_only() -> None:
+    """Issue 36 (re-attack): H-dpu-0's dead BMC refused `reset --dpu H-dpu-1`. A DPU reset touches
+    that DPU's BMC, a host reset the host BMC, reprovision and firmware the host BMC and the DPUs
+    they act on."""
+    findings = two_dpus()
+    for cap in ("reset-dpu", "reset-dpu-full", "firmware"):
+        assert host_verdict(findings, "h1", cap, dpus=("h1-dpu-1",)).status == "ready", cap
+        assert host_verdict(findings, "h1", cap, dpus=("h1-dpu-0",)).status == "blocked", cap
+        assert host_verdict(findings, "h1", cap).status == "blocked", cap  # every DPU (--all-dpus)
+    assert host_verdict(findings, "h1", "reprovision", dpus=("h1-dpu-1",)).status == "ready"
+    assert host_verdict(findings, "h1", "reprovision").status == "degraded"
+    assert host_verdict(findings, "h1", "reset-host").status == "ready"  # the host BMC only
+    assert host_verdict(findings, "h1", "reset-both").status == "blocked"  # every DPU
+    dead_host = two_dpus(dead="none", host=host_bmc(reachable=False))
+    assert host_verdict(dead_host, "h1", "reset-dpu", dpus=("h1-dpu-0",)).status == "ready"  # the Arm's own
+    for cap in ("reset-dpu-full", "firmware", "reprovision", "reset-host"):  # each powers the host
+        assert host_verdict(dead_host, "h1", cap, dpus=("h1-dpu-0",)).status == "blocked", cap
+
+
+def test_a_manual_reboot_is_not_refused_by_the_host_bmc_and_says_a_person_reboots(tmp_path: Path) -> None:
+    """Issue 36 (re-attack): `--manual-reboot`, README's answer to a dead host BMC, was refused by
+    that host BMC's block. A person reboots: it runs, degraded, saying so."""
+    path = tmp_path / "site-check.json"
+    save_findings(path, site(host_bmc(credentials_ok=False, error="401"), dpu_bmc()))
+    for operation in ("reboot", "provision", "reprovision"):
+        assert consult_words("h1", operation, path)[0], operation
+        refuse, lines = consult_words("h1", operation, path, manual_reboot=True)
+        assert not refuse, (operation, lines)
+        assert lines[0].startswith(f"{operation} is degraded on h1 by the site check of"), lines
+        assert "a person reboots the host" in lines[1] and "`metalflow host-rebooted h1`" in lines[1], lines
+        assert "refuses the stored credentials" in lines[1], lines
+    # without a host BMC finding against it a manual reboot says nothing; its DPUs still count
+    save_findings(path, site(host_bmc(), dpu_bmc(reachable=False)))
+    assert consult_words("h1", "reboot", path, manual_reboot=True) == (False, [])
+    assert "[redfish B11]" in consult_words("h1", "provision", path, manual_reboot=True)[1][1]
 
 
 def test_every_operation_maps_to_its_capability() -> None:
@@ -489,3 +535,42 @@ def test_the_trust_findings_survive_their_file(tmp_path: Path) -> None:
     findings = site(host_bmc(), dpu_bmc(credentials_by="dpf", dpf_credentials="DPUDevice x"), dpf=dpf)
     save_findings(tmp_path / "f.json", findings)
     assert load_findings(tmp_path / "f.json") == findings
+
+
+@pytest.mark.parametrize(
+    ("argv", "host_dead", "refused"),
+    [
+        (["host", "reset", "h1", "--dpu", "h1-dpu-1"], True, False),  # the healthy DPU's BMC only
+        (["host", "reset", "h1", "--dpu", "h1-dpu-0"], False, True),
+        (["host", "reset", "h1", "--all-dpus"], False, True),
+        (
+            [
+                "host",
+                "firmware",
+                "h1",
+                "--version",
+                "32.45.1020",
+                "--image",
+                "https://i/f.bin",
+                "--dpus",
+                "h1-dpu-1",
+            ],
+            False,
+            False,
+        ),  # fmt: skip
+        (["host", "reprovision", "h1", "--dpus", "h1-dpu-1", "--manual-reboot"], True, False),
+        (["host", "reprovision", "h1", "--dpus", "h1-dpu-1"], True, True),
+    ],
+)
+def test_the_cli_judges_the_components_its_arguments_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], host_dead: bool, refused: bool
+) -> None:
+    """`metalflow host ...`'s start hands the DPUs and `--manual-reboot` to the verdict (h1-dpu-0's
+    BMC unreachable; the host BMC too where `host_dead`)."""
+    from metalflow.cli import build_parser
+    from metalflow.cli.host import _site_check_says
+
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    save_findings(tmp_path / "site-check.json", two_dpus(host=host_bmc(reachable=not host_dead)))
+    args = build_parser().parse_args(argv)
+    assert (_site_check_says(args) is not None) == refused, getattr(args, "site_check", ())
