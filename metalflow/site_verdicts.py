@@ -442,6 +442,20 @@ def host_verdict(
     return Verdict(capability, _worst(reasons), tuple(reasons))
 
 
+def blocked_hosts(
+    findings: SiteFindings, capability: str, *, manual_reboot: bool = False
+) -> dict[str, tuple[Reason, ...]]:
+    """Each checked host on which `capability` is blocked by its own components (every DPU: a
+    campaign acts on them all), with those reasons: what a campaign leaves out, as `metalflow host`
+    refuses it there. The site's own rules are not here (they refuse the whole campaign)."""
+    out = {}
+    for host_id in findings.hosts():
+        reasons = _host_rules(findings, host_id, None, manual_reboot)[capability]
+        if blocked := tuple(r for r in reasons if r.status == "blocked"):
+            out[host_id] = blocked
+    return out
+
+
 def verdicts(findings: SiteFindings) -> tuple[Verdict, ...]:
     """One verdict per capability for the whole site: every host's reasons, the worst counts."""
     site = _site_rules(findings)

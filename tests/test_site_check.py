@@ -207,7 +207,7 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
 
 
 async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capability_is_refused(
-    sim: RunningSim,
+    sim: RunningSim, local_env: WorkflowEnvironment
 ) -> None:
     for bmc_id, fault in (("sc-001", "wrong-credentials"), ("sc-005-dpu-0", "unreachable")):
         httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/{fault}", timeout=10).raise_for_status()
@@ -231,6 +231,21 @@ async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capabil
         assert "reboot is degraded on sc-001" in manual.stderr and "a person reboots" in manual.stderr
         full = await check(sim, "host", "reset", "sc-004", "--all-dpus", "--full", "--address", "127.0.0.1:1")
         assert full.returncode == 1 and "does not offer PowerCycle [redfish B5, redfish B13]" in full.stderr
+        # A firmware campaign leaves out the hosts `host firmware` is refused on, naming the finding:
+        # sc-001 (its host BMC: the activating power cycle) and sc-005 (its DPU's BMC); sc-002 runs.
+        fw = ["--firmware", "32.45.1020", "--image", "https://fw.example.test/fw.bin", "--canary", "0"]
+        env = rollout_env(sim, local_env)
+        hosts = ["--hosts", "sc-001,sc-002,sc-005"]
+        planned = await metalflow(
+            env, "campaign", "plan", "sc-fw", *hosts, *fw, "--json", "--task-queue", "sc-fw"
+        )
+        assert planned.returncode == 0, planned.stderr
+        plan = json.loads(planned.stdout)
+        left = {h: g["reason"] for g in plan["left_out"] for h in g["host_ids"]}
+        assert "site check" not in left.get("sc-002", ""), left  # (never provisioned here: DPF's reason)
+        assert "firmware is blocked on it by the site check of" in left["sc-005"], left
+        assert "sc-005-dpu-0 unreachable" in left["sc-005"] and "[redfish F3]" in left["sc-005"], left
+        assert "refuses the stored credentials" in left["sc-001"], left
     finally:
         for bmc_id in ("sc-001", "sc-005-dpu-0"):
             httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/clear", timeout=10).raise_for_status()
