@@ -19,13 +19,15 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
   Volcano, Grove's pods (one list by label: those still naming a legacy PodGroup, `pcs_findings`).
   Grove BEHAVIOUR.md K1-K5. What the answers mean: metalflow/site_readings.py (pure).
 
-The findings are kept in the state dir (`site-check.json`, with the time of the check) and read
-by `metalflow host ...` at an operation's start (`load_findings`): one small file, never the site.
+The findings are kept in the state dir (`site-check.json`, or per other site file:
+`findings_path`) and read by `metalflow host ...` at an operation's start (`load_findings`): one
+small file, never the site.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 from collections.abc import Collection
@@ -63,6 +65,7 @@ from metalflow.site_verdicts import (
     BMCFinding,
     DPFFinding,
     GroveFinding,
+    Reason,
     SiteFindings,
     Verdict,
     blocked_hosts,
@@ -73,9 +76,31 @@ FINDINGS_FILE = "site-check.json"
 STALE_AFTER = timedelta(hours=24)  # an operation says that a check older than this is old
 
 
-def findings_path() -> Path:
-    """The findings file, in the state dir (`find_state_dir`: where the settings' site file is by default)."""
-    return find_state_dir()[0] / FINDINGS_FILE
+def site_in_use() -> Path:
+    """The site file operations use, as the settings name it (METALFLOW_SITE_FILE, else the
+    state dir's site.yaml), without reading the rest of the settings."""
+    named = os.environ.get("METALFLOW_SITE_FILE")
+    return Path(named) if named else find_state_dir()[0] / "site.yaml"
+
+
+def findings_path(site_file: Path | None = None) -> Path:
+    """Where the findings of `site_file` (None: the site in use) are kept, in the state dir
+    (`find_state_dir`): `site-check.json` for the state dir's own site.yaml, and
+    `site-check-<12 hex of the sha256 of its absolute path>.json` for any other site file, so a
+    check of another site never replaces the findings of the site in use."""
+    state = find_state_dir()[0]
+    site = (site_file or site_in_use()).absolute()
+    if site == (state / "site.yaml").absolute():
+        return state / FINDINGS_FILE
+    return state / f"site-check-{hashlib.sha256(str(site).encode()).hexdigest()[:12]}.json"
+
+
+def digest(site_file: Path) -> str:
+    """The sha256 of the site file's content ("" when it cannot be read)."""
+    try:
+        return hashlib.sha256(site_file.read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def save_findings(path: Path, findings: SiteFindings) -> None:
@@ -342,7 +367,15 @@ async def check_site(settings: Settings, site: Site, *, concurrency: int, timeou
     if dpf.readable and dpf.dpu_served:
         dpf = replace(dpf, trust_mode=mode, trust_detail=detail, strategies=strategies)
         bmcs = _with_dpf_credentials(settings, site, bmcs, mode, devices)
-    return SiteFindings(site=site.name, checked_at=iso_z(datetime.now(UTC)), bmcs=bmcs, dpf=dpf, grove=grove)
+    return SiteFindings(
+        site=site.name,
+        checked_at=iso_z(datetime.now(UTC)),
+        bmcs=bmcs,
+        dpf=dpf,
+        grove=grove,
+        site_file=str(settings.site_file.absolute()),
+        site_digest=digest(settings.site_file),
+    )
 
 
 def _with_dpf_credentials(
@@ -379,7 +412,7 @@ def consult(
     pcs: str | None = None,
     dpus: Collection[str] | None = None,
     manual_reboot: bool = False,
-) -> tuple[Verdict, str] | None:
+) -> tuple[Verdict, SiteFindings] | None:
     """The kept verdict of `capability` for `host_id` (None: the site's own rules only, for a
     rollout or a campaign; a rollout's for PodCliqueSet `pcs`, `namespace/name`; on the host, the
     components the operation touches: `dpus` and `manual_reboot` as `host_verdict` takes them) and
@@ -391,7 +424,12 @@ def consult(
     if findings is None:
         return None
     verdict = host_verdict(findings, host_id, capability, pcs=pcs, dpus=dpus, manual_reboot=manual_reboot)
-    return verdict, findings.checked_at
+    return verdict, findings
+
+
+def said_line(reason: Reason) -> str:
+    """A reason as an operation says it: its words and its behaviour rows."""
+    return reason.text + (f" [{', '.join(reason.rows)}]" if reason.rows else "")
 
 
 def campaign_blocks(
@@ -405,7 +443,7 @@ def campaign_blocks(
         return ()
     groups: dict[str, list[str]] = {}
     for host_id, reasons in blocked_hosts(findings, capability, manual_reboot=manual_reboot).items():
-        said = "; ".join(f"{r.text} [{', '.join(r.rows)}]" for r in reasons)
+        said = "; ".join(said_line(r) for r in reasons)
         why = (
             f"{capability} is blocked on it by the site check of {findings.checked_at}: {said} "
             "(run `metalflow site check` again once fixed)"
@@ -435,7 +473,8 @@ def consult_words(
         ]
     if found is None:
         return False, []
-    verdict, checked_at = found
+    verdict, findings = found
+    checked_at = findings.checked_at
     age = (now or datetime.now(UTC)) - (parse_time(checked_at) or datetime.now(UTC))
     hours = f"{age.total_seconds() / 3600:.0f} h old"
     stale = (
@@ -443,9 +482,18 @@ def consult_words(
         if age > STALE_AFTER
         else []
     )
+    if (
+        host_id is not None
+        and findings.site_digest
+        and findings.site_digest != digest(Path(findings.site_file))
+    ):
+        stale.append(
+            f"the site file {findings.site_file} changed since the site check of {checked_at} (hosts or "
+            "BMCs changed since are judged as the check saw them): run `metalflow site check`"
+        )
     if verdict.status == "ready":
         return False, stale
-    lines = [f"{r.text} [{', '.join(r.rows)}]" for r in verdict.reasons if r.status == verdict.status]
+    lines = [said_line(r) for r in verdict.reasons if r.status == verdict.status]
     where = host_id or pcs or "the site"
     head = f"{verdict.capability} is {verdict.status} on {where} by the site check of {checked_at}" + (
         " (run `metalflow site check` again once fixed)" if verdict.status == "blocked" else ""

@@ -150,6 +150,10 @@ class SiteFindings:
     bmcs: tuple[BMCFinding, ...] = ()
     dpf: DPFFinding = field(default_factory=DPFFinding)
     grove: GroveFinding = field(default_factory=GroveFinding)
+    # The site file checked (its absolute path) and its content's sha256: the findings are that
+    # file's (metalflow/site_check.py keeps each site file's apart); "" in a check kept before.
+    site_file: str = ""
+    site_digest: str = ""
 
     def hosts(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(b.host_id for b in self.bmcs))
@@ -182,6 +186,8 @@ class SiteFindings:
                 }
             ),
             grove=GroveFinding(**grove),
+            site_file=str(data.get("site_file") or ""),
+            site_digest=str(data.get("site_digest") or ""),
         )
 
 
@@ -225,6 +231,13 @@ def _host_rules(
         for cap in caps:
             out[cap].append(Reason(status, text, rows))
 
+    host_caps = tuple(c for c in CAPABILITIES if c not in SITE_ONLY)
+    seen = {b.dpu for b in findings.bmcs if b.host_id == host_id}
+    if not seen:
+        add(host_caps, "degraded", _not_checked(findings, f"host {host_id}", "its BMCs are"))
+        return out
+    for dpu in sorted(set(dpus or ()) - seen):
+        add(host_caps, "degraded", _not_checked(findings, f"{host_id}: DPU {dpu}", "its BMC is"))
     host_bmcs = [b for b in findings.bmcs if b.host_id == host_id and b.dpu is None]
     dpu_bmcs = [
         b for b in findings.bmcs
@@ -288,6 +301,15 @@ def _host_rules(
                 "redfish H6",
             )
     return out
+
+
+def _not_checked(findings: SiteFindings, what: str, judged: str) -> str:
+    """A host (or DPU) the kept check never saw: added to the site file since, most likely."""
+    of = f" of {findings.site_file}" if findings.site_file else ""
+    return (
+        f"{what} was not checked: the site check{of} of {findings.checked_at} did not see it (added "
+        f"since?), so {judged} not judged; run `metalflow site check`"
+    )
 
 
 def _manual(host_id: str, bmc: BMCFinding) -> str:

@@ -251,6 +251,36 @@ async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capabil
             httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/clear", timeout=10).raise_for_status()
 
 
+async def test_another_site_files_check_is_kept_apart_and_a_host_added_since_is_not_checked(
+    sim: RunningSim,
+) -> None:
+    """`site check --site OTHER` replaced the findings of the site in use; a host added to the site
+    file after its check ran unwarned. Now each site file keeps its own findings, and an
+    operation on a host its check never saw says 'not checked' (degraded: it goes on, to an
+    unreachable Temporal here: 3), and that the site file changed since."""
+    import yaml
+
+    kept = sim.state_dir / "site-check.json"
+    before = kept.read_bytes() if kept.exists() else None
+    loaded = yaml.safe_load(sim.site_file.read_text())
+    subset = sim.site_file.parent / "subset.yaml"
+    subset.write_text(
+        yaml.safe_dump({**loaded, "hosts": [h for h in loaded["hosts"] if h["id"] == "sc-002"]})
+    )
+    checked = await check(sim, "site", "check", "--site", str(subset))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert (kept.read_bytes() if kept.exists() else None) == before  # the site in use's findings stand
+    assert f"({subset.absolute()})" in checked.stdout and "site-check-" in checked.stdout, checked.stdout
+    added = [h for h in loaded["hosts"] if h["id"] in ("sc-002", "sc-003")]
+    subset.write_text(yaml.safe_dump({**loaded, "hosts": added}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "KUBECONFIG"))}
+    env |= {"METALFLOW_STATE_DIR": str(sim.state_dir), "METALFLOW_SITE_FILE": str(subset)}
+    reboot = await metalflow(env, "host", "reboot", "sc-003", "--address", "127.0.0.1:1")
+    assert reboot.returncode == 3, reboot.stderr
+    assert "reboot is degraded on sc-003" in reboot.stderr and "host sc-003 was not checked" in reboot.stderr
+    assert f"the site file {subset.absolute()} changed since the site check" in reboot.stderr
+
+
 @pytest.mark.parametrize(
     ("version", "said"),
     [
@@ -308,7 +338,7 @@ async def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: 
     assert findings is not None
     site_only = row(
         "Grove: a PodCliqueSet changed under OnDelete (G5)",
-        {c: host_verdict(findings, "no-such-host", c).status for c in CAPABILITIES},
+        {c: host_verdict(findings, None, c).status for c in CAPABILITIES},  # the site's own rules
     )
     assert site_only in readme_rows(), f"README's table lacks:\n{site_only}"
 

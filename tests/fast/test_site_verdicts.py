@@ -574,3 +574,49 @@ def test_the_cli_judges_the_components_its_arguments_name(
     save_findings(tmp_path / "site-check.json", two_dpus(host=host_bmc(reachable=not host_dead)))
     args = build_parser().parse_args(argv)
     assert (_site_check_says(args) is not None) == refused, getattr(args, "site_check", ())
+
+
+def test_each_site_file_keeps_its_own_findings_and_a_host_the_check_never_saw_is_not_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36 (re-attack): `site check --site other.yaml` replaced the findings of the site in
+    use, and a host added after the check ran unwarned. Each site file keeps its own findings (the
+    state dir's site.yaml in site-check.json); a host (or DPU) the check never saw is degraded,
+    'not checked'; a site file changed since the check is said."""
+    from metalflow.site_check import findings_path
+
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("METALFLOW_SITE_FILE", raising=False)
+    own, other = tmp_path / "site.yaml", tmp_path / "other.yaml"
+    assert findings_path() == findings_path(own) == tmp_path / "site-check.json"
+    assert findings_path(other) not in (findings_path(own), findings_path(tmp_path / "third.yaml"))
+    assert findings_path(other).parent == tmp_path and findings_path(other).name.startswith("site-check-")
+    own.write_text("hosts: [h1]\n")
+    other.write_text("hosts: [h9]\n")
+    save_findings(findings_path(own), dataclasses.replace(site(), site_file=str(own), site_digest=_sha(own)))
+    save_findings(findings_path(other), site(host_bmc("h9", reachable=False), dpu_bmc("h9")))
+    assert consult_words("h1", "reboot") == (False, [])  # the site in use's findings stand
+    monkeypatch.setenv("METALFLOW_SITE_FILE", str(other))  # the other site in use: its own findings
+    assert consult_words("h9", "reboot")[0] and not consult_words("h1", "reboot")[0]
+    monkeypatch.delenv("METALFLOW_SITE_FILE")
+    refuse, lines = consult_words("h2", "reboot")  # a host added after the check
+    assert not refuse and lines[0].startswith("reboot is degraded on h2 by the site check of"), lines
+    assert lines[1].startswith(f"host h2 was not checked: the site check of {own} of 2026-11-29T07:00:00Z"), (
+        lines
+    )
+    assert "run `metalflow site check`" in lines[1] and "[" not in lines[1], lines
+    refuse, lines = consult_words("h1", "reset-dpu", dpus=("h1-dpu-7",))  # a DPU added after the check
+    assert not refuse and "h1: DPU h1-dpu-7 was not checked" in lines[1], lines
+    assert consult_words("h2", "rollout") == (False, [])  # the site's own capabilities: no host
+    own.write_text("hosts: [h1, h2]\n")  # changed since the check
+    refuse, lines = consult_words("h1", "reboot")
+    assert not refuse and lines == [
+        f"the site file {own} changed since the site check of 2026-11-29T07:00:00Z (hosts or BMCs changed "
+        "since are judged as the check saw them): run `metalflow site check`"
+    ]
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
