@@ -74,6 +74,7 @@ from metalflow.site_verdicts import (
 
 FINDINGS_FILE = "site-check.json"
 STALE_AFTER = timedelta(hours=24)  # an operation says that a check older than this is old
+CLOCK_SLACK = timedelta(minutes=5)  # a check stamped later than now by more: a clock is off
 
 
 def site_in_use() -> Path:
@@ -130,6 +131,18 @@ def load_findings(path: Path) -> SiteFindings | None:
         raise FindingsUnreadable(f"{path}: {type(err).__name__}: {err}"[:300]) from None
 
 
+CLIP_HEAD, CLIP_TAIL = 160, 240  # an error's first line kept: its start and its end
+
+
+def clip(text: str) -> str:
+    """An error's first line, its middle cut when long: the start names the BMC and the request,
+    the end what to do (`check the credentials in file /path/...`), so both are kept."""
+    line = (text.splitlines() or [""])[0]
+    if len(line) <= CLIP_HEAD + CLIP_TAIL + 5:
+        return line
+    return f"{line[:CLIP_HEAD]} ... {line[-CLIP_TAIL:]}"
+
+
 async def _read_bmc(client: RedfishClient, access: BMCAccess, host_id: str, dpu: str | None,
                     timeout: float) -> BMCFinding:  # fmt: skip
     base: dict[str, Any] = {"bmc_id": access.bmc_id, "host_id": host_id, "dpu": dpu}
@@ -147,15 +160,13 @@ async def _read_bmc(client: RedfishClient, access: BMCAccess, host_id: str, dpu:
                 update_service=isinstance(root.get("UpdateService"), dict),
             )
     except BMCAuthenticationFailed as err:
-        return BMCFinding(**base, credentials_ok=False, error=err.message.splitlines()[0][:200])
+        return BMCFinding(**base, credentials_ok=False, error=clip(err.message))
     except TimeoutError:
         return BMCFinding(**base, reachable=False, error=f"no answer within {timeout:g} s")
     except MetalflowError as err:
-        return BMCFinding(
-            **base, reachable=False, error=f"{type(err).__name__}: {err.message}".splitlines()[0][:200]
-        )
+        return BMCFinding(**base, reachable=False, error=clip(f"{type(err).__name__}: {err.message}"))
     except Exception as err:  # noqa: BLE001 - one BMC's failure is a finding, never the check's end
-        return BMCFinding(**base, reachable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        return BMCFinding(**base, reachable=False, error=clip(f"{type(err).__name__}: {err}"))
 
 
 async def read_bmcs(
@@ -231,7 +242,7 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     except Exception as err:  # noqa: BLE001 - a finding
         if _status_of(err) == 404:
             return DPFFinding(dpu_served=False)
-        return DPFFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        return DPFFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"))
     dpu = _schema(doc, "DPU")
     if dpu is None:
         return DPFFinding(dpu_served=False)
@@ -254,7 +265,7 @@ async def read_dpf_objects(settings: Settings) -> tuple[str, str, tuple[str, ...
         try:
             return list((await asyncio.to_thread(_get, settings, path)).get("items") or [])
         except Exception as err:  # noqa: BLE001 - a finding
-            return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+            return clip(f"{type(err).__name__}: {err}")
 
     dpus, devices, deployments = await asyncio.gather(
         items(f"{PROVISIONING}/dpus"),
@@ -298,7 +309,7 @@ async def _read_scheduling(settings: Settings, pcs_items: list[dict[str, Any]]) 
     from urllib.parse import quote
 
     def why(err: Exception) -> str:
-        return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+        return clip(f"{type(err).__name__}: {err}")
 
     try:
         cms = await asyncio.to_thread(
@@ -340,7 +351,7 @@ async def read_grove(settings: Settings) -> GroveFinding:
     except Exception as err:  # noqa: BLE001 - a finding
         if _status_of(err) == 404:
             return GroveFinding(pcs_served=False, podgangmap_served=False)
-        return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        return GroveFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"))
     served = {r.get("name") for r in listed.get("resources") or [] if isinstance(r, dict)}
     found = GroveFinding(pcs_served="podcliquesets" in served, podgangmap_served="podgangmaps" in served)
     if not (found.pcs_served and found.podgangmap_served):
@@ -351,7 +362,7 @@ async def read_grove(settings: Settings) -> GroveFinding:
             asyncio.to_thread(_get, settings, f"{base}/podgangmaps"),
         )
     except Exception as err:  # noqa: BLE001 - a finding
-        return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        return GroveFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"))
     gated = gated_podcliquesets(pcs_items.get("items") or [], maps.get("items") or [])
     return GroveFinding(gated=gated, **await _read_scheduling(settings, pcs_items.get("items") or []))
 
@@ -482,6 +493,12 @@ def consult_words(
         if age > STALE_AFTER
         else []
     )
+    if -age > CLOCK_SLACK:  # made "later" than now: a clock is off, and its age cannot be told
+        stale.append(
+            f"the site check of {checked_at} is {-age.total_seconds() / 3600:.1f} h in the future: this "
+            "machine's clock or that of the machine that ran the check is off, so how old the "
+            "findings are cannot be told; set the clock right and run `metalflow site check`"
+        )
     if (
         host_id is not None
         and findings.site_digest

@@ -15,7 +15,7 @@ and firmware the host BMC and the DPUs they act on; another DPU's finding does n
   reprovision, reboot) a person reboots: degraded, saying so, not blocked.
 - host BMC without both PowerCycle and LastResetTime: reboot, reset host, reset both, provision,
   reprovision and firmware degraded (power cycle by ForceOff, wait, On: slower; a retried cycle
-  cannot prove it happened; redfish H2, B13).
+  cannot prove it happened; redfish P1, P2).
 - a DPU BMC unreachable or refusing its credentials: that DPU's reset sequences and firmware
   blocked; provision and reprovision degraded (unplanned resets of that DPU are not seen;
   redfish B11).
@@ -265,7 +265,7 @@ def _host_rules(
                 "degraded",
                 f"{host_id}: host BMC {bmc.bmc_id} has no {missing}: power cycles by ForceOff, wait, On "
                 "(slower; a retried cycle cannot prove the first happened)",
-                "redfish H2",
+                "redfish P1" if missing == "PowerCycle" else "redfish P2",
                 "DOMAIN 4.1",
             )
     for bmc in dpu_bmcs:

@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # host id -> (variant as README's table names it, host BMC profile, DPU model)
 HOSTS = {
     "sc-001": ("DPF 25.10, host BMC `powercycle`, BF3", "powercycle", "BF3"),
-    "sc-002": ("host BMC `no-powercycle` (H2)", "no-powercycle", "BF3"),
+    "sc-002": ("host BMC `no-powercycle` (P1)", "no-powercycle", "BF3"),
     "sc-003": ("host BMC `basic-only`: no UpdateService (H6)", "basic-only", "BF3"),
     "sc-004": ("BF4 DPU", "powercycle", "BF4"),
     "sc-005": ("", "powercycle", "BF3"),  # as sc-001: a DPU BMC fault of its own in the second check
@@ -161,7 +161,7 @@ async def test_a_clean_site_is_ready_or_degraded_per_variant_read_only(sim: Runn
     assert "PowerCycle" not in bmcs["sc-002"]["reset_types"] and bmcs["sc-001"]["last_reset_time"]
     assert bmcs["sc-004-dpu-0"]["boot_progress"] and "PowerCycle" in bmcs["sc-004-dpu-0"]["reset_types"]
     reboot = next(v for v in document["verdicts"] if v["capability"] == "reboot")
-    assert reboot["status"] == "degraded" and reboot["reasons"][0]["rows"] == ["redfish H2", "DOMAIN 4.1"]
+    assert reboot["status"] == "degraded" and reboot["reasons"][0]["rows"] == ["redfish P1", "DOMAIN 4.1"]
     no_writes(sim, audit_before)
     for bmc_id in bmcs:  # the module's first check: one session (at most one login) per BMC
         logins = sim.bmc_requests(bmc_id).get("POST /redfish/v1/SessionService/Sessions", 0)
@@ -180,7 +180,7 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
     local_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     """Issue 36 deliver 4 for host operations: `host reboot` of a host whose BMC has no PowerCycle
-    (degraded, redfish H2) runs, and the words the CLI printed on stderr reach the run: the
+    (degraded, redfish P1) runs, and the words the CLI printed on stderr reach the run: the
     entity's `OperationStarted` Event (the operation's start Event) ends with them. Before, they
     were only the CLI's stderr lines. Its own site: the module's must see no write."""
     one = {"sc-601": ("", "no-powercycle", "BF3")}

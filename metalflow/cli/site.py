@@ -76,6 +76,8 @@ def _fail(text: str, status: int) -> int:
 
 def handle_check(args: argparse.Namespace) -> int:
     """Run `metalflow site check`."""
+    from contracts.errors import InvalidInput
+    from drivers.kube import load_configuration
     from drivers.settings import Settings
     from drivers.site_file import SiteFileError, load_site
     from metalflow.site_check import check_site, findings_path, save_findings
@@ -95,6 +97,10 @@ def handle_check(args: argparse.Namespace) -> int:
         site = load_site(settings.site_file)
     except SiteFileError as err:
         return _fail(err.message, exits.USAGE)
+    try:  # a kubeconfig that is not there is bad input, not a finding: nothing read, nothing kept
+        load_configuration(settings)
+    except InvalidInput as err:
+        return _fail(f"{err.message}; nothing was checked, the kept findings are unchanged", exits.USAGE)
     findings = asyncio.run(check_site(settings, site, concurrency=args.concurrency, timeout=args.timeout))
     path = findings_path(settings.site_file)  # each site file's own: another's are never replaced
     save_findings(path, findings)

@@ -98,7 +98,8 @@ def test_a_host_bmc_without_a_provable_power_cycle_degrades_the_power_cycles(mis
     found = changed(site(bmc, dpu_bmc()))
     assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "reset-both", "firmware"}
     assert {status for status, _ in found.values()} == {"degraded"}
-    assert all("redfish H2" in rows for _, rows in found.values())
+    row = "redfish P1" if missing == "PowerCycle" else "redfish P2"  # not H2: a firmware row
+    assert all(row in rows for _, rows in found.values())
     assert missing in verdicts(site(bmc, dpu_bmc()))[2].reasons[0].text
 
 
@@ -620,3 +621,61 @@ def _sha(path: Path) -> str:
     import hashlib
 
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_missing_kubeconfig_is_bad_input_and_keeps_the_last_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36 (re-attack): a KUBECONFIG that is not there exited 1 (blocked: DPF unreadable) and
+    replaced a good check with those findings. It is bad input (README's exit 2), naming the file,
+    and changes nothing."""
+    from metalflow.cli import main
+
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("METALFLOW_INVENTORY", "site")
+    monkeypatch.delenv("METALFLOW_SITE_FILE", raising=False)
+    (tmp_path / "site.yaml").write_text(
+        "name: s\nnamespace: dpf\nhosts:\n  - id: h1\n    bmc: {endpoint: 'http://127.0.0.1:1', "
+        "credentials: {env: {username: U, password: P}}}\n    dpus: []\n"
+    )
+    kept = tmp_path / "site-check.json"
+    save_findings(kept, site())
+    good = kept.read_bytes()
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert main(["site", "check", "--timeout", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "no-such-kubeconfig") in err and "the kept findings are unchanged" in err, err
+    assert kept.read_bytes() == good
+
+
+def test_a_bmc_error_keeps_its_start_and_its_end_where_the_credentials_are_named() -> None:
+    """Issue 36 (re-attack): the BMC's error, cut at 200 characters, lost the credentials file's
+    path at its end. The middle is cut instead."""
+    from metalflow.site_check import clip
+
+    path = "/etc/metalflow/credentials/" + "rack-17/" * 12 + "gpu-0042.json"
+    text = (
+        "BMC gpu-0042: POST /redfish/v1/SessionService/Sessions answered 401 "
+        + "NoValidSession: "
+        + "x" * 300
+        + f" (check the credentials in file {path})\nsecond line"
+    )
+    said = clip(text)
+    assert said.startswith("BMC gpu-0042: POST /redfish/v1/SessionService/Sessions answered 401")
+    assert said.endswith(f"(check the credentials in file {path})") and " ... " in said, said
+    assert len(said) < len(text.splitlines()[0]) and clip("short\nmore") == "short"
+
+
+def test_a_check_stamped_in_the_future_says_a_clock_is_off(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    path = tmp_path / "site-check.json"
+    save_findings(path, site())  # checked 2026-11-29T07:00:00Z
+    earlier = datetime(2026, 11, 29, 4, tzinfo=UTC)
+    refuse, lines = consult_words("h1", "reboot", path, now=earlier)
+    assert not refuse and lines == [
+        "the site check of 2026-11-29T07:00:00Z is 3.0 h in the future: this machine's clock or that of "
+        "the machine that ran the check is off, so how old the findings are cannot be told; set the clock "
+        "right and run `metalflow site check`"
+    ]
+    assert consult_words("h1", "reboot", path, now=datetime(2026, 11, 29, 6, 58, tzinfo=UTC)) == (False, [])
