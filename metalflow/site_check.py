@@ -58,6 +58,7 @@ from metalflow.site_readings import (
     kai_eviction,
     pcs_backend,
     pcs_findings,
+    reboot_discovery,
     trust_mode,
 )
 from metalflow.site_verdicts import (
@@ -257,9 +258,12 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     return DPFFinding(version=version, template_privileged=privileged)
 
 
-async def read_dpf_objects(settings: Settings) -> tuple[str, str, tuple[str, ...], list[dict[str, Any]]]:
-    """(trust mode, why, DPUDeployment strategies, DPUDevices): three lists; one that fails
-    leaves its part unknown (a finding, never the check's end)."""
+async def read_dpf_objects(
+    settings: Settings,
+) -> tuple[str, str, tuple[str, ...], list[dict[str, Any]], str]:
+    """(trust mode, why, DPUDeployment strategies, DPUDevices, the agents' reboot-method
+    discovery): three lists; one that fails leaves its part unknown (a finding, never the check's
+    end)."""
 
     async def items(path: str) -> list[dict[str, Any]] | str:
         try:
@@ -274,7 +278,8 @@ async def read_dpf_objects(settings: Settings) -> tuple[str, str, tuple[str, ...
     )
     mode, detail = trust_mode(dpus) if isinstance(dpus, list) else ("", f"DPUs not read: {dpus}")
     strategies = dpuset_strategies(deployments) if isinstance(deployments, list) else ()
-    return mode, detail, strategies, devices if isinstance(devices, list) else []
+    discovery = reboot_discovery(dpus) if isinstance(dpus, list) else ""
+    return mode, detail, strategies, devices if isinstance(devices, list) else [], discovery
 
 
 def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -369,14 +374,16 @@ async def read_grove(settings: Settings) -> GroveFinding:
 
 async def check_site(settings: Settings, site: Site, *, concurrency: int, timeout: float) -> SiteFindings:
     """Read the whole site once: BMCs, DPF and Grove at the same time."""
-    bmcs, dpf, grove, (mode, detail, strategies, devices) = await asyncio.gather(
+    bmcs, dpf, grove, (mode, detail, strategies, devices, discovery) = await asyncio.gather(
         read_bmcs(settings, site, concurrency=concurrency, timeout=timeout),
         read_dpf(settings),
         read_grove(settings),
         read_dpf_objects(settings),
     )
     if dpf.readable and dpf.dpu_served:
-        dpf = replace(dpf, trust_mode=mode, trust_detail=detail, strategies=strategies)
+        dpf = replace(
+            dpf, trust_mode=mode, trust_detail=detail, strategies=strategies, reboot_discovery=discovery
+        )
         bmcs = _with_dpf_credentials(settings, site, bmcs, mode, devices)
     return SiteFindings(
         site=site.name,

@@ -111,6 +111,7 @@ class DPFFinding:
     trust_mode: str = ""  # "zero-trust", "host-trusted", "" unknown (dpf Z1)
     trust_detail: str = ""  # what decided it, or why unknown
     strategies: tuple[str, ...] = ()  # "ns/name: OnDelete" per DPUDeployment (spec.dpus.dpuSetStrategy)
+    reboot_discovery: str = ""  # how the DPU agents find their reboot method, in words (dpf R4)
 
 
 KAI_BACKEND: Final = "kai-scheduler"
@@ -509,6 +510,8 @@ def info(findings: SiteFindings) -> list[str]:
         lines.append(f"DPF trust mode: {dpf.trust_mode or 'unknown'}{detail} (dpf Z1)")
         if dpf.strategies:
             lines.append(f"DPUDeployment strategies: {', '.join(dpf.strategies)}")
+        if dpf.reboot_discovery and dpf.version != "25.10":  # 25.10 serves no agentStatus
+            lines.append(f"DPU agents' reboot-method discovery: {dpf.reboot_discovery} (dpf R4)")
     by_dpf = [b.bmc_id for b in findings.bmcs if b.dpu is not None and b.credentials_by == "dpf"]
     if by_dpf:
         lines.append(f"DPU BMC credentials managed by DPF: {', '.join(by_dpf)} (dpf Z1)")

@@ -679,3 +679,31 @@ def test_a_check_stamped_in_the_future_says_a_clock_is_off(tmp_path: Path) -> No
         "right and run `metalflow site check`"
     ]
     assert consult_words("h1", "reboot", path, now=datetime(2026, 11, 29, 6, 58, tzinfo=UTC)) == (False, [])
+
+
+def test_the_agents_reboot_method_discovery_is_read_from_the_dpus_and_said() -> None:
+    """Issue 36 (re-attack): the check did not say how DPF's agents discover the reboot method
+    (dpf R4): device query (`RebootMethodDiscovery=True` in `status.agentStatus.conditions`, as the
+    agent sets it on each report) or boot ID (a report without it). From the DPUs it lists anyway."""
+    from metalflow.site_readings import reboot_discovery
+    from metalflow.site_verdicts import info
+
+    def dpu(agent: dict[str, object] | None) -> dict[str, object]:
+        return {"status": {"phase": "Ready", **({"agentStatus": agent} if agent is not None else {})}}
+
+    condition = {"type": "RebootMethodDiscovery", "status": "True", "reason": "NoAction"}
+    query = {"rebootMethod": "NoAction", "lastStartupTime": "2026-11-29T07:00:00Z", "conditions": [condition]}
+    boot_id = {"rebootMethod": "SystemLevelReset", "lastStartupTime": "2026-11-29T07:00:00Z"}
+    said = reboot_discovery([dpu(query), dpu(query), dpu(boot_id), dpu(None)])
+    assert said.startswith("device query (RebootMethodDiscovery=True: after a host reboot DPF asks the agent")
+    assert (
+        "on 2 DPU(s); boot ID (a report without RebootMethodDiscovery: an agent MFT older than 4.36.0-95"
+        in said
+    )
+    assert said.endswith("; no agent report yet on 1 DPU(s)")
+    assert reboot_discovery([]) == ""
+    lines = info(site(dpf=DPFFinding(version="26", reboot_discovery=said)))
+    assert f"DPU agents' reboot-method discovery: {said} (dpf R4)" in lines
+    assert not any(
+        "discovery" in line for line in info(site(dpf=DPFFinding(version="25.10", reboot_discovery=said)))
+    )
