@@ -8,7 +8,8 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
 - DPF: the served OpenAPI v3 schema of `provisioning.dpu.nvidia.com/v1alpha1` (does the DPU
   kind have `status.agentStatus`, `status.rebootStatus`) and of `svc.dpu.nvidia.com/v1alpha1`
   (DPUServiceTemplate `spec.security.privileged`); then every DPU, DPUDevice and DPUDeployment
-  (three cluster-wide lists): the trust mode (`trust_mode`), the DPUDeployments' DPUSet
+  (three cluster-wide lists): the trust mode (`trust_mode`), the DPU agents' reboot-method
+  discovery (`reboot_discovery`, dpf R4), the DPUDeployments' DPUSet
   strategies, and per DPU BMC whether DPF manages its credentials (`dpf_credentials`; dpf Z1);
 - Grove: the resource list of `grove.io/v1alpha1` (PodCliqueSet, PodGangMap served), then every
   PodCliqueSet and PodGangMap (two cluster-wide lists): the PodCliqueSets whose scaling-group

@@ -9,6 +9,8 @@ behaviour rows behind them (simulators/*/BEHAVIOUR.md ids, docs/DOMAIN.md sectio
 Rules, per host (`_host_rules`), each on the components an operation touches only: a DPU reset
 touches the BMCs of the DPUs it resets (`dpus`), a host reset the host BMC, provision, reprovision
 and firmware the host BMC and the DPUs they act on; another DPU's finding does not judge it:
+- a host the check never saw (added to the site file since), or a DPU named that it never saw:
+  every capability but the site's own degraded, "not checked".
 - host BMC unreachable or its credentials refused: provision, reprovision, reboot, firmware (its
   activating power cycle), reset host, `--full` and `--both` blocked (each powers the host:
   DOMAIN.md 4.1; redfish F1/F3); not the Arm's own reset. With `--manual-reboot` (provision,
