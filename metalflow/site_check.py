@@ -8,7 +8,8 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
 - DPF: the served OpenAPI v3 schema of `provisioning.dpu.nvidia.com/v1alpha1` (does the DPU
   kind have `status.agentStatus`, `status.rebootStatus`) and of `svc.dpu.nvidia.com/v1alpha1`
   (DPUServiceTemplate `spec.security.privileged`); then every DPU, DPUDevice and DPUDeployment
-  (three cluster-wide lists): the trust mode (`trust_mode`), the DPUDeployments' DPUSet
+  (three cluster-wide lists): the trust mode (`trust_mode`), the DPU agents' reboot-method
+  discovery (`reboot_discovery`, dpf R4), the DPUDeployments' DPUSet
   strategies, and per DPU BMC whether DPF manages its credentials (`dpf_credentials`; dpf Z1);
 - Grove: the resource list of `grove.io/v1alpha1` (PodCliqueSet, PodGangMap served), then every
   PodCliqueSet and PodGangMap (two cluster-wide lists): the PodCliqueSets whose scaling-group
@@ -19,21 +20,25 @@ Reads only (tests/test_site_check.py proves it from the simulated site's request
   Volcano, Grove's pods (one list by label: those still naming a legacy PodGroup, `pcs_findings`).
   Grove BEHAVIOUR.md K1-K5. What the answers mean: metalflow/site_readings.py (pure).
 
-The findings are kept in the state dir (`site-check.json`, with the time of the check) and read
-by `metalflow host ...` at an operation's start (`load_findings`): one small file, never the site.
+The findings are kept in the state dir (`site-check.json`, or per other site file:
+`findings_path`) and read by `metalflow host ...` at an operation's start (`load_findings`): one
+small file, never the site.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
+from collections.abc import Collection
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from contracts.errors import BMCAuthenticationFailed, MetalflowError
+from contracts.models.campaign_facts import HostGroup
 from contracts.models.grove import GROVE_GROUP, GROVE_VERSION, PART_OF_LABEL
 from contracts.models.inventory import BMCAccess
 from contracts.wording import iso_z
@@ -54,6 +59,7 @@ from metalflow.site_readings import (
     kai_eviction,
     pcs_backend,
     pcs_findings,
+    reboot_discovery,
     trust_mode,
 )
 from metalflow.site_verdicts import (
@@ -61,18 +67,43 @@ from metalflow.site_verdicts import (
     BMCFinding,
     DPFFinding,
     GroveFinding,
+    Reason,
     SiteFindings,
     Verdict,
+    blocked_hosts,
     host_verdict,
 )
 
 FINDINGS_FILE = "site-check.json"
 STALE_AFTER = timedelta(hours=24)  # an operation says that a check older than this is old
+CLOCK_SLACK = timedelta(minutes=5)  # a check stamped later than now by more: a clock is off
 
 
-def findings_path() -> Path:
-    """The findings file, in the state dir (`find_state_dir`: where the settings' site file is by default)."""
-    return find_state_dir()[0] / FINDINGS_FILE
+def site_in_use() -> Path:
+    """The site file operations use, as the settings name it (METALFLOW_SITE_FILE, else the
+    state dir's site.yaml), without reading the rest of the settings."""
+    named = os.environ.get("METALFLOW_SITE_FILE")
+    return Path(named) if named else find_state_dir()[0] / "site.yaml"
+
+
+def findings_path(site_file: Path | None = None) -> Path:
+    """Where the findings of `site_file` (None: the site in use) are kept, in the state dir
+    (`find_state_dir`): `site-check.json` for the state dir's own site.yaml, and
+    `site-check-<12 hex of the sha256 of its absolute path>.json` for any other site file, so a
+    check of another site never replaces the findings of the site in use."""
+    state = find_state_dir()[0]
+    site = (site_file or site_in_use()).absolute()
+    if site == (state / "site.yaml").absolute():
+        return state / FINDINGS_FILE
+    return state / f"site-check-{hashlib.sha256(str(site).encode()).hexdigest()[:12]}.json"
+
+
+def digest(site_file: Path) -> str:
+    """The sha256 of the site file's content ("" when it cannot be read)."""
+    try:
+        return hashlib.sha256(site_file.read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def save_findings(path: Path, findings: SiteFindings) -> None:
@@ -102,6 +133,18 @@ def load_findings(path: Path) -> SiteFindings | None:
         raise FindingsUnreadable(f"{path}: {type(err).__name__}: {err}"[:300]) from None
 
 
+CLIP_HEAD, CLIP_TAIL = 160, 240  # an error's first line kept: its start and its end
+
+
+def clip(text: str) -> str:
+    """An error's first line, its middle cut when long: the start names the BMC and the request,
+    the end what to do (`check the credentials in file /path/...`), so both are kept."""
+    line = (text.splitlines() or [""])[0]
+    if len(line) <= CLIP_HEAD + CLIP_TAIL + 5:
+        return line
+    return f"{line[:CLIP_HEAD]} ... {line[-CLIP_TAIL:]}"
+
+
 async def _read_bmc(client: RedfishClient, access: BMCAccess, host_id: str, dpu: str | None,
                     timeout: float) -> BMCFinding:  # fmt: skip
     base: dict[str, Any] = {"bmc_id": access.bmc_id, "host_id": host_id, "dpu": dpu}
@@ -119,15 +162,13 @@ async def _read_bmc(client: RedfishClient, access: BMCAccess, host_id: str, dpu:
                 update_service=isinstance(root.get("UpdateService"), dict),
             )
     except BMCAuthenticationFailed as err:
-        return BMCFinding(**base, credentials_ok=False, error=err.message.splitlines()[0][:200])
+        return BMCFinding(**base, credentials_ok=False, error=clip(err.message))
     except TimeoutError:
         return BMCFinding(**base, reachable=False, error=f"no answer within {timeout:g} s")
     except MetalflowError as err:
-        return BMCFinding(
-            **base, reachable=False, error=f"{type(err).__name__}: {err.message}".splitlines()[0][:200]
-        )
+        return BMCFinding(**base, reachable=False, error=clip(f"{type(err).__name__}: {err.message}"))
     except Exception as err:  # noqa: BLE001 - one BMC's failure is a finding, never the check's end
-        return BMCFinding(**base, reachable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        return BMCFinding(**base, reachable=False, error=clip(f"{type(err).__name__}: {err}"))
 
 
 async def read_bmcs(
@@ -203,7 +244,7 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     except Exception as err:  # noqa: BLE001 - a finding
         if _status_of(err) == 404:
             return DPFFinding(dpu_served=False)
-        return DPFFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        return DPFFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"))
     dpu = _schema(doc, "DPU")
     if dpu is None:
         return DPFFinding(dpu_served=False)
@@ -218,15 +259,18 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     return DPFFinding(version=version, template_privileged=privileged)
 
 
-async def read_dpf_objects(settings: Settings) -> tuple[str, str, tuple[str, ...], list[dict[str, Any]]]:
-    """(trust mode, why, DPUDeployment strategies, DPUDevices): three lists; one that fails
-    leaves its part unknown (a finding, never the check's end)."""
+async def read_dpf_objects(
+    settings: Settings,
+) -> tuple[str, str, tuple[str, ...], list[dict[str, Any]], str]:
+    """(trust mode, why, DPUDeployment strategies, DPUDevices, the agents' reboot-method
+    discovery): three lists; one that fails leaves its part unknown (a finding, never the check's
+    end)."""
 
     async def items(path: str) -> list[dict[str, Any]] | str:
         try:
             return list((await asyncio.to_thread(_get, settings, path)).get("items") or [])
         except Exception as err:  # noqa: BLE001 - a finding
-            return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+            return clip(f"{type(err).__name__}: {err}")
 
     dpus, devices, deployments = await asyncio.gather(
         items(f"{PROVISIONING}/dpus"),
@@ -235,7 +279,8 @@ async def read_dpf_objects(settings: Settings) -> tuple[str, str, tuple[str, ...
     )
     mode, detail = trust_mode(dpus) if isinstance(dpus, list) else ("", f"DPUs not read: {dpus}")
     strategies = dpuset_strategies(deployments) if isinstance(deployments, list) else ()
-    return mode, detail, strategies, devices if isinstance(devices, list) else []
+    discovery = reboot_discovery(dpus) if isinstance(dpus, list) else ""
+    return mode, detail, strategies, devices if isinstance(devices, list) else [], discovery
 
 
 def gated_podcliquesets(pcs_items: list[dict[str, Any]], maps: list[dict[str, Any]]) -> tuple[str, ...]:
@@ -270,7 +315,7 @@ async def _read_scheduling(settings: Settings, pcs_items: list[dict[str, Any]]) 
     from urllib.parse import quote
 
     def why(err: Exception) -> str:
-        return f"{type(err).__name__}: {err}".splitlines()[0][:160]
+        return clip(f"{type(err).__name__}: {err}")
 
     try:
         cms = await asyncio.to_thread(
@@ -312,7 +357,7 @@ async def read_grove(settings: Settings) -> GroveFinding:
     except Exception as err:  # noqa: BLE001 - a finding
         if _status_of(err) == 404:
             return GroveFinding(pcs_served=False, podgangmap_served=False)
-        return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        return GroveFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"))
     served = {r.get("name") for r in listed.get("resources") or [] if isinstance(r, dict)}
     found = GroveFinding(pcs_served="podcliquesets" in served, podgangmap_served="podgangmaps" in served)
     if not (found.pcs_served and found.podgangmap_served):
@@ -323,23 +368,33 @@ async def read_grove(settings: Settings) -> GroveFinding:
             asyncio.to_thread(_get, settings, f"{base}/podgangmaps"),
         )
     except Exception as err:  # noqa: BLE001 - a finding
-        return GroveFinding(readable=False, error=f"{type(err).__name__}: {err}".splitlines()[0][:200])
+        return GroveFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"))
     gated = gated_podcliquesets(pcs_items.get("items") or [], maps.get("items") or [])
     return GroveFinding(gated=gated, **await _read_scheduling(settings, pcs_items.get("items") or []))
 
 
 async def check_site(settings: Settings, site: Site, *, concurrency: int, timeout: float) -> SiteFindings:
     """Read the whole site once: BMCs, DPF and Grove at the same time."""
-    bmcs, dpf, grove, (mode, detail, strategies, devices) = await asyncio.gather(
+    bmcs, dpf, grove, (mode, detail, strategies, devices, discovery) = await asyncio.gather(
         read_bmcs(settings, site, concurrency=concurrency, timeout=timeout),
         read_dpf(settings),
         read_grove(settings),
         read_dpf_objects(settings),
     )
     if dpf.readable and dpf.dpu_served:
-        dpf = replace(dpf, trust_mode=mode, trust_detail=detail, strategies=strategies)
+        dpf = replace(
+            dpf, trust_mode=mode, trust_detail=detail, strategies=strategies, reboot_discovery=discovery
+        )
         bmcs = _with_dpf_credentials(settings, site, bmcs, mode, devices)
-    return SiteFindings(site=site.name, checked_at=iso_z(datetime.now(UTC)), bmcs=bmcs, dpf=dpf, grove=grove)
+    return SiteFindings(
+        site=site.name,
+        checked_at=iso_z(datetime.now(UTC)),
+        bmcs=bmcs,
+        dpf=dpf,
+        grove=grove,
+        site_file=str(settings.site_file.absolute()),
+        site_digest=digest(settings.site_file),
+    )
 
 
 def _with_dpf_credentials(
@@ -369,18 +424,51 @@ def _with_dpf_credentials(
 
 
 def consult(
-    host_id: str | None, capability: str | None, path: Path | None = None, *, pcs: str | None = None
-) -> tuple[Verdict, str] | None:
+    host_id: str | None,
+    capability: str | None,
+    path: Path | None = None,
+    *,
+    pcs: str | None = None,
+    dpus: Collection[str] | None = None,
+    manual_reboot: bool = False,
+) -> tuple[Verdict, SiteFindings] | None:
     """The kept verdict of `capability` for `host_id` (None: the site's own rules only, for a
-    rollout or a campaign; a rollout's for PodCliqueSet `pcs`, `namespace/name`) and when it was
-    checked, or None: no capability, or no check kept (an operation then runs as before). One
-    small file read."""
+    rollout or a campaign; a rollout's for PodCliqueSet `pcs`, `namespace/name`; on the host, the
+    components the operation touches: `dpus` and `manual_reboot` as `host_verdict` takes them) and
+    when it was checked, or None: no capability, or no check kept (an operation then runs as
+    before). One small file read."""
     if capability is None:
         return None
     findings = load_findings(path or findings_path())
     if findings is None:
         return None
-    return host_verdict(findings, host_id, capability, pcs=pcs), findings.checked_at
+    verdict = host_verdict(findings, host_id, capability, pcs=pcs, dpus=dpus, manual_reboot=manual_reboot)
+    return verdict, findings
+
+
+def said_line(reason: Reason) -> str:
+    """A reason as an operation says it: its words and its behaviour rows."""
+    return reason.text + (f" [{', '.join(reason.rows)}]" if reason.rows else "")
+
+
+def campaign_blocks(
+    capability: str, path: Path | None = None, *, manual_reboot: bool = False
+) -> tuple[HostGroup, ...]:
+    """The hosts the kept check blocks `capability` on (a campaign's per-host operation), grouped
+    by why, naming the finding and `metalflow site check`: a campaign's admission leaves them out
+    (`CampaignInput.site_blocked`). None without a kept check; `FindingsUnreadable` as `consult`."""
+    findings = load_findings(path or findings_path())
+    if findings is None:
+        return ()
+    groups: dict[str, list[str]] = {}
+    for host_id, reasons in blocked_hosts(findings, capability, manual_reboot=manual_reboot).items():
+        said = "; ".join(said_line(r) for r in reasons)
+        why = (
+            f"{capability} is blocked on it by the site check of {findings.checked_at}: {said} "
+            "(run `metalflow site check` again once fixed)"
+        )
+        groups.setdefault(why, []).append(host_id)
+    return tuple(HostGroup(reason=why, host_ids=tuple(ids)) for why, ids in groups.items())
 
 
 def consult_words(
@@ -390,11 +478,13 @@ def consult_words(
     now: datetime | None = None,
     *,
     pcs: str | None = None,
+    dpus: Collection[str] | None = None,
+    manual_reboot: bool = False,
 ) -> tuple[bool, list[str]]:
     """(refuse?, lines to say) for an operation on `host_id` needing `capability`. A check older
     than `STALE_AFTER` is still obeyed, and said to be old (run it again: the site may have moved)."""
     try:
-        found = consult(host_id, capability, path, pcs=pcs)
+        found = consult(host_id, capability, path, pcs=pcs, dpus=dpus, manual_reboot=manual_reboot)
     except FindingsUnreadable as err:
         return True, [
             f"the kept site check cannot be read ({err}): nothing was started; run `metalflow site "
@@ -402,7 +492,8 @@ def consult_words(
         ]
     if found is None:
         return False, []
-    verdict, checked_at = found
+    verdict, findings = found
+    checked_at = findings.checked_at
     age = (now or datetime.now(UTC)) - (parse_time(checked_at) or datetime.now(UTC))
     hours = f"{age.total_seconds() / 3600:.0f} h old"
     stale = (
@@ -410,9 +501,24 @@ def consult_words(
         if age > STALE_AFTER
         else []
     )
+    if -age > CLOCK_SLACK:  # made "later" than now: a clock is off, and its age cannot be told
+        stale.append(
+            f"the site check of {checked_at} is {-age.total_seconds() / 3600:.1f} h in the future: this "
+            "machine's clock or that of the machine that ran the check is off, so how old the "
+            "findings are cannot be told; set the clock right and run `metalflow site check`"
+        )
+    if (
+        host_id is not None
+        and findings.site_digest
+        and findings.site_digest != digest(Path(findings.site_file))
+    ):
+        stale.append(
+            f"the site file {findings.site_file} changed since the site check of {checked_at} (hosts or "
+            "BMCs changed since are judged as the check saw them): run `metalflow site check`"
+        )
     if verdict.status == "ready":
         return False, stale
-    lines = [f"{r.text} [{', '.join(r.rows)}]" for r in verdict.reasons if r.status == verdict.status]
+    lines = [said_line(r) for r in verdict.reasons if r.status == verdict.status]
     where = host_id or pcs or "the site"
     head = f"{verdict.capability} is {verdict.status} on {where} by the site check of {checked_at}" + (
         " (run `metalflow site check` again once fixed)" if verdict.status == "blocked" else ""

@@ -6,14 +6,21 @@ the same for one host (what an operation's start consults: `metalflow host ...` 
 operation whose capability is blocked for its host). Each verdict names its reasons and the
 behaviour rows behind them (simulators/*/BEHAVIOUR.md ids, docs/DOMAIN.md sections).
 
-Rules, per host (`_rules`):
-- host BMC unreachable or its credentials refused: provision, reprovision, reboot, every reset
-  sequence blocked (each powers the host: DOMAIN.md 4.1; redfish F1/F3).
-- host BMC without both PowerCycle and LastResetTime: reboot, reset host, reset both, provision
-  and reprovision degraded (power cycle by ForceOff, wait, On: slower; a retried cycle cannot
-  prove it happened; redfish H2, B13).
-- a DPU BMC unreachable or refusing its credentials: every DPU reset sequence and firmware blocked;
-  provision and reprovision degraded (unplanned resets of that DPU are not seen; redfish B11).
+Rules, per host (`_host_rules`), each on the components an operation touches only: a DPU reset
+touches the BMCs of the DPUs it resets (`dpus`), a host reset the host BMC, provision, reprovision
+and firmware the host BMC and the DPUs they act on; another DPU's finding does not judge it:
+- a host the check never saw (added to the site file since), or a DPU named that it never saw:
+  every capability but the site's own degraded, "not checked".
+- host BMC unreachable or its credentials refused: provision, reprovision, reboot, firmware (its
+  activating power cycle), reset host, `--full` and `--both` blocked (each powers the host:
+  DOMAIN.md 4.1; redfish F1/F3); not the Arm's own reset. With `--manual-reboot` (provision,
+  reprovision, reboot) a person reboots: degraded, saying so, not blocked.
+- host BMC without both PowerCycle and LastResetTime: reboot, reset host, reset both, provision,
+  reprovision and firmware degraded (power cycle by ForceOff, wait, On: slower; a retried cycle
+  cannot prove it happened; redfish P1, P2).
+- a DPU BMC unreachable or refusing its credentials: that DPU's reset sequences and firmware
+  blocked; provision and reprovision degraded (unplanned resets of that DPU are not seen;
+  redfish B11).
 - a DPU BMC without ForceRestart: `reset --dpu/--all-dpus` blocked (redfish B4); without
   PowerCycle: `--full` and `--both` blocked (redfish B5, B13).
 - a DPU BMC without `BootProgress`: every DPU reset sequence blocked (the sequences wait for
@@ -36,6 +43,7 @@ Per PodCliqueSet, for its rollout (`host_verdict(..., pcs=...)`; the site's verd
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -60,6 +68,10 @@ CAPABILITIES: Final = (
     BFB_CAMPAIGN, FLAVOR_CAMPAIGN, ROLLOUT,
 )  # fmt: skip
 DPU_RESETS: Final = (RESET_ARM, RESET_FULL, RESET_BOTH)
+# What powers the host through its BMC (every reboot, the host off around a full DPU reset, the
+# firmware's activating power cycle); the Arm's own reset does not touch the host BMC.
+HOST_POWERED: Final = (PROVISION, REPROVISION, REBOOT, RESET_FULL, RESET_HOST, RESET_BOTH, FIRMWARE)
+MANUAL_REBOOT: Final = (PROVISION, REPROVISION, REBOOT)  # the operations `--manual-reboot` takes
 SITE_ONLY: Final = (BFB_CAMPAIGN, FLAVOR_CAMPAIGN, ROLLOUT)
 
 
@@ -101,6 +113,7 @@ class DPFFinding:
     trust_mode: str = ""  # "zero-trust", "host-trusted", "" unknown (dpf Z1)
     trust_detail: str = ""  # what decided it, or why unknown
     strategies: tuple[str, ...] = ()  # "ns/name: OnDelete" per DPUDeployment (spec.dpus.dpuSetStrategy)
+    reboot_discovery: str = ""  # how the DPU agents find their reboot method, in words (dpf R4)
 
 
 KAI_BACKEND: Final = "kai-scheduler"
@@ -140,6 +153,10 @@ class SiteFindings:
     bmcs: tuple[BMCFinding, ...] = ()
     dpf: DPFFinding = field(default_factory=DPFFinding)
     grove: GroveFinding = field(default_factory=GroveFinding)
+    # The site file checked (its absolute path) and its content's sha256: the findings are that
+    # file's (metalflow/site_check.py keeps each site file's apart); "" in a check kept before.
+    site_file: str = ""
+    site_digest: str = ""
 
     def hosts(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(b.host_id for b in self.bmcs))
@@ -172,6 +189,8 @@ class SiteFindings:
                 }
             ),
             grove=GroveFinding(**grove),
+            site_file=str(data.get("site_file") or ""),
+            site_digest=str(data.get("site_digest") or ""),
         )
 
 
@@ -200,16 +219,39 @@ def _worst(reasons: list[Reason]) -> Status:
     return max((r.status for r in reasons), key=STATUSES.index, default="ready")
 
 
-def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]:
+def _host_rules(
+    findings: SiteFindings,
+    host_id: str,
+    dpus: Collection[str] | None = None,
+    manual_reboot: bool = False,
+) -> dict[str, list[Reason]]:
+    """Each capability's reasons on `host_id`'s components: its host BMC, and the BMCs of `dpus`
+    (None: every DPU of the host); with `manual_reboot` the host BMC's findings do not stop what a
+    person reboots (`MANUAL_REBOOT`)."""
     out: dict[str, list[Reason]] = {c: [] for c in CAPABILITIES}
 
     def add(caps: tuple[str, ...], status: Status, text: str, *rows: str) -> None:
         for cap in caps:
             out[cap].append(Reason(status, text, rows))
 
+    host_caps = tuple(c for c in CAPABILITIES if c not in SITE_ONLY)
+    seen = {b.dpu for b in findings.bmcs if b.host_id == host_id}
+    if not seen:
+        add(host_caps, "degraded", _not_checked(findings, f"host {host_id}", "its BMCs are"))
+        return out
+    for dpu in sorted(set(dpus or ()) - seen):
+        add(host_caps, "degraded", _not_checked(findings, f"{host_id}: DPU {dpu}", "its BMC is"))
     host_bmcs = [b for b in findings.bmcs if b.host_id == host_id and b.dpu is None]
-    dpu_bmcs = [b for b in findings.bmcs if b.host_id == host_id and b.dpu is not None]
-    powered = (PROVISION, REPROVISION, REBOOT, RESET_FULL, RESET_HOST, RESET_BOTH)  # not the Arm's own
+    dpu_bmcs = [
+        b for b in findings.bmcs
+        if b.host_id == host_id and b.dpu is not None and (dpus is None or b.dpu in dpus)
+    ]  # fmt: skip
+    powered: tuple[str, ...] = HOST_POWERED
+    if manual_reboot:  # a person reboots: the host BMC is not used for these
+        powered = tuple(c for c in HOST_POWERED if c not in MANUAL_REBOOT)
+        for bmc in host_bmcs:
+            if not bmc.usable:
+                add(MANUAL_REBOOT, "degraded", _manual(host_id, bmc), "DOMAIN 4.1")
     for bmc in host_bmcs:
         if not bmc.usable:
             add(
@@ -222,11 +264,11 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
         if not ("PowerCycle" in bmc.reset_types and bmc.last_reset_time):
             missing = "PowerCycle" if "PowerCycle" not in bmc.reset_types else "LastResetTime"
             add(
-                (PROVISION, REPROVISION, REBOOT, RESET_HOST, RESET_BOTH),
+                tuple(c for c in powered if c != RESET_FULL),  # --full: the host off, then On
                 "degraded",
                 f"{host_id}: host BMC {bmc.bmc_id} has no {missing}: power cycles by ForceOff, wait, On "
                 "(slower; a retried cycle cannot prove the first happened)",
-                "redfish H2",
+                "redfish P1" if missing == "PowerCycle" else "redfish P2",
                 "DOMAIN 4.1",
             )
     for bmc in dpu_bmcs:
@@ -262,6 +304,24 @@ def _host_rules(findings: SiteFindings, host_id: str) -> dict[str, list[Reason]]
                 "redfish H6",
             )
     return out
+
+
+def _not_checked(findings: SiteFindings, what: str, judged: str) -> str:
+    """A host (or DPU) the kept check never saw: added to the site file since, most likely."""
+    of = f" of {findings.site_file}" if findings.site_file else ""
+    return (
+        f"{what} was not checked: the site check{of} of {findings.checked_at} did not see it (added "
+        f"since?), so {judged} not judged; run `metalflow site check`"
+    )
+
+
+def _manual(host_id: str, bmc: BMCFinding) -> str:
+    """What a `--manual-reboot` operation says when the host BMC cannot be used."""
+    return (
+        f"{host_id}: host {bmc.trouble()}; with --manual-reboot metalflow does not use it: a person "
+        f"reboots the host and then runs `metalflow host-rebooted {host_id}` at each reboot the "
+        "operation waits for"
+    )
 
 
 def _dpf_managed(host_id: str, bmc: BMCFinding) -> str:
@@ -387,15 +447,38 @@ def _pcs_reasons(grove: GroveFinding, found: PCSFinding) -> list[Reason]:
 
 
 def host_verdict(
-    findings: SiteFindings, host_id: str | None, capability: str, *, pcs: str | None = None
+    findings: SiteFindings,
+    host_id: str | None,
+    capability: str,
+    *,
+    pcs: str | None = None,
+    dpus: Collection[str] | None = None,
+    manual_reboot: bool = False,
 ) -> Verdict:
-    """The verdict of `capability` for one host: the site's rules and that host's (None: the
-    site's rules only); a rollout's for PodCliqueSet `pcs` (`namespace/name`; None: every one)."""
+    """The verdict of `capability` for one host: the site's rules and those of the host's
+    components the operation touches (None: the site's rules only): its host BMC where it powers
+    the host (not with `manual_reboot`: a person reboots), and the BMCs of the DPUs it acts on
+    (`dpus`; None: every DPU of the host). A rollout's for PodCliqueSet `pcs` (`namespace/name`;
+    None: every one)."""
     if capability not in CAPABILITIES:
         raise ValueError(f"unknown capability {capability!r}; one of {', '.join(CAPABILITIES)}")
-    own = _host_rules(findings, host_id)[capability] if host_id is not None else []
+    own = _host_rules(findings, host_id, dpus, manual_reboot)[capability] if host_id is not None else []
     reasons = _site_rules(findings, pcs)[capability] + own
     return Verdict(capability, _worst(reasons), tuple(reasons))
+
+
+def blocked_hosts(
+    findings: SiteFindings, capability: str, *, manual_reboot: bool = False
+) -> dict[str, tuple[Reason, ...]]:
+    """Each checked host on which `capability` is blocked by its own components (every DPU: a
+    campaign acts on them all), with those reasons: what a campaign leaves out, as `metalflow host`
+    refuses it there. The site's own rules are not here (they refuse the whole campaign)."""
+    out = {}
+    for host_id in findings.hosts():
+        reasons = _host_rules(findings, host_id, None, manual_reboot)[capability]
+        if blocked := tuple(r for r in reasons if r.status == "blocked"):
+            out[host_id] = blocked
+    return out
 
 
 def verdicts(findings: SiteFindings) -> tuple[Verdict, ...]:
@@ -429,6 +512,8 @@ def info(findings: SiteFindings) -> list[str]:
         lines.append(f"DPF trust mode: {dpf.trust_mode or 'unknown'}{detail} (dpf Z1)")
         if dpf.strategies:
             lines.append(f"DPUDeployment strategies: {', '.join(dpf.strategies)}")
+        if dpf.reboot_discovery and dpf.version != "25.10":  # 25.10 serves no agentStatus
+            lines.append(f"DPU agents' reboot-method discovery: {dpf.reboot_discovery} (dpf R4)")
     by_dpf = [b.bmc_id for b in findings.bmcs if b.dpu is not None and b.credentials_by == "dpf"]
     if by_dpf:
         lines.append(f"DPU BMC credentials managed by DPF: {', '.join(by_dpf)} (dpf Z1)")

@@ -62,7 +62,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # host id -> (variant as README's table names it, host BMC profile, DPU model)
 HOSTS = {
     "sc-001": ("DPF 25.10, host BMC `powercycle`, BF3", "powercycle", "BF3"),
-    "sc-002": ("host BMC `no-powercycle` (H2)", "no-powercycle", "BF3"),
+    "sc-002": ("host BMC `no-powercycle` (P1)", "no-powercycle", "BF3"),
     "sc-003": ("host BMC `basic-only`: no UpdateService (H6)", "basic-only", "BF3"),
     "sc-004": ("BF4 DPU", "powercycle", "BF4"),
     "sc-005": ("", "powercycle", "BF3"),  # as sc-001: a DPU BMC fault of its own in the second check
@@ -161,7 +161,7 @@ async def test_a_clean_site_is_ready_or_degraded_per_variant_read_only(sim: Runn
     assert "PowerCycle" not in bmcs["sc-002"]["reset_types"] and bmcs["sc-001"]["last_reset_time"]
     assert bmcs["sc-004-dpu-0"]["boot_progress"] and "PowerCycle" in bmcs["sc-004-dpu-0"]["reset_types"]
     reboot = next(v for v in document["verdicts"] if v["capability"] == "reboot")
-    assert reboot["status"] == "degraded" and reboot["reasons"][0]["rows"] == ["redfish H2", "DOMAIN 4.1"]
+    assert reboot["status"] == "degraded" and reboot["reasons"][0]["rows"] == ["redfish P1", "DOMAIN 4.1"]
     no_writes(sim, audit_before)
     for bmc_id in bmcs:  # the module's first check: one session (at most one login) per BMC
         logins = sim.bmc_requests(bmc_id).get("POST /redfish/v1/SessionService/Sessions", 0)
@@ -180,7 +180,7 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
     local_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
 ) -> None:
     """Issue 36 deliver 4 for host operations: `host reboot` of a host whose BMC has no PowerCycle
-    (degraded, redfish H2) runs, and the words the CLI printed on stderr reach the run: the
+    (degraded, redfish P1) runs, and the words the CLI printed on stderr reach the run: the
     entity's `OperationStarted` Event (the operation's start Event) ends with them. Before, they
     were only the CLI's stderr lines. Its own site: the module's must see no write."""
     one = {"sc-601": ("", "no-powercycle", "BF3")}
@@ -207,7 +207,7 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
 
 
 async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capability_is_refused(
-    sim: RunningSim,
+    sim: RunningSim, local_env: WorkflowEnvironment
 ) -> None:
     for bmc_id, fault in (("sc-001", "wrong-credentials"), ("sc-005-dpu-0", "unreachable")):
         httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/{fault}", timeout=10).raise_for_status()
@@ -224,11 +224,61 @@ async def test_faults_block_what_they_stop_and_an_operation_on_a_blocked_capabil
         assert refused.returncode == 1, refused.stderr  # refused before Temporal is asked
         assert "sc-001: refused: reboot is blocked on sc-001" in refused.stderr
         assert "metalflow site check" in refused.stderr and "[redfish F1]" in refused.stderr
+        # With --manual-reboot a person reboots: the dead host BMC does not refuse it; it goes on
+        # (to Temporal, unreachable here: 3), saying so.
+        manual = await check(sim, "host", "reboot", "sc-001", "--manual-reboot", "--address", "127.0.0.1:1")
+        assert manual.returncode == 3, manual.stderr
+        assert "reboot is degraded on sc-001" in manual.stderr and "a person reboots" in manual.stderr
         full = await check(sim, "host", "reset", "sc-004", "--all-dpus", "--full", "--address", "127.0.0.1:1")
         assert full.returncode == 1 and "does not offer PowerCycle [redfish B5, redfish B13]" in full.stderr
+        # A firmware campaign leaves out the hosts `host firmware` is refused on, naming the finding:
+        # sc-001 (its host BMC: the activating power cycle) and sc-005 (its DPU's BMC); sc-002 runs.
+        fw = ["--firmware", "32.45.1020", "--image", "https://fw.example.test/fw.bin", "--canary", "0"]
+        env = rollout_env(sim, local_env)
+        hosts = ["--hosts", "sc-001,sc-002,sc-005"]
+        planned = await metalflow(
+            env, "campaign", "plan", "sc-fw", *hosts, *fw, "--json", "--task-queue", "sc-fw"
+        )
+        assert planned.returncode == 0, planned.stderr
+        plan = json.loads(planned.stdout)
+        left = {h: g["reason"] for g in plan["left_out"] for h in g["host_ids"]}
+        assert "site check" not in left.get("sc-002", ""), left  # (never provisioned here: DPF's reason)
+        assert "firmware is blocked on it by the site check of" in left["sc-005"], left
+        assert "sc-005-dpu-0 unreachable" in left["sc-005"] and "[redfish F3]" in left["sc-005"], left
+        assert "refuses the stored credentials" in left["sc-001"], left
     finally:
         for bmc_id in ("sc-001", "sc-005-dpu-0"):
             httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc_id}/clear", timeout=10).raise_for_status()
+
+
+async def test_another_site_files_check_is_kept_apart_and_a_host_added_since_is_not_checked(
+    sim: RunningSim,
+) -> None:
+    """`site check --site OTHER` replaced the findings of the site in use; a host added to the site
+    file after its check ran unwarned. Now each site file keeps its own findings, and an
+    operation on a host its check never saw says 'not checked' (degraded: it goes on, to an
+    unreachable Temporal here: 3), and that the site file changed since."""
+    import yaml
+
+    kept = sim.state_dir / "site-check.json"
+    before = kept.read_bytes() if kept.exists() else None
+    loaded = yaml.safe_load(sim.site_file.read_text())
+    subset = sim.site_file.parent / "subset.yaml"
+    subset.write_text(
+        yaml.safe_dump({**loaded, "hosts": [h for h in loaded["hosts"] if h["id"] == "sc-002"]})
+    )
+    checked = await check(sim, "site", "check", "--site", str(subset))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert (kept.read_bytes() if kept.exists() else None) == before  # the site in use's findings stand
+    assert f"({subset.absolute()})" in checked.stdout and "site-check-" in checked.stdout, checked.stdout
+    added = [h for h in loaded["hosts"] if h["id"] in ("sc-002", "sc-003")]
+    subset.write_text(yaml.safe_dump({**loaded, "hosts": added}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "METALFLOW_", "KUBECONFIG"))}
+    env |= {"METALFLOW_STATE_DIR": str(sim.state_dir), "METALFLOW_SITE_FILE": str(subset)}
+    reboot = await metalflow(env, "host", "reboot", "sc-003", "--address", "127.0.0.1:1")
+    assert reboot.returncode == 3, reboot.stderr
+    assert "reboot is degraded on sc-003" in reboot.stderr and "host sc-003 was not checked" in reboot.stderr
+    assert f"the site file {subset.absolute()} changed since the site check" in reboot.stderr
 
 
 @pytest.mark.parametrize(
@@ -288,7 +338,7 @@ async def test_a_podcliqueset_changed_under_on_delete_degrades_the_rollout(sim: 
     assert findings is not None
     site_only = row(
         "Grove: a PodCliqueSet changed under OnDelete (G5)",
-        {c: host_verdict(findings, "no-such-host", c).status for c in CAPABILITIES},
+        {c: host_verdict(findings, None, c).status for c in CAPABILITIES},  # the site's own rules
     )
     assert site_only in readme_rows(), f"README's table lacks:\n{site_only}"
 
@@ -464,6 +514,10 @@ async def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_
         document = json.loads(result.stdout)
         assert "DPF trust mode: zero-trust (1 DPU(s), status.deploymentMode) (dpf Z1)" in document["info"]
         assert "DPUDeployment strategies: dpf-operator-system/gpu-compute: OnDelete" in document["info"]
+        # the agents' reboot-method discovery (dpf R4), read from the DPUs already listed: the
+        # simulated site's initialised DPUs carry no agent report (tests/fast: the two modes)
+        discovery = "DPU agents' reboot-method discovery: no agent report yet on 1 DPU(s) (dpf R4)"
+        assert discovery in document["info"], document["info"]
         bmc = next(b for b in document["findings"]["bmcs"] if b["bmc_id"] == "sc-401-dpu-0")
         assert bmc["credentials_by"] == "dpf" and not bmc["credentials_ok"]
         assert (

@@ -196,6 +196,9 @@ class CampaignInput(_Frozen):
     host_policy: OperationPolicy | None = None  # reprovisions: None is each host's own policy
     # What the last run knew (None on the first run): the state object itself, as this shape.
     progress: CampaignProgress | None = None
+    # Hosts the kept `metalflow site check` blocks this kind's operation on, and why (the CLI
+    # reads them at `plan` and `start`): the admission leaves them out (workflows/campaign/admission.py).
+    site_blocked: tuple[HostGroup, ...] = ()
 
     @model_validator(mode="after")
     def _canary_path(self) -> CampaignInput:

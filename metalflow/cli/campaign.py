@@ -76,7 +76,7 @@ from contracts.validation import Reason, Requester, arg_type
 from contracts.wording import iso_z, plural
 from metalflow.cli import campaign_plan, campaign_schedule, exits, workflow_commands
 from metalflow.cli.campaign_options import add_options, campaign_input, positive_int
-from metalflow.cli.campaign_plan import PlanRefused, checked
+from metalflow.cli.campaign_plan import PlanRefused, SiteRefused, checked, with_site_check
 from metalflow.cli.campaign_render import (
     details,
     print_named,
@@ -223,13 +223,12 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
         request = campaign_input(args.name, args)
     except ValueError as err:
         raise CampaignError(f"campaign refused, nothing started: {err}", EXIT_USAGE) from None
-    from metalflow.site_check import consult_words
-    from metalflow.site_verdicts import CAMPAIGN_CAPABILITY
-
-    # The kept `metalflow site check` (one file read): the site's own rules for this kind.
-    refuse, said = consult_words(None, CAMPAIGN_CAPABILITY.get(str(request.target.kind)))
-    if refuse:
-        raise CampaignError("campaign refused, nothing started: " + "; ".join(said), EXIT_FAILED)
+    # The kept `metalflow site check` (one file read): the site's own rules for this kind refuse
+    # it; the hosts it blocks the kind's operation on are left out (as `plan` shows them).
+    try:
+        request, said = with_site_check(request)
+    except SiteRefused as refused:
+        raise CampaignError(f"campaign refused, nothing started: {refused}", EXIT_FAILED) from None
     for line in said:
         print(f"metalflow campaign: {line}", file=sys.stderr)
     # Everything `plan` checks, through the same reads and rules, before anything starts: a refusal

@@ -28,6 +28,7 @@ it names; the rounds are computed in memory (O(batches x hosts): about a second 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -94,6 +95,31 @@ class CampaignPlan(BaseModel):
     refused: str | None = None  # why `start` would refuse it (nothing would change)
 
 
+class SiteRefused(Exception):
+    """The kept `metalflow site check` blocks the campaign's kind on the site (exit 1)."""
+
+
+def with_site_check(request: CampaignInput) -> tuple[CampaignInput, list[str]]:
+    """The campaign as the kept `metalflow site check` has it (one small file read, never the
+    site), for `plan` and `start` alike: the site's own rules for its kind refuse it
+    (`SiteRefused`); the hosts its per-host operation is blocked on (what `metalflow host` would
+    refuse there) go into `site_blocked`, which the admission leaves out naming the finding.
+    Returns it and the lines to say (a degraded site, an old check)."""
+    from contracts.models.operation_policy import RebootMethod
+    from metalflow.site_check import FindingsUnreadable, campaign_blocks, consult_words
+    from metalflow.site_verdicts import CAMPAIGN_CAPABILITY
+
+    refuse, said = consult_words(None, CAMPAIGN_CAPABILITY.get(str(request.target.kind)))
+    if refuse:
+        raise SiteRefused("; ".join(said))
+    manual = request.host_policy is not None and request.host_policy.reboot_method == RebootMethod.MANUAL
+    try:
+        blocked = campaign_blocks(request.target.spec.request, manual_reboot=manual)
+    except FindingsUnreadable as err:  # consult_words refused it first; the file changed since
+        raise SiteRefused(f"the kept site check cannot be read ({err})") from None
+    return request.model_copy(update={"site_blocked": blocked}), said
+
+
 class PlanRefused(Exception):
     """The campaign's rules refuse it (exit 1): `plan` says so, `start` starts nothing."""
 
@@ -127,6 +153,12 @@ async def _plan(client: Client, args: argparse.Namespace) -> int:
         request = campaign_input(args.name, args)
     except ValueError as err:
         raise CommandError(f"plan refused: {err}", EXIT_USAGE) from None
+    try:
+        request, said = with_site_check(request)
+    except SiteRefused as refused:
+        raise CommandError(f"start would refuse it: {refused}", EXIT_FAILED) from None
+    for line in said:
+        print(f"metalflow campaign: {line}", file=sys.stderr)
     try:
         plan = await checked(client, request, args.task_queue)
     except PlanRefused as refused:

@@ -149,7 +149,13 @@ def _site_check_says(args: argparse.Namespace) -> int | None:
         both=bool(getattr(args, "both", False)),
         full=bool(getattr(args, "full", False)),
     )
-    refuse, lines = consult_words(args.host, capability)
+    # only the components it touches: its DPUs; the host BMC unless a person reboots
+    refuse, lines = consult_words(
+        args.host,
+        capability,
+        dpus=getattr(args, "dpus", None),
+        manual_reboot=bool(getattr(args, "manual_reboot", False)),
+    )
     if refuse:
         return _fail(f"{args.host}: refused: " + "; ".join(lines), EXIT_FAILED)
     for line in lines:

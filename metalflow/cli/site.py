@@ -2,8 +2,9 @@
 capability whether it is ready, degraded or blocked, with the reason and the behaviour row.
 
 No Temporal needed. Reads only (metalflow/site_check.py); the findings are kept in the state dir
-(`site-check.json`) and consulted at an operation's start by `metalflow host ...`. Exit status:
-0 nothing blocked, 1 something blocked, 2 bad settings or site file (README's table).
+(`site-check.json`, or one per other site file: metalflow/site_check.py `findings_path`) and
+consulted at an operation's start by `metalflow host ...`. Exit status: 0 nothing blocked, 1
+something blocked, 2 bad settings or site file (README's table).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def _fail(text: str, status: int) -> int:
 
 def handle_check(args: argparse.Namespace) -> int:
     """Run `metalflow site check`."""
+    from contracts.errors import InvalidInput
+    from drivers.kube import load_configuration
     from drivers.settings import Settings
     from drivers.site_file import SiteFileError, load_site
     from metalflow.site_check import check_site, findings_path, save_findings
@@ -94,14 +97,19 @@ def handle_check(args: argparse.Namespace) -> int:
         site = load_site(settings.site_file)
     except SiteFileError as err:
         return _fail(err.message, exits.USAGE)
+    try:  # a kubeconfig that is not there is bad input, not a finding: nothing read, nothing kept
+        load_configuration(settings)
+    except InvalidInput as err:
+        return _fail(f"{err.message}; nothing was checked, the kept findings are unchanged", exits.USAGE)
     findings = asyncio.run(check_site(settings, site, concurrency=args.concurrency, timeout=args.timeout))
-    path = findings_path()
+    path = findings_path(settings.site_file)  # each site file's own: another's are never replaced
     save_findings(path, findings)
     judged = verdicts(findings)
     blocked = any(v.status == "blocked" for v in judged)
     if args.json:
         document = {
             "site": findings.site,
+            "site_file": findings.site_file,
             "checked_at": findings.checked_at,
             "kept_in": str(path),
             "verdicts": [v.to_json() for v in judged],
@@ -110,7 +118,7 @@ def handle_check(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
         return exits.FAILED if blocked else exits.OK
-    print(f"site {findings.site}, checked {findings.checked_at} (kept in {path})")
+    print(f"site {findings.site} ({findings.site_file}), checked {findings.checked_at} (kept in {path})")
     for line in info(findings):
         print(f"  {line}")
     width = max(len(v.capability) for v in judged) + 2

@@ -280,3 +280,61 @@ def test_a_host_held_back_is_left_out_naming_who_and_why_and_the_canary_is_the_n
         "a campaign never asks such a host"
     ), group.reason
     assert rounds_of(reprovision, decided, set(), NOW)[1][0] == (HOSTS[1],)
+
+
+def test_a_campaign_leaves_out_a_host_the_kept_site_check_blocks_for_its_kind(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36 (re-attack): a firmware campaign ran on a host whose DPU BMC the kept site check
+    found dead, where `metalflow host firmware` refuses it. `plan` and `start` read the kept
+    verdicts per host for the kind's operation (`with_site_check`), the admission leaves those
+    hosts out naming the finding; a degraded host runs; the site's own block refuses it all."""
+    from dataclasses import replace as changed
+
+    from metalflow.cli.campaign_plan import SiteRefused, with_site_check
+    from metalflow.site_check import campaign_blocks, save_findings
+    from metalflow.site_verdicts import BMCFinding, DPFFinding, SiteFindings
+
+    def bmcs(host: str, **dpu: Any) -> tuple[BMCFinding, ...]:
+        host_bmc = BMCFinding(bmc_id=host, host_id=host, reset_types=("On", "ForceOff", "PowerCycle"),
+                              last_reset_time=True, update_service=True)  # fmt: skip
+        dpu_bmc = BMCFinding(bmc_id=f"{host}-dpu-0", host_id=host, dpu=f"{host}-dpu-0",
+                             reset_types=("ForceRestart", "PowerCycle"), boot_progress=True,
+                             update_service=True)  # fmt: skip
+        return host_bmc, changed(dpu_bmc, **dpu)
+
+    path = tmp_path / "site-check.json"
+    kept = SiteFindings(
+        site="s", checked_at="2026-11-28T01:00:00Z", dpf=DPFFinding(version="26"),
+        bmcs=bmcs(HOSTS[0]) + bmcs(HOSTS[1], reachable=False, error="no answer") + bmcs(HOSTS[2]),
+    )  # fmt: skip
+    save_findings(path, kept)
+    firmware = _start(canary=0, kind=TargetKind.FIRMWARE, value="32.45.1020", deployment="",
+                      image_uri="http://firmware.example.test/bf-fw-32.45.1020.bfb")  # fmt: skip
+    blocked = campaign_blocks("firmware", path)
+    assert [g.host_ids for g in blocked] == [(HOSTS[1],)]
+    start = firmware.model_copy(update={"site_blocked": blocked})
+    selected = _selected(HOSTS[:3])
+    decided = admit(start, selected, ClaimResult(), None, NOW)
+    assert decided.refusal is None and decided.runs == (HOSTS[0], HOSTS[2])
+    [group] = decided.left_out
+    reason = group.reason
+    assert group.host_ids == (HOSTS[1],), group
+    assert reason.startswith("firmware is blocked on it by the site check of 2026-11-28T01:00:00Z: "), reason
+    assert f"BMC {HOSTS[1]}-dpu-0 unreachable (no answer) [redfish F3]" in reason, reason
+    assert "metalflow site check" in reason and to_claim(start, selected) == (HOSTS[0], HOSTS[2])
+    # A reprovision campaign: that DPU only degrades its reprovision (runs); a dead host BMC blocks it.
+    assert campaign_blocks("reprovision", path) == ()
+    save_findings(path, changed(kept, bmcs=bmcs(HOSTS[0]) + (changed(bmcs(HOSTS[1])[0], reachable=False),)))
+    assert [g.host_ids for g in campaign_blocks("reprovision", path)] == [(HOSTS[1],)]
+    assert campaign_blocks("reprovision", path, manual_reboot=True) == ()  # a person reboots
+    # The CLI's `plan` and `start` both go through `with_site_check` (the kept file of the state dir).
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    save_findings(path, kept)
+    request, said = with_site_check(firmware)
+    assert request.site_blocked == blocked and said[0].startswith(
+        "the site check of 2026-11-28T01:00:00Z is "
+    )
+    save_findings(path, changed(kept, dpf=DPFFinding(readable=False, error="refused")))
+    with pytest.raises(SiteRefused, match="bfb-campaign is blocked on the site"):
+        with_site_check(_start())

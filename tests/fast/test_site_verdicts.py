@@ -80,8 +80,8 @@ def test_a_site_with_everything_is_ready_for_everything() -> None:
 
 def test_a_host_bmc_refusing_its_credentials_blocks_what_powers_the_host_not_the_arms_reset() -> None:
     found = changed(site(host_bmc(credentials_ok=False, error="401"), dpu_bmc()))
-    powered = ("provision", "reprovision", "reboot", "reset-dpu-full", "reset-host", "reset-both")
-    assert found == {cap: ("blocked", ("redfish F1",)) for cap in powered}
+    powered = ("provision", "reprovision", "reboot", "reset-dpu-full", "reset-host", "reset-both", "firmware")
+    assert found == {cap: ("blocked", ("redfish F1",)) for cap in powered}  # firmware: its power cycle
 
 
 def test_an_unreachable_host_bmc_names_the_unreachable_row() -> None:
@@ -96,9 +96,10 @@ def test_a_host_bmc_without_a_provable_power_cycle_degrades_the_power_cycles(mis
         else host_bmc(last_reset_time=False)
     )
     found = changed(site(bmc, dpu_bmc()))
-    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "reset-both"}
+    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "reset-both", "firmware"}
     assert {status for status, _ in found.values()} == {"degraded"}
-    assert all("redfish H2" in rows for _, rows in found.values())
+    row = "redfish P1" if missing == "PowerCycle" else "redfish P2"  # not H2: a firmware row
+    assert all(row in rows for _, rows in found.values())
     assert missing in verdicts(site(bmc, dpu_bmc()))[2].reasons[0].text
 
 
@@ -174,6 +175,52 @@ def test_a_hosts_verdict_has_only_its_own_bmcs_and_the_sites_reasons() -> None:
     assert host_verdict(findings, "h1", "rollout").status == "blocked"
     with pytest.raises(ValueError, match="unknown capability 'nope'"):
         host_verdict(findings, "h1", "nope")
+
+
+def two_dpus(*, dead: str = "h1-dpu-0", host: BMCFinding | None = None) -> SiteFindings:
+    """h1 with two DPUs, the BMC of `dead` unreachable."""
+    return site(
+        host or host_bmc(),
+        dpu_bmc(reachable=dead != "h1-dpu-0"),
+        dpu_bmc(bmc_id="h1-dpu-1", dpu="h1-dpu-1", reachable=dead != "h1-dpu-1"),
+    )
+
+
+def test_an_operation_is_judged_by_the_components_it_touches_only() -> None:
+    """Issue 36 (re-attack): H-dpu-0's dead BMC refused `reset --dpu H-dpu-1`. A DPU reset touches
+    that DPU's BMC, a host reset the host BMC, reprovision and firmware the host BMC and the DPUs
+    they act on."""
+    findings = two_dpus()
+    for cap in ("reset-dpu", "reset-dpu-full", "firmware"):
+        assert host_verdict(findings, "h1", cap, dpus=("h1-dpu-1",)).status == "ready", cap
+        assert host_verdict(findings, "h1", cap, dpus=("h1-dpu-0",)).status == "blocked", cap
+        assert host_verdict(findings, "h1", cap).status == "blocked", cap  # every DPU (--all-dpus)
+    assert host_verdict(findings, "h1", "reprovision", dpus=("h1-dpu-1",)).status == "ready"
+    assert host_verdict(findings, "h1", "reprovision").status == "degraded"
+    assert host_verdict(findings, "h1", "reset-host").status == "ready"  # the host BMC only
+    assert host_verdict(findings, "h1", "reset-both").status == "blocked"  # every DPU
+    dead_host = two_dpus(dead="none", host=host_bmc(reachable=False))
+    assert host_verdict(dead_host, "h1", "reset-dpu", dpus=("h1-dpu-0",)).status == "ready"  # the Arm's own
+    for cap in ("reset-dpu-full", "firmware", "reprovision", "reset-host"):  # each powers the host
+        assert host_verdict(dead_host, "h1", cap, dpus=("h1-dpu-0",)).status == "blocked", cap
+
+
+def test_a_manual_reboot_is_not_refused_by_the_host_bmc_and_says_a_person_reboots(tmp_path: Path) -> None:
+    """Issue 36 (re-attack): `--manual-reboot`, README's answer to a dead host BMC, was refused by
+    that host BMC's block. A person reboots: it runs, degraded, saying so."""
+    path = tmp_path / "site-check.json"
+    save_findings(path, site(host_bmc(credentials_ok=False, error="401"), dpu_bmc()))
+    for operation in ("reboot", "provision", "reprovision"):
+        assert consult_words("h1", operation, path)[0], operation
+        refuse, lines = consult_words("h1", operation, path, manual_reboot=True)
+        assert not refuse, (operation, lines)
+        assert lines[0].startswith(f"{operation} is degraded on h1 by the site check of"), lines
+        assert "a person reboots the host" in lines[1] and "`metalflow host-rebooted h1`" in lines[1], lines
+        assert "refuses the stored credentials" in lines[1], lines
+    # without a host BMC finding against it a manual reboot says nothing; its DPUs still count
+    save_findings(path, site(host_bmc(), dpu_bmc(reachable=False)))
+    assert consult_words("h1", "reboot", path, manual_reboot=True) == (False, [])
+    assert "[redfish B11]" in consult_words("h1", "provision", path, manual_reboot=True)[1][1]
 
 
 def test_every_operation_maps_to_its_capability() -> None:
@@ -489,3 +536,174 @@ def test_the_trust_findings_survive_their_file(tmp_path: Path) -> None:
     findings = site(host_bmc(), dpu_bmc(credentials_by="dpf", dpf_credentials="DPUDevice x"), dpf=dpf)
     save_findings(tmp_path / "f.json", findings)
     assert load_findings(tmp_path / "f.json") == findings
+
+
+@pytest.mark.parametrize(
+    ("argv", "host_dead", "refused"),
+    [
+        (["host", "reset", "h1", "--dpu", "h1-dpu-1"], True, False),  # the healthy DPU's BMC only
+        (["host", "reset", "h1", "--dpu", "h1-dpu-0"], False, True),
+        (["host", "reset", "h1", "--all-dpus"], False, True),
+        (
+            [
+                "host",
+                "firmware",
+                "h1",
+                "--version",
+                "32.45.1020",
+                "--image",
+                "https://i/f.bin",
+                "--dpus",
+                "h1-dpu-1",
+            ],
+            False,
+            False,
+        ),  # fmt: skip
+        (["host", "reprovision", "h1", "--dpus", "h1-dpu-1", "--manual-reboot"], True, False),
+        (["host", "reprovision", "h1", "--dpus", "h1-dpu-1"], True, True),
+    ],
+)
+def test_the_cli_judges_the_components_its_arguments_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], host_dead: bool, refused: bool
+) -> None:
+    """`metalflow host ...`'s start hands the DPUs and `--manual-reboot` to the verdict (h1-dpu-0's
+    BMC unreachable; the host BMC too where `host_dead`)."""
+    from metalflow.cli import build_parser
+    from metalflow.cli.host import _site_check_says
+
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    save_findings(tmp_path / "site-check.json", two_dpus(host=host_bmc(reachable=not host_dead)))
+    args = build_parser().parse_args(argv)
+    assert (_site_check_says(args) is not None) == refused, getattr(args, "site_check", ())
+
+
+def test_each_site_file_keeps_its_own_findings_and_a_host_the_check_never_saw_is_not_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36 (re-attack): `site check --site other.yaml` replaced the findings of the site in
+    use, and a host added after the check ran unwarned. Each site file keeps its own findings (the
+    state dir's site.yaml in site-check.json); a host (or DPU) the check never saw is degraded,
+    'not checked'; a site file changed since the check is said."""
+    from metalflow.site_check import findings_path
+
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("METALFLOW_SITE_FILE", raising=False)
+    own, other = tmp_path / "site.yaml", tmp_path / "other.yaml"
+    assert findings_path() == findings_path(own) == tmp_path / "site-check.json"
+    assert findings_path(other) not in (findings_path(own), findings_path(tmp_path / "third.yaml"))
+    assert findings_path(other).parent == tmp_path and findings_path(other).name.startswith("site-check-")
+    own.write_text("hosts: [h1]\n")
+    other.write_text("hosts: [h9]\n")
+    save_findings(findings_path(own), dataclasses.replace(site(), site_file=str(own), site_digest=_sha(own)))
+    save_findings(findings_path(other), site(host_bmc("h9", reachable=False), dpu_bmc("h9")))
+    assert consult_words("h1", "reboot") == (False, [])  # the site in use's findings stand
+    monkeypatch.setenv("METALFLOW_SITE_FILE", str(other))  # the other site in use: its own findings
+    assert consult_words("h9", "reboot")[0] and not consult_words("h1", "reboot")[0]
+    monkeypatch.delenv("METALFLOW_SITE_FILE")
+    refuse, lines = consult_words("h2", "reboot")  # a host added after the check
+    assert not refuse and lines[0].startswith("reboot is degraded on h2 by the site check of"), lines
+    assert lines[1].startswith(f"host h2 was not checked: the site check of {own} of 2026-11-29T07:00:00Z"), (
+        lines
+    )
+    assert "run `metalflow site check`" in lines[1] and "[" not in lines[1], lines
+    refuse, lines = consult_words("h1", "reset-dpu", dpus=("h1-dpu-7",))  # a DPU added after the check
+    assert not refuse and "h1: DPU h1-dpu-7 was not checked" in lines[1], lines
+    assert consult_words("h2", "rollout") == (False, [])  # the site's own capabilities: no host
+    own.write_text("hosts: [h1, h2]\n")  # changed since the check
+    refuse, lines = consult_words("h1", "reboot")
+    assert not refuse and lines == [
+        f"the site file {own} changed since the site check of 2026-11-29T07:00:00Z (hosts or BMCs changed "
+        "since are judged as the check saw them): run `metalflow site check`"
+    ]
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_a_missing_kubeconfig_is_bad_input_and_keeps_the_last_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36 (re-attack): a KUBECONFIG that is not there exited 1 (blocked: DPF unreadable) and
+    replaced a good check with those findings. It is bad input (README's exit 2), naming the file,
+    and changes nothing."""
+    from metalflow.cli import main
+
+    monkeypatch.setenv("METALFLOW_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("METALFLOW_INVENTORY", "site")
+    monkeypatch.delenv("METALFLOW_SITE_FILE", raising=False)
+    (tmp_path / "site.yaml").write_text(
+        "name: s\nnamespace: dpf\nhosts:\n  - id: h1\n    bmc: {endpoint: 'http://127.0.0.1:1', "
+        "credentials: {env: {username: U, password: P}}}\n    dpus: []\n"
+    )
+    kept = tmp_path / "site-check.json"
+    save_findings(kept, site())
+    good = kept.read_bytes()
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-such-kubeconfig"))
+    assert main(["site", "check", "--timeout", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "no-such-kubeconfig") in err and "the kept findings are unchanged" in err, err
+    assert kept.read_bytes() == good
+
+
+def test_a_bmc_error_keeps_its_start_and_its_end_where_the_credentials_are_named() -> None:
+    """Issue 36 (re-attack): the BMC's error, cut at 200 characters, lost the credentials file's
+    path at its end. The middle is cut instead."""
+    from metalflow.site_check import clip
+
+    path = "/etc/metalflow/credentials/" + "rack-17/" * 12 + "gpu-0042.json"
+    text = (
+        "BMC gpu-0042: POST /redfish/v1/SessionService/Sessions answered 401 "
+        + "NoValidSession: "
+        + "x" * 300
+        + f" (check the credentials in file {path})\nsecond line"
+    )
+    said = clip(text)
+    assert said.startswith("BMC gpu-0042: POST /redfish/v1/SessionService/Sessions answered 401")
+    assert said.endswith(f"(check the credentials in file {path})") and " ... " in said, said
+    assert len(said) < len(text.splitlines()[0]) and clip("short\nmore") == "short"
+
+
+def test_a_check_stamped_in_the_future_says_a_clock_is_off(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    path = tmp_path / "site-check.json"
+    save_findings(path, site())  # checked 2026-11-29T07:00:00Z
+    earlier = datetime(2026, 11, 29, 4, tzinfo=UTC)
+    refuse, lines = consult_words("h1", "reboot", path, now=earlier)
+    assert not refuse and lines == [
+        "the site check of 2026-11-29T07:00:00Z is 3.0 h in the future: this machine's clock or that of "
+        "the machine that ran the check is off, so how old the findings are cannot be told; set the clock "
+        "right and run `metalflow site check`"
+    ]
+    assert consult_words("h1", "reboot", path, now=datetime(2026, 11, 29, 6, 58, tzinfo=UTC)) == (False, [])
+
+
+def test_the_agents_reboot_method_discovery_is_read_from_the_dpus_and_said() -> None:
+    """Issue 36 (re-attack): the check did not say how DPF's agents discover the reboot method
+    (dpf R4): device query (`RebootMethodDiscovery=True` in `status.agentStatus.conditions`, as the
+    agent sets it on each report) or boot ID (a report without it). From the DPUs it lists anyway."""
+    from metalflow.site_readings import reboot_discovery
+    from metalflow.site_verdicts import info
+
+    def dpu(agent: dict[str, object] | None) -> dict[str, object]:
+        return {"status": {"phase": "Ready", **({"agentStatus": agent} if agent is not None else {})}}
+
+    condition = {"type": "RebootMethodDiscovery", "status": "True", "reason": "NoAction"}
+    query = {"rebootMethod": "NoAction", "lastStartupTime": "2026-11-29T07:00:00Z", "conditions": [condition]}
+    boot_id = {"rebootMethod": "SystemLevelReset", "lastStartupTime": "2026-11-29T07:00:00Z"}
+    said = reboot_discovery([dpu(query), dpu(query), dpu(boot_id), dpu(None)])
+    assert said.startswith("device query (RebootMethodDiscovery=True: after a host reboot DPF asks the agent")
+    assert (
+        "on 2 DPU(s); boot ID (a report without RebootMethodDiscovery: an agent MFT older than 4.36.0-95"
+        in said
+    )
+    assert said.endswith("; no agent report yet on 1 DPU(s)")
+    assert reboot_discovery([]) == ""
+    lines = info(site(dpf=DPFFinding(version="26", reboot_discovery=said)))
+    assert f"DPU agents' reboot-method discovery: {said} (dpf R4)" in lines
+    assert not any(
+        "discovery" in line for line in info(site(dpf=DPFFinding(version="25.10", reboot_discovery=said)))
+    )

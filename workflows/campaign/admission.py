@@ -10,7 +10,9 @@ hold; changes left by campaigns that no longer run) and, for a BFB or flavor cam
 DPUDeployments as read, it decides:
 
 - **Left out, with why**: hosts in maintenance (who set it, since when: `in_maintenance`), hosts an
-  operator held automation back on (who, why, since when: `held_back`), hosts
+  operator held automation back on (who, why, since when: `held_back`), hosts the kept
+  `metalflow site check` blocks the kind's operation on (`CampaignInput.site_blocked`, read by the
+  CLI: what `metalflow host` would refuse there), hosts
   DPF does not know (a kind that reprovisions: their operation would
   wait an hour for a hold that never comes; `metalflow host provision` first), hosts DPF lacks
   a DPU of (removed by `host remove --dpus`, or never provisioned: `contracts/dpf_presence.py`,
@@ -128,6 +130,7 @@ def to_claim(start: CampaignInput, selected: SelectHostsResult) -> tuple[str, ..
     if start.policy.assigned == "skip":
         out |= set(selected.assigned)
     out |= set(selected.maintenance) | set(selected.not_in_dpf) | set(selected.held_back)
+    out |= {h for group in start.site_blocked for h in group.host_ids}
     return tuple(h for h in selected.roster.ids if h not in out)
 
 
@@ -149,6 +152,11 @@ def admit(
     target, roster = start.target, selected.roster
     why: dict[str, str] = {}
     refusal = _selection_refusal(start, selected)
+    # First: as `metalflow host` refuses the kind's operation there, a finding on the hardware that
+    # the other reasons' advice (provision it first) would meet too.
+    for group in start.site_blocked:
+        for host_id in group.host_ids:
+            why.setdefault(host_id, group.reason)
     if target.spec.needs_dpf:
         for host_id in selected.no_dpf:
             why.setdefault(host_id, no_dpf_objects(host_id))
