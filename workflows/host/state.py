@@ -422,6 +422,8 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None
+        if current.record.started_at is not None:  # a later run ended: what was taken over is past
+            self.taken_over = ""
         self.automation_held_back = (
             hold_after(self.host_id, current, outcome, now) or self.automation_held_back
         )

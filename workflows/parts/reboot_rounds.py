@@ -419,6 +419,12 @@ async def reached_when_ended(
     (logged: the count stays; the next reboot's start still skips a used-up id)."""
     if reported is not None or not isinstance(err.cause, CancelledError | TerminatedError):
         return reported
+    return await reached_by_reboots(host_id, known)
+
+
+async def reached_by_reboots(host_id: str, known: int) -> int | None:
+    """What the host's reboot runs from `known + 1` on reached (`reached_when_ended`'s reads), for
+    a run cut short (cancelled, terminated) that reported nothing."""
     runs: list[tuple[boot_generation.RunEnd, int | None]] = []
     for generation in range(known + 1, known + 1 + REBOOTS_READ_AFTER_CANCEL):
         try:
