@@ -93,6 +93,9 @@ async def test_a_new_entity_adopts_the_reset_its_terminated_predecessor_left_run
             status = await _cli(env, "host", "status", host)
             assert "was terminated" in status.stderr, status.stderr
             assert f"its operation {reset} (manual-intervention-required) still runs" in status.stderr
+            orphan = await _cli(env, "host", "list", "--json")  # before: the host was left out
+            row = next(r for r in json.loads(orphan.stdout) if r["host"] == host)
+            assert row["phase"] == "no entity" and row["operation"]["workflow_id"] == reset, row
 
             # The next request starts a new entity, which adopts the reset: refused, naming it.
             # Before: accepted, reboot/adopt-001/generation-1 started beside the running reset.
