@@ -270,7 +270,10 @@ class OwnerActivities:
         asked = await self._input_of(listed)
         end = None
         if listed.close_time is not None:
-            end = (await _end_of(handle)).model_copy(update={"closed_at": listed.close_time})
+            phase = str(listed.typed_search_attributes.get(names.PHASE) or "")
+            end = (await _end_of(handle)).model_copy(
+                update={"closed_at": listed.close_time, "last_phase": phase}
+            )
         return OperationRun(
             workflow_id=listed.id,
             run_id=listed.run_id,

@@ -43,6 +43,7 @@ class RunEnd(_Frozen):
     failure_type: str = ""  # failed: its ApplicationError's type ("" none)
     failure_message: str = ""
     failure: str = ""  # failed: the cause in words (`contracts.errors.cause_in_words`)
+    last_phase: str = ""  # its last `Phase` (a run terminated by hand in manual-intervention-required)
 
 
 class OperationRun(_Frozen):

@@ -173,3 +173,17 @@ def test_a_later_run_that_booted_or_says_the_host_is_on_clears_the_carried_mark(
     )
     assert new.left_off_by == "" and new.left_off() is None, words
     assert "is OFF" not in words, words
+
+
+def test_a_reset_terminated_by_hand_in_manual_intervention_unrecorded_is_the_mark() -> None:
+    """Its last Phase (the listing's) says the host was OFF by its hand, as for an own child's
+    terminate (`off_when_cut`)."""
+    cut = _closed(RESET_ID, RunEnd(status="TERMINATED", last_phase="manual-intervention-required"), 2)
+    new = entity()
+    take_over(new, predecessor(ended=(cut,)))
+    assert new.left_off_by == RESET_ID
+    assert new.recent[-1].outcome.startswith("terminated while the host was OFF"), new.recent[-1]
+    calm = _closed(RESET_ID, RunEnd(status="TERMINATED", last_phase="resetting-dpus"), 2)
+    other = entity()
+    take_over(other, predecessor(ended=(calm,)))
+    assert other.left_off_by == "" and other.recent[-1].outcome == "terminated"

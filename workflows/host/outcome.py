@@ -15,14 +15,11 @@ from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflo
 
 with workflow.unsafe.imports_passed_through():
     from contracts.errors import OperationAborted, cause_in_words
-    from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, OperationEnd
+    from contracts.models.host import OperationEnd
     from contracts.wording import aborted_outcome
-    from workflows.parts.host_power import HOST_IS_OFF
+    from workflows.host.takeover_rules import POWER_HOLDERS, off_when_cut  # pure: a successor's read too
 
-POWER_HOLDERS = (
-    "reboot",
-    "reset",
-)  # operations that enter manual-intervention-required only with the host OFF
+__all__ = ["POWER_HOLDERS", "ended_as", "generation_reported", "off_when_cut", "outcome_of"]
 
 
 def ended_as(result: OperationEnd) -> str:
@@ -52,20 +49,3 @@ def generation_reported(err: ChildWorkflowError) -> int | None:
         if isinstance(detail, dict) and isinstance(detail.get("boot_generation"), int):
             return int(detail["boot_generation"])
     return None
-
-
-def off_when_cut(outcome: str, operation: str, last_phase: str, host_id: str) -> str:
-    """The outcome of an operation terminated by hand (`terminated`, which says nothing of the
-    host's power: no code of the run ran after it), with what its last status said: a
-    reboot or reset whose last Phase was `manual-intervention-required` had the host OFF by its
-    hand (they enter it only then: `PowerCustody.hand_over_words`), so the outcome says the host
-    is OFF, exactly as a run that ended saying so (the entity marks `left_off_by`). Anything else
-    is returned as it was."""
-    if outcome != "terminated" or operation not in POWER_HOLDERS:
-        return outcome  # a cancelled run powers the host on itself first (`PowerCustody.cancelled`)
-    if last_phase != MANUAL_INTERVENTION_REQUIRED:
-        return outcome
-    return (
-        f"terminated while the host was OFF ({last_phase}); the host {host_id} {HOST_IS_OFF}: "
-        f"power it on (`metalflow bmc power {host_id} on`)"
-    )

@@ -33,6 +33,7 @@ from pydantic import ValidationError
 
 from contracts import names
 from contracts.models.host import (
+    MANUAL_INTERVENTION_REQUIRED,
     AutomationHold,
     EntityPredecessor,
     HostEntityMemory,
@@ -48,6 +49,10 @@ from workflows.parts.boot_generation import generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
 
 RECENT_KEPT = 20  # as the entity's own `recent` (state.RECENT_LIMIT)
+POWER_HOLDERS = (
+    "reboot",
+    "reset",
+)  # operations that enter manual-intervention-required only with the host OFF
 
 
 def carried(memory: HostEntityMemory) -> dict[str, Any]:
@@ -75,6 +80,23 @@ def outcome_of_run(end: RunEnd) -> str:
     if end.failure_type == "OperationAborted":
         return aborted_outcome(end.failure_message)
     return f"failed: {end.failure or end.status.lower()}"
+
+
+def off_when_cut(outcome: str, operation: str, last_phase: str, host_id: str) -> str:
+    """The outcome of an operation terminated by hand (`terminated`, which says nothing of the
+    host's power: no code of the run ran after it), with what its last status said: a
+    reboot or reset whose last Phase was `manual-intervention-required` had the host OFF by its
+    hand (they enter it only then: `PowerCustody.hand_over_words`), so the outcome says the host
+    is OFF, exactly as a run that ended saying so (the entity marks `left_off_by`). Anything else
+    is returned as it was."""
+    if outcome != "terminated" or operation not in POWER_HOLDERS:
+        return outcome  # a cancelled run powers the host on itself first (`PowerCustody.cancelled`)
+    if last_phase != MANUAL_INTERVENTION_REQUIRED:
+        return outcome
+    return (
+        f"terminated while the host was OFF ({last_phase}); the host {host_id} {HOST_IS_OFF}: "
+        f"power it on (`metalflow bmc power {host_id} on`)"
+    )
 
 
 def adopt(memory: HostEntityMemory, running: tuple[OperationRun, ...]) -> str:
@@ -127,10 +149,12 @@ def _record_ended(memory: HostEntityMemory, ended: tuple[OperationRun, ...]) -> 
         )
         if run.end is None or known:
             continue
-        outcome = outcome_of_run(run.end)
+        operation = run.operation or run.workflow_id.split("/", 1)[0]
+        host = run.workflow_id.split("/")[1] if run.workflow_id.count("/") else ""
+        outcome = off_when_cut(outcome_of_run(run.end), operation, run.end.last_phase, host)
         memory.recent.append(
             OperationRecord(
-                operation=run.operation or run.workflow_id.split("/", 1)[0],
+                operation=operation,
                 workflow_id=run.workflow_id,
                 requested_by=run.requested_by or "unknown",
                 outcome=outcome,
