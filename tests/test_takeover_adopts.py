@@ -113,14 +113,11 @@ async def test_a_new_entity_adopts_the_reset_its_terminated_predecessor_left_run
             _fault(sim, host, "clear")  # the secrets store caught up: `host retry` reaches the reset
             retried = await _asked(env, task_queue, "bob", "host", "retry", host)
             assert f"{host}: {reset}: " in retried.stdout, retried.stdout
-            ended = (await _until(env, host, lambda s: s["host"]["current"] is None, "ended the reset"))[
-                "host"
-            ]
+            idle = await _until(env, host, lambda s: s["host"]["current"] is None, "ended the reset")
+        ended = idle["host"]
         last = ended["recent"][-1]
         assert last["workflow_id"] == reset and last["outcome"].endswith("the host is on"), last
-        assert ended["left_off_by"] == "" and ended["taken_over"] == "", (
-            ended
-        )  # its end: the take-over is past
+        assert ended["left_off_by"] == "" and ended["taken_over"] == "", ended  # the take-over is past
     finally:
         _fault(sim, host, "clear")
         await reset_by_hand(sim, host, "On")
