@@ -89,7 +89,7 @@ def build_activities(
         found += [site_watch.watch_site_dpf, site_watch.join_site_dpf_watch]
         owner = OwnerActivities(temporal_client)
         found += [owner.request_host_reprovision, owner.withdraw_host_request, owner.find_host_operation]
-        found.append(owner.read_entity_predecessor)
+        found += [owner.read_entity_predecessor, owner.await_operation_end]
         found.append(RolloutWatcherActivities(kube, temporal_client).watch_pcs)
         campaign = CampaignActivities(hosts, kube, temporal_client, redfish)
         found.append(versions.read_host_versions)

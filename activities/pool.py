@@ -23,22 +23,33 @@ calls a DPU's reset unplanned: a reboot, reset or firmware cycle metalflow ran e
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC
+from typing import Any
+
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import WorkflowExecution as ListedRun
+from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError, TimeoutError
+from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names
-from contracts.errors import DPUsRemoved, InMaintenance
+from contracts.errors import DPUsRemoved, InMaintenance, cause_in_words, first_application_error
 from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.host import (
     POOL_LABEL,
     POOL_REASON_ANNOTATION,
     EntityPredecessor,
     OperationRequest,
+    OperationRun,
     OwnerOperationInput,
     OwnerOperationResult,
     OwnerReprovisionInput,
     OwnerReprovisionResult,
     PoolStateResult,
+    RunEnd,
     SetPoolStateInput,
     WithdrawRequest,
 )
@@ -101,6 +112,58 @@ class PoolActivities:
 
 
 PREDECESSORS_READ = 20  # closed runs of an entity listed to find the newest closed one
+OPERATIONS_READ = 10  # the host's operations listed (running; closed unrecorded)
+HEARTBEAT_SECONDS = 5.0  # `await_operation_end` heartbeats this often
+
+
+def _iso(moment: Any) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z") if moment is not None else ""
+
+
+def iso_key(end: RunEnd | None) -> str:
+    """Oldest first: the runs' close times (an unknown one first)."""
+    return _iso(end.closed_at) if end is not None else ""
+
+
+async def _end_of(handle: WorkflowHandle[Any, Any]) -> RunEnd:
+    """How the run ended (its close event), as the entity's `_follow` reads an own child's end:
+    the result of one that completed, the cause of one that did not. Waits while it runs."""
+    try:
+        result = await handle.result(follow_runs=False)
+    except WorkflowFailureError as err:
+        cause = err.cause
+        if isinstance(cause, TerminatedError):
+            return RunEnd(status="TERMINATED")
+        if isinstance(cause, CancelledError):
+            return RunEnd(status="CANCELED")
+        found = first_application_error(err)
+        reported = None
+        for detail in found.details if found is not None else ():
+            if isinstance(detail, dict) and isinstance(detail.get("boot_generation"), int):
+                reported = int(detail["boot_generation"])
+        return RunEnd(
+            status="TIMED_OUT" if isinstance(cause, TimeoutError) else "FAILED",
+            boot_generation=reported,
+            failure_type=found.type or "" if found is not None else "",
+            failure_message=found.message if found is not None else "",
+            failure=cause_in_words(err),
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ApplicationError(
+                f"{handle.id}: {err.message}", type="NotFoundError", non_retryable=True
+            ) from None
+        raise
+    end = result if isinstance(result, dict) else {}
+    generation = end.get("boot_generation")
+    return RunEnd(
+        status="COMPLETED",
+        aborted=str(end.get("aborted") or ""),
+        boot_generation=generation if isinstance(generation, int) else None,
+        unplanned_power=str(end.get("unplanned_power") or ""),
+        deletes_sent=bool(end.get("deletes_sent")),
+        last_reset_time=end.get("last_reset_time"),
+    )
 
 
 class OwnerActivities:
@@ -162,22 +225,96 @@ class OwnerActivities:
     @activity.defn(name="read_entity_predecessor")
     async def read_entity_predecessor(self, request: HostLookup) -> EntityPredecessor:
         """The last closed run of `host/<id>` (terminated, reset by hand, failed): how it closed
-        and its memo's carried entry; empty when none closed. Read by a new entity once at its
-        start (workflows/host/takeover_rules.py). Cost: one visibility list call of at most
-        `PREDECESSORS_READ` rows (the newest closed first), one memo decode."""
-        query = f"WorkflowId = '{names.host_workflow_id(request.host_id)}' AND ExecutionStatus != 'Running'"
+        and its memo's carried entry; the host's operations still running (children of
+        `host/<id>`: the new entity adopts them) and, when there was a predecessor, those that
+        closed after it last changed its phase (its `PhaseSince`, else its close: an end it never
+        recorded, e.g. a reboot it cancelled as it was terminated). Read by a new entity
+        once at its start (workflows/host/takeover_rules.py). Cost: three visibility list calls
+        (`PREDECESSORS_READ`, `OPERATIONS_READ` rows at most), one memo decode, and per operation
+        found its first event (its input: who asked) and, when closed, its close event."""
+        entity = names.host_workflow_id(request.host_id)
+        query = f"WorkflowId = '{entity}' AND ExecutionStatus != 'Running'"
         closed = [e async for e in self.temporal.list_workflows(query, limit=PREDECESSORS_READ)]
         ended = [e for e in closed if e.close_time is not None]
+        operations = (
+            f"{names.HOST_ID.name} = '{request.host_id}' AND {names.OPERATION.name} != '{names.HOST}'"
+        )
+        running = await self._operations(entity, f"{operations} AND ExecutionStatus = 'Running'")
         if not ended:
-            return EntityPredecessor()
+            return EntityPredecessor(running=running)
         last = max(ended, key=lambda e: e.close_time or e.start_time)
         entry = (await last.memo()).get(names.CARRIED_MEMO)
+        carried = entry if isinstance(entry, dict) else None
+        # It records an end by going idle (`PhaseSince`): a run closed after that it never recorded.
+        since = _iso(last.typed_search_attributes.get(names.PHASE_SINCE) or last.close_time)
+        unrecorded = await self._operations(
+            entity, f"{operations} AND ExecutionStatus != 'Running' AND CloseTime > '{since}'"
+        )
         return EntityPredecessor(
             run_id=last.run_id or "",
             status=last.status.name if last.status else "",
             closed_at=last.close_time,
-            carried=entry if isinstance(entry, dict) else None,
+            carried=carried,
+            running=running,
+            ended=tuple(sorted(unrecorded, key=lambda r: iso_key(r.end))),
         )
+
+    async def _operations(self, entity: str, query: str) -> tuple[OperationRun, ...]:
+        """The runs `query` lists whose parent is `entity` (the host's operations, not their
+        reboots nor a monitor), each with who asked and, when closed, how it ended."""
+        listed = [e async for e in self.temporal.list_workflows(query, limit=OPERATIONS_READ)]
+        return tuple([await self._run(e) for e in listed if e.parent_id == entity])
+
+    async def _run(self, listed: ListedRun) -> OperationRun:
+        handle = self.temporal.get_workflow_handle(listed.id, run_id=listed.run_id)
+        asked = await self._input_of(listed)
+        end = None
+        if listed.close_time is not None:
+            phase = str(listed.typed_search_attributes.get(names.PHASE) or "")
+            end = (await _end_of(handle)).model_copy(
+                update={"closed_at": listed.close_time, "last_phase": phase}
+            )
+        return OperationRun(
+            workflow_id=listed.id,
+            run_id=listed.run_id,
+            operation=str(listed.typed_search_attributes.get(names.OPERATION) or ""),
+            requested_by=str(asked.get("requested_by") or ""),
+            reason=str(asked.get("reason") or ""),
+            started_at=listed.start_time,
+            end=end,
+        )
+
+    async def _input_of(self, listed: ListedRun) -> dict[str, Any]:
+        """The run's input (its first event) as plain data; {} when it cannot be read."""
+        try:
+            page = await self.temporal.workflow_service.get_workflow_execution_history(
+                GetWorkflowExecutionHistoryRequest(
+                    namespace=self.temporal.namespace,
+                    execution=WorkflowExecution(workflow_id=listed.id, run_id=listed.run_id),
+                    maximum_page_size=1,
+                )
+            )
+            payloads = page.history.events[0].workflow_execution_started_event_attributes.input.payloads
+            values = await self.temporal.data_converter.decode(payloads)
+        except (RPCError, IndexError, ValueError):
+            return {}
+        return values[0] if values and isinstance(values[0], dict) else {}
+
+    @activity.defn(name="await_operation_end")
+    async def await_operation_end(self, run: OperationRun) -> RunEnd:
+        """How the run `run` ended, waited for while it runs (a heartbeat every
+        `HEARTBEAT_SECONDS`: a worker killed meanwhile is noticed by the heartbeat timeout and the
+        wait retried elsewhere, where a run already closed answers at once). Cost: one long poll
+        of its history at a time, no history written in the caller until it ends."""
+        handle = self.temporal.get_workflow_handle(run.workflow_id, run_id=run.run_id or None)
+        ending = asyncio.ensure_future(_end_of(handle))
+        try:
+            while not ending.done():
+                await asyncio.wait({ending}, timeout=HEARTBEAT_SECONDS)
+                activity.heartbeat()
+        finally:
+            ending.cancel()
+        return ending.result()
 
     @activity.defn(name="find_host_operation")
     async def find_host_operation(self, request: OwnerOperationInput) -> OwnerOperationResult:

@@ -85,11 +85,13 @@ from contracts.models.grove import (
 )
 from contracts.models.host import (
     EntityPredecessor,
+    OperationRun,
     OwnerOperationInput,
     OwnerOperationResult,
     OwnerReprovisionInput,
     OwnerReprovisionResult,
     PoolStateResult,
+    RunEnd,
     SetPoolStateInput,
 )
 from contracts.models.inventory import (
@@ -268,6 +270,13 @@ async def withdraw_host_request(request: OwnerWithdrawInput) -> OwnerReprovision
 async def read_entity_predecessor(request: HostLookup) -> EntityPredecessor:
     """The last closed run of the host's entity and what its memo carried (a new entity's start)."""
     _declared_only("read_entity_predecessor")
+
+
+@activity.defn(name="await_operation_end")
+async def await_operation_end(run: OperationRun) -> RunEnd:
+    """How a run of the host's operation ended, waited for (heartbeating) while it runs: a new
+    entity's adopted operation (workflows/host/takeover.py)."""
+    _declared_only("await_operation_end")
 
 
 @activity.defn(name="find_host_operation")

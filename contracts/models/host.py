@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.models.control import OperatorRequest
 from contracts.models.dpf import DPUProgress
-from contracts.models.host_records import AutomationHold, EntityPredecessor
+from contracts.models.host_records import AutomationHold, EntityPredecessor, OperationRun, RunEnd
 from contracts.models.inventory import HostVersions, VersionsScope
 from contracts.models.monitor import (
     IN_POOL,
@@ -76,6 +76,8 @@ __all__ = [
     "RebootMethod",
     "DPUProgress",
     "EntityPredecessor",
+    "OperationRun",
+    "RunEnd",
     "IN_POOL",
     "OUT_OF_POOL",
     "POOL_LABEL",
@@ -484,6 +486,9 @@ class PendingOperation(BaseModel):
     record: OperationRecord
     request: EntityRequestBody
     approved: bool = False  # no approval needed, or given: starting or started
+    # A run this entity adopted (its predecessor's child, running when it started): its run id.
+    # Followed by `await_operation_end`, not as a child (workflows/host/takeover.py). "" own child.
+    adopted_run: str = ""
 
 
 class HostEntityMemory(BaseModel):

@@ -22,6 +22,9 @@ FOR and MAINTENANCE come from the same listing; an entity started
 before those existed shows them once it continues-as-new (FOR falls back to its operation's
 start). Rows are read from the raw listing RPC, decoding only the attributes shown.
 
+A host whose entity was terminated while its operation runs shows PHASE `no entity` with that
+operation (the operations' listing names its parent), until a request starts an entity that adopts it.
+
 A host whose last run left it OFF (its outcome says "is OFF": `workflows/parts/host_power.py`)
 shows `idle (host OFF)` in PHASE and `left_off_by` (that run) in `--json`, from the entity's memo
 entry `left_off` in the same listing: no BMC read, no query per host (`host status` says more).
@@ -321,9 +324,22 @@ async def fleet(
     )
 
 
+NO_ENTITY = "no entity"
+"""The PHASE of a host whose entity no longer runs (terminated by hand) while its operation does:
+the next request starts an entity that adopts it (workflows/host/takeover_rules.py)."""
+
+
 def _join(entities: list[tuple[str, HostRow]], operations: list[_Operation]) -> list[HostRow]:
-    """One row per entity, with the operation whose parent it is, sorted by host id."""
+    """One row per entity, with the operation whose parent it is, sorted by host id; and one per
+    operation whose entity no longer runs (`NO_ENTITY`: a host is never left out while metalflow
+    runs an operation on it)."""
     by_parent = {op.parent: op for op in operations if op.parent}
+    listed = {entity_id for entity_id, _ in entities}
+    entities = entities + [
+        (op.parent, HostRow(host=op.parent.removeprefix("host/"), site="-", phase=NO_ENTITY))
+        for op in by_parent.values()
+        if op.parent.startswith("host/") and op.parent not in listed
+    ]
     rows = []
     for entity_id, row in entities:
         op = by_parent.get(entity_id)

@@ -66,7 +66,14 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     except CommandError:
         ended = None  # no entity at all: `host_status` says so, naming the host
     if ended is not None:
-        raise HostRequestError(f"{ended}; its next request starts a new entity")
+        left = await operations_left_running(client, args.host)  # abandoned: the next entity adopts it
+        runs = (
+            f"; its operation {', '.join(left)} still runs: the next request starts a new entity, "
+            f"which adopts it (busy with it; `metalflow host abort {args.host}` or `retry` reach it)"
+            if left
+            else "; its next request starts a new entity"
+        )
+        raise HostRequestError(f"{ended}{runs}")
     status = await host_status(client, args.host)
     operation, seen = None, None
     if status.current is not None and status.current.outcome == "running":
@@ -111,6 +118,24 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     for warning in warnings:
         _say(f"  WARNING          {warning}")
     return EXIT_OK
+
+
+async def operations_left_running(client: Client, host_id: str) -> list[str]:
+    """The host's operations still running whose entity (their parent, `host/<id>`) no longer
+    runs: a terminated entity abandons its child, which the next entity adopts
+    (workflows/host/takeover_rules.py). Each as `<workflow id> (<Phase>)`. One visibility
+    listing, read only for an entity that ended."""
+    entity = names.host_workflow_id(host_id)
+    query = (
+        f"{names.HOST_ID.name} = '{host_id}' AND {names.OPERATION.name} != '{names.HOST}' "
+        "AND ExecutionStatus = 'Running'"
+    )
+    found = []
+    async for run in client.list_workflows(query, limit=10):
+        if run.parent_id == entity:
+            phase = run.typed_search_attributes.get(names.PHASE)
+            found.append(f"{run.id} ({phase or 'starting'})")
+    return found
 
 
 def maintenance_line(status: HostStatus) -> str:

@@ -60,3 +60,25 @@ def test_phase_takes_finishing_as_wait_prints_it_and_the_column_says_it_too() ->
     )
     assert render([row], NOW).splitlines()[1].endswith("reset/h-1  finishing"), render([row], NOW)
     assert row.as_json()["operation"]["phase"] == "finishing"
+
+
+def test_a_host_whose_entity_was_terminated_while_its_operation_runs_is_listed() -> None:
+    """Issue 40: `host list` omitted a host whose entity was terminated while its reset ran; now
+    a row says `no entity` with the operation (until a request starts an entity that adopts it)."""
+    from metalflow.cli.host_list import NO_ENTITY, _join, _Operation
+
+    running = HostRow(host="h-2", site="s", phase="running reboot")
+
+    def op(parent: str, workflow_id: str) -> _Operation:
+        return _Operation(parent=parent, workflow_id=workflow_id, operation="x", phase=None, started_at=NOW)
+
+    operations = [
+        op("host/h-1", "reset/h-1"),
+        op("host/h-2", "reboot/h-2/generation-1"),
+        op("reset/h-3", "reboot/h-3/generation-1"),  # a reset's reboot: its reset is the host's operation
+    ]
+    rows = _join([("host/h-2", running)], operations)
+    assert [(r.host, r.phase, r.workflow_id) for r in rows] == [
+        ("h-1", NO_ENTITY, "reset/h-1"),
+        ("h-2", "running reboot", "reboot/h-2/generation-1"),
+    ]

@@ -15,16 +15,11 @@ from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflo
 
 with workflow.unsafe.imports_passed_through():
     from contracts.errors import OperationAborted, cause_in_words
-    from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, OperationEnd
+    from contracts.models.host import OperationEnd
     from contracts.wording import aborted_outcome
-    from workflows.parts.boot_generation import UNKNOWN_ENDS
-    from workflows.parts.host_power import HOST_IS_OFF
-    from workflows.parts.reboot_rounds import RebootLeft
+    from workflows.host.takeover_rules import POWER_HOLDERS, off_when_cut  # pure: a successor's read too
 
-POWER_HOLDERS = (
-    "reboot",
-    "reset",
-)  # operations that enter manual-intervention-required only with the host OFF
+__all__ = ["POWER_HOLDERS", "ended_as", "generation_reported", "off_when_cut", "outcome_of"]
 
 
 def ended_as(result: OperationEnd) -> str:
@@ -54,51 +49,3 @@ def generation_reported(err: ChildWorkflowError) -> int | None:
         if isinstance(detail, dict) and isinstance(detail.get("boot_generation"), int):
             return int(detail["boot_generation"])
     return None
-
-
-def off_when_cut(
-    outcome: str, operation: str, last_phase: str, host_id: str, reboot: RebootLeft | None = None
-) -> str:
-    """The outcome of an operation terminated by hand (`terminated`, which says nothing of the
-    host's power: no code of the run ran after it), with what its last status and its last reboot
-    said. The host was OFF by its hand when:
-
-    - a reboot or reset's own last Phase was `manual-intervention-required` (they enter it only
-      then: `PowerCustody.hand_over_words`);
-    - its last reboot run (`reboot`: the first of the host's reboot runs after the known
-      generation that did not complete, `reached_when_ended`) waits, or was cut, in
-      `manual-intervention-required` (a reboot enters it only with the host OFF by its hand; a
-      firmware run's reboot is abandoned with it and still waits), or failed saying the host is OFF
-      (`BMCRebootFailed`: a reprovision's, provision's or reset's reboot that escalated; its
-      operation then waited for a person with the host OFF).
-
-    Then the outcome says the host is OFF, exactly as a run that ended saying so (the entity
-    marks `left_off_by`). Anything else (a reboot still running that its parent's close cancels
-    powers the host on itself or ends saying OFF; one that completed left it On) is returned as
-    it was."""
-    if outcome != "terminated":
-        return outcome  # a cancelled run powers the host on itself first (`PowerCustody.cancelled`)
-    power_on = f"power it on (`metalflow bmc power {host_id} on`)"
-    if operation in POWER_HOLDERS and last_phase == MANUAL_INTERVENTION_REQUIRED:
-        off = f"the host {host_id} {HOST_IS_OFF}: {power_on}"
-        return f"terminated while the host was OFF ({last_phase}); {off}"
-    if reboot is None:
-        return outcome
-    rid, seen = reboot
-    if seen.phase == MANUAL_INTERVENTION_REQUIRED and seen.end in ("running", *UNKNOWN_ENDS):
-        still = (
-            f"; {rid} still waits for a person: `temporal workflow cancel --workflow-id {rid}` ends it "
-            "(a cancel tries On afresh)"
-            if seen.end == "running"
-            else ""
-        )
-        return (
-            f"terminated while its reboot {rid} waited for a person with the host OFF ({seen.phase}); "
-            f"the host {host_id} {HOST_IS_OFF}: {power_on}{still}"
-        )
-    if seen.end == "failed" and HOST_IS_OFF in seen.said:
-        return (
-            f"terminated after its reboot {rid} failed leaving the host OFF; "
-            f"the host {host_id} {HOST_IS_OFF}: {power_on}"
-        )
-    return outcome

@@ -419,8 +419,8 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         its last reboot read it at its end (its result's), kept by the baseline it leaves On."""
         if outcome == "completed" or (deletes_sent and current.record.operation == names.REMOVE):
             self._completed(current)
-        if outcome == "completed":  # what a takeover reported is past: the line goes (`take_over`)
-            self.taken_over = ""
+        if outcome == "completed" or current.adopted_run:  # what a takeover reported is past (an
+            self.taken_over = ""  # adopted run's "still running" too): the line goes (`take_over`)
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None

@@ -3,19 +3,24 @@ split from its runbook by role; the rules are `takeover_rules.py`'s).
 
 A run started with no state handed to it (a new entity: the first ever, or one after
 `temporal workflow terminate` or a reset by hand) reads the last closed run of its workflow id
-once (`read_entity_predecessor`: one visibility list, no history of the old run) and takes over
+once (`read_entity_predecessor`: visibility lists, no history of the old run) and takes over
 its memo's carried entry: boot generation, `left_off_by`, maintenance, an operator's hold on
-automation. Until then every handler waits (`Gate`, the handlers' lock): a request is never
-decided on a state that forgot a host left OFF. A read that fails is logged and the entity starts
-as new (a WARNING says what could not be taken over). Every change of the carried entry is written
-to the memo (`carry`), so a terminate at any moment leaves the last one. Cost: one activity (about
-6 history events) per new entity; one memo upsert per change of the entry.
+automation; it adopts the host's operation its predecessor left running (followed to its end by
+`await_operation_end`, `follow_adopted`) and records the runs that closed after the
+predecessor last changed its phase (`takeover_rules.py`). Until then every handler waits (`Gate`,
+the handlers' lock): a request is never decided on a state that forgot a host left OFF or an
+operation still running. A read that fails is logged and the entity starts as new (a WARNING
+says what could not be taken over). Every change of the carried entry is written to the memo
+(`_carry`), so a terminate at any moment leaves the last one. Cost: one activity (about
+6 history events) per new entity, one more per adopted operation (its wait: about 6 events, no
+history while it heartbeats); one memo upsert per change of the entry. No command is added to a
+run that adopts nothing (auto-upgraded entities replay their histories as before).
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 
 from temporalio import workflow
@@ -24,11 +29,13 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.models.host import EntityPredecessor
+    from contracts.models.host import EntityPredecessor, OperationRun, PendingOperation
     from contracts.models.inventory import HostLookup
     from workflows import kernel
+    from workflows.host.outcome import POWER_HOLDERS, off_when_cut
     from workflows.host.state import HostEntityState
-    from workflows.host.takeover_rules import carried, take_over
+    from workflows.host.takeover_rules import carried, outcome_of_run, take_over
+    from workflows.parts.reboot_rounds import last_phase, reached_by_reboots
 
 PREDECESSOR_READ: workflow.ActivityConfig = {
     "start_to_close_timeout": timedelta(seconds=30),
@@ -37,6 +44,18 @@ PREDECESSOR_READ: workflow.ActivityConfig = {
     "schedule_to_close_timeout": timedelta(seconds=120),
     "retry_policy": RetryPolicy(
         maximum_attempts=3, non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"]
+    ),
+}
+ADOPTED_WAIT: workflow.ActivityConfig = {
+    # An operation may wait days for a person: the wait is renewed (retried) past a day, and a
+    # worker that dies is noticed within the heartbeat timeout; it never gives up while the run runs.
+    "start_to_close_timeout": timedelta(days=1),
+    "heartbeat_timeout": timedelta(seconds=30),
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=0,
+        non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"],
     ),
 }
 TAKEN_OVER_MEMO = "taken_over"  # what a new entity took over from its predecessor, in words
@@ -89,6 +108,50 @@ class TakeOver(kernel.Runbook):
                     workflow.logger.warning("%s: %s", host, words)
                     workflow.upsert_memo({TAKEN_OVER_MEMO: words})
         self._lock.open = True
+
+    async def follow_adopted(self, current: PendingOperation) -> None:
+        """An operation adopted from the predecessor: its end waited for by `await_operation_end`
+        (an activity heartbeating while the run runs, retried on another worker when one dies;
+        no history here until it ends), recorded as an own child's (`HostWorkflow._follow`).
+        Not a signal from the operation at its end: a run of older code, already running when
+        its entity was terminated, sends none, and a signal to a terminated entity is lost."""
+        record, state = current.record, self.state
+        run = OperationRun(workflow_id=record.workflow_id, run_id=current.adopted_run)
+        try:
+            end = await self.call(
+                activity_api.await_operation_end,
+                run,
+                kernel.options(ADOPTED_WAIT, f"wait for the end of {record.workflow_id} (adopted)"),
+                abortable=False,
+            )
+        except ActivityError as err:  # its run is gone (retention): nothing is claimed of the host
+            outcome = f"ended, its end not read: {kernel.describe_failure(err)}"
+            await self.ended(current, outcome, "")
+            return
+        reported, reboot = end.boot_generation, None
+        cut = end.status in ("TERMINATED", "CANCELED")
+        if cut and reported is None:  # Temporal keeps no result: what its reboots reached
+            reported, reboot = await reached_by_reboots(state.host_id, state.boot_generation)
+        state.reached(reported)
+        outcome = outcome_of_run(end)
+        if outcome == "terminated":  # did it, or its reboot, leave the host OFF?
+            held = record.operation in POWER_HOLDERS
+            phase = await last_phase(state.host_id, record.workflow_id) if held else ""
+            outcome = off_when_cut(outcome, record.operation, phase, state.host_id, reboot)
+        await self.ended(
+            current,
+            outcome,
+            end.unplanned_power,
+            deletes_sent=end.deletes_sent,
+            last_reset=end.last_reset_time,
+        )
+
+    async def ended(
+        self, current: PendingOperation, outcome: str, unplanned: str, *, deletes_sent: bool = False,
+        last_reset: datetime | None = None,
+    ) -> None:  # fmt: skip
+        """The workflow's: an operation's end recorded, shown, its campaign told."""
+        raise NotImplementedError
 
     def _carry(self) -> None:
         """The memo's carried entry, written when it changed (a terminate leaves the last one)."""

@@ -10,6 +10,18 @@ it) reads the last closed run of its workflow id once at its start (`read_entity
 and takes that entry over (`take_over`), saying so in its status, memo and log. The boot
 generation follows its one rule (`boot_generation.generation_after`: never back); what the new
 entity already knows (a start's own generation, a request handled meanwhile) is kept.
+
+The predecessor's operations are read in the same activity (one visibility list each):
+- one still running (an entity terminated by hand abandons its child) is ADOPTED (`adopt`): the
+  new entity is busy with it as with its own child (every request refused naming it; `host
+  abort`/`retry`/`status`/`list` reach it) and records its end as an own child's (`outcome_of_run`,
+  the OFF mark, the boot generation), so there is never a second operation on the host;
+- one that closed after the predecessor last changed its phase (its `PhaseSince`: an entity
+  records an end by going idle, so an end after it is one it never recorded, e.g. a reboot
+  cancelled with it that then failed with the host OFF) is recorded in `recent`, and what it
+  says of the host's power wins over the carried entry (`take_over`): the OFF mark names the run
+  that really left the host OFF, or is cleared by a later run that says the host is on or
+  reached a boot generation.
 Pure: no Temporal, no clock, no I/O.
 """
 
@@ -18,9 +30,30 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from contracts.models.host import AutomationHold, EntityPredecessor, HostEntityMemory, Maintenance
-from contracts.wording import iso_z
-from workflows.parts.boot_generation import generation_after
+from pydantic import ValidationError
+
+from contracts import names
+from contracts.models.host import (
+    MANUAL_INTERVENTION_REQUIRED,
+    AutomationHold,
+    EntityPredecessor,
+    HostEntityMemory,
+    Maintenance,
+    OperationRecord,
+    OperationRequest,
+    OperationRun,
+    PendingOperation,
+    RunEnd,
+)
+from contracts.wording import aborted_outcome, iso_z
+from workflows.parts.boot_generation import UNKNOWN_ENDS, RebootLeft, generation_after
+from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
+
+RECENT_KEPT = 20  # as the entity's own `recent` (state.RECENT_LIMIT)
+POWER_HOLDERS = (
+    "reboot",
+    "reset",
+)  # operations that enter manual-intervention-required only with the host OFF
 
 
 def carried(memory: HostEntityMemory) -> dict[str, Any]:
@@ -37,14 +70,151 @@ def carried(memory: HostEntityMemory) -> dict[str, Any]:
     }
 
 
+def outcome_of_run(end: RunEnd) -> str:
+    """How a run ended, in the entity's words, as an own child's (`outcome.ended_as`/`outcome_of`)."""
+    if end.status == "COMPLETED":
+        return aborted_outcome(end.aborted) if end.aborted else "completed"
+    if end.status == "CANCELED":
+        return "aborted"
+    if end.status == "TERMINATED":
+        return "terminated"
+    if end.failure_type == "OperationAborted":
+        return aborted_outcome(end.failure_message)
+    return f"failed: {end.failure or end.status.lower()}"
+
+
+def off_when_cut(
+    outcome: str, operation: str, last_phase: str, host_id: str, reboot: RebootLeft | None = None
+) -> str:
+    """The outcome of an operation terminated by hand (`terminated`, which says nothing of the
+    host's power: no code of the run ran after it), with what its last status and its last reboot
+    said. The host was OFF by its hand when:
+
+    - a reboot or reset's own last Phase was `manual-intervention-required` (they enter it only
+      then: `PowerCustody.hand_over_words`);
+    - its last reboot run (`reboot`: the first of the host's reboot runs after the known
+      generation that did not complete, `reached_when_ended`) waits, or was cut, in
+      `manual-intervention-required` (a reboot enters it only with the host OFF by its hand; a
+      firmware run's reboot is abandoned with it and still waits), or failed saying the host is OFF
+      (`BMCRebootFailed`: a reprovision's, provision's or reset's reboot that escalated; its
+      operation then waited for a person with the host OFF).
+
+    Then the outcome says the host is OFF, exactly as a run that ended saying so (the entity
+    marks `left_off_by`). Anything else (a reboot still running that its parent's close cancels
+    powers the host on itself or ends saying OFF; one that completed left it On) is returned as
+    it was."""
+    if outcome != "terminated":
+        return outcome  # a cancelled run powers the host on itself first (`PowerCustody.cancelled`)
+    power_on = f"power it on (`metalflow bmc power {host_id} on`)"
+    if operation in POWER_HOLDERS and last_phase == MANUAL_INTERVENTION_REQUIRED:
+        off = f"the host {host_id} {HOST_IS_OFF}: {power_on}"
+        return f"terminated while the host was OFF ({last_phase}); {off}"
+    if reboot is None:
+        return outcome
+    rid, seen = reboot
+    if seen.phase == MANUAL_INTERVENTION_REQUIRED and seen.end in ("running", *UNKNOWN_ENDS):
+        still = (
+            f"; {rid} still waits for a person: `temporal workflow cancel --workflow-id {rid}` ends it "
+            "(a cancel tries On afresh)"
+            if seen.end == "running"
+            else ""
+        )
+        return (
+            f"terminated while its reboot {rid} waited for a person with the host OFF ({seen.phase}); "
+            f"the host {host_id} {HOST_IS_OFF}: {power_on}{still}"
+        )
+    if seen.end == "failed" and HOST_IS_OFF in seen.said:
+        return (
+            f"terminated after its reboot {rid} failed leaving the host OFF; "
+            f"the host {host_id} {HOST_IS_OFF}: {power_on}"
+        )
+    return outcome
+
+
+def adopt(memory: HostEntityMemory, running: tuple[OperationRun, ...]) -> str:
+    """The predecessor's operation still running becomes this entity's one operation (in flight,
+    followed to its end); the words ("" none runs). Two running (never by this entity's rules)
+    adopt the oldest and name the other."""
+    if not running or memory.current is not None:
+        return ""
+    run, *others = sorted(running, key=lambda r: iso_z(r.started_at, none=""))
+    try:
+        request = OperationRequest(requested_by=run.requested_by or "unknown", reason=run.reason)
+    except ValidationError:  # a run started by hand with odd words: who asked is not known
+        request = OperationRequest(requested_by="unknown")
+    record = OperationRecord(
+        operation=run.operation or run.workflow_id.split("/", 1)[0],
+        workflow_id=run.workflow_id,
+        requested_by=request.requested_by,
+        outcome="running",
+        started_at=run.started_at,
+        requested_at=run.started_at,
+        reason=request.reason,
+        approved_by="its previous entity",
+    )
+    memory.current = PendingOperation(record=record, request=request, approved=True, adopted_run=run.run_id)
+    also = f" (also running: {', '.join(o.workflow_id for o in others)})" if others else ""
+    return f"adopted {run.workflow_id}, still running{also}"
+
+
+def _reached(run: OperationRun) -> int | None:
+    """The boot generation a closed run reached: its own report, else a completed reboot's id."""
+    end = run.end
+    if end is None:
+        return None
+    if end.boot_generation is not None:
+        return end.boot_generation
+    if end.status == "COMPLETED" and run.workflow_id.startswith(f"{names.REBOOT}/"):
+        tail = run.workflow_id.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else None
+    return None
+
+
+def _record_ended(memory: HostEntityMemory, ended: tuple[OperationRun, ...]) -> list[str]:
+    """The runs that closed after the predecessor's last recorded end, oldest first: each
+    recorded in `recent`; each moves the boot generation (never back) and the OFF mark (it says
+    OFF: marked by it; it says on or booted: cleared). The words of each."""
+    said = []
+    for run in ended:
+        known = any(
+            r.workflow_id == run.workflow_id and r.started_at == run.started_at for r in memory.recent
+        )
+        if run.end is None or known:
+            continue
+        operation = run.operation or run.workflow_id.split("/", 1)[0]
+        host = run.workflow_id.split("/")[1] if run.workflow_id.count("/") else ""
+        outcome = off_when_cut(outcome_of_run(run.end), operation, run.end.last_phase, host)
+        memory.recent.append(
+            OperationRecord(
+                operation=operation,
+                workflow_id=run.workflow_id,
+                requested_by=run.requested_by or "unknown",
+                outcome=outcome,
+                started_at=run.started_at,
+                finished_at=run.end.closed_at,
+                requested_at=run.started_at,
+                reason=run.reason,
+            )
+        )
+        del memory.recent[:-RECENT_KEPT]
+        before = memory.boot_generation
+        memory.boot_generation = generation_after(before, _reached(run))
+        if HOST_IS_OFF in outcome:
+            memory.left_off_by = run.workflow_id
+        elif HOST_IS_ON in outcome or memory.boot_generation > before:
+            memory.left_off_by = ""
+        when = f" at {iso_z(run.end.closed_at)}" if run.end.closed_at else ""
+        said.append(f"{run.workflow_id} ended{when}, unrecorded: {outcome}")
+    return said
+
+
 def take_over(memory: HostEntityMemory, before: EntityPredecessor, now: datetime | None = None) -> str:
     """Take over what the predecessor's memo carried, in words ("" nothing to take: no closed
-    run, or one that carried nothing, e.g. older code), saying when (`now`). Never moves the boot
-    generation back and never replaces what this entity already holds. The words are shown until
-    a later operation completes (`HostEntityState.finish`): what they reported is past by then."""
-    entry = before.carried
-    if not entry:
-        return ""
+    run, or one that carried nothing, e.g. older code), saying when (`now`); adopt its operation
+    still running; record its operations that closed unrecorded. Never moves the boot generation
+    back and never replaces what this entity already holds. The words are shown until a later
+    operation of this entity ends (`HostEntityState.finish`): what they reported is past by then."""
+    entry = before.carried or {}
     taken = []
     generation = int(entry.get("boot_generation") or 0)
     if generation > memory.boot_generation:
@@ -61,8 +231,11 @@ def take_over(memory: HostEntityMemory, before: EntityPredecessor, now: datetime
     if removed:
         memory.removed_from_dpf.update(removed)
         taken.append(f"removed from DPF: {', '.join(sorted(d or 'the DPU node' for d in removed))}")
+    had_off = memory.left_off_by
     if entry.get("left_off_by") and not memory.left_off_by:
         memory.left_off_by = str(entry["left_off_by"])
+    taken.extend(_record_ended(memory, before.ended))  # after the entry: what happened since wins
+    if memory.left_off_by and memory.left_off_by != had_off:
         taken.append(f"the host is OFF as {memory.left_off_by} left it")
     if entry.get("maintenance") and memory.maintenance is None:
         memory.maintenance = Maintenance.model_validate(entry["maintenance"])
@@ -70,10 +243,14 @@ def take_over(memory: HostEntityMemory, before: EntityPredecessor, now: datetime
     if entry.get("automation_held_back") and memory.automation_held_back is None:
         memory.automation_held_back = AutomationHold.model_validate(entry["automation_held_back"])
         taken.append(f"automation held back by {memory.automation_held_back.by}")
+    adopted = adopt(memory, before.running)
+    if adopted:
+        taken.append(adopted)
     if not taken:
         return ""
     closed = f" at {iso_z(before.closed_at)}" if before.closed_at else ""
     how = f"{before.status.lower() or 'closed'}{closed}"
     at = f" at {iso_z(now)}" if now else ""
-    memory.taken_over = f"took over from run {before.run_id} ({how}){at}: {'; '.join(taken)}"
+    source = f"run {before.run_id} ({how})" if before.run_id else "no closed run"
+    memory.taken_over = f"took over from {source}{at}: {'; '.join(taken)}"
     return memory.taken_over

@@ -27,16 +27,31 @@ values in `BfbVersion`: a few KB whatever the host.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from temporalio import workflow
-from temporalio.common import SearchAttributeUpdate
+from temporalio.common import RetryPolicy, SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
     from contracts import names
     from contracts.models.inventory import HostVersionsBrief
     from contracts.wording import iso_z
+    from workflows import kernel
+
+VERSIONS_READ_SECONDS = 300.0
+"""A versions read gives up after this (its retries included) and shows `unknown`."""
+VERSIONS_READ: workflow.ActivityConfig = {
+    **kernel.bounded(kernel.BMC_READ, VERSIONS_READ_SECONDS),
+    # A worker without the activity (a stand-in, an older build) answers NotFoundError: the read
+    # is for show, so it ends at once as `unknown` instead of holding continue-as-new 300 s.
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(seconds=1),
+        maximum_interval=timedelta(seconds=30),
+        maximum_attempts=kernel.BMC_ATTEMPTS,
+        non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"],
+    ),
+}
 
 MEMO_KEY: Final = "versions"
 DPU_LIMIT: Final = 8

@@ -5,10 +5,7 @@ the runbook: its own file so the runbook stays within the house's line limit."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -17,20 +14,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.host import versions as host_versions
     from workflows.host.state import HostEntityState
-
-VERSIONS_READ_SECONDS = 300.0
-"""A versions read gives up after this (its retries included) and shows `unknown`."""
-VERSIONS_READ: workflow.ActivityConfig = {
-    **kernel.bounded(kernel.BMC_READ, VERSIONS_READ_SECONDS),
-    # A worker without the activity (a stand-in, an older build) answers NotFoundError: the read
-    # is for show, so it ends at once as `unknown` instead of holding continue-as-new 300 s.
-    "retry_policy": RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        maximum_interval=timedelta(seconds=30),
-        maximum_attempts=kernel.BMC_ATTEMPTS,
-        non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"],
-    ),
-}
 
 
 class VersionsShown(kernel.Runbook):
@@ -61,7 +44,7 @@ class VersionsShown(kernel.Runbook):
             read = await self.call(
                 activity_api.read_host_versions_brief,
                 ReadVersionsInput(host_id=host, scope=scope),
-                kernel.options(VERSIONS_READ, f"read the versions of {host} (after {after})"),
+                kernel.options(host_versions.VERSIONS_READ, f"read the versions of {host} (after {after})"),
                 abortable=False,  # the entity has no abort; a read for show is never cut short
             )
             brief = self.state.brief_known(read, scope, workflow.now())

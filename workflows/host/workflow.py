@@ -19,7 +19,9 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
    automatic request (the monitor's, a campaign's) is refused naming who and why, until
    `host retry` of the idle host (`release_automation`) or an operator's own request
    (`automation_hold.py`). It lives here, so a restarted monitor finds it.
-7. A new entity (after a terminate) takes over what its predecessor's memo carried (`takeover.py`).
+7. A new entity (after a terminate) takes over what its predecessor's memo carried, adopts the
+   operation it left running (busy with it, its end recorded) and records the runs that ended
+   unrecorded (`takeover.py`): never two operations on one host.
 
 The rules are the entity's state's (`state.py`): validators answer at once, without writing
 history; handlers ask again under one `asyncio.Lock` (two updates delivered in one workflow task
@@ -28,14 +30,11 @@ are both validated before either handler runs). The operation requests are decla
 (`power_watch.py`, the base class) tells a power change nobody here made (`UnplannedPower`).
 
 Each operation runs as a child workflow of the row's type, with the business-key id
-(`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...). Children are ABANDONed on parent close:
-the entity continues-as-new only while idle, so this never cuts a running operation; if the
-entity is terminated or reset by hand, a power cycle half done keeps going, and the child's id
-still locks the host (a new entity's request for it is refused). A reboot (`host reboot`) is the
-exception: it is cancelled with the entity (REQUEST_CANCEL), and a cancelled reboot powers the
-host back on at once instead of waiting out its power-down wait, so a terminated entity never
-leaves a reboot behind holding the host's BMC. A campaign that asked is told the end
-(`host_finished`); an operator's abort completes the child, recorded `aborted by ...` (`outcome.py`).
+(`reprovision/<id>`, `reboot/<id>/generation-<n>`, ...). Children are ABANDONed on parent close
+(the entity continues-as-new only while idle): if the entity is terminated or reset by hand, a
+power cycle half done keeps going and the next entity adopts it. A reboot (`host reboot`) is
+cancelled with the entity (REQUEST_CANCEL) and powers the host back on at once. A campaign that
+asked is told the end (`host_finished`); an operator's abort completes the child (`outcome.py`).
 
 The host's versions (memo entry `versions`, search attribute `BfbVersion`: `versions.py`) are
 read only when they can have changed, never a BMC for a value the entity knows
@@ -46,8 +45,9 @@ fails shows `unknown (why)` and never fails the entity. Cost per read: about 8 e
 Worst-case history: about 26 events per operation (update, child start and end, an upsert per phase
 change, the versions read after it; 3 more per reboot run a cancelled or terminated one has read,
 `reached_when_ended`, the last saying if a terminated one left the host OFF) plus 5 per other update,
-17 (+6 per DPU) per power watch reading, about 6 per new entity (`takeover.py`), a memo upsert per
-carried change; it continues-as-new idle (no read running) past `max_history_events` (10,000) or when asked.
+17 (+6 per DPU) per power watch reading, about 6 once per new entity (its predecessor read,
+`takeover.py`; 6 more per adopted operation), a memo upsert per carried change; it
+continues-as-new idle (no read running) past `max_history_events` (10,000) or when asked.
 """
 
 from __future__ import annotations
@@ -175,6 +175,8 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
             if current is not None:
                 if self._child is not None:
                     await self._follow(current, self._child)
+                elif current.adopted_run:  # its predecessor's child, still running (takeover.py)
+                    await self.follow_adopted(current)
                 elif not current.approved:
                     await self._await_approval(current)
                 else:  # approved, its child being started by the handler: no approval timer
@@ -431,6 +433,13 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
             self.state.reached(result.boot_generation)
             outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent
             last_reset = result.last_reset_time  # its last reboot's mark: the baseline keeps it
+        await self.ended(current, outcome, unplanned, deletes_sent=deletes_sent, last_reset=last_reset)
+
+    async def ended(
+        self, current: PendingOperation, outcome: str, unplanned: str, *, deletes_sent: bool = False,
+        last_reset: datetime | None = None,
+    ) -> None:  # fmt: skip
+        """An operation's end, recorded (own child or adopted), shown, and its campaign told."""
         self._finish(current, outcome, deletes_sent=deletes_sent, last_reset=last_reset)
         self._operation_found(unplanned)  # power_watch.py: the status and memo (its Event was its own)
         # A failed or aborted operation may have changed versions too: read them as after any other.

@@ -35,7 +35,9 @@ The functions, each used where that decision is taken:
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Final
+from typing import Final, NamedTuple
+
+from contracts.models.bmc_lease import RebootRunSeen
 
 
 class RunEnd(StrEnum):
@@ -85,3 +87,11 @@ def reached_by_runs(known: int, runs: list[tuple[RunEnd, int | None]]) -> int:
             break
         known = generation
     return known
+
+
+class RebootLeft(NamedTuple):
+    """A reboot run of an operation that ended by hand: its id and how it stands
+    (`reboot_rounds.reached_when_ended`; read by `takeover_rules.off_when_cut`)."""
+
+    workflow_id: str
+    seen: RebootRunSeen

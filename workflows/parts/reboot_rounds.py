@@ -53,7 +53,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -78,6 +78,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.wording import with_its_reboot
     from workflows import kernel
     from workflows.parts import boot_generation
+    from workflows.parts.boot_generation import RebootLeft
 
 WAIT_FOR_CANCELLATION: Final = workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED
 ABANDON: Final = workflow.ChildWorkflowCancellationType.ABANDON
@@ -409,13 +410,6 @@ async def last_phase(host_id: str, workflow_id: str) -> str:
 REBOOTS_READ_AFTER_CANCEL: Final = 10  # a cancelled operation's reboots read past the count
 
 
-class RebootLeft(NamedTuple):
-    """A reboot run of an operation that ended by hand: its id and how it stands."""
-
-    workflow_id: str
-    seen: RebootRunSeen
-
-
 async def reached_when_ended(
     err: ChildWorkflowError, reported: int | None, host_id: str, known: int
 ) -> tuple[int | None, RebootLeft | None]:
@@ -431,6 +425,13 @@ async def reached_when_ended(
     read by the same describes, none more."""
     if reported is not None or not isinstance(err.cause, CancelledError | TerminatedError):
         return reported, None
+    return await reached_by_reboots(host_id, known)
+
+
+async def reached_by_reboots(host_id: str, known: int) -> tuple[int | None, RebootLeft | None]:
+    """What the host's reboot runs from `known + 1` on reached and the first that did not
+    complete (`reached_when_ended`'s reads), for a run cut short (cancelled, terminated) that
+    reported nothing."""
     runs: list[tuple[boot_generation.RunEnd, int | None]] = []
     last: RebootLeft | None = None
     for generation in range(known + 1, known + 1 + REBOOTS_READ_AFTER_CANCEL):

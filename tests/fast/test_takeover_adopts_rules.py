@@ -1,0 +1,189 @@
+"""Issue 40 (an independent attack): a new entity after `temporal workflow terminate` of
+`host/<id>`, one pure rule at a time (`workflows/host/takeover_rules.py`; the end-to-end case:
+tests/test_takeover_adopts.py).
+
+- The operation its predecessor left running is ADOPTED: the new entity is busy with it (every
+  request refused naming it), shows it in flight (`host abort`/`retry`/`status`/`list` reach it)
+  and records its end as an own child's. Before: the new entity was idle and started a second
+  operation on the host while the first still ran.
+- A run that closed after the predecessor's last recorded end wins over the carried OFF mark:
+  the mark names the run that really left the host OFF, or is cleared by one that says the host
+  is on or reached a boot generation. Before: the mark named the carried run, for ever.
+- The "taken over" words go once a later run of the new entity ends.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from contracts.errors import HostBusy, InvalidInput
+from contracts.host_requests import REBOOT, RESET
+from contracts.models.host import (
+    EntityPredecessor,
+    HostEntityMemory,
+    HostWorkflowInput,
+    OperationRequest,
+    OperationRun,
+    ResetRequest,
+    RunEnd,
+)
+from workflows.host.state import HostEntityState
+from workflows.host.takeover_rules import carried, outcome_of_run, take_over
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+HOST = "host-001"
+RESET_ID, REBOOT_1, REBOOT_2 = f"reset/{HOST}", f"reboot/{HOST}/generation-1", f"reboot/{HOST}/generation-2"
+LEFT_OFF = f"HostLeftOff: the host {HOST} is OFF: metalflow turned it off and could not power it on"
+
+
+def entity() -> HostEntityState:
+    return HostEntityState.of(HostWorkflowInput(host_id=HOST))
+
+
+def predecessor(
+    *, running: tuple[OperationRun, ...] = (), ended: tuple[OperationRun, ...] = (), **memory: Any
+) -> EntityPredecessor:
+    return EntityPredecessor(
+        run_id="r1",
+        status="TERMINATED",
+        closed_at=T0,
+        carried=carried(HostEntityMemory(**memory)),
+        running=running,
+        ended=ended,
+    )
+
+
+RUNNING_RESET = OperationRun(
+    workflow_id=RESET_ID,
+    run_id="run-7",
+    operation="reset",
+    requested_by="alice",
+    reason="wedged",
+    started_at=T0,
+)
+
+
+def test_a_new_entity_adopts_the_operation_its_predecessor_left_running_and_is_busy_with_it() -> None:
+    """Before: the new entity was idle; `host reboot` started reboot/HOST/generation-1 while the
+    reset still ran, and `abort`/`retry` said "no operation in flight"."""
+    new = entity()
+    words = take_over(new, predecessor(running=(RUNNING_RESET,)))
+    assert "adopted reset/host-001, still running" in words, words
+    current = new.current
+    assert current is not None and current.adopted_run == "run-7" and current.approved
+    assert new.phase() == "running reset"
+    shown = new.status().current
+    assert shown is not None and (shown.workflow_id, shown.outcome, shown.requested_by) == (
+        RESET_ID,
+        "running",
+        "alice",
+    )
+    with pytest.raises(
+        HostBusy, match=r"busy: reset is in flight \(workflow reset/host-001, requested by alice\)"
+    ):
+        new.refuse_request(REBOOT, OperationRequest(requested_by="bob"))
+    with pytest.raises(HostBusy, match="reset/host-001"):
+        new.refuse_request(RESET, ResetRequest(requested_by="bob", target="all-dpus"))
+    with pytest.raises(InvalidInput, match="reset/host-001 is in flight"):
+        new.release_automation("bob")  # `host retry` goes to the operation itself (the CLI)
+
+
+def test_the_adopted_operations_end_is_recorded_as_an_own_childs() -> None:
+    new = entity()
+    take_over(new, predecessor(running=(RUNNING_RESET,)))
+    assert new.current is not None
+    new.finish(new.current, f"failed: {LEFT_OFF}", T0 + timedelta(minutes=1))
+    assert new.current is None and new.left_off() == RESET_ID
+    assert new.recent[-1].workflow_id == RESET_ID and new.recent[-1].outcome.startswith("failed: HostLeftOff")
+    assert new.taken_over == ""  # a later run ended: the take-over is past (its words would mislead)
+
+
+def test_two_running_adopt_the_oldest_and_name_the_other() -> None:
+    later = OperationRun(workflow_id="reprovision/host-001", run_id="x", started_at=T0 + timedelta(seconds=1))
+    new = entity()
+    words = take_over(new, predecessor(running=(later, RUNNING_RESET)))
+    assert new.current is not None and new.current.record.workflow_id == RESET_ID
+    assert "(also running: reprovision/host-001)" in words, words
+
+
+def test_who_asked_an_adopted_run_unknown_or_unprintable_reads_unknown() -> None:
+    new = entity()
+    take_over(new, predecessor(running=(OperationRun(workflow_id=RESET_ID, requested_by="a\x07b"),)))
+    assert new.current is not None and new.current.record.requested_by == "unknown"
+    assert new.current.record.operation == "reset"  # from its id when its attribute is unread
+
+
+@pytest.mark.parametrize(
+    ("end", "outcome"),
+    [
+        (RunEnd(status="COMPLETED"), "completed"),
+        (RunEnd(status="COMPLETED", aborted="aborted by bob: no"), "aborted by bob: no"),
+        (RunEnd(status="CANCELED"), "aborted"),
+        (RunEnd(status="TERMINATED"), "terminated"),
+        (
+            RunEnd(status="FAILED", failure_type="OperationAborted", failure_message="by bob"),
+            "aborted: by bob",
+        ),
+        (RunEnd(status="FAILED", failure_type="HostLeftOff", failure=LEFT_OFF), f"failed: {LEFT_OFF}"),
+        (RunEnd(status="TIMED_OUT"), "failed: timed_out"),
+    ],
+)
+def test_a_runs_end_reads_as_an_own_childs(end: RunEnd, outcome: str) -> None:
+    assert outcome_of_run(end) == outcome
+
+
+def _closed(workflow_id: str, end: RunEnd, minutes: int) -> OperationRun:
+    at = T0 + timedelta(minutes=minutes)
+    return OperationRun(
+        workflow_id=workflow_id,
+        operation=workflow_id.split("/")[0],
+        requested_by="alice",
+        started_at=at - timedelta(seconds=30),
+        end=end.model_copy(update={"closed_at": at}),
+    )
+
+
+def test_a_run_that_ended_unrecorded_with_the_host_off_names_the_mark() -> None:
+    """Before: "the host is OFF as reset/host-001 left it" (the carried mark), and the reboot
+    that really left it OFF (failed HostLeftOff after the terminate) went unmentioned."""
+    failed = _closed(REBOOT_1, RunEnd(status="FAILED", failure_type="HostLeftOff", failure=LEFT_OFF), 2)
+    new = entity()
+    words = take_over(new, predecessor(left_off_by=RESET_ID, ended=(failed,)))
+    assert new.left_off_by == REBOOT_1, new.left_off_by
+    assert f"the host is OFF as {REBOOT_1} left it" in words and f"as {RESET_ID}" not in words, words
+    assert f"{REBOOT_1} ended at 2026-11-29T12:02:00Z, unrecorded: failed: HostLeftOff" in words, words
+    assert new.recent[-1].workflow_id == REBOOT_1 and new.recent[-1].outcome == f"failed: {LEFT_OFF}"
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        RunEnd(status="COMPLETED", boot_generation=2),  # booted: it was On
+        RunEnd(status="COMPLETED"),  # a completed reboot: its id's generation
+        RunEnd(status="FAILED", failure="X: gave up; the host is on"),  # says so
+    ],
+)
+def test_a_later_run_that_booted_or_says_the_host_is_on_clears_the_carried_mark(end: RunEnd) -> None:
+    new = entity()
+    words = take_over(
+        new, predecessor(left_off_by=RESET_ID, boot_generation=1, ended=(_closed(REBOOT_2, end, 3),))
+    )
+    assert new.left_off_by == "" and new.left_off() is None, words
+    assert "is OFF" not in words, words
+
+
+def test_a_reset_terminated_by_hand_in_manual_intervention_unrecorded_is_the_mark() -> None:
+    """Its last Phase (the listing's) says the host was OFF by its hand, as for an own child's
+    terminate (`off_when_cut`)."""
+    cut = _closed(RESET_ID, RunEnd(status="TERMINATED", last_phase="manual-intervention-required"), 2)
+    new = entity()
+    take_over(new, predecessor(ended=(cut,)))
+    assert new.left_off_by == RESET_ID
+    assert new.recent[-1].outcome.startswith("terminated while the host was OFF"), new.recent[-1]
+    calm = _closed(RESET_ID, RunEnd(status="TERMINATED", last_phase="resetting-dpus"), 2)
+    other = entity()
+    take_over(other, predecessor(ended=(calm,)))
+    assert other.left_off_by == "" and other.recent[-1].outcome == "terminated"

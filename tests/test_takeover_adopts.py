@@ -1,0 +1,158 @@
+"""Issue 40 (an independent attack): `temporal workflow terminate -w host/HOST` while its operation
+runs, as an operator runs the CLI against a real Temporal, the product's worker and the simulated
+site. README, "When a host's entity was terminated by hand". The pure rules:
+tests/fast/test_takeover_adopts_rules.py.
+
+- The terminated entity's operation keeps running (its children are abandoned). Before: `host
+  status` said only "was terminated", `host list` omitted the host, and the next request started a
+  new, idle entity that ran a second operation on the host (`host reboot` while the reset still
+  ran), while `host abort`/`retry` said "no operation in flight". Now the new entity adopts it.
+- A reboot cancelled with its terminated entity, failing with the host OFF, is recorded by the
+  next entity (adopted while it still runs; found closed when it ended first:
+  tests/fast/test_takeover_adopts_rules.py), and the OFF mark names it. Before: nothing said OFF.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+from cli_support import Result, metalflow, shown_state
+from host_operation_support import reset_by_hand, worker_for
+from module_site_support import ModuleSite
+from sim_support import RunningSim
+from temporalio.testing import WorkflowEnvironment
+
+from contracts import names
+from contracts.models.host import HostWorkflowInput, OperationPolicy
+from metalflow.hosts import ensure_entity, operation_progress
+
+# Profile powercycle (host 1): a reset's ForceOff is its own; no-powercycle (host 2): a reboot is
+# ForceOff, then On.
+RESET_HOST, REBOOT_HOST = "adopt-001", "adopt-002"
+SITE = ModuleSite("adopt", hosts=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+sim = SITE.fixtures()[0]
+POLICY = OperationPolicy(power_down_wait_seconds=1.0, power_on_retry_seconds=(0.5, 1.0))
+
+
+def _fault(sim: RunningSim, bmc: str, fault: str) -> None:
+    """`metalflow sim fault bmc BMC FAULT` (the endpoint it posts to)."""
+    httpx.post(f"{sim.url}/sim/faults/bmcs/{bmc}/{fault}", timeout=10).raise_for_status()
+
+
+async def _cli(env: WorkflowEnvironment, *args: str) -> Result:
+    return await metalflow(env, *args, site_file=SITE.site_file)
+
+
+async def _asked(env: WorkflowEnvironment, task_queue: str, by: str, *args: str) -> Result:
+    done = await _cli(env, *args, "--by", by, "--task-queue", task_queue)
+    assert done.status == 0, done.stdout + done.stderr
+    return done
+
+
+async def _until(env: WorkflowEnvironment, host: str, done: Any, what: str, seconds: float = 20) -> Any:
+    shown: Any = None
+    for _ in range(int(seconds / 0.2)):
+        try:
+            shown = await shown_state(env, host)
+        except Exception as err:  # noqa: BLE001 - a new entity starting: ask again
+            shown = err
+        else:
+            if done(shown):
+                return shown
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{host} never {what}: {shown}")
+
+
+async def _reboot_says_off(env: WorkflowEnvironment, workflow_id: str, host: str) -> None:
+    for _ in range(100):
+        seen = await operation_progress(env.client, workflow_id, host)
+        if seen is not None and seen.phase == "manual-intervention-required":
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{workflow_id} never handed the host over")
+
+
+async def test_a_new_entity_adopts_the_reset_its_terminated_predecessor_left_running(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    host, env = RESET_HOST, local_env
+    reset = names.host_operation_workflow_id("reset", host)
+    _fault(sim, host, "rotate-after-forceoff")  # the On after the reset's ForceOff is refused
+    try:
+        async with worker_for(env.client, task_queue, sim):
+            await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=POLICY), task_queue)
+            await _asked(env, task_queue, "alice", "host", "reset", host, "--both")
+            await _reboot_says_off(env, reset, host)  # manual-intervention-required, the host OFF
+            await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate(
+                "as an operator might"
+            )
+
+            status = await _cli(env, "host", "status", host)
+            assert "was terminated" in status.stderr, status.stderr
+            assert f"its operation {reset} (manual-intervention-required) still runs" in status.stderr
+            orphan = await _cli(env, "host", "list", "--json")  # before: the host was left out
+            row = next(r for r in json.loads(orphan.stdout) if r["host"] == host)
+            assert row["phase"] == "no entity" and row["operation"]["workflow_id"] == reset, row
+
+            # The next request starts a new entity, which adopts the reset: refused, naming it.
+            # Before: accepted, reboot/adopt-001/generation-1 started beside the running reset.
+            refused = await _cli(env, "host", "reboot", host, "--by", "bob", "--task-queue", task_queue)
+            assert refused.status != 0, refused.stdout
+            assert f"busy: reset is in flight (workflow {reset}, requested by alice)" in refused.stderr
+            assert not await _runs(env, names.host_reboot_workflow_id(host, 1))
+            shown = (await shown_state(env, host))["host"]
+            assert shown["current"]["workflow_id"] == reset and shown["current"]["outcome"] == "running"
+            assert f"adopted {reset}, still running" in shown["taken_over"], shown
+            listed = await _cli(env, "host", "list", "--json")
+            row = next(r for r in json.loads(listed.stdout) if r["host"] == host)
+            assert row["phase"] == "running reset" and row["operation"]["workflow_id"] == reset, row
+
+            _fault(sim, host, "clear")  # the secrets store caught up: `host retry` reaches the reset
+            retried = await _asked(env, task_queue, "bob", "host", "retry", host)
+            assert f"{host}: {reset}: " in retried.stdout, retried.stdout
+            idle = await _until(env, host, lambda s: s["host"]["current"] is None, "ended the reset")
+        ended = idle["host"]
+        last = ended["recent"][-1]
+        assert last["workflow_id"] == reset and last["outcome"].endswith("the host is on"), last
+        assert ended["left_off_by"] == "" and ended["taken_over"] == "", ended  # the take-over is past
+    finally:
+        _fault(sim, host, "clear")
+        await reset_by_hand(sim, host, "On")
+
+
+async def test_a_reboot_that_ended_off_after_its_entity_was_terminated_is_the_off_mark(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    host, env = REBOOT_HOST, local_env
+    reboot = names.host_reboot_workflow_id(host, 1)
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(env.client, task_queue, sim):
+            await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=POLICY), task_queue)
+            await _asked(env, task_queue, "alice", "host", "reboot", host)
+            await _reboot_says_off(env, reboot, host)
+            # The reboot is cancelled with its entity; its On is refused again: it ends OFF.
+            await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate(
+                "as an operator might"
+            )
+            await _asked(env, task_queue, "carol", "host", "maintenance", host, "on", "--reason", "look")
+            idle = await _until(env, host, lambda s: s["host"]["current"] is None, "recorded the reboot")
+            text = await _cli(env, "host", "status", host)
+        shown = idle["host"]
+        assert shown["left_off_by"] == reboot, shown  # before: "" (nothing said the host is OFF)
+        assert shown["recent"][-1]["workflow_id"] == reboot and "is OFF" in shown["recent"][-1]["outcome"]
+        assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
+    finally:
+        _fault(sim, host, "clear")
+        await reset_by_hand(sim, host, "On")
+
+
+async def _runs(env: WorkflowEnvironment, workflow_id: str) -> bool:
+    try:
+        await env.client.get_workflow_handle(workflow_id).describe()
+    except Exception:  # noqa: BLE001 - no such workflow
+        return False
+    return True
