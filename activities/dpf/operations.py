@@ -26,6 +26,7 @@ from contracts.models.dpf import (
     DeploymentBFBInput,
     DeploymentFlavorInput,
     DevicesGoneInput,
+    DPFVersion,
     HostDPFState,
     HostRef,
     MarkRebootedInput,
@@ -35,6 +36,7 @@ from contracts.models.dpf import (
     ReprovisionInput,
     SiteSetupInput,
 )
+from contracts.models.dpf_answers import RebootAcknowledged
 from drivers import dpf as bodies
 from drivers.kube import (
     BFB,
@@ -128,7 +130,7 @@ class DPFActivities:
         return ChangeResult(name=host.hold_name(), changed=changed)
 
     @activity.defn(name="mark_dpu_node_rebooted")
-    async def mark_dpu_node_rebooted(self, request: MarkRebootedInput) -> ChangeResult:
+    async def mark_dpu_node_rebooted(self, request: MarkRebootedInput) -> RebootAcknowledged:
         """Remove the external-reboot-required annotation: the host was power-cycled.
 
         Call it only after the power cycle; DPF trusts it. The removal and the request's token
@@ -136,6 +138,10 @@ class DPFActivities:
         happens once per token: a retry that lands after DPF asked again (a BF4's next round, a
         reboot loop) finds its token and leaves DPF's new request alone. Without the annotation,
         the token is still written, for the same reason. An empty token removes whatever is there.
+
+        The answer carries the DPUNode as the write left it (as read, when nothing was written)
+        and its resourceVersion, so the workflow orders the site watch's signals against its own
+        write without reading again (`RebootAcknowledged`, `DPFWatch.written`).
         """
         token = request.token
         found: list[str] = []  # what the last read showed: "done" (our token), "removing", "absent"
@@ -164,19 +170,24 @@ class DPFActivities:
         else:
             detail = "removed" if found[-1] == "removing" else "not there"
         # True: this acknowledgement removed it (now, or an earlier attempt whose token is there).
-        return ChangeResult(
-            name=request.node_name(), changed=found[-1] in ("done", "removing"), detail=detail
-        )
+        return RebootAcknowledged(
+            name=request.node_name(), changed=found[-1] in ("done", "removing"), detail=detail,
+            node=bodies.node_state(obj) if obj is not None else None, node_version=_version_of(obj),
+        )  # fmt: skip
 
     # -- reads ----------------------------------------------------------------------------------
     @activity.defn(name="read_host_dpf_state")
     async def read_host_dpf_state(self, host: HostRef) -> HostDPFState:
-        """The host's DPUNode, DPUs and hold as they are now (the watcher signals the same model)."""
+        """The host's DPUNode, DPUs and hold as they are now (the watcher signals the same model),
+        with `as_of`: the DPU list's resourceVersion and each object's own (0: missing), no epoch
+        (the workflow's `DPFWatch.adopt_read` puts it in the epoch it holds)."""
         key, ns = host.host_id, host.namespace
         node = await self.kube.get(key, DPUNODE, ns, host.node_name(), missing_ok=True)
         listed = await self.kube.list(key, DPU, ns, label_selector=f"{DPUNODE_NAME_LABEL}={host.node_name()}")
         hold = await self.kube.get(key, MAINTENANCE, ns, host.hold_name(), missing_ok=True)
-        return bodies.host_state(host.host_id, node, list(listed.get("items") or []), hold)
+        state = bodies.host_state(host.host_id, node, list(listed.get("items") or []), hold)
+        version = DPFVersion(dpus=_version_of(listed), node=_version_of(node), hold=_version_of(hold))
+        return state.model_copy(update={"as_of": version})
 
     # -- flow 4: reprovision --------------------------------------------------------------------
     @activity.defn(name="reprovision_dpu")
@@ -327,3 +338,14 @@ class DPFActivities:
                 if stripped is not None:
                     outcomes.append(stripped)
         return ObjectsResult(objects=tuple(outcomes))
+
+
+def _version_of(obj: Object | None) -> int:
+    """An object's resourceVersion as the site watch orders it (an integer; 0: none or not one).
+    Kubernetes makes resourceVersions of one resource comparable (KEP-5504, stable in v1.35:
+    k8s.io/apimachinery `util/resourceversion.CompareResourceVersion`); `DPFVersion` and the
+    site watch compare them so already (`activities.site_watch`, "Ordering")."""
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
