@@ -52,11 +52,11 @@ def api(sim: RunningSim) -> Iterator[Api]:
     client.close()
 
 
-def dpu_requests(sim: RunningSim) -> Counter[str]:
-    """The requests on DPU objects the API has answered so far, per verb (its audit)."""
+def dpu_requests(sim: RunningSim, resource: str = "dpus") -> Counter[str]:
+    """The requests on DPU objects (or `resource`) the API has answered so far, per verb (its audit)."""
     counts: Counter[str] = Counter()
     for row in sim.audit():
-        if row["resource"] == "dpus":
+        if row["resource"] == resource:
             counts[row["verb"]] += row["count"]
     return counts
 
@@ -130,8 +130,11 @@ async def test_initial_provisioning_flow_reaches_ready_without_violations(sim: R
     assert [d.phase for d in state.dpus] == ["Node Effect", "Node Effect"]
     assert state.hold is not None and state.hold.holding
 
+    before = dpu_requests(sim, "dpunodemaintenances")
     released = await run(acts.release_node_effect_hold, ref)
     assert released.changed
+    # One request where DPF holds: the JSON patch that tests "true" and replaces it (issue 37).
+    assert dpu_requests(sim, "dpunodemaintenances") - before == Counter({"patch": 1})
     hold_rv = api.must("DPUNodeMaintenance", "node-host-001-hold")["metadata"]["resourceVersion"]
     assert not (await run(acts.release_node_effect_hold, ref)).changed  # idempotent: no second write
     after = api.get("DPUNodeMaintenance", "node-host-001-hold")

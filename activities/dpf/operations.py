@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from contracts.errors import ConflictRetriesExhausted
+from contracts.errors import ConflictRetriesExhausted, InvalidInput
 from contracts.models.dpf import (
     DPUNODE_NAME_LABEL,
     HOLD_ANNOTATION,
@@ -117,9 +117,25 @@ class DPFActivities:
     async def release_node_effect_hold(self, host: HostRef) -> ChangeResult:
         """Set the hold annotation of `<dpunode>-hold` to "false": DPF may start the node effect.
 
+        One request where DPF holds (issue 37): a JSON patch that tests the annotation is "true"
+        (what DPF sets) and replaces it, in one write the API server applies to the object as it
+        is (`Kube.json_patch`); so `changed` is known without a read. Anything else (released
+        already, another value, no annotation: the test fails, 422, nothing written) is read and
+        decided as before, a conditional edit.
+
         Raises:
             ObjectNotFound: DPF has not created the hold (no DPU of the node is in Node Effect).
         """
+        pointer = "/metadata/annotations/" + HOLD_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        ops: list[Object] = [
+            {"op": "test", "path": pointer, "value": "true"},
+            {"op": "replace", "path": pointer, "value": "false"},
+        ]
+        try:
+            await self.kube.json_patch(host.host_id, MAINTENANCE, host.namespace, host.hold_name(), ops)
+            return ChangeResult(name=host.hold_name(), changed=True)
+        except InvalidInput:
+            pass  # not "true" now: read it and decide
 
         def change(obj: Object) -> Object | None:
             if (obj["metadata"].get("annotations") or {}).get(HOLD_ANNOTATION) == "false":
