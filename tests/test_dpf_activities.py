@@ -177,12 +177,24 @@ async def test_bf4_second_reboot_round(sim: RunningSim, api: Api) -> None:
     await register(sim, acts, "host-003")
     api.wait("DPUNodeMaintenance", "node-host-003-hold", lambda o: o is not None)
     await run(acts.release_node_effect_hold, ref)
-    for _round in range(2):
+    for round_ in (1, 2):
         api.wait("DPUNode", "node-host-003", lambda o: annotation(o, REBOOT) == "true")
         node = (await run(acts.read_host_dpf_state, ref)).node
         assert node is not None and node.waiting_for_reboot
         power_cycle(sim, "host-003")
-        assert (await run(acts.mark_dpu_node_rebooted, acked(ref))).changed
+        # What the workflow saw when DPF asked: the write tests it instead of reading (issue 37).
+        seen = acked(ref, f"op#{round_}").model_copy(
+            update={"asked": node.reboot_required, "token_before": node.reboot_acknowledged}
+        )
+        before = dpu_requests(sim, "dpunodes")
+        done = await run(acts.mark_dpu_node_rebooted, seen)
+        assert done.changed and done.node is not None and done.node.reboot_required is None
+        assert done.node.reboot_acknowledged == f"op#{round_}" and done.node_version > 0
+        # Round 1 knew no token before (none on the node yet): read, then patch. Round 2: one request.
+        verbs = Counter({"get": 1, "patch": 1}) if round_ == 1 else Counter({"patch": 1})
+        assert dpu_requests(sim, "dpunodes") - before == verbs
+    retried = await run(acts.mark_dpu_node_rebooted, seen)  # its test fails (our token): read, done
+    assert retried.changed and retried.detail.startswith("already acknowledged")
     for k in (0, 1):
         api.wait("DPU", f"node-host-003-device-host-003-dpu-{k}", phase_is("Ready"))
     assert sim.violations() == []

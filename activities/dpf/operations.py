@@ -126,7 +126,7 @@ class DPFActivities:
         Raises:
             ObjectNotFound: DPF has not created the hold (no DPU of the node is in Node Effect).
         """
-        pointer = "/metadata/annotations/" + HOLD_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        pointer = _pointer(HOLD_ANNOTATION)
         ops: list[Object] = [
             {"op": "test", "path": pointer, "value": "true"},
             {"op": "replace", "path": pointer, "value": "false"},
@@ -155,11 +155,33 @@ class DPFActivities:
         reboot loop) finds its token and leaves DPF's new request alone. Without the annotation,
         the token is still written, for the same reason. An empty token removes whatever is there.
 
-        The answer carries the DPUNode as the write left it (as read, when nothing was written)
-        and its resourceVersion, so the workflow orders the site watch's signals against its own
+        Where the request says what the node showed when DPF asked (`asked`, `token_before`), one
+        JSON patch tests both and writes, no read (issue 37; a failed test reads and decides as
+        below). The answer carries the DPUNode as the write left it (as read, when nothing was
+        written) and its resourceVersion, so the workflow orders the site watch's signals against its own
         write without reading again (`RebootAcknowledged`, `DPFWatch.written`).
         """
         token = request.token
+        if token and request.asked is not None and request.token_before is not None:
+            # One request: the node still shows what the workflow saw when DPF asked (its value,
+            # the token before ours), tested and changed in one write; else read and decide.
+            required, acked = _pointer(REBOOT_REQUIRED_ANNOTATION), _pointer(REBOOT_ACK_ANNOTATION)
+            ops: list[Object] = [
+                {"op": "test", "path": required, "value": request.asked},
+                {"op": "test", "path": acked, "value": request.token_before},
+                {"op": "remove", "path": required},
+                {"op": "add", "path": acked, "value": token},
+            ]
+            try:
+                written = await self.kube.json_patch(
+                    request.host_id, DPUNODE, request.namespace, request.node_name(), ops
+                )
+                return RebootAcknowledged(
+                    name=request.node_name(), changed=True, detail="removed",
+                    node=bodies.node_state(written), node_version=_version_of(written),
+                )  # fmt: skip
+            except InvalidInput:
+                pass  # the node moved on (our token there, another request, no annotation)
         found: list[str] = []  # what the last read showed: "done" (our token), "removing", "absent"
 
         def change(obj: Object) -> Object | None:
@@ -354,6 +376,11 @@ class DPFActivities:
                 if stripped is not None:
                     outcomes.append(stripped)
         return ObjectsResult(objects=tuple(outcomes))
+
+
+def _pointer(annotation: str) -> str:
+    """The JSON pointer (RFC 6901) of an annotation of an object."""
+    return "/metadata/annotations/" + annotation.replace("~", "~0").replace("/", "~1")
 
 
 def _version_of(obj: Object | None) -> int:

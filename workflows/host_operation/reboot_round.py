@@ -272,9 +272,11 @@ class RebootRound(HearsItsReboot, kernel.Runbook):
         """Remove the reboot-required annotation (only after a power cycle or an operator's word)."""
         info = workflow.info()
         token = f"{info.workflow_id}@{info.run_id}#{self.state.next_ack()}"
+        node = self.dpf.node  # as seen when DPF asked: the write tests it instead of reading
+        seen = {"asked": node.reboot_required, "token_before": node.reboot_acknowledged} if node else {}
         result: RebootAcknowledged = await self._call_kube(
             activity_api.mark_dpu_node_rebooted,
-            MarkRebootedInput(host_id=self.host.host_id, namespace=self.host.namespace, token=token),
+            MarkRebootedInput(host_id=self.host.host_id, namespace=self.host.namespace, token=token, **seen),
             kernel.KUBE_WRITE,
             f"tell DPF {self.host.node_name()} was rebooted",
         )
