@@ -68,6 +68,7 @@ from contracts.models.dpf import (
     SiteSetupInput,
     SiteWatchInput,
 )
+from contracts.models.dpf_answers import RebootAcknowledged
 from contracts.models.grove import (
     ForeignEditsInput,
     PCSRef,
@@ -180,8 +181,9 @@ async def release_node_effect_hold(host: HostRef) -> ChangeResult:
 
 
 @activity.defn(name="mark_dpu_node_rebooted")
-async def mark_dpu_node_rebooted(request: MarkRebootedInput) -> ChangeResult:
-    """Remove the reboot-required annotation (after a power cycle only), once per token."""
+async def mark_dpu_node_rebooted(request: MarkRebootedInput) -> RebootAcknowledged:
+    """Remove the reboot-required annotation (after a power cycle only), once per token; the
+    DPUNode as left, with its resourceVersion."""
     _declared_only("mark_dpu_node_rebooted")
 
 

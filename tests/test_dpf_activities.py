@@ -52,11 +52,11 @@ def api(sim: RunningSim) -> Iterator[Api]:
     client.close()
 
 
-def dpu_requests(sim: RunningSim) -> Counter[str]:
-    """The requests on DPU objects the API has answered so far, per verb (its audit)."""
+def dpu_requests(sim: RunningSim, resource: str = "dpus") -> Counter[str]:
+    """The requests on DPU objects (or `resource`) the API has answered so far, per verb (its audit)."""
     counts: Counter[str] = Counter()
     for row in sim.audit():
-        if row["resource"] == "dpus":
+        if row["resource"] == resource:
             counts[row["verb"]] += row["count"]
     return counts
 
@@ -130,8 +130,11 @@ async def test_initial_provisioning_flow_reaches_ready_without_violations(sim: R
     assert [d.phase for d in state.dpus] == ["Node Effect", "Node Effect"]
     assert state.hold is not None and state.hold.holding
 
+    before = dpu_requests(sim, "dpunodemaintenances")
     released = await run(acts.release_node_effect_hold, ref)
     assert released.changed
+    # One request where DPF holds: the JSON patch that tests "true" and replaces it (issue 37).
+    assert dpu_requests(sim, "dpunodemaintenances") - before == Counter({"patch": 1})
     hold_rv = api.must("DPUNodeMaintenance", "node-host-001-hold")["metadata"]["resourceVersion"]
     assert not (await run(acts.release_node_effect_hold, ref)).changed  # idempotent: no second write
     after = api.get("DPUNodeMaintenance", "node-host-001-hold")
@@ -174,12 +177,24 @@ async def test_bf4_second_reboot_round(sim: RunningSim, api: Api) -> None:
     await register(sim, acts, "host-003")
     api.wait("DPUNodeMaintenance", "node-host-003-hold", lambda o: o is not None)
     await run(acts.release_node_effect_hold, ref)
-    for _round in range(2):
+    for round_ in (1, 2):
         api.wait("DPUNode", "node-host-003", lambda o: annotation(o, REBOOT) == "true")
         node = (await run(acts.read_host_dpf_state, ref)).node
         assert node is not None and node.waiting_for_reboot
         power_cycle(sim, "host-003")
-        assert (await run(acts.mark_dpu_node_rebooted, acked(ref))).changed
+        # What the workflow saw when DPF asked: the write tests it instead of reading (issue 37).
+        seen = acked(ref, f"op#{round_}").model_copy(
+            update={"asked": node.reboot_required, "token_before": node.reboot_acknowledged}
+        )
+        before = dpu_requests(sim, "dpunodes")
+        done = await run(acts.mark_dpu_node_rebooted, seen)
+        assert done.changed and done.node is not None and done.node.reboot_required is None
+        assert done.node.reboot_acknowledged == f"op#{round_}" and done.node_version > 0
+        # Round 1 knew no token before (none on the node yet): read, then patch. Round 2: one request.
+        verbs = Counter({"get": 1, "patch": 1}) if round_ == 1 else Counter({"patch": 1})
+        assert dpu_requests(sim, "dpunodes") - before == verbs
+    retried = await run(acts.mark_dpu_node_rebooted, seen)  # its test fails (our token): read, done
+    assert retried.changed and retried.detail.startswith("already acknowledged")
     for k in (0, 1):
         api.wait("DPU", f"node-host-003-device-host-003-dpu-{k}", phase_is("Ready"))
     assert sim.violations() == []

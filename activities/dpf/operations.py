@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from contracts.errors import ConflictRetriesExhausted
+from contracts.errors import ConflictRetriesExhausted, InvalidInput
 from contracts.models.dpf import (
     DPUNODE_NAME_LABEL,
     HOLD_ANNOTATION,
@@ -26,6 +26,7 @@ from contracts.models.dpf import (
     DeploymentBFBInput,
     DeploymentFlavorInput,
     DevicesGoneInput,
+    DPFVersion,
     HostDPFState,
     HostRef,
     MarkRebootedInput,
@@ -35,6 +36,7 @@ from contracts.models.dpf import (
     ReprovisionInput,
     SiteSetupInput,
 )
+from contracts.models.dpf_answers import RebootAcknowledged
 from drivers import dpf as bodies
 from drivers.kube import (
     BFB,
@@ -115,9 +117,25 @@ class DPFActivities:
     async def release_node_effect_hold(self, host: HostRef) -> ChangeResult:
         """Set the hold annotation of `<dpunode>-hold` to "false": DPF may start the node effect.
 
+        One request where DPF holds (issue 37): a JSON patch that tests the annotation is "true"
+        (what DPF sets) and replaces it, in one write the API server applies to the object as it
+        is (`Kube.json_patch`); so `changed` is known without a read. Anything else (released
+        already, another value, no annotation: the test fails, 422, nothing written) is read and
+        decided as before, a conditional edit.
+
         Raises:
             ObjectNotFound: DPF has not created the hold (no DPU of the node is in Node Effect).
         """
+        pointer = _pointer(HOLD_ANNOTATION)
+        ops: list[Object] = [
+            {"op": "test", "path": pointer, "value": "true"},
+            {"op": "replace", "path": pointer, "value": "false"},
+        ]
+        try:
+            await self.kube.json_patch(host.host_id, MAINTENANCE, host.namespace, host.hold_name(), ops)
+            return ChangeResult(name=host.hold_name(), changed=True)
+        except InvalidInput:
+            pass  # not "true" now: read it and decide
 
         def change(obj: Object) -> Object | None:
             if (obj["metadata"].get("annotations") or {}).get(HOLD_ANNOTATION) == "false":
@@ -128,7 +146,7 @@ class DPFActivities:
         return ChangeResult(name=host.hold_name(), changed=changed)
 
     @activity.defn(name="mark_dpu_node_rebooted")
-    async def mark_dpu_node_rebooted(self, request: MarkRebootedInput) -> ChangeResult:
+    async def mark_dpu_node_rebooted(self, request: MarkRebootedInput) -> RebootAcknowledged:
         """Remove the external-reboot-required annotation: the host was power-cycled.
 
         Call it only after the power cycle; DPF trusts it. The removal and the request's token
@@ -136,8 +154,34 @@ class DPFActivities:
         happens once per token: a retry that lands after DPF asked again (a BF4's next round, a
         reboot loop) finds its token and leaves DPF's new request alone. Without the annotation,
         the token is still written, for the same reason. An empty token removes whatever is there.
+
+        Where the request says what the node showed when DPF asked (`asked`, `token_before`), one
+        JSON patch tests both and writes, no read (issue 37; a failed test reads and decides as
+        below). The answer carries the DPUNode as the write left it (as read, when nothing was
+        written) and its resourceVersion, so the workflow orders the site watch's signals against its own
+        write without reading again (`RebootAcknowledged`, `DPFWatch.written`).
         """
         token = request.token
+        if token and request.asked is not None and request.token_before is not None:
+            # One request: the node still shows what the workflow saw when DPF asked (its value,
+            # the token before ours), tested and changed in one write; else read and decide.
+            required, acked = _pointer(REBOOT_REQUIRED_ANNOTATION), _pointer(REBOOT_ACK_ANNOTATION)
+            ops: list[Object] = [
+                {"op": "test", "path": required, "value": request.asked},
+                {"op": "test", "path": acked, "value": request.token_before},
+                {"op": "remove", "path": required},
+                {"op": "add", "path": acked, "value": token},
+            ]
+            try:
+                written = await self.kube.json_patch(
+                    request.host_id, DPUNODE, request.namespace, request.node_name(), ops
+                )
+                return RebootAcknowledged(
+                    name=request.node_name(), changed=True, detail="removed",
+                    node=bodies.node_state(written), node_version=_version_of(written),
+                )  # fmt: skip
+            except InvalidInput:
+                pass  # the node moved on (our token there, another request, no annotation)
         found: list[str] = []  # what the last read showed: "done" (our token), "removing", "absent"
 
         def change(obj: Object) -> Object | None:
@@ -164,19 +208,24 @@ class DPFActivities:
         else:
             detail = "removed" if found[-1] == "removing" else "not there"
         # True: this acknowledgement removed it (now, or an earlier attempt whose token is there).
-        return ChangeResult(
-            name=request.node_name(), changed=found[-1] in ("done", "removing"), detail=detail
-        )
+        return RebootAcknowledged(
+            name=request.node_name(), changed=found[-1] in ("done", "removing"), detail=detail,
+            node=bodies.node_state(obj) if obj is not None else None, node_version=_version_of(obj),
+        )  # fmt: skip
 
     # -- reads ----------------------------------------------------------------------------------
     @activity.defn(name="read_host_dpf_state")
     async def read_host_dpf_state(self, host: HostRef) -> HostDPFState:
-        """The host's DPUNode, DPUs and hold as they are now (the watcher signals the same model)."""
+        """The host's DPUNode, DPUs and hold as they are now (the watcher signals the same model),
+        with `as_of`: the DPU list's resourceVersion and each object's own (0: missing), no epoch
+        (the workflow's `DPFWatch.adopt_read` puts it in the epoch it holds)."""
         key, ns = host.host_id, host.namespace
         node = await self.kube.get(key, DPUNODE, ns, host.node_name(), missing_ok=True)
         listed = await self.kube.list(key, DPU, ns, label_selector=f"{DPUNODE_NAME_LABEL}={host.node_name()}")
         hold = await self.kube.get(key, MAINTENANCE, ns, host.hold_name(), missing_ok=True)
-        return bodies.host_state(host.host_id, node, list(listed.get("items") or []), hold)
+        state = bodies.host_state(host.host_id, node, list(listed.get("items") or []), hold)
+        version = DPFVersion(dpus=_version_of(listed), node=_version_of(node), hold=_version_of(hold))
+        return state.model_copy(update={"as_of": version})
 
     # -- flow 4: reprovision --------------------------------------------------------------------
     @activity.defn(name="reprovision_dpu")
@@ -327,3 +376,19 @@ class DPFActivities:
                 if stripped is not None:
                     outcomes.append(stripped)
         return ObjectsResult(objects=tuple(outcomes))
+
+
+def _pointer(annotation: str) -> str:
+    """The JSON pointer (RFC 6901) of an annotation of an object."""
+    return "/metadata/annotations/" + annotation.replace("~", "~0").replace("/", "~1")
+
+
+def _version_of(obj: Object | None) -> int:
+    """An object's resourceVersion as the site watch orders it (an integer; 0: none or not one).
+    Kubernetes makes resourceVersions of one resource comparable (KEP-5504, stable in v1.35:
+    k8s.io/apimachinery `util/resourceversion.CompareResourceVersion`); `DPFVersion` and the
+    site watch compare them so already (`activities.site_watch`, "Ordering")."""
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0

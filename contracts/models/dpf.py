@@ -391,12 +391,15 @@ class MarkRebootedInput(HostRef):
     """`mark_dpu_node_rebooted`: remove the reboot annotation, once per `token`.
 
     The removal and the token (`REBOOT_ACK_ANNOTATION`) are one write, conditional on the
-    resourceVersion read. A retry that finds its token does nothing, whatever the annotation says
-    now: a later annotation is DPF's next request, served by the next acknowledgement. A host
-    workflow makes one token per acknowledgement (its id, the boot generation, a count). An empty
-    token (a payload from before tokens) removes unconditionally, as before."""
+    resourceVersion read, or without a read on the node still showing `asked` (the annotation's value)
+    and `token_before` (the token there), as the workflow saw them when DPF asked. A retry that finds
+    its token does nothing, whatever the annotation says now: a later annotation is DPF's next request,
+    served by the next acknowledgement. A host workflow makes one token per acknowledgement (its id, the
+    boot generation, a count). An empty token (a payload from before tokens) removes unconditionally."""
 
     token: str = ""
+    asked: str | None = None
+    token_before: str | None = None
 
 
 class ReprovisionInput(_Frozen):

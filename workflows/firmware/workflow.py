@@ -379,7 +379,7 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
     async def _wait_for_every_dpu_ready(self, inventory: HostInventory) -> None:
         self.enter("waiting-for-dpus", "every DPU Ready after the power cycle")
         # A fresh read: the watcher's last state may predate the cycle.
-        self._watch.adopt(
+        self._watch.adopt_read(
             await self.call(
                 activity_api.read_host_dpf_state,
                 HostRef.of(inventory),

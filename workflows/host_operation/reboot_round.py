@@ -11,7 +11,9 @@ A round starts once DPF asks for the host's reboot and the barrier holds (`workf
    (`BMCRebootFailed`) asks an operator at once: `retry` asks the BMC again for the same
    generation (it was not reached), `mark_rebooted` takes the host as rebooted by hand.
 2. DPF is told (`_acknowledge`: the reboot-required annotation removed, once per token), and the
-   watch reads afresh, so DPF's next request is never mistaken for the old one.
+   watch takes the node as the write's answer gives it, at its resourceVersion
+   (`DPFWatch.written`; without one it reads afresh), so DPF's next request is never mistaken
+   for the old one: a signal from before the write is older than the write, and dropped.
 3. The agent of each DPU of the round whose agent ran (v26) must start again (a new
    `agentStatus.lastStartupTime`) within `agent_restart_wait_seconds`: DPF leaves `Rebooting` at
    the removal whether or not the reset reached the DPU, and then waits in `DPU Config` for a
@@ -41,7 +43,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
     from contracts.errors import RebootFailed
     from contracts.models.control import OperatorRequest
-    from contracts.models.dpf import ChangeResult, HostDPFState, HostRef, MarkRebootedInput
+    from contracts.models.dpf import HostDPFState, HostRef, MarkRebootedInput
+    from contracts.models.dpf_answers import RebootAcknowledged
     from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, OperationPolicy
     from contracts.wording import answers_in_words, duration, plural
     from workflows import kernel
@@ -269,14 +272,18 @@ class RebootRound(HearsItsReboot, kernel.Runbook):
         """Remove the reboot-required annotation (only after a power cycle or an operator's word)."""
         info = workflow.info()
         token = f"{info.workflow_id}@{info.run_id}#{self.state.next_ack()}"
-        result: ChangeResult = await self._call_kube(
+        node = self.dpf.node  # as seen when DPF asked: the write tests it instead of reading
+        seen = {"asked": node.reboot_required, "token_before": node.reboot_acknowledged} if node else {}
+        result: RebootAcknowledged = await self._call_kube(
             activity_api.mark_dpu_node_rebooted,
-            MarkRebootedInput(host_id=self.host.host_id, namespace=self.host.namespace, token=token),
+            MarkRebootedInput(host_id=self.host.host_id, namespace=self.host.namespace, token=token, **seen),
             kernel.KUBE_WRITE,
             f"tell DPF {self.host.node_name()} was rebooted",
         )
         self.state.acknowledged(changed=result.changed)
-        self._watch.restart(self.state.after_acknowledgement(self.dpf))  # DPF's next word, read afresh
+        # DPF's next word is newer than the write; what the watch sent before it is older (no read).
+        if not self._watch.written(result.node, result.node_version):
+            self._watch.restart(self.state.after_acknowledgement(self.dpf))  # read afresh
 
     # -- the tools the runbook shares --------------------------------------------------------------
     async def _intervene(

@@ -399,7 +399,8 @@ class HostOperationState:
         return self.acks
 
     def after_acknowledgement(self, dpf: HostDPFState) -> HostDPFState:
-        """The state to read on from after our removal of the reboot-required annotation.
+        """The state to read on from after our removal of the reboot-required annotation, when
+        its answer gave no resourceVersion (else `DPFWatch.written`: the node as written).
 
         Why: DPF may set the annotation again at once (a BF4's second round) and, with fast
         phases, the watch can see removal and re-set as one unchanged state and signal nothing;

@@ -64,16 +64,17 @@ share (`workflows/parts/reboot_rounds.py`). Every early end goes through the ker
 the generation reached (`ending_error`), an abort's result has it, and the entity counts it.
 
 Cost per host and worst-case history: no activity slot while waiting (the site watch signals
-each change; one short read joins it, again after each acknowledged reboot), no timers while
-nothing changes (its join's read is the first state). About 40 events to reach the first
-reboot, 4 per DPF change signalled, and per power cycle about 39 in the run itself (the reboot
-child started and completed, the whole read before it, the acknowledgement, the watch's re-read,
-phase changes) plus up to 50 in its reboot child (more on a shared BMC's fleet-wide lease, none
-for a BMC of one host). Bounded by the policy: rounds DPF asks for (1, or 2 for BF4) x
-(1 + `max_power_cycle_retries`) power cycles, plus 4 per operator answer and 6 per bounded
-Kubernetes call that stalls. `worst_case_events` is that bound as a function of what a run did;
-tests/test_host_operation_escalation.py holds a run that re-issues every reboot and takes
-operator answers to it. Measured figures: bench/README.md, "workflows/host_operation/workflow.py".
+each change; one short read joins it; after an acknowledged reboot the write's answer stands for
+a read: `DPFWatch.written`), no timers while nothing changes (its join's read is the first
+state). About 40 events to reach the first reboot, 4 per DPF change signalled, and per power
+cycle about 39 in the run itself (the reboot child started and completed, the whole read before
+it, the acknowledgement, phase changes) plus up to 50 in its reboot child (more on a shared
+BMC's fleet-wide lease, none for a BMC of one host). Bounded by the policy: rounds DPF asks for
+(1, or 2 for BF4) x (1 + `max_power_cycle_retries`) power cycles, plus 4 per operator answer and
+6 per bounded Kubernetes call that stalls. `worst_case_events` is that bound as a function of
+what a run did; tests/test_host_operation_escalation.py holds a run that re-issues every reboot
+and takes operator answers to it. Measured figures: bench/README.md,
+"workflows/host_operation/workflow.py".
 """
 
 from __future__ import annotations
@@ -171,7 +172,7 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
         try:
             return await self.to_the_end(self._operate, self._clean_up)
         finally:
-            await self._watch.stop()  # after the cleanup: its acknowledgement reads DPF again
+            await self._watch.stop()  # after the cleanup: its acknowledgement may read DPF again
 
     async def _operate(self) -> HostOperationResult:
         inventory = await self._resolve_inventory()
@@ -474,7 +475,7 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
             kernel.KUBE_READ,
             f"read the DPF state of {self.host.host_id} before the reboot",
         )
-        self._watch.adopt(state)
+        self._watch.adopt_read(state)  # ordered: the acknowledgement's answer is ordered against it
         return self.state.at_reboot_barrier(state)
 
     # -- waiting on DPF ----------------------------------------------------------------------------

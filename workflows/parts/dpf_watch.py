@@ -16,14 +16,19 @@ epoch wins whole. Signals that arrive while a read is in flight wait for it, the
 Because the join registers before it reads, every change of the host is in the read or in a
 later signal (the argument is in `activities.site_watch`, "Ordering").
 
-`restart` reads again (joining again, which the registry takes as the same registration): the
-host operation's own removal of the reboot-required annotation must be seen before DPF's next
-word. `stop` ends a read still in flight (and any a restart replaced) and waits until they have
-ended, so a completed workflow leaves no pending activity. It does not deregister: the site
-watch drops the entry when a signal to this id answers NotFound (`activities.site_watch`).
+`written` takes the workflow's own write of the DPUNode, as its answer gives it (the node as
+written and its resourceVersion), as the node's state as of that version: the host operation's
+removal of the reboot-required annotation must be seen before DPF's next word, and a signal the
+watch sent before the write holds an older node version (the watch applies a resource's events
+in resourceVersion order), so `_merge` drops it; DPF's next word comes after the write and is
+newer. `restart` reads again instead (joining again, which the registry takes as the same
+registration) where the answer gives no version. `stop` ends a read still in flight (and any a
+restart replaced) and waits until they have ended, so a completed workflow leaves no pending
+activity. It does not deregister: the site watch drops the entry when a signal to this id
+answers NotFound (`activities.site_watch`).
 
-Cost per host: 3 events per read (1 at start, 1 per restart) and 1 signal event per change; no
-activity slot while waiting, no timers, no polling.
+Cost per host: 3 events per read (1 at start, 1 per restart; `written` reads nothing) and 1
+signal event per change; no activity slot while waiting, no timers, no polling.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
-    from contracts.models.dpf import DPFVersion, HostDPFState, HostRef, JoinSiteWatchInput
+    from contracts.models.dpf import DPFVersion, DPUNodeState, HostDPFState, HostRef, JoinSiteWatchInput
     from workflows import kernel
 
 
@@ -100,7 +105,7 @@ class DPFWatch:
         return self._merge(state)
 
     def adopt(self, state: HostDPFState) -> None:
-        """Take a state read by the workflow itself (e.g. `read_host_dpf_state`)."""
+        """Take a state as it is (a read, a merged signal): `adopt_read` orders a read of its own."""
         self.state = state
         self.changes += 1
         ids = self._dpu_ids or tuple(d.dpu_id for d in state.dpus if d.dpu_id is not None)
@@ -108,35 +113,19 @@ class DPFWatch:
         if self._on_taken is not None:
             self._on_taken(state)
 
+    def adopt_read(self, state: HostDPFState) -> None:
+        """Take a read of the workflow's own (`read_host_dpf_state`), ordered (`ordered_read`)."""
+        self.adopt(ordered_read(self.state, state))
+
     def _merge(self, incoming: HostDPFState) -> bool:
-        """Keep, per kind, the newer of the state held and `incoming` (by `as_of`); True when
-        anything newer with other content was taken. A newer epoch wins whole, an older loses."""
-        current = self.state
-        if current is None or current.as_of is None or incoming.as_of is None:
-            self.adopt(incoming)
-            return True
-        have, new = current.as_of, incoming.as_of
-        if new.epoch != have.epoch:
-            if new.epoch > have.epoch:
-                self.adopt(incoming)
-            return new.epoch > have.epoch
-        parts: dict[str, Any] = {}
-        if new.dpus > have.dpus:
-            parts["dpus"] = incoming.dpus
-        if new.node > have.node:
-            parts["node"] = incoming.node
-        if new.hold > have.hold:
-            parts["hold"] = incoming.hold
-        version = DPFVersion(
-            epoch=have.epoch, dpus=max(have.dpus, new.dpus), node=max(have.node, new.node),
-            hold=max(have.hold, new.hold),
-        )  # fmt: skip
-        merged = current.model_copy(update={**parts, "as_of": version})
-        if merged.content() == current.content():
-            self.state = merged  # nothing new to decide on; only the versions moved
-            return False
-        self.adopt(merged)
-        return True
+        """Keep, per kind, the newer of the state held and `incoming` (`merge`); True when
+        anything newer with other content was taken."""
+        state, taken = merge(self.state, incoming)
+        if taken:
+            self.adopt(state)
+        else:
+            self.state = state  # nothing new to decide on; at most the versions moved
+        return taken
 
     def _join(self, bound_seconds: float | None = None) -> None:
         """Register with the site's watch and read the host's state; signals wait for the read."""
@@ -168,6 +157,20 @@ class DPFWatch:
         for state in held:
             self._merge(state)
 
+    def written(self, node: DPUNodeState | None, node_version: int) -> bool:
+        """Take the workflow's own write of the host's DPUNode (`node` as its answer gave it, at
+        `node_version`) as the node's state as of that version, where it is newer than what is
+        held; False when it cannot be ordered (no version, no ordered state held, a read in
+        flight, whose result would replace it): then `restart`."""
+        if self._read is not None:
+            return False
+        state = as_written(self.state, node, node_version)
+        if state is None:
+            return False
+        if state is not self.state:
+            self.adopt(state)
+        return True
+
     def restart(self, baseline: HostDPFState) -> None:
         """Hold `baseline` and read again (a join); signals wait for the new read."""
         assert self._host is not None, "restart of a watch never started"
@@ -187,6 +190,62 @@ class DPFWatch:
         self._read, self._replaced = None, []
         for call in calls:
             await kernel.cancel_and_wait(call)
+
+
+def ordered_read(held: HostDPFState | None, read: HostDPFState) -> HostDPFState:
+    """A read of the workflow's own (`read_host_dpf_state`) to hold: its content is the newest;
+    its versions (the DPU list's and each object's resourceVersion; an object's is sound for it:
+    it did not change between its version and the read) order later signals, per kind at least
+    the versions held, in the epoch held. A read without versions, or with nothing ordered held
+    (no epoch to put it in), is held unordered: the next signal is taken whole."""
+    if read.as_of is None:
+        return read
+    if held is None or held.as_of is None:
+        return read.model_copy(update={"as_of": None})
+    have, new = held.as_of, read.as_of
+    version = DPFVersion(
+        epoch=have.epoch, dpus=max(have.dpus, new.dpus), node=max(have.node, new.node),
+        hold=max(have.hold, new.hold),
+    )  # fmt: skip
+    return read.model_copy(update={"as_of": version})
+
+
+def merge(current: HostDPFState | None, incoming: HostDPFState) -> tuple[HostDPFState, bool]:
+    """The state to hold after `incoming`, and whether it is news (other content, newer): per
+    kind the newer of the two by `as_of`; a newer epoch wins whole, an older one loses; an
+    unordered state (no `as_of`) is taken whole."""
+    if current is None or current.as_of is None or incoming.as_of is None:
+        return incoming, True
+    have, new = current.as_of, incoming.as_of
+    if new.epoch != have.epoch:
+        return (incoming, True) if new.epoch > have.epoch else (current, False)
+    parts: dict[str, Any] = {}
+    if new.dpus > have.dpus:
+        parts["dpus"] = incoming.dpus
+    if new.node > have.node:
+        parts["node"] = incoming.node
+    if new.hold > have.hold:
+        parts["hold"] = incoming.hold
+    version = DPFVersion(
+        epoch=have.epoch, dpus=max(have.dpus, new.dpus), node=max(have.node, new.node),
+        hold=max(have.hold, new.hold),
+    )  # fmt: skip
+    merged = current.model_copy(update={**parts, "as_of": version})
+    return merged, merged.content() != current.content()
+
+
+def as_written(
+    current: HostDPFState | None, node: DPUNodeState | None, node_version: int
+) -> HostDPFState | None:
+    """`current` with the DPUNode as the workflow's own write left it at `node_version` (the
+    write's answer), or `current` itself when it already holds that version or a newer one;
+    None when the two cannot be ordered (no version, or no ordered state held)."""
+    if node_version <= 0 or current is None or current.as_of is None:
+        return None
+    if current.as_of.node >= node_version:
+        return current
+    version = current.as_of.model_copy(update={"node": node_version})
+    return current.model_copy(update={"node": node, "as_of": version})
 
 
 def _retrieve(call: asyncio.Future[Any]) -> None:
