@@ -13,6 +13,7 @@ import httpx
 import yaml
 from host_operation_support import wait_for_query
 from sim_support import RunningSim, running_sim
+from takeover_support import takeover_seconds
 from temporalio.client import Client, WorkflowHandle
 
 from contracts import names, workflow_api
@@ -117,7 +118,9 @@ async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncI
     """A worker for the test; at the end, a rollout still running on its queue (a test that
     failed midway) is terminated: rollout ids are per PodCliqueSet, and the session's server is
     shared, so a run left behind would refuse every later test's rollout of the same name."""
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     try:
         async with build_worker(client, task_queue, settings):
             yield

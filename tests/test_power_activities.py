@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sim_support import RunningSim, running_sim
+from takeover_support import sticky_timeout
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
@@ -294,6 +295,7 @@ async def test_flaky_bmcs_through_a_real_worker_still_cycle_each_host_once(
             workflows=[CycleAll],
             activities=power_activities(PowerActivities(redfish)),
             workflow_runner=UnsandboxedWorkflowRunner(),
+            sticky_queue_schedule_to_start_timeout=sticky_timeout(),
         ):
             results = await local_env.client.execute_workflow(
                 CycleAll.run, requests, id=f"flaky-{uuid.uuid4()}", task_queue=task_queue
