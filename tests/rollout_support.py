@@ -37,11 +37,16 @@ POD_HASH = "grove.io/pod-template-hash"
 
 
 @contextlib.contextmanager
-def grove_site(tmp_path: Path, *workloads: dict[str, Any], timings: str = "demo") -> Iterator[RunningSim]:
-    """A simulated site with no hosts and the given Grove workloads, created at start."""
+def grove_site(
+    tmp_path: Path, *workloads: dict[str, Any], timings: str = "demo", timing: dict[str, float] | None = None
+) -> Iterator[RunningSim]:
+    """A simulated site with no hosts and the given Grove workloads, created at start; `timing`
+    overrides single durations of the `timings` profile (`running_sim`)."""
     site = tmp_path / "site.yaml"
     site.write_text(yaml.safe_dump({"name": "grove", "hosts": [], "workloads": list(workloads)}))
-    with running_sim(tmp_path / "sim", site_file=site, timings=timings, initialised=True) as sim:
+    with running_sim(
+        tmp_path / "sim", site_file=site, timings=timings, timing=timing, initialised=True
+    ) as sim:
         for workload in workloads:
             wait_serving(sim, workload["name"])
         yield sim
