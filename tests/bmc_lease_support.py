@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from host_operation_support import wait_for_query
 from sim_support import RunningSim, running_sim
+from takeover_support import sticky_timeout
 from temporalio import workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
@@ -123,6 +124,7 @@ async def one_slot_held(
         task_queue=task_queue,
         workflows=[*workflows.ALL, HoldBMCLeaseForever],
         activities=build_activities(temporal_client=client, settings=worker_settings),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     ):
         holder = await client.start_workflow(
             HoldBMCLeaseForever.run, bmc, id=f"hold-{task_queue}", task_queue=task_queue

@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from takeover_support import sticky_timeout
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
@@ -199,6 +200,7 @@ async def campaign_worker(
         task_queue=task_queue,
         workflows=[CampaignWorkflow, CampaignClaimsWorkflow, HostWorkflow, *(workflows or [TimedOperation])],
         activities=campaign_activities(acts),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     ) as worker:
         yield worker
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 from sim_support import RunningSim
 from site_worker_support import all_workflows, settings_for
+from takeover_support import sticky_timeout
 from temporalio import activity, workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
@@ -145,6 +146,7 @@ async def waiting_worker(
         max_concurrent_activities=50,
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=graceful_shutdown_timeout,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
     async with worker:
         yield worker

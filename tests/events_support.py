@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 from sim_support import RunningSim
+from takeover_support import takeover_seconds
 from temporalio.client import Client
 
 from contracts.models.inventory import DPF_NAMESPACE
@@ -37,7 +38,9 @@ def events_v1(sim: RunningSim, selector: str = "") -> list[dict[str, Any]]:
 @asynccontextmanager
 async def emitting_worker(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[Emitter]:
     """The worker as `run_worker` runs it: the workflows and activities, and the Event emitter."""
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     emitter = Emitter(settings)
     async with build_worker(client, task_queue, settings):
         await emitter.start()

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import httpx
 from sim_support import RunningSim
+from takeover_support import takeover_seconds
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
 from contracts import names
@@ -176,7 +177,9 @@ async def save_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
 async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncIterator[None]:
     """The product's worker (`build_worker`: every workflow and activity) in this process, for the
     block, pointed at the simulated site."""
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     async with build_worker(client, task_queue, settings):
         yield
 

@@ -15,6 +15,8 @@ import signal
 import sys
 from pathlib import Path
 
+from takeover_support import sticky_timeout
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio import activity  # noqa: E402
@@ -48,7 +50,13 @@ async def main() -> None:
 
     others = [f for f in every if activity_name(f) != "lease_host_bmc"]
     activities = [*others, lease_then_die]
-    async with Worker(client, task_queue=task_queue, workflows=workflows.ALL, activities=activities):
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=workflows.ALL,
+        activities=activities,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         await until_lifeline_cut(lifeline_fd)
 
 

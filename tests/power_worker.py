@@ -11,6 +11,8 @@ import asyncio
 import sys
 from pathlib import Path
 
+from takeover_support import sticky_timeout
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.worker import Worker  # noqa: E402
@@ -34,6 +36,7 @@ async def main() -> None:
         task_queue=task_queue,
         activities=power_activities(PowerActivities(redfish)),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
     async with worker:
         await until_lifeline_cut(lifeline_fd)

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict
+from takeover_support import sticky_timeout
 from temporalio import workflow
 from temporalio.client import Client
 from temporalio.common import RetryPolicy
@@ -94,6 +95,7 @@ def cycle_worker(
         activities=activities,
         workflow_runner=UnsandboxedWorkflowRunner(),
         **options,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
 
 

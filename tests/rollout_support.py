@@ -13,6 +13,7 @@ import httpx
 import yaml
 from host_operation_support import wait_for_query
 from sim_support import RunningSim, running_sim
+from takeover_support import takeover_seconds
 from temporalio.client import Client, WorkflowHandle
 
 from contracts import names, workflow_api
@@ -36,11 +37,16 @@ POD_HASH = "grove.io/pod-template-hash"
 
 
 @contextlib.contextmanager
-def grove_site(tmp_path: Path, *workloads: dict[str, Any], timings: str = "demo") -> Iterator[RunningSim]:
-    """A simulated site with no hosts and the given Grove workloads, created at start."""
+def grove_site(
+    tmp_path: Path, *workloads: dict[str, Any], timings: str = "demo", timing: dict[str, float] | None = None
+) -> Iterator[RunningSim]:
+    """A simulated site with no hosts and the given Grove workloads, created at start; `timing`
+    overrides single durations of the `timings` profile (`running_sim`)."""
     site = tmp_path / "site.yaml"
     site.write_text(yaml.safe_dump({"name": "grove", "hosts": [], "workloads": list(workloads)}))
-    with running_sim(tmp_path / "sim", site_file=site, timings=timings, initialised=True) as sim:
+    with running_sim(
+        tmp_path / "sim", site_file=site, timings=timings, timing=timing, initialised=True
+    ) as sim:
         for workload in workloads:
             wait_serving(sim, workload["name"])
         yield sim
@@ -117,7 +123,9 @@ async def worker_for(client: Client, task_queue: str, sim: RunningSim) -> AsyncI
     """A worker for the test; at the end, a rollout still running on its queue (a test that
     failed midway) is terminated: rollout ids are per PodCliqueSet, and the session's server is
     shared, so a run left behind would refuse every later test's rollout of the same name."""
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     try:
         async with build_worker(client, task_queue, settings):
             yield

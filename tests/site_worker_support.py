@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sim_support import RunningSim
+from takeover_support import sticky_timeout
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -67,6 +68,7 @@ async def site_worker(client: Client, task_queue: str, sim: RunningSim) -> Async
         # As the product's worker: a heartbeat (and the cancel its answer brings) is not held
         # back for 0.8 x the heartbeat timeout.
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
     async with worker:
         yield worker

@@ -22,6 +22,7 @@ from host_operation_support import aborted_run
 from lease_step_worker import activity_name
 from module_site_support import ModuleSite
 from sim_support import RunningSim
+from takeover_support import sticky_timeout
 from temporalio import activity
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -92,7 +93,13 @@ async def queue(
 ) -> AsyncIterator[str]:
     settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
     every = holds.steps(build_activities(temporal_client=local_env.client, settings=settings))
-    async with Worker(local_env.client, task_queue=task_queue, workflows=workflows.ALL, activities=every):
+    async with Worker(
+        local_env.client,
+        task_queue=task_queue,
+        workflows=workflows.ALL,
+        activities=every,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         yield task_queue
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from sim_support import RunningSim, running_sim
+from takeover_support import takeover_seconds
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
@@ -130,7 +131,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Any:
 async def served(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[tuple[Client, str]]:
     client = local_env.client
     task_queue = f"bad-input-{uuid.uuid4()}"
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     async with build_worker(client, task_queue, settings):
         await ensure_entity(client, HostWorkflowInput(host_id=ENTITY_HOST), task_queue)
         yield client, task_queue

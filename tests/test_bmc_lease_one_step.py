@@ -27,6 +27,7 @@ from host_operation_support import (
     start_reboot,
     wait_for_query,
 )
+from takeover_support import sticky_timeout
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
@@ -80,6 +81,7 @@ def worker_for(client: Client, task_queue: str, settings: Settings) -> Worker:
         task_queue=task_queue,
         workflows=workflows.ALL,
         activities=build_activities(temporal_client=client, settings=settings),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
 
 
@@ -211,7 +213,13 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
         lease_handle = lease_of(client, sim, host, task_queue)
         outcomes: list[Any] = []
         activities = [*others, held_back]
-        worker = Worker(client, task_queue=task_queue, workflows=workflows.ALL, activities=activities)
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=workflows.ALL,
+            activities=activities,
+            sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+        )
         async with worker:
             for generation, stop in ((1, "abort"), (2, "cancel")):
                 step_started.clear()

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
+from takeover_support import takeover_seconds
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -370,7 +371,9 @@ async def test_abort_with_cancel_running_lets_a_reboot_round_finish_and_withdraw
         policy=CampaignPolicy(assigned="wait-for-approval"),
         host_policy=OperationPolicy(power_down_wait_seconds=POWER_DOWN_WAIT, max_dpu_error_reprovisions=0),
     )
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     async with build_worker(client, task_queue, settings):
         await _assign(client, task_queue, assigned)
         handle = await _start(client, task_queue, request)

@@ -39,6 +39,7 @@ import pytest
 from cli_support import metalflow
 from dpf_activities_support import REBOOT, Api, annotation
 from sim_support import RunningSim, running_sim
+from takeover_support import takeover_seconds
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
@@ -111,7 +112,9 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
 @pytest.fixture(scope="module")
 async def queue(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[str]:
     task_queue = f"test-campaign-rules-{uuid.uuid4()}"
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     async with build_worker(local_env.client, task_queue, settings):
         yield task_queue
 
@@ -492,7 +495,9 @@ async def test_abort_cancel_running_while_dpus_install_lets_the_reboot_round_fin
     """Item 5: aborted while its DPUs installed, the operation ended; DPF then asked for the host
     reboot and nothing gave it: both DPUs sat in Rebooting, the annotation set, no operation."""
     host, client, sim = f"{SLOW}-1", local_env.client, slow_sim
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     request = CampaignInput(
         name=f"{SLOW}-abort", target=CampaignTarget(kind=TargetKind.REPROVISION),
         selection=HostSelection(hosts=(host,)), canary=0, requested_by="test", host_policy=FAST,

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from takeover_support import sticky_timeout
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -167,6 +168,7 @@ async def standin(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncItera
         task_queue=task_queue,
         workflows=[CampaignWorkflow, CampaignClaimsWorkflow, HostWorkflow, InstantOperation, InstantFirmware],
         activities=campaign_activities(campaign),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     ):
         yield task_queue
 

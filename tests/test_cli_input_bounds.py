@@ -25,6 +25,7 @@ from cli_support import (
 from host_entity_support import StandInOperation, StandInReboot, no_predecessor
 from host_operation_support import eventually
 from sim_support import start_dev_server
+from takeover_support import sticky_timeout
 from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
@@ -219,7 +220,13 @@ async def test_a_host_whose_worker_just_died_is_could_not_ask_not_refused(
     refusals: metalflow could not ask (3), and the words say nothing was changed."""
     host, queue = f"gone-{uuid.uuid4().hex[:8]}", f"gone-{uuid.uuid4()}"
     write_unreachable_site(tmp_path / "site.yaml", host)
-    async with Worker(client, task_queue=queue, workflows=[HostWorkflow], max_cached_workflows=0):
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[HostWorkflow],
+        max_cached_workflows=0,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         entity = await client.start_workflow(
             "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
         )
@@ -264,6 +271,7 @@ async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path, 
             task_queue=queue,
             workflows=[HostWorkflow, StandInOperation, StandInReboot],
             activities=[no_predecessor],
+            sticky_queue_schedule_to_start_timeout=sticky_timeout(),
         ):
             process = await asyncio.create_subprocess_exec(
                 METALFLOW, "host", "provision", host, "--wait", "--task-queue", queue,

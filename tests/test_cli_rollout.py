@@ -15,6 +15,7 @@ from cli_support import METALFLOW, metalflow, metalflow_env, use_site_file
 from host_operation_support import worker_for
 from rollout_support import INFERENCE, gangs, grove_site, pcs_object, pod_hashes, wait_for
 from sim_support import RunningSim
+from takeover_support import takeover_seconds
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 
@@ -43,7 +44,9 @@ async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 async def refusing_queue(local_env: WorkflowEnvironment, sim: RunningSim) -> AsyncIterator[str]:
     """One worker for all the refused requests (~2 s to start and up to 3 s to stop per test, six
     times over): they start nothing, so nothing of one case is left for the next to meet."""
-    settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     async with build_worker(local_env.client, f"refusals-{uuid.uuid4()}", settings) as worker:
         yield worker.task_queue
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from takeover_support import sticky_timeout
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
@@ -92,7 +93,13 @@ async def test_sandboxed_runs_compile_their_workflow_module_once(
     monkeypatch.setattr(importlib.machinery.SourceFileLoader, "source_to_code", counting)
     answer = importlib.import_module(name).Answer
     assert len(compiled) == 1
-    async with Worker(client, task_queue=task_queue, workflows=[answer], max_cached_workflows=0):
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[answer],
+        max_cached_workflows=0,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         results = [
             await client.execute_workflow(workflow_name, n, id=f"cache-{uuid.uuid4()}", task_queue=task_queue)
             for n in range(5)
@@ -138,7 +145,12 @@ async def test_the_sandbox_entry_snippets_compile_once_per_process(
     answer = importlib.import_module(name).Answer
     runner = SnippetCachingRunner()
     async with Worker(
-        client, task_queue=task_queue, workflows=[answer], max_cached_workflows=0, workflow_runner=runner
+        client,
+        task_queue=task_queue,
+        workflows=[answer],
+        max_cached_workflows=0,
+        workflow_runner=runner,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     ):
         first = await client.execute_workflow(
             workflow_name, 1, id=f"snip-{uuid.uuid4()}", task_queue=task_queue

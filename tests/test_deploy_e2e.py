@@ -24,6 +24,7 @@ from deploy_support import DEPLOY, WORKER_SA, granted_by_base, metric_sum, restr
 from host_operation_support import power_cycles, start_operation
 from ports_support import free_port
 from sim_support import RunningSim, running_sim
+from takeover_support import takeover_seconds
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
@@ -72,7 +73,9 @@ async def deployed_worker(
     target = local_client.service_client.config.target_host
     runtime = observability.runtime()
     client = await connect(target_host=target, namespace=local_client.namespace, runtime=runtime)
-    settings = Settings(site_file=sim.site_file, kubeconfig=kubeconfig)
+    settings = Settings(
+        site_file=sim.site_file, kubeconfig=kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     worker = build_worker(client, task_queue, settings)
     emitter = start_events(settings)  # the worker's Kubernetes Events, on by default
     observability.emitter = emitter

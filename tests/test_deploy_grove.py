@@ -13,6 +13,7 @@ from pathlib import Path
 
 from deploy_support import WORKER_SA, granted_by_base, restricted_kubeconfig
 from rollout_support import INFERENCE, grove_site, pod_hashes, pods, start_rollout
+from takeover_support import takeover_seconds
 from temporalio.client import Client
 
 from drivers.settings import Settings
@@ -28,7 +29,9 @@ async def test_least_privilege_worker_rolls_the_inference_workload(
         before = set(pods(sim, "inference"))
         # No host reads a Secret here; one named Secret keeps that rule as narrow as installed.
         kubeconfig = await asyncio.to_thread(restricted_kubeconfig, sim, tmp_path, ["bmc-none"])
-        settings = Settings(site_file=sim.site_file, kubeconfig=kubeconfig)
+        settings = Settings(
+            site_file=sim.site_file, kubeconfig=kubeconfig, worker_takeover_seconds=takeover_seconds()
+        )
         async with build_worker(client, task_queue, settings):
             handle = await start_rollout(
                 client, task_queue, "inference", {"decode": "registry.local/decode:2.0"}

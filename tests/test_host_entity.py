@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from host_entity_support import StandInOperation, StandInReboot, stand_in_versions
+from takeover_support import sticky_timeout
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.worker import Worker
@@ -46,6 +47,7 @@ async def worker(client: Client, task_queue: str) -> AsyncIterator[str]:
         task_queue=task_queue,
         workflows=[HostWorkflow, StandInOperation, StandInReboot],
         activities=[stand_in_versions],
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     ):
         yield task_queue
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from host_operation_fakes import DPUS, HOST, FakeSite
 from host_operation_support import aborted_run, save_history, start_operation, status_of
+from takeover_support import sticky_timeout
 from temporalio import activity
 from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
@@ -121,7 +122,13 @@ async def stuck_site(
         )  # fmt: skip
 
     activities = site.activities()
-    async with Worker(env.client, task_queue=task_queue, workflows=workflows.ALL, activities=activities):
+    async with Worker(
+        env.client,
+        task_queue=task_queue,
+        workflows=workflows.ALL,
+        activities=activities,
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         yield site, start
 
 

@@ -23,12 +23,21 @@ from worker_support import worker_env, worker_process
 
 from contracts.models.host import HostOperationKind, HostOperationStatus
 
+# The operation waits on DPF across two of the kills: the killed worker's site watch moves to the
+# next after its heartbeat timeout, 4 s here (as test_site_watch's kill test), not the tests' 10 s.
+WATCH_TAKEOVER_SECONDS = "4"
+# DPF moves a DPU on after 0.5 s, not the demo profile's 1 s: the four install phases the first
+# kill is found in still last 2 s together; the power transitions (0.5 s) are left as they are.
+SITE_TIMING = {"dpu_phase_seconds": 0.5, "dpu_registration_seconds": 0.5}
+
 
 async def test_reprovision_survives_worker_kills_at_every_step(client: Client, tmp_path: Path) -> None:
     task_queue = f"crash-{uuid.uuid4()}"
     log = tmp_path / "worker.log"
-    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, timings="demo", initialised=True) as sim:
-        env = worker_env(client, sim)
+    with running_sim(
+        tmp_path / "sim", hosts=1, dpus_per_host=2, timings="demo", timing=SITE_TIMING, initialised=True
+    ) as sim:
+        env = worker_env(client, sim, METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS=WATCH_TAKEOVER_SECONDS)
         with worker_process(task_queue, env, log):
             handle = await start_operation(client, task_queue, "host-001", HostOperationKind.REPROVISION,
                                            policy=FAST_POLICY)  # fmt: skip

@@ -31,6 +31,7 @@ from host_operation_support import (
     worker_for,
 )
 from sim_support import RunningSim, prefixed_sim, running_sim, site_file_with_prefix
+from takeover_support import takeover_seconds
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
@@ -88,7 +89,13 @@ async def test_an_activity_failing_for_good_ends_failed_and_registers_nothing(
         site["hosts"][0]["groups"] = ["a-group-name-far-too-long-for-dpf"]  # DPF allows 20 characters
         site_file = tmp_path / "site.yaml"
         site_file.write_text(yaml.safe_dump(site))
-        async with build_worker(client, task_queue, Settings(site_file=site_file, kubeconfig=sim.kubeconfig)):
+        async with build_worker(
+            client,
+            task_queue,
+            Settings(
+                site_file=site_file, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+            ),
+        ):
             handle = await start_operation(client, task_queue, H1, PROVISION, id_suffix=_suffix())
             with pytest.raises(WorkflowFailureError) as failed:
                 await handle.result()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from host_operation_fakes import HOST, FakeSite
 from host_operation_support import aborted_run, start_operation, status_of
+from takeover_support import sticky_timeout
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -48,7 +49,11 @@ async def fake_site(env: WorkflowEnvironment, **options: Any) -> AsyncIterator[t
     workflow_id = names.reprovision_workflow_id(HOST)
     site = FakeSite(client=env.client, workflow_id=workflow_id, **options)
     async with Worker(
-        env.client, task_queue=task_queue, workflows=workflows.ALL, activities=site.activities()
+        env.client,
+        task_queue=task_queue,
+        workflows=workflows.ALL,
+        activities=site.activities(),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     ):
         yield site, task_queue
 

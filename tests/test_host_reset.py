@@ -37,6 +37,7 @@ from host_operation_support import (
     worker_for,
 )
 from sim_support import RunningSim, running_sim
+from takeover_support import takeover_seconds
 from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
@@ -312,7 +313,12 @@ async def test_resets_and_a_reboot_behind_one_bmc_limit_one_never_have_two_hosts
     on one BMC with METALFLOW_BMC_MAX_IN_FLIGHT=1. Before the fix the resets' ForceOff/On took
     no lease: both hosts were off together (systems_off_peak 2), and beside the reboot's cycle."""
     with chassis_with_dpus(tmp_path, dpu_boot_seconds=2.0) as sim:
-        settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
+        settings = Settings(
+            site_file=sim.site_file,
+            kubeconfig=sim.kubeconfig,
+            bmc_max_in_flight=1,
+            worker_takeover_seconds=takeover_seconds(),
+        )
         async with (
             build_worker(client, task_queue, settings),
             entity(client, task_queue, HOSTS[0]) as entities,

@@ -21,6 +21,7 @@ from cli_support import METALFLOW
 from host_operation_support import FAST_POLICY, eventually
 from ports_support import free_port
 from sim_support import RunningSim, prefixed_sim
+from takeover_support import takeover_seconds
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from activities.redfish import build_redfish_client
@@ -100,7 +101,11 @@ async def test_after_a_reprovision_the_entity_memo_shows_the_versions_the_site_r
 ) -> None:
     sim, prefix = site
     host = f"{prefix}-001"
-    settings = Settings(site_file=_worker_site(sim, tmp_path / "worker-site.yaml"), kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=_worker_site(sim, tmp_path / "worker-site.yaml"),
+        kubeconfig=sim.kubeconfig,
+        worker_takeover_seconds=takeover_seconds(),
+    )
     async with build_worker(client, task_queue, settings):
         accepted = await send_update(
             client, HostWorkflowInput(host_id=host, policy=FAST_POLICY), REQUEST_REPROVISION_UPDATE,
@@ -138,7 +143,9 @@ async def test_a_dpu_bmc_that_cannot_be_read_shows_unknown_and_the_entity_goes_o
     host = f"{prefix}-002"
     dead = f"{host}-dpu-1"
     worker_site = _worker_site(sim, tmp_path / "worker-site.yaml", dead_dpu_bmc=dead)
-    settings = Settings(site_file=worker_site, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=worker_site, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     async with build_worker(client, task_queue, settings):
         accepted = await send_update(
             client, HostWorkflowInput(host_id=host, policy=FAST_POLICY), REQUEST_REBOOT_UPDATE,
@@ -207,7 +214,11 @@ async def test_a_reboot_reads_no_versions_the_entity_already_knows(
 ) -> None:
     sim, prefix = site
     host = f"{prefix}-001"
-    settings = Settings(site_file=_worker_site(sim, tmp_path / "worker-site.yaml"), kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=_worker_site(sim, tmp_path / "worker-site.yaml"),
+        kubeconfig=sim.kubeconfig,
+        worker_takeover_seconds=takeover_seconds(),
+    )
     entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
     reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
     async with build_worker(client, task_queue, settings):
@@ -233,7 +244,11 @@ async def test_a_reprovision_reads_dpf_only_and_shows_the_firmware_as_read_befor
 ) -> None:
     sim, prefix = site
     host = f"{prefix}-002"
-    settings = Settings(site_file=_worker_site(sim, tmp_path / "worker-site.yaml"), kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=_worker_site(sim, tmp_path / "worker-site.yaml"),
+        kubeconfig=sim.kubeconfig,
+        worker_takeover_seconds=takeover_seconds(),
+    )
     entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
     reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
     async with build_worker(client, task_queue, settings):
@@ -285,7 +300,9 @@ async def test_host_versions_refresh_gives_the_entity_what_it_read_and_no_bmc_is
     sim, prefix = site
     host, stranger = f"{prefix}-001", f"{prefix}-002"
     worker_site = _worker_site(sim, tmp_path / "worker-site.yaml")
-    settings = Settings(site_file=worker_site, kubeconfig=sim.kubeconfig)
+    settings = Settings(
+        site_file=worker_site, kubeconfig=sim.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     entity = HostWorkflowInput(host_id=host, policy=FAST_POLICY)
     reboot = OperationRequest(requested_by="alice", reason="versions", policy=FAST_POLICY)
     at_start = _bmcs(sim, host)

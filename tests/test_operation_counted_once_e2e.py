@@ -20,6 +20,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from takeover_support import sticky_timeout
 from temporalio import workflow
 from temporalio.api.enums.v1 import WorkflowTaskFailedCause
 from temporalio.client import Client
@@ -79,7 +80,12 @@ async def test_a_signal_while_the_run_completes_counts_its_end_once(
         runtime=runtime,
     )
     queue = f"counted-once-{uuid.uuid4()}"
-    async with Worker(client, task_queue=queue, workflows=[CountedOnceWorkflow]):
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[CountedOnceWorkflow],
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         handle = await client.start_workflow(
             CountedOnceWorkflow.run, id=f"counted-once-{uuid.uuid4()}", task_queue=queue,
             task_timeout=timedelta(seconds=30),

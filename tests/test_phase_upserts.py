@@ -13,6 +13,7 @@ import base64
 import json
 import uuid
 
+from takeover_support import sticky_timeout
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -60,7 +61,12 @@ def _upserts(history: dict[str, object]) -> list[dict[str, object]]:
 
 async def test_only_the_phase_an_activation_ends_in_is_upserted(client: Client) -> None:
     queue = f"phase-upserts-{uuid.uuid4().hex[:8]}"
-    async with Worker(client, task_queue=queue, workflows=[PhaseUpsertsProbe]):
+    async with Worker(
+        client,
+        task_queue=queue,
+        workflows=[PhaseUpsertsProbe],
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         run_id = f"probe-{uuid.uuid4().hex[:8]}"
         handle = await client.start_workflow(PhaseUpsertsProbe.run, id=run_id, task_queue=queue)
         # The first activation has ended once the run waits: its Phase is the one it ended in.

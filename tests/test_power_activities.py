@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from sim_support import RunningSim, running_sim
+from takeover_support import sticky_timeout
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
@@ -65,10 +66,20 @@ def access(sim: RunningSim, bmc_id: str) -> BMCAccess:
     return BMCAccess(bmc_id=bmc_id, endpoint=bmc["endpoint"], credentials=CredentialRef(**bmc["credentials"]))
 
 
+# The heartbeat timeout of the activities run here without a server: the power cycle waits its
+# throttle (0.8 x this) plus 1 s after each recorded step, as nothing can read the step back
+# (`heartbeat_flush_seconds`); 0.25 s, not 1 s, so that wait is 1.2 s, not 1.8 s, per step.
+HEARTBEAT_TIMEOUT = timedelta(seconds=0.25)
+# How long a power change the tests make is watched before it counts: none when the test only
+# sets a host up for what it asserts, 0.5 s (not the default 3 s) where the result is asserted.
+SET_UP_SETTLE = 0.0
+SETTLE = 0.5
+
+
 def environment(heartbeats: list[Any] | None = None, details: list[Any] | None = None) -> ActivityEnvironment:
     env = ActivityEnvironment()
     env.info = dataclasses.replace(
-        env.info, heartbeat_timeout=timedelta(seconds=1), heartbeat_details=details or []
+        env.info, heartbeat_timeout=HEARTBEAT_TIMEOUT, heartbeat_details=details or []
     )
     if heartbeats is not None:
         env.on_heartbeat = lambda *args: heartbeats.append(args[0] if args else None)
@@ -123,7 +134,10 @@ async def test_power_cycle_of_a_host_that_is_off_just_turns_it_on(
 ) -> None:
     activities = PowerActivities(client)
     bmc = access(sim, "host-001")
-    await environment().run(activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="ForceOff"))
+    await environment().run(
+        activities.set_power_state,
+        SetPowerInput(bmc=bmc, reset_type="ForceOff", settle_seconds=SET_UP_SETTLE),
+    )
     since = len(sim.power_log("host-001"))
     request = PowerCycleInput(
         bmc=bmc, boot_generation=2, requested_at=datetime.now(UTC), power_down_wait_seconds=0
@@ -154,7 +168,10 @@ async def test_a_cycle_already_seen_in_last_reset_time_is_not_repeated(
 async def test_resuming_after_off_reached_sends_only_on(sim: RunningSim, client: RedfishClient) -> None:
     activities = PowerActivities(client)
     bmc = access(sim, "host-002")
-    await environment().run(activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="ForceOff"))
+    await environment().run(
+        activities.set_power_state,
+        SetPowerInput(bmc=bmc, reset_type="ForceOff", settle_seconds=SET_UP_SETTLE),
+    )
     since = len(sim.power_log("host-002"))
     progress = PowerCycleProgress(
         step="off_reached",
@@ -184,12 +201,14 @@ async def test_set_power_skips_what_holds_and_turns_a_restart_of_an_off_host_int
     activities = PowerActivities(client)
     bmc = access(sim, "host-003")
     since = len(sim.power_log("host-003"))
-    off = await environment().run(activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="ForceOff"))
+    off = await environment().run(
+        activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="ForceOff", settle_seconds=SETTLE)
+    )
     off_again = await environment().run(
-        activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="ForceOff")
+        activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="ForceOff", settle_seconds=SETTLE)
     )
     restart = await environment().run(
-        activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="ForceRestart")
+        activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="ForceRestart", settle_seconds=SETTLE)
     )
     assert (off.sent, off.power_state, off_again.sent) == ("ForceOff", "Off", None)
     assert (restart.sent, restart.power_state) == ("On", "On")
@@ -209,7 +228,9 @@ async def test_graceful_shutdown(sim: RunningSim, client: RedfishClient) -> None
     )
     assert (result.reset_types, result.forced, result.power_state) == (("GracefulShutdown",), False, "Off")
     assert log_since(sim, "host-005", since) == [("On", "Off", "GracefulShutdown")]
-    await environment().run(activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="On"))
+    await environment().run(
+        activities.set_power_state, SetPowerInput(bmc=bmc, reset_type="On", settle_seconds=SET_UP_SETTLE)
+    )
 
 
 async def test_wrong_credentials_are_a_permanent_error_without_the_secret(
@@ -294,6 +315,7 @@ async def test_flaky_bmcs_through_a_real_worker_still_cycle_each_host_once(
             workflows=[CycleAll],
             activities=power_activities(PowerActivities(redfish)),
             workflow_runner=UnsandboxedWorkflowRunner(),
+            sticky_queue_schedule_to_start_timeout=sticky_timeout(),
         ):
             results = await local_env.client.execute_workflow(
                 CycleAll.run, requests, id=f"flaky-{uuid.uuid4()}", task_queue=task_queue

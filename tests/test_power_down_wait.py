@@ -23,6 +23,7 @@ import pytest
 from host_operation_support import FAST_POLICY, power_cycles, start_reboot
 from ports_support import free_port
 from sim_support import RunningSim, running_sim, start_dev_server
+from takeover_support import takeover_seconds
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_process
@@ -88,7 +89,9 @@ async def test_a_long_power_down_wait_is_a_durable_timer_with_few_heartbeats(
     env, metrics = metered
     queue = f"wait-{uuid.uuid4().hex[:8]}"
     since = len(site.power_log(HOST))
-    settings = Settings(site_file=site.site_file, kubeconfig=site.kubeconfig)
+    settings = Settings(
+        site_file=site.site_file, kubeconfig=site.kubeconfig, worker_takeover_seconds=takeover_seconds()
+    )
     async with build_worker(env.client, queue, settings):
         before = heartbeats(metrics)
         reboot = await start_reboot(env.client, queue, HOST, 1, POLICY)

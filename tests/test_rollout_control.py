@@ -43,6 +43,11 @@ from contracts.models.grove import ROLLBACK_UPDATE
 KUBECTL = "/usr/bin/kubectl"
 NEW = {"prefill": "registry.local/worker:2.0", "decode": "registry.local/worker:2.0"}
 OPERATOR = OperatorRequest(requested_by="pytest", reason="test")
+# Pods Ready 0.2 s after they are bound, not the demo profile's 1 s, for the tests that never
+# act between two steps of a running rollout (they pause it first, or hold it on a stuck step):
+# what they assert does not depend on how long a step takes, only their wait does. The tests that
+# act mid-rollout (after a step, before the next) keep 1 s: the room they act in.
+QUICK_PODS = {"podgang_ready_seconds": 0.2}
 
 
 async def answer(handle: WorkflowHandle[Any, Any], update: str) -> OperatorAnswer:
@@ -105,7 +110,7 @@ async def test_a_pod_replaced_while_paused_is_healed_at_once(
     pod Grove replaces in an old PodGang comes back new: no client can prevent that mix (the
     simulator records it: honest). The rollout heals it at once: the PodGang is made whole at the
     template's version while still paused, and nothing else is recorded."""
-    with grove_site(tmp_path, INFERENCE) as sim:
+    with grove_site(tmp_path, INFERENCE, timing=QUICK_PODS) as sim:
         async with worker_for(client, task_queue, sim):
             handle = await start_rollout(client, task_queue, "inference", NEW)
             await answer(handle, PAUSE_UPDATE)
@@ -166,7 +171,7 @@ async def test_a_foreign_template_edit_pauses_naming_the_field_and_who_and_rollb
 async def test_rollback_interrupts_a_stuck_step_at_once(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
-    with grove_site(tmp_path, INFERENCE) as sim:
+    with grove_site(tmp_path, INFERENCE, timing=QUICK_PODS) as sim:
         anchor = gang_of(sim, 0, "Anchor")
         sim.inject(f"podgangs/{anchor}/never-available")
         async with worker_for(client, task_queue, sim):
@@ -270,7 +275,7 @@ async def test_rollout_status_reports_the_pods_a_gated_scale_out_holds(
 ) -> None:
     """Issue 36, item 10: scaled out after the rollout wrote the template, a scaling group's new
     replica stays gated (BEHAVIOUR.md G5); the status's warning counts its pods."""
-    with grove_site(tmp_path, INFERENCE) as sim:
+    with grove_site(tmp_path, INFERENCE, timing=QUICK_PODS) as sim:
         async with worker_for(client, task_queue, sim):
             handle = await start_rollout(client, task_queue, "inference", NEW)
             await answer(handle, PAUSE_UPDATE)  # paused once the template is written

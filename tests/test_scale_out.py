@@ -1,9 +1,16 @@
 """Scale-out as deploy/ runs it: two `worker.py` processes on one task queue reprovision two
-hosts; the worker running the site's DPF watch is SIGKILLed mid-operation. The other worker
-takes the work over (the watch after its 10 s heartbeat timeout, resuming from its checkpoint
-with the registry of waiting operations; the workflow tasks after the sticky queue's timeout)
-and both operations finish with exactly one power cycle per reboot DPF asked for, and no
-protocol violation."""
+hosts; the worker running the site's DPF watch is SIGKILLed mid-operation, while both operations
+wait on DPF for the reboot request (registered with the watch, no power cycle yet). The other
+worker takes the work over (the watch after its heartbeat timeout, 4 s here, resuming from its
+checkpoint with the registry of waiting operations; the workflow tasks after the sticky queue's
+timeout) and both operations finish with exactly one power cycle per reboot DPF asked for, and
+no protocol violation.
+
+The kill waits for that wait: killed as soon as the watch had started, the operations were still
+in their first activity (the inventory's read) on the killed worker, and the test waited out that
+activity's 30 s start-to-close timeout instead of the takeover it is about. DPF moves a DPU on
+after 0.5 s here (the `zero` profile moves at once), so the wait on DPF lasts long enough to be
+seen."""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ import asyncio
 import signal
 from pathlib import Path
 
-from host_operation_support import power_cycles, start_operation, status_of
+from host_operation_support import power_cycles, start_operation, status_of, wait_for_status
 from sim_support import running_sim
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
@@ -19,7 +26,14 @@ from worker_support import worker_env, worker_processes
 
 from contracts import names
 from contracts.models.dpf import DPF_NAMESPACE
-from contracts.models.host import HostOperationKind
+from contracts.models.host import HostOperationKind, HostOperationStatus
+
+WATCH_TAKEOVER_SECONDS = "4"  # METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS of the workers
+
+
+def waiting_on_dpf(status: HostOperationStatus) -> bool:
+    """Waiting for DPF's reboot request, before any power cycle: blocked on the watch's news."""
+    return status.phase == "waiting-for-reboot-request" and status.power_cycles_issued == 0
 
 
 async def watcher_holder(handle: WorkflowHandle[object, object]) -> str | None:
@@ -38,8 +52,12 @@ async def watcher_holder(handle: WorkflowHandle[object, object]) -> str | None:
 async def test_two_workers_one_killed_mid_operation_one_power_cycle_per_reboot_request(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
-    with running_sim(tmp_path / "sim", hosts=2, dpus_per_host=2, timings="zero", initialised=True) as sim:
-        with worker_processes(task_queue, worker_env(client, sim), sim.state_dir, count=2) as (first, second):
+    with running_sim(
+        tmp_path / "sim", hosts=2, dpus_per_host=2, timings="zero", timing={"dpu_phase_seconds": 0.5},
+        initialised=True,
+    ) as sim:  # fmt: skip
+        env = worker_env(client, sim, METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS=WATCH_TAKEOVER_SECONDS)
+        with worker_processes(task_queue, env, sim.state_dir, count=2) as (first, second):
             by_pid = {first.pid: first, second.pid: second}
             handles = [
                 await start_operation(
@@ -55,6 +73,10 @@ async def test_two_workers_one_killed_mid_operation_one_power_cycle_per_reboot_r
                     break
                 await asyncio.sleep(0.1)
             assert holder is not None, "the site's DPF watch never started"
+            for handle in handles:
+                await wait_for_status(handle, waiting_on_dpf, "waiting on DPF for the reboot request", 90)
+            holder = await watcher_holder(site_watch)
+            assert holder is not None, "the site's DPF watch stopped"
             victim = by_pid[int(holder.split("@")[0])]
             assert victim.kill() == -signal.SIGKILL
             still = await handles[0].describe()

@@ -18,6 +18,7 @@ from host_operation_support import save_history
 from monitor_support import STOP, start_monitor, status_of
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import all_workflows, eventually, settings_for, site_worker
+from takeover_support import sticky_timeout
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
@@ -218,6 +219,7 @@ async def test_a_stopping_worker_hands_its_watch_over_at_once_and_the_next_resum
         workflows=all_workflows(),
         activities=build_activities(temporal_client=client, settings=settings_for(sim)),
         graceful_shutdown_timeout=timedelta(hours=1),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
     running = asyncio.create_task(first.run())
     try:

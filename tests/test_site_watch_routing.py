@@ -26,6 +26,7 @@ from dpf_waiter_support import (
 )
 from sim_support import RunningSim, prefixed_sim
 from site_worker_support import all_workflows, eventually, settings_for
+from takeover_support import sticky_timeout
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -231,6 +232,7 @@ async def test_a_new_attempt_of_the_watch_resumes_with_the_registry(
         activities=activities_for(client, sim),
         max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
         graceful_shutdown_timeout=timedelta(hours=1),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
     running = asyncio.create_task(first.run())
     try:

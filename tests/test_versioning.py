@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from host_operation_support import eventually
 from pydantic import BaseModel
+from takeover_support import sticky_timeout
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import RoutingConfigUpdateState
 from temporalio.api.workflowservice.v1 import (
@@ -125,11 +126,23 @@ async def test_a_run_started_on_old_code_finishes_on_new_code_behind_patches(
     client: Client, task_queue: str
 ) -> None:
     run_id = f"runbook-{uuid.uuid4()}"
-    async with Worker(client, task_queue=task_queue, workflows=[RunbookV1], activities=[step]):
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[RunbookV1],
+        activities=[step],
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         handle = await client.start_workflow(RunbookV1.run, id=run_id, task_queue=task_queue)
         await eventually(lambda: _prepared(handle), timeout=60, what="v1 to complete its first step")
     # The v1 worker is gone; the run waits in the middle. v2 replays its start, then carries on.
-    async with Worker(client, task_queue=task_queue, workflows=[RunbookV2], activities=[step]):
+    async with Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[RunbookV2],
+        activities=[step],
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
+    ):
         await handle.signal(RELEASE)
         assert await handle.result() == ["prepare", "verify", "finish"]
         fresh = await client.start_workflow(RunbookV2.run, id=f"{run_id}-fresh", task_queue=task_queue)
@@ -209,6 +222,7 @@ def _versioned_worker(client: Client, task_queue: str, version: WorkerDeployment
         task_queue=task_queue,
         workflows=BUILDS[version.build_id],
         **worker_versioning(config, behaviors=TEST_BEHAVIORS),
+        sticky_queue_schedule_to_start_timeout=sticky_timeout(),
     )
 
 
