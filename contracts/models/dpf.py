@@ -28,14 +28,12 @@ matters."""
 # The site watch workflow's messages (declared in `contracts.workflow_api.SiteDPFWatchWorkflow`).
 DPF_WAITER_SIGNAL: Final = "dpf_waiter"
 """A workflow run starts (or, `gone`, stops) waiting on a host: payload `DPFWaiter`."""
-NEXT_WAITERS_UPDATE: Final = "next_waiters"
-"""The watch activity's long poll for registrations: `WaiterPoll` -> `WaiterNews`."""
-EPOCH_SIGNAL: Final = "dpf_watch_epoch"
-"""The watch activity saw the API server restart: payload the new epoch (int)."""
+NEXT_WAITERS_UPDATE: Final = "next_waiters"  # the watch activity's long poll: `WaiterPoll` -> `WaiterNews`
+WORKER_STARTED_SIGNAL: Final = "dpf_watch_worker_started"  # no payload: `SITE_WATCH_PROBE_SECONDS`
+EPOCH_SIGNAL: Final = "dpf_watch_epoch"  # the activity saw the API server restart: the new epoch (int)
 EPOCH_QUERY: Final = "epoch"
 WAITERS_QUERY: Final = "waiters"
-EPOCH_MEMO: Final = "epoch"
-"""The memo key of the site watch's epoch (read by a join with one describe)."""
+EPOCH_MEMO: Final = "epoch"  # the memo key of the site watch's epoch (a join reads it with a describe)
 
 PROVISIONING_GROUP: Final = "provisioning.dpu.nvidia.com"
 SVC_GROUP: Final = "svc.dpu.nvidia.com"
@@ -468,10 +466,13 @@ class DPFWaiter(_Frozen):
 
 class WaiterPoll(_Frozen):
     """The watch activity asks for the registrations after `after` (-1: the whole registry) and
-    reports its latest durable checkpoint, which the workflow carries into its next run."""
+    reports its latest durable checkpoint (the workflow carries it into its next run), the latest
+    `WaiterNews.ping` it got (`pong`; None: a build without pings) and whether it replaces an attempt."""
 
     after: int = -1
     checkpoint: SiteWatchCheckpoint | None = None
+    pong: int | None = None
+    taking_over: bool = False
 
 
 class WaiterNews(_Frozen):
@@ -483,16 +484,17 @@ class WaiterNews(_Frozen):
     full: bool = False
     waiters: tuple[DPFWaiter, ...] = ()
     handover: bool = False
+    ping: int = 0  # the workflow's pings so far: the next poll carries it back (`WaiterPoll.pong`)
 
 
 SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS: Final = 150.0
 """The site watch's default heartbeat timeout. Idle, the watch heartbeats every third of it (two
 beats may be lost before it fires): 50 s, 1,728 Actions a day per site (issue 37: at most 2,000).
-A worker that dies running it loses it for at most this plus the retry backoff
-(`SITE_WATCH_RETRY_MAX_SECONDS`): 160 s, during which DPF changes wait (none is lost: the next
-attempt resumes from the checkpoint). README, deployment section, states both figures."""
-SITE_WATCH_RETRY_MAX_SECONDS: Final = 10.0
-"""The longest wait between two attempts of the watch (its retry policy's maximum interval)."""
+A worker that dies running it loses it for at most this plus the retry backoff: 160 s, DPF
+changes waiting meanwhile (none lost: the next attempt resumes from the checkpoint); a worker
+that starts cuts it short (`SITE_WATCH_PROBE_SECONDS`). README's deployment section says so."""
+SITE_WATCH_RETRY_MAX_SECONDS: Final = 10.0  # the longest wait between two attempts (retry policy)
+SITE_WATCH_PROBE_SECONDS: Final = 5.0  # a worker started: a silent attempt is taken for dead after it
 
 
 def site_watch_idle_beat_seconds(
@@ -538,6 +540,7 @@ class SiteWatchInput(_Frozen):
     waiters: tuple[DPFWaiter, ...] = ()
     waiters_seq: int = 0
     resume_from: SiteWatchCheckpoint | None = None  # the previous run's last reported checkpoint
+    taking_over: bool = False  # replacing an attempt taken for dead: resume from its heartbeat
 
 
 class JoinSiteWatchInput(_Frozen):
