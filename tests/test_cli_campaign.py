@@ -267,6 +267,12 @@ async def _start_then_pause(
         local_env, "campaign", "start", name, "--hosts", ",".join(HOSTS), "--reprovision", "--canary", "1",
         "--batch-size", "2", "--max-in-flight", "2", "--failure-budget", "1", *FAST, "--task-queue", queue,
     )  # fmt: skip
+    # `plan` decides as `start` does (the same check): a name already running is refused by both.
+    planned = await metalflow(
+        local_env, "campaign", "plan", name, "--all", "--reprovision", "--task-queue", queue, "--json"
+    )
+    assert planned.status == 1, planned.stdout + planned.stderr
+    assert "already running" in json.loads(planned.stdout)["refused"] and "already running" in planned.stderr
     again = await metalflow(
         local_env, "campaign", "start", name, "--all", "--reprovision", "--task-queue", queue
     )
