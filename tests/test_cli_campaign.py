@@ -358,7 +358,8 @@ async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
     await local_env.client.get_workflow_handle(f"campaign/{name}").result()  # its run closed
     paused = await metalflow(local_env, "campaign", "pause", name)
     said = f"campaign/{name} has ended (aborted by "  # before: "has ended (completed)" (issue 38)
-    assert (paused.status, said in paused.stderr, ": test): nothing to pause" in paused.stderr) == (
+    nothing = ": test): `pause` has nothing to act on"
+    assert (paused.status, said in paused.stderr, nothing in paused.stderr) == (
         1,
         True,
         True,
