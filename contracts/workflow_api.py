@@ -79,6 +79,7 @@ from contracts.models.dpf import (
     EPOCH_SIGNAL,
     NEXT_WAITERS_UPDATE,
     WAITERS_QUERY,
+    WORKER_STARTED_SIGNAL,
     DPFWaiter,
     SiteWatchInput,
     WaiterNews,
@@ -359,6 +360,11 @@ class SiteDPFWatchWorkflow:
     def epoch_raised(self, epoch: int) -> None:
         """The watch activity saw the API server restart (resourceVersions went backwards)."""
         _declared_only("SiteDPFWatchWorkflow.epoch_raised")
+
+    @workflow.signal(name=WORKER_STARTED_SIGNAL)
+    def worker_started(self) -> None:
+        """A worker of the watch's task queue started: the watch checks its running attempt is alive."""
+        _declared_only("SiteDPFWatchWorkflow.worker_started")
 
     @workflow.update(name=NEXT_WAITERS_UPDATE)
     def next_waiters(self, poll: WaiterPoll) -> WaiterNews:

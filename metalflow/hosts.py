@@ -283,10 +283,13 @@ def describe_operation(status: dict[str, Any], *, waiting: bool = True) -> str:
     elif phases:
         parts.append(", ".join(f"{d.get('dpu_id')} {phase}" for d, phase in zip(dpus, phases, strict=True)))
     if "power_cycles_issued" in status:
-        # Resets the BMC accepted; attempts (the BMC's refusals, the one in flight) apart.
+        # Resets the BMC accepted; attempts apart once the BMC refused one: the reboot in flight
+        # (counted as started) is no refusal (it read "0 power cycles (1 reboot attempt)").
         cycles, attempts = int(status["power_cycles_issued"]), int(status.get("reboot_attempts") or 0)
+        in_flight = 1 if status.get("phase") in WAITS_ON_ITS_REBOOT else 0
         shown = plural(cycles, "power cycle")
-        parts.append(shown + (f" ({plural(attempts, 'reboot attempt')})" if attempts > cycles else ""))
+        refused = attempts - in_flight > cycles
+        parts.append(shown + (f" ({plural(attempts, 'reboot attempt')})" if refused else ""))
     if status.get("manual_intervention_reason"):
         parts.append(f"MANUAL INTERVENTION: {status['manual_intervention_reason']}")
     if status.get("site_check"):  # started under a degraded verdict of the kept site check

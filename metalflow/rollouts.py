@@ -3,6 +3,10 @@ a failure chain, and the plan (what `rollout start` would do). No Temporal calls
 
 from __future__ import annotations
 
+import builtins
+
+from temporalio.exceptions import ApplicationError
+
 from contracts.errors import InvalidInput
 from contracts.models.grove import PCSRef, PCSState, PlannedStep, RolloutPlan, RolloutPolicy, RolloutStatus
 from drivers.grove import images_patch, read_state
@@ -27,9 +31,14 @@ def render(status: RolloutStatus, width: int = 30) -> str:
 
 
 def root_cause(err: BaseException) -> str:
-    """The innermost message of a failure chain (what an activity or validator said)."""
+    """The innermost message of a failure chain (what an activity or validator said). A Python
+    built-in error's name is left out: a validator refuses with a ValueError, and a person read
+    `pause refused: ValueError: already paused by alice` as code; the product's own error types
+    (`CampaignFailed: ...`) stay, they name the cause."""
     while getattr(err, "cause", None) is not None:
         err = err.cause  # type: ignore[attr-defined]
+    if isinstance(err, ApplicationError) and isinstance(getattr(builtins, err.type or "", None), type):
+        return err.message
     return str(err)
 
 

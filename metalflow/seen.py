@@ -89,5 +89,8 @@ def seen_without_status(shown: str, current_details: str | None, host_id: str) -
     if queued:
         waiting = queued_words(queued, host_id)
     text = shown + (f": {details}" if details and not waiting else "")
-    return Seen(text, waiting, milestone=text, details=details, phase=shown, since=since,
+    # The power-down wait beginning is a step (a lasting line, as an operation's reboot shows it):
+    # within `powering` it was only a detail, which `--wait`'s log never printed.
+    milestone = text + (" " + _POWER_DOWN_WAIT if details.startswith(_POWER_DOWN_WAIT) else "")
+    return Seen(text, waiting, milestone=milestone, details=details, phase=shown, since=since,
                 partial=current_details is None)  # fmt: skip

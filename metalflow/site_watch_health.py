@@ -17,6 +17,7 @@ the latest, and the takeover is expected by the last beat plus the takeover time
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -105,11 +106,19 @@ async def watch_lapse(
         described = await client.get_workflow_handle(workflow_id).describe(rpc_timeout=DESCRIBE_TIMEOUT)
     except RPCError:
         return None
-    for pending in described.raw_description.pending_activities:
-        lapse = lapse_of(workflow_id, pending, datetime.now(UTC))
-        if lapse is not None:
-            return lapse
-    return None
+    return watch_lapse_of(workflow_id, described.raw_description.pending_activities, datetime.now(UTC))
+
+
+def watch_lapse_of(
+    workflow_id: str, pending: Sequence[PendingActivityInfo], now: datetime
+) -> WatchLapse | None:
+    """The watch's lapse from all its pending activities: None when any of them beats. A worker's
+    start replaces a silent attempt at once (`site_watch` start signal): until the dead one's
+    heartbeat timeout both are pending, and the live one is what the DPU phases come from."""
+    lapses = [lapse_of(workflow_id, p, now) for p in pending]
+    if not lapses or any(lapse is None for lapse in lapses):
+        return None
+    return lapses[0]
 
 
 def dpf_namespace() -> str:

@@ -111,7 +111,17 @@ class SimulatedSite:
         self._runner: web.AppRunner | None = None
         self.url = ""
         host_ids = [h.id for h in site.hosts]
-        self.snapshots = StoreSnapshots(self.store, options.state_dir, host_ids) if options.persist else None
+        self.snapshots = (
+            StoreSnapshots(
+                self.store,
+                options.state_dir,
+                host_ids,
+                self.bmcs.last_reset_times,
+                self.bmcs.restore_last_reset_times,
+            )
+            if options.persist
+            else None
+        )
         self.restored: int | None = None  # objects restored from the snapshot, None: started empty
         self.kube_url = ""
 

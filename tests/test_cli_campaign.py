@@ -269,6 +269,12 @@ async def _start_then_pause(
         local_env, "campaign", "start", name, "--hosts", ",".join(HOSTS), "--reprovision", "--canary", "1",
         "--batch-size", "2", "--max-in-flight", "2", "--failure-budget", "1", *FAST, "--task-queue", queue,
     )  # fmt: skip
+    # `plan` decides as `start` does (the same check): a name already running is refused by both.
+    planned = await metalflow(
+        local_env, "campaign", "plan", name, "--all", "--reprovision", "--task-queue", queue, "--json"
+    )
+    assert planned.status == 1, planned.stdout + planned.stderr
+    assert "already running" in json.loads(planned.stdout)["refused"] and "already running" in planned.stderr
     again = await metalflow(
         local_env, "campaign", "start", name, "--all", "--reprovision", "--task-queue", queue
     )
@@ -354,7 +360,8 @@ async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
     await local_env.client.get_workflow_handle(f"campaign/{name}").result()  # its run closed
     paused = await metalflow(local_env, "campaign", "pause", name)
     said = f"campaign/{name} has ended (aborted by "  # before: "has ended (completed)" (issue 38)
-    assert (paused.status, said in paused.stderr, ": test): nothing to pause" in paused.stderr) == (
+    nothing = ": test): `pause` has nothing to act on"
+    assert (paused.status, said in paused.stderr, nothing in paused.stderr) == (
         1,
         True,
         True,

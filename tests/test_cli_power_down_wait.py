@@ -34,7 +34,11 @@ NATIVE = "clir-001"  # its first: powercycle (a native PowerCycle, LastResetTime
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("sim"), "clir", hosts=2, dpus_per_host=1) as running:
+    # Each power leg takes 2 s, as a BMC's ForceOff does: `--wait` sees the reboot `powering`
+    # before its power-down wait begins (with legs of 0 s it saw the wait at once).
+    timing = {"power_transition_seconds": 2.0}
+    directory = tmp_path_factory.mktemp("sim")
+    with prefixed_sim(directory, "clir", hosts=2, dpus_per_host=1, timing=timing) as running:
         use_site_file(running.site_file)
         yield running
 
@@ -45,7 +49,7 @@ async def queue(local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
         yield task_queue
 
 
-async def test_a_host_reset_after_a_dpu_reset_waits_the_power_down_wait_asked_and_says_so(
+async def test_a_host_reset_and_a_reboot_wait_the_power_down_wait_asked_and_say_so(
     local_env: WorkflowEnvironment, sim: RunningSim, queue: str
 ) -> None:
     dpus = await metalflow(local_env, "host", "reset", HOST, "--all-dpus", "--wait", "--task-queue", queue)
@@ -78,6 +82,14 @@ async def test_a_host_reset_after_a_dpu_reset_waits_the_power_down_wait_asked_an
     assert "warning" not in done.stdout  # applied: nothing to warn of
     log = [(e["to"], e["reset_type"]) for e in sim.power_log(HOST)]
     assert log == [("Off", "ForceOff"), ("On", "On")]
+    # Issue 38: `host reboot --power-down-wait N --wait` never showed the wait (`host status` and
+    # `reset --host --wait` did): within `powering` it was only a detail, which a log never prints.
+    rebooted = await metalflow(
+        local_env, "host", "reboot", HOST, "--power-down-wait", "5", "--wait", "--task-queue", queue
+    )
+    assert rebooted.status == 0, rebooted.stdout + rebooted.stderr
+    shown = rf"power-down wait: {HOST} is Off since \S+Z, On at \S+Z \(a durable timer"
+    assert re.search(shown, rebooted.stdout) is not None, rebooted.stdout
     assert sim.violations() == []
 
 

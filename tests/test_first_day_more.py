@@ -87,14 +87,14 @@ async def test_an_update_to_an_ended_campaign_says_it_ended_and_exits_1_an_unkno
     ended = await client.start_workflow("CampaignWorkflow", id="campaign/fdm-ended", task_queue="fdm-none")
     await ended.terminate("the test ends it")
     paused = await metalflow(local_env, "campaign", "pause", "fdm-ended")
-    said = "campaign/fdm-ended has ended (terminated): nothing to pause; nothing was changed"
+    said = "campaign/fdm-ended has ended (terminated): `pause` has nothing to act on; nothing was changed"
     assert (paused.status, said in paused.stderr) == (1, True), (
         paused.stderr
     )  # before: 2, "no campaign ... running"
     # The command's own words, never the update's name (before: "nothing to retry_failed").
     for argv, word in ((("retry-failed",), "retry-failed"), (("skip", "h1"), "skip")):
         refused = await metalflow(local_env, "campaign", argv[0], "fdm-ended", *argv[1:])
-        assert f"has ended (terminated): nothing to {word};" in refused.stderr, refused.stderr
+        assert f"has ended (terminated): `{word}` has nothing to act on;" in refused.stderr, refused.stderr
     unknown = await metalflow(local_env, "campaign", "abort", "fdm-never", "--reason", "typo")
     assert (unknown.status, "no campaign campaign/fdm-never running" in unknown.stderr) == (2, True), (
         unknown.stderr

@@ -17,7 +17,7 @@ import pytest
 from host_operation_support import save_history
 from monitor_support import STOP, start_monitor, status_of
 from sim_support import RunningSim, prefixed_sim
-from site_worker_support import all_workflows, eventually, settings_for, site_worker
+from site_worker_support import DPUNODE, SiteView, all_workflows, eventually, settings_for, site_worker
 from takeover_support import sticky_timeout
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
@@ -30,7 +30,7 @@ from activities.handover import WORKER_STOPPING
 from contracts import names
 from contracts.converter import DATA_CONVERTER
 from contracts.models.dpf import DPF_NAMESPACE, SiteWatchCheckpoint
-from contracts.models.host import HostMonitorResult, HostMonitorStatus, MonitorPolicy
+from contracts.models.host import POOL_REASON_ANNOTATION, HostMonitorResult, HostMonitorStatus, MonitorPolicy
 
 POLICY = MonitorPolicy(reprovision_after_seconds=3600)
 Monitor = WorkflowHandle[Any, HostMonitorResult]
@@ -177,14 +177,15 @@ async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
     workflow task on the dead worker's sticky queue). The next worker is one in this process: the
     resume is what is proved, not a second interpreter's start (9 s on a loaded machine)."""
     changed, quiet = "sw-004", "sw-001"
+    log = tmp_path / "worker.log"
     env = worker_env(
         client,
         sim,
         METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS=str(KILL_TAKEOVER_SECONDS),
         METALFLOW_WORKER_TAKEOVER_SECONDS="1",
     )
-    with worker_process(task_queue, env, tmp_path / "worker.log") as first_worker:
-        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, changed, quiet)
+    with worker_process(task_queue, env, log) as first_worker:
+        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, sim, changed, quiet)
         first_worker.kill()
     assert await watch_heartbeat_timeouts(watch) == [timedelta(seconds=KILL_TAKEOVER_SECONDS)]
     signals_before = await signals_received(bystander)
@@ -197,6 +198,42 @@ async def test_a_sigkilled_worker_s_watch_resumes_from_its_checkpoint(
         )
         assert out is not None and [d.dpu_id for d in out.degraded] == [f"{changed}-dpu-0"]
         # Resumed from the checkpoint, not listed afresh: the host that did not change got no signal.
+        assert await signals_received(bystander) == signals_before
+        sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/recover")
+        await eventually(lambda: status_of(handle), lambda s: s.pool_state == "in-pool", timeout=60)
+        for h in (handle, bystander):
+            assert (await stop(h)).pool_state == "in-pool"
+        await watch.terminate("test over")
+    assert sim.violations() == []
+
+
+async def test_a_starting_worker_takes_a_sigkilled_worker_s_watch_over_before_its_heartbeat_timeout(
+    client: Client, task_queue: str, sim: RunningSim, tmp_path: Path
+) -> None:
+    """Issue 38: a worker killed holding the watch, restarted at once, left DPF changes waiting for
+    the watch's heartbeat timeout (150 s in the product; 90 s here, so a takeover by the timeout
+    cannot pass). The starting worker signals the watch, which pings its attempt, takes the silent
+    one for dead after `SITE_WATCH_PROBE_SECONDS`, and starts the next at once, from the dead
+    attempt's last heartbeated checkpoint."""
+    changed, quiet = "sw-003", "sw-001"
+    log = tmp_path / "worker.log"
+    env = worker_env(client, sim, METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS="90")
+    with worker_process(task_queue, env, log) as first_worker:
+        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, sim, changed, quiet)
+        first_worker.kill()
+    signals_before = await signals_received(bystander)
+    sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/node-effect")  # while no worker runs
+    with worker_process(task_queue, env, log) as second_worker:
+        await second_worker.polling(client)
+        out = await eventually(
+            lambda: status_once_polled(handle),
+            lambda s: s is not None and s.pool_state == "out-of-pool",
+            timeout=30,  # the heartbeat timeout would take 90 s from the last beat before the kill
+        )
+        assert out is not None and [d.dpu_id for d in out.degraded] == [f"{changed}-dpu-0"]
+        # A new attempt (a second activity scheduled), not a retry after the timeout.
+        assert (await activities_scheduled(watch)).count("watch_site_dpf") == 2
+        # Resumed from the dead attempt's heartbeated checkpoint: the quiet host got no signal.
         assert await signals_received(bystander) == signals_before
         sim.inject(f"dpus/node-{changed}-device-{changed}-dpu-0/recover")
         await eventually(lambda: status_of(handle), lambda s: s.pool_state == "in-pool", timeout=60)
@@ -223,7 +260,7 @@ async def test_a_stopping_worker_hands_its_watch_over_at_once_and_the_next_resum
     )
     running = asyncio.create_task(first.run())
     try:
-        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, changed, quiet)
+        handle, bystander, watch = await monitored_and_checkpointed(client, task_queue, sim, changed, quiet)
     finally:
         async with asyncio.timeout(120):  # the watch would hold it for the hour
             await first.shutdown()
@@ -246,7 +283,7 @@ async def test_a_stopping_worker_hands_its_watch_over_at_once_and_the_next_resum
 
 
 async def monitored_and_checkpointed(
-    client: Client, task_queue: str, changed: str, quiet: str
+    client: Client, task_queue: str, sim: RunningSim, changed: str, quiet: str
 ) -> tuple[Monitor, Monitor, WorkflowHandle[Any, Any]]:
     """Monitors of the hosts `changed` and `quiet`, once each knows its DPUs, and the site's watch
     on `task_queue`, once it has heartbeated a checkpoint (its activity shows heartbeat details)."""
@@ -254,9 +291,27 @@ async def monitored_and_checkpointed(
     bystander = await start_monitor(client, task_queue, quiet, POLICY)
     for h in (handle, bystander):
         await eventually(lambda h=h: status_of(h), lambda s: len(s.dpus) == 2, timeout=60)  # type: ignore[misc]
+    # Each monitor writes its pool label on its DPUNode once (on a fresh site: the module's first
+    # test wrote them otherwise): a change of the quiet host the resumed watch would rightly signal.
+    written = await eventually(lambda: _labelled_nodes(sim, (changed, quiet)), lambda rv: rv > 0, timeout=60)
     watch = client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
-    await eventually(lambda: watch.describe(), lambda d: _heartbeated(d), timeout=60)
+    await eventually(lambda: watch.describe(), lambda d: _heartbeated(d, node_after=written), timeout=60)
     return handle, bystander, watch
+
+
+async def _labelled_nodes(sim: RunningSim, hosts: tuple[str, ...]) -> int:
+    """The newest resourceVersion of the hosts' DPUNodes once each has its pool label (0 before)."""
+    view = SiteView(sim)
+    try:
+        newest = 0
+        for host in hosts:
+            node = await view.get(DPUNODE, f"node-{host}")
+            if node is None or POOL_REASON_ANNOTATION not in (node["metadata"].get("annotations") or {}):
+                return 0
+            newest = max(newest, int(node["metadata"]["resourceVersion"]))
+        return newest
+    finally:
+        view.close()
 
 
 async def status_once_polled(handle: WorkflowHandle[Any, Any]) -> HostMonitorStatus | None:
@@ -270,15 +325,20 @@ async def status_once_polled(handle: WorkflowHandle[Any, Any]) -> HostMonitorSta
         raise
 
 
-def _heartbeated(description: Any, registrations: int = 2) -> bool:
+def _heartbeated(description: Any, registrations: int = 2, node_after: int = 0) -> bool:
     """The watch has heartbeated a checkpoint that covers the monitors' registrations (their
-    welcome signals sent): a resumed attempt then owes none of them a signal."""
+    welcome signals sent) and the DPUNodes up to `node_after`: a resumed attempt then owes none of
+    them a signal."""
     for pending in description.raw_description.pending_activities:
         if pending.activity_type.name == "watch_site_dpf" and pending.HasField("heartbeat_details"):
             checkpoint = DATA_CONVERTER.payload_converter.from_payload(
                 pending.heartbeat_details.payloads[0], SiteWatchCheckpoint
             )
-            return bool(checkpoint.resource_versions) and checkpoint.waiters_seq >= registrations
+            return (
+                bool(checkpoint.resource_versions)
+                and checkpoint.waiters_seq >= registrations
+                and checkpoint.resource_versions.get("node", 0) >= node_after
+            )
     return False
 
 

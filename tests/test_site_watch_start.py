@@ -15,18 +15,20 @@ import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dpf_waiter_support import record, waiting_worker
 from sim_support import prefixed_sim
 from site_worker_support import eventually, settings_for
-from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import (
     Client,
     Interceptor,
     OutboundInterceptor,
     SignalWorkflowInput,
     WorkflowFailureError,
+    WorkflowHandle,
 )
 
 from activities.site_watch.start import ensure_site_watch
@@ -105,10 +107,17 @@ async def test_a_new_watch_signals_its_waiters_and_no_other_host(
             # Started as the worker (and a join) start it: from the resourceVersions now.
             assert await ensure_site_watch(counting, configuration, DPF_NAMESPACE, task_queue) == 0
             await waiters_signalled("ss-005", "ss-009", "ss-010")
-            # A second ask finds the watch running and starts nothing.
-            run = (await counting.get_workflow_handle(watch_id).describe()).run_id
+            # A second ask (another worker's start) finds the watch running and starts nothing; it
+            # pings the running attempt, which answers (the probe's timer is cancelled), so the
+            # attempt is kept: one watch activity scheduled, not a second.
+            watch = counting.get_workflow_handle(watch_id)
+            await eventually(lambda: _watch_started(watch), lambda started: started)
+            run = (await watch.describe()).run_id
             assert await ensure_site_watch(counting, configuration, DPF_NAMESPACE, task_queue) == 0
-            assert (await counting.get_workflow_handle(watch_id).describe()).run_id == run
+            assert (await watch.describe()).run_id == run
+            events = await eventually(lambda: _event_types(watch), lambda e: "TIMER_CANCELED" in e)
+            assert events.count("TIMER_STARTED") == 1  # one probe: the worker start's
+            assert events.count("ACTIVITY_TASK_SCHEDULED") == 1
             await counting.get_workflow_handle(watch_id).terminate("test over")
         assert sim.violations() == []
 
@@ -150,3 +159,14 @@ async def test_a_cancelled_watch_with_the_product_heartbeat_timeout_ends_within_
                 timedelta(seconds=SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS)
             ]
         assert sim.violations() == []
+
+
+async def _watch_started(watch: WorkflowHandle[Any, Any]) -> bool:
+    pending = (await watch.describe()).raw_description.pending_activities
+    return any(p.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED for p in pending)
+
+
+async def _event_types(watch: WorkflowHandle[Any, Any]) -> list[str]:
+    return [
+        EventType.Name(e.event_type).removeprefix("EVENT_TYPE_") async for e in watch.fetch_history_events()
+    ]

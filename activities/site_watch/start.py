@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
@@ -104,7 +105,11 @@ async def ensure_site_watch(
     """Make sure the site watch of `namespace` runs (the worker at start); its epoch. A watch
     started here gets `heartbeat_timeout_seconds` (`SiteWatchInput`); a running one keeps its own.
 
-    A running watch is only described (1 RPC); otherwise 3 lists and 1 start (`_start_site_watch`).
+    A running watch is described (1 RPC) and, when its watch activity runs (on some worker),
+    signalled `worker_started` (1 RPC): a worker that died holding the attempt may be the one
+    this worker replaces, and the watch then replaces a silent attempt within
+    `SITE_WATCH_PROBE_SECONDS` instead of at its heartbeat timeout. Otherwise 3 lists and 1
+    start (`_start_site_watch`).
 
     Raises:
         WatchFailed, WatchRejected, WatchExpired: reading the resourceVersions failed.
@@ -113,6 +118,8 @@ async def ensure_site_watch(
     try:
         described = await handle.describe()
         if described.status == WorkflowExecutionStatus.RUNNING:
+            if _attempt_running(described):
+                await handle.signal(workflow_api.SiteDPFWatchWorkflow.worker_started)
             return await _epoch_of(described)
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
@@ -121,6 +128,16 @@ async def ensure_site_watch(
         temporal, configuration, namespace, task_queue, None, heartbeat_timeout_seconds
     )
     return await watch_epoch(handle)  # another caller's watch may have won the start
+
+
+def _attempt_running(described: WorkflowExecutionDescription) -> bool:
+    """The watch's activity has started on a worker (one whose death the heartbeat timeout alone
+    would notice); an attempt not started yet, or waiting to retry, goes to a live worker anyway."""
+    return any(
+        pending.activity_type.name == "watch_site_dpf"
+        and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        for pending in described.raw_description.pending_activities
+    )
 
 
 async def register_waiter(

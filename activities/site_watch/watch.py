@@ -32,6 +32,7 @@ from activities.site_watch.mirror import Restarted, SiteCache, follow_stream, re
 from activities.site_watch.start import SiteWatchHandle, register_waiter, watch_epoch
 from activities.site_watch.waiters import Waiters, signal_waiters
 from contracts import workflow_api
+from contracts.converter import DATA_CONVERTER
 from contracts.errors import InvalidInput, KubernetesUnavailable
 from contracts.models.dpf import (
     DPUNODE_NAME_LABEL,
@@ -88,6 +89,8 @@ class _Attempt:
     waiters: Waiters
     saved: SiteWatchCheckpoint  # the latest durable checkpoint
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    pong: int = 0  # the workflow's latest ping (`WaiterNews.ping`): the next poll carries it back
+    taking_over: bool = False  # replaces an attempt taken for dead (`SiteWatchInput.taking_over`)
 
 
 class SiteWatchActivities:
@@ -178,6 +181,8 @@ class SiteWatchActivities:
         checkpoint = request.resume_from
         if info.heartbeat_details:
             checkpoint = SiteWatchCheckpoint.model_validate(info.heartbeat_details[0])
+        elif request.taking_over:
+            checkpoint = await self._replaced_checkpoint() or checkpoint
         if checkpoint is not None and len(checkpoint.resource_versions) < 3:  # restarted before it flushed
             checkpoint = SiteWatchCheckpoint(
                 epoch=checkpoint.epoch, restarts=checkpoint.restarts, waiters_seq=checkpoint.waiters_seq
@@ -198,7 +203,13 @@ class SiteWatchActivities:
         own = self.temporal.get_workflow_handle_for(
             workflow_api.SiteDPFWatchWorkflow.run, info.workflow_id or "", run_id=info.workflow_run_id
         )
-        run = _Attempt(own=own, cache=cache, waiters=Waiters(saved.waiters_seq), saved=saved)
+        run = _Attempt(
+            own=own,
+            cache=cache,
+            waiters=Waiters(saved.waiters_seq),
+            saved=saved,
+            taking_over=request.taking_over,
+        )
         poll = asyncio.create_task(self._poll(run), name="site watch: registry poll")
         try:
             configuration = self.kube.configuration
@@ -231,6 +242,33 @@ class SiteWatchActivities:
         finally:
             poll.cancel()
             await asyncio.gather(poll, return_exceptions=True)
+
+    async def _replaced_checkpoint(self) -> SiteWatchCheckpoint | None:
+        """The last checkpoint heartbeated by the attempts this one replaces (still pending, their
+        cancel requested: a dead worker's attempt stays so until its heartbeat timeout), the
+        newest beat first; None when none beat one (1 describe of this workflow run)."""
+        info = activity.info()
+        own = self.temporal.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+        try:
+            pending = (await own.describe()).raw_description.pending_activities
+        except RPCError as err:
+            log.warning(
+                "could not read the replaced attempt's checkpoint (%s): resuming from the last polled", err
+            )
+            return None
+        beaten = [
+            p
+            for p in pending
+            if p.activity_type.name == "watch_site_dpf"
+            and p.activity_id != info.activity_id
+            and p.heartbeat_details.payloads
+        ]
+        if not beaten:
+            return None
+        newest = max(beaten, key=lambda p: p.last_heartbeat_time.ToNanoseconds())
+        return DATA_CONVERTER.payload_converter.from_payload(
+            newest.heartbeat_details.payloads[0], SiteWatchCheckpoint
+        )
 
     async def _route(self, request: SiteWatchInput, run: _Attempt, tasks: list[asyncio.Task[None]]) -> None:
         """Flush dirty hosts and heartbeat until a stream fails (its error is raised).
@@ -290,13 +328,18 @@ class SiteWatchActivities:
     async def _poll(self, run: _Attempt) -> None:
         """Learn the registry: all of it first, then each new entry (the `next_waiters` update of
         this attempt's workflow run, long-polling). On handover, poll once more with the latest
-        checkpoint (the next run resumes from it), then stop."""
+        checkpoint (the next run resumes from it), then stop. Each poll carries back the latest
+        ping (`WaiterPoll.pong`): when a worker starts, the workflow pings, and an attempt that
+        does not poll again with it is taken for dead and replaced."""
         failures = 0
         reported = False
         while True:
             saved = run.saved
             poll = WaiterPoll(
-                after=run.waiters.after(), checkpoint=saved if saved.resource_versions else None
+                after=run.waiters.after(),
+                checkpoint=saved if saved.resource_versions else None,
+                pong=run.pong,
+                taking_over=run.taking_over,
             )
             try:
                 news = await self._ask(run.own, poll)
@@ -311,6 +354,7 @@ class SiteWatchActivities:
                 failures += 1
                 continue
             failures = 0
+            run.pong = news.ping  # a worker started: polling again with it says this attempt is alive
             run.waiters.apply(news, run.cache)
             run.changed.set()
             if news.handover:

@@ -13,13 +13,22 @@ later change with one code path.
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from contracts.models.inventory import DPF_NAMESPACE, HostInventory
+from contracts.models.site_watch_timing import (  # re-exported: the watch's timing, its own module
+    SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS as SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+)
+from contracts.models.site_watch_timing import SITE_WATCH_PROBE_SECONDS as SITE_WATCH_PROBE_SECONDS
+from contracts.models.site_watch_timing import SITE_WATCH_RETRY_MAX_SECONDS as SITE_WATCH_RETRY_MAX_SECONDS
+from contracts.models.site_watch_timing import (
+    site_watch_idle_actions_per_day as site_watch_idle_actions_per_day,
+)
+from contracts.models.site_watch_timing import site_watch_idle_beat_seconds as site_watch_idle_beat_seconds
+from contracts.models.site_watch_timing import site_watch_takeover_seconds as site_watch_takeover_seconds
 
 DPF_STATE_CHANGED_SIGNAL: Final = "dpf_state_changed"
 """Signal the site watch sends (payload `HostDPFState`) to a host's waiters on every change that
@@ -28,14 +37,12 @@ matters."""
 # The site watch workflow's messages (declared in `contracts.workflow_api.SiteDPFWatchWorkflow`).
 DPF_WAITER_SIGNAL: Final = "dpf_waiter"
 """A workflow run starts (or, `gone`, stops) waiting on a host: payload `DPFWaiter`."""
-NEXT_WAITERS_UPDATE: Final = "next_waiters"
-"""The watch activity's long poll for registrations: `WaiterPoll` -> `WaiterNews`."""
-EPOCH_SIGNAL: Final = "dpf_watch_epoch"
-"""The watch activity saw the API server restart: payload the new epoch (int)."""
+NEXT_WAITERS_UPDATE: Final = "next_waiters"  # the watch activity's long poll: `WaiterPoll` -> `WaiterNews`
+WORKER_STARTED_SIGNAL: Final = "dpf_watch_worker_started"  # no payload: `SITE_WATCH_PROBE_SECONDS`
+EPOCH_SIGNAL: Final = "dpf_watch_epoch"  # the activity saw the API server restart: the new epoch (int)
 EPOCH_QUERY: Final = "epoch"
 WAITERS_QUERY: Final = "waiters"
-EPOCH_MEMO: Final = "epoch"
-"""The memo key of the site watch's epoch (read by a join with one describe)."""
+EPOCH_MEMO: Final = "epoch"  # the memo key of the site watch's epoch (a join reads it with a describe)
 
 PROVISIONING_GROUP: Final = "provisioning.dpu.nvidia.com"
 SVC_GROUP: Final = "svc.dpu.nvidia.com"
@@ -471,10 +478,13 @@ class DPFWaiter(_Frozen):
 
 class WaiterPoll(_Frozen):
     """The watch activity asks for the registrations after `after` (-1: the whole registry) and
-    reports its latest durable checkpoint, which the workflow carries into its next run."""
+    reports its latest durable checkpoint (the workflow carries it into its next run), the latest
+    `WaiterNews.ping` it got (`pong`; None: a build without pings) and whether it replaces an attempt."""
 
     after: int = -1
     checkpoint: SiteWatchCheckpoint | None = None
+    pong: int | None = None
+    taking_over: bool = False
 
 
 class WaiterNews(_Frozen):
@@ -486,39 +496,7 @@ class WaiterNews(_Frozen):
     full: bool = False
     waiters: tuple[DPFWaiter, ...] = ()
     handover: bool = False
-
-
-SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS: Final = 150.0
-"""The site watch's default heartbeat timeout. Idle, the watch heartbeats every third of it (two
-beats may be lost before it fires): 50 s, 1,728 Actions a day per site (issue 37: at most 2,000).
-A worker that dies running it loses it for at most this plus the retry backoff
-(`SITE_WATCH_RETRY_MAX_SECONDS`): 160 s, during which DPF changes wait (none is lost: the next
-attempt resumes from the checkpoint). README, deployment section, states both figures."""
-SITE_WATCH_RETRY_MAX_SECONDS: Final = 10.0
-"""The longest wait between two attempts of the watch (its retry policy's maximum interval)."""
-
-
-def site_watch_idle_beat_seconds(
-    heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
-) -> float:
-    """How often an idle site watch heartbeats: a third of its heartbeat timeout."""
-    return heartbeat_timeout_seconds / 3
-
-
-def site_watch_idle_actions_per_day(
-    heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
-) -> int:
-    """Billable Actions a day of an idle site watch: its heartbeats (nothing else reaches the server)."""
-    return math.ceil(86_400 / site_watch_idle_beat_seconds(heartbeat_timeout_seconds))
-
-
-def site_watch_takeover_seconds(
-    heartbeat_timeout_seconds: float = SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
-) -> float:
-    """Worst case from a worker's death to the watch's next attempt starting elsewhere: the
-    heartbeat timeout counted from the last beat (the worker may die just after one), plus the
-    longest retry backoff."""
-    return heartbeat_timeout_seconds + SITE_WATCH_RETRY_MAX_SECONDS
+    ping: int = 0  # the workflow's pings so far: the next poll carries it back (`WaiterPoll.pong`)
 
 
 class SiteWatchInput(_Frozen):
@@ -541,6 +519,7 @@ class SiteWatchInput(_Frozen):
     waiters: tuple[DPFWaiter, ...] = ()
     waiters_seq: int = 0
     resume_from: SiteWatchCheckpoint | None = None  # the previous run's last reported checkpoint
+    taking_over: bool = False  # replacing an attempt taken for dead: resume from its heartbeat
 
 
 class JoinSiteWatchInput(_Frozen):

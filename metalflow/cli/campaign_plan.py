@@ -35,7 +35,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names
 from contracts.campaign_claims import ClaimsClient
@@ -216,6 +217,14 @@ async def build(
     """
     target = request.target
     now = datetime.now(UTC)
+    running = await _running_run(client, request.name)
+    if running is not None:  # `start` would fail to start it: refused before anything is read
+        workflow_id = names.campaign_workflow_id(request.name)
+        reason = (
+            f"campaign {request.name} is already running (workflow {workflow_id}, run {running}); "
+            "pick another name, or `metalflow campaign abort` it first"
+        )
+        raise PlanRefused(reason, _nothing_planned(request, reason))
     selected = await with_maintenance(
         client,
         await fleet.select(
@@ -273,6 +282,36 @@ async def build(
     if state.stopped_reason is not None:
         raise PlanRefused(state.stopped_reason, plan.model_copy(update={"refused": state.stopped_reason}))
     return plan
+
+
+async def _running_run(client: Client, name: str) -> str | None:
+    """The run id of the campaign of this name while it runs, else None (1 describe)."""
+    try:
+        described = await client.get_workflow_handle(names.campaign_workflow_id(name)).describe()
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return described.run_id if described.status == WorkflowExecutionStatus.RUNNING else None
+
+
+def _nothing_planned(request: CampaignInput, reason: str) -> CampaignPlan:
+    """The plan of a campaign refused before its reads: no host, `reason` as its refusal."""
+    return CampaignPlan(
+        name=request.name,
+        target=request.target.describe(),
+        selection=request.selection.describe(),
+        selected=0,
+        left_out=(),
+        at_target=(),
+        canary=(),
+        batches=(),
+        windows=(),
+        changes=(),
+        budget=decide.describe_budget(request.budget, 0, 0),
+        whole_deployment=request.target.whole_deployment,
+        refused=reason,
+    )
 
 
 async def _as_restored(fleet: Fleet, change: DeploymentChange, now: datetime) -> DeploymentChange:

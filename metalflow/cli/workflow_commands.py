@@ -324,8 +324,9 @@ EndedWords = Callable[[WorkflowHandle[Any, Any]], Awaitable[str | None]]
 
 
 def ended_refusal(workflow_id: str, how: str, command: str) -> str:
-    """An operator's command to a run that has ended: how it ended and the command's own words."""
-    return f"{workflow_id} has ended ({how}): nothing to {command}; nothing was changed"
+    """An operator's command to a run that has ended: how it ended and the command's own words,
+    as a name (`nothing to limits` read as a verb that is none: issue 38)."""
+    return f"{workflow_id} has ended ({how}): `{command}` has nothing to act on; nothing was changed"
 
 
 async def _not_running(

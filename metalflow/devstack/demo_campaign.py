@@ -39,6 +39,7 @@ from contracts.models.campaign import (
     Limits,
     TargetKind,
 )
+from contracts.models.campaign_progress import Failure
 from contracts.models.control import STATUS_QUERY
 from contracts.models.control import STATUS_QUERY as OPERATION_STATUS_QUERY
 from contracts.models.host import HostOperationStatus, OperationPolicy
@@ -125,6 +126,12 @@ async def _ran_before(handle: WorkflowHandle[Any, CampaignResult]) -> bool:
     return described.status != WorkflowExecutionStatus.RUNNING
 
 
+def failure_line(failure: Failure) -> str:
+    """The demo's line for a host that failed: the reason says "failed" once (a reason already
+    begins with it: `failed host-003: failed: DPUFailed: ...` read it twice, issue 38)."""
+    return f"demo:   failed {failure.host_id}: {failure.reason.removeprefix('failed: ')}"
+
+
 async def _report(handle: WorkflowHandle[Any, CampaignResult], victim: str, hosts: int, say: Any) -> bool:
     """Print the campaign's result; True when it completed with exactly the injected failure."""
     try:
@@ -138,7 +145,7 @@ async def _report(handle: WorkflowHandle[Any, CampaignResult], victim: str, host
         f"({', '.join(failed) or '-'}) of {result.total}, within the failure budget"
     )
     for failure in result.failures:
-        say(f"demo:   failed {failure.host_id}: {failure.reason}")
+        say(failure_line(failure))
     return result.outcome == "completed" and failed == [victim] and result.done == hosts - 1
 
 

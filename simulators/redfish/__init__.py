@@ -311,6 +311,22 @@ class BMCs:
         else:
             raise LookupError(f"unknown DPU BMC fault {fault!r}; one of paused, reset, no-powercycle")
 
+    def last_reset_times(self) -> dict[str, str]:
+        """Each BMC's `LastResetTime` (hosts and DPUs; a DPU not reset yet has none): the site's
+        snapshot keeps them (`simulators.persist`), as a real BMC keeps the mark of its system's
+        last reset across its own restart (BEHAVIOUR.md L1)."""
+        marks = {host_id: host.last_reset_time for host_id, host in self._hosts.items()}
+        marks |= {dpu_id: dpu.last_reset_time for dpu_id, dpu in self._dpus.items() if dpu.last_reset_time}
+        return marks
+
+    def restore_last_reset_times(self, marks: dict[str, str]) -> None:
+        """Take the marks a snapshot kept (ids the site no longer has are ignored)."""
+        for bmc_id, mark in marks.items():
+            if bmc_id in self._hosts:
+                self._hosts[bmc_id].last_reset_time = mark
+            elif bmc_id in self._dpus:
+                self._dpus[bmc_id].last_reset_time = mark
+
     def bmc_ids(self) -> list[str]:
         return [*self._hosts, *self._dpus]
 

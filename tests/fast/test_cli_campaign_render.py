@@ -131,8 +131,9 @@ def test_a_command_to_an_ended_campaign_says_how_it_ended_in_the_commands_words(
     aborted = campaign_ended(_status(abort_reason="bad BFB"))
     said = ended_refusal("campaign/fleet", aborted, "retry-failed")
     assert said == (
-        "campaign/fleet has ended (aborted by alice: bad BFB): nothing to retry-failed; nothing was changed"
-    )
+        "campaign/fleet has ended (aborted by alice: bad BFB): `retry-failed` has nothing to act on; "
+        "nothing was changed"
+    )  # before: "nothing to retry-failed", and "nothing to limits" (issue 38)
     assert campaign_ended(_status(phase="completed", aborting=None)) == "completed"
 
 

@@ -14,7 +14,7 @@ from temporalio.api.activity.v1 import ActivityOptions
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.workflow.v1 import PendingActivityInfo
 
-from metalflow.site_watch_health import lapse_of
+from metalflow.site_watch_health import lapse_of, watch_lapse_of
 
 T0 = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 WATCH = "dpf-watch/dpf-operator-system"
@@ -83,3 +83,16 @@ def test_the_product_default_timeout_when_the_server_says_none() -> None:
     pending.ClearField("activity_options")
     assert lapse_of(WATCH, pending, T0) is None  # 150 s: a beat every 50 s, late from 75 s on
     assert lapse_of(WATCH, _pending(T0 - timedelta(seconds=76), timeout=150), T0) is not None
+
+
+def test_a_live_attempt_beside_a_dead_one_is_no_news() -> None:
+    """A worker's start replaces a silent attempt at once: until the dead attempt's heartbeat
+    timeout the watch has two pending activities, and the live one is what the DPU phases come
+    from. Read as a whole, the watch beats (the first lapse alone said stale while it was not)."""
+    dead = _pending(T0 - timedelta(seconds=40))
+    live = _pending(T0 - timedelta(seconds=2))
+    assert lapse_of(WATCH, dead, T0) is not None
+    assert watch_lapse_of(WATCH, [dead, live], T0) is None
+    assert watch_lapse_of(WATCH, [live, dead], T0) is None
+    assert watch_lapse_of(WATCH, [dead], T0) == lapse_of(WATCH, dead, T0)
+    assert watch_lapse_of(WATCH, [], T0) is None

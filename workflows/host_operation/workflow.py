@@ -382,7 +382,7 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
 
     async def _ensure_site_objects(self, inventory: HostInventory) -> None:
         # Idempotent: existing objects are left as they are, so this is cheap on a set-up site.
-        self.enter(REGISTERING, "making sure the site's DPF objects (BFB, flavor, deployments) exist")
+        self.enter(REGISTERING, "the site's DPF objects (BFB, flavor, deployments) to exist")
         if not inventory.groups:
             return
         setup = SiteSetupInput(groups=tuple(GroupSpec(name=g) for g in inventory.groups))
@@ -396,7 +396,8 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
             self.state.changes.append("created site objects")
 
     async def _register_dpus(self, inventory: HostInventory) -> None:
-        self.enter(REGISTERING, f"registering DPUNode and {plural(len(self.state.dpu_ids), 'DPUDevice')}")
+        devices = plural(len(self.state.dpu_ids), "DPUDevice")
+        self.enter(REGISTERING, f"the DPUNode and {devices} to be registered")
         result: ObjectsResult = await self._call_kube(
             activity_api.register_host_dpus,
             RegisterHostInput(inventory=inventory),
@@ -407,7 +408,7 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
             self.state.changes.append("registered the DPUNode and DPUDevices")
 
     async def _delete_dpus_for_reprovision(self) -> None:
-        self.enter(DELETING, f"deleting {', '.join(self.state.dpu_ids)} so DPF recreates them")
+        self.enter(DELETING, f"the deletion of {', '.join(self.state.dpu_ids)}, so DPF recreates them")
         for dpu_id in self.state.dpu_ids:
             await self._reprovision_one(dpu_id)
 

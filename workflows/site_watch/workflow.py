@@ -43,7 +43,15 @@ learns of changes only from its own reads. Leave it running (it never ends on it
 
 Cost per site: one activity slot; idle, one heartbeat a third of the heartbeat timeout (150 s by
 default, `SiteWatchInput.heartbeat_timeout_seconds`): 1,728 Actions a day, and a dead worker's
-watch resumes elsewhere within 160 s (`contracts.models.dpf.site_watch_takeover_seconds`).
+watch resumes elsewhere within 160 s (`contracts.models.dpf.site_watch_takeover_seconds`), or
+sooner when a worker starts (a restarted one, most often): the worker signals `worker_started`
+(`ensure_site_watch`), the pending polls answer with a new ping (`WaiterNews.ping`), and an
+attempt that does not poll again with it within `SITE_WATCH_PROBE_SECONDS` is taken for dead:
+the next attempt starts at once from its last heartbeated checkpoint (`SiteWatchInput.taking_over`),
+and the silent one is cancelled, the run never waiting for a dead worker's answer (`_retire`).
+Per worker start: 1 signal; with a live attempt about 12 history events (its workflow task, the
+ping's answer and the next poll, the probe's timer), with a dead one a few more (the cancel, the
+new activity).
 History: about 20 events per run; per registration that comes
 alone 9 (its signal, the poll's completion and the next poll's acceptance, each in a workflow
 task of 3 events), per removal 4 (its signal and workflow task); in a burst (100 registrations
@@ -58,11 +66,13 @@ Temporal's 2 MB payload limit bounds one site to ~15,000 waiting runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from typing import Final
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
@@ -73,8 +83,10 @@ with workflow.unsafe.imports_passed_through():
         EPOCH_SIGNAL,
         NEXT_WAITERS_UPDATE,
         SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS,
+        SITE_WATCH_PROBE_SECONDS,
         SITE_WATCH_RETRY_MAX_SECONDS,
         WAITERS_QUERY,
+        WORKER_STARTED_SIGNAL,
         DPFWaiter,
         SiteWatchCheckpoint,
         SiteWatchInput,
@@ -123,6 +135,11 @@ class SiteDPFWatchWorkflow:
         self._handing_over = False
         self._reported = False  # a poll came after the handover began: its checkpoint is the last
         self._closed = False  # the activity has ended: no more polls
+        self._probe_asked = False  # a worker started: check that the running attempt is alive
+        self._ping = 0  # pings sent to the attempt (`WaiterNews.ping`)
+        self._pong = 0  # the highest ping a poll carried back (`WaiterPoll.pong`)
+        self._taken_over = False  # the attempt that replaced a silent one has polled
+        self._retiring: list[asyncio.Task[None]] = []  # attempts taken for dead (`_retire`)
 
     @workflow.run
     async def run(self, request: SiteWatchInput) -> None:
@@ -133,21 +150,29 @@ class SiteDPFWatchWorkflow:
         kernel.set_details("watching", f"the DPUs, DPUNodes and holds of namespace {request.namespace}")
         workflow.upsert_memo({EPOCH_MEMO: self._epoch})
         # The activity polls for the registry: its input (in history with every attempt) stays small.
-        watch = kernel.start_cancellable(
+        self._attempt = kernel.start_cancellable(
             activity_api.watch_site_dpf,
             request.model_copy(update={"waiters": ()}),
             kernel.options(site_watch_options(request), f"watch DPF objects of {request.namespace}"),
         )
         try:
             # The activity never ends on its own: a timeout is retried with its heartbeat details.
-            await workflow.wait_condition(lambda: watch.done() or self._hand_over_due(request))
-            if watch.done():
-                await watch  # failed for good: the run fails with its error
+            while True:
+                await workflow.wait_condition(
+                    lambda: self._attempt.done() or self._hand_over_due(request) or self._probe_asked
+                )
+                if self._attempt.done() or self._hand_over_due(request):
+                    break
+                self._probe_asked = False
+                if not await self._answers(self._attempt):
+                    self._attempt = self._replace(self._attempt, request)
+            if self._attempt.done():
+                await self._attempt  # failed for good: the run fails with its error
                 return
             self._handing_over = True
             try:
                 await workflow.wait_condition(
-                    lambda: self._reported or watch.done(),
+                    lambda: self._reported or self._attempt.done(),
                     timeout=HANDOVER_WAIT,
                     timeout_summary="handover: wait for the watch's last checkpoint",
                 )
@@ -157,12 +182,60 @@ class SiteDPFWatchWorkflow:
             # Pending polls answer `handover`: the activity then beats at once and learns of the
             # cancel (it reaches an activity only in a heartbeat's answer), not an idle beat later.
             self._handing_over = True
-            await kernel.cancel_and_wait(watch)
+            await kernel.cancel_and_wait(self._attempt)
             raise
-        await kernel.cancel_and_wait(watch)
+        await kernel.cancel_and_wait(self._attempt)
         self._closed = True
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(self._next_run(request), memo={EPOCH_MEMO: self._epoch})
+
+    async def _answers(self, watch: workflow.ActivityHandle[None]) -> bool:
+        """Whether the running attempt polls again with a new ping within `SITE_WATCH_PROBE_SECONDS`
+        (pending polls answer at once with it): False when its worker died holding it."""
+        self._ping += 1
+        ping = self._ping
+        try:
+            await workflow.wait_condition(
+                lambda: self._pong >= ping or watch.done(),
+                timeout=timedelta(seconds=SITE_WATCH_PROBE_SECONDS),
+                timeout_summary="a worker started: is the watch's attempt alive?",
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    def _replace(
+        self, watch: workflow.ActivityHandle[None], request: SiteWatchInput
+    ) -> workflow.ActivityHandle[None]:
+        """Start the next attempt at once, resuming from the last checkpoint the silent one
+        heartbeated (`SiteWatchInput.taking_over`), and retire the silent one (`_retire`)."""
+        workflow.logger.info(
+            "the site watch's attempt did not answer within %g s of a worker's start: "
+            "its worker died holding it; starting the next attempt now",
+            SITE_WATCH_PROBE_SECONDS,
+        )
+        self._taken_over = False
+        self._retiring.append(asyncio.create_task(self._retire(watch)))
+        return kernel.start_cancellable(
+            activity_api.watch_site_dpf,
+            self._next_run(request).model_copy(update={"waiters": (), "taking_over": True}),
+            kernel.options(site_watch_options(request), f"watch DPF objects of {request.namespace}"),
+        )
+
+    async def _retire(self, watch: workflow.ActivityHandle[None]) -> None:
+        """Cancel an attempt taken for dead once the next has polled (it has read the dead one's
+        heartbeat details by then: a cancel would drop them, the server ending at once an attempt
+        that waits to retry), or after `HANDOVER_WAIT`. The run never waits for this: a dead worker
+        never answers the cancel; the server ends the attempt at its heartbeat timeout, no retry."""
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(
+                lambda: self._taken_over or watch.done(),
+                timeout=HANDOVER_WAIT,
+                timeout_summary="retire the silent attempt of the watch",
+            )
+        watch.cancel()
+        with contextlib.suppress(ActivityError, asyncio.CancelledError):
+            await watch
 
     def _hand_over_due(self, request: SiteWatchInput) -> bool:
         info = workflow.info()
@@ -212,13 +285,21 @@ class SiteDPFWatchWorkflow:
             self._checkpoint = poll.checkpoint
         if self._handing_over:
             self._reported = True
-        await workflow.wait_condition(lambda: self._seq > poll.after or self._handing_over)
+        self._taken_over = self._taken_over or poll.taking_over
+        pong = poll.pong
+        if pong is not None:
+            self._pong = max(self._pong, pong)
+        # A poll sent before the latest ping answers at once: its attempt polls again with the ping.
+        await workflow.wait_condition(
+            lambda: self._seq > poll.after or self._handing_over or (pong is not None and pong < self._ping)
+        )
+        ping, handover = self._ping, self._handing_over
         if poll.after < self._known or poll.after > self._seq:
-            return WaiterNews(seq=self._seq, full=True, waiters=self._entries(), handover=self._handing_over)
+            return WaiterNews(seq=self._seq, full=True, waiters=self._entries(), handover=handover, ping=ping)
         # The activity knows every entry up to `after`: keep only the newer ones.
         self._added = [w for w in self._added if w.seq > poll.after]
         self._known = poll.after
-        return WaiterNews(seq=self._seq, waiters=tuple(self._added), handover=self._handing_over)
+        return WaiterNews(seq=self._seq, waiters=tuple(self._added), handover=handover, ping=ping)
 
     @next_waiters.validator
     def _validate_poll(self, poll: WaiterPoll) -> None:
@@ -229,6 +310,13 @@ class SiteDPFWatchWorkflow:
     def waiters(self) -> list[DPFWaiter]:
         """The registry: every workflow run waiting on a host of the site."""
         return list(self._entries())
+
+    @workflow.signal(name=WORKER_STARTED_SIGNAL)
+    def worker_started(self) -> None:
+        """A worker of this task queue started (`activities.site_watch.start.ensure_site_watch`):
+        check that the running attempt is alive (`_answers`), unless handing over."""
+        if not self._handing_over:
+            self._probe_asked = True
 
     # -- the epoch ---------------------------------------------------------------------------------
     @workflow.signal(name=EPOCH_SIGNAL)
