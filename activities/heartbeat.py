@@ -93,30 +93,30 @@ class HeartbeatGate:
 
 
 @contextlib.asynccontextmanager
-async def heartbeating(
-    details: Callable[[], Sequence[Any]] | None = None, *, first_beat_at_once: bool = True
-) -> AsyncIterator[None]:
+async def heartbeating(details: Callable[[], Sequence[Any]] | None = None) -> AsyncIterator[None]:
     """Heartbeat in the background for the duration of the block (inside an activity only).
+
+    The first beat comes one interval in (a third of the heartbeat timeout), never at once: the
+    heartbeat timeout counts from the attempt's start, so a worker that dies before it is noticed
+    as soon either way, and a block that ends within the interval (a BMC read: tens of
+    milliseconds) sends no heartbeat at all. A beat at once was one Action and one server write
+    per short BMC activity that bought nothing (issue 37: 3 a host in the watched 120 s
+    power-down wait alone, its `read_power_state` every 30 s), and an early beat of nothing new
+    would also delay the step an activity records next (the power cycle's `cycle_requested`,
+    read back before its reset) by up to the SDK's throttle.
 
     Args:
         details: Returns the details to send with each beat (the latest progress); None sends
             none (for activities that do not resume from details).
-        first_beat_at_once: False: the first background beat comes one interval in (still well
-            within the heartbeat timeout, which counts from the attempt's start). The SDK sends
-            an activity's first heartbeat at once and holds the next for its throttle, so an
-            early beat of nothing new would delay the step the activity records next (the power
-            cycle's `cycle_requested`, read back before its reset) by up to the throttle.
     """
     info = activity.info()
     timeout = info.heartbeat_timeout
     interval = beat_interval(None if timeout is None else timeout.total_seconds())
 
     async def beat() -> None:
-        if not first_beat_at_once:
-            await asyncio.sleep(interval)
         while True:
-            activity.heartbeat(*(details() if details is not None else ()))
             await asyncio.sleep(interval)
+            activity.heartbeat(*(details() if details is not None else ()))
 
     task = asyncio.create_task(beat(), name=f"heartbeat {info.activity_type} {info.activity_id}")
     try:

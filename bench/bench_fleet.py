@@ -73,7 +73,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,7 @@ from engine import engine_rate  # noqa: E402
 from ideal_workflow import IDEAL_TASK_QUEUE, IDEAL_WORKFLOW, ideal_workflow_id  # noqa: E402
 from politeness import politeness  # noqa: E402
 from reaction import median_p99, paced, reaction_seconds, reboot_stages  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.api.history.v1 import HistoryEvent  # noqa: E402
 from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
 from temporalio.common import WorkflowIDReusePolicy  # noqa: E402
@@ -313,6 +314,9 @@ class HostCost:
     actions: dict[str, float]
     rounds: int  # power cycles (reboot children, or the ideal's power_cycle_host calls)
     by_workflow: dict[str, float]
+    # The price table's counts (bench/README.md): per workflow type, Actions by kind and events by type.
+    actions_by_workflow: dict[str, dict[str, float]] = field(default_factory=dict)
+    event_types_by_workflow: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _in(events: list[HistoryEvent], window: Window) -> list[HistoryEvent]:
@@ -339,8 +343,12 @@ async def metalflow_cost(
     actions: dict[str, float] = {}
     by_workflow: dict[str, float] = {}
     events = 0.0
+    per_workflow: dict[str, dict[str, float]] = {}
+    event_types: dict[str, dict[str, float]] = {}
     for _, kind, history in runs:
         merge(actions, actions_of(history))
+        merge(per_workflow.setdefault(kind, {}), actions_of(history))
+        merge(event_types.setdefault(kind, {}), event_type_counts(history))
         events += len(history)
         by_workflow[kind] = by_workflow.get(kind, 0) + len(history)
     for _, _, history in leases:
@@ -348,7 +356,16 @@ async def metalflow_cost(
         events += len(history) / lease_hosts
         by_workflow["BMCLeaseWorkflow"] = by_workflow.get("BMCLeaseWorkflow", 0) + len(history) / lease_hosts
     rounds = sum(1 for _, kind, _ in runs if kind == "HostRebootWorkflow")
-    return HostCost(host, events, actions, rounds, by_workflow)
+    return HostCost(host, events, actions, rounds, by_workflow, per_workflow, event_types)
+
+
+def event_type_counts(events: list[HistoryEvent]) -> dict[str, int]:
+    """How many events of each type (`WorkflowTaskCompleted`, ...) a history holds."""
+    counts: dict[str, int] = {}
+    for event in events:
+        name = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_")
+        counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 async def ideal_cost(client: Client, host: str, window: Window) -> HostCost:
@@ -410,6 +427,10 @@ async def idle_site_watch(stack: BenchStack, client: Client, seconds: float) -> 
     }  # fmt: skip
 
 
+def rounded(table: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {name: {k: round(v, 2) for k, v in sorted(c.items())} for name, c in sorted(table.items())}
+
+
 def summarise(costs: list[HostCost], heartbeats: int, one_round: int = 1) -> dict[str, Any]:
     """Means over the one-round hosts (and over all); heartbeats shared out by power cycle."""
     cycles = sum(c.rounds for c in costs)
@@ -424,9 +445,15 @@ def summarise(costs: list[HostCost], heartbeats: int, one_round: int = 1) -> dic
     single = [c for c in costs if c.rounds == one_round]
     kinds: dict[str, float] = {}
     workflows: dict[str, float] = {}
+    per_workflow: dict[str, dict[str, float]] = {}
+    event_types: dict[str, dict[str, float]] = {}
     for cost in single:
         merge(kinds, cost.actions, 1 / len(single))
         merge(workflows, cost.by_workflow, 1 / len(single))
+        for name, counts in cost.actions_by_workflow.items():
+            merge(per_workflow.setdefault(name, {}), counts, 1 / len(single))
+        for name, counts in cost.event_types_by_workflow.items():
+            merge(event_types.setdefault(name, {}), counts, 1 / len(single))
     if single:
         kinds["heartbeats"] = per_cycle * one_round
     return {
@@ -439,6 +466,9 @@ def summarise(costs: list[HostCost], heartbeats: int, one_round: int = 1) -> dic
         "heartbeats_per_cycle": round(per_cycle, 1),
         "actions_by_kind": {k: round(v, 2) for k, v in sorted(kinds.items())},
         "events_by_workflow": {k: round(v, 1) for k, v in sorted(workflows.items())},
+        # Means over the one-round hosts, per workflow type (the price table, bench/README.md).
+        "actions_by_workflow": rounded(per_workflow),
+        "event_types_by_workflow": rounded(event_types),
     }
 
 

@@ -87,6 +87,14 @@ class EntityRequest(Generic[RequestT]):
     phases: tuple[str, ...]  # the phases the child shows while it runs (`host list --phase`)
     ended: str = "completed"  # the child's planned final phase (the kernel's early ones are apart)
 
+    @property
+    def first_phase(self) -> str:
+        """The phase the child's runbook enters first, which the entity gives it at its start
+        (a search attribute given at a start is free; an upsert is a history event and a billable
+        Action). Every child but a reboot's resolves the host's inventory first; a reboot starts
+        by asking its BMC's lease, with no phase shown, and is started apart (`start_next_reboot`)."""
+        return self.phases[0]
+
     def typed(self, function: FunctionT, returns: type | None) -> FunctionT:
         """`function` (self, request) as an update handler or validator of this row: named after
         the update, and annotated with the row's payload model, which Temporal reads to decode

@@ -7,8 +7,9 @@ manual) (with METALFLOW_RECORD_HISTORIES=1; see tests/history_tool.py)."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,6 +17,8 @@ import pytest
 from host_operation_support import FAST_POLICY, eventually, power_cycles, save_history, worker_for
 from pydantic import BaseModel
 from sim_support import RunningSim, prefixed_sim
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from contracts import names
@@ -45,6 +48,20 @@ def site(tmp_path: Path) -> Iterator[tuple[RunningSim, str]]:
     prefix = f"ent{uuid.uuid4().hex[:6]}"
     with prefixed_sim(tmp_path, prefix, hosts=2) as sim:
         yield sim, prefix
+
+
+def phases_upserted(events: Sequence[HistoryEvent]) -> list[str]:
+    """The Phase each upsert of a history wrote, in order."""
+    return [
+        json.loads(
+            e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields[
+                "Phase"
+            ].data
+        )
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+        and "Phase" in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    ]
 
 
 async def settled(client: Client, host: str, predicate: Callable[[HostStatus], bool]) -> HostStatus:
@@ -88,6 +105,12 @@ async def test_an_assigned_host_is_reprovisioned_after_approval_and_rebooted_in_
         status = await settled(client, host, lambda s: s.current is None)
         assert [(r.operation, r.outcome) for r in status.recent] == [("reprovision", "completed")]
         assert status.boot_generation == 1 and status.instance == "i-tenant"
+        # The entity starts its child in the phase the child enters first: no upsert of it (issue 37).
+        operation = await client.get_workflow_handle(f"reprovision/{host}").fetch_history()
+        upserted = phases_upserted(operation.events)
+        assert upserted[0] != "resolving-inventory", upserted
+        started = operation.events[0].workflow_execution_started_event_attributes.search_attributes
+        assert b"resolving-inventory" in started.indexed_fields["Phase"].data
 
         # Inside the window the approval opened, a reboot of the same tenant's host starts at once.
         reboot = await update(REQUEST_REBOOT_UPDATE, alice, OperationAccepted)

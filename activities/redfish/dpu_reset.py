@@ -65,7 +65,7 @@ class DPUResetActivities:
                 connection, request, _resumed(info.heartbeat_details), persist=beat, confirm=confirm
             )
             connection.on_wait = lambda: beat(reset.progress)
-            async with heartbeating(lambda: (reset.progress,), first_beat_at_once=False):
+            async with heartbeating(lambda: (reset.progress,)):
                 return await reset.run()
 
     @activity.defn(name="wait_for_dpu_os")

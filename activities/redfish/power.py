@@ -142,9 +142,9 @@ class PowerActivities:
                 attempt=info.attempt,
             )
             # A single request (a reset the BMC is slow to answer) may outlast the heartbeat
-            # timeout: beat from the background with the latest progress meanwhile. Not at once:
-            # the first step recorded then goes out unthrottled (see `heartbeating`).
-            async with heartbeating(lambda: (cycle.progress,), first_beat_at_once=False):
+            # timeout: beat from the background with the latest progress meanwhile (the first
+            # beat one interval in, so the first step recorded goes out unthrottled: `heartbeating`).
+            async with heartbeating(lambda: (cycle.progress,)):
                 try:
                     return await cycle.run()
                 except ApplicationError as err:

@@ -202,7 +202,7 @@ class FirmwareWorkflow(SiteCheckSaid, reboot_rounds.HearsItsReboot, kernel.Abort
 
     async def _runbook(self) -> FirmwareResult:
         request = self._request
-        workflow.upsert_search_attributes(
+        kernel.upsert_changed(  # none when the entity gave them at the start
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.FIRMWARE)]
         )
         inventory = await self._resolve_inventory()

@@ -377,14 +377,18 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
             self.state.started(current, workflow.now(), workflow_id=self._child.id)
             self._show_phase()
             return
+        kind = of_operation(record.operation)
         try:
             self._child = await workflow.start_child_workflow(
-                of_operation(record.operation).child,
+                kind.child,
                 child_input,
                 id=record.workflow_id,
                 result_type=OperationEnd,  # of any operation's result, what the entity reads
                 parent_close_policy=workflow.ParentClosePolicy.ABANDON,
-                search_attributes=attributes,
+                # The phase its runbook enters first, free at the start: no upsert of it (issue 37).
+                search_attributes=TypedSearchAttributes(
+                    [*attributes, SearchAttributePair(names.PHASE, kind.first_phase)]
+                ),
                 static_summary=summary,
             )
         except WorkflowAlreadyStartedError:

@@ -200,7 +200,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
 
     async def _reset(self) -> HostResetResult:
         request = self._request
-        workflow.upsert_search_attributes(
+        kernel.upsert_changed(  # none when the entity gave them at the start
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(RESET_OPERATION)]
         )
         inventory = await self._resolve()

@@ -97,7 +97,7 @@ class HostRemovalWorkflow(kernel.Abortable):
         return f"Changed by this run: {self.state.changed()}"
 
     async def _runbook(self, request: HostRemovalInput) -> HostRemovalResult:
-        workflow.upsert_search_attributes(
+        kernel.upsert_changed(  # none when the entity gave them at the start
             [names.HOST_ID.value_set(request.host_id), names.OPERATION.value_set(names.REMOVE)]
         )
         host = await self._resolve_host()
