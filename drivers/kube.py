@@ -79,6 +79,7 @@ def load_configuration(settings: Settings) -> k8s.Configuration:
     Raises:
         InvalidInput: No usable configuration (the message says what was tried).
     """
+    import yaml
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
     from kubernetes.config.config_exception import ConfigException
@@ -97,6 +98,16 @@ def load_configuration(settings: Settings) -> k8s.Configuration:
     except (ConfigException, OSError) as err:
         where = settings.kubeconfig or "in-cluster config or ~/.kube/config"
         raise InvalidInput(f"no usable Kubernetes configuration ({where}): {err}") from None
+    except yaml.YAMLError as err:  # not YAML at all: where it broke, on one line
+        where = settings.kubeconfig or "~/.kube/config"
+        said = " ".join(str(err).split())[:300]
+        raise InvalidInput(f"the Kubernetes configuration {where} is not valid YAML: {said}") from None
+    except (TypeError, AttributeError, KeyError, ValueError) as err:  # YAML, but not a kubeconfig's shape
+        where = settings.kubeconfig or "~/.kube/config"
+        raise InvalidInput(
+            f"the Kubernetes configuration {where} is not a kubeconfig (a mapping with clusters, users "
+            f"and contexts): {type(err).__name__}: {err}"[:400]
+        ) from None
     return configuration
 
 

@@ -128,8 +128,11 @@ def load_findings(path: Path) -> SiteFindings | None:
     except OSError as err:
         raise FindingsUnreadable(f"{path}: {err.strerror or err}") from None
     try:
-        return SiteFindings.from_json(json.loads(text))
-    except (ValueError, KeyError, TypeError) as err:
+        data = json.loads(text)
+        if not isinstance(data, dict):  # valid JSON, but not the object a check keeps
+            raise TypeError(f"a JSON {type(data).__name__}, not the object a site check keeps")
+        return SiteFindings.from_json(data)
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise FindingsUnreadable(f"{path}: {type(err).__name__}: {err}"[:300]) from None
 
 

@@ -453,6 +453,17 @@ class MaintenanceRequest(_Frozen):
     reason: Reason = ""
 
 
+class AwaitingRequest(_Frozen):
+    """What the request awaiting approval acts on, as `host status` shows it: what `metalflow
+    approve` judges by the kept site check again (the components the operation touches)."""
+
+    operation: str
+    dpu_ids: tuple[str, ...] | None = None  # None: every DPU of the host
+    target: str = ""  # a reset's `ResetTarget` ("" another operation)
+    full: bool = False  # a DPU reset: Arm and NIC
+    manual_reboot: bool = False  # its policy says a person reboots (`--manual-reboot`)
+
+
 class HostStatus(_Frozen):
     """The `status` query of a host's entity workflow."""
 
@@ -474,6 +485,7 @@ class HostStatus(_Frozen):
     left_off_by: str = ""
     automation_held_back: AutomationHold | None = None  # an operator said no to an automation
     taken_over: str = ""  # what this entity took over from a run that ended by hand ("" nothing)
+    awaiting: AwaitingRequest | None = None  # the request awaiting approval (None: none awaits)
 
 
 EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest

@@ -269,7 +269,12 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
             str(err), await _refusal_status(client, request, args.task_queue, err.status)
         ) from None
     target = request.target.describe()
-    print(f"campaign {workflow_id} started: {target} on {plural(status.total, 'host')} ({status.phase})")
+    # the hosts that run: those the admission left out (skipped at the start) do not
+    runs = plural(status.total - status.skipped, "host")
+    if status.skipped:
+        named = f"`metalflow campaign status {args.name}` names them"
+        runs += f" of {status.total} ({status.skipped} left out: {named})"
+    print(f"campaign {workflow_id} started: {target} on {runs} ({status.phase})")
     return await follow(handle) if args.wait else EXIT_OK
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -32,6 +33,7 @@ from contracts.models.host import (
     RELEASE_INSTANCE_UPDATE,
     ApproveRequest,
     AssignInstanceRequest,
+    AwaitingRequest,
     EntityRequestBody,
     FirmwareRequest,
     HostWorkflowInput,
@@ -452,8 +454,35 @@ async def _follow(client: Client, host: str, workflow_id: str, progress: Progres
     return EXIT_OK if ending == COMPLETED else exits.ABORTED
 
 
+def approval_site_check(host: str, awaiting: AwaitingRequest | None) -> list[str]:
+    """The kept site check's words on the request awaiting approval, judged now as its own
+    command judged it (its operation, the DPUs it acts on, `--manual-reboot`): a blocked one
+    raises `HostRequestError` (exit 1), nothing approved; a degraded one's words to say."""
+    from metalflow.site_check import consult_words
+    from metalflow.site_verdicts import capability_of
+
+    if awaiting is None:  # nothing awaits: the entity says so
+        return []
+    capability = capability_of(
+        awaiting.operation,
+        host_only=awaiting.target == ResetTarget.HOST,
+        both=awaiting.target == ResetTarget.BOTH,
+        full=awaiting.full,
+    )
+    refuse, lines = consult_words(
+        host, capability, dpus=awaiting.dpu_ids, manual_reboot=awaiting.manual_reboot
+    )
+    if refuse:
+        raise HostRequestError(f"{host}: not approved: " + "; ".join(lines), EXIT_FAILED)
+    return lines
+
+
 async def _approve(client: Client, args: argparse.Namespace) -> int:
-    await host_status(client, args.host)  # an unknown host is a clear error, not a new entity
+    # an unknown host is a clear error, not a new entity; the request awaiting approval is judged
+    # by the kept site check again, as maintenance is by the entity (a check kept since may block it)
+    status = await host_status(client, args.host)
+    for line in approval_site_check(args.host, status.awaiting):
+        print(f"metalflow approve: {line}", file=sys.stderr)
     request = ApproveRequest(requested_by=args.by, reason=args.reason, in_maintenance=args.in_maintenance)
     await require_worker(client, args.task_queue)
     answer = await send_update(

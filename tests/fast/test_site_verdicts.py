@@ -258,7 +258,9 @@ def test_an_operations_start_refuses_blocked_says_degraded_and_is_silent_without
     assert not refuse and "reboot is degraded on h1" in lines[0]
     # A kept check that cannot be read refuses (an attack truncated it and operations ran as if
     # none was kept: a gate that fails open); `None` capabilities (remove) are still not judged.
-    for broken in ("{not json", '{"site": "attack", "checked_at": ', '{"site": "a"}'):
+    # valid JSON but not the object a check keeps crashed readers (AttributeError) instead
+    for broken in ("{not json", '{"site": "attack", "checked_at": ', '{"site": "a"}', "[]", "7", '"x"',
+                   '{"site": "a", "checked_at": "t", "bmcs": ["x"]}'):  # fmt: skip
         path.write_text(broken)
         refuse, lines = consult_words("h1", "reboot", path)
         assert refuse and lines[0].startswith("the kept site check cannot be read ("), lines
@@ -646,6 +648,20 @@ def test_a_missing_kubeconfig_is_bad_input_and_keeps_the_last_check(
     err = capsys.readouterr().err
     assert str(tmp_path / "no-such-kubeconfig") in err and "the kept findings are unchanged" in err, err
     assert kept.read_bytes() == good
+    # Not YAML, or YAML but no kubeconfig: a PyYAML traceback and exit 1 before; now bad input,
+    # naming the file and what is wrong, a JSON error under --json, nothing kept.
+    for text, said in (("garbage: [\n", "is not valid YAML"), ("[]\n", "is not a kubeconfig")):
+        bad = tmp_path / "kc"
+        bad.write_text(text)
+        monkeypatch.setenv("KUBECONFIG", str(bad))
+        assert main(["site", "check", "--timeout", "1"]) == 2
+        err = capsys.readouterr().err
+        assert f"the Kubernetes configuration {bad} {said}" in err and "Traceback" not in err, err
+        assert "the kept findings are unchanged" in err and kept.read_bytes() == good, err
+        assert main(["site", "check", "--timeout", "1", "--json"]) == 2
+        document = json.loads(capsys.readouterr().out)
+        assert said in document["error"] and document["exit_status"] == 2, document
+        assert kept.read_bytes() == good
 
 
 def test_a_bmc_error_keeps_its_start_and_its_end_where_the_credentials_are_named() -> None:

@@ -66,6 +66,7 @@ from contracts.wording import iso_z
 from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.approval_reason import ApprovalReason
 from workflows.host.automation_hold import automatic, hold_after, refuse_automatic, released
+from workflows.host.awaiting import awaiting_request
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
 from workflows.host.maintenance_rules import standing as _standing
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
@@ -529,6 +530,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             left_off_by=self.left_off_by,
             automation_held_back=self.automation_held_back,
             taken_over=self.taken_over,
+            awaiting=awaiting_request(self.current),
         )
 
     def approval_expires_at(self) -> datetime | None:
