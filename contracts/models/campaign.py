@@ -55,6 +55,7 @@ from contracts.models.campaign_progress import short as short
 from contracts.models.campaign_target import KINDS as KINDS
 from contracts.models.campaign_target import CampaignTarget as CampaignTarget
 from contracts.models.campaign_target import KindSpec as KindSpec
+from contracts.models.campaign_target import RequestedOperation
 from contracts.models.campaign_target import TargetKind as TargetKind
 from contracts.models.control import OperatorRequest
 from contracts.models.host import OperationPolicy
@@ -66,6 +67,7 @@ HOST_FINISHED_SIGNAL: Final = "host_finished"
 RETRY_FAILED_UPDATE: Final = "retry_failed"
 SKIP_HOST_UPDATE: Final = "skip_host"
 SET_LIMITS_UPDATE: Final = "set_limits"
+SITE_BLOCKED_UPDATE: Final = "site_blocked"  # a newer `metalflow site check` blocks hosts not started
 
 HOSTS_QUERY: Final = "hosts"  # every host's outcome, page by page
 DEFERRAL_QUERY: Final = "deferral"  # a host the campaign put off: when it asks again and why (or none)
@@ -352,6 +354,26 @@ class SkipRequest(OperatorRequest):
 
 class LimitsRequest(OperatorRequest):
     limits: Limits
+
+
+class SiteBlocks(_Frozen):
+    """The hosts a kept site check blocks one per-host operation on (`campaign_blocks`)."""
+
+    request: RequestedOperation
+    manual_reboot: bool = False  # judged without the host BMC (a person reboots the host)
+    groups: tuple[HostGroup, ...] = ()
+
+
+class SiteBlockedRequest(OperatorRequest):
+    """`site_blocked`: what a newer `metalflow site check` blocks, for every per-host operation
+    a campaign asks (one payload for every running campaign: each takes its own, `groups_for`)."""
+
+    blocks: tuple[SiteBlocks, ...]
+
+    def groups_for(self, request: str, *, manual_reboot: bool) -> tuple[HostGroup, ...]:
+        return next(
+            (b.groups for b in self.blocks if b.request == request and b.manual_reboot == manual_reboot), ()
+        )
 
 
 # -- activities -------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """`metalflow site check [--json]`: read the site once, before the first operation, and say per
 capability whether it is ready, degraded or blocked, with the reason and the behaviour row.
 
-No Temporal needed. Reads only (metalflow/site_check.py); the findings are kept in the state dir
-(`site-check.json`, or one per other site file: metalflow/site_check.py `findings_path`) and
-consulted at an operation's start by `metalflow host ...`. Exit status: 0 nothing blocked, 1
-something blocked, 2 bad settings or site file (README's table).
+No Temporal needed; when one is reachable, the running campaigns are told what the kept check
+blocks (metalflow/cli/site_campaigns.py). Reads only (metalflow/site_check.py); the findings are
+kept in the state dir (`site-check.json`, or one per other site file: metalflow/site_check.py
+`findings_path`) and consulted at an operation's start by `metalflow host ...`. Exit status: 0
+nothing blocked, 1 something blocked, 2 bad settings or site file (README's table).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def handle_check(args: argparse.Namespace) -> int:
     from drivers.kube import load_configuration
     from drivers.settings import Settings
     from drivers.site_file import SiteFileError, load_site
+    from metalflow.cli.site_campaigns import tell_running_campaigns
     from metalflow.site_check import check_site, findings_path, save_findings
     from metalflow.site_verdicts import info, verdicts
 
@@ -104,6 +106,9 @@ def handle_check(args: argparse.Namespace) -> int:
     findings = asyncio.run(check_site(settings, site, concurrency=args.concurrency, timeout=args.timeout))
     path = findings_path(settings.site_file)  # each site file's own: another's are never replaced
     save_findings(path, findings)
+    told = tell_running_campaigns(args, path)  # a newer check holds running campaigns to it too
+    for line in told:
+        print(f"metalflow site check: {line}", file=sys.stderr)
     judged = verdicts(findings)
     blocked = any(v.status == "blocked" for v in judged)
     if args.json:
@@ -118,6 +123,7 @@ def handle_check(args: argparse.Namespace) -> int:
         }
         print(json.dumps(document, indent=2))
         return exits.FAILED if blocked else exits.OK
+
     print(f"site {findings.site} ({findings.site_file}), checked {findings.checked_at} (kept in {path})")
     for line in info(findings):
         print(f"  {line}")
@@ -127,3 +133,6 @@ def handle_check(args: argparse.Namespace) -> int:
         for reason in verdict.reasons:
             print(f"  {reason.status}: {reason.text} [{', '.join(reason.rows)}]")
     return exits.FAILED if blocked else exits.OK
+
+
+handle_check.talks_to_temporal = True  # type: ignore[attr-defined]  # tells running campaigns: --address

@@ -13,13 +13,17 @@ runbook's handlers only call these and wake the runbook, which acts at its next 
   counts from now.
 - `skip_host` leaves a waiting host out; refused for a host in flight, and for one whose
   DPUDeployment the campaign has not pointed yet (`skip_blocked`).
+- `site_blocked` (sent by `metalflow site check`, not by a person) holds a newer check to the
+  admission's rule: each host the check blocks that has not started is skipped with the check's
+  reason, as `skip_host` would (a failed one too: `retry_failed` would start it); one already
+  running is named and left running (a check cannot stop it); one `skip_blocked` keeps is named.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contracts.models.campaign import AbortAnswer, AbortRequest, InFlight, Limits
+from contracts.models.campaign import AbortAnswer, AbortRequest, HostGroup, InFlight, Limits
 from contracts.models.control import OperatorRequest
 from contracts.wording import plural
 from workflows.campaign import plan
@@ -147,6 +151,23 @@ class OperatorControls(CanaryLedger):
         reason += self.outdated_note(host_id)
         self.skip(host_id, reason)
         return f"{host_id} {reason}"
+
+    def site_blocked(self, groups: Sequence[HostGroup], *, whole_deployment: Sequence[str] = ()) -> str:
+        """A newer site check's blocked hosts (`groups`, each with its reason): those not started
+        are skipped with it; the answer names, per host, what was done (none: nothing applied)."""
+        said: list[str] = []
+        for group in groups:
+            for host_id in group.host_ids:
+                if (flight := self.in_flight.get(host_id)) is not None:
+                    said.append(f"{host_id} already running ({flight.workflow_id}); a check cannot stop it")
+                elif not self.waiting(host_id):
+                    continue  # done, skipped, at the target, or not in this campaign
+                elif (kept := self.skip_blocked(host_id, whole_deployment)) is not None:
+                    said.append(f"{host_id} not skipped: {kept}")
+                else:
+                    self.skip(host_id, group.reason)
+                    said.append(f"{host_id} skipped: {group.reason}")
+        return "; ".join(said) if said else "no host of this campaign waits that the check blocks"
 
     def set_limits(self, limits: Limits) -> str:
         old, self.limits = self.limits, limits

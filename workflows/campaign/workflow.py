@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
         HOSTS_QUERY,
         RETRY_FAILED_UPDATE,
         SET_LIMITS_UPDATE,
+        SITE_BLOCKED_UPDATE,
         SKIP_HOST_UPDATE,
         AbortHostsInput,
         AbortHostsResult,
@@ -75,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         HostsPage,
         HostsQuery,
         LimitsRequest,
+        SiteBlockedRequest,
         SkipRequest,
         SweepInput,
     )
@@ -86,6 +88,7 @@ with workflow.unsafe.imports_passed_through():
         OperatorAnswer,
         OperatorRequest,
     )
+    from contracts.models.operation_policy import RebootMethod
     from contracts.wording import iso_z, plural
     from workflows import kernel
     from workflows.campaign import views
@@ -256,6 +259,19 @@ class CampaignWorkflow(Footprint):
     @set_limits.validator
     def _validate_limits(self, request: LimitsRequest) -> None:
         self.validate_running("set_limits")
+
+    @workflow.update(name=SITE_BLOCKED_UPDATE)
+    def site_blocked(self, request: SiteBlockedRequest) -> OperatorAnswer:
+        """A newer `metalflow site check`: the hosts it blocks this campaign's operation on that
+        have not started are skipped with its reason (the admission's rule, held while it runs)."""
+        target, policy = self._input.target, self._input.host_policy
+        manual = policy is not None and policy.reboot_method == RebootMethod.MANUAL
+        groups = request.groups_for(target.spec.request, manual_reboot=manual)
+        return self._accepted(self.state.site_blocked(groups, whole_deployment=target.whole_deployment))
+
+    @site_blocked.validator
+    def _validate_site_blocked(self, request: SiteBlockedRequest) -> None:
+        self.validate_running("site_blocked")
 
     # -- what the campaign hears and tells ---------------------------------------------------------
     @workflow.signal(name=HOST_FINISHED_SIGNAL)
