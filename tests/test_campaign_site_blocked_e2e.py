@@ -1,0 +1,55 @@
+"""A campaign that runs is held to a newer `metalflow site check` (issue 36, the attack): started
+after a clean check, then `sim fault bmc sb-003 wrong-credentials` and `site check` again (kept:
+reprovision blocked on sb-003); the check tells the running campaign, which skips sb-003 naming
+the finding, so `reprovision/sb-003` never starts.
+
+Cost: one simulator of three hosts, the session's Temporal dev server, the real worker, six
+`metalflow` commands in the tests' command servers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+from host_operation_support import worker_for
+from sim_support import running_sim
+from temporalio.testing import WorkflowEnvironment
+from test_site_check import metalflow, rollout_env, site_file
+
+HOSTS = {f"sb-00{i}": ("", "powercycle", "BF3") for i in (1, 2, 3)}
+
+
+async def test_a_running_campaign_skips_a_host_a_newer_check_blocks(
+    local_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", HOSTS), initialised=True) as sim:
+        env = rollout_env(sim, local_env)
+        queue = ["--task-queue", task_queue]
+        async with worker_for(local_env.client, task_queue, sim):
+            clean = await metalflow(env, "site", "check")
+            assert clean.returncode == 0, clean.stdout + clean.stderr
+            name = f"sb-{task_queue[-8:]}"
+            paced = ["--canary", "1", "--soak", "10m"]  # sb-003 waits: the canary, then a soak
+            hosts_arg = ["--hosts", ",".join(HOSTS)]
+            started = await metalflow(
+                env, "campaign", "start", name, "--reprovision", *hosts_arg, *paced, *queue
+            )
+            assert started.returncode == 0, started.stdout + started.stderr
+            fault = f"{sim.url}/sim/faults/bmcs/sb-003/wrong-credentials"
+            httpx.post(fault, timeout=10).raise_for_status()
+            checked = await metalflow(env, "site", "check", "--timeout", "5")
+            assert checked.returncode == 1, checked.stdout + checked.stderr  # the check's own status
+            told = f"told campaign campaign/{name}: sb-003 skipped: reprovision is blocked on it"
+            assert told in checked.stderr, checked.stderr
+            hosts = json.loads((await metalflow(env, "campaign", "hosts", name, "--json")).stdout)
+            sb003 = next(h for h in hosts if h["host_id"] == "sb-003")
+            assert sb003["outcome"] == "skipped", sb003
+            assert (
+                "by the site check of" in sb003["reason"]
+                and "refuses the stored credentials" in sb003["reason"]
+            ), sb003
+            assert not sb003["workflow_id"], sb003  # reprovision/sb-003 never started
+            aborted = await metalflow(env, "campaign", "abort", name, "--cancel-running")
+            assert aborted.returncode == 0, aborted.stdout + aborted.stderr
