@@ -138,6 +138,16 @@ async def test_a_reboot_that_ended_off_after_its_entity_was_terminated_is_the_of
             await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate(
                 "as an operator might"
             )
+            await _closed(env, reboot)
+            # The dead entity's last view shows the reboot in flight: `host abort` answered it
+            # (closed) with Temporal's raw NOT_FOUND. Now it starts the entity, which records
+            # the reboot's end, and says nothing is in flight.
+            aborted = await _cli(env, "host", "abort", host, "--by", "dave", "--task-queue", task_queue)
+            assert aborted.status == 1, aborted.stdout + aborted.stderr
+            assert "NOT_FOUND" not in aborted.stderr, aborted.stderr
+            assert f"no operation in flight on {host}" in aborted.stderr, aborted.stderr
+            entity = await env.client.get_workflow_handle(names.host_workflow_id(host)).describe()
+            assert entity.close_time is None, entity.status  # started again
             await _asked(env, task_queue, "carol", "host", "maintenance", host, "on", "--reason", "look")
             idle = await _until(env, host, lambda s: s["host"]["current"] is None, "recorded the reboot")
             text = await _cli(env, "host", "status", host)
@@ -156,3 +166,12 @@ async def _runs(env: WorkflowEnvironment, workflow_id: str) -> bool:
     except Exception:  # noqa: BLE001 - no such workflow
         return False
     return True
+
+
+async def _closed(env: WorkflowEnvironment, workflow_id: str) -> None:
+    for _ in range(100):
+        described = await env.client.get_workflow_handle(workflow_id).describe()
+        if described.close_time is not None:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{workflow_id} never closed")

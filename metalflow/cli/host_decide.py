@@ -36,6 +36,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names
+from contracts.host_entity import HostEntityClient
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     HOST_REBOOTED_UPDATE,
@@ -144,8 +145,25 @@ def _said(args: argparse.Namespace, workflow_id: str, answer: OperatorAnswer, te
     return EXIT_OK if answer.accepted else EXIT_FAILED
 
 
-async def _decide(client: Client, args: argparse.Namespace) -> int:
+async def _in_flight(client: Client, args: argparse.Namespace) -> OperationRecord | None:
+    """What the entity shows in flight. An entity ended by hand (`temporal workflow terminate`)
+    answers with its last view, which is past: it is started again first, as every request does
+    (it adopts the operation still running, records one that ended), and the operation is its
+    only if it still runs (a request awaiting approval died with it). Before: the answer went to
+    an operation already closed, or to the closed entity: Temporal's raw NOT_FOUND, exit 1."""
     current = (await host_status(client, args.host)).current
+    entities = HostEntityClient(client, args.task_queue)
+    if await entities.running(args.host):
+        return current
+    await require_worker(client, args.task_queue)
+    await entities.ensure(HostWorkflowInput(host_id=args.host))
+    if current is not None and current.outcome == "running" and await _runs(client, current.workflow_id):
+        return current
+    return None
+
+
+async def _decide(client: Client, args: argparse.Namespace) -> int:
+    current = await _in_flight(client, args)
     if args.update == ABORT_UPDATE:
         reaches = what_abort_reaches(current)
         if reaches is None:
@@ -250,7 +268,7 @@ async def host_rebooted(client: Client, args: argparse.Namespace) -> int:
     """The update `host_rebooted` to the operation in flight: its validator refuses it, naming what
     the operation waits for, unless a reboot is awaited. An operation without that update (firmware,
     removal) is answered by its reboot in flight, if any."""
-    current = (await host_status(client, args.host)).current
+    current = await _in_flight(client, args)
     if current is None or current.outcome != "running":
         raise HostRequestError(f"no operation in flight on {args.host}: nothing waits for a reboot")
     await require_worker(client, args.task_queue)

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from contracts.errors import HostBusy, InvalidInput
-from contracts.host_requests import REBOOT, RESET
+from contracts.errors import AutomationHeldBack, HostBusy, InvalidInput
+from contracts.host_requests import REBOOT, REPROVISION, RESET
 from contracts.models.host import (
     EntityPredecessor,
     HostEntityMemory,
@@ -187,3 +187,49 @@ def test_a_reset_terminated_by_hand_in_manual_intervention_unrecorded_is_the_mar
     other = entity()
     take_over(other, predecessor(ended=(calm,)))
     assert other.left_off_by == "" and other.recent[-1].outcome == "terminated"
+
+
+REPROVISION_ID = f"reprovision/{HOST}"
+MONITOR_ID = f"monitor/host-{HOST}"
+
+
+def _monitors_run(end: RunEnd, requested_by: str = MONITOR_ID) -> OperationRun:
+    return _closed(REPROVISION_ID, end, 2).model_copy(update={"requested_by": requested_by})
+
+
+def test_an_operators_abort_of_the_monitors_run_unrecorded_holds_automation_back() -> None:
+    """The re-attack: `host abort` while the entity was terminated goes straight to the run,
+    which ends aborted; the new entity recorded "unrecorded: aborted by alice: no, debugging" but
+    set no hold, and the monitor's next ask power-cycled the host. The same rule as an own
+    child's end (`hold_after`): held since the run closed, and the monitor's next ask refused."""
+    aborted = _monitors_run(RunEnd(status="COMPLETED", aborted="aborted by alice: no, debugging"))
+    new = entity()
+    words = take_over(new, predecessor(ended=(aborted,)), T0 + timedelta(minutes=5))
+    hold = new.automation_held_back
+    assert hold is not None, words
+    assert (hold.by, hold.reason, hold.after, hold.asked_by) == (
+        "alice",
+        "no, debugging",
+        REPROVISION_ID,
+        MONITOR_ID,
+    )
+    assert hold.since == T0 + timedelta(minutes=2)  # its close, not the takeover
+    assert "automation held back by alice" in words, words
+    monitors = OperationRequest(requested_by=MONITOR_ID, campaign_workflow_id=MONITOR_ID)
+    with pytest.raises(AutomationHeldBack, match="automation held back by alice: no, debugging"):
+        new.refuse_request(REPROVISION, monitors)
+    assert carried(new)["automation_held_back"]["by"] == "alice"  # a next terminate keeps it
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        _monitors_run(RunEnd(status="COMPLETED", aborted="aborted by alice: no"), requested_by="alice"),
+        _monitors_run(RunEnd(status="COMPLETED")),  # the monitor's run completed: no one said no
+        _monitors_run(RunEnd(status="FAILED", failure="X: broke")),
+    ],
+)
+def test_no_hold_after_an_unrecorded_run_but_an_operators_no_to_the_monitor(run: OperationRun) -> None:
+    new = entity()
+    take_over(new, predecessor(ended=(run,)), T0)
+    assert new.automation_held_back is None

@@ -33,6 +33,26 @@ def hold_after(host_id: str, current: PendingOperation, outcome: str, now: datet
     monitor = names.monitor_workflow_id(host_id)
     if current.request.campaign_workflow_id != monitor:
         return None
+    return _hold(monitor, current.record.workflow_id, current.record.requested_by, outcome, now)
+
+
+def hold_after_run(
+    host_id: str, workflow_id: str, requested_by: str, outcome: str, now: datetime
+) -> AutomationHold | None:
+    """The hold a run that ended unrecorded leaves (its entity was terminated: a new entity finds
+    it closed, `takeover_rules._record_ended`), by the same rule as an own child's end. The run's
+    input keeps no `campaign_workflow_id`: the monitor's request is the one it asked in its own
+    name (`requested_by` is its workflow id, workflows/monitor/workflow.py)."""
+    monitor = names.monitor_workflow_id(host_id)
+    if requested_by != monitor:
+        return None
+    return _hold(monitor, workflow_id, requested_by, outcome, now)
+
+
+def _hold(
+    monitor: str, workflow_id: str, asked_by: str, outcome: str, now: datetime
+) -> AutomationHold | None:
+    """The hold `outcome` of the monitor's request `workflow_id` leaves (None: no operator's no)."""
     if outcome.startswith("withdrawn by "):
         if outcome.startswith(f"withdrawn by {monitor}"):
             return None
@@ -45,13 +65,8 @@ def hold_after(host_id: str, current: PendingOperation, outcome: str, now: datet
         return None
     for then in RUN_WORDS:  # what the run says it left follows the operator's words: not the reason
         reason = reason.split(then)[0]
-    record = current.record
     return AutomationHold(
-        by=by,
-        reason=reason or "no reason given",
-        since=now,
-        after=record.workflow_id,
-        asked_by=record.requested_by,
+        by=by, reason=reason or "no reason given", since=now, after=workflow_id, asked_by=asked_by
     )
 
 

@@ -21,7 +21,8 @@ The predecessor's operations are read in the same activity (one visibility list 
   cancelled with it that then failed with the host OFF) is recorded in `recent`, and what it
   says of the host's power wins over the carried entry (`take_over`): the OFF mark names the run
   that really left the host OFF, or is cleared by a later run that says the host is on or
-  reached a boot generation.
+  reached a boot generation; an operator's no to the monitor's run (aborted, terminated) holds
+  automation back as an own child's end does (`automation_hold.hold_after_run`).
 Pure: no Temporal, no clock, no I/O.
 """
 
@@ -46,6 +47,7 @@ from contracts.models.host import (
     RunEnd,
 )
 from contracts.wording import aborted_outcome, iso_z
+from workflows.host.automation_hold import hold_after_run
 from workflows.parts.boot_generation import UNKNOWN_ENDS, RebootLeft, generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
 
@@ -170,10 +172,14 @@ def _reached(run: OperationRun) -> int | None:
     return None
 
 
-def _record_ended(memory: HostEntityMemory, ended: tuple[OperationRun, ...]) -> list[str]:
+def _record_ended(
+    memory: HostEntityMemory, ended: tuple[OperationRun, ...], now: datetime | None = None
+) -> list[str]:
     """The runs that closed after the predecessor's last recorded end, oldest first: each
     recorded in `recent`; each moves the boot generation (never back) and the OFF mark (it says
-    OFF: marked by it; it says on or booted: cleared). The words of each."""
+    OFF: marked by it; it says on or booted: cleared); an operator's abort of the monitor's
+    request holds automation back, as an own child's end does (`hold_after_run`; since its
+    close). The words of each."""
     said = []
     for run in ended:
         known = any(
@@ -205,6 +211,15 @@ def _record_ended(memory: HostEntityMemory, ended: tuple[OperationRun, ...]) -> 
             memory.left_off_by = ""
         when = f" at {iso_z(run.end.closed_at)}" if run.end.closed_at else ""
         said.append(f"{run.workflow_id} ended{when}, unrecorded: {outcome}")
+        since = run.end.closed_at or now
+        hold = (
+            hold_after_run(host, run.workflow_id, run.requested_by, outcome, since)
+            if since is not None and host
+            else None
+        )
+        if hold is not None:
+            memory.automation_held_back = hold
+            said.append(f"automation held back by {hold.by}")
     return said
 
 
@@ -234,7 +249,7 @@ def take_over(memory: HostEntityMemory, before: EntityPredecessor, now: datetime
     had_off = memory.left_off_by
     if entry.get("left_off_by") and not memory.left_off_by:
         memory.left_off_by = str(entry["left_off_by"])
-    taken.extend(_record_ended(memory, before.ended))  # after the entry: what happened since wins
+    taken.extend(_record_ended(memory, before.ended, now))  # after the entry: what happened since wins
     if memory.left_off_by and memory.left_off_by != had_off:
         taken.append(f"the host is OFF as {memory.left_off_by} left it")
     if entry.get("maintenance") and memory.maintenance is None:
