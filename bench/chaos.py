@@ -34,6 +34,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,10 +141,13 @@ class Chaos:
     def _process(self, name: str) -> ManagedProcess:
         return next(p for p in self.stack.processes if p.name == name)
 
-    async def _kill_and_restart(self, name: str, restarted: ManagedProcess, timeout: float) -> None:
+    async def _kill_and_restart(
+        self, name: str, restarted: ManagedProcess, timeout: float, dead: Callable[[], None] = lambda: None
+    ) -> None:
         old = self._process(name)
         os.killpg(old.pid, signal.SIGKILL)
         await old.wait_exit()
+        dead()  # what the dead process left, read before its successor starts
         index = self.stack.processes.index(old)
         self.stack.processes[index] = restarted
         await restarted.start()
@@ -151,9 +155,14 @@ class Chaos:
 
     async def kill_worker(self) -> None:
         say(f"SIGKILL the worker (pid {self._process(WORKER_NAME).pid}) and start another")
-        for bmc, n in open_sessions(self.stack.sim_info["url"]).items():
-            self.held_by_killed[bmc] = self.held_by_killed.get(bmc, 0) + n
-        await self._kill_and_restart(WORKER_NAME, self.stack._worker(), WORKER_READY_TIMEOUT)
+
+        def held() -> None:
+            # Counted once it is dead, before the next starts: the sessions it held and can never
+            # log out of. Counted before the kill, a session it opened in between read as leaked.
+            for bmc, n in open_sessions(self.stack.sim_info["url"]).items():
+                self.held_by_killed[bmc] = self.held_by_killed.get(bmc, 0) + n
+
+        await self._kill_and_restart(WORKER_NAME, self.stack._worker(), WORKER_READY_TIMEOUT, held)
         self.worker_kills += 1
 
     async def kill_server(self) -> None:

@@ -322,8 +322,8 @@ def activity_modules() -> list[Module]:
 
 def test_kube_methods_map_to_the_verbs_their_client_calls_send() -> None:
     verbs = kube_method_verbs()
-    assert verbs == {"get": {"get"}, "list": {"list"}, "create": {"create"}, "patch": {"patch"}, "json_patch": {"patch"},
-                     "delete": {"delete"}, "edit": {"get", "patch"}}  # fmt: skip
+    assert verbs == {"get": {"get"}, "list": {"list"}, "create": {"create"}, "patch": {"patch"},
+                     "json_patch": {"patch"}, "delete": {"delete"}, "edit": {"get", "patch"}}  # fmt: skip
 
 
 def test_the_base_grants_exactly_what_the_activities_call() -> None:
