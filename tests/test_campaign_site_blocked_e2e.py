@@ -52,4 +52,7 @@ async def test_a_running_campaign_skips_a_host_a_newer_check_blocks(
             ), sb003
             assert not sb003["workflow_id"], sb003  # reprovision/sb-003 never started
             aborted = await metalflow(env, "campaign", "abort", name, "--cancel-running")
-            assert aborted.returncode == 0, aborted.stdout + aborted.stderr
+            # Clean-up only: a campaign that already ended (its canary's run ended early under a
+            # loaded full run) has nothing to abort; the claims above are what this test is about.
+            ended = aborted.returncode == 1 and "has ended" in aborted.stdout + aborted.stderr
+            assert aborted.returncode == 0 or ended, aborted.stdout + aborted.stderr

@@ -187,7 +187,9 @@ async def test_every_command_exits_by_the_table(
     for path, words in ROWS.items():
         rows.append(("unknown or bad", [*path, *fill(words)], {}, exits.USAGE))
         known = REACHABLE_WORDS.get(path, [KNOWN if w == UNKNOWN else w for w in words])
-        if talks_to_temporal(commands[path]):
+        # `site check` takes --address only to tell running campaigns of new blocks: Temporal
+        # unreachable is said on stderr and never changes its exit (README, issue 36).
+        if talks_to_temporal(commands[path]) and path != ("site", "check"):
             rows.append(
                 ("Temporal unreachable", [*path, *fill(known), "--address", DEAD], {}, exits.UNREACHABLE)
             )
