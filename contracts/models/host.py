@@ -485,6 +485,8 @@ class HostStatus(_Frozen):
     left_off_by: str = ""
     automation_held_back: AutomationHold | None = None  # an operator said no to an automation
     taken_over: str = ""  # what this entity took over from a run that ended by hand ("" nothing)
+    # A new entity still reading what its predecessor left (`takeover.py`): requests wait until then.
+    taking_over: bool = False
     awaiting: AwaitingRequest | None = None  # the request awaiting approval (None: none awaits)
 
 

@@ -321,8 +321,9 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> HostStatus:
-        """The host as the entity sees it."""
-        return self.state.status()
+        """The host as the entity sees it (`taking_over` until the gate opens: requests wait)."""
+        status = self.state.status()
+        return status if self._lock.open else status.model_copy(update={"taking_over": True})
 
     # -- a request, recorded, then started or awaiting approval ---------------------------------
 
