@@ -32,6 +32,7 @@ from contracts.models.bmc_lease import (
 from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import HostRebootResult
 from contracts.models.inventory import BMCAccess, CredentialRef
+from contracts.with_start import execute_update
 from drivers.settings import Settings
 from workflows.parts.bmc_lease_holder import BMCLeaseHolder
 
@@ -72,7 +73,8 @@ async def stop_reboot(reboot: WorkflowHandle[object, HostRebootResult], how: str
     """`abort`: the reboot's abort update, as an operator sends it (accepted); `cancel`: a cancel,
     as its parent's abort sends it."""
     if how == "abort":
-        answer = await reboot.execute_update(
+        answer = await execute_update(
+            reboot,
             ABORT_UPDATE,
             OperatorRequest(requested_by="test", reason="wrong host"),
             result_type=OperatorAnswer,

@@ -70,6 +70,7 @@ from contracts.models.host import (
     OperationAccepted,
     OperationRequest,
 )
+from contracts.with_start import execute_update
 
 REPROVISION = CampaignTarget(kind=TargetKind.REPROVISION)
 SWEEP = 86400.0  # see the module docstring: far from every stand-in operation's end
@@ -195,8 +196,8 @@ async def test_failure_budget_halts_until_resume(
             with pytest.raises(RPCError) as missing:
                 await _operation(client, late)
             assert missing.value.status == RPCStatusCode.NOT_FOUND, "nothing starts while halted"
-        answer = await handle.execute_update(
-            RESUME_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
+        answer = await execute_update(
+            handle, RESUME_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
         )
         assert "failure budget counts from now" in answer.message
         result = await handle.result()
@@ -252,7 +253,7 @@ async def test_busy_host_waits_and_assigned_host_is_skipped(
                 id=names.host_workflow_id(host),
                 task_queue=task_queue,
             )
-            await entity.execute_update(update, body, result_type=kind)
+            await execute_update(entity, update, body, result_type=kind)
         first = await _operation(client, busy)
         handle = await _start(client, task_queue, request)
         result = await handle.result()
@@ -290,8 +291,8 @@ async def test_a_host_waiting_for_an_operator_counts_against_the_budget(
         ]
         assert "failure budget spent" in (halted.halted_reason or "")
         assert (halted.done, halted.failed, halted.in_flight) == (2, 0, (hosts[1],)), "still in flight"
-        answer = await handle.execute_update(
-            RESUME_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
+        answer = await execute_update(
+            handle, RESUME_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
         )
         assert "failure budget counts from now" in answer.message
         await time_skipping_env.sleep(timedelta(hours=1))  # a sweep later: accepted, no new halt
@@ -382,7 +383,8 @@ async def test_a_round_of_only_skipped_hosts_ends_the_campaign(
             id=names.host_workflow_id(host),
             task_queue=task_queue,
         )
-        await entity.execute_update(
+        await execute_update(
+            entity,
             ASSIGN_INSTANCE_UPDATE,
             AssignInstanceRequest(instance="vm-1", requested_by="op"),
             result_type=OperatorAnswer,

@@ -23,6 +23,8 @@ from pathlib import Path
 from takeover_support import takeover_seconds
 from temporalio import workflow
 
+from contracts.with_start import execute_update
+
 with workflow.unsafe.imports_passed_through():
     import pytest
     from campaign_support import (
@@ -186,7 +188,7 @@ async def _assign(client: Client, queue: str, host: str) -> None:
         task_queue=queue,
     )
     assign = AssignInstanceRequest(instance=f"vm-{host}", requested_by="tenant-admin")
-    await entity.execute_update(ASSIGN_INSTANCE_UPDATE, assign, result_type=OperatorAnswer)
+    await execute_update(entity, ASSIGN_INSTANCE_UPDATE, assign, result_type=OperatorAnswer)
 
 
 async def test_assigned_hosts_wait_for_approval_and_an_unapproved_one_expires(
@@ -212,8 +214,11 @@ async def test_assigned_hosts_wait_for_approval_and_an_unapproved_one_expires(
         assert entity.current is not None and entity.current.outcome == "awaiting-approval"
         assert entity.recent == ()
     approve = OperatorRequest(requested_by="tenant-admin", reason="maintenance agreed")
-    answer = await client.get_workflow_handle(names.host_workflow_id(approved)).execute_update(
-        APPROVE_UPDATE, approve, result_type=OperatorAnswer
+    answer = await execute_update(
+        client.get_workflow_handle(names.host_workflow_id(approved)),
+        APPROVE_UPDATE,
+        approve,
+        result_type=OperatorAnswer,
     )
     assert "approved reprovision" in answer.message
     result = await _result(env, handle)
@@ -243,8 +248,8 @@ async def test_retry_failed_runs_only_the_failed_hosts_again(env: WorkflowEnviro
     assert sorted(f.host_id for f in halted.failures) == flaky and halted.done == 2
     refused = await _refused(handle, SKIP_HOST_UPDATE, SkipRequest(requested_by="test", host_id="nobody"))
     assert "host nobody is not waiting in this campaign" in refused
-    answer = await handle.execute_update(
-        RETRY_FAILED_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
+    answer = await execute_update(
+        handle, RETRY_FAILED_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
     )
     assert answer.message == "retrying 2 failed hosts"
     result = await _result(env, handle)
@@ -267,7 +272,8 @@ async def test_skip_host_leaves_a_waiting_host_out_and_refuses_a_running_one(
     refused = await _refused(handle, SKIP_HOST_UPDATE, SkipRequest(requested_by="test", host_id=running))
     assert f"host {running} is in flight" in refused and "abort that operation instead" in refused
     waiting = hosts[-1]
-    answer = await handle.execute_update(
+    answer = await execute_update(
+        handle,
         SKIP_HOST_UPDATE,
         SkipRequest(requested_by="alice", reason="hardware ticket 42", host_id=waiting),
         result_type=OperatorAnswer,
@@ -334,7 +340,7 @@ async def _until_real(
 
 async def _refused(handle: WorkflowHandle[object, CampaignResult], update: str, body: object) -> str:
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update(update, body, result_type=OperatorAnswer)
+        await execute_update(handle, update, body, result_type=OperatorAnswer)
     return str(refused.value.cause)
 
 
@@ -384,7 +390,8 @@ async def test_abort_with_cancel_running_lets_a_reboot_round_finish_and_withdraw
         else:
             raise AssertionError(f"the hosts never went Off: {[sim.power_log(h) for h in held]}")
         assert (await _entity(client, assigned)).current is not None, "its request awaits approval"
-        answer = await handle.execute_update(
+        answer = await execute_update(
+            handle,
             ABORT_UPDATE,
             AbortRequest(requested_by="test", reason="bad BFB", cancel_running=True),
             result_type=OperatorAnswer,
@@ -440,8 +447,8 @@ async def test_abort_with_cancel_running_lets_a_reboot_round_finish_and_withdraw
 async def _refused_approval(client: Client, host: str) -> str:
     entity = client.get_workflow_handle(names.host_workflow_id(host))
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await entity.execute_update(
-            APPROVE_UPDATE, OperatorRequest(requested_by="tenant-admin"), result_type=OperatorAnswer
+        await execute_update(
+            entity, APPROVE_UPDATE, OperatorRequest(requested_by="tenant-admin"), result_type=OperatorAnswer
         )
     return str(refused.value.cause)
 
@@ -472,7 +479,8 @@ async def test_abort_answers_at_once_while_an_entity_holds_the_request(
                 if all(d is not None for d in described):
                     break
                 await asyncio.sleep(0.1)
-            answer = await handle.execute_update(
+            answer = await execute_update(
+                handle,
                 ABORT_UPDATE,
                 AbortRequest(requested_by="test", cancel_running=True),
                 result_type=OperatorAnswer,
@@ -526,7 +534,8 @@ async def test_an_entity_that_does_not_answer_puts_off_its_host_only(
                 if e.HasField("activity_task_started_event_attributes")
             ]
             assert asks and all(attempt == 1 for attempt in asks), f"asked again: attempts {asks}"
-            await handle.execute_update(
+            await execute_update(
+                handle,
                 ABORT_UPDATE,
                 AbortRequest(requested_by="test", cancel_running=True),
                 result_type=OperatorAnswer,

@@ -31,6 +31,7 @@ from contracts.models.campaign import (
 )
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
 from contracts.models.host import HostStatus
+from contracts.with_start import execute_update
 from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.settings import Settings
@@ -101,8 +102,8 @@ async def test_an_ask_is_recognised_by_its_request_id_never_by_its_words(
         # Its operation ends (aborted); a retry_failed re-ask (a new id) is a new request, even on
         # a retried attempt that finds the ended operation among the entity's records.
         operation = client.get_workflow_handle(taken.workflow_id)
-        await operation.execute_update(
-            ABORT_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
+        await execute_update(
+            operation, ABORT_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
         )
         for _ in range(100):
             status = await _status(client, host)
@@ -114,7 +115,10 @@ async def test_an_ask_is_recognised_by_its_request_id_never_by_its_words(
         assert retried.outcome == "started" and retried.message != "asked by an earlier attempt", retried
         status = await _status(client, host)
         assert status.current is not None and status.current.request_id == f"{first}/{host}#1"
-        await client.get_workflow_handle(status.current.workflow_id).execute_update(
-            ABORT_UPDATE, OperatorRequest(requested_by="test"), result_type=OperatorAnswer
+        await execute_update(
+            client.get_workflow_handle(status.current.workflow_id),
+            ABORT_UPDATE,
+            OperatorRequest(requested_by="test"),
+            result_type=OperatorAnswer,
         )
     await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test over")

@@ -48,6 +48,7 @@ from contracts import names, workflow_api
 from contracts.models.campaign import CampaignInput, CampaignTarget, HostSelection, Limits, TargetKind
 from contracts.models.control import STATUS_QUERY
 from contracts.models.host import HostOperationStatus, OperationPolicy
+from contracts.with_start import execute_update
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
 from simulators.dpf.objects import DEFAULT_BFB
@@ -465,7 +466,7 @@ async def test_a_campaign_of_the_name_puts_back_what_a_terminated_one_left_point
         in planned.stdout
     )
     again = await _start(local_env.client, queue, request)  # same name: the next run of campaign/NAME
-    await again.execute_update("abort", {"requested_by": "test", "reason": "rehearsal"})
+    await execute_update(again, "abort", {"requested_by": "test", "reason": "rehearsal"})
     status = await _ended(again)
     assert status["phase"] == "aborted", status
     assert (_bfb(sim, canary_group), _bfb(sim, fleet_group)) == (DEFAULT_BFB, DEFAULT_BFB)

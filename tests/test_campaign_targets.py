@@ -21,6 +21,8 @@ from typing import Any
 from takeover_support import sticky_timeout
 from temporalio import workflow
 
+from contracts.with_start import execute_update
+
 with workflow.unsafe.imports_passed_through():
     import pytest
     import yaml
@@ -378,8 +380,8 @@ async def test_the_canary_runs_on_its_own_deployment_first_and_abort_restores_bo
     assert canary_op.start_time is not None and canary_op.close_time is not None
     assert canary_pointed <= canary_op.start_time, "the canary's deployment before its host"
     assert canary_op.close_time <= fleet_pointed, "the fleet's deployment only after the canary"
-    answer = await handle.execute_update(
-        ABORT_UPDATE, AbortRequest(requested_by="test", reason="enough"), result_type=OperatorAnswer
+    answer = await execute_update(
+        handle, ABORT_UPDATE, AbortRequest(requested_by="test", reason="enough"), result_type=OperatorAnswer
     )
     assert f"then restoring {CANARY_GROUP} bfb={DEFAULT_BFB}" in answer.message, answer.message
     result: CampaignResult = await handle.result()

@@ -35,6 +35,7 @@ from contracts.models.host import (
     OperationRequest,
     WithdrawRequest,
 )
+from contracts.with_start import execute_update
 from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.settings import Settings
@@ -49,9 +50,9 @@ async def _awaiting(client: Client, queue: str, host: str) -> OperationAccepted:
         task_queue=queue,
     )
     assign = AssignInstanceRequest(instance=f"vm-{host}", requested_by="tenant-admin")
-    await entity.execute_update(ASSIGN_INSTANCE_UPDATE, assign, result_type=OperatorAnswer)
+    await execute_update(entity, ASSIGN_INSTANCE_UPDATE, assign, result_type=OperatorAnswer)
     ask = OperationRequest(requested_by="campaign c (test)", campaign="c")
-    accepted = await entity.execute_update(REQUEST_REPROVISION_UPDATE, ask, result_type=OperationAccepted)
+    accepted = await execute_update(entity, REQUEST_REPROVISION_UPDATE, ask, result_type=OperationAccepted)
     assert accepted.awaiting_approval
     return accepted
 
@@ -73,7 +74,8 @@ async def test_withdraw_refuses_another_operation_and_an_approved_one_is_aborted
         waiting = await _awaiting(client, queue, wrong_id)
         entity = client.get_workflow_handle(names.host_workflow_id(wrong_id))
         with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await entity.execute_update(
+            await execute_update(
+                entity,
                 WITHDRAW_UPDATE,
                 WithdrawRequest(requested_by="test", workflow_id="reprovision/someone-else"),
                 result_type=OperatorAnswer,
@@ -86,8 +88,11 @@ async def test_withdraw_refuses_another_operation_and_an_approved_one_is_aborted
         # The campaign saw `raced` awaiting approval; an operator approves it before the abort lands.
         asked = await _awaiting(client, queue, raced)
         approve = OperatorRequest(requested_by="tenant-admin")
-        await client.get_workflow_handle(names.host_workflow_id(raced)).execute_update(
-            APPROVE_UPDATE, approve, result_type=OperatorAnswer
+        await execute_update(
+            client.get_workflow_handle(names.host_workflow_id(raced)),
+            APPROVE_UPDATE,
+            approve,
+            result_type=OperatorAnswer,
         )
         settings = Settings(site_file=site, inventory="site")
         kube = Kube(settings)

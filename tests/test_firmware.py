@@ -20,6 +20,7 @@ from contracts.models.control import OperatorAnswer, OperatorRequest
 from contracts.models.dpf import DPF_STATE_CHANGED_SIGNAL
 from contracts.models.firmware import FirmwareStatus
 from contracts.models.host import FirmwareInput, FirmwareResult, HostOperationStatus
+from contracts.with_start import execute_update
 from workflows.firmware.options import worst_case_events
 
 TARGET = "32.45.1020"
@@ -163,7 +164,8 @@ async def test_abort_while_staging_ends_the_run_without_a_reboot(
                 lambda: handle.query("firmware_status", result_type=FirmwareStatus),
                 lambda s: s.phase == "staging",
             )
-            answer = await handle.execute_update(
+            answer = await execute_update(
+                handle,
                 "abort",
                 OperatorRequest(requested_by="operator", reason="wrong image"),
                 result_type=OperatorAnswer,

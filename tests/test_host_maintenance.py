@@ -32,6 +32,7 @@ from contracts.models.host import (
     MonitorPolicy,
     OperationRequest,
 )
+from contracts.with_start import execute_update
 from metalflow.hosts import host_status
 from metalflow.runtime.observability import Observability
 
@@ -251,7 +252,7 @@ async def test_the_monitor_records_the_reprovision_it_would_have_asked_for_and_a
             task_queue=task_queue,
         )
         on = MaintenanceRequest(on=True, requested_by="alice", reason="reseating a DPU")
-        answer = await entity.execute_update(MAINTENANCE_UPDATE, on, result_type=OperatorAnswer)
+        answer = await execute_update(entity, MAINTENANCE_UPDATE, on, result_type=OperatorAnswer)
         assert "in maintenance since" in answer.message
         monitor = await start_monitor(client, task_queue, host, MonitorPolicy(reprovision_after_seconds=1.0))
         try:
@@ -271,10 +272,10 @@ async def test_the_monitor_records_the_reprovision_it_would_have_asked_for_and_a
 
             # Off replays nothing: the entity starts nothing of what it refused.
             off = MaintenanceRequest(on=False, requested_by="alice")
-            ended = await entity.execute_update(MAINTENANCE_UPDATE, off, result_type=OperatorAnswer)
+            ended = await execute_update(entity, MAINTENANCE_UPDATE, off, result_type=OperatorAnswer)
             assert "nothing skipped is replayed" in ended.message
             assert (await entity.query("status", result_type=HostStatus)).current is None
         finally:
-            await monitor.execute_update("abort", STOP)
+            await execute_update(monitor, "abort", STOP)
             await monitor.result()
             await entity.terminate("test over")

@@ -37,6 +37,7 @@ from contracts.models.host import (
     OperationPolicy,
 )
 from contracts.models.redfish import PowerCycleInput
+from contracts.with_start import execute_update
 
 PHASE_TIMEOUT = 900.0
 POLICY = OperationPolicy(
@@ -175,7 +176,7 @@ async def test_a_dpu_that_never_reaches_rebooting_asks_an_operator_and_retry_wai
         assert [(d.dpu_id, d.phase) for d in stuck.dpus] == [(FINE, "Rebooting"), (STUCK, "OS Installing")]
         assert stuck.reboots_requested == 0 and stuck.power_cycles_issued == 0
 
-        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
+        answer = await execute_update(handle, RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         assert answer.accepted and "alice" in answer.message
         # The wait starts over: the barrier again, with a whole phase timeout before the next escalation.
         again = await status_of(handle)
@@ -187,7 +188,7 @@ async def test_a_dpu_that_never_reaches_rebooting_asks_an_operator_and_retry_wai
         assert site.power == []
 
         # The install finally ends: after a retry, the barrier is reached, one power cycle, done.
-        await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
+        await execute_update(handle, RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         site.phases[STUCK] = "Rebooting"
         await site.changed()
         result = await handle.result()
@@ -203,7 +204,7 @@ async def test_abort_of_a_stuck_barrier_fails_cleanly_without_a_reboot(
         handle = await start(POLICY)
         stuck = await until(env, handle, _intervention)
         assert f"{STUCK} in Prepare BFB" in (stuck.manual_intervention_reason or "")
-        answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+        answer = await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         assert answer.accepted
         aborted = await aborted_run(handle)
         final = await status_of(handle)
@@ -226,7 +227,7 @@ async def test_abort_during_a_power_cycle_lets_it_finish_first(
     async with stuck_site(env, {}, hold_cycle=True) as (site, start):
         handle = await start(policy)
         await real_time_until(lambda: site.power[:1] == cycle[:1], "the host powered off")
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+        await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         # The abort is taken: a PowerCycle is cut short once the BMC reads Off (the activity is
         # cancelled and On sent at once); a ForceOff in flight is let finish, its wait then cut.
         assert site.power[:1] == cycle[:1]

@@ -44,6 +44,7 @@ from contracts.models.host import (
     HostOperationKind,
     RebootMethod,
 )
+from contracts.with_start import execute_update
 from drivers.settings import Settings
 from metalflow.runtime.worker import build_worker
 
@@ -201,7 +202,7 @@ async def test_a_kubernetes_outage_is_a_visible_stall_and_retry_finishes_the_ope
             stalled = await wait_for_phase(handle, MANUAL_INTERVENTION_REQUIRED)
         finally:
             ready_site.inject("api/outage", {"down": False})
-        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
+        answer = await execute_update(handle, RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
         await save_history(handle, "host_operation_kubernetes_stall_retried")
     reason = stalled.manual_intervention_reason or ""
@@ -222,7 +223,7 @@ async def test_abort_during_a_kubernetes_outage_cancels_the_retrying_call(
         try:
             handle = await start_operation(client, task_queue, H1, REPROVISION, id_suffix=_suffix())
             await _calls_retrying(handle, "join_site_dpf_watch")
-            answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+            answer = await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
             aborted = await aborted_run(handle)  # Completed, Phase aborted: asked for, no failure
             final = await wait_for_status(handle, lambda s: s.phase == "aborted", "phase aborted")
             history = await handle.fetch_history()
@@ -290,7 +291,7 @@ async def test_abort_while_a_kubernetes_write_hangs_waits_for_it_and_ends_with_n
                 return len(held) == 1  # a write of the runbook (the first: a DPU's reprovision)
 
             await eventually(held_call, timeout=60, what="the first write held")
-            answer = await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+            answer = await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
 
             async def events() -> list[EventType.ValueType]:
                 return [e.event_type for e in (await handle.fetch_history()).events]

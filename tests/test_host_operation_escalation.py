@@ -31,6 +31,7 @@ from contracts.models.host import (
     HostOperationStatus,
     OperationPolicy,
 )
+from contracts.with_start import execute_update
 from workflows.host_operation.workflow import worst_case_events
 
 POLICY = OperationPolicy(
@@ -81,13 +82,13 @@ async def test_dpf_silence_reissues_cycles_then_asks_an_operator(
         assert status.power_cycles_issued == 3 and status.boot_generation == 3
         assert status.manual_intervention_reason and "did not move on" in status.manual_intervention_reason
         # `retry` starts the wait over: after the next silence, cycles are re-issued again.
-        answer = await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
+        answer = await execute_update(handle, RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         assert answer.accepted
         await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
         assert site.power[4:] == ["cycle:4", "ForceOff", "On"]  # retry 1 (PowerCycle), retry 2 (ForceOff+On)
         # The operator fixed the host by hand: mark_rebooted lets DPF go on.
         site.moves_after_reboot = True
-        await handle.execute_update(MARK_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
+        await execute_update(handle, MARK_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
         events, changes = await history_cost(env.client, handle)
     assert result.reboots == 5 and result.boot_generation == 5
@@ -123,9 +124,9 @@ async def test_retry_is_refused_unless_waiting_for_an_operator(
         handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
         await until_phase(env, handle, "waiting-for-dpf-after-reboot")
         with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
+            await execute_update(handle, RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         assert MANUAL_INTERVENTION_REQUIRED in str(refused.value.cause)
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+        await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         aborted = await aborted_run(handle)
     assert aborted.startswith("aborted by alice"), aborted
 
@@ -137,7 +138,7 @@ async def test_abort_in_manual_intervention_fails_cleanly(
     async with fake_site(env, moves_after_reboot=False) as (site, queue):
         handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
         await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+        await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         await aborted_run(handle)
         final = await status_of(handle)
     assert final.phase == "aborted"
@@ -154,7 +155,7 @@ async def test_a_bmc_rejecting_the_credentials_asks_an_operator_at_once_and_host
         reason = status.manual_intervention_reason or ""
         assert f"the BMC of {HOST} rejected the credentials (BMCAuthenticationFailed: 401" in reason
         assert f"metalflow host mark-rebooted {HOST}" in status.waiting_for  # what the operator can answer
-        answer = await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
+        answer = await execute_update(handle, HOST_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
         # Generations earlier tests on this server used are spent: the operation took the next.
         child = env.client.get_workflow_handle(f"reboot/{HOST}/generation-{result.boot_generation}")
@@ -180,7 +181,7 @@ async def test_two_refused_reboots_then_a_real_one_count_one_power_cycle_and_one
         )
         first = await until_phase(env, handle, MANUAL_INTERVENTION_REQUIRED)
         assert (first.reboot_attempts, first.power_cycles_issued, first.boot_generation) == (1, 0, start)
-        await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)  # still refused
+        await execute_update(handle, RETRY_UPDATE, ALICE, result_type=OperatorAnswer)  # still refused
         for _ in range(200):
             second = await status_of(handle)
             if second.reboot_attempts == 2 and second.phase == MANUAL_INTERVENTION_REQUIRED:
@@ -188,7 +189,7 @@ async def test_two_refused_reboots_then_a_real_one_count_one_power_cycle_and_one
             await asyncio.sleep(0.05)
         assert (second.reboot_attempts, second.power_cycles_issued, second.boot_generation) == (2, 0, start)
         site.bmc_fails = False  # the operator fixed the credentials
-        await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
+        await execute_update(handle, RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
         result = await handle.result()
         final = await status_of(handle)
     assert site.power == [f"cycle:{start + 1}"]  # exactly one cycle, after the fix
@@ -204,8 +205,8 @@ async def test_host_rebooted_is_refused_naming_the_phase_when_no_reboot_is_await
         handle = await start_operation(env.client, queue, HOST, HostOperationKind.REPROVISION, policy=POLICY)
         await until_phase(env, handle, "waiting-for-dpf-after-reboot")
         with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await handle.execute_update(HOST_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+            await execute_update(handle, HOST_REBOOTED_UPDATE, ALICE, result_type=OperatorAnswer)
+        await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         await aborted_run(handle)
     cause = refused.value.cause
     assert isinstance(cause, ApplicationError)
@@ -227,7 +228,7 @@ async def test_abort_in_the_power_down_wait_of_force_off_then_on_cuts_the_wait_a
                 break
             await asyncio.sleep(0.1)  # real time: the test server skips none while the test waits
         assert site.power == ["ForceOff"]  # the host is off, its hour-long wait begun
-        await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+        await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
         aborted = await aborted_run(handle)
         final = await status_of(handle)
         # The cut-short cycle is a reboot that happened: the generation moved to the child's.

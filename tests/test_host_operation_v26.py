@@ -36,6 +36,7 @@ from contracts.models.host import (
     HostOperationKind,
     HostRebootInput,
 )
+from contracts.with_start import execute_update
 
 PROVISION = HostOperationKind.PROVISION
 REPROVISION = HostOperationKind.REPROVISION
@@ -223,7 +224,7 @@ async def test_deadline_escalated_while_a_dpu_is_in_an_unknown_phase(
             await wait_for_status(
                 handle, lambda s: [d.phase for d in s.dpus] == ["Rebooting", "Rebooting"], "both Rebooting"
             )
-            await handle.execute_update(RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
+            await execute_update(handle, RETRY_UPDATE, ALICE, result_type=OperatorAnswer)
             result = await handle.result()
             final = await status_of(handle)
         assert result.reboots == 1 and final.phase == "completed"
@@ -244,7 +245,7 @@ async def test_an_error_reprovisioning_cannot_fix_parks_the_operation(
             parked = await wait_for_phase(handle, MANUAL_INTERVENTION_REQUIRED, timeout=60)
             assert "Rebooted: UnsupportedNodeRebootMethod" in (parked.manual_intervention_reason or "")
             assert [d.error_reprovisions for d in parked.dpus] == [0]
-            await handle.execute_update(ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
+            await execute_update(handle, ABORT_UPDATE, ALICE, result_type=OperatorAnswer)
             assert (await aborted_run(handle)).startswith("aborted by alice")
 
 

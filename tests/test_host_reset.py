@@ -56,6 +56,7 @@ from contracts.models.host import (
 )
 from contracts.models.inventory import BMCAccess, CredentialRef
 from contracts.models.redfish import DPUResetInput, DPUResetProgress
+from contracts.with_start import execute_update
 from drivers.credentials import CredentialResolver
 from drivers.redfish.client import RedfishClient
 from drivers.redfish.dpu_reset import DPUReset
@@ -186,7 +187,8 @@ async def test_an_abort_while_the_dpu_boots_ends_with_the_host_on(
                 60,
             )
             assert dpu_bmc(sim, DPU0)["nic_resets"] == 1
-            await handle.execute_update(
+            await execute_update(
+                handle,
                 ABORT_UPDATE,
                 OperatorRequest(requested_by="alice", reason="enough"),
                 result_type=OperatorAnswer,
@@ -384,7 +386,8 @@ async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_give
                 f"a slot of the BMC's lease {held.lease.id} (queued: nothing sent to the BMC yet; "
                 f"`metalflow host abort {host}` withdraws it)"
             ), queued
-            answer = await handle.execute_update(
+            answer = await execute_update(
+                handle,
                 ABORT_UPDATE,
                 OperatorRequest(requested_by="alice", reason="not now"),
                 result_type=OperatorAnswer,

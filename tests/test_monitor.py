@@ -26,6 +26,7 @@ from contracts.models.host import (
     HostWorkflowInput,
     MonitorPolicy,
 )
+from contracts.with_start import execute_update
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ async def test_node_effect_takes_the_host_out_of_the_pool_and_recovery_puts_it_b
         assert [c.state for c in status.history] == ["out-of-pool", "in-pool"], "history carried across runs"
         assert status.degraded == () and status.reprovisions_requested == 0
 
-        await handle.execute_update("abort", STOP)
+        await execute_update(handle, "abort", STOP)
         result = await handle.result()
         await save_history(handle, "monitor_recovery_last_run")
     assert result.pool_state == "in-pool" and result.runs == status.runs
@@ -93,7 +94,7 @@ async def test_an_aborted_monitor_leaves_the_pool_as_the_world_is_and_a_new_one_
         await eventually(lambda: status_of(first), lambda s: len(s.dpus) == 2)
         sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
         await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "out-of-pool")
-        await first.execute_update("abort", STOP)
+        await execute_update(first, "abort", STOP)
         stopped = await first.result()
         assert stopped.pool_state == "out-of-pool"
         assert (await view.node_labels(host))[POOL_LABEL] == "out-of-pool"  # the DPU is still down
@@ -103,7 +104,7 @@ async def test_an_aborted_monitor_leaves_the_pool_as_the_world_is_and_a_new_one_
         assert [d.dpu_id for d in adopted.degraded] == [dpu] and adopted.pool_state == "out-of-pool"
         sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
         await eventually(lambda: view.node_labels(host), lambda ls: ls.get(POOL_LABEL) == "in-pool")
-        await second.execute_update("abort", STOP)
+        await execute_update(second, "abort", STOP)
         assert (await second.result()).pool_state == "in-pool"
 
 
@@ -146,7 +147,7 @@ async def test_past_the_deadline_the_entity_is_asked_and_the_reprovision_really_
             await reprovision.result()
             assert view.power_cycles(host) == 1
         finally:
-            await monitor.execute_update("abort", STOP)
+            await execute_update(monitor, "abort", STOP)
             await monitor.result()
             await save_history(monitor, "monitor_reprovision_requested")
             await entity.terminate("test over")
@@ -205,7 +206,7 @@ async def test_an_abort_accepted_while_the_monitor_hands_over_to_its_next_run_st
             return any(e.event_type == handed for e in events)
 
         await eventually(handed_over, lambda handed: handed, 60)
-        await started.execute_update("abort", STOP)  # the newest run, which took over
+        await execute_update(started, "abort", STOP)  # the newest run, which took over
         stopped = await asyncio.wait_for(started.result(), 60)
         await save_history(first_run, "monitor_first_run")
         await save_history(started, "monitor_last_run")
@@ -251,7 +252,7 @@ async def test_an_abort_during_a_kubernetes_outage_cancels_the_retrying_label_wr
                 return any(p.activity_type.name == "set_host_pool_state" and p.attempt >= 2 for p in pending)
 
             await eventually(label_write_retrying, lambda retrying: retrying, 60)
-            await handle.execute_update("abort", STOP)
+            await execute_update(handle, "abort", STOP)
 
             async def write_cancelled() -> bool:
                 events = (await handle.fetch_history()).events
@@ -284,7 +285,7 @@ async def test_an_abort_during_a_lasting_kubernetes_outage_stops_within_the_boun
         await eventually(lambda: view.node_labels(host), lambda labels: labels.get(POOL_LABEL) == "in-pool")
         sim.inject("api/outage", {"down": True})
         try:
-            await handle.execute_update("abort", STOP)
+            await execute_update(handle, "abort", STOP)
             stopped = await asyncio.wait_for(handle.result(), 60)
             described = await handle.describe()
         finally:
@@ -320,7 +321,7 @@ async def test_an_abort_while_the_label_write_hangs_waits_for_it_and_ends_with_n
                 return writing and httpx.get(hold, timeout=10).json()["held"] == 1
 
             await eventually(write_held, lambda held: held)
-            await handle.execute_update("abort", STOP)
+            await execute_update(handle, "abort", STOP)
 
             async def events() -> list[EventType.ValueType]:
                 return [e.event_type for e in (await handle.fetch_history()).events]

@@ -43,6 +43,7 @@ from contracts.models.host import (
     OperationRequest,
     RebootMethod,
 )
+from contracts.with_start import execute_update
 from contracts.wording import iso_z
 from metalflow.devstack.demo import power_cycles
 
@@ -84,7 +85,7 @@ async def watched(
         await eventually(lambda: status_of(monitor), lambda s: len(s.dpus) == 2)
         yield entity, monitor
     finally:
-        await monitor.execute_update("abort", STOP)
+        await execute_update(monitor, "abort", STOP)
         await monitor.result()
         await entity.terminate("test over")
 
@@ -183,7 +184,7 @@ async def test_an_approval_racing_the_monitors_withdrawal_checks_dpf_and_starts_
             await eventually(lambda: status_of(monitor), lambda s: dpu_ready(s, dpu))
             sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
             await eventually(lambda: entity_status(entity), awaits_approval)
-            await monitor.execute_update("abort", STOP)  # it withdraws nothing from now on
+            await execute_update(monitor, "abort", STOP)  # it withdraws nothing from now on
             await monitor.result()
             sim.inject(f"dpus/node-{host}-device-{dpu}/recover")
             api = Api(sim)

@@ -41,6 +41,7 @@ from contracts.models.host import (
     OperationRequest,
     OwnerOperationInput,
 )
+from contracts.with_start import execute_update
 from metalflow.hosts import send_update
 from metalflow.runtime.events import describe
 from workflows.monitor.workflow import reset_at_rest
@@ -147,7 +148,7 @@ async def test_a_reset_at_rest_is_recorded_once_and_told_as_an_event(
         assert await (await handle.describe()).memo_value("unplanned_resets") == memo
         assert len(unplanned_events(sim, host)) == len(told)  # a Node Effect is no reset
 
-        await handle.execute_update("abort", STOP)
+        await execute_update(handle, "abort", STOP)
         await handle.result()
         await save_history(handle, "monitor_unplanned_reset")
     assert sim.violations() == []
@@ -190,7 +191,7 @@ async def test_a_reprovision_under_the_monitor_records_no_unplanned_reset(
             assert status.unplanned_resets == () and status.unplanned_total == 0
             assert unplanned_events(sim, host) == []
         finally:
-            await monitor.execute_update("abort", STOP)
+            await execute_update(monitor, "abort", STOP)
             await monitor.result()
             await save_history(monitor, "monitor_reprovision_not_unplanned")
             await client.get_workflow_handle(names.host_workflow_id(host)).terminate("test over")

@@ -31,6 +31,7 @@ from temporalio.testing import WorkflowEnvironment
 from contracts import names, workflow_api
 from contracts.models.campaign import AbortRequest
 from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+from contracts.with_start import execute_update
 from metalflow.cli import exits
 
 ISO_Z = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
@@ -40,7 +41,8 @@ sim, queue = SITE.fixtures()
 
 
 async def _abort(client: Client, workflow_id: str) -> None:
-    await client.get_workflow_handle(workflow_id).execute_update(
+    await execute_update(
+        client.get_workflow_handle(workflow_id),
         ABORT_UPDATE,
         OperatorRequest(requested_by="pytest", reason="the test is over"),
         result_type=OperatorAnswer,
@@ -160,7 +162,8 @@ async def test_a_request_awaiting_approval_and_a_host_a_campaign_put_off_say_unt
         assert line in shown.stdout.splitlines(), shown.stdout
     finally:
         with contextlib.suppress(RPCError):
-            await client.get_workflow_handle(f"campaign/{name}").execute_update(
+            await execute_update(
+                client.get_workflow_handle(f"campaign/{name}"),
                 ABORT_UPDATE,
                 AbortRequest(requested_by="pytest", reason="the test is over"),
                 result_type=OperatorAnswer,

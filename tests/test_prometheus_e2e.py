@@ -37,6 +37,7 @@ from contracts.models.host import (
     OperationPolicy,
     OperationRequest,
 )
+from contracts.with_start import execute_update
 from metalflow.client import connect
 from metalflow.hosts import host_status, send_update
 
@@ -153,7 +154,8 @@ async def test_a_host_in_manual_intervention_fires_the_alert_and_resolves(
         assert f"{accepted.workflow_id}: manual-intervention-required" in shown.stdout
 
         credentials.write_text(good)
-        answer = await client.get_workflow_handle(accepted.workflow_id).execute_update(
+        answer = await execute_update(
+            client.get_workflow_handle(accepted.workflow_id),
             RETRY_UPDATE,
             OperatorRequest(requested_by="bob", reason="credentials fixed"),
             result_type=OperatorAnswer,

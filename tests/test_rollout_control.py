@@ -39,6 +39,7 @@ from contracts.models.control import (
     OperatorRequest,
 )
 from contracts.models.grove import ROLLBACK_UPDATE
+from contracts.with_start import execute_update
 
 KUBECTL = "/usr/bin/kubectl"
 NEW = {"prefill": "registry.local/worker:2.0", "decode": "registry.local/worker:2.0"}
@@ -51,7 +52,7 @@ QUICK_PODS = {"podgang_ready_seconds": 0.2}
 
 
 async def answer(handle: WorkflowHandle[Any, Any], update: str) -> OperatorAnswer:
-    result: OperatorAnswer = await handle.execute_update(update, OPERATOR, result_type=OperatorAnswer)
+    result: OperatorAnswer = await execute_update(handle, update, OPERATOR, result_type=OperatorAnswer)
     return result
 
 

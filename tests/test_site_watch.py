@@ -31,6 +31,7 @@ from contracts import names
 from contracts.converter import DATA_CONVERTER
 from contracts.models.dpf import DPF_NAMESPACE, SiteWatchCheckpoint
 from contracts.models.host import POOL_REASON_ANNOTATION, HostMonitorResult, HostMonitorStatus, MonitorPolicy
+from contracts.with_start import execute_update
 
 POLICY = MonitorPolicy(reprovision_after_seconds=3600)
 Monitor = WorkflowHandle[Any, HostMonitorResult]
@@ -92,7 +93,7 @@ async def signals_received(handle: WorkflowHandle[Any, Any]) -> int:
 
 
 async def stop(handle: WorkflowHandle[Any, HostMonitorResult]) -> HostMonitorResult:
-    await handle.execute_update("abort", STOP)
+    await execute_update(handle, "abort", STOP)
     result = await handle.result()
     description = await handle.describe()
     assert description.raw_description.pending_activities == [], "a finished monitor left a pending activity"

@@ -9,11 +9,17 @@
   indirect ones, since the contracts they read define Temporal's error types; this test closes
   what that leaves open (a state that reached Temporal through the kernel, `importlib`, or read
   `datetime.now()`).
+- **A test sends an update as the product does** (`contracts.with_start.execute_update`): Temporal
+  drops an update whose workflow task failed (a task timed out on a loaded worker, the deadlock
+  detector) with FAILED_PRECONDITION, and the product sends it again; a test calling
+  `handle.execute_update` itself failed CI on that (test_host_operation_v26, the abort of a parked
+  reprovision), a failure no user of the CLI would see.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import fnmatch
 import tomllib
 from pathlib import Path
@@ -87,3 +93,14 @@ def test_state_and_rule_modules_are_pure() -> None:
     assert len(modules) >= 8, "the pyproject contract names the state and rule modules"
     impure = {str(p.relative_to(ROOT)): found for p in modules if (found := _impurities(p))}
     assert impure == {}, f"a state or rule module reaches past pure code: {impure}"
+
+
+def test_tests_send_updates_through_the_products_retry() -> None:
+    raw = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if path != Path(__file__).resolve()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"[\w)]\.execute_update\(", line)
+    ]
+    assert not raw, f"send updates with contracts.with_start.execute_update: {raw}"
