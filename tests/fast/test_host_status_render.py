@@ -83,3 +83,15 @@ def test_a_running_operation_whose_runbook_reached_completed_reads_finishing_not
     failed = as_running({"phase": "failed", "waiting_for": "activity x failed"})
     assert failed["waiting_for"].endswith("(failed: activity x failed)")
     assert as_running({"phase": "rebooting-host"}) == {"phase": "rebooting-host"}, "a running phase as said"
+
+
+def test_a_new_entity_still_taking_over_says_requests_wait() -> None:
+    """A new entity reads what its predecessor left before it answers a request (takeover.py):
+    its status says so, so neither an operator nor a script reads the record as final."""
+    status = HostStatus(host_id="host-002", instance=None, boot_generation=0, current=None, taking_over=True)
+    shown = render_status(status, None).splitlines()
+    assert any(line.startswith("  taking over ") and "requests wait" in line for line in shown)
+    assert not any(
+        "taking over" in line
+        for line in render_status(status.model_copy(update={"taking_over": False}), None).splitlines()
+    )
