@@ -166,7 +166,7 @@ def render_status(
     if status.automation_held_back is not None:  # an operator's no to the monitor, kept by the entity
         lines.append(f"  automation       {hold_words(status.host_id, status.automation_held_back)}")
     if status.taking_over:
-        lines.append(f"  taking over      reading what the last run of the host's entity left; requests wait for it")
+        lines.append("  taking over      reading what the host's last entity run left; requests wait for it")
     if status.taken_over:
         lines.append(f"  taken over       {status.taken_over}")
     if status.auto_approved_until is not None:

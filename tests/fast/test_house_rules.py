@@ -19,8 +19,8 @@
 from __future__ import annotations
 
 import ast
-import re
 import fnmatch
+import re
 import tomllib
 from pathlib import Path
 
