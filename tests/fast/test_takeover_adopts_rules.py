@@ -21,6 +21,7 @@ import pytest
 
 from contracts.errors import AutomationHeldBack, HostBusy, InvalidInput
 from contracts.host_requests import REBOOT, REPROVISION, RESET
+from contracts.models.bmc_lease import RebootRunSeen
 from contracts.models.host import (
     EntityPredecessor,
     HostEntityMemory,
@@ -31,7 +32,8 @@ from contracts.models.host import (
     RunEnd,
 )
 from workflows.host.state import HostEntityState
-from workflows.host.takeover_rules import carried, outcome_of_run, take_over
+from workflows.host.takeover_rules import CutReboots, carried, cut_to_read, outcome_of_run, take_over
+from workflows.parts.boot_generation import RebootLeft
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 HOST = "host-001"
@@ -233,3 +235,56 @@ def test_no_hold_after_an_unrecorded_run_but_an_operators_no_to_the_monitor(run:
     new = entity()
     take_over(new, predecessor(ended=(run,)), T0)
     assert new.automation_held_back is None
+
+
+CUT_REPROVISION = _closed(
+    REPROVISION_ID, RunEnd(status="TERMINATED", last_phase="manual-intervention-required"), 4
+)
+REBOOT_FAILED_OFF = RebootRunSeen(
+    end="failed", said=f"BMCRebootFailed: On refused (401); the host {HOST} is OFF: metalflow turned it off"
+)
+
+
+def test_a_cut_run_found_unrecorded_has_its_reboots_read_and_their_off_is_the_mark() -> None:
+    """The re-attack (B2): a reprovision waiting for a person with the host OFF (its reboot failed
+    `BMCRebootFailed` after the BMC's password rotated), its entity terminated, then the
+    reprovision: the next entity recorded it "terminated" and `left_off_by ""` although the BMC
+    said Off. Now its reboots are read as an adopted run's (`cut_to_read` names the run and the
+    generation to read from) and the reboot that failed OFF makes it the mark."""
+    new = entity()
+    before = predecessor(boot_generation=1, ended=(CUT_REPROVISION,))
+    assert cut_to_read(new, before) == (CUT_REPROVISION, 1)
+    read = CutReboots(CUT_REPROVISION, 1, RebootLeft(REBOOT_2, REBOOT_FAILED_OFF))
+    words = take_over(new, before, T0 + timedelta(minutes=5), read)
+    assert new.left_off_by == REPROVISION_ID, words
+    outcome = new.recent[-1].outcome
+    assert outcome.startswith(f"terminated after its reboot {REBOOT_2} failed leaving the host OFF"), outcome
+    assert f"the host is OFF as {REPROVISION_ID} left it" in words, words
+    waits = RebootRunSeen(end="running", phase="manual-intervention-required")
+    other = entity()
+    take_over(other, before, T0, CutReboots(CUT_REPROVISION, 1, RebootLeft(REBOOT_2, waits)))
+    assert other.left_off_by == REPROVISION_ID
+    assert f"{REBOOT_2} still waits for a person" in other.recent[-1].outcome
+
+
+def test_a_cut_run_takes_the_generation_its_reboots_reached() -> None:
+    """B6: the entity's generation lagged a terminated reprovision's completed reboot until the
+    next request's start skipped the spent id."""
+    new = entity()
+    take_over(new, predecessor(ended=(CUT_REPROVISION,)), T0, CutReboots(CUT_REPROVISION, 2, None))
+    assert new.boot_generation == 2 and new.recent[-1].outcome == "terminated"
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        _closed(REPROVISION_ID, RunEnd(status="COMPLETED"), 4),  # its result says what it reached
+        _closed(REPROVISION_ID, RunEnd(status="FAILED", failure="X: broke"), 4),  # its details too
+        _closed(REPROVISION_ID, RunEnd(status="TERMINATED", boot_generation=3), 4),
+        _closed(f"remove/{HOST}", RunEnd(status="TERMINATED"), 4),  # a removal reboots nothing
+    ],
+)
+def test_no_reboots_read_unless_a_run_that_reboots_was_cut_without_a_report(run: OperationRun) -> None:
+    """Only such a run costs the new entity a read (an entity that records nothing else adds none)."""
+    assert cut_to_read(entity(), predecessor(ended=(run,))) is None
+    assert cut_to_read(entity(), predecessor()) is None
