@@ -143,6 +143,11 @@ async def test_a_reboot_that_ended_off_after_its_entity_was_terminated_is_the_of
                 "as an operator might"
             )
             await _closed(env, reboot)
+            # No entity runs: `host status` says the mark the next entity takes (before: only
+            # "was terminated", nothing of OFF, until a request started an entity).
+            status = await _cli(env, "host", "status", host)
+            assert status.status == 1 and "was terminated" in status.stderr, status.stderr
+            assert f"the host {host} may be OFF as {reboot} left it: power it on" in status.stderr
             # The dead entity's last view shows the reboot in flight: `host abort` answered it
             # (closed) with Temporal's raw NOT_FOUND. Now it starts the entity, which records
             # the reboot's end, and says nothing is in flight.

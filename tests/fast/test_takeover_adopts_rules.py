@@ -32,7 +32,14 @@ from contracts.models.host import (
     RunEnd,
 )
 from workflows.host.state import HostEntityState
-from workflows.host.takeover_rules import CutReboots, carried, cut_to_read, outcome_of_run, take_over
+from workflows.host.takeover_rules import (
+    CutReboots,
+    carried,
+    cut_to_read,
+    off_while_no_entity,
+    outcome_of_run,
+    take_over,
+)
 from workflows.parts.boot_generation import RebootLeft
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -288,3 +295,17 @@ def test_no_reboots_read_unless_a_run_that_reboots_was_cut_without_a_report(run:
     """Only such a run costs the new entity a read (an entity that records nothing else adds none)."""
     assert cut_to_read(entity(), predecessor(ended=(run,))) is None
     assert cut_to_read(entity(), predecessor()) is None
+
+
+def test_while_no_entity_runs_the_mark_a_new_entity_would_take_is_said() -> None:
+    """B5: after a run that left the host OFF ended with no entity running, `host status` said
+    only "was terminated" until a request started an entity. It now says the mark that entity
+    would take (`off_while_no_entity`): the carried one, or a run closed since that says OFF."""
+    failed = _closed(REBOOT_1, RunEnd(status="FAILED", failure_type="HostLeftOff", failure=LEFT_OFF), 2)
+    assert off_while_no_entity(predecessor(ended=(failed,))) == REBOOT_1
+    assert off_while_no_entity(predecessor(left_off_by=RESET_ID)) == RESET_ID
+    cut = _closed(RESET_ID, RunEnd(status="TERMINATED", last_phase="manual-intervention-required"), 2)
+    assert off_while_no_entity(predecessor(ended=(cut,))) == RESET_ID
+    booted = _closed(REBOOT_2, RunEnd(status="COMPLETED", boot_generation=2), 3)
+    assert off_while_no_entity(predecessor(left_off_by=RESET_ID, ended=(booted,))) == ""
+    assert off_while_no_entity(EntityPredecessor()) == ""

@@ -335,3 +335,13 @@ def take_over(
     source = f"run {before.run_id} ({how})" if before.run_id else "no closed run"
     memory.taken_over = f"took over from {source}{at}: {'; '.join(taken)}"
     return memory.taken_over
+
+
+def off_while_no_entity(before: EntityPredecessor) -> str:
+    """The run a new entity would mark as having left the host OFF (`take_over` on nothing
+    known), "" none: what `host status` says while no entity runs (its entity terminated by
+    hand), read from what the CLI can read without starting anything (the closed entity run's
+    memo, the operations that closed since, as listed: no reboot run read)."""
+    memory = HostEntityMemory()
+    take_over(memory, before)
+    return memory.left_off_by
