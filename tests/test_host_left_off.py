@@ -153,6 +153,13 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
             assert _power(sim, host)[-1][0] == "Off"  # as the status says
             status = await metalflow(local_env, "host", "status", host)
             assert "is OFF" in status.stdout and "metalflow host retry" in status.stdout, status.stdout
+            # B6: a reset has no mark-rebooted; before, Temporal's words named internal updates.
+            marked = await metalflow(
+                local_env, "host", "mark-rebooted", host, "--by", "carol@test", "--task-queue", task_queue
+            )
+            assert marked.status == 1, marked.stdout + marked.stderr
+            assert f"does not take `metalflow host mark-rebooted {host}`: it takes " in marked.stderr
+            assert f"`metalflow host retry {host}`" in marked.stderr and "handler" not in marked.stderr
 
             _fault(sim, host, "clear")  # the secrets store caught up
             await _asked(local_env, task_queue, "bob@test", "host", "retry", host)
