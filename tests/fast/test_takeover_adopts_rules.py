@@ -309,3 +309,19 @@ def test_while_no_entity_runs_the_mark_a_new_entity_would_take_is_said() -> None
     booted = _closed(REBOOT_2, RunEnd(status="COMPLETED", boot_generation=2), 3)
     assert off_while_no_entity(predecessor(left_off_by=RESET_ID, ended=(booted,))) == ""
     assert off_while_no_entity(EntityPredecessor()) == ""
+
+
+def test_the_taken_over_words_never_contradict_a_cleared_mark() -> None:
+    """The re-attack (B6): the taken-over line still said "the host is OFF as RUN left it" after
+    the power watch read the host On and cleared the mark (the WARNING gone). Now it says the
+    mark is past, and why."""
+    new = entity()
+    take_over(new, predecessor(left_off_by=RESET_ID), T0)
+    assert f"the host is OFF as {RESET_ID} left it" in new.taken_over and new.left_off_by == RESET_ID
+    assert new.read_at_rest("On")
+    assert new.left_off_by == "" and f"the host is OFF as {RESET_ID}" not in new.taken_over, new.taken_over
+    assert f"the host was OFF as {RESET_ID} left it (no longer: the host read On at rest)" in new.taken_over
+    booted = entity()
+    take_over(booted, predecessor(left_off_by=RESET_ID), T0)
+    booted.reached(1)
+    assert "(no longer: generation 1 booted)" in booted.taken_over, booted.taken_over

@@ -345,3 +345,11 @@ def off_while_no_entity(before: EntityPredecessor) -> str:
     memory = HostEntityMemory()
     take_over(memory, before)
     return memory.left_off_by
+
+
+def no_longer_off(taken_over: str, run: str, why: str) -> str:
+    """The "taken over" words once the OFF mark they name (`run`) is cleared (`why`): their
+    `the host is OFF as RUN left it` would contradict the mark (and the WARNING that went), so it
+    reads `the host was OFF as RUN left it (no longer: WHY)`; other words are kept as they were."""
+    said = f"the host is OFF as {run} left it"
+    return taken_over.replace(said, f"the host was OFF as {run} left it (no longer: {why})")
