@@ -325,3 +325,25 @@ def test_the_taken_over_words_never_contradict_a_cleared_mark() -> None:
     take_over(booted, predecessor(left_off_by=RESET_ID), T0)
     booted.reached(1)
     assert "(no longer: generation 1 booted)" in booted.taken_over, booted.taken_over
+
+
+def test_an_adopted_monitors_run_aborted_by_an_operator_holds_automation_back() -> None:
+    """Gap (issue 40 item 5): `adopt` rebuilt the request without the monitor's
+    `campaign_workflow_id`, so an operator's abort of the monitor's adopted run set no hold (an
+    own child's does: `hold_after`) and the monitor's next ask power-cycled the host again."""
+    running = OperationRun(
+        workflow_id=REPROVISION_ID,
+        run_id="m1",
+        operation="reprovision",
+        requested_by=MONITOR_ID,
+        started_at=T0,
+    )
+    new = entity()
+    take_over(new, predecessor(running=(running,)), T0)
+    assert new.current is not None and new.current.request.campaign_workflow_id == MONITOR_ID
+    new.finish(new.current, "aborted by alice: no, debugging", T0 + timedelta(minutes=1))
+    hold = new.automation_held_back
+    assert hold is not None and (hold.by, hold.after) == ("alice", REPROVISION_ID), hold
+    other = entity()  # a person's run adopted: no automation named, no hold
+    take_over(other, predecessor(running=(running.model_copy(update={"requested_by": "bob"}),)), T0)
+    assert other.current is not None and other.current.request.campaign_workflow_id is None

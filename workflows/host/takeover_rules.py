@@ -193,8 +193,16 @@ def adopt(memory: HostEntityMemory, running: tuple[OperationRun, ...]) -> str:
     if not running or memory.current is not None:
         return ""
     run, *others = sorted(running, key=lambda r: iso_z(r.started_at, none=""))
+    host = run.workflow_id.split("/")[1] if run.workflow_id.count("/") else ""
+    # The run's input keeps no `campaign_workflow_id`: the monitor asks in its own name, so its
+    # request is rebuilt as it asked it (an operator's abort of it then holds automation back,
+    # `automation_hold.hold_after`, and the monitor is told its end, as of an own child's).
+    monitor = names.monitor_workflow_id(host) if host else ""
+    asked_by = run.requested_by if monitor and run.requested_by == monitor else None
     try:
-        request = OperationRequest(requested_by=run.requested_by or "unknown", reason=run.reason)
+        request = OperationRequest(
+            requested_by=run.requested_by or "unknown", reason=run.reason, campaign_workflow_id=asked_by
+        )
     except ValidationError:  # a run started by hand with odd words: who asked is not known
         request = OperationRequest(requested_by="unknown")
     record = OperationRecord(
