@@ -24,7 +24,7 @@ from module_site_support import ModuleSite
 from sim_support import RunningSim
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from contracts.models.host import HostWorkflowInput, OperationPolicy
@@ -38,11 +38,12 @@ REBOOT_HOST, ABORTED_HOST, FIRMWARE_HOST, HOST_ONLY = "off-002", "off-007", "off
 FIRMWARE_ABORTED, REPROVISION_HOST, CANCELLED_HOST = "off-022", "off-027", "off-032"
 CANCELLED_HOST_RESET, CANCELLED_STILL_OFF = "off-037", "off-042"
 REPROVISION_ABORTED, REPROVISION_CANCELLED, FIRMWARE_CANCELLED = "off-047", "off-052", "off-057"
+FIRMWARE_CUT = "off-062"
 TARGET = "32.45.1020"
 IMAGE = f"http://firmware.example.test/bf-fw-{TARGET}.bfb"
 
 
-SITE = ModuleSite("off", hosts=57, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite("off", hosts=62, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
 
 
@@ -152,6 +153,13 @@ async def test_a_full_reset_whose_host_bmc_rotates_after_forceoff_hands_the_host
             assert _power(sim, host)[-1][0] == "Off"  # as the status says
             status = await metalflow(local_env, "host", "status", host)
             assert "is OFF" in status.stdout and "metalflow host retry" in status.stdout, status.stdout
+            # B6: a reset has no mark-rebooted; before, Temporal's words named internal updates.
+            marked = await metalflow(
+                local_env, "host", "mark-rebooted", host, "--by", "carol@test", "--task-queue", task_queue
+            )
+            assert marked.status == 1, marked.stdout + marked.stderr
+            assert f"does not take `metalflow host mark-rebooted {host}`: it takes " in marked.stderr
+            assert f"`metalflow host retry {host}`" in marked.stderr and "handler" not in marked.stderr
 
             _fault(sim, host, "clear")  # the secrets store caught up
             await _asked(local_env, task_queue, "bob@test", "host", "retry", host)
@@ -411,6 +419,43 @@ async def test_a_firmware_run_cancelled_while_its_reboot_waits_with_the_host_off
         assert _power(sim, host)[-1][0] == "Off"  # as the outcome says
         row = next(line for line in listed.stdout.splitlines() if line.startswith(f"{host} "))
         assert " idle (host OFF) " in row, listed.stdout
+
+
+async def test_a_reboot_asked_behind_a_terminated_firmware_runs_waiting_reboot_is_refused_naming_it(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """The re-attack (B3): a firmware run terminated by hand abandons its reboot, waiting for a
+    person with the host OFF; `host reboot` then started generation 2, which waited for it
+    (`PreviousRebootRunning`, said only in the worker's log), and `host abort` of it waited too.
+    Now the request is refused, naming the waiting reboot and how to end it; nothing starts."""
+    host = FIRMWARE_CUT
+    reboot, after = f"reboot/{host}/generation-1", f"reboot/{host}/generation-2"
+    async with _password_rotates_after_forceoff(sim, host, power_on_after=True):
+        async with worker_for(local_env.client, task_queue, sim):
+            await _firmware_until_its_reboot_says_off(local_env, host, reboot, task_queue)
+            await local_env.client.get_workflow_handle(f"firmware/{host}").terminate("as an operator might")
+            shown = await _until(local_env, host, _ended, "recorded the firmware run's end")
+            refused = await metalflow(
+                local_env, "host", "reboot", host, "--by", "bob@test", "--task-queue", task_queue
+            )
+            status = await metalflow(local_env, "host", "status", host)
+            waiting = local_env.client.get_workflow_handle(reboot)
+            still = (await waiting.describe()).status
+            started: Any = None
+            try:
+                started = await local_env.client.get_workflow_handle(after).describe()
+            except Exception:  # noqa: BLE001 - no such workflow: nothing started
+                pass
+            await waiting.cancel()  # the way out the refusal names (its On is refused again: OFF)
+            with pytest.raises(WorkflowFailureError):  # it ends failed saying the host is OFF
+                await waiting.result()
+        assert refused.status != 0, refused.stdout + refused.stderr
+        assert f"{reboot} still runs and waits for a person (manual-intervention-required" in refused.stderr
+        assert f"`temporal workflow cancel --workflow-id {reboot}`" in refused.stderr, refused.stderr
+        assert started is None and still is not None and still.name == "RUNNING", (started, still)
+        outcome = shown["host"]["recent"][-1]["outcome"]
+        assert f"{reboot} still waits for a person: `temporal workflow cancel" in outcome, outcome
+        assert "idle" in status.stdout and "bob@test" not in status.stdout, status.stdout  # no record kept
 
 
 async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_rebooted_only_retry(

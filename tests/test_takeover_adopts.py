@@ -10,6 +10,9 @@ tests/fast/test_takeover_adopts_rules.py.
 - A reboot cancelled with its terminated entity, failing with the host OFF, is recorded by the
   next entity (adopted while it still runs; found closed when it ended first:
   tests/fast/test_takeover_adopts_rules.py), and the OFF mark names it. Before: nothing said OFF.
+- An operation terminated by hand while no entity ran (its entity terminated first) whose reboot
+  left the host OFF: the next entity reads its reboots and the OFF mark names it. Before:
+  `left_off_by ""` although the BMC said Off.
 """
 
 from __future__ import annotations
@@ -31,8 +34,9 @@ from metalflow.hosts import ensure_entity, operation_progress
 
 # Profile powercycle (host 1): a reset's ForceOff is its own; no-powercycle (host 2): a reboot is
 # ForceOff, then On.
-RESET_HOST, REBOOT_HOST = "adopt-001", "adopt-002"
-SITE = ModuleSite("adopt", hosts=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+# adopt-007: no-powercycle too (the site's rotation: hosts 2, 7, ...), for a reprovision's reboot.
+RESET_HOST, REBOOT_HOST, CUT_HOST = "adopt-001", "adopt-002", "adopt-007"
+SITE = ModuleSite("adopt", hosts=7, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]
 POLICY = OperationPolicy(power_down_wait_seconds=1.0, power_on_retry_seconds=(0.5, 1.0))
 
@@ -139,6 +143,11 @@ async def test_a_reboot_that_ended_off_after_its_entity_was_terminated_is_the_of
                 "as an operator might"
             )
             await _closed(env, reboot)
+            # No entity runs: `host status` says the mark the next entity takes (before: only
+            # "was terminated", nothing of OFF, until a request started an entity).
+            status = await _cli(env, "host", "status", host)
+            assert status.status == 1 and "was terminated" in status.stderr, status.stderr
+            assert f"the host {host} may be OFF as {reboot} left it: power it on" in status.stderr
             # The dead entity's last view shows the reboot in flight: `host abort` answered it
             # (closed) with Temporal's raw NOT_FOUND. Now it starts the entity, which records
             # the reboot's end, and says nothing is in flight.
@@ -155,6 +164,37 @@ async def test_a_reboot_that_ended_off_after_its_entity_was_terminated_is_the_of
         assert shown["left_off_by"] == reboot, shown  # before: "" (nothing said the host is OFF)
         assert shown["recent"][-1]["workflow_id"] == reboot and "is OFF" in shown["recent"][-1]["outcome"]
         assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
+    finally:
+        _fault(sim, host, "clear")
+        await reset_by_hand(sim, host, "On")
+
+
+async def test_an_operation_terminated_while_no_entity_ran_whose_reboot_left_the_host_off_is_the_mark(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """The re-attack (B2): a reprovision waiting for a person with the host OFF (its reboot's On
+    refused: the BMC's password rotated right after ForceOff), `temporal workflow terminate` of
+    `host/HOST`, then of the reprovision; the next request starts a new entity."""
+    host, env = CUT_HOST, local_env
+    reprovision = names.host_operation_workflow_id("reprovision", host)
+    _fault(sim, host, "rotate-after-forceoff")
+    try:
+        async with worker_for(env.client, task_queue, sim):
+            await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=POLICY), task_queue)
+            await _asked(env, task_queue, "alice", "host", "reprovision", host)
+            await _reboot_says_off(env, reprovision, host)
+            for cut in (names.host_workflow_id(host), reprovision):
+                await env.client.get_workflow_handle(cut).terminate("as an operator might")
+            await _asked(env, task_queue, "carol", "host", "maintenance", host, "on", "--reason", "look")
+            idle = await _until(env, host, lambda s: s["host"]["maintenance"] is not None, "took the request")
+            text = await _cli(env, "host", "status", host)
+        shown = idle["host"]
+        assert shown["left_off_by"] == reprovision, shown  # before: "" although the BMC said Off
+        last = shown["recent"][-1]
+        assert last["workflow_id"] == reprovision, last
+        assert last["outcome"].startswith("terminated after its reboot reboot/adopt-007/generation-1 "), last
+        assert f"WARNING          the host is OFF as far as {reprovision} knows" in text.stdout, text.stdout
+        assert sim.power_log(host)[-1]["to"] == "Off"  # as the mark says
     finally:
         _fault(sim, host, "clear")
         await reset_by_hand(sim, host, "On")

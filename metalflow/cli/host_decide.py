@@ -50,6 +50,7 @@ from contracts.models.host import (
 )
 from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
 from contracts.with_start import execute_update
+from contracts.wording import HOST_ANSWER_COMMANDS
 from metalflow.cli import exits
 from metalflow.hosts import (
     HostRequestError,
@@ -63,6 +64,28 @@ from workflows.host.abort_rule import WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 PERSON_PHASES = (MANUAL_INTERVENTION_REQUIRED, "waiting-for-manual-reboot")  # a reboot waiting for a person
+
+
+NOT_FOUND = "expected but not found"  # Temporal's words for an update the workflow has no handler of
+ANSWER_COMMANDS = {
+    **{kind: command.format(host="{host}") for kind, command in HOST_ANSWER_COMMANDS.items()},
+    HOST_REBOOTED_UPDATE: "metalflow host-rebooted {host}",
+}  # each operator update as the CLI's command
+
+
+def refusal_words(workflow_id: str, operation: str, update: str, why: str, host: str) -> str:
+    """An operation's refusal of `update` in words for an operator: Temporal's "no handler"
+    (`why`: `Update handler for 'mark_rebooted' expected but not found ... known updates: [...]`)
+    becomes which command it does not take and which of the CLI's answers it does; any other
+    refusal is the workflow's own words."""
+    if NOT_FOUND not in why:
+        return f"{workflow_id} ({operation}) refused `{update}`: {why}"
+    asked = ANSWER_COMMANDS.get(update, update).format(host=host)
+    listed = why.rsplit("known updates: [", 1)
+    known = listed[1].rstrip("]").split() if len(listed) == 2 else []
+    takes = [f"`{ANSWER_COMMANDS[k].format(host=host)}`" for k in ANSWER_COMMANDS if k in known]
+    also = f": it takes {', '.join(takes)} when it asks (`metalflow host status {host}`)" if takes else ""
+    return f"{workflow_id} ({operation}) does not take `{asked}`{also}"
 
 
 def abort_passes_to_reboot(operation: str, reboot_phase: str) -> bool:
@@ -198,7 +221,7 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
             )
         if reboot is None:
             raise HostRequestError(
-                f"{current.workflow_id} ({current.operation}) refused `{args.update}`: {why}"
+                refusal_words(current.workflow_id, current.operation, args.update, why, args.host)
             ) from None
         # An operation without `retry` (firmware) waits on its reboot: that one waits for a person.
         target = reboot

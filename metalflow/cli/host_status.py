@@ -6,7 +6,9 @@ runs, and for an idle host what DPF shows of DPUs an ended operation left waitin
 the site watch is not beating (its worker died and another has not taken it over yet), the DPU
 phases shown are said to be from its last beat (`metalflow.site_watch_health`: two describes,
 only when the operation shows DPUs). An entity that
-failed or was terminated is said so (exit 1), not shown as the idle host its last state describes.
+failed or was terminated is said so (exit 1), not shown as the idle host its last state describes,
+with the operation it left running and, when the host may be OFF, the run the next entity marks
+(`_off_while_no_entity`).
 
 What the host waits for, and until when: a request awaiting approval and when it expires, and
 each running campaign that put the host off (its entity was busy) with when it asks again and
@@ -19,15 +21,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from temporalio.client import Client, WorkflowQueryFailedError, WorkflowQueryRejectedError
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+)
 from temporalio.service import RPCError
 
 from contracts import names, workflow_api
+from contracts.errors import cause_in_words
 from contracts.models.campaign import Deferred
 from contracts.models.host import HostStatus
+from contracts.models.host_records import EntityPredecessor, OperationRun, RunEnd
 from contracts.models.monitor import HostMonitorStatus
 from contracts.validation import terminal_safe
 from contracts.wording import iso_z
@@ -47,6 +58,7 @@ from metalflow.monitors import running_monitor_status
 from metalflow.seen import Seen
 from metalflow.site_watch_health import WatchLapse, lapse_of_operation
 from workflows.host.automation_hold import hold_words
+from workflows.host.takeover_rules import off_while_no_entity
 from workflows.parts.host_power import HOST_IS_OFF
 
 EXIT_OK = exits.OK
@@ -73,7 +85,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             if left
             else "; its next request starts a new entity"
         )
-        raise HostRequestError(f"{ended}{runs}")
+        raise HostRequestError(f"{ended}{runs}{await _off_while_no_entity(client, args.host)}")
     status = await host_status(client, args.host)
     operation, seen = None, None
     if status.current is not None and status.current.outcome == "running":
@@ -118,6 +130,69 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     for warning in warnings:
         _say(f"  WARNING          {warning}")
     return EXIT_OK
+
+
+CLOSED_READ = 10  # the host's operations closed since its entity's last phase, listed (a few)
+
+
+async def _off_while_no_entity(client: Client, host_id: str) -> str:
+    """`; the host may be OFF as RUN left it ...` when the ended entity's memo marked the host
+    OFF or an operation that closed since says so (`takeover_rules.off_while_no_entity`: the
+    mark the next entity takes over), else "". Read without starting anything: one describe of
+    the entity, its memo, one visibility listing of the operations closed since its `PhaseSince`
+    (their status and last Phase; no close event, no reboot run read)."""
+    entity = names.host_workflow_id(host_id)
+    try:
+        described = await client.get_workflow_handle(entity).describe()
+        entry = (await described.memo()).get(names.CARRIED_MEMO)
+        since = described.typed_search_attributes.get(names.PHASE_SINCE) or described.close_time
+        query = (
+            f"{names.HOST_ID.name} = '{host_id}' AND {names.OPERATION.name} != '{names.HOST}' "
+            f"AND ExecutionStatus != 'Running'"
+            + (f" AND CloseTime > '{since.astimezone(UTC).isoformat()}'" if since is not None else "")
+        )
+        ended = [
+            OperationRun(
+                workflow_id=run.id,
+                run_id=run.run_id or "",
+                operation=str(run.typed_search_attributes.get(names.OPERATION) or ""),
+                started_at=run.start_time,
+                end=RunEnd(
+                    status=run.status.name if run.status else "",
+                    closed_at=run.close_time,
+                    last_phase=str(run.typed_search_attributes.get(names.PHASE) or ""),
+                    failure=await _failure(client, run)
+                    if run.status == WorkflowExecutionStatus.FAILED
+                    else "",
+                ),
+            )
+            async for run in client.list_workflows(query, limit=CLOSED_READ)
+            if run.parent_id == entity and run.close_time is not None
+        ]
+    except RPCError:  # a read that fails claims nothing of the host's power
+        return ""
+    before = EntityPredecessor(
+        carried=entry if isinstance(entry, dict) else None,
+        ended=tuple(sorted(ended, key=lambda r: iso_z(r.end.closed_at if r.end else None, none=""))),
+    )
+    off = off_while_no_entity(before)
+    if not off:
+        return ""
+    return (
+        f"; the host {host_id} may be OFF as {off} left it: power it on (`metalflow bmc power "
+        f"{host_id} on`), or the next request's entity marks it so"
+    )
+
+
+async def _failure(client: Client, run: WorkflowExecution) -> str:
+    """A failed run's cause in words (its close event: e.g. `HostLeftOff: ... is OFF ...`)."""
+    if run.status != WorkflowExecutionStatus.FAILED:
+        return ""
+    try:
+        await client.get_workflow_handle(run.id, run_id=run.run_id).result(follow_runs=False)
+    except WorkflowFailureError as err:
+        return cause_in_words(err)
+    return ""
 
 
 async def operations_left_running(client: Client, host_id: str) -> list[str]:

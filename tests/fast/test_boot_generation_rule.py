@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from contracts.models.bmc_lease import RebootRunSeen
 from workflows.parts import boot_generation
 from workflows.parts.boot_generation import RunEnd
 
@@ -212,3 +213,21 @@ def test_what_a_cancelled_operations_reboots_reached(
 )
 def test_which_reboot_ids_are_used_up(asked: int, run: RunEnd, result: int | None, spent: bool) -> None:
     assert boot_generation.spent(asked, run, result) is spent
+
+
+def test_a_reboot_waiting_for_a_person_refuses_the_next_rather_than_queue_it_unsaid() -> None:
+    """The re-attack (B3): a firmware run terminated by hand abandons its reboot, waiting in
+    manual-intervention-required; `host reboot` then started the next generation, which waited
+    for it (`PreviousRebootRunning`, said only in the worker's log) and `host abort` of it waited
+    too. Now the start is refused, naming that reboot and how to end it."""
+    rid = "reboot/host-001/generation-3"
+    waiting = RebootRunSeen(end="running", phase="manual-intervention-required")
+    words = boot_generation.waits_for_a_person(rid, waiting)
+    assert words.startswith(f"{rid} still runs and waits for a person (manual-intervention-required"), words
+    assert f"`temporal workflow cancel --workflow-id {rid}`" in words, words
+    for other in (
+        RebootRunSeen(end="running", phase="powering"),  # it ends on its own: the next one waits
+        RebootRunSeen(end="terminated", phase="manual-intervention-required"),
+        RebootRunSeen(end="completed", boot_generation=3),
+    ):
+        assert boot_generation.waits_for_a_person(rid, other) == "", other

@@ -279,3 +279,18 @@ def test_the_policy_sets_the_waits_between_power_on_attempts_within_bounds() -> 
     for wrong in ((), (0.0,), (0.1, 1.0), (601.0,), (1.0,) * 6, (float("inf"),)):
         with pytest.raises(ValidationError, match="power_on_retry_seconds"):
             OperationPolicy(power_on_retry_seconds=wrong)
+
+
+def test_an_aborts_promise_matches_what_the_run_then_does_with_the_host_off() -> None:
+    """The re-attack (B6): an aborted reset whose On kept failing promised "the host is powered
+    on again first", then ended with the host OFF. The words now say what the run does: handed to
+    a person, the host stays OFF; before, the attempts go on and may end it OFF too."""
+    custody = PowerCustody(host_id="host-001", retry_delays=(1.0,))
+    assert custody.abort_words() == ""  # not off by this run's hand: nothing to promise
+    custody.turned_off("ForceOff")
+    words = custody.abort_words()
+    assert "attempts of the host host-001 go on first" in words and "saying the host is OFF" in words
+    assert "powered on again" not in words, words
+    custody.on_refused("401")
+    custody.on_refused("401")  # spent: a person is asked
+    assert custody.abort_words() == "; the host host-001 stays OFF and the run's end says so"

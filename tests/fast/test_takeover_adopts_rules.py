@@ -21,6 +21,7 @@ import pytest
 
 from contracts.errors import AutomationHeldBack, HostBusy, InvalidInput
 from contracts.host_requests import REBOOT, REPROVISION, RESET
+from contracts.models.bmc_lease import RebootRunSeen
 from contracts.models.host import (
     EntityPredecessor,
     HostEntityMemory,
@@ -31,7 +32,15 @@ from contracts.models.host import (
     RunEnd,
 )
 from workflows.host.state import HostEntityState
-from workflows.host.takeover_rules import carried, outcome_of_run, take_over
+from workflows.host.takeover_rules import (
+    CutReboots,
+    carried,
+    cut_to_read,
+    off_while_no_entity,
+    outcome_of_run,
+    take_over,
+)
+from workflows.parts.boot_generation import RebootLeft
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 HOST = "host-001"
@@ -233,3 +242,108 @@ def test_no_hold_after_an_unrecorded_run_but_an_operators_no_to_the_monitor(run:
     new = entity()
     take_over(new, predecessor(ended=(run,)), T0)
     assert new.automation_held_back is None
+
+
+CUT_REPROVISION = _closed(
+    REPROVISION_ID, RunEnd(status="TERMINATED", last_phase="manual-intervention-required"), 4
+)
+REBOOT_FAILED_OFF = RebootRunSeen(
+    end="failed", said=f"BMCRebootFailed: On refused (401); the host {HOST} is OFF: metalflow turned it off"
+)
+
+
+def test_a_cut_run_found_unrecorded_has_its_reboots_read_and_their_off_is_the_mark() -> None:
+    """The re-attack (B2): a reprovision waiting for a person with the host OFF (its reboot failed
+    `BMCRebootFailed` after the BMC's password rotated), its entity terminated, then the
+    reprovision: the next entity recorded it "terminated" and `left_off_by ""` although the BMC
+    said Off. Now its reboots are read as an adopted run's (`cut_to_read` names the run and the
+    generation to read from) and the reboot that failed OFF makes it the mark."""
+    new = entity()
+    before = predecessor(boot_generation=1, ended=(CUT_REPROVISION,))
+    assert cut_to_read(new, before) == (CUT_REPROVISION, 1)
+    read = CutReboots(CUT_REPROVISION, 1, RebootLeft(REBOOT_2, REBOOT_FAILED_OFF))
+    words = take_over(new, before, T0 + timedelta(minutes=5), read)
+    assert new.left_off_by == REPROVISION_ID, words
+    outcome = new.recent[-1].outcome
+    assert outcome.startswith(f"terminated after its reboot {REBOOT_2} failed leaving the host OFF"), outcome
+    assert f"the host is OFF as {REPROVISION_ID} left it" in words, words
+    waits = RebootRunSeen(end="running", phase="manual-intervention-required")
+    other = entity()
+    take_over(other, before, T0, CutReboots(CUT_REPROVISION, 1, RebootLeft(REBOOT_2, waits)))
+    assert other.left_off_by == REPROVISION_ID
+    assert f"{REBOOT_2} still waits for a person" in other.recent[-1].outcome
+
+
+def test_a_cut_run_takes_the_generation_its_reboots_reached() -> None:
+    """B6: the entity's generation lagged a terminated reprovision's completed reboot until the
+    next request's start skipped the spent id."""
+    new = entity()
+    take_over(new, predecessor(ended=(CUT_REPROVISION,)), T0, CutReboots(CUT_REPROVISION, 2, None))
+    assert new.boot_generation == 2 and new.recent[-1].outcome == "terminated"
+
+
+@pytest.mark.parametrize(
+    "run",
+    [
+        _closed(REPROVISION_ID, RunEnd(status="COMPLETED"), 4),  # its result says what it reached
+        _closed(REPROVISION_ID, RunEnd(status="FAILED", failure="X: broke"), 4),  # its details too
+        _closed(REPROVISION_ID, RunEnd(status="TERMINATED", boot_generation=3), 4),
+        _closed(f"remove/{HOST}", RunEnd(status="TERMINATED"), 4),  # a removal reboots nothing
+    ],
+)
+def test_no_reboots_read_unless_a_run_that_reboots_was_cut_without_a_report(run: OperationRun) -> None:
+    """Only such a run costs the new entity a read (an entity that records nothing else adds none)."""
+    assert cut_to_read(entity(), predecessor(ended=(run,))) is None
+    assert cut_to_read(entity(), predecessor()) is None
+
+
+def test_while_no_entity_runs_the_mark_a_new_entity_would_take_is_said() -> None:
+    """B5: after a run that left the host OFF ended with no entity running, `host status` said
+    only "was terminated" until a request started an entity. It now says the mark that entity
+    would take (`off_while_no_entity`): the carried one, or a run closed since that says OFF."""
+    failed = _closed(REBOOT_1, RunEnd(status="FAILED", failure_type="HostLeftOff", failure=LEFT_OFF), 2)
+    assert off_while_no_entity(predecessor(ended=(failed,))) == REBOOT_1
+    assert off_while_no_entity(predecessor(left_off_by=RESET_ID)) == RESET_ID
+    cut = _closed(RESET_ID, RunEnd(status="TERMINATED", last_phase="manual-intervention-required"), 2)
+    assert off_while_no_entity(predecessor(ended=(cut,))) == RESET_ID
+    booted = _closed(REBOOT_2, RunEnd(status="COMPLETED", boot_generation=2), 3)
+    assert off_while_no_entity(predecessor(left_off_by=RESET_ID, ended=(booted,))) == ""
+    assert off_while_no_entity(EntityPredecessor()) == ""
+
+
+def test_the_taken_over_words_never_contradict_a_cleared_mark() -> None:
+    """The re-attack (B6): the taken-over line still said "the host is OFF as RUN left it" after
+    the power watch read the host On and cleared the mark (the WARNING gone). Now it says the
+    mark is past, and why."""
+    new = entity()
+    take_over(new, predecessor(left_off_by=RESET_ID), T0)
+    assert f"the host is OFF as {RESET_ID} left it" in new.taken_over and new.left_off_by == RESET_ID
+    assert new.read_at_rest("On")
+    assert new.left_off_by == "" and f"the host is OFF as {RESET_ID}" not in new.taken_over, new.taken_over
+    assert f"the host was OFF as {RESET_ID} left it (no longer: the host read On at rest)" in new.taken_over
+    booted = entity()
+    take_over(booted, predecessor(left_off_by=RESET_ID), T0)
+    booted.reached(1)
+    assert "(no longer: generation 1 booted)" in booted.taken_over, booted.taken_over
+
+
+def test_an_adopted_monitors_run_aborted_by_an_operator_holds_automation_back() -> None:
+    """Gap (issue 40 item 5): `adopt` rebuilt the request without the monitor's
+    `campaign_workflow_id`, so an operator's abort of the monitor's adopted run set no hold (an
+    own child's does: `hold_after`) and the monitor's next ask power-cycled the host again."""
+    running = OperationRun(
+        workflow_id=REPROVISION_ID,
+        run_id="m1",
+        operation="reprovision",
+        requested_by=MONITOR_ID,
+        started_at=T0,
+    )
+    new = entity()
+    take_over(new, predecessor(running=(running,)), T0)
+    assert new.current is not None and new.current.request.campaign_workflow_id == MONITOR_ID
+    new.finish(new.current, "aborted by alice: no, debugging", T0 + timedelta(minutes=1))
+    hold = new.automation_held_back
+    assert hold is not None and (hold.by, hold.after) == ("alice", REPROVISION_ID), hold
+    other = entity()  # a person's run adopted: no automation named, no hold
+    take_over(other, predecessor(running=(running.model_copy(update={"requested_by": "bob"}),)), T0)
+    assert other.current is not None and other.current.request.campaign_workflow_id is None

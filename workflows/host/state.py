@@ -70,6 +70,7 @@ from workflows.host.awaiting import awaiting_request
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
 from workflows.host.maintenance_rules import standing as _standing
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
+from workflows.host.takeover_rules import no_longer_off
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
@@ -402,7 +403,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         self.boot_generation = generation_after(before, generation)
         self._cycled = self.boot_generation > before
         if self._cycled:  # it booted: it was On (`finish`, next, reads the words)
-            self.left_off_by = ""
+            self._no_longer_off(f"generation {self.boot_generation} booted")
 
     def finish(
         self,
@@ -431,7 +432,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         if HOST_IS_OFF in outcome:
             self.left_off_by = current.record.workflow_id
         elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
-            self.left_off_by = ""
+            self._no_longer_off(f"{current.record.workflow_id} says the host is on")
         ran = current.record.started_at is not None  # the power it left, as of its end (power_rest.py)
         kept = self.maintenance is not None  # a person's power actions are expected: no baseline
         self.power = after_operation(
@@ -494,8 +495,15 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         the WARNING's advice). The words of what it cleared ("" nothing)."""
         if power_state != "On" or not self.left_off_by:
             return ""
-        words, self.left_off_by = f"the host is On at rest: no longer OFF as {self.left_off_by} left it", ""
+        words = f"the host is On at rest: no longer OFF as {self.left_off_by} left it"
+        self._no_longer_off("the host read On at rest")
         return words
+
+    def _no_longer_off(self, why: str) -> None:
+        """The OFF mark cleared; the taken-over words naming it say so (`no_longer_off`)."""
+        if self.left_off_by:
+            self.taken_over = no_longer_off(self.taken_over, self.left_off_by, why)
+        self.left_off_by = ""
 
     def left_off(self) -> str | None:
         """The run whose final words said it left the host OFF (`workflows/parts/host_power.py`),

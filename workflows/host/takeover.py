@@ -9,12 +9,16 @@ automation; it adopts the host's operation its predecessor left running (followe
 `await_operation_end`, `follow_adopted`) and records the runs that closed after the
 predecessor last changed its phase (`takeover_rules.py`). Until then every handler waits (`Gate`,
 the handlers' lock): a request is never decided on a state that forgot a host left OFF or an
-operation still running. A read that fails is logged and the entity starts as new (a WARNING
-says what could not be taken over). Every change of the carried entry is written to the memo
-(`_carry`), so a terminate at any moment leaves the last one. Cost: one activity (about
-6 history events) per new entity, one more per adopted operation (its wait: about 6 events, no
+operation still running. A run found closed unrecorded that was cut by hand (terminated,
+cancelled: no result) has its reboots read as an adopted one's (`cut_to_read`): the OFF mark
+when its last reboot left the host OFF, the generation they reached. A read that fails is
+logged and the entity starts as new (a WARNING says what could not be taken over). Every change
+of the carried entry is written to the memo (`_carry`), so a terminate at any moment leaves the
+last one. Cost: one activity (about
+6 history events) per new entity, one per reboot run read for a run found cut (at most
+`REBOOTS_READ_AFTER_CANCEL`), one more per adopted operation (its wait: about 6 events, no
 history while it heartbeats); one memo upsert per change of the entry. No command is added to a
-run that adopts nothing (auto-upgraded entities replay their histories as before).
+run that adopts nothing and finds no run cut (auto-upgraded entities replay their histories as before).
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.host.outcome import POWER_HOLDERS, off_when_cut
     from workflows.host.state import HostEntityState
-    from workflows.host.takeover_rules import carried, outcome_of_run, take_over
+    from workflows.host.takeover_rules import CutReboots, carried, cut_to_read, outcome_of_run, take_over
     from workflows.parts.reboot_rounds import last_phase, reached_by_reboots
 
 PREDECESSOR_READ: workflow.ActivityConfig = {
@@ -103,7 +107,12 @@ class TakeOver(kernel.Runbook):
                     host, kernel.describe_failure(err),
                 )  # fmt: skip
             else:
-                words = take_over(self.state, before, workflow.now())
+                reboots = None
+                cut = cut_to_read(self.state, before)
+                if cut is not None:  # a run cut by hand reported nothing: what did its reboots do?
+                    reached, left = await reached_by_reboots(host, cut[1])
+                    reboots = CutReboots(cut[0], reached, left)
+                words = take_over(self.state, before, workflow.now(), reboots)
                 if words:
                     workflow.logger.warning("%s: %s", host, words)
                     workflow.upsert_memo({TAKEN_OVER_MEMO: words})

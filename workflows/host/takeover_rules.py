@@ -29,7 +29,7 @@ Pure: no Temporal, no clock, no I/O.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 from pydantic import ValidationError
 
@@ -56,6 +56,59 @@ POWER_HOLDERS = (
     "reboot",
     "reset",
 )  # operations that enter manual-intervention-required only with the host OFF
+
+
+CUT_BY_HAND: Final = ("TERMINATED", "CANCELED")  # Temporal keeps no result: the run reported nothing
+REBOOTING: Final = (
+    names.PROVISION,
+    names.REPROVISION,
+    names.FIRMWARE,
+    names.REBOOT,
+    "reset",
+)  # operations that power-cycle the host through its reboot runs (a removal does not)
+
+
+class CutReboots(NamedTuple):
+    """What the host's reboot runs said for `run` (a run cut by hand, found closed unrecorded):
+    the generation they reached (None: unread) and the first that did not complete
+    (`reboot_rounds.reached_by_reboots`, as for an own child or an adopted run cut short)."""
+
+    run: OperationRun
+    reached: int | None
+    left: RebootLeft | None
+
+
+def _unrecorded(memory: HostEntityMemory, ended: tuple[OperationRun, ...]) -> list[OperationRun]:
+    """The closed runs `memory.recent` does not hold yet, oldest first."""
+    return [
+        run
+        for run in ended
+        if run.end is not None
+        and not any(
+            r.workflow_id == run.workflow_id and r.started_at == run.started_at for r in memory.recent
+        )
+    ]
+
+
+def cut_to_read(memory: HostEntityMemory, before: EntityPredecessor) -> tuple[OperationRun, int] | None:
+    """The run whose reboots a new entity reads before it takes over (`take_over`'s `reboots`):
+    the last run the predecessor's read found closed unrecorded that was terminated or cancelled
+    (no result, no report) and power-cycles the host (`REBOOTING`), with the generation to read
+    from (what the entity knows with the carried entry). None: no such run, no read (an entity
+    that adopts or records nothing else adds no activity). One read serves all: the reboot runs
+    are the host's, and the last of them that did not complete is the last cut run's."""
+    cut = [
+        run
+        for run in _unrecorded(memory, before.ended)
+        if run.end is not None
+        and run.end.status in CUT_BY_HAND
+        and run.end.boot_generation is None
+        and (run.operation or run.workflow_id.split("/", 1)[0]) in REBOOTING
+    ]
+    if not cut:
+        return None
+    entry = before.carried or {}
+    return cut[-1], generation_after(memory.boot_generation, int(entry.get("boot_generation") or 0))
 
 
 def carried(memory: HostEntityMemory) -> dict[str, Any]:
@@ -140,8 +193,16 @@ def adopt(memory: HostEntityMemory, running: tuple[OperationRun, ...]) -> str:
     if not running or memory.current is not None:
         return ""
     run, *others = sorted(running, key=lambda r: iso_z(r.started_at, none=""))
+    host = run.workflow_id.split("/")[1] if run.workflow_id.count("/") else ""
+    # The run's input keeps no `campaign_workflow_id`: the monitor asks in its own name, so its
+    # request is rebuilt as it asked it (an operator's abort of it then holds automation back,
+    # `automation_hold.hold_after`, and the monitor is told its end, as of an own child's).
+    monitor = names.monitor_workflow_id(host) if host else ""
+    asked_by = run.requested_by if monitor and run.requested_by == monitor else None
     try:
-        request = OperationRequest(requested_by=run.requested_by or "unknown", reason=run.reason)
+        request = OperationRequest(
+            requested_by=run.requested_by or "unknown", reason=run.reason, campaign_workflow_id=asked_by
+        )
     except ValidationError:  # a run started by hand with odd words: who asked is not known
         request = OperationRequest(requested_by="unknown")
     record = OperationRecord(
@@ -173,23 +234,27 @@ def _reached(run: OperationRun) -> int | None:
 
 
 def _record_ended(
-    memory: HostEntityMemory, ended: tuple[OperationRun, ...], now: datetime | None = None
+    memory: HostEntityMemory,
+    ended: tuple[OperationRun, ...],
+    now: datetime | None = None,
+    reboots: CutReboots | None = None,
 ) -> list[str]:
     """The runs that closed after the predecessor's last recorded end, oldest first: each
     recorded in `recent`; each moves the boot generation (never back) and the OFF mark (it says
     OFF: marked by it; it says on or booted: cleared); an operator's abort of the monitor's
     request holds automation back, as an own child's end does (`hold_after_run`; since its
-    close). The words of each."""
+    close). The run cut by hand whose reboots were read (`reboots`, `cut_to_read`) takes what
+    they reached and says the host is OFF when its last reboot left it so (`off_when_cut`). The
+    words of each."""
     said = []
-    for run in ended:
-        known = any(
-            r.workflow_id == run.workflow_id and r.started_at == run.started_at for r in memory.recent
-        )
-        if run.end is None or known:
+    for run in _unrecorded(memory, ended):
+        if run.end is None:  # `_unrecorded` keeps closed runs only
             continue
         operation = run.operation or run.workflow_id.split("/", 1)[0]
         host = run.workflow_id.split("/")[1] if run.workflow_id.count("/") else ""
-        outcome = off_when_cut(outcome_of_run(run.end), operation, run.end.last_phase, host)
+        read = reboots if reboots is not None and reboots.run == run else None
+        left = read.left if read is not None else None
+        outcome = off_when_cut(outcome_of_run(run.end), operation, run.end.last_phase, host, left)
         memory.recent.append(
             OperationRecord(
                 operation=operation,
@@ -205,6 +270,8 @@ def _record_ended(
         del memory.recent[:-RECENT_KEPT]
         before = memory.boot_generation
         memory.boot_generation = generation_after(before, _reached(run))
+        if read is not None:
+            memory.boot_generation = generation_after(memory.boot_generation, read.reached)
         if HOST_IS_OFF in outcome:
             memory.left_off_by = run.workflow_id
         elif HOST_IS_ON in outcome or memory.boot_generation > before:
@@ -223,10 +290,16 @@ def _record_ended(
     return said
 
 
-def take_over(memory: HostEntityMemory, before: EntityPredecessor, now: datetime | None = None) -> str:
+def take_over(
+    memory: HostEntityMemory,
+    before: EntityPredecessor,
+    now: datetime | None = None,
+    reboots: CutReboots | None = None,
+) -> str:
     """Take over what the predecessor's memo carried, in words ("" nothing to take: no closed
     run, or one that carried nothing, e.g. older code), saying when (`now`); adopt its operation
-    still running; record its operations that closed unrecorded. Never moves the boot generation
+    still running; record its operations that closed unrecorded (a cut run's with what its
+    reboots said, `reboots`: read for the run `cut_to_read` names). Never moves the boot generation
     back and never replaces what this entity already holds. The words are shown until a later
     operation of this entity ends (`HostEntityState.finish`): what they reported is past by then."""
     entry = before.carried or {}
@@ -249,7 +322,8 @@ def take_over(memory: HostEntityMemory, before: EntityPredecessor, now: datetime
     had_off = memory.left_off_by
     if entry.get("left_off_by") and not memory.left_off_by:
         memory.left_off_by = str(entry["left_off_by"])
-    taken.extend(_record_ended(memory, before.ended, now))  # after the entry: what happened since wins
+    # After the entry: what happened since wins.
+    taken.extend(_record_ended(memory, before.ended, now, reboots))
     if memory.left_off_by and memory.left_off_by != had_off:
         taken.append(f"the host is OFF as {memory.left_off_by} left it")
     if entry.get("maintenance") and memory.maintenance is None:
@@ -269,3 +343,21 @@ def take_over(memory: HostEntityMemory, before: EntityPredecessor, now: datetime
     source = f"run {before.run_id} ({how})" if before.run_id else "no closed run"
     memory.taken_over = f"took over from {source}{at}: {'; '.join(taken)}"
     return memory.taken_over
+
+
+def off_while_no_entity(before: EntityPredecessor) -> str:
+    """The run a new entity would mark as having left the host OFF (`take_over` on nothing
+    known), "" none: what `host status` says while no entity runs (its entity terminated by
+    hand), read from what the CLI can read without starting anything (the closed entity run's
+    memo, the operations that closed since, as listed: no reboot run read)."""
+    memory = HostEntityMemory()
+    take_over(memory, before)
+    return memory.left_off_by
+
+
+def no_longer_off(taken_over: str, run: str, why: str) -> str:
+    """The "taken over" words once the OFF mark they name (`run`) is cleared (`why`): their
+    `the host is OFF as RUN left it` would contradict the mark (and the WARNING that went), so it
+    reads `the host was OFF as RUN left it (no longer: WHY)`; other words are kept as they were."""
+    said = f"the host is OFF as {run} left it"
+    return taken_over.replace(said, f"the host was OFF as {run} left it (no longer: {why})")

@@ -369,12 +369,17 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
         if isinstance(child_input, HostRebootInput):
             # A failed operation may have spent generations this entity never heard of; reusing
             # one would start a second run under a reboot's id.
-            self._child, _ = await start_next_reboot(
-                child_input,
-                summary=summary.replace("{", "{{").replace("}", "}}"),  # the helper formats it
-                parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
-                search_attributes=attributes,
-            )
+            try:
+                self._child, _ = await start_next_reboot(
+                    child_input,
+                    summary=summary.replace("{", "{{").replace("}", "}}"),  # the helper formats it
+                    parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                    search_attributes=attributes,
+                )
+            except HostBusy:  # an abandoned reboot waits for a person: refused, naming it
+                self.state.drop()
+                self._show_phase()
+                raise
             self.state.started(current, workflow.now(), workflow_id=self._child.id)
             self._show_phase()
             return

@@ -252,8 +252,7 @@ class HostResetWorkflow(SiteCheckSaid, HearsItsReboot, HostPowerOn):
         self._leases.granted(grant)
 
     def abort_promise(self) -> str:
-        on = "; the host is powered on again first" if self._power.is_off else ""
-        return f"aborting at the next safe point ({self.phase}: {self.details}){on}"
+        return f"aborting at the next safe point ({self.phase}: {self.details}){self._power.abort_words()}"
 
     # -- the steps -----------------------------------------------------------------------------
     async def _resolve(self) -> HostInventory:

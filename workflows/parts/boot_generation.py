@@ -30,6 +30,11 @@ The functions, each used where that decision is taken:
   nothing (Temporal keeps no result): the entity reads the reboot runs from `known + 1` on and
   counts each one that completed having reached its generation, up to the first that did not.
   (A `--both` reset's own cycle has no reboot run: cancelled after it, it is not counted.)
+- `waits_for_a_person(workflow_id, seen)`: a reboot id held by a run that still waits for a
+  person in manual-intervention-required (a reboot abandoned by a firmware run terminated by
+  hand, the host OFF by its hand) is never queued behind: every later reboot of the host waits
+  for it to end (`PreviousRebootRunning`), and it ends only when a person ends it. The start is
+  refused instead, naming it and how to end it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from enum import StrEnum
 from typing import Final, NamedTuple
 
 from contracts.models.bmc_lease import RebootRunSeen
+from contracts.models.host import MANUAL_INTERVENTION_REQUIRED
 
 
 class RunEnd(StrEnum):
@@ -95,3 +101,17 @@ class RebootLeft(NamedTuple):
 
     workflow_id: str
     seen: RebootRunSeen
+
+
+def waits_for_a_person(workflow_id: str, seen: RebootRunSeen) -> str:
+    """The refusal of a new reboot whose generation `workflow_id` holds, still running and
+    waiting for a person (`seen`), in words ("": none; the new reboot takes the next generation
+    and waits for that run only while it may end on its own)."""
+    if seen.end != RunEnd.RUNNING or seen.phase != MANUAL_INTERVENTION_REQUIRED:
+        return ""
+    return (
+        f"{workflow_id} still runs and waits for a person ({seen.phase}; e.g. the reboot of a "
+        "firmware run ended by hand, the host OFF by its hand): a new reboot of the host would wait "
+        f"until it ends. End it first: `temporal workflow cancel --workflow-id {workflow_id}` (its "
+        "cancel tries On afresh), then ask again"
+    )

@@ -88,6 +88,20 @@ class PowerCustody(BaseModel):
         self.handed_over = True
         return None
 
+    def abort_words(self) -> str:
+        """What an abort asked now does to the host's power, for `abort_promise` ("" the host is
+        not off by this run's hand): the promise matches the end (an abort never powers on a
+        host a person was handed: that run ends saying the host is OFF; before, the attempts
+        left go on, and their last refusal ends it OFF too)."""
+        if not self.is_off:
+            return ""
+        if self.handed_over:
+            return f"; the host {self.host_id} stays OFF and the run's end says so"
+        return (
+            f"; its power-on attempts of the host {self.host_id} go on first: it ends with the host "
+            "on, or, if the BMC keeps refusing On, saying the host is OFF"
+        )
+
     def retried(self) -> None:
         """A person answered `retry`: power-on attempts afresh."""
         self.refused, self.handed_over = 0, False

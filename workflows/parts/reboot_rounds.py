@@ -15,7 +15,9 @@ host the same way, through `RebootRounds`; the host entity starts a `host reboot
   `BMCRebootFailed`; aborted or cancelled before anything was sent) is free and run again under
   its own id (the caller's own refused reboot: `retry_refused`; anyone's: one Temporal read,
   `describe_reboot_run`, on the conflict only), so the generation moves once per reset that
-  happened and no number is skipped.
+  happened and no number is skipped. A generation whose run still waits for a person (a reboot
+  a firmware run terminated by hand abandoned) refuses the start (`HostBusy`, naming it and how
+  to end it: `boot_generation.waits_for_a_person`): every later reboot would wait for it unsaid.
 - **Wait** (`RebootRounds.wait`): the runbook's wait (`kernel.Runbook.wait`, abortable unless
   told not to). An abort, or a cancel of the workflow, stops the reboot first: it is cancelled
   and waited for (a reboot cut short powers the host back on, then completes with its result),
@@ -70,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
     from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 
     from contracts import activity_api, names, priorities, workflow_api
-    from contracts.errors import BMCRebootFailed, InvalidInput, OperationAborted
+    from contracts.errors import BMCRebootFailed, HostBusy, InvalidInput, OperationAborted
     from contracts.models.bmc_lease import RebootRunInput, RebootRunSeen
     from contracts.models.control import OperatorRequest
     from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult
@@ -383,8 +385,16 @@ async def _describe(host_id: str, generation: int, summary: str) -> RebootRunSee
 
 async def _spent(host_id: str, generation: int) -> bool:
     """Whether the run holding generation `generation`'s reboot id used it up (one Temporal read:
-    `describe_reboot_run`; `boot_generation.spent` decides)."""
+    `describe_reboot_run`; `boot_generation.spent` decides).
+
+    Raises:
+        HostBusy: that run still waits for a person (`boot_generation.waits_for_a_person`): a
+            reboot after it would wait for it, unsaid, until a person ends it.
+    """
     seen = await _describe(host_id, generation, f"is generation {generation} of {host_id} used up?")
+    waiting = boot_generation.waits_for_a_person(names.host_reboot_workflow_id(host_id, generation), seen)
+    if waiting:
+        raise HostBusy(f"host {host_id} is busy: {waiting}")
     if seen.end == "absent":
         return False
     return boot_generation.spent(generation, boot_generation.RunEnd(seen.end), seen.boot_generation)
