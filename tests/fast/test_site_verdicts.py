@@ -96,11 +96,51 @@ def test_a_host_bmc_without_a_provable_power_cycle_degrades_the_power_cycles(mis
         else host_bmc(last_reset_time=False)
     )
     found = changed(site(bmc, dpu_bmc()))
-    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "reset-both", "firmware"}
+    # Not --full nor --both: they turn the host off and on around the DPU resets, no cycle to prove.
+    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "firmware"}
     assert {status for status, _ in found.values()} == {"degraded"}
     row = "redfish P1" if missing == "PowerCycle" else "redfish P2"  # not H2: a firmware row
     assert all(row in rows for _, rows in found.values())
     assert missing in verdicts(site(bmc, dpu_bmc()))[2].reasons[0].text
+
+
+SAME_ACTIONS_VARIANTS = {
+    "clean": (host_bmc(), dpu_bmc()),
+    "host BMC without PowerCycle": (host_bmc(reset_types=("On", "ForceOff", "ForceRestart")), dpu_bmc()),
+    "host BMC without LastResetTime": (host_bmc(last_reset_time=False), dpu_bmc()),
+    "host BMC refusing": (host_bmc(credentials_ok=False, error="401"), dpu_bmc()),
+    "host BMC unreachable": (host_bmc(reachable=False), dpu_bmc()),
+    "DPU BMC without PowerCycle": (host_bmc(), dpu_bmc(reset_types=("ForceRestart", "On"))),
+    "DPU BMC without ForceRestart": (host_bmc(), dpu_bmc(reset_types=("PowerCycle",))),
+    "DPU BMC without BootProgress": (host_bmc(), dpu_bmc(boot_progress=False)),
+    "DPU BMC without UpdateService": (host_bmc(), dpu_bmc(update_service=False)),
+    "DPU BMC unreachable": (host_bmc(), dpu_bmc(reachable=False)),
+    "DPU BMC held by DPF": (host_bmc(), dpu_bmc(credentials_ok=False, credentials_by="dpf")),
+    "two DPUs, one dead": (
+        host_bmc(),
+        dpu_bmc(),
+        dpu_bmc(bmc_id="h1-dpu-1", dpu="h1-dpu-1", reachable=False),
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", SAME_ACTIONS_VARIANTS)
+def test_reset_both_and_all_dpus_full_get_one_verdict_as_they_do_the_same(variant: str) -> None:
+    """`--both` and `--all-dpus --full` send the same power actions to the same components (host
+    ForceOff, each DPU PowerCycle, host On, each DPU's OS awaited: the workflow's own decision
+    says so below), so the check judges them alike on every finding; a host BMC without
+    PowerCycle once degraded `--both` only."""
+    from contracts.models.host import ResetTarget
+    from workflows.host_reset import state as sequence
+
+    both, full = (ResetTarget.BOTH, False), (ResetTarget.ALL_DPUS, True)
+    assert sequence.full_reset(*both) and sequence.full_reset(*full)
+    assert sequence.dpu_reset_type(*both) == sequence.dpu_reset_type(*full) == "PowerCycle"
+    findings = site(*SAME_ACTIONS_VARIANTS[variant])
+    said = [host_verdict(findings, "h1", cap) for cap in ("reset-both", "reset-dpu-full")]
+    assert said[0].status == said[1].status and said[0].reasons == said[1].reasons, said
+    by_site = {v.capability: v for v in verdicts(findings)}
+    assert by_site["reset-both"].status == by_site["reset-dpu-full"].status
 
 
 def test_a_dpu_bmc_without_powercycle_blocks_the_full_sequences_only() -> None:
@@ -163,8 +203,8 @@ def test_grove_without_podgangmap_blocks_the_rollout_and_a_gated_scale_out_degra
 def test_blocked_outranks_degraded() -> None:
     bmc = host_bmc(reset_types=("On", "ForceOff"))  # degraded
     both = {v.capability: v for v in verdicts(site(bmc, dpu_bmc(reachable=False)))}
-    assert both["reset-both"].status == "blocked"
-    assert {r.status for r in both["reset-both"].reasons} == {"blocked", "degraded"}
+    assert both["firmware"].status == "blocked"  # its power cycle degraded, its DPU's BMC blocks it
+    assert {r.status for r in both["firmware"].reasons} == {"blocked", "degraded"}
 
 
 def test_a_hosts_verdict_has_only_its_own_bmcs_and_the_sites_reasons() -> None:
