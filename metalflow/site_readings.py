@@ -45,22 +45,27 @@ def trust_mode(dpus: list[dict[str, Any]]) -> tuple[str, str]:
     return mode, f"{modes[mode]} DPU(s), {field}"
 
 
+UNKNOWN_METHOD = "Unknown"  # the agent's rebootMethod from its start until HandleReboot (dpuagent.go Run)
 DISCOVERY_CONDITION = "RebootMethodDiscovery"  # the DPU agent's condition (dpf R4)
 
 
 def reboot_discovery(dpus: list[dict[str, Any]]) -> str:
     """How the DPU agents find their reboot method, from the DPUs already listed (dpf R4; DOMAIN.md
     2.5): device query where the agent's report (`status.agentStatus.conditions`) carries
-    `RebootMethodDiscovery=True`, boot ID where it reported without it (an MFT older than
-    4.36.0-95: a first `SystemLevelReset` whatever the model, and DPF goes on from `Rebooting`
-    without asking the agent again); "" with no DPU."""
+    `RebootMethodDiscovery=True`, boot ID where it decided a method (`rebootMethod`, not
+    `Unknown`) without it (an MFT older than 4.36.0-95: a first `SystemLevelReset` whatever the
+    model, and DPF goes on from `Rebooting` without asking the agent again); not reported yet
+    where neither: no agent report, or an agent that started (`lastStartupTime`, `rebootMethod:
+    Unknown`) but has not reached its reboot step (upstream each start writes the start time and
+    `Unknown` first and sets the condition in `HandleReboot` later: `dpuagent.go` `Run`,
+    `reboot.go` c=75d3fab2 `getRebootMethodDeviceQuery`); "" with no DPU."""
     counts = {"device-query": 0, "boot-id": 0, "not reported": 0}
     for dpu in dpus:
         agent = (dpu.get("status") or {}).get("agentStatus") or {}
         conditions = agent.get("conditions") or []
         if any(c.get("type") == DISCOVERY_CONDITION and c.get("status") == "True" for c in conditions):
             counts["device-query"] += 1
-        elif agent.get("rebootMethod") or agent.get("lastStartupTime"):
+        elif agent.get("rebootMethod") not in (None, "", UNKNOWN_METHOD):
             counts["boot-id"] += 1
         else:
             counts["not reported"] += 1
@@ -69,9 +74,11 @@ def reboot_discovery(dpus: list[dict[str, Any]]) -> str:
     words = {
         "device-query": "device query (RebootMethodDiscovery=True: after a host reboot DPF asks the "
         "agent again, in DPU Config)",
-        "boot-id": "boot ID (a report without RebootMethodDiscovery: an agent MFT older than 4.36.0-95; "
-        "one SystemLevelReset per provisioning, DPF goes on from Rebooting without asking again)",
-        "not reported": "no agent report yet",
+        "boot-id": "boot ID (a reboot method reported without RebootMethodDiscovery: an agent MFT older "
+        "than 4.36.0-95; one SystemLevelReset per provisioning, DPF goes on from Rebooting without "
+        "asking again)",
+        "not reported": "not reported yet (no agent has decided its reboot method since it started: "
+        "read again once they report)",
     }
     return "; ".join(f"{words[k]} on {n} DPU(s)" for k, n in counts.items() if n)
 

@@ -753,13 +753,31 @@ def test_the_agents_reboot_method_discovery_is_read_from_the_dpus_and_said() -> 
     said = reboot_discovery([dpu(query), dpu(query), dpu(boot_id), dpu(None)])
     assert said.startswith("device query (RebootMethodDiscovery=True: after a host reboot DPF asks the agent")
     assert (
-        "on 2 DPU(s); boot ID (a report without RebootMethodDiscovery: an agent MFT older than 4.36.0-95"
-        in said
+        "on 2 DPU(s); boot ID (a reboot method reported without RebootMethodDiscovery: an agent MFT older "
+        "than 4.36.0-95" in said
     )
-    assert said.endswith("; no agent report yet on 1 DPU(s)")
+    assert said.endswith("; not reported yet (no agent has decided its reboot method since it started: "
+                         "read again once they report) on 1 DPU(s)")  # fmt: skip
     assert reboot_discovery([]) == ""
     lines = info(site(dpf=DPFFinding(version="26", reboot_discovery=said)))
     assert f"DPU agents' reboot-method discovery: {said} (dpf R4)" in lines
     assert not any(
         "discovery" in line for line in info(site(dpf=DPFFinding(version="25.10", reboot_discovery=said)))
     )
+
+
+def test_an_agent_that_started_but_has_not_decided_its_reboot_method_is_not_reported_yet() -> None:
+    """Issue 36 (low findings item 2): after a host reboot the check said "boot ID" for agents
+    that had only started. Upstream each agent start writes `lastStartupTime` and `rebootMethod:
+    Unknown` first (`dpuagent.go` `Run`, `ReportLastStartupTime`) and sets its discovery condition
+    later, in `HandleReboot` (`reboot.go` c=75d3fab2): no condition then says nothing about the
+    discovery. Boot ID is a method decided without the condition."""
+    from metalflow.site_readings import reboot_discovery
+
+    def dpu(agent: dict[str, object]) -> dict[str, object]:
+        return {"status": {"phase": "DPU Config", "agentStatus": agent}}
+
+    started = {"lastStartupTime": "2026-11-29T07:00:00Z"}
+    for agent in (started, {**started, "rebootMethod": "Unknown"}, {**started, "conditions": []}):
+        assert reboot_discovery([dpu(agent)]).startswith("not reported yet"), agent
+    assert reboot_discovery([dpu({**started, "rebootMethod": "NoAction"})]).startswith("boot ID")
