@@ -189,10 +189,24 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
         env = rollout_env(small, local_env)
         async with emitting_worker(local_env.client, task_queue, small):
             command = [sys.executable, "-m", "metalflow", "host", "reboot", "sc-601", "--power-down-wait",
-                       "1", "--wait", "--task-queue", task_queue]  # fmt: skip
-            rebooted = await asyncio.to_thread(
-                subprocess.run, command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
+                       "3", "--wait", "--task-queue", task_queue]  # fmt: skip
+            running = asyncio.ensure_future(
+                asyncio.to_thread(
+                    subprocess.run, command, capture_output=True, text=True, env=env, timeout=60, cwd=ROOT
+                )
             )
+            # While it runs, `host status --json` says the words in the reboot's operation too, as
+            # reset, reprovision and firmware say them in their own status (low findings item 3).
+            operation: dict[str, Any] = {}
+            while not running.done() and not operation.get("phase"):
+                shown = await metalflow(env, "host", "status", "sc-601", "--json")
+                operation = (json.loads(shown.stdout or "{}") if shown.returncode == 0 else {}).get(
+                    "operation"
+                ) or {}
+                await asyncio.sleep(0.2)
+            assert operation.get("phase"), "the reboot ended before host status saw it run"
+            assert any(w.startswith("reboot is degraded on sc-601 by") for w in operation["site_check"])
+            rebooted = await running
             assert rebooted.returncode == 0, rebooted.stdout + rebooted.stderr
             assert "reboot is degraded on sc-601 by the site check of" in rebooted.stderr
             said = "site check: reboot is degraded on sc-601 by the site check of"

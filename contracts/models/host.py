@@ -486,6 +486,7 @@ class HostStatus(_Frozen):
     automation_held_back: AutomationHold | None = None  # an operator said no to an automation
     taken_over: str = ""  # what this entity took over from a run that ended by hand ("" nothing)
     awaiting: AwaitingRequest | None = None  # the request awaiting approval (None: none awaits)
+    site_check: tuple[str, ...] = ()  # `current`'s request's site check words (a reboot has no status)
 
 
 EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest
