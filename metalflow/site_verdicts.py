@@ -174,9 +174,12 @@ def _host_rules(
                 "redfish P1" if missing == "PowerCycle" else "redfish P2",
                 "DOMAIN 4.1",
             )
+    held = [b for b in dpu_bmcs if b.reachable and not b.credentials_ok and b.credentials_by == "dpf"]
+    if held:  # once for the host, naming its DPUs (it repeated its advice per DPU)
+        add(DPU_BMC_USED, "blocked", _dpf_managed(host_id, held), "dpf Z1", "redfish F1")
     for bmc in dpu_bmcs:
-        if bmc.reachable and not bmc.credentials_ok and bmc.credentials_by == "dpf":
-            add(DPU_BMC_USED, "blocked", _dpf_managed(host_id, bmc), "dpf Z1", "redfish F1")
+        if bmc in held:
+            pass
         elif not bmc.usable:
             add(DPU_BMC_USED, "blocked", f"{host_id}: DPU {bmc.trouble()}",
                 "redfish F1" if bmc.reachable else "redfish F3")  # fmt: skip
@@ -227,15 +230,24 @@ def _manual(host_id: str, bmc: BMCFinding) -> str:
     )
 
 
-def _dpf_managed(host_id: str, bmc: BMCFinding) -> str:
-    """Why a DPU BMC refuses our credentials when DPF manages them, and what to do (dpf Z1)."""
+def _dpf_managed(host_id: str, held: list[BMCFinding]) -> str:
+    """Why a host's DPU BMCs refuse our credentials when DPF manages them, and what to do, once for
+    the host, naming each DPU BMC and DPF's hold on it (dpf Z1)."""
+    if len(held) == 1:
+        bmc = held[0]
+        which = f"DPU BMC {bmc.bmc_id} refuses the site file's credentials, and DPF manages this BMC's "
+        which += f"credentials ({bmc.dpf_credentials})"
+    else:
+        which = f"DPU BMCs {', '.join(b.bmc_id for b in held)} refuse the site file's credentials, and DPF "
+        which += (
+            f"manages these BMCs' credentials ({'; '.join(f'{b.bmc_id}: {b.dpf_credentials}' for b in held)})"
+        )
     return (
-        f"{host_id}: DPU BMC {bmc.bmc_id} refuses the site file's credentials, and DPF manages this BMC's "
-        f"credentials ({bmc.dpf_credentials}): in zero trust DPF 26.8 resets a DPU's BMC to factory "
+        f"{host_id}: {which}: in zero trust DPF 26.8 resets a DPU's BMC to factory "
         "defaults once at onboarding and sets its Redfish account (root on BlueField-3, admin on "
         "BlueField-4) to the password of its credential Secret (key `password`; the shared "
         "bmc-shared-password, or the DPUDevice's spec.bmcCredentialSecretName). Give the site file that "
-        "account and password for this BMC (a credential Secret with username and that password; DPF's "
+        "account and password for each such BMC (a credential Secret with username and that password; DPF's "
         "rotations move to a new Secret name, so update it with them), or opt the device out "
         "(DPUDevice spec.bmcFactoryResetPolicy: Never) before it is onboarded; then run "
         "`metalflow site check` again"

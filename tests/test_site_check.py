@@ -200,10 +200,10 @@ async def test_a_host_operation_under_a_degraded_verdict_says_so_in_its_start_ev
             operation: dict[str, Any] = {}
             while not running.done() and not operation.get("phase"):
                 shown = await metalflow(env, "host", "status", "sc-601", "--json")
-                operation = (json.loads(shown.stdout or "{}") if shown.returncode == 0 else {}).get(
-                    "operation"
-                ) or {}
+                document = json.loads(shown.stdout or "{}") if shown.returncode == 0 else {}
+                operation = document.get("operation") or {}
                 await asyncio.sleep(0.2)
+            assert document["host"]["site"] == "site-check"  # the site file's name, not "default" (item 4)
             assert operation.get("phase"), "the reboot ended before host status saw it run"
             assert any(w.startswith("reboot is degraded on sc-601 by") for w in operation["site_check"])
             rebooted = await running

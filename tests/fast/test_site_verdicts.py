@@ -781,3 +781,29 @@ def test_an_agent_that_started_but_has_not_decided_its_reboot_method_is_not_repo
     for agent in (started, {**started, "rebootMethod": "Unknown"}, {**started, "conditions": []}):
         assert reboot_discovery([dpu(agent)]).startswith("not reported yet"), agent
     assert reboot_discovery([dpu({**started, "rebootMethod": "NoAction"})]).startswith("boot ID")
+
+
+def test_dpf_holding_several_dpu_bmcs_of_a_host_is_said_once_for_the_host_naming_them() -> None:
+    """Issue 36 (low findings item 4): the Z1 reason, with its paragraph of advice, was repeated
+    for each DPU of a host under each capability. Now one reason per host names its DPU BMCs and
+    DPF's Secret for each; the site's verdict has one per host."""
+
+    def held(host: str, i: int) -> BMCFinding:
+        secret = f"Secret device-{host}-dpu-{i}-bmc-v1"
+        return dpu_bmc(host, bmc_id=f"{host}-dpu-{i}", dpu=f"{host}-dpu-{i}", credentials_ok=False,
+                       credentials_by="dpf", dpf_credentials=secret)  # fmt: skip
+
+    findings = site(host_bmc("h1"), held("h1", 0), held("h1", 1), host_bmc("h2"), held("h2", 0))
+    reasons = host_verdict(findings, "h1", "reset-dpu").reasons
+    assert len(reasons) == 1 and reasons[0].rows == ("dpf Z1", "redfish F1")
+    assert reasons[0].text.startswith(
+        "h1: DPU BMCs h1-dpu-0, h1-dpu-1 refuse the site file's credentials, and DPF manages these BMCs' "
+        "credentials (h1-dpu-0: Secret device-h1-dpu-0-bmc-v1; h1-dpu-1: Secret device-h1-dpu-1-bmc-v1): "
+    )
+    assert reasons[0].text.count("factory defaults once at onboarding") == 1
+    site_wide = next(v for v in verdicts(findings) if v.capability == "firmware")
+    assert [r.text.split(":", 1)[0] for r in site_wide.reasons] == ["h1", "h2"]  # once per host
+    one = host_verdict(findings, "h2", "reset-dpu").reasons[0].text
+    assert one.startswith(
+        "h2: DPU BMC h2-dpu-0 refuses the site file's credentials, and DPF manages this BMC's"
+    )
