@@ -335,8 +335,10 @@ def _pcs_reasons(grove: GroveFinding, found: PCSFinding) -> list[Reason]:
         text = (
             f"{name}: scheduled by KAI, whose stale-gang eviction is on ({grove.kai_detail}): replacing "
             "one clique's pods leaves its gang short and KAI evicts the rest of the gang when the grace "
-            "period ends. Turn it off: SchedulingShard spec.args.default-staleness-grace-period negative "
-            "(Helm: --set-string scheduler.args.default-staleness-grace-period=-1, Grove's installation docs)"
+            "period ends. Turn it off: SchedulingShard spec.args.default-staleness-grace-period a negative "
+            "Go duration (Helm: --set-string scheduler.args.default-staleness-grace-period=-1s; Grove's "
+            "installation docs write -1, which KAI's scheduler refuses: no unit; -0s is zero, evicting at "
+            "once)"
         )
         out.append(Reason("blocked", text, ("grove K4",)))
     elif found.backend == KAI_BACKEND and grove.kai_eviction != "off":
@@ -344,7 +346,7 @@ def _pcs_reasons(grove: GroveFinding, found: PCSFinding) -> list[Reason]:
             f"{name}: scheduled by KAI; whether its stale-gang eviction is off is unknown "
             f"({grove.kai_detail or 'not read'}): check "
             "`kubectl get schedulingshards.kai.scheduler -o yaml`: "
-            "spec.args.default-staleness-grace-period must be negative (or "
+            "spec.args.default-staleness-grace-period must be a negative Go duration, e.g. -1s (or "
             "spec.actions.stalegangeviction.enabled false)"
         )
         out.append(Reason("degraded", text, ("grove K4",)))

@@ -396,7 +396,7 @@ def test_kai_with_stale_gang_eviction_off_is_ready_on_blocked_unknown_degraded()
     assert rollout(grove())[:2] == ("ready", ())
     status, rows, text = rollout(grove(kai_eviction="on", kai_detail="SchedulingShard default: unset"))
     assert (status, rows) == ("blocked", ("grove K4",))
-    assert "evicts the rest of the gang" in text and "default-staleness-grace-period=-1" in text
+    assert "evicts the rest of the gang" in text and "default-staleness-grace-period=-1s" in text
     status, rows, text = rollout(grove(kai_eviction="unknown", kai_detail="cannot list: 403"))
     assert (status, rows) == ("degraded", ("grove K4",))
     assert "unknown (cannot list: 403): check `kubectl get schedulingshards.kai.scheduler" in text
@@ -444,7 +444,7 @@ def test_kai_stale_gang_eviction_is_read_from_the_scheduling_shards() -> None:
         return {"metadata": {"name": name}, "spec": spec}
 
     assert kai_eviction([]) == ("unknown", "no KAI SchedulingShard found")
-    assert kai_eviction([shard("default", args={"default-staleness-grace-period": "-1"})])[0] == "off"
+    assert kai_eviction([shard("default", args={"default-staleness-grace-period": "-1s"})])[0] == "off"
     assert kai_eviction([shard("default", actions={"stalegangeviction": {"enabled": False}})])[0] == "off"
     state, detail = kai_eviction([shard("default")])
     assert state == "on" and "unset, KAI's default 60s" in detail
@@ -807,3 +807,32 @@ def test_dpf_holding_several_dpu_bmcs_of_a_host_is_said_once_for_the_host_naming
     assert one.startswith(
         "h2: DPU BMC h2-dpu-0 refuses the site file's credentials, and DPF manages this BMC's"
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "state"),
+    [
+        ("-0s", "on"),  # zero: KAI evicts a stale gang at once (it read "off": it starts with "-")
+        ("0", "on"),
+        ("-0.0h", "on"),
+        ("-1s", "off"),
+        ("-1h30m", "off"),
+        ("-.5s", "off"),
+        ("30s", "on"),
+        ("-1", "unknown"),  # no unit: Go's time.ParseDuration refuses it, and so KAI's scheduler
+        ("never", "unknown"),
+    ],
+)
+def test_kai_grace_period_is_read_as_kais_scheduler_parses_it(value: str, state: str) -> None:
+    """Issue 36 (low findings item 5): KAI's operator passes the shard's args to its scheduler as
+    flags (`resources_for_shard.go` `buildArgsList`); `--default-staleness-grace-period` is a pflag
+    `DurationVar` (`cmd/scheduler/app/options/options.go`: "Negative values means infinite"), and
+    `stalegangeviction.go` `handleStaleJob` skips eviction only when `< 0`: `-0s` is zero, so
+    eviction is on (at once); a value Go cannot parse is no "off"."""
+    shard = {"metadata": {"name": "default"}, "spec": {"args": {"default-staleness-grace-period": value}}}
+    found, detail = kai_eviction([shard])
+    assert found == state, detail
+    if state == "unknown":
+        assert "is not a Go duration" in detail and "-1s" in detail
+    if value in ("-0s", "0"):
+        assert "evicted at once" in detail
