@@ -44,7 +44,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from contracts import names, priorities, workflow_api
 from contracts.host_entity import HostEntityClient, start_unless_running
 from contracts.models.control import ABORT_UPDATE, STATUS_QUERY, OperatorAnswer, OperatorRequest
-from contracts.models.host import RELEASE_AUTOMATION_UPDATE, HostWorkflowInput
+from contracts.models.host import RELEASE_AUTOMATION_UPDATE
 from contracts.models.monitor import (
     RESUME_UPDATE,
     HostMonitorInput,
@@ -54,6 +54,7 @@ from contracts.models.monitor import (
 )
 from contracts.with_start import execute_update
 from metalflow.hosts import COULD_NOT_ASK, NOTHING_SENT, QUERY_TIMEOUT, HostRequestError, send_update
+from metalflow.site_name import entity_input
 
 LOOK_POLL_SECONDS = 0.2
 # Below the default (3) that operations run at: see the module docstring and `contracts.priorities`.
@@ -224,7 +225,7 @@ async def _release_entity_hold(
     status = await HostEntityClient(client).status(host_id)
     if status is None or status.automation_held_back is None or status.current is not None:
         return ""
-    entity = HostWorkflowInput(host_id=host_id)
+    entity = entity_input(host_id)
     answer = await send_update(client, entity, RELEASE_AUTOMATION_UPDATE, request, OperatorAnswer, task_queue)
     return answer.message
 

@@ -12,6 +12,7 @@ metalflow/site_check.py's).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from metalflow.site_verdicts import KAI_BACKEND, KUBE_BACKEND, VOLCANO_BACKEND, PCSFinding
@@ -45,22 +46,27 @@ def trust_mode(dpus: list[dict[str, Any]]) -> tuple[str, str]:
     return mode, f"{modes[mode]} DPU(s), {field}"
 
 
+UNKNOWN_METHOD = "Unknown"  # the agent's rebootMethod from its start until HandleReboot (dpuagent.go Run)
 DISCOVERY_CONDITION = "RebootMethodDiscovery"  # the DPU agent's condition (dpf R4)
 
 
 def reboot_discovery(dpus: list[dict[str, Any]]) -> str:
     """How the DPU agents find their reboot method, from the DPUs already listed (dpf R4; DOMAIN.md
     2.5): device query where the agent's report (`status.agentStatus.conditions`) carries
-    `RebootMethodDiscovery=True`, boot ID where it reported without it (an MFT older than
-    4.36.0-95: a first `SystemLevelReset` whatever the model, and DPF goes on from `Rebooting`
-    without asking the agent again); "" with no DPU."""
+    `RebootMethodDiscovery=True`, boot ID where it decided a method (`rebootMethod`, not
+    `Unknown`) without it (an MFT older than 4.36.0-95: a first `SystemLevelReset` whatever the
+    model, and DPF goes on from `Rebooting` without asking the agent again); not reported yet
+    where neither: no agent report, or an agent that started (`lastStartupTime`, `rebootMethod:
+    Unknown`) but has not reached its reboot step (upstream each start writes the start time and
+    `Unknown` first and sets the condition in `HandleReboot` later: `dpuagent.go` `Run`,
+    `reboot.go` c=75d3fab2 `getRebootMethodDeviceQuery`); "" with no DPU."""
     counts = {"device-query": 0, "boot-id": 0, "not reported": 0}
     for dpu in dpus:
         agent = (dpu.get("status") or {}).get("agentStatus") or {}
         conditions = agent.get("conditions") or []
         if any(c.get("type") == DISCOVERY_CONDITION and c.get("status") == "True" for c in conditions):
             counts["device-query"] += 1
-        elif agent.get("rebootMethod") or agent.get("lastStartupTime"):
+        elif agent.get("rebootMethod") not in (None, "", UNKNOWN_METHOD):
             counts["boot-id"] += 1
         else:
             counts["not reported"] += 1
@@ -69,9 +75,11 @@ def reboot_discovery(dpus: list[dict[str, Any]]) -> str:
     words = {
         "device-query": "device query (RebootMethodDiscovery=True: after a host reboot DPF asks the "
         "agent again, in DPU Config)",
-        "boot-id": "boot ID (a report without RebootMethodDiscovery: an agent MFT older than 4.36.0-95; "
-        "one SystemLevelReset per provisioning, DPF goes on from Rebooting without asking again)",
-        "not reported": "no agent report yet",
+        "boot-id": "boot ID (a reboot method reported without RebootMethodDiscovery: an agent MFT older "
+        "than 4.36.0-95; one SystemLevelReset per provisioning, DPF goes on from Rebooting without "
+        "asking again)",
+        "not reported": "not reported yet (no agent has decided its reboot method since it started: "
+        "read again once they report)",
     }
     return "; ".join(f"{words[k]} on {n} DPU(s)" for k, n in counts.items() if n)
 
@@ -151,24 +159,55 @@ def grove_default_backend(configmaps: list[dict[str, Any]]) -> tuple[str, str]:
     return value.split(" ")[0], f"{where}, scheduler.defaultProfileName {value}"
 
 
+_GO_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")
+
+
+def go_duration_sign(text: str) -> int | None:
+    """-1, 0 or 1: the sign of `text` as Go's `time.ParseDuration` reads it (KAI's scheduler takes
+    `--default-staleness-grace-period` as a pflag `DurationVar`); None where Go refuses it (a
+    number without its unit, e.g. `-1`: only a bare `0` needs none). `-0s` is zero, not negative."""
+    sign, body = (-1 if text[:1] == "-" else 1), text[1:] if text[:1] in "+-" else text
+    if body == "0":
+        return 0
+    if not body or not _GO_DURATION.fullmatch(body):
+        return None
+    return sign if any(c in "123456789" for c in body) else 0
+
+
 def kai_eviction(shards: list[dict[str, Any]]) -> tuple[str, str]:
-    """("on" | "off" | "unknown", why) from KAI's SchedulingShards (grove K4): a shard's
-    stale-gang eviction is off when its `spec.args.default-staleness-grace-period` is negative (a
-    Go duration; negative means never) or its `spec.actions.stalegangeviction.enabled` is false,
-    else on (unset: KAI's default, 60 s). On when any shard has it on."""
+    """("on" | "off" | "unknown", why) from KAI's SchedulingShards (grove K4). KAI's operator passes
+    a shard's `spec.args` to its scheduler as flags (`buildArgsList`), and the scheduler reads
+    `--default-staleness-grace-period` as a Go duration (`options.go` `DurationVar`, default 60s);
+    its `stalegangeviction` action evicts nothing only when the duration is negative
+    (`handleStaleJob`: `defaultGracePeriod < 0`), and a stale gang at once when it is zero. So a
+    shard's eviction is off when that value is a negative Go duration or its
+    `spec.actions.stalegangeviction.enabled` is false; on when unset (60 s), zero (`0s`, `-0s`: at
+    once) or positive; unknown when Go refuses the value (`-1`: no unit), which the scheduler does
+    at its start. On when any shard has it on, else unknown when any is unknown."""
     if not shards:
         return "unknown", "no KAI SchedulingShard found"
-    on = []
+    on, unknown = [], []
     for shard in shards:
         name = str((shard.get("metadata") or {}).get("name", ""))
         spec = shard.get("spec") or {}
         value = str((spec.get("args") or {}).get(STALENESS_ARG, "")).strip()
         action = ((spec.get("actions") or {}).get("stalegangeviction") or {}).get("enabled")
-        if action is False or value.startswith("-"):
+        sign = go_duration_sign(value) if value else 1
+        if action is False or sign == -1:
             continue
-        on.append(f"SchedulingShard {name}: {STALENESS_ARG} " + (value or "unset, KAI's default 60s"))
+        said = f"SchedulingShard {name}: {STALENESS_ARG} "
+        if sign is None:
+            unknown.append(
+                f"{said}{value!r} is not a Go duration (KAI's scheduler refuses it at its start: "
+                "time.ParseDuration needs a unit, e.g. -1s)"
+            )
+            continue
+        at_once = " (zero: a stale gang is evicted at once)" if value and sign == 0 else ""
+        on.append(said + (value or "unset, KAI's default 60s") + at_once)
     if on:
         return "on", "; ".join(on)
+    if unknown:
+        return "unknown", "; ".join(unknown)
     names = ", ".join(sorted(str((s.get("metadata") or {}).get("name", "")) for s in shards))
     return "off", f"SchedulingShard {names}: off"
 

@@ -15,9 +15,11 @@ and firmware the host BMC and the DPUs they act on; another DPU's finding does n
   activating power cycle), reset host, `--full` and `--both` blocked (each powers the host:
   DOMAIN.md 4.1; redfish F1/F3); not the Arm's own reset. With `--manual-reboot` (provision,
   reprovision, reboot) a person reboots: degraded, saying so, not blocked.
-- host BMC without both PowerCycle and LastResetTime: reboot, reset host, reset both, provision,
-  reprovision and firmware degraded (power cycle by ForceOff, wait, On: slower; a retried cycle
-  cannot prove it happened; redfish P1, P2).
+- host BMC without both PowerCycle and LastResetTime: what power cycles the host (reboot, reset
+  host, provision, reprovision, firmware) degraded (power cycle by ForceOff, wait, On: slower; a
+  retried cycle cannot prove it happened; redfish P1, P2); not `--full` nor `--both`, which turn
+  the host off and on around the DPU resets (no cycle to prove). The rules read what each
+  capability does (`actions`), so capabilities doing the same agree.
 - a DPU BMC unreachable or refusing its credentials: that DPU's reset sequences and firmware
   blocked; provision and reprovision degraded (unplanned resets of that DPU are not seen;
   redfish B11).
@@ -44,13 +46,31 @@ Per PodCliqueSet, for its rollout (`host_verdict(..., pcs=...)`; the site's verd
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Final
 
 from contracts.models.host import RESET_OPERATION
+from metalflow.site_findings import (
+    KAI_BACKEND,
+    KUBE_BACKEND,
+    STATUSES,
+    VOLCANO_BACKEND,
+    BMCFinding,
+    DPFFinding,
+    GroveFinding,
+    PCSFinding,
+    Reason,
+    SiteFindings,
+    Status,
+    Verdict,
+)
 
-Status = Literal["ready", "degraded", "blocked"]
-STATUSES: Final[tuple[Status, ...]] = ("ready", "degraded", "blocked")
+__all__ = [  # the findings' data (metalflow/site_findings.py) with the rules, for one import
+    "KAI_BACKEND", "KUBE_BACKEND", "STATUSES", "VOLCANO_BACKEND", "BMCFinding", "DPFFinding",
+    "GroveFinding", "PCSFinding", "Reason", "SiteFindings", "Status", "Verdict",
+    "PROVISION", "REPROVISION", "REBOOT", "RESET_ARM", "RESET_FULL", "RESET_HOST", "RESET_BOTH",
+    "FIRMWARE", "BFB_CAMPAIGN", "FLAVOR_CAMPAIGN", "ROLLOUT", "CAPABILITIES", "CAMPAIGN_CAPABILITY",
+    "actions", "host_verdict", "blocked_hosts", "verdicts", "info", "capability_of",
+]  # fmt: skip
 
 PROVISION: Final = "provision"
 REPROVISION: Final = "reprovision"
@@ -67,152 +87,35 @@ CAPABILITIES: Final = (
     PROVISION, REPROVISION, REBOOT, RESET_ARM, RESET_FULL, RESET_HOST, RESET_BOTH, FIRMWARE,
     BFB_CAMPAIGN, FLAVOR_CAMPAIGN, ROLLOUT,
 )  # fmt: skip
-DPU_RESETS: Final = (RESET_ARM, RESET_FULL, RESET_BOTH)
-# What powers the host through its BMC (every reboot, the host off around a full DPU reset, the
-# firmware's activating power cycle); the Arm's own reset does not touch the host BMC.
-HOST_POWERED: Final = (PROVISION, REPROVISION, REBOOT, RESET_FULL, RESET_HOST, RESET_BOTH, FIRMWARE)
+# What each capability does to a host's components: the verdict follows these actions, never the
+# capability's name, so two capabilities that do the same things to the same components (`--both`
+# and `--all-dpus --full`: host ForceOff, each DPU PowerCycle, host On, each DPU's OS awaited;
+# workflows/host_reset/state.py FULL_SEQUENCE) always get the same verdict on them.
+CYCLE: Final = "power cycle"  # a reboot: PowerCycle, else ForceOff, wait, On; proven by LastResetTime
+OFF_ON: Final = "off, then on"  # ForceOff ... On around the DPU resets: no PowerCycle, nothing to prove
+HOST_BMC_ACTION: Final[dict[str, str]] = {
+    PROVISION: CYCLE, REPROVISION: CYCLE, REBOOT: CYCLE, RESET_HOST: CYCLE,
+    FIRMWARE: CYCLE,  # its activating power cycle
+    RESET_FULL: OFF_ON, RESET_BOTH: OFF_ON,
+}  # fmt: skip
+# The reset each DPU's BMC is sent (then the DPU's OS is awaited: BootProgress); the Arm's own reset
+# does not touch the host BMC.
+DPU_RESET_ACTION: Final[dict[str, str]] = {
+    RESET_ARM: "ForceRestart", RESET_FULL: "PowerCycle", RESET_BOTH: "PowerCycle",
+}  # fmt: skip
+DPU_BMC_USED: Final = (*DPU_RESET_ACTION, FIRMWARE)  # sent to the DPU's BMC (firmware: its update)
+DPU_WATCHED: Final = (PROVISION, REPROVISION)  # the DPU's BMC read for unplanned resets (redfish B11)
+HOST_POWERED: Final = tuple(HOST_BMC_ACTION)
+DPU_RESETS: Final = tuple(DPU_RESET_ACTION)
 MANUAL_REBOOT: Final = (PROVISION, REPROVISION, REBOOT)  # the operations `--manual-reboot` takes
 SITE_ONLY: Final = (BFB_CAMPAIGN, FLAVOR_CAMPAIGN, ROLLOUT)
 
 
-@dataclass(frozen=True)
-class BMCFinding:
-    """One BMC as the check read it (host BMC: `dpu` None)."""
-
-    bmc_id: str
-    host_id: str
-    dpu: str | None = None
-    reachable: bool = True
-    credentials_ok: bool = True
-    error: str = ""
-    reset_types: tuple[str, ...] = ()
-    last_reset_time: bool = False
-    boot_progress: bool = False
-    update_service: bool = False
-    # A DPU BMC's credentials: "dpf" (DPF in zero trust manages them: `dpf_credentials` says how),
-    # "ours" (the site file's, DPF does not touch them), "" not known (DPF not read).
-    credentials_by: str = ""
-    dpf_credentials: str = ""
-
-    @property
-    def usable(self) -> bool:
-        return self.reachable and self.credentials_ok
-
-    def trouble(self) -> str:
-        what = "unreachable" if not self.reachable else "refuses the stored credentials"
-        return f"BMC {self.bmc_id} {what}" + (f" ({self.error})" if self.error else "")
-
-
-@dataclass(frozen=True)
-class DPFFinding:
-    readable: bool = True
-    error: str = ""
-    dpu_served: bool = True
-    version: str = ""  # "25.10", "26.4-rc.3", "26" (rebootStatus), "" unknown
-    template_privileged: bool = False  # DPUServiceTemplate spec.security.privileged served
-    trust_mode: str = ""  # "zero-trust", "host-trusted", "" unknown (dpf Z1)
-    trust_detail: str = ""  # what decided it, or why unknown
-    strategies: tuple[str, ...] = ()  # "ns/name: OnDelete" per DPUDeployment (spec.dpus.dpuSetStrategy)
-    reboot_discovery: str = ""  # how the DPU agents find their reboot method, in words (dpf R4)
-
-
-KAI_BACKEND: Final = "kai-scheduler"
-KUBE_BACKEND: Final = "default-scheduler"
-VOLCANO_BACKEND: Final = "volcano"
-
-
-@dataclass(frozen=True)
-class PCSFinding:
-    """One PodCliqueSet's scheduling, as the check read it (grove BEHAVIOUR.md K1, K5)."""
-
-    name: str  # namespace/name
-    backend: str = ""  # its scheduler backend; "" unknown
-    legacy_count: int = 0  # pods whose scheduler PodGroup annotation is not their PodGang
-    legacy_pods: tuple[str, ...] = ()  # the first few of them
-    migrating: bool = False  # condition PodGangMigrationInProgress True
-
-
-@dataclass(frozen=True)
-class GroveFinding:
-    readable: bool = True
-    error: str = ""
-    pcs_served: bool = True
-    podgangmap_served: bool = True
-    gated: tuple[str, ...] = ()  # PodCliqueSets (ns/name) whose scale-out is gated
-    default_backend: str = ""  # Grove's default scheduler profile; "" unknown
-    backend_detail: str = ""  # where it was read, or why it could not be
-    kai_eviction: str = ""  # KAI's stale-gang eviction: "off", "on", "unknown"; "" not read (no KAI use)
-    kai_detail: str = ""  # what decided it (the SchedulingShard and its setting), or why unknown
-    podcliquesets: tuple[PCSFinding, ...] = ()
-
-
-@dataclass(frozen=True)
-class SiteFindings:
-    site: str
-    checked_at: str
-    bmcs: tuple[BMCFinding, ...] = ()
-    dpf: DPFFinding = field(default_factory=DPFFinding)
-    grove: GroveFinding = field(default_factory=GroveFinding)
-    # The site file checked (its absolute path) and its content's sha256: the findings are that
-    # file's (metalflow/site_check.py keeps each site file's apart); "" in a check kept before.
-    site_file: str = ""
-    site_digest: str = ""
-
-    def hosts(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(b.host_id for b in self.bmcs))
-
-    def to_json(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SiteFindings:
-        bmcs = tuple(
-            BMCFinding(**{**b, "reset_types": tuple(b.get("reset_types") or ())})
-            for b in data.get("bmcs") or ()
-        )
-        grove = dict(data.get("grove") or {})
-        grove["gated"] = tuple(grove.get("gated") or ())
-        grove["podcliquesets"] = tuple(
-            PCSFinding(**{**p, "legacy_pods": tuple(p.get("legacy_pods") or ())})
-            for p in grove.get("podcliquesets") or ()
-        )
-        return cls(
-            site=str(data["site"]),
-            checked_at=str(data["checked_at"]),
-            bmcs=bmcs,
-            dpf=DPFFinding(
-                **{
-                    **(data.get("dpf") or {}),
-                    "strategies": tuple((data.get("dpf") or {}).get("strategies") or ()),
-                }
-            ),
-            grove=GroveFinding(**grove),
-            site_file=str(data.get("site_file") or ""),
-            site_digest=str(data.get("site_digest") or ""),
-        )
-
-
-@dataclass(frozen=True)
-class Reason:
-    status: Status
-    text: str
-    rows: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    capability: str
-    status: Status
-    reasons: tuple[Reason, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "capability": self.capability,
-            "status": self.status,
-            "reasons": [{"status": r.status, "text": r.text, "rows": list(r.rows)} for r in self.reasons],
-        }
+def actions(capability: str) -> tuple[str | None, str | None, bool]:
+    """What `capability` does to a host's components: its host BMC action (`CYCLE`, `OFF_ON`,
+    None), the reset its DPUs' BMCs are sent (None: none), and whether it uses the DPUs' BMCs at
+    all. Capabilities with the same actions get the same verdict from `_host_rules`."""
+    return HOST_BMC_ACTION.get(capability), DPU_RESET_ACTION.get(capability), capability in DPU_BMC_USED
 
 
 def _worst(reasons: list[Reason]) -> Status:
@@ -264,34 +167,37 @@ def _host_rules(
         if not ("PowerCycle" in bmc.reset_types and bmc.last_reset_time):
             missing = "PowerCycle" if "PowerCycle" not in bmc.reset_types else "LastResetTime"
             add(
-                tuple(c for c in powered if c != RESET_FULL),  # --full: the host off, then On
+                tuple(c for c in powered if HOST_BMC_ACTION[c] == CYCLE),  # not OFF_ON: no cycle to prove
                 "degraded",
                 f"{host_id}: host BMC {bmc.bmc_id} has no {missing}: power cycles by ForceOff, wait, On "
                 "(slower; a retried cycle cannot prove the first happened)",
                 "redfish P1" if missing == "PowerCycle" else "redfish P2",
                 "DOMAIN 4.1",
             )
+    held = [b for b in dpu_bmcs if b.reachable and not b.credentials_ok and b.credentials_by == "dpf"]
+    if held:  # once for the host, naming its DPUs (it repeated its advice per DPU)
+        add(DPU_BMC_USED, "blocked", _dpf_managed(host_id, held), "dpf Z1", "redfish F1")
     for bmc in dpu_bmcs:
-        if bmc.reachable and not bmc.credentials_ok and bmc.credentials_by == "dpf":
-            add((RESET_ARM, RESET_FULL, RESET_BOTH, FIRMWARE), "blocked", _dpf_managed(host_id, bmc),
-                "dpf Z1", "redfish F1")  # fmt: skip
+        if bmc in held:
+            pass
         elif not bmc.usable:
-            add((RESET_ARM, RESET_FULL, RESET_BOTH, FIRMWARE), "blocked", f"{host_id}: DPU {bmc.trouble()}",
+            add(DPU_BMC_USED, "blocked", f"{host_id}: DPU {bmc.trouble()}",
                 "redfish F1" if bmc.reachable else "redfish F3")  # fmt: skip
         if not bmc.usable:
             unseen = f"{host_id}: DPU {bmc.trouble()}: its unplanned resets are not seen"
-            add((PROVISION, REPROVISION), "degraded", unseen, "redfish B11")
+            add(DPU_WATCHED, "degraded", unseen, "redfish B11")
             continue
-        if "ForceRestart" not in bmc.reset_types:
-            add(
-                (RESET_ARM,),
-                "blocked",
-                f"{host_id}: DPU BMC {bmc.bmc_id} does not offer ForceRestart",
-                "redfish B4",
-            )
-        if "PowerCycle" not in bmc.reset_types:
-            no_cycle = f"{host_id}: DPU BMC {bmc.bmc_id} does not offer PowerCycle"
-            add((RESET_FULL, RESET_BOTH), "blocked", no_cycle, "redfish B5", "redfish B13")
+        for reset_type, rows in (
+            ("ForceRestart", ("redfish B4",)),
+            ("PowerCycle", ("redfish B5", "redfish B13")),
+        ):
+            if reset_type not in bmc.reset_types:
+                add(
+                    tuple(c for c, sent in DPU_RESET_ACTION.items() if sent == reset_type),
+                    "blocked",
+                    f"{host_id}: DPU BMC {bmc.bmc_id} does not offer {reset_type}",
+                    *rows,
+                )
         if not bmc.boot_progress:
             add(DPU_RESETS, "blocked",
                 f"{host_id}: DPU BMC {bmc.bmc_id} shows no BootProgress (a reset waits for OsIsRunning)",
@@ -324,15 +230,24 @@ def _manual(host_id: str, bmc: BMCFinding) -> str:
     )
 
 
-def _dpf_managed(host_id: str, bmc: BMCFinding) -> str:
-    """Why a DPU BMC refuses our credentials when DPF manages them, and what to do (dpf Z1)."""
+def _dpf_managed(host_id: str, held: list[BMCFinding]) -> str:
+    """Why a host's DPU BMCs refuse our credentials when DPF manages them, and what to do, once for
+    the host, naming each DPU BMC and DPF's hold on it (dpf Z1)."""
+    if len(held) == 1:
+        bmc = held[0]
+        which = f"DPU BMC {bmc.bmc_id} refuses the site file's credentials, and DPF manages this BMC's "
+        which += f"credentials ({bmc.dpf_credentials})"
+    else:
+        which = f"DPU BMCs {', '.join(b.bmc_id for b in held)} refuse the site file's credentials, and DPF "
+        which += (
+            f"manages these BMCs' credentials ({'; '.join(f'{b.bmc_id}: {b.dpf_credentials}' for b in held)})"
+        )
     return (
-        f"{host_id}: DPU BMC {bmc.bmc_id} refuses the site file's credentials, and DPF manages this BMC's "
-        f"credentials ({bmc.dpf_credentials}): in zero trust DPF 26.8 resets a DPU's BMC to factory "
+        f"{host_id}: {which}: in zero trust DPF 26.8 resets a DPU's BMC to factory "
         "defaults once at onboarding and sets its Redfish account (root on BlueField-3, admin on "
         "BlueField-4) to the password of its credential Secret (key `password`; the shared "
         "bmc-shared-password, or the DPUDevice's spec.bmcCredentialSecretName). Give the site file that "
-        "account and password for this BMC (a credential Secret with username and that password; DPF's "
+        "account and password for each such BMC (a credential Secret with username and that password; DPF's "
         "rotations move to a new Secret name, so update it with them), or opt the device out "
         "(DPUDevice spec.bmcFactoryResetPolicy: Never) before it is onboarded; then run "
         "`metalflow site check` again"
@@ -420,8 +335,10 @@ def _pcs_reasons(grove: GroveFinding, found: PCSFinding) -> list[Reason]:
         text = (
             f"{name}: scheduled by KAI, whose stale-gang eviction is on ({grove.kai_detail}): replacing "
             "one clique's pods leaves its gang short and KAI evicts the rest of the gang when the grace "
-            "period ends. Turn it off: SchedulingShard spec.args.default-staleness-grace-period negative "
-            "(Helm: --set-string scheduler.args.default-staleness-grace-period=-1, Grove's installation docs)"
+            "period ends. Turn it off: SchedulingShard spec.args.default-staleness-grace-period a negative "
+            "Go duration (Helm: --set-string scheduler.args.default-staleness-grace-period=-1s; Grove's "
+            "installation docs write -1, which KAI's scheduler refuses: no unit; -0s is zero, evicting at "
+            "once)"
         )
         out.append(Reason("blocked", text, ("grove K4",)))
     elif found.backend == KAI_BACKEND and grove.kai_eviction != "off":
@@ -429,7 +346,7 @@ def _pcs_reasons(grove: GroveFinding, found: PCSFinding) -> list[Reason]:
             f"{name}: scheduled by KAI; whether its stale-gang eviction is off is unknown "
             f"({grove.kai_detail or 'not read'}): check "
             "`kubectl get schedulingshards.kai.scheduler -o yaml`: "
-            "spec.args.default-staleness-grace-period must be negative (or "
+            "spec.args.default-staleness-grace-period must be a negative Go duration, e.g. -1s (or "
             "spec.actions.stalegangeviction.enabled false)"
         )
         out.append(Reason("degraded", text, ("grove K4",)))

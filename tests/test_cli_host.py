@@ -67,7 +67,10 @@ async def test_provision_wait_follows_the_operation_and_power_cycles_once(
         ("provision", "completed", "alice@test")
     ]
     text = await metalflow(local_env, "host", "status", "clih-001")
-    assert "host clih-001 (site default): idle" in text.stdout and "boot generation  1" in text.stdout
+    # the site file's name (issue 36 low findings item 4: it said "default")
+    site = sim.site["name"]
+    assert f"host clih-001 (site {site}): idle" in text.stdout and "boot generation  1" in text.stdout
+    assert site != "default" and shown["site"] == site
 
 
 async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_rebooted(

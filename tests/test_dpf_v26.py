@@ -611,3 +611,24 @@ async def test_dpf_waits_in_dpu_config_for_an_agent_a_warm_reset_did_not_restart
         restarted = await wait_for(sim.store, k.dpu, DPU0, phase_is("Ready"))
         assert _started(restarted) > before
         assert sim.violations.as_json() == []
+
+
+@pytest.mark.parametrize("discovery", ["device-query", "boot-id"])
+async def test_the_agent_marks_its_discovery_as_it_starts_before_its_report(discovery: str) -> None:
+    """R4, A3 (issue 36 low findings item 2): the agent runs `HandleReboot` on every start, and
+    with device query marks `RebootMethodDiscovery=True` (reason NoAction) before its report
+    names the method (`reboot.go` c=75d3fab2 `getRebootMethodDeviceQuery`); so a DPU whose agent
+    just started in `DPU Config` already says device query, and boot ID sets no condition."""
+    async with running(site_of(("host-001", "BF3", 1)), version=V26, discovery=discovery) as sim:
+        k = sim.kube
+        sim.site_setup()
+        sim.discover("host-001")
+        await wait_for(sim.store, k.dpu, DPU0, phase_is("Node Effect"))
+        sim.release_hold(NODE)
+        started = await wait_for(sim.store, k.dpu, DPU0, phase_is("DPU Config"))
+        agent = started["status"]["agentStatus"]  # type: ignore[index]
+        assert "rebootMethod" not in agent and agent["lastStartupTime"]  # not reported yet
+        said = [(c["type"], c["status"], c["reason"]) for c in agent.get("conditions") or []]
+        assert said == (
+            [("RebootMethodDiscovery", "True", "NoAction")] if discovery == "device-query" else []
+        )

@@ -488,6 +488,7 @@ class HostStatus(_Frozen):
     # A new entity still reading what its predecessor left (`takeover.py`): requests wait until then.
     taking_over: bool = False
     awaiting: AwaitingRequest | None = None  # the request awaiting approval (None: none awaits)
+    site_check: tuple[str, ...] = ()  # `current`'s request's site check words (a reboot has no status)
 
 
 EntityRequestBody: TypeAlias = OperationRequest | FirmwareRequest | ResetRequest

@@ -44,7 +44,6 @@ from contracts.models.host import (
     MARK_REBOOTED_UPDATE,
     RELEASE_AUTOMATION_UPDATE,
     WITHDRAW_UPDATE,
-    HostWorkflowInput,
     OperationRecord,
     WithdrawRequest,
 )
@@ -60,6 +59,7 @@ from metalflow.hosts import (
     require_worker,
     send_update,
 )
+from metalflow.site_name import entity_input
 from workflows.host.abort_rule import WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
@@ -179,7 +179,7 @@ async def _in_flight(client: Client, args: argparse.Namespace) -> OperationRecor
     if await entities.running(args.host):
         return current
     await require_worker(client, args.task_queue)
-    await entities.ensure(HostWorkflowInput(host_id=args.host))
+    await entities.ensure(entity_input(args.host))
     if current is not None and current.outcome == "running" and await _runs(client, current.workflow_id):
         return current
     return None
@@ -264,7 +264,7 @@ async def _release_automation(client: Client, args: argparse.Namespace) -> int:
     every request does (update-with-start): the new one takes over its predecessor's record first."""
     await require_worker(client, args.task_queue)
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
-    entity = HostWorkflowInput(host_id=args.host)
+    entity = entity_input(args.host)
     answer = await send_update(
         client, entity, RELEASE_AUTOMATION_UPDATE, request, OperatorAnswer, args.task_queue
     )

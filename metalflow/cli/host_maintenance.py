@@ -21,12 +21,13 @@ from typing import Any
 from temporalio.client import Client
 
 from contracts.models.control import OperatorAnswer
-from contracts.models.host import MAINTENANCE_UPDATE, HostWorkflowInput, MaintenanceRequest
+from contracts.models.host import MAINTENANCE_UPDATE, MaintenanceRequest
 from contracts.validation import terminal_safe
 from contracts.wording import iso_z
 from metalflow.cli import exits
 from metalflow.cli.host_requests import reason_option
 from metalflow.hosts import HostRequestError, host_status, require_worker, send_update
+from metalflow.site_name import entity_input
 
 DESCRIPTION = (
     "Put HOST in maintenance (on, with --reason: who, why and since when are recorded) or take it "
@@ -73,7 +74,7 @@ async def _maintenance(client: Client, args: argparse.Namespace) -> int:
             await host_status(client, args.host)  # an unknown entity: a clear error, none created
         await require_worker(client, args.task_queue)
         answer = await send_update(
-            client, HostWorkflowInput(host_id=args.host), MAINTENANCE_UPDATE, request, OperatorAnswer,
+            client, entity_input(args.host), MAINTENANCE_UPDATE, request, OperatorAnswer,
             args.task_queue,
         )  # fmt: skip
         message = answer.message

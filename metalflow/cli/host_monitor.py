@@ -188,8 +188,10 @@ async def _start(client: Client, args: argparse.Namespace) -> int:
 async def _site_of(client: Client, host: str) -> str:
     try:
         return (await host_status(client, host)).site
-    except HostRequestError:  # no entity yet: the default site, as the entity will have
-        return HostWorkflowInput.model_fields["site"].default  # type: ignore[no-any-return]
+    except HostRequestError:  # no entity yet: the site file's name, as the entity will have
+        from metalflow.site_name import site_name
+
+        return site_name()
 
 
 def pool_line(status: HostMonitorStatus) -> str:

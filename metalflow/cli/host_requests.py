@@ -72,6 +72,7 @@ from metalflow.hosts import (
     send_update,
 )
 from metalflow.progress import Progress
+from metalflow.site_name import entity_input
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 Common = Callable[[argparse.ArgumentParser], None]
@@ -371,7 +372,7 @@ def _say(message: str) -> None:
 
 
 def _entity(args: argparse.Namespace) -> HostWorkflowInput:
-    return HostWorkflowInput(host_id=args.host)
+    return entity_input(args.host)  # its site named, as the site file names it
 
 
 async def _request(client: Client, args: argparse.Namespace) -> int:

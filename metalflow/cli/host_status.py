@@ -113,9 +113,7 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         shown = {
             "host": status.model_dump(mode="json"),
-            "operation": operation
-            if seen is None
-            else {"phase": seen.phase, "waiting_for": seen.waiting_for, "details": seen.details},
+            "operation": operation if seen is None else seen_json(seen, status),
             "monitor": None if monitor is None else monitor.model_dump(mode="json"),
             "warnings": warnings,
             "site_watch_lapse": None if lapse is None else lapse.as_json(),
@@ -193,6 +191,14 @@ async def _failure(client: Client, run: WorkflowExecution) -> str:
     except WorkflowFailureError as err:
         return cause_in_words(err)
     return ""
+
+
+def seen_json(seen: Seen, status: HostStatus) -> dict[str, Any]:
+    """`host status --json`'s operation for one without a `status` query (a reboot): its phase and
+    details, and the site check's words it started under (degraded), as the entity's request
+    carried them: the other operations' own status has them (`site_check`)."""
+    shown: dict[str, Any] = {"phase": seen.phase, "waiting_for": seen.waiting_for, "details": seen.details}
+    return shown | {"site_check": list(status.site_check)}
 
 
 async def operations_left_running(client: Client, host_id: str) -> list[str]:
@@ -274,6 +280,8 @@ def render_status(
         lines.append(f"    now            {seen.text}")
         if seen.waiting_for:
             lines.append(f"    waiting for    {seen.waiting_for}")
+        if status.site_check and "site check: " not in seen.text:  # its details may say them already
+            lines.append(f"    site check     {'; '.join(status.site_check)}")
     if operation is not None:
         lines.append(f"    now            {describe_operation(operation)}")
         for dpu in operation.get("dpus") or []:

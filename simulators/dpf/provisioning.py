@@ -248,6 +248,20 @@ def agent_status(obj: Object) -> Object:
     return dict((obj.get("status") or {}).get("agentStatus") or {})
 
 
+def agent_started(agent: Object, started: str, *, device_query: bool) -> Object:
+    """The agent's status once it started (BEHAVIOUR.md A3, R4): its start time, and with device
+    query its `RebootMethodDiscovery=True` condition, reason NoAction, no message. Upstream the
+    agent runs every operation on each start (`dpuagent.go` `Run`), `HandleReboot` among them,
+    whose device query marks the condition first of all (`reboot.go` c=75d3fab2
+    `getRebootMethodDeviceQuery`: "Mark device-query mode early"); the report then names the
+    method (`_agent_report`). Boot ID sets no condition. Conditions merge (`updateStatus`:
+    `meta.SetStatusCondition`), so one set at an earlier start stays."""
+    out = {**agent, "lastStartupTime": started}
+    if device_query:
+        set_condition(out, DISCOVERY_CONDITION, True, "NoAction", "")
+    return out
+
+
 class Provisioner:
     """Moves DPUs through their phases; one instance per controller."""
 
@@ -440,8 +454,10 @@ class Provisioner:
         extra: Object = {}
         if target == PREPARE_BFB:
             extra["bfbFile"] = f"/bfb/{self.client.namespace}-{obj['spec'].get('bfb', '')}.bfb"
-        if self.v26 and target == DPU_CONFIG:  # the installed OS boots its agent (BEHAVIOUR.md A3)
-            extra["agentStatus"] = {**agent_status(obj), "lastStartupTime": now_rfc3339()}
+        if self.v26 and target == DPU_CONFIG:  # the installed OS boots its agent (BEHAVIOUR.md A3, R4)
+            extra["agentStatus"] = agent_started(
+                agent_status(obj), now_rfc3339(), device_query=not self.boot_id
+            )
         if current == OS_INSTALLING and name in self.install_failures:
             # Fault `install-fails` (BEHAVIOUR.md E1): the BFB never made it onto the DPU.
             from simulators.dpf.faults import fail_install
@@ -875,7 +891,7 @@ class Provisioner:
         if obj is None or deleting(obj) or phase(obj) not in AGENT_PHASES:
             return
         previous = agent_status(obj).get("lastStartupTime") or ""
-        started = {**agent_status(obj), "lastStartupTime": later_than(previous)}
+        started = agent_started(agent_status(obj), later_than(previous), device_query=not self.boot_id)
         self._write_status(name, obj["metadata"]["uid"], {"agentStatus": started})
 
     def _check_round(self, node: str) -> None:

@@ -91,13 +91,14 @@ def operator_config(setup: GroveSetup) -> Object:
 
 def scheduling_shard(setup: GroveSetup) -> Object | None:
     """KAI's default SchedulingShard (deployments/kai-scheduler/templates/default-shard.yaml), with
-    Grove's installation advice applied when eviction is off (`scheduler.args.
-    default-staleness-grace-period=-1`); None: no KAI SchedulingShard on the site."""
+    eviction off as KAI's scheduler takes it (`scheduler.args.default-staleness-grace-period=-1s`: a
+    negative Go duration; Grove's installation docs write `-1`, which the scheduler's flag parsing
+    refuses, BEHAVIOUR.md K4); None: no KAI SchedulingShard on the site."""
     if setup.kai_eviction == EVICTION_NONE:
         return None
     spec: Object = {"partitionLabelValue": ""}
     if setup.kai_eviction == EVICTION_OFF:
-        spec["args"] = {STALENESS_ARG: "-1"}
+        spec["args"] = {STALENESS_ARG: "-1s"}
     return {
         "apiVersion": "kai.scheduler/v1",
         "kind": "SchedulingShard",

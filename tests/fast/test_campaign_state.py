@@ -732,3 +732,21 @@ def test_a_host_put_off_when_the_campaign_is_aborted_stays_deferred_with_no_retr
     assert shown.deferred_hosts[0].reason == "busy (h0)"
     assert (shown.abort_reason, shown.aborting) == ("stop it", "carol")
     assert views.result(state, "c", "aborted", NOW).deferred == 1
+
+
+def test_a_site_blocked_host_its_deployment_has_not_selected_yet_halts_the_campaign() -> None:
+    """Issue 36 (low findings item 6): a newer site check blocking a fleet host of a BFB campaign
+    whose DPUDeployment is not pointed yet could not skip it (it would turn Outdated once the
+    deployment is pointed: "a deployment never selects a host the campaign does not hold"), and
+    the host was started anyway. Decided: the campaign halts, naming the host and the finding;
+    nothing more is pointed or started (a selector cannot leave one host out, so no re-point
+    without it) until `resume` after the site is fixed, or `abort`."""
+    state = _deployment_state(4, ("h0", "h1"))
+    state.changes[0] = state.changes[0].model_copy(update={"pointed_at": NOW})  # the canary's
+    why = "reprovision is blocked on it by the site check of 2026-11-28T00:00:00Z: DPU BMC unreachable"
+    answer = state.site_blocked([HostGroup(reason=why, host_ids=("h3",))])
+    assert answer.startswith("h3 not started, and the campaign halts: host h3 is selected by DPUDeployment")
+    assert state.halted_reason is not None and f"h3 ({why})" in state.halted_reason
+    step = state.next_step(NOW, _input())
+    assert step.phase[0] == HALTED and not step.start and not step.point
+    assert "resume" in step.phase[1] and "abort" in step.phase[1]

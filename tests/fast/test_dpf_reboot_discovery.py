@@ -10,7 +10,7 @@ Config` (zero trust) or `Host Network Configuration` (host trusted).
 from __future__ import annotations
 
 from simulators.__main__ import main
-from simulators.dpf.provisioning import after_host_reboot, discovery_true
+from simulators.dpf.provisioning import after_host_reboot, agent_started, discovery_true
 
 CLUSTER, HOST_NETWORK = "DPU Cluster Config", "Host Network Configuration"
 
@@ -40,3 +40,27 @@ def test_boot_id_discovery_is_refused_for_dpf_25_10(capsys: object) -> None:
     assert main(["serve", "--dpf-version", "25.10", "--dpf-reboot-discovery", "boot-id"]) == 2
     err = capsys.readouterr().err  # type: ignore[attr-defined]
     assert "--dpf-reboot-discovery boot-id is DPF v26's agent" in err
+
+
+def test_each_agent_start_marks_device_query_discovery_before_its_report() -> None:
+    """R4, A3 (issue 36 low findings item 2): upstream the agent runs `HandleReboot` on every
+    start, and its device query marks `RebootMethodDiscovery=True` (reason NoAction, no message)
+    before anything else (`reboot.go` c=75d3fab2 `getRebootMethodDeviceQuery`); conditions merge,
+    so an earlier reason is replaced, other conditions kept. Boot ID sets none."""
+    at = "2026-11-29T07:00:00Z"
+    fresh = agent_started({}, at, device_query=True)
+    assert fresh["lastStartupTime"] == at
+    assert [(c["type"], c["status"], c["reason"], c["message"]) for c in fresh["conditions"]] == [
+        ("RebootMethodDiscovery", "True", "NoAction", "")
+    ]
+    other = {"type": "LastStartupTimeReported", "status": "True", "reason": "Success", "message": ""}
+    earlier = {
+        "conditions": [other, {"type": "RebootMethodDiscovery", "status": "True", "reason": "PowerCycle"}]
+    }
+    again = agent_started(earlier, at, device_query=True)
+    assert [(c["type"], c["reason"]) for c in again["conditions"]] == [
+        ("LastStartupTimeReported", "Success"),
+        ("RebootMethodDiscovery", "NoAction"),
+    ]
+    assert earlier["conditions"][1]["reason"] == "PowerCycle"  # the DPU's object is not changed in place
+    assert agent_started({}, at, device_query=False) == {"lastStartupTime": at}

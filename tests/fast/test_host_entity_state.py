@@ -746,3 +746,26 @@ def test_only_a_run_that_says_the_host_is_on_clears_the_mark(outcome: str, clear
     assert state.left_off() == (None if cleared else f"reset/{HOST}")
     revived = HostEntityState.model_validate(state.model_dump())  # continue-as-new carries it
     assert revived.left_off_by == ("" if cleared else f"reset/{HOST}")
+
+
+def test_a_reboot_started_under_a_degraded_site_check_says_its_words_in_host_status_json() -> None:
+    """Issue 36 (low findings item 3): a degraded `host reboot` showed no `site_check` in `host
+    status --json` (a reboot has no `status` query of its own; reset, reprovision and firmware
+    say it in theirs). The entity's status carries its current request's words, and the JSON of
+    an operation read without a status (`seen_json`) says them; idle, none."""
+    from metalflow.cli.host_status import render_status, seen_json
+    from metalflow.seen import Seen
+
+    words = ("reboot is degraded on host-001 by the site check of 2026-11-29T07:00:00Z: no PowerCycle",)
+    state = entity()
+    assert state.status().site_check == ()
+    asked(state, REBOOT, OperationRequest(requested_by="alice", site_check=words))
+    status = state.status()
+    assert status.site_check == words
+    seen = Seen("powering-off", "", phase="powering-off", details="ForceOff of host-001")
+    assert seen_json(seen, status) == {
+        "phase": "powering-off", "waiting_for": "", "details": "ForceOff of host-001",
+        "site_check": list(words),
+    }  # fmt: skip
+    assert f"    site check     {words[0]}" in render_status(status, None, seen=seen).splitlines()
+    assert seen_json(seen, entity().status())["site_check"] == []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typing
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -119,3 +120,25 @@ def test_a_host_reset_takes_the_reboots_power_down_wait_and_only_the_host_target
     assert COMMANDS["reset"].request(parse(["host", "reset", "h1", "--host"])).policy is None
     with pytest.raises(HostRequestError, match="--power-down-wait applies to --host"):
         COMMANDS["reset"].request(parse(["host", "reset", "h1", "--all-dpus", "--power-down-wait", "5"]))
+
+
+def test_the_cli_starts_a_host_entity_with_the_site_files_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36 (low findings item 4): `host status` said `(site default)` and `host list`
+    `default` for a host of a site file that names its site: the CLI started the entity without
+    it. Now the site file in use gives its name; cluster inventory or no readable file: default."""
+    import argparse
+
+    from metalflow.cli.host_requests import _entity
+
+    site = tmp_path / "site.yaml"
+    site.write_text("name: dc1-hall2\nhosts: []\n")
+    monkeypatch.setenv("METALFLOW_SITE_FILE", str(site))
+    monkeypatch.delenv("METALFLOW_INVENTORY", raising=False)
+    assert _entity(argparse.Namespace(host="gpu-0042")).site == "dc1-hall2"
+    monkeypatch.setenv("METALFLOW_INVENTORY", "cluster")
+    assert _entity(argparse.Namespace(host="gpu-0042")).site == "default"
+    monkeypatch.delenv("METALFLOW_INVENTORY")
+    site.write_text("name: [not, a, name]\n")
+    assert _entity(argparse.Namespace(host="gpu-0042")).site == "default"  # the worker says what is wrong

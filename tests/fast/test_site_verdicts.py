@@ -96,11 +96,51 @@ def test_a_host_bmc_without_a_provable_power_cycle_degrades_the_power_cycles(mis
         else host_bmc(last_reset_time=False)
     )
     found = changed(site(bmc, dpu_bmc()))
-    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "reset-both", "firmware"}
+    # Not --full nor --both: they turn the host off and on around the DPU resets, no cycle to prove.
+    assert set(found) == {"provision", "reprovision", "reboot", "reset-host", "firmware"}
     assert {status for status, _ in found.values()} == {"degraded"}
     row = "redfish P1" if missing == "PowerCycle" else "redfish P2"  # not H2: a firmware row
     assert all(row in rows for _, rows in found.values())
     assert missing in verdicts(site(bmc, dpu_bmc()))[2].reasons[0].text
+
+
+SAME_ACTIONS_VARIANTS = {
+    "clean": (host_bmc(), dpu_bmc()),
+    "host BMC without PowerCycle": (host_bmc(reset_types=("On", "ForceOff", "ForceRestart")), dpu_bmc()),
+    "host BMC without LastResetTime": (host_bmc(last_reset_time=False), dpu_bmc()),
+    "host BMC refusing": (host_bmc(credentials_ok=False, error="401"), dpu_bmc()),
+    "host BMC unreachable": (host_bmc(reachable=False), dpu_bmc()),
+    "DPU BMC without PowerCycle": (host_bmc(), dpu_bmc(reset_types=("ForceRestart", "On"))),
+    "DPU BMC without ForceRestart": (host_bmc(), dpu_bmc(reset_types=("PowerCycle",))),
+    "DPU BMC without BootProgress": (host_bmc(), dpu_bmc(boot_progress=False)),
+    "DPU BMC without UpdateService": (host_bmc(), dpu_bmc(update_service=False)),
+    "DPU BMC unreachable": (host_bmc(), dpu_bmc(reachable=False)),
+    "DPU BMC held by DPF": (host_bmc(), dpu_bmc(credentials_ok=False, credentials_by="dpf")),
+    "two DPUs, one dead": (
+        host_bmc(),
+        dpu_bmc(),
+        dpu_bmc(bmc_id="h1-dpu-1", dpu="h1-dpu-1", reachable=False),
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", SAME_ACTIONS_VARIANTS)
+def test_reset_both_and_all_dpus_full_get_one_verdict_as_they_do_the_same(variant: str) -> None:
+    """`--both` and `--all-dpus --full` send the same power actions to the same components (host
+    ForceOff, each DPU PowerCycle, host On, each DPU's OS awaited: the workflow's own decision
+    says so below), so the check judges them alike on every finding; a host BMC without
+    PowerCycle once degraded `--both` only."""
+    from contracts.models.host import ResetTarget
+    from workflows.host_reset import state as sequence
+
+    both, full = (ResetTarget.BOTH, False), (ResetTarget.ALL_DPUS, True)
+    assert sequence.full_reset(*both) and sequence.full_reset(*full)
+    assert sequence.dpu_reset_type(*both) == sequence.dpu_reset_type(*full) == "PowerCycle"
+    findings = site(*SAME_ACTIONS_VARIANTS[variant])
+    said = [host_verdict(findings, "h1", cap) for cap in ("reset-both", "reset-dpu-full")]
+    assert said[0].status == said[1].status and said[0].reasons == said[1].reasons, said
+    by_site = {v.capability: v for v in verdicts(findings)}
+    assert by_site["reset-both"].status == by_site["reset-dpu-full"].status
 
 
 def test_a_dpu_bmc_without_powercycle_blocks_the_full_sequences_only() -> None:
@@ -163,8 +203,8 @@ def test_grove_without_podgangmap_blocks_the_rollout_and_a_gated_scale_out_degra
 def test_blocked_outranks_degraded() -> None:
     bmc = host_bmc(reset_types=("On", "ForceOff"))  # degraded
     both = {v.capability: v for v in verdicts(site(bmc, dpu_bmc(reachable=False)))}
-    assert both["reset-both"].status == "blocked"
-    assert {r.status for r in both["reset-both"].reasons} == {"blocked", "degraded"}
+    assert both["firmware"].status == "blocked"  # its power cycle degraded, its DPU's BMC blocks it
+    assert {r.status for r in both["firmware"].reasons} == {"blocked", "degraded"}
 
 
 def test_a_hosts_verdict_has_only_its_own_bmcs_and_the_sites_reasons() -> None:
@@ -356,7 +396,7 @@ def test_kai_with_stale_gang_eviction_off_is_ready_on_blocked_unknown_degraded()
     assert rollout(grove())[:2] == ("ready", ())
     status, rows, text = rollout(grove(kai_eviction="on", kai_detail="SchedulingShard default: unset"))
     assert (status, rows) == ("blocked", ("grove K4",))
-    assert "evicts the rest of the gang" in text and "default-staleness-grace-period=-1" in text
+    assert "evicts the rest of the gang" in text and "default-staleness-grace-period=-1s" in text
     status, rows, text = rollout(grove(kai_eviction="unknown", kai_detail="cannot list: 403"))
     assert (status, rows) == ("degraded", ("grove K4",))
     assert "unknown (cannot list: 403): check `kubectl get schedulingshards.kai.scheduler" in text
@@ -404,7 +444,7 @@ def test_kai_stale_gang_eviction_is_read_from_the_scheduling_shards() -> None:
         return {"metadata": {"name": name}, "spec": spec}
 
     assert kai_eviction([]) == ("unknown", "no KAI SchedulingShard found")
-    assert kai_eviction([shard("default", args={"default-staleness-grace-period": "-1"})])[0] == "off"
+    assert kai_eviction([shard("default", args={"default-staleness-grace-period": "-1s"})])[0] == "off"
     assert kai_eviction([shard("default", actions={"stalegangeviction": {"enabled": False}})])[0] == "off"
     state, detail = kai_eviction([shard("default")])
     assert state == "on" and "unset, KAI's default 60s" in detail
@@ -713,13 +753,86 @@ def test_the_agents_reboot_method_discovery_is_read_from_the_dpus_and_said() -> 
     said = reboot_discovery([dpu(query), dpu(query), dpu(boot_id), dpu(None)])
     assert said.startswith("device query (RebootMethodDiscovery=True: after a host reboot DPF asks the agent")
     assert (
-        "on 2 DPU(s); boot ID (a report without RebootMethodDiscovery: an agent MFT older than 4.36.0-95"
-        in said
+        "on 2 DPU(s); boot ID (a reboot method reported without RebootMethodDiscovery: an agent MFT older "
+        "than 4.36.0-95" in said
     )
-    assert said.endswith("; no agent report yet on 1 DPU(s)")
+    assert said.endswith("; not reported yet (no agent has decided its reboot method since it started: "
+                         "read again once they report) on 1 DPU(s)")  # fmt: skip
     assert reboot_discovery([]) == ""
     lines = info(site(dpf=DPFFinding(version="26", reboot_discovery=said)))
     assert f"DPU agents' reboot-method discovery: {said} (dpf R4)" in lines
     assert not any(
         "discovery" in line for line in info(site(dpf=DPFFinding(version="25.10", reboot_discovery=said)))
     )
+
+
+def test_an_agent_that_started_but_has_not_decided_its_reboot_method_is_not_reported_yet() -> None:
+    """Issue 36 (low findings item 2): after a host reboot the check said "boot ID" for agents
+    that had only started. Upstream each agent start writes `lastStartupTime` and `rebootMethod:
+    Unknown` first (`dpuagent.go` `Run`, `ReportLastStartupTime`) and sets its discovery condition
+    later, in `HandleReboot` (`reboot.go` c=75d3fab2): no condition then says nothing about the
+    discovery. Boot ID is a method decided without the condition."""
+    from metalflow.site_readings import reboot_discovery
+
+    def dpu(agent: dict[str, object]) -> dict[str, object]:
+        return {"status": {"phase": "DPU Config", "agentStatus": agent}}
+
+    started = {"lastStartupTime": "2026-11-29T07:00:00Z"}
+    for agent in (started, {**started, "rebootMethod": "Unknown"}, {**started, "conditions": []}):
+        assert reboot_discovery([dpu(agent)]).startswith("not reported yet"), agent
+    assert reboot_discovery([dpu({**started, "rebootMethod": "NoAction"})]).startswith("boot ID")
+
+
+def test_dpf_holding_several_dpu_bmcs_of_a_host_is_said_once_for_the_host_naming_them() -> None:
+    """Issue 36 (low findings item 4): the Z1 reason, with its paragraph of advice, was repeated
+    for each DPU of a host under each capability. Now one reason per host names its DPU BMCs and
+    DPF's Secret for each; the site's verdict has one per host."""
+
+    def held(host: str, i: int) -> BMCFinding:
+        secret = f"Secret device-{host}-dpu-{i}-bmc-v1"
+        return dpu_bmc(host, bmc_id=f"{host}-dpu-{i}", dpu=f"{host}-dpu-{i}", credentials_ok=False,
+                       credentials_by="dpf", dpf_credentials=secret)  # fmt: skip
+
+    findings = site(host_bmc("h1"), held("h1", 0), held("h1", 1), host_bmc("h2"), held("h2", 0))
+    reasons = host_verdict(findings, "h1", "reset-dpu").reasons
+    assert len(reasons) == 1 and reasons[0].rows == ("dpf Z1", "redfish F1")
+    assert reasons[0].text.startswith(
+        "h1: DPU BMCs h1-dpu-0, h1-dpu-1 refuse the site file's credentials, and DPF manages these BMCs' "
+        "credentials (h1-dpu-0: Secret device-h1-dpu-0-bmc-v1; h1-dpu-1: Secret device-h1-dpu-1-bmc-v1): "
+    )
+    assert reasons[0].text.count("factory defaults once at onboarding") == 1
+    site_wide = next(v for v in verdicts(findings) if v.capability == "firmware")
+    assert [r.text.split(":", 1)[0] for r in site_wide.reasons] == ["h1", "h2"]  # once per host
+    one = host_verdict(findings, "h2", "reset-dpu").reasons[0].text
+    assert one.startswith(
+        "h2: DPU BMC h2-dpu-0 refuses the site file's credentials, and DPF manages this BMC's"
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "state"),
+    [
+        ("-0s", "on"),  # zero: KAI evicts a stale gang at once (it read "off": it starts with "-")
+        ("0", "on"),
+        ("-0.0h", "on"),
+        ("-1s", "off"),
+        ("-1h30m", "off"),
+        ("-.5s", "off"),
+        ("30s", "on"),
+        ("-1", "unknown"),  # no unit: Go's time.ParseDuration refuses it, and so KAI's scheduler
+        ("never", "unknown"),
+    ],
+)
+def test_kai_grace_period_is_read_as_kais_scheduler_parses_it(value: str, state: str) -> None:
+    """Issue 36 (low findings item 5): KAI's operator passes the shard's args to its scheduler as
+    flags (`resources_for_shard.go` `buildArgsList`); `--default-staleness-grace-period` is a pflag
+    `DurationVar` (`cmd/scheduler/app/options/options.go`: "Negative values means infinite"), and
+    `stalegangeviction.go` `handleStaleJob` skips eviction only when `< 0`: `-0s` is zero, so
+    eviction is on (at once); a value Go cannot parse is no "off"."""
+    shard = {"metadata": {"name": "default"}, "spec": {"args": {"default-staleness-grace-period": value}}}
+    found, detail = kai_eviction([shard])
+    assert found == state, detail
+    if state == "unknown":
+        assert "is not a Go duration" in detail and "-1s" in detail
+    if value in ("-0s", "0"):
+        assert "evicted at once" in detail

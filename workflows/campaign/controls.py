@@ -154,8 +154,16 @@ class OperatorControls(CanaryLedger):
 
     def site_blocked(self, groups: Sequence[HostGroup], *, whole_deployment: Sequence[str] = ()) -> str:
         """A newer site check's blocked hosts (`groups`, each with its reason): those not started
-        are skipped with it; the answer names, per host, what was done (none: nothing applied)."""
+        are skipped with it; the answer names, per host, what was done (none: nothing applied).
+
+        A waiting host that may not be skipped (a DPUDeployment the campaign has not pointed yet
+        selects it, or it is a canary host: `skip_blocked`) is not started either: skipped, it
+        would turn Outdated once its deployment is pointed, and the deployment's selector cannot
+        leave it out (no re-pointing without it). So the campaign halts, naming it and the finding:
+        nothing more is pointed or started until `resume` (after the site is fixed: it runs the
+        hosts as planned) or `abort` (the deployments pointed are put back)."""
         said: list[str] = []
+        held: list[str] = []
         for group in groups:
             for host_id in group.host_ids:
                 if (flight := self.in_flight.get(host_id)) is not None:
@@ -163,10 +171,17 @@ class OperatorControls(CanaryLedger):
                 elif not self.waiting(host_id):
                     continue  # done, skipped, at the target, or not in this campaign
                 elif (kept := self.skip_blocked(host_id, whole_deployment)) is not None:
-                    said.append(f"{host_id} not skipped: {kept}")
+                    held.append(f"{host_id} ({group.reason})")
+                    said.append(f"{host_id} not started, and the campaign halts: {kept}")
                 else:
                     self.skip(host_id, group.reason)
                     said.append(f"{host_id} skipped: {group.reason}")
+        if held and self.halted_reason is None:
+            self.halted_reason = (
+                f"the site check blocks {'; '.join(held)}, which the campaign may not skip (its "
+                "DPUDeployment is not pointed yet, or a canary host): nothing more is pointed or started; "
+                "fix the site, run `metalflow site check` and `resume` (the hosts run as planned), or `abort`"
+            )
         return "; ".join(said) if said else "no host of this campaign waits that the check blocks"
 
     def set_limits(self, limits: Limits) -> str:

@@ -539,6 +539,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             automation_held_back=self.automation_held_back,
             taken_over=self.taken_over,
             awaiting=awaiting_request(self.current),
+            site_check=self.current.request.site_check if self.current else (),
         )
 
     def approval_expires_at(self) -> datetime | None:
