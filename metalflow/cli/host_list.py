@@ -25,6 +25,10 @@ start). Rows are read from the raw listing RPC, decoding only the attributes sho
 A host whose entity was terminated while its operation runs shows PHASE `no entity` with that
 operation (the operations' listing names its parent), until a request starts an entity that adopts it.
 
+A host whose request awaits approval (PHASE `awaiting-approval`) names the operation it would run
+in OPERATION (`reprovision (awaiting approval)`; `awaiting_approval` in `--json`), from the
+entity's memo entry `awaiting` in the same listing.
+
 A host whose last run left it OFF (its outcome says "is OFF": `workflows/parts/host_power.py`)
 shows `idle (host OFF)` in PHASE and `left_off_by` (that run) in `--json`, from the entity's memo
 entry `left_off` in the same listing: no BMC read, no query per host (`host status` says more).
@@ -83,6 +87,7 @@ class HostRow:
     maintenance_since: datetime | None = None
     left_off: str | None = None  # the run whose outcome says it left the host OFF (memo `left_off`)
     task_queue: str | None = None  # its operation's (the site watch it hears DPU phases from)
+    awaiting: str | None = None  # the operation its request awaiting approval would run (memo `awaiting`)
 
     @property
     def since(self) -> datetime | None:
@@ -110,6 +115,7 @@ class HostRow:
                 else {"by": self.maintenance_by, "since": _iso(self.maintenance_since)}
             ),
             "operation": operation,
+            "awaiting_approval": self.awaiting,
             "left_off_by": self.left_off,
         }
 
@@ -118,6 +124,13 @@ class HostRow:
         """The operation's phase as `host status` and `--wait` print it (`finishing` for a run in
         its final phase that has not closed: `host_phases.shown`)."""
         return None if self.operation_phase is None else shown(self.operation_phase)
+
+    @property
+    def shown_operation(self) -> str:
+        """The OPERATION cell: the run in flight, else the operation awaiting approval, else `-`."""
+        if self.workflow_id:
+            return self.workflow_id
+        return f"{self.awaiting} (awaiting approval)" if self.awaiting else "-"
 
     @property
     def shown_phase(self) -> str:
@@ -189,6 +202,7 @@ def _entity(execution: WorkflowExecutionInfo) -> tuple[str, HostRow]:
         maintenance_since=_time(_attribute(execution, names.MAINTENANCE_SINCE.name)),
         phase_since=_time(_attribute(execution, names.PHASE_SINCE.name)),
         left_off=_memo(execution, names.LEFT_OFF_MEMO),
+        awaiting=_memo(execution, names.AWAITING_MEMO),
     )
 
 
@@ -405,7 +419,7 @@ def render(rows: list[HostRow], now: datetime) -> str:
                 since,
                 row.instance or "-",
                 f"on ({row.maintenance_by})" if row.maintenance_by else "-",
-                row.workflow_id or "-",
+                row.shown_operation,
                 row.shown_operation_phase or "-",
             )
         )
