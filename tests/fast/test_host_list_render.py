@@ -98,3 +98,21 @@ def test_a_host_whose_entity_was_terminated_while_its_operation_runs_is_listed()
         ("h-1", NO_ENTITY, "reset/h-1"),
         ("h-2", "running reboot", "reboot/h-2/generation-1"),
     ]
+
+
+def test_phase_takes_no_entity_as_the_phase_column_prints_it() -> None:
+    """Issue 38: `host list` printed `no entity` rows but `--phase "no entity"` was refused (exit 2);
+    it is taken, quoted or not, and the refusal of an unknown word names it among the phases."""
+    import argparse
+
+    from metalflow.cli.host_list import _phase
+    from metalflow.cli.host_phases import NO_ENTITY, unknown_phase_message
+
+    assert _phase("no entity") == NO_ENTITY
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers()
+    from metalflow.cli import host_list
+
+    host_list.register(commands, lambda action: lambda args: 0)
+    assert parser.parse_args(["list", "--phase", "no", "entity"]).phase == NO_ENTITY
+    assert "no entity" in unknown_phase_message("nope")
