@@ -39,6 +39,10 @@ from temporalio import workflow
 
 from contracts import names
 
+CAMPAIGN_STARTED = "campaign-started"
+"""What a campaign reports (`workflows.kernel.report`) as it starts selecting in its first run:
+no phase of its own (the run starts in `selecting`), the feed's `CampaignStarted`."""
+
 
 @dataclass(frozen=True)
 class PhaseChange:

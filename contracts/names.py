@@ -47,6 +47,12 @@ LEFT_OFF_MEMO: Final = "left_off"
 is idle after it (absent otherwise). In the memo, not a search attribute: `host list` reads it
 from the same visibility listing, and nothing needs registering on the namespace."""
 
+AWAITING_MEMO: Final = "awaiting"
+"""Memo entry of a host's entity: the operation its request awaiting approval would run (e.g.
+`reprovision`), while one awaits (absent otherwise): `host list` names it in the OPERATION column
+of a host in phase `awaiting-approval`, from the same listing. In the memo like `left_off`: nothing
+to register, and written only when a request starts or stops awaiting (approvals are rare)."""
+
 CARRIED_MEMO: Final = "carried"
 """Memo entry of a host's entity: what must outlive its run (the boot generation, the run that left
 the host OFF, maintenance, an operator's hold on automation), written when it changes. A

@@ -67,7 +67,7 @@ ROWS: dict[tuple[str, ...], list[str]] = {
     ("host", "status"): [UNKNOWN, "--json"],
     ("host", "assign"): [UNKNOWN, "inst-1", *QUEUE],
     ("host", "release"): [UNKNOWN, "inst-1", *QUEUE],
-    ("host-rebooted",): [UNKNOWN],
+    ("host-rebooted",): [UNKNOWN, "--json"],
     ("approve",): [UNKNOWN],
     ("rollout", "start"): ["default/exc-nope", "--set", "a=registry.local/a:1", *QUEUE],
     ("rollout", "plan"): ["default/exc-nope", "--set", "a=registry.local/a:1", "--json"],

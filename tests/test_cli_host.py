@@ -93,9 +93,17 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
     text = await metalflow(local_env, "host", "status", "clih-002")
     assert "running provision" in text.stdout and "power cycles issued" in text.stdout
 
-    told = await metalflow(local_env, "host-rebooted", "clih-002", "--by", "dc-tech", "--task-queue", queue)
+    told = await metalflow(
+        local_env, "host-rebooted", "clih-002", "--by", "dc-tech", "--task-queue", queue, "--json"
+    )
     assert told.status == 0, told.stderr
-    assert "provision/clih-002: reboot confirmation passed to reboot/clih-002/generation-" in (told.stdout)
+    answer = json.loads(told.stdout)  # issue 38: `--json` as its siblings, one document
+    assert (answer["host_id"], answer["workflow_id"], answer["accepted"]) == (
+        "clih-002",
+        "provision/clih-002",
+        True,
+    )
+    assert "reboot confirmation passed to reboot/clih-002/generation-" in answer["message"], answer
     await until_shown(local_env, "clih-002", ended, "finished")
     shown = json.loads((await metalflow(local_env, "host", "status", "clih-002", "--json")).stdout)["host"]
     assert shown["current"] is None and shown["recent"][-1]["outcome"] == "completed", shown
@@ -103,6 +111,11 @@ async def test_a_busy_host_refuses_and_a_manual_reboot_is_reported_with_host_reb
 
     idle = await metalflow(local_env, "host-rebooted", "clih-002", "--task-queue", queue)
     assert idle.status == 1 and "no operation in flight on clih-002" in idle.stderr
+    refused = await metalflow(local_env, "host-rebooted", "clih-002", "--task-queue", queue, "--json")
+    assert refused.status == 1 and json.loads(refused.stdout) == {
+        "error": "no operation in flight on clih-002: nothing waits for a reboot",
+        "exit_status": 1,
+    }, refused.stdout
 
 
 async def test_an_assigned_host_waits_for_approve(

@@ -187,6 +187,31 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
     assert re.search(r"^host-002 +\S+ +idle +\d+:\d\d:\d\d +- +- +- +-$", shown, re.M), shown
     listed_json = json.loads((await metalflow_here(own_env, "host", "list", "--json")).stdout)
     assert listed_json[0]["instance"] == "i-7" and listed_json[1]["instance"] is None
+
+    # Issue 38: a host awaiting approval named no operation (OPERATION `-`); it names the one it
+    # would run, and `--phase awaiting-approval` finds it.
+    held = await metalflow_here(own_env, "host", "reprovision", "host-001", "--task-queue", queue)
+    assert held.status == 0 and "awaits approval" in held.stdout, (held.stdout, held.stderr)
+    for _ in range(50):  # visibility follows the entity's memo a moment later
+        shown = (await metalflow_here(own_env, "host", "list", "--phase", "awaiting-approval")).stdout
+        if "reprovision (awaiting approval)" in shown:
+            break
+        await asyncio.sleep(0.2)
+    assert re.search(r"^host-001 +\S+ +awaiting-approval .* i-7 +- +reprovision \(awaiting approval\) +-$",
+                     shown, re.M), shown  # fmt: skip
+    assert [line.split()[0] for line in shown.splitlines()[1:]] == ["host-001"], shown
+    rows = json.loads((await metalflow_here(own_env, "host", "list", "--json")).stdout)
+    assert [(row["host"], row["awaiting_approval"], row["operation"]) for row in rows] == [
+        ("host-001", "reprovision", None), ("host-002", None, None), ("host-003", None, None)
+    ]  # fmt: skip
+    withdrawn = await metalflow_here(own_env, "host", "abort", "host-001", "--task-queue", queue)
+    assert withdrawn.status == 0, withdrawn.stderr
+    for _ in range(50):
+        rows = json.loads((await metalflow_here(own_env, "host", "list", "--json")).stdout)
+        if rows[0]["awaiting_approval"] is None:
+            break
+        await asyncio.sleep(0.2)
+    assert (rows[0]["phase"], rows[0]["awaiting_approval"]) == ("idle", None), rows[0]
     await metalflow_here(own_env, "host", "release", "host-001", "i-7", "--task-queue", queue)
 
     # Nothing in flight any more: a clear refusal, exit 1.

@@ -100,6 +100,11 @@ async def test_a_new_entity_adopts_the_reset_its_terminated_predecessor_left_run
             orphan = await _cli(env, "host", "list", "--json")  # before: the host was left out
             row = next(r for r in json.loads(orphan.stdout) if r["host"] == host)
             assert row["phase"] == "no entity" and row["operation"]["workflow_id"] == reset, row
+            # Issue 38: the phase the column prints is one `--phase` takes (it was refused, exit 2).
+            only = await _cli(env, "host", "list", "--json", "--phase", "no", "entity")
+            assert only.status == 0, only.stderr
+            rows = json.loads(only.stdout)
+            assert host in [r["host"] for r in rows] and {r["phase"] for r in rows} == {"no entity"}, rows
 
             # The next request starts a new entity, which adopts the reset: refused, naming it.
             # Before: accepted, reboot/adopt-001/generation-1 started beside the running reset.

@@ -92,9 +92,15 @@ class BMCSessions:
                 response = await wire.send("POST", url, headers, body)
         auto = self._auth == "auto"
         if response.status_code in (401, 403, 404, 405) and auto:
-            # No usable SessionService: basic auth decides whether the credentials are bad.
-            log.info(
-                "BMC %s: session login answered %s; trying basic auth", wire.bmc_id, response.status_code
+            # No usable SessionService: basic auth decides whether the credentials are bad. A 401
+            # or 403 here is at DEBUG: when basic auth is refused too, its failure says so (wrong
+            # credentials were the same fact three times in the worker's log); a BMC without a
+            # SessionService (404, 405) is said, once per BMC, at INFO.
+            log.log(
+                logging.DEBUG if response.status_code in (401, 403) else logging.INFO,
+                "BMC %s: session login answered %s; trying basic auth",
+                wire.bmc_id,
+                response.status_code,
             )
             self._state.auth = "basic"
             return None

@@ -13,6 +13,8 @@ either way the command exits 3. `--json`: one document, `{"host", "events", "ope
 (`events` null when the cluster could not be read; `operations` null without HOST, `{"error":
 ...}` when Temporal could not say), the exit status the same.
 A HOST the inventory does not have is refused before anything is read (exit 2).
+Without HOST, a last line says where the Events of rollouts (their PodCliqueSet's namespace) and
+campaigns (namespace `default`) are: they are about no DPUNode.
 
 Cost: one list of Events (one page of at most 500, the newest kept), and with HOST two queries
 (the entity's status, the current operation's status). Needs `list` on events.k8s.io events in
@@ -38,6 +40,14 @@ from metalflow.cli import connection, exits
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.USAGE, exits.UNREACHABLE
 REPORTING_CONTROLLER = "metalflow"
+ELSEWHERE = (
+    "Rollout Events (RolloutStarted, RolloutPaused, RolloutSucceeded, ...) are about their "
+    "PodCliqueSet, in its namespace; campaign Events (CampaignStarted, CampaignHalted, "
+    "CampaignCompleted, ...) in namespace default, about no object: "
+    "kubectl get events -n NAMESPACE --field-selector reportingController=metalflow"
+)
+"""Where the Events of rollouts and campaigns are (`metalflow.runtime.events`): not in the DPF
+namespace this command reads, so it says where, after the list of every host's Events."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,9 @@ def register(subparsers: Any) -> None:
         help="a host's recent Kubernetes Events next to its operations' phases",
         description="Print metalflow's Kubernetes Events (events.k8s.io/v1, reportingController "
         "metalflow) about HOST's DPUNode, or about every host without HOST, oldest first; with HOST, "
-        "then its operations and their phases from Temporal. Reads the cluster of KUBECONFIG.",
+        "then its operations and their phases from Temporal. Reads the cluster of KUBECONFIG. A "
+        "rollout's Events are about its PodCliqueSet, a campaign's in namespace default (without HOST "
+        "the command says so).",
     )
     parser.add_argument("host", nargs="?", type=arg_type(HostId), help="host id, e.g. host-001")
     parser.add_argument("--limit", type=int, default=20, help="the last N Events (default %(default)s)")
@@ -118,6 +130,7 @@ async def _run(args: argparse.Namespace) -> int:
         print(f"Events about {where} (oldest first):")
         print(render(shown, with_object=args.host is None) if shown else "  none")
     if args.host is None:
+        print(ELSEWHERE)
         return EXIT_OK if shown is not None else EXIT_UNREACHABLE
     operations, reached = await read_operations(args)
     print(f"Operations of {args.host} (Temporal):")

@@ -97,6 +97,11 @@ def register(subparsers: Any) -> None:
     )
     _common(rebooted)
     host_requests.reason_option(rebooted, "recorded with the confirmation")
+    rebooted.add_argument(
+        "--json",
+        action="store_true",
+        help="the answer as JSON: host_id, workflow_id (who answered), accepted, message",
+    )
     rebooted.set_defaults(handler=_runner(host_decide.host_rebooted))
 
     host_requests.register_approve(subparsers, _common, _runner)

@@ -1,5 +1,5 @@
-"""`metalflow host retry|abort|mark-rebooted HOST [--reason R] [--json]` and `metalflow host-rebooted HOST`:
-the operator's answers.
+"""`metalflow host retry|abort|mark-rebooted HOST [--reason R] [--json]` and `metalflow
+host-rebooted HOST [--json]`: the operator's answers (`--json`: one document, errors included).
 
 A manual-intervention message asks for `retry`, `mark_rebooted` or `abort`; these commands send
 exactly those updates (payload `OperatorRequest`: who and why) to the operation in flight on the
@@ -308,8 +308,7 @@ async def host_rebooted(client: Client, args: argparse.Namespace) -> int:
                 f"{current.workflow_id} refused `host-rebooted`: it is not waiting for a reboot: it is {what}"
             ) from None
         answer = await _confirm_reboot(client, target, request)
-    print(terminal_safe(f"{args.host}: {target}: {answer.message}"), flush=True)
-    return EXIT_OK if answer.accepted else EXIT_FAILED
+    return _said(args, target, answer, f"{args.host}: {target}: {answer.message}")
 
 
 class _NoSuchUpdate(Exception):

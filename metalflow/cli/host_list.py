@@ -23,7 +23,12 @@ before those existed shows them once it continues-as-new (FOR falls back to its 
 start). Rows are read from the raw listing RPC, decoding only the attributes shown.
 
 A host whose entity was terminated while its operation runs shows PHASE `no entity` with that
-operation (the operations' listing names its parent), until a request starts an entity that adopts it.
+operation (the operations' listing names its parent), until a request starts an entity that adopts it;
+`--phase "no entity"` lists those hosts (the operations in flight, then their entities by id).
+
+A host whose request awaits approval (PHASE `awaiting-approval`) names the operation it would run
+in OPERATION (`reprovision (awaiting approval)`; `awaiting_approval` in `--json`), from the
+entity's memo entry `awaiting` in the same listing.
 
 A host whose last run left it OFF (its outcome says "is OFF": `workflows/parts/host_power.py`)
 shows `idle (host OFF)` in PHASE and `left_off_by` (that run) in `--json`, from the entity's memo
@@ -54,7 +59,7 @@ from contracts import names
 from contracts.validation import terminal_safe
 from contracts.wording import iso_z, plural
 from metalflow.cli import exits
-from metalflow.cli.host_phases import KNOWN_PHASES, shown, shown_as, unknown_phase_message
+from metalflow.cli.host_phases import KNOWN_PHASES, NO_ENTITY, shown, shown_as, unknown_phase_message
 from metalflow.site_watch_health import dpf_namespace, watch_lapse
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
@@ -83,6 +88,7 @@ class HostRow:
     maintenance_since: datetime | None = None
     left_off: str | None = None  # the run whose outcome says it left the host OFF (memo `left_off`)
     task_queue: str | None = None  # its operation's (the site watch it hears DPU phases from)
+    awaiting: str | None = None  # the operation its request awaiting approval would run (memo `awaiting`)
 
     @property
     def since(self) -> datetime | None:
@@ -110,6 +116,7 @@ class HostRow:
                 else {"by": self.maintenance_by, "since": _iso(self.maintenance_since)}
             ),
             "operation": operation,
+            "awaiting_approval": self.awaiting,
             "left_off_by": self.left_off,
         }
 
@@ -118,6 +125,13 @@ class HostRow:
         """The operation's phase as `host status` and `--wait` print it (`finishing` for a run in
         its final phase that has not closed: `host_phases.shown`)."""
         return None if self.operation_phase is None else shown(self.operation_phase)
+
+    @property
+    def shown_operation(self) -> str:
+        """The OPERATION cell: the run in flight, else the operation awaiting approval, else `-`."""
+        if self.workflow_id:
+            return self.workflow_id
+        return f"{self.awaiting} (awaiting approval)" if self.awaiting else "-"
 
     @property
     def shown_phase(self) -> str:
@@ -189,6 +203,7 @@ def _entity(execution: WorkflowExecutionInfo) -> tuple[str, HostRow]:
         maintenance_since=_time(_attribute(execution, names.MAINTENANCE_SINCE.name)),
         phase_since=_time(_attribute(execution, names.PHASE_SINCE.name)),
         left_off=_memo(execution, names.LEFT_OFF_MEMO),
+        awaiting=_memo(execution, names.AWAITING_MEMO),
     )
 
 
@@ -301,6 +316,8 @@ async def fleet(
     operations by id, 200 ids a request. `--phase rebooting-host` over 10,000 hosts reads the
     hosts that match, not 10,000 rows."""
     listing = _Listing(client, page_size, progress)
+    if phase == NO_ENTITY:  # no workflow shows it: the operations whose entity does not run
+        return await _without_entity(listing), listing.requests
     if phase is None:
         entities, operations = await asyncio.gather(
             listing.pages(ENTITIES_QUERY, _entity), listing.pages(OPERATIONS_QUERY, _operation)
@@ -314,19 +331,29 @@ async def fleet(
         listing.pages(OPERATIONS_QUERY, _operation),
     )
     known = {entity_id for entity_id, _ in entities}
-    parents = sorted({op.parent for op in matched} - known - {""})
-    for chunk in range(0, len(parents), ID_CHUNK):
-        ids = ", ".join(f'"{parent}"' for parent in parents[chunk : chunk + ID_CHUNK])
-        entities.extend(await listing.pages(f"{ENTITIES_QUERY} AND WorkflowId IN ({ids})", _entity))
+    entities.extend(await _entities_of(listing, sorted({op.parent for op in matched} - known - {""})))
     rows = _join(entities, operations)
     return [row for row in rows if phase in (row.phase, row.operation_phase, row.shown_operation_phase)], (
         listing.requests
     )
 
 
-NO_ENTITY = "no entity"
-"""The PHASE of a host whose entity no longer runs (terminated by hand) while its operation does:
-the next request starts an entity that adopts it (workflows/host/takeover_rules.py)."""
+async def _entities_of(listing: _Listing, parents: list[str]) -> list[tuple[str, HostRow]]:
+    """The running entities among `parents` (workflow ids), `ID_CHUNK` ids a request."""
+    entities: list[tuple[str, HostRow]] = []
+    for chunk in range(0, len(parents), ID_CHUNK):
+        ids = ", ".join(f'"{parent}"' for parent in parents[chunk : chunk + ID_CHUNK])
+        entities.extend(await listing.pages(f"{ENTITIES_QUERY} AND WorkflowId IN ({ids})", _entity))
+    return entities
+
+
+async def _without_entity(listing: _Listing) -> list[HostRow]:
+    """`--phase "no entity"`: the running operations, then their entities by id; the rows of the
+    operations whose entity does not run (the hosts in flight cost it, not the fleet)."""
+    operations = await listing.pages(OPERATIONS_QUERY, _operation)
+    parents = sorted({op.parent for op in operations if op.parent.startswith(f"{names.HOST}/")})
+    rows = _join(await _entities_of(listing, parents), operations)
+    return [row for row in rows if row.phase == NO_ENTITY]
 
 
 def _join(entities: list[tuple[str, HostRow]], operations: list[_Operation]) -> list[HostRow]:
@@ -405,7 +432,7 @@ def render(rows: list[HostRow], now: datetime) -> str:
                 since,
                 row.instance or "-",
                 f"on ({row.maintenance_by})" if row.maintenance_by else "-",
-                row.workflow_id or "-",
+                row.shown_operation,
                 row.shown_operation_phase or "-",
             )
         )

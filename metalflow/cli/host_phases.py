@@ -47,7 +47,12 @@ def shown(phase: str) -> str:
 SHOWN_PHASES: Final = frozenset(shown(phase) for phase in OPERATION_PHASES)
 """The operation phases a status prints (`finishing` among them): derived, never listed."""
 
-KNOWN_PHASES: Final = ENTITY_PHASES | OPERATION_PHASES | SHOWN_PHASES
+NO_ENTITY: Final = "no entity"
+"""The PHASE `host list` prints for a host whose entity no longer runs (terminated by hand) while
+its operation does: no workflow upserts it, the listing joins it (`host_list._join`); `--phase
+"no entity"` lists those hosts."""
+
+KNOWN_PHASES: Final = ENTITY_PHASES | {NO_ENTITY} | OPERATION_PHASES | SHOWN_PHASES
 
 
 def shown_as(phase: str) -> frozenset[str]:
@@ -58,7 +63,7 @@ def shown_as(phase: str) -> frozenset[str]:
 
 def unknown_phase_message(text: str) -> str:
     """Why `text` is refused, with every phase that is taken (sorted, entity phases first)."""
-    entity = ", ".join(sorted(ENTITY_PHASES))
+    entity = ", ".join([*sorted(ENTITY_PHASES), NO_ENTITY])
     operation = ", ".join(sorted(OPERATION_PHASES | SHOWN_PHASES))
     return (
         f"unknown phase {safe(text, 40)}: a host's phase is one of {entity}; "

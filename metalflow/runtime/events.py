@@ -20,8 +20,12 @@ Events on or off.
 | monitor: `host-out-of-pool` (services down) | `DPUOutOfPool` (Warning) |
 | monitor: back to `watching` (services up) | `DPUBackInPool` (Normal) |
 | monitor: `unplanned-reset` (a Ready DPU reset that no operation explains) | `UnplannedReset` (Warning) |
+| campaign: `campaign-started` (reported as its first run selects) | `CampaignStarted` (Normal) |
 | campaign: `halted` | `CampaignHalted` (Warning) |
+| campaign: ended | `CampaignCompleted`, `CampaignStopped`, `CampaignFailed`, `CampaignAborted` |
+| rollout: `preparing` (its first run's first phase) | `RolloutStarted` (Normal) |
 | rollout: `paused` | `RolloutPaused` (Warning) |
+| rollout: ended | `RolloutSucceeded`, `RolloutRolledBack`, `RolloutFailed`, `RolloutAborted` |
 
 `unplanned-reset` and `power-cycled` are no phases: the monitor and the reboot report them (and
 the entity its `maintenance-on` and `maintenance-off`: who, why, since when; a reboot and the
@@ -33,8 +37,12 @@ cycle the BMC refused (wrong credentials, unreachable) is no `PowerCycleIssued`,
 `ManualRebootRequired` or `ManualInterventionRequired` that follows; a cycle someone else made
 (`already_done`) neither.
 A host's Events are `regarding` its DPUNode (`node-<host>` in the DPF namespace), a rollout's
-its PodCliqueSet. Failed and aborted endings are Warnings, the rest Normal; a manual
-intervention's note is its reason.
+its PodCliqueSet. Failed, aborted (an operator's abort, or a cancel of the workflow: both
+`...Aborted`, the note says which and why), stopped and rolled-back endings are Warnings, the rest
+Normal; a manual intervention's note is its reason, an ending's its final details. A rollout and a
+campaign start once and end once whatever their continue-as-new runs: the start phase is entered
+by the first run only, and a campaign writes no Event per host (10,000 hosts: its start, its
+halts and its end; each host's own operation tells its DPUNode).
 
 Every Event has `reportingController: metalflow`, `reportingInstance: metalflow-<hostname>`
 (client-go's `NewRecorder` convention), `action` the operation (its row's `action`:
@@ -85,6 +93,7 @@ from contracts.models.dpf import DPF_VERSION, PROVISIONING_GROUP
 from contracts.models.grove import GROVE_GROUP, GROVE_VERSION
 from drivers.kube_events import EventWriter
 from drivers.settings import Settings
+from metalflow.runtime.run_events import CAMPAIGN_ENDINGS, ONCE_PER_RUN, ROLLOUT_ENDINGS, RUN_REASONS
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +124,16 @@ ACTIONS = {
     names.ROLLOUT: "Rollout",
     names.CAMPAIGN_OPERATION: "Campaign",
 }
-ONE_EVENT_EACH = frozenset({"OperationStarted", *(reason for reason, _ in ENDINGS.values())})
+ONE_EVENT_EACH = frozenset(
+    {
+        "OperationStarted",
+        "RolloutStarted",
+        "CampaignStarted",
+        *(reason for reason, _ in ENDINGS.values()),
+        *(reason for reason, _ in ROLLOUT_ENDINGS.values()),
+        *(reason for reason, _ in CAMPAIGN_ENDINGS.values()),
+    }
+)
 """An operation's start and end: one Event per run, never counted into an isomorphic one's series."""
 UNPLANNED_POWER = "unplanned-power"  # workflows/host_reboot/failure.py, workflows/host/state.py
 MAINTENANCE_EVENTS = {"maintenance-on": "MaintenanceOn", "maintenance-off": "MaintenanceOff"}
@@ -204,10 +222,8 @@ def describe(change: PhaseChange, dpf_namespace: str, parent_is_operation: bool 
             reason = ("DPUBackInPool", "Normal")
         elif phase == "unplanned-reset":
             reason = ("UnplannedReset", "Warning")
-    elif kind == "CampaignWorkflow" and phase == "halted":
-        reason = ("CampaignHalted", "Warning")
-    elif kind == "RolloutWorkflow" and phase == "paused":
-        reason = ("RolloutPaused", "Warning")
+    elif kind in RUN_REASONS:  # a rollout's, a campaign's start, pause or halt, and end
+        reason = RUN_REASONS[kind].get(phase)
     if reason is None:
         return None
     note = f"{change.details} ({change.workflow_id})"
@@ -248,7 +264,8 @@ class Facts:
 
     - a change seen before is not (a retried workflow task that ran its code again: the same
       run, phase and history length, `PhaseChange.key`);
-    - a run ends once: its final phase (`ENDINGS`) is a fact once per run, whatever the history
+    - a run ends once: its final phase (`ENDINGS`; a rollout's and a campaign's start and end
+      phases, `ONCE_PER_RUN`) is a fact once per run, whatever the history
       length (a workflow task that failed or timed out after entering it runs again, with a
       longer history; without this, one abort read `OperationAborted (x2)` and a host's
       `OperationSucceeded` outnumbered its operations);
@@ -265,7 +282,8 @@ class Facts:
 
     def new(self, change: PhaseChange) -> bool:
         """Whether `change` is a new fact (and remember it)."""
-        key = (change.run_id, change.phase, -1) if change.phase in ENDINGS else change.key
+        once = change.phase in ONCE_PER_RUN.get(change.workflow_type, ENDINGS)
+        key = (change.run_id, change.phase, -1) if once else change.key
         if key in self._seen:
             return False
         self._remember(self._seen, key, None)

@@ -67,3 +67,86 @@ def test_a_power_cycle_is_issued_when_the_bmc_took_it_not_on_entering_powering()
     assert describe(change(reboot, "b1", "HostRebootWorkflow", "powering", 8), NS) is None
     issued = describe(change(reboot, "b1", "HostRebootWorkflow", "power-cycled", 12), NS)
     assert issued is not None and (issued.reason, issued.action) == ("PowerCycleIssued", "PowerCycle")
+
+
+def test_a_rollout_and_a_campaign_tell_one_start_and_one_end_with_the_reason() -> None:
+    """Issue 38 item 3: a rollout told only `RolloutPaused` and a campaign only `CampaignHalted`;
+    each now tells its start and its ending (succeeded, rolled back, failed, aborted: an operator's
+    abort and a cancel alike), the ending's words in the note, on the PodCliqueSet for a rollout
+    and in `default` (regarding nothing: a campaign is no Kubernetes object) for a campaign."""
+    rollout, campaign = "rollout/team-a/inference", "campaign/fleet-1"
+    told = {
+        phase: describe(change(rollout, "r1", "RolloutWorkflow", phase, 9, f"{phase} words"), NS)
+        for phase in (
+            "preparing",
+            "rolling",
+            "paused",
+            "completed",
+            "rolled-back",
+            "failed",
+            "aborted",
+            "cancelled",
+        )
+    }
+    assert {phase: (e.reason, e.type) if e else None for phase, e in told.items()} == {
+        "preparing": ("RolloutStarted", "Normal"),
+        "rolling": None,
+        "paused": ("RolloutPaused", "Warning"),
+        "completed": ("RolloutSucceeded", "Normal"),
+        "rolled-back": ("RolloutRolledBack", "Warning"),
+        "failed": ("RolloutFailed", "Warning"),
+        "aborted": ("RolloutAborted", "Warning"),
+        "cancelled": ("RolloutAborted", "Warning"),
+    }
+    ended = told["aborted"]
+    assert ended is not None and ended.regarding is not None
+    assert (ended.regarding.kind, ended.regarding.namespace, ended.regarding.name) == (
+        "PodCliqueSet", "team-a", "inference"
+    )  # fmt: skip
+    assert (
+        ended.namespace == "team-a"
+        and ended.note == f"aborted words ({rollout})"
+        and ended.action == "Rollout"
+    )
+    told = {
+        phase: describe(change(campaign, "c1", "CampaignWorkflow", phase, 9, f"{phase} words"), NS)
+        for phase in (
+            "campaign-started",
+            "selecting",
+            "running",
+            "halted",
+            "completed",
+            "stopped",
+            "failed",
+            "aborted",
+            "cancelled",
+        )
+    }
+    assert {phase: e.reason if e else None for phase, e in told.items()} == {
+        "campaign-started": "CampaignStarted",
+        "selecting": None,
+        "running": None,
+        "halted": "CampaignHalted",
+        "completed": "CampaignCompleted",
+        "stopped": "CampaignStopped",
+        "failed": "CampaignFailed",
+        "aborted": "CampaignAborted",
+        "cancelled": "CampaignAborted",
+    }
+    start = told["campaign-started"]
+    assert start is not None and start.regarding is None and start.namespace == "default"
+
+
+def test_a_campaign_starts_once_while_it_selects_claims_and_reads_its_deployments() -> None:
+    """A retried workflow task reports the start again with a longer history: one `CampaignStarted`
+    per run; the ending once per run as well (a rollout's too); a halt again is a fact of its own."""
+    facts = Facts()
+    assert facts.new(change("campaign/c", "c1", "CampaignWorkflow", "campaign-started", 5))
+    assert not facts.new(change("campaign/c", "c1", "CampaignWorkflow", "campaign-started", 11))
+    assert facts.new(change("campaign/c", "c1", "CampaignWorkflow", "halted", 20))
+    assert facts.new(change("campaign/c", "c1", "CampaignWorkflow", "halted", 30))  # halted again: a fact
+    assert facts.new(change("campaign/c", "c1", "CampaignWorkflow", "completed", 40))
+    assert not facts.new(change("campaign/c", "c1", "CampaignWorkflow", "completed", 44))
+    assert facts.new(change("rollout/a/b", "r1", "RolloutWorkflow", "rolled-back", 40))
+    assert not facts.new(change("rollout/a/b", "r1", "RolloutWorkflow", "rolled-back", 45))
+    assert facts.new(change("campaign/c2", "c2", "CampaignWorkflow", "campaign-started", 5))  # another one

@@ -103,7 +103,7 @@ def test_every_json_command_is_known() -> None:
     """The commands with `--json`; a new one is added to tests/test_cli_exit_codes.py's rows."""
     assert {" ".join(p) for p in with_json()} == {
         "sim violations", "sim power-log", "host list", "host versions", "host status", "host maintenance",
-        "host retry", "host abort", "host mark-rebooted",
+        "host retry", "host abort", "host mark-rebooted", "host-rebooted",
         "rollout plan", "rollout status", "campaign plan", "campaign status", "campaign hosts", "site check",
         "campaign list", "events",  # issue 38: the two listings without --json
     }  # fmt: skip

@@ -144,6 +144,21 @@ def test_approve_starts_what_awaits_and_opens_the_window_for_that_instance() -> 
         state.approve("carol", T0)
 
 
+def test_the_operation_awaiting_approval_is_named_until_it_starts_or_is_withdrawn() -> None:
+    """Issue 38: `host list` showed OPERATION `-` for a host awaiting approval; the entity names
+    the operation (its memo entry `awaiting`) while the request awaits, and nothing otherwise."""
+    state = entity(instance="i-1")
+    assert state.awaiting_operation() is None  # idle
+    asked(state)
+    assert state.awaiting_operation() == "reprovision"
+    state.approve("carol", T0)
+    assert state.awaiting_operation() is None  # started: in flight, its own run says it
+    assert entity().awaiting_operation() is None
+    unassigned = entity()
+    asked(unassigned)  # no instance: starts at once, never awaits
+    assert unassigned.awaiting_operation() is None
+
+
 def test_without_a_window_an_approval_covers_its_request_only() -> None:
     state = entity(instance="i-1")
     asked(state)

@@ -31,6 +31,22 @@ def test_the_memo_entry_names_the_run_that_left_the_host_off() -> None:
     assert _entity(_listed({names.LEFT_OFF_MEMO: b"not json"}))[1].left_off is None
 
 
+def test_a_host_awaiting_approval_names_the_operation_it_would_run() -> None:
+    """Issue 38: OPERATION read `-` for a host awaiting approval; it names the awaited operation,
+    from the entity's memo entry `awaiting` in the same listing, and `--json` says it too."""
+    _, row = _entity(_listed({names.AWAITING_MEMO: json.dumps("reprovision").encode()}))
+    assert row.awaiting == "reprovision" and row.as_json()["awaiting_approval"] == "reprovision"
+    assert row.as_json()["operation"] is None  # nothing in flight yet
+    assert _entity(_listed({}))[1].awaiting is None
+    rows = [
+        HostRow(host="h-1", site="s", phase="awaiting-approval", awaiting="reprovision"),
+        HostRow(host="h-2", site="s", phase="idle"),
+    ]
+    lines = render(rows, NOW).splitlines()
+    assert lines[1].split("  ")[0] == "h-1" and lines[1].endswith("reprovision (awaiting approval)  -"), lines
+    assert lines[2].split()[-2:] == ["-", "-"], lines
+
+
 def test_the_phase_cell_of_a_host_left_off_says_so() -> None:
     rows = [
         HostRow(host="h-1", site="s", phase="idle", left_off="reboot/h-1/generation-2"),
@@ -82,3 +98,21 @@ def test_a_host_whose_entity_was_terminated_while_its_operation_runs_is_listed()
         ("h-1", NO_ENTITY, "reset/h-1"),
         ("h-2", "running reboot", "reboot/h-2/generation-1"),
     ]
+
+
+def test_phase_takes_no_entity_as_the_phase_column_prints_it() -> None:
+    """Issue 38: `host list` printed `no entity` rows but `--phase "no entity"` was refused (exit 2);
+    it is taken, quoted or not, and the refusal of an unknown word names it among the phases."""
+    import argparse
+
+    from metalflow.cli.host_list import _phase
+    from metalflow.cli.host_phases import NO_ENTITY, unknown_phase_message
+
+    assert _phase("no entity") == NO_ENTITY
+    parser = argparse.ArgumentParser()
+    commands = parser.add_subparsers()
+    from metalflow.cli import host_list
+
+    host_list.register(commands, lambda action: lambda args: 0)
+    assert parser.parse_args(["list", "--phase", "no", "entity"]).phase == NO_ENTITY
+    assert "no entity" in unknown_phase_message("nope")

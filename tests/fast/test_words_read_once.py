@@ -230,3 +230,35 @@ def test_a_firmware_run_that_is_done_waits_for_nothing_but_its_close() -> None:
     assert line.startswith("finishing; waiting for its run to close"), line
     assert "(every DPU runs 32.45.1020)" in line and "done:" not in line, line
     assert method_words("bmc:ForceOff+On") == method_words("ForceOff+On") == "ForceOff+On"
+
+
+async def test_wrong_bmc_credentials_are_said_once_not_first_as_a_session_fallback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 38: a reboot of a host whose BMC rejects the credentials logged the 401 three times:
+    `session login answered 401; trying basic auth` (INFO), the activity's failure, then the
+    operation's phase. The login's 401 that basic auth then decides is no fact of its own (DEBUG);
+    the failure says it. A BMC with no SessionService (404) is still said at INFO: basic auth
+    works there, and the line is the only one that says how metalflow logs in."""
+    from fake_bmc_support import FakeBMC, read, with_sessions
+
+    bmc = FakeBMC()
+    with_sessions(bmc)
+    accepting = bmc.handle
+
+    def refusing(request: httpx.Request) -> httpx.Response:  # the stored password no longer works
+        if request.url.path == "/redfish/v1/SessionService/Sessions" and request.method == "POST":
+            return httpx.Response(401, json={"error": {"message": "The user name or password is not valid."}})
+        return accepting(request)
+
+    bmc.handle = refusing  # type: ignore[method-assign]
+    caplog.set_level(logging.DEBUG, logger="metalflow.redfish")
+    with pytest.raises(BMCAuthenticationFailed, match="answered 401"):
+        await read(bmc, auth="auto")
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert [line for line in said if "401" in line] == [], said
+    assert any("trying basic auth" in r.getMessage() for r in caplog.records)  # at DEBUG
+    caplog.clear()
+    await read(FakeBMC(), auth="auto")  # no SessionService: basic auth, said once at INFO
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert said == ["BMC bmc-1: session login answered 404; trying basic auth"], said

@@ -26,6 +26,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api
     from contracts.errors import InvalidInput
+    from contracts.events import CAMPAIGN_STARTED
     from contracts.models.campaign import (
         CampaignInput,
         ClaimInput,
@@ -80,6 +81,14 @@ class Footprint(kernel.Runbook):
     async def _select(self) -> SelectHostsResult:
         selection = self._input.selection
         self._show_phase(SELECTING, selection.describe())
+        # The campaign's start, once (its first run selects, a continued run does not): told to
+        # the worker's Events (`CampaignStarted`) with no phase change and no history event.
+        start = self._input
+        kernel.report(
+            CAMPAIGN_STARTED,
+            f"{start.target.describe()} of {selection.describe()} requested by {start.requested_by}",
+            warning=False,
+        )
         selected: SelectHostsResult = await self.call(
             activity_api.select_campaign_hosts,
             SelectHostsInput(

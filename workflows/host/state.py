@@ -489,6 +489,14 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             f"{asked or maintenance}" + (f"; site check: {said}" if said else "")
         )
 
+    def awaiting_operation(self) -> str | None:
+        """The operation of the request awaiting approval (None: none awaits), as `host list`'s
+        OPERATION column names it (the memo entry `names.AWAITING_MEMO`): the Phase
+        `awaiting-approval` alone does not say what would run."""
+        if self.current is None or self.current.approved:
+            return None
+        return self.current.record.operation
+
     def read_at_rest(self, power_state: str | None) -> str:
         """A power watch reading at rest (`power_watch.py`): the host read On clears the mark of
         a run that left it OFF (a reading is the world, e.g. after `metalflow bmc power HOST on`,

@@ -492,8 +492,9 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
 
     def _show_phase(self, *, log: bool = True) -> None:
         """The Phase and details, the `Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`
-        search attributes and the memo `left_off` (written when it changes) that `host list` reads
-        (`log=False`: no log line or Event, e.g. when only the maintenance changed: its own says it)."""
+        search attributes and the memo entries `left_off` and `awaiting` (written when they change)
+        that `host list` reads (`log=False`: no log line or Event, e.g. when only the maintenance
+        changed: its own says it)."""
         phase, details = self.state.phase(), self.state.details()
         # The run's first `_show_phase` can already see an operation that the same activation's
         # update accepted, then shows it again once started: the same line is logged once.
@@ -510,8 +511,15 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
         self.enter(phase, details, log=log and (phase, details) != self._logged, also=also)
         self._logged = (phase, details)
         self._carry()  # takeover.py: what outlives the run, for a successor after a terminate
-        if workflow.memo_value(names.LEFT_OFF_MEMO, None) != (left_off := self.state.left_off()):
-            workflow.upsert_memo({names.LEFT_OFF_MEMO: left_off})  # an idle host its last run left OFF
+        # What `host list` reads from the memo in the same listing: an idle host its last run left
+        # OFF, the operation a request awaiting approval would run. One upsert of what changed.
+        shown = {
+            names.LEFT_OFF_MEMO: self.state.left_off(),
+            names.AWAITING_MEMO: self.state.awaiting_operation(),
+        }
+        changed = {key: value for key, value in shown.items() if workflow.memo_value(key, None) != value}
+        if changed:
+            workflow.upsert_memo(changed)  # None removes an entry
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
