@@ -45,13 +45,7 @@ from contracts.models.host import (
     ApproveRequest,
     AssignInstanceRequest,
     EntityRequestBody,
-    FirmwareInput,
-    FirmwareRequest,
     HostEntityMemory,
-    HostOperationInput,
-    HostOperationKind,
-    HostRebootInput,
-    HostResetInput,
     HostStatus,
     HostWorkflowInput,
     Maintenance,
@@ -61,12 +55,12 @@ from contracts.models.host import (
     ResetRequest,
     WithdrawRequest,
 )
-from contracts.models.removal import HostRemovalInput
 from contracts.wording import iso_z
 from workflows.host.abort_rule import AWAITING_APPROVAL
 from workflows.host.approval_reason import ApprovalReason
 from workflows.host.automation_hold import automatic, hold_after, refuse_automatic, released
 from workflows.host.awaiting import awaiting_request
+from workflows.host.child_input import child_input
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
 from workflows.host.maintenance_rules import standing as _standing
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
@@ -322,64 +316,10 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         return names.host_operation_workflow_id(kind.operation, self.host_id)
 
     def child_input(self, current: PendingOperation) -> BaseModel:
-        """The input of the operation's child, from its request and what the entity knows."""
-        request, operation, host = current.request, current.record.operation, self.host_id
-        generation, requested_by = self.boot_generation, request.requested_by
-        if isinstance(request, ResetRequest):
-            return HostResetInput(
-                host_id=host,
-                target=request.target,
-                dpu_ids=request.dpu_ids or (),
-                full=request.full,
-                requested_by=requested_by,
-                reason=request.reason,
-                boot_generation=generation,
-                policy=request.policy or self._start.policy,
-                power_before=baseline(self.power),
-                site_check=request.site_check,
-            )
-        if isinstance(request, FirmwareRequest):
-            return FirmwareInput(
-                host_id=host,
-                target_version=request.target_version,
-                image_uri=request.image_uri,
-                dpu_ids=request.dpu_ids,
-                requested_by=requested_by,
-                boot_generation=generation,
-                policy=self._start.policy,
-                power_before=baseline(self.power),
-                site_check=request.site_check,
-            )
-        policy = request.policy or self._start.policy
-        if operation == names.REBOOT:  # `power_before`: its first read compared (power_rest.py)
-            return HostRebootInput(
-                host_id=host,
-                boot_generation=generation + 1,
-                requested_by=requested_by,
-                reason=request.reason,
-                policy=policy,
-                power_before=baseline(self.power),
-                site_check=request.site_check,
-            )
-        if operation == names.REMOVE:
-            return HostRemovalInput(
-                host_id=host,
-                dpu_ids=request.dpu_ids,
-                force=request.force,
-                requested_by=requested_by,
-                reason=request.reason,
-                policy=policy,
-            )
-        return HostOperationInput(
-            host_id=host,
-            kind=HostOperationKind(operation),
-            dpu_ids=request.dpu_ids,
-            requested_by=requested_by,
-            reason=request.reason,
-            boot_generation=generation,
-            policy=policy,
-            power_before=baseline(self.power),
-            site_check=request.site_check,
+        """The input of the operation's child, from its request and what the entity knows
+        (`child_input.child_input`)."""
+        return child_input(
+            current, self.host_id, self.boot_generation, baseline(self.power), self._start.policy
         )
 
     def starting(self, current: PendingOperation) -> None:
