@@ -130,10 +130,10 @@ async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_s
         assert power_cycles(sim.power_log(host)) == 0
         async with worker_for(client, task_queue, settings):
             # The slot is the reboot's, though its run never heard of it (a query needs a worker;
-            # the lost attempt is retried only after its 30 s start-to-close timeout).
+            # the lost attempt is retried only after its 10 s heartbeat timeout, `CALL_HEARTBEAT`).
             held = await lease_status(lease_handle)
             assert held is not None and [h.workflow_id for h in held.holders] == [reboot.id], held
-            # The step's attempt times out (30 s start-to-close) and is retried here.
+            # The step's attempt times out (10 s heartbeat timeout: it sent none) and is retried here.
             result = await asyncio.wait_for(reboot.result(), 240)
             lease = await asyncio.wait_for(lease_handle.result(), 60)
             history = await reboot.fetch_history()
