@@ -37,6 +37,7 @@ from worker_support import LEASE_STEP_WORKER, worker_env, worker_process
 
 import workflows
 from activities import build_activities
+from activities.heartbeat import beats_while_running
 from contracts import names
 from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
 from contracts.models.control import OperatorRequest
@@ -202,6 +203,7 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
         granted: list[bool] = []
 
         @activity.defn(name="lease_host_bmc")
+        @beats_while_running  # as the real one: held back, it is not cut by its heartbeat timeout
         async def held_back(request: LeaseHostBMCInput) -> LeaseHostBMCResult:
             step_started.set()
             await stop_sent.wait()
