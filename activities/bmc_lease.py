@@ -48,6 +48,7 @@ from temporalio.client import WithStartWorkflowOperation, WorkflowExecutionStatu
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.heartbeat import beats_while_running
 from contracts import names, workflow_api
 from contracts.errors import InvalidInput, PreviousRebootRunning
 from contracts.models.bmc_lease import (
@@ -96,6 +97,7 @@ class BMCLeaseActivities:
             raise InvalidInput(f"BMC {request.bmc.bmc_id}: {err}") from None
 
     @activity.defn(name="lease_host_bmc")
+    @beats_while_running
     async def lease_host_bmc(self, request: LeaseHostBMCInput) -> LeaseHostBMCResult:
         """Resolve the host, then ask its BMC's lease for a slot: granted now, or queued."""
         if self.inventory is None:
@@ -165,6 +167,7 @@ class BMCLeaseActivities:
             await asyncio.sleep(PREVIOUS_REBOOT_POLL_SECONDS)
 
     @activity.defn(name="request_bmc_lease")
+    @beats_while_running
     async def request_bmc_lease(self, request: RequestLeaseInput) -> RequestLeaseResult:
         """Queue `request.holder` at its BMC's lease workflow, starting it when none runs."""
         info = activity.info()
@@ -186,6 +189,7 @@ class BMCLeaseActivities:
         return RequestLeaseResult(lease_workflow_id=lease_id, limit=limit)
 
     @activity.defn(name="find_closed_workflow_runs")
+    @beats_while_running
     async def find_closed_workflow_runs(self, runs: WorkflowRunRefs) -> WorkflowRunRefs:
         """The runs of `runs` that are not running any more."""
         client = activity.client()
@@ -204,6 +208,7 @@ class BMCLeaseActivities:
         return WorkflowRunRefs(runs=tuple(closed))
 
     @activity.defn(name="describe_reboot_run")
+    @beats_while_running
     async def describe_reboot_run(self, request: RebootRunInput) -> RebootRunSeen:
         """How the run holding the reboot id of `request`'s generation stands, and the generation
         a completed one reached (its result's): what `start_next_reboot` needs to know whether

@@ -18,6 +18,7 @@ from __future__ import annotations
 from temporalio import activity
 from temporalio.client import Client
 
+from activities.heartbeat import beats_while_running
 from contracts.campaign_claims import ClaimsClient
 from contracts.models.campaign import ClaimInput, ClaimResult, RecordInput, ReleaseInput
 
@@ -31,6 +32,7 @@ class CampaignClaims:
         return ClaimsClient(self.temporal, activity.info().task_queue)
 
     @activity.defn(name="claim_campaign_hosts")
+    @beats_while_running
     async def claim_campaign_hosts(self, request: ClaimInput) -> ClaimResult:
         """Claim every host and deployment no running campaign holds (see the module docstring)."""
         return await self.registry().claim(
@@ -38,11 +40,13 @@ class CampaignClaims:
         )
 
     @activity.defn(name="record_campaign_changes")
+    @beats_while_running
     async def record_campaign_changes(self, request: RecordInput) -> None:
         """Record the changes the campaign is about to make on the deployments it holds."""
         await self.registry().record(request.campaign_workflow_id, request.changes)
 
     @activity.defn(name="release_campaign_hosts")
+    @beats_while_running
     async def release_campaign_hosts(self, request: ReleaseInput) -> None:
         """Free everything the campaign holds (nothing when the registry does not run)."""
         if not await self.registry().release(request.campaign_workflow_id):

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
+from activities.heartbeat import beats_while_running
 from contracts.errors import InvalidInput
 from contracts.models.campaign import DeploymentChange, DeploymentsInput, DeploymentsRead, PointInput
 from contracts.models.campaign_target import kind_of_field
@@ -34,11 +35,13 @@ class CampaignDeployments:
     redfish: RedfishClient | None
 
     @activity.defn(name="read_campaign_deployments")
+    @beats_while_running
     async def read_campaign_deployments(self, request: DeploymentsInput) -> DeploymentsRead:
         """The deployments a BFB or flavor campaign would point, as read; changes nothing."""
         return await fleet.Fleet(self.inventory, self.kube).read_deployments(request)
 
     @activity.defn(name="point_campaign_deployment")
+    @beats_while_running
     async def point_campaign_deployment(self, request: PointInput) -> DeploymentChange:
         """Point the deployment at the change's value (its strategy checked again: still
         OnDelete), or put the previous value back (`restore`). Idempotent: a value already in

@@ -28,7 +28,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.heartbeat import heartbeating
+from activities.heartbeat import beats_while_running, heartbeating
 from contracts.errors import OperationAborted, OperationInstalling, OperationStarted, matches
 from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
 from contracts.models.campaign import (
@@ -139,6 +139,7 @@ class CampaignSweep:
         return await _closed_outcome(handle, described.status)
 
     @activity.defn(name="abort_campaign_hosts")
+    @beats_while_running
     async def abort_campaign_hosts(self, request: AbortHostsInput) -> AbortHostsResult:
         """Withdraw each request awaiting approval from its host's entity (`withdraw`: it ends
         unstarted, and the entity tells the campaign), then send `abort` to each operation, and

@@ -21,7 +21,8 @@ the same details once per beat interval. Cost, in heartbeat RPCs per second per 
 activity: at most its own forwarded calls, never over 1 / `HEARTBEAT_THROTTLE` = 5: the power
 cycle ~0.75 (one per heartbeat_timeout / 3, 1.33 s) plus one per step (at most 6 per cycle) plus
 the read-backs (a few DescribeWorkflowExecution per reset); the other BMC activities one per
-10 s; the site's DPF watch one per flush or idle interval (one per site, not per host).
+10 s; a short call (`beats_while_running`) none in its first 3.3 s, then one per 3.3 s; the
+site's DPF watch one per flush or idle interval (one per site, not per host).
 
 Cost per running activity: one asyncio task waking every heartbeat_timeout / 3 (at most every
 10 s without a timeout) and the RPCs above; no history events (heartbeats are not recorded in
@@ -32,11 +33,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from temporalio import activity
 from temporalio.service import RPCError
@@ -125,6 +127,36 @@ async def heartbeating(details: Callable[[], Sequence[Any]] | None = None) -> As
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def beats_while_running(call: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Run an activity's whole body in `heartbeating()` (no details): put it under
+    `@activity.defn`.
+
+    For the short calls (one Kubernetes, inventory, lease or Temporal request or a few): their
+    presets carry a heartbeat timeout (`workflows.kernel.CALL_HEARTBEAT`, 10 s), so a worker that
+    dies holding one is noticed within 10 s of its last beat (or of the attempt's start) and the
+    call retried elsewhere after its backoff (0.5-1 s at first), not after its start-to-close
+    timeout (30 s for a read, 60 s for a write, 5 min for a campaign's requests: the retry that
+    a SIGKILLed worker's `lease_host_bmc` waited 31 s for). The start-to-close and the retry
+    policy stay: a call that legitimately takes longer (a list of 10,000 DPUs from a slow API
+    server) beats every third of the timeout and runs to its start-to-close as before.
+
+    Cost: a call that ends within one beat interval (3.3 s: nearly all, tens of milliseconds)
+    sends no heartbeat; a longer one one heartbeat RPC per 3.3 s (a billable Action on Temporal
+    Cloud, no history event), and one asyncio task while it runs. Per host, nothing in the usual
+    run; a reprovision under a stalled API server a few beats per stalled call."""
+
+    @functools.wraps(call)
+    async def beating(*args: P.args, **kwargs: P.kwargs) -> R:
+        async with heartbeating():
+            return await call(*args, **kwargs)
+
+    return beating
 
 
 def stop_quietly_if_workflow_ended(what: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from activities.heartbeat import beats_while_running
 from contracts.models.inventory import HostInventory, HostLookup
 from drivers.inventory import Inventory
 
@@ -15,6 +16,7 @@ class InventoryActivities:
         self.inventory = inventory
 
     @activity.defn(name="resolve_host_inventory")
+    @beats_while_running
     async def resolve_host_inventory(self, lookup: HostLookup) -> HostInventory:
         """The host's BMC, credential reference, DPUs, groups and instance (InvalidInput if unknown)."""
         return await self.inventory.resolve(lookup.host_id, lookup.source)

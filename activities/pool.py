@@ -35,6 +35,7 @@ from temporalio.client import WorkflowExecution as ListedRun
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError, TimeoutError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.heartbeat import beats_while_running
 from contracts import names
 from contracts.errors import DPUsRemoved, InMaintenance, cause_in_words, first_application_error
 from contracts.host_entity import EntityMissing, EntityRefused, HostEntityClient
@@ -66,6 +67,7 @@ class PoolActivities:
         self.kube = kube
 
     @activity.defn(name="set_host_pool_state")
+    @beats_while_running
     async def set_host_pool_state(self, request: SetPoolStateInput) -> PoolStateResult:
         """Label the host's DPUNode in or out of the pool (no write when it already is)."""
         node = f"node-{request.host_id}"
@@ -101,6 +103,7 @@ class PoolActivities:
         )
 
     @activity.defn(name="read_host_pool_state")
+    @beats_while_running
     async def read_host_pool_state(self, request: SetPoolStateInput) -> PoolStateResult:
         """The pool label of the host's DPUNode as it is now (`request.state` is ignored)."""
         node = f"node-{request.host_id}"
@@ -173,6 +176,7 @@ class OwnerActivities:
         self.temporal = temporal
 
     @activity.defn(name="request_host_reprovision")
+    @beats_while_running
     async def request_host_reprovision(self, request: OwnerReprovisionInput) -> OwnerReprovisionResult:
         """Ask `host/<id>` for a reprovision of `dpu_ids`; "no-owner" when no entity runs."""
         body = OperationRequest(
@@ -203,6 +207,7 @@ class OwnerActivities:
         return OwnerReprovisionResult(outcome=outcome, workflow_id=answer.workflow_id, message=answer.message)
 
     @activity.defn(name="withdraw_host_request")
+    @beats_while_running
     async def withdraw_host_request(self, request: OwnerWithdrawInput) -> OwnerReprovisionResult:
         """Withdraw `workflow_id`, awaiting approval on `host/<id>` (the entity's `withdraw`):
         "withdrawn", or "refused" (approved and started meanwhile, or no longer pending), or
@@ -223,6 +228,7 @@ class OwnerActivities:
         )
 
     @activity.defn(name="read_entity_predecessor")
+    @beats_while_running
     async def read_entity_predecessor(self, request: HostLookup) -> EntityPredecessor:
         """The last closed run of `host/<id>` (terminated, reset by hand, failed): how it closed
         and its memo's carried entry; the host's operations still running (children of
@@ -317,6 +323,7 @@ class OwnerActivities:
         return ending.result()
 
     @activity.defn(name="find_host_operation")
+    @beats_while_running
     async def find_host_operation(self, request: OwnerOperationInput) -> OwnerOperationResult:
         """The operation `host/<id>` runs now, or the newest it ended at or after `since`; none
         when it ran none (or no entity runs: nothing of metalflow touched the host)."""

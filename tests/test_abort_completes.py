@@ -29,6 +29,7 @@ from temporalio.worker import Worker
 
 import workflows
 from activities import build_activities
+from activities.heartbeat import beats_while_running
 from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
 from contracts.models.inventory import HostInventory, HostLookup
 from drivers.settings import Settings
@@ -66,13 +67,16 @@ class Holds:
         resolve = next(f for f in every if activity_name(f) == "resolve_host_inventory")
         lease = next(f for f in every if activity_name(f) == "lease_host_bmc")
 
+        # Held, each beats as the real one does, so its heartbeat timeout never cuts the hold.
         @activity.defn(name="resolve_host_inventory")
+        @beats_while_running
         async def held_resolve(lookup: HostLookup) -> HostInventory:
             await self.hold(lookup.host_id)
             found: HostInventory = await resolve(lookup)
             return found
 
         @activity.defn(name="lease_host_bmc")
+        @beats_while_running
         async def held_lease(request: LeaseHostBMCInput) -> LeaseHostBMCResult:
             await self.hold(request.lookup.host_id)
             got: LeaseHostBMCResult = await lease(request)

@@ -37,6 +37,7 @@ from worker_support import LEASE_STEP_WORKER, worker_env, worker_process
 
 import workflows
 from activities import build_activities
+from activities.heartbeat import beats_while_running
 from contracts import names
 from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
 from contracts.models.control import OperatorRequest
@@ -130,10 +131,10 @@ async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_s
         assert power_cycles(sim.power_log(host)) == 0
         async with worker_for(client, task_queue, settings):
             # The slot is the reboot's, though its run never heard of it (a query needs a worker;
-            # the lost attempt is retried only after its 30 s start-to-close timeout).
+            # the lost attempt is retried only after its 10 s heartbeat timeout, `CALL_HEARTBEAT`).
             held = await lease_status(lease_handle)
             assert held is not None and [h.workflow_id for h in held.holders] == [reboot.id], held
-            # The step's attempt times out (30 s start-to-close) and is retried here.
+            # The step's attempt times out (10 s heartbeat timeout: it sent none) and is retried here.
             result = await asyncio.wait_for(reboot.result(), 240)
             lease = await asyncio.wait_for(lease_handle.result(), 60)
             history = await reboot.fetch_history()
@@ -202,6 +203,7 @@ async def test_a_reboot_stopped_during_the_step_gives_back_the_slot_it_got(
         granted: list[bool] = []
 
         @activity.defn(name="lease_host_bmc")
+        @beats_while_running  # as the real one: held back, it is not cut by its heartbeat timeout
         async def held_back(request: LeaseHostBMCInput) -> LeaseHostBMCResult:
             step_started.set()
             await stop_sent.wait()

@@ -19,7 +19,7 @@ from contracts.models.grove import RolloutStatus
 def _deleted(status: RolloutStatus) -> bool:
     """A step in flight has deleted its pods (its `roll_podgang` returned): a kill now lands in
     the wait for the replacements, not in the deletion, whose retry waits out the write's
-    start-to-close timeout (60 s)."""
+    heartbeat timeout (10 s; it was the 60 s start-to-close)."""
     return status.doing == "in-flight" and status.wake_at is not None  # else "...: deleting"
 
 

@@ -8,7 +8,8 @@ no protocol violation.
 
 The kill waits for that wait: killed as soon as the watch had started, the operations were still
 in their first activity (the inventory's read) on the killed worker, and the test waited out that
-activity's 30 s start-to-close timeout instead of the takeover it is about. DPF moves a DPU on
+activity's timeout (then its 30 s start-to-close, now a 10 s heartbeat timeout) instead of the
+takeover it is about. DPF moves a DPU on
 after 0.5 s here (the `zero` profile moves at once), so the wait on DPF lasts long enough to be
 seen."""
 

@@ -75,8 +75,11 @@ QUICK_RETRY: Final = RetryPolicy(
 BMC_ATTEMPTS: Final = 5
 """Attempts of one BMC call: a BMC that stays away ends in a decision, not in endless retries."""
 
+CALL_HEARTBEAT: Final = timedelta(seconds=10)  # a short call's: `activities.heartbeat.beats_while_running`
+
 INVENTORY: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
+    "heartbeat_timeout": CALL_HEARTBEAT,
     "retry_policy": RetryPolicy(
         initial_interval=timedelta(seconds=1),
         maximum_interval=timedelta(seconds=30),
@@ -87,11 +90,13 @@ INVENTORY: Final[workflow.ActivityConfig] = {
 
 KUBE_READ: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
+    "heartbeat_timeout": CALL_HEARTBEAT,
     "retry_policy": QUICK_RETRY,
 }
 
 KUBE_WRITE: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=60),
+    "heartbeat_timeout": CALL_HEARTBEAT,
     "retry_policy": QUICK_RETRY,
 }
 

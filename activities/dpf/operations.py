@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
+from activities.heartbeat import beats_while_running
 from contracts.errors import ConflictRetriesExhausted, InvalidInput
 from contracts.models.dpf import (
     DPUNODE_NAME_LABEL,
@@ -88,6 +89,7 @@ class DPFActivities:
                              detail=", ".join(diffs))  # fmt: skip
 
     @activity.defn(name="create_site_objects")
+    @beats_while_running
     async def create_site_objects(self, setup: SiteSetupInput) -> ObjectsResult:
         """Flow 1: BFB, DPUFlavor, DPUServiceTemplates/Configurations and one DPUDeployment per
         group, holding the node effect. Existing objects that differ are reported, not changed
@@ -99,6 +101,7 @@ class DPFActivities:
         return ObjectsResult(objects=tuple(outcomes))
 
     @activity.defn(name="register_host_dpus")
+    @beats_while_running
     async def register_host_dpus(self, request: RegisterHostInput) -> ObjectsResult:
         """Flow 2: the host's DPUDevices, then its DPUNode (external reboot, group labels, the
         inventory annotations). Existing ones are brought to the inventory's labels,
@@ -114,6 +117,7 @@ class DPFActivities:
 
     # -- the two handshakes ---------------------------------------------------------------------
     @activity.defn(name="release_node_effect_hold")
+    @beats_while_running
     async def release_node_effect_hold(self, host: HostRef) -> ChangeResult:
         """Set the hold annotation of `<dpunode>-hold` to "false": DPF may start the node effect.
 
@@ -146,6 +150,7 @@ class DPFActivities:
         return ChangeResult(name=host.hold_name(), changed=changed)
 
     @activity.defn(name="mark_dpu_node_rebooted")
+    @beats_while_running
     async def mark_dpu_node_rebooted(self, request: MarkRebootedInput) -> RebootAcknowledged:
         """Remove the external-reboot-required annotation: the host was power-cycled.
 
@@ -215,6 +220,7 @@ class DPFActivities:
 
     # -- reads ----------------------------------------------------------------------------------
     @activity.defn(name="read_host_dpf_state")
+    @beats_while_running
     async def read_host_dpf_state(self, host: HostRef) -> HostDPFState:
         """The host's DPUNode, DPUs and hold as they are now (the watcher signals the same model),
         with `as_of`: the DPU list's resourceVersion and each object's own (0: missing), no epoch
@@ -229,6 +235,7 @@ class DPFActivities:
 
     # -- flow 4: reprovision --------------------------------------------------------------------
     @activity.defn(name="reprovision_dpu")
+    @beats_while_running
     async def reprovision_dpu(self, request: ReprovisionInput) -> ChangeResult:
         """Delete the DPU object with `request.uid`; DPF recreates it (held in Node Effect).
 
@@ -271,6 +278,7 @@ class DPFActivities:
         return ChangeResult(name=deployment, changed=changed, detail=f"{field}={value}")
 
     @activity.defn(name="update_deployment_bfb")
+    @beats_while_running
     async def update_deployment_bfb(self, request: DeploymentBFBInput) -> ChangeResult:
         """Point the DPUDeployment at another BFB (DPUs then report `Outdated`; under OnDelete each
         is upgraded by `reprovision_dpu`, at the pace the workflow chooses).
@@ -281,6 +289,7 @@ class DPFActivities:
         return await self._update_deployment(request.deployment, request.namespace, "bfb", BFB, request.bfb)
 
     @activity.defn(name="update_deployment_flavor")
+    @beats_while_running
     async def update_deployment_flavor(self, request: DeploymentFlavorInput) -> ChangeResult:
         """Point the DPUDeployment at another DPUFlavor (see `update_deployment_bfb`)."""
         return await self._update_deployment(
@@ -308,6 +317,7 @@ class DPFActivities:
         return ObjectOutcome(kind=kind.kind, name=name, outcome="deleted" if deleted is not None else "gone")
 
     @activity.defn(name="delete_dpu")
+    @beats_while_running
     async def delete_dpu(self, request: DeleteDPUInput) -> ObjectsResult:
         """Flow 7 (and 9 with `force`): take the DPU off its DPUNode's list and delete its
         DPUDevice; DPF then deletes the DPU. `force` also deletes the DPU object and removes the
@@ -335,6 +345,7 @@ class DPFActivities:
         return ObjectsResult(objects=tuple(outcomes))
 
     @activity.defn(name="wait_until_dpu_devices_gone")
+    @beats_while_running
     async def wait_until_dpu_devices_gone(self, request: DevicesGoneInput) -> ObjectsResult:
         """Each DPUDevice `gone`, or `present` once the deadline passed.
 
@@ -359,6 +370,7 @@ class DPFActivities:
             await asyncio.sleep(request.poll_seconds)
 
     @activity.defn(name="delete_dpu_node")
+    @beats_while_running
     async def delete_dpu_node(self, request: DeleteNodeInput) -> ObjectsResult:
         """Flow 8 (and 10 with `force`): delete the DPUNode; DPF deletes its DPUs, then lets it go.
         `force` also deletes the node's DPUs and removes the finalizers of the node and its DPUs."""

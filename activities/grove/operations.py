@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio import activity
 
+from activities.heartbeat import beats_while_running
 from contracts.errors import InvalidInput
 from contracts.models.grove import (
     FIELD_MANAGER,
@@ -77,6 +78,7 @@ class GroveActivities:
         self.kube = kube
 
     @activity.defn(name="read_pcs_state")
+    @beats_while_running
     async def read_pcs_state(self, pcs: PCSRef) -> PCSState:
         """The PodCliqueSet, its PodCliques, scaling groups, PodGangs and pods (5 calls)."""
         return await read_state(self.kube, _key(pcs), pcs.namespace, pcs.name)
@@ -97,6 +99,7 @@ class GroveActivities:
         return obj, changed
 
     @activity.defn(name="set_pcs_images")
+    @beats_while_running
     async def set_pcs_images(self, request: SetImagesInput) -> TemplateResult:
         """Set the images ("clique/container", or "clique" with one container).
 
@@ -117,6 +120,7 @@ class GroveActivities:
         )
 
     @activity.defn(name="restore_pcs_template")
+    @beats_while_running
     async def restore_pcs_template(self, request: RestoreInput) -> TemplateResult:
         """Write every clique back as it was before the rollout (`drivers.grove.restore_patch`):
         the rollout's fields put back, someone else's edits taken out and recorded (`dormant`,
@@ -143,6 +147,7 @@ class GroveActivities:
         )
 
     @activity.defn(name="put_back_foreign_edits")
+    @beats_while_running
     async def put_back_foreign_edits(self, request: ForeignEditsInput) -> TemplateResult:
         """Put back the cliques someone else edited, each where it still holds its original
         (`drivers.grove.foreign_edits_patch`); no pod is deleted, so the edit stays dormant."""
@@ -159,6 +164,7 @@ class GroveActivities:
         )
 
     @activity.defn(name="describe_template_change")
+    @beats_while_running
     async def describe_template_change(self, request: TemplateChangeInput) -> TemplateChange:
         """The template fields that differ from what the rollout wrote, and the managers
         (managedFields) that wrote template fields since; the update strategy and who set it."""
@@ -176,6 +182,7 @@ class GroveActivities:
         )
 
     @activity.defn(name="roll_podgang")
+    @beats_while_running
     async def roll_podgang(self, request: RollGangInput) -> RollGangResult:
         """Delete the PodGang's pods whose pod-template hash is not their clique's target, in
         one call; first, each of `require_healthy` must still be serving."""
@@ -224,6 +231,7 @@ class GroveActivities:
         return RollGangResult(deleted=tuple(sorted(deleted)))
 
     @activity.defn(name="publish_rollout_progress")
+    @beats_while_running
     async def publish_rollout_progress(self, request: ProgressInput) -> None:
         """Write where the rollout is as the PodCliqueSet annotation `metalflow.io/rollout` (JSON),
         or remove it when the rollout ended. An annotation, not `status`: Grove owns the status."""
@@ -251,6 +259,7 @@ class GroveActivities:
         )
 
     @activity.defn(name="scale_pcs")
+    @beats_while_running
     async def scale_pcs(self, request: ScalePCSInput) -> int:
         """Set `spec.replicas` (applied by the rollout between steps); returns the generation."""
 

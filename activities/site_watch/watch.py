@@ -27,7 +27,12 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.handover import handing_over_at_shutdown
-from activities.heartbeat import HeartbeatGate, beat_interval, stop_quietly_if_workflow_ended
+from activities.heartbeat import (
+    HeartbeatGate,
+    beat_interval,
+    beats_while_running,
+    stop_quietly_if_workflow_ended,
+)
 from activities.site_watch.mirror import Restarted, SiteCache, follow_stream, resource_version
 from activities.site_watch.start import SiteWatchHandle, register_waiter, watch_epoch
 from activities.site_watch.waiters import Waiters, signal_waiters
@@ -107,6 +112,7 @@ class SiteWatchActivities:
         self.heartbeat_timeout_seconds = heartbeat_timeout_seconds  # of a watch a join starts
 
     @activity.defn(name="join_site_dpf_watch")
+    @beats_while_running
     async def join_site_dpf_watch(self, request: JoinSiteWatchInput) -> HostDPFState:
         """Register the calling workflow for the host with the site's watch (starting the watch if
         none runs), then read the host's state with its `as_of`, so the workflow can order it

@@ -97,6 +97,7 @@ with workflow.unsafe.imports_passed_through():
 
 REQUESTS: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),
+    "heartbeat_timeout": kernel.CALL_HEARTBEAT,
     "retry_policy": kernel.QUICK_RETRY,
 }
 CANCELLABLE_REQUESTS: Final[workflow.ActivityConfig] = {
@@ -105,7 +106,7 @@ CANCELLABLE_REQUESTS: Final[workflow.ActivityConfig] = {
 }
 SWEEP: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(minutes=5),  # 1,000 in flight read in parallel, heartbeating
-    "heartbeat_timeout": timedelta(seconds=30),
+    "heartbeat_timeout": kernel.CALL_HEARTBEAT,
     "retry_policy": kernel.QUICK_RETRY,
 }
 

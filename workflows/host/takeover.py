@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
 
 PREDECESSOR_READ: workflow.ActivityConfig = {
     "start_to_close_timeout": timedelta(seconds=30),
+    "heartbeat_timeout": kernel.CALL_HEARTBEAT,
     # No worker serves the read (activities on another queue): the entity opens without it after
     # this, saying so in its log, rather than holding every request behind it for ever.
     "schedule_to_close_timeout": timedelta(seconds=120),

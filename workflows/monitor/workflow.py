@@ -115,6 +115,7 @@ __all__ = ["HostMonitorWorkflow", "reset_at_rest"]  # the rule, also named from 
 UNPLANNED_RESET: Final = "unplanned-reset"  # the occurrence the worker's Events report (`kernel.report`)
 OWNER_REQUEST: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=60),
+    "heartbeat_timeout": KUBE_WRITE["heartbeat_timeout"],
     "retry_policy": KUBE_WRITE["retry_policy"],
 }
 

@@ -57,6 +57,7 @@ def queued_words(lease_workflow_id: str, host_id: str) -> str:
 
 LEASE_CALL: Final[workflow.ActivityConfig] = {
     "start_to_close_timeout": timedelta(seconds=30),
+    "heartbeat_timeout": kernel.CALL_HEARTBEAT,  # a worker killed holding the call: retried in 10 s
     # Unlimited attempts: a lease that cannot be asked for yet (Temporal busy) is waited for,
     # never turned into a failed reboot.
     "retry_policy": RetryPolicy(
