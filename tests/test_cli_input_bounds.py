@@ -275,7 +275,9 @@ async def test_temporal_lost_during_wait_is_one_line_and_exit_2(tmp_path: Path, 
         ):
             process = await asyncio.create_subprocess_exec(
                 METALFLOW, "host", "provision", host, "--wait", "--task-queue", queue,
-                env=command_env(client, tmp_path), stdout=asyncio.subprocess.PIPE,
+                # its retry of the lost server: half a second, not the default 10 s (README)
+                env=command_env(client, tmp_path) | {"METALFLOW_CONNECT_TIMEOUT": "0.5"},
+                stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
             )  # fmt: skip
             operation = client.get_workflow_handle(names.host_operation_workflow_id(names.PROVISION, host))

@@ -472,8 +472,13 @@ async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_reboot
             words = (await _until(local_env, host, _handed_over, "said the host is OFF", seconds=60))["words"]
             assert words.startswith("manual-intervention-required: "), words
             assert f"`metalflow host retry {host}`" in words and "mark_rebooted" not in words, words
-            said = await metalflow(local_env, "host-rebooted", host, "--by", "carol@test")
-            assert said.status != 0, said.stdout + said.stderr  # the host is off: no reboot to confirm
+            said = await metalflow(
+                local_env, "host-rebooted", host, "--by", "carol@test", "--task-queue", task_queue
+            )
+            # The host is off: no reboot to confirm. (Sent to no worker's queue, as it once was, it
+            # was refused after 5 s for want of a worker, whatever the reprovision would answer.)
+            assert said.status == 1, said.stdout + said.stderr
+            assert "refused `host-rebooted`" in said.stderr and f"the host {host} is OFF" in said.stderr, said
             assert _power(sim, host)[-1][0] == "Off"
             _fault(sim, host, "clear")
             await _asked(local_env, task_queue, "bob@test", "host", "retry", host)

@@ -14,6 +14,11 @@ Temporal CLI does. Where the rest comes from, first match wins:
 `--address` and `--namespace` then override what was found. A command that used the dev stack
 says so on stderr, once.
 
+How long a command keeps retrying a Temporal that does not answer (each call: the SDK's retry of
+an unavailable server, 10 s by default) is `--connect-timeout SECONDS`, else
+`METALFLOW_CONNECT_TIMEOUT`; past it the command says it lost Temporal (exit 3). A Temporal that
+restarts within the window is reached and the command goes on.
+
 Cost: one `flock` probe of the state dir's lock when no TEMPORAL_* variable names a server.
 Building the parser imports none of the client: Temporal's SDK, the converter's models, the
 tracing (OpenTelemetry, which imports the SDK's worker) and the dev stack's claim are imported by
@@ -38,6 +43,10 @@ if TYPE_CHECKING:
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _HOST = re.compile(r"[A-Za-z0-9.\-\[\]:]+")
+
+CONNECT_TIMEOUT_ENV = "METALFLOW_CONNECT_TIMEOUT"
+CONNECT_TIMEOUT_DEFAULT = 10.0  # the SDK's own window (temporalio.service.RetryConfig)
+CONNECT_TIMEOUT_RANGE = (0.1, 3600.0)
 
 
 def unreachable(address: str, err: BaseException) -> str:
@@ -66,6 +75,18 @@ def namespace(text: str) -> str:
     return text
 
 
+def connect_timeout(text: str) -> float:
+    """`--connect-timeout` and METALFLOW_CONNECT_TIMEOUT: seconds, 0.1 to 3600."""
+    low, high = CONNECT_TIMEOUT_RANGE
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not low <= seconds <= high:  # NaN, inf and words too
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a number of seconds from {low:g} to {high:g}")
+    return seconds
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
     """`--address` and `--namespace` on a command that talks to Temporal."""
     group = parser.add_argument_group("Temporal")
@@ -78,6 +99,14 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--namespace", type=namespace, metavar="NS", help="Temporal namespace (default: as for --address)"
+    )
+    group.add_argument(
+        "--connect-timeout",
+        type=connect_timeout,
+        metavar="SECONDS",
+        help=f"how long each call keeps retrying a Temporal that does not answer before the command "
+        f"says it lost Temporal, exit 3 (default: {CONNECT_TIMEOUT_ENV}, else "
+        f"{CONNECT_TIMEOUT_DEFAULT:g})",
     )
 
 
@@ -99,6 +128,7 @@ class Target:
 
     config: dict[str, Any]
     source: str
+    retry_seconds: float | None = None  # None: the SDK's retry (CONNECT_TIMEOUT_DEFAULT)
 
     @property
     def address(self) -> str:
@@ -109,13 +139,20 @@ def resolve(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> T
     """The Temporal this command talks to (see the module docstring).
 
     Raises:
-        metalflow.client.TemporalConfigError: A named config file is missing or not TOML.
+        metalflow.client.TemporalConfigError: A named config file is missing or not TOML, or
+            METALFLOW_CONNECT_TIMEOUT is not a number of seconds in range.
     """
     from drivers.statedir import find_state_dir
-    from metalflow.client import load_connect_config
+    from metalflow.client import TemporalConfigError, load_connect_config
     from metalflow.devstack.claim import running_stack
 
     env = dict(os.environ if env is None else env)
+    retry_seconds: float | None = getattr(args, "connect_timeout", None)
+    if retry_seconds is None and env.get(CONNECT_TIMEOUT_ENV):
+        try:
+            retry_seconds = connect_timeout(env[CONNECT_TIMEOUT_ENV])
+        except argparse.ArgumentTypeError as err:
+            raise TemporalConfigError(f"{CONNECT_TIMEOUT_ENV}: {err}") from None
     source = "TEMPORAL_* settings"
     if env.get("TEMPORAL_ADDRESS") or env.get("TEMPORAL_CONFIG_FILE"):
         config = dict(load_connect_config(env=env))
@@ -137,7 +174,7 @@ def resolve(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> T
         config["namespace"] = args.namespace
     if source.startswith("the metalflow dev"):
         print(f"metalflow: Temporal {config.get('target_host')} from {source}", file=sys.stderr, flush=True)
-    return Target(config, source)
+    return Target(config, source, retry_seconds)
 
 
 _TRACING: list[Tracing] = []
@@ -153,12 +190,20 @@ async def connect_to(target: Target) -> Client:
     from metalflow.client import TemporalConfigError, connect_with
     from metalflow.runtime.telemetry import TelemetryConfigError, setup_tracing
 
+    config = dict(target.config)
+    if target.retry_seconds is not None:
+        from temporalio.service import RetryConfig
+
+        # The window decides, not the SDK's count of 10 retries (about 11 s of backoff).
+        window = round(target.retry_seconds * 1000)
+        config["retry_config"] = RetryConfig(max_elapsed_time_millis=window, max_retries=10_000)
+
     try:
         tracing = setup_tracing()
     except TelemetryConfigError as err:
         raise TemporalConfigError(str(err)) from None
     _TRACING.append(tracing)
-    return await connect_with(target.config, interceptors=tracing.interceptors)
+    return await connect_with(config, interceptors=tracing.interceptors)
 
 
 def flush_tracing() -> None:
