@@ -140,6 +140,25 @@ async def test_on_rc3_the_reboot_waits_for_the_rebooted_condition_stamp(
         assert sim.violations() == []
 
 
+async def test_a_dpu_in_rebooting_before_its_sibling_is_stamped_with_it_and_the_host_rebooted_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36ae (the attacker's stall): DPU 1 reaches `Rebooting` first while DPU 0 reboots
+    itself once in `DPU Config` (its agent's FirmwareReset): DPF defers its request, then asks
+    once DPU 0 follows and stamps BOTH (BEHAVIOUR.md R1, R3). The simulator used to leave DPU 1
+    out of the round (`Pending`/`RebootRequested` beside a stamped DPU 0, the DPUNode "driven by"
+    DPU 0), and the reprovision waited for its stamp until the phase timeout."""
+    first = "node-host-001-device-host-001-dpu-0"
+    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, dpf_version="26", initialised=True) as sim:
+        sim.inject(f"dpus/{first}/agent", {"methods": ["FirmwareReset", "PowerCycle"]})
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-001", REPROVISION)
+            result = await asyncio.wait_for(handle.result(), timeout=30)
+        assert result.reboots == 1
+        assert reset_types(sim, "host-001") == ["PowerCycle"]
+        assert sim.violations() == []
+
+
 async def test_a_warm_reset_that_did_not_reach_the_dpu_is_reissued_within_the_agent_bound(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
