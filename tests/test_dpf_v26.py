@@ -632,3 +632,33 @@ async def test_the_agent_marks_its_discovery_as_it_starts_before_its_report(disc
         assert said == (
             [("RebootMethodDiscovery", "True", "NoAction")] if discovery == "device-query" else []
         )
+
+
+async def test_a_dpu_in_rebooting_before_its_deferring_sibling_is_stamped_with_it() -> None:
+    """R1, R3 (issue 36ae): DPU 1 reaches `Rebooting` first while DPU 0 is still in `DPU Config`
+    (DPF defers the annotation); when DPU 0 follows, DPF asks for the reboot and stamps EVERY
+    `Rebooting` DPU of the node (`processExternalReboot` Step 2 walks all of them), DPU 1
+    included. The simulator used to put only the DPU whose move ended the deferral in the round:
+    DPU 1 stayed `Pending`/`RebootRequested` beside a stamped DPU 0, and a client that waits for
+    every stamp waited for ever."""
+    async with running(site_of(("host-001", "BF3", 2)), version=V26) as sim:
+        k = sim.kube
+        sim.site_setup()
+        sim.discover("host-001")
+        for name in (DPU0, DPU1):
+            await wait_for(sim.store, k.dpu, name, phase_is("Node Effect"))
+        lags = {"methods": ["FirmwareReset", "PowerCycle"]}  # DPU 0 stays in DPU Config a while
+        dpf_faults.inject(sim.dpf.provisioner, (), DPU0, "agent", lags)
+        sim.release_hold(NODE)
+        await wait_for(sim.store, k.dpu, DPU1, phase_is("Rebooting"))
+        await wait_for(sim.store, k.dpunode, NODE, has_annotation(REBOOT))
+        for name in (DPU0, DPU1):
+            await wait_for(sim.store, k.dpu, name, stamped, timeout=5)
+        node = sim.get(k.dpunode, NODE)
+        message = (cond(node, "DPUNodeRebootInProgress") or {}).get("message", "")
+        assert message.startswith("required reboot method: PowerCycle"), message
+        sim.power_cycle("host-001")
+        sim.remove_reboot_annotation(NODE)
+        for name in (DPU0, DPU1):
+            await wait_for(sim.store, k.dpu, name, phase_is("Ready"))
+        assert sim.violations.as_json() == []

@@ -117,16 +117,43 @@ async def test_on_rc3_the_reboot_waits_for_the_rebooted_condition_stamp(
     `Rebooted` condition (BEHAVIOUR.md R7). DPU 1 lags (a phase of 1 s), so it reaches `Rebooting`
     after DPF asked for DPU 0's reboot, and DPF stamps it 4 s later (longer than a reboot here):
     the run waits for that stamp and reboots once; a removal before it would be undone by DPF
-    (a violation, another reboot)."""
+    (a violation, another reboot). Issue 36ae: a wait on DPF's stamp longer than
+    `dpf_step_seconds` (0.5 s here, 180 s by default) says so in the status, naming the DPU, and
+    goes on (before, nothing was said until the phase timeout)."""
     late = "node-host-001-device-host-001-dpu-1"
+    policy = FAST_POLICY.model_copy(update={"dpf_step_seconds": 0.5})
     with running_sim(
         tmp_path / "sim", hosts=1, dpus_per_host=2, dpf_version="26.4-rc.3", initialised=True,
         timing={"reboot_stamp_seconds": 4.0},
     ) as sim:  # fmt: skip
         sim.inject(f"dpus/{late}/phase", {"phase": "Perform ARM Force Restart", "seconds": 1})
         async with worker_for(client, task_queue, sim):
-            handle = await start_operation(client, task_queue, "host-001", REPROVISION)
+            handle = await start_operation(client, task_queue, "host-001", REPROVISION, policy=policy)
+            said = await wait_for_status(
+                handle, lambda s: "DPF has not moved" in s.waiting_for, "the overdue stamp said", timeout=30
+            )
             result = await handle.result()
+        assert said.phase == "waiting-for-reboot-request"
+        assert f"has not readied {late} (no Rebooted condition)" in said.waiting_for
+        assert result.reboots == 1
+        assert reset_types(sim, "host-001") == ["PowerCycle"]
+        assert sim.violations() == []
+
+
+async def test_a_dpu_in_rebooting_before_its_sibling_is_stamped_with_it_and_the_host_rebooted_once(
+    client: Client, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36ae (the attacker's stall): DPU 1 reaches `Rebooting` first while DPU 0 reboots
+    itself once in `DPU Config` (its agent's FirmwareReset): DPF defers its request, then asks
+    once DPU 0 follows and stamps BOTH (BEHAVIOUR.md R1, R3). The simulator used to leave DPU 1
+    out of the round (`Pending`/`RebootRequested` beside a stamped DPU 0, the DPUNode "driven by"
+    DPU 0), and the reprovision waited for its stamp until the phase timeout."""
+    first = "node-host-001-device-host-001-dpu-0"
+    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, dpf_version="26", initialised=True) as sim:
+        sim.inject(f"dpus/{first}/agent", {"methods": ["FirmwareReset", "PowerCycle"]})
+        async with worker_for(client, task_queue, sim):
+            handle = await start_operation(client, task_queue, "host-001", REPROVISION)
+            result = await asyncio.wait_for(handle.result(), timeout=30)
         assert result.reboots == 1
         assert reset_types(sim, "host-001") == ["PowerCycle"]
         assert sim.violations() == []

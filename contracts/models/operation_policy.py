@@ -70,5 +70,10 @@ class OperationPolicy(_Frozen):
     # 300 s for the agent to start and write its time (`laststartuptime.go` c=0f647461; margin ours).
     agent_restart_wait_seconds: StepTimeout = 900.0
     escalate_before_deadline_seconds: StepTimeout = 1800.0
+    # A reboot barrier that waits on a step only DPF takes (ask for the reboot, stamp a Rebooting
+    # DPU; upstream its next reconcile, seconds) says so after this (plus DPF's own 300 s bound on
+    # an Arm shutdown): details and a `DPFStepOverdue` Warning Event, not an hour of silence
+    # (issue 36ae, workflows/host_operation/dpf_owed.py). The wait goes on to the phase timeout.
+    dpf_step_seconds: StepTimeout = 180.0
     # DPUs of one host in Error reprovisioned automatically, in all (per DPU: above).
     max_host_error_reprovisions: Retries = 4

@@ -16,6 +16,7 @@ Events on or off.
 | reboot, entity: `unplanned-power` (a power change metalflow did not cause) | `UnplannedPower` (Warning) |
 | host reboot: `waiting-for-manual-reboot` | `ManualRebootRequired` (Warning) |
 | host operation: `manual-intervention-required` | `ManualInterventionRequired` (Warning) |
+| host operation: `dpf-step-overdue` (a step only DPF takes, overdue) | `DPFStepOverdue` (Warning) |
 | any entity operation (a row's child): ended | `OperationSucceeded`, `OperationFailed`, `OperationAborted` |
 | monitor: `host-out-of-pool` (services down) | `DPUOutOfPool` (Warning) |
 | monitor: back to `watching` (services up) | `DPUBackInPool` (Normal) |
@@ -213,6 +214,8 @@ def describe(change: PhaseChange, dpf_namespace: str, parent_is_operation: bool 
             reason, action = ("PowerCycleIssued", "Normal"), "PowerCycle"
         elif phase == "manual-intervention-required":
             reason = ("ManualInterventionRequired", "Warning")
+        elif phase == "dpf-step-overdue":  # reported, no phase (workflows/host_operation/dpf_owed.py)
+            reason = ("DPFStepOverdue", "Warning")
         elif phase in ENDINGS:
             reason = ENDINGS[phase]
     elif kind == "HostMonitorWorkflow":

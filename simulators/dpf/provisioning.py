@@ -644,7 +644,11 @@ class Provisioner:
         return False
 
     def _sync_reboots(self, node: str) -> None:
-        """v26: a DPU of the node changed phase: Rebooting DPUs DPF deferred may go on now."""
+        """v26: a DPU of the node changed phase: Rebooting DPUs DPF deferred may go on now, ALL
+        of them: DPF's round is every `Rebooting` DPU of the node (`HandleRebootSync` ->
+        `GetDPUsWithPhase(DPURebooting)`; Step 2 stamps each, BEHAVIOUR.md R1, R3). Until issue
+        36ae only the first to join went in: a sibling that reached `Rebooting` while the
+        deferral held was left out of the round, never stamped, and nothing reconciled it again."""
         if self._syncing or node in self.rounds:
             return
         self._syncing = True
@@ -653,8 +657,8 @@ class Provisioner:
                 obj = self.client.get(self.client.dpu, name)
                 if obj is not None and phase(obj) == REBOOTING and not deleting(obj):
                     self._join_reboot(obj)
-                    if node in self.rounds:
-                        return
+                    if node not in self.rounds:
+                        return  # still deferred: a sibling installs
         finally:
             self._syncing = False
 

@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, OperationPolicy
     from contracts.wording import answers_in_words, duration, plural
     from workflows import kernel
+    from workflows.host_operation.dpf_owed import DPF_STEP_OVERDUE, OwedWait
     from workflows.host_operation.kube_calls import bounded_call
     from workflows.host_operation.state import HostOperationState
     from workflows.parts import dpf_barrier as barrier
@@ -73,6 +74,7 @@ class RebootRound(HearsItsReboot, kernel.Runbook):
     state: HostOperationState
     reboots: RebootRounds
     _watch: DPFWatch
+    owed: OwedWait  # a step only DPF takes, which the reboot barrier waits on (`dpf_owed.py`)
     # The words of a reboot that ended with the host OFF, until a reboot of this run completes:
     # every early end says them (`HostOperationWorkflow._clean_up`), so the entity marks the host.
     left_off: str = ""
@@ -320,3 +322,31 @@ class RebootRound(HearsItsReboot, kernel.Runbook):
     def dpf(self) -> HostDPFState:
         """DPF's newest state of the host, as the watch took it (empty before the first read)."""
         return self._watch.state or HostDPFState(host_id=self.state.request.host_id)
+
+    def _observe(self, state: HostDPFState) -> None:
+        """Each state taken: the state notes DPF's new request and resets no reboot of ours explains."""
+        for what in self.state.observe(state, workflow.now()):
+            workflow.logger.warning("unplanned reset on %s: %s", self.state.request.host_id, what)
+
+    def _changed_since(self, seen: int) -> Callable[[], bool]:
+        return lambda: self._watch.changes != seen
+
+    def _show_unplanned(self) -> None:
+        """Write new unplanned resets to the memo (one history event); the runbook re-plans anyway."""
+        shown = self.state.unplanned_to_show()
+        if shown is not None:
+            workflow.upsert_memo({"unplanned_resets": shown})
+
+    def _owed_first(self, timeout: float) -> float | None:
+        """The reboot barrier's wait bound when a step DPF owes falls due before `timeout`
+        (`dpf_owed.py`), else None (the wait's own bound stands)."""
+        left = self.owed.due_in(workflow.now(), self.policy.dpf_step_seconds)
+        return max(left, 0.001) if left is not None and left < timeout else None
+
+    def _say_owed(self, waiting_for: str) -> None:
+        """The step DPF owes is overdue: said once, in the details (the status "now" line, kept
+        while it stays owed) and a `DPFStepOverdue` Warning Event; the wait goes on."""
+        words = self.owed.overdue(workflow.now(), self.policy.dpf_step_seconds)
+        if words is not None:
+            kernel.report(DPF_STEP_OVERDUE, words)
+            self.show(waiting_for + self.owed.shown())

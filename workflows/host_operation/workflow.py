@@ -128,6 +128,7 @@ with workflow.unsafe.imports_passed_through():
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.wording import duration, plural
     from workflows import kernel
+    from workflows.host_operation.dpf_owed import OwedWait
     from workflows.host_operation.kube_calls import stalled, timed_out
     from workflows.host_operation.reboot_round import RebootRound
     from workflows.host_operation.state import HostOperationState
@@ -163,6 +164,7 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
         self.power = PowerCustody(host_id=request.host_id)
         self._watch = DPFWatch(on_taken=self._observe)
         self._released_at: int | None = None  # the watch's changes when the last hold release began
+        self.owed = OwedWait()  # a step only DPF takes, which the reboot barrier waits on (`dpf_owed.py`)
         self.operation_kind = request.kind.value
         self.site_check = request.site_check  # said by its phases (`SiteCheckSaid`)
 
@@ -484,7 +486,8 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
         self, phase: str, goal: Callable[[HostDPFState], bool], describe: Callable[[HostDPFState], str]
     ) -> None:
         """Wait until `goal` holds of DPF's state; no change for the phase timeout (or DPF's
-        deadline close) -> intervention."""
+        deadline close) -> intervention. At the reboot barrier a step only DPF takes, overdue,
+        is said once (`_say_owed`), and the wait goes on."""
         self.enter(phase, describe(self.dpf))
         while True:
             # Counted before `_keep_dpus_moving`: a change that lands while it runs an activity
@@ -493,18 +496,26 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
             seen = self._watch.changes
             await self._keep_dpus_moving()
             if goal(self.dpf):
+                self.owed.clear()
                 return
+            if phase == WAITING_FOR_REBOOT_REQUEST:
+                self.owed.take(self.dpf, self.state.dpu_ids, self.state.replaced, workflow.now())
+            details = describe(self.dpf) + self.owed.shown()
             if self.phase != phase:
-                self.enter(phase, describe(self.dpf))
+                self.enter(phase, details)
             else:
-                self.show(describe(self.dpf))
+                self.show(details)
             timeout, escalate = self.state.wait_bound(self.dpf, workflow.now())
+            owed_first = self._owed_first(timeout)
             if await self.wait(
                 self._changed_since(seen),
-                timeout=timeout,
+                timeout=owed_first or timeout,
                 # A bound, not an event: most of these timers are cancelled by the next DPF change.
-                timeout_summary=f"{self.phase}: up to {duration(timeout)} for a DPF change",
+                timeout_summary=f"{self.phase}: up to {duration(owed_first or timeout)} for a DPF change",
             ):
+                continue
+            if owed_first:
+                self._say_owed(describe(self.dpf))
                 continue
             if escalate:
                 self.state.escalated()
@@ -533,17 +544,3 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
         failure = self._watch.failure()
         if failure is not None:
             raise WatcherFailed(f"the DPF watch of {self.host.host_id} failed: {failure}")
-
-    def _changed_since(self, seen: int) -> Callable[[], bool]:
-        return lambda: self._watch.changes != seen
-
-    def _observe(self, state: HostDPFState) -> None:
-        """Each state taken: the state notes DPF's new request and resets no reboot of ours explains."""
-        for what in self.state.observe(state, workflow.now()):
-            workflow.logger.warning("unplanned reset on %s: %s", self.state.request.host_id, what)
-
-    def _show_unplanned(self) -> None:
-        """Write new unplanned resets to the memo (one history event); the runbook re-plans anyway."""
-        shown = self.state.unplanned_to_show()
-        if shown is not None:
-            workflow.upsert_memo({"unplanned_resets": shown})

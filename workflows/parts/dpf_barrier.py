@@ -29,7 +29,7 @@ start again).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Final, NamedTuple
 
 from contracts.models.dpf import (
     PHASE_DELETING,
@@ -192,6 +192,74 @@ def reboot_barrier_reached(state: HostDPFState, dpu_ids: Iterable[str], replaced
     if any(d is None or d.phase not in (PHASE_REBOOTING, PHASE_READY) for _, d in current):
         return False
     return any(d is not None and d.phase == PHASE_REBOOTING for _, d in current)
+
+
+ARM_SHUTDOWN_TIMEOUT_SECONDS: Final = 300.0
+"""DPF's own bound on a DPU's `WaitForShutdown` (redfish `rebooting.go` `armShutdownWaitTimeout =
+5 * time.Minute`, simulators/dpf/BEHAVIOUR.md R2): it releases the gate by then, Arm off or not."""
+
+
+class Owed(NamedTuple):
+    """A step only DPF can take next at the reboot barrier (`dpf_step_owed`)."""
+
+    key: tuple[str, ...]  # what is owed and by which DPUs: another key is another wait
+    words: str
+    grace: float  # seconds DPF may take by its own rules before its step is overdue
+
+
+def _reboot_reason(dpu: DPUState) -> str:
+    if dpu.reboot_status is not None:
+        return f"rebootStatus {dpu.reboot_status.phase or '-'}/{dpu.reboot_status.reason or '-'}"
+    rebooted = dpu.condition("Rebooted")
+    return f"Rebooted condition {rebooted.reason}" if rebooted is not None else "no Rebooted condition"
+
+
+def dpf_step_owed(state: HostDPFState, dpu_ids: Iterable[str], replaced: Mapping[str, str]) -> Owed | None:
+    """What DPF itself owes the reboot barrier when nothing else holds it: every DPU is in
+    `Rebooting` (one at least) or `Ready` and none of the host installs, yet DPF has not asked
+    for the reboot, or has not stamped a `Rebooting` DPU (Step 2), or an Arm still shuts down.
+
+    Upstream each of these is DPF's next reconcile, enqueued by any DPU change: Step 1 sets the
+    annotation and Step 2 stamps EVERY `Rebooting` DPU of the node (`processExternalReboot`,
+    `dpunode_controller.go`, index id 57539131469); a removal before Step 2 is undone (Step 1
+    again), so metalflow does not act at the node level on the annotation alone. A DPU that
+    waits for the host reboot beside one only `RebootRequested` (issue 36ae) is such a wait:
+    the host is not rebooted, and the wait says so (`workflows/host_operation/dpf_owed.py`)."""
+    if installing(state):
+        return None
+    current = _current(state, dpu_ids, replaced)
+    if any(d is None or d.phase not in (PHASE_REBOOTING, PHASE_READY) for _, d in current):
+        return None
+    if not any(d is not None and d.phase == PHASE_REBOOTING for _, d in current):
+        return None
+    node = state.node.name if state.node is not None else "(none)"
+    if state.node is None or not state.node.waiting_for_reboot:
+        return Owed(
+            ("ask",),
+            f"every DPU is in Rebooting or Ready, none installs, yet DPF has not asked for the host "
+            f"reboot (no reboot-required annotation on DPUNode {node})",
+            0.0,
+        )
+    rebooting = {d.name: d for d in state.dpus if d.phase == PHASE_REBOOTING}
+    shutting = shutting_down(state)
+    if shutting:
+        return Owed(
+            ("shutdown", *shutting),
+            f"DPF asked for the host reboot but still holds it for the Arm shutdown of {', '.join(shutting)} "
+            f"(rebootStatus WaitForShutdown), past its own {ARM_SHUTDOWN_TIMEOUT_SECONDS:g} s bound",
+            ARM_SHUTDOWN_TIMEOUT_SECONDS,
+        )
+    unstamped = not_stamped(state)
+    if not unstamped:
+        return None
+    which = ", ".join(f"{name} ({_reboot_reason(rebooting[name])})" for name in unstamped)
+    return Owed(
+        ("stamp", *unstamped),
+        f"DPF asked for the host reboot (annotation on DPUNode {node}) but has not readied {which} for "
+        "it: its Step 2 sets Pending/WaitingForManualPowerCycleOrReboot on every Rebooting DPU at its "
+        "next reconcile and undoes a removal made before, so metalflow does not reboot the host yet",
+        0.0,
+    )
 
 
 def all_ready(state: HostDPFState, dpu_ids: Iterable[str], replaced: Mapping[str, str]) -> bool:
