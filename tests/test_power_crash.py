@@ -103,8 +103,22 @@ def after_off_logged(sim: RunningSim, host_id: str, since: int) -> bool:
     return len(sim.power_log(host_id)) > since
 
 
+_SETTLES_IN = {"PoweringOff": "Off", "PoweringOn": "On"}
+
+
 def state_is(state: str) -> Reached:
-    return lambda sim, host_id, since: power_state(sim, host_id) == state
+    """The host shows `state`, or already settled past it (its settled entry is logged since):
+    a poll that missed the 0.5 s window under load kills at the next moment, not never (a full
+    run at load 10 waited its 120 s out on `PoweringOn`); a kill after the settle must not cycle
+    twice either."""
+    settled = _SETTLES_IN[state]
+
+    def reached(sim: RunningSim, host_id: str, since: int) -> bool:
+        if power_state(sim, host_id) == state:
+            return True
+        return any(entry["to"] == settled for entry in sim.power_log(host_id)[since:])
+
+    return reached
 
 
 def activity_started(sim: RunningSim, host_id: str, since: int) -> bool:
