@@ -1,7 +1,9 @@
 """A campaign that runs is held to a newer `metalflow site check` (issue 36, the attack): started
 after a clean check, then `sim fault bmc sb-003 wrong-credentials` and `site check` again (kept:
 reprovision blocked on sb-003); the check tells the running campaign, which skips sb-003 naming
-the finding, so `reprovision/sb-003` never starts.
+the finding, so `reprovision/sb-003` never starts; and gives up its claim, so README's remedy (fix
+it, check again, run it in a new campaign) finds it free, while a new campaign of only a host the
+first still holds is refused (exit 1), not "completed" on no host.
 
 Cost: one simulator of three hosts, the session's Temporal dev server, the real worker, six
 `metalflow` commands in the tests' command servers.
@@ -51,6 +53,26 @@ async def test_a_running_campaign_skips_a_host_a_newer_check_blocks(
                 and "refuses the stored credentials" in sb003["reason"]
             ), sb003
             assert not sb003["workflow_id"], sb003  # reprovision/sb-003 never started
+            # README's remedy: fixed, checked again, run in a new campaign. The campaign gave up
+            # sb-003's claim as it skipped it (it still runs, in its soak), so the new one takes it.
+            httpx.post(f"{sim.url}/sim/faults/bmcs/sb-003/clear", timeout=10).raise_for_status()
+            again = await metalflow(env, "site", "check", "--timeout", "5")
+            assert again.returncode == 0, again.stdout + again.stderr
+            planned = await metalflow(
+                env, "campaign", "plan", f"{name}-b", "--reprovision", "--hosts", "sb-003", *queue
+            )
+            assert planned.returncode == 0, planned.stdout + planned.stderr
+            assert "claimed by running campaign" not in planned.stdout, planned.stdout
+            # A host it still holds (sb-002 waits for the soak): every host refused, nothing runs:
+            # refused, exit 1, never "started ... (completed)" on 0 hosts.
+            held = await metalflow(
+                env, "campaign", "start", f"{name}-c", "--reprovision", "--hosts", "sb-002", *queue
+            )
+            assert held.returncode == 1, held.stdout + held.stderr
+            assert (
+                "campaign refused, nothing started: every selected host is claimed by another running "
+                f"campaign, so nothing would run: sb-002 claimed by running campaign campaign/{name}"
+            ) in held.stderr, held.stdout + held.stderr
             aborted = await metalflow(env, "campaign", "abort", name, "--cancel-running")
             # Clean-up only: a campaign that already ended (its canary's run ended early under a
             # loaded full run) has nothing to abort; the claims above are what this test is about.

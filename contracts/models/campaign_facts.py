@@ -138,7 +138,11 @@ class RecordRequest(_Frozen):
 
 
 class ReleaseRequest(_Frozen):
+    """Free what `campaign` holds: everything (`host_ids` None: its end), or only these of its
+    hosts (ended in it: done, at the target, skipped; its deployments stay held)."""
+
     campaign: str
+    host_ids: tuple[str, ...] | None = None
 
 
 class ReleaseAnswer(_Frozen):
@@ -186,3 +190,4 @@ class RecordInput(_Frozen):
 
 class ReleaseInput(_Frozen):
     campaign_workflow_id: str
+    host_ids: tuple[str, ...] | None = None  # None: everything it holds (its end)

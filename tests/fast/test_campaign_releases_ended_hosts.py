@@ -1,0 +1,92 @@
+"""A host that ended in a running campaign is free for another (issue 36, the attack on README's
+remedy for a skipped host: "run it in a new campaign" found the host still claimed by the campaign
+that skipped it, and the new campaign "completed" on 0 hosts of 1, exit 0).
+
+- The campaign gives up the claim of each host that ended in it (done, at the target, skipped)
+  while it runs on (`to_release`), never in a BFB or flavor campaign, whose DPUDeployment may still
+  select the host (rule 1: a deployment never selects a host the campaign does not hold).
+- The registry frees only those hosts of that campaign (`release` with `host_ids`).
+- A campaign whose every host another running campaign holds is refused (exit 1), not a campaign
+  that completes having done nothing.
+The end-to-end: tests/test_campaign_site_blocked_e2e.py."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from contracts.campaign_claims import held_reason
+from contracts.models.campaign import (
+    CampaignHost,
+    CampaignInput,
+    CampaignTarget,
+    ClaimRequest,
+    ClaimResult,
+    HostGroup,
+    HostSelection,
+    HostState,
+    Limits,
+    OperatorRequest,
+    Roster,
+    SelectHostsResult,
+    TargetKind,
+)
+from workflows.campaign.admission import Admission, admit
+from workflows.campaign.state import CampaignState
+from workflows.campaign_claims.state import ClaimsState
+
+NOW = datetime(2026, 11, 28, 2, 0, tzinfo=UTC)
+S = HostState
+
+
+def _state(n: int) -> CampaignState:
+    state = CampaignState.first(asker="campaign/c8@run", limits=Limits(batch_size=1, max_per_bmc=0), now=NOW)
+    state.admitted(Admission(roster=Roster.of([CampaignHost(host_id=f"h{i}") for i in range(n)])), 0)
+    state.claimed = True
+    return state
+
+
+def test_a_host_that_ended_here_is_released_once_and_never_in_a_deployment_campaign() -> None:
+    state = _state(4)
+    assert state.to_release(points_deployment=False) == ()
+    state.skip_host("h2", OperatorRequest(requested_by="alice", reason="bad disk"))
+    state.reached("h3")
+    assert state.to_release(points_deployment=True) == (), "its deployment may still select them"
+    assert state.to_release(points_deployment=False) == ("h2", "h3")
+    state.marked_released(("h2", "h3"))
+    assert state.to_release(points_deployment=False) == (), "released once"
+    state.succeed("h0")
+    assert state.to_release(points_deployment=False) == ("h0",)
+    state.claimed = False
+    assert state.to_release(points_deployment=False) == (), "nothing claimed: nothing to release"
+
+
+def test_the_registry_frees_only_the_named_hosts_of_that_campaign() -> None:
+    claims = ClaimsState()
+    claims.claim(ClaimRequest(campaign="campaign/c8", host_ids=("h1", "h2", "h3"), deployments=("d",)))
+    claims.claim(ClaimRequest(campaign="campaign/other", host_ids=("h4",)))
+    answer = claims.release("campaign/c8", ("h3", "h4", "nobody"))
+    assert answer.released == 1, "h4 is another campaign's, nobody is no one's"
+    assert claims.holders == {"campaign/c8": ["h1", "h2"], "campaign/other": ["h4"]}
+    assert claims.deployment_holders() == {"d": "campaign/c8"}, "its deployments stay held"
+    assert claims.claim(ClaimRequest(campaign="campaign/c9", host_ids=("h3",))).held == {}
+    assert claims.release("campaign/c8", ("h1", "h2")).released == 2
+    assert "campaign/c8" not in claims.holders
+    assert claims.release("campaign/c8").released == 0 and claims.deployment_holders() == {}
+
+
+def test_a_campaign_whose_every_host_is_held_elsewhere_is_refused() -> None:
+    start = CampaignInput(
+        name="c9", target=CampaignTarget(kind=TargetKind.REPROVISION), selection=HostSelection(all=True),
+        requested_by="ops",
+    )  # fmt: skip
+    selected = SelectHostsResult(roster=Roster.of([CampaignHost(host_id="host-003")]))
+    held = ClaimResult(held=(HostGroup(reason=held_reason("campaign/c8"), host_ids=("host-003",)),))
+    decided = admit(start, selected, held, None, NOW)
+    assert decided.refusal is not None and decided.refusal.startswith(
+        "every selected host is claimed by another running campaign, so nothing would run: "
+        "host-003 claimed by running campaign campaign/c8 (one campaign per host)"
+    ), decided.refusal
+    two = SelectHostsResult(roster=Roster.of([CampaignHost(host_id=h) for h in ("host-003", "host-004")]))
+    some = admit(start, two, held, None, NOW)
+    assert some.refusal is None, "one host still runs: the held one is left out, as before"
+    assert [g.host_ids for g in some.left_out] == [("host-003",)]
