@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import BMCAuthenticationFailed, MetalflowError
-from contracts.models.campaign_facts import HostGroup
 from contracts.models.grove import GROVE_GROUP, GROVE_VERSION, PART_OF_LABEL
 from contracts.models.inventory import BMCAccess
 from contracts.wording import iso_z
@@ -70,7 +69,6 @@ from metalflow.site_verdicts import (
     Reason,
     SiteFindings,
     Verdict,
-    blocked_hosts,
     host_verdict,
 )
 
@@ -452,26 +450,6 @@ def consult(
 def said_line(reason: Reason) -> str:
     """A reason as an operation says it: its words and its behaviour rows."""
     return reason.text + (f" [{', '.join(reason.rows)}]" if reason.rows else "")
-
-
-def campaign_blocks(
-    capability: str, path: Path | None = None, *, manual_reboot: bool = False
-) -> tuple[HostGroup, ...]:
-    """The hosts the kept check blocks `capability` on (a campaign's per-host operation), grouped
-    by why, naming the finding and `metalflow site check`: a campaign's admission leaves them out
-    (`CampaignInput.site_blocked`). None without a kept check; `FindingsUnreadable` as `consult`."""
-    findings = load_findings(path or findings_path())
-    if findings is None:
-        return ()
-    groups: dict[str, list[str]] = {}
-    for host_id, reasons in blocked_hosts(findings, capability, manual_reboot=manual_reboot).items():
-        said = "; ".join(said_line(r) for r in reasons)
-        why = (
-            f"{capability} is blocked on it by the site check of {findings.checked_at}: {said} "
-            "(run `metalflow site check` again once fixed)"
-        )
-        groups.setdefault(why, []).append(host_id)
-    return tuple(HostGroup(reason=why, host_ids=tuple(ids)) for why, ids in groups.items())
 
 
 def consult_words(

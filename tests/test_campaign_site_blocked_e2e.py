@@ -11,10 +11,14 @@ Cost: one simulator of three hosts, the session's Temporal dev server, the real 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
 from sim_support import running_sim
 from temporalio.testing import WorkflowEnvironment
@@ -76,5 +80,47 @@ async def test_a_running_campaign_skips_a_host_a_newer_check_blocks(
             aborted = await metalflow(env, "campaign", "abort", name, "--cancel-running")
             # Clean-up only: a campaign that already ended (its canary's run ended early under a
             # loaded full run) has nothing to abort; the claims above are what this test is about.
+            ended = aborted.returncode == 1 and "has ended" in aborted.stdout + aborted.stderr
+            assert aborted.returncode == 0 or ended, aborted.stdout + aborted.stderr
+
+
+async def test_a_campaign_host_the_check_degrades_runs_and_says_so_as_a_direct_operation_does(
+    local_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36 attack item 2: a host whose BMC has no PowerCycle (reprovision degraded, redfish
+    P1) run by a campaign said nothing of it (`plan`, `host status --json`'s `site_check: []`, the
+    `OperationStarted` Event), where `metalflow host reprovision` says all three. Now `plan` lists
+    it degraded with the reason, and the campaign's request to its entity carries the words."""
+    one = {"sd-001": ("", "no-powercycle", "BF3")}
+    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), initialised=True) as sim:
+        env = rollout_env(sim, local_env)
+        queue = ["--task-queue", task_queue]
+        async with emitting_worker(local_env.client, task_queue, sim):
+            checked = await metalflow(env, "site", "check")
+            assert checked.returncode == 0, checked.stdout + checked.stderr  # degraded, nothing blocked
+            name = f"sd-{task_queue[-8:]}"
+            args = ["--reprovision", "--hosts", "sd-001", "--canary", "0", *queue]
+            planned = await metalflow(env, "campaign", "plan", name, *args)
+            assert planned.returncode == 0, planned.stdout + planned.stderr
+            assert "degraded (1): reprovision is degraded on <host> by the site check of" in planned.stdout
+            assert "PowerCycle" in planned.stdout and ": sd-001" in planned.stdout, planned.stdout
+            started = await metalflow(env, "campaign", "start", name, *args)
+            assert started.returncode == 0, started.stdout + started.stderr
+            said = "reprovision is degraded on sd-001 by the site check of"
+            operation: dict[str, Any] = {}
+            deadline = time.monotonic() + 15
+            while not operation.get("site_check"):
+                assert time.monotonic() < deadline, operation
+                shown = await metalflow(env, "host", "status", "sd-001", "--json")
+                operation = (json.loads(shown.stdout or "{}") if shown.returncode == 0 else {}).get(
+                    "operation"
+                ) or {}
+                await asyncio.sleep(0.2)
+            assert any(w.startswith(said) for w in operation["site_check"]), operation
+            while not (events := [e for e in events_v1(sim) if f"site check: {said}" in e.get("note", "")]):
+                assert time.monotonic() < deadline, [(e.get("reason"), e.get("note")) for e in events_v1(sim)]
+                await asyncio.sleep(0.2)
+            assert [e["reason"] for e in events] == ["OperationStarted"], events
+            aborted = await metalflow(env, "campaign", "abort", name, "--cancel-running")
             ended = aborted.returncode == 1 and "has ended" in aborted.stdout + aborted.stderr
             assert aborted.returncode == 0 or ended, aborted.stdout + aborted.stderr

@@ -35,7 +35,7 @@ def blocks(path: Path) -> tuple[SiteBlocks, ...]:
     """What the check kept at `path` blocks, per per-host operation and reboot method."""
     from contracts.models.campaign import SiteBlocks
     from contracts.models.campaign_target import RequestedOperation
-    from metalflow.site_check import campaign_blocks
+    from metalflow.site_groups import campaign_blocks
 
     return tuple(
         SiteBlocks(

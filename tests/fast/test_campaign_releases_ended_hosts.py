@@ -13,6 +13,9 @@ The end-to-end: tests/test_campaign_site_blocked_e2e.py."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
+
+from test_site_verdicts import dpu_bmc, host_bmc, site
 
 from contracts.campaign_claims import held_reason
 from contracts.models.campaign import (
@@ -30,6 +33,9 @@ from contracts.models.campaign import (
     SelectHostsResult,
     TargetKind,
 )
+from metalflow.site_check import save_findings
+from metalflow.site_groups import campaign_degraded
+from metalflow.site_verdicts import degraded_hosts
 from workflows.campaign.admission import Admission, admit
 from workflows.campaign.state import CampaignState
 from workflows.campaign_claims.state import ClaimsState
@@ -90,3 +96,33 @@ def test_a_campaign_whose_every_host_is_held_elsewhere_is_refused() -> None:
     some = admit(start, two, held, None, NOW)
     assert some.refusal is None, "one host still runs: the held one is left out, as before"
     assert [g.host_ids for g in some.left_out] == [("host-003",)]
+
+
+def test_a_host_the_check_degrades_is_listed_and_its_request_says_why(tmp_path: Path) -> None:
+    """Issue 36 attack item 2: a host the kept check degrades the campaign's operation on runs,
+    and its request carries the words `metalflow host` would print (its status and
+    `OperationStarted` Event say them); `campaign_degraded` groups them, as `campaign_blocks` does
+    for the blocked."""
+    no_cycle = ("On", "ForceOff", "ForceRestart")
+    findings = site(host_bmc("h1", reset_types=no_cycle), dpu_bmc("h1"), host_bmc("h2"), dpu_bmc("h2"),
+                    host_bmc("h10", reset_types=no_cycle), dpu_bmc("h10"))  # fmt: skip
+    assert set(degraded_hosts(findings, "reprovision")) == {"h1", "h10"}
+    path = tmp_path / "findings.json"
+    save_findings(path, findings)
+    [group] = campaign_degraded("reprovision", path)
+    assert group.host_ids == ("h1", "h10"), "hosts alike share one group (a fleet is not one per host)"
+    assert group.reason.startswith("reprovision is degraded on <host> by the site check of"), group.reason
+    assert "[redfish P1" in group.reason, group.reason
+    start = CampaignInput(
+        name="c", target=CampaignTarget(kind=TargetKind.REPROVISION), selection=HostSelection(all=True),
+        requested_by="ops", site_degraded=(group,),
+    )  # fmt: skip
+    state = _state(3)
+    asked = {
+        r.host_id: r.site_check
+        for r in state.asks(state.pending(), start, name="c", workflow_id="campaign/c")
+    }
+    assert asked["h0"] == () and asked["h2"] == ()
+    [words] = asked["h1"]
+    assert words.startswith("reprovision is degraded on h1 by the site check of") and "[redfish P1" in words
+    assert "host BMC h1 has no PowerCycle" in words and "<host>" not in words, words
