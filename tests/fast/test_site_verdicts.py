@@ -465,7 +465,12 @@ def test_groves_default_backend_is_read_from_its_operator_configmap() -> None:
         "grove-operator-cm-1", "scheduler:\n  profiles: [{name: default-scheduler}, {name: kai-scheduler}]\n"
     )
     kai = cm("grove-operator-cm-2", "scheduler:\n  defaultProfileName: kai-scheduler\n")
-    assert grove_default_backend([unset])[0] == "default-scheduler"  # SetDefaults_SchedulerConfiguration
+    assert grove_default_backend([unset]) == (  # SetDefaults_SchedulerConfiguration
+        "default-scheduler",
+        # one truth (it read "default-scheduler (unset: Grove's default)": set and unset at once)
+        "ConfigMap grove-system/grove-operator-cm-1, scheduler.defaultProfileName unset, so Grove's "
+        "default default-scheduler",
+    )
     assert grove_default_backend([kai]) == (
         "kai-scheduler",
         "ConfigMap grove-system/grove-operator-cm-2, scheduler.defaultProfileName kai-scheduler",
