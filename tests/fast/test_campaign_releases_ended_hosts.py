@@ -24,6 +24,7 @@ from contracts.models.campaign import (
     CampaignTarget,
     ClaimRequest,
     ClaimResult,
+    FailureBudget,
     HostGroup,
     HostSelection,
     HostState,
@@ -126,3 +127,22 @@ def test_a_host_the_check_degrades_is_listed_and_its_request_says_why(tmp_path: 
     [words] = asked["h1"]
     assert words.startswith("reprovision is degraded on h1 by the site check of") and "[redfish P1" in words
     assert "host BMC h1 has no PowerCycle" in words and "<host>" not in words, words
+
+
+def test_a_failed_host_skipped_is_named_skipped_only_and_the_budget_says_failures_counted() -> None:
+    """Issue 36 attack item 3 (last): `campaign status` said "0 failed, 1 skipped" and still
+    "failure budget spent: 1 failed" and a "failed host-004" line. One truth: the host is named
+    skipped (saying it had failed), and the budget counts failures, in those words."""
+    state = _state(2)
+    state.fail("h1", "reprovision failed: DPU stuck")
+    assert (
+        state.check_budget(FailureBudget(max_failures=0))
+        == "failure budget spent: 1 failure counted; halts past 0"
+    )
+    state.skip_host("h1", OperatorRequest(requested_by="alice"))
+    assert (state.failed, state.skipped, state.recent_failed) == (0, 1, [])
+    [skipped] = state.recent_skipped
+    assert skipped.reason == (
+        "skipped by alice (it had failed: reprovision failed: DPU stuck; the failure budget still counts it)"
+    )
+    assert state.budget_failures() == 1, "the budget still counts it"

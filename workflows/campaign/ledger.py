@@ -147,8 +147,11 @@ class HostLedger(CampaignProgress):
     def skip(self, host_id: str, reason: str) -> None:
         """Left out (assigned, claimed by another campaign, skipped by an operator, ...). A failed
         host skipped leaves the failed count; the failure stays in the budget's counters."""
-        if self.state(host_id) == S.FAILED:
+        if self.state(host_id) == S.FAILED:  # one truth: no longer named failed, the failure still counted
             self.failed -= 1
+            had = next((f.reason for f in reversed(self.recent_failed) if f.host_id == host_id), "")
+            self.recent_failed = [f for f in self.recent_failed if f.host_id != host_id]
+            reason += f" (it had failed{': ' + had if had else ''}; the failure budget still counts it)"
         self.deferred.pop(host_id, None)
         self._set(host_id, S.SKIPPED)
         self.skipped += 1
