@@ -89,8 +89,11 @@ def findings_path(site_file: Path | None = None) -> Path:
     (`find_state_dir`): `site-check.json` for the state dir's own site.yaml, and
     `site-check-<12 hex of the sha256 of its absolute path>.json` for any other site file, so a
     check of another site never replaces the findings of the site in use."""
-    state = find_state_dir()[0]
-    site = (site_file or site_in_use()).absolute()
+    return _kept_in(find_state_dir()[0], site_file or site_in_use())
+
+
+def _kept_in(state: Path, site_file: Path) -> Path:
+    site = site_file.absolute()
     if site == (state / "site.yaml").absolute():
         return state / FINDINGS_FILE
     return state / f"site-check-{hashlib.sha256(str(site).encode()).hexdigest()[:12]}.json"
@@ -129,9 +132,37 @@ def load_findings(path: Path) -> SiteFindings | None:
         data = json.loads(text)
         if not isinstance(data, dict):  # valid JSON, but not the object a check keeps
             raise TypeError(f"a JSON {type(data).__name__}, not the object a site check keeps")
-        return SiteFindings.from_json(data)
+        findings = SiteFindings.from_json(data)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise FindingsUnreadable(f"{path}: {type(err).__name__}: {err}"[:300]) from None
+    if parse_time(findings.checked_at) is None:  # its age could not be told: never taken as fresh
+        raise FindingsUnreadable(
+            f"{path}: checked_at {findings.checked_at[:40]!r} is not a time (a check keeps an ISO 8601 "
+            "UTC time, e.g. 2026-11-29T07:00:00Z)"
+        )
+    if findings.site_file and (other := _other_site(path, findings)) is not None:
+        raise FindingsUnreadable(f"{path}: {other}")
+    return findings
+
+
+def _other_site(path: Path, findings: SiteFindings) -> str | None:
+    """Why findings kept at `path` are another site's (None: its own): kept for another site
+    file (copied here), or naming another site than the site file they were made of (as it was
+    then: one changed since is said as changed)."""
+    checked = Path(findings.site_file)
+    if _kept_in(path.parent, checked).absolute() != path.absolute():
+        return f"the findings of the site file {checked}, not of the one this file is kept for"
+    if findings.site_digest != digest(checked):
+        return None  # changed since (or unreadable): an operation says the site file changed
+    try:
+        import yaml
+
+        named = (yaml.safe_load(checked.read_text()) or {}).get("name", "site")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    if str(named) != findings.site:
+        return f"the findings name site {findings.site[:60]!r}, but {checked} is site {str(named)[:60]!r}"
+    return None
 
 
 CLIP_HEAD, CLIP_TAIL = 160, 240  # an error's first line kept: its start and its end

@@ -639,7 +639,7 @@ def test_each_site_file_keeps_its_own_findings_and_a_host_the_check_never_saw_is
     assert findings_path() == findings_path(own) == tmp_path / "site-check.json"
     assert findings_path(other) not in (findings_path(own), findings_path(tmp_path / "third.yaml"))
     assert findings_path(other).parent == tmp_path and findings_path(other).name.startswith("site-check-")
-    own.write_text("hosts: [h1]\n")
+    own.write_text("name: s\nhosts: [h1]\n")  # the site the findings name (`site()`: "s")
     other.write_text("hosts: [h9]\n")
     save_findings(findings_path(own), dataclasses.replace(site(), site_file=str(own), site_digest=_sha(own)))
     save_findings(findings_path(other), site(host_bmc("h9", reachable=False), dpu_bmc("h9")))
