@@ -274,9 +274,10 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     try:
         doc = await asyncio.to_thread(_get, settings, "/openapi/v3/apis/provisioning.dpu.nvidia.com/v1alpha1")
     except Exception as err:  # noqa: BLE001 - a finding
-        if _status_of(err) == 404:
+        if (answered := _status_of(err)) == 404:
             return DPFFinding(dpu_served=False)
-        return DPFFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"))
+        unreachable = answered is None or answered >= 500  # none: no HTTP answer (refused, timed out)
+        return DPFFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"), unreachable=unreachable)
     dpu = _schema(doc, "DPU")
     if dpu is None:
         return DPFFinding(dpu_served=False)

@@ -31,13 +31,14 @@ def register(subparsers: Any) -> None:
     check = commands.add_parser(
         "check",
         help="read every BMC, DPF and Grove (read only) and say per capability ready, degraded or "
-        "blocked; exit 1 when something is blocked",
+        "blocked; exit 1 when something is blocked, 3 when the cluster cannot be reached",
         description="Read every BMC of the site file (reachable, credentials, reset types, "
         "LastResetTime, BootProgress, UpdateService), DPF's served schema (its version, "
         "security.privileged) and Grove's served kinds (PodGangMap), changing nothing; print per "
         "capability ready / degraded / blocked with the reason and the behaviour row behind it, and "
         "keep the findings in the state dir, where `metalflow host ...` consults them. Exit status: "
-        "0 nothing blocked, 1 something blocked, 2 bad settings or site file.",
+        "0 nothing blocked, 1 something blocked, 2 bad settings or site file, 3 the cluster cannot be "
+        "reached (nothing kept: the previous findings stand).",
     )
     check.add_argument("--site", type=Path, default=None, metavar="FILE",
                        help="site file (default: METALFLOW_SITE_FILE, "
@@ -105,6 +106,12 @@ def handle_check(args: argparse.Namespace) -> int:
         return _fail(f"{err.message}; nothing was checked, the kept findings are unchanged", exits.USAGE)
     findings = asyncio.run(check_site(settings, site, concurrency=args.concurrency, timeout=args.timeout))
     path = findings_path(settings.site_file)  # each site file's own: another's are never replaced
+    if findings.dpf.unreachable:  # README's exit table: 3, cannot reach the site; no finding of it
+        kept = f"the findings of {path} stand" if path.exists() else "no findings were kept"
+        text = f"the cluster cannot be reached ({findings.dpf.error}): nothing was kept, {kept}"
+        if args.json:
+            print(json.dumps({"error": f"metalflow site check: {text}", "exit_status": exits.UNREACHABLE}))
+        return _fail(text, exits.UNREACHABLE)
     save_findings(path, findings)
     told = tell_running_campaigns(args, path)  # a newer check holds running campaigns to it too
     for line in told:
