@@ -82,7 +82,7 @@ def handle_check(args: argparse.Namespace) -> int:
     from drivers.kube import load_configuration
     from drivers.settings import Settings
     from drivers.site_file import SiteFileError, load_site
-    from metalflow.cli.site_campaigns import tell_running_campaigns
+    from metalflow.cli.site_campaigns import as_json, tell_running_campaigns
     from metalflow.site_check import check_site, findings_path, save_findings
     from metalflow.site_verdicts import info, verdicts
 
@@ -114,8 +114,8 @@ def handle_check(args: argparse.Namespace) -> int:
         return _fail(text, exits.UNREACHABLE)
     save_findings(path, findings)
     told = tell_running_campaigns(args, path)  # a newer check holds running campaigns to it too
-    for line in told:
-        print(f"metalflow site check: {line}", file=sys.stderr)
+    for each in told:
+        print(f"metalflow site check: {each.line}", file=sys.stderr)
     judged = verdicts(findings)
     blocked = any(v.status == "blocked" for v in judged)
     if args.json:
@@ -126,6 +126,7 @@ def handle_check(args: argparse.Namespace) -> int:
             "kept_in": str(path),
             "verdicts": [v.to_json() for v in judged],
             "info": info(findings),
+            "campaigns": as_json(told),  # told / not_told / unknown ("": every running campaign)
             "findings": findings.to_json(),
         }
         print(json.dumps(document, indent=2))
