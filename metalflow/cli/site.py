@@ -38,7 +38,10 @@ def register(subparsers: Any) -> None:
         "capability ready / degraded / blocked with the reason and the behaviour row behind it, and "
         "keep the findings in the state dir, where `metalflow host ...` consults them. Exit status: "
         "0 nothing blocked, 1 something blocked, 2 bad settings or site file, 3 the cluster cannot be "
-        "reached (nothing kept: the previous findings stand).",
+        "reached (nothing kept: the previous findings stand). When the new findings block a host, the "
+        "running campaigns are told, through the Temporal every command talks to: --address/--namespace, "
+        "else TEMPORAL_ADDRESS or its config file, else the running `metalflow dev` of the state dir, else "
+        "127.0.0.1:7233; none answering, the check says they were not told (its exit status unchanged).",
     )
     check.add_argument("--site", type=Path, default=None, metavar="FILE",
                        help="site file (default: METALFLOW_SITE_FILE, "

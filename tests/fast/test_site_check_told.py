@@ -33,3 +33,17 @@ def test_a_refusal_is_not_told_and_its_words_are_cut_at_a_word() -> None:
 def test_json_records_which_campaigns_were_told_not_told_and_unknown() -> None:
     told = [Told(TOLD, "campaign/a", ""), Told(NOT_TOLD, "campaign/b", ""), Told(UNKNOWN, "campaign/c", "")]
     assert as_json(told) == {"told": ["campaign/a"], "not_told": ["campaign/b"], "unknown": ["campaign/c"]}
+
+
+def test_the_help_says_which_temporal_the_check_tells_campaigns_through() -> None:
+    """Issue 36 attack item 3: with no Temporal configured the check contacted 127.0.0.1:7233 and
+    said so nowhere. Decided: the Temporal every command resolves (the dev default included), only
+    when the new findings block a host; said in its help (and README)."""
+    from metalflow.cli import build_parser
+
+    parser = build_parser()
+    [site] = [a for a in parser._subparsers._group_actions if "site" in a.choices]  # type: ignore[union-attr]
+    check = site.choices["site"]._subparsers._group_actions[0].choices["check"]  # type: ignore[union-attr]
+    text = " ".join((check.description or "").split())
+    assert "When the new findings block a host, the running campaigns are told" in text, text
+    assert "--address/--namespace" in text and "else 127.0.0.1:7233" in text, text
