@@ -214,6 +214,7 @@ class CampaignActivities(CampaignSelection, CampaignSweep, CampaignDeployments, 
             "campaign_workflow_id": one.campaign_workflow_id,
             "refuse_if_assigned": one.refuse_if_assigned,
             "request_id": one.request_id,
+            "site_check": one.site_check,  # degraded by the kept site check: its status and Event say it
         }
         match one.target.spec.request:
             case "firmware":

@@ -48,8 +48,9 @@ class CampaignClaims:
     @activity.defn(name="release_campaign_hosts")
     @beats_while_running
     async def release_campaign_hosts(self, request: ReleaseInput) -> None:
-        """Free everything the campaign holds (nothing when the registry does not run)."""
-        if not await self.registry().release(request.campaign_workflow_id):
+        """Free everything the campaign holds, or only `host_ids` (hosts that ended in it);
+        nothing when the registry does not run."""
+        if not await self.registry().release(request.campaign_workflow_id, request.host_ids):
             activity.logger.info(
                 "no campaign registry: nothing to release for %s", request.campaign_workflow_id
             )

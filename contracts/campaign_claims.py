@@ -7,7 +7,8 @@ for the campaign's activities (activities/campaign_claims.py) and `metalflow cam
   become this campaign's and its recorded changes are answered as `inherited`, to be put back.
 - `preview`: what `claim` would answer, changing nothing (the registry's `held` query, and the
   same check of each holder's execution).
-- `record`, `release`: a campaign's changes before it makes them; everything it holds, at its end.
+- `record`, `release`: a campaign's changes before it makes them; everything it holds, at its end
+  (or, while it runs, the hosts that ended in it: another campaign may take them).
 
 Why in `contracts`: an activity and the CLI need the same rule, and the floors forbid either to
 import the other (as `contracts/host_entity.py` does for the hosts' entities).
@@ -133,12 +134,14 @@ class ClaimsClient:
             workflow_api.CampaignClaimsWorkflow.record, RecordRequest(campaign=campaign, changes=changes)
         )
 
-    async def release(self, campaign: str) -> bool:
-        """Free everything `campaign` holds; False when no registry runs (nothing to free)."""
+    async def release(self, campaign: str, host_ids: tuple[str, ...] | None = None) -> bool:
+        """Free everything `campaign` holds (or only `host_ids`, hosts that ended in it); False
+        when no registry runs (nothing to free)."""
         handle = self.client.get_workflow_handle(self.workflow_id)
         try:
             await handle.execute_update(
-                workflow_api.CampaignClaimsWorkflow.release, ReleaseRequest(campaign=campaign)
+                workflow_api.CampaignClaimsWorkflow.release,
+                ReleaseRequest(campaign=campaign, host_ids=host_ids),
             )
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:

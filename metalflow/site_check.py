@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from contracts.errors import BMCAuthenticationFailed, MetalflowError
-from contracts.models.campaign_facts import HostGroup
 from contracts.models.grove import GROVE_GROUP, GROVE_VERSION, PART_OF_LABEL
 from contracts.models.inventory import BMCAccess
 from contracts.wording import iso_z
@@ -70,7 +69,6 @@ from metalflow.site_verdicts import (
     Reason,
     SiteFindings,
     Verdict,
-    blocked_hosts,
     host_verdict,
 )
 
@@ -91,8 +89,11 @@ def findings_path(site_file: Path | None = None) -> Path:
     (`find_state_dir`): `site-check.json` for the state dir's own site.yaml, and
     `site-check-<12 hex of the sha256 of its absolute path>.json` for any other site file, so a
     check of another site never replaces the findings of the site in use."""
-    state = find_state_dir()[0]
-    site = (site_file or site_in_use()).absolute()
+    return _kept_in(find_state_dir()[0], site_file or site_in_use())
+
+
+def _kept_in(state: Path, site_file: Path) -> Path:
+    site = site_file.absolute()
     if site == (state / "site.yaml").absolute():
         return state / FINDINGS_FILE
     return state / f"site-check-{hashlib.sha256(str(site).encode()).hexdigest()[:12]}.json"
@@ -131,9 +132,37 @@ def load_findings(path: Path) -> SiteFindings | None:
         data = json.loads(text)
         if not isinstance(data, dict):  # valid JSON, but not the object a check keeps
             raise TypeError(f"a JSON {type(data).__name__}, not the object a site check keeps")
-        return SiteFindings.from_json(data)
+        findings = SiteFindings.from_json(data)
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise FindingsUnreadable(f"{path}: {type(err).__name__}: {err}"[:300]) from None
+    if parse_time(findings.checked_at) is None:  # its age could not be told: never taken as fresh
+        raise FindingsUnreadable(
+            f"{path}: checked_at {findings.checked_at[:40]!r} is not a time (a check keeps an ISO 8601 "
+            "UTC time, e.g. 2026-11-29T07:00:00Z)"
+        )
+    if findings.site_file and (other := _other_site(path, findings)) is not None:
+        raise FindingsUnreadable(f"{path}: {other}")
+    return findings
+
+
+def _other_site(path: Path, findings: SiteFindings) -> str | None:
+    """Why findings kept at `path` are another site's (None: its own): kept for another site
+    file (copied here), or naming another site than the site file they were made of (as it was
+    then: one changed since is said as changed)."""
+    checked = Path(findings.site_file)
+    if _kept_in(path.parent, checked).absolute() != path.absolute():
+        return f"the findings of the site file {checked}, not of the one this file is kept for"
+    if findings.site_digest != digest(checked):
+        return None  # changed since (or unreadable): an operation says the site file changed
+    try:
+        import yaml
+
+        named = (yaml.safe_load(checked.read_text()) or {}).get("name", "site")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    if str(named) != findings.site:
+        return f"the findings name site {findings.site[:60]!r}, but {checked} is site {str(named)[:60]!r}"
+    return None
 
 
 CLIP_HEAD, CLIP_TAIL = 160, 240  # an error's first line kept: its start and its end
@@ -245,9 +274,10 @@ async def read_dpf(settings: Settings) -> DPFFinding:
     try:
         doc = await asyncio.to_thread(_get, settings, "/openapi/v3/apis/provisioning.dpu.nvidia.com/v1alpha1")
     except Exception as err:  # noqa: BLE001 - a finding
-        if _status_of(err) == 404:
+        if (answered := _status_of(err)) == 404:
             return DPFFinding(dpu_served=False)
-        return DPFFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"))
+        unreachable = answered is None or answered >= 500  # none: no HTTP answer (refused, timed out)
+        return DPFFinding(readable=False, error=clip(f"{type(err).__name__}: {err}"), unreachable=unreachable)
     dpu = _schema(doc, "DPU")
     if dpu is None:
         return DPFFinding(dpu_served=False)
@@ -452,26 +482,6 @@ def consult(
 def said_line(reason: Reason) -> str:
     """A reason as an operation says it: its words and its behaviour rows."""
     return reason.text + (f" [{', '.join(reason.rows)}]" if reason.rows else "")
-
-
-def campaign_blocks(
-    capability: str, path: Path | None = None, *, manual_reboot: bool = False
-) -> tuple[HostGroup, ...]:
-    """The hosts the kept check blocks `capability` on (a campaign's per-host operation), grouped
-    by why, naming the finding and `metalflow site check`: a campaign's admission leaves them out
-    (`CampaignInput.site_blocked`). None without a kept check; `FindingsUnreadable` as `consult`."""
-    findings = load_findings(path or findings_path())
-    if findings is None:
-        return ()
-    groups: dict[str, list[str]] = {}
-    for host_id, reasons in blocked_hosts(findings, capability, manual_reboot=manual_reboot).items():
-        said = "; ".join(said_line(r) for r in reasons)
-        why = (
-            f"{capability} is blocked on it by the site check of {findings.checked_at}: {said} "
-            "(run `metalflow site check` again once fixed)"
-        )
-        groups.setdefault(why, []).append(host_id)
-    return tuple(HostGroup(reason=why, host_ids=tuple(ids)) for why, ids in groups.items())
 
 
 def consult_words(

@@ -43,6 +43,8 @@ class BMCFinding:
 class DPFFinding:
     readable: bool = True
     error: str = ""
+    # The cluster did not answer (no connection, a timeout, a 5xx): the check kept nothing (exit 3).
+    unreachable: bool = False
     dpu_served: bool = True
     version: str = ""  # "25.10", "26.4-rc.3", "26" (rebootStatus), "" unknown
     template_privileged: bool = False  # DPUServiceTemplate spec.security.privileged served

@@ -140,7 +140,7 @@ def grove_default_backend(configmaps: list[dict[str, Any]]) -> tuple[str, str]:
     when none or several disagree or the YAML is unreadable."""
     import yaml
 
-    found: dict[str, str] = {}
+    found: dict[str, tuple[str, str]] = {}  # where -> (the profile, in words)
     for cm in configmaps:
         meta = cm.get("metadata") or {}
         where = f"ConfigMap {meta.get('namespace', '')}/{meta.get('name', '')}"
@@ -149,14 +149,18 @@ def grove_default_backend(configmaps: list[dict[str, Any]]) -> tuple[str, str]:
         except yaml.YAMLError:
             return "", f"{where}: config.yaml is not YAML"
         scheduler = (config.get("scheduler") or {}) if isinstance(config, dict) else {}
-        name = str(scheduler.get("defaultProfileName") or KUBE_BACKEND)
-        found[where] = name + ("" if scheduler.get("defaultProfileName") else " (unset: Grove's default)")
+        if set_name := scheduler.get("defaultProfileName"):
+            found[where] = str(set_name), f"scheduler.defaultProfileName {set_name}"
+        else:  # one truth: it is unset, and what Grove then uses
+            unset = f"scheduler.defaultProfileName unset, so Grove's default {KUBE_BACKEND}"
+            found[where] = KUBE_BACKEND, unset
     if not found:
         return "", f"no ConfigMap labelled {GROVE_CONFIG_SELECTOR}"
-    if len({v.split(" ")[0] for v in found.values()}) > 1:
-        return "", "operator ConfigMaps disagree: " + "; ".join(f"{k}: {v}" for k, v in sorted(found.items()))
-    where, value = sorted(found.items())[0]
-    return value.split(" ")[0], f"{where}, scheduler.defaultProfileName {value}"
+    if len({name for name, _ in found.values()}) > 1:
+        disagree = "; ".join(f"{where}: {words}" for where, (_, words) in sorted(found.items()))
+        return "", "operator ConfigMaps disagree: " + disagree
+    where, (name, words) = sorted(found.items())[0]
+    return name, f"{where}, {words}"
 
 
 _GO_DURATION = re.compile(r"(?:(?:\d+(?:\.\d*)?|\.\d+)(?:ns|us|µs|μs|ms|s|m|h))+")

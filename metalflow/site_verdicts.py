@@ -398,6 +398,22 @@ def blocked_hosts(
     return out
 
 
+def degraded_hosts(
+    findings: SiteFindings, capability: str, *, manual_reboot: bool = False
+) -> dict[str, tuple[Reason, ...]]:
+    """Each checked host on which `capability` is degraded (not blocked) by its own components
+    (every DPU), with those reasons: what a campaign's operation there says, as `metalflow host`
+    says it. The site's own rules are not here (said once for the whole campaign)."""
+    out = {}
+    for host_id in findings.hosts():
+        reasons = _host_rules(findings, host_id, None, manual_reboot)[capability]
+        if any(r.status == "blocked" for r in reasons):
+            continue
+        if degraded := tuple(r for r in reasons if r.status == "degraded"):
+            out[host_id] = degraded
+    return out
+
+
 def verdicts(findings: SiteFindings) -> tuple[Verdict, ...]:
     """One verdict per capability for the whole site: every host's reasons, the worst counts."""
     site = _site_rules(findings)

@@ -418,7 +418,7 @@ async def test_abort_with_cancel_running_lets_a_reboot_round_finish_and_withdraw
         0,
         0,
     )
-    assert status.budget == "0 failed; halts past 0"
+    assert status.budget == "0 failures counted; halts past 0"
     assert shown.current_details.endswith("0 failed, 2 skipped"), shown.current_details
     assert [(s.host_id, s.reason) for s in result.skipped_hosts] == [
         (assigned, "campaign aborted while awaiting approval: withdrawn by test: campaign "

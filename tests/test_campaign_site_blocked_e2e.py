@@ -1,7 +1,9 @@
 """A campaign that runs is held to a newer `metalflow site check` (issue 36, the attack): started
 after a clean check, then `sim fault bmc sb-003 wrong-credentials` and `site check` again (kept:
 reprovision blocked on sb-003); the check tells the running campaign, which skips sb-003 naming
-the finding, so `reprovision/sb-003` never starts.
+the finding, so `reprovision/sb-003` never starts; and gives up its claim, so README's remedy (fix
+it, check again, run it in a new campaign) finds it free, while a new campaign of only a host the
+first still holds is refused (exit 1), not "completed" on no host.
 
 Cost: one simulator of three hosts, the session's Temporal dev server, the real worker, six
 `metalflow` commands in the tests' command servers.
@@ -9,10 +11,14 @@ Cost: one simulator of three hosts, the session's Temporal dev server, the real 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
 from sim_support import running_sim
 from temporalio.testing import WorkflowEnvironment
@@ -51,8 +57,70 @@ async def test_a_running_campaign_skips_a_host_a_newer_check_blocks(
                 and "refuses the stored credentials" in sb003["reason"]
             ), sb003
             assert not sb003["workflow_id"], sb003  # reprovision/sb-003 never started
+            # README's remedy: fixed, checked again, run in a new campaign. The campaign gave up
+            # sb-003's claim as it skipped it (it still runs, in its soak), so the new one takes it.
+            httpx.post(f"{sim.url}/sim/faults/bmcs/sb-003/clear", timeout=10).raise_for_status()
+            again = await metalflow(env, "site", "check", "--timeout", "5")
+            assert again.returncode == 0, again.stdout + again.stderr
+            planned = await metalflow(
+                env, "campaign", "plan", f"{name}-b", "--reprovision", "--hosts", "sb-003", *queue
+            )
+            assert planned.returncode == 0, planned.stdout + planned.stderr
+            assert "claimed by running campaign" not in planned.stdout, planned.stdout
+            # A host it still holds (sb-002 waits for the soak): every host refused, nothing runs:
+            # refused, exit 1, never "started ... (completed)" on 0 hosts.
+            held = await metalflow(
+                env, "campaign", "start", f"{name}-c", "--reprovision", "--hosts", "sb-002", *queue
+            )
+            assert held.returncode == 1, held.stdout + held.stderr
+            assert (
+                "campaign refused, nothing started: every selected host is claimed by another running "
+                f"campaign, so nothing would run: sb-002 claimed by running campaign campaign/{name}"
+            ) in held.stderr, held.stdout + held.stderr
             aborted = await metalflow(env, "campaign", "abort", name, "--cancel-running")
             # Clean-up only: a campaign that already ended (its canary's run ended early under a
             # loaded full run) has nothing to abort; the claims above are what this test is about.
+            ended = aborted.returncode == 1 and "has ended" in aborted.stdout + aborted.stderr
+            assert aborted.returncode == 0 or ended, aborted.stdout + aborted.stderr
+
+
+async def test_a_campaign_host_the_check_degrades_runs_and_says_so_as_a_direct_operation_does(
+    local_env: WorkflowEnvironment, task_queue: str, tmp_path: Path
+) -> None:
+    """Issue 36 attack item 2: a host whose BMC has no PowerCycle (reprovision degraded, redfish
+    P1) run by a campaign said nothing of it (`plan`, `host status --json`'s `site_check: []`, the
+    `OperationStarted` Event), where `metalflow host reprovision` says all three. Now `plan` lists
+    it degraded with the reason, and the campaign's request to its entity carries the words."""
+    one = {"sd-001": ("", "no-powercycle", "BF3")}
+    with running_sim(tmp_path / "sim", site_file=site_file(tmp_path / "in", one), initialised=True) as sim:
+        env = rollout_env(sim, local_env)
+        queue = ["--task-queue", task_queue]
+        async with emitting_worker(local_env.client, task_queue, sim):
+            checked = await metalflow(env, "site", "check")
+            assert checked.returncode == 0, checked.stdout + checked.stderr  # degraded, nothing blocked
+            name = f"sd-{task_queue[-8:]}"
+            args = ["--reprovision", "--hosts", "sd-001", "--canary", "0", *queue]
+            planned = await metalflow(env, "campaign", "plan", name, *args)
+            assert planned.returncode == 0, planned.stdout + planned.stderr
+            assert "degraded (1): reprovision is degraded on <host> by the site check of" in planned.stdout
+            assert "PowerCycle" in planned.stdout and ": sd-001" in planned.stdout, planned.stdout
+            started = await metalflow(env, "campaign", "start", name, *args)
+            assert started.returncode == 0, started.stdout + started.stderr
+            said = "reprovision is degraded on sd-001 by the site check of"
+            operation: dict[str, Any] = {}
+            deadline = time.monotonic() + 15
+            while not operation.get("site_check"):
+                assert time.monotonic() < deadline, operation
+                shown = await metalflow(env, "host", "status", "sd-001", "--json")
+                operation = (json.loads(shown.stdout or "{}") if shown.returncode == 0 else {}).get(
+                    "operation"
+                ) or {}
+                await asyncio.sleep(0.2)
+            assert any(w.startswith(said) for w in operation["site_check"]), operation
+            while not (events := [e for e in events_v1(sim) if f"site check: {said}" in e.get("note", "")]):
+                assert time.monotonic() < deadline, [(e.get("reason"), e.get("note")) for e in events_v1(sim)]
+                await asyncio.sleep(0.2)
+            assert [e["reason"] for e in events] == ["OperationStarted"], events
+            aborted = await metalflow(env, "campaign", "abort", name, "--cancel-running")
             ended = aborted.returncode == 1 and "has ended" in aborted.stdout + aborted.stderr
             assert aborted.returncode == 0 or ended, aborted.stdout + aborted.stderr

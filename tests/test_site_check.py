@@ -528,9 +528,10 @@ async def test_dpf_zero_trust_managing_the_dpu_bmc_credentials_is_said_in_words_
         document = json.loads(result.stdout)
         assert "DPF trust mode: zero-trust (1 DPU(s), status.deploymentMode) (dpf Z1)" in document["info"]
         assert "DPUDeployment strategies: dpf-operator-system/gpu-compute: OnDelete" in document["info"]
-        # the agents' reboot-method discovery (dpf R4), read from the DPUs already listed: the
-        # simulated site's initialised DPUs carry no agent report (tests/fast: the two modes)
-        discovery = "DPU agents' reboot-method discovery: not reported yet ("
+        # the agents' reboot-method discovery (dpf R4), read from the DPUs already listed: an
+        # initialised Ready DPU's agent started in DPU Config and reported (dpf A5; issue 36 attack
+        # item 3: it carried no report, read as "not reported yet", a DPU never provisioned)
+        discovery = "DPU agents' reboot-method discovery: device query (RebootMethodDiscovery=True"
         assert any(line.startswith(discovery) for line in document["info"]), document["info"]
         bmc = next(b for b in document["findings"]["bmcs"] if b["bmc_id"] == "sc-401-dpu-0")
         assert bmc["credentials_by"] == "dpf" and not bmc["credentials_ok"]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contracts.models.campaign_facts import CLAIM_UPDATE as CLAIM_UPDATE
 from contracts.models.campaign_facts import HELD_QUERY as HELD_QUERY
+from contracts.models.campaign_facts import HOST_MARK as HOST_MARK
 from contracts.models.campaign_facts import RECORD_UPDATE as RECORD_UPDATE
 from contracts.models.campaign_facts import RELEASE_UPDATE as RELEASE_UPDATE
 from contracts.models.campaign_facts import ClaimAnswer as ClaimAnswer
@@ -39,6 +40,7 @@ from contracts.models.campaign_facts import RecordRequest as RecordRequest
 from contracts.models.campaign_facts import ReleaseAnswer as ReleaseAnswer
 from contracts.models.campaign_facts import ReleaseInput as ReleaseInput
 from contracts.models.campaign_facts import ReleaseRequest as ReleaseRequest
+from contracts.models.campaign_facts import degraded_words as degraded_words
 from contracts.models.campaign_progress import REASON_CHARS as REASON_CHARS
 from contracts.models.campaign_progress import RECENT_HOSTS as RECENT_HOSTS
 from contracts.models.campaign_progress import CampaignHost as CampaignHost
@@ -201,6 +203,9 @@ class CampaignInput(_Frozen):
     # Hosts the kept `metalflow site check` blocks this kind's operation on, and why (the CLI
     # reads them at `plan` and `start`): the admission leaves them out (workflows/campaign/admission.py).
     site_blocked: tuple[HostGroup, ...] = ()
+    # Hosts it degrades the operation on (`HOST_MARK` in each reason): they run, and each one's request
+    # carries the words (`degraded_words`), as `metalflow host` has it say them.
+    site_degraded: tuple[HostGroup, ...] = ()
 
     @model_validator(mode="after")
     def _canary_path(self) -> CampaignInput:
@@ -442,6 +447,7 @@ class HostRequestInput(_Frozen):
     reason: str = ""
     refuse_if_assigned: bool = True
     host_policy: OperationPolicy | None = None
+    site_check: tuple[str, ...] = ()  # the kept site check's words on it (degraded): its request's
 
 
 class HostRequestsInput(_Frozen):

@@ -42,6 +42,17 @@ class HostGroup(_Frozen):
     host_ids: tuple[str, ...]
 
 
+# A degraded group's reason names each of its hosts so (one group for many hosts alike: a fleet of
+# one BMC model is one reason, not one per host); each host's operation says its own name.
+HOST_MARK: Final = "<host>"
+
+
+def degraded_words(groups: tuple[HostGroup, ...], host_id: str) -> tuple[str, ...]:
+    """What the kept site check says of `host_id`'s operation (`CampaignInput.site_degraded`), as
+    `metalflow host` has its request carry it (`site_check`): none when it is not degraded."""
+    return tuple(g.reason.replace(HOST_MARK, host_id) for g in groups if host_id in g.host_ids)
+
+
 # -- the DPUDeployments a BFB or flavor campaign points --------------------------------------------
 
 
@@ -138,7 +149,11 @@ class RecordRequest(_Frozen):
 
 
 class ReleaseRequest(_Frozen):
+    """Free what `campaign` holds: everything (`host_ids` None: its end), or only these of its
+    hosts (ended in it: done, at the target, skipped; its deployments stay held)."""
+
     campaign: str
+    host_ids: tuple[str, ...] | None = None
 
 
 class ReleaseAnswer(_Frozen):
@@ -186,3 +201,4 @@ class RecordInput(_Frozen):
 
 class ReleaseInput(_Frozen):
     campaign_workflow_id: str
+    host_ids: tuple[str, ...] | None = None  # None: everything it holds (its end)

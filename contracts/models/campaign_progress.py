@@ -290,6 +290,9 @@ class CampaignProgress(BaseModel):
     # What an aborted operation said stopping leaves its host in: host -> words (its `aborted` reason).
     abort_left: dict[str, str] = Field(default_factory=dict)
     claimed: bool = False  # the hosts are claimed in the campaign registry
+    # One character per roster host, "1" once its claim was released while the campaign ran on
+    # (it ended here: done, at the target, skipped, aborted); shorter: the rest not released.
+    released: str = ""
     runs: int = 1
     started_at: datetime | None = None
     limits: Limits = Limits()

@@ -86,6 +86,8 @@ class CampaignPlan(BaseModel):
     selection: str
     selected: int
     left_out: tuple[HostGroup, ...]
+    # Hosts that run degraded by the kept site check, with why (each one's operation says it).
+    degraded: tuple[HostGroup, ...] = ()
     at_target: tuple[str, ...]
     canary: tuple[str, ...]
     batches: tuple[tuple[str, ...], ...]
@@ -104,10 +106,12 @@ def with_site_check(request: CampaignInput) -> tuple[CampaignInput, list[str]]:
     """The campaign as the kept `metalflow site check` has it (one small file read, never the
     site), for `plan` and `start` alike: the site's own rules for its kind refuse it
     (`SiteRefused`); the hosts its per-host operation is blocked on (what `metalflow host` would
-    refuse there) go into `site_blocked`, which the admission leaves out naming the finding.
+    refuse there) go into `site_blocked`, which the admission leaves out naming the finding; those
+    it degrades it on into `site_degraded` (they run; each one's request says why).
     Returns it and the lines to say (a degraded site, an old check)."""
     from contracts.models.operation_policy import RebootMethod
-    from metalflow.site_check import FindingsUnreadable, campaign_blocks, consult_words
+    from metalflow.site_check import FindingsUnreadable, consult_words
+    from metalflow.site_groups import campaign_blocks, campaign_degraded
     from metalflow.site_verdicts import CAMPAIGN_CAPABILITY
 
     refuse, said = consult_words(None, CAMPAIGN_CAPABILITY.get(str(request.target.kind)))
@@ -116,9 +120,10 @@ def with_site_check(request: CampaignInput) -> tuple[CampaignInput, list[str]]:
     manual = request.host_policy is not None and request.host_policy.reboot_method == RebootMethod.MANUAL
     try:
         blocked = campaign_blocks(request.target.spec.request, manual_reboot=manual)
+        degraded = campaign_degraded(request.target.spec.request, manual_reboot=manual)
     except FindingsUnreadable as err:  # consult_words refused it first; the file changed since
         raise SiteRefused(f"the kept site check cannot be read ({err})") from None
-    return request.model_copy(update={"site_blocked": blocked}), said
+    return request.model_copy(update={"site_blocked": blocked, "site_degraded": degraded}), said
 
 
 class PlanRefused(Exception):
@@ -250,6 +255,7 @@ async def build(
         selection=request.selection.describe(),
         selected=len(selected.roster),
         left_out=decided.left_out,
+        degraded=_running(request.site_degraded, decided.runs),
         at_target=(),
         canary=(),
         batches=(),
@@ -372,6 +378,13 @@ def rounds_of(
     return state, ordered
 
 
+def _running(groups: tuple[HostGroup, ...], runs: tuple[str, ...]) -> tuple[HostGroup, ...]:
+    """Of these groups, the hosts that run (the admission left the others out)."""
+    running = set(runs)
+    kept = ((g.reason, tuple(h for h in g.host_ids if h in running)) for g in groups)
+    return tuple(HostGroup(reason=reason, host_ids=hosts) for reason, hosts in kept if hosts)
+
+
 def _hosts(hosts: tuple[str, ...] | list[str]) -> str:
     more = f" ... (+{len(hosts) - SHOWN})" if len(hosts) > SHOWN else ""
     return ", ".join(hosts[:SHOWN]) + more if hosts else "-"
@@ -384,6 +397,8 @@ def render(plan: CampaignPlan) -> str:
     ]
     for group in plan.left_out:
         lines.append(f"left out ({len(group.host_ids)}): {group.reason}: {_hosts(group.host_ids)}")
+    for group in plan.degraded:
+        lines.append(f"degraded ({len(group.host_ids)}): {group.reason}: {_hosts(group.host_ids)}")
     lines.append(f"already at target ({len(plan.at_target)}): {_hosts(plan.at_target)}")
     lines.append(f"canary ({len(plan.canary)}): {_hosts(plan.canary)}")
     for number, batch in enumerate(plan.batches, start=1):

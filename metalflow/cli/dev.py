@@ -57,8 +57,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--reset",
         action="store_true",
-        help="start afresh: delete the Temporal history and the simulated site's saved objects in the "
-        "state dir first",
+        help="start afresh: delete the Temporal history, the simulated site's saved objects and the "
+        "kept site check findings in the state dir first",
     )
     add_site_options(parser)
     mode = parser.add_mutually_exclusive_group()

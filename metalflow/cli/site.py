@@ -31,13 +31,17 @@ def register(subparsers: Any) -> None:
     check = commands.add_parser(
         "check",
         help="read every BMC, DPF and Grove (read only) and say per capability ready, degraded or "
-        "blocked; exit 1 when something is blocked",
+        "blocked; exit 1 when something is blocked, 3 when the cluster cannot be reached",
         description="Read every BMC of the site file (reachable, credentials, reset types, "
         "LastResetTime, BootProgress, UpdateService), DPF's served schema (its version, "
         "security.privileged) and Grove's served kinds (PodGangMap), changing nothing; print per "
         "capability ready / degraded / blocked with the reason and the behaviour row behind it, and "
         "keep the findings in the state dir, where `metalflow host ...` consults them. Exit status: "
-        "0 nothing blocked, 1 something blocked, 2 bad settings or site file.",
+        "0 nothing blocked, 1 something blocked, 2 bad settings or site file, 3 the cluster cannot be "
+        "reached (nothing kept: the previous findings stand). When the new findings block a host, the "
+        "running campaigns are told, through the Temporal every command talks to: --address/--namespace, "
+        "else TEMPORAL_ADDRESS or its config file, else the running `metalflow dev` of the state dir, else "
+        "127.0.0.1:7233; none answering, the check says they were not told (its exit status unchanged).",
     )
     check.add_argument("--site", type=Path, default=None, metavar="FILE",
                        help="site file (default: METALFLOW_SITE_FILE, "
@@ -81,7 +85,7 @@ def handle_check(args: argparse.Namespace) -> int:
     from drivers.kube import load_configuration
     from drivers.settings import Settings
     from drivers.site_file import SiteFileError, load_site
-    from metalflow.cli.site_campaigns import tell_running_campaigns
+    from metalflow.cli.site_campaigns import as_json, tell_running_campaigns
     from metalflow.site_check import check_site, findings_path, save_findings
     from metalflow.site_verdicts import info, verdicts
 
@@ -105,10 +109,16 @@ def handle_check(args: argparse.Namespace) -> int:
         return _fail(f"{err.message}; nothing was checked, the kept findings are unchanged", exits.USAGE)
     findings = asyncio.run(check_site(settings, site, concurrency=args.concurrency, timeout=args.timeout))
     path = findings_path(settings.site_file)  # each site file's own: another's are never replaced
+    if findings.dpf.unreachable:  # README's exit table: 3, cannot reach the site; no finding of it
+        kept = f"the findings of {path} stand" if path.exists() else "no findings were kept"
+        text = f"the cluster cannot be reached ({findings.dpf.error}): nothing was kept, {kept}"
+        if args.json:
+            print(json.dumps({"error": f"metalflow site check: {text}", "exit_status": exits.UNREACHABLE}))
+        return _fail(text, exits.UNREACHABLE)
     save_findings(path, findings)
     told = tell_running_campaigns(args, path)  # a newer check holds running campaigns to it too
-    for line in told:
-        print(f"metalflow site check: {line}", file=sys.stderr)
+    for each in told:
+        print(f"metalflow site check: {each.line}", file=sys.stderr)
     judged = verdicts(findings)
     blocked = any(v.status == "blocked" for v in judged)
     if args.json:
@@ -119,6 +129,7 @@ def handle_check(args: argparse.Namespace) -> int:
             "kept_in": str(path),
             "verdicts": [v.to_json() for v in judged],
             "info": info(findings),
+            "campaigns": as_json(told),  # told / not_told / unknown ("": every running campaign)
             "findings": findings.to_json(),
         }
         print(json.dumps(document, indent=2))

@@ -75,9 +75,12 @@ def check_state(state_dir: Path) -> None:
 
 
 def reset_state(state_dir: Path) -> list[str]:
-    """Delete the history and the saved site; returns the names of the files deleted."""
+    """Delete the history, the saved site and the kept `metalflow site check` findings (of every
+    site file: `site-check.json`, `site-check-<hash>.json`, metalflow/site_check.py): they describe
+    the site before the reset, whose simulated objects are gone; returns the names deleted."""
     removed = []
-    for name in (*HISTORY_FILES, SITE_SNAPSHOT):
+    kept_checks = sorted(p.name for p in state_dir.glob("site-check*.json"))
+    for name in (*HISTORY_FILES, SITE_SNAPSHOT, *kept_checks):
         path = state_dir / name
         if path.exists():
             path.unlink()

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from simulators.dpf import objects
-from simulators.dpf.model import READY, Object, labels_of, map_matches, set_dpu_conditions
+from simulators.dpf.model import READY, Object, labels_of, map_matches, now_rfc3339, set_dpu_conditions
+from simulators.dpf.provisioning import agent_started
 
 if TYPE_CHECKING:
     from simulators.dpf.controller import DPFController
@@ -75,9 +76,23 @@ def _create_ready_dpu(ctl: DPFController, dpuset: Object, node: Object, device: 
         )
         if ctl.provisioner.deployment_mode:  # v26 (BEHAVIOUR.md Z1)
             status["deploymentMode"] = ctl.provisioner.deployment_mode
+        if ctl.provisioner.v26:  # Ready after DPU Config: its agent started and reported (A1, A3, A5)
+            status.update(reported_agent(ctl))
         set_dpu_conditions(status, READY, generation)
         return True
 
     written = ctl.client.mutate(ctl.client.dpu, created["metadata"]["name"], change, status=True)
     if written is not None:
         ctl.provisioner.on_dpu("ADDED", written)
+
+
+def reported_agent(ctl: DPFController) -> Object:
+    """A Ready DPU's agent as a provisioning leaves it (v26): it started in DPU Config (its start
+    time, and with device query its `RebootMethodDiscovery=True` mark, A5), reported `NoAction`
+    (the sequence ended, its count reset, A1), and DPF copied the start time into
+    `agentLastStartupTime` (A3). Before, an initialised DPU had no agent report at all, which
+    `metalflow site check` rightly read as "not reported yet": a DPU never provisioned."""
+    started = now_rfc3339()
+    agent = agent_started({}, started, device_query=not ctl.provisioner.boot_id)
+    agent.update({"rebootMethod": "NoAction", "rebootSequenceCount": 0})
+    return {"agentStatus": agent, "agentLastStartupTime": started}

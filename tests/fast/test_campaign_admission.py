@@ -292,7 +292,8 @@ def test_a_campaign_leaves_out_a_host_the_kept_site_check_blocks_for_its_kind(
     from dataclasses import replace as changed
 
     from metalflow.cli.campaign_plan import SiteRefused, with_site_check
-    from metalflow.site_check import campaign_blocks, save_findings
+    from metalflow.site_check import save_findings
+    from metalflow.site_groups import campaign_blocks
     from metalflow.site_verdicts import BMCFinding, DPFFinding, SiteFindings
 
     def bmcs(host: str, **dpu: Any) -> tuple[BMCFinding, ...]:

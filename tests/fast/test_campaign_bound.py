@@ -149,7 +149,7 @@ def test_a_percentage_budget_is_of_the_hosts_selected() -> None:
     assert not plan.budget_exceeded(budget, 10, 100)
     assert plan.budget_exceeded(budget, 11, 100)
     assert budget.allowed(5) == 0 and plan.budget_exceeded(budget, 1, 5)
-    assert plan.describe_budget(budget, 3, 100) == "3 failed; halts past 10 (10% of 100 hosts)"
+    assert plan.describe_budget(budget, 3, 100) == "3 failures counted; halts past 10 (10% of 100 hosts)"
 
 
 def _finish(ledger: CampaignState, host_id: str, outcome: str) -> None:

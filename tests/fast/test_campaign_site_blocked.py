@@ -64,7 +64,9 @@ def test_a_newer_check_skips_the_blocked_hosts_not_started_and_names_those_runni
     )
     assert (state.state("h0"), state.state("h1"), state.state("h3")) == (S.IN_FLIGHT, S.SKIPPED, S.SKIPPED)
     assert "h0" in state.in_flight, "a host in flight is not skipped: it runs on"
-    assert [f.reason for f in state.recent_skipped][-2:] == [WHY, WHY]
+    had = " (it had failed: refused: refused; the failure budget still counts it)"  # one truth
+    assert [f.reason for f in state.recent_skipped][-2:] == [WHY + had, WHY]
+    assert state.recent_failed == [], "h1 is named skipped, no longer failed"
     assert [h.host_id for h in state.pending()] == ["h2", "h4"], "a blocked host never starts"
     assert state.retry_failed() == "retrying 0 failed hosts", "the blocked failed host is not retried"
 

@@ -162,7 +162,7 @@ def test_the_budget_halts_past_its_bound_counting_hosts_that_wait_for_an_operato
     assert _end(state, "h0", "failed: boom", budget) is None, "1 failure is within a budget of 1"
     waits = Failure(host_id="h1", reason="needs an operator: BMC refused")
     halt = state.swept((), (waits,), budget)
-    assert halt == "failure budget spent: 2 failed; halts past 1", "the waiting host counts"
+    assert halt == "failure budget spent: 2 failures counted; halts past 1", "the waiting host counts"
     assert state.check_budget(budget) is None, "halted once"
     state.resume()
     assert state.budget_failures() == 0, "a resume counts from now and accepts the waiting host"
@@ -173,7 +173,7 @@ def test_the_budget_halts_past_its_bound_counting_hosts_that_wait_for_an_operato
 def test_a_refused_request_fails_its_host_and_may_spend_the_budget() -> None:
     state = _state(3)
     halt = _answer(state, {"h0": "refused", "h1": "refused"}, budget=FailureBudget(max_failures=0))
-    assert halt == "failure budget spent: 1 failed; halts past 0", "halts at the first refusal"
+    assert halt == "failure budget spent: 1 failure counted; halts past 0", "halts at the first refusal"
     assert state.failed == 2 and [f.reason for f in state.recent_failed] == [
         "refused: refused (h0)",
         "refused: refused (h1)",

@@ -37,7 +37,7 @@ def _status(**fields: object) -> CampaignStatus:
         "window_open": True,
         "next_window": None,
         "soak_until": None,
-        "budget": "0 failed; halts past 0",
+        "budget": "0 failures counted; halts past 0",
         "halted_reason": None,
         "paused_by": None,
         "aborting": "alice",

@@ -465,7 +465,12 @@ def test_groves_default_backend_is_read_from_its_operator_configmap() -> None:
         "grove-operator-cm-1", "scheduler:\n  profiles: [{name: default-scheduler}, {name: kai-scheduler}]\n"
     )
     kai = cm("grove-operator-cm-2", "scheduler:\n  defaultProfileName: kai-scheduler\n")
-    assert grove_default_backend([unset])[0] == "default-scheduler"  # SetDefaults_SchedulerConfiguration
+    assert grove_default_backend([unset]) == (  # SetDefaults_SchedulerConfiguration
+        "default-scheduler",
+        # one truth (it read "default-scheduler (unset: Grove's default)": set and unset at once)
+        "ConfigMap grove-system/grove-operator-cm-1, scheduler.defaultProfileName unset, so Grove's "
+        "default default-scheduler",
+    )
     assert grove_default_backend([kai]) == (
         "kai-scheduler",
         "ConfigMap grove-system/grove-operator-cm-2, scheduler.defaultProfileName kai-scheduler",
@@ -634,7 +639,7 @@ def test_each_site_file_keeps_its_own_findings_and_a_host_the_check_never_saw_is
     assert findings_path() == findings_path(own) == tmp_path / "site-check.json"
     assert findings_path(other) not in (findings_path(own), findings_path(tmp_path / "third.yaml"))
     assert findings_path(other).parent == tmp_path and findings_path(other).name.startswith("site-check-")
-    own.write_text("hosts: [h1]\n")
+    own.write_text("name: s\nhosts: [h1]\n")  # the site the findings name (`site()`: "s")
     other.write_text("hosts: [h9]\n")
     save_findings(findings_path(own), dataclasses.replace(site(), site_file=str(own), site_digest=_sha(own)))
     save_findings(findings_path(other), site(host_bmc("h9", reachable=False), dpu_bmc("h9")))

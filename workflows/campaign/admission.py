@@ -172,6 +172,8 @@ def admit(
     for group in claims.held:
         for host_id in group.host_ids:
             why.setdefault(host_id, group.reason)
+    if refusal is None:
+        refusal = _all_held_refusal(roster, claims)
     changes = [_leftover(r, now) for r in claims.inherited]
     pool: tuple[str, ...] = ()
     if refusal is None and target.points_deployment:
@@ -190,6 +192,22 @@ def admit(
         canary_pool=pool,
         refusal=refusal,
         why_out=why,
+    )
+
+
+def _all_held_refusal(roster: Roster, claims: ClaimResult) -> str | None:
+    """Every selected host claimed by another running campaign: nothing would start and nothing
+    was left out by a rule of this one, so the world refused it (exit 1), not a campaign that
+    completes having done nothing."""
+    held = {h for group in claims.held for h in group.host_ids}
+    if not roster.ids or any(h not in held for h in roster.ids):
+        return None
+    by = "; ".join(
+        f"{named(group.host_ids)} {group.reason.removesuffix(': not touched')}" for group in claims.held
+    )
+    return (
+        f"every selected host is claimed by another running campaign, so nothing would run: {by}; "
+        "a host is free once it ends there (done or skipped) or that campaign ends: start again then"
     )
 
 

@@ -10,7 +10,8 @@ Outside its hosts, a campaign:
    before the first is made; changes a campaign that no longer runs left are put back first;
 2. points a DPUDeployment, or puts it back (`_point`, one change of `CampaignState.changes`), as
    the runbook's steps say, and at its end (`_restore`: what was done, in words);
-3. releases its claims however it ends (`_release`).
+3. releases its claims however it ends (`_release`), and a host's as it ends here
+   (`_release_ended`: done or skipped, another campaign may take it).
 
 Why a base class: the runbook (`workflow.py`) stays a few hundred lines that read top to bottom
 (the loop over the hosts), and what the campaign holds and changes outside them reads on its
@@ -168,6 +169,22 @@ class Footprint(kernel.Runbook):
             abortable=False,
         )
         self.state.claimed = False
+
+    async def _release_ended(self) -> None:
+        """Give up the claims of the hosts that ended here (done, skipped, ...) while the campaign
+        runs on, so another campaign may take them (`CampaignState.to_release`: not a campaign that
+        points a DPUDeployment). One update of the registry for every host that ended since the
+        last."""
+        hosts = self.state.to_release(points_deployment=self._input.target.points_deployment)
+        if not hosts:
+            return
+        await self.call(
+            activity_api.release_campaign_hosts,
+            ReleaseInput(campaign_workflow_id=workflow.info().workflow_id, host_ids=hosts),
+            kernel.options(kernel.KUBE_WRITE, f"release {plural(len(hosts), 'host')} that ended here"),
+            abortable=False,
+        )
+        self.state.marked_released(hosts)
 
     # -- visibility ------------------------------------------------------------------------------------
     def _show_phase(self, phase: str, details: str) -> None:

@@ -32,6 +32,8 @@ from contracts.models.campaign import (
 
 S = HostState
 WAITING: Final = (S.PENDING, S.REQUEUED)
+# A host's end in this campaign: nothing moves it again (`retry_failed` re-queues failed ones only).
+ENDED_HERE: Final = (S.DONE, S.AT_TARGET, S.SKIPPED, S.ABORTED)
 
 # The phases the runbook shows (the `Phase` search attribute).
 SELECTING: Final = "selecting"
@@ -145,8 +147,11 @@ class HostLedger(CampaignProgress):
     def skip(self, host_id: str, reason: str) -> None:
         """Left out (assigned, claimed by another campaign, skipped by an operator, ...). A failed
         host skipped leaves the failed count; the failure stays in the budget's counters."""
-        if self.state(host_id) == S.FAILED:
+        if self.state(host_id) == S.FAILED:  # one truth: no longer named failed, the failure still counted
             self.failed -= 1
+            had = next((f.reason for f in reversed(self.recent_failed) if f.host_id == host_id), "")
+            self.recent_failed = [f for f in self.recent_failed if f.host_id != host_id]
+            reason += f" (it had failed{': ' + had if had else ''}; the failure budget still counts it)"
         self.deferred.pop(host_id, None)
         self._set(host_id, S.SKIPPED)
         self.skipped += 1
@@ -187,6 +192,27 @@ class HostLedger(CampaignProgress):
         for host_id in unstarted:
             self.skip(host_id, reason)
         return len(unstarted)
+
+    def to_release(self, *, points_deployment: bool) -> tuple[str, ...]:
+        """The hosts whose claim the campaign gives up while it runs on: those that ended here
+        (done, at the target, skipped, aborted) not yet released, so another campaign may take
+        them. None while nothing is claimed, and none for a campaign that points a DPUDeployment
+        (BFB, flavor): its deployment may still select them, and a deployment never selects a host
+        the campaign does not hold; it releases them at its end, once the deployment is put back."""
+        if points_deployment or not self.claimed:
+            return ()
+        return tuple(
+            self.roster.ids[i]
+            for i, state in enumerate(self.states)
+            if state in ENDED_HERE and self.released[i : i + 1] != "1"
+        )
+
+    def marked_released(self, host_ids: tuple[str, ...]) -> None:
+        """These hosts' claims were released (`to_release`)."""
+        marks = list(self.released.ljust(len(self.states), "0"))
+        for host_id in host_ids:
+            marks[self._index[host_id]] = "1"
+        self.released = "".join(marks)
 
     def counts(self) -> str:
         """Done, in flight, failed, skipped (and aborted), in words: the campaign's details."""

@@ -151,14 +151,16 @@ def budget_exceeded(budget: FailureBudget, failed: int, selected: int) -> bool:
 
 
 def describe_budget(budget: FailureBudget, failed: int, selected: int) -> str:
-    """The budget used, in words."""
+    """The budget used, in words: failures counted, not hosts failed now (a failed host skipped
+    leaves the failed count, its failure stays counted: `campaign status` says both, one truth)."""
     allowed = budget.allowed(selected)
+    counted = f"{plural(failed, 'failure')} counted"
     if allowed is None:
-        return f"{failed} failed; no limit"
+        return f"{counted}; no limit"
     share = (
         f" ({budget.max_percent:g}% of {plural(selected, 'host')})" if budget.max_percent is not None else ""
     )
-    return f"{failed} failed; halts past {allowed}{share}"
+    return f"{counted}; halts past {allowed}{share}"
 
 
 def describe_limits(limits: Limits) -> str:

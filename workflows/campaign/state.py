@@ -62,6 +62,7 @@ from contracts.models.campaign import (
     InFlight,
     Limits,
     Window,
+    degraded_words,
 )
 from contracts.wording import iso_z, plural
 from workflows.campaign import plan
@@ -184,6 +185,7 @@ class CampaignState(OperatorControls):
                 reason=start.reason,
                 refuse_if_assigned=start.policy.assigned == "skip",
                 host_policy=start.host_policy,
+                site_check=degraded_words(start.site_degraded, h.host_id),
             )
             for h in hosts
         )

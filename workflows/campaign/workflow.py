@@ -10,7 +10,9 @@ The runbook, top to bottom in `run`:
    hosts left out are skipped with why (unknown to DPF, assigned, held by a running campaign),
    or the campaign is refused, naming why. The changes it will make are recorded in the
    registry before the first is made, and changes taken over are put back first. Every ending
-   releases the claims.
+   releases the claims; a host that ended here (done, at the target, skipped) is released at the
+   next step, so another campaign may take it (not in a BFB or flavor campaign: its deployment
+   may still select the host, which it holds until the deployment is put back, at its end).
 2. The canary, then batches, a soak between batches; hosts start under the limits and only
    inside a maintenance window. Hosts already at the target are counted done untouched. The
    canary runs on a deployment of its own, pointed when it starts; the fleet's is pointed once
@@ -147,6 +149,7 @@ class CampaignWorkflow(Footprint):
         while True:
             self._absorb()
             await self._verify()
+            await self._release_ended()
             step = self.state.next_step(workflow.now(), self._input)
             self._halted(step.halt)
             if step.over:

@@ -101,9 +101,22 @@ class ClaimsState(ClaimsInput):
                 recorded += 1
         return recorded
 
-    def release(self, campaign: str) -> ReleaseAnswer:
+    def release(self, campaign: str, host_ids: tuple[str, ...] | None = None) -> ReleaseAnswer:
         """Every host and deployment the campaign holds is free again (its changes were put back,
-        or are kept: either way no longer a campaign's to undo)."""
+        or are kept: either way no longer a campaign's to undo). With `host_ids`: only those of
+        them the campaign holds (hosts that ended in it, while it runs on); its deployments and
+        other hosts stay held, and a host another campaign holds is left alone."""
+        if host_ids is not None:
+            mine = self.holders.get(campaign, [])
+            freed = {h for h in host_ids if self._holder_of.get(h) == campaign}
+            for host in freed:
+                del self._holder_of[host]
+            kept = [h for h in mine if h not in freed]
+            if kept:
+                self.holders[campaign] = kept
+            else:
+                self.holders.pop(campaign, None)
+            return ReleaseAnswer(released=len(freed))
         released = self.holders.pop(campaign, [])
         for host in released:
             del self._holder_of[host]

@@ -91,8 +91,8 @@ class CampaignClaimsWorkflow:
 
     @workflow.update(name=RELEASE_UPDATE)
     def release(self, request: ReleaseRequest) -> ReleaseAnswer:
-        """Every host and deployment the campaign holds is free again."""
-        return self.state.release(request.campaign)
+        """Every host and deployment the campaign holds is free again (or only `host_ids`)."""
+        return self.state.release(request.campaign, request.host_ids)
 
     @workflow.query(name=HELD_QUERY)
     def held(self, request: ClaimRequest) -> ClaimAnswer:
