@@ -49,6 +49,7 @@ from contracts.models.host import (
     HostWorkflowInput,
 )
 from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
+from contracts.with_start import NotAccepted
 from contracts.wording import plural
 from contracts.wording import with_its_reboot as its_reboot_words
 from metalflow.progress import Progress
@@ -67,6 +68,10 @@ WORKER_GRACE_SECONDS = 5.0
 COULD_NOT_ASK = 3
 NOTHING_SENT = "Nothing was changed: send the command again once a worker runs"
 QUERY_TIMEOUT = timedelta(seconds=10)  # a query nobody answers (no worker) must not hang the CLI
+# How long a person's request waits for a worker to take it (accept or refuse it), as a query
+# waits: a request no worker takes must not hang the CLI (issue 38: `host reboot` to a stopped
+# worker printed nothing for 90 s and more).
+ACCEPT_WITHIN = QUERY_TIMEOUT
 _TIMED_OUT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)  # how an expired rpc_timeout shows
 R = TypeVar("R", bound=BaseModel)
 
@@ -179,14 +184,53 @@ async def send_update(
         HostRequestError: The entity refused (busy, nothing awaits approval, ...), with its reason.
     """
     try:
-        result = await HostEntityClient(client, task_queue).ask(entity, ENTITY_UPDATES[update], request)
+        result = await HostEntityClient(client, task_queue).ask(
+            entity, ENTITY_UPDATES[update], request, accept_within=ACCEPT_WITHIN
+        )
     except EntityRefused as err:
         raise HostRequestError(str(err)) from None
+    except NotAccepted as err:
+        raise not_taken(
+            entity.host_id, names.host_workflow_id(entity.host_id), update, task_queue, err.seconds
+        ) from None
     if not isinstance(result, result_type):
         raise TypeError(
             f"the entity answered {update} with {type(result).__name__}, not {result_type.__name__}"
         )
     return result
+
+
+REQUEST_WORDS: dict[str, str] = {
+    **{kind.update: f"host {kind.command}" for kind in ENTITY_REQUESTS},
+    APPROVE_UPDATE: "approve",
+    WITHDRAW_UPDATE: "host abort (a withdrawal)",
+    ASSIGN_INSTANCE_UPDATE: "host assign",
+    RELEASE_INSTANCE_UPDATE: "host release",
+    MAINTENANCE_UPDATE: "host maintenance",
+    RELEASE_AUTOMATION_UPDATE: "host retry",
+    "retry": "host retry",
+    "abort": "host abort",
+    "mark_rebooted": "host mark-rebooted",
+    "host_rebooted": "host-rebooted",
+}
+"""Each update a host command sends, as the command's words (never the update's own name)."""
+
+
+def not_taken(host: str, workflow_id: str, update: str, task_queue: str, seconds: float) -> HostRequestError:
+    """A request no worker took within `seconds` (`NotAccepted`): exit 3, saying what is true of
+    it: Temporal holds it for the workflow's next task, so it may still be applied once a worker
+    of `task_queue` comes back; nothing can withdraw it, so the words say how to see it and undo
+    it then. Never "Nothing was changed": that is not known."""
+    return HostRequestError(
+        f"no worker answered `metalflow {REQUEST_WORDS.get(update, update)} {host}` ({workflow_id}) "
+        f"within {seconds:g} s: the workers of task "
+        f"queue {task_queue!r} are stopped, stuck or gone. The request waits in Temporal and may "
+        f"still run when a worker comes back (Temporal hands a request no worker has taken to the "
+        f"workflow's next task; nothing can withdraw it): once a worker runs, `metalflow host status "
+        f"{host}` shows whether it did (`metalflow host abort {host}` stops an operation it started); "
+        "do not send it again before",
+        status=COULD_NOT_ASK,
+    )
 
 
 async def tell_versions_read(client: Client, host_id: str, read: VersionsRead) -> bool:

@@ -46,7 +46,8 @@ TABLE: Final[tuple[tuple[int, str], ...]] = (
     (UNREACHABLE, "cannot reach Temporal, the cluster, the simulator or a BMC (or lost it "
      "midway), or no worker serves the workflow asked or it did not answer in time (nothing was "
      "changed, unless a `--wait` says its request was accepted and stands: only the following "
-     "stopped); try again once it is back"),
+     "stopped, or a request no worker took says it may still run once a worker is back); try again "
+     "once it is back"),
     (ABORTED, "aborted by an operator, as asked: the operation, campaign or rollout followed (`--wait`) "
      "or shown (a status command) stopped at its safe point and says `aborted by <who>: <reason>`; "
      "not a failure"),

@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from temporalio.client import (
@@ -44,13 +45,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.errors import InvalidInput, ObjectNotFound, abort_in_words, matches
 from contracts.models.campaign import CampaignStatus
-from contracts.with_start import execute_update
+from contracts.with_start import NotAccepted, execute_update
 from metalflow.cli import connection, exits, reader_gone
 from metalflow.client import TemporalConfigError, temporal_lost
 from metalflow.rollouts import root_cause
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.FAILED, exits.USAGE, exits.UNREACHABLE
 FOLLOW_SECONDS = 0.5
+ACCEPT_WITHIN = timedelta(seconds=10)  # for a worker to take an operator's update (no silent hang)
 START_CHECK_SECONDS = 60.0  # how long a start waits to see its run past the first phase or refused
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
@@ -307,9 +309,13 @@ async def send(
     """
     said = command or update
     try:
-        answer: AnswerT = await execute_update(handle, update, request, result_type=answer_type)
+        answer: AnswerT = await execute_update(
+            handle, update, request, result_type=answer_type, accept_within=ACCEPT_WITHIN
+        )
     except WorkflowUpdateFailedError as err:
         raise CommandError(f"{said} refused: {root_cause(err)}") from None
+    except NotAccepted as err:
+        raise CommandError(not_accepted_words(handle.id, said, err.seconds), EXIT_UNREACHABLE) from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise await _not_running(handle, said, missing, ended) from None
@@ -317,6 +323,17 @@ async def send(
             raise
         raise CommandError(f"{said} refused: {err.message}") from None
     return answer
+
+
+def not_accepted_words(workflow_id: str, command: str, seconds: float) -> str:
+    """An operator's update no worker took within `seconds` (`NotAccepted`): what is true of it
+    (it may still be applied once a worker comes back), never "nothing was changed"."""
+    return (
+        f"no worker answered `{command}` to {workflow_id} within {seconds:g} s: its workers are stopped, "
+        "stuck or gone. The request waits in Temporal and may still be applied when a worker comes "
+        "back (Temporal hands an update no worker has taken to the workflow's next task; nothing can "
+        "withdraw it): once a worker runs, its status shows whether it was; do not send it again before"
+    )
 
 
 EndedWords = Callable[[WorkflowHandle[Any, Any]], Awaitable[str | None]]
