@@ -52,6 +52,7 @@ from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
 from contracts.with_start import NotAccepted
 from contracts.wording import plural
 from contracts.wording import with_its_reboot as its_reboot_words
+from metalflow.client import no_worker_polls
 from metalflow.progress import Progress
 from metalflow.seen import (
     _POWER_DOWN_WAIT,
@@ -59,6 +60,7 @@ from metalflow.seen import (
     as_running,
     seen_without_status,
 )
+from metalflow.unanswered import not_taken_words, unanswered_words
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
@@ -200,36 +202,10 @@ async def send_update(
     return result
 
 
-REQUEST_WORDS: dict[str, str] = {
-    **{kind.update: f"host {kind.command}" for kind in ENTITY_REQUESTS},
-    APPROVE_UPDATE: "approve",
-    WITHDRAW_UPDATE: "host abort (a withdrawal)",
-    ASSIGN_INSTANCE_UPDATE: "host assign",
-    RELEASE_INSTANCE_UPDATE: "host release",
-    MAINTENANCE_UPDATE: "host maintenance",
-    RELEASE_AUTOMATION_UPDATE: "host retry",
-    "retry": "host retry",
-    "abort": "host abort",
-    "mark_rebooted": "host mark-rebooted",
-    "host_rebooted": "host-rebooted",
-}
-"""Each update a host command sends, as the command's words (never the update's own name)."""
-
-
 def not_taken(host: str, workflow_id: str, update: str, task_queue: str, seconds: float) -> HostRequestError:
-    """A request no worker took within `seconds` (`NotAccepted`): exit 3, saying what is true of
-    it: Temporal holds it for the workflow's next task, so it may still be applied once a worker
-    of `task_queue` comes back; nothing can withdraw it, so the words say how to see it and undo
-    it then. Never "Nothing was changed": that is not known."""
+    """A request no worker took within `seconds` (`NotAccepted`): exit 3, in `not_taken_words`."""
     return HostRequestError(
-        f"no worker answered `metalflow {REQUEST_WORDS.get(update, update)} {host}` ({workflow_id}) "
-        f"within {seconds:g} s: the workers of task "
-        f"queue {task_queue!r} are stopped, stuck or gone. The request waits in Temporal and may "
-        f"still run when a worker comes back (Temporal hands a request no worker has taken to the "
-        f"workflow's next task; nothing can withdraw it): once a worker runs, `metalflow host status "
-        f"{host}` shows whether it did (`metalflow host abort {host}` stops an operation it started); "
-        "do not send it again before",
-        status=COULD_NOT_ASK,
+        not_taken_words(host, workflow_id, update, task_queue, seconds), status=COULD_NOT_ASK
     )
 
 
@@ -261,7 +237,7 @@ async def host_status(client: Client, host_id: str) -> HostStatus:
     try:
         status = await entities.status(host_id, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as err:
-        if err.status in _TIMED_OUT:
+        if err.status in _TIMED_OUT or no_worker_polls(err):
             raise await _unanswered(client, entities.handle(host_id)) from None
         raise
     if status is None:
@@ -277,12 +253,29 @@ async def _unanswered(client: Client, handle: WorkflowHandle[Any, Any]) -> Unans
     """A workflow that did not answer in time: metalflow could not ask (exit 3), nothing was sent
     on (a command that reads the status first, e.g. `host abort`, stops there)."""
     task_queue = (await handle.describe()).task_queue
-    if not await worker_polls(client, task_queue):
-        return Unanswered(f"{handle.id} does not answer: no worker serves its task queue {task_queue!r}")
     return Unanswered(
-        f"{handle.id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s: the workers of task queue "
-        f"{task_queue!r} are busy, stuck or gone (a worker killed moments ago still counts as polling for "
-        f"a few minutes)"
+        unanswered_words(
+            handle.id,
+            task_queue,
+            QUERY_TIMEOUT.total_seconds(),
+            polled=await worker_polls(client, task_queue),
+        )
+    )
+
+
+async def unanswered_query(handle: WorkflowHandle[Any, Any], err: RPCError) -> Unanswered | None:
+    """A query's RPCError as `Unanswered` (exit 3) when it means no worker answered (Temporal's
+    "no poller seen", or QUERY_TIMEOUT expired); None for any other error."""
+    if not (err.status in _TIMED_OUT or no_worker_polls(err)):
+        return None
+    try:
+        task_queue = (await handle.describe(rpc_timeout=QUERY_TIMEOUT)).task_queue
+    except RPCError:
+        task_queue = "?"
+    return Unanswered(
+        unanswered_words(
+            handle.id, task_queue, QUERY_TIMEOUT.total_seconds(), polled=not no_worker_polls(err)
+        )
     )
 
 

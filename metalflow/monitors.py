@@ -53,6 +53,7 @@ from contracts.models.monitor import (
     MonitorPolicy,
 )
 from contracts.with_start import NotAccepted, execute_update
+from metalflow.client import no_worker_polls
 from metalflow.hosts import (
     ACCEPT_WITHIN,
     COULD_NOT_ASK,
@@ -123,7 +124,7 @@ async def monitor_status(client: Client, host_id: str) -> HostMonitorStatus:
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise HostRequestError(_none_runs(host_id, "no monitor was ever started")) from None
-        if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+        if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED) or no_worker_polls(err):
             raise HostRequestError(
                 f"the monitor of {host_id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s "
                 f"(no worker serves it, or its worker is stuck). {NOTHING_SENT}",

@@ -17,12 +17,14 @@ from datetime import timedelta
 
 import pytest
 from temporalio.client import Client
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from contracts import names
+from contracts.host_entity import HostEntityClient
 from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import (
     REQUEST_REBOOT_UPDATE,
+    HostStatus,
     HostWorkflowInput,
     OperationAccepted,
     OperationRequest,
@@ -81,3 +83,50 @@ async def test_a_request_no_worker_takes_exits_3_saying_it_may_still_run(
     finally:
         with contextlib.suppress(RPCError):
             await client.get_workflow_handle(names.host_workflow_id(host)).terminate("the test is over")
+
+
+# Temporal's refusal of a query when no worker polled the task queue lately (its matching service;
+# seen on the dev server ~70 s after the last worker stopped, too long to wait for here).
+NO_POLLER = RPCError(
+    "no poller seen for task queue recently, worker may be down", RPCStatusCode.FAILED_PRECONDITION, b""
+)
+
+
+async def test_a_status_no_worker_answers_exits_3_in_one_wording(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`host status` said "Temporal refused the request (FAILED_PRECONDITION: no poller seen...)"
+    (exit 1), `host status --json` "did not answer within 10 s" (exit 3), `campaign status` and
+    `rollout status` exit 1 (or waited: their query had no bound). Each query path now says one
+    thing, exit 3: "<id> does not answer: no worker serves its task queue" when Temporal says no
+    poller was seen, "<id> did not answer within N s" when none answered in time."""
+    monkeypatch.setattr(hosts, "QUERY_TIMEOUT", timedelta(seconds=1))
+    monkeypatch.setattr(workflow_commands, "QUERY_TIMEOUT", timedelta(seconds=1))
+    host, queue = f"nq-{uuid.uuid4().hex[:8]}", f"nobody-{uuid.uuid4()}"
+    handle = await client.start_workflow(
+        "HostWorkflow", HostWorkflowInput(host_id=host), id=names.host_workflow_id(host), task_queue=queue
+    )
+    try:
+        # `campaign status`, `rollout status`: a query nobody answers is bounded, exit 3
+        with pytest.raises(workflow_commands.CommandError) as unanswered:
+            await asyncio.wait_for(workflow_commands.query(handle, "status", HostStatus, "campaign"), CUT)
+        assert unanswered.value.status == exits.UNREACHABLE
+        assert f"host/{host} did not answer within 1 s: the workers of task queue {queue!r}" in str(
+            unanswered.value
+        )
+
+        # Temporal's "no poller seen": the same words from every query path, exit 3
+        said = f"host/{host} does not answer: no worker serves its task queue {queue!r}"
+        answer = await hosts.unanswered_query(handle, NO_POLLER)
+        assert answer is not None and answer.status == exits.UNREACHABLE and said in str(answer)
+
+        async def refused(*_: object, **__: object) -> None:
+            raise NO_POLLER
+
+        monkeypatch.setattr(HostEntityClient, "status", refused)
+        with pytest.raises(HostRequestError) as raised:  # `host status`, `host abort`, `approve`, ...
+            await asyncio.wait_for(hosts.host_status(client, host), CUT)
+        assert raised.value.status == exits.UNREACHABLE and said in str(raised.value)
+    finally:
+        with contextlib.suppress(RPCError):
+            await handle.terminate("the test is over")

@@ -94,7 +94,7 @@ from metalflow.cli.workflow_commands import (
     runner,
     until_past,
 )
-from metalflow.hosts import default_operator
+from metalflow.hosts import QUERY_TIMEOUT, default_operator, unanswered_query
 from metalflow.rollouts import root_cause
 
 HOST_OUTCOMES = HostState.WORDS.values()
@@ -414,11 +414,15 @@ async def _hosts(client: Client, args: argparse.Namespace) -> int:
         while offset is not None:
             try:
                 page = await handle.query(
-                    HOSTS_QUERY, HostsQuery(offset=offset, outcome=args.outcome), result_type=HostsPage
-                )
+                    HOSTS_QUERY, HostsQuery(offset=offset, outcome=args.outcome), result_type=HostsPage,
+                    rpc_timeout=QUERY_TIMEOUT,
+                )  # fmt: skip
             except RPCError as err:
                 if err.status == RPCStatusCode.NOT_FOUND:
                     raise CampaignError(f"no campaign {handle.id}", EXIT_USAGE) from None
+                unanswered = await unanswered_query(handle, err)
+                if unanswered is not None:  # no worker answers: exit 3, one wording
+                    raise CampaignError(str(unanswered), exits.UNREACHABLE) from None
                 raise
             for host in page.hosts:
                 if args.json:

@@ -47,7 +47,7 @@ from metalflow.cli.inventory_check import (
     UnknownToInventory,
     check_request,
 )
-from metalflow.client import TemporalConfigError, temporal_lost
+from metalflow.client import NO_WORKER, TemporalConfigError, no_worker_polls, temporal_lost
 from metalflow.hosts import HostRequestError, default_operator, host_status
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = exits.OK, exits.FAILED, exits.USAGE
@@ -223,6 +223,8 @@ async def _connected(
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
         if temporal_lost(err):  # Temporal went away: like "cannot reach Temporal", the environment's
             return _fail(f"lost Temporal at {address} ({reason})", EXIT_UNREACHABLE)
+        if no_worker_polls(err):  # nobody can answer: as a host workflow that does not answer
+            return _fail(NO_WORKER, EXIT_UNREACHABLE)
         return _fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:  # one line, never a traceback: the command's user cannot act on one
         return _fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)

@@ -47,7 +47,8 @@ from contracts.errors import InvalidInput, ObjectNotFound, abort_in_words, match
 from contracts.models.campaign import CampaignStatus
 from contracts.with_start import NotAccepted, execute_update
 from metalflow.cli import connection, exits, reader_gone
-from metalflow.client import TemporalConfigError, temporal_lost
+from metalflow.client import NO_WORKER, TemporalConfigError, no_worker_polls, temporal_lost
+from metalflow.hosts import QUERY_TIMEOUT, unanswered_query
 from metalflow.rollouts import root_cause
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.FAILED, exits.USAGE, exits.UNREACHABLE
@@ -133,6 +134,8 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
         if temporal_lost(err):
             address = client.service_client.config.target_host
             return fail(f"lost Temporal at {address} ({reason})", EXIT_UNREACHABLE)
+        if no_worker_polls(err):  # nobody can answer: the environment's, as a query nobody answers
+            return fail(NO_WORKER, EXIT_UNREACHABLE)
         return fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:
         return fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)
@@ -143,12 +146,22 @@ async def query(
 ) -> StatusT:
     """The workflow's status query `name`; `what` names the workflow's kind in the refusal."""
     try:
-        result: StatusT = await handle.query(name, result_type=result_type)
+        result: StatusT = await handle.query(name, result_type=result_type, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise CommandError(f"no {what} {handle.id}", EXIT_USAGE) from None
+        unanswered = await unanswered_query(handle, err)
+        if unanswered is not None:  # no worker answers: exit 3, as `host status` says it
+            raise NoAnswer(str(unanswered)) from None
         raise
     return result
+
+
+class NoAnswer(CommandError):
+    """No worker answered the status query (`metalflow.hosts.unanswered_words`): exit 3."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_UNREACHABLE)
 
 
 _ENDED_BADLY = {
@@ -208,7 +221,7 @@ async def last_status(
     ended = await ended_badly(client, handle.id, what)
     try:
         return await status(handle), ended
-    except RPCError:
+    except (RPCError, NoAnswer):
         if ended is None:
             raise
         raise CommandError(f"{what} {ended} (its status cannot be read: no worker?)", ended.status) from None
