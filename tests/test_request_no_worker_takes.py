@@ -1,17 +1,22 @@
-"""A person's request that no worker takes ends in bounded time, exit 3, saying it may still run
-(issue 38: `metalflow host reboot host-001` to a stopped worker printed nothing for 90 s and more,
-then the reboot ran when the worker resumed).
+"""What an operator meets when no worker answers, or nobody reads the output (issue 38, "what an
+independent attack broke"): a request no worker takes ends in bounded time, exit 3, saying it may
+still run (`metalflow host reboot host-001` to a stopped worker printed nothing for 90 s and more,
+then the reboot ran when the worker resumed); a status nobody answers is exit 3 in one wording;
+the reader of stdout gone is exit 141 from every command family.
 
-Against the session's real Temporal dev server, on a task queue no worker polls: the server then
-holds the update exactly as for a stopped worker (admitted, no workflow task taking it). The wait
-is shortened to 1 s (`ACCEPT_WITHIN`, 10 s in the product), so each case costs about 1 s; before
-the bound, each call waited for ever (cut here at 8 s).
+Against the session's real Temporal dev server, on task queues no worker polls: the server then
+holds an update exactly as for a stopped worker (admitted, no workflow task taking it). The waits
+are shortened to 1 s (10 s in the product), so each case costs about 1 s; before the bound, each
+call waited for ever (cut here at 8 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
+import os
+import sys
 import uuid
 from datetime import timedelta
 
@@ -29,7 +34,7 @@ from contracts.models.host import (
     OperationAccepted,
     OperationRequest,
 )
-from metalflow import hosts
+from metalflow import cli, hosts
 from metalflow.cli import exits, workflow_commands
 from metalflow.hosts import HostRequestError, send_update
 
@@ -130,3 +135,65 @@ async def test_a_status_no_worker_answers_exits_3_in_one_wording(
     finally:
         with contextlib.suppress(RPCError):
             await handle.terminate("the test is over")
+
+
+class _ReaderGone(io.TextIOBase):
+    """stdout whose reader went away (`| true`): every write fails as a closed pipe's does. Its
+    file descriptor is a pipe of its own: `reader_gone` points it at /dev/null."""
+
+    def __init__(self) -> None:
+        self.read_end, self.fd = os.pipe()
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        return None
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close_fds(self) -> None:
+        os.close(self.read_end)
+        os.close(self.fd)
+
+
+def _exit_status(argv: list[str]) -> int:
+    """`metalflow ARGV` in this process, its stdout a closed pipe; the command's exit status (its
+    `os._exit` raised as SystemExit here)."""
+    stdout, saved = _ReaderGone(), sys.stdout
+    sys.stdout = stdout
+    try:
+        return cli.main(argv)
+    except SystemExit as ended:
+        return int(ended.code or 0)
+    finally:
+        sys.stdout = saved
+        stdout.close_fds()
+
+
+async def test_every_command_family_exits_141_when_the_reader_of_stdout_is_gone(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`metalflow host list | true`, `host list --json | true` exited 1 with `metalflow: failed:
+    BrokenPipeError` (the host commands' catch-all took it for a failure), while the campaign
+    and rollout commands exited 141: the rule is now `metalflow.cli.main`'s, for every command.
+    In process, against the session's server (a few connects, ~1 s each)."""
+
+    def exit_raises(status: int) -> None:
+        raise SystemExit(status)
+
+    monkeypatch.setattr(os, "_exit", exit_raises)
+    monkeypatch.setenv("TEMPORAL_ADDRESS", client.service_client.config.target_host)
+    monkeypatch.setenv("TEMPORAL_NAMESPACE", client.namespace)
+    commands = [
+        ["host", "list"],  # the host family's runner
+        ["host", "list", "--json"],
+        ["campaign", "list"],  # the campaign and rollout families' runner
+        ["--help"],  # argparse's own output
+    ]
+    for argv in commands:
+        assert await asyncio.to_thread(_exit_status, argv) == exits.BROKEN_PIPE, argv

@@ -97,6 +97,35 @@ class _Watched(io.TextIOBase):
         return getattr(self.inner, name)
 
 
+class ReaderGone(BaseException):
+    """The reader of stdout went away (`metalflow ... | head -1`): raised by every write to stdout
+    once `guard_stdout` is in place, in place of BrokenPipeError. A BaseException, as Ctrl-C's is:
+    a command's `except Exception` (which turns an error into one line and exit 1) must not catch
+    it, so every command ends the same way: quietly, exit 141 (`metalflow.cli.main`)."""
+
+
+class _PipeGuard(_Watched):
+    """stdout, with a BrokenPipeError from a write or flush raised as `ReaderGone`."""
+
+    def write(self, text: str) -> int:
+        try:
+            return self.inner.write(text)
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+    def flush(self) -> None:
+        try:
+            self.inner.flush()
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+
+def guard_stdout() -> None:
+    """From here on, the reader of stdout going away raises `ReaderGone` (once per process)."""
+    if not isinstance(sys.stdout, _PipeGuard):
+        sys.stdout = _PipeGuard(sys.stdout, keep_text=False)
+
+
 class JsonOutput:
     """While a `--json` command runs: stdout and stderr watched, so that `finish` can print the
     error document of a command that ends having printed nothing on stdout."""

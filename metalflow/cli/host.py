@@ -36,6 +36,7 @@ from metalflow.cli import (
     host_monitor,
     host_requests,
     host_versions,
+    reader_gone,
 )
 from metalflow.cli.connection import connect_to, unreachable
 from metalflow.cli.host_status import show_status
@@ -130,9 +131,14 @@ def _runner(
             status = asyncio.run(_connected(action, args))
         except KeyboardInterrupt:  # Ctrl-C while waiting: the operation goes on in Temporal
             status = _fail("interrupted; the workflows go on (metalflow host status HOST)", EXIT_INTERRUPTED)
+        except exits.ReaderGone:  # `metalflow host list | head -1`: quietly, 141 (`metalflow.cli.main`)
+            status = reader_gone()
         connection.flush_tracing()
-        exits.JsonOutput.finish(status)
-        sys.stdout.flush()
+        try:
+            exits.JsonOutput.finish(status)
+            sys.stdout.flush()
+        except exits.ReaderGone:
+            status = reader_gone()
         sys.stderr.flush()
         # The SDK's native runtime can abort during interpreter teardown (PyGILState_Release), as
         # the worker notes; the command is done here, so skip the teardown and keep its status.

@@ -98,7 +98,7 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
             status = asyncio.run(_connected(action, args))
             connection.flush_tracing()
             sys.stdout.flush()
-        except BrokenPipeError:  # `metalflow ... | head -1`
+        except (BrokenPipeError, exits.ReaderGone):  # `metalflow ... | head -1`
             status = reader_gone()
         exits.JsonOutput.finish(status)
         sys.stderr.flush()
