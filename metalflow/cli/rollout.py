@@ -477,14 +477,14 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
                 f"-> {step.target_hash} {took}"
             )
         if ended is not None:
-            raise RolloutError(f"rollout {ended}", ended.status)
+            raise RolloutError(str(ended), ended.status)  # it names rollout/NS/NAME
         return EXIT_OK
     while True:  # a live bar until the rollout ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
         if status.phase in ("completed", "rolled-back", "aborted"):
             print()
             if status.phase == "aborted" and (aborted := await _aborted(handle)) is not None:
-                raise RolloutError(f"rollout {aborted}", aborted.status)
+                raise RolloutError(str(aborted), aborted.status)  # it names rollout/NS/NAME
             return EXIT_OK
         described = await handle.describe()
         if described.status != WorkflowExecutionStatus.RUNNING:
@@ -510,7 +510,7 @@ async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
     """Status is the truth: a rollout that failed, was terminated or timed out is said so, exit 1."""
     why = await workflow_commands.ended_badly(client, workflow_id, "rollout")
     if why is not None:
-        raise RolloutError(f"rollout {why}", why.status)
+        raise RolloutError(str(why), why.status)  # it names rollout/NS/NAME
 
 
 async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> OperatorAnswer:
