@@ -410,6 +410,15 @@ async def _follow(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     return await _outcome(handle)
 
 
+def in_flight_words(status: RolloutStatus) -> str:
+    """What a followed rollout waits for: its PodGangs in flight whole and Ready at the version it
+    moves them to (a rollback's is the previous one: it read "the new version", issue 38)."""
+    if not status.in_flight:
+        return ""
+    version = "the previous version (rolling back)" if status.rolling_back else "the new version"
+    return f"{', '.join(status.in_flight)} whole and Ready at {version}"
+
+
 async def _show_progress(handle: WorkflowHandle[Any, RolloutResult], progress: Progress) -> None:
     last = ""
     while True:
@@ -421,10 +430,8 @@ async def _show_progress(handle: WorkflowHandle[Any, RolloutResult], progress: P
         line = render(status)
         if status.paused_reason:
             waiting = f"`metalflow rollout resume|rollback|abort {status.pcs}` ({status.paused_reason})"
-        elif status.in_flight:
-            waiting = f"{', '.join(status.in_flight)} whole and Ready at the new version"
         else:
-            waiting = ""
+            waiting = in_flight_words(status)
         if line != last:
             progress.step(handle.id, line, waiting_for=waiting)
             last = line
