@@ -20,3 +20,11 @@ def test_a_rollback_waits_for_the_previous_version_and_a_roll_for_the_new() -> N
 def test_a_power_cycle_is_not_said_as_the_bmcs_own_powercycle() -> None:
     seen = seen_without_status("powering", None, "h-001")
     assert "ForceOff then On" in seen.waiting_for and "the BMC's power cycle" not in seen.waiting_for
+
+
+def test_a_rollout_steps_details_do_not_repeat_its_phase() -> None:
+    from workflows.rollout.workflow import step_details
+
+    assert step_details("roll", {"inf-0-1", "inf-0-0"}) == "replacing the stale pods of inf-0-0, inf-0-1"
+    assert step_details("rollback", {"inf-0-0"}) == "putting back the pods of inf-0-0"
+    assert not any(step_details(k, {"g"}).startswith(f"{k}:") for k in ("roll", "rollback", "repair"))
