@@ -148,15 +148,22 @@ class HostEntityClient:
         request: ArgT,
         *,
         rpc_timeout: timedelta | None = None,
+        accept_within: timedelta | None = None,
     ) -> ResultT:
         """Send `update` to the host's entity, starting the entity when it does not run yet.
+        `accept_within`: how long a worker has to take it (a person's command must not hang).
 
         Raises:
             EntityRefused: The entity refused, with its reason.
+            contracts.with_start.NotAccepted: No worker took it within `accept_within` (it may
+                still be applied when a worker comes back).
         """
+        options: dict[str, Any] = {"accept_within": accept_within}
+        if rpc_timeout is not None:
+            options["rpc_timeout"] = rpc_timeout
         try:
             answer = await execute_update_with_start(
-                self.client, update, request, start=self.start_operation(entity), rpc_timeout=rpc_timeout
+                self.client, update, request, start=self.start_operation(entity), **options
             )
         except WorkflowUpdateFailedError as err:
             raise _refused(err) from None

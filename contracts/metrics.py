@@ -126,6 +126,17 @@ def activity_power_cycle(result: R) -> R:
     return result
 
 
+def workflow_power_cycle(method: str, bmc: str, generation: int) -> None:
+    """A power cycle a workflow made of its own steps (a reset's host ForceOff ... On around its
+    DPU resets, `method` "ForceOff+On"), counted in the same series as `activity_power_cycle`'s:
+    its `PowerCycleIssued` Event was told and no sample counted it (issue 38). Once per run and
+    generation in this process (`contracts.counted_runs`), skipped on replay."""
+    if (meter := _workflow_meter()) is not None and _first_time(f"power cycle {generation}"):
+        meter.create_counter(PREFIX + "power_cycles", "power cycles finished").add(
+            1, {"method": method, "already_done": "false", "bmc": bmc}
+        )
+
+
 def activity_bmc_request(bmc: str, status: int | str, seconds: float | None = None) -> None:
     """One request to a BMC: its HTTP status (or `timeout`, `unreachable`) and how long it took."""
     if (meter := _activity_meter()) is None:

@@ -16,23 +16,83 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from typing import Any, Final
 
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 
+class NotAccepted(Exception):
+    """No worker took the update within `accept_within`: no workflow task ran it (the workers of
+    its task queue are stopped, stuck or gone). Temporal keeps such an update with the workflow
+    (admitted, not yet in its history) and hands it to the workflow's next task, so it may still
+    be applied, and its handler run, when a worker comes back (seen in issue 38: a `host reboot`
+    sent to a stopped worker rebooted the host once the worker resumed); a server restart drops it.
+    There is no call to withdraw it. `seconds`: the time waited."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no worker took the update within {seconds:g} s")
+        self.seconds = seconds
+
+
 async def execute_update_with_start(
-    client: Client, update: Any, arg: Any, *, start: WithStartWorkflowOperation[Any, Any], **options: Any
+    client: Client,
+    update: Any,
+    arg: Any,
+    *,
+    start: WithStartWorkflowOperation[Any, Any],
+    accept_within: timedelta | None = None,
+    **options: Any,
 ) -> Any:
     """`client.execute_update_with_start_workflow(update, arg, start_workflow_operation=start,
-    **options)`, the start half's outcome read afterwards (see the module's docstring)."""
+    **options)`, the start half's outcome read afterwards (see the module's docstring).
+
+    `accept_within`: how long to wait for a worker to take the update (accept it, or its validator
+    to refuse it); past it `NotAccepted` is raised (else the SDK waits for ever). Once taken, its
+    result is awaited without a bound (a worker runs the handler)."""
     try:
-        return await client.execute_update_with_start_workflow(
-            update, arg, start_workflow_operation=start, **options
-        )
+        if accept_within is None:
+            return await client.execute_update_with_start_workflow(
+                update, arg, start_workflow_operation=start, **options
+            )
+        options.pop("rpc_timeout", None)  # one attempt's bound is `accept_within`
+        async with _bounded(accept_within):
+            handle = await client.start_update_with_start_workflow(
+                update, arg, start_workflow_operation=start, wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                rpc_timeout=accept_within, **options,
+            )  # fmt: skip
+        return await handle.result()
     finally:
         settle_start(start)
+
+
+class _bounded:
+    """`asyncio.timeout(within)` around a call that sends an update with `rpc_timeout=within`: the
+    SDK sends it again while the server answers "admitted, not accepted yet", so the call's own
+    timeout bounds one attempt only. Either expiry is `NotAccepted`."""
+
+    def __init__(self, within: timedelta) -> None:
+        self.seconds = within.total_seconds()
+        self.timeout = asyncio.timeout(self.seconds + 1.0)
+
+    async def __aenter__(self) -> None:
+        await self.timeout.__aenter__()
+
+    async def __aexit__(self, kind: Any, err: Any, trace: Any) -> bool:
+        try:
+            await self.timeout.__aexit__(kind, err, trace)
+        except TimeoutError:
+            raise NotAccepted(self.seconds) from None
+        if isinstance(err, WorkflowUpdateRPCTimeoutOrCancelledError):
+            raise NotAccepted(self.seconds) from None
+        return False
 
 
 def settle_start(start: WithStartWorkflowOperation[Any, Any]) -> None:
@@ -63,15 +123,32 @@ def dropped_with_its_task(err: BaseException) -> bool:
     )
 
 
-async def execute_update(handle: WorkflowHandle[Any, Any], update: Any, arg: Any, **options: Any) -> Any:
+async def execute_update(
+    handle: WorkflowHandle[Any, Any],
+    update: Any,
+    arg: Any,
+    *,
+    accept_within: timedelta | None = None,
+    **options: Any,
+) -> Any:
     """`handle.execute_update(update, arg, **options)`, sent again (up to `UPDATE_ATTEMPTS` times,
     `UPDATE_RETRY_SECONDS` apart) while Temporal drops it with a failed workflow task. Every
     attempt carries the same update id, so an update that was applied after all is answered, not
-    applied twice (Temporal deduplicates updates by id within a run)."""
+    applied twice (Temporal deduplicates updates by id within a run). `accept_within`: as for
+    `execute_update_with_start` (`NotAccepted` past it)."""
     options.setdefault("id", str(uuid.uuid4()))
+    if accept_within is not None:
+        options.pop("rpc_timeout", None)  # one attempt's bound is `accept_within`
     for attempt in range(1, UPDATE_ATTEMPTS + 1):
         try:
-            return await handle.execute_update(update, arg, **options)
+            if accept_within is None:
+                return await handle.execute_update(update, arg, **options)
+            async with _bounded(accept_within):
+                taken = await handle.start_update(
+                    update, arg, wait_for_stage=WorkflowUpdateStage.ACCEPTED, rpc_timeout=accept_within,
+                    **options,
+                )  # fmt: skip
+            return await taken.result()
         except RPCError as err:
             if attempt == UPDATE_ATTEMPTS or not dropped_with_its_task(err):
                 raise

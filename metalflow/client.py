@@ -119,6 +119,20 @@ async def connect_with(config: Mapping[str, Any], *, interceptors: Sequence[Inte
 _LOST = frozenset({RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED})
 
 
+def no_worker_polls(err: RPCError) -> bool:
+    """Whether Temporal refused a query because no worker polled the workflow's task queue lately
+    (FAILED_PRECONDITION "no poller seen for task queue recently"): nobody can answer, which a
+    command reports as it reports a workflow that does not answer (exit 3), never as a refusal."""
+    return err.status == RPCStatusCode.FAILED_PRECONDITION and "no poller seen" in err.message
+
+
+NO_WORKER = (
+    "the workflow asked does not answer: no worker serves its task queue (Temporal: no poller seen "
+    "recently). Nothing was changed: start a worker (python worker.py) and ask again"
+)
+"""A query no worker could answer where the command did not name the workflow itself (exit 3)."""
+
+
 def temporal_lost(err: RPCError) -> bool:
     """Whether an RPC failed because Temporal went away (or never answered), not because it refused.
 

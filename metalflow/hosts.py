@@ -49,8 +49,10 @@ from contracts.models.host import (
     HostWorkflowInput,
 )
 from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
+from contracts.with_start import NotAccepted
 from contracts.wording import plural
 from contracts.wording import with_its_reboot as its_reboot_words
+from metalflow.client import no_worker_polls
 from metalflow.progress import Progress
 from metalflow.seen import (
     _POWER_DOWN_WAIT,
@@ -58,6 +60,7 @@ from metalflow.seen import (
     as_running,
     seen_without_status,
 )
+from metalflow.unanswered import not_taken_words, unanswered_words
 
 METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
@@ -67,6 +70,10 @@ WORKER_GRACE_SECONDS = 5.0
 COULD_NOT_ASK = 3
 NOTHING_SENT = "Nothing was changed: send the command again once a worker runs"
 QUERY_TIMEOUT = timedelta(seconds=10)  # a query nobody answers (no worker) must not hang the CLI
+# How long a person's request waits for a worker to take it (accept or refuse it), as a query
+# waits: a request no worker takes must not hang the CLI (issue 38: `host reboot` to a stopped
+# worker printed nothing for 90 s and more).
+ACCEPT_WITHIN = QUERY_TIMEOUT
 _TIMED_OUT = (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED)  # how an expired rpc_timeout shows
 R = TypeVar("R", bound=BaseModel)
 
@@ -179,14 +186,27 @@ async def send_update(
         HostRequestError: The entity refused (busy, nothing awaits approval, ...), with its reason.
     """
     try:
-        result = await HostEntityClient(client, task_queue).ask(entity, ENTITY_UPDATES[update], request)
+        result = await HostEntityClient(client, task_queue).ask(
+            entity, ENTITY_UPDATES[update], request, accept_within=ACCEPT_WITHIN
+        )
     except EntityRefused as err:
         raise HostRequestError(str(err)) from None
+    except NotAccepted as err:
+        raise not_taken(
+            entity.host_id, names.host_workflow_id(entity.host_id), update, task_queue, err.seconds
+        ) from None
     if not isinstance(result, result_type):
         raise TypeError(
             f"the entity answered {update} with {type(result).__name__}, not {result_type.__name__}"
         )
     return result
+
+
+def not_taken(host: str, workflow_id: str, update: str, task_queue: str, seconds: float) -> HostRequestError:
+    """A request no worker took within `seconds` (`NotAccepted`): exit 3, in `not_taken_words`."""
+    return HostRequestError(
+        not_taken_words(host, workflow_id, update, task_queue, seconds), status=COULD_NOT_ASK
+    )
 
 
 async def tell_versions_read(client: Client, host_id: str, read: VersionsRead) -> bool:
@@ -217,7 +237,7 @@ async def host_status(client: Client, host_id: str) -> HostStatus:
     try:
         status = await entities.status(host_id, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as err:
-        if err.status in _TIMED_OUT:
+        if err.status in _TIMED_OUT or no_worker_polls(err):
             raise await _unanswered(client, entities.handle(host_id)) from None
         raise
     if status is None:
@@ -233,12 +253,29 @@ async def _unanswered(client: Client, handle: WorkflowHandle[Any, Any]) -> Unans
     """A workflow that did not answer in time: metalflow could not ask (exit 3), nothing was sent
     on (a command that reads the status first, e.g. `host abort`, stops there)."""
     task_queue = (await handle.describe()).task_queue
-    if not await worker_polls(client, task_queue):
-        return Unanswered(f"{handle.id} does not answer: no worker serves its task queue {task_queue!r}")
     return Unanswered(
-        f"{handle.id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s: the workers of task queue "
-        f"{task_queue!r} are busy, stuck or gone (a worker killed moments ago still counts as polling for "
-        f"a few minutes)"
+        unanswered_words(
+            handle.id,
+            task_queue,
+            QUERY_TIMEOUT.total_seconds(),
+            polled=await worker_polls(client, task_queue),
+        )
+    )
+
+
+async def unanswered_query(handle: WorkflowHandle[Any, Any], err: RPCError) -> Unanswered | None:
+    """A query's RPCError as `Unanswered` (exit 3) when it means no worker answered (Temporal's
+    "no poller seen", or QUERY_TIMEOUT expired); None for any other error."""
+    if not (err.status in _TIMED_OUT or no_worker_polls(err)):
+        return None
+    try:
+        task_queue = (await handle.describe(rpc_timeout=QUERY_TIMEOUT)).task_queue
+    except RPCError:
+        task_queue = "?"
+    return Unanswered(
+        unanswered_words(
+            handle.id, task_queue, QUERY_TIMEOUT.total_seconds(), polled=not no_worker_polls(err)
+        )
     )
 
 

@@ -52,8 +52,17 @@ from contracts.models.monitor import (
     HostMonitorStatus,
     MonitorPolicy,
 )
-from contracts.with_start import execute_update
-from metalflow.hosts import COULD_NOT_ASK, NOTHING_SENT, QUERY_TIMEOUT, HostRequestError, send_update
+from contracts.with_start import NotAccepted, execute_update
+from metalflow.client import no_worker_polls
+from metalflow.hosts import (
+    ACCEPT_WITHIN,
+    COULD_NOT_ASK,
+    NOTHING_SENT,
+    QUERY_TIMEOUT,
+    HostRequestError,
+    not_taken,
+    send_update,
+)
 from metalflow.site_name import entity_input
 
 LOOK_POLL_SECONDS = 0.2
@@ -115,7 +124,7 @@ async def monitor_status(client: Client, host_id: str) -> HostMonitorStatus:
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise HostRequestError(_none_runs(host_id, "no monitor was ever started")) from None
-        if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+        if err.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED) or no_worker_polls(err):
             raise HostRequestError(
                 f"the monitor of {host_id} did not answer within {QUERY_TIMEOUT.total_seconds():g} s "
                 f"(no worker serves it, or its worker is stuck). {NOTHING_SENT}",
@@ -170,7 +179,11 @@ async def stop_monitor(client: Client, host_id: str, request: OperatorRequest) -
     """
     handle = _handle(client, host_id)
     try:
-        await execute_update(handle, ABORT_UPDATE, request, result_type=OperatorAnswer)
+        await execute_update(
+            handle, ABORT_UPDATE, request, result_type=OperatorAnswer, accept_within=ACCEPT_WITHIN
+        )
+    except NotAccepted as err:
+        raise not_taken(host_id, handle.id, ABORT_UPDATE, names.TASK_QUEUE, err.seconds) from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise HostRequestError(_none_runs(host_id, "nothing to stop")) from None
@@ -198,8 +211,12 @@ async def resume_monitor(
     released = await _release_entity_hold(client, host_id, request, task_queue)
     try:
         answer: OperatorAnswer = await execute_update(
-            _handle(client, host_id), RESUME_UPDATE, request, result_type=OperatorAnswer
-        )
+            _handle(client, host_id), RESUME_UPDATE, request, result_type=OperatorAnswer,
+            accept_within=ACCEPT_WITHIN,
+        )  # fmt: skip
+    except NotAccepted as err:
+        monitor = names.monitor_workflow_id(host_id)
+        raise not_taken(host_id, monitor, RESUME_UPDATE, task_queue, err.seconds) from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             if released:

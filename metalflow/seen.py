@@ -50,7 +50,9 @@ class Seen:
 # Phases of a reboot (HostRebootWorkflow has no status query): what each waits for, in words.
 _QUEUED = "waiting for a slot of the BMC's lease "
 _REBOOT_WAITS = {
-    "powering": "the BMC's power cycle of {host}",
+    # said for every BMC: one with PowerCycle cycles itself, one without takes ForceOff then On
+    # (issue 38: "the BMC's power cycle" read wrong for a BMC without PowerCycle)
+    "powering": "the power cycle of {host} (its BMC's PowerCycle, or ForceOff then On)",
     "waiting-for-manual-reboot": "`metalflow host-rebooted {host}` (someone reboots {host} by hand)",
 }
 

@@ -11,7 +11,7 @@ the worker's Event emitter (a worker process where it is killed).
 - a reprovision whose power cycle the BMC refused (wrong credentials), aborted: no generation
   used up; the next reboot takes the very next one;
 - a `host reset --both`: its ForceOff ... On around the DPU resets is a power cycle: one
-  generation, one Event;
+  generation, one Event, one `metalflow_power_cycles` sample (method ForceOff+On);
 - a `host reset --host` cancelled (`temporal workflow cancel`) in its power-down wait: its reboot
   is cut short and completes, the reset ends cancelled with no result, and the entity reads the
   reboot to count its generation.
@@ -29,6 +29,8 @@ from events_support import emitting_worker, events_v1
 from host_operation_support import until_powered_off
 from module_site_support import ModuleSite
 from sim_support import RunningSim
+from temporalio.client import Client
+from temporalio.runtime import MetricBuffer, Runtime, TelemetryConfig
 from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_process
 
@@ -145,15 +147,29 @@ async def test_a_refused_power_cycle_of_an_aborted_reprovision_uses_no_generatio
 
 
 async def test_a_reset_of_the_host_and_its_dpus_moves_the_generation_once(
-    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
 ) -> None:
-    host = H_BOTH
-    done = await cli(local_env, "host", "reset", host, "--both", "--wait", "--task-queue", queue)
-    assert done.status == 0, done.stdout + done.stderr
-    entity = await until_idle(local_env, host)
-    reset = await result_of(local_env, names.host_operation_workflow_id("reset", host))
-    assert (entity["boot_generation"], reset["boot_generation"]) == (1, 1), (entity, reset)
-    await one_cycle_told_once(sim, host)
+    """One generation, one `PowerCycleIssued` Event, and one `metalflow_power_cycles` sample
+    (method ForceOff+On): the Event was told and no sample counted it (issue 38). The module's
+    worker, on a runtime whose metrics the test reads (a `MetricBuffer`)."""
+    host, buffer = H_BOTH, MetricBuffer(10_000)
+    metered = await Client.connect(
+        local_env.client.service_client.config.target_host, namespace=local_env.client.namespace,
+        data_converter=local_env.client.data_converter,
+        runtime=Runtime(telemetry=TelemetryConfig(metrics=buffer)),
+    )  # fmt: skip
+    async with emitting_worker(metered, task_queue, sim):
+        done = await cli(local_env, "host", "reset", host, "--both", "--wait", "--task-queue", task_queue)
+        assert done.status == 0, done.stdout + done.stderr
+        entity = await until_idle(local_env, host)
+        reset = await result_of(local_env, names.host_operation_workflow_id("reset", host))
+        assert (entity["boot_generation"], reset["boot_generation"]) == (1, 1), (entity, reset)
+        await one_cycle_told_once(sim, host)
+    counted = [
+        (u.value, dict(u.attributes)) for u in buffer.retrieve_updates()
+        if u.metric.name == "metalflow_power_cycles"
+    ]  # fmt: skip
+    assert [(v, a["method"]) for v, a in counted] == [(1, "ForceOff+On")], counted
 
 
 async def test_a_host_reset_cancelled_in_its_wait_counts_its_one_cycle(

@@ -164,6 +164,9 @@ async def test_canary_then_batches_with_soak_inside_windows(
     canary, batch1, batch2 = ops[0], ops[1:4], ops[4:]
     assert canary.close_time is not None
     assert all(op.start_time and op.start_time >= canary.close_time for op in ops[1:]), "canary first"
+    assert all(
+        op.start_time and op.start_time >= canary.close_time + timedelta(seconds=3600) for op in batch1
+    ), "the soak follows the canary too (issue 38)"
     batch1_end = max(op.close_time for op in batch1 if op.close_time)
     assert all(op.start_time and op.start_time >= batch1_end + timedelta(seconds=3600) for op in batch2), (
         "soak"

@@ -369,6 +369,14 @@ async def test_abort_lets_the_running_host_finish_and_starts_nothing_more(
         True,
         True,
     ), paused.stderr
+    # How it ended, said once: `ended` in --json (it was ""), no "campaign campaign/NAME" (issue 38)
+    shown = await metalflow(local_env, "campaign", "status", name, "--json")
+    assert shown.status == 4 and json.loads(shown.stdout)["ended"].startswith(
+        f"campaign/{name} aborted by "
+    ), shown
+    told = await metalflow(local_env, "campaign", "status", name)
+    assert told.status == 4 and f"metalflow: campaign/{name} aborted by " in told.stderr, told.stderr
+    assert "campaign campaign/" not in told.stderr, told.stderr
     # ISO 8601 UTC with Z, as every time metalflow prints (issue 29 item 8)
     assert re.search(rf"campaign/{name}\tclosed\taborted\t\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\n", listed.stdout)
 
@@ -393,6 +401,7 @@ async def test_a_scheduled_campaign_runs_when_triggered(
         run = await _scheduled_run(local_env.client, "cmpe-nightly")
         final = await _until_done(local_env.client, run)
         assert (final["phase"], final["done"]) == ("completed", 1)
+        assert (await _status(local_env, run))["ended"] == "completed", 'said, not "" (issue 38)'
         assert power_cycles(sim, HOSTS[4]) == before + 1
         paused = await metalflow(local_env, "campaign", "schedule", "pause", "cmpe-nightly")
         assert paused.status == 0

@@ -63,10 +63,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `metalflow` command; returns the exit status."""
+    """Run the `metalflow` command; returns the exit status. The reader of stdout going away
+    ends every command the same way, here: quietly, exit 141 (`exits.ReaderGone`)."""
+    exits.guard_stdout()
     try:
-        return _run(argv)
-    except BrokenPipeError:
+        status = _run(argv)
+        sys.stdout.flush()  # what is still buffered, before the interpreter's own flush at exit
+        return status
+    except (BrokenPipeError, exits.ReaderGone):
         return reader_gone()
 
 
@@ -97,7 +101,7 @@ def _run(argv: Sequence[str] | None) -> int:
         status = EXIT_FAILED  # should the handler raise: Python exits 1
         status = int(handler(args))
         return status
-    except BrokenPipeError:  # `main` ends quietly
+    except (BrokenPipeError, exits.ReaderGone):  # `main` ends quietly
         status = EXIT_BROKEN_PIPE
         raise
     except SystemExit as exit_:  # a usage error, or --help

@@ -94,7 +94,7 @@ from metalflow.cli.workflow_commands import (
     runner,
     until_past,
 )
-from metalflow.hosts import default_operator
+from metalflow.hosts import QUERY_TIMEOUT, default_operator, unanswered_query
 from metalflow.rollouts import root_cause
 
 HOST_OUTCOMES = HostState.WORDS.values()
@@ -323,7 +323,7 @@ async def follow(handle: WorkflowHandle[Any, CampaignResult]) -> int:
                 print(line)
         except (RPCError, CommandError):
             pass
-        raise CampaignError(f"campaign {handle.id} failed: {root_cause(err)}") from None
+        raise CampaignError(f"{handle.id} failed: {root_cause(err)}") from None  # campaign/NAME
     print(summary(result))
     if result.stopped_reason:
         print(f"  stopped: {result.stopped_reason}")
@@ -351,6 +351,8 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
     ended = ended or workflow_commands.aborted_as(handle.id, status)
     if ended is not None:
         status = status.as_ended(ended)
+    elif (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED:  # said, never ""
+        status = status.model_copy(update={"ended": workflow_commands.campaign_ended(status)})
     if args.json:
         print(status.model_dump_json(indent=2))
         return EXIT_OK if ended is None else ended.status
@@ -359,7 +361,7 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
         for line in details(status, handle.id):
             print(line)
         if ended is not None:
-            raise CampaignError(f"campaign {ended}", ended.status)
+            raise CampaignError(str(ended), ended.status)  # it names campaign/NAME
         return EXIT_OK
     while True:  # a live bar until the campaign ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
@@ -367,7 +369,7 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
             print()
             await _raise_if_ended_badly(client, handle.id)
             if (aborted := workflow_commands.aborted_as(handle.id, await query(handle))) is not None:
-                raise CampaignError(f"campaign {aborted}", aborted.status)
+                raise CampaignError(str(aborted), aborted.status)  # it names campaign/NAME
             return EXIT_OK
         await asyncio.sleep(FOLLOW_SECONDS)
         status = await query(handle)
@@ -377,7 +379,7 @@ async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
     """A campaign that failed, was terminated or timed out is said so, exit 1."""
     why = await workflow_commands.ended_badly(client, workflow_id, "campaign")
     if why is not None:
-        raise CampaignError(f"campaign {why}", why.status)
+        raise CampaignError(str(why), why.status)  # it names campaign/NAME
 
 
 async def _ended(handle: WorkflowHandle[Any, Any]) -> str | None:
@@ -414,11 +416,15 @@ async def _hosts(client: Client, args: argparse.Namespace) -> int:
         while offset is not None:
             try:
                 page = await handle.query(
-                    HOSTS_QUERY, HostsQuery(offset=offset, outcome=args.outcome), result_type=HostsPage
-                )
+                    HOSTS_QUERY, HostsQuery(offset=offset, outcome=args.outcome), result_type=HostsPage,
+                    rpc_timeout=QUERY_TIMEOUT,
+                )  # fmt: skip
             except RPCError as err:
                 if err.status == RPCStatusCode.NOT_FOUND:
                     raise CampaignError(f"no campaign {handle.id}", EXIT_USAGE) from None
+                unanswered = await unanswered_query(handle, err)
+                if unanswered is not None:  # no worker answers: exit 3, one wording
+                    raise CampaignError(str(unanswered), exits.UNREACHABLE) from None
                 raise
             for host in page.hosts:
                 if args.json:

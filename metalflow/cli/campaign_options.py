@@ -195,7 +195,13 @@ def add_options(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument(
         "--max-per-bmc", type=count, default=1, help="hosts at once per BMC endpoint (default 1)"
     )
-    parser.add_argument("--soak", type=duration, default=0.0, metavar="DURATION", help="wait between batches")
+    parser.add_argument(
+        "--soak",
+        type=duration,
+        default=0.0,
+        metavar="DURATION",
+        help="wait after the canary and after each batch before the next batch starts",
+    )
     parser.add_argument(
         "--window",
         type=_window_text,

@@ -62,7 +62,7 @@ from drivers.inventory import Inventory
 from drivers.kube import Kube
 from drivers.redfish.client import RedfishClient
 from drivers.settings import Settings
-from metalflow.cli.campaign_options import add_options, campaign_input
+from metalflow.cli.campaign_options import add_options, campaign_input, duration_words
 from metalflow.cli.workflow_commands import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, CommandError
 from metalflow.hosts import default_operator
 from workflows.campaign import admission
@@ -94,6 +94,7 @@ class CampaignPlan(BaseModel):
     windows: tuple[PlannedWindow, ...]
     changes: tuple[DeploymentChange, ...]
     budget: str
+    soak_seconds: float = 0.0  # after the canary and after each batch, before the next batch
     whole_deployment: tuple[str, ...] = ()  # the deployments asked for whole, by name
     refused: str | None = None  # why `start` would refuse it (nothing would change)
 
@@ -267,6 +268,7 @@ async def build(
         ),
         changes=decided.changes,
         budget=decide.describe_budget(request.budget, 0, len(selected.roster)),
+        soak_seconds=request.soak_seconds,
         whole_deployment=target.whole_deployment,
     )
     if decided.refusal is not None:
@@ -390,6 +392,14 @@ def _hosts(hosts: tuple[str, ...] | list[str]) -> str:
     return ", ".join(hosts[:SHOWN]) + more if hosts else "-"
 
 
+def soak_line(seconds: float, canary: bool) -> str:
+    """The plan's soak: after the canary (when there is one) and after each batch, before the next."""
+    if seconds <= 0:
+        return "soak: none (each batch starts once the one before it ended)"
+    after = "the canary and each batch" if canary else "each batch"
+    return f"soak: {duration_words(seconds)} after {after}, before the next batch starts"
+
+
 def render(plan: CampaignPlan) -> str:
     lines = [
         f"campaign {plan.name} (plan; nothing started): {plan.target} on {plan.selection}",
@@ -403,6 +413,7 @@ def render(plan: CampaignPlan) -> str:
     lines.append(f"canary ({len(plan.canary)}): {_hosts(plan.canary)}")
     for number, batch in enumerate(plan.batches, start=1):
         lines.append(f"batch {number} ({len(batch)}): {_hosts(batch)}")
+    lines.append(soak_line(plan.soak_seconds, bool(plan.canary)))
     if not plan.windows:
         lines.append("windows: none (hosts start at any time)")
     for w in plan.windows:

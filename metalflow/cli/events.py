@@ -36,7 +36,7 @@ from contracts import names
 from contracts.validation import HostId, arg_type
 from contracts.wording import iso_z
 from drivers.settings import Settings
-from metalflow.cli import connection, exits
+from metalflow.cli import connection, exits, reader_gone
 
 EXIT_OK, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.USAGE, exits.UNREACHABLE
 REPORTING_CONTROLLER = "metalflow"
@@ -82,10 +82,13 @@ def register(subparsers: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    status = asyncio.run(_run(args))
-    connection.flush_tracing()
-    exits.JsonOutput.finish(status)
-    sys.stdout.flush()
+    try:
+        status = asyncio.run(_run(args))
+        connection.flush_tracing()
+        exits.JsonOutput.finish(status)
+        sys.stdout.flush()
+    except (BrokenPipeError, exits.ReaderGone):  # `metalflow events | head -1`: quietly, 141
+        status = reader_gone()
     sys.stderr.flush()
     # The SDK's native runtime can abort at interpreter teardown (see metalflow/cli/host.py).
     os._exit(status)

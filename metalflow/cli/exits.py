@@ -46,7 +46,8 @@ TABLE: Final[tuple[tuple[int, str], ...]] = (
     (UNREACHABLE, "cannot reach Temporal, the cluster, the simulator or a BMC (or lost it "
      "midway), or no worker serves the workflow asked or it did not answer in time (nothing was "
      "changed, unless a `--wait` says its request was accepted and stands: only the following "
-     "stopped); try again once it is back"),
+     "stopped, or a request no worker took says it may still run once a worker is back); try again "
+     "once it is back"),
     (ABORTED, "aborted by an operator, as asked: the operation, campaign or rollout followed (`--wait`) "
      "or shown (a status command) stopped at its safe point and says `aborted by <who>: <reason>`; "
      "not a failure"),
@@ -94,6 +95,35 @@ class _Watched(io.TextIOBase):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+class ReaderGone(BaseException):
+    """The reader of stdout went away (`metalflow ... | head -1`): raised by every write to stdout
+    once `guard_stdout` is in place, in place of BrokenPipeError. A BaseException, as Ctrl-C's is:
+    a command's `except Exception` (which turns an error into one line and exit 1) must not catch
+    it, so every command ends the same way: quietly, exit 141 (`metalflow.cli.main`)."""
+
+
+class _PipeGuard(_Watched):
+    """stdout, with a BrokenPipeError from a write or flush raised as `ReaderGone`."""
+
+    def write(self, text: str) -> int:
+        try:
+            return self.inner.write(text)
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+    def flush(self) -> None:
+        try:
+            self.inner.flush()
+        except BrokenPipeError:
+            raise ReaderGone from None
+
+
+def guard_stdout() -> None:
+    """From here on, the reader of stdout going away raises `ReaderGone` (once per process)."""
+    if not isinstance(sys.stdout, _PipeGuard):
+        sys.stdout = _PipeGuard(sys.stdout, keep_text=False)
 
 
 class JsonOutput:

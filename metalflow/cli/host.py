@@ -36,6 +36,7 @@ from metalflow.cli import (
     host_monitor,
     host_requests,
     host_versions,
+    reader_gone,
 )
 from metalflow.cli.connection import connect_to, unreachable
 from metalflow.cli.host_status import show_status
@@ -47,7 +48,7 @@ from metalflow.cli.inventory_check import (
     UnknownToInventory,
     check_request,
 )
-from metalflow.client import TemporalConfigError, temporal_lost
+from metalflow.client import NO_WORKER, TemporalConfigError, no_worker_polls, temporal_lost
 from metalflow.hosts import HostRequestError, default_operator, host_status
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = exits.OK, exits.FAILED, exits.USAGE
@@ -130,9 +131,14 @@ def _runner(
             status = asyncio.run(_connected(action, args))
         except KeyboardInterrupt:  # Ctrl-C while waiting: the operation goes on in Temporal
             status = _fail("interrupted; the workflows go on (metalflow host status HOST)", EXIT_INTERRUPTED)
+        except exits.ReaderGone:  # `metalflow host list | head -1`: quietly, 141 (`metalflow.cli.main`)
+            status = reader_gone()
         connection.flush_tracing()
-        exits.JsonOutput.finish(status)
-        sys.stdout.flush()
+        try:
+            exits.JsonOutput.finish(status)
+            sys.stdout.flush()
+        except exits.ReaderGone:
+            status = reader_gone()
         sys.stderr.flush()
         # The SDK's native runtime can abort during interpreter teardown (PyGILState_Release), as
         # the worker notes; the command is done here, so skip the teardown and keep its status.
@@ -223,6 +229,8 @@ async def _connected(
         reason = f"{err.status.name if err.status else '?'}: {err.message}".splitlines()[0]
         if temporal_lost(err):  # Temporal went away: like "cannot reach Temporal", the environment's
             return _fail(f"lost Temporal at {address} ({reason})", EXIT_UNREACHABLE)
+        if no_worker_polls(err):  # nobody can answer: as a host workflow that does not answer
+            return _fail(NO_WORKER, EXIT_UNREACHABLE)
         return _fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:  # one line, never a traceback: the command's user cannot act on one
         return _fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)

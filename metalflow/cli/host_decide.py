@@ -48,12 +48,14 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from contracts.validation import REASON_MAX, Reason, arg_type, terminal_safe
-from contracts.with_start import execute_update
+from contracts.with_start import NotAccepted, execute_update
 from contracts.wording import HOST_ANSWER_COMMANDS
 from metalflow.cli import exits
 from metalflow.hosts import (
+    ACCEPT_WITHIN,
     HostRequestError,
     host_status,
+    not_taken,
     operation_progress,
     operation_status,
     require_worker,
@@ -206,7 +208,7 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
     target = current.workflow_id
     try:
-        answer = await execute_update(handle, args.update, request, result_type=OperatorAnswer)
+        answer = await _sent(handle, args.update, request, args)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -225,7 +227,7 @@ async def _decide(client: Client, args: argparse.Namespace) -> int:
             ) from None
         # An operation without `retry` (firmware) waits on its reboot: that one waits for a person.
         target = reboot
-        answer = await _answer(client, reboot, args.update, request)
+        answer = await _answer(client, reboot, args.update, request, args)
     return _said(args, target, answer, f"{args.host}: {target}: {answer.message}")
 
 
@@ -245,11 +247,23 @@ async def _reboot_in_flight(
     return reboot
 
 
-async def _answer(client: Client, workflow_id: str, update: str, request: OperatorRequest) -> OperatorAnswer:
+async def _sent(handle: Any, update: str, request: Any, args: argparse.Namespace) -> OperatorAnswer:
+    """The operator's update, answered: a worker has `ACCEPT_WITHIN` to take it, else exit 3 saying
+    it may still be applied once a worker comes back (`not_taken`), never a silent hang."""
     try:
         answer: OperatorAnswer = await execute_update(
-            client.get_workflow_handle(workflow_id), update, request, result_type=OperatorAnswer
+            handle, update, request, result_type=OperatorAnswer, accept_within=ACCEPT_WITHIN
         )
+    except NotAccepted as err:
+        raise not_taken(args.host, handle.id, update, args.task_queue, err.seconds) from None
+    return answer
+
+
+async def _answer(
+    client: Client, workflow_id: str, update: str, request: OperatorRequest, args: argparse.Namespace
+) -> OperatorAnswer:
+    try:
+        answer = await _sent(client.get_workflow_handle(workflow_id), update, request, args)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -277,7 +291,7 @@ async def _withdraw(client: Client, args: argparse.Namespace, current: Operation
     handle = client.get_workflow_handle(names.host_workflow_id(args.host))
     request = WithdrawRequest(requested_by=args.by, reason=args.reason, workflow_id=current.workflow_id)
     try:
-        answer = await execute_update(handle, WITHDRAW_UPDATE, request, result_type=OperatorAnswer)
+        answer = await _sent(handle, WITHDRAW_UPDATE, request, args)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)
@@ -298,7 +312,7 @@ async def host_rebooted(client: Client, args: argparse.Namespace) -> int:
     request = OperatorRequest(requested_by=args.by, reason=args.reason)
     target = current.workflow_id
     try:
-        answer = await _confirm_reboot(client, target, request)
+        answer = await _confirm_reboot(client, target, request, args)
     except _NoSuchUpdate:
         status = await operation_status(client, target) or {}
         target = names.host_reboot_workflow_id(args.host, int(status.get("boot_generation") or 0) or 1)
@@ -307,7 +321,7 @@ async def host_rebooted(client: Client, args: argparse.Namespace) -> int:
             raise HostRequestError(
                 f"{current.workflow_id} refused `host-rebooted`: it is not waiting for a reboot: it is {what}"
             ) from None
-        answer = await _confirm_reboot(client, target, request)
+        answer = await _confirm_reboot(client, target, request, args)
     return _said(args, target, answer, f"{args.host}: {target}: {answer.message}")
 
 
@@ -315,12 +329,12 @@ class _NoSuchUpdate(Exception):
     """The workflow has no `host_rebooted` update (an operation that does not take it)."""
 
 
-async def _confirm_reboot(client: Client, workflow_id: str, request: OperatorRequest) -> OperatorAnswer:
+async def _confirm_reboot(
+    client: Client, workflow_id: str, request: OperatorRequest, args: argparse.Namespace
+) -> OperatorAnswer:
     handle = client.get_workflow_handle(workflow_id)
     try:
-        answer: OperatorAnswer = await execute_update(
-            handle, HOST_REBOOTED_UPDATE, request, result_type=OperatorAnswer
-        )
+        answer = await _sent(handle, HOST_REBOOTED_UPDATE, request, args)
     except WorkflowUpdateFailedError as err:
         cause = err.cause
         why = cause.message if isinstance(cause, ApplicationError) else str(cause or err)

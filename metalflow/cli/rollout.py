@@ -410,6 +410,15 @@ async def _follow(handle: WorkflowHandle[Any, RolloutResult]) -> int:
     return await _outcome(handle)
 
 
+def in_flight_words(status: RolloutStatus) -> str:
+    """What a followed rollout waits for: its PodGangs in flight whole and Ready at the version it
+    moves them to (a rollback's is the previous one: it read "the new version", issue 38)."""
+    if not status.in_flight:
+        return ""
+    version = "the previous version (rolling back)" if status.rolling_back else "the new version"
+    return f"{', '.join(status.in_flight)} whole and Ready at {version}"
+
+
 async def _show_progress(handle: WorkflowHandle[Any, RolloutResult], progress: Progress) -> None:
     last = ""
     while True:
@@ -421,10 +430,8 @@ async def _show_progress(handle: WorkflowHandle[Any, RolloutResult], progress: P
         line = render(status)
         if status.paused_reason:
             waiting = f"`metalflow rollout resume|rollback|abort {status.pcs}` ({status.paused_reason})"
-        elif status.in_flight:
-            waiting = f"{', '.join(status.in_flight)} whole and Ready at the new version"
         else:
-            waiting = ""
+            waiting = in_flight_words(status)
         if line != last:
             progress.step(handle.id, line, waiting_for=waiting)
             last = line
@@ -477,14 +484,14 @@ async def _status(client: Client, args: argparse.Namespace) -> int:
                 f"-> {step.target_hash} {took}"
             )
         if ended is not None:
-            raise RolloutError(f"rollout {ended}", ended.status)
+            raise RolloutError(str(ended), ended.status)  # it names rollout/NS/NAME
         return EXIT_OK
     while True:  # a live bar until the rollout ends (Ctrl-C leaves it running)
         print("\r\033[K" + render(status), end="", flush=True)
         if status.phase in ("completed", "rolled-back", "aborted"):
             print()
             if status.phase == "aborted" and (aborted := await _aborted(handle)) is not None:
-                raise RolloutError(f"rollout {aborted}", aborted.status)
+                raise RolloutError(str(aborted), aborted.status)  # it names rollout/NS/NAME
             return EXIT_OK
         described = await handle.describe()
         if described.status != WorkflowExecutionStatus.RUNNING:
@@ -510,7 +517,7 @@ async def _raise_if_ended_badly(client: Client, workflow_id: str) -> None:
     """Status is the truth: a rollout that failed, was terminated or timed out is said so, exit 1."""
     why = await workflow_commands.ended_badly(client, workflow_id, "rollout")
     if why is not None:
-        raise RolloutError(f"rollout {why}", why.status)
+        raise RolloutError(str(why), why.status)  # it names rollout/NS/NAME
 
 
 async def _send(handle: WorkflowHandle[Any, Any], update: str, request: Any) -> OperatorAnswer:

@@ -29,6 +29,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from temporalio.client import (
@@ -44,13 +45,15 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from contracts.errors import InvalidInput, ObjectNotFound, abort_in_words, matches
 from contracts.models.campaign import CampaignStatus
-from contracts.with_start import execute_update
+from contracts.with_start import NotAccepted, execute_update
 from metalflow.cli import connection, exits, reader_gone
-from metalflow.client import TemporalConfigError, temporal_lost
+from metalflow.client import NO_WORKER, TemporalConfigError, no_worker_polls, temporal_lost
+from metalflow.hosts import QUERY_TIMEOUT, unanswered_query
 from metalflow.rollouts import root_cause
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = exits.OK, exits.FAILED, exits.USAGE, exits.UNREACHABLE
 FOLLOW_SECONDS = 0.5
+ACCEPT_WITHIN = timedelta(seconds=10)  # for a worker to take an operator's update (no silent hang)
 START_CHECK_SECONDS = 60.0  # how long a start waits to see its run past the first phase or refused
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
@@ -95,7 +98,7 @@ def runner(action: Action) -> Callable[[argparse.Namespace], int]:
             status = asyncio.run(_connected(action, args))
             connection.flush_tracing()
             sys.stdout.flush()
-        except BrokenPipeError:  # `metalflow ... | head -1`
+        except (BrokenPipeError, exits.ReaderGone):  # `metalflow ... | head -1`
             status = reader_gone()
         exits.JsonOutput.finish(status)
         sys.stderr.flush()
@@ -131,6 +134,8 @@ async def _connected(action: Action, args: argparse.Namespace) -> int:
         if temporal_lost(err):
             address = client.service_client.config.target_host
             return fail(f"lost Temporal at {address} ({reason})", EXIT_UNREACHABLE)
+        if no_worker_polls(err):  # nobody can answer: the environment's, as a query nobody answers
+            return fail(NO_WORKER, EXIT_UNREACHABLE)
         return fail(f"Temporal refused the request ({reason})", EXIT_FAILED)
     except Exception as err:
         return fail(f"failed: {type(err).__name__}: {err}".splitlines()[0], EXIT_FAILED)
@@ -141,12 +146,22 @@ async def query(
 ) -> StatusT:
     """The workflow's status query `name`; `what` names the workflow's kind in the refusal."""
     try:
-        result: StatusT = await handle.query(name, result_type=result_type)
+        result: StatusT = await handle.query(name, result_type=result_type, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise CommandError(f"no {what} {handle.id}", EXIT_USAGE) from None
+        unanswered = await unanswered_query(handle, err)
+        if unanswered is not None:  # no worker answers: exit 3, as `host status` says it
+            raise NoAnswer(str(unanswered)) from None
         raise
     return result
+
+
+class NoAnswer(CommandError):
+    """No worker answered the status query (`metalflow.hosts.unanswered_words`): exit 3."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_UNREACHABLE)
 
 
 _ENDED_BADLY = {
@@ -206,7 +221,7 @@ async def last_status(
     ended = await ended_badly(client, handle.id, what)
     try:
         return await status(handle), ended
-    except RPCError:
+    except (RPCError, NoAnswer):
         if ended is None:
             raise
         raise CommandError(f"{what} {ended} (its status cannot be read: no worker?)", ended.status) from None
@@ -307,9 +322,13 @@ async def send(
     """
     said = command or update
     try:
-        answer: AnswerT = await execute_update(handle, update, request, result_type=answer_type)
+        answer: AnswerT = await execute_update(
+            handle, update, request, result_type=answer_type, accept_within=ACCEPT_WITHIN
+        )
     except WorkflowUpdateFailedError as err:
         raise CommandError(f"{said} refused: {root_cause(err)}") from None
+    except NotAccepted as err:
+        raise CommandError(not_accepted_words(handle.id, said, err.seconds), EXIT_UNREACHABLE) from None
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise await _not_running(handle, said, missing, ended) from None
@@ -317,6 +336,17 @@ async def send(
             raise
         raise CommandError(f"{said} refused: {err.message}") from None
     return answer
+
+
+def not_accepted_words(workflow_id: str, command: str, seconds: float) -> str:
+    """An operator's update no worker took within `seconds` (`NotAccepted`): what is true of it
+    (it may still be applied once a worker comes back), never "nothing was changed"."""
+    return (
+        f"no worker answered `{command}` to {workflow_id} within {seconds:g} s: its workers are stopped, "
+        "stuck or gone. The request waits in Temporal and may still be applied when a worker comes "
+        "back (Temporal hands an update no worker has taken to the workflow's next task; nothing can "
+        "withdraw it): once a worker runs, its status shows whether it was; do not send it again before"
+    )
 
 
 EndedWords = Callable[[WorkflowHandle[Any, Any]], Awaitable[str | None]]

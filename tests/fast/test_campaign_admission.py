@@ -339,3 +339,19 @@ def test_a_campaign_leaves_out_a_host_the_kept_site_check_blocks_for_its_kind(
     save_findings(path, changed(kept, dpf=DPFFinding(readable=False, error="refused")))
     with pytest.raises(SiteRefused, match="bfb-campaign is blocked on the site"):
         with_site_check(_start())
+
+
+def test_the_plan_says_the_soak_follows_the_canary_and_each_batch() -> None:
+    """`campaign plan` shows the soak where the campaign waits it: after the canary and after each
+    batch (issue 38: it was waited between batches only, and the plan did not say it at all)."""
+    from metalflow.cli.campaign_plan import CampaignPlan, render
+
+    plan = CampaignPlan(
+        name="c", target="reprovision", selection="--all", selected=3, left_out=(), at_target=(),
+        canary=("h0",), batches=(("h1",), ("h2",)), windows=(), changes=(), budget="none",
+        soak_seconds=300,
+    )  # fmt: skip
+    assert "soak: 5m after the canary and each batch, before the next batch starts" in render(plan)
+    assert plan.model_dump()["soak_seconds"] == 300  # --json says it too
+    without = plan.model_copy(update={"canary": (), "soak_seconds": 0.0})
+    assert "soak: none (each batch starts once the one before it ended)" in render(without)

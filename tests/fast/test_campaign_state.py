@@ -102,7 +102,9 @@ def _run(state: CampaignState, *outcomes: tuple[str, str]) -> None:
 # -- the canary and batches -------------------------------------------------------------------------
 
 
-def test_a_canary_with_a_host_done_passes_and_the_first_batch_starts_without_a_soak() -> None:
+def test_a_canary_with_a_host_done_passes_and_the_first_batch_soaks_first() -> None:
+    """The soak follows the canary as it follows every batch (issue 38: with `--soak 5m` batch 1
+    started ~10 s after the canary ended; two attackers read README's soak as after the canary)."""
     state = _state(canary=1, batch=2)
     assert [h.host_id for h in state.to_start()] == ["h0"], "the canary is one host"
     _answer(state, {"h0": "started"})
@@ -111,7 +113,10 @@ def test_a_canary_with_a_host_done_passes_and_the_first_batch_starts_without_a_s
     _end(state, "h0", "completed")
     assert state.canary_verdict() == "passed"
     assert state.end_batch_if_done(now=NOW, soak_seconds=600) is None
-    assert (state.canary_passed, state.batch, state.batch_left, state.soak_until) == (True, 1, 2, None)
+    soaked = NOW + timedelta(seconds=600)
+    assert (state.canary_passed, state.batch, state.batch_left, state.soak_until) == (True, 1, 2, soaked)
+    assert state.blocked(NOW, ()) == (SOAKING, "batch 1 starts at 2026-11-28T02:10:00Z")
+    assert state.blocked(soaked, ()) is None
     assert [h.host_id for h in state.to_start()] == ["h1", "h2"]
 
 
@@ -411,8 +416,9 @@ def test_a_deployment_campaign_points_the_canary_first_and_the_fleet_once_it_pas
     state.retry_failed()
     assert state.due_points() == [], "the canary's deployment is still pointed"
     _run(state, ("h3", "completed"))
-    state.end_batch_if_done(now=NOW, soak_seconds=0)
+    state.end_batch_if_done(now=NOW, soak_seconds=600)
     assert state.canary_passed and state.due_points() == [1], "the fleet's, once the canary passed"
+    assert state.soak_until == NOW + timedelta(seconds=600), "the fleet's first batch soaks first"
     assert state.pointed(("canary", "fleet")) == [0]
 
 

@@ -36,9 +36,14 @@ def test_a_power_down_wait_is_dated_from_the_host_off() -> None:
     assert seen.waiting_for == words and seen.since == OFF and not seen.partial
     read = power_down_words(HOST, OFF, ON, "read 2026-11-29T10:12:53Z", "; its power read every 30 s")
     assert power_down_off_since(read) == OFF
-    assert power_down_off_since("the BMC's power cycle of h-002") is None
+    assert (
+        power_down_off_since("the power cycle of h-002 (its BMC's PowerCycle, or ForceOff then On)") is None
+    )
 
 
 def test_details_no_worker_answered_are_partial() -> None:
     seen = seen_without_status("powering", None, HOST)
-    assert seen.partial and seen.waiting_for == f"the BMC's power cycle of {HOST}"
+    assert (
+        seen.partial
+        and seen.waiting_for == f"the power cycle of {HOST} (its BMC's PowerCycle, or ForceOff then On)"
+    )

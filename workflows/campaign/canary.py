@@ -16,7 +16,9 @@ Two canaries:
   that proved nothing (skipped or at the target) makes room for the next pending host, until one
   is done or none is left. Failed, it halts; a `resume` takes it as it is.
 
-Batches after the canary: `batch_size` hosts each, the next one soaking `soak_seconds` first.
+Batches after the canary: `batch_size` hosts each, each one, the first included, soaking
+`soak_seconds` first (the soak follows the canary as it follows every batch; issue 38: batch 1
+started seconds after the canary with `--soak 5m`).
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ class CanaryLedger(DeploymentLedger):
         the canary's verdict then (module docstring). Returns a halt it causes (a failed canary);
         an empty deployment canary stops the campaign (`stopped_reason`)."""
         if self.deployment_canary:
-            return self._end_deployment_canary()
+            return self._end_deployment_canary(now=now, soak_seconds=soak_seconds)
         if self.in_flight or self.verifying:
             return None
         nothing_left = not self.has_pending() and not self.deferred
@@ -92,11 +94,11 @@ class CanaryLedger(DeploymentLedger):
             return None
         self.batch += 1
         self.batch_left = self.limits.batch_size
-        if soak_seconds > 0 and self.batch > 1:
+        if soak_seconds > 0:  # after the canary too: batch 1 soaks as every later one does
             self.soak_until = now + timedelta(seconds=soak_seconds)
         return None
 
-    def _end_deployment_canary(self) -> str | None:
+    def _end_deployment_canary(self, *, now: datetime, soak_seconds: float) -> str | None:
         verdict = self.canary_verdict()
         if verdict is None or self.abort_request is not None:
             return None  # an abort ends it: no verdict (its hosts were aborted or never started)
@@ -108,6 +110,8 @@ class CanaryLedger(DeploymentLedger):
             return None
         self.canary_passed = True
         self.batch, self.batch_left = 1, self.limits.batch_size
+        if soak_seconds > 0:  # the fleet's first batch soaks after the canary, as after a batch
+            self.soak_until = now + timedelta(seconds=soak_seconds)
         return None
 
     def _canary_failed(self) -> str | None:

@@ -17,6 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from contracts import metrics
     from contracts.errors import cause_in_words
     from contracts.models.host import MANUAL_INTERVENTION_REQUIRED, HostResetInput
     from contracts.models.redfish import SetPowerResult
@@ -99,3 +100,4 @@ class HostPowerOn(kernel.Abortable):
             f"power cycle (ForceOff+On around the DPU resets) for generation {self._reached}",
             warning=False,
         )
+        metrics.workflow_power_cycle("ForceOff+On", on.bmc_id, self._reached)  # the Event's sample

@@ -441,7 +441,7 @@ class RolloutWorkflow(TemplateWrites):
             ):
                 await self._stuck(f"PodGang {', '.join(state.sick(names_))} not serving; the next step waits")
                 return
-        self.enter(ROLLING_BACK if state.rolling_back else ROLLING, f"{kind}: {', '.join(sorted(names_))}")
+        self.enter(ROLLING_BACK if state.rolling_back else ROLLING, step_details(kind, names_))
         records = state.begin_steps(gangs, kind, workflow.now())
         await self._publish()
         for gang in gangs:
@@ -505,3 +505,14 @@ class RolloutWorkflow(TemplateWrites):
         if self._watcher is not None:
             await kernel.cancel_and_wait(self._watcher)
             self._watcher = None
+
+
+def step_details(kind: StepKind, gangs: set[str] | frozenset[str]) -> str:
+    """The details of a step's phase, read after it (`**rolling**: ...` in the UI): what the step
+    does to which PodGangs, its kind not said again (it read `rolling: roll: ...`, issue 38)."""
+    doing = {
+        "roll": "replacing the stale pods of",
+        "rollback": "putting back the pods of",
+        "repair": "repairing",
+    }
+    return f"{doing[kind]} {', '.join(sorted(gangs))}"
