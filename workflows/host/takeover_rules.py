@@ -4,12 +4,15 @@ Continue-as-new carries the whole state; a run ended by hand (`temporal workflow
 reset) carries nothing but its last memo. So the entity keeps in its memo (`names.CARRIED_MEMO`,
 written when it changes) what must outlive the process holding it: the boot generation, the run
 that left the host OFF (`left_off_by`), maintenance, an operator's hold on automation
-(`automation_hold.py`), the instance the host is assigned to, and the DPUs its removals took out of
-DPF (`removed_from_dpf`: a reprovision of them is refused). A new entity (no state handed to
-it) reads the last closed run of its workflow id once at its start (`read_entity_predecessor`)
-and takes that entry over (`take_over`), saying so in its status, memo and log. The boot
-generation follows its one rule (`boot_generation.generation_after`: never back); what the new
-entity already knows (a start's own generation, a request handled meanwhile) is kept.
+(`automation_hold.py`), the instance the host is assigned to, the DPUs its removals took out of
+DPF (`removed_from_dpf`: a reprovision of them is refused), and a request awaiting approval
+(`awaiting`, whole: the new entity holds it awaiting as its predecessor did, `take_awaiting`; a
+terminate lost it before, its requester, e.g. the monitor, still saying it awaited approval).
+A new entity (no state handed to it) reads the last closed run of its workflow id once at its
+start (`read_entity_predecessor`) and takes that entry over (`take_over`), saying so in its
+status, memo and log. The boot generation follows its one rule
+(`boot_generation.generation_after`: never back); what the new entity already knows (a start's
+own generation, a request handled meanwhile) is kept.
 
 The predecessor's operations are read in the same activity (one visibility list each):
 - one still running (an entity terminated by hand abandons its child) is ADOPTED (`adopt`): the
@@ -122,7 +125,35 @@ def carried(memory: HostEntityMemory) -> dict[str, Any]:
         "automation_held_back": (
             memory.automation_held_back.model_dump(mode="json") if memory.automation_held_back else None
         ),
+        "awaiting": _awaiting(memory),
     }
+
+
+def _awaiting(memory: HostEntityMemory) -> dict[str, Any] | None:
+    """The request awaiting approval, whole (None: none awaits): a terminate must not lose it."""
+    current = memory.current
+    if current is None or current.approved or current.adopted_run:
+        return None
+    return current.model_dump(mode="json")
+
+
+def take_awaiting(memory: HostEntityMemory, entry: dict[str, Any]) -> str:
+    """The predecessor's request that awaited approval (`entry["awaiting"]`) awaits approval here
+    as it did there (`approve`, `withdraw`, `host status` and the requester's own view all reach
+    it; its approval timeout counts from its request, as before), unless this entity already has
+    an operation (adopted: the predecessor never started two). Its words ("" nothing taken)."""
+    awaiting = entry.get("awaiting")
+    if not awaiting or memory.current is not None:
+        return ""
+    try:
+        current = PendingOperation.model_validate(awaiting)
+    except ValidationError:  # a newer entry this code cannot read: said, not guessed
+        return "a request awaiting approval, not readable here: ask again"
+    if current.approved or current.adopted_run:
+        return ""
+    memory.current = current
+    record = current.record
+    return f"{record.operation} requested by {record.requested_by}, still awaiting approval"
 
 
 def outcome_of_run(end: RunEnd) -> str:
@@ -335,6 +366,9 @@ def take_over(
     adopted = adopt(memory, before.running)
     if adopted:
         taken.append(adopted)
+    awaiting = take_awaiting(memory, entry)
+    if awaiting:
+        taken.append(awaiting)
     if not taken:
         return ""
     closed = f" at {iso_z(before.closed_at)}" if before.closed_at else ""

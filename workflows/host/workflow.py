@@ -228,7 +228,8 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
 
     @approve.validator
     def _validate_approve(self, request: ApproveRequest) -> None:
-        self.state.awaiting_approval(request)
+        if self._lock.open:  # a new entity's awaiting request is its predecessor's: after takeover
+            self.state.awaiting_approval(request)
 
     @workflow.update(name=RELEASE_AUTOMATION_UPDATE)
     async def release_automation(self, request: OperatorRequest) -> OperatorAnswer:
@@ -259,7 +260,8 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
 
     @withdraw.validator
     def _validate_withdraw(self, request: WithdrawRequest) -> None:
-        self.state.to_withdraw(request)
+        if self._lock.open:  # as `_validate_approve`
+            self.state.to_withdraw(request)
 
     # -- the instance ---------------------------------------------------------------------------
 
