@@ -332,7 +332,8 @@ def take_over(
     still running; record its operations that closed unrecorded (a cut run's with what its
     reboots said, `reboots`: read for the run `cut_to_read` names). Never moves the boot generation
     back and never replaces what this entity already holds. The words are shown until a later
-    operation of this entity ends (`HostEntityState.finish`): what they reported is past by then."""
+    operation of this entity completes, or the one it adopted ends however it ends
+    (`HostEntityState.finish`): what they reported is past by then."""
     entry = before.carried or {}
     taken = []
     generation = int(entry.get("boot_generation") or 0)
