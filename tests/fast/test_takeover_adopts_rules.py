@@ -379,3 +379,15 @@ def test_an_approved_or_adopted_operation_is_not_carried_as_awaiting() -> None:
     new = entity()
     take_over(new, predecessor(running=(RUNNING_RESET,), **old.model_dump()), T0)
     assert new.current is not None and new.current.adopted_run == "run-7"  # adopted, not the request
+
+
+def test_a_cleared_mark_leaves_no_power_it_on_advice_in_the_taken_over_words() -> None:
+    """Re-attack item 5: once the mark was cleared, the taken-over line still quoted the cut run's
+    `the host HOST is OFF: power it on (...)`. Now that advice reads as past too."""
+    cut = _closed(RESET_ID, RunEnd(status="TERMINATED", last_phase="manual-intervention-required"), 2)
+    new = entity()
+    take_over(new, predecessor(ended=(cut,)), T0)
+    assert f"the host {HOST} is OFF: power it on" in new.taken_over, new.taken_over
+    assert new.read_at_rest("On")
+    assert "power it on" not in new.taken_over and " is OFF" not in new.taken_over, new.taken_over
+    assert f"the host {HOST} was OFF then" in new.taken_over, new.taken_over

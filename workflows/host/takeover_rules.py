@@ -31,6 +31,7 @@ Pure: no Temporal, no clock, no I/O.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
@@ -393,6 +394,14 @@ def off_while_no_entity(before: EntityPredecessor) -> str:
 def no_longer_off(taken_over: str, run: str, why: str) -> str:
     """The "taken over" words once the OFF mark they name (`run`) is cleared (`why`): their
     `the host is OFF as RUN left it` would contradict the mark (and the WARNING that went), so it
-    reads `the host was OFF as RUN left it (no longer: WHY)`; other words are kept as they were."""
+    reads `the host was OFF as RUN left it (no longer: WHY)`, and a quoted run's `the host H is OFF:
+    power it on (...)` reads `the host H was OFF then`; other words are kept as they were."""
     said = f"the host is OFF as {run} left it"
-    return taken_over.replace(said, f"the host was OFF as {run} left it (no longer: {why})")
+    words = taken_over.replace(said, f"the host was OFF as {run} left it (no longer: {why})")
+    # A run's own words quoted in them (`off_when_cut`'s) advise powering on: past too.
+    return _POWER_IT_ON.sub(r"the host \1 was OFF then", words)
+
+
+_POWER_IT_ON: Final = re.compile(
+    rf"the host (\S+) {HOST_IS_OFF}: power it on \(`metalflow bmc power \S+ on`\)"
+)
