@@ -438,14 +438,33 @@ async def test_a_reboot_asked_behind_a_terminated_firmware_runs_waiting_reboot_i
             refused = await metalflow(
                 local_env, "host", "reboot", host, "--by", "bob@test", "--task-queue", task_queue
             )
+            # Every other operation that will reboot the host is refused the same way, before it
+            # changes anything (item 1 of the re-attack: a reprovision was accepted, deleted both
+            # DPUs, then failed `HostBusy` at its own reboot, the DPUs left `Rebooting`).
+            others = {}
+            for words in (
+                ("reprovision",),
+                ("firmware", "--version", TARGET, "--image", IMAGE),
+                ("reset", "--host"),
+                ("reset", "--both"),
+            ):
+                others[words[0] + (words[1] if words[0] == "reset" else "")] = await metalflow(
+                    local_env, "host", words[0], host, *words[1:], "--by", "bob@test",
+                    "--task-queue", task_queue,
+                )  # fmt: skip
             status = await metalflow(local_env, "host", "status", host)
             waiting = local_env.client.get_workflow_handle(reboot)
             still = (await waiting.describe()).status
             started: Any = None
-            try:
-                started = await local_env.client.get_workflow_handle(after).describe()
-            except Exception:  # noqa: BLE001 - no such workflow: nothing started
-                pass
+            for run in (after, f"reprovision/{host}", f"reset/{host}"):
+                try:
+                    started = await local_env.client.get_workflow_handle(run).describe()
+                except Exception:  # noqa: BLE001 - no such workflow: nothing started
+                    continue
+                break
+            firmware_runs = [
+                r.run_id async for r in local_env.client.list_workflows(f"WorkflowId = 'firmware/{host}'")
+            ]
             await waiting.cancel()  # the way out the refusal names (its On is refused again: OFF)
             with pytest.raises(WorkflowFailureError):  # it ends failed saying the host is OFF
                 await waiting.result()
@@ -453,6 +472,13 @@ async def test_a_reboot_asked_behind_a_terminated_firmware_runs_waiting_reboot_i
         assert f"{reboot} still runs and waits for a person (manual-intervention-required" in refused.stderr
         assert f"`temporal workflow cancel --workflow-id {reboot}`" in refused.stderr, refused.stderr
         assert started is None and still is not None and still.name == "RUNNING", (started, still)
+        assert len(firmware_runs) == 1, firmware_runs  # the one terminated; no second
+        for what, other in others.items():
+            assert other.status != 0, (what, other.stdout + other.stderr)
+            said = other.stdout + other.stderr
+            waits = f"{reboot} still runs and waits for a person (manual-intervention-required"
+            assert waits in said, (what, said)
+            assert f"`temporal workflow cancel --workflow-id {reboot}`" in said, (what, said)
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert f"{reboot} still waits for a person: `temporal workflow cancel" in outcome, outcome
         assert "idle" in status.stdout and "bob@test" not in status.stdout, status.stdout  # no record kept

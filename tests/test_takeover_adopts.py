@@ -220,3 +220,26 @@ async def _closed(env: WorkflowEnvironment, workflow_id: str) -> None:
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"{workflow_id} never closed")
+
+
+async def test_a_request_awaiting_approval_outlives_its_entitys_terminate(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Re-attack item 2: a reprovision awaiting approval (an assigned host) vanished with its
+    entity's terminate: `approve` started a new entity that answered "nothing awaits approval",
+    and nothing recorded the request. Now the new entity holds it awaiting: `approve` starts it."""
+    host, env = "adopt-003", local_env
+    async with worker_for(env.client, task_queue, sim):
+        await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=POLICY), task_queue)
+        await _asked(env, task_queue, "alice", "host", "assign", host, "inst-1")
+        held = await _asked(env, task_queue, "alice", "host", "reprovision", host)
+        assert "awaits approval" in held.stdout, held.stdout
+        await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate("as an operator might")
+        approved = await _asked(env, task_queue, "carol", "approve", host)
+        assert f"started reprovision/{host}" in approved.stdout, approved.stdout
+        shown = (await shown_state(env, host))["host"]
+        assert "reprovision requested by alice, still awaiting approval" in shown["taken_over"], shown
+        idle = await _until(env, host, lambda s: s["host"]["current"] is None, "ended the reprovision", 30)
+    last = idle["host"]["recent"][-1]
+    assert last["workflow_id"] == f"reprovision/{host}" and last["requested_by"] == "alice", last
+    assert last["approved_by"] == "carol", last

@@ -347,3 +347,47 @@ def test_an_adopted_monitors_run_aborted_by_an_operator_holds_automation_back() 
     other = entity()  # a person's run adopted: no automation named, no hold
     take_over(other, predecessor(running=(running.model_copy(update={"requested_by": "bob"}),)), T0)
     assert other.current is not None and other.current.request.campaign_workflow_id is None
+
+
+def test_a_request_awaiting_approval_outlives_its_entitys_terminate_and_still_awaits() -> None:
+    """Re-attack item 2: the monitor's reprovision awaited approval; `temporal workflow terminate`
+    of the entity lost it (the monitor kept saying it awaited approval, `approve` of the new
+    entity answered "nothing awaits approval", recorded nowhere). The carried entry now holds the
+    request whole and the new entity holds it awaiting, so `approve` (and withdraw) reach it."""
+    old = entity()
+    old.instance = "inst-1"
+    monitor = f"monitor/{HOST}"
+    asked = OperationRequest(requested_by=monitor, reason="DPU degraded", campaign_workflow_id=monitor)
+    old.record_request(REPROVISION, asked, T0)
+    assert old.needs_approval(REPROVISION, T0)
+    before = predecessor(**old.model_dump())
+    new = entity()
+    words = take_over(new, before, T0 + timedelta(minutes=7))
+    assert f"reprovision requested by {monitor}, still awaiting approval" in words, words
+    assert new.current is not None and not new.current.approved
+    assert new.current.request == asked and new.current.record.requested_at == T0
+    approved = new.approve("carol", T0 + timedelta(minutes=8))
+    assert approved.request.campaign_workflow_id == monitor  # its end is told to the monitor
+
+
+def test_an_approved_or_adopted_operation_is_not_carried_as_awaiting() -> None:
+    old = entity()
+    old.record_request(REBOOT, OperationRequest(requested_by="alice"), T0)
+    assert old.current is not None
+    old.approve_at_once(old.current)
+    assert carried(old)["awaiting"] is None
+    new = entity()
+    take_over(new, predecessor(running=(RUNNING_RESET,), **old.model_dump()), T0)
+    assert new.current is not None and new.current.adopted_run == "run-7"  # adopted, not the request
+
+
+def test_a_cleared_mark_leaves_no_power_it_on_advice_in_the_taken_over_words() -> None:
+    """Re-attack item 5: once the mark was cleared, the taken-over line still quoted the cut run's
+    `the host HOST is OFF: power it on (...)`. Now that advice reads as past too."""
+    cut = _closed(RESET_ID, RunEnd(status="TERMINATED", last_phase="manual-intervention-required"), 2)
+    new = entity()
+    take_over(new, predecessor(ended=(cut,)), T0)
+    assert f"the host {HOST} is OFF: power it on" in new.taken_over, new.taken_over
+    assert new.read_at_rest("On")
+    assert "power it on" not in new.taken_over and " is OFF" not in new.taken_over, new.taken_over
+    assert f"the host {HOST} was OFF then" in new.taken_over, new.taken_over

@@ -1,6 +1,12 @@
 """The input of a host operation's child, from the entity's request and what the entity knows
 (`HostEntityState.child_input`, state.py; split from it by role: one builder per child kind).
 
+`reboot_held_first`: the first boot generation an operation's own reboot would take, for every
+child that will reboot the host (a reprovision, provision, firmware run, a reset of the host),
+read by the entity before it starts it: a reboot of that generation still waiting for a person
+(`boot_generation.waits_for_a_person`: a firmware run terminated by hand abandoned it, the host
+OFF) refuses the start with the words `host reboot` gets, before the operation changed anything.
+
 Pure: no Temporal, no clock, no I/O.
 """
 
@@ -18,6 +24,7 @@ from contracts.models.host import (
     HostResetInput,
     PendingOperation,
     ResetRequest,
+    ResetTarget,
 )
 from contracts.models.operation_policy import OperationPolicy
 from contracts.models.power_watch import PowerAtRest
@@ -89,3 +96,20 @@ def child_input(
         power_before=power_before,
         site_check=request.site_check,
     )
+
+
+def reboot_held_first(child: BaseModel) -> int | None:
+    """The first boot generation the reboot of `child` (an operation's input) would take, None
+    for a child that never reboots the host through a reboot run of its own generation (a
+    removal, a reset of DPUs only) or that checks itself (a `host reboot`: `start_next_reboot`).
+    A reset of the host and its DPUs (`both`, `--full`) cycles the host under its own id, but a
+    reboot waiting for a person holds the host as well: it is checked too."""
+    if isinstance(child, HostRebootInput | HostRemovalInput):
+        return None
+    if isinstance(child, HostResetInput):
+        if child.target not in (ResetTarget.HOST, ResetTarget.BOTH):
+            return None
+        return child.boot_generation + 1
+    if isinstance(child, FirmwareInput | HostOperationInput):
+        return child.boot_generation + 1
+    return None

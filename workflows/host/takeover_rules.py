@@ -4,12 +4,15 @@ Continue-as-new carries the whole state; a run ended by hand (`temporal workflow
 reset) carries nothing but its last memo. So the entity keeps in its memo (`names.CARRIED_MEMO`,
 written when it changes) what must outlive the process holding it: the boot generation, the run
 that left the host OFF (`left_off_by`), maintenance, an operator's hold on automation
-(`automation_hold.py`), the instance the host is assigned to, and the DPUs its removals took out of
-DPF (`removed_from_dpf`: a reprovision of them is refused). A new entity (no state handed to
-it) reads the last closed run of its workflow id once at its start (`read_entity_predecessor`)
-and takes that entry over (`take_over`), saying so in its status, memo and log. The boot
-generation follows its one rule (`boot_generation.generation_after`: never back); what the new
-entity already knows (a start's own generation, a request handled meanwhile) is kept.
+(`automation_hold.py`), the instance the host is assigned to, the DPUs its removals took out of
+DPF (`removed_from_dpf`: a reprovision of them is refused), and a request awaiting approval
+(`awaiting`, whole: the new entity holds it awaiting as its predecessor did, `take_awaiting`; a
+terminate lost it before, its requester, e.g. the monitor, still saying it awaited approval).
+A new entity (no state handed to it) reads the last closed run of its workflow id once at its
+start (`read_entity_predecessor`) and takes that entry over (`take_over`), saying so in its
+status, memo and log. The boot generation follows its one rule
+(`boot_generation.generation_after`: never back); what the new entity already knows (a start's
+own generation, a request handled meanwhile) is kept.
 
 The predecessor's operations are read in the same activity (one visibility list each):
 - one still running (an entity terminated by hand abandons its child) is ADOPTED (`adopt`): the
@@ -28,6 +31,7 @@ Pure: no Temporal, no clock, no I/O.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
@@ -122,7 +126,35 @@ def carried(memory: HostEntityMemory) -> dict[str, Any]:
         "automation_held_back": (
             memory.automation_held_back.model_dump(mode="json") if memory.automation_held_back else None
         ),
+        "awaiting": _awaiting(memory),
     }
+
+
+def _awaiting(memory: HostEntityMemory) -> dict[str, Any] | None:
+    """The request awaiting approval, whole (None: none awaits): a terminate must not lose it."""
+    current = memory.current
+    if current is None or current.approved or current.adopted_run:
+        return None
+    return current.model_dump(mode="json")
+
+
+def take_awaiting(memory: HostEntityMemory, entry: dict[str, Any]) -> str:
+    """The predecessor's request that awaited approval (`entry["awaiting"]`) awaits approval here
+    as it did there (`approve`, `withdraw`, `host status` and the requester's own view all reach
+    it; its approval timeout counts from its request, as before), unless this entity already has
+    an operation (adopted: the predecessor never started two). Its words ("" nothing taken)."""
+    awaiting = entry.get("awaiting")
+    if not awaiting or memory.current is not None:
+        return ""
+    try:
+        current = PendingOperation.model_validate(awaiting)
+    except ValidationError:  # a newer entry this code cannot read: said, not guessed
+        return "a request awaiting approval, not readable here: ask again"
+    if current.approved or current.adopted_run:
+        return ""
+    memory.current = current
+    record = current.record
+    return f"{record.operation} requested by {record.requested_by}, still awaiting approval"
 
 
 def outcome_of_run(end: RunEnd) -> str:
@@ -301,7 +333,8 @@ def take_over(
     still running; record its operations that closed unrecorded (a cut run's with what its
     reboots said, `reboots`: read for the run `cut_to_read` names). Never moves the boot generation
     back and never replaces what this entity already holds. The words are shown until a later
-    operation of this entity ends (`HostEntityState.finish`): what they reported is past by then."""
+    operation of this entity completes, or the one it adopted ends however it ends
+    (`HostEntityState.finish`): what they reported is past by then."""
     entry = before.carried or {}
     taken = []
     generation = int(entry.get("boot_generation") or 0)
@@ -335,6 +368,9 @@ def take_over(
     adopted = adopt(memory, before.running)
     if adopted:
         taken.append(adopted)
+    awaiting = take_awaiting(memory, entry)
+    if awaiting:
+        taken.append(awaiting)
     if not taken:
         return ""
     closed = f" at {iso_z(before.closed_at)}" if before.closed_at else ""
@@ -358,6 +394,14 @@ def off_while_no_entity(before: EntityPredecessor) -> str:
 def no_longer_off(taken_over: str, run: str, why: str) -> str:
     """The "taken over" words once the OFF mark they name (`run`) is cleared (`why`): their
     `the host is OFF as RUN left it` would contradict the mark (and the WARNING that went), so it
-    reads `the host was OFF as RUN left it (no longer: WHY)`; other words are kept as they were."""
+    reads `the host was OFF as RUN left it (no longer: WHY)`, and a quoted run's `the host H is OFF:
+    power it on (...)` reads `the host H was OFF then`; other words are kept as they were."""
     said = f"the host is OFF as {run} left it"
-    return taken_over.replace(said, f"the host was OFF as {run} left it (no longer: {why})")
+    words = taken_over.replace(said, f"the host was OFF as {run} left it (no longer: {why})")
+    # A run's own words quoted in them (`off_when_cut`'s) advise powering on: past too.
+    return _POWER_IT_ON.sub(r"the host \1 was OFF then", words)
+
+
+_POWER_IT_ON: Final = re.compile(
+    rf"the host (\S+) {HOST_IS_OFF}: power it on \(`metalflow bmc power \S+ on`\)"
+)

@@ -44,7 +44,9 @@ fails shows `unknown (why)` and never fails the entity. Cost per read: about 8 e
 
 Worst-case history: about 26 events per operation (update, child start and end, an upsert per phase
 change, the versions read after it; 3 more per reboot run a cancelled or terminated one has read,
-`reached_when_ended`, the last saying if a terminated one left the host OFF) plus 5 per other update,
+`reached_when_ended`, the last saying if a terminated one left the host OFF; 3 more per operation
+that reboots the host other than a reboot: the read of the reboot id it would take, before its start,
+`refuse_behind_waiting`) plus 5 per other update,
 17 (+6 per DPU) per power watch reading, about 6 once per new entity (its predecessor read,
 `takeover.py`; 6 more per adopted operation), a memo upsert per carried change; it
 continues-as-new idle (no read running) past `max_history_events` (10,000) or when asked.
@@ -107,13 +109,19 @@ with workflow.unsafe.imports_passed_through():
     from workflows import kernel
     from workflows.host import versions as host_versions
     from workflows.host.approval_check import ApprovalCheck
+    from workflows.host.child_input import reboot_held_first
     from workflows.host.maintenance_rules import leaves_running
     from workflows.host.outcome import POWER_HOLDERS, ended_as, generation_reported, off_when_cut, outcome_of
     from workflows.host.power_watch import PowerWatch
     from workflows.host.state import HostEntityState
     from workflows.host.takeover import Gate, TakeOver
     from workflows.host.versions_shown import VersionsShown
-    from workflows.parts.reboot_rounds import last_phase, reached_when_ended, start_next_reboot
+    from workflows.parts.reboot_rounds import (
+        last_phase,
+        reached_when_ended,
+        refuse_behind_waiting,
+        start_next_reboot,
+    )
 
 RequestT = TypeVar("RequestT", bound=EntityRequestBody)
 
@@ -220,7 +228,8 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
 
     @approve.validator
     def _validate_approve(self, request: ApproveRequest) -> None:
-        self.state.awaiting_approval(request)
+        if self._lock.open:  # a new entity's awaiting request is its predecessor's: after takeover
+            self.state.awaiting_approval(request)
 
     @workflow.update(name=RELEASE_AUTOMATION_UPDATE)
     async def release_automation(self, request: OperatorRequest) -> OperatorAnswer:
@@ -251,7 +260,8 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
 
     @withdraw.validator
     def _validate_withdraw(self, request: WithdrawRequest) -> None:
-        self.state.to_withdraw(request)
+        if self._lock.open:  # as `_validate_approve`
+            self.state.to_withdraw(request)
 
     # -- the instance ---------------------------------------------------------------------------
 
@@ -383,6 +393,14 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
             self.state.started(current, workflow.now(), workflow_id=self._child.id)
             self._show_phase()
             return
+        first = reboot_held_first(child_input)
+        if first is not None:  # a reboot waiting for a person holds it: refused before any change
+            try:
+                await refuse_behind_waiting(host, first)
+            except HostBusy:
+                self.state.drop()
+                self._show_phase()
+                raise
         kind = of_operation(record.operation)
         try:
             self._child = await workflow.start_child_workflow(

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Final
 
 from temporalio import workflow
@@ -69,7 +69,12 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+    from temporalio.common import (
+        RetryPolicy,
+        SearchAttributePair,
+        TypedSearchAttributes,
+        WorkflowIDReusePolicy,
+    )
 
     from contracts import activity_api, names, priorities, workflow_api
     from contracts.errors import BMCRebootFailed, HostBusy, InvalidInput, OperationAborted
@@ -375,15 +380,29 @@ async def start_next_reboot(
     )
 
 
-async def _describe(host_id: str, generation: int, summary: str) -> RebootRunSeen:
+PRE_START_READ: Final[workflow.ActivityConfig] = {
+    **kernel.bounded(kernel.KUBE_READ, DESCRIBE_SECONDS),
+    # No worker serves it (a worker of other activities): the start goes on at once, its reboot
+    # reads again (`refuse_behind_waiting`), rather than holding the request for the bound.
+    "retry_policy": RetryPolicy(
+        initial_interval=timedelta(milliseconds=500),
+        maximum_interval=timedelta(seconds=30),
+        non_retryable_error_types=[*kernel.NON_RETRYABLE, "NotFoundError"],
+    ),
+}
+
+
+async def _describe(
+    host_id: str, generation: int, summary: str, config: workflow.ActivityConfig | None = None
+) -> RebootRunSeen:
     return await workflow.execute_activity(
         activity_api.describe_reboot_run,
         RebootRunInput(host_id=host_id, boot_generation=generation),
-        **kernel.options(kernel.bounded(kernel.KUBE_READ, DESCRIBE_SECONDS), summary),
+        **kernel.options(config or kernel.bounded(kernel.KUBE_READ, DESCRIBE_SECONDS), summary),
     )
 
 
-async def _spent(host_id: str, generation: int) -> bool:
+async def _spent(host_id: str, generation: int, config: workflow.ActivityConfig | None = None) -> bool:
     """Whether the run holding generation `generation`'s reboot id used it up (one Temporal read:
     `describe_reboot_run`; `boot_generation.spent` decides).
 
@@ -391,13 +410,36 @@ async def _spent(host_id: str, generation: int) -> bool:
         HostBusy: that run still waits for a person (`boot_generation.waits_for_a_person`): a
             reboot after it would wait for it, unsaid, until a person ends it.
     """
-    seen = await _describe(host_id, generation, f"is generation {generation} of {host_id} used up?")
+    seen = await _describe(host_id, generation, f"is generation {generation} of {host_id} used up?", config)
     waiting = boot_generation.waits_for_a_person(names.host_reboot_workflow_id(host_id, generation), seen)
     if waiting:
         raise HostBusy(f"host {host_id} is busy: {waiting}")
     if seen.end == "absent":
         return False
     return boot_generation.spent(generation, boot_generation.RunEnd(seen.end), seen.boot_generation)
+
+
+async def refuse_behind_waiting(host_id: str, generation: int) -> None:
+    """Before an operation that will reboot the host starts (the entity's check, before the
+    operation changed anything): the reboot ids from `generation` on, as `start_next_reboot`
+    walks them, up to the first free one (usually one read: none ran yet). A read that fails is
+    logged and the operation starts: its own reboot reads the same run again as it starts
+    (`start_next_reboot`) and fails `HostBusy` there, naming it.
+
+    Raises:
+        HostBusy: a run of one still waits for a person (`boot_generation.waits_for_a_person`),
+            in the words `host reboot` is refused with.
+    """
+    for asked in range(generation, generation + REBOOTS_READ_AFTER_CANCEL):
+        try:
+            if not await _spent(host_id, asked, PRE_START_READ):
+                return
+        except ActivityError as failed:
+            workflow.logger.warning(
+                "reboot generation %d of %s not read before the start (%s): its reboot reads it "
+                "as it starts", asked, host_id, kernel.describe_failure(failed),
+            )  # fmt: skip
+            return
 
 
 async def last_phase(host_id: str, workflow_id: str) -> str:
