@@ -5,7 +5,8 @@ not beating, `host status` (and `host list`, on stderr) say the DPU phases are f
 and by when the takeover is expected; once another worker has it, the line goes.
 
 Two workers on the test's task queue (a process, and one in the test's process), the site
-watch's heartbeat timeout 12 s (`METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS`): a
+watch's heartbeat timeout 20 s (`METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS`: the line
+shows from 10 s after the last beat until the takeover, a window a slow `host status` cannot miss): a
 reprovision with `--manual-reboot` waits with its DPUs shown; the worker running the watch's
 activity is SIGKILLed.
 """
@@ -55,7 +56,7 @@ async def _until(env: WorkflowEnvironment, accept: object, timeout: float, *args
 async def test_dpu_phases_from_a_dead_workers_watch_say_how_old_they_are(
     local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str, tmp_path: Path
 ) -> None:
-    env = worker_env(local_env.client, sim, METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS="12")
+    env = worker_env(local_env.client, sim, METALFLOW_SITE_WATCH_HEARTBEAT_TIMEOUT_SECONDS="20")
     watch = local_env.client.get_workflow_handle(names.dpf_watch_workflow_id(DPF_NAMESPACE, task_queue))
     with worker_process(task_queue, env, tmp_path / "a.log") as first:
         await first.polling(local_env.client)
@@ -70,11 +71,12 @@ async def test_dpu_phases_from_a_dead_workers_watch_say_how_old_they_are(
             (pending,) = described.raw_description.pending_activities
             assert pending.last_worker_identity.startswith(f"{first.pid}@"), pending
             first.kill()
-            killed = time.monotonic()
-            stale = await _until(local_env, lambda s: LINE.search(s.stdout), 15, "host", "status", HOST)
+            stale = await _until(local_env, lambda s: LINE.search(s.stdout), 30, "host", "status", HOST)
             said = LINE.search(stale.stdout)
+            # Seen before the takeover: once another worker has the watch the line goes, and its
+            # "being taken over" words are said only until the expected time. (A wall-clock bound
+            # here measured the CLI's speed: a quiet full run's `host status` calls took 20 s.)
             assert said is not None, stale.stdout
-            assert time.monotonic() - killed < 12  # seen before the takeover
             listed = await metalflow(local_env, "host", "list")
             assert f"WARNING: the DPU phases shown are from {said.group(1)}: the site watch" in listed.stderr
             as_json = json.loads((await metalflow(local_env, "host", "status", HOST, "--json")).stdout)
