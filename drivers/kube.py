@@ -287,28 +287,19 @@ class Kube:
     ) -> Object:
         """A JSON merge patch (a `metadata.resourceVersion` in it makes it conditional), recorded
         in managedFields as `field_manager`'s when given (else the client's User-Agent)."""
-        patched: Object = await self._call(
-            key,
-            f"{kind.kind} {ns}/{name}",
-            lambda api: api.patch_namespaced_custom_object(
-                kind.group,
-                kind.version,
-                ns,
-                kind.plural,
-                name,
-                patch,
-                _content_type=MERGE_PATCH,
-                field_manager=field_manager,
-                _request_timeout=self.request_timeout,
-            ),  # fmt: skip
-        )
-        return patched
+        return await self._patch(key, kind, ns, name, patch, MERGE_PATCH, field_manager)
 
     async def json_patch(self, key: str, kind: Kind, ns: str, name: str, ops: Sequence[Object]) -> Object:
         """An RFC 6902 JSON patch, applied by the API server to the object as it is then: a
         `test` operation makes it conditional in the same request (one that fails is 422,
         `InvalidInput`, and nothing is written: k8s.io/apiserver `handlers/patch.go` applies
         it with evanphx/json-patch, which implements `test`)."""
+        return await self._patch(key, kind, ns, name, [*ops], JSON_PATCH, None)
+
+    async def _patch(
+        self, key: str, kind: Kind, ns: str, name: str, body: Any, content_type: str, manager: str | None
+    ) -> Object:
+        """One PATCH of a custom object, `body` sent as `content_type` (`patch`, `json_patch`)."""
         patched: Object = await self._call(
             key,
             f"{kind.kind} {ns}/{name}",
@@ -318,8 +309,9 @@ class Kube:
                 ns,
                 kind.plural,
                 name,
-                [*ops],
-                _content_type=JSON_PATCH,
+                body,
+                _content_type=content_type,
+                field_manager=manager,
                 _request_timeout=self.request_timeout,
             ),  # fmt: skip
         )

@@ -67,7 +67,8 @@ Permission = tuple[str, str, str]  # verb, API group, resource
 
 
 def kube_method_verbs() -> dict[str, set[str]]:
-    """Each `Kube` method -> the verbs it sends, read from the client calls in its body."""
+    """Each public `Kube` method -> the verbs it sends, read from the client calls in its body
+    and in the methods it calls."""
     tree = ast.parse((DRIVERS / "kube.py").read_text())
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Kube")
     methods = {f.name: f for f in cls.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)}
@@ -89,7 +90,8 @@ def kube_method_verbs() -> dict[str, set[str]]:
             found |= verbs(callee, seen | {name})
         return found
 
-    return {name: v for name in methods if (v := verbs(name))}
+    # Public methods only: the activities call those (a private helper's verbs are its callers').
+    return {name: v for name in methods if not name.startswith("_") and (v := verbs(name))}
 
 
 @dataclass
