@@ -92,9 +92,19 @@ $(BIN)/python:
 
 # The stamp records a successful install of this pyproject.toml; a failed install leaves no
 # stamp, so the next run retries.
+# The install goes through uv (Astral's installer, itself installed by pip into the venv): it
+# resolves from the same index (PyPI) as pip, downloads in parallel and byte-compiles on both
+# cores. Measured on the 2-core machine, 2026-11-29, a fresh venv: pip 55 s (49 CPU-s, most of
+# it compiling), uv 11 s with an empty uv cache's download. The install is on every clean clone's
+# `make test` path (CI's), so it counted against the suite's 10 minutes. Where uv cannot run
+# (no wheel for the platform, an index only pip is configured for: uv reads no pip.conf), the
+# install falls back to pip, as before.
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "installing metalflow and its dev tools into $(VENV) (skipped next time unless pyproject.toml changes)"
-	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet --disable-pip-version-check 'uv>=0.9' \
+	  && $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[dev]' \
+	  || { echo "uv could not install; installing with pip instead"; \
+	       PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'; }
 	touch $(STAMP)
 
 clean:
