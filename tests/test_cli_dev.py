@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import socket
 import stat
 import subprocess
+import threading
 from pathlib import Path
 
 from cli_support import METALFLOW, clean_env, run_metalflow
@@ -121,8 +123,12 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     the site as the first left it (sim-store.json): the demo does not provision again, and the
     reprovision completes; the BMC power logs, read with `metalflow sim power-log` while the stack
     runs, show exactly one power cycle per reboot DPF asked for; Ctrl-C (SIGINT) then stops
-    everything the second run started. (One test, so the suite starts the demo twice, not three
-    times.)"""
+    everything the second run started. Durability, shown by `dev` itself: the second run's worker
+    is SIGKILLed in the middle of host-001's reprovision (once the power cycle DPF asked for has
+    begun); `dev` restarts it, saying so, and the reprovision finishes on the new worker with that
+    one power cycle, not two. (One test, so the suite starts the demo twice, not four times; a
+    SIGKILL at each step of a power cycle, with the BMC's log read after each, is
+    tests/test_power_crash.py's.)"""
     port, ui_port, sim_port = three_ports()
     state_dir = tmp_path / "state"
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
@@ -162,14 +168,30 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     # tracing asked of metalflow, which must not stop the Temporal server (issue 29): the
     # signal's half of `test_no_demo_waits_and_a_signal_stops_everything`, without a third stack.
     env = clean_env() | {"OTEL_TRACES_EXPORTER": "console"}
+    worker_log = state_dir / "worker.log"
+    second_run_from = worker_log.stat().st_size
     process = subprocess.Popen(
         [METALFLOW, "dev", *ports, "--state-dir", str(state_dir), "--timings", "zero"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
+    # The worker is killed (SIGKILL: no goodbye) when its own log says the reprovision's power
+    # cycle of host-001 began: the moment is the worker's, not a guess of the test's.
+    killer = _WorkerKiller(worker_log, second_run_from, REPROVISION_CYCLE_BEGAN, lines)
+    killer.start()
     try:
-        read_until(process, lines, ready, timeout=300)
+        read_until(process, lines, lambda line: ready(line) or "FAILED" in line, timeout=300)
+        killer.stop()
         output = "".join(lines)
+        killed = killer.killed
+        assert killed is not None, output
+        assert f"metalflow worker (pid {killed}) exited with status -9; restarting it" in output, output
+        assert len(re.findall(r"starting metalflow worker \(pid (\d+),", output)) == 2, output
+        assert not alive(killed)
+        # The reprovision was in flight when its worker died: it completed on the restarted one.
+        second_log = worker_log.read_bytes()[second_run_from:].decode()
+        restarted_at = [m.start() for m in re.finditer(r"metalflow\.worker: worker polling", second_log)][1]
+        assert second_log.index(REPROVISION_COMPLETED) > restarted_at, second_log[restarted_at - 2000 :]
         assert "press Ctrl-C to stop" in output, output
         assert "registered search attributes" not in output
         assert re.search(r"restored \d+ objects", (state_dir / "simulator.log").read_text())
@@ -193,14 +215,54 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=60)
     finally:
+        killer.stop()
         if process.poll() is None:
             process.terminate()
             process.communicate(timeout=60)
     assert process.returncode == 0, output + rest
     assert "everything stopped" in rest, rest
     started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 3 and not any(alive(pid) for pid in started)
+    assert len(started) == 4 and not any(alive(pid) for pid in started)  # the worker twice
     assert not any(listening(p) for p in (port, ui_port, sim_port))
+
+
+REPROVISION_CYCLE_BEGAN = re.compile(
+    r"temporalio\.activity: power cycle of host-001 for boot generation \d+ \(attempt 1,.*\[reboot/host-001/"
+)
+REPROVISION_COMPLETED = "completed: every DPU Ready after 1 power cycle [reprovision/host-001]"
+
+
+class _WorkerKiller(threading.Thread):
+    """SIGKILLs the dev stack's worker once its log, from `offset` on, has a line matching
+    `pattern`: the worker whose `starting metalflow worker (pid N, ...)` came last in `lines`."""
+
+    def __init__(self, log: Path, offset: int, pattern: re.Pattern[str], lines: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.log, self.offset, self.pattern, self.lines = log, offset, pattern, lines
+        self.killed: int | None = None
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=10)
+
+    def run(self) -> None:
+        seen = ""
+        while not self._stopped.wait(0.01):
+            with self.log.open("rb") as log:
+                log.seek(self.offset)
+                chunk = log.read()
+            self.offset += len(chunk)
+            seen = seen[seen.rfind("\n") + 1 :] + chunk.decode(errors="replace")  # whole lines only
+            if self.pattern.search(seen):
+                break
+        while not self._stopped.is_set():
+            pids = re.findall(r"starting metalflow worker \(pid (\d+),", "".join(self.lines))
+            if pids:
+                self.killed = int(pids[-1])
+                os.kill(self.killed, signal.SIGKILL)
+                return
+            self._stopped.wait(0.01)
 
 
 def test_old_history_without_a_saved_site_is_refused_and_reset_names_what_it_deletes(tmp_path: Path) -> None:
