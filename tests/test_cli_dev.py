@@ -13,34 +13,12 @@ import threading
 from pathlib import Path
 
 from cli_support import METALFLOW, clean_env, run_metalflow
-from dev_support import alive, listening, power_cycles, read_until, ready, three_ports
+from dev_support import alive, listening, power_cycles, read_until, ready, run_console, three_ports
 from ports_support import free_port
 from readme_sample import demo_sample, matches
 from temporalio.client import Client
 
 from metalflow.devstack.stack import reset_state
-
-
-def _run(
-    *args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    process = subprocess.Popen(
-        [METALFLOW, *args],
-        cwd=cwd,
-        env={**clean_env(), **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    finally:
-        # Interrupted or timed out: SIGTERM lets `metalflow dev` stop the server and worker it
-        # started (a SIGKILL, what subprocess.run would send, would orphan them).
-        if process.poll() is None:
-            process.terminate()
-            process.communicate(timeout=60)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def _assert_demo_output(output: str) -> None:
@@ -132,7 +110,7 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     port, ui_port, sim_port = three_ports()
     state_dir = tmp_path / "state"
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
-    first = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
+    first = run_console("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"Temporal UI:      http://127.0.0.1:{ui_port}" in first.stdout
     assert "query=Operation%3D%22host%22" in first.stdout  # where to look in the UI
@@ -166,7 +144,8 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     # The second run's site phases take no time (`--timings zero`): the first showed the demo's
     # own timings; this one is about what the state dir remembers. It ends with Ctrl-C (SIGINT),
     # tracing asked of metalflow, which must not stop the Temporal server (issue 29): the
-    # signal's half of `test_no_demo_waits_and_a_signal_stops_everything`, without a third stack.
+    # signal's half of SIGTERM's (tests/test_prometheus_e2e.py's `--no-demo` stack), without a
+    # stack of its own.
     env = clean_env() | {"OTEL_TRACES_EXPORTER": "console"}
     worker_log = state_dir / "worker.log"
     second_run_from = worker_log.stat().st_size
@@ -271,7 +250,7 @@ def test_old_history_without_a_saved_site_is_refused_and_reset_names_what_it_del
     (state_dir / "temporal.db").write_bytes(b"")
     port, ui_port, sim_port = three_ports()
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
-    refused = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=60)
+    refused = run_console("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=60)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "no saved simulated site (sim-store.json)" in refused.stderr
     assert "metalflow dev --reset" in refused.stderr
@@ -288,10 +267,10 @@ def test_busy_port_is_a_clear_error_naming_the_flag(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        completed = _run(
+        completed = run_console(
             "dev", "--exit", "--port", str(port), "--state-dir", str(tmp_path), cwd=tmp_path, timeout=30
         )
-        ui = _run(
+        ui = run_console(
             "dev",
             "--exit",
             "--port",
@@ -311,7 +290,7 @@ def test_busy_port_is_a_clear_error_naming_the_flag(tmp_path: Path) -> None:
 
 
 def test_help_and_usage_errors() -> None:
-    assert _run("--help", cwd=Path.cwd()).returncode == 0  # the console script itself
+    assert run_console("--help", cwd=Path.cwd()).returncode == 0  # the console script itself
     # The rest in this process (argparse's answers; the process is what the line above tests).
     dev_help = run_metalflow("dev", "--help")
     assert dev_help.returncode == 0 and "--no-demo" in dev_help.stdout and "--state-dir" in dev_help.stdout
@@ -319,71 +298,3 @@ def test_help_and_usage_errors() -> None:
     assert run_metalflow().returncode == 2
     assert run_metalflow("dev", "--exit", "--no-demo").returncode == 2
     assert run_metalflow("dev", "--port", "70000").returncode == 2
-
-
-def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path) -> None:
-    """`--no-demo` waits without a demo, and SIGTERM (a service manager's stop) stops everything.
-    Ctrl-C (SIGINT), with tracing asked of metalflow (issue 29), ends the second run of
-    `test_dev_exit_runs_the_demo_...` the same way: one stack started less."""
-    port, ui_port, sim_port = three_ports()
-    env = clean_env()
-    args = ["dev", "--no-demo", "--port", str(port), "--ui-port", str(ui_port), "--state-dir", str(tmp_path)]
-    args += ["--sim-port", str(sim_port)]
-    process = subprocess.Popen(
-        [METALFLOW, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: list[str] = []
-    try:
-        read_until(process, lines, ready, timeout=120)
-        assert listening(port) and listening(ui_port), "".join(lines)
-        assert not any(" demo: " in line or line.startswith("demo:") for line in lines)
-        # No second stack, and commands find this one.
-        _assert_one_stack_found_by_every_command(tmp_path, process.pid, (port, ui_port, sim_port))
-        process.send_signal(signal.SIGTERM)
-        rest, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.communicate(timeout=60)
-    output = "".join(lines) + rest
-    assert process.returncode == 0, output
-    assert "everything stopped" in output
-    started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 3 and not any(alive(pid) for pid in started)
-    assert not listening(port) and not listening(ui_port)
-
-
-def _assert_one_stack_found_by_every_command(state_dir: Path, pid: int, ports: tuple[int, int, int]) -> None:
-    """Issue 29 items 2 and 5: a second `metalflow dev` on a state dir in use is refused, naming
-    the running stack's pid and ports, and changes none of its files; a Temporal command finds
-    the stack (on non-default ports) from the state dir alone, and takes --address/--namespace."""
-    port, ui_port, sim_port = ports
-    kept = {name: (state_dir / name).read_bytes() for name in ("temporal.toml", "site.yaml", "kubeconfig")}
-    other = [str(p) for p in three_ports()]
-    second = _run(
-        "dev", "--no-demo", "--port", other[0], "--ui-port", other[1], "--sim-port", other[2],
-        "--state-dir", str(state_dir), cwd=state_dir, timeout=60,
-    )  # fmt: skip
-    assert second.returncode == 2, second.stdout + second.stderr
-    assert f"is in use by another metalflow dev (pid {pid}: Temporal 127.0.0.1:{port}" in second.stderr
-    assert f"UI http://127.0.0.1:{ui_port}" in second.stderr and f"port {sim_port}" in second.stderr
-    assert "starting" not in second.stdout  # nothing was started
-    assert {name: (state_dir / name).read_bytes() for name in kept} == kept
-    # No TEMPORAL_* at all (the environment is cleaned): the stack of METALFLOW_STATE_DIR.
-    found = _run("campaign", "list", cwd=state_dir, timeout=60, env={"METALFLOW_STATE_DIR": str(state_dir)})
-    assert found.returncode == 0, found.stderr
-    assert found.stdout == "no campaigns\n"
-    found_line = f"Temporal 127.0.0.1:{port} from the metalflow dev of state dir {state_dir.resolve()}"
-    assert found_line in found.stderr
-    # --address and --namespace, like the Temporal CLI (a state dir with no stack in it).
-    elsewhere = {"METALFLOW_STATE_DIR": str(state_dir / "none")}
-    named = _run(
-        "host", "list", "--address", f"127.0.0.1:{port}", "--namespace", "default",
-        cwd=state_dir, timeout=60, env=elsewhere,
-    )  # fmt: skip
-    assert named.returncode == 0, named.stderr
-    wrong = _run(
-        "campaign", "list", "--address", f"127.0.0.1:{port}", "--namespace", "nope",
-        cwd=state_dir, env=elsewhere,
-    )  # fmt: skip
-    assert wrong.returncode != 0 and "nope" in wrong.stderr
