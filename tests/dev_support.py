@@ -1,7 +1,8 @@
 """Support for the tests of `metalflow dev` run for real (the console script, `cli_support.METALFLOW`):
 free ports for its three servers, its output read line by line until a line says enough, whether a
-port listens and a pid runs after it stopped, the BMC's power cycles it left in its state dir, and
-whether its worker reports ready."""
+port listens and a pid runs after it stopped, the BMC's power cycles it left in its state dir,
+whether its worker reports ready, a command run as a user runs it (`run_console`), and what every
+command finds of a running stack (`assert_one_stack_found_by_every_command`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from cli_support import run_metalflow
+from cli_support import METALFLOW, clean_env, run_metalflow
 from ports_support import free_port
 
 
@@ -77,3 +78,64 @@ def worker_ready(metrics_port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def run_console(
+    *args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The console script with `args` in `cwd`, its environment clean, as a user runs it."""
+    process = subprocess.Popen(
+        [METALFLOW, *args],
+        cwd=cwd,
+        env={**clean_env(), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    finally:
+        # Interrupted or timed out: SIGTERM lets `metalflow dev` stop the server and worker it
+        # started (a SIGKILL, what subprocess.run would send, would orphan them).
+        if process.poll() is None:
+            process.terminate()
+            process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def assert_one_stack_found_by_every_command(state_dir: Path, pid: int, ports: tuple[int, int, int]) -> None:
+    """Issue 29 items 2 and 5: a second `metalflow dev` on a state dir in use is refused, naming
+    the running stack's pid and ports, and changes none of its files; a Temporal command finds
+    the stack (on non-default ports) from the state dir alone, and takes --address/--namespace."""
+    port, ui_port, sim_port = ports
+    kept = {name: (state_dir / name).read_bytes() for name in ("temporal.toml", "site.yaml", "kubeconfig")}
+    other = [str(p) for p in three_ports()]
+    second = run_console(
+        "dev", "--no-demo", "--port", other[0], "--ui-port", other[1], "--sim-port", other[2],
+        "--state-dir", str(state_dir), cwd=state_dir, timeout=60,
+    )  # fmt: skip
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"is in use by another metalflow dev (pid {pid}: Temporal 127.0.0.1:{port}" in second.stderr
+    assert f"UI http://127.0.0.1:{ui_port}" in second.stderr and f"port {sim_port}" in second.stderr
+    assert "starting" not in second.stdout  # nothing was started
+    assert {name: (state_dir / name).read_bytes() for name in kept} == kept
+    # No TEMPORAL_* at all (the environment is cleaned): the stack of METALFLOW_STATE_DIR.
+    found = run_console(
+        "campaign", "list", cwd=state_dir, timeout=60, env={"METALFLOW_STATE_DIR": str(state_dir)}
+    )
+    assert found.returncode == 0, found.stderr
+    assert found.stdout == "no campaigns\n"
+    found_line = f"Temporal 127.0.0.1:{port} from the metalflow dev of state dir {state_dir.resolve()}"
+    assert found_line in found.stderr
+    # --address and --namespace, like the Temporal CLI (a state dir with no stack in it).
+    elsewhere = {"METALFLOW_STATE_DIR": str(state_dir / "none")}
+    named = run_console(
+        "host", "list", "--address", f"127.0.0.1:{port}", "--namespace", "default",
+        cwd=state_dir, timeout=60, env=elsewhere,
+    )  # fmt: skip
+    assert named.returncode == 0, named.stderr
+    wrong = run_console(
+        "campaign", "list", "--address", f"127.0.0.1:{port}", "--namespace", "nope",
+        cwd=state_dir, env=elsewhere,
+    )  # fmt: skip
+    assert wrong.returncode != 0 and "nope" in wrong.stderr

@@ -3,42 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import socket
 import stat
 import subprocess
+import threading
 from pathlib import Path
 
 from cli_support import METALFLOW, clean_env, run_metalflow
-from dev_support import alive, listening, power_cycles, read_until, ready, three_ports
+from dev_support import alive, listening, power_cycles, read_until, ready, run_console, three_ports
 from ports_support import free_port
 from readme_sample import demo_sample, matches
 from temporalio.client import Client
 
 from metalflow.devstack.stack import reset_state
-
-
-def _run(
-    *args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    process = subprocess.Popen(
-        [METALFLOW, *args],
-        cwd=cwd,
-        env={**clean_env(), **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    finally:
-        # Interrupted or timed out: SIGTERM lets `metalflow dev` stop the server and worker it
-        # started (a SIGKILL, what subprocess.run would send, would orphan them).
-        if process.poll() is None:
-            process.terminate()
-            process.communicate(timeout=60)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def _assert_demo_output(output: str) -> None:
@@ -121,12 +101,16 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     the site as the first left it (sim-store.json): the demo does not provision again, and the
     reprovision completes; the BMC power logs, read with `metalflow sim power-log` while the stack
     runs, show exactly one power cycle per reboot DPF asked for; Ctrl-C (SIGINT) then stops
-    everything the second run started. (One test, so the suite starts the demo twice, not three
-    times.)"""
+    everything the second run started. Durability, shown by `dev` itself: the second run's worker
+    is SIGKILLed in the middle of host-001's reprovision (once the power cycle DPF asked for has
+    begun); `dev` restarts it, saying so, and the reprovision finishes on the new worker with that
+    one power cycle, not two. (One test, so the suite starts the demo twice, not four times; a
+    SIGKILL at each step of a power cycle, with the BMC's log read after each, is
+    tests/test_power_crash.py's.)"""
     port, ui_port, sim_port = three_ports()
     state_dir = tmp_path / "state"
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
-    first = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
+    first = run_console("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=300)
     assert first.returncode == 0, first.stdout + first.stderr
     assert f"Temporal UI:      http://127.0.0.1:{ui_port}" in first.stdout
     assert "query=Operation%3D%22host%22" in first.stdout  # where to look in the UI
@@ -160,16 +144,33 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
     # The second run's site phases take no time (`--timings zero`): the first showed the demo's
     # own timings; this one is about what the state dir remembers. It ends with Ctrl-C (SIGINT),
     # tracing asked of metalflow, which must not stop the Temporal server (issue 29): the
-    # signal's half of `test_no_demo_waits_and_a_signal_stops_everything`, without a third stack.
+    # signal's half of SIGTERM's (tests/test_prometheus_e2e.py's `--no-demo` stack), without a
+    # stack of its own.
     env = clean_env() | {"OTEL_TRACES_EXPORTER": "console"}
+    worker_log = state_dir / "worker.log"
+    second_run_from = worker_log.stat().st_size
     process = subprocess.Popen(
         [METALFLOW, "dev", *ports, "--state-dir", str(state_dir), "--timings", "zero"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
+    # The worker is killed (SIGKILL: no goodbye) when its own log says the reprovision's power
+    # cycle of host-001 began: the moment is the worker's, not a guess of the test's.
+    killer = _WorkerKiller(worker_log, second_run_from, REPROVISION_CYCLE_BEGAN, lines)
+    killer.start()
     try:
-        read_until(process, lines, ready, timeout=300)
+        read_until(process, lines, lambda line: ready(line) or "FAILED" in line, timeout=300)
+        killer.stop()
         output = "".join(lines)
+        killed = killer.killed
+        assert killed is not None, output
+        assert f"metalflow worker (pid {killed}) exited with status -9; restarting it" in output, output
+        assert len(re.findall(r"starting metalflow worker \(pid (\d+),", output)) == 2, output
+        assert not alive(killed)
+        # The reprovision was in flight when its worker died: it completed on the restarted one.
+        second_log = worker_log.read_bytes()[second_run_from:].decode()
+        restarted_at = [m.start() for m in re.finditer(r"metalflow\.worker: worker polling", second_log)][1]
+        assert second_log.index(REPROVISION_COMPLETED) > restarted_at, second_log[restarted_at - 2000 :]
         assert "press Ctrl-C to stop" in output, output
         assert "registered search attributes" not in output
         assert re.search(r"restored \d+ objects", (state_dir / "simulator.log").read_text())
@@ -193,14 +194,54 @@ def test_dev_exit_runs_the_demo_leaves_nothing_running_and_a_second_run_reuses_t
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=60)
     finally:
+        killer.stop()
         if process.poll() is None:
             process.terminate()
             process.communicate(timeout=60)
     assert process.returncode == 0, output + rest
     assert "everything stopped" in rest, rest
     started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 3 and not any(alive(pid) for pid in started)
+    assert len(started) == 4 and not any(alive(pid) for pid in started)  # the worker twice
     assert not any(listening(p) for p in (port, ui_port, sim_port))
+
+
+REPROVISION_CYCLE_BEGAN = re.compile(
+    r"temporalio\.activity: power cycle of host-001 for boot generation \d+ \(attempt 1,.*\[reboot/host-001/"
+)
+REPROVISION_COMPLETED = "completed: every DPU Ready after 1 power cycle [reprovision/host-001]"
+
+
+class _WorkerKiller(threading.Thread):
+    """SIGKILLs the dev stack's worker once its log, from `offset` on, has a line matching
+    `pattern`: the worker whose `starting metalflow worker (pid N, ...)` came last in `lines`."""
+
+    def __init__(self, log: Path, offset: int, pattern: re.Pattern[str], lines: list[str]) -> None:
+        super().__init__(daemon=True)
+        self.log, self.offset, self.pattern, self.lines = log, offset, pattern, lines
+        self.killed: int | None = None
+        self._stopped = threading.Event()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.join(timeout=10)
+
+    def run(self) -> None:
+        seen = ""
+        while not self._stopped.wait(0.01):
+            with self.log.open("rb") as log:
+                log.seek(self.offset)
+                chunk = log.read()
+            self.offset += len(chunk)
+            seen = seen[seen.rfind("\n") + 1 :] + chunk.decode(errors="replace")  # whole lines only
+            if self.pattern.search(seen):
+                break
+        while not self._stopped.is_set():
+            pids = re.findall(r"starting metalflow worker \(pid (\d+),", "".join(self.lines))
+            if pids:
+                self.killed = int(pids[-1])
+                os.kill(self.killed, signal.SIGKILL)
+                return
+            self._stopped.wait(0.01)
 
 
 def test_old_history_without_a_saved_site_is_refused_and_reset_names_what_it_deletes(tmp_path: Path) -> None:
@@ -209,7 +250,7 @@ def test_old_history_without_a_saved_site_is_refused_and_reset_names_what_it_del
     (state_dir / "temporal.db").write_bytes(b"")
     port, ui_port, sim_port = three_ports()
     ports = ["--port", str(port), "--ui-port", str(ui_port), "--sim-port", str(sim_port)]
-    refused = _run("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=60)
+    refused = run_console("dev", "--exit", *ports, "--state-dir", str(state_dir), cwd=tmp_path, timeout=60)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "no saved simulated site (sim-store.json)" in refused.stderr
     assert "metalflow dev --reset" in refused.stderr
@@ -226,10 +267,10 @@ def test_busy_port_is_a_clear_error_naming_the_flag(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        completed = _run(
+        completed = run_console(
             "dev", "--exit", "--port", str(port), "--state-dir", str(tmp_path), cwd=tmp_path, timeout=30
         )
-        ui = _run(
+        ui = run_console(
             "dev",
             "--exit",
             "--port",
@@ -249,7 +290,7 @@ def test_busy_port_is_a_clear_error_naming_the_flag(tmp_path: Path) -> None:
 
 
 def test_help_and_usage_errors() -> None:
-    assert _run("--help", cwd=Path.cwd()).returncode == 0  # the console script itself
+    assert run_console("--help", cwd=Path.cwd()).returncode == 0  # the console script itself
     # The rest in this process (argparse's answers; the process is what the line above tests).
     dev_help = run_metalflow("dev", "--help")
     assert dev_help.returncode == 0 and "--no-demo" in dev_help.stdout and "--state-dir" in dev_help.stdout
@@ -257,71 +298,3 @@ def test_help_and_usage_errors() -> None:
     assert run_metalflow().returncode == 2
     assert run_metalflow("dev", "--exit", "--no-demo").returncode == 2
     assert run_metalflow("dev", "--port", "70000").returncode == 2
-
-
-def test_no_demo_waits_and_a_signal_stops_everything(tmp_path: Path) -> None:
-    """`--no-demo` waits without a demo, and SIGTERM (a service manager's stop) stops everything.
-    Ctrl-C (SIGINT), with tracing asked of metalflow (issue 29), ends the second run of
-    `test_dev_exit_runs_the_demo_...` the same way: one stack started less."""
-    port, ui_port, sim_port = three_ports()
-    env = clean_env()
-    args = ["dev", "--no-demo", "--port", str(port), "--ui-port", str(ui_port), "--state-dir", str(tmp_path)]
-    args += ["--sim-port", str(sim_port)]
-    process = subprocess.Popen(
-        [METALFLOW, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    lines: list[str] = []
-    try:
-        read_until(process, lines, ready, timeout=120)
-        assert listening(port) and listening(ui_port), "".join(lines)
-        assert not any(" demo: " in line or line.startswith("demo:") for line in lines)
-        # No second stack, and commands find this one.
-        _assert_one_stack_found_by_every_command(tmp_path, process.pid, (port, ui_port, sim_port))
-        process.send_signal(signal.SIGTERM)
-        rest, _ = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            process.terminate()
-            process.communicate(timeout=60)
-    output = "".join(lines) + rest
-    assert process.returncode == 0, output
-    assert "everything stopped" in output
-    started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
-    assert len(started) == 3 and not any(alive(pid) for pid in started)
-    assert not listening(port) and not listening(ui_port)
-
-
-def _assert_one_stack_found_by_every_command(state_dir: Path, pid: int, ports: tuple[int, int, int]) -> None:
-    """Issue 29 items 2 and 5: a second `metalflow dev` on a state dir in use is refused, naming
-    the running stack's pid and ports, and changes none of its files; a Temporal command finds
-    the stack (on non-default ports) from the state dir alone, and takes --address/--namespace."""
-    port, ui_port, sim_port = ports
-    kept = {name: (state_dir / name).read_bytes() for name in ("temporal.toml", "site.yaml", "kubeconfig")}
-    other = [str(p) for p in three_ports()]
-    second = _run(
-        "dev", "--no-demo", "--port", other[0], "--ui-port", other[1], "--sim-port", other[2],
-        "--state-dir", str(state_dir), cwd=state_dir, timeout=60,
-    )  # fmt: skip
-    assert second.returncode == 2, second.stdout + second.stderr
-    assert f"is in use by another metalflow dev (pid {pid}: Temporal 127.0.0.1:{port}" in second.stderr
-    assert f"UI http://127.0.0.1:{ui_port}" in second.stderr and f"port {sim_port}" in second.stderr
-    assert "starting" not in second.stdout  # nothing was started
-    assert {name: (state_dir / name).read_bytes() for name in kept} == kept
-    # No TEMPORAL_* at all (the environment is cleaned): the stack of METALFLOW_STATE_DIR.
-    found = _run("campaign", "list", cwd=state_dir, timeout=60, env={"METALFLOW_STATE_DIR": str(state_dir)})
-    assert found.returncode == 0, found.stderr
-    assert found.stdout == "no campaigns\n"
-    found_line = f"Temporal 127.0.0.1:{port} from the metalflow dev of state dir {state_dir.resolve()}"
-    assert found_line in found.stderr
-    # --address and --namespace, like the Temporal CLI (a state dir with no stack in it).
-    elsewhere = {"METALFLOW_STATE_DIR": str(state_dir / "none")}
-    named = _run(
-        "host", "list", "--address", f"127.0.0.1:{port}", "--namespace", "default",
-        cwd=state_dir, timeout=60, env=elsewhere,
-    )  # fmt: skip
-    assert named.returncode == 0, named.stderr
-    wrong = _run(
-        "campaign", "list", "--address", f"127.0.0.1:{port}", "--namespace", "nope",
-        cwd=state_dir, env=elsewhere,
-    )  # fmt: skip
-    assert wrong.returncode != 0 and "nope" in wrong.stderr

@@ -5,6 +5,11 @@ and retried, it resolves. The same run shows the ManualInterventionRequired Even
 (`metalflow events`), and that the metric names and labels README lists are what Prometheus
 scraped.
 
+The stack is also where `metalflow dev --no-demo` is tested as a service manager runs it: it
+waits without a demo, a second `dev` on its state dir is refused and every command finds it
+(`dev_support.assert_one_stack_found_by_every_command`), and SIGTERM stops everything it started
+(Ctrl-C's half ends tests/test_cli_dev.py's demo test): one stack for both, not two.
+
 The only change to the shipped rules: MetalflowHostInManualIntervention's `for` is 2 s instead of
 15 minutes (scrape and evaluation every second), so the test takes well under a minute of waiting.
 """
@@ -14,9 +19,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +31,7 @@ import httpx
 import pytest
 import yaml
 from cli_support import METALFLOW
-from dev_support import worker_ready
+from dev_support import alive, assert_one_stack_found_by_every_command, listening, ready, worker_ready
 from ports_support import free_port
 from prometheus_support import RunningPrometheus, running_prometheus
 from sim_support import stop_process
@@ -67,26 +74,44 @@ def _env(metrics: int) -> dict[str, str]:
     return env
 
 
+@dataclass
+class DevStack:
+    """`metalflow dev --no-demo` as started: its process, state dir, ports and output file."""
+
+    process: subprocess.Popen[bytes]
+    state: Path
+    metrics: int
+    ports: tuple[int, int, int]  # Temporal gRPC, UI, simulated site
+    output: Path  # its stdout and stderr
+
+    def said(self) -> str:
+        return self.output.read_text()
+
+
 @pytest.fixture
-def dev_stack(tmp_path: Path) -> Iterator[tuple[Path, int]]:
-    """`metalflow dev --no-demo` on free ports, its worker serving /metrics; (state dir, metrics port)."""
+def dev_stack(tmp_path: Path) -> Iterator[DevStack]:
+    """`metalflow dev --no-demo` on free ports, its worker serving /metrics, up and ready."""
     state, metrics = tmp_path / "state", free_port()
-    ports = sorted({free_port() for _ in range(8)} - {metrics})[:3]  # four different ports
-    process = subprocess.Popen(
-        [METALFLOW, "dev", "--no-demo", "--state-dir", str(state), "--port", str(ports[0]),
-         "--ui-port", str(ports[1]), "--sim-port", str(ports[2]), "--hosts", "2", "--timings", "zero",
-         "--initialised"],
-        env=_env(metrics), stdout=subprocess.DEVNULL, stderr=(tmp_path / "dev.log").open("wb"),
-    )  # fmt: skip
+    port, ui_port, sim_port = sorted({free_port() for _ in range(8)} - {metrics})[:3]  # four different ports
+    output = tmp_path / "dev.log"
+    with output.open("wb") as out:
+        process = subprocess.Popen(
+            [METALFLOW, "dev", "--no-demo", "--state-dir", str(state), "--port", str(port),
+             "--ui-port", str(ui_port), "--sim-port", str(sim_port), "--hosts", "2", "--timings", "zero",
+             "--initialised"],
+            env=_env(metrics), stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    stack = DevStack(process, state, metrics, (port, ui_port, sim_port), output)
     try:
-        deadline = time.monotonic() + 120
-        while not worker_ready(metrics):
-            assert process.poll() is None, (tmp_path / "dev.log").read_text()
-            assert time.monotonic() < deadline, "the dev stack's worker was not ready in 120 s"
-            time.sleep(0.5)
-        yield state, metrics
+        _wait("the dev stack's worker and banner", lambda: _up(stack), timeout=120)
+        yield stack
     finally:
         stop_process(process, grace=60)
+
+
+def _up(stack: DevStack) -> bool:
+    assert stack.process.poll() is None, stack.said()
+    return worker_ready(stack.metrics) and ready(stack.said())
 
 
 def _rules() -> dict[str, Any]:
@@ -112,10 +137,15 @@ def _firing(prometheus: RunningPrometheus) -> list[dict[str, Any]]:
     return [a for a in prometheus.alerts() if a["labels"]["alertname"] == ALERT and a["state"] == "firing"]
 
 
-async def test_a_host_in_manual_intervention_fires_the_alert_and_resolves(
-    dev_stack: tuple[Path, int], tmp_path: Path
+async def test_a_host_in_manual_intervention_fires_the_alert_and_resolves_and_sigterm_stops_the_stack(
+    dev_stack: DevStack, tmp_path: Path
 ) -> None:
-    state, metrics = dev_stack
+    state, metrics, (port, ui_port, sim_port) = dev_stack.state, dev_stack.metrics, dev_stack.ports
+    # `--no-demo` waits without a demo; no second stack, and commands find this one.
+    assert listening(port) and listening(ui_port), dev_stack.said()
+    assert not any(" demo: " in line or line.startswith("demo:") for line in dev_stack.said().splitlines())
+    assert_one_stack_found_by_every_command(state, dev_stack.process.pid, dev_stack.ports)
+
     sim = json.loads((state / "sim.json").read_text())
     site = yaml.safe_load(Path(sim["site"]).read_text())
     bmc = next(h["bmc"] for h in site["hosts"] if h["id"] == HOST)
@@ -181,6 +211,16 @@ async def test_a_host_in_manual_intervention_fires_the_alert_and_resolves(
     await client.get_workflow_handle(f"host/{HOST}").terminate("test over")
     print(f"alert firing after {fired_after:.1f} s, resolved after {resolved_after:.1f} s")
     _readme_matches(scraped, httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=10).text)
+
+    # SIGTERM (a service manager's stop) stops everything the stack started.
+    dev_stack.process.send_signal(signal.SIGTERM)
+    returncode = dev_stack.process.wait(timeout=60)
+    output = dev_stack.said()
+    assert returncode == 0, output
+    assert "everything stopped" in output
+    started = [int(pid) for pid in re.findall(r"starting .* \(pid (\d+),", output)]
+    assert len(started) == 3 and not any(alive(pid) for pid in started)
+    assert not listening(port) and not listening(ui_port) and not listening(sim_port)
 
 
 def _scraped_labels(prometheus: RunningPrometheus) -> dict[str, set[str]]:
