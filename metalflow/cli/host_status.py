@@ -138,7 +138,8 @@ async def _off_while_no_entity(client: Client, host_id: str) -> str:
     OFF or an operation that closed since says so (`takeover_rules.off_while_no_entity`: the
     mark the next entity takes over), else "". Read without starting anything: one describe of
     the entity, its memo, one visibility listing of the operations closed since its `PhaseSince`
-    (their status and last Phase; no close event, no reboot run read)."""
+    (their status and last Phase, a failed one's cause and a completed one's result: its close
+    event; no reboot run read)."""
     entity = names.host_workflow_id(host_id)
     try:
         described = await client.get_workflow_handle(entity).describe()
@@ -162,6 +163,7 @@ async def _off_while_no_entity(client: Client, host_id: str) -> str:
                     failure=await _failure(client, run)
                     if run.status == WorkflowExecutionStatus.FAILED
                     else "",
+                    **(await _completed(client, run)),
                 ),
             )
             async for run in client.list_workflows(query, limit=CLOSED_READ)
@@ -191,6 +193,26 @@ async def _failure(client: Client, run: WorkflowExecution) -> str:
     except WorkflowFailureError as err:
         return cause_in_words(err)
     return ""
+
+
+async def _completed(client: Client, run: WorkflowExecution) -> dict[str, Any]:
+    """What a completed run's result says of the host (its close event), as the entity reads an
+    own child's end (`activities/pool.py` `_end_of`): the boot generation it reached and an
+    abort's words. Without it a run that completed after its entity was terminated (a reset whose
+    reboot cycled the host On) could not clear the OFF mark an older run of the same workflow id
+    left, and `host status` said the host "may be OFF" while the next entity cleared the mark."""
+    if run.status != WorkflowExecutionStatus.COMPLETED:
+        return {}
+    try:
+        result = await client.get_workflow_handle(run.id, run_id=run.run_id).result(follow_runs=False)
+    except (WorkflowFailureError, RPCError):
+        return {}
+    end = result if isinstance(result, dict) else {}
+    generation = end.get("boot_generation")
+    return {
+        "aborted": str(end.get("aborted") or ""),
+        "boot_generation": generation if isinstance(generation, int) else None,
+    }
 
 
 def seen_json(seen: Seen, status: HostStatus) -> dict[str, Any]:
