@@ -170,6 +170,24 @@ async def test_a_reboot_that_ended_off_after_its_entity_was_terminated_is_the_of
         assert shown["left_off_by"] == reboot, shown  # before: "" (nothing said the host is OFF)
         assert shown["recent"][-1]["workflow_id"] == reboot and "is OFF" in shown["recent"][-1]["outcome"]
         assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
+
+        # The idle entity holding the mark is terminated: `host list` still lists the host, as
+        # `host status` says it (before: it dropped out of the list and of `--phase "no entity"`).
+        await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate("as an operator might")
+        for _ in range(50):  # visibility lists the closed run a moment after the terminate
+            listed = await _cli(env, "host", "list", "--json", "--phase", "no", "entity")
+            rows = [r for r in json.loads(listed.stdout) if r["host"] == host]
+            if rows:
+                break
+            await asyncio.sleep(0.2)
+        assert rows and rows[0]["phase"] == "no entity" and rows[0]["left_off_by"] == reboot, listed.stdout
+        assert rows[0]["operation"] is None, rows
+        table = await _cli(env, "host", "list")
+        row = next(line for line in table.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " no entity (host may be OFF) " in row, table.stdout
+        assert "(host may be OFF) with no entity running" in table.stderr, table.stderr
+        status = await _cli(env, "host", "status", host)
+        assert f"the host {host} may be OFF as {reboot} left it" in status.stderr, status.stderr
     finally:
         _fault(sim, host, "clear")
         await reset_by_hand(sim, host, "On")

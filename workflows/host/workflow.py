@@ -509,10 +509,10 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
         return idle and workflow.all_handlers_finished()
 
     def _show_phase(self, *, log: bool = True) -> None:
-        """The Phase and details, the `Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`
-        search attributes and the memo entries `left_off` and `awaiting` (written when they change)
-        that `host list` reads (`log=False`: no log line or Event, e.g. when only the maintenance
-        changed: its own says it)."""
+        """The Phase and details, the `Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`,
+        `LeftOffBy` search attributes and the memo entries `left_off` and `awaiting` (written
+        when they change) that `host list` reads (`log=False`: no log line or Event, e.g. when
+        only the maintenance changed: its own says it)."""
         phase, details = self.state.phase(), self.state.details()
         # The run's first `_show_phase` can already see an operation that the same activation's
         # update accepted, then shows it again once started: the same line is logged once.
@@ -525,6 +525,9 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
             else [names.MAINTENANCE.value_unset(), names.MAINTENANCE_SINCE.value_unset()]
         )
         # One upsert of what changed (`upsert_changed`: never in maintenance, none of those two).
+        # The OFF mark, searchable (`host list` after a terminate; moves rarely): `names.LEFT_OFF_BY`.
+        off = self.state.left_off_by
+        maintenance.append(names.LEFT_OFF_BY.value_set(off) if off else names.LEFT_OFF_BY.value_unset())
         also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(since), *maintenance]
         self.enter(phase, details, log=log and (phase, details) != self._logged, also=also)
         self._logged = (phase, details)
