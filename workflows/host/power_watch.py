@@ -100,7 +100,7 @@ class PowerWatch(kernel.Runbook):
             return
         if self.state.current is not None or self.state.maintenance is not None:
             return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
-        cleared = self.state.read_at_rest(power.power_state)
+        cleared = self.state.read_at_rest(power.power_state, workflow.now())
         if cleared:  # the memo entries `host list` and a successor read, at once
             workflow.logger.info("%s: %s", host, cleared)
             workflow.upsert_memo({names.LEFT_OFF_MEMO: None, names.CARRIED_MEMO: carried(self.state)})

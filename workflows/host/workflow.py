@@ -451,14 +451,14 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
         except ChildWorkflowError as err:
             state, reported = self.state, generation_reported(err)  # its reboots count too
             generation, reboot = await reached_when_ended(err, reported, state.host_id, state.boot_generation)
-            state.reached(generation)
+            state.reached(generation, workflow.now())
             outcome, unplanned, deletes_sent, last_reset = outcome_of(err), "", False, None
             if outcome == "terminated":  # did it, or its last reboot, leave the host OFF?
                 kind, cut = current.record.operation, current.record.workflow_id
                 phase = await last_phase(state.host_id, cut) if kind in POWER_HOLDERS else ""
                 outcome = off_when_cut(outcome, kind, phase, state.host_id, reboot)
         else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
-            self.state.reached(result.boot_generation)
+            self.state.reached(result.boot_generation, workflow.now())
             outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent
             last_reset = result.last_reset_time  # its last reboot's mark: the baseline keeps it
         await self.ended(current, outcome, unplanned, deletes_sent=deletes_sent, last_reset=last_reset)
