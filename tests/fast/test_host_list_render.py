@@ -152,3 +152,17 @@ def test_the_closed_run_listing_reads_the_mark_and_its_close() -> None:
     )
     run = _closed(info)
     assert run.left_off == "reset/h-1" and run.closed_at == NOW and run.site is None
+
+
+def test_the_rebooting_dpu_warning_advises_what_works_while_a_reboot_waits_for_a_person() -> None:
+    """Issue 40 (last stop, item 3): the idle-DPU WARNING advised `host reboot`/`reprovision`
+    while a reboot run waiting for a person held the next generation (both refused behind it).
+    With that run named (`held`), it advises ending it first, in the refusal's words."""
+    from metalflow.cli.inventory_check import rebooting_words
+
+    plain = rebooting_words("h-1-dpu-0", "h-1")
+    assert "(`metalflow host reboot h-1` reboots it and tells DPF" in plain, plain
+    held = "reboot/h-1/generation-1 still runs and waits for a person (...): end it first"
+    advised = rebooting_words("h-1-dpu-0", "h-1", held)
+    assert f"`metalflow host reboot h-1` and `reprovision` are refused while {held}" in advised, advised
+    assert "reboots it and tells DPF" not in advised
