@@ -42,6 +42,13 @@ while the host is in maintenance and unset after: `Maintenance IS NOT NULL` list
 MAINTENANCE_SINCE: Final = SearchAttributeKey.for_datetime("MaintenanceSince")
 """Since when a host is in maintenance (unset while it is not): the metric and its alert read it."""
 
+LEFT_OFF_BY: Final = SearchAttributeKey.for_keyword("LeftOffBy")
+"""The run a host's entity holds as having left the host OFF (its `left_off_by`, busy or idle),
+set by the entity when the mark is set or moves and unset when it clears: rare, and shown in the
+same upsert as the Phase the end brings (no event more). Searchable because a terminated entity
+writes nothing at its end: `host list` lists closed entity runs with it (`LeftOffBy IS NOT NULL`)
+whose host has no running entity, as `no entity (host may be OFF)`."""
+
 LEFT_OFF_MEMO: Final = "left_off"
 """Memo entry of a host's entity: the run whose outcome says it left the host OFF, while the host
 is idle after it (absent otherwise). In the memo, not a search attribute: `host list` reads it
@@ -71,6 +78,7 @@ SEARCH_ATTRIBUTES: Final[tuple[SearchAttributeKey[Any], ...]] = (
     BFB_VERSION,
     MAINTENANCE,
     MAINTENANCE_SINCE,
+    LEFT_OFF_BY,
 )
 """Every custom search attribute metalflow sets; each must be registered on the namespace."""
 

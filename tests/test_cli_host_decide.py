@@ -110,7 +110,7 @@ async def test_operator_answers_from_the_metalflow_cli_and_from_readmes_temporal
         "rebooting-host",
     ]
     assert re.fullmatch(r"\d+:\d\d:\d\d", first[4]), listed.stdout
-    assert "3 hosts, 3 with an operation in flight (2 visibility requests)" in listed.stderr
+    assert "3 hosts, 3 with an operation in flight (3 visibility requests)" in listed.stderr
     as_json = await metalflow_here(own_env, "host", "list", "--json", "--phase", "rebooting-host")
     rows = json.loads(as_json.stdout)
     assert [row["host"] for row in rows] == ["host-001", "host-002", "host-003"]

@@ -28,6 +28,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from contracts.models.host import HostWorkflowInput, OperationPolicy
+from metalflow.cli.host_status import reboot_waiting
+from metalflow.cli.inventory_check import rebooting_words
 from metalflow.hosts import ensure_entity, operation_progress
 
 RESET_HOST = "off-001"  # profile powercycle: a reset's ForceOff is its own
@@ -453,6 +455,9 @@ async def test_a_reboot_asked_behind_a_terminated_firmware_runs_waiting_reboot_i
                     "--task-queue", task_queue,
                 )  # fmt: skip
             status = await metalflow(local_env, "host", "status", host)
+            # What `host status` reads for its idle DPU WARNING (a DPU Rebooting would be advised
+            # to end this run first, not `host reboot`, refused behind it): the waiting reboot.
+            held = await reboot_waiting(local_env.client, host, 0)
             waiting = local_env.client.get_workflow_handle(reboot)
             still = (await waiting.describe()).status
             started: Any = None
@@ -482,6 +487,10 @@ async def test_a_reboot_asked_behind_a_terminated_firmware_runs_waiting_reboot_i
         outcome = shown["host"]["recent"][-1]["outcome"]
         assert f"{reboot} still waits for a person: `temporal workflow cancel" in outcome, outcome
         assert "idle" in status.stdout and "bob@test" not in status.stdout, status.stdout  # no record kept
+        assert held.startswith(f"{reboot} still runs and waits for a person"), held
+        advice = rebooting_words(f"{host}-dpu-0", host, held)
+        assert f"`metalflow host reboot {host}` and `reprovision` are refused while {reboot}" in advice
+        assert f"`temporal workflow cancel --workflow-id {reboot}`" in advice, advice
 
 
 async def test_a_reprovision_whose_reboot_left_the_host_off_takes_no_host_rebooted_only_retry(

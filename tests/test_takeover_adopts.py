@@ -34,9 +34,10 @@ from metalflow.hosts import ensure_entity, operation_progress
 
 # Profile powercycle (host 1): a reset's ForceOff is its own; no-powercycle (host 2): a reboot is
 # ForceOff, then On.
-# adopt-007: no-powercycle too (the site's rotation: hosts 2, 7, ...), for a reprovision's reboot.
-RESET_HOST, REBOOT_HOST, CUT_HOST = "adopt-001", "adopt-002", "adopt-007"
-SITE = ModuleSite("adopt", hosts=7, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
+# adopt-007: no-powercycle too (the site's rotation: hosts 2, 7, ...), for a reprovision's reboot;
+# adopt-012 (no-powercycle) for a `reset --host` whose reboot is ForceOff, then On.
+RESET_HOST, REBOOT_HOST, CUT_HOST, RESET_AGAIN = "adopt-001", "adopt-002", "adopt-007", "adopt-012"
+SITE = ModuleSite("adopt", hosts=12, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]
 POLICY = OperationPolicy(power_down_wait_seconds=1.0, power_on_retry_seconds=(0.5, 1.0))
 
@@ -169,6 +170,24 @@ async def test_a_reboot_that_ended_off_after_its_entity_was_terminated_is_the_of
         assert shown["left_off_by"] == reboot, shown  # before: "" (nothing said the host is OFF)
         assert shown["recent"][-1]["workflow_id"] == reboot and "is OFF" in shown["recent"][-1]["outcome"]
         assert f"WARNING          the host is OFF as far as {reboot} knows" in text.stdout, text.stdout
+
+        # The idle entity holding the mark is terminated: `host list` still lists the host, as
+        # `host status` says it (before: it dropped out of the list and of `--phase "no entity"`).
+        await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate("as an operator might")
+        for _ in range(50):  # visibility lists the closed run a moment after the terminate
+            listed = await _cli(env, "host", "list", "--json", "--phase", "no", "entity")
+            rows = [r for r in json.loads(listed.stdout) if r["host"] == host]
+            if rows:
+                break
+            await asyncio.sleep(0.2)
+        assert rows and rows[0]["phase"] == "no entity" and rows[0]["left_off_by"] == reboot, listed.stdout
+        assert rows[0]["operation"] is None, rows
+        table = await _cli(env, "host", "list")
+        row = next(line for line in table.stdout.splitlines() if line.startswith(f"{host} "))
+        assert " no entity (host may be OFF) " in row, table.stdout
+        assert "(host may be OFF) with no entity running" in table.stderr, table.stderr
+        status = await _cli(env, "host", "status", host)
+        assert f"the host {host} may be OFF as {reboot} left it" in status.stderr, status.stderr
     finally:
         _fault(sim, host, "clear")
         await reset_by_hand(sim, host, "On")
@@ -200,6 +219,54 @@ async def test_an_operation_terminated_while_no_entity_ran_whose_reboot_left_the
         assert last["outcome"].startswith("terminated after its reboot reboot/adopt-007/generation-1 "), last
         assert f"WARNING          the host is OFF as far as {reprovision} knows" in text.stdout, text.stdout
         assert sim.power_log(host)[-1]["to"] == "Off"  # as the mark says
+    finally:
+        _fault(sim, host, "clear")
+        await reset_by_hand(sim, host, "On")
+
+
+async def test_a_later_run_of_the_same_reset_that_completed_after_its_entity_was_terminated_clears_the_mark(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Re-attack (issue 40, item 1 of the last stop): `reset/HOST` terminated waiting for a
+    person with the host OFF (the mark names it); `metalflow bmc power HOST on`; `host reset HOST
+    --host` again (the same workflow id); `host/HOST` terminated in its reboot's power-down wait;
+    the reset completes, the host On. Before: `host status` said the host "may be OFF as
+    reset/HOST left it" (the older run's mark: the completed run's result, its boot generation,
+    was not read), while the next entity cleared it."""
+    host, env = RESET_AGAIN, local_env
+    reset = names.host_operation_workflow_id("reset", host)
+    _fault(sim, host, "rotate-after-forceoff")  # the On after its reboot's ForceOff is refused
+    try:
+        async with worker_for(env.client, task_queue, sim):
+            await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=POLICY), task_queue)
+            await _asked(env, task_queue, "alice", "host", "reset", host, "--host")
+            await _reboot_says_off(env, reset, host)
+            await env.client.get_workflow_handle(reset).terminate("as an operator might")
+            marked = await _until(env, host, lambda s: s["host"]["current"] is None, "recorded the reset")
+            assert marked["host"]["left_off_by"] == reset, marked["host"]
+            _fault(sim, host, "clear")
+            on = await _cli(env, "bmc", "power", host, "on", "--settle", "0")  # the WARNING's advice
+            assert on.status == 0, on.stdout + on.stderr
+            seen = len(sim.power_log(host))
+            await _asked(env, task_queue, "bob", "host", "reset", host, "--host", "--power-down-wait", "3")
+            for _ in range(100):  # its reboot turned the host off and waits to turn it on
+                if any(e["to"] == "Off" for e in sim.power_log(host)[seen:]):
+                    break
+                await asyncio.sleep(0.1)
+            assert sim.power_log(host)[-1]["to"] == "Off", sim.power_log(host)[seen:]
+            await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate(
+                "as an operator might"
+            )
+            await _closed(env, reset)
+            assert (await env.client.get_workflow_handle(reset).describe()).status.name == "COMPLETED"
+            assert sim.power_log(host)[-1]["to"] == "On"
+            status = await _cli(env, "host", "status", host)
+            assert status.status == 1 and "was terminated" in status.stderr, status.stderr
+            assert "may be OFF" not in status.stderr, status.stderr  # before: "as reset/HOST left it"
+            # The next entity takes over as the status said: no mark.
+            await _asked(env, task_queue, "carol", "host", "maintenance", host, "on", "--reason", "look")
+            shown = await _until(env, host, lambda s: s["host"]["maintenance"] is not None, "took it")
+        assert shown["host"]["left_off_by"] == "" and shown["host"]["boot_generation"] == 1, shown["host"]
     finally:
         _fault(sim, host, "clear")
         await reset_by_hand(sim, host, "On")

@@ -1,10 +1,11 @@
 """`metalflow host list [--phase P] [--json]`: the fleet at a glance, from Temporal visibility.
 
-Two visibility listings, never a query per host: the running host entities
+Two visibility listings (and a third, of closed entity runs holding the OFF mark: below),
+never a query per host: the running host entities
 (`Operation="host"`, their `HostId`, `Site` and `Phase` search attributes), and the running
 workflows whose parent is an entity (the operations in flight, their `Phase` and start time),
 joined on the parent's id. Each listing pages 1,000 workflows a request, so 10,000 hosts cost
-about 10 + (operations in flight / 1,000) requests; nothing reaches a worker, so it answers even
+about 11 + (operations in flight / 1,000) requests; nothing reaches a worker, so it answers even
 with every worker down. Cost: 1 request per 1,000 rows; on the client about 0.04 ms of CPU a
 row (decoding five attributes, joining, sorting). Most of the time is the server's listing, per
 row listed (`bench/bench_host_list.py`; figures in bench/README.md); a Temporal with advanced
@@ -25,6 +26,14 @@ start). Rows are read from the raw listing RPC, decoding only the attributes sho
 A host whose entity was terminated while its operation runs shows PHASE `no entity` with that
 operation (the operations' listing names its parent), until a request starts an entity that adopts it;
 `--phase "no entity"` lists those hosts (the operations in flight, then their entities by id).
+A host whose entity was terminated holding the OFF mark (a run left the host OFF) shows PHASE
+`no entity (host may be OFF)` and `left_off_by` in `--json`, as `host status` says it: the
+entity upserts the mark as the `LeftOffBy` search attribute when it moves (a terminated run writes
+nothing at its end), so one more listing finds the closed entity runs that held it
+(`MARKED_CLOSED_QUERY`), and those of entities that do not run are read by id, their newest
+closed run deciding (`left_off_without_entity`). The cost follows the marked runs, not the fleet.
+It is the mark alone: an operation that closed after the terminate and said the host is on is
+read by `host status`, not here.
 
 A host whose request awaits approval (PHASE `awaiting-approval`) names the operation it would run
 in OPERATION (`reprovision (awaiting approval)`; `awaiting_approval` in `--json`), from the
@@ -60,6 +69,9 @@ from contracts.validation import terminal_safe
 from contracts.wording import iso_z, plural
 from metalflow.cli import exits
 from metalflow.cli.host_phases import KNOWN_PHASES, NO_ENTITY, shown, shown_as, unknown_phase_message
+from metalflow.cli.visibility_fields import attribute as _attribute
+from metalflow.cli.visibility_fields import memo_entry as _memo
+from metalflow.cli.visibility_fields import time_of as _time
 from metalflow.site_watch_health import dpf_namespace, watch_lapse
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
@@ -69,6 +81,11 @@ ID_CHUNK = 200  # workflow ids per `WorkflowId IN (...)` listing
 ENTITIES_QUERY = f'{names.OPERATION.name} = "{names.HOST}" AND ExecutionStatus = "Running"'
 # Operations are children of an entity; monitors and reboot grandchildren are not (the join drops them).
 OPERATIONS_QUERY = f'{names.OPERATION.name} != "{names.HOST}" AND ExecutionStatus = "Running"'
+# Closed entity runs that held the OFF mark (`LeftOffBy`, upserted while they ran): a host whose
+# entity was terminated with it has no running workflow to show it (`_left_off_without_entity`).
+CLOSED_ENTITIES_QUERY = f'{names.OPERATION.name} = "{names.HOST}" AND ExecutionStatus != "Running"'
+MARKED_CLOSED_QUERY = f"{CLOSED_ENTITIES_QUERY} AND {names.LEFT_OFF_BY.name} IS NOT NULL"
+NO_ENTITY_OFF = "host may be OFF"  # `host status`'s words for it: "the host HOST may be OFF as RUN left it"
 
 
 @dataclass(frozen=True)
@@ -135,8 +152,11 @@ class HostRow:
 
     @property
     def shown_phase(self) -> str:
-        """The PHASE cell: an idle host its last run left OFF says so (the run's words, no BMC read)."""
-        return f"{self.phase} (host OFF)" if self.left_off else self.phase
+        """The PHASE cell: an idle host its last run left OFF says so (the run's words, no BMC read);
+        a host with no entity whose last entity held the mark, as `host status` says it."""
+        if not self.left_off:
+            return self.phase
+        return f"{self.phase} ({NO_ENTITY_OFF})" if self.phase == NO_ENTITY else f"{self.phase} (host OFF)"
 
 
 def register(commands: Any, runner: Callable[[Action], Callable[[argparse.Namespace], int]]) -> None:
@@ -218,6 +238,56 @@ def _operation(execution: WorkflowExecutionInfo) -> _Operation:
     )
 
 
+@dataclass(frozen=True)
+class _Closed:
+    """A closed run of a host's entity as visibility lists it: when it closed, the OFF mark it
+    held (`LeftOffBy`; None: none) and its site."""
+
+    entity: str
+    closed_at: datetime | None
+    left_off: str | None
+    site: str | None
+
+
+def _closed(execution: WorkflowExecutionInfo) -> _Closed:
+    return _Closed(
+        entity=execution.execution.workflow_id,
+        closed_at=execution.close_time.ToDatetime(tzinfo=UTC) if execution.HasField("close_time") else None,
+        left_off=_attribute(execution, names.LEFT_OFF_BY.name),
+        site=_attribute(execution, names.SITE.name),
+    )
+
+
+def left_off_without_entity(closed: list[_Closed], running: set[str]) -> list[tuple[str, HostRow]]:
+    """The hosts whose entity does not run (`running`: the entity ids that do) and whose last
+    closed entity run (`closed`: the runs of those entities, marked or not) held the OFF mark: a
+    `no entity` row naming the run that left the host OFF (`left_off`), since that run closed.
+    A later closed run without the mark (a new entity that cleared it, then ended) wins. Pure."""
+    newest: dict[str, _Closed] = {}
+    for run in closed:
+        best = newest.get(run.entity)
+        if best is None or _closed_key(run) > _closed_key(best):
+            newest[run.entity] = run
+    return [
+        (
+            entity,
+            HostRow(
+                host=entity.removeprefix(f"{names.HOST}/"),
+                site=run.site or "-",
+                phase=NO_ENTITY,
+                phase_since=run.closed_at,
+                left_off=run.left_off,
+            ),
+        )
+        for entity, run in sorted(newest.items())
+        if run.left_off and entity not in running and entity.startswith(f"{names.HOST}/")
+    ]
+
+
+def _closed_key(run: _Closed) -> str:
+    return iso_z(run.closed_at, none="")
+
+
 class _Listing:
     """Paged visibility listings, their request count and the rows read so far (for `progress`)."""
 
@@ -262,43 +332,6 @@ class _Listing:
         )
 
 
-def _attribute(execution: WorkflowExecutionInfo, name: str) -> Any:
-    """One search attribute of a listed workflow (JSON in its payload), None when unset."""
-    payload = execution.search_attributes.indexed_fields.get(name)
-    if payload is None or not payload.data:
-        return None
-    data = payload.data
-    # Most are keywords: a JSON string with nothing escaped is its bytes between the quotes
-    # (json.loads was half of the client's CPU at 10,000 hosts).
-    if len(data) >= 2 and data[0] == data[-1] == 0x22 and b"\\" not in data and b'"' not in data[1:-1]:
-        return data[1:-1].decode()
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
-
-
-def _memo(execution: WorkflowExecutionInfo, key: str) -> str | None:
-    """One string entry of a listed workflow's memo (JSON in its payload), None when absent."""
-    payload = execution.memo.fields.get(key)
-    if payload is None or not payload.data:
-        return None
-    try:
-        value = json.loads(payload.data)
-    except ValueError:
-        return None
-    return value if isinstance(value, str) else None
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 async def fleet(
     client: Client,
     phase: str | None = None,
@@ -319,10 +352,14 @@ async def fleet(
     if phase == NO_ENTITY:  # no workflow shows it: the operations whose entity does not run
         return await _without_entity(listing), listing.requests
     if phase is None:
-        entities, operations = await asyncio.gather(
-            listing.pages(ENTITIES_QUERY, _entity), listing.pages(OPERATIONS_QUERY, _operation)
+        entities, operations, marked = await asyncio.gather(
+            listing.pages(ENTITIES_QUERY, _entity),
+            listing.pages(OPERATIONS_QUERY, _operation),
+            listing.pages(MARKED_CLOSED_QUERY, _closed),
         )
-        return _join(entities, operations), listing.requests
+        rows = _join(entities, operations)
+        off = await _marked_without_entity(listing, marked, {entity_id for entity_id, _ in entities})
+        return _with_off(rows, off), listing.requests
     raw = ", ".join(f'"{word}"' for word in sorted(shown_as(phase)))  # KNOWN_PHASES (`_phase`): no quotes
     wanted = f"{names.PHASE.name} IN ({raw})"
     entities, matched, operations = await asyncio.gather(
@@ -350,10 +387,39 @@ async def _entities_of(listing: _Listing, parents: list[str]) -> list[tuple[str,
 async def _without_entity(listing: _Listing) -> list[HostRow]:
     """`--phase "no entity"`: the running operations, then their entities by id; the rows of the
     operations whose entity does not run (the hosts in flight cost it, not the fleet)."""
-    operations = await listing.pages(OPERATIONS_QUERY, _operation)
-    parents = sorted({op.parent for op in operations if op.parent.startswith(f"{names.HOST}/")})
-    rows = _join(await _entities_of(listing, parents), operations)
-    return [row for row in rows if row.phase == NO_ENTITY]
+    operations, marked = await asyncio.gather(
+        listing.pages(OPERATIONS_QUERY, _operation), listing.pages(MARKED_CLOSED_QUERY, _closed)
+    )
+    parents = {op.parent for op in operations if op.parent.startswith(f"{names.HOST}/")}
+    entities = await _entities_of(listing, sorted(parents | {run.entity for run in marked}))
+    rows = _join(entities, operations)
+    off = await _marked_without_entity(listing, marked, {entity_id for entity_id, _ in entities})
+    return [row for row in _with_off(rows, off) if row.phase == NO_ENTITY]
+
+
+async def _marked_without_entity(
+    listing: _Listing, marked: list[_Closed], running: set[str]
+) -> list[tuple[str, HostRow]]:
+    """The `no entity` rows of hosts left marked OFF (`left_off_without_entity`): of the closed
+    entity runs that held the mark (`marked`), those whose entity does not run, read with all
+    their closed runs by id (`ID_CHUNK` a request) so a later unmarked one wins. The cost follows
+    the marked runs, not the fleet: nothing more is read when none is marked."""
+    ids = sorted({run.entity for run in marked} - running)
+    closed: list[_Closed] = []
+    for chunk in range(0, len(ids), ID_CHUNK):
+        quoted = ", ".join(f'"{entity}"' for entity in ids[chunk : chunk + ID_CHUNK])
+        closed.extend(await listing.pages(f"{CLOSED_ENTITIES_QUERY} AND WorkflowId IN ({quoted})", _closed))
+    return left_off_without_entity(closed, running)
+
+
+def _with_off(rows: list[HostRow], off: list[tuple[str, HostRow]]) -> list[HostRow]:
+    """`rows` with the hosts left marked OFF with no entity: a host already listed (`no entity`,
+    its operation still runs) takes the mark; the others are added, sorted by host id."""
+    marks = {row.host: row for _, row in off}
+    merged = [
+        replace(row, left_off=marks.pop(row.host).left_off) if row.host in marks else row for row in rows
+    ]
+    return sorted(merged + list(marks.values()), key=lambda r: r.host)
 
 
 def _join(entities: list[tuple[str, HostRow]], operations: list[_Operation]) -> list[HostRow]:
@@ -399,7 +465,8 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
     else:
         print(terminal_safe(render(rows, datetime.now(UTC))))
     busy = sum(1 for row in rows if row.workflow_id)
-    left_off = sum(1 for row in rows if row.left_off)
+    left_off = sum(1 for row in rows if row.left_off and row.phase != NO_ENTITY)
+    no_entity_off = sum(1 for row in rows if row.left_off and row.phase == NO_ENTITY)
     print(
         f"{plural(len(rows), 'host')}, {busy} with an operation in flight "
         f"({plural(requests, 'visibility request')})",
@@ -409,6 +476,14 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
         print(
             f"{plural(left_off, 'host')} (host OFF) left OFF by the last run, as far as its outcome "
             "says (no BMC read): `metalflow host status HOST` names the run and how to power it on",
+            file=sys.stderr,
+        )
+    if no_entity_off:
+        print(
+            f"{plural(no_entity_off, 'host')} ({NO_ENTITY_OFF}) with no entity running: the last one was "
+            "terminated holding the host OFF as a run left it (no BMC read): `metalflow host status "
+            "HOST` names the run; power it on (`metalflow bmc power HOST on`), or the next request's "
+            "entity marks it so",
             file=sys.stderr,
         )
     queues = sorted({row.task_queue or names.TASK_QUEUE for row in rows if row.workflow_id})

@@ -36,6 +36,7 @@ from temporalio.service import RPCError
 
 from contracts import names, workflow_api
 from contracts.errors import cause_in_words
+from contracts.models.bmc_lease import RebootRunSeen
 from contracts.models.campaign import Deferred
 from contracts.models.host import HostStatus
 from contracts.models.host_records import EntityPredecessor, OperationRun, RunEnd
@@ -59,6 +60,8 @@ from metalflow.seen import Seen
 from metalflow.site_watch_health import WatchLapse, lapse_of_operation
 from workflows.host.automation_hold import hold_words
 from workflows.host.takeover_rules import off_while_no_entity
+from workflows.parts.boot_generation import RunEnd as RebootEnd
+from workflows.parts.boot_generation import waits_for_a_person
 from workflows.parts.host_power import HOST_IS_OFF
 
 EXIT_OK = exits.OK
@@ -102,7 +105,8 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     # An idle entity says nothing of DPUs an ended operation left waiting (an abort before the
     # power cycle leaves DPF waiting for a reboot): DPF is asked, and what needs a person is said.
     idle = status.current is None or status.current.outcome != "running"
-    warnings = await idle_dpu_warnings(args.host) if idle else []
+    held = await reboot_waiting(client, args.host, status.boot_generation) if idle else ""
+    warnings = await idle_dpu_warnings(args.host, held) if idle else []
     if idle and status.left_off_by:  # a run's own words (workflows/parts/host_power.py): no BMC read here
         warnings.insert(
             0,
@@ -130,6 +134,23 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def reboot_waiting(client: Client, host_id: str, generation: int) -> str:
+    """`boot_generation.waits_for_a_person`'s words when the run of the host's next reboot id
+    (`reboot/HOST/generation-N+1`) still runs waiting for a person (e.g. a firmware run's reboot
+    abandoned when the run was terminated): the entity refuses `host reboot` and `reprovision`
+    behind it, so the idle DPU WARNING must not advise them. "" none, or not readable. One
+    describe, read only for an idle host."""
+    reboot = names.host_reboot_workflow_id(host_id, generation + 1)
+    try:
+        described = await client.get_workflow_handle(reboot).describe()
+    except RPCError:  # none holds it (the usual answer) or no answer: nothing claimed
+        return ""
+    running = described.status == WorkflowExecutionStatus.RUNNING
+    phase = str(described.typed_search_attributes.get(names.PHASE) or "")
+    seen = RebootRunSeen(end=RebootEnd.RUNNING if running else "ended", phase=phase)
+    return waits_for_a_person(reboot, seen)
+
+
 CLOSED_READ = 10  # the host's operations closed since its entity's last phase, listed (a few)
 
 
@@ -138,7 +159,8 @@ async def _off_while_no_entity(client: Client, host_id: str) -> str:
     OFF or an operation that closed since says so (`takeover_rules.off_while_no_entity`: the
     mark the next entity takes over), else "". Read without starting anything: one describe of
     the entity, its memo, one visibility listing of the operations closed since its `PhaseSince`
-    (their status and last Phase; no close event, no reboot run read)."""
+    (their status and last Phase, a failed one's cause and a completed one's result: its close
+    event; no reboot run read)."""
     entity = names.host_workflow_id(host_id)
     try:
         described = await client.get_workflow_handle(entity).describe()
@@ -162,6 +184,7 @@ async def _off_while_no_entity(client: Client, host_id: str) -> str:
                     failure=await _failure(client, run)
                     if run.status == WorkflowExecutionStatus.FAILED
                     else "",
+                    **(await _completed(client, run)),
                 ),
             )
             async for run in client.list_workflows(query, limit=CLOSED_READ)
@@ -191,6 +214,26 @@ async def _failure(client: Client, run: WorkflowExecution) -> str:
     except WorkflowFailureError as err:
         return cause_in_words(err)
     return ""
+
+
+async def _completed(client: Client, run: WorkflowExecution) -> dict[str, Any]:
+    """What a completed run's result says of the host (its close event), as the entity reads an
+    own child's end (`activities/pool.py` `_end_of`): the boot generation it reached and an
+    abort's words. Without it a run that completed after its entity was terminated (a reset whose
+    reboot cycled the host On) could not clear the OFF mark an older run of the same workflow id
+    left, and `host status` said the host "may be OFF" while the next entity cleared the mark."""
+    if run.status != WorkflowExecutionStatus.COMPLETED:
+        return {}
+    try:
+        result = await client.get_workflow_handle(run.id, run_id=run.run_id).result(follow_runs=False)
+    except (WorkflowFailureError, RPCError):
+        return {}
+    end = result if isinstance(result, dict) else {}
+    generation = end.get("boot_generation")
+    return {
+        "aborted": str(end.get("aborted") or ""),
+        "boot_generation": generation if isinstance(generation, int) else None,
+    }
 
 
 def seen_json(seen: Seen, status: HostStatus) -> dict[str, Any]:

@@ -161,10 +161,28 @@ def _unreadable(err: Exception, what: str) -> InventoryUnavailable:
     return kind(f"{what}: {reason}".splitlines()[0])
 
 
-async def idle_dpu_warnings(host_id: str) -> list[str]:
+def rebooting_words(dpu: str, host_id: str, held: str = "") -> str:
+    """The WARNING of a DPU `Rebooting` on an idle host, with the advice that works: `host
+    reboot` (or `reprovision`) reboots the host and tells DPF; while a reboot run still waits for
+    a person holding the next generation (`held`: `boot_generation.waits_for_a_person`'s words),
+    both would be refused behind it, so the advice is to end that run first."""
+    said = f"DPU {dpu} is Rebooting: DPF waits for a reboot of {host_id} and no operation runs to do it"
+    if held:
+        return (
+            f"{said}; `metalflow host reboot {host_id}` and `reprovision` are refused while {held} "
+            "(the reboot)"
+        )
+    return (
+        f"{said} (`metalflow host reboot {host_id}` reboots it and tells DPF, or "
+        f"`metalflow host reprovision {host_id}`)"
+    )
+
+
+async def idle_dpu_warnings(host_id: str, held: str = "") -> list[str]:
     """What DPF shows of an idle host's DPUs that needs a person: a DPU `Rebooting` with no
     operation to reboot the host (an aborted provision or reprovision left it so: DPF waits for a
-    reboot nobody will do), or any DPU not `Ready`. Empty when every DPU is Ready, or when the
+    reboot nobody will do; `held`: a reboot run waiting for a person holds the next generation,
+    `rebooting_words`), or any DPU not `Ready`. Empty when every DPU is Ready, or when the
     inventory or the cluster cannot be read (status must not fail for it).
 
     Cost: the inventory read and one list of the host's DPUs.
@@ -188,11 +206,7 @@ async def idle_dpu_warnings(host_id: str) -> list[str]:
         phase = (item.get("status") or {}).get("phase") or "no phase yet"
         name = item["metadata"]["name"]
         if phase == "Rebooting":
-            warnings.append(
-                f"DPU {name} is Rebooting: DPF waits for a reboot of {host_id} and no operation runs "
-                f"to do it (`metalflow host reboot {host_id}` reboots it and tells DPF, or "
-                f"`metalflow host reprovision {host_id}`)"
-            )
+            warnings.append(rebooting_words(name, host_id, held))
         elif phase != "Ready":
             warnings.append(f"DPU {name} is {phase}, not Ready, and no operation runs on {host_id}")
     return warnings

@@ -10,7 +10,8 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.workflow.v1 import WorkflowExecutionInfo
 
 from contracts import names
-from metalflow.cli.host_list import HostRow, _entity, render
+from metalflow.cli.host_list import HostRow, _Closed, _closed, _entity, left_off_without_entity, render
+from metalflow.cli.host_phases import NO_ENTITY
 
 NOW = datetime(2026, 11, 29, 9, 0, tzinfo=UTC)
 
@@ -116,3 +117,52 @@ def test_phase_takes_no_entity_as_the_phase_column_prints_it() -> None:
     host_list.register(commands, lambda action: lambda args: 0)
     assert parser.parse_args(["list", "--phase", "no", "entity"]).phase == NO_ENTITY
     assert "no entity" in unknown_phase_message("nope")
+
+
+def _run(entity: str, minute: int, left_off: str | None) -> _Closed:
+    return _Closed(entity=entity, closed_at=NOW.replace(minute=minute), left_off=left_off, site="s1")
+
+
+def test_a_host_whose_terminated_entity_held_the_off_mark_is_listed_with_no_entity() -> None:
+    """Issue 40: a host OFF-marked dropped out of `host list` once its idle entity was
+    terminated. Its last closed entity run holding `LeftOffBy` lists it `no entity (host may be
+    OFF)`, naming the run; a running entity, or a later closed run without the mark, does not."""
+    closed = [
+        _run("host/h-1", 1, "reset/h-1"),
+        _run("host/h-2", 1, "reboot/h-2/generation-3"),
+        _run("host/h-2", 2, None),  # a new entity cleared the mark, then ended
+        _run("host/h-3", 1, "reset/h-3"),
+    ]
+    rows = left_off_without_entity(closed, running={"host/h-3"})
+    assert [(entity, row.host) for entity, row in rows] == [("host/h-1", "h-1")]
+    row = rows[0][1]
+    assert row.phase == NO_ENTITY and row.shown_phase == "no entity (host may be OFF)", row
+    assert row.as_json()["left_off_by"] == "reset/h-1" and row.site == "s1"
+    assert row.since == NOW.replace(minute=1)
+    assert "no entity (host may be OFF)" in render([row], NOW)
+    assert left_off_without_entity([], set()) == []
+
+
+def test_the_closed_run_listing_reads_the_mark_and_its_close() -> None:
+    info = WorkflowExecutionInfo()
+    info.execution.workflow_id = "host/h-1"
+    info.close_time.FromDatetime(NOW)
+    info.search_attributes.indexed_fields[names.LEFT_OFF_BY.name].CopyFrom(
+        Payload(metadata={"encoding": b"json/plain"}, data=b'"reset/h-1"')
+    )
+    run = _closed(info)
+    assert run.left_off == "reset/h-1" and run.closed_at == NOW and run.site is None
+
+
+def test_the_rebooting_dpu_warning_advises_what_works_while_a_reboot_waits_for_a_person() -> None:
+    """Issue 40 (last stop, item 3): the idle-DPU WARNING advised `host reboot`/`reprovision`
+    while a reboot run waiting for a person held the next generation (both refused behind it).
+    With that run named (`held`), it advises ending it first, in the refusal's words."""
+    from metalflow.cli.inventory_check import rebooting_words
+
+    plain = rebooting_words("h-1-dpu-0", "h-1")
+    assert "(`metalflow host reboot h-1` reboots it and tells DPF" in plain, plain
+    held = "reboot/h-1/generation-1 still runs and waits for a person (...): end it first"
+    advised = rebooting_words("h-1-dpu-0", "h-1", held)
+    assert f"`metalflow host reboot h-1` and `reprovision` are refused while {held}" in advised, advised
+    assert "reboots it and tells DPF" not in advised

@@ -474,3 +474,17 @@ def test_the_cli_shows_its_pending_request_and_no_hold_back_past_its_end() -> No
     assert line.endswith("; asks again 2026-11-27T04:01:00Z"), line  # not before the hold-back ends
     after = render_monitor(state.status(), policy, now=hold.until)  # the monitor has not woken yet
     assert "holding back     " not in after
+
+
+def test_a_dpu_dpf_no_longer_shows_is_no_longer_watched() -> None:
+    """Issue 40 (last stop, item 3): after `host remove --dpus` of one DPU the monitor still said
+    `2 DPUs watched`. A DPU absent from DPF's state leaves the status; one created again (a new
+    uid) is watched again, from its first sight."""
+    state = monitor()
+    state.observe(seen(("d0", "Ready"), ("d1", "Ready")), T0)
+    state.observe(seen(("d1", "Ready")), T0 + timedelta(minutes=1))  # d0 removed
+    assert [d.dpu_id for d in state.status().dpus] == ["d1"]
+    assert state.degraded == []
+    state.observe(seen(("d0", "Node Effect"), ("d1", "Ready"), uid="v2"), T0 + timedelta(minutes=2))
+    assert sorted(d.dpu_id for d in state.status().dpus) == ["d0", "d1"]
+    assert state.degraded == []  # first sight of the new d0: not a fall from Ready

@@ -39,6 +39,7 @@ def test_search_attributes_are_metalflows_keywords_and_one_time() -> None:
         "BfbVersion": "KeywordList",
         "Maintenance": "Keyword",
         "MaintenanceSince": "Datetime",
+        "LeftOffBy": "Keyword",
     }
     assert [key.name for key in names.SEARCH_ATTRIBUTES] == list(names.search_attribute_types())
 

@@ -31,6 +31,7 @@ from contracts.models.host import (
     ResetRequest,
     RunEnd,
 )
+from contracts.wording import iso_z
 from workflows.host.state import HostEntityState
 from workflows.host.takeover_rules import (
     CutReboots,
@@ -318,13 +319,16 @@ def test_the_taken_over_words_never_contradict_a_cleared_mark() -> None:
     new = entity()
     take_over(new, predecessor(left_off_by=RESET_ID), T0)
     assert f"the host is OFF as {RESET_ID} left it" in new.taken_over and new.left_off_by == RESET_ID
-    assert new.read_at_rest("On")
+    later = T0 + timedelta(minutes=5)
+    assert new.read_at_rest("On", later)
     assert new.left_off_by == "" and f"the host is OFF as {RESET_ID}" not in new.taken_over, new.taken_over
-    assert f"the host was OFF as {RESET_ID} left it (no longer: the host read On at rest)" in new.taken_over
+    # Issue 40 (last stop, item 3): it says when the mark cleared, not only why.
+    cleared = f"the host was OFF as {RESET_ID} left it (no longer: the host read On at rest at {iso_z(later)}"
+    assert cleared in new.taken_over, new.taken_over
     booted = entity()
     take_over(booted, predecessor(left_off_by=RESET_ID), T0)
-    booted.reached(1)
-    assert "(no longer: generation 1 booted)" in booted.taken_over, booted.taken_over
+    booted.reached(1, later)
+    assert f"(no longer: generation 1 booted at {iso_z(later)})" in booted.taken_over, booted.taken_over
 
 
 def test_an_adopted_monitors_run_aborted_by_an_operator_holds_automation_back() -> None:

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host.power_rest import after_reading
     from workflows.host.state import HostEntityState
     from workflows.host.takeover_rules import carried
+    from workflows.phase_upserts import upsert_changed
 
 UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
 MEMO_KEY = "unplanned_power"
@@ -99,10 +100,11 @@ class PowerWatch(kernel.Runbook):
             return
         if self.state.current is not None or self.state.maintenance is not None:
             return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
-        cleared = self.state.read_at_rest(power.power_state)
+        cleared = self.state.read_at_rest(power.power_state, workflow.now())
         if cleared:  # the memo entries `host list` and a successor read, at once
             workflow.logger.info("%s: %s", host, cleared)
             workflow.upsert_memo({names.LEFT_OFF_MEMO: None, names.CARRIED_MEMO: carried(self.state)})
+            upsert_changed([names.LEFT_OFF_BY.value_unset()])  # `host list` finds it no more
         self.state.power, words = after_reading(
             host, self.state.power, power.power_state, power.last_reset_time, workflow.now(), marks
         )

@@ -336,14 +336,15 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         """The operation's child could not start (its id runs outside this entity): no record."""
         self.current = None
 
-    def reached(self, generation: int | None) -> None:
+    def reached(self, generation: int | None, now: datetime | None = None) -> None:
         """The boot generation an operation reported, however it ended (a failed or aborted
-        one's power cycles count too): `boot_generation.generation_after`, the one rule."""
+        one's power cycles count too): `boot_generation.generation_after`, the one rule. `now`:
+        when it was learnt (the cleared mark's words say it)."""
         before = self.boot_generation
         self.boot_generation = generation_after(before, generation)
         self._cycled = self.boot_generation > before
         if self._cycled:  # it booted: it was On (`finish`, next, reads the words)
-            self._no_longer_off(f"generation {self.boot_generation} booted")
+            self._no_longer_off(f"generation {self.boot_generation} booted", now)
 
     def finish(
         self,
@@ -372,7 +373,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         if HOST_IS_OFF in outcome:
             self.left_off_by = current.record.workflow_id
         elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
-            self._no_longer_off(f"{current.record.workflow_id} says the host is on")
+            self._no_longer_off(f"{current.record.workflow_id} says the host is on", now)
         ran = current.record.started_at is not None  # the power it left, as of its end (power_rest.py)
         kept = self.maintenance is not None  # a person's power actions are expected: no baseline
         self.power = after_operation(
@@ -437,20 +438,23 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             return None
         return self.current.record.operation
 
-    def read_at_rest(self, power_state: str | None) -> str:
+    def read_at_rest(self, power_state: str | None, now: datetime | None = None) -> str:
         """A power watch reading at rest (`power_watch.py`): the host read On clears the mark of
         a run that left it OFF (a reading is the world, e.g. after `metalflow bmc power HOST on`,
-        the WARNING's advice). The words of what it cleared ("" nothing)."""
+        the WARNING's advice). The words of what it cleared ("" nothing); `now`: the reading's
+        time, which the cleared mark's words say."""
         if power_state != "On" or not self.left_off_by:
             return ""
         words = f"the host is On at rest: no longer OFF as {self.left_off_by} left it"
-        self._no_longer_off("the host read On at rest")
+        self._no_longer_off("the host read On at rest", now)
         return words
 
-    def _no_longer_off(self, why: str) -> None:
-        """The OFF mark cleared; the taken-over words naming it say so (`no_longer_off`)."""
+    def _no_longer_off(self, why: str, now: datetime | None = None) -> None:
+        """The OFF mark cleared; the taken-over words naming it say so, and when (`now`;
+        `no_longer_off`): without a time the line read as if the mark had never held."""
         if self.left_off_by:
-            self.taken_over = no_longer_off(self.taken_over, self.left_off_by, why)
+            when = f" at {iso_z(now)}" if now is not None else ""
+            self.taken_over = no_longer_off(self.taken_over, self.left_off_by, f"{why}{when}")
         self.left_off_by = ""
 
     def left_off(self) -> str | None:

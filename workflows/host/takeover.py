@@ -142,7 +142,7 @@ class TakeOver(kernel.Runbook):
         cut = end.status in ("TERMINATED", "CANCELED")
         if cut and reported is None:  # Temporal keeps no result: what its reboots reached
             reported, reboot = await reached_by_reboots(state.host_id, state.boot_generation)
-        state.reached(reported)
+        state.reached(reported, workflow.now())
         outcome = outcome_of_run(end)
         if outcome == "terminated":  # did it, or its reboot, leave the host OFF?
             held = record.operation in POWER_HOLDERS

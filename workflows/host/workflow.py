@@ -451,14 +451,14 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
         except ChildWorkflowError as err:
             state, reported = self.state, generation_reported(err)  # its reboots count too
             generation, reboot = await reached_when_ended(err, reported, state.host_id, state.boot_generation)
-            state.reached(generation)
+            state.reached(generation, workflow.now())
             outcome, unplanned, deletes_sent, last_reset = outcome_of(err), "", False, None
             if outcome == "terminated":  # did it, or its last reboot, leave the host OFF?
                 kind, cut = current.record.operation, current.record.workflow_id
                 phase = await last_phase(state.host_id, cut) if kind in POWER_HOLDERS else ""
                 outcome = off_when_cut(outcome, kind, phase, state.host_id, reboot)
         else:  # `completed`, or an operator's abort: `aborted by ...` (a removal's: after a delete?)
-            self.state.reached(result.boot_generation)
+            self.state.reached(result.boot_generation, workflow.now())
             outcome, unplanned, deletes_sent = ended_as(result), result.unplanned_power, result.deletes_sent
             last_reset = result.last_reset_time  # its last reboot's mark: the baseline keeps it
         await self.ended(current, outcome, unplanned, deletes_sent=deletes_sent, last_reset=last_reset)
@@ -509,10 +509,10 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
         return idle and workflow.all_handlers_finished()
 
     def _show_phase(self, *, log: bool = True) -> None:
-        """The Phase and details, the `Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`
-        search attributes and the memo entries `left_off` and `awaiting` (written when they change)
-        that `host list` reads (`log=False`: no log line or Event, e.g. when only the maintenance
-        changed: its own says it)."""
+        """The Phase and details, the `Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`,
+        `LeftOffBy` search attributes and the memo entries `left_off` and `awaiting` (written
+        when they change) that `host list` reads (`log=False`: no log line or Event, e.g. when
+        only the maintenance changed: its own says it)."""
         phase, details = self.state.phase(), self.state.details()
         # The run's first `_show_phase` can already see an operation that the same activation's
         # update accepted, then shows it again once started: the same line is logged once.
@@ -525,6 +525,9 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
             else [names.MAINTENANCE.value_unset(), names.MAINTENANCE_SINCE.value_unset()]
         )
         # One upsert of what changed (`upsert_changed`: never in maintenance, none of those two).
+        # The OFF mark, searchable (`host list` after a terminate; moves rarely): `names.LEFT_OFF_BY`.
+        off = self.state.left_off_by
+        maintenance.append(names.LEFT_OFF_BY.value_set(off) if off else names.LEFT_OFF_BY.value_unset())
         also: list[SearchAttributeUpdate[Any]] = [assigned, names.PHASE_SINCE.value_set(since), *maintenance]
         self.enter(phase, details, log=log and (phase, details) != self._logged, also=also)
         self._logged = (phase, details)

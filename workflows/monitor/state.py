@@ -133,6 +133,14 @@ class MonitorState(MonitorMemory):
             self.last_phases[dpu_id], self.last_uids[dpu_id] = dpu.phase, dpu.uid
         if dpf.node is None:
             self.degraded = []  # the DPUNode is gone (removed): nothing left to take out of the pool
+        # A DPU DPF no longer shows (`host remove --dpus`, or a reprovision's delete before DPF
+        # creates it again) is no longer watched: its phase goes from the status ("2 DPUs watched"
+        # after the removal of one). Its uid and any degraded record stay: one created again is
+        # told apart by its uid, and a degraded one keeps its deadline.
+        shown = {dpu.dpu_id for dpu in dpf.dpus}
+        for dpu_id in [d for d in self.last_phases if d not in shown]:
+            del self.last_phases[dpu_id]
+            self.since.pop(dpu_id, None)
         return resets, since
 
     def _reset_at_rest(self, dpu_id: str, dpu: DPUState) -> str | None:
