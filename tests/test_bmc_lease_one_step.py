@@ -176,20 +176,6 @@ async def killed_run(
         await run
 
 
-async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_slot_back(
-    killed_run: asyncio.Task[KilledRun],
-) -> None:
-    run = await killed_run  # its worker's death, the slot then held: asserted as the run went
-    assert run.result.method == "bmc:PowerCycle"
-    assert power_cycles(run.log) == 1
-    assert activity_attempts(run.history) == {"lease_host_bmc": 2, "power_cycle_host": 1}
-    assert signals(run.history) == []  # the retry was answered "granted": no wait for a signal
-    # One grant (the retry found its request holding the slot), released, none reclaimed.
-    lease = run.lease
-    assert (lease.granted, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
-    assert run.violations == []
-
-
 async def test_a_busy_bmc_queues_the_step_and_grants_by_signal(
     client: Client, task_queue: str, tmp_path: Path
 ) -> None:
@@ -330,3 +316,18 @@ async def test_a_bmc_of_one_host_takes_no_lease_and_waits_for_the_hosts_previous
     assert signals(history) == [] and timers(history) == 0
     released = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
     assert not [e for e in history.events if e.event_type == released]  # nothing to release
+
+
+# Last in the module: its run (`killed_run`) went on while the tests above ran.
+async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_slot_back(
+    killed_run: asyncio.Task[KilledRun],
+) -> None:
+    run = await killed_run  # its worker's death, the slot then held: asserted as the run went
+    assert run.result.method == "bmc:PowerCycle"
+    assert power_cycles(run.log) == 1
+    assert activity_attempts(run.history) == {"lease_host_bmc": 2, "power_cycle_host": 1}
+    assert signals(run.history) == []  # the retry was answered "granted": no wait for a signal
+    # One grant (the retry found its request holding the slot), released, none reclaimed.
+    lease = run.lease
+    assert (lease.granted, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
+    assert run.violations == []
