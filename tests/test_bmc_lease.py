@@ -4,7 +4,8 @@ site as a separate process: three hosts behind ONE multi-system BMC, rebooted at
 - Two `worker.py` processes with `METALFLOW_BMC_MAX_IN_FLIGHT=1`; the worker running the first
   power cycle is SIGKILLed mid-cycle. The BMC's own record shows never more than one System away
   from On and never more than one request at once, every host is cycled exactly once, and the
-  simulator saw no protocol violation.
+  simulator saw no protocol violation. Its run starts with the module (`killed_run`: its own
+  site, task queue and lease) and goes on beside the other tests.
 - A run that holds a slot and one that waits for it are terminated (they never release): the
   lease takes both slots back and a real reboot behind them completes.
 """
@@ -12,7 +13,11 @@ site as a separate process: three hosts behind ONE multi-system BMC, rebooted at
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +46,7 @@ from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_processes
 
 from contracts import names
+from contracts.models.bmc_lease import BMCLeaseStatus
 from contracts.models.host import HostRebootResult, HostStatus
 from drivers.settings import Settings
 
@@ -55,9 +61,23 @@ async def cycling_worker(handles: list[WorkflowHandle[object, HostRebootResult]]
     return None
 
 
-async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_each_host_once(
-    client: Client, task_queue: str, tmp_path: Path
-) -> None:
+@dataclass
+class KilledRun:
+    """What the kill test's run saw at its end (`_two_workers_one_killed`)."""
+
+    results: list[HostRebootResult]
+    lease: BMCLeaseStatus
+    lease_events: int
+    reboot_events: list[int]
+    logs: dict[str, list[dict[str, Any]]]
+    load: dict[str, int]
+    violations: list[Any]
+
+
+async def _two_workers_one_killed(client: Client, tmp_path: Path) -> KilledRun:
+    """Three hosts of one BMC rebooted at once by two worker processes (one slot); the worker
+    running a power cycle is SIGKILLed mid-cycle."""
+    task_queue = f"test-{uuid.uuid4()}"
     with shared_bmc_sim(tmp_path, HOSTS, timings="demo") as sim:
         env = worker_env(client, sim, METALFLOW_BMC_MAX_IN_FLIGHT="1")
         with worker_processes(task_queue, env, sim.state_dir, count=2) as processes:
@@ -80,20 +100,23 @@ async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_ea
             lease = await lease_handle.result()
             lease_events = len((await lease_handle.fetch_history()).events)
             reboot_events = [len((await h.fetch_history()).events) for h in handles]
-        logs = {host: sim.power_log(host) for host in HOSTS}
-        load = sim.bmc_load(HOSTS[0])
-        violations = sim.violations()
+        logs = {host: await asyncio.to_thread(sim.power_log, host) for host in HOSTS}
+        load = await asyncio.to_thread(sim.bmc_load, HOSTS[0])
+        violations = await asyncio.to_thread(sim.violations)
+    return KilledRun(list(results), lease, lease_events, reboot_events, logs, load, violations)
 
-    assert [r.method for r in results] == ["bmc:PowerCycle"] * len(HOSTS)
-    assert {host: power_cycles(log) for host, log in logs.items()} == dict.fromkeys(HOSTS, 1)
-    assert (load["systems_off_peak"], load["requests_in_flight_peak"]) == (1, 1), load
-    # Ended idle (a run of its own per burst: how many grants the last run made depends on timing).
-    assert (lease.limit, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
-    # The cost the docstrings state: bounded per cycle on both sides (a retried attempt included).
-    assert 1 <= lease.granted <= len(HOSTS)
-    assert lease_events <= 20 * lease.granted, lease_events
-    assert max(reboot_events) <= 50, reboot_events
-    assert violations == []
+
+@pytest.fixture(scope="module", autouse=True)
+async def killed_run(
+    local_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[asyncio.Task[KilledRun]]:
+    """The kill test's run, started with the module (its own site, task queue and lease): its
+    two worker processes and its takeover run beside the other tests; the kill test awaits it."""
+    run = asyncio.create_task(_two_workers_one_killed(local_env.client, tmp_path_factory.mktemp("killed")))
+    yield run
+    run.cancel()
+    with contextlib.suppress(BaseException):
+        await run
 
 
 async def test_slots_of_runs_that_closed_without_releasing_are_reclaimed(
@@ -243,3 +266,23 @@ def test_reclaim_period_setting_is_checked() -> None:
     for bad in ("soon", "0", "-1", "7200"):
         with pytest.raises(ValueError, match="bmc_lease_reclaim_seconds|METALFLOW_BMC_LEASE_RECLAIM_SECONDS"):
             Settings.from_env(env | {"METALFLOW_BMC_LEASE_RECLAIM_SECONDS": bad})
+
+
+# Last in the module: its run (`killed_run`) went on while the tests above ran.
+async def test_two_workers_limit_one_one_killed_mid_cycle_one_cycle_at_a_time_each_host_once(
+    killed_run: asyncio.Task[KilledRun],
+) -> None:
+    run = await killed_run  # the victim's death and the survivor's life: asserted as the run went
+    results, lease, lease_events, reboot_events = run.results, run.lease, run.lease_events, run.reboot_events
+    logs, load, violations = run.logs, run.load, run.violations
+
+    assert [r.method for r in results] == ["bmc:PowerCycle"] * len(HOSTS)
+    assert {host: power_cycles(log) for host, log in logs.items()} == dict.fromkeys(HOSTS, 1)
+    assert (load["systems_off_peak"], load["requests_in_flight_peak"]) == (1, 1), load
+    # Ended idle (a run of its own per burst: how many grants the last run made depends on timing).
+    assert (lease.limit, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
+    # The cost the docstrings state: bounded per cycle on both sides (a retried attempt included).
+    assert 1 <= lease.granted <= len(HOSTS)
+    assert lease_events <= 20 * lease.granted, lease_events
+    assert max(reboot_events) <= 50, reboot_events
+    assert violations == []

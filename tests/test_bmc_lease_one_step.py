@@ -8,12 +8,18 @@ on a real dev server and the simulated site as its own process:
 - A BMC that serves one host only: no lease at all, once the host's previous reboot has ended.
 - A worker SIGKILLed right after the lease granted the step its slot, before the result reached
   Temporal: the retried step (on a new worker) is answered "granted" again for the same request,
-  the host is cycled exactly once, and the slot is given back (nothing left to reclaim).
+  the host is cycled exactly once, and the slot is given back (nothing left to reclaim). Its run
+  starts with the module (`killed_run`, its own site and task queue), so its 10 s wait for the
+  lost attempt's heartbeat timeout runs beside the other tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +38,7 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import CancelledError
+from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from worker_support import LEASE_STEP_WORKER, worker_env, worker_process
 
@@ -39,7 +46,7 @@ import workflows
 from activities import build_activities
 from activities.heartbeat import beats_while_running
 from contracts import names
-from contracts.models.bmc_lease import LeaseHostBMCInput, LeaseHostBMCResult
+from contracts.models.bmc_lease import BMCLeaseStatus, LeaseHostBMCInput, LeaseHostBMCResult
 from contracts.models.control import OperatorRequest
 from contracts.models.host import HOST_REBOOTED_SIGNAL, HostRebootInput, HostRebootResult, RebootMethod
 from drivers.settings import Settings
@@ -111,10 +118,22 @@ async def test_a_free_bmc_is_granted_in_the_steps_result(
     assert len(history.events) <= 27, len(history.events)
 
 
-async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_slot_back(
-    client: Client, task_queue: str, tmp_path: Path
-) -> None:
+@dataclass
+class KilledRun:
+    """What the kill test's run saw at its end (`_killed_after_the_grant`)."""
+
+    result: HostRebootResult
+    lease: BMCLeaseStatus
+    history: WorkflowHistory
+    log: list[dict[str, Any]]
+    violations: list[Any]
+
+
+async def _killed_after_the_grant(client: Client, tmp_path: Path) -> KilledRun:
+    """A reboot whose `lease_host_bmc` worker dies right after the lease granted it the slot
+    (`tests/lease_step_worker.py`), then a worker of this process takes it over."""
     host = HOSTS[0]
+    task_queue = f"test-{uuid.uuid4()}"
     with shared_bmc_sim(tmp_path, HOSTS[:2], timings="zero") as sim:
         settings = Settings(site_file=sim.site_file, kubeconfig=sim.kubeconfig, bmc_max_in_flight=1)
         env = worker_env(client, sim, METALFLOW_BMC_MAX_IN_FLIGHT="1")
@@ -128,7 +147,7 @@ async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_s
             assert status == -9, said
         assert "answered granted=True: dying" in said, said
         lease_handle = lease_of(client, sim, host, task_queue)
-        assert power_cycles(sim.power_log(host)) == 0
+        assert power_cycles(await asyncio.to_thread(sim.power_log, host)) == 0
         async with worker_for(client, task_queue, settings):
             # The slot is the reboot's, though its run never heard of it (a query needs a worker;
             # the lost attempt is retried only after its 10 s heartbeat timeout, `CALL_HEARTBEAT`).
@@ -138,16 +157,23 @@ async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_s
             result = await asyncio.wait_for(reboot.result(), 240)
             lease = await asyncio.wait_for(lease_handle.result(), 60)
             history = await reboot.fetch_history()
-        log = sim.power_log(host)
-        violations = sim.violations()
+        log = await asyncio.to_thread(sim.power_log, host)
+        violations = await asyncio.to_thread(sim.violations)
+    return KilledRun(result, lease, history, log, violations)
 
-    assert result.method == "bmc:PowerCycle"
-    assert power_cycles(log) == 1
-    assert activity_attempts(history) == {"lease_host_bmc": 2, "power_cycle_host": 1}
-    assert signals(history) == []  # the retry was answered "granted": no wait for a signal
-    # One grant (the retry found its request holding the slot), released, none reclaimed.
-    assert (lease.granted, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
-    assert violations == []
+
+@pytest.fixture(scope="module", autouse=True)
+async def killed_run(
+    local_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[asyncio.Task[KilledRun]]:
+    """The kill test's run, started with the module: its wait for the lost attempt's 10 s
+    heartbeat timeout runs beside the other tests (its own site, task queue and lease); the kill
+    test awaits it."""
+    run = asyncio.create_task(_killed_after_the_grant(local_env.client, tmp_path_factory.mktemp("killed")))
+    yield run
+    run.cancel()
+    with contextlib.suppress(BaseException):
+        await run
 
 
 async def test_a_busy_bmc_queues_the_step_and_grants_by_signal(
@@ -290,3 +316,18 @@ async def test_a_bmc_of_one_host_takes_no_lease_and_waits_for_the_hosts_previous
     assert signals(history) == [] and timers(history) == 0
     released = EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED
     assert not [e for e in history.events if e.event_type == released]  # nothing to release
+
+
+# Last in the module: its run (`killed_run`) went on while the tests above ran.
+async def test_a_worker_killed_after_the_grant_still_cycles_once_and_gives_the_slot_back(
+    killed_run: asyncio.Task[KilledRun],
+) -> None:
+    run = await killed_run  # its worker's death, the slot then held: asserted as the run went
+    assert run.result.method == "bmc:PowerCycle"
+    assert power_cycles(run.log) == 1
+    assert activity_attempts(run.history) == {"lease_host_bmc": 2, "power_cycle_host": 1}
+    assert signals(run.history) == []  # the retry was answered "granted": no wait for a signal
+    # One grant (the retry found its request holding the slot), released, none reclaimed.
+    lease = run.lease
+    assert (lease.granted, lease.holders, lease.waiting, lease.reclaimed) == (1, (), (), 0)
+    assert run.violations == []

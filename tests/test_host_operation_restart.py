@@ -1,10 +1,14 @@
 """Crash safety of the server side: the test runs its OWN Temporal dev server (SQLite file on
 disk), a worker process and the simulated site, SIGKILLs the dev server while a reprovision of a
-2-DPU BF3 host is in flight, and starts it again on the same database and port.
+2-DPU BF3 host is in flight, and starts it again on the same database and port: three times in
+one run, at three points of the operation (while the DPUs install, while the power cycle waits to
+send its reset, after the reset), each outage lasting until the site has done what that point
+is about. One run, not three: the server, site and worker are started once, and each point is
+reached in the operation's own order (none of them needs a fresh operation).
 
 The operation must still end with exactly the one power cycle DPF asked for in the BMC's power
 log, and no violation recorded by the simulated site. The worker is left alone: it must ride out
-the outage and reconnect by itself (the test fails, naming its log, if it died)."""
+the outages and reconnect by itself (the test fails, naming its log, if it died)."""
 
 from __future__ import annotations
 
@@ -21,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from host_operation_support import FAST_POLICY, power_cycles, start_operation, status_of, wait_for_status
 from ports_support import free_port
 from sim_support import RunningSim, running_sim
@@ -155,24 +158,29 @@ def dpu_phases(sim: RunningSim, host_id: str) -> list[str]:
 
 @dataclass
 class KillPoint:
-    """When to kill the server, and what the site must have done before it comes back."""
+    """When to kill the server, and what the site must have done before it comes back.
 
-    in_flight: Callable[[Client, str], Awaitable[bool]]
+    `in_flight` gets the client being connected (the server may just have been started again):
+    a point read from the site alone is watched from the server's start on, not from its client's."""
+
+    in_flight: Callable[[asyncio.Task[Client], str], Awaitable[bool]]
     outage_until: Callable[[RunningSim, float], bool]  # (the site, seconds the server is down)
     what: str
 
 
-async def _dpus_installing(client: Client, workflow_id: str) -> bool:
+async def _dpus_installing(connected: asyncio.Task[Client], workflow_id: str) -> bool:
+    client = await connected
     status = await status_of(client.get_workflow_handle(workflow_id))
     return status.phase == "waiting-for-reboot-request" and any(
         d.phase in ("Config FW Parameters", "Prepare BFB", "OS Installing") for d in status.dpus
     )
 
 
-async def _power_cycle_started(client: Client, workflow_id: str) -> bool:
+async def _power_cycle_started(connected: asyncio.Task[Client], workflow_id: str) -> bool:
     # A worker runs the reboot child's power_cycle_host and the server has recorded its first
     # heartbeat (step `started`); the step before the reset follows at the SDK's throttle (~3 s).
     # Killed now, a retry resumes from `started`: the reset must wait until its step is recorded.
+    client = await connected
     try:
         child = await client.get_workflow_handle("reboot/host-001/generation-1").describe()
     except RPCError:
@@ -190,7 +198,8 @@ def _reset_under_way(sim: RunningSim) -> bool:
     return any(e["to"] == "Off" for e in sim.power_log("host-001"))
 
 
-async def _reset_sent(client: Client, workflow_id: str) -> bool:
+async def _reset_sent(connected: asyncio.Task[Client], workflow_id: str) -> bool:
+    # Read from the site, from the server's start on: the reset follows the worker's reconnection.
     return await asyncio.to_thread(_reset_under_way, sim_of[workflow_id])
 
 
@@ -216,21 +225,41 @@ AFTER_THE_RESET = KillPoint(
     lambda sim, _down: [e["to"] for e in sim.power_log("host-001")][-2:] == ["Off", "On"],
     "the BMC's power cycle done (Off, then On)",
 )
+# In the operation's order: the installs, the reboot's power cycle before its reset, after it.
+KILL_POINTS = {
+    "while-dpus-install": INSTALLING,
+    "while-power-cycling": POWER_CYCLING,
+    "after-the-reset": AFTER_THE_RESET,
+}
 
 
-@pytest.mark.parametrize(
-    "kill",
-    [
-        pytest.param(INSTALLING, id="while-dpus-install"),
-        pytest.param(POWER_CYCLING, id="while-power-cycling"),
-        pytest.param(AFTER_THE_RESET, id="after-the-reset"),
-    ],
-)
-async def test_reprovision_survives_a_dev_server_restart(
-    tmp_path: Path, kill: KillPoint, capsys: Any
-) -> None:
+async def _kill_and_start_again(
+    server: DevServer,
+    sim: RunningSim,
+    kill: KillPoint,
+    name: str,
+    connected: asyncio.Task[Client],
+    workflow_id: str,
+) -> tuple[asyncio.Task[Client], float, float]:
+    """Kill the server at `kill`'s point, start it again once the site did what the point is
+    about; returns the client being connected, when it was killed and how long it was down."""
+    await deadline(
+        lambda: kill.in_flight(connected, workflow_id), f"the moment to kill the server ({name})", 90
+    )
+    server.kill()
+    down_at = time.monotonic()
+    await deadline(
+        lambda: asyncio.to_thread(kill.outage_until, sim, time.monotonic() - down_at), f"{kill.what} ({name})"
+    )
+    outage = time.monotonic() - down_at
+    server.start()
+    return asyncio.create_task(server.connect()), down_at, outage
+
+
+async def test_reprovision_survives_a_dev_server_restart_at_each_point(tmp_path: Path, capsys: Any) -> None:
     task_queue = f"restart-{uuid.uuid4()}"
     worker_log = tmp_path / "worker.log"
+    outages: list[str] = []
     with (
         dev_server(tmp_path / "temporal") as server,
         running_sim(
@@ -238,21 +267,19 @@ async def test_reprovision_survives_a_dev_server_restart(
         ) as sim,
         worker_process(task_queue, worker_env(server.address, sim), worker_log) as worker,
     ):
-        client = await server.connect()
+        connected = asyncio.create_task(server.connect())
+        client = await connected
         handle = await start_operation(client, task_queue, "host-001", HostOperationKind.REPROVISION,
                                        policy=FAST_POLICY)  # fmt: skip
         workflow_id = handle.id
         sim_of[workflow_id] = sim
-        await deadline(lambda: kill.in_flight(client, workflow_id), "the moment to kill the server", 90)
-
-        server.kill()
-        down_at = time.monotonic()
-        await deadline(
-            lambda: asyncio.to_thread(kill.outage_until, sim, time.monotonic() - down_at), kill.what
-        )
-        outage = time.monotonic() - down_at
-        server.start()
-        client = await server.connect()
+        for name, kill in KILL_POINTS.items():
+            connected, down_at, outage = await _kill_and_start_again(
+                server, sim, kill, name, connected, workflow_id
+            )
+            outages.append(f"{name}: server down {outage:.1f} s until {kill.what}")
+            assert worker.returncode is None, f"the worker died with the server ({name}); see {worker_log}"
+        client = await connected
         up_after = time.monotonic() - down_at
 
         handle = client.get_workflow_handle(workflow_id, result_type=HostOperationResult)
@@ -263,9 +290,10 @@ async def test_reprovision_survives_a_dev_server_restart(
         power_log, violations = sim.power_log("host-001"), sim.violations()
 
     with capsys.disabled():
+        print("\n" + "\n".join(outages))
         print(
-            f"\nserver down {outage:.1f} s until {kill.what}; serving again {up_after:.1f} s after the "
-            f"kill; operation done {done_after:.1f} s after it; worker survived: {worker_alive}"
+            f"serving again {up_after:.1f} s after the last kill; operation done {done_after:.1f} s "
+            f"after it; worker survived: {worker_alive}"
         )
     assert worker_alive, f"the worker died with the server; see {worker_log}"
     assert result.reboots == 1 and final.power_cycles_issued == 1
