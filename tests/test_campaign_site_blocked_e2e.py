@@ -21,8 +21,26 @@ import httpx
 from events_support import emitting_worker, events_v1
 from host_operation_support import worker_for
 from sim_support import running_sim
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from test_site_check import metalflow, rollout_env, site_file
+
+
+async def until_settled(env: WorkflowEnvironment, name: str, *, ended: bool) -> None:
+    """The aborted campaign's run has ended (`ended`), or at least runs no activity, so the worker
+    block exits at once: a worker stopping while the abort still told its hosts or released its
+    claims (activities that update workflows this worker no longer runs) sat out the worker's
+    10 s graceful shutdown. Clean-up only: it asserts nothing."""
+    handle = env.client.get_workflow_handle(f"campaign/{name}")
+    for _ in range(600):
+        described = await handle.describe()
+        if described.status != WorkflowExecutionStatus.RUNNING:
+            return
+        if not ended and not described.raw_description.pending_activities:
+            return
+        await asyncio.sleep(0.1)
+    # Not settled in a minute (a loaded machine): leave anyway, the shutdown then waits as before.
+
 
 HOSTS = {f"sb-00{i}": ("", "powercycle", "BF3") for i in (1, 2, 3)}
 
@@ -82,6 +100,7 @@ async def test_a_running_campaign_skips_a_host_a_newer_check_blocks(
             # loaded full run) has nothing to abort; the claims above are what this test is about.
             ended = aborted.returncode == 1 and "has ended" in aborted.stdout + aborted.stderr
             assert aborted.returncode == 0 or ended, aborted.stdout + aborted.stderr
+            await until_settled(local_env, name, ended=True)
 
 
 async def test_a_campaign_host_the_check_degrades_runs_and_says_so_as_a_direct_operation_does(
@@ -124,3 +143,4 @@ async def test_a_campaign_host_the_check_degrades_runs_and_says_so_as_a_direct_o
             aborted = await metalflow(env, "campaign", "abort", name, "--cancel-running")
             ended = aborted.returncode == 1 and "has ended" in aborted.stdout + aborted.stderr
             assert aborted.returncode == 0 or ended, aborted.stdout + aborted.stderr
+            await until_settled(local_env, name, ended=False)  # it finishes its reprovision
