@@ -67,12 +67,11 @@ async def _password_rotates_after_forceoff(
             await _power_on_by_hand(sim, host)
 
 
-# The hosts' entities send On right after Off (no power-down wait: the fault refuses that On
-# whatever the wait) and try a refused On again after 0.5 s twice (the policy's
-# `power_on_retry_seconds`, at its floor; 2 s and 4 s by default): these tests are about what the
-# runs do once the attempts are spent, not about the backoff's length
+# The hosts' entities wait 1 s between Off and On and try a refused On again after 0.5 s and 1 s
+# (the policy's `power_on_retry_seconds`; 2 s and 4 s by default): these tests are about what
+# the runs do once the attempts are spent, not about the backoff's length
 # (tests/fast/test_host_power_model.py holds the attempts and their waits).
-POLICY = OperationPolicy(power_down_wait_seconds=0.0, power_on_retry_seconds=(0.5, 0.5))
+POLICY = OperationPolicy(power_down_wait_seconds=1.0, power_on_retry_seconds=(0.5, 1.0))
 _STARTS = ("reboot", "reset", "reprovision", "firmware", "provision")
 
 
