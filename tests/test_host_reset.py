@@ -316,6 +316,14 @@ def chassis_with_dpus(tmp_path: Path, **timing: float) -> contextlib.AbstractCon
     return running_sim(tmp_path / "sim", site_file=tmp_path / "site.yaml", initialised=True, timing=timing)
 
 
+@pytest.fixture(scope="module")
+def chassis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    """The chassis site of the lease tests (a DPU's boot 2 s: a full reset keeps its host off that
+    long), one for both: the second sends nothing and asserts so of what it sees after its start."""
+    with chassis_with_dpus(tmp_path_factory.mktemp("chassis"), dpu_boot_seconds=2.0) as sim:
+        yield sim
+
+
 def off_spans(log: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The (Off, back On) times of each power-down in a host's power log."""
     spans, off = [], None
@@ -330,12 +338,12 @@ def off_spans(log: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 async def test_resets_and_a_reboot_behind_one_bmc_limit_one_never_have_two_hosts_off(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, chassis: RunningSim
 ) -> None:
     """Two full resets (each keeps its host off while its DPU boots, 2 s) and a reboot, at once,
     on one BMC with METALFLOW_BMC_MAX_IN_FLIGHT=1. Before the fix the resets' ForceOff/On took
     no lease: both hosts were off together (systems_off_peak 2), and beside the reboot's cycle."""
-    with chassis_with_dpus(tmp_path, dpu_boot_seconds=2.0) as sim:
+    with nullcontext(chassis) as sim:
         settings = Settings(
             site_file=sim.site_file,
             kubeconfig=sim.kubeconfig,
@@ -375,12 +383,14 @@ async def test_resets_and_a_reboot_behind_one_bmc_limit_one_never_have_two_hosts
 
 
 async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_gives_its_place_back(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, chassis: RunningSim
 ) -> None:
     """The BMC's one slot is held; a full reset queues for it and is aborted there. Before the
     fix the reset took no lease: it turned the host off beside the holder."""
     host = HOSTS[0]
-    with chassis_with_dpus(tmp_path) as sim:
+    with nullcontext(chassis) as sim:
+        # The module's chassis: what earlier tests sent to this host and its DPU is not this test's.
+        since, resets_before = len(sim.power_log(host)), dpu_bmc(sim, f"{host}-dpu-0")["resets"]
         async with (
             one_slot_held(client, task_queue, sim) as held,
             entity(client, task_queue, host) as entities,
@@ -424,8 +434,8 @@ async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_give
             )
             assert after is not None and len(after.holders) == 1 and after.granted == 1, after
             await held.holder.terminate("test done")
-        log = sim.power_log(host)
+        log = sim.power_log(host)[since:]
         dpu = dpu_bmc(sim, f"{host}-dpu-0")
 
     assert "nothing was sent to the BMC" in aborted, aborted
-    assert log == [] and dpu["resets"] == {}  # nothing sent, to the host's BMC or the DPU's
+    assert log == [] and dpu["resets"] == resets_before  # nothing sent, to the host's BMC or the DPU's
