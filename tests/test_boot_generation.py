@@ -85,7 +85,8 @@ async def test_a_host_reset_aborted_in_its_wait_after_a_worker_kill_counts_its_o
 ) -> None:
     """The worker is SIGKILLed while the reboot waits out its power-down wait (the host Off, a
     durable timer); a new worker takes over and `host abort` stops the reset: the reboot's On is
-    sent at once, and that one cycle is the host's next generation everywhere."""
+    sent at once, and that one cycle is the host's next generation everywhere. (The new worker runs
+    in this process, as `run_worker` runs it: only the killed one needs a process of its own.)"""
     host, log = H_KILLED, tmp_path / "worker.log"
     env = worker_env(local_env.client, sim)
     with worker_process(task_queue, env, log) as worker:
@@ -105,8 +106,7 @@ async def test_a_host_reset_aborted_in_its_wait_after_a_worker_kill_counts_its_o
         await until_powered_off(sim, host)  # the reboot waits out its power-down wait on a durable timer
         await asyncio.sleep(0.5)
         worker.kill()
-    with worker_process(task_queue, env, log) as worker:
-        await worker.polling(local_env.client)
+    async with emitting_worker(local_env.client, task_queue, sim):
         aborted = await cli(
             local_env, "host", "abort", host, "--reason", "wrong host", "--task-queue", task_queue
         )

@@ -35,13 +35,15 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from contracts.models.host import FirmwareInput, FirmwareResult
+from contracts.models.host import FirmwareInput, FirmwareResult, HostWorkflowInput, OperationPolicy
+from metalflow.hosts import ensure_entity
 
 FULL_RESET = "left-001"  # profile powercycle: the reset's ForceOff is its own
 CANCELLED_REPROVISION = "left-002"  # profile no-powercycle: a reboot is ForceOff, then On
 FIRMWARE_HOST = "left-003"
 FIRST_HOST = "left-001"
 TARGET = "32.45.1020"
+REFUSED_ON = OperationPolicy(power_down_wait_seconds=0.0, power_on_retry_seconds=(0.5,))
 
 SITE = ModuleSite("left", hosts=3, dpus_per_host=2, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim = SITE.fixtures()[0]  # each test runs the worker itself, around what it asks
@@ -131,10 +133,14 @@ async def test_a_reprovision_cancelled_while_its_reboot_left_the_host_off_powers
     _fault(sim, host, "rotate-after-forceoff")
     try:
         async with worker_for(local_env.client, task_queue, sim):
+            # The entity's policy: no power-down wait, the refused On tried again once after 0.5 s
+            # (a request's --power-down-wait would bring the default 2 s and 4 s backoff with it).
+            await ensure_entity(
+                local_env.client, HostWorkflowInput(host_id=host, policy=REFUSED_ON), task_queue
+            )
             asked = await metalflow(
-                local_env, "host", "reprovision", host, "--power-down-wait", "1", "--by", "alice@test",
-                "--task-queue", task_queue,
-            )  # fmt: skip
+                local_env, "host", "reprovision", host, "--by", "alice@test", "--task-queue", task_queue
+            )
             assert asked.status == 0, asked.stdout + asked.stderr
             shown = await _until_handed_over(local_env, host)
             _fault(sim, host, "clear")  # the BMC takes the credentials again; nobody says retry

@@ -58,10 +58,25 @@ ALICE = OperatorRequest(requested_by="alice", reason="seen it")
 MANUAL = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
 
 
-@pytest.fixture
-def ready_site(tmp_path: Path) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path, PREFIX, hosts=2) as sim:
+# One site for the module's tests that start from a ready site (a simulator's start is seconds of
+# CPU), each test on two hosts of its own (`hosts`): what a test asserts of a host (its DPUs, its
+# annotation, its power log) is its own; the API faults are cleared by the test that sets them.
+_READY_TESTS = 7
+_pairs = iter(range(1, _READY_TESTS + 1))
+
+
+@pytest.fixture(scope="module")
+def ready_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with prefixed_sim(tmp_path_factory.mktemp("ready"), PREFIX, hosts=5 * _READY_TESTS + 2) as sim:
         yield sim
+
+
+@pytest.fixture
+def hosts(ready_site: RunningSim) -> tuple[str, str]:
+    """Two hosts of the ready site no other test of the module touches, with H1's and H2's BMC
+    profiles (host i of a generated site gets DEFAULT_ROTATION[i % 5])."""
+    first = 5 * next(_pairs) + 1
+    return f"{PREFIX}-{first:03d}", f"{PREFIX}-{first + 1:03d}"
 
 
 def _uids(api: Api, host: str) -> list[str]:
@@ -113,11 +128,13 @@ async def test_an_activity_failing_for_good_ends_failed_and_registers_nothing(
     assert "Changed by this run: nothing" in final.waiting_for
 
 
-async def _at_manual_reboot(client: Client, task_queue: str) -> tuple[WorkflowHandle[Any, Any], str]:
-    handle = await start_operation(client, task_queue, H1, REPROVISION, policy=MANUAL, id_suffix=_suffix())
+async def _at_manual_reboot(
+    client: Client, task_queue: str, host: str
+) -> tuple[WorkflowHandle[Any, Any], str]:
+    handle = await start_operation(client, task_queue, host, REPROVISION, policy=MANUAL, id_suffix=_suffix())
     status = await wait_for_phase(handle, "rebooting-host")
     assert status.rebooting_to is not None  # reached stays until the reboot happened
-    reboot_id = names.host_reboot_workflow_id(H1, status.rebooting_to)
+    reboot_id = names.host_reboot_workflow_id(host, status.rebooting_to)
     child = client.get_workflow_handle(reboot_id)
 
     async def waiting_for_person() -> bool:
@@ -129,11 +146,12 @@ async def _at_manual_reboot(client: Client, task_queue: str) -> tuple[WorkflowHa
 
 
 async def test_a_terminated_reboot_child_ends_failed_and_leaves_the_reboot_unacknowledged(
-    client: Client, task_queue: str, ready_site: RunningSim
+    client: Client, task_queue: str, ready_site: RunningSim, hosts: tuple[str, str]
 ) -> None:
+    H1, H2 = hosts  # noqa: N806 - the module's names for the pair
     api = Api(ready_site)
     async with worker_for(client, task_queue, ready_site):
-        handle, reboot_id = await _at_manual_reboot(client, task_queue)
+        handle, reboot_id = await _at_manual_reboot(client, task_queue, H1)
         await client.get_workflow_handle(reboot_id).terminate("the operator gave up on this reboot")
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
@@ -149,11 +167,12 @@ async def test_a_terminated_reboot_child_ends_failed_and_leaves_the_reboot_unack
 
 
 async def test_a_cancel_while_the_reboot_child_is_awaited_cancels_it(
-    client: Client, task_queue: str, ready_site: RunningSim
+    client: Client, task_queue: str, ready_site: RunningSim, hosts: tuple[str, str]
 ) -> None:
+    H1, H2 = hosts  # noqa: N806 - the module's names for the pair
     api = Api(ready_site)
     async with worker_for(client, task_queue, ready_site):
-        handle, reboot_id = await _at_manual_reboot(client, task_queue)
+        handle, reboot_id = await _at_manual_reboot(client, task_queue, H1)
         await handle.cancel()
         with pytest.raises(WorkflowFailureError) as failed:
             await handle.result()
@@ -168,8 +187,9 @@ async def test_a_cancel_while_the_reboot_child_is_awaited_cancels_it(
 
 
 async def test_a_cancel_while_a_kubernetes_call_retries_ends_cancelled_and_changes_nothing(
-    client: Client, task_queue: str, ready_site: RunningSim
+    client: Client, task_queue: str, ready_site: RunningSim, hosts: tuple[str, str]
 ) -> None:
+    H1, H2 = hosts  # noqa: N806 - the module's names for the pair
     api = Api(ready_site)
     before = _uids(api, H2)
     async with worker_for(client, task_queue, ready_site):
@@ -190,8 +210,9 @@ async def test_a_cancel_while_a_kubernetes_call_retries_ends_cancelled_and_chang
 
 
 async def test_a_kubernetes_outage_is_a_visible_stall_and_retry_finishes_the_operation(
-    client: Client, task_queue: str, ready_site: RunningSim
+    client: Client, task_queue: str, ready_site: RunningSim, hosts: tuple[str, str]
 ) -> None:
+    H1, H2 = hosts  # noqa: N806 - the module's names for the pair
     policy = FAST_POLICY.model_copy(update={"kube_call_timeout_seconds": 3})
     async with worker_for(client, task_queue, ready_site):
         ready_site.inject("api/outage", {"down": True})
@@ -214,8 +235,9 @@ async def test_a_kubernetes_outage_is_a_visible_stall_and_retry_finishes_the_ope
 
 
 async def test_abort_during_a_kubernetes_outage_cancels_the_retrying_call(
-    client: Client, task_queue: str, ready_site: RunningSim
+    client: Client, task_queue: str, ready_site: RunningSim, hosts: tuple[str, str]
 ) -> None:
+    H1, H2 = hosts  # noqa: N806 - the module's names for the pair
     api = Api(ready_site)
     before = _uids(api, H1)
     async with worker_for(client, task_queue, ready_site):
@@ -251,10 +273,11 @@ async def test_abort_during_a_kubernetes_outage_cancels_the_retrying_call(
 
 
 async def test_host_rebooted_arriving_as_the_reboot_child_completes_does_not_fail_the_run(
-    client: Client, task_queue: str, ready_site: RunningSim
+    client: Client, task_queue: str, ready_site: RunningSim, hosts: tuple[str, str]
 ) -> None:
+    H1, H2 = hosts  # noqa: N806 - the module's names for the pair
     async with worker_for(client, task_queue, ready_site):
-        handle, reboot_id = await _at_manual_reboot(client, task_queue)
+        handle, reboot_id = await _at_manual_reboot(client, task_queue, H1)
     # No worker runs: the person's confirmation reaches the reboot child and the operation at
     # once, so the operation's handler passes it on to a child that closes meanwhile.
     await cycle_by_hand(ready_site, H1)
@@ -269,11 +292,12 @@ async def test_host_rebooted_arriving_as_the_reboot_child_completes_does_not_fai
 
 
 async def test_abort_while_a_kubernetes_write_hangs_waits_for_it_and_ends_with_no_call_pending(
-    client: Client, task_queue: str, ready_site: RunningSim
+    client: Client, task_queue: str, ready_site: RunningSim, hosts: tuple[str, str]
 ) -> None:
     """The API has accepted the operation's first write and not answered when the abort arrives:
     the call is cancelled and waited for before the cleanup reads the world, and the ended run
     shows no pending activity."""
+    H1, H2 = hosts  # noqa: N806 - the module's names for the pair
     hold = f"{ready_site.url}/sim/faults/api/hold-writes"
     async with worker_for(client, task_queue, ready_site):
         httpx.post(hold, json={"next": 1}, timeout=10).raise_for_status()

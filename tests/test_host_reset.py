@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,25 @@ from simulators.timings import timings_for
 DPU0 = "host-001-dpu-0"
 
 
+# Sites shared by tests on hosts of their own (a simulator's start is seconds of CPU): two DPUs a
+# host, a DPU's boot 0.5 s (test_dpu_only_full_reset on host-001, test_a_full_reset_a_dpu_bmc_cannot_do
+# on host-002); one DPU a host (test_refused_while_a_dpu_installs on hosts 1 and 2,
+# test_a_paused_dpu on host-003).
+@pytest.fixture(scope="module")
+def two_dpu_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with running_sim(
+        tmp_path_factory.mktemp("two-dpus"), hosts=2, dpus_per_host=2, initialised=True,
+        timing={"dpu_boot_seconds": 0.5},
+    ) as sim:  # fmt: skip
+        yield sim
+
+
+@pytest.fixture(scope="module")
+def one_dpu_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    with running_sim(tmp_path_factory.mktemp("one-dpu"), hosts=3, dpus_per_host=1, initialised=True) as sim:
+        yield sim
+
+
 def dpu_bmc(sim: RunningSim, dpu_id: str) -> dict[str, Any]:
     response = httpx.get(f"{sim.url}/sim/dpu-bmcs/{dpu_id}", timeout=10)
     response.raise_for_status()
@@ -103,13 +123,12 @@ def _second(stamp: str) -> datetime:
 
 
 async def test_dpu_only_full_reset_runs_host_off_dpu_reset_host_on_dpu_up(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, two_dpu_site: RunningSim
 ) -> None:
     """The DPU's Arm has no power while its host is off (BEHAVIOUR.md B10, B12): its OS is
     awaited after the host's On. On main the reset waited for it with the host off and ended in
     DPUResetNotEffective after the whole boot timeout."""
-    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, initialised=True,
-                     timing={"dpu_boot_seconds": 0.5}) as sim:  # fmt: skip
+    with nullcontext(two_dpu_site) as sim:
         async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-001") as entities:
             accepted = await ask_reset(
                 entities, "host-001",
@@ -130,42 +149,44 @@ async def test_dpu_only_full_reset_runs_host_off_dpu_reset_host_on_dpu_up(
 
 
 async def test_a_full_reset_a_dpu_bmc_cannot_do_is_refused_before_the_host_is_touched(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, two_dpu_site: RunningSim
 ) -> None:
     """A DPU BMC that does not advertise PowerCycle (BEHAVIOUR.md B13): refused naming it and
     what it takes, nothing sent. On main the host was turned off first and the send refused."""
-    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=2, initialised=True) as sim:
-        sim.inject("dpu-bmcs/host-001-dpu-1/no-powercycle")
-        async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-001") as entities:
+    dpu0 = "host-002-dpu-0"
+    with nullcontext(two_dpu_site) as sim:  # on host-002: test_dpu_only_full_reset has host-001
+        sim.inject("dpu-bmcs/host-002-dpu-1/no-powercycle")
+        async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-002") as entities:
             await ask_reset(
-                entities, "host-001", ResetRequest(requested_by="pytest", target=ResetTarget.BOTH)
+                entities, "host-002", ResetRequest(requested_by="pytest", target=ResetTarget.BOTH)
             )
             with pytest.raises(WorkflowFailureError) as failure:
-                await reset_of(client, "host-001").result()
+                await reset_of(client, "host-002").result()
         cause = failure.value.cause
         assert isinstance(cause, ApplicationError) and cause.type == "ResetTypeNotSupported"
-        assert cause.message.startswith("reset of host-001 refused before anything was sent"), cause.message
-        takes = "host-001-dpu-1's BMC takes GracefulRestart, ForceRestart, GracefulShutdown, On"
+        assert cause.message.startswith("reset of host-002 refused before anything was sent"), cause.message
+        takes = "host-002-dpu-1's BMC takes GracefulRestart, ForceRestart, GracefulShutdown, On"
         assert takes in cause.message
-        assert DPU0 not in cause.message.split(". Done:")[0]
-        assert sim.power_log("host-001") == []  # the host was never turned off
-        assert dpu_bmc(sim, DPU0)["resets"] == dpu_bmc(sim, "host-001-dpu-1")["resets"] == {}
+        assert dpu0 not in cause.message.split(". Done:")[0]
+        assert sim.power_log("host-002") == []  # the host was never turned off
+        assert dpu_bmc(sim, dpu0)["resets"] == dpu_bmc(sim, "host-002-dpu-1")["resets"] == {}
 
 
 async def test_a_paused_dpu_is_recovered_by_its_arm_reset(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, one_dpu_site: RunningSim
 ) -> None:
-    with running_sim(tmp_path / "sim", hosts=1, dpus_per_host=1, initialised=True) as sim:
-        httpx.post(f"{sim.url}/sim/faults/dpu-bmcs/{DPU0}/paused", timeout=10).raise_for_status()
-        async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-001") as entities:
+    dpu0 = "host-003-dpu-0"  # host-003: test_refused_while_a_dpu_installs has hosts 1 and 2
+    with nullcontext(one_dpu_site) as sim:
+        httpx.post(f"{sim.url}/sim/faults/dpu-bmcs/{dpu0}/paused", timeout=10).raise_for_status()
+        async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-003") as entities:
             await ask_reset(
-                entities, "host-001", ResetRequest(requested_by="pytest", target=ResetTarget.ALL_DPUS)
+                entities, "host-003", ResetRequest(requested_by="pytest", target=ResetTarget.ALL_DPUS)
             )
-            result = await reset_of(client, "host-001").result()
-        state = dpu_bmc(sim, DPU0)
+            result = await reset_of(client, "host-003").result()
+        state = dpu_bmc(sim, dpu0)
         assert (state["paused"], state["arm"], state["resets"]) == (False, "OsIsRunning", {"ForceRestart": 1})
-        assert result.resets == (f"{DPU0}: ForceRestart",)
-        assert sim.power_log("host-001") == []  # the host kept running
+        assert result.resets == (f"{dpu0}: ForceRestart",)
+        assert sim.power_log("host-003") == []  # the host kept running
 
 
 async def test_an_abort_while_the_dpu_boots_ends_with_the_host_on(
@@ -202,9 +223,9 @@ async def test_an_abort_while_the_dpu_boots_ends_with_the_host_on(
 
 
 async def test_refused_while_a_dpu_installs_and_held_for_approval_on_an_assigned_host(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, one_dpu_site: RunningSim
 ) -> None:
-    with running_sim(tmp_path / "sim", hosts=2, dpus_per_host=1, initialised=True) as sim:
+    with nullcontext(one_dpu_site) as sim:
         async with worker_for(client, task_queue, sim), entity(client, task_queue, "host-002") as entities:
             start = HostWorkflowInput(host_id="host-002", policy=FAST_POLICY)
             await entities.ask(start, workflow_api.HostWorkflow.assign_instance,
@@ -295,6 +316,14 @@ def chassis_with_dpus(tmp_path: Path, **timing: float) -> contextlib.AbstractCon
     return running_sim(tmp_path / "sim", site_file=tmp_path / "site.yaml", initialised=True, timing=timing)
 
 
+@pytest.fixture(scope="module")
+def chassis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
+    """The chassis site of the lease tests (a DPU's boot 2 s: a full reset keeps its host off that
+    long), one for both: the second sends nothing and asserts so of what it sees after its start."""
+    with chassis_with_dpus(tmp_path_factory.mktemp("chassis"), dpu_boot_seconds=2.0) as sim:
+        yield sim
+
+
 def off_spans(log: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The (Off, back On) times of each power-down in a host's power log."""
     spans, off = [], None
@@ -309,12 +338,12 @@ def off_spans(log: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 async def test_resets_and_a_reboot_behind_one_bmc_limit_one_never_have_two_hosts_off(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, chassis: RunningSim
 ) -> None:
     """Two full resets (each keeps its host off while its DPU boots, 2 s) and a reboot, at once,
     on one BMC with METALFLOW_BMC_MAX_IN_FLIGHT=1. Before the fix the resets' ForceOff/On took
     no lease: both hosts were off together (systems_off_peak 2), and beside the reboot's cycle."""
-    with chassis_with_dpus(tmp_path, dpu_boot_seconds=2.0) as sim:
+    with nullcontext(chassis) as sim:
         settings = Settings(
             site_file=sim.site_file,
             kubeconfig=sim.kubeconfig,
@@ -354,12 +383,14 @@ async def test_resets_and_a_reboot_behind_one_bmc_limit_one_never_have_two_hosts
 
 
 async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_gives_its_place_back(
-    client: Client, task_queue: str, tmp_path: Path
+    client: Client, task_queue: str, chassis: RunningSim
 ) -> None:
     """The BMC's one slot is held; a full reset queues for it and is aborted there. Before the
     fix the reset took no lease: it turned the host off beside the holder."""
     host = HOSTS[0]
-    with chassis_with_dpus(tmp_path) as sim:
+    with nullcontext(chassis) as sim:
+        # The module's chassis: what earlier tests sent to this host and its DPU is not this test's.
+        since, resets_before = len(sim.power_log(host)), dpu_bmc(sim, f"{host}-dpu-0")["resets"]
         async with (
             one_slot_held(client, task_queue, sim) as held,
             entity(client, task_queue, host) as entities,
@@ -403,8 +434,8 @@ async def test_a_reset_aborted_while_queued_for_the_lease_sends_nothing_and_give
             )
             assert after is not None and len(after.holders) == 1 and after.granted == 1, after
             await held.holder.terminate("test done")
-        log = sim.power_log(host)
+        log = sim.power_log(host)[since:]
         dpu = dpu_bmc(sim, f"{host}-dpu-0")
 
     assert "nothing was sent to the BMC" in aborted, aborted
-    assert log == [] and dpu["resets"] == {}  # nothing sent, to the host's BMC or the DPU's
+    assert log == [] and dpu["resets"] == resets_before  # nothing sent, to the host's BMC or the DPU's

@@ -36,6 +36,9 @@ LEFT_OFF_HOST, MONITORED_HOST, CUT_HOST, CUT_REPROVISION = "out-002", "out-003",
 SITE = ModuleSite("out", hosts=12, for_metalflow=True, timing={"dpu_boot_seconds": 0.2})
 sim, queue = SITE.fixtures()
 cli = SITE.cli
+# The entities of the tests whose On is refused: one retry after 0.5 s, not the policy's 2 s and 4 s
+# (these tests are about what the entity knows once the attempts are spent, not the backoff).
+REFUSED_ON_ONCE = OperationPolicy(power_down_wait_seconds=0.0, power_on_retry_seconds=(0.5,))
 
 
 async def _ok(env: WorkflowEnvironment, task_queue: str, by: str, *args: str) -> str:
@@ -69,11 +72,13 @@ async def test_a_terminated_entitys_successor_takes_over_the_host_off_generation
     host in maintenance. Now it reads its predecessor's memo once and carries all three."""
     host, env = LEFT_OFF_HOST, local_env
     fast = ("--power-down-wait", "0")
-    await _ok(env, queue, "alice", "host", "reboot", host, *fast)  # generation 1
+    # The entity's policy (no --power-down-wait: a request's policy would replace it whole).
+    await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=REFUSED_ON_ONCE), queue)
+    await _ok(env, queue, "alice", "host", "reboot", host)  # generation 1
     assert (await _idle(env, host))["boot_generation"] == 1
     _fault(sim, host, "rotate-after-forceoff")  # the On after its ForceOff is refused
     try:
-        await _ok(env, queue, "alice", "host", "reboot", host, *fast)
+        await _ok(env, queue, "alice", "host", "reboot", host)
         reboot = names.host_reboot_workflow_id(host, 2)
         await eventually(
             lambda: operation_progress(env.client, reboot, host),
@@ -147,7 +152,13 @@ async def test_an_operators_abort_of_the_monitors_reprovision_outlives_the_monit
             sim.inject(f"{device}/node-effect")
         await _ok(env, queue, "ops", "host", "monitor", host, "--stop")
         await _ok(env, queue, "ops", "host", "monitor", host, *watch)
-        await asyncio.sleep(3)  # three of the new monitor's 1 s deadlines
+        # The new monitor's request once its 1 s deadline passed, refused naming the hold (before:
+        # accepted, and the host reprovisioned): waited for, not slept on.
+        monitor = await eventually(
+            lambda: status_of(env.client.get_workflow_handle(monitor_id)),
+            lambda m: bool(m.requests) and "automation held back" in m.requests[-1],
+            timeout=20,
+        )
         held = await _status(entity)
         assert held.current is None, held.current
         assert [r.operation for r in held.recent] == ["reprovision"], held.recent
@@ -156,7 +167,6 @@ async def test_an_operators_abort_of_the_monitors_reprovision_outlives_the_monit
         words = f"automation       automation held back by alice: {why} (since "
         assert words in shown.stdout, shown.stdout
         assert f"until metalflow host retry {host}, or an operator's own request" in shown.stdout
-        monitor = await status_of(env.client.get_workflow_handle(monitor_id))
         assert "automation held back by alice" in monitor.requests[-1], monitor.requests  # its refusal
 
         # No running entity (terminated by hand): `host retry` starts one, as every request does,
@@ -183,12 +193,13 @@ async def test_a_reboot_terminated_while_the_host_is_off_leaves_it_marked_off(
     host OFF by its hand) left the entity idle, `left_off_by` empty, no WARNING. Now its last
     Phase is read and the host is marked OFF as a run that ended saying so."""
     host, env = CUT_HOST, local_env
-    fast = ("--power-down-wait", "0")
-    await _ok(env, queue, "alice", "host", "reboot", host, *fast)  # reaches its generation: not OFF
+    # The entity's policy (no --power-down-wait: a request's policy would replace it whole).
+    await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=REFUSED_ON_ONCE), queue)
+    await _ok(env, queue, "alice", "host", "reboot", host)  # reaches its generation: not OFF
     assert (await _idle(env, host))["left_off_by"] == ""
     _fault(sim, host, "rotate-after-forceoff")  # the On after its ForceOff is refused
     try:
-        await _ok(env, queue, "alice", "host", "reboot", host, *fast)
+        await _ok(env, queue, "alice", "host", "reboot", host)
         reboot = (await shown_state(env, host))["host"]["current"]["workflow_id"]
         await eventually(
             lambda: operation_progress(env.client, reboot, host),
@@ -214,8 +225,7 @@ async def test_a_reprovision_terminated_while_its_reboot_left_the_host_off_leave
     child had already ended (it escalates: failed `BMCRebootFailed`, saying the host is OFF), so
     the terminate's parent-close policy reaches nothing; the entity reads that child's end."""
     host, env = CUT_REPROVISION, local_env
-    policy = OperationPolicy(power_down_wait_seconds=0.0, power_on_retry_seconds=(0.5,))
-    await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=policy), queue)
+    await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=REFUSED_ON_ONCE), queue)
     _fault(sim, host, "rotate-after-forceoff")  # the On after its ForceOff is refused
     try:
         await _ok(env, queue, "alice", "host", "reprovision", host)
