@@ -16,6 +16,7 @@ Found too (issue 38 item 8): a BMC with a native PowerCycle ignored `--power-dow
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +32,7 @@ from metalflow.devstack.demo import power_cycles
 HOST = "clir-002"  # DEFAULT_ROTATION's second profile: no-powercycle
 REBOOTED = "clir-007"  # no-powercycle too (the rotation's five profiles again): rebooted meanwhile
 NATIVE = "clir-001"  # its first: powercycle (a native PowerCycle, LastResetTime exposed)
+ALONE = "clir-012"  # no-powercycle: a `host reboot` alone, in its power-down wait
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
     # before its power-down wait begins (with legs of 0 s it saw the wait at once).
     timing = {"power_transition_seconds": 2.0}
     directory = tmp_path_factory.mktemp("sim")
-    with prefixed_sim(directory, "clir", hosts=7, dpus_per_host=1, timing=timing) as running:
+    with prefixed_sim(directory, "clir", hosts=12, dpus_per_host=1, timing=timing) as running:
         use_site_file(running.site_file)
         yield running
 
@@ -116,3 +118,32 @@ async def test_a_power_down_wait_a_native_powercycle_does_not_apply_is_warned_of
     ), done.stdout
     log = sim.power_log(NATIVE)
     assert power_cycles(log) == 1 and {e["reset_type"] for e in log} == {"PowerCycle"}
+
+
+async def test_host_status_and_list_show_a_host_reboots_power_down_wait(
+    local_env: WorkflowEnvironment, sim: RunningSim, queue: str
+) -> None:
+    """`host reboot` (the top operation, no operation around it) in its power-down wait: `host
+    status` says the wait's words on its `waiting for` line (`now` is the reboot's Phase), `--json`
+    in `waiting_for`; `host list`, from visibility alone, its Phase `powering`, as README says."""
+    host = ALONE
+    asked = await metalflow(
+        local_env, "host", "reboot", host, "--power-down-wait", "10", "--task-queue", queue
+    )
+    assert asked.status == 0, asked.stdout + asked.stderr
+    status = None
+    for _ in range(150):
+        status = await metalflow(local_env, "host", "status", host)
+        if "power-down wait:" in status.stdout:
+            break
+        await asyncio.sleep(0.1)
+    assert status is not None, "no status read"
+    lines = status.stdout.splitlines()
+    assert "    now            powering" in lines, status.stdout
+    waiting = rf"    waiting for    power-down wait: {host} is Off since \S+Z, On at \S+Z \(a durable timer\)"
+    assert any(re.fullmatch(waiting, line) for line in lines), status.stdout
+    shown = json.loads((await metalflow(local_env, "host", "status", host, "--json")).stdout)["operation"]
+    assert shown["phase"] == "powering" and shown["waiting_for"].startswith(f"power-down wait: {host} is Off")
+    listed = await metalflow(local_env, "host", "list", "--json")
+    row = next(r for r in json.loads(listed.stdout) if r["host"] == host)
+    assert row["operation"]["phase"] == "powering", row

@@ -566,7 +566,13 @@ async def test_a_reboot_cancelled_with_the_host_off_powers_it_on_once_the_bmc_ta
             reboot = local_env.client.get_workflow_handle(shown["host"]["current"]["workflow_id"])
             await reboot.cancel()
             shown = await _until(local_env, host, _ended, "ended the reboot")
+            ended = await reboot.result()  # completes: the BMC took our ForceOff, then its cancel's On
         assert _power(sim, host)[-1] == ("On", "On"), _power(sim, host)
+        # That was a power cycle: generation 1 is reached and counted (issue 40, i40p item 4:
+        # before, the run ended cancelled, the entity stayed at 0 and the next reboot reused
+        # generation 1's number).
+        assert ended["boot_generation"] == 1 and ended["method"] == "bmc:ForceOff+On (On sent by its cancel)"
+        assert shown["host"]["boot_generation"] == 1, shown["host"]
 
 
 async def test_a_reboot_cancelled_with_the_host_off_and_the_bmc_still_refusing_says_the_host_is_off(

@@ -160,6 +160,11 @@ async def test_a_terminated_reboot_child_ends_failed_and_leaves_the_reboot_unack
     assert isinstance(cause, ApplicationError) and cause.type == "RebootFailed"
     assert final.phase == "failed" and "RebootFailed" in final.waiting_for
     assert "deleted DPU" in final.waiting_for  # what the run changed, for the operator
+    # Each DPU and the host, in the failure's words too (issue 40 Deliver 2; before: only the
+    # deletions, nothing of the host nor of what DPF showed of the DPUs since).
+    for words in (final.waiting_for, cause.message):
+        assert f"Each DPU: {H1}-dpu-0 deleted (uid " in words, words
+        assert words.endswith("The host: not power-cycled by this run"), words
     # Nobody rebooted the host: DPF must keep asking for it.
     assert annotation(api.must("DPUNode", f"node-{H1}"), REBOOT) == "true"
     assert power_cycles(ready_site.power_log(H1)) == 0

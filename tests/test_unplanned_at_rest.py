@@ -8,6 +8,10 @@
   DPF's phase did not change: never told.
 - A DPU reset of ours (`host reset --dpu`, through the entity): never told (the operation forgets
   the marks; its next reading is the new baseline).
+- `metalflow bmc power HOST off`, then `on` (the OFF WARNING's own advice): an operator's power
+  action through metalflow's own CLI is planned; the command tells the entity (signal
+  `power_set`) and the watch takes it as its baseline. Before, the next reading told it as
+  `unplanned power: HOST went On -> Off ... metalflow did not cause it`.
 - `metalflow approve` of a request that awaited approval since before `host maintenance on`:
   refused naming the maintenance, unless `approve --in-maintenance` (recorded with the operation
   and in its `OperationStarted` Event), as any disruptive request. Before, it started.
@@ -22,6 +26,7 @@ import uuid
 from typing import Any
 
 import httpx
+from cli_support import run_metalflow
 from events_support import emitting_worker, events_v1
 from host_operation_support import reset_by_hand
 from module_site_support import ModuleSite
@@ -43,11 +48,12 @@ from contracts.models.host import (
 from contracts.workflow_api import HostWorkflow
 
 PREFIX = f"uar{uuid.uuid4().hex[:5]}"
-SITE = ModuleSite(PREFIX, hosts=6, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
+SITE = ModuleSite(PREFIX, hosts=7, worker=emitting_worker, timing={"dpu_boot_seconds": 0.2})
 sim, queue = SITE.fixtures()
 DPU_BY_HAND, DPU_OURS, APPROVED = f"{PREFIX}-001", f"{PREFIX}-002", f"{PREFIX}-003"
 RESET_AFTER_OURS = f"{PREFIX}-004"  # etag-required: PowerCycle and LastResetTime
 IN_MAINTENANCE = f"{PREFIX}-006"  # powercycle
+BY_OUR_CLI = f"{PREFIX}-007"  # no-powercycle
 
 
 def _dpu(host: str) -> str:
@@ -270,4 +276,35 @@ async def test_a_reset_by_hand_right_after_our_reboot_is_told_once(
         await asyncio.sleep(0.1)
     events = _unplanned_events(sim, host)
     assert len(events) == 1 and "was reset" in events[0], events
+    await handle.terminate("test done")
+
+
+async def test_a_power_action_through_our_own_cli_is_never_unplanned(
+    client: Client, queue: str, sim: RunningSim
+) -> None:
+    """`metalflow bmc power HOST off` then `on` at rest: each tells the entity, and the readings
+    after each (two each) tell nothing. Before, the first reading after `off` said `went On -> Off`."""
+    entities = HostEntityClient(client, queue)
+    host = BY_OUR_CLI
+    await entities.ensure(HostWorkflowInput(host_id=host, power_watch_seconds=1.0))
+    handle = entities.handle(host)
+    temporal = ("--address", client.service_client.config.target_host, "--namespace", client.namespace)
+    for _ in range(100):  # the first reading: the baseline (On)
+        if await _host_reads_done(handle) >= 1:
+            break
+        await asyncio.sleep(0.1)
+    for action in ("off", "on"):
+        run = await asyncio.to_thread(
+            run_metalflow, "bmc", "power", host, action, "--site", sim.site_file, "--settle", "0", *temporal
+        )
+        assert run.returncode == 0 and "was not told" not in run.stderr, run.stderr
+        before = await _host_reads_done(handle)
+        for _ in range(100):  # two readings after the command: the one under way, then a new one
+            if await _host_reads_done(handle) >= before + 2:
+                break
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # the last reading's decision
+        status = await _status(entities, host)
+        assert status.unplanned_power == "", (action, status.unplanned_power)
+    assert _unplanned_events(sim, host) == []
     await handle.terminate("test done")

@@ -21,6 +21,19 @@ class PowerAtRest(BaseModel):
     dpu_marks: dict[str, str] = {}
 
 
+POWER_SET_SIGNAL: Final = "power_set"
+"""`metalflow bmc power HOST on|off|cycle` to the host's entity once the BMC did it: a power action
+through metalflow's own CLI is planned, never told as unplanned power (`power_rest.after_power_set`)."""
+
+
+class PowerSet(BaseModel):
+    """Signal `power_set`: what `metalflow bmc power` did to the host and when it saw it done."""
+
+    action: str  # "on", "off", "cycle": the command's action
+    power_state: str  # "On", "Off": the PowerState the command saw at its end
+    at: datetime  # when the command saw it (the baseline's time)
+
+
 ITS_REBOOT_NOW_SIGNAL: Final = "its_reboot_now"
 """A reboot child's signal to the operation that started it (`HostRebootInput.tell_parent`): what
 it waits for now, for that operation's own current details in the UI (`parts/reboot_rounds.py`)."""

@@ -9,12 +9,20 @@ Credentials are resolved from the host's reference and never printed.
 A person waits here, so every command gives up after `--timeout` seconds (default 60; for
 `cycle` the power-down wait is added) with the last error the BMC gave, and prints each
 transient error as it is waited out. Workflows keep their own, longer limits.
+
+`power on|off|cycle` done, the command tells the host's entity (signal `power_set`, at most
+`TELL_ENTITY_SECONDS`, a Temporal that does not answer retried `TELL_ENTITY_RETRY_SECONDS`;
+`--address`/`--namespace` as every command that talks to Temporal): an operator's power action
+through metalflow's own CLI is planned, and the entity's power watch takes it as its new baseline
+instead of reporting unplanned power. Temporal not reached, or no entity for the host: said on
+stderr, the exit status is the power action's.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +30,7 @@ from typing import Any
 
 from contracts.errors import BMCUnavailable, CredentialsUnavailable, InvalidInput, MetalflowError
 from contracts.models.inventory import HostInventory
+from contracts.models.power_watch import POWER_SET_SIGNAL, PowerSet
 from contracts.models.redfish import (
     DEFAULT_POWER_DOWN_WAIT_SECONDS,
     DEFAULT_POWER_SETTLE_SECONDS,
@@ -51,6 +60,8 @@ from metalflow.cli import exits
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = exits.OK, exits.FAILED, exits.USAGE
 EXIT_UNREACHABLE, EXIT_INTERRUPTED = exits.UNREACHABLE, exits.INTERRUPTED
 DEFAULT_CLI_TIMEOUT_SECONDS = 60.0
+TELL_ENTITY_SECONDS = 5.0  # Temporal's answer to the `power_set` signal, at most
+TELL_ENTITY_RETRY_SECONDS = 1.0  # a Temporal not answering, retried this long (--connect-timeout: that)
 
 
 def register(subparsers: Any) -> None:
@@ -229,6 +240,8 @@ def handle_check(args: argparse.Namespace) -> int:
 def handle_power(args: argparse.Namespace) -> int:
     """Run `metalflow bmc power HOST on|off|cycle|status`."""
 
+    done: list[PowerSet] = []
+
     async def body(client: RedfishClient, host: HostInventory) -> int:
         bmc = host.bmc
         async with client.connect(bmc) as connection:
@@ -246,16 +259,19 @@ def handle_power(args: argparse.Namespace) -> int:
                 )
                 result = await set_power(connection, request_on, _say)
                 _say(f"{host.host_id}: {result.power_state}" + _lag(result.lag_seconds))
+                done.append(PowerSet(action="on", power_state=result.power_state, at=datetime.now(UTC)))
             elif args.action == "off" and args.graceful:
                 request = GracefulShutdownInput(bmc=bmc, grace_seconds=args.grace, timeout_seconds=timeout)
                 shutdown = await graceful_shutdown(connection, request, _say)
                 _say(f"{host.host_id}: {shutdown.power_state}" + (" (forced)" if shutdown.forced else ""))
+                done.append(PowerSet(action="off", power_state=shutdown.power_state, at=datetime.now(UTC)))
             elif args.action == "off":
                 request_off = SetPowerInput(
                     bmc=bmc, reset_type="ForceOff", timeout_seconds=timeout, settle_seconds=args.settle
                 )
                 result = await set_power(connection, request_off, _say)
                 _say(f"{host.host_id}: {result.power_state}" + _lag(result.lag_seconds))
+                done.append(PowerSet(action="off", power_state=result.power_state, at=datetime.now(UTC)))
             else:
                 cycle_request = PowerCycleInput(
                     bmc=bmc,
@@ -273,6 +289,40 @@ def handle_power(args: argparse.Namespace) -> int:
                     f"{host.host_id}: power cycled by {cycled.method} ({', '.join(cycled.reset_types)}) "
                     f"in {took:.1f} s, {cycled.requests} requests"
                 )
+                done.append(PowerSet(action="cycle", power_state="On", at=cycled.finished_at))
             return EXIT_OK
 
-    return _run(args, body)
+    status = _run(args, body)
+    if status == EXIT_OK and done:
+        _tell_entity(args, done[0])
+    return status
+
+
+handle_power.talks_to_temporal = True  # type: ignore[attr-defined]  # tells the entity: --address, --namespace
+
+
+def _tell_entity(args: argparse.Namespace, done: PowerSet) -> None:
+    """Tell the host's entity what `bmc power` did (module docstring); a failure is said on stderr."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from contracts import names
+    from metalflow.cli import connection
+
+    async def tell() -> None:
+        async with asyncio.timeout(TELL_ENTITY_SECONDS):
+            target = connection.resolve(args)
+            if target.retry_seconds is None:  # a Temporal that is down is not waited for long here
+                target = dataclasses.replace(target, retry_seconds=TELL_ENTITY_RETRY_SECONDS)
+            client = await connection.connect_to(target)
+            await client.get_workflow_handle(names.host_workflow_id(args.host)).signal(POWER_SET_SIGNAL, done)
+
+    untold = f"metalflow bmc: {args.host}'s entity was not told of this power {done.action}"
+    try:
+        asyncio.run(tell())
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            print(f"{untold} (Temporal: {err.message.splitlines()[0] if err.message else err.status})"
+                  "; its power watch may report it as unplanned power", file=sys.stderr)  # fmt: skip
+    except Exception as err:  # noqa: BLE001 - the power action is done; telling is a courtesy
+        print(f"{untold} (Temporal not reached: {type(err).__name__}); its power watch may report it "
+              "as unplanned power", file=sys.stderr)  # fmt: skip

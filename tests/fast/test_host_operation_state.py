@@ -27,6 +27,7 @@ from contracts.models.dpf import (
 )
 from contracts.models.host import HostOperationInput, HostOperationKind, OperationPolicy
 from contracts.models.inventory import BMCAccess, CredentialRef, DPUInventory, HostInventory
+from workflows.host_operation.left_words import dpus_left
 from workflows.host_operation.state import UNPLANNED_KEPT, HostOperationState
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -337,7 +338,30 @@ def test_the_status_shows_each_dpu_the_counts_and_the_deadline() -> None:
     ]
     assert (status.reboot_attempts, status.rebooting_to, status.boot_generation) == (1, 5, 4)
     assert status.reboot_deadline_at == T0 + timedelta(hours=2) and status.operation == "reprovision"
-    assert state.left_behind() == "Generation reached 4. Changed by this run: nothing"
+    assert state.left_behind() == (
+        "Generation reached 4. Changed by this run: nothing. Each DPU: d0 not deleted (as it was); "
+        "d1 not deleted (as it was). The host: not power-cycled by this run"
+    )
+
+
+def test_a_reprovision_that_ends_early_names_each_dpu_it_deleted_and_the_host() -> None:
+    """Issue 40 Deliver 2 (i40p item 3): a reprovision that failed after deleting a DPU said only
+    `Changed by this run: deleted DPU ...`, nothing of the DPUs it did not delete, of what DPF
+    showed of the deleted one since, nor of the host's power."""
+    state = run_state()
+    state.observe(dpf(dpu(0, "Ready"), dpu(1, "Ready")), T0)
+    state.deleted("d0", "d0-u1", "node-h-device-d0", "deleted")
+    assert state.left_behind() == (
+        "Generation reached 4. Changed by this run: deleted DPU node-h-device-d0 (uid d0-u1). Each "
+        "DPU: d0 deleted (uid d0-u1), not seen recreated yet: DPF recreates it; d1 not deleted (as "
+        "it was). The host: not power-cycled by this run"
+    )
+    state.observe(dpf(dpu(0, "Initializing", uid="d0-u2"), dpu(1, "Ready")), T0 + timedelta(seconds=5))
+    state.power_cycles = 1
+    assert dpus_left(state.dpu_ids, state.replaced, state.seen) == (
+        "d0 deleted (uid d0-u1), recreated by DPF (uid d0-u2, Initializing); d1 not deleted (as it was)"
+    )
+    assert state.left_behind().endswith("The host: power-cycled 1 time by this run")
 
 
 def test_the_words_of_a_reboot_that_did_not_restart_an_agent() -> None:

@@ -40,6 +40,7 @@ from contracts.models.power_watch import PowerAtRest
 from metalflow.runtime.events import describe
 from workflows.host.power_rest import (
     after_operation,
+    after_power_set,
     after_reading,
     baseline,
     forget_baseline,
@@ -286,6 +287,27 @@ def test_a_host_our_run_left_off_turned_on_by_someone_else_is_told() -> None:
     assert state.power is not None and (state.power.power_state, state.power.read_at) == ("Off", T1)
     _, words = after_reading("h1", state.power, "On", RESET, T2)
     assert words is not None and "went Off -> On" in words
+
+
+def test_the_off_warnings_own_advice_through_our_cli_is_planned_and_clears_the_mark() -> None:
+    """`metalflow bmc power HOST on` after a run left the host OFF (the WARNING's advice): the
+    command tells the entity (`after_power_set`), the next reading On is no change and clears the
+    OFF mark. Before, that reading said `went Off -> On ... metalflow did not cause it`."""
+    state = HostEntityState.of(HostWorkflowInput(host_id="h1", power_watch_seconds=30))
+    state.power, _ = after_reading("h1", None, "On", RESET, T0, {"d1": "m1"})
+    reset = state.record_request(RESET_REQUEST, ResetRequest(requested_by="a", target=ResetTarget.HOST), T0)
+    state.approve_at_once(reset)
+    state.started(reset, T0)
+    state.finish(reset, LEFT_OFF, T1)
+    told = "unplanned power: h1 went On -> Off ..."
+    state.power = after_power_set(state.power.model_copy(update={"unplanned": told}), "On", T2)
+    assert state.power == PowerAtRest(power_state="On", read_at=T2, unplanned=told)  # no marks: they booted
+    assert state.read_at_rest("On", T2 + timedelta(seconds=30))  # the mark clears, as README says
+    state.power, words = after_reading("h1", state.power, "On", RESET, T2 + timedelta(seconds=30))
+    assert words is None and state.left_off() is None
+    _, off = after_reading("h1", state.power, "Off", RESET, T2 + timedelta(seconds=60))
+    assert off is not None and "went On -> Off" in off  # someone else's Off after it is still told
+    assert after_power_set(None, "Off", T2) == PowerAtRest(power_state="Off", read_at=T2)
 
 
 def test_a_run_that_never_powered_the_host_keeps_the_baseline_before_it() -> None:

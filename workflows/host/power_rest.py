@@ -30,6 +30,12 @@ reading is the new one (a blind window of one watch period after each operation,
 run's host power). A reading whose host power itself changed tells that change only: a host's
 power cycle moves its DPUs' boot stage times too (simulators/redfish/BEHAVIOUR.md B12).
 
+A power action through metalflow's own CLI (`metalflow bmc power HOST on|off|cycle`, e.g. the OFF
+WARNING's own advice) is planned: the command tells the entity (signal `power_set`) and, while no
+operation runs and the host is not in maintenance, what it did is the new baseline
+(`after_power_set`: the power it left, as of when it saw it; no LastResetTime, so only PowerState
+is compared next; the DPUs' marks forgotten, a host's power change boots its DPUs again).
+
 A reboot the entity starts is handed the baseline (`baseline`): its first BMC read that differs
 is someone else's power action just before it began (`workflows/host_reboot/failure.py`); what an
 operation's reads found is shown as the last unplanned change (`found_by_operation`).
@@ -109,6 +115,13 @@ def after_reading(
     marks = {**(before.dpu_marks if before is not None and before.read_at is not None else {}), **read}
     now_known = PowerAtRest(power_state=power_state, last_reset_time=last_reset, read_at=now, dpu_marks=marks)
     return now_known.model_copy(update={"unplanned": words or kept}), words
+
+
+def after_power_set(power: PowerAtRest | None, power_state: str, at: datetime) -> PowerAtRest:
+    """The baseline after `metalflow bmc power` left the host `power_state` at `at` (module
+    docstring): that power, the last unplanned change told kept."""
+    told = power.unplanned if power is not None else ""
+    return PowerAtRest(power_state=power_state, read_at=at, unplanned=told)
 
 
 def baseline(power: PowerAtRest | None) -> PowerAtRest | None:

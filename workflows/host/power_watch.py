@@ -25,6 +25,12 @@ operation: nothing (the operation's own reads notice another actor:
 before it began. What an ended operation's reads found (its result's `unplanned_power`) is shown as
 the last unplanned change (`_operation_found`: the status, the memo; the operation told its own
 Event). Cost: no BMC request, one memo upsert.
+
+`metalflow bmc power HOST on|off|cycle` (an operator's power action through metalflow's own CLI,
+e.g. the OFF WARNING's advice) tells the entity what it did (signal `power_set`):
+at rest it is the new baseline (`power_rest.after_power_set`), so the next reading does not call it
+unplanned, and a reading under way when it came is not compared (it may predate the action). No
+cost to a run that uses no such command: one signal (two history events) per command.
 """
 
 from __future__ import annotations
@@ -38,9 +44,10 @@ with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
     from contracts.models.host import HostWorkflowInput
     from contracts.models.inventory import HostInventory, HostLookup
+    from contracts.models.power_watch import POWER_SET_SIGNAL, PowerSet
     from contracts.models.redfish import DPUSystemState, ReadDPUInput, ReadPowerStateInput, SystemPower
     from workflows import kernel
-    from workflows.host.power_rest import after_reading
+    from workflows.host.power_rest import after_power_set, after_reading
     from workflows.host.state import HostEntityState
     from workflows.host.takeover_rules import carried
     from workflows.phase_upserts import upsert_changed
@@ -56,6 +63,7 @@ class PowerWatch(kernel.Runbook):
     state: HostEntityState
     _input: HostWorkflowInput
     _reading_power: bool
+    _power_sets = 0  # `power_set` signals this run took (`power_set`); runtime, not carried
 
     async def _watch_power(self) -> None:
         """For the whole run: a reading every `power_watch_seconds` while at rest."""
@@ -72,6 +80,22 @@ class PowerWatch(kernel.Runbook):
             finally:
                 self._reading_power = False
 
+    @workflow.signal(name=POWER_SET_SIGNAL)
+    def power_set(self, done: PowerSet) -> None:
+        """`metalflow bmc power HOST on|off|cycle` did `done`: at rest, the new baseline (module
+        docstring); during an operation or a maintenance nothing (their end sets or forgets it)."""
+        self._power_sets += 1
+        if self.state.current is not None or self.state.maintenance is not None:
+            return
+        self.state.power = after_power_set(self.state.power, done.power_state, done.at)
+        workflow.logger.info(
+            "%s: power %s by metalflow bmc power (%s at %s): planned",
+            self.state.host_id,
+            done.action,
+            done.power_state,
+            done.at.isoformat(),
+        )
+
     def _operation_found(self, words: str) -> None:
         """An ended operation's reads found a power change nobody here made: status and memo."""
         if self.state.found_unplanned(words):
@@ -79,6 +103,7 @@ class PowerWatch(kernel.Runbook):
 
     async def _read_power_at_rest(self) -> None:
         host = self.state.host_id
+        sets = self._power_sets
         try:
             inventory: HostInventory = await self.call(
                 activity_api.resolve_host_inventory,
@@ -100,6 +125,8 @@ class PowerWatch(kernel.Runbook):
             return
         if self.state.current is not None or self.state.maintenance is not None:
             return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
+        if self._power_sets != sets:
+            return  # `metalflow bmc power` acted meanwhile: this reading may predate it (its baseline holds)
         cleared = self.state.read_at_rest(power.power_state, workflow.now())
         if cleared:  # the memo entries `host list` and a successor read, at once
             workflow.logger.info("%s: %s", host, cleared)

@@ -59,6 +59,7 @@ from contracts.models.dpf import DPUState, HostDPFState, HostRef
 from contracts.models.host import (
     DPUProgress,
     HostOperationInput,
+    HostOperationKind,
     HostOperationResult,
     HostOperationStatus,
     HostRebootInput,
@@ -66,6 +67,7 @@ from contracts.models.host import (
 )
 from contracts.models.inventory import HostInventory
 from contracts.wording import plural
+from workflows.host_operation.left_words import abort_leaves, reprovision_left
 from workflows.parts import dpf_barrier as barrier
 
 UNPLANNED_KEPT: Final = 20  # unplanned resets kept in the status and memo
@@ -515,18 +517,16 @@ class HostOperationState:
         )
 
     def abort_leaves(self) -> str:
-        """What an abort accepted now leaves the host in (the hold not released yet)."""
-        if not self.replaced:
-            return "nothing changed on DPF: its DPUs as they were"
-        return (
-            f"{plural(len(self.replaced), 'DPU')} deleted ({', '.join(sorted(self.replaced))}) come back "
-            "held in Node Effect, not Ready, until the host is reprovisioned again; no reboot is owed"
-        )
+        """What an abort accepted now leaves the host in (`left_words.abort_leaves`)."""
+        return abort_leaves(self.replaced)
 
     def left_behind(self) -> str:
-        """What a run that ends early leaves: the generation reached and what it changed."""
+        """An early end's words: generation, changes, a reprovision's DPUs and host (left_words.py)."""
         changed = "; ".join(self.changes) or "nothing"
-        return f"Generation reached {self.generation}. Changed by this run: {changed}"
+        said = f"Generation reached {self.generation}. Changed by this run: {changed}"
+        if self.request.kind != HostOperationKind.REPROVISION or not self.dpu_ids:
+            return said
+        return f"{said}. {reprovision_left(self.dpu_ids, self.replaced, self.seen, self.power_cycles)}"
 
     def result(self, now: datetime) -> HostOperationResult:
         return HostOperationResult(

@@ -236,7 +236,8 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
 
     def ending_error(self, err: BaseException) -> BaseException | None:
         """The error ended with (ours, an abort's included, or an activity's or child's, in words:
-        `said_in_words`) carries the generation reached: the entity counts it. A cancel with the
+        `said_in_words`) carries the generation reached (the entity counts it) and what the run
+        left (each DPU and the host: our own errors too, e.g. a reboot that failed). A cancel with the
         host OFF (`left_off`) ends failed `HostLeftOff` with those words: a cancelled child reads
         only "aborted" to the entity, which must read that the host is OFF."""
         said = self.said_in_words(err) or err
@@ -244,8 +245,9 @@ class HostOperationWorkflow(SiteCheckSaid, RebootRound):
             said = HostLeftOff(f"cancelled (the workflow was cancelled). {self.left_behind}")
         if not isinstance(said, ApplicationError):
             return None
-        reached = {"boot_generation": self.state.generation}
-        return ApplicationError(said.message, *said.details, reached, type=said.type, non_retryable=True)
+        reached, left = {"boot_generation": self.state.generation}, self.left_behind  # its own error too
+        message = said.message if not left or left in said.message else f"{said.message}. {left}"
+        return ApplicationError(message, *said.details, reached, type=said.type, non_retryable=True)
 
     # -- messages ----------------------------------------------------------------------------------
     @workflow.update(name=ABORT_UPDATE)

@@ -31,7 +31,8 @@ The power-down wait is cut and On sent at once; during `power_cycle_host` the BM
 `STOP_POLL_SECONDS`) until the host is seen Off, then the activity is cancelled (and awaited) and
 On sent; a cycle that ends first simply ends. A manual wait just ends. Queued for the BMC's
 lease, the place is given back and nothing is sent. Cancelled, it completes with its result when
-the host was cycled (the canceller must know), else ends cancelled (failed `HostLeftOff`, saying
+the host was cycled (the canceller must know; a cancel's On after our ForceOff the BMC took is that
+cycle's On: `_cycled_by_cancel`), else ends cancelled (failed `HostLeftOff`, saying
 so, when the host is still OFF by its hand: a cancel carries no words). Aborted, it completes (Phase
 `aborted`: asked for, no Failed run), its result's `aborted` saying who, why and whether the
 host was cycled, `boot_generation` the generation reached.
@@ -221,11 +222,24 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         if self._cycled:
             return f"The host was power-cycled: generation {generation} reached"
         if isinstance(err, asyncio.CancelledError | CancelledError) and self._power.cancelled():
-            if await self._powered_on_after(None):
-                return f"Generation {generation} not reached; the host was powered on again"
+            if await self._powered_on_after(None):  # our ForceOff, then this On: the BMC cycled it
+                self._cycled = self._cycled_by_cancel()
+                cycled = "The host was power-cycled (our ForceOff, the On its cancel sent)"
+                return f"{cycled}: generation {generation} reached"
         if self._power.is_off:
             return f"Generation {generation} not reached; {self._power.left()}"
         return f"Generation {generation} not reached"
+
+    def _cycled_by_cancel(self) -> HostRebootResult:
+        """The result of a run whose cancel powered the host on after its ForceOff: that is a power
+        cycle the BMC took, so the run completes with its generation (`boot_generation.spent`)."""
+        kernel.report(POWER_CYCLED, f"power cycle (ForceOff, On by its cancel) for generation "
+                      f"{self._request.boot_generation}", warning=False)  # fmt: skip
+        return HostRebootResult(
+            host_id=self._request.host_id, boot_generation=self._request.boot_generation,
+            method="bmc:ForceOff+On (On sent by its cancel)", reset_types=("ForceOff", "On"),
+            finished_at=workflow.now(), unplanned_power=self._unplanned,
+        )  # fmt: skip
 
     # -- messages ------------------------------------------------------------------------------------
     @workflow.signal(name=HOST_REBOOTED_SIGNAL)
