@@ -47,6 +47,7 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from contracts.models.removal import HostRemovalInput
+from contracts.wording import CANCELLED_OUTCOME
 from workflows.host.abort_rule import ABORT_OPERATION, AWAITING_APPROVAL, WITHDRAW_REQUEST, what_abort_reaches
 from workflows.host.outcome import generation_reported, outcome_of
 from workflows.host.state import IDLE, RECENT_LIMIT, HostEntityState
@@ -499,7 +500,9 @@ def ended(cause: BaseException) -> ChildWorkflowError:
 
 
 def test_how_a_child_ended_in_the_entitys_words() -> None:
-    assert outcome_of(ended(CancelledError())) == "aborted"
+    # Task B3: a cancel in Temporal is no operator's abort (before: "aborted", read as one).
+    assert outcome_of(ended(CancelledError())) == CANCELLED_OUTCOME
+    assert CANCELLED_OUTCOME.startswith("cancelled") and "no operator's abort" in CANCELLED_OUTCOME
     assert outcome_of(ended(TerminatedError("by hand"))) == "terminated"
     abort = OperationAborted("aborted by carol: maintenance")
     assert outcome_of(ended(abort)) == "aborted by carol: maintenance"  # an operator's abort: no failure

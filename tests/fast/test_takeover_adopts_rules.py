@@ -31,7 +31,7 @@ from contracts.models.host import (
     ResetRequest,
     RunEnd,
 )
-from contracts.wording import iso_z
+from contracts.wording import CANCELLED_OUTCOME, iso_z
 from workflows.host.state import HostEntityState
 from workflows.host.takeover_rules import (
     CutReboots,
@@ -132,7 +132,7 @@ def test_who_asked_an_adopted_run_unknown_or_unprintable_reads_unknown() -> None
     [
         (RunEnd(status="COMPLETED"), "completed"),
         (RunEnd(status="COMPLETED", aborted="aborted by bob: no"), "aborted by bob: no"),
-        (RunEnd(status="CANCELED"), "aborted"),
+        (RunEnd(status="CANCELED"), CANCELLED_OUTCOME),  # no operator's abort (task B3)
         (RunEnd(status="TERMINATED"), "terminated"),
         (
             RunEnd(status="FAILED", failure_type="OperationAborted", failure_message="by bob"),

@@ -50,7 +50,7 @@ from contracts.models.host import (
     PendingOperation,
     RunEnd,
 )
-from contracts.wording import aborted_outcome, iso_z
+from contracts.wording import CANCELLED_OUTCOME, aborted_outcome, iso_z
 from workflows.host.automation_hold import hold_after_run
 from workflows.parts.boot_generation import UNKNOWN_ENDS, RebootLeft, generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
@@ -178,7 +178,7 @@ def outcome_of_run(end: RunEnd) -> str:
     if end.status == "COMPLETED":
         return aborted_outcome(end.aborted) if end.aborted else "completed"
     if end.status == "CANCELED":
-        return "aborted"
+        return CANCELLED_OUTCOME
     if end.status == "TERMINATED":
         return "terminated"
     if end.failure_type == "OperationAborted":
