@@ -356,6 +356,27 @@ def test_no_reprovision_is_accepted_of_a_dpu_its_removal_took_out_of_dpf_whoever
     assert state.removed_from_dpf == {}
 
 
+def test_no_reset_is_accepted_of_a_dpu_its_removal_took_out_of_dpf() -> None:
+    """Task B of issue 40: `host reset HOST --dpu D` of a DPU removed with `host remove --dpus` was
+    accepted and completed (a reprovision of it is refused); now refused alike, naming it."""
+    state = entity()
+    d0, d1 = f"{HOST}-dpu-0", f"{HOST}-dpu-1"
+    ran(state, REMOVAL, OperationRequest(requested_by="alice", dpu_ids=(d1,)))
+    with pytest.raises(DPUsRemoved) as refused:
+        state.refuse_request(
+            RESET, ResetRequest(requested_by="bob", target=ResetTarget.DPU, dpu_ids=(d0, d1))
+        )
+    assert refused.value.message == (
+        f"host {HOST}: DPF no longer has {d1} (removed by remove/{HOST}); reset refused "
+        f"(bring it back with: metalflow host provision {HOST} --dpus {d1})"
+    )
+    state.refuse_request(RESET, ResetRequest(requested_by="bob", target=ResetTarget.DPU, dpu_ids=(d0,)))
+    state.refuse_request(RESET, ResetRequest(requested_by="bob", target=ResetTarget.HOST))
+    ran(state, REMOVAL, OperationRequest(requested_by="alice"))  # the whole DPU node
+    with pytest.raises(DPUsRemoved, match=f"DPF no longer has the DPU node of {HOST} "):
+        state.refuse_request(RESET, ResetRequest(requested_by="bob", target=ResetTarget.DPU, dpu_ids=(d0,)))
+
+
 def test_a_removal_aborted_after_its_first_delete_counts_its_dpus_as_removed() -> None:
     """A removal takes `host abort` in every phase (issue 40); aborted once a delete was sent, DPF
     finishes the delete, so the DPU is as removed as after a completed removal. Aborted before
@@ -628,7 +649,7 @@ class EntityRules(RuleBasedStateMachine):
             current = asked(self.state, kind, request, self.now)
         except (HostBusy, InstanceConflict, DPUsRemoved) as refused:
             assert self.state.current is before  # a refusal changes nothing
-            assert not isinstance(refused, DPUsRemoved) or kind is REPROVISION
+            assert not isinstance(refused, DPUsRemoved) or kind in (REPROVISION, RESET)
             return
         assert before is None, "a second operation was accepted"
         removed = self.state.removed_from_dpf

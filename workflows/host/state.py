@@ -121,8 +121,11 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         campaign, a script): a reprovision deletes the DPU for DPF to recreate, and a DPU a removal
         took off the DPUNode is never recreated, so the operation would wait for a hold that never
         comes. Known here: what this entity's completed removals took out (`removed_from_dpf`),
-        until a provision brings it back. Every DPU when the request names none."""
-        if operation != names.REPROVISION or not self.removed_from_dpf:
+        until a provision brings it back. Every DPU when the request names none. A reset of DPUs
+        it names (`host reset --dpu`) is refused alike (issue 40: it was accepted and
+        reset a DPU DPF no longer has): no request for a DPU DPF no longer has, whoever asks."""
+        named_reset = isinstance(request, ResetRequest) and request.target == "dpu"
+        if (operation != names.REPROVISION and not named_reset) or not self.removed_from_dpf:
             return
         node, gone = self.removed_from_dpf.get(""), []
         if node is not None:
