@@ -46,6 +46,15 @@ def duration(span: timedelta | float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
 
 
+CANCELLED_OUTCOME = (
+    "cancelled (the workflow was cancelled: `temporal workflow cancel` or its parent's close; "
+    "no operator's abort)"
+)
+"""A host's record of an operation cancelled in Temporal (no result, no words: a cancel carries none),
+never `aborted`, which reads as an operator's `host abort` naming the requester. The words of
+what it did and left are its final Phase details (`--wait` reads them)."""
+
+
 def aborted_outcome(message: str) -> str:
     """An operation an operator aborted, in the entity's record (`host status`, campaigns): it
     reads `aborted ...`, never `failed: ...`. `message` is the operation's abort error."""

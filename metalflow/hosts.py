@@ -30,6 +30,7 @@ from temporalio.client import (
     WorkflowQueryFailedError,
     WorkflowQueryRejectedError,
 )
+from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.workflow import UpdateMethodMultiParam
 
@@ -52,6 +53,7 @@ from contracts.models.inventory import VERSIONS_READ_SIGNAL, VersionsRead
 from contracts.with_start import NotAccepted
 from contracts.wording import plural
 from contracts.wording import with_its_reboot as its_reboot_words
+from metalflow.cancelled import METADATA_QUERY, cancelled_words, final_details
 from metalflow.client import no_worker_polls
 from metalflow.progress import Progress
 from metalflow.seen import (
@@ -62,7 +64,6 @@ from metalflow.seen import (
 )
 from metalflow.unanswered import not_taken_words, unanswered_words
 
-METADATA_QUERY = "__temporal_workflow_metadata"  # built into every workflow: its current details
 FOLLOW_POLL_SECONDS = 0.5
 WORKER_GRACE_SECONDS = 5.0
 # The exit status of a request metalflow could not ask (`metalflow.cli.exits.UNREACHABLE`), and
@@ -447,7 +448,7 @@ def power_down_wait_not_applied(host_id: str, seconds: float, native: list[str])
     )
 
 
-COMPLETED, ABORTED, FAILED = "completed", "aborted", "failed"
+COMPLETED, ABORTED, FAILED, CANCELLED = "completed", "aborted", "failed", "cancelled"
 """How a followed operation ended (`follow_operation`)."""
 
 
@@ -458,8 +459,9 @@ async def follow_operation(
 
     Returns:
         ``(COMPLETED, summary)`` when it completed, ``(ABORTED, "aborted by <who>: <reason>; ...")``
-        when an operator aborted it (asked for: not a failure), ``(FAILED, reason)`` when it
-        failed or was ended otherwise.
+        when an operator aborted it (asked for: not a failure), ``(CANCELLED, words)`` when it
+        was cancelled in Temporal (`temporal workflow cancel`: its final Phase details, what it
+        did and left: `cancelled_words`), ``(FAILED, reason)`` when it failed or was ended otherwise.
     """
     handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(workflow_id)
     result = asyncio.ensure_future(handle.result())
@@ -482,6 +484,8 @@ async def follow_operation(
         outcome = result.result()
     except WorkflowFailureError as err:
         aborted = abort_in_words(err)
+        if aborted is None and isinstance(err.cause, CancelledError):  # a cancel stays a cancel
+            return CANCELLED, cancelled_words(await final_details(client, workflow_id, QUERY_TIMEOUT))
         return (ABORTED, aborted) if aborted is not None else (FAILED, failure_reason(err))
     finally:
         result.cancel()

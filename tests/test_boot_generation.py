@@ -35,6 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 from worker_support import worker_env, worker_process
 
 from contracts import names
+from contracts.wording import CANCELLED_OUTCOME
 
 PREFIX = f"gen{uuid.uuid4().hex[:5]}"
 # Host i of a generated site gets DEFAULT_ROTATION[i % 5]: the 2nd is `no-powercycle` (ForceOff,
@@ -183,6 +184,6 @@ async def test_a_host_reset_cancelled_in_its_wait_counts_its_one_cycle(
     await until_powered_off(sim, host)
     await local_env.client.get_workflow_handle(names.host_operation_workflow_id("reset", host)).cancel()
     entity = await until_idle(local_env, host)
-    assert entity["recent"][-1]["outcome"] == "aborted", entity["recent"]  # cancelled: no result kept
+    assert entity["recent"][-1]["outcome"] == CANCELLED_OUTCOME, entity["recent"]  # cancelled: no result kept
     assert entity["boot_generation"] == 1, entity
     await one_cycle_told_once(sim, host)

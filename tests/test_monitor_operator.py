@@ -52,7 +52,7 @@ SITE = "mop-site"
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningSim]:
-    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=6) as running:
+    with prefixed_sim(tmp_path_factory.mktemp("monitor-operator"), "mop", hosts=7) as running:
         use_site_file(running.site_file)
         yield running
 
@@ -252,6 +252,38 @@ async def test_monitor_status_shows_only_what_is_true_now(
             assert "holding back" not in now.stdout and "its request" not in now.stdout, now.stdout
             assert "  waiting for      a Ready DPU falling to Node Effect\n" in now.stdout
     assert power_cycles(sim.power_log(host)) == 0
+
+
+async def test_monitor_status_says_the_approved_reprovision_runs(
+    local_env: WorkflowEnvironment, client: Client, task_queue: str, sim: RunningSim
+) -> None:
+    """Issue 40 (task): after `approve` of the monitor's reprovision, `host monitor --status` kept
+    saying it awaited approval ("... or the approval of it") while the reprovision ran: the
+    monitor hears of its request's end, not of its approval. Now it says the approved one runs."""
+    host, dpu = "mop-007", "mop-007-dpu-1"
+    queue = ("--task-queue", task_queue)
+    async with site_worker(client, task_queue, sim):
+        policy = MonitorPolicy(reprovision_after_seconds=1.0)
+        # Reboots by hand (never confirmed here): the approved reprovision runs until aborted.
+        slow = FAST_POLICY.model_copy(update={"reboot_method": RebootMethod.MANUAL})
+        async with watched(client, task_queue, host, policy, instance="i-tenant", operations=slow) as (
+            entity,
+            monitor,
+        ):
+            await eventually(lambda: status_of(monitor), lambda s: dpu_ready(s, dpu))
+            sim.inject(f"dpus/node-{host}-device-{dpu}/node-effect")
+            await eventually(lambda: entity_status(entity), awaits_approval)
+            await eventually(lambda: status_of(monitor), lambda s: s.own_request is not None)
+            approved = await metalflow(local_env, "approve", host, "--by", "carol", *queue)
+            assert approved.status == 0, approved.stdout + approved.stderr
+            await eventually(lambda: entity_status(entity), running)
+            shown = await metalflow(local_env, "host", "monitor", host, "--status", *queue)
+            aborted = await metalflow(local_env, "host", "abort", host, "--by", "alice", *queue)
+            assert aborted.status == 0, aborted.stdout + aborted.stderr
+            await eventually(lambda: entity_status(entity), lambda s: s.current is None)
+    assert "awaits approval" not in shown.stdout and "the approval of it" not in shown.stdout, shown.stdout
+    assert f"  its request      reprovision/{host} of {dpu} runs (asked " in shown.stdout, shown.stdout
+    assert f"the end of reprovision/{host} (approved by carol, running" in shown.stdout, shown.stdout
 
 
 def dpu_ready(status: HostMonitorStatus, dpu: str) -> bool:

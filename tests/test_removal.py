@@ -229,5 +229,9 @@ async def test_host_abort_while_waiting_until_gone_stops_the_wait_and_no_reprovi
         assert outcome.startswith("aborted by bob@test: debugging; the deletes sent cannot"), outcome
         assert f"DPUDevice device-{dpu} deleted" in outcome, outcome
         again = await metalflow(local_env, "host", "reprovision", host, "--dpus", dpu, *queue)
+        # Nor a reset of it (before: accepted, and it completed, for a DPU DPF no longer has).
+        reset = await metalflow(local_env, "host", "reset", host, "--dpu", dpu, *queue)
     assert again.status == 1, again.stdout + again.stderr
     assert f"DPF no longer has {dpu} (removed by remove/{host})" in again.stderr, again.stderr
+    assert reset.status == 1, reset.stdout + reset.stderr
+    assert f"DPF no longer has {dpu} (removed by remove/{host}); reset refused" in reset.stderr, reset.stderr

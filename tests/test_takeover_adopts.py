@@ -305,8 +305,41 @@ async def test_a_request_awaiting_approval_outlives_its_entitys_terminate(
         approved = await _asked(env, task_queue, "carol", "approve", host)
         assert f"started reprovision/{host}" in approved.stdout, approved.stdout
         shown = (await shown_state(env, host))["host"]
-        assert "reprovision requested by alice, still awaiting approval" in shown["taken_over"], shown
+        # Approved: no longer "still awaiting approval" (before: the line said so while it ran).
+        assert (
+            "reprovision requested by alice, awaiting approval then: approved by carol" in shown["taken_over"]
+        )
         idle = await _until(env, host, lambda s: s["host"]["current"] is None, "ended the reprovision", 30)
     last = idle["host"]["recent"][-1]
     assert last["workflow_id"] == f"reprovision/{host}" and last["requested_by"] == "alice", last
     assert last["approved_by"] == "carol", last
+
+
+async def test_a_request_awaiting_approval_is_withdrawn_at_the_first_abort_after_its_entitys_terminate(
+    local_env: WorkflowEnvironment, sim: RunningSim, task_queue: str
+) -> None:
+    """Task B4: `host reboot` of an assigned host awaits approval; its entity is terminated. Before:
+    `host status` (no entity) said nothing of the request; the first `host abort` answered "no
+    operation in flight ... and no request awaits approval: nothing to abort" (exit 1) while the
+    new entity still took it over, and after the second abort withdrew it the "taken over" line
+    still said "still awaiting approval". Now the first abort withdraws it, once the new entity
+    took it over, and the line says it was withdrawn."""
+    host, env = "adopt-004", local_env
+    async with worker_for(env.client, task_queue, sim):
+        await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=POLICY), task_queue)
+        await _asked(env, task_queue, "alice", "host", "assign", host, "t3")
+        held = await _asked(env, task_queue, "alice", "host", "reboot", host, "--reason", "kernel")
+        assert "awaits approval" in held.stdout, held.stdout
+        await env.client.get_workflow_handle(names.host_workflow_id(host)).terminate("as an operator might")
+        status = await _cli(env, "host", "status", host)
+        assert status.status == 1 and "was terminated" in status.stderr, status.stderr
+        assert "(reboot requested by alice: kernel) awaits approval" in status.stderr, status.stderr
+        aborted = await _cli(env, "host", "abort", host, "--json", "--by", "bob", "--task-queue", task_queue)
+        assert aborted.status == 0, aborted.stdout + aborted.stderr
+        answer = json.loads(aborted.stdout)
+        assert answer["accepted"] and "withdrawn by bob" in answer["message"], answer
+        shown = (await shown_state(env, host))["host"]
+    assert shown["current"] is None, shown
+    assert shown["recent"][-1]["outcome"].startswith("withdrawn by bob"), shown["recent"][-1]
+    assert "reboot requested by alice, awaiting approval then: withdrawn by bob" in shown["taken_over"], shown
+    assert "still awaiting" not in shown["taken_over"], shown

@@ -50,7 +50,9 @@ TABLE: Final[tuple[tuple[int, str], ...]] = (
      "once it is back"),
     (ABORTED, "aborted by an operator, as asked: the operation, campaign or rollout followed (`--wait`) "
      "or shown (a status command) stopped at its safe point and says `aborted by <who>: <reason>`; "
-     "not a failure"),
+     "or a host operation `--wait` followed was cancelled in Temporal (`temporal workflow cancel`): "
+     "`<id> cancelled in Temporal ..., not by an operator's abort. Done: ...` (its own words: what "
+     "it did and left, the host's power); not a failure"),
     (INTERRUPTED, "interrupted (Ctrl-C) while waiting; the workflows go on"),
     (BROKEN_PIPE, "the reader of stdout went away (a `head -1` after the pipe), as `cat` reports it"),
 )  # fmt: skip

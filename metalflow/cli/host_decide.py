@@ -62,7 +62,7 @@ from metalflow.hosts import (
     send_update,
 )
 from metalflow.site_name import entity_input
-from workflows.host.abort_rule import WITHDRAW_REQUEST, what_abort_reaches
+from workflows.host.abort_rule import AWAITING_APPROVAL, WITHDRAW_REQUEST, what_abort_reaches
 
 Action = Callable[[Client, argparse.Namespace], Awaitable[int]]
 PERSON_PHASES = (MANUAL_INTERVENTION_REQUIRED, "waiting-for-manual-reboot")  # a reboot waiting for a person
@@ -174,8 +174,10 @@ async def _in_flight(client: Client, args: argparse.Namespace) -> OperationRecor
     """What the entity shows in flight. An entity ended by hand (`temporal workflow terminate`)
     answers with its last view, which is past: it is started again first, as every request does
     (it adopts the operation still running, records one that ended), and the operation is its
-    only if it still runs (a request awaiting approval died with it). Before: the answer went to
-    an operation already closed, or to the closed entity: Temporal's raw NOT_FOUND, exit 1."""
+    only if it still runs. A request that awaited approval is its too: the new entity takes it over
+    (its memo carries it) and its `withdraw` waits for that takeover before it decides (before: "no
+    request awaits approval: nothing to abort", and a second abort withdrew it). Before that: the
+    answer went to an operation already closed, or to the closed entity: Temporal's raw NOT_FOUND."""
     current = (await host_status(client, args.host)).current
     entities = HostEntityClient(client, args.task_queue)
     if await entities.running(args.host):
@@ -183,6 +185,8 @@ async def _in_flight(client: Client, args: argparse.Namespace) -> OperationRecor
     await require_worker(client, args.task_queue)
     await entities.ensure(entity_input(args.host))
     if current is not None and current.outcome == "running" and await _runs(client, current.workflow_id):
+        return current
+    if current is not None and current.outcome == AWAITING_APPROVAL:
         return current
     return None
 

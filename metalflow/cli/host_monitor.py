@@ -15,10 +15,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from contracts import names
 from contracts.models.control import OperatorRequest
-from contracts.models.host import HostWorkflowInput
+from contracts.models.host import HostWorkflowInput, OperationRecord
 from contracts.models.monitor import (
     OUT_OF_POOL,
     DegradedDPU,
@@ -117,6 +118,11 @@ async def monitor(client: Client, args: argparse.Namespace) -> int:
         )
     if args.status:
         status = await monitor_status(client, args.host)
+        if status.own_request is not None and status.own_request.awaiting_approval:
+            try:  # approved meanwhile? the monitor hears of its request's end only
+                status = as_the_entity_says(status, (await host_status(client, args.host)).current)
+            except (HostRequestError, RPCError):
+                pass  # the monitor's own view stands
         _say(render_monitor(status, await monitor_policy(client, args.host)))
         return exits.OK
     if args.resume:
@@ -218,6 +224,27 @@ def hold_back_line(status: HostMonitorStatus) -> str:
     return (
         f"until {_when(hold.until)}: no reprovision asked after {hold.why} "
         f"(resume: metalflow host monitor {status.host_id} --resume)"
+    )
+
+
+def as_the_entity_says(status: HostMonitorStatus, current: OperationRecord | None) -> HostMonitorStatus:
+    """The monitor's status with its own request as the host's entity records it: the monitor is
+    told its request's end, not its approval, so after `metalflow approve` it kept saying the
+    request awaited approval ("... or the approval of it") while the reprovision ran (issue 40).
+    A request the entity runs is shown running, approved by whom."""
+    own = status.own_request
+    if own is None or not own.awaiting_approval or current is None:
+        return status
+    if current.workflow_id != own.workflow_id or current.outcome != "running":
+        return status
+    down = ", ".join(sorted(d.dpu_id for d in status.degraded)) or ", ".join(own.dpu_ids)
+    by = f"approved by {current.approved_by}, " if current.approved_by else "approved, "
+    return status.model_copy(
+        update={
+            "own_request": own.model_copy(update={"awaiting_approval": False}),
+            "waiting_for": f"the end of {own.workflow_id} ({by}running: it reprovisions {down}); "
+            "nothing more is asked meanwhile",
+        }
     )
 
 

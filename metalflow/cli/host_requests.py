@@ -451,7 +451,9 @@ async def _follow(client: Client, host: str, workflow_id: str, progress: Progres
     if ending == FAILED:
         progress.finish(host, f"{workflow_id} failed: {summary}")
         return EXIT_FAILED
-    progress.finish(host, f"{workflow_id} {summary}")  # an abort says "aborted by <who>: <reason>"
+    # An abort says "aborted by <who>: <reason>"; a cancel "cancelled in Temporal ..., not by an
+    # operator's abort. Done: ..." (its own words): both stopped as asked, exit 4, not a failure.
+    progress.finish(host, f"{workflow_id} {summary}")
     return EXIT_OK if ending == COMPLETED else exits.ABORTED
 
 

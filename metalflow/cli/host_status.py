@@ -59,7 +59,7 @@ from metalflow.monitors import running_monitor_status
 from metalflow.seen import Seen
 from metalflow.site_watch_health import WatchLapse, lapse_of_operation
 from workflows.host.automation_hold import hold_words
-from workflows.host.takeover_rules import off_while_no_entity
+from workflows.host.takeover_rules import awaiting_while_no_entity, off_while_no_entity
 from workflows.parts.boot_generation import RunEnd as RebootEnd
 from workflows.parts.boot_generation import waits_for_a_person
 from workflows.parts.host_power import HOST_IS_OFF
@@ -88,7 +88,8 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             if left
             else "; its next request starts a new entity"
         )
-        raise HostRequestError(f"{ended}{runs}{await _off_while_no_entity(client, args.host)}")
+        off = await _off_while_no_entity(client, args.host)
+        raise HostRequestError(f"{ended}{runs}{await _awaiting_while_no_entity(client, args.host)}{off}")
     status = await host_status(client, args.host)
     operation, seen = None, None
     if status.current is not None and status.current.outcome == "running":
@@ -152,6 +153,17 @@ async def reboot_waiting(client: Client, host_id: str, generation: int) -> str:
 
 
 CLOSED_READ = 10  # the host's operations closed since its entity's last phase, listed (a few)
+
+
+async def _awaiting_while_no_entity(client: Client, host_id: str) -> str:
+    """`takeover_rules.awaiting_while_no_entity`'s words for the ended entity's memo ("" none, or
+    not readable): one describe."""
+    try:
+        described = await client.get_workflow_handle(names.host_workflow_id(host_id)).describe()
+        entry = (await described.memo()).get(names.CARRIED_MEMO)
+    except RPCError:
+        return ""
+    return awaiting_while_no_entity(entry, host_id)
 
 
 async def _off_while_no_entity(client: Client, host_id: str) -> str:

@@ -47,6 +47,7 @@ from contracts.models.host import (
     WithdrawRequest,
 )
 from contracts.models.removal import HostRemovalInput
+from contracts.wording import CANCELLED_OUTCOME
 from workflows.host.abort_rule import ABORT_OPERATION, AWAITING_APPROVAL, WITHDRAW_REQUEST, what_abort_reaches
 from workflows.host.outcome import generation_reported, outcome_of
 from workflows.host.state import IDLE, RECENT_LIMIT, HostEntityState
@@ -355,6 +356,27 @@ def test_no_reprovision_is_accepted_of_a_dpu_its_removal_took_out_of_dpf_whoever
     assert state.removed_from_dpf == {}
 
 
+def test_no_reset_is_accepted_of_a_dpu_its_removal_took_out_of_dpf() -> None:
+    """Task B of issue 40: `host reset HOST --dpu D` of a DPU removed with `host remove --dpus` was
+    accepted and completed (a reprovision of it is refused); now refused alike, naming it."""
+    state = entity()
+    d0, d1 = f"{HOST}-dpu-0", f"{HOST}-dpu-1"
+    ran(state, REMOVAL, OperationRequest(requested_by="alice", dpu_ids=(d1,)))
+    with pytest.raises(DPUsRemoved) as refused:
+        state.refuse_request(
+            RESET, ResetRequest(requested_by="bob", target=ResetTarget.DPU, dpu_ids=(d0, d1))
+        )
+    assert refused.value.message == (
+        f"host {HOST}: DPF no longer has {d1} (removed by remove/{HOST}); reset refused "
+        f"(bring it back with: metalflow host provision {HOST} --dpus {d1})"
+    )
+    state.refuse_request(RESET, ResetRequest(requested_by="bob", target=ResetTarget.DPU, dpu_ids=(d0,)))
+    state.refuse_request(RESET, ResetRequest(requested_by="bob", target=ResetTarget.HOST))
+    ran(state, REMOVAL, OperationRequest(requested_by="alice"))  # the whole DPU node
+    with pytest.raises(DPUsRemoved, match=f"DPF no longer has the DPU node of {HOST} "):
+        state.refuse_request(RESET, ResetRequest(requested_by="bob", target=ResetTarget.DPU, dpu_ids=(d0,)))
+
+
 def test_a_removal_aborted_after_its_first_delete_counts_its_dpus_as_removed() -> None:
     """A removal takes `host abort` in every phase (issue 40); aborted once a delete was sent, DPF
     finishes the delete, so the DPU is as removed as after a completed removal. Aborted before
@@ -499,7 +521,9 @@ def ended(cause: BaseException) -> ChildWorkflowError:
 
 
 def test_how_a_child_ended_in_the_entitys_words() -> None:
-    assert outcome_of(ended(CancelledError())) == "aborted"
+    # Task B3: a cancel in Temporal is no operator's abort (before: "aborted", read as one).
+    assert outcome_of(ended(CancelledError())) == CANCELLED_OUTCOME
+    assert CANCELLED_OUTCOME.startswith("cancelled") and "no operator's abort" in CANCELLED_OUTCOME
     assert outcome_of(ended(TerminatedError("by hand"))) == "terminated"
     abort = OperationAborted("aborted by carol: maintenance")
     assert outcome_of(ended(abort)) == "aborted by carol: maintenance"  # an operator's abort: no failure
@@ -625,7 +649,7 @@ class EntityRules(RuleBasedStateMachine):
             current = asked(self.state, kind, request, self.now)
         except (HostBusy, InstanceConflict, DPUsRemoved) as refused:
             assert self.state.current is before  # a refusal changes nothing
-            assert not isinstance(refused, DPUsRemoved) or kind is REPROVISION
+            assert not isinstance(refused, DPUsRemoved) or kind in (REPROVISION, RESET)
             return
         assert before is None, "a second operation was accepted"
         removed = self.state.removed_from_dpf

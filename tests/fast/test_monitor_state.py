@@ -488,3 +488,34 @@ def test_a_dpu_dpf_no_longer_shows_is_no_longer_watched() -> None:
     state.observe(seen(("d0", "Node Effect"), ("d1", "Ready"), uid="v2"), T0 + timedelta(minutes=2))
     assert sorted(d.dpu_id for d in state.status().dpus) == ["d0", "d1"]
     assert state.degraded == []  # first sight of the new d0: not a fall from Ready
+
+
+def test_the_cli_shows_the_monitors_approved_request_running_as_its_entity_records_it() -> None:
+    """Issue 40 (task): after `approve`, `host monitor --status` said the request awaited approval
+    ("... or the approval of it") while it ran: the monitor is told its end only."""
+    from contracts.models.host import OperationRecord
+    from metalflow.cli.host_monitor import as_the_entity_says, render_monitor
+
+    state = monitor(MonitorPolicy(reprovision_after_seconds=60.0))
+    state.observe(seen(("d0", "Ready")), T0)
+    state.observe(seen(("d0", "Node Effect")), T0)
+    asked_at = T0 + timedelta(minutes=1)
+    awaiting = OwnerReprovisionResult(outcome="awaiting-approval", workflow_id="reprovision/h1")
+    state.reprovision_answered(state.overdue(asked_at), awaiting, asked_at)
+    record = OperationRecord(
+        operation="reprovision",
+        workflow_id="reprovision/h1",
+        requested_by="monitor/host-h1",
+        outcome="running",
+    )
+    policy = MonitorPolicy(reprovision_after_seconds=60.0)
+    runs = render_monitor(
+        as_the_entity_says(state.status(), record.model_copy(update={"approved_by": "carol"})), policy
+    )
+    assert "awaits approval" not in runs and "the approval of it" not in runs, runs
+    assert "  its request      reprovision/h1 of d0 runs (asked " in runs, runs
+    assert "the end of reprovision/h1 (approved by carol, running: it reprovisions d0)" in runs, runs
+    # Still awaiting at the entity, or another run: the monitor's view stands.
+    still = record.model_copy(update={"outcome": "awaiting-approval"})
+    assert as_the_entity_says(state.status(), still) == state.status()
+    assert as_the_entity_says(state.status(), None) == state.status()

@@ -31,10 +31,11 @@ from contracts.models.host import (
     ResetRequest,
     RunEnd,
 )
-from contracts.wording import iso_z
+from contracts.wording import CANCELLED_OUTCOME, iso_z
 from workflows.host.state import HostEntityState
 from workflows.host.takeover_rules import (
     CutReboots,
+    awaiting_while_no_entity,
     carried,
     cut_to_read,
     off_while_no_entity,
@@ -131,7 +132,7 @@ def test_who_asked_an_adopted_run_unknown_or_unprintable_reads_unknown() -> None
     [
         (RunEnd(status="COMPLETED"), "completed"),
         (RunEnd(status="COMPLETED", aborted="aborted by bob: no"), "aborted by bob: no"),
-        (RunEnd(status="CANCELED"), "aborted"),
+        (RunEnd(status="CANCELED"), CANCELLED_OUTCOME),  # no operator's abort (task B3)
         (RunEnd(status="TERMINATED"), "terminated"),
         (
             RunEnd(status="FAILED", failure_type="OperationAborted", failure_message="by bob"),
@@ -395,3 +396,39 @@ def test_a_cleared_mark_leaves_no_power_it_on_advice_in_the_taken_over_words() -
     assert new.read_at_rest("On")
     assert "power it on" not in new.taken_over and " is OFF" not in new.taken_over, new.taken_over
     assert f"the host {HOST} was OFF then" in new.taken_over, new.taken_over
+
+
+def test_the_taken_over_words_say_what_became_of_the_request_they_said_still_awaited_approval() -> None:
+    """Task B4: once the taken-over request was withdrawn, expired or approved, its "still
+    awaiting approval" was false; the words now say what became of it (`no_longer_awaiting`)."""
+    for decided, said in (
+        ("withdraw", "awaiting approval then: withdrawn by bob: not now"),
+        ("expire", "awaiting approval then: expired: not approved within 1:00:00"),
+        ("approve", "awaiting approval then: approved by carol"),
+    ):
+        old = entity()
+        old.instance = "t3"
+        old.record_request(REBOOT, OperationRequest(requested_by="alice"), T0)
+        new = entity()
+        take_over(new, predecessor(**old.model_dump()), T0)
+        assert new.current is not None and "reboot requested by alice, still awaiting" in new.taken_over
+        if decided == "approve":
+            new.approve("carol", T0)
+        else:
+            outcome = "withdrawn by bob: not now" if decided == "withdraw" else said.split("then: ")[1]
+            new.finish(new.current, outcome, T0)
+        assert f"reboot requested by alice, {said}" in new.taken_over, new.taken_over
+        assert "still awaiting" not in new.taken_over, new.taken_over
+
+
+def test_host_status_with_no_entity_names_the_request_its_ended_entity_held_awaiting() -> None:
+    """Task B4: between the terminate and the next command, `host status` said nothing of the
+    request awaiting approval that the ended entity's memo carries (the next entity holds it)."""
+    old = entity()
+    old.instance = "t3"
+    old.record_request(REBOOT, OperationRequest(requested_by="alice", reason="kernel"), T0)
+    words = awaiting_while_no_entity(carried(old), HOST)
+    assert "(reboot requested by alice: kernel) awaits approval" in words, words
+    assert f"metalflow approve {HOST}" in words and f"metalflow host abort {HOST}" in words, words
+    assert awaiting_while_no_entity(carried(entity()), HOST) == ""
+    assert awaiting_while_no_entity(None, HOST) == ""

@@ -59,7 +59,7 @@ def _hold(
         by, _, reason = outcome.removeprefix("withdrawn by ").partition(": ")
     elif outcome.startswith("aborted by "):
         by, _, reason = outcome.removeprefix("aborted by ").partition(": ")
-    elif outcome.startswith(("aborted", "terminated")):  # cancelled or terminated by hand: nobody named
+    elif outcome.startswith(("aborted", "terminated", "cancelled")):  # cut by hand: nobody named
         by, reason = "an operator", outcome
     else:
         return None

@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflo
 with workflow.unsafe.imports_passed_through():
     from contracts.errors import OperationAborted, cause_in_words
     from contracts.models.host import OperationEnd
-    from contracts.wording import aborted_outcome
+    from contracts.wording import CANCELLED_OUTCOME, aborted_outcome
     from workflows.host.takeover_rules import POWER_HOLDERS, off_when_cut  # pure: a successor's read too
 
 __all__ = ["POWER_HOLDERS", "ended_as", "generation_reported", "off_when_cut", "outcome_of"]
@@ -32,7 +32,7 @@ def outcome_of(err: ChildWorkflowError) -> str:
     """How a child that did not complete ended, in the entity's words."""
     cause = err.cause
     if isinstance(cause, CancelledError):
-        return "aborted"
+        return CANCELLED_OUTCOME  # not "aborted": nobody's `host abort` (task B3)
     if isinstance(cause, TerminatedError):
         return "terminated"
     if isinstance(cause, ApplicationError) and cause.type == OperationAborted.__name__:

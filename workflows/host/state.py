@@ -64,7 +64,7 @@ from workflows.host.child_input import child_input
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
 from workflows.host.maintenance_rules import standing as _standing
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
-from workflows.host.takeover_rules import no_longer_off
+from workflows.host.takeover_rules import no_longer_awaiting, no_longer_off
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
@@ -121,8 +121,11 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         campaign, a script): a reprovision deletes the DPU for DPF to recreate, and a DPU a removal
         took off the DPUNode is never recreated, so the operation would wait for a hold that never
         comes. Known here: what this entity's completed removals took out (`removed_from_dpf`),
-        until a provision brings it back. Every DPU when the request names none."""
-        if operation != names.REPROVISION or not self.removed_from_dpf:
+        until a provision brings it back. Every DPU when the request names none. A reset of DPUs
+        it names (`host reset --dpu`) is refused alike (issue 40: it was accepted and
+        reset a DPU DPF no longer has): no request for a DPU DPF no longer has, whoever asks."""
+        named_reset = isinstance(request, ResetRequest) and request.target == "dpu"
+        if (operation != names.REPROVISION and not named_reset) or not self.removed_from_dpf:
             return
         node, gone = self.removed_from_dpf.get(""), []
         if node is not None:
@@ -289,6 +292,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         if self._start.auto_approval_window_seconds > 0:
             self.auto_approved_until = now + timedelta(seconds=self._start.auto_approval_window_seconds)
         current.record = current.record.model_copy(update={"approved_by": by})
+        self.taken_over = no_longer_awaiting(self.taken_over, current.record, f"approved by {by}")
         return current
 
     def approval_wait(self, current: PendingOperation, now: datetime) -> timedelta:
@@ -364,6 +368,8 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             self._completed(current)
         if outcome == "completed" or current.adopted_run:  # what a takeover reported is past (an
             self.taken_over = ""  # adopted run's "still running" too): the line goes (`take_over`)
+        elif not current.approved:  # a taken-over request withdrawn or expired: no longer "still awaiting"
+            self.taken_over = no_longer_awaiting(self.taken_over, current.record, outcome)
         self.recent.append(current.record.model_copy(update={"outcome": outcome, "finished_at": now}))
         del self.recent[:-RECENT_LIMIT]
         self.current = None

@@ -50,7 +50,7 @@ from contracts.models.host import (
     PendingOperation,
     RunEnd,
 )
-from contracts.wording import aborted_outcome, iso_z
+from contracts.wording import CANCELLED_OUTCOME, aborted_outcome, iso_z
 from workflows.host.automation_hold import hold_after_run
 from workflows.parts.boot_generation import UNKNOWN_ENDS, RebootLeft, generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
@@ -153,8 +153,24 @@ def take_awaiting(memory: HostEntityMemory, entry: dict[str, Any]) -> str:
     if current.approved or current.adopted_run:
         return ""
     memory.current = current
-    record = current.record
-    return f"{record.operation} requested by {record.requested_by}, still awaiting approval"
+    return _still_awaiting(current.record)
+
+
+def _still_awaiting(record: OperationRecord) -> str:
+    return f"{record.operation} requested by {record.requested_by}, {STILL_AWAITING}"
+
+
+STILL_AWAITING: Final = "still awaiting approval"
+
+
+def no_longer_awaiting(taken_over: str, record: OperationRecord, what: str) -> str:
+    """The "taken over" words once the request they say still awaits approval (`record`) was
+    decided (`what`: `withdrawn by WHO...`, `expired: ...`, `approved by WHO`): `still awaiting
+    approval` would be false then, so it reads `awaiting approval then: WHAT`; other words kept."""
+    said = _still_awaiting(record)
+    return taken_over.replace(
+        said, f"{record.operation} requested by {record.requested_by}, awaiting approval then: {what}"
+    )
 
 
 def outcome_of_run(end: RunEnd) -> str:
@@ -162,7 +178,7 @@ def outcome_of_run(end: RunEnd) -> str:
     if end.status == "COMPLETED":
         return aborted_outcome(end.aborted) if end.aborted else "completed"
     if end.status == "CANCELED":
-        return "aborted"
+        return CANCELLED_OUTCOME
     if end.status == "TERMINATED":
         return "terminated"
     if end.failure_type == "OperationAborted":
@@ -379,6 +395,29 @@ def take_over(
     source = f"run {before.run_id} ({how})" if before.run_id else "no closed run"
     memory.taken_over = f"took over from {source}{at}: {'; '.join(taken)}"
     return memory.taken_over
+
+
+def awaiting_while_no_entity(entry: Any, host_id: str) -> str:
+    """`; its request REQUEST awaits approval ...` when the ended entity's carried memo entry
+    (`entry`) holds a request awaiting approval (the next entity takes it over, `take_awaiting`),
+    else "": what `host status` says of it while no entity runs. Before: nothing, although the
+    next `host status` showed it awaiting approval."""
+    awaiting = entry.get("awaiting") if isinstance(entry, dict) else None
+    if not awaiting:
+        return ""
+    try:
+        current = PendingOperation.model_validate(awaiting)
+    except ValidationError:
+        return "; it held a request awaiting approval, not readable here"
+    if current.approved or current.adopted_run:
+        return ""
+    record = current.record
+    why = f": {record.reason}" if record.reason else ""
+    return (
+        f"; its request {record.workflow_id} ({record.operation} requested by {record.requested_by}{why}) "
+        f"awaits approval: the next entity holds it so (`metalflow approve {host_id}` starts it, "
+        f"`metalflow host abort {host_id}` withdraws it)"
+    )
 
 
 def off_while_no_entity(before: EntityPredecessor) -> str:

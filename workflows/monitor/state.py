@@ -57,7 +57,7 @@ def operator_said_no(outcome: str, monitor_id: str) -> bool:
     an operator's no: aborted (`aborted by WHO: WHY`, or cancelled), terminated, or withdrawn by
     someone other than the monitor itself (the monitor withdraws its own once it is not needed).
     Completed, failed and expired are not: the monitor asks again one deadline later."""
-    if outcome.startswith(("aborted", "terminated")):
+    if outcome.startswith(("aborted", "terminated", "cancelled")):
         return True
     return outcome.startswith("withdrawn by ") and not outcome.startswith(f"withdrawn by {monitor_id}")
 
