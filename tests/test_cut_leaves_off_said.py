@@ -6,9 +6,12 @@ the host's power (no code of the run ran after it). The entity then reads the ho
 `(host OFF)` and the status WARNING, as for a run that ended saying so.
 
 B1: `host reboot --power-down-wait` on a BMC without PowerCycle, terminated after its ForceOff.
-B2: `host reset --both` terminated in `resetting-dpu` (its DPU's BMC rejects the credentials, so
-the phase lasts): no reboot child is left to power the host on.
+B2: `host reset --both` terminated in `resetting-dpu` (its DPU's BMC stops answering, so the phase
+lasts): no reboot child is left to power the host on.
 Before: idle, `warnings: []`, no `left_off_by`, `host list` `idle`; the BMC said Off.
+B2' (the entity `host/HOST` terminated while its `reset --both` waits in manual-intervention-required
+with the host OFF: `host status` named the reset and not that the host is OFF) is asserted where
+that case already runs: tests/test_takeover_adopts.py.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 from contracts.host_requests import REBOOT
 from contracts.models.host import HostWorkflowInput, OperationRequest, PendingOperation
 from workflows.host.state import HostEntityState
-from workflows.host.takeover_rules import outcome_after_read, power_to_read
+from workflows.host.takeover_rules import left_running_words, outcome_after_read, power_to_read
 
 HOST = "host-002"
 RUN = f"reboot/{HOST}/generation-3"
@@ -118,3 +118,15 @@ def test_an_on_reading_at_rest_ends_the_doubt_and_a_later_end_replaces_it() -> N
     state.current = current  # a later run of the host ends saying what it did
     state.finish(current, "completed", NOW)
     assert state.maybe_off_after == ""
+
+
+def test_a_reset_or_reboot_left_waiting_with_the_host_off_says_so_with_no_entity() -> None:
+    """B2': `host status` after `host/HOST` was terminated named the reset waiting in
+    manual-intervention-required and not that the host is OFF."""
+    words = left_running_words(f"reset/{HOST}", "reset", "manual-intervention-required", HOST)
+    assert words.startswith(f"reset/{HOST} (manual-intervention-required: the host {HOST} is OFF by its hand")
+    assert f"`metalflow host retry {HOST}`" in words
+    assert left_running_words(RUN, "reboot", "powering", HOST) == f"{RUN} (powering)"
+    # a reprovision waits for a person for other reasons too (a DPU's error): nothing claimed
+    plain = left_running_words(f"reprovision/{HOST}", "reprovision", "manual-intervention-required", HOST)
+    assert plain == f"reprovision/{HOST} (manual-intervention-required)"

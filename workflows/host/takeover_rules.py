@@ -418,6 +418,19 @@ def take_over(
     return memory.taken_over
 
 
+def left_running_words(workflow_id: str, operation: str, phase: str, host_id: str) -> str:
+    """An operation still running whose entity ended (`host status` with no entity), in words:
+    `ID (PHASE)`, and for a reboot or reset waiting in `manual-intervention-required` (a phase they
+    enter only with the host OFF by their hand: `POWER_HOLDERS`) that the host is OFF and how it is
+    powered on. Before: only "(manual-intervention-required) still runs", not a word of the power."""
+    if operation in POWER_HOLDERS and phase == MANUAL_INTERVENTION_REQUIRED:
+        return (
+            f"{workflow_id} ({phase}: the host {host_id} {HOST_IS_OFF} by its hand and it waits for a "
+            f"person; `metalflow host retry {host_id}` powers it on)"
+        )
+    return f"{workflow_id} ({phase or 'starting'})"
+
+
 def off_while_no_entity(before: EntityPredecessor) -> str:
     """The run a new entity would mark as having left the host OFF (`take_over` on nothing
     known), "" none: what `host status` says while no entity runs (its entity terminated by
