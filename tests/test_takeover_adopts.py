@@ -97,7 +97,10 @@ async def test_a_new_entity_adopts_the_reset_its_terminated_predecessor_left_run
 
             status = await _cli(env, "host", "status", host)
             assert "was terminated" in status.stderr, status.stderr
-            assert f"its operation {reset} (manual-intervention-required) still runs" in status.stderr
+            # Issue 40 (B2'): before, "(manual-intervention-required) still runs", no word of the power.
+            waits = f"{reset} (manual-intervention-required: the host {host} is OFF by its hand and it waits"
+            assert f"its operation {waits}" in status.stderr, status.stderr
+            assert f"`metalflow host retry {host}` powers it on) still runs" in status.stderr
             orphan = await _cli(env, "host", "list", "--json")  # before: the host was left out
             row = next(r for r in json.loads(orphan.stdout) if r["host"] == host)
             assert row["phase"] == "no entity" and row["operation"]["workflow_id"] == reset, row

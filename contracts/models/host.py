@@ -528,6 +528,9 @@ class HostEntityMemory(BaseModel):
     # The run whose outcome said it left the host OFF, until a run's outcome says the host is on or a
     # run reached a boot generation ("" none): a run that never touched the host's power clears nothing.
     left_off_by: str = ""
+    # The run whose end's power read was not answered ("may be OFF"), until the power watch reads
+    # the host at rest: Off marks it OFF by that run (`left_off_by`), anything read clears it.
+    maybe_off_after: str = ""
     automation_held_back: AutomationHold | None = None  # an operator said no to an automation
     taken_over: str = ""  # what this entity took over from its predecessor ended by hand ("" none)
 

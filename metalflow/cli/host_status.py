@@ -59,7 +59,7 @@ from metalflow.monitors import running_monitor_status
 from metalflow.seen import Seen
 from metalflow.site_watch_health import WatchLapse, lapse_of_operation
 from workflows.host.automation_hold import hold_words
-from workflows.host.takeover_rules import awaiting_while_no_entity, off_while_no_entity
+from workflows.host.takeover_rules import awaiting_while_no_entity, left_running_words, off_while_no_entity
 from workflows.parts.boot_generation import RunEnd as RebootEnd
 from workflows.parts.boot_generation import waits_for_a_person
 from workflows.parts.host_power import HOST_IS_OFF
@@ -269,8 +269,9 @@ async def operations_left_running(client: Client, host_id: str) -> list[str]:
     found = []
     async for run in client.list_workflows(query, limit=10):
         if run.parent_id == entity:
-            phase = run.typed_search_attributes.get(names.PHASE)
-            found.append(f"{run.id} ({phase or 'starting'})")
+            phase = str(run.typed_search_attributes.get(names.PHASE) or "")
+            operation = str(run.typed_search_attributes.get(names.OPERATION) or "")
+            found.append(left_running_words(run.id, operation, phase, host_id))  # says if the host is OFF
     return found
 
 

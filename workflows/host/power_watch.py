@@ -42,14 +42,14 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from contracts import activity_api, names
-    from contracts.models.host import HostWorkflowInput
+    from contracts.models.host import HostWorkflowInput, OperationRecord
     from contracts.models.inventory import HostInventory, HostLookup
     from contracts.models.power_watch import POWER_SET_SIGNAL, PowerSet
     from contracts.models.redfish import DPUSystemState, ReadDPUInput, ReadPowerStateInput, SystemPower
     from workflows import kernel
     from workflows.host.power_rest import after_power_set, after_reading
     from workflows.host.state import HostEntityState
-    from workflows.host.takeover_rules import carried
+    from workflows.host.takeover_rules import carried, outcome_after_read, power_to_read
     from workflows.phase_upserts import upsert_changed
 
 UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
@@ -101,6 +101,39 @@ class PowerWatch(kernel.Runbook):
         if self.state.found_unplanned(words):
             workflow.upsert_memo({MEMO_KEY: words})
 
+    async def power_after_end(self, record: OperationRecord, outcome: str) -> str:
+        """The entity's rule 8 (issue 40: a host is never found off after a run ends unless its
+        status says so in words). When a run that can power the host off (reboot, reset, firmware,
+        a provision's or reprovision's reboot) ends without its own finaliser having said the
+        host's power (terminated by hand; any end whose outcome says neither OFF nor on:
+        `takeover_rules.power_to_read`), the host's power is read ONCE before the end is recorded
+        (one inventory lookup, no BMC request, and one `read_power_state`: only on such ends, so a
+        run that ends as designed costs nothing more), and `outcome` says what it found
+        (`outcome_after_read`): Off -> the words of a host left OFF, so `finish` marks the host OFF
+        by that run (`left_off_by`: `host list` `(host OFF)`, the WARNING, cleared as every mark);
+        On -> as it was; not answered -> "may be OFF" naming the run, and the watch's next reading
+        of Off at rest marks it rather than becoming its silent baseline
+        (`HostEntityState.off_at_rest_after_unread`). Any other end: `outcome` as it is."""
+        if not power_to_read(record.operation, outcome):
+            return outcome
+        host, run = self.state.host_id, record.workflow_id
+        try:
+            inventory: HostInventory = await self.call(
+                activity_api.resolve_host_inventory,
+                HostLookup(host_id=host),
+                kernel.options(kernel.INVENTORY, f"resolve {host} (its power after {run})"),
+                abortable=False,
+            )
+            power: SystemPower = await self.call(
+                activity_api.read_power_state,
+                ReadPowerStateInput(bmc=inventory.bmc),
+                kernel.options(kernel.BMC_READ, f"read the power of {host} after {run} ended"),
+                abortable=False,
+            )
+        except ActivityError as err:
+            return outcome_after_read(outcome, run, host, None, kernel.describe_failure(err))
+        return outcome_after_read(outcome, run, host, power.power_state)
+
     async def _read_power_at_rest(self) -> None:
         host = self.state.host_id
         sets = self._power_sets
@@ -127,6 +160,12 @@ class PowerWatch(kernel.Runbook):
             return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
         if self._power_sets != sets:
             return  # `metalflow bmc power` acted meanwhile: this reading may predate it (its baseline holds)
+        marked = self.state.off_at_rest_after_unread(power.power_state)  # an end read nothing
+        if marked:  # the memo entries and search attribute `host list` and a successor read, at once
+            workflow.logger.warning("%s: %s", host, marked)
+            off = self.state.left_off_by
+            workflow.upsert_memo({names.LEFT_OFF_MEMO: off, names.CARRIED_MEMO: carried(self.state)})
+            upsert_changed([names.LEFT_OFF_BY.value_set(off)])
         cleared = self.state.read_at_rest(power.power_state, workflow.now())
         if cleared:  # the memo entries `host list` and a successor read, at once
             workflow.logger.info("%s: %s", host, cleared)

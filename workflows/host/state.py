@@ -64,7 +64,7 @@ from workflows.host.child_input import child_input
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
 from workflows.host.maintenance_rules import standing as _standing
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
-from workflows.host.takeover_rules import no_longer_awaiting, no_longer_off
+from workflows.host.takeover_rules import MAYBE_OFF, no_longer_awaiting, no_longer_off
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
@@ -376,6 +376,8 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         self.automation_held_back = (
             hold_after(self.host_id, current, outcome, now) or self.automation_held_back
         )
+        # A power read at its end that was not answered: the next reading at rest decides.
+        self.maybe_off_after = current.record.workflow_id if MAYBE_OFF in outcome else ""
         if HOST_IS_OFF in outcome:
             self.left_off_by = current.record.workflow_id
         elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
@@ -454,6 +456,20 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         words = f"the host is On at rest: no longer OFF as {self.left_off_by} left it"
         self._no_longer_off("the host read On at rest", now)
         return words
+
+    def off_at_rest_after_unread(self, power_state: str | None) -> str:
+        """A power watch reading at rest after a run whose end had the host's power read and not
+        answered (`maybe_off_after`): Off marks the host OFF by that run (the WARNING, `host list`'s
+        `(host OFF)`), not a silent baseline; anything read ends the doubt. The words of the mark
+        ("" none made). None (not read): the doubt stays for the next reading."""
+        run = self.maybe_off_after
+        if not run or power_state is None:
+            return ""
+        self.maybe_off_after = ""
+        if power_state != "Off" or self.current is not None:
+            return ""
+        self.left_off_by = run
+        return f"the host read Off at rest after {run}, whose end left its power unread: OFF as it left it"
 
     def _no_longer_off(self, why: str, now: datetime | None = None) -> None:
         """The OFF mark cleared; the taken-over words naming it say so, and when (`now`;

@@ -53,7 +53,7 @@ from contracts.models.host import (
 from contracts.wording import CANCELLED_OUTCOME, aborted_outcome, iso_z
 from workflows.host.automation_hold import hold_after_run
 from workflows.parts.boot_generation import UNKNOWN_ENDS, RebootLeft, generation_after
-from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
+from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON, POWER_NOT_TOUCHED
 
 RECENT_KEPT = 20  # as the entity's own `recent` (state.RECENT_LIMIT)
 POWER_HOLDERS = (
@@ -232,6 +232,43 @@ def off_when_cut(
             f"the host {host_id} {HOST_IS_OFF}: {power_on}"
         )
     return outcome
+
+
+POWER_READ_AFTER_END: Final = REBOOTING  # the runs that can leave the host Off by their hand
+MAYBE_OFF: Final = "may be OFF"  # an end whose power read was not answered (`outcome_after_read`)
+
+
+def power_to_read(operation: str, outcome: str) -> bool:
+    """Whether the entity reads the host's power once at the end of an operation (own child or
+    adopted) before it records it: the run can power the host off (`POWER_READ_AFTER_END`: a
+    reboot, a reset, a firmware run, a provision's or reprovision's reboot) and its end does not
+    state the host's power, i.e. its own finaliser did not say it (terminated by hand, or any
+    other end whose words say none of `HOST_IS_OFF`, `HOST_IS_ON`, `POWER_NOT_TOUCHED`). A completed
+    run powered the host on (its reboots completed) and one that says OFF, on or not touched is
+    believed: no read, so a run that ends as designed costs no BMC request more."""
+    if operation not in POWER_READ_AFTER_END or outcome == "completed":
+        return False
+    return not any(said in outcome for said in (HOST_IS_OFF, HOST_IS_ON, POWER_NOT_TOUCHED))
+
+
+def outcome_after_read(
+    outcome: str, run: str, host_id: str, power_state: str | None, unread: str = ""
+) -> str:
+    """The outcome of `run` (`power_to_read` said to read) with what the one read at its end found:
+    Off -> it says the host is OFF in the words of every run that leaves it so (the entity then
+    marks `left_off_by` = `run`: `host list` `(host OFF)`, the WARNING, a successor's mark);
+    On (or powering on) -> as it was; not read (`power_state` None, `unread` why: the BMC did not
+    answer) or any other state -> it says the host may be OFF, naming the run and the way to know."""
+    if power_state in ("On", "PoweringOn"):
+        return outcome
+    power_on = f"power it on (`metalflow bmc power {host_id} on`)"
+    if power_state == "Off":
+        return f"{outcome}; read at its end: the host {host_id} {HOST_IS_OFF}: {power_on}"
+    why = f"its power read {power_state}" if power_state else f"its power not read: {unread or 'no answer'}"
+    return (
+        f"{outcome}; the host {host_id} {MAYBE_OFF} after {run} ({why}): "
+        f"`metalflow bmc power {host_id} status` says; if Off, {power_on}"
+    )
 
 
 def adopt(memory: HostEntityMemory, running: tuple[OperationRun, ...]) -> str:
@@ -418,6 +455,19 @@ def awaiting_while_no_entity(entry: Any, host_id: str) -> str:
         f"awaits approval: the next entity holds it so (`metalflow approve {host_id}` starts it, "
         f"`metalflow host abort {host_id}` withdraws it)"
     )
+
+
+def left_running_words(workflow_id: str, operation: str, phase: str, host_id: str) -> str:
+    """An operation still running whose entity ended (`host status` with no entity), in words:
+    `ID (PHASE)`, and for a reboot or reset waiting in `manual-intervention-required` (a phase they
+    enter only with the host OFF by their hand: `POWER_HOLDERS`) that the host is OFF and how it is
+    powered on. Before: only "(manual-intervention-required) still runs", not a word of the power."""
+    if operation in POWER_HOLDERS and phase == MANUAL_INTERVENTION_REQUIRED:
+        return (
+            f"{workflow_id} ({phase}: the host {host_id} {HOST_IS_OFF} by its hand and it waits for a "
+            f"person; `metalflow host retry {host_id}` powers it on)"
+        )
+    return f"{workflow_id} ({phase or 'starting'})"
 
 
 def off_while_no_entity(before: EntityPredecessor) -> str:

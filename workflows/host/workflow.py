@@ -22,6 +22,7 @@ reprovision can never race (the single-program device race of docs/DOMAIN.md sec
 7. A new entity (after a terminate) takes over what its predecessor's memo carried, adopts the
    operation it left running (busy with it, its end recorded) and records the runs that ended
    unrecorded (`takeover.py`): never two operations on one host.
+8. A run that can power the host off, ended without saying its power, has it read once (`power_after_end`).
 
 The rules are the entity's state's (`state.py`): validators answer at once, without writing
 history; handlers ask again under one `asyncio.Lock` (two updates delivered in one workflow task
@@ -44,12 +45,11 @@ fails shows `unknown (why)` and never fails the entity. Cost per read: about 8 e
 
 Worst-case history: about 26 events per operation (update, child start and end, an upsert per phase
 change, the versions read after it; 3 more per reboot run a cancelled or terminated one has read,
-`reached_when_ended`, the last saying if a terminated one left the host OFF; 3 more per operation
-that reboots the host other than a reboot: the read of the reboot id it would take, before its start,
-`refuse_behind_waiting`) plus 5 per other update,
-17 (+6 per DPU) per power watch reading, about 6 once per new entity (its predecessor read,
-`takeover.py`; 6 more per adopted operation), a memo upsert per carried change; it
-continues-as-new idle (no read running) past `max_history_events` (10,000) or when asked.
+`reached_when_ended`, the last saying if a terminated one left the host OFF; 3 more per operation that
+reboots the host other than a reboot: the reboot id it would take, read before its start,
+`refuse_behind_waiting`; ~12 for rule 8's read) plus 5 per other update, 17 (+6 per DPU) per power watch
+reading, about 6 once per new entity (its predecessor read, `takeover.py`; 6 more per adopted operation),
+a memo upsert per carried change; continues-as-new idle past `max_history_events` (10,000) or when asked.
 """
 
 from __future__ import annotations
@@ -467,7 +467,8 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
         self, current: PendingOperation, outcome: str, unplanned: str, *, deletes_sent: bool = False,
         last_reset: datetime | None = None,
     ) -> None:  # fmt: skip
-        """An operation's end, recorded (own child or adopted), shown, and its campaign told."""
+        """An operation's end (own child or adopted): power read if unsaid (rule 8), recorded, told."""
+        outcome = await self.power_after_end(current.record, outcome)
         self._finish(current, outcome, deletes_sent=deletes_sent, last_reset=last_reset)
         self._operation_found(unplanned)  # power_watch.py: the status and memo (its Event was its own)
         # A failed or aborted operation may have changed versions too: read them as after any other.
