@@ -15,8 +15,10 @@ PYTEST_ARGS ?=
 # has its own Temporal servers (tests/conftest.py). PYTEST_WORKERS=0 runs in this process.
 # Measured on the 2-core machine alone (as CI runs), 2026-11-27: 4 workers 11 min 43 s for 774
 # tests at 140% CPU (1,003 CPU-s); 6 workers took longer (12 min 8 s, 1,145 CPU-s: more servers
-# and more contention) and one test that waits on its server failed, so 4 stays the default.
-PYTEST_WORKERS ?= 4
+# and more contention) and one test that waits on its server failed. Since then the tests wait
+# more than they compute: 2026-11-29, 4 workers used 866 CPU-s in 704 s (1.2 of the 2 cores) for
+# 1,907 tests, so a fifth worker fills waits rather than queueing for the cores: FIVE_WORKERS.
+PYTEST_WORKERS ?= 5
 # The tests write and reuse bytecode files (__pycache__/, git-ignored) even where the environment
 # says not to (PYTHONDONTWRITEBYTECODE=1, as on this machine and in CI): every process the suite
 # starts (each xdist worker's collection, simulated sites, workers, CLI commands) otherwise
