@@ -38,6 +38,7 @@ from contracts.models.host import (
 )
 from metalflow.hosts import HostRequestError, host_status, send_update
 from workflows.host.workflow import HostWorkflow
+from workflows.parts.host_power import POWER_NOT_TOUCHED
 
 
 @pytest.fixture
@@ -151,7 +152,10 @@ async def test_one_operation_at_a_time_and_a_busy_refusal_names_it(
 async def test_a_failed_operation_is_recorded_and_can_be_restarted(client: Client, worker: str) -> None:
     host = _host()
     first = await _request(client, worker, host, REQUEST_REPROVISION_UPDATE)
-    await _finish(client, first.workflow_id, how="BFB install failed")
+    # Its end says the host's power, as every real operation's finaliser does: an end that does not
+    # makes the entity read the power once (i40q, `takeover_rules.power_to_read`), and this module's
+    # worker runs no BMC activities.
+    await _finish(client, first.workflow_id, how=f"BFB install failed; {POWER_NOT_TOUCHED}")
     status = await _settled(client, host, lambda s: s.current is None)
     assert (
         status.recent[-1].outcome.startswith("failed: ") and "BFB install failed" in status.recent[-1].outcome
