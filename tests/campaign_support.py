@@ -20,6 +20,8 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from workflows.parts.host_power import POWER_NOT_TOUCHED
+
 with workflow.unsafe.imports_passed_through():
     from activities.campaign import CampaignActivities
     from contracts.models.control import STATUS_QUERY as HOST_STATUS_QUERY
@@ -38,6 +40,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host.workflow import HostWorkflow
 
 OPERATION_MINUTES = 10
+# A stand-in's end says the host's power, as every real operation's finaliser does: an end that says
+# none makes the entity read the host's power once (`takeover_rules.power_to_read`), from BMCs these
+# sites do not serve.
+UNTOUCHED = f"; {POWER_NOT_TOUCHED}"
 
 
 def operation_result(request: HostOperationInput, boot_generation: int) -> HostOperationResult:
@@ -61,7 +67,8 @@ class TimedOperation:
     async def run(self, request: HostOperationInput) -> HostOperationResult:
         await workflow.sleep(timedelta(minutes=OPERATION_MINUTES))
         if "fail" in request.host_id:
-            raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
+            error = f"DPU {request.host_id}-dpu-0 in Error (injected){UNTOUCHED}"
+            raise ApplicationError(error, non_retryable=True)
         return operation_result(request, request.boot_generation + 1)
 
 
@@ -72,7 +79,8 @@ class InstantOperation:
     @workflow.run
     async def run(self, request: HostOperationInput) -> HostOperationResult:
         if "fail" in request.host_id:
-            raise ApplicationError(f"DPU {request.host_id}-dpu-0 in Error (injected)", non_retryable=True)
+            error = f"DPU {request.host_id}-dpu-0 in Error (injected){UNTOUCHED}"
+            raise ApplicationError(error, non_retryable=True)
         return operation_result(request, request.boot_generation + 1)
 
 
@@ -128,7 +136,7 @@ class GatedOperation:
         await workflow.wait_condition(lambda: self._finish)
         if self._aborted_by:  # as the product's: an abort completes the run, its result says so
             aborted = operation_result(request, request.boot_generation)
-            return aborted.model_copy(update={"aborted": f"aborted by {self._aborted_by}"})
+            return aborted.model_copy(update={"aborted": f"aborted by {self._aborted_by}{UNTOUCHED}"})
         return operation_result(request, request.boot_generation + 1)
 
     @workflow.signal

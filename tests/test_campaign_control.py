@@ -24,6 +24,7 @@ from takeover_support import takeover_seconds
 from temporalio import workflow
 
 from contracts.with_start import execute_update
+from workflows.parts.host_power import HOST_IS_ON
 
 with workflow.unsafe.imports_passed_through():
     import pytest
@@ -100,7 +101,7 @@ class FlakyOperation:
         reached = request.boot_generation + 1
         if "fail" in request.host_id or ("flaky" in request.host_id and request.boot_generation == 0):
             raise ApplicationError(
-                f"DPU {request.host_id}-dpu-0 in Error (injected)",
+                f"DPU {request.host_id}-dpu-0 in Error (injected); {HOST_IS_ON}",  # its finaliser's words
                 {"boot_generation": reached},
                 non_retryable=True,
             )
