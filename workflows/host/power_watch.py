@@ -38,6 +38,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
@@ -51,6 +52,15 @@ with workflow.unsafe.imports_passed_through():
     from workflows.host.state import HostEntityState
     from workflows.host.takeover_rules import carried, outcome_after_read, power_to_read
     from workflows.phase_upserts import upsert_changed
+
+# One look at the host's BMC whose answer only sharpens words the entity records anyway (its power
+# after a run that ended without saying it, `power_after_end`): two tries, then the words say it was
+# not read. With BMC_READ's five tries and their backoff, a dead BMC kept the entity busy with the
+# ended run for minutes (a campaign waiting on that host waited with it).
+BMC_GLANCE: workflow.ActivityConfig = {
+    **kernel.BMC_READ,
+    "retry_policy": RetryPolicy(maximum_attempts=2, non_retryable_error_types=kernel.NON_RETRYABLE),
+}
 
 UNPLANNED_POWER = "unplanned-power"  # the occurrence `kernel.report` hands to Events: UnplannedPower
 MEMO_KEY = "unplanned_power"
@@ -127,7 +137,7 @@ class PowerWatch(kernel.Runbook):
             power: SystemPower = await self.call(
                 activity_api.read_power_state,
                 ReadPowerStateInput(bmc=inventory.bmc),
-                kernel.options(kernel.BMC_READ, f"read the power of {host} after {run} ended"),
+                kernel.options(BMC_GLANCE, f"read the power of {host} after {run} ended"),
                 abortable=False,
             )
         except ActivityError as err:
