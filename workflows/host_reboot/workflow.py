@@ -358,7 +358,10 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         details and the entity's record): said once, not twice."""
         if self._cycled or self._power.is_off:
             return super().aborted(outcome, *details)
-        return super().aborted(outcome or "the host was not rebooted by metalflow", *details)
+        # ... and what it did to the host's power (`left`: not touched, or on): an end that says
+        # none makes the entity read the power once (i40q), keeping the host busy meanwhile.
+        said = outcome or f"the host was not rebooted by metalflow ({self._power.left()})"
+        return super().aborted(said, *details)
 
     # -- the steps -------------------------------------------------------------------------------
     async def _power_cycle(
