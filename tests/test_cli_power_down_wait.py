@@ -128,8 +128,8 @@ async def test_host_status_and_list_show_a_host_reboots_power_down_wait(
     in `waiting_for`; `host list`, from visibility alone, its Phase `powering`, as README says."""
     host = ALONE
     asked = await metalflow(
-        local_env, "host", "reboot", host, "--power-down-wait", "10", "--task-queue", queue
-    )
+        local_env, "host", "reboot", host, "--power-down-wait", "25", "--task-queue", queue
+    )  # 25 s: four CLI calls on a loaded machine (10 s was not), under 30 s (no power reads)
     assert asked.status == 0, asked.stdout + asked.stderr
     status = None
     for _ in range(150):
