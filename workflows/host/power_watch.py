@@ -128,41 +128,38 @@ class PowerWatch(kernel.Runbook):
             return outcome
         host, run = self.state.host_id, record.workflow_id
         try:
-            inventory: HostInventory = await self.call(
-                activity_api.resolve_host_inventory,
-                HostLookup(host_id=host),
-                kernel.options(kernel.INVENTORY, f"resolve {host} (its power after {run})"),
-                abortable=False,
-            )
-            power: SystemPower = await self.call(
-                activity_api.read_power_state,
-                ReadPowerStateInput(bmc=inventory.bmc),
-                kernel.options(BMC_GLANCE, f"read the power of {host} after {run} ended"),
-                abortable=False,
-            )
+            inventory = await self._inventory(f"resolve {host} (its power after {run})")
+            power = await self._power(inventory, BMC_GLANCE, f"read the power of {host} after {run} ended")
         except ActivityError as err:
             return outcome_after_read(outcome, run, host, None, kernel.describe_failure(err))
         return outcome_after_read(outcome, run, host, power.power_state)
+
+    async def _inventory(self, summary: str) -> HostInventory:
+        lookup = HostLookup(host_id=self.state.host_id)
+        options = kernel.options(kernel.INVENTORY, summary)
+        inventory: HostInventory = await self.call(
+            activity_api.resolve_host_inventory, lookup, options, abortable=False
+        )
+        return inventory
+
+    async def _power(
+        self, inventory: HostInventory, preset: workflow.ActivityConfig, summary: str
+    ) -> SystemPower:
+        options = kernel.options(preset, summary)
+        power: SystemPower = await self.call(
+            activity_api.read_power_state, ReadPowerStateInput(bmc=inventory.bmc), options, abortable=False
+        )
+        return power
 
     async def _read_power_at_rest(self) -> None:
         host = self.state.host_id
         sets = self._power_sets
         try:
-            inventory: HostInventory = await self.call(
-                activity_api.resolve_host_inventory,
-                HostLookup(host_id=host),
-                kernel.options(kernel.INVENTORY, f"resolve {host} (power watch)"),
-                abortable=False,
-            )
+            inventory = await self._inventory(f"resolve {host} (power watch)")
             # The DPUs first, the host last: the host's reading is the one an operation starting
             # right after is handed (`power_rest.baseline`), and it is kept once read at rest.
             marks = await self._read_dpu_marks(inventory)
-            power: SystemPower = await self.call(
-                activity_api.read_power_state,
-                ReadPowerStateInput(bmc=inventory.bmc),
-                kernel.options(kernel.BMC_READ, f"read the power of {host} at rest"),
-                abortable=False,
-            )
+            power = await self._power(inventory, kernel.BMC_READ, f"read the power of {host} at rest")
         except ActivityError as err:
             workflow.logger.warning("power of %s not read at rest: %s", host, kernel.describe_failure(err))
             return
