@@ -54,6 +54,11 @@ LEFT_OFF_MEMO: Final = "left_off"
 is idle after it (absent otherwise). In the memo, not a search attribute: `host list` reads it
 from the same visibility listing, and nothing needs registering on the namespace."""
 
+MAYBE_OFF_MEMO: Final = "maybe_off"
+"""Memo entry of a host's entity: the run whose end had the host's power read and not answered (the
+host may be OFF), while the host is idle and no reading has decided it since (absent otherwise):
+`host list` shows `idle (host may be OFF)`, from the same listing as `left_off`."""
+
 AWAITING_MEMO: Final = "awaiting"
 """Memo entry of a host's entity: the operation its request awaiting approval would run (e.g.
 `reprovision`), while one awaits (absent otherwise): `host list` names it in the OPERATION column

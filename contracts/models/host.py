@@ -67,9 +67,8 @@ from contracts.validation import (
     Requester,
 )
 
-# The pool's and the monitor's models live in contracts/models/monitor.py, `DPUProgress` in
-# contracts/models/dpf.py, the policy in contracts/models/operation_policy.py; callers that name them
-# from here still may (only these are listed).
+# The pool's and monitor's models live in contracts/models/monitor.py, `DPUProgress` in dpf.py, the
+# policy in operation_policy.py; callers that name them from here still may (only these are listed).
 __all__ = [
     "AutomationHold",
     "OperationPolicy",
@@ -431,9 +430,7 @@ class OperationRecord(_Frozen):
     reason: str = ""
     approved_by: str | None = None  # who approved it (or "auto-approval window ..."); None: not needed
     request_id: str | None = None  # the request's own id (`OperationRequest.request_id`), when it had one
-    # Started while the host was in maintenance, asked with `--in-maintenance`: that maintenance in
-    # words ("" when the host was not in maintenance).
-    in_maintenance: str = ""
+    in_maintenance: str = ""  # asked with `--in-maintenance`: that maintenance in words ("" none)
 
 
 class Maintenance(_Frozen):
@@ -483,6 +480,8 @@ class HostStatus(_Frozen):
     unplanned_power: str = ""
     # The run whose outcome said it left the host OFF, no run having powered it on since ("" none).
     left_off_by: str = ""
+    maybe_off_after: str = ""  # the run whose end's power read was not answered: the host may be OFF
+    power_read_at: datetime | None = None  # when the power watch reads the host next (None: no watch)
     automation_held_back: AutomationHold | None = None  # an operator said no to an automation
     taken_over: str = ""  # what this entity took over from a run that ended by hand ("" nothing)
     # A new entity still reading what its predecessor left (`takeover.py`): requests wait until then.
@@ -531,6 +530,8 @@ class HostEntityMemory(BaseModel):
     # The run whose end's power read was not answered ("may be OFF"), until the power watch reads
     # the host at rest: Off marks it OFF by that run (`left_off_by`), anything read clears it.
     maybe_off_after: str = ""
+    maybe_off_unanswered: int = Field(default=0, ge=0)  # its re-reads unanswered since (`next_reading`)
+    power_read_at: datetime | None = None  # when the power watch reads the host next (None: no watch)
     automation_held_back: AutomationHold | None = None  # an operator said no to an automation
     taken_over: str = ""  # what this entity took over from its predecessor ended by hand ("" none)
 
@@ -544,7 +545,5 @@ class HostWorkflowInput(_Frozen):
     policy: OperationPolicy = OperationPolicy()
     max_history_events: int = Field(default=10_000, ge=20)  # continue-as-new past this (when idle)
     power_watch_seconds: float = Field(default=0.0, ge=0)  # read its power at rest this often (0: never)
+    power_doubt_seconds: float = Field(default=60.0, gt=0)  # "may be OFF": read again (`next_reading`)
     state: HostEntityMemory | None = None  # None: a new entity; else the previous run's, carried over
-
-
-# -- firmware: the per-DPU view (query `firmware_status`) -------------------------------------------

@@ -52,6 +52,21 @@ from workflows.parts.host_power import HOST_IS_OFF
 COMPLETED = "completed"  # the entity's outcome of an operation that ended as planned
 
 
+def next_reading(every: float, first: float, doubt: str, unanswered: int) -> tuple[float, bool]:
+    """When the watch reads next, in seconds, and whether that reading is the host's power only (a
+    re-read of a doubt). No doubt (`doubt` "": no run's end left the host's power unread): the
+    watch's period `every`, a full reading (the host and each DPU). While a run's end left it unread
+    ("may be OFF", `doubt` names the run) and `unanswered` re-reads since were not answered either:
+    `first` seconds, doubled after each (60 s, 120 s, 240 s, ...), the host's power only, until the
+    delay reaches `every`; from then on the watch's own full reading at `every` (which decides the
+    doubt too). So a doubt costs `log2(every / first)` host reads more at most (4 at 900 s and
+    60 s), and a host in no doubt nothing."""
+    if not doubt:
+        return every, False
+    delay = first * 2 ** min(unanswered, 30)  # bounded: a dead BMC for weeks never overflows
+    return (every, False) if delay >= every else (delay, True)
+
+
 def unplanned_at_rest(
     host_id: str, before: PowerAtRest | None, power_state: str, last_reset: datetime | None, now: datetime
 ) -> str | None:

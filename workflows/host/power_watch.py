@@ -26,6 +26,20 @@ before it began. What an ended operation's reads found (its result's `unplanned_
 the last unplanned change (`_operation_found`: the status, the memo; the operation told its own
 Event). Cost: no BMC request, one memo upsert.
 
+A host whose power a run's end left unread ("may be OFF": `power_after_end`, the BMC did not
+answer) is read again sooner than the watch's period (`HostEntityState.next_power_reading`,
+`power_rest.next_reading`): the host's power only, 60 s after that end
+(`HostWorkflowInput.power_doubt_seconds`), then 120 s, 240 s, ... after each re-read that is not
+answered either, until the delay reaches the period, from when the watch's own readings go on;
+the first answer decides (Off: the OFF mark naming that run; anything else: the doubt ends).
+Cost, only for a host in doubt: per re-read one inventory lookup and one read of the host's BMC
+(two tries at most: `BMC_GLANCE`), no DPU BMC read, and 17 history events (the timer, 3 workflow
+tasks, 2 activities), one more to cancel the timer the doubt cut short, and one memo upsert when it
+is decided; at most 4 re-reads at the default 900 s (60 + 120 + 240 + 480 s), then the watch. A
+host in no doubt: nothing more (the same timer, the same readings). While in doubt, `host status`
+warns of it (naming the run and `power_read_at`) and `host list` shows `idle (host may be OFF)`
+(the memo entry `names.MAYBE_OFF_MEMO`: `_power_memo`).
+
 `metalflow bmc power HOST on|off|cycle` (an operator's power action through metalflow's own CLI,
 e.g. the OFF WARNING's advice) tells the entity what it did (signal `power_set`):
 at rest it is the new baseline (`power_rest.after_power_set`), so the next reading does not call it
@@ -35,7 +49,8 @@ cost to a run that uses no such command: one signal (two history events) per com
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Callable
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -76,19 +91,42 @@ class PowerWatch(kernel.Runbook):
     _power_sets = 0  # `power_set` signals this run took (`power_set`); runtime, not carried
 
     async def _watch_power(self) -> None:
-        """For the whole run: a reading every `power_watch_seconds` while at rest."""
-        every = self._input.power_watch_seconds
-        if every <= 0:
+        """For the whole run: a reading every `power_watch_seconds` while at rest; while a run's end
+        left the host's power unread, the host's power sooner (module docstring)."""
+        if self._input.power_watch_seconds <= 0:
             return
         while True:
-            await workflow.sleep(timedelta(seconds=every), summary="power watch: next reading at rest")
+            doubt = self.state.maybe_off_after
+            seconds, host_only = self.state.next_power_reading(workflow.now())
+            try:  # a timer, as a sleep; a new doubt cuts it short: its first re-read is sooner
+                await workflow.wait_condition(
+                    self._doubt_other_than(doubt),
+                    timeout=seconds,
+                    timeout_summary=(
+                        f"power watch: the host may be OFF after {doubt}: read it again"
+                        if host_only
+                        else "power watch: next reading at rest"
+                    ),
+                )
+                continue
+            except TimeoutError:
+                pass
             if self.state.current is not None or self.state.maintenance is not None:
                 continue
             self._reading_power = True
             try:
-                await self._read_power_at_rest()
+                await self._read_power_at_rest(host_only)
             finally:
                 self._reading_power = False
+
+    def _doubt_other_than(self, doubt: str) -> Callable[[], bool]:
+        """Whether a run's end left the host's power unread since (a doubt other than `doubt`)."""
+        return lambda: self.state.maybe_off_after not in ("", doubt)
+
+    def _power_memo(self) -> dict[str, Any]:
+        """The memo entries of the host's power `host list` reads (the workflow's `_show_phase`
+        writes those that changed): the run that left the idle host OFF, the one after which it may be."""
+        return {names.LEFT_OFF_MEMO: self.state.left_off(), names.MAYBE_OFF_MEMO: self.state.maybe_off()}
 
     @workflow.signal(name=POWER_SET_SIGNAL)
     def power_set(self, done: PowerSet) -> None:
@@ -151,17 +189,25 @@ class PowerWatch(kernel.Runbook):
         )
         return power
 
-    async def _read_power_at_rest(self) -> None:
-        host = self.state.host_id
+    async def _read_power_at_rest(self, host_only: bool = False) -> None:
+        """A reading at rest: each DPU's reset mark, then the host's power; `host_only`: the host's
+        power alone, once (`BMC_GLANCE`), a re-read of a host that may be OFF (module docstring)."""
+        host, doubt = self.state.host_id, self.state.maybe_off()
         sets = self._power_sets
         try:
             inventory = await self._inventory(f"resolve {host} (power watch)")
             # The DPUs first, the host last: the host's reading is the one an operation starting
             # right after is handed (`power_rest.baseline`), and it is kept once read at rest.
-            marks = await self._read_dpu_marks(inventory)
-            power = await self._power(inventory, kernel.BMC_READ, f"read the power of {host} at rest")
+            marks = {} if host_only else await self._read_dpu_marks(inventory)
+            preset, what = (
+                (BMC_GLANCE, f"read the power of {host} again: it may be OFF after {doubt}")
+                if host_only
+                else (kernel.BMC_READ, f"read the power of {host} at rest")
+            )
+            power = await self._power(inventory, preset, what)
         except ActivityError as err:
             workflow.logger.warning("power of %s not read at rest: %s", host, kernel.describe_failure(err))
+            self.state.doubt_unread()  # in doubt: the next re-read waits twice as long
             return
         if self.state.current is not None or self.state.maintenance is not None:
             return  # an operation (or a person's maintenance) started meanwhile: the power is theirs
@@ -171,8 +217,15 @@ class PowerWatch(kernel.Runbook):
         if marked:  # the memo entries and search attribute `host list` and a successor read, at once
             workflow.logger.warning("%s: %s", host, marked)
             off = self.state.left_off_by
-            workflow.upsert_memo({names.LEFT_OFF_MEMO: off, names.CARRIED_MEMO: carried(self.state)})
+            memo = {
+                names.LEFT_OFF_MEMO: off,
+                names.MAYBE_OFF_MEMO: None,
+                names.CARRIED_MEMO: carried(self.state),
+            }
+            workflow.upsert_memo(memo)
             upsert_changed([names.LEFT_OFF_BY.value_set(off)])
+        elif doubt and self.state.maybe_off() is None:  # read, not Off: the doubt ends (`host list`)
+            workflow.upsert_memo({names.MAYBE_OFF_MEMO: None})
         cleared = self.state.read_at_rest(power.power_state, workflow.now())
         if cleared:  # the memo entries `host list` and a successor read, at once
             workflow.logger.info("%s: %s", host, cleared)

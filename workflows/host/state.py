@@ -64,6 +64,7 @@ from workflows.host.child_input import child_input
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
 from workflows.host.maintenance_rules import standing as _standing
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
+from workflows.host.power_rest import next_reading as _next_reading
 from workflows.host.takeover_rules import MAYBE_OFF, no_longer_awaiting, no_longer_off
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
@@ -378,6 +379,7 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         )
         # A power read at its end that was not answered: the next reading at rest decides.
         self.maybe_off_after = current.record.workflow_id if MAYBE_OFF in outcome else ""
+        self.maybe_off_unanswered = 0  # its first re-read comes soon (`next_power_reading`)
         if HOST_IS_OFF in outcome:
             self.left_off_by = current.record.workflow_id
         elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
@@ -465,11 +467,30 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         run = self.maybe_off_after
         if not run or power_state is None:
             return ""
-        self.maybe_off_after = ""
+        self.maybe_off_after, self.maybe_off_unanswered = "", 0
         if power_state != "Off" or self.current is not None:
             return ""
         self.left_off_by = run
         return f"the host read Off at rest after {run}, whose end left its power unread: OFF as it left it"
+
+    def maybe_off(self) -> str | None:
+        """The run whose end had the host's power read and not answered ("may be OFF"), while the host
+        is idle: `host status` warns of it and `host list` shows `idle (host may be OFF)` (the memo
+        entry `names.MAYBE_OFF_MEMO`), until a reading decides it (`off_at_rest_after_unread`)."""
+        return self.maybe_off_after if self.current is None and self.maybe_off_after else None
+
+    def next_power_reading(self, now: datetime) -> tuple[float, bool]:
+        """The power watch's next reading (`power_rest.next_reading`): in how many seconds and
+        whether it reads the host's power only (a doubt's re-read); `power_read_at` says when."""
+        start, doubt = self._start, (self.maybe_off_after, self.maybe_off_unanswered)
+        seconds, host_only = _next_reading(start.power_watch_seconds, start.power_doubt_seconds, *doubt)
+        self.power_read_at = now + timedelta(seconds=seconds)
+        return seconds, host_only
+
+    def doubt_unread(self) -> None:
+        """A reading at rest not answered while the host may be OFF: the next re-read waits twice as long."""
+        if self.maybe_off_after:
+            self.maybe_off_unanswered += 1
 
     def _no_longer_off(self, why: str, now: datetime | None = None) -> None:
         """The OFF mark cleared; the taken-over words naming it say so, and when (`now`;
@@ -510,6 +531,8 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
             maintenance=self.maintenance,
             unplanned_power=self.power.unplanned if self.power else "",
             left_off_by=self.left_off_by,
+            maybe_off_after=self.maybe_off_after,
+            power_read_at=self.power_read_at,  # set by the power watch only (None: no watch)
             automation_held_back=self.automation_held_back,
             taken_over=self.taken_over,
             awaiting=awaiting_request(self.current),

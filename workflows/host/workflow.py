@@ -47,7 +47,8 @@ Worst-case history: about 26 events per operation (update, child start and end, 
 change, the versions read after it; 3 more per reboot run a cancelled or terminated one has read,
 `reached_when_ended`, the last saying if a terminated one left the host OFF; 3 more per operation that
 reboots the host other than a reboot: the reboot id it would take, read before its start,
-`refuse_behind_waiting`; ~12 for rule 8's read) plus 5 per other update, 17 (+6 per DPU) per power watch
+`refuse_behind_waiting`; ~12 for rule 8's read, and when it is not answered ~19 per re-read of the
+host's power, at most 4: `power_watch.py`) plus 5 per other update, 17 (+6 per DPU) per power watch
 reading, about 6 once per new entity (its predecessor read, `takeover.py`; 6 more per adopted operation),
 a memo upsert per carried change; continues-as-new idle past `max_history_events` (10,000) or when asked.
 """
@@ -511,7 +512,7 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
 
     def _show_phase(self, *, log: bool = True) -> None:
         """The Phase and details, the `Instance`, `PhaseSince`, `Maintenance`, `MaintenanceSince`,
-        `LeftOffBy` search attributes and the memo entries `left_off` and `awaiting` (written
+        `LeftOffBy` search attributes and the memo entries `left_off`, `maybe_off`, `awaiting` (written
         when they change) that `host list` reads (`log=False`: no log line or Event, e.g. when
         only the maintenance changed: its own says it)."""
         phase, details = self.state.phase(), self.state.details()
@@ -534,11 +535,9 @@ class HostWorkflow(VersionsShown, PowerWatch, ApprovalCheck, TakeOver):
         self._logged = (phase, details)
         self._carry()  # takeover.py: what outlives the run, for a successor after a terminate
         # What `host list` reads from the memo in the same listing: an idle host its last run left
-        # OFF, the operation a request awaiting approval would run. One upsert of what changed.
-        shown = {
-            names.LEFT_OFF_MEMO: self.state.left_off(),
-            names.AWAITING_MEMO: self.state.awaiting_operation(),
-        }
+        # OFF (or may have: `maybe_off`), the operation a request awaiting approval would run. One
+        # upsert of what changed.
+        shown = {**self._power_memo(), names.AWAITING_MEMO: self.state.awaiting_operation()}
         changed = {key: value for key, value in shown.items() if workflow.memo_value(key, None) != value}
         if changed:
             workflow.upsert_memo(changed)  # None removes an entry

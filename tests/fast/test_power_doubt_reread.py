@@ -1,0 +1,106 @@
+"""Issue 40, Done-when ("a host is never found off after any run ends unless its status says so in
+words"), the doubt after an end whose power read was not answered ("may be OFF"): before, it was
+said only inside `recent` and lasted until the power watch's next reading at rest (900 s by
+default). Now the entity reads the host's power again sooner, with a backoff capped at the watch's
+period (`power_rest.next_reading`, `HostEntityState.next_power_reading`, `doubt_unread`), and shows
+the doubt while the host is idle (`maybe_off`: the memo entry `host list` reads, the status fields
+`host status` warns from). The surfaces: tests/fast/test_host_list_render.py,
+tests/fast/test_host_status_render.py; end to end: tests/test_cut_leaves_off_said.py.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contracts.host_requests import REBOOT
+from contracts.models.host import HostWorkflowInput, OperationRequest, PendingOperation
+from workflows.host.power_rest import next_reading
+from workflows.host.state import HostEntityState
+from workflows.host.takeover_rules import outcome_after_read
+
+HOST = "host-002"
+RUN = f"reboot/{HOST}/generation-3"
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def test_no_doubt_is_the_watch_period_and_a_full_reading() -> None:
+    assert next_reading(900, 60, "", 0) == (900, False)
+    assert next_reading(900, 60, "", 7) == (900, False)  # a count left over changes nothing
+
+
+def test_a_doubt_is_read_again_after_60_s_then_doubling_until_the_watch_period() -> None:
+    delays = [next_reading(900, 60, RUN, n) for n in range(6)]
+    assert delays == [(60, True), (120, True), (240, True), (480, True), (900, False), (900, False)]
+
+
+@given(
+    every=st.floats(min_value=1, max_value=86_400),
+    first=st.floats(min_value=0.1, max_value=86_400),
+    unanswered=st.integers(min_value=0, max_value=10_000),
+)
+def test_a_doubt_never_waits_longer_than_the_watch_and_costs_a_bounded_number_of_host_reads(
+    every: float, first: float, unanswered: int
+) -> None:
+    seconds, host_only = next_reading(every, first, RUN, unanswered)
+    assert 0 < seconds <= every
+    assert host_only == (seconds < every)
+    reads = sum(1 for n in range(200) if next_reading(every, first, RUN, n)[1])  # before the watch's own
+    assert reads <= max(0, math.ceil(math.log2(every / first)))
+
+
+def _ended_unread(start: HostWorkflowInput) -> tuple[HostEntityState, PendingOperation]:
+    state = HostEntityState.of(start)
+    current = state.record_request(REBOOT, OperationRequest(requested_by="alice"), NOW)
+    state.approve_at_once(current)
+    state.starting(current)
+    state.started(current, NOW, workflow_id=RUN)
+    state.finish(current, outcome_after_read("terminated", RUN, HOST, None, "BMC unreachable"), NOW)
+    return state, current
+
+
+WATCHED = HostWorkflowInput(host_id=HOST, power_watch_seconds=900)
+
+
+def test_an_end_that_left_the_power_unread_is_read_again_in_60_s_and_says_when() -> None:
+    state, _ = _ended_unread(WATCHED)
+    assert state.maybe_off() == RUN
+    assert state.next_power_reading(NOW) == (60, True)
+    status = state.status()
+    assert status.maybe_off_after == RUN and status.power_read_at == NOW + timedelta(seconds=60)
+
+
+def test_each_unanswered_re_read_doubles_the_wait_and_an_answer_ends_the_doubt() -> None:
+    state, _ = _ended_unread(WATCHED)
+    state.doubt_unread()
+    state.doubt_unread()
+    assert state.next_power_reading(NOW) == (240, True)
+    assert state.off_at_rest_after_unread("On") == ""  # read: the doubt ends, nothing marked
+    assert state.maybe_off() is None and state.maybe_off_unanswered == 0
+    assert state.next_power_reading(NOW) == (900, False)
+    state.doubt_unread()  # no doubt: nothing counted
+    assert state.maybe_off_unanswered == 0
+
+
+def test_a_re_read_of_off_marks_the_host_off_by_that_run() -> None:
+    state, _ = _ended_unread(WATCHED)
+    assert state.off_at_rest_after_unread("Off").startswith(f"the host read Off at rest after {RUN}")
+    assert state.left_off() == RUN and state.maybe_off() is None
+
+
+def test_a_later_end_starts_the_backoff_afresh_and_an_operation_hides_the_doubt() -> None:
+    state, current = _ended_unread(WATCHED)
+    for _ in range(5):
+        state.doubt_unread()
+    state.current = current  # another run of the host: busy, its own reads are the news
+    assert state.maybe_off() is None
+    state.finish(current, outcome_after_read("failed: x", RUN, HOST, None, "no answer"), NOW)
+    assert state.maybe_off() == RUN and state.next_power_reading(NOW) == (60, True)
+
+
+def test_without_a_power_watch_nothing_says_when_it_is_read_again() -> None:
+    state, _ = _ended_unread(HostWorkflowInput(host_id=HOST))
+    assert state.maybe_off() == RUN and state.status().power_read_at is None
