@@ -42,6 +42,10 @@ entity's memo entry `awaiting` in the same listing.
 A host whose last run left it OFF (its outcome says "is OFF": `workflows/parts/host_power.py`)
 shows `idle (host OFF)` in PHASE and `left_off_by` (that run) in `--json`, from the entity's memo
 entry `left_off` in the same listing: no BMC read, no query per host (`host status` says more).
+A host whose last run ended without saying its power and whose read at that end was not answered
+(its outcome says "may be OFF") shows `idle (host may be OFF)` and `maybe_off_after` (that run) in
+`--json`, from the memo entry `maybe_off` alike, until the entity's next reading decides it
+(`workflows/host/power_watch.py`: sooner than its period); stderr counts both kinds.
 
 While operations are in flight, the site watch of their task queue is described (one describe
 per task queue, usually one): when it is not beating (its worker died and another has not taken
@@ -86,6 +90,7 @@ OPERATIONS_QUERY = f'{names.OPERATION.name} != "{names.HOST}" AND ExecutionStatu
 CLOSED_ENTITIES_QUERY = f'{names.OPERATION.name} = "{names.HOST}" AND ExecutionStatus != "Running"'
 MARKED_CLOSED_QUERY = f"{CLOSED_ENTITIES_QUERY} AND {names.LEFT_OFF_BY.name} IS NOT NULL"
 NO_ENTITY_OFF = "host may be OFF"  # `host status`'s words for it: "the host HOST may be OFF as RUN left it"
+MAYBE_OFF_PHASE = "host may be OFF"  # an idle host whose last run's end left its power unread
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class HostRow:
     left_off: str | None = None  # the run whose outcome says it left the host OFF (memo `left_off`)
     task_queue: str | None = None  # its operation's (the site watch it hears DPU phases from)
     awaiting: str | None = None  # the operation its request awaiting approval would run (memo `awaiting`)
+    maybe_off: str | None = None  # the run whose end left the host's power unread (memo `maybe_off`)
 
     @property
     def since(self) -> datetime | None:
@@ -135,6 +141,7 @@ class HostRow:
             "operation": operation,
             "awaiting_approval": self.awaiting,
             "left_off_by": self.left_off,
+            "maybe_off_after": self.maybe_off,
         }
 
     @property
@@ -152,10 +159,11 @@ class HostRow:
 
     @property
     def shown_phase(self) -> str:
-        """The PHASE cell: an idle host its last run left OFF says so (the run's words, no BMC read);
-        a host with no entity whose last entity held the mark, as `host status` says it."""
+        """The PHASE cell: an idle host its last run left OFF says so (the run's words, no BMC read),
+        one whose last run's end left its power unread says it may be; a host with no entity whose
+        last entity held the mark, as `host status` says it."""
         if not self.left_off:
-            return self.phase
+            return f"{self.phase} ({MAYBE_OFF_PHASE})" if self.maybe_off else self.phase
         return f"{self.phase} ({NO_ENTITY_OFF})" if self.phase == NO_ENTITY else f"{self.phase} (host OFF)"
 
 
@@ -224,6 +232,7 @@ def _entity(execution: WorkflowExecutionInfo) -> tuple[str, HostRow]:
         phase_since=_time(_attribute(execution, names.PHASE_SINCE.name)),
         left_off=_memo(execution, names.LEFT_OFF_MEMO),
         awaiting=_memo(execution, names.AWAITING_MEMO),
+        maybe_off=_memo(execution, names.MAYBE_OFF_MEMO),
     )
 
 
@@ -467,6 +476,7 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
     busy = sum(1 for row in rows if row.workflow_id)
     left_off = sum(1 for row in rows if row.left_off and row.phase != NO_ENTITY)
     no_entity_off = sum(1 for row in rows if row.left_off and row.phase == NO_ENTITY)
+    maybe_off = sum(1 for row in rows if row.maybe_off and not row.left_off)
     print(
         f"{plural(len(rows), 'host')}, {busy} with an operation in flight "
         f"({plural(requests, 'visibility request')})",
@@ -476,6 +486,13 @@ async def _list(client: Client, args: argparse.Namespace) -> int:
         print(
             f"{plural(left_off, 'host')} (host OFF) left OFF by the last run, as far as its outcome "
             "says (no BMC read): `metalflow host status HOST` names the run and how to power it on",
+            file=sys.stderr,
+        )
+    if maybe_off:
+        print(
+            f"{plural(maybe_off, 'host')} ({MAYBE_OFF_PHASE}) whose last run ended without saying its power, "
+            "the read at its end not answered: the entity reads it again soon (`metalflow host status HOST` "
+            "says when); `metalflow bmc power HOST status` says now",
             file=sys.stderr,
         )
     if no_entity_off:

@@ -59,7 +59,12 @@ from metalflow.monitors import running_monitor_status
 from metalflow.seen import Seen
 from metalflow.site_watch_health import WatchLapse, lapse_of_operation
 from workflows.host.automation_hold import hold_words
-from workflows.host.takeover_rules import awaiting_while_no_entity, left_running_words, off_while_no_entity
+from workflows.host.takeover_rules import (
+    MAYBE_OFF,
+    awaiting_while_no_entity,
+    left_running_words,
+    off_while_no_entity,
+)
 from workflows.parts.boot_generation import RunEnd as RebootEnd
 from workflows.parts.boot_generation import waits_for_a_person
 from workflows.parts.host_power import HOST_IS_OFF
@@ -115,6 +120,9 @@ async def show_status(client: Client, args: argparse.Namespace) -> int:
             f"(`metalflow bmc power {args.host} on`) or run an operation that does; the mark clears at "
             "the entity's next power watch reading of the host On, or a run that says the host is on",
         )
+    doubt = maybe_off_warning(status) if idle else None
+    if doubt is not None:  # a run's end left the host's power unread: the entity reads it again
+        warnings.insert(0, doubt)
     if args.json:
         shown = {
             "host": status.model_dump(mode="json"),
@@ -273,6 +281,34 @@ async def operations_left_running(client: Client, host_id: str) -> list[str]:
             operation = str(run.typed_search_attributes.get(names.OPERATION) or "")
             found.append(left_running_words(run.id, operation, phase, host_id))  # says if the host is OFF
     return found
+
+
+def maybe_off_warning(status: HostStatus) -> str | None:
+    """The WARNING of a host a run's end left with its power unread (`maybe_off_after`: the entity's
+    read at that end was not answered), None when there is none: the run, why it was not read (its
+    recorded outcome's words), when the entity reads it again (`power_read_at`) and how to look now.
+    From the entity's status alone: no BMC read here."""
+    run, host = status.maybe_off_after, status.host_id
+    if not run:
+        return None
+    said = next((r.outcome for r in reversed(status.recent) if r.workflow_id == run), "")
+    lead = f"{MAYBE_OFF} after {run} ("
+    why = said.split(lead, 1)[1].split("): ", 1)[0] if lead in said else "its power not read"
+    if status.power_read_at is None:
+        again = (
+            "metalflow does not read it again by itself (no power watch: METALFLOW_POWER_WATCH_SECONDS is 0)"
+        )
+    elif status.maintenance is not None:
+        again = (
+            "metalflow reads it again once maintenance ends (its power watch reads nothing in maintenance)"
+        )
+    else:
+        again = f"metalflow reads it again at {iso_z(status.power_read_at)}"
+    return (
+        f"the host {host} {MAYBE_OFF}: {run} ended without saying its power and the read at its end was "
+        f"not answered ({why}); {again}; check now with `metalflow bmc power {host} status`, and if Off "
+        f"power it on (`metalflow bmc power {host} on`)"
+    )
 
 
 def maintenance_line(status: HostStatus) -> str:

@@ -166,3 +166,23 @@ def test_the_rebooting_dpu_warning_advises_what_works_while_a_reboot_waits_for_a
     advised = rebooting_words("h-1-dpu-0", "h-1", held)
     assert f"`metalflow host reboot h-1` and `reprovision` are refused while {held}" in advised, advised
     assert "reboots it and tells DPF" not in advised
+
+
+def test_an_idle_host_whose_last_end_left_its_power_unread_says_it_may_be_off() -> None:
+    """Issue 40: an end whose power read was not answered ("may be OFF") was said only in the
+    entity's `recent`; `host list` printed `idle`. Now PHASE `idle (host may be OFF)` and
+    `maybe_off_after` in `--json`, from the entity's memo entry `maybe_off` in the same listing."""
+    run = "reboot/h-1/generation-2"
+    _, row = _entity(_listed({names.MAYBE_OFF_MEMO: json.dumps(run).encode()}))
+    assert row.maybe_off == run and row.as_json()["maybe_off_after"] == run
+    assert row.as_json()["left_off_by"] is None
+    assert _entity(_listed({}))[1].as_json()["maybe_off_after"] is None
+    rows = [
+        HostRow(host="h-1", site="s", phase="idle", maybe_off=run),
+        HostRow(host="h-2", site="s", phase="idle", maybe_off=run, left_off=run),  # the mark says more
+        HostRow(host="h-3", site="s", phase="idle"),
+    ]
+    lines = render(rows, NOW).splitlines()
+    assert "  idle (host may be OFF)  " in lines[1], lines
+    assert "  idle (host OFF)  " in lines[2], lines
+    assert "OFF" not in lines[3]

@@ -95,3 +95,34 @@ def test_a_new_entity_still_taking_over_says_requests_wait() -> None:
         "taking over" in line
         for line in render_status(status.model_copy(update={"taking_over": False}), None).splitlines()
     )
+
+
+def test_an_idle_host_whose_last_end_left_its_power_unread_is_warned_of() -> None:
+    """Issue 40: an end whose power read was not answered ("may be OFF") was said only inside
+    `recent`; `host status` printed no WARNING. Now one names the run, why it was not read, when
+    the entity reads it again, and how to look now (`maybe_off_warning`: no BMC read)."""
+    from contracts.models.host import Maintenance
+    from metalflow.cli.host_status import maybe_off_warning
+    from workflows.host.takeover_rules import outcome_after_read
+
+    run = "reboot/host-002/generation-3"
+    ended = OperationRecord(
+        operation="reboot", workflow_id=run, requested_by="bob", finished_at=T0,
+        outcome=outcome_after_read("terminated", run, "host-002", None, "BMC unreachable"),
+    )  # fmt: skip
+    again = datetime(2026, 11, 29, 4, 1, tzinfo=UTC)
+    status = HostStatus(
+        host_id="host-002", instance=None, boot_generation=3, current=None, recent=(ended,),
+        maybe_off_after=run, power_read_at=again,
+    )  # fmt: skip
+    assert maybe_off_warning(status) == (
+        f"the host host-002 may be OFF: {run} ended without saying its power and the read at its end "
+        "was not answered (its power not read: BMC unreachable); metalflow reads it again at "
+        "2026-11-29T04:01:00Z; check now with `metalflow bmc power host-002 status`, and if Off power "
+        "it on (`metalflow bmc power host-002 on`)"
+    )
+    unwatched = status.model_copy(update={"power_read_at": None})
+    assert "does not read it again by itself" in (maybe_off_warning(unwatched) or "")
+    held = status.model_copy(update={"maintenance": Maintenance(by="bob", reason="x", since=T0)})
+    assert "reads it again once maintenance ends" in (maybe_off_warning(held) or "")
+    assert maybe_off_warning(status.model_copy(update={"maybe_off_after": ""})) is None
