@@ -104,3 +104,15 @@ def test_a_later_end_starts_the_backoff_afresh_and_an_operation_hides_the_doubt(
 def test_without_a_power_watch_nothing_says_when_it_is_read_again() -> None:
     state, _ = _ended_unread(HostWorkflowInput(host_id=HOST))
     assert state.maybe_off() == RUN and state.status().power_read_at is None
+
+
+def test_in_maintenance_a_doubt_waits_for_the_watch_and_costs_no_timer_a_minute() -> None:
+    """No reading at all in maintenance (a person's power actions are expected): a 60 s timer there
+    would fire for nothing, 5 history events a minute."""
+    from contracts.models.host import MaintenanceRequest
+
+    state, _ = _ended_unread(WATCHED)
+    state.set_maintenance(MaintenanceRequest(on=True, requested_by="bob", reason="cabling"), NOW)
+    assert state.maybe_off() == RUN and state.next_power_reading(NOW) == (900, False)
+    state.set_maintenance(MaintenanceRequest(on=False, requested_by="bob"), NOW)
+    assert state.next_power_reading(NOW) == (60, True)

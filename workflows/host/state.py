@@ -481,9 +481,11 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
 
     def next_power_reading(self, now: datetime) -> tuple[float, bool]:
         """The power watch's next reading (`power_rest.next_reading`): in how many seconds and
-        whether it reads the host's power only (a doubt's re-read); `power_read_at` says when."""
-        start, doubt = self._start, (self.maybe_off_after, self.maybe_off_unanswered)
-        seconds, host_only = _next_reading(start.power_watch_seconds, start.power_doubt_seconds, *doubt)
+        whether it reads the host's power only (a doubt's re-read; none while busy or in maintenance,
+        whose timers would read nothing); `power_read_at` says when."""
+        doubt = (self.maybe_off() if self.maintenance is None else None) or ""
+        every, first = self._start.power_watch_seconds, self._start.power_doubt_seconds
+        seconds, host_only = _next_reading(every, first, doubt, self.maybe_off_unanswered)
         self.power_read_at = now + timedelta(seconds=seconds)
         return seconds, host_only
 
