@@ -299,7 +299,9 @@ def maybe_off_warning(status: HostStatus) -> str | None:
             "metalflow does not read it again by itself (no power watch: METALFLOW_POWER_WATCH_SECONDS is 0)"
         )
     elif status.maintenance is not None:
-        again = "metalflow reads it again at its power watch's first reading after maintenance ends"
+        again = (
+            "metalflow reads it again once maintenance ends (its power watch reads nothing in maintenance)"
+        )
     else:
         again = f"metalflow reads it again at {iso_z(status.power_read_at)}"
     return (

@@ -124,5 +124,5 @@ def test_an_idle_host_whose_last_end_left_its_power_unread_is_warned_of() -> Non
     unwatched = status.model_copy(update={"power_read_at": None})
     assert "does not read it again by itself" in (maybe_off_warning(unwatched) or "")
     held = status.model_copy(update={"maintenance": Maintenance(by="bob", reason="x", since=T0)})
-    assert "power watch's first reading after maintenance ends" in (maybe_off_warning(held) or "")
+    assert "reads it again once maintenance ends" in (maybe_off_warning(held) or "")
     assert maybe_off_warning(status.model_copy(update={"maybe_off_after": ""})) is None

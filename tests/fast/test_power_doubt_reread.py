@@ -116,3 +116,47 @@ def test_in_maintenance_a_doubt_waits_for_the_watch_and_costs_no_timer_a_minute(
     assert state.maybe_off() == RUN and state.next_power_reading(NOW) == (900, False)
     state.set_maintenance(MaintenanceRequest(on=False, requested_by="bob"), NOW)
     assert state.next_power_reading(NOW) == (60, True)
+
+
+def _another_end(
+    state: HostEntityState, current: PendingOperation, outcome: str, *, ran: bool = True
+) -> None:
+    record = current.record.model_copy(update={"started_at": NOW if ran else None})
+    state.current = current.model_copy(update={"record": record})
+    state.finish(state.current, outcome, NOW)
+
+
+def test_an_end_that_says_nothing_of_the_host_power_leaves_the_doubt() -> None:
+    """Before: any later end cleared it (`finish`), e.g. a request withdrawn unstarted or a reset of
+    DPUs only, and the host read `idle` again while it may still be OFF."""
+    state, current = _ended_unread(WATCHED)
+    state.doubt_unread()
+    for outcome, ran in [
+        ("withdrawn by bob: not now", False),  # never started: it touched nothing
+        ("expired: not approved within 1 day, 0:00:00", False),
+        ("failed: DPU x: ForceRestart refused; host power not touched by this run", True),
+        ("completed", True),  # completed without a boot generation: powered nothing
+    ]:
+        _another_end(state, current, outcome, ran=ran)
+        assert state.maybe_off() == RUN and state.maybe_off_unanswered == 1, outcome
+
+
+def test_an_end_that_says_the_host_power_ends_the_doubt() -> None:
+    for outcome in [
+        "aborted by bob: no; Done: ForceOff; the host is on",
+        f"terminated while the host was OFF (manual-intervention-required); the host {HOST} is OFF: x",
+        "terminated",  # a run that can power the host off, its end read and answered: not Off
+    ]:
+        state, current = _ended_unread(WATCHED)
+        _another_end(state, current, outcome)
+        assert state.maybe_off() is None and state.maybe_off_unanswered == 0, outcome
+    state, current = _ended_unread(WATCHED)
+    state.reached(4, NOW)  # it booted the host
+    _another_end(state, current, "completed")
+    assert state.maybe_off() is None
+
+
+def test_a_power_action_through_our_cli_at_rest_ends_the_doubt() -> None:
+    state, _ = _ended_unread(WATCHED)
+    assert state.power_set_at_rest() and state.maybe_off() is None
+    assert not state.power_set_at_rest()  # none left

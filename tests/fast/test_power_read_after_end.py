@@ -115,7 +115,8 @@ def test_an_on_reading_at_rest_ends_the_doubt_and_a_later_end_replaces_it() -> N
     assert state.off_at_rest_after_unread("Off") == "" and state.left_off() is None
     state, current = _reboot_running()
     state.finish(current, outcome_after_read("terminated", RUN, HOST, None, "no answer"), NOW)
-    state.current = current  # a later run of the host ends saying what it did
+    state.current = current  # a later reboot of the host completes: it booted the host, so it was On
+    state.reached(4, NOW)
     state.finish(current, "completed", NOW)
     assert state.maybe_off_after == ""
 

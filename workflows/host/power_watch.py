@@ -31,7 +31,11 @@ answer) is read again sooner than the watch's period (`HostEntityState.next_powe
 `power_rest.next_reading`): the host's power only, 60 s after that end
 (`HostWorkflowInput.power_doubt_seconds`), then 120 s, 240 s, ... after each re-read that is not
 answered either, until the delay reaches the period, from when the watch's own readings go on;
-the first answer decides (Off: the OFF mark naming that run; anything else: the doubt ends).
+the first answer decides (Off: the OFF mark naming that run; anything else: the doubt ends), as does
+a later end that says the host's power or `metalflow bmc power` at rest (`power_doubt.py`). The
+watch's timer is cut short when such a re-read is due and the timer was not set for it (`_replan`:
+a doubt after an end, or maintenance ended in doubt); in maintenance or during an operation no
+re-read is planned (it would read nothing).
 Cost, only for a host in doubt: per re-read one inventory lookup and one read of the host's BMC
 (two tries at most: `BMC_GLANCE`), no DPU BMC read, and 17 history events (the timer, 3 workflow
 tasks, 2 activities), one more to cancel the timer the doubt cut short, and one memo upsert when it
@@ -96,15 +100,15 @@ class PowerWatch(kernel.Runbook):
         if self._input.power_watch_seconds <= 0:
             return
         while True:
-            doubt = self.state.maybe_off_after
             seconds, host_only = self.state.next_power_reading(workflow.now())
-            try:  # a timer, as a sleep; a new doubt cuts it short: its first re-read is sooner
+            doubt = (self.state.maybe_off_after, self.state.maybe_off_unanswered) if host_only else None
+            try:  # a timer, as a sleep; a doubt to re-read that it was not set for cuts it short
                 await workflow.wait_condition(
-                    self._doubt_other_than(doubt),
+                    self._replan(doubt),
                     timeout=seconds,
                     timeout_summary=(
-                        f"power watch: the host may be OFF after {doubt}: read it again"
-                        if host_only
+                        f"power watch: the host may be OFF after {doubt[0]}: read it again"
+                        if doubt
                         else "power watch: next reading at rest"
                     ),
                 )
@@ -119,9 +123,16 @@ class PowerWatch(kernel.Runbook):
             finally:
                 self._reading_power = False
 
-    def _doubt_other_than(self, doubt: str) -> Callable[[], bool]:
-        """Whether a run's end left the host's power unread since (a doubt other than `doubt`)."""
-        return lambda: self.state.maybe_off_after not in ("", doubt)
+    def _replan(self, doubt: tuple[str, int] | None) -> Callable[[], bool]:
+        """Whether to cut the watch's timer short: the host is to be re-read now (a run's end left its
+        power unread, or maintenance ended in doubt: `power_reading_plan`) and the timer was not set
+        for that re-read (`doubt`: the run and unanswered count it was set for; None: no re-read)."""
+
+        def due() -> bool:
+            now = (self.state.maybe_off_after, self.state.maybe_off_unanswered)
+            return self.state.power_reading_plan()[1] and now != doubt
+
+        return due
 
     def _power_memo(self) -> dict[str, Any]:
         """The memo entries of the host's power `host list` reads (the workflow's `_show_phase`
@@ -136,6 +147,8 @@ class PowerWatch(kernel.Runbook):
         if self.state.current is not None or self.state.maintenance is not None:
             return
         self.state.power = after_power_set(self.state.power, done.power_state, done.at)
+        if self.state.power_set_at_rest():  # it said the host's power: no longer "may be OFF"
+            workflow.upsert_memo({names.MAYBE_OFF_MEMO: None})
         workflow.logger.info(
             "%s: power %s by metalflow bmc power (%s at %s): planned",
             self.state.host_id,

@@ -17,7 +17,8 @@ methods over that memory:
   reason no longer holds: `approval_reason.py` (`ApprovalReason`, inherited);
 - the child's id and input; the Phase and details the entity shows, and its `status`.
 
-What it knows of the host's versions and what it reads again: `versions_known.py` (`KnownVersions`).
+What it knows of the host's versions and what it reads again: `versions_known.py` (`KnownVersions`);
+the doubt after an end whose power read was not answered: `power_doubt.py` (`PowerDoubt`).
 
 Pure: no Temporal (not even `workflow.unsafe`), no clock (`now` is an argument), no I/O. The
 runtime handles (the child's handle, the lock, the versions task) are the workflow's.
@@ -63,9 +64,9 @@ from workflows.host.awaiting import awaiting_request
 from workflows.host.child_input import child_input
 from workflows.host.maintenance_rules import approved_in_maintenance, maintenance_refusal, maintenance_words
 from workflows.host.maintenance_rules import standing as _standing
+from workflows.host.power_doubt import PowerDoubt
 from workflows.host.power_rest import after_operation, baseline, forget_baseline, found_by_operation
-from workflows.host.power_rest import next_reading as _next_reading
-from workflows.host.takeover_rules import MAYBE_OFF, no_longer_awaiting, no_longer_off
+from workflows.host.takeover_rules import no_longer_awaiting, no_longer_off
 from workflows.host.versions_known import KnownVersions
 from workflows.parts.boot_generation import generation_after
 from workflows.parts.host_power import HOST_IS_OFF, HOST_IS_ON
@@ -75,7 +76,7 @@ IDLE: Final = "idle"
 MINIMUM_APPROVAL_WAIT: Final = timedelta(seconds=1)  # an expiry already past still gets one timer
 
 
-class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
+class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason, PowerDoubt):
     """The entity of one host: its memory, and its rules over it (see the module docstring)."""
 
     _start: HostWorkflowInput = PrivateAttr()  # the run's input: the host, its policy, the window
@@ -377,14 +378,13 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         self.automation_held_back = (
             hold_after(self.host_id, current, outcome, now) or self.automation_held_back
         )
-        # A power read at its end that was not answered: the next reading at rest decides.
-        self.maybe_off_after = current.record.workflow_id if MAYBE_OFF in outcome else ""
-        self.maybe_off_unanswered = 0  # its first re-read comes soon (`next_power_reading`)
+        ran = current.record.started_at is not None  # the power it left, as of its end (power_rest.py)
+        # An end whose power read was not answered: read again soon (power_doubt.py).
+        self.doubt_after_end(current.record, outcome, ran, self._cycled)
         if HOST_IS_OFF in outcome:
             self.left_off_by = current.record.workflow_id
         elif HOST_IS_ON in outcome:  # this run powered the host on or saw it On, and says so
             self._no_longer_off(f"{current.record.workflow_id} says the host is on", now)
-        ran = current.record.started_at is not None  # the power it left, as of its end (power_rest.py)
         kept = self.maintenance is not None  # a person's power actions are expected: no baseline
         self.power = after_operation(
             self.power, outcome, ran, self._cycled, now, in_maintenance=kept, last_reset=last_reset
@@ -458,41 +458,6 @@ class HostEntityState(HostEntityMemory, KnownVersions, ApprovalReason):
         words = f"the host is On at rest: no longer OFF as {self.left_off_by} left it"
         self._no_longer_off("the host read On at rest", now)
         return words
-
-    def off_at_rest_after_unread(self, power_state: str | None) -> str:
-        """A power watch reading at rest after a run whose end had the host's power read and not
-        answered (`maybe_off_after`): Off marks the host OFF by that run (the WARNING, `host list`'s
-        `(host OFF)`), not a silent baseline; anything read ends the doubt. The words of the mark
-        ("" none made). None (not read): the doubt stays for the next reading."""
-        run = self.maybe_off_after
-        if not run or power_state is None:
-            return ""
-        self.maybe_off_after, self.maybe_off_unanswered = "", 0
-        if power_state != "Off" or self.current is not None:
-            return ""
-        self.left_off_by = run
-        return f"the host read Off at rest after {run}, whose end left its power unread: OFF as it left it"
-
-    def maybe_off(self) -> str | None:
-        """The run whose end had the host's power read and not answered ("may be OFF"), while the host
-        is idle: `host status` warns of it and `host list` shows `idle (host may be OFF)` (the memo
-        entry `names.MAYBE_OFF_MEMO`), until a reading decides it (`off_at_rest_after_unread`)."""
-        return self.maybe_off_after if self.current is None and self.maybe_off_after else None
-
-    def next_power_reading(self, now: datetime) -> tuple[float, bool]:
-        """The power watch's next reading (`power_rest.next_reading`): in how many seconds and
-        whether it reads the host's power only (a doubt's re-read; none while busy or in maintenance,
-        whose timers would read nothing); `power_read_at` says when."""
-        doubt = (self.maybe_off() if self.maintenance is None else None) or ""
-        every, first = self._start.power_watch_seconds, self._start.power_doubt_seconds
-        seconds, host_only = _next_reading(every, first, doubt, self.maybe_off_unanswered)
-        self.power_read_at = now + timedelta(seconds=seconds)
-        return seconds, host_only
-
-    def doubt_unread(self) -> None:
-        """A reading at rest not answered while the host may be OFF: the next re-read waits twice as long."""
-        if self.maybe_off_after:
-            self.maybe_off_unanswered += 1
 
     def _no_longer_off(self, why: str, now: datetime | None = None) -> None:
         """The OFF mark cleared; the taken-over words naming it say so, and when (`now`;
