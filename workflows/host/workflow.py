@@ -47,7 +47,7 @@ Worst-case history: about 26 events per operation (update, child start and end, 
 change, the versions read after it; 3 more per reboot run a cancelled or terminated one has read,
 `reached_when_ended`, the last saying if a terminated one left the host OFF; 3 more per operation that
 reboots the host other than a reboot: the reboot id it would take, read before its start,
-`refuse_behind_waiting`; ~12 for rule 8's read, and when it is not answered ~19 per re-read of the
+`refuse_behind_waiting`; ~12 for rule 8's read, and when it is not answered 17 per re-read of the
 host's power, at most 4: `power_watch.py`) plus 5 per other update, 17 (+6 per DPU) per power watch
 reading, about 6 once per new entity (its predecessor read, `takeover.py`; 6 more per adopted operation),
 a memo upsert per carried change; continues-as-new idle past `max_history_events` (10,000) or when asked.
