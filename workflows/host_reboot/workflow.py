@@ -222,15 +222,15 @@ class HostRebootWorkflow(SiteCheckSaid, PowerSteps, TellsDPF):
         left the host OFF, a person asked or not, tries On afresh: nobody is left to ask."""
         generation = self._request.boot_generation
         if self._cycled:
-            return f"The host was power-cycled: generation {generation} reached"
+            return f"The host was power-cycled: boot generation {generation} reached"
         if isinstance(err, asyncio.CancelledError | CancelledError) and self._power.cancelled():
             if await self._powered_on_after(None):  # our ForceOff, then this On: the BMC cycled it
                 self._cycled = self._cycled_by_cancel()
                 cycled = "The host was power-cycled (our ForceOff, the On its cancel sent)"
-                return f"{cycled}: generation {generation} reached"
+                return f"{cycled}: boot generation {generation} reached"
         if self._power.is_off:
-            return f"Generation {generation} not reached; {self._power.left()}"
-        return f"Generation {generation} not reached"
+            return f"Boot generation {generation} not reached; {self._power.left()}"
+        return f"Boot generation {generation} not reached"
 
     def _cycled_by_cancel(self) -> HostRebootResult:
         """The result of a run whose cancel powered the host on after its ForceOff: that is a power
