@@ -1,7 +1,7 @@
 """Issue 40, an attack's finding: `host abort HOST` and `host retry HOST` sent within the same
 instant to a run in manual-intervention-required were both answered "accepted"; the abort won
 and the retry's sender was told a lie. One answer wins; the other is refused naming it
-(`workflows/parts/operator_answers.py`).
+(`contracts/operator_answers.py`).
 
 Both answers are sent while no worker runs, so they reach the run in one workflow task (the
 same-second race, made certain): a real Temporal, the product's worker, the simulated site, a
@@ -26,6 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 from contracts import names
 from contracts.models.control import ABORT_UPDATE, RETRY_UPDATE, OperatorAnswer, OperatorRequest
 from contracts.models.host import HostWorkflowInput, OperationPolicy
+from contracts.with_start import execute_update
 from metalflow.hosts import ensure_entity, operation_progress
 
 RESET_HOST = "race-001"  # profile powercycle: a reset --both
@@ -44,7 +45,8 @@ async def _until_off_said(env: WorkflowEnvironment, host: str, workflow_id: str)
     seen = None
     for _ in range(300):
         seen = await operation_progress(env.client, workflow_id, host)
-        if seen is not None and seen.phase == "manual-intervention-required" and "is OFF" in f"{seen.details} {seen.waiting_for}":
+        said = "" if seen is None else f"{seen.details} {seen.waiting_for}"
+        if seen is not None and seen.phase == "manual-intervention-required" and "is OFF" in said:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"{workflow_id} never said the host is OFF: {seen}")
@@ -57,9 +59,8 @@ async def _both_at_once(client: Client, workflow_id: str) -> dict[str, Any]:
 
     async def send(update: str, by: str) -> Any:
         try:
-            return await handle.execute_update(
-                update, OperatorRequest(requested_by=by, reason="race"), result_type=OperatorAnswer
-            )
+            request = OperatorRequest(requested_by=by, reason="race")
+            return await execute_update(handle, update, request, result_type=OperatorAnswer)
         except WorkflowUpdateFailedError as err:
             return str(getattr(err.cause, "message", err.cause))
 
@@ -81,7 +82,9 @@ async def _ended_in(client: Client, workflow_id: str) -> str:
     raise AssertionError(f"{workflow_id} never ended")
 
 
-async def _race(env: WorkflowEnvironment, sim: RunningSim, task_queue: str, host: str, *ask: str) -> tuple[Any, Any, str]:
+async def _race(
+    env: WorkflowEnvironment, sim: RunningSim, task_queue: str, host: str, *ask: str
+) -> tuple[Any, Any, str]:
     await ensure_entity(env.client, HostWorkflowInput(host_id=host, policy=POLICY), task_queue)
     _fault(sim, host, "rotate-after-forceoff")
     try:

@@ -54,8 +54,8 @@ with workflow.unsafe.imports_passed_through():
     from contracts import counted_runs, events, metrics, names
     from contracts.errors import PERMANENT_TYPES, OperationAborted, WorkflowError, first_application_error
     from contracts.models.control import ABORT_UPDATE, OperatorAnswer, OperatorRequest
+    from contracts.operator_answers import Answered, second_answer_refusal
     from contracts.wording import answers_in_words
-    from workflows.parts.operator_answers import Answered, second_answer_refusal
     from workflows.phase_upserts import DeferredUpserts
     from workflows.phase_upserts import upsert_changed as upsert_changed
 

@@ -110,7 +110,9 @@ def test_the_command_sends_the_rows_update(kind: EntityRequest[Any]) -> None:
 
 
 @ROWS
-def test_every_operation_takes_a_reason_recorded_with_it_and_handed_to_its_run(kind: EntityRequest[Any]) -> None:
+def test_every_operation_takes_a_reason_recorded_with_it_and_handed_to_its_run(
+    kind: EntityRequest[Any],
+) -> None:
     """Issue 40, an attack's finding: `host firmware` had no `--reason` while every other host
     operation had it. Each command takes it, the entity records it with the operation (`host
     status`, a successor's takeover reads it from the run's input) and its run gets it."""

@@ -87,6 +87,7 @@ with workflow.unsafe.imports_passed_through():
         ReadPowerStateInput,
         SystemPower,
     )
+    from contracts.operator_answers import Answered, second_answer_refusal
     from workflows import kernel
     from workflows.host_reboot.dpf_told import TellsDPF
     from workflows.host_reboot.failure import bmc_failure_reason, off_step
@@ -94,7 +95,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.parts import boot_generation
     from workflows.parts.bmc_lease_holder import BMCLeaseHolder
     from workflows.parts.host_power import PowerCustody
-    from workflows.parts.operator_answers import Answered, second_answer_refusal
     from workflows.parts.site_check_said import SiteCheckSaid
 
 POWERING = "powering"
